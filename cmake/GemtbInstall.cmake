@@ -1,0 +1,30 @@
+# Installs the oracle as a CMake package: find_package(gemtb) then link gemtb::reference to call the
+# attention oracle in-process. Headers keep their source-tree paths (model/..., reference/...).
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+install(TARGETS gemtb_model gemtb_reference EXPORT gemtbTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+set_target_properties(gemtb_model PROPERTIES EXPORT_NAME model)
+install(DIRECTORY model reference DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+  FILES_MATCHING PATTERN "*.h")
+install(TARGETS gemtb RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(EXPORT gemtbTargets NAMESPACE gemtb:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/gemtb)
+
+file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/gemtbConfig.cmake.in [=[
+@PACKAGE_INIT@
+include(CMakeFindDependencyMacro)
+find_dependency(absl)
+find_dependency(TBB)
+include("${CMAKE_CURRENT_LIST_DIR}/gemtbTargets.cmake")
+check_required_components(gemtb)
+]=])
+configure_package_config_file(${CMAKE_CURRENT_BINARY_DIR}/gemtbConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/gemtbConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/gemtb)
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/gemtbConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/gemtbConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/gemtbConfigVersion.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/gemtb)

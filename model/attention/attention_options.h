@@ -1,0 +1,133 @@
+// What a jagged attention call computes, independent of who executes it (spec/attention.md §2–§3).
+// The oracle (reference/), the CUDA kernels (gpu/) and the simulator (sim/) all read these.
+#ifndef GEMTB_MODEL_ATTENTION_ATTENTION_OPTIONS_H_
+#define GEMTB_MODEL_ATTENTION_ATTENTION_OPTIONS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace gemtb {
+
+// ABI codes of spec §2; upstream GDPA's own order is mapped at its boundary, never here.
+enum class Activation : int {
+  kSoftmax = 0,
+  kIdentity = 1,
+  kGelu = 2,  // erf form
+  kGeluTanh = 3,
+  kSilu = 4,
+  kRelu = 5,
+  kReluSquare = 6,
+  kLeakyRelu = 7,  // slope 0.01
+  kHardswish = 8,
+};
+inline constexpr int kNumActivations = 9;
+
+enum class MaskKind { kNone, kCausal, kWindow, kBlock };
+enum class Alignment { kBottomRight, kTopLeft };
+
+struct AttentionOptions {
+  Activation act = Activation::kSoftmax;
+  // Unset means the spec default: pre = 1/sqrt(Dqk) for softmax, else 1; post = 1.
+  std::optional<double> pre_scale;
+  std::optional<double> post_scale;
+  MaskKind mask = MaskKind::kNone;
+  int64_t window_left = -1;   // window(l, r); -1 = unbounded. causal == window(-1, 0).
+  int64_t window_right = -1;
+  int64_t block = 64;         // block(n)
+  Alignment align = Alignment::kBottomRight;
+  bool broadcast_q = false;   // q_offsets holds one sequence read by every output sequence
+};
+
+constexpr std::string_view ActivationName(Activation act) {
+  switch (act) {
+    case Activation::kSoftmax: return "softmax";
+    case Activation::kIdentity: return "identity";
+    case Activation::kGelu: return "gelu";
+    case Activation::kGeluTanh: return "gelu_tanh";
+    case Activation::kSilu: return "silu";
+    case Activation::kRelu: return "relu";
+    case Activation::kReluSquare: return "relu_square";
+    case Activation::kLeakyRelu: return "leaky_relu";
+    case Activation::kHardswish: return "hardswish";
+  }
+  return "?";
+}
+
+constexpr std::optional<Activation> ParseActivation(std::string_view name) {
+  for (int code = 0; code < kNumActivations; ++code) {
+    if (ActivationName(static_cast<Activation>(code)) == name) return static_cast<Activation>(code);
+  }
+  return std::nullopt;
+}
+
+constexpr std::string_view MaskKindName(MaskKind mask) {
+  switch (mask) {
+    case MaskKind::kNone: return "none";
+    case MaskKind::kCausal: return "causal";
+    case MaskKind::kWindow: return "window";
+    case MaskKind::kBlock: return "block";
+  }
+  return "?";
+}
+
+constexpr std::optional<MaskKind> ParseMaskKind(std::string_view name) {
+  for (MaskKind m : {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow, MaskKind::kBlock}) {
+    if (MaskKindName(m) == name) return m;
+  }
+  return std::nullopt;
+}
+
+constexpr std::string_view AlignmentName(Alignment align) {
+  return align == Alignment::kTopLeft ? "top_left" : "bottom_right";
+}
+
+constexpr std::optional<Alignment> ParseAlignment(std::string_view name) {
+  if (name == "top_left") return Alignment::kTopLeft;
+  if (name == "bottom_right") return Alignment::kBottomRight;
+  return std::nullopt;
+}
+
+// The key range [begin, end) that query `i` of a (Lq, Lk) pair may see under `options`' mask
+// (spec §3). Every mask of the spec keeps a contiguous range, so executors iterate it directly.
+struct KeyRange {
+  int64_t begin;
+  int64_t end;
+};
+
+constexpr int64_t FloorDiv(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+constexpr int64_t AlignmentShift(Alignment align, int64_t lq, int64_t lk) {
+  return align == Alignment::kBottomRight ? lk - lq : 0;
+}
+
+constexpr KeyRange ValidKeys(const AttentionOptions& o, int64_t i, int64_t lq, int64_t lk) {
+  const int64_t a = i + AlignmentShift(o.align, lq, lk);
+  int64_t begin = 0;
+  int64_t end = lk;
+  switch (o.mask) {
+    case MaskKind::kNone: break;
+    // Written so that no sum can overflow for any int64 window (a is bounded by the lengths).
+    case MaskKind::kCausal: end = a >= lk ? lk : a + 1; break;
+    case MaskKind::kWindow:
+      if (o.window_left >= 0) begin = o.window_left >= a ? 0 : a - o.window_left;
+      if (o.window_right >= 0) end = o.window_right >= lk - a ? lk : a + o.window_right + 1;
+      break;
+    case MaskKind::kBlock: {
+      begin = FloorDiv(a, o.block) * o.block;
+      end = begin + o.block;
+      break;
+    }
+  }
+  begin = begin < 0 ? 0 : begin;
+  end = end > lk ? lk : end;
+  if (end < begin) end = begin;
+  return {begin, end};
+}
+
+}  // namespace gemtb
+
+#endif  // GEMTB_MODEL_ATTENTION_ATTENTION_OPTIONS_H_

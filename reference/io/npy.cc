@@ -1,0 +1,374 @@
+#include "reference/io/npy.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <optional>
+
+#include "absl/strings/string_view.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "model/numerics/float_formats.h"
+
+namespace gemtb::io {
+namespace {
+
+constexpr char kMagic[] = "\x93NUMPY";
+constexpr size_t kMagicLen = 6;
+// A header longer than this is not one we wrote or would accept: it guards the parser against
+// multi-gigabyte "headers" in hostile files.
+constexpr uint64_t kMaxHeaderLen = 1 << 16;
+
+struct DTypeInfo {
+  NpyDType dtype;
+  const char* descr;
+  const char* name;
+  int size;
+};
+constexpr DTypeInfo kDTypes[] = {
+    {NpyDType::kFloat64, "<f8", "float64", 8}, {NpyDType::kFloat32, "<f4", "float32", 4},
+    {NpyDType::kFloat16, "<f2", "float16", 2}, {NpyDType::kBFloat16, "<u2", "bfloat16", 2},
+    {NpyDType::kInt64, "<i8", "int64", 8},     {NpyDType::kInt32, "<i4", "int32", 4},
+};
+
+const DTypeInfo& Info(NpyDType dtype) {
+  for (const DTypeInfo& info : kDTypes) {
+    if (info.dtype == dtype) return info;
+  }
+  return kDTypes[0];  // unreachable: every enumerator is in the table
+}
+
+// A cursor over the header dict, e.g. {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+class HeaderParser {
+ public:
+  explicit HeaderParser(absl::string_view text) : text_(text) {}
+
+  void SkipSpace() {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n' || text_[pos_] == '\t'))
+      ++pos_;
+  }
+  bool Consume(char c) {
+    SkipSpace();
+    if (pos_ < text_.size() && text_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  bool Peek(char c) {
+    SkipSpace();
+    return pos_ < text_.size() && text_[pos_] == c;
+  }
+  std::optional<std::string> String() {
+    SkipSpace();
+    if (pos_ >= text_.size() || (text_[pos_] != '\'' && text_[pos_] != '"')) return std::nullopt;
+    const char quote = text_[pos_++];
+    const size_t end = text_.find(quote, pos_);
+    if (end == absl::string_view::npos) return std::nullopt;
+    std::string out(text_.substr(pos_, end - pos_));
+    pos_ = end + 1;
+    return out;
+  }
+  std::optional<bool> Bool() {
+    SkipSpace();
+    if (text_.substr(pos_, 4) == "True") {
+      pos_ += 4;
+      return true;
+    }
+    if (text_.substr(pos_, 5) == "False") {
+      pos_ += 5;
+      return false;
+    }
+    return std::nullopt;
+  }
+  std::optional<int64_t> Int() {
+    SkipSpace();
+    const size_t start = pos_;
+    int64_t value = 0;
+    while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') {
+      const int digit = text_[pos_] - '0';
+      if (value > (std::numeric_limits<int64_t>::max() - digit) / 10) return std::nullopt;
+      value = value * 10 + digit;
+      ++pos_;
+    }
+    if (pos_ == start) return std::nullopt;
+    // numpy may print "3L" in old files
+    if (pos_ < text_.size() && text_[pos_] == 'L') ++pos_;
+    return value;
+  }
+  std::optional<std::vector<int64_t>> Tuple() {
+    if (!Consume('(')) return std::nullopt;
+    std::vector<int64_t> dims;
+    while (!Consume(')')) {
+      std::optional<int64_t> dim = Int();
+      if (!dim) return std::nullopt;
+      dims.push_back(*dim);
+      if (!Consume(',') && !Peek(')')) return std::nullopt;
+    }
+    return dims;
+  }
+  bool AtEnd() {
+    SkipSpace();
+    return pos_ == text_.size();
+  }
+
+ private:
+  absl::string_view text_;
+  size_t pos_ = 0;
+};
+
+uint64_t ReadLe(const uint8_t* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+template <typename T>
+T LoadLe(const uint8_t* p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));  // x86-64 and aarch64 hosts are little-endian
+  return value;
+}
+
+}  // namespace
+
+absl::string_view NpyDescr(NpyDType dtype) { return Info(dtype).descr; }
+int NpyItemSize(NpyDType dtype) { return Info(dtype).size; }
+absl::string_view NpyDTypeName(NpyDType dtype) { return Info(dtype).name; }
+bool IsFloating(NpyDType dtype) {
+  return dtype == NpyDType::kFloat64 || dtype == NpyDType::kFloat32 ||
+         dtype == NpyDType::kFloat16 || dtype == NpyDType::kBFloat16;
+}
+
+int64_t NpyArray::NumElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string ShapeString(absl::Span<const int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+absl::StatusOr<NpyArray> ParseNpy(absl::Span<const uint8_t> bytes, absl::string_view name) {
+  auto bad = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": not a valid .npy file: ", what));
+  };
+  if (bytes.size() < kMagicLen + 2 || std::memcmp(bytes.data(), kMagic, kMagicLen) != 0) {
+    return bad("missing the \\x93NUMPY magic string");
+  }
+  const int major = bytes[kMagicLen];
+  const int minor = bytes[kMagicLen + 1];
+  if (major < 1 || major > 3 || minor != 0) {
+    return bad(absl::StrCat("unsupported format version ", major, ".", minor));
+  }
+  const int len_bytes = major == 1 ? 2 : 4;
+  const size_t prefix = kMagicLen + 2 + len_bytes;
+  if (bytes.size() < prefix) return bad("truncated before the header length");
+  const uint64_t header_len = ReadLe(bytes.data() + kMagicLen + 2, len_bytes);
+  if (header_len > kMaxHeaderLen) return bad(absl::StrCat("header length ", header_len, " too large"));
+  if (bytes.size() < prefix + header_len) {
+    return bad(absl::StrCat("truncated header: header length ", header_len, " but only ",
+                            bytes.size() - prefix, " bytes follow"));
+  }
+  const absl::string_view header(reinterpret_cast<const char*>(bytes.data() + prefix), header_len);
+
+  HeaderParser parser(header);
+  std::optional<std::string> descr;
+  std::optional<bool> fortran;
+  std::optional<std::vector<int64_t>> shape;
+  if (!parser.Consume('{')) return bad("header is not a dict");
+  while (!parser.Consume('}')) {
+    std::optional<std::string> key = parser.String();
+    if (!key || !parser.Consume(':')) return bad("malformed header dict");
+    if (*key == "descr") {
+      descr = parser.String();
+      if (!descr) return bad("header field 'descr' is not a string");
+    } else if (*key == "fortran_order") {
+      fortran = parser.Bool();
+      if (!fortran) return bad("header field 'fortran_order' is not True/False");
+    } else if (*key == "shape") {
+      shape = parser.Tuple();
+      if (!shape) return bad("header field 'shape' is not a tuple of non-negative integers");
+    } else {
+      return bad(absl::StrCat("unknown header field '", *key, "'"));
+    }
+    if (!parser.Consume(',') && !parser.Peek('}')) return bad("malformed header dict");
+  }
+  if (!descr || !fortran || !shape) return bad("header lacks 'descr', 'fortran_order' or 'shape'");
+  if (*fortran) return bad("fortran_order=True is not supported; save C-ordered arrays");
+
+  NpyArray array;
+  bool known = false;
+  for (const DTypeInfo& info : kDTypes) {
+    if (*descr == info.descr) {
+      array.dtype = info.dtype;
+      known = true;
+    }
+  }
+  if (!known) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": dtype '", *descr,
+        "' is not supported (use <f8, <f4, <f2, <u2 for bfloat16 bits, <i8 or <i4)"));
+  }
+  // Element count with overflow checks: a hostile shape must not wrap around.
+  uint64_t count = 1;
+  const uint64_t limit = std::numeric_limits<int64_t>::max() / 8;
+  for (int64_t d : *shape) {
+    if (d != 0 && count > limit / static_cast<uint64_t>(d)) {
+      return bad(absl::StrCat("shape ", ShapeString(*shape), " is too large"));
+    }
+    count *= static_cast<uint64_t>(d);
+  }
+  array.shape = *shape;
+  const uint64_t data_bytes = count * static_cast<uint64_t>(NpyItemSize(array.dtype));
+  const uint64_t available = bytes.size() - prefix - header_len;
+  if (available != data_bytes) {
+    return bad(absl::StrCat(available < data_bytes ? "truncated data" : "trailing bytes",
+                            ": shape ", ShapeString(*shape), " of ", *descr, " needs ", data_bytes,
+                            " bytes, file has ", available));
+  }
+  array.data.assign(bytes.begin() + prefix + header_len, bytes.end());
+  return array;
+}
+
+absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  return ParseNpy(bytes, path);
+}
+
+std::vector<uint8_t> SerializeNpy(const NpyArray& array) {
+  std::string shape = "(";
+  for (size_t i = 0; i < array.shape.size(); ++i) {
+    absl::StrAppend(&shape, array.shape[i], array.shape.size() == 1 ? "," : "",
+                    i + 1 < array.shape.size() ? ", " : "");
+  }
+  shape += ")";
+  std::string header = absl::StrCat("{'descr': '", NpyDescr(array.dtype),
+                                    "', 'fortran_order': False, 'shape': ", shape, ", }");
+  // Pad with spaces so that the data starts on a 64-byte boundary, ending with '\n'.
+  const size_t unpadded = kMagicLen + 2 + 2 + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header += '\n';
+  std::vector<uint8_t> out(kMagic, kMagic + kMagicLen);
+  out.push_back(1);
+  out.push_back(0);
+  out.push_back(static_cast<uint8_t>(header.size() & 0xFF));
+  out.push_back(static_cast<uint8_t>(header.size() >> 8));
+  out.insert(out.end(), header.begin(), header.end());
+  out.insert(out.end(), array.data.begin(), array.data.end());
+  return out;
+}
+
+absl::Status WriteNpy(const std::string& path, const NpyArray& array) {
+  const std::vector<uint8_t> bytes = SerializeNpy(array);
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot create: ", std::strerror(errno)));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return absl::DataLossError(absl::StrCat(path, ": write failed: ", why));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    return absl::DataLossError(absl::StrCat(path, ": fsync/close failed"));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return absl::DataLossError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> DecodeFloat(const NpyArray& array, absl::string_view name) {
+  if (!IsFloating(array.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": dtype ", NpyDTypeName(array.dtype),
+                                                   " is not floating (want <f8, <f4, <f2 or <u2)"));
+  }
+  const int64_t n = array.NumElements();
+  std::vector<double> out(static_cast<size_t>(n));
+  const uint8_t* p = array.data.data();
+  for (int64_t i = 0; i < n; ++i) {
+    switch (array.dtype) {
+      case NpyDType::kFloat64: out[i] = LoadLe<double>(p + 8 * i); break;
+      case NpyDType::kFloat32: out[i] = LoadLe<float>(p + 4 * i); break;
+      case NpyDType::kFloat16: out[i] = numerics::Fp16BitsToFloat(LoadLe<uint16_t>(p + 2 * i)); break;
+      case NpyDType::kBFloat16: out[i] = numerics::Bf16BitsToFloat(LoadLe<uint16_t>(p + 2 * i)); break;
+      default: break;
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<int64_t>> DecodeInt(const NpyArray& array, absl::string_view name) {
+  if (array.dtype != NpyDType::kInt64 && array.dtype != NpyDType::kInt32) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": dtype ", NpyDTypeName(array.dtype),
+                                                   " is not an integer type (want <i8)"));
+  }
+  const int64_t n = array.NumElements();
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = array.dtype == NpyDType::kInt64 ? LoadLe<int64_t>(array.data.data() + 8 * i)
+                                             : LoadLe<int32_t>(array.data.data() + 4 * i);
+  }
+  return out;
+}
+
+NpyArray EncodeFloat(absl::Span<const double> values, std::vector<int64_t> shape, NpyDType dtype) {
+  NpyArray array;
+  array.dtype = dtype;
+  array.shape = std::move(shape);
+  const int size = NpyItemSize(dtype);
+  array.data.resize(values.size() * size);
+  uint8_t* p = array.data.data();
+  for (size_t i = 0; i < values.size(); ++i) {
+    switch (dtype) {
+      case NpyDType::kFloat64: std::memcpy(p + 8 * i, &values[i], 8); break;
+      case NpyDType::kFloat32: {
+        const float f = static_cast<float>(values[i]);  // one IEEE RNE rounding
+        std::memcpy(p + 4 * i, &f, 4);
+        break;
+      }
+      case NpyDType::kFloat16: {
+        const uint16_t h = numerics::DoubleToFp16BitsRne(values[i]);
+        std::memcpy(p + 2 * i, &h, 2);
+        break;
+      }
+      case NpyDType::kBFloat16: {
+        const uint16_t h = numerics::DoubleToBf16BitsRne(values[i]);
+        std::memcpy(p + 2 * i, &h, 2);
+        break;
+      }
+      default: break;
+    }
+  }
+  return array;
+}
+
+NpyArray EncodeInt64(absl::Span<const int64_t> values, std::vector<int64_t> shape) {
+  NpyArray array;
+  array.dtype = NpyDType::kInt64;
+  array.shape = std::move(shape);
+  array.data.resize(values.size() * 8);
+  if (!values.empty()) std::memcpy(array.data.data(), values.data(), values.size() * 8);
+  return array;
+}
+
+}  // namespace gemtb::io

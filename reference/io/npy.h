@@ -1,0 +1,60 @@
+// NumPy .npy files (format versions 1.0, 2.0, 3.0), the tensor interface of every gemtb command.
+//
+// Only what gemtb exchanges is accepted: little-endian float64, float32, float16, uint16 (bfloat16
+// stored as raw bits), int64 and int32, C order. Anything else is rejected with a message that names
+// the file and the offending header field. Writes are atomic (temp file, fsync, rename), so a failed
+// command never leaves a partial output behind.
+#ifndef GEMTB_REFERENCE_IO_NPY_H_
+#define GEMTB_REFERENCE_IO_NPY_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace gemtb::io {
+
+enum class NpyDType { kFloat64, kFloat32, kFloat16, kBFloat16, kInt64, kInt32 };
+
+// The NumPy descr string ("<f8", ...; bfloat16 is "<u2") and the element size in bytes.
+absl::string_view NpyDescr(NpyDType dtype);
+int NpyItemSize(NpyDType dtype);
+absl::string_view NpyDTypeName(NpyDType dtype);  // "float64", ..., "bfloat16"
+bool IsFloating(NpyDType dtype);
+
+struct NpyArray {
+  NpyDType dtype = NpyDType::kFloat64;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;  // little-endian elements, C order
+
+  int64_t NumElements() const;
+};
+
+// Parses the bytes of a .npy file; `name` (a path or field name) prefixes every error message.
+absl::StatusOr<NpyArray> ParseNpy(absl::Span<const uint8_t> bytes, absl::string_view name);
+absl::StatusOr<NpyArray> ReadNpy(const std::string& path);
+
+std::vector<uint8_t> SerializeNpy(const NpyArray& array);
+// Writes atomically: `path.tmp.<pid>`, fsync, rename.
+absl::Status WriteNpy(const std::string& path, const NpyArray& array);
+
+// Decodes a floating array exactly into fp64 (every supported float format is a subset of fp64).
+absl::StatusOr<std::vector<double>> DecodeFloat(const NpyArray& array, absl::string_view name);
+// Decodes an integer array (int64 or int32) into int64.
+absl::StatusOr<std::vector<int64_t>> DecodeInt(const NpyArray& array, absl::string_view name);
+
+// Encodes fp64 values into `dtype`, rounding each value once (round-to-nearest-even).
+NpyArray EncodeFloat(absl::Span<const double> values, std::vector<int64_t> shape, NpyDType dtype);
+NpyArray EncodeInt64(absl::Span<const int64_t> values, std::vector<int64_t> shape);
+
+// "[2, 3, 4]" for messages.
+std::string ShapeString(absl::Span<const int64_t> shape);
+
+}  // namespace gemtb::io
+
+#endif  // GEMTB_REFERENCE_IO_NPY_H_

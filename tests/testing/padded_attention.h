@@ -1,0 +1,54 @@
+// An independent padded-and-masked fp64 attention, written again from spec/attention.md §3–§5.
+//
+// The oracle walks jagged rows and key ranges; this pads every output sequence to
+// [B, H, maxLq, maxLk] (shared K/V heads, kv_index and broadcast_q materialised per output
+// sequence and query head), builds an explicit boolean mask matrix from the §3 formulas, and runs
+// plain loops over the padded blocks. It shares no code with reference/ beyond the option enums, so
+// "jagged == padded" compares two derivations of the spec, not one code path with itself.
+// Slow (O(B·H·maxLq·maxLk·D)) and meant for small cases.
+#ifndef GEMTB_TESTS_TESTING_PADDED_ATTENTION_H_
+#define GEMTB_TESTS_TESTING_PADDED_ATTENTION_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "model/attention/attention_options.h"
+#include "tests/testing/attention_cases.h"
+
+namespace gemtb::testing {
+
+// Spec §3 mask, written out: is key j visible to local query i of an (lq, lk) pair?
+bool PairIsValid(const AttentionOptions& options, int64_t i, int64_t j, int64_t lq, int64_t lk);
+
+// Spec §3 time-bias bucket of |delta|: #{k in 1..128 : |delta| >= ceil(exp(0.301 k))}.
+int64_t TimeBucket(int64_t delta);
+
+// Spec §4 activations and their (left) derivatives, for the pointwise acts.
+double ActValue(Activation act, double x);
+double ActDerivative(Activation act, double x);
+
+// Results in the oracle's jagged layouts (O [TO,H,Dv], LSE [H,TO], gradients in input shapes).
+struct PaddedResult {
+  std::vector<double> o, lse;
+  std::vector<double> dq, dk, dv;
+  std::vector<double> d_bias_dense, d_bias_rel, d_bias_ts;
+};
+
+// Overrides the §3 mask: valid(b, i, j) for output sequence b, local query i, local key j.
+using MaskOverride = std::function<bool(int64_t b, int64_t i, int64_t j)>;
+
+// Forward, and backward when `d_o` is non-empty ([TO,H,Dv]).
+PaddedResult PaddedAttention(const AttentionCase& c, absl::Span<const double> d_o = {},
+                             const MaskOverride& mask = nullptr);
+
+// Every scaled score S_ij on a valid pair (for staying away from activation kinks).
+std::vector<double> ValidScores(const AttentionCase& c);
+
+// Number of valid (b, h, i, j) pairs per query head, i.e. the spec §10 `pairs`.
+int64_t CountValidPairs(const AttentionCase& c);
+
+}  // namespace gemtb::testing
+
+#endif  // GEMTB_TESTS_TESTING_PADDED_ATTENTION_H_

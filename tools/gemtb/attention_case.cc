@@ -1,0 +1,237 @@
+#include "tools/gemtb/attention_case.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/string_view.h"
+#include "absl/strings/str_cat.h"
+#include "model/common/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace gemtb::cli {
+namespace {
+
+using io::NpyArray;
+using io::NpyDType;
+
+absl::Status Bad(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+// Reads a floating tensor; `field` names it in errors.
+absl::Status LoadFloat(const std::string& path, absl::string_view field, std::vector<double>& values,
+                       reference::TensorView<double>& view, NpyDType* dtype = nullptr) {
+  if (path.empty()) return absl::OkStatus();
+  absl::StatusOr<NpyArray> array = io::ReadNpy(path);
+  if (!array.ok()) return Bad(absl::StrCat(field, ": ", array.status().message()));
+  absl::StatusOr<std::vector<double>> decoded = io::DecodeFloat(*array, absl::StrCat(field, " (", path, ")"));
+  if (!decoded.ok()) return decoded.status();
+  values = *std::move(decoded);
+  view = {values, array->shape};
+  if (dtype) *dtype = array->dtype;
+  return absl::OkStatus();
+}
+
+absl::Status LoadInt(const std::string& path, absl::string_view field, std::vector<int64_t>& values,
+                     reference::TensorView<int64_t>& view) {
+  if (path.empty()) return absl::OkStatus();
+  absl::StatusOr<NpyArray> array = io::ReadNpy(path);
+  if (!array.ok()) return Bad(absl::StrCat(field, ": ", array.status().message()));
+  if (array->dtype != NpyDType::kInt64) {
+    return Bad(absl::StrCat(field, " (", path, "): dtype ", io::NpyDTypeName(array->dtype),
+                            ", expected int64 (<i8)"));
+  }
+  absl::StatusOr<std::vector<int64_t>> decoded = io::DecodeInt(*array, field);
+  if (!decoded.ok()) return decoded.status();
+  values = *std::move(decoded);
+  view = {values, array->shape};
+  return absl::OkStatus();
+}
+
+absl::Status SameDType(NpyDType got, NpyDType want, absl::string_view field) {
+  if (got != want) {
+    return Bad(absl::StrCat(field, ": dtype ", io::NpyDTypeName(got), " differs from q's ",
+                            io::NpyDTypeName(want)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+ElementType ToElementType(io::NpyDType dtype) {
+  switch (dtype) {
+    case NpyDType::kFloat32: return ElementType::kFloat32;
+    case NpyDType::kFloat16: return ElementType::kFloat16;
+    case NpyDType::kBFloat16: return ElementType::kBFloat16;
+    default: return ElementType::kFloat64;
+  }
+}
+
+void RegisterAttentionCaseFlags(FlagSet& f, AttentionCaseSpec& s) {
+  f.String("q", &s.q, "queries [TQ,H,Dqk] (.npy: <f8, <f4, <f2, or bfloat16 bits as <u2)");
+  f.String("k", &s.k, "keys [TK,Hkv,Dqk], same dtype as q");
+  f.String("v", &s.v, "values [TK,Hkv,Dv], same dtype as q");
+  f.String("q-offsets", &s.q_offsets, "int64 [nq+1] sequence offsets into q");
+  f.String("kv-offsets", &s.kv_offsets, "int64 [nkv+1] sequence offsets into k and v");
+  f.OptionalInt64("max-lq", &s.max_lq, "declared max q length (default: the longest)");
+  f.OptionalInt64("max-lk", &s.max_lk, "declared max kv length (default: the longest)");
+  f.String("act", &s.act,
+           "softmax|identity|gelu|gelu_tanh|silu|relu|relu_square|leaky_relu|hardswish");
+  f.OptionalDouble("pre-scale", &s.pre_scale, "scale before act (default 1/sqrt(Dqk) softmax, else 1)");
+  f.OptionalDouble("post-scale", &s.post_scale, "scale after act (default 1)");
+  f.String("mask", &s.mask, "none|causal|window|block");
+  f.Int64("window-left", &s.window_left, "window(l, r) left extent, -1 = unbounded");
+  f.Int64("window-right", &s.window_right, "window(l, r) right extent, -1 = unbounded");
+  f.Int64("block", &s.block, "block(n) size (default 64)");
+  f.String("align", &s.align, "bottom_right (default) | top_left");
+  f.String("bias-dense", &s.bias_dense, "dense bias [B,Hb,maxLq,maxLk] (fp32/fp64)");
+  f.String("bias-rel", &s.bias_rel, "relative-position bias table [Hr,2*maxL-1]");
+  f.String("ts", &s.ts, "int64 [TQ] per-token timestamps (time bias, self-attention)");
+  f.String("bias-ts", &s.bias_ts, "time-bucket bias table [Ht,129]");
+  f.String("rope-q", &s.rope_q, "RoPE table [TQ,Dqk]: sin in [0,D/2), cos in [D/2,D)");
+  f.String("rope-k", &s.rope_k, "RoPE table [TK,Dqk]");
+  f.String("rope-v", &s.rope_v, "RoPE table [TK,Dv] (optional)");
+  f.Bool("broadcast-q", &s.broadcast_q, "one q sequence read by every output sequence (PMA)");
+  f.String("kv-index", &s.kv_index, "int64 [B]: output b reads kv sequence kv_index[b]");
+  f.String("do", &s.d_o, "dO [TO,H,Dv] for the backward, same dtype as q");
+}
+
+absl::StatusOr<AttentionCaseSpec> ReadCaseFolder(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "case.json").string();
+  std::ifstream in(path);
+  if (!in) return Bad(absl::StrCat("--case=", dir, ": cannot open ", path));
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Bad(absl::StrCat(path, ": not a JSON object"));
+  AttentionCaseSpec s;
+  auto file = [&](const char* key, std::string& dst) -> absl::Status {
+    if (!j.contains(key)) return absl::OkStatus();
+    if (!j[key].is_string()) return Bad(absl::StrCat(path, ": '", key, "' must be a file name"));
+    dst = (std::filesystem::path(dir) / j[key].get<std::string>()).string();
+    return absl::OkStatus();
+  };
+  auto text = [&](const char* key, std::string& dst) -> absl::Status {
+    if (!j.contains(key)) return absl::OkStatus();
+    if (!j[key].is_string()) return Bad(absl::StrCat(path, ": '", key, "' must be a string"));
+    dst = j[key].get<std::string>();
+    return absl::OkStatus();
+  };
+  auto integer = [&](const char* key, int64_t& dst) -> absl::Status {
+    if (!j.contains(key)) return absl::OkStatus();
+    if (!j[key].is_number_integer()) return Bad(absl::StrCat(path, ": '", key, "' must be an integer"));
+    dst = j[key].get<int64_t>();
+    return absl::OkStatus();
+  };
+  auto opt_integer = [&](const char* key, std::optional<int64_t>& dst) -> absl::Status {
+    if (!j.contains(key)) return absl::OkStatus();
+    int64_t v = 0;
+    GEMTB_RETURN_IF_ERROR(integer(key, v));
+    dst = v;
+    return absl::OkStatus();
+  };
+  auto opt_number = [&](const char* key, std::optional<double>& dst) -> absl::Status {
+    if (!j.contains(key)) return absl::OkStatus();
+    if (!j[key].is_number()) return Bad(absl::StrCat(path, ": '", key, "' must be a number"));
+    dst = j[key].get<double>();
+    return absl::OkStatus();
+  };
+  static const char* kKnown[] = {"q", "k", "v", "q-offsets", "kv-offsets", "kv-index", "bias-dense",
+                                 "bias-rel", "ts", "bias-ts", "rope-q", "rope-k", "rope-v", "do",
+                                 "max-lq", "max-lk", "act", "pre-scale", "post-scale", "mask",
+                                 "window-left", "window-right", "block", "align", "broadcast-q"};
+  for (const auto& item : j.items()) {
+    bool known = false;
+    for (const char* k : kKnown) known = known || item.key() == k;
+    if (!known) return Bad(absl::StrCat(path, ": unknown key '", item.key(), "'"));
+  }
+  GEMTB_RETURN_IF_ERROR(file("q", s.q));
+  GEMTB_RETURN_IF_ERROR(file("k", s.k));
+  GEMTB_RETURN_IF_ERROR(file("v", s.v));
+  GEMTB_RETURN_IF_ERROR(file("q-offsets", s.q_offsets));
+  GEMTB_RETURN_IF_ERROR(file("kv-offsets", s.kv_offsets));
+  GEMTB_RETURN_IF_ERROR(file("kv-index", s.kv_index));
+  GEMTB_RETURN_IF_ERROR(file("bias-dense", s.bias_dense));
+  GEMTB_RETURN_IF_ERROR(file("bias-rel", s.bias_rel));
+  GEMTB_RETURN_IF_ERROR(file("ts", s.ts));
+  GEMTB_RETURN_IF_ERROR(file("bias-ts", s.bias_ts));
+  GEMTB_RETURN_IF_ERROR(file("rope-q", s.rope_q));
+  GEMTB_RETURN_IF_ERROR(file("rope-k", s.rope_k));
+  GEMTB_RETURN_IF_ERROR(file("rope-v", s.rope_v));
+  GEMTB_RETURN_IF_ERROR(file("do", s.d_o));
+  GEMTB_RETURN_IF_ERROR(opt_integer("max-lq", s.max_lq));
+  GEMTB_RETURN_IF_ERROR(opt_integer("max-lk", s.max_lk));
+  GEMTB_RETURN_IF_ERROR(text("act", s.act));
+  GEMTB_RETURN_IF_ERROR(opt_number("pre-scale", s.pre_scale));
+  GEMTB_RETURN_IF_ERROR(opt_number("post-scale", s.post_scale));
+  GEMTB_RETURN_IF_ERROR(text("mask", s.mask));
+  GEMTB_RETURN_IF_ERROR(integer("window-left", s.window_left));
+  GEMTB_RETURN_IF_ERROR(integer("window-right", s.window_right));
+  GEMTB_RETURN_IF_ERROR(integer("block", s.block));
+  GEMTB_RETURN_IF_ERROR(text("align", s.align));
+  if (j.contains("broadcast-q")) {
+    if (!j["broadcast-q"].is_boolean()) return Bad(absl::StrCat(path, ": 'broadcast-q' must be true/false"));
+    s.broadcast_q = j["broadcast-q"].get<bool>();
+  }
+  return s;
+}
+
+absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& s) {
+  for (const auto& [name, value] : {std::pair{"--q", &s.q}, {"--k", &s.k}, {"--v", &s.v},
+                                    {"--q-offsets", &s.q_offsets}, {"--kv-offsets", &s.kv_offsets}}) {
+    if (value->empty()) return Bad(absl::StrCat(name, ": required"));
+  }
+  AttentionCase c;
+  AttentionOptions& o = c.options;
+  std::optional<Activation> act = ParseActivation(s.act);
+  if (!act) return Bad(absl::StrCat("--act=", s.act, ": unknown activation"));
+  o.act = *act;
+  std::optional<MaskKind> mask = ParseMaskKind(s.mask);
+  if (!mask) return Bad(absl::StrCat("--mask=", s.mask, ": want none|causal|window|block"));
+  o.mask = *mask;
+  std::optional<Alignment> align = ParseAlignment(s.align);
+  if (!align) return Bad(absl::StrCat("--align=", s.align, ": want bottom_right|top_left"));
+  o.align = *align;
+  o.pre_scale = s.pre_scale;
+  o.post_scale = s.post_scale;
+  o.window_left = s.window_left;
+  o.window_right = s.window_right;
+  o.block = s.block;
+  o.broadcast_q = s.broadcast_q;
+
+  reference::AttentionInputs& in = c.inputs;
+  NpyDType dk = NpyDType::kFloat64, dv = NpyDType::kFloat64, ddo = NpyDType::kFloat64;
+  GEMTB_RETURN_IF_ERROR(LoadFloat(s.q, "q", c.q, in.q, &c.input_dtype));
+  GEMTB_RETURN_IF_ERROR(LoadFloat(s.k, "k", c.k, in.k, &dk));
+  GEMTB_RETURN_IF_ERROR(SameDType(dk, c.input_dtype, "k"));
+  GEMTB_RETURN_IF_ERROR(LoadFloat(s.v, "v", c.v, in.v, &dv));
+  GEMTB_RETURN_IF_ERROR(SameDType(dv, c.input_dtype, "v"));
+  GEMTB_RETURN_IF_ERROR(LoadInt(s.q_offsets, "q_offsets", c.q_offsets, in.q_offsets));
+  GEMTB_RETURN_IF_ERROR(LoadInt(s.kv_offsets, "kv_offsets", c.kv_offsets, in.kv_offsets));
+  GEMTB_RETURN_IF_ERROR(LoadInt(s.kv_index, "kv_index", c.kv_index, in.kv_index));
+  GEMTB_RETURN_IF_ERROR(LoadInt(s.ts, "ts", c.ts, in.ts));
+  GEMTB_RETURN_IF_ERROR(LoadFloat(s.bias_dense, "bias_dense", c.bias_dense, in.bias_dense));
+  GEMTB_RETURN_IF_ERROR(LoadFloat(s.bias_rel, "bias_rel", c.bias_rel, in.bias_rel));
+  GEMTB_RETURN_IF_ERROR(LoadFloat(s.bias_ts, "bias_ts", c.bias_ts, in.bias_ts));
+  GEMTB_RETURN_IF_ERROR(LoadFloat(s.rope_q, "rope_q", c.rope_q, in.rope_q));
+  GEMTB_RETURN_IF_ERROR(LoadFloat(s.rope_k, "rope_k", c.rope_k, in.rope_k));
+  GEMTB_RETURN_IF_ERROR(LoadFloat(s.rope_v, "rope_v", c.rope_v, in.rope_v));
+  if (!s.d_o.empty()) {
+    reference::TensorView<double> view;
+    GEMTB_RETURN_IF_ERROR(LoadFloat(s.d_o, "do", c.d_o, view, &ddo));
+    GEMTB_RETURN_IF_ERROR(SameDType(ddo, c.input_dtype, "do"));
+    c.d_o_shape = view.shape;
+    c.has_d_o = true;
+  }
+  in.input_type = ToElementType(c.input_dtype);
+
+  // Default maxima: the longest sequence. Offsets are validated by the oracle below; here only
+  // what is needed to take a maximum safely.
+  auto longest = [](const std::vector<int64_t>& off) {
+    int64_t m = 0;
+    for (size_t i = 1; i < off.size(); ++i) m = std::max(m, off[i] - off[i - 1]);
+    return m;
+  };
+  in.max_lq = s.max_lq.value_or(longest(c.q_offsets));
+  in.max_lk = s.max_lk.value_or(longest(c.kv_offsets));
+  GEMTB_RETURN_IF_ERROR(reference::ValidateAttention(in, o));
+  return c;
+}
+
+}  // namespace gemtb::cli

@@ -1,0 +1,57 @@
+// An attention call described by files: the .npy inputs and the options, given as command-line flags
+// or as a case folder (case.json with the same keys as the flags, paths relative to the folder).
+// `gemtb ref attention`, `gemtb ref compare` (and later `gemtb gpu attention`) load cases here, so a
+// case means the same thing to every command.
+#ifndef GEMTB_TOOLS_GEMTB_ATTENTION_CASE_H_
+#define GEMTB_TOOLS_GEMTB_ATTENTION_CASE_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "reference/attention/attention.h"
+#include "reference/io/npy.h"
+#include "tools/gemtb/flags.h"
+
+namespace gemtb::cli {
+
+// The flag values that define a case, before any file is read.
+struct AttentionCaseSpec {
+  std::string q, k, v, q_offsets, kv_offsets, kv_index;
+  std::string bias_dense, bias_rel, ts, bias_ts, rope_q, rope_k, rope_v, d_o;
+  std::optional<int64_t> max_lq, max_lk;
+  std::string act = "softmax";
+  std::optional<double> pre_scale, post_scale;
+  std::string mask = "none";
+  int64_t window_left = -1, window_right = -1, block = 64;
+  std::string align = "bottom_right";
+  bool broadcast_q = false;
+};
+
+// Registers --q --k ... --broadcast-q on `flags`.
+void RegisterAttentionCaseFlags(FlagSet& flags, AttentionCaseSpec& spec);
+
+// Reads DIR/case.json into a spec (keys are flag names without the dashes).
+absl::StatusOr<AttentionCaseSpec> ReadCaseFolder(const std::string& dir);
+
+// The loaded case: owns the decoded values that `inputs` views.
+struct AttentionCase {
+  AttentionOptions options;
+  reference::AttentionInputs inputs;
+  io::NpyDType input_dtype = io::NpyDType::kFloat64;
+  std::vector<double> q, k, v, bias_dense, bias_rel, bias_ts, rope_q, rope_k, rope_v, d_o;
+  std::vector<int64_t> q_offsets, kv_offsets, kv_index, ts;
+  std::vector<int64_t> d_o_shape;
+  bool has_d_o = false;
+};
+
+// Reads every file of `spec`, checks dtypes agree and builds the inputs; then validates the whole
+// call with the oracle's own checks, so an error names the field before anything is computed.
+absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& spec);
+
+ElementType ToElementType(io::NpyDType dtype);
+
+}  // namespace gemtb::cli
+
+#endif  // GEMTB_TOOLS_GEMTB_ATTENTION_CASE_H_

@@ -1,0 +1,34 @@
+// The gemtb subcommands and what they share: one-line errors and exit codes.
+//
+// Exit codes: 0 success; 1 a check failed (e.g. `ref compare` found a mismatch) or an internal
+// error; 2 bad input (unknown flag, malformed file, invalid option): nothing was written.
+#ifndef GEMTB_TOOLS_GEMTB_COMMAND_H_
+#define GEMTB_TOOLS_GEMTB_COMMAND_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "reference/io/npy.h"
+
+namespace gemtb::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitCheckFailed = 1;
+inline constexpr int kExitBadInput = 2;
+
+// Prints "gemtb <command>: error: <message>" on one line to stderr; returns the exit code.
+int ReportError(const std::string& command, const absl::Status& status);
+
+// Writes every (name, array) under `dir` (created if missing), each atomically.
+absl::Status WriteOutputs(const std::string& dir,
+                          const std::vector<std::pair<std::string, io::NpyArray>>& files);
+
+int RunRefAttention(const std::vector<std::string>& args);
+int RunRefQuantize(const std::vector<std::string>& args);
+int RunRefCompare(const std::vector<std::string>& args);
+int RunDemo(const std::vector<std::string>& args);
+
+}  // namespace gemtb::cli
+
+#endif  // GEMTB_TOOLS_GEMTB_COMMAND_H_

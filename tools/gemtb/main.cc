@@ -1,0 +1,50 @@
+// gemtb: one command, subcommands below. `gemtb --help` lists them; `gemtb CMD --help` explains one.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "tools/gemtb/command.h"
+
+namespace {
+
+struct Subcommand {
+  std::vector<std::string> words;
+  int (*run)(const std::vector<std::string>&);
+  const char* summary;
+};
+
+const Subcommand kSubcommands[] = {
+    {{"demo"}, gemtb::cli::RunDemo, "a short tour of the oracle on a random jagged batch (the main job for now)"},
+    {{"ref", "attention"}, gemtb::cli::RunRefAttention, "the jagged attention oracle on .npy tensors"},
+    {{"ref", "quantize"}, gemtb::cli::RunRefQuantize, "bf16/fp16/fp8/MX quantisation, SR and RHT of a .npy tensor"},
+    {{"ref", "compare"}, gemtb::cli::RunRefCompare, "check someone else's attention outputs against the oracle"},
+};
+
+void PrintUsage(std::ostream& out) {
+  out << "usage: gemtb COMMAND [flags]   (gemtb COMMAND --help for its flags)\n\ncommands:\n";
+  for (const Subcommand& c : kSubcommands) {
+    std::string name;
+    for (const std::string& w : c.words) name += (name.empty() ? "" : " ") + w;
+    name.resize(16, ' ');
+    out << "  " << name << c.summary << "\n";
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    PrintUsage(std::cout);
+    return args.empty() ? gemtb::cli::kExitBadInput : gemtb::cli::kExitOk;
+  }
+  for (const Subcommand& c : kSubcommands) {
+    if (args.size() >= c.words.size() && std::equal(c.words.begin(), c.words.end(), args.begin())) {
+      return c.run(std::vector<std::string>(args.begin() + c.words.size(), args.end()));
+    }
+  }
+  std::cerr << "gemtb: error: unknown command '" << args[0] << (args.size() > 1 ? " " + args[1] : "")
+            << "'\n";
+  PrintUsage(std::cerr);
+  return gemtb::cli::kExitBadInput;
+}

@@ -1,0 +1,114 @@
+// gemtb ref attention: the oracle on the user's own .npy tensors.
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "model/common/status_macros.h"
+#include "reference/attention/attention.h"
+#include "tools/gemtb/attention_case.h"
+#include "tools/gemtb/command.h"
+#include "tools/gemtb/flags.h"
+
+namespace gemtb::cli {
+namespace {
+
+constexpr char kCommand[] = "ref attention";
+
+absl::Status Run(const std::vector<std::string>& args, bool* help) {
+  AttentionCaseSpec spec;
+  std::string case_dir, mode = "oracle", out_dtype, out_dir;
+  int64_t threads = 0;
+  bool backward = false;
+  FlagSet flags("gemtb ref attention --q F --k F --v F --q-offsets F --kv-offsets F [options] --out-dir D",
+                "Runs the jagged attention oracle (spec/attention.md) on .npy tensors and writes o.npy,\n"
+                "lse.npy (softmax) and, with --backward, dq.npy dk.npy dv.npy plus ddense.npy drel.npy\n"
+                "dts.npy for the biases given. Oracle mode computes in fp64 and writes float64; emulate\n"
+                "mode mirrors a tensor-core kernel's casts and writes the input dtype.");
+  RegisterAttentionCaseFlags(flags, spec);
+  flags.String("case", &case_dir, "a case folder (case.json + .npy files) instead of the flags above");
+  flags.String("mode", &mode, "oracle (fp64, default) | emulate (fp32 accumulation, input-dtype P/dS)");
+  flags.String("out-dtype", &out_dtype, "float64|float32|input (default: float64 oracle, input emulate)");
+  flags.Int64("threads", &threads, "oneTBB threads, 0 = all (outputs are identical for any value)");
+  flags.Bool("backward", &backward, "also run the backward (needs --do)");
+  flags.String("out-dir", &out_dir, "folder for the outputs (created if missing)");
+  GEMTB_RETURN_IF_ERROR(flags.Parse(args));
+  if (flags.help_requested()) {
+    std::cout << flags.Help();
+    *help = true;
+    return absl::OkStatus();
+  }
+  if (!case_dir.empty()) {
+    absl::StatusOr<AttentionCaseSpec> from_case = ReadCaseFolder(case_dir);
+    if (!from_case.ok()) return from_case.status();
+    spec = *from_case;
+  }
+  if (out_dir.empty()) return absl::InvalidArgumentError("--out-dir: required");
+  reference::ExecutionOptions exec;
+  if (mode == "oracle") {
+    exec.precision = reference::Precision::kOracle;
+  } else if (mode == "emulate") {
+    exec.precision = reference::Precision::kEmulate;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--mode=", mode, ": want oracle|emulate"));
+  }
+  if (threads < 0 || threads > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("--threads=", threads, ": want 0..4096"));
+  }
+  exec.threads = static_cast<int>(threads);
+  if (backward && spec.d_o.empty()) return absl::InvalidArgumentError("--backward: needs --do FILE");
+
+  absl::StatusOr<AttentionCase> c = LoadAttentionCase(spec);
+  if (!c.ok()) return c.status();
+
+  // Output dtype: float64 in oracle mode, the input dtype in emulate mode, unless overridden.
+  io::NpyDType out = exec.precision == reference::Precision::kOracle ? io::NpyDType::kFloat64 : c->input_dtype;
+  if (out_dtype == "float64") {
+    out = io::NpyDType::kFloat64;
+  } else if (out_dtype == "float32") {
+    out = io::NpyDType::kFloat32;
+  } else if (out_dtype == "input") {
+    out = c->input_dtype;
+  } else if (!out_dtype.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--out-dtype=", out_dtype, ": want float64|float32|input"));
+  }
+  // LSE and the bias/table gradients are fp32 tensors unless the output is float64 (spec §7).
+  const io::NpyDType aux = out == io::NpyDType::kFloat64 ? io::NpyDType::kFloat64 : io::NpyDType::kFloat32;
+
+  absl::StatusOr<reference::AttentionForwardResult> fwd =
+      reference::AttentionForward(c->inputs, c->options, exec);
+  if (!fwd.ok()) return fwd.status();
+  std::vector<std::pair<std::string, io::NpyArray>> files;
+  files.emplace_back("o.npy", io::EncodeFloat(fwd->o, fwd->o_shape, out));
+  if (!fwd->lse.empty() || c->options.act == Activation::kSoftmax) {
+    files.emplace_back("lse.npy", io::EncodeFloat(fwd->lse, fwd->lse_shape, aux));
+  }
+  if (backward) {
+    const reference::TensorView<double> d_o{c->d_o, c->d_o_shape};
+    absl::StatusOr<reference::AttentionBackwardResult> bwd =
+        reference::AttentionBackward(c->inputs, c->options, d_o, *fwd, exec);
+    if (!bwd.ok()) return bwd.status();
+    files.emplace_back("dq.npy", io::EncodeFloat(bwd->dq, bwd->dq_shape, out));
+    files.emplace_back("dk.npy", io::EncodeFloat(bwd->dk, bwd->dk_shape, out));
+    files.emplace_back("dv.npy", io::EncodeFloat(bwd->dv, bwd->dv_shape, out));
+    if (!bwd->d_bias_dense_shape.empty()) {
+      files.emplace_back("ddense.npy", io::EncodeFloat(bwd->d_bias_dense, bwd->d_bias_dense_shape, aux));
+    }
+    if (!bwd->d_bias_rel_shape.empty()) {
+      files.emplace_back("drel.npy", io::EncodeFloat(bwd->d_bias_rel, bwd->d_bias_rel_shape, aux));
+    }
+    if (!bwd->d_bias_ts_shape.empty()) {
+      files.emplace_back("dts.npy", io::EncodeFloat(bwd->d_bias_ts, bwd->d_bias_ts_shape, aux));
+    }
+  }
+  // Only now, with every result computed, does anything touch the output folder.
+  return WriteOutputs(out_dir, files);
+}
+
+}  // namespace
+
+int RunRefAttention(const std::vector<std::string>& args) {
+  bool help = false;
+  if (absl::Status s = Run(args, &help); !s.ok()) return ReportError(kCommand, s);
+  return kExitOk;
+}
+
+}  // namespace gemtb::cli
