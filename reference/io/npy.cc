@@ -35,6 +35,7 @@ constexpr DTypeInfo kDTypes[] = {
     {NpyDType::kFloat64, "<f8", "float64", 8}, {NpyDType::kFloat32, "<f4", "float32", 4},
     {NpyDType::kFloat16, "<f2", "float16", 2}, {NpyDType::kBFloat16, "<u2", "bfloat16", 2},
     {NpyDType::kInt64, "<i8", "int64", 8},     {NpyDType::kInt32, "<i4", "int32", 4},
+    {NpyDType::kUInt8, "|u1", "uint8", 1},
 };
 
 const DTypeInfo& Info(NpyDType dtype) {
@@ -215,7 +216,7 @@ absl::StatusOr<NpyArray> ParseNpy(absl::Span<const uint8_t> bytes, absl::string_
   if (!known) {
     return absl::InvalidArgumentError(absl::StrCat(
         name, ": dtype '", *descr,
-        "' is not supported (use <f8, <f4, <f2, <u2 for bfloat16 bits, <i8 or <i4)"));
+        "' is not supported (use <f8, <f4, <f2, <u2 for bfloat16 bits, <i8, <i4 or |u1)"));
   }
   // Element count with overflow checks: a hostile shape must not wrap around.
   uint64_t count = 1;
@@ -368,6 +369,23 @@ NpyArray EncodeInt64(absl::Span<const int64_t> values, std::vector<int64_t> shap
   array.shape = std::move(shape);
   array.data.resize(values.size() * 8);
   if (!values.empty()) std::memcpy(array.data.data(), values.data(), values.size() * 8);
+  return array;
+}
+
+NpyArray EncodeUInt16(absl::Span<const uint16_t> values, std::vector<int64_t> shape) {
+  NpyArray array;
+  array.dtype = NpyDType::kBFloat16;  // "<u2"
+  array.shape = std::move(shape);
+  array.data.resize(values.size() * 2);
+  if (!values.empty()) std::memcpy(array.data.data(), values.data(), values.size() * 2);
+  return array;
+}
+
+NpyArray EncodeUInt8(absl::Span<const uint8_t> values, std::vector<int64_t> shape) {
+  NpyArray array;
+  array.dtype = NpyDType::kUInt8;
+  array.shape = std::move(shape);
+  array.data.assign(values.begin(), values.end());
   return array;
 }
 

@@ -1,7 +1,7 @@
 // NumPy .npy files (format versions 1.0, 2.0, 3.0), the tensor interface of every gemtb command.
 //
 // Only what gemtb exchanges is accepted: little-endian float64, float32, float16, uint16 (bfloat16
-// stored as raw bits), int64 and int32, C order. Anything else is rejected with a message that names
+// stored as raw bits), int64, int32 and uint8, C order. Anything else is rejected with a message that names
 // the file and the offending header field. Writes are atomic (temp file, fsync, rename), so a failed
 // command never leaves a partial output behind.
 #ifndef GEMTB_REFERENCE_IO_NPY_H_
@@ -19,7 +19,9 @@
 
 namespace gemtb::io {
 
-enum class NpyDType { kFloat64, kFloat32, kFloat16, kBFloat16, kInt64, kInt32 };
+// kBFloat16 is "<u2" on disk: bfloat16 values travel as raw bits, and so do other 16-bit codes
+// (fp16 codes from `ref quantize`). kUInt8 ("|u1") carries fp8 and E8M0 codes.
+enum class NpyDType { kFloat64, kFloat32, kFloat16, kBFloat16, kInt64, kInt32, kUInt8 };
 
 // The NumPy descr string ("<f8", ...; bfloat16 is "<u2") and the element size in bytes.
 absl::string_view NpyDescr(NpyDType dtype);
@@ -51,6 +53,8 @@ absl::StatusOr<std::vector<int64_t>> DecodeInt(const NpyArray& array, absl::stri
 // Encodes fp64 values into `dtype`, rounding each value once (round-to-nearest-even).
 NpyArray EncodeFloat(absl::Span<const double> values, std::vector<int64_t> shape, NpyDType dtype);
 NpyArray EncodeInt64(absl::Span<const int64_t> values, std::vector<int64_t> shape);
+NpyArray EncodeUInt16(absl::Span<const uint16_t> values, std::vector<int64_t> shape);  // "<u2"
+NpyArray EncodeUInt8(absl::Span<const uint8_t> values, std::vector<int64_t> shape);    // "|u1"
 
 // "[2, 3, 4]" for messages.
 std::string ShapeString(absl::Span<const int64_t> shape);

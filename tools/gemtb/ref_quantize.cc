@@ -1,4 +1,96 @@
+// gemtb ref quantize: the bit-exact codecs of model/numerics on a user's .npy tensor.
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "model/common/status_macros.h"
+#include "reference/io/npy.h"
+#include "reference/quantize/quantize.h"
 #include "tools/gemtb/command.h"
+#include "tools/gemtb/flags.h"
+
 namespace gemtb::cli {
-int RunRefQuantize(const std::vector<std::string>&) { return ReportError("ref quantize", absl::UnimplementedError("todo")); }
+namespace {
+
+constexpr char kCommand[] = "ref quantize";
+
+absl::Status Run(const std::vector<std::string>& args, bool* help) {
+  std::string in_path, format, block, scale_mode = "rceil", rounding = "rne", out_dir = ".";
+  int64_t axis = -1, seed = 0, stream = 0, rht = 0;
+  FlagSet flags(
+      "gemtb ref quantize --in FILE --format bf16|fp16|e4m3|e5m2 [--block 32|32x32 --axis N "
+      "--scale-mode rceil|floor] [--rounding rne|stochastic --seed S --stream T] [--rht 32|64|128]",
+      "Quantises a .npy tensor with the bit-exact codecs of spec/attention.md §8 and writes codes.npy\n"
+      "(<u2 for bf16/fp16, |u1 for fp8), scales.npy (E8M0 codes, MX only) and values.npy (the decoded\n"
+      "values, float64; after the RHT when --rht is given). --block 32 forms MX blocks of 32 along\n"
+      "--axis; --block 32x32 tiles the last two axes. Stochastic rounding takes the low 16 bits of\n"
+      "Philox4x32-10 word (seed, stream, flat element index); the RHT's signs come from (seed, stream).");
+  flags.String("in", &in_path, "input .npy (<f8, <f4, <f2 or bfloat16 bits <u2)");
+  flags.String("format", &format, "bf16|fp16|e4m3|e5m2");
+  flags.String("block", &block, "MX blocks: 32 (along --axis) or 32x32 (last two axes); fp8 only");
+  flags.Int64("axis", &axis, "block / RHT axis, negative from the end (default -1)");
+  flags.String("scale-mode", &scale_mode, "E8M0 scale rule: rceil (default) | floor");
+  flags.String("rounding", &rounding, "rne (default) | stochastic");
+  flags.Int64("seed", &seed, "Philox seed for stochastic rounding and RHT signs (default 0)");
+  flags.Int64("stream", &stream, "Philox stream (default 0)");
+  flags.Int64("rht", &rht, "randomized Hadamard transform block size 32|64|128 before quantising");
+  flags.String("out-dir", &out_dir, "output folder (default .)");
+  GEMTB_RETURN_IF_ERROR(flags.Parse(args));
+  if (flags.help_requested()) {
+    std::cout << flags.Help();
+    *help = true;
+    return absl::OkStatus();
+  }
+  if (in_path.empty()) return absl::InvalidArgumentError("--in: required");
+  reference::QuantizeOptions o;
+  if (format == "bf16") o.format = reference::QuantFormat::kBf16;
+  else if (format == "fp16") o.format = reference::QuantFormat::kFp16;
+  else if (format == "e4m3") o.format = reference::QuantFormat::kE4M3;
+  else if (format == "e5m2") o.format = reference::QuantFormat::kE5M2;
+  else return absl::InvalidArgumentError(absl::StrCat("--format=", format, ": want bf16|fp16|e4m3|e5m2"));
+  if (block.empty()) o.block = reference::QuantBlock::kNone;
+  else if (block == "32") o.block = reference::QuantBlock::kAxis32;
+  else if (block == "32x32") o.block = reference::QuantBlock::kSquare32;
+  else return absl::InvalidArgumentError(absl::StrCat("--block=", block, ": want 32 or 32x32"));
+  if (scale_mode == "rceil") o.scale_rule = numerics::MxScaleRule::kRceil;
+  else if (scale_mode == "floor") o.scale_rule = numerics::MxScaleRule::kFloor;
+  else return absl::InvalidArgumentError(absl::StrCat("--scale-mode=", scale_mode, ": want rceil|floor"));
+  if (rounding == "rne") o.stochastic = false;
+  else if (rounding == "stochastic") o.stochastic = true;
+  else return absl::InvalidArgumentError(absl::StrCat("--rounding=", rounding, ": want rne|stochastic"));
+  if (seed < 0) return absl::InvalidArgumentError(absl::StrCat("--seed=", seed, ": must be >= 0"));
+  if (stream < 0) return absl::InvalidArgumentError(absl::StrCat("--stream=", stream, ": must be >= 0"));
+  if (axis < -64 || axis > 64) return absl::InvalidArgumentError(absl::StrCat("--axis=", axis, ": out of range"));
+  if (rht < 0 || rht > 128) return absl::InvalidArgumentError(absl::StrCat("--rht=", rht, ": want 32, 64 or 128"));
+  o.axis = static_cast<int>(axis);
+  o.seed = static_cast<uint64_t>(seed);
+  o.stream = static_cast<uint64_t>(stream);
+  o.rht = static_cast<int>(rht);
+
+  absl::StatusOr<io::NpyArray> array = io::ReadNpy(in_path);
+  if (!array.ok()) return array.status();
+  absl::StatusOr<std::vector<double>> x = io::DecodeFloat(*array, absl::StrCat("--in=", in_path));
+  if (!x.ok()) return x.status();
+  absl::StatusOr<reference::QuantizeResult> r = reference::Quantize(*x, array->shape, o);
+  if (!r.ok()) return r.status();
+
+  std::vector<std::pair<std::string, io::NpyArray>> files;
+  if (r->code_bits == 8) {
+    std::vector<uint8_t> codes(r->codes.begin(), r->codes.end());
+    files.emplace_back("codes.npy", io::EncodeUInt8(codes, array->shape));
+  } else {
+    files.emplace_back("codes.npy", io::EncodeUInt16(r->codes, array->shape));
+  }
+  if (!r->scales_shape.empty()) files.emplace_back("scales.npy", io::EncodeUInt8(r->scales, r->scales_shape));
+  files.emplace_back("values.npy", io::EncodeFloat(r->values, array->shape, io::NpyDType::kFloat64));
+  return WriteOutputs(out_dir, files);
 }
+
+}  // namespace
+
+int RunRefQuantize(const std::vector<std::string>& args) {
+  bool help = false;
+  if (absl::Status s = Run(args, &help); !s.ok()) return ReportError(kCommand, s);
+  return kExitOk;
+}
+
+}  // namespace gemtb::cli

@@ -1,0 +1,47 @@
+// Array-level quantisation with the bit-exact codecs of model/numerics (spec/attention.md §8):
+// elementwise bf16 / fp16 / E4M3 / E5M2, MX blocks (32 along an axis, or 32x32 tiles of the last two
+// axes) with E8M0 scales by RCEIL or FLOOR, round-to-nearest-even or stochastic rounding from Philox,
+// and an optional randomized Hadamard transform before quantisation. What `gemtb ref quantize` runs.
+#ifndef GEMTB_REFERENCE_QUANTIZE_QUANTIZE_H_
+#define GEMTB_REFERENCE_QUANTIZE_QUANTIZE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "model/numerics/mx.h"
+
+namespace gemtb::reference {
+
+enum class QuantFormat { kBf16, kFp16, kE4M3, kE5M2 };
+enum class QuantBlock { kNone, kAxis32, kSquare32 };
+
+struct QuantizeOptions {
+  QuantFormat format = QuantFormat::kBf16;
+  QuantBlock block = QuantBlock::kNone;
+  int axis = -1;  // block axis (kAxis32) and RHT axis; negative counts from the end
+  numerics::MxScaleRule scale_rule = numerics::MxScaleRule::kRceil;
+  bool stochastic = false;  // r = low 16 bits of Philox word (seed, stream, flat element index)
+  uint64_t seed = 0;
+  uint64_t stream = 0;
+  int rht = 0;  // 0 = off, else the Hadamard block size 32, 64 or 128 along `axis` (last for 32x32)
+};
+
+struct QuantizeResult {
+  std::vector<uint16_t> codes;  // one per element; fp8 codes use the low 8 bits
+  int code_bits = 16;           // 16 for bf16/fp16, 8 for fp8
+  std::vector<uint8_t> scales;  // E8M0 codes (MX only)
+  std::vector<int64_t> scales_shape;
+  std::vector<double> values;   // the decoded result (after RHT when one was applied)
+};
+
+// `x` holds values decoded exactly from the input file. Stochastic rounding, MX and RHT work on fp32
+// inputs (as a kernel does), so they require every value to be exactly representable in fp32;
+// round-to-nearest-even to bf16/fp16/fp8 rounds once from any input.
+absl::StatusOr<QuantizeResult> Quantize(absl::Span<const double> x, const std::vector<int64_t>& shape,
+                                        const QuantizeOptions& options);
+
+}  // namespace gemtb::reference
+
+#endif  // GEMTB_REFERENCE_QUANTIZE_QUANTIZE_H_
