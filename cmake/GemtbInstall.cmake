@@ -18,6 +18,7 @@ file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/gemtbConfig.cmake.in [=[
 include(CMakeFindDependencyMacro)
 find_dependency(absl)
 find_dependency(TBB)
+find_dependency(nlohmann_json)
 include("${CMAKE_CURRENT_LIST_DIR}/gemtbTargets.cmake")
 check_required_components(gemtb)
 ]=])

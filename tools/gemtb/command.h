@@ -27,6 +27,7 @@ absl::Status WriteOutputs(const std::string& dir,
 int RunRefAttention(const std::vector<std::string>& args);
 int RunRefQuantize(const std::vector<std::string>& args);
 int RunRefCompare(const std::vector<std::string>& args);
+int RunRefEmbed(const std::vector<std::string>& args);
 int RunDemo(const std::vector<std::string>& args);
 
 }  // namespace gemtb::cli

@@ -18,6 +18,7 @@ const Subcommand kSubcommands[] = {
     {{"ref", "attention"}, gemtb::cli::RunRefAttention, "the jagged attention oracle on .npy tensors"},
     {{"ref", "quantize"}, gemtb::cli::RunRefQuantize, "bf16/fp16/fp8/MX quantisation, SR and RHT of a .npy tensor"},
     {{"ref", "compare"}, gemtb::cli::RunRefCompare, "check someone else's attention outputs against the oracle"},
+    {{"ref", "embed"}, gemtb::cli::RunRefEmbed, "table-batched embeddings: pooling and one fused optimizer step"},
 };
 
 void PrintUsage(std::ostream& out) {

@@ -1,0 +1,237 @@
+// gemtb ref embed: the table-batched embedding oracle on .npy inputs and a JSON module spec:
+// forward pooling and, with --step, the backward fused with each table's optimizer.
+#include <filesystem>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "model/common/status_macros.h"
+#include "reference/embedding/embedding_json.h"
+#include "reference/embedding/tbe.h"
+#include "reference/io/npy.h"
+#include "tools/gemtb/command.h"
+#include "tools/gemtb/flags.h"
+
+namespace gemtb::cli {
+namespace {
+
+constexpr char kCommand[] = "ref embed";
+namespace fs = std::filesystem;
+using reference::EmbeddingState;
+using reference::TableState;
+
+absl::Status Bad(const std::string& m) { return absl::InvalidArgumentError(m); }
+
+absl::StatusOr<io::NpyArray> Read(const std::string& path, const std::string& field) {
+  absl::StatusOr<io::NpyArray> a = io::ReadNpy(path);
+  if (!a.ok()) return Bad(absl::StrCat(field, ": ", a.status().message()));
+  return a;
+}
+
+// A float32 tensor of an expected shape.
+absl::StatusOr<std::vector<float>> ReadF32(const std::string& path, const std::string& field,
+                                           const std::vector<int64_t>& shape) {
+  absl::StatusOr<io::NpyArray> a = Read(path, field);
+  if (!a.ok()) return a.status();
+  if (a->dtype != io::NpyDType::kFloat32) {
+    return Bad(absl::StrCat(field, " (", path, "): dtype ", io::NpyDTypeName(a->dtype), ", expected float32 (<f4)"));
+  }
+  if (a->shape != shape) {
+    return Bad(absl::StrCat(field, " (", path, "): shape ", io::ShapeString(a->shape), ", expected ", io::ShapeString(shape)));
+  }
+  absl::StatusOr<std::vector<double>> d = io::DecodeFloat(*a, field);
+  if (!d.ok()) return d.status();
+  return std::vector<float>(d->begin(), d->end());
+}
+
+io::NpyDType StorageNpy(ElementType t) {
+  switch (t) {
+    case ElementType::kFloat16: return io::NpyDType::kFloat16;
+    case ElementType::kBFloat16: return io::NpyDType::kBFloat16;
+    default: return io::NpyDType::kFloat32;
+  }
+}
+
+io::NpyArray F32(const std::vector<float>& v, std::vector<int64_t> shape, io::NpyDType dtype = io::NpyDType::kFloat32) {
+  return io::EncodeFloat(std::vector<double>(v.begin(), v.end()), std::move(shape), dtype);
+}
+
+absl::Status Run(const std::vector<std::string>& args, bool* help) {
+  std::string spec_path, lengths_path, ids_path, weights_path, offsets_path, tables_dir, grads_dir, out_dir;
+  bool step = false;
+  int64_t step_index = 0, threads = 0;
+  FlagSet flags(
+      "gemtb ref embed --spec spec.json --lengths F.npy --ids F.npy [--weights F.npy] [--tables DIR] "
+      "[--grads DIR --step] --out-dir DIR",
+      "Runs the table-batched embedding oracle (spec/embeddings-and-model.md §1-§2) on a KeyedJaggedTensor\n"
+      "given as .npy files: lengths int32 [F*B] key-major, ids int64, weights float32. Writes pooled.npy\n"
+      "[B, W] (pooled features in key order) and seq_<key>.npy per sequence (NONE) feature. With --step\n"
+      "and upstream gradients in --grads (pooled.npy, seq_<key>.npy), applies each table's fused optimizer\n"
+      "and writes table_<name>.npy (storage dtype: float32, float16, or bfloat16 bits as <u2) and its\n"
+      "state: adagrad_<name>.npy, adam_m_/adam_v_<name>.npy, adam_step_<name>.npy (b1, b2).");
+  flags.String("spec", &spec_path, "module JSON: seed, batch, keys, tables[], features[]");
+  flags.String("lengths", &lengths_path, "int32 (or int64) [F*B] bag lengths, key-major");
+  flags.String("ids", &ids_path, "int64 ids, key -> sample -> position");
+  flags.String("weights", &weights_path, "float32 per-id weights (weighted_sum pooling)");
+  flags.String("offsets", &offsets_path, "int64 [F*B+1] offsets (optional; must match the lengths)");
+  flags.String("tables", &tables_dir, "initial tables/state (table_<name>.npy ...); default: Philox init");
+  flags.String("grads", &grads_dir, "upstream gradients: pooled.npy, seq_<key>.npy (float32)");
+  flags.Bool("step", &step, "run the backward with the fused optimizer and write the updated tables");
+  flags.Int64("step-index", &step_index, "the step s that keys stochastic rounding (default 0)");
+  flags.Int64("threads", &threads, "oneTBB threads, 0 = all (results do not depend on it)");
+  flags.String("out-dir", &out_dir, "output folder");
+  GEMTB_RETURN_IF_ERROR(flags.Parse(args));
+  if (flags.help_requested()) {
+    std::cout << flags.Help();
+    *help = true;
+    return absl::OkStatus();
+  }
+  for (const auto& [flag, value] : {std::pair{"--spec", &spec_path}, {"--lengths", &lengths_path},
+                                    {"--ids", &ids_path}, {"--out-dir", &out_dir}}) {
+    if (value->empty()) return Bad(absl::StrCat(flag, ": required"));
+  }
+  if (step && grads_dir.empty()) return Bad("--step: needs --grads DIR");
+  if (threads < 0 || threads > 4096) return Bad(absl::StrCat("--threads=", threads, ": want 0..4096"));
+  if (step_index < 0) return Bad(absl::StrCat("--step-index=", step_index, ": must be >= 0"));
+
+  absl::StatusOr<reference::EmbeddingSpec> spec = reference::ReadEmbeddingSpec(spec_path);
+  if (!spec.ok()) return spec.status();
+  if (spec->plan) {
+    return absl::UnimplementedError("spec.plan: sharded execution is not wired into the CLI yet");
+  }
+  const EmbeddingConfig& config = spec->config;
+
+  reference::KeyedJaggedTensor kjt;
+  kjt.keys = spec->keys;
+  kjt.stride = spec->batch;
+  {
+    absl::StatusOr<io::NpyArray> a = Read(lengths_path, "lengths");
+    if (!a.ok()) return a.status();
+    if (a->shape.size() != 1) return Bad(absl::StrCat("lengths: shape ", io::ShapeString(a->shape), ", expected [F*B]"));
+    absl::StatusOr<std::vector<int64_t>> l = io::DecodeInt(*a, "lengths");
+    if (!l.ok()) return l.status();
+    for (size_t i = 0; i < l->size(); ++i) {
+      if ((*l)[i] > INT32_MAX || (*l)[i] < INT32_MIN) return Bad(absl::StrCat("lengths[", i, "]=", (*l)[i], " exceeds int32"));
+      kjt.lengths.push_back(static_cast<int32_t>((*l)[i]));
+    }
+  }
+  {
+    absl::StatusOr<io::NpyArray> a = Read(ids_path, "ids");
+    if (!a.ok()) return a.status();
+    if (a->dtype != io::NpyDType::kInt64 || a->shape.size() != 1) {
+      return Bad(absl::StrCat("ids: ", io::NpyDTypeName(a->dtype), " ", io::ShapeString(a->shape), ", expected int64 [N]"));
+    }
+    absl::StatusOr<std::vector<int64_t>> v = io::DecodeInt(*a, "ids");
+    if (!v.ok()) return v.status();
+    kjt.values = *std::move(v);
+  }
+  if (!weights_path.empty()) {
+    absl::StatusOr<std::vector<float>> w = ReadF32(weights_path, "weights", {static_cast<int64_t>(kjt.values.size())});
+    if (!w.ok()) return w.status();
+    kjt.weights = *std::move(w);
+  }
+  if (!offsets_path.empty()) {
+    absl::StatusOr<io::NpyArray> a = Read(offsets_path, "offsets");
+    if (!a.ok()) return a.status();
+    if (a->dtype != io::NpyDType::kInt64) return Bad("offsets: expected int64 (<i8)");
+    absl::StatusOr<std::vector<int64_t>> o = io::DecodeInt(*a, "offsets");
+    if (!o.ok()) return o.status();
+    kjt.offsets = *std::move(o);
+  }
+  reference::KjtLayout layout;
+  GEMTB_RETURN_IF_ERROR(reference::ValidateKjt(kjt, config, &layout));
+
+  // Tables: given, or Philox-initialised.
+  EmbeddingState state = reference::InitEmbeddingState(config);
+  state.step = step_index;
+  if (!tables_dir.empty()) {
+    for (size_t t = 0; t < config.tables.size(); ++t) {
+      const TableConfig& tc = config.tables[t];
+      TableState& ts = state.tables[t];
+      const fs::path dir(tables_dir);
+      const std::string path = (dir / absl::StrCat("table_", tc.name, ".npy")).string();
+      absl::StatusOr<io::NpyArray> a = Read(path, absl::StrCat("table '", tc.name, "'"));
+      if (!a.ok()) return a.status();
+      if (a->dtype != StorageNpy(tc.dtype) || a->shape != std::vector<int64_t>{tc.rows, tc.dim}) {
+        return Bad(absl::StrCat(path, ": ", io::NpyDTypeName(a->dtype), " ", io::ShapeString(a->shape), ", expected ",
+                                io::NpyDTypeName(StorageNpy(tc.dtype)), " [", tc.rows, ", ", tc.dim, "]"));
+      }
+      absl::StatusOr<std::vector<double>> w = io::DecodeFloat(*a, path);
+      if (!w.ok()) return w.status();
+      ts.weights.assign(w->begin(), w->end());
+      auto optional_state = [&](const std::string& name, std::vector<float>& dst, std::vector<int64_t> shape) -> absl::Status {
+        const std::string p = (dir / name).string();
+        if (!fs::exists(p)) return absl::OkStatus();
+        absl::StatusOr<std::vector<float>> v = ReadF32(p, name, shape);
+        if (!v.ok()) return v.status();
+        dst = *std::move(v);
+        return absl::OkStatus();
+      };
+      if (tc.optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
+        GEMTB_RETURN_IF_ERROR(optional_state(absl::StrCat("adagrad_", tc.name, ".npy"), ts.adagrad, {tc.rows}));
+      }
+      if (tc.optimizer.kind == OptimizerKind::kAdam) {
+        GEMTB_RETURN_IF_ERROR(optional_state(absl::StrCat("adam_m_", tc.name, ".npy"), ts.adam_m, {tc.rows, tc.dim}));
+        GEMTB_RETURN_IF_ERROR(optional_state(absl::StrCat("adam_v_", tc.name, ".npy"), ts.adam_v, {tc.rows, tc.dim}));
+        std::vector<float> b = {1.0f, 1.0f};
+        GEMTB_RETURN_IF_ERROR(optional_state(absl::StrCat("adam_step_", tc.name, ".npy"), b, {2}));
+        ts.adam_step = {b[0], b[1]};
+      }
+    }
+  }
+
+  absl::StatusOr<reference::EmbeddingOutput> out =
+      reference::EmbeddingForward(config, state, kjt, {}, static_cast<int>(threads));
+  if (!out.ok()) return out.status();
+  std::vector<std::pair<std::string, io::NpyArray>> files;
+  if (out->pooled_width > 0) files.emplace_back("pooled.npy", F32(out->pooled, {spec->batch, out->pooled_width}));
+  for (size_t s = 0; s < out->sequence.size(); ++s) {
+    const int f = out->sequence_keys[s];
+    const int64_t dim = config.tables[config.features[layout.feature[f]].table].dim;
+    files.emplace_back(absl::StrCat("seq_", kjt.keys[f], ".npy"),
+                       F32(out->sequence[s], {static_cast<int64_t>(out->sequence[s].size()) / dim, dim}));
+  }
+  if (step) {
+    reference::EmbeddingGrads grads;
+    const fs::path dir(grads_dir);
+    if (out->pooled_width > 0) {
+      absl::StatusOr<std::vector<float>> g =
+          ReadF32((dir / "pooled.npy").string(), "grads/pooled.npy", {spec->batch, out->pooled_width});
+      if (!g.ok()) return g.status();
+      grads.pooled = *std::move(g);
+    }
+    for (size_t s = 0; s < out->sequence.size(); ++s) {
+      const int f = out->sequence_keys[s];
+      const int64_t dim = config.tables[config.features[layout.feature[f]].table].dim;
+      const std::string name = absl::StrCat("seq_", kjt.keys[f], ".npy");
+      absl::StatusOr<std::vector<float>> g = ReadF32((dir / name).string(), absl::StrCat("grads/", name),
+                                                     {static_cast<int64_t>(out->sequence[s].size()) / dim, dim});
+      if (!g.ok()) return g.status();
+      grads.sequence.push_back(*std::move(g));
+    }
+    GEMTB_RETURN_IF_ERROR(reference::EmbeddingBackwardStep(config, state, kjt, grads, {}, static_cast<int>(threads)));
+    for (size_t t = 0; t < config.tables.size(); ++t) {
+      const TableConfig& tc = config.tables[t];
+      const TableState& ts = state.tables[t];
+      files.emplace_back(absl::StrCat("table_", tc.name, ".npy"), F32(ts.weights, {tc.rows, tc.dim}, StorageNpy(tc.dtype)));
+      if (tc.optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
+        files.emplace_back(absl::StrCat("adagrad_", tc.name, ".npy"), F32(ts.adagrad, {tc.rows}));
+      }
+      if (tc.optimizer.kind == OptimizerKind::kAdam) {
+        files.emplace_back(absl::StrCat("adam_m_", tc.name, ".npy"), F32(ts.adam_m, {tc.rows, tc.dim}));
+        files.emplace_back(absl::StrCat("adam_v_", tc.name, ".npy"), F32(ts.adam_v, {tc.rows, tc.dim}));
+        files.emplace_back(absl::StrCat("adam_step_", tc.name, ".npy"), F32({ts.adam_step.b1, ts.adam_step.b2}, {2}));
+      }
+    }
+  }
+  return WriteOutputs(out_dir, files);
+}
+
+}  // namespace
+
+int RunRefEmbed(const std::vector<std::string>& args) {
+  bool help = false;
+  if (absl::Status s = Run(args, &help); !s.ok()) return ReportError(kCommand, s);
+  return kExitOk;
+}
+
+}  // namespace gemtb::cli
