@@ -235,7 +235,7 @@ absl::StatusOr<AttentionBackwardResult> AttentionBackward(const AttentionInputs&
   const AttentionPlan& plan = prepared->plan;
   const std::vector<int64_t> o_shape = {plan.to, plan.heads, plan.dv};
   if (d_o.shape != o_shape || static_cast<int64_t>(d_o.data.size()) != plan.to * plan.heads * plan.dv) {
-    return absl::InvalidArgumentError(absl::StrCat("do: shape ", io::ShapeString(d_o.shape),
+    return absl::InvalidArgumentError(absl::StrCat("d_o: shape ", io::ShapeString(d_o.shape),
                                                    ", expected O's shape ", io::ShapeString(o_shape)));
   }
   if (forward.o.size() != d_o.data.size()) {

@@ -47,11 +47,10 @@ TEST(Activation, KinksTakeTheLeftDerivative) {
     double at;
     double derivative;
   };
-  for (const Kink& k : {Kink{Activation::kRelu, 0.0, 0.0}, Kink{Activation::kRelu, -0.0, 0.0},
-                        Kink{Activation::kLeakyRelu, 0.0, 0.01},
-                        Kink{Activation::kReluSquare, 0.0, 0.0},
-                        Kink{Activation::kHardswish, -3.0, 0.0},
-                        Kink{Activation::kHardswish, 3.0, 1.5}}) {
+  for (const Kink& k :
+       {Kink{Activation::kRelu, 0.0, 0.0}, Kink{Activation::kRelu, -0.0, 0.0},
+        Kink{Activation::kLeakyRelu, 0.0, 0.01}, Kink{Activation::kReluSquare, 0.0, 0.0},
+        Kink{Activation::kHardswish, -3.0, 0.0}, Kink{Activation::kHardswish, 3.0, 1.5}}) {
     const ScalarRun r = RunScalar(k.act, k.at);
     EXPECT_EQ(r.dq0, k.derivative) << ActivationName(k.act) << "'(" << k.at << ")";
     EXPECT_EQ(r.dq1, 0.0) << ActivationName(k.act);
@@ -118,8 +117,8 @@ TEST(Activation, ExactlyZeroScoresGiveLeakySlopeGradient) {
 
 // O = act(x) and dQ = act'(x) on a grid that includes large |x| (overflow-safe sigmoid, erfc).
 TEST(Activation, PointwiseValuesAndDerivativesFollowTheSpecFormulas) {
-  std::vector<double> grid = {-800, -40, -12.5, -3.5, -2.7, -1, -0.25, 0.125, 0.5, 1, 2.5, 3.25, 9,
-                              40,   800};
+  std::vector<double> grid = {-800, -40, -12.5, -3.5, -2.7, -1, -0.25, 0.125,
+                              0.5,  1,   2.5,   3.25, 9,    40, 800};
   for (int a = 1; a < kNumActivations; ++a) {
     const auto act = static_cast<Activation>(a);
     for (double x : grid) {

@@ -23,11 +23,11 @@ std::vector<AttentionCase> DeterminismCases(ElementType input_type) {
   };
   std::vector<AttentionCase> cases;
   std::mt19937_64 rng(31337);
-  for (const Setup& s : {Setup{Activation::kSoftmax, MaskKind::kCausal, testing::Pairing::kSelf},
-                         Setup{Activation::kSilu, MaskKind::kWindow, testing::Pairing::kKvIndex},
-                         Setup{Activation::kGeluTanh, MaskKind::kBlock, testing::Pairing::kCross},
-                         Setup{Activation::kSoftmax, MaskKind::kNone,
-                               testing::Pairing::kBroadcast}}) {
+  for (const Setup& s :
+       {Setup{Activation::kSoftmax, MaskKind::kCausal, testing::Pairing::kSelf},
+        Setup{Activation::kSilu, MaskKind::kWindow, testing::Pairing::kKvIndex},
+        Setup{Activation::kGeluTanh, MaskKind::kBlock, testing::Pairing::kCross},
+        Setup{Activation::kSoftmax, MaskKind::kNone, testing::Pairing::kBroadcast}}) {
     CaseConfig config;
     config.acts = {s.act};
     config.masks = {s.mask};

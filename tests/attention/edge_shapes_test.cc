@@ -1,5 +1,6 @@
-// spec §9 "Edge shapes": empty and length-1 sequences, lengths around the 64-row tiles, Lq ≠ Lk both
-// ways under both alignments, and fully masked rows (O = 0, LSE = -inf, zero gradients, no NaN).
+// spec §9 "Edge shapes": empty and length-1 sequences, lengths around the 64-row tiles, Lq ≠ Lk
+// both ways under both alignments, and fully masked rows (O = 0, LSE = -inf, zero gradients, no
+// NaN).
 #include <cmath>
 #include <limits>
 #include <random>
@@ -50,14 +51,11 @@ TEST(EdgeShapes, EmptyBatchGivesEmptyOutputs) {
     ASSERT_TRUE(run.ok()) << run.status();
     EXPECT_TRUE(run->fwd.o.empty());
     EXPECT_TRUE(run->fwd.lse.empty());
-    ASSERT_FALSE(run->fwd.o_shape.empty());
+    ASSERT_EQ(run->fwd.o_shape.size(), 3u);
     EXPECT_EQ(run->fwd.o_shape[0], 0);
-    // Backward with an empty dO of O's shape.
-    reference::TensorView<double> d_o{{}, run->fwd.o_shape};
-    const auto bwd = reference::AttentionBackward(c.View(), c.options, d_o, run->fwd);
-    ASSERT_TRUE(bwd.ok()) << bwd.status();
-    EXPECT_TRUE(bwd->dq.empty());
-    EXPECT_TRUE(bwd->dk.empty());
+    EXPECT_TRUE(run->bwd.dq.empty());
+    EXPECT_TRUE(run->bwd.dk.empty());
+    EXPECT_EQ(run->bwd.dk_shape, c.k.shape);
   }
 }
 
@@ -121,6 +119,23 @@ TEST(EdgeShapes, UnequalQueryAndKeyLengthsMatchPaddedUnderBothAlignments) {
   }
 }
 
+// Scores in the hundreds: softmax must subtract the row max (exp(700) overflows), and the pointwise
+// acts must stay finite (overflow-safe sigmoid, erfc tails).
+TEST(EdgeShapes, LargeScoresStayFiniteAndMatchPadded) {
+  std::mt19937_64 rng(8);
+  for (int a = 0; a < kNumActivations; ++a) {
+    testing::CaseConfig config;
+    config.acts = {static_cast<Activation>(a)};
+    config.max_length = 8;
+    for (int rep = 0; rep < 4; ++rep) {
+      AttentionCase c = testing::RandomAttentionCase(rng, config);
+      for (double& x : c.q.data) x *= 30;
+      for (double& x : c.k.data) x *= 30;
+      ExpectMatchesPadded(c);
+    }
+  }
+}
+
 // Rows with no valid key: under bottom_right causal with Lq > Lk the first Lq - Lk rows; a
 // sequence with Lk = 0; top_left window(0,0) rows past Lk; block rows aligned before key 0.
 TEST(EdgeShapes, FullyMaskedRowsGiveZeroOutputMinusInfinityLseAndZeroGradients) {
@@ -157,7 +172,8 @@ TEST(EdgeShapes, FullyMaskedRowsGiveZeroOutputMinusInfinityLseAndZeroGradients) 
       for (const auto& p : testing::PairSequences(c)) {
         for (int64_t i = 0; i < p.lq; ++i) {
           bool any = false;
-          for (int64_t j = 0; j < p.lk; ++j) any |= testing::PairIsValid(c.options, i, j, p.lq, p.lk);
+          for (int64_t j = 0; j < p.lk; ++j)
+            any |= testing::PairIsValid(c.options, i, j, p.lq, p.lk);
           if (any) continue;
           ++empty_rows;
           const int64_t row = p.o_begin + i;

@@ -28,8 +28,8 @@ constexpr double kScaleFloor = 1e-3;
 
 CaseConfig SmallConfig() {
   CaseConfig config;
-  config.max_sequences = 2;
-  config.max_length = 4;
+  config.max_sequences = 3;
+  config.max_length = 5;
   config.max_heads = 2;
   config.max_dim = 4;
   return config;
@@ -40,9 +40,14 @@ bool NearKink(const AttentionCase& c) {
   switch (c.options.act) {
     case Activation::kRelu:
     case Activation::kReluSquare:
-    case Activation::kLeakyRelu: kinks = {0.0}; break;
-    case Activation::kHardswish: kinks = {-3.0, 3.0}; break;
-    default: return false;
+    case Activation::kLeakyRelu:
+      kinks = {0.0};
+      break;
+    case Activation::kHardswish:
+      kinks = {-3.0, 3.0};
+      break;
+    default:
+      return false;
   }
   for (double s : testing::ValidScores(c)) {
     for (double k : kinks) {
@@ -100,7 +105,8 @@ double Loss(const AttentionCase& c, const std::vector<double>& w) {
   if (rel <= kRelTolerance) return ::testing::AssertionSuccess();
   size_t worst = 0;
   for (size_t i = 0; i < x.size(); ++i) {
-    if (std::fabs(numeric[i] - analytic[i]) > std::fabs(numeric[worst] - analytic[worst])) worst = i;
+    if (std::fabs(numeric[i] - analytic[i]) > std::fabs(numeric[worst] - analytic[worst]))
+      worst = i;
   }
   return ::testing::AssertionFailure()
          << name << ": rel err " << rel << " > " << kRelTolerance << " (worst [" << worst
@@ -108,8 +114,7 @@ double Loss(const AttentionCase& c, const std::vector<double>& w) {
 }
 
 // Checks every gradient the case has; returns the first failure.
-::testing::AssertionResult GradientsMatchFiniteDifferences(const AttentionCase& c,
-                                                           uint64_t seed) {
+::testing::AssertionResult GradientsMatchFiniteDifferences(const AttentionCase& c, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal;
   std::vector<double> w(testing::OutputRows(c) * c.heads() * c.dv());
@@ -157,15 +162,14 @@ AttentionCase DrawCheckableCase(std::mt19937_64& rng, const CaseConfig& config,
 TEST(Gradient, MatchesFiniteDifferencesForEveryActAndMask) {
   std::mt19937_64 rng(4242);
   for (int a = 0; a < kNumActivations; ++a) {
-    for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow,
-                          MaskKind::kBlock}) {
+    for (MaskKind mask :
+         {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow, MaskKind::kBlock}) {
       CaseConfig config = SmallConfig();
       config.acts = {static_cast<Activation>(a)};
       config.masks = {mask};
-      for (int rep = 0; rep < 2; ++rep) {
-        const AttentionCase c = DrawCheckableCase(rng, config, [](const AttentionCase&) {
-          return true;
-        });
+      for (int rep = 0; rep < 8; ++rep) {
+        const AttentionCase c =
+            DrawCheckableCase(rng, config, [](const AttentionCase&) { return true; });
         EXPECT_TRUE(GradientsMatchFiniteDifferences(c, rng())) << "case: " << c;
       }
     }
@@ -188,8 +192,8 @@ TEST(Gradient, RelativeBiasGradientMatchesFiniteDifferences) {
   for (int a = 0; a < kNumActivations; ++a) {
     CaseConfig config = SmallConfig();
     config.acts = {static_cast<Activation>(a)};
-    const AttentionCase c = DrawCheckableCase(
-        rng, config, [](const AttentionCase& x) { return x.bias_rel.present(); });
+    const AttentionCase c =
+        DrawCheckableCase(rng, config, [](const AttentionCase& x) { return x.bias_rel.present(); });
     EXPECT_TRUE(GradientsMatchFiniteDifferences(c, rng())) << "case: " << c;
   }
 }
@@ -201,8 +205,8 @@ TEST(Gradient, TimeBiasGradientMatchesFiniteDifferences) {
     config.acts = {static_cast<Activation>(a)};
     config.pairing = testing::Pairing::kSelf;
     config.max_length = 6;
-    const AttentionCase c = DrawCheckableCase(
-        rng, config, [](const AttentionCase& x) { return x.bias_ts.present(); });
+    const AttentionCase c =
+        DrawCheckableCase(rng, config, [](const AttentionCase& x) { return x.bias_ts.present(); });
     EXPECT_TRUE(GradientsMatchFiniteDifferences(c, rng())) << "case: " << c;
   }
 }
@@ -212,16 +216,16 @@ TEST(Gradient, GradientThroughRopeMatchesFiniteDifferences) {
   for (int a = 0; a < kNumActivations; ++a) {
     CaseConfig config = SmallConfig();
     config.acts = {static_cast<Activation>(a)};
-    const AttentionCase c = DrawCheckableCase(
-        rng, config, [](const AttentionCase& x) { return x.rope_v.present(); });
+    const AttentionCase c =
+        DrawCheckableCase(rng, config, [](const AttentionCase& x) { return x.rope_v.present(); });
     EXPECT_TRUE(GradientsMatchFiniteDifferences(c, rng())) << "case: " << c;
   }
 }
 
 TEST(Gradient, MatchesFiniteDifferencesOnArbitraryCases) {
-  testing::CheckProperty(40, [] {
+  testing::CheckProperty(400, [] {
     const AttentionCase c = *testing::GenAttentionCase(SmallConfig());
-    RC_PRE(testing::CountValidPairs(c) > 0 && !NearKink(c));
+    RC_PRE(!NearKink(c));
     testing::RcRequire(GradientsMatchFiniteDifferences(c, c.shape.value_seed + 1), c);
   });
 }
@@ -234,8 +238,7 @@ TEST(Gradient, PaddedReferenceActDerivativesMatchFiniteDifferences) {
     for (double x = -6.0; x <= 6.0; x += 0.0625 * 1.03) {
       const double h = 1e-6;
       const double fd = (testing::ActValue(act, x + h) - testing::ActValue(act, x - h)) / (2 * h);
-      EXPECT_NEAR(testing::ActDerivative(act, x), fd, 1e-8)
-          << ActivationName(act) << " at " << x;
+      EXPECT_NEAR(testing::ActDerivative(act, x), fd, 1e-8) << ActivationName(act) << " at " << x;
     }
   }
 }

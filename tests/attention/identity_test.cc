@@ -55,7 +55,8 @@ Plain PlainProducts(const AttentionCase& c, const std::vector<double>& d_o) {
         const int64_t orow = (s.o_begin + i) * h_count + h;
         for (int64_t j = 0; j < s.lk; ++j) {
           double score = 0;  // q_i . k_j
-          for (int64_t d = 0; d < dqk; ++d) score += q(s.q_begin + i, h, d) * k(s.k_begin + j, hk, d);
+          for (int64_t d = 0; d < dqk; ++d)
+            score += q(s.q_begin + i, h, d) * k(s.k_begin + j, hk, d);
           double dp = 0;  // dO_i . v_j
           for (int64_t e = 0; e < dv; ++e) {
             r.o[orow * dv + e] += score * v(s.k_begin + j, hk, e);
@@ -74,7 +75,7 @@ Plain PlainProducts(const AttentionCase& c, const std::vector<double>& d_o) {
 }
 
 TEST(Identity, IdentityWithUnitScalesIsPlainQKTransposeV) {
-  testing::CheckProperty(100, [] {
+  testing::CheckProperty(300, [] {
     AttentionCase c = *testing::GenAttentionCase(IdentityConfig());
     if (*rc::gen::arbitrary<bool>()) {  // explicit 1 and the default must agree
       c.options.pre_scale = 1.0;

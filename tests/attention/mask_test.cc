@@ -37,7 +37,7 @@ std::vector<std::string> KeptKeys(int64_t lq, int64_t lk, const AttentionOptions
     for (int64_t e = 0; e < lk; ++e) c.v.data[j * lk + e] = j == e ? 1.0 : 0.0;
   }
   std::vector<std::string> rows(lq, std::string(lk, '?'));
-  const auto run = testing::RunOracle(c, {});
+  const auto run = testing::RunOracleForward(c);
   EXPECT_TRUE(run.ok()) << run.status();
   if (!run.ok()) return rows;
   for (int64_t i = 0; i < lq; ++i) {
@@ -84,10 +84,8 @@ TEST(Mask, CausalKeepsKeysUpToTheAlignedDiagonal) {
 TEST(Mask, WindowKeepsKeysWithinLeftAndRightOfTheAlignedDiagonal) {
   EXPECT_EQ(KeptKeys(4, 4, Mask(MaskKind::kWindow, kBR, 1, 0)),
             (Rows{"x...", "xx..", ".xx.", "..xx"}));
-  EXPECT_EQ(KeptKeys(3, 5, Mask(MaskKind::kWindow, kTL, 0, 1)),
-            (Rows{"xx...", ".xx..", "..xx."}));
-  EXPECT_EQ(KeptKeys(3, 5, Mask(MaskKind::kWindow, kBR, -1, 1)),
-            (Rows{"xxxx.", "xxxxx", "xxxxx"}));
+  EXPECT_EQ(KeptKeys(3, 5, Mask(MaskKind::kWindow, kTL, 0, 1)), (Rows{"xx...", ".xx..", "..xx."}));
+  EXPECT_EQ(KeptKeys(3, 5, Mask(MaskKind::kWindow, kBR, -1, 1)), (Rows{"xxxx.", "xxxxx", "xxxxx"}));
   EXPECT_EQ(KeptKeys(4, 4, Mask(MaskKind::kWindow, kTL, 2, -1)),
             (Rows{"xxxx", "xxxx", "xxxx", ".xxx"}));
   EXPECT_EQ(KeptKeys(3, 2, Mask(MaskKind::kWindow, kTL, 0, 0)), (Rows{"x.", ".x", ".."}));
@@ -115,7 +113,7 @@ TEST(Mask, NoneKeepsEveryKey) {
 TEST(Mask, WindowCoveringMaxLengthIsBitwiseEqualToNone) {
   CaseConfig config;
   config.masks = {MaskKind::kNone};
-  testing::CheckProperty(100, [config] {
+  testing::CheckProperty(300, [config] {
     const AttentionCase none = *testing::GenAttentionCase(config);
     AttentionCase window = none;
     window.options.mask = MaskKind::kWindow;
@@ -134,7 +132,7 @@ TEST(Mask, WindowCoveringMaxLengthIsBitwiseEqualToNone) {
 TEST(Mask, CausalIsBitwiseEqualToWindowMinusOneZero) {
   CaseConfig config;
   config.masks = {MaskKind::kCausal};
-  testing::CheckProperty(60, [config] {
+  testing::CheckProperty(200, [config] {
     const AttentionCase causal = *testing::GenAttentionCase(config);
     AttentionCase window = causal;
     window.options.mask = MaskKind::kWindow;
@@ -155,7 +153,7 @@ TEST(Mask, BlockEqualsDensePathWithBlockDiagonalMask) {
   CaseConfig config;
   config.masks = {MaskKind::kBlock};
   config.max_length = 9;
-  testing::CheckProperty(100, [config] {
+  testing::CheckProperty(300, [config] {
     const AttentionCase c = *testing::GenAttentionCase(config);
     const auto pairs = testing::PairSequences(c);
     const int64_t n = c.options.block;
@@ -175,6 +173,38 @@ TEST(Mask, BlockEqualsDensePathWithBlockDiagonalMask) {
     testing::RcRequire(
         testing::MatchesPadded(*run, testing::PaddedAttention(c, d_o, block_diagonal), 1e-12), c);
   });
+}
+
+// Window and block parameters as large as int64 allows must not overflow inside the mask: they
+// keep every key (window) or every key from a_i's chunk 0 on (block, top_left: a_i = i >= 0).
+TEST(Mask, HugeWindowAndBlockParametersKeepEveryKey) {
+  constexpr int64_t kHuge = std::numeric_limits<int64_t>::max();
+  CaseConfig config;
+  config.masks = {MaskKind::kNone};
+  std::mt19937_64 rng(5);
+  for (int rep = 0; rep < 40; ++rep) {
+    const AttentionCase none = testing::RandomAttentionCase(rng, config);
+    const std::vector<double> d_o = testing::RandomCotangent(none, rng());
+    const auto want = testing::RunOracle(none, d_o);
+    ASSERT_TRUE(want.ok()) << want.status();
+    AttentionCase window = none;
+    window.options.mask = MaskKind::kWindow;
+    window.options.window_left = kHuge;
+    window.options.window_right = kHuge;
+    const auto got_window = testing::RunOracle(window, d_o);
+    ASSERT_TRUE(got_window.ok()) << got_window.status();
+    EXPECT_TRUE(testing::BitIdentical(*got_window, *want)) << "window(max,max); case: " << none;
+    AttentionCase none_top_left = none;  // the rel-pos bias depends on the alignment
+    none_top_left.options.align = Alignment::kTopLeft;
+    AttentionCase block = none_top_left;
+    block.options.mask = MaskKind::kBlock;
+    block.options.block = kHuge;
+    const auto got_block = testing::RunOracle(block, d_o);
+    ASSERT_TRUE(got_block.ok()) << got_block.status();
+    EXPECT_TRUE(
+        testing::MatchesPadded(*got_block, testing::PaddedAttention(none_top_left, d_o), 1e-12))
+        << "block(max), top_left; case: " << block;
+  }
 }
 
 // spec §10: FLOPs count valid pairs only, 2·H·(Dqk+Dv) per pair.

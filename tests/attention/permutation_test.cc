@@ -51,7 +51,7 @@ std::vector<double> PermuteRows(const std::vector<double>& in, const std::vector
 }
 
 TEST(Permutation, PermutingKeysLeavesOutputUnchanged) {
-  testing::CheckProperty(100, [] {
+  testing::CheckProperty(400, [] {
     const AttentionCase c = *testing::GenAttentionCase(PermutableConfig());
     std::mt19937_64 rng(c.shape.value_seed + 17);
     const std::vector<int64_t> perm = RandomPermutationWithinSequences(c.kv_offsets.data, rng);
@@ -94,7 +94,7 @@ TEST(Permutation, PermutingKeysLeavesOutputUnchanged) {
 }
 
 TEST(Permutation, PermutingQueriesPermutesOutputs) {
-  testing::CheckProperty(100, [] {
+  testing::CheckProperty(400, [] {
     const AttentionCase c = *testing::GenAttentionCase(PermutableConfig());
     std::mt19937_64 rng(c.shape.value_seed + 29);
     const std::vector<int64_t> perm = RandomPermutationWithinSequences(c.q_offsets.data, rng);

@@ -171,7 +171,7 @@ void CheckEqualsMaterialised(const AttentionCase& c, const Materialised& m) {
 TEST(Sharing, GroupedQueryHeadsEqualMaterialisedKvHeads) {
   CaseConfig config;
   config.max_heads = 6;
-  testing::CheckProperty(80, [config] {
+  testing::CheckProperty(300, [config] {
     const AttentionCase c = *testing::GenAttentionCase(config);
     RC_PRE(c.heads() > c.kv_heads());
     CheckEqualsMaterialised(c, MaterialiseGqa(c));
@@ -182,7 +182,7 @@ TEST(Sharing, KvIndexEqualsMaterialisedKvSequences) {
   CaseConfig config;
   config.pairing = Pairing::kKvIndex;
   config.max_sequences = 4;
-  testing::CheckProperty(80, [config] {
+  testing::CheckProperty(300, [config] {
     const AttentionCase c = *testing::GenAttentionCase(config);
     CheckEqualsMaterialised(c, MaterialiseKvIndex(c));
   });
@@ -192,7 +192,7 @@ TEST(Sharing, BroadcastQueriesEqualMaterialisedQuerySequences) {
   CaseConfig config;
   config.pairing = Pairing::kBroadcast;
   config.max_sequences = 4;
-  testing::CheckProperty(80, [config] {
+  testing::CheckProperty(300, [config] {
     const AttentionCase c = *testing::GenAttentionCase(config);
     CheckEqualsMaterialised(c, MaterialiseBroadcast(c));
   });
@@ -202,7 +202,7 @@ TEST(Sharing, BroadcastWithKvIndexEqualsBothMaterialised) {
   CaseConfig config;
   config.pairing = Pairing::kBroadcast;
   config.max_sequences = 4;
-  testing::CheckProperty(60, [config] {
+  testing::CheckProperty(200, [config] {
     const AttentionCase c = *testing::GenAttentionCase(config);
     RC_PRE(c.kv_index.present());
     // Materialise K/V first (keeps broadcast_q, now without kv_index), then compare the

@@ -101,7 +101,7 @@ def main():
         ("missing file", with_flag(good, "--q", os.path.join(tmp, "nope.npy")), ["nope.npy"]),
         ("backward without do", good + ["--backward"], ["--do"]),
         ("do of the wrong shape", good + ["--backward", "--do", save("do_bad.npy", rng.standard_normal((12, 4, 7)))],
-         ["do: shape [12, 4, 7]"]),
+         ["d_o: shape [12, 4, 7]"]),
         ("unknown flag", good + ["--frobnicate", "1"], ["--frobnicate"]),
     ]
     failures = 0

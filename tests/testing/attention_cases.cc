@@ -1,5 +1,6 @@
 #include "tests/testing/attention_cases.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -46,6 +47,18 @@ const std::vector<MaskKind>& AllMasks() {
   return masks;
 }
 
+std::vector<int64_t> OffsetsOf(const std::vector<int64_t>& lengths) {
+  std::vector<int64_t> off(lengths.size() + 1, 0);
+  for (size_t i = 0; i < lengths.size(); ++i) off[i + 1] = off[i] + lengths[i];
+  return off;
+}
+
+int64_t MaxOf(const std::vector<int64_t>& v) {
+  int64_t m = 0;
+  for (int64_t x : v) m = x > m ? x : m;
+  return m;
+}
+
 template <typename Picker>
 CaseShape DrawShape(Picker& pick, const CaseConfig& config) {
   CaseShape s;
@@ -60,11 +73,20 @@ CaseShape DrawShape(Picker& pick, const CaseConfig& config) {
   enum Mode { kSelf = 0, kCross = 1, kKvIndex = 2, kBroadcast = 3 };
   int mode = static_cast<int>(pick.Int(0, 3));
   switch (config.pairing) {
-    case Pairing::kAny: break;
-    case Pairing::kSelf: mode = kSelf; break;
-    case Pairing::kCross: mode = kCross; break;
-    case Pairing::kKvIndex: mode = kKvIndex; break;
-    case Pairing::kBroadcast: mode = kBroadcast; break;
+    case Pairing::kAny:
+      break;
+    case Pairing::kSelf:
+      mode = kSelf;
+      break;
+    case Pairing::kCross:
+      mode = kCross;
+      break;
+    case Pairing::kKvIndex:
+      mode = kKvIndex;
+      break;
+    case Pairing::kBroadcast:
+      mode = kBroadcast;
+      break;
   }
   if (config.pairing == Pairing::kAny &&
       ((mode == kCross && !config.cross) || (mode == kKvIndex && !config.kv_index) ||
@@ -74,8 +96,12 @@ CaseShape DrawShape(Picker& pick, const CaseConfig& config) {
   const int64_t nkv = pick.Int(1, max_seq);
   s.kv_lengths = draw_lengths(nkv);
   switch (mode) {
-    case kSelf: s.q_lengths = s.kv_lengths; break;
-    case kCross: s.q_lengths = draw_lengths(nkv); break;
+    case kSelf:
+      s.q_lengths = s.kv_lengths;
+      break;
+    case kCross:
+      s.q_lengths = draw_lengths(nkv);
+      break;
     case kKvIndex: {
       const int64_t b = pick.Int(1, max_seq + 1);
       s.kv_index.resize(b);
@@ -122,7 +148,12 @@ CaseShape DrawShape(Picker& pick, const CaseConfig& config) {
     }
     s.dense_bias_heads = divisors[pick.Int(0, static_cast<int64_t>(divisors.size()) - 1)];
   }
-  if (config.rel_bias && pick.Bool()) s.rel_bias_heads = pick.Bool() ? s.heads : 1;
+  // The rel-pos table [Hr, 2·maxL-1] needs maxL >= 1.
+  const int64_t declared_max_l =
+      std::max(MaxOf(s.q_lengths) + s.max_lq_slack, MaxOf(s.kv_lengths) + s.max_lk_slack);
+  if (config.rel_bias && pick.Bool() && declared_max_l > 0) {
+    s.rel_bias_heads = pick.Bool() ? s.heads : 1;
+  }
   if (config.time_bias && mode == kSelf && pick.Bool()) {
     s.time_bias_heads = pick.Bool() ? s.heads : 1;
   }
@@ -148,24 +179,16 @@ CaseShape DrawShape(Picker& pick, const CaseConfig& config) {
   return s;
 }
 
-std::vector<int64_t> OffsetsOf(const std::vector<int64_t>& lengths) {
-  std::vector<int64_t> off(lengths.size() + 1, 0);
-  for (size_t i = 0; i < lengths.size(); ++i) off[i + 1] = off[i] + lengths[i];
-  return off;
-}
-
-int64_t MaxOf(const std::vector<int64_t>& v) {
-  int64_t m = 0;
-  for (int64_t x : v) m = x > m ? x : m;
-  return m;
-}
-
 std::string MaskText(const AttentionOptions& o) {
   switch (o.mask) {
-    case MaskKind::kNone: return "none";
-    case MaskKind::kCausal: return "causal";
-    case MaskKind::kWindow: return absl::StrCat("window(", o.window_left, ",", o.window_right, ")");
-    case MaskKind::kBlock: return absl::StrCat("block(", o.block, ")");
+    case MaskKind::kNone:
+      return "none";
+    case MaskKind::kCausal:
+      return "causal";
+    case MaskKind::kWindow:
+      return absl::StrCat("window(", o.window_left, ",", o.window_right, ")");
+    case MaskKind::kBlock:
+      return absl::StrCat("block(", o.block, ")");
   }
   return "?";
 }
@@ -228,7 +251,8 @@ std::vector<SequencePair> PairSequences(const AttentionCase& c) {
   std::vector<SequencePair> pairs;
   if (c.options.broadcast_q) {
     const int64_t lq = qo.at(1) - qo.at(0);
-    const int64_t b_count = c.kv_index.present() ? static_cast<int64_t>(c.kv_index.data.size()) : nkv;
+    const int64_t b_count =
+        c.kv_index.present() ? static_cast<int64_t>(c.kv_index.data.size()) : nkv;
     for (int64_t b = 0; b < b_count; ++b) {
       const int64_t ks = c.kv_index.present() ? c.kv_index.data[b] : b;
       pairs.push_back({qo[0], lq, ko[ks], ko[ks + 1] - ko[ks], b * lq, ks});
@@ -334,7 +358,7 @@ AttentionCase BuildCase(const CaseShape& s) {
       }
     }
   }
-  if (s.rel_bias_heads > 0) {
+  if (s.rel_bias_heads > 0 && c.max_l() > 0) {  // no table of width 2·0-1
     const int64_t width = 2 * c.max_l() - 1;
     c.bias_rel.shape = {s.rel_bias_heads, width};
     c.bias_rel.data.resize(s.rel_bias_heads * width);
@@ -349,9 +373,20 @@ AttentionCase BuildCase(const CaseShape& s) {
     std::uniform_real_distribution<double> log_mag(0.0, 40.0);
     c.ts.shape = {tq};
     c.ts.data.resize(tq);
+    // A third of the stamps sit at T_k - 1, T_k or T_k + 1 from the previous one, so that the
+    // `|delta| >= T_k` boundaries are exercised (between neighbours, which the "next row" rule
+    // pairs up).
     for (int64_t t = 0; t < tq; ++t) {
-      if (t > 0 && std::uniform_int_distribution<int>(0, 9)(rng) == 0) {
+      const int kind = std::uniform_int_distribution<int>(0, 9)(rng);
+      if (t > 0 && kind == 0) {
         c.ts.data[t] = c.ts.data[t - 1];
+        continue;
+      }
+      if (t > 0 && kind <= 3) {
+        const int k = std::uniform_int_distribution<int>(1, 128)(rng);
+        const int64_t step = TimeThreshold(k) + std::uniform_int_distribution<int>(-1, 1)(rng);
+        const int64_t prev = c.ts.data[t - 1];
+        c.ts.data[t] = prev > 0 ? prev - step : prev + step;  // stays within ±(2^58 + step)
         continue;
       }
       const auto mag = static_cast<int64_t>(std::floor(std::exp(log_mag(rng))));

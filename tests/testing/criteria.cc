@@ -21,10 +21,14 @@ struct FormatTraits {
 
 FormatTraits Traits(ElementType type) {
   switch (type) {
-    case ElementType::kBFloat16: return {8, -126, 127};
-    case ElementType::kFloat16: return {11, -14, 15};
-    case ElementType::kFloat32: return {24, -126, 127};
-    case ElementType::kFloat64: return {53, -1022, 1023};
+    case ElementType::kBFloat16:
+      return {8, -126, 127};
+    case ElementType::kFloat16:
+      return {11, -14, 15};
+    case ElementType::kFloat32:
+      return {24, -126, 127};
+    case ElementType::kFloat64:
+      return {53, -1022, 1023};
   }
   return {53, -1022, 1023};
 }
@@ -38,8 +42,8 @@ int Binade(double x) {
 
 std::string Verdicted(std::string_view name, std::string_view what, double measured, double bound,
                       bool pass) {
-  return absl::StrFormat("%s: %s = %.6g vs bound %.6g (%s)", std::string(name), std::string(what), measured, bound,
-                         pass ? "pass" : "FAIL");
+  return absl::StrFormat("%s: %s = %.6g vs bound %.6g (%s)", std::string(name), std::string(what),
+                         measured, bound, pass ? "pass" : "FAIL");
 }
 
 }  // namespace
@@ -76,10 +80,14 @@ bool IsRepresentable(ElementType type, double x) {
 
 std::string_view ElementTypeName(ElementType type) {
   switch (type) {
-    case ElementType::kFloat64: return "float64";
-    case ElementType::kFloat32: return "float32";
-    case ElementType::kFloat16: return "float16";
-    case ElementType::kBFloat16: return "bfloat16";
+    case ElementType::kFloat64:
+      return "float64";
+    case ElementType::kFloat32:
+      return "float32";
+    case ElementType::kFloat16:
+      return "float16";
+    case ElementType::kBFloat16:
+      return "bfloat16";
   }
   return "?";
 }
@@ -140,8 +148,8 @@ Verdict GpuPrimary(std::string_view name, absl::Span<const double> gpu,
   v.message = Verdicted(name, "max|gpu-ref|", v.measured, v.bound, v.pass);
   if (gpu.size() != ref.size() || emu.size() != ref.size()) {
     v.pass = false;
-    v.message = absl::StrCat(std::string(name), ": sizes differ (gpu ", gpu.size(), ", emu ", emu.size(),
-                             ", ref ", ref.size(), ") (FAIL)");
+    v.message = absl::StrCat(std::string(name), ": sizes differ (gpu ", gpu.size(), ", emu ",
+                             emu.size(), ", ref ", ref.size(), ") (FAIL)");
   }
   return v;
 }
@@ -162,7 +170,8 @@ Verdict LseMatches(std::string_view name, absl::Span<const double> got,
   v.bound = tolerance;
   if (got.size() != ref.size()) {
     v.measured = kNaN;
-    v.message = absl::StrCat(std::string(name), ": sizes differ (", got.size(), " vs ", ref.size(), ") (FAIL)");
+    v.message = absl::StrCat(std::string(name), ": sizes differ (", got.size(), " vs ", ref.size(),
+                             ") (FAIL)");
     return v;
   }
   double worst = 0;
@@ -171,8 +180,8 @@ Verdict LseMatches(std::string_view name, absl::Span<const double> got,
     const bool ref_empty = ref[i] == -kInf;
     if (got_empty != ref_empty) {
       v.measured = kInf;
-      v.message = absl::StrCat(std::string(name), ": -inf placement differs at index ", i, " (got ", got[i],
-                               ", ref ", ref[i], ") (FAIL)");
+      v.message = absl::StrCat(std::string(name), ": -inf placement differs at index ", i, " (got ",
+                               got[i], ", ref ", ref[i], ") (FAIL)");
       return v;
     }
     if (got_empty) continue;

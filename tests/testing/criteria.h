@@ -1,10 +1,11 @@
 // Numeric acceptance criteria of spec/attention.md §9, plus the dtype helpers they need.
 //
-// Kept free of GoogleTest: the tests and the `gemtb ref compare` command judge results with the same
-// functions. Each criterion returns a Verdict that carries the measured numbers and a one-line
+// Kept free of GoogleTest: the tests and the `gemtb ref compare` command judge results with the
+// same functions. Each criterion returns a Verdict that carries the measured numbers and a one-line
 // message, so a failure says by how much, not only that it failed.
 //
-// NaN anywhere in a compared tensor fails every criterion (comparisons are written as !(x <= bound)).
+// NaN anywhere in a compared tensor fails every criterion (comparisons are written as !(x <=
+// bound)).
 #ifndef GEMTB_TESTS_TESTING_CRITERIA_H_
 #define GEMTB_TESTS_TESTING_CRITERIA_H_
 

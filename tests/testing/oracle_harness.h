@@ -15,17 +15,22 @@
 
 namespace gemtb::testing {
 
-// Forward, then backward with cotangent `d_o` when it is non-empty.
 struct OracleRun {
   reference::AttentionForwardResult fwd;
   reference::AttentionBackwardResult bwd;
   bool has_backward = false;
 };
 
+// Forward, then backward with cotangent `d_o` (O's shape; empty when O is).
 absl::StatusOr<OracleRun> RunOracle(const AttentionCase& c, absl::Span<const double> d_o,
                                     const reference::ExecutionOptions& exec = {});
+// Forward only.
+absl::StatusOr<OracleRun> RunOracleForward(const AttentionCase& c,
+                                           const reference::ExecutionOptions& exec = {});
 
-// max|got-want| <= tolerance * max|want| (sizes must match).
+// max|got-want| <= tolerance * max(max|want|, 1) (sizes must match). The floor of 1 keeps tensors
+// whose exact value is 0 (a softmax row with one key has dS = P̂(post·dP - D) = 0 up to rounding
+// of terms of size ~1) from failing on rounding noise, like numpy's allclose with atol = rtol.
 ::testing::AssertionResult AllClose(std::string_view what, absl::Span<const double> got,
                                     absl::Span<const double> want, double tolerance);
 

@@ -122,8 +122,8 @@ Padded Pad(const AttentionCase& c, const MaskOverride& mask_override) {
     }
     for (int64_t i = 0; i < s.lq; ++i) {
       for (int64_t j = 0; j < s.lk; ++j) {
-        const bool valid = mask_override ? mask_override(b, i, j)
-                                         : PairIsValid(c.options, i, j, s.lq, s.lk);
+        const bool valid =
+            mask_override ? mask_override(b, i, j) : PairIsValid(c.options, i, j, s.lq, s.lk);
         p.mask[(b * p.mlq + i) * p.mlk + j] = valid ? 1 : 0;
       }
     }
@@ -181,22 +181,29 @@ bool PairIsValid(const AttentionOptions& o, int64_t i, int64_t j, int64_t lq, in
   if (i < 0 || i >= lq || j < 0 || j >= lk) return false;
   const int64_t a = i + (o.align == Alignment::kBottomRight ? lk - lq : 0);
   switch (o.mask) {
-    case MaskKind::kNone: return true;
-    case MaskKind::kCausal: return j <= a;
+    case MaskKind::kNone:
+      return true;
+    case MaskKind::kCausal:
+      return j <= a;
     case MaskKind::kWindow: {
       const int64_t l = o.window_left;
       const int64_t r = o.window_right;
-      return (l < 0 || j >= a - l) && (r < 0 || j <= a + r);
+      // j >= a - l and j <= a + r, written as differences of small numbers so that any int64
+      // window (e.g. INT64_MAX) is exact.
+      return (l < 0 || a - j <= l) && (r < 0 || j - a <= r);
     }
-    case MaskKind::kBlock: return FloorDivide(a, o.block) == FloorDivide(j, o.block);
+    case MaskKind::kBlock:
+      return FloorDivide(a, o.block) == FloorDivide(j, o.block);
   }
   return false;
 }
 
+int64_t TimeThreshold(int k) { return static_cast<int64_t>(std::ceil(std::exp(0.301 * k))); }
+
 int64_t TimeBucket(int64_t delta) {
   static const std::array<int64_t, 128> thresholds = [] {
     std::array<int64_t, 128> t{};
-    for (int k = 1; k <= 128; ++k) t[k - 1] = static_cast<int64_t>(std::ceil(std::exp(0.301 * k)));
+    for (int k = 1; k <= 128; ++k) t[k - 1] = TimeThreshold(k);
     return t;
   }();
   const int64_t mag = delta < 0 ? -delta : delta;
@@ -209,14 +216,22 @@ double ActValue(Activation act, double x) {
   constexpr double c = 0.7978845608028654;  // sqrt(2/pi)
   constexpr double a = 0.044715;
   switch (act) {
-    case Activation::kSoftmax: return std::numeric_limits<double>::quiet_NaN();
-    case Activation::kIdentity: return x;
-    case Activation::kGelu: return 0.5 * x * std::erfc(-x / std::numbers::sqrt2);
-    case Activation::kGeluTanh: return 0.5 * x * (1 + std::tanh(c * (x + a * x * x * x)));
-    case Activation::kSilu: return x * Sigmoid(x);
-    case Activation::kRelu: return x > 0 ? x : 0.0;
-    case Activation::kReluSquare: return x > 0 ? x * x : 0.0;
-    case Activation::kLeakyRelu: return x > 0 ? x : 0.01 * x;
+    case Activation::kSoftmax:
+      return std::numeric_limits<double>::quiet_NaN();
+    case Activation::kIdentity:
+      return x;
+    case Activation::kGelu:
+      return 0.5 * x * std::erfc(-x / std::numbers::sqrt2);
+    case Activation::kGeluTanh:
+      return 0.5 * x * (1 + std::tanh(c * (x + a * x * x * x)));
+    case Activation::kSilu:
+      return x * Sigmoid(x);
+    case Activation::kRelu:
+      return x > 0 ? x : 0.0;
+    case Activation::kReluSquare:
+      return x > 0 ? x * x : 0.0;
+    case Activation::kLeakyRelu:
+      return x > 0 ? x : 0.01 * x;
     case Activation::kHardswish: {
       const double r = x + 3 < 0 ? 0.0 : (x + 3 > 6 ? 6.0 : x + 3);
       return x * r / 6;
@@ -229,8 +244,10 @@ double ActDerivative(Activation act, double x) {
   constexpr double c = 0.7978845608028654;
   constexpr double a = 0.044715;
   switch (act) {
-    case Activation::kSoftmax: return std::numeric_limits<double>::quiet_NaN();
-    case Activation::kIdentity: return 1.0;
+    case Activation::kSoftmax:
+      return std::numeric_limits<double>::quiet_NaN();
+    case Activation::kIdentity:
+      return 1.0;
     case Activation::kGelu: {
       const double cdf = 0.5 * std::erfc(-x / std::numbers::sqrt2);
       const double pdf = std::exp(-0.5 * x * x) / std::sqrt(2 * std::numbers::pi);
@@ -244,9 +261,12 @@ double ActDerivative(Activation act, double x) {
       const double s = Sigmoid(x);
       return s * (1 + x * (1 - s));
     }
-    case Activation::kRelu: return x > 0 ? 1.0 : 0.0;
-    case Activation::kReluSquare: return x > 0 ? 2 * x : 0.0;
-    case Activation::kLeakyRelu: return x > 0 ? 1.0 : 0.01;
+    case Activation::kRelu:
+      return x > 0 ? 1.0 : 0.0;
+    case Activation::kReluSquare:
+      return x > 0 ? 2 * x : 0.0;
+    case Activation::kLeakyRelu:
+      return x > 0 ? 1.0 : 0.01;
     case Activation::kHardswish:
       if (x <= -3) return 0.0;
       if (x <= 3) return x / 3 + 0.5;
@@ -255,14 +275,13 @@ double ActDerivative(Activation act, double x) {
   return std::numeric_limits<double>::quiet_NaN();
 }
 
-PaddedResult PaddedAttention(const AttentionCase& c, absl::Span<const double> d_o,
-                             const MaskOverride& mask_override) {
+static PaddedResult Run(const AttentionCase& c, absl::Span<const double> d_o, bool backward,
+                        const MaskOverride& mask_override) {
   Padded p = Pad(c, mask_override);
   const int64_t to = OutputRows(c);
   const int64_t mlq = p.mlq;
   const int64_t mlk = p.mlk;
   const bool softmax = c.options.act == Activation::kSoftmax;
-  const bool backward = !d_o.empty();
 
   PaddedResult r;
   r.o.assign(to * p.heads * p.dv, 0.0);
@@ -352,9 +371,8 @@ PaddedResult PaddedAttention(const AttentionCase& c, absl::Span<const double> d_
           if (!p.Valid(b, i, j)) continue;
           double dp = 0;
           for (int64_t e = 0; e < p.dv; ++e) dp += dop[i * p.dv + e] * p.V(b, h, j, e);
-          const double ds =
-              softmax ? phat[i * mlk + j] * (p.post * dp - row_d)
-                      : p.post * ActDerivative(c.options.act, sc[i * mlk + j]) * dp;
+          const double ds = softmax ? phat[i * mlk + j] * (p.post * dp - row_d)
+                                    : p.post * ActDerivative(c.options.act, sc[i * mlk + j]) * dp;
           dz[i * mlk + j] = p.pre * ds;
         }
       }
@@ -402,6 +420,15 @@ PaddedResult PaddedAttention(const AttentionCase& c, absl::Span<const double> d_
     r.dv = Rotate(dvr, c.v.shape[0], p.kv_heads, p.dv, c.rope_v, true);
   }
   return r;
+}
+
+PaddedResult PaddedAttention(const AttentionCase& c, absl::Span<const double> d_o,
+                             const MaskOverride& mask) {
+  return Run(c, d_o, /*backward=*/true, mask);
+}
+
+PaddedResult PaddedAttentionForward(const AttentionCase& c, const MaskOverride& mask) {
+  return Run(c, {}, /*backward=*/false, mask);
 }
 
 std::vector<double> ValidScores(const AttentionCase& c) {

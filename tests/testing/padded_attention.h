@@ -22,8 +22,9 @@ namespace gemtb::testing {
 // Spec §3 mask, written out: is key j visible to local query i of an (lq, lk) pair?
 bool PairIsValid(const AttentionOptions& options, int64_t i, int64_t j, int64_t lq, int64_t lk);
 
-// Spec §3 time-bias bucket of |delta|: #{k in 1..128 : |delta| >= ceil(exp(0.301 k))}.
+// Spec §3 time-bias bucket of |delta|: #{k in 1..128 : |delta| >= T_k}, T_k = ceil(exp(0.301 k)).
 int64_t TimeBucket(int64_t delta);
+int64_t TimeThreshold(int k);  // T_k, k in 1..128
 
 // Spec §4 activations and their (left) derivatives, for the pointwise acts.
 double ActValue(Activation act, double x);
@@ -39,9 +40,11 @@ struct PaddedResult {
 // Overrides the §3 mask: valid(b, i, j) for output sequence b, local query i, local key j.
 using MaskOverride = std::function<bool(int64_t b, int64_t i, int64_t j)>;
 
-// Forward, and backward when `d_o` is non-empty ([TO,H,Dv]).
-PaddedResult PaddedAttention(const AttentionCase& c, absl::Span<const double> d_o = {},
+// Forward and backward with cotangent `d_o` ([TO,H,Dv]; empty when O is).
+PaddedResult PaddedAttention(const AttentionCase& c, absl::Span<const double> d_o,
                              const MaskOverride& mask = nullptr);
+// Forward only (the gradient fields stay empty).
+PaddedResult PaddedAttentionForward(const AttentionCase& c, const MaskOverride& mask = nullptr);
 
 // Every scaled score S_ij on a valid pair (for staying away from activation kinks).
 std::vector<double> ValidScores(const AttentionCase& c);

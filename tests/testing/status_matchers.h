@@ -35,8 +35,8 @@ class StatusIsMatcher {
   bool MatchAndExplain(const StatusLike& value, ::testing::MatchResultListener* listener) const {
     const absl::Status& status = GetStatus(value);
     if (status.code() != code_) {
-      *listener << "whose code is " << absl::StatusCodeToString(status.code())
-                << " (message: \"" << status.message() << "\")";
+      *listener << "whose code is " << absl::StatusCodeToString(status.code()) << " (message: \""
+                << status.message() << "\")";
       return false;
     }
     const std::string message(status.message());
@@ -55,8 +55,7 @@ class StatusIsMatcher {
   }
 
   void DescribeNegationTo(std::ostream* os) const {
-    *os << "does not have code " << absl::StatusCodeToString(code_)
-        << " or has a message that ";
+    *os << "does not have code " << absl::StatusCodeToString(code_) << " or has a message that ";
     message_.DescribeNegationTo(os);
   }
 
