@@ -7,7 +7,7 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build --target attention_oracle_bench >/dev/null
 commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- reference model tools/bench || echo "-dirty")
 raw=$(mktemp)
-cmd="build/tools/bench/attention_oracle_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true $*"
+cmd="build/bin/attention_oracle_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true $*"
 $cmd --benchmark_out="$raw" --benchmark_out_format=json
 out="tools/bench/results/oracle_cpu_$(date -u +%Y%m%d)_${commit}.json"
 /usr/bin/python3 - "$raw" "$out" "$commit" "$cmd" <<'PY'
