@@ -213,18 +213,39 @@ GEMTB_HD inline float DoubleToFloatRne(double x) {
   return BitsToFloat(detail::EncodeIeee(detail::SplitDouble(x), detail::Fp32Format(), false, 0));
 }
 
+// ---- fp32 → fp64, exact, in integers (a cvt.f64.f32 would flush fp32 subnormals under -ftz=true) ----
+
+GEMTB_HD inline double FloatToDoubleExact(float x) {
+  const uint32_t u = FloatToBits(x);
+  const uint64_t sign = static_cast<uint64_t>(u >> 31) << 63;
+  const uint32_t be = (u >> 23) & 0xFFu;
+  const uint64_t frac = u & 0x7FFFFFu;
+  if (be == 0xFFu) {  // inf / NaN: payload kept, quiet bit set for NaN
+    return BitsToDouble(sign | 0x7FF0000000000000ull | (frac << 29) |
+                        (frac != 0 ? 0x0008000000000000ull : 0ull));
+  }
+  if (be == 0) {
+    if (frac == 0) return BitsToDouble(sign);
+    // frac·2^-149 with frac < 2^23: normalise so that the leading 1 lands on bit 52.
+    const int msb = 63 - CountLeadingZeros64(frac);
+    const uint64_t exp_field = static_cast<uint64_t>(msb - 149 + 1023);
+    return BitsToDouble(sign | (exp_field << 52) | ((frac << (52 - msb)) & 0xFFFFFFFFFFFFFull));
+  }
+  return BitsToDouble(sign | (static_cast<uint64_t>(be - 127 + 1023) << 52) | (frac << 29));
+}
+
 // ---- convenience: round a double once and return the rounded value as a double ----
 
 GEMTB_HD inline double RoundDoubleToBf16(double x) {
-  return static_cast<double>(Bf16BitsToFloat(DoubleToBf16BitsRne(x)));
+  return FloatToDoubleExact(Bf16BitsToFloat(DoubleToBf16BitsRne(x)));
 }
 
 GEMTB_HD inline double RoundDoubleToFp16(double x) {
-  return static_cast<double>(Fp16BitsToFloat(DoubleToFp16BitsRne(x)));
+  return FloatToDoubleExact(Fp16BitsToFloat(DoubleToFp16BitsRne(x)));
 }
 
 GEMTB_HD inline double RoundDoubleToFloat(double x) {
-  return static_cast<double>(DoubleToFloatRne(x));
+  return FloatToDoubleExact(DoubleToFloatRne(x));
 }
 
 }  // namespace gemtb::numerics

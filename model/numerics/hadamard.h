@@ -5,7 +5,10 @@
 // of the Philox block at counter 0 of (seed, stream) (the same signs for every block), and H_n the
 // orthonormal Walsh–Hadamard matrix in natural (Sylvester) order, H[i][j] = (-1)^popcount(i&j)/√n,
 // evaluated as fp32 butterflies (a, b) → (a+b, a−b) in stages h = 1, 2, …, n/2, then × fp32(1/√n).
-// Every operation is one separately rounded fp32 op (no FMA), so host and device agree bitwise.
+// Every operation is one separately rounded fp32 op (no FMA), so host and device agree bitwise,
+// provided device code keeps subnormals (nvcc's default -ftz=false; -ftz=true or --use_fast_math
+// would flush subnormal intermediates). NaN outputs compare by class only: x86 propagates the input
+// NaN's payload, the GPU returns its canonical NaN.
 //
 // H_n is symmetric and orthogonal, so the inverse is D · H_n: WHT first, then the same sign flips.
 // Because Q and K get the same transform along Dqk, QKᵀ is unchanged in exact arithmetic.

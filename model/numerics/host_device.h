@@ -63,7 +63,9 @@ GEMTB_HD inline int CountLeadingZeros64(uint64_t x) {
 
 // fp32 arithmetic with exactly one IEEE round-to-nearest-even rounding per operation. On the host the
 // build uses -ffp-contract=off, so a plain operator is one rounding; on the device the _rn intrinsics
-// additionally forbid nvcc from fusing a multiply and an add into an FMA.
+// additionally forbid nvcc from fusing a multiply and an add into an FMA. Of the format codecs only
+// the RHT uses floating-point operations (the rest is integer logic); they keep subnormals unless
+// device code is built with -ftz=true, which gemtb must not use.
 GEMTB_HD inline float AddRn(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fadd_rn(a, b);

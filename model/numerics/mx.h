@@ -50,7 +50,14 @@ GEMTB_HD inline float MxInvMax(Fp8Format f) {
 GEMTB_HD inline uint8_t E8m0ScaleRceil(float amax, Fp8Format f) {
   const uint32_t a = FloatToBits(amax) & 0x7FFFFFFFu;
   if (a >= 0x7F800000u) return kE8m0Nan;
-  const uint32_t rb = FloatToBits(MulRn(BitsToFloat(a), MxInvMax(f)));
+  if (a == 0) return 0;
+  // r = fp32(|amax| · fp32(1/max)): the exact product of the two significands (< 2^48) rounded once
+  // to fp32, i.e. the IEEE fp32 product, computed in integers so that subnormal r stays exact even
+  // in device code built with -ftz=true.
+  const detail::ExactValue va = detail::SplitFloat(BitsToFloat(a));
+  const detail::ExactValue vi = detail::SplitFloat(MxInvMax(f));
+  const uint32_t rb =
+      detail::RoundMagnitude(va.m * vi.m, va.k + vi.k, detail::Fp32Format(), false, 0);
   const int be = static_cast<int>(rb >> 23);
   const uint32_t mant = rb & 0x7FFFFFu;
   int e;  // ceil(log2 r), only as precise as the clamp at -127 needs

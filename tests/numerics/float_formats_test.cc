@@ -235,6 +235,27 @@ TEST(FloatFormats, DoubleToFloatMatchesFpuConversion) {
   }
 }
 
+// The integer fp32 → fp64 widening equals the FPU's exact conversion: every subnormal and zero of
+// both signs, and every 251st other pattern (all exponents, scattered fractions).
+TEST(FloatFormats, FloatToDoubleExactMatchesFpuConversion) {
+  const auto check = [](uint32_t bits) {
+    const float x = std::bit_cast<float>(bits);
+    const double got = FloatToDoubleExact(x);
+    if (std::isnan(x)) {
+      ASSERT_TRUE(std::isnan(got)) << std::hex << bits;
+      ASSERT_EQ(std::signbit(got), std::signbit(x)) << std::hex << bits;
+    } else {
+      ASSERT_EQ(std::bit_cast<uint64_t>(got), std::bit_cast<uint64_t>(static_cast<double>(x)))
+          << std::hex << bits;
+    }
+  };
+  for (uint32_t frac = 0; frac < 0x00800000u; ++frac) {
+    check(frac);
+    check(0x80000000u | frac);
+  }
+  for (uint64_t bits = 0; bits < (uint64_t{1} << 32); bits += 251) check(static_cast<uint32_t>(bits));
+}
+
 TEST(FloatFormats, RoundDoubleHelpersReturnTheRoundedValue) {
   EXPECT_EQ(RoundDoubleToBf16(1.0 + 0x1p-8 + 0x1p-30), 1.0 + 0x1p-7);
   EXPECT_EQ(RoundDoubleToFp16(1.0 + 0x1p-11 + 0x1p-30), 1.0 + 0x1p-10);
