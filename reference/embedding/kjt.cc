@@ -33,7 +33,8 @@ std::optional<InputError> FindKjtError(const KeyedJaggedTensor& kjt, const Embed
   if (static_cast<int64_t>(kjt.lengths.size()) != num_keys * batch) {
     return error(KjtErrorCode::kShape, -1, absl::StrCat("|lengths|=", kjt.lengths.size(), " but F*B=", num_keys, "*", batch));
   }
-  if (!kjt.weights.empty() && kjt.weights.size() != kjt.values.size()) {
+  const bool has_weights = kjt.has_weights || !kjt.weights.empty();
+  if (has_weights && kjt.weights.size() != kjt.values.size()) {
     return error(KjtErrorCode::kShape, -1, absl::StrCat("|weights|=", kjt.weights.size(), " but |values|=", kjt.values.size()));
   }
   std::map<std::string, int> by_key;
@@ -53,7 +54,7 @@ std::optional<InputError> FindKjtError(const KeyedJaggedTensor& kjt, const Embed
       return e;
     }
     feature[f] = it->second;
-    if (config.features[it->second].pooling == Pooling::kWeightedSum && kjt.weights.empty()) {
+    if (config.features[it->second].pooling == Pooling::kWeightedSum && !has_weights) {
       InputError e = error(KjtErrorCode::kShape, f, "weighted pooling needs weights");
       e.key = kjt.keys[f];
       return e;

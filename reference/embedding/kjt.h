@@ -18,6 +18,7 @@ struct KeyedJaggedTensor {
   std::vector<int32_t> lengths;    // [F*B], key-major: lengths[f*B + b]
   std::vector<int64_t> values;     // ids, ordered key -> sample -> position
   std::vector<float> weights;      // optional, one per value
+  bool has_weights = false;        // weights given (possibly empty, when there are no values)
   std::vector<int64_t> offsets;    // optional [F*B+1]; must equal the exclusive cumsum of lengths
 
   int64_t NumKeys() const { return static_cast<int64_t>(keys.size()); }

@@ -128,6 +128,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
     absl::StatusOr<std::vector<float>> w = ReadF32(weights_path, "weights", {static_cast<int64_t>(kjt.values.size())});
     if (!w.ok()) return w.status();
     kjt.weights = *std::move(w);
+    kjt.has_weights = true;
   }
   if (!offsets_path.empty()) {
     absl::StatusOr<io::NpyArray> a = Read(offsets_path, "offsets");
