@@ -1,5 +1,11 @@
 #include "tools/gemtb/command.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -33,6 +39,28 @@ absl::Status WriteOutputs(const std::string& dir,
     if (absl::Status s = io::WriteNpy((std::filesystem::path(dir) / name).string(), array); !s.ok()) {
       return s;
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteTextAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot create: ", std::strerror(errno)));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return absl::DataLossError(absl::StrCat(path, ": write failed"));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return absl::DataLossError(absl::StrCat(path, ": could not be written"));
   }
   return absl::OkStatus();
 }

@@ -24,6 +24,9 @@ int ReportError(const std::string& command, const absl::Status& status);
 absl::Status WriteOutputs(const std::string& dir,
                           const std::vector<std::pair<std::string, io::NpyArray>>& files);
 
+// Writes `text` to `path` atomically (temp file, fsync, rename).
+absl::Status WriteTextAtomically(const std::string& path, const std::string& text);
+
 int RunRefAttention(const std::vector<std::string>& args);
 int RunRefQuantize(const std::vector<std::string>& args);
 int RunRefCompare(const std::vector<std::string>& args);

@@ -8,6 +8,8 @@
 #include "reference/embedding/embedding_json.h"
 #include "reference/embedding/tbe.h"
 #include "reference/io/npy.h"
+#include "reference/sharding/sharded_executor.h"
+#include "reference/sharding/sharding_plan.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
 
@@ -55,6 +57,32 @@ io::NpyArray F32(const std::vector<float>& v, std::vector<int64_t> shape, io::Np
   return io::EncodeFloat(std::vector<double>(v.begin(), v.end()), std::move(shape), dtype);
 }
 
+// grads/pooled.npy [B, W] and grads/seq_<key>.npy [sum len, D], float32.
+absl::Status ReadGrads(const EmbeddingConfig& config, const reference::KeyedJaggedTensor& kjt,
+                       const reference::KjtLayout& layout, int64_t batch, const std::string& dir,
+                       reference::EmbeddingGrads& grads) {
+  int64_t width = 0;
+  for (size_t f = 0; f < kjt.keys.size(); ++f) {
+    const FeatureConfig& fc = config.features[layout.feature[f]];
+    const int64_t dim = config.tables[fc.table].dim;
+    if (fc.pooling != Pooling::kNone) {
+      width += dim;
+      continue;
+    }
+    const std::string name = absl::StrCat("seq_", kjt.keys[f], ".npy");
+    const int64_t rows = layout.offsets[(f + 1) * batch] - layout.offsets[f * batch];
+    absl::StatusOr<std::vector<float>> g = ReadF32((fs::path(dir) / name).string(), absl::StrCat("grads/", name), {rows, dim});
+    if (!g.ok()) return g.status();
+    grads.sequence.push_back(*std::move(g));
+  }
+  if (width > 0) {
+    absl::StatusOr<std::vector<float>> g = ReadF32((fs::path(dir) / "pooled.npy").string(), "grads/pooled.npy", {batch, width});
+    if (!g.ok()) return g.status();
+    grads.pooled = *std::move(g);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Run(const std::vector<std::string>& args, bool* help) {
   std::string spec_path, lengths_path, ids_path, weights_path, offsets_path, tables_dir, grads_dir, out_dir;
   bool step = false;
@@ -67,7 +95,9 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
       "[B, W] (pooled features in key order) and seq_<key>.npy per sequence (NONE) feature. With --step\n"
       "and upstream gradients in --grads (pooled.npy, seq_<key>.npy), applies each table's fused optimizer\n"
       "and writes table_<name>.npy (storage dtype: float32, float16, or bfloat16 bits as <u2) and its\n"
-      "state: adagrad_<name>.npy, adam_m_/adam_v_<name>.npy, adam_step_<name>.npy (b1, b2).");
+      "state: adagrad_<name>.npy, adam_m_/adam_v_<name>.npy, adam_step_<name>.npy (b1, b2). With \"plan\"\n"
+      "(the simulator's plan.sparse), \"world_size\" and \"gpus_per_host\" in the spec, runs sharded over virtual ranks\n"
+      "(same results) and writes comm_report.json: bytes per rank and collective.");
   flags.String("spec", &spec_path, "module JSON: seed, batch, keys, tables[], features[]");
   flags.String("lengths", &lengths_path, "int32 (or int64) [F*B] bag lengths, key-major");
   flags.String("ids", &ids_path, "int64 ids, key -> sample -> position");
@@ -95,10 +125,14 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
 
   absl::StatusOr<reference::EmbeddingSpec> spec = reference::ReadEmbeddingSpec(spec_path);
   if (!spec.ok()) return spec.status();
-  if (spec->plan) {
-    return absl::UnimplementedError("spec.plan: sharded execution is not wired into the CLI yet");
-  }
   const EmbeddingConfig& config = spec->config;
+  std::optional<reference::ShardingPlanSpec> plan;
+  if (spec->plan) {
+    absl::StatusOr<reference::ShardingPlanSpec> parsed =
+        reference::ParseShardingPlan(*spec->plan, config, spec->world_size, spec->gpus_per_host);
+    if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(spec_path, ": ", parsed.status().message()));
+    plan = *std::move(parsed);
+  }
 
   reference::KeyedJaggedTensor kjt;
   kjt.keys = spec->keys;
@@ -180,9 +214,27 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
     }
   }
 
-  absl::StatusOr<reference::EmbeddingOutput> out =
-      reference::EmbeddingForward(config, state, kjt, {}, static_cast<int>(threads));
-  if (!out.ok()) return out.status();
+  // Upstream gradients (with --step), in the output layout of the forward.
+  reference::EmbeddingGrads grads;
+  if (step) {
+    GEMTB_RETURN_IF_ERROR(ReadGrads(config, kjt, layout, spec->batch, grads_dir, grads));
+  }
+  absl::StatusOr<reference::EmbeddingOutput> out;
+  std::optional<reference::CommReport> report;
+  if (plan) {
+    // Sharded: R virtual ranks, real data movement through the virtual collectives.
+    absl::StatusOr<reference::ShardedRun> run =
+        reference::RunSharded(config, *plan, spec->world_size, spec->gpus_per_host, state, kjt,
+                              step ? &grads : nullptr, 1, static_cast<int>(threads));
+    if (!run.ok()) return run.status();
+    out = std::move(run->output);
+    if (step) state = std::move(run->state);
+    report = std::move(run->report);
+  } else {
+    out = reference::EmbeddingForward(config, state, kjt, {}, static_cast<int>(threads));
+    if (!out.ok()) return out.status();
+    if (step) GEMTB_RETURN_IF_ERROR(reference::EmbeddingBackwardStep(config, state, kjt, grads, {}, static_cast<int>(threads)));
+  }
   std::vector<std::pair<std::string, io::NpyArray>> files;
   if (out->pooled_width > 0) files.emplace_back("pooled.npy", F32(out->pooled, {spec->batch, out->pooled_width}));
   for (size_t s = 0; s < out->sequence.size(); ++s) {
@@ -192,24 +244,6 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
                        F32(out->sequence[s], {static_cast<int64_t>(out->sequence[s].size()) / dim, dim}));
   }
   if (step) {
-    reference::EmbeddingGrads grads;
-    const fs::path dir(grads_dir);
-    if (out->pooled_width > 0) {
-      absl::StatusOr<std::vector<float>> g =
-          ReadF32((dir / "pooled.npy").string(), "grads/pooled.npy", {spec->batch, out->pooled_width});
-      if (!g.ok()) return g.status();
-      grads.pooled = *std::move(g);
-    }
-    for (size_t s = 0; s < out->sequence.size(); ++s) {
-      const int f = out->sequence_keys[s];
-      const int64_t dim = config.tables[config.features[layout.feature[f]].table].dim;
-      const std::string name = absl::StrCat("seq_", kjt.keys[f], ".npy");
-      absl::StatusOr<std::vector<float>> g = ReadF32((dir / name).string(), absl::StrCat("grads/", name),
-                                                     {static_cast<int64_t>(out->sequence[s].size()) / dim, dim});
-      if (!g.ok()) return g.status();
-      grads.sequence.push_back(*std::move(g));
-    }
-    GEMTB_RETURN_IF_ERROR(reference::EmbeddingBackwardStep(config, state, kjt, grads, {}, static_cast<int>(threads)));
     for (size_t t = 0; t < config.tables.size(); ++t) {
       const TableConfig& tc = config.tables[t];
       const TableState& ts = state.tables[t];
@@ -224,7 +258,13 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
       }
     }
   }
-  return WriteOutputs(out_dir, files);
+  GEMTB_RETURN_IF_ERROR(WriteOutputs(out_dir, files));
+  if (report) {
+    // The communication report of spec §3.1, the file sim/ reads.
+    GEMTB_RETURN_IF_ERROR(WriteTextAtomically((fs::path(out_dir) / "comm_report.json").string(),
+                                              reference::CommReportToJson(*report).dump(2) + "\n"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace

@@ -1,0 +1,122 @@
+// One MP group of a sharded run (spec/embeddings-and-model.md §3.2): M virtual ranks that shard every
+// table with its 1D type, exchanging ids, embeddings and gradients through the virtual collectives.
+// 1D sharding is one group of all ranks; 2D sharding runs N of them side by side.
+//
+// Per table (config order), the forward moves
+//   DP          nothing: each rank looks up its own copy;
+//   TW, CW      ids A2A(M) to the holders (kappa each), pooled A2A back (pi, pi/c per column shard);
+//   RW          ids A2A(M) bucketed by row block (4B|F_t| + 8 nu_{r->s}), pooled RS(M) of M*pi;
+//   TWRW, GRID  ids A2A(M) bucketed; per column shard: RS(g) of M*pi/c inside its host, then one A2A
+//               per local index k over the ranks {h*g + k}, pi/c from the table's host to each;
+// and sequence (NONE) rows A2A(M) from each holder straight back to the requester (sigma). The
+// backward moves the gradients the reverse way (TW/CW A2A; RW AG(M) of pi; TWRW/GRID A2A per local
+// index then AG(g); DP an AR(M) of the dense gradient N_t*D_t*4 and of a per-row touch count N_t*4,
+// which decides the rows to update), and, for rowwise Adagrad on c > 1 column shards with
+// cw_state=shared, an AG of the partial square sums (4U per shard) among each row block's holders.
+// Every collective is one call per table (per column shard, per local index where said above); a
+// table no KJT key uses moves nothing (its Adam products still advance).
+// MEAN pooling divides by n on the requester: after the embeddings come back, and before its
+// gradients leave (gamma / n), so holders only sum.
+#ifndef GEMTB_REFERENCE_SHARDING_MP_GROUP_H_
+#define GEMTB_REFERENCE_SHARDING_MP_GROUP_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "reference/collectives/virtual_collectives.h"
+#include "reference/embedding/kjt.h"
+#include "reference/embedding/tbe.h"
+#include "reference/sharding/shard_layout.h"
+#include "reference/sharding/shard_math.h"
+#include "reference/sharding/sharding_plan.h"
+#include "reference/sharding/table_ids.h"
+
+namespace gemtb::reference {
+
+// One virtual rank: its local batch, upstream gradients, output, and the shards it holds.
+struct RankData {
+  int rank = 0;
+  KeyedJaggedTensor kjt;
+  KjtLayout layout;
+  EmbeddingGrads grads;            // local slice; unused in forward-only runs
+  EmbeddingOutput output;          // local layout
+  std::vector<ShardState> shards;  // indexed by GroupLayout shard; entries it does not hold stay empty
+};
+
+// What every group of the run shares.
+struct GroupEnv {
+  const EmbeddingConfig* config = nullptr;
+  const ShardingPlanSpec* plan = nullptr;
+  const GroupLayout* layout = nullptr;
+  std::vector<TableFeatures> features;  // per table
+  int64_t pooled_width = 0;
+  int64_t local_batch = 0;
+  bool weighted = false;
+  // e_a: wire bytes per element of embeddings and their gradients (4 in the oracle). Optimizer
+  // values (Adagrad partial sums, DP's dense gradient and touch counts) always count 4.
+  int64_t activation_bytes = 4;
+};
+
+class MpGroup {
+ public:
+  // `members` in position order.
+  MpGroup(const GroupEnv& env, std::vector<RankData*> members, VirtualCollectives* collectives);
+
+  // Forward, first half: the ids all-to-all of every table.
+  absl::Status ExchangeIds();
+  // Forward, second half: lookups on the holders, embeddings back to the requesters, MEAN.
+  absl::Status LookupAndReturn();
+  // Backward: gradient exchange, G_r on the holders, fused optimizer at SR step `step`.
+  absl::Status Backward(int64_t step);
+
+  // Rows of group shard `shard` that this step reads or updates (ascending): those its holder's
+  // received ids reference, or for a DP copy those of every member's ids.
+  std::vector<int64_t> NeededRows(int shard) const;
+
+ private:
+  // The forward's traffic of one table, kept for the backward.
+  struct TableTraffic {
+    std::vector<int> holders;                             // positions
+    std::vector<std::vector<std::vector<int64_t>>> sent;  // [source][holder index]: KJT value indices
+    std::vector<std::vector<TableIds>> received;          // [holder index][source]
+  };
+
+  std::vector<int> Ranks(const std::vector<int>& positions) const;
+  int HolderIndex(int table, int position) const;
+  // Requester side.
+  std::vector<float> PooledGrads(int position, int table) const;  // [B][num_pooled][D], MEAN divided
+  std::vector<float> SequenceGrads(int position, int table, int holder, const Shard& shard) const;
+  void PlacePooled(int position, int table, const Shard& shard, const float* values);
+  void PlaceSequence(int position, int table, int holder, const Shard& shard, const float* rows);
+  void ApplyMean(int position);
+
+  void ForwardDataParallel(int table);
+  absl::Status ReturnPooledToRequesters(int table, std::vector<std::vector<std::vector<float>>>& pooled);
+  absl::Status BackwardDataParallel(int table, int64_t step);
+  absl::Status UpdateShards(int table, std::vector<RowGradients>& grads, int64_t step);
+
+  const GroupEnv& env_;
+  std::vector<RankData*> members_;
+  VirtualCollectives* coll_;
+  std::vector<TableTraffic> traffic_;
+};
+
+// Aborts on an error status: the group builds every collective's buffers itself, so a mismatch is
+// a bug in this code, not bad input.
+template <typename T>
+T MustSucceed(absl::StatusOr<T> result) {
+  if (!result.ok()) {
+    std::fprintf(stderr, "gemtb sharded executor: internal error: %s\n", result.status().ToString().c_str());
+    std::abort();
+  }
+  return *std::move(result);
+}
+
+}  // namespace gemtb::reference
+
+#endif  // GEMTB_REFERENCE_SHARDING_MP_GROUP_H_

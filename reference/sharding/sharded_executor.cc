@@ -1,0 +1,463 @@
+#include "reference/sharding/sharded_executor.h"
+
+#include <oneapi/tbb/info.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "model/common/status_macros.h"
+#include "reference/collectives/virtual_collectives.h"
+#include "reference/sharding/mp_group.h"
+#include "reference/sharding/shard_layout.h"
+
+namespace gemtb::reference {
+namespace {
+
+absl::Status Bad(const std::string& m) { return absl::InvalidArgumentError(m); }
+
+int64_t StorageBytes(ElementType t) { return t == ElementType::kFloat32 ? 4 : 2; }
+
+template <typename F>
+void ForEach(int n, F&& body) {
+  tbb::parallel_for(0, n, [&](int i) { body(i); });
+}
+
+KeyedJaggedTensor SliceKjt(const KeyedJaggedTensor& kjt, const KjtLayout& layout, int64_t b0, int64_t b1) {
+  KeyedJaggedTensor out;
+  out.keys = kjt.keys;
+  out.stride = b1 - b0;
+  const int64_t batch = kjt.stride;
+  for (int64_t f = 0; f < kjt.NumKeys(); ++f) {
+    for (int64_t b = b0; b < b1; ++b) out.lengths.push_back(kjt.lengths[f * batch + b]);
+    const int64_t v0 = layout.offsets[f * batch + b0], v1 = layout.offsets[f * batch + b1];
+    out.values.insert(out.values.end(), kjt.values.begin() + v0, kjt.values.begin() + v1);
+    if (!kjt.weights.empty()) out.weights.insert(out.weights.end(), kjt.weights.begin() + v0, kjt.weights.begin() + v1);
+  }
+  return out;
+}
+
+absl::Status CheckState(const EmbeddingConfig& config, const EmbeddingState& s) {
+  if (s.tables.size() != config.tables.size()) {
+    return Bad(absl::StrCat("initial.tables: ", s.tables.size(), " tables, the config has ", config.tables.size()));
+  }
+  for (size_t t = 0; t < config.tables.size(); ++t) {
+    const TableConfig& c = config.tables[t];
+    const TableState& ts = s.tables[t];
+    const std::string at = absl::StrCat("initial.tables[", t, "] ('", c.name, "')");
+    const size_t elems = static_cast<size_t>(c.rows * c.dim);
+    if (ts.weights.size() != elems)
+      return Bad(absl::StrCat(at, ".weights: ", ts.weights.size(), " values, expected ", elems));
+    if (c.optimizer.kind == OptimizerKind::kRowwiseAdagrad && ts.adagrad.size() != static_cast<size_t>(c.rows)) {
+      return Bad(absl::StrCat(at, ".adagrad: ", ts.adagrad.size(), " values, expected ", c.rows));
+    }
+    if (c.optimizer.kind == OptimizerKind::kAdam && (ts.adam_m.size() != elems || ts.adam_v.size() != elems)) {
+      return Bad(absl::StrCat(at, ".adam_m/adam_v: expected ", elems, " values each"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGrads(const EmbeddingConfig& config, const KeyedJaggedTensor& kjt, const KjtLayout& layout,
+                        int64_t width, const EmbeddingGrads& g) {
+  if (static_cast<int64_t>(g.pooled.size()) != kjt.stride * width) {
+    return Bad(absl::StrCat("grads.pooled: ", g.pooled.size(), " values, expected B*W = ", kjt.stride, "*", width));
+  }
+  size_t k = 0;
+  for (int64_t f = 0; f < kjt.NumKeys(); ++f) {
+    const FeatureConfig& fc = config.features[layout.feature[f]];
+    if (fc.pooling != Pooling::kNone) continue;
+    const int64_t want =
+        (layout.offsets[(f + 1) * kjt.stride] - layout.offsets[f * kjt.stride]) * config.tables[fc.table].dim;
+    if (k >= g.sequence.size() || static_cast<int64_t>(g.sequence[k].size()) != want) {
+      return Bad(absl::StrCat("grads.sequence[", k, "] (key '", kjt.keys[f], "'): expected ", want, " values"));
+    }
+    ++k;
+  }
+  if (k != g.sequence.size()) return Bad(absl::StrCat("grads.sequence: ", g.sequence.size(), " entries, expected ", k));
+  return absl::OkStatus();
+}
+
+// Copies rows [r0, r1) x columns [c0, c1) of a [rows][dim] table into a [r1-r0][c1-c0] block, or back.
+void CopyRect(const std::vector<float>& from, int64_t dim, const Shard& s, int64_t r0, int64_t r1,
+              std::vector<float>* to) {
+  to->clear();
+  for (int64_t r = r0; r < r1; ++r)
+    to->insert(to->end(), from.begin() + r * dim + s.col_begin, from.begin() + r * dim + s.col_end);
+}
+void PasteRect(const std::vector<float>& block, int64_t dim, const Shard& s, int64_t r0, int64_t r1,
+               std::vector<float>* to) {
+  for (int64_t r = r0; r < r1; ++r) {
+    std::copy(block.begin() + (r - r0) * s.cols(), block.begin() + (r - r0 + 1) * s.cols(),
+              to->begin() + r * dim + s.col_begin);
+  }
+}
+
+class Runner {
+ public:
+  Runner(const EmbeddingConfig& config, const ShardingPlanSpec& plan, GroupLayout layout, int world_size)
+      : config_(config),
+        plan_(plan),
+        layout_(std::move(layout)),
+        world_(world_size),
+        m_(layout_.size),
+        n_(world_size / layout_.size),
+        coll_(&report_) {}
+
+  absl::Status Setup(const EmbeddingState& initial, const KeyedJaggedTensor& kjt, const KjtLayout& layout,
+                     const EmbeddingGrads* grads) {
+    initial_step_ = initial.step;
+    env_.config = &config_;
+    env_.plan = &plan_;
+    env_.layout = &layout_;
+    env_.features = CollectTableFeatures(config_, layout, &env_.pooled_width);
+    env_.local_batch = kjt.stride / world_;
+    env_.weighted = !kjt.weights.empty();
+    ranks_.resize(world_);
+    const int64_t lb = env_.local_batch;
+    for (int r = 0; r < world_; ++r) {
+      RankData& rd = ranks_[r];
+      rd.rank = r;
+      rd.kjt = SliceKjt(kjt, layout, r * lb, (r + 1) * lb);
+      // The slice of a validated KJT is valid; its layout is derived here rather than re-validated
+      // (a slice without ids would lose the "weighted" mark that empty weights cannot carry).
+      rd.layout.feature = layout.feature;
+      rd.layout.offsets.assign(rd.kjt.lengths.size() + 1, 0);
+      for (size_t i = 0; i < rd.kjt.lengths.size(); ++i)
+        rd.layout.offsets[i + 1] = rd.layout.offsets[i] + rd.kjt.lengths[i];
+      if (grads != nullptr) {
+        rd.grads.pooled.assign(grads->pooled.begin() + r * lb * env_.pooled_width,
+                               grads->pooled.begin() + (r + 1) * lb * env_.pooled_width);
+        size_t k = 0;
+        for (int64_t f = 0; f < kjt.NumKeys(); ++f) {
+          const FeatureConfig& fc = config_.features[layout.feature[f]];
+          if (fc.pooling != Pooling::kNone) continue;
+          const int64_t dim = config_.tables[fc.table].dim;
+          const int64_t base = layout.offsets[f * kjt.stride];
+          const int64_t v0 = layout.offsets[f * kjt.stride + r * lb] - base;
+          const int64_t v1 = layout.offsets[f * kjt.stride + (r + 1) * lb] - base;
+          rd.grads.sequence.emplace_back(grads->sequence[k].begin() + v0 * dim, grads->sequence[k].begin() + v1 * dim);
+          ++k;
+        }
+      }
+      rd.shards.resize(layout_.shards.size());
+      const int position = r / n_, rho = r % n_;
+      for (size_t id = 0; id < layout_.shards.size(); ++id) {
+        const Shard& s = layout_.shards[id];
+        if (s.position != position) continue;
+        const TableConfig& tc = config_.tables[s.table];
+        const TableState& ts = initial.tables[s.table];
+        ShardState& ss = rd.shards[id];
+        if (plan_.fully_sharded) {
+          const auto [r0, r1] = SubBlock(s, rho);
+          CopyRect(ts.weights, tc.dim, s, r0, r1, &ss.stored);
+        } else {
+          CopyRect(ts.weights, tc.dim, s, s.row_begin, s.row_end, &ss.weights);
+        }
+        if (!ts.adagrad.empty()) ss.adagrad.assign(ts.adagrad.begin() + s.row_begin, ts.adagrad.begin() + s.row_end);
+        if (!ts.adam_m.empty()) {
+          CopyRect(ts.adam_m, tc.dim, s, s.row_begin, s.row_end, &ss.adam_m);
+          CopyRect(ts.adam_v, tc.dim, s, s.row_begin, s.row_end, &ss.adam_v);
+        }
+        ss.adam_step = ts.adam_step;
+      }
+    }
+    for (int rho = 0; rho < n_; ++rho) {
+      std::vector<RankData*> members;
+      for (int m = 0; m < m_; ++m) members.push_back(&ranks_[m * n_ + rho]);
+      groups_.push_back(std::make_unique<MpGroup>(env_, std::move(members), &coll_));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Step(int64_t s, bool backward) {
+    coll_.SetStep(s);
+    coll_.SetPhase(CommPhase::kForward);
+    const bool v3 = plan_.fully_sharded;
+    const bool touched = plan_.gather == GatherMode::kTouched;
+    if (v3 && !touched) Gather(false);
+    for (auto& g : groups_) GEMTB_RETURN_IF_ERROR(g->ExchangeIds());
+    if (v3 && touched) Gather(true);
+    for (auto& g : groups_) GEMTB_RETURN_IF_ERROR(g->LookupAndReturn());
+    if (!backward) {
+      if (v3) FreeGathered();
+      return absl::OkStatus();
+    }
+    coll_.SetPhase(CommPhase::kBackward);
+    if (v3 && !plan_.keep_gathered) {
+      FreeGathered();
+      Gather(touched);
+    }
+    for (auto& g : groups_) GEMTB_RETURN_IF_ERROR(g->Backward(initial_step_ + s));
+    if (v3) {
+      ScatterUpdated();
+    } else if (n_ > 1 && (s + 1) % plan_.sync_period == 0) {
+      coll_.SetPhase(CommPhase::kSync);
+      SyncReplicas();
+    }
+    return absl::OkStatus();
+  }
+
+  ShardedRun Finish(int64_t steps_done) {
+    ShardedRun run;
+    for (int rho = 0; rho < n_; ++rho)
+      run.replica_states.push_back(AssembleReplica(rho, steps_done, rho == 0 ? &run : nullptr));
+    run.state = run.replica_states[0];
+    // Output: rank r's local batch is global samples [r*B/R, (r+1)*B/R).
+    EmbeddingOutput& out = run.output;
+    out.pooled_width = env_.pooled_width;
+    out.sequence_keys = ranks_[0].output.sequence_keys;
+    out.sequence.resize(out.sequence_keys.size());
+    for (const RankData& rd : ranks_) {
+      out.pooled.insert(out.pooled.end(), rd.output.pooled.begin(), rd.output.pooled.end());
+      for (size_t k = 0; k < out.sequence.size(); ++k) {
+        out.sequence[k].insert(out.sequence[k].end(), rd.output.sequence[k].begin(), rd.output.sequence[k].end());
+      }
+    }
+    run.report = std::move(report_);
+    return run;
+  }
+
+ private:
+  // Sub-block rho of a shard's rows (V3): ceil(rows/N) rows each, the last ones possibly short or empty.
+  std::pair<int64_t, int64_t> SubBlock(const Shard& s, int rho) const {
+    const int64_t size = (s.rows() + n_ - 1) / n_;
+    return {std::min(s.row_end, s.row_begin + rho * size), std::min(s.row_end, s.row_begin + (rho + 1) * size)};
+  }
+  std::vector<int> ReplicaGroup(int position) const {
+    std::vector<int> g;
+    for (int rho = 0; rho < n_; ++rho) g.push_back(position * n_ + rho);
+    return g;
+  }
+
+  // V3: every rank (m, rho) gathers its shards' sub-blocks from the replica group into a full copy;
+  // `touched` moves only the rows some replica group's ids reference (other rows read NaN).
+  void Gather(bool touched) {
+    gathered_rows_.assign(layout_.shards.size(), {});
+    for (size_t id = 0; id < layout_.shards.size(); ++id) {
+      const Shard& s = layout_.shards[id];
+      const int64_t e_w = StorageBytes(config_.tables[s.table].dtype);
+      std::vector<int64_t>& rows = gathered_rows_[id];
+      if (touched) {
+        for (auto& g : groups_) {
+          const std::vector<int64_t> need = g->NeededRows(static_cast<int>(id));
+          rows.insert(rows.end(), need.begin(), need.end());
+        }
+        std::sort(rows.begin(), rows.end());
+        rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+      } else {
+        for (int64_t r = s.row_begin; r < s.row_end; ++r) rows.push_back(r);
+      }
+      MemberBuffers<float> chunks(n_);
+      for (int rho = 0; rho < n_; ++rho) {
+        const ShardState& ss = ranks_[s.position * n_ + rho].shards[id];
+        const auto [r0, r1] = SubBlock(s, rho);
+        for (int64_t r : rows) {
+          if (r < r0 || r >= r1) continue;
+          chunks[rho].insert(chunks[rho].end(), ss.stored.begin() + (r - r0) * s.cols(),
+                             ss.stored.begin() + (r - r0 + 1) * s.cols());
+        }
+      }
+      const MemberBuffers<float> all =
+          MustSucceed(coll_.AllGather<float>(GroupClass::kSparseIntra, ReplicaGroup(s.position), chunks, e_w));
+      for (int rho = 0; rho < n_; ++rho) {
+        ShardState& ss = ranks_[s.position * n_ + rho].shards[id];
+        ss.weights.assign(static_cast<size_t>(s.rows() * s.cols()), std::numeric_limits<float>::quiet_NaN());
+        // Rows arrive by sub-block (rho order), ascending inside each: the order of `rows`.
+        for (size_t k = 0; k < rows.size(); ++k) {
+          std::copy(all[rho].begin() + k * s.cols(), all[rho].begin() + (k + 1) * s.cols(),
+                    ss.weights.begin() + (rows[k] - s.row_begin) * s.cols());
+        }
+      }
+    }
+  }
+
+  void FreeGathered() {
+    for (RankData& rd : ranks_) {
+      for (ShardState& ss : rd.shards) std::vector<float>().swap(ss.weights);
+    }
+  }
+
+  // V3: RS(N) of every updated copy; sub-block rho keeps seqsum over the replicas / N, stored RNE.
+  void ScatterUpdated() {
+    for (size_t id = 0; id < layout_.shards.size(); ++id) {
+      const Shard& s = layout_.shards[id];
+      const TableConfig& tc = config_.tables[s.table];
+      const std::vector<int64_t>& rows = gathered_rows_[id];
+      MemberBuffers<float> buffers(n_);
+      std::vector<int64_t> chunk(n_, 0);
+      for (int rho = 0; rho < n_; ++rho) {
+        const ShardState& ss = ranks_[s.position * n_ + rho].shards[id];
+        for (int64_t r : rows) {
+          buffers[rho].insert(buffers[rho].end(), ss.weights.begin() + (r - s.row_begin) * s.cols(),
+                              ss.weights.begin() + (r - s.row_begin + 1) * s.cols());
+        }
+        const auto [r0, r1] = SubBlock(s, rho);
+        for (int64_t r : rows) chunk[rho] += (r >= r0 && r < r1) ? s.cols() : 0;
+      }
+      const MemberBuffers<float> sums = MustSucceed(coll_.ReduceScatter(
+          GroupClass::kSparseIntra, ReplicaGroup(s.position), buffers, chunk, StorageBytes(tc.dtype)));
+      for (int rho = 0; rho < n_; ++rho) {
+        ShardState& ss = ranks_[s.position * n_ + rho].shards[id];
+        const auto [r0, r1] = SubBlock(s, rho);
+        int64_t k = 0;
+        for (int64_t r : rows) {
+          if (r < r0 || r >= r1) continue;
+          for (int64_t j = 0; j < s.cols(); ++j) {
+            ss.stored[(r - r0) * s.cols() + j] =
+                embedding::StoreRne(embedding::DivRn(sums[rho][k * s.cols() + j], static_cast<float>(n_)), tc.dtype);
+          }
+          ++k;
+        }
+      }
+    }
+    FreeGathered();
+  }
+
+  // V2: per position, AR(N) of every shard's weights (and state) over the replicas, then / N.
+  void SyncReplicas() {
+    for (size_t id = 0; id < layout_.shards.size(); ++id) {
+      const Shard& s = layout_.shards[id];
+      const TableConfig& tc = config_.tables[s.table];
+      const std::vector<int> group = ReplicaGroup(s.position);
+      auto average = [&](auto field, int64_t element_bytes, bool round_to_storage) {
+        MemberBuffers<float> buffers(n_);
+        for (int rho = 0; rho < n_; ++rho) buffers[rho] = field(ranks_[group[rho]].shards[id]);
+        const MemberBuffers<float> sum =
+            MustSucceed(coll_.AllReduce(GroupClass::kSparseReplica, group, buffers, element_bytes));
+        for (int rho = 0; rho < n_; ++rho) {
+          std::vector<float> avg(sum[rho].size());
+          for (size_t e = 0; e < avg.size(); ++e) {
+            avg[e] = embedding::DivRn(sum[rho][e], static_cast<float>(n_));
+            if (round_to_storage) avg[e] = embedding::StoreRne(avg[e], tc.dtype);
+          }
+          field(ranks_[group[rho]].shards[id]) = std::move(avg);
+        }
+      };
+      average([](ShardState& ss) -> std::vector<float>& { return ss.weights; }, StorageBytes(tc.dtype), true);
+      if (!plan_.state_sync) continue;
+      if (tc.optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
+        average([](ShardState& ss) -> std::vector<float>& { return ss.adagrad; }, 4, false);
+      }
+      if (tc.optimizer.kind == OptimizerKind::kAdam) {
+        // m and v travel as one buffer of 8 * rows * cols bytes.
+        std::vector<std::vector<float>> joint(n_);
+        for (int rho = 0; rho < n_; ++rho) {
+          ShardState& ss = ranks_[group[rho]].shards[id];
+          joint[rho] = ss.adam_m;
+          joint[rho].insert(joint[rho].end(), ss.adam_v.begin(), ss.adam_v.end());
+        }
+        const MemberBuffers<float> sum = MustSucceed(coll_.AllReduce(GroupClass::kSparseReplica, group, joint, 4));
+        for (int rho = 0; rho < n_; ++rho) {
+          ShardState& ss = ranks_[group[rho]].shards[id];
+          const size_t half = ss.adam_m.size();
+          for (size_t e = 0; e < half; ++e) {
+            ss.adam_m[e] = embedding::DivRn(sum[rho][e], static_cast<float>(n_));
+            ss.adam_v[e] = embedding::DivRn(sum[rho][half + e], static_cast<float>(n_));
+          }
+        }
+      }
+    }
+  }
+
+  EmbeddingState AssembleReplica(int rho, int64_t steps_done, ShardedRun* run) const {
+    EmbeddingState st;
+    st.step = initial_step_ + steps_done;
+    if (run != nullptr) run->per_shard_adagrad.assign(config_.tables.size(), {});
+    for (size_t t = 0; t < config_.tables.size(); ++t) {
+      const TableConfig& tc = config_.tables[t];
+      const TableLayout& tl = layout_.tables[t];
+      TableState ts;
+      const size_t elems = static_cast<size_t>(tc.rows * tc.dim);
+      ts.weights.assign(elems, 0.0f);
+      const bool adagrad = tc.optimizer.kind == OptimizerKind::kRowwiseAdagrad;
+      const bool adam = tc.optimizer.kind == OptimizerKind::kAdam;
+      if (adagrad) ts.adagrad.assign(static_cast<size_t>(tc.rows), 0.0f);
+      if (adam) {
+        ts.adam_m.assign(elems, 0.0f);
+        ts.adam_v.assign(elems, 0.0f);
+      }
+      const bool per_shard = adagrad && plan_.cw_state == CwState::kPerShard && tl.col_shards > 1;
+      if (per_shard && run != nullptr)
+        run->per_shard_adagrad[t].assign(static_cast<size_t>(tl.col_shards * tc.rows), 0.0f);
+      for (int id : tl.shards) {
+        const Shard& s = layout_.shards[id];
+        if (tl.type == ShardingType::kDataParallel && s.position != 0) continue;
+        const ShardState& ss = ranks_[s.position * n_ + rho].shards[id];
+        if (plan_.fully_sharded) {
+          for (int r2 = 0; r2 < n_; ++r2) {
+            const auto [r0, r1] = SubBlock(s, r2);
+            PasteRect(ranks_[s.position * n_ + r2].shards[id].stored, tc.dim, s, r0, r1, &ts.weights);
+          }
+        } else {
+          PasteRect(ss.weights, tc.dim, s, s.row_begin, s.row_end, &ts.weights);
+        }
+        if (adagrad && s.col_shard == 0)
+          std::copy(ss.adagrad.begin(), ss.adagrad.end(), ts.adagrad.begin() + s.row_begin);
+        if (per_shard && run != nullptr) {
+          std::copy(ss.adagrad.begin(), ss.adagrad.end(),
+                    run->per_shard_adagrad[t].begin() + s.col_shard * tc.rows + s.row_begin);
+        }
+        if (adam) {
+          PasteRect(ss.adam_m, tc.dim, s, s.row_begin, s.row_end, &ts.adam_m);
+          PasteRect(ss.adam_v, tc.dim, s, s.row_begin, s.row_end, &ts.adam_v);
+        }
+        ts.adam_step = ss.adam_step;
+      }
+      st.tables.push_back(std::move(ts));
+    }
+    return st;
+  }
+
+  const EmbeddingConfig& config_;
+  const ShardingPlanSpec& plan_;
+  GroupLayout layout_;
+  int world_, m_, n_;
+  CommReport report_;
+  VirtualCollectives coll_;
+  GroupEnv env_;
+  std::vector<RankData> ranks_;
+  std::vector<std::unique_ptr<MpGroup>> groups_;
+  std::vector<std::vector<int64_t>> gathered_rows_;
+  int64_t initial_step_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<ShardedRun> RunSharded(const EmbeddingConfig& config, const ShardingPlanSpec& plan, int world_size,
+                                      int gpus_per_host, const EmbeddingState& initial,
+                                      const KeyedJaggedTensor& global_kjt, const EmbeddingGrads* global_grads,
+                                      int steps, int threads) {
+  GEMTB_RETURN_IF_ERROR(ValidateEmbeddingConfig(config));
+  GEMTB_RETURN_IF_ERROR(ValidateShardingPlan(plan, config, world_size, gpus_per_host));
+  KjtLayout layout;
+  GEMTB_RETURN_IF_ERROR(ValidateKjt(global_kjt, config, &layout));
+  if (steps < 1) return Bad(absl::StrCat("steps=", steps, " must be >= 1"));
+  if (threads < 0) return Bad(absl::StrCat("threads=", threads, " must be >= 0"));
+  if (global_kjt.stride % world_size != 0) {
+    return Bad(absl::StrCat("kjt.stride: B=", global_kjt.stride, " is not divisible by world_size ", world_size));
+  }
+  GEMTB_RETURN_IF_ERROR(CheckState(config, initial));
+  if (global_grads != nullptr) {
+    int64_t width = 0;
+    CollectTableFeatures(config, layout, &width);
+    GEMTB_RETURN_IF_ERROR(CheckGrads(config, global_kjt, layout, width, *global_grads));
+  }
+  absl::StatusOr<GroupLayout> group = BuildGroupLayout(plan, config, world_size, gpus_per_host);
+  if (!group.ok()) return group.status();
+  Runner runner(config, plan, *std::move(group), world_size);
+  GEMTB_RETURN_IF_ERROR(runner.Setup(initial, global_kjt, layout, global_grads));
+  absl::Status status;
+  tbb::task_arena arena(threads > 0 ? threads : tbb::info::default_concurrency());
+  arena.execute([&] {
+    for (int s = 0; s < steps && status.ok(); ++s) status = runner.Step(s, global_grads != nullptr);
+  });
+  GEMTB_RETURN_IF_ERROR(status);
+  return runner.Finish(global_grads != nullptr ? steps : 0);
+}
+
+}  // namespace gemtb::reference
