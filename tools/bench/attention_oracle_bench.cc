@@ -5,6 +5,7 @@
 //
 // Before timing, each shape is checked: the 1-thread and 2-thread outputs must be bitwise equal,
 // so a benchmark never times a configuration that breaks the oracle's contract.
+// Results: bash tools/bench/run_cpu_bench.sh attention_oracle_bench.
 #include <benchmark/benchmark.h>
 
 #include <cstring>

@@ -1,7 +1,8 @@
 // CPU benchmark of the embedding oracle: pooled lookup forward and the backward fused with rowwise
 // Adagrad, reported as GB/s of embedding rows touched (occurrences x dim x 4 bytes: what a lookup
 // reads; the backward reads and writes touched rows once per unique row, reported the same way for
-// comparability). Before timing, 1 and 2 threads must give identical bytes.
+// comparability). Before timing, 1 and 2 threads must give identical bytes. Results: bash
+// tools/bench/run_cpu_bench.sh embedding_oracle_bench.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
