@@ -46,7 +46,10 @@ void BackwardSequence(const PreparedAttention& p, const AttentionInputs& in,
   const double post = round.Acc(plan.post_scale);
   const int64_t shift = bias.Shift(seq);
   std::vector<double> s(static_cast<size_t>(seq.lk));
-  if (plan.rel_heads) sc.d_rel[b].assign(static_cast<size_t>(plan.rel_heads * (2 * plan.max_l - 1)), 0.0);
+  // The table is [Hr, 2*maxL-1], or [Hr, 0] when maxL = 0 (as validated).
+  if (plan.rel_heads) {
+    sc.d_rel[b].assign(static_cast<size_t>(plan.rel_heads * std::max<int64_t>(2 * plan.max_l - 1, 0)), 0.0);
+  }
   if (plan.ts_heads) sc.d_ts[b].assign(static_cast<size_t>(plan.ts_heads * kTimeBuckets), 0.0);
 
   for (int64_t h = 0; h < plan.heads; ++h) {

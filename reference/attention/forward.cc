@@ -40,6 +40,7 @@ void ForwardBlock(const PreparedAttention& p, const AttentionInputs& in, const A
   const Rounding<kEmulate> round{in.input_type};
   const ScoreRow<kEmulate> scores{plan, in, BiasLocator{&plan, &o, in.ts.data.data()}, p.q, p.k, round};
   const OutputSequence& seq = plan.out[b];
+  if (seq.lq == 0) return;  // nothing to write; Dv (maybe backed by no data) must not size scratch
   const int64_t hk = h / (plan.heads / plan.kv_heads);
   const bool softmax = o.act == Activation::kSoftmax;
   const double post = round.Acc(plan.post_scale);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "absl/strings/string_view.h"
@@ -26,6 +27,10 @@ absl::Status CheckRank(const TensorView<T>& t, absl::string_view field, size_t r
   int64_t n = 1;
   for (int64_t d : t.shape) {
     if (d < 0) return Bad(absl::StrCat(field, ": shape ", ShapeString(t.shape), " is negative"));
+    // A hostile shape must not overflow the product (signed overflow is UB).
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) {
+      return Bad(absl::StrCat(field, ": shape ", ShapeString(t.shape), " has more than 2^63 elements"));
+    }
     n *= d;
   }
   if (static_cast<int64_t>(t.data.size()) != n) {
@@ -101,6 +106,13 @@ absl::StatusOr<AttentionPlan> MakePlan(const AttentionInputs& in, const Attentio
   if (p.kv_heads < 1) return Bad(absl::StrCat("k: Hkv=", p.kv_heads, " must be >= 1"));
   if (p.dqk < 1) return Bad(absl::StrCat("q: Dqk=", p.dqk, " must be >= 1"));
   if (p.dv < 1) return Bad(absl::StrCat("v: Dv=", p.dv, " must be >= 1"));
+  // Heads and head dims size the task list, scratch rows and outputs even when a tensor is empty
+  // (q [0, 2^62, 2] has no values to bound H), so they are capped like the lengths below.
+  constexpr int64_t kMaxHeadsOrDim = int64_t{1} << 16;
+  for (const auto& [field, value] : {std::pair{"q: H", p.heads}, {"k: Hkv", p.kv_heads},
+                                     {"q: Dqk", p.dqk}, {"v: Dv", p.dv}}) {
+    if (value > kMaxHeadsOrDim) return Bad(absl::StrCat(field, "=", value, " exceeds 2^16"));
+  }
   if (in.k.shape[2] != p.dqk) {
     return Bad(absl::StrCat("k: Dqk=", in.k.shape[2], " differs from q's Dqk=", p.dqk));
   }

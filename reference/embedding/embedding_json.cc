@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -32,6 +33,15 @@ template <typename T>
 absl::Status GetInt(const json& j, const char* key, const std::string& path, T* out, bool required) {
   if (!j.contains(key)) return required ? Bad(absl::StrCat(path, ".", key), "required") : absl::OkStatus();
   if (!j[key].is_number_integer()) return Bad(absl::StrCat(path, ".", key), absl::StrCat(j[key].dump(), " is not an integer"));
+  // get<T>() wraps a value outside a narrower T (4294967297 would become the int 1). Out-of-range
+  // int64 values wrap to negatives, which every int64 field rejects (hash_seed takes all 64 bits).
+  if constexpr (sizeof(T) < sizeof(int64_t)) {
+    const bool fits = j[key].is_number_unsigned()
+                          ? j[key].get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                          : j[key].get<int64_t>() >= std::numeric_limits<T>::min() &&
+                                j[key].get<int64_t>() <= std::numeric_limits<T>::max();
+    if (!fits) return Bad(absl::StrCat(path, ".", key), absl::StrCat(j[key].dump(), " is out of range"));
+  }
   *out = j[key].get<T>();
   return absl::OkStatus();
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -30,7 +31,9 @@ std::optional<InputError> FindKjtError(const KeyedJaggedTensor& kjt, const Embed
   };
   // 1. Shapes, keys.
   if (batch < 0) return error(KjtErrorCode::kShape, -1, absl::StrCat("stride B=", batch, " is negative"));
-  if (static_cast<int64_t>(kjt.lengths.size()) != num_keys * batch) {
+  // F*B overflows int64 for a hostile stride; such a product can never equal |lengths|.
+  if ((num_keys != 0 && batch > std::numeric_limits<int64_t>::max() / num_keys) ||
+      static_cast<int64_t>(kjt.lengths.size()) != num_keys * batch) {
     return error(KjtErrorCode::kShape, -1, absl::StrCat("|lengths|=", kjt.lengths.size(), " but F*B=", num_keys, "*", batch));
   }
   const bool has_weights = kjt.has_weights || !kjt.weights.empty();

@@ -108,7 +108,7 @@ absl::Status ValidateEmbeddingConfig(const EmbeddingConfig& config) {
     if (c.rows < 1) return Bad(absl::StrCat(name, ": rows=", c.rows, " must be >= 1"));
     if (c.dim < 4 || c.dim % 4 != 0) return Bad(absl::StrCat(name, ": dim=", c.dim, " must be a positive multiple of 4"));
     if (c.dtype == ElementType::kFloat64) return Bad(absl::StrCat(name, ": dtype must be fp32, fp16 or bf16"));
-    if (c.rows > (int64_t{1} << 40) || c.rows * c.dim > (int64_t{1} << 34)) {
+    if (c.rows > (int64_t{1} << 40) || c.dim > (int64_t{1} << 34) / c.rows) {  // rows*dim > 2^34, without overflow
       return Bad(absl::StrCat(name, ": rows*dim=", c.rows, "*", c.dim, " is too large for the CPU oracle"));
     }
     const OptimizerConfig& o = c.optimizer;
@@ -261,6 +261,8 @@ absl::StatusOr<std::vector<RowGradients>> EmbeddingRowGradients(const EmbeddingC
       c += dim;
     }
   }
+  // Without keys nothing is touched, and B (then backed by no data) must not size anything.
+  if (num_keys == 0) return std::vector<RowGradients>(config.tables.size());
   int64_t num_blocks = 1;
   const std::vector<int64_t> block_of = BlockOfSample(partition, batch, &num_blocks);
 
