@@ -12,6 +12,7 @@ commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- reference model t
 raw=$(mktemp)
 cmd="build/bin/$bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true $*"
 $cmd --benchmark_out="$raw" --benchmark_out_format=json
+mkdir -p tools/bench/results
 out="tools/bench/results/${bench}_$(date -u +%Y%m%d)_${commit}.json"
 /usr/bin/python3 - "$raw" "$out" "$commit" "$cmd" "$bench" <<'PY'
 import json, platform, sys
