@@ -32,6 +32,8 @@ int RunRefQuantize(const std::vector<std::string>& args);
 int RunRefCompare(const std::vector<std::string>& args);
 int RunRefEmbed(const std::vector<std::string>& args);
 int RunDemo(const std::vector<std::string>& args);
+int RunGpuAttention(const std::vector<std::string>& args);
+int RunCheckAttention(const std::vector<std::string>& args);
 
 }  // namespace gemtb::cli
 

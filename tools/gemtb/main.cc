@@ -19,6 +19,8 @@ const Subcommand kSubcommands[] = {
     {{"ref", "quantize"}, gemtb::cli::RunRefQuantize, "bf16/fp16/fp8/MX quantisation, SR and RHT of a .npy tensor"},
     {{"ref", "compare"}, gemtb::cli::RunRefCompare, "check someone else's attention outputs against the oracle"},
     {{"ref", "embed"}, gemtb::cli::RunRefEmbed, "table-batched embeddings: pooling and one fused optimizer step"},
+    {{"gpu", "attention"}, gemtb::cli::RunGpuAttention, "the CUDA attention kernels (H200) on .npy tensors"},
+    {{"check", "attention"}, gemtb::cli::RunCheckAttention, "random cases: GPU kernels vs oracle, spec §9 criteria"},
 };
 
 void PrintUsage(std::ostream& out) {

@@ -1,0 +1,36 @@
+// The kernel launchers api.cc calls, one explicit instantiation per (storage type, head dim) in
+// gpu/attention/instantiations/. Each launches on the default stream and reports launch errors;
+// api.cc synchronises and checks once at the end of a call.
+#ifndef GEMTB_GPU_ATTENTION_LAUNCH_H_
+#define GEMTB_GPU_ATTENTION_LAUNCH_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "gpu/attention/params.h"
+#include "model/common/element_type.h"
+
+namespace gemtb::gpu {
+
+// O and LSE of the listed forward tiles (blockIdx.x = tile, blockIdx.y = query head).
+template <ElementType E, int D>
+absl::Status LaunchForward(const ForwardParams& params, int64_t num_tiles);
+
+// D_i = rowsum(dO * O) for every output row and head (softmax backward only).
+template <ElementType E, int D>
+absl::Status LaunchRowDot(const BackwardParams& params);
+
+// dK and dV of the listed K/V tiles (blockIdx.y = K/V head), summing every reader in a fixed order.
+template <ElementType E, int D>
+absl::Status LaunchDkDv(const BackwardParams& params, int64_t num_tiles);
+
+// dQ of the listed query tiles (blockIdx.y = query head): the separate, atomic-free dQ pass.
+template <ElementType E, int D>
+absl::Status LaunchDq(const BackwardParams& params, int64_t num_tiles);
+
+// x[0..n) = value.
+absl::Status LaunchFill(float* x, int64_t n, float value);
+
+}  // namespace gemtb::gpu
+
+#endif  // GEMTB_GPU_ATTENTION_LAUNCH_H_

@@ -1,0 +1,51 @@
+// The launchers of launch.h as templates over (storage type, head dim); each file in
+// instantiations/ instantiates one. Kept apart from the kernels so that the kernel headers compile
+// without the CUDA runtime (tests/gpu/emulation runs them on the CPU).
+#ifndef GEMTB_GPU_ATTENTION_LAUNCH_TEMPLATE_CUH_
+#define GEMTB_GPU_ATTENTION_LAUNCH_TEMPLATE_CUH_
+
+#include "gpu/attention/backward_dkdv_kernel.cuh"
+#include "gpu/attention/backward_dq_kernel.cuh"
+#include "gpu/attention/backward_row_dot.cuh"
+#include "gpu/attention/forward_kernel.cuh"
+#include "gpu/attention/launch.h"
+#include "gpu/common/cuda_check.cuh"
+
+namespace gemtb::gpu {
+
+template <ElementType E, int D>
+absl::Status LaunchForward(const ForwardParams& params, int64_t num_tiles) {
+  if (num_tiles == 0) return absl::OkStatus();
+  const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.problem.heads));
+  return Launch(ForwardKernel<E, D>, grid, dim3(kThreads), ForwardSmem<D>::kBytes, params,
+                "attention forward kernel");
+}
+
+template <ElementType E, int D>
+absl::Status LaunchDkDv(const BackwardParams& params, int64_t num_tiles) {
+  if (num_tiles == 0) return absl::OkStatus();
+  const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.problem.kv_heads));
+  return Launch(DkDvKernel<E, D>, grid, dim3(kThreads), DkDvSmem<D>::kBytes, params,
+                "attention backward dK/dV kernel");
+}
+
+template <ElementType E, int D>
+absl::Status LaunchDq(const BackwardParams& params, int64_t num_tiles) {
+  if (num_tiles == 0) return absl::OkStatus();
+  const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.problem.heads));
+  return Launch(DqKernel<E, D>, grid, dim3(kThreads), DqSmem<D>::kBytes, params,
+                "attention backward dQ kernel");
+}
+
+template <ElementType E, int D>
+absl::Status LaunchRowDot(const BackwardParams& params) {
+  const int64_t blocks = (params.problem.out_rows + kBlockM - 1) / kBlockM;
+  if (blocks == 0) return absl::OkStatus();
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(params.problem.heads));
+  return Launch(RowDotKernel<E, D>, grid, dim3(kThreads), RowDotSmem<D>::kBytes, params,
+                "attention backward row-dot kernel");
+}
+
+}  // namespace gemtb::gpu
+
+#endif  // GEMTB_GPU_ATTENTION_LAUNCH_TEMPLATE_CUH_

@@ -1,0 +1,107 @@
+// What the host hands the attention kernels: the resolved sequence pairing, the tile lists and one
+// plain params struct per kernel. Plain C++ (no CUDA types): api.cc fills these, the .cu files read
+// them. Indices are elements, never bytes; rows of Q/K/V/O/dO are H*D (or Hkv*D) elements apart.
+#ifndef GEMTB_GPU_ATTENTION_PARAMS_H_
+#define GEMTB_GPU_ATTENTION_PARAMS_H_
+
+#include <cstdint>
+
+#include "model/attention/attention_options.h"
+
+namespace gemtb::gpu {
+
+// Output sequence b (spec §1 "Pairing"): query rows [q_begin, q_begin+lq) of Q, key rows
+// [kv_begin, kv_begin+lk) of K and V, output rows [out_begin, out_begin+lq) of O, dO and LSE.
+struct SeqInfo {
+  int64_t q_begin = 0;
+  int64_t kv_begin = 0;
+  int64_t out_begin = 0;
+  int32_t lq = 0;
+  int32_t lk = 0;
+};
+
+// The valid keys [begin, end) of query row i (spec §3 masks), as model/'s ValidKeys says, clamped to
+// [0, lk] so that an empty range never points past the sequence (block(n) with Lq > Lk can put
+// ValidKeys' empty range beyond lk). Host scheduler and kernels call this same function (the
+// kernels through --expt-relaxed-constexpr), so they cannot disagree on a mask.
+struct RowKeyRange {
+  int32_t begin, end;
+};
+
+constexpr RowKeyRange ClampedKeys(const AttentionOptions& o, int64_t i, int64_t lq, int64_t lk) {
+  const KeyRange r = ValidKeys(o, i, lq, lk);
+  const int64_t begin = r.begin < lk ? r.begin : lk;
+  const int64_t end = r.end < begin ? begin : (r.end < lk ? r.end : lk);
+  return {static_cast<int32_t>(begin), static_cast<int32_t>(end)};
+}
+
+// Tile sizes shared by the host scheduler and the kernels: 4 warps of 16 rows each.
+inline constexpr int kBlockM = 64;       // query rows per forward / dQ tile
+inline constexpr int kBlockN = 64;       // keys per K/V tile
+inline constexpr int kBwdBlockM = 32;    // query rows per step of the dK/dV kernel
+inline constexpr int kThreads = 128;
+
+// Forward: query rows [i0, i0+kBlockM) of output sequence b against keys [k_lo, k_hi), the union of
+// those rows' valid key ranges (never empty: empty tiles are not listed).
+struct ForwardTile {
+  int32_t b, i0, k_lo, k_hi;
+};
+
+// dQ: query rows [i0, i0+kBlockM) of one query sequence, for each of its readers (the output
+// sequences that read it: just one, or every b under broadcast_q) in increasing b.
+struct DqTile {
+  int32_t i0, reader_begin, reader_count, unused;
+};
+struct DqReader {
+  int32_t b, k_lo, k_hi, unused;
+};
+
+// dK/dV: keys [j0, j0+kBlockN) of one K/V sequence (rows kv_begin.. of K and V, length lk); each
+// segment is a range [i0, i1) of one reader's query rows whose key ranges meet these keys.
+struct DkvTile {
+  int64_t kv_begin;
+  int32_t lk, j0, seg_begin, seg_count;
+};
+struct DkvSegment {
+  int32_t b, i0, i1, unused;
+};
+
+// What every kernel of one call shares.
+struct ProblemParams {
+  const uint16_t* q = nullptr;  // [TQ, H, D] storage bits
+  const uint16_t* k = nullptr;  // [TK, Hkv, D]
+  const uint16_t* v = nullptr;  // [TK, Hkv, D]
+  const SeqInfo* seqs = nullptr;
+  int32_t heads = 0;
+  int32_t kv_heads = 0;
+  int64_t out_rows = 0;  // TO: LSE and D are [H, TO]
+  float pre_scale = 1.f;   // both already rounded to fp32, as the emulate mode does (spec §7)
+  float post_scale = 1.f;
+  AttentionOptions options;  // act and the mask fields; the scales above are the resolved ones
+};
+
+struct ForwardParams {
+  ProblemParams problem;
+  const ForwardTile* tiles = nullptr;
+  uint16_t* o = nullptr;  // [TO, H, D]
+  float* lse = nullptr;   // [H, TO], softmax only
+};
+
+struct BackwardParams {
+  ProblemParams problem;
+  const uint16_t* o = nullptr;    // [TO, H, D] from the forward
+  const uint16_t* d_o = nullptr;  // [TO, H, D]
+  const float* lse = nullptr;     // [H, TO] from the forward (softmax)
+  float* d_rows = nullptr;        // [H, TO]: D_i = rowsum(dO * O) (softmax)
+  const DqTile* dq_tiles = nullptr;
+  const DqReader* dq_readers = nullptr;
+  const DkvTile* dkv_tiles = nullptr;
+  const DkvSegment* dkv_segments = nullptr;
+  uint16_t* dq = nullptr;  // [TQ, H, D]
+  uint16_t* dk = nullptr;  // [TK, Hkv, D]
+  uint16_t* dv = nullptr;  // [TK, Hkv, D]
+};
+
+}  // namespace gemtb::gpu
+
+#endif  // GEMTB_GPU_ATTENTION_PARAMS_H_

@@ -1,0 +1,43 @@
+// Host-built tile lists over the jagged problem (spec §12): which (query rows x key range) blocks
+// the forward, dQ and dK/dV kernels run. Tiles without any valid (query, key) pair are not listed,
+// so fully masked regions cost nothing; their outputs are prefilled (O, dQ, dK, dV = 0, LSE = -inf).
+// Each list is ordered heaviest first, so the short tiles fill in at the end of a launch.
+//
+// The masks of the spec keep one contiguous key range per query row whose ends never decrease with
+// the row (ClampedKeys in params.h); the scheduler relies on that to find ranges by bisection.
+#ifndef GEMTB_GPU_ATTENTION_TILE_SCHEDULER_H_
+#define GEMTB_GPU_ATTENTION_TILE_SCHEDULER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "gpu/attention/params.h"
+#include "model/attention/attention_options.h"
+
+namespace gemtb::gpu {
+
+// The resolved pairing (spec §1): per output sequence b its SeqInfo and K/V sequence ks(b).
+struct Pairing {
+  std::vector<SeqInfo> seqs;
+  std::vector<int64_t> kv_seq;       // ks(b)
+  std::vector<int64_t> kv_offsets;   // [nkv+1]
+  bool broadcast_q = false;          // every b reads query sequence 0
+};
+
+struct TileLists {
+  std::vector<ForwardTile> forward;
+  std::vector<DqTile> dq;
+  std::vector<DqReader> dq_readers;
+  std::vector<DkvTile> dkv;
+  std::vector<DkvSegment> dkv_segments;
+};
+
+// Forward tiles only (the forward needs nothing else).
+std::vector<ForwardTile> BuildForwardTiles(const Pairing& pairing, const AttentionOptions& options);
+
+// dQ and dK/dV tiles.
+TileLists BuildBackwardTiles(const Pairing& pairing, const AttentionOptions& options);
+
+}  // namespace gemtb::gpu
+
+#endif  // GEMTB_GPU_ATTENTION_TILE_SCHEDULER_H_

@@ -1,0 +1,67 @@
+// An owning device array for host code, with every CUDA call's error as an absl::Status.
+#ifndef GEMTB_GPU_COMMON_DEVICE_BUFFER_H_
+#define GEMTB_GPU_COMMON_DEVICE_BUFFER_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include "absl/strings/string_view.h"
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+
+namespace gemtb::gpu {
+
+inline absl::Status CudaOk(cudaError_t err, absl::string_view what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
+}
+
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+
+  // n elements, uninitialised (a zero-size array holds no memory and a null pointer).
+  absl::Status Allocate(size_t n, absl::string_view what) {
+    size_ = n;
+    if (n == 0) return absl::OkStatus();
+    return CudaOk(cudaMalloc(reinterpret_cast<void**>(&ptr_), n * sizeof(T)),
+                  absl::StrCat("cudaMalloc ", what));
+  }
+  absl::Status Upload(absl::Span<const T> host, absl::string_view what) {
+    if (absl::Status s = Allocate(host.size(), what); !s.ok()) return s;
+    if (host.empty()) return absl::OkStatus();
+    return CudaOk(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+                  absl::StrCat("copy of ", what, " to the device"));
+  }
+  absl::Status Zero(absl::string_view what) {
+    if (size_ == 0) return absl::OkStatus();
+    return CudaOk(cudaMemset(ptr_, 0, size_ * sizeof(T)), absl::StrCat("cudaMemset ", what));
+  }
+  absl::Status Download(std::vector<T>& host, absl::string_view what) const {
+    host.resize(size_);
+    if (size_ == 0) return absl::OkStatus();
+    return CudaOk(cudaMemcpy(host.data(), ptr_, size_ * sizeof(T), cudaMemcpyDeviceToHost),
+                  absl::StrCat("copy of ", what, " to the host"));
+  }
+
+  T* get() const { return ptr_; }
+  size_t size() const { return size_; }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace gemtb::gpu
+
+#endif  // GEMTB_GPU_COMMON_DEVICE_BUFFER_H_

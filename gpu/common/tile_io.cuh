@@ -1,0 +1,30 @@
+// Cooperative copies of row tiles between global and shared memory, 16 bytes per access.
+#ifndef GEMTB_GPU_COMMON_TILE_IO_CUH_
+#define GEMTB_GPU_COMMON_TILE_IO_CUH_
+
+#include <cstdint>
+
+namespace gemtb::gpu {
+
+// Copies rows [0, valid_rows) of a [kRows, kCols] tile of 16-bit elements from `src` (rows
+// `src_stride` elements apart) into `dst` (rows `ld` elements apart) and zero-fills rows
+// [valid_rows, kRows): rows past a sequence end belong to the next sequence (spec §12), and zeros
+// keep 0 * garbage out of the matmuls. kCols, ld and src_stride must be multiples of 8, src and dst
+// 16-byte aligned. Every thread of the block takes part (kThreads of them).
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void LoadRowsZeroFill(uint16_t* dst, int ld, const uint16_t* src,
+                                                 int64_t src_stride, int valid_rows) {
+  static_assert(kCols % 8 == 0, "rows are copied in 16-byte chunks");
+  constexpr int kChunks = kCols / 8;
+  for (int idx = static_cast<int>(threadIdx.x); idx < kRows * kChunks; idx += kThreads) {
+    const int r = idx / kChunks;
+    const int c = idx % kChunks;
+    uint4 value = make_uint4(0u, 0u, 0u, 0u);
+    if (r < valid_rows) value = *reinterpret_cast<const uint4*>(src + r * src_stride + c * 8);
+    *reinterpret_cast<uint4*>(dst + r * ld + c * 8) = value;
+  }
+}
+
+}  // namespace gemtb::gpu
+
+#endif  // GEMTB_GPU_COMMON_TILE_IO_CUH_

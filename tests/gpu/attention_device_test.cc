@@ -1,0 +1,194 @@
+// The CUDA attention kernels (gpu/attention/api.h): spec §9's GPU criteria on random cases of every
+// family (through `gemtb check attention`'s own code), bitwise determinism of the backward, exact
+// outputs of rows without keys, and rejection by name of what the kernels do not run. Tests that
+// need a GPU skip (and show as skipped) without an sm_90 device; the rejection tests run anywhere.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <iostream>
+#include <random>
+
+#include "gpu/attention/api.h"
+#include "tests/testing/attention_cases.h"
+#include "tests/testing/status_matchers.h"
+#include "tools/gemtb/command.h"
+#include "tools/gemtb/gpu_case.h"
+
+namespace gemtb {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::StatusIs;
+
+// Prints why there is no GPU (once per test) and returns false then.
+bool HaveGpu() {
+  const absl::Status s = gpu::DeviceAvailable();
+  if (!s.ok()) std::cout << "no GPU: " << s << "\n";
+  return s.ok();
+}
+
+testing::AttentionCase SmallCase(uint64_t seed, Activation act, MaskKind mask, int64_t d = 64) {
+  testing::CaseShape shape;
+  shape.q_lengths = {5, 70, 0, 130};
+  shape.kv_lengths = {9, 1, 64};
+  shape.kv_index = {2, 0, 1, 2};
+  shape.heads = 4;
+  shape.kv_heads = 2;
+  shape.dqk = shape.dv = d;
+  shape.options.act = act;
+  shape.options.mask = mask;
+  shape.options.window_left = 7;
+  shape.options.window_right = 3;
+  shape.options.block = 16;
+  shape.input_type = ElementType::kBFloat16;
+  shape.value_seed = seed;
+  return testing::BuildCase(shape);
+}
+
+cli::GpuCall CallOf(const testing::AttentionCase& c, const std::vector<double>& d_o) {
+  return cli::MakeGpuCall(c.View(), c.options, d_o, {testing::OutputRows(c), c.heads(), c.dv()});
+}
+
+TEST(GpuAttention, CheckCommandPassesOnRandomCasesOfEveryFamily) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  EXPECT_EQ(cli::RunCheckAttention({"--cases", "12", "--seed", "20", "--max-length", "200"}), 0);
+}
+
+TEST(GpuAttention, BackwardIsBitwiseIdenticalAcrossRuns) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  for (Activation act : {Activation::kSoftmax, Activation::kSilu}) {
+    const testing::AttentionCase c = SmallCase(3, act, MaskKind::kCausal, 128);
+    const std::vector<double> d_o = testing::RandomCotangent(c, 4);
+    const cli::GpuCall call = CallOf(c, d_o);
+    absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
+    ASSERT_TRUE(fwd.ok()) << fwd.status();
+    absl::StatusOr<gpu::BackwardResult> first = gpu::Backward(call.args, call.DoView(), *fwd);
+    ASSERT_TRUE(first.ok()) << first.status();
+    for (int rep = 0; rep < 3; ++rep) {
+      absl::StatusOr<gpu::ForwardResult> fwd2 = gpu::Forward(call.args);
+      ASSERT_TRUE(fwd2.ok()) << fwd2.status();
+      EXPECT_EQ(fwd2->o, fwd->o);
+      EXPECT_EQ(fwd2->lse, fwd->lse);
+      absl::StatusOr<gpu::BackwardResult> again = gpu::Backward(call.args, call.DoView(), *fwd);
+      ASSERT_TRUE(again.ok()) << again.status();
+      EXPECT_EQ(again->dq, first->dq);
+      EXPECT_EQ(again->dk, first->dk);
+      EXPECT_EQ(again->dv, first->dv);
+    }
+  }
+}
+
+// Causal + bottom_right with Lq > Lk leaves the first Lq - Lk rows without keys: O = 0, LSE = -inf,
+// zero gradients, no NaN (spec §9 "fully masked rows").
+TEST(GpuAttention, RowsWithoutKeysGiveZeroOutputsAndMinusInfinityLse) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  testing::CaseShape shape;
+  shape.q_lengths = {100};
+  shape.kv_lengths = {30};
+  shape.dqk = shape.dv = 64;
+  shape.options.mask = MaskKind::kCausal;
+  shape.input_type = ElementType::kFloat16;
+  shape.value_seed = 9;
+  const testing::AttentionCase c = testing::BuildCase(shape);
+  const std::vector<double> d_o = testing::RandomCotangent(c, 10);
+  const cli::GpuCall call = CallOf(c, d_o);
+  absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
+  ASSERT_TRUE(fwd.ok()) << fwd.status();
+  absl::StatusOr<gpu::BackwardResult> bwd = gpu::Backward(call.args, call.DoView(), *fwd);
+  ASSERT_TRUE(bwd.ok()) << bwd.status();
+  const std::vector<double> o = cli::BitsToValues(fwd->o, c.input_type);
+  const std::vector<double> dq = cli::BitsToValues(bwd->dq, c.input_type);
+  for (int64_t i = 0; i < 100; ++i) {
+    const bool empty = i < 70;
+    EXPECT_EQ(std::isinf(fwd->lse[i]) && fwd->lse[i] < 0, empty) << "row " << i;
+    for (int64_t d = 0; d < 64; ++d) {
+      ASSERT_FALSE(std::isnan(o[i * 64 + d]));
+      ASSERT_FALSE(std::isnan(dq[i * 64 + d]));
+      if (empty) {
+        EXPECT_EQ(o[i * 64 + d], 0.0) << "row " << i;
+        EXPECT_EQ(dq[i * 64 + d], 0.0) << "row " << i;
+      }
+    }
+  }
+}
+
+// --- rejection (no GPU needed) ------------------------------------------------------------------
+
+gpu::AttentionArgs ValidArgs(const cli::GpuCall& call) { return call.args; }
+
+TEST(GpuAttentionCanRun, AcceptsTheSupportedFamily) {
+  const testing::AttentionCase c = SmallCase(1, Activation::kGeluTanh, MaskKind::kWindow);
+  const cli::GpuCall call = CallOf(c, {});
+  EXPECT_TRUE(gpu::CanRun(call.args).ok()) << gpu::CanRun(call.args);
+}
+
+TEST(GpuAttentionCanRun, RejectsBiasAndRopeByName) {
+  const testing::AttentionCase c = SmallCase(1, Activation::kSoftmax, MaskKind::kNone);
+  const cli::GpuCall call = CallOf(c, {});
+  const std::vector<float> table(10, 0.f);
+  const struct {
+    const char* name;
+    gpu::HostTensor<float> gpu::AttentionArgs::*field;
+  } cases[] = {{"bias_dense", &gpu::AttentionArgs::bias_dense}, {"bias_rel", &gpu::AttentionArgs::bias_rel},
+               {"bias_ts", &gpu::AttentionArgs::bias_ts},       {"rope_q", &gpu::AttentionArgs::rope_q},
+               {"rope_k", &gpu::AttentionArgs::rope_k},         {"rope_v", &gpu::AttentionArgs::rope_v}};
+  for (const auto& x : cases) {
+    gpu::AttentionArgs args = ValidArgs(call);
+    args.*(x.field) = {table, {10}};
+    EXPECT_THAT(gpu::CanRun(args), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(x.name)));
+    EXPECT_THAT(gpu::Forward(args), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(x.name)));
+  }
+}
+
+TEST(GpuAttentionCanRun, RejectsUnsupportedDimsAndTypesByName) {
+  {
+    const testing::AttentionCase c = SmallCase(1, Activation::kSoftmax, MaskKind::kNone, 32);
+    EXPECT_THAT(gpu::CanRun(CallOf(c, {}).args),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Dqk=32")));
+  }
+  {
+    testing::CaseShape shape;
+    shape.q_lengths = shape.kv_lengths = {3};
+    shape.dqk = 64;
+    shape.dv = 128;
+    shape.input_type = ElementType::kBFloat16;
+    const testing::AttentionCase c = testing::BuildCase(shape);
+    EXPECT_THAT(gpu::CanRun(CallOf(c, {}).args),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Dv=128")));
+  }
+  {
+    testing::CaseShape shape;
+    shape.q_lengths = shape.kv_lengths = {3};
+    shape.dqk = shape.dv = 64;
+    shape.input_type = ElementType::kFloat32;
+    const testing::AttentionCase c = testing::BuildCase(shape);
+    EXPECT_THAT(gpu::CanRun(CallOf(c, {}).args),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dtype: float32")));
+  }
+}
+
+TEST(GpuAttentionCanRun, RejectsBadOffsetsAndIndicesLikeTheOracle) {
+  const testing::AttentionCase c = SmallCase(1, Activation::kSoftmax, MaskKind::kNone);
+  const cli::GpuCall call = CallOf(c, {});
+  {
+    gpu::AttentionArgs args = ValidArgs(call);
+    const std::vector<int64_t> kv_index = {0, 1, 3, 0};
+    args.kv_index = {kv_index, {4}};
+    EXPECT_THAT(gpu::CanRun(args), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("kv_index[2]=3")));
+  }
+  {
+    gpu::AttentionArgs args = ValidArgs(call);
+    args.max_lq = 100;
+    EXPECT_THAT(gpu::CanRun(args), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("max_lq=100")));
+  }
+  {
+    gpu::AttentionArgs args = ValidArgs(call);
+    const std::vector<int64_t> offsets = {0, 9, 8, 74};
+    args.kv_offsets = {offsets, {4}};
+    EXPECT_THAT(gpu::CanRun(args), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("kv_offsets[2]")));
+  }
+}
+
+}  // namespace
+}  // namespace gemtb

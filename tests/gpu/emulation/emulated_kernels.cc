@@ -1,0 +1,117 @@
+// The launchers of gpu/attention/launch.h for the CPU emulation: every block of a grid runs, one
+// after another, as fibers (fiber_block.h) executing the kernels' own source; shared memory is one
+// buffer, poisoned with NaN patterns (0xFFFF) before each block so that a read of an unwritten
+// element shows up as NaN in the results.
+#include "tests/gpu/emulation/cuda_shim.h"
+// The shim must come first.
+#include <cstring>
+
+#include "gpu/attention/backward_dkdv_kernel.cuh"
+#include "gpu/attention/backward_dq_kernel.cuh"
+#include "gpu/attention/backward_row_dot.cuh"
+#include "gpu/attention/forward_kernel.cuh"
+#include "gpu/attention/launch.h"
+
+namespace gemtb::gpu {
+
+alignas(16) uint16_t smem[size_t{1} << 17];  // the kernels' `extern __shared__` array (256 KB)
+
+namespace {
+
+template <typename Body>
+void RunGrid(unsigned blocks_x, unsigned blocks_y, size_t smem_bytes, const Body& body) {
+  for (unsigned y = 0; y < blocks_y; ++y) {
+    for (unsigned x = 0; x < blocks_x; ++x) {
+      std::memset(smem, 0xFF, smem_bytes);
+      emu::RunBlock({x, y, 0}, kThreads, body);
+    }
+  }
+}
+
+}  // namespace
+
+template <ElementType E>
+void HostMma16816(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  struct Fragments {
+    uint32_t a[4], b[2];
+  };
+  const Fragments mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
+  Fragments all[32];
+  emu::WarpExchange(&mine, sizeof(mine), all);
+  auto lo = [](uint32_t w) { return Storage<E>::ToFloat(static_cast<uint16_t>(w & 0xFFFFu)); };
+  auto hi = [](uint32_t w) { return Storage<E>::ToFloat(static_cast<uint16_t>(w >> 16)); };
+  // The PTX fragment layouts of m16n8k16 (see gpu/common/mma.cuh), independent of the kernels.
+  float am[16][16], bm[16][8];
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane >> 2, t = lane & 3;
+    const Fragments& f = all[lane];
+    am[g][2 * t] = lo(f.a[0]);
+    am[g][2 * t + 1] = hi(f.a[0]);
+    am[g + 8][2 * t] = lo(f.a[1]);
+    am[g + 8][2 * t + 1] = hi(f.a[1]);
+    am[g][2 * t + 8] = lo(f.a[2]);
+    am[g][2 * t + 9] = hi(f.a[2]);
+    am[g + 8][2 * t + 8] = lo(f.a[3]);
+    am[g + 8][2 * t + 9] = hi(f.a[3]);
+    bm[2 * t][g] = lo(f.b[0]);
+    bm[2 * t + 1][g] = hi(f.b[0]);
+    bm[2 * t + 8][g] = lo(f.b[1]);
+    bm[2 * t + 9][g] = hi(f.b[1]);
+  }
+  const int lane = static_cast<int>(emu::ThreadIdx().x & 31u);
+  const int g = lane >> 2, t = lane & 3;
+  const int rows[4] = {g, g, g + 8, g + 8};
+  const int cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+  for (int e = 0; e < 4; ++e) {
+    float acc = c[e];
+    for (int k = 0; k < 16; ++k) acc += am[rows[e]][k] * bm[k][cols[e]];  // products exact in fp32
+    c[e] = acc;
+  }
+}
+
+template <ElementType E, int D>
+absl::Status LaunchForward(const ForwardParams& params, int64_t num_tiles) {
+  RunGrid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.problem.heads),
+          ForwardSmem<D>::kBytes, [&] { ForwardKernel<E, D>(params); });
+  return absl::OkStatus();
+}
+
+template <ElementType E, int D>
+absl::Status LaunchRowDot(const BackwardParams& params) {
+  const int64_t blocks = (params.problem.out_rows + kBlockM - 1) / kBlockM;
+  RunGrid(static_cast<unsigned>(blocks), static_cast<unsigned>(params.problem.heads),
+          RowDotSmem<D>::kBytes, [&] { RowDotKernel<E, D>(params); });
+  return absl::OkStatus();
+}
+
+template <ElementType E, int D>
+absl::Status LaunchDkDv(const BackwardParams& params, int64_t num_tiles) {
+  RunGrid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.problem.kv_heads),
+          DkDvSmem<D>::kBytes, [&] { DkDvKernel<E, D>(params); });
+  return absl::OkStatus();
+}
+
+template <ElementType E, int D>
+absl::Status LaunchDq(const BackwardParams& params, int64_t num_tiles) {
+  RunGrid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.problem.heads),
+          DqSmem<D>::kBytes, [&] { DqKernel<E, D>(params); });
+  return absl::OkStatus();
+}
+
+absl::Status LaunchFill(float* x, int64_t n, float value) {
+  for (int64_t i = 0; i < n; ++i) x[i] = value;
+  return absl::OkStatus();
+}
+
+#define GEMTB_EMU_INSTANTIATE(E, D)                                                   \
+  template absl::Status LaunchForward<E, D>(const ForwardParams&, int64_t);           \
+  template absl::Status LaunchRowDot<E, D>(const BackwardParams&);                    \
+  template absl::Status LaunchDkDv<E, D>(const BackwardParams&, int64_t);             \
+  template absl::Status LaunchDq<E, D>(const BackwardParams&, int64_t);
+GEMTB_EMU_INSTANTIATE(ElementType::kBFloat16, 64)
+GEMTB_EMU_INSTANTIATE(ElementType::kBFloat16, 128)
+GEMTB_EMU_INSTANTIATE(ElementType::kFloat16, 64)
+GEMTB_EMU_INSTANTIATE(ElementType::kFloat16, 128)
+#undef GEMTB_EMU_INSTANTIATE
+
+}  // namespace gemtb::gpu

@@ -1,0 +1,135 @@
+// The host-built tile lists (gpu/attention/tile_scheduler.h) must cover every valid (query, key)
+// pair of every output sequence exactly once per kernel, list no tile without a valid pair, and
+// keep each tile within its sequences. Runs without a GPU.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "gpu/attention/tile_scheduler.h"
+#include "tests/testing/attention_cases.h"
+
+namespace gemtb {
+namespace {
+
+gpu::Pairing PairingOf(const testing::AttentionCase& c) {
+  gpu::Pairing p;
+  for (const testing::SequencePair& s : testing::PairSequences(c)) {
+    gpu::SeqInfo info;
+    info.q_begin = s.q_begin;
+    info.kv_begin = s.k_begin;
+    info.out_begin = s.o_begin;
+    info.lq = static_cast<int32_t>(s.lq);
+    info.lk = static_cast<int32_t>(s.lk);
+    p.seqs.push_back(info);
+    p.kv_seq.push_back(s.kv_sequence);
+  }
+  p.kv_offsets = c.kv_offsets.data;
+  p.broadcast_q = c.options.broadcast_q;
+  return p;
+}
+
+// Valid pairs (b, i, j) of the case, each with count 0.
+std::map<std::tuple<int64_t, int64_t, int64_t>, int> ValidPairs(const testing::AttentionCase& c) {
+  std::map<std::tuple<int64_t, int64_t, int64_t>, int> pairs;
+  const auto seqs = testing::PairSequences(c);
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    for (int64_t i = 0; i < seqs[b].lq; ++i) {
+      const KeyRange r = ValidKeys(c.options, i, seqs[b].lq, seqs[b].lk);
+      for (int64_t j = r.begin; j < r.end; ++j) pairs[{static_cast<int64_t>(b), i, j}] = 0;
+    }
+  }
+  return pairs;
+}
+
+testing::CaseConfig Config(int64_t max_length) {
+  testing::CaseConfig config;
+  config.max_length = max_length;
+  config.max_sequences = 4;
+  config.dense_bias = config.rel_bias = config.time_bias = config.rope = false;
+  return config;
+}
+
+// Marks the valid pairs inside rows [i0, i1) x keys [j0, j1) of sequence b; returns how many.
+int Cover(std::map<std::tuple<int64_t, int64_t, int64_t>, int>& pairs, const testing::AttentionCase& c,
+          int64_t b, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  const auto s = testing::PairSequences(c)[b];
+  int found = 0;
+  for (int64_t i = i0; i < std::min(i1, s.lq); ++i) {
+    const KeyRange r = ValidKeys(c.options, i, s.lq, s.lk);
+    for (int64_t j = std::max(j0, r.begin); j < std::min({j1, r.end, s.lk}); ++j) {
+      ++pairs.at({b, i, j});
+      ++found;
+    }
+  }
+  return found;
+}
+
+void ExpectEachPairOnce(const std::map<std::tuple<int64_t, int64_t, int64_t>, int>& pairs,
+                        const std::string& kernel, const testing::AttentionCase& c) {
+  for (const auto& [pair, count] : pairs) {
+    ASSERT_EQ(count, 1) << kernel << ": pair (b,i,j)=(" << std::get<0>(pair) << ","
+                        << std::get<1>(pair) << "," << std::get<2>(pair) << ") covered " << count
+                        << " times; case: " << c;
+  }
+}
+
+TEST(TileScheduler, EveryValidPairIsInExactlyOneTileOfEachKernel) {
+  std::mt19937_64 rng(11);
+  for (int rep = 0; rep < 400; ++rep) {
+    const testing::AttentionCase c = testing::RandomAttentionCase(rng, Config(rep % 2 ? 200 : 12));
+    const gpu::Pairing pairing = PairingOf(c);
+
+    auto fwd_pairs = ValidPairs(c);
+    for (const gpu::ForwardTile& t : gpu::BuildForwardTiles(pairing, c.options)) {
+      ASSERT_GT(Cover(fwd_pairs, c, t.b, t.i0, t.i0 + gpu::kBlockM, t.k_lo, t.k_hi), 0)
+          << "forward tile without a valid pair; case: " << c;
+    }
+    ExpectEachPairOnce(fwd_pairs, "forward", c);
+
+    const gpu::TileLists lists = gpu::BuildBackwardTiles(pairing, c.options);
+    auto dq_pairs = ValidPairs(c);
+    for (const gpu::DqTile& t : lists.dq) {
+      ASSERT_GT(t.reader_count, 0);
+      for (int r = 0; r < t.reader_count; ++r) {
+        const gpu::DqReader& reader = lists.dq_readers[t.reader_begin + r];
+        if (r > 0) {
+          ASSERT_LT(lists.dq_readers[t.reader_begin + r - 1].b, reader.b) << "readers in increasing b";
+        }
+        ASSERT_GT(Cover(dq_pairs, c, reader.b, t.i0, t.i0 + gpu::kBlockM, reader.k_lo, reader.k_hi), 0)
+            << "dQ reader without a valid pair; case: " << c;
+      }
+    }
+    ExpectEachPairOnce(dq_pairs, "dQ", c);
+
+    auto dkv_pairs = ValidPairs(c);
+    for (const gpu::DkvTile& t : lists.dkv) {
+      ASSERT_GT(t.seg_count, 0);
+      for (int s = 0; s < t.seg_count; ++s) {
+        const gpu::DkvSegment& seg = lists.dkv_segments[t.seg_begin + s];
+        ASSERT_EQ(pairing.seqs[seg.b].kv_begin, t.kv_begin) << "segment reads another K/V sequence";
+        ASSERT_GT(Cover(dkv_pairs, c, seg.b, seg.i0, seg.i1, t.j0, t.j0 + gpu::kBlockN), 0)
+            << "dK/dV segment without a valid pair; case: " << c;
+      }
+    }
+    ExpectEachPairOnce(dkv_pairs, "dK/dV", c);
+  }
+}
+
+TEST(TileScheduler, TilesAreOrderedHeaviestFirst) {
+  std::mt19937_64 rng(12);
+  const testing::AttentionCase c = testing::RandomAttentionCase(rng, Config(300));
+  const gpu::Pairing pairing = PairingOf(c);
+  const std::vector<gpu::ForwardTile> tiles = gpu::BuildForwardTiles(pairing, c.options);
+  for (size_t t = 1; t < tiles.size(); ++t) {
+    auto work = [&](const gpu::ForwardTile& x) {
+      return std::min<int64_t>(gpu::kBlockM, pairing.seqs[x.b].lq - x.i0) * (x.k_hi - x.k_lo);
+    };
+    EXPECT_GE(work(tiles[t - 1]), work(tiles[t]));
+  }
+}
+
+}  // namespace
+}  // namespace gemtb

@@ -1,0 +1,82 @@
+// gemtb gpu attention: the CUDA kernels on the user's own .npy tensors, with the flags and files
+// of `gemtb ref attention`.
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "model/common/status_macros.h"
+#include "tools/gemtb/attention_case.h"
+#include "tools/gemtb/command.h"
+#include "tools/gemtb/flags.h"
+#if GEMTB_HAVE_CUDA
+#include "gpu/attention/api.h"
+#include "tools/gemtb/gpu_case.h"
+#endif
+
+namespace gemtb::cli {
+namespace {
+
+constexpr char kCommand[] = "gpu attention";
+
+absl::Status Run(const std::vector<std::string>& args) {
+  AttentionCaseSpec spec;
+  std::string case_dir, out_dir;
+  bool backward = false;
+  FlagSet flags("gemtb gpu attention --q F --k F --v F --q-offsets F --kv-offsets F [options] --out-dir D",
+                "Runs the CUDA jagged attention kernels (gpu/attention, H200 / sm_90a) on .npy tensors\n"
+                "(bfloat16 as <u2 bits, or float16) and writes o.npy (input dtype), lse.npy (float32,\n"
+                "softmax) and, with --backward, dq.npy dk.npy dv.npy (input dtype). Options the kernels\n"
+                "do not run (bias, RoPE, Dv != Dqk, head dims other than 64/128) are errors.");
+  RegisterAttentionCaseFlags(flags, spec);
+  flags.String("case", &case_dir, "a case folder (case.json + .npy files) instead of the flags above");
+  flags.Bool("backward", &backward, "also run the backward (needs --do)");
+  flags.String("out-dir", &out_dir, "folder for the outputs (created if missing)");
+  GEMTB_RETURN_IF_ERROR(flags.Parse(args));
+  if (flags.help_requested()) {
+    std::cout << flags.Help();
+    return absl::OkStatus();
+  }
+#if !GEMTB_HAVE_CUDA
+  return absl::FailedPreconditionError(
+      "this gemtb was built without CUDA (nvcc not found at configure time): no GPU kernels");
+#else
+  if (!case_dir.empty()) {
+    absl::StatusOr<AttentionCaseSpec> from_case = ReadCaseFolder(case_dir);
+    if (!from_case.ok()) return from_case.status();
+    spec = *from_case;
+  }
+  if (out_dir.empty()) return absl::InvalidArgumentError("--out-dir: required");
+  if (backward && spec.d_o.empty()) return absl::InvalidArgumentError("--backward: needs --do FILE");
+  absl::StatusOr<AttentionCase> c = LoadAttentionCase(spec);
+  if (!c.ok()) return c.status();
+  const GpuCall call = MakeGpuCall(c->inputs, c->options, c->d_o, c->d_o_shape);
+  GEMTB_RETURN_IF_ERROR(gpu::CanRun(call.args));
+  GEMTB_RETURN_IF_ERROR(gpu::DeviceAvailable());
+
+  absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
+  if (!fwd.ok()) return fwd.status();
+  const ElementType type = c->inputs.input_type;
+  std::vector<std::pair<std::string, io::NpyArray>> files;
+  files.emplace_back("o.npy", io::EncodeFloat(BitsToValues(fwd->o, type), fwd->o_shape, c->input_dtype));
+  if (c->options.act == Activation::kSoftmax) {
+    const std::vector<double> lse(fwd->lse.begin(), fwd->lse.end());
+    files.emplace_back("lse.npy", io::EncodeFloat(lse, fwd->lse_shape, io::NpyDType::kFloat32));
+  }
+  if (backward) {
+    absl::StatusOr<gpu::BackwardResult> bwd = gpu::Backward(call.args, call.DoView(), *fwd);
+    if (!bwd.ok()) return bwd.status();
+    files.emplace_back("dq.npy", io::EncodeFloat(BitsToValues(bwd->dq, type), bwd->dq_shape, c->input_dtype));
+    files.emplace_back("dk.npy", io::EncodeFloat(BitsToValues(bwd->dk, type), bwd->dk_shape, c->input_dtype));
+    files.emplace_back("dv.npy", io::EncodeFloat(BitsToValues(bwd->dv, type), bwd->dv_shape, c->input_dtype));
+  }
+  return WriteOutputs(out_dir, files);
+#endif
+}
+
+}  // namespace
+
+int RunGpuAttention(const std::vector<std::string>& args) {
+  if (absl::Status s = Run(args); !s.ok()) return ReportError(kCommand, s);
+  return kExitOk;
+}
+
+}  // namespace gemtb::cli
