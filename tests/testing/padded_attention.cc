@@ -10,8 +10,8 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-int64_t FloorDivide(int64_t a, int64_t n) {  // n > 0
-  return a >= 0 ? a / n : -((-a + n - 1) / n);
+int64_t FloorDivide(int64_t a, int64_t n) {  // n > 0; no intermediate can overflow
+  return a >= 0 ? a / n : -1 - (-(a + 1)) / n;
 }
 
 double Sigmoid(double x) {

@@ -98,7 +98,13 @@ absl::StatusOr<AttentionCaseSpec> ReadCaseFolder(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "case.json").string();
   std::ifstream in(path);
   if (!in) return Bad(absl::StrCat("--case=", dir, ": cannot open ", path));
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return ParseCaseFolderJson(text, dir);
+}
+
+absl::StatusOr<AttentionCaseSpec> ParseCaseFolderJson(const std::string& json_text, const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "case.json").string();
+  nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Bad(absl::StrCat(path, ": not a JSON object"));
   AttentionCaseSpec s;
   auto file = [&](const char* key, std::string& dst) -> absl::Status {
@@ -225,7 +231,11 @@ absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& s) {
   // what is needed to take a maximum safely.
   auto longest = [](const std::vector<int64_t>& off) {
     int64_t m = 0;
-    for (size_t i = 1; i < off.size(); ++i) m = std::max(m, off[i] - off[i - 1]);
+    for (size_t i = 1; i < off.size(); ++i) {
+      // Hostile offsets could overflow the difference; pairs that validation will reject anyway
+      // (negative or decreasing) are skipped.
+      if (off[i - 1] >= 0 && off[i] >= off[i - 1]) m = std::max(m, off[i] - off[i - 1]);
+    }
     return m;
   };
   in.max_lq = s.max_lq.value_or(longest(c.q_offsets));

@@ -34,6 +34,8 @@ void RegisterAttentionCaseFlags(FlagSet& flags, AttentionCaseSpec& spec);
 
 // Reads DIR/case.json into a spec (keys are flag names without the dashes).
 absl::StatusOr<AttentionCaseSpec> ReadCaseFolder(const std::string& dir);
+// The same from the text of DIR/case.json (ReadCaseFolder reads the file and calls this).
+absl::StatusOr<AttentionCaseSpec> ParseCaseFolderJson(const std::string& json_text, const std::string& dir);
 
 // The loaded case: owns the decoded values that `inputs` views.
 struct AttentionCase {
