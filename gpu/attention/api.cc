@@ -47,6 +47,10 @@ absl::Status CheckTensor(const HostTensor<T>& t, absl::string_view field, size_t
   int64_t n = 1;
   for (int64_t d : t.shape) {
     if (d < 0) return Bad(absl::StrCat(field, ": shape ", ShapeString(t.shape), " is negative"));
+    // A hostile shape must not overflow the product (signed overflow is UB).
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) {
+      return Bad(absl::StrCat(field, ": shape ", ShapeString(t.shape), " has more than 2^63 elements"));
+    }
     n *= d;
   }
   if (static_cast<int64_t>(t.data.size()) != n) {
