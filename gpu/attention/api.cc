@@ -6,11 +6,11 @@
 #include "absl/strings/string_view.h"
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "gpu/attention/launch.h"
 #include "gpu/attention/params.h"
 #include "gpu/attention/tile_scheduler.h"
 #include "gpu/common/device_buffer.h"
+#include "model/attention/jagged_checks.h"
 #include "model/common/status_macros.h"
 
 namespace gemtb::gpu {
@@ -23,10 +23,6 @@ constexpr int64_t kMaxHeads = 65535;
 
 absl::Status Bad(std::string message) { return absl::InvalidArgumentError(std::move(message)); }
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
-}
-
 absl::string_view DTypeName(ElementType t) {
   switch (t) {
     case ElementType::kFloat64: return "float64";
@@ -37,49 +33,9 @@ absl::string_view DTypeName(ElementType t) {
   return "?";
 }
 
-template <typename T>
-absl::Status CheckTensor(const HostTensor<T>& t, absl::string_view field, size_t rank,
-                         absl::string_view layout) {
-  if (t.shape.size() != rank) {
-    return Bad(absl::StrCat(field, ": shape ", ShapeString(t.shape), " has rank ", t.shape.size(),
-                            ", expected ", layout));
-  }
-  int64_t n = 1;
-  for (int64_t d : t.shape) {
-    if (d < 0) return Bad(absl::StrCat(field, ": shape ", ShapeString(t.shape), " is negative"));
-    // A hostile shape must not overflow the product (signed overflow is UB).
-    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) {
-      return Bad(absl::StrCat(field, ": shape ", ShapeString(t.shape), " has more than 2^63 elements"));
-    }
-    n *= d;
-  }
-  if (static_cast<int64_t>(t.data.size()) != n) {
-    return Bad(absl::StrCat(field, ": ", t.data.size(), " values for shape ", ShapeString(t.shape)));
-  }
-  return absl::OkStatus();
-}
-
-// off[0] = 0, non-decreasing, off[n] = rows; returns the lengths.
-absl::StatusOr<std::vector<int64_t>> CheckOffsets(const HostTensor<int64_t>& off,
-                                                  absl::string_view field, int64_t rows,
-                                                  absl::string_view rows_name) {
-  GEMTB_RETURN_IF_ERROR(CheckTensor(off, field, 1, "[n+1]"));
-  if (off.data.empty()) return Bad(absl::StrCat(field, ": empty; need at least [0]"));
-  if (off.data[0] != 0) return Bad(absl::StrCat(field, "[0]=", off.data[0], ": offsets must start at 0"));
-  std::vector<int64_t> lengths;
-  for (size_t i = 1; i < off.data.size(); ++i) {
-    if (off.data[i] < off.data[i - 1]) {
-      return Bad(absl::StrCat(field, "[", i, "]=", off.data[i], " < ", field, "[", i - 1, "]=",
-                              off.data[i - 1], ": offsets must be non-decreasing"));
-    }
-    lengths.push_back(off.data[i] - off.data[i - 1]);
-  }
-  if (off.data.back() != rows) {
-    return Bad(absl::StrCat(field, "[", off.data.size() - 1, "]=", off.data.back(),
-                            ": last offset must equal ", rows_name, "=", rows));
-  }
-  return lengths;
-}
+using checks::CheckOffsets;
+using checks::CheckRank;
+using checks::ShapeString;
 
 // A validated call: shapes, the resolved pairing and scales.
 struct Problem {
@@ -107,9 +63,9 @@ absl::StatusOr<Problem> Resolve(const AttentionArgs& a) {
                                       "RoPE run in the oracle only)"));
     }
   }
-  GEMTB_RETURN_IF_ERROR(CheckTensor(a.q, "q", 3, "[TQ,H,Dqk]"));
-  GEMTB_RETURN_IF_ERROR(CheckTensor(a.k, "k", 3, "[TK,Hkv,Dqk]"));
-  GEMTB_RETURN_IF_ERROR(CheckTensor(a.v, "v", 3, "[TK,Hkv,Dv]"));
+  GEMTB_RETURN_IF_ERROR(CheckRank(a.q, "q", 3, "[TQ,H,Dqk]"));
+  GEMTB_RETURN_IF_ERROR(CheckRank(a.k, "k", 3, "[TK,Hkv,Dqk]"));
+  GEMTB_RETURN_IF_ERROR(CheckRank(a.v, "v", 3, "[TK,Hkv,Dv]"));
   Problem p;
   p.tq = a.q.shape[0];
   p.heads = a.q.shape[1];
@@ -165,7 +121,7 @@ absl::StatusOr<Problem> Resolve(const AttentionArgs& a) {
   }
   std::vector<int64_t>& ks = p.pairing.kv_seq;
   if (a.kv_index.present()) {
-    GEMTB_RETURN_IF_ERROR(CheckTensor(a.kv_index, "kv_index", 1, "[B]"));
+    GEMTB_RETURN_IF_ERROR(CheckRank(a.kv_index, "kv_index", 1, "[B]"));
     for (size_t b = 0; b < a.kv_index.data.size(); ++b) {
       const int64_t kb = a.kv_index.data[b];
       if (kb < 0 || kb >= nkv) return Bad(absl::StrCat("kv_index[", b, "]=", kb, ": out of range [0, ", nkv, ")"));
@@ -316,7 +272,7 @@ absl::StatusOr<BackwardResult> Backward(const AttentionArgs& args, const HostTen
   const Problem& p = *resolved;
   const bool softmax = args.options.act == Activation::kSoftmax;
   const std::vector<int64_t> o_shape = {p.to, p.heads, p.d};
-  GEMTB_RETURN_IF_ERROR(CheckTensor(d_o, "d_o", 3, "[TO,H,Dv]"));
+  GEMTB_RETURN_IF_ERROR(CheckRank(d_o, "d_o", 3, "[TO,H,Dv]"));
   if (d_o.shape != o_shape) {
     return Bad(absl::StrCat("d_o: shape ", ShapeString(d_o.shape), ", expected O's shape ", ShapeString(o_shape)));
   }

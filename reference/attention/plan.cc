@@ -7,37 +7,17 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/strings/str_cat.h"
+#include "model/attention/jagged_checks.h"
 #include "model/common/status_macros.h"
-#include "reference/io/npy.h"
 
 namespace gemtb::reference {
 namespace {
 
-using io::ShapeString;
+using checks::CheckOffsets;
+using checks::CheckRank;
+using checks::ShapeString;
 
 absl::Status Bad(const std::string& message) { return absl::InvalidArgumentError(message); }
-
-template <typename T>
-absl::Status CheckRank(const TensorView<T>& t, absl::string_view field, size_t rank,
-                       absl::string_view layout) {
-  if (t.shape.size() != rank) {
-    return Bad(absl::StrCat(field, ": shape ", ShapeString(t.shape), " has rank ", t.shape.size(),
-                            ", expected ", layout));
-  }
-  int64_t n = 1;
-  for (int64_t d : t.shape) {
-    if (d < 0) return Bad(absl::StrCat(field, ": shape ", ShapeString(t.shape), " is negative"));
-    // A hostile shape must not overflow the product (signed overflow is UB).
-    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) {
-      return Bad(absl::StrCat(field, ": shape ", ShapeString(t.shape), " has more than 2^63 elements"));
-    }
-    n *= d;
-  }
-  if (static_cast<int64_t>(t.data.size()) != n) {
-    return Bad(absl::StrCat(field, ": ", t.data.size(), " values for shape ", ShapeString(t.shape)));
-  }
-  return absl::OkStatus();
-}
 
 template <typename T>
 absl::Status CheckShape(const TensorView<T>& t, absl::string_view field,
@@ -48,28 +28,6 @@ absl::Status CheckShape(const TensorView<T>& t, absl::string_view field,
                             ShapeString(want), " ", layout));
   }
   return absl::OkStatus();
-}
-
-// off[0] = 0, non-decreasing, off[n] = rows; returns the lengths.
-absl::StatusOr<std::vector<int64_t>> CheckOffsets(const TensorView<int64_t>& off,
-                                                  absl::string_view field, int64_t rows,
-                                                  absl::string_view rows_name) {
-  GEMTB_RETURN_IF_ERROR(CheckRank(off, field, 1, "[n+1]"));
-  if (off.data.empty()) return Bad(absl::StrCat(field, ": empty; need at least [0]"));
-  if (off.data[0] != 0) return Bad(absl::StrCat(field, "[0]=", off.data[0], ": offsets must start at 0"));
-  std::vector<int64_t> lengths;
-  for (size_t i = 1; i < off.data.size(); ++i) {
-    if (off.data[i] < off.data[i - 1]) {
-      return Bad(absl::StrCat(field, "[", i, "]=", off.data[i], " < ", field, "[", i - 1,
-                              "]=", off.data[i - 1], ": offsets must be non-decreasing"));
-    }
-    lengths.push_back(off.data[i] - off.data[i - 1]);
-  }
-  if (off.data.back() != rows) {
-    return Bad(absl::StrCat(field, "[", off.data.size() - 1, "]=", off.data.back(),
-                            ": last offset must equal ", rows_name, "=", rows));
-  }
-  return lengths;
 }
 
 absl::Status CheckScale(const std::optional<double>& s, absl::string_view field) {
