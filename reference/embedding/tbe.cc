@@ -206,21 +206,29 @@ absl::StatusOr<EmbeddingOutput> EmbeddingForward(const EmbeddingConfig& config, 
       if (static_cast<size_t>(fc.table) < partition.pool_row_blocks.size()) rb = partition.pool_row_blocks[fc.table];
       const int64_t blocks = rb.size > 0 ? rb.count : 1;
       float* dst = out.pooled.data() + b * out.pooled_width + col[f];
+      // Rows once per bag; then whole rows at a time, column sums in the same order as the spec's
+      // per-column seqsums (positions ascending within a block, blocks ascending).
+      std::vector<int64_t> rows(static_cast<size_t>(end - begin));
       int64_t n = 0;
-      for (int64_t v = begin; v < end; ++v) n += RowOf(t, kjt.values[v]) >= 0 ? 1 : 0;
-      for (int64_t j = 0; j < t.dim; ++j) {
-        SeqSum outer;
-        for (int64_t blk = 0; blk < blocks; ++blk) {
-          SeqSum inner;
-          for (int64_t v = begin; v < end; ++v) {
-            const int64_t row = RowOf(t, kjt.values[v]);
-            if (row < 0 || (rb.size > 0 && row / rb.size != blk)) continue;
-            const float e = w[row * t.dim + j];
-            inner.Add(fc.pooling == Pooling::kWeightedSum ? MulRn(kjt.weights[v], e) : e);
+      for (int64_t v = begin; v < end; ++v) {
+        rows[v - begin] = RowOf(t, kjt.values[v]);
+        n += rows[v - begin] >= 0 ? 1 : 0;
+      }
+      std::vector<SeqSum> outer(static_cast<size_t>(t.dim)), inner(static_cast<size_t>(t.dim));
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        std::fill(inner.begin(), inner.end(), SeqSum{});
+        for (int64_t v = begin; v < end; ++v) {
+          const int64_t row = rows[v - begin];
+          if (row < 0 || (rb.size > 0 && row / rb.size != blk)) continue;
+          const float* e = w.data() + row * t.dim;
+          for (int64_t j = 0; j < t.dim; ++j) {
+            inner[j].Add(fc.pooling == Pooling::kWeightedSum ? MulRn(kjt.weights[v], e[j]) : e[j]);
           }
-          outer.Add(inner.Get());
         }
-        float value = outer.Get();
+        for (int64_t j = 0; j < t.dim; ++j) outer[j].Add(inner[j].Get());
+      }
+      for (int64_t j = 0; j < t.dim; ++j) {
+        float value = outer[j].Get();
         if (fc.pooling == Pooling::kMean) value = n == 0 ? 0.0f : DivRn(value, static_cast<float>(n));
         dst[j] = value;
       }
