@@ -8,6 +8,16 @@ install(TARGETS gemtb_model gemtb_reference EXPORT gemtbTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 set_target_properties(gemtb_model PROPERTIES EXPORT_NAME model)
+# model/'s compiled parts, when reference/ links them (export names: gemtb::model_desc, ...).
+foreach(target gemtb_model_desc gemtb_model_sharding)
+  if(TARGET ${target})
+    string(REPLACE "gemtb_" "" export_name ${target})
+    set_target_properties(${target} PROPERTIES EXPORT_NAME ${export_name})
+    install(TARGETS ${target} EXPORT gemtbTargets
+      ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+      LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  endif()
+endforeach()
 install(DIRECTORY model reference DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.h")
 install(TARGETS gemtb RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

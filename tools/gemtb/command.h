@@ -34,6 +34,16 @@ int RunRefEmbed(const std::vector<std::string>& args);
 int RunDemo(const std::vector<std::string>& args);
 int RunGpuAttention(const std::vector<std::string>& args);
 int RunCheckAttention(const std::vector<std::string>& args);
+int RunModel(const std::vector<std::string>& args);             // model_cmd.cc
+int RunDataGenerate(const std::vector<std::string>& args);      // data_cmd.cc
+int RunRefTrain(const std::vector<std::string>& args);          // ref_train.cc
+int RunGoldenVerify(const std::vector<std::string>& args);      // golden_cmd.cc
+int RunGoldenRegen(const std::vector<std::string>& args);       // golden_cmd.cc
+int RunWhatif(const std::vector<std::string>& args);            // whatif.cc
+int RunWhatifCollective(const std::vector<std::string>& args);  // whatif_collective.cc
+int RunWhatifCalibrate(const std::vector<std::string>& args);   // whatif_collective.cc
+int RunBenchComm(const std::vector<std::string>& args);         // bench_comm.cc
+int RunBenchAttention(const std::vector<std::string>& args);    // bench_attention.cc
 
 }  // namespace gemtb::cli
 

@@ -14,6 +14,16 @@ struct Subcommand {
 };
 
 const Subcommand kSubcommands[] = {
+    {{"whatif", "collective"}, gemtb::cli::RunWhatifCollective, "predicted time and busbw of one collective on a cluster"},
+    {{"whatif", "calibrate"}, gemtb::cli::RunWhatifCalibrate, "fit a cluster calibration file from measured collectives"},
+    {{"whatif"}, gemtb::cli::RunWhatif, "simulate a GEM-scale training job: Scaling Ratio, MFU, losses (the main job)"},
+    {{"model"}, gemtb::cli::RunModel, "the GEM-like model configs: parameters, FLOPs, memory; emit model.json"},
+    {{"data", "generate"}, gemtb::cli::RunDataGenerate, "synthetic planted-teacher samples as .npy"},
+    {{"ref", "train"}, gemtb::cli::RunRefTrain, "train the GEM-like model on the CPU oracle (loss, NE, checkpoints)"},
+    {{"golden", "verify"}, gemtb::cli::RunGoldenVerify, "recompute every golden vector and compare bit-exactly"},
+    {{"golden", "regen"}, gemtb::cli::RunGoldenRegen, "rewrite the golden vectors (needs --force)"},
+    {{"bench", "comm"}, gemtb::cli::RunBenchComm, "NCCL collective benchmark (nccl-tests sizes, busbw) and GEMM slowdown"},
+    {{"bench", "attention"}, gemtb::cli::RunBenchAttention, "attention kernels: effective TFLOP/s on the spec's cases"},
     {{"demo"}, gemtb::cli::RunDemo, "a short tour of the oracle on a random jagged batch (the main job for now)"},
     {{"ref", "attention"}, gemtb::cli::RunRefAttention, "the jagged attention oracle on .npy tensors"},
     {{"ref", "quantize"}, gemtb::cli::RunRefQuantize, "bf16/fp16/fp8/MX quantisation, SR and RHT of a .npy tensor"},
@@ -28,7 +38,7 @@ void PrintUsage(std::ostream& out) {
   for (const Subcommand& c : kSubcommands) {
     std::string name;
     for (const std::string& w : c.words) name += (name.empty() ? "" : " ") + w;
-    name.resize(16, ' ');
+    name.resize(20, ' ');
     out << "  " << name << c.summary << "\n";
   }
 }
