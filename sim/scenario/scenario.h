@@ -1,0 +1,222 @@
+// The simulator's inputs (spec/simulator.md §4) as plain structs: cluster, plan, batches, noise, and
+// the model (model.json, parsed by model/description). sim/scenario/scenario_json.* parses and
+// validates them; sim/network costs collectives on a Cluster; sim/engine and sim/workload run a
+// Scenario; sim/report writes what they return (sim/scenario/result.h).
+//
+// Units: seconds and bytes inside the simulator; JSON keeps the spec's units (GB/s, µs) and the parser
+// converts. Every field has the spec's default where it names one.
+#ifndef GEMTB_SIM_SCENARIO_SCENARIO_H_
+#define GEMTB_SIM_SCENARIO_SCENARIO_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gemtb::model {
+struct ModelGraph;  // model/description/model_graph.h
+}
+
+namespace gemtb::sim {
+
+// ---- collectives -------------------------------------------------------------------------------
+
+// Names as spec §3.1 (JSON, CLI, CSV): all_reduce, all_gather, reduce_scatter, all_to_all, broadcast.
+enum class CollectiveOp { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast };
+
+// Process-group classes, one comm stream each (spec §2.2); names as the oracle's communication
+// report: dense-shard, dense-replica, ep, expert-shard, sparse-mp, sparse-replica, sparse-intra.
+enum class GroupClass { kDenseShard, kDenseReplica, kEp, kExpertShard, kSparseMp, kSparseReplica, kSparseIntra };
+
+// ---- cluster -----------------------------------------------------------------------------------
+
+// One network tier, innermost first: tiers[0] the NVLink host, tiers[1] the zone (RoCE), tiers[2]
+// the oversubscribed cross-zone fabric. Bandwidths per GPU, one direction.
+struct Tier {
+  std::string name;
+  double bw_Bps = 0;           // nominal link bandwidth (bw_GBps * 1e9)
+  double eff_busbw_Bps = 0;    // effective ring busbw (eff_busbw_GBps * 1e9)
+  double alpha_s = 0;          // per-step latency (alpha_us * 1e-6)
+  double oversubscription = 1; // >= 1; divides the bandwidth seen across this tier
+};
+
+struct GpuSpec {
+  std::map<std::string, double> peak_flops;  // per dtype: "bf16", "fp8" (FLOP/s)
+  double hbm_bytes = 0;
+  double hbm_Bps = 0;
+  int sm_count = 132;
+};
+
+// Piecewise-linear in tokens (a scalar is one point).
+struct Curve {
+  std::vector<std::pair<double, double>> points;  // (tokens, value), tokens ascending
+};
+
+struct Efficiency {
+  std::map<std::string, Curve> by_name_or_kind;  // op name first, then op kind ("linear", "attention", ...)
+  double e_mem = 0.6;                            // memory-bound tasks: bytes / (hbm_bw * e_mem)
+};
+
+// A size-efficiency table (spec §3.4): eta(S) interpolated log-linearly in S.
+struct EtaTable {
+  CollectiveOp op = CollectiveOp::kAllReduce;
+  int hosts = 1;
+  std::vector<std::pair<double, double>> size_eta;  // (bytes, eta), bytes ascending, 0 < eta <= 1
+};
+
+// Fitted alpha-beta parameters of one (op, tier) from measured collectives (spec §6.6).
+struct FittedLink {
+  CollectiveOp op = CollectiveOp::kAllReduce;
+  std::string tier;       // tier name
+  std::string algo;       // "auto" or a pinned algorithm ("ring", "tree", ...)
+  double alpha_s = 0;
+  double busbw_Bps = 0;
+};
+
+struct Calibration {
+  std::string nccl_version;  // calibration files record the NCCL version and commit (spec §3.3)
+  std::string nccl_commit;
+  bool nvls = false;         // whether NVLink SHARP was on where this was measured
+  std::map<std::string, double> nccl_constants;  // overrides of the §3.3 defaults, by name
+  std::vector<FittedLink> fitted;
+  std::vector<EtaTable> eta_tables;
+  std::optional<double> kappa;  // SM-contention slowdown; default s / (n_SM - s)
+  Efficiency efficiency;
+};
+
+struct Cluster {
+  int world_size = 0;
+  int gpus_per_host = 8;
+  int zone_size = 0;  // GPUs per AI zone; a world smaller than a zone is one zone
+  std::vector<Tier> tiers;
+  int nics_per_gpu = 1;
+  GpuSpec gpu;
+  Calibration calibration;
+};
+
+// ---- plan --------------------------------------------------------------------------------------
+
+struct DensePlan {
+  int fsdp_shard_group = 1;      // S (capped at world_size by scenarios that say so)
+  int ep_degree = 1;             // E
+  int expert_shard_group = 1;    // S_E
+  std::vector<std::string> dim_order;  // innermost first, e.g. {"ep", "expert_shard", "shard", "replica"}
+  int prefetch_depth = 1;
+  bool reshard_after_forward = true;
+  double bucket_bytes = 25e6;
+  std::string comm_dtype = "bf16";  // bytes per element follow from it
+};
+
+// plan.sparse: the same object `gemtb ref embed` reads (embeddings-and-model.md §3.1-§3.2).
+struct TableShardingSpec {
+  std::string type = "TW";  // DP, TW, RW, CW, TWRW, GRID
+  int owner = -1;
+  int shards = 1;
+};
+struct SparsePlan {
+  TableShardingSpec default_sharding;
+  std::map<std::string, TableShardingSpec> tables;  // per table name, overriding the default
+  int mp_group = 0;  // 0 = world_size
+  bool fully_sharded = false;
+  int sync_period = 1;
+  bool state_sync = true;
+  std::string cw_state = "shared";
+  std::string gather = "all";  // all | touched
+  bool keep_gathered = false;
+};
+
+struct CollectivesPlan {
+  std::string library = "sm_based";  // sm_based | sm_free
+  int sms_per_collective = 24;
+  std::map<std::string, std::string> algo;  // op name -> auto | ring | tree | halving_doubling | direct | nvls | hierarchical
+  std::string cost_mode = "alpha_beta";     // alpha_beta | nccl
+  std::string flow = "none";                // none | fifo | maxmin
+  bool eta_tables = false;
+  std::string a2av_end = "all";             // all | per_rank
+};
+
+struct MemoryPlan {
+  std::string budget_policy = "per_region";  // per_region | uniform | none
+  double reserve_bytes = 0;
+  std::string act_quant = "bf16";            // bf16 (1) | fp8 (0.5) | mx4 (~0.27)
+};
+
+struct Plan {
+  DensePlan dense;
+  SparsePlan sparse;
+  CollectivesPlan collectives;
+  MemoryPlan memory;
+};
+
+// ---- batches -----------------------------------------------------------------------------------
+
+// The length law of one sequence of the model (batches.features[j] <-> model sequence j).
+struct LengthLaw {
+  enum class Kind { kHistogram, kLognormal, kZipf } kind = Kind::kLognormal;
+  std::vector<std::pair<double, double>> bins;  // histogram: (length, weight)
+  double mu = 0, sigma = 0;                     // lognormal: l = min(max, max(min, ceil(exp(mu + sigma z))))
+  double s = 1.1;                               // zipf exponent
+  int64_t min = 1, max = 1;
+  double corr = 0;  // correlation of z across a sample's draws; 1 = one shared draw per sample
+};
+
+struct Assignment {
+  std::string policy = "random";  // random | bbs | global | padded (alias none)
+  int sub_batch = 128;
+  int pool_factor = 8;            // G
+  int64_t max_len = 0;            // padded: every sequence padded to its Lmax when 0
+};
+
+struct Batches {
+  int64_t local_batch = 0;   // samples per rank per step (global_batch / world_size when given globally)
+  std::vector<LengthLaw> features;
+  Assignment assignment;
+  int warmup_steps = 1;
+  int measured_steps = 3;
+};
+
+// ---- noise -------------------------------------------------------------------------------------
+
+struct Noise {
+  double step_sigma = 0;            // per-rank per-step lognormal (mean 1)
+  std::vector<int> slow_ranks;      // explicit ranks, or
+  double slow_fraction = 0;         // a fraction of ranks chosen by the seed
+  double slow_factor = 1;
+  double collective_jitter_sigma = 0;
+};
+
+// An unpublished value the scenario assumes (spec §4): reported, and swept low/high for sensitivity.
+struct Assumption {
+  std::string path;   // JSON path of the field, e.g. "cluster.zone_size"
+  double value = 0;
+  double low = 0;
+  double high = 0;
+  std::string note;
+};
+
+struct Scenario {
+  uint64_t seed = 0;
+  std::shared_ptr<const model::ModelGraph> model;
+  Cluster cluster;
+  Plan plan;
+  Batches batches;
+  Noise noise;
+  std::vector<Assumption> assumptions;
+  std::string name;  // file stem, for reports
+};
+
+// Counterfactual switches of the loss attribution (spec §5), applied cumulatively in this order.
+struct Counterfactuals {
+  bool ideal_network = false;    // collectives cost zero on the dependency path (SM-based still hold SMs)
+  bool sm_free = false;          // kappa = 0
+  bool perfect_balance = false;  // every rank does the mean work
+  bool no_noise = false;
+  bool no_recompute = false;
+};
+
+}  // namespace gemtb::sim
+
+#endif  // GEMTB_SIM_SCENARIO_SCENARIO_H_
