@@ -190,11 +190,16 @@ struct Noise {
 
 // An unpublished value the scenario assumes (spec §4): reported, and swept low/high for sensitivity.
 struct Assumption {
-  std::string path;   // JSON path of the field, e.g. "cluster.zone_size"
-  double value = 0;
-  double low = 0;
-  double high = 0;
+  std::string path;   // JSON path of the field, e.g. "cluster.zone_size" (paths[0])
+  double value = 0;   // of `path`
+  double low = 0;     // of `path` in the low case
+  double high = 0;    // of `path` in the high case
   std::string note;
+  std::string name;                // short label for reports, e.g. "zone size"
+  std::vector<std::string> paths;  // every field it sets (e.g. both RoCE alphas); path == paths[0]
+  // The low/high cases scale every path's value by these factors (absolute low/high: low/value).
+  double low_factor = 1;
+  double high_factor = 1;
 };
 
 struct Scenario {
@@ -206,6 +211,7 @@ struct Scenario {
   Noise noise;
   std::vector<Assumption> assumptions;
   std::string name;  // file stem, for reports
+  std::vector<std::string> warnings;  // valid but doubtful inputs (e.g. an MP group spanning zones)
 };
 
 // Counterfactual switches of the loss attribution (spec §5), applied cumulatively in this order.
