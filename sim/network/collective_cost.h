@@ -1,0 +1,134 @@
+// The cost of one collective on a Cluster (spec/simulator.md §3): how long it takes, its algbw and
+// busbw (nccl-tests' convention, §3.1), and which algorithm (and, in mode `nccl`, protocol) ran.
+//
+// Two cost modes, chosen by plan.collectives.cost_mode:
+//  * `alpha_beta` (default): the α–β formulas of §3.2 on the group's tier profile; algorithm per op
+//    from plan.collectives.algo, "auto" = the cheapest valid one.
+//  * `nccl`: NCCL's own latency/bandwidth tables and argmin over (algorithm, protocol) from
+//    src/graph/tuning.cc (§3.3; constants of the commit recorded in the calibration file).
+// Either mode's busbw is then scaled by the size-efficiency tables when plan.collectives.eta_tables
+// is on (§3.4), and fitted α/B from the calibration file (§6.6) replace the tier defaults where the
+// file has them for that op, tier and algorithm.
+//
+// Estimate is O(1) (O(tiers)) per call and allocates nothing: the engine calls it per rendezvous.
+// Build a CollectiveCostModel once per (Cluster, CollectivesPlan) and call it; the free function
+// Estimate is the one-shot form of the same thing.
+//
+// S (bytes) is as §3.1: the buffer (all-reduce, broadcast); the full gathered size, p × per-rank
+// chunk (all-gather, reduce-scatter); the total bytes one rank sends (all-to-all).
+#ifndef GEMTB_SIM_NETWORK_COLLECTIVE_COST_H_
+#define GEMTB_SIM_NETWORK_COLLECTIVE_COST_H_
+
+#include <array>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "sim/scenario/scenario.h"
+
+namespace gemtb::sim {
+
+// ---- group shape -------------------------------------------------------------------------------
+
+// The tier profile of one process group (spec §2.2): how its members spread over NVLink hosts and
+// AI zones. Members are assumed spread evenly (every host holding members holds members_per_host of
+// them, every zone members_per_zone), which is what the plan's dim_order produces.
+struct GroupShape {
+  int members = 1;           // p
+  int members_per_host = 1;  // g: members sharing one NVLink host
+  int hosts = 1;             // N = p / g: hosts the group touches
+  int members_per_zone = 1;  // Z: members sharing one AI zone
+  int zones = 1;             // p / Z
+};
+
+// The shape of the group {first, first + stride, ..., first + (count - 1) * stride} on `cluster`
+// (world_size, gpus_per_host, zone_size). Errors name the argument: count < 1, stride < 1, a rank
+// outside the world. Costs O(count) once per group class, not per call.
+absl::StatusOr<GroupShape> StridedGroupShape(const Cluster& cluster, int first, int stride, int count);
+
+// The shape of a group of `members` consecutive ranks (stride 1) starting at 0: the common case.
+absl::StatusOr<GroupShape> ContiguousGroupShape(const Cluster& cluster, int members);
+
+// ---- algorithms and results --------------------------------------------------------------------
+
+enum class CollAlgo {
+  kRing,             // ring AG/RS/AR/broadcast (flat multi-host ring when the group spans hosts)
+  kTree,             // double binary tree, pipelined (AR, broadcast)
+  kHalvingDoubling,  // halving-doubling AR, recursive-halving RS, recursive-doubling AG
+  kDirect,           // direct all-to-all with window (multi-tier when the group spans tiers)
+  kHierarchical,     // RS down the tiers, AR/AG/RS at the top, AG back up
+  kNvls,             // NVLink SHARP (nccl mode; alpha_beta when calibration.nvls)
+  kAllToAllv,        // all-to-allv (only through EstimateAllToAllv)
+};
+enum class CollProto { kNone, kLL, kLL128, kSimple };  // kNone in alpha_beta mode
+
+std::string_view CollectiveOpName(CollectiveOp op);  // all_reduce, all_gather, ...
+absl::StatusOr<CollectiveOp> ParseCollectiveOp(std::string_view name);
+std::string_view CollAlgoName(CollAlgo algo);         // ring, tree, halving_doubling, direct, ...
+std::string_view CollProtoName(CollProto proto);      // "", LL, LL128, Simple
+// "ring", or "ring/LL128" in nccl mode: CollectiveStats::algo.
+std::string AlgoLabel(CollAlgo algo, CollProto proto);
+
+// busbw / algbw for op on p ranks (§3.1): 2(p−1)/p AR, (p−1)/p AG/RS/all-to-all, 1 broadcast.
+double BusBwFactor(CollectiveOp op, int members);
+
+struct CollectiveCost {
+  double duration_s = 0;
+  double algbw_Bps = 0;  // S / duration
+  double busbw_Bps = 0;  // algbw * BusBwFactor
+  CollAlgo algo = CollAlgo::kRing;
+  CollProto proto = CollProto::kNone;
+};
+
+// An all-to-allv seen from the busiest rank (or from one rank, for a2av_end: per_rank): for each
+// tier k, max(bytes sent, bytes received) to peers reached across tier k (k = 0: same host; 1: other
+// hosts in the zone; 2: other zones), self-traffic excluded. Never a p × p matrix.
+inline constexpr int kMaxTiers = 3;
+struct AllToAllvLoad {
+  std::array<double, kMaxTiers> bytes_per_tier{};
+};
+
+// ---- the model ---------------------------------------------------------------------------------
+
+class CollectiveCostModel {
+ public:
+  // Checks the plan against the cluster: cost_mode alpha_beta|nccl, each plan.collectives.algo entry
+  // a known op with an algorithm valid for it (errors name "plan.collectives.algo.all_to_all: tree
+  // ..."), at least one tier, the calibration's fitted entries naming existing tiers.
+  static absl::StatusOr<CollectiveCostModel> Create(const Cluster& cluster, const CollectivesPlan& plan);
+
+  // One collective of `bytes` (S, §3.1) on a group of shape `shape`. bytes <= 0 or members <= 1
+  // cost nothing (duration 0). The algorithm is plan.collectives.algo[op] ("auto": the cheapest);
+  // one that does not apply to this shape (hierarchical on one host) falls back to ring.
+  CollectiveCost Estimate(CollectiveOp op, const GroupShape& shape, double bytes) const;
+
+  // Same, with the algorithm forced (e.g. `gemtb whatif collective --algo`); kAllToAllv not allowed.
+  CollectiveCost EstimateWith(CollectiveOp op, CollAlgo algo, const GroupShape& shape, double bytes) const;
+
+  // All-to-allv (§3.2): (p−1)α + max over tiers of bytes_k / B_k (B of the top tier ÷ its
+  // oversubscription). busbw reported against S = the largest per-tier sum.
+  CollectiveCost EstimateAllToAllv(const GroupShape& shape, const AllToAllvLoad& load) const;
+
+  const Cluster& cluster() const { return *cluster_; }
+  const CollectivesPlan& plan() const { return *plan_; }
+
+  // Implementation state (resolved per-op algorithm choice, per-tier α/B, NCCL constants);
+  // defined in collective_cost.cc.
+  struct Impl;
+
+ private:
+  CollectiveCostModel() = default;
+  std::shared_ptr<const Cluster> cluster_;
+  std::shared_ptr<const CollectivesPlan> plan_;
+  std::shared_ptr<const Impl> impl_;
+};
+
+// One-shot form: builds the model and estimates one collective (for tools and tests, not for hot
+// loops).
+absl::StatusOr<CollectiveCost> Estimate(const Cluster& cluster, const CollectivesPlan& plan,
+                                        CollectiveOp op, const GroupShape& shape, double bytes);
+
+}  // namespace gemtb::sim
+
+#endif  // GEMTB_SIM_NETWORK_COLLECTIVE_COST_H_
