@@ -72,6 +72,7 @@ struct FittedLink {
   CollectiveOp op = CollectiveOp::kAllReduce;
   std::string tier;       // tier name
   std::string algo;       // "auto" or a pinned algorithm ("ring", "tree", ...)
+  int gpus = 0;           // group size it was measured on (0: any); the largest <= p applies
   double alpha_s = 0;
   double busbw_Bps = 0;
 };

@@ -34,13 +34,18 @@
 // The noise section:
 //   {"step_sigma", "slow_ranks": {"ranks": [..]} | {"fraction": f}, "factor"}, "collective_jitter_sigma"}
 //
+// Overrides, applied after the section files are read (so a scenario can reference a shared cluster
+// file and change a few of its fields):
+//   "overrides": {"cluster.zone_size": 2048, "cluster.calibration.efficiency.ops.linear": 0.45}
+//
 // Assumptions (unpublished values, listed in reports and swept for sensitivity):
 //   "assumptions": [{"name": "zone size", "paths": ["cluster.zone_size"], "low": 1024, "high": 4096,
 //                    "note": "..."},
 //                   {"name": "RoCE alpha", "paths": ["cluster.tiers[1].alpha_us", "cluster.tiers[2].alpha_us"],
 //                    "low_factor": 0.5, "high_factor": 2}]
 //   Absolute low/high need a single path; factors scale every path's value. A path is a dotted JSON
-//   path into the scenario (sections inlined); "model.tables[*].rows" scales the model's table rows.
+//   path into the scenario (sections inlined); "model.tables[*].rows" is the model's total table rows
+//   (setting it scales every table's rows).
 #ifndef GEMTB_SIM_SCENARIO_SCENARIO_JSON_H_
 #define GEMTB_SIM_SCENARIO_SCENARIO_JSON_H_
 
@@ -58,8 +63,9 @@ namespace gemtb::sim {
 // A scenario document with every section inlined (file references read) and the model parsed once,
 // so that sweeps and sensitivity runs can edit fields and rebuild cheaply.
 struct ScenarioDocument {
-  nlohmann::json json;  // the scenario with sections inlined; "model" kept as written
+  nlohmann::json json;  // the scenario with sections inlined and `overrides` applied; "model" as written
   std::string base_dir;         // folder the relative paths were resolved against
+  std::string cluster_base_dir; // folder of the cluster file (its calibration reference resolves there)
   std::string name;             // file stem (or `name`)
   std::shared_ptr<const model::ModelGraph> model;
   double model_rows_scale = 1;  // "model.tables[*].rows" override applied on Build
@@ -80,16 +86,23 @@ absl::StatusOr<Scenario> ParseScenarioJson(const nlohmann::json& json, const std
                                            std::string name = "scenario");
 
 // Sets one field by dotted JSON path ("plan.dense.fsdp_shard_group", "cluster.tiers[2].oversubscription",
-// "model.tables[*].rows" as a factor) to `value` (JSON text: 128, 0.5, "sm_free", true). The field's
-// parent must exist; BuildScenario validates the result. For sweeps (`--set`) and sensitivity.
+// "model.tables[*].rows" = total rows) to `value` (JSON text: 128, 0.5, "sm_free", true; text that is
+// not JSON is taken as a string). Missing objects on the way are created, array elements must exist;
+// BuildScenario validates the result. For sweeps (`--set`) and sensitivity.
 absl::Status SetField(ScenarioDocument& doc, std::string_view path, std::string_view value);
 absl::Status SetFieldJson(ScenarioDocument& doc, std::string_view path, const nlohmann::json& value);
 
-// The current value of a numeric field ("model.tables[*].rows" gives the scale, 1 by default).
+// The current value of a numeric field.
 absl::StatusOr<double> GetNumber(const ScenarioDocument& doc, std::string_view path);
 
 // Sets the world size (cluster.world_size), as a GPU-count sweep does.
 absl::Status SetWorldSize(ScenarioDocument& doc, int world_size);
+
+// Moves every field of an assumption to its low (factor = low_factor) or high case: a single-path
+// assumption takes its low/high value exactly; several paths are each scaled by the factor.
+// Integer fields stay integers (rounded).
+enum class AssumptionCase { kLow, kHigh };
+absl::Status ApplyAssumption(ScenarioDocument& doc, const Assumption& assumption, AssumptionCase which);
 
 }  // namespace gemtb::sim
 

@@ -1,0 +1,76 @@
+// Strict reading of one JSON object of a scenario: every key must be known, every value is checked
+// against its rule, and every error names the JSON path, the value and the rule
+// ("plan.dense.prefetch_depth: -1 must be >= 0"). The section parsers of sim/scenario use it.
+#ifndef GEMTB_SIM_SCENARIO_JSON_READER_H_
+#define GEMTB_SIM_SCENARIO_JSON_READER_H_
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace gemtb::sim {
+
+// "<path>: <value> <rule>" as InvalidArgument.
+absl::Status BadValue(std::string_view path, const nlohmann::json& value, std::string_view rule);
+// "<path>: <message>" as InvalidArgument.
+absl::Status BadField(std::string_view path, std::string_view message);
+
+// A JSON value as the message shows it: numbers in shortest round-trip form, strings quoted,
+// long arrays and objects abbreviated.
+std::string ShowValue(const nlohmann::json& value);
+
+// "<parent>.<key>" (or "<key>" at the top).
+std::string JoinPath(std::string_view parent, std::string_view key);
+// "<parent>[<index>]".
+std::string IndexPath(std::string_view parent, size_t index);
+
+class ObjectReader {
+ public:
+  // Fails unless `json` is an object whose keys are all in `known`.
+  static absl::StatusOr<ObjectReader> Open(const nlohmann::json& json, std::string path,
+                                           std::initializer_list<std::string_view> known);
+
+  const std::string& path() const { return path_; }
+  bool Has(std::string_view key) const;
+  // The value at `key`, or nullptr when absent.
+  const nlohmann::json* Get(std::string_view key) const;
+  // Fails when `key` is absent ("<path>.<key>: missing").
+  absl::Status Require(std::string_view key) const;
+
+  // Each reader leaves *out unchanged when the key is absent.
+  absl::Status Int(std::string_view key, int* out, int64_t lo, int64_t hi) const;
+  absl::Status Int64(std::string_view key, int64_t* out, int64_t lo, int64_t hi) const;
+  absl::Status Uint64(std::string_view key, uint64_t* out) const;
+  absl::Status Bool(std::string_view key, bool* out) const;
+  absl::Status String(std::string_view key, std::string* out) const;
+  // A string from a fixed set ("... is not one of a, b, c").
+  absl::Status Enum(std::string_view key, std::string* out, std::initializer_list<std::string_view> allowed) const;
+
+  // Numbers (integers accepted). Rules: > 0, >= 0, in [lo, hi], in (0, 1].
+  absl::Status Positive(std::string_view key, double* out) const;
+  absl::Status NonNegative(std::string_view key, double* out) const;
+  absl::Status Range(std::string_view key, double* out, double lo, double hi) const;
+  absl::Status Fraction(std::string_view key, double* out) const;  // 0 < x <= 1
+
+ private:
+  ObjectReader(const nlohmann::json* json, std::string path) : json_(json), path_(std::move(path)) {}
+  absl::StatusOr<double> Number(std::string_view key, const nlohmann::json& v) const;
+
+  const nlohmann::json* json_;
+  std::string path_;
+};
+
+// Checks that `json` is a finite number; returns it.
+absl::StatusOr<double> ReadNumber(const nlohmann::json& json, std::string_view path);
+// Checks that `json` is an integer in [lo, hi]; returns it.
+absl::StatusOr<int64_t> ReadInteger(const nlohmann::json& json, std::string_view path, int64_t lo, int64_t hi);
+
+}  // namespace gemtb::sim
+
+#endif  // GEMTB_SIM_SCENARIO_JSON_READER_H_

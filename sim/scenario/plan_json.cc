@@ -1,0 +1,263 @@
+// plan.dense / plan.sparse / plan.collectives / plan.memory (spec/simulator.md §4, the sparse object
+// as embeddings-and-model.md §3.1-§3.2 and `gemtb ref embed`).
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "model/common/status_macros.h"
+#include "model/description/model_graph.h"
+#include "sim/scenario/json_reader.h"
+#include "sim/scenario/plan_json.h"
+
+namespace gemtb::sim {
+namespace {
+
+constexpr int64_t kMaxGroup = int64_t{1} << 24;
+
+// The dense dimensions dim_order may name (spec §2.2; innermost first).
+const std::vector<std::string>& DenseDimNames() {
+  static const std::vector<std::string> names = {"ep", "expert_shard", "shard", "replica"};
+  return names;
+}
+
+absl::Status ParseDense(const nlohmann::json& json, const Cluster& cluster, const model::ModelGraph& model, bool cap,
+                        DensePlan* dense, std::vector<std::string>* warnings) {
+  absl::StatusOr<ObjectReader> r = ObjectReader::Open(
+      json, "plan.dense",
+      {"fsdp_shard_group", "ep_degree", "expert_shard_group", "dim_order", "prefetch_depth", "reshard_after_forward",
+       "bucket_bytes", "comm_dtype"});
+  if (!r.ok()) return r.status();
+  GEMTB_RETURN_IF_ERROR(r->Int("fsdp_shard_group", &dense->fsdp_shard_group, 1, kMaxGroup));
+  GEMTB_RETURN_IF_ERROR(r->Int("ep_degree", &dense->ep_degree, 1, kMaxGroup));
+  GEMTB_RETURN_IF_ERROR(r->Int("expert_shard_group", &dense->expert_shard_group, 1, kMaxGroup));
+  GEMTB_RETURN_IF_ERROR(r->Int("prefetch_depth", &dense->prefetch_depth, 0, 64));
+  GEMTB_RETURN_IF_ERROR(r->Bool("reshard_after_forward", &dense->reshard_after_forward));
+  GEMTB_RETURN_IF_ERROR(r->Positive("bucket_bytes", &dense->bucket_bytes));
+  GEMTB_RETURN_IF_ERROR(r->Enum("comm_dtype", &dense->comm_dtype, {"bf16", "fp16", "fp32", "fp8"}));
+  if (const nlohmann::json* order = r->Get("dim_order"); order != nullptr) {
+    const std::string path = "plan.dense.dim_order";
+    if (!order->is_array()) return BadValue(path, *order, "is not an array of dimension names");
+    dense->dim_order.clear();
+    for (size_t i = 0; i < order->size(); ++i) {
+      const nlohmann::json& name = (*order)[i];
+      const auto& known = DenseDimNames();
+      if (!name.is_string() || std::find(known.begin(), known.end(), name.get<std::string>()) == known.end()) {
+        return BadValue(IndexPath(path, i), name, "is not one of ep, expert_shard, shard, replica");
+      }
+      if (std::find(dense->dim_order.begin(), dense->dim_order.end(), name.get<std::string>()) != dense->dim_order.end()) {
+        return BadValue(IndexPath(path, i), name, "appears twice");
+      }
+      dense->dim_order.push_back(name.get<std::string>());
+    }
+  }
+
+  const int world = cluster.world_size;
+  if (cap) {
+    dense->fsdp_shard_group = std::min(dense->fsdp_shard_group, world);
+    dense->ep_degree = std::min(dense->ep_degree, world);
+    dense->expert_shard_group = std::max(1, std::min(dense->expert_shard_group, world / dense->ep_degree));
+  }
+  const int s = dense->fsdp_shard_group, e = dense->ep_degree, se = dense->expert_shard_group;
+  if (world % s != 0) {
+    return BadField("plan.dense.fsdp_shard_group", absl::StrCat(s, " does not divide world_size ", world));
+  }
+  if (world % e != 0) return BadField("plan.dense.ep_degree", absl::StrCat(e, " does not divide world_size ", world));
+  if (world % (int64_t{e} * se) != 0) {
+    return BadField("plan.dense.expert_shard_group",
+                    absl::StrCat(se, " x ep_degree ", e, " = ", int64_t{e} * se, " does not divide world_size ", world));
+  }
+  const int64_t experts = model.experts.count;
+  if (e > 1 && experts <= 1) {
+    return BadField("plan.dense.ep_degree", absl::StrCat(e, ": the model has no experts (experts.count ", experts, ")"));
+  }
+  if (e > 1 && experts % e != 0) {
+    return BadField("plan.dense.ep_degree", absl::StrCat(e, " does not divide the model's ", experts, " experts"));
+  }
+  if (e > 1 && cluster.gpus_per_host % e != 0) {
+    warnings->push_back(absl::StrCat("plan.dense.ep_degree: ", e, " does not divide gpus_per_host ",
+                                     cluster.gpus_per_host, ": EP traffic leaves NVLink"));
+  }
+  if (cluster.zone_size > 0 && world > cluster.zone_size && s > cluster.zone_size) {
+    warnings->push_back(absl::StrCat("plan.dense.fsdp_shard_group: ", s, " is larger than a zone (", cluster.zone_size,
+                                     " GPUs): FSDP all-gathers cross the oversubscribed tier"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TableShardingSpec> ParseTableSharding(const nlohmann::json& json, const std::string& path,
+                                                     const TableShardingSpec& base) {
+  absl::StatusOr<ObjectReader> r = ObjectReader::Open(json, path, {"type", "owner", "shards"});
+  if (!r.ok()) return r.status();
+  TableShardingSpec spec = base;
+  GEMTB_RETURN_IF_ERROR(r->Enum("type", &spec.type, {"DP", "TW", "RW", "CW", "TWRW", "GRID"}));
+  if (r->Has("type") && !r->Has("owner")) spec.owner = -1;
+  if (r->Has("type") && !r->Has("shards")) spec.shards = 1;
+  GEMTB_RETURN_IF_ERROR(r->Int("owner", &spec.owner, 0, kMaxGroup));
+  GEMTB_RETURN_IF_ERROR(r->Int("shards", &spec.shards, 1, 1 << 20));
+  if (r->Has("owner") && spec.type != "TW") {
+    return BadField(JoinPath(path, "owner"), absl::StrCat(spec.owner, ": only TW tables have an owner (type is ", spec.type, ")"));
+  }
+  if (r->Has("shards") && spec.type != "CW" && spec.type != "GRID") {
+    return BadField(JoinPath(path, "shards"),
+                    absl::StrCat(spec.shards, ": only CW and GRID tables have shards (type is ", spec.type, ")"));
+  }
+  return spec;
+}
+
+// A table's effective sharding against its table and the MP group.
+absl::Status CheckTableSharding(const TableShardingSpec& spec, const model::GraphTable& table, int mp_group,
+                                const std::string& path) {
+  if (spec.type == "TW" && spec.owner >= mp_group) {
+    return BadField(JoinPath(path, "owner"),
+                    absl::StrCat(spec.owner, " is out of range [0, ", mp_group, ") (MP group positions)"));
+  }
+  if ((spec.type == "CW" || spec.type == "GRID") && table.dim % spec.shards != 0) {
+    return BadField(JoinPath(path, "shards"),
+                    absl::StrCat(spec.shards, " does not divide dim ", table.dim, " of table '", table.name, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseSparse(const nlohmann::json& json, const Cluster& cluster, const model::ModelGraph& model, bool cap,
+                         SparsePlan* sparse, std::vector<std::string>* warnings) {
+  absl::StatusOr<ObjectReader> r = ObjectReader::Open(
+      json, "plan.sparse",
+      {"default", "tables", "mp_group", "fully_sharded", "sync_period", "state_sync", "cw_state", "gather",
+       "keep_gathered"});
+  if (!r.ok()) return r.status();
+  const int world = cluster.world_size;
+  GEMTB_RETURN_IF_ERROR(r->Int("mp_group", &sparse->mp_group, 0, kMaxGroup));
+  GEMTB_RETURN_IF_ERROR(r->Bool("fully_sharded", &sparse->fully_sharded));
+  GEMTB_RETURN_IF_ERROR(r->Int("sync_period", &sparse->sync_period, 1, 1 << 20));
+  GEMTB_RETURN_IF_ERROR(r->Bool("state_sync", &sparse->state_sync));
+  GEMTB_RETURN_IF_ERROR(r->Enum("cw_state", &sparse->cw_state, {"shared", "per_shard"}));
+  GEMTB_RETURN_IF_ERROR(r->Enum("gather", &sparse->gather, {"all", "touched"}));
+  GEMTB_RETURN_IF_ERROR(r->Bool("keep_gathered", &sparse->keep_gathered));
+  if (cap && sparse->mp_group > world) sparse->mp_group = world;
+  const int m = sparse->mp_group == 0 ? world : sparse->mp_group;
+  if (world % m != 0) return BadField("plan.sparse.mp_group", absl::StrCat(m, " does not divide world_size ", world));
+
+  if (const nlohmann::json* d = r->Get("default"); d != nullptr) {
+    absl::StatusOr<TableShardingSpec> spec = ParseTableSharding(*d, "plan.sparse.default", sparse->default_sharding);
+    if (!spec.ok()) return spec.status();
+    sparse->default_sharding = *spec;
+  }
+  sparse->tables.clear();
+  if (const nlohmann::json* tables = r->Get("tables"); tables != nullptr) {
+    if (!tables->is_object()) return BadValue("plan.sparse.tables", *tables, "is not an object of table name -> sharding");
+    for (const auto& [name, entry] : tables->items()) {
+      const std::string path = JoinPath("plan.sparse.tables", name);
+      const auto it = std::find_if(model.tables.begin(), model.tables.end(),
+                                   [&](const model::GraphTable& t) { return t.name == name; });
+      if (it == model.tables.end()) return BadValue(path, entry, "names no table of the model");
+      absl::StatusOr<TableShardingSpec> spec = ParseTableSharding(entry, path, sparse->default_sharding);
+      if (!spec.ok()) return spec.status();
+      GEMTB_RETURN_IF_ERROR(CheckTableSharding(*spec, *it, m, path));
+      sparse->tables[name] = *spec;
+    }
+  }
+  for (const model::GraphTable& table : model.tables) {
+    if (sparse->tables.count(table.name) == 0) {
+      GEMTB_RETURN_IF_ERROR(CheckTableSharding(sparse->default_sharding, table, m, "plan.sparse.default"));
+    }
+  }
+
+  const int replicas = world / m;
+  if (sparse->fully_sharded && replicas > cluster.gpus_per_host) {
+    warnings->push_back(absl::StrCat("plan.sparse.fully_sharded: the ", replicas,
+                                     " replicas of a shard (world_size / mp_group) span more than one host of ",
+                                     cluster.gpus_per_host, ": sparse-intra traffic leaves NVLink"));
+  }
+  if (cluster.zone_size > 0 && world > cluster.zone_size && m > 1) {
+    warnings->push_back(absl::StrCat("plan.sparse.mp_group: an MP group of ", m, " (rank = m*N + rho, N = ", replicas,
+                                     ") spans ", world, " ranks, more than a zone of ", cluster.zone_size,
+                                     ": its all-to-alls cross zones"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseCollectives(const nlohmann::json& json, const Cluster& cluster, CollectivesPlan* c) {
+  absl::StatusOr<ObjectReader> r = ObjectReader::Open(
+      json, "plan.collectives",
+      {"library", "sms_per_collective", "algo", "cost_mode", "flow", "eta_tables", "a2av_end"});
+  if (!r.ok()) return r.status();
+  GEMTB_RETURN_IF_ERROR(r->Enum("library", &c->library, {"sm_based", "sm_free"}));
+  GEMTB_RETURN_IF_ERROR(r->Int("sms_per_collective", &c->sms_per_collective, 1, std::max(1, cluster.gpu.sm_count - 1)));
+  GEMTB_RETURN_IF_ERROR(r->Enum("cost_mode", &c->cost_mode, {"alpha_beta", "nccl"}));
+  GEMTB_RETURN_IF_ERROR(r->Enum("flow", &c->flow, {"none", "fifo", "maxmin"}));
+  GEMTB_RETURN_IF_ERROR(r->Bool("eta_tables", &c->eta_tables));
+  GEMTB_RETURN_IF_ERROR(r->Enum("a2av_end", &c->a2av_end, {"all", "per_rank"}));
+  if (c->eta_tables && cluster.calibration.eta_tables.empty()) {
+    return BadField("plan.collectives.eta_tables", "true, but cluster.calibration has no eta tables");
+  }
+  if (const nlohmann::json* algo = r->Get("algo"); algo != nullptr) {
+    if (!algo->is_object()) return BadValue("plan.collectives.algo", *algo, "is not an object of op -> algorithm");
+    c->algo.clear();
+    for (const auto& [op, name] : algo->items()) {
+      const std::string path = JoinPath("plan.collectives.algo", op);
+      const auto& ops = CollectiveOpNames();
+      if (std::find(ops.begin(), ops.end(), op) == ops.end()) {
+        return BadField(path, "unknown op (known: all_reduce, all_gather, reduce_scatter, all_to_all, broadcast)");
+      }
+      const auto& algos = CollectiveAlgoNames();
+      if (!name.is_string() || std::find(algos.begin(), algos.end(), name.get<std::string>()) == algos.end()) {
+        std::string all;
+        for (const std::string& a : algos) all += (all.empty() ? "" : ", ") + a;
+        return BadValue(path, name, absl::StrCat("is not one of ", all));
+      }
+      c->algo[op] = name.get<std::string>();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseMemory(const nlohmann::json& json, const Cluster& cluster, MemoryPlan* m) {
+  absl::StatusOr<ObjectReader> r =
+      ObjectReader::Open(json, "plan.memory", {"budget_policy", "reserve_bytes", "act_quant"});
+  if (!r.ok()) return r.status();
+  GEMTB_RETURN_IF_ERROR(r->Enum("budget_policy", &m->budget_policy, {"per_region", "uniform", "none"}));
+  GEMTB_RETURN_IF_ERROR(r->NonNegative("reserve_bytes", &m->reserve_bytes));
+  GEMTB_RETURN_IF_ERROR(r->Enum("act_quant", &m->act_quant, {"bf16", "fp8", "mx4"}));
+  if (cluster.gpu.hbm_bytes > 0 && m->reserve_bytes >= cluster.gpu.hbm_bytes) {
+    return BadField("plan.memory.reserve_bytes",
+                    absl::StrCat(m->reserve_bytes, " must be < cluster.gpu.hbm_bytes ", cluster.gpu.hbm_bytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::vector<std::string>& CollectiveOpNames() {
+  static const std::vector<std::string> names = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                                 "broadcast"};
+  return names;
+}
+
+const std::vector<std::string>& CollectiveAlgoNames() {
+  // As sim/network's CollAlgoName (all_to_allv is chosen by the workload, not by the plan).
+  static const std::vector<std::string> names = {"auto", "ring", "tree", "halving_doubling", "direct", "hierarchical",
+                                                 "nvls"};
+  return names;
+}
+
+absl::StatusOr<Plan> ParsePlan(const nlohmann::json& json, const Cluster& cluster, const model::ModelGraph& model,
+                               std::vector<std::string>* warnings) {
+  absl::StatusOr<ObjectReader> r =
+      ObjectReader::Open(json, "plan", {"cap_groups_at_world_size", "dense", "sparse", "collectives", "memory"});
+  if (!r.ok()) return r.status();
+  bool cap = false;
+  GEMTB_RETURN_IF_ERROR(r->Bool("cap_groups_at_world_size", &cap));
+  Plan plan;
+  const nlohmann::json empty = nlohmann::json::object();
+  auto section = [&](std::string_view key) -> const nlohmann::json& {
+    const nlohmann::json* v = r->Get(key);
+    return v == nullptr ? empty : *v;
+  };
+  GEMTB_RETURN_IF_ERROR(ParseDense(section("dense"), cluster, model, cap, &plan.dense, warnings));
+  GEMTB_RETURN_IF_ERROR(ParseSparse(section("sparse"), cluster, model, cap, &plan.sparse, warnings));
+  GEMTB_RETURN_IF_ERROR(ParseCollectives(section("collectives"), cluster, &plan.collectives));
+  GEMTB_RETURN_IF_ERROR(ParseMemory(section("memory"), cluster, &plan.memory));
+  return plan;
+}
+
+}  // namespace gemtb::sim
