@@ -1,0 +1,44 @@
+// Forward (and backward) of the model over a batch with the multi-task masked BCE of spec §6:
+// L = sum_t sum_b m_tb l(z_tb, y_tb) / max(1, sum m), l(z,y) = max(z,0) - z y + log1p(exp(-|z|)).
+//
+// Determinism: the batch is split into `blocks` consecutive sample ranges, a number that does not
+// depend on the thread count. Each block runs its samples in order and accumulates its own parameter
+// gradient; blocks run in parallel (oneTBB) and their gradients are summed in block order. So the
+// bits are the same for any thread count.
+#ifndef GEMTB_REFERENCE_MODEL_BATCH_PASS_H_
+#define GEMTB_REFERENCE_MODEL_BATCH_PASS_H_
+
+#include <vector>
+
+#include "reference/model/gem_model.h"
+
+namespace gemtb::reference::model {
+
+template <typename T>
+struct BatchPassResult {
+  double loss = 0;                              // L, accumulated in fp64 in sample order
+  double mask_count = 0;                        // sum m
+  std::vector<T> logits;                        // [B, T]
+  std::vector<T> param_grad;                    // dL/dparams (backward only)
+  std::vector<SampleInputGrad<T>> input_grads;  // per sample (backward only)
+};
+
+struct BatchPassOptions {
+  bool backward = true;
+  int threads = 0;   // 0 = oneTBB's default; the result does not depend on it
+  int blocks = 16;   // gradient blocks (fixed: part of the numerics, not of the parallelism)
+};
+
+// labels, masks: [B, T] with B = inputs.size().
+template <typename T>
+BatchPassResult<T> RunBatch(const GemModel& model, const T* params, const std::vector<SampleInput<T>>& inputs,
+                            const std::vector<float>& labels, const std::vector<float>& masks,
+                            const BatchPassOptions& options);
+
+// The per-element loss and its derivative dl/dz = sigmoid(z) - y.
+template <typename T>
+T BceWithLogits(T z, T y);
+
+}  // namespace gemtb::reference::model
+
+#endif  // GEMTB_REFERENCE_MODEL_BATCH_PASS_H_

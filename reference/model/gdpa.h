@@ -1,0 +1,141 @@
+// GDPA on one sample (spec/attention.md §3-§5 with act = SiLU, pre_scale 1, post_scale c) and
+// interleaved RoPE, forward and backward, templated on the scalar.
+//
+// Why not call reference/attention directly: the model runs thousands of tiny per-sample attentions
+// per step (2 heads x 16 dims, <= 130 tokens) in float, and the oracle's API converts every tensor
+// to fp64 vectors and validates it per call. This small version is checked against the oracle
+// (fp64, tolerance 1e-12) in tests/training/gdpa_test.cc.
+//
+// Layout as the oracle's: q [Lq, H*Dh], k and v [Lk, H*Dh], element (t, h, i) at (t*H + h)*Dh + i.
+#ifndef GEMTB_REFERENCE_MODEL_GDPA_H_
+#define GEMTB_REFERENCE_MODEL_GDPA_H_
+
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+#include "reference/model/ops.h"
+
+namespace gemtb::reference::model {
+
+struct GdpaShape {
+  int lq = 0, lk = 0, heads = 0, dh = 0;
+  int window = -1;  // keep |i - j| <= window (window(w,w), top_left); -1 = none
+  int block = 0;    // keep i / block == j / block (block(n)); 0 = none
+  double post_scale = 1.0;
+
+  bool Keep(int i, int j) const {
+    if (block > 0) return i / block == j / block;
+    return window < 0 || (j >= i - window && j <= i + window);
+  }
+};
+
+// o [lq, H*dh] = sum_j post * silu(q_i . k_j) v_j over kept keys.
+template <typename T>
+void GdpaForward(const GdpaShape& s, const T* q, const T* k, const T* v, T* o) {
+  const int w = s.heads * s.dh;
+  const T post = static_cast<T>(s.post_scale);
+  for (size_t e = 0; e < static_cast<size_t>(s.lq) * w; ++e) o[e] = T(0);
+  for (int h = 0; h < s.heads; ++h) {
+    for (int i = 0; i < s.lq; ++i) {
+      const T* qi = q + static_cast<size_t>(i) * w + h * s.dh;
+      T* oi = o + static_cast<size_t>(i) * w + h * s.dh;
+      for (int j = 0; j < s.lk; ++j) {
+        if (!s.Keep(i, j)) continue;
+        const T* kj = k + static_cast<size_t>(j) * w + h * s.dh;
+        T z = 0;
+        for (int c = 0; c < s.dh; ++c) z += qi[c] * kj[c];
+        const T pij = post * Silu(z);
+        const T* vj = v + static_cast<size_t>(j) * w + h * s.dh;
+        for (int c = 0; c < s.dh; ++c) oi[c] += pij * vj[c];
+      }
+    }
+  }
+}
+
+// dq, dk, dv += gradients for upstream do_ (scores recomputed).
+template <typename T>
+void GdpaBackward(const GdpaShape& s, const T* q, const T* k, const T* v, const T* do_, T* dq, T* dk, T* dv) {
+  const int w = s.heads * s.dh;
+  const T post = static_cast<T>(s.post_scale);
+  for (int h = 0; h < s.heads; ++h) {
+    for (int i = 0; i < s.lq; ++i) {
+      const T* qi = q + static_cast<size_t>(i) * w + h * s.dh;
+      const T* doi = do_ + static_cast<size_t>(i) * w + h * s.dh;
+      T* dqi = dq + static_cast<size_t>(i) * w + h * s.dh;
+      for (int j = 0; j < s.lk; ++j) {
+        if (!s.Keep(i, j)) continue;
+        const size_t kj_at = static_cast<size_t>(j) * w + h * s.dh;
+        const T* kj = k + kj_at;
+        const T* vj = v + kj_at;
+        T z = 0, dp = 0;
+        for (int c = 0; c < s.dh; ++c) z += qi[c] * kj[c];
+        for (int c = 0; c < s.dh; ++c) dp += doi[c] * vj[c];
+        const T pij = post * Silu(z);
+        const T dz = post * SiluGrad(z) * dp;
+        T* dkj = dk + kj_at;
+        T* dvj = dv + kj_at;
+        for (int c = 0; c < s.dh; ++c) {
+          dqi[c] += dz * kj[c];
+          dkj[c] += dz * qi[c];
+          dvj[c] += pij * doi[c];
+        }
+      }
+    }
+  }
+}
+
+// RoPE table [positions, dh] as the oracle reads it: sin_m in columns [0, dh/2), cos_m in
+// [dh/2, dh), angle_m(p) = p * 10000^(-2m/dh), computed in fp64 and rounded once to T.
+template <typename T>
+std::vector<T> RopeTable(int positions, int dh) {
+  std::vector<T> table(static_cast<size_t>(positions) * dh);
+  const int half = dh / 2;
+  for (int p = 0; p < positions; ++p) {
+    for (int m = 0; m < half; ++m) {
+      const double angle = p * std::pow(10000.0, -2.0 * m / dh);
+      table[static_cast<size_t>(p) * dh + m] = static_cast<T>(std::sin(angle));
+      table[static_cast<size_t>(p) * dh + half + m] = static_cast<T>(std::cos(angle));
+    }
+  }
+  return table;
+}
+
+// In place on x [n, H*dh]: token t rotated by table row t (same for all heads).
+template <typename T>
+void RopeForward(const T* table, int n, int heads, int dh, T* x) {
+  const int half = dh / 2;
+  for (int t = 0; t < n; ++t) {
+    const T* row = table + static_cast<size_t>(t) * dh;
+    for (int h = 0; h < heads; ++h) {
+      T* xr = x + (static_cast<size_t>(t) * heads + h) * dh;
+      for (int m = 0; m < half; ++m) {
+        const T sn = row[m], cs = row[half + m];
+        const T a = xr[2 * m], b = xr[2 * m + 1];
+        xr[2 * m] = a * cs - b * sn;
+        xr[2 * m + 1] = b * cs + a * sn;
+      }
+    }
+  }
+}
+// In place on the gradient: the transposed rotation.
+template <typename T>
+void RopeBackward(const T* table, int n, int heads, int dh, T* dx) {
+  const int half = dh / 2;
+  for (int t = 0; t < n; ++t) {
+    const T* row = table + static_cast<size_t>(t) * dh;
+    for (int h = 0; h < heads; ++h) {
+      T* xr = dx + (static_cast<size_t>(t) * heads + h) * dh;
+      for (int m = 0; m < half; ++m) {
+        const T sn = row[m], cs = row[half + m];
+        const T a = xr[2 * m], b = xr[2 * m + 1];
+        xr[2 * m] = a * cs + b * sn;
+        xr[2 * m + 1] = b * cs - a * sn;
+      }
+    }
+  }
+}
+
+}  // namespace gemtb::reference::model
+
+#endif  // GEMTB_REFERENCE_MODEL_GDPA_H_
