@@ -1,0 +1,33 @@
+// Collective durations for the engine: one group shape per layout (computed once), then
+// sim/network's cost model per rendezvous (O(1), no allocation).
+#ifndef GEMTB_SIM_ENGINE_COLLECTIVE_TIMING_H_
+#define GEMTB_SIM_ENGINE_COLLECTIVE_TIMING_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sim/network/collective_cost.h"
+#include "sim/scenario/scenario.h"
+#include "sim/workload/rank_groups.h"
+
+namespace gemtb::sim {
+
+class CollectiveTiming {
+ public:
+  static absl::StatusOr<CollectiveTiming> Create(const Cluster& cluster, const CollectivesPlan& plan,
+                                                 const std::vector<GroupLayout>& layouts);
+
+  // op on a group of `layout` moving S = bytes (spec §3.1). a2av: bytes is the heaviest member's
+  // send total, spread over the tiers in proportion to the peers reached across each.
+  CollectiveCost Cost(int layout, CollectiveOp op, double bytes, bool a2av) const;
+  const GroupShape& shape(int layout) const { return shapes_[layout]; }
+
+ private:
+  CollectiveTiming(CollectiveCostModel model) : model_(std::move(model)) {}
+  CollectiveCostModel model_;
+  std::vector<GroupShape> shapes_;
+};
+
+}  // namespace gemtb::sim
+
+#endif  // GEMTB_SIM_ENGINE_COLLECTIVE_TIMING_H_

@@ -1,0 +1,54 @@
+// The discrete-event run of a StepTemplate over all ranks and steps (spec/simulator.md §2.1-§2.5):
+// in-order streams per rank, collectives as rendezvous (start when the last member arrives, all end
+// together), SM contention c_r(t) = 1 + kappa while an SM-based collective runs on the rank (running
+// compute is rescheduled when c_r changes), per rank-step noise and per-call jitter.
+#ifndef GEMTB_SIM_ENGINE_ENGINE_H_
+#define GEMTB_SIM_ENGINE_ENGINE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sim/engine/collective_timing.h"
+#include "sim/scenario/result.h"
+#include "sim/workload/step_template.h"
+
+namespace gemtb::sim {
+
+struct EngineInput {
+  const StepTemplate* tpl = nullptr;
+  const CollectiveTiming* timing = nullptr;
+  int world = 1;
+  int steps = 1;    // W + M
+  int warmup = 0;   // W
+  const std::vector<double>* stats = nullptr;          // [step][rank][layout.size()]
+  const std::vector<uint8_t>* checkpointed = nullptr;  // [step][rank][region], 1 = recompute; may be null
+  const std::vector<double>* noise = nullptr;          // [step][rank] compute slowdown; may be null
+  double kappa = 0;            // contention while an SM-based collective runs
+  bool ideal_network = false;  // collectives take no time on the dependency path (SMs still held)
+  double jitter_sigma = 0;     // per-call lognormal (mean 1) on collective durations
+  uint64_t seed = 0;
+  std::vector<uint8_t> traced;  // per rank: record its trace events of trace_step
+  int trace_step = -1;
+};
+
+struct EngineOutput {
+  std::vector<double> step_end_s;       // per step: when its last task finished on any rank
+  std::vector<RankStats> ranks;         // sums over the measured steps (not yet divided by M)
+  std::vector<double> comm_s;           // per rank: summed collective durations (measured steps)
+  std::vector<double> step_work_s;      // [step][rank]: compute-stream busy time (imbalance is per step)
+  struct CollSite {
+    double calls = 0, duration_s = 0, bytes = 0, exposed_s = 0, member_time_s = 0;
+    std::string algo;
+  };
+  std::vector<CollSite> sites;          // per template task (collectives only)
+  std::vector<TraceEvent> trace;
+  uint64_t events = 0;
+};
+
+absl::StatusOr<EngineOutput> RunEngine(const EngineInput& in);
+
+}  // namespace gemtb::sim
+
+#endif  // GEMTB_SIM_ENGINE_ENGINE_H_

@@ -1,0 +1,73 @@
+#include "sim/engine/memory_model.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace gemtb::sim {
+
+MemoryPlanOutput PlanMemory(const StepTemplate& tpl, const Scenario& scenario, const std::vector<double>& stats,
+                            int steps, int world, bool no_recompute) {
+  MemoryPlanOutput out;
+  const int U = static_cast<int>(tpl.regions.size());
+  const int width = tpl.layout.size();
+  out.checkpointed.assign(static_cast<size_t>(steps) * world * U, 0);
+  out.peak_activation_bytes.assign(world, 0.0);
+  const double available = scenario.cluster.gpu.hbm_bytes - scenario.plan.memory.reserve_bytes;
+  out.fit.available_bytes = available;
+  out.fit.static_bytes = tpl.static_bytes;
+  const double budget = available - tpl.static_bytes;
+  out.fit.activation_budget_bytes = budget;
+  const std::string& policy = scenario.plan.memory.budget_policy;
+  const bool allow = !no_recompute && policy != "none";
+  bool fits = tpl.static_bytes <= available;
+  double needed = 0, dropped = 0, saved_total = 0;
+  std::vector<double> saved(U), secs(U);
+  std::vector<int> order(U);
+  for (int s = 0; s < steps; ++s) {
+    for (int r = 0; r < world; ++r) {
+      const absl::Span<const double> x(stats.data() + (static_cast<size_t>(s) * world + r) * width, width);
+      double total = 0;
+      for (int u = 0; u < U; ++u) {
+        saved[u] = std::max(0.0, tpl.regions[u].saved_bytes.Eval(x));
+        total += saved[u];
+      }
+      saved_total += total;
+      double kept = total, transient = 0;
+      if (allow && kept > budget) {
+        for (int u = 0; u < U; ++u) secs[u] = EvalTime(tpl.regions[u].fwd_time, tpl.regions[u].fwd_curve_terms, x);
+        std::iota(order.begin(), order.end(), 0);
+        if (policy != "uniform") {
+          std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+            // bytes freed per recompute second, descending (a free region first)
+            return saved[a] * std::max(secs[b], 1e-30) > saved[b] * std::max(secs[a], 1e-30);
+          });
+        }
+        uint8_t* ck = out.checkpointed.data() + (static_cast<size_t>(s) * world + r) * U;
+        for (int u : order) {
+          if (kept + transient <= budget) break;
+          if (saved[u] <= 0) continue;
+          ck[u] = 1;
+          kept -= saved[u];
+          dropped += saved[u];
+          transient = std::max(transient, saved[u]);
+        }
+      }
+      // The smallest peak reachable: everything recomputed, one region at a time.
+      double smallest = total;
+      if (allow) {
+        smallest = 0;
+        for (int u = 0; u < U; ++u) smallest = std::max(smallest, saved[u]);
+      }
+      needed = std::max(needed, tpl.static_bytes + smallest);
+      const double peak = kept + transient;
+      out.peak_activation_bytes[r] = std::max(out.peak_activation_bytes[r], peak);
+      if (peak > budget) fits = false;
+    }
+  }
+  out.fit.fits = fits;
+  out.fit.needed_bytes = needed;
+  out.fit.recomputed_fraction = saved_total > 0 ? dropped / saved_total : 0.0;
+  return out;
+}
+
+}  // namespace gemtb::sim

@@ -1,0 +1,29 @@
+// Memory and recomputation (spec/simulator.md §2.6): the activation budget is HBM - reserve - static
+// bytes; when a rank-step's saved activations exceed it, regions are checkpointed greedily by bytes
+// freed per second of recompute (budget_policy per_region; `uniform` checkpoints in region order)
+// until they fit. A checkpointed region keeps nothing but needs its own saved bytes again while it
+// is recomputed in backward (one region at a time), so peak = kept + the largest recomputed region.
+#ifndef GEMTB_SIM_ENGINE_MEMORY_MODEL_H_
+#define GEMTB_SIM_ENGINE_MEMORY_MODEL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "sim/scenario/result.h"
+#include "sim/scenario/scenario.h"
+#include "sim/workload/step_template.h"
+
+namespace gemtb::sim {
+
+struct MemoryPlanOutput {
+  std::vector<uint8_t> checkpointed;          // [step][rank][region]
+  std::vector<double> peak_activation_bytes;  // per rank, max over steps
+  MemoryFit fit;
+};
+
+MemoryPlanOutput PlanMemory(const StepTemplate& tpl, const Scenario& scenario, const std::vector<double>& stats,
+                            int steps, int world, bool no_recompute);
+
+}  // namespace gemtb::sim
+
+#endif  // GEMTB_SIM_ENGINE_MEMORY_MODEL_H_

@@ -1,0 +1,45 @@
+// One rank's batch for one step, reduced to what every cost in the simulator is affine in
+// (model.json's Affine {c, B, N, P}, spec/embeddings-and-model.md §4): the sample count B, per
+// sequence j the tokens N_j = sum_b (l_bj + n_s) and the pairs P_j under j's self-attention mask, and
+// X, the KJT bytes this rank moves in global balancing's all-to-all. A StatAffine is a quantity
+// affine in these (FLOPs, seconds, bytes) — evaluating it is one short dot product.
+#ifndef GEMTB_SIM_WORKLOAD_BATCH_STATS_H_
+#define GEMTB_SIM_WORKLOAD_BATCH_STATS_H_
+
+#include <vector>
+
+#include "absl/types/span.h"
+
+namespace gemtb::sim {
+
+// Index layout of one rank-step's statistics: [1, B, X, N_0..N_{J-1}, P_0..P_{J-1}] (slot 0 is the
+// constant 1 so that a StatAffine is a plain dot product).
+struct StatLayout {
+  int sequences = 0;  // J
+  int size() const { return 3 + 2 * sequences; }
+  static constexpr int kOne = 0, kB = 1, kX = 2;
+  int N(int j) const { return 3 + j; }
+  int P(int j) const { return 3 + sequences + j; }
+};
+
+struct StatAffine {
+  std::vector<double> coef;  // StatLayout::size() entries (empty = zero)
+
+  double Eval(absl::Span<const double> stats) const {
+    double v = 0.0;
+    for (size_t i = 0; i < coef.size(); ++i) v += coef[i] * stats[i];
+    return v;
+  }
+  void AddScaled(const StatAffine& o, double s) {
+    if (coef.size() < o.coef.size()) coef.resize(o.coef.size(), 0.0);
+    for (size_t i = 0; i < o.coef.size(); ++i) coef[i] += s * o.coef[i];
+  }
+  bool IsZero() const {
+    for (double c : coef) if (c != 0.0) return false;
+    return true;
+  }
+};
+
+}  // namespace gemtb::sim
+
+#endif  // GEMTB_SIM_WORKLOAD_BATCH_STATS_H_

@@ -1,0 +1,654 @@
+#include "sim/workload/step_template.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace gemtb::sim {
+namespace {
+
+using model::Affine;
+using model::Op;
+using model::OpKind;
+
+double DtypeBytes(const std::string& dtype) {
+  if (dtype == "fp32" || dtype == "float32") return 4.0;
+  if (dtype == "fp8" || dtype == "e4m3" || dtype == "e5m2") return 1.0 + 1.0 / 32.0;  // E8M0 scale per 32
+  return 2.0;  // bf16, fp16
+}
+
+double ActQuantFactor(const std::string& q) {
+  if (q == "fp8") return 0.5;
+  if (q == "mx4") return 0.27;
+  return 1.0;
+}
+
+bool MemoryBound(OpKind kind) {
+  return kind == OpKind::kNorm || kind == OpKind::kPointwise || kind == OpKind::kEmbedding || kind == OpKind::kLoss;
+}
+
+// An Affine of model.json for op sequence `seq` as a StatAffine (P counts pairs of that sequence).
+StatAffine FromAffine(const Affine& a, std::optional<int> seq, const StatLayout& layout, double scale = 1.0) {
+  StatAffine s;
+  s.coef.assign(layout.size(), 0.0);
+  s.coef[StatLayout::kOne] = scale * a.c;
+  s.coef[StatLayout::kB] = scale * a.B;
+  if (seq.has_value() && *seq >= 0 && *seq < layout.sequences) {
+    s.coef[layout.N(*seq)] = scale * a.N;
+    s.coef[layout.P(*seq)] = scale * a.P;
+  }
+  return s;
+}
+
+StatAffine Zero(const StatLayout& layout) {
+  StatAffine s;
+  s.coef.assign(layout.size(), 0.0);
+  return s;
+}
+
+// model.json's kind names (the efficiency table is keyed by them).
+const char* KindName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kLinear: return "linear";
+    case OpKind::kAttention: return "attention";
+    case OpKind::kNorm: return "norm";
+    case OpKind::kPointwise: return "pointwise";
+    case OpKind::kEmbedding: return "embedding";
+    case OpKind::kInteraction: return "interaction";
+    case OpKind::kLoss: return "loss";
+  }
+  return "?";
+}
+
+const Curve* FindCurve(const Efficiency& eff, const Op& op) {
+  if (auto it = eff.by_name_or_kind.find(op.name); it != eff.by_name_or_kind.end()) return &it->second;
+  if (auto it = eff.by_name_or_kind.find(KindName(op.kind)); it != eff.by_name_or_kind.end()) {
+    return &it->second;
+  }
+  return nullptr;
+}
+
+// Adds op's forward or backward time (scaled by `scale`, e.g. E for experts on E*B samples).
+struct TimeAdder {
+  const Cluster& cluster;
+  const StatLayout& layout;
+  double peak;
+  void Add(const Op& op, bool backward, double scale, StatAffine& time, std::vector<CurveTerm>& terms) const {
+    const bool mem = MemoryBound(op.kind);
+    const Affine& work = mem ? (backward ? op.bytes.bwd : op.bytes.fwd) : (backward ? op.flops.bwd : op.flops.fwd);
+    const double rate = mem ? cluster.gpu.hbm_Bps * cluster.calibration.efficiency.e_mem : peak;
+    const Curve* curve = mem ? nullptr : FindCurve(cluster.calibration.efficiency, op);
+    if (curve == nullptr || curve->points.size() <= 1) {
+      const double e = (curve == nullptr || curve->points.empty()) ? 1.0 : curve->points[0].second;
+      time.AddScaled(FromAffine(work, op.seq, layout), scale / (rate * e));
+      return;
+    }
+    CurveTerm t;
+    t.flops = FromAffine(work, op.seq, layout, scale);
+    // Tokens: the sequence's N_j for sequence ops, the batch for per-sample ops.
+    t.tokens = Zero(layout);
+    if (op.seq.has_value() && *op.seq < layout.sequences) {
+      t.tokens.coef[layout.N(*op.seq)] = 1.0;
+    } else {
+      t.tokens.coef[StatLayout::kB] = 1.0;
+    }
+    t.curve = curve;
+    t.rate = rate;
+    terms.push_back(std::move(t));
+  }
+};
+
+// Per-sample elements of a shape (its affine dims at B = 1, N = P = 0; one non-constant dim).
+double ElementsPerSample(const model::Shape& shape) {
+  double e = 1.0;
+  for (const Affine& d : shape) e *= d.IsConstant() ? d.c : d.B;
+  return e;
+}
+
+// Sequence index of a table feature: "seq<j>.<field>" or "<name>.<field>" (sequences in order of
+// first appearance); -1 for a pooled (non-sequence) feature.
+class FeatureSequences {
+ public:
+  int Of(const std::string& feature) {
+    const size_t dot = feature.find('.');
+    if (dot == std::string::npos) return -1;
+    const std::string prefix = feature.substr(0, dot);
+    if (prefix.size() > 3 && prefix.compare(0, 3, "seq") == 0 &&
+        std::all_of(prefix.begin() + 3, prefix.end(), [](unsigned char c) { return std::isdigit(c); })) {
+      return std::stoi(prefix.substr(3));
+    }
+    auto [it, inserted] = names_.emplace(prefix, static_cast<int>(names_.size()));
+    return it->second;
+  }
+
+ private:
+  std::map<std::string, int> names_;
+};
+
+class Builder {
+ public:
+  Builder(const Scenario& s, const RankGroups& g) : s_(s), g_(g) {}
+
+  absl::StatusOr<StepTemplate> Build();
+
+ private:
+  int AddCompute(std::string name, StatAffine time, std::vector<CurveTerm> terms, std::vector<int> deps,
+                 bool nonlayer = false) {
+    TaskTemplate t;
+    t.name = std::move(name);
+    t.stream = kComputeStream;
+    t.time = std::move(time);
+    t.curve_terms = std::move(terms);
+    t.deps = std::move(deps);
+    t.nonlayer = nonlayer;
+    return Push(std::move(t));
+  }
+  int AddColl(std::string name, GroupClass cls, int layout, CollectiveOp op, StatAffine bytes, std::vector<int> deps,
+              bool a2av = false) {
+    if (bytes.IsZero() || t_.layouts[layout].size <= 1) return -1;
+    TaskTemplate t;
+    t.name = std::move(name);
+    t.collective = true;
+    t.group_class = cls;
+    t.layout = layout;
+    t.stream = CommStream(cls);
+    t.op = op;
+    t.bytes = std::move(bytes);
+    t.deps = std::move(deps);
+    t.a2av = a2av;
+    return Push(std::move(t));
+  }
+  int Push(TaskTemplate t) {
+    t.deps.erase(std::remove(t.deps.begin(), t.deps.end(), -1), t.deps.end());
+    t_.tasks.push_back(std::move(t));
+    return static_cast<int>(t_.tasks.size()) - 1;
+  }
+  static std::vector<int> Deps(std::initializer_list<int> d) { return std::vector<int>(d); }
+
+  void BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_time, StatAffine& update_time,
+                   std::vector<int>& sparse_fwd_tasks);
+
+  const Scenario& s_;
+  const RankGroups& g_;
+  StepTemplate t_;
+  StatLayout layout_;
+  StatAffine dp_ar_;     // DP tables: AR of the dense table gradients (backward)
+  StatAffine v3_bytes_;  // V3: the gathered shard bytes (zero when not fully sharded)
+};
+
+absl::StatusOr<StepTemplate> Builder::Build() {
+  if (s_.model == nullptr) return absl::InvalidArgumentError("model: missing (no model graph)");
+  const model::ModelGraph& m = *s_.model;
+  if (m.ops.empty()) return absl::InvalidArgumentError("model.ops: empty");
+  const Plan& plan = s_.plan;
+  const Cluster& cl = s_.cluster;
+  layout_.sequences = static_cast<int>(m.sequences.size());
+  t_.layout = layout_;
+  t_.layouts.assign(g_.layouts.begin(), g_.layouts.end());
+  {
+    // Expert replicas: same expert e and expert-shard position; the dimension outside both.
+    GroupLayout er;
+    const int inner = g_.of(GroupClass::kEp).size * g_.of(GroupClass::kExpertShard).size;
+    er.size = g_.world / inner;
+    er.stride = inner;
+    er.count = g_.world / er.size;
+    t_.layouts.push_back(er);
+  }
+  auto it_peak = cl.gpu.peak_flops.find(plan.dense.comm_dtype == "fp8" ? "fp8" : "bf16");
+  t_.peak_flops = it_peak != cl.gpu.peak_flops.end() ? it_peak->second
+                  : (cl.gpu.peak_flops.empty() ? 989e12 : cl.gpu.peak_flops.begin()->second);
+  if (t_.peak_flops <= 0) return absl::InvalidArgumentError("cluster.gpu.peak_flops: must be > 0");
+  if (cl.gpu.hbm_Bps <= 0) return absl::InvalidArgumentError("cluster.gpu.hbm_GBps: must be > 0");
+  const TimeAdder adder{cl, layout_, t_.peak_flops};
+  const int E = g_.of(GroupClass::kEp).size;
+  const int S = g_.of(GroupClass::kDenseShard).size;
+  const int SE = g_.of(GroupClass::kExpertShard).size;
+  const double e_p = DtypeBytes(plan.dense.comm_dtype);
+  const double e_a = 2.0;  // activations on the wire: bf16 on GPU
+  const double q_act = ActQuantFactor(plan.memory.act_quant);
+  const int depth = std::max(0, plan.dense.prefetch_depth);
+
+  // Regions in first-appearance order; per region its ops.
+  std::vector<std::vector<int>> region_ops;
+  std::map<std::string, int> region_index;
+  for (int i = 0; i < static_cast<int>(m.ops.size()); ++i) {
+    const Op& op = m.ops[i];
+    if (op.seq.has_value() && (*op.seq < 0 || *op.seq >= layout_.sequences)) {
+      return absl::InvalidArgumentError(absl::StrCat("model.ops[", i, "].seq: ", *op.seq, " is not a sequence of the model"));
+    }
+    auto [it, inserted] = region_index.emplace(op.region, static_cast<int>(region_ops.size()));
+    if (inserted) region_ops.emplace_back();
+    region_ops[it->second].push_back(i);
+  }
+  const int U = static_cast<int>(region_ops.size());
+
+  // Model FLOPs and the Local MFU terms.
+  t_.model_flops = Zero(layout_);
+  t_.local_flops = Zero(layout_);
+  t_.local_time = Zero(layout_);
+  for (const Op& op : m.ops) {
+    // An expert op runs once per expert: every sample visits every expert.
+    t_.model_flops.AddScaled(FromAffine(op.flops.fwd + op.flops.bwd, op.seq, layout_), 1.0);
+    if (op.local_mfu) {
+      t_.local_flops.AddScaled(FromAffine(op.flops.fwd + op.flops.bwd, op.seq, layout_), 1.0);
+      Op probe = op;
+      probe.kind = MemoryBound(op.kind) ? OpKind::kLinear : op.kind;  // Local MFU counts FLOPs at e_l
+      adder.Add(probe, false, 1.0, t_.local_time, t_.local_curve_terms);
+      adder.Add(probe, true, 1.0, t_.local_time, t_.local_curve_terms);
+    }
+  }
+
+  // Sparse forward, then the dense forward.
+  std::vector<int> sparse_out;
+  StatAffine lookup = Zero(layout_), update = Zero(layout_);
+  std::vector<int> sparse_fwd;
+  BuildSparse(sparse_out, lookup, update, sparse_fwd);
+
+  // Per region: non-expert params (FSDP unit), per-expert params, split of its ops.
+  struct RegionPlan {
+    double params = 0, expert_params = 0;
+    std::vector<int> pre, expert, post;
+  };
+  std::vector<RegionPlan> rp(U);
+  double dense_params_total = 0, expert_params_total = 0, max_unit_bytes = 0;
+  for (int u = 0; u < U; ++u) {
+    for (int i : region_ops[u]) {
+      const Op& op = m.ops[i];
+      const bool is_expert = op.expert.has_value() && E > 1;
+      if (is_expert) {
+        if (*op.expert == 0) {
+          rp[u].expert.push_back(i);
+          rp[u].expert_params += static_cast<double>(op.params);
+        }
+      } else {
+        (rp[u].expert.empty() ? rp[u].pre : rp[u].post).push_back(i);
+        rp[u].params += static_cast<double>(op.params);
+      }
+    }
+    dense_params_total += rp[u].params;
+    expert_params_total += rp[u].expert_params;
+    max_unit_bytes = std::max(max_unit_bytes, (rp[u].params + rp[u].expert_params) * e_p);
+  }
+  auto padded = [](double p, int group) { return std::ceil(p / (32.0 * group)) * 32.0 * group; };
+  auto const_bytes = [&](double b) {
+    StatAffine a = Zero(layout_);
+    a.coef[StatLayout::kOne] = b;
+    return a;
+  };
+  auto seg_time = [&](const std::vector<int>& ops, bool bwd, double scale, StatAffine& time, std::vector<CurveTerm>& terms) {
+    time = Zero(layout_);
+    for (int i : ops) adder.Add(m.ops[i], bwd, scale, time, terms);
+  };
+
+  // Regions and saved bytes.
+  t_.regions.resize(U);
+  for (int u = 0; u < U; ++u) {
+    RegionTemplate& r = t_.regions[u];
+    r.name = m.ops[region_ops[u][0]].region;
+    r.fwd_time = Zero(layout_);
+    r.saved_bytes = Zero(layout_);
+    for (int i : region_ops[u]) {
+      const Op& op = m.ops[i];
+      if (op.expert.has_value() && E > 1 && *op.expert != 0) continue;
+      const double scale = (op.expert.has_value() && E > 1) ? E : 1.0;
+      adder.Add(op, false, scale, r.fwd_time, r.fwd_curve_terms);
+      r.saved_bytes.AddScaled(FromAffine(op.saved.bytes, op.seq, layout_), scale * q_act);
+    }
+  }
+
+  // Dense forward.
+  std::vector<int> fwd_last(U, -1), ag_fwd(U, -1);
+  std::vector<int> first_step_tasks;  // tasks that wait for the previous step's optimizer
+  int prev = -1;
+  for (int u = 0; u < U; ++u) {
+    const RegionPlan& p = rp[u];
+    const int limit = u - depth - 1 >= 0 ? fwd_last[u - depth - 1] : -1;
+    ag_fwd[u] = AddColl(absl::StrCat(t_.regions[u].name, ".ag"), GroupClass::kDenseShard,
+                        static_cast<int>(GroupClass::kDenseShard), CollectiveOp::kAllGather,
+                        const_bytes(padded(p.params, S) * e_p), Deps({limit}));
+    if (ag_fwd[u] >= 0) first_step_tasks.push_back(ag_fwd[u]);
+    std::vector<int> deps = {prev, ag_fwd[u]};
+    if (u == 0) deps.insert(deps.end(), sparse_out.begin(), sparse_out.end());
+    StatAffine time;
+    std::vector<CurveTerm> terms;
+    if (p.expert.empty()) {
+      seg_time(region_ops[u], false, 1.0, time, terms);
+      prev = AddCompute(absl::StrCat(t_.regions[u].name, ".fwd"), time, terms, deps);
+    } else {
+      seg_time(p.pre, false, 1.0, time, terms);
+      const int pre = AddCompute(absl::StrCat(t_.regions[u].name, ".fwd"), time, terms, deps);
+      const int eag = AddColl(absl::StrCat(t_.regions[u].name, ".expert_ag"), GroupClass::kExpertShard,
+                              static_cast<int>(GroupClass::kExpertShard), CollectiveOp::kAllGather,
+                              const_bytes(padded(p.expert_params, SE) * e_p), Deps({limit}));
+      if (eag >= 0) first_step_tasks.push_back(eag);
+      const Op& first = m.ops[p.expert.front()];
+      const Op& last = m.ops[p.expert.back()];
+      StatAffine in_bytes = Zero(layout_), out_bytes = Zero(layout_);
+      in_bytes.coef[StatLayout::kB] = E * e_a * (first.shapes.in.empty() ? 0.0 : ElementsPerSample(first.shapes.in[0]));
+      out_bytes.coef[StatLayout::kB] = E * e_a * ElementsPerSample(last.shapes.out);
+      const int epag = AddColl(absl::StrCat(t_.regions[u].name, ".ep_ag"), GroupClass::kEp,
+                               static_cast<int>(GroupClass::kEp), CollectiveOp::kAllGather, in_bytes, Deps({pre}));
+      StatAffine et;
+      std::vector<CurveTerm> eterms;
+      seg_time(p.expert, false, E, et, eterms);
+      const int ex = AddCompute(absl::StrCat(t_.regions[u].name, ".experts.fwd"), et, eterms, Deps({pre, epag, eag}));
+      const int eprs = AddColl(absl::StrCat(t_.regions[u].name, ".ep_rs"), GroupClass::kEp,
+                               static_cast<int>(GroupClass::kEp), CollectiveOp::kReduceScatter, out_bytes, Deps({ex}));
+      StatAffine pt;
+      std::vector<CurveTerm> pterms;
+      seg_time(p.post, false, 1.0, pt, pterms);
+      prev = AddCompute(absl::StrCat(t_.regions[u].name, ".post.fwd"), pt, pterms, Deps({ex, eprs}));
+    }
+    fwd_last[u] = prev;
+  }
+
+  // Dense backward, regions in reverse; grads bucketed by bucket_bytes.
+  const bool reshard = plan.dense.reshard_after_forward;
+  std::vector<int> bwd_last(U, -1), ag_bwd(U, -1);
+  std::vector<int> reductions;  // what the optimizer waits for
+  double bucket = 0;
+  int bucket_first = U - 1;
+  auto issue_ag_bwd = [&](int u) {
+    if (u < 0 || !reshard || ag_bwd[u] != -1) return;
+    const int limit = u + depth + 1 < U ? bwd_last[u + depth + 1] : -1;
+    ag_bwd[u] = AddColl(absl::StrCat(t_.regions[u].name, ".ag_bwd"), GroupClass::kDenseShard,
+                        static_cast<int>(GroupClass::kDenseShard), CollectiveOp::kAllGather,
+                        const_bytes(padded(rp[u].params, S) * e_p), Deps({limit}));
+    if (ag_bwd[u] == -1) ag_bwd[u] = -2;  // nothing to gather
+  };
+  for (int u = U - 1; u >= 0; --u) {
+    for (int k = 0; k <= depth; ++k) issue_ag_bwd(u - k);
+    const RegionPlan& p = rp[u];
+    std::vector<int> deps = {prev, ag_bwd[u] >= 0 ? ag_bwd[u] : -1};
+    StatAffine time;
+    std::vector<CurveTerm> terms;
+    if (p.expert.empty()) {
+      seg_time(region_ops[u], true, 1.0, time, terms);
+      const int b = AddCompute(absl::StrCat(t_.regions[u].name, ".bwd"), time, terms, deps);
+      t_.tasks[b].recompute_region = u;
+      prev = b;
+    } else {
+      seg_time(p.post, true, 1.0, time, terms);
+      const int post = AddCompute(absl::StrCat(t_.regions[u].name, ".post.bwd"), time, terms, deps);
+      t_.tasks[post].recompute_region = u;
+      const int eag = AddColl(absl::StrCat(t_.regions[u].name, ".expert_ag_bwd"), GroupClass::kExpertShard,
+                              static_cast<int>(GroupClass::kExpertShard), CollectiveOp::kAllGather,
+                              const_bytes(padded(p.expert_params, SE) * e_p), Deps({}));
+      const Op& first = m.ops[p.expert.front()];
+      const Op& last = m.ops[p.expert.back()];
+      StatAffine gout = Zero(layout_), gin = Zero(layout_);
+      gout.coef[StatLayout::kB] = E * e_a * ElementsPerSample(last.shapes.out);
+      gin.coef[StatLayout::kB] = E * e_a * (first.shapes.in.empty() ? 0.0 : ElementsPerSample(first.shapes.in[0]));
+      const int epag = AddColl(absl::StrCat(t_.regions[u].name, ".ep_ag_bwd"), GroupClass::kEp,
+                               static_cast<int>(GroupClass::kEp), CollectiveOp::kAllGather, gout, Deps({post}));
+      StatAffine et;
+      std::vector<CurveTerm> eterms;
+      seg_time(p.expert, true, E, et, eterms);
+      const int ex = AddCompute(absl::StrCat(t_.regions[u].name, ".experts.bwd"), et, eterms, Deps({post, epag, eag}));
+      const int eprs = AddColl(absl::StrCat(t_.regions[u].name, ".ep_rs_bwd"), GroupClass::kEp,
+                               static_cast<int>(GroupClass::kEp), CollectiveOp::kReduceScatter, gin, Deps({ex}));
+      const int ers = AddColl(absl::StrCat(t_.regions[u].name, ".expert_rs"), GroupClass::kExpertShard,
+                              static_cast<int>(GroupClass::kExpertShard), CollectiveOp::kReduceScatter,
+                              const_bytes(padded(p.expert_params, SE) * e_p), Deps({ex}));
+      const int ear = AddColl(absl::StrCat(t_.regions[u].name, ".expert_ar"), GroupClass::kDenseReplica,
+                              kExpertReplicaLayout, CollectiveOp::kAllReduce,
+                              const_bytes(padded(p.expert_params, SE) * e_p / SE), Deps({ers >= 0 ? ers : ex}));
+      for (int x : {ers, ear}) if (x >= 0) reductions.push_back(x);
+      StatAffine pt;
+      std::vector<CurveTerm> pterms;
+      seg_time(p.pre, true, 1.0, pt, pterms);
+      prev = AddCompute(absl::StrCat(t_.regions[u].name, ".bwd"), pt, pterms, Deps({ex, eprs}));
+    }
+    bwd_last[u] = prev;
+    bucket += p.params * e_p;
+    if (bucket >= plan.dense.bucket_bytes || u == 0) {
+      double params = 0;
+      for (int x = u; x <= bucket_first; ++x) params += rp[x].params;
+      const std::string name = absl::StrCat(t_.regions[bucket_first].name, ".grad");
+      const int rs = AddColl(name + "_rs", GroupClass::kDenseShard, static_cast<int>(GroupClass::kDenseShard),
+                             CollectiveOp::kReduceScatter, const_bytes(padded(params, S) * e_p), Deps({prev}));
+      const int ar = AddColl(name + "_ar", GroupClass::kDenseReplica, static_cast<int>(GroupClass::kDenseReplica),
+                             CollectiveOp::kAllReduce, const_bytes(padded(params, S) * e_p / S),
+                             Deps({rs >= 0 ? rs : prev}));
+      for (int x : {rs, ar}) if (x >= 0) reductions.push_back(x);
+      bucket = 0;
+      bucket_first = u - 1;
+    }
+  }
+
+  // Sparse backward: grads A2A -> fused update -> [V3 RS] ; [V2 replica AR every sync_period].
+  const int N = g_.of(GroupClass::kSparseIntra).size;
+  std::vector<int> sparse_done;
+  {
+    std::vector<int> grads;
+    // V3: gather the shard again for the update unless the forward copy was kept.
+    int v3_ag = -1;
+    if (!v3_bytes_.IsZero() && !plan.sparse.keep_gathered) {
+      v3_ag = AddColl("sparse.v3_ag_bwd", GroupClass::kSparseIntra, static_cast<int>(GroupClass::kSparseIntra),
+                      CollectiveOp::kAllGather, v3_bytes_, Deps({}));
+    }
+    for (int i : sparse_fwd) {
+      const TaskTemplate f = t_.tasks[i];
+      // Mirror of each forward exchange of embeddings: A2A -> A2A of gradients; RW's pooled RS -> AG.
+      if (f.name != "sparse.emb_a2a" && f.name != "sparse.pooled_rs") continue;
+      const CollectiveOp op = f.op == CollectiveOp::kReduceScatter ? CollectiveOp::kAllGather : f.op;
+      grads.push_back(AddColl(absl::StrCat(f.name, "_grad"), f.group_class, f.layout, op, f.bytes, Deps({prev}), f.a2av));
+    }
+    grads.push_back(AddColl("sparse.dp_ar", GroupClass::kSparseMp, static_cast<int>(GroupClass::kSparseMp),
+                            CollectiveOp::kAllReduce, dp_ar_, Deps({prev})));
+    std::vector<int> deps = grads;
+    deps.push_back(prev);
+    deps.push_back(v3_ag);
+    const int upd = AddCompute("sparse.update", update, {}, deps, true);
+    sparse_done.assign({upd});
+    if (!v3_bytes_.IsZero()) {
+      const int rs = AddColl("sparse.v3_rs", GroupClass::kSparseIntra, static_cast<int>(GroupClass::kSparseIntra),
+                             CollectiveOp::kReduceScatter, v3_bytes_, Deps({upd}));
+      if (rs >= 0) sparse_done.push_back(rs);
+    }
+  }
+  if (!plan.sparse.fully_sharded && N > 1) {
+    // V2: every sync_period steps, AR over the replicas of the shard weights and state.
+    double bytes = 0;
+    for (const model::GraphTable& tb : m.tables) {
+      bytes += static_cast<double>(tb.rows) * (static_cast<double>(tb.dim) * DtypeBytes(tb.dtype) +
+                                               (plan.sparse.state_sync ? 4.0 : 0.0));
+    }
+    const int ar = AddColl("sparse.replica_sync", GroupClass::kSparseReplica, static_cast<int>(GroupClass::kSparseReplica),
+                           CollectiveOp::kAllReduce, const_bytes(bytes / g_.of(GroupClass::kSparseMp).size),
+                           Deps({sparse_done.front()}));
+    if (ar >= 0) {
+      t_.tasks[ar].period = std::max(1, plan.sparse.sync_period);
+      sparse_done.push_back(ar);
+    }
+  }
+
+  // Optimizer: Adam on this rank's dense shards (fp32 param, grad, m, v read; param, m, v written).
+  {
+    const double shard_params = dense_params_total / S + expert_params_total / std::max(1, SE);
+    StatAffine opt = const_bytes(shard_params * 28.0 / (cl.gpu.hbm_Bps * cl.calibration.efficiency.e_mem));
+    std::vector<int> deps = reductions;
+    deps.push_back(prev);
+    deps.insert(deps.end(), sparse_done.begin(), sparse_done.end());
+    const int o = AddCompute("optimizer", opt, {}, deps, true);
+    for (int f : first_step_tasks) t_.tasks[f].prev_deps.push_back(o);
+    // The next step's compute stream is in order behind the optimizer already.
+  }
+  (void)lookup;
+
+  // Static memory (spec §2.6): dense shards in fp32 with Adam state (x4), gathered params of the
+  // prefetch_depth + 1 regions in flight, embedding shards with rowwise state.
+  double table_bytes = 0;
+  for (const model::GraphTable& tb : m.tables) {
+    table_bytes += static_cast<double>(tb.rows) * (static_cast<double>(tb.dim) * DtypeBytes(tb.dtype) + 4.0);
+  }
+  const double mp_group = g_.of(GroupClass::kSparseMp).size;
+  const double per_rank_tables = plan.sparse.fully_sharded ? table_bytes / g_.world : table_bytes / mp_group;
+  t_.static_bytes = 16.0 * (dense_params_total / S + expert_params_total / std::max(1, SE)) +
+                    (depth + 1) * max_unit_bytes + per_rank_tables;
+
+  // Streams and dependents.
+  t_.stream_tasks.assign(kNumStreams, {});
+  t_.dependents.assign(t_.tasks.size(), {});
+  t_.next_step_dependents.assign(t_.tasks.size(), {});
+  for (int i = 0; i < static_cast<int>(t_.tasks.size()); ++i) {
+    TaskTemplate& task = t_.tasks[i];
+    std::sort(task.deps.begin(), task.deps.end());
+    task.deps.erase(std::unique(task.deps.begin(), task.deps.end()), task.deps.end());
+    t_.stream_tasks[task.stream].push_back(i);
+    for (int d : task.deps) t_.dependents[d].push_back(i);
+    for (int d : task.prev_deps) t_.next_step_dependents[d].push_back(i);
+  }
+  return std::move(t_);
+}
+
+void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_time, StatAffine& update_time,
+                          std::vector<int>& sparse_fwd) {
+  const model::ModelGraph& m = *s_.model;
+  const Plan& plan = s_.plan;
+  const Cluster& cl = s_.cluster;
+  const int M = g_.of(GroupClass::kSparseMp).size;
+  const int N = g_.of(GroupClass::kSparseIntra).size;
+  const double e_a = 2.0;
+  const double off = M > 1 ? static_cast<double>(M - 1) / M : 0.0;  // share of a uniform exchange off-rank
+  const int mp_layout = static_cast<int>(GroupClass::kSparseMp);
+  StatAffine ids = Zero(layout_), out = Zero(layout_), rw_rs = Zero(layout_), dp_ar = Zero(layout_);
+  StatAffine lookup_bytes = Zero(layout_), update_bytes = Zero(layout_);
+  double shard_bytes = 0;  // table bytes of one MP shard (V3 gathers it)
+  StatAffine touched = Zero(layout_);
+  FeatureSequences seqs;
+  for (const model::GraphTable& tb : m.tables) {
+    // Per sample: pooled features read one bag each, sequence features one id per token.
+    StatAffine nu = Zero(layout_), bags = Zero(layout_), seq_ids = Zero(layout_);
+    double pooled = 0;
+    for (const std::string& f : tb.features) {
+      const int j = seqs.Of(f);
+      bags.coef[StatLayout::kB] += 1.0;
+      if (j < 0 || j >= layout_.sequences) {
+        pooled += 1.0;
+        nu.coef[StatLayout::kB] += 1.0;
+      } else {
+        // Ids of sequence j: its tokens minus the CLS tokens.
+        nu.coef[layout_.N(j)] += 1.0;
+        nu.coef[StatLayout::kB] -= static_cast<double>(m.sequences[j].n_s);
+        seq_ids.coef[layout_.N(j)] += 1.0;
+        seq_ids.coef[StatLayout::kB] -= static_cast<double>(m.sequences[j].n_s);
+      }
+    }
+    const double D = static_cast<double>(tb.dim);
+    const double e_w = DtypeBytes(tb.dtype);
+    StatAffine kappa = Zero(layout_);
+    kappa.AddScaled(bags, 4.0);
+    kappa.AddScaled(nu, 8.0);
+    StatAffine pi = Zero(layout_);
+    pi.coef[StatLayout::kB] = pooled * D * e_a;
+    StatAffine sigma = Zero(layout_);
+    sigma.AddScaled(seq_ids, D * e_a);
+    const TableShardingSpec* spec = &plan.sparse.default_sharding;
+    if (auto it = plan.sparse.tables.find(tb.name); it != plan.sparse.tables.end()) spec = &it->second;
+    const std::string& type = spec->type;
+    if (type == "DP") {
+      dp_ar.coef[StatLayout::kOne] += static_cast<double>(tb.rows) * D * 4.0;
+    } else if (type == "RW") {
+      StatAffine b4 = Zero(layout_);
+      b4.AddScaled(bags, 4.0 * (M - 1));
+      ids.AddScaled(b4, 1.0);
+      ids.AddScaled(nu, 8.0 * off);
+      rw_rs.AddScaled(pi, M);
+      out.AddScaled(sigma, off);
+    } else {  // TW, CW, TWRW, GRID: ids to the owner(s), embeddings back
+      const double shards = type == "CW" ? std::max(1, spec->shards) : 1;
+      ids.AddScaled(kappa, off * shards);
+      out.AddScaled(pi, off);
+      out.AddScaled(sigma, off);
+    }
+    lookup_bytes.AddScaled(nu, 8.0 + D * e_w);
+    lookup_bytes.AddScaled(pi, 1.0);
+    lookup_bytes.AddScaled(sigma, 1.0);
+    update_bytes.AddScaled(nu, D * (2.0 * e_w + 4.0) + 8.0);
+    shard_bytes += static_cast<double>(tb.rows) * D * e_w / std::max(1, M);
+    touched.AddScaled(nu, D * e_w);
+  }
+  const double mem_rate = cl.gpu.hbm_Bps * cl.calibration.efficiency.e_mem;
+  lookup_time = Zero(layout_);
+  lookup_time.AddScaled(lookup_bytes, 1.0 / mem_rate);
+  update_time = Zero(layout_);
+  update_time.AddScaled(update_bytes, 1.0 / mem_rate);
+
+  std::vector<int> chain;
+  if (s_.batches.assignment.policy == "global") {
+    StatAffine x = Zero(layout_);
+    x.coef[StatLayout::kX] = 1.0;
+    const int g = AddColl("sparse.global_a2a", GroupClass::kSparseMp, mp_layout, CollectiveOp::kAllToAll, x, {}, true);
+    if (g >= 0) sparse_fwd.push_back(g);
+  }
+  int v3 = -1;
+  if (plan.sparse.fully_sharded && N > 1) {
+    StatAffine gathered = Zero(layout_);
+    if (plan.sparse.gather == "touched") {
+      gathered.AddScaled(touched, N);  // the rows each member needs, at most the whole shard
+    } else {
+      gathered.coef[StatLayout::kOne] = shard_bytes;
+    }
+    v3 = AddColl("sparse.v3_ag", GroupClass::kSparseIntra, static_cast<int>(GroupClass::kSparseIntra),
+                 CollectiveOp::kAllGather, gathered, {});
+    if (v3 >= 0) sparse_fwd.push_back(v3);
+  }
+  const int a_ids = AddColl("sparse.ids_a2a", GroupClass::kSparseMp, mp_layout, CollectiveOp::kAllToAll, ids,
+                            sparse_fwd.empty() ? std::vector<int>{} : std::vector<int>{sparse_fwd.back()}, true);
+  if (a_ids >= 0) sparse_fwd.push_back(a_ids);
+  const int lk = AddCompute("sparse.lookup", lookup_time, {}, {a_ids, v3}, true);
+  const int rs = AddColl("sparse.pooled_rs", GroupClass::kSparseMp, mp_layout, CollectiveOp::kReduceScatter, rw_rs, {lk});
+  if (rs >= 0) sparse_fwd.push_back(rs);
+  const int o = AddColl("sparse.emb_a2a", GroupClass::kSparseMp, mp_layout, CollectiveOp::kAllToAll, out, {lk}, true);
+  if (o >= 0) sparse_fwd.push_back(o);
+  fwd_out_deps = {lk};
+  for (int x : {rs, o}) if (x >= 0) fwd_out_deps.push_back(x);
+  dp_ar_ = dp_ar;
+  v3_bytes_ = v3 >= 0 ? t_.tasks[v3].bytes : Zero(layout_);
+}
+
+}  // namespace
+
+std::vector<std::string> StreamNames() {
+  std::vector<std::string> names(kNumStreams);
+  names[kComputeStream] = "compute";
+  for (int c = 0; c < kNumGroupClasses; ++c) {
+    names[1 + c] = std::string(GroupClassName(static_cast<GroupClass>(c)));
+  }
+  names[kCopyStream] = "copy";
+  return names;
+}
+
+double CurveAt(const Curve& curve, double x) {
+  const auto& p = curve.points;
+  if (p.empty()) return 1.0;
+  if (x <= p.front().first) return p.front().second;
+  if (x >= p.back().first) return p.back().second;
+  const auto it = std::upper_bound(p.begin(), p.end(), x, [](double v, const auto& pt) { return v < pt.first; });
+  const auto& hi = *it;
+  const auto& lo = *(it - 1);
+  const double t = (x - lo.first) / (hi.first - lo.first);
+  return lo.second + t * (hi.second - lo.second);
+}
+
+double EvalTime(const StatAffine& time, const std::vector<CurveTerm>& curve_terms, absl::Span<const double> stats) {
+  double t = time.Eval(stats);
+  for (const CurveTerm& c : curve_terms) {
+    const double e = CurveAt(*c.curve, c.tokens.Eval(stats));
+    t += c.flops.Eval(stats) / (c.rate * (e > 0 ? e : 1.0));
+  }
+  return t;
+}
+
+absl::StatusOr<StepTemplate> BuildStepTemplate(const Scenario& scenario, const RankGroups& groups) {
+  Builder b(scenario, groups);
+  return b.Build();
+}
+
+}  // namespace gemtb::sim

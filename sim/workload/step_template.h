@@ -1,0 +1,103 @@
+// The per-step task DAG (spec/simulator.md §2.3), built ONCE per scenario from model.json and the
+// plan; every rank runs the same template and only durations and bytes differ, through the rank's
+// BatchStats row (a StatAffine per task). Streams are in-order (§2.2): a task starts when its
+// dependencies are done and it heads its stream.
+//
+// Order inside a step:
+//   [global balancing A2A] -> sparse forward ([V3 AG sparse-intra] -> ids A2A -> lookup -> [RW RS]
+//   -> embeddings A2A) -> dense forward per region (FSDP AG prefetch_depth regions ahead; EP AG,
+//   experts, EP RS) -> dense backward per region in reverse (AG if resharded, recompute, compute,
+//   grads RS per bucket then replica AR) -> sparse backward (grads A2A, fused update, [V3 RS],
+//   [V2 replica AR every sync_period]) -> optimizer.
+// Compute tasks are coarsened to one per region segment (forward and backward) so that a step of
+// thousands of ranks stays within the event budget of §7; their time is the sum of their ops'.
+#ifndef GEMTB_SIM_WORKLOAD_STEP_TEMPLATE_H_
+#define GEMTB_SIM_WORKLOAD_STEP_TEMPLATE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/description/model_graph.h"
+#include "sim/scenario/scenario.h"
+#include "sim/workload/batch_stats.h"
+#include "sim/workload/rank_groups.h"
+
+namespace gemtb::sim {
+
+// Streams of a rank: compute, one per group class, the copy engine.
+inline constexpr int kComputeStream = 0;
+inline constexpr int kCopyStream = 1 + kNumGroupClasses;
+inline constexpr int kNumStreams = 2 + kNumGroupClasses;
+inline int CommStream(GroupClass c) { return 1 + static_cast<int>(c); }
+std::vector<std::string> StreamNames();
+
+// Group layouts used by collectives: the seven classes plus the expert replica group (ranks with the
+// same expert and expert-shard position), which reports as dense-replica.
+inline constexpr int kExpertReplicaLayout = kNumGroupClasses;
+inline constexpr int kNumLayouts = kNumGroupClasses + 1;
+
+// An op whose efficiency depends on its token count (a curve with more than one point): its time is
+// evaluated per rank instead of folded into the task's StatAffine.
+struct CurveTerm {
+  StatAffine flops;      // FLOPs (or bytes for memory-bound ops)
+  StatAffine tokens;     // where the curve is read
+  const Curve* curve = nullptr;
+  double rate = 0;       // peak FLOP/s (or HBM B/s * e_mem); time = flops / (rate * curve(tokens))
+};
+
+struct TaskTemplate {
+  std::string name;
+  bool collective = false;
+  int stream = kComputeStream;
+  std::vector<int> deps;       // tasks of the same step
+  std::vector<int> prev_deps;  // tasks of the previous step (none in step 0)
+  // compute
+  bool nonlayer = false;       // optimizer, lookups, sparse update: not layer compute
+  StatAffine time;             // seconds at contention 1 and noise 1
+  std::vector<CurveTerm> curve_terms;
+  int recompute_region = -1;   // this backward task re-runs region's forward when it is checkpointed
+  // collective
+  GroupClass group_class = GroupClass::kDenseShard;
+  int layout = 0;              // index into layouts (kNumLayouts)
+  CollectiveOp op = CollectiveOp::kAllGather;
+  StatAffine bytes;            // S as spec §3.1 for this rank
+  bool a2av = false;           // lasts as long as its heaviest member needs
+  int period = 1;              // issued every `period` steps (sparse replica sync); else a no-op
+};
+
+struct RegionTemplate {
+  std::string name;
+  StatAffine fwd_time;              // constant-efficiency part of the region's forward
+  std::vector<CurveTerm> fwd_curve_terms;
+  StatAffine saved_bytes;           // saved activations (act_quant applied)
+};
+
+struct StepTemplate {
+  StatLayout layout;
+  std::vector<TaskTemplate> tasks;
+  std::vector<RegionTemplate> regions;
+  std::vector<std::vector<int>> stream_tasks;         // per stream, its tasks in issue order
+  std::vector<std::vector<int>> dependents;           // same-step dependents of each task
+  std::vector<std::vector<int>> next_step_dependents; // dependents in the next step
+  std::vector<GroupLayout> layouts;                   // kNumLayouts
+  StatAffine model_flops;        // fwd + bwd model FLOPs of one rank-step (recompute excluded)
+  StatAffine local_flops;        // FLOPs of local_mfu ops
+  StatAffine local_time;         // their time alone at e_l (Local MFU's denominator)
+  std::vector<CurveTerm> local_curve_terms;
+  double static_bytes = 0;       // per rank, max over ranks (spec §2.6)
+  double peak_flops = 0;
+};
+
+// Builds the template. Errors name the field (plan.*, model.ops[i].*) and value.
+absl::StatusOr<StepTemplate> BuildStepTemplate(const Scenario& scenario, const RankGroups& groups);
+
+// Time of a compute task at one rank-step (contention and noise excluded).
+double EvalTime(const StatAffine& time, const std::vector<CurveTerm>& curve_terms, absl::Span<const double> stats);
+
+// Piecewise-linear curve value at x (clamped at the ends; 1 when empty).
+double CurveAt(const Curve& curve, double x);
+
+}  // namespace gemtb::sim
+
+#endif  // GEMTB_SIM_WORKLOAD_STEP_TEMPLATE_H_

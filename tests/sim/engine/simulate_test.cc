@@ -1,0 +1,164 @@
+// Simulate() end to end on toy scenarios: order statistics of imbalance (spec §6.3), batch policies
+// and SM-free collectives (§6.4), determinism (§7).
+#include "sim/engine/simulate.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/sim/engine/test_scenario.h"
+
+namespace gemtb::sim {
+namespace {
+
+using testing::ToyModel;
+using testing::ToyScenario;
+
+SimOptions NoTrace() {
+  SimOptions o;
+  o.trace = false;
+  return o;
+}
+
+TEST(SimulateTest, ImbalanceFollowsOrderStatisticsOfIidSamples) {
+  // R ranks with B i.i.d. samples of cost CV c: E[max]/mean - 1 ~ c sqrt(2 ln R / B) (spec §6.3).
+  const int R = 256;
+  const int B = 64;
+  Scenario s = ToyScenario(R, B, ToyModel(1, 1e9, 0));
+  const double sigma = s.batches.features[0].sigma;
+  const double c = std::sqrt(std::exp(sigma * sigma) - 1.0);  // CV of a lognormal cost
+  const double predicted = c * std::sqrt(2.0 * std::log(static_cast<double>(R)) / B);
+  double mean = 0;
+  const int seeds = 20;
+  for (int seed = 0; seed < seeds; ++seed) {
+    s.seed = 1000 + seed;
+    auto r = Simulate(s, Counterfactuals{}, NoTrace());
+    ASSERT_TRUE(r.ok()) << r.status();
+    mean += r->imbalance / seeds;
+  }
+  EXPECT_GT(mean, 0.75 * predicted);
+  EXPECT_LT(mean, 1.25 * predicted);
+}
+
+Scenario PolicyScenario(const std::string& policy) {
+  Scenario s = ToyScenario(64, 256, ToyModel(2, 1e9, 0, /*saved_per_token=*/4096));
+  s.batches.assignment.policy = policy;
+  s.batches.assignment.sub_batch = 32;
+  s.batches.assignment.pool_factor = 8;
+  s.batches.assignment.max_len = 20000;
+  s.batches.measured_steps = 8;
+  return s;
+}
+
+double MaxPeakActivation(const SimResult& r) {
+  double m = 0;
+  for (const RankStats& x : r.ranks) m = std::max(m, x.peak_activation_bytes);
+  return m;
+}
+
+TEST(SimulateTest, BbsLowersImbalanceAndPeakActivationOnTheSameDraws) {
+  auto random = Simulate(PolicyScenario("random"), Counterfactuals{}, NoTrace());
+  auto bbs = Simulate(PolicyScenario("bbs"), Counterfactuals{}, NoTrace());
+  ASSERT_TRUE(random.ok()) << random.status();
+  ASSERT_TRUE(bbs.ok()) << bbs.status();
+  EXPECT_GT(random->imbalance, 0.05);
+  EXPECT_LT(bbs->imbalance, random->imbalance);
+  EXPECT_LT(MaxPeakActivation(*bbs), MaxPeakActivation(*random));
+  // Same samples, just regrouped: the FLOPs over the block are equal.
+  double f_random = 0, f_bbs = 0;
+  for (const RankStats& x : random->ranks) f_random += x.flops;
+  for (const RankStats& x : bbs->ranks) f_bbs += x.flops;
+  EXPECT_NEAR(f_bbs, f_random, 1e-9 * f_random);
+}
+
+TEST(SimulateTest, PaddedHasNoImbalanceButAHigherStepTime) {
+  auto random = Simulate(PolicyScenario("random"), Counterfactuals{}, NoTrace());
+  auto padded = Simulate(PolicyScenario("padded"), Counterfactuals{}, NoTrace());
+  ASSERT_TRUE(random.ok()) << random.status();
+  ASSERT_TRUE(padded.ok()) << padded.status();
+  EXPECT_EQ(padded->imbalance, 0.0);
+  EXPECT_GT(padded->step_mean_s, random->step_mean_s);
+}
+
+TEST(SimulateTest, GlobalBalancingBalancesAndAddsAnAllToAll) {
+  auto random = Simulate(PolicyScenario("random"), Counterfactuals{}, NoTrace());
+  auto global = Simulate(PolicyScenario("global"), Counterfactuals{}, NoTrace());
+  ASSERT_TRUE(global.ok()) << global.status();
+  EXPECT_LT(global->imbalance, random->imbalance);
+  bool has_a2a = false;
+  for (const CollectiveStats& c : global->collectives) has_a2a |= c.name == "sparse.global_a2a" && c.bytes > 0;
+  EXPECT_TRUE(has_a2a);
+}
+
+Scenario FsdpScenario(const std::string& library) {
+  Scenario s = ToyScenario(16, 64, ToyModel(6, 2e8, 200'000'000));
+  s.plan.dense.fsdp_shard_group = 16;
+  s.plan.collectives.library = library;
+  s.batches.measured_steps = 2;
+  return s;
+}
+
+TEST(SimulateTest, SmFreeCollectivesZeroContentionAndNeverRaiseStepTime) {
+  auto based = Simulate(FsdpScenario("sm_based"), Counterfactuals{}, NoTrace());
+  auto free = Simulate(FsdpScenario("sm_free"), Counterfactuals{}, NoTrace());
+  ASSERT_TRUE(based.ok()) << based.status();
+  ASSERT_TRUE(free.ok()) << free.status();
+  double cont_based = 0, cont_free = 0;
+  for (const RankStats& x : based->ranks) cont_based += x.contention_s;
+  for (const RankStats& x : free->ranks) cont_free += x.contention_s;
+  EXPECT_GT(cont_based, 0.0);
+  EXPECT_EQ(cont_free, 0.0);
+  EXPECT_LE(free->step_mean_s, based->step_mean_s);
+  // The counterfactual switch does the same as the plan's library.
+  Counterfactuals cf;
+  cf.sm_free = true;
+  auto switched = Simulate(FsdpScenario("sm_based"), cf, NoTrace());
+  ASSERT_TRUE(switched.ok());
+  EXPECT_EQ(switched->step_mean_s, free->step_mean_s);
+}
+
+TEST(SimulateTest, IdealNetworkIsNoSlowerThanTheRealOne) {
+  auto real = Simulate(FsdpScenario("sm_based"), Counterfactuals{}, NoTrace());
+  Counterfactuals cf;
+  cf.ideal_network = true;
+  auto ideal = Simulate(FsdpScenario("sm_based"), cf, NoTrace());
+  ASSERT_TRUE(real.ok() && ideal.ok());
+  EXPECT_LE(ideal->step_mean_s, real->step_mean_s);
+}
+
+TEST(SimulateTest, IdenticalInputsGiveIdenticalResults) {
+  Scenario s = FsdpScenario("sm_based");
+  s.noise.step_sigma = 0.05;
+  s.noise.collective_jitter_sigma = 0.05;
+  s.noise.slow_fraction = 0.1;
+  s.noise.slow_factor = 1.3;
+  SimOptions o;
+  o.threads = 1;
+  auto a = Simulate(s, Counterfactuals{}, o);
+  o.threads = 2;
+  auto b = Simulate(s, Counterfactuals{}, o);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->step_times_s, b->step_times_s);
+  ASSERT_EQ(a->events, b->events);
+  ASSERT_EQ(a->ranks.size(), b->ranks.size());
+  for (size_t r = 0; r < a->ranks.size(); ++r) {
+    EXPECT_EQ(a->ranks[r].work_s, b->ranks[r].work_s);
+    EXPECT_EQ(a->ranks[r].exposed_comm_s, b->ranks[r].exposed_comm_s);
+  }
+  ASSERT_EQ(a->trace.size(), b->trace.size());
+  for (size_t i = 0; i < a->trace.size(); ++i) {
+    EXPECT_EQ(a->trace[i].start_s, b->trace[i].start_s);
+    EXPECT_EQ(a->trace[i].name, b->trace[i].name);
+  }
+  EXPECT_FALSE(a->trace.empty());
+}
+
+TEST(SimulateTest, MissingModelIsANamedError) {
+  Scenario s = ToyScenario(4, 8, nullptr);
+  auto r = Simulate(s, Counterfactuals{}, NoTrace());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("model"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gemtb::sim
