@@ -59,6 +59,7 @@ enum class CollAlgo {
   kDirect,           // direct all-to-all with window (multi-tier when the group spans tiers)
   kHierarchical,     // RS down the tiers, AR/AG/RS at the top, AG back up
   kNvls,             // NVLink SHARP (nccl mode; alpha_beta when calibration.nvls)
+  kPat,              // NCCL's PAT all-gather/reduce-scatter (nccl mode, one GPU per host)
   kAllToAllv,        // all-to-allv (only through EstimateAllToAllv)
 };
 enum class CollProto { kNone, kLL, kLL128, kSimple };  // kNone in alpha_beta mode

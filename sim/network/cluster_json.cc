@@ -1,0 +1,360 @@
+// ParseCluster / ParseCalibration: the §4 checks, each error naming the JSON path, value and rule.
+#include "sim/network/cluster_json.h"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "model/common/status_macros.h"
+#include "sim/network/collective_cost.h"
+#include "sim/network/default_cluster_text.h"
+#include "sim/network/json_fields.h"
+
+namespace gemtb::sim {
+namespace {
+
+namespace jf = json_fields;
+using nlohmann::json;
+
+absl::string_view View(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+absl::Status Positive(const json& obj, std::string_view path, const char* key, double* out, bool required) {
+  GEMTB_RETURN_IF_ERROR(jf::Number(obj, path, key, out, required));
+  if (obj.contains(key) && !(*out > 0)) return jf::Bad(jf::Join(path, key), obj.at(key), "must be > 0");
+  return absl::OkStatus();
+}
+
+absl::Status IntAtLeast(const json& obj, std::string_view path, const char* key, int* out, int lo, bool required) {
+  GEMTB_RETURN_IF_ERROR(jf::Int(obj, path, key, out, required));
+  if (obj.contains(key) && *out < lo) return jf::Bad(jf::Join(path, key), obj.at(key), absl::StrCat("must be >= ", lo));
+  return absl::OkStatus();
+}
+
+// A section given inline, or as a string naming a file relative to base_dir: returns the JSON and
+// the folder that the section's own references resolve against.
+absl::StatusOr<std::pair<json, std::string>> Resolve(const json& j, std::string_view path, const std::string& base_dir,
+                                                     const FileReader& reader) {
+  if (!j.is_string()) return std::make_pair(j, base_dir);
+  const std::filesystem::path file = std::filesystem::path(base_dir) / j.get<std::string>();
+  absl::StatusOr<std::string> text = reader(file.lexically_normal().string());
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(View(path), ": cannot read \"", j.get<std::string>(), "\" (",
+                                                   text.status().message(), ")"));
+  }
+  json parsed = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(View(path), ": \"", j.get<std::string>(), "\" is not valid JSON"));
+  }
+  return std::make_pair(std::move(parsed), file.parent_path().string());
+}
+
+absl::Status ParseTier(const json& j, const std::string& path, Tier* tier) {
+  GEMTB_RETURN_IF_ERROR(jf::CheckObject(j, path, {"name", "bw_GBps", "eff_busbw_GBps", "alpha_us", "oversubscription", "note"}));
+  GEMTB_RETURN_IF_ERROR(jf::String(j, path, "name", &tier->name, true));
+  if (tier->name.empty()) return jf::Bad(jf::Join(path, "name"), j.at("name"), "must not be empty");
+  double bw = 0, eff = 0, alpha = 0, over = 1;
+  GEMTB_RETURN_IF_ERROR(Positive(j, path, "bw_GBps", &bw, true));
+  eff = bw;
+  GEMTB_RETURN_IF_ERROR(Positive(j, path, "eff_busbw_GBps", &eff, false));
+  GEMTB_RETURN_IF_ERROR(Positive(j, path, "alpha_us", &alpha, true));
+  GEMTB_RETURN_IF_ERROR(jf::Number(j, path, "oversubscription", &over, false));
+  if (!(over >= 1)) return jf::Bad(jf::Join(path, "oversubscription"), j.at("oversubscription"), "must be >= 1");
+  tier->bw_Bps = bw * 1e9;
+  tier->eff_busbw_Bps = eff * 1e9;
+  tier->alpha_s = alpha * 1e-6;
+  tier->oversubscription = over;
+  return absl::OkStatus();
+}
+
+absl::Status ParseGpu(const json& j, const std::string& path, GpuSpec* gpu) {
+  GEMTB_RETURN_IF_ERROR(jf::CheckObject(j, path, {"peak_flops", "hbm_bytes", "hbm_GBps", "sm_count", "name", "note"}));
+  if (j.contains("peak_flops")) {
+    const std::string pf = jf::Join(path, "peak_flops");
+    const json& p = j.at("peak_flops");
+    if (!p.is_object() || p.empty()) return jf::Bad(pf, p, "must be a non-empty object {dtype: FLOP/s}");
+    gpu->peak_flops.clear();
+    for (auto it = p.begin(); it != p.end(); ++it) {
+      double v = 0;
+      GEMTB_RETURN_IF_ERROR(Positive(p, pf, it.key().c_str(), &v, true));
+      gpu->peak_flops[it.key()] = v;
+    }
+  }
+  GEMTB_RETURN_IF_ERROR(Positive(j, path, "hbm_bytes", &gpu->hbm_bytes, false));
+  double hbm_GBps = gpu->hbm_Bps / 1e9;
+  GEMTB_RETURN_IF_ERROR(Positive(j, path, "hbm_GBps", &hbm_GBps, false));
+  gpu->hbm_Bps = hbm_GBps * 1e9;
+  GEMTB_RETURN_IF_ERROR(IntAtLeast(j, path, "sm_count", &gpu->sm_count, 1, false));
+  return absl::OkStatus();
+}
+
+absl::Status ParseCurve(const json& j, const std::string& path, Curve* curve) {
+  curve->points.clear();
+  if (j.is_number()) {
+    const double v = j.get<double>();
+    if (!(v > 0 && v <= 1)) return jf::Bad(path, j, "must be in (0, 1]");
+    curve->points.push_back({0.0, v});
+    return absl::OkStatus();
+  }
+  if (!j.is_array() || j.empty()) return jf::Bad(path, j, "must be a number or [[tokens, efficiency], ...]");
+  for (size_t i = 0; i < j.size(); ++i) {
+    const json& pt = j[i];
+    const std::string ip = jf::Index(path, i);
+    if (!pt.is_array() || pt.size() != 2 || !pt[0].is_number() || !pt[1].is_number()) {
+      return jf::Bad(ip, pt, "must be [tokens, efficiency]");
+    }
+    const double tokens = pt[0].get<double>(), e = pt[1].get<double>();
+    if (!(tokens >= 0)) return jf::Bad(ip, pt, "tokens must be >= 0");
+    if (!(e > 0 && e <= 1)) return jf::Bad(ip, pt, "efficiency must be in (0, 1]");
+    if (!curve->points.empty() && !(tokens > curve->points.back().first)) {
+      return jf::Bad(ip, pt, "tokens must ascend");
+    }
+    curve->points.push_back({tokens, e});
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadFileFromDisk(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+absl::StatusOr<Calibration> ParseCalibration(const json& json_in, std::string_view path_prefix,
+                                             const std::string& base_dir, const FileReader& reader) {
+  const std::string path(path_prefix);
+  absl::StatusOr<std::pair<json, std::string>> resolved = Resolve(json_in, path, base_dir, reader);
+  if (!resolved.ok()) return resolved.status();
+  const json& j = resolved->first;
+  GEMTB_RETURN_IF_ERROR(jf::CheckObject(j, path, {"nccl_version", "nccl_commit", "nvls", "constants", "fitted",
+                                                  "eta_tables", "kappa", "efficiency", "source", "note", "fit",
+                                                  "held_out", "measured"}));
+  Calibration cal;
+  GEMTB_RETURN_IF_ERROR(jf::String(j, path, "nccl_version", &cal.nccl_version, false));
+  GEMTB_RETURN_IF_ERROR(jf::String(j, path, "nccl_commit", &cal.nccl_commit, false));
+  GEMTB_RETURN_IF_ERROR(jf::Bool(j, path, "nvls", &cal.nvls));
+  if (j.contains("constants")) {
+    const std::string cp = jf::Join(path, "constants");
+    const json& c = j.at("constants");
+    if (!c.is_object()) return jf::Bad(cp, c, "must be an object {name: number}");
+    for (auto it = c.begin(); it != c.end(); ++it) {
+      double v = 0;
+      GEMTB_RETURN_IF_ERROR(jf::Number(c, cp, it.key().c_str(), &v, true));
+      if (!(v >= 0)) return jf::Bad(jf::Join(cp, it.key()), it.value(), "must be >= 0");
+      cal.nccl_constants[it.key()] = v;
+    }
+  }
+  if (j.contains("fitted")) {
+    const std::string fp = jf::Join(path, "fitted");
+    const json& f = j.at("fitted");
+    if (!f.is_array()) return jf::Bad(fp, f, "must be an array");
+    for (size_t i = 0; i < f.size(); ++i) {
+      const std::string ip = jf::Index(fp, i);
+      GEMTB_RETURN_IF_ERROR(jf::CheckObject(f[i], ip, {"op", "tier", "algo", "gpus", "alpha_us", "busbw_GBps",
+                                                       "held_out_mape", "note"}));
+      FittedLink link;
+      std::string op;
+      GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "op", &op, true));
+      absl::StatusOr<CollectiveOp> parsed = ParseCollectiveOp(op);
+      if (!parsed.ok()) return jf::Bad(jf::Join(ip, "op"), f[i].at("op"), "is not a collective op");
+      link.op = *parsed;
+      GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "tier", &link.tier, true));
+      link.algo = "auto";
+      GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "algo", &link.algo, false));
+      GEMTB_RETURN_IF_ERROR(IntAtLeast(f[i], ip, "gpus", &link.gpus, 0, false));
+      double alpha_us = 0, busbw = 0;
+      GEMTB_RETURN_IF_ERROR(jf::Number(f[i], ip, "alpha_us", &alpha_us, true));
+      if (!(alpha_us >= 0)) return jf::Bad(jf::Join(ip, "alpha_us"), f[i].at("alpha_us"), "must be >= 0");
+      GEMTB_RETURN_IF_ERROR(Positive(f[i], ip, "busbw_GBps", &busbw, true));
+      link.alpha_s = alpha_us * 1e-6;
+      link.busbw_Bps = busbw * 1e9;
+      cal.fitted.push_back(link);
+    }
+  }
+  if (j.contains("eta_tables")) {
+    const std::string ep = jf::Join(path, "eta_tables");
+    const json& e = j.at("eta_tables");
+    if (!e.is_array()) return jf::Bad(ep, e, "must be an array");
+    for (size_t i = 0; i < e.size(); ++i) {
+      const std::string ip = jf::Index(ep, i);
+      GEMTB_RETURN_IF_ERROR(jf::CheckObject(e[i], ip, {"op", "hosts", "points", "note"}));
+      EtaTable table;
+      std::string op;
+      GEMTB_RETURN_IF_ERROR(jf::String(e[i], ip, "op", &op, true));
+      absl::StatusOr<CollectiveOp> parsed = ParseCollectiveOp(op);
+      if (!parsed.ok()) return jf::Bad(jf::Join(ip, "op"), e[i].at("op"), "is not a collective op");
+      table.op = *parsed;
+      GEMTB_RETURN_IF_ERROR(IntAtLeast(e[i], ip, "hosts", &table.hosts, 1, false));
+      const std::string pp = jf::Join(ip, "points");
+      if (!e[i].contains("points")) return absl::InvalidArgumentError(absl::StrCat(pp, ": missing"));
+      const json& pts = e[i].at("points");
+      if (!pts.is_array() || pts.empty()) return jf::Bad(pp, pts, "must be a non-empty [[bytes, eta], ...]");
+      for (size_t k = 0; k < pts.size(); ++k) {
+        const std::string kp = jf::Index(pp, k);
+        const json& pt = pts[k];
+        if (!pt.is_array() || pt.size() != 2 || !pt[0].is_number() || !pt[1].is_number()) {
+          return jf::Bad(kp, pt, "must be [bytes, eta]");
+        }
+        const double bytes = pt[0].get<double>(), eta = pt[1].get<double>();
+        if (!(bytes > 0)) return jf::Bad(kp, pt, "bytes must be > 0");
+        if (!(eta > 0 && eta <= 1)) return jf::Bad(kp, pt, "eta must be in (0, 1]");
+        if (!table.size_eta.empty() && !(bytes > table.size_eta.back().first)) {
+          return jf::Bad(kp, pt, "bytes must ascend");
+        }
+        table.size_eta.push_back({bytes, eta});
+      }
+      cal.eta_tables.push_back(std::move(table));
+    }
+  }
+  if (j.contains("kappa")) {
+    double kappa = 0;
+    GEMTB_RETURN_IF_ERROR(jf::Number(j, path, "kappa", &kappa, true));
+    if (!(kappa >= 0)) return jf::Bad(jf::Join(path, "kappa"), j.at("kappa"), "must be >= 0");
+    cal.kappa = kappa;
+  }
+  if (j.contains("efficiency")) {
+    const std::string ep = jf::Join(path, "efficiency");
+    const json& e = j.at("efficiency");
+    GEMTB_RETURN_IF_ERROR(jf::CheckObject(e, ep, {"e_mem", "ops", "note"}));
+    GEMTB_RETURN_IF_ERROR(jf::Number(e, ep, "e_mem", &cal.efficiency.e_mem, false));
+    if (e.contains("e_mem") && !(cal.efficiency.e_mem > 0 && cal.efficiency.e_mem <= 1)) {
+      return jf::Bad(jf::Join(ep, "e_mem"), e.at("e_mem"), "must be in (0, 1]");
+    }
+    if (e.contains("ops")) {
+      const std::string op_path = jf::Join(ep, "ops");
+      const json& ops = e.at("ops");
+      if (!ops.is_object()) return jf::Bad(op_path, ops, "must be an object {op name or kind: efficiency}");
+      for (auto it = ops.begin(); it != ops.end(); ++it) {
+        Curve curve;
+        GEMTB_RETURN_IF_ERROR(ParseCurve(it.value(), jf::Join(op_path, it.key()), &curve));
+        cal.efficiency.by_name_or_kind[it.key()] = std::move(curve);
+      }
+    }
+  }
+  return cal;
+}
+
+int EffectiveZoneSize(const Cluster& cluster) {
+  if (cluster.zone_size <= 0) return cluster.world_size;
+  if (cluster.world_size > 0 && cluster.world_size < cluster.zone_size) return cluster.world_size;
+  return cluster.zone_size;
+}
+
+absl::Status ValidateClusterWorld(const Cluster& cluster, std::string_view path_prefix) {
+  const std::string path = jf::Join(path_prefix, "world_size");
+  const int w = cluster.world_size, g = cluster.gpus_per_host;
+  if (w < 1) return jf::Bad(path, w, "must be >= 1");
+  if (w > g && w % g != 0) return jf::Bad(path, w, absl::StrCat("is not a multiple of gpus_per_host ", g));
+  const int zone = cluster.zone_size;
+  if (zone > 0 && w > zone && w % zone != 0) {
+    return jf::Bad(path, w, absl::StrCat("is not a multiple of zone_size ", zone));
+  }
+  const size_t tiers = cluster.tiers.size();
+  if (w > g && tiers < 2) {
+    return jf::Bad(path, w, absl::StrCat("spans several hosts of ", g, " GPUs but cluster.tiers has only ", tiers,
+                                         " tier (a host tier and a network tier are needed)"));
+  }
+  if (zone > 0 && w > zone && tiers < 3) {
+    return jf::Bad(path, w, absl::StrCat("spans several zones of ", zone, " GPUs but cluster.tiers has only ", tiers,
+                                         " tiers (a cross-zone tier is needed)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Cluster> ParseCluster(const json& json_in, std::string_view path_prefix, const std::string& base_dir,
+                                     const FileReader& reader) {
+  const std::string path(path_prefix);
+  absl::StatusOr<std::pair<json, std::string>> resolved = Resolve(json_in, path, base_dir, reader);
+  if (!resolved.ok()) return resolved.status();
+  const json& j = resolved->first;
+  const std::string& dir = resolved->second;
+  GEMTB_RETURN_IF_ERROR(jf::CheckObject(
+      j, path, {"world_size", "gpus_per_host", "zone_size", "tiers", "nics_per_gpu", "gpu", "calibration", "name", "note"}));
+  Cluster c;
+  GEMTB_RETURN_IF_ERROR(IntAtLeast(j, path, "world_size", &c.world_size, 0, false));
+  GEMTB_RETURN_IF_ERROR(IntAtLeast(j, path, "gpus_per_host", &c.gpus_per_host, 1, true));
+  GEMTB_RETURN_IF_ERROR(IntAtLeast(j, path, "nics_per_gpu", &c.nics_per_gpu, 1, false));
+
+  const std::string tp = jf::Join(path, "tiers");
+  if (!j.contains("tiers")) return absl::InvalidArgumentError(absl::StrCat(tp, ": missing"));
+  const json& tiers = j.at("tiers");
+  if (!tiers.is_array() || tiers.empty()) return jf::Bad(tp, tiers, "must be a non-empty array (innermost first)");
+  if (tiers.size() > static_cast<size_t>(kMaxTiers)) {
+    return jf::Bad(tp, tiers, absl::StrCat("has ", tiers.size(), " tiers; at most ", kMaxTiers,
+                                           " (host, zone, cross-zone)"));
+  }
+  std::set<std::string> names;
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    Tier tier;
+    GEMTB_RETURN_IF_ERROR(ParseTier(tiers[i], jf::Index(tp, i), &tier));
+    if (!names.insert(tier.name).second) {
+      return jf::Bad(jf::Join(jf::Index(tp, i), "name"), tier.name, "repeats an earlier tier's name");
+    }
+    c.tiers.push_back(std::move(tier));
+  }
+
+  // zone_size: required when a cross-zone tier exists; otherwise the whole world is one zone.
+  GEMTB_RETURN_IF_ERROR(IntAtLeast(j, path, "zone_size", &c.zone_size, 1, c.tiers.size() >= 3));
+  if (c.zone_size > 0 && c.zone_size % c.gpus_per_host != 0) {
+    return jf::Bad(jf::Join(path, "zone_size"), c.zone_size,
+                   absl::StrCat("is not a multiple of gpus_per_host ", c.gpus_per_host));
+  }
+  if (c.world_size > 0) GEMTB_RETURN_IF_ERROR(ValidateClusterWorld(c, path));
+
+  // The GPU: §3.6 H200 defaults where the file says nothing.
+  c.gpu.peak_flops = {{"bf16", 989e12}, {"fp8", 1979e12}};
+  c.gpu.hbm_bytes = 141e9;
+  c.gpu.hbm_Bps = 4.8e12;
+  c.gpu.sm_count = 132;
+  if (j.contains("gpu")) GEMTB_RETURN_IF_ERROR(ParseGpu(j.at("gpu"), jf::Join(path, "gpu"), &c.gpu));
+
+  if (j.contains("calibration")) {
+    absl::StatusOr<Calibration> cal = ParseCalibration(j.at("calibration"), jf::Join(path, "calibration"), dir, reader);
+    if (!cal.ok()) return cal.status();
+    c.calibration = std::move(*cal);
+    // Fitted entries must name a tier of this cluster.
+    for (size_t i = 0; i < c.calibration.fitted.size(); ++i) {
+      if (!names.count(c.calibration.fitted[i].tier)) {
+        return jf::Bad(jf::Join(jf::Index(jf::Join(jf::Join(path, "calibration"), "fitted"), i), "tier"),
+                       c.calibration.fitted[i].tier, "is not the name of a tier of this cluster");
+      }
+    }
+  }
+  return c;
+}
+
+absl::StatusOr<Cluster> LoadClusterFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFileFromDisk(path);
+  if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("--cluster: ", text.status().message()));
+  json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat("--cluster: ", path, " is not valid JSON"));
+  // A whole scenario file is accepted too: its cluster section is used.
+  if (j.is_object() && j.contains("cluster") && !j.contains("tiers")) {
+    return ParseCluster(j.at("cluster"), "cluster", std::filesystem::path(path).parent_path().string());
+  }
+  return ParseCluster(j, "cluster", std::filesystem::path(path).parent_path().string());
+}
+
+std::string_view DefaultClusterJsonText() { return kDefaultClusterJson; }
+std::string_view DefaultCalibrationJsonText() { return kDefaultCalibrationJson; }
+
+absl::StatusOr<Cluster> DefaultCluster() {
+  // The compiled-in files stand for sim/network/default_cluster.json and sim/calibration/h200.json;
+  // the cluster names its calibration "../calibration/h200.json", as on disk.
+  const FileReader embedded = [](const std::string& p) -> absl::StatusOr<std::string> {
+    if (std::filesystem::path(p).filename() == "h200.json") return std::string(kDefaultCalibrationJson);
+    return absl::NotFoundError(absl::StrCat("no compiled-in file ", p));
+  };
+  json j = json::parse(kDefaultClusterJson, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InternalError("default_cluster.json (compiled in) is not valid JSON");
+  return ParseCluster(j, "cluster", "sim/network", embedded);
+}
+
+}  // namespace gemtb::sim

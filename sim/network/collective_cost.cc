@@ -1,0 +1,465 @@
+// CollectiveCostModel: resolves the plan (mode, algorithm per op) and the cluster (per-level α/B,
+// fitted calibration, NCCL inputs, η tables) once; Estimate then costs one call in O(tiers).
+#include "sim/network/collective_cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "sim/network/alpha_beta.h"
+#include "sim/network/nccl_tuning.h"
+
+namespace gemtb::sim {
+
+namespace {
+
+constexpr std::array<CollectiveOp, 5> kOps = {CollectiveOp::kAllReduce, CollectiveOp::kAllGather,
+                                              CollectiveOp::kReduceScatter, CollectiveOp::kAllToAll,
+                                              CollectiveOp::kBroadcast};
+
+int OpIndex(CollectiveOp op) { return static_cast<int>(op); }
+
+// The algorithms each op can run in mode alpha_beta, in "auto"'s tie-breaking order.
+std::vector<CollAlgo> AlgosFor(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::kAllReduce:
+      return {CollAlgo::kRing, CollAlgo::kTree, CollAlgo::kHalvingDoubling, CollAlgo::kHierarchical, CollAlgo::kNvls};
+    case CollectiveOp::kAllGather:
+    case CollectiveOp::kReduceScatter:
+      return {CollAlgo::kRing, CollAlgo::kHalvingDoubling, CollAlgo::kHierarchical, CollAlgo::kNvls};
+    case CollectiveOp::kAllToAll:
+      return {CollAlgo::kDirect};
+    case CollectiveOp::kBroadcast:
+      return {CollAlgo::kRing, CollAlgo::kTree};
+  }
+  return {CollAlgo::kRing};
+}
+
+std::optional<CollAlgo> ParseAlgo(std::string_view name) {
+  if (name == "ring" || name == "flat_ring") return CollAlgo::kRing;
+  if (name == "tree") return CollAlgo::kTree;
+  if (name == "halving_doubling" || name == "recursive") return CollAlgo::kHalvingDoubling;
+  if (name == "direct" || name == "multi_tier") return CollAlgo::kDirect;
+  if (name == "hierarchical") return CollAlgo::kHierarchical;
+  if (name == "nvls") return CollAlgo::kNvls;
+  return std::nullopt;
+}
+
+double Constant(const Calibration& c, const std::string& name, double fallback) {
+  auto it = c.nccl_constants.find(name);
+  return it == c.nccl_constants.end() ? fallback : it->second;
+}
+
+// One fitted (op, level, algo) override; algo nullopt = the "auto" entry.
+struct Fitted {
+  CollectiveOp op;
+  int level;
+  std::optional<CollAlgo> algo;
+  int gpus;
+  double alpha_s;
+  double busbw_Bps;
+};
+
+}  // namespace
+
+struct CollectiveCostModel::Impl {
+  bool nccl_mode = false;
+  std::array<std::optional<CollAlgo>, 5> op_algo{};  // nullopt = auto
+  std::array<alpha_beta::Level, 3> levels{};      // members filled per shape
+  std::vector<Fitted> fitted;
+  int window = 1;
+  bool nvls = false;
+  double nvls_busbw_Bps = 475e9;
+  bool eta = false;
+  std::vector<EtaTable> eta_tables;
+  // NCCL inputs independent of the shape.
+  int nchannels = 16;
+  double bw_intra_GBps = 0;
+  std::optional<double> bw_inter_GBps;
+  double net_overhead_us = 1.0;
+  double latency_inter_us = 0;
+  bool amd_cpu = false;
+  bool same_channels = true;
+  bool ll128 = true;
+  int nvls_nchannels = 16;
+  double nvls_bw_intra_GBps = 0;
+  double nics_per_gpu = 1;
+
+  alpha_beta::Profile ProfileFor(CollectiveOp op, std::optional<CollAlgo> algo, const GroupShape& s) const;
+  CollectiveCost AlphaBeta(CollectiveOp op, CollAlgo algo, const GroupShape& s, double bytes) const;
+  CollectiveCost Nccl(CollectiveOp op, std::optional<CollAlgo> algo, const GroupShape& s, double bytes) const;
+  double Eta(CollectiveOp op, const GroupShape& s, double bytes) const;
+};
+
+alpha_beta::Profile CollectiveCostModel::Impl::ProfileFor(CollectiveOp op, std::optional<CollAlgo> algo,
+                                                          const GroupShape& s) const {
+  alpha_beta::Profile g;
+  g.level = levels;
+  const double p = s.members;
+  const double m0 = std::max(1, s.members_per_host);
+  const double zone = std::max(s.members_per_zone, s.members_per_host);
+  g.level[0].members = m0;
+  g.level[1].members = std::max(1.0, zone / m0);
+  g.level[2].members = std::max(1.0, p / zone);
+  g.p = p;
+  // Fitted α/B replace the level's defaults: the entry for this algorithm, else the "auto" entry;
+  // among GPU counts the largest measured one <= p, else the smallest.
+  for (int pass = 0; pass < 2; ++pass) {
+    const Fitted* best = nullptr;
+    for (const Fitted& f : fitted) {
+      if (f.op != op) continue;
+      if (pass == 0 ? f.algo != algo || !algo.has_value() : f.algo.has_value()) continue;
+      if (f.level != g.Top()) continue;
+      if (best == nullptr) {
+        best = &f;
+        continue;
+      }
+      const bool f_fits = f.gpus <= p, b_fits = best->gpus <= p;
+      if ((f_fits && (!b_fits || f.gpus > best->gpus)) || (!f_fits && !b_fits && f.gpus < best->gpus)) best = &f;
+    }
+    if (best != nullptr) {
+      g.level[best->level].alpha_s = best->alpha_s;
+      g.level[best->level].bw_Bps = best->busbw_Bps;
+      break;
+    }
+  }
+  return g;
+}
+
+double CollectiveCostModel::Impl::Eta(CollectiveOp op, const GroupShape& s, double bytes) const {
+  if (!eta) return 1.0;
+  const EtaTable* table = nullptr;
+  for (const EtaTable& t : eta_tables) {
+    if (t.op != op || t.size_eta.empty()) continue;
+    if (table == nullptr || (t.hosts <= s.hosts && (table->hosts > s.hosts || t.hosts > table->hosts)) ||
+        (t.hosts > s.hosts && table->hosts > s.hosts && t.hosts < table->hosts)) {
+      table = &t;
+    }
+  }
+  if (table == nullptr) return 1.0;
+  const auto& pts = table->size_eta;
+  if (bytes <= pts.front().first) return pts.front().second;
+  if (bytes >= pts.back().first) return pts.back().second;
+  for (size_t i = 1; i < pts.size(); ++i) {
+    if (bytes <= pts[i].first) {
+      const double x0 = std::log(pts[i - 1].first), x1 = std::log(pts[i].first);
+      const double w = (std::log(bytes) - x0) / (x1 - x0);
+      return pts[i - 1].second + w * (pts[i].second - pts[i - 1].second);
+    }
+  }
+  return pts.back().second;
+}
+
+CollectiveCost CollectiveCostModel::Impl::AlphaBeta(CollectiveOp op, CollAlgo algo, const GroupShape& s,
+                                                    double S) const {
+  const alpha_beta::Profile g = ProfileFor(op, algo, s);
+  double t = 0;
+  switch (algo) {
+    case CollAlgo::kRing:
+      t = op == CollectiveOp::kAllReduce   ? alpha_beta::RingAllReduce(g, S)
+          : op == CollectiveOp::kBroadcast ? alpha_beta::RingBroadcast(g, S)
+          : op == CollectiveOp::kAllToAll  ? alpha_beta::DirectAllToAll(g, S, window)
+                                           : alpha_beta::RingAllGather(g, S);
+      break;
+    case CollAlgo::kTree:
+      t = op == CollectiveOp::kBroadcast ? alpha_beta::TreeBroadcast(g, S) : alpha_beta::TreeAllReduce(g, S);
+      break;
+    case CollAlgo::kHalvingDoubling:
+      t = op == CollectiveOp::kAllReduce ? alpha_beta::HalvingDoublingAllReduce(g, S)
+                                         : alpha_beta::RecursiveAllGather(g, S);
+      break;
+    case CollAlgo::kHierarchical:
+      t = op == CollectiveOp::kAllReduce ? alpha_beta::HierarchicalAllReduce(g, S)
+                                         : alpha_beta::HierarchicalAllGather(g, S);
+      break;
+    case CollAlgo::kNvls:
+      t = alpha_beta::NvlsAllReduce(g, S, nvls_busbw_Bps);
+      break;
+    case CollAlgo::kPat:  // nccl mode only; the alpha-beta analogue is recursive doubling
+      t = alpha_beta::RecursiveAllGather(g, S);
+      break;
+    case CollAlgo::kDirect:
+    case CollAlgo::kAllToAllv:
+      t = alpha_beta::DirectAllToAll(g, S, window);
+      break;
+  }
+  CollectiveCost c;
+  c.duration_s = t;
+  c.algo = algo;
+  return c;
+}
+
+CollectiveCost CollectiveCostModel::Impl::Nccl(CollectiveOp op, std::optional<CollAlgo> algo, const GroupShape& s,
+                                               double S) const {
+  nccl::CommParams comm;
+  comm.nranks = s.members;
+  comm.nnodes = std::max(1, s.hosts);
+  comm.nchannels = nchannels;
+  comm.bw_intra_GBps = bw_intra_GBps;
+  if (bw_inter_GBps) {
+    comm.bw_inter_GBps = *bw_inter_GBps;
+  } else {
+    // A ring channel crosses each host once: the host's NICs (members on it × NICs per GPU) share
+    // the channels; across zones the zone's uplink (÷ oversubscription) binds instead.
+    const double ppn = std::max(1, s.members_per_host);
+    double inter = ppn * nics_per_gpu * levels[1].bw_Bps / 1e9;
+    if (s.zones > 1) inter = std::min(inter, std::max(s.members_per_zone, 1) * nics_per_gpu * levels[2].bw_Bps / 1e9);
+    comm.bw_inter_GBps = std::min(bw_intra_GBps, inter / nchannels);
+  }
+  comm.latency_inter_us = latency_inter_us;
+  comm.net_overhead_us = net_overhead_us;
+  comm.amd_cpu = amd_cpu;
+  comm.same_channels = same_channels;
+  comm.ll128 = ll128;
+  comm.nvls = nvls;
+  comm.nvls_nchannels = nvls_nchannels;
+  comm.nvls_bw_intra_GBps = nvls_bw_intra_GBps;
+  int only = -1;
+  if (algo == CollAlgo::kRing) only = nccl::kRing;
+  if (algo == CollAlgo::kTree) only = nccl::kTree;
+  if (algo == CollAlgo::kNvls) only = nccl::kNvls;
+  const nccl::Tables tables = nccl::TuneModel(op, comm);
+  const nccl::Choice choice = nccl::Choose(tables, op, comm, S, only);
+  CollectiveCost c;
+  if (choice.time_us < 0) {
+    // Pinned to something NCCL does not run here (e.g. Tree all-gather): NCCL falls back to Ring.
+    const nccl::Choice ring = nccl::Choose(tables, op, comm, S, nccl::kRing);
+    c.duration_s = ring.time_us * 1e-6;
+    c.algo = CollAlgo::kRing;
+    c.proto = static_cast<CollProto>(static_cast<int>(ring.proto) + 1);
+    return c;
+  }
+  c.duration_s = choice.time_us * 1e-6;
+  c.algo = choice.algo == nccl::kTree   ? CollAlgo::kTree
+           : choice.algo == nccl::kNvls ? CollAlgo::kNvls
+           : choice.algo == nccl::kPat  ? CollAlgo::kPat
+                                        : CollAlgo::kRing;
+  c.proto = static_cast<CollProto>(static_cast<int>(choice.proto) + 1);
+  return c;
+}
+
+absl::StatusOr<CollectiveCostModel> CollectiveCostModel::Create(const Cluster& cluster, const CollectivesPlan& plan) {
+  auto impl = std::make_shared<Impl>();
+  if (plan.cost_mode != "alpha_beta" && plan.cost_mode != "nccl") {
+    return absl::InvalidArgumentError(absl::StrCat("plan.collectives.cost_mode: \"", plan.cost_mode,
+                                                   "\" is not one of alpha_beta, nccl"));
+  }
+  impl->nccl_mode = plan.cost_mode == "nccl";
+  for (const auto& [op_name, algo_name] : plan.algo) {
+    auto op = ParseCollectiveOp(op_name);
+    if (!op.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("plan.collectives.algo.", op_name,
+                                                     ": unknown op (one of all_reduce, all_gather, reduce_scatter, "
+                                                     "all_to_all, broadcast)"));
+    }
+    if (algo_name == "auto") continue;
+    const std::optional<CollAlgo> algo = ParseAlgo(algo_name);
+    const std::vector<CollAlgo> valid = AlgosFor(*op);
+    if (!algo || std::find(valid.begin(), valid.end(), *algo) == valid.end()) {
+      std::string names = "auto";
+      for (CollAlgo a : valid) absl::StrAppend(&names, ", ", std::string(CollAlgoName(a)));
+      return absl::InvalidArgumentError(absl::StrCat("plan.collectives.algo.", op_name, ": \"", algo_name,
+                                                     "\" is not one of ", names));
+    }
+    impl->op_algo[OpIndex(*op)] = *algo;
+  }
+  if (cluster.tiers.empty()) return absl::InvalidArgumentError("cluster.tiers: must not be empty");
+  const Calibration& cal = cluster.calibration;
+  impl->nics_per_gpu = std::max(1, cluster.nics_per_gpu);
+  for (int k = 0; k < 3; ++k) {
+    const Tier& tier = cluster.tiers[std::min<size_t>(k, cluster.tiers.size() - 1)];
+    const double o = std::max(1.0, tier.oversubscription);
+    impl->levels[k].alpha_s = tier.alpha_s;
+    impl->levels[k].bw_Bps = (k == 0 ? tier.eff_busbw_Bps : tier.eff_busbw_Bps * impl->nics_per_gpu) / o;
+  }
+  for (const FittedLink& f : cal.fitted) {
+    int level = -1;
+    for (size_t k = 0; k < cluster.tiers.size() && k < 3; ++k) {
+      if (cluster.tiers[k].name == f.tier) level = static_cast<int>(k);
+    }
+    if (level < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cluster.calibration.fitted: tier \"", f.tier, "\" is not a tier of the cluster"));
+    }
+    std::optional<CollAlgo> algo;
+    if (f.algo != "auto") {
+      algo = ParseAlgo(f.algo);
+      if (!algo) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cluster.calibration.fitted: algo \"", f.algo, "\" is not a known algorithm"));
+      }
+    }
+    impl->fitted.push_back({f.op, level, algo, f.gpus, f.alpha_s, f.busbw_Bps});
+  }
+  impl->window = static_cast<int>(Constant(cal, "a2a_window", 1));
+  impl->nvls = cal.nvls;
+  impl->nvls_busbw_Bps = Constant(cal, "nvls_busbw_GBps", 475) * 1e9;
+  impl->eta = plan.eta_tables;
+  impl->eta_tables = cal.eta_tables;
+  impl->nchannels = static_cast<int>(Constant(cal, "nccl_nchannels", 16));
+  impl->bw_intra_GBps = Constant(cal, "nccl_bw_intra_GBps", cluster.tiers[0].eff_busbw_Bps / 1e9 / impl->nchannels);
+  if (cal.nccl_constants.count("nccl_bw_inter_GBps")) impl->bw_inter_GBps = cal.nccl_constants.at("nccl_bw_inter_GBps");
+  impl->net_overhead_us = Constant(cal, "nccl_net_overhead_us", 1.0);
+  impl->latency_inter_us = Constant(cal, "nccl_latency_inter_us", 0.0);
+  impl->amd_cpu = Constant(cal, "nccl_amd_cpu", 0) != 0;
+  impl->same_channels = Constant(cal, "nccl_same_channels", 1) != 0;
+  impl->ll128 = Constant(cal, "nccl_ll128", 1) != 0;
+  impl->nvls_nchannels = static_cast<int>(Constant(cal, "nccl_nvls_nchannels", 16));
+  impl->nvls_bw_intra_GBps =
+      Constant(cal, "nccl_nvls_bw_intra_GBps", cluster.tiers[0].bw_Bps / 1e9 / impl->nvls_nchannels);
+  if (impl->nchannels < 1 || impl->window < 1 || impl->bw_intra_GBps <= 0 || impl->nvls_nchannels < 1) {
+    return absl::InvalidArgumentError(
+        "cluster.calibration.constants: nccl_nchannels, nccl_nvls_nchannels, a2a_window must be >= 1 and "
+        "nccl_bw_intra_GBps > 0");
+  }
+  CollectiveCostModel model;
+  model.cluster_ = std::make_shared<const Cluster>(cluster);
+  model.plan_ = std::make_shared<const CollectivesPlan>(plan);
+  model.impl_ = std::move(impl);
+  return model;
+}
+
+namespace {
+
+CollectiveCost Finish(CollectiveCost c, CollectiveOp op, const GroupShape& s, double bytes, double eta) {
+  c.duration_s /= eta;
+  if (c.duration_s > 0) {
+    c.algbw_Bps = bytes / c.duration_s;
+    c.busbw_Bps = c.algbw_Bps * BusBwFactor(op, s.members);
+  }
+  return c;
+}
+
+}  // namespace
+
+CollectiveCost CollectiveCostModel::Estimate(CollectiveOp op, const GroupShape& shape, double bytes) const {
+  const std::optional<CollAlgo> pinned = impl_->op_algo[OpIndex(op)];
+  if (shape.members <= 1 || !(bytes > 0)) {
+    CollectiveCost zero;
+    zero.algo = pinned.value_or(op == CollectiveOp::kAllToAll ? CollAlgo::kDirect : CollAlgo::kRing);
+    return zero;
+  }
+  if (pinned) return EstimateWith(op, *pinned, shape, bytes);
+  const double eta = impl_->Eta(op, shape, bytes);
+  if (impl_->nccl_mode && op != CollectiveOp::kAllToAll) {
+    return Finish(impl_->Nccl(op, std::nullopt, shape, bytes), op, shape, bytes, eta);
+  }
+  CollectiveCost best;
+  best.duration_s = std::numeric_limits<double>::infinity();
+  for (CollAlgo algo : AlgosFor(op)) {
+    if (algo == CollAlgo::kNvls && (!impl_->nvls || shape.hosts > 1 || op != CollectiveOp::kAllReduce)) continue;
+    if (algo == CollAlgo::kHierarchical && shape.hosts <= 1) continue;  // same as ring on one host
+    const CollectiveCost c = impl_->AlphaBeta(op, algo, shape, bytes);
+    if (c.duration_s < best.duration_s) best = c;
+  }
+  return Finish(best, op, shape, bytes, eta);
+}
+
+CollectiveCost CollectiveCostModel::EstimateWith(CollectiveOp op, CollAlgo algo, const GroupShape& shape,
+                                                 double bytes) const {
+  if (shape.members <= 1 || !(bytes > 0)) {
+    CollectiveCost zero;
+    zero.algo = algo;
+    return zero;
+  }
+  const double eta = impl_->Eta(op, shape, bytes);
+  if (impl_->nccl_mode && op != CollectiveOp::kAllToAll &&
+      (algo == CollAlgo::kRing || algo == CollAlgo::kTree || algo == CollAlgo::kNvls)) {
+    return Finish(impl_->Nccl(op, algo, shape, bytes), op, shape, bytes, eta);
+  }
+  const std::vector<CollAlgo> valid = AlgosFor(op);
+  if (std::find(valid.begin(), valid.end(), algo) == valid.end() || (algo == CollAlgo::kNvls && shape.hosts > 1) ||
+      (algo == CollAlgo::kNvls && op != CollectiveOp::kAllReduce)) {
+    algo = op == CollectiveOp::kAllToAll ? CollAlgo::kDirect : CollAlgo::kRing;
+  }
+  return Finish(impl_->AlphaBeta(op, algo, shape, bytes), op, shape, bytes, eta);
+}
+
+CollectiveCost CollectiveCostModel::EstimateAllToAllv(const GroupShape& shape, const AllToAllvLoad& load) const {
+  CollectiveCost c;
+  c.algo = CollAlgo::kAllToAllv;
+  const double total = load.bytes_per_tier[0] + load.bytes_per_tier[1] + load.bytes_per_tier[2];
+  if (shape.members <= 1 || !(total > 0)) return c;
+  const alpha_beta::Profile g = impl_->ProfileFor(CollectiveOp::kAllToAll, CollAlgo::kDirect, shape);
+  c.duration_s = alpha_beta::AllToAllv(g, load.bytes_per_tier, impl_->window);
+  const double eta = impl_->Eta(CollectiveOp::kAllToAll, shape, total);
+  return Finish(c, CollectiveOp::kAllToAll, shape, total, eta);
+}
+
+absl::StatusOr<CollectiveCost> Estimate(const Cluster& cluster, const CollectivesPlan& plan, CollectiveOp op,
+                                        const GroupShape& shape, double bytes) {
+  absl::StatusOr<CollectiveCostModel> model = CollectiveCostModel::Create(cluster, plan);
+  if (!model.ok()) return model.status();
+  return model->Estimate(op, shape, bytes);
+}
+
+// ---- names -------------------------------------------------------------------------------------
+
+std::string_view CollectiveOpName(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::kAllReduce: return "all_reduce";
+    case CollectiveOp::kAllGather: return "all_gather";
+    case CollectiveOp::kReduceScatter: return "reduce_scatter";
+    case CollectiveOp::kAllToAll: return "all_to_all";
+    case CollectiveOp::kBroadcast: return "broadcast";
+  }
+  return "?";
+}
+
+absl::StatusOr<CollectiveOp> ParseCollectiveOp(std::string_view name) {
+  for (CollectiveOp op : kOps) {
+    if (CollectiveOpName(op) == name) return op;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "op: \"", absl::string_view(name.data(), name.size()),
+      "\" is not one of all_reduce, all_gather, reduce_scatter, all_to_all, broadcast"));
+}
+
+std::string_view CollAlgoName(CollAlgo algo) {
+  switch (algo) {
+    case CollAlgo::kRing: return "ring";
+    case CollAlgo::kTree: return "tree";
+    case CollAlgo::kHalvingDoubling: return "halving_doubling";
+    case CollAlgo::kDirect: return "direct";
+    case CollAlgo::kHierarchical: return "hierarchical";
+    case CollAlgo::kNvls: return "nvls";
+    case CollAlgo::kPat: return "pat";
+    case CollAlgo::kAllToAllv: return "all_to_allv";
+  }
+  return "?";
+}
+
+std::string_view CollProtoName(CollProto proto) {
+  switch (proto) {
+    case CollProto::kNone: return "";
+    case CollProto::kLL: return "LL";
+    case CollProto::kLL128: return "LL128";
+    case CollProto::kSimple: return "Simple";
+  }
+  return "";
+}
+
+std::string AlgoLabel(CollAlgo algo, CollProto proto) {
+  std::string label(CollAlgoName(algo));
+  if (proto != CollProto::kNone) absl::StrAppend(&label, "/", absl::string_view(CollProtoName(proto).data(), CollProtoName(proto).size()));
+  return label;
+}
+
+double BusBwFactor(CollectiveOp op, int members) {
+  const double p = members;
+  if (members <= 1) return 0;
+  switch (op) {
+    case CollectiveOp::kAllReduce: return 2 * (p - 1) / p;
+    case CollectiveOp::kAllGather:
+    case CollectiveOp::kReduceScatter:
+    case CollectiveOp::kAllToAll: return (p - 1) / p;
+    case CollectiveOp::kBroadcast: return 1;
+  }
+  return 1;
+}
+
+}  // namespace gemtb::sim

@@ -1,0 +1,209 @@
+// Mode alpha_beta (spec §3.2, §6.1): each algorithm against its closed form written out here from the
+// spec's table, auto = the cheapest, busbw independent of p at large S (rapidcheck), group shapes.
+#include <cmath>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rapidcheck.h"
+#include "sim/network/cluster_json.h"
+#include "sim/network/collective_cost.h"
+#include "tests/testing/rapidcheck_runner.h"
+#include "tests/testing/status_matchers.h"
+
+namespace gemtb::sim {
+namespace {
+
+using ::gemtb::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr double kAlpha0 = 2e-6, kB0 = 400e9;    // NVLink level
+constexpr double kAlpha1 = 5e-6, kNic = 50e9;     // in-zone RoCE
+constexpr double kAlpha2 = 8e-6, kOver = 4;       // cross-zone
+
+Cluster TestCluster() {
+  Cluster c;
+  c.world_size = 1024;
+  c.gpus_per_host = 8;
+  c.zone_size = 256;
+  c.tiers = {{"nvlink", 450e9, kB0, kAlpha0, 1}, {"zone", 50e9, kNic, kAlpha1, 1}, {"cross", 50e9, kNic, kAlpha2, kOver}};
+  return c;
+}
+
+CollectiveCostModel Model(const std::string& op = "", const std::string& algo = "", const Cluster& c = TestCluster()) {
+  CollectivesPlan plan;
+  if (!op.empty()) plan.algo[op] = algo;
+  absl::StatusOr<CollectiveCostModel> m = CollectiveCostModel::Create(c, plan);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return *m;
+}
+
+GroupShape OneHost(int p) { return {p, p, 1, p, 1}; }
+
+void ExpectRel(double got, double want) { EXPECT_NEAR(got, want, 1e-9 * want) << "got " << got << " want " << want; }
+
+TEST(AlphaBeta, RingClosedFormsOnOneHost) {
+  const double S = 96e6;
+  for (int p : {2, 3, 8}) {
+    const GroupShape g = OneHost(p);
+    ExpectRel(Model("all_gather", "ring").Estimate(CollectiveOp::kAllGather, g, S).duration_s,
+              (p - 1) * kAlpha0 + (p - 1.0) / p * S / kB0);
+    ExpectRel(Model("reduce_scatter", "ring").Estimate(CollectiveOp::kReduceScatter, g, S).duration_s,
+              (p - 1) * kAlpha0 + (p - 1.0) / p * S / kB0);
+    ExpectRel(Model("all_reduce", "ring").Estimate(CollectiveOp::kAllReduce, g, S).duration_s,
+              2 * (p - 1) * kAlpha0 + 2 * (p - 1.0) / p * S / kB0);
+  }
+}
+
+TEST(AlphaBeta, TreeHalvingDoublingDirectOnOneHost) {
+  const double S = 10e6;
+  // Double binary tree: 2⌈log2 p⌉α + 2S/B; p = 6 -> ⌈log2 6⌉ = 3.
+  ExpectRel(Model("all_reduce", "tree").Estimate(CollectiveOp::kAllReduce, OneHost(6), S).duration_s,
+            2 * 3 * kAlpha0 + 2 * S / kB0);
+  // Halving-doubling, p = 8: 2·3·α + 2(7/8)S/B.
+  ExpectRel(Model("all_reduce", "halving_doubling").Estimate(CollectiveOp::kAllReduce, OneHost(8), S).duration_s,
+            6 * kAlpha0 + 2 * 7.0 / 8 * S / kB0);
+  // p = 6 (not 2^k): body on p' = 4 (2·2α + 2(3/4)S/B) plus pre (α + S/2B) and post (α + S/B).
+  ExpectRel(Model("all_reduce", "halving_doubling").Estimate(CollectiveOp::kAllReduce, OneHost(6), S).duration_s,
+            4 * kAlpha0 + 1.5 * S / kB0 + 2 * kAlpha0 + 1.5 * S / kB0);
+  // Recursive halving RS, p = 4: 2α + (3/4)S/B.
+  ExpectRel(Model("reduce_scatter", "halving_doubling").Estimate(CollectiveOp::kReduceScatter, OneHost(4), S).duration_s,
+            2 * kAlpha0 + 0.75 * S / kB0);
+  // Direct all-to-all, window 1: (p−1)α + ((p−1)/p)S/B.
+  ExpectRel(Model().Estimate(CollectiveOp::kAllToAll, OneHost(8), S).duration_s, 7 * kAlpha0 + 7.0 / 8 * S / kB0);
+}
+
+TEST(AlphaBeta, MultiTierAllToAllMatchesSimAiBusbw) {
+  // 4 hosts of 8 in one zone: T = max(S·7/(32·B0), S·24/(32·Bnic)) + α; with the NIC binding,
+  // busbw = Bnic (p−1)/(p−g) ([SimAI-BW]) as S grows.
+  const GroupShape g{32, 8, 4, 32, 1};
+  const double S = 1e12;
+  const CollectiveCost c = Model().Estimate(CollectiveOp::kAllToAll, g, S);
+  ExpectRel(c.duration_s, 31 * kAlpha1 + S * 24 / (32 * kNic));
+  EXPECT_NEAR(c.busbw_Bps, kNic * 31 / 24, 1e-4 * kNic);  // α terms: ~1e-5 relative at 1 TB
+  // Across two zones of 256 (512 ranks): the oversubscribed term o·S(p−Z)/(p·Bnic) binds.
+  const GroupShape z{512, 8, 64, 256, 2};
+  ExpectRel(Model().Estimate(CollectiveOp::kAllToAll, z, S).duration_s,
+            511 * kAlpha2 + kOver * S * 256 / (512 * kNic));
+}
+
+TEST(AlphaBeta, HierarchicalAllReduce) {
+  // 2 zones × 4 hosts × 8: m = (8, 4, 2); B = (B0, Bnic, Bnic/o).
+  const GroupShape g{64, 8, 8, 32, 2};
+  const double S = 1e9;
+  const double want = 2 * (7.0 / 8) * S / kB0 + 2 * (3.0 / 4) * (S / 8) / kNic + 2 * (1.0 / 2) * (S / 32) / (kNic / kOver) +
+                      2 * 7 * kAlpha0 + 2 * 3 * kAlpha1 + 2 * 1 * kAlpha2;
+  ExpectRel(Model("all_reduce", "hierarchical").Estimate(CollectiveOp::kAllReduce, g, S).duration_s, want);
+}
+
+TEST(AlphaBeta, FlatRingAcrossHostsSeesTheHostsNics) {
+  // 4 full hosts: busbw = min(B0, 8·Bnic) = 400 GB/s; latency 2·(28α0 + 3α1).
+  const GroupShape g{32, 8, 4, 32, 1};
+  const double S = 4e9;
+  ExpectRel(Model("all_reduce", "ring").Estimate(CollectiveOp::kAllReduce, g, S).duration_s,
+            2 * (28 * kAlpha0 + 3 * kAlpha1) + 2 * (31.0 / 32) * S / std::min(kB0, 8 * kNic));
+  // One GPU per host: the NIC alone.
+  const GroupShape strided{4, 1, 4, 4, 1};
+  ExpectRel(Model("all_gather", "ring").Estimate(CollectiveOp::kAllGather, strided, S).duration_s,
+            3 * kAlpha1 + 0.75 * S / kNic);
+}
+
+TEST(AlphaBeta, AutoIsTheCheapest) {
+  const CollectiveCostModel m = Model();
+  for (double S : {1e3, 1e5, 1e7, 1e9}) {
+    for (int p : {2, 4, 8}) {
+      const CollectiveCost c = m.Estimate(CollectiveOp::kAllReduce, OneHost(p), S);
+      for (CollAlgo a : {CollAlgo::kRing, CollAlgo::kTree, CollAlgo::kHalvingDoubling}) {
+        EXPECT_LE(c.duration_s, m.EstimateWith(CollectiveOp::kAllReduce, a, OneHost(p), S).duration_s);
+      }
+    }
+  }
+  // Large S on 8: ring (2(p−1)/p·S/B) beats tree (2S/B); ring ties halving-doubling's bandwidth but
+  // has more α: tiny S favours halving-doubling (2·3α vs 2·7α).
+  EXPECT_EQ(m.Estimate(CollectiveOp::kAllReduce, OneHost(8), 1e3).algo, CollAlgo::kHalvingDoubling);
+  EXPECT_NE(m.Estimate(CollectiveOp::kAllReduce, OneHost(8), 1e10).algo, CollAlgo::kTree);
+}
+
+TEST(AlphaBeta, BusbwIndependentOfGroupSizeAtLargeS) {
+  gemtb::testing::CheckProperty(200, [] {
+    const int hosts = *rc::gen::inRange(1, 33);
+    const int per_host = hosts == 1 ? *rc::gen::inRange(2, 9) : 8;
+    const int op_index = *rc::gen::inRange(0, 3);
+    const CollectiveOp op = op_index == 0   ? CollectiveOp::kAllReduce
+                            : op_index == 1 ? CollectiveOp::kAllGather
+                                            : CollectiveOp::kReduceScatter;
+    const int p = hosts * per_host;
+    const GroupShape g{p, per_host, hosts, std::min(p, 256), (p + 255) / 256};
+    const CollectiveCost c = Model(std::string(CollectiveOpName(op)), "ring").Estimate(op, g, 1e15);
+    // One zone (p <= 256): the flat ring's busbw is min(B0, 8·Bnic) = B0 whatever p is.
+    RC_ASSERT(std::fabs(c.busbw_Bps - kB0) <= 1e-6 * kB0);
+  });
+}
+
+TEST(AlphaBeta, AllToAllvUsesTheBusiestTier) {
+  const GroupShape g{32, 8, 4, 32, 1};
+  AllToAllvLoad load;
+  load.bytes_per_tier = {7e6, 24e6, 0};
+  ExpectRel(Model().EstimateAllToAllv(g, load).duration_s, 31 * kAlpha1 + std::max(7e6 / kB0, 24e6 / kNic));
+}
+
+TEST(AlphaBeta, FittedCalibrationReplacesTheTier) {
+  Cluster c = TestCluster();
+  c.calibration.fitted.push_back({CollectiveOp::kAllGather, "nvlink", "auto", 2, 10e-6, 300e9});
+  const double S = 1e8;
+  ExpectRel(Model("all_gather", "ring", c).Estimate(CollectiveOp::kAllGather, OneHost(2), S).duration_s,
+            10e-6 + 0.5 * S / 300e9);
+  // Other ops keep the tier defaults.
+  ExpectRel(Model("all_reduce", "ring", c).Estimate(CollectiveOp::kAllReduce, OneHost(2), S).duration_s,
+            2 * kAlpha0 + S / kB0);
+}
+
+TEST(AlphaBeta, EtaTablesScaleBusbw) {
+  Cluster c = TestCluster();
+  c.calibration.eta_tables.push_back({CollectiveOp::kAllGather, 1, {{1e6, 0.5}, {1e8, 1.0}}});
+  CollectivesPlan plan;
+  plan.algo["all_gather"] = "ring";
+  plan.eta_tables = true;
+  absl::StatusOr<CollectiveCostModel> m = CollectiveCostModel::Create(c, plan);
+  ASSERT_TRUE(m.ok());
+  const double S = 1e7;  // halfway in log: eta 0.75
+  ExpectRel(m->Estimate(CollectiveOp::kAllGather, OneHost(4), S).duration_s,
+            (3 * kAlpha0 + 0.75 * S / kB0) / 0.75);
+}
+
+TEST(AlphaBeta, ZeroBytesOrOneMemberCostNothing) {
+  EXPECT_EQ(Model().Estimate(CollectiveOp::kAllReduce, OneHost(8), 0).duration_s, 0);
+  EXPECT_EQ(Model().Estimate(CollectiveOp::kAllReduce, OneHost(1), 1e6).duration_s, 0);
+}
+
+TEST(AlphaBeta, PlanErrorsAreNamed) {
+  CollectivesPlan plan;
+  plan.algo["all_to_all"] = "tree";
+  EXPECT_THAT(CollectiveCostModel::Create(TestCluster(), plan).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.collectives.algo.all_to_all: \"tree\" is not one of")));
+  CollectivesPlan mode;
+  mode.cost_mode = "fast";
+  EXPECT_THAT(CollectiveCostModel::Create(TestCluster(), mode).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.collectives.cost_mode")));
+}
+
+TEST(GroupShape, StridedGroups) {
+  const Cluster c = TestCluster();  // 8 per host, 256 per zone, 1024 ranks
+  absl::StatusOr<GroupShape> inner = StridedGroupShape(c, 0, 1, 8);
+  ASSERT_TRUE(inner.ok());
+  EXPECT_EQ(inner->members_per_host, 8);
+  EXPECT_EQ(inner->hosts, 1);
+  absl::StatusOr<GroupShape> outer = StridedGroupShape(c, 3, 8, 128);  // one per host, 4 zones' worth / 2
+  ASSERT_TRUE(outer.ok());
+  EXPECT_EQ(outer->members_per_host, 1);
+  EXPECT_EQ(outer->hosts, 128);
+  EXPECT_EQ(outer->members_per_zone, 32);
+  EXPECT_EQ(outer->zones, 4);
+  absl::StatusOr<GroupShape> pairs = StridedGroupShape(c, 0, 4, 64);  // 2 per host
+  ASSERT_TRUE(pairs.ok());
+  EXPECT_EQ(pairs->members_per_host, 2);
+  EXPECT_EQ(pairs->hosts, 32);
+  EXPECT_THAT(StridedGroupShape(c, 0, 16, 65).status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside")));
+}
+
+}  // namespace
+}  // namespace gemtb::sim
