@@ -60,6 +60,14 @@ if [ ${#debs[@]} -eq 0 ]; then
   exit 2
 fi
 for f in "${debs[@]}"; do dpkg -x "$f" "$prefix"; done
+# Build from .deb/src.tgz (a `git archive` of the commit in .deb/SOURCE) where it exists: the working
+# tree that travels holds other people's uncommitted work.
+srcdir=.
+if [ -f .deb/src.tgz ]; then
+  srcdir=/tmp/gemtb-src
+  mkdir -p "$srcdir" && tar -xzf .deb/src.tgz -C "$srcdir"
+  echo "   building from .deb/src.tgz ($(cat .deb/SOURCE 2>/dev/null || echo 'commit unknown'))" | tee -a "$out/summary.txt"
+fi
 libdir=$prefix/usr/lib/x86_64-linux-gnu
 export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 {
@@ -91,7 +99,7 @@ exec "${args[@]}"
 EOF
 chmod +x "$launcher"
 stage "configure"
-if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
+if ! cmake -S "$srcdir" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
      -DGEMTB_BUILD_BENCHMARKS=OFF -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
      -DCMAKE_CUDA_COMPILER_LAUNCHER="$launcher" > "$out/build.log" 2>&1; then
   tail -30 "$out/build.log"
@@ -186,7 +194,7 @@ for tool in ${sanitizer_tools//,/ }; do
 done
 
 # --- 6. results -----------------------------------------------------------------------------------
-commit=$(git rev-parse HEAD 2>/dev/null || cat .deb/SOURCE 2>/dev/null || echo unknown)
+commit=$(cat .deb/SOURCE 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)
 hardware=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 python3 - "$out" "$commit" "$hardware" "$check_cmd" "$check_rc" "$ctest_result" \
   "$sanitizer_tools" "$sanitize_cases" \

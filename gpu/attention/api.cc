@@ -1,11 +1,14 @@
 #include "gpu/attention/api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "gpu/attention/device_call.h"
 #include "gpu/attention/launch.h"
 #include "gpu/attention/params.h"
 #include "gpu/attention/tile_scheduler.h"
@@ -37,6 +40,32 @@ using checks::CheckOffsets;
 using checks::CheckRank;
 using checks::ShapeString;
 
+// A tensor's shape with a stand-in for its values, so that CheckRank validates the shape alone (the
+// device path's values live on the device). Its count is the shape's product where that is valid
+// and 0 where not (CheckRank then reports the shape itself).
+struct ShapeOnly {
+  struct Count {
+    size_t n;
+    size_t size() const { return n; }
+  } data;
+  std::vector<int64_t> shape;
+};
+
+template <typename T>
+absl::Status CheckTensor(const HostTensor<T>& t, bool values, absl::string_view field, size_t rank,
+                         absl::string_view layout) {
+  if (values) return CheckRank(t, field, rank, layout);
+  int64_t n = 1;
+  for (int64_t d : t.shape) {
+    if (d < 0 || (d != 0 && n > std::numeric_limits<int64_t>::max() / d)) {
+      n = 0;
+      break;
+    }
+    n *= d;
+  }
+  return CheckRank(ShapeOnly{{static_cast<size_t>(n)}, t.shape}, field, rank, layout);
+}
+
 // A validated call: shapes, the resolved pairing and scales.
 struct Problem {
   int64_t tq = 0, tk = 0, to = 0, heads = 0, kv_heads = 0, d = 0;
@@ -44,7 +73,8 @@ struct Problem {
   float pre_scale = 1.f, post_scale = 1.f;
 };
 
-absl::StatusOr<Problem> Resolve(const AttentionArgs& a) {
+// `values`: whether q, k and v carry their values (the host API) or only their shapes (DeviceCall).
+absl::StatusOr<Problem> Resolve(const AttentionArgs& a, bool values) {
   const AttentionOptions& o = a.options;
   if (a.dtype != ElementType::kBFloat16 && a.dtype != ElementType::kFloat16) {
     return Bad(absl::StrCat("dtype: ", DTypeName(a.dtype),
@@ -63,9 +93,9 @@ absl::StatusOr<Problem> Resolve(const AttentionArgs& a) {
                                       "RoPE run in the oracle only)"));
     }
   }
-  GEMTB_RETURN_IF_ERROR(CheckRank(a.q, "q", 3, "[TQ,H,Dqk]"));
-  GEMTB_RETURN_IF_ERROR(CheckRank(a.k, "k", 3, "[TK,Hkv,Dqk]"));
-  GEMTB_RETURN_IF_ERROR(CheckRank(a.v, "v", 3, "[TK,Hkv,Dv]"));
+  GEMTB_RETURN_IF_ERROR(CheckTensor(a.q, values, "q", 3, "[TQ,H,Dqk]"));
+  GEMTB_RETURN_IF_ERROR(CheckTensor(a.k, values, "k", 3, "[TK,Hkv,Dqk]"));
+  GEMTB_RETURN_IF_ERROR(CheckTensor(a.v, values, "v", 3, "[TK,Hkv,Dv]"));
   Problem p;
   p.tq = a.q.shape[0];
   p.heads = a.q.shape[1];
@@ -169,42 +199,178 @@ absl::Status Dispatch(ElementType dtype, int64_t d, F&& f) {
                  : f.template operator()<ElementType::kFloat16, 128>();
 }
 
-// The device copies every kernel of a call reads.
-struct DeviceProblem {
-  DeviceArray<uint16_t> q, k, v;
-  DeviceArray<SeqInfo> seqs;
-
-  absl::Status Upload(const AttentionArgs& a, const Problem& p) {
-    GEMTB_RETURN_IF_ERROR(q.Upload(a.q.data, "q"));
-    GEMTB_RETURN_IF_ERROR(k.Upload(a.k.data, "k"));
-    GEMTB_RETURN_IF_ERROR(v.Upload(a.v.data, "v"));
-    return seqs.Upload(p.pairing.seqs, "sequence table");
-  }
-
-  ProblemParams Params(const AttentionArgs& a, const Problem& p) const {
-    ProblemParams pp;
-    pp.q = q.get();
-    pp.k = k.get();
-    pp.v = v.get();
-    pp.seqs = seqs.get();
-    pp.heads = static_cast<int32_t>(p.heads);
-    pp.kv_heads = static_cast<int32_t>(p.kv_heads);
-    pp.out_rows = p.to;
-    pp.pre_scale = p.pre_scale;
-    pp.post_scale = p.post_scale;
-    pp.options = a.options;
-    return pp;
-  }
-};
-
 absl::Status Finish() {
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "attention kernels"));
   return CudaOk(cudaDeviceSynchronize(), "attention kernels");
 }
 
+// Rows covered by a tile list: every kernel writes every row of each of its tiles, so when the
+// tiles cover all rows the output needs no prefill.
+int64_t ForwardRows(const std::vector<ForwardTile>& tiles, const Pairing& pairing, int block_m) {
+  int64_t rows = 0;
+  for (const ForwardTile& t : tiles) rows += std::min(block_m, pairing.seqs[t.b].lq - t.i0);
+  return rows;
+}
+
 }  // namespace
 
-absl::Status CanRun(const AttentionArgs& args) { return Resolve(args).status(); }
+struct DeviceCall::State {
+  Problem problem;
+  AttentionOptions options;
+  ElementType dtype = ElementType::kBFloat16;
+  bool softmax = false;
+  bool hopper_forward = false;
+  DeviceArray<SeqInfo> seqs;
+  DeviceArray<ForwardTile> forward_tiles;
+  int64_t num_forward = 0;
+  bool forward_covers_all = false;
+  bool with_backward = false;
+  DeviceArray<DqTile> dq_tiles;
+  DeviceArray<DqReader> dq_readers;
+  DeviceArray<DkvTile> dkv_tiles;
+  DeviceArray<DkvSegment> dkv_segments;
+  int64_t num_dq = 0, num_dkv = 0;
+  bool dq_covers_all = false, dkv_covers_all = false;
+
+  ProblemParams Params(const DeviceInputs& in) const {
+    ProblemParams pp;
+    pp.q = in.q;
+    pp.k = in.k;
+    pp.v = in.v;
+    pp.seqs = seqs.get();
+    pp.heads = static_cast<int32_t>(problem.heads);
+    pp.kv_heads = static_cast<int32_t>(problem.kv_heads);
+    pp.out_rows = problem.to;
+    pp.pre_scale = problem.pre_scale;
+    pp.post_scale = problem.post_scale;
+    pp.options = options;
+    return pp;
+  }
+};
+
+DeviceCall::DeviceCall(std::unique_ptr<State> state) : state_(std::move(state)) {}
+DeviceCall::~DeviceCall() = default;
+
+absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionArgs& args,
+                                                               bool with_backward,
+                                                               ForwardKernelChoice forward_kernel) {
+  absl::StatusOr<Problem> resolved = Resolve(args, /*values=*/false);
+  if (!resolved.ok()) return resolved.status();
+  GEMTB_RETURN_IF_ERROR(DeviceAvailable());
+  auto s = std::make_unique<State>();
+  s->problem = *std::move(resolved);
+  s->options = args.options;
+  s->dtype = args.dtype;
+  s->softmax = args.options.act == Activation::kSoftmax;
+  const bool hopper_applies = s->problem.d == kHopperHeadDim && HopperKernelsAvailable();
+  switch (forward_kernel) {
+    case ForwardKernelChoice::kAuto: s->hopper_forward = hopper_applies; break;
+    case ForwardKernelChoice::kMmaSync: s->hopper_forward = false; break;
+    case ForwardKernelChoice::kHopper:
+      if (!hopper_applies) {
+        return Bad(absl::StrCat("forward kernel: the Hopper kernel needs head dim ", kHopperHeadDim,
+                                " and an sm_90a build; this call has Dqk=", s->problem.d));
+      }
+      s->hopper_forward = true;
+      break;
+  }
+  const int block_m = s->hopper_forward ? kHopperBlockM : kBlockM;
+  const std::vector<ForwardTile> tiles = BuildForwardTiles(s->problem.pairing, args.options, block_m);
+  s->num_forward = static_cast<int64_t>(tiles.size());
+  s->forward_covers_all = ForwardRows(tiles, s->problem.pairing, block_m) == s->problem.to;
+  GEMTB_RETURN_IF_ERROR(s->seqs.Upload(s->problem.pairing.seqs, "sequence table"));
+  GEMTB_RETURN_IF_ERROR(s->forward_tiles.Upload(tiles, "forward tiles"));
+  s->with_backward = with_backward;
+  if (with_backward) {
+    const TileLists lists = BuildBackwardTiles(s->problem.pairing, args.options);
+    s->num_dq = static_cast<int64_t>(lists.dq.size());
+    s->num_dkv = static_cast<int64_t>(lists.dkv.size());
+    int64_t dq_rows = 0, dkv_rows = 0;
+    const int32_t lq0 = s->problem.pairing.seqs.empty() ? 0 : s->problem.pairing.seqs[0].lq;
+    for (const DqTile& t : lists.dq) {
+      // A dQ tile's rows belong to its first reader's query sequence.
+      const int32_t lq = s->problem.pairing.broadcast_q ? lq0 : s->problem.pairing.seqs[lists.dq_readers[t.reader_begin].b].lq;
+      dq_rows += std::min(kBlockM, lq - t.i0);
+    }
+    for (const DkvTile& t : lists.dkv) dkv_rows += std::min(kBlockN, t.lk - t.j0);
+    s->dq_covers_all = dq_rows == s->problem.tq;
+    s->dkv_covers_all = dkv_rows == s->problem.tk;
+    GEMTB_RETURN_IF_ERROR(s->dq_tiles.Upload(lists.dq, "dQ tiles"));
+    GEMTB_RETURN_IF_ERROR(s->dq_readers.Upload(lists.dq_readers, "dQ readers"));
+    GEMTB_RETURN_IF_ERROR(s->dkv_tiles.Upload(lists.dkv, "dK/dV tiles"));
+    GEMTB_RETURN_IF_ERROR(s->dkv_segments.Upload(lists.dkv_segments, "dK/dV segments"));
+  }
+  return std::unique_ptr<DeviceCall>(new DeviceCall(std::move(s)));
+}
+
+int64_t DeviceCall::q_elements() const { return state_->problem.tq * state_->problem.heads * state_->problem.d; }
+int64_t DeviceCall::kv_elements() const {
+  return state_->problem.tk * state_->problem.kv_heads * state_->problem.d;
+}
+int64_t DeviceCall::o_elements() const { return state_->problem.to * state_->problem.heads * state_->problem.d; }
+int64_t DeviceCall::out_rows() const { return state_->problem.to; }
+int64_t DeviceCall::heads() const { return state_->problem.heads; }
+bool DeviceCall::softmax() const { return state_->softmax; }
+const char* DeviceCall::forward_kernel_name() const {
+  return state_->hopper_forward ? "hopper_wgmma" : "mma_sync";
+}
+
+absl::Status DeviceCall::Forward(const DeviceInputs& in, uint16_t* o, float* lse) const {
+  const State& s = *state_;
+  const Problem& p = s.problem;
+  if (!s.forward_covers_all) {
+    GEMTB_RETURN_IF_ERROR(
+        CudaOk(cudaMemset(o, 0, static_cast<size_t>(o_elements()) * sizeof(uint16_t)), "zero o"));
+    if (s.softmax) GEMTB_RETURN_IF_ERROR(LaunchFill(lse, p.heads * p.to, -std::numeric_limits<float>::infinity()));
+  }
+  ForwardParams fp;
+  fp.problem = s.Params(in);
+  fp.tiles = s.forward_tiles.get();
+  fp.o = o;
+  fp.lse = lse;
+  return Dispatch(s.dtype, p.d, [&]<ElementType E, int D>() -> absl::Status {
+    if constexpr (D == kHopperHeadDim) {
+      if (s.hopper_forward) return LaunchForwardHopper<E>(fp, s.num_forward);
+    }
+    return LaunchForward<E, D>(fp, s.num_forward);
+  });
+}
+
+absl::Status DeviceCall::Backward(const DeviceInputs& in, const uint16_t* o, const float* lse,
+                                  const uint16_t* d_o, const DeviceGradients& grads) const {
+  const State& s = *state_;
+  const Problem& p = s.problem;
+  if (!s.with_backward) return absl::FailedPreconditionError("DeviceCall: created without the backward tile lists");
+  // Rows no tile writes (never read, or masked everywhere) have zero gradients.
+  if (!s.dq_covers_all) {
+    GEMTB_RETURN_IF_ERROR(CudaOk(cudaMemset(grads.dq, 0, static_cast<size_t>(q_elements()) * sizeof(uint16_t)), "zero dq"));
+  }
+  if (!s.dkv_covers_all) {
+    const size_t bytes = static_cast<size_t>(kv_elements()) * sizeof(uint16_t);
+    GEMTB_RETURN_IF_ERROR(CudaOk(cudaMemset(grads.dk, 0, bytes), "zero dk"));
+    GEMTB_RETURN_IF_ERROR(CudaOk(cudaMemset(grads.dv, 0, bytes), "zero dv"));
+  }
+  BackwardParams bp;
+  bp.problem = s.Params(in);
+  bp.o = o;
+  bp.d_o = d_o;
+  bp.lse = lse;
+  bp.d_rows = grads.d_rows;
+  bp.dq_tiles = s.dq_tiles.get();
+  bp.dq_readers = s.dq_readers.get();
+  bp.dkv_tiles = s.dkv_tiles.get();
+  bp.dkv_segments = s.dkv_segments.get();
+  bp.dq = grads.dq;
+  bp.dk = grads.dk;
+  bp.dv = grads.dv;
+  return Dispatch(s.dtype, p.d, [&]<ElementType E, int D>() -> absl::Status {
+    if (s.softmax) GEMTB_RETURN_IF_ERROR((LaunchRowDot<E, D>(bp)));
+    GEMTB_RETURN_IF_ERROR((LaunchDkDv<E, D>(bp, s.num_dkv)));
+    return LaunchDq<E, D>(bp, s.num_dq);
+  });
+}
+
+absl::Status CanRun(const AttentionArgs& args) { return Resolve(args, /*values=*/true).status(); }
 
 absl::Status DeviceAvailable() {
   int count = 0;
@@ -225,49 +391,33 @@ absl::Status DeviceAvailable() {
 }
 
 absl::StatusOr<ForwardResult> Forward(const AttentionArgs& args) {
-  absl::StatusOr<Problem> resolved = Resolve(args);
-  if (!resolved.ok()) return resolved.status();
-  GEMTB_RETURN_IF_ERROR(DeviceAvailable());
-  const Problem& p = *resolved;
-  const bool softmax = args.options.act == Activation::kSoftmax;
-  const std::vector<ForwardTile> tiles = BuildForwardTiles(p.pairing, args.options);
-
-  DeviceProblem dev;
-  GEMTB_RETURN_IF_ERROR(dev.Upload(args, p));
-  DeviceArray<ForwardTile> d_tiles;
-  DeviceArray<uint16_t> d_o;
-  DeviceArray<float> d_lse;
-  GEMTB_RETURN_IF_ERROR(d_tiles.Upload(tiles, "forward tiles"));
-  GEMTB_RETURN_IF_ERROR(d_o.Allocate(static_cast<size_t>(p.to * p.heads * p.d), "o"));
-  GEMTB_RETURN_IF_ERROR(d_o.Zero("o"));  // rows of skipped tiles
-  if (softmax) {
-    GEMTB_RETURN_IF_ERROR(d_lse.Allocate(static_cast<size_t>(p.heads * p.to), "lse"));
-    GEMTB_RETURN_IF_ERROR(LaunchFill(d_lse.get(), p.heads * p.to, -std::numeric_limits<float>::infinity()));
-  }
-  ForwardParams fp;
-  fp.problem = dev.Params(args, p);
-  fp.tiles = d_tiles.get();
-  fp.o = d_o.get();
-  fp.lse = d_lse.get();
-  const int64_t num_tiles = static_cast<int64_t>(tiles.size());
-  GEMTB_RETURN_IF_ERROR(Dispatch(args.dtype, p.d, [&]<ElementType E, int D>() {
-    return LaunchForward<E, D>(fp, num_tiles);
-  }));
+  GEMTB_RETURN_IF_ERROR(CanRun(args));
+  absl::StatusOr<std::unique_ptr<DeviceCall>> call = DeviceCall::Create(args, /*with_backward=*/false);
+  if (!call.ok()) return call.status();
+  const DeviceCall& c = **call;
+  DeviceArray<uint16_t> q, k, v, o;
+  DeviceArray<float> lse;
+  GEMTB_RETURN_IF_ERROR(q.Upload(args.q.data, "q"));
+  GEMTB_RETURN_IF_ERROR(k.Upload(args.k.data, "k"));
+  GEMTB_RETURN_IF_ERROR(v.Upload(args.v.data, "v"));
+  GEMTB_RETURN_IF_ERROR(o.Allocate(static_cast<size_t>(c.o_elements()), "o"));
+  if (c.softmax()) GEMTB_RETURN_IF_ERROR(lse.Allocate(static_cast<size_t>(c.heads() * c.out_rows()), "lse"));
+  GEMTB_RETURN_IF_ERROR(c.Forward({q.get(), k.get(), v.get()}, o.get(), lse.get()));
   GEMTB_RETURN_IF_ERROR(Finish());
 
   ForwardResult out;
-  out.o_shape = {p.to, p.heads, p.d};
-  GEMTB_RETURN_IF_ERROR(d_o.Download(out.o, "o"));
-  if (softmax) {
-    out.lse_shape = {p.heads, p.to};
-    GEMTB_RETURN_IF_ERROR(d_lse.Download(out.lse, "lse"));
+  out.o_shape = {c.out_rows(), c.heads(), args.q.shape[2]};
+  GEMTB_RETURN_IF_ERROR(o.Download(out.o, "o"));
+  if (c.softmax()) {
+    out.lse_shape = {c.heads(), c.out_rows()};
+    GEMTB_RETURN_IF_ERROR(lse.Download(out.lse, "lse"));
   }
   return out;
 }
 
 absl::StatusOr<BackwardResult> Backward(const AttentionArgs& args, const HostTensor<uint16_t>& d_o,
                                         const ForwardResult& forward) {
-  absl::StatusOr<Problem> resolved = Resolve(args);
+  absl::StatusOr<Problem> resolved = Resolve(args, /*values=*/true);
   if (!resolved.ok()) return resolved.status();
   const Problem& p = *resolved;
   const bool softmax = args.options.act == Activation::kSoftmax;
@@ -282,65 +432,34 @@ absl::StatusOr<BackwardResult> Backward(const AttentionArgs& args, const HostTen
   if (softmax && forward.lse.size() != static_cast<size_t>(p.heads * p.to)) {
     return Bad("forward: the softmax backward needs the forward's LSE [H,TO]");
   }
-  GEMTB_RETURN_IF_ERROR(DeviceAvailable());
-  const TileLists tiles = BuildBackwardTiles(p.pairing, args.options);
-
-  DeviceProblem dev;
-  GEMTB_RETURN_IF_ERROR(dev.Upload(args, p));
-  DeviceArray<uint16_t> d_do, d_o_fwd, d_dq, d_dk, d_dv;
-  DeviceArray<float> d_lse, d_rows;
-  DeviceArray<DqTile> d_dq_tiles;
-  DeviceArray<DqReader> d_dq_readers;
-  DeviceArray<DkvTile> d_dkv_tiles;
-  DeviceArray<DkvSegment> d_dkv_segments;
+  absl::StatusOr<std::unique_ptr<DeviceCall>> call = DeviceCall::Create(args, /*with_backward=*/true);
+  if (!call.ok()) return call.status();
+  const DeviceCall& c = **call;
+  DeviceArray<uint16_t> q, k, v, d_do, o_fwd, dq, dk, dv;
+  DeviceArray<float> lse, rows;
+  GEMTB_RETURN_IF_ERROR(q.Upload(args.q.data, "q"));
+  GEMTB_RETURN_IF_ERROR(k.Upload(args.k.data, "k"));
+  GEMTB_RETURN_IF_ERROR(v.Upload(args.v.data, "v"));
   GEMTB_RETURN_IF_ERROR(d_do.Upload(d_o.data, "d_o"));
   if (softmax) {
-    GEMTB_RETURN_IF_ERROR(d_o_fwd.Upload(forward.o, "forward o"));
-    GEMTB_RETURN_IF_ERROR(d_lse.Upload(forward.lse, "forward lse"));
-    GEMTB_RETURN_IF_ERROR(d_rows.Allocate(static_cast<size_t>(p.heads * p.to), "rowsum(dO*O)"));
+    GEMTB_RETURN_IF_ERROR(o_fwd.Upload(forward.o, "forward o"));
+    GEMTB_RETURN_IF_ERROR(lse.Upload(forward.lse, "forward lse"));
+    GEMTB_RETURN_IF_ERROR(rows.Allocate(static_cast<size_t>(p.heads * p.to), "rowsum(dO*O)"));
   }
-  GEMTB_RETURN_IF_ERROR(d_dq_tiles.Upload(tiles.dq, "dQ tiles"));
-  GEMTB_RETURN_IF_ERROR(d_dq_readers.Upload(tiles.dq_readers, "dQ readers"));
-  GEMTB_RETURN_IF_ERROR(d_dkv_tiles.Upload(tiles.dkv, "dK/dV tiles"));
-  GEMTB_RETURN_IF_ERROR(d_dkv_segments.Upload(tiles.dkv_segments, "dK/dV segments"));
-  // Rows no tile writes (never read, or masked everywhere) have zero gradients.
-  GEMTB_RETURN_IF_ERROR(d_dq.Allocate(args.q.data.size(), "dq"));
-  GEMTB_RETURN_IF_ERROR(d_dq.Zero("dq"));
-  GEMTB_RETURN_IF_ERROR(d_dk.Allocate(args.k.data.size(), "dk"));
-  GEMTB_RETURN_IF_ERROR(d_dk.Zero("dk"));
-  GEMTB_RETURN_IF_ERROR(d_dv.Allocate(args.v.data.size(), "dv"));
-  GEMTB_RETURN_IF_ERROR(d_dv.Zero("dv"));
-
-  BackwardParams bp;
-  bp.problem = dev.Params(args, p);
-  bp.o = d_o_fwd.get();
-  bp.d_o = d_do.get();
-  bp.lse = d_lse.get();
-  bp.d_rows = d_rows.get();
-  bp.dq_tiles = d_dq_tiles.get();
-  bp.dq_readers = d_dq_readers.get();
-  bp.dkv_tiles = d_dkv_tiles.get();
-  bp.dkv_segments = d_dkv_segments.get();
-  bp.dq = d_dq.get();
-  bp.dk = d_dk.get();
-  bp.dv = d_dv.get();
-  const int64_t num_dq = static_cast<int64_t>(tiles.dq.size());
-  const int64_t num_dkv = static_cast<int64_t>(tiles.dkv.size());
-  const absl::Status launched = Dispatch(args.dtype, p.d, [&]<ElementType E, int D>() -> absl::Status {
-    if (softmax) GEMTB_RETURN_IF_ERROR((LaunchRowDot<E, D>(bp)));
-    GEMTB_RETURN_IF_ERROR((LaunchDkDv<E, D>(bp, num_dkv)));
-    return LaunchDq<E, D>(bp, num_dq);
-  });
-  GEMTB_RETURN_IF_ERROR(launched);
+  GEMTB_RETURN_IF_ERROR(dq.Allocate(args.q.data.size(), "dq"));
+  GEMTB_RETURN_IF_ERROR(dk.Allocate(args.k.data.size(), "dk"));
+  GEMTB_RETURN_IF_ERROR(dv.Allocate(args.v.data.size(), "dv"));
+  GEMTB_RETURN_IF_ERROR(c.Backward({q.get(), k.get(), v.get()}, o_fwd.get(), lse.get(), d_do.get(),
+                                   {dq.get(), dk.get(), dv.get(), rows.get()}));
   GEMTB_RETURN_IF_ERROR(Finish());
 
   BackwardResult out;
   out.dq_shape = args.q.shape;
   out.dk_shape = args.k.shape;
   out.dv_shape = args.v.shape;
-  GEMTB_RETURN_IF_ERROR(d_dq.Download(out.dq, "dq"));
-  GEMTB_RETURN_IF_ERROR(d_dk.Download(out.dk, "dk"));
-  GEMTB_RETURN_IF_ERROR(d_dv.Download(out.dv, "dv"));
+  GEMTB_RETURN_IF_ERROR(dq.Download(out.dq, "dq"));
+  GEMTB_RETURN_IF_ERROR(dk.Download(out.dk, "dk"));
+  GEMTB_RETURN_IF_ERROR(dv.Download(out.dv, "dv"));
   return out;
 }
 

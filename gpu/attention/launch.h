@@ -16,6 +16,15 @@ namespace gemtb::gpu {
 template <ElementType E, int D>
 absl::Status LaunchForward(const ForwardParams& params, int64_t num_tiles);
 
+// The same outputs from the Hopper forward kernel (wgmma, head dim kHopperHeadDim, tiles of
+// kHopperBlockM rows; 1-D grid of tile x head, heaviest tiles first).
+template <ElementType E>
+absl::Status LaunchForwardHopper(const ForwardParams& params, int64_t num_tiles);
+
+// Whether this build holds the Hopper kernels (false in the CPU emulation, which runs only the
+// mma.sync kernels).
+bool HopperKernelsAvailable();
+
 // D_i = rowsum(dO * O) for every output row and head (softmax backward only).
 template <ElementType E, int D>
 absl::Status LaunchRowDot(const BackwardParams& params);

@@ -7,6 +7,7 @@
 #include "gpu/attention/backward_dkdv_kernel.cuh"
 #include "gpu/attention/backward_dq_kernel.cuh"
 #include "gpu/attention/backward_row_dot.cuh"
+#include "gpu/attention/forward_hopper_kernel.cuh"
 #include "gpu/attention/forward_kernel.cuh"
 #include "gpu/attention/launch.h"
 #include "gpu/common/cuda_check.cuh"
@@ -19,6 +20,15 @@ absl::Status LaunchForward(const ForwardParams& params, int64_t num_tiles) {
   const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.problem.heads));
   return Launch(ForwardKernel<E, D>, grid, dim3(kThreads), ForwardSmem<D>::kBytes, params,
                 "attention forward kernel");
+}
+
+template <ElementType E>
+absl::Status LaunchForwardHopper(const ForwardParams& params, int64_t num_tiles) {
+  const int64_t blocks = num_tiles * params.problem.heads;
+  if (blocks == 0) return absl::OkStatus();
+  if (blocks > INT32_MAX) return absl::InvalidArgumentError("attention forward: tiles x heads exceeds 2^31-1 CTAs");
+  return Launch(ForwardHopperKernel<E>, dim3(static_cast<unsigned>(blocks)), dim3(kHopperThreads),
+                HopperForwardSmem::kBytes, params, "attention forward kernel (Hopper)");
 }
 
 template <ElementType E, int D>

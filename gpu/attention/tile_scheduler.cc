@@ -71,19 +71,20 @@ std::vector<T> Permuted(const std::vector<T>& v, const std::vector<size_t>& orde
 
 }  // namespace
 
-std::vector<ForwardTile> BuildForwardTiles(const Pairing& pairing, const AttentionOptions& options) {
+std::vector<ForwardTile> BuildForwardTiles(const Pairing& pairing, const AttentionOptions& options,
+                                           int block_m) {
   std::vector<ForwardTile> tiles;
   for (size_t b = 0; b < pairing.seqs.size(); ++b) {
     const SeqInfo& s = pairing.seqs[b];
-    for (int32_t i0 = 0; i0 < s.lq; i0 += kBlockM) {
-      const KeySpan span = RowsKeyUnion(options, s.lq, s.lk, i0, std::min(s.lq, i0 + kBlockM));
+    for (int32_t i0 = 0; i0 < s.lq; i0 += block_m) {
+      const KeySpan span = RowsKeyUnion(options, s.lq, s.lk, i0, std::min(s.lq, i0 + block_m));
       if (span.empty()) continue;
       tiles.push_back({static_cast<int32_t>(b), i0, span.lo, span.hi});
     }
   }
   const auto work = [&](size_t t) {
     const ForwardTile& x = tiles[t];
-    const int64_t rows = std::min(kBlockM, pairing.seqs[x.b].lq - x.i0);
+    const int64_t rows = std::min(block_m, pairing.seqs[x.b].lq - x.i0);
     return rows * (x.k_hi - x.k_lo);
   };
   return Permuted(tiles, HeavyFirst(tiles.size(), work));

@@ -32,8 +32,10 @@ struct TileLists {
   std::vector<DkvSegment> dkv_segments;
 };
 
-// Forward tiles only (the forward needs nothing else).
-std::vector<ForwardTile> BuildForwardTiles(const Pairing& pairing, const AttentionOptions& options);
+// Forward tiles only (the forward needs nothing else), of `block_m` query rows each (kBlockM for the
+// mma.sync kernel, kHopperBlockM for the Hopper one).
+std::vector<ForwardTile> BuildForwardTiles(const Pairing& pairing, const AttentionOptions& options,
+                                           int block_m = kBlockM);
 
 // dQ and dK/dV tiles.
 TileLists BuildBackwardTiles(const Pairing& pairing, const AttentionOptions& options);

@@ -1,11 +1,135 @@
-// Placeholder until its area lands; replaced by the owning area.
-#include "absl/status/status.h"
+// gemtb bench attention: effective TFLOP/s of the CUDA attention kernels on spec §11's cases
+// (gpu/bench/attention_bench.h says how it times). Writes <out-dir>/bench_attention.json and, per
+// case, <out-dir>/<case>.npy with the lengths it used (int64 [2, B]: q lengths, kv lengths), which
+// ../shared/peers/torch_peers.py --lengths <out-dir> reads to time the peers on the same lengths.
+// Built without CUDA it reports so and exits 2, as `gemtb gpu attention` does.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "model/common/status_macros.h"
+#include "nlohmann/json.hpp"
 #include "tools/gemtb/command.h"
+#include "tools/gemtb/flags.h"
+#if GEMTB_HAVE_CUDA
+#include "gpu/bench/attention_bench.h"
+#endif
 
 namespace gemtb::cli {
+namespace {
 
-int RunBenchAttention(const std::vector<std::string>&) {
-  return ReportError("RunBenchAttention", absl::UnimplementedError("not built yet"));
+constexpr char kCommand[] = "bench attention";
+
+#if GEMTB_HAVE_CUDA
+nlohmann::json TimingJson(const gpu::bench::Timing& t, double flops) {
+  return {{"median_ms", t.median_ms}, {"min_ms", t.min_ms}, {"max_ms", t.max_ms}, {"reps", t.reps},
+          {"tflops", t.median_ms > 0 ? flops / (t.median_ms * 1e9) : 0.0}};
+}
+#endif
+
+absl::Status Run(const std::vector<std::string>& args) {
+  std::string cases, out_dir, forward_kernel = "auto", label;
+  int64_t warmup = 3, reps = 15, seed = 1;
+  bool forward_only = false, no_compare = false;
+  FlagSet flags("gemtb bench attention --out-dir D [--cases a,b] [--reps N] [--warmup N] [options]",
+                "Times the CUDA attention kernels (bf16, H=4, D=128) on the cases of spec/attention.md\n"
+                "section 11: forward and forward+backward, CUDA events, median of --reps runs over\n"
+                "rotated input sets. Writes D/bench_attention.json and the lengths of each case as\n"
+                "D/<case>.npy (int64 [2,B]) for ../shared/peers/torch_peers.py --lengths D.");
+  flags.String("out-dir", &out_dir, "output folder (created if missing)");
+  flags.String("cases", &cases, "comma-separated case names (default: all eight)");
+  flags.Int64("warmup", &warmup, "untimed runs before timing (default 3)");
+  flags.Int64("reps", &reps, "timed runs; the median is reported (default 15)");
+  flags.Int64("seed", &seed, "seed of the device-drawn inputs (default 1)");
+  flags.String("forward-kernel", &forward_kernel, "auto | mma_sync | hopper (default auto)");
+  flags.Bool("forward-only", &forward_only, "skip the forward+backward timing");
+  flags.Bool("no-compare", &no_compare, "skip the Hopper-vs-mma.sync output comparison");
+  flags.String("label", &label, "free text stored in the JSON (e.g. the commit)");
+  GEMTB_RETURN_IF_ERROR(flags.Parse(args));
+  if (flags.help_requested()) {
+    std::cout << flags.Help();
+    return absl::OkStatus();
+  }
+#if !GEMTB_HAVE_CUDA
+  return absl::FailedPreconditionError(
+      "this gemtb was built without CUDA (nvcc not found at configure time): no GPU kernels");
+#else
+  if (out_dir.empty()) return absl::InvalidArgumentError("--out-dir: required");
+  gpu::bench::BenchOptions opt;
+  if (!cases.empty()) opt.cases = absl::StrSplit(cases, ',');
+  if (warmup < 0 || warmup > 1000) return absl::InvalidArgumentError(absl::StrCat("--warmup=", warmup, ": must be in [0, 1000]"));
+  if (reps < 1 || reps > 10000) return absl::InvalidArgumentError(absl::StrCat("--reps=", reps, ": must be in [1, 10000]"));
+  opt.warmup = static_cast<int>(warmup);
+  opt.reps = static_cast<int>(reps);
+  opt.seed = static_cast<uint64_t>(seed);
+  opt.backward = !forward_only;
+  opt.compare_kernels = !no_compare;
+  if (forward_kernel == "auto") {
+    opt.forward_kernel = gpu::ForwardKernelChoice::kAuto;
+  } else if (forward_kernel == "mma_sync") {
+    opt.forward_kernel = gpu::ForwardKernelChoice::kMmaSync;
+  } else if (forward_kernel == "hopper") {
+    opt.forward_kernel = gpu::ForwardKernelChoice::kHopper;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--forward-kernel=", forward_kernel, ": auto, mma_sync or hopper"));
+  }
+  for (const std::string& name : opt.cases) {
+    if (absl::StatusOr<gpu::bench::BenchCase> c = gpu::bench::FindCase(name); !c.ok()) return c.status();
+  }
+  absl::StatusOr<std::vector<gpu::bench::CaseResult>> results = gpu::bench::RunAttentionBench(
+      opt, [](const std::string& line) { std::cout << line << std::endl; });
+  if (!results.ok()) return results.status();
+
+  nlohmann::json doc;
+  doc["what"] = "gemtb bench attention: effective TFLOP/s (valid pairs only, spec §10) of the CUDA kernels";
+  doc["device"] = gpu::bench::DeviceDescription();
+  doc["gpu_name"] = gpu::bench::DeviceName();
+  doc["label"] = label;
+  doc["command"] = absl::StrCat("gemtb bench attention ", absl::StrJoin(args, " "));
+  doc["dtype"] = "bfloat16";
+  doc["timing"] = "CUDA events around each run, median; input sets rotated (>= 2, >= 3x L2)";
+  std::vector<std::pair<std::string, io::NpyArray>> files;
+  for (const gpu::bench::CaseResult& r : *results) {
+    const gpu::bench::BenchCase& c = r.bench_case;
+    nlohmann::json j;
+    j["case"] = c.name;
+    j["batch"] = c.batch;
+    j["heads"] = c.heads;
+    j["head_dim"] = c.head_dim;
+    j["act"] = std::string(ActivationName(c.options.act));
+    j["mask"] = std::string(MaskKindName(c.options.mask));
+    j["pairs_per_head"] = r.pairs;
+    j["fwd_flops"] = r.fwd_flops;
+    j["forward_kernel"] = r.forward_kernel;
+    j["input_sets"] = r.input_sets;
+    j["input_set_bytes"] = r.input_set_bytes;
+    j["fwd"] = TimingJson(r.fwd, r.fwd_flops);
+    if (r.fwdbwd.reps > 0) j["fwdbwd"] = TimingJson(r.fwdbwd, 3.5 * r.fwd_flops);
+    if (r.comparison.ran) {
+      j["hopper_vs_mma_sync"] = {{"o_max_abs_diff", r.comparison.o_max_abs_diff},
+                                 {"o_rel_l2", r.comparison.o_rel_l2},
+                                 {"o_max_abs", r.comparison.o_max_abs},
+                                 {"lse_max_abs_diff", r.comparison.lse_max_abs_diff},
+                                 {"nonfinite", r.comparison.nonfinite}};
+    }
+    doc["cases"].push_back(j);
+    std::vector<int64_t> both(r.lengths.q);
+    both.insert(both.end(), r.lengths.kv.begin(), r.lengths.kv.end());
+    files.emplace_back(c.name + ".npy", io::EncodeInt64(both, {2, static_cast<int64_t>(r.lengths.q.size())}));
+  }
+  GEMTB_RETURN_IF_ERROR(WriteOutputs(out_dir, files));
+  return WriteTextAtomically(out_dir + "/bench_attention.json", doc.dump(1) + "\n");
+#endif
+}
+
+}  // namespace
+
+int RunBenchAttention(const std::vector<std::string>& args) {
+  if (absl::Status s = Run(args); !s.ok()) return ReportError(kCommand, s);
+  return kExitOk;
 }
 
 }  // namespace gemtb::cli

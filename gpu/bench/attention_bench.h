@@ -1,0 +1,73 @@
+// `gemtb bench attention`: the CUDA attention kernels on spec §11's cases, timed on the device.
+//
+// Per case: lengths by §11's rule (bench_cases.h), inputs drawn on the device, the call's tile lists
+// built once (gpu/attention/device_call.h, the same launch path `gemtb check attention` verifies),
+// then forward and forward+backward timed separately with CUDA events around every iteration;
+// the median over the iterations is reported. Iterations rotate over at least two input sets (more
+// while a set is smaller than 3x the L2), so no iteration finds its inputs in the L2 cache from the
+// one before. Effective TFLOP/s count valid pairs only (spec §10): forward 4·D·H·pairs, fwd+bwd
+// 3.5x that.
+#ifndef GEMTB_GPU_BENCH_ATTENTION_BENCH_H_
+#define GEMTB_GPU_BENCH_ATTENTION_BENCH_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gpu/attention/device_call.h"
+#include "gpu/bench/bench_cases.h"
+
+namespace gemtb::gpu::bench {
+
+struct BenchOptions {
+  std::vector<std::string> cases;  // names; empty = all of §11
+  int warmup = 3;
+  int reps = 15;
+  bool backward = true;
+  ForwardKernelChoice forward_kernel = ForwardKernelChoice::kAuto;
+  // When the Hopper forward runs, also run the mma.sync forward once on the same inputs and report
+  // how far apart their O (and LSE) are: the Hopper kernel on the benchmark's long sequences, which
+  // `gemtb check attention` (short random cases) does not reach.
+  bool compare_kernels = true;
+  uint64_t seed = 1;
+};
+
+struct Timing {
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  int reps = 0;
+};
+
+struct KernelComparison {
+  bool ran = false;
+  double o_max_abs_diff = 0;  // max |O_hopper - O_mma_sync|
+  double o_rel_l2 = 0;        // ||O_hopper - O_mma_sync|| / ||O_mma_sync||
+  double o_max_abs = 0;       // max |O_mma_sync|
+  double lse_max_abs_diff = 0;
+  int64_t nonfinite = 0;      // non-finite values in the Hopper O
+};
+
+struct CaseResult {
+  BenchCase bench_case;
+  CaseLengths lengths;
+  int64_t pairs = 0;          // per query head
+  double fwd_flops = 0;       // 4·D·H·pairs
+  std::string forward_kernel;
+  int input_sets = 0;
+  double input_set_bytes = 0;
+  Timing fwd, fwdbwd;
+  KernelComparison comparison;
+};
+
+// Runs the cases; `progress` (may be empty) gets one line per finished case.
+absl::StatusOr<std::vector<CaseResult>> RunAttentionBench(
+    const BenchOptions& options, const std::function<void(const std::string&)>& progress);
+
+// "NVIDIA H200, 132 SMs, L2 60 MB, driver 13000, runtime 13000".
+std::string DeviceDescription();
+std::string DeviceName();
+
+}  // namespace gemtb::gpu::bench
+
+#endif  // GEMTB_GPU_BENCH_ATTENTION_BENCH_H_

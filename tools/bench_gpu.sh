@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# One device call on the lent H200: builds gemtb from .deb/src.tgz (a `git archive` of the commit in
+# .deb/SOURCE, never the live tree), times the attention kernels with `gemtb bench attention`, times
+# the peers (.peers/torch_peers.py, a copy of ../shared/peers/torch_peers.py) on the same lengths in
+# the same call, writes the ratio table (ours / best peer, per case, fwd and fwd+bwd), and runs
+# `gemtb check attention`. Every stage is cut to what is left of a total budget, so the script ends
+# and writes its results inside one call of 600 s.
+#
+# Here, before the call (gpu/README.md has the details):
+#   git archive --format=tar.gz -o .deb/src.tgz HEAD && git rev-parse HEAD > .deb/SOURCE
+#   mkdir -p .peers && cp ../shared/peers/torch_peers.py .peers/
+# Then run(command: "bash tools/bench_gpu.sh [options]", carry: [".deb", ".peers"], timeout_s: 600).
+#
+# Options:
+#   --check-cases N     cases per family for gemtb check attention (0 = skip; default 500)
+#   --reps N            timed runs per case (default 15); --warmup N (default 3)
+#   --cases a,b         bench and peer cases (default: all eight)
+#   --baseline          also time the mma.sync forward alone (forward only), for the notes
+#   --peer-timeout S    seconds for the peer script at most (default 300)
+#   --forward-kernel K  auto | mma_sync | hopper (default auto)
+# Writes under $OUT (8 files, the most a call brings back): summary.txt (with the ratio table),
+# build.log, run.log, bench_attention.json, peers.json, ratio.json, check.json, lengths.tgz.
+# Exit status: 0 all ran and the check passed, 1 something failed, 2 the build failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+
+check_cases=500
+reps=15
+warmup=3
+cases=""
+baseline=0
+peer_timeout=300
+forward_kernel=auto
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --check-cases) check_cases=$2; shift 2 ;;
+    --reps) reps=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    --cases) cases=$2; shift 2 ;;
+    --baseline) baseline=1; shift ;;
+    --peer-timeout) peer_timeout=$2; shift 2 ;;
+    --forward-kernel) forward_kernel=$2; shift 2 ;;
+    *) echo "bench_gpu: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+budget=${BENCH_GPU_BUDGET:-575}
+limit() { local left=$((budget - SECONDS)); echo $(( $1 < left ? $1 : (left > 5 ? left : 5) )); }
+out=${OUT:-/tmp/gemtb-bench-gpu}
+mkdir -p "$out"
+: > "$out/summary.txt"
+: > "$out/run.log"
+stage() { printf '== %-50s [%4d s]\n' "$1" "$SECONDS" | tee -a "$out/summary.txt" "$out/run.log"; }
+status=0
+
+# --- 1. sources and dependencies ------------------------------------------------------------------
+stage "unpack .deb/ and .deb/src.tgz"
+[ -f .deb/src.tgz ] || { echo "bench_gpu: .deb/src.tgz missing (see the header)" | tee -a "$out/summary.txt"; exit 2; }
+commit=$(cat .deb/SOURCE 2>/dev/null || echo unknown)
+prefix=/tmp/gemtb-deps
+src=/tmp/gemtb-src
+build=/tmp/gemtb-build
+mkdir -p "$prefix" "$src"
+shopt -s nullglob
+for f in .deb/*.deb; do dpkg -x "$f" "$prefix"; done
+tar -xzf .deb/src.tgz -C "$src"
+export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+{
+  echo "commit: $commit"
+  echo "date: $(date -u +%FT%TZ)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+  nvcc --version | tail -1
+} 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
+
+# --- 2. build (the machine's g++ warns where CI's does not: drop -Werror here, CI keeps it) -------
+launcher=/tmp/gemtb-no-werror
+cat > "$launcher" <<'EOF'
+#!/usr/bin/env bash
+args=()
+for a in "$@"; do
+  case "$a" in
+    -Werror|--Werror=all-warnings) ;;
+    -Xcompiler=*) args+=("${a//,-Werror/}") ;;
+    *) args+=("$a") ;;
+  esac
+done
+exec "${args[@]}"
+EOF
+chmod +x "$launcher"
+stage "configure and build gemtb"
+if ! (cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
+        -DGEMTB_BUILD_BENCHMARKS=OFF -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
+        -DCMAKE_CUDA_COMPILER_LAUNCHER="$launcher" &&
+      cmake --build "$build" -j "$(nproc)" --target gemtb) > "$out/build.log" 2>&1; then
+  grep -E "error|FAILED" "$out/build.log" | head -30 | tee -a "$out/summary.txt"
+  stage "build FAILED (build.log)"
+  exit 2
+fi
+gemtb=$build/bin/gemtb
+# The Hopper kernel's SASS must hold warpgroup MMAs (HGMMA), not only HMMA.
+obj=$(find "$build" -name 'forward_hopper_bf16.cu.o' | head -1)
+[ -n "$obj" ] && echo "   HGMMA instructions in forward_hopper_bf16: $(cuobjdump --dump-sass "$obj" 2>/dev/null | grep -c HGMMA)" | tee -a "$out/summary.txt"
+
+# --- 3. gemtb bench attention ---------------------------------------------------------------------
+lengths=/tmp/gemtb-lengths
+mkdir -p "$lengths"
+case_args=()
+[ -n "$cases" ] && case_args=(--cases "$cases")
+if [ $baseline -eq 1 ]; then
+  stage "bench: mma.sync forward alone (baseline)"
+  timeout "$(limit 120)" "$gemtb" bench attention --out-dir /tmp/gemtb-baseline --forward-kernel mma_sync \
+    --forward-only --reps "$reps" --warmup "$warmup" "${case_args[@]}" --label "$commit baseline" \
+    2>&1 | tee -a "$out/run.log" | sed 's/^/   /' | tee -a "$out/summary.txt"
+fi
+stage "bench: gemtb bench attention (--forward-kernel $forward_kernel)"
+bench_cmd="gemtb bench attention --out-dir DIR --forward-kernel $forward_kernel --reps $reps --warmup $warmup ${cases:+--cases $cases}"
+timeout "$(limit 240)" "$gemtb" bench attention --out-dir "$lengths" --forward-kernel "$forward_kernel" \
+  --reps "$reps" --warmup "$warmup" "${case_args[@]}" --label "$commit" \
+  2>&1 | tee -a "$out/run.log" | sed 's/^/   /' | tee -a "$out/summary.txt"
+bench_rc=${PIPESTATUS[0]}
+[ "$bench_rc" -eq 0 ] || { status=1; stage "bench FAILED (exit $bench_rc)"; }
+cp "$lengths/bench_attention.json" "$out/" 2>/dev/null
+[ -f /tmp/gemtb-baseline/bench_attention.json ] && cp /tmp/gemtb-baseline/bench_attention.json "$lengths/baseline_mma_sync.json"
+tar -czf "$out/lengths.tgz" -C "$lengths" . 2>/dev/null
+
+# --- 4. peers on the same lengths, same call ------------------------------------------------------
+if [ -f .peers/torch_peers.py ] && [ -f "$lengths/bench_attention.json" ]; then
+  stage "peers: torch_peers.py --lengths (timeout $(limit "$peer_timeout") s)"
+  peer_cases=()
+  [ -n "$cases" ] && IFS=, read -r -a peer_cases <<< "$cases"
+  cat > /tmp/peer_lines.py <<'EOF'
+import json, sys
+for line in sys.stdin:
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if "error" in r:
+        print("   %-16s %-16s error: %s" % (r["case"], r["impl"], r["error"][:80]), flush=True)
+    else:
+        print("   %-16s %-16s fwd %7.1f  fwd+bwd %7.1f TFLOP/s"
+              % (r["case"], r["impl"], r["fwd_tflops"], r["fwdbwd_tflops"]), flush=True)
+EOF
+  PYTHONUNBUFFERED=1 timeout "$(limit "$peer_timeout")" python3 .peers/torch_peers.py --json "$out/peers.json" \
+    --lengths "$lengths" "${peer_cases[@]}" 2>&1 | tee -a "$out/run.log" | python3 /tmp/peer_lines.py | \
+    tee -a "$out/summary.txt"
+  if [ ! -f "$out/peers.json" ]; then
+    # Stopped by the timeout: keep the rows it printed.
+    python3 - "$out/run.log" "$out/peers.json" "$gpu_name" <<'EOF'
+import json, sys
+rows = []
+for line in open(sys.argv[1], errors="replace"):
+    line = line.strip()
+    if line.startswith("{") and '"case"' in line:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            pass
+json.dump({"device": sys.argv[3], "rows": rows, "note": "partial: the peer script hit its time limit"},
+          open(sys.argv[2], "w"), indent=1)
+EOF
+    stage "peers stopped by the time limit (partial peers.json)"
+  fi
+  stage "ratio table"
+  python3 "$src/gpu/bench/ratio_table.py" "$out/bench_attention.json" "$out/peers.json" "$out/ratio.json" \
+    /tmp/ratio.md commit "$commit" gpu "$gpu_name" bench_command "$bench_cmd" \
+    peers_command "python3 torch_peers.py --json peers.json --lengths DIR ${cases//,/ }" | tee -a "$out/summary.txt"
+else
+  stage "peers skipped (.peers/torch_peers.py or bench results missing)"
+fi
+
+# --- 5. gemtb check attention ---------------------------------------------------------------------
+if [ "$check_cases" -gt 0 ]; then
+  stage "gemtb check attention --cases $check_cases (timeout $(limit 400) s)"
+  timeout "$(limit 400)" "$gemtb" check attention --cases "$check_cases" --seed 1 --max-length 300 \
+    --json "$out/check.json" > /tmp/check.log 2>&1
+  check_rc=$?
+  [ $check_rc -eq 0 ] || status=1
+  { grep -A 40 "^family" /tmp/check.log || tail -20 /tmp/check.log; } | tee -a "$out/summary.txt"
+  cat /tmp/check.log >> "$out/run.log"
+  echo "   check exit code $check_rc" | tee -a "$out/summary.txt"
+fi
+stage "done: status $status"
+exit $status
