@@ -1,0 +1,41 @@
+// Loss attribution by cumulative counterfactual reruns (spec/simulator.md §5): rerun k switches on
+// counterfactuals 1..k in the fixed order ideal network, SM-free, perfect balance, no noise, no
+// recompute; the drop in step time T from rerun k-1 to k is the loss of cause k. The deltas sum to
+// T - T_ideal (all five applied); the residual T_ideal - T_local (optimizer, lookups, launch gaps)
+// completes T - T_local = (1 - SR) T.
+#ifndef GEMTB_SIM_REPORT_ATTRIBUTION_H_
+#define GEMTB_SIM_REPORT_ATTRIBUTION_H_
+
+#include <array>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "sim/scenario/result.h"
+#include "sim/scenario/scenario.h"
+
+namespace gemtb::sim::report {
+
+inline constexpr int kLossCauses = 5;
+
+// Short names (CSV columns, JSON keys) and causes (what people read), in rerun order.
+const char* LossKey(int cause);    // comm, contention, imbalance, stragglers, recompute
+const char* LossCause(int cause);  // "C1 communication volume", ...
+
+// The switches of rerun k (1..5): counterfactuals 1..k on; k = 0 is the baseline.
+Counterfactuals CumulativeCounterfactuals(int k);
+
+struct Attribution {
+  double t_s = 0;        // baseline mean step time T
+  double t_ideal_s = 0;  // all five counterfactuals applied
+  double t_local_s = 0;  // T_local of the baseline
+  std::array<double, kLossCauses> delta_s{};  // T_{k-1} - T_k
+  double residual_s = 0;  // T_ideal - T_local
+  int biggest = 0;        // the cause with the largest delta
+};
+
+// `runs` holds the baseline and reruns 1..5 in order (6 results).
+absl::StatusOr<Attribution> Attribute(absl::Span<const SimResult> runs);
+
+}  // namespace gemtb::sim::report
+
+#endif  // GEMTB_SIM_REPORT_ATTRIBUTION_H_

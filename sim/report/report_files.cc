@@ -1,0 +1,340 @@
+#include "sim/report/report_files.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "sim/report/json_text.h"
+#include "sim/report/run_summary.h"
+#include "sim/report/sweep_plot.h"
+#include "sim/report/trace.h"
+
+namespace gemtb::sim::report {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string Pct(double fraction) { return absl::StrCat(FormatShort(100 * fraction, 3), "%"); }
+
+Json SettingsJson(const std::vector<std::pair<std::string, std::string>>& settings) {
+  Json j = Json::object();
+  for (const auto& [path, value] : settings) j[path] = value;
+  return j;
+}
+
+Json AssumptionJson(const Assumption& a) {
+  Json j;
+  j["name"] = a.name;
+  j["paths"] = a.paths;
+  j["value"] = a.value;
+  j["low"] = a.low;
+  j["high"] = a.high;
+  j["low_factor"] = a.low_factor;
+  j["high_factor"] = a.high_factor;
+  j["note"] = a.note;
+  return j;
+}
+
+Json SweepPointJson(const SweepPoint& p) {
+  Json j;
+  j["gpus"] = p.gpus;
+  j["settings"] = SettingsJson(p.settings);
+  if (!p.status.ok()) {
+    j["status"] = "invalid";
+    j["error"] = std::string(p.status.message());
+    return j;
+  }
+  const SimResult& r = *p.base;
+  j["status"] = r.memory.fits ? "ok" : "does_not_fit";
+  j["fits"] = r.memory.fits;
+  j["needed_bytes"] = r.memory.needed_bytes;
+  j["available_bytes"] = r.memory.available_bytes;
+  j["step_mean_s"] = r.step_mean_s;
+  j["step_p99_s"] = r.step_p99_s;
+  j["t_local_s"] = r.t_local_s;
+  j["local_mfu"] = r.local_mfu;
+  j["e2e_mfu"] = r.e2e_mfu;
+  j["scaling_ratio"] = r.scaling_ratio;
+  j["imbalance"] = r.imbalance;
+  if (p.attribution) {
+    Json losses;
+    for (int k = 0; k < kLossCauses; ++k) losses[std::string(LossKey(k))] = p.attribution->delta_s[static_cast<size_t>(k)];
+    losses["residual"] = p.attribution->residual_s;
+    j["losses_s"] = losses;
+    j["biggest_loss"] = std::string(LossKey(p.attribution->biggest));
+    j["biggest_loss_cause"] = std::string(LossCause(p.attribution->biggest));
+  }
+  j["warnings"] = p.warnings;
+  return j;
+}
+
+Json CaseJson(const SensitivityCase& c) {
+  Json j;
+  j["value"] = c.value;
+  if (!c.status.ok()) {
+    j["error"] = std::string(c.status.message());
+    return j;
+  }
+  j["scaling_ratio"] = c.scaling_ratio;
+  j["step_mean_s"] = c.step_s;
+  return j;
+}
+
+}  // namespace
+
+Json SummaryJson(const Study& study) {
+  Json j;
+  j["scenario"] = study.scenario;
+  j["seed"] = study.seed;
+  const SweepPoint& ref = study.points[static_cast<size_t>(study.reference)];
+  Json reference;
+  reference["gpus"] = ref.gpus;
+  reference["settings"] = SettingsJson(ref.settings);
+  if (ref.base) {
+    const Json run = RunSummaryJson(*ref.base, ref.attribution ? &*ref.attribution : nullptr);
+    for (const auto& [key, value] : run.items()) reference[key] = value;
+  } else {
+    reference["error"] = std::string(ref.status.message());
+  }
+  reference["warnings"] = ref.warnings;
+  j["reference"] = reference;
+  Json sweep = Json::array();
+  for (const SweepPoint& p : study.points) sweep.push_back(SweepPointJson(p));
+  j["sweep"] = sweep;
+  Json assumptions = Json::array();
+  for (const Assumption& a : study.assumptions) assumptions.push_back(AssumptionJson(a));
+  j["assumptions"] = assumptions;
+  if (!study.sensitivity.empty()) {
+    Json s;
+    s["gpus"] = ref.gpus;
+    s["baseline_scaling_ratio"] = ref.base ? ref.base->scaling_ratio : 0.0;
+    Json rows = Json::array();
+    for (const SensitivityRow& row : study.sensitivity) {
+      Json r;
+      r["name"] = row.assumption.name;
+      r["low"] = CaseJson(row.low);
+      r["high"] = CaseJson(row.high);
+      r["swing"] = row.swing;
+      rows.push_back(r);
+    }
+    s["one_at_a_time"] = rows;
+    if (study.grid) {
+      const SensitivityGrid& g = *study.grid;
+      Json grid;
+      grid["a"] = study.assumptions[static_cast<size_t>(g.a)].name;
+      grid["b"] = study.assumptions[static_cast<size_t>(g.b)].name;
+      grid["values_a"] = std::vector<double>(g.values_a, g.values_a + 3);
+      grid["values_b"] = std::vector<double>(g.values_b, g.values_b + 3);
+      Json sr = Json::array();
+      for (int i = 0; i < 3; ++i) {
+        Json row = Json::array();
+        for (int k = 0; k < 3; ++k) row.push_back(g.ok[i][k] ? Json(g.scaling_ratio[i][k]) : Json(nullptr));
+        sr.push_back(row);
+      }
+      grid["scaling_ratio"] = sr;
+      s["grid"] = grid;
+    }
+    j["sensitivity"] = s;
+  }
+  if (study.checks) {
+    const Checks& c = *study.checks;
+    Json checks;
+    checks["gpus"] = c.gpus;
+    if (!c.status.ok()) {
+      checks["error"] = std::string(c.status.message());
+    } else {
+      checks["imbalance_random"] = c.imbalance_random;
+      checks["imbalance_bbs"] = c.imbalance_bbs;
+      checks["random_within_10_20_percent"] = c.imbalance_random >= 0.10 && c.imbalance_random <= 0.20;
+      checks["bbs_halves_excess"] = c.imbalance_bbs <= 0.5 * c.imbalance_random;
+      checks["step_sm_based_s"] = c.step_sm_based_s;
+      checks["step_sm_free_s"] = c.step_sm_free_s;
+      checks["sm_free_recovery"] = c.sm_free_recovery;
+      checks["sm_free_within_3_8_percent"] = c.sm_free_recovery >= 0.03 && c.sm_free_recovery <= 0.08;
+    }
+    j["checks"] = checks;
+  }
+  return j;
+}
+
+std::string SweepCsv(const Study& study) {
+  std::vector<std::string> set_paths;
+  if (!study.points.empty()) {
+    for (const auto& [path, value] : study.points.front().settings) set_paths.push_back(path);
+  }
+  std::string out = "gpus,";
+  for (const std::string& p : set_paths) absl::StrAppend(&out, CsvField(p), ",");
+  out +=
+      "status,fits,needed_bytes,available_bytes,step_mean_s,step_p99_s,t_local_s,local_mfu,e2e_mfu,scaling_ratio,"
+      "imbalance,loss_comm_s,loss_contention_s,loss_imbalance_s,loss_stragglers_s,loss_recompute_s,residual_s,"
+      "biggest_loss,biggest_loss_cause\n";
+  for (const SweepPoint& p : study.points) {
+    absl::StrAppend(&out, p.gpus, ",");
+    for (const auto& [path, value] : p.settings) absl::StrAppend(&out, CsvField(value), ",");
+    if (!p.status.ok()) {
+      absl::StrAppend(&out, CsvField(absl::StrCat("invalid: ", p.status.message())), ",,,,,,,,,,,,,,,,,,\n");
+      continue;
+    }
+    const SimResult& r = *p.base;
+    absl::StrAppend(&out, r.memory.fits ? "ok" : "does_not_fit", ",", r.memory.fits ? "true" : "false", ",",
+                    FormatDouble(r.memory.needed_bytes), ",", FormatDouble(r.memory.available_bytes), ",",
+                    FormatDouble(r.step_mean_s), ",", FormatDouble(r.step_p99_s), ",", FormatDouble(r.t_local_s), ",",
+                    FormatDouble(r.local_mfu), ",", FormatDouble(r.e2e_mfu), ",", FormatDouble(r.scaling_ratio), ",",
+                    FormatDouble(r.imbalance));
+    if (p.attribution) {
+      for (double d : p.attribution->delta_s) absl::StrAppend(&out, ",", FormatDouble(d));
+      absl::StrAppend(&out, ",", FormatDouble(p.attribution->residual_s), ",", std::string(LossKey(p.attribution->biggest)),
+                      ",", CsvField(LossCause(p.attribution->biggest)));
+    } else {
+      out += ",,,,,,,,";
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+std::string PerfJson(const Study& study) {
+  Json j;
+  j["note"] = "wall-clock times: the only output that differs between identical runs";
+  j["threads"] = study.threads;
+  j["wall_s"] = study.wall_s;
+  uint64_t events = 0;
+  double run_wall = 0;
+  Json runs = Json::array();
+  for (const RunPerf& p : study.perf) {
+    Json r;
+    r["label"] = p.label;
+    r["gpus"] = p.gpus;
+    r["events"] = p.events;
+    r["wall_s"] = p.wall_s;
+    r["events_per_s"] = p.wall_s > 0 ? static_cast<double>(p.events) / p.wall_s : 0.0;
+    runs.push_back(r);
+    events += p.events;
+    run_wall += p.wall_s;
+  }
+  j["runs_total"] = study.perf.size();
+  j["events_total"] = events;
+  j["run_seconds_total"] = run_wall;
+  j["events_per_s"] = run_wall > 0 ? static_cast<double>(events) / run_wall : 0.0;
+  j["runs"] = runs;
+  return JsonText(j);
+}
+
+std::vector<std::pair<std::string, std::string>> RenderReport(const Study& study) {
+  std::vector<std::pair<std::string, std::string>> files;
+  files.emplace_back("summary.json", JsonText(SummaryJson(study)));
+  const SweepPoint& ref = study.points[static_cast<size_t>(study.reference)];
+  if (ref.base) {
+    files.emplace_back("ranks.csv", RanksCsv(*ref.base));
+    files.emplace_back("collectives.csv", CollectivesCsv(*ref.base));
+    files.emplace_back("trace.json", TraceJson(*ref.base));
+  }
+  files.emplace_back("sweep.csv", SweepCsv(study));
+  files.emplace_back("sweep.svg", SweepSvg(study));
+  files.emplace_back("perf.json", PerfJson(study));
+  return files;
+}
+
+std::string ConsoleReport(const Study& study) {
+  std::string out = absl::StrCat("scenario ", study.scenario, " (seed ", study.seed, ")\n\n");
+  char line[256];
+  std::snprintf(line, sizeof(line), "%7s %10s %10s %9s %7s  %s\n", "GPUs", "step ms", "Local MFU", "E2E MFU", "SR",
+                "biggest loss (share of step time)");
+  out += line;
+  for (const SweepPoint& p : study.points) {
+    std::string label = absl::StrCat(p.gpus);
+    std::string settings;
+    for (const auto& [path, value] : p.settings) absl::StrAppend(&settings, settings.empty() ? "" : ", ", path, "=", value);
+    if (!p.status.ok()) {
+      absl::StrAppend(&out, absl::StrFormat("%7s  invalid: %s", label, std::string(p.status.message())),
+                      settings.empty() ? "" : absl::StrCat("  [", settings, "]"), "\n");
+      continue;
+    }
+    const SimResult& r = *p.base;
+    std::string loss = "-";
+    if (p.attribution) {
+      const Attribution& a = *p.attribution;
+      loss = absl::StrCat(LossCause(a.biggest), " (", Pct(a.t_s > 0 ? a.delta_s[static_cast<size_t>(a.biggest)] / a.t_s : 0), ")");
+    }
+    std::snprintf(line, sizeof(line), "%7s %10.1f %10.3f %9.3f %7.3f  ", label.c_str(), r.step_mean_s * 1e3, r.local_mfu,
+                  r.e2e_mfu, r.scaling_ratio);
+    absl::StrAppend(&out, line, loss);
+    if (!r.memory.fits) {
+      absl::StrAppend(&out, "  [does_not_fit: needs ", FormatShort(r.memory.needed_bytes / 1e9), " GB, ",
+                      FormatShort(r.memory.available_bytes / 1e9), " GB available]");
+    }
+    if (!settings.empty()) absl::StrAppend(&out, "  [", settings, "]");
+    out += "\n";
+  }
+
+  if (study.checks) {
+    const Checks& c = *study.checks;
+    absl::StrAppend(&out, "\nchecks at ", c.gpus, " GPUs (the issue's \"done when\"):\n");
+    if (!c.status.ok()) {
+      absl::StrAppend(&out, "  could not run: ", c.status.message(), "\n");
+    } else {
+      absl::StrAppend(&out, "  heaviest rank above the mean, random assignment: ", Pct(c.imbalance_random),
+                      " (published ~15%; target 10-20%: ",
+                      c.imbalance_random >= 0.10 && c.imbalance_random <= 0.20 ? "yes" : "NO", ")\n");
+      absl::StrAppend(&out, "  heaviest rank above the mean, BBS:               ", Pct(c.imbalance_bbs),
+                      " (halves the excess or better: ", c.imbalance_bbs <= 0.5 * c.imbalance_random ? "yes" : "NO",
+                      ")\n");
+      absl::StrAppend(&out, "  SM-free collectives recover ", Pct(c.sm_free_recovery), " of step time (",
+                      FormatShort(c.step_sm_based_s * 1e3), " -> ", FormatShort(c.step_sm_free_s * 1e3),
+                      " ms; target 3-8%: ", c.sm_free_recovery >= 0.03 && c.sm_free_recovery <= 0.08 ? "yes" : "NO",
+                      ")\n");
+    }
+  }
+
+  if (!study.assumptions.empty()) {
+    out += "\nassumptions (unpublished values; low / high for the sensitivity analysis):\n";
+    for (const Assumption& a : study.assumptions) {
+      absl::StrAppend(&out, "  ", a.name, ": ", FormatShort(a.value, 6), " (", FormatShort(a.low, 6), " / ",
+                      FormatShort(a.high, 6), ")  [", absl::StrJoin(a.paths, ", "), "]",
+                      a.note.empty() ? "" : absl::StrCat("  ", a.note), "\n");
+    }
+  }
+  if (!study.sensitivity.empty()) {
+    const SweepPoint& ref = study.points[static_cast<size_t>(study.reference)];
+    absl::StrAppend(&out, "\nsensitivity of SR at ", ref.gpus, " GPUs (baseline SR ",
+                    ref.base ? FormatShort(ref.base->scaling_ratio, 4) : std::string("-"), "):\n");
+    for (const SensitivityRow& row : study.sensitivity) {
+      auto show = [](const SensitivityCase& c) {
+        return c.status.ok() ? FormatShort(c.scaling_ratio, 4) : absl::StrCat("error: ", c.status.message());
+      };
+      absl::StrAppend(&out, "  ", row.assumption.name, ": low -> SR ", show(row.low), ", high -> SR ", show(row.high),
+                      " (swing ", FormatShort(row.swing, 3), ")\n");
+    }
+    if (study.grid) {
+      const SensitivityGrid& g = *study.grid;
+      const std::string& na = study.assumptions[static_cast<size_t>(g.a)].name;
+      const std::string& nb = study.assumptions[static_cast<size_t>(g.b)].name;
+      absl::StrAppend(&out, "  SR on the 3 x 3 grid of the two most influential (rows: ", na, ", columns: ", nb, "):\n");
+      std::snprintf(line, sizeof(line), "  %14s", "");
+      out += line;
+      for (int j = 0; j < 3; ++j) {
+        std::snprintf(line, sizeof(line), " %10s", FormatShort(g.values_b[j], 4).c_str());
+        out += line;
+      }
+      out += "\n";
+      for (int i = 0; i < 3; ++i) {
+        std::snprintf(line, sizeof(line), "  %14s", FormatShort(g.values_a[i], 4).c_str());
+        out += line;
+        for (int j = 0; j < 3; ++j) {
+          std::snprintf(line, sizeof(line), " %10s", g.ok[i][j] ? FormatShort(g.scaling_ratio[i][j], 4).c_str() : "-");
+          out += line;
+        }
+        out += "\n";
+      }
+    }
+  }
+  const SweepPoint& ref = study.points[static_cast<size_t>(study.reference)];
+  if (!ref.warnings.empty()) {
+    absl::StrAppend(&out, "\nwarnings at ", ref.gpus, " GPUs:\n");
+    for (const std::string& w : ref.warnings) absl::StrAppend(&out, "  ", w, "\n");
+  }
+  return out;
+}
+
+}  // namespace gemtb::sim::report

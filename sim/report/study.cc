@@ -1,0 +1,419 @@
+#include "sim/report/study.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "sim/report/json_text.h"
+#include "tbb/parallel_for_each.h"
+#include "tbb/task_arena.h"
+
+namespace gemtb::sim::report {
+namespace {
+
+const char* LevelLabel(int k) {
+  static constexpr const char* kLabels[] = {"baseline",           "rerun 1 (ideal network)", "rerun 2 (+ SM-free)",
+                                                 "rerun 3 (+ balance)", "rerun 4 (+ no noise)",    "rerun 5 (+ no recompute)"};
+  return kLabels[static_cast<size_t>(k)];
+}
+
+// Every distinct scenario variant and every distinct run of a study; identical ones are shared.
+class RunPlanner {
+ public:
+  RunPlanner(const StudyOptions& options, const SimulateFn& simulate) : options_(options), simulate_(simulate) {}
+
+  int AddDoc(ScenarioDocument doc) {
+    const std::string key = absl::StrCat(doc.json.dump(), "|rows*", FormatDouble(doc.model_rows_scale));
+    auto [it, inserted] = doc_index_.emplace(key, static_cast<int>(docs_.size()));
+    if (inserted) {
+      docs_.push_back(std::move(doc));
+      scenarios_.emplace_back(absl::UnknownError("not built"));
+      built_.push_back(false);
+    }
+    return it->second;
+  }
+
+  // Level k = cumulative counterfactuals 1..k (0 = baseline).
+  int AddJob(int doc, int level, bool trace, std::string label, int gpus) {
+    auto [it, inserted] = job_index_.emplace(std::make_pair(doc, level), static_cast<int>(jobs_.size()));
+    if (inserted) {
+      jobs_.push_back(Job{doc, level, trace, std::move(label), gpus});
+      results_.emplace_back(absl::UnknownError("not run"));
+      done_.push_back(false);
+    } else {
+      jobs_[static_cast<size_t>(it->second)].trace |= trace;
+    }
+    return it->second;
+  }
+
+  const ScenarioDocument& doc(int i) const { return docs_[static_cast<size_t>(i)]; }
+  const absl::StatusOr<Scenario>& scenario(int i) const { return scenarios_[static_cast<size_t>(i)]; }
+  const absl::StatusOr<SimResult>& result(int job) const { return results_[static_cast<size_t>(job)]; }
+
+  // Builds the scenarios not built yet (in parallel).
+  void BuildPending(tbb::task_arena& arena) {
+    std::vector<size_t> pending;
+    for (size_t i = 0; i < docs_.size(); ++i) {
+      if (!built_[i]) pending.push_back(i);
+    }
+    arena.execute([&] {
+      tbb::parallel_for_each(pending.begin(), pending.end(), [&](size_t i) { scenarios_[i] = BuildScenario(docs_[i]); });
+    });
+    for (size_t i : pending) built_[i] = true;
+  }
+
+  // Runs the jobs not run yet (in parallel, largest worlds first for balance).
+  void RunPending(tbb::task_arena& arena, std::vector<RunPerf>* perf) {
+    std::vector<size_t> pending;
+    for (size_t j = 0; j < jobs_.size(); ++j) {
+      if (!done_[j]) pending.push_back(j);
+    }
+    std::stable_sort(pending.begin(), pending.end(),
+                     [&](size_t a, size_t b) { return jobs_[a].gpus > jobs_[b].gpus; });
+    std::vector<double> wall(jobs_.size(), 0);
+    arena.execute([&] {
+      tbb::parallel_for_each(pending.begin(), pending.end(), [&](size_t j) {
+        const Job& job = jobs_[j];
+        const absl::StatusOr<Scenario>& scenario = scenarios_[static_cast<size_t>(job.doc)];
+        const auto start = std::chrono::steady_clock::now();
+        if (!scenario.ok()) {
+          results_[j] = scenario.status();
+        } else {
+          SimOptions sim;
+          sim.threads = 1;  // the study is parallel across runs
+          sim.trace = job.trace;
+          sim.trace_ranks = options_.trace_ranks;
+          sim.trace_step = options_.trace_step;
+          sim.warmup_steps = options_.warmup_steps;
+          sim.measured_steps = options_.measured_steps;
+          results_[j] = simulate_(*scenario, CumulativeCounterfactuals(job.level), sim);
+        }
+        wall[j] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (options_.progress) {
+          std::lock_guard<std::mutex> lock(progress_mutex_);
+          ++finished_;
+          const absl::StatusOr<SimResult>& r = results_[j];
+          options_.progress(absl::StrCat("[", finished_, "/", total_, "] ", job.label, ": ",
+                                         r.ok() ? absl::StrCat("T = ", FormatShort(r->step_mean_s * 1e3), " ms")
+                                                : absl::StrCat("error: ", r.status().message()),
+                                         " (", FormatShort(wall[j], 3), " s)"));
+        }
+      });
+    });
+    for (size_t j : pending) {
+      done_[j] = true;
+      const absl::StatusOr<SimResult>& r = results_[j];
+      perf->push_back(RunPerf{jobs_[j].label, jobs_[j].gpus, r.ok() ? r->events : 0, wall[j]});
+    }
+  }
+
+  // Progress counts runs over the whole study; callers announce each phase's total.
+  void AddToTotal(size_t n) { total_ += n; }
+  size_t PendingJobs() const { return static_cast<size_t>(std::count(done_.begin(), done_.end(), false)); }
+
+ private:
+  struct Job {
+    int doc;
+    int level;
+    bool trace;
+    std::string label;
+    int gpus;
+  };
+  const StudyOptions& options_;
+  const SimulateFn& simulate_;
+  std::vector<ScenarioDocument> docs_;
+  std::vector<absl::StatusOr<Scenario>> scenarios_;
+  std::vector<bool> built_;
+  std::map<std::string, int> doc_index_;
+  std::vector<Job> jobs_;
+  std::vector<absl::StatusOr<SimResult>> results_;
+  std::vector<bool> done_;
+  std::map<std::pair<int, int>, int> job_index_;
+  std::mutex progress_mutex_;
+  size_t finished_ = 0, total_ = 0;
+};
+
+// The cross product of the swept fields' values, first field outermost.
+std::vector<std::vector<std::pair<std::string, std::string>>> SettingCombos(const std::vector<FieldSweep>& sets) {
+  std::vector<std::vector<std::pair<std::string, std::string>>> combos = {{}};
+  for (const FieldSweep& f : sets) {
+    std::vector<std::vector<std::pair<std::string, std::string>>> next;
+    for (const auto& c : combos) {
+      for (const std::string& v : f.values) {
+        auto extended = c;
+        extended.emplace_back(f.path, v);
+        next.push_back(std::move(extended));
+      }
+    }
+    combos = std::move(next);
+  }
+  return combos;
+}
+
+std::string PointLabel(int gpus, const std::vector<std::pair<std::string, std::string>>& settings) {
+  std::string label = absl::StrCat(gpus, " GPUs");
+  for (const auto& [path, value] : settings) absl::StrAppend(&label, ", ", path, "=", value);
+  return label;
+}
+
+absl::Status CheckOptions(const StudyOptions& options) {
+  for (int g : options.gpus) {
+    if (g < 1 || g > (1 << 22)) return absl::InvalidArgumentError(absl::StrCat("--gpus: ", g, " must be in [1, 4194304]"));
+  }
+  for (const FieldSweep& f : options.sets) {
+    if (f.path.empty() || f.values.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--set ", f.path, ": needs path=value[,value...]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<int> DefaultGpuSweep() {
+  std::vector<int> gpus;
+  for (int g = 64; g <= 16384; g *= 2) gpus.push_back(g);
+  return gpus;
+}
+
+absl::StatusOr<Study> RunStudy(const ScenarioDocument& doc, const StudyOptions& options, const SimulateFn& simulate) {
+  if (absl::Status s = CheckOptions(options); !s.ok()) return s;
+  const auto study_start = std::chrono::steady_clock::now();
+  absl::StatusOr<Scenario> given = BuildScenario(doc);
+  if (!given.ok()) return given.status();
+
+  Study study;
+  study.scenario = given->name;
+  study.seed = given->seed;
+  study.assumptions = given->assumptions;
+  tbb::task_arena arena(options.threads > 0 ? options.threads : tbb::task_arena::automatic);
+  study.threads = arena.max_concurrency();
+  RunPlanner planner(options, simulate);
+
+  // Points: field settings (outer) x GPU counts (inner).
+  const std::vector<int> gpus = options.gpus.empty() ? std::vector<int>{given->cluster.world_size} : options.gpus;
+  std::vector<int> point_doc;
+  for (const auto& settings : SettingCombos(options.sets)) {
+    for (int g : gpus) {
+      SweepPoint point;
+      point.gpus = g;
+      point.settings = settings;
+      ScenarioDocument variant = doc;
+      for (const auto& [path, value] : settings) {
+        if (absl::Status s = SetField(variant, path, value); !s.ok() && point.status.ok()) point.status = s;
+      }
+      if (absl::Status s = SetWorldSize(variant, g); !s.ok() && point.status.ok()) point.status = s;
+      point_doc.push_back(point.status.ok() ? planner.AddDoc(std::move(variant)) : -1);
+      study.points.push_back(std::move(point));
+    }
+  }
+  planner.BuildPending(arena);
+  for (size_t p = 0; p < study.points.size(); ++p) {
+    SweepPoint& point = study.points[p];
+    if (point_doc[p] < 0) continue;
+    const absl::StatusOr<Scenario>& s = planner.scenario(point_doc[p]);
+    if (!s.ok()) {
+      point.status = s.status();
+    } else {
+      point.warnings = s->warnings;
+    }
+  }
+
+  // The reference point: the first valid one at reference_gpus, else the (first) largest valid one.
+  for (size_t p = 0; p < study.points.size() && study.reference < 0; ++p) {
+    if (study.points[p].status.ok() && study.points[p].gpus == options.reference_gpus) study.reference = static_cast<int>(p);
+  }
+  if (study.reference < 0) {
+    int best = -1;
+    for (size_t p = 0; p < study.points.size(); ++p) {
+      if (!study.points[p].status.ok()) continue;
+      if (best < 0 || study.points[p].gpus > study.points[static_cast<size_t>(best)].gpus) best = static_cast<int>(p);
+    }
+    study.reference = best;
+  }
+  if (study.reference < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no valid point in the sweep; at ", study.points.front().gpus, " GPUs: ", study.points.front().status.message()));
+  }
+
+  // Runs: each point's baseline and reruns.
+  std::vector<std::vector<int>> point_jobs(study.points.size());
+  const int levels = options.attribution ? kLossCauses + 1 : 1;
+  for (size_t p = 0; p < study.points.size(); ++p) {
+    if (!study.points[p].status.ok()) continue;
+    const std::string label = PointLabel(study.points[p].gpus, study.points[p].settings);
+    for (int k = 0; k < levels; ++k) {
+      point_jobs[p].push_back(planner.AddJob(point_doc[p], k, static_cast<int>(p) == study.reference,
+                                             absl::StrCat(label, " ", LevelLabel(k)), study.points[p].gpus));
+    }
+  }
+  const SweepPoint& ref = study.points[static_cast<size_t>(study.reference)];
+  const ScenarioDocument& ref_doc = planner.doc(point_doc[static_cast<size_t>(study.reference)]);
+  const std::string ref_label = PointLabel(ref.gpus, ref.settings);
+
+  // Sensitivity: each assumption low and high at the reference point.
+  struct CaseJob {
+    absl::Status status;
+    int job = -1;
+  };
+  std::vector<std::array<CaseJob, 2>> case_jobs;
+  const bool sensitivity = options.sensitivity && !study.assumptions.empty();
+  auto add_variant = [&](const std::vector<std::pair<size_t, AssumptionCase>>& cases, const std::string& label) {
+    CaseJob cj;
+    ScenarioDocument variant = ref_doc;
+    for (const auto& [a, which] : cases) {
+      if (absl::Status s = ApplyAssumption(variant, study.assumptions[a], which); !s.ok()) {
+        cj.status = s;
+        return cj;
+      }
+    }
+    cj.job = planner.AddJob(planner.AddDoc(std::move(variant)), 0, false, label, ref.gpus);
+    return cj;
+  };
+  if (sensitivity) {
+    for (size_t a = 0; a < study.assumptions.size(); ++a) {
+      const std::string name = absl::StrCat(ref_label, " sensitivity '", study.assumptions[a].name, "'");
+      case_jobs.push_back({add_variant({{a, AssumptionCase::kLow}}, name + " low"),
+                           add_variant({{a, AssumptionCase::kHigh}}, name + " high")});
+    }
+  }
+  // Checks: random vs bbs assignment, SM-based vs SM-free collectives.
+  std::array<CaseJob, 4> check_jobs;
+  if (options.checks) {
+    const std::pair<const char*, const char*> variants[4] = {{"batches.assignment.policy", "random"},
+                                                             {"batches.assignment.policy", "bbs"},
+                                                             {"plan.collectives.library", "sm_based"},
+                                                             {"plan.collectives.library", "sm_free"}};
+    for (size_t v = 0; v < 4; ++v) {
+      ScenarioDocument variant = ref_doc;
+      check_jobs[v].status = SetField(variant, variants[v].first, variants[v].second);
+      if (check_jobs[v].status.ok()) {
+        check_jobs[v].job = planner.AddJob(planner.AddDoc(std::move(variant)), 0, false,
+                                           absl::StrCat(ref_label, " check ", variants[v].first, "=", variants[v].second),
+                                           ref.gpus);
+      }
+    }
+  }
+  planner.BuildPending(arena);
+  planner.AddToTotal(planner.PendingJobs());
+  planner.RunPending(arena, &study.perf);
+
+  // Points: baseline, attribution.
+  for (size_t p = 0; p < study.points.size(); ++p) {
+    SweepPoint& point = study.points[p];
+    if (!point.status.ok()) continue;
+    const absl::StatusOr<SimResult>& base = planner.result(point_jobs[p][0]);
+    if (!base.ok()) {
+      point.status = base.status();
+      continue;
+    }
+    point.base = *base;
+    if (!options.attribution) continue;
+    std::vector<SimResult> runs;
+    for (int job : point_jobs[p]) {
+      if (!planner.result(job).ok()) break;
+      runs.push_back(*planner.result(job));
+    }
+    if (runs.size() == point_jobs[p].size()) {
+      absl::StatusOr<Attribution> a = Attribute(runs);
+      if (a.ok()) point.attribution = *a;
+    }
+  }
+  const absl::StatusOr<SimResult>& ref_base = planner.result(point_jobs[static_cast<size_t>(study.reference)][0]);
+
+  // Sensitivity rows and the grid of the two that move SR most.
+  if (sensitivity && ref_base.ok()) {
+    auto fill = [&](const CaseJob& cj, double value) {
+      SensitivityCase c;
+      c.value = value;
+      c.status = cj.status;
+      if (c.status.ok() && !planner.result(cj.job).ok()) c.status = planner.result(cj.job).status();
+      if (c.status.ok()) {
+        c.scaling_ratio = planner.result(cj.job)->scaling_ratio;
+        c.step_s = planner.result(cj.job)->step_mean_s;
+      }
+      return c;
+    };
+    for (size_t a = 0; a < study.assumptions.size(); ++a) {
+      SensitivityRow row;
+      row.assumption = study.assumptions[a];
+      row.low = fill(case_jobs[a][0], row.assumption.low);
+      row.high = fill(case_jobs[a][1], row.assumption.high);
+      if (row.low.status.ok() && row.high.status.ok()) row.swing = std::fabs(row.high.scaling_ratio - row.low.scaling_ratio);
+      study.sensitivity.push_back(std::move(row));
+    }
+    std::vector<int> order;
+    for (size_t a = 0; a < study.sensitivity.size(); ++a) {
+      if (study.sensitivity[a].low.status.ok() && study.sensitivity[a].high.status.ok()) order.push_back(static_cast<int>(a));
+    }
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+      return study.sensitivity[static_cast<size_t>(x)].swing > study.sensitivity[static_cast<size_t>(y)].swing;
+    });
+    if (order.size() >= 2) {
+      SensitivityGrid grid;
+      grid.a = order[0];
+      grid.b = order[1];
+      const Assumption& aa = study.assumptions[static_cast<size_t>(grid.a)];
+      const Assumption& ab = study.assumptions[static_cast<size_t>(grid.b)];
+      const double va[3] = {aa.low, aa.value, aa.high}, vb[3] = {ab.low, ab.value, ab.high};
+      const std::optional<AssumptionCase> cases[3] = {AssumptionCase::kLow, std::nullopt, AssumptionCase::kHigh};
+      CaseJob cells[3][3];
+      for (int i = 0; i < 3; ++i) {
+        grid.values_a[i] = va[i];
+        grid.values_b[i] = vb[i];
+        for (int j = 0; j < 3; ++j) {
+          std::vector<std::pair<size_t, AssumptionCase>> applied;
+          if (cases[i]) applied.emplace_back(static_cast<size_t>(grid.a), *cases[i]);
+          if (cases[j]) applied.emplace_back(static_cast<size_t>(grid.b), *cases[j]);
+          if (applied.empty()) continue;  // the centre is the reference baseline
+          cells[i][j] = add_variant(applied, absl::StrCat(ref_label, " sensitivity grid ", aa.name, " x ", ab.name));
+        }
+      }
+      planner.BuildPending(arena);
+      planner.AddToTotal(planner.PendingJobs());
+      planner.RunPending(arena, &study.perf);
+      for (int i = 0; i < 3; ++i) {
+        for (int j = 0; j < 3; ++j) {
+          if (i == 1 && j == 1) {
+            grid.scaling_ratio[i][j] = ref_base->scaling_ratio;
+            grid.ok[i][j] = true;
+            continue;
+          }
+          const CaseJob& cj = cells[i][j];
+          grid.ok[i][j] = cj.status.ok() && planner.result(cj.job).ok();
+          if (grid.ok[i][j]) grid.scaling_ratio[i][j] = planner.result(cj.job)->scaling_ratio;
+        }
+      }
+      study.grid = grid;
+    }
+  }
+
+  if (options.checks) {
+    Checks checks;
+    checks.gpus = ref.gpus;
+    const absl::StatusOr<SimResult>* r[4];
+    for (size_t v = 0; v < 4; ++v) {
+      if (!check_jobs[v].status.ok() && checks.status.ok()) checks.status = check_jobs[v].status;
+      r[v] = check_jobs[v].job >= 0 ? &planner.result(check_jobs[v].job) : nullptr;
+      if (r[v] != nullptr && !r[v]->ok() && checks.status.ok()) checks.status = r[v]->status();
+    }
+    if (checks.status.ok()) {
+      checks.imbalance_random = (*r[0])->imbalance;
+      checks.imbalance_bbs = (*r[1])->imbalance;
+      checks.step_sm_based_s = (*r[2])->step_mean_s;
+      checks.step_sm_free_s = (*r[3])->step_mean_s;
+      checks.sm_free_recovery =
+          checks.step_sm_based_s > 0 ? (checks.step_sm_based_s - checks.step_sm_free_s) / checks.step_sm_based_s : 0;
+    }
+    study.checks = checks;
+  }
+  study.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - study_start).count();
+  return study;
+}
+
+}  // namespace gemtb::sim::report

@@ -1,0 +1,301 @@
+// The scenario parser (spec/simulator.md §4): gem-default reads as the spec describes it, groups are
+// capped at the world size, and every invalid input gives an InvalidArgument naming the JSON path,
+// the value and the rule.
+#include <cmath>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/description/model_graph.h"
+#include "sim/scenario/scenario_json.h"
+#include "tests/testing/status_matchers.h"
+
+namespace gemtb::sim {
+namespace {
+
+using ::gemtb::testing::StatusIs;
+using ::testing::HasSubstr;
+
+const std::string kGemDefault = std::string(GEMTB_SOURCE_DIR) + "/sim/scenarios/gem-default.json";
+
+// gem-default loaded once (the gem-scale expansion is the slow part); each test edits a copy.
+const ScenarioDocument& GemDefault() {
+  static const ScenarioDocument* doc = [] {
+    absl::StatusOr<ScenarioDocument> d = LoadScenarioDocument(kGemDefault);
+    EXPECT_TRUE(d.ok()) << d.status();
+    return new ScenarioDocument(d.ok() ? *d : ScenarioDocument{});
+  }();
+  return *doc;
+}
+
+absl::Status BuildWith(const std::string& path, const std::string& value) {
+  ScenarioDocument doc = GemDefault();
+  if (absl::Status s = SetField(doc, path, value); !s.ok()) return s;
+  return BuildScenario(doc).status();
+}
+
+TEST(GemDefault, ParsesAsTheSpecDescribesIt) {
+  absl::StatusOr<Scenario> s = BuildScenario(GemDefault());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->name, "gem-default");
+  EXPECT_EQ(s->cluster.world_size, 4096);
+  EXPECT_EQ(s->cluster.gpus_per_host, 8);
+  EXPECT_EQ(s->cluster.zone_size, 2048);
+  ASSERT_EQ(s->cluster.tiers.size(), 3u);
+  EXPECT_EQ(s->cluster.tiers[2].oversubscription, 7);
+  EXPECT_DOUBLE_EQ(s->cluster.tiers[1].alpha_s, 5e-6);
+  EXPECT_DOUBLE_EQ(s->cluster.tiers[2].alpha_s, 8e-6);
+  EXPECT_EQ(s->cluster.calibration.efficiency.e_mem, 0.6);
+  EXPECT_EQ(s->plan.dense.fsdp_shard_group, 256);
+  EXPECT_EQ(s->plan.dense.ep_degree, 2);
+  EXPECT_EQ(s->plan.dense.expert_shard_group, 16);
+  EXPECT_EQ(s->plan.sparse.mp_group, 256);
+  EXPECT_TRUE(s->plan.sparse.fully_sharded);
+  EXPECT_EQ(s->plan.collectives.library, "sm_free");
+  EXPECT_EQ(s->batches.local_batch, 1024);
+  EXPECT_EQ(s->batches.assignment.policy, "bbs");
+  EXPECT_EQ(s->batches.warmup_steps, 1);
+  EXPECT_EQ(s->batches.measured_steps, 4);
+  ASSERT_EQ(s->batches.features.size(), 10u);
+  for (size_t j = 0; j < 10; ++j) {
+    const LengthLaw& law = s->batches.features[j];
+    EXPECT_EQ(law.kind, LengthLaw::Kind::kLognormal);
+    EXPECT_DOUBLE_EQ(law.mu, std::log(j < 8 ? 64.0 : 512.0));
+    EXPECT_EQ(law.sigma, 1.5);
+    EXPECT_EQ(law.corr, 1);
+    EXPECT_EQ(law.max, j < 8 ? 1024 : 16384);
+  }
+  EXPECT_EQ(s->noise.step_sigma, 0.03);
+  EXPECT_EQ(s->noise.collective_jitter_sigma, 0.05);
+  ASSERT_NE(s->model, nullptr);
+  EXPECT_EQ(s->model->sequences.size(), 10u);
+}
+
+TEST(GemDefault, ListsEveryUnpublishedValueWithLowAndHigh) {
+  absl::StatusOr<Scenario> s = BuildScenario(GemDefault());
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->assumptions.size(), 6u);
+  const Assumption& zone = s->assumptions[0];
+  EXPECT_EQ(zone.path, "cluster.zone_size");
+  EXPECT_EQ(zone.value, 2048);
+  EXPECT_EQ(zone.low, 1024);
+  EXPECT_EQ(zone.high, 4096);
+  const Assumption& oversub = s->assumptions[1];
+  EXPECT_EQ(oversub.value, 7);
+  EXPECT_EQ(oversub.low, 2);
+  EXPECT_EQ(oversub.high, 14);
+  const Assumption& alpha = s->assumptions[2];
+  EXPECT_EQ(alpha.paths.size(), 2u);
+  EXPECT_EQ(alpha.value, 5);
+  EXPECT_EQ(alpha.low, 2.5);
+  EXPECT_EQ(alpha.high, 10);
+  const Assumption& eff = s->assumptions[3];
+  EXPECT_EQ(eff.value, 0.45);
+  EXPECT_EQ(eff.low_factor, 0.8);
+  EXPECT_EQ(eff.high_factor, 1.2);
+  const Assumption& rows = s->assumptions[4];
+  EXPECT_EQ(rows.path, "model.tables[*].rows");
+  EXPECT_GT(rows.value, 7e9);  // ~8e9 rows (spec §4)
+  EXPECT_LT(rows.value, 9e9);
+  const Assumption& noise = s->assumptions[5];
+  EXPECT_EQ(noise.low, 0);
+  EXPECT_EQ(noise.high, 0.06);
+}
+
+TEST(GemDefault, GroupsAreCappedAtTheWorldSize) {
+  ScenarioDocument doc = GemDefault();
+  ASSERT_TRUE(SetWorldSize(doc, 64).ok());
+  absl::StatusOr<Scenario> s = BuildScenario(doc);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->cluster.world_size, 64);
+  EXPECT_EQ(s->plan.dense.fsdp_shard_group, 64);
+  EXPECT_EQ(s->plan.sparse.mp_group, 64);
+  EXPECT_EQ(s->plan.dense.ep_degree, 2);
+  EXPECT_EQ(s->plan.dense.expert_shard_group, 16);
+}
+
+TEST(GemDefault, EverySweepSizeFrom64To16384IsValid) {
+  for (int g = 64; g <= 16384; g *= 2) {
+    ScenarioDocument doc = GemDefault();
+    ASSERT_TRUE(SetWorldSize(doc, g).ok());
+    absl::StatusOr<Scenario> s = BuildScenario(doc);
+    EXPECT_TRUE(s.ok()) << g << " GPUs: " << s.status();
+  }
+}
+
+// ---- named errors ------------------------------------------------------------------------------
+
+TEST(NamedErrors, GroupSizeNotDividingTheWorld) {
+  EXPECT_THAT(BuildWith("plan.dense.fsdp_shard_group", "96"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("plan.dense.fsdp_shard_group: 96 does not divide world_size 4096")));
+  EXPECT_THAT(BuildWith("plan.sparse.mp_group", "48"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.sparse.mp_group: 48 does not divide world_size 4096")));
+  EXPECT_THAT(BuildWith("plan.dense.expert_shard_group", "3"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.dense.expert_shard_group: 3")));
+  EXPECT_THAT(BuildWith("plan.dense.ep_degree", "4"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.dense.ep_degree: 4 does not divide the model's 2 experts")));
+}
+
+TEST(NamedErrors, NegativeBandwidth) {
+  EXPECT_THAT(BuildWith("cluster.tiers[1].bw_GBps", "-3"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cluster.tiers[1].bw_GBps: -3")));
+}
+
+TEST(NamedErrors, UnknownField) {
+  EXPECT_THAT(BuildWith("plan.dense.fsdp_shard_groups", "128"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.dense.fsdp_shard_groups: unknown key")));
+  EXPECT_THAT(BuildWith("batches.assignment.polcy", "\"bbs\""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.assignment.polcy: unknown key")));
+  ScenarioDocument doc = GemDefault();
+  doc.json["sedd"] = 1;
+  EXPECT_THAT(BuildScenario(doc), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sedd: unknown key")));
+}
+
+TEST(NamedErrors, MissingTier) {
+  ScenarioDocument doc = GemDefault();
+  doc.json["cluster"]["tiers"] = nlohmann::json::array();
+  EXPECT_THAT(BuildScenario(doc), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cluster.tiers")));
+  // Two tiers for a world spanning two zones: the cross-zone tier is missing.
+  doc = GemDefault();
+  doc.json["cluster"]["tiers"].erase(2);
+  EXPECT_THAT(BuildScenario(doc), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cluster.tiers")));
+}
+
+TEST(NamedErrors, MinAboveMax) {
+  EXPECT_THAT(BuildWith("batches.features[0].lognormal.min", "2000"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.features[0].lognormal.min: 2000")));
+  EXPECT_THAT(BuildWith("batches.features[1].lognormal.max", "20000"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("batches.features[1].lognormal.max: 20000 exceeds the model sequence's Lmax 16384")));
+  ScenarioDocument doc = GemDefault();
+  ASSERT_TRUE(SetField(doc, "batches.features[0].lognormal.max", "100").ok());
+  ASSERT_TRUE(SetField(doc, "batches.features[0].lognormal.min", "200").ok());
+  EXPECT_THAT(BuildScenario(doc), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("batches.features[0].lognormal.min: 200 must be <= max 100")));
+}
+
+TEST(NamedErrors, BadHistogram) {
+  auto with_first_law = [](const nlohmann::json& law) {
+    ScenarioDocument doc = GemDefault();
+    doc.json["batches"]["features"] = {{{"count", 8}, {"histogram", law}},
+                                       {{"count", 2}, {"lognormal", {{"median", 512}, {"sigma", 1.5}}}}};
+    return BuildScenario(doc).status();
+  };
+  EXPECT_TRUE(with_first_law({{"bins", {{1, 0.5}, {64, 1.0}, {1024, 0.1}}}}).ok());
+  EXPECT_THAT(with_first_law({{"bins", {{1, 0}, {64, 0}}}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.features[0].histogram.bins: weights sum to 0")));
+  EXPECT_THAT(with_first_law({{"bins", {{1, 1}, {64, -2}}}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.features[0].histogram.bins[1][1]: -2 must be >= 0")));
+  EXPECT_THAT(with_first_law({{"bins", {{64, 1}, {8, 1}}}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.features[0].histogram.bins[1][0]: 8")));
+  EXPECT_THAT(with_first_law({{"bins", {{4096, 1}}}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.features[0].histogram.bins[0][0]: 4096")));
+  EXPECT_THAT(with_first_law({{"bins", nlohmann::json::array()}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.features[0].histogram.bins")));
+}
+
+TEST(NamedErrors, LawsMustMatchTheModelSequences) {
+  ScenarioDocument doc = GemDefault();
+  doc.json["batches"]["features"][1]["count"] = 1;
+  EXPECT_THAT(BuildScenario(doc), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("batches.features: 9 length laws for the model's 10 sequences")));
+  doc.json["batches"]["features"][1]["count"] = 3;
+  EXPECT_THAT(BuildScenario(doc), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("batches.features: more length laws than the model's 10 sequences")));
+  // A law's bounds are checked against its own sequence: a short sequence cannot take the long law.
+  doc.json["batches"]["features"][0]["count"] = 7;
+  EXPECT_THAT(BuildScenario(doc), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("exceeds the model sequence's Lmax 1024 (sequence 7)")));
+}
+
+TEST(NamedErrors, OtherPlanAndBatchRules) {
+  EXPECT_THAT(BuildWith("batches.assignment.sub_batch", "100"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.assignment.sub_batch: 100 does not divide local_batch 1024")));
+  EXPECT_THAT(BuildWith("batches.assignment.policy", "\"fifo\""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.assignment.policy: \"fifo\" is not one of")));
+  EXPECT_THAT(BuildWith("plan.collectives.library", "\"nvshmem\""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.collectives.library")));
+  EXPECT_THAT(BuildWith("plan.sparse.default.type", "\"ROW\""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.sparse.default.type: \"ROW\" is not one of")));
+  EXPECT_THAT(BuildWith("plan.sparse.tables.nosuch", "{\"type\": \"TW\"}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.sparse.tables.nosuch")));
+  EXPECT_THAT(BuildWith("plan.memory.act_quant", "\"int4\""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.memory.act_quant")));
+  EXPECT_THAT(BuildWith("noise.step_sigma", "-0.1"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("noise.step_sigma: -0.1")));
+  EXPECT_THAT(BuildWith("noise.slow_ranks", "{\"ranks\": [5000], \"factor\": 1.5}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("noise.slow_ranks.ranks[0]: 5000 is not a rank")));
+  EXPECT_THAT(BuildWith("seed", "-1"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("seed: -1")));
+}
+
+TEST(NamedErrors, SectionFilesAndModels) {
+  nlohmann::json json = GemDefault().json;
+  json["cluster"] = "no_such_cluster.json";
+  EXPECT_THAT(LoadScenarioDocument(json, GEMTB_SOURCE_DIR "/sim/scenarios").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cluster: cannot read")));
+  json = GemDefault().json;
+  json["model"] = "gem-scale-xl";
+  EXPECT_THAT(LoadScenarioDocument(json, GEMTB_SOURCE_DIR "/sim/scenarios").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model: cannot read")));
+  json = GemDefault().json;
+  json.erase("batches");
+  EXPECT_THAT(LoadScenarioDocument(json, GEMTB_SOURCE_DIR "/sim/scenarios").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches: missing")));
+  ScenarioDocument doc = GemDefault();
+  doc.json["assumptions"][0]["path"] = "cluster.zone_sise";
+  EXPECT_THAT(BuildScenario(doc), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("assumptions[0].path: cluster.zone_sise")));
+}
+
+// ---- edits for sweeps --------------------------------------------------------------------------
+
+TEST(FieldEdits, SetFieldChangesOnePlanField) {
+  ScenarioDocument doc = GemDefault();
+  ASSERT_TRUE(SetField(doc, "plan.dense.fsdp_shard_group", "128").ok());
+  ASSERT_TRUE(SetField(doc, "plan.collectives.library", "sm_based").ok());  // bare text is a string
+  absl::StatusOr<Scenario> s = BuildScenario(doc);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->plan.dense.fsdp_shard_group, 128);
+  EXPECT_EQ(s->plan.collectives.library, "sm_based");
+}
+
+TEST(FieldEdits, BadPathsAreNamed) {
+  ScenarioDocument doc = GemDefault();
+  EXPECT_THAT(SetField(doc, "cluster.tiers[7].alpha_us", "1"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("has no element [7]")));
+  EXPECT_THAT(SetField(doc, "plan..dense", "1"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dotted JSON path")));
+  EXPECT_THAT(SetField(doc, "model.d", "128"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.d")));
+}
+
+TEST(FieldEdits, TableRowsScaleEveryTable) {
+  ScenarioDocument doc = GemDefault();
+  absl::StatusOr<double> rows = GetNumber(doc, "model.tables[*].rows");
+  ASSERT_TRUE(rows.ok());
+  ASSERT_TRUE(SetFieldJson(doc, "model.tables[*].rows", 2 * *rows).ok());
+  absl::StatusOr<Scenario> s = BuildScenario(doc);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->model->tables.size(), GemDefault().model->tables.size());
+  for (size_t t = 0; t < s->model->tables.size(); ++t) {
+    EXPECT_EQ(s->model->tables[t].rows, 2 * GemDefault().model->tables[t].rows) << s->model->tables[t].name;
+  }
+}
+
+TEST(FieldEdits, AssumptionCasesMoveEveryPath) {
+  absl::StatusOr<Scenario> base = BuildScenario(GemDefault());
+  ASSERT_TRUE(base.ok());
+  ScenarioDocument low = GemDefault();
+  ASSERT_TRUE(ApplyAssumption(low, base->assumptions[0], AssumptionCase::kLow).ok());  // zone 1024
+  ASSERT_TRUE(ApplyAssumption(low, base->assumptions[2], AssumptionCase::kHigh).ok());  // alphas x2
+  ASSERT_TRUE(ApplyAssumption(low, base->assumptions[3], AssumptionCase::kLow).ok());  // efficiencies x0.8
+  absl::StatusOr<Scenario> s = BuildScenario(low);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->cluster.zone_size, 1024);
+  EXPECT_DOUBLE_EQ(s->cluster.tiers[1].alpha_s, 10e-6);
+  EXPECT_DOUBLE_EQ(s->cluster.tiers[2].alpha_s, 16e-6);
+  EXPECT_DOUBLE_EQ(s->cluster.calibration.efficiency.e_mem, 0.48);
+  EXPECT_TRUE(low.json["cluster"]["zone_size"].is_number_integer());
+}
+
+}  // namespace
+}  // namespace gemtb::sim
