@@ -1,15 +1,213 @@
-// Placeholder until its area lands; replaced by the owning area.
-#include "absl/status/status.h"
+// gemtb whatif collective: the predicted time and busbw of one collective on a cluster
+// (sim/network, spec/simulator.md §3, §5). gemtb whatif calibrate: fits a calibration file from
+// `gemtb bench comm` records and prints the held-out MAPE (§6.6).
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "model/common/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "sim/network/byte_size.h"
+#include "sim/network/calibrate.h"
+#include "sim/network/cluster_json.h"
+#include "sim/network/collective_cost.h"
 #include "tools/gemtb/command.h"
+#include "tools/gemtb/flags.h"
 
 namespace gemtb::cli {
+namespace {
 
-int RunWhatifCollective(const std::vector<std::string>&) {
-  return ReportError("RunWhatifCollective", absl::UnimplementedError("not built yet"));
+using nlohmann::json;
+
+absl::StatusOr<json> ReadJson(const std::string& flag, const std::string& path) {
+  absl::StatusOr<std::string> text = sim::ReadFileFromDisk(path);
+  if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", text.status().message()));
+  json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not valid JSON"));
+  return j;
 }
 
-int RunWhatifCalibrate(const std::vector<std::string>&) {
-  return ReportError("RunWhatifCalibrate", absl::UnimplementedError("not built yet"));
+absl::Status Collective(const std::vector<std::string>& args) {
+  std::string op_name, size_text, cluster_path, algo = "auto", mode = "alpha_beta";
+  int64_t gpus = 0;
+  bool eta = false, json_out = false;
+  FlagSet flags("gemtb whatif collective --op OP --gpus N --size S [--cluster FILE] [--algo A] [--mode M]",
+                "Predicts one collective on N GPUs (ranks 0..N-1, contiguous: NVLink hosts first) of a cluster\n"
+                "(default: the compiled-in gem-default cluster, sim/network/default_cluster.json with\n"
+                "sim/calibration/h200.json). S in bytes as nccl-tests: the buffer (all_reduce, broadcast), the\n"
+                "full gathered size (all_gather, reduce_scatter), the bytes one rank sends (all_to_all);\n"
+                "suffixes K, M, G are powers of 2. Prints the time in microseconds, algbw and busbw (GB/s).");
+  flags.String("op", &op_name, "all_reduce | all_gather | reduce_scatter | all_to_all | broadcast");
+  flags.Int64("gpus", &gpus, "number of GPUs in the group");
+  flags.String("size", &size_text, "S, e.g. 64M");
+  flags.String("cluster", &cluster_path, "cluster JSON (or a scenario file: its cluster section)");
+  flags.String("algo", &algo, "auto (cheapest) | ring | tree | halving_doubling | direct | hierarchical | nvls");
+  flags.String("mode", &mode, "alpha_beta (default) | nccl");
+  flags.Bool("eta", &eta, "scale busbw by the calibration's size-efficiency tables (spec §3.4)");
+  flags.Bool("json", &json_out, "print one JSON object instead of text");
+  GEMTB_RETURN_IF_ERROR(flags.Parse(args));
+  if (flags.help_requested()) {
+    std::cout << flags.Help();
+    return absl::OkStatus();
+  }
+  if (op_name.empty()) return absl::InvalidArgumentError("--op: missing");
+  if (size_text.empty()) return absl::InvalidArgumentError("--size: missing");
+  if (gpus < 1 || gpus > (int64_t{1} << 24)) {
+    return absl::InvalidArgumentError(absl::StrCat("--gpus: ", gpus, " must be in [1, 16777216]"));
+  }
+  absl::StatusOr<sim::CollectiveOp> op = sim::ParseCollectiveOp(op_name);
+  if (!op.ok()) return absl::InvalidArgumentError(absl::StrCat("--", op.status().message()));
+  absl::StatusOr<int64_t> size = sim::ParseByteSize("--size", size_text);
+  if (!size.ok()) return size.status();
+  absl::StatusOr<sim::Cluster> cluster = cluster_path.empty() ? sim::DefaultCluster() : sim::LoadClusterFile(cluster_path);
+  if (!cluster.ok()) return cluster.status();
+  cluster->world_size = std::max<int>(cluster->world_size, static_cast<int>(gpus));
+  if (absl::Status s = sim::ValidateClusterWorld(*cluster, "cluster"); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--gpus ", gpus, ": ", s.message()));
+  }
+  sim::CollectivesPlan plan;
+  plan.cost_mode = mode;
+  plan.eta_tables = eta;
+  plan.algo[op_name] = algo;
+  absl::StatusOr<sim::CollectiveCostModel> model = sim::CollectiveCostModel::Create(*cluster, plan);
+  if (!model.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--algo/--mode: ", model.status().message()));
+  }
+  absl::StatusOr<sim::GroupShape> shape = sim::ContiguousGroupShape(*cluster, static_cast<int>(gpus));
+  if (!shape.ok()) return shape.status();
+  const sim::CollectiveCost c = model->Estimate(*op, *shape, static_cast<double>(*size));
+  const std::string label = sim::AlgoLabel(c.algo, c.proto);
+  if (json_out) {
+    json j = {{"op", op_name}, {"gpus", gpus}, {"bytes", *size}, {"mode", mode}, {"algo", label},
+              {"hosts", shape->hosts}, {"zones", shape->zones}, {"time_us", c.duration_s * 1e6},
+              {"algbw_GBps", c.algbw_Bps / 1e9}, {"busbw_GBps", c.busbw_Bps / 1e9}};
+    std::cout << j.dump() << "\n";
+    return absl::OkStatus();
+  }
+  std::cout << absl::StrFormat("%s on %d GPUs (%d per host, %d hosts, %d zones), S = %s (%d B), mode %s, algo %s\n",
+                               op_name, gpus, shape->members_per_host, shape->hosts, shape->zones,
+                               sim::FormatByteSize(static_cast<double>(*size)), *size, mode, label);
+  std::cout << absl::StrFormat("time %.3f us  algbw %.2f GB/s  busbw %.2f GB/s\n", c.duration_s * 1e6,
+                               c.algbw_Bps / 1e9, c.busbw_Bps / 1e9);
+  return absl::OkStatus();
+}
+
+absl::Status Calibrate(const std::vector<std::string>& args) {
+  std::string in_path, out_path, fit_sizes = "even", base_path, cluster_path;
+  FlagSet flags("gemtb whatif calibrate --in RESULTS.json [--fit-sizes even|odd] --out CALIBRATION.json",
+                "Fits a calibration file from `gemtb bench comm` records (or tools/bench_comm.sh's\n"
+                "comm_results.json): per op, pinned algorithm and GPU count an alpha (small sizes) and an\n"
+                "effective busbw (large sizes), eta tables, NCCL's per-channel bandwidth and kappa (GEMM\n"
+                "slowdown), on the even (or odd) powers of two; prints the held-out MAPE for S >= 1 MiB on\n"
+                "the other sizes in modes alpha_beta (eta off/on) and nccl. Other fields (efficiency) come\n"
+                "from --base (default: the compiled-in sim/calibration/h200.json).");
+  flags.String("in", &in_path, "measured results (JSON)");
+  flags.String("out", &out_path, "calibration file to write");
+  flags.String("fit-sizes", &fit_sizes, "even (default) | odd: which powers of two the fit sees");
+  flags.String("base", &base_path, "calibration whose other fields are kept");
+  flags.String("cluster", &cluster_path, "cluster for the held-out check (default: the compiled-in one)");
+  GEMTB_RETURN_IF_ERROR(flags.Parse(args));
+  if (flags.help_requested()) {
+    std::cout << flags.Help();
+    return absl::OkStatus();
+  }
+  if (in_path.empty()) return absl::InvalidArgumentError("--in: missing");
+  if (out_path.empty()) return absl::InvalidArgumentError("--out: missing");
+  if (fit_sizes != "even" && fit_sizes != "odd") {
+    return absl::InvalidArgumentError(absl::StrCat("--fit-sizes: \"", fit_sizes, "\" is not one of even, odd"));
+  }
+  sim::FitOptions options;
+  options.split = fit_sizes == "even" ? sim::FitSizes::kEven : sim::FitSizes::kOdd;
+  absl::StatusOr<json> in = ReadJson("--in", in_path);
+  if (!in.ok()) return in.status();
+  absl::StatusOr<sim::MeasuredSet> measured = sim::ParseMeasurements(*in);
+  if (!measured.ok()) return absl::InvalidArgumentError(absl::StrCat("--in: ", measured.status().message()));
+  json base_json = json::parse(sim::DefaultCalibrationJsonText(), nullptr, false);
+  if (!base_path.empty()) {
+    absl::StatusOr<json> b = ReadJson("--base", base_path);
+    if (!b.ok()) return b.status();
+    base_json = *b;
+  }
+  absl::StatusOr<sim::Calibration> base = sim::ParseCalibration(base_json, "base", ".");
+  if (!base.ok()) return base.status();
+  absl::StatusOr<sim::Cluster> cluster = cluster_path.empty() ? sim::DefaultCluster() : sim::LoadClusterFile(cluster_path);
+  if (!cluster.ok()) return cluster.status();
+  absl::StatusOr<sim::Calibration> cal = sim::FitCalibration(*measured, *base, cluster->tiers[0].name, options);
+  if (!cal.ok()) return cal.status();
+  cluster->calibration = *cal;
+  absl::StatusOr<std::vector<sim::MapeRow>> mape = sim::HeldOutMape(*cluster, *measured, options.split);
+  if (!mape.ok()) return mape.status();
+
+  // The file: the base's documentation and efficiency, then what was fitted.
+  json out = base_json;
+  for (const char* key : {"fitted", "eta_tables", "held_out", "fit", "measured", "note", "source"}) out.erase(key);
+  out["note"] =
+      "Written by `gemtb whatif calibrate` from measured NCCL collectives on one host (NVLink only; network tiers "
+      "keep the published defaults of sim/network/default_cluster.json).";
+  out["source"] = std::filesystem::path(in_path).filename().string();
+  out["nccl_version"] = cal->nccl_version;
+  out["nccl_commit"] =
+      "measured with the NCCL above; nccl-mode constants from NVIDIA/nccl master 5067397c (2.30.7)";
+  out["nvls"] = cal->nvls;
+  if (cal->kappa) out["kappa"] = *cal->kappa;
+  json constants = out.value("constants", json::object());
+  for (const auto& [name, value] : cal->nccl_constants) constants[name] = value;
+  out["constants"] = constants;
+  out["measured"] = {{"device", measured->device}, {"nvls_off", measured->nvls_off}};
+  out["fit"] = {{"sizes", fit_sizes},
+                {"held_out", fit_sizes == "even" ? "odd powers of two" : "even powers of two"},
+                {"alpha", "median over fit sizes <= 64 KiB, or a relative least-squares line over fit sizes >= 1 MiB "
+                          "when that fits the fit sizes >= 1 MiB better"},
+                {"busbw", "median over fit sizes >= 64 MiB (same choice)"}};
+  json fitted = json::array();
+  for (const sim::FittedLink& f : cal->fitted) {
+    fitted.push_back({{"op", std::string(sim::CollectiveOpName(f.op))}, {"tier", f.tier}, {"algo", f.algo},
+                      {"gpus", f.gpus}, {"alpha_us", f.alpha_s * 1e6}, {"busbw_GBps", f.busbw_Bps / 1e9}});
+  }
+  out["fitted"] = fitted;
+  json etas = json::array();
+  for (const sim::EtaTable& t : cal->eta_tables) {
+    json pts = json::array();
+    for (const auto& [bytes, e] : t.size_eta) pts.push_back({bytes, e});
+    etas.push_back({{"op", std::string(sim::CollectiveOpName(t.op))}, {"hosts", t.hosts}, {"points", pts}});
+  }
+  out["eta_tables"] = etas;
+  json held = json::array();
+  std::cout << absl::StrFormat("held-out MAPE (S >= 1 MiB, %s powers of two held out), %s, NCCL %s\n",
+                               fit_sizes == "even" ? "odd" : "even", measured->device, measured->nccl_version);
+  std::cout << absl::StrFormat("%-15s %-5s %4s %5s %12s %14s %10s %12s\n", "op", "algo", "gpus", "sizes",
+                               "alpha_beta%", "alpha_beta+eta%", "nccl%", "max_ab%");
+  for (const sim::MapeRow& r : *mape) {
+    std::cout << absl::StrFormat("%-15s %-5s %4d %5d %12.2f %14.2f %10.2f %12.2f\n", std::string(sim::CollectiveOpName(r.op)),
+                                 r.algo, r.gpus, r.sizes, r.mape_alpha_beta, r.mape_alpha_beta_eta, r.mape_nccl,
+                                 r.max_ape_alpha_beta);
+    held.push_back({{"op", std::string(sim::CollectiveOpName(r.op))}, {"algo", r.algo}, {"gpus", r.gpus},
+                    {"sizes", r.sizes}, {"mape_alpha_beta_pct", r.mape_alpha_beta},
+                    {"mape_alpha_beta_eta_pct", r.mape_alpha_beta_eta}, {"mape_nccl_pct", r.mape_nccl},
+                    {"max_ape_alpha_beta_pct", r.max_ape_alpha_beta}});
+  }
+  out["held_out"] = held;
+  // Check that what we write parses back before replacing the file.
+  absl::StatusOr<sim::Calibration> back = sim::ParseCalibration(out, "calibration", ".");
+  if (!back.ok()) return absl::InternalError(absl::StrCat("the fitted calibration does not parse: ", back.status().message()));
+  return WriteTextAtomically(out_path, out.dump(1) + "\n");
+}
+
+}  // namespace
+
+int RunWhatifCollective(const std::vector<std::string>& args) {
+  if (absl::Status s = Collective(args); !s.ok()) return ReportError("whatif collective", s);
+  return kExitOk;
+}
+
+int RunWhatifCalibrate(const std::vector<std::string>& args) {
+  if (absl::Status s = Calibrate(args); !s.ok()) return ReportError("whatif calibrate", s);
+  return kExitOk;
 }
 
 }  // namespace gemtb::cli

@@ -1,0 +1,338 @@
+// RunCommBench: NCCL sweep and GEMM probe on every visible GPU of one host (see comm_bench.h).
+#include "gpu/comm/comm_bench.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace gemtb::gpu::comm {
+namespace {
+
+absl::Status CudaError(const char* what, cudaError_t e) {
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+absl::Status NcclError(const char* what, ncclResult_t r) {
+  return absl::InternalError(absl::StrCat(what, ": ", ncclGetErrorString(r)));
+}
+
+#define COMM_CUDA(call)                                          \
+  do {                                                           \
+    if (cudaError_t e_ = (call); e_ != cudaSuccess) return CudaError(#call, e_); \
+  } while (false)
+#define COMM_NCCL(call)                                          \
+  do {                                                           \
+    if (ncclResult_t r_ = (call); r_ != ncclSuccess) return NcclError(#call, r_); \
+  } while (false)
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+// Per-GPU state: stream, buffers, the communicator.
+struct Rank {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cudaStream_t compute = nullptr;
+  void* send = nullptr;
+  void* recv = nullptr;
+  ncclComm_t comm = nullptr;
+};
+
+class Bench {
+ public:
+  ~Bench() {
+    for (Rank& r : ranks_) {
+      cudaSetDevice(r.device);
+      if (r.comm) ncclCommDestroy(r.comm);
+      if (r.send) cudaFree(r.send);
+      if (r.recv) cudaFree(r.recv);
+      if (r.stream) cudaStreamDestroy(r.stream);
+      if (r.compute) cudaStreamDestroy(r.compute);
+    }
+  }
+
+  absl::Status Init(int gpus, int64_t max_bytes) {
+    int visible = 0;
+    COMM_CUDA(cudaGetDeviceCount(&visible));
+    if (visible < 1) return absl::FailedPreconditionError("no CUDA device visible");
+    const int n = gpus > 0 ? gpus : visible;
+    if (n > visible) {
+      return absl::InvalidArgumentError(absl::StrCat("--gpus: ", n, " but only ", visible, " visible"));
+    }
+    ranks_.resize(n);
+    std::vector<int> devs(n);
+    for (int i = 0; i < n; ++i) {
+      devs[i] = i;
+      Rank& r = ranks_[i];
+      r.device = i;
+      COMM_CUDA(cudaSetDevice(i));
+      COMM_CUDA(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
+      COMM_CUDA(cudaStreamCreateWithFlags(&r.compute, cudaStreamNonBlocking));
+      COMM_CUDA(cudaMalloc(&r.send, static_cast<size_t>(max_bytes)));
+      COMM_CUDA(cudaMalloc(&r.recv, static_cast<size_t>(max_bytes)));
+      COMM_CUDA(cudaMemset(r.send, 0, static_cast<size_t>(max_bytes)));
+      COMM_CUDA(cudaMemset(r.recv, 0, static_cast<size_t>(max_bytes)));
+    }
+    std::vector<ncclComm_t> comms(n);
+    COMM_NCCL(ncclCommInitAll(comms.data(), n, devs.data()));
+    for (int i = 0; i < n; ++i) ranks_[i].comm = comms[i];
+    return absl::OkStatus();
+  }
+
+  int size() const { return static_cast<int>(ranks_.size()); }
+  std::vector<Rank>& ranks() { return ranks_; }
+
+  // Enqueues one collective of S bytes on every rank's comm stream (one NCCL group).
+  absl::Status Enqueue(const std::string& op, int64_t bytes, ncclDataType_t type, size_t elem, bool on_comm = true) {
+    const int p = size();
+    COMM_NCCL(ncclGroupStart());
+    for (int i = 0; i < p; ++i) {
+      Rank& r = ranks_[i];
+      cudaStream_t s = on_comm ? r.stream : r.compute;
+      if (op == "all_reduce") {
+        COMM_NCCL(ncclAllReduce(r.send, r.recv, bytes / elem, type, ncclSum, r.comm, s));
+      } else if (op == "all_gather") {
+        COMM_NCCL(ncclAllGather(r.send, r.recv, bytes / (elem * p), type, r.comm, s));
+      } else if (op == "reduce_scatter") {
+        COMM_NCCL(ncclReduceScatter(r.send, r.recv, bytes / (elem * p), type, ncclSum, r.comm, s));
+      } else if (op == "broadcast") {
+        COMM_NCCL(ncclBroadcast(r.send, r.recv, bytes / elem, type, 0, r.comm, s));
+      } else if (op == "all_to_all") {
+        const size_t chunk = bytes / (elem * p);
+        for (int peer = 0; peer < p; ++peer) {
+          COMM_NCCL(ncclSend(static_cast<char*>(r.send) + peer * chunk * elem, chunk, type, peer, r.comm, s));
+          COMM_NCCL(ncclRecv(static_cast<char*>(r.recv) + peer * chunk * elem, chunk, type, peer, r.comm, s));
+        }
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat("--ops: unknown op \"", op, "\""));
+      }
+    }
+    COMM_NCCL(ncclGroupEnd());
+    return absl::OkStatus();
+  }
+
+  absl::Status Sync() {
+    for (Rank& r : ranks_) {
+      COMM_CUDA(cudaSetDevice(r.device));
+      COMM_CUDA(cudaDeviceSynchronize());
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<Rank> ranks_;
+};
+
+// Times `iters` calls: events around each call on every GPU; a call's time is the slowest GPU's.
+absl::StatusOr<std::vector<double>> TimeCalls(Bench& bench, const std::string& op, int64_t bytes,
+                                              ncclDataType_t type, size_t elem, int warmup, int iters) {
+  for (int w = 0; w < warmup; ++w) {
+    if (absl::Status s = bench.Enqueue(op, bytes, type, elem); !s.ok()) return s;
+  }
+  if (absl::Status s = bench.Sync(); !s.ok()) return s;
+  const int p = bench.size();
+  std::vector<std::vector<cudaEvent_t>> start(p, std::vector<cudaEvent_t>(iters)), stop = start;
+  for (int i = 0; i < p; ++i) {
+    COMM_CUDA(cudaSetDevice(bench.ranks()[i].device));
+    for (int k = 0; k < iters; ++k) {
+      COMM_CUDA(cudaEventCreate(&start[i][k]));
+      COMM_CUDA(cudaEventCreate(&stop[i][k]));
+    }
+  }
+  for (int k = 0; k < iters; ++k) {
+    for (int i = 0; i < p; ++i) {
+      COMM_CUDA(cudaSetDevice(bench.ranks()[i].device));
+      COMM_CUDA(cudaEventRecord(start[i][k], bench.ranks()[i].stream));
+    }
+    if (absl::Status s = bench.Enqueue(op, bytes, type, elem); !s.ok()) return s;
+    for (int i = 0; i < p; ++i) {
+      COMM_CUDA(cudaSetDevice(bench.ranks()[i].device));
+      COMM_CUDA(cudaEventRecord(stop[i][k], bench.ranks()[i].stream));
+    }
+  }
+  if (absl::Status s = bench.Sync(); !s.ok()) return s;
+  std::vector<double> times(iters, 0.0);
+  for (int i = 0; i < p; ++i) {
+    COMM_CUDA(cudaSetDevice(bench.ranks()[i].device));
+    for (int k = 0; k < iters; ++k) {
+      float ms = 0;
+      COMM_CUDA(cudaEventElapsedTime(&ms, start[i][k], stop[i][k]));
+      times[k] = std::max(times[k], 1e3 * ms);
+      cudaEventDestroy(start[i][k]);
+      cudaEventDestroy(stop[i][k]);
+    }
+  }
+  return times;
+}
+
+// GEMM on GPU 0's compute stream: median event time of `n` GEMMs, optionally while every GPU runs
+// back-to-back all-gathers of ag_bytes on its comm stream.
+absl::StatusOr<double> TimeGemms(Bench& bench, cublasHandle_t handle, void* a, void* b, void* c, int dim, int n,
+                                 bool with_allgather, int64_t ag_bytes, int ag_calls) {
+  Rank& r0 = bench.ranks()[0];
+  if (with_allgather) {
+    for (int k = 0; k < ag_calls; ++k) {
+      if (absl::Status s = bench.Enqueue("all_gather", ag_bytes, ncclBfloat16, 2); !s.ok()) return s;
+    }
+  }
+  COMM_CUDA(cudaSetDevice(r0.device));
+  std::vector<cudaEvent_t> start(n), stop(n);
+  for (int k = 0; k < n; ++k) {
+    COMM_CUDA(cudaEventCreate(&start[k]));
+    COMM_CUDA(cudaEventCreate(&stop[k]));
+  }
+  const float one = 1.0f, zero = 0.0f;
+  for (int k = 0; k < n; ++k) {
+    COMM_CUDA(cudaEventRecord(start[k], r0.compute));
+    if (cublasStatus_t st = cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, dim, dim, dim, &one, a, CUDA_R_16BF, dim, b,
+                                         CUDA_R_16BF, dim, &zero, c, CUDA_R_16BF, dim, CUBLAS_COMPUTE_32F,
+                                         CUBLAS_GEMM_DEFAULT);
+        st != CUBLAS_STATUS_SUCCESS) {
+      return absl::InternalError(absl::StrCat("cublasGemmEx: status ", static_cast<int>(st)));
+    }
+    COMM_CUDA(cudaEventRecord(stop[k], r0.compute));
+  }
+  if (absl::Status s = bench.Sync(); !s.ok()) return s;
+  COMM_CUDA(cudaSetDevice(r0.device));
+  std::vector<double> ms(n);
+  for (int k = 0; k < n; ++k) {
+    float t = 0;
+    COMM_CUDA(cudaEventElapsedTime(&t, start[k], stop[k]));
+    ms[k] = t;
+    cudaEventDestroy(start[k]);
+    cudaEventDestroy(stop[k]);
+  }
+  // With the all-gathers, only GEMMs that ran while they did count: the first half (the all-gather
+  // queue is sized to outlast them, see below).
+  if (with_allgather) ms.resize(std::max(1, n / 2));
+  return Median(ms);
+}
+
+absl::Status GemmProbeRun(Bench& bench, const CommBenchOptions& o, double ag_time_us, GemmProbe* out) {
+  Rank& r0 = bench.ranks()[0];
+  COMM_CUDA(cudaSetDevice(r0.device));
+  const size_t elems = static_cast<size_t>(o.gemm_dim) * o.gemm_dim;
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  COMM_CUDA(cudaMalloc(&a, elems * 2));
+  COMM_CUDA(cudaMalloc(&b, elems * 2));
+  COMM_CUDA(cudaMalloc(&c, elems * 2));
+  COMM_CUDA(cudaMemset(a, 0, elems * 2));
+  COMM_CUDA(cudaMemset(b, 0, elems * 2));
+  cublasHandle_t handle = nullptr;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return absl::InternalError("cublasCreate failed");
+  cublasSetStream(handle, r0.compute);
+  const int n = 20;
+  absl::StatusOr<double> warm = TimeGemms(bench, handle, a, b, c, o.gemm_dim, 5, false, 0, 0);
+  absl::StatusOr<double> alone = warm.ok() ? TimeGemms(bench, handle, a, b, c, o.gemm_dim, n, false, 0, 0) : warm;
+  absl::StatusOr<double> with = alone;
+  if (alone.ok()) {
+    // Enough all-gathers to cover all n GEMMs (their time measured alone) twice over.
+    const int calls = std::max(4, static_cast<int>(2.0 * n * (*alone) * 1e3 / std::max(ag_time_us, 1.0)) + 2);
+    with = TimeGemms(bench, handle, a, b, c, o.gemm_dim, n, true, o.gemm_ag_bytes, calls);
+  }
+  cublasDestroy(handle);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  if (!with.ok()) return with.status();
+  out->dim = o.gemm_dim;
+  out->alone_ms = *alone;
+  out->with_allgather_ms = *with;
+  out->slowdown = *with / *alone;
+  out->kappa = out->slowdown - 1;
+  out->allgather_bytes = o.gemm_ag_bytes;
+  out->gemms = n;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+double CommBusBwFactor(const std::string& op, int ranks) {
+  const double p = ranks;
+  if (op == "all_reduce") return 2 * (p - 1) / p;
+  if (op == "broadcast") return 1;
+  return (p - 1) / p;
+}
+
+absl::StatusOr<CommBenchResult> RunCommBench(const CommBenchOptions& o) {
+  if (o.dtype != "bf16" && o.dtype != "float") {
+    return absl::InvalidArgumentError(absl::StrCat("--dtype: \"", o.dtype, "\" is not one of bf16, float"));
+  }
+  if (o.min_bytes < 1 || o.max_bytes < o.min_bytes || o.factor < 2 || o.iters < 1 || o.warmup < 0) {
+    return absl::InvalidArgumentError("sizes: need 1 <= min <= max, factor >= 2, iters >= 1, warmup >= 0");
+  }
+  // NVLink SHARP off before any communicator exists (KINDS.md; spec §6.6 records it).
+  setenv("NCCL_NVLS_ENABLE", "0", 1);
+  const ncclDataType_t type = o.dtype == "bf16" ? ncclBfloat16 : ncclFloat32;
+  const size_t elem = o.dtype == "bf16" ? 2 : 4;
+
+  CommBenchResult result;
+  int version = 0;
+  COMM_NCCL(ncclGetVersion(&version));
+  result.nccl_version_code = version;
+  result.nccl_version = absl::StrCat(version / 10000, ".", (version % 10000) / 100, ".", version % 100);
+  result.nccl_algo_env = Env("NCCL_ALGO");
+  result.nccl_proto_env = Env("NCCL_PROTO");
+  result.nvls_enable_env = Env("NCCL_NVLS_ENABLE");
+  result.dtype = o.dtype;
+  result.warmup = o.warmup;
+  result.iters = o.iters;
+
+  Bench bench;
+  const int64_t buffer = std::max(o.max_bytes, o.gemm ? o.gemm_ag_bytes : int64_t{0});
+  if (absl::Status s = bench.Init(o.gpus, buffer); !s.ok()) return s;
+  const int p = bench.size();
+  result.gpus = p;
+  cudaDeviceProp prop{};
+  COMM_CUDA(cudaGetDeviceProperties(&prop, 0));
+  result.device = prop.name;
+  result.sm_count = prop.multiProcessorCount;
+
+  for (const std::string& op : o.ops) {
+    for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
+      // Every rank's chunk must be a whole number of elements (nccl-tests rounds the same way).
+      const int64_t unit = static_cast<int64_t>(elem) * (op == "all_reduce" || op == "broadcast" ? 1 : p);
+      const int64_t s_bytes = bytes / unit * unit;
+      if (s_bytes == 0) continue;
+      absl::StatusOr<std::vector<double>> times = TimeCalls(bench, op, s_bytes, type, elem, o.warmup, o.iters);
+      if (!times.ok()) return times.status();
+      CommMeasurement m;
+      m.op = op;
+      m.bytes = s_bytes;
+      m.count = op == "all_reduce" || op == "broadcast" ? s_bytes / elem : s_bytes / (elem * p);
+      m.time_us = Median(*times);
+      m.time_us_min = *std::min_element(times->begin(), times->end());
+      m.time_us_max = *std::max_element(times->begin(), times->end());
+      m.algbw_GBps = s_bytes / (m.time_us * 1e3);
+      m.busbw_GBps = m.algbw_GBps * CommBusBwFactor(op, p);
+      m.iters = o.iters;
+      result.results.push_back(m);
+    }
+  }
+
+  if (o.gemm) {
+    absl::StatusOr<std::vector<double>> ag =
+        TimeCalls(bench, "all_gather", o.gemm_ag_bytes / (2 * p) * (2 * p), ncclBfloat16, 2, 2, 5);
+    if (!ag.ok()) return ag.status();
+    if (absl::Status s = GemmProbeRun(bench, o, Median(*ag), &result.gemm); !s.ok()) return s;
+    result.has_gemm = true;
+  }
+  return result;
+}
+
+}  // namespace gemtb::gpu::comm

@@ -1,0 +1,84 @@
+// The project's NCCL benchmark (`gemtb bench comm`, spec/simulator.md §6.6): one process drives every
+// visible GPU (ncclCommInitAll, one stream per GPU, group calls) through all-reduce, all-gather,
+// reduce-scatter, all-to-all (ncclSend/ncclRecv in a group) and broadcast over a size sweep in
+// nccl-tests' convention (spec §3.1: S is the buffer for all-reduce/broadcast, the full gathered size
+// for all-gather/reduce-scatter, the bytes one rank sends for all-to-all), timing each call with CUDA
+// events on every GPU (a call's time: the slowest GPU's; reported: the median over iterations).
+// Plus the SM-contention probe: a cuBLAS bf16 GEMM alone vs while an all-gather runs on another
+// stream; the ratio of medians minus one is the κ of spec §2.5.
+//
+// NVLink SHARP stays off (NCCL_NVLS_ENABLE=0 is set before the communicators exist). NCCL_ALGO /
+// NCCL_PROTO are taken from the environment as NCCL reads them at init, and recorded.
+#ifndef GEMTB_GPU_COMM_COMM_BENCH_H_
+#define GEMTB_GPU_COMM_COMM_BENCH_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace gemtb::gpu::comm {
+
+struct CommBenchOptions {
+  std::vector<std::string> ops = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"};
+  int64_t min_bytes = 1024;
+  int64_t max_bytes = int64_t{1} << 30;
+  int64_t factor = 2;
+  std::string dtype = "bf16";  // bf16 | float
+  int warmup = 5;
+  int iters = 20;
+  int gpus = 0;                // 0: every visible GPU
+  bool gemm = false;           // run the GEMM-under-all-gather probe
+  int gemm_dim = 8192;         // M = N = K
+  int64_t gemm_ag_bytes = int64_t{256} << 20;
+};
+
+struct CommMeasurement {
+  std::string op;
+  int64_t bytes = 0;       // S, spec §3.1
+  int64_t count = 0;       // elements passed to NCCL (per rank chunk for AG/RS, per peer for all-to-all)
+  double time_us = 0;      // median over iterations of the slowest GPU's event time
+  double time_us_min = 0;
+  double time_us_max = 0;
+  double algbw_GBps = 0;   // S / time
+  double busbw_GBps = 0;   // algbw · f (spec §3.1)
+  int iters = 0;
+};
+
+struct GemmProbe {
+  int dim = 0;
+  double alone_ms = 0;        // median over GEMMs, GPU 0
+  double with_allgather_ms = 0;
+  double slowdown = 0;        // with / alone
+  double kappa = 0;           // slowdown − 1
+  int64_t allgather_bytes = 0;
+  int gemms = 0;
+};
+
+struct CommBenchResult {
+  std::string nccl_version;   // ncclGetVersion, "2.28.9"
+  int nccl_version_code = 0;
+  std::string device;         // cudaGetDeviceProperties name of GPU 0
+  int gpus = 0;
+  int sm_count = 0;
+  std::string dtype;
+  std::string nccl_algo_env;  // NCCL_ALGO at init ("" = auto)
+  std::string nccl_proto_env;
+  std::string nvls_enable_env;
+  int warmup = 0;
+  int iters = 0;
+  std::vector<CommMeasurement> results;
+  bool has_gemm = false;
+  GemmProbe gemm;
+};
+
+// Runs the sweep; errors (no GPU, NCCL/CUDA failures) name the call that failed.
+absl::StatusOr<CommBenchResult> RunCommBench(const CommBenchOptions& options);
+
+// busbw / algbw of spec §3.1.
+double CommBusBwFactor(const std::string& op, int ranks);
+
+}  // namespace gemtb::gpu::comm
+
+#endif  // GEMTB_GPU_COMM_COMM_BENCH_H_

@@ -1,0 +1,273 @@
+// FitCalibration / HeldOutMape (see calibrate.h).
+#include "sim/network/calibrate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "sim/network/collective_cost.h"
+
+namespace gemtb::sim {
+namespace {
+
+using nlohmann::json;
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string AlgoFromEnv(std::string env) {
+  std::transform(env.begin(), env.end(), env.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (env.empty() || env == "auto") return "auto";
+  if (env.find("tree") != std::string::npos) return "tree";
+  if (env.find("ring") != std::string::npos) return "ring";
+  return env;
+}
+
+absl::Status ParseRecord(const json& j, const std::string& path, MeasuredSet* set) {
+  if (!j.is_object() || !j.contains("results") || !j.at("results").is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a `gemtb bench comm` record (no results[])"));
+  }
+  const int gpus = j.value("gpus", 0);
+  if (gpus < 2) return absl::InvalidArgumentError(absl::StrCat(path, ".gpus: ", gpus, " must be >= 2"));
+  const std::string algo = AlgoFromEnv(j.value("nccl_algo", std::string("auto")));
+  if (set->nccl_version.empty()) set->nccl_version = j.value("nccl_version", std::string());
+  if (set->device.empty()) set->device = j.value("device", std::string());
+  if (j.value("nccl_nvls_enable", std::string("0")) != "0") set->nvls_off = false;
+  if (j.contains("gemm") && j.at("gemm").is_object() && j.at("gemm").contains("kappa")) {
+    set->has_kappa = true;
+    set->kappa = std::max(0.0, j.at("gemm").at("kappa").get<double>());
+  }
+  const json& rows = j.at("results");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const std::string rp = absl::StrCat(path, ".results[", i, "]");
+    const json& r = rows[i];
+    if (!r.is_object() || !r.contains("op") || !r.contains("bytes") || !r.contains("time_us") ||
+        !r.at("bytes").is_number() || !r.at("time_us").is_number() || !r.at("op").is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(rp, ": needs op, bytes, time_us"));
+    }
+    absl::StatusOr<CollectiveOp> op = ParseCollectiveOp(r.at("op").get<std::string>());
+    if (!op.ok()) return absl::InvalidArgumentError(absl::StrCat(rp, ".op: ", op.status().message()));
+    Measurement m;
+    m.op = *op;
+    m.algo = algo;
+    m.gpus = gpus;
+    m.bytes = r.at("bytes").get<double>();
+    m.time_s = r.at("time_us").get<double>() * 1e-6;
+    if (!(m.bytes > 0) || !(m.time_s > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(rp, ": bytes and time_us must be > 0"));
+    }
+    set->rows.push_back(m);
+  }
+  return absl::OkStatus();
+}
+
+// The α–β form t = n·α + f·S/B of each measured (op, algo) on p GPUs of one host, as the cost model
+// evaluates it there (collective_cost.cc): ring-like for auto/ring, the double binary tree for tree.
+struct Form {
+  double n, f;
+};
+Form FormOf(CollectiveOp op, const std::string& algo, int p) {
+  const double q = p;
+  if (op == CollectiveOp::kAllReduce) {
+    if (algo == "tree") return {2 * std::ceil(std::log2(q) - 1e-12), 2};
+    return {2 * (q - 1), 2 * (q - 1) / q};
+  }
+  if (op == CollectiveOp::kBroadcast) return {q - 1, 1};
+  return {q - 1, (q - 1) / q};  // all-gather, reduce-scatter, all-to-all (window 1)
+}
+
+struct Fit {
+  double alpha_s = 0, busbw_Bps = 0;
+};
+
+double Predict(const Form& form, const Fit& fit, double S) { return form.n * fit.alpha_s + form.f * S / fit.busbw_Bps; }
+
+double FitMape(const Form& form, const Fit& fit, const std::vector<const Measurement*>& rows) {
+  double sum = 0;
+  for (const Measurement* m : rows) sum += std::fabs(Predict(form, fit, m->bytes) / m->time_s - 1);
+  return rows.empty() ? 0 : 100 * sum / rows.size();
+}
+
+// α from the small sizes, B from the large sizes, alternating (each needs the other's correction).
+Fit FitSmallLarge(const Form& form, const std::vector<const Measurement*>& fit_rows, const FitOptions& o) {
+  std::vector<const Measurement*> small, large;
+  for (const Measurement* m : fit_rows) {
+    if (m->bytes <= o.small_max_bytes) small.push_back(m);
+    if (m->bytes >= o.large_min_bytes) large.push_back(m);
+  }
+  if (large.empty()) large = {fit_rows.back()};
+  if (small.empty()) small = {fit_rows.front()};
+  Fit fit;
+  for (int round = 0; round < 4; ++round) {
+    std::vector<double> bw;
+    for (const Measurement* m : large) bw.push_back(form.f * m->bytes / std::max(m->time_s - form.n * fit.alpha_s, 1e-12));
+    fit.busbw_Bps = Median(bw);
+    std::vector<double> alpha;
+    for (const Measurement* m : small) alpha.push_back(std::max(0.0, m->time_s - form.f * m->bytes / fit.busbw_Bps) / form.n);
+    fit.alpha_s = Median(alpha);
+  }
+  return fit;
+}
+
+// Relative least squares of t = n·α + f·S·x (x = 1/B) over the fit sizes >= min_bytes; α >= 0.
+Fit FitRelativeLeastSquares(const Form& form, const std::vector<const Measurement*>& rows) {
+  double saa = 0, sab = 0, sbb = 0, sa = 0, sb = 0;
+  for (const Measurement* m : rows) {
+    const double a = form.n / m->time_s, b = form.f * m->bytes / m->time_s;
+    saa += a * a;
+    sab += a * b;
+    sbb += b * b;
+    sa += a;
+    sb += b;
+  }
+  const double det = saa * sbb - sab * sab;
+  double alpha = det != 0 ? (sa * sbb - sb * sab) / det : 0;
+  double x = det != 0 ? (saa * sb - sab * sa) / det : 0;
+  if (!(alpha >= 0) || !(x > 0)) {
+    alpha = 0;
+    x = sb / sbb;
+  }
+  return {alpha, 1 / x};
+}
+
+using GroupKey = std::tuple<int, std::string, int>;  // op, algo, gpus
+
+std::map<GroupKey, std::vector<const Measurement*>> Groups(const MeasuredSet& set) {
+  std::map<GroupKey, std::vector<const Measurement*>> groups;
+  for (const Measurement& m : set.rows) groups[{static_cast<int>(m.op), m.algo, m.gpus}].push_back(&m);
+  for (auto& [key, rows] : groups) {
+    std::sort(rows.begin(), rows.end(), [](const Measurement* a, const Measurement* b) { return a->bytes < b->bytes; });
+  }
+  return groups;
+}
+
+}  // namespace
+
+bool IsFitSize(double bytes, FitSizes split) {
+  const long l = std::lround(std::log2(bytes));
+  return (l % 2 == 0) == (split == FitSizes::kEven);
+}
+
+absl::StatusOr<MeasuredSet> ParseMeasurements(const json& j) {
+  MeasuredSet set;
+  if (j.is_object() && j.contains("runs") && j.at("runs").is_object()) {
+    for (auto it = j.at("runs").begin(); it != j.at("runs").end(); ++it) {
+      if (it.value().contains("error")) continue;  // a run that did not happen
+      absl::Status s = ParseRecord(it.value(), absl::StrCat("runs.", it.key()), &set);
+      if (!s.ok()) return s;
+    }
+  } else {
+    absl::Status s = ParseRecord(j, "record", &set);
+    if (!s.ok()) return s;
+  }
+  if (set.rows.empty()) return absl::InvalidArgumentError("results: no measurements");
+  return set;
+}
+
+absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Calibration& base,
+                                           const std::string& tier_name, const FitOptions& o) {
+  Calibration cal = base;
+  cal.fitted.clear();
+  cal.eta_tables.clear();
+  cal.nccl_version = measured.nccl_version;
+  cal.nvls = !measured.nvls_off;
+  if (measured.has_kappa) cal.kappa = measured.kappa;
+  std::vector<double> large_busbw;
+  for (const auto& [key, rows] : Groups(measured)) {
+    const auto& [op_index, algo, gpus] = key;
+    const CollectiveOp op = static_cast<CollectiveOp>(op_index);
+    std::vector<const Measurement*> fit_rows, fit_large;
+    for (const Measurement* m : rows) {
+      if (!IsFitSize(m->bytes, o.split)) continue;
+      fit_rows.push_back(m);
+      if (m->bytes >= 1024.0 * 1024) fit_large.push_back(m);
+    }
+    if (fit_rows.size() < 2 || fit_large.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("results: ", std::string(CollectiveOpName(op)), " (", algo, ", ", gpus,
+                                                     " GPUs) has too few fit sizes"));
+    }
+    const Form form = FormOf(op, algo, gpus);
+    // Two candidate fits, chosen by their error on the fit sizes >= 1 MiB only (the held-out sizes
+    // stay unseen): α from small and B from large sizes (spec §6.6), or one relative least-squares
+    // line through the fit sizes >= 1 MiB when protocol changes bend the curve in between.
+    const Fit small_large = FitSmallLarge(form, fit_rows, o);
+    const Fit lsq = FitRelativeLeastSquares(form, fit_large);
+    const Fit fit = FitMape(form, lsq, fit_large) < FitMape(form, small_large, fit_large) ? lsq : small_large;
+    FittedLink link;
+    link.op = op;
+    link.tier = tier_name;
+    link.algo = algo;
+    link.gpus = gpus;
+    link.alpha_s = fit.alpha_s;
+    link.busbw_Bps = fit.busbw_Bps;
+    cal.fitted.push_back(link);
+    if (algo == "auto" && op != CollectiveOp::kAllToAll && op != CollectiveOp::kBroadcast) {
+      large_busbw.push_back(small_large.busbw_Bps);
+    }
+    if (algo == "auto") {
+      // η per fit size: how much slower the measurement is than the α–β line (capped at 1).
+      EtaTable table;
+      table.op = op;
+      table.hosts = 1;
+      for (const Measurement* m : fit_rows) {
+        table.size_eta.push_back({m->bytes, std::clamp(Predict(form, fit, m->bytes) / m->time_s, 1e-3, 1.0)});
+      }
+      cal.eta_tables.push_back(std::move(table));
+    }
+  }
+  if (!large_busbw.empty()) {
+    cal.nccl_constants["nccl_nchannels"] = o.nccl_channels;
+    cal.nccl_constants["nccl_bw_intra_GBps"] = Median(large_busbw) / 1e9 / o.nccl_channels;
+  }
+  return cal;
+}
+
+absl::StatusOr<std::vector<MapeRow>> HeldOutMape(const Cluster& cluster, const MeasuredSet& measured, FitSizes split,
+                                                 double min_bytes) {
+  std::vector<MapeRow> out;
+  for (const auto& [key, rows] : Groups(measured)) {
+    const auto& [op_index, algo, gpus] = key;
+    const CollectiveOp op = static_cast<CollectiveOp>(op_index);
+    MapeRow row;
+    row.op = op;
+    row.algo = algo;
+    row.gpus = gpus;
+    CollectivesPlan plan;
+    if (algo != "auto") plan.algo[std::string(CollectiveOpName(op))] = algo;
+    CollectivesPlan eta_plan = plan, nccl_plan = plan;
+    eta_plan.eta_tables = true;
+    nccl_plan.cost_mode = "nccl";
+    absl::StatusOr<CollectiveCostModel> ab = CollectiveCostModel::Create(cluster, plan);
+    if (!ab.ok()) return ab.status();
+    absl::StatusOr<CollectiveCostModel> abe = CollectiveCostModel::Create(cluster, eta_plan);
+    if (!abe.ok()) return abe.status();
+    absl::StatusOr<CollectiveCostModel> nc = CollectiveCostModel::Create(cluster, nccl_plan);
+    if (!nc.ok()) return nc.status();
+    const GroupShape shape{gpus, gpus, 1, gpus, 1};  // measured on one host
+    for (const Measurement* m : rows) {
+      if (m->bytes < min_bytes || IsFitSize(m->bytes, split)) continue;
+      const double e_ab = std::fabs(ab->Estimate(op, shape, m->bytes).duration_s / m->time_s - 1);
+      row.mape_alpha_beta += e_ab;
+      row.max_ape_alpha_beta = std::max(row.max_ape_alpha_beta, 100 * e_ab);
+      row.mape_alpha_beta_eta += std::fabs(abe->Estimate(op, shape, m->bytes).duration_s / m->time_s - 1);
+      row.mape_nccl += std::fabs(nc->Estimate(op, shape, m->bytes).duration_s / m->time_s - 1);
+      ++row.sizes;
+    }
+    if (row.sizes > 0) {
+      row.mape_alpha_beta *= 100.0 / row.sizes;
+      row.mape_alpha_beta_eta *= 100.0 / row.sizes;
+      row.mape_nccl *= 100.0 / row.sizes;
+    }
+    out.push_back(row);
+  }
+  return out;
+}
+
+}  // namespace gemtb::sim

@@ -1,0 +1,76 @@
+// Fitting a calibration from measured collectives (spec/simulator.md §6.6, `gemtb whatif calibrate`):
+// `gemtb bench comm` records (tools/bench/results/comm_*.json) in, per (op, pinned algorithm, GPU
+// count) an α (from the small sizes) and an effective busbw B (from the large sizes) out, plus η
+// tables and NCCL's per-channel bandwidth, each fitted on one half of the sizes (even or odd powers
+// of two) and judged on the other half by the held-out MAPE for S >= 1 MiB.
+#ifndef GEMTB_SIM_NETWORK_CALIBRATE_H_
+#define GEMTB_SIM_NETWORK_CALIBRATE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "sim/scenario/scenario.h"
+
+namespace gemtb::sim {
+
+struct Measurement {
+  CollectiveOp op = CollectiveOp::kAllReduce;
+  std::string algo;  // "auto", "ring", "tree": how NCCL_ALGO was set
+  int gpus = 0;
+  double bytes = 0;
+  double time_s = 0;  // median
+};
+
+struct MeasuredSet {
+  std::vector<Measurement> rows;
+  std::string nccl_version;
+  std::string device;
+  bool nvls_off = true;
+  bool has_kappa = false;
+  double kappa = 0;
+};
+
+// Reads a `gemtb bench comm --json` record, or tools/bench_comm.sh's comm_results.json ({"runs":
+// {name: record}}). Errors name the JSON path.
+absl::StatusOr<MeasuredSet> ParseMeasurements(const nlohmann::json& json);
+
+// Which sizes a fit may see: log2(bytes) even or odd (the rest are held out).
+enum class FitSizes { kEven, kOdd };
+bool IsFitSize(double bytes, FitSizes split);
+
+struct FitOptions {
+  FitSizes split = FitSizes::kEven;
+  double small_max_bytes = 64 * 1024;       // α from fit sizes <= this
+  double large_min_bytes = 64 * 1024 * 1024;  // B from fit sizes >= this
+  int nccl_channels = 16;
+};
+
+// Fits `base` (kept: efficiency, kappa unless measured, other constants) to the measurements, for a
+// cluster whose first tier is `tier_name` (the NVLink tier: only one host is measured). Adds per
+// (op, algo, gpus) FittedLink, η tables for the auto runs (hosts = 1) where the α–β fit is off by more
+// than it on fit sizes (η = predicted / measured, capped at 1), the NCCL per-channel bandwidth
+// (nccl_bw_intra_GBps) from the large sizes, the NCCL version, nvls, kappa.
+absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Calibration& base,
+                                           const std::string& tier_name, const FitOptions& options);
+
+struct MapeRow {
+  CollectiveOp op;
+  std::string algo;
+  int gpus = 0;
+  int sizes = 0;  // held-out sizes >= 1 MiB
+  double mape_alpha_beta = 0;      // percent, mode alpha_beta, η off
+  double mape_alpha_beta_eta = 0;  // mode alpha_beta, η on
+  double mape_nccl = 0;            // mode nccl, η off
+  double max_ape_alpha_beta = 0;
+};
+
+// Held-out MAPE (S >= min_bytes, sizes not in the fit half) of the cost model on `cluster` (whose
+// calibration is the fitted one) against the measurements, per (op, algo, gpus), in a fixed order.
+absl::StatusOr<std::vector<MapeRow>> HeldOutMape(const Cluster& cluster, const MeasuredSet& measured,
+                                                 FitSizes split, double min_bytes = 1024 * 1024);
+
+}  // namespace gemtb::sim
+
+#endif  // GEMTB_SIM_NETWORK_CALIBRATE_H_

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Measures NCCL collectives on the lent 2-GPU H200 host in one device call, for
+# `gemtb whatif calibrate` (spec/simulator.md §6.6):
+#   1. unpacks the Debian packages carried in .deb/ into /tmp/gemtb-deps (the device has CUDA, CMake
+#      and ninja but none of our packages and no registry) and the source snapshot .deb/src.tgz
+#      (`git archive --format=tar.gz -o .deb/src.tgz HEAD`, made right before the call) into
+#      /tmp/gemtb-src, so that uncommitted work of others in the copied tree cannot break the build;
+#   2. builds `gemtb` there (CUDA on);
+#   3. runs `gemtb bench comm` on all GPUs: every op, 1 KiB .. 1 GiB x2, with NCCL choosing (auto,
+#      plus the GEMM-under-all-gather probe), with NCCL_ALGO=Ring (all_reduce, all_gather,
+#      reduce_scatter) and NCCL_ALGO=allreduce:Tree (all_reduce); NCCL_NVLS_ENABLE=0 throughout;
+#   4. logs NCCL's own tuning table once (NCCL_DEBUG_SUBSYS=TUNING) for spec §6.2;
+#   5. writes $OUT/comm_results.json (all runs, commit, hardware), $OUT/summary.txt, $OUT/build.log,
+#      $OUT/tuning.log and the per-run JSON files.
+# Usage (device call, from the repository root; carry [".deb"]):
+#   bash tools/bench_comm.sh [--iters N] [--warmup N] [--max-bytes 1G]
+# Exit status: 0 all runs done, 1 a run failed, 2 the build failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+iters=50
+warmup=10
+max_bytes=1G
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --iters) iters=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    --max-bytes) max_bytes=$2; shift 2 ;;
+    *) echo "bench_comm: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+budget=${BENCH_COMM_BUDGET:-540}
+limit() { local left=$((budget - SECONDS)); echo $(( $1 < left ? $1 : (left > 5 ? left : 5) )); }
+out=${OUT:-/tmp/gemtb-bench-comm}
+mkdir -p "$out"
+t0=$SECONDS
+stage() { printf '== %-50s [%4d s]\n' "$1" $((SECONDS - t0)) | tee -a "$out/summary.txt"; }
+: > "$out/summary.txt"
+
+stage "unpack .deb/ and .deb/src.tgz"
+prefix=/tmp/gemtb-deps
+src=/tmp/gemtb-src
+mkdir -p "$prefix" "$src"
+shopt -s nullglob
+debs=(.deb/*.deb)
+if [ ${#debs[@]} -eq 0 ] || [ ! -f .deb/src.tgz ]; then
+  echo "bench_comm: .deb/ needs the Debian packages and src.tgz (see gpu/README.md)" | tee -a "$out/summary.txt"
+  exit 2
+fi
+for f in "${debs[@]}"; do dpkg -x "$f" "$prefix"; done
+tar -xzf .deb/src.tgz -C "$src"
+export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+{
+  echo "date: $(date -u +%FT%TZ)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  nvidia-smi topo -m 2>/dev/null | head -6
+  nvcc --version | tail -1
+  nproc
+} 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
+
+# The device's compiler may warn where CI does not; drop -Werror there (as tools/gpu_check.sh).
+launcher=/tmp/gemtb-no-werror
+cat > "$launcher" <<'SH'
+#!/usr/bin/env bash
+args=()
+for a in "$@"; do
+  case "$a" in
+    -Werror|--Werror=all-warnings) ;;
+    -Xcompiler=*) args+=("${a//,-Werror/}") ;;
+    *) args+=("$a") ;;
+  esac
+done
+exec "${args[@]}"
+SH
+chmod +x "$launcher"
+build=/tmp/gemtb-comm-build
+stage "configure + build gemtb (CUDA, NCCL)"
+if ! cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
+     -DGEMTB_BUILD_BENCHMARKS=OFF -DGEMTB_BUILD_TESTS=OFF -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
+     -DCMAKE_CUDA_COMPILER_LAUNCHER="$launcher" > "$out/build.log" 2>&1 ||
+   ! timeout "$(limit 300)" cmake --build "$build" -j "$(nproc)" --target gemtb >> "$out/build.log" 2>&1; then
+  grep -E "error|FAILED" "$out/build.log" | head -30 | tee -a "$out/summary.txt"
+  stage "build FAILED (build.log)"
+  exit 2
+fi
+gemtb=$build/bin/gemtb
+export NCCL_NVLS_ENABLE=0
+status=0
+run() {  # name, then env assignments and gemtb arguments
+  local name=$1; shift
+  stage "bench $name"
+  if ! timeout "$(limit 150)" env "$@" --json "$out/comm_$name.json" --iters "$iters" --warmup "$warmup" \
+       --max-bytes "$max_bytes" > "$out/comm_$name.txt" 2>&1; then
+    status=1
+    tail -5 "$out/comm_$name.txt" | tee -a "$out/summary.txt"
+  fi
+}
+run auto "$gemtb" bench comm --gemm --label "NCCL auto"
+run ring NCCL_ALGO=Ring "$gemtb" bench comm --ops all_reduce,all_gather,reduce_scatter --label "NCCL_ALGO=Ring"
+run tree NCCL_ALGO=allreduce:Tree "$gemtb" bench comm --ops all_reduce --label "NCCL_ALGO=allreduce:Tree"
+stage "NCCL tuning table (NCCL_DEBUG_SUBSYS=TUNING)"
+timeout "$(limit 60)" env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,GRAPH "$gemtb" bench comm \
+  --ops all_reduce --min-bytes 1M --max-bytes 1M --iters 2 --warmup 1 > "$out/tuning.log" 2>&1
+grep -E "Algorithm|Protocol|Max NThreads|Broadcast|Reduce|AllGather|AllReduce|Channel|NCCL version" "$out/tuning.log" \
+  | head -40 | sed 's/^/   /' | tee -a "$out/summary.txt" > /dev/null
+grep -E "^(all_|reduce|broadcast|gemm|#)" "$out"/comm_auto.txt | sed 's/^/   /' >> "$out/summary.txt"
+
+commit=$(cat .deb/SOURCE 2>/dev/null || echo unknown)
+hardware=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+python3 - "$out" "$commit" "$hardware" <<'PY'
+import json, os, sys
+out, commit, hardware = sys.argv[1:]
+runs = {}
+for name in ("auto", "ring", "tree"):
+    try:
+        with open(os.path.join(out, f"comm_{name}.json")) as f:
+            runs[name] = json.load(f)
+    except (OSError, ValueError) as e:
+        runs[name] = {"error": str(e)}
+tuning = []
+try:
+    for line in open(os.path.join(out, "tuning.log"), errors="replace"):
+        if "TUNING" in line or "Channel" in line or "NCCL version" in line:
+            tuning.append(line.rstrip())
+except OSError:
+    pass
+result = {"what": "gemtb bench comm on every GPU of the lent host (spec/simulator.md §6.6), NVLS off",
+          "commit": commit, "hardware": hardware, "command": "bash tools/bench_comm.sh", "runs": runs,
+          "nccl_tuning_log": tuning[:200]}
+with open(os.path.join(out, "comm_results.json"), "w") as f:
+    json.dump(result, f, indent=1)
+PY
+stage "done: status $status"
+exit $status
