@@ -1,0 +1,312 @@
+#include "reference/model/trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "model/common/status_macros.h"
+#include "model/data/batch.h"
+#include "model/data/generator.h"
+#include "model/data/shape_from_config.h"
+#include "model/embedding/embedding_math.h"
+#include "model/metrics/ne.h"
+#include "oneapi/tbb/parallel_for.h"
+#include "oneapi/tbb/task_arena.h"
+#include "reference/model/batch.h"
+#include "reference/model/batch_pass.h"
+
+namespace gemtb::reference::model {
+
+struct Trainer::Impl {
+  data::Generator generator;
+  std::unique_ptr<tbb::task_arena> arena;
+
+  // Samples [first, first + count) of `seed`, generated in parallel (each is a pure function of its index).
+  data::Batch Generate(uint64_t seed, int64_t first, int64_t count) {
+    std::vector<data::Sample> samples(static_cast<size_t>(count));
+    auto run = [&] {
+      tbb::parallel_for(int64_t{0}, count, [&](int64_t b) { generator.Generate(seed, first + b, &samples[b]); });
+    };
+    arena ? arena->execute(run) : run();
+    data::Batch batch;
+    data::AssembleBatch(generator.shape(), samples.data(), count, &batch);
+    return batch;
+  }
+};
+
+namespace {
+
+KeyedJaggedTensor KjtOf(const data::Batch& batch) {
+  KeyedJaggedTensor kjt;
+  kjt.keys = batch.keys;
+  kjt.stride = batch.size;
+  kjt.lengths = batch.lengths;
+  kjt.values = batch.values;
+  return kjt;
+}
+
+// The model's inputs from the TBE output: pooled rows as they are, events = (item + action) + dt.
+struct FloatInputs {
+  std::vector<std::vector<float>> events;  // per j: [sum_b len, d]
+  std::vector<float> dense;
+  std::vector<SampleInput<float>> inputs;
+};
+
+FloatInputs MakeInputs(const gemtb::model::ModelConfig& config, const data::Batch& batch, const EmbeddingOutput& out) {
+  const int64_t B = batch.size;
+  const int d = static_cast<int>(config.d);
+  const int J = static_cast<int>(config.sequences.size());
+  FloatInputs f;
+  f.events.resize(J);
+  for (int j = 0; j < J; ++j) {
+    const std::vector<float>& it = out.sequence[3 * j];
+    const std::vector<float>& ac = out.sequence[3 * j + 1];
+    const std::vector<float>& dt = out.sequence[3 * j + 2];
+    f.events[j].resize(it.size());
+    for (size_t e = 0; e < it.size(); ++e) f.events[j][e] = (it[e] + ac[e]) + dt[e];
+  }
+  f.dense = batch.dense;
+  f.inputs.resize(B);
+  std::vector<int64_t> offset(J, 0);
+  for (int64_t b = 0; b < B; ++b) {
+    SampleInput<float>& in = f.inputs[b];
+    in.pooled = out.pooled.data() + static_cast<size_t>(b) * out.pooled_width;
+    in.dense = f.dense.data() + static_cast<size_t>(b) * config.dense.m;
+    for (int j = 0; j < J; ++j) {
+      const int len = batch.seq_lengths[static_cast<size_t>(j) * B + b];
+      in.events.push_back(f.events[j].data() + offset[j] * d);
+      in.lengths.push_back(len);
+      offset[j] += len;
+    }
+  }
+  return f;
+}
+
+std::vector<float> ToFloat(const std::vector<uint8_t>& v) { return std::vector<float>(v.begin(), v.end()); }
+
+}  // namespace
+
+Trainer::~Trainer() = default;
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const gemtb::model::ModelConfig& config,
+                                                         const TrainOptions& options) {
+  if (options.batch < 1) return absl::InvalidArgumentError(absl::StrCat("batch: ", options.batch, " must be >= 1"));
+  if (!(options.lr >= 0) || !(options.table_lr >= 0))
+    return absl::InvalidArgumentError(absl::StrCat("lr: ", options.lr, " / table_lr: ", options.table_lr, " must be >= 0"));
+  if (options.grad_blocks < 1)
+    return absl::InvalidArgumentError(absl::StrCat("grad_blocks: ", options.grad_blocks, " must be >= 1"));
+  if (options.threads < 0) return absl::InvalidArgumentError(absl::StrCat("threads: ", options.threads, " must be >= 0"));
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->config_ = config;
+  t->options_ = options;
+  absl::StatusOr<GemModel> model = GemModel::Create(config);
+  if (!model.ok()) return model.status();
+  t->model_ = *std::move(model);
+  absl::StatusOr<data::DataParams> params = data::LoadDataParams(options.data.empty() ? config.name : options.data);
+  if (!params.ok()) return params.status();
+  absl::StatusOr<data::Generator> gen = data::Generator::Create(*params, data::ShapeFromConfig(config));
+  if (!gen.ok()) return gen.status();
+  t->impl_ = std::make_unique<Impl>(Impl{*std::move(gen), nullptr});
+  if (options.threads > 0) t->impl_->arena = std::make_unique<tbb::task_arena>(options.threads);
+  t->emb_ = ModelEmbeddingConfig(config, options.table_lr, options.seed);
+  GEMTB_RETURN_IF_ERROR(ValidateEmbeddingConfig(t->emb_));
+  t->state_.params = InitParams(t->model_.layout(), options.seed);
+  t->state_.adam_m.assign(t->state_.params.size(), 0.0f);
+  t->state_.adam_v.assign(t->state_.params.size(), 0.0f);
+  t->state_.tables = InitEmbeddingState(t->emb_);
+  return t;
+}
+
+absl::StatusOr<StepResult> Trainer::Step() {
+  const int64_t B = options_.batch;
+  const data::Batch batch = impl_->Generate(options_.data_seed, state_.step * B, B);
+  const KeyedJaggedTensor kjt = KjtOf(batch);
+  absl::StatusOr<EmbeddingOutput> emb = EmbeddingForward(emb_, state_.tables, kjt, {}, options_.threads);
+  if (!emb.ok()) return emb.status();
+  const FloatInputs in = MakeInputs(config_, batch, *emb);
+  const std::vector<float> labels = ToFloat(batch.label), masks = ToFloat(batch.mask);
+  BatchPassOptions pass;
+  pass.threads = options_.threads;
+  pass.blocks = options_.grad_blocks;
+  BatchPassResult<float> r = RunBatch(model_, state_.params.data(), in.inputs, labels, masks, pass);
+
+  // Table gradients in the TBE's layout; a sequence event's gradient goes to its item, action and dt rows.
+  const int d = static_cast<int>(config_.d);
+  const int F = static_cast<int>(config_.features.size());
+  const int J = static_cast<int>(config_.sequences.size());
+  EmbeddingGrads grads;
+  grads.pooled.resize(static_cast<size_t>(B) * F * d);
+  for (int64_t b = 0; b < B; ++b)
+    std::copy(r.input_grads[b].pooled.begin(), r.input_grads[b].pooled.end(), grads.pooled.begin() + b * F * d);
+  for (int j = 0; j < J; ++j) {
+    std::vector<float> g;
+    g.reserve(in.events[j].size());
+    for (int64_t b = 0; b < B; ++b) g.insert(g.end(), r.input_grads[b].events[j].begin(), r.input_grads[b].events[j].end());
+    for (int k = 0; k < 3; ++k) grads.sequence.push_back(g);
+  }
+  GEMTB_RETURN_IF_ERROR(EmbeddingBackwardStep(emb_, state_.tables, kjt, grads, {}, options_.threads));
+
+  // Dense Adam, spec §2, fp32 op by op.
+  OptimizerConfig adam;
+  adam.kind = OptimizerKind::kAdam;
+  adam.lr = options_.lr;
+  adam.beta1 = options_.beta1;
+  adam.beta2 = options_.beta2;
+  adam.eps = options_.eps;
+  const embedding::AdamStep bias = embedding::NextAdamStep({state_.adam_b1, state_.adam_b2}, adam);
+  state_.adam_b1 = bias.b1;
+  state_.adam_b2 = bias.b2;
+  embedding::AdamRow(state_.params.data(), r.param_grad.data(), static_cast<int64_t>(state_.params.size()),
+                     state_.adam_m.data(), state_.adam_v.data(), bias, adam);
+  ++state_.step;
+
+  StepResult out;
+  out.step = state_.step;
+  out.loss = r.loss;
+  out.predictions.resize(r.logits.size());
+  for (size_t e = 0; e < r.logits.size(); ++e) out.predictions[e] = Sigmoid(static_cast<double>(r.logits[e]));
+  out.labels = batch.label;
+  out.masks = batch.mask;
+  return out;
+}
+
+absl::StatusOr<EvalResult> Trainer::Evaluate(int64_t first, int64_t count) {
+  const int T = static_cast<int>(config_.NumTasks());
+  constexpr int64_t kChunk = 256;
+  std::vector<double> pred, prob;
+  std::vector<uint8_t> label, mask;
+  for (int64_t at = 0; at < count; at += kChunk) {
+    const int64_t n = std::min(kChunk, count - at);
+    const data::Batch batch = impl_->Generate(options_.data_seed, kHeldOutFirstIndex + first + at, n);
+    absl::StatusOr<EmbeddingOutput> emb = EmbeddingForward(emb_, state_.tables, KjtOf(batch), {}, options_.threads);
+    if (!emb.ok()) return emb.status();
+    const FloatInputs in = MakeInputs(config_, batch, *emb);
+    BatchPassOptions pass;
+    pass.backward = false;
+    pass.threads = options_.threads;
+    pass.blocks = options_.grad_blocks;
+    const BatchPassResult<float> r = RunBatch(model_, state_.params.data(), in.inputs, ToFloat(batch.label),
+                                              ToFloat(batch.mask), pass);
+    for (float z : r.logits) pred.push_back(Sigmoid(static_cast<double>(z)));
+    prob.insert(prob.end(), batch.prob.begin(), batch.prob.end());
+    label.insert(label.end(), batch.label.begin(), batch.label.end());
+    mask.insert(mask.end(), batch.mask.begin(), batch.mask.end());
+  }
+  EvalResult e;
+  e.samples = count;
+  for (int t = 0; t < T; ++t) {
+    const metrics::NeUnit model_unit = metrics::MakeNeUnit(pred.data() + t, label.data() + t, mask.data() + t, count, T);
+    const metrics::NeUnit oracle_unit = metrics::MakeNeUnit(prob.data() + t, label.data() + t, mask.data() + t, count, T);
+    const metrics::NeResult m = metrics::EvaluateNe(&model_unit, 1);
+    const metrics::NeResult o = metrics::EvaluateNe(&oracle_unit, 1);
+    e.ne.push_back(m.ne);
+    e.oracle_ne.push_back(o.ne);
+    e.calibration.push_back(m.calibration);
+    e.positives.push_back(m.positives);
+    e.count.push_back(m.count);
+  }
+  return e;
+}
+
+namespace {
+
+io::NpyArray F32(const std::vector<float>& v, std::vector<int64_t> shape) {
+  io::NpyArray a;
+  a.dtype = io::NpyDType::kFloat32;
+  a.shape = std::move(shape);
+  a.data.resize(v.size() * sizeof(float));
+  std::memcpy(a.data.data(), v.data(), a.data.size());  // little-endian host (x86-64)
+  return a;
+}
+
+absl::StatusOr<std::vector<float>> AsF32(const io::NpyArray& a, const std::string& name, size_t count) {
+  if (a.dtype != io::NpyDType::kFloat32 || static_cast<size_t>(a.NumElements()) != count)
+    return absl::FailedPreconditionError(absl::StrCat(name, ": expected float32 with ", count, " elements, got ",
+                                                      io::NpyDTypeName(a.dtype), " ", io::ShapeString(a.shape)));
+  std::vector<float> v(count);
+  std::memcpy(v.data(), a.data.data(), count * sizeof(float));
+  return v;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, io::NpyArray>> Trainer::StateArrays() const {
+  std::vector<std::pair<std::string, io::NpyArray>> out;
+  out.emplace_back("step", io::EncodeInt64(std::vector<int64_t>{state_.step}, {1}));
+  const std::vector<double> opts = {static_cast<double>(options_.seed), static_cast<double>(options_.data_seed),
+                                    static_cast<double>(options_.batch), options_.lr, options_.table_lr,
+                                    options_.beta1, options_.beta2, options_.eps,
+                                    static_cast<double>(options_.grad_blocks),
+                                    static_cast<double>(model_.layout().total())};
+  out.emplace_back("options", io::EncodeFloat(opts, {static_cast<int64_t>(opts.size())}, io::NpyDType::kFloat64));
+  const int64_t P = static_cast<int64_t>(state_.params.size());
+  out.emplace_back("params", F32(state_.params, {P}));
+  out.emplace_back("adam.m", F32(state_.adam_m, {P}));
+  out.emplace_back("adam.v", F32(state_.adam_v, {P}));
+  out.emplace_back("adam.bias_products", F32({state_.adam_b1, state_.adam_b2}, {2}));
+  out.emplace_back("tables.step", io::EncodeInt64(std::vector<int64_t>{state_.tables.step}, {1}));
+  for (size_t t = 0; t < emb_.tables.size(); ++t) {
+    const TableConfig& tc = emb_.tables[t];
+    out.emplace_back(absl::StrCat("table.", tc.name, ".weights"), F32(state_.tables.tables[t].weights, {tc.rows, tc.dim}));
+    out.emplace_back(absl::StrCat("table.", tc.name, ".adagrad"), F32(state_.tables.tables[t].adagrad, {tc.rows}));
+  }
+  return out;
+}
+
+absl::Status Trainer::LoadStateArrays(const std::vector<std::pair<std::string, io::NpyArray>>& arrays) {
+  auto find = [&](const std::string& name) -> const io::NpyArray* {
+    for (const auto& [n, a] : arrays)
+      if (n == name) return &a;
+    return nullptr;
+  };
+  const std::vector<std::pair<std::string, io::NpyArray>> mine = StateArrays();
+  for (const auto& [name, a] : mine)
+    if (!find(name)) return absl::FailedPreconditionError(absl::StrCat("state: array '", name, "' is missing"));
+  if (find("options")->data != mine[1].second.data || find("options")->shape != mine[1].second.shape)
+    return absl::FailedPreconditionError(
+        "state.options: made with other options (seed, data seed, batch, lr, table lr, Adam betas/eps, grad blocks, "
+        "parameter count)");
+  TrainState s;
+  absl::StatusOr<std::vector<int64_t>> step = io::DecodeInt(*find("step"), "step");
+  if (!step.ok()) return step.status();
+  s.step = step->at(0);
+  const size_t P = state_.params.size();
+  auto load = [&](const std::string& name, size_t n, std::vector<float>* dst) -> absl::Status {
+    absl::StatusOr<std::vector<float>> v = AsF32(*find(name), name, n);
+    if (!v.ok()) return v.status();
+    *dst = *std::move(v);
+    return absl::OkStatus();
+  };
+  std::vector<float> bias;
+  GEMTB_RETURN_IF_ERROR(load("params", P, &s.params));
+  GEMTB_RETURN_IF_ERROR(load("adam.m", P, &s.adam_m));
+  GEMTB_RETURN_IF_ERROR(load("adam.v", P, &s.adam_v));
+  GEMTB_RETURN_IF_ERROR(load("adam.bias_products", 2, &bias));
+  s.adam_b1 = bias[0];
+  s.adam_b2 = bias[1];
+  absl::StatusOr<std::vector<int64_t>> tstep = io::DecodeInt(*find("tables.step"), "tables.step");
+  if (!tstep.ok()) return tstep.status();
+  s.tables = state_.tables;
+  s.tables.step = tstep->at(0);
+  for (size_t t = 0; t < emb_.tables.size(); ++t) {
+    const TableConfig& tc = emb_.tables[t];
+    const std::string w = absl::StrCat("table.", tc.name, ".weights"), g = absl::StrCat("table.", tc.name, ".adagrad");
+    GEMTB_RETURN_IF_ERROR(load(w, static_cast<size_t>(tc.rows * tc.dim), &s.tables.tables[t].weights));
+    GEMTB_RETURN_IF_ERROR(load(g, static_cast<size_t>(tc.rows), &s.tables.tables[t].adagrad));
+  }
+  state_ = std::move(s);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainState> TrainSteps(const gemtb::model::ModelConfig& config, const TrainOptions& options, int steps) {
+  absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(config, options);
+  if (!t.ok()) return t.status();
+  for (int s = 0; s < steps; ++s) {
+    absl::StatusOr<StepResult> r = (*t)->Step();
+    if (!r.ok()) return r.status();
+  }
+  return (*t)->state();
+}
+
+}  // namespace gemtb::reference::model

@@ -1,0 +1,105 @@
+// The CPU reference trainer of the GEM-like model (spec §2, §4-§6): fp32 like a real trainer.
+//
+// One step: generate samples [step*B, (step+1)*B) of the data seed (model/data), look up the tables
+// with the TBE oracle (MEAN pooling, sequences as NONE), run the model forward and backward
+// (batch_pass.h, deterministic for any thread count), apply the TBE's fused rowwise Adagrad to the
+// touched rows and Adam (spec §2 formulas, fp32 op by op) to the dense parameters.
+//
+// Held-out evaluation reads sample indices from kHeldOutFirstIndex on (2^40), a range training
+// never reaches, so evaluation samples are never trained on.
+//
+// The state is exported and imported as named arrays (io::NpyArray), which checkpoint.h writes as
+// one file and golden/ can freeze:
+//   "step" int64 [1]; "params" f32 [P]; "adam.m", "adam.v" f32 [P]; "adam.bias_products" f32 [2];
+//   "table.<name>.weights" f32 [rows, dim]; "table.<name>.adagrad" f32 [rows];
+//   "tables.step" int64 [1]; "options" f64 [...] (what must match on resume: seeds, batch, lrs).
+#ifndef GEMTB_REFERENCE_MODEL_TRAINER_H_
+#define GEMTB_REFERENCE_MODEL_TRAINER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/description/model_config.h"
+#include "reference/embedding/tbe.h"
+#include "reference/io/npy.h"
+#include "reference/model/gem_model.h"
+
+namespace gemtb::reference::model {
+
+inline constexpr int64_t kHeldOutFirstIndex = int64_t{1} << 40;
+
+struct TrainOptions {
+  std::string data = "";       // data parameters: a built-in name or a JSON path ("" = the config's name)
+  uint64_t seed = 1;           // parameter and table init (Philox key)
+  uint64_t data_seed = 1;      // the generator's seed
+  int64_t batch = 64;
+  float lr = 2e-3f;            // dense Adam
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  float table_lr = 0.05f;      // rowwise Adagrad on every table
+  int threads = 0;             // 0 = all; results do not depend on it
+  int grad_blocks = 16;        // fixed gradient-sum blocks per batch (numerics, not parallelism)
+};
+
+struct TrainState {
+  int64_t step = 0;
+  std::vector<float> params;
+  std::vector<float> adam_m, adam_v;
+  float adam_b1 = 1.0f, adam_b2 = 1.0f;  // Adam's bias-correction products
+  EmbeddingState tables;
+};
+
+struct StepResult {
+  int64_t step = 0;       // the step just taken (1-based count after it)
+  double loss = 0;        // the batch's masked BCE (nats per masked label)
+  std::vector<double> predictions;  // [B, T] sigmoid(logit)
+  std::vector<uint8_t> labels, masks;  // [B, T]
+};
+
+struct EvalResult {
+  int64_t samples = 0;
+  std::vector<double> ne;         // per task, the model's NE on the held-out samples
+  std::vector<double> oracle_ne;  // per task, the teacher's probabilities on the same samples
+  std::vector<double> calibration;
+  std::vector<int64_t> positives, count;
+};
+
+class Trainer {
+ public:
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const gemtb::model::ModelConfig& config,
+                                                         const TrainOptions& options);
+  ~Trainer();
+
+  absl::StatusOr<StepResult> Step();
+  // NE of the model and of the teacher on held-out samples [kHeldOutFirstIndex + first, + count).
+  absl::StatusOr<EvalResult> Evaluate(int64_t first, int64_t count);
+
+  const TrainState& state() const { return state_; }
+  const GemModel& model() const { return model_; }
+  const gemtb::model::ModelConfig& config() const { return config_; }
+  const TrainOptions& options() const { return options_; }
+
+  std::vector<std::pair<std::string, io::NpyArray>> StateArrays() const;
+  // Replaces the state; FailedPrecondition when the arrays were made with other options or model.
+  absl::Status LoadStateArrays(const std::vector<std::pair<std::string, io::NpyArray>>& arrays);
+
+ private:
+  Trainer() = default;
+  struct Impl;
+  gemtb::model::ModelConfig config_;
+  TrainOptions options_;
+  GemModel model_;
+  EmbeddingConfig emb_;
+  TrainState state_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// `steps` steps from a fresh init (golden/ freezes three of these on tiny).
+absl::StatusOr<TrainState> TrainSteps(const gemtb::model::ModelConfig& config, const TrainOptions& options, int steps);
+
+}  // namespace gemtb::reference::model
+
+#endif  // GEMTB_REFERENCE_MODEL_TRAINER_H_
