@@ -73,6 +73,8 @@ struct FittedLink {
   std::string tier;       // tier name
   std::string algo;       // "auto" or a pinned algorithm ("ring", "tree", ...)
   int gpus = 0;           // group size it was measured on (0: any); the largest <= p applies
+  double min_bytes = 0;   // the sizes S it was fitted on: [min_bytes, max_bytes), 0 = unbounded
+  double max_bytes = 0;
   double alpha_s = 0;
   double busbw_Bps = 0;
 };
