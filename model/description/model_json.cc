@@ -1,0 +1,432 @@
+// model.json: ModelGraph <-> JSON (spec/embeddings-and-model.md §4). Keys are written in a fixed
+// (sorted) order; numbers that are integers are written as integers, other doubles in nlohmann's
+// shortest round-trip form. The parser is strict: unknown keys, wrong types and references out of
+// range are errors naming the JSON path.
+#include <cmath>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "model/common/status_macros.h"
+#include "model/description/json_fields.h"
+#include "model/description/model_graph.h"
+
+namespace gemtb::model {
+namespace {
+
+using json_fields::Bad;
+using json_fields::GetBool;
+using json_fields::GetDouble;
+using json_fields::GetInt;
+using json_fields::GetString;
+using json_fields::Index;
+using json_fields::Join;
+using json_fields::OnlyKeys;
+using nlohmann::json;
+
+constexpr std::pair<OpKind, std::string_view> kKinds[] = {
+    {OpKind::kLinear, "linear"},       {OpKind::kAttention, "attention"},
+    {OpKind::kNorm, "norm"},           {OpKind::kPointwise, "pointwise"},
+    {OpKind::kEmbedding, "embedding"}, {OpKind::kInteraction, "interaction"},
+    {OpKind::kLoss, "loss"}};
+constexpr std::pair<RecomputeClass, std::string_view> kRecompute[] = {
+    {RecomputeClass::kNone, "none"},     {RecomputeClass::kPointwise, "pointwise"},
+    {RecomputeClass::kNorm, "norm"},     {RecomputeClass::kLinear, "linear"},
+    {RecomputeClass::kAttention, "attention"}};
+
+// An integral double within 2^53 is written as an integer (128, not 128.0).
+json Number(double v) {
+  if (std::nearbyint(v) == v && std::fabs(v) < 9007199254740992.0) {
+    return json(static_cast<int64_t>(v));
+  }
+  return json(v);
+}
+
+json AffineJson(const Affine& a) {
+  json j = json::object();
+  if (a.c != 0.0) j["c"] = Number(a.c);
+  if (a.B != 0.0) j["B"] = Number(a.B);
+  if (a.N != 0.0) j["N"] = Number(a.N);
+  if (a.P != 0.0) j["P"] = Number(a.P);
+  return j;
+}
+
+json ShapeJson(const Shape& shape) {
+  json j = json::array();
+  for (const Affine& dim : shape) j.push_back(dim.IsConstant() ? Number(dim.c) : AffineJson(dim));
+  return j;
+}
+
+json MaskJson(const AttentionMask& m) {
+  switch (m.kind) {
+    case AttentionMask::Kind::kNone: return "none";
+    case AttentionMask::Kind::kWindow: return json{{"window", json::array({m.left, m.right})}};
+    case AttentionMask::Kind::kBlock: return json{{"block", m.block}};
+    case AttentionMask::Kind::kCausal: return json{{"causal", true}};
+  }
+  return "none";
+}
+
+json AttentionJson(const AttentionSpec& a) {
+  return json{{"act", a.act},         {"H", a.H},
+              {"Hkv", a.Hkv},         {"Dqk", a.Dqk},
+              {"Dv", a.Dv},           {"mask", MaskJson(a.mask)},
+              {"q_tokens", a.q_tokens}, {"kv_tokens", a.kv_tokens},
+              {"scale", Number(a.scale)}, {"qk_norm", a.qk_norm},
+              {"rope", a.rope},       {"broadcast_q", a.broadcast_q}};
+}
+
+json OpJson(const Op& op) {
+  json j;
+  j["name"] = op.name;
+  j["region"] = op.region;
+  j["kind"] = std::string(OpKindName(op.kind));
+  j["seq"] = op.seq.has_value() ? json(*op.seq) : json(nullptr);
+  if (op.attn.has_value()) j["attn"] = AttentionJson(*op.attn);
+  json in = json::array();
+  for (const Shape& s : op.shapes.in) in.push_back(ShapeJson(s));
+  j["shapes"] = json{{"in", in}, {"out", ShapeJson(op.shapes.out)}};
+  j["flops"] = json{{"fwd", AffineJson(op.flops.fwd)}, {"bwd", AffineJson(op.flops.bwd)}};
+  j["bytes"] = json{{"fwd", AffineJson(op.bytes.fwd)}, {"bwd", AffineJson(op.bytes.bwd)}};
+  j["saved"] = json{{"bytes", AffineJson(op.saved.bytes)},
+                    {"recompute", std::string(RecomputeClassName(op.saved.recompute))}};
+  j["params"] = op.params;
+  j["expert"] = op.expert.has_value() ? json(*op.expert) : json(nullptr);
+  j["local_mfu"] = op.local_mfu;
+  return j;
+}
+
+// ---- parsing ----
+
+absl::Status ParseAffine(const json& j, const std::string& path, Affine* out) {
+  GEMTB_RETURN_IF_ERROR(OnlyKeys(j, path, {"c", "B", "N", "P"}));
+  *out = Affine{};
+  GEMTB_RETURN_IF_ERROR(GetDouble(j, "c", path, &out->c, false));
+  GEMTB_RETURN_IF_ERROR(GetDouble(j, "B", path, &out->B, false));
+  GEMTB_RETURN_IF_ERROR(GetDouble(j, "N", path, &out->N, false));
+  GEMTB_RETURN_IF_ERROR(GetDouble(j, "P", path, &out->P, false));
+  return absl::OkStatus();
+}
+
+absl::Status ParseShape(const json& j, const std::string& path, Shape* out) {
+  if (!j.is_array()) return Bad(path, absl::StrCat(j.dump(), " is not an array of dims"));
+  out->clear();
+  for (size_t i = 0; i < j.size(); ++i) {
+    Affine dim;
+    if (j[i].is_number()) {
+      dim.c = j[i].get<double>();
+      if (!std::isfinite(dim.c)) return Bad(Index(path, i), "is not finite");
+    } else {
+      GEMTB_RETURN_IF_ERROR(ParseAffine(j[i], Index(path, i), &dim));
+    }
+    out->push_back(dim);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseFwdBwd(const json& j, const std::string& path, FwdBwd* out) {
+  GEMTB_RETURN_IF_ERROR(OnlyKeys(j, path, {"fwd", "bwd"}));
+  if (!j.contains("fwd")) return Bad(Join(path, "fwd"), "required");
+  if (!j.contains("bwd")) return Bad(Join(path, "bwd"), "required");
+  GEMTB_RETURN_IF_ERROR(ParseAffine(j["fwd"], Join(path, "fwd"), &out->fwd));
+  return ParseAffine(j["bwd"], Join(path, "bwd"), &out->bwd);
+}
+
+template <typename E, size_t K>
+absl::Status ParseName(const json& j, std::string_view key, const std::string& path,
+                       const std::pair<E, std::string_view> (&names)[K], E* out) {
+  std::string text;
+  GEMTB_RETURN_IF_ERROR(GetString(j, key, path, &text, true));
+  std::string all;
+  for (const auto& [value, name] : names) {
+    if (text == name) {
+      *out = value;
+      return absl::OkStatus();
+    }
+    absl::StrAppend(&all, all.empty() ? "" : "|", absl::string_view(name.data(), name.size()));
+  }
+  return Bad(Join(path, key), absl::StrCat("'", text, "' is not one of ", all));
+}
+
+absl::Status ParseOptionalIndex(const json& j, std::string_view key, const std::string& path,
+                                int64_t limit, std::optional<int>* out) {
+  const std::string p = Join(path, key);
+  if (!j.contains(key)) return Bad(p, "required (an index or null)");
+  if (j[key].is_null()) {
+    out->reset();
+    return absl::OkStatus();
+  }
+  int64_t v = 0;
+  GEMTB_RETURN_IF_ERROR(GetInt(j, key, path, &v, true, 0));
+  if (v >= limit) return Bad(p, absl::StrCat(v, " is out of range [0, ", limit, ")"));
+  *out = static_cast<int>(v);
+  return absl::OkStatus();
+}
+
+absl::Status ParseMask(const json& j, const std::string& path, AttentionMask* out) {
+  *out = AttentionMask{};
+  if (j.is_string() && j.get<std::string>() == "none") return absl::OkStatus();
+  GEMTB_RETURN_IF_ERROR(OnlyKeys(j, path, {"window", "block", "causal"}));
+  if (j.size() != 1) return Bad(path, absl::StrCat(j.dump(), " must be \"none\" or hold one of window|block|causal"));
+  if (j.contains("window")) {
+    const json& w = j["window"];
+    if (!w.is_array() || w.size() != 2 || !w[0].is_number_integer() || !w[1].is_number_integer() ||
+        w[0].get<int64_t>() < -1 || w[1].get<int64_t>() < -1) {
+      return Bad(Join(path, "window"), absl::StrCat(w.dump(), " is not [left, right] (>= -1)"));
+    }
+    out->kind = AttentionMask::Kind::kWindow;
+    out->left = w[0].get<int64_t>();
+    out->right = w[1].get<int64_t>();
+  } else if (j.contains("block")) {
+    out->kind = AttentionMask::Kind::kBlock;
+    GEMTB_RETURN_IF_ERROR(GetInt(j, "block", path, &out->block, true, 1));
+  } else {
+    if (!j["causal"].is_boolean() || !j["causal"].get<bool>()) {
+      return Bad(Join(path, "causal"), absl::StrCat(j["causal"].dump(), " must be true"));
+    }
+    out->kind = AttentionMask::Kind::kCausal;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseAttention(const json& j, const std::string& path, AttentionSpec* a) {
+  GEMTB_RETURN_IF_ERROR(OnlyKeys(j, path, {"act", "H", "Hkv", "Dqk", "Dv", "mask", "q_tokens",
+                                           "kv_tokens", "scale", "qk_norm", "rope", "broadcast_q"}));
+  GEMTB_RETURN_IF_ERROR(GetString(j, "act", path, &a->act, true));
+  GEMTB_RETURN_IF_ERROR(GetInt(j, "H", path, &a->H, true, 1));
+  GEMTB_RETURN_IF_ERROR(GetInt(j, "Hkv", path, &a->Hkv, true, 1));
+  if (a->H % a->Hkv != 0) return Bad(Join(path, "Hkv"), absl::StrCat(a->Hkv, " does not divide H ", a->H));
+  GEMTB_RETURN_IF_ERROR(GetInt(j, "Dqk", path, &a->Dqk, true, 1));
+  GEMTB_RETURN_IF_ERROR(GetInt(j, "Dv", path, &a->Dv, true, 1));
+  if (!j.contains("mask")) return Bad(Join(path, "mask"), "required");
+  GEMTB_RETURN_IF_ERROR(ParseMask(j["mask"], Join(path, "mask"), &a->mask));
+  GEMTB_RETURN_IF_ERROR(GetInt(j, "q_tokens", path, &a->q_tokens, false, 0));
+  GEMTB_RETURN_IF_ERROR(GetInt(j, "kv_tokens", path, &a->kv_tokens, false, 0));
+  GEMTB_RETURN_IF_ERROR(GetDouble(j, "scale", path, &a->scale, false));
+  GEMTB_RETURN_IF_ERROR(GetBool(j, "qk_norm", path, &a->qk_norm, false));
+  GEMTB_RETURN_IF_ERROR(GetString(j, "rope", path, &a->rope, false));
+  if (a->rope != "none" && a->rope != "position" && a->rope != "log_dt") {
+    return Bad(Join(path, "rope"), absl::StrCat("'", a->rope, "' is not one of none|position|log_dt"));
+  }
+  GEMTB_RETURN_IF_ERROR(GetBool(j, "broadcast_q", path, &a->broadcast_q, false));
+  return absl::OkStatus();
+}
+
+absl::Status CheckPerOpAffine(const Op& op, const std::string& path) {
+  if (op.seq.has_value()) return absl::OkStatus();
+  const std::pair<const char*, const Affine*> all[] = {
+      {"flops.fwd", &op.flops.fwd}, {"flops.bwd", &op.flops.bwd}, {"bytes.fwd", &op.bytes.fwd},
+      {"bytes.bwd", &op.bytes.bwd}, {"saved.bytes", &op.saved.bytes}};
+  for (const auto& [name, a] : all) {
+    if (a->N != 0.0 || a->P != 0.0) {
+      return Bad(Join(path, name), "has N or P terms but the op has no sequence (seq is null)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseOp(const json& j, const std::string& path, const ModelGraph& g, Op* op) {
+  GEMTB_RETURN_IF_ERROR(OnlyKeys(j, path, {"name", "region", "kind", "seq", "attn", "shapes", "flops",
+                                           "bytes", "saved", "params", "expert", "local_mfu"}));
+  GEMTB_RETURN_IF_ERROR(GetString(j, "name", path, &op->name, true));
+  if (op->name.empty()) return Bad(Join(path, "name"), "is empty");
+  GEMTB_RETURN_IF_ERROR(GetString(j, "region", path, &op->region, true));
+  if (op->region.empty()) return Bad(Join(path, "region"), "is empty");
+  GEMTB_RETURN_IF_ERROR(ParseName(j, "kind", path, kKinds, &op->kind));
+  GEMTB_RETURN_IF_ERROR(ParseOptionalIndex(j, "seq", path, static_cast<int64_t>(g.sequences.size()), &op->seq));
+  if (j.contains("attn") && !j["attn"].is_null()) {
+    AttentionSpec a;
+    GEMTB_RETURN_IF_ERROR(ParseAttention(j["attn"], Join(path, "attn"), &a));
+    op->attn = a;
+  }
+  if ((op->kind == OpKind::kAttention) != op->attn.has_value()) {
+    return Bad(Join(path, "attn"), op->attn.has_value() ? "is only for kind attention"
+                                                        : "required for kind attention");
+  }
+  const std::string spath = Join(path, "shapes");
+  if (!j.contains("shapes")) return Bad(spath, "required");
+  GEMTB_RETURN_IF_ERROR(OnlyKeys(j["shapes"], spath, {"in", "out"}));
+  if (!j["shapes"].contains("in") || !j["shapes"]["in"].is_array()) {
+    return Bad(Join(spath, "in"), "required array of shapes");
+  }
+  for (size_t i = 0; i < j["shapes"]["in"].size(); ++i) {
+    Shape s;
+    GEMTB_RETURN_IF_ERROR(ParseShape(j["shapes"]["in"][i], Index(Join(spath, "in"), i), &s));
+    op->shapes.in.push_back(s);
+  }
+  if (!j["shapes"].contains("out")) return Bad(Join(spath, "out"), "required");
+  GEMTB_RETURN_IF_ERROR(ParseShape(j["shapes"]["out"], Join(spath, "out"), &op->shapes.out));
+  for (const char* key : {"flops", "bytes", "saved"}) {
+    if (!j.contains(key)) return Bad(Join(path, key), "required");
+  }
+  GEMTB_RETURN_IF_ERROR(ParseFwdBwd(j["flops"], Join(path, "flops"), &op->flops));
+  GEMTB_RETURN_IF_ERROR(ParseFwdBwd(j["bytes"], Join(path, "bytes"), &op->bytes));
+  const std::string vpath = Join(path, "saved");
+  GEMTB_RETURN_IF_ERROR(OnlyKeys(j["saved"], vpath, {"bytes", "recompute"}));
+  if (!j["saved"].contains("bytes")) return Bad(Join(vpath, "bytes"), "required");
+  GEMTB_RETURN_IF_ERROR(ParseAffine(j["saved"]["bytes"], Join(vpath, "bytes"), &op->saved.bytes));
+  GEMTB_RETURN_IF_ERROR(ParseName(j["saved"], "recompute", vpath, kRecompute, &op->saved.recompute));
+  GEMTB_RETURN_IF_ERROR(GetInt(j, "params", path, &op->params, true, 0));
+  GEMTB_RETURN_IF_ERROR(ParseOptionalIndex(j, "expert", path, g.experts.count, &op->expert));
+  if (op->expert.has_value() && g.experts.count == 1) {
+    return Bad(Join(path, "expert"), absl::StrCat(*op->expert, " but experts.count is 1: must be null"));
+  }
+  GEMTB_RETURN_IF_ERROR(GetBool(j, "local_mfu", path, &op->local_mfu, true));
+  return CheckPerOpAffine(*op, path);
+}
+
+absl::Status ParseTable(const json& j, const std::string& path, GraphTable* t) {
+  GEMTB_RETURN_IF_ERROR(OnlyKeys(j, path, {"name", "rows", "dim", "dtype", "pooling", "features", "optimizer"}));
+  GEMTB_RETURN_IF_ERROR(GetString(j, "name", path, &t->name, true));
+  GEMTB_RETURN_IF_ERROR(GetInt(j, "rows", path, &t->rows, true, 1));
+  GEMTB_RETURN_IF_ERROR(GetInt(j, "dim", path, &t->dim, true, 1));
+  GEMTB_RETURN_IF_ERROR(GetString(j, "dtype", path, &t->dtype, true));
+  if (t->dtype != "fp32" && t->dtype != "fp16" && t->dtype != "bf16") {
+    return Bad(Join(path, "dtype"), absl::StrCat("'", t->dtype, "' is not one of fp32|fp16|bf16"));
+  }
+  GEMTB_RETURN_IF_ERROR(GetString(j, "pooling", path, &t->pooling, true));
+  if (t->pooling != "sum" && t->pooling != "mean" && t->pooling != "weighted_sum" && t->pooling != "none") {
+    return Bad(Join(path, "pooling"),
+               absl::StrCat("'", t->pooling, "' is not one of sum|mean|weighted_sum|none"));
+  }
+  GEMTB_RETURN_IF_ERROR(GetString(j, "optimizer", path, &t->optimizer, true));
+  if (t->optimizer != "sgd" && t->optimizer != "rowwise_adagrad" && t->optimizer != "adam") {
+    return Bad(Join(path, "optimizer"),
+               absl::StrCat("'", t->optimizer, "' is not one of sgd|rowwise_adagrad|adam"));
+  }
+  const std::string fpath = Join(path, "features");
+  if (!j.contains("features") || !j["features"].is_array()) return Bad(fpath, "required array of names");
+  for (size_t i = 0; i < j["features"].size(); ++i) {
+    if (!j["features"][i].is_string()) {
+      return Bad(Index(fpath, i), absl::StrCat(j["features"][i].dump(), " is not a string"));
+    }
+    t->features.push_back(j["features"][i].get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string_view OpKindName(OpKind kind) {
+  for (const auto& [k, name] : kKinds) {
+    if (k == kind) return name;
+  }
+  return "?";
+}
+
+std::string_view RecomputeClassName(RecomputeClass cls) {
+  for (const auto& [c, name] : kRecompute) {
+    if (c == cls) return name;
+  }
+  return "?";
+}
+
+json ToJson(const ModelGraph& g) {
+  json j;
+  j["version"] = g.version;
+  j["config"] = g.config;
+  j["d"] = g.d;
+  json seqs = json::array();
+  for (const GraphSequence& s : g.sequences) seqs.push_back(json{{"j", s.j}, {"Lmax", s.lmax}, {"n_s", s.n_s}});
+  j["sequences"] = seqs;
+  json tables = json::array();
+  for (const GraphTable& t : g.tables) {
+    tables.push_back(json{{"name", t.name}, {"rows", t.rows}, {"dim", t.dim}, {"dtype", t.dtype},
+                          {"pooling", t.pooling}, {"features", t.features}, {"optimizer", t.optimizer}});
+  }
+  j["tables"] = tables;
+  j["experts"] = json{{"count", g.experts.count}, {"shard_group", g.experts.shard_group}};
+  json ops = json::array();
+  for (const Op& op : g.ops) ops.push_back(OpJson(op));
+  j["ops"] = ops;
+  return j;
+}
+
+std::string ToJsonText(const ModelGraph& g) {
+  // One top-level key per line and one table / op per line: diffable and still compact for the
+  // ~1,600 ops of gem-scale.
+  const json j = ToJson(g);
+  std::string out = "{\n";
+  bool first = true;
+  for (const auto& item : j.items()) {
+    absl::StrAppend(&out, first ? "" : ",\n", "  ", json(item.key()).dump(), ": ");
+    first = false;
+    if (item.value().is_array() && !item.value().empty() && item.value()[0].is_object()) {
+      out += "[\n";
+      for (size_t i = 0; i < item.value().size(); ++i) {
+        absl::StrAppend(&out, "    ", item.value()[i].dump(), i + 1 < item.value().size() ? ",\n" : "\n");
+      }
+      out += "  ]";
+    } else {
+      out += item.value().dump();
+    }
+  }
+  out += "\n}\n";
+  return out;
+}
+
+absl::StatusOr<ModelGraph> ParseModelJson(const json& j, std::string_view json_path) {
+  const std::string path(json_path);
+  GEMTB_RETURN_IF_ERROR(OnlyKeys(j, path, {"version", "config", "d", "sequences", "tables", "experts", "ops"}));
+  ModelGraph g;
+  int64_t version = 0;
+  GEMTB_RETURN_IF_ERROR(GetInt(j, "version", path, &version, true));
+  if (version != 1) return Bad(Join(path, "version"), absl::StrCat(version, " is not supported (1)"));
+  g.version = 1;
+  GEMTB_RETURN_IF_ERROR(GetString(j, "config", path, &g.config, true));
+  GEMTB_RETURN_IF_ERROR(GetInt(j, "d", path, &g.d, true, 1));
+  const std::string qpath = Join(path, "sequences");
+  if (!j.contains("sequences") || !j["sequences"].is_array()) return Bad(qpath, "required array");
+  for (size_t i = 0; i < j["sequences"].size(); ++i) {
+    const std::string p = Index(qpath, i);
+    const json& sj = j["sequences"][i];
+    GEMTB_RETURN_IF_ERROR(OnlyKeys(sj, p, {"j", "Lmax", "n_s"}));
+    int64_t index = 0;
+    GraphSequence s;
+    GEMTB_RETURN_IF_ERROR(GetInt(sj, "j", p, &index, true));
+    if (index != static_cast<int64_t>(i)) return Bad(Join(p, "j"), absl::StrCat(index, " != its position ", i));
+    s.j = static_cast<int>(i);
+    GEMTB_RETURN_IF_ERROR(GetInt(sj, "Lmax", p, &s.lmax, true, 1));
+    GEMTB_RETURN_IF_ERROR(GetInt(sj, "n_s", p, &s.n_s, true, 0));
+    g.sequences.push_back(s);
+  }
+  const std::string tpath = Join(path, "tables");
+  if (!j.contains("tables") || !j["tables"].is_array()) return Bad(tpath, "required array");
+  std::set<std::string> table_names;
+  for (size_t i = 0; i < j["tables"].size(); ++i) {
+    GraphTable t;
+    GEMTB_RETURN_IF_ERROR(ParseTable(j["tables"][i], Index(tpath, i), &t));
+    if (!table_names.insert(t.name).second) {
+      return Bad(Join(Index(tpath, i), "name"), absl::StrCat("'", t.name, "' is used twice"));
+    }
+    g.tables.push_back(std::move(t));
+  }
+  const std::string epath = Join(path, "experts");
+  if (!j.contains("experts")) return Bad(epath, "required");
+  GEMTB_RETURN_IF_ERROR(OnlyKeys(j["experts"], epath, {"count", "shard_group"}));
+  GEMTB_RETURN_IF_ERROR(GetInt(j["experts"], "count", epath, &g.experts.count, true, 1));
+  GEMTB_RETURN_IF_ERROR(GetInt(j["experts"], "shard_group", epath, &g.experts.shard_group, true, 1));
+  const std::string opath = Join(path, "ops");
+  if (!j.contains("ops") || !j["ops"].is_array()) return Bad(opath, "required array");
+  std::set<std::string> op_names;
+  for (size_t i = 0; i < j["ops"].size(); ++i) {
+    Op op;
+    const std::string p = Index(opath, i);
+    GEMTB_RETURN_IF_ERROR(ParseOp(j["ops"][i], p, g, &op));
+    if (!op_names.insert(op.name).second) {
+      return Bad(Join(p, "name"), absl::StrCat("'", op.name, "' is used twice"));
+    }
+    g.ops.push_back(std::move(op));
+  }
+  return g;
+}
+
+absl::StatusOr<ModelGraph> ParseModelJsonText(std::string_view text, std::string_view json_path) {
+  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(absl::string_view(json_path.data(), json_path.size()), ": not valid JSON"));
+  }
+  return ParseModelJson(j, json_path);
+}
+
+}  // namespace gemtb::model
