@@ -21,7 +21,7 @@ int64_t PairsUnderMask(const AttentionMask& mask, int64_t tokens) {
     case AttentionMask::Kind::kNone:
       return L * L;
     case AttentionMask::Kind::kBlock: {
-      const int64_t n = std::max<int64_t>(mask.block, 1);
+      const int64_t n = std::clamp<int64_t>(mask.block, 1, L);  // a block past the end holds all
       const int64_t full = L / n, rest = L % n;
       return full * n * n + rest * rest;
     }

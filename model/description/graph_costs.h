@@ -12,7 +12,8 @@
 namespace gemtb::model {
 
 // Pairs (query, key) of one sample's self-attention over `tokens` = l + n_s tokens (Lq = Lk, so
-// both alignments agree) that the mask keeps (spec/attention.md §2, §10). O(1).
+// both alignments agree) that the mask keeps (spec/attention.md §2, §10). O(1); exact for
+// tokens < 2^31.
 int64_t PairsUnderMask(const AttentionMask& mask, int64_t tokens);
 
 // P of an op for one sample whose sequence has `tokens` tokens: pairs under its mask when it is a

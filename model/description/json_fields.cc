@@ -37,7 +37,7 @@ absl::Status OnlyKeys(const json& j, std::string_view path,
 }
 
 absl::Status GetInt(const json& j, std::string_view key, std::string_view path, int64_t* out,
-                    bool required, int64_t min_value) {
+                    bool required, int64_t min_value, int64_t max_value) {
   const std::string p = Join(path, key);
   auto it = j.find(key);
   if (it == j.end()) return required ? Bad(p, "required") : absl::OkStatus();
@@ -48,6 +48,7 @@ absl::Status GetInt(const json& j, std::string_view key, std::string_view path, 
   }
   const int64_t v = it->get<int64_t>();
   if (v < min_value) return Bad(p, absl::StrCat(v, " is below the minimum ", min_value));
+  if (v > max_value) return Bad(p, absl::StrCat(v, " is above the maximum ", max_value));
   *out = v;
   return absl::OkStatus();
 }

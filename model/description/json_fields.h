@@ -25,7 +25,8 @@ absl::Status OnlyKeys(const nlohmann::json& j, std::string_view path,
 
 // Readers: a missing key is an error when `required`, else the destination keeps its value.
 absl::Status GetInt(const nlohmann::json& j, std::string_view key, std::string_view path,
-                    int64_t* out, bool required, int64_t min_value = INT64_MIN);
+                    int64_t* out, bool required, int64_t min_value = INT64_MIN,
+                    int64_t max_value = INT64_MAX);
 absl::Status GetInt32(const nlohmann::json& j, std::string_view key, std::string_view path,
                       int* out, bool required, int min_value = INT32_MIN);
 absl::Status GetDouble(const nlohmann::json& j, std::string_view key, std::string_view path,

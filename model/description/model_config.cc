@@ -1,6 +1,7 @@
 // Parsing and validation of model/configs/<name>.json into ModelConfig (spec §4 table).
 #include "model/description/model_config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <set>
@@ -27,6 +28,13 @@ using json_fields::Index;
 using json_fields::Join;
 using json_fields::OnlyKeys;
 using nlohmann::json;
+
+// Caps that keep every derived size (n_z, head width, products) far inside int64 before the
+// double-precision check of CheckSizesFit.
+constexpr int64_t kMaxWidth = int64_t{1} << 16;  // d, table dims, heads
+constexpr int64_t kMaxSize = int64_t{1} << 24;   // token counts, lengths, widths, layers
+constexpr int64_t kMaxRows = int64_t{1} << 44;   // table rows
+constexpr size_t kMaxSequences = size_t{1} << 12;
 
 absl::Status GetDtype(const json& j, const std::string& path, ElementType* out) {
   return GetEnum<ElementType>(j, "dtype", path,
@@ -86,7 +94,7 @@ absl::Status ParseTables(const json& root, ModelConfig* config,
     const json& dj = root["table_defaults"];
     const std::string path = "table_defaults";
     GEMTB_RETURN_IF_ERROR(OnlyKeys(dj, path, {"dim", "dtype", "pooling", "hashing", "optimizer"}));
-    GEMTB_RETURN_IF_ERROR(GetInt(dj, "dim", path, &defaults.dim, false));
+    GEMTB_RETURN_IF_ERROR(GetInt(dj, "dim", path, &defaults.dim, false, 1, kMaxWidth));
     GEMTB_RETURN_IF_ERROR(GetDtype(dj, path, &defaults.dtype));
     GEMTB_RETURN_IF_ERROR(GetPooling(dj, path, &defaults.pooling));
     GEMTB_RETURN_IF_ERROR(GetHashing(dj, path, &defaults.hashing));
@@ -106,8 +114,8 @@ absl::Status ParseTables(const json& root, ModelConfig* config,
     if (spec.name.empty()) return Bad(Join(path, "name"), "is empty");
     int64_t count = 1;
     GEMTB_RETURN_IF_ERROR(GetCount(tj, path, &count));
-    GEMTB_RETURN_IF_ERROR(GetInt(tj, "rows", path, &spec.rows, true, 1));
-    GEMTB_RETURN_IF_ERROR(GetInt(tj, "dim", path, &spec.dim, false));
+    GEMTB_RETURN_IF_ERROR(GetInt(tj, "rows", path, &spec.rows, true, 1, kMaxRows));
+    GEMTB_RETURN_IF_ERROR(GetInt(tj, "dim", path, &spec.dim, false, 1, kMaxWidth));
     if (spec.dim != config->d) {
       return Bad(Join(path, "dim"),
                  absl::StrCat(spec.dim, " != d ", config->d, " (every table feeds d-wide tokens)"));
@@ -168,7 +176,7 @@ absl::Status ParseFeatures(const json& root, const std::map<std::string, TableGr
                               group->second.count, " tables (must be equal, or the table single)"));
     }
     SparseFeatureSpec spec;
-    GEMTB_RETURN_IF_ERROR(GetInt(fj, "max_len", path, &spec.max_len, true, 1));
+    GEMTB_RETURN_IF_ERROR(GetInt(fj, "max_len", path, &spec.max_len, true, 1, kMaxSize));
     for (int64_t i = 0; i < count; ++i) {
       spec.name = GroupMember(name, count, i);
       spec.table_index = group->second.first + (group->second.count == 1 ? 0 : static_cast<int>(i));
@@ -203,7 +211,7 @@ absl::Status ParseSequences(const json& root, ModelConfig* config) {
     if (name.empty()) return Bad(Join(path, "name"), "is empty");
     int64_t count = 1;
     GEMTB_RETURN_IF_ERROR(GetCount(sj, path, &count));
-    GEMTB_RETURN_IF_ERROR(GetInt(sj, "Lmax", path, &spec.lmax, true, 1));
+    GEMTB_RETURN_IF_ERROR(GetInt(sj, "Lmax", path, &spec.lmax, true, 1, kMaxSize));
     GEMTB_RETURN_IF_ERROR(GetString(sj, "item_table", path, &spec.item_table, true));
     GEMTB_RETURN_IF_ERROR(GetString(sj, "action_table", path, &spec.action_table, true));
     GEMTB_RETURN_IF_ERROR(GetString(sj, "dt_table", path, &spec.dt_table, true));
@@ -225,10 +233,10 @@ absl::Status ParseSequences(const json& root, ModelConfig* config) {
     if (aj.size() != 1) return Bad(apath, absl::StrCat(aj.dump(), " must hold exactly one of window|block"));
     if (aj.contains("window")) {
       spec.attention = SeqAttentionKind::kWindow;
-      GEMTB_RETURN_IF_ERROR(GetInt(aj, "window", apath, &spec.window, true, 0));
+      GEMTB_RETURN_IF_ERROR(GetInt(aj, "window", apath, &spec.window, true, 0, kMaxSize));
     } else {
       spec.attention = SeqAttentionKind::kBlock;
-      GEMTB_RETURN_IF_ERROR(GetInt(aj, "block", apath, &spec.block, true, 1));
+      GEMTB_RETURN_IF_ERROR(GetInt(aj, "block", apath, &spec.block, true, 1, kMaxSize));
     }
     GEMTB_RETURN_IF_ERROR(GetEnum<AttentionAct>(
         sj, "act", path, {{"silu", AttentionAct::kSilu}, {"softmax", AttentionAct::kSoftmax}},
@@ -242,6 +250,9 @@ absl::Status ParseSequences(const json& root, ModelConfig* config) {
       if (!names.insert(spec.name).second) {
         return Bad(Join(path, "name"), absl::StrCat("'", spec.name, "' is used twice"));
       }
+      if (config->sequences.size() >= kMaxSequences) {
+        return Bad(Join(path, "count"), absl::StrCat("more than ", kMaxSequences, " sequences"));
+      }
       config->sequences.push_back(spec);
     }
   }
@@ -254,30 +265,30 @@ absl::Status ParseArch(const json& root, ModelConfig* config) {
   const json& aj = root["arch"];
   GEMTB_RETURN_IF_ERROR(OnlyKeys(aj, path, {"n_x", "n_s", "k_p", "K_r", "wukong", "f", "L", "compskip"}));
   ArchSpec& a = config->arch;
-  GEMTB_RETURN_IF_ERROR(GetInt(aj, "n_x", path, &a.n_x, true, 1));
-  GEMTB_RETURN_IF_ERROR(GetInt(aj, "n_s", path, &a.n_s, true, 1));
-  GEMTB_RETURN_IF_ERROR(GetInt(aj, "k_p", path, &a.k_p, true, 0));
-  GEMTB_RETURN_IF_ERROR(GetInt(aj, "K_r", path, &a.k_r, true, 0));
-  GEMTB_RETURN_IF_ERROR(GetInt(aj, "f", path, &a.f, true, 1));
-  GEMTB_RETURN_IF_ERROR(GetInt(aj, "L", path, &a.layers, true, 1));
+  GEMTB_RETURN_IF_ERROR(GetInt(aj, "n_x", path, &a.n_x, true, 1, kMaxSize));
+  GEMTB_RETURN_IF_ERROR(GetInt(aj, "n_s", path, &a.n_s, true, 1, kMaxSize));
+  GEMTB_RETURN_IF_ERROR(GetInt(aj, "k_p", path, &a.k_p, true, 0, kMaxSize));
+  GEMTB_RETURN_IF_ERROR(GetInt(aj, "K_r", path, &a.k_r, true, 0, kMaxSize));
+  GEMTB_RETURN_IF_ERROR(GetInt(aj, "f", path, &a.f, true, 1, kMaxSize));
+  GEMTB_RETURN_IF_ERROR(GetInt(aj, "L", path, &a.layers, true, 1, kMaxSize));
   GEMTB_RETURN_IF_ERROR(GetBool(aj, "compskip", path, &a.compskip, false));
   const std::string wpath = "arch.wukong";
   if (!aj.contains("wukong")) return Bad(wpath, "required");
   const json& wj = aj["wukong"];
   GEMTB_RETURN_IF_ERROR(OnlyKeys(wj, wpath, {"k", "n_F", "n_L", "H", "experts"}));
   WukongSpec& w = a.wukong;
-  GEMTB_RETURN_IF_ERROR(GetInt(wj, "k", wpath, &w.k, true, 1));
-  GEMTB_RETURN_IF_ERROR(GetInt(wj, "n_F", wpath, &w.n_f, true, 0));
-  GEMTB_RETURN_IF_ERROR(GetInt(wj, "n_L", wpath, &w.n_l, true, 0));
-  GEMTB_RETURN_IF_ERROR(GetInt(wj, "H", wpath, &w.hidden, true, 1));
+  GEMTB_RETURN_IF_ERROR(GetInt(wj, "k", wpath, &w.k, true, 1, kMaxSize));
+  GEMTB_RETURN_IF_ERROR(GetInt(wj, "n_F", wpath, &w.n_f, true, 0, kMaxSize));
+  GEMTB_RETURN_IF_ERROR(GetInt(wj, "n_L", wpath, &w.n_l, true, 0, kMaxSize));
+  GEMTB_RETURN_IF_ERROR(GetInt(wj, "H", wpath, &w.hidden, true, 1, kMaxSize));
   if (w.n_f + w.n_l != a.n_x) {
     return Bad(Join(wpath, "n_F"), absl::StrCat(w.n_f, " + n_L ", w.n_l, " != n_x ", a.n_x));
   }
   if (wj.contains("experts")) {
     const std::string epath = "arch.wukong.experts";
     GEMTB_RETURN_IF_ERROR(OnlyKeys(wj["experts"], epath, {"count", "shard_group"}));
-    GEMTB_RETURN_IF_ERROR(GetInt(wj["experts"], "count", epath, &w.experts.count, true, 1));
-    GEMTB_RETURN_IF_ERROR(GetInt(wj["experts"], "shard_group", epath, &w.experts.shard_group, false, 1));
+    GEMTB_RETURN_IF_ERROR(GetInt(wj["experts"], "count", epath, &w.experts.count, true, 1, kMaxSize));
+    GEMTB_RETURN_IF_ERROR(GetInt(wj["experts"], "shard_group", epath, &w.experts.shard_group, false, 1, kMaxSize));
     if (w.hidden % w.experts.count != 0) {
       return Bad(Join(epath, "count"),
                  absl::StrCat(w.experts.count, " does not divide H ", w.hidden));
@@ -351,6 +362,44 @@ absl::Status ParseHead(const json& root, ModelConfig* config) {
   return absl::OkStatus();
 }
 
+// Every count the expansion forms (params, per-sample FLOPs, sparse rows * dim) must stay exact in
+// int64 and double: bound the largest products by 2^52 in floating point before anything multiplies
+// in integers.
+absl::Status CheckSizesFit(const ModelConfig& c) {
+  constexpr double kLimit = 4503599627370496.0;  // 2^52
+  const double d = static_cast<double>(c.d);
+  const double n_z = static_cast<double>(c.InteractionTokens());
+  const double k = static_cast<double>(c.arch.wukong.k);
+  const double h = static_cast<double>(c.arch.wukong.hidden);
+  const double fd = static_cast<double>(c.arch.f) * d;
+  double sparse = 0;
+  for (const TableSpec& t : c.tables) sparse += static_cast<double>(t.rows) * static_cast<double>(t.dim);
+  double head = 0;
+  for (size_t i = 0; i + 1 < c.head.widths.size(); ++i) {
+    head += static_cast<double>(c.head.widths[i]) * static_cast<double>(c.head.widths[i + 1]);
+  }
+  double lmax = 0;
+  for (const SequenceSpec& s : c.sequences) lmax = std::max(lmax, static_cast<double>(s.lmax));
+  const std::pair<const char*, double> sizes[] = {
+      {"tables: sum of rows * dim", sparse},
+      {"arch.wukong: n_z * k * H", n_z * k * h},
+      {"arch.wukong: H * n_F * d", h * static_cast<double>(c.arch.wukong.n_f) * d},
+      {"arch.wukong: n_z * k * d", n_z * k * d},
+      {"arch: L * J * f * d * d", static_cast<double>(c.arch.layers) *
+                                       static_cast<double>(c.sequences.size() + 1) * fd * d},
+      {"sequences: Lmax^2 * d", lmax * lmax * d},
+      {"features: F * n_x * d", static_cast<double>(c.features.size() + c.dense.n_d) *
+                                    static_cast<double>(c.arch.n_x) * d},
+      {"dense: m * n_d * d", static_cast<double>(c.dense.m) * static_cast<double>(c.dense.n_d) * d},
+      {"head.widths: sum of products", head}};
+  for (const auto& [what, value] : sizes) {
+    if (!(value < kLimit)) {
+      return Bad(what, absl::StrCat(value, " exceeds 2^52: the model is too large to count exactly"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const json& root) {
@@ -362,9 +411,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const json& root) {
   if (config.version != 1) return Bad("version", absl::StrCat(config.version, " is not supported (1)"));
   GEMTB_RETURN_IF_ERROR(GetString(root, "name", "", &config.name, true));
   if (config.name.empty()) return Bad("name", "is empty");
-  GEMTB_RETURN_IF_ERROR(GetInt(root, "d", "", &config.d, true, 4));
+  GEMTB_RETURN_IF_ERROR(GetInt(root, "d", "", &config.d, true, 4, kMaxWidth));
   if (config.d % 4 != 0) return Bad("d", absl::StrCat(config.d, " is not a multiple of 4"));
-  GEMTB_RETURN_IF_ERROR(GetInt(root, "heads", "", &config.heads, true, 1));
+  GEMTB_RETURN_IF_ERROR(GetInt(root, "heads", "", &config.heads, true, 1, kMaxWidth));
   if (config.d % (2 * config.heads) != 0) {
     return Bad("heads", absl::StrCat(config.heads, " does not split d ", config.d,
                                      " into even head dims (RoPE rotates pairs)"));
@@ -374,8 +423,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const json& root) {
   GEMTB_RETURN_IF_ERROR(ParseFeatures(root, groups, &config));
   if (!root.contains("dense")) return Bad("dense", "required");
   GEMTB_RETURN_IF_ERROR(OnlyKeys(root["dense"], "dense", {"m", "n_d"}));
-  GEMTB_RETURN_IF_ERROR(GetInt(root["dense"], "m", "dense", &config.dense.m, true, 0));
-  GEMTB_RETURN_IF_ERROR(GetInt(root["dense"], "n_d", "dense", &config.dense.n_d, true, 0));
+  GEMTB_RETURN_IF_ERROR(GetInt(root["dense"], "m", "dense", &config.dense.m, true, 0, kMaxSize));
+  GEMTB_RETURN_IF_ERROR(GetInt(root["dense"], "n_d", "dense", &config.dense.n_d, true, 0, kMaxSize));
   if ((config.dense.m == 0) != (config.dense.n_d == 0)) {
     return Bad("dense.n_d", absl::StrCat(config.dense.n_d, " with m ", config.dense.m,
                                          " (both zero or both positive)"));
@@ -387,6 +436,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const json& root) {
   GEMTB_RETURN_IF_ERROR(ParseArch(root, &config));
   GEMTB_RETURN_IF_ERROR(ParseTasks(root, &config));
   GEMTB_RETURN_IF_ERROR(ParseHead(root, &config));
+  GEMTB_RETURN_IF_ERROR(CheckSizesFit(config));
   return config;
 }
 

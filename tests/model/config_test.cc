@@ -129,6 +129,15 @@ TEST(ModelConfig, ErrorsNamePathAndValue) {
   bad["tables"][0]["dim"] = 16;
   EXPECT_EQ(ErrorOf(bad), "tables[0].dim: 16 != d 32 (every table feeds d-wide tokens)");
 
+  bad = j;
+  bad["d"] = 1 << 20;
+  EXPECT_EQ(ErrorOf(bad), "d: 1048576 is above the maximum 65536");
+
+  bad = j;
+  bad["arch"]["wukong"]["H"] = 1 << 24;
+  bad["arch"]["wukong"]["k"] = 1 << 24;
+  EXPECT_NE(ErrorOf(bad).find("arch.wukong: n_z * k * H: "), std::string::npos) << ErrorOf(bad);
+
   EXPECT_FALSE(ParseModelConfigText("{").ok());
   EXPECT_FALSE(LoadModelConfig("no-such-config").ok());
 }
