@@ -18,6 +18,9 @@
 #   --baseline          also time the mma.sync forward alone (forward only), for the notes
 #   --peer-timeout S    seconds for the peer script at most (default 300)
 #   --forward-kernel K  auto | mma_sync | hopper (default auto)
+#   --ncu a,b           also profile the forward kernel of these cases once with Nsight Compute
+#                       (speed of light, warp stall reasons; clocks left as they are)
+#   --peer-timeout 0 skips the peers (then there is no ratio table).
 # Writes under $OUT (8 files, the most a call brings back): summary.txt (with the ratio table),
 # build.log, run.log, bench_attention.json, peers.json, ratio.json, check.json, lengths.tgz.
 # Exit status: 0 all ran and the check passed, 1 something failed, 2 the build failed.
@@ -32,6 +35,7 @@ cases=""
 baseline=0
 peer_timeout=300
 forward_kernel=auto
+ncu_cases=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --check-cases) check_cases=$2; shift 2 ;;
@@ -41,6 +45,7 @@ while [ $# -gt 0 ]; do
     --baseline) baseline=1; shift ;;
     --peer-timeout) peer_timeout=$2; shift 2 ;;
     --forward-kernel) forward_kernel=$2; shift 2 ;;
+    --ncu) ncu_cases=$2; shift 2 ;;
     *) echo "bench_gpu: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -125,7 +130,7 @@ cp "$lengths/bench_attention.json" "$out/" 2>/dev/null
 tar -czf "$out/lengths.tgz" -C "$lengths" . 2>/dev/null
 
 # --- 4. peers on the same lengths, same call ------------------------------------------------------
-if [ -f .peers/torch_peers.py ] && [ -f "$lengths/bench_attention.json" ]; then
+if [ "$peer_timeout" -gt 0 ] && [ -f .peers/torch_peers.py ] && [ -f "$lengths/bench_attention.json" ]; then
   stage "peers: torch_peers.py --lengths (timeout $(limit "$peer_timeout") s)"
   peer_cases=()
   [ -n "$cases" ] && IFS=, read -r -a peer_cases <<< "$cases"
@@ -169,6 +174,19 @@ EOF
 else
   stage "peers skipped (.peers/torch_peers.py or bench results missing)"
 fi
+
+# --- 4b. Nsight Compute on the forward kernel ------------------------------------------------------
+for c in ${ncu_cases//,/ }; do
+  stage "ncu: forward kernel of $c"
+  timeout "$(limit 90)" ncu --clock-control none --kernel-name regex:Forward --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis --section LaunchStats \
+    "$gemtb" bench attention --out-dir /tmp/gemtb-ncu --cases "$c" --forward-only --no-compare --reps 1 \
+    --warmup 0 > /tmp/ncu.log 2>&1
+  grep -E "Duration|Throughput|Pipe|Stall|Issue|Warp Cycles|Registers|Achieved|Eligible|Executed Ipc|L2 Hit|L1/TEX Hit|Mem Busy|Max Bandwidth" \
+    /tmp/ncu.log | head -60 | sed 's/^/   /' | tee -a "$out/summary.txt"
+  cat /tmp/ncu.log >> "$out/run.log"
+done
 
 # --- 5. gemtb check attention ---------------------------------------------------------------------
 if [ "$check_cases" -gt 0 ]; then

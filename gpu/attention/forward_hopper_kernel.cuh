@@ -16,6 +16,7 @@
 #define GEMTB_GPU_ATTENTION_FORWARD_HOPPER_KERNEL_CUH_
 
 #include <climits>
+#include <type_traits>
 
 #include "gpu/attention/activation.cuh"
 #include "gpu/attention/mask.cuh"
@@ -29,7 +30,7 @@ namespace gemtb::gpu {
 struct HopperForwardSmem {
   static constexpr uint32_t kQBytes = kHopperBlockM * kHopperHeadDim * 2;
   static constexpr uint32_t kKvBytes = kHopperBlockN * kHopperHeadDim * 2;
-  static constexpr int kStages = 2;
+  static constexpr int kStages = 4;
   // 1024 bytes of slack to align the tiles to the swizzle pattern's 1024-byte period.
   static constexpr size_t kBytes = 1024 + kQBytes + kStages * 2 * kKvBytes;
 };
@@ -54,11 +55,72 @@ __device__ __forceinline__ void HopperLoadRows(uint32_t dst, int tile_rows, cons
   }
 }
 
+// Online softmax in the log2 domain for one thread's two rows (g, g+8) of a 64-key step: scores
+// are scaled by pre*log2(e) once, so each probability is one ex2 (the SFU's native exp). Same
+// FlashAttention order as softmax.cuh (max, unnormalised exp, fp32 row sums, rescale factor).
+struct Log2Softmax {
+  float m[2] = {-INFINITY, -INFINITY};  // running max of the log2-scaled scores
+  float l[2] = {0.f, 0.f};              // this lane's partial row sums
+
+  // `s` holds log2-scaled scores (-inf where masked); replaces them by exp2(s - m_new).
+  template <int kTiles>
+  __device__ __forceinline__ void Step(float (&s)[kTiles][4], float (&rescale)[2]) {
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kTiles; ++n) {
+      tile_max[0] = fmaxf(tile_max[0], fmaxf(s[n][0], s[n][1]));
+      tile_max[1] = fmaxf(tile_max[1], fmaxf(s[n][2], s[n][3]));
+    }
+    float m_use[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(m[r], QuadMax(tile_max[r]));
+      rescale[r] = m[r] == -INFINITY ? 0.f : Exp2(m[r] - m_new);
+      m_use[r] = m_new == -INFINITY ? 0.f : m_new;
+      m[r] = m_new;
+    }
+    float sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n = 0; n < kTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = Exp2(s[n][e] - m_use[e >> 1]);
+        sum[e >> 1] += s[n][e];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * rescale[r] + sum[r];
+  }
+
+  // Row sums (0: no valid key) and LSE = ln(2) * (m + log2(l)) in natural-log units.
+  __device__ __forceinline__ void Finish(float (&row_sum)[2], float (&lse)[2]) const {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_sum[r] = QuadSum(l[r]);
+      lse[r] = row_sum[r] > 0.f ? (m[r] + log2f(row_sum[r])) * 0.69314718055994530942f : -INFINITY;
+    }
+  }
+
+  static __device__ __forceinline__ float Exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+  }
+};
+
+// gelu_tanh(x) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3), the identity
+// 0.5 (1 + tanh(u)) = sigmoid(2u) with the SFU's exp and reciprocal (tanhf is far slower).
+__device__ __forceinline__ float FastGeluTanh(float x) {
+  const float u = kSqrt2OverPi * (x + kGeluTanhA * x * x * x);
+  return __fdividef(x, 1.f + __expf(-2.f * u));
+}
+
 template <ElementType E>
 __global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const ForwardParams p) {
   constexpr int D = kHopperHeadDim;
   constexpr int BM = kHopperBlockM;
   constexpr int BN = kHopperBlockN;
+  constexpr int kStages = HopperForwardSmem::kStages;
   using Smem = HopperForwardSmem;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ int s_full_lo, s_full_hi;
@@ -79,18 +141,23 @@ __global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const F
   const LaneCoords ln = Lane();
   const int64_t q_stride = static_cast<int64_t>(pr.heads) * D;
   const int64_t kv_stride = static_cast<int64_t>(pr.kv_heads) * D;
-  const bool softmax = pr.options.act == Activation::kSoftmax;
-  const bool silu = pr.options.act == Activation::kSilu;
+  const Activation act = pr.options.act;
+  const bool softmax = act == Activation::kSoftmax;
+  const float score_scale = softmax ? pr.pre_scale * 1.44269504088896340736f : pr.pre_scale;
 
   const int q_rows = min(BM, seq.lq - tile.i0);
-  HopperLoadRows(sq, BM, pr.q + (seq.q_begin + tile.i0) * q_stride + h * D, q_stride, q_rows, pr.q);
-  const auto load_kv = [&](int stage, int j0) {
+  const int steps = (tile.k_hi - tile.k_lo + BN - 1) / BN;
+  const auto load_kv = [&](int step) {
+    const int j0 = tile.k_lo + step * BN;
     const int64_t offset = (seq.kv_begin + j0) * kv_stride + hk * D;
     const int rows = min(BN, tile.k_hi - j0);
-    HopperLoadRows(sk(stage), BN, pr.k + offset, kv_stride, rows, pr.k);
-    HopperLoadRows(sv(stage), BN, pr.v + offset, kv_stride, rows, pr.v);
+    HopperLoadRows(sk(step % kStages), BN, pr.k + offset, kv_stride, rows, pr.k);
+    HopperLoadRows(sv(step % kStages), BN, pr.v + offset, kv_stride, rows, pr.v);
   };
-  load_kv(0, tile.k_lo);
+  HopperLoadRows(sq, BM, pr.q + (seq.q_begin + tile.i0) * q_stride + h * D, q_stride, q_rows, pr.q);
+  load_kv(0);
+  wgmma::CpAsyncCommit();
+  if (steps > 1) load_kv(1);
   wgmma::CpAsyncCommit();
 
   // Rows of this thread (c0/c1 and c2/c3 of every accumulator tile) and their key ranges; the
@@ -113,42 +180,36 @@ __global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const F
       }
     }
   }
+  wgmma::CpAsyncWait<1>();  // Q and K/V step 0 (step 1 may still be in flight)
+  wgmma::FenceProxyAsync();
   __syncthreads();
   const int full_lo = s_full_lo;
   const int full_hi = s_full_hi;
 
-  OnlineSoftmax<BN / 8> online;
+  // S of one step for this warpgroup's 64 rows: 8 k-steps over the head dim; k-step kk reads column
+  // block kk/4 of the swizzled tiles, 32 bytes per 16 elements within it.
+  const auto issue_scores = [&](int step, float (&s)[32]) {
+    const uint32_t k_tile = sk(step % kStages);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t a = sq + static_cast<uint32_t>((kk >> 2) * BM * 128 + wg * 64 * 128 + (kk & 3) * 32);
+      const uint32_t b = k_tile + static_cast<uint32_t>((kk >> 2) * BN * 128 + (kk & 3) * 32);
+      wgmma::MmaSS64<E>(s, wgmma::SwizzledDescriptor(a, 16, 1024), wgmma::SwizzledDescriptor(b, 16, 1024),
+                        kk > 0 ? 1u : 0u);
+    }
+  };
+
+  Log2Softmax online;
   float acc[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-  const int steps = (tile.k_hi - tile.k_lo + BN - 1) / BN;
-  for (int step = 0; step < steps; ++step) {
+
+  // P = act(S) (or the softmax's exp) of one step, rounded to the input type as the register A
+  // operand of O += P V; `rescale` is the softmax's factor for O (1 for pointwise acts).
+  uint32_t pa[BN / 16][4];
+  float rescale[2] = {1.f, 1.f};
+  const auto scores_to_p = [&](int step, float (&s)[32]) {
     const int j0 = tile.k_lo + step * BN;
-    const int stage = step & 1;
-    if (step + 1 < steps) {
-      load_kv(stage ^ 1, j0 + BN);
-      wgmma::CpAsyncCommit();
-      wgmma::CpAsyncWait<1>();
-    } else {
-      wgmma::CpAsyncWait<0>();
-    }
-    wgmma::FenceProxyAsync();
-    __syncthreads();
-
-    float s[64];
-    wgmma::Fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      // k-step kk: column block kk/4 of the 64-wide swizzled blocks, 32 bytes per 16 elements in it.
-      const uint32_t a = sq + static_cast<uint32_t>((kk >> 2) * BM * 128 + wg * 64 * 128 + (kk & 3) * 32);
-      const uint32_t b = sk(stage) + static_cast<uint32_t>((kk >> 2) * BN * 128 + (kk & 3) * 32);
-      wgmma::MmaSS<E>(s, wgmma::SwizzledDescriptor(a, 16, 1024), wgmma::SwizzledDescriptor(b, 16, 1024),
-                      kk > 0 ? 1u : 0u);
-    }
-    wgmma::Commit();
-    wgmma::Wait<0>();
-    wgmma::FenceRegisters(s);
-
     float(&s4)[BN / 8][4] = *reinterpret_cast<float(*)[BN / 8][4]>(&s);
     const bool masked = !(j0 >= full_lo && j0 + BN <= full_hi);
     if (softmax) {
@@ -156,13 +217,70 @@ __global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const F
       for (int n = 0; n < BN / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float x = s4[n][e] * pr.pre_scale;
+          const float x = s4[n][e] * score_scale;
           const int j = j0 + n * 8 + 2 * ln.t + (e & 1);
           s4[n][e] = (masked && !Contains(keys[e >> 1], j)) ? -INFINITY : x;
         }
       }
-      float rescale[2];
       online.Step(s4, rescale);
+    } else {
+#pragma unroll
+      for (int n = 0; n < BN / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float x = s4[n][e] * score_scale;
+          float y;
+          if (act == Activation::kSilu) {
+            y = FastSilu(x);
+          } else if (act == Activation::kGeluTanh) {
+            y = FastGeluTanh(x);
+          } else {
+            y = ActValue(act, x);
+          }
+          y *= pr.post_scale;
+          const int j = j0 + n * 8 + 2 * ln.t + (e & 1);
+          s4[n][e] = (masked && !Contains(keys[e >> 1], j)) ? 0.f : y;
+        }
+      }
+    }
+  };
+  // The register A operand of O += P V. Written only while no wgmma is in flight: a wgmma reads its
+  // register operands asynchronously until it completes.
+  const auto p_to_operand = [&](float (&s)[32]) {
+    float(&s4)[BN / 8][4] = *reinterpret_cast<float(*)[BN / 8][4]>(&s);
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) CToA<E>(s4[2 * kk], s4[2 * kk + 1], pa[kk]);
+  };
+
+  {
+    float s0[32];
+    wgmma::Fence();
+    issue_scores(0, s0);
+    wgmma::Commit();
+    wgmma::Wait<0>();
+    wgmma::FenceRegisters(s0);
+    scores_to_p(0, s0);
+    p_to_operand(s0);
+  }
+
+  // Step s (FA3's order): issue S(s+1); rescale O and issue O += P(s) V(s); once S(s+1) is done,
+  // turn it into P(s+1) while PV(s) runs on the tensor cores; wait for PV(s). No wgmma is in flight
+  // at the top of a step. Four K/V stages: step s+2 loads into the stage of step s-2, whose readers
+  // every warp has waited for before this step's barrier.
+  const auto run_step = [&](int step, auto has_next) {
+    wgmma::CpAsyncWait<0>();  // this thread's copies of step s+1
+    wgmma::FenceProxyAsync();
+    __syncthreads();          // everyone's copies of step s+1; every warp is past step s-1
+    if (step + 2 < steps) load_kv(step + 2);
+    wgmma::CpAsyncCommit();
+
+    float sb[32];
+    if constexpr (has_next) {
+      wgmma::Fence();
+      issue_scores(step + 1, sb);
+      wgmma::Commit();
+    }
+    if (softmax) {
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
         acc[4 * i + 0] *= rescale[0];
@@ -170,33 +288,26 @@ __global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const F
         acc[4 * i + 2] *= rescale[1];
         acc[4 * i + 3] *= rescale[1];
       }
-    } else {
-#pragma unroll
-      for (int n = 0; n < BN / 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float x = s4[n][e] * pr.pre_scale;
-          const float y = pr.post_scale * (silu ? FastSilu(x) : ActValue(pr.options.act, x));
-          const int j = j0 + n * 8 + 2 * ln.t + (e & 1);
-          s4[n][e] = (masked && !Contains(keys[e >> 1], j)) ? 0.f : y;
-        }
-      }
     }
-    uint32_t pa[BN / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) CToA<E>(s4[2 * kk], s4[2 * kk + 1], pa[kk]);
-
     wgmma::Fence();
+    const uint32_t v_tile = sv(step % kStages);
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      const uint32_t b = sv(stage) + static_cast<uint32_t>(kk * 16 * 128);
+      const uint32_t b = v_tile + static_cast<uint32_t>(kk * 16 * 128);
       wgmma::MmaRS<E>(acc, pa[kk], wgmma::SwizzledDescriptor(b, BN * 128, 1024), 1u);
     }
     wgmma::Commit();
+    if constexpr (has_next) {
+      wgmma::Wait<1>();  // S(s+1) is done; PV(s) may still run
+      wgmma::FenceRegisters(sb);
+      scores_to_p(step + 1, sb);  // fp32, in place: PV(s) still reads pa
+    }
     wgmma::Wait<0>();
     wgmma::FenceRegisters(acc);
-    __syncthreads();  // every warp is done with this stage before step+1 refills it
-  }
+    if constexpr (has_next) p_to_operand(sb);
+  };
+  for (int step = 0; step + 1 < steps; ++step) run_step(step, std::true_type{});
+  run_step(steps - 1, std::false_type{});
 
   float row_sum[2] = {1.f, 1.f};
   float lse[2] = {-INFINITY, -INFINITY};
