@@ -15,9 +15,10 @@
 #   --check-cases N     cases per family for gemtb check attention (0 = skip; default 500)
 #   --reps N            timed runs per case (default 15); --warmup N (default 3)
 #   --cases a,b         bench and peer cases (default: all eight)
-#   --baseline          also time the mma.sync forward alone (forward only), for the notes
+#   --variants K1,K2    also time these forward kernels alone (forward only; mma_sync, hopper64,
+#                       hopper128), for the notes
 #   --peer-timeout S    seconds for the peer script at most (default 300)
-#   --forward-kernel K  auto | mma_sync | hopper (default auto)
+#   --forward-kernel K  auto | mma_sync | hopper64 | hopper128 (default auto)
 #   --ncu a,b           also profile the forward kernel of these cases once with Nsight Compute
 #                       (speed of light, warp stall reasons; clocks left as they are)
 #   --peer-timeout 0 skips the peers (then there is no ratio table).
@@ -32,7 +33,7 @@ check_cases=500
 reps=15
 warmup=3
 cases=""
-baseline=0
+variants=""
 peer_timeout=300
 forward_kernel=auto
 ncu_cases=""
@@ -42,7 +43,7 @@ while [ $# -gt 0 ]; do
     --reps) reps=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --cases) cases=$2; shift 2 ;;
-    --baseline) baseline=1; shift ;;
+    --variants) variants=$2; shift 2 ;;
     --peer-timeout) peer_timeout=$2; shift 2 ;;
     --forward-kernel) forward_kernel=$2; shift 2 ;;
     --ncu) ncu_cases=$2; shift 2 ;;
@@ -112,12 +113,12 @@ lengths=/tmp/gemtb-lengths
 mkdir -p "$lengths"
 case_args=()
 [ -n "$cases" ] && case_args=(--cases "$cases")
-if [ $baseline -eq 1 ]; then
-  stage "bench: mma.sync forward alone (baseline)"
-  timeout "$(limit 120)" "$gemtb" bench attention --out-dir /tmp/gemtb-baseline --forward-kernel mma_sync \
-    --forward-only --reps "$reps" --warmup "$warmup" "${case_args[@]}" --label "$commit baseline" \
+for v in ${variants//,/ }; do
+  stage "bench: forward kernel $v alone (forward only)"
+  timeout "$(limit 120)" "$gemtb" bench attention --out-dir "/tmp/gemtb-variant-$v" --forward-kernel "$v" \
+    --forward-only --no-compare --reps "$reps" --warmup "$warmup" "${case_args[@]}" --label "$commit $v" \
     2>&1 | tee -a "$out/run.log" | sed 's/^/   /' | tee -a "$out/summary.txt"
-fi
+done
 stage "bench: gemtb bench attention (--forward-kernel $forward_kernel)"
 bench_cmd="gemtb bench attention --out-dir DIR --forward-kernel $forward_kernel --reps $reps --warmup $warmup ${cases:+--cases $cases}"
 timeout "$(limit 240)" "$gemtb" bench attention --out-dir "$lengths" --forward-kernel "$forward_kernel" \
@@ -126,7 +127,9 @@ timeout "$(limit 240)" "$gemtb" bench attention --out-dir "$lengths" --forward-k
 bench_rc=${PIPESTATUS[0]}
 [ "$bench_rc" -eq 0 ] || { status=1; stage "bench FAILED (exit $bench_rc)"; }
 cp "$lengths/bench_attention.json" "$out/" 2>/dev/null
-[ -f /tmp/gemtb-baseline/bench_attention.json ] && cp /tmp/gemtb-baseline/bench_attention.json "$lengths/baseline_mma_sync.json"
+for v in ${variants//,/ }; do
+  [ -f "/tmp/gemtb-variant-$v/bench_attention.json" ] && cp "/tmp/gemtb-variant-$v/bench_attention.json" "$lengths/variant_$v.json"
+done
 tar -czf "$out/lengths.tgz" -C "$lengths" . 2>/dev/null
 
 # --- 4. peers on the same lengths, same call ------------------------------------------------------

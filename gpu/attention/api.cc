@@ -220,6 +220,7 @@ struct DeviceCall::State {
   ElementType dtype = ElementType::kBFloat16;
   bool softmax = false;
   bool hopper_forward = false;
+  int hopper_block_n = kHopperDefaultBlockN;
   DeviceArray<SeqInfo> seqs;
   DeviceArray<ForwardTile> forward_tiles;
   int64_t num_forward = 0;
@@ -264,9 +265,14 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
   s->softmax = args.options.act == Activation::kSoftmax;
   const bool hopper_applies = s->problem.d == kHopperHeadDim && HopperKernelsAvailable();
   switch (forward_kernel) {
-    case ForwardKernelChoice::kAuto: s->hopper_forward = hopper_applies; break;
+    case ForwardKernelChoice::kAuto:
+      s->hopper_forward = hopper_applies;
+      s->hopper_block_n = kHopperDefaultBlockN;
+      break;
     case ForwardKernelChoice::kMmaSync: s->hopper_forward = false; break;
-    case ForwardKernelChoice::kHopper:
+    case ForwardKernelChoice::kHopper64:
+    case ForwardKernelChoice::kHopper128:
+      s->hopper_block_n = forward_kernel == ForwardKernelChoice::kHopper64 ? 64 : 128;
       if (!hopper_applies) {
         return Bad(absl::StrCat("forward kernel: the Hopper kernel needs head dim ", kHopperHeadDim,
                                 " and an sm_90a build; this call has Dqk=", s->problem.d));
@@ -312,7 +318,8 @@ int64_t DeviceCall::out_rows() const { return state_->problem.to; }
 int64_t DeviceCall::heads() const { return state_->problem.heads; }
 bool DeviceCall::softmax() const { return state_->softmax; }
 const char* DeviceCall::forward_kernel_name() const {
-  return state_->hopper_forward ? "hopper_wgmma" : "mma_sync";
+  if (!state_->hopper_forward) return "mma_sync";
+  return state_->hopper_block_n == 128 ? "hopper_wgmma_n128" : "hopper_wgmma_n64";
 }
 
 absl::Status DeviceCall::Forward(const DeviceInputs& in, uint16_t* o, float* lse) const {
@@ -330,7 +337,7 @@ absl::Status DeviceCall::Forward(const DeviceInputs& in, uint16_t* o, float* lse
   fp.lse = lse;
   return Dispatch(s.dtype, p.d, [&]<ElementType E, int D>() -> absl::Status {
     if constexpr (D == kHopperHeadDim) {
-      if (s.hopper_forward) return LaunchForwardHopper<E>(fp, s.num_forward);
+      if (s.hopper_forward) return LaunchForwardHopper<E>(fp, s.num_forward, s.hopper_block_n);
     }
     return LaunchForward<E, D>(fp, s.num_forward);
   });

@@ -14,9 +14,12 @@
 
 namespace gemtb::gpu {
 
-// Which forward kernel a call runs. kAuto takes the Hopper kernel (wgmma, 128-row query tiles)
-// wherever it applies (head dim 128 on an sm_90a build) and the mma.sync kernel elsewhere.
-enum class ForwardKernelChoice { kAuto, kMmaSync, kHopper };
+// Which forward kernel a call runs. kAuto takes the Hopper kernel (wgmma, 128-row query tiles,
+// kHopperDefaultBlockN keys per step) wherever it applies (head dim 128 on an sm_90a build) and the
+// mma.sync kernel elsewhere; kHopper64 / kHopper128 force the Hopper kernel with 64 / 128 keys per
+// step.
+enum class ForwardKernelChoice { kAuto, kMmaSync, kHopper64, kHopper128 };
+inline constexpr int kHopperDefaultBlockN = 64;
 
 // Device pointers of one call's inputs, laid out as api.h's host tensors.
 struct DeviceInputs {
@@ -52,7 +55,7 @@ class DeviceCall {
   int64_t out_rows() const;
   int64_t heads() const;
   bool softmax() const;
-  // "hopper_wgmma" or "mma_sync": the forward kernel this call launches.
+  // "hopper_wgmma_n64", "hopper_wgmma_n128" or "mma_sync": the forward kernel this call launches.
   const char* forward_kernel_name() const;
 
   // Launches the forward on the default stream (no synchronisation): O [TO, H, D] and, for softmax,

@@ -1,11 +1,11 @@
 // Hopper forward kernel (sm_90a, head dim 128): the same function as forward_kernel.cuh (spec §3,
 // casts of §7), on warpgroup MMAs.
 //
-//   CTA = 2 warpgroups x 64 query rows (a 128-row tile of the host list), K/V in steps of 128 keys.
+//   CTA = 2 warpgroups x 64 query rows (a 128-row tile of the host list), K/V in steps of 64 or 128
+//   keys (template argument).
 //   Q, K, V tiles in shared memory in the 128-byte swizzled layout (gpu/common/wgmma.cuh), loaded
-//   with cp.async (zero-filled past the tile's rows) two K/V stages deep: step s+1 loads while
-//   step s computes.
-//   S = Q Kᵀ: 8 wgmma m64n128k16, both operands from shared memory (K-major).
+//   with cp.async (zero-filled past the tile's rows), three K/V stages.
+//   S = Q Kᵀ: 8 wgmma m64nBNk16, both operands from shared memory (K-major).
 //   P = act(S) (or the online-softmax exp) in registers, rounded to the input type, and used as the
 //   register A operand of O += P V: 8 wgmma m64n128k16 with V MN-major (transposed) from shared
 //   memory. No shared-memory round trip for P.
@@ -27,10 +27,12 @@
 
 namespace gemtb::gpu {
 
+// Shared memory of the Hopper forward for kBlockN keys per step: Q, then kStages K/V stages.
+template <int kBlockN>
 struct HopperForwardSmem {
   static constexpr uint32_t kQBytes = kHopperBlockM * kHopperHeadDim * 2;
-  static constexpr uint32_t kKvBytes = kHopperBlockN * kHopperHeadDim * 2;
-  static constexpr int kStages = 4;
+  static constexpr uint32_t kKvBytes = kBlockN * kHopperHeadDim * 2;
+  static constexpr int kStages = 3;
   // 1024 bytes of slack to align the tiles to the swizzle pattern's 1024-byte period.
   static constexpr size_t kBytes = 1024 + kQBytes + kStages * 2 * kKvBytes;
 };
@@ -115,13 +117,19 @@ __device__ __forceinline__ float FastGeluTanh(float x) {
   return __fdividef(x, 1.f + __expf(-2.f * u));
 }
 
-template <ElementType E>
+// The activation is a template argument: each kernel holds one straight-line elementwise path (a
+// per-element switch over every activation made the code large enough to miss the instruction
+// cache and kept the SFU operations of neighbouring elements from overlapping).
+enum class HopperAct { kSoftmax, kSilu, kGeluTanh, kOther };
+
+template <ElementType E, HopperAct kAct, int BN>
 __global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const ForwardParams p) {
   constexpr int D = kHopperHeadDim;
   constexpr int BM = kHopperBlockM;
-  constexpr int BN = kHopperBlockN;
-  constexpr int kStages = HopperForwardSmem::kStages;
-  using Smem = HopperForwardSmem;
+  static_assert(BN == 64 || BN == 128, "64 or 128 keys per step");
+  constexpr int kStages = HopperForwardSmem<BN>::kStages;
+  constexpr int kSRegs = BN / 2;  // S accumulator registers per thread (64 rows x BN / 128 threads)
+  using Smem = HopperForwardSmem<BN>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ int s_full_lo, s_full_hi;
   const uint32_t raw = wgmma::SmemAddress(smem_raw);
@@ -141,8 +149,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const F
   const LaneCoords ln = Lane();
   const int64_t q_stride = static_cast<int64_t>(pr.heads) * D;
   const int64_t kv_stride = static_cast<int64_t>(pr.kv_heads) * D;
-  const Activation act = pr.options.act;
-  const bool softmax = act == Activation::kSoftmax;
+  constexpr bool softmax = kAct == HopperAct::kSoftmax;
   const float score_scale = softmax ? pr.pre_scale * 1.44269504088896340736f : pr.pre_scale;
 
   const int q_rows = min(BM, seq.lq - tile.i0);
@@ -188,14 +195,19 @@ __global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const F
 
   // S of one step for this warpgroup's 64 rows: 8 k-steps over the head dim; k-step kk reads column
   // block kk/4 of the swizzled tiles, 32 bytes per 16 elements within it.
-  const auto issue_scores = [&](int step, float (&s)[32]) {
+  const auto issue_scores = [&](int step, float (&s)[kSRegs]) {
     const uint32_t k_tile = sk(step % kStages);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t a = sq + static_cast<uint32_t>((kk >> 2) * BM * 128 + wg * 64 * 128 + (kk & 3) * 32);
       const uint32_t b = k_tile + static_cast<uint32_t>((kk >> 2) * BN * 128 + (kk & 3) * 32);
-      wgmma::MmaSS64<E>(s, wgmma::SwizzledDescriptor(a, 16, 1024), wgmma::SwizzledDescriptor(b, 16, 1024),
-                        kk > 0 ? 1u : 0u);
+      const uint64_t da = wgmma::SwizzledDescriptor(a, 16, 1024);
+      const uint64_t db = wgmma::SwizzledDescriptor(b, 16, 1024);
+      if constexpr (BN == 64) {
+        wgmma::MmaSS64<E>(s, da, db, kk > 0 ? 1u : 0u);
+      } else {
+        wgmma::MmaSS<E>(s, da, db, kk > 0 ? 1u : 0u);
+      }
     }
   };
 
@@ -208,11 +220,11 @@ __global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const F
   // operand of O += P V; `rescale` is the softmax's factor for O (1 for pointwise acts).
   uint32_t pa[BN / 16][4];
   float rescale[2] = {1.f, 1.f};
-  const auto scores_to_p = [&](int step, float (&s)[32]) {
+  const auto scores_to_p = [&](int step, float (&s)[kSRegs]) {
     const int j0 = tile.k_lo + step * BN;
     float(&s4)[BN / 8][4] = *reinterpret_cast<float(*)[BN / 8][4]>(&s);
     const bool masked = !(j0 >= full_lo && j0 + BN <= full_hi);
-    if (softmax) {
+    if constexpr (softmax) {
 #pragma unroll
       for (int n = 0; n < BN / 8; ++n) {
 #pragma unroll
@@ -230,12 +242,12 @@ __global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const F
         for (int e = 0; e < 4; ++e) {
           const float x = s4[n][e] * score_scale;
           float y;
-          if (act == Activation::kSilu) {
+          if constexpr (kAct == HopperAct::kSilu) {
             y = FastSilu(x);
-          } else if (act == Activation::kGeluTanh) {
+          } else if constexpr (kAct == HopperAct::kGeluTanh) {
             y = FastGeluTanh(x);
           } else {
-            y = ActValue(act, x);
+            y = ActValue(pr.options.act, x);
           }
           y *= pr.post_scale;
           const int j = j0 + n * 8 + 2 * ln.t + (e & 1);
@@ -246,14 +258,14 @@ __global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const F
   };
   // The register A operand of O += P V. Written only while no wgmma is in flight: a wgmma reads its
   // register operands asynchronously until it completes.
-  const auto p_to_operand = [&](float (&s)[32]) {
+  const auto p_to_operand = [&](float (&s)[kSRegs]) {
     float(&s4)[BN / 8][4] = *reinterpret_cast<float(*)[BN / 8][4]>(&s);
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) CToA<E>(s4[2 * kk], s4[2 * kk + 1], pa[kk]);
   };
 
   {
-    float s0[32];
+    float s0[kSRegs];
     wgmma::Fence();
     issue_scores(0, s0);
     wgmma::Commit();
@@ -265,22 +277,22 @@ __global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const F
 
   // Step s (FA3's order): issue S(s+1); rescale O and issue O += P(s) V(s); once S(s+1) is done,
   // turn it into P(s+1) while PV(s) runs on the tensor cores; wait for PV(s). No wgmma is in flight
-  // at the top of a step. Four K/V stages: step s+2 loads into the stage of step s-2, whose readers
+  // at the top of a step. Three K/V stages: step s+2 loads into the stage of step s-1, whose readers
   // every warp has waited for before this step's barrier.
   const auto run_step = [&](int step, auto has_next) {
     wgmma::CpAsyncWait<0>();  // this thread's copies of step s+1
     wgmma::FenceProxyAsync();
-    __syncthreads();          // everyone's copies of step s+1; every warp is past step s-1
+    __syncthreads();          // everyone's copies of step s+1; every warp is done with step s-1
     if (step + 2 < steps) load_kv(step + 2);
     wgmma::CpAsyncCommit();
 
-    float sb[32];
+    float sb[kSRegs];
     if constexpr (has_next) {
       wgmma::Fence();
       issue_scores(step + 1, sb);
       wgmma::Commit();
     }
-    if (softmax) {
+    if constexpr (softmax) {
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
         acc[4 * i + 0] *= rescale[0];
@@ -311,7 +323,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const F
 
   float row_sum[2] = {1.f, 1.f};
   float lse[2] = {-INFINITY, -INFINITY};
-  if (softmax) online.Finish(row_sum, lse);
+  if constexpr (softmax) online.Finish(row_sum, lse);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (row[r] >= q_rows) continue;
@@ -321,7 +333,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const F
     for (int i = 0; i < D / 8; ++i) {
       float v0 = acc[4 * i + 2 * r];
       float v1 = acc[4 * i + 2 * r + 1];
-      if (softmax) {
+      if constexpr (softmax) {
         // An empty row (no valid key) has O = 0 and LSE = -inf (spec §3).
         v0 = row_sum[r] > 0.f ? (v0 / row_sum[r]) * pr.post_scale : 0.f;
         v1 = row_sum[r] > 0.f ? (v1 / row_sum[r]) * pr.post_scale : 0.f;

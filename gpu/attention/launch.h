@@ -17,9 +17,10 @@ template <ElementType E, int D>
 absl::Status LaunchForward(const ForwardParams& params, int64_t num_tiles);
 
 // The same outputs from the Hopper forward kernel (wgmma, head dim kHopperHeadDim, tiles of
-// kHopperBlockM rows; 1-D grid of tile x head, heaviest tiles first).
+// kHopperBlockM rows, block_n = 64 or 128 keys per step; 1-D grid of tile x head, heaviest tiles
+// first).
 template <ElementType E>
-absl::Status LaunchForwardHopper(const ForwardParams& params, int64_t num_tiles);
+absl::Status LaunchForwardHopper(const ForwardParams& params, int64_t num_tiles, int block_n);
 
 // Whether this build holds the Hopper kernels (false in the CPU emulation, which runs only the
 // mma.sync kernels).

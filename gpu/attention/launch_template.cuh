@@ -22,13 +22,31 @@ absl::Status LaunchForward(const ForwardParams& params, int64_t num_tiles) {
                 "attention forward kernel");
 }
 
+template <ElementType E, int BN>
+absl::Status LaunchForwardHopperN(const ForwardParams& params, unsigned blocks) {
+  const dim3 grid(blocks);
+  const dim3 block(kHopperThreads);
+  const size_t smem = HopperForwardSmem<BN>::kBytes;
+  const char* name = "attention forward kernel (Hopper)";
+  switch (params.problem.options.act) {
+    case Activation::kSoftmax:
+      return Launch(ForwardHopperKernel<E, HopperAct::kSoftmax, BN>, grid, block, smem, params, name);
+    case Activation::kSilu:
+      return Launch(ForwardHopperKernel<E, HopperAct::kSilu, BN>, grid, block, smem, params, name);
+    case Activation::kGeluTanh:
+      return Launch(ForwardHopperKernel<E, HopperAct::kGeluTanh, BN>, grid, block, smem, params, name);
+    default:
+      return Launch(ForwardHopperKernel<E, HopperAct::kOther, BN>, grid, block, smem, params, name);
+  }
+}
+
 template <ElementType E>
-absl::Status LaunchForwardHopper(const ForwardParams& params, int64_t num_tiles) {
+absl::Status LaunchForwardHopper(const ForwardParams& params, int64_t num_tiles, int block_n) {
   const int64_t blocks = num_tiles * params.problem.heads;
   if (blocks == 0) return absl::OkStatus();
   if (blocks > INT32_MAX) return absl::InvalidArgumentError("attention forward: tiles x heads exceeds 2^31-1 CTAs");
-  return Launch(ForwardHopperKernel<E>, dim3(static_cast<unsigned>(blocks)), dim3(kHopperThreads),
-                HopperForwardSmem::kBytes, params, "attention forward kernel (Hopper)");
+  if (block_n == 128) return LaunchForwardHopperN<E, 128>(params, static_cast<unsigned>(blocks));
+  return LaunchForwardHopperN<E, 64>(params, static_cast<unsigned>(blocks));
 }
 
 template <ElementType E, int D>

@@ -42,9 +42,8 @@ inline constexpr int kBwdBlockM = 32;    // query rows per step of the dK/dV ker
 inline constexpr int kThreads = 128;
 
 // The Hopper forward (forward_hopper_kernel.cuh): two warpgroups of 64 query rows each (wgmma
-// m64), 64 keys per K/V step, head dim 128 only.
+// m64), 64 or 128 keys per K/V step, head dim 128 only.
 inline constexpr int kHopperBlockM = 128;
-inline constexpr int kHopperBlockN = 64;
 inline constexpr int kHopperHeadDim = 128;
 inline constexpr int kHopperThreads = 256;
 

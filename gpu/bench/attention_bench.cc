@@ -212,7 +212,7 @@ absl::StatusOr<CaseResult> RunCase(const BenchCase& c, const BenchOptions& opt) 
     if (!fb.ok()) return fb.status();
     r.fwdbwd = *fb;
   }
-  if (opt.compare_kernels && r.forward_kernel == std::string("hopper_wgmma")) {
+  if (opt.compare_kernels && r.forward_kernel != std::string("mma_sync")) {
     absl::StatusOr<KernelComparison> cmp = CompareKernels(host->args, call, sets[0]);
     if (!cmp.ok()) return cmp.status();
     r.comparison = *cmp;

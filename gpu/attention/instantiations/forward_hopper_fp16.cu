@@ -2,5 +2,5 @@
 #include "gpu/attention/launch_template.cuh"
 
 namespace gemtb::gpu {
-template absl::Status LaunchForwardHopper<ElementType::kFloat16>(const ForwardParams&, int64_t);
+template absl::Status LaunchForwardHopper<ElementType::kFloat16>(const ForwardParams&, int64_t, int);
 }  // namespace gemtb::gpu

@@ -102,11 +102,11 @@ absl::Status LaunchDq(const BackwardParams& params, int64_t num_tiles) {
 bool HopperKernelsAvailable() { return false; }
 
 template <ElementType E>
-absl::Status LaunchForwardHopper(const ForwardParams&, int64_t) {
+absl::Status LaunchForwardHopper(const ForwardParams&, int64_t, int) {
   return absl::UnimplementedError("the CPU emulation does not run the Hopper (wgmma) forward kernel");
 }
-template absl::Status LaunchForwardHopper<ElementType::kBFloat16>(const ForwardParams&, int64_t);
-template absl::Status LaunchForwardHopper<ElementType::kFloat16>(const ForwardParams&, int64_t);
+template absl::Status LaunchForwardHopper<ElementType::kBFloat16>(const ForwardParams&, int64_t, int);
+template absl::Status LaunchForwardHopper<ElementType::kFloat16>(const ForwardParams&, int64_t, int);
 
 absl::Status LaunchFill(float* x, int64_t n, float value) {
   for (int64_t i = 0; i < n; ++i) x[i] = value;
