@@ -9,7 +9,9 @@
 //   n = N_j = sum_b (l_bj + n_s): tokens of the op's sequence j over the batch (CLS tokens included),
 //   p = P_j = sum_b pairs of sample b's sequence j (l_bj + n_s tokens) under the op's attention mask
 //       (attn.mask; PairsUnderMask in graph_costs.h counts them for one sample).
-// N and P are zero for ops with seq == null. Bytes are bytes, FLOPs are FLOPs (a multiply-add = 2).
+// N and P are zero for ops with seq == null; coefficients may be negative (a sequence lookup reads
+// N - n_s*B events). Bytes are bytes, FLOPs are FLOPs (a multiply-add = 2). The cost rules are
+// stated in op_factory.h; region and op names in README.md.
 #ifndef GEMTB_MODEL_DESCRIPTION_MODEL_GRAPH_H_
 #define GEMTB_MODEL_DESCRIPTION_MODEL_GRAPH_H_
 
