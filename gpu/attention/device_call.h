@@ -15,8 +15,8 @@
 namespace gemtb::gpu {
 
 // Which forward kernel a call runs. kAuto takes the Hopper kernel (wgmma, 128-row query tiles,
-// kHopperDefaultBlockN keys per step) wherever it applies (head dim 128 on an sm_90a build) and the
-// mma.sync kernel elsewhere; kHopper64 / kHopper128 force the Hopper kernel with 64 / 128 keys per
+// kHopperDefaultBlockN keys per step) wherever it applies (head dim 128 on an sm_90a build, some
+// query sequence longer than 64 rows) and the mma.sync kernel elsewhere; kHopper64 / kHopper128 force the Hopper kernel with 64 / 128 keys per
 // step.
 enum class ForwardKernelChoice { kAuto, kMmaSync, kHopper64, kHopper128 };
 inline constexpr int kHopperDefaultBlockN = 64;
