@@ -40,17 +40,23 @@ class Engine {
   const double* Stats(int step, int r) const {
     return in_.stats->data() + (static_cast<size_t>(step) * R_ + r) * width_;
   }
-  int Slot(int r, int stream) const { return r * kNumStreams + stream; }
   bool Measured(int step) const { return step >= in_.warmup; }
   bool Traced(int r, int step) const { return !in_.traced.empty() && in_.traced[r] && step == in_.trace_step; }
 
-  bool Ready(int r, int i, int step) const {
-    const TaskTemplate& t = tpl_.tasks[i];
-    const int16_t* done = done_.data() + static_cast<size_t>(r) * T_;
-    for (int d : t.deps) if (done[d] < step) return false;
-    if (step > 0) for (int d : t.prev_deps) if (done[d] < step - 1) return false;
-    return true;
+  // Unfinished dependencies of (rank, task, step): one counter per step slot (step mod 2). A task
+  // never lags a dependency by 2 steps: every stream's next-step work waits, in stream order or by
+  // dependency, for the previous step's optimizer (the last compute task), so when a dependency of
+  // step s + 1 completes, every task of step s - 1 has started. (Were it violated, a counter would
+  // never reach zero and Run() reports the deadlock instead of a wrong result.) A task is ready when its counter is zero; a dependency's completion decrements its
+  // dependents' counters, so readiness costs O(1) per dependency, whatever the fan-in.
+  uint8_t& Pending(int r, int i, int step) {
+    return pending_[(static_cast<size_t>(step & (kSlots - 1)) * R_ + r) * T_ + i];
   }
+  uint8_t FullCount(int i, int step) const {
+    const TaskTemplate& t = tpl_.tasks[i];
+    return static_cast<uint8_t>(t.deps.size() + (step > 0 ? t.prev_deps.size() : 0));
+  }
+  static constexpr int kSlots = 2;
   void TryStart(int r, int stream);
   void StartCompute(int r, int i, int step);
   void Arrive(int r, int i, int step);
@@ -70,16 +76,26 @@ class Engine {
   EventQueue q_;
   double now_ = 0;
   EngineOutput out_;
-  std::vector<int16_t> done_;       // [rank][task]: last step completed
-  std::vector<int32_t> pos_;        // [rank][stream]: head position in stream_tasks
-  std::vector<int16_t> sstep_;      // [rank][stream]: head's step
-  std::vector<uint8_t> busy_;       // [rank][stream]
-  std::vector<double> arrival_;     // [rank][stream]: when the head collective arrived
-  std::vector<Running> run_;        // [rank]: the running compute task
-  std::vector<int32_t> sm_;         // [rank]: SM-based collectives running
-  std::vector<double> idle_since_;  // [rank]: compute stream idle since (-1: busy)
-  std::vector<double> last_arr_, last_start_;
-  std::vector<int32_t> last_task_;
+  // Everything an event touches on one rank sits together (a rank's events are far apart in
+  // time, so separate arrays would each cost a cache miss).
+  struct StreamState {
+    double arrival = 0;  // when the head collective arrived
+    int32_t pos = 0;     // head position in stream_tasks
+    int16_t step = 0;    // the head's step
+    uint8_t busy = 0;
+  };
+  struct RankState {
+    Running run;
+    int32_t sm = 0;          // SM-based collectives running
+    int32_t last_task = -1;  // the collective that completed last (blocker accounting)
+    double idle_since = 0;   // compute stream idle since (-1: busy)
+    double last_arr = 0, last_start = 0;
+    StreamState st[kNumStreams];
+    RankStats acc;
+    double comm = 0;
+  };
+  std::vector<RankState> rs_;
+  std::vector<uint8_t> pending_;    // [slot][rank][task]: unfinished dependencies
   std::vector<int64_t> coll_off_;   // per task: offset into the per-group state
   std::vector<int32_t> arrived_;
   std::vector<double> max_bytes_, coll_start_, coll_dur_;
@@ -88,15 +104,17 @@ class Engine {
 };
 
 void Engine::TryStart(int r, int stream) {
-  const int slot = Slot(r, stream);
-  if (busy_[slot]) return;
-  const int step = sstep_[slot];
+  StreamState& ss = rs_[r].st[stream];
+  if (ss.busy) return;
+  const int step = ss.step;
   if (step >= in_.steps) return;
   const std::vector<int>& list = tpl_.stream_tasks[stream];
   if (list.empty()) return;
-  const int i = list[pos_[slot]];
-  if (!Ready(r, i, step)) return;
-  busy_[slot] = 1;
+  const int i = list[ss.pos];
+  uint8_t& pending = Pending(r, i, step);
+  if (pending != 0) return;
+  ss.busy = 1;
+  pending = FullCount(i, step + kSlots);  // the slot's next use
   const TaskTemplate& t = tpl_.tasks[i];
   if (!t.collective) {
     StartCompute(r, i, step);
@@ -110,7 +128,7 @@ void Engine::TryStart(int r, int stream) {
 void Engine::StartCompute(int r, int i, int step) {
   const TaskTemplate& t = tpl_.tasks[i];
   const absl::Span<const double> stats(Stats(step, r), width_);
-  Running& x = run_[r];
+  Running& x = rs_[r].run;
   x.task = i;
   x.step = step;
   x.start = now_;
@@ -127,32 +145,32 @@ void Engine::StartCompute(int r, int i, int step) {
   x.base = (x.main + x.rec) * n;
   x.work_left = x.base;
   x.last_t = now_;
-  x.c = sm_[r] > 0 ? 1.0 + in_.kappa : 1.0;
+  x.c = rs_[r].sm > 0 ? 1.0 + in_.kappa : 1.0;
   x.contended = x.c > 1.0;
   ++x.version;
   q_.Push(now_ + x.work_left * x.c, EventType::kTaskEnd, r, i, x.version);
   // Compute idle time ends here: charge it to the collective that unblocked it (spec §5).
-  if (idle_since_[r] >= 0) {
-    const double idle = now_ - idle_since_[r];
+  if (rs_[r].idle_since >= 0) {
+    const double idle = now_ - rs_[r].idle_since;
     if (Measured(step) && idle > 0) {
       double wait = 0;
-      if (last_task_[r] >= 0) {
-        const double lo = std::max(idle_since_[r], last_arr_[r]), hi = std::min(now_, last_start_[r]);
+      if (rs_[r].last_task >= 0) {
+        const double lo = std::max(rs_[r].idle_since, rs_[r].last_arr), hi = std::min(now_, rs_[r].last_start);
         wait = std::max(0.0, hi - lo);
-        out_.sites[last_task_[r]].exposed_s += idle - wait;
+        out_.sites[rs_[r].last_task].exposed_s += idle - wait;
       }
-      out_.ranks[r].wait_s += wait;
-      out_.ranks[r].exposed_comm_s += idle - wait;
+      rs_[r].acc.wait_s += wait;
+      rs_[r].acc.exposed_comm_s += idle - wait;
     }
-    idle_since_[r] = -1;
+    rs_[r].idle_since = -1;
   }
 }
 
 void Engine::SetSm(int r, int delta) {
-  const double c_old = sm_[r] > 0 ? 1.0 + in_.kappa : 1.0;
-  sm_[r] += delta;
-  const double c_new = sm_[r] > 0 ? 1.0 + in_.kappa : 1.0;
-  Running& x = run_[r];
+  const double c_old = rs_[r].sm > 0 ? 1.0 + in_.kappa : 1.0;
+  rs_[r].sm += delta;
+  const double c_new = rs_[r].sm > 0 ? 1.0 + in_.kappa : 1.0;
+  Running& x = rs_[r].run;
   if (c_new == c_old || x.task < 0) return;
   // Reschedule the running task's remaining work at the new rate (spec §2.5).
   x.work_left -= (now_ - x.last_t) / x.c;
@@ -169,7 +187,7 @@ void Engine::Arrive(int r, int i, int step) {
   const GroupLayout& l = tpl_.layouts[t.layout];
   const int g = l.GroupOf(r);
   const int64_t k = coll_off_[i] + g;
-  arrival_[Slot(r, t.stream)] = now_;
+  rs_[r].st[t.stream].arrival = now_;
   const double bytes = t.bytes.Eval(absl::Span<const double>(Stats(step, r), width_));
   if (arrived_[k] == 0 || bytes > max_bytes_[k]) max_bytes_[k] = bytes;
   if (++arrived_[k] == l.size) {
@@ -223,12 +241,17 @@ void Engine::OnCollEnd(int i, int g) {
   const bool release = in_.kappa > 0 && dur > 0 && !in_.ideal_network;
   for (int p = 0; p < l.size; ++p) {
     const int r = l.Member(g, p);
+    if (p + 1 < l.size) {
+      const int next = l.Member(g, p + 1);
+      __builtin_prefetch(&rs_[next].st[t.stream]);
+      __builtin_prefetch(&rs_[next].run);
+    }
     if (release) SetSm(r, -1);
-    const double arr = arrival_[Slot(r, t.stream)];
-    last_arr_[r] = arr;
-    last_start_[r] = start;
-    last_task_[r] = i;
-    if (Measured(step)) out_.comm_s[r] += in_.ideal_network ? 0.0 : dur;
+    const double arr = rs_[r].st[t.stream].arrival;
+    rs_[r].last_arr = arr;
+    rs_[r].last_start = start;
+    rs_[r].last_task = i;
+    if (Measured(step)) rs_[r].comm += in_.ideal_network ? 0.0 : dur;
     if (Traced(r, step)) {
       AddTrace(r, t.stream, t.name, "wait", arr, start - arr);
       AddTrace(r, t.stream, t.name, in_.kappa > 0 ? "comm" : "copy", start, now_ - start);
@@ -238,14 +261,14 @@ void Engine::OnCollEnd(int i, int g) {
 }
 
 void Engine::OnComputeEnd(int r, uint32_t version) {
-  Running& x = run_[r];
+  Running& x = rs_[r].run;
   if (x.task < 0 || version != x.version) return;  // stale (rescheduled)
   const TaskTemplate& t = tpl_.tasks[x.task];
   // Uncontended, a task takes exactly its base time (not end - start, which rounds per rank).
   const double actual = x.contended ? now_ - x.start : x.base;
   out_.step_work_s[static_cast<size_t>(x.step) * R_ + r] += actual;
   if (Measured(x.step)) {
-    RankStats& s = out_.ranks[r];
+    RankStats& s = rs_[r].acc;
     const double share = x.base > 0 ? actual / x.base : 1.0;
     const double noise_share = (x.main + x.rec) > 0 ? x.base / (x.main + x.rec) : 1.0;
     s.work_s += actual;
@@ -269,34 +292,39 @@ void Engine::OnComputeEnd(int r, uint32_t version) {
 
 void Engine::Complete(int r, int i, int step) {
   const TaskTemplate& t = tpl_.tasks[i];
-  done_[static_cast<size_t>(r) * T_ + i] = static_cast<int16_t>(step);
-  const int slot = Slot(r, t.stream);
-  busy_[slot] = 0;
-  if (++pos_[slot] == static_cast<int32_t>(tpl_.stream_tasks[t.stream].size())) {
-    pos_[slot] = 0;
-    ++sstep_[slot];
+  StreamState& ss = rs_[r].st[t.stream];
+  ss.busy = 0;
+  if (++ss.pos == static_cast<int32_t>(tpl_.stream_tasks[t.stream].size())) {
+    ss.pos = 0;
+    ++ss.step;
   }
   if (++done_count_[step] == static_cast<int64_t>(R_) * T_) out_.step_end_s[step] = now_;
   TryStart(r, t.stream);
-  for (int d : tpl_.dependents[i]) TryStart(r, tpl_.tasks[d].stream);
-  for (int d : tpl_.next_step_dependents[i]) TryStart(r, tpl_.tasks[d].stream);
-  if (t.stream == kComputeStream && !busy_[Slot(r, kComputeStream)] && idle_since_[r] < 0) idle_since_[r] = now_;
+  for (int d : tpl_.dependents[i]) {
+    if (--Pending(r, d, step) == 0) TryStart(r, tpl_.tasks[d].stream);
+  }
+  if (step + 1 < in_.steps) {
+    for (int d : tpl_.next_step_dependents[i]) {
+      if (--Pending(r, d, step + 1) == 0) TryStart(r, tpl_.tasks[d].stream);
+    }
+  }
+  if (t.stream == kComputeStream && !rs_[r].st[kComputeStream].busy && rs_[r].idle_since < 0) rs_[r].idle_since = now_;
 }
 
 absl::StatusOr<EngineOutput> Engine::Run() {
   if (in_.steps > 32000) return absl::InvalidArgumentError("batches: more than 32000 steps");
-  const size_t RS = static_cast<size_t>(R_) * kNumStreams;
-  done_.assign(static_cast<size_t>(R_) * T_, -1);
-  pos_.assign(RS, 0);
-  sstep_.assign(RS, 0);
-  busy_.assign(RS, 0);
-  arrival_.assign(RS, 0.0);
-  run_.assign(R_, Running{});
-  sm_.assign(R_, 0);
-  idle_since_.assign(R_, 0.0);
-  last_arr_.assign(R_, 0.0);
-  last_start_.assign(R_, 0.0);
-  last_task_.assign(R_, -1);
+  rs_.assign(R_, RankState{});
+  for (int i = 0; i < T_; ++i) {
+    if (tpl_.tasks[i].deps.size() + tpl_.tasks[i].prev_deps.size() > 255) {
+      return absl::InvalidArgumentError(absl::StrCat("sim engine: task ", tpl_.tasks[i].name, " has more than 255 dependencies"));
+    }
+  }
+  pending_.resize(static_cast<size_t>(kSlots) * R_ * T_);
+  for (int k = 0; k < kSlots; ++k) {
+    for (int r = 0; r < R_; ++r) {
+      for (int i = 0; i < T_; ++i) Pending(r, i, k) = FullCount(i, k);
+    }
+  }
   coll_off_.assign(T_, -1);
   int64_t total = 0;
   for (int i = 0; i < T_; ++i) {
@@ -323,11 +351,13 @@ absl::StatusOr<EngineOutput> Engine::Run() {
   while (!q_.Empty()) {
     const Event e = q_.Pop();
     now_ = e.time;
+    // The next event's rank state is a likely cache miss: start loading it now.
+    if (!q_.Empty() && q_.Top().type == EventType::kTaskEnd) __builtin_prefetch(&rs_[q_.Top().a]);
     ++events;
     switch (e.type) {
       case EventType::kTaskEnd:
         if (e.version == UINT32_MAX) {
-          Complete(e.a, e.b, sstep_[Slot(e.a, tpl_.tasks[e.b].stream)]);
+          Complete(e.a, e.b, rs_[e.a].st[tpl_.tasks[e.b].stream].step);
         } else {
           OnComputeEnd(e.a, e.version);
         }
@@ -343,6 +373,10 @@ absl::StatusOr<EngineOutput> Engine::Run() {
     }
   }
   out_.events = events;
+  for (int r = 0; r < R_; ++r) {
+    out_.ranks[r] = rs_[r].acc;
+    out_.comm_s[r] = rs_[r].comm;
+  }
   for (int s = 0; s < in_.steps; ++s) {
     if (done_count_[s] != static_cast<int64_t>(R_) * T_) {
       return absl::InternalError(absl::StrCat("sim engine: step ", s, " did not finish (", done_count_[s], " of ",

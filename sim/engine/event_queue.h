@@ -5,7 +5,7 @@
 #define GEMTB_SIM_ENGINE_EVENT_QUEUE_H_
 
 #include <cstdint>
-#include <queue>
+#include <algorithm>
 #include <vector>
 
 namespace gemtb::sim {
@@ -24,25 +24,56 @@ struct Event {
   uint32_t version = 0;
 };
 
+// A 4-ary min-heap: shallower than a binary heap and its children share cache lines, which matters
+// at thousands of ranks (the queue then holds one pending event per rank and more).
 class EventQueue {
  public:
   void Push(double time, EventType type, int32_t a, int32_t b, uint32_t version = 0) {
-    heap_.push(Event{time, next_seq_++, type, a, b, version});
+    heap_.push_back(Event{time, next_seq_++, type, a, b, version});
+    SiftUp(heap_.size() - 1);
   }
   bool Empty() const { return heap_.empty(); }
+  size_t Size() const { return heap_.size(); }
+  const Event& Top() const { return heap_.front(); }
   Event Pop() {
-    Event e = heap_.top();
-    heap_.pop();
-    return e;
+    const Event top = heap_.front();
+    const Event last = heap_.back();
+    heap_.pop_back();
+    if (!heap_.empty()) SiftDown(last);
+    return top;
   }
 
  private:
-  struct Later {
-    bool operator()(const Event& x, const Event& y) const {
-      return x.time != y.time ? x.time > y.time : x.seq > y.seq;
+  static bool Before(const Event& x, const Event& y) {
+    return x.time != y.time ? x.time < y.time : x.seq < y.seq;
+  }
+  void SiftUp(size_t i) {
+    const Event e = heap_[i];
+    while (i > 0) {
+      const size_t parent = (i - 1) / 4;
+      if (!Before(e, heap_[parent])) break;
+      heap_[i] = heap_[parent];
+      i = parent;
     }
-  };
-  std::priority_queue<Event, std::vector<Event>, Later> heap_;
+    heap_[i] = e;
+  }
+  // Places `e` (the former last element) starting from the root.
+  void SiftDown(const Event& e) {
+    const size_t n = heap_.size();
+    size_t i = 0;
+    while (true) {
+      const size_t first = 4 * i + 1;
+      if (first >= n) break;
+      size_t best = first;
+      const size_t end = std::min(first + 4, n);
+      for (size_t c = first + 1; c < end; ++c) if (Before(heap_[c], heap_[best])) best = c;
+      if (!Before(heap_[best], e)) break;
+      heap_[i] = heap_[best];
+      i = best;
+    }
+    heap_[i] = e;
+  }
+  std::vector<Event> heap_;
   uint64_t next_seq_ = 0;
 };
 

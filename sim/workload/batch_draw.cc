@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <queue>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "model/data/batch_plan.h"
 #include "model/numerics/philox.h"
 #include "model/random/splitmix64.h"
 #include "oneapi/tbb/parallel_for.h"
@@ -79,11 +79,116 @@ struct SubBatchSums {
   std::vector<double> n, p;  // per sequence
 };
 
+// P(length <= L) for L in [min, max] of a law, by the same inverse-CDF construction as the general
+// path (lognormal: ceil(exp(mu + sigma z)) clamped; zipf: the discrete truncated law).
+std::vector<double> LengthCdf(const LengthLaw& law) {
+  const int64_t lo = law.min, hi = law.max;
+  std::vector<double> cdf(static_cast<size_t>(hi - lo + 1), 1.0);
+  switch (law.kind) {
+    case LengthLaw::Kind::kLognormal:
+      // ceil(exp(mu + sigma z)) <= L  <=>  z <= (ln L - mu) / sigma.
+      for (int64_t L = lo; L < hi; ++L) {
+        const double z = law.sigma > 0 ? (std::log(static_cast<double>(L)) - law.mu) / law.sigma
+                                       : (std::log(static_cast<double>(L)) >= law.mu ? 1e300 : -1e300);
+        cdf[L - lo] = 0.5 * std::erfc(-z / std::sqrt(2.0));
+      }
+      break;
+    case LengthLaw::Kind::kHistogram: {
+      double total = 0;
+      for (const auto& [len, w] : law.bins) total += w;
+      for (int64_t L = lo; L < hi; ++L) {
+        double acc = 0;
+        for (const auto& [len, w] : law.bins) if (len <= static_cast<double>(L)) acc += w;
+        cdf[L - lo] = total > 0 ? acc / total : 1.0;
+      }
+      break;
+    }
+    case LengthLaw::Kind::kZipf: {
+      double total = 0;
+      for (int64_t L = std::max<int64_t>(1, lo); L <= hi; ++L) total += std::pow(static_cast<double>(L), -law.s);
+      double acc = 0;
+      for (int64_t L = lo; L < hi; ++L) {
+        if (L >= 1) acc += std::pow(static_cast<double>(L), -law.s);
+        cdf[L - lo] = acc / total;
+      }
+      break;
+    }
+  }
+  return cdf;
+}
+
+// A class of sequences with the same law, CLS count and mask: with one shared draw per sample
+// (corr = 1) they all get the same length, so one lookup serves them all. The draw is a 32-bit
+// word w (u = w / 2^32); thresholds are kept as integers so that a lookup is a table read plus,
+// rarely, a short scan: bucket[w >> 16] holds the first candidate index, with the top bit set when
+// the whole bucket maps to that one index.
+struct LengthClass {
+  LengthLaw law;
+  int64_t n_s = 0;
+  model::AttentionMask mask;
+  std::vector<int> seqs;            // j of the sequences in the class
+  std::vector<uint64_t> threshold;  // index i is the length iff w < threshold[i] (and not for i - 1)
+  std::vector<double> pairs;        // pairs of a sample of length min + i (CLS included)
+  std::vector<uint32_t> bucket;     // 65536 entries
+  static constexpr uint32_t kPure = 0x80000000u;
+
+  void Build() {
+    const std::vector<double> cdf = LengthCdf(law);
+    threshold.resize(cdf.size());
+    for (size_t i = 0; i < cdf.size(); ++i) {
+      // u < cdf  <=>  w < cdf * 2^32 (w an integer): the smallest integer not below cdf * 2^32.
+      const double t = std::ceil(cdf[i] * 4294967296.0);
+      threshold[i] = i + 1 == cdf.size() ? (uint64_t{1} << 32) : static_cast<uint64_t>(std::min(t, 4294967296.0));
+    }
+    pairs.resize(cdf.size());
+    for (size_t i = 0; i < cdf.size(); ++i) pairs[i] = PairsUnderMask(mask, law.min + static_cast<int64_t>(i) + n_s);
+    bucket.resize(65536);
+    size_t i = 0;
+    for (uint64_t b = 0; b < 65536; ++b) {
+      const uint64_t first = b << 16, last = first + 0xFFFF;
+      while (first >= threshold[i]) ++i;  // threshold.back() = 2^32 stops it
+      const bool pure = last < threshold[i];
+      bucket[b] = static_cast<uint32_t>(i) | (pure ? kPure : 0u);
+    }
+  }
+  // The length index of word w: the first i with w < threshold[i].
+  uint32_t Lookup(uint32_t w) const {
+    uint32_t e = bucket[w >> 16];
+    if (e & kPure) return e & ~kPure;
+    while (w >= threshold[e]) ++e;
+    return e;
+  }
+};
+
 class Drawer {
  public:
   Drawer(const BatchDrawConfig& c, const Batches& b) : c_(c), b_(b), layout_{static_cast<int>(c.sequences.size())} {
     sub_ = std::max<int64_t>(1, b.assignment.sub_batch);
     k_ = (b.local_batch + sub_ - 1) / sub_;
+    // Table path: every law shares the sample's draw and has a bounded range.
+    fast_ = true;
+    for (const LengthLaw& law : b.features) {
+      fast_ = fast_ && law.corr >= 1.0 && law.min >= 0 && law.max >= law.min && law.max - law.min <= (1 << 20);
+    }
+    if (!fast_) return;
+    for (int j = 0; j < layout_.sequences; ++j) {
+      const LengthLaw& law = b.features[j];
+      const SequenceCostInfo& sq = c.sequences[j];
+      LengthClass* found = nullptr;
+      for (LengthClass& cl : classes_) {
+        const LengthLaw& o = cl.law;
+        if (o.kind == law.kind && o.bins == law.bins && o.mu == law.mu && o.sigma == law.sigma && o.s == law.s &&
+            o.min == law.min && o.max == law.max && cl.n_s == sq.n_s && cl.mask == sq.mask) {
+          found = &cl;
+        }
+      }
+      if (found == nullptr) {
+        classes_.push_back(LengthClass{law, sq.n_s, sq.mask, {}, {}, {}, {}});
+        found = &classes_.back();
+      }
+      found->seqs.push_back(j);
+    }
+    for (LengthClass& cl : classes_) cl.Build();
   }
   int64_t k() const { return k_; }
   StatLayout layout() const { return layout_; }
@@ -98,6 +203,10 @@ class Drawer {
     out.load = 0;
     const int64_t pos = n % k_;
     const int64_t size = std::min(sub_, b_.local_batch - pos * sub_);
+    if (fast_) {
+      SumFast(rank, n, size, out);
+      return;
+    }
     lengths.resize(J);
     for (int64_t s = 0; s < size; ++s) {
       DrawSampleLengths(b_, c_.seed, rank, n, static_cast<int>(s), lengths.data());
@@ -124,25 +233,53 @@ class Drawer {
   }
 
  private:
+  // One uniform per sample (a Philox word, 4 samples per block), one table lookup per class.
+  void SumFast(int rank, int64_t n, int64_t size, SubBatchSums& out) const {
+    const uint64_t stream = SubBatchStream(rank, n);
+    const size_t C = classes_.size();
+    double tok[16] = {0}, prs[16] = {0};
+    std::vector<double> tok_v, prs_v;
+    double* t_acc = tok;
+    double* p_acc = prs;
+    if (C > 16) {
+      tok_v.assign(C, 0.0);
+      prs_v.assign(C, 0.0);
+      t_acc = tok_v.data();
+      p_acc = prs_v.data();
+    }
+    double load = 0;
+    numerics::Philox4x32 block{};
+    for (int64_t s = 0; s < size; ++s) {
+      if (s % 4 == 0) block = numerics::PhiloxBlock(c_.seed, stream, static_cast<uint64_t>(s / 4));
+      const uint32_t w = block.v[s % 4];
+      for (size_t c = 0; c < C; ++c) {
+        const LengthClass& cl = classes_[c];
+        const uint32_t i = cl.Lookup(w);
+        const double len = static_cast<double>(cl.law.min + i);
+        t_acc[c] += len;
+        p_acc[c] += cl.pairs[i];
+        load += len * static_cast<double>(cl.seqs.size());
+      }
+    }
+    for (size_t c = 0; c < C; ++c) {
+      const LengthClass& cl = classes_[c];
+      for (int j : cl.seqs) {
+        out.n[j] = t_acc[c] + static_cast<double>(size * cl.n_s);
+        out.p[j] = p_acc[c];
+      }
+    }
+    out.count = static_cast<double>(size);
+    out.load = load;
+    out.kjt = c_.kjt_per_sample * static_cast<double>(size) + c_.kjt_per_token * load;
+  }
+
   const BatchDrawConfig& c_;
   const Batches& b_;
   StatLayout layout_;
   int64_t sub_ = 128, k_ = 1;
+  bool fast_ = false;
+  std::vector<LengthClass> classes_;
 };
-
-// BBS (embeddings-and-model.md §5): sort the pooled sub-batches by load descending (ties by index),
-// deal them to the G batches in snake order. Returns the batch of each pooled sub-batch.
-std::vector<int> BbsDeal(const std::vector<double>& loads, int groups) {
-  std::vector<int> order(loads.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return loads[a] > loads[b]; });
-  std::vector<int> batch_of(loads.size());
-  for (size_t i = 0; i < order.size(); ++i) {
-    const size_t round = i / groups, pos = i % groups;
-    batch_of[order[i]] = static_cast<int>(round % 2 == 0 ? pos : groups - 1 - pos);
-  }
-  return batch_of;
-}
 
 }  // namespace
 
@@ -218,38 +355,44 @@ absl::StatusOr<std::vector<double>> DrawBatchStats(const BatchDrawConfig& config
   tbb::task_arena arena(std::max(1, threads));
   if (policy == "random" || policy == "bbs") {
     const int G = policy == "bbs" ? std::max(1, batches.assignment.pool_factor) : 1;
+    std::vector<absl::Status> errors(R);
     arena.execute([&] {
       tbb::parallel_for(0, R, [&](int r) {
-        SubBatchSums sums;
-        std::vector<int64_t> lengths;
+        std::vector<int64_t> lengths, loads;
         std::vector<SubBatchSums> pool;
-        std::vector<double> loads;
+        std::vector<int32_t> plan;
+        data::PlanScratch scratch;
         for (int block = 0; block * G < config.steps; ++block) {
           const int64_t first = static_cast<int64_t>(block) * G * k;
           pool.resize(static_cast<size_t>(G * k));
           loads.resize(pool.size());
+          plan.resize(pool.size());
           for (int64_t i = 0; i < G * k; ++i) {
             drawer.Sum(r, first + i, pool[i], lengths);
-            loads[i] = pool[i].load;
+            loads[i] = static_cast<int64_t>(pool[i].load);
           }
-          // random: sub-batch i goes to step i / k of the block; bbs: the snake deal.
-          std::vector<int> batch_of(pool.size());
-          if (G == 1) {
-            std::fill(batch_of.begin(), batch_of.end(), 0);
-          } else {
-            batch_of = BbsDeal(loads, G);
+          // model/data's plans: plan[g * k + s] is the s-th sub-batch of step g of the block.
+          const absl::Status st = G == 1 ? data::RandomPlanInto(loads, 1, absl::MakeSpan(plan))
+                                         : data::BbsPlanInto(loads, G, absl::MakeSpan(plan), scratch);
+          if (!st.ok()) {
+            errors[r] = st;
+            return;
           }
-          for (size_t i = 0; i < pool.size(); ++i) {
-            const int step = block * G + batch_of[i];
-            if (step < config.steps) drawer.Add(pool[i], row(step, r));
+          for (size_t i = 0; i < plan.size(); ++i) {
+            const int step = block * G + static_cast<int>(i / k);
+            if (step < config.steps) drawer.Add(pool[plan[i]], row(step, r));
           }
         }
       });
     });
+    for (const absl::Status& e : errors) if (!e.ok()) return e;
     return stats;
   }
 
   // global: per step, every rank's k sub-batches longest-first to the least-loaded rank with room.
+  data::PlanScratch scratch;
+  std::vector<int64_t> loads;
+  std::vector<int32_t> plan;
   for (int s = 0; s < config.steps; ++s) {
     std::vector<SubBatchSums> all(static_cast<size_t>(R) * k);
     arena.execute([&] {
@@ -258,25 +401,20 @@ absl::StatusOr<std::vector<double>> DrawBatchStats(const BatchDrawConfig& config
         for (int64_t i = 0; i < k; ++i) drawer.Sum(r, s * k + i, all[static_cast<size_t>(r) * k + i], lengths);
       });
     });
-    std::vector<int> order(all.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return all[a].load > all[b].load; });
-    using Slot = std::pair<double, int>;  // (load, rank): the smallest first, ties lowest rank
-    std::priority_queue<Slot, std::vector<Slot>, std::greater<Slot>> heap;
-    for (int r = 0; r < R; ++r) heap.push({0.0, r});
-    std::vector<int> taken(R, 0);
+    loads.resize(all.size());
+    plan.resize(all.size());
+    for (size_t q = 0; q < all.size(); ++q) loads[q] = static_cast<int64_t>(all[q].load);
+    if (absl::Status st = data::GlobalBalancePlanInto(loads, R, k, absl::MakeSpan(plan), scratch); !st.ok()) return st;
     std::vector<double> sent(R, 0.0), received(R, 0.0);
-    for (int q : order) {
-      Slot slot = heap.top();
-      heap.pop();
-      const int r = slot.second;
+    for (size_t i = 0; i < plan.size(); ++i) {
+      const int r = static_cast<int>(i / k);
+      const int q = plan[i];
       const int reader = q / static_cast<int>(k);
       drawer.Add(all[q], row(s, r));
       if (reader != r) {
         sent[reader] += all[q].kjt;
         received[r] += all[q].kjt;
       }
-      if (++taken[r] < k) heap.push({slot.first + all[q].load, r});
     }
     for (int r = 0; r < R; ++r) row(s, r)[StatLayout::kX] = std::max(sent[r], received[r]);
   }

@@ -591,7 +591,8 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
   if (plan.sparse.fully_sharded && N > 1) {
     StatAffine gathered = Zero(layout_);
     if (plan.sparse.gather == "touched") {
-      gathered.AddScaled(touched, N);  // the rows each member needs, at most the whole shard
+      // The rows this rank's lookups need (its share of the MP group's ids, no dedup): U*D*e_w.
+      gathered.AddScaled(touched, 1.0);
     } else {
       gathered.coef[StatLayout::kOne] = shard_bytes;
     }

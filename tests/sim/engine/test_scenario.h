@@ -75,7 +75,7 @@ inline Scenario ToyScenario(int world, int64_t local_batch, std::shared_ptr<mode
   law.mu = std::log(1000.0);
   law.sigma = 0.8;
   law.min = 1;
-  law.max = int64_t{1} << 40;
+  law.max = int64_t{1} << 16;
   law.corr = 1;
   s.batches.features = {law};
   s.batches.assignment.policy = "random";
