@@ -1,6 +1,6 @@
 // Golden vectors of the embedding oracle (spec/embeddings-and-model.md §1-§2): forward pooling of
 // every kind and one fused optimizer step per optimizer, decay mode and storage dtype, plus the
-// hashing and bounds rules. Each folder is a `gemtb ref embed` run:
+// hashing and bounds rules, and one run sharded over virtual ranks. Each folder is a `gemtb ref embed` run:
 //   gemtb ref embed --spec spec.json --lengths lengths.npy --ids ids.npy [--weights weights.npy]
 //                   [--grads grads --step --step-index S] --out-dir out
 // with the inputs next to spec.json and the oracle's outputs under out/ (the names that command writes).
@@ -9,8 +9,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
+#include "reference/collectives/comm_report.h"
 #include "reference/embedding/embedding_json.h"
 #include "reference/embedding/tbe.h"
+#include "reference/sharding/sharded_executor.h"
+#include "reference/sharding/sharding_plan.h"
 #include "tools/gemtb/golden_inputs.h"
 #include "tools/gemtb/golden_params.h"
 #include "tools/gemtb/golden_registry.h"
@@ -54,6 +57,19 @@ std::vector<float> BellFloats(uint64_t seed, uint64_t stream, int64_t n) {
     v[i] = static_cast<float>(golden::RoundTo(golden::Bell(seed, stream, static_cast<uint64_t>(i)), ElementType::kFloat32));
   }
   return v;
+}
+
+// out/pooled.npy [B, W] and out/seq_<key>.npy per sequence feature, as `gemtb ref embed` writes them.
+void AddForwardOutputs(const EmbeddingConfig& config, const reference::KeyedJaggedTensor& kjt,
+                       const reference::KjtLayout& layout, int64_t batch, const reference::EmbeddingOutput& out,
+                       std::vector<GoldenFile>& files) {
+  if (out.pooled_width > 0) files.push_back(OutputFile("out/pooled.npy", F32(out.pooled, {batch, out.pooled_width})));
+  for (size_t q = 0; q < out.sequence.size(); ++q) {
+    const int f = out.sequence_keys[q];
+    const int64_t dim = config.tables[config.features[layout.feature[f]].table].dim;
+    files.push_back(OutputFile(absl::StrCat("out/seq_", kjt.keys[f], ".npy"),
+                               F32(out.sequence[q], {static_cast<int64_t>(out.sequence[q].size()) / dim, dim})));
+  }
 }
 
 absl::StatusOr<std::vector<GoldenFile>> Run(const json& j) {
@@ -121,14 +137,10 @@ absl::StatusOr<std::vector<GoldenFile>> Run(const json& j) {
   state.step = step_index;
   absl::StatusOr<reference::EmbeddingOutput> out = reference::EmbeddingForward(config, state, kjt);
   if (!out.ok()) return out.status();
-  if (out->pooled_width > 0) files.push_back(OutputFile("out/pooled.npy", F32(out->pooled, {batch, out->pooled_width})));
+  AddForwardOutputs(config, kjt, layout, batch, *out, files);
   std::vector<int64_t> seq_dims;
   for (size_t q = 0; q < out->sequence.size(); ++q) {
-    const int f = out->sequence_keys[q];
-    const int64_t dim = config.tables[config.features[layout.feature[f]].table].dim;
-    seq_dims.push_back(dim);
-    files.push_back(OutputFile(absl::StrCat("out/seq_", kjt.keys[f], ".npy"),
-                               F32(out->sequence[q], {static_cast<int64_t>(out->sequence[q].size()) / dim, dim})));
+    seq_dims.push_back(config.tables[config.features[layout.feature[out->sequence_keys[q]]].table].dim);
   }
   if (!step) return files;
 
@@ -144,7 +156,27 @@ absl::StatusOr<std::vector<GoldenFile>> Run(const json& j) {
     files.push_back(InputFile(absl::StrCat("grads/seq_", kjt.keys[f], ".npy"),
                               F32(grads.sequence.back(), {static_cast<int64_t>(out->sequence[q].size()) / seq_dims[q], seq_dims[q]})));
   }
-  GEMTB_RETURN_IF_ERROR(reference::EmbeddingBackwardStep(config, state, kjt, grads));
+  if (spec->plan) {
+    // Sharded over virtual ranks, as `gemtb ref embed` runs a spec with a plan: the sharded forward
+    // and step replace the unsharded ones, and the communication report is an output too.
+    absl::StatusOr<reference::ShardingPlanSpec> plan =
+        reference::ParseShardingPlan(*spec->plan, config, spec->world_size, spec->gpus_per_host);
+    if (!plan.ok()) return plan.status();
+    absl::StatusOr<reference::ShardedRun> run = reference::RunSharded(config, *plan, spec->world_size, spec->gpus_per_host,
+                                                                      state, kjt, &grads);
+    if (!run.ok()) return run.status();
+    out = std::move(run->output);
+    state = std::move(run->state);
+    files.erase(std::remove_if(files.begin(), files.end(), [](const GoldenFile& g) { return g.name.rfind("out/", 0) == 0; }),
+                files.end());
+    AddForwardOutputs(config, kjt, layout, batch, *out, files);
+    GoldenFile report;
+    report.name = "out/comm_report.json";
+    report.text = reference::CommReportToJson(run->report).dump(2) + "\n";
+    files.push_back(std::move(report));
+  } else {
+    GEMTB_RETURN_IF_ERROR(reference::EmbeddingBackwardStep(config, state, kjt, grads));
+  }
   for (size_t t = 0; t < config.tables.size(); ++t) {
     const TableConfig& tc = config.tables[t];
     const reference::TableState& ts = state.tables[t];
@@ -239,6 +271,23 @@ void AddEmbeddingProducers(std::vector<GoldenProducer>& out) {
                          {"h_splitmix", {-1000000000000000, 1000000000000000}},
                          {"h_splitmix_seeded", {-9000000000000000000, 9000000000000000000}}};
     add("hashing", {{"spec", spec}, {"input_seed", 6}, {"max_len", 5}, {"id_ranges", ranges}, {"step", true}});
+  }
+  // Sharded over 4 virtual ranks in 2 MP groups of 2 (2D), one table per sharding type: the same
+  // forward and step through real collectives, plus the communication report (spec §3.1).
+  {
+    const json adagrad = {{"kind", "rowwise_adagrad"}, {"lr", 0.1}};
+    const json spec = {{"seed", 9}, {"batch", 8}, {"world_size", 4}, {"gpus_per_host", 2},
+                       {"tables", json::array({Table("tw", 12, 4, "fp32", sgd), Table("rw", 16, 4, "fp32", adagrad),
+                                               Table("cw", 10, 8, "fp32", adagrad), Table("twrw", 14, 4, "fp32", sgd),
+                                               Table("dp", 6, 4, "fp32", sgd)})},
+                       {"features", json::array({Feature("s_tw", "tw", "sum"), Feature("s_rw", "rw", "mean"),
+                                                 Feature("s_cw", "cw", "sum"), Feature("s_cw_seq", "cw", "none"),
+                                                 Feature("s_twrw", "twrw", "weighted_sum"), Feature("s_dp", "dp", "sum")})},
+                       {"plan", {{"mp_group", 2},
+                                 {"tables", {{"tw", {{"type", "TW"}, {"owner", 1}}}, {"rw", {{"type", "RW"}}},
+                                             {"cw", {{"type", "CW"}, {"shards", 2}}}, {"twrw", {{"type", "TWRW"}}},
+                                             {"dp", {{"type", "DP"}}}}}}}};
+    add("sharded_2d", {{"spec", spec}, {"input_seed", 8}, {"max_len", 4}, {"step", true}});
   }
 }
 
