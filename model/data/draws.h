@@ -33,7 +33,9 @@ GEMTB_HD inline double UniformOpen53(uint32_t hi, uint32_t lo) {
 }
 
 // A uniform double in [0, 1) from one word (32 bits; exact).
-GEMTB_HD inline double Uniform32(uint32_t w) { return numerics::DMul(static_cast<double>(w), 2.3283064365386962890625e-10); }
+GEMTB_HD inline double Uniform32(uint32_t w) {
+  return numerics::DMul(static_cast<double>(w), 2.3283064365386962890625e-10);  // 2^-32
+}
 
 // Irwin-Hall(4) standardised to mean 0 and variance 1: (sum of 4 uniforms - 2) * sqrt(3). One
 // Philox block. Bounded (|x| <= 2 sqrt 3), which keeps teacher logits bounded too.

@@ -86,6 +86,18 @@ class Generator {
     return s;
   }
 
+  // Only the sequence lengths of sample `index` (the same draws Generate makes, so equal to its
+  // events per sequence), for load statistics without generating events: lengths[j], j < J.
+  void SequenceLengths(uint64_t seed, int64_t index, int64_t* lengths) const {
+    for (size_t j = 0; j < sequences_.size(); ++j) lengths[j] = SequenceLength(seed, index, j);
+  }
+  // Total events over all sequences of sample `index` (= Sample::SequenceLoad()).
+  int64_t SequenceLoad(uint64_t seed, int64_t index) const {
+    int64_t total = 0;
+    for (size_t j = 0; j < sequences_.size(); ++j) total += SequenceLength(seed, index, j);
+    return total;
+  }
+
  private:
   struct Feature {
     IdLaw ids;
@@ -109,6 +121,11 @@ class Generator {
   };
 
   Generator() = default;
+
+  int64_t SequenceLength(uint64_t seed, int64_t index, size_t j) const {
+    const uint64_t stream = DataStream(FieldId(FieldKind::kSequence, j), static_cast<uint64_t>(index));
+    return DrawLength(sequences_[j].length, seed, stream, 0);
+  }
 
   DataParams params_;
   DataShape shape_;
@@ -181,7 +198,8 @@ inline double MassBelow(const IdLaw& law, int64_t threshold) {
   }
   double heavy = 0.0;
   for (int64_t j = 0; j < law.heavy_count; ++j) {
-    const uint64_t rank = SplitMix64(static_cast<uint64_t>(j) ^ law.salt ^ 0x4845415659ull) % static_cast<uint64_t>(law.vocab);
+    const uint64_t rank =
+        SplitMix64(static_cast<uint64_t>(j) ^ law.salt ^ 0x4845415659ull) % static_cast<uint64_t>(law.vocab);
     if (RankToId(law, rank) < threshold) heavy += 1.0;
   }
   if (law.heavy_count > 0) heavy /= static_cast<double>(law.heavy_count);
@@ -416,7 +434,8 @@ inline void Generator::Generate(uint64_t seed, int64_t index, Sample* out) const
     if (ka > 0 && tp.action_scale != 0.0) {
       int64_t positives = 0;
       for (int64_t a = 0; a < ka; ++a) positives += ev.action[static_cast<size_t>(len - 1 - a)] < tp.positive_actions;
-      const double excess = numerics::DSub(static_cast<double>(positives), DMul(seq.positive_rate, static_cast<double>(ka)));
+      const double expected = DMul(seq.positive_rate, static_cast<double>(ka));
+      const double excess = numerics::DSub(static_cast<double>(positives), expected);
       shared = DAdd(shared, DMul(tp.action_scale, excess));
     }
   }
@@ -451,9 +470,8 @@ inline void Generator::Generate(uint64_t seed, int64_t index, Sample* out) const
   }
   for (size_t t = 0; t < T; ++t) {
     uint8_t m = tasks_[t].on_surface[static_cast<size_t>(surface)];
-    if (tasks_[t].after_click && out->label[static_cast<size_t>(click_task_by_surface_[static_cast<size_t>(surface)])] == 0) {
-      m = 0;
-    }
+    const int click = click_task_by_surface_[static_cast<size_t>(surface)];
+    if (tasks_[t].after_click && out->label[static_cast<size_t>(click)] == 0) m = 0;
     out->mask[t] = m;
   }
 }

@@ -142,6 +142,18 @@ TEST(Generator, SequenceLengthsFollowTheSpecsLaw) {
   }
 }
 
+TEST(Generator, LengthOnlyDrawsMatchTheFullSample) {
+  const Generator& g = Tiny();
+  Sample s;
+  std::vector<int64_t> lengths(g.shape().sequences.size());
+  for (int64_t i = 0; i < 500; ++i) {
+    g.Generate(8, i, &s);
+    EXPECT_EQ(g.SequenceLoad(8, i), s.SequenceLoad());
+    g.SequenceLengths(8, i, lengths.data());
+    for (size_t j = 0; j < lengths.size(); ++j) EXPECT_EQ(lengths[j], static_cast<int64_t>(s.sequences[j].item.size()));
+  }
+}
+
 TEST(Generator, IdsAreHeavyTailed) {
   // Zipf(1.1) on 2048 ad ids: the most frequent id alone takes several percent of the draws, and the
   // top 1 % of ids more than a third of them.

@@ -80,9 +80,12 @@ int RunDataGenerate(const std::vector<std::string>& args) {
   if (first < 0 || first > INT64_MAX - samples) {
     return ReportError(kCommand, absl::InvalidArgumentError(absl::StrCat("--first=", first, ": expected >= 0")));
   }
-  if (seed < 0) return ReportError(kCommand, absl::InvalidArgumentError(absl::StrCat("--seed=", seed, ": expected >= 0")));
+  if (seed < 0) {
+    return ReportError(kCommand, absl::InvalidArgumentError(absl::StrCat("--seed=", seed, ": expected >= 0")));
+  }
   if (threads < 0 || threads > 4096) {
-    return ReportError(kCommand, absl::InvalidArgumentError(absl::StrCat("--threads=", threads, ": expected 0 .. 4096")));
+    return ReportError(kCommand,
+                       absl::InvalidArgumentError(absl::StrCat("--threads=", threads, ": expected 0 .. 4096")));
   }
 
   absl::StatusOr<model::ModelConfig> model_config = model::LoadModelConfig(config);
@@ -155,10 +158,8 @@ int RunDataGenerate(const std::vector<std::string>& args) {
   files.emplace_back("masks.npy", io::EncodeUInt8(batch.mask, {samples, T}));
   files.emplace_back("probs.npy", io::EncodeFloat(batch.prob, {samples, T}, io::NpyDType::kFloat64));
   if (absl::Status s = WriteOutputs(out_dir, files); !s.ok()) return ReportError(kCommand, s);
-  if (absl::Status s = WriteTextAtomically((std::filesystem::path(out_dir) / "meta.json").string(), meta.dump(2) + "\n");
-      !s.ok()) {
-    return ReportError(kCommand, s);
-  }
+  const std::string meta_path = (std::filesystem::path(out_dir) / "meta.json").string();
+  if (absl::Status s = WriteTextAtomically(meta_path, meta.dump(2) + "\n"); !s.ok()) return ReportError(kCommand, s);
   return kExitOk;
 }
 
