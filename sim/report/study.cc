@@ -253,7 +253,8 @@ absl::StatusOr<Study> RunStudy(const ScenarioDocument& doc, const StudyOptions& 
     }
   }
   const SweepPoint& ref = study.points[static_cast<size_t>(study.reference)];
-  const ScenarioDocument& ref_doc = planner.doc(point_doc[static_cast<size_t>(study.reference)]);
+  // A copy: adding variants grows the planner's documents.
+  const ScenarioDocument ref_doc = planner.doc(point_doc[static_cast<size_t>(study.reference)]);
   const std::string ref_label = PointLabel(ref.gpus, ref.settings);
 
   // Sensitivity: each assumption low and high at the reference point.
@@ -324,10 +325,13 @@ absl::StatusOr<Study> RunStudy(const ScenarioDocument& doc, const StudyOptions& 
       if (a.ok()) point.attribution = *a;
     }
   }
-  const absl::StatusOr<SimResult>& ref_base = planner.result(point_jobs[static_cast<size_t>(study.reference)][0]);
+  // By value: later phases add runs to the planner.
+  const absl::StatusOr<SimResult>& ref_run = planner.result(point_jobs[static_cast<size_t>(study.reference)][0]);
+  const bool ref_ok = ref_run.ok();
+  const double ref_scaling_ratio = ref_ok ? ref_run->scaling_ratio : 0.0;
 
   // Sensitivity rows and the grid of the two that move SR most.
-  if (sensitivity && ref_base.ok()) {
+  if (sensitivity && ref_ok) {
     auto fill = [&](const CaseJob& cj, double value) {
       SensitivityCase c;
       c.value = value;
@@ -380,7 +384,7 @@ absl::StatusOr<Study> RunStudy(const ScenarioDocument& doc, const StudyOptions& 
       for (int i = 0; i < 3; ++i) {
         for (int j = 0; j < 3; ++j) {
           if (i == 1 && j == 1) {
-            grid.scaling_ratio[i][j] = ref_base->scaling_ratio;
+            grid.scaling_ratio[i][j] = ref_scaling_ratio;
             grid.ok[i][j] = true;
             continue;
           }

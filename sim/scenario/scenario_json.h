@@ -104,6 +104,10 @@ absl::Status SetWorldSize(ScenarioDocument& doc, int world_size);
 enum class AssumptionCase { kLow, kHigh };
 absl::Status ApplyAssumption(ScenarioDocument& doc, const Assumption& assumption, AssumptionCase which);
 
+// sim/scenarios/gem-default.json: in this source tree if it is there, else relative to the working
+// directory.
+std::string DefaultScenarioPath();
+
 }  // namespace gemtb::sim
 
 #endif  // GEMTB_SIM_SCENARIO_SCENARIO_JSON_H_
