@@ -258,6 +258,11 @@ TEST_F(GoldenCopy, MalformedManifestExitsTwo) {
   EXPECT_EQ(Verify().exit_code, kExitBadInput);
 }
 
+TEST(GoldenSet, OnlyThatSelectsNothingIsBadInput) {
+  EXPECT_EQ(Call(RunGoldenVerify, {"--dir", kGolden.string(), "--only", "atention/"}).exit_code, kExitBadInput);
+  EXPECT_EQ(Call(RunGoldenRegen, {"--dir", kGolden.string(), "--only", "atention/", "--force"}).exit_code, kExitBadInput);
+}
+
 TEST_F(GoldenCopy, RegenRefusesWithoutForceAndWritesNothing) {
   Bring("quantize");
   fs::remove(dir_ / "quantize/e5m2_rne/codes.npy");

@@ -60,6 +60,14 @@ std::string FormatBytes(int64_t n) {
   return n >= (1 << 20) ? absl::StrFormat("%.2f MiB", n / 1048576.0) : absl::StrFormat("%.1f KiB", n / 1024.0);
 }
 
+// A typo in --only must not pass as "verified nothing".
+absl::Status CheckSelection(const std::string& only) {
+  for (const GoldenProducer& p : GoldenProducers()) {
+    if (Selected(p.name, only)) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--only=", only, ": selects no producer (names look like attention/silu_causal)"));
+}
+
 // Every difference found, one line each, so a reviewer sees the whole damage at once.
 class Findings {
  public:
@@ -89,6 +97,7 @@ absl::Status Verify(const std::vector<std::string>& args, bool* help) {
     *help = true;
     return absl::OkStatus();
   }
+  GEMTB_RETURN_IF_ERROR(CheckSelection(only));
   absl::StatusOr<Manifest> manifest = ReadManifest(dir);
   if (!manifest.ok()) return manifest.status();
 
@@ -204,6 +213,7 @@ absl::Status Regen(const std::vector<std::string>& args, bool* help) {
     return absl::OkStatus();
   }
   if (!force) return absl::InvalidArgumentError("--force: required; regen overwrites the golden set (nothing was written)");
+  GEMTB_RETURN_IF_ERROR(CheckSelection(only));
 
   // With --only the other entries are kept, so the old manifest must be sound; a full regen only
   // uses it (if readable) to remove files that are no longer produced.
