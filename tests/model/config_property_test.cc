@@ -1,7 +1,9 @@
 // Properties of the loader and the expansion on randomly mutated configs: every input is either
 // rejected with an error naming a JSON path, or accepted and expanded into a graph whose parameter
 // count is the spec's counting rules (re-derived here) and whose JSON round-trips.
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "model/description/graph_costs.h"
@@ -102,6 +104,33 @@ RC_GTEST_PROP(ConfigProperty, MutatedConfigsAreRejectedOrConsistent, ()) {
   const GraphTotals t = EvaluateGraph(*graph, 3, LengthsAtSparsity(*graph, 0.5));
   RC_ASSERT(t.model.flops_fwd > 0.0);
   RC_ASSERT(t.all.saved_bytes > 0.0);
+}
+
+// model.json with one leaf replaced by a value of another type or range: parsed, or rejected with
+// an error under the "model" path; never a crash (the suite also runs under ASan/UBSan).
+RC_GTEST_PROP(ModelJsonProperty, CorruptedLeavesAreRejectedOrParsed, ()) {
+  static const json base = [] {
+    auto config = LoadModelConfig("tiny");
+    auto graph = ExpandModel(*config);
+    return ToJson(*graph);
+  }();
+  static const json flat = base.flatten();
+  std::vector<std::string> pointers;
+  for (const auto& item : flat.items()) pointers.push_back(item.key());
+  const std::string pointer = *rc::gen::elementOf(pointers);
+  const std::vector<json> values = {json(-1),      json(0),          json(1e300),    json("x"),
+                                    json(nullptr), json::array(),    json::object(), json(true),
+                                    json(2.5),     json(UINT64_MAX), json(INT64_MIN)};
+  json corrupt = base;
+  corrupt[json::json_pointer(pointer)] = *rc::gen::elementOf(values);
+  auto graph = ParseModelJson(corrupt);
+  if (!graph.ok()) {
+    RC_ASSERT(std::string(graph.status().message()).rfind("model", 0) == 0);
+    return;
+  }
+  // Accepted: it must evaluate and re-emit without trouble.
+  (void)EvaluateGraph(*graph, 2, LengthsAtSparsity(*graph, 0.5));
+  RC_ASSERT(ParseModelJsonText(ToJsonText(*graph)).ok());
 }
 
 }  // namespace
