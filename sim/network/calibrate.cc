@@ -87,13 +87,6 @@ struct Fit {
   double alpha_s = 0, busbw_Bps = 0;
 };
 
-double Predict(const Form& form, const Fit& fit, double S) { return form.n * fit.alpha_s + form.f * S / fit.busbw_Bps; }
-
-double FitMape(const Form& form, const Fit& fit, const std::vector<const Measurement*>& rows) {
-  double sum = 0;
-  for (const Measurement* m : rows) sum += std::fabs(Predict(form, fit, m->bytes) / m->time_s - 1);
-  return rows.empty() ? 0 : 100 * sum / rows.size();
-}
 
 // α from the small sizes, B from the large sizes, alternating (each needs the other's correction).
 Fit FitSmallLarge(const Form& form, const std::vector<const Measurement*>& fit_rows, const FitOptions& o) {
@@ -114,27 +107,6 @@ Fit FitSmallLarge(const Form& form, const std::vector<const Measurement*>& fit_r
     fit.alpha_s = Median(alpha);
   }
   return fit;
-}
-
-// Relative least squares of t = n·α + f·S·x (x = 1/B) over the fit sizes >= min_bytes; α >= 0.
-Fit FitRelativeLeastSquares(const Form& form, const std::vector<const Measurement*>& rows) {
-  double saa = 0, sab = 0, sbb = 0, sa = 0, sb = 0;
-  for (const Measurement* m : rows) {
-    const double a = form.n / m->time_s, b = form.f * m->bytes / m->time_s;
-    saa += a * a;
-    sab += a * b;
-    sbb += b * b;
-    sa += a;
-    sb += b;
-  }
-  const double det = saa * sbb - sab * sab;
-  double alpha = det != 0 ? (sa * sbb - sb * sab) / det : 0;
-  double x = det != 0 ? (saa * sb - sab * sa) / det : 0;
-  if (!(alpha >= 0) || !(x > 0)) {
-    alpha = 0;
-    x = sb / sbb;
-  }
-  return {alpha, 1 / x};
 }
 
 using GroupKey = std::tuple<int, std::string, int>;  // op, algo, gpus
@@ -183,43 +155,51 @@ absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Ca
   for (const auto& [key, rows] : Groups(measured)) {
     const auto& [op_index, algo, gpus] = key;
     const CollectiveOp op = static_cast<CollectiveOp>(op_index);
-    std::vector<const Measurement*> fit_rows, fit_large;
+    std::vector<const Measurement*> fit_rows;
     for (const Measurement* m : rows) {
-      if (!IsFitSize(m->bytes, o.split)) continue;
-      fit_rows.push_back(m);
-      if (m->bytes >= 1024.0 * 1024) fit_large.push_back(m);
+      if (IsFitSize(m->bytes, o.split)) fit_rows.push_back(m);
     }
-    if (fit_rows.size() < 2 || fit_large.empty()) {
+    if (fit_rows.size() < 2) {
       return absl::InvalidArgumentError(absl::StrCat("results: ", std::string(CollectiveOpName(op)), " (", algo, ", ", gpus,
                                                      " GPUs) has too few fit sizes"));
     }
     const Form form = FormOf(op, algo, gpus);
-    // Two candidate fits, chosen by their error on the fit sizes >= 1 MiB only (the held-out sizes
-    // stay unseen): α from small and B from large sizes (spec §6.6), or one relative least-squares
-    // line through the fit sizes >= 1 MiB when protocol changes bend the curve in between.
-    const Fit small_large = FitSmallLarge(form, fit_rows, o);
-    const Fit lsq = FitRelativeLeastSquares(form, fit_large);
-    const Fit fit = FitMape(form, lsq, fit_large) < FitMape(form, small_large, fit_large) ? lsq : small_large;
-    FittedLink link;
-    link.op = op;
-    link.tier = tier_name;
-    link.algo = algo;
-    link.gpus = gpus;
-    link.alpha_s = fit.alpha_s;
-    link.busbw_Bps = fit.busbw_Bps;
-    cal.fitted.push_back(link);
-    if (algo == "auto" && op != CollectiveOp::kAllToAll && op != CollectiveOp::kBroadcast) {
-      large_busbw.push_back(small_large.busbw_Bps);
-    }
-    if (algo == "auto") {
-      // η per fit size: how much slower the measurement is than the α–β line (capped at 1).
-      EtaTable table;
-      table.op = op;
-      table.hosts = 1;
-      for (const Measurement* m : fit_rows) {
-        table.size_eta.push_back({m->bytes, std::clamp(Predict(form, fit, m->bytes) / m->time_s, 1e-3, 1.0)});
+    // Piecewise α–β: between consecutive fit sizes S_i < S_j the line through both measurements,
+    // t = n·α + f·S/B, valid on [S_i, S_j) (the first segment also below, the last also above). The
+    // first segments carry the small-size α, the last the large-size B_eff (spec §6.6); held-out
+    // sizes fall between fit sizes, so each is predicted by its two neighbours' line.
+    for (size_t i = 0; i + 1 < fit_rows.size(); ++i) {
+      const Measurement& a = *fit_rows[i];
+      const Measurement& b = *fit_rows[i + 1];
+      FittedLink link;
+      link.op = op;
+      link.tier = tier_name;
+      link.algo = algo;
+      link.gpus = gpus;
+      link.min_bytes = i == 0 ? 0 : a.bytes;
+      link.max_bytes = i + 2 == fit_rows.size() ? 0 : b.bytes;
+      const double slope = (b.time_s - a.time_s) / (b.bytes - a.bytes);  // f / B
+      if (slope <= 0) {
+        // Flat (latency-bound) or noisy: all latency, bandwidth no limit within the segment.
+        link.busbw_Bps = 1e15;
+        link.alpha_s = std::max(a.time_s, b.time_s) / form.n;
+      } else {
+        link.busbw_Bps = form.f / slope;
+        link.alpha_s = (a.time_s - form.f * a.bytes / link.busbw_Bps) / form.n;
+        if (link.alpha_s < 0) {  // steeper than proportional: no latency, B from the larger point
+          link.alpha_s = 0;
+          link.busbw_Bps = form.f * b.bytes / b.time_s;
+        }
       }
-      cal.eta_tables.push_back(std::move(table));
+      cal.fitted.push_back(link);
+    }
+    if (algo == "auto" && op != CollectiveOp::kAllToAll && op != CollectiveOp::kBroadcast) {
+      large_busbw.push_back(FitSmallLarge(form, fit_rows, o).busbw_Bps);
+    }
+    if (algo == "tree" && op == CollectiveOp::kAllReduce) {
+      // NCCL's Tree all-reduce: algbw = nCh·bwTree·0.92·0.5 at large sizes, and the tree form's B is
+      // 2S/t = 2·algbw, so bwTree per channel = B / (0.92 · nCh).
+      cal.nccl_constants["nccl_tree_bw_intra_GBps"] = FitSmallLarge(form, fit_rows, o).busbw_Bps / 1e9 / (0.92 * o.nccl_channels);
     }
   }
   if (!large_busbw.empty()) {

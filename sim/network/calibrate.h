@@ -1,8 +1,9 @@
 // Fitting a calibration from measured collectives (spec/simulator.md §6.6, `gemtb whatif calibrate`):
 // `gemtb bench comm` records (tools/bench/results/comm_*.json) in, per (op, pinned algorithm, GPU
-// count) an α (from the small sizes) and an effective busbw B (from the large sizes) out, plus η
-// tables and NCCL's per-channel bandwidth, each fitted on one half of the sizes (even or odd powers
-// of two) and judged on the other half by the held-out MAPE for S >= 1 MiB.
+// count) a piecewise α–β fit out (one α and effective busbw B per interval between consecutive fit
+// sizes: α from the small sizes, B_eff from the large ones), plus NCCL's per-channel bandwidth and κ,
+// fitted on one half of the sizes (even or odd powers of two) and judged on the other half by the
+// held-out MAPE for S >= 1 MiB.
 #ifndef GEMTB_SIM_NETWORK_CALIBRATE_H_
 #define GEMTB_SIM_NETWORK_CALIBRATE_H_
 
@@ -44,14 +45,15 @@ struct FitOptions {
   FitSizes split = FitSizes::kEven;
   double small_max_bytes = 64 * 1024;       // α from fit sizes <= this
   double large_min_bytes = 64 * 1024 * 1024;  // B from fit sizes >= this
-  int nccl_channels = 16;
+  int nccl_channels = 24;  // what NCCL 2.28 logs on two NVSwitch-connected H200s
 };
 
 // Fits `base` (kept: efficiency, kappa unless measured, other constants) to the measurements, for a
 // cluster whose first tier is `tier_name` (the NVLink tier: only one host is measured). Adds per
-// (op, algo, gpus) FittedLink, η tables for the auto runs (hosts = 1) where the α–β fit is off by more
-// than it on fit sizes (η = predicted / measured, capped at 1), the NCCL per-channel bandwidth
-// (nccl_bw_intra_GBps) from the large sizes, the NCCL version, nvls, kappa.
+// (op, algo, gpus) the FittedLink segments [S_i, S_{i+1}) between consecutive fit sizes (the line
+// t = n·α + f·S/B through both, in the form the cost model evaluates for that op and algorithm), the
+// NCCL per-channel bandwidth (nccl_bw_intra_GBps) from the large sizes, the NCCL version, nvls,
+// kappa. η tables of `base` are dropped (the segments already follow the measured curve).
 absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Calibration& base,
                                            const std::string& tier_name, const FitOptions& options);
 

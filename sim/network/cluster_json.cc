@@ -157,8 +157,8 @@ absl::StatusOr<Calibration> ParseCalibration(const json& json_in, std::string_vi
     if (!f.is_array()) return jf::Bad(fp, f, "must be an array");
     for (size_t i = 0; i < f.size(); ++i) {
       const std::string ip = jf::Index(fp, i);
-      GEMTB_RETURN_IF_ERROR(jf::CheckObject(f[i], ip, {"op", "tier", "algo", "gpus", "alpha_us", "busbw_GBps",
-                                                       "held_out_mape", "note"}));
+      GEMTB_RETURN_IF_ERROR(jf::CheckObject(f[i], ip, {"op", "tier", "algo", "gpus", "min_bytes", "max_bytes",
+                                                       "alpha_us", "busbw_GBps", "note"}));
       FittedLink link;
       std::string op;
       GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "op", &op, true));
@@ -169,6 +169,12 @@ absl::StatusOr<Calibration> ParseCalibration(const json& json_in, std::string_vi
       link.algo = "auto";
       GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "algo", &link.algo, false));
       GEMTB_RETURN_IF_ERROR(IntAtLeast(f[i], ip, "gpus", &link.gpus, 0, false));
+      GEMTB_RETURN_IF_ERROR(jf::Number(f[i], ip, "min_bytes", &link.min_bytes, false));
+      GEMTB_RETURN_IF_ERROR(jf::Number(f[i], ip, "max_bytes", &link.max_bytes, false));
+      if (!(link.min_bytes >= 0)) return jf::Bad(jf::Join(ip, "min_bytes"), f[i].at("min_bytes"), "must be >= 0");
+      if (!(link.max_bytes >= 0) || (link.max_bytes > 0 && link.max_bytes <= link.min_bytes)) {
+        return jf::Bad(jf::Join(ip, "max_bytes"), f[i].at("max_bytes"), "must be 0 (unbounded) or > min_bytes");
+      }
       double alpha_us = 0, busbw = 0;
       GEMTB_RETURN_IF_ERROR(jf::Number(f[i], ip, "alpha_us", &alpha_us, true));
       if (!(alpha_us >= 0)) return jf::Bad(jf::Join(ip, "alpha_us"), f[i].at("alpha_us"), "must be >= 0");

@@ -14,7 +14,8 @@
 //   "nccl_version": "2.27.3", "nccl_commit": "5067397...", "nvls": false,
 //   "constants": {"name": number, ...},                        // overrides of §3.3 constants
 //   "fitted": [ {"op": "all_gather", "tier": "nvlink", "algo": "auto"|"ring"|..., "gpus": 2,
-//                "alpha_us": 9.1, "busbw_GBps": 361.2}, ... ],
+//                "min_bytes": 1048576, "max_bytes": 4194304,   // segment [min, max); 0 = unbounded
+//                "alpha_us": 9.1, "busbw_GBps": 361.2}, ... ],  // for groups of exactly `gpus` (0: any)
 //   "eta_tables": [ {"op": "all_reduce", "hosts": 2, "points": [[bytes, eta], ...]}, ... ],
 //   "kappa": 0.22,
 //   "efficiency": {"e_mem": 0.6, "ops": {"linear": 0.45, "attention": [[tokens, e], ...]}},

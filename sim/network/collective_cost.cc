@@ -60,8 +60,12 @@ struct Fitted {
   int level;
   std::optional<CollAlgo> algo;
   int gpus;
+  double min_bytes, max_bytes;  // 0 = unbounded
   double alpha_s;
   double busbw_Bps;
+  bool Covers(double bytes) const {
+    return (min_bytes <= 0 || bytes >= min_bytes) && (max_bytes <= 0 || bytes < max_bytes);
+  }
 };
 
 }  // namespace
@@ -79,6 +83,7 @@ struct CollectiveCostModel::Impl {
   // NCCL inputs independent of the shape.
   int nchannels = 16;
   double bw_intra_GBps = 0;
+  double tree_bw_intra_GBps = 0;
   std::optional<double> bw_inter_GBps;
   double net_overhead_us = 1.0;
   double latency_inter_us = 0;
@@ -89,14 +94,15 @@ struct CollectiveCostModel::Impl {
   double nvls_bw_intra_GBps = 0;
   double nics_per_gpu = 1;
 
-  alpha_beta::Profile ProfileFor(CollectiveOp op, std::optional<CollAlgo> algo, const GroupShape& s) const;
+  alpha_beta::Profile ProfileFor(CollectiveOp op, std::optional<CollAlgo> algo, const GroupShape& s,
+                                 double bytes) const;
   CollectiveCost AlphaBeta(CollectiveOp op, CollAlgo algo, const GroupShape& s, double bytes) const;
   CollectiveCost Nccl(CollectiveOp op, std::optional<CollAlgo> algo, const GroupShape& s, double bytes) const;
   double Eta(CollectiveOp op, const GroupShape& s, double bytes) const;
 };
 
 alpha_beta::Profile CollectiveCostModel::Impl::ProfileFor(CollectiveOp op, std::optional<CollAlgo> algo,
-                                                          const GroupShape& s) const {
+                                                          const GroupShape& s, double bytes) const {
   alpha_beta::Profile g;
   g.level = levels;
   const double p = s.members;
@@ -106,20 +112,17 @@ alpha_beta::Profile CollectiveCostModel::Impl::ProfileFor(CollectiveOp op, std::
   g.level[1].members = std::max(1.0, zone / m0);
   g.level[2].members = std::max(1.0, p / zone);
   g.p = p;
-  // Fitted α/B replace the level's defaults: the entry for this algorithm, else the "auto" entry;
-  // among GPU counts the largest measured one <= p, else the smallest.
+  // Fitted α/B replace the level's defaults for groups of exactly the measured size (gpus 0: any
+  // size): the entry for this algorithm, else the "auto" entry; among an entry's size segments the
+  // one covering S (piecewise fits, calibrate.h). Measured per-call latency is mostly fixed launch
+  // cost, so it is not extrapolated to other group sizes as a per-step α.
   for (int pass = 0; pass < 2; ++pass) {
     const Fitted* best = nullptr;
     for (const Fitted& f : fitted) {
       if (f.op != op) continue;
       if (pass == 0 ? f.algo != algo || !algo.has_value() : f.algo.has_value()) continue;
-      if (f.level != g.Top()) continue;
-      if (best == nullptr) {
-        best = &f;
-        continue;
-      }
-      const bool f_fits = f.gpus <= p, b_fits = best->gpus <= p;
-      if ((f_fits && (!b_fits || f.gpus > best->gpus)) || (!f_fits && !b_fits && f.gpus < best->gpus)) best = &f;
+      if (f.level != g.Top() || !f.Covers(bytes) || (f.gpus != 0 && f.gpus != s.members)) continue;
+      if (best == nullptr || (best->gpus == 0 && f.gpus != 0)) best = &f;
     }
     if (best != nullptr) {
       g.level[best->level].alpha_s = best->alpha_s;
@@ -156,7 +159,7 @@ double CollectiveCostModel::Impl::Eta(CollectiveOp op, const GroupShape& s, doub
 
 CollectiveCost CollectiveCostModel::Impl::AlphaBeta(CollectiveOp op, CollAlgo algo, const GroupShape& s,
                                                     double S) const {
-  const alpha_beta::Profile g = ProfileFor(op, algo, s);
+  const alpha_beta::Profile g = ProfileFor(op, algo, s, S);
   double t = 0;
   switch (algo) {
     case CollAlgo::kRing:
@@ -200,6 +203,7 @@ CollectiveCost CollectiveCostModel::Impl::Nccl(CollectiveOp op, std::optional<Co
   comm.nnodes = std::max(1, s.hosts);
   comm.nchannels = nchannels;
   comm.bw_intra_GBps = bw_intra_GBps;
+  comm.tree_bw_intra_GBps = tree_bw_intra_GBps;
   if (bw_inter_GBps) {
     comm.bw_inter_GBps = *bw_inter_GBps;
   } else {
@@ -293,7 +297,7 @@ absl::StatusOr<CollectiveCostModel> CollectiveCostModel::Create(const Cluster& c
             absl::StrCat("cluster.calibration.fitted: algo \"", f.algo, "\" is not a known algorithm"));
       }
     }
-    impl->fitted.push_back({f.op, level, algo, f.gpus, f.alpha_s, f.busbw_Bps});
+    impl->fitted.push_back({f.op, level, algo, f.gpus, f.min_bytes, f.max_bytes, f.alpha_s, f.busbw_Bps});
   }
   impl->window = static_cast<int>(Constant(cal, "a2a_window", 1));
   impl->nvls = cal.nvls;
@@ -302,6 +306,7 @@ absl::StatusOr<CollectiveCostModel> CollectiveCostModel::Create(const Cluster& c
   impl->eta_tables = cal.eta_tables;
   impl->nchannels = static_cast<int>(Constant(cal, "nccl_nchannels", 16));
   impl->bw_intra_GBps = Constant(cal, "nccl_bw_intra_GBps", cluster.tiers[0].eff_busbw_Bps / 1e9 / impl->nchannels);
+  impl->tree_bw_intra_GBps = Constant(cal, "nccl_tree_bw_intra_GBps", 0.0);
   if (cal.nccl_constants.count("nccl_bw_inter_GBps")) impl->bw_inter_GBps = cal.nccl_constants.at("nccl_bw_inter_GBps");
   impl->net_overhead_us = Constant(cal, "nccl_net_overhead_us", 1.0);
   impl->latency_inter_us = Constant(cal, "nccl_latency_inter_us", 0.0);
@@ -384,7 +389,7 @@ CollectiveCost CollectiveCostModel::EstimateAllToAllv(const GroupShape& shape, c
   c.algo = CollAlgo::kAllToAllv;
   const double total = load.bytes_per_tier[0] + load.bytes_per_tier[1] + load.bytes_per_tier[2];
   if (shape.members <= 1 || !(total > 0)) return c;
-  const alpha_beta::Profile g = impl_->ProfileFor(CollectiveOp::kAllToAll, CollAlgo::kDirect, shape);
+  const alpha_beta::Profile g = impl_->ProfileFor(CollectiveOp::kAllToAll, CollAlgo::kDirect, shape, total);
   c.duration_s = alpha_beta::AllToAllv(g, load.bytes_per_tier, impl_->window);
   const double eta = impl_->Eta(CollectiveOp::kAllToAll, shape, total);
   return Finish(c, CollectiveOp::kAllToAll, shape, total, eta);

@@ -68,6 +68,7 @@ Tables TuneModel(CollectiveOp op, const CommParams& comm) {
       if (a == kNvls && p != kSimple) continue;
       if (a == kPat && p != kSimple) continue;
       double bw = nnodes <= 2 ? comm.bw_intra_GBps : comm.bw_inter_GBps;
+      if (a == kTree && nnodes <= 2 && comm.tree_bw_intra_GBps > 0) bw = comm.tree_bw_intra_GBps;
       if (a == kNvls) {
         double intra = comm.nvls_bw_intra_GBps * kNvlsEfficiency * (nch - 1) / nch;
         intra *= all_reduce ? 2.0 : (ppn - 1) / ppn;  // AllReduce pipelines two operations

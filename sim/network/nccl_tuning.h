@@ -26,6 +26,7 @@ struct CommParams {
   int nnodes = 1;
   int nchannels = 16;           // ring/tree graph channels (comm->nChannels)
   double bw_intra_GBps = 23.1;  // per channel, graphs[a]->bwIntra
+  double tree_bw_intra_GBps = 0; // per channel, graphs[TREE]->bwIntra when the tree graph differs (0: same)
   double bw_inter_GBps = 3.0;   // per channel, graphs[a]->bwInter (used when nnodes > 2)
   double latency_inter_us = 0;  // graphs[a]->latencyInter
   double net_overhead_us = 1.0; // 1 Intel, 2 AMD (getNetOverhead)

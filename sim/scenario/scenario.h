@@ -72,7 +72,7 @@ struct FittedLink {
   CollectiveOp op = CollectiveOp::kAllReduce;
   std::string tier;       // tier name
   std::string algo;       // "auto" or a pinned algorithm ("ring", "tree", ...)
-  int gpus = 0;           // group size it was measured on (0: any); the largest <= p applies
+  int gpus = 0;           // group size it was measured on; applies to groups of that size (0: any)
   double min_bytes = 0;   // the sizes S it was fitted on: [min_bytes, max_bytes), 0 = unbounded
   double max_bytes = 0;
   double alpha_s = 0;

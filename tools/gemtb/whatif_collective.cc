@@ -101,11 +101,12 @@ absl::Status Calibrate(const std::vector<std::string>& args) {
   std::string in_path, out_path, fit_sizes = "even", base_path, cluster_path;
   FlagSet flags("gemtb whatif calibrate --in RESULTS.json [--fit-sizes even|odd] --out CALIBRATION.json",
                 "Fits a calibration file from `gemtb bench comm` records (or tools/bench_comm.sh's\n"
-                "comm_results.json): per op, pinned algorithm and GPU count an alpha (small sizes) and an\n"
-                "effective busbw (large sizes), eta tables, NCCL's per-channel bandwidth and kappa (GEMM\n"
-                "slowdown), on the even (or odd) powers of two; prints the held-out MAPE for S >= 1 MiB on\n"
-                "the other sizes in modes alpha_beta (eta off/on) and nccl. Other fields (efficiency) come\n"
-                "from --base (default: the compiled-in sim/calibration/h200.json).");
+                "comm_results.json): per op, pinned algorithm and GPU count a piecewise alpha-beta fit (alpha\n"
+                "from the small sizes, effective busbw from the large ones, one segment between consecutive\n"
+                "fit sizes), NCCL's per-channel bandwidth and kappa (GEMM slowdown), on the even (or odd)\n"
+                "powers of two; prints the held-out MAPE for S >= 1 MiB on the other sizes in modes\n"
+                "alpha_beta (eta off/on) and nccl. Other fields (efficiency) come from --base (default: the\n"
+                "compiled-in sim/calibration/h200.json).");
   flags.String("in", &in_path, "measured results (JSON)");
   flags.String("out", &out_path, "calibration file to write");
   flags.String("fit-sizes", &fit_sizes, "even (default) | odd: which powers of two the fit sees");
@@ -161,13 +162,17 @@ absl::Status Calibrate(const std::vector<std::string>& args) {
   out["measured"] = {{"device", measured->device}, {"nvls_off", measured->nvls_off}};
   out["fit"] = {{"sizes", fit_sizes},
                 {"held_out", fit_sizes == "even" ? "odd powers of two" : "even powers of two"},
-                {"alpha", "median over fit sizes <= 64 KiB, or a relative least-squares line over fit sizes >= 1 MiB "
-                          "when that fits the fit sizes >= 1 MiB better"},
-                {"busbw", "median over fit sizes >= 64 MiB (same choice)"}};
+                {"model", "piecewise alpha-beta: per (op, algo, gpus) one segment [min_bytes, max_bytes) between "
+                          "consecutive fit sizes, t = n*alpha + f*S/busbw through both measurements (n, f of the "
+                          "op's ring form: all_reduce 2(p-1), 2(p-1)/p; tree 2*ceil(log2 p), 2; others p-1, "
+                          "(p-1)/p, broadcast f = 1); small sizes give alpha, large ones B_eff"},
+                {"nccl_mode", "nccl_bw_intra_GBps = B_eff of the large sizes (median over all_reduce, all_gather, "
+                              "reduce_scatter) / nccl_nchannels (24, as NCCL logs on this host)"}};
   json fitted = json::array();
   for (const sim::FittedLink& f : cal->fitted) {
     fitted.push_back({{"op", std::string(sim::CollectiveOpName(f.op))}, {"tier", f.tier}, {"algo", f.algo},
-                      {"gpus", f.gpus}, {"alpha_us", f.alpha_s * 1e6}, {"busbw_GBps", f.busbw_Bps / 1e9}});
+                      {"gpus", f.gpus}, {"min_bytes", f.min_bytes}, {"max_bytes", f.max_bytes},
+                      {"alpha_us", f.alpha_s * 1e6}, {"busbw_GBps", f.busbw_Bps / 1e9}});
   }
   out["fitted"] = fitted;
   json etas = json::array();

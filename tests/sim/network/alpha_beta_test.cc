@@ -148,7 +148,19 @@ TEST(AlphaBeta, AllToAllvUsesTheBusiestTier) {
 
 TEST(AlphaBeta, FittedCalibrationReplacesTheTier) {
   Cluster c = TestCluster();
-  c.calibration.fitted.push_back({CollectiveOp::kAllGather, "nvlink", "auto", 2, 10e-6, 300e9});
+  FittedLink link;
+  link.op = CollectiveOp::kAllGather;
+  link.tier = "nvlink";
+  link.algo = "auto";
+  link.gpus = 2;
+  link.alpha_s = 10e-6;
+  link.busbw_Bps = 300e9;
+  c.calibration.fitted.push_back(link);
+  // A segment for other sizes only does not apply at S.
+  FittedLink other = link;
+  other.min_bytes = 1e9;
+  other.alpha_s = 1;
+  c.calibration.fitted.push_back(other);
   const double S = 1e8;
   ExpectRel(Model("all_gather", "ring", c).Estimate(CollectiveOp::kAllGather, OneHost(2), S).duration_s,
             10e-6 + 0.5 * S / 300e9);
