@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -23,20 +24,23 @@ constexpr std::array<CollectiveOp, 5> kOps = {CollectiveOp::kAllReduce, Collecti
 
 int OpIndex(CollectiveOp op) { return static_cast<int>(op); }
 
-// The algorithms each op can run in mode alpha_beta, in "auto"'s tie-breaking order.
-std::vector<CollAlgo> AlgosFor(CollectiveOp op) {
+// The algorithms each op can run in mode alpha_beta, in "auto"'s tie-breaking order (static: the
+// hot path allocates nothing).
+std::span<const CollAlgo> AlgosFor(CollectiveOp op) {
+  static constexpr CollAlgo kAllReduceAlgos[] = {CollAlgo::kRing, CollAlgo::kTree, CollAlgo::kHalvingDoubling,
+                                                 CollAlgo::kHierarchical, CollAlgo::kNvls};
+  static constexpr CollAlgo kGatherAlgos[] = {CollAlgo::kRing, CollAlgo::kHalvingDoubling, CollAlgo::kHierarchical,
+                                              CollAlgo::kNvls};
+  static constexpr CollAlgo kAllToAllAlgos[] = {CollAlgo::kDirect};
+  static constexpr CollAlgo kBroadcastAlgos[] = {CollAlgo::kRing, CollAlgo::kTree};
   switch (op) {
-    case CollectiveOp::kAllReduce:
-      return {CollAlgo::kRing, CollAlgo::kTree, CollAlgo::kHalvingDoubling, CollAlgo::kHierarchical, CollAlgo::kNvls};
+    case CollectiveOp::kAllReduce: return kAllReduceAlgos;
     case CollectiveOp::kAllGather:
-    case CollectiveOp::kReduceScatter:
-      return {CollAlgo::kRing, CollAlgo::kHalvingDoubling, CollAlgo::kHierarchical, CollAlgo::kNvls};
-    case CollectiveOp::kAllToAll:
-      return {CollAlgo::kDirect};
-    case CollectiveOp::kBroadcast:
-      return {CollAlgo::kRing, CollAlgo::kTree};
+    case CollectiveOp::kReduceScatter: return kGatherAlgos;
+    case CollectiveOp::kAllToAll: return kAllToAllAlgos;
+    case CollectiveOp::kBroadcast: return kBroadcastAlgos;
   }
-  return {CollAlgo::kRing};
+  return kAllToAllAlgos;
 }
 
 std::optional<CollAlgo> ParseAlgo(std::string_view name) {
@@ -74,7 +78,8 @@ struct CollectiveCostModel::Impl {
   bool nccl_mode = false;
   std::array<std::optional<CollAlgo>, 5> op_algo{};  // nullopt = auto
   std::array<alpha_beta::Level, 3> levels{};      // members filled per shape
-  std::vector<Fitted> fitted;
+  std::array<std::vector<Fitted>, 5> fitted;  // by op: the engine's hot path scans one op's entries
+  std::array<std::vector<int>, 5> fitted_gpus;  // by op: the group sizes with entries (0: any size)
   int window = 1;
   bool nvls = false;
   double nvls_busbw_Bps = 475e9;
@@ -116,10 +121,12 @@ alpha_beta::Profile CollectiveCostModel::Impl::ProfileFor(CollectiveOp op, std::
   // size): the entry for this algorithm, else the "auto" entry; among an entry's size segments the
   // one covering S (piecewise fits, calibrate.h). Measured per-call latency is mostly fixed launch
   // cost, so it is not extrapolated to other group sizes as a per-step α.
-  for (int pass = 0; pass < 2; ++pass) {
+  const std::vector<int>& sizes = fitted_gpus[OpIndex(op)];
+  const bool any = std::find_if(sizes.begin(), sizes.end(), [&](int n) { return n == 0 || n == s.members; }) !=
+                   sizes.end();
+  for (int pass = 0; any && pass < 2; ++pass) {
     const Fitted* best = nullptr;
-    for (const Fitted& f : fitted) {
-      if (f.op != op) continue;
+    for (const Fitted& f : fitted[OpIndex(op)]) {
       if (pass == 0 ? f.algo != algo || !algo.has_value() : f.algo.has_value()) continue;
       if (f.level != g.Top() || !f.Covers(bytes) || (f.gpus != 0 && f.gpus != s.members)) continue;
       if (best == nullptr || (best->gpus == 0 && f.gpus != 0)) best = &f;
@@ -262,7 +269,7 @@ absl::StatusOr<CollectiveCostModel> CollectiveCostModel::Create(const Cluster& c
     }
     if (algo_name == "auto") continue;
     const std::optional<CollAlgo> algo = ParseAlgo(algo_name);
-    const std::vector<CollAlgo> valid = AlgosFor(*op);
+    const std::span<const CollAlgo> valid = AlgosFor(*op);
     if (!algo || std::find(valid.begin(), valid.end(), *algo) == valid.end()) {
       std::string names = "auto";
       for (CollAlgo a : valid) absl::StrAppend(&names, ", ", std::string(CollAlgoName(a)));
@@ -297,7 +304,9 @@ absl::StatusOr<CollectiveCostModel> CollectiveCostModel::Create(const Cluster& c
             absl::StrCat("cluster.calibration.fitted: algo \"", f.algo, "\" is not a known algorithm"));
       }
     }
-    impl->fitted.push_back({f.op, level, algo, f.gpus, f.min_bytes, f.max_bytes, f.alpha_s, f.busbw_Bps});
+    impl->fitted[OpIndex(f.op)].push_back({f.op, level, algo, f.gpus, f.min_bytes, f.max_bytes, f.alpha_s, f.busbw_Bps});
+    std::vector<int>& sizes = impl->fitted_gpus[OpIndex(f.op)];
+    if (std::find(sizes.begin(), sizes.end(), f.gpus) == sizes.end()) sizes.push_back(f.gpus);
   }
   impl->window = static_cast<int>(Constant(cal, "a2a_window", 1));
   impl->nvls = cal.nvls;
@@ -376,7 +385,7 @@ CollectiveCost CollectiveCostModel::EstimateWith(CollectiveOp op, CollAlgo algo,
       (algo == CollAlgo::kRing || algo == CollAlgo::kTree || algo == CollAlgo::kNvls)) {
     return Finish(impl_->Nccl(op, algo, shape, bytes), op, shape, bytes, eta);
   }
-  const std::vector<CollAlgo> valid = AlgosFor(op);
+  const std::span<const CollAlgo> valid = AlgosFor(op);
   if (std::find(valid.begin(), valid.end(), algo) == valid.end() || (algo == CollAlgo::kNvls && shape.hosts > 1) ||
       (algo == CollAlgo::kNvls && op != CollectiveOp::kAllReduce)) {
     algo = op == CollectiveOp::kAllToAll ? CollAlgo::kDirect : CollAlgo::kRing;
