@@ -10,8 +10,8 @@
 #      plus the GEMM-under-all-gather probe), with NCCL_ALGO=Ring (all_reduce, all_gather,
 #      reduce_scatter) and NCCL_ALGO=allreduce:Tree (all_reduce); NCCL_NVLS_ENABLE=0 throughout;
 #   4. logs NCCL's own tuning table once (NCCL_DEBUG_SUBSYS=TUNING) for spec §6.2;
-#   5. writes $OUT/comm_results.json (all runs, commit, hardware), $OUT/summary.txt, $OUT/build.log,
-#      $OUT/tuning.log and the per-run JSON files.
+#   5. writes 7 files under $OUT (a device call brings back at most 8): comm_results.json (all runs,
+#      commit, hardware, NCCL's tuning table), summary.txt, build.log, tuning.log and the per-run JSON.
 # Usage (device call, from the repository root; carry [".deb"]):
 #   bash tools/bench_comm.sh [--iters N] [--warmup N] [--max-bytes 1G]
 # Exit status: 0 all runs done, 1 a run failed, 2 the build failed.
@@ -89,9 +89,9 @@ run() {  # name, then env assignments and gemtb arguments
   local name=$1; shift
   stage "bench $name"
   if ! timeout "$(limit 150)" env "$@" --json "$out/comm_$name.json" --iters "$iters" --warmup "$warmup" \
-       --max-bytes "$max_bytes" > "$out/comm_$name.txt" 2>&1; then
+       --max-bytes "$max_bytes" > "/tmp/comm_$name.txt" 2>&1; then
     status=1
-    tail -5 "$out/comm_$name.txt" | tee -a "$out/summary.txt"
+    tail -5 "/tmp/comm_$name.txt" | tee -a "$out/summary.txt"
   fi
 }
 run auto "$gemtb" bench comm --gemm --label "NCCL auto"
@@ -102,7 +102,7 @@ timeout "$(limit 60)" env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,GRAPH "$
   --ops all_reduce --min-bytes 1M --max-bytes 1M --iters 2 --warmup 1 > "$out/tuning.log" 2>&1
 grep -E "Algorithm|Protocol|Max NThreads|Broadcast|Reduce|AllGather|AllReduce|Channel|NCCL version" "$out/tuning.log" \
   | head -40 | sed 's/^/   /' | tee -a "$out/summary.txt" > /dev/null
-grep -E "^(all_|reduce|broadcast|gemm|#)" "$out"/comm_auto.txt | sed 's/^/   /' >> "$out/summary.txt"
+grep -E "^(all_|reduce|broadcast|gemm|#)" /tmp/comm_auto.txt | sed 's/^/   /' >> "$out/summary.txt"
 
 commit=$(cat .deb/SOURCE 2>/dev/null || echo unknown)
 hardware=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
@@ -119,13 +119,15 @@ for name in ("auto", "ring", "tree"):
 tuning = []
 try:
     for line in open(os.path.join(out, "tuning.log"), errors="replace"):
-        if "TUNING" in line or "Channel" in line or "NCCL version" in line:
+        # The table rows (Algorithm/Protocol/Max NThreads/function lines hold '|'), the graph
+        # search results and the version; not the per-channel connection lines.
+        if ("|" in line or "Pattern" in line or "NCCL version" in line) and "via P2P" not in line:
             tuning.append(line.rstrip())
 except OSError:
     pass
 result = {"what": "gemtb bench comm on every GPU of the lent host (spec/simulator.md §6.6), NVLS off",
           "commit": commit, "hardware": hardware, "command": "bash tools/bench_comm.sh", "runs": runs,
-          "nccl_tuning_log": tuning[:200]}
+          "nccl_tuning_log": tuning[:400]}
 with open(os.path.join(out, "comm_results.json"), "w") as f:
     json.dump(result, f, indent=1)
 PY
