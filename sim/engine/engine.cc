@@ -59,6 +59,7 @@ class Engine {
   static constexpr int kSlots = 2;
   void TryStart(int r, int stream);
   void StartCompute(int r, int i, int step);
+  void EnterComputeStep(int r, int step);
   void Arrive(int r, int i, int step);
   void StartCollective(int i, int g, int step);
   void Complete(int r, int i, int step);
@@ -90,10 +91,16 @@ class Engine {
     int32_t last_task = -1;  // the collective that completed last (blocker accounting)
     double idle_since = 0;   // compute stream idle since (-1: busy)
     double last_arr = 0, last_start = 0;
+    int32_t cur_step = -1;   // the compute stream's step
+    double cur_work = 0;     // its compute time so far
+    double noise = 1;        // its noise factor
     StreamState st[kNumStreams];
     RankStats acc;
     double comm = 0;
   };
+  std::vector<double> cur_stats_;  // [rank][width]: the compute step's batch statistics
+  std::vector<uint64_t> cur_ckpt_; // [rank][ckpt_words_]: its checkpointed regions
+  int ckpt_words_ = 1;
   std::vector<RankState> rs_;
   std::vector<uint8_t> pending_;    // [slot][rank][task]: unfinished dependencies
   std::vector<int64_t> coll_off_;   // per task: offset into the per-group state
@@ -125,9 +132,28 @@ void Engine::TryStart(int r, int stream) {
   }
 }
 
+void Engine::EnterComputeStep(int r, int step) {
+  // The compute stream moves to `step` (in order): bank the finished step's work and bring this
+  // step's inputs next to the rank's state, so each compute task reads them from one place.
+  RankState& st = rs_[r];
+  if (st.cur_step >= 0) out_.step_work_s[static_cast<size_t>(st.cur_step) * R_ + r] += st.cur_work;
+  st.cur_step = step;
+  st.cur_work = 0;
+  st.noise = in_.noise != nullptr ? (*in_.noise)[static_cast<size_t>(step) * R_ + r] : 1.0;
+  std::copy_n(Stats(step, r), width_, cur_stats_.data() + static_cast<size_t>(r) * width_);
+  if (in_.checkpointed != nullptr) {
+    const size_t regions = tpl_.regions.size();
+    const uint8_t* ck = in_.checkpointed->data() + (static_cast<size_t>(step) * R_ + r) * regions;
+    uint64_t* bits = cur_ckpt_.data() + static_cast<size_t>(r) * ckpt_words_;
+    std::fill_n(bits, ckpt_words_, 0);
+    for (size_t u = 0; u < regions; ++u) if (ck[u]) bits[u / 64] |= uint64_t{1} << (u % 64);
+  }
+}
+
 void Engine::StartCompute(int r, int i, int step) {
   const TaskTemplate& t = tpl_.tasks[i];
-  const absl::Span<const double> stats(Stats(step, r), width_);
+  if (rs_[r].cur_step != step) EnterComputeStep(r, step);
+  const absl::Span<const double> stats(cur_stats_.data() + static_cast<size_t>(r) * width_, width_);
   Running& x = rs_[r].run;
   x.task = i;
   x.step = step;
@@ -135,20 +161,19 @@ void Engine::StartCompute(int r, int i, int step) {
   x.main = EvalTime(t.time, t.curve_terms, stats);
   x.rec = 0;
   if (t.recompute_region >= 0 && in_.checkpointed != nullptr) {
-    const size_t regions = tpl_.regions.size();
-    if ((*in_.checkpointed)[(static_cast<size_t>(step) * R_ + r) * regions + t.recompute_region]) {
+    const uint64_t word = cur_ckpt_[static_cast<size_t>(r) * ckpt_words_ + t.recompute_region / 64];
+    if ((word >> (t.recompute_region % 64)) & 1) {
       const RegionTemplate& reg = tpl_.regions[t.recompute_region];
       x.rec = EvalTime(reg.fwd_time, reg.fwd_curve_terms, stats);
     }
   }
-  const double n = in_.noise != nullptr ? (*in_.noise)[static_cast<size_t>(step) * R_ + r] : 1.0;
-  x.base = (x.main + x.rec) * n;
+  x.base = (x.main + x.rec) * rs_[r].noise;
   x.work_left = x.base;
   x.last_t = now_;
   x.c = rs_[r].sm > 0 ? 1.0 + in_.kappa : 1.0;
   x.contended = x.c > 1.0;
   ++x.version;
-  q_.Push(now_ + x.work_left * x.c, EventType::kTaskEnd, r, i, x.version);
+  q_.Push(now_ + x.work_left * x.c, EventType::kTaskEnd, r, i, x.version, step);
   // Compute idle time ends here: charge it to the collective that unblocked it (spec §5).
   if (rs_[r].idle_since >= 0) {
     const double idle = now_ - rs_[r].idle_since;
@@ -179,7 +204,7 @@ void Engine::SetSm(int r, int delta) {
   x.c = c_new;
   x.contended = x.contended || c_new > 1.0;
   ++x.version;
-  q_.Push(now_ + x.work_left * x.c, EventType::kTaskEnd, r, x.task, x.version);
+  q_.Push(now_ + x.work_left * x.c, EventType::kTaskEnd, r, x.task, x.version, x.step);
 }
 
 void Engine::Arrive(int r, int i, int step) {
@@ -266,7 +291,7 @@ void Engine::OnComputeEnd(int r, uint32_t version) {
   const TaskTemplate& t = tpl_.tasks[x.task];
   // Uncontended, a task takes exactly its base time (not end - start, which rounds per rank).
   const double actual = x.contended ? now_ - x.start : x.base;
-  out_.step_work_s[static_cast<size_t>(x.step) * R_ + r] += actual;
+  rs_[r].cur_work += actual;
   if (Measured(x.step)) {
     RankStats& s = rs_[r].acc;
     const double share = x.base > 0 ? actual / x.base : 1.0;
@@ -314,6 +339,9 @@ void Engine::Complete(int r, int i, int step) {
 absl::StatusOr<EngineOutput> Engine::Run() {
   if (in_.steps > 32000) return absl::InvalidArgumentError("batches: more than 32000 steps");
   rs_.assign(R_, RankState{});
+  cur_stats_.assign(static_cast<size_t>(R_) * width_, 0.0);
+  ckpt_words_ = static_cast<int>((tpl_.regions.size() + 63) / 64) + 1;
+  cur_ckpt_.assign(static_cast<size_t>(R_) * ckpt_words_, 0);
   for (int i = 0; i < T_; ++i) {
     if (tpl_.tasks[i].deps.size() + tpl_.tasks[i].prev_deps.size() > 255) {
       return absl::InvalidArgumentError(absl::StrCat("sim engine: task ", tpl_.tasks[i].name, " has more than 255 dependencies"));
@@ -352,7 +380,15 @@ absl::StatusOr<EngineOutput> Engine::Run() {
     const Event e = q_.Pop();
     now_ = e.time;
     // The next event's rank state is a likely cache miss: start loading it now.
-    if (!q_.Empty() && q_.Top().type == EventType::kTaskEnd) __builtin_prefetch(&rs_[q_.Top().a]);
+    if (!q_.Empty() && q_.Top().type == EventType::kTaskEnd) {
+      const Event& top = q_.Top();
+      const int next = top.a;
+      for (int d : tpl_.dependents[top.b]) __builtin_prefetch(&Pending(next, d, top.step));
+      __builtin_prefetch(&rs_[next]);
+      __builtin_prefetch(reinterpret_cast<const char*>(&rs_[next]) + 64);
+      __builtin_prefetch(cur_stats_.data() + static_cast<size_t>(next) * width_);
+      __builtin_prefetch(cur_stats_.data() + static_cast<size_t>(next) * width_ + 8);
+    }
     ++events;
     switch (e.type) {
       case EventType::kTaskEnd:
@@ -373,7 +409,9 @@ absl::StatusOr<EngineOutput> Engine::Run() {
     }
   }
   out_.events = events;
+  if (q_.Overflowed()) return absl::ResourceExhaustedError("sim engine: more than 2^24 pending events");
   for (int r = 0; r < R_; ++r) {
+    if (rs_[r].cur_step >= 0) out_.step_work_s[static_cast<size_t>(rs_[r].cur_step) * R_ + r] += rs_[r].cur_work;
     out_.ranks[r] = rs_[r].acc;
     out_.comm_s[r] = rs_[r].comm;
   }

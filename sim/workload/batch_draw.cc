@@ -129,7 +129,8 @@ struct LengthClass {
   std::vector<int> seqs;            // j of the sequences in the class
   std::vector<uint64_t> threshold;  // index i is the length iff w < threshold[i] (and not for i - 1)
   std::vector<double> pairs;        // pairs of a sample of length min + i (CLS included)
-  std::vector<uint32_t> bucket;     // 65536 entries
+  std::vector<uint32_t> bucket;     // kBuckets entries
+  static constexpr int kBucketBits = 16;  // small enough to stay in cache with the thresholds
   static constexpr uint32_t kPure = 0x80000000u;
 
   void Build() {
@@ -142,10 +143,12 @@ struct LengthClass {
     }
     pairs.resize(cdf.size());
     for (size_t i = 0; i < cdf.size(); ++i) pairs[i] = PairsUnderMask(mask, law.min + static_cast<int64_t>(i) + n_s);
-    bucket.resize(65536);
+    const uint64_t buckets = uint64_t{1} << kBucketBits;
+    const int shift = 32 - kBucketBits;
+    bucket.resize(buckets);
     size_t i = 0;
-    for (uint64_t b = 0; b < 65536; ++b) {
-      const uint64_t first = b << 16, last = first + 0xFFFF;
+    for (uint64_t b = 0; b < buckets; ++b) {
+      const uint64_t first = b << shift, last = first + ((uint64_t{1} << shift) - 1);
       while (first >= threshold[i]) ++i;  // threshold.back() = 2^32 stops it
       const bool pure = last < threshold[i];
       bucket[b] = static_cast<uint32_t>(i) | (pure ? kPure : 0u);
@@ -153,7 +156,7 @@ struct LengthClass {
   }
   // The length index of word w: the first i with w < threshold[i].
   uint32_t Lookup(uint32_t w) const {
-    uint32_t e = bucket[w >> 16];
+    uint32_t e = bucket[w >> (32 - kBucketBits)];
     if (e & kPure) return e & ~kPure;
     while (w >= threshold[e]) ++e;
     return e;

@@ -27,17 +27,40 @@ struct StatAffine {
 
   double Eval(absl::Span<const double> stats) const {
     double v = 0.0;
+    if (compact_) {
+      for (size_t k = 0; k < nz_index_.size(); ++k) v += nz_value_[k] * stats[nz_index_[k]];
+      return v;
+    }
     for (size_t i = 0; i < coef.size(); ++i) v += coef[i] * stats[i];
     return v;
   }
   void AddScaled(const StatAffine& o, double s) {
     if (coef.size() < o.coef.size()) coef.resize(o.coef.size(), 0.0);
     for (size_t i = 0; i < o.coef.size(); ++i) coef[i] += s * o.coef[i];
+    compact_ = false;
   }
   bool IsZero() const {
     for (double c : coef) if (c != 0.0) return false;
     return true;
   }
+  // Keeps only the non-zero terms for Eval (most costs touch 2-4 of the statistics); the sum runs
+  // in the same index order, so the value is unchanged.
+  void Compact() {
+    nz_index_.clear();
+    nz_value_.clear();
+    for (size_t i = 0; i < coef.size(); ++i) {
+      if (coef[i] != 0.0) {
+        nz_index_.push_back(static_cast<int>(i));
+        nz_value_.push_back(coef[i]);
+      }
+    }
+    compact_ = true;
+  }
+
+ private:
+  bool compact_ = false;
+  std::vector<int> nz_index_;
+  std::vector<double> nz_value_;
 };
 
 }  // namespace gemtb::sim

@@ -492,6 +492,22 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   t_.static_bytes = 16.0 * (dense_params_total / S + expert_params_total / std::max(1, SE)) +
                     (depth + 1) * max_unit_bytes + per_rank_tables;
 
+  // Evaluation is per rank and task: keep only the non-zero terms.
+  for (TaskTemplate& task : t_.tasks) {
+    task.time.Compact();
+    task.bytes.Compact();
+    for (CurveTerm& c : task.curve_terms) { c.flops.Compact(); c.tokens.Compact(); }
+  }
+  for (RegionTemplate& r : t_.regions) {
+    r.fwd_time.Compact();
+    r.saved_bytes.Compact();
+    for (CurveTerm& c : r.fwd_curve_terms) { c.flops.Compact(); c.tokens.Compact(); }
+  }
+  t_.model_flops.Compact();
+  t_.local_flops.Compact();
+  t_.local_time.Compact();
+  for (CurveTerm& c : t_.local_curve_terms) { c.flops.Compact(); c.tokens.Compact(); }
+
   // Streams and dependents.
   t_.stream_tasks.assign(kNumStreams, {});
   t_.dependents.assign(t_.tasks.size(), {});

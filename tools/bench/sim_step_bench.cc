@@ -3,11 +3,13 @@
 // gem-default (spec §4): gem-scale model, local batch 1,024, FSDP and sparse MP groups of 256, 2-way
 // EP with 16-way expert FSDP, fully sharded 2D sparse, BBS, SM-free, 3-tier H200 cluster, noise on.
 // Before timing, each size is checked once: every step finished, the step time is positive and the
-// heaviest rank sits above the mean. Reported: seconds per simulated step (counter "s_per_step") and
-// events per second.
+// heaviest rank sits above the mean. Reported per simulated step: CPU seconds of this process
+// ("cpu_s_per_step", the figure §7 bounds: one core) and wall seconds ("s_per_step", inflated when
+// the machine is shared), plus events per second.
 //
 //   build/bin/sim_step_bench --benchmark_filter=SimStep
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -99,16 +101,24 @@ void BM_SimStep(benchmark::State& state) {
     state.counters["imbalance"] = r->imbalance;
     state.counters["events_per_step"] = static_cast<double>(r->events) / steps;
   }
-  double seconds = 0;
+  double seconds = 0, cpu = 0;
   uint64_t events = 0;
+  auto cpu_now = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = cpu_now();
     auto r = Simulate(s, Counterfactuals{}, o);
+    cpu += cpu_now() - c0;
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     benchmark::DoNotOptimize(r);
     events += r.ok() ? r->events : 0;
   }
   state.counters["s_per_step"] = seconds / (static_cast<double>(state.iterations()) * steps);
+  state.counters["cpu_s_per_step"] = cpu / (static_cast<double>(state.iterations()) * steps);
   state.counters["events_per_s"] = static_cast<double>(events) / seconds;
 }
 BENCHMARK(BM_SimStep)->Arg(64)->Arg(1024)->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond)->Iterations(1);
