@@ -118,6 +118,23 @@ TEST(TileScheduler, EveryValidPairIsInExactlyOneTileOfEachKernel) {
   }
 }
 
+// The Hopper forward's 128-row tiles (kHopperBlockM) cover every valid pair exactly once too, each
+// tile starting at a multiple of 128 rows.
+TEST(TileScheduler, HopperForwardTilesCoverEveryValidPairOnce) {
+  std::mt19937_64 rng(13);
+  for (int rep = 0; rep < 300; ++rep) {
+    const testing::AttentionCase c = testing::RandomAttentionCase(rng, Config(rep % 2 ? 300 : 12));
+    const gpu::Pairing pairing = PairingOf(c);
+    auto pairs = ValidPairs(c);
+    for (const gpu::ForwardTile& t : gpu::BuildForwardTiles(pairing, c.options, gpu::kHopperBlockM)) {
+      ASSERT_EQ(t.i0 % gpu::kHopperBlockM, 0) << "case: " << c;
+      ASSERT_GT(Cover(pairs, c, t.b, t.i0, t.i0 + gpu::kHopperBlockM, t.k_lo, t.k_hi), 0)
+          << "Hopper forward tile without a valid pair; case: " << c;
+    }
+    ExpectEachPairOnce(pairs, "Hopper forward", c);
+  }
+}
+
 TEST(TileScheduler, TilesAreOrderedHeaviestFirst) {
   std::mt19937_64 rng(12);
   const testing::AttentionCase c = testing::RandomAttentionCase(rng, Config(300));
