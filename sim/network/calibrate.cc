@@ -193,8 +193,13 @@ absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Ca
       }
       cal.fitted.push_back(link);
     }
-    if (algo == "auto" && op != CollectiveOp::kAllToAll && op != CollectiveOp::kBroadcast) {
-      large_busbw.push_back(FitSmallLarge(form, fit_rows, o).busbw_Bps);
+    if (algo == "auto" && op != CollectiveOp::kAllToAll) {
+      // NCCL's ring busbw at large sizes is nCh·bwIntra for every op; measured, the ops differ, so each
+      // gets its own per-channel bandwidth besides the shared one (median over AR/AG/RS).
+      const double busbw = FitSmallLarge(form, fit_rows, o).busbw_Bps;
+      if (op != CollectiveOp::kBroadcast) large_busbw.push_back(busbw);
+      cal.nccl_constants[absl::StrCat("nccl_bw_intra_GBps.", std::string(CollectiveOpName(op)))] =
+          busbw / 1e9 / o.nccl_channels;
     }
     if (algo == "tree" && op == CollectiveOp::kAllReduce) {
       // NCCL's Tree all-reduce: algbw = nCh·bwTree·0.92·0.5 at large sizes, and the tree form's B is

@@ -88,6 +88,7 @@ struct CollectiveCostModel::Impl {
   // NCCL inputs independent of the shape.
   int nchannels = 16;
   double bw_intra_GBps = 0;
+  std::array<double, 5> op_bw_intra_GBps{};  // per-op overrides ("nccl_bw_intra_GBps.all_gather"), 0: none
   double tree_bw_intra_GBps = 0;
   std::optional<double> bw_inter_GBps;
   double net_overhead_us = 1.0;
@@ -209,7 +210,7 @@ CollectiveCost CollectiveCostModel::Impl::Nccl(CollectiveOp op, std::optional<Co
   comm.nranks = s.members;
   comm.nnodes = std::max(1, s.hosts);
   comm.nchannels = nchannels;
-  comm.bw_intra_GBps = bw_intra_GBps;
+  comm.bw_intra_GBps = op_bw_intra_GBps[OpIndex(op)] > 0 ? op_bw_intra_GBps[OpIndex(op)] : bw_intra_GBps;
   comm.tree_bw_intra_GBps = tree_bw_intra_GBps;
   if (bw_inter_GBps) {
     comm.bw_inter_GBps = *bw_inter_GBps;
@@ -316,6 +317,10 @@ absl::StatusOr<CollectiveCostModel> CollectiveCostModel::Create(const Cluster& c
   impl->nchannels = static_cast<int>(Constant(cal, "nccl_nchannels", 16));
   impl->bw_intra_GBps = Constant(cal, "nccl_bw_intra_GBps", cluster.tiers[0].eff_busbw_Bps / 1e9 / impl->nchannels);
   impl->tree_bw_intra_GBps = Constant(cal, "nccl_tree_bw_intra_GBps", 0.0);
+  for (CollectiveOp op : kOps) {
+    impl->op_bw_intra_GBps[OpIndex(op)] =
+        Constant(cal, absl::StrCat("nccl_bw_intra_GBps.", std::string(CollectiveOpName(op))), 0.0);
+  }
   if (cal.nccl_constants.count("nccl_bw_inter_GBps")) impl->bw_inter_GBps = cal.nccl_constants.at("nccl_bw_inter_GBps");
   impl->net_overhead_us = Constant(cal, "nccl_net_overhead_us", 1.0);
   impl->latency_inter_us = Constant(cal, "nccl_latency_inter_us", 0.0);

@@ -167,7 +167,8 @@ absl::Status Calibrate(const std::vector<std::string>& args) {
                           "op's ring form: all_reduce 2(p-1), 2(p-1)/p; tree 2*ceil(log2 p), 2; others p-1, "
                           "(p-1)/p, broadcast f = 1); small sizes give alpha, large ones B_eff"},
                 {"nccl_mode", "nccl_bw_intra_GBps = B_eff of the large sizes (median over all_reduce, all_gather, "
-                              "reduce_scatter) / nccl_nchannels (24, as NCCL logs on this host)"}};
+                              "reduce_scatter) / nccl_nchannels (24, as NCCL logs on this host); "
+                              "nccl_bw_intra_GBps.<op> the same per op; nccl_tree_bw_intra_GBps from the Tree run"}};
   json fitted = json::array();
   for (const sim::FittedLink& f : cal->fitted) {
     fitted.push_back({{"op", std::string(sim::CollectiveOpName(f.op))}, {"tier", f.tier}, {"algo", f.algo},
