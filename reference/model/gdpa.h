@@ -10,6 +10,7 @@
 #ifndef GEMTB_REFERENCE_MODEL_GDPA_H_
 #define GEMTB_REFERENCE_MODEL_GDPA_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <vector>
@@ -28,7 +29,42 @@ struct GdpaShape {
     if (block > 0) return i / block == j / block;
     return window < 0 || (j >= i - window && j <= i + window);
   }
+  // The kept keys of query i form one range [*lo, *hi) for every mask here.
+  void KeyRange(int i, int* lo, int* hi) const {
+    if (block > 0) {
+      *lo = std::min(lk, i / block * block);
+      *hi = std::min(lk, (i / block + 1) * block);
+    } else if (window >= 0) {
+      *lo = std::max(0, i - window);
+      *hi = std::max(*lo, std::min(lk, i + window + 1));
+    } else {
+      *lo = 0;
+      *hi = lk;
+    }
+  }
 };
+
+namespace gdpa_detail {
+// Head h of x [L, H*dh] transposed to [dh, L], so that dot products against every key run as saxpys
+// over keys; each dot product still sums over i = 0..dh-1 in order (the same bits as a plain loop).
+template <typename T>
+void TransposeHead(const T* x, int len, int heads, int dh, int h, std::vector<T>& out) {
+  out.resize(static_cast<size_t>(dh) * len);
+  for (int t = 0; t < len; ++t)
+    for (int c = 0; c < dh; ++c) out[static_cast<size_t>(c) * len + t] = x[(static_cast<size_t>(t) * heads + h) * dh + c];
+}
+// z[j - lo] = q . k_j for j in [lo, hi), from kt [dh, L].
+template <typename T>
+void Scores(const T* q, const T* kt, int len, int dh, int lo, int hi, T* z) {
+  const int n = hi - lo;
+  for (int j = 0; j < n; ++j) z[j] = T(0);
+  for (int c = 0; c < dh; ++c) {
+    const T a = q[c];
+    const T* __restrict__ kr = kt + static_cast<size_t>(c) * len + lo;
+    for (int j = 0; j < n; ++j) z[j] += a * kr[j];
+  }
+}
+}  // namespace gdpa_detail
 
 // o [lq, H*dh] = sum_j post * silu(q_i . k_j) v_j over kept keys.
 template <typename T>
@@ -36,16 +72,17 @@ void GdpaForward(const GdpaShape& s, const T* q, const T* k, const T* v, T* o) {
   const int w = s.heads * s.dh;
   const T post = static_cast<T>(s.post_scale);
   for (size_t e = 0; e < static_cast<size_t>(s.lq) * w; ++e) o[e] = T(0);
+  std::vector<T> kt, z(static_cast<size_t>(s.lk));
   for (int h = 0; h < s.heads; ++h) {
+    gdpa_detail::TransposeHead(k, s.lk, s.heads, s.dh, h, kt);
     for (int i = 0; i < s.lq; ++i) {
+      int lo = 0, hi = 0;
+      s.KeyRange(i, &lo, &hi);
       const T* qi = q + static_cast<size_t>(i) * w + h * s.dh;
       T* oi = o + static_cast<size_t>(i) * w + h * s.dh;
-      for (int j = 0; j < s.lk; ++j) {
-        if (!s.Keep(i, j)) continue;
-        const T* kj = k + static_cast<size_t>(j) * w + h * s.dh;
-        T z = 0;
-        for (int c = 0; c < s.dh; ++c) z += qi[c] * kj[c];
-        const T pij = post * Silu(z);
+      gdpa_detail::Scores(qi, kt.data(), s.lk, s.dh, lo, hi, z.data());
+      for (int j = lo; j < hi; ++j) {
+        const T pij = post * Silu(z[j - lo]);
         const T* vj = v + static_cast<size_t>(j) * w + h * s.dh;
         for (int c = 0; c < s.dh; ++c) oi[c] += pij * vj[c];
       }
@@ -58,21 +95,24 @@ template <typename T>
 void GdpaBackward(const GdpaShape& s, const T* q, const T* k, const T* v, const T* do_, T* dq, T* dk, T* dv) {
   const int w = s.heads * s.dh;
   const T post = static_cast<T>(s.post_scale);
+  std::vector<T> kt, vt, z(static_cast<size_t>(s.lk)), dp(static_cast<size_t>(s.lk));
   for (int h = 0; h < s.heads; ++h) {
+    gdpa_detail::TransposeHead(k, s.lk, s.heads, s.dh, h, kt);
+    gdpa_detail::TransposeHead(v, s.lk, s.heads, s.dh, h, vt);
     for (int i = 0; i < s.lq; ++i) {
+      int lo = 0, hi = 0;
+      s.KeyRange(i, &lo, &hi);
       const T* qi = q + static_cast<size_t>(i) * w + h * s.dh;
       const T* doi = do_ + static_cast<size_t>(i) * w + h * s.dh;
       T* dqi = dq + static_cast<size_t>(i) * w + h * s.dh;
-      for (int j = 0; j < s.lk; ++j) {
-        if (!s.Keep(i, j)) continue;
+      gdpa_detail::Scores(qi, kt.data(), s.lk, s.dh, lo, hi, z.data());
+      gdpa_detail::Scores(doi, vt.data(), s.lk, s.dh, lo, hi, dp.data());
+      for (int j = lo; j < hi; ++j) {
         const size_t kj_at = static_cast<size_t>(j) * w + h * s.dh;
         const T* kj = k + kj_at;
-        const T* vj = v + kj_at;
-        T z = 0, dp = 0;
-        for (int c = 0; c < s.dh; ++c) z += qi[c] * kj[c];
-        for (int c = 0; c < s.dh; ++c) dp += doi[c] * vj[c];
-        const T pij = post * Silu(z);
-        const T dz = post * SiluGrad(z) * dp;
+        const T zj = z[j - lo];
+        const T pij = post * Silu(zj);
+        const T dz = post * SiluGrad(zj) * dp[j - lo];
         T* dkj = dk + kj_at;
         T* dvj = dv + kj_at;
         for (int c = 0; c < s.dh; ++c) {

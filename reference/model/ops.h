@@ -13,16 +13,40 @@
 
 namespace gemtb::reference::model {
 
+// Every kernel below works on four rows at a time where it can: each output element still sums its
+// terms in the same order as the one-row loop (so the bits do not change), but a loaded weight row
+// serves four outputs.
+
 // y[n,out] = x[n,in] * w[in,out] (+ b[out] if b).
 template <typename T>
 void MatMul(const T* x, int n, int in, const T* w, int out, const T* b, T* y) {
-  for (int t = 0; t < n; ++t) {
-    T* yr = y + static_cast<size_t>(t) * out;
+  int t = 0;
+  for (; t + 4 <= n; t += 4) {
+    T* __restrict__ y0 = y + static_cast<size_t>(t) * out;
+    T* __restrict__ y1 = y0 + out;
+    T* __restrict__ y2 = y1 + out;
+    T* __restrict__ y3 = y2 + out;
+    for (int o = 0; o < out; ++o) y0[o] = y1[o] = y2[o] = y3[o] = b ? b[o] : T(0);
+    const T* x0 = x + static_cast<size_t>(t) * in;
+    for (int i = 0; i < in; ++i) {
+      const T a0 = x0[i], a1 = x0[in + i], a2 = x0[2 * in + i], a3 = x0[3 * in + i];
+      const T* __restrict__ wr = w + static_cast<size_t>(i) * out;
+      for (int o = 0; o < out; ++o) {
+        const T wv = wr[o];
+        y0[o] += a0 * wv;
+        y1[o] += a1 * wv;
+        y2[o] += a2 * wv;
+        y3[o] += a3 * wv;
+      }
+    }
+  }
+  for (; t < n; ++t) {
+    T* __restrict__ yr = y + static_cast<size_t>(t) * out;
     for (int o = 0; o < out; ++o) yr[o] = b ? b[o] : T(0);
     const T* xr = x + static_cast<size_t>(t) * in;
     for (int i = 0; i < in; ++i) {
       const T a = xr[i];
-      const T* wr = w + static_cast<size_t>(i) * out;
+      const T* __restrict__ wr = w + static_cast<size_t>(i) * out;
       for (int o = 0; o < out; ++o) yr[o] += a * wr[o];
     }
   }
@@ -33,12 +57,31 @@ template <typename T>
 void MatMulBackwardInput(const T* dy, int n, int out, const T* w, int in, T* dx, T* scratch_wt) {
   for (int i = 0; i < in; ++i)
     for (int o = 0; o < out; ++o) scratch_wt[static_cast<size_t>(o) * in + i] = w[static_cast<size_t>(i) * out + o];
-  for (int t = 0; t < n; ++t) {
-    T* dxr = dx + static_cast<size_t>(t) * in;
+  int t = 0;
+  for (; t + 4 <= n; t += 4) {
+    T* __restrict__ d0 = dx + static_cast<size_t>(t) * in;
+    T* __restrict__ d1 = d0 + in;
+    T* __restrict__ d2 = d1 + in;
+    T* __restrict__ d3 = d2 + in;
+    const T* g0 = dy + static_cast<size_t>(t) * out;
+    for (int o = 0; o < out; ++o) {
+      const T a0 = g0[o], a1 = g0[out + o], a2 = g0[2 * out + o], a3 = g0[3 * out + o];
+      const T* __restrict__ wr = scratch_wt + static_cast<size_t>(o) * in;
+      for (int i = 0; i < in; ++i) {
+        const T wv = wr[i];
+        d0[i] += a0 * wv;
+        d1[i] += a1 * wv;
+        d2[i] += a2 * wv;
+        d3[i] += a3 * wv;
+      }
+    }
+  }
+  for (; t < n; ++t) {
+    T* __restrict__ dxr = dx + static_cast<size_t>(t) * in;
     const T* dyr = dy + static_cast<size_t>(t) * out;
     for (int o = 0; o < out; ++o) {
       const T g = dyr[o];
-      const T* wr = scratch_wt + static_cast<size_t>(o) * in;
+      const T* __restrict__ wr = scratch_wt + static_cast<size_t>(o) * in;
       for (int i = 0; i < in; ++i) dxr[i] += g * wr[i];
     }
   }
@@ -47,12 +90,41 @@ void MatMulBackwardInput(const T* dy, int n, int out, const T* w, int in, T* dx,
 // dw[in,out] += x[n,in]^T * dy[n,out]; db[out] += sum_t dy[t] (if db). Tokens in increasing order.
 template <typename T>
 void MatMulBackwardWeight(const T* x, const T* dy, int n, int in, int out, T* dw, T* db) {
-  for (int t = 0; t < n; ++t) {
+  int t = 0;
+  for (; t + 4 <= n; t += 4) {
+    const T* x0 = x + static_cast<size_t>(t) * in;
+    const T* __restrict__ g0 = dy + static_cast<size_t>(t) * out;
+    const T* __restrict__ g1 = g0 + out;
+    const T* __restrict__ g2 = g1 + out;
+    const T* __restrict__ g3 = g2 + out;
+    for (int i = 0; i < in; ++i) {
+      const T a0 = x0[i], a1 = x0[in + i], a2 = x0[2 * in + i], a3 = x0[3 * in + i];
+      T* __restrict__ dwr = dw + static_cast<size_t>(i) * out;
+      for (int o = 0; o < out; ++o) {
+        T v = dwr[o];
+        v += a0 * g0[o];
+        v += a1 * g1[o];
+        v += a2 * g2[o];
+        v += a3 * g3[o];
+        dwr[o] = v;
+      }
+    }
+    if (db)
+      for (int o = 0; o < out; ++o) {
+        T v = db[o];
+        v += g0[o];
+        v += g1[o];
+        v += g2[o];
+        v += g3[o];
+        db[o] = v;
+      }
+  }
+  for (; t < n; ++t) {
     const T* xr = x + static_cast<size_t>(t) * in;
-    const T* dyr = dy + static_cast<size_t>(t) * out;
+    const T* __restrict__ dyr = dy + static_cast<size_t>(t) * out;
     for (int i = 0; i < in; ++i) {
       const T a = xr[i];
-      T* dwr = dw + static_cast<size_t>(i) * out;
+      T* __restrict__ dwr = dw + static_cast<size_t>(i) * out;
       for (int o = 0; o < out; ++o) dwr[o] += a * dyr[o];
     }
     if (db)

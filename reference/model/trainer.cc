@@ -96,6 +96,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const gemtb::model::Mod
     return absl::InvalidArgumentError(absl::StrCat("lr: ", options.lr, " / table_lr: ", options.table_lr, " must be >= 0"));
   if (options.grad_blocks < 1)
     return absl::InvalidArgumentError(absl::StrCat("grad_blocks: ", options.grad_blocks, " must be >= 1"));
+  if (!(options.table_decay >= 0 && options.table_decay <= 1))
+    return absl::InvalidArgumentError(absl::StrCat("table_decay: ", options.table_decay, " must be in [0, 1]"));
   if (options.threads < 0) return absl::InvalidArgumentError(absl::StrCat("threads: ", options.threads, " must be >= 0"));
   std::unique_ptr<Trainer> t(new Trainer());
   t->config_ = config;
@@ -118,8 +120,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const gemtb::model::Mod
   return t;
 }
 
+float ScheduledRate(float lr, float fraction, int64_t step, int64_t total_steps, bool linear_decay) {
+  if (!linear_decay || total_steps <= 0) return lr;
+  const float done = std::min(1.0f, static_cast<float>(step) / static_cast<float>(total_steps));
+  return lr * (1.0f - fraction * done);
+}
+
 absl::StatusOr<StepResult> Trainer::Step() {
   const int64_t B = options_.batch;
+  const float table_lr = ScheduledRate(options_.table_lr, options_.table_decay, state_.step, options_.total_steps,
+                                       options_.linear_decay);
+  for (TableConfig& t : emb_.tables) t.optimizer.lr = table_lr;
   const data::Batch batch = impl_->Generate(options_.data_seed, state_.step * B, B);
   const KeyedJaggedTensor kjt = KjtOf(batch);
   absl::StatusOr<EmbeddingOutput> emb = EmbeddingForward(emb_, state_.tables, kjt, {}, options_.threads);
@@ -150,7 +161,7 @@ absl::StatusOr<StepResult> Trainer::Step() {
   // Dense Adam, spec §2, fp32 op by op.
   OptimizerConfig adam;
   adam.kind = OptimizerKind::kAdam;
-  adam.lr = options_.lr;
+  adam.lr = ScheduledRate(options_.lr, 1.0f, state_.step, options_.total_steps, options_.linear_decay);
   adam.beta1 = options_.beta1;
   adam.beta2 = options_.beta2;
   adam.eps = options_.eps;
@@ -238,6 +249,8 @@ std::vector<std::pair<std::string, io::NpyArray>> Trainer::StateArrays() const {
                                     static_cast<double>(options_.batch), options_.lr, options_.table_lr,
                                     options_.beta1, options_.beta2, options_.eps,
                                     static_cast<double>(options_.grad_blocks),
+                                    options_.linear_decay ? 1.0 : 0.0, options_.table_decay,
+                                    static_cast<double>(options_.total_steps),
                                     static_cast<double>(model_.layout().total())};
   out.emplace_back("options", io::EncodeFloat(opts, {static_cast<int64_t>(opts.size())}, io::NpyDType::kFloat64));
   const int64_t P = static_cast<int64_t>(state_.params.size());

@@ -40,6 +40,11 @@ struct TrainOptions {
   float lr = 2e-3f;            // dense Adam
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
   float table_lr = 0.05f;      // rowwise Adagrad on every table
+  // Learning-rate schedule of both optimizers: constant, or linear decay from the full rate at step 0
+  // to 0 at `total_steps` (the step count of the run; part of the numerics, so resume needs the same).
+  bool linear_decay = true;
+  float table_decay = 1.0f;    // the table rate decays by this fraction of the dense rate's decay (0..1)
+  int64_t total_steps = 4000;
   int threads = 0;             // 0 = all; results do not depend on it
   int grad_blocks = 16;        // fixed gradient-sum blocks per batch (numerics, not parallelism)
 };
@@ -51,6 +56,9 @@ struct TrainState {
   float adam_b1 = 1.0f, adam_b2 = 1.0f;  // Adam's bias-correction products
   EmbeddingState tables;
 };
+
+// lr * (1 - fraction * step / total_steps), fp32 ops; constant when decay is off.
+float ScheduledRate(float lr, float fraction, int64_t step, int64_t total_steps, bool linear_decay);
 
 struct StepResult {
   int64_t step = 0;       // the step just taken (1-based count after it)

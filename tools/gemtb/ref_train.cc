@@ -40,11 +40,14 @@ std::string Num(double v, int digits = 5) {
 struct Flags {
   std::string config = "tiny";
   std::string data;
-  int64_t steps = 2500;
+  int64_t steps = 4000;
   int64_t batch = 64;
   std::optional<double> lr, table_lr;
+  std::string schedule = "linear";
+  std::optional<double> table_decay;
+  std::optional<int64_t> schedule_steps;
   int64_t seed = 1, data_seed = 1, threads = 0, grad_blocks = 16;
-  int64_t log_every = 50, eval_every = 500, eval_samples = 8192, ne_window = 100;
+  int64_t log_every = 100, eval_every = 1000, eval_samples = 8192, ne_window = 100;
   std::string checkpoint, resume;
   int64_t checkpoint_every = 0;
   bool check = false;
@@ -71,16 +74,19 @@ int RunRefTrain(const std::vector<std::string>& args) {
                 "NE <= oracle NE + 0.05 and <= 0.9 (spec §8 row 8).");
   flags.String("config", &f.config, "model config: tiny | small | gem-scale | path to a JSON (default tiny)");
   flags.String("data", &f.data, "data parameters: built-in name or JSON path (default: the config's)");
-  flags.Int64("steps", &f.steps, "total training steps (default 2500; with --resume, the total including resumed)");
+  flags.Int64("steps", &f.steps, "total training steps (default 4000; with --resume, the total including resumed)");
   flags.Int64("batch", &f.batch, "samples per step (default 64)");
   flags.OptionalDouble("lr", &f.lr, "dense Adam learning rate (default 2e-3)");
   flags.OptionalDouble("table-lr", &f.table_lr, "rowwise Adagrad learning rate of every table (default 0.05)");
+  flags.String("schedule", &f.schedule, "learning rates: linear (decay to 0 at --steps, default) | constant");
+  flags.OptionalInt64("schedule-steps", &f.schedule_steps, "steps of the linear decay (default --steps), e.g. to stop early and resume");
+  flags.OptionalDouble("table-decay", &f.table_decay, "fraction of the linear decay the table rate follows (default 1)");
   flags.Int64("seed", &f.seed, "parameter init seed (default 1)");
   flags.Int64("data-seed", &f.data_seed, "data generator seed (default 1)");
   flags.Int64("threads", &f.threads, "oneTBB threads, 0 = all (results do not depend on it)");
   flags.Int64("grad-blocks", &f.grad_blocks, "gradient-sum blocks per batch (default 16; changes the bits)");
-  flags.Int64("log-every", &f.log_every, "steps per progress interval (default 50)");
-  flags.Int64("eval-every", &f.eval_every, "steps between held-out evaluations, 0 = only at the end (default 500)");
+  flags.Int64("log-every", &f.log_every, "steps per progress interval (default 100)");
+  flags.Int64("eval-every", &f.eval_every, "steps between held-out evaluations, 0 = only at the end (default 1000)");
   flags.Int64("eval-samples", &f.eval_samples, "held-out samples per evaluation (default 8192)");
   flags.Int64("ne-window", &f.ne_window, "windowed train NE over the last N steps (default 100)");
   flags.String("checkpoint", &f.checkpoint, "checkpoint file written atomically at the end (and every --checkpoint-every)");
@@ -114,6 +120,12 @@ int RunRefTrain(const std::vector<std::string>& args) {
   if (f.lr) o.lr = static_cast<float>(*f.lr);
   if (f.table_lr) o.table_lr = static_cast<float>(*f.table_lr);
   o.threads = static_cast<int>(f.threads);
+  if (f.schedule != "linear" && f.schedule != "constant")
+    return bad(absl::StrCat("--schedule: '", f.schedule, "' is not linear or constant"));
+  o.linear_decay = f.schedule == "linear";
+  if (f.table_decay) o.table_decay = static_cast<float>(*f.table_decay);
+  o.total_steps = f.schedule_steps.value_or(f.steps);
+  if (o.total_steps < 1) return bad(absl::StrCat("--schedule-steps: ", o.total_steps, " must be >= 1"));
   o.grad_blocks = static_cast<int>(f.grad_blocks);
   absl::StatusOr<std::unique_ptr<Trainer>> created = Trainer::Create(*config, o);
   if (!created.ok()) return ReportError(kCommand, absl::InvalidArgumentError(created.status().message()));
@@ -133,7 +145,7 @@ int RunRefTrain(const std::vector<std::string>& args) {
   const int T = static_cast<int>(config->NumTasks());
   std::cout << "gemtb ref train: config " << config->name << ", " << trainer.model().layout().total()
             << " dense params, batch " << o.batch << ", steps " << f.steps << ", lr " << o.lr << ", table lr "
-            << o.table_lr << ", threads " << (o.threads ? absl::StrCat(o.threads) : std::string("all")) << "\n";
+            << o.table_lr << ", schedule " << f.schedule << ", threads " << (o.threads ? absl::StrCat(o.threads) : std::string("all")) << "\n";
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   metrics::NeTracker tracker(T, f.ne_window);
   using Clock = std::chrono::steady_clock;
