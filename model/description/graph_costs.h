@@ -20,7 +20,8 @@ int64_t PairsUnderMask(const AttentionMask& mask, int64_t tokens);
 // self-attention over the sequence (attn.q_tokens == attn.kv_tokens == 0), else 0.
 int64_t OpPairsPerSample(const Op& op, int64_t tokens);
 
-// Per-sample event counts l_j at a sparsity s (mean fill): round(s * Lmax_j), in [0, Lmax_j].
+// Per-sample event counts l_j at a sparsity s (mean fill): s * Lmax_j rounded half to even, in
+// [0, Lmax_j].
 std::vector<int64_t> LengthsAtSparsity(const ModelGraph& graph, double sparsity);
 
 struct OpCost {
