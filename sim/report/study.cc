@@ -67,12 +67,23 @@ class RunPlanner {
     for (size_t i : pending) built_[i] = true;
   }
 
-  // Runs the jobs not run yet (in parallel, largest worlds first for balance).
+  // Runs the jobs not run yet (in parallel, largest worlds first for balance). A rerun whose switches
+  // change nothing for its scenario (SM-free on an SM-free plan, no noise without noise) shares the
+  // result of the run it equals instead of running again.
   void RunPending(tbb::task_arena& arena, std::vector<RunPerf>* perf) {
     std::vector<size_t> pending;
+    std::vector<std::pair<size_t, size_t>> aliases;  // (job, the job whose result it takes)
     for (size_t j = 0; j < jobs_.size(); ++j) {
-      if (!done_[j]) pending.push_back(j);
+      if (done_[j]) continue;
+      const auto key = std::make_tuple(jobs_[j].doc, EffectiveSwitches(jobs_[j]), jobs_[j].trace);
+      auto [it, inserted] = canonical_.emplace(key, j);
+      if (inserted) {
+        pending.push_back(j);
+      } else {
+        aliases.emplace_back(j, it->second);
+      }
     }
+    total_ += pending.size();
     std::stable_sort(pending.begin(), pending.end(),
                      [&](size_t a, size_t b) { return jobs_[a].gpus > jobs_[b].gpus; });
     std::vector<double> wall(jobs_.size(), 0);
@@ -110,11 +121,11 @@ class RunPlanner {
       const absl::StatusOr<SimResult>& r = results_[j];
       perf->push_back(RunPerf{jobs_[j].label, jobs_[j].gpus, r.ok() ? r->events : 0, wall[j]});
     }
+    for (const auto& [j, from] : aliases) {
+      results_[j] = results_[from];
+      done_[j] = true;
+    }
   }
-
-  // Progress counts runs over the whole study; callers announce each phase's total.
-  void AddToTotal(size_t n) { total_ += n; }
-  size_t PendingJobs() const { return static_cast<size_t>(std::count(done_.begin(), done_.end(), false)); }
 
  private:
   struct Job {
@@ -124,6 +135,20 @@ class RunPlanner {
     std::string label;
     int gpus;
   };
+
+  // The job's counterfactual switches as a bit mask, without those that cannot change its scenario.
+  int EffectiveSwitches(const Job& job) const {
+    const Counterfactuals c = CumulativeCounterfactuals(job.level);
+    int mask = (c.ideal_network ? 1 : 0) | (c.sm_free ? 2 : 0) | (c.perfect_balance ? 4 : 0) | (c.no_noise ? 8 : 0) |
+               (c.no_recompute ? 16 : 0);
+    const absl::StatusOr<Scenario>& s = scenarios_[static_cast<size_t>(job.doc)];
+    if (!s.ok()) return mask;
+    if (s->plan.collectives.library == "sm_free") mask &= ~2;
+    const Noise& n = s->noise;
+    const bool slow = (!n.slow_ranks.empty() || n.slow_fraction > 0) && n.slow_factor != 1;
+    if (n.step_sigma == 0 && n.collective_jitter_sigma == 0 && !slow) mask &= ~8;
+    return mask;
+  }
   const StudyOptions& options_;
   const SimulateFn& simulate_;
   std::vector<ScenarioDocument> docs_;
@@ -134,6 +159,7 @@ class RunPlanner {
   std::vector<absl::StatusOr<SimResult>> results_;
   std::vector<bool> done_;
   std::map<std::pair<int, int>, int> job_index_;
+  std::map<std::tuple<int, int, bool>, size_t> canonical_;  // (doc, effective switches, trace) -> job run
   std::mutex progress_mutex_;
   size_t finished_ = 0, total_ = 0;
 };
@@ -301,7 +327,6 @@ absl::StatusOr<Study> RunStudy(const ScenarioDocument& doc, const StudyOptions& 
     }
   }
   planner.BuildPending(arena);
-  planner.AddToTotal(planner.PendingJobs());
   planner.RunPending(arena, &study.perf);
 
   // Points: baseline, attribution.
@@ -379,8 +404,7 @@ absl::StatusOr<Study> RunStudy(const ScenarioDocument& doc, const StudyOptions& 
         }
       }
       planner.BuildPending(arena);
-      planner.AddToTotal(planner.PendingJobs());
-      planner.RunPending(arena, &study.perf);
+          planner.RunPending(arena, &study.perf);
       for (int i = 0; i < 3; ++i) {
         for (int j = 0; j < 3; ++j) {
           if (i == 1 && j == 1) {

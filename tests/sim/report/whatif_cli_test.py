@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""gemtb whatif end to end: every malformed scenario exits 2 with one stderr line naming the field and
+writes nothing; a small real run (gem-default at 64 GPUs) writes the report files, and sweep.svg and
+trace.json parse (well-formed XML, JSON)."""
+import argparse
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+GEM_DEFAULT = os.path.join(ROOT, "sim", "scenarios", "gem-default.json")
+
+
+def run(gemtb, args):
+    return subprocess.run([gemtb, "whatif"] + args, capture_output=True, text=True, timeout=300)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--gemtb", required=True)
+    gemtb = parser.parse_args().gemtb
+    failures = []
+
+    with open(GEM_DEFAULT) as f:
+        base = json.load(f)
+    base["cluster"] = os.path.join(ROOT, "sim", "network", "default_cluster.json")
+
+    def variant(edit):
+        s = copy.deepcopy(base)
+        edit(s)
+        return s
+
+    def cluster_inline(edit):
+        def apply(s):
+            with open(s["cluster"]) as f:
+                c = json.load(f)
+            c["calibration"] = os.path.join(ROOT, "sim", "calibration", "h200.json")
+            edit(c)
+            s["cluster"] = c
+        return apply
+
+    cases = [
+        ("group size not dividing the world",
+         variant(lambda s: s["plan"]["dense"].update(fsdp_shard_group=96)),
+         "plan.dense.fsdp_shard_group: 96 does not divide world_size 4096"),
+        ("negative bandwidth",
+         variant(lambda s: s["overrides"].update({"cluster.tiers[1].bw_GBps": -3})),
+         "cluster.tiers[1].bw_GBps: -3"),
+        ("unknown field",
+         variant(lambda s: s["plan"]["sparse"].update(mp_groups=256)),
+         "plan.sparse.mp_groups: unknown key"),
+        ("missing tier",
+         variant(cluster_inline(lambda c: c.update(tiers=c["tiers"][:2]))),
+         "cluster.tiers"),
+        ("min > max",
+         variant(lambda s: s["batches"]["features"][0]["lognormal"].update(min=600, max=500)),
+         "batches.features[0].lognormal.min: 600 must be <= max 500"),
+        ("bad histogram",
+         variant(lambda s: s["batches"]["features"].__setitem__(
+             0, {"count": 8, "histogram": {"bins": [[1, 0], [64, 0]]}})),
+         "batches.features[0].histogram.bins: weights sum to 0"),
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, scenario, expected in cases:
+            path = os.path.join(tmp, "bad.json")
+            with open(path, "w") as f:
+                json.dump(scenario, f)
+            out = os.path.join(tmp, "out_" + name.replace(" ", "_"))
+            r = run(gemtb, [path, "--out-dir", out, "--quiet"])
+            lines = [l for l in r.stderr.splitlines() if l.strip()]
+            if r.returncode != 2:
+                failures.append(f"{name}: exit {r.returncode}, want 2 ({r.stderr.strip()})")
+            elif len(lines) != 1 or expected not in lines[0]:
+                failures.append(f"{name}: stderr {r.stderr!r} lacks {expected!r}")
+            if os.path.exists(out):
+                failures.append(f"{name}: wrote {out}")
+
+        # Not JSON, no such file, bad flags.
+        with open(os.path.join(tmp, "broken.json"), "w") as f:
+            f.write("{\"seed\": 1,")
+        for name, args in [("broken JSON", [os.path.join(tmp, "broken.json")]),
+                           ("no such file", [os.path.join(tmp, "nope.json")]),
+                           ("bad --gpus", ["--gpus", "64,abc"]),
+                           ("bad --set", ["--set", "plan.dense.fsdp_shard_group"]),
+                           ("unknown flag", ["--gpu", "64"])]:
+            r = run(gemtb, args + ["--out-dir", os.path.join(tmp, "never"), "--quiet"])
+            if r.returncode != 2 or len(r.stderr.strip().splitlines()) != 1:
+                failures.append(f"{name}: exit {r.returncode}, stderr {r.stderr!r}")
+        if os.path.exists(os.path.join(tmp, "never")):
+            failures.append("a bad invocation wrote its --out-dir")
+
+        # A small real run.
+        out = os.path.join(tmp, "run")
+        r = run(gemtb, ["--gpus", "64", "--steps", "0,1", "--no-sensitivity", "--no-checks", "--out-dir", out, "--quiet"])
+        if r.returncode != 0:
+            failures.append(f"real run: exit {r.returncode}: {r.stderr}")
+        else:
+            for name in ["summary.json", "ranks.csv", "collectives.csv", "trace.json", "sweep.csv", "sweep.svg",
+                         "perf.json"]:
+                if not os.path.exists(os.path.join(out, name)):
+                    failures.append(f"real run: {name} missing")
+            try:
+                ET.parse(os.path.join(out, "sweep.svg"))
+            except ET.ParseError as e:
+                failures.append(f"sweep.svg is not well-formed XML: {e}")
+            with open(os.path.join(out, "trace.json")) as f:
+                trace = json.load(f)
+            if not any(e.get("ph") == "X" for e in trace["traceEvents"]):
+                failures.append("trace.json has no X events")
+            with open(os.path.join(out, "summary.json")) as f:
+                summary = json.load(f)
+            if summary["reference"]["gpus"] != 64 or "scaling_ratio" not in summary["reference"]:
+                failures.append("summary.json lacks the reference point")
+            if "GPUs" not in r.stdout or "biggest loss" not in r.stdout:
+                failures.append(f"no table on stdout: {r.stdout!r}")
+
+    for f in failures:
+        print("FAIL:", f)
+    print("ok" if not failures else f"{len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
