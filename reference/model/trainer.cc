@@ -322,4 +322,15 @@ absl::StatusOr<TrainState> TrainSteps(const gemtb::model::ModelConfig& config, c
   return (*t)->state();
 }
 
+absl::StatusOr<std::vector<std::pair<std::string, io::NpyArray>>> TrainStepsArrays(
+    const gemtb::model::ModelConfig& config, const TrainOptions& options, int steps) {
+  absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(config, options);
+  if (!t.ok()) return t.status();
+  for (int s = 0; s < steps; ++s) {
+    absl::StatusOr<StepResult> r = (*t)->Step();
+    if (!r.ok()) return r.status();
+  }
+  return (*t)->StateArrays();
+}
+
 }  // namespace gemtb::reference::model

@@ -107,6 +107,9 @@ class Trainer {
 
 // `steps` steps from a fresh init (golden/ freezes three of these on tiny).
 absl::StatusOr<TrainState> TrainSteps(const gemtb::model::ModelConfig& config, const TrainOptions& options, int steps);
+// The same, returning the state as the named arrays of Trainer::StateArrays() (the checkpoint's content).
+absl::StatusOr<std::vector<std::pair<std::string, io::NpyArray>>> TrainStepsArrays(
+    const gemtb::model::ModelConfig& config, const TrainOptions& options, int steps);
 
 }  // namespace gemtb::reference::model
 

@@ -94,6 +94,15 @@ TEST(Trainer, ResumeContinuesBitExactly) {
   fs::remove_all(dir);
 }
 
+TEST(Trainer, TrainStepsArraysEqualsSteppingATrainer) {
+  absl::StatusOr<NamedArrays> a = TrainStepsArrays(Tiny(), Small(2), 3);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(SerializeCheckpoint(*a) == TrainFor(Small(1), 3));
+  absl::StatusOr<TrainState> s = TrainSteps(Tiny(), Small(2), 3);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->step, 3);
+}
+
 TEST(Trainer, ResumeRejectsOtherOptions) {
   absl::StatusOr<std::unique_ptr<Trainer>> a = Trainer::Create(Tiny(), Small(1));
   TrainOptions other = Small(1);
