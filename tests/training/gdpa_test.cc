@@ -1,7 +1,9 @@
 // The model's own small GDPA (reference/model/gdpa.h) against the attention oracle
 // (reference/attention) in fp64: SiLU, post scale, window(w,w) top_left, block(n), RoPE, and the
 // backward. And the model's fp32 embedding gather against the TBE oracle, bit for bit.
+#include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -24,9 +26,12 @@ double MaxRelDiff(const std::vector<double>& a, const std::vector<double>& b) {
 }
 
 struct Case {
+  const char* name;
   int lq, lk, window, block;
   bool rope;
 };
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 class GdpaVsOracle : public ::testing::TestWithParam<Case> {};
 
@@ -101,11 +106,12 @@ TEST_P(GdpaVsOracle, ForwardAndBackwardMatchTheOracle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GdpaVsOracle,
-                         ::testing::Values(Case{2, 70, -1, 0, false},   // PMA: seeds over a sequence
-                                           Case{66, 2, -1, 0, false},   // (a): sequence over X_sum
-                                           Case{66, 66, 16, 0, true},   // (b): window 16 with RoPE
-                                           Case{1, 1, 16, 0, true},     // a lone token
-                                           Case{130, 130, -1, 64, true}));  // (b): 64-blocks
+                         ::testing::Values(Case{"PmaSeedsOverSequence", 2, 70, -1, 0, false},
+                                           Case{"SequenceOverXsum", 66, 2, -1, 0, false},
+                                           Case{"Window16WithRope", 66, 66, 16, 0, true},
+                                           Case{"LoneToken", 1, 1, 16, 0, true},
+                                           Case{"Block64WithRope", 130, 130, -1, 64, true}),
+                         [](const ::testing::TestParamInfo<Case>& p) { return std::string(p.param.name); });
 
 TEST(EmbeddingGather, Fp32GatherEqualsTheTbeOracleBitForBit) {
   absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig("tiny");
