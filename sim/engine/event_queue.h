@@ -54,7 +54,10 @@ class EventQueue {
     const uint32_t slot = static_cast<uint32_t>(heap_.front().key & kSlotMask);
     const Key last = heap_.back();
     heap_.pop_back();
-    if (!heap_.empty()) SiftDown(last);
+    if (!heap_.empty()) {
+      SiftDown(last);
+      __builtin_prefetch(&payload_[heap_.front().key & kSlotMask]);  // the caller peeks at it next
+    }
     free_.push_back(slot);
     return payload_[slot];
   }

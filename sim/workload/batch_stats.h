@@ -28,6 +28,8 @@ struct StatAffine {
   double Eval(absl::Span<const double> stats) const {
     double v = 0.0;
     if (compact_) {
+      // Slot 0 is the constant 1: a constant (most collectives' bytes) never touches `stats`.
+      v = constant_;
       for (size_t k = 0; k < nz_index_.size(); ++k) v += nz_value_[k] * stats[nz_index_[k]];
       return v;
     }
@@ -44,11 +46,12 @@ struct StatAffine {
     return true;
   }
   // Keeps only the non-zero terms for Eval (most costs touch 2-4 of the statistics); the sum runs
-  // in the same index order, so the value is unchanged.
+  // in the same index order, so the value is unchanged (0 * x terms add +0).
   void Compact() {
     nz_index_.clear();
     nz_value_.clear();
-    for (size_t i = 0; i < coef.size(); ++i) {
+    constant_ = coef.empty() ? 0.0 : coef[0];
+    for (size_t i = 1; i < coef.size(); ++i) {
       if (coef[i] != 0.0) {
         nz_index_.push_back(static_cast<int>(i));
         nz_value_.push_back(coef[i]);
@@ -59,6 +62,7 @@ struct StatAffine {
 
  private:
   bool compact_ = false;
+  double constant_ = 0.0;
   std::vector<int> nz_index_;
   std::vector<double> nz_value_;
 };
