@@ -274,10 +274,12 @@ std::string ConsoleReport(const Study& study) {
     if (!c.status.ok()) {
       absl::StrAppend(&out, "  could not run: ", c.status.message(), "\n");
     } else {
-      absl::StrAppend(&out, "  heaviest rank above the mean, random assignment: ", Pct(c.imbalance_random),
+      absl::StrAppend(&out, "  heaviest rank above the mean (batches alone, noise off), random assignment: ",
+                      Pct(c.imbalance_random),
                       " (published ~15%; target 10-20%: ",
                       c.imbalance_random >= 0.10 && c.imbalance_random <= 0.20 ? "yes" : "NO", ")\n");
-      absl::StrAppend(&out, "  heaviest rank above the mean, BBS:               ", Pct(c.imbalance_bbs),
+      absl::StrAppend(&out, "  heaviest rank above the mean (batches alone, noise off), BBS:               ",
+                      Pct(c.imbalance_bbs),
                       " (halves the excess or better: ", c.imbalance_bbs <= 0.5 * c.imbalance_random ? "yes" : "NO",
                       ")\n");
       absl::StrAppend(&out, "  SM-free collectives recover ", Pct(c.sm_free_recovery), " of step time (",

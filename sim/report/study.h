@@ -88,8 +88,10 @@ struct SensitivityGrid {
 struct Checks {
   int gpus = 0;
   absl::Status status;
-  double imbalance_random = 0, imbalance_bbs = 0;  // heaviest rank over the mean, minus 1
-  double step_sm_based_s = 0, step_sm_free_s = 0;
+  // Heaviest rank over the mean, minus 1, of the batches alone (noise off: a per-rank noise draw adds
+  // its own maximum, which no batch policy removes).
+  double imbalance_random = 0, imbalance_bbs = 0;
+  double step_sm_based_s = 0, step_sm_free_s = 0;  // as the scenario runs (noise on)
   double sm_free_recovery = 0;  // (T_sm_based - T_sm_free) / T_sm_based
 };
 
