@@ -1,0 +1,166 @@
+// sim/workload: pair counts under masks (brute force), process-group layouts, batch draws.
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "sim/workload/batch_draw.h"
+#include "sim/workload/pairs.h"
+#include "sim/workload/rank_groups.h"
+
+namespace gemtb::sim {
+namespace {
+
+double BrutePairs(int64_t n, int64_t left, int64_t right, int64_t block) {
+  double pairs = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t t = 0; t < n; ++t) {
+      const bool ok = block > 0 ? (i / block == t / block)
+                                : ((left < 0 || t >= i - left) && (right < 0 || t <= i + right));
+      pairs += ok ? 1 : 0;
+    }
+  }
+  return pairs;
+}
+
+TEST(PairsTest, WindowAndBlockPairsEqualBruteForceCounts) {
+  for (int64_t n : {0, 1, 2, 5, 17, 64, 65, 130}) {
+    for (auto [l, r] : std::vector<std::pair<int64_t, int64_t>>{{-1, -1}, {-1, 0}, {0, 0}, {3, 3}, {16, 2}, {200, 200}}) {
+      EXPECT_EQ(WindowPairs(n, l, r), BrutePairs(n, l, r, 0)) << "n " << n << " window " << l << "," << r;
+    }
+    for (int64_t b : {1, 7, 64}) EXPECT_EQ(BlockPairs(n, b), BrutePairs(n, -1, -1, b)) << "n " << n << " block " << b;
+  }
+}
+
+TEST(RankGroupsTest, EveryClassPartitionsTheWorldIntoEqualGroups) {
+  Plan plan;
+  plan.dense.fsdp_shard_group = 16;
+  plan.dense.ep_degree = 2;
+  plan.dense.expert_shard_group = 4;
+  plan.dense.dim_order = {"ep", "expert_shard", "shard", "replica"};
+  plan.sparse.mp_group = 8;
+  const int world = 64;
+  auto g = BuildRankGroups(plan, world);
+  ASSERT_TRUE(g.ok()) << g.status();
+  for (int c = 0; c < kNumGroupClasses; ++c) {
+    const GroupLayout& l = g->layouts[c];
+    std::set<int> seen;
+    for (int group = 0; group < l.count; ++group) {
+      for (int p = 0; p < l.size; ++p) {
+        const int r = l.Member(group, p);
+        EXPECT_EQ(l.GroupOf(r), group);
+        EXPECT_EQ(l.PositionOf(r), p);
+        seen.insert(r);
+      }
+    }
+    EXPECT_EQ(static_cast<int>(seen.size()), world) << GroupClassName(static_cast<GroupClass>(c));
+  }
+  EXPECT_EQ(g->of(GroupClass::kDenseShard).stride, 1);
+  EXPECT_EQ(g->of(GroupClass::kEp).stride, 1);
+  EXPECT_EQ(g->of(GroupClass::kExpertShard).stride, 2);
+  EXPECT_EQ(g->of(GroupClass::kSparseMp).stride, 8);  // N = 64 / 8 replicas share a host
+  EXPECT_EQ(g->of(GroupClass::kSparseIntra).size, 8);
+}
+
+TEST(RankGroupsTest, ShardGroupNotDividingTheWorldIsANamedError) {
+  Plan plan;
+  plan.dense.fsdp_shard_group = 24;
+  auto g = BuildRankGroups(plan, 64);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("plan.dense.fsdp_shard_group: 24"), std::string::npos) << g.status();
+}
+
+Batches TestBatches(const std::string& policy, double corr) {
+  Batches b;
+  b.local_batch = 96;
+  b.assignment.policy = policy;
+  b.assignment.sub_batch = 16;
+  b.assignment.pool_factor = 4;
+  for (int j = 0; j < 2; ++j) {
+    LengthLaw law;
+    law.mu = std::log(j == 0 ? 64.0 : 512.0);
+    law.sigma = 1.5;
+    law.min = 1;
+    law.max = j == 0 ? 1024 : 16384;
+    law.corr = corr;
+    b.features.push_back(law);
+  }
+  return b;
+}
+
+BatchDrawConfig TestConfig(int steps) {
+  BatchDrawConfig c;
+  c.seed = 3;
+  c.world = 8;
+  c.steps = steps;
+  model::AttentionMask block{model::AttentionMask::Kind::kBlock, -1, -1, 64};
+  c.sequences = {{16, block, 1024}, {16, block, 16384}};
+  return c;
+}
+
+TEST(BatchDrawTest, StatisticsDoNotDependOnThreadCount) {
+  for (double corr : {1.0, 0.5}) {
+    for (const char* policy : {"random", "bbs", "global"}) {
+      auto one = DrawBatchStats(TestConfig(4), TestBatches(policy, corr), 1);
+      auto two = DrawBatchStats(TestConfig(4), TestBatches(policy, corr), 2);
+      ASSERT_TRUE(one.ok() && two.ok());
+      EXPECT_EQ(*one, *two) << policy << " corr " << corr;
+    }
+  }
+}
+
+TEST(BatchDrawTest, BbsRegroupsTheSameSamplesOfItsPool) {
+  // Over one pool of G = 4 steps, BBS and random hold the same sub-batches: per rank, the sums of
+  // B and N_j over the block agree; per step they differ.
+  const int steps = 4;
+  auto random = DrawBatchStats(TestConfig(steps), TestBatches("random", 1.0), 1);
+  auto bbs = DrawBatchStats(TestConfig(steps), TestBatches("bbs", 1.0), 1);
+  ASSERT_TRUE(random.ok() && bbs.ok());
+  const StatLayout layout{2};
+  const int w = layout.size();
+  bool differs = false;
+  for (int r = 0; r < 8; ++r) {
+    for (int k : {StatLayout::kB, layout.N(0), layout.N(1), layout.P(1)}) {
+      double a = 0, b = 0;
+      for (int s = 0; s < steps; ++s) {
+        a += (*random)[(s * 8 + r) * w + k];
+        b += (*bbs)[(s * 8 + r) * w + k];
+        differs |= (*random)[(s * 8 + r) * w + k] != (*bbs)[(s * 8 + r) * w + k];
+      }
+      EXPECT_DOUBLE_EQ(a, b) << "rank " << r << " stat " << k;
+    }
+  }
+  EXPECT_TRUE(differs);
+}
+
+TEST(BatchDrawTest, TabulatedAndDirectDrawsFollowTheSameLengthLaw) {
+  // corr = 1 uses one word per sample through the tabulated CDF; corr < 1 draws normals directly.
+  // Both follow ceil(exp(mu + sigma z)) clamped: their mean tokens per sample agree within noise.
+  BatchDrawConfig c = TestConfig(2);
+  c.world = 64;
+  Batches fast = TestBatches("random", 1.0);
+  Batches direct = TestBatches("random", 0.999999);
+  auto a = DrawBatchStats(c, fast, 1);
+  auto b = DrawBatchStats(c, direct, 1);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const StatLayout layout{2};
+  double na = 0, nb = 0, count = 0;
+  for (int row = 0; row < 2 * 64; ++row) {
+    na += (*a)[row * layout.size() + layout.N(0)];
+    nb += (*b)[row * layout.size() + layout.N(0)];
+    count += (*a)[row * layout.size() + StatLayout::kB];
+  }
+  // 12,288 samples of a law with mean ~ 150 and sd ~ 200: the means agree within 4 standard errors.
+  const double se = 200.0 / std::sqrt(count);
+  EXPECT_NEAR(na / count, nb / count, 4 * std::sqrt(2.0) * se);
+}
+
+TEST(BatchDrawTest, UnknownPolicyIsANamedError) {
+  auto r = DrawBatchStats(TestConfig(1), TestBatches("shuffle", 1.0), 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("batches.assignment.policy"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gemtb::sim
