@@ -18,6 +18,7 @@ constexpr Family kFamilies[] = {
     {"embedding", RunEmbeddingProducer},
     {"quantize_input", RunQuantizeInputProducer},
     {"quantize", RunQuantizeProducer},
+    {"training", RunTrainingProducer},
 };
 
 std::vector<GoldenProducer> BuildRegistry() {
@@ -25,6 +26,7 @@ std::vector<GoldenProducer> BuildRegistry() {
   AddAttentionProducers(all);
   AddEmbeddingProducers(all);
   AddQuantizeProducers(all);
+  AddTrainingProducers(all);
   return all;
 }
 

@@ -61,6 +61,8 @@ absl::StatusOr<std::vector<GoldenFile>> RunEmbeddingProducer(const nlohmann::jso
 void AddQuantizeProducers(std::vector<GoldenProducer>& out);
 absl::StatusOr<std::vector<GoldenFile>> RunQuantizeInputProducer(const nlohmann::json& params);
 absl::StatusOr<std::vector<GoldenFile>> RunQuantizeProducer(const nlohmann::json& params);
+void AddTrainingProducers(std::vector<GoldenProducer>& out);
+absl::StatusOr<std::vector<GoldenFile>> RunTrainingProducer(const nlohmann::json& params);
 
 }  // namespace gemtb::cli
 
