@@ -29,7 +29,9 @@ std::string ReadText(const fs::path& p) {
 // `producer` under `stored_prefix` (e.g. "out/") to be byte-identical to the command's file.
 void ExpectCommandReproduces(const std::string& producer, int (*command)(const std::vector<std::string>&),
                              std::vector<std::string> args, const std::string& stored_prefix) {
-  const fs::path out = fs::path(::testing::TempDir()) / "gemtb_golden_cases_out";
+  // One folder per test: ctest may run this binary's tests in parallel processes.
+  const fs::path out = fs::path(::testing::TempDir()) /
+                       (std::string("gemtb_golden_cases_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
   fs::remove_all(out);
   args.insert(args.end(), {"--out-dir", out.string()});
   ::testing::internal::CaptureStderr();
