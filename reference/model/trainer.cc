@@ -179,6 +179,7 @@ absl::StatusOr<StepResult> Trainer::Step() {
   for (size_t e = 0; e < r.logits.size(); ++e) out.predictions[e] = Sigmoid(static_cast<double>(r.logits[e]));
   out.labels = batch.label;
   out.masks = batch.mask;
+  out.true_p = batch.prob;
   return out;
 }
 

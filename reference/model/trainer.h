@@ -65,6 +65,7 @@ struct StepResult {
   double loss = 0;        // the batch's masked BCE (nats per masked label)
   std::vector<double> predictions;  // [B, T] sigmoid(logit)
   std::vector<uint8_t> labels, masks;  // [B, T]
+  std::vector<double> true_p;          // [B, T] the teacher's probabilities (the oracle predictor)
 };
 
 struct EvalResult {

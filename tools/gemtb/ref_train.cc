@@ -68,7 +68,7 @@ int RunRefTrain(const std::vector<std::string>& args) {
   Flags f;
   FlagSet flags("gemtb ref train [--config tiny] [--steps N] [flags]",
                 "Trains the GEM-like reference model (fp32, oneTBB, bit-exact for any --threads) on the planted-"
-                "teacher data. Per --log-every steps: loss, windowed train NE per task, samples/s; per --eval-every "
+                "teacher data. Per --log-every steps: loss, windowed and lifetime train NE per task with the oracle's windowed NE of the same samples, samples/s; per --eval-every "
                 "steps and at the end: NE on held-out samples (indices from 2^40 on, never trained on) beside the "
                 "oracle NE of the same samples. Exit 0; with --check, exit 1 unless the first task's final held-out "
                 "NE <= oracle NE + 0.05 and <= 0.9 (spec §8 row 8).");
@@ -147,7 +147,7 @@ int RunRefTrain(const std::vector<std::string>& args) {
             << " dense params, batch " << o.batch << ", steps " << f.steps << ", lr " << o.lr << ", table lr "
             << o.table_lr << ", schedule " << f.schedule << ", threads " << (o.threads ? absl::StrCat(o.threads) : std::string("all")) << "\n";
   const bool tty = ::isatty(STDERR_FILENO) != 0;
-  metrics::NeTracker tracker(T, f.ne_window);
+  metrics::NeTracker tracker(T, f.ne_window), oracle_tracker(T, f.ne_window);
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   Clock::time_point interval_start = start;
@@ -156,10 +156,13 @@ int RunRefTrain(const std::vector<std::string>& args) {
   while (trainer.state().step < f.steps) {
     absl::StatusOr<StepResult> r = trainer.Step();
     if (!r.ok()) return ReportError(kCommand, r.status());
-    std::vector<metrics::NeUnit> units;
-    for (int t = 0; t < T; ++t)
+    std::vector<metrics::NeUnit> units, oracle_units;
+    for (int t = 0; t < T; ++t) {
       units.push_back(metrics::MakeNeUnit(r->predictions.data() + t, r->labels.data() + t, r->masks.data() + t, o.batch, T));
+      oracle_units.push_back(metrics::MakeNeUnit(r->true_p.data() + t, r->labels.data() + t, r->masks.data() + t, o.batch, T));
+    }
     tracker.AddStep(units);
+    oracle_tracker.AddStep(oracle_units);
     loss_sum += r->loss;
     ++loss_n;
     interval_samples += o.batch;
@@ -167,7 +170,10 @@ int RunRefTrain(const std::vector<std::string>& args) {
     if (step % f.log_every == 0 || step == f.steps) {
       const double secs = std::chrono::duration<double>(Clock::now() - interval_start).count();
       std::string line = absl::StrCat("step ", step, " loss ", Num(loss_sum / static_cast<double>(loss_n)));
-      for (int t = 0; t < T; ++t) absl::StrAppend(&line, " train_ne[", config->tasks[t].name, "] ", Num(tracker.Windowed(t).ne, 4));
+      // Windowed (last --ne-window steps) and lifetime train NE, the oracle's windowed NE on the same samples.
+      for (int t = 0; t < T; ++t)
+        absl::StrAppend(&line, " train_ne[", config->tasks[t].name, "] ", Num(tracker.Windowed(t).ne, 4), " (lifetime ",
+                        Num(tracker.Lifetime(t).ne, 4), ", oracle ", Num(oracle_tracker.Windowed(t).ne, 4), ")");
       absl::StrAppend(&line, " samples/s ", Num(static_cast<double>(interval_samples) / std::max(secs, 1e-9), 4));
       if (tty) std::cerr << "\r\033[K";
       std::cout << line << std::endl;
