@@ -183,7 +183,9 @@ INSTANTIATE_TEST_SUITE_P(
                       UlpCase{"embedding/step_bf16_sr/out/table_adam.npy", "embedding/step_bf16_sr", 6, "<u2"},
                       UlpCase{"attention/emulate_fp16_gelu_tanh_causal/o.npy", "attention/emulate_fp16_gelu_tanh_causal", 2, "<f2"},
                       UlpCase{"quantize/e4m3_mx32_rceil/codes.npy", "quantize/e4m3_mx32_rceil", 40, "|u1"},
-                      UlpCase{"embedding/hashing/ids.npy", "embedding/hashing", 1, "<i8"}),
+                      UlpCase{"embedding/hashing/ids.npy", "embedding/hashing", 1, "<i8"},
+                      UlpCase{"training/tiny_3_steps/params.npy", "training/tiny_3_steps", 100000, "<f4"},
+                      UlpCase{"training/tiny_3_steps/losses.npy", "training/tiny_3_steps", 2, "<f8"}),
     [](const ::testing::TestParamInfo<UlpCase>& param_info) {
       std::string name = param_info.param.path;
       for (char& ch : name) {
