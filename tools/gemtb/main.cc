@@ -24,7 +24,7 @@ const Subcommand kSubcommands[] = {
     {{"golden", "regen"}, gemtb::cli::RunGoldenRegen, "rewrite the golden vectors (needs --force)"},
     {{"bench", "comm"}, gemtb::cli::RunBenchComm, "NCCL collective benchmark (nccl-tests sizes, busbw) and GEMM slowdown"},
     {{"bench", "attention"}, gemtb::cli::RunBenchAttention, "attention kernels: effective TFLOP/s on the spec's cases"},
-    {{"demo"}, gemtb::cli::RunDemo, "a short tour of the oracle on a random jagged batch (the main job for now)"},
+    {{"demo"}, gemtb::cli::RunDemo, "a short tour of the attention oracle on a random jagged batch"},
     {{"ref", "attention"}, gemtb::cli::RunRefAttention, "the jagged attention oracle on .npy tensors"},
     {{"ref", "quantize"}, gemtb::cli::RunRefQuantize, "bf16/fp16/fp8/MX quantisation, SR and RHT of a .npy tensor"},
     {{"ref", "compare"}, gemtb::cli::RunRefCompare, "check someone else's attention outputs against the oracle"},
