@@ -145,7 +145,9 @@ absl::Status ParseSparse(const nlohmann::json& json, const Cluster& cluster, con
   sparse->tables.clear();
   if (const nlohmann::json* tables = r->Get("tables"); tables != nullptr) {
     if (!tables->is_object()) return BadValue("plan.sparse.tables", *tables, "is not an object of table name -> sharding");
-    for (const auto& [name, entry] : tables->items()) {
+    for (const auto& [key, entry] : tables->items()) {
+      // A named copy: clang before 16 cannot capture a structured binding in a lambda.
+      const std::string name = key;
       const std::string path = JoinPath("plan.sparse.tables", name);
       const auto it = std::find_if(model.tables.begin(), model.tables.end(),
                                    [&](const model::GraphTable& t) { return t.name == name; });
