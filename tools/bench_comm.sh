@@ -58,20 +58,7 @@ export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_L
 } 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
 
 # The device's compiler may warn where CI does not; drop -Werror there (as tools/gpu_check.sh).
-launcher=/tmp/gemtb-no-werror
-cat > "$launcher" <<'SH'
-#!/usr/bin/env bash
-args=()
-for a in "$@"; do
-  case "$a" in
-    -Werror|--Werror=all-warnings) ;;
-    -Xcompiler=*) args+=("${a//,-Werror/}") ;;
-    *) args+=("$a") ;;
-  esac
-done
-exec "${args[@]}"
-SH
-chmod +x "$launcher"
+launcher="$PWD/tools/no_werror.sh"; chmod +x "$launcher"  # modes may not survive the copy to the device
 build=/tmp/gemtb-comm-build
 stage "configure + build gemtb (CUDA, NCCL)"
 if ! cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \

@@ -80,20 +80,7 @@ gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 } 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
 
 # --- 2. build (the machine's g++ warns where CI's does not: drop -Werror here, CI keeps it) -------
-launcher=/tmp/gemtb-no-werror
-cat > "$launcher" <<'EOF'
-#!/usr/bin/env bash
-args=()
-for a in "$@"; do
-  case "$a" in
-    -Werror|--Werror=all-warnings) ;;
-    -Xcompiler=*) args+=("${a//,-Werror/}") ;;
-    *) args+=("$a") ;;
-  esac
-done
-exec "${args[@]}"
-EOF
-chmod +x "$launcher"
+launcher="$PWD/tools/no_werror.sh"; chmod +x "$launcher"  # modes may not survive the copy to the device
 stage "configure and build gemtb"
 if ! (cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
         -DGEMTB_BUILD_BENCHMARKS=OFF -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \

@@ -84,20 +84,7 @@ export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # --- 2. build -------------------------------------------------------------------------------------
 # The machine's compiler may be newer than CI's and warn where CI does not; CI enforces -Werror,
 # here a launcher drops it so that a new warning cannot stop the checks (warnings still print).
-launcher=/tmp/gemtb-no-werror
-cat > "$launcher" <<'EOF'
-#!/usr/bin/env bash
-args=()
-for a in "$@"; do
-  case "$a" in
-    -Werror|--Werror=all-warnings) ;;
-    -Xcompiler=*) args+=("${a//,-Werror/}") ;;
-    *) args+=("$a") ;;
-  esac
-done
-exec "${args[@]}"
-EOF
-chmod +x "$launcher"
+launcher="$PWD/tools/no_werror.sh"; chmod +x "$launcher"  # modes may not survive the copy to the device
 stage "configure"
 if ! cmake -S "$srcdir" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
      -DGEMTB_BUILD_BENCHMARKS=OFF -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
