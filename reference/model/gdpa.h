@@ -66,63 +66,93 @@ void Scores(const T* q, const T* kt, int len, int dh, int lo, int hi, T* z) {
 }
 }  // namespace gdpa_detail
 
-// o [lq, H*dh] = sum_j post * silu(q_i . k_j) v_j over kept keys.
-template <typename T>
-void GdpaForward(const GdpaShape& s, const T* q, const T* k, const T* v, T* o) {
-  const int w = s.heads * s.dh;
+namespace gdpa_detail {
+// The bodies below take the head dim as a template argument when it is a common size (kDh > 0), so
+// that a query's output / gradient row lives in registers across the keys; kDh = 0 reads s.dh.
+// Either way each element adds its terms in increasing key order (the same bits).
+template <int kDh, typename T>
+void ForwardImpl(const GdpaShape& s, const T* q, const T* k, const T* v, T* o) {
+  const int dh = kDh > 0 ? kDh : s.dh;
+  const int w = s.heads * dh;
   const T post = static_cast<T>(s.post_scale);
   for (size_t e = 0; e < static_cast<size_t>(s.lq) * w; ++e) o[e] = T(0);
-  std::vector<T> kt, z(static_cast<size_t>(s.lk));
+  std::vector<T> kt, z(static_cast<size_t>(s.lk)), acc(static_cast<size_t>(dh));
   for (int h = 0; h < s.heads; ++h) {
-    gdpa_detail::TransposeHead(k, s.lk, s.heads, s.dh, h, kt);
+    TransposeHead(k, s.lk, s.heads, dh, h, kt);
     for (int i = 0; i < s.lq; ++i) {
       int lo = 0, hi = 0;
       s.KeyRange(i, &lo, &hi);
-      const T* qi = q + static_cast<size_t>(i) * w + h * s.dh;
-      T* oi = o + static_cast<size_t>(i) * w + h * s.dh;
-      gdpa_detail::Scores(qi, kt.data(), s.lk, s.dh, lo, hi, z.data());
+      const T* qi = q + static_cast<size_t>(i) * w + h * dh;
+      T* oi = o + static_cast<size_t>(i) * w + h * dh;
+      Scores(qi, kt.data(), s.lk, dh, lo, hi, z.data());
+      T local[kDh > 0 ? kDh : 1];
+      T* __restrict__ a = kDh > 0 ? local : acc.data();
+      for (int c = 0; c < dh; ++c) a[c] = oi[c];
       for (int j = lo; j < hi; ++j) {
         const T pij = post * Silu(z[j - lo]);
-        const T* vj = v + static_cast<size_t>(j) * w + h * s.dh;
-        for (int c = 0; c < s.dh; ++c) oi[c] += pij * vj[c];
+        const T* __restrict__ vj = v + static_cast<size_t>(j) * w + h * dh;
+        for (int c = 0; c < dh; ++c) a[c] += pij * vj[c];
       }
+      for (int c = 0; c < dh; ++c) oi[c] = a[c];
     }
   }
 }
 
-// dq, dk, dv += gradients for upstream do_ (scores recomputed).
-template <typename T>
-void GdpaBackward(const GdpaShape& s, const T* q, const T* k, const T* v, const T* do_, T* dq, T* dk, T* dv) {
-  const int w = s.heads * s.dh;
+template <int kDh, typename T>
+void BackwardImpl(const GdpaShape& s, const T* q, const T* k, const T* v, const T* do_, T* dq, T* dk, T* dv) {
+  const int dh = kDh > 0 ? kDh : s.dh;
+  const int w = s.heads * dh;
   const T post = static_cast<T>(s.post_scale);
-  std::vector<T> kt, vt, z(static_cast<size_t>(s.lk)), dp(static_cast<size_t>(s.lk));
+  std::vector<T> kt, vt, z(static_cast<size_t>(s.lk)), dp(static_cast<size_t>(s.lk)), acc(static_cast<size_t>(dh));
   for (int h = 0; h < s.heads; ++h) {
-    gdpa_detail::TransposeHead(k, s.lk, s.heads, s.dh, h, kt);
-    gdpa_detail::TransposeHead(v, s.lk, s.heads, s.dh, h, vt);
+    TransposeHead(k, s.lk, s.heads, dh, h, kt);
+    TransposeHead(v, s.lk, s.heads, dh, h, vt);
     for (int i = 0; i < s.lq; ++i) {
       int lo = 0, hi = 0;
       s.KeyRange(i, &lo, &hi);
-      const T* qi = q + static_cast<size_t>(i) * w + h * s.dh;
-      const T* doi = do_ + static_cast<size_t>(i) * w + h * s.dh;
-      T* dqi = dq + static_cast<size_t>(i) * w + h * s.dh;
-      gdpa_detail::Scores(qi, kt.data(), s.lk, s.dh, lo, hi, z.data());
-      gdpa_detail::Scores(doi, vt.data(), s.lk, s.dh, lo, hi, dp.data());
+      const T* __restrict__ qi = q + static_cast<size_t>(i) * w + h * dh;
+      const T* __restrict__ doi = do_ + static_cast<size_t>(i) * w + h * dh;
+      T* dqi = dq + static_cast<size_t>(i) * w + h * dh;
+      Scores(qi, kt.data(), s.lk, dh, lo, hi, z.data());
+      Scores(doi, vt.data(), s.lk, dh, lo, hi, dp.data());
+      T local[kDh > 0 ? kDh : 1];
+      T* __restrict__ a = kDh > 0 ? local : acc.data();
+      for (int c = 0; c < dh; ++c) a[c] = dqi[c];
       for (int j = lo; j < hi; ++j) {
-        const size_t kj_at = static_cast<size_t>(j) * w + h * s.dh;
-        const T* kj = k + kj_at;
+        const size_t kj_at = static_cast<size_t>(j) * w + h * dh;
+        const T* __restrict__ kj = k + kj_at;
         const T zj = z[j - lo];
-        const T pij = post * Silu(zj);
-        const T dz = post * SiluGrad(zj) * dp[j - lo];
-        T* dkj = dk + kj_at;
-        T* dvj = dv + kj_at;
-        for (int c = 0; c < s.dh; ++c) {
-          dqi[c] += dz * kj[c];
+        // Silu(zj) and SiluGrad(zj) written out around one sigmoid (the same expressions, the same bits).
+        const T sg = Sigmoid(zj);
+        const T pij = post * (zj * sg);
+        const T dz = post * (sg * (T(1) + zj * (T(1) - sg))) * dp[j - lo];
+        T* __restrict__ dkj = dk + kj_at;
+        T* __restrict__ dvj = dv + kj_at;
+        for (int c = 0; c < dh; ++c) {
+          a[c] += dz * kj[c];
           dkj[c] += dz * qi[c];
           dvj[c] += pij * doi[c];
         }
       }
+      for (int c = 0; c < dh; ++c) dqi[c] = a[c];
     }
   }
+}
+}  // namespace gdpa_detail
+
+// o [lq, H*dh] = sum_j post * silu(q_i . k_j) v_j over kept keys.
+template <typename T>
+void GdpaForward(const GdpaShape& s, const T* q, const T* k, const T* v, T* o) {
+  if (s.dh == 16) return gdpa_detail::ForwardImpl<16>(s, q, k, v, o);
+  gdpa_detail::ForwardImpl<0>(s, q, k, v, o);
+}
+
+// dq, dk, dv += gradients for upstream do_ (scores recomputed). dq, dk and dv must not overlap each
+// other or the inputs.
+template <typename T>
+void GdpaBackward(const GdpaShape& s, const T* q, const T* k, const T* v, const T* do_, T* dq, T* dk, T* dv) {
+  if (s.dh == 16) return gdpa_detail::BackwardImpl<16>(s, q, k, v, do_, dq, dk, dv);
+  gdpa_detail::BackwardImpl<0>(s, q, k, v, do_, dq, dk, dv);
 }
 
 // RoPE table [positions, dh] as the oracle reads it: sin_m in columns [0, dh/2), cos_m in

@@ -47,7 +47,7 @@ struct Flags {
   std::optional<double> table_decay;
   std::optional<int64_t> schedule_steps;
   int64_t seed = 1, data_seed = 1, threads = 0, grad_blocks = 16;
-  int64_t log_every = 100, eval_every = 1000, eval_samples = 8192, ne_window = 100;
+  int64_t log_every = 100, eval_every = 1000, eval_samples = 8192, eval_first = 0, ne_window = 100;
   std::string checkpoint, resume;
   int64_t checkpoint_every = 0;
   bool check = false;
@@ -88,6 +88,9 @@ int RunRefTrain(const std::vector<std::string>& args) {
   flags.Int64("log-every", &f.log_every, "steps per progress interval (default 100)");
   flags.Int64("eval-every", &f.eval_every, "steps between held-out evaluations, 0 = only at the end (default 1000)");
   flags.Int64("eval-samples", &f.eval_samples, "held-out samples per evaluation (default 8192)");
+  flags.Int64("eval-first", &f.eval_first,
+              "first held-out index, counted from 2^40 (default 0; tune hyperparameters on another range, e.g. "
+              "2^30, and report the default range once)");
   flags.Int64("ne-window", &f.ne_window, "windowed train NE over the last N steps (default 100)");
   flags.String("checkpoint", &f.checkpoint, "checkpoint file written atomically at the end (and every --checkpoint-every)");
   flags.Int64("checkpoint-every", &f.checkpoint_every, "steps between checkpoints (0 = only at the end)");
@@ -103,6 +106,8 @@ int RunRefTrain(const std::vector<std::string>& args) {
   if (f.log_every < 1) return bad(absl::StrCat("--log-every: ", f.log_every, " must be >= 1"));
   if (f.eval_every < 0) return bad(absl::StrCat("--eval-every: ", f.eval_every, " must be >= 0"));
   if (f.eval_samples < 1) return bad(absl::StrCat("--eval-samples: ", f.eval_samples, " must be >= 1"));
+  if (f.eval_first < 0 || f.eval_first > (int64_t{1} << 40))
+    return bad(absl::StrCat("--eval-first: ", f.eval_first, " must be in [0, 2^40]"));
   if (f.ne_window < 1) return bad(absl::StrCat("--ne-window: ", f.ne_window, " must be >= 1"));
   if (f.checkpoint_every < 0) return bad(absl::StrCat("--checkpoint-every: ", f.checkpoint_every, " must be >= 0"));
   if (f.seed < 0 || f.data_seed < 0) return bad("--seed/--data-seed: must be >= 0");
@@ -183,7 +188,7 @@ int RunRefTrain(const std::vector<std::string>& args) {
       interval_start = Clock::now();
     }
     if (f.eval_every > 0 && step % f.eval_every == 0 && step != f.steps) {
-      absl::StatusOr<EvalResult> e = trainer.Evaluate(0, f.eval_samples);
+      absl::StatusOr<EvalResult> e = trainer.Evaluate(f.eval_first, f.eval_samples);
       if (!e.ok()) return ReportError(kCommand, e.status());
       std::cout << EvalLine(*config, step, *e) << std::endl;
       interval_start = Clock::now();
@@ -199,7 +204,7 @@ int RunRefTrain(const std::vector<std::string>& args) {
     }
   }
   if (tty) std::cerr << "\r\033[K" << std::flush;
-  absl::StatusOr<EvalResult> e = trainer.Evaluate(0, f.eval_samples);
+  absl::StatusOr<EvalResult> e = trainer.Evaluate(f.eval_first, f.eval_samples);
   if (!e.ok()) return ReportError(kCommand, e.status());
   std::cout << EvalLine(*config, trainer.state().step, *e) << std::endl;
   if (absl::Status s = save(); !s.ok()) return ReportError(kCommand, s);
