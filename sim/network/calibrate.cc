@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -109,6 +110,37 @@ Fit FitSmallLarge(const Form& form, const std::vector<const Measurement*>& fit_r
   return fit;
 }
 
+// The line t = n·α + f·S/B through two measurements (S_a < S_b), as a FittedLink's α and busbw.
+FittedLink LineThrough(const Measurement& a, const Measurement& b, const Form& form) {
+  FittedLink link;
+  const double slope = (b.time_s - a.time_s) / (b.bytes - a.bytes);  // f / B
+  if (slope <= 0) {
+    // Flat (latency-bound) or noisy: all latency, bandwidth no limit within the segment.
+    link.busbw_Bps = 1e15;
+    link.alpha_s = std::max(a.time_s, b.time_s) / form.n;
+  } else {
+    link.busbw_Bps = form.f / slope;
+    link.alpha_s = (a.time_s - form.f * a.bytes / link.busbw_Bps) / form.n;
+    if (link.alpha_s < 0) {  // steeper than proportional: no latency, B from the larger point
+      link.alpha_s = 0;
+      link.busbw_Bps = form.f * b.bytes / b.time_s;
+    }
+  }
+  return link;
+}
+
+P2pChannels P2pChannelsOf(const Calibration& cal) {
+  const auto get = [&](const char* name, double fallback) {
+    auto it = cal.nccl_constants.find(name);
+    return it == cal.nccl_constants.end() ? fallback : it->second;
+  };
+  P2pChannels c;
+  c.channels = static_cast<int>(get("nccl_p2p_nchannels", c.channels));
+  c.per_peer = static_cast<int>(get("nccl_p2p_nchannels_per_peer", c.per_peer));
+  c.chunk_bytes = get("nccl_p2p_chunk_bytes", c.chunk_bytes);
+  return c;
+}
+
 using GroupKey = std::tuple<int, std::string, int>;  // op, algo, gpus
 
 std::map<GroupKey, std::vector<const Measurement*>> Groups(const MeasuredSet& set) {
@@ -121,6 +153,17 @@ std::map<GroupKey, std::vector<const Measurement*>> Groups(const MeasuredSet& se
 }
 
 }  // namespace
+
+std::vector<double> P2pRegimeBoundaries(int p, const P2pChannels& c) {
+  std::vector<double> out;
+  if (p < 2 || c.per_peer < 1 || c.channels < 1 || !(c.chunk_bytes > 0)) return out;
+  int n_min = c.per_peer;
+  while (n_min * p > c.channels && n_min > 1) n_min /= 2;
+  const double min_part = c.chunk_bytes / 8, max_part = c.chunk_bytes * 32;
+  out.push_back(p * n_min * min_part);  // below: ⌈b/minPart⌉ channels of minPart each
+  for (int n = n_min; n <= c.per_peer / 2; n *= 2) out.push_back(p * n * max_part);  // then b/n per channel
+  return out;
+}
 
 bool IsFitSize(double bytes, FitSizes split) {
   const long l = std::lround(std::log2(bytes));
@@ -167,31 +210,60 @@ absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Ca
     // Piecewise α–β: between consecutive fit sizes S_i < S_j the line through both measurements,
     // t = n·α + f·S/B, valid on [S_i, S_j) (the first segment also below, the last also above). The
     // first segments carry the small-size α, the last the large-size B_eff (spec §6.6); held-out
-    // sizes fall between fit sizes, so each is predicted by its two neighbours' line.
-    for (size_t i = 0; i + 1 < fit_rows.size(); ++i) {
-      const Measurement& a = *fit_rows[i];
-      const Measurement& b = *fit_rows[i + 1];
-      FittedLink link;
+    // sizes fall between fit sizes, so each is predicted by its two neighbours' line. All-to-all
+    // bends where NCCL changes how it stripes each peer's bytes over channels (P2pRegime): a pair
+    // of fit sizes on both sides of such a bend is not joined; each side continues the line of its
+    // own regime's neighbouring pair.
+    const auto push = [&](const Measurement& a, const Measurement& b, double min_bytes, double max_bytes) {
+      FittedLink link = LineThrough(a, b, form);
       link.op = op;
       link.tier = tier_name;
       link.algo = algo;
       link.gpus = gpus;
-      link.min_bytes = i == 0 ? 0 : a.bytes;
-      link.max_bytes = i + 2 == fit_rows.size() ? 0 : b.bytes;
-      const double slope = (b.time_s - a.time_s) / (b.bytes - a.bytes);  // f / B
-      if (slope <= 0) {
-        // Flat (latency-bound) or noisy: all latency, bandwidth no limit within the segment.
-        link.busbw_Bps = 1e15;
-        link.alpha_s = std::max(a.time_s, b.time_s) / form.n;
-      } else {
-        link.busbw_Bps = form.f / slope;
-        link.alpha_s = (a.time_s - form.f * a.bytes / link.busbw_Bps) / form.n;
-        if (link.alpha_s < 0) {  // steeper than proportional: no latency, B from the larger point
-          link.alpha_s = 0;
-          link.busbw_Bps = form.f * b.bytes / b.time_s;
-        }
-      }
+      link.min_bytes = min_bytes;
+      link.max_bytes = max_bytes;
       cal.fitted.push_back(link);
+    };
+    std::vector<double> bends;  // S at which a new regime starts (just above each boundary)
+    if (op == CollectiveOp::kAllToAll) {
+      for (double boundary : P2pRegimeBoundaries(gpus, P2pChannelsOf(base))) {
+        bends.push_back(std::nextafter(boundary, std::numeric_limits<double>::infinity()));
+      }
+    }
+    const auto regime = [&](double bytes) {
+      return std::count_if(bends.begin(), bends.end(), [&](double bend) { return bytes >= bend; });
+    };
+    const size_t n_fit = fit_rows.size();
+    for (size_t i = 0; i + 1 < n_fit; ++i) {
+      const Measurement& a = *fit_rows[i];
+      const Measurement& b = *fit_rows[i + 1];
+      const double lo = i == 0 ? 0 : a.bytes;
+      const double hi = i + 2 == n_fit ? 0 : b.bytes;
+      const long ra = regime(a.bytes), rb = regime(b.bytes);
+      if (ra == rb) {
+        push(a, b, lo, hi);
+        continue;
+      }
+      // The first bend above a and the last below b; between them (regimes without a fit size)
+      // the pair's own line.
+      double first = 0, last = 0;
+      for (double bend : bends) {
+        if (bend > a.bytes && first == 0) first = bend;
+        if (bend <= b.bytes) last = bend;
+      }
+      const bool below_same = i > 0 && regime(fit_rows[i - 1]->bytes) == ra;
+      const bool above_same = i + 2 < n_fit && regime(fit_rows[i + 2]->bytes) == rb;
+      if (below_same) {
+        push(*fit_rows[i - 1], a, lo, first);
+      } else {
+        push(a, b, lo, first);
+      }
+      if (first < last) push(a, b, first, last);
+      if (above_same) {
+        push(b, *fit_rows[i + 2], last, hi);
+      } else {
+        push(a, b, last, hi);
+      }
     }
     if (algo == "auto" && op != CollectiveOp::kAllToAll) {
       // NCCL's ring busbw at large sizes is nCh·bwIntra for every op; measured, the ops differ, so each

@@ -41,6 +41,23 @@ absl::StatusOr<MeasuredSet> ParseMeasurements(const nlohmann::json& json);
 enum class FitSizes { kEven, kOdd };
 bool IsFitSize(double bytes, FitSizes split);
 
+// How NCCL (enqueue.cc addP2pToPlan, 2.28 / master 5067397) stripes the ncclSend/ncclRecv pairs of an
+// all-to-all over channels, one host: each peer's b = S/p bytes go over n channels, n = min(nMin,
+// ⌈b/minPart⌉), doubled while b/n > maxPart and n <= nMax/2, with minPart = chunk/8, maxPart =
+// 32·chunk, nMax = p2p channels per peer and nMin = nMax halved while nMin·p > p2p channels. The
+// per-channel part follows a different law in each regime (minPart, then b/nMin, b/(2·nMin), ...), so
+// measured all-to-all times bend at the regime boundaries. Defaults: two NVSwitch-connected H200s
+// (24 ring channels -> 32 p2p channels, 32 per peer, NCCL_P2P_NVL_CHUNKSIZE 512 KiB); calibration
+// constants nccl_p2p_nchannels, nccl_p2p_nchannels_per_peer, nccl_p2p_chunk_bytes override them.
+struct P2pChannels {
+  int channels = 32;
+  int per_peer = 32;
+  double chunk_bytes = 512 * 1024;
+};
+// The sizes S (nccl-tests' all-to-all convention: bytes one rank sends) at which a regime ends on p
+// GPUs of one host, ascending; S equal to a boundary still belongs to the lower regime.
+std::vector<double> P2pRegimeBoundaries(int p, const P2pChannels& channels);
+
 struct FitOptions {
   FitSizes split = FitSizes::kEven;
   double small_max_bytes = 64 * 1024;       // α from fit sizes <= this
@@ -53,7 +70,8 @@ struct FitOptions {
 // (op, algo, gpus) the FittedLink segments [S_i, S_{i+1}) between consecutive fit sizes (the line
 // t = n·α + f·S/B through both, in the form the cost model evaluates for that op and algorithm), the
 // NCCL per-channel bandwidth (nccl_bw_intra_GBps) from the large sizes, the NCCL version, nvls,
-// kappa. η tables of `base` are dropped (the segments already follow the measured curve).
+// kappa. η tables of `base` are dropped (the segments already follow the measured curve). For
+// all-to-all no segment crosses a P2pRegimeBoundaries bend (channel constants from `base`).
 absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Calibration& base,
                                            const std::string& tier_name, const FitOptions& options);
 

@@ -165,7 +165,10 @@ absl::Status Calibrate(const std::vector<std::string>& args) {
                 {"model", "piecewise alpha-beta: per (op, algo, gpus) one segment [min_bytes, max_bytes) between "
                           "consecutive fit sizes, t = n*alpha + f*S/busbw through both measurements (n, f of the "
                           "op's ring form: all_reduce 2(p-1), 2(p-1)/p; tree 2*ceil(log2 p), 2; others p-1, "
-                          "(p-1)/p, broadcast f = 1); small sizes give alpha, large ones B_eff"},
+                          "(p-1)/p, broadcast f = 1); small sizes give alpha, large ones B_eff; all_to_all segments never "
+                          "cross a bend of NCCL's p2p channel striping (per-peer bytes S/p at nMin*chunk/8 and "
+                          "n*32*chunk, sim/network/calibrate.h P2pRegimeBoundaries): each side continues its own "
+                          "regime's line"},
                 {"nccl_mode", "nccl_bw_intra_GBps = B_eff of the large sizes (median over all_reduce, all_gather, "
                               "reduce_scatter) / nccl_nchannels (24, as NCCL logs on this host); "
                               "nccl_bw_intra_GBps.<op> the same per op; nccl_tree_bw_intra_GBps from the Tree run"}};
