@@ -1,6 +1,7 @@
 #include "sim/report/study.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "sim/report/json_text.h"
 #include "tbb/parallel_for_each.h"
+#include "tbb/task_group.h"
 #include "tbb/task_arena.h"
 
 namespace gemtb::sim::report {
@@ -91,8 +93,7 @@ class RunPlanner {
     std::vector<std::pair<size_t, size_t>> aliases;  // (job, the job whose result it takes)
     for (size_t j = 0; j < jobs_.size(); ++j) {
       if (done_[j]) continue;
-      const auto key = std::make_tuple(jobs_[j].doc, EffectiveSwitches(jobs_[j]), jobs_[j].trace);
-      auto [it, inserted] = canonical_.emplace(key, j);
+      auto [it, inserted] = canonical_.emplace(RunKey(jobs_[j]), j);
       if (inserted) {
         pending.push_back(j);
       } else {
@@ -100,37 +101,51 @@ class RunPlanner {
       }
     }
     total_ += pending.size();
+    // Largest worlds first, taken one at a time from a shared queue by every thread of the arena
+    // (longest-processing-time-first list scheduling): the long 16,384-GPU runs start at once and
+    // the short ones fill the gaps at the end, so no thread waits alone on a long run. (A
+    // parallel_for_each would split the list in halves and leave the order to work stealing.)
     std::stable_sort(pending.begin(), pending.end(),
                      [&](size_t a, size_t b) { return jobs_[a].gpus > jobs_[b].gpus; });
     std::vector<double> wall(jobs_.size(), 0);
+    std::atomic<size_t> next{0};
+    const auto run_one = [&](size_t j) {
+      const Job& job = jobs_[j];
+      const absl::StatusOr<Scenario>& scenario = scenarios_[static_cast<size_t>(job.doc)];
+      const auto start = std::chrono::steady_clock::now();
+      if (!scenario.ok()) {
+        results_[j] = scenario.status();
+      } else {
+        SimOptions sim;
+        sim.threads = 1;  // the study is parallel across runs
+        sim.trace = job.trace;
+        sim.trace_ranks = options_.trace_ranks;
+        sim.trace_step = options_.trace_step;
+        sim.warmup_steps = options_.warmup_steps;
+        sim.measured_steps = options_.measured_steps;
+        results_[j] = simulate_(*scenario, FromMask(job.switches), sim);
+      }
+      wall[j] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (options_.progress) {
+        std::lock_guard<std::mutex> lock(progress_mutex_);
+        ++finished_;
+        const absl::StatusOr<SimResult>& r = results_[j];
+        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+        options_.progress(absl::StrCat("[", finished_, "/", total_, "] ", job.label, ": ",
+                                       r.ok() ? absl::StrCat("T = ", FormatShort(r->step_mean_s * 1e3), " ms")
+                                              : absl::StrCat("error: ", r.status().message()),
+                                       " (", FormatShort(wall[j], 3), " s; ", FormatShort(elapsed, 3),
+                                       " s elapsed)"));
+      }
+    };
     arena.execute([&] {
-      tbb::parallel_for_each(pending.begin(), pending.end(), [&](size_t j) {
-        const Job& job = jobs_[j];
-        const absl::StatusOr<Scenario>& scenario = scenarios_[static_cast<size_t>(job.doc)];
-        const auto start = std::chrono::steady_clock::now();
-        if (!scenario.ok()) {
-          results_[j] = scenario.status();
-        } else {
-          SimOptions sim;
-          sim.threads = 1;  // the study is parallel across runs
-          sim.trace = job.trace;
-          sim.trace_ranks = options_.trace_ranks;
-          sim.trace_step = options_.trace_step;
-          sim.warmup_steps = options_.warmup_steps;
-          sim.measured_steps = options_.measured_steps;
-          results_[j] = simulate_(*scenario, FromMask(job.switches), sim);
-        }
-        wall[j] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (options_.progress) {
-          std::lock_guard<std::mutex> lock(progress_mutex_);
-          ++finished_;
-          const absl::StatusOr<SimResult>& r = results_[j];
-          options_.progress(absl::StrCat("[", finished_, "/", total_, "] ", job.label, ": ",
-                                         r.ok() ? absl::StrCat("T = ", FormatShort(r->step_mean_s * 1e3), " ms")
-                                                : absl::StrCat("error: ", r.status().message()),
-                                         " (", FormatShort(wall[j], 3), " s)"));
-        }
-      });
+      tbb::task_group workers;
+      for (int w = 0; w < arena.max_concurrency(); ++w) {
+        workers.run([&] {
+          for (size_t k = next++; k < pending.size(); k = next++) run_one(pending[k]);
+        });
+      }
+      workers.wait();
     });
     for (size_t j : pending) {
       done_[j] = true;
@@ -152,16 +167,33 @@ class RunPlanner {
     int gpus;
   };
 
-  // The job's counterfactual switches as a bit mask, without those that cannot change its scenario.
-  int EffectiveSwitches(const Job& job) const {
-    int mask = job.switches;
+  // What a run of `job` depends on, so that runs that cannot differ share one result: its document
+  // without the parts that cannot act, and the switches that can change it. SM-free on an SM-free
+  // plan changes nothing; the no-noise switch equals the same document without noise (the engine
+  // takes noise only from the scenario's noise section, which the switch zeroes); a world inside
+  // one AI zone (no flow model) never uses the cross-zone tier. E.g. the sensitivity case "noise
+  // low" (sigma 0) and the BBS check (no noise) of gem-default, or a zone of the whole world under
+  // every oversubscription of the grid, run once.
+  std::string RunKey(const Job& job) const {
+    const ScenarioDocument& doc = docs_[static_cast<size_t>(job.doc)];
     const absl::StatusOr<Scenario>& s = scenarios_[static_cast<size_t>(job.doc)];
-    if (!s.ok()) return mask;
+    int mask = job.switches;
+    if (!s.ok()) return absl::StrCat("invalid document ", job.doc, "|", mask, "|", job.trace ? 1 : 0);
+    nlohmann::json json = doc.json;
     if (s->plan.collectives.library == "sm_free") mask &= ~2;
     const Noise& n = s->noise;
     const bool slow = (!n.slow_ranks.empty() || n.slow_fraction > 0) && n.slow_factor != 1;
-    if (n.step_sigma == 0 && n.collective_jitter_sigma == 0 && !slow) mask &= ~8;
-    return mask;
+    if ((n.step_sigma == 0 && n.collective_jitter_sigma == 0 && !slow) || (mask & 8) != 0) {
+      json["noise"] = "none";
+      mask &= ~8;
+    }
+    const Cluster& c = s->cluster;
+    const bool one_zone = c.zone_size <= 0 || c.world_size <= c.zone_size;
+    if (one_zone && s->plan.collectives.flow == "none" && json.contains("cluster") && json["cluster"].is_object()) {
+      nlohmann::json& tiers = json["cluster"]["tiers"];
+      if (tiers.is_array() && tiers.size() >= 3) tiers[2] = "unused";
+    }
+    return absl::StrCat(json.dump(), "|rows*", FormatDouble(doc.model_rows_scale), "|", mask, "|", job.trace ? 1 : 0);
   }
   const StudyOptions& options_;
   const SimulateFn& simulate_;
@@ -173,7 +205,8 @@ class RunPlanner {
   std::vector<absl::StatusOr<SimResult>> results_;
   std::vector<bool> done_;
   std::map<std::pair<int, int>, int> job_index_;
-  std::map<std::tuple<int, int, bool>, size_t> canonical_;  // (doc, effective switches, trace) -> job run
+  std::map<std::string, size_t> canonical_;  // RunKey -> the job that runs
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::mutex progress_mutex_;
   size_t finished_ = 0, total_ = 0;
 };
@@ -423,7 +456,7 @@ absl::StatusOr<Study> RunStudy(const ScenarioDocument& doc, const StudyOptions& 
         }
       }
       planner.BuildPending(arena);
-          planner.RunPending(arena, &study.perf);
+      planner.RunPending(arena, &study.perf);
       for (int i = 0; i < 3; ++i) {
         for (int j = 0; j < 3; ++j) {
           if (i == 1 && j == 1) {

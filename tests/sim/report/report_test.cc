@@ -1,6 +1,7 @@
 // The report layer (spec/simulator.md §5, §7) on hand-made results and a stand-in simulator whose
 // times are simple closed forms: attribution arithmetic, deterministic bytes for any thread count,
 // well-formed SVG and trace, sweeps that go on past invalid points, sensitivity and checks.
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -217,11 +218,13 @@ const ScenarioDocument& GemDefault() {
 }
 
 // Closed-form step times: T = T_local (1 + imbalance + noise + recompute) + comm + contention + 0.1,
-// with comm growing with log2(world) and the oversubscription, imbalance with the policy.
+// with comm growing with log2(world) and, when the world spans zones, the oversubscription;
+// imbalance with the policy.
 absl::StatusOr<SimResult> StandIn(const Scenario& s, const Counterfactuals& c, const SimOptions& o) {
   const double world = s.cluster.world_size;
   const double t_local = 1.0;
-  const double comm = c.ideal_network ? 0 : 0.01 * std::log2(world) * s.cluster.tiers.back().oversubscription / 7 *
+  const double oversubscription = world > s.cluster.zone_size ? s.cluster.tiers.back().oversubscription : 7;
+  const double comm = c.ideal_network ? 0 : 0.01 * std::log2(world) * oversubscription / 7 *
                                                  (2048.0 / std::min<double>(s.cluster.zone_size, world));
   const double contention = (c.sm_free || s.plan.collectives.library == "sm_free") ? 0 : 0.06;
   const double imbalance = s.batches.assignment.policy == "random" ? 0.15 : 0.05;
@@ -354,6 +357,43 @@ TEST(Study, ChecksCompareRandomWithBbsAndSmBasedWithSmFree) {
   EXPECT_EQ(study->checks->imbalance_bbs, 0.05);
   EXPECT_NEAR(study->checks->step_sm_based_s - study->checks->step_sm_free_s, 0.06, 1e-12);
   EXPECT_THAT(ConsoleReport(*study), HasSubstr("random assignment: 15%"));
+}
+
+// Runs that cannot differ run once (spec §7: no redundant reruns). At 4,096 GPUs on gem-default
+// (SM-free, BBS, noise on, zone 2,048): 6 attribution runs less the SM-free one (the plan is SM-free
+// already) = 5; 12 sensitivity cases; checks random, BBS and SM-based (SM-free is the baseline) less
+// BBS without noise = "noise low" (sigma 0) = 2; grid 8 cells less the 4 one-at-a-time edges less
+// (oversubscription low/high, zone 4,096): one zone, the cross-zone tier unused, = the zone-high
+// case = 2. Total 21 (27 without sharing).
+TEST(Study, RunsThatCannotDifferRunOnce) {
+  std::atomic<int> calls{0};
+  const SimulateFn counting = [&](const Scenario& s, const Counterfactuals& c, const SimOptions& o) {
+    ++calls;
+    return StandIn(s, c, o);
+  };
+  StudyOptions o;
+  o.gpus = {4096};
+  o.threads = 2;
+  absl::StatusOr<Study> study = RunStudy(GemDefault(), o, counting);
+  ASSERT_TRUE(study.ok()) << study.status();
+  EXPECT_EQ(calls.load(), 21);
+  EXPECT_EQ(study->perf.size(), 21u);
+  ASSERT_TRUE(study->grid.has_value() && study->checks.has_value());
+  // zone size (row 0) and oversubscription (row 1) span the grid, in either order.
+  const int zone = study->grid->a == 0 ? 0 : 1;
+  const SensitivityRow& zone_row = study->sensitivity[0];
+  for (int k = 0; k < 3; ++k) {
+    // Zone 4,096 = the whole world: every oversubscription gives the zone-high case.
+    const double cell = zone == 0 ? study->grid->scaling_ratio[2][k] : study->grid->scaling_ratio[k][2];
+    EXPECT_EQ(cell, zone_row.high.scaling_ratio) << k;
+  }
+  // Zone 1,024 spans zones: oversubscription matters there.
+  const double low_low = study->grid->scaling_ratio[0][0], low_high = zone == 0 ? study->grid->scaling_ratio[0][2]
+                                                                               : study->grid->scaling_ratio[2][0];
+  EXPECT_NE(low_low, low_high);
+  // Noise low (sigma 0) shares the BBS check's run: the same T as the no-noise switch.
+  const SensitivityRow& noise = study->sensitivity[5];
+  EXPECT_NEAR(noise.low.step_s, 1.0 * (1 + 0.05 + 0.02) + 0.01 * 12 + 0.1, 1e-12);
 }
 
 TEST(Study, SvgIsWellFormedXmlAndEscapesNames) {
