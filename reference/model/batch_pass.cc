@@ -31,12 +31,13 @@ BatchPassResult<T> RunBatch(const GemModel& model, const T* params, const std::v
   std::vector<std::vector<T>> block_grad(options.backward ? blocks : 0);
   if (options.backward) r.input_grads.resize(B);
   std::vector<T> sample_loss(B, T(0));
+  const std::vector<T> transposed = options.backward ? TransposedParams(model.layout(), params) : std::vector<T>();
 
   auto run_block = [&](int blk) {
     const int b0 = static_cast<int>(static_cast<int64_t>(B) * blk / blocks);
     const int b1 = static_cast<int>(static_cast<int64_t>(B) * (blk + 1) / blocks);
     std::unique_ptr<SampleTape<T>, void (*)(SampleTape<T>*)> tape(GemModel::NewTape<T>(), &GemModel::DeleteTape<T>);
-    ParamView<T> view{params, nullptr};
+    ParamView<T> view{params, nullptr, options.backward ? transposed.data() : nullptr};
     if (options.backward) {
       block_grad[blk].assign(np, T(0));
       view.g = block_grad[blk].data();

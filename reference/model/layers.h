@@ -35,7 +35,9 @@ struct Linear {
   template <typename T>
   void Backward(const ParamView<T>& p, const T* x, const T* dy, int n, T* dx, std::vector<T>& scratch) const {
     MatMulBackwardWeight(x, dy, n, in, out, p.G(w), b.size ? p.G(b) : nullptr);
-    if (dx) {
+    if (dx && p.wt) {
+      MatMulBackwardInputPretransposed(dy, n, out, p.WT(w), in, dx);
+    } else if (dx) {
       scratch.resize(static_cast<size_t>(in) * out);
       MatMulBackwardInput(dy, n, out, p.W(w), in, dx, scratch.data());
     }

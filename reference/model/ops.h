@@ -88,6 +88,20 @@ void MatMulBackwardInput(const T* dy, int n, int out, const T* w, int in, T* dx,
   }
 }
 
+// dx[n,in] += dy[n,out] * w[in,out]^T from wt = w^T [out,in] made beforehand (the same bits as above).
+template <typename T>
+void MatMulBackwardInputPretransposed(const T* dy, int n, int out, const T* wt, int in, T* dx) {
+  for (int t = 0; t < n; ++t) {
+    T* __restrict__ dxr = dx + static_cast<size_t>(t) * in;
+    const T* dyr = dy + static_cast<size_t>(t) * out;
+    for (int o = 0; o < out; ++o) {
+      const T g = dyr[o];
+      const T* __restrict__ wr = wt + static_cast<size_t>(o) * in;
+      for (int i = 0; i < in; ++i) dxr[i] += g * wr[i];
+    }
+  }
+}
+
 // dw[in,out] += x[n,in]^T * dy[n,out]; db[out] += sum_t dy[t] (if db). Tokens in increasing order.
 template <typename T>
 void MatMulBackwardWeight(const T* x, const T* dy, int n, int in, int out, T* dw, T* db) {
@@ -212,6 +226,11 @@ inline void MatMulBackwardInput<float>(const float* dy, int n, int out, const fl
   for (int i = 0; i < in; ++i)
     for (int o = 0; o < out; ++o) scratch_wt[static_cast<size_t>(o) * in + i] = w[static_cast<size_t>(i) * out + o];
   ops_detail::Gemm(dy, out, 1, n, out, scratch_wt, in, dx, nullptr, true);
+}
+
+template <>
+inline void MatMulBackwardInputPretransposed<float>(const float* dy, int n, int out, const float* wt, int in, float* dx) {
+  ops_detail::Gemm(dy, out, 1, n, out, wt, in, dx, nullptr, true);
 }
 
 template <>
