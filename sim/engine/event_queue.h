@@ -4,8 +4,9 @@
 #ifndef GEMTB_SIM_ENGINE_EVENT_QUEUE_H_
 #define GEMTB_SIM_ENGINE_EVENT_QUEUE_H_
 
-#include <cstdint>
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <vector>
 
 namespace gemtb::sim {
@@ -25,54 +26,50 @@ struct Event {
   int32_t step = 0;  // kTaskEnd of a compute task: its step (lets the loop prefetch what it touches)
 };
 
-// A 4-ary min-heap of 16-byte keys (time, then push sequence) with the payload kept aside in a
-// slab: four children share a cache line, which matters at thousands of ranks (the queue then holds
-// an event per rank and more). The key's low 24 bits name the payload slot, its high 40 bits the
-// push sequence, so keys order by sequence alone.
+// A 4-ary min-heap ordered by (time, push sequence), each 32-byte entry holding its event: two
+// entries per cache line, so the four children of a node span two lines and popping the top touches
+// no other memory (a payload kept aside was a cache miss per event at thousands of ranks, where the
+// queue holds an event per rank and more).
 class EventQueue {
  public:
   void Push(double time, EventType type, int32_t a, int32_t b, uint32_t version = 0, int32_t step = 0) {
-    uint32_t slot;
-    if (!free_.empty()) {
-      slot = free_.back();
-      free_.pop_back();
-    } else {
-      slot = static_cast<uint32_t>(payload_.size());
-      payload_.emplace_back();
-    }
-    payload_[slot] = Event{time, next_seq_, type, a, b, version, step};
-    heap_.push_back(Key{time, (next_seq_ << kSlotBits) | slot});
+    heap_.push_back(Entry{TimeBits(time), next_seq_, a, b, version, static_cast<int16_t>(step), type});
     ++next_seq_;
     SiftUp(heap_.size() - 1);
   }
   bool Empty() const { return heap_.empty(); }
   size_t Size() const { return heap_.size(); }
-  // More pending events than the key's slot bits can name (the engine then reports an error).
-  bool Overflowed() const { return payload_.size() > kSlotMask + 1; }
-  const Event& Top() const { return payload_[heap_.front().key & kSlotMask]; }
+  Event Top() const { return ToEvent(heap_.front()); }
   Event Pop() {
-    const uint32_t slot = static_cast<uint32_t>(heap_.front().key & kSlotMask);
-    const Key last = heap_.back();
+    const Event top = ToEvent(heap_.front());
+    const Entry last = heap_.back();
     heap_.pop_back();
-    if (!heap_.empty()) {
-      SiftDown(last);
-      __builtin_prefetch(&payload_[heap_.front().key & kSlotMask]);  // the caller peeks at it next
-    }
-    free_.push_back(slot);
-    return payload_[slot];
+    if (!heap_.empty()) SiftDown(last);
+    return top;
   }
-  // Pending events fit the slot bits (2^24); the engine never holds more than ranks + groups.
-  static constexpr int kSlotBits = 24;
 
  private:
-  static constexpr uint64_t kSlotMask = (uint64_t{1} << kSlotBits) - 1;
-  struct Key {
-    double time;
-    uint64_t key;
+  struct Entry {
+    uint64_t time_bits;
+    uint64_t seq;
+    int32_t a, b;
+    uint32_t version;
+    int16_t step;  // steps are < 32000 (the engine checks)
+    EventType type;
   };
-  static bool Before(const Key& x, const Key& y) { return x.time != y.time ? x.time < y.time : x.key < y.key; }
+  static_assert(sizeof(Entry) == 32);
+  static Event ToEvent(const Entry& e) {
+    return Event{std::bit_cast<double>(e.time_bits), e.seq, e.type, e.a, e.b, e.version, e.step};
+  }
+  // A non-negative double's bits order as the double does (event times are never negative; adding
+  // 0.0 turns a -0.0 into +0.0), so (time, sequence) compares as a pair of unsigned integers
+  // without a data-dependent branch: sifting dominated the event loop.
+  static uint64_t TimeBits(double t) { return std::bit_cast<uint64_t>(t + 0.0); }
+  static bool Before(const Entry& x, const Entry& y) {
+    return (x.time_bits < y.time_bits) | ((x.time_bits == y.time_bits) & (x.seq < y.seq));
+  }
   void SiftUp(size_t i) {
-    const Key e = heap_[i];
+    const Entry e = heap_[i];
     while (i > 0) {
       const size_t parent = (i - 1) / 4;
       if (!Before(e, heap_[parent])) break;
@@ -81,25 +78,39 @@ class EventQueue {
     }
     heap_[i] = e;
   }
-  // Places `e` (the former last element) starting from the root.
-  void SiftDown(const Key& e) {
+  // Places `e` (the former last element) starting from the root: the hole left by the root moves
+  // down to a leaf along the smallest children (chosen without branches), then `e` sifts up from
+  // there (it came from the bottom, so it rarely climbs far).
+  void SiftDown(const Entry& e) {
     const size_t n = heap_.size();
     size_t i = 0;
     while (true) {
       const size_t first = 4 * i + 1;
-      if (first >= n) break;
-      size_t best = first;
-      const size_t end = std::min(first + 4, n);
-      for (size_t c = first + 1; c < end; ++c) if (Before(heap_[c], heap_[best])) best = c;
-      if (!Before(heap_[best], e)) break;
-      heap_[i] = heap_[best];
-      i = best;
+      if (first + 4 <= n) {
+        const size_t b01 = Before(heap_[first + 1], heap_[first]) ? first + 1 : first;
+        const size_t b23 = Before(heap_[first + 3], heap_[first + 2]) ? first + 3 : first + 2;
+        const size_t best = Before(heap_[b23], heap_[b01]) ? b23 : b01;
+        heap_[i] = heap_[best];
+        i = best;
+        continue;
+      }
+      if (first < n) {
+        size_t best = first;
+        for (size_t c = first + 1; c < n; ++c) best = Before(heap_[c], heap_[best]) ? c : best;
+        heap_[i] = heap_[best];
+        i = best;
+      }
+      break;
+    }
+    while (i > 0) {
+      const size_t parent = (i - 1) / 4;
+      if (!Before(e, heap_[parent])) break;
+      heap_[i] = heap_[parent];
+      i = parent;
     }
     heap_[i] = e;
   }
-  std::vector<Key> heap_;
-  std::vector<Event> payload_;
-  std::vector<uint32_t> free_;
+  std::vector<Entry> heap_;
   uint64_t next_seq_ = 0;
 };
 
