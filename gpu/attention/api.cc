@@ -230,7 +230,10 @@ struct DeviceCall::State {
   DeviceArray<DqReader> dq_readers;
   DeviceArray<DkvTile> dkv_tiles;
   DeviceArray<DkvSegment> dkv_segments;
-  int64_t num_dq = 0, num_dkv = 0;
+  DeviceArray<DqReduce> dq_reduce;
+  DeviceArray<float> dq_partial;  // the split dQ tiles' fp32 parts
+  bool hopper_backward = false;
+  int64_t num_dq = 0, num_dkv = 0, num_dq_reduce = 0;
   bool dq_covers_all = false, dkv_covers_all = false;
 
   ProblemParams Params(const DeviceInputs& in) const {
@@ -294,12 +297,17 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
   GEMTB_RETURN_IF_ERROR(s->forward_tiles.Upload(tiles, "forward tiles"));
   s->with_backward = with_backward;
   if (with_backward) {
+    // The Hopper backward wherever it applies, unless the mma.sync kernels are asked for.
+    s->hopper_backward = hopper_applies && forward_kernel != ForwardKernelChoice::kMmaSync;
     const TileLists lists = BuildBackwardTiles(s->problem.pairing, args.options);
     s->num_dq = static_cast<int64_t>(lists.dq.size());
+    s->num_dq_reduce = static_cast<int64_t>(lists.dq_reduce.size());
     s->num_dkv = static_cast<int64_t>(lists.dkv.size());
     int64_t dq_rows = 0, dkv_rows = 0;
     const int32_t lq0 = s->problem.pairing.seqs.empty() ? 0 : s->problem.pairing.seqs[0].lq;
+    for (const DqReduce& r : lists.dq_reduce) dq_rows += r.rows;
     for (const DqTile& t : lists.dq) {
+      if (t.partial >= 0) continue;  // counted by its DqReduce
       // A dQ tile's rows belong to its first reader's query sequence.
       const int32_t lq = s->problem.pairing.broadcast_q ? lq0 : s->problem.pairing.seqs[lists.dq_readers[t.reader_begin].b].lq;
       dq_rows += std::min(kBlockM, lq - t.i0);
@@ -311,6 +319,11 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
     GEMTB_RETURN_IF_ERROR(s->dq_readers.Upload(lists.dq_readers, "dQ readers"));
     GEMTB_RETURN_IF_ERROR(s->dkv_tiles.Upload(lists.dkv, "dK/dV tiles"));
     GEMTB_RETURN_IF_ERROR(s->dkv_segments.Upload(lists.dkv_segments, "dK/dV segments"));
+    GEMTB_RETURN_IF_ERROR(s->dq_reduce.Upload(lists.dq_reduce, "dQ reduce list"));
+    const size_t partial_floats =
+        static_cast<size_t>(lists.dq_partial_slots) * static_cast<size_t>(s->problem.heads) * kBlockM *
+        static_cast<size_t>(s->problem.d);
+    GEMTB_RETURN_IF_ERROR(s->dq_partial.Allocate(partial_floats, "dQ partial sums"));
   }
   return std::unique_ptr<DeviceCall>(new DeviceCall(std::move(s)));
 }
@@ -326,6 +339,11 @@ bool DeviceCall::softmax() const { return state_->softmax; }
 const char* DeviceCall::forward_kernel_name() const {
   if (!state_->hopper_forward) return "mma_sync";
   return state_->hopper_block_n == 128 ? "hopper_wgmma_n128" : "hopper_wgmma_n64";
+}
+
+const char* DeviceCall::backward_kernel_name() const {
+  if (!state_->with_backward) return "none";
+  return state_->hopper_backward ? "hopper_wgmma" : "mma_sync";
 }
 
 absl::Status DeviceCall::Forward(const DeviceInputs& in, uint16_t* o, float* lse) const {
@@ -373,13 +391,27 @@ absl::Status DeviceCall::Backward(const DeviceInputs& in, const uint16_t* o, con
   bp.dq_readers = s.dq_readers.get();
   bp.dkv_tiles = s.dkv_tiles.get();
   bp.dkv_segments = s.dkv_segments.get();
+  bp.dq_reduce = s.dq_reduce.get();
+  bp.dq_partial = s.dq_partial.get();
   bp.dq = grads.dq;
   bp.dk = grads.dk;
   bp.dv = grads.dv;
   return Dispatch(s.dtype, p.d, [&]<ElementType E, int D>() -> absl::Status {
-    if (s.softmax) GEMTB_RETURN_IF_ERROR((LaunchRowDot<E, D>(bp)));
-    GEMTB_RETURN_IF_ERROR((LaunchDkDv<E, D>(bp, s.num_dkv)));
-    return LaunchDq<E, D>(bp, s.num_dq);
+    bool done = false;
+    if constexpr (D == kHopperHeadDim) {
+      if (s.hopper_backward) {
+        if (s.softmax) GEMTB_RETURN_IF_ERROR(LaunchRowDotHopper<E>(bp));
+        GEMTB_RETURN_IF_ERROR(LaunchDkDvHopper<E>(bp, s.num_dkv));
+        GEMTB_RETURN_IF_ERROR(LaunchDqHopper<E>(bp, s.num_dq));
+        done = true;
+      }
+    }
+    if (!done) {
+      if (s.softmax) GEMTB_RETURN_IF_ERROR((LaunchRowDot<E, D>(bp)));
+      GEMTB_RETURN_IF_ERROR((LaunchDkDv<E, D>(bp, s.num_dkv)));
+      GEMTB_RETURN_IF_ERROR((LaunchDq<E, D>(bp, s.num_dq)));
+    }
+    return LaunchDqReduce<E, D>(bp, s.num_dq_reduce);
   });
 }
 

@@ -2,6 +2,8 @@
 // §12): one CTA per (query tile of kBlockM rows, query head) owns its dQ rows and sums, in
 // increasing b, every reader of them (one output sequence, or all under broadcast_q):
 //   S = Q Kᵀ,  dP = dO Vᵀ,  (P, dS) per pair,  dQ += dS K;  at the end dQ *= pre.
+// A part of a split tile (tile.partial >= 0) writes its fp32 sum instead; DqReduceKernel adds the
+// parts in slot order, scales and rounds.
 #ifndef GEMTB_GPU_ATTENTION_BACKWARD_DQ_KERNEL_CUH_
 #define GEMTB_GPU_ATTENTION_BACKWARD_DQ_KERNEL_CUH_
 
@@ -114,6 +116,18 @@ __global__ void __launch_bounds__(kThreads) DqKernel(const BackwardParams p) {
     }
   }
 
+  if (tile.partial >= 0) {  // one part of a split tile: the fp32 sum, for DqReduceKernel
+    float* part = p.dq_partial + ((static_cast<int64_t>(tile.partial) * pr.heads + h) * kBlockM) * D + 2 * ln.t;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int nd = 0; nd < kDTiles; ++nd) {
+        part[row[r] * D + nd * 8] = dq[nd][2 * r];
+        part[row[r] * D + nd * 8 + 1] = dq[nd][2 * r + 1];
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (row[r] >= q_rows) continue;

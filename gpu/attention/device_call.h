@@ -57,6 +57,8 @@ class DeviceCall {
   bool softmax() const;
   // "hopper_wgmma_n64", "hopper_wgmma_n128" or "mma_sync": the forward kernel this call launches.
   const char* forward_kernel_name() const;
+  // "hopper_wgmma" or "mma_sync" (or "none" without the backward lists): the backward kernels.
+  const char* backward_kernel_name() const;
 
   // Launches the forward on the default stream (no synchronisation): O [TO, H, D] and, for softmax,
   // LSE [H, TO] (lse may be null otherwise). Rows no tile covers are written too (O = 0, LSE = -inf).

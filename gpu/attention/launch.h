@@ -38,6 +38,19 @@ absl::Status LaunchDkDv(const BackwardParams& params, int64_t num_tiles);
 template <ElementType E, int D>
 absl::Status LaunchDq(const BackwardParams& params, int64_t num_tiles);
 
+// dQ of the split tiles (params.h DqTile): the parts' fp32 sums added in slot order.
+template <ElementType E, int D>
+absl::Status LaunchDqReduce(const BackwardParams& params, int64_t num_reduce);
+
+// The Hopper backward (wgmma, head dim kHopperHeadDim): D_i, dK/dV and dQ on the same tile lists
+// and grids as the mma.sync kernels above.
+template <ElementType E>
+absl::Status LaunchRowDotHopper(const BackwardParams& params);
+template <ElementType E>
+absl::Status LaunchDkDvHopper(const BackwardParams& params, int64_t num_tiles);
+template <ElementType E>
+absl::Status LaunchDqHopper(const BackwardParams& params, int64_t num_tiles);
+
 // x[0..n) = value.
 absl::Status LaunchFill(float* x, int64_t n, float value);
 

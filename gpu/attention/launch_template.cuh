@@ -6,6 +6,8 @@
 
 #include "gpu/attention/backward_dkdv_kernel.cuh"
 #include "gpu/attention/backward_dq_kernel.cuh"
+#include "gpu/attention/backward_dq_reduce.cuh"
+#include "gpu/attention/backward_hopper_kernel.cuh"
 #include "gpu/attention/backward_row_dot.cuh"
 #include "gpu/attention/forward_hopper_kernel.cuh"
 #include "gpu/attention/forward_kernel.cuh"
@@ -72,6 +74,52 @@ absl::Status LaunchRowDot(const BackwardParams& params) {
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(params.problem.heads));
   return Launch(RowDotKernel<E, D>, grid, dim3(kThreads), RowDotSmem<D>::kBytes, params,
                 "attention backward row-dot kernel");
+}
+
+template <ElementType E, int D>
+absl::Status LaunchDqReduce(const BackwardParams& params, int64_t num_reduce) {
+  if (num_reduce == 0) return absl::OkStatus();
+  const dim3 grid(static_cast<unsigned>(num_reduce), static_cast<unsigned>(params.problem.heads));
+  return Launch(DqReduceKernel<E, D>, grid, dim3(kThreads), 0, params, "attention backward dQ reduce kernel");
+}
+
+template <ElementType E>
+absl::Status LaunchRowDotHopper(const BackwardParams& params) {
+  const int64_t blocks = (params.problem.out_rows + 63) / 64;
+  if (blocks == 0) return absl::OkStatus();
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(params.problem.heads));
+  return Launch(RowDotHopperKernel<E>, grid, dim3(kHopperBwdThreads), kHopperRowDotSmemBytes, params,
+                "attention backward row-dot kernel (Hopper)");
+}
+
+template <ElementType E>
+absl::Status LaunchDkDvHopper(const BackwardParams& params, int64_t num_tiles) {
+  if (num_tiles == 0) return absl::OkStatus();
+  const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.problem.kv_heads));
+  const dim3 block(kHopperBwdThreads);
+  const size_t smem = kHopperDkDvSmemBytes;
+  const char* name = "attention backward dK/dV kernel (Hopper)";
+  switch (params.problem.options.act) {
+    case Activation::kSoftmax: return Launch(DkDvHopperKernel<E, HopperAct::kSoftmax>, grid, block, smem, params, name);
+    case Activation::kSilu: return Launch(DkDvHopperKernel<E, HopperAct::kSilu>, grid, block, smem, params, name);
+    case Activation::kGeluTanh: return Launch(DkDvHopperKernel<E, HopperAct::kGeluTanh>, grid, block, smem, params, name);
+    default: return Launch(DkDvHopperKernel<E, HopperAct::kOther>, grid, block, smem, params, name);
+  }
+}
+
+template <ElementType E>
+absl::Status LaunchDqHopper(const BackwardParams& params, int64_t num_tiles) {
+  if (num_tiles == 0) return absl::OkStatus();
+  const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.problem.heads));
+  const dim3 block(kHopperBwdThreads);
+  const size_t smem = kHopperDqSmemBytes;
+  const char* name = "attention backward dQ kernel (Hopper)";
+  switch (params.problem.options.act) {
+    case Activation::kSoftmax: return Launch(DqHopperKernel<E, HopperAct::kSoftmax>, grid, block, smem, params, name);
+    case Activation::kSilu: return Launch(DqHopperKernel<E, HopperAct::kSilu>, grid, block, smem, params, name);
+    case Activation::kGeluTanh: return Launch(DqHopperKernel<E, HopperAct::kGeluTanh>, grid, block, smem, params, name);
+    default: return Launch(DqHopperKernel<E, HopperAct::kOther>, grid, block, smem, params, name);
+  }
 }
 
 }  // namespace gemtb::gpu

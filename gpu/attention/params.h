@@ -54,9 +54,19 @@ struct ForwardTile {
 };
 
 // dQ: query rows [i0, i0+kBlockM) of one query sequence, for each of its readers (the output
-// sequences that read it: just one, or every b under broadcast_q) in increasing b.
+// sequences that read it: just one, or every b under broadcast_q) in increasing b. A tile with many
+// readers (broadcast_q) is split into parts of at most kDqReadersPerPart readers; each part writes
+// its fp32 sum to workspace slot `partial` (-1: the tile is whole and writes dQ itself), and a
+// DqReduce sums a tile's slots in increasing order (deterministic, no atomics).
+inline constexpr int kDqReadersPerPart = 2;
 struct DqTile {
-  int32_t i0, reader_begin, reader_count, unused;
+  int32_t i0, reader_begin, reader_count, partial;
+};
+// The parts of one split dQ tile: rows [i0, i0+rows) of query sequence rows from q_begin, slots
+// [slot_begin, slot_begin+slot_count) of the workspace ([slot][H][kBlockM][D] fp32).
+struct DqReduce {
+  int64_t q_begin;
+  int32_t i0, rows, slot_begin, slot_count;
 };
 struct DqReader {
   int32_t b, k_lo, k_hi, unused;
@@ -103,6 +113,8 @@ struct BackwardParams {
   const DqReader* dq_readers = nullptr;
   const DkvTile* dkv_tiles = nullptr;
   const DkvSegment* dkv_segments = nullptr;
+  const DqReduce* dq_reduce = nullptr;
+  float* dq_partial = nullptr;  // the split dQ tiles' workspace
   uint16_t* dq = nullptr;  // [TQ, H, D]
   uint16_t* dk = nullptr;  // [TK, Hkv, D]
   uint16_t* dv = nullptr;  // [TK, Hkv, D]

@@ -98,19 +98,34 @@ TileLists BuildBackwardTiles(const Pairing& pairing, const AttentionOptions& opt
   std::vector<DqTile> dq;
   std::vector<int64_t> dq_work;
   auto add_dq_tile = [&](int32_t i0, const std::vector<int64_t>& readers) {
-    DqTile tile{i0, static_cast<int32_t>(out.dq_readers.size()), 0, 0};
-    int64_t work = 0;
+    const int32_t reader_begin = static_cast<int32_t>(out.dq_readers.size());
+    std::vector<int64_t> reader_work;
     for (int64_t b : readers) {
       const SeqInfo& s = pairing.seqs[b];
       const KeySpan span = RowsKeyUnion(options, s.lq, s.lk, i0, std::min(s.lq, i0 + kBlockM));
       if (span.empty()) continue;
       out.dq_readers.push_back({static_cast<int32_t>(b), span.lo, span.hi, 0});
-      ++tile.reader_count;
-      work += std::min(kBlockM, s.lq - i0) * static_cast<int64_t>(span.hi - span.lo);
+      reader_work.push_back(std::min(kBlockM, s.lq - i0) * static_cast<int64_t>(span.hi - span.lo));
     }
-    if (tile.reader_count == 0) return;
-    dq.push_back(tile);
-    dq_work.push_back(work);
+    const int32_t count = static_cast<int32_t>(reader_work.size());
+    if (count == 0) return;
+    if (count <= kDqReadersPerPart) {
+      dq.push_back({i0, reader_begin, count, -1});
+      dq_work.push_back(std::accumulate(reader_work.begin(), reader_work.end(), int64_t{0}));
+      return;
+    }
+    // Split: all readers of one CTA would serialise (broadcast_q: every b reads these rows).
+    const SeqInfo& first = pairing.seqs[out.dq_readers[reader_begin].b];
+    const int32_t slot_begin = static_cast<int32_t>(out.dq_partial_slots);
+    const int32_t parts = (count + kDqReadersPerPart - 1) / kDqReadersPerPart;
+    for (int32_t part = 0; part < parts; ++part) {
+      const int32_t r0 = part * kDqReadersPerPart;
+      const int32_t n = std::min(kDqReadersPerPart, count - r0);
+      dq.push_back({i0, reader_begin + r0, n, slot_begin + part});
+      dq_work.push_back(std::accumulate(reader_work.begin() + r0, reader_work.begin() + r0 + n, int64_t{0}));
+    }
+    out.dq_reduce.push_back({first.q_begin, i0, std::min(kBlockM, first.lq - i0), slot_begin, parts});
+    out.dq_partial_slots += parts;
   };
   if (pairing.broadcast_q) {
     std::vector<int64_t> all(num_out);

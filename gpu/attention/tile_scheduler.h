@@ -30,6 +30,8 @@ struct TileLists {
   std::vector<DqReader> dq_readers;
   std::vector<DkvTile> dkv;
   std::vector<DkvSegment> dkv_segments;
+  std::vector<DqReduce> dq_reduce;  // one per split dQ tile
+  int64_t dq_partial_slots = 0;     // workspace slots the split tiles write
 };
 
 // Forward tiles only (the forward needs nothing else), of `block_m` query rows each (kBlockM for the
@@ -37,7 +39,7 @@ struct TileLists {
 std::vector<ForwardTile> BuildForwardTiles(const Pairing& pairing, const AttentionOptions& options,
                                            int block_m = kBlockM);
 
-// dQ and dK/dV tiles.
+// dQ and dK/dV tiles. dQ tiles with more than kDqReadersPerPart readers are split into parts.
 TileLists BuildBackwardTiles(const Pairing& pairing, const AttentionOptions& options);
 
 }  // namespace gemtb::gpu

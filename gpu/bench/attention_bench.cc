@@ -100,11 +100,36 @@ std::unique_ptr<HostCall> MakeCall(const BenchCase& c, const CaseLengths& l) {
 
 float Bf16ToFloat(uint16_t bits) { return numerics::Bf16BitsToFloat(bits); }
 
+// ||a - b|| / ||b||, max |a - b| and the non-finite values of a (bf16 bit patterns).
+struct Bf16Diff {
+  double rel_l2 = 0, max_abs_diff = 0, max_abs = 0;
+  int64_t nonfinite = 0;
+};
+Bf16Diff DiffBf16(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  Bf16Diff d;
+  double diff2 = 0, ref2 = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const double x = Bf16ToFloat(a[i]);
+    const double y = Bf16ToFloat(b[i]);
+    if (!std::isfinite(x)) {
+      ++d.nonfinite;
+      continue;
+    }
+    d.max_abs_diff = std::max(d.max_abs_diff, std::abs(x - y));
+    d.max_abs = std::max(d.max_abs, std::abs(y));
+    diff2 += (x - y) * (x - y);
+    ref2 += y * y;
+  }
+  d.rel_l2 = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  return d;
+}
+
 absl::StatusOr<KernelComparison> CompareKernels(const AttentionArgs& args, const DeviceCall& hopper,
-                                                const InputSet& set) {
+                                                const InputSet& set, bool backward) {
   KernelComparison cmp;
+  const bool grads = backward && hopper.backward_kernel_name() == std::string("hopper_wgmma");
   absl::StatusOr<std::unique_ptr<DeviceCall>> reference =
-      DeviceCall::Create(args, /*with_backward=*/false, ForwardKernelChoice::kMmaSync);
+      DeviceCall::Create(args, /*with_backward=*/grads, ForwardKernelChoice::kMmaSync);
   if (!reference.ok()) return reference.status();
   DeviceArray<uint16_t> o_ref;
   DeviceArray<float> lse_ref;
@@ -143,6 +168,36 @@ absl::StatusOr<KernelComparison> CompareKernels(const AttentionArgs& args, const
     }
   }
   cmp.ran = true;
+  if (grads) {
+    // Both backwards on the Hopper forward's O and LSE (just computed into `set`) and the same dO.
+    const size_t qn = static_cast<size_t>(hopper.q_elements());
+    const size_t kvn = static_cast<size_t>(hopper.kv_elements());
+    DeviceArray<uint16_t> g[2][3];
+    DeviceArray<float> d_rows;
+    for (auto& x : g) {
+      GEMTB_RETURN_IF_ERROR(x[0].Allocate(qn, "dq"));
+      GEMTB_RETURN_IF_ERROR(x[1].Allocate(kvn, "dk"));
+      GEMTB_RETURN_IF_ERROR(x[2].Allocate(kvn, "dv"));
+    }
+    if (hopper.softmax()) {
+      GEMTB_RETURN_IF_ERROR(d_rows.Allocate(static_cast<size_t>(hopper.heads() * hopper.out_rows()), "d_rows"));
+    }
+    GEMTB_RETURN_IF_ERROR(hopper.Backward(in, set.o.get(), set.lse.get(), set.d_o.get(),
+                                          {g[0][0].get(), g[0][1].get(), g[0][2].get(), d_rows.get()}));
+    GEMTB_RETURN_IF_ERROR((*reference)->Backward(in, set.o.get(), set.lse.get(), set.d_o.get(),
+                                                 {g[1][0].get(), g[1][1].get(), g[1][2].get(), d_rows.get()}));
+    GEMTB_RETURN_IF_ERROR(CudaOk(cudaDeviceSynchronize(), "backward comparison"));
+    for (int t = 0; t < 3; ++t) {
+      std::vector<uint16_t> ga, gb;
+      GEMTB_RETURN_IF_ERROR(g[0][t].Download(ga, "hopper gradient"));
+      GEMTB_RETURN_IF_ERROR(g[1][t].Download(gb, "reference gradient"));
+      const Bf16Diff d = DiffBf16(ga, gb);
+      cmp.grad_rel_l2[t] = d.rel_l2;
+      cmp.grad_max_abs_diff[t] = d.max_abs_diff;
+      cmp.grad_nonfinite += d.nonfinite;
+    }
+    cmp.grads_ran = true;
+  }
   return cmp;
 }
 
@@ -157,6 +212,7 @@ absl::StatusOr<CaseResult> RunCase(const BenchCase& c, const BenchOptions& opt) 
   if (!made.ok()) return made.status();
   const DeviceCall& call = **made;
   r.forward_kernel = call.forward_kernel_name();
+  r.backward_kernel = call.backward_kernel_name();
 
   cudaDeviceProp prop{};
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties"));
@@ -212,8 +268,9 @@ absl::StatusOr<CaseResult> RunCase(const BenchCase& c, const BenchOptions& opt) 
     if (!fb.ok()) return fb.status();
     r.fwdbwd = *fb;
   }
-  if (opt.compare_kernels && r.forward_kernel != std::string("mma_sync")) {
-    absl::StatusOr<KernelComparison> cmp = CompareKernels(host->args, call, sets[0]);
+  if (opt.compare_kernels &&
+      (r.forward_kernel != std::string("mma_sync") || r.backward_kernel == std::string("hopper_wgmma"))) {
+    absl::StatusOr<KernelComparison> cmp = CompareKernels(host->args, call, sets[0], opt.backward);
     if (!cmp.ok()) return cmp.status();
     r.comparison = *cmp;
   }
@@ -266,7 +323,12 @@ absl::StatusOr<std::vector<CaseResult>> RunAttentionBench(
                             r->comparison.ran ? absl::StrCat(", vs mma_sync O rel-L2 ", r->comparison.o_rel_l2,
                                                              " max abs ", r->comparison.o_max_abs_diff,
                                                              " nonfinite ", r->comparison.nonfinite)
-                                              : ""));
+                                              : "",
+                            r->comparison.grads_ran
+                                ? absl::StrCat("; bwd vs mma_sync rel-L2 dQ ", r->comparison.grad_rel_l2[0], " dK ",
+                                               r->comparison.grad_rel_l2[1], " dV ", r->comparison.grad_rel_l2[2],
+                                               " nonfinite ", r->comparison.grad_nonfinite)
+                                : ""));
     }
     results.push_back(*std::move(r));
   }

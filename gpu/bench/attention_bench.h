@@ -46,6 +46,11 @@ struct KernelComparison {
   double o_max_abs = 0;       // max |O_mma_sync|
   double lse_max_abs_diff = 0;
   int64_t nonfinite = 0;      // non-finite values in the Hopper O
+  // The Hopper backward against the mma.sync backward on the same O, LSE and dO (when both ran).
+  bool grads_ran = false;
+  double grad_rel_l2[3] = {0, 0, 0};        // dQ, dK, dV
+  double grad_max_abs_diff[3] = {0, 0, 0};
+  int64_t grad_nonfinite = 0;
 };
 
 struct CaseResult {
@@ -54,6 +59,7 @@ struct CaseResult {
   int64_t pairs = 0;          // per query head
   double fwd_flops = 0;       // 4·D·H·pairs
   std::string forward_kernel;
+  std::string backward_kernel;
   int input_sets = 0;
   double input_set_bytes = 0;
   Timing fwd, fwdbwd;

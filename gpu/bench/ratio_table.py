@@ -27,6 +27,7 @@ def main(argv):
         mine = [r for r in peers["rows"] if r.get("case") == name and "error" not in r]
         errors = [r for r in peers["rows"] if r.get("case") == name and "error" in r]
         row = {"case": name, "forward_kernel": c.get("forward_kernel"),
+               "backward_kernel": c.get("backward_kernel"),
                "ours_fwd_tflops": c["fwd"]["tflops"], "ours_fwd_ms": c["fwd"]["median_ms"],
                "ours_fwdbwd_tflops": c.get("fwdbwd", {}).get("tflops"),
                "ours_fwdbwd_ms": c.get("fwdbwd", {}).get("median_ms"),
@@ -54,7 +55,8 @@ def main(argv):
              "| case | kernel | ours fwd | best peer fwd | ratio fwd | ours fwd+bwd | best peer fwd+bwd | ratio fwd+bwd |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['case']} | {r['forward_kernel']} | {f(r['ours_fwd_tflops'])} | "
+        kernel = r['forward_kernel'] + (f" / {r['backward_kernel']}" if r.get('backward_kernel') else "")
+        lines.append(f"| {r['case']} | {kernel} | {f(r['ours_fwd_tflops'])} | "
                      f"{f(r['best_peer_fwd_tflops'])} ({r['best_peer_fwd'] or '-'}) | {f(r['ratio_fwd'], 2)} | "
                      f"{f(r['ours_fwdbwd_tflops'])} | {f(r['best_peer_fwdbwd_tflops'])} ({r['best_peer_fwdbwd'] or '-'}) | "
                      f"{f(r['ratio_fwdbwd'], 2)} |")

@@ -3,6 +3,7 @@
 // keep each tile within its sequences. Runs without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <tuple>
@@ -116,6 +117,51 @@ TEST(TileScheduler, EveryValidPairIsInExactlyOneTileOfEachKernel) {
     }
     ExpectEachPairOnce(dkv_pairs, "dK/dV", c);
   }
+}
+
+// A dQ tile with more than kDqReadersPerPart readers (broadcast_q) is split into parts of at most
+// that many readers, each writing its own workspace slot; one DqReduce per split tile names the
+// consecutive slots of its parts in reader order and the rows they cover. Whole tiles write no slot.
+TEST(TileScheduler, SplitDqTilesHaveOneReduceOverTheirSlotsInOrder) {
+  std::mt19937_64 rng(14);
+  int split_cases = 0;
+  for (int rep = 0; rep < 300; ++rep) {
+    testing::CaseConfig config = Config(rep % 2 ? 200 : 12);
+    config.max_sequences = 6;
+    const testing::AttentionCase c = testing::RandomAttentionCase(rng, config);
+    const gpu::Pairing pairing = PairingOf(c);
+    const gpu::TileLists lists = gpu::BuildBackwardTiles(pairing, c.options);
+    std::vector<int> slot_uses(static_cast<size_t>(lists.dq_partial_slots), 0);
+    std::map<int32_t, std::vector<const gpu::DqTile*>> parts_of_i0;
+    for (const gpu::DqTile& t : lists.dq) {
+      ASSERT_LE(t.reader_count, gpu::kDqReadersPerPart) << "case: " << c;
+      if (t.partial < 0) continue;
+      ASSERT_TRUE(pairing.broadcast_q) << "only broadcast_q tiles have several readers; case: " << c;
+      ASSERT_LT(t.partial, lists.dq_partial_slots);
+      ++slot_uses[static_cast<size_t>(t.partial)];
+      parts_of_i0[t.i0].push_back(&t);
+    }
+    for (int uses : slot_uses) ASSERT_EQ(uses, 1) << "every slot written by exactly one part; case: " << c;
+    ASSERT_EQ(lists.dq_reduce.size(), parts_of_i0.size()) << "case: " << c;
+    for (const gpu::DqReduce& r : lists.dq_reduce) {
+      ++split_cases;
+      const auto& parts = parts_of_i0.at(r.i0);
+      ASSERT_EQ(static_cast<int>(parts.size()), r.slot_count);
+      ASSERT_GT(r.slot_count, 1);
+      ASSERT_EQ(r.q_begin, pairing.seqs[0].q_begin);
+      ASSERT_EQ(r.rows, std::min(gpu::kBlockM, pairing.seqs[0].lq - r.i0));
+      for (const gpu::DqTile* t : parts) {
+        const int32_t slot = t->partial - r.slot_begin;
+        ASSERT_GE(slot, 0);
+        ASSERT_LT(slot, r.slot_count);
+        // Slot order is reader order: part k holds readers [k*n, (k+1)*n) of the tile.
+        const gpu::DqTile* first = parts.front();
+        for (const gpu::DqTile* other : parts) first = other->reader_begin < first->reader_begin ? other : first;
+        ASSERT_EQ(t->reader_begin - first->reader_begin, slot * gpu::kDqReadersPerPart);
+      }
+    }
+  }
+  EXPECT_GT(split_cases, 0) << "no case split a dQ tile: the test checks nothing";
 }
 
 // The Hopper forward's 128-row tiles (kHopperBlockM) cover every valid pair exactly once too, each

@@ -107,6 +107,7 @@ absl::Status Run(const std::vector<std::string>& args) {
     j["pairs_per_head"] = r.pairs;
     j["fwd_flops"] = r.fwd_flops;
     j["forward_kernel"] = r.forward_kernel;
+    j["backward_kernel"] = r.backward_kernel;
     j["input_sets"] = r.input_sets;
     j["input_set_bytes"] = r.input_set_bytes;
     j["fwd"] = TimingJson(r.fwd, r.fwd_flops);
@@ -117,6 +118,13 @@ absl::Status Run(const std::vector<std::string>& args) {
                                  {"o_max_abs", r.comparison.o_max_abs},
                                  {"lse_max_abs_diff", r.comparison.lse_max_abs_diff},
                                  {"nonfinite", r.comparison.nonfinite}};
+      if (r.comparison.grads_ran) {
+        j["hopper_vs_mma_sync"]["grad_rel_l2"] = {r.comparison.grad_rel_l2[0], r.comparison.grad_rel_l2[1],
+                                                  r.comparison.grad_rel_l2[2]};
+        j["hopper_vs_mma_sync"]["grad_max_abs_diff"] = {
+            r.comparison.grad_max_abs_diff[0], r.comparison.grad_max_abs_diff[1], r.comparison.grad_max_abs_diff[2]};
+        j["hopper_vs_mma_sync"]["grad_nonfinite"] = r.comparison.grad_nonfinite;
+      }
     }
     doc["cases"].push_back(j);
     std::vector<int64_t> both(r.lengths.q);

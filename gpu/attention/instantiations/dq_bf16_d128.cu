@@ -3,4 +3,5 @@
 
 namespace gemtb::gpu {
 template absl::Status LaunchDq<ElementType::kBFloat16, 128>(const BackwardParams&, int64_t);
+template absl::Status LaunchDqReduce<ElementType::kBFloat16, 128>(const BackwardParams&, int64_t);
 }  // namespace gemtb::gpu

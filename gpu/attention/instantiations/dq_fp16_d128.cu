@@ -3,4 +3,5 @@
 
 namespace gemtb::gpu {
 template absl::Status LaunchDq<ElementType::kFloat16, 128>(const BackwardParams&, int64_t);
+template absl::Status LaunchDqReduce<ElementType::kFloat16, 128>(const BackwardParams&, int64_t);
 }  // namespace gemtb::gpu

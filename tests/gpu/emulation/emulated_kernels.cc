@@ -8,6 +8,7 @@
 
 #include "gpu/attention/backward_dkdv_kernel.cuh"
 #include "gpu/attention/backward_dq_kernel.cuh"
+#include "gpu/attention/backward_dq_reduce.cuh"
 #include "gpu/attention/backward_row_dot.cuh"
 #include "gpu/attention/forward_kernel.cuh"
 #include "gpu/attention/launch.h"
@@ -98,7 +99,14 @@ absl::Status LaunchDq(const BackwardParams& params, int64_t num_tiles) {
   return absl::OkStatus();
 }
 
-// The emulation has no wgmma: DeviceCall never picks the Hopper kernel here.
+template <ElementType E, int D>
+absl::Status LaunchDqReduce(const BackwardParams& params, int64_t num_reduce) {
+  RunGrid(static_cast<unsigned>(num_reduce), static_cast<unsigned>(params.problem.heads), 0,
+          [&] { DqReduceKernel<E, D>(params); });
+  return absl::OkStatus();
+}
+
+// The emulation has no wgmma: DeviceCall never picks the Hopper kernels here.
 bool HopperKernelsAvailable() { return false; }
 
 template <ElementType E>
@@ -107,6 +115,24 @@ absl::Status LaunchForwardHopper(const ForwardParams&, int64_t, int) {
 }
 template absl::Status LaunchForwardHopper<ElementType::kBFloat16>(const ForwardParams&, int64_t, int);
 template absl::Status LaunchForwardHopper<ElementType::kFloat16>(const ForwardParams&, int64_t, int);
+template <ElementType E>
+absl::Status LaunchRowDotHopper(const BackwardParams&) {
+  return absl::UnimplementedError("the CPU emulation does not run the Hopper (wgmma) backward kernels");
+}
+template <ElementType E>
+absl::Status LaunchDkDvHopper(const BackwardParams&, int64_t) {
+  return absl::UnimplementedError("the CPU emulation does not run the Hopper (wgmma) backward kernels");
+}
+template <ElementType E>
+absl::Status LaunchDqHopper(const BackwardParams&, int64_t) {
+  return absl::UnimplementedError("the CPU emulation does not run the Hopper (wgmma) backward kernels");
+}
+template absl::Status LaunchRowDotHopper<ElementType::kBFloat16>(const BackwardParams&);
+template absl::Status LaunchRowDotHopper<ElementType::kFloat16>(const BackwardParams&);
+template absl::Status LaunchDkDvHopper<ElementType::kBFloat16>(const BackwardParams&, int64_t);
+template absl::Status LaunchDkDvHopper<ElementType::kFloat16>(const BackwardParams&, int64_t);
+template absl::Status LaunchDqHopper<ElementType::kBFloat16>(const BackwardParams&, int64_t);
+template absl::Status LaunchDqHopper<ElementType::kFloat16>(const BackwardParams&, int64_t);
 
 absl::Status LaunchFill(float* x, int64_t n, float value) {
   for (int64_t i = 0; i < n; ++i) x[i] = value;
@@ -117,7 +143,8 @@ absl::Status LaunchFill(float* x, int64_t n, float value) {
   template absl::Status LaunchForward<E, D>(const ForwardParams&, int64_t);           \
   template absl::Status LaunchRowDot<E, D>(const BackwardParams&);                    \
   template absl::Status LaunchDkDv<E, D>(const BackwardParams&, int64_t);             \
-  template absl::Status LaunchDq<E, D>(const BackwardParams&, int64_t);
+  template absl::Status LaunchDq<E, D>(const BackwardParams&, int64_t);               \
+  template absl::Status LaunchDqReduce<E, D>(const BackwardParams&, int64_t);
 GEMTB_EMU_INSTANTIATE(ElementType::kBFloat16, 64)
 GEMTB_EMU_INSTANTIATE(ElementType::kBFloat16, 128)
 GEMTB_EMU_INSTANTIATE(ElementType::kFloat16, 64)

@@ -1,0 +1,416 @@
+// Hopper backward kernels (sm_90a, head dim 128): the same functions as backward_row_dot.cuh,
+// backward_dkdv_kernel.cuh and backward_dq_kernel.cuh (spec §5, casts of §7.5), on warpgroup MMAs.
+// Same host tile lists, same grids, same fixed summation orders (deterministic, no atomics).
+//
+//   One warpgroup (128 threads) per CTA, two CTAs per SM (about 100 KB of shared memory and up to
+//   255 registers per thread each), so one CTA's elementwise work overlaps the other's MMAs.
+//   Tiles in shared memory in the 128-byte swizzled layout (gpu/common/wgmma.cuh) through cp.async,
+//   two stages: the next step's tiles load while this step computes.
+//
+//   dK/dV (per 64-key tile, loop over the readers' 64-row query steps, transposed orientation):
+//     Sᵀ = K Qᵀ, dPᵀ = V dOᵀ (m64n64k16, both operands K-major in shared memory);
+//     Pᵀ, dSᵀ elementwise in registers, rounded to the input type as register A operands;
+//     dV += Pᵀ dO, dK += dSᵀ Q (m64n128k16, dO and Q MN-major in shared memory).
+//   dQ (per 64-row query tile, loop over its readers and their 64-key steps):
+//     S = Q Kᵀ, dP = dO Vᵀ, dS elementwise, dQ += dS K.
+//   D_i = rowsum(dO∘O) as the diagonal of dO Oᵀ on the same m64n64k16 MMA as dP, so that a row whose
+//   O equals one value row gets dS = 0 exactly (backward_row_dot.cuh says why that matters).
+#ifndef GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_KERNEL_CUH_
+#define GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_KERNEL_CUH_
+
+#include "gpu/attention/backward_pair.cuh"
+#include "gpu/attention/forward_hopper_kernel.cuh"
+#include "gpu/attention/mask.cuh"
+#include "gpu/attention/params.h"
+#include "gpu/common/mma.cuh"
+#include "gpu/common/wgmma.cuh"
+
+namespace gemtb::gpu {
+
+inline constexpr int kHopperBwdThreads = 128;
+inline constexpr uint32_t kHopperBwdTileBytes = 64 * kHopperHeadDim * 2;  // one 64-row tile
+
+// Shared memory: 1024 bytes of alignment slack, then 64-row swizzled tiles.
+//   dK/dV: K, V, then two stages of (Q, dO) (97 KB).
+//   dQ: Q, two dO buffers (one per reader parity), then two stages of (K, V) (113 KB: two CTAs fill
+//   the SM's 228 KB with their 1 KB reserves).
+//   D_i: dO, O.
+inline constexpr size_t kHopperDkDvSmemBytes = 1024 + 6 * kHopperBwdTileBytes;
+inline constexpr size_t kHopperDqSmemBytes = 1024 + 7 * kHopperBwdTileBytes;
+inline constexpr size_t kHopperRowDotSmemBytes = 1024 + 2 * kHopperBwdTileBytes;
+
+// Rows [0, valid_rows) of a 64-row tile into the swizzled tile at `dst`, zero-filling the rest.
+__device__ __forceinline__ void HopperBwdLoad(uint32_t dst, const uint16_t* src, int64_t src_stride, int valid_rows,
+                                              const uint16_t* any_valid) {
+  constexpr int kChunks = kHopperHeadDim / 8;
+  for (int idx = static_cast<int>(threadIdx.x); idx < 64 * kChunks; idx += kHopperBwdThreads) {
+    const int r = idx / kChunks;
+    const int c = idx % kChunks;
+    const bool ok = r < valid_rows;
+    wgmma::CpAsync16(dst + wgmma::SwizzledOffset(64, r, c * 8), ok ? src + r * src_stride + c * 8 : any_valid,
+                     ok ? 16u : 0u);
+  }
+}
+
+// C (64x64) = A Bᵀ over the head dim, A and B 64-row K-major swizzled tiles (8 k-steps of 16).
+template <ElementType E>
+__device__ __forceinline__ void HopperBwdIssueAbT(float (&c)[32], uint32_t a_tile, uint32_t b_tile) {
+#pragma unroll
+  for (int kk = 0; kk < kHopperHeadDim / 16; ++kk) {
+    const uint32_t off = static_cast<uint32_t>((kk >> 2) * 64 * 128 + (kk & 3) * 32);
+    wgmma::MmaSS64<E>(c, wgmma::SwizzledDescriptor(a_tile + off, 16, 1024),
+                      wgmma::SwizzledDescriptor(b_tile + off, 16, 1024), kk > 0 ? 1u : 0u);
+  }
+}
+
+// C (64x128) += A (64x64 in registers, 4 fragments) * B (64x128 tile, MN-major: rows are the k dim).
+template <ElementType E>
+__device__ __forceinline__ void HopperBwdIssueAB(float (&c)[64], const uint32_t (&a)[4][4], uint32_t b_tile) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    wgmma::MmaRS<E>(c, a[kk], wgmma::SwizzledDescriptor(b_tile + static_cast<uint32_t>(kk * 16 * 128), 64 * 128, 1024),
+                    1u);
+  }
+}
+
+template <ElementType E>
+__device__ __forceinline__ void HopperBwdToOperand(float (&c)[32], uint32_t (&a)[4][4]) {
+  float(&c4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&c);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) CToA<E>(c4[2 * kk], c4[2 * kk + 1], a[kk]);
+}
+
+// The activation as a compile-time constant where the kernel is specialised (one straight-line
+// elementwise path per kernel, as in the forward), the run-time one otherwise.
+template <HopperAct kAct>
+__device__ __forceinline__ Activation HopperBwdAct(const ProblemParams& pr) {
+  if constexpr (kAct == HopperAct::kSoftmax) return Activation::kSoftmax;
+  if constexpr (kAct == HopperAct::kSilu) return Activation::kSilu;
+  if constexpr (kAct == HopperAct::kGeluTanh) return Activation::kGeluTanh;
+  return pr.options.act;
+}
+
+// BackwardPair with the activation fixed (same formulas, same casts).
+template <HopperAct kAct>
+__device__ __forceinline__ PairGradient HopperBwdPair(const ProblemParams& pr, bool valid, float qk, float dp,
+                                                      float lse, float d_i) {
+  if (!valid) return {0.f, 0.f};
+  const float s = qk * pr.pre_scale;
+  if constexpr (kAct == HopperAct::kSoftmax) {
+    const float p_hat = expf(s - lse);
+    return {pr.post_scale * p_hat, p_hat * (pr.post_scale * dp - d_i)};
+  } else {
+    const Activation act = HopperBwdAct<kAct>(pr);
+    return {pr.post_scale * ActValue(act, s), (pr.post_scale * ActDerivative(act, s)) * dp};
+  }
+}
+
+// D_i for 64 output rows of one head (blockIdx.x: row block, blockIdx.y: head).
+template <ElementType E>
+__global__ void __launch_bounds__(kHopperBwdThreads) RowDotHopperKernel(const BackwardParams p) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t s_do = (wgmma::SmemAddress(smem_raw) + 1023u) & ~1023u;
+  const uint32_t s_o = s_do + kHopperBwdTileBytes;
+  const ProblemParams& pr = p.problem;
+  const int h = static_cast<int>(blockIdx.y);
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 64;
+  const int rows = static_cast<int>(min(int64_t{64}, pr.out_rows - row0));
+  const int64_t stride = static_cast<int64_t>(pr.heads) * kHopperHeadDim;
+  HopperBwdLoad(s_do, p.d_o + row0 * stride + h * kHopperHeadDim, stride, rows, p.d_o);
+  HopperBwdLoad(s_o, p.o + row0 * stride + h * kHopperHeadDim, stride, rows, p.o);
+  wgmma::CpAsyncCommit();
+  wgmma::CpAsyncWait<0>();
+  wgmma::FenceProxyAsync();
+  __syncthreads();
+  float c[32];
+  wgmma::Fence();
+  HopperBwdIssueAbT<E>(c, s_do, s_o);
+  wgmma::Commit();
+  wgmma::Wait<0>();
+  wgmma::FenceRegisters(c);
+  // Diagonal (r, r), r = 16w + g: column tile 2w, element 2t + e == g; r + 8: column tile 2w+1, c2/c3.
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const LaneCoords ln = Lane();
+  if ((ln.g >> 1) == ln.t) {
+    const bool odd = (ln.g & 1) != 0;
+    float d0 = 0.f, d1 = 0.f;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      if (w == warp) {
+        d0 = odd ? c[4 * (2 * w) + 1] : c[4 * (2 * w)];
+        d1 = odd ? c[4 * (2 * w + 1) + 3] : c[4 * (2 * w + 1) + 2];
+      }
+    }
+    const int r0 = warp * 16 + ln.g;
+    if (r0 < rows) p.d_rows[h * pr.out_rows + row0 + r0] = d0;
+    if (r0 + 8 < rows) p.d_rows[h * pr.out_rows + row0 + r0 + 8] = d1;
+  }
+}
+
+// dK and dV of one 64-key tile (blockIdx.x) of K/V head blockIdx.y.
+template <ElementType E, HopperAct kAct>
+__global__ void __launch_bounds__(kHopperBwdThreads, 2) DkDvHopperKernel(const BackwardParams p) {
+  constexpr int D = kHopperHeadDim;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  __shared__ RowKeyRange s_keys[2][64];
+  __shared__ float s_lse[2][64];
+  __shared__ float s_d[2][64];
+  const uint32_t sk = (wgmma::SmemAddress(smem_raw) + 1023u) & ~1023u;
+  const uint32_t sv = sk + kHopperBwdTileBytes;
+  const auto sq = [&](int stage) { return sv + (1u + 2u * static_cast<uint32_t>(stage)) * kHopperBwdTileBytes; };
+  const auto s_do = [&](int stage) { return sq(stage) + kHopperBwdTileBytes; };
+
+  const ProblemParams& pr = p.problem;
+  const DkvTile tile = p.dkv_tiles[blockIdx.x];
+  const int hk = static_cast<int>(blockIdx.y);
+  const int group = pr.heads / pr.kv_heads;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const LaneCoords ln = Lane();
+  const int64_t q_stride = static_cast<int64_t>(pr.heads) * D;
+  const int64_t kv_stride = static_cast<int64_t>(pr.kv_heads) * D;
+  constexpr bool softmax = kAct == HopperAct::kSoftmax;
+
+  const int k_rows = min(64, tile.lk - tile.j0);
+  const int64_t kv_offset = (tile.kv_begin + tile.j0) * kv_stride + hk * D;
+  HopperBwdLoad(sk, pr.k + kv_offset, kv_stride, k_rows, pr.k);
+  HopperBwdLoad(sv, pr.v + kv_offset, kv_stride, k_rows, pr.v);
+
+  // The steps in the fixed order of the mma.sync kernel: segment, then query head of the GQA
+  // group, then 64-row query steps.
+  struct Cursor {
+    int sgi, h, q0;
+  };
+  const auto segment = [&](int sgi) { return p.dkv_segments[tile.seg_begin + sgi]; };
+  const auto advance = [&](Cursor c) {
+    const DkvSegment seg = segment(c.sgi);
+    c.q0 += 64;
+    if (c.q0 < seg.i1) return c;
+    if (++c.h < (hk + 1) * group) {
+      c.q0 = seg.i0;
+      return c;
+    }
+    c.h = hk * group;
+    if (++c.sgi < tile.seg_count) c.q0 = segment(c.sgi).i0;
+    return c;
+  };
+  const auto load_step = [&](Cursor c, int stage) {
+    const DkvSegment seg = segment(c.sgi);
+    const SeqInfo seq = pr.seqs[seg.b];
+    const int nq = min(64, seg.i1 - c.q0);
+    HopperBwdLoad(sq(stage), pr.q + (seq.q_begin + c.q0) * q_stride + c.h * D, q_stride, nq, pr.q);
+    HopperBwdLoad(s_do(stage), p.d_o + (seq.out_begin + c.q0) * q_stride + c.h * D, q_stride, nq, p.d_o);
+    if (tid < 64) {
+      const bool row_ok = tid < nq;
+      s_keys[stage][tid] = row_ok ? RowKeys(pr.options, c.q0 + tid, seq.lq, seq.lk) : RowKeyRange{0, 0};
+      const int64_t at = c.h * pr.out_rows + seq.out_begin + c.q0 + tid;
+      s_lse[stage][tid] = softmax && row_ok ? p.lse[at] : 0.f;
+      s_d[stage][tid] = softmax && row_ok ? p.d_rows[at] : 0.f;
+    }
+  };
+
+  Cursor cur{0, hk * group, segment(0).i0};
+  load_step(cur, 0);
+  wgmma::CpAsyncCommit();
+
+  const int key[2] = {tile.j0 + warp * 16 + ln.g, tile.j0 + warp * 16 + ln.g + 8};  // rows of c0/c1, c2/c3
+  float dk[64], dv[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    dk[i] = 0.f;
+    dv[i] = 0.f;
+  }
+  for (int stage = 0; cur.sgi < tile.seg_count; stage ^= 1) {
+    wgmma::CpAsyncWait<0>();
+    wgmma::FenceProxyAsync();
+    __syncthreads();  // this step's tiles are in; every thread is done with the other stage
+    const Cursor next = advance(cur);
+    if (next.sgi < tile.seg_count) load_step(next, stage ^ 1);
+    wgmma::CpAsyncCommit();
+
+    float st[32], dpt[32];
+    wgmma::Fence();
+    HopperBwdIssueAbT<E>(st, sk, sq(stage));
+    wgmma::Commit();
+    HopperBwdIssueAbT<E>(dpt, sv, s_do(stage));
+    wgmma::Commit();
+    wgmma::Wait<0>();
+    wgmma::FenceRegisters(st);
+    wgmma::FenceRegisters(dpt);
+    float(&st4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&st);
+    float(&dpt4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&dpt);
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = n * 8 + 2 * ln.t + (e & 1);  // query row within the step
+        const PairGradient g = HopperBwdPair<kAct>(pr, Contains(s_keys[stage][c], key[e >> 1]), st4[n][e],
+                                                   dpt4[n][e], s_lse[stage][c], s_d[stage][c]);
+        st4[n][e] = g.p;
+        dpt4[n][e] = g.ds;
+      }
+    }
+    uint32_t pa[4][4], dsa[4][4];
+    HopperBwdToOperand<E>(st, pa);
+    HopperBwdToOperand<E>(dpt, dsa);
+    wgmma::Fence();
+    HopperBwdIssueAB<E>(dv, pa, s_do(stage));
+    HopperBwdIssueAB<E>(dk, dsa, sq(stage));
+    wgmma::Commit();
+    wgmma::Wait<0>();
+    wgmma::FenceRegisters(dv);
+    wgmma::FenceRegisters(dk);
+    cur = next;
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (key[r] - tile.j0 >= k_rows) continue;
+    const int64_t at = ((tile.kv_begin + key[r]) * pr.kv_heads + hk) * D + 2 * ln.t;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      *reinterpret_cast<uint32_t*>(p.dk + at + i * 8) =
+          PackRounded<E>(pr.pre_scale * dk[4 * i + 2 * r], pr.pre_scale * dk[4 * i + 2 * r + 1]);
+      *reinterpret_cast<uint32_t*>(p.dv + at + i * 8) = PackRounded<E>(dv[4 * i + 2 * r], dv[4 * i + 2 * r + 1]);
+    }
+  }
+}
+
+// dQ of one 64-row query tile (blockIdx.x) of query head blockIdx.y, over its readers in order.
+template <ElementType E, HopperAct kAct>
+__global__ void __launch_bounds__(kHopperBwdThreads, 2) DqHopperKernel(const BackwardParams p) {
+  constexpr int D = kHopperHeadDim;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t sq = (wgmma::SmemAddress(smem_raw) + 1023u) & ~1023u;
+  const auto s_do = [&](int buf) { return sq + (1u + static_cast<uint32_t>(buf)) * kHopperBwdTileBytes; };
+  const auto sk = [&](int stage) { return sq + (3u + 2u * static_cast<uint32_t>(stage)) * kHopperBwdTileBytes; };
+  const auto sv = [&](int stage) { return sk(stage) + kHopperBwdTileBytes; };
+
+  const ProblemParams& pr = p.problem;
+  const DqTile tile = p.dq_tiles[blockIdx.x];
+  const int h = static_cast<int>(blockIdx.y);
+  const int hk = h / (pr.heads / pr.kv_heads);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const LaneCoords ln = Lane();
+  const int64_t q_stride = static_cast<int64_t>(pr.heads) * D;
+  const int64_t kv_stride = static_cast<int64_t>(pr.kv_heads) * D;
+  constexpr bool softmax = kAct == HopperAct::kSoftmax;
+
+  // Every reader reads the same query rows: take them from the first.
+  const SeqInfo first = pr.seqs[p.dq_readers[tile.reader_begin].b];
+  const int q_rows = min(64, first.lq - tile.i0);
+  HopperBwdLoad(sq, pr.q + (first.q_begin + tile.i0) * q_stride + h * D, q_stride, q_rows, pr.q);
+
+  // Steps: reader ri, keys [j0, j0+64) of its range. dO buffer ri % 2 is loaded with the reader's
+  // first step.
+  struct Cursor {
+    int ri, j0;
+  };
+  const auto reader = [&](int ri) { return p.dq_readers[tile.reader_begin + ri]; };
+  const auto advance = [&](Cursor c) {
+    c.j0 += 64;
+    if (c.j0 < reader(c.ri).k_hi) return c;
+    if (++c.ri < tile.reader_count) c.j0 = reader(c.ri).k_lo;
+    return c;
+  };
+  const auto load_step = [&](Cursor c, int stage, bool new_reader) {
+    const DqReader rd = reader(c.ri);
+    const SeqInfo seq = pr.seqs[rd.b];
+    const int64_t kv_offset = (seq.kv_begin + c.j0) * kv_stride + hk * D;
+    const int k_rows = min(64, rd.k_hi - c.j0);
+    HopperBwdLoad(sk(stage), pr.k + kv_offset, kv_stride, k_rows, pr.k);
+    HopperBwdLoad(sv(stage), pr.v + kv_offset, kv_stride, k_rows, pr.v);
+    if (new_reader) {
+      HopperBwdLoad(s_do(c.ri & 1), p.d_o + (seq.out_begin + tile.i0) * q_stride + h * D, q_stride, q_rows, p.d_o);
+    }
+  };
+  Cursor cur{0, reader(0).k_lo};
+  load_step(cur, 0, true);
+  wgmma::CpAsyncCommit();
+
+  const int row[2] = {warp * 16 + ln.g, warp * 16 + ln.g + 8};
+  float dq[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) dq[i] = 0.f;
+  RowKeyRange keys[2] = {{0, 0}, {0, 0}};
+  float lse[2] = {0.f, 0.f};
+  float d_i[2] = {0.f, 0.f};
+  int row_reader = -1;
+  for (int stage = 0; cur.ri < tile.reader_count; stage ^= 1) {
+    wgmma::CpAsyncWait<0>();
+    wgmma::FenceProxyAsync();
+    __syncthreads();
+    const Cursor next = advance(cur);
+    if (next.ri < tile.reader_count) load_step(next, stage ^ 1, next.ri != cur.ri);
+    wgmma::CpAsyncCommit();
+    const SeqInfo seq = pr.seqs[reader(cur.ri).b];
+    if (row_reader != cur.ri) {
+      row_reader = cur.ri;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        keys[r] = RowKeys(pr.options, tile.i0 + row[r], seq.lq, seq.lk);
+        if (softmax && row[r] < q_rows) {
+          const int64_t at = h * pr.out_rows + seq.out_begin + tile.i0 + row[r];
+          lse[r] = p.lse[at];
+          d_i[r] = p.d_rows[at];
+        }
+      }
+    }
+
+    float s[32], dp[32];
+    wgmma::Fence();
+    HopperBwdIssueAbT<E>(s, sq, sk(stage));
+    wgmma::Commit();
+    HopperBwdIssueAbT<E>(dp, s_do(cur.ri & 1), sv(stage));
+    wgmma::Commit();
+    wgmma::Wait<0>();
+    wgmma::FenceRegisters(s);
+    wgmma::FenceRegisters(dp);
+    float(&s4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&s);
+    float(&dp4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&dp);
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        const int j = cur.j0 + n * 8 + 2 * ln.t + (e & 1);
+        s4[n][e] = HopperBwdPair<kAct>(pr, Contains(keys[r], j), s4[n][e], dp4[n][e], lse[r], d_i[r]).ds;
+      }
+    }
+    uint32_t dsa[4][4];
+    HopperBwdToOperand<E>(s, dsa);
+    wgmma::Fence();
+    HopperBwdIssueAB<E>(dq, dsa, sk(stage));
+    wgmma::Commit();
+    wgmma::Wait<0>();
+    wgmma::FenceRegisters(dq);
+    cur = next;
+  }
+
+  if (tile.partial >= 0) {  // one part of a split tile: the fp32 sum, for DqReduceKernel
+    float* part = p.dq_partial + (static_cast<int64_t>(tile.partial) * pr.heads + h) * 64 * D + 2 * ln.t;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) {
+        *reinterpret_cast<float2*>(part + row[r] * D + i * 8) = make_float2(dq[4 * i + 2 * r], dq[4 * i + 2 * r + 1]);
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= q_rows) continue;
+    const int64_t at = ((first.q_begin + tile.i0 + row[r]) * pr.heads + h) * D + 2 * ln.t;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      *reinterpret_cast<uint32_t*>(p.dq + at + i * 8) =
+          PackRounded<E>(pr.pre_scale * dq[4 * i + 2 * r], pr.pre_scale * dq[4 * i + 2 * r + 1]);
+    }
+  }
+}
+
+}  // namespace gemtb::gpu
+
+#endif  // GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_KERNEL_CUH_
