@@ -36,6 +36,25 @@ struct Attribution {
 // `runs` holds the baseline and reruns 1..5 in order (6 results).
 absl::StatusOr<Attribution> Attribute(absl::Span<const SimResult> runs);
 
+// ---- order-free split (`--shapley`, spec §5) ------------------------------------------------------
+// The ordered deltas depend on the order: a cause switched on late sees the others already gone
+// (ideal network first takes the overlap of communication and imbalance). The Shapley split runs all
+// 2^5 = 32 subsets of the counterfactuals and gives each cause its drop in T averaged over all 120
+// orders: share_i = Σ_{S ∌ i} |S|!·(4 − |S|)!/5! · (T(S) − T(S ∪ {i})).
+inline constexpr int kShapleyRuns = 1 << kLossCauses;
+
+// The switches of the run that applies the set `mask` (bit k = cause k, in rerun order; the
+// cumulative rerun k is mask 2^k − 1).
+Counterfactuals MaskCounterfactuals(int mask);
+
+// Shares from the 32 mean step times (t_by_mask[m]: the set m applied). They sum to
+// t_by_mask[0] − t_by_mask[31] (as the ordered deltas do); a cause whose switch never changes T gets
+// exactly 0; causes that act the same get the same share.
+absl::StatusOr<std::array<double, kLossCauses>> ShapleyShares(absl::Span<const double> t_by_mask);
+
+// The Attribution with Shapley shares as its deltas, from the 32 runs indexed by mask.
+absl::StatusOr<Attribution> AttributeShapley(absl::Span<const SimResult> runs_by_mask);
+
 }  // namespace gemtb::sim::report
 
 #endif  // GEMTB_SIM_REPORT_ATTRIBUTION_H_

@@ -1,5 +1,6 @@
 #include "sim/report/report_files.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -65,6 +66,13 @@ Json SweepPointJson(const SweepPoint& p) {
     j["biggest_loss"] = std::string(LossKey(p.attribution->biggest));
     j["biggest_loss_cause"] = std::string(LossCause(p.attribution->biggest));
   }
+  if (p.shapley) {
+    Json shares;
+    for (int k = 0; k < kLossCauses; ++k) shares[std::string(LossKey(k))] = p.shapley->delta_s[static_cast<size_t>(k)];
+    shares["residual"] = p.shapley->residual_s;
+    j["shapley_losses_s"] = shares;
+    j["shapley_biggest_loss"] = std::string(LossKey(p.shapley->biggest));
+  }
   j["warnings"] = p.warnings;
   return j;
 }
@@ -94,6 +102,7 @@ Json SummaryJson(const Study& study) {
   if (ref.base) {
     const Json run = RunSummaryJson(*ref.base, ref.attribution ? &*ref.attribution : nullptr);
     for (const auto& [key, value] : run.items()) reference[key] = value;
+    if (ref.shapley) reference["shapley"] = AttributionJson(*ref.shapley, /*ordered=*/false);
   } else {
     reference["error"] = std::string(ref.status.message());
   }
@@ -168,12 +177,18 @@ std::string SweepCsv(const Study& study) {
   out +=
       "status,fits,needed_bytes,available_bytes,step_mean_s,step_p99_s,t_local_s,local_mfu,e2e_mfu,scaling_ratio,"
       "imbalance,loss_comm_s,loss_contention_s,loss_imbalance_s,loss_stragglers_s,loss_recompute_s,residual_s,"
-      "biggest_loss,biggest_loss_cause\n";
+      "biggest_loss,biggest_loss_cause";
+  const bool shapley = std::any_of(study.points.begin(), study.points.end(), [](const SweepPoint& p) { return p.shapley.has_value(); });
+  if (shapley) {
+    for (int k = 0; k < kLossCauses; ++k) absl::StrAppend(&out, ",shapley_", LossKey(k), "_s");
+  }
+  out += "\n";
   for (const SweepPoint& p : study.points) {
     absl::StrAppend(&out, p.gpus, ",");
     for (const auto& [path, value] : p.settings) absl::StrAppend(&out, CsvField(value), ",");
     if (!p.status.ok()) {
-      absl::StrAppend(&out, CsvField(absl::StrCat("invalid: ", p.status.message())), ",,,,,,,,,,,,,,,,,,\n");
+      absl::StrAppend(&out, CsvField(absl::StrCat("invalid: ", p.status.message())), ",,,,,,,,,,,,,,,,,,",
+                      shapley ? ",,,,," : "", "\n");
       continue;
     }
     const SimResult& r = *p.base;
@@ -188,6 +203,13 @@ std::string SweepCsv(const Study& study) {
                       ",", CsvField(LossCause(p.attribution->biggest)));
     } else {
       out += ",,,,,,,,";
+    }
+    if (shapley) {
+      if (p.shapley) {
+        for (double d : p.shapley->delta_s) absl::StrAppend(&out, ",", FormatDouble(d));
+      } else {
+        out += ",,,,,";
+      }
     }
     out += "\n";
   }
@@ -266,6 +288,28 @@ std::string ConsoleReport(const Study& study) {
     }
     if (!settings.empty()) absl::StrAppend(&out, "  [", settings, "]");
     out += "\n";
+  }
+
+  if (std::any_of(study.points.begin(), study.points.end(), [](const SweepPoint& p) { return p.shapley.has_value(); })) {
+    absl::StrAppend(&out, "\nloss split order-free (Shapley over the 32 subsets of the reruns; share of step time):\n");
+    std::snprintf(line, sizeof(line), "%7s", "GPUs");
+    out += line;
+    for (int k = 0; k < kLossCauses; ++k) {
+      std::snprintf(line, sizeof(line), " %11s", LossKey(k));
+      out += line;
+    }
+    out += "  biggest\n";
+    for (const SweepPoint& p : study.points) {
+      if (!p.shapley) continue;
+      const Attribution& a = *p.shapley;
+      std::snprintf(line, sizeof(line), "%7d", p.gpus);
+      out += line;
+      for (int k = 0; k < kLossCauses; ++k) {
+        std::snprintf(line, sizeof(line), " %11s", Pct(a.t_s > 0 ? a.delta_s[static_cast<size_t>(k)] / a.t_s : 0).c_str());
+        out += line;
+      }
+      absl::StrAppend(&out, "  ", LossCause(a.biggest), "\n");
+    }
   }
 
   if (study.checks) {

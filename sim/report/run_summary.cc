@@ -55,7 +55,7 @@ std::string_view OpName(CollectiveOp op) {
   return "?";
 }
 
-Json AttributionJson(const Attribution& a) {
+Json AttributionJson(const Attribution& a, bool ordered) {
   Json j;
   j["t_s"] = a.t_s;
   j["t_ideal_s"] = a.t_ideal_s;
@@ -63,7 +63,7 @@ Json AttributionJson(const Attribution& a) {
   Json losses = Json::array();
   for (int k = 0; k < kLossCauses; ++k) {
     Json loss;
-    loss["rerun"] = k + 1;
+    if (ordered) loss["rerun"] = k + 1;
     loss["key"] = std::string(LossKey(k));
     loss["cause"] = std::string(LossCause(k));
     loss["delta_s"] = a.delta_s[static_cast<size_t>(k)];

@@ -20,7 +20,8 @@ std::string_view OpName(CollectiveOp op);       // all_reduce, all_gather, ...
 nlohmann::ordered_json RunSummaryJson(const SimResult& result, const Attribution* attribution);
 
 // The attribution as JSON: T, T_ideal, T_local, per cause {delta_s, share_of_T}, residual, biggest.
-nlohmann::ordered_json AttributionJson(const Attribution& attribution);
+// ordered: the cumulative reruns' deltas (each loss names its rerun); else Shapley shares.
+nlohmann::ordered_json AttributionJson(const Attribution& attribution, bool ordered = true);
 
 // rank,compute_s,exposed_comm_s,wait_s,recompute_s,contention_s,nonlayer_compute_s,work_s,flops,
 // static_bytes,peak_activation_bytes

@@ -29,14 +29,15 @@ int SwitchMask(const Counterfactuals& c) {
          (c.no_recompute ? 16 : 0);
 }
 
-Counterfactuals FromMask(int mask) {
-  Counterfactuals c;
-  c.ideal_network = (mask & 1) != 0;
-  c.sm_free = (mask & 2) != 0;
-  c.perfect_balance = (mask & 4) != 0;
-  c.no_noise = (mask & 8) != 0;
-  c.no_recompute = (mask & 16) != 0;
-  return c;
+Counterfactuals FromMask(int mask) { return MaskCounterfactuals(mask); }
+
+// "shapley {comm+imbalance}": the causes a subset run switches off.
+std::string SubsetLabel(int mask) {
+  std::string keys;
+  for (int k = 0; k < kLossCauses; ++k) {
+    if ((mask & (1 << k)) != 0) absl::StrAppend(&keys, keys.empty() ? "" : "+", LossKey(k));
+  }
+  return absl::StrCat("shapley {", keys, "}");
 }
 
 // Every distinct scenario variant and every distinct run of a study; identical ones are shared.
@@ -94,9 +95,13 @@ class RunPlanner {
     for (size_t j = 0; j < jobs_.size(); ++j) {
       if (done_[j]) continue;
       auto [it, inserted] = canonical_.emplace(RunKey(jobs_[j]), j);
+      Job& canonical = jobs_[it->second];
       if (inserted) {
         pending.push_back(j);
+      } else if (jobs_[j].trace && !canonical.trace && done_[it->second]) {
+        pending.push_back(j);  // the earlier run kept no trace: run again with one
       } else {
+        canonical.trace |= jobs_[j].trace;  // a traced run serves untraced ones too
         aliases.emplace_back(j, it->second);
       }
     }
@@ -178,7 +183,7 @@ class RunPlanner {
     const ScenarioDocument& doc = docs_[static_cast<size_t>(job.doc)];
     const absl::StatusOr<Scenario>& s = scenarios_[static_cast<size_t>(job.doc)];
     int mask = job.switches;
-    if (!s.ok()) return absl::StrCat("invalid document ", job.doc, "|", mask, "|", job.trace ? 1 : 0);
+    if (!s.ok()) return absl::StrCat("invalid document ", job.doc, "|", mask);
     nlohmann::json json = doc.json;
     if (s->plan.collectives.library == "sm_free") mask &= ~2;
     const Noise& n = s->noise;
@@ -193,7 +198,7 @@ class RunPlanner {
       nlohmann::json& tiers = json["cluster"]["tiers"];
       if (tiers.is_array() && tiers.size() >= 3) tiers[2] = "unused";
     }
-    return absl::StrCat(json.dump(), "|rows*", FormatDouble(doc.model_rows_scale), "|", mask, "|", job.trace ? 1 : 0);
+    return absl::StrCat(json.dump(), "|rows*", FormatDouble(doc.model_rows_scale), "|", mask);
   }
   const StudyOptions& options_;
   const SimulateFn& simulate_;
@@ -205,7 +210,7 @@ class RunPlanner {
   std::vector<absl::StatusOr<SimResult>> results_;
   std::vector<bool> done_;
   std::map<std::pair<int, int>, int> job_index_;
-  std::map<std::string, size_t> canonical_;  // RunKey -> the job that runs
+  std::map<std::string, size_t> canonical_;  // RunKey -> the job that runs (traced if any of its aliases is)
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::mutex progress_mutex_;
   size_t finished_ = 0, total_ = 0;
@@ -321,8 +326,21 @@ absl::StatusOr<Study> RunStudy(const ScenarioDocument& doc, const StudyOptions& 
     if (!study.points[p].status.ok()) continue;
     const std::string label = PointLabel(study.points[p].gpus, study.points[p].settings);
     for (int k = 0; k < levels; ++k) {
-      point_jobs[p].push_back(planner.AddJob(point_doc[p], CumulativeCounterfactuals(k), static_cast<int>(p) == study.reference,
+      // Only the reference baseline is traced (trace.json).
+      point_jobs[p].push_back(planner.AddJob(point_doc[p], CumulativeCounterfactuals(k),
+                                             static_cast<int>(p) == study.reference && k == 0,
                                              absl::StrCat(label, " ", LevelLabel(k)), study.points[p].gpus));
+    }
+  }
+  // The order-free split: every subset of the five switches (the cumulative ones are among them and
+  // run once).
+  std::vector<std::vector<int>> point_subset_jobs(study.points.size());
+  for (size_t p = 0; p < study.points.size() && options.shapley; ++p) {
+    if (!study.points[p].status.ok()) continue;
+    const std::string label = PointLabel(study.points[p].gpus, study.points[p].settings);
+    for (int mask = 0; mask < kShapleyRuns; ++mask) {
+      point_subset_jobs[p].push_back(planner.AddJob(point_doc[p], MaskCounterfactuals(mask), false,
+                                                    absl::StrCat(label, " ", SubsetLabel(mask)), study.points[p].gpus));
     }
   }
   const SweepPoint& ref = study.points[static_cast<size_t>(study.reference)];
@@ -391,6 +409,17 @@ absl::StatusOr<Study> RunStudy(const ScenarioDocument& doc, const StudyOptions& 
       continue;
     }
     point.base = *base;
+    if (!point_subset_jobs[p].empty()) {
+      std::vector<SimResult> subsets;
+      for (int job : point_subset_jobs[p]) {
+        if (!planner.result(job).ok()) break;
+        subsets.push_back(*planner.result(job));
+      }
+      if (subsets.size() == point_subset_jobs[p].size()) {
+        absl::StatusOr<Attribution> a = AttributeShapley(subsets);
+        if (a.ok()) point.shapley = *a;
+      }
+    }
     if (!options.attribution) continue;
     std::vector<SimResult> runs;
     for (int job : point_jobs[p]) {

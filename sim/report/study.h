@@ -47,6 +47,7 @@ struct StudyOptions {
   std::vector<int> trace_ranks;    // empty: the engine's default (ranks 0-7 + the slowest)
   int trace_step = -1;             // -1: the first measured step
   bool attribution = true;         // the 5 reruns per point
+  bool shapley = false;            // also the order-free split: all 32 subsets of the reruns per point
   bool sensitivity = true;         // needs assumptions in the scenario
   bool checks = true;              // imbalance random vs bbs, SM-free recovery at the reference size
   int reference_gpus = 4096;       // used when swept, else the largest swept size
@@ -61,6 +62,7 @@ struct SweepPoint {
   std::vector<std::string> warnings;    // the scenario's warnings at this point
   std::optional<SimResult> base;        // the baseline run (traced at the reference point)
   std::optional<Attribution> attribution;
+  std::optional<Attribution> shapley;   // --shapley: deltas are the Shapley shares (attribution.h)
 };
 
 struct SensitivityCase {

@@ -85,10 +85,11 @@ absl::Status Run(const std::vector<std::string>& raw_args, bool* help) {
 
   std::string out_dir = "whatif-out", gpus_text, steps_text, trace_ranks_text;
   int64_t trace_step = -1, threads = 0, reference_gpus = 4096;
-  bool no_sensitivity = false, no_attribution = false, no_checks = false, quiet = false;
+  bool no_sensitivity = false, no_attribution = false, no_checks = false, quiet = false, shapley = false;
   FlagSet flags(
       "gemtb whatif [scenario.json] [--out-dir DIR] [--gpus 64,128,...] [--set path=v1,v2] [--steps W,M]\n"
-      "       [--trace-ranks 0,1,..] [--trace-step N] [--no-sensitivity] [--no-attribution] [--no-checks] [--threads N]",
+      "       [--trace-ranks 0,1,..] [--trace-step N] [--no-sensitivity] [--no-attribution] [--shapley] [--no-checks]\n"
+      "       [--threads N]",
       "Simulates a training job on a cluster (spec/simulator.md) and predicts its step time, Local MFU, E2E MFU\n"
       "and Scaling Ratio; attributes the lost time to its causes by counterfactual reruns (communication,\n"
       "SM contention, load imbalance, stragglers, recompute). With no scenario it runs\n"
@@ -106,6 +107,8 @@ absl::Status Run(const std::vector<std::string>& raw_args, bool* help) {
   flags.Int64("reference-gpus", &reference_gpus, "size for sensitivity, checks, trace and ranks.csv (default 4096)");
   flags.Bool("no-sensitivity", &no_sensitivity, "skip the sensitivity analysis");
   flags.Bool("no-attribution", &no_attribution, "skip the 5 counterfactual reruns per point");
+  flags.Bool("shapley", &shapley,
+             "also split the loss order-free: all 32 subsets of the 5 reruns per point (Shapley shares, ~5x the runs)");
   flags.Bool("no-checks", &no_checks, "skip the random-vs-BBS and SM-free checks");
   flags.Bool("quiet", &quiet, "no progress on stderr");
   flags.Int64("threads", &threads, "oneTBB threads, 0 = all (results do not depend on it)");
@@ -151,6 +154,7 @@ absl::Status Run(const std::vector<std::string>& raw_args, bool* help) {
   options.sets = sets;
   options.sensitivity = !no_sensitivity;
   options.attribution = !no_attribution;
+  options.shapley = shapley;
   options.checks = !no_checks;
   if (!quiet) options.progress = [](const std::string& line) { std::cerr << "whatif: " << line << std::endl; };
 

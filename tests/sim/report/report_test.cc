@@ -93,6 +93,49 @@ TEST(Attribution, NeedsSixRuns) {
   EXPECT_TRUE(CumulativeCounterfactuals(5).no_recompute && CumulativeCounterfactuals(5).ideal_network);
 }
 
+// A game with one cause that never acts (contention), three additive ones and an overlap of
+// communication and imbalance (0.2 that either switch alone removes): Shapley gives the dummy
+// exactly 0 and splits the overlap evenly, where the ordered reruns hand it all to communication.
+double OverlapGame(int mask) {
+  const bool comm = (mask & 1) == 0, imbalance = (mask & 4) == 0;
+  return 1.0 + (comm ? 0.3 : 0) + (imbalance ? 0.1 : 0) + ((mask & 8) == 0 ? 0.05 : 0) + ((mask & 16) == 0 ? 0.02 : 0) +
+         (comm && imbalance ? 0.2 : 0);
+}
+
+TEST(Attribution, ShapleySharesSumToTheOrderedTotalAndADummyCauseGetsZero) {
+  std::vector<double> t(kShapleyRuns);
+  std::vector<SimResult> runs;
+  for (int m = 0; m < kShapleyRuns; ++m) {
+    t[static_cast<size_t>(m)] = OverlapGame(m);
+    runs.push_back(Result(t[static_cast<size_t>(m)], 0.5));
+  }
+  absl::StatusOr<std::array<double, kLossCauses>> shares = ShapleyShares(t);
+  ASSERT_TRUE(shares.ok()) << shares.status();
+  EXPECT_EQ((*shares)[1], 0.0);  // exactly: every drop of the dummy is 0 - 0
+  EXPECT_NEAR((*shares)[0], 0.3 + 0.1, 1e-12);
+  EXPECT_NEAR((*shares)[2], 0.1 + 0.1, 1e-12);
+  EXPECT_NEAR((*shares)[3], 0.05, 1e-12);
+  EXPECT_NEAR((*shares)[4], 0.02, 1e-12);
+  // The ordered attribution on the cumulative subsets (masks 0, 1, 3, 7, 15, 31) has the same total.
+  std::vector<SimResult> cumulative;
+  for (int k = 0; k <= kLossCauses; ++k) cumulative.push_back(runs[static_cast<size_t>((1 << k) - 1)]);
+  absl::StatusOr<Attribution> ordered = Attribute(cumulative);
+  absl::StatusOr<Attribution> shapley = AttributeShapley(runs);
+  ASSERT_TRUE(ordered.ok() && shapley.ok());
+  EXPECT_NEAR(ordered->delta_s[0], 0.5, 1e-12);  // the order hands the overlap to the first cause
+  double sum_ordered = 0, sum_shapley = 0;
+  for (int k = 0; k < kLossCauses; ++k) {
+    sum_ordered += ordered->delta_s[static_cast<size_t>(k)];
+    sum_shapley += shapley->delta_s[static_cast<size_t>(k)];
+  }
+  EXPECT_NEAR(sum_shapley, sum_ordered, 1e-12);
+  EXPECT_NEAR(sum_shapley, t.front() - t.back(), 1e-12);
+  EXPECT_EQ(shapley->residual_s, ordered->residual_s);
+  EXPECT_EQ(shapley->biggest, 0);
+  EXPECT_FALSE(ShapleyShares(std::vector<double>(31)).ok());
+  EXPECT_TRUE(MaskCounterfactuals(4).perfect_balance && !MaskCounterfactuals(4).ideal_network);
+}
+
 // ---- text formats ------------------------------------------------------------------------------
 
 TEST(JsonText, DoublesAreShortestRoundTrip) {
@@ -394,6 +437,40 @@ TEST(Study, RunsThatCannotDifferRunOnce) {
   // Noise low (sigma 0) shares the BBS check's run: the same T as the no-noise switch.
   const SensitivityRow& noise = study->sensitivity[5];
   EXPECT_NEAR(noise.low.step_s, 1.0 * (1 + 0.05 + 0.02) + 0.01 * 12 + 0.1, 1e-12);
+}
+
+// --shapley through a study: each point's shares sum to its ordered total; contention, which the
+// SM-free gem-default cannot have, gets exactly 0; SM-free and noiseless duplicates run once (16 of
+// the 32 subsets differ: the SM-free switch changes nothing).
+TEST(Study, ShapleyPerPointSumsToTheOrderedTotal) {
+  std::atomic<int> calls{0};
+  const SimulateFn counting = [&](const Scenario& s, const Counterfactuals& c, const SimOptions& o) {
+    ++calls;
+    return StandIn(s, c, o);
+  };
+  StudyOptions o;
+  o.gpus = {64, 4096};
+  o.shapley = true;
+  o.sensitivity = false;
+  o.checks = false;
+  absl::StatusOr<Study> study = RunStudy(GemDefault(), o, counting);
+  ASSERT_TRUE(study.ok()) << study.status();
+  EXPECT_EQ(calls.load(), 2 * 16);
+  for (const SweepPoint& p : study->points) {
+    ASSERT_TRUE(p.attribution.has_value() && p.shapley.has_value()) << p.gpus;
+    double ordered = 0, shapley = 0;
+    for (int k = 0; k < kLossCauses; ++k) {
+      ordered += p.attribution->delta_s[static_cast<size_t>(k)];
+      shapley += p.shapley->delta_s[static_cast<size_t>(k)];
+    }
+    EXPECT_NEAR(shapley, ordered, 1e-12) << p.gpus;
+    EXPECT_EQ(p.shapley->delta_s[1], 0.0) << p.gpus;
+  }
+  EXPECT_THAT(ConsoleReport(*study), HasSubstr("loss split order-free (Shapley"));
+  EXPECT_THAT(SweepCsv(*study), HasSubstr(",shapley_recompute_s\n"));
+  const nlohmann::json summary = nlohmann::json::parse(SummaryJson(*study).dump());
+  EXPECT_TRUE(summary.at("reference").contains("shapley"));
+  EXPECT_TRUE(summary.at("sweep")[0].contains("shapley_losses_s"));
 }
 
 TEST(Study, SvgIsWellFormedXmlAndEscapesNames) {

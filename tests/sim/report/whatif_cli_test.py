@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """gemtb whatif end to end: every malformed scenario exits 2 with one stderr line naming the field and
-writes nothing; a small real run (gem-default at 64 GPUs) writes the report files, and sweep.svg and
+writes nothing (also when the error is in a separate cluster, calibration, plan or model file, and for
+gemtb whatif collective --cluster); a small real run (gem-default at 64 GPUs) writes the report files, and sweep.svg and
 trace.json parse (well-formed XML, JSON)."""
 import argparse
 import copy
@@ -78,6 +79,101 @@ def main():
                 failures.append(f"{name}: stderr {r.stderr!r} lacks {expected!r}")
             if os.path.exists(out):
                 failures.append(f"{name}: wrote {out}")
+
+        # The same kinds of errors in separate cluster, calibration, plan and model files (spec §4:
+        # sections by relative path), each named by its JSON path. Without the scenario's tier
+        # overrides, so that the cluster file alone decides.
+        with open(base["cluster"]) as f:
+            cluster = json.load(f)
+        cluster["calibration"] = os.path.join(ROOT, "sim", "calibration", "h200.json")
+        with open(cluster["calibration"]) as f:
+            calibration = json.load(f)
+        with open(os.path.join(ROOT, "model", "configs", "gem-scale.json")) as f:
+            model = json.load(f)
+
+        def edited(obj, edit):
+            o = copy.deepcopy(obj)
+            edit(o)
+            return o
+
+        def with_files(extra_files=None, **sections):
+            """The scenario with `sections` as files beside it, plus extra files (by name)."""
+            s = copy.deepcopy(base)
+            s["overrides"] = {k: v for k, v in s["overrides"].items() if not k.startswith("cluster.tiers")}
+            s.update({k: k + ".json" for k in sections})
+            files = {k + ".json": v for k, v in sections.items()}
+            files.update(extra_files or {})
+            return s, files
+
+        def drop_key(d, k):
+            d.pop(k)
+
+        file_cases = [
+            ("cluster file: negative bandwidth",
+             with_files(cluster=edited(cluster, lambda c: c["tiers"][0].update(bw_GBps=-450))),
+             "cluster.tiers[0].bw_GBps: -450 must be > 0"),
+            ("cluster file: negative oversubscription",
+             with_files(cluster=edited(cluster, lambda c: c["tiers"][2].update(oversubscription=-7))),
+             "cluster.tiers[2].oversubscription: -7 must be >= 1"),
+            ("cluster file: unknown field",
+             with_files(cluster=edited(cluster, lambda c: c.update(tier_list=[]))),
+             "cluster.tier_list: unknown key"),
+            ("cluster file: missing cross-zone tier",
+             with_files(cluster=edited(cluster, lambda c: c.update(tiers=c["tiers"][:2]))),
+             "cluster.tiers has only 2 tiers (a cross-zone tier is needed)"),
+            ("cluster file: no tiers",
+             with_files(cluster=edited(cluster, lambda c: c.update(tiers=[]))),
+             "cluster.tiers: [] must be a non-empty array"),
+            ("cluster file: tier without alpha",
+             with_files(cluster=edited(cluster, lambda c: drop_key(c["tiers"][1], "alpha_us"))),
+             "cluster.tiers[1].alpha_us: missing"),
+            ("calibration file: unknown field",
+             with_files(cluster=edited(cluster, lambda c: c.update(calibration="calibration.json")),
+                        extra_files={"calibration.json": edited(calibration, lambda c: c.update(fited=[]))}),
+             "cluster.calibration.fited: unknown key"),
+            ("plan file: group size not dividing the world",
+             with_files(plan=edited(base["plan"], lambda p: p["dense"].update(fsdp_shard_group=96))),
+             "plan.dense.fsdp_shard_group: 96 does not divide world_size 4096"),
+            ("plan file: MP group not dividing the world",
+             with_files(plan=edited(base["plan"], lambda p: p["sparse"].update(mp_group=96))),
+             "plan.sparse.mp_group: 96 does not divide world_size 4096"),
+            ("plan file: unknown field",
+             with_files(plan=edited(base["plan"], lambda p: p["collectives"].update(libary="sm_free"))),
+             "plan.collectives.libary: unknown key"),
+            ("model file: unknown field",
+             with_files(model=edited(model, lambda m: m.update(heds=4))),
+             "heds: unknown key"),
+            ("model file: negative width",
+             with_files(model=edited(model, lambda m: m.update(d=-256))),
+             "d: -256 is below the minimum"),
+        ]
+        for name, (scenario, files), expected in file_cases:
+            folder = os.path.join(tmp, "files_" + "".join(ch if ch.isalnum() else "_" for ch in name))
+            os.makedirs(folder, exist_ok=True)
+            for file_name, content in files.items():  # relative to the scenario (and the cluster file)
+                with open(os.path.join(folder, file_name), "w") as f:
+                    json.dump(content, f)
+            path = os.path.join(folder, "bad.json")
+            with open(path, "w") as f:
+                json.dump(scenario, f)
+            out = os.path.join(folder, "out")
+            r = run(gemtb, [path, "--out-dir", out, "--quiet"])
+            lines = [l for l in r.stderr.splitlines() if l.strip()]
+            if r.returncode != 2:
+                failures.append(f"{name}: exit {r.returncode}, want 2 ({r.stderr.strip()})")
+            elif len(lines) != 1 or expected not in lines[0]:
+                failures.append(f"{name}: stderr {r.stderr!r} lacks {expected!r}")
+            if os.path.exists(out):
+                failures.append(f"{name}: wrote {out}")
+
+        # gemtb whatif collective --cluster FILE: the same named errors, exit 2.
+        bad_cluster = os.path.join(tmp, "bad_cluster.json")
+        with open(bad_cluster, "w") as f:
+            json.dump(edited(cluster, lambda c: c["tiers"][0].update(bw_GBps=-1)), f)
+        r = subprocess.run([gemtb, "whatif", "collective", "--op", "all_gather", "--gpus", "8", "--size", "64M",
+                            "--cluster", bad_cluster], capture_output=True, text=True, timeout=60)
+        if r.returncode != 2 or "tiers[0].bw_GBps: -1 must be > 0" not in r.stderr or len(r.stderr.strip().splitlines()) != 1:
+            failures.append(f"whatif collective --cluster with negative bandwidth: exit {r.returncode}, {r.stderr!r}")
 
         # Not JSON, no such file, bad flags.
         with open(os.path.join(tmp, "broken.json"), "w") as f:
