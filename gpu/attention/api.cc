@@ -268,16 +268,13 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
   s->softmax = args.options.act == Activation::kSoftmax;
   const bool hopper_applies = s->problem.d == kHopperHeadDim && HopperKernelsAvailable();
   switch (forward_kernel) {
-    case ForwardKernelChoice::kAuto: {
-      // When no query sequence is longer than the mma.sync kernel's 64-row tile (PMA's seed rows),
-      // the Hopper kernel's 128-row tiles would be mostly padding: the mma.sync kernel is faster
-      // there (pma_gdpa_silu: 1.85 ms against 3.55 ms on the H200).
-      int32_t max_lq = 0;
-      for (const SeqInfo& q : s->problem.pairing.seqs) max_lq = std::max(max_lq, q.lq);
-      s->hopper_forward = hopper_applies && max_lq > kBlockM;
+    case ForwardKernelChoice::kAuto:
+      // Also for PMA's 32-row query sequences: since the per-activation kernels (v3) the Hopper
+      // kernel is faster there despite its 128-row tiles (0.66 ms against the mma.sync kernel's
+      // 1.85 ms on the H200; it was 3.55 ms with v2).
+      s->hopper_forward = hopper_applies;
       s->hopper_block_n = kHopperDefaultBlockN;
       break;
-    }
     case ForwardKernelChoice::kMmaSync: s->hopper_forward = false; break;
     case ForwardKernelChoice::kHopper64:
     case ForwardKernelChoice::kHopper128:

@@ -11,6 +11,7 @@
 //     Sᵀ = K Qᵀ, dPᵀ = V dOᵀ (m64n64k16, both operands K-major in shared memory);
 //     Pᵀ, dSᵀ elementwise in registers, rounded to the input type as register A operands;
 //     dV += Pᵀ dO, dK += dSᵀ Q (m64n128k16, dO and Q MN-major in shared memory).
+//     Within a step, Pᵀ is formed while dPᵀ is still on the tensor cores.
 //   dQ (per 64-row query tile, loop over its readers and their 64-key steps):
 //     S = Q Kᵀ, dP = dO Vᵀ, dS elementwise, dQ += dS K.
 //   D_i = rowsum(dO∘O) as the diagonal of dO Oᵀ on the same m64n64k16 MMA as dP, so that a row whose
@@ -18,7 +19,7 @@
 #ifndef GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_KERNEL_CUH_
 #define GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_KERNEL_CUH_
 
-#include "gpu/attention/backward_pair.cuh"
+#include "gpu/attention/activation.cuh"
 #include "gpu/attention/forward_hopper_kernel.cuh"
 #include "gpu/attention/mask.cuh"
 #include "gpu/attention/params.h"
@@ -73,35 +74,64 @@ __device__ __forceinline__ void HopperBwdIssueAB(float (&c)[64], const uint32_t 
   }
 }
 
+// Accumulator tile n's four values as their two words of the register A operand (CToA's layout:
+// tiles 2kk and 2kk+1 are fragment kk).
 template <ElementType E>
-__device__ __forceinline__ void HopperBwdToOperand(float (&c)[32], uint32_t (&a)[4][4]) {
-  float(&c4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&c);
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) CToA<E>(c4[2 * kk], c4[2 * kk + 1], a[kk]);
+__device__ __forceinline__ void HopperBwdPack(uint32_t (&a)[4][4], int n, const float (&v)[4]) {
+  a[n >> 1][(n & 1) * 2] = PackRounded<E>(v[0], v[1]);
+  a[n >> 1][(n & 1) * 2 + 1] = PackRounded<E>(v[2], v[3]);
 }
 
-// The activation as a compile-time constant where the kernel is specialised (one straight-line
-// elementwise path per kernel, as in the forward), the run-time one otherwise.
-template <HopperAct kAct>
-__device__ __forceinline__ Activation HopperBwdAct(const ProblemParams& pr) {
-  if constexpr (kAct == HopperAct::kSoftmax) return Activation::kSoftmax;
-  if constexpr (kAct == HopperAct::kSilu) return Activation::kSilu;
-  if constexpr (kAct == HopperAct::kGeluTanh) return Activation::kGeluTanh;
-  return pr.options.act;
+// The per-pair step of backward_pair.cuh in two halves, so that the half that needs only S runs
+// while dP is still on the tensor cores:
+//   HopperBwdFromScore: P (for dV) and `kept`: softmax P̂ = exp(S - LSE), pointwise post * act'(S);
+//   HopperBwdDs:        dS = P̂ (post dP - D_i)  or  kept * dP.
+// silu, gelu_tanh and the softmax exp take the special-function unit's fast paths (as the forward
+// does): one exp and one approximate division per pair for both act and act', a few fp32 ulps from
+// activation.cuh's exact forms before P and dS are rounded to 16 bits.
+__device__ __forceinline__ void FastSiluBoth(float x, float& value, float& derivative) {
+  const float e = __expf(-fabsf(x));  // in (0, 1]: no overflow for any x
+  const float s = __fdividef(x >= 0.f ? 1.f : e, 1.f + e);
+  value = x * s;
+  derivative = s * (1.f + x * (1.f - s));
 }
 
-// BackwardPair with the activation fixed (same formulas, same casts).
+__device__ __forceinline__ void FastGeluTanhBoth(float x, float& value, float& derivative) {
+  const float u = kSqrt2OverPi * (x + kGeluTanhA * x * x * x);
+  const float e = __expf(-2.f * fabsf(u));
+  const float t = copysignf(__fdividef(1.f - e, 1.f + e), u);  // tanh(u)
+  value = 0.5f * x * (1.f + t);
+  derivative = 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * (kSqrt2OverPi + 3.f * kGeluTanhA * kSqrt2OverPi * x * x);
+}
+
 template <HopperAct kAct>
-__device__ __forceinline__ PairGradient HopperBwdPair(const ProblemParams& pr, bool valid, float qk, float dp,
-                                                      float lse, float d_i) {
-  if (!valid) return {0.f, 0.f};
+__device__ __forceinline__ float HopperBwdFromScore(const ProblemParams& pr, float qk, float lse, float& p) {
   const float s = qk * pr.pre_scale;
   if constexpr (kAct == HopperAct::kSoftmax) {
-    const float p_hat = expf(s - lse);
-    return {pr.post_scale * p_hat, p_hat * (pr.post_scale * dp - d_i)};
+    const float p_hat = Log2Softmax::Exp2((s - lse) * 1.44269504088896340736f);
+    p = pr.post_scale * p_hat;
+    return p_hat;
   } else {
-    const Activation act = HopperBwdAct<kAct>(pr);
-    return {pr.post_scale * ActValue(act, s), (pr.post_scale * ActDerivative(act, s)) * dp};
+    float value, derivative;
+    if constexpr (kAct == HopperAct::kSilu) {
+      FastSiluBoth(s, value, derivative);
+    } else if constexpr (kAct == HopperAct::kGeluTanh) {
+      FastGeluTanhBoth(s, value, derivative);
+    } else {
+      value = ActValue(pr.options.act, s);
+      derivative = ActDerivative(pr.options.act, s);
+    }
+    p = pr.post_scale * value;
+    return pr.post_scale * derivative;
+  }
+}
+
+template <HopperAct kAct>
+__device__ __forceinline__ float HopperBwdDs(const ProblemParams& pr, float kept, float dp, float d_i) {
+  if constexpr (kAct == HopperAct::kSoftmax) {
+    return kept * (pr.post_scale * dp - d_i);
+  } else {
+    return kept * dp;
   }
 }
 
@@ -228,31 +258,48 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DkDvHopperKernel(const B
     if (next.sgi < tile.seg_count) load_step(next, stage ^ 1);
     wgmma::CpAsyncCommit();
 
+    // Sᵀ and dPᵀ; P̂ (or act, act') from Sᵀ while dPᵀ runs; dSᵀ; dV += Pᵀ dO and dK += dSᵀ Q.
     float st[32], dpt[32];
     wgmma::Fence();
     HopperBwdIssueAbT<E>(st, sk, sq(stage));
     wgmma::Commit();
     HopperBwdIssueAbT<E>(dpt, sv, s_do(stage));
     wgmma::Commit();
-    wgmma::Wait<0>();
+    wgmma::Wait<1>();
     wgmma::FenceRegisters(st);
-    wgmma::FenceRegisters(dpt);
     float(&st4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&st);
     float(&dpt4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&dpt);
+    uint32_t valid = 0;  // bit 4n+e: pair (key of e, query of n, e) is valid
+    uint32_t pa[4][4], dsa[4][4];
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
+      float pv[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int c = n * 8 + 2 * ln.t + (e & 1);  // query row within the step
-        const PairGradient g = HopperBwdPair<kAct>(pr, Contains(s_keys[stage][c], key[e >> 1]), st4[n][e],
-                                                   dpt4[n][e], s_lse[stage][c], s_d[stage][c]);
-        st4[n][e] = g.p;
-        dpt4[n][e] = g.ds;
+        const bool ok = Contains(s_keys[stage][c], key[e >> 1]);
+        valid |= ok ? 1u << (4 * n + e) : 0u;
+        float pe;
+        const float kept = HopperBwdFromScore<kAct>(pr, st4[n][e], s_lse[stage][c], pe);
+        pv[e] = ok ? pe : 0.f;
+        st4[n][e] = ok ? kept : 0.f;
       }
+      HopperBwdPack<E>(pa, n, pv);
     }
-    uint32_t pa[4][4], dsa[4][4];
-    HopperBwdToOperand<E>(st, pa);
-    HopperBwdToOperand<E>(dpt, dsa);
+    wgmma::Wait<0>();  // dPᵀ
+    wgmma::FenceRegisters(dpt);
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      float dv4[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = n * 8 + 2 * ln.t + (e & 1);
+        dv4[e] = (valid >> (4 * n + e)) & 1u ? HopperBwdDs<kAct>(pr, st4[n][e], dpt4[n][e], s_d[stage][c]) : 0.f;
+      }
+      HopperBwdPack<E>(dsa, n, dv4);
+    }
+    // Both after dSᵀ: issuing dV first (to overlap it with dSᵀ) kept Pᵀ's operand live beside dSᵀ's
+    // and spilled registers (255 per thread).
     wgmma::Fence();
     HopperBwdIssueAB<E>(dv, pa, s_do(stage));
     HopperBwdIssueAB<E>(dk, dsa, sq(stage));
@@ -358,28 +405,42 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqHopperKernel(const Bac
       }
     }
 
+    // S and dP; P̂ (or act') from S while dP runs; dS; dQ += dS K.
     float s[32], dp[32];
     wgmma::Fence();
     HopperBwdIssueAbT<E>(s, sq, sk(stage));
     wgmma::Commit();
     HopperBwdIssueAbT<E>(dp, s_do(cur.ri & 1), sv(stage));
     wgmma::Commit();
-    wgmma::Wait<0>();
+    wgmma::Wait<1>();
     wgmma::FenceRegisters(s);
-    wgmma::FenceRegisters(dp);
     float(&s4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&s);
     float(&dp4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&dp);
+    uint32_t valid = 0;
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
-        const int j = cur.j0 + n * 8 + 2 * ln.t + (e & 1);
-        s4[n][e] = HopperBwdPair<kAct>(pr, Contains(keys[r], j), s4[n][e], dp4[n][e], lse[r], d_i[r]).ds;
+        const bool ok = Contains(keys[r], cur.j0 + n * 8 + 2 * ln.t + (e & 1));
+        valid |= ok ? 1u << (4 * n + e) : 0u;
+        float unused_p;
+        const float kept = HopperBwdFromScore<kAct>(pr, s4[n][e], lse[r], unused_p);
+        s4[n][e] = ok ? kept : 0.f;
       }
     }
+    wgmma::Wait<0>();
+    wgmma::FenceRegisters(dp);
     uint32_t dsa[4][4];
-    HopperBwdToOperand<E>(s, dsa);
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      float ds4[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        ds4[e] = (valid >> (4 * n + e)) & 1u ? HopperBwdDs<kAct>(pr, s4[n][e], dp4[n][e], d_i[e >> 1]) : 0.f;
+      }
+      HopperBwdPack<E>(dsa, n, ds4);
+    }
     wgmma::Fence();
     HopperBwdIssueAB<E>(dq, dsa, sk(stage));
     wgmma::Commit();

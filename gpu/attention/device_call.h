@@ -14,12 +14,13 @@
 
 namespace gemtb::gpu {
 
-// Which forward kernel a call runs. kAuto takes the Hopper kernel (wgmma, 128-row query tiles,
-// kHopperDefaultBlockN keys per step) wherever it applies (head dim 128 on an sm_90a build, some
-// query sequence longer than 64 rows) and the mma.sync kernel elsewhere; kHopper64 / kHopper128 force the Hopper kernel with 64 / 128 keys per
-// step.
+// Which kernels a call runs. kAuto takes the Hopper kernels (wgmma; forward: 128-row query tiles,
+// kHopperDefaultBlockN keys per step; backward: backward_hopper_kernel.cuh) wherever they apply
+// (head dim 128 on an sm_90a build) and the mma.sync kernels elsewhere; kHopper64 / kHopper128
+// force the Hopper forward with 64 / 128 keys per step; kMmaSync runs the mma.sync forward and
+// backward (the reference the benchmark compares the Hopper kernels against).
 enum class ForwardKernelChoice { kAuto, kMmaSync, kHopper64, kHopper128 };
-inline constexpr int kHopperDefaultBlockN = 64;
+inline constexpr int kHopperDefaultBlockN = 128;
 
 // Device pointers of one call's inputs, laid out as api.h's host tensors.
 struct DeviceInputs {

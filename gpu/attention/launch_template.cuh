@@ -79,7 +79,7 @@ absl::Status LaunchRowDot(const BackwardParams& params) {
 template <ElementType E, int D>
 absl::Status LaunchDqReduce(const BackwardParams& params, int64_t num_reduce) {
   if (num_reduce == 0) return absl::OkStatus();
-  const dim3 grid(static_cast<unsigned>(num_reduce), static_cast<unsigned>(params.problem.heads));
+  const dim3 grid(static_cast<unsigned>(num_reduce * kDqReduceCtasPerTile), static_cast<unsigned>(params.problem.heads));
   return Launch(DqReduceKernel<E, D>, grid, dim3(kThreads), 0, params, "attention backward dQ reduce kernel");
 }
 

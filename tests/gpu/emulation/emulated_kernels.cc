@@ -101,7 +101,7 @@ absl::Status LaunchDq(const BackwardParams& params, int64_t num_tiles) {
 
 template <ElementType E, int D>
 absl::Status LaunchDqReduce(const BackwardParams& params, int64_t num_reduce) {
-  RunGrid(static_cast<unsigned>(num_reduce), static_cast<unsigned>(params.problem.heads), 0,
+  RunGrid(static_cast<unsigned>(num_reduce * kDqReduceCtasPerTile), static_cast<unsigned>(params.problem.heads), 0,
           [&] { DqReduceKernel<E, D>(params); });
   return absl::OkStatus();
 }
