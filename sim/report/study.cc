@@ -112,6 +112,13 @@ class RunPlanner {
     // parallel_for_each would split the list in halves and leave the order to work stealing.)
     std::stable_sort(pending.begin(), pending.end(),
                      [&](size_t a, size_t b) { return jobs_[a].gpus > jobs_[b].gpus; });
+    if (options_.progress && !pending.empty()) {
+      options_.progress(absl::StrCat(finished_ == 0 ? "" : "then ", pending.size(), " runs on ", arena.max_concurrency(),
+                                     " threads, largest worlds first",
+                                     aliases.empty() ? std::string()
+                                                     : absl::StrCat(" (", aliases.size(),
+                                                                    " more share a run they cannot differ from)")));
+    }
     std::vector<double> wall(jobs_.size(), 0);
     std::atomic<size_t> next{0};
     const auto run_one = [&](size_t j) {
