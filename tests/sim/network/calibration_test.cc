@@ -120,29 +120,43 @@ TEST(Calibration, CommittedMeasurementsHeldOutMape) {
     ASSERT_TRUE(set.ok()) << name << ": " << set.status();
     // MAPE per (op, algo, gpus) over held-out sizes >= 1 MiB, computed here from the model's
     // predictions and the measured medians.
-    std::map<std::tuple<std::string, std::string, int>, std::pair<double, int>> err;
+    std::map<std::tuple<std::string, std::string, int>, std::pair<double, int>> err, err_nccl;
     for (const Measurement& m : set->rows) {
       if (m.bytes < 1024.0 * 1024 || IsFitSize(m.bytes, split)) continue;
       CollectivesPlan plan;
       const std::string op(CollectiveOpName(m.op));
       if (m.algo != "auto") plan.algo[op] = m.algo;
+      CollectivesPlan nccl_plan = plan;
+      nccl_plan.cost_mode = "nccl";
       absl::StatusOr<CollectiveCostModel> model = CollectiveCostModel::Create(*cluster, plan);
-      ASSERT_TRUE(model.ok()) << model.status();
-      const double t = model->Estimate(m.op, {m.gpus, m.gpus, 1, m.gpus, 1}, m.bytes).duration_s;
+      absl::StatusOr<CollectiveCostModel> nccl = CollectiveCostModel::Create(*cluster, nccl_plan);
+      ASSERT_TRUE(model.ok() && nccl.ok()) << model.status() << nccl.status();
+      const GroupShape host{m.gpus, m.gpus, 1, m.gpus, 1};
       auto& [sum, count] = err[{op, m.algo, m.gpus}];
-      sum += std::fabs(t / m.time_s - 1);
+      sum += std::fabs(model->Estimate(m.op, host, m.bytes).duration_s / m.time_s - 1);
       ++count;
+      auto& [sum_nccl, count_nccl] = err_nccl[{op, m.algo, m.gpus}];
+      sum_nccl += std::fabs(nccl->Estimate(m.op, host, m.bytes).duration_s / m.time_s - 1);
+      ++count_nccl;
     }
     ASSERT_FALSE(err.empty()) << name;
     for (const auto& [key, value] : err) {
       const auto& [op, algo, gpus] = key;
       const double mape = 100 * value.first / value.second;
-      // The spec's bound for every op, all_to_all included (its fit segments follow NCCL's p2p
-      // channel regimes, P2pRegimeBoundaries).
-      const double bound = 5.0;
-      EXPECT_LE(mape, bound) << name << ": " << op << " " << algo << " on " << gpus << " GPUs, " << value.second
-                             << " held-out sizes";
-      std::cout << name << " " << op << " " << algo << " " << gpus << " GPUs: held-out MAPE " << mape << "%\n";
+      const double mape_nccl = 100 * err_nccl[key].first / err_nccl[key].second;
+      // The spec's bound for every op in the default mode (alpha_beta), all_to_all included (its fit
+      // segments follow NCCL's p2p channel regimes, P2pRegimeBoundaries).
+      EXPECT_LE(mape, 5.0) << name << ": " << op << " " << algo << " on " << gpus << " GPUs, " << value.second
+                           << " held-out sizes";
+      // Mode nccl costs all-to-all with the same fitted segments: the same bound. For the other ops
+      // it is NCCL's own tables with fitted per-channel bandwidths, which miss the measured curve by
+      // 9-18% on this host (no launch overhead in NCCL's latencies, its LL/LL128 regime below 4 MiB
+      // slower than measured, efficiency still rising at 1 GiB): printed, not asserted.
+      if (op == "all_to_all") {
+        EXPECT_LE(mape_nccl, 5.0) << name << ": all_to_all in mode nccl";
+      }
+      std::cout << name << " " << op << " " << algo << " " << gpus << " GPUs: held-out MAPE alpha_beta " << mape
+                << "%, nccl " << mape_nccl << "%\n";
     }
   }
   EXPECT_GE(files, 1) << "no committed comm_h200x*_*.json results";
