@@ -228,7 +228,10 @@ void Engine::Arrive(int r, int i, int step) {
   const int g = l.GroupOf(r);
   const int64_t k = coll_off_[i] + g;
   rs_[r].st[t.stream].arrival = now_;
-  const double bytes = t.bytes.Eval(absl::Span<const double>(Stats(step, r), width_));
+  // The compute stream's copy of this step's statistics is likely in cache (a collective usually
+  // arrives right after the compute task it waits for); the full table is not.
+  const double* stats = rs_[r].cur_step == step ? cur_stats_.data() + static_cast<size_t>(r) * width_ : Stats(step, r);
+  const double bytes = t.bytes.Eval(absl::Span<const double>(stats, width_));
   if (arrived_[k] == 0 || bytes > max_bytes_[k]) max_bytes_[k] = bytes;
   if (++arrived_[k] == l.size) {
     coll_step_[k] = static_cast<int16_t>(step);

@@ -163,6 +163,77 @@ struct LengthClass {
   }
 };
 
+// All classes at once: the word ranges on which every class's length is constant (the union of
+// their thresholds), each with a row of (length, pairs) per class, found through the same bucket
+// scheme. One row read per sample instead of a bucket, threshold and pairs read per class.
+struct MergedClasses {
+  size_t classes = 0;
+  std::vector<uint64_t> threshold;  // range k holds the words below threshold[k] (and not below k - 1's)
+  std::vector<double> rows;         // [range][class][length, pairs]
+  std::vector<uint32_t> bucket;     // first candidate range per bucket (kPure: the only one)
+  std::vector<uint16_t> bucket16;   // the same in half the bytes when fewer than 2^15 ranges
+  std::vector<double> seqs;         // per class: its sequence count (load weight)
+  static constexpr int kBucketBits = LengthClass::kBucketBits;
+  static constexpr uint32_t kPure = LengthClass::kPure;
+
+  void Build(const std::vector<LengthClass>& cls) {
+    classes = cls.size();
+    seqs.clear();
+    for (const LengthClass& cl : cls) seqs.push_back(static_cast<double>(cl.seqs.size()));
+    threshold.clear();
+    for (const LengthClass& cl : cls) threshold.insert(threshold.end(), cl.threshold.begin(), cl.threshold.end());
+    std::sort(threshold.begin(), threshold.end());
+    threshold.erase(std::unique(threshold.begin(), threshold.end()), threshold.end());
+    // A threshold of 0 names an empty range (no word is below it): drop it.
+    threshold.erase(std::remove(threshold.begin(), threshold.end(), uint64_t{0}), threshold.end());
+    rows.assign(threshold.size() * 2 * classes, 0.0);
+    uint64_t lo = 0;
+    for (size_t k = 0; k < threshold.size(); ++k) {
+      for (size_t c = 0; c < classes; ++c) {
+        const uint32_t i = cls[c].Lookup(static_cast<uint32_t>(lo));
+        rows[(k * classes + c) * 2] = static_cast<double>(cls[c].law.min + i);
+        rows[(k * classes + c) * 2 + 1] = cls[c].pairs[i];
+      }
+      lo = threshold[k];
+    }
+    const uint64_t buckets = uint64_t{1} << kBucketBits;
+    const int shift = 32 - kBucketBits;
+    bucket.resize(buckets);
+    size_t k = 0;
+    for (uint64_t b = 0; b < buckets; ++b) {
+      const uint64_t first = b << shift, last = first + ((uint64_t{1} << shift) - 1);
+      while (first >= threshold[k]) ++k;  // threshold.back() = 2^32 stops it
+      bucket[b] = static_cast<uint32_t>(k) | (last < threshold[k] ? kPure : 0u);
+    }
+    bucket16.clear();
+    if (threshold.size() < (size_t{1} << 15)) {
+      // The bucket table is read once per sample at a random place: half the bytes, fewer misses.
+      bucket16.resize(buckets);
+      for (uint64_t b = 0; b < buckets; ++b) {
+        bucket16[b] = static_cast<uint16_t>((bucket[b] & ~kPure) | ((bucket[b] & kPure) ? 0x8000u : 0u));
+      }
+      bucket.clear();
+    }
+  }
+  const double* Row(uint32_t w) const {
+    uint32_t e;
+    bool pure;
+    if (!bucket16.empty()) {
+      const uint16_t v = bucket16[w >> (32 - kBucketBits)];
+      e = v & 0x7FFFu;
+      pure = (v & 0x8000u) != 0;
+    } else {
+      const uint32_t v = bucket[w >> (32 - kBucketBits)];
+      e = v & ~kPure;
+      pure = (v & kPure) != 0;
+    }
+    if (!pure) {
+      while (w >= threshold[e]) ++e;
+    }
+    return rows.data() + static_cast<size_t>(e) * 2 * classes;
+  }
+};
+
 class Drawer {
  public:
   Drawer(const BatchDrawConfig& c, const Batches& b) : c_(c), b_(b), layout_{static_cast<int>(c.sequences.size())} {
@@ -192,6 +263,7 @@ class Drawer {
       found->seqs.push_back(j);
     }
     for (LengthClass& cl : classes_) cl.Build();
+    merged_.Build(classes_);
   }
   int64_t k() const { return k_; }
   StatLayout layout() const { return layout_; }
@@ -236,7 +308,40 @@ class Drawer {
   }
 
  private:
-  // One uniform per sample (a Philox word, 4 samples per block), one table lookup per class.
+  // Per sample: one Philox word (4 samples per block) and every class's (length, pairs) from one
+  // merged row; the same values added in the same order as one lookup per class. kC > 0 fixes the
+  // class count at compile time, so the sums stay in registers (gem-default has two classes).
+  template <int kC>
+  void SumRows(uint64_t stream, int64_t size, double* t_acc, double* p_acc, double& load) const {
+    const size_t C = kC > 0 ? static_cast<size_t>(kC) : classes_.size();
+    const double* seqs_per_class = merged_.seqs.data();
+    double t[kC > 0 ? kC : 1] = {}, p[kC > 0 ? kC : 1] = {};
+    double ld = 0;
+    numerics::Philox4x32 block{};
+    for (int64_t s = 0; s < size; ++s) {
+      if (s % 4 == 0) block = numerics::PhiloxBlock(c_.seed, stream, static_cast<uint64_t>(s / 4));
+      const double* row = merged_.Row(block.v[s % 4]);
+      for (size_t c = 0; c < C; ++c) {
+        const double len = row[2 * c];
+        if constexpr (kC > 0) {
+          t[c] += len;
+          p[c] += row[2 * c + 1];
+        } else {
+          t_acc[c] += len;
+          p_acc[c] += row[2 * c + 1];
+        }
+        ld += len * seqs_per_class[c];
+      }
+    }
+    if constexpr (kC > 0) {
+      for (size_t c = 0; c < C; ++c) {
+        t_acc[c] = t[c];
+        p_acc[c] = p[c];
+      }
+    }
+    load = ld;
+  }
+
   void SumFast(int rank, int64_t n, int64_t size, SubBatchSums& out) const {
     const uint64_t stream = SubBatchStream(rank, n);
     const size_t C = classes_.size();
@@ -251,18 +356,12 @@ class Drawer {
       p_acc = prs_v.data();
     }
     double load = 0;
-    numerics::Philox4x32 block{};
-    for (int64_t s = 0; s < size; ++s) {
-      if (s % 4 == 0) block = numerics::PhiloxBlock(c_.seed, stream, static_cast<uint64_t>(s / 4));
-      const uint32_t w = block.v[s % 4];
-      for (size_t c = 0; c < C; ++c) {
-        const LengthClass& cl = classes_[c];
-        const uint32_t i = cl.Lookup(w);
-        const double len = static_cast<double>(cl.law.min + i);
-        t_acc[c] += len;
-        p_acc[c] += cl.pairs[i];
-        load += len * static_cast<double>(cl.seqs.size());
-      }
+    if (C == 2) {
+      SumRows<2>(stream, size, t_acc, p_acc, load);
+    } else if (C == 1) {
+      SumRows<1>(stream, size, t_acc, p_acc, load);
+    } else {
+      SumRows<0>(stream, size, t_acc, p_acc, load);
     }
     for (size_t c = 0; c < C; ++c) {
       const LengthClass& cl = classes_[c];
@@ -282,6 +381,7 @@ class Drawer {
   int64_t sub_ = 128, k_ = 1;
   bool fast_ = false;
   std::vector<LengthClass> classes_;
+  MergedClasses merged_;
 };
 
 }  // namespace
