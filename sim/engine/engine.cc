@@ -8,6 +8,7 @@
 #include "model/numerics/philox.h"
 #include "model/random/splitmix64.h"
 #include "sim/engine/event_queue.h"
+#include "sim/engine/huge_page_allocator.h"
 
 namespace gemtb::sim {
 namespace {
@@ -98,11 +99,11 @@ class Engine {
     RankStats acc;
     double comm = 0;
   };
-  std::vector<double> cur_stats_;  // [rank][width]: the compute step's batch statistics
-  std::vector<uint64_t> cur_ckpt_; // [rank][ckpt_words_]: its checkpointed regions
+  HugeVector<double> cur_stats_;   // [rank][width]: the compute step's batch statistics
+  HugeVector<uint64_t> cur_ckpt_;  // [rank][ckpt_words_]: its checkpointed regions
   int ckpt_words_ = 1;
-  std::vector<RankState> rs_;
-  std::vector<uint8_t> pending_;    // [slot][rank][task]: unfinished dependencies
+  HugeVector<RankState> rs_;
+  HugeVector<uint8_t> pending_;     // [slot][rank][task]: unfinished dependencies
   std::vector<int64_t> coll_off_;   // per task: offset into the per-group state
   std::vector<int32_t> arrived_;
   std::vector<double> max_bytes_, coll_start_, coll_dur_;
