@@ -95,8 +95,12 @@ if ! cmake -S "$srcdir" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_
 fi
 grep -q "gemtb: CUDA ON" "$out/build.log" || { stage "configure found no nvcc"; exit 2; }
 stage "build gemtb and the GPU tests"
-if ! cmake --build "$build" -j "$(nproc)" --target gemtb gpu_attention_test gpu_numerics_test \
-     >> "$out/build.log" 2>&1; then
+# Other areas' tests labelled gpu (data/) need their executables too, or ctest reports them "Not Run".
+gpu_test_targets="gemtb gpu_attention_test gpu_numerics_test"
+for t in data_device_test; do
+  ninja -C "$build" -t query "$t" > /dev/null 2>&1 && gpu_test_targets+=" $t"
+done
+if ! cmake --build "$build" -j "$(nproc)" --target $gpu_test_targets >> "$out/build.log" 2>&1; then
   grep -E "error|FAILED" "$out/build.log" | head -30
   stage "build FAILED (build.log)"
   exit 2
