@@ -2,6 +2,9 @@
 #include "sim/network/calibrate.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <iterator>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -9,7 +12,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "model/common/status_macros.h"
 #include "sim/network/collective_cost.h"
+#include "sim/network/nccl_fit.h"
 
 namespace gemtb::sim {
 namespace {
@@ -152,6 +157,134 @@ std::map<GroupKey, std::vector<const Measurement*>> Groups(const MeasuredSet& se
   return groups;
 }
 
+// One fit size as mode nccl sees it: measured time, NCCL's table time and (algorithm, protocol).
+struct NcclPoint {
+  double bytes, time_s, nccl_s;
+  CollAlgo algo;
+  CollProto proto;
+  bool SameChoice(const NcclPoint& o) const { return algo == o.algo && proto == o.proto; }
+};
+
+// η of a segment whose measured times do not grow: t = launch (+ a negligible share of NCCL's time).
+constexpr double kFlatEta = 1e6;
+
+// launch + t_NCCL/η through a and b (same choice), valid on [lo, hi). The launch may come out
+// negative (the measured curve flatter than NCCL's at the lower point: a launch floor NCCL's sum of
+// latency and transfer does not have); that is kept as long as the line stays above half the lower
+// point's time at lo (checked with NCCL's argmin time there, which is <= this choice's time, so the
+// check holds for every S in the segment: t grows with S). A flat or falling pair (latency-bound,
+// noisy) stays flat at the larger time; a line failing the check scales NCCL's time instead (launch
+// 0, through the larger point).
+void SegmentThrough(const NcclPoint& a, const NcclPoint& b, double nccl_at_lo, NcclFit* fit) {
+  const double dn = b.nccl_s - a.nccl_s, dt = b.time_s - a.time_s;
+  if (dn > 0 && dt > 0) {
+    const double scale = dt / dn;  // 1/η
+    const double launch = a.time_s - scale * a.nccl_s;
+    if (launch + scale * nccl_at_lo >= 0.5 * a.time_s) {
+      fit->launch_s = launch;
+      fit->eta = 1 / scale;
+      return;
+    }
+  }
+  if (!(dt > 0)) {
+    // No measurable growth between the two: flat at the larger time (NCCL's part all but scaled out).
+    fit->launch_s = std::max(a.time_s, b.time_s);
+    fit->eta = kFlatEta;
+    return;
+  }
+  fit->launch_s = 0;
+  fit->eta = b.nccl_s / b.time_s;
+}
+
+// The segments of one measured (op, algo, gpus) over its fit points (ascending S). Runs of
+// consecutive points with the same NCCL choice get one segment per neighbouring pair; the run's first
+// segment reaches down to the previous run's last fit size and its last up to the next run's first
+// (sizes in between take whichever run NCCL's choice at that size belongs to). A run of one point
+// keeps the launch of the nearest fitted segment (0 if negative) and takes η through its point.
+std::vector<NcclFit> NcclSegments(const std::vector<NcclPoint>& pts, const NcclFit& proto_fit,
+                                  const std::function<double(double)>& nccl_time) {
+  std::vector<NcclFit> out;
+  const size_t n = pts.size();
+  std::vector<std::pair<size_t, size_t>> runs;  // [first, last]
+  for (size_t i = 0; i < n; ++i) {
+    if (i == 0 || !pts[i].SameChoice(pts[i - 1])) runs.push_back({i, i});
+    runs.back().second = i;
+  }
+  std::vector<std::pair<size_t, double>> launches;  // run index -> a launch fitted in it
+  std::vector<std::pair<size_t, size_t>> singles;   // (run index, point)
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const auto [first, last] = runs[r];
+    const double run_lo = first == 0 ? 0 : pts[first - 1].bytes;
+    const double run_hi = last + 1 == n ? 0 : pts[last + 1].bytes;
+    if (first == last) {
+      singles.push_back({r, first});
+      continue;
+    }
+    for (size_t i = first; i < last; ++i) {
+      NcclFit fit = proto_fit;
+      fit.algo = pts[i].algo;
+      fit.proto = pts[i].proto;
+      fit.min_bytes = i == first ? run_lo : pts[i].bytes;
+      fit.max_bytes = i + 1 == last ? run_hi : pts[i + 1].bytes;
+      SegmentThrough(pts[i], pts[i + 1], nccl_time(std::max(fit.min_bytes, 1.0)), &fit);
+      launches.push_back({r, fit.launch_s});
+      out.push_back(fit);
+    }
+  }
+  for (const auto& [r, i] : singles) {
+    double launch = 0;
+    size_t best = std::numeric_limits<size_t>::max();
+    for (const auto& [run, l] : launches) {
+      const size_t d = run > r ? run - r : r - run;
+      if (d < best) best = d, launch = l;  // first of the nearest: the run below wins ties
+    }
+    NcclFit fit = proto_fit;
+    fit.algo = pts[i].algo;
+    fit.proto = pts[i].proto;
+    fit.min_bytes = i == 0 ? 0 : pts[i - 1].bytes;
+    fit.max_bytes = i + 1 == n ? 0 : pts[i + 1].bytes;
+    if (launch >= 0 && pts[i].time_s > launch) {
+      fit.launch_s = launch;
+      fit.eta = pts[i].nccl_s / (pts[i].time_s - launch);
+    } else {
+      fit.launch_s = 0;
+      fit.eta = pts[i].nccl_s / pts[i].time_s;
+    }
+    out.push_back(fit);
+  }
+  return out;
+}
+
+struct NcclPass {
+  std::vector<FittedLink> links;
+  double loo_error = 0;  // sum of |predicted / measured - 1| over the left-out fit sizes
+};
+
+Cluster OneTierCluster(const std::string& tier_name, int gpus) {
+  Cluster c;
+  c.world_size = gpus;
+  c.gpus_per_host = gpus;
+  c.zone_size = gpus;
+  c.tiers.push_back({tier_name, 450e9, 370e9, 1.87e-6, 1});
+  return c;
+}
+
+// "... Pattern 4, crossNic 0, nChannels 12, bw 30.000000/30.000000, type NVL/PIX, ..." (graph.cc
+// ncclTopoPrintGraph) -> the ring (pattern 4) or tree (patterns 1-3) graph; the first line of each wins.
+void ParseGraphLine(const std::string& line, MeasuredSet* set) {
+  const size_t at = line.find("Pattern ");
+  if (at == std::string::npos) return;
+  int pattern = 0, cross_nic = 0, nch = 0;
+  double bw_intra = 0, bw_inter = 0;
+  if (std::sscanf(line.c_str() + at, "Pattern %d, crossNic %d, nChannels %d, bw %lf/%lf", &pattern, &cross_nic, &nch,
+                  &bw_intra, &bw_inter) != 5 ||
+      nch < 1 || !(bw_intra > 0)) {
+    return;
+  }
+  NcclGraph* graph = pattern == 4 ? &set->ring_graph : (pattern >= 1 && pattern <= 3) ? &set->tree_graph : nullptr;
+  if (graph != nullptr && graph->nchannels == 0) *graph = {nch, bw_intra};
+}
+
 }  // namespace
 
 std::vector<double> P2pRegimeBoundaries(int p, const P2pChannels& c) {
@@ -183,8 +316,57 @@ absl::StatusOr<MeasuredSet> ParseMeasurements(const json& j) {
     if (!s.ok()) return s;
   }
   if (set.rows.empty()) return absl::InvalidArgumentError("results: no measurements");
+  if (j.is_object() && j.contains("nccl_tuning_log") && j.at("nccl_tuning_log").is_array()) {
+    for (const json& line : j.at("nccl_tuning_log")) {
+      if (line.is_string()) ParseGraphLine(line.get<std::string>(), &set);
+    }
+  }
   return set;
 }
+
+namespace {
+
+// Mode nccl: NCCL's tables under `cal` (its constants fitted, no nccl segments yet), then per measured
+// (op, algo, gpus) the launch/η segments of each protocol regime, from the fit sizes only; and the
+// leave-one-out error of the segments over interior fit sizes >= 1 MiB.
+absl::Status FitNcclSegments(const MeasuredSet& measured, const Calibration& cal, const std::string& tier_name,
+                             const FitOptions& o, NcclPass* out) {
+  for (const auto& [key, rows] : Groups(measured)) {
+    const auto& [op_index, algo, gpus] = key;
+    const CollectiveOp op = static_cast<CollectiveOp>(op_index);
+    if (op == CollectiveOp::kAllToAll) continue;
+    Cluster cluster = o.cluster != nullptr ? *o.cluster : OneTierCluster(tier_name, gpus);
+    cluster.calibration = cal;
+    CollectivesPlan plan;
+    plan.cost_mode = "nccl";
+    if (algo != "auto") plan.algo[std::string(CollectiveOpName(op))] = algo;
+    absl::StatusOr<CollectiveCostModel> model = CollectiveCostModel::Create(cluster, plan);
+    if (!model.ok()) return model.status();
+    const GroupShape host{gpus, gpus, 1, gpus, 1};
+    std::vector<NcclPoint> pts;
+    for (const Measurement* m : rows) {
+      if (!IsFitSize(m->bytes, o.split)) continue;
+      const CollectiveCost c = model->Estimate(op, host, m->bytes);
+      pts.push_back({m->bytes, m->time_s, c.duration_s, c.algo, c.proto});
+    }
+    NcclFit proto_fit;
+    proto_fit.op = op;
+    proto_fit.tier = tier_name;
+    proto_fit.pinned = algo;
+    proto_fit.gpus = gpus;
+    const auto nccl_time = [&](double bytes) { return model->Estimate(op, host, bytes).duration_s; };
+    for (const NcclFit& fit : NcclSegments(pts, proto_fit, nccl_time)) out->links.push_back(ToFittedLink(fit));
+    for (size_t i = 1; i + 1 < pts.size(); ++i) {
+      if (pts[i].bytes < o.loo_min_bytes || !pts[i].SameChoice(pts[i - 1]) || !pts[i].SameChoice(pts[i + 1])) continue;
+      NcclFit fit;
+      SegmentThrough(pts[i - 1], pts[i + 1], nccl_time(pts[i - 1].bytes), &fit);
+      out->loo_error += std::fabs((fit.launch_s + pts[i].nccl_s / fit.eta) / pts[i].time_s - 1);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Calibration& base,
                                            const std::string& tier_name, const FitOptions& o) {
@@ -279,10 +461,40 @@ absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Ca
       cal.nccl_constants["nccl_tree_bw_intra_GBps"] = FitSmallLarge(form, fit_rows, o).busbw_Bps / 1e9 / (0.92 * o.nccl_channels);
     }
   }
-  if (!large_busbw.empty()) {
+  if (measured.ring_graph.nchannels > 0) {
+    // NCCL's own graph of the measured host is known: its tables get exactly NCCL's inputs (so the
+    // argmin switches protocol where NCCL did), and the fitted launch/η segments below carry what the
+    // host delivers. The per-op and Tree bandwidths fitted above are not used.
+    for (auto it = cal.nccl_constants.begin(); it != cal.nccl_constants.end();) {
+      it = it->first.rfind("nccl_bw_intra_GBps", 0) == 0 || it->first == "nccl_tree_bw_intra_GBps"
+               ? cal.nccl_constants.erase(it)
+               : std::next(it);
+    }
+    const NcclGraph& ring = measured.ring_graph;
+    cal.nccl_constants["nccl_nchannels"] = ring.nchannels;
+    cal.nccl_constants["nccl_bw_intra_GBps"] = ring.bw_intra_GBps;
+    if (measured.tree_graph.nchannels > 0) {
+      // One channel count in CommParams: the tree graph's busbw nCh_tree·bw_tree over the ring's nCh.
+      cal.nccl_constants["nccl_tree_bw_intra_GBps"] =
+          measured.tree_graph.nchannels * measured.tree_graph.bw_intra_GBps / ring.nchannels;
+    }
+  } else if (!large_busbw.empty()) {
     cal.nccl_constants["nccl_nchannels"] = o.nccl_channels;
     cal.nccl_constants["nccl_bw_intra_GBps"] = Median(large_busbw) / 1e9 / o.nccl_channels;
   }
+  // Mode nccl. Whether NCCL's size-based Tree correction describes this host is decided on the fit
+  // sizes alone, by leave-one-out: each interior fit size >= 1 MiB predicted from its two fit
+  // neighbours' segment; the lower total error wins (ties keep NCCL's default, on).
+  NcclPass on, off;
+  Calibration cal_off = cal;
+  cal.nccl_constants["nccl_tree_correction"] = 1;
+  cal_off.nccl_constants["nccl_tree_correction"] = 0;
+  GEMTB_RETURN_IF_ERROR(FitNcclSegments(measured, cal, tier_name, o, &on));
+  GEMTB_RETURN_IF_ERROR(FitNcclSegments(measured, cal_off, tier_name, o, &off));
+  const bool keep = on.loo_error <= off.loo_error;
+  if (!keep) cal = cal_off;
+  const NcclPass& pass = keep ? on : off;
+  cal.fitted.insert(cal.fitted.end(), pass.links.begin(), pass.links.end());
   return cal;
 }
 

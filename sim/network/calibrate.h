@@ -24,8 +24,16 @@ struct Measurement {
   double time_s = 0;  // median
 };
 
+// What NCCL's graph search found on the measured host (its INFO line "Pattern P, crossNic c,
+// nChannels n, bw intra/inter, ..."; pattern 4 ring, 1/2/3 trees), the inputs of ncclTopoTuneModel.
+struct NcclGraph {
+  int nchannels = 0;  // 0: not logged
+  double bw_intra_GBps = 0;
+};
+
 struct MeasuredSet {
   std::vector<Measurement> rows;
+  NcclGraph ring_graph, tree_graph;  // from the record's nccl_tuning_log, when present
   std::string nccl_version;
   std::string device;
   bool nvls_off = true;
@@ -63,6 +71,12 @@ struct FitOptions {
   double small_max_bytes = 64 * 1024;       // α from fit sizes <= this
   double large_min_bytes = 64 * 1024 * 1024;  // B from fit sizes >= this
   int nccl_channels = 24;  // what NCCL 2.28 logs on two NVSwitch-connected H200s
+  // The cluster on which mode nccl's tables are evaluated for its fitted launch/η segments (its
+  // calibration is replaced by the one being fitted); null: one NVLink tier named tier_name with the
+  // §3.6 defaults.
+  const Cluster* cluster = nullptr;
+  // Leave-one-out over fit sizes >= this decides nccl_tree_correction (see FitCalibration).
+  double loo_min_bytes = 1024 * 1024;
 };
 
 // Fits `base` (kept: efficiency, kappa unless measured, other constants) to the measurements, for a
@@ -72,6 +86,12 @@ struct FitOptions {
 // NCCL per-channel bandwidth (nccl_bw_intra_GBps) from the large sizes, the NCCL version, nvls,
 // kappa. η tables of `base` are dropped (the segments already follow the measured curve). For
 // all-to-all no segment crosses a P2pRegimeBoundaries bend (channel constants from `base`).
+// Mode nccl (all ops but all-to-all, which it costs with the α–β segments): per (op, algo, gpus) and
+// NCCL (algorithm, protocol) choice under the fitted constants, segments t = launch + t_NCCL/η through
+// consecutive fit sizes of the same choice (nccl_fit.h); a segment never spans a protocol switch.
+// NCCL's size-based Tree all-reduce correction is kept (nccl_tree_correction 1) unless turning it off
+// predicts the fit sizes better by leave-one-out (each interior fit size >= loo_min_bytes from its two
+// fit neighbours); the held-out sizes play no part.
 absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Calibration& base,
                                            const std::string& tier_name, const FitOptions& options);
 

@@ -12,6 +12,7 @@
 #include "sim/network/collective_cost.h"
 #include "sim/network/default_cluster_text.h"
 #include "sim/network/json_fields.h"
+#include "sim/network/nccl_fit.h"
 
 namespace gemtb::sim {
 namespace {
@@ -134,7 +135,7 @@ absl::StatusOr<Calibration> ParseCalibration(const json& json_in, std::string_vi
   if (!resolved.ok()) return resolved.status();
   const json& j = resolved->first;
   GEMTB_RETURN_IF_ERROR(jf::CheckObject(j, path, {"nccl_version", "nccl_commit", "nvls", "constants", "fitted",
-                                                  "eta_tables", "kappa", "efficiency", "source", "note", "fit",
+                                                  "nccl_fitted", "eta_tables", "kappa", "efficiency", "source", "note", "fit",
                                                   "held_out", "measured"}));
   Calibration cal;
   GEMTB_RETURN_IF_ERROR(jf::String(j, path, "nccl_version", &cal.nccl_version, false));
@@ -182,6 +183,48 @@ absl::StatusOr<Calibration> ParseCalibration(const json& json_in, std::string_vi
       link.alpha_s = alpha_us * 1e-6;
       link.busbw_Bps = busbw * 1e9;
       cal.fitted.push_back(link);
+    }
+  }
+  if (j.contains("nccl_fitted")) {
+    // Mode nccl's launch/η segments (nccl_fit.h), carried as encoded FittedLink entries.
+    const std::string fp = jf::Join(path, "nccl_fitted");
+    const json& f = j.at("nccl_fitted");
+    if (!f.is_array()) return jf::Bad(fp, f, "must be an array");
+    for (size_t i = 0; i < f.size(); ++i) {
+      const std::string ip = jf::Index(fp, i);
+      GEMTB_RETURN_IF_ERROR(jf::CheckObject(f[i], ip, {"op", "tier", "algo", "nccl_algo", "proto", "gpus", "min_bytes",
+                                                       "max_bytes", "launch_us", "eta", "note"}));
+      NcclFit fit;
+      std::string op, nccl_algo, proto;
+      GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "op", &op, true));
+      absl::StatusOr<CollectiveOp> parsed = ParseCollectiveOp(op);
+      if (!parsed.ok()) return jf::Bad(jf::Join(ip, "op"), f[i].at("op"), "is not a collective op");
+      fit.op = *parsed;
+      GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "tier", &fit.tier, true));
+      GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "algo", &fit.pinned, false));
+      if (fit.pinned != "auto" && fit.pinned != "ring" && fit.pinned != "tree" && fit.pinned != "nvls") {
+        return jf::Bad(jf::Join(ip, "algo"), f[i].at("algo"), "is not one of auto, ring, tree, nvls");
+      }
+      GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "nccl_algo", &nccl_algo, true));
+      const std::optional<CollAlgo> a = ParseNcclAlgo(nccl_algo);
+      if (!a) return jf::Bad(jf::Join(ip, "nccl_algo"), f[i].at("nccl_algo"), "is not one of ring, tree, nvls, pat");
+      fit.algo = *a;
+      GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "proto", &proto, true));
+      const std::optional<CollProto> pr = ParseNcclProto(proto);
+      if (!pr) return jf::Bad(jf::Join(ip, "proto"), f[i].at("proto"), "is not one of LL, LL128, Simple");
+      fit.proto = *pr;
+      GEMTB_RETURN_IF_ERROR(IntAtLeast(f[i], ip, "gpus", &fit.gpus, 0, false));
+      GEMTB_RETURN_IF_ERROR(jf::Number(f[i], ip, "min_bytes", &fit.min_bytes, false));
+      GEMTB_RETURN_IF_ERROR(jf::Number(f[i], ip, "max_bytes", &fit.max_bytes, false));
+      if (!(fit.min_bytes >= 0)) return jf::Bad(jf::Join(ip, "min_bytes"), f[i].at("min_bytes"), "must be >= 0");
+      if (!(fit.max_bytes >= 0) || (fit.max_bytes > 0 && fit.max_bytes <= fit.min_bytes)) {
+        return jf::Bad(jf::Join(ip, "max_bytes"), f[i].at("max_bytes"), "must be 0 (unbounded) or > min_bytes");
+      }
+      double launch_us = 0;
+      GEMTB_RETURN_IF_ERROR(jf::Number(f[i], ip, "launch_us", &launch_us, true));
+      fit.launch_s = launch_us * 1e-6;
+      GEMTB_RETURN_IF_ERROR(Positive(f[i], ip, "eta", &fit.eta, true));
+      cal.fitted.push_back(ToFittedLink(fit));
     }
   }
   if (j.contains("eta_tables")) {

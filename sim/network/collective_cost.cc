@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "sim/network/alpha_beta.h"
+#include "sim/network/nccl_fit.h"
 #include "sim/network/nccl_tuning.h"
 
 namespace gemtb::sim {
@@ -72,6 +73,21 @@ struct Fitted {
   }
 };
 
+// One fitted correction of mode nccl (nccl_fit.h); pinned nullopt = the "auto" measurement.
+struct NcclFitEntry {
+  std::optional<CollAlgo> pinned;
+  CollAlgo algo;
+  CollProto proto;
+  int level;  // the tier it was measured across: applies to groups whose top tier is this one
+  int gpus;
+  double min_bytes, max_bytes;  // 0 = unbounded
+  double launch_s;
+  double eta;
+  bool Covers(double bytes) const {
+    return (min_bytes <= 0 || bytes >= min_bytes) && (max_bytes <= 0 || bytes < max_bytes);
+  }
+};
+
 }  // namespace
 
 struct CollectiveCostModel::Impl {
@@ -80,6 +96,7 @@ struct CollectiveCostModel::Impl {
   std::array<alpha_beta::Level, 3> levels{};      // members filled per shape
   std::array<std::vector<Fitted>, 5> fitted;  // by op: the engine's hot path scans one op's entries
   std::array<std::vector<int>, 5> fitted_gpus;  // by op: the group sizes with entries (0: any size)
+  std::array<std::vector<NcclFitEntry>, 5> nccl_fits;  // by op: mode nccl's launch/η segments
   int window = 1;
   bool nvls = false;
   double nvls_busbw_Bps = 475e9;
@@ -96,6 +113,7 @@ struct CollectiveCostModel::Impl {
   bool amd_cpu = false;
   bool same_channels = true;
   bool ll128 = true;
+  bool tree_correction = true;
   int nvls_nchannels = 16;
   double nvls_bw_intra_GBps = 0;
   double nics_per_gpu = 1;
@@ -104,6 +122,10 @@ struct CollectiveCostModel::Impl {
                                  double bytes) const;
   CollectiveCost AlphaBeta(CollectiveOp op, CollAlgo algo, const GroupShape& s, double bytes) const;
   CollectiveCost Nccl(CollectiveOp op, std::optional<CollAlgo> algo, const GroupShape& s, double bytes) const;
+  // t = launch + t / η of the fitted segment for this measurement (pinned algo, else auto), group
+  // size and S: the one fitted on NCCL's (algo, proto) choice, else any covering S; none: unchanged.
+  double NcclFitted(CollectiveOp op, std::optional<CollAlgo> pinned, const GroupShape& s, double bytes,
+                    const CollectiveCost& raw) const;
   double Eta(CollectiveOp op, const GroupShape& s, double bytes) const;
 };
 
@@ -204,6 +226,26 @@ CollectiveCost CollectiveCostModel::Impl::AlphaBeta(CollectiveOp op, CollAlgo al
   return c;
 }
 
+double CollectiveCostModel::Impl::NcclFitted(CollectiveOp op, std::optional<CollAlgo> pinned, const GroupShape& s,
+                                             double bytes, const CollectiveCost& raw) const {
+  const std::vector<NcclFitEntry>& fits = nccl_fits[OpIndex(op)];
+  if (fits.empty()) return raw.duration_s;
+  const int top = s.hosts <= 1 ? 0 : s.zones <= 1 ? 1 : 2;
+  for (int pass = 0; pass < 4; ++pass) {
+    const bool want_pinned = pass < 2;
+    const bool want_match = pass % 2 == 0;
+    if (want_pinned && !pinned.has_value()) continue;
+    for (const NcclFitEntry& f : fits) {
+      if (want_pinned ? f.pinned != pinned : f.pinned.has_value()) continue;
+      if (f.level != top || (f.gpus != 0 && f.gpus != s.members)) continue;
+      if (!f.Covers(bytes)) continue;
+      if (want_match && (f.algo != raw.algo || f.proto != raw.proto)) continue;
+      return std::max(0.0, f.launch_s + raw.duration_s / f.eta);  // a hand-made file could go below 0
+    }
+  }
+  return raw.duration_s;
+}
+
 CollectiveCost CollectiveCostModel::Impl::Nccl(CollectiveOp op, std::optional<CollAlgo> algo, const GroupShape& s,
                                                double S) const {
   nccl::CommParams comm;
@@ -227,6 +269,7 @@ CollectiveCost CollectiveCostModel::Impl::Nccl(CollectiveOp op, std::optional<Co
   comm.amd_cpu = amd_cpu;
   comm.same_channels = same_channels;
   comm.ll128 = ll128;
+  comm.tree_correction = tree_correction;
   comm.nvls = nvls;
   comm.nvls_nchannels = nvls_nchannels;
   comm.nvls_bw_intra_GBps = nvls_bw_intra_GBps;
@@ -243,6 +286,7 @@ CollectiveCost CollectiveCostModel::Impl::Nccl(CollectiveOp op, std::optional<Co
     c.duration_s = ring.time_us * 1e-6;
     c.algo = CollAlgo::kRing;
     c.proto = static_cast<CollProto>(static_cast<int>(ring.proto) + 1);
+    c.duration_s = NcclFitted(op, algo, s, S, c);
     return c;
   }
   c.duration_s = choice.time_us * 1e-6;
@@ -251,6 +295,7 @@ CollectiveCost CollectiveCostModel::Impl::Nccl(CollectiveOp op, std::optional<Co
            : choice.algo == nccl::kPat  ? CollAlgo::kPat
                                         : CollAlgo::kRing;
   c.proto = static_cast<CollProto>(static_cast<int>(choice.proto) + 1);
+  c.duration_s = NcclFitted(op, algo, s, S, c);
   return c;
 }
 
@@ -289,6 +334,23 @@ absl::StatusOr<CollectiveCostModel> CollectiveCostModel::Create(const Cluster& c
     impl->levels[k].bw_Bps = (k == 0 ? tier.eff_busbw_Bps : tier.eff_busbw_Bps * impl->nics_per_gpu) / o;
   }
   for (const FittedLink& f : cal.fitted) {
+    if (IsNcclFitLink(f)) {
+      absl::StatusOr<NcclFit> fit = FromFittedLink(f, "cluster.calibration.nccl_fitted");
+      if (!fit.ok()) return fit.status();
+      int fit_level = -1;
+      for (size_t k = 0; k < cluster.tiers.size() && k < 3; ++k) {
+        if (cluster.tiers[k].name == fit->tier) fit_level = static_cast<int>(k);
+      }
+      if (fit_level < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cluster.calibration.nccl_fitted: tier \"", fit->tier, "\" is not a tier of the cluster"));
+      }
+      std::optional<CollAlgo> pinned;
+      if (fit->pinned != "auto") pinned = ParseAlgo(fit->pinned);
+      impl->nccl_fits[OpIndex(fit->op)].push_back(
+          {pinned, fit->algo, fit->proto, fit_level, fit->gpus, fit->min_bytes, fit->max_bytes, fit->launch_s, fit->eta});
+      continue;
+    }
     int level = -1;
     for (size_t k = 0; k < cluster.tiers.size() && k < 3; ++k) {
       if (cluster.tiers[k].name == f.tier) level = static_cast<int>(k);
@@ -327,6 +389,7 @@ absl::StatusOr<CollectiveCostModel> CollectiveCostModel::Create(const Cluster& c
   impl->amd_cpu = Constant(cal, "nccl_amd_cpu", 0) != 0;
   impl->same_channels = Constant(cal, "nccl_same_channels", 1) != 0;
   impl->ll128 = Constant(cal, "nccl_ll128", 1) != 0;
+  impl->tree_correction = Constant(cal, "nccl_tree_correction", 1) != 0;
   impl->nvls_nchannels = static_cast<int>(Constant(cal, "nccl_nvls_nchannels", 16));
   impl->nvls_bw_intra_GBps =
       Constant(cal, "nccl_nvls_bw_intra_GBps", cluster.tiers[0].bw_Bps / 1e9 / impl->nvls_nchannels);

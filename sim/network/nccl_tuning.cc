@@ -137,7 +137,7 @@ double AlgoTime(const Tables& tables, CollectiveOp op, const CommParams& comm, A
   if (bw == 0) return -1.0;
   const uint64_t nbytes = static_cast<uint64_t>(bytes);
   const int log_size = Log2i(nbytes >> 6);
-  if (algo == kTree && op == CollectiveOp::kAllReduce && log_size >= 0 && log_size < 23) {
+  if (comm.tree_correction && algo == kTree && op == CollectiveOp::kAllReduce && log_size >= 0 && log_size < 23) {
     bw *= kTreeCorrection[proto][log_size];
   }
   if (algo == kRing && proto == kSimple && comm.nnodes > 1 && op == CollectiveOp::kAllReduce &&

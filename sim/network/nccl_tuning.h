@@ -33,6 +33,7 @@ struct CommParams {
   bool amd_cpu = false;         // llMaxBw row for multi-host
   bool same_channels = true;    // graphs[RING]->sameChannels (broadcast latency)
   bool ll128 = true;            // LL128 enabled (Hopper default)
+  bool tree_correction = true;  // the size-based Tree all-reduce bandwidth correction (treeCorrectionFactor)
   bool nvls = false;            // NVLS support (NCCL_NVLS_ENABLE)
   int nvls_nchannels = 16;
   double nvls_bw_intra_GBps = 23.1;

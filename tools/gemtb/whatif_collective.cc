@@ -16,6 +16,7 @@
 #include "sim/network/calibrate.h"
 #include "sim/network/cluster_json.h"
 #include "sim/network/collective_cost.h"
+#include "sim/network/nccl_fit.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
 
@@ -97,13 +98,31 @@ absl::Status Collective(const std::vector<std::string>& args) {
   return absl::OkStatus();
 }
 
+// How mode nccl's constants and segments were fitted (calibration.fit.nccl_mode).
+std::string NcclModeNote(const sim::MeasuredSet& measured) {
+  const std::string segments =
+      "; nccl_tree_correction (NCCL's size-based Tree all-reduce correction) kept or dropped by leave-one-out on "
+      "the fit sizes >= 1 MiB; then nccl_fitted: per (op, algo, gpus) and NCCL's (algorithm, protocol) choice under "
+      "those constants, segments t = launch + t_NCCL / eta through consecutive fit sizes of the same choice (never "
+      "across a protocol switch; a one-point regime keeps the nearest launch)";
+  if (measured.ring_graph.nchannels > 0) {
+    return "nccl_nchannels, nccl_bw_intra_GBps, nccl_tree_bw_intra_GBps: the graph NCCL logged on the measured host "
+           "(nccl_tuning_log: ring pattern 4 nChannels x bw, tree pattern 1-3 scaled to the ring's channel count)" +
+           segments;
+  }
+  return "nccl_bw_intra_GBps = B_eff of the large sizes (median over all_reduce, all_gather, reduce_scatter) / "
+         "nccl_nchannels (24); nccl_bw_intra_GBps.<op> the same per op; nccl_tree_bw_intra_GBps from the Tree run" +
+         segments;
+}
+
 absl::Status Calibrate(const std::vector<std::string>& args) {
   std::string in_path, out_path, fit_sizes = "even", base_path, cluster_path;
   FlagSet flags("gemtb whatif calibrate --in RESULTS.json [--fit-sizes even|odd] --out CALIBRATION.json",
                 "Fits a calibration file from `gemtb bench comm` records (or tools/bench_comm.sh's\n"
                 "comm_results.json): per op, pinned algorithm and GPU count a piecewise alpha-beta fit (alpha\n"
                 "from the small sizes, effective busbw from the large ones, one segment between consecutive\n"
-                "fit sizes), NCCL's per-channel bandwidth and kappa (GEMM slowdown), on the even (or odd)\n"
+                "fit sizes), mode nccl's inputs (the NCCL graph the record logged) with launch/eta segments per\n"
+                "protocol regime, and kappa (GEMM slowdown), on the even (or odd)\n"
                 "powers of two; prints the held-out MAPE for S >= 1 MiB on the other sizes in modes\n"
                 "alpha_beta (eta off/on) and nccl. Other fields (efficiency) come from --base (default: the\n"
                 "compiled-in sim/calibration/h200.json).");
@@ -138,6 +157,8 @@ absl::Status Calibrate(const std::vector<std::string>& args) {
   if (!base.ok()) return base.status();
   absl::StatusOr<sim::Cluster> cluster = cluster_path.empty() ? sim::DefaultCluster() : sim::LoadClusterFile(cluster_path);
   if (!cluster.ok()) return cluster.status();
+  const sim::Cluster fit_cluster = *cluster;
+  options.cluster = &fit_cluster;
   absl::StatusOr<sim::Calibration> cal = sim::FitCalibration(*measured, *base, cluster->tiers[0].name, options);
   if (!cal.ok()) return cal.status();
   cluster->calibration = *cal;
@@ -146,7 +167,7 @@ absl::Status Calibrate(const std::vector<std::string>& args) {
 
   // The file: the base's documentation and efficiency, then what was fitted.
   json out = base_json;
-  for (const char* key : {"fitted", "eta_tables", "held_out", "fit", "measured", "note", "source"}) out.erase(key);
+  for (const char* key : {"fitted", "nccl_fitted", "eta_tables", "held_out", "fit", "measured", "note", "source"}) out.erase(key);
   out["note"] =
       "Written by `gemtb whatif calibrate` from measured NCCL collectives on one host (NVLink only; network tiers "
       "keep the published defaults of sim/network/default_cluster.json).";
@@ -156,7 +177,7 @@ absl::Status Calibrate(const std::vector<std::string>& args) {
       "measured with the NCCL above; nccl-mode constants from NVIDIA/nccl master 5067397c (2.30.7)";
   out["nvls"] = cal->nvls;
   if (cal->kappa) out["kappa"] = *cal->kappa;
-  json constants = out.value("constants", json::object());
+  json constants = json::object();  // the fit starts from the base's constants and may drop some
   for (const auto& [name, value] : cal->nccl_constants) constants[name] = value;
   out["constants"] = constants;
   out["measured"] = {{"device", measured->device}, {"nvls_off", measured->nvls_off}};
@@ -169,16 +190,26 @@ absl::Status Calibrate(const std::vector<std::string>& args) {
                           "cross a bend of NCCL's p2p channel striping (per-peer bytes S/p at nMin*chunk/8 and "
                           "n*32*chunk, sim/network/calibrate.h P2pRegimeBoundaries): each side continues its own "
                           "regime's line"},
-                {"nccl_mode", "nccl_bw_intra_GBps = B_eff of the large sizes (median over all_reduce, all_gather, "
-                              "reduce_scatter) / nccl_nchannels (24, as NCCL logs on this host); "
-                              "nccl_bw_intra_GBps.<op> the same per op; nccl_tree_bw_intra_GBps from the Tree run"}};
+                {"nccl_mode", NcclModeNote(*measured)}};
   json fitted = json::array();
+  json nccl_fitted = json::array();
   for (const sim::FittedLink& f : cal->fitted) {
+    if (sim::IsNcclFitLink(f)) {
+      absl::StatusOr<sim::NcclFit> n = sim::FromFittedLink(f, "nccl_fitted");
+      if (!n.ok()) return absl::InternalError(n.status().message());
+      nccl_fitted.push_back({{"op", std::string(sim::CollectiveOpName(n->op))}, {"tier", n->tier}, {"algo", n->pinned},
+                             {"nccl_algo", std::string(sim::CollAlgoName(n->algo))},
+                             {"proto", std::string(sim::CollProtoName(n->proto))}, {"gpus", n->gpus},
+                             {"min_bytes", n->min_bytes}, {"max_bytes", n->max_bytes}, {"launch_us", n->launch_s * 1e6},
+                             {"eta", n->eta}});
+      continue;
+    }
     fitted.push_back({{"op", std::string(sim::CollectiveOpName(f.op))}, {"tier", f.tier}, {"algo", f.algo},
                       {"gpus", f.gpus}, {"min_bytes", f.min_bytes}, {"max_bytes", f.max_bytes},
                       {"alpha_us", f.alpha_s * 1e6}, {"busbw_GBps", f.busbw_Bps / 1e9}});
   }
   out["fitted"] = fitted;
+  out["nccl_fitted"] = nccl_fitted;
   json etas = json::array();
   for (const sim::EtaTable& t : cal->eta_tables) {
     json pts = json::array();

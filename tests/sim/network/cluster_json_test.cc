@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gmock/gmock.h"
+#include "sim/network/collective_cost.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 
@@ -106,6 +107,53 @@ TEST(ClusterJson, OversubscriptionAndEta) {
   f["calibration"] = json::parse(R"({"fitted": [{"op": "all_gather", "tier": "nvl", "alpha_us": 1, "busbw_GBps": 300}]})");
   EXPECT_THAT(ParseError(f), StatusIs(absl::StatusCode::kInvalidArgument,
                                       HasSubstr("cluster.calibration.fitted[0].tier: \"nvl\" is not the name of a tier")));
+}
+
+// Mode nccl's fitted segments (sim/network/nccl_fit.h): named errors, and a good entry reaches the
+// cost model as t = launch + t_NCCL / η for the group size, protocol and sizes it was fitted on.
+TEST(ClusterJson, NcclFittedSegments) {
+  json bad = ThreeTierCluster();
+  bad["calibration"] = json::parse(R"({"nccl_fitted": [{"op": "all_reduce", "tier": "nvlink", "nccl_algo": "ring",
+                                       "proto": "LL64", "launch_us": 3, "eta": 0.5}]})");
+  EXPECT_THAT(ParseError(bad), StatusIs(absl::StatusCode::kInvalidArgument,
+                                        HasSubstr("cluster.calibration.nccl_fitted[0].proto: \"LL64\" is not one of")));
+  bad["calibration"]["nccl_fitted"][0]["proto"] = "Simple";
+  bad["calibration"]["nccl_fitted"][0]["eta"] = 0;
+  EXPECT_THAT(ParseError(bad), StatusIs(absl::StatusCode::kInvalidArgument,
+                                        HasSubstr("cluster.calibration.nccl_fitted[0].eta")));
+  bad["calibration"]["nccl_fitted"][0]["eta"] = 0.5;
+  bad["calibration"]["nccl_fitted"][0]["algo"] = "direct";
+  EXPECT_THAT(ParseError(bad), StatusIs(absl::StatusCode::kInvalidArgument,
+                                        HasSubstr("cluster.calibration.nccl_fitted[0].algo")));
+
+  json j = ThreeTierCluster();
+  j["calibration"] = json::parse(R"({"nccl_fitted": [{"op": "all_reduce", "tier": "nvlink", "nccl_algo": "ring",
+                                     "proto": "Simple", "gpus": 8, "min_bytes": 1048576, "launch_us": 3, "eta": 0.5}]})");
+  absl::StatusOr<Cluster> fitted = ParseCluster(j, "cluster", ".");
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  j.erase("calibration");
+  absl::StatusOr<Cluster> plain = ParseCluster(j, "cluster", ".");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  CollectivesPlan plan;
+  plan.cost_mode = "nccl";
+  absl::StatusOr<CollectiveCostModel> a = CollectiveCostModel::Create(*fitted, plan);
+  absl::StatusOr<CollectiveCostModel> b = CollectiveCostModel::Create(*plain, plan);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+  const GroupShape host{8, 8, 1, 8, 1};
+  const double S = 64.0 * 1024 * 1024;  // ring/Simple on one host (nccl_tuning_test)
+  const CollectiveCost raw = b->Estimate(CollectiveOp::kAllReduce, host, S);
+  ASSERT_EQ(AlgoLabel(raw.algo, raw.proto), "ring/Simple");
+  EXPECT_NEAR(a->Estimate(CollectiveOp::kAllReduce, host, S).duration_s, 3e-6 + raw.duration_s / 0.5, 1e-15);
+  // Another group size, another op, a size below the segment: NCCL's own time.
+  const GroupShape four{4, 4, 1, 4, 1};
+  EXPECT_EQ(a->Estimate(CollectiveOp::kAllReduce, four, S).duration_s, b->Estimate(CollectiveOp::kAllReduce, four, S).duration_s);
+  EXPECT_EQ(a->Estimate(CollectiveOp::kAllGather, host, S).duration_s, b->Estimate(CollectiveOp::kAllGather, host, S).duration_s);
+  EXPECT_EQ(a->Estimate(CollectiveOp::kAllReduce, host, 4096).duration_s, b->Estimate(CollectiveOp::kAllReduce, host, 4096).duration_s);
+  // Mode alpha_beta ignores them.
+  absl::StatusOr<CollectiveCostModel> ab = CollectiveCostModel::Create(*fitted, CollectivesPlan{});
+  absl::StatusOr<CollectiveCostModel> ab_plain = CollectiveCostModel::Create(*plain, CollectivesPlan{});
+  ASSERT_TRUE(ab.ok() && ab_plain.ok());
+  EXPECT_EQ(ab->Estimate(CollectiveOp::kAllReduce, host, S).duration_s, ab_plain->Estimate(CollectiveOp::kAllReduce, host, S).duration_s);
 }
 
 TEST(ClusterJson, CalibrationByReference) {
