@@ -283,7 +283,7 @@ void Engine::OnCollEnd(int i, int g) {
   const int step = coll_step_[k];
   const double start = coll_start_[k], dur = coll_dur_[k];
   const bool release = in_.kappa > 0 && dur > 0 && !in_.ideal_network;
-  constexpr int kAhead = 4;  // members prefetched ahead (each completion is a few hundred ns)
+  constexpr int kAhead = 8;  // members prefetched ahead (each completion is a few hundred ns)
   for (int p = 0; p < std::min(kAhead, l.size); ++p) PrefetchCompletion(l.Member(g, p), i, step);
   for (int p = 0; p < l.size; ++p) {
     const int r = l.Member(g, p);
@@ -410,10 +410,13 @@ absl::StatusOr<EngineOutput> Engine::Run() {
       const Event top = q_.Top();
       const int next = top.a;
       for (int d : tpl_.dependents[top.b]) __builtin_prefetch(&Pending(next, d, top.step));
-      __builtin_prefetch(&rs_[next]);
-      __builtin_prefetch(reinterpret_cast<const char*>(&rs_[next]) + 64);
-      __builtin_prefetch(cur_stats_.data() + static_cast<size_t>(next) * width_);
-      __builtin_prefetch(cur_stats_.data() + static_cast<size_t>(next) * width_ + 8);
+      __builtin_prefetch(&Pending(next, stream_next_[top.b], top.step + stream_wraps_[top.b]));
+      // The whole rank state (a task end touches most of it) and the statistics row.
+      const char* state = reinterpret_cast<const char*>(&rs_[next]);
+      for (size_t off = 0; off < sizeof(RankState); off += 64) __builtin_prefetch(state + off);
+      const double* row = cur_stats_.data() + static_cast<size_t>(next) * width_;
+      for (int off = 0; off < width_; off += 8) __builtin_prefetch(row + off);
+      __builtin_prefetch(cur_ckpt_.data() + static_cast<size_t>(next) * ckpt_words_);
     }
     ++events;
     switch (e.type) {
