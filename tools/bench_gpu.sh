@@ -16,9 +16,10 @@
 #   --reps N            timed runs per case (default 15); --warmup N (default 3)
 #   --cases a,b         bench and peer cases (default: all eight)
 #   --variants K1,K2    also time these forward kernels alone (forward only; mma_sync, hopper64,
-#                       hopper128), for the notes
+#                       hopper128, hopper_ws), for the notes
 #   --peer-timeout S    seconds for the peer script at most (default 300)
-#   --forward-kernel K  auto | mma_sync | hopper64 | hopper128 (default auto)
+#   --forward-kernel K  auto | mma_sync | hopper64 | hopper128 | hopper_ws (default auto); with
+#                       hopper_ws the check runs it too (GEMTB_FORWARD_KERNEL=hopper_ws)
 #   --ncu a,b           also profile the forward kernel of these cases once with Nsight Compute
 #                       (speed of light, warp stall reasons; clocks left as they are)
 #   --peer-timeout 0 skips the peers (then there is no ratio table).
@@ -94,6 +95,8 @@ gemtb=$build/bin/gemtb
 # The Hopper kernel's SASS must hold warpgroup MMAs (HGMMA), not only HMMA.
 obj=$(find "$build" -name 'forward_hopper_bf16.cu.o' | head -1)
 [ -n "$obj" ] && echo "   HGMMA instructions in forward_hopper_bf16: $(cuobjdump --dump-sass "$obj" 2>/dev/null | grep -c HGMMA)" | tee -a "$out/summary.txt"
+obj=$(find "$build" -name 'forward_hopper_ws_bf16.cu.o' | head -1)
+[ -n "$obj" ] && echo "   HGMMA instructions in forward_hopper_ws_bf16: $(cuobjdump --dump-sass "$obj" 2>/dev/null | grep -c HGMMA)" | tee -a "$out/summary.txt"
 
 # --- 3. gemtb bench attention ---------------------------------------------------------------------
 lengths=/tmp/gemtb-lengths
@@ -181,7 +184,12 @@ done
 # --- 5. gemtb check attention ---------------------------------------------------------------------
 if [ "$check_cases" -gt 0 ]; then
   stage "gemtb check attention --cases $check_cases (timeout $(limit 400) s)"
-  timeout "$(limit 400)" "$gemtb" check attention --cases "$check_cases" --seed 1 --max-length 300 \
+  # The check always runs kAuto; GEMTB_FORWARD_KERNEL=hopper_ws makes kAuto take the opt-in
+  # warp-specialised forward wherever the Hopper forward applies (device_call.h).
+  check_env=()
+  [ "$forward_kernel" = hopper_ws ] && check_env=(GEMTB_FORWARD_KERNEL=hopper_ws)
+  echo "   check forward: ${check_env[*]:-default kAuto}" | tee -a "$out/summary.txt"
+  timeout "$(limit 400)" env "${check_env[@]}" "$gemtb" check attention --cases "$check_cases" --seed 1 --max-length 300 \
     --json "$out/check.json" > /tmp/check.log 2>&1
   check_rc=$?
   [ $check_rc -eq 0 ] || status=1

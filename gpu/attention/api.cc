@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <string>
@@ -220,6 +221,7 @@ struct DeviceCall::State {
   ElementType dtype = ElementType::kBFloat16;
   bool softmax = false;
   bool hopper_forward = false;
+  bool hopper_ws = false;  // the warp-specialised Hopper forward (forward_hopper_ws_kernel.cuh)
   int hopper_block_n = kHopperDefaultBlockN;
   DeviceArray<SeqInfo> seqs;
   DeviceArray<ForwardTile> forward_tiles;
@@ -267,7 +269,23 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
   s->dtype = args.dtype;
   s->softmax = args.options.act == Activation::kSoftmax;
   const bool hopper_applies = s->problem.d == kHopperHeadDim && HopperKernelsAvailable();
+  if (forward_kernel == ForwardKernelChoice::kAuto) {
+    // Opt-in until a device run verifies it: GEMTB_FORWARD_KERNEL=hopper_ws (device_call.h).
+    const char* env = std::getenv("GEMTB_FORWARD_KERNEL");
+    if (env != nullptr && absl::string_view(env) == "hopper_ws" && hopper_applies) {
+      forward_kernel = ForwardKernelChoice::kHopperWs;
+    }
+  }
   switch (forward_kernel) {
+    case ForwardKernelChoice::kHopperWs:
+      if (!hopper_applies) {
+        return Bad(absl::StrCat("forward kernel: the Hopper kernel needs head dim ", kHopperHeadDim,
+                                " and an sm_90a build; this call has Dqk=", s->problem.d));
+      }
+      s->hopper_forward = true;
+      s->hopper_ws = true;
+      s->hopper_block_n = kHopperWsBlockN;
+      break;
     case ForwardKernelChoice::kAuto:
       // Also for PMA's 32-row query sequences: since the per-activation kernels (v3) the Hopper
       // kernel is faster there despite its 128-row tiles (0.66 ms against the mma.sync kernel's
@@ -335,6 +353,7 @@ int64_t DeviceCall::heads() const { return state_->problem.heads; }
 bool DeviceCall::softmax() const { return state_->softmax; }
 const char* DeviceCall::forward_kernel_name() const {
   if (!state_->hopper_forward) return "mma_sync";
+  if (state_->hopper_ws) return "hopper_ws_n128";
   return state_->hopper_block_n == 128 ? "hopper_wgmma_n128" : "hopper_wgmma_n64";
 }
 
@@ -358,6 +377,7 @@ absl::Status DeviceCall::Forward(const DeviceInputs& in, uint16_t* o, float* lse
   fp.lse = lse;
   return Dispatch(s.dtype, p.d, [&]<ElementType E, int D>() -> absl::Status {
     if constexpr (D == kHopperHeadDim) {
+      if (s.hopper_ws) return LaunchForwardHopperWs<E>(fp, s.num_forward);
       if (s.hopper_forward) return LaunchForwardHopper<E>(fp, s.num_forward, s.hopper_block_n);
     }
     return LaunchForward<E, D>(fp, s.num_forward);

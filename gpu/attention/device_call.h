@@ -18,8 +18,12 @@ namespace gemtb::gpu {
 // kHopperDefaultBlockN keys per step; backward: backward_hopper_kernel.cuh) wherever they apply
 // (head dim 128 on an sm_90a build) and the mma.sync kernels elsewhere; kHopper64 / kHopper128
 // force the Hopper forward with 64 / 128 keys per step; kMmaSync runs the mma.sync forward and
-// backward (the reference the benchmark compares the Hopper kernels against).
-enum class ForwardKernelChoice { kAuto, kMmaSync, kHopper64, kHopper128 };
+// backward (the reference the benchmark compares the Hopper kernels against); kHopperWs forces the
+// warp-specialised Hopper forward (forward_hopper_ws_kernel.cuh: producer warpgroup, mbarrier
+// pipeline, ping-pong consumer warpgroups, 128 keys per step). The environment variable
+// GEMTB_FORWARD_KERNEL=hopper_ws makes kAuto take kHopperWs wherever the Hopper forward applies
+// (how `gemtb check attention`, which always runs kAuto, checks it).
+enum class ForwardKernelChoice { kAuto, kMmaSync, kHopper64, kHopper128, kHopperWs };
 inline constexpr int kHopperDefaultBlockN = 128;
 
 // Device pointers of one call's inputs, laid out as api.h's host tensors.
@@ -56,7 +60,8 @@ class DeviceCall {
   int64_t out_rows() const;
   int64_t heads() const;
   bool softmax() const;
-  // "hopper_wgmma_n64", "hopper_wgmma_n128" or "mma_sync": the forward kernel this call launches.
+  // "hopper_wgmma_n64", "hopper_wgmma_n128", "hopper_ws_n128" or "mma_sync": the forward kernel this
+  // call launches.
   const char* forward_kernel_name() const;
   // "hopper_wgmma" or "mma_sync" (or "none" without the backward lists): the backward kernels.
   const char* backward_kernel_name() const;

@@ -22,6 +22,12 @@ absl::Status LaunchForward(const ForwardParams& params, int64_t num_tiles);
 template <ElementType E>
 absl::Status LaunchForwardHopper(const ForwardParams& params, int64_t num_tiles, int block_n);
 
+// The same outputs from the warp-specialised Hopper forward (forward_hopper_ws_kernel.cuh: producer
+// warpgroup, mbarrier pipeline, ping-pong consumers; kHopperWsBlockN keys per step), same tiles and
+// grid as LaunchForwardHopper.
+template <ElementType E>
+absl::Status LaunchForwardHopperWs(const ForwardParams& params, int64_t num_tiles);
+
 // Whether this build holds the Hopper kernels (false in the CPU emulation, which runs only the
 // mma.sync kernels).
 bool HopperKernelsAvailable();

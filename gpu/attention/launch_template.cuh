@@ -10,6 +10,7 @@
 #include "gpu/attention/backward_hopper_kernel.cuh"
 #include "gpu/attention/backward_row_dot.cuh"
 #include "gpu/attention/forward_hopper_kernel.cuh"
+#include "gpu/attention/forward_hopper_ws_kernel.cuh"
 #include "gpu/attention/forward_kernel.cuh"
 #include "gpu/attention/launch.h"
 #include "gpu/common/cuda_check.cuh"
@@ -49,6 +50,28 @@ absl::Status LaunchForwardHopper(const ForwardParams& params, int64_t num_tiles,
   if (blocks > INT32_MAX) return absl::InvalidArgumentError("attention forward: tiles x heads exceeds 2^31-1 CTAs");
   if (block_n == 128) return LaunchForwardHopperN<E, 128>(params, static_cast<unsigned>(blocks));
   return LaunchForwardHopperN<E, 64>(params, static_cast<unsigned>(blocks));
+}
+
+template <ElementType E>
+absl::Status LaunchForwardHopperWs(const ForwardParams& params, int64_t num_tiles) {
+  const int64_t blocks = num_tiles * params.problem.heads;
+  if (blocks == 0) return absl::OkStatus();
+  if (blocks > INT32_MAX) return absl::InvalidArgumentError("attention forward: tiles x heads exceeds 2^31-1 CTAs");
+  constexpr int BN = kHopperWsBlockN;
+  const dim3 grid(static_cast<unsigned>(blocks));
+  const dim3 block(kHopperWsThreads);
+  const size_t smem = HopperForwardSmem<BN>::kBytes;
+  const char* name = "attention forward kernel (Hopper, warp-specialised)";
+  switch (params.problem.options.act) {
+    case Activation::kSoftmax:
+      return Launch(ForwardHopperWsKernel<E, HopperAct::kSoftmax, BN>, grid, block, smem, params, name);
+    case Activation::kSilu:
+      return Launch(ForwardHopperWsKernel<E, HopperAct::kSilu, BN>, grid, block, smem, params, name);
+    case Activation::kGeluTanh:
+      return Launch(ForwardHopperWsKernel<E, HopperAct::kGeluTanh, BN>, grid, block, smem, params, name);
+    default:
+      return Launch(ForwardHopperWsKernel<E, HopperAct::kOther, BN>, grid, block, smem, params, name);
+  }
 }
 
 template <ElementType E, int D>

@@ -46,6 +46,10 @@ inline constexpr int kThreads = 128;
 inline constexpr int kHopperBlockM = 128;
 inline constexpr int kHopperHeadDim = 128;
 inline constexpr int kHopperThreads = 256;
+// The warp-specialised Hopper forward (forward_hopper_ws_kernel.cuh): the same 128-row tiles, a
+// producer warpgroup and two consumer warpgroups, 128 keys per step.
+inline constexpr int kHopperWsThreads = 384;
+inline constexpr int kHopperWsBlockN = 128;
 
 // Forward: query rows [i0, i0+kBlockM) of output sequence b against keys [k_lo, k_hi), the union of
 // those rows' valid key ranges (never empty: empty tiles are not listed).

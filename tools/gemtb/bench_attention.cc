@@ -44,7 +44,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   flags.Int64("warmup", &warmup, "untimed runs before timing (default 3)");
   flags.Int64("reps", &reps, "timed runs; the median is reported (default 15)");
   flags.Int64("seed", &seed, "seed of the device-drawn inputs (default 1)");
-  flags.String("forward-kernel", &forward_kernel, "auto | mma_sync | hopper64 | hopper128 (default auto)");
+  flags.String("forward-kernel", &forward_kernel, "auto | mma_sync | hopper64 | hopper128 | hopper_ws (default auto)");
   flags.Bool("forward-only", &forward_only, "skip the forward+backward timing");
   flags.Bool("no-compare", &no_compare, "skip the Hopper-vs-mma.sync output comparison");
   flags.String("label", &label, "free text stored in the JSON (e.g. the commit)");
@@ -75,9 +75,11 @@ absl::Status Run(const std::vector<std::string>& args) {
     opt.forward_kernel = gpu::ForwardKernelChoice::kHopper64;
   } else if (forward_kernel == "hopper128") {
     opt.forward_kernel = gpu::ForwardKernelChoice::kHopper128;
+  } else if (forward_kernel == "hopper_ws") {
+    opt.forward_kernel = gpu::ForwardKernelChoice::kHopperWs;
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--forward-kernel=", forward_kernel, ": auto, mma_sync, hopper64 or hopper128"));
+    return absl::InvalidArgumentError(absl::StrCat("--forward-kernel=", forward_kernel,
+                                                   ": auto, mma_sync, hopper64, hopper128 or hopper_ws"));
   }
   for (const std::string& name : opt.cases) {
     if (absl::StatusOr<gpu::bench::BenchCase> c = gpu::bench::FindCase(name); !c.ok()) return c.status();
