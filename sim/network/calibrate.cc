@@ -175,7 +175,7 @@ constexpr double kFlatEta = 1e6;
 // check holds for every S in the segment: t grows with S). A flat or falling pair (latency-bound,
 // noisy) stays flat at the larger time; a line failing the check scales NCCL's time instead (launch
 // 0, through the larger point).
-void SegmentThrough(const NcclPoint& a, const NcclPoint& b, double nccl_at_lo, NcclFit* fit) {
+void SegmentThrough(const NcclPoint& a, const NcclPoint& b, double nccl_at_lo, NcclFitSegment* fit) {
   const double dn = b.nccl_s - a.nccl_s, dt = b.time_s - a.time_s;
   if (dn > 0 && dt > 0) {
     const double scale = dt / dn;  // 1/η
@@ -201,9 +201,9 @@ void SegmentThrough(const NcclPoint& a, const NcclPoint& b, double nccl_at_lo, N
 // segment reaches down to the previous run's last fit size and its last up to the next run's first
 // (sizes in between take whichever run NCCL's choice at that size belongs to). A run of one point
 // keeps the launch of the nearest fitted segment (0 if negative) and takes η through its point.
-std::vector<NcclFit> NcclSegments(const std::vector<NcclPoint>& pts, const NcclFit& proto_fit,
-                                  const std::function<double(double)>& nccl_time) {
-  std::vector<NcclFit> out;
+std::vector<NcclFitSegment> NcclSegments(const std::vector<NcclPoint>& pts, const NcclFitSegment& proto_fit,
+                                         const std::function<double(double)>& nccl_time) {
+  std::vector<NcclFitSegment> out;
   const size_t n = pts.size();
   std::vector<std::pair<size_t, size_t>> runs;  // [first, last]
   for (size_t i = 0; i < n; ++i) {
@@ -221,7 +221,7 @@ std::vector<NcclFit> NcclSegments(const std::vector<NcclPoint>& pts, const NcclF
       continue;
     }
     for (size_t i = first; i < last; ++i) {
-      NcclFit fit = proto_fit;
+      NcclFitSegment fit = proto_fit;
       fit.algo = pts[i].algo;
       fit.proto = pts[i].proto;
       fit.min_bytes = i == first ? run_lo : pts[i].bytes;
@@ -238,7 +238,7 @@ std::vector<NcclFit> NcclSegments(const std::vector<NcclPoint>& pts, const NcclF
       const size_t d = run > r ? run - r : r - run;
       if (d < best) best = d, launch = l;  // first of the nearest: the run below wins ties
     }
-    NcclFit fit = proto_fit;
+    NcclFitSegment fit = proto_fit;
     fit.algo = pts[i].algo;
     fit.proto = pts[i].proto;
     fit.min_bytes = i == 0 ? 0 : pts[i - 1].bytes;
@@ -256,7 +256,7 @@ std::vector<NcclFit> NcclSegments(const std::vector<NcclPoint>& pts, const NcclF
 }
 
 struct NcclPass {
-  std::vector<FittedLink> links;
+  std::vector<NcclFitSegment> segments;
   double loo_error = 0;  // sum of |predicted / measured - 1| over the left-out fit sizes
 };
 
@@ -349,16 +349,20 @@ absl::Status FitNcclSegments(const MeasuredSet& measured, const Calibration& cal
       const CollectiveCost c = model->Estimate(op, host, m->bytes);
       pts.push_back({m->bytes, m->time_s, c.duration_s, c.algo, c.proto});
     }
-    NcclFit proto_fit;
+    NcclFitSegment proto_fit;
     proto_fit.op = op;
     proto_fit.tier = tier_name;
-    proto_fit.pinned = algo;
+    if (!ParsePinnedAlgo(algo, &proto_fit.pinned)) {
+      return absl::InvalidArgumentError(absl::StrCat("measured ", std::string(CollectiveOpName(op)), " with NCCL_ALGO \"",
+                                                     algo, "\": mode nccl fits auto, ring, tree, nvls only"));
+    }
     proto_fit.gpus = gpus;
     const auto nccl_time = [&](double bytes) { return model->Estimate(op, host, bytes).duration_s; };
-    for (const NcclFit& fit : NcclSegments(pts, proto_fit, nccl_time)) out->links.push_back(ToFittedLink(fit));
+    std::vector<NcclFitSegment> segments = NcclSegments(pts, proto_fit, nccl_time);
+    out->segments.insert(out->segments.end(), segments.begin(), segments.end());
     for (size_t i = 1; i + 1 < pts.size(); ++i) {
       if (pts[i].bytes < o.loo_min_bytes || !pts[i].SameChoice(pts[i - 1]) || !pts[i].SameChoice(pts[i + 1])) continue;
-      NcclFit fit;
+      NcclFitSegment fit;
       SegmentThrough(pts[i - 1], pts[i + 1], nccl_time(pts[i - 1].bytes), &fit);
       out->loo_error += std::fabs((fit.launch_s + pts[i].nccl_s / fit.eta) / pts[i].time_s - 1);
     }
@@ -372,6 +376,7 @@ absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Ca
                                            const std::string& tier_name, const FitOptions& o) {
   Calibration cal = base;
   cal.fitted.clear();
+  cal.nccl_fitted.clear();
   cal.eta_tables.clear();
   cal.nccl_version = measured.nccl_version;
   cal.nvls = !measured.nvls_off;
@@ -494,7 +499,7 @@ absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Ca
   const bool keep = on.loo_error <= off.loo_error;
   if (!keep) cal = cal_off;
   const NcclPass& pass = keep ? on : off;
-  cal.fitted.insert(cal.fitted.end(), pass.links.begin(), pass.links.end());
+  cal.nccl_fitted = pass.segments;
   return cal;
 }
 

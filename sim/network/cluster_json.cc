@@ -186,7 +186,7 @@ absl::StatusOr<Calibration> ParseCalibration(const json& json_in, std::string_vi
     }
   }
   if (j.contains("nccl_fitted")) {
-    // Mode nccl's launch/η segments (nccl_fit.h), carried as encoded FittedLink entries.
+    // Mode nccl's launch/η segments (nccl_fit.h).
     const std::string fp = jf::Join(path, "nccl_fitted");
     const json& f = j.at("nccl_fitted");
     if (!f.is_array()) return jf::Bad(fp, f, "must be an array");
@@ -194,15 +194,15 @@ absl::StatusOr<Calibration> ParseCalibration(const json& json_in, std::string_vi
       const std::string ip = jf::Index(fp, i);
       GEMTB_RETURN_IF_ERROR(jf::CheckObject(f[i], ip, {"op", "tier", "algo", "nccl_algo", "proto", "gpus", "min_bytes",
                                                        "max_bytes", "launch_us", "eta", "note"}));
-      NcclFit fit;
-      std::string op, nccl_algo, proto;
+      NcclFitSegment fit;
+      std::string op, pinned = "auto", nccl_algo, proto;
       GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "op", &op, true));
       absl::StatusOr<CollectiveOp> parsed = ParseCollectiveOp(op);
       if (!parsed.ok()) return jf::Bad(jf::Join(ip, "op"), f[i].at("op"), "is not a collective op");
       fit.op = *parsed;
       GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "tier", &fit.tier, true));
-      GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "algo", &fit.pinned, false));
-      if (fit.pinned != "auto" && fit.pinned != "ring" && fit.pinned != "tree" && fit.pinned != "nvls") {
+      GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "algo", &pinned, false));
+      if (!ParsePinnedAlgo(pinned, &fit.pinned)) {
         return jf::Bad(jf::Join(ip, "algo"), f[i].at("algo"), "is not one of auto, ring, tree, nvls");
       }
       GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "nccl_algo", &nccl_algo, true));
@@ -224,7 +224,7 @@ absl::StatusOr<Calibration> ParseCalibration(const json& json_in, std::string_vi
       GEMTB_RETURN_IF_ERROR(jf::Number(f[i], ip, "launch_us", &launch_us, true));
       fit.launch_s = launch_us * 1e-6;
       GEMTB_RETURN_IF_ERROR(Positive(f[i], ip, "eta", &fit.eta, true));
-      cal.fitted.push_back(ToFittedLink(fit));
+      cal.nccl_fitted.push_back(std::move(fit));
     }
   }
   if (j.contains("eta_tables")) {
@@ -373,6 +373,12 @@ absl::StatusOr<Cluster> ParseCluster(const json& json_in, std::string_view path_
       if (!names.count(c.calibration.fitted[i].tier)) {
         return jf::Bad(jf::Join(jf::Index(jf::Join(jf::Join(path, "calibration"), "fitted"), i), "tier"),
                        c.calibration.fitted[i].tier, "is not the name of a tier of this cluster");
+      }
+    }
+    for (size_t i = 0; i < c.calibration.nccl_fitted.size(); ++i) {
+      if (!names.count(c.calibration.nccl_fitted[i].tier)) {
+        return jf::Bad(jf::Join(jf::Index(jf::Join(jf::Join(path, "calibration"), "nccl_fitted"), i), "tier"),
+                       c.calibration.nccl_fitted[i].tier, "is not the name of a tier of this cluster");
       }
     }
   }

@@ -16,6 +16,10 @@
 //   "fitted": [ {"op": "all_gather", "tier": "nvlink", "algo": "auto"|"ring"|..., "gpus": 2,
 //                "min_bytes": 1048576, "max_bytes": 4194304,   // segment [min, max); 0 = unbounded
 //                "alpha_us": 9.1, "busbw_GBps": 361.2}, ... ],  // for groups of exactly `gpus` (0: any)
+//   "nccl_fitted": [ {"op": "all_reduce", "tier": "nvlink", "algo": "auto"|"ring"|"tree"|"nvls",
+//                     "nccl_algo": "ring"|"tree"|"nvls"|"pat", "proto": "LL"|"LL128"|"Simple", "gpus": 2,
+//                     "min_bytes": 0, "max_bytes": 4194304, "launch_us": 12.3, "eta": 0.8}, ... ],
+//                                                              // mode nccl's segments (nccl_fit.h)
 //   "eta_tables": [ {"op": "all_reduce", "hosts": 2, "points": [[bytes, eta], ...]}, ... ],
 //   "kappa": 0.22,
 //   "efficiency": {"e_mem": 0.6, "ops": {"linear": 0.45, "attention": [[tokens, e], ...]}},

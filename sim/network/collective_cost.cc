@@ -12,7 +12,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "sim/network/alpha_beta.h"
-#include "sim/network/nccl_fit.h"
 #include "sim/network/nccl_tuning.h"
 
 namespace gemtb::sim {
@@ -73,7 +72,8 @@ struct Fitted {
   }
 };
 
-// One fitted correction of mode nccl (nccl_fit.h); pinned nullopt = the "auto" measurement.
+// One fitted correction of mode nccl (NcclFitSegment, nccl_fit.h) with its tier resolved; pinned
+// nullopt = the "auto" measurement.
 struct NcclFitEntry {
   std::optional<CollAlgo> pinned;
   CollAlgo algo;
@@ -333,24 +333,23 @@ absl::StatusOr<CollectiveCostModel> CollectiveCostModel::Create(const Cluster& c
     impl->levels[k].alpha_s = tier.alpha_s;
     impl->levels[k].bw_Bps = (k == 0 ? tier.eff_busbw_Bps : tier.eff_busbw_Bps * impl->nics_per_gpu) / o;
   }
-  for (const FittedLink& f : cal.fitted) {
-    if (IsNcclFitLink(f)) {
-      absl::StatusOr<NcclFit> fit = FromFittedLink(f, "cluster.calibration.nccl_fitted");
-      if (!fit.ok()) return fit.status();
-      int fit_level = -1;
-      for (size_t k = 0; k < cluster.tiers.size() && k < 3; ++k) {
-        if (cluster.tiers[k].name == fit->tier) fit_level = static_cast<int>(k);
-      }
-      if (fit_level < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("cluster.calibration.nccl_fitted: tier \"", fit->tier, "\" is not a tier of the cluster"));
-      }
-      std::optional<CollAlgo> pinned;
-      if (fit->pinned != "auto") pinned = ParseAlgo(fit->pinned);
-      impl->nccl_fits[OpIndex(fit->op)].push_back(
-          {pinned, fit->algo, fit->proto, fit_level, fit->gpus, fit->min_bytes, fit->max_bytes, fit->launch_s, fit->eta});
-      continue;
+  for (size_t i = 0; i < cal.nccl_fitted.size(); ++i) {
+    const NcclFitSegment& fit = cal.nccl_fitted[i];
+    const std::string where = absl::StrCat("cluster.calibration.nccl_fitted[", i, "]");
+    int level = -1;
+    for (size_t k = 0; k < cluster.tiers.size() && k < 3; ++k) {
+      if (cluster.tiers[k].name == fit.tier) level = static_cast<int>(k);
     }
+    if (level < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".tier: \"", fit.tier, "\" is not a tier of the cluster"));
+    }
+    if (!std::isfinite(fit.launch_s)) return absl::InvalidArgumentError(absl::StrCat(where, ".launch_us: must be finite"));
+    if (!(fit.eta > 0)) return absl::InvalidArgumentError(absl::StrCat(where, ".eta: ", fit.eta, " must be > 0"));
+    impl->nccl_fits[OpIndex(fit.op)].push_back(
+        {fit.pinned, fit.algo, fit.proto, level, fit.gpus, fit.min_bytes, fit.max_bytes, fit.launch_s, fit.eta});
+  }
+  for (const FittedLink& f : cal.fitted) {
     int level = -1;
     for (size_t k = 0; k < cluster.tiers.size() && k < 3; ++k) {
       if (cluster.tiers[k].name == f.tier) level = static_cast<int>(k);

@@ -52,17 +52,7 @@ absl::StatusOr<GroupShape> ContiguousGroupShape(const Cluster& cluster, int memb
 
 // ---- algorithms and results --------------------------------------------------------------------
 
-enum class CollAlgo {
-  kRing,             // ring AG/RS/AR/broadcast (flat multi-host ring when the group spans hosts)
-  kTree,             // double binary tree, pipelined (AR, broadcast)
-  kHalvingDoubling,  // halving-doubling AR, recursive-halving RS, recursive-doubling AG
-  kDirect,           // direct all-to-all with window (multi-tier when the group spans tiers)
-  kHierarchical,     // RS down the tiers, AR/AG/RS at the top, AG back up
-  kNvls,             // NVLink SHARP (nccl mode; alpha_beta when calibration.nvls)
-  kPat,              // NCCL's PAT all-gather/reduce-scatter (nccl mode, one GPU per host)
-  kAllToAllv,        // all-to-allv (only through EstimateAllToAllv)
-};
-enum class CollProto { kNone, kLL, kLL128, kSimple };  // kNone in alpha_beta mode
+// CollAlgo and CollProto are declared in sim/scenario/scenario.h (calibration files name them).
 
 std::string_view CollectiveOpName(CollectiveOp op);  // all_reduce, all_gather, ...
 absl::StatusOr<CollectiveOp> ParseCollectiveOp(std::string_view name);

@@ -27,6 +27,20 @@ namespace gemtb::sim {
 // Names as spec §3.1 (JSON, CLI, CSV): all_reduce, all_gather, reduce_scatter, all_to_all, broadcast.
 enum class CollectiveOp { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast };
 
+// Collective algorithms and NCCL protocols (names and meaning: sim/network/collective_cost.h); here
+// because calibration files name them (NcclFitSegment).
+enum class CollAlgo {
+  kRing,             // ring AG/RS/AR/broadcast (flat multi-host ring when the group spans hosts)
+  kTree,             // double binary tree, pipelined (AR, broadcast)
+  kHalvingDoubling,  // halving-doubling AR, recursive-halving RS, recursive-doubling AG
+  kDirect,           // direct all-to-all with window (multi-tier when the group spans tiers)
+  kHierarchical,     // RS down the tiers, AR/AG/RS at the top, AG back up
+  kNvls,             // NVLink SHARP (nccl mode; alpha_beta when calibration.nvls)
+  kPat,              // NCCL's PAT all-gather/reduce-scatter (nccl mode, one GPU per host)
+  kAllToAllv,        // all-to-allv (only through EstimateAllToAllv)
+};
+enum class CollProto { kNone, kLL, kLL128, kSimple };  // kNone in alpha_beta mode
+
 // Process-group classes, one comm stream each (spec §2.2); names as the oracle's communication
 // report: dense-shard, dense-replica, ep, expert-shard, sparse-mp, sparse-replica, sparse-intra.
 enum class GroupClass { kDenseShard, kDenseReplica, kEp, kExpertShard, kSparseMp, kSparseReplica, kSparseIntra };
@@ -79,12 +93,28 @@ struct FittedLink {
   double busbw_Bps = 0;
 };
 
+// A fitted correction of cost mode nccl (sim/network/nccl_fit.h) for one (op, pinned algorithm, group
+// size, NCCL's algorithm/protocol choice) and size segment: t = launch_s + t_NCCL / eta.
+struct NcclFitSegment {
+  CollectiveOp op = CollectiveOp::kAllReduce;
+  std::string tier;                 // tier name: applies to groups whose top tier is this one
+  std::optional<CollAlgo> pinned;   // how NCCL_ALGO was set when measured: ring, tree, nvls; nullopt: auto
+  CollAlgo algo = CollAlgo::kRing;  // NCCL's choice the segment corrects: ring, tree, nvls, pat
+  CollProto proto = CollProto::kSimple;  // LL, LL128, Simple
+  int gpus = 0;                     // group size it was measured on (0: any)
+  double min_bytes = 0;             // [min_bytes, max_bytes), 0 = unbounded
+  double max_bytes = 0;
+  double launch_s = 0;              // intercept; may be < 0 (calibrate.cc keeps t > 0 on the segment)
+  double eta = 1;                   // > 0 (> 1: faster than NCCL's table)
+};
+
 struct Calibration {
   std::string nccl_version;  // calibration files record the NCCL version and commit (spec §3.3)
   std::string nccl_commit;
   bool nvls = false;         // whether NVLink SHARP was on where this was measured
   std::map<std::string, double> nccl_constants;  // overrides of the §3.3 defaults, by name
   std::vector<FittedLink> fitted;
+  std::vector<NcclFitSegment> nccl_fitted;  // mode nccl's launch/η segments
   std::vector<EtaTable> eta_tables;
   std::optional<double> kappa;  // SM-contention slowdown; default s / (n_SM - s)
   Efficiency efficiency;

@@ -194,19 +194,17 @@ absl::Status Calibrate(const std::vector<std::string>& args) {
   json fitted = json::array();
   json nccl_fitted = json::array();
   for (const sim::FittedLink& f : cal->fitted) {
-    if (sim::IsNcclFitLink(f)) {
-      absl::StatusOr<sim::NcclFit> n = sim::FromFittedLink(f, "nccl_fitted");
-      if (!n.ok()) return absl::InternalError(n.status().message());
-      nccl_fitted.push_back({{"op", std::string(sim::CollectiveOpName(n->op))}, {"tier", n->tier}, {"algo", n->pinned},
-                             {"nccl_algo", std::string(sim::CollAlgoName(n->algo))},
-                             {"proto", std::string(sim::CollProtoName(n->proto))}, {"gpus", n->gpus},
-                             {"min_bytes", n->min_bytes}, {"max_bytes", n->max_bytes}, {"launch_us", n->launch_s * 1e6},
-                             {"eta", n->eta}});
-      continue;
-    }
     fitted.push_back({{"op", std::string(sim::CollectiveOpName(f.op))}, {"tier", f.tier}, {"algo", f.algo},
                       {"gpus", f.gpus}, {"min_bytes", f.min_bytes}, {"max_bytes", f.max_bytes},
                       {"alpha_us", f.alpha_s * 1e6}, {"busbw_GBps", f.busbw_Bps / 1e9}});
+  }
+  for (const sim::NcclFitSegment& n : cal->nccl_fitted) {
+    nccl_fitted.push_back({{"op", std::string(sim::CollectiveOpName(n.op))}, {"tier", n.tier},
+                           {"algo", std::string(sim::PinnedAlgoName(n.pinned))},
+                           {"nccl_algo", std::string(sim::CollAlgoName(n.algo))},
+                           {"proto", std::string(sim::CollProtoName(n.proto))}, {"gpus", n.gpus},
+                           {"min_bytes", n.min_bytes}, {"max_bytes", n.max_bytes}, {"launch_us", n.launch_s * 1e6},
+                           {"eta", n.eta}});
   }
   out["fitted"] = fitted;
   out["nccl_fitted"] = nccl_fitted;

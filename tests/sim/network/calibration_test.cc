@@ -2,6 +2,7 @@
 // measurements (tools/bench/results/comm_h200x*_*.json) the committed calibration
 // (sim/calibration/h200.json, loaded through sim/network/default_cluster.json from disk) predicts the
 // held-out sizes >= 1 MiB within the spec's MAPE, per op and GPU count.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -47,8 +48,8 @@ TEST(Calibration, ExactOnSyntheticAlphaBeta) {
   EXPECT_EQ(cal->nccl_version, "2.28.3");
   EXPECT_FALSE(cal->nvls);
   ASSERT_FALSE(cal->fitted.empty());
+  EXPECT_FALSE(cal->nccl_fitted.empty());  // mode nccl's own list (NcclSegmentsFollowEachProtocolRegime)
   for (const FittedLink& f : cal->fitted) {
-    if (IsNcclFitLink(f)) continue;  // mode nccl's segments (NcclSegmentsFollowEachProtocolRegime)
     EXPECT_NEAR(f.alpha_s, alpha, 1e-12);
     EXPECT_NEAR(f.busbw_Bps, B, 1e-3 * B);
   }
@@ -161,6 +162,26 @@ TEST(Calibration, NcclSegmentsFollowEachProtocolRegime) {
   ASSERT_TRUE(cal.ok()) << cal.status();
   EXPECT_EQ(cal->nccl_constants.at("nccl_nchannels"), 12);
   EXPECT_EQ(cal->nccl_constants.at("nccl_bw_intra_GBps"), 30);
+  // One measured (op, algo, gpus): every segment says so; the segments tile the sizes; at least two
+  // protocols, each with the synthetic launch and η of its protocol (t_NCCL is linear in S there).
+  ASSERT_FALSE(cal->nccl_fitted.empty());
+  std::set<CollProto> protos;
+  for (const NcclFitSegment& f : cal->nccl_fitted) {
+    EXPECT_EQ(f.op, CollectiveOp::kAllReduce);
+    EXPECT_EQ(f.tier, "nvlink");
+    EXPECT_FALSE(f.pinned.has_value());
+    EXPECT_EQ(f.gpus, 2);
+    EXPECT_TRUE(f.max_bytes == 0 || f.max_bytes > f.min_bytes) << f.min_bytes << " " << f.max_bytes;
+    protos.insert(f.proto);
+    if (f.proto == CollProto::kSimple && f.min_bytes >= 64.0 * 1024 * 1024) {
+      EXPECT_NEAR(f.launch_s, 15e-6, 1e-9);
+      EXPECT_NEAR(f.eta, 0.8, 1e-6);
+    }
+  }
+  EXPECT_GE(protos.size(), 2u);
+  EXPECT_TRUE(cal->fitted.size() > 0 && std::all_of(cal->fitted.begin(), cal->fitted.end(), [](const FittedLink& f) {
+                return f.algo == "auto";  // the α–β entries only; nothing of mode nccl rides along
+              }));
   Cluster fitted = syn.truth;
   fitted.calibration = *cal;
   CollectivesPlan plan;
@@ -188,6 +209,8 @@ TEST(Calibration, TreeCorrectionDecidedOnFitSizes) {
     absl::StatusOr<Calibration> cal = FitCalibration(*set, Calibration{}, "nvlink", FitOptions{});
     ASSERT_TRUE(cal.ok()) << cal.status();
     EXPECT_EQ(cal->nccl_constants.at("nccl_tree_correction"), truth ? 1 : 0);
+    ASSERT_FALSE(cal->nccl_fitted.empty());
+    for (const NcclFitSegment& f : cal->nccl_fitted) EXPECT_EQ(f.pinned, std::optional<CollAlgo>(CollAlgo::kTree));
   }
 }
 

@@ -125,12 +125,30 @@ TEST(ClusterJson, NcclFittedSegments) {
   bad["calibration"]["nccl_fitted"][0]["algo"] = "direct";
   EXPECT_THAT(ParseError(bad), StatusIs(absl::StatusCode::kInvalidArgument,
                                         HasSubstr("cluster.calibration.nccl_fitted[0].algo")));
+  bad["calibration"]["nccl_fitted"][0]["algo"] = "tree";
+  bad["calibration"]["nccl_fitted"][0]["tier"] = "nvl";
+  EXPECT_THAT(ParseError(bad), StatusIs(absl::StatusCode::kInvalidArgument,
+                                        HasSubstr("cluster.calibration.nccl_fitted[0].tier: \"nvl\" is not the name of a tier")));
 
   json j = ThreeTierCluster();
   j["calibration"] = json::parse(R"({"nccl_fitted": [{"op": "all_reduce", "tier": "nvlink", "nccl_algo": "ring",
                                      "proto": "Simple", "gpus": 8, "min_bytes": 1048576, "launch_us": 3, "eta": 0.5}]})");
   absl::StatusOr<Cluster> fitted = ParseCluster(j, "cluster", ".");
   ASSERT_TRUE(fitted.ok()) << fitted.status();
+  // Parsed into the typed list, not into the α–β entries.
+  EXPECT_TRUE(fitted->calibration.fitted.empty());
+  ASSERT_EQ(fitted->calibration.nccl_fitted.size(), 1u);
+  const NcclFitSegment& seg = fitted->calibration.nccl_fitted[0];
+  EXPECT_EQ(seg.op, CollectiveOp::kAllReduce);
+  EXPECT_EQ(seg.tier, "nvlink");
+  EXPECT_FALSE(seg.pinned.has_value());  // "algo" omitted: the auto measurement
+  EXPECT_EQ(seg.algo, CollAlgo::kRing);
+  EXPECT_EQ(seg.proto, CollProto::kSimple);
+  EXPECT_EQ(seg.gpus, 8);
+  EXPECT_EQ(seg.min_bytes, 1048576);
+  EXPECT_EQ(seg.max_bytes, 0);
+  EXPECT_DOUBLE_EQ(seg.launch_s, 3e-6);
+  EXPECT_EQ(seg.eta, 0.5);
   j.erase("calibration");
   absl::StatusOr<Cluster> plain = ParseCluster(j, "cluster", ".");
   ASSERT_TRUE(plain.ok()) << plain.status();
@@ -154,6 +172,29 @@ TEST(ClusterJson, NcclFittedSegments) {
   absl::StatusOr<CollectiveCostModel> ab_plain = CollectiveCostModel::Create(*plain, CollectivesPlan{});
   ASSERT_TRUE(ab.ok() && ab_plain.ok());
   EXPECT_EQ(ab->Estimate(CollectiveOp::kAllReduce, host, S).duration_s, ab_plain->Estimate(CollectiveOp::kAllReduce, host, S).duration_s);
+
+  // A segment of a Ring-pinned measurement corrects only a Ring-pinned plan; auto keeps NCCL's time.
+  Cluster pinned = *fitted;
+  pinned.calibration.nccl_fitted[0].pinned = CollAlgo::kRing;
+  CollectivesPlan ring_plan = plan;
+  ring_plan.algo["all_reduce"] = "ring";
+  absl::StatusOr<CollectiveCostModel> pa = CollectiveCostModel::Create(pinned, plan);
+  absl::StatusOr<CollectiveCostModel> pr = CollectiveCostModel::Create(pinned, ring_plan);
+  ASSERT_TRUE(pa.ok() && pr.ok()) << pa.status() << pr.status();
+  EXPECT_EQ(pa->Estimate(CollectiveOp::kAllReduce, host, S).duration_s, raw.duration_s);
+  EXPECT_NEAR(pr->Estimate(CollectiveOp::kAllReduce, host, S).duration_s, 3e-6 + raw.duration_s / 0.5, 1e-15);
+
+  // Segments built in code are checked where the model is built, by index.
+  Cluster hand = *plain;
+  hand.calibration.nccl_fitted.push_back(seg);
+  hand.calibration.nccl_fitted.push_back(seg);
+  hand.calibration.nccl_fitted[1].eta = 0;
+  EXPECT_THAT(CollectiveCostModel::Create(hand, plan).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cluster.calibration.nccl_fitted[1].eta")));
+  hand.calibration.nccl_fitted[1].eta = 0.5;
+  hand.calibration.nccl_fitted[1].tier = "nvl";
+  EXPECT_THAT(CollectiveCostModel::Create(hand, plan).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cluster.calibration.nccl_fitted[1].tier: \"nvl\"")));
 }
 
 TEST(ClusterJson, CalibrationByReference) {
