@@ -168,10 +168,11 @@ inline V4 Splat4(float a) { return V4{a, a, a, a}; }
 
 // For r < R, c < m: y[r*ldy + c] = start + sum_{k ascending} x[r*rs + k*ks] * w[k*m + c], where start is
 // bias[c] (bias non-null), y's old value (accumulate) or 0.
+// Columns from c0 on.
 template <int R>
 inline void TileRows(const float* x, ptrdiff_t rs, ptrdiff_t ks, int kn, const float* w, int m, float* y,
-                     ptrdiff_t ldy, const float* bias, bool accumulate) {
-  int c = 0;
+                     ptrdiff_t ldy, const float* bias, bool accumulate, int c0 = 0) {
+  int c = c0;
   for (; c + 8 <= m; c += 8) {
     V4 acc[R][2];
     for (int r = 0; r < R; ++r)
@@ -205,12 +206,30 @@ inline void TileRows(const float* x, ptrdiff_t rs, ptrdiff_t ks, int kn, const f
     }
 }
 
+// One row, 32 columns at a time: a single-token layer (the head, Wukong's MLP) streams a large w once per
+// column tile, so the tile is as wide as the registers allow (each fetched cache line is used whole).
+inline void OneRowWide(const float* x, ptrdiff_t ks, int kn, const float* w, int m, float* y, const float* bias,
+                       bool accumulate) {
+  int c = 0;
+  for (; c + 32 <= m; c += 32) {
+    V4 acc[8];
+    for (int h = 0; h < 8; ++h) acc[h] = bias ? Load4(bias + c + 4 * h) : accumulate ? Load4(y + c + 4 * h) : Splat4(0.0f);
+    for (int k = 0; k < kn; ++k) {
+      const V4 a = Splat4(x[k * ks]);
+      const float* wr = w + static_cast<ptrdiff_t>(k) * m + c;
+      for (int h = 0; h < 8; ++h) acc[h] += a * Load4(wr + 4 * h);
+    }
+    for (int h = 0; h < 8; ++h) Store4(y + c + 4 * h, acc[h]);
+  }
+  TileRows<1>(x, 0, ks, kn, w, m, y, 0, bias, accumulate, c);
+}
+
 // All n rows: y[t, :] from x rows t*rs (element k at k*ks), in tiles of 4 rows and then single rows.
 inline void Gemm(const float* x, ptrdiff_t rs, ptrdiff_t ks, int n, int kn, const float* w, int m, float* y,
                  const float* bias, bool accumulate) {
   int t = 0;
   for (; t + 4 <= n; t += 4) TileRows<4>(x + t * rs, rs, ks, kn, w, m, y + static_cast<ptrdiff_t>(t) * m, m, bias, accumulate);
-  for (; t < n; ++t) TileRows<1>(x + t * rs, rs, ks, kn, w, m, y + static_cast<ptrdiff_t>(t) * m, m, bias, accumulate);
+  for (; t < n; ++t) OneRowWide(x + t * rs, ks, kn, w, m, y + static_cast<ptrdiff_t>(t) * m, bias, accumulate);
 }
 
 }  // namespace ops_detail

@@ -37,14 +37,14 @@ struct TrainOptions {
   uint64_t seed = 1;           // parameter and table init (Philox key)
   uint64_t data_seed = 1;      // the generator's seed
   int64_t batch = 64;
-  float lr = 2e-3f;            // dense Adam
+  float lr = 1e-3f;            // dense Adam
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
-  float table_lr = 0.05f;      // rowwise Adagrad on every table
+  float table_lr = 0.2f;       // rowwise Adagrad on every table
   // Learning-rate schedule of both optimizers: constant, or linear decay from the full rate at step 0
   // to 0 at `total_steps` (the step count of the run; part of the numerics, so resume needs the same).
   bool linear_decay = true;
-  float table_decay = 1.0f;    // the table rate decays by this fraction of the dense rate's decay (0..1)
-  int64_t total_steps = 4000;
+  float table_decay = 0.0f;    // the table rate decays by this fraction of the dense rate's decay (0..1)
+  int64_t total_steps = 7000;
   int threads = 0;             // 0 = all; results do not depend on it
   int grad_blocks = 16;        // fixed gradient-sum blocks per batch (numerics, not parallelism)
 };
