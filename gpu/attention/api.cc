@@ -270,7 +270,8 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
   s->softmax = args.options.act == Activation::kSoftmax;
   const bool hopper_applies = s->problem.d == kHopperHeadDim && HopperKernelsAvailable();
   if (forward_kernel == ForwardKernelChoice::kAuto) {
-    // Opt-in until a device run verifies it: GEMTB_FORWARD_KERNEL=hopper_ws (device_call.h).
+    // GEMTB_FORWARD_KERNEL=hopper_ws: the warp-specialised forward for every act and tile list
+    // (device_call.h; how the check covers it beyond kAuto's own choice below).
     const char* env = std::getenv("GEMTB_FORWARD_KERNEL");
     if (env != nullptr && absl::string_view(env) == "hopper_ws" && hopper_applies) {
       forward_kernel = ForwardKernelChoice::kHopperWs;
@@ -307,6 +308,16 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
   const int block_m = s->hopper_forward ? kHopperBlockM : kBlockM;
   const std::vector<ForwardTile> tiles = BuildForwardTiles(s->problem.pairing, args.options, block_m);
   s->num_forward = static_cast<int64_t>(tiles.size());
+  if (forward_kernel == ForwardKernelChoice::kAuto && s->hopper_forward && s->softmax && !tiles.empty()) {
+    // kAuto, softmax: the warp-specialised forward where the tiles hold enough K/V steps for its
+    // pipeline to overlap loads and the two consumers' work (device_call.h, kHopperWsMinMeanSteps).
+    int64_t steps = 0;
+    for (const ForwardTile& t : tiles) steps += (t.k_hi - t.k_lo + kHopperWsBlockN - 1) / kHopperWsBlockN;
+    if (steps >= kHopperWsMinMeanSteps * static_cast<int64_t>(tiles.size())) {
+      s->hopper_ws = true;
+      s->hopper_block_n = kHopperWsBlockN;
+    }
+  }
   s->forward_covers_all = ForwardRows(tiles, s->problem.pairing, block_m) == s->problem.to;
   GEMTB_RETURN_IF_ERROR(s->seqs.Upload(s->problem.pairing.seqs, "sequence table"));
   GEMTB_RETURN_IF_ERROR(s->forward_tiles.Upload(tiles, "forward tiles"));

@@ -20,11 +20,16 @@ namespace gemtb::gpu {
 // force the Hopper forward with 64 / 128 keys per step; kMmaSync runs the mma.sync forward and
 // backward (the reference the benchmark compares the Hopper kernels against); kHopperWs forces the
 // warp-specialised Hopper forward (forward_hopper_ws_kernel.cuh: producer warpgroup, mbarrier
-// pipeline, ping-pong consumer warpgroups, 128 keys per step). The environment variable
-// GEMTB_FORWARD_KERNEL=hopper_ws makes kAuto take kHopperWs wherever the Hopper forward applies
-// (how `gemtb check attention`, which always runs kAuto, checks it).
+// pipeline, ping-pong consumer warpgroups, 128 keys per step). kAuto takes kHopperWs for softmax
+// when the call's tiles average at least kHopperWsMinMeanSteps K/V steps of 128 keys (on the H200
+// it was 2-10% faster on the long softmax cases and 4% slower on block64's one-step tiles, where
+// nothing is left to overlap), and the plain Hopper forward otherwise (the pointwise acts were
+// 5-10% slower with it). The environment variable GEMTB_FORWARD_KERNEL=hopper_ws makes kAuto take
+// kHopperWs for every act and tile list where the Hopper forward applies (how `gemtb check
+// attention`, which always runs kAuto, covers it everywhere).
 enum class ForwardKernelChoice { kAuto, kMmaSync, kHopper64, kHopper128, kHopperWs };
 inline constexpr int kHopperDefaultBlockN = 128;
+inline constexpr int64_t kHopperWsMinMeanSteps = 2;
 
 // Device pointers of one call's inputs, laid out as api.h's host tensors.
 struct DeviceInputs {
