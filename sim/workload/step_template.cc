@@ -173,6 +173,32 @@ class Builder {
   void BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_time, StatAffine& update_time,
                    std::vector<int>& sparse_fwd_tasks);
 
+  // TWRW's host group: the consecutive members of an MP group that share a host (1 when its members
+  // are a host or more apart, as in 2D plans with more replicas than GPUs per host).
+  int TwrwHostMembers() const {
+    const GroupLayout& mp = g_.of(GroupClass::kSparseMp);
+    const int gph = s_.cluster.gpus_per_host;
+    int g = (mp.stride <= gph && gph % mp.stride == 0) ? std::min(mp.size, gph / mp.stride) : 1;
+    while (g > 1 && mp.size % g != 0) --g;
+    return std::max(1, g);
+  }
+  // The layout of TWRW's host part (inside a host) or of its cross-host part (same local index),
+  // added to the template's layouts on first use.
+  int TwrwLayout(bool host_part) {
+    int& index = host_part ? twrw_host_layout_ : twrw_cross_layout_;
+    if (index >= 0) return index;
+    const GroupLayout& mp = g_.of(GroupClass::kSparseMp);
+    const int g = TwrwHostMembers();
+    GroupLayout l;
+    l.size = host_part ? g : mp.size / g;
+    l.stride = host_part ? mp.stride : mp.stride * g;
+    l.count = g_.world / l.size;
+    t_.layouts.push_back(l);
+    index = static_cast<int>(t_.layouts.size()) - 1;
+    return index;
+  }
+  int twrw_host_layout_ = -1, twrw_cross_layout_ = -1;
+
   const Scenario& s_;
   const RankGroups& g_;
   StepTemplate t_;
@@ -435,9 +461,18 @@ absl::StatusOr<StepTemplate> Builder::Build() {
     for (int i : sparse_fwd) {
       const TaskTemplate f = t_.tasks[i];
       // Mirror of each forward exchange of embeddings: A2A -> A2A of gradients; RW's pooled RS -> AG.
-      if (f.name != "sparse.emb_a2a" && f.name != "sparse.pooled_rs") continue;
+      if (f.name != "sparse.emb_a2a" && f.name != "sparse.pooled_rs" && f.name != "sparse.twrw_a2a") continue;
       const CollectiveOp op = f.op == CollectiveOp::kReduceScatter ? CollectiveOp::kAllGather : f.op;
       grads.push_back(AddColl(absl::StrCat(f.name, "_grad"), f.group_class, f.layout, op, f.bytes, Deps({prev}), f.a2av));
+    }
+    // TWRW backward: the gradient exchange above, then AG(g) inside the host, M*pi/g each.
+    for (int x : sparse_fwd) {
+      if (t_.tasks[x].name != "sparse.twrw_rs") continue;
+      int after = prev;
+      for (int y : grads) if (y >= 0 && t_.tasks[y].name == "sparse.twrw_a2a_grad") after = y;
+      const TaskTemplate r = t_.tasks[x];
+      grads.push_back(AddColl("sparse.twrw_ag_grad", r.group_class, r.layout, CollectiveOp::kAllGather, r.bytes,
+                              Deps({after})));
     }
     grads.push_back(AddColl("sparse.dp_ar", GroupClass::kSparseMp, static_cast<int>(GroupClass::kSparseMp),
                             CollectiveOp::kAllReduce, dp_ar_, Deps({prev})));
@@ -534,6 +569,12 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
   const double off = M > 1 ? static_cast<double>(M - 1) / M : 0.0;  // share of a uniform exchange off-rank
   const int mp_layout = static_cast<int>(GroupClass::kSparseMp);
   StatAffine ids = Zero(layout_), out = Zero(layout_), rw_rs = Zero(layout_), dp_ar = Zero(layout_);
+  // TWRW (and GRID, its column shards each placed TWRW): row-wise over the g members of the MP group
+  // that share a host. Pooled partial sums are reduce-scattered inside the host (buffer M*pi), then
+  // exchanged over the M/g members with the same local index (pi each); embeddings-and-model.md §3.2.
+  StatAffine twrw_rs = Zero(layout_), twrw_out = Zero(layout_);
+  const int twrw_g = TwrwHostMembers();
+  const double off_x = M / twrw_g > 1 ? static_cast<double>(M / twrw_g - 1) / (M / twrw_g) : 0.0;
   StatAffine lookup_bytes = Zero(layout_), update_bytes = Zero(layout_);
   double shard_bytes = 0;  // table bytes of one MP shard (V3 gathers it)
   StatAffine touched = Zero(layout_);
@@ -577,7 +618,15 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
       ids.AddScaled(nu, 8.0 * off);
       rw_rs.AddScaled(pi, M);
       out.AddScaled(sigma, off);
-    } else {  // TW, CW, TWRW, GRID: ids to the owner(s), embeddings back
+    } else if (type == "TWRW" || type == "GRID") {
+      const double shards = type == "GRID" ? std::max(1, spec->shards) : 1;
+      // Ids to the g ranks of each owner host (lengths to each of them, each id to one row owner).
+      ids.AddScaled(bags, 4.0 * twrw_g * shards * off);
+      ids.AddScaled(nu, 8.0 * shards * off);
+      twrw_rs.AddScaled(pi, M);
+      twrw_out.AddScaled(pi, off_x);
+      out.AddScaled(sigma, off);  // sequence rows back as row-wise
+    } else {  // TW, CW: ids to the owner(s), embeddings back
       const double shards = type == "CW" ? std::max(1, spec->shards) : 1;
       ids.AddScaled(kappa, off * shards);
       out.AddScaled(pi, off);
@@ -622,10 +671,19 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
   const int lk = AddCompute("sparse.lookup", lookup_time, {}, {a_ids, v3}, true);
   const int rs = AddColl("sparse.pooled_rs", GroupClass::kSparseMp, mp_layout, CollectiveOp::kReduceScatter, rw_rs, {lk});
   if (rs >= 0) sparse_fwd.push_back(rs);
+  int twrw_a2a = -1;
+  if (!twrw_rs.IsZero()) {
+    const int trs = AddColl("sparse.twrw_rs", GroupClass::kSparseMp, TwrwLayout(true), CollectiveOp::kReduceScatter,
+                            twrw_rs, {lk});
+    twrw_a2a = AddColl("sparse.twrw_a2a", GroupClass::kSparseMp, TwrwLayout(false), CollectiveOp::kAllToAll, twrw_out,
+                       {trs >= 0 ? trs : lk}, true);
+    if (trs >= 0) sparse_fwd.push_back(trs);
+    if (twrw_a2a >= 0) sparse_fwd.push_back(twrw_a2a);
+  }
   const int o = AddColl("sparse.emb_a2a", GroupClass::kSparseMp, mp_layout, CollectiveOp::kAllToAll, out, {lk}, true);
   if (o >= 0) sparse_fwd.push_back(o);
   fwd_out_deps = {lk};
-  for (int x : {rs, o}) if (x >= 0) fwd_out_deps.push_back(x);
+  for (int x : {rs, o, twrw_a2a}) if (x >= 0) fwd_out_deps.push_back(x);
   dp_ar_ = dp_ar;
   v3_bytes_ = v3 >= 0 ? t_.tasks[v3].bytes : Zero(layout_);
 }

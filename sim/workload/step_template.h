@@ -5,7 +5,7 @@
 //
 // Order inside a step:
 //   [global balancing A2A] -> sparse forward ([V3 AG sparse-intra] -> ids A2A -> lookup -> [RW RS]
-//   -> embeddings A2A) -> dense forward per region (FSDP AG prefetch_depth regions ahead; EP AG,
+//   -> [TWRW RS in the host -> A2A across hosts] -> embeddings A2A) -> dense forward per region (FSDP AG prefetch_depth regions ahead; EP AG,
 //   experts, EP RS) -> dense backward per region in reverse (AG if resharded, recompute, compute,
 //   grads RS per bucket then replica AR) -> sparse backward (grads A2A, fused update, [V3 RS],
 //   [V2 replica AR every sync_period]) -> optimizer.
@@ -59,7 +59,7 @@ struct TaskTemplate {
   int recompute_region = -1;   // this backward task re-runs region's forward when it is checkpointed
   // collective
   GroupClass group_class = GroupClass::kDenseShard;
-  int layout = 0;              // index into layouts (kNumLayouts)
+  int layout = 0;              // index into layouts
   CollectiveOp op = CollectiveOp::kAllGather;
   StatAffine bytes;            // S as spec §3.1 for this rank
   bool a2av = false;           // lasts as long as its heaviest member needs
@@ -80,7 +80,7 @@ struct StepTemplate {
   std::vector<std::vector<int>> stream_tasks;         // per stream, its tasks in issue order
   std::vector<std::vector<int>> dependents;           // same-step dependents of each task
   std::vector<std::vector<int>> next_step_dependents; // dependents in the next step
-  std::vector<GroupLayout> layouts;                   // kNumLayouts
+  std::vector<GroupLayout> layouts;                   // kNumLayouts, then TWRW's host and cross-host parts if used
   StatAffine model_flops;        // fwd + bwd model FLOPs of one rank-step (recompute excluded)
   StatAffine local_flops;        // FLOPs of local_mfu ops
   StatAffine local_time;         // their time alone at e_l (Local MFU's denominator)
