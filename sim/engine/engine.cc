@@ -67,6 +67,8 @@ class Engine {
   void SetSm(int r, int delta);
   void OnComputeEnd(int r, uint32_t version);
   void OnCollEnd(int i, int g);
+  void StartPerRank(int i, int g, int step, double jitter, bool holds_sms);
+  void MemberEnd(int i, int r, int step, double start, double dur);
   void AddTrace(int r, int stream, const std::string& name, const char* cat, double start, double dur) {
     if (dur <= 0 && std::string_view(cat) == "wait") return;
     out_.trace.push_back(TraceEvent{r, stream, name, cat, start, dur});
@@ -111,6 +113,12 @@ class Engine {
   std::vector<int64_t> done_count_;  // per step: (rank, task) completions
   // Per task: the task after it on its stream and whether that one belongs to the next step (the
   // stream wraps). Lets a collective's end prefetch what each member's completion touches.
+  // a2av_end per_rank: each member's bytes and duration of the all-to-allv heading a stream
+  // ([rank][stream]; empty otherwise).
+  std::vector<double> a2av_bytes_, a2av_dur_;
+  double& MemberSlot(std::vector<double>& v, int r, int stream) {
+    return v[static_cast<size_t>(r) * kNumStreams + stream];
+  }
   std::vector<int32_t> stream_next_;
   std::vector<uint8_t> stream_wraps_;
   // Prefetches what Complete(r, i, step) will read for rank r (its stream state, the counters of
@@ -233,6 +241,7 @@ void Engine::Arrive(int r, int i, int step) {
   // arrives right after the compute task it waits for); the full table is not.
   const double* stats = rs_[r].cur_step == step ? cur_stats_.data() + static_cast<size_t>(r) * width_ : Stats(step, r);
   const double bytes = t.bytes.Eval(absl::Span<const double>(stats, width_));
+  if (in_.a2av_per_rank && t.a2av) MemberSlot(a2av_bytes_, r, t.stream) = bytes;
   if (arrived_[k] == 0 || bytes > max_bytes_[k]) max_bytes_[k] = bytes;
   if (++arrived_[k] == l.size) {
     coll_step_[k] = static_cast<int16_t>(step);
@@ -248,14 +257,27 @@ void Engine::StartCollective(int i, int g, int step) {
   const double bytes = max_bytes_[k];
   const CollectiveCost cost = in_.timing->Cost(t.layout, t.op, bytes, t.a2av);
   double dur = cost.duration_s;
+  double jitter = 1.0;
   if (in_.jitter_sigma > 0 && dur > 0) {
     const uint64_t stream = SplitMix64(SplitMix64(kPurposeJitter ^ static_cast<uint64_t>(i)) ^ static_cast<uint64_t>(g));
     const double z = StdNormal(in_.seed, stream, static_cast<uint64_t>(step));
-    dur *= std::exp(in_.jitter_sigma * z - 0.5 * in_.jitter_sigma * in_.jitter_sigma);
+    jitter = std::exp(in_.jitter_sigma * z - 0.5 * in_.jitter_sigma * in_.jitter_sigma);
+    dur *= jitter;
   }
   coll_start_[k] = now_;
   coll_dur_[k] = dur;
   const bool holds_sms = in_.kappa > 0 && dur > 0;
+  if (t.a2av && in_.a2av_per_rank) {
+    if (Measured(step)) {
+      EngineOutput::CollSite& s = out_.sites[i];
+      s.calls += 1;
+      s.duration_s += dur;
+      s.bytes += bytes;
+      if (s.algo.empty()) s.algo = AlgoLabel(cost.algo, cost.proto);
+    }
+    StartPerRank(i, g, step, jitter, holds_sms);
+    return;
+  }
   if (holds_sms) {
     for (int p = 0; p < l.size; ++p) SetSm(l.Member(g, p), +1);
   }
@@ -274,6 +296,43 @@ void Engine::StartCollective(int i, int g, int step) {
   } else {
     q_.Push(now_ + dur, EventType::kCollEnd, i, g);
   }
+}
+
+// a2av_end per_rank (spec §2.4): the members start together, but each leaves when its own send and
+// receive totals are through, costed with its own bytes (the same per-call jitter for all).
+void Engine::StartPerRank(int i, int g, int step, double jitter, bool holds_sms) {
+  const TaskTemplate& t = tpl_.tasks[i];
+  const GroupLayout& l = tpl_.layouts[t.layout];
+  for (int p = 0; p < l.size; ++p) {
+    const int r = l.Member(g, p);
+    double& own = MemberSlot(a2av_dur_, r, t.stream);
+    own = in_.timing->Cost(t.layout, t.op, MemberSlot(a2av_bytes_, r, t.stream), true).duration_s * jitter;
+    if (Measured(step)) out_.sites[i].member_time_s += own;
+    if (holds_sms) SetSm(r, +1);
+    if (in_.ideal_network) {
+      if (holds_sms) q_.Push(now_ + own, EventType::kMemberSmRelease, r, 0);
+      q_.Push(now_, EventType::kMemberEnd, i, r);
+    } else {
+      q_.Push(now_ + own, EventType::kMemberEnd, i, r);
+    }
+  }
+}
+
+void Engine::MemberEnd(int i, int r, int step, double start, double dur) {
+  const TaskTemplate& t = tpl_.tasks[i];
+  if (in_.kappa > 0 && coll_dur_[coll_off_[i] + tpl_.layouts[t.layout].GroupOf(r)] > 0 && !in_.ideal_network) {
+    SetSm(r, -1);
+  }
+  const double arr = rs_[r].st[t.stream].arrival;
+  rs_[r].last_arr = arr;
+  rs_[r].last_start = start;
+  rs_[r].last_task = i;
+  if (Measured(step)) rs_[r].comm += in_.ideal_network ? 0.0 : dur;
+  if (Traced(r, step)) {
+    AddTrace(r, t.stream, t.name, "wait", arr, start - arr);
+    AddTrace(r, t.stream, t.name, in_.kappa > 0 ? "comm" : "copy", start, now_ - start);
+  }
+  Complete(r, i, step);
 }
 
 void Engine::OnCollEnd(int i, int g) {
@@ -384,6 +443,10 @@ absl::StatusOr<EngineOutput> Engine::Run() {
   coll_dur_.assign(total, 0.0);
   coll_step_.assign(total, 0);
   done_count_.assign(in_.steps, 0);
+  if (in_.a2av_per_rank) {
+    a2av_bytes_.assign(static_cast<size_t>(R_) * kNumStreams, 0.0);
+    a2av_dur_.assign(static_cast<size_t>(R_) * kNumStreams, 0.0);
+  }
   stream_next_.assign(T_, 0);
   stream_wraps_.assign(T_, 0);
   for (const std::vector<int>& list : tpl_.stream_tasks) {
@@ -429,6 +492,14 @@ absl::StatusOr<EngineOutput> Engine::Run() {
         break;
       case EventType::kCollEnd:
         OnCollEnd(e.a, e.b);
+        break;
+      case EventType::kMemberEnd: {
+        const int64_t k = coll_off_[e.a] + tpl_.layouts[tpl_.tasks[e.a].layout].GroupOf(e.b);
+        MemberEnd(e.a, e.b, coll_step_[k], coll_start_[k], MemberSlot(a2av_dur_, e.b, tpl_.tasks[e.a].stream));
+        break;
+      }
+      case EventType::kMemberSmRelease:
+        SetSm(e.a, -1);
         break;
       case EventType::kSmRelease: {
         const GroupLayout& l = tpl_.layouts[tpl_.tasks[e.a].layout];

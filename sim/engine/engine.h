@@ -28,6 +28,9 @@ struct EngineInput {
   double kappa = 0;            // contention while an SM-based collective runs
   bool ideal_network = false;  // collectives take no time on the dependency path (SMs still held)
   double jitter_sigma = 0;     // per-call lognormal (mean 1) on collective durations
+  // All-to-allv ends: false = every member ends with the heaviest (plan.collectives.a2av_end "all");
+  // true = each member ends when its own send/receive total is through ("per_rank").
+  bool a2av_per_rank = false;
   uint64_t seed = 0;
   std::vector<uint8_t> traced;  // per rank: record its trace events of trace_step
   int trace_step = -1;

@@ -15,6 +15,8 @@ enum class EventType : uint8_t {
   kTaskEnd,     // a compute task ends (a = rank, version checked); or a zero-time task completes
   kCollEnd,     // a collective ends for all members (a = task, b = group)
   kSmRelease,   // ideal network: an SM-based collective stops holding SMs (a = task, b = group)
+  kMemberEnd,   // a2av_end per_rank: one member's part of an all-to-allv ends (a = task, b = rank)
+  kMemberSmRelease,  // ideal network, per_rank: that member stops holding SMs (a = rank)
 };
 
 struct Event {

@@ -151,6 +151,7 @@ absl::StatusOr<SimResult> Simulate(const Scenario& scenario, const Counterfactua
   in.kappa = kappa;
   in.ideal_network = cf.ideal_network;
   in.jitter_sigma = cf.no_noise ? 0.0 : nz.collective_jitter_sigma;
+  in.a2av_per_rank = scenario.plan.collectives.a2av_end == "per_rank";
   in.seed = scenario.seed;
   in.trace_step = options.trace_step >= 0 ? options.trace_step : W;
   if (options.trace) {

@@ -3,6 +3,8 @@
 #include "sim/engine/engine.h"
 
 #include <cmath>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -93,6 +95,52 @@ TEST(EngineTest, StragglerDelaysEveryRankInTheCollectiveByExactlyItsDelay) {
     const double end = RunEnd(t, *timing, delayed);
     EXPECT_NEAR(end - base, 3e-3, 1e-12) << "late rank " << late;
   }
+}
+
+// An all-to-allv whose bytes grow with each rank's batch: with a2av_end "all" every member ends with
+// the heaviest; with "per_rank" each member leaves when its own bytes are through (spec §2.4).
+TEST(EngineTest, PerRankAllToAllvEndsEachMemberAtItsOwnDuration) {
+  const int p = 8;
+  const Cluster cluster = testing::TestCluster(p);
+  CollectivesPlan plan;
+  StepTemplate t = OneCollective(p, CollectiveOp::kAllToAll, 0.0);
+  t.tasks[1].a2av = true;
+  t.tasks[1].bytes.coef = {0.0, 64e6, 0.0};  // 64 MB per unit of B
+  auto timing = CollectiveTiming::Create(cluster, plan, t.layouts);
+  ASSERT_TRUE(timing.ok()) << timing.status();
+  std::vector<double> stats;
+  for (int r = 0; r < p; ++r) stats.insert(stats.end(), {1.0, 1.0 + r, 0.0});
+  auto run = [&](bool per_rank) {
+    EngineInput in;
+    in.tpl = &t;
+    in.timing = &*timing;
+    in.world = p;
+    in.steps = 1;
+    in.stats = &stats;
+    in.a2av_per_rank = per_rank;
+    in.traced.assign(p, 1);
+    in.trace_step = 0;
+    auto out = RunEngine(in);
+    EXPECT_TRUE(out.ok()) << out.status();
+    std::vector<double> dur(p, -1.0);
+    for (const TraceEvent& e : out->trace) {
+      if (e.stream == t.tasks[1].stream && e.category != "wait") dur[e.rank] = e.duration_s;
+    }
+    return std::make_pair(out->step_end_s[0], dur);
+  };
+  const auto [end_all, dur_all] = run(false);
+  const auto [end_per_rank, dur_per_rank] = run(true);
+  const double heaviest = timing->Cost(0, CollectiveOp::kAllToAll, 64e6 * p, true).duration_s;
+  for (int r = 0; r < p; ++r) {
+    const double own = timing->Cost(0, CollectiveOp::kAllToAll, 64e6 * (1 + r), true).duration_s;
+    EXPECT_NEAR(dur_all[r], heaviest, 1e-12 * heaviest) << "rank " << r;
+    EXPECT_NEAR(dur_per_rank[r], own, 1e-12 * own) << "rank " << r;
+    if (r + 1 < p) {
+      EXPECT_LT(dur_per_rank[r], dur_per_rank[r + 1]);
+    }
+  }
+  // The heaviest member arrives last and needs longest: the step ends at the same time.
+  EXPECT_EQ(end_all, end_per_rank);
 }
 
 }  // namespace
