@@ -1,11 +1,13 @@
 // The CUDA attention kernels (gpu/attention/api.h): spec §9's GPU criteria on random cases of every
-// family (through `gemtb check attention`'s own code), bitwise determinism of the backward, exact
-// outputs of rows without keys, and rejection by name of what the kernels do not run. Tests that
-// need a GPU skip (and show as skipped) without an sm_90 device; the rejection tests run anywhere.
+// family (through `gemtb check attention`'s own code; also with the warp-specialised forward
+// everywhere), bitwise determinism of the backward, exact outputs of rows without keys, and
+// rejection by name of what the kernels do not run. Tests that need a GPU skip (and show as
+// skipped) without an sm_90 device; the rejection tests run anywhere.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <random>
 
@@ -53,6 +55,16 @@ cli::GpuCall CallOf(const testing::AttentionCase& c, const std::vector<double>& 
 TEST(GpuAttention, CheckCommandPassesOnRandomCasesOfEveryFamily) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
   EXPECT_EQ(cli::RunCheckAttention({"--cases", "12", "--seed", "20", "--max-length", "200"}), 0);
+}
+
+// The warp-specialised Hopper forward (forward_hopper_ws_kernel.cuh) for every act and tile list,
+// not only where kAuto takes it (softmax calls whose tiles average >= 2 K/V steps).
+TEST(GpuAttention, CheckCommandPassesWithTheWarpSpecialisedForwardEverywhere) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  ASSERT_EQ(setenv("GEMTB_FORWARD_KERNEL", "hopper_ws", 1), 0);
+  const int rc = cli::RunCheckAttention({"--cases", "12", "--seed", "21", "--max-length", "300"});
+  unsetenv("GEMTB_FORWARD_KERNEL");
+  EXPECT_EQ(rc, 0);
 }
 
 TEST(GpuAttention, BackwardIsBitwiseIdenticalAcrossRuns) {
