@@ -150,7 +150,7 @@ int RunRefTrain(const std::vector<std::string>& args) {
   const int T = static_cast<int>(config->NumTasks());
   std::cout << "gemtb ref train: config " << config->name << ", " << trainer.model().layout().total()
             << " dense params, batch " << o.batch << ", steps " << f.steps << ", lr " << o.lr << ", table lr "
-            << o.table_lr << ", schedule " << f.schedule << ", threads " << (o.threads ? absl::StrCat(o.threads) : std::string("all")) << "\n";
+            << o.table_lr << " (decay fraction " << o.table_decay << "), schedule " << f.schedule << ", threads " << (o.threads ? absl::StrCat(o.threads) : std::string("all")) << "\n";
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   metrics::NeTracker tracker(T, f.ne_window), oracle_tracker(T, f.ne_window);
   using Clock = std::chrono::steady_clock;
