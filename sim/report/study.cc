@@ -381,24 +381,34 @@ absl::StatusOr<Study> RunStudy(const ScenarioDocument& doc, const StudyOptions& 
                            add_variant({{a, AssumptionCase::kHigh}}, name + " high")});
     }
   }
-  // Checks: random vs bbs assignment (load imbalance of the batches alone: noise off, else the
-  // slowest rank's noise draw adds ~3.5 sigma that no batch policy can remove), SM-based vs SM-free
-  // collectives (as the scenario runs, noise on).
-  std::array<CaseJob, 4> check_jobs;
+  // Checks: random vs bbs assignment, twice: the load imbalance of the batches alone (noise off, else
+  // the slowest rank's noise draw adds ~3.5 sigma that no batch policy can remove; recompute off, since
+  // spec §2.6 decides checkpointing per rank and step, so an over-budget heavy rank recomputes more and
+  // amplifies the batches' imbalance) and with the scenario's per-rank recompute (noise still off);
+  // then SM-based vs SM-free collectives (as the scenario runs, noise on).
+  constexpr size_t kCheckJobs = 6;
+  std::array<CaseJob, kCheckJobs> check_jobs;
   if (options.checks) {
+    Counterfactuals batches_alone;
+    batches_alone.no_noise = true;
+    batches_alone.no_recompute = true;
     Counterfactuals quiet;
     quiet.no_noise = true;
-    const Counterfactuals check_switches[4] = {quiet, quiet, Counterfactuals{}, Counterfactuals{}};
-    const std::pair<const char*, const char*> variants[4] = {{"batches.assignment.policy", "random"},
-                                                             {"batches.assignment.policy", "bbs"},
-                                                             {"plan.collectives.library", "sm_based"},
-                                                             {"plan.collectives.library", "sm_free"}};
-    for (size_t v = 0; v < 4; ++v) {
+    const Counterfactuals check_switches[kCheckJobs] = {batches_alone, batches_alone, quiet, quiet,
+                                                        Counterfactuals{}, Counterfactuals{}};
+    const std::pair<const char*, const char*> variants[kCheckJobs] = {{"batches.assignment.policy", "random"},
+                                                                      {"batches.assignment.policy", "bbs"},
+                                                                      {"batches.assignment.policy", "random"},
+                                                                      {"batches.assignment.policy", "bbs"},
+                                                                      {"plan.collectives.library", "sm_based"},
+                                                                      {"plan.collectives.library", "sm_free"}};
+    for (size_t v = 0; v < kCheckJobs; ++v) {
       ScenarioDocument variant = ref_doc;
       check_jobs[v].status = SetField(variant, variants[v].first, variants[v].second);
       if (check_jobs[v].status.ok()) {
         check_jobs[v].job = planner.AddJob(planner.AddDoc(std::move(variant)), check_switches[v], false,
-                                           absl::StrCat(ref_label, " check ", variants[v].first, "=", variants[v].second),
+                                           absl::StrCat(ref_label, " check ", variants[v].first, "=", variants[v].second,
+                                                        v < 2 ? " (no recompute)" : ""),
                                            ref.gpus);
       }
     }
@@ -512,8 +522,8 @@ absl::StatusOr<Study> RunStudy(const ScenarioDocument& doc, const StudyOptions& 
   if (options.checks) {
     Checks checks;
     checks.gpus = ref.gpus;
-    const absl::StatusOr<SimResult>* r[4];
-    for (size_t v = 0; v < 4; ++v) {
+    const absl::StatusOr<SimResult>* r[kCheckJobs];
+    for (size_t v = 0; v < kCheckJobs; ++v) {
       if (!check_jobs[v].status.ok() && checks.status.ok()) checks.status = check_jobs[v].status;
       r[v] = check_jobs[v].job >= 0 ? &planner.result(check_jobs[v].job) : nullptr;
       if (r[v] != nullptr && !r[v]->ok() && checks.status.ok()) checks.status = r[v]->status();
@@ -521,8 +531,10 @@ absl::StatusOr<Study> RunStudy(const ScenarioDocument& doc, const StudyOptions& 
     if (checks.status.ok()) {
       checks.imbalance_random = (*r[0])->imbalance;
       checks.imbalance_bbs = (*r[1])->imbalance;
-      checks.step_sm_based_s = (*r[2])->step_mean_s;
-      checks.step_sm_free_s = (*r[3])->step_mean_s;
+      checks.imbalance_random_recompute = (*r[2])->imbalance;
+      checks.imbalance_bbs_recompute = (*r[3])->imbalance;
+      checks.step_sm_based_s = (*r[4])->step_mean_s;
+      checks.step_sm_free_s = (*r[5])->step_mean_s;
       checks.sm_free_recovery =
           checks.step_sm_based_s > 0 ? (checks.step_sm_based_s - checks.step_sm_free_s) / checks.step_sm_based_s : 0;
     }

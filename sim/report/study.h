@@ -91,8 +91,11 @@ struct Checks {
   int gpus = 0;
   absl::Status status;
   // Heaviest rank over the mean, minus 1, of the batches alone (noise off: a per-rank noise draw adds
-  // its own maximum, which no batch policy removes).
+  // its own maximum, which no batch policy removes; recompute off: per-rank checkpoint decisions
+  // amplify the batches' imbalance). The 10-20% and "BBS halves it" are judged on these.
   double imbalance_random = 0, imbalance_bbs = 0;
+  // The same with the scenario's per-rank recompute (noise off), reported beside them.
+  double imbalance_random_recompute = 0, imbalance_bbs_recompute = 0;
   double step_sm_based_s = 0, step_sm_free_s = 0;  // as the scenario runs (noise on)
   double sm_free_recovery = 0;  // (T_sm_based - T_sm_free) / T_sm_based
 };
