@@ -28,7 +28,25 @@ BatchPassResult<T> RunBatch(const GemModel& model, const T* params, const std::v
   r.logits.assign(static_cast<size_t>(B) * nt, T(0));
   const size_t np = model.layout().total();
   const int blocks = std::max(1, std::min(options.blocks, std::max(B, 1)));
-  std::vector<std::vector<T>> block_grad(options.backward ? blocks : 0);
+  // The block gradients are reused from call to call on this thread: 16 fresh ~1 MB arrays per step
+  // cost a page fault per 4 KiB (about 7% of a training run's CPU, as system time). Referenced through
+  // `block_grad` so that the parallel blocks, run on other threads, all use this thread's arrays.
+  // A nested call on the same thread (a oneTBB worker that steals another RunBatch while it waits) uses
+  // arrays of its own.
+  thread_local std::vector<std::vector<T>> block_grad_pool;
+  thread_local bool pool_in_use = false;
+  std::vector<std::vector<T>> own;
+  const bool use_pool = !pool_in_use;
+  std::vector<std::vector<T>>& block_grad = use_pool ? block_grad_pool : own;
+  struct Release {
+    bool active;
+    bool& flag;
+    ~Release() {
+      if (active) flag = false;
+    }
+  } release{use_pool, pool_in_use};
+  pool_in_use = true;
+  if (options.backward && block_grad.size() < static_cast<size_t>(blocks)) block_grad.resize(blocks);
   if (options.backward) r.input_grads.resize(B);
   std::vector<T> sample_loss(B, T(0));
   const std::vector<T> transposed = options.backward ? TransposedParams(model.layout(), params) : std::vector<T>();
@@ -68,7 +86,7 @@ BatchPassResult<T> RunBatch(const GemModel& model, const T* params, const std::v
   for (int b = 0; b < B; ++b) total += static_cast<double>(sample_loss[b]);
   r.loss = total / std::max(1.0, count);
   if (options.backward) {
-    r.param_grad = std::move(block_grad[0]);
+    r.param_grad = block_grad[0];
     for (int blk = 1; blk < blocks; ++blk)
       for (size_t e = 0; e < np; ++e) r.param_grad[e] += block_grad[blk][e];
   }
