@@ -332,7 +332,11 @@ namespace {
 absl::Status FitNcclSegments(const MeasuredSet& measured, const Calibration& cal, const std::string& tier_name,
                              const FitOptions& o, NcclPass* out) {
   for (const auto& [key, rows] : Groups(measured)) {
-    const auto& [op_index, algo, gpus] = key;
+    // Named variables, not a structured binding: lambdas below capture them (clang < 16, the fuzz
+    // build's compiler, rejects captured bindings).
+    const int op_index = std::get<0>(key);
+    const std::string& algo = std::get<1>(key);
+    const int gpus = std::get<2>(key);
     const CollectiveOp op = static_cast<CollectiveOp>(op_index);
     if (op == CollectiveOp::kAllToAll) continue;
     Cluster cluster = o.cluster != nullptr ? *o.cluster : OneTierCluster(tier_name, gpus);
@@ -383,7 +387,11 @@ absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Ca
   if (measured.has_kappa) cal.kappa = measured.kappa;
   std::vector<double> large_busbw;
   for (const auto& [key, rows] : Groups(measured)) {
-    const auto& [op_index, algo, gpus] = key;
+    // Named variables, not a structured binding: lambdas below capture them (clang < 16, the fuzz
+    // build's compiler, rejects captured bindings).
+    const int op_index = std::get<0>(key);
+    const std::string& algo = std::get<1>(key);
+    const int gpus = std::get<2>(key);
     const CollectiveOp op = static_cast<CollectiveOp>(op_index);
     std::vector<const Measurement*> fit_rows;
     for (const Measurement* m : rows) {
@@ -507,7 +515,11 @@ absl::StatusOr<std::vector<MapeRow>> HeldOutMape(const Cluster& cluster, const M
                                                  double min_bytes) {
   std::vector<MapeRow> out;
   for (const auto& [key, rows] : Groups(measured)) {
-    const auto& [op_index, algo, gpus] = key;
+    // Named variables, not a structured binding: lambdas below capture them (clang < 16, the fuzz
+    // build's compiler, rejects captured bindings).
+    const int op_index = std::get<0>(key);
+    const std::string& algo = std::get<1>(key);
+    const int gpus = std::get<2>(key);
     const CollectiveOp op = static_cast<CollectiveOp>(op_index);
     MapeRow row;
     row.op = op;
