@@ -68,7 +68,7 @@ class Engine {
   void OnComputeEnd(int r, uint32_t version);
   void OnCollEnd(int i, int g);
   void StartPerRank(int i, int g, int step, double jitter, bool holds_sms);
-  void MemberEnd(int i, int r, int step, double start, double dur);
+  void MemberEnd(int i, int r, int step, double start, double dur, bool release_sms);
   void AddTrace(int r, int stream, const std::string& name, const char* cat, double start, double dur) {
     if (dur <= 0 && std::string_view(cat) == "wait") return;
     out_.trace.push_back(TraceEvent{r, stream, name, cat, start, dur});
@@ -318,11 +318,11 @@ void Engine::StartPerRank(int i, int g, int step, double jitter, bool holds_sms)
   }
 }
 
-void Engine::MemberEnd(int i, int r, int step, double start, double dur) {
+// One member leaves collective task i: at the call's end for every member (OnCollEnd), or at its own
+// end under a2av_end per_rank. It gives back its SMs, books its communication, traces, completes.
+void Engine::MemberEnd(int i, int r, int step, double start, double dur, bool release_sms) {
   const TaskTemplate& t = tpl_.tasks[i];
-  if (in_.kappa > 0 && coll_dur_[coll_off_[i] + tpl_.layouts[t.layout].GroupOf(r)] > 0 && !in_.ideal_network) {
-    SetSm(r, -1);
-  }
+  if (release_sms) SetSm(r, -1);
   const double arr = rs_[r].st[t.stream].arrival;
   rs_[r].last_arr = arr;
   rs_[r].last_start = start;
@@ -348,17 +348,7 @@ void Engine::OnCollEnd(int i, int g) {
     const int r = l.Member(g, p);
     if (p + kAhead < l.size) PrefetchCompletion(l.Member(g, p + kAhead), i, step);
     if (p + 1 < l.size) __builtin_prefetch(&rs_[l.Member(g, p + 1)].run);
-    if (release) SetSm(r, -1);
-    const double arr = rs_[r].st[t.stream].arrival;
-    rs_[r].last_arr = arr;
-    rs_[r].last_start = start;
-    rs_[r].last_task = i;
-    if (Measured(step)) rs_[r].comm += in_.ideal_network ? 0.0 : dur;
-    if (Traced(r, step)) {
-      AddTrace(r, t.stream, t.name, "wait", arr, start - arr);
-      AddTrace(r, t.stream, t.name, in_.kappa > 0 ? "comm" : "copy", start, now_ - start);
-    }
-    Complete(r, i, step);
+    MemberEnd(i, r, step, start, dur, release);
   }
 }
 
@@ -495,7 +485,8 @@ absl::StatusOr<EngineOutput> Engine::Run() {
         break;
       case EventType::kMemberEnd: {
         const int64_t k = coll_off_[e.a] + tpl_.layouts[tpl_.tasks[e.a].layout].GroupOf(e.b);
-        MemberEnd(e.a, e.b, coll_step_[k], coll_start_[k], MemberSlot(a2av_dur_, e.b, tpl_.tasks[e.a].stream));
+        MemberEnd(e.a, e.b, coll_step_[k], coll_start_[k], MemberSlot(a2av_dur_, e.b, tpl_.tasks[e.a].stream),
+                  in_.kappa > 0 && coll_dur_[k] > 0 && !in_.ideal_network);
         break;
       }
       case EventType::kMemberSmRelease:

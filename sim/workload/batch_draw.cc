@@ -117,6 +117,22 @@ std::vector<double> LengthCdf(const LengthLaw& law) {
   return cdf;
 }
 
+// The bucket table of a threshold list (threshold.back() = 2^32): for each of the 2^bits equal word
+// ranges, the first index i with (range's first word) < threshold[i], flagged `pure` when the whole
+// range lies below that threshold, so that a lookup needs no scan.
+std::vector<uint32_t> BucketTable(const std::vector<uint64_t>& threshold, int bits, uint32_t pure) {
+  const uint64_t buckets = uint64_t{1} << bits;
+  const int shift = 32 - bits;
+  std::vector<uint32_t> bucket(buckets);
+  size_t i = 0;
+  for (uint64_t b = 0; b < buckets; ++b) {
+    const uint64_t first = b << shift, last = first + ((uint64_t{1} << shift) - 1);
+    while (first >= threshold[i]) ++i;  // threshold.back() = 2^32 stops it
+    bucket[b] = static_cast<uint32_t>(i) | (last < threshold[i] ? pure : 0u);
+  }
+  return bucket;
+}
+
 // A class of sequences with the same law, CLS count and mask: with one shared draw per sample
 // (corr = 1) they all get the same length, so one lookup serves them all. The draw is a 32-bit
 // word w (u = w / 2^32); thresholds are kept as integers so that a lookup is a table read plus,
@@ -143,16 +159,7 @@ struct LengthClass {
     }
     pairs.resize(cdf.size());
     for (size_t i = 0; i < cdf.size(); ++i) pairs[i] = PairsUnderMask(mask, law.min + static_cast<int64_t>(i) + n_s);
-    const uint64_t buckets = uint64_t{1} << kBucketBits;
-    const int shift = 32 - kBucketBits;
-    bucket.resize(buckets);
-    size_t i = 0;
-    for (uint64_t b = 0; b < buckets; ++b) {
-      const uint64_t first = b << shift, last = first + ((uint64_t{1} << shift) - 1);
-      while (first >= threshold[i]) ++i;  // threshold.back() = 2^32 stops it
-      const bool pure = last < threshold[i];
-      bucket[b] = static_cast<uint32_t>(i) | (pure ? kPure : 0u);
-    }
+    bucket = BucketTable(threshold, kBucketBits, kPure);
   }
   // The length index of word w: the first i with w < threshold[i].
   uint32_t Lookup(uint32_t w) const {
@@ -198,15 +205,8 @@ struct MergedClasses {
       }
       lo = threshold[k];
     }
-    const uint64_t buckets = uint64_t{1} << kBucketBits;
-    const int shift = 32 - kBucketBits;
-    bucket.resize(buckets);
-    size_t k = 0;
-    for (uint64_t b = 0; b < buckets; ++b) {
-      const uint64_t first = b << shift, last = first + ((uint64_t{1} << shift) - 1);
-      while (first >= threshold[k]) ++k;  // threshold.back() = 2^32 stops it
-      bucket[b] = static_cast<uint32_t>(k) | (last < threshold[k] ? kPure : 0u);
-    }
+    bucket = BucketTable(threshold, kBucketBits, kPure);
+    const uint64_t buckets = bucket.size();
     bucket16.clear();
     if (threshold.size() < (size_t{1} << 15)) {
       // The bucket table is read once per sample at a random place: half the bytes, fewer misses.

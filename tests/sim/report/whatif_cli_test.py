@@ -65,20 +65,24 @@ def main():
              0, {"count": 8, "histogram": {"bins": [[1, 0], [64, 0]]}})),
          "batches.features[0].histogram.bins: weights sum to 0"),
     ]
+    def expect_named_error(name, path, out, expected):
+        """Bad input: exit 2, one stderr line naming the field, nothing written."""
+        r = run(gemtb, [path, "--out-dir", out, "--quiet"])
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        if r.returncode != 2:
+            failures.append(f"{name}: exit {r.returncode}, want 2 ({r.stderr.strip()})")
+        elif len(lines) != 1 or expected not in lines[0]:
+            failures.append(f"{name}: stderr {r.stderr!r} lacks {expected!r}")
+        if os.path.exists(out):
+            failures.append(f"{name}: wrote {out}")
+
     with tempfile.TemporaryDirectory() as tmp:
         for name, scenario, expected in cases:
             path = os.path.join(tmp, "bad.json")
             with open(path, "w") as f:
                 json.dump(scenario, f)
             out = os.path.join(tmp, "out_" + name.replace(" ", "_"))
-            r = run(gemtb, [path, "--out-dir", out, "--quiet"])
-            lines = [l for l in r.stderr.splitlines() if l.strip()]
-            if r.returncode != 2:
-                failures.append(f"{name}: exit {r.returncode}, want 2 ({r.stderr.strip()})")
-            elif len(lines) != 1 or expected not in lines[0]:
-                failures.append(f"{name}: stderr {r.stderr!r} lacks {expected!r}")
-            if os.path.exists(out):
-                failures.append(f"{name}: wrote {out}")
+            expect_named_error(name, path, out, expected)
 
         # The same kinds of errors in separate cluster, calibration, plan and model files (spec §4:
         # sections by relative path), each named by its JSON path. Without the scenario's tier
@@ -157,14 +161,7 @@ def main():
             with open(path, "w") as f:
                 json.dump(scenario, f)
             out = os.path.join(folder, "out")
-            r = run(gemtb, [path, "--out-dir", out, "--quiet"])
-            lines = [l for l in r.stderr.splitlines() if l.strip()]
-            if r.returncode != 2:
-                failures.append(f"{name}: exit {r.returncode}, want 2 ({r.stderr.strip()})")
-            elif len(lines) != 1 or expected not in lines[0]:
-                failures.append(f"{name}: stderr {r.stderr!r} lacks {expected!r}")
-            if os.path.exists(out):
-                failures.append(f"{name}: wrote {out}")
+            expect_named_error(name, path, out, expected)
 
         # gemtb whatif collective --cluster FILE: the same named errors, exit 2.
         bad_cluster = os.path.join(tmp, "bad_cluster.json")
