@@ -10,6 +10,7 @@
 #include "gpu/attention/backward_hopper_kernel.cuh"
 #include "gpu/attention/backward_row_dot.cuh"
 #include "gpu/attention/forward_hopper_kernel.cuh"
+#include "gpu/attention/forward_hopper_tma_launch.cuh"
 #include "gpu/attention/forward_hopper_ws_kernel.cuh"
 #include "gpu/attention/forward_kernel.cuh"
 #include "gpu/attention/launch.h"
@@ -57,6 +58,11 @@ absl::Status LaunchForwardHopperWs(const ForwardParams& params, int64_t num_tile
   const int64_t blocks = num_tiles * params.problem.heads;
   if (blocks == 0) return absl::OkStatus();
   if (blocks > INT32_MAX) return absl::InvalidArgumentError("attention forward: tiles x heads exceeds 2^31-1 CTAs");
+  if (ForwardHopperTmaEnabled()) {  // v5: persistent CTAs, TMA loads (forward_hopper_tma_launch.cuh)
+    bool launched = false;
+    const absl::Status s = LaunchForwardHopperTma<E>(params, num_tiles, &launched);
+    if (launched || !s.ok()) return s;
+  }
   constexpr int BN = kHopperWsBlockN;
   const dim3 grid(static_cast<unsigned>(blocks));
   const dim3 block(kHopperWsThreads);

@@ -1,0 +1,111 @@
+// Host side of the persistent TMA forward (forward_hopper_tma_kernel.cuh, "v5"): encodes the Q, K
+// and V tensor maps and launches one CTA per SM (fewer when the call has fewer tile x head items).
+// LaunchForwardHopperWs (launch_template.cuh) takes this path when ForwardHopperTmaEnabled() and
+// the tensors suit TMA (16-byte aligned bases and row strides), and v4 otherwise.
+#ifndef GEMTB_GPU_ATTENTION_FORWARD_HOPPER_TMA_LAUNCH_CUH_
+#define GEMTB_GPU_ATTENTION_FORWARD_HOPPER_TMA_LAUNCH_CUH_
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "gpu/attention/forward_hopper_tma_kernel.cuh"
+#include "gpu/common/cuda_check.cuh"
+
+namespace gemtb::gpu {
+
+// Whether the warp-specialised forward runs as v5 (this file) rather than v4. GEMTB_FORWARD_WS=v4
+// or =v5 overrides the default (how one build times both and the check covers both).
+inline constexpr bool kForwardWsV5Default = false;
+inline bool ForwardHopperTmaEnabled() {
+  const char* env = std::getenv("GEMTB_FORWARD_WS");
+  if (env != nullptr && std::strcmp(env, "v5") == 0) return true;
+  if (env != nullptr && std::strcmp(env, "v4") == 0) return false;
+  return kForwardWsV5Default;
+}
+
+// A 2-D map of a [rows, cols] row-major uint16 tensor (rows `stride_elems` apart) with boxes of
+// kTmaBoxRows x kTmaBoxCols, 128-byte swizzled. The kernel only reads boxes that lie inside one
+// sequence, so the row count is an upper bound (2^31 - 1) rather than the tensor's own.
+inline bool EncodeForwardTmaMap(CUtensorMap* map, const uint16_t* base, int64_t cols, int64_t stride_elems) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (encode == nullptr || base == nullptr) return false;
+  if (reinterpret_cast<uintptr_t>(base) % 16 != 0 || (stride_elems * 2) % 16 != 0) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(INT32_MAX)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride_elems) * 2u};
+  const cuuint32_t box[2] = {kTmaBoxCols, kTmaBoxRows};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<uint16_t*>(base), dims, strides, box,
+                elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+inline int ForwardTmaSmCount() {
+  int device = 0;
+  int sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) {
+    return 1;
+  }
+  return sms;
+}
+
+template <ElementType E, HopperAct kAct>
+absl::Status LaunchForwardHopperTmaAct(const ForwardParams& params, const ForwardTmaMaps& maps, int items) {
+  constexpr int BN = kHopperWsBlockN;
+  const auto kernel = ForwardHopperTmaKernel<E, kAct, BN>;
+  const size_t smem = HopperForwardSmem<BN>::kBytes;
+  const char* name = "attention forward kernel (Hopper, persistent TMA)";
+  if (absl::Status s = CudaStatus(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), name);
+      !s.ok()) {
+    return s;
+  }
+  static const int sms = ForwardTmaSmCount();
+  const unsigned grid = static_cast<unsigned>(items < sms ? items : sms);
+  kernel<<<grid, kHopperWsThreads, smem>>>(params, maps, items);
+  return CudaStatus(cudaGetLastError(), name);
+}
+
+// Launches v5 and sets *launched, or leaves it false (nothing launched) when the tensors do not
+// suit TMA; the caller then runs v4.
+template <ElementType E>
+absl::Status LaunchForwardHopperTma(const ForwardParams& params, int64_t num_tiles, bool* launched) {
+  *launched = false;
+  const int64_t items = num_tiles * params.problem.heads;
+  if (items <= 0 || items > INT32_MAX) return absl::OkStatus();
+  const ProblemParams& pr = params.problem;
+  ForwardTmaMaps maps;
+  std::memset(&maps, 0, sizeof(maps));
+  const int64_t q_cols = static_cast<int64_t>(pr.heads) * kHopperHeadDim;
+  const int64_t kv_cols = static_cast<int64_t>(pr.kv_heads) * kHopperHeadDim;
+  if (!EncodeForwardTmaMap(&maps.q, pr.q, q_cols, q_cols) || !EncodeForwardTmaMap(&maps.k, pr.k, kv_cols, kv_cols) ||
+      !EncodeForwardTmaMap(&maps.v, pr.v, kv_cols, kv_cols)) {
+    return absl::OkStatus();
+  }
+  *launched = true;
+  const int n = static_cast<int>(items);
+  switch (pr.options.act) {
+    case Activation::kSoftmax: return LaunchForwardHopperTmaAct<E, HopperAct::kSoftmax>(params, maps, n);
+    case Activation::kSilu: return LaunchForwardHopperTmaAct<E, HopperAct::kSilu>(params, maps, n);
+    case Activation::kGeluTanh: return LaunchForwardHopperTmaAct<E, HopperAct::kGeluTanh>(params, maps, n);
+    default: return LaunchForwardHopperTmaAct<E, HopperAct::kOther>(params, maps, n);
+  }
+}
+
+}  // namespace gemtb::gpu
+
+#endif  // GEMTB_GPU_ATTENTION_FORWARD_HOPPER_TMA_LAUNCH_CUH_
