@@ -61,33 +61,60 @@ GEMTB_HD inline int CountLeadingZeros64(uint64_t x) {
 #endif
 }
 
-// fp32 arithmetic with exactly one IEEE round-to-nearest-even rounding per operation. On the host the
-// build uses -ffp-contract=off, so a plain operator is one rounding; on the device the _rn intrinsics
-// additionally forbid nvcc from fusing a multiply and an add into an FMA. Of the format codecs only
-// the RHT uses floating-point operations (the rest is integer logic); they keep subnormals unless
-// device code is built with -ftz=true, which gemtb must not use.
-GEMTB_HD inline float AddRn(float a, float b) {
+// Arithmetic with exactly one IEEE round-to-nearest-even rounding per operation, in fp32 (AddRn,
+// SubRn, MulRn; DivRn in fp32_ops.h) and fp64 (DAdd, DSub, DMul, DDiv; det_math.h builds on them).
+// On the host the build uses -ffp-contract=off, so a plain operator is one rounding; on the device
+// the _rn intrinsics additionally forbid nvcc from fusing a multiply and an add into an FMA. Of the
+// format codecs only the RHT uses floating-point operations (the rest is integer logic); they keep
+// subnormals unless device code is built with -ftz=true, which gemtb must not use. One template per
+// operation serves both widths, so the two cannot drift apart.
+template <typename T>
+GEMTB_HD inline T RoundedAdd(T a, T b) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "float or double");
 #if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
+  if constexpr (sizeof(T) == 4) return __fadd_rn(a, b); else return __dadd_rn(a, b);
 #else
   return a + b;
 #endif
 }
 
-GEMTB_HD inline float SubRn(float a, float b) {
+template <typename T>
+GEMTB_HD inline T RoundedSub(T a, T b) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "float or double");
 #if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
+  if constexpr (sizeof(T) == 4) return __fsub_rn(a, b); else return __dsub_rn(a, b);
 #else
   return a - b;
 #endif
 }
 
-GEMTB_HD inline float MulRn(float a, float b) {
+template <typename T>
+GEMTB_HD inline T RoundedMul(T a, T b) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "float or double");
 #if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
+  if constexpr (sizeof(T) == 4) return __fmul_rn(a, b); else return __dmul_rn(a, b);
 #else
   return a * b;
 #endif
 }
+
+template <typename T>
+GEMTB_HD inline T RoundedDiv(T a, T b) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "float or double");
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4) return __fdiv_rn(a, b); else return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+GEMTB_HD inline float AddRn(float a, float b) { return RoundedAdd(a, b); }
+GEMTB_HD inline float SubRn(float a, float b) { return RoundedSub(a, b); }
+GEMTB_HD inline float MulRn(float a, float b) { return RoundedMul(a, b); }
+
+GEMTB_HD inline double DAdd(double a, double b) { return RoundedAdd(a, b); }
+GEMTB_HD inline double DSub(double a, double b) { return RoundedSub(a, b); }
+GEMTB_HD inline double DMul(double a, double b) { return RoundedMul(a, b); }
+GEMTB_HD inline double DDiv(double a, double b) { return RoundedDiv(a, b); }
 
 }  // namespace gemtb::numerics
