@@ -1,6 +1,8 @@
 #include "reference/model/checkpoint.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -73,6 +75,29 @@ absl::Status FsyncDir(const std::string& dir) {
   ::close(fd);
   if (rc != 0) return absl::DataLossError(absl::StrCat(dir, ": directory fsync failed: ", std::strerror(errno)));
   return absl::OkStatus();
+}
+
+// Removes the temp files that earlier writes of the checkpoint `target` left behind when their
+// process died mid-write (kill -9): "<name>.tmp.<pid>" whose process <pid> is gone. A temp file of a
+// running process is kept (it may be a write under way), and so is every other file. Best effort:
+// a failure here never fails the write that has already succeeded.
+void RemoveStaleTemps(const std::filesystem::path& target) {
+  namespace fs = std::filesystem;
+  const std::string prefix = target.filename().string() + ".tmp.";
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::vector<fs::path> stale;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) == 0 || errno == EPERM) continue;  // alive (EPERM: someone else's process)
+    stale.push_back(it->path());
+  }
+  for (const fs::path& p : stale) fs::remove(p, ec);
 }
 
 }  // namespace
@@ -167,6 +192,7 @@ absl::Status WriteCheckpoint(const std::string& path, const NamedArrays& arrays,
     ::unlink(tmp.c_str());
     return absl::DataLossError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
   }
+  RemoveStaleTemps(target);
   return FsyncDir(dir);
 }
 

@@ -1,6 +1,8 @@
 // Checkpoints: named arrays in one file, written atomically (temp file in the same directory, write,
 // fsync, rename over the old file, fsync the directory), so a crash at any point leaves either the
-// previous checkpoint or the new one, never a torn file.
+// previous checkpoint or the new one, never a torn file. The temp file "<path>.tmp.<pid>" of a
+// write killed midway stays behind until the next successful write of the same path removes it
+// (only when process <pid> is gone: a live writer's temp file is never touched).
 //
 // Format (little-endian):
 //   "GEMTBCKP"  u32 version (1)  u32 count

@@ -1,5 +1,6 @@
 // The trainer's determinism and checkpoints (spec §8 row 9, issue 4 item 3): same bits for any
 // thread count, resume == uninterrupted, a failed checkpoint write leaves the previous one loadable.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -144,6 +145,34 @@ TEST(Checkpoint, FailedWriteLeavesThePreviousCheckpointLoadable) {
     EXPECT_FALSE(ReadCheckpoint(entry.path().string()).ok()) << entry.path();
   }
   EXPECT_TRUE(saw_temp);
+  fs::remove_all(dir);
+}
+
+// What kill -9 during a write leaves, "<path>.tmp.<pid>" of a dead process, goes at the next
+// successful write of that path; a live process's temp file, other checkpoints' and names that are
+// not "<pid>" stay.
+TEST(Checkpoint, SuccessfulWriteRemovesStaleTempFilesOfThatCheckpointOnly) {
+  const fs::path dir = TempDir("stale");
+  const std::string path = (dir / "ckpt.bin").string();
+  const pid_t dead = ::fork();  // a pid whose process has exited and been reaped
+  ASSERT_GE(dead, 0);
+  if (dead == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  const std::string stale = absl::StrCat(path, ".tmp.", dead);
+  const std::string live = absl::StrCat(path, ".tmp.", ::getppid());
+  const std::string other = (dir / absl::StrCat("other.bin.tmp.", dead)).string();
+  const std::string not_pid = absl::StrCat(path, ".tmp.", dead, "x");
+  for (const std::string& p : {stale, live, other, not_pid}) std::ofstream(p) << "torn";
+  NamedArrays arrays;
+  arrays.emplace_back("w", io::EncodeFloat(std::vector<double>{1.0, -2.5}, {2}, io::NpyDType::kFloat32));
+  ASSERT_TRUE(WriteCheckpoint(path, arrays).ok());
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(other));
+  EXPECT_TRUE(fs::exists(not_pid));
+  absl::StatusOr<NamedArrays> back = ReadCheckpoint(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(SerializeCheckpoint(*back) == SerializeCheckpoint(arrays));
   fs::remove_all(dir);
 }
 
