@@ -308,15 +308,13 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
   const int block_m = s->hopper_forward ? kHopperBlockM : kBlockM;
   const std::vector<ForwardTile> tiles = BuildForwardTiles(s->problem.pairing, args.options, block_m);
   s->num_forward = static_cast<int64_t>(tiles.size());
-  if (forward_kernel == ForwardKernelChoice::kAuto && s->hopper_forward && s->softmax && !tiles.empty()) {
-    // kAuto, softmax: the warp-specialised forward where the tiles hold enough K/V steps for its
-    // pipeline to overlap loads and the two consumers' work (device_call.h, kHopperWsMinMeanSteps).
-    int64_t steps = 0;
-    for (const ForwardTile& t : tiles) steps += (t.k_hi - t.k_lo + kHopperWsBlockN - 1) / kHopperWsBlockN;
-    if (steps >= kHopperWsMinMeanSteps * static_cast<int64_t>(tiles.size())) {
-      s->hopper_ws = true;
-      s->hopper_block_n = kHopperWsBlockN;
-    }
+  if (forward_kernel == ForwardKernelChoice::kAuto && s->hopper_forward && !tiles.empty()) {
+    // kAuto: the warp-specialised forward for every act and tile list since its v5 (persistent
+    // CTAs, TMA loads; forward_hopper_tma_kernel.cuh), which was faster than v3 on all eight bench
+    // cases on the H200, one-step tiles and pointwise acts included (tools/bench/NOTES.md, "Forward
+    // v5"); v4's rule (softmax averaging >= kHopperWsMinMeanSteps steps) no longer applies.
+    s->hopper_ws = true;
+    s->hopper_block_n = kHopperWsBlockN;
   }
   s->forward_covers_all = ForwardRows(tiles, s->problem.pairing, block_m) == s->problem.to;
   GEMTB_RETURN_IF_ERROR(s->seqs.Upload(s->problem.pairing.seqs, "sequence table"));

@@ -20,7 +20,7 @@ namespace gemtb::gpu {
 
 // Whether the warp-specialised forward runs as v5 (this file) rather than v4. GEMTB_FORWARD_WS=v4
 // or =v5 overrides the default (how one build times both and the check covers both).
-inline constexpr bool kForwardWsV5Default = false;
+inline constexpr bool kForwardWsV5Default = true;
 inline bool ForwardHopperTmaEnabled() {
   const char* env = std::getenv("GEMTB_FORWARD_WS");
   if (env != nullptr && std::strcmp(env, "v5") == 0) return true;
