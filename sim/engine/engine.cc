@@ -1,6 +1,7 @@
 #include "sim/engine/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "absl/status/status.h"
@@ -41,6 +42,15 @@ class Engine {
   const double* Stats(int step, int r) const {
     return in_.stats->data() + (static_cast<size_t>(step) * R_ + r) * width_;
   }
+  // c_r with k SM-based collectives running (spec §2.5): each takes s SMs, kappa = s / (n - s), so
+  // compute keeps n - k*s of n SMs: c = n / (n - k*s) = 1 / (1 - k*f), f = s/n = kappa / (1 + kappa).
+  // Compute keeps at least one collective's share of the SMs (NCCL channels queue beyond that).
+  double Contention(int k) const {
+    if (k <= 0 || in_.kappa <= 0) return 1.0;
+    if (k == 1) return 1.0 + in_.kappa;
+    const double f = in_.kappa / (1.0 + in_.kappa);
+    return 1.0 / std::max(1.0 - k * f, f);
+  }
   bool Measured(int step) const { return step >= in_.warmup; }
   bool Traced(int r, int step) const { return !in_.traced.empty() && in_.traced[r] && step == in_.trace_step; }
 
@@ -66,7 +76,11 @@ class Engine {
   void Complete(int r, int i, int step);
   void SetSm(int r, int delta);
   void OnComputeEnd(int r, uint32_t version);
-  void OnCollEnd(int i, int g);
+  void OnCollEnd(int i, int g, uint32_t version);
+  void ShareStart(int i, int g, int64_t k, double dur);
+  void ShareLeave(int r, int port, int64_t k);
+  void ShareMove(int64_t other, int from, int to, std::vector<int64_t>& touched);
+  void Reshare(int64_t k);
   void StartPerRank(int i, int g, int step, double jitter, bool holds_sms);
   void MemberEnd(int i, int r, int step, double start, double dur, bool release_sms);
   void AddTrace(int r, int stream, const std::string& name, const char* cat, double start, double dur) {
@@ -110,6 +124,38 @@ class Engine {
   std::vector<int32_t> arrived_;
   std::vector<double> max_bytes_, coll_start_, coll_dur_;
   std::vector<int16_t> coll_step_;
+  // Processor sharing (spec §2.4): per rank and port (0 NVLink, 1 NIC), the collectives running on
+  // it, apart from the rank state so that a rendezvous's pass over its members touches little
+  // memory. A rank has at most one collective per stream in flight, so kMaxShare bounds the list.
+  static constexpr int kPorts = 2;
+  static constexpr int kMaxShare = 8;
+  static_assert(kNumStreams - 1 <= kMaxShare, "one collective per non-compute stream");
+  // Instance keys (coll_off_[task] + group) in start order, then -1: a rank's two ports share one
+  // cache line.
+  struct alignas(32) PortState {
+    int32_t coll[kMaxShare] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    int Count() const {
+      int n = 0;
+      while (n < kMaxShare && coll[n] >= 0) ++n;
+      return n;
+    }
+  };
+  HugeVector<PortState> ports_;  // [rank][port]
+  PortState& Port(int r, int port) { return ports_[static_cast<size_t>(r) * kPorts + port]; }
+  // Per instance k under processor sharing: its sharers n (the most collectives any member has on
+  // its port; 0 when not sharing), its lone-rate work left as of share_last_, the version of its
+  // pending end event, and a histogram of its members' port loads (n = the highest non-empty bin).
+  std::vector<int32_t> share_n_;
+  std::vector<double> share_left_, share_last_;
+  std::vector<uint32_t> share_ver_;
+  std::vector<std::array<int32_t, kMaxShare + 1>> share_hist_;
+  std::vector<uint32_t> share_mark_;
+  uint32_t share_stamp_ = 0;
+  // Instances whose histogram changed at a collective's start / end (deduplicated by mark; a start
+  // inside an end's pass over its members can let one in twice, which Reshare makes harmless).
+  std::vector<int64_t> share_touched_, share_end_touched_;
+  std::vector<int32_t> inst_task_;      // per instance: its task
+  std::vector<int8_t> layout_port_;     // per layout: 0 inside a host, 1 across hosts
   std::vector<int64_t> done_count_;  // per step: (rank, task) completions
   // Per task: the task after it on its stream and whether that one belongs to the next step (the
   // stream wraps). Lets a collective's end prefetch what each member's completion touches.
@@ -194,7 +240,7 @@ void Engine::StartCompute(int r, int i, int step) {
   x.base = (x.main + x.rec) * rs_[r].noise;
   x.work_left = x.base;
   x.last_t = now_;
-  x.c = rs_[r].sm > 0 ? 1.0 + in_.kappa : 1.0;
+  x.c = Contention(rs_[r].sm);
   x.contended = x.c > 1.0;
   ++x.version;
   q_.Push(now_ + x.work_left * x.c, EventType::kTaskEnd, r, i, x.version, step);
@@ -216,9 +262,9 @@ void Engine::StartCompute(int r, int i, int step) {
 }
 
 void Engine::SetSm(int r, int delta) {
-  const double c_old = rs_[r].sm > 0 ? 1.0 + in_.kappa : 1.0;
+  const double c_old = Contention(rs_[r].sm);
   rs_[r].sm += delta;
-  const double c_new = rs_[r].sm > 0 ? 1.0 + in_.kappa : 1.0;
+  const double c_new = Contention(rs_[r].sm);
   Running& x = rs_[r].run;
   if (c_new == c_old || x.task < 0) return;
   // Reschedule the running task's remaining work at the new rate (spec §2.5).
@@ -289,12 +335,15 @@ void Engine::StartCollective(int i, int g, int step) {
     s.member_time_s += dur * l.size;
     if (s.algo.empty()) s.algo = AlgoLabel(cost.algo, cost.proto);
   }
+  ++share_ver_[k];
   if (in_.ideal_network) {
     // No time on the dependency path; SM-based collectives still hold their SMs for `dur`.
     if (holds_sms) q_.Push(now_ + dur, EventType::kSmRelease, i, g);
-    q_.Push(now_, EventType::kCollEnd, i, g);
+    q_.Push(now_, EventType::kCollEnd, i, g, share_ver_[k]);
+  } else if (in_.processor_sharing && dur > 0) {
+    ShareStart(i, g, k, dur);
   } else {
-    q_.Push(now_ + dur, EventType::kCollEnd, i, g);
+    q_.Push(now_ + dur, EventType::kCollEnd, i, g, share_ver_[k]);
   }
 }
 
@@ -335,11 +384,93 @@ void Engine::MemberEnd(int i, int r, int step, double start, double dur, bool re
   Complete(r, i, step);
 }
 
-void Engine::OnCollEnd(int i, int g) {
+// Processor sharing: collective k (task i, group g) joins its members' port lists. Every collective
+// already on one of those ports gains a sharer there; those whose most-loaded member changed are
+// rescheduled (RateChange), and k's own end is set at its shared rate.
+void Engine::ShareStart(int i, int g, int64_t k, double dur) {
+  const GroupLayout& l = tpl_.layouts[tpl_.tasks[i].layout];
+  const int port = layout_port_[tpl_.tasks[i].layout];
+  std::array<int32_t, kMaxShare + 1>& hist = share_hist_[k];
+  hist.fill(0);
+  ++share_stamp_;
+  share_touched_.clear();
+  constexpr int kAhead = 8;
+  for (int p = 0; p < std::min(kAhead, l.size); ++p) __builtin_prefetch(&Port(l.Member(g, p), port));
+  for (int p = 0; p < l.size; ++p) {
+    if (p + kAhead < l.size) __builtin_prefetch(&Port(l.Member(g, p + kAhead), port));
+    PortState& ps = Port(l.Member(g, p), port);
+    const int n = ps.Count();
+    for (int j = 0; j < n; ++j) ShareMove(ps.coll[j], n, n + 1, share_touched_);
+    ps.coll[n] = static_cast<int32_t>(k);
+    ++hist[n + 1];
+  }
+  int n = kMaxShare;
+  while (n > 1 && hist[n] == 0) --n;
+  share_n_[k] = n;
+  share_left_[k] = dur;
+  share_last_[k] = now_;
+  q_.Push(now_ + dur * n, EventType::kCollEnd, i, g, share_ver_[k]);
+  for (int64_t other : share_touched_) Reshare(other);
+}
+
+// Collective k leaves rank r's port list; the others there lose a sharer (in OnCollEnd's pass over
+// the members, so that an end costs one pass).
+void Engine::ShareLeave(int r, int port, int64_t k) {
+  PortState& ps = Port(r, port);
+  const int n = ps.Count();
+  int j = 0;
+  while (ps.coll[j] != k) ++j;
+  for (; j + 1 < n; ++j) ps.coll[j] = ps.coll[j + 1];  // keep start order (deterministic)
+  ps.coll[n - 1] = -1;
+  for (j = 0; j < n - 1; ++j) ShareMove(ps.coll[j], n, n - 1, share_end_touched_);
+}
+
+// One member of collective `other` goes from `from` to `to` collectives on its port.
+void Engine::ShareMove(int64_t other, int from, int to, std::vector<int64_t>& touched) {
+  std::array<int32_t, kMaxShare + 1>& hist = share_hist_[other];
+  --hist[from];
+  ++hist[to];
+  if (share_mark_[other] != share_stamp_) {
+    share_mark_[other] = share_stamp_;
+    touched.push_back(other);
+  }
+}
+
+// RateChange: if k's most-loaded member changed, bank its work at the old rate and move its end.
+void Engine::Reshare(int64_t k) {
+  const std::array<int32_t, kMaxShare + 1>& hist = share_hist_[k];
+  if (share_n_[k] == 0) return;  // ended (its members are leaving their ports)
+  int n = kMaxShare;
+  while (n > 1 && hist[n] == 0) --n;
+  if (n == share_n_[k]) return;
+  share_left_[k] = std::max(0.0, share_left_[k] - (now_ - share_last_[k]) / share_n_[k]);
+  share_last_[k] = now_;
+  share_n_[k] = n;
+  ++share_ver_[k];
+  const int i = inst_task_[k];
+  q_.Push(now_ + share_left_[k] * n, EventType::kCollEnd, i, static_cast<int32_t>(k - coll_off_[i]), share_ver_[k]);
+}
+
+void Engine::OnCollEnd(int i, int g, uint32_t version) {
   const TaskTemplate& t = tpl_.tasks[i];
   const GroupLayout& l = tpl_.layouts[t.layout];
   const int64_t k = coll_off_[i] + g;
+  if (version != share_ver_[k]) return;  // rescheduled by a rate change
   const int step = coll_step_[k];
+  const bool shared = share_n_[k] > 0;
+  const int port = layout_port_[t.layout];
+  if (shared) {
+    share_n_[k] = 0;
+    ++share_stamp_;
+    share_end_touched_.clear();
+    // Booked at its lone duration when it started: add what sharing stretched it by.
+    const double stretch = (now_ - coll_start_[k]) - coll_dur_[k];
+    if (Measured(step) && stretch > 0) {
+      out_.sites[i].duration_s += stretch;
+      out_.sites[i].member_time_s += stretch * l.size;
+    }
+    coll_dur_[k] = now_ - coll_start_[k];
+  }
   const double start = coll_start_[k], dur = coll_dur_[k];
   const bool release = in_.kappa > 0 && dur > 0 && !in_.ideal_network;
   constexpr int kAhead = 8;  // members prefetched ahead (each completion is a few hundred ns)
@@ -348,7 +479,14 @@ void Engine::OnCollEnd(int i, int g) {
     const int r = l.Member(g, p);
     if (p + kAhead < l.size) PrefetchCompletion(l.Member(g, p + kAhead), i, step);
     if (p + 1 < l.size) __builtin_prefetch(&rs_[l.Member(g, p + 1)].run);
+    if (shared) {
+      if (p + kAhead < l.size) __builtin_prefetch(&Port(l.Member(g, p + kAhead), port));
+      ShareLeave(r, port, k);
+    }
     MemberEnd(i, r, step, start, dur, release);
+  }
+  if (shared) {
+    for (int64_t other : share_end_touched_) Reshare(other);
   }
 }
 
@@ -432,6 +570,24 @@ absl::StatusOr<EngineOutput> Engine::Run() {
   coll_start_.assign(total, 0.0);
   coll_dur_.assign(total, 0.0);
   coll_step_.assign(total, 0);
+  share_n_.assign(total, 0);
+  share_left_.assign(total, 0.0);
+  share_last_.assign(total, 0.0);
+  share_ver_.assign(total, 0);
+  share_mark_.assign(total, 0);
+  inst_task_.assign(total, -1);
+  if (in_.processor_sharing) {
+    share_hist_.resize(total);
+    ports_.assign(static_cast<size_t>(R_) * kPorts, PortState{});
+  }
+  for (int i = 0; i < T_; ++i) {
+    if (coll_off_[i] < 0) continue;
+    std::fill_n(inst_task_.begin() + coll_off_[i], tpl_.layouts[tpl_.tasks[i].layout].count, i);
+  }
+  layout_port_.assign(tpl_.layouts.size(), 0);
+  for (size_t j = 0; j < tpl_.layouts.size(); ++j) {
+    layout_port_[j] = in_.timing->shape(static_cast<int>(j)).hosts > 1 ? 1 : 0;
+  }
   done_count_.assign(in_.steps, 0);
   if (in_.a2av_per_rank) {
     a2av_bytes_.assign(static_cast<size_t>(R_) * kNumStreams, 0.0);
@@ -481,7 +637,7 @@ absl::StatusOr<EngineOutput> Engine::Run() {
         }
         break;
       case EventType::kCollEnd:
-        OnCollEnd(e.a, e.b);
+        OnCollEnd(e.a, e.b, e.version);
         break;
       case EventType::kMemberEnd: {
         const int64_t k = coll_off_[e.a] + tpl_.layouts[tpl_.tasks[e.a].layout].GroupOf(e.b);

@@ -1,7 +1,8 @@
 // The discrete-event run of a StepTemplate over all ranks and steps (spec/simulator.md §2.1-§2.5):
 // in-order streams per rank, collectives as rendezvous (start when the last member arrives, all end
-// together), SM contention c_r(t) = 1 + kappa while an SM-based collective runs on the rank (running
-// compute is rescheduled when c_r changes), per rank-step noise and per-call jitter.
+// together, slowed while they share a tier with other collectives of their members), SM contention
+// c_r(t) while SM-based collectives run on the rank (running compute is rescheduled when c_r
+// changes), per rank-step noise and per-call jitter.
 #ifndef GEMTB_SIM_ENGINE_ENGINE_H_
 #define GEMTB_SIM_ENGINE_ENGINE_H_
 
@@ -31,6 +32,11 @@ struct EngineInput {
   // All-to-allv ends: false = every member ends with the heaviest (plan.collectives.a2av_end "all");
   // true = each member ends when its own send/receive total is through ("per_rank").
   bool a2av_per_rank = false;
+  // Processor sharing of concurrent collectives on one tier (spec §2.4): a collective loads its
+  // members' port to the outermost tier it spans (NVLink inside a host, else the NIC) and runs at
+  // rate 1/n, n the most collectives any member has on that port; RateChange reschedules its end.
+  // Off: every collective runs at its lone cost. All-to-allvs under a2av_per_rank do not share.
+  bool processor_sharing = true;
   uint64_t seed = 0;
   std::vector<uint8_t> traced;  // per rank: record its trace events of trace_step
   int trace_step = -1;

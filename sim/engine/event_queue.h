@@ -13,7 +13,7 @@ namespace gemtb::sim {
 
 enum class EventType : uint8_t {
   kTaskEnd,     // a compute task ends (a = rank, version checked); or a zero-time task completes
-  kCollEnd,     // a collective ends for all members (a = task, b = group)
+  kCollEnd,     // a collective ends for all members (a = task, b = group; version: its rate's)
   kSmRelease,   // ideal network: an SM-based collective stops holding SMs (a = task, b = group)
   kMemberEnd,   // a2av_end per_rank: one member's part of an all-to-allv ends (a = task, b = rank)
   kMemberSmRelease,  // ideal network, per_rank: that member stops holding SMs (a = rank)

@@ -1,5 +1,6 @@
 // Spec/simulator.md §6.1 through the event engine: a lone collective ends at its closed form, and
-// delaying one member delays everyone's end by exactly that much.
+// delaying one member delays everyone's end by exactly that much; §2.4: concurrent collectives on one
+// tier share it (processor sharing).
 #include "sim/engine/engine.h"
 
 #include <cmath>
@@ -44,7 +45,26 @@ StepTemplate OneCollective(int world, CollectiveOp op, double bytes) {
   return t;
 }
 
-double RunEnd(const StepTemplate& t, const CollectiveTiming& timing, const std::vector<double>& batch) {
+// OneCollective plus a second collective of `bytes2` on another stream over `layout2`'s groups,
+// also right after the compute task: the two run concurrently.
+StepTemplate TwoCollectives(int world, double bytes1, double bytes2, GroupLayout layout2) {
+  StepTemplate t = OneCollective(world, CollectiveOp::kAllGather, bytes1);
+  t.layouts[1] = layout2;
+  TaskTemplate second = t.tasks[1];
+  second.name = "coll2";
+  second.group_class = GroupClass::kExpertShard;
+  second.layout = 1;
+  second.stream = CommStream(GroupClass::kExpertShard);
+  second.bytes.coef = {bytes2, 0.0, 0.0};
+  t.tasks.push_back(second);
+  t.stream_tasks[second.stream] = {2};
+  t.dependents = {{1, 2}, {}, {}};
+  t.next_step_dependents = {{}, {}, {}};
+  return t;
+}
+
+double RunEnd(const StepTemplate& t, const CollectiveTiming& timing, const std::vector<double>& batch,
+              bool sharing = true) {
   const int world = static_cast<int>(batch.size());
   std::vector<double> stats;
   for (double b : batch) stats.insert(stats.end(), {1.0, b, 0.0});
@@ -54,6 +74,7 @@ double RunEnd(const StepTemplate& t, const CollectiveTiming& timing, const std::
   in.world = world;
   in.steps = 1;
   in.stats = &stats;
+  in.processor_sharing = sharing;
   auto out = RunEngine(in);
   EXPECT_TRUE(out.ok()) << out.status();
   return out.ok() ? out->step_end_s[0] : -1;
@@ -141,6 +162,137 @@ TEST(EngineTest, PerRankAllToAllvEndsEachMemberAtItsOwnDuration) {
   }
   // The heaviest member arrives last and needs longest: the step ends at the same time.
   EXPECT_EQ(end_all, end_per_rank);
+}
+
+// Two collectives over the same 8 ranks of one host start together. Sharing NVLink, each runs at half
+// rate while both run: the shorter (lone duration d1) ends at 2*d1, the longer (d2) then runs alone
+// and ends at 2*d1 + (d2 - d1) = d1 + d2. Without sharing the step ends at d2.
+TEST(EngineTest, ConcurrentCollectivesOnOneTierShareItLoneOnesKeepTheirCost) {
+  const int p = 8;
+  const Cluster cluster = testing::TestCluster(p);
+  CollectivesPlan plan;
+  plan.algo["all_gather"] = "ring";
+  GroupLayout all;
+  all.size = p;
+  const double S1 = 64.0 * 1024 * 1024, S2 = 256.0 * 1024 * 1024;
+  const StepTemplate t = TwoCollectives(p, S1, S2, all);
+  auto timing = CollectiveTiming::Create(cluster, plan, t.layouts);
+  ASSERT_TRUE(timing.ok()) << timing.status();
+  const double alpha = 1.87e-6, bw = 370e9;
+  const double d1 = (p - 1) * alpha + (p - 1.0) / p * S1 / bw;
+  const double d2 = (p - 1) * alpha + (p - 1.0) / p * S2 / bw;
+  const std::vector<double> zero(p, 0.0);
+  EXPECT_NEAR(RunEnd(t, *timing, zero), d1 + d2, 1e-9 * (d1 + d2));
+  EXPECT_NEAR(RunEnd(t, *timing, zero, /*sharing=*/false), d2, 1e-9 * d2);
+  // Equal sizes: both end at twice the lone duration.
+  const StepTemplate same = TwoCollectives(p, S2, S2, all);
+  EXPECT_NEAR(RunEnd(same, *timing, zero), 2 * d2, 1e-9 * d2);
+  // A lone collective (the first one alone) keeps its closed form with sharing on.
+  const StepTemplate lone = OneCollective(p, CollectiveOp::kAllGather, S1);
+  EXPECT_NEAR(RunEnd(lone, *timing, zero), d1, 1e-9 * d1);
+}
+
+// The rate is set by the most-loaded member. The second collective is over groups of 4 (ranks 0-3 and
+// 4-7); ranks 4-7 compute t0 first, so group 0's starts at 0 and the host-wide one and group 1's at t0.
+//   0..t0: group 0's runs alone (rate 1), h - t0 left.
+//   from t0: every rank holds two collectives: all three run at 1/2. Group 0's ends at t0 + 2(h - t0).
+//   Ranks 0-3 then hold one, but ranks 4-7 still two, so the host-wide one stays at 1/2 until group
+//   1's ends at t0 + 2h (h of its work done), then runs alone: it ends at t0 + 2h + (d - h).
+TEST(EngineTest, SharingRateFollowsTheMostLoadedMember) {
+  const int p = 8;
+  const Cluster cluster = testing::TestCluster(p);
+  CollectivesPlan plan;
+  plan.algo["all_gather"] = "ring";
+  GroupLayout half;
+  half.size = 4;
+  half.count = 2;
+  const double S = 256.0 * 1024 * 1024, S_half = 16.0 * 1024 * 1024;
+  const StepTemplate t = TwoCollectives(p, S, S_half, half);
+  auto timing = CollectiveTiming::Create(cluster, plan, t.layouts);
+  ASSERT_TRUE(timing.ok()) << timing.status();
+  const double alpha = 1.87e-6, bw = 370e9;
+  const double d = (p - 1) * alpha + (p - 1.0) / p * S / bw;
+  const double h = 3 * alpha + 3.0 / 4 * S_half / bw;
+  // All start at 0: the host-wide one runs at 1/2 until both halves end at 2h, then alone.
+  EXPECT_NEAR(RunEnd(t, *timing, std::vector<double>(p, 0.0)), d + h, 1e-9 * d);
+  std::vector<double> late(p, 0.0);
+  for (int r = 4; r < p; ++r) late[r] = 0.01;  // 10 us of compute (B_r * 1 ms)
+  const double t0 = 1e-5;
+  ASSERT_LT(t0, h);
+  EXPECT_NEAR(RunEnd(t, *timing, late), t0 + 2 * h + (d - h), 1e-9 * d);
+}
+
+// A collective loads the port of the outermost tier it spans: one across two hosts (the NIC) and
+// one inside each host (NVLink) do not slow each other; two across hosts do.
+TEST(EngineTest, CollectivesOnDifferentTiersDoNotShare) {
+  const int p = 16;
+  const Cluster cluster = testing::TestCluster(p);
+  CollectivesPlan plan;
+  plan.algo["all_gather"] = "ring";
+  GroupLayout host;
+  host.size = 8;
+  host.count = 2;
+  GroupLayout world;
+  world.size = p;
+  const double S = 256.0 * 1024 * 1024;
+  const StepTemplate mixed = TwoCollectives(p, S, S, host);
+  auto timing = CollectiveTiming::Create(cluster, plan, mixed.layouts);
+  ASSERT_TRUE(timing.ok()) << timing.status();
+  const double across = timing->Cost(0, CollectiveOp::kAllGather, S, false).duration_s;
+  const double inside = timing->Cost(1, CollectiveOp::kAllGather, S, false).duration_s;
+  ASSERT_GT(across, inside);
+  const std::vector<double> zero(p, 0.0);
+  EXPECT_NEAR(RunEnd(mixed, *timing, zero), across, 1e-9 * across);
+  const StepTemplate both = TwoCollectives(p, S, S, world);
+  auto timing2 = CollectiveTiming::Create(cluster, plan, both.layouts);
+  ASSERT_TRUE(timing2.ok()) << timing2.status();
+  EXPECT_NEAR(RunEnd(both, *timing2, zero), 2 * across, 1e-9 * across);
+}
+
+// SM contention (spec §2.5): each SM-based collective takes s of the n SMs, kappa = s / (n - s); a
+// compute task overlapping k of them runs on n - k*s SMs: slowed by n / (n - k*s).
+TEST(EngineTest, ComputeUnderConcurrentSmBasedCollectivesLosesEachOnesSms) {
+  const int p = 8;
+  const Cluster cluster = testing::TestCluster(p);
+  CollectivesPlan plan;
+  const double S = 256.0 * 1024 * 1024;
+  GroupLayout all;
+  all.size = p;
+  auto slowdown = [&](int collectives) {
+    StepTemplate t = collectives == 1 ? OneCollective(p, CollectiveOp::kAllGather, S) : TwoCollectives(p, S, S, all);
+    // A 10 us compute task after "pre", beside the collective(s).
+    TaskTemplate post;
+    post.name = "post";
+    post.time.coef = {1e-5, 0.0, 0.0};
+    post.deps = {0};
+    const int idx = static_cast<int>(t.tasks.size());
+    t.tasks.push_back(post);
+    t.stream_tasks[kComputeStream].push_back(idx);
+    t.dependents[0].push_back(idx);
+    t.dependents.emplace_back();
+    t.next_step_dependents.emplace_back();
+    auto timing = CollectiveTiming::Create(cluster, plan, t.layouts);
+    EXPECT_TRUE(timing.ok()) << timing.status();
+    std::vector<double> stats;
+    for (int r = 0; r < p; ++r) stats.insert(stats.end(), {1.0, 0.0, 0.0});
+    EngineInput in;
+    in.tpl = &t;
+    in.timing = &*timing;
+    in.world = p;
+    in.steps = 1;
+    in.stats = &stats;
+    in.kappa = 24.0 / 108.0;
+    in.traced.assign(p, 1);
+    in.trace_step = 0;
+    auto out = RunEngine(in);
+    EXPECT_TRUE(out.ok()) << out.status();
+    for (const TraceEvent& e : out->trace) {
+      if (e.rank == 0 && e.name == "post") return e.duration_s / 1e-5;
+    }
+    return -1.0;
+  };
+  EXPECT_NEAR(slowdown(1), 132.0 / 108.0, 1e-9);
+  EXPECT_NEAR(slowdown(2), 132.0 / 84.0, 1e-9);
 }
 
 }  // namespace
