@@ -14,10 +14,17 @@
 //     Within a step, Pᵀ is formed while dPᵀ is still on the tensor cores.
 //   dQ (per 64-row query tile, loop over its readers and their 64-key steps):
 //     S = Q Kᵀ, dP = dO Vᵀ, dS elementwise, dQ += dS K.
+//   v3 (issue 7, this file's instruction diet): both kernels were issue-bound (Nsight Compute: IPC
+//   1.9 with 8 warps per SM, ~1600 instructions per warp per step, tensor pipe ~30% busy), so a step
+//   now issues about half as many: unrolled tile loads with one swizzle phase per thread, wgmma
+//   descriptors built once per tile and advanced by adding, softmax's exp as one FFMA + ex2, and
+//   no mask tests on full 64 x 64 blocks (every pair valid), nor a second one for dS.
 //   D_i = rowsum(dO∘O) as the diagonal of dO Oᵀ on the same m64n64k16 MMA as dP, so that a row whose
 //   O equals one value row gets dS = 0 exactly (backward_row_dot.cuh says why that matters).
 #ifndef GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_KERNEL_CUH_
 #define GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_KERNEL_CUH_
+
+#include <type_traits>
 
 #include "gpu/attention/activation.cuh"
 #include "gpu/attention/forward_hopper_kernel.cuh"
@@ -41,36 +48,50 @@ inline constexpr size_t kHopperDqSmemBytes = 1024 + 7 * kHopperBwdTileBytes;
 inline constexpr size_t kHopperRowDotSmemBytes = 1024 + 2 * kHopperBwdTileBytes;
 
 // Rows [0, valid_rows) of a 64-row tile into the swizzled tile at `dst`, zero-filling the rest.
+// Thread t always copies 16-byte column chunk t % 16 of rows t / 16 + 8i (i = 0..7): one row phase
+// (row & 7) per thread, so the swizzled destination advances by one 1024-byte row group per copy and
+// the loop unrolls into eight copies with no per-chunk index arithmetic (v3: the generic loop cost
+// about 20 instructions per copy, a fifth of a step's instructions).
 __device__ __forceinline__ void HopperBwdLoad(uint32_t dst, const uint16_t* src, int64_t src_stride, int valid_rows,
                                               const uint16_t* any_valid) {
   constexpr int kChunks = kHopperHeadDim / 8;
-  for (int idx = static_cast<int>(threadIdx.x); idx < 64 * kChunks; idx += kHopperBwdThreads) {
-    const int r = idx / kChunks;
-    const int c = idx % kChunks;
-    const bool ok = r < valid_rows;
-    wgmma::CpAsync16(dst + wgmma::SwizzledOffset(64, r, c * 8), ok ? src + r * src_stride + c * 8 : any_valid,
-                     ok ? 16u : 0u);
+  constexpr int kRowsPerPass = kHopperBwdThreads / kChunks;
+  static_assert(kRowsPerPass == 8, "one row phase of the 128-byte swizzle per thread");
+  const int c = static_cast<int>(threadIdx.x) % kChunks;
+  const int r0 = static_cast<int>(threadIdx.x) / kChunks;
+  const uint32_t d0 = dst + wgmma::SwizzledOffset(64, r0, c * 8);
+  const uint16_t* s = src + r0 * src_stride + c * 8;
+  const int64_t pass_stride = kRowsPerPass * src_stride;
+#pragma unroll
+  for (int i = 0; i < 64 / kRowsPerPass; ++i) {
+    const bool ok = r0 + kRowsPerPass * i < valid_rows;
+    wgmma::CpAsync16(d0 + static_cast<uint32_t>(i * kRowsPerPass * 128), ok ? s : any_valid, ok ? 16u : 0u);
+    s += pass_stride;
   }
 }
 
 // C (64x64) = A Bᵀ over the head dim, A and B 64-row K-major swizzled tiles (8 k-steps of 16).
+// The descriptors are built once per call and advanced by adding the k-step's byte offset >> 4 to
+// their start-address field (tiles lie below 256 KB, so the 14-bit field never carries): about 8
+// uniform instructions fewer per wgmma than building each descriptor.
 template <ElementType E>
 __device__ __forceinline__ void HopperBwdIssueAbT(float (&c)[32], uint32_t a_tile, uint32_t b_tile) {
+  const uint64_t da = wgmma::SwizzledDescriptor(a_tile, 16, 1024);
+  const uint64_t db = wgmma::SwizzledDescriptor(b_tile, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < kHopperHeadDim / 16; ++kk) {
-    const uint32_t off = static_cast<uint32_t>((kk >> 2) * 64 * 128 + (kk & 3) * 32);
-    wgmma::MmaSS64<E>(c, wgmma::SwizzledDescriptor(a_tile + off, 16, 1024),
-                      wgmma::SwizzledDescriptor(b_tile + off, 16, 1024), kk > 0 ? 1u : 0u);
+    const uint64_t off = static_cast<uint64_t>(((kk >> 2) * 64 * 128 + (kk & 3) * 32) >> 4);
+    wgmma::MmaSS64<E>(c, da + off, db + off, kk > 0 ? 1u : 0u);
   }
 }
 
 // C (64x128) += A (64x64 in registers, 4 fragments) * B (64x128 tile, MN-major: rows are the k dim).
 template <ElementType E>
 __device__ __forceinline__ void HopperBwdIssueAB(float (&c)[64], const uint32_t (&a)[4][4], uint32_t b_tile) {
+  const uint64_t db = wgmma::SwizzledDescriptor(b_tile, 64 * 128, 1024);
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    wgmma::MmaRS<E>(c, a[kk], wgmma::SwizzledDescriptor(b_tile + static_cast<uint32_t>(kk * 16 * 128), 64 * 128, 1024),
-                    1u);
+    wgmma::MmaRS<E>(c, a[kk], db + static_cast<uint64_t>((kk * 16 * 128) >> 4), 1u);
   }
 }
 
@@ -85,6 +106,8 @@ __device__ __forceinline__ void HopperBwdPack(uint32_t (&a)[4][4], int n, const 
 // The per-pair step of backward_pair.cuh in two halves, so that the half that needs only S runs
 // while dP is still on the tensor cores:
 //   HopperBwdFromScore: P (for dV) and `kept`: softmax P̂ = exp(S - LSE), pointwise post * act'(S);
+//     softmax takes LSE·log2(e) and scale_log2 = pre_scale·log2(e), so P̂ is one FFMA and one ex2
+//     (exp2(qk·pre_scale·log2e − LSE·log2e), as the forward's log2-domain softmax);
 //   HopperBwdDs:        dS = P̂ (post dP - D_i)  or  kept * dP.
 // silu, gelu_tanh and the softmax exp take the special-function unit's fast paths (as the forward
 // does): one exp and one approximate division per pair for both act and act', a few fp32 ulps from
@@ -104,14 +127,17 @@ __device__ __forceinline__ void FastGeluTanhBoth(float x, float& value, float& d
   derivative = 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * (kSqrt2OverPi + 3.f * kGeluTanhA * kSqrt2OverPi * x * x);
 }
 
+inline constexpr float kHopperBwdLog2e = 1.44269504088896340736f;
+
 template <HopperAct kAct>
-__device__ __forceinline__ float HopperBwdFromScore(const ProblemParams& pr, float qk, float lse, float& p) {
-  const float s = qk * pr.pre_scale;
+__device__ __forceinline__ float HopperBwdFromScore(const ProblemParams& pr, float qk, float lse_log2,
+                                                    float scale_log2, float& p) {
   if constexpr (kAct == HopperAct::kSoftmax) {
-    const float p_hat = Log2Softmax::Exp2((s - lse) * 1.44269504088896340736f);
+    const float p_hat = Log2Softmax::Exp2(fmaf(qk, scale_log2, -lse_log2));
     p = pr.post_scale * p_hat;
     return p_hat;
   } else {
+    const float s = qk * pr.pre_scale;
     float value, derivative;
     if constexpr (kAct == HopperAct::kSilu) {
       FastSiluBoth(s, value, derivative);
@@ -200,6 +226,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DkDvHopperKernel(const B
   const int64_t q_stride = static_cast<int64_t>(pr.heads) * D;
   const int64_t kv_stride = static_cast<int64_t>(pr.kv_heads) * D;
   constexpr bool softmax = kAct == HopperAct::kSoftmax;
+  const float scale_log2 = pr.pre_scale * kHopperBwdLog2e;
 
   const int k_rows = min(64, tile.lk - tile.j0);
   const int64_t kv_offset = (tile.kv_begin + tile.j0) * kv_stride + hk * D;
@@ -224,6 +251,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DkDvHopperKernel(const B
     if (++c.sgi < tile.seg_count) c.q0 = segment(c.sgi).i0;
     return c;
   };
+  int full_vote = 1;  // see `full` below
   const auto load_step = [&](Cursor c, int stage) {
     const DkvSegment seg = segment(c.sgi);
     const SeqInfo seq = pr.seqs[seg.b];
@@ -232,13 +260,19 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DkDvHopperKernel(const B
     HopperBwdLoad(s_do(stage), p.d_o + (seq.out_begin + c.q0) * q_stride + c.h * D, q_stride, nq, p.d_o);
     if (tid < 64) {
       const bool row_ok = tid < nq;
-      s_keys[stage][tid] = row_ok ? RowKeys(pr.options, c.q0 + tid, seq.lq, seq.lk) : RowKeyRange{0, 0};
+      const RowKeyRange keys = row_ok ? RowKeys(pr.options, c.q0 + tid, seq.lq, seq.lk) : RowKeyRange{0, 0};
+      s_keys[stage][tid] = keys;
+      full_vote = nq == 64 && k_rows == 64 && keys.begin <= tile.j0 && keys.end >= tile.j0 + 64 ? 1 : 0;
       const int64_t at = c.h * pr.out_rows + seq.out_begin + c.q0 + tid;
-      s_lse[stage][tid] = softmax && row_ok ? p.lse[at] : 0.f;
+      s_lse[stage][tid] = softmax && row_ok ? p.lse[at] * kHopperBwdLog2e : 0.f;
       s_d[stage][tid] = softmax && row_ok ? p.d_rows[at] : 0.f;
     }
   };
 
+  // A step is full when every pair of its 64 x 64 block is valid (the usual case inside long
+  // sequences): then the elementwise part skips the mask tests, which took about a fifth of a
+  // step's instructions. Rows 0..63 vote when their step is loaded; the barrier that starts the
+  // step ANDs the votes.
   Cursor cur{0, hk * group, segment(0).i0};
   load_step(cur, 0);
   wgmma::CpAsyncCommit();
@@ -253,7 +287,8 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DkDvHopperKernel(const B
   for (int stage = 0; cur.sgi < tile.seg_count; stage ^= 1) {
     wgmma::CpAsyncWait<0>();
     wgmma::FenceProxyAsync();
-    __syncthreads();  // this step's tiles are in; every thread is done with the other stage
+    // This step's tiles are in; every thread is done with the other stage.
+    const bool full = __syncthreads_and(full_vote) != 0;
     const Cursor next = advance(cur);
     if (next.sgi < tile.seg_count) load_step(next, stage ^ 1);
     wgmma::CpAsyncCommit();
@@ -269,22 +304,34 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DkDvHopperKernel(const B
     wgmma::FenceRegisters(st);
     float(&st4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&st);
     float(&dpt4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&dpt);
-    uint32_t valid = 0;  // bit 4n+e: pair (key of e, query of n, e) is valid
+    // Invalid pairs get P = 0 and kept = 0, so their dS = kept * (...) is 0 as well (dP and D_i are
+    // finite) without a second mask test.
     uint32_t pa[4][4], dsa[4][4];
+    const auto form_p = [&](auto masked) {
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      float pv[4];
+      for (int n = 0; n < 8; ++n) {
+        float pv[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = n * 8 + 2 * ln.t + (e & 1);  // query row within the step
-        const bool ok = Contains(s_keys[stage][c], key[e >> 1]);
-        valid |= ok ? 1u << (4 * n + e) : 0u;
-        float pe;
-        const float kept = HopperBwdFromScore<kAct>(pr, st4[n][e], s_lse[stage][c], pe);
-        pv[e] = ok ? pe : 0.f;
-        st4[n][e] = ok ? kept : 0.f;
+        for (int e = 0; e < 4; ++e) {
+          const int c = n * 8 + 2 * ln.t + (e & 1);  // query row within the step
+          float pe;
+          const float kept = HopperBwdFromScore<kAct>(pr, st4[n][e], s_lse[stage][c], scale_log2, pe);
+          if constexpr (decltype(masked)::value) {
+            const bool ok = Contains(s_keys[stage][c], key[e >> 1]);
+            pv[e] = ok ? pe : 0.f;
+            st4[n][e] = ok ? kept : 0.f;
+          } else {
+            pv[e] = pe;
+            st4[n][e] = kept;
+          }
+        }
+        HopperBwdPack<E>(pa, n, pv);
       }
-      HopperBwdPack<E>(pa, n, pv);
+    };
+    if (full) {
+      form_p(std::false_type{});
+    } else {
+      form_p(std::true_type{});
     }
     wgmma::Wait<0>();  // dPᵀ
     wgmma::FenceRegisters(dpt);
@@ -294,7 +341,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DkDvHopperKernel(const B
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int c = n * 8 + 2 * ln.t + (e & 1);
-        dv4[e] = (valid >> (4 * n + e)) & 1u ? HopperBwdDs<kAct>(pr, st4[n][e], dpt4[n][e], s_d[stage][c]) : 0.f;
+        dv4[e] = HopperBwdDs<kAct>(pr, st4[n][e], dpt4[n][e], s_d[stage][c]);
       }
       HopperBwdPack<E>(dsa, n, dv4);
     }
@@ -343,6 +390,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqHopperKernel(const Bac
   const int64_t q_stride = static_cast<int64_t>(pr.heads) * D;
   const int64_t kv_stride = static_cast<int64_t>(pr.kv_heads) * D;
   constexpr bool softmax = kAct == HopperAct::kSoftmax;
+  const float scale_log2 = pr.pre_scale * kHopperBwdLog2e;
 
   // Every reader reads the same query rows: take them from the first.
   const SeqInfo first = pr.seqs[p.dq_readers[tile.reader_begin].b];
@@ -399,7 +447,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqHopperKernel(const Bac
         keys[r] = RowKeys(pr.options, tile.i0 + row[r], seq.lq, seq.lk);
         if (softmax && row[r] < q_rows) {
           const int64_t at = h * pr.out_rows + seq.out_begin + tile.i0 + row[r];
-          lse[r] = p.lse[at];
+          lse[r] = p.lse[at] * kHopperBwdLog2e;
           d_i[r] = p.d_rows[at];
         }
       }
@@ -416,18 +464,33 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqHopperKernel(const Bac
     wgmma::FenceRegisters(s);
     float(&s4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&s);
     float(&dp4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&dp);
-    uint32_t valid = 0;
+    // Full step (every pair of this warp's 16 rows x 64 keys valid): no mask tests.
+    bool covers = reader(cur.ri).k_hi - cur.j0 >= 64;
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
+    for (int r = 0; r < 2; ++r) {
+      // Rows past the tile (zero Q and dO rows, never written) give dS = 0 either way.
+      covers = covers && (row[r] >= q_rows || (keys[r].begin <= cur.j0 && keys[r].end >= cur.j0 + 64));
+    }
+    const auto form_kept = [&](auto masked) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1;
-        const bool ok = Contains(keys[r], cur.j0 + n * 8 + 2 * ln.t + (e & 1));
-        valid |= ok ? 1u << (4 * n + e) : 0u;
-        float unused_p;
-        const float kept = HopperBwdFromScore<kAct>(pr, s4[n][e], lse[r], unused_p);
-        s4[n][e] = ok ? kept : 0.f;
+      for (int n = 0; n < 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1;
+          float unused_p;
+          const float kept = HopperBwdFromScore<kAct>(pr, s4[n][e], lse[r], scale_log2, unused_p);
+          if constexpr (decltype(masked)::value) {
+            s4[n][e] = Contains(keys[r], cur.j0 + n * 8 + 2 * ln.t + (e & 1)) ? kept : 0.f;
+          } else {
+            s4[n][e] = kept;
+          }
+        }
       }
+    };
+    if (__all_sync(0xffffffffu, covers)) {
+      form_kept(std::false_type{});
+    } else {
+      form_kept(std::true_type{});
     }
     wgmma::Wait<0>();
     wgmma::FenceRegisters(dp);
@@ -437,7 +500,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqHopperKernel(const Bac
       float ds4[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        ds4[e] = (valid >> (4 * n + e)) & 1u ? HopperBwdDs<kAct>(pr, s4[n][e], dp4[n][e], d_i[e >> 1]) : 0.f;
+        ds4[e] = HopperBwdDs<kAct>(pr, s4[n][e], dp4[n][e], d_i[e >> 1]);  // 0 where kept is 0
       }
       HopperBwdPack<E>(dsa, n, ds4);
     }
