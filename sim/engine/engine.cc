@@ -124,14 +124,14 @@ class Engine {
   std::vector<int32_t> arrived_;
   std::vector<double> max_bytes_, coll_start_, coll_dur_;
   std::vector<int16_t> coll_step_;
-  // Processor sharing (spec §2.4): per rank and port (0 NVLink, 1 NIC), the collectives running on
-  // it, apart from the rank state so that a rendezvous's pass over its members touches little
-  // memory. A rank has at most one collective per stream in flight, so kMaxShare bounds the list.
-  static constexpr int kPorts = 2;
+  // Processor sharing (spec §2.4): per rank and tier (0 NVLink host, 1 AI zone, 2 cross-zone), the
+  // collectives running on it whose outermost tier that is, apart from the rank state so that a
+  // rendezvous's pass over its members touches little memory. A rank has at most one collective per
+  // stream in flight, so kMaxShare bounds the list.
+  static constexpr int kPorts = 3;
   static constexpr int kMaxShare = 8;
   static_assert(kNumStreams - 1 <= kMaxShare, "one collective per non-compute stream");
-  // Instance keys (coll_off_[task] + group) in start order, then -1: a rank's two ports share one
-  // cache line.
+  // Instance keys (coll_off_[task] + group) in start order, then -1 (32 bytes).
   struct alignas(32) PortState {
     int32_t coll[kMaxShare] = {-1, -1, -1, -1, -1, -1, -1, -1};
     int Count() const {
@@ -155,7 +155,7 @@ class Engine {
   // inside an end's pass over its members can let one in twice, which Reshare makes harmless).
   std::vector<int64_t> share_touched_, share_end_touched_;
   std::vector<int32_t> inst_task_;      // per instance: its task
-  std::vector<int8_t> layout_port_;     // per layout: 0 inside a host, 1 across hosts
+  std::vector<int8_t> layout_port_;     // per layout: its outermost tier (0 host, 1 zone, 2 cross-zone)
   std::vector<int64_t> done_count_;  // per step: (rank, task) completions
   // Per task: the task after it on its stream and whether that one belongs to the next step (the
   // stream wraps). Lets a collective's end prefetch what each member's completion touches.
@@ -586,7 +586,8 @@ absl::StatusOr<EngineOutput> Engine::Run() {
   }
   layout_port_.assign(tpl_.layouts.size(), 0);
   for (size_t j = 0; j < tpl_.layouts.size(); ++j) {
-    layout_port_[j] = in_.timing->shape(static_cast<int>(j)).hosts > 1 ? 1 : 0;
+    const GroupShape& shape = in_.timing->shape(static_cast<int>(j));
+    layout_port_[j] = shape.zones > 1 ? 2 : (shape.hosts > 1 ? 1 : 0);
   }
   done_count_.assign(in_.steps, 0);
   if (in_.a2av_per_rank) {

@@ -32,9 +32,9 @@ struct EngineInput {
   // All-to-allv ends: false = every member ends with the heaviest (plan.collectives.a2av_end "all");
   // true = each member ends when its own send/receive total is through ("per_rank").
   bool a2av_per_rank = false;
-  // Processor sharing of concurrent collectives on one tier (spec §2.4): a collective loads its
-  // members' port to the outermost tier it spans (NVLink inside a host, else the NIC) and runs at
-  // rate 1/n, n the most collectives any member has on that port; RateChange reschedules its end.
+  // Processor sharing of concurrent collectives on one tier (spec §2.4): a collective loads the
+  // outermost tier its group spans (NVLink host, AI zone, cross-zone) on each member and runs at
+  // rate 1/n, n the most collectives any member has on that tier; RateChange reschedules its end.
   // Off: every collective runs at its lone cost. All-to-allvs under a2av_per_rank do not share.
   bool processor_sharing = true;
   uint64_t seed = 0;

@@ -12,20 +12,28 @@ MemoryPlanOutput PlanMemory(const StepTemplate& tpl, const Scenario& scenario, c
   const int width = tpl.layout.size();
   out.checkpointed.assign(static_cast<size_t>(steps) * world * U, 0);
   out.peak_activation_bytes.assign(world, 0.0);
+  out.static_bytes.assign(world, tpl.static_bytes);
   const double available = scenario.cluster.gpu.hbm_bytes - scenario.plan.memory.reserve_bytes;
   out.fit.available_bytes = available;
   out.fit.static_bytes = tpl.static_bytes;
-  const double budget = available - tpl.static_bytes;
-  out.fit.activation_budget_bytes = budget;
+  out.fit.activation_budget_bytes = available - tpl.static_bytes;
   const std::string& policy = scenario.plan.memory.budget_policy;
   const bool allow = !no_recompute && policy != "none";
-  bool fits = tpl.static_bytes <= available;
+  bool fits = true;
   double needed = 0, dropped = 0, saved_total = 0;
   std::vector<double> saved(U), secs(U);
   std::vector<int> order(U);
   for (int s = 0; s < steps; ++s) {
     for (int r = 0; r < world; ++r) {
       const absl::Span<const double> x(stats.data() + (static_cast<size_t>(s) * world + r) * width, width);
+      const double static_bytes = tpl.static_bytes + std::max(0.0, tpl.gathered_copy_bytes.Eval(x));
+      const double budget = available - static_bytes;
+      out.static_bytes[r] = std::max(out.static_bytes[r], static_bytes);
+      if (static_bytes > out.fit.static_bytes) {
+        out.fit.static_bytes = static_bytes;
+        out.fit.activation_budget_bytes = budget;
+      }
+      if (static_bytes > available) fits = false;
       double total = 0;
       for (int u = 0; u < U; ++u) {
         saved[u] = std::max(0.0, tpl.regions[u].saved_bytes.Eval(x));
@@ -58,7 +66,7 @@ MemoryPlanOutput PlanMemory(const StepTemplate& tpl, const Scenario& scenario, c
         smallest = 0;
         for (int u = 0; u < U; ++u) smallest = std::max(smallest, saved[u]);
       }
-      needed = std::max(needed, tpl.static_bytes + smallest);
+      needed = std::max(needed, static_bytes + smallest);
       const double peak = kept + transient;
       out.peak_activation_bytes[r] = std::max(out.peak_activation_bytes[r], peak);
       if (peak > budget) fits = false;

@@ -1,5 +1,5 @@
 // Memory and recomputation (spec/simulator.md §2.6): the activation budget is HBM - reserve - static
-// bytes; when a rank-step's saved activations exceed it, regions are checkpointed greedily by bytes
+// bytes (with V3's gathered copy, per rank-step when only touched rows are gathered); when a rank-step's saved activations exceed it, regions are checkpointed greedily by bytes
 // freed per second of recompute (budget_policy per_region; `uniform` checkpoints in region order)
 // until they fit. A checkpointed region keeps nothing but needs its own saved bytes again while it
 // is recomputed in backward (one region at a time), so peak = kept + the largest recomputed region.
@@ -18,6 +18,7 @@ namespace gemtb::sim {
 struct MemoryPlanOutput {
   std::vector<uint8_t> checkpointed;          // [step][rank][region]
   std::vector<double> peak_activation_bytes;  // per rank, max over steps
+  std::vector<double> static_bytes;           // per rank, max over steps (V3's copy included)
   MemoryFit fit;
 };
 

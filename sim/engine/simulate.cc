@@ -198,7 +198,7 @@ absl::StatusOr<SimResult> Simulate(const Scenario& scenario, const Counterfactua
                       &x.nonlayer_compute_s, &x.flops, &x.work_s}) {
       *f /= M;
     }
-    x.static_bytes = tpl.static_bytes;
+    x.static_bytes = mem.static_bytes[r];
     x.peak_activation_bytes = mem.peak_activation_bytes[r];
     flops_total += x.flops;
     work_sum += x.work_s;

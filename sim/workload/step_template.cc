@@ -452,11 +452,14 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   std::vector<int> sparse_done;
   {
     std::vector<int> grads;
-    // V3: gather the shard again for the update unless the forward copy was kept.
+    // V3: gather the shard again for the update unless the forward copy was kept. The sparse
+    // backward starts with it (embeddings-and-model.md §3.2: AG(N) -> A2A grads -> update), beside
+    // the gradient exchange: issued earlier, it would hold the copy through the activation peak and
+    // share the network with the forward's exchanges.
     int v3_ag = -1;
     if (!v3_bytes_.IsZero() && !plan.sparse.keep_gathered) {
       v3_ag = AddColl("sparse.v3_ag_bwd", GroupClass::kSparseIntra, static_cast<int>(GroupClass::kSparseIntra),
-                      CollectiveOp::kAllGather, v3_bytes_, Deps({}));
+                      CollectiveOp::kAllGather, v3_bytes_, Deps({prev}));
     }
     for (int i : sparse_fwd) {
       const TaskTemplate f = t_.tasks[i];
@@ -526,6 +529,9 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   const double per_rank_tables = plan.sparse.fully_sharded ? table_bytes / g_.world : table_bytes / mp_group;
   t_.static_bytes = 16.0 * (dense_params_total / S + expert_params_total / std::max(1, SE)) +
                     (depth + 1) * max_unit_bytes + per_rank_tables;
+  // V3's transient gathered copy counts as static (spec §2.6): the whole MP shard (gather "all") or
+  // this rank-step's touched rows (gather "touched").
+  t_.gathered_copy_bytes = v3_bytes_;
 
   // Evaluation is per rank and task: keep only the non-zero terms.
   for (TaskTemplate& task : t_.tasks) {
@@ -539,6 +545,7 @@ absl::StatusOr<StepTemplate> Builder::Build() {
     for (CurveTerm& c : r.fwd_curve_terms) { c.flops.Compact(); c.tokens.Compact(); }
   }
   t_.model_flops.Compact();
+  t_.gathered_copy_bytes.Compact();
   t_.local_flops.Compact();
   t_.local_time.Compact();
   for (CurveTerm& c : t_.local_curve_terms) { c.flops.Compact(); c.tokens.Compact(); }
@@ -645,12 +652,12 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
   update_time = Zero(layout_);
   update_time.AddScaled(update_bytes, 1.0 / mem_rate);
 
-  std::vector<int> chain;
+  int global = -1;
   if (s_.batches.assignment.policy == "global") {
     StatAffine x = Zero(layout_);
     x.coef[StatLayout::kX] = 1.0;
-    const int g = AddColl("sparse.global_a2a", GroupClass::kSparseMp, mp_layout, CollectiveOp::kAllToAll, x, {}, true);
-    if (g >= 0) sparse_fwd.push_back(g);
+    global = AddColl("sparse.global_a2a", GroupClass::kSparseMp, mp_layout, CollectiveOp::kAllToAll, x, {}, true);
+    if (global >= 0) sparse_fwd.push_back(global);
   }
   int v3 = -1;
   if (plan.sparse.fully_sharded && N > 1) {
@@ -665,8 +672,10 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
                  CollectiveOp::kAllGather, gathered, {});
     if (v3 >= 0) sparse_fwd.push_back(v3);
   }
+  // The ids exchange needs only the batch (after global balancing's exchange, if any), not the V3
+  // gather: they run side by side and the lookup waits for both.
   const int a_ids = AddColl("sparse.ids_a2a", GroupClass::kSparseMp, mp_layout, CollectiveOp::kAllToAll, ids,
-                            sparse_fwd.empty() ? std::vector<int>{} : std::vector<int>{sparse_fwd.back()}, true);
+                            global >= 0 ? std::vector<int>{global} : std::vector<int>{}, true);
   if (a_ids >= 0) sparse_fwd.push_back(a_ids);
   const int lk = AddCompute("sparse.lookup", lookup_time, {}, {a_ids, v3}, true);
   const int rs = AddColl("sparse.pooled_rs", GroupClass::kSparseMp, mp_layout, CollectiveOp::kReduceScatter, rw_rs, {lk});

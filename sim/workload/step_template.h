@@ -85,7 +85,8 @@ struct StepTemplate {
   StatAffine local_flops;        // FLOPs of local_mfu ops
   StatAffine local_time;         // their time alone at e_l (Local MFU's denominator)
   std::vector<CurveTerm> local_curve_terms;
-  double static_bytes = 0;       // per rank, max over ranks (spec §2.6)
+  double static_bytes = 0;       // per rank, max over ranks (spec §2.6), without the V3 copy
+  StatAffine gathered_copy_bytes;  // V3: the gathered MP shard, static too (spec §2.6); else zero
   double peak_flops = 0;
 };
 

@@ -222,8 +222,8 @@ TEST(EngineTest, SharingRateFollowsTheMostLoadedMember) {
   EXPECT_NEAR(RunEnd(t, *timing, late), t0 + 2 * h + (d - h), 1e-9 * d);
 }
 
-// A collective loads the port of the outermost tier it spans: one across two hosts (the NIC) and
-// one inside each host (NVLink) do not slow each other; two across hosts do.
+// A collective loads the outermost tier it spans: one across two hosts (the zone tier) and one inside
+// each host (NVLink) do not slow each other; two across hosts do.
 TEST(EngineTest, CollectivesOnDifferentTiersDoNotShare) {
   const int p = 16;
   const Cluster cluster = testing::TestCluster(p);
