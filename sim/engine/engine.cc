@@ -131,17 +131,15 @@ class Engine {
   static constexpr int kPorts = 3;
   static constexpr int kMaxShare = 8;
   static_assert(kNumStreams - 1 <= kMaxShare, "one collective per non-compute stream");
-  // Instance keys (coll_off_[task] + group) in start order, then -1 (32 bytes).
+  // The first port_n_ entries: instance keys (coll_off_[task] + group) in start order. The counts
+  // sit apart in a small array that stays in cache, so a collective alone on a member's tier (the
+  // common case) never loads the member's list.
   struct alignas(32) PortState {
-    int32_t coll[kMaxShare] = {-1, -1, -1, -1, -1, -1, -1, -1};
-    int Count() const {
-      int n = 0;
-      while (n < kMaxShare && coll[n] >= 0) ++n;
-      return n;
-    }
+    int32_t coll[kMaxShare];
   };
-  HugeVector<PortState> ports_;  // [rank][port]
-  PortState& Port(int r, int port) { return ports_[static_cast<size_t>(r) * kPorts + port]; }
+  HugeVector<PortState> ports_;   // [port][rank]: a contiguous group's members are neighbours
+  HugeVector<uint8_t> port_n_;    // [port][rank]
+  size_t PortIndex(int r, int port) const { return static_cast<size_t>(port) * R_ + r; }
   // Per instance k under processor sharing: its sharers n (the most collectives any member has on
   // its port; 0 when not sharing), its lone-rate work left as of share_last_, the version of its
   // pending end event, and a histogram of its members' port loads (n = the highest non-empty bin).
@@ -394,14 +392,14 @@ void Engine::ShareStart(int i, int g, int64_t k, double dur) {
   hist.fill(0);
   ++share_stamp_;
   share_touched_.clear();
-  constexpr int kAhead = 8;
-  for (int p = 0; p < std::min(kAhead, l.size); ++p) __builtin_prefetch(&Port(l.Member(g, p), port));
+  const size_t first = PortIndex(l.BaseOf(g), port);
   for (int p = 0; p < l.size; ++p) {
-    if (p + kAhead < l.size) __builtin_prefetch(&Port(l.Member(g, p + kAhead), port));
-    PortState& ps = Port(l.Member(g, p), port);
-    const int n = ps.Count();
+    const size_t x = first + static_cast<size_t>(p) * l.stride;
+    const int n = port_n_[x];
+    PortState& ps = ports_[x];
     for (int j = 0; j < n; ++j) ShareMove(ps.coll[j], n, n + 1, share_touched_);
     ps.coll[n] = static_cast<int32_t>(k);
+    port_n_[x] = static_cast<uint8_t>(n + 1);
     ++hist[n + 1];
   }
   int n = kMaxShare;
@@ -416,12 +414,14 @@ void Engine::ShareStart(int i, int g, int64_t k, double dur) {
 // Collective k leaves rank r's port list; the others there lose a sharer (in OnCollEnd's pass over
 // the members, so that an end costs one pass).
 void Engine::ShareLeave(int r, int port, int64_t k) {
-  PortState& ps = Port(r, port);
-  const int n = ps.Count();
+  const size_t x = PortIndex(r, port);
+  const int n = port_n_[x];
+  port_n_[x] = static_cast<uint8_t>(n - 1);
+  if (n == 1) return;  // it was alone there
+  PortState& ps = ports_[x];
   int j = 0;
   while (ps.coll[j] != k) ++j;
   for (; j + 1 < n; ++j) ps.coll[j] = ps.coll[j + 1];  // keep start order (deterministic)
-  ps.coll[n - 1] = -1;
   for (j = 0; j < n - 1; ++j) ShareMove(ps.coll[j], n, n - 1, share_end_touched_);
 }
 
@@ -479,10 +479,7 @@ void Engine::OnCollEnd(int i, int g, uint32_t version) {
     const int r = l.Member(g, p);
     if (p + kAhead < l.size) PrefetchCompletion(l.Member(g, p + kAhead), i, step);
     if (p + 1 < l.size) __builtin_prefetch(&rs_[l.Member(g, p + 1)].run);
-    if (shared) {
-      if (p + kAhead < l.size) __builtin_prefetch(&Port(l.Member(g, p + kAhead), port));
-      ShareLeave(r, port, k);
-    }
+    if (shared) ShareLeave(r, port, k);
     MemberEnd(i, r, step, start, dur, release);
   }
   if (shared) {
@@ -579,6 +576,7 @@ absl::StatusOr<EngineOutput> Engine::Run() {
   if (in_.processor_sharing) {
     share_hist_.resize(total);
     ports_.assign(static_cast<size_t>(R_) * kPorts, PortState{});
+    port_n_.assign(static_cast<size_t>(R_) * kPorts, 0);
   }
   for (int i = 0; i < T_; ++i) {
     if (coll_off_[i] < 0) continue;
