@@ -1,6 +1,6 @@
 // The CUDA attention kernels (gpu/attention/api.h): spec §9's GPU criteria on random cases of every
 // family (through `gemtb check attention`'s own code; also with the warp-specialised forward
-// everywhere), bitwise determinism of the backward, exact outputs of rows without keys, and
+// everywhere, v5 and v4, and v5 bitwise equal to v4), bitwise determinism of the backward, exact outputs of rows without keys, and
 // rejection by name of what the kernels do not run. Tests that need a GPU skip (and show as
 // skipped) without an sm_90 device; the rejection tests run anywhere.
 #include <gmock/gmock.h>
@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <random>
+#include <utility>
 
 #include "gpu/attention/api.h"
 #include "tests/testing/attention_cases.h"
@@ -65,6 +66,53 @@ TEST(GpuAttention, CheckCommandPassesWithTheWarpSpecialisedForwardEverywhere) {
   const int rc = cli::RunCheckAttention({"--cases", "12", "--seed", "21", "--max-length", "300"});
   unsetenv("GEMTB_FORWARD_KERNEL");
   EXPECT_EQ(rc, 0);
+}
+
+// v4 of the warp-specialised forward (GEMTB_FORWARD_WS=v4; since v5 it runs only where the tensors
+// do not suit TMA) for every act and tile list.
+TEST(GpuAttention, CheckCommandPassesWithTheWarpSpecialisedForwardV4Everywhere) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  ASSERT_EQ(setenv("GEMTB_FORWARD_KERNEL", "hopper_ws", 1), 0);
+  ASSERT_EQ(setenv("GEMTB_FORWARD_WS", "v4", 1), 0);
+  const int rc = cli::RunCheckAttention({"--cases", "12", "--seed", "22", "--max-length", "300"});
+  unsetenv("GEMTB_FORWARD_WS");
+  unsetenv("GEMTB_FORWARD_KERNEL");
+  EXPECT_EQ(rc, 0);
+}
+
+// v5 (persistent CTAs, TMA loads of full 128-row Q tiles and K/V steps) does v4's arithmetic in
+// v4's order, so O and LSE are bitwise equal; the lengths give full and partial steps and tiles.
+TEST(GpuAttention, WarpSpecialisedForwardV5MatchesV4Bitwise) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const std::pair<Activation, MaskKind> kinds[] = {{Activation::kSoftmax, MaskKind::kNone},
+                                                  {Activation::kSoftmax, MaskKind::kCausal},
+                                                  {Activation::kSilu, MaskKind::kWindow}};
+  for (const auto& [act, mask] : kinds) {
+    testing::CaseShape shape;
+    shape.q_lengths = {5, 300, 0, 130};
+    shape.kv_lengths = {9, 1, 300};
+    shape.kv_index = {2, 2, 1, 0};
+    shape.heads = 4;
+    shape.kv_heads = 2;
+    shape.dqk = shape.dv = 128;
+    shape.options.act = act;
+    shape.options.mask = mask;
+    shape.options.window_left = 150;
+    shape.options.window_right = 20;
+    shape.input_type = ElementType::kBFloat16;
+    shape.value_seed = 5;
+    const testing::AttentionCase c = testing::BuildCase(shape);
+    const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 6));
+    ASSERT_EQ(setenv("GEMTB_FORWARD_WS", "v4", 1), 0);
+    absl::StatusOr<gpu::ForwardResult> v4 = gpu::Forward(call.args);
+    ASSERT_EQ(setenv("GEMTB_FORWARD_WS", "v5", 1), 0);
+    absl::StatusOr<gpu::ForwardResult> v5 = gpu::Forward(call.args);
+    unsetenv("GEMTB_FORWARD_WS");
+    ASSERT_TRUE(v4.ok()) << v4.status();
+    ASSERT_TRUE(v5.ok()) << v5.status();
+    EXPECT_EQ(v5->o, v4->o) << "act " << static_cast<int>(act) << " mask " << static_cast<int>(mask);
+    EXPECT_EQ(v5->lse, v4->lse);
+  }
 }
 
 TEST(GpuAttention, BackwardIsBitwiseIdenticalAcrossRuns) {
