@@ -496,8 +496,13 @@ absl::StatusOr<StepTemplate> Builder::Build() {
     // V2: every sync_period steps, AR over the replicas of the shard weights and state.
     double bytes = 0;
     for (const model::GraphTable& tb : m.tables) {
-      bytes += static_cast<double>(tb.rows) * (static_cast<double>(tb.dim) * DtypeBytes(tb.dtype) +
-                                               (plan.sparse.state_sync ? 4.0 : 0.0));
+      // Optimizer state per row (spec §3.2): rowwise Adagrad one fp32, Adam m and v (8*D), SGD none.
+      double state = 0.0;
+      if (plan.sparse.state_sync) {
+        if (tb.optimizer == "adam") state = 8.0 * static_cast<double>(tb.dim);
+        else if (tb.optimizer == "rowwise_adagrad") state = 4.0;
+      }
+      bytes += static_cast<double>(tb.rows) * (static_cast<double>(tb.dim) * DtypeBytes(tb.dtype) + state);
     }
     const int ar = AddColl("sparse.replica_sync", GroupClass::kSparseReplica, static_cast<int>(GroupClass::kSparseReplica),
                            CollectiveOp::kAllReduce, const_bytes(bytes / g_.of(GroupClass::kSparseMp).size),
@@ -619,7 +624,10 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
     if (auto it = plan.sparse.tables.find(tb.name); it != plan.sparse.tables.end()) spec = &it->second;
     const std::string& type = spec->type;
     if (type == "DP") {
-      dp_ar.coef[StatLayout::kOne] += static_cast<double>(tb.rows) * D * 4.0;
+      // The dense fp32 gradient and a per-row touch count (4 bytes a row, so that only rows some
+      // rank looked up are updated, as the oracle does: reference/sharding/mp_group.h; spec §3.2's
+      // DP row lists only the gradient, the count adds 1/D of it).
+      dp_ar.coef[StatLayout::kOne] += static_cast<double>(tb.rows) * (D * 4.0 + 4.0);
     } else if (type == "RW") {
       StatAffine b4 = Zero(layout_);
       b4.AddScaled(bags, 4.0 * (M - 1));
@@ -632,7 +640,9 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
       // Ids to the g ranks of each owner host (lengths to each of them, each id to one row owner).
       ids.AddScaled(bags, 4.0 * twrw_g * shards * off);
       ids.AddScaled(nu, 8.0 * shards * off);
-      twrw_rs.AddScaled(pi, M);
+      // The table's host group reduce-scatters an M*pi buffer; the average rank holds the table on
+      // g of the M positions, so it carries g*pi (spec §3.2: RS(g) inside the owner host only).
+      twrw_rs.AddScaled(pi, twrw_g);
       twrw_out.AddScaled(pi, off_x);
       out.AddScaled(sigma, off);  // sequence rows back as row-wise
     } else {  // TW, CW: ids to the owner(s), embeddings back

@@ -308,24 +308,18 @@ TEST(OracleBytes, SparseStepBytesRejectsAStatsArrayOfTheWrongSize) {
   EXPECT_FALSE(sim::ExplicitStatsRow(tpl->layout, -1, {16}).ok());
 }
 
-// Known deviations, disabled until fixed (each fails today with the numbers given):
-//
-// TWRW and GRID: the simulator's host reduce-scatter (and its backward all-gather) moves M/g = 2
-// times the oracle's bytes (fwd reduce_scatter 12,288 vs 6,144; bwd all_gather 12,288 vs 6,144).
-// Spec §3.2: RS(g) of the R*pi buffer inside the table's host group only; step_template.cc's
-// BuildSparse charges every rank `twrw_rs.AddScaled(pi, M)` for every TWRW table, i.e. every host
-// reduce-scatters every table. The average rank's share is g/M of that (tables spread over the M/g
-// hosts), as the cross-host A2A's (pi * off_x) already is.
-TEST(OracleBytes, DISABLED_TableRowWise) {
+// TWRW and GRID: RS(g) of the M*pi buffer inside the table's host group only (spec §3.2); the
+// average rank carries g/M of the hosts' buffers (tables spread over the M/g hosts).
+TEST(OracleBytes, TableRowWise) {
   ExpectSameBytes(Plan1D("TWRW"), OptimizerKind::kRowwiseAdagrad, Granularity::kPerClass);
 }
 
-TEST(OracleBytes, DISABLED_Grid) { ExpectSameBytes(Plan1D("GRID", 2), OptimizerKind::kSgd, Granularity::kPerClass); }
+TEST(OracleBytes, Grid) { ExpectSameBytes(Plan1D("GRID", 2), OptimizerKind::kSgd, Granularity::kPerClass); }
 
-// DP: the oracle also all-reduces a per-row touch count (N_t * 4 bytes per table, mp_group.h) beside
-// the dense gradient N_t * D_t * 4 that spec §3.2's DP row and the simulator's sparse.dp_ar move:
-// 64,512 vs 57,344 bytes (the difference is 2 * 7/8 * 8 ranks * (64 + 64) * 4 = 7,168).
-TEST(OracleBytes, DISABLED_DataParallel) { ExpectSameBytes(Plan1D("DP")); }
+// DP: the dense gradient N_t * D_t * 4 of spec §3.2's DP row plus the per-row touch count N_t * 4
+// the oracle all-reduces so that only looked-up rows update (reference/sharding/mp_group.h); the
+// simulator's sparse.dp_ar carries both.
+TEST(OracleBytes, DataParallel) { ExpectSameBytes(Plan1D("DP")); }
 
 TEST(OracleBytes, TwoDimensionalRowWiseWithReplicaSync) {
   ExpectSameBytes({{"default", {{"type", "RW"}}}, {"mp_group", 4}});
@@ -360,12 +354,8 @@ TEST(OracleBytes, DISABLED_ColumnWiseWithRowwiseAdagrad) {
   ExpectSameBytes(Plan1D("CW", 2), OptimizerKind::kRowwiseAdagrad, Granularity::kPerClass);
 }
 
-// V2 state sync with Adam tables: spec §3.2 syncs m and v, 8 * rows * D bytes; the template's
-// sparse.replica_sync charges rowwise Adagrad's 4 * rows for every table whatever its optimizer
-// (step_template.cc: `plan.sparse.state_sync ? 4.0 : 0.0`): sync all_reduce sparse-replica 1,792 vs
-// the oracle's 5,632 bytes per replica group (7,168 vs 22,528 over the four). Disabled until the template reads
-// model.tables[].optimizer.
-TEST(OracleBytes, DISABLED_TwoDimensionalAdamStateSync) {
+// V2 state sync with Adam tables: m and v, 8 * rows * D bytes per table (spec §3.2).
+TEST(OracleBytes, TwoDimensionalAdamStateSync) {
   ExpectSameBytes({{"default", {{"type", "RW"}}}, {"mp_group", 4}}, OptimizerKind::kAdam);
 }
 

@@ -64,8 +64,9 @@ TEST(ShardingCollectivesTest, TwrwReduceScattersInsideTheHostAndExchangesAcrossH
   EXPECT_EQ(a2a->op, CollectiveOp::kAllToAll);
   EXPECT_EQ(b.tpl.layouts[a2a->layout].size, 2);
   EXPECT_EQ(b.tpl.layouts[a2a->layout].stride, 8);
-  // RS buffer M * pi = 16 * (1 feature * 64 * 2 bytes) per sample; A2A pi * (1 - 1/2).
-  EXPECT_DOUBLE_EQ(PerSample(*rs), 16 * kDim * kWire);
+  // RS buffer M * pi = 16 * (1 feature * 64 * 2 bytes) per sample on the owner host's 8 ranks, none
+  // on the other host: g * pi = 8 * pi for the average rank; A2A pi * (1 - 1/2).
+  EXPECT_DOUBLE_EQ(PerSample(*rs), 8 * kDim * kWire);
   EXPECT_DOUBLE_EQ(PerSample(*a2a), kDim * kWire * 0.5);
   // The pooled embeddings no longer travel in the MP group's embedding A2A (only the sequence
   // table's, which has no per-sample term).
