@@ -117,6 +117,25 @@ TEST(SimulateTest, SmFreeCollectivesZeroContentionAndNeverRaiseStepTime) {
   EXPECT_EQ(switched->step_mean_s, free->step_mean_s);
 }
 
+// Static memory (spec §2.6): V2 keeps the MP shard (rows * (D * e_w + 4) / M); V3 keeps a 1/N
+// sub-block of it, i.e. rows * (D * e_w + 4) / R, plus the transient gathered copy of the shard,
+// rows * D * e_w / M. Toy table: 1e6 rows of 64 fp16 (128 B + 4 B rowwise state); R = 16, M = 4.
+TEST(SimulateTest, FullyShardedStaticMemoryCountsTheGatheredCopy) {
+  auto run = [](bool fully_sharded) {
+    Scenario s = ToyScenario(16, 32, ToyModel(2, 1e6, 1000));
+    s.plan.sparse.mp_group = 4;
+    s.plan.sparse.fully_sharded = fully_sharded;
+    s.plan.sparse.default_sharding.type = "RW";
+    auto r = Simulate(s, Counterfactuals{}, NoTrace());
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->memory.static_bytes : -1.0;
+  };
+  const double v2 = run(false), v3 = run(true);
+  const double row = 64 * 2.0 + 4.0, rows = 1e6;
+  const double want = rows * row / 16 + rows * 64 * 2.0 / 4 - rows * row / 4;  // V3 - V2
+  EXPECT_NEAR(v3 - v2, want, 1e-6 * rows * row);
+}
+
 TEST(SimulateTest, IdealNetworkIsNoSlowerThanTheRealOne) {
   auto real = Simulate(FsdpScenario("sm_based"), Counterfactuals{}, NoTrace());
   Counterfactuals cf;
