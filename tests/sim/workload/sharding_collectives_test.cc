@@ -1,7 +1,9 @@
 // The sparse collectives of the step template per sharding type (embeddings-and-model.md §3.2):
 // TWRW and GRID get their own collectives (RS inside the host, A2A across hosts; mirrored in the
 // backward), with byte counts worked out by hand here from the toy model's table sizes.
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "sim/workload/rank_groups.h"
@@ -113,6 +115,37 @@ TEST(ShardingCollectivesTest, TwrwWithOneMemberPerHostIsTableWise) {
   EXPECT_EQ(twrw.tpl.layouts[a2a->layout].stride, 8);
   EXPECT_DOUBLE_EQ(PerSample(*a2a), PerSample(*tw.Find("sparse.emb_a2a")));
   EXPECT_DOUBLE_EQ(PerSample(*twrw.Find("sparse.ids_a2a")), PerSample(*tw.Find("sparse.ids_a2a")));
+}
+
+// V3's order (embeddings-and-model.md §3.2, simulator.md §2.3): the ids exchange needs only the
+// batch, not the gather; the backward re-gather starts the sparse backward (after the last dense
+// backward task) beside the gradient exchange; the update waits for both.
+TEST(ShardingCollectivesTest, FullyShardedGathersWhereTheSparseOrderNeedsThem) {
+  Scenario s = WithPooledTable(32, 4, "RW");
+  s.plan.sparse.fully_sharded = true;
+  const Built b = Build(s);
+  auto index = [&](const std::string& name) {
+    for (int i = 0; i < static_cast<int>(b.tpl.tasks.size()); ++i) if (b.tpl.tasks[i].name == name) return i;
+    return -1;
+  };
+  const int ag = index("sparse.v3_ag"), ids = index("sparse.ids_a2a"), lookup = index("sparse.lookup");
+  const int ag_bwd = index("sparse.v3_ag_bwd"), grad = index("sparse.emb_a2a_grad"), update = index("sparse.update");
+  ASSERT_GE(ag, 0);
+  ASSERT_GE(ids, 0);
+  ASSERT_GE(ag_bwd, 0);
+  ASSERT_GE(grad, 0);
+  ASSERT_GE(update, 0);
+  EXPECT_TRUE(b.tpl.tasks[ids].deps.empty());
+  const std::vector<int>& lk = b.tpl.tasks[lookup].deps;
+  EXPECT_NE(std::find(lk.begin(), lk.end(), ag), lk.end());
+  EXPECT_NE(std::find(lk.begin(), lk.end(), ids), lk.end());
+  // Both backward exchanges wait for the same task: the dense backward's last.
+  EXPECT_EQ(b.tpl.tasks[ag_bwd].deps, b.tpl.tasks[grad].deps);
+  ASSERT_EQ(b.tpl.tasks[ag_bwd].deps.size(), 1u);
+  EXPECT_FALSE(b.tpl.tasks[b.tpl.tasks[ag_bwd].deps[0]].collective);
+  const std::vector<int>& up = b.tpl.tasks[update].deps;
+  EXPECT_NE(std::find(up.begin(), up.end(), ag_bwd), up.end());
+  EXPECT_NE(std::find(up.begin(), up.end(), grad), up.end());
 }
 
 }  // namespace
