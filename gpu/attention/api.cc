@@ -312,7 +312,7 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
     // kAuto: the warp-specialised forward for every act and tile list since its v5 (persistent
     // CTAs, TMA loads; forward_hopper_tma_kernel.cuh), which was faster than v3 on all eight bench
     // cases on the H200, one-step tiles and pointwise acts included (tools/bench/NOTES.md, "Forward
-    // v5"); v4's rule (softmax averaging >= kHopperWsMinMeanSteps steps) no longer applies.
+    // v5"); v4's rule (softmax averaging >= 2 steps of 128 keys) no longer applies.
     s->hopper_ws = true;
     s->hopper_block_n = kHopperWsBlockN;
   }

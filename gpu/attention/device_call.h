@@ -14,22 +14,17 @@
 
 namespace gemtb::gpu {
 
-// Which kernels a call runs. kAuto takes the Hopper kernels (wgmma; forward: 128-row query tiles,
-// kHopperDefaultBlockN keys per step; backward: backward_hopper_kernel.cuh) wherever they apply
-// (head dim 128 on an sm_90a build) and the mma.sync kernels elsewhere; kHopper64 / kHopper128
-// force the Hopper forward with 64 / 128 keys per step; kMmaSync runs the mma.sync forward and
+// Which kernels a call runs. kAuto takes the Hopper kernels (wgmma, head dim 128 on an sm_90a
+// build; backward: backward_hopper_kernel.cuh) wherever they apply and the mma.sync kernels
+// elsewhere; its forward is the warp-specialised one for every activation and tile list since v5
+// (forward_hopper_tma_kernel.cuh: persistent CTAs, TMA loads, ping-pong consumer warpgroups; it was
+// faster than the plain Hopper forward on all eight bench cases on the H200, tools/bench/NOTES.md
+// "Forward v5"; GEMTB_FORWARD_WS=v4 selects the cp.async v4 instead). kHopper64 / kHopper128 force
+// the plain Hopper forward with 64 / 128 keys per step; kMmaSync runs the mma.sync forward and
 // backward (the reference the benchmark compares the Hopper kernels against); kHopperWs forces the
-// warp-specialised Hopper forward (forward_hopper_ws_kernel.cuh: producer warpgroup, mbarrier
-// pipeline, ping-pong consumer warpgroups, 128 keys per step). kAuto takes kHopperWs for softmax
-// when the call's tiles average at least kHopperWsMinMeanSteps K/V steps of 128 keys (on the H200
-// it was 2-10% faster on the long softmax cases and 4% slower on block64's one-step tiles, where
-// nothing is left to overlap), and the plain Hopper forward otherwise (the pointwise acts were
-// 5-10% slower with it). The environment variable GEMTB_FORWARD_KERNEL=hopper_ws makes kAuto take
-// kHopperWs for every act and tile list where the Hopper forward applies (how `gemtb check
-// attention`, which always runs kAuto, covers it everywhere).
+// warp-specialised forward (GEMTB_FORWARD_KERNEL=hopper_ws does the same under kAuto).
 enum class ForwardKernelChoice { kAuto, kMmaSync, kHopper64, kHopper128, kHopperWs };
 inline constexpr int kHopperDefaultBlockN = 128;
-inline constexpr int64_t kHopperWsMinMeanSteps = 2;
 
 // Device pointers of one call's inputs, laid out as api.h's host tensors.
 struct DeviceInputs {
