@@ -131,14 +131,16 @@ class Engine {
   static constexpr int kPorts = 3;
   static constexpr int kMaxShare = 8;
   static_assert(kNumStreams - 1 <= kMaxShare, "one collective per non-compute stream");
-  // The first port_n_ entries: instance keys (coll_off_[task] + group) in start order. The counts
-  // sit apart in a small array that stays in cache, so a collective alone on a member's tier (the
-  // common case) never loads the member's list.
+  // A rank-tier's collectives, as instance keys (coll_off_[task] + group) in start order: the
+  // first in port_first_, the others in ports_. The count and the first sit apart in small arrays
+  // that stay in cache, so a collective alone on a member's tier (the common case) never touches
+  // the member's list, at start or at end.
   struct alignas(32) PortState {
-    int32_t coll[kMaxShare];
+    int32_t coll[kMaxShare - 1];  // the second, third, ... (port_n_ - 1 of them)
   };
-  HugeVector<PortState> ports_;   // [port][rank]: a contiguous group's members are neighbours
-  HugeVector<uint8_t> port_n_;    // [port][rank]
+  HugeVector<PortState> ports_;      // [port][rank]: a contiguous group's members are neighbours
+  HugeVector<int32_t> port_first_;   // [port][rank]
+  HugeVector<uint8_t> port_n_;       // [port][rank]
   size_t PortIndex(int r, int port) const { return static_cast<size_t>(port) * R_ + r; }
   // Per instance k under processor sharing: its sharers n (the most collectives any member has on
   // its port; 0 when not sharing), its lone-rate work left as of share_last_, the version of its
@@ -396,9 +398,14 @@ void Engine::ShareStart(int i, int g, int64_t k, double dur) {
   for (int p = 0; p < l.size; ++p) {
     const size_t x = first + static_cast<size_t>(p) * l.stride;
     const int n = port_n_[x];
-    PortState& ps = ports_[x];
-    for (int j = 0; j < n; ++j) ShareMove(ps.coll[j], n, n + 1, share_touched_);
-    ps.coll[n] = static_cast<int32_t>(k);
+    if (n == 0) {
+      port_first_[x] = static_cast<int32_t>(k);
+    } else {
+      ShareMove(port_first_[x], n, n + 1, share_touched_);
+      PortState& ps = ports_[x];
+      for (int j = 0; j + 1 < n; ++j) ShareMove(ps.coll[j], n, n + 1, share_touched_);
+      ps.coll[n - 1] = static_cast<int32_t>(k);
+    }
     port_n_[x] = static_cast<uint8_t>(n + 1);
     ++hist[n + 1];
   }
@@ -418,11 +425,17 @@ void Engine::ShareLeave(int r, int port, int64_t k) {
   const int n = port_n_[x];
   port_n_[x] = static_cast<uint8_t>(n - 1);
   if (n == 1) return;  // it was alone there
+  // Remove k from [first, coll[0], ..., coll[n - 2]], keeping start order (deterministic).
   PortState& ps = ports_[x];
   int j = 0;
-  while (ps.coll[j] != k) ++j;
-  for (; j + 1 < n; ++j) ps.coll[j] = ps.coll[j + 1];  // keep start order (deterministic)
-  for (j = 0; j < n - 1; ++j) ShareMove(ps.coll[j], n, n - 1, share_end_touched_);
+  if (port_first_[x] == k) {
+    port_first_[x] = ps.coll[0];
+  } else {
+    while (ps.coll[j] != k) ++j;
+  }
+  for (; j + 1 < n - 1; ++j) ps.coll[j] = ps.coll[j + 1];
+  ShareMove(port_first_[x], n, n - 1, share_end_touched_);
+  for (j = 0; j + 2 < n; ++j) ShareMove(ps.coll[j], n, n - 1, share_end_touched_);
 }
 
 // One member of collective `other` goes from `from` to `to` collectives on its port.
@@ -577,6 +590,7 @@ absl::StatusOr<EngineOutput> Engine::Run() {
     share_hist_.resize(total);
     ports_.assign(static_cast<size_t>(R_) * kPorts, PortState{});
     port_n_.assign(static_cast<size_t>(R_) * kPorts, 0);
+    port_first_.assign(static_cast<size_t>(R_) * kPorts, -1);
   }
   for (int i = 0; i < T_; ++i) {
     if (coll_off_[i] < 0) continue;
