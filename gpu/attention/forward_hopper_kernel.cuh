@@ -122,6 +122,55 @@ __device__ __forceinline__ float FastGeluTanh(float x) {
 // cache and kept the SFU operations of neighbouring elements from overlapping).
 enum class HopperAct { kSoftmax, kSilu, kGeluTanh, kOther };
 
+// P = act(S) of one step of BN keys starting at key j0, in place (post_scale applied, 0 outside the
+// row's keys), or for softmax the log2-scaled scores (-inf outside) fed to the online softmax, which
+// replaces them by their exp2 and sets `rescale`, its factor for O. `masked`: some key of the step
+// may lie outside a row's range (only then are the ranges tested). Shared by the v3, v4 and v5
+// forwards.
+template <HopperAct kAct, int BN>
+__device__ __forceinline__ void ScoresToP(float (&s4)[BN / 8][4], int j0, bool masked, int lane_t,
+                                          const RowKeyRange (&keys)[2], float score_scale,
+                                          const ProblemParams& pr, Log2Softmax& online, float (&rescale)[2]) {
+  if constexpr (kAct == HopperAct::kSoftmax) {
+#pragma unroll
+    for (int n = 0; n < BN / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float x = s4[n][e] * score_scale;
+        const int j = j0 + n * 8 + 2 * lane_t + (e & 1);
+        s4[n][e] = (masked && !Contains(keys[e >> 1], j)) ? -INFINITY : x;
+      }
+    }
+    online.Step(s4, rescale);
+  } else {
+#pragma unroll
+    for (int n = 0; n < BN / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float x = s4[n][e] * score_scale;
+        float y;
+        if constexpr (kAct == HopperAct::kSilu) {
+          y = FastSilu(x);
+        } else if constexpr (kAct == HopperAct::kGeluTanh) {
+          y = FastGeluTanh(x);
+        } else {
+          y = ActValue(pr.options.act, x);
+        }
+        y *= pr.post_scale;
+        const int j = j0 + n * 8 + 2 * lane_t + (e & 1);
+        s4[n][e] = (masked && !Contains(keys[e >> 1], j)) ? 0.f : y;
+      }
+    }
+  }
+}
+
+// P (fp32 accumulator layout) rounded to the input type as the register A operand of O += P V.
+template <ElementType E, int BN>
+__device__ __forceinline__ void PToOperand(float (&s4)[BN / 8][4], uint32_t (&pa)[BN / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) CToA<E>(s4[2 * kk], s4[2 * kk + 1], pa[kk]);
+}
+
 template <ElementType E, HopperAct kAct, int BN>
 __global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const ForwardParams p) {
   constexpr int D = kHopperHeadDim;
@@ -222,46 +271,14 @@ __global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const F
   float rescale[2] = {1.f, 1.f};
   const auto scores_to_p = [&](int step, float (&s)[kSRegs]) {
     const int j0 = tile.k_lo + step * BN;
-    float(&s4)[BN / 8][4] = *reinterpret_cast<float(*)[BN / 8][4]>(&s);
-    const bool masked = !(j0 >= full_lo && j0 + BN <= full_hi);
-    if constexpr (softmax) {
-#pragma unroll
-      for (int n = 0; n < BN / 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float x = s4[n][e] * score_scale;
-          const int j = j0 + n * 8 + 2 * ln.t + (e & 1);
-          s4[n][e] = (masked && !Contains(keys[e >> 1], j)) ? -INFINITY : x;
-        }
-      }
-      online.Step(s4, rescale);
-    } else {
-#pragma unroll
-      for (int n = 0; n < BN / 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float x = s4[n][e] * score_scale;
-          float y;
-          if constexpr (kAct == HopperAct::kSilu) {
-            y = FastSilu(x);
-          } else if constexpr (kAct == HopperAct::kGeluTanh) {
-            y = FastGeluTanh(x);
-          } else {
-            y = ActValue(pr.options.act, x);
-          }
-          y *= pr.post_scale;
-          const int j = j0 + n * 8 + 2 * ln.t + (e & 1);
-          s4[n][e] = (masked && !Contains(keys[e >> 1], j)) ? 0.f : y;
-        }
-      }
-    }
+    ScoresToP<kAct, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), j0,
+                        !(j0 >= full_lo && j0 + BN <= full_hi), ln.t, keys, score_scale, pr, online,
+                        rescale);
   };
   // The register A operand of O += P V. Written only while no wgmma is in flight: a wgmma reads its
   // register operands asynchronously until it completes.
   const auto p_to_operand = [&](float (&s)[kSRegs]) {
-    float(&s4)[BN / 8][4] = *reinterpret_cast<float(*)[BN / 8][4]>(&s);
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) CToA<E>(s4[2 * kk], s4[2 * kk + 1], pa[kk]);
+    PToOperand<E, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), pa);
   };
 
   {

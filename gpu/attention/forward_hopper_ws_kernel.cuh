@@ -169,44 +169,12 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1) ForwardHopperWsKernel(con
   float rescale[2] = {1.f, 1.f};
   const auto scores_to_p = [&](int step, float (&s)[kSRegs]) {
     const int j0 = tile.k_lo + step * BN;
-    float(&s4)[BN / 8][4] = *reinterpret_cast<float(*)[BN / 8][4]>(&s);
-    const bool masked = !(j0 >= full_lo && j0 + BN <= full_hi);
-    if constexpr (softmax) {
-#pragma unroll
-      for (int n = 0; n < BN / 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float x = s4[n][e] * score_scale;
-          const int j = j0 + n * 8 + 2 * ln.t + (e & 1);
-          s4[n][e] = (masked && !Contains(keys[e >> 1], j)) ? -INFINITY : x;
-        }
-      }
-      online.Step(s4, rescale);
-    } else {
-#pragma unroll
-      for (int n = 0; n < BN / 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float x = s4[n][e] * score_scale;
-          float y;
-          if constexpr (kAct == HopperAct::kSilu) {
-            y = FastSilu(x);
-          } else if constexpr (kAct == HopperAct::kGeluTanh) {
-            y = FastGeluTanh(x);
-          } else {
-            y = ActValue(pr.options.act, x);
-          }
-          y *= pr.post_scale;
-          const int j = j0 + n * 8 + 2 * ln.t + (e & 1);
-          s4[n][e] = (masked && !Contains(keys[e >> 1], j)) ? 0.f : y;
-        }
-      }
-    }
+    ScoresToP<kAct, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), j0,
+                        !(j0 >= full_lo && j0 + BN <= full_hi), ln.t, keys, score_scale, pr, online,
+                        rescale);
   };
   const auto p_to_operand = [&](float (&s)[kSRegs]) {
-    float(&s4)[BN / 8][4] = *reinterpret_cast<float(*)[BN / 8][4]>(&s);
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) CToA<E>(s4[2 * kk], s4[2 * kk + 1], pa[kk]);
+    PToOperand<E, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), pa);
   };
 
   mbar::Wait(bar_q, 0);
