@@ -171,6 +171,38 @@ __device__ __forceinline__ void PToOperand(float (&s4)[BN / 8][4], uint32_t (&pa
   for (int kk = 0; kk < BN / 16; ++kk) CToA<E>(s4[2 * kk], s4[2 * kk + 1], pa[kk]);
 }
 
+// The epilogue of one warp's 2 x 16 rows: O = acc (softmax: / row sum, then post_scale; an empty row
+// (no valid key) has O = 0 and LSE = -inf, spec §3) rounded to the output type, and the softmax's
+// LSE. `row`: this thread's two rows in the tile; rows >= q_rows lie past the sequence's end.
+template <ElementType E, HopperAct kAct>
+__device__ __forceinline__ void StoreHopperRows(const float (&acc)[64], Log2Softmax& online, const int (&row)[2],
+                                                int q_rows, int64_t first_out_row, const ForwardParams& p, int h,
+                                                int lane_t) {
+  constexpr bool softmax = kAct == HopperAct::kSoftmax;
+  constexpr int D = kHopperHeadDim;
+  const ProblemParams& pr = p.problem;
+  float row_sum[2] = {1.f, 1.f};
+  float lse[2] = {-INFINITY, -INFINITY};
+  if constexpr (softmax) online.Finish(row_sum, lse);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= q_rows) continue;
+    const int64_t out_row = first_out_row + row[r];
+    uint16_t* o = p.o + (out_row * pr.heads + h) * D + 2 * lane_t;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      float v0 = acc[4 * i + 2 * r];
+      float v1 = acc[4 * i + 2 * r + 1];
+      if constexpr (softmax) {
+        v0 = row_sum[r] > 0.f ? (v0 / row_sum[r]) * pr.post_scale : 0.f;
+        v1 = row_sum[r] > 0.f ? (v1 / row_sum[r]) * pr.post_scale : 0.f;
+      }
+      *reinterpret_cast<uint32_t*>(o + i * 8) = PackRounded<E>(v0, v1);
+    }
+    if (softmax && lane_t == 0) p.lse[h * pr.out_rows + out_row] = lse[r];
+  }
+}
+
 template <ElementType E, HopperAct kAct, int BN>
 __global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const ForwardParams p) {
   constexpr int D = kHopperHeadDim;
@@ -338,27 +370,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const F
   for (int step = 0; step + 1 < steps; ++step) run_step(step, std::true_type{});
   run_step(steps - 1, std::false_type{});
 
-  float row_sum[2] = {1.f, 1.f};
-  float lse[2] = {-INFINITY, -INFINITY};
-  if constexpr (softmax) online.Finish(row_sum, lse);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (row[r] >= q_rows) continue;
-    const int64_t out_row = seq.out_begin + tile.i0 + row[r];
-    uint16_t* o = p.o + (out_row * pr.heads + h) * D + 2 * ln.t;
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      float v0 = acc[4 * i + 2 * r];
-      float v1 = acc[4 * i + 2 * r + 1];
-      if constexpr (softmax) {
-        // An empty row (no valid key) has O = 0 and LSE = -inf (spec §3).
-        v0 = row_sum[r] > 0.f ? (v0 / row_sum[r]) * pr.post_scale : 0.f;
-        v1 = row_sum[r] > 0.f ? (v1 / row_sum[r]) * pr.post_scale : 0.f;
-      }
-      *reinterpret_cast<uint32_t*>(o + i * 8) = PackRounded<E>(v0, v1);
-    }
-    if (softmax && ln.t == 0) p.lse[h * pr.out_rows + out_row] = lse[r];
-  }
+  StoreHopperRows<E, kAct>(acc, online, row, q_rows, seq.out_begin + tile.i0, p, h, ln.t);
 }
 
 }  // namespace gemtb::gpu

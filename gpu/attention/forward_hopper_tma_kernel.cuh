@@ -281,26 +281,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     kv_iter += steps;
     ++q_iter;
 
-    float row_sum[2] = {1.f, 1.f};
-    float lse[2] = {-INFINITY, -INFINITY};
-    if constexpr (softmax) online.Finish(row_sum, lse);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (row[r] >= q_rows) continue;
-      const int64_t out_row = seq.out_begin + tile.i0 + row[r];
-      uint16_t* o = p.o + (out_row * pr.heads + h) * D + 2 * ln.t;
-#pragma unroll
-      for (int i = 0; i < D / 8; ++i) {
-        float v0 = acc[4 * i + 2 * r];
-        float v1 = acc[4 * i + 2 * r + 1];
-        if constexpr (softmax) {
-          v0 = row_sum[r] > 0.f ? (v0 / row_sum[r]) * pr.post_scale : 0.f;
-          v1 = row_sum[r] > 0.f ? (v1 / row_sum[r]) * pr.post_scale : 0.f;
-        }
-        *reinterpret_cast<uint32_t*>(o + i * 8) = PackRounded<E>(v0, v1);
-      }
-      if (softmax && ln.t == 0) p.lse[h * pr.out_rows + out_row] = lse[r];
-    }
+    StoreHopperRows<E, kAct>(acc, online, row, q_rows, seq.out_begin + tile.i0, p, h, ln.t);
   }
 }
 
