@@ -15,15 +15,26 @@
 namespace gemtb::sim {
 namespace {
 
+// `count` groups of `size` consecutive ranks.
+GroupLayout Contiguous(int size, int count = 1) {
+  GroupLayout l;
+  l.size = size;
+  l.count = count;
+  return l;
+}
+
+// All-gathers as rings (the closed forms below are the ring's).
+CollectivesPlan RingAllGather() {
+  CollectivesPlan plan;
+  plan.algo["all_gather"] = "ring";
+  return plan;
+}
+
 // Each rank: a compute task of B_r * 1 ms, then one collective over all ranks (contiguous group).
 StepTemplate OneCollective(int world, CollectiveOp op, double bytes) {
   StepTemplate t;
   t.layout.sequences = 0;
-  GroupLayout all;
-  all.size = world;
-  all.stride = 1;
-  all.count = 1;
-  t.layouts.assign(kNumLayouts, all);
+  t.layouts.assign(kNumLayouts, Contiguous(world));
   TaskTemplate pre;
   pre.name = "pre";
   pre.time.coef = {0.0, 1e-3, 0.0};
@@ -170,10 +181,8 @@ TEST(EngineTest, PerRankAllToAllvEndsEachMemberAtItsOwnDuration) {
 TEST(EngineTest, ConcurrentCollectivesOnOneTierShareItLoneOnesKeepTheirCost) {
   const int p = 8;
   const Cluster cluster = testing::TestCluster(p);
-  CollectivesPlan plan;
-  plan.algo["all_gather"] = "ring";
-  GroupLayout all;
-  all.size = p;
+  const CollectivesPlan plan = RingAllGather();
+  const GroupLayout all = Contiguous(p);
   const double S1 = 64.0 * 1024 * 1024, S2 = 256.0 * 1024 * 1024;
   const StepTemplate t = TwoCollectives(p, S1, S2, all);
   auto timing = CollectiveTiming::Create(cluster, plan, t.layouts);
@@ -201,11 +210,8 @@ TEST(EngineTest, ConcurrentCollectivesOnOneTierShareItLoneOnesKeepTheirCost) {
 TEST(EngineTest, SharingRateFollowsTheMostLoadedMember) {
   const int p = 8;
   const Cluster cluster = testing::TestCluster(p);
-  CollectivesPlan plan;
-  plan.algo["all_gather"] = "ring";
-  GroupLayout half;
-  half.size = 4;
-  half.count = 2;
+  const CollectivesPlan plan = RingAllGather();
+  const GroupLayout half = Contiguous(4, 2);
   const double S = 256.0 * 1024 * 1024, S_half = 16.0 * 1024 * 1024;
   const StepTemplate t = TwoCollectives(p, S, S_half, half);
   auto timing = CollectiveTiming::Create(cluster, plan, t.layouts);
@@ -227,13 +233,9 @@ TEST(EngineTest, SharingRateFollowsTheMostLoadedMember) {
 TEST(EngineTest, CollectivesOnDifferentTiersDoNotShare) {
   const int p = 16;
   const Cluster cluster = testing::TestCluster(p);
-  CollectivesPlan plan;
-  plan.algo["all_gather"] = "ring";
-  GroupLayout host;
-  host.size = 8;
-  host.count = 2;
-  GroupLayout world;
-  world.size = p;
+  const CollectivesPlan plan = RingAllGather();
+  const GroupLayout host = Contiguous(8, 2);
+  const GroupLayout world = Contiguous(p);
   const double S = 256.0 * 1024 * 1024;
   const StepTemplate mixed = TwoCollectives(p, S, S, host);
   auto timing = CollectiveTiming::Create(cluster, plan, mixed.layouts);
@@ -256,8 +258,7 @@ TEST(EngineTest, ComputeUnderConcurrentSmBasedCollectivesLosesEachOnesSms) {
   const Cluster cluster = testing::TestCluster(p);
   CollectivesPlan plan;
   const double S = 256.0 * 1024 * 1024;
-  GroupLayout all;
-  all.size = p;
+  const GroupLayout all = Contiguous(p);
   auto slowdown = [&](int collectives) {
     StepTemplate t = collectives == 1 ? OneCollective(p, CollectiveOp::kAllGather, S) : TwoCollectives(p, S, S, all);
     // A 10 us compute task after "pre", beside the collective(s).
