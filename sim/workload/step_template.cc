@@ -235,7 +235,7 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   const int S = g_.of(GroupClass::kDenseShard).size;
   const int SE = g_.of(GroupClass::kExpertShard).size;
   const double e_p = DtypeBytes(plan.dense.comm_dtype);
-  const double e_a = 2.0;  // activations on the wire: bf16 on GPU
+  const double e_a = kWireBytesPerActivation;
   const double q_act = ActQuantFactor(plan.memory.act_quant);
   const int depth = std::max(0, plan.dense.prefetch_depth);
 
@@ -579,7 +579,7 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
   const Cluster& cl = s_.cluster;
   const int M = g_.of(GroupClass::kSparseMp).size;
   const int N = g_.of(GroupClass::kSparseIntra).size;
-  const double e_a = 2.0;
+  const double e_a = kWireBytesPerActivation;
   const double off = M > 1 ? static_cast<double>(M - 1) / M : 0.0;  // share of a uniform exchange off-rank
   const int mp_layout = static_cast<int>(GroupClass::kSparseMp);
   StatAffine ids = Zero(layout_), out = Zero(layout_), rw_rs = Zero(layout_), dp_ar = Zero(layout_);

@@ -36,6 +36,8 @@ std::vector<std::string> StreamNames();
 // same expert and expert-shard position), which reports as dense-replica.
 inline constexpr int kExpertReplicaLayout = kNumGroupClasses;
 inline constexpr int kNumLayouts = kNumGroupClasses + 1;
+// Bytes per activation element on the wire (e_a): bf16, as the GPU trainer sends them.
+inline constexpr double kWireBytesPerActivation = 2.0;
 
 // An op whose efficiency depends on its token count (a curve with more than one point): its time is
 // evaluated per rank instead of folded into the task's StatAffine.

@@ -47,9 +47,8 @@ constexpr int kGpusPerHost = 4;   // two hosts: TWRW and GRID have host groups o
 constexpr int64_t kLocalBatch = 8;
 constexpr int64_t kRows = 64;     // divisible by M * N for every plan here: no ragged blocks
 constexpr int64_t kDim = 8;
-// The step template's wire bytes per activation element (step_template.cc, BuildSparse's e_a: bf16
-// on the GPU); the oracle's comes from its report.
-constexpr double kSimWire = 2.0;
+// The step template's wire bytes per activation element is sim::kWireBytesPerActivation; the
+// oracle's comes from its report.
 // Sequence lengths of a rank's 8 samples: 16 ids, a multiple of every M.
 constexpr int kSeqLengths[kLocalBatch] = {1, 2, 3, 2, 1, 2, 3, 2};
 constexpr int64_t kSeqIdsPerRank = 16;
@@ -205,7 +204,7 @@ Totals SimTotals(const nlohmann::json& plan_json, OptimizerKind optimizer, doubl
     double share = 1.0;  // all_to_all: S is what one rank sends
     if (c.op == sim::CollectiveOp::kAllGather || c.op == sim::CollectiveOp::kReduceScatter) share = (p - 1) / p;
     if (c.op == sim::CollectiveOp::kAllReduce) share = 2 * (p - 1) / p;
-    if (CarriesActivations(c.task)) share *= oracle_wire / kSimWire;
+    if (CarriesActivations(c.task)) share *= oracle_wire / sim::kWireBytesPerActivation;
     double& t = totals[{c.phase, std::string(sim::CollectiveOpName(c.op)), std::string(sim::GroupClassName(c.group_class)),
                         Members(c.group)}];
     for (double b : c.bytes) t += b * share;
