@@ -1,0 +1,257 @@
+// Hopper dK/dV v4 (sm_90a, head dim 128): the v3 kernel of backward_hopper_kernel.cuh, but one CTA
+// runs a chain of consecutive K/V tiles of the host's list (tiles_per_cta of them) instead of one,
+// so a tile's fixed cost overlaps its neighbours' work:
+//   - the next tile's K and V load while this tile's last query step computes;
+//   - its first Q/dO step loads while this tile's dK and dV are stored;
+//   - that Q/dO step is not loaded at all when it is this tile's last one again (same reader rows,
+//     same head, same row count: PMA's broadcast_q tiles of one sequence, one step each).
+// Per tile the steps, their order, the MMAs and the elementwise code are v3's, so every dK and dV
+// is bitwise what v3 writes (deterministic, no atomics). PMA ran 40,188 one-step CTAs (tensor pipe
+// 12% busy, DRAM 37%: each CTA loaded, computed and stored in turn).
+//
+// Shared memory: three slots of two 64-row swizzled tiles each (97 KB, as v3: two CTAs per SM). At
+// any step one slot holds K and V, one this step's Q and dO, and the third is free for the next
+// load: the next step's Q/dO inside a tile, the next tile's K/V at a tile's last step. Each slot
+// keeps the per-row key ranges, LSE and D_i of the Q/dO rows it holds.
+#ifndef GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_DKDV_CHAIN_CUH_
+#define GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_DKDV_CHAIN_CUH_
+
+#include <type_traits>
+
+#include "gpu/attention/backward_hopper_kernel.cuh"
+
+namespace gemtb::gpu {
+
+// blockIdx.x: chain (tiles [x * tiles_per_cta, min(+tiles_per_cta, num_tiles)) of p.dkv_tiles),
+// blockIdx.y: K/V head.
+template <ElementType E, HopperAct kAct>
+__global__ void __launch_bounds__(kHopperBwdThreads, 2)
+    DkDvHopperChainKernel(const BackwardParams p, int tiles_per_cta, int num_tiles) {
+  constexpr int D = kHopperHeadDim;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  __shared__ RowKeyRange s_keys[3][64];
+  __shared__ float s_lse[3][64];
+  __shared__ float s_d[3][64];
+  const uint32_t base = (wgmma::SmemAddress(smem_raw) + 1023u) & ~1023u;
+  // Slot s: first tile (K or Q) at slot_at(s), second (V or dO) one tile further.
+  const auto slot_at = [&](int s) { return base + static_cast<uint32_t>(s) * 2u * kHopperBwdTileBytes; };
+
+  const ProblemParams& pr = p.problem;
+  const int hk = static_cast<int>(blockIdx.y);
+  const int group = pr.heads / pr.kv_heads;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const LaneCoords ln = Lane();
+  const int64_t q_stride = static_cast<int64_t>(pr.heads) * D;
+  const int64_t kv_stride = static_cast<int64_t>(pr.kv_heads) * D;
+  constexpr bool softmax = kAct == HopperAct::kSoftmax;
+  const float scale_log2 = pr.pre_scale * kHopperBwdLog2e;
+  const int t_begin = static_cast<int>(blockIdx.x) * tiles_per_cta;
+  const int t_end = min(num_tiles, t_begin + tiles_per_cta);
+
+  // A step: tile t of the list, segment sgi of it, query head h of the GQA group, rows from q0
+  // (v3's order: segment, then head, then 64-row steps).
+  struct Cursor {
+    int t, sgi, h, q0;
+  };
+  const auto segment = [&](const DkvTile& tile, int sgi) { return p.dkv_segments[tile.seg_begin + sgi]; };
+  const auto first_step = [&](int t) {
+    return Cursor{t, 0, hk * group, segment(p.dkv_tiles[t], 0).i0};
+  };
+  // The step after c; t == t_end when the chain is done.
+  const auto advance = [&](Cursor c, const DkvTile& tile) {
+    c.q0 += 64;
+    if (c.q0 < segment(tile, c.sgi).i1) return c;
+    if (++c.h < (hk + 1) * group) {
+      c.q0 = segment(tile, c.sgi).i0;
+      return c;
+    }
+    c.h = hk * group;
+    if (++c.sgi < tile.seg_count) {
+      c.q0 = segment(tile, c.sgi).i0;
+      return c;
+    }
+    return ++c.t < t_end ? first_step(c.t) : c;
+  };
+  // What a step's Q/dO slot holds: reader b, head h, rows [q0, q0 + nq).
+  struct Rows {
+    int b, h, q0, nq;
+  };
+  const auto rows_of = [&](const Cursor& c, const DkvTile& tile) {
+    const DkvSegment seg = segment(tile, c.sgi);
+    return Rows{seg.b, c.h, c.q0, min(64, seg.i1 - c.q0)};
+  };
+  const auto load_kv = [&](const DkvTile& tile, int slot) {
+    const int k_rows = min(64, tile.lk - tile.j0);
+    const int64_t kv_offset = (tile.kv_begin + tile.j0) * kv_stride + hk * D;
+    HopperBwdLoad(slot_at(slot), pr.k + kv_offset, kv_stride, k_rows, pr.k);
+    HopperBwdLoad(slot_at(slot) + kHopperBwdTileBytes, pr.v + kv_offset, kv_stride, k_rows, pr.v);
+  };
+  const auto load_rows = [&](const Rows& r, int slot) {
+    const SeqInfo seq = pr.seqs[r.b];
+    HopperBwdLoad(slot_at(slot), pr.q + (seq.q_begin + r.q0) * q_stride + r.h * D, q_stride, r.nq, pr.q);
+    HopperBwdLoad(slot_at(slot) + kHopperBwdTileBytes, p.d_o + (seq.out_begin + r.q0) * q_stride + r.h * D, q_stride,
+                  r.nq, p.d_o);
+    if (tid < 64) {
+      const bool row_ok = tid < r.nq;
+      s_keys[slot][tid] = row_ok ? RowKeys(pr.options, r.q0 + tid, seq.lq, seq.lk) : RowKeyRange{0, 0};
+      const int64_t at = r.h * pr.out_rows + seq.out_begin + r.q0 + tid;
+      s_lse[slot][tid] = softmax && row_ok ? p.lse[at] * kHopperBwdLog2e : 0.f;
+      s_d[slot][tid] = softmax && row_ok ? p.d_rows[at] : 0.f;
+    }
+  };
+
+  if (t_begin >= t_end) return;
+  // Only the cursor and the slots live across a step; the tile and its rows are read again from
+  // the (cached) lists where needed, which keeps v3's register budget (255, accumulators included).
+  int kv_slot = 0, q_slot = 1, free_slot = 2;
+  Cursor cur = first_step(t_begin);
+  {
+    const DkvTile tile = p.dkv_tiles[t_begin];
+    load_kv(tile, kv_slot);
+    load_rows(rows_of(cur, tile), q_slot);
+  }
+  wgmma::CpAsyncCommit();
+
+  float dk[64], dv[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    dk[i] = 0.f;
+    dv[i] = 0.f;
+  }
+  while (cur.t < t_end) {
+    const DkvTile tile = p.dkv_tiles[cur.t];
+    const int k_rows = min(64, tile.lk - tile.j0);
+    const int key[2] = {tile.j0 + warp * 16 + ln.g, tile.j0 + warp * 16 + ln.g + 8};  // rows of c0/c1, c2/c3
+    wgmma::CpAsyncWait<0>();
+    wgmma::FenceProxyAsync();
+    // A step is full when every pair of its 64 x 64 block is valid (v3): rows 0..63 vote from
+    // their key ranges (written by this same thread when the slot was loaded), the barrier that
+    // starts the step ANDs the votes. It also says every thread is done with the free slot.
+    int vote = 1;
+    if (tid < 64) {
+      const RowKeyRange keys = s_keys[q_slot][tid];
+      vote = k_rows == 64 && keys.begin <= tile.j0 && keys.end >= tile.j0 + 64 ? 1 : 0;
+    }
+    const bool full = __syncthreads_and(vote) != 0;
+
+    const Cursor next = advance(cur, tile);
+    const bool more = next.t < t_end;
+    const bool last_of_tile = next.t != cur.t;
+    bool reuse_rows = false;  // the next step reads the Q/dO rows already in q_slot
+    if (more) {
+      if (last_of_tile) {
+        const DkvTile next_tile = p.dkv_tiles[next.t];
+        const Rows a = rows_of(cur, tile), b = rows_of(next, next_tile);
+        reuse_rows = a.b == b.b && a.h == b.h && a.q0 == b.q0 && a.nq == b.nq;
+        load_kv(next_tile, free_slot);  // the slot nobody reads during this step
+      } else {
+        load_rows(rows_of(next, tile), free_slot);
+      }
+    }
+    wgmma::CpAsyncCommit();
+
+    const uint32_t sk = slot_at(kv_slot), sv = sk + kHopperBwdTileBytes;
+    const uint32_t sq = slot_at(q_slot), s_do = sq + kHopperBwdTileBytes;
+    // v3's step: Sᵀ and dPᵀ; P̂ (or act, act') from Sᵀ while dPᵀ runs; dSᵀ; dV += Pᵀ dO and
+    // dK += dSᵀ Q.
+    float st[32], dpt[32];
+    wgmma::Fence();
+    HopperBwdIssueAbT<E>(st, sk, sq);
+    wgmma::Commit();
+    HopperBwdIssueAbT<E>(dpt, sv, s_do);
+    wgmma::Commit();
+    wgmma::Wait<1>();
+    wgmma::FenceRegisters(st);
+    float(&st4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&st);
+    float(&dpt4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&dpt);
+    uint32_t pa[4][4], dsa[4][4];
+    const auto form_p = [&](auto masked) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        float pv[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = n * 8 + 2 * ln.t + (e & 1);  // query row within the step
+          float pe;
+          const float kept = HopperBwdFromScore<kAct>(pr, st4[n][e], s_lse[q_slot][c], scale_log2, pe);
+          if constexpr (decltype(masked)::value) {
+            const bool ok = Contains(s_keys[q_slot][c], key[e >> 1]);
+            pv[e] = ok ? pe : 0.f;
+            st4[n][e] = ok ? kept : 0.f;
+          } else {
+            pv[e] = pe;
+            st4[n][e] = kept;
+          }
+        }
+        HopperBwdPack<E>(pa, n, pv);
+      }
+    };
+    if (full) {
+      form_p(std::false_type{});
+    } else {
+      form_p(std::true_type{});
+    }
+    wgmma::Wait<0>();  // dPᵀ
+    wgmma::FenceRegisters(dpt);
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      float dv4[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = n * 8 + 2 * ln.t + (e & 1);
+        dv4[e] = HopperBwdDs<kAct>(pr, st4[n][e], dpt4[n][e], s_d[q_slot][c]);
+      }
+      HopperBwdPack<E>(dsa, n, dv4);
+    }
+    wgmma::Fence();
+    HopperBwdIssueAB<E>(dv, pa, s_do);
+    HopperBwdIssueAB<E>(dk, dsa, sq);
+    wgmma::Commit();
+    wgmma::Wait<0>();
+    wgmma::FenceRegisters(dv);
+    wgmma::FenceRegisters(dk);
+
+    if (last_of_tile) {
+      int rows_slot = q_slot;
+      if (more && !reuse_rows) {
+        // The K/V slot is free once every warp's MMAs of this step are done: the next tile's first
+        // Q/dO rows load there while this tile's dK and dV are stored.
+        __syncthreads();
+        rows_slot = kv_slot;
+        load_rows(rows_of(next, p.dkv_tiles[next.t]), rows_slot);
+        wgmma::CpAsyncCommit();
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        if (key[r] - tile.j0 >= k_rows) continue;
+        const int64_t at = ((tile.kv_begin + key[r]) * pr.kv_heads + hk) * D + 2 * ln.t;
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+          *reinterpret_cast<uint32_t*>(p.dk + at + i * 8) =
+              PackRounded<E>(pr.pre_scale * dk[4 * i + 2 * r], pr.pre_scale * dk[4 * i + 2 * r + 1]);
+          *reinterpret_cast<uint32_t*>(p.dv + at + i * 8) = PackRounded<E>(dv[4 * i + 2 * r], dv[4 * i + 2 * r + 1]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        dk[i] = 0.f;
+        dv[i] = 0.f;
+      }
+      // Slots for the next tile: K/V where it was prefetched, Q/dO as chosen above, the rest free.
+      const int old_kv = kv_slot, old_q = q_slot;
+      kv_slot = free_slot;
+      q_slot = rows_slot;
+      free_slot = rows_slot == old_q ? old_kv : old_q;
+    } else {
+      const int old_q = q_slot;
+      q_slot = free_slot;
+      free_slot = old_q;
+    }
+    cur = next;
+  }
+}
+
+}  // namespace gemtb::gpu
+
+#endif  // GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_DKDV_CHAIN_CUH_
