@@ -7,7 +7,7 @@
 #include "gpu/attention/backward_dkdv_kernel.cuh"
 #include "gpu/attention/backward_dq_kernel.cuh"
 #include "gpu/attention/backward_dq_reduce.cuh"
-#include "gpu/attention/backward_hopper_dkdv_launch.cuh"
+#include "gpu/attention/backward_hopper_chain_launch.cuh"
 #include "gpu/attention/backward_hopper_kernel.cuh"
 #include "gpu/attention/backward_row_dot.cuh"
 #include "gpu/attention/forward_hopper_kernel.cuh"
@@ -125,7 +125,7 @@ absl::Status LaunchRowDotHopper(const BackwardParams& params) {
 template <ElementType E>
 absl::Status LaunchDkDvHopper(const BackwardParams& params, int64_t num_tiles) {
   if (num_tiles == 0) return absl::OkStatus();
-  {  // v4: chains of K/V tiles per CTA (backward_hopper_dkdv_launch.cuh), else v3 below
+  {  // v4: chains of K/V tiles per CTA (backward_hopper_chain_launch.cuh), else v3 below
     bool launched = false;
     const absl::Status s = LaunchDkDvHopperChain<E>(params, num_tiles, &launched);
     if (launched || !s.ok()) return s;
@@ -145,6 +145,11 @@ absl::Status LaunchDkDvHopper(const BackwardParams& params, int64_t num_tiles) {
 template <ElementType E>
 absl::Status LaunchDqHopper(const BackwardParams& params, int64_t num_tiles) {
   if (num_tiles == 0) return absl::OkStatus();
+  {  // v4: chains of query tiles per CTA (backward_hopper_chain_launch.cuh), else v3 below
+    bool launched = false;
+    const absl::Status s = LaunchDqHopperChain<E>(params, num_tiles, &launched);
+    if (launched || !s.ok()) return s;
+  }
   const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.problem.heads));
   const dim3 block(kHopperBwdThreads);
   const size_t smem = kHopperDqSmemBytes;

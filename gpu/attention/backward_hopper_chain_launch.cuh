@@ -1,0 +1,119 @@
+// Launchers of the chained Hopper dK/dV and dQ kernels (backward_hopper_dkdv_chain.cuh,
+// backward_hopper_dq_chain.cuh): how many tiles one CTA runs, and whether a chain runs at all
+// rather than v3's one tile per CTA.
+//
+// GEMTB_DKDV_CHAIN=N and GEMTB_DQ_CHAIN=N (1..64) make every call chain N tiles per CTA, =0 runs v3
+// (backward_hopper_kernel.cuh); unset, kBwdChainDefault decides (how one build times both and the
+// check covers both).
+#ifndef GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_CHAIN_LAUNCH_CUH_
+#define GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_CHAIN_LAUNCH_CUH_
+
+#include <cstdint>
+#include <cstdlib>
+
+#include "absl/status/status.h"
+#include "gpu/attention/backward_hopper_dkdv_chain.cuh"
+#include "gpu/attention/backward_hopper_dq_chain.cuh"
+#include "gpu/common/cuda_check.cuh"
+
+namespace gemtb::gpu {
+
+inline constexpr bool kBwdChainDefault = false;
+inline constexpr int kBwdChainMaxTiles = 8;
+// Chains stay short enough that the launch still has this many CTAs per resident slot (two per SM):
+// the hardware scheduler's balance over the heavy-first list is what v3 relied on.
+inline constexpr int64_t kBwdChainMinWaves = 16;
+
+inline int BwdChainSmCount() {
+  int device = 0;
+  int sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) {
+    return 1;
+  }
+  return sms;
+}
+
+// Tiles per CTA for a launch of num_tiles x heads tiles (`env`: the variable that overrides it);
+// 0: run v3.
+inline int BwdChainTiles(const char* env_name, int64_t num_tiles, int heads) {
+  const char* env = std::getenv(env_name);
+  if (env != nullptr && *env != '\0') {
+    const long n = std::strtol(env, nullptr, 10);
+    return n < 0 ? 0 : (n > 64 ? 64 : static_cast<int>(n));
+  }
+  if (!kBwdChainDefault) return 0;
+  static const int sms = BwdChainSmCount();
+  const int64_t n = num_tiles * heads / (2 * static_cast<int64_t>(sms) * kBwdChainMinWaves);
+  return static_cast<int>(n < 1 ? 1 : (n > kBwdChainMaxTiles ? kBwdChainMaxTiles : n));
+}
+
+template <ElementType E, HopperAct kAct>
+absl::Status LaunchDkDvHopperChainAct(const BackwardParams& params, int num_tiles, int tiles_per_cta) {
+  const auto kernel = DkDvHopperChainKernel<E, kAct>;
+  const size_t smem = kHopperDkDvSmemBytes;
+  const char* name = "attention backward dK/dV kernel (Hopper, chained tiles)";
+  if (absl::Status s = CudaStatus(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), name);
+      !s.ok()) {
+    return s;
+  }
+  const dim3 grid(static_cast<unsigned>((num_tiles + tiles_per_cta - 1) / tiles_per_cta),
+                  static_cast<unsigned>(params.problem.kv_heads));
+  kernel<<<grid, kHopperBwdThreads, smem>>>(params, tiles_per_cta, num_tiles);
+  return CudaStatus(cudaGetLastError(), name);
+}
+
+// Launches the chained kernel and sets *launched, or leaves it false (nothing launched) when v3
+// should run instead.
+template <ElementType E>
+absl::Status LaunchDkDvHopperChain(const BackwardParams& params, int64_t num_tiles, bool* launched) {
+  *launched = false;
+  if (num_tiles <= 0 || num_tiles > INT32_MAX) return absl::OkStatus();
+  const int n = BwdChainTiles("GEMTB_DKDV_CHAIN", num_tiles, params.problem.kv_heads);
+  if (n < 1) return absl::OkStatus();
+  *launched = true;
+  const int tiles = static_cast<int>(num_tiles);
+  switch (params.problem.options.act) {
+    case Activation::kSoftmax: return LaunchDkDvHopperChainAct<E, HopperAct::kSoftmax>(params, tiles, n);
+    case Activation::kSilu: return LaunchDkDvHopperChainAct<E, HopperAct::kSilu>(params, tiles, n);
+    case Activation::kGeluTanh: return LaunchDkDvHopperChainAct<E, HopperAct::kGeluTanh>(params, tiles, n);
+    default: return LaunchDkDvHopperChainAct<E, HopperAct::kOther>(params, tiles, n);
+  }
+}
+
+template <ElementType E, HopperAct kAct>
+absl::Status LaunchDqHopperChainAct(const BackwardParams& params, int num_tiles, int tiles_per_cta) {
+  const auto kernel = DqHopperChainKernel<E, kAct>;
+  const size_t smem = kHopperDqSmemBytes;
+  const char* name = "attention backward dQ kernel (Hopper, chained tiles)";
+  if (absl::Status s = CudaStatus(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), name);
+      !s.ok()) {
+    return s;
+  }
+  const dim3 grid(static_cast<unsigned>((num_tiles + tiles_per_cta - 1) / tiles_per_cta),
+                  static_cast<unsigned>(params.problem.heads));
+  kernel<<<grid, kHopperBwdThreads, smem>>>(params, tiles_per_cta, num_tiles);
+  return CudaStatus(cudaGetLastError(), name);
+}
+
+template <ElementType E>
+absl::Status LaunchDqHopperChain(const BackwardParams& params, int64_t num_tiles, bool* launched) {
+  *launched = false;
+  if (num_tiles <= 0 || num_tiles > INT32_MAX) return absl::OkStatus();
+  const int n = BwdChainTiles("GEMTB_DQ_CHAIN", num_tiles, params.problem.heads);
+  if (n < 1) return absl::OkStatus();
+  *launched = true;
+  const int tiles = static_cast<int>(num_tiles);
+  switch (params.problem.options.act) {
+    case Activation::kSoftmax: return LaunchDqHopperChainAct<E, HopperAct::kSoftmax>(params, tiles, n);
+    case Activation::kSilu: return LaunchDqHopperChainAct<E, HopperAct::kSilu>(params, tiles, n);
+    case Activation::kGeluTanh: return LaunchDqHopperChainAct<E, HopperAct::kGeluTanh>(params, tiles, n);
+    default: return LaunchDqHopperChainAct<E, HopperAct::kOther>(params, tiles, n);
+  }
+}
+
+}  // namespace gemtb::gpu
+
+#endif  // GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_CHAIN_LAUNCH_CUH_
