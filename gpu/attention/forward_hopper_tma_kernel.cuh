@@ -26,6 +26,7 @@
 #include <cuda.h>
 
 #include "gpu/attention/forward_hopper_ws_kernel.cuh"
+#include "gpu/attention/forward_tma_elementwise.cuh"
 #include "gpu/common/tma.cuh"
 
 namespace gemtb::gpu {
@@ -38,7 +39,10 @@ struct ForwardTmaMaps {
 inline constexpr int kTmaBoxCols = 64;
 inline constexpr int kTmaBoxRows = 128;
 
-template <ElementType E, HopperAct kAct, int BN>
+// kV6: the elementwise phase of forward_tma_elementwise.cuh (fewer instructions per element), the
+// O rescale skipped when no row max moved and done before the MMA turn, and P finished before the
+// wait for P V (NOTES.md, "Forward v6"); false: v5 exactly as measured.
+template <ElementType E, HopperAct kAct, int BN, bool kV6>
 __global__ void __launch_bounds__(kHopperWsThreads, 1)
     ForwardHopperTmaKernel(const __grid_constant__ ForwardParams p, const __grid_constant__ ForwardTmaMaps maps,
                            const int total_items) {
@@ -146,6 +150,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
   const LaneCoords ln = Lane();
   constexpr bool softmax = kAct == HopperAct::kSoftmax;
   const float score_scale = softmax ? pr.pre_scale * 1.44269504088896340736f : pr.pre_scale;
+  const TmaElementwiseConstants consts = MakeTmaElementwiseConstants<kAct>(pr);
   const int row[2] = {cw * 64 + warp * 16 + ln.g, cw * 64 + warp * 16 + ln.g + 8};
 
   // The MMA turn: wait for mine, and after issuing hand it to the other consumer. Consumer 0 goes
@@ -209,9 +214,21 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     float rescale[2] = {1.f, 1.f};
     const auto scores_to_p = [&](int step, float (&s)[kSRegs]) {
       const int j0 = tile.k_lo + step * BN;
-      ScoresToP<kAct, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), j0,
-                          !(j0 >= full_lo && j0 + BN <= full_hi), ln.t, keys, score_scale, pr, online,
-                          rescale);
+      const bool masked = !(j0 >= full_lo && j0 + BN <= full_hi);
+      if constexpr (kV6) {
+        ScoresToPTma<kAct, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), j0, masked, ln.t, keys, consts, pr,
+                               online, rescale);
+        // Keep the elementwise work ahead of the wait for P V: without this the compiler sinks it
+        // below wgmma.wait_group 0 (v5's SASS), so P V and this warpgroup's P never overlapped.
+        wgmma::FenceRegisters(s);
+        if constexpr (softmax) {
+          wgmma::FenceRegisters(rescale);
+          wgmma::FenceRegisters(online.l);
+        }
+      } else {
+        ScoresToP<kAct, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), j0, masked, ln.t, keys, score_scale, pr,
+                            online, rescale);
+      }
     };
     const auto p_to_operand = [&](float (&s)[kSRegs]) {
       PToOperand<E, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), pa);
@@ -237,6 +254,19 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     // while PV(s) runs (and the other consumer's MMAs follow on the tensor cores); release stage s.
     const auto run_step = [&](int step, auto has_next) {
       float sb[kSRegs];
+      // v6: O's rescale for P(s) before waiting for the turn (no wgmma is in flight here), and
+      // only in threads whose row max moved (a factor of 1 changes nothing).
+      if constexpr (softmax && kV6) {
+        if (rescale[0] != 1.f || rescale[1] != 1.f) {
+#pragma unroll
+          for (int i = 0; i < 16; ++i) {
+            acc[4 * i + 0] *= rescale[0];
+            acc[4 * i + 1] *= rescale[0];
+            acc[4 * i + 2] *= rescale[1];
+            acc[4 * i + 3] *= rescale[1];
+          }
+        }
+      }
       if constexpr (has_next) wait_full(step + 1);
       mbar::NamedSync(my_turn, 256);
       if constexpr (has_next) {
@@ -244,7 +274,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         issue_scores(step + 1, sb);
         wgmma::Commit();
       }
-      if constexpr (softmax) {
+      if constexpr (softmax && !kV6) {
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
           acc[4 * i + 0] *= rescale[0];

@@ -18,14 +18,22 @@
 
 namespace gemtb::gpu {
 
-// Whether the warp-specialised forward runs as v5 (this file) rather than v4. GEMTB_FORWARD_WS=v4
-// or =v5 overrides the default (how one build times both and the check covers both).
+// Whether the warp-specialised forward runs as v5/v6 (this file) rather than v4, and which of the
+// two. GEMTB_FORWARD_WS=v4, =v5 or =v6 overrides the default (how one build times them all and the
+// check covers each).
 inline constexpr bool kForwardWsV5Default = true;
+inline constexpr bool kForwardWsV6Default = false;
 inline bool ForwardHopperTmaEnabled() {
   const char* env = std::getenv("GEMTB_FORWARD_WS");
-  if (env != nullptr && std::strcmp(env, "v5") == 0) return true;
+  if (env != nullptr && (std::strcmp(env, "v5") == 0 || std::strcmp(env, "v6") == 0)) return true;
   if (env != nullptr && std::strcmp(env, "v4") == 0) return false;
   return kForwardWsV5Default;
+}
+inline bool ForwardHopperTmaV6() {
+  const char* env = std::getenv("GEMTB_FORWARD_WS");
+  if (env != nullptr && std::strcmp(env, "v6") == 0) return true;
+  if (env != nullptr && (std::strcmp(env, "v5") == 0 || std::strcmp(env, "v4") == 0)) return false;
+  return kForwardWsV6Default;
 }
 
 // A 2-D map of a [rows, cols] row-major uint16 tensor (rows `stride_elems` apart) with boxes of
@@ -63,10 +71,10 @@ inline int ForwardTmaSmCount() {
   return sms;
 }
 
-template <ElementType E, HopperAct kAct>
+template <ElementType E, HopperAct kAct, bool kV6>
 absl::Status LaunchForwardHopperTmaAct(const ForwardParams& params, const ForwardTmaMaps& maps, int items) {
   constexpr int BN = kHopperWsBlockN;
-  const auto kernel = ForwardHopperTmaKernel<E, kAct, BN>;
+  const auto kernel = ForwardHopperTmaKernel<E, kAct, BN, kV6>;
   const size_t smem = HopperForwardSmem<BN>::kBytes;
   const char* name = "attention forward kernel (Hopper, persistent TMA)";
   if (absl::Status s = CudaStatus(
@@ -80,7 +88,17 @@ absl::Status LaunchForwardHopperTmaAct(const ForwardParams& params, const Forwar
   return CudaStatus(cudaGetLastError(), name);
 }
 
-// Launches v5 and sets *launched, or leaves it false (nothing launched) when the tensors do not
+template <ElementType E, bool kV6>
+absl::Status LaunchForwardHopperTmaActs(const ForwardParams& params, const ForwardTmaMaps& maps, int n) {
+  switch (params.problem.options.act) {
+    case Activation::kSoftmax: return LaunchForwardHopperTmaAct<E, HopperAct::kSoftmax, kV6>(params, maps, n);
+    case Activation::kSilu: return LaunchForwardHopperTmaAct<E, HopperAct::kSilu, kV6>(params, maps, n);
+    case Activation::kGeluTanh: return LaunchForwardHopperTmaAct<E, HopperAct::kGeluTanh, kV6>(params, maps, n);
+    default: return LaunchForwardHopperTmaAct<E, HopperAct::kOther, kV6>(params, maps, n);
+  }
+}
+
+// Launches v5 (v6 where ForwardHopperTmaV6()) and sets *launched, or leaves it false (nothing launched) when the tensors do not
 // suit TMA; the caller then runs v4.
 template <ElementType E>
 absl::Status LaunchForwardHopperTma(const ForwardParams& params, int64_t num_tiles, bool* launched) {
@@ -98,12 +116,8 @@ absl::Status LaunchForwardHopperTma(const ForwardParams& params, int64_t num_til
   }
   *launched = true;
   const int n = static_cast<int>(items);
-  switch (pr.options.act) {
-    case Activation::kSoftmax: return LaunchForwardHopperTmaAct<E, HopperAct::kSoftmax>(params, maps, n);
-    case Activation::kSilu: return LaunchForwardHopperTmaAct<E, HopperAct::kSilu>(params, maps, n);
-    case Activation::kGeluTanh: return LaunchForwardHopperTmaAct<E, HopperAct::kGeluTanh>(params, maps, n);
-    default: return LaunchForwardHopperTmaAct<E, HopperAct::kOther>(params, maps, n);
-  }
+  if (ForwardHopperTmaV6()) return LaunchForwardHopperTmaActs<E, true>(params, maps, n);
+  return LaunchForwardHopperTmaActs<E, false>(params, maps, n);
 }
 
 }  // namespace gemtb::gpu
