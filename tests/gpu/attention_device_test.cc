@@ -80,6 +80,19 @@ TEST(GpuAttention, CheckCommandPassesWithTheWarpSpecialisedForwardV4Everywhere) 
   EXPECT_EQ(rc, 0);
 }
 
+// v5 (the TMA forward before v6's elementwise diet, GEMTB_FORWARD_WS=v5) and the opt-in v7 (v6 with
+// a quarter of silu's exponentials as a polynomial on the FMA pipe) for every act and tile list.
+TEST(GpuAttention, CheckCommandPassesWithTheForwardV5AndV7Everywhere) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  ASSERT_EQ(setenv("GEMTB_FORWARD_KERNEL", "hopper_ws", 1), 0);
+  for (const char* version : {"v5", "v7"}) {
+    ASSERT_EQ(setenv("GEMTB_FORWARD_WS", version, 1), 0);
+    EXPECT_EQ(cli::RunCheckAttention({"--cases", "12", "--seed", "23", "--max-length", "300"}), 0) << version;
+  }
+  unsetenv("GEMTB_FORWARD_WS");
+  unsetenv("GEMTB_FORWARD_KERNEL");
+}
+
 // v5 (persistent CTAs, TMA loads of full 128-row Q tiles and K/V steps) does v4's arithmetic in
 // v4's order, so O and LSE are bitwise equal; the lengths give full and partial steps and tiles.
 TEST(GpuAttention, WarpSpecialisedForwardV5MatchesV4Bitwise) {
