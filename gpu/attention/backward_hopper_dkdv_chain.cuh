@@ -101,6 +101,23 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     }
   };
 
+  // The step after cur, whether it starts another tile, and whether it reads the Q/dO rows cur
+  // reads. Taken once to start the next loads and again after the step's MMAs (from the cached
+  // lists) rather than held in registers across them: the step needs all 255.
+  struct Plan {
+    Cursor next;
+    bool reuse_rows;
+  };
+  const auto plan_after = [&](const Cursor& c) {
+    const DkvTile tile = p.dkv_tiles[c.t];
+    Plan plan{advance(c, tile), false};
+    if (plan.next.t < t_end && plan.next.t != c.t) {
+      const Rows a = rows_of(c, tile), b = rows_of(plan.next, p.dkv_tiles[plan.next.t]);
+      plan.reuse_rows = a.b == b.b && a.h == b.h && a.q0 == b.q0 && a.nq == b.nq;
+    }
+    return plan;
+  };
+
   if (t_begin >= t_end) return;
   // Only the cursor and the slots live across a step; the tile and its rows are read again from
   // the (cached) lists where needed, which keeps v3's register budget (255, accumulators included).
@@ -135,18 +152,14 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     }
     const bool full = __syncthreads_and(vote) != 0;
 
-    const Cursor next = advance(cur, tile);
-    const bool more = next.t < t_end;
-    const bool last_of_tile = next.t != cur.t;
-    bool reuse_rows = false;  // the next step reads the Q/dO rows already in q_slot
-    if (more) {
-      if (last_of_tile) {
-        const DkvTile next_tile = p.dkv_tiles[next.t];
-        const Rows a = rows_of(cur, tile), b = rows_of(next, next_tile);
-        reuse_rows = a.b == b.b && a.h == b.h && a.q0 == b.q0 && a.nq == b.nq;
-        load_kv(next_tile, free_slot);  // the slot nobody reads during this step
-      } else {
-        load_rows(rows_of(next, tile), free_slot);
+    {
+      const Plan plan = plan_after(cur);
+      if (plan.next.t < t_end) {
+        if (plan.next.t != cur.t) {
+          load_kv(p.dkv_tiles[plan.next.t], free_slot);  // the slot nobody reads during this step
+        } else {
+          load_rows(rows_of(plan.next, tile), free_slot);
+        }
       }
     }
     wgmma::CpAsyncCommit();
@@ -212,20 +225,25 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     wgmma::FenceRegisters(dv);
     wgmma::FenceRegisters(dk);
 
-    if (last_of_tile) {
+    const Plan plan = plan_after(cur);
+    const bool more = plan.next.t < t_end;
+    if (plan.next.t != cur.t) {  // this tile's last step: store dK and dV, switch slots
+      const DkvTile done = p.dkv_tiles[cur.t];
+      const int done_rows = min(64, done.lk - done.j0);
+      const int done_key[2] = {done.j0 + warp * 16 + ln.g, done.j0 + warp * 16 + ln.g + 8};
       int rows_slot = q_slot;
-      if (more && !reuse_rows) {
+      if (more && !plan.reuse_rows) {
         // The K/V slot is free once every warp's MMAs of this step are done: the next tile's first
         // Q/dO rows load there while this tile's dK and dV are stored.
         __syncthreads();
         rows_slot = kv_slot;
-        load_rows(rows_of(next, p.dkv_tiles[next.t]), rows_slot);
+        load_rows(rows_of(plan.next, p.dkv_tiles[plan.next.t]), rows_slot);
         wgmma::CpAsyncCommit();
       }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        if (key[r] - tile.j0 >= k_rows) continue;
-        const int64_t at = ((tile.kv_begin + key[r]) * pr.kv_heads + hk) * D + 2 * ln.t;
+        if (done_key[r] - done.j0 >= done_rows) continue;
+        const int64_t at = ((done.kv_begin + done_key[r]) * pr.kv_heads + hk) * D + 2 * ln.t;
 #pragma unroll
         for (int i = 0; i < D / 8; ++i) {
           *reinterpret_cast<uint32_t*>(p.dk + at + i * 8) =
@@ -248,7 +266,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
       q_slot = free_slot;
       free_slot = old_q;
     }
-    cur = next;
+    cur = plan.next;
   }
 }
 
