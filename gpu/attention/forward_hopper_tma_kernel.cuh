@@ -41,8 +41,9 @@ inline constexpr int kTmaBoxRows = 128;
 
 // kV6: the elementwise phase of forward_tma_elementwise.cuh (fewer instructions per element), the
 // O rescale skipped when no row max moved and done before the MMA turn, and P finished before the
-// wait for P V (NOTES.md, "Forward v6"); false: v5 exactly as measured.
-template <ElementType E, HopperAct kAct, int BN, bool kV6>
+// wait for P V (NOTES.md, "Forward v6"); false: v5 exactly as measured. kPolyMod (v6 silu only):
+// a share 1 / kPolyMod of the exponentials on the FMA pipe (Exp2Poly3; "v7", opt-in).
+template <ElementType E, HopperAct kAct, int BN, bool kV6, int kPolyMod = 0>
 __global__ void __launch_bounds__(kHopperWsThreads, 1)
     ForwardHopperTmaKernel(const __grid_constant__ ForwardParams p, const __grid_constant__ ForwardTmaMaps maps,
                            const int total_items) {
@@ -216,7 +217,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
       const int j0 = tile.k_lo + step * BN;
       const bool masked = !(j0 >= full_lo && j0 + BN <= full_hi);
       if constexpr (kV6) {
-        ScoresToPTma<kAct, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), j0, masked, ln.t, keys, consts, pr,
+        ScoresToPTma<kAct, BN, kPolyMod>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), j0, masked, ln.t, keys, consts, pr,
                                online, rescale);
         // Keep the elementwise work ahead of the wait for P V: without this the compiler sinks it
         // below wgmma.wait_group 0 (v5's SASS), so P V and this warpgroup's P never overlapped.
@@ -311,7 +312,11 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     kv_iter += steps;
     ++q_iter;
 
-    StoreHopperRows<E, kAct>(acc, online, row, q_rows, seq.out_begin + tile.i0, p, h, ln.t);
+    if constexpr (kV6) {
+      StoreHopperRowsTma<E, kAct>(acc, online, row, q_rows, seq.out_begin + tile.i0, p, h, ln.t);
+    } else {
+      StoreHopperRows<E, kAct>(acc, online, row, q_rows, seq.out_begin + tile.i0, p, h, ln.t);
+    }
   }
 }
 

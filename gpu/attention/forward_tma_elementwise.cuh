@@ -37,6 +37,19 @@ __device__ __forceinline__ float RcpFtz(float x) {
 
 inline constexpr float kLog2e = 1.44269504088896340736f;
 
+// 2^t on the FMA pipe (FA4's trick, to take load off the special-function unit, whose 16 results
+// per clock per SM bound silu's two MUFU per element): t clamped to [-126, 126], j = round(t) by
+// the 1.5 * 2^23 shift, 2^(t - j) by a degree-3 minimax polynomial on [-0.5, 0.5] (relative error
+// 7.5e-5 = 2^-13.7 in fp32, against bf16's half ulp of 2^-9), and j added to the exponent field.
+// The clamp keeps the exponent field in range: 2^-126 and below only ever enter as 1 + e.
+__device__ __forceinline__ float Exp2Poly3(float t) {
+  t = fminf(fmaxf(t, -126.f), 126.f);
+  const float shifted = t + 12582912.f;  // j in the low mantissa bits
+  const float f = t - (shifted - 12582912.f);
+  const float p = fmaf(fmaf(fmaf(0.05517169088f, f, 0.2426111698f), f, 0.6932609677f), f, 0.9999280572f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(shifted) << 23));
+}
+
 // Launch-uniform constants of the elementwise phase, computed once per CTA.
 struct TmaElementwiseConstants {
   float exp_mul;  // softmax: pre log2e; silu: -pre log2e; gelu_tanh: -2 sqrt(2/pi) log2e pre
@@ -142,7 +155,10 @@ __device__ __forceinline__ void SoftmaxStepTma(float (&s4)[BN / 8][4], bool mask
 // P = act(S) of one step of BN keys starting at key j0, in place (post_scale applied, 0 outside the
 // row's keys), or for softmax the unnormalised exp2 with `rescale`, its factor for O. `masked`:
 // some key of the step may lie outside a row's range (only then are the ranges tested).
-template <HopperAct kAct, int BN>
+//
+// kPolyMod > 0 (silu only): column tiles n with n % kPolyMod == kPolyMod - 1 take e^-x from
+// Exp2Poly3 instead of the MUFU (a share 1 / kPolyMod of the exponentials).
+template <HopperAct kAct, int BN, int kPolyMod = 0>
 __device__ __forceinline__ void ScoresToPTma(float (&s4)[BN / 8][4], int j0, bool masked, int lane_t,
                                              const RowKeyRange (&keys)[2], const TmaElementwiseConstants& c,
                                              const ProblemParams& pr, Log2Softmax& online, float (&rescale)[2]) {
@@ -157,7 +173,9 @@ __device__ __forceinline__ void ScoresToPTma(float (&s4)[BN / 8][4], int j0, boo
         float y;
         if constexpr (kAct == HopperAct::kSilu) {
           // silu(x) post = x post / (1 + 2^(-x log2e)), x = pre s.
-          y = (s * c.p_mul) * RcpFtz(1.f + Ex2Ftz(s * c.exp_mul));
+          const bool poly = kPolyMod > 0 && n % (kPolyMod > 0 ? kPolyMod : 1) == kPolyMod - 1;
+          const float e_x = poly ? Exp2Poly3(s * c.exp_mul) : Ex2Ftz(s * c.exp_mul);
+          y = (s * c.p_mul) * RcpFtz(1.f + e_x);
         } else if constexpr (kAct == HopperAct::kGeluTanh) {
           // gelu_tanh(x) = x sigmoid(2u), u = sqrt(2/pi) (x + a x^3) (FastGeluTanh's identity).
           const float x = s * c.pre;
@@ -170,6 +188,45 @@ __device__ __forceinline__ void ScoresToPTma(float (&s4)[BN / 8][4], int j0, boo
       }
     }
     if (masked) MaskStep<BN>(s4, j0, lane_t, keys, 0.f);
+  }
+}
+
+// StoreHopperRows (forward_hopper_kernel.cuh) with softmax's normalisation as one multiply per
+// element by post / row_sum, formed once per row: v5 divided each of a thread's 64 outputs (an
+// IEEE division with its slow-path check, ~9 instructions each, as many as a K/V step's
+// elementwise work on cross attention's two-step tiles). Two roundings either way (v / l, then
+// * post; or post / l, then * v), before O is rounded to 16 bits.
+template <ElementType E, HopperAct kAct>
+__device__ __forceinline__ void StoreHopperRowsTma(const float (&acc)[64], Log2Softmax& online, const int (&row)[2],
+                                                   int q_rows, int64_t first_out_row, const ForwardParams& p, int h,
+                                                   int lane_t) {
+  constexpr bool softmax = kAct == HopperAct::kSoftmax;
+  constexpr int D = kHopperHeadDim;
+  const ProblemParams& pr = p.problem;
+  float row_sum[2] = {1.f, 1.f};
+  float lse[2] = {-INFINITY, -INFINITY};
+  float scale[2] = {1.f, 1.f};
+  if constexpr (softmax) {
+    online.Finish(row_sum, lse);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) scale[r] = row_sum[r] > 0.f ? pr.post_scale / row_sum[r] : 0.f;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= q_rows) continue;
+    const int64_t out_row = first_out_row + row[r];
+    uint16_t* o = p.o + (out_row * pr.heads + h) * D + 2 * lane_t;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      float v0 = acc[4 * i + 2 * r];
+      float v1 = acc[4 * i + 2 * r + 1];
+      if constexpr (softmax) {
+        v0 *= scale[r];
+        v1 *= scale[r];
+      }
+      *reinterpret_cast<uint32_t*>(o + i * 8) = PackRounded<E>(v0, v1);
+    }
+    if (softmax && lane_t == 0) p.lse[h * pr.out_rows + out_row] = lse[r];
   }
 }
 
