@@ -81,7 +81,7 @@ TEST(GpuAttention, CheckCommandPassesWithTheWarpSpecialisedForwardV4Everywhere) 
 }
 
 // v5 (the TMA forward before v6's elementwise diet, GEMTB_FORWARD_WS=v5) and the opt-in v7 (v6 with
-// a quarter of silu's exponentials as a polynomial on the FMA pipe) for every act and tile list.
+// softmax's epilogue as one multiply per output) for every act and tile list.
 TEST(GpuAttention, CheckCommandPassesWithTheForwardV5AndV7Everywhere) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
   ASSERT_EQ(setenv("GEMTB_FORWARD_KERNEL", "hopper_ws", 1), 0);
