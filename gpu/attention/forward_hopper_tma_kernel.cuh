@@ -41,9 +41,10 @@ inline constexpr int kTmaBoxRows = 128;
 
 // kV6: the elementwise phase of forward_tma_elementwise.cuh (fewer instructions per element), the
 // O rescale skipped when no row max moved and done before the MMA turn, and P finished before the
-// wait for P V (NOTES.md, "Forward v6"); false: v5 exactly as measured. kPolyMod (v6 silu only):
-// a share 1 / kPolyMod of the exponentials on the FMA pipe (Exp2Poly3; "v7", opt-in).
-template <ElementType E, HopperAct kAct, int BN, bool kV6, int kPolyMod = 0>
+// wait for P V (NOTES.md, "Forward v6"); false: v5 exactly as measured. kRcpEpilogue (with kV6;
+// "v7", opt-in): softmax's epilogue multiplies by post / row_sum (StoreHopperRowsTma) instead of
+// dividing each output.
+template <ElementType E, HopperAct kAct, int BN, bool kV6, bool kRcpEpilogue = false>
 __global__ void __launch_bounds__(kHopperWsThreads, 1)
     ForwardHopperTmaKernel(const __grid_constant__ ForwardParams p, const __grid_constant__ ForwardTmaMaps maps,
                            const int total_items) {
@@ -217,7 +218,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
       const int j0 = tile.k_lo + step * BN;
       const bool masked = !(j0 >= full_lo && j0 + BN <= full_hi);
       if constexpr (kV6) {
-        ScoresToPTma<kAct, BN, kPolyMod>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), j0, masked, ln.t, keys, consts, pr,
+        ScoresToPTma<kAct, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), j0, masked, ln.t, keys, consts, pr,
                                online, rescale);
         // Keep the elementwise work ahead of the wait for P V: without this the compiler sinks it
         // below wgmma.wait_group 0 (v5's SASS), so P V and this warpgroup's P never overlapped.
@@ -312,7 +313,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     kv_iter += steps;
     ++q_iter;
 
-    if constexpr (kV6) {
+    if constexpr (kV6 && kRcpEpilogue) {
       StoreHopperRowsTma<E, kAct>(acc, online, row, q_rows, seq.out_begin + tile.i0, p, h, ln.t);
     } else {
       StoreHopperRows<E, kAct>(acc, online, row, q_rows, seq.out_begin + tile.i0, p, h, ln.t);

@@ -20,10 +20,9 @@ namespace gemtb::gpu {
 
 // Whether the warp-specialised forward runs as v5/v6/v7 (this file) rather than v4, and which.
 // GEMTB_FORWARD_WS=v4, =v5, =v6 or =v7 overrides the default (how one build times them all and the
-// check covers each). v7 = v6 with a quarter of silu's exponentials on the FMA pipe (other acts: v6).
+// check covers each). v7 = v6 with softmax's epilogue as one multiply per output (other acts: v6).
 inline constexpr bool kForwardWsV5Default = true;
 inline constexpr bool kForwardWsV6Default = true;  // since run 7f6c5cc: 12,000 check cases pass, every case faster
-inline constexpr int kForwardV7PolyMod = 4;
 inline bool ForwardHopperTmaEnabled() {
   const char* env = std::getenv("GEMTB_FORWARD_WS");
   if (env != nullptr && (std::strcmp(env, "v5") == 0 || std::strcmp(env, "v6") == 0 || std::strcmp(env, "v7") == 0)) {
@@ -78,10 +77,10 @@ inline int ForwardTmaSmCount() {
   return sms;
 }
 
-template <ElementType E, HopperAct kAct, bool kV6, int kPolyMod = 0>
+template <ElementType E, HopperAct kAct, bool kV6, bool kRcpEpilogue = false>
 absl::Status LaunchForwardHopperTmaAct(const ForwardParams& params, const ForwardTmaMaps& maps, int items) {
   constexpr int BN = kHopperWsBlockN;
-  const auto kernel = ForwardHopperTmaKernel<E, kAct, BN, kV6, kPolyMod>;
+  const auto kernel = ForwardHopperTmaKernel<E, kAct, BN, kV6, kRcpEpilogue>;
   const size_t smem = HopperForwardSmem<BN>::kBytes;
   const char* name = "attention forward kernel (Hopper, persistent TMA)";
   if (absl::Status s = CudaStatus(
@@ -123,8 +122,8 @@ absl::Status LaunchForwardHopperTma(const ForwardParams& params, int64_t num_til
   }
   *launched = true;
   const int n = static_cast<int>(items);
-  if (ForwardHopperTmaV7() && pr.options.act == Activation::kSilu) {
-    return LaunchForwardHopperTmaAct<E, HopperAct::kSilu, true, kForwardV7PolyMod>(params, maps, n);
+  if (ForwardHopperTmaV7() && pr.options.act == Activation::kSoftmax) {
+    return LaunchForwardHopperTmaAct<E, HopperAct::kSoftmax, true, true>(params, maps, n);
   }
   if (ForwardHopperTmaV6()) return LaunchForwardHopperTmaActs<E, true>(params, maps, n);
   return LaunchForwardHopperTmaActs<E, false>(params, maps, n);

@@ -37,19 +37,6 @@ __device__ __forceinline__ float RcpFtz(float x) {
 
 inline constexpr float kLog2e = 1.44269504088896340736f;
 
-// 2^t on the FMA pipe (FA4's trick, to take load off the special-function unit, whose 16 results
-// per clock per SM bound silu's two MUFU per element): t clamped to [-126, 126], j = round(t) by
-// the 1.5 * 2^23 shift, 2^(t - j) by a degree-3 minimax polynomial on [-0.5, 0.5] (relative error
-// 7.5e-5 = 2^-13.7 in fp32, against bf16's half ulp of 2^-9), and j added to the exponent field.
-// The clamp keeps the exponent field in range: 2^-126 and below only ever enter as 1 + e.
-__device__ __forceinline__ float Exp2Poly3(float t) {
-  t = fminf(fmaxf(t, -126.f), 126.f);
-  const float shifted = t + 12582912.f;  // j in the low mantissa bits
-  const float f = t - (shifted - 12582912.f);
-  const float p = fmaf(fmaf(fmaf(0.05517169088f, f, 0.2426111698f), f, 0.6932609677f), f, 0.9999280572f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(shifted) << 23));
-}
-
 // Launch-uniform constants of the elementwise phase, computed once per CTA.
 struct TmaElementwiseConstants {
   float exp_mul;  // softmax: pre log2e; silu: -pre log2e; gelu_tanh: -2 sqrt(2/pi) log2e pre
@@ -155,10 +142,7 @@ __device__ __forceinline__ void SoftmaxStepTma(float (&s4)[BN / 8][4], bool mask
 // P = act(S) of one step of BN keys starting at key j0, in place (post_scale applied, 0 outside the
 // row's keys), or for softmax the unnormalised exp2 with `rescale`, its factor for O. `masked`:
 // some key of the step may lie outside a row's range (only then are the ranges tested).
-//
-// kPolyMod > 0 (silu only): column tiles n with n % kPolyMod == kPolyMod - 1 take e^-x from
-// Exp2Poly3 instead of the MUFU (a share 1 / kPolyMod of the exponentials).
-template <HopperAct kAct, int BN, int kPolyMod = 0>
+template <HopperAct kAct, int BN>
 __device__ __forceinline__ void ScoresToPTma(float (&s4)[BN / 8][4], int j0, bool masked, int lane_t,
                                              const RowKeyRange (&keys)[2], const TmaElementwiseConstants& c,
                                              const ProblemParams& pr, Log2Softmax& online, float (&rescale)[2]) {
@@ -173,9 +157,7 @@ __device__ __forceinline__ void ScoresToPTma(float (&s4)[BN / 8][4], int j0, boo
         float y;
         if constexpr (kAct == HopperAct::kSilu) {
           // silu(x) post = x post / (1 + 2^(-x log2e)), x = pre s.
-          const bool poly = kPolyMod > 0 && n % (kPolyMod > 0 ? kPolyMod : 1) == kPolyMod - 1;
-          const float e_x = poly ? Exp2Poly3(s * c.exp_mul) : Ex2Ftz(s * c.exp_mul);
-          y = (s * c.p_mul) * RcpFtz(1.f + e_x);
+          y = (s * c.p_mul) * RcpFtz(1.f + Ex2Ftz(s * c.exp_mul));
         } else if constexpr (kAct == HopperAct::kGeluTanh) {
           // gelu_tanh(x) = x sigmoid(2u), u = sqrt(2/pi) (x + a x^3) (FastGeluTanh's identity).
           const float x = s * c.pre;
@@ -191,8 +173,9 @@ __device__ __forceinline__ void ScoresToPTma(float (&s4)[BN / 8][4], int j0, boo
   }
 }
 
-// StoreHopperRows (forward_hopper_kernel.cuh) with softmax's normalisation as one multiply per
-// element by post / row_sum, formed once per row: v5 divided each of a thread's 64 outputs (an
+// "v7" (opt-in until a check run passes on it): StoreHopperRows (forward_hopper_kernel.cuh) with
+// softmax's normalisation as one multiply per element by post / row_sum, formed once per row: v5
+// and v6 divide each of a thread's 64 outputs (an
 // IEEE division with its slow-path check, ~9 instructions each, as many as a K/V step's
 // elementwise work on cross attention's two-step tiles). Two roundings either way (v / l, then
 // * post; or post / l, then * v), before O is rounded to 16 bits.
