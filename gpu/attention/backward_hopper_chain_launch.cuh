@@ -4,7 +4,8 @@
 //
 // GEMTB_DKDV_CHAIN=N and GEMTB_DQ_CHAIN=N (1..64) make every call chain N tiles per CTA, =0 runs v3
 // (backward_hopper_kernel.cuh); unset, kBwdChainDefault decides (how one build times both and the
-// check covers both).
+// check covers both). GEMTB_BWD_HEAD_MINOR=0/1 picks the chains' CTA order (heads of one tile side
+// by side, or v3's order: all tiles of head 0 first); unset, kBwdChainHeadMinorDefault.
 #ifndef GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_CHAIN_LAUNCH_CUH_
 #define GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_CHAIN_LAUNCH_CUH_
 
@@ -19,6 +20,7 @@
 namespace gemtb::gpu {
 
 inline constexpr bool kBwdChainDefault = false;
+inline constexpr bool kBwdChainHeadMinorDefault = true;
 inline constexpr int kBwdChainMaxTiles = 8;
 // Chains stay short enough that the launch still has this many CTAs per resident slot (two per SM):
 // the hardware scheduler's balance over the heavy-first list is what v3 relied on.
@@ -48,6 +50,21 @@ inline int BwdChainTiles(const char* env_name, int64_t num_tiles, int heads) {
   return static_cast<int>(n < 1 ? 1 : (n > kBwdChainMaxTiles ? kBwdChainMaxTiles : n));
 }
 
+inline int BwdChainHeadMinor() {
+  const char* env = std::getenv("GEMTB_BWD_HEAD_MINOR");
+  if (env != nullptr && *env != '\0') return *env == '0' ? 0 : 1;
+  return kBwdChainHeadMinorDefault ? 1 : 0;
+}
+
+// The grid of a chained launch: chains x heads, in one dimension when head-minor (and when that
+// dimension stays below 2^31; otherwise head_minor is cleared).
+inline dim3 BwdChainGrid(int num_tiles, int tiles_per_cta, int heads, int& head_minor) {
+  const int64_t chains = (static_cast<int64_t>(num_tiles) + tiles_per_cta - 1) / tiles_per_cta;
+  if (chains * heads > INT32_MAX) head_minor = 0;
+  return head_minor != 0 ? dim3(static_cast<unsigned>(chains * heads))
+                         : dim3(static_cast<unsigned>(chains), static_cast<unsigned>(heads));
+}
+
 template <ElementType E, HopperAct kAct>
 absl::Status LaunchDkDvHopperChainAct(const BackwardParams& params, int num_tiles, int tiles_per_cta) {
   const auto kernel = DkDvHopperChainKernel<E, kAct>;
@@ -58,9 +75,9 @@ absl::Status LaunchDkDvHopperChainAct(const BackwardParams& params, int num_tile
       !s.ok()) {
     return s;
   }
-  const dim3 grid(static_cast<unsigned>((num_tiles + tiles_per_cta - 1) / tiles_per_cta),
-                  static_cast<unsigned>(params.problem.kv_heads));
-  kernel<<<grid, kHopperBwdThreads, smem>>>(params, tiles_per_cta, num_tiles);
+  int head_minor = BwdChainHeadMinor();
+  const dim3 grid = BwdChainGrid(num_tiles, tiles_per_cta, params.problem.kv_heads, head_minor);
+  kernel<<<grid, kHopperBwdThreads, smem>>>(params, tiles_per_cta, num_tiles, head_minor);
   return CudaStatus(cudaGetLastError(), name);
 }
 
@@ -92,9 +109,9 @@ absl::Status LaunchDqHopperChainAct(const BackwardParams& params, int num_tiles,
       !s.ok()) {
     return s;
   }
-  const dim3 grid(static_cast<unsigned>((num_tiles + tiles_per_cta - 1) / tiles_per_cta),
-                  static_cast<unsigned>(params.problem.heads));
-  kernel<<<grid, kHopperBwdThreads, smem>>>(params, tiles_per_cta, num_tiles);
+  int head_minor = BwdChainHeadMinor();
+  const dim3 grid = BwdChainGrid(num_tiles, tiles_per_cta, params.problem.heads, head_minor);
+  kernel<<<grid, kHopperBwdThreads, smem>>>(params, tiles_per_cta, num_tiles, head_minor);
   return CudaStatus(cudaGetLastError(), name);
 }
 

@@ -4,7 +4,12 @@
 //   - the next tile's K and V load while this tile's last query step computes;
 //   - its first Q/dO step loads while this tile's dK and dV are stored;
 //   - that Q/dO step is not loaded at all when it is this tile's last one again (same reader rows,
-//     same head, same row count: PMA's broadcast_q tiles of one sequence, one step each).
+//     same head, same row count: PMA's broadcast_q tiles of one sequence, one step each);
+//   - a step issues its Sᵀ/dPᵀ MMAs before the next step's loads (the lists' dependent reads then
+//     run beside the tensor cores);
+//   - dK and dV leave through shared memory as whole 16-byte chunks of whole rows
+//     (StoreHopperBwdRows) instead of 4-byte stores from the accumulator layout;
+//   - optionally (head_minor) the K/V heads of one chain run side by side.
 // Per tile the steps, their order, the MMAs and the elementwise code are v3's, so every dK and dV
 // is bitwise what v3 writes (deterministic, no atomics). PMA ran 40,188 one-step CTAs (tensor pipe
 // 12% busy, DRAM 37%: each CTA loaded, computed and stored in turn).
@@ -22,11 +27,58 @@
 
 namespace gemtb::gpu {
 
-// blockIdx.x: chain (tiles [x * tiles_per_cta, min(+tiles_per_cta, num_tiles)) of p.dkv_tiles),
-// blockIdx.y: K/V head.
+// 32-bit shared-memory stores and 16-byte loads by shared address (the epilogues' staging; generic
+// pointers would hold two registers each where the step needs all 255).
+__device__ __forceinline__ void StSharedU32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint4 LdSharedV4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+
+// A 64 x 128 fp32 accumulator tile (the m64n128 layout of one warpgroup) times `scale`, rounded to
+// the input type, to global rows [0, rows) of `dst` (rows `dst_stride` elements apart) through the
+// 64-row staging area at shared address `staging` (64 * kBwdEpiRowBytes bytes): fragments in, a
+// barrier, whole 16-byte chunks out. The caller makes sure the staging area is free.
+inline constexpr int kBwdEpiRowBytes = kHopperHeadDim * 2 + 16;
+template <ElementType E>
+__device__ __forceinline__ void StoreHopperBwdRows(const float (&acc)[64], float scale, uint32_t staging, int rows,
+                                                   uint16_t* dst, int64_t dst_stride) {
+  constexpr int D = kHopperHeadDim;
+  const int tid = static_cast<int>(threadIdx.x);
+  const LaneCoords ln = Lane();
+  const uint32_t mine = staging + static_cast<uint32_t>((tid / 32 * 16 + ln.g) * kBwdEpiRowBytes + 4 * ln.t);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      StSharedU32(mine + static_cast<uint32_t>(r * 8 * kBwdEpiRowBytes + 16 * i),
+                  PackRounded<E>(scale * acc[4 * i + 2 * r], scale * acc[4 * i + 2 * r + 1]));
+    }
+  }
+  __syncthreads();
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+#pragma unroll
+  for (int k = 0; k < 64 * kChunks / kHopperBwdThreads; ++k) {
+    const int idx = tid + k * kHopperBwdThreads;
+    const int row = idx / kChunks;
+    const int c = idx % kChunks;
+    if (row < rows) {
+      *reinterpret_cast<uint4*>(dst + row * dst_stride + 8 * c) =
+          LdSharedV4(staging + static_cast<uint32_t>(row * kBwdEpiRowBytes + 16 * c));
+    }
+  }
+}
+
+// Chain c (tiles [c * tiles_per_cta, min(+tiles_per_cta, num_tiles)) of p.dkv_tiles) of K/V head hk:
+// c = blockIdx.x, hk = blockIdx.y; or, with head_minor, one dimension c * kv_heads + hk, so that the
+// heads of one tile run side by side and read and write whole K/V rows (H * D elements) together
+// rather than one head's 256 bytes of every row in turn.
 template <ElementType E, HopperAct kAct>
 __global__ void __launch_bounds__(kHopperBwdThreads, 2)
-    DkDvHopperChainKernel(const BackwardParams p, int tiles_per_cta, int num_tiles) {
+    DkDvHopperChainKernel(const BackwardParams p, int tiles_per_cta, int num_tiles, int head_minor) {
   constexpr int D = kHopperHeadDim;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ RowKeyRange s_keys[3][64];
@@ -37,7 +89,8 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
   const auto slot_at = [&](int s) { return base + static_cast<uint32_t>(s) * 2u * kHopperBwdTileBytes; };
 
   const ProblemParams& pr = p.problem;
-  const int hk = static_cast<int>(blockIdx.y);
+  const int hk = head_minor != 0 ? static_cast<int>(blockIdx.x) % p.problem.kv_heads : static_cast<int>(blockIdx.y);
+  const int chain = head_minor != 0 ? static_cast<int>(blockIdx.x) / p.problem.kv_heads : static_cast<int>(blockIdx.x);
   const int group = pr.heads / pr.kv_heads;
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
@@ -46,7 +99,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
   const int64_t kv_stride = static_cast<int64_t>(pr.kv_heads) * D;
   constexpr bool softmax = kAct == HopperAct::kSoftmax;
   const float scale_log2 = pr.pre_scale * kHopperBwdLog2e;
-  const int t_begin = static_cast<int>(blockIdx.x) * tiles_per_cta;
+  const int t_begin = chain * tiles_per_cta;
   const int t_end = min(num_tiles, t_begin + tiles_per_cta);
 
   // A step: tile t of the list, segment sgi of it, query head h of the GQA group, rows from q0
@@ -152,6 +205,17 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     }
     const bool full = __syncthreads_and(vote) != 0;
 
+    const uint32_t sk = slot_at(kv_slot), sv = sk + kHopperBwdTileBytes;
+    const uint32_t sq = slot_at(q_slot), s_do = sq + kHopperBwdTileBytes;
+    // v3's step: Sᵀ and dPᵀ; P̂ (or act, act') from Sᵀ while dPᵀ runs; dSᵀ; dV += Pᵀ dO and
+    // dK += dSᵀ Q. The MMAs are issued before the next step's loads (v3: after), so the lists'
+    // dependent reads that find the next step run while the tensor cores work.
+    float st[32], dpt[32];
+    wgmma::Fence();
+    HopperBwdIssueAbT<E>(st, sk, sq);
+    wgmma::Commit();
+    HopperBwdIssueAbT<E>(dpt, sv, s_do);
+    wgmma::Commit();
     {
       const Plan plan = plan_after(cur);
       if (plan.next.t < t_end) {
@@ -163,17 +227,6 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
       }
     }
     wgmma::CpAsyncCommit();
-
-    const uint32_t sk = slot_at(kv_slot), sv = sk + kHopperBwdTileBytes;
-    const uint32_t sq = slot_at(q_slot), s_do = sq + kHopperBwdTileBytes;
-    // v3's step: Sᵀ and dPᵀ; P̂ (or act, act') from Sᵀ while dPᵀ runs; dSᵀ; dV += Pᵀ dO and
-    // dK += dSᵀ Q.
-    float st[32], dpt[32];
-    wgmma::Fence();
-    HopperBwdIssueAbT<E>(st, sk, sq);
-    wgmma::Commit();
-    HopperBwdIssueAbT<E>(dpt, sv, s_do);
-    wgmma::Commit();
     wgmma::Wait<1>();
     wgmma::FenceRegisters(st);
     float(&st4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&st);
@@ -230,27 +283,26 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     if (plan.next.t != cur.t) {  // this tile's last step: store dK and dV, switch slots
       const DkvTile done = p.dkv_tiles[cur.t];
       const int done_rows = min(64, done.lk - done.j0);
-      const int done_key[2] = {done.j0 + warp * 16 + ln.g, done.j0 + warp * 16 + ln.g + 8};
+      // Every warp's MMAs of this step are done: all slots but the prefetched K/V are free.
+      __syncthreads();
       int rows_slot = q_slot;
       if (more && !plan.reuse_rows) {
-        // The K/V slot is free once every warp's MMAs of this step are done: the next tile's first
-        // Q/dO rows load there while this tile's dK and dV are stored.
-        __syncthreads();
+        // The next tile's first Q/dO rows load into the K/V slot while dK and dV are stored.
         rows_slot = kv_slot;
         load_rows(rows_of(plan.next, p.dkv_tiles[plan.next.t]), rows_slot);
         wgmma::CpAsyncCommit();
       }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        if (done_key[r] - done.j0 >= done_rows) continue;
-        const int64_t at = ((done.kv_begin + done_key[r]) * pr.kv_heads + hk) * D + 2 * ln.t;
-#pragma unroll
-        for (int i = 0; i < D / 8; ++i) {
-          *reinterpret_cast<uint32_t*>(p.dk + at + i * 8) =
-              PackRounded<E>(pr.pre_scale * dk[4 * i + 2 * r], pr.pre_scale * dk[4 * i + 2 * r + 1]);
-          *reinterpret_cast<uint32_t*>(p.dv + at + i * 8) = PackRounded<E>(dv[4 * i + 2 * r], dv[4 * i + 2 * r + 1]);
-        }
-      }
+      // dK, then dV, leave through the slot nobody needs now (the old K/V one when the rows stay,
+      // else the old Q/dO one) as whole 16-byte chunks of whole rows: from the accumulator layout a
+      // warp store wrote 16 contiguous bytes per row (PMA's one-step tiles are half stores). Rows
+      // are kBwdEpiRowBytes apart (256 + 16), so neither the fragment writes nor the chunk reads
+      // conflict on banks, and each fragment's address is the thread's base plus a constant.
+      const uint32_t epi = slot_at(more && plan.reuse_rows ? kv_slot : q_slot);
+      StoreHopperBwdRows<E>(dk, pr.pre_scale, epi, done_rows, p.dk + ((done.kv_begin + done.j0) * pr.kv_heads + hk) * D,
+                            static_cast<int64_t>(pr.kv_heads) * D);
+      __syncthreads();  // every thread's dK chunks are read: the slot takes dV
+      StoreHopperBwdRows<E>(dv, 1.f, epi, done_rows, p.dv + ((done.kv_begin + done.j0) * pr.kv_heads + hk) * D,
+                            static_cast<int64_t>(pr.kv_heads) * D);
 #pragma unroll
       for (int i = 0; i < 64; ++i) {
         dk[i] = 0.f;

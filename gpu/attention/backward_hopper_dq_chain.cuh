@@ -9,21 +9,24 @@
 // every split tile's fp32 part) is bitwise what v3 writes (deterministic, no atomics). Cross
 // attention's tiles have four 64-key steps each (256 keys), so the per-tile load latency was a large
 // part of each CTA's time.
+// dQ leaves through shared memory as whole 16-byte chunks (see the end of the loop).
 // Shared memory as v3: Q, two dO buffers (reader parity), two stages of K and V (113 KB).
 #ifndef GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_DQ_CHAIN_CUH_
 #define GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_DQ_CHAIN_CUH_
 
 #include <type_traits>
 
+#include "gpu/attention/backward_hopper_dkdv_chain.cuh"  // StoreHopperBwdRows
 #include "gpu/attention/backward_hopper_kernel.cuh"
 
 namespace gemtb::gpu {
 
-// blockIdx.x: chain (tiles [x * tiles_per_cta, min(+tiles_per_cta, num_tiles)) of p.dq_tiles),
-// blockIdx.y: query head.
+// Chain c (tiles [c * tiles_per_cta, min(+tiles_per_cta, num_tiles)) of p.dq_tiles) of query head h:
+// c = blockIdx.x, h = blockIdx.y; or, with head_minor, one dimension c * heads + h (the heads of one
+// tile side by side: whole rows of Q, dO and K/V read together).
 template <ElementType E, HopperAct kAct>
 __global__ void __launch_bounds__(kHopperBwdThreads, 2)
-    DqHopperChainKernel(const BackwardParams p, int tiles_per_cta, int num_tiles) {
+    DqHopperChainKernel(const BackwardParams p, int tiles_per_cta, int num_tiles, int head_minor) {
   constexpr int D = kHopperHeadDim;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t sq = (wgmma::SmemAddress(smem_raw) + 1023u) & ~1023u;
@@ -32,7 +35,8 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
   const auto sv = [&](int stage) { return sk(stage) + kHopperBwdTileBytes; };
 
   const ProblemParams& pr = p.problem;
-  const int h = static_cast<int>(blockIdx.y);
+  const int h = head_minor != 0 ? static_cast<int>(blockIdx.x) % p.problem.heads : static_cast<int>(blockIdx.y);
+  const int chain = head_minor != 0 ? static_cast<int>(blockIdx.x) / p.problem.heads : static_cast<int>(blockIdx.x);
   const int hk = h / (pr.heads / pr.kv_heads);
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
@@ -41,7 +45,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
   const int64_t kv_stride = static_cast<int64_t>(pr.kv_heads) * D;
   constexpr bool softmax = kAct == HopperAct::kSoftmax;
   const float scale_log2 = pr.pre_scale * kHopperBwdLog2e;
-  const int t_begin = static_cast<int>(blockIdx.x) * tiles_per_cta;
+  const int t_begin = chain * tiles_per_cta;
   const int t_end = min(num_tiles, t_begin + tiles_per_cta);
   if (t_begin >= t_end) return;
 
@@ -109,6 +113,14 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     wgmma::CpAsyncWait<0>();
     wgmma::FenceProxyAsync();
     __syncthreads();
+    // v3's step: S and dP; P̂ (or act') from S while dP runs; dS; dQ += dS K. The MMAs are issued
+    // before the next step's loads (v3: after), so the lists' dependent reads run beside them.
+    float s[32], dp[32];
+    wgmma::Fence();
+    HopperBwdIssueAbT<E>(s, sq, sk(stage));
+    wgmma::Commit();
+    HopperBwdIssueAbT<E>(dp, s_do(cur.ri & 1), sv(stage));
+    wgmma::Commit();
     const Cursor next = advance(cur, tile);
     const bool more = next.t < t_end;
     const bool last_of_tile = next.t != cur.t;
@@ -138,13 +150,6 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
       }
     }
 
-    // v3's step: S and dP; P̂ (or act') from S while dP runs; dS; dQ += dS K.
-    float s[32], dp[32];
-    wgmma::Fence();
-    HopperBwdIssueAbT<E>(s, sq, sk(stage));
-    wgmma::Commit();
-    HopperBwdIssueAbT<E>(dp, s_do(cur.ri & 1), sv(stage));
-    wgmma::Commit();
     wgmma::Wait<1>();
     wgmma::FenceRegisters(s);
     float(&s4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&s);
@@ -214,17 +219,11 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
           }
         }
       } else {
-        const int64_t q_begin = first_seq(tile).q_begin;
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          if (row[r] >= q_rows) continue;
-          const int64_t at = ((q_begin + tile.i0 + row[r]) * pr.heads + h) * D + 2 * ln.t;
-#pragma unroll
-          for (int i = 0; i < D / 8; ++i) {
-            *reinterpret_cast<uint32_t*>(p.dq + at + i * 8) =
-                PackRounded<E>(pr.pre_scale * dq[4 * i + 2 * r], pr.pre_scale * dq[4 * i + 2 * r + 1]);
-          }
-        }
+        // dQ leaves through this step's K/V stage (free once every warp's dQ MMA is done) as whole
+        // 16-byte chunks of whole rows rather than 4 bytes per thread from the accumulator layout.
+        __syncthreads();
+        StoreHopperBwdRows<E>(dq, pr.pre_scale, sk(stage), q_rows,
+                              p.dq + ((first_seq(tile).q_begin + tile.i0) * pr.heads + h) * D, q_stride);
       }
 #pragma unroll
       for (int i = 0; i < 64; ++i) dq[i] = 0.f;
