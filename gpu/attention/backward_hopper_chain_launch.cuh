@@ -3,9 +3,10 @@
 // rather than v3's one tile per CTA.
 //
 // GEMTB_DKDV_CHAIN=N and GEMTB_DQ_CHAIN=N (1..64) make every call chain N tiles per CTA, =0 runs v3
-// (backward_hopper_kernel.cuh); unset, kBwdChainDefault decides (how one build times both and the
-// check covers both). GEMTB_BWD_HEAD_MINOR=0/1 picks the chains' CTA order (heads of one tile side
-// by side, or v3's order: all tiles of head 0 first); unset, kBwdChainHeadMinorDefault.
+// (backward_hopper_kernel.cuh); unset, chains run by default only under broadcast_q
+// (kBwdChainForBroadcastQ; PMA: every K/V tile is one query step, so a one-tile CTA was mostly
+// fixed cost). GEMTB_BWD_HEAD_MINOR=0/1 picks the chains' CTA order (the heads of one tile side by
+// side, or v3's order: all tiles of head 0 first); unset, kBwdChainHeadMinorDefault.
 #ifndef GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_CHAIN_LAUNCH_CUH_
 #define GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_CHAIN_LAUNCH_CUH_
 
@@ -19,7 +20,7 @@
 
 namespace gemtb::gpu {
 
-inline constexpr bool kBwdChainDefault = false;
+inline constexpr bool kBwdChainForBroadcastQ = true;
 inline constexpr bool kBwdChainHeadMinorDefault = true;
 inline constexpr int kBwdChainMaxTiles = 8;
 // Chains stay short enough that the launch still has this many CTAs per resident slot (two per SM):
@@ -38,13 +39,13 @@ inline int BwdChainSmCount() {
 
 // Tiles per CTA for a launch of num_tiles x heads tiles (`env`: the variable that overrides it);
 // 0: run v3.
-inline int BwdChainTiles(const char* env_name, int64_t num_tiles, int heads) {
+inline int BwdChainTiles(const char* env_name, int64_t num_tiles, int heads, bool broadcast_q) {
   const char* env = std::getenv(env_name);
   if (env != nullptr && *env != '\0') {
     const long n = std::strtol(env, nullptr, 10);
     return n < 0 ? 0 : (n > 64 ? 64 : static_cast<int>(n));
   }
-  if (!kBwdChainDefault) return 0;
+  if (!(kBwdChainForBroadcastQ && broadcast_q)) return 0;
   static const int sms = BwdChainSmCount();
   const int64_t n = num_tiles * heads / (2 * static_cast<int64_t>(sms) * kBwdChainMinWaves);
   return static_cast<int>(n < 1 ? 1 : (n > kBwdChainMaxTiles ? kBwdChainMaxTiles : n));
@@ -87,7 +88,8 @@ template <ElementType E>
 absl::Status LaunchDkDvHopperChain(const BackwardParams& params, int64_t num_tiles, bool* launched) {
   *launched = false;
   if (num_tiles <= 0 || num_tiles > INT32_MAX) return absl::OkStatus();
-  const int n = BwdChainTiles("GEMTB_DKDV_CHAIN", num_tiles, params.problem.kv_heads);
+  const int n = BwdChainTiles("GEMTB_DKDV_CHAIN", num_tiles, params.problem.kv_heads,
+                              params.problem.options.broadcast_q);
   if (n < 1) return absl::OkStatus();
   *launched = true;
   const int tiles = static_cast<int>(num_tiles);
@@ -119,7 +121,7 @@ template <ElementType E>
 absl::Status LaunchDqHopperChain(const BackwardParams& params, int64_t num_tiles, bool* launched) {
   *launched = false;
   if (num_tiles <= 0 || num_tiles > INT32_MAX) return absl::OkStatus();
-  const int n = BwdChainTiles("GEMTB_DQ_CHAIN", num_tiles, params.problem.heads);
+  const int n = BwdChainTiles("GEMTB_DQ_CHAIN", num_tiles, params.problem.heads, params.problem.options.broadcast_q);
   if (n < 1) return absl::OkStatus();
   *launched = true;
   const int tiles = static_cast<int>(num_tiles);
