@@ -236,6 +236,7 @@ struct DeviceCall::State {
   DeviceArray<float> dq_partial;  // the split dQ tiles' fp32 parts
   bool hopper_backward = false;
   int64_t num_dq = 0, num_dkv = 0, num_dq_reduce = 0;
+  int32_t dq_max_key_steps = 0;  // BackwardParams::dq_max_key_steps
   bool dq_covers_all = false, dkv_covers_all = false;
 
   ProblemParams Params(const DeviceInputs& in) const {
@@ -337,6 +338,14 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
       dq_rows += std::min(kBlockM, lq - t.i0);
     }
     for (const DkvTile& t : lists.dkv) dkv_rows += std::min(kBlockN, t.lk - t.j0);
+    for (const DqTile& t : lists.dq) {
+      int32_t steps = 0;
+      for (int32_t r = 0; r < t.reader_count; ++r) {
+        const DqReader& rd = lists.dq_readers[t.reader_begin + r];
+        steps += (rd.k_hi - rd.k_lo + kBlockN - 1) / kBlockN;
+      }
+      s->dq_max_key_steps = std::max(s->dq_max_key_steps, steps);
+    }
     s->dq_covers_all = dq_rows == s->problem.tq;
     s->dkv_covers_all = dkv_rows == s->problem.tk;
     GEMTB_RETURN_IF_ERROR(s->dq_tiles.Upload(lists.dq, "dQ tiles"));
@@ -422,6 +431,7 @@ absl::Status DeviceCall::Backward(const DeviceInputs& in, const uint16_t* o, con
   bp.dq = grads.dq;
   bp.dk = grads.dk;
   bp.dv = grads.dv;
+  bp.dq_max_key_steps = s.dq_max_key_steps;
   return Dispatch(s.dtype, p.d, [&]<ElementType E, int D>() -> absl::Status {
     bool done = false;
     if constexpr (D == kHopperHeadDim) {

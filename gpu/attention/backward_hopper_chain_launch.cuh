@@ -3,10 +3,11 @@
 // rather than v3's one tile per CTA.
 //
 // GEMTB_DKDV_CHAIN=N and GEMTB_DQ_CHAIN=N (1..64) make every call chain N tiles per CTA, =0 runs v3
-// (backward_hopper_kernel.cuh); unset, chains run by default only under broadcast_q
-// (kBwdChainForBroadcastQ; PMA: every K/V tile is one query step, so a one-tile CTA was mostly
-// fixed cost). GEMTB_BWD_HEAD_MINOR=0/1 picks the chains' CTA order (the heads of one tile side by
-// side, or v3's order: all tiles of head 0 first); unset, kBwdChainHeadMinorDefault.
+// (backward_hopper_kernel.cuh). Unset, chains run under broadcast_q (both kernels,
+// kBwdChainForBroadcastQ; PMA: every K/V tile is one query step, so a one-tile CTA was mostly
+// fixed cost) and for dQ tiles of few key steps without a mask (kDqChainShortSteps); else v3.
+// GEMTB_BWD_HEAD_MINOR=0/1 picks the chains' CTA order (the heads of one tile side by side, or
+// v3's order: all tiles of head 0 first); unset, kBwdChainHeadMinorDefault.
 #ifndef GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_CHAIN_LAUNCH_CUH_
 #define GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_CHAIN_LAUNCH_CUH_
 
@@ -22,6 +23,10 @@ namespace gemtb::gpu {
 
 inline constexpr bool kBwdChainForBroadcastQ = true;
 inline constexpr bool kBwdChainHeadMinorDefault = true;
+// dQ tiles of at most kDqChainShortSteps 64-key steps (and no mask) run in chains of
+// kDqChainShortTiles by default.
+inline constexpr int kDqChainShortSteps = 4;
+inline constexpr int kDqChainShortTiles = 4;
 inline constexpr int kBwdChainMaxTiles = 8;
 // Chains stay short enough that the launch still has this many CTAs per resident slot (two per SM):
 // the hardware scheduler's balance over the heavy-first list is what v3 relied on.
@@ -37,15 +42,16 @@ inline int BwdChainSmCount() {
   return sms;
 }
 
-// Tiles per CTA for a launch of num_tiles x heads tiles (`env`: the variable that overrides it);
-// 0: run v3.
-inline int BwdChainTiles(const char* env_name, int64_t num_tiles, int heads, bool broadcast_q) {
+// Tiles per CTA for a launch of num_tiles x heads tiles: the variable `env_name` if set, else
+// `fallback` (0: run v3; kBwdChainAuto: from the launch size).
+inline constexpr int kBwdChainAuto = -1;
+inline int BwdChainTiles(const char* env_name, int64_t num_tiles, int heads, int fallback) {
   const char* env = std::getenv(env_name);
   if (env != nullptr && *env != '\0') {
     const long n = std::strtol(env, nullptr, 10);
     return n < 0 ? 0 : (n > 64 ? 64 : static_cast<int>(n));
   }
-  if (!(kBwdChainForBroadcastQ && broadcast_q)) return 0;
+  if (fallback != kBwdChainAuto) return fallback;
   static const int sms = BwdChainSmCount();
   const int64_t n = num_tiles * heads / (2 * static_cast<int64_t>(sms) * kBwdChainMinWaves);
   return static_cast<int>(n < 1 ? 1 : (n > kBwdChainMaxTiles ? kBwdChainMaxTiles : n));
@@ -88,8 +94,8 @@ template <ElementType E>
 absl::Status LaunchDkDvHopperChain(const BackwardParams& params, int64_t num_tiles, bool* launched) {
   *launched = false;
   if (num_tiles <= 0 || num_tiles > INT32_MAX) return absl::OkStatus();
-  const int n = BwdChainTiles("GEMTB_DKDV_CHAIN", num_tiles, params.problem.kv_heads,
-                              params.problem.options.broadcast_q);
+  const bool chain = kBwdChainForBroadcastQ && params.problem.options.broadcast_q;
+  const int n = BwdChainTiles("GEMTB_DKDV_CHAIN", num_tiles, params.problem.kv_heads, chain ? kBwdChainAuto : 0);
   if (n < 1) return absl::OkStatus();
   *launched = true;
   const int tiles = static_cast<int>(num_tiles);
@@ -121,7 +127,16 @@ template <ElementType E>
 absl::Status LaunchDqHopperChain(const BackwardParams& params, int64_t num_tiles, bool* launched) {
   *launched = false;
   if (num_tiles <= 0 || num_tiles > INT32_MAX) return absl::OkStatus();
-  const int n = BwdChainTiles("GEMTB_DQ_CHAIN", num_tiles, params.problem.heads, params.problem.options.broadcast_q);
+  // Short key ranges without a mask (cross attention: 256 keys, 4 steps per tile): chains of
+  // kDqChainShortTiles (measured at bf022de: cross_gdpa_gelu bwd 4.37 -> 4.14 ms, cross_softmax
+  // 3.74 -> 3.64; the dK/dV chains were slower there, so they stay off).
+  const ProblemParams& pr = params.problem;
+  const bool short_keys = pr.options.mask == MaskKind::kNone && params.dq_max_key_steps > 0 &&
+                          params.dq_max_key_steps <= kDqChainShortSteps;
+  const int fallback = kBwdChainForBroadcastQ && pr.options.broadcast_q ? kBwdChainAuto
+                       : short_keys                                     ? kDqChainShortTiles
+                                                                        : 0;
+  const int n = BwdChainTiles("GEMTB_DQ_CHAIN", num_tiles, pr.heads, fallback);
   if (n < 1) return absl::OkStatus();
   *launched = true;
   const int tiles = static_cast<int>(num_tiles);

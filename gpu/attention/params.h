@@ -122,6 +122,7 @@ struct BackwardParams {
   uint16_t* dq = nullptr;  // [TQ, H, D]
   uint16_t* dk = nullptr;  // [TK, Hkv, D]
   uint16_t* dv = nullptr;  // [TK, Hkv, D]
+  int32_t dq_max_key_steps = 0;  // most 64-key steps of any dQ tile (readers summed): a launch hint
 };
 
 }  // namespace gemtb::gpu
