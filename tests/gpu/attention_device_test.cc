@@ -1,6 +1,7 @@
 // The CUDA attention kernels (gpu/attention/api.h): spec §9's GPU criteria on random cases of every
 // family (through `gemtb check attention`'s own code; also with the warp-specialised forward
-// everywhere, v5 and v4, and v5 bitwise equal to v4), bitwise determinism of the backward, exact outputs of rows without keys, and
+// everywhere, v5 and v4, and v5 bitwise equal to v4), bitwise determinism of the backward, the
+// chained backward (v4) bitwise equal to v3, exact outputs of rows without keys, and
 // rejection by name of what the kernels do not run. Tests that need a GPU skip (and show as
 // skipped) without an sm_90 device; the rejection tests run anywhere.
 #include <gmock/gmock.h>
@@ -10,8 +11,10 @@
 #include <cstdlib>
 #include <iostream>
 #include <random>
+#include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "gpu/attention/api.h"
 #include "tests/testing/attention_cases.h"
 #include "tests/testing/status_matchers.h"
@@ -125,6 +128,73 @@ TEST(GpuAttention, WarpSpecialisedForwardV5MatchesV4Bitwise) {
     ASSERT_TRUE(v5.ok()) << v5.status();
     EXPECT_EQ(v5->o, v4->o) << "act " << static_cast<int>(act) << " mask " << static_cast<int>(mask);
     EXPECT_EQ(v5->lse, v4->lse);
+  }
+}
+
+// Backward v4 (gpu/attention/backward_hopper_chain_launch.cuh: chains of tiles per CTA, outputs
+// through shared memory, head-minor CTA order) runs v3's steps in v3's order for every tile, so dQ,
+// dK and dV are bitwise v3's whatever the chain length and order; the shapes give one- and
+// multi-step tiles, partial tiles, masks and split dQ tiles (broadcast_q, five readers).
+TEST(GpuAttention, ChainedBackwardMatchesV3Bitwise) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  struct Kind {
+    Activation act;
+    MaskKind mask;
+    bool broadcast_q;
+  };
+  const Kind kinds[] = {{Activation::kSoftmax, MaskKind::kNone, false},
+                        {Activation::kSilu, MaskKind::kWindow, false},
+                        {Activation::kGeluTanh, MaskKind::kCausal, false},
+                        {Activation::kSilu, MaskKind::kNone, true}};
+  const auto backward = [](const cli::GpuCall& call, const gpu::ForwardResult& fwd, const char* chain,
+                           const char* head_minor) {
+    EXPECT_EQ(setenv("GEMTB_DKDV_CHAIN", chain, 1), 0);
+    EXPECT_EQ(setenv("GEMTB_DQ_CHAIN", chain, 1), 0);
+    EXPECT_EQ(setenv("GEMTB_BWD_HEAD_MINOR", head_minor, 1), 0);
+    absl::StatusOr<gpu::BackwardResult> r = gpu::Backward(call.args, call.DoView(), fwd);
+    unsetenv("GEMTB_DKDV_CHAIN");
+    unsetenv("GEMTB_DQ_CHAIN");
+    unsetenv("GEMTB_BWD_HEAD_MINOR");
+    return r;
+  };
+  for (const Kind& k : kinds) {
+    testing::CaseShape shape;
+    if (k.broadcast_q) {
+      shape.q_lengths = {40};
+      shape.kv_lengths = {300, 9, 130, 64, 1};
+      shape.options.broadcast_q = true;
+    } else {
+      shape.q_lengths = {5, 300, 0, 130};
+      shape.kv_lengths = {9, 1, 300};
+      shape.kv_index = {2, 2, 1, 0};
+    }
+    shape.heads = 4;
+    shape.kv_heads = 2;
+    shape.dqk = shape.dv = 128;
+    shape.options.act = k.act;
+    shape.options.mask = k.mask;
+    shape.options.window_left = 150;
+    shape.options.window_right = 20;
+    shape.input_type = ElementType::kBFloat16;
+    shape.value_seed = 7;
+    const testing::AttentionCase c = testing::BuildCase(shape);
+    const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 8));
+    absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
+    ASSERT_TRUE(fwd.ok()) << fwd.status();
+    absl::StatusOr<gpu::BackwardResult> v3 = backward(call, *fwd, "0", "1");
+    ASSERT_TRUE(v3.ok()) << v3.status();
+    for (const char* chain : {"1", "3"}) {
+      for (const char* head_minor : {"0", "1"}) {
+        absl::StatusOr<gpu::BackwardResult> v4 = backward(call, *fwd, chain, head_minor);
+        ASSERT_TRUE(v4.ok()) << v4.status();
+        const std::string what = absl::StrCat("act ", static_cast<int>(k.act), " mask ", static_cast<int>(k.mask),
+                                              " broadcast_q ", k.broadcast_q, " chain ", chain, " head_minor ",
+                                              head_minor);
+        EXPECT_EQ(v4->dq, v3->dq) << what;
+        EXPECT_EQ(v4->dk, v3->dk) << what;
+        EXPECT_EQ(v4->dv, v3->dv) << what;
+      }
+    }
   }
 }
 
