@@ -5,7 +5,8 @@
 // GEMTB_DKDV_CHAIN=N and GEMTB_DQ_CHAIN=N (1..64) make every call chain N tiles per CTA, =0 runs v3
 // (backward_hopper_kernel.cuh). Unset, chains run under broadcast_q (both kernels,
 // kBwdChainForBroadcastQ; PMA: every K/V tile is one query step, so a one-tile CTA was mostly
-// fixed cost) and for dQ tiles of few key steps without a mask (kDqChainShortSteps); else v3.
+// fixed cost) and, once kDqChainForShortKeys is on, for dQ tiles of few key steps without a mask
+// (kDqChainShortSteps); else v3.
 // GEMTB_BWD_HEAD_MINOR=0/1 picks the chains' CTA order (the heads of one tile side by side, or
 // v3's order: all tiles of head 0 first); unset, kBwdChainHeadMinorDefault.
 #ifndef GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_CHAIN_LAUNCH_CUH_
@@ -24,7 +25,10 @@ namespace gemtb::gpu {
 inline constexpr bool kBwdChainForBroadcastQ = true;
 inline constexpr bool kBwdChainHeadMinorDefault = true;
 // dQ tiles of at most kDqChainShortSteps 64-key steps (and no mask) run in chains of
-// kDqChainShortTiles by default.
+// kDqChainShortTiles by default once kDqChainForShortKeys is on. Off: measured faster on cross at
+// bf022de (forced by GEMTB_DQ_CHAIN=4) but not yet timed and checked as the default in a call of
+// its own, and the same-run table at bf022de ran without it.
+inline constexpr bool kDqChainForShortKeys = false;
 inline constexpr int kDqChainShortSteps = 4;
 inline constexpr int kDqChainShortTiles = 4;
 inline constexpr int kBwdChainMaxTiles = 8;
@@ -131,7 +135,7 @@ absl::Status LaunchDqHopperChain(const BackwardParams& params, int64_t num_tiles
   // kDqChainShortTiles (measured at bf022de: cross_gdpa_gelu bwd 4.37 -> 4.14 ms, cross_softmax
   // 3.74 -> 3.64; the dK/dV chains were slower there, so they stay off).
   const ProblemParams& pr = params.problem;
-  const bool short_keys = pr.options.mask == MaskKind::kNone && params.dq_max_key_steps > 0 &&
+  const bool short_keys = kDqChainForShortKeys && pr.options.mask == MaskKind::kNone && params.dq_max_key_steps > 0 &&
                           params.dq_max_key_steps <= kDqChainShortSteps;
   const int fallback = kBwdChainForBroadcastQ && pr.options.broadcast_q ? kBwdChainAuto
                        : short_keys                                     ? kDqChainShortTiles
