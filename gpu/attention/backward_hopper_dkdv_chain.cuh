@@ -270,13 +270,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
       }
       HopperBwdPack<E>(dsa, n, dv4);
     }
-    wgmma::Fence();
-    HopperBwdIssueAB<E>(dv, pa, s_do);
-    HopperBwdIssueAB<E>(dk, dsa, sq);
-    wgmma::Commit();
-    wgmma::Wait<0>();
-    wgmma::FenceRegisters(dv);
-    wgmma::FenceRegisters(dk);
+    HopperBwdDkDvAccumulate<E>(pa, dsa, sq, s_do, dk, dv);
 
     const Plan plan = plan_after(cur);
     const bool more = plan.next.t < t_end;

@@ -201,23 +201,11 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
       }
       HopperBwdPack<E>(dsa, n, ds4);
     }
-    wgmma::Fence();
-    HopperBwdIssueAB<E>(dq, dsa, sk(stage));
-    wgmma::Commit();
-    wgmma::Wait<0>();
-    wgmma::FenceRegisters(dq);
+    HopperBwdDqAccumulate<E>(dsa, sk(stage), dq);
 
     if (last_of_tile) {
       if (tile.partial >= 0) {  // one part of a split tile: the fp32 sum, for DqReduceKernel
-        float* part = p.dq_partial + (static_cast<int64_t>(tile.partial) * pr.heads + h) * 64 * D + 2 * ln.t;
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-#pragma unroll
-          for (int i = 0; i < D / 8; ++i) {
-            *reinterpret_cast<float2*>(part + row[r] * D + i * 8) =
-                make_float2(dq[4 * i + 2 * r], dq[4 * i + 2 * r + 1]);
-          }
-        }
+        HopperBwdStoreDqPartial(p, dq, tile.partial, h, row, ln);
       } else {
         // dQ leaves through this step's K/V stage (free once every warp's dQ MMA is done) as whole
         // 16-byte chunks of whole rows rather than 4 bytes per thread from the accumulator layout.

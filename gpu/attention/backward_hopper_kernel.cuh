@@ -161,6 +161,45 @@ __device__ __forceinline__ float HopperBwdDs(const ProblemParams& pr, float kept
   }
 }
 
+// dV += Pᵀ dO and dK += dSᵀ Q (pa, dsa: Pᵀ and dSᵀ as register A operands; sq, s_do: the step's Q
+// and dO tiles), waited for. Both after dSᵀ: issuing dV first (to overlap it with dSᵀ) kept Pᵀ's
+// operand live beside dSᵀ's and spilled registers (255 per thread).
+template <ElementType E>
+__device__ __forceinline__ void HopperBwdDkDvAccumulate(const uint32_t (&pa)[4][4], const uint32_t (&dsa)[4][4],
+                                                        uint32_t sq, uint32_t s_do, float (&dk)[64], float (&dv)[64]) {
+  wgmma::Fence();
+  HopperBwdIssueAB<E>(dv, pa, s_do);
+  HopperBwdIssueAB<E>(dk, dsa, sq);
+  wgmma::Commit();
+  wgmma::Wait<0>();
+  wgmma::FenceRegisters(dv);
+  wgmma::FenceRegisters(dk);
+}
+
+// dQ += dS K (dsa: dS as register A operands; sk: the step's K tile), waited for.
+template <ElementType E>
+__device__ __forceinline__ void HopperBwdDqAccumulate(const uint32_t (&dsa)[4][4], uint32_t sk, float (&dq)[64]) {
+  wgmma::Fence();
+  HopperBwdIssueAB<E>(dq, dsa, sk);
+  wgmma::Commit();
+  wgmma::Wait<0>();
+  wgmma::FenceRegisters(dq);
+}
+
+// One part of a split dQ tile: the fp32 sum of rows row[r] of query head h, for DqReduceKernel.
+__device__ __forceinline__ void HopperBwdStoreDqPartial(const BackwardParams& p, const float (&dq)[64], int partial,
+                                                        int h, const int (&row)[2], const LaneCoords& ln) {
+  constexpr int D = kHopperHeadDim;
+  float* part = p.dq_partial + (static_cast<int64_t>(partial) * p.problem.heads + h) * 64 * D + 2 * ln.t;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      *reinterpret_cast<float2*>(part + row[r] * D + i * 8) = make_float2(dq[4 * i + 2 * r], dq[4 * i + 2 * r + 1]);
+    }
+  }
+}
+
 // D_i for 64 output rows of one head (blockIdx.x: row block, blockIdx.y: head).
 template <ElementType E>
 __global__ void __launch_bounds__(kHopperBwdThreads) RowDotHopperKernel(const BackwardParams p) {
@@ -345,15 +384,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DkDvHopperKernel(const B
       }
       HopperBwdPack<E>(dsa, n, dv4);
     }
-    // Both after dSᵀ: issuing dV first (to overlap it with dSᵀ) kept Pᵀ's operand live beside dSᵀ's
-    // and spilled registers (255 per thread).
-    wgmma::Fence();
-    HopperBwdIssueAB<E>(dv, pa, s_do(stage));
-    HopperBwdIssueAB<E>(dk, dsa, sq(stage));
-    wgmma::Commit();
-    wgmma::Wait<0>();
-    wgmma::FenceRegisters(dv);
-    wgmma::FenceRegisters(dk);
+    HopperBwdDkDvAccumulate<E>(pa, dsa, sq(stage), s_do(stage), dk, dv);
     cur = next;
   }
 
@@ -504,23 +535,12 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqHopperKernel(const Bac
       }
       HopperBwdPack<E>(dsa, n, ds4);
     }
-    wgmma::Fence();
-    HopperBwdIssueAB<E>(dq, dsa, sk(stage));
-    wgmma::Commit();
-    wgmma::Wait<0>();
-    wgmma::FenceRegisters(dq);
+    HopperBwdDqAccumulate<E>(dsa, sk(stage), dq);
     cur = next;
   }
 
   if (tile.partial >= 0) {  // one part of a split tile: the fp32 sum, for DqReduceKernel
-    float* part = p.dq_partial + (static_cast<int64_t>(tile.partial) * pr.heads + h) * 64 * D + 2 * ln.t;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-#pragma unroll
-      for (int i = 0; i < D / 8; ++i) {
-        *reinterpret_cast<float2*>(part + row[r] * D + i * 8) = make_float2(dq[4 * i + 2 * r], dq[4 * i + 2 * r + 1]);
-      }
-    }
+    HopperBwdStoreDqPartial(p, dq, tile.partial, h, row, ln);
     return;
   }
 #pragma unroll
