@@ -233,25 +233,8 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     float(&dpt4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&dpt);
     uint32_t pa[4][4], dsa[4][4];
     const auto form_p = [&](auto masked) {
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        float pv[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = n * 8 + 2 * ln.t + (e & 1);  // query row within the step
-          float pe;
-          const float kept = HopperBwdFromScore<kAct>(pr, st4[n][e], s_lse[q_slot][c], scale_log2, pe);
-          if constexpr (decltype(masked)::value) {
-            const bool ok = Contains(s_keys[q_slot][c], key[e >> 1]);
-            pv[e] = ok ? pe : 0.f;
-            st4[n][e] = ok ? kept : 0.f;
-          } else {
-            pv[e] = pe;
-            st4[n][e] = kept;
-          }
-        }
-        HopperBwdPack<E>(pa, n, pv);
-      }
+      HopperBwdDkDvFormP<E, kAct, decltype(masked)::value>(ln, pr, st4, s_lse[q_slot], scale_log2, s_keys[q_slot], key,
+                                                           pa);
     };
     if (full) {
       form_p(std::false_type{});

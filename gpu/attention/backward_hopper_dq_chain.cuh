@@ -154,26 +154,9 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     wgmma::FenceRegisters(s);
     float(&s4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&s);
     float(&dp4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&dp);
-    bool covers = rd.k_hi - cur.j0 >= 64;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      covers = covers && (row[r] >= q_rows || (keys[r].begin <= cur.j0 && keys[r].end >= cur.j0 + 64));
-    }
+    const bool covers = HopperBwdDqCovers(rd.k_hi, cur.j0, row, q_rows, keys);
     const auto form_kept = [&](auto masked) {
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1;
-          float unused_p;
-          const float kept = HopperBwdFromScore<kAct>(pr, s4[n][e], lse[r], scale_log2, unused_p);
-          if constexpr (decltype(masked)::value) {
-            s4[n][e] = Contains(keys[r], cur.j0 + n * 8 + 2 * ln.t + (e & 1)) ? kept : 0.f;
-          } else {
-            s4[n][e] = kept;
-          }
-        }
-      }
+      HopperBwdDqFormKept<kAct, decltype(masked)::value>(pr, s4, lse, scale_log2, keys, cur.j0, ln);
     };
     if (__all_sync(0xffffffffu, covers)) {
       form_kept(std::false_type{});

@@ -161,6 +161,76 @@ __device__ __forceinline__ float HopperBwdDs(const ProblemParams& pr, float kept
   }
 }
 
+// The step pieces that v3's kernels below and the v4 chains (backward_hopper_dkdv_chain.cuh,
+// backward_hopper_dq_chain.cuh) share, so that the chains run v3's elementwise code and MMAs.
+// The callers keep their `form_p` / `form_kept` lambdas around the first two (the lambda's closure in
+// the kernel is part of what keeps the compiled code byte-identical to when the loops were inline).
+
+// Pᵀ (rounded, into pa) and kept (in place of Sᵀ in st4) of a dK/dV step, from Sᵀ: lse and keys are
+// the per-row LSE·log2(e) and key ranges of the step's 64 query rows, key the key rows of this
+// thread's c0/c1 and c2/c3; kMasked: test each pair (else every pair of the block is valid).
+template <ElementType E, HopperAct kAct, bool kMasked>
+__device__ __forceinline__ void HopperBwdDkDvFormP(const LaneCoords& ln, const ProblemParams& pr, float (&st4)[8][4],
+                                                   const float (&lse)[64], float scale_log2,
+                                                   const RowKeyRange (&keys)[64], const int (&key)[2],
+                                                   uint32_t (&pa)[4][4]) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    float pv[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int c = n * 8 + 2 * ln.t + (e & 1);  // query row within the step
+      float pe;
+      const float kept = HopperBwdFromScore<kAct>(pr, st4[n][e], lse[c], scale_log2, pe);
+      if constexpr (kMasked) {
+        const bool ok = Contains(keys[c], key[e >> 1]);
+        pv[e] = ok ? pe : 0.f;
+        st4[n][e] = ok ? kept : 0.f;
+      } else {
+        pv[e] = pe;
+        st4[n][e] = kept;
+      }
+    }
+    HopperBwdPack<E>(pa, n, pv);
+  }
+}
+
+// kept (P̂ or act', 0 on invalid pairs when kMasked) in place of S in s4, for a dQ step over keys
+// [j0, j0 + 64): lse and keys of this thread's rows r = 0, 1 (c0/c1 and c2/c3).
+template <HopperAct kAct, bool kMasked>
+__device__ __forceinline__ void HopperBwdDqFormKept(const ProblemParams& pr, float (&s4)[8][4], const float (&lse)[2],
+                                                    float scale_log2, const RowKeyRange (&keys)[2], int j0,
+                                                    const LaneCoords& ln) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e >> 1;
+      float unused_p;
+      const float kept = HopperBwdFromScore<kAct>(pr, s4[n][e], lse[r], scale_log2, unused_p);
+      if constexpr (kMasked) {
+        s4[n][e] = Contains(keys[r], j0 + n * 8 + 2 * ln.t + (e & 1)) ? kept : 0.f;
+      } else {
+        s4[n][e] = kept;
+      }
+    }
+  }
+}
+
+// Whether every pair of this thread's two rows (row[r] of the tile's q_rows, key ranges keys[r]) and
+// keys [j0, j0 + 64) of a reader whose range ends at k_hi is valid; a warp with all lanes covered
+// skips the mask tests.
+__device__ __forceinline__ bool HopperBwdDqCovers(int k_hi, int j0, const int (&row)[2], int q_rows,
+                                                  const RowKeyRange (&keys)[2]) {
+  bool covers = k_hi - j0 >= 64;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    // Rows past the tile (zero Q and dO rows, never written) give dS = 0 either way.
+    covers = covers && (row[r] >= q_rows || (keys[r].begin <= j0 && keys[r].end >= j0 + 64));
+  }
+  return covers;
+}
+
 // dV += Pᵀ dO and dK += dSᵀ Q (pa, dsa: Pᵀ and dSᵀ as register A operands; sq, s_do: the step's Q
 // and dO tiles), waited for. Both after dSᵀ: issuing dV first (to overlap it with dSᵀ) kept Pᵀ's
 // operand live beside dSᵀ's and spilled registers (255 per thread).
@@ -347,25 +417,8 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DkDvHopperKernel(const B
     // finite) without a second mask test.
     uint32_t pa[4][4], dsa[4][4];
     const auto form_p = [&](auto masked) {
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        float pv[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = n * 8 + 2 * ln.t + (e & 1);  // query row within the step
-          float pe;
-          const float kept = HopperBwdFromScore<kAct>(pr, st4[n][e], s_lse[stage][c], scale_log2, pe);
-          if constexpr (decltype(masked)::value) {
-            const bool ok = Contains(s_keys[stage][c], key[e >> 1]);
-            pv[e] = ok ? pe : 0.f;
-            st4[n][e] = ok ? kept : 0.f;
-          } else {
-            pv[e] = pe;
-            st4[n][e] = kept;
-          }
-        }
-        HopperBwdPack<E>(pa, n, pv);
-      }
+      HopperBwdDkDvFormP<E, kAct, decltype(masked)::value>(ln, pr, st4, s_lse[stage], scale_log2, s_keys[stage], key,
+                                                           pa);
     };
     if (full) {
       form_p(std::false_type{});
@@ -496,27 +549,9 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqHopperKernel(const Bac
     float(&s4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&s);
     float(&dp4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&dp);
     // Full step (every pair of this warp's 16 rows x 64 keys valid): no mask tests.
-    bool covers = reader(cur.ri).k_hi - cur.j0 >= 64;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      // Rows past the tile (zero Q and dO rows, never written) give dS = 0 either way.
-      covers = covers && (row[r] >= q_rows || (keys[r].begin <= cur.j0 && keys[r].end >= cur.j0 + 64));
-    }
+    const bool covers = HopperBwdDqCovers(reader(cur.ri).k_hi, cur.j0, row, q_rows, keys);
     const auto form_kept = [&](auto masked) {
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1;
-          float unused_p;
-          const float kept = HopperBwdFromScore<kAct>(pr, s4[n][e], lse[r], scale_log2, unused_p);
-          if constexpr (decltype(masked)::value) {
-            s4[n][e] = Contains(keys[r], cur.j0 + n * 8 + 2 * ln.t + (e & 1)) ? kept : 0.f;
-          } else {
-            s4[n][e] = kept;
-          }
-        }
-      }
+      HopperBwdDqFormKept<kAct, decltype(masked)::value>(pr, s4, lse, scale_log2, keys, cur.j0, ln);
     };
     if (__all_sync(0xffffffffu, covers)) {
       form_kept(std::false_type{});
