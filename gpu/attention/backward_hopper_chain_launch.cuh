@@ -36,16 +36,6 @@ inline constexpr int kBwdChainMaxTiles = 8;
 // the hardware scheduler's balance over the heavy-first list is what v3 relied on.
 inline constexpr int64_t kBwdChainMinWaves = 16;
 
-inline int BwdChainSmCount() {
-  int device = 0;
-  int sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) {
-    return 1;
-  }
-  return sms;
-}
-
 // Tiles per CTA for a launch of num_tiles x heads tiles: the variable `env_name` if set, else
 // `fallback` (0: run v3; kBwdChainAuto: from the launch size).
 inline constexpr int kBwdChainAuto = -1;
@@ -56,7 +46,7 @@ inline int BwdChainTiles(const char* env_name, int64_t num_tiles, int heads, int
     return n < 0 ? 0 : (n > 64 ? 64 : static_cast<int>(n));
   }
   if (fallback != kBwdChainAuto) return fallback;
-  static const int sms = BwdChainSmCount();
+  static const int sms = HopperSmCount();
   const int64_t n = num_tiles * heads / (2 * static_cast<int64_t>(sms) * kBwdChainMinWaves);
   return static_cast<int>(n < 1 ? 1 : (n > kBwdChainMaxTiles ? kBwdChainMaxTiles : n));
 }
@@ -76,20 +66,27 @@ inline dim3 BwdChainGrid(int num_tiles, int tiles_per_cta, int heads, int& head_
                          : dim3(static_cast<unsigned>(chains), static_cast<unsigned>(heads));
 }
 
-template <ElementType E, HopperAct kAct>
-absl::Status LaunchDkDvHopperChainAct(const BackwardParams& params, int num_tiles, int tiles_per_cta) {
-  const auto kernel = DkDvHopperChainKernel<E, kAct>;
-  const size_t smem = kHopperDkDvSmemBytes;
-  const char* name = "attention backward dK/dV kernel (Hopper, chained tiles)";
+// One chained launch of `kernel` (DkDvHopperChainKernel or DqHopperChainKernel) over num_tiles
+// tiles of each of `heads` heads, tiles_per_cta per CTA; `name` names it in errors.
+using BwdChainKernel = void (*)(BackwardParams, int, int, int);
+inline absl::Status LaunchBwdChainKernel(BwdChainKernel kernel, size_t smem, const char* name,
+                                         const BackwardParams& params, int num_tiles, int tiles_per_cta, int heads) {
   if (absl::Status s = CudaStatus(
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), name);
       !s.ok()) {
     return s;
   }
   int head_minor = BwdChainHeadMinor();
-  const dim3 grid = BwdChainGrid(num_tiles, tiles_per_cta, params.problem.kv_heads, head_minor);
+  const dim3 grid = BwdChainGrid(num_tiles, tiles_per_cta, heads, head_minor);
   kernel<<<grid, kHopperBwdThreads, smem>>>(params, tiles_per_cta, num_tiles, head_minor);
   return CudaStatus(cudaGetLastError(), name);
+}
+
+template <ElementType E, HopperAct kAct>
+absl::Status LaunchDkDvHopperChainAct(const BackwardParams& params, int num_tiles, int tiles_per_cta) {
+  return LaunchBwdChainKernel(DkDvHopperChainKernel<E, kAct>, kHopperDkDvSmemBytes,
+                              "attention backward dK/dV kernel (Hopper, chained tiles)", params, num_tiles,
+                              tiles_per_cta, params.problem.kv_heads);
 }
 
 // Launches the chained kernel and sets *launched, or leaves it false (nothing launched) when v3
@@ -113,18 +110,9 @@ absl::Status LaunchDkDvHopperChain(const BackwardParams& params, int64_t num_til
 
 template <ElementType E, HopperAct kAct>
 absl::Status LaunchDqHopperChainAct(const BackwardParams& params, int num_tiles, int tiles_per_cta) {
-  const auto kernel = DqHopperChainKernel<E, kAct>;
-  const size_t smem = kHopperDqSmemBytes;
-  const char* name = "attention backward dQ kernel (Hopper, chained tiles)";
-  if (absl::Status s = CudaStatus(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), name);
-      !s.ok()) {
-    return s;
-  }
-  int head_minor = BwdChainHeadMinor();
-  const dim3 grid = BwdChainGrid(num_tiles, tiles_per_cta, params.problem.heads, head_minor);
-  kernel<<<grid, kHopperBwdThreads, smem>>>(params, tiles_per_cta, num_tiles, head_minor);
-  return CudaStatus(cudaGetLastError(), name);
+  return LaunchBwdChainKernel(DqHopperChainKernel<E, kAct>, kHopperDqSmemBytes,
+                              "attention backward dQ kernel (Hopper, chained tiles)", params, num_tiles, tiles_per_cta,
+                              params.problem.heads);
 }
 
 template <ElementType E>

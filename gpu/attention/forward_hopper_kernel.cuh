@@ -37,6 +37,19 @@ struct HopperForwardSmem {
   static constexpr size_t kBytes = 1024 + kQBytes + kStages * 2 * kKvBytes;
 };
 
+// Host: the current device's multiprocessor count (1 when the runtime cannot say), by which the
+// persistent forward (forward_hopper_tma_launch.cuh) and the backward chains
+// (backward_hopper_chain_launch.cuh) size their launches.
+inline int HopperSmCount() {
+  int device = 0;
+  int sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) {
+    return 1;
+  }
+  return sms;
+}
+
 // silu on the fast paths of the special-function unit: x / (1 + e^-x) with __expf and __fdividef
 // (a few fp32 ulps from ActValue's exact-division form; P is then rounded to 16 bits). For x below
 // about -87, e^-x exceeds 2^126 and the quotient is 0 (the exact value is below 1e-36).

@@ -74,16 +74,6 @@ inline bool EncodeForwardTmaMap(CUtensorMap* map, const uint16_t* base, int64_t 
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-inline int ForwardTmaSmCount() {
-  int device = 0;
-  int sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) {
-    return 1;
-  }
-  return sms;
-}
-
 template <ElementType E, HopperAct kAct, bool kV6, bool kRcpEpilogue = false>
 absl::Status LaunchForwardHopperTmaAct(const ForwardParams& params, const ForwardTmaMaps& maps, int items) {
   constexpr int BN = kHopperWsBlockN;
@@ -95,7 +85,7 @@ absl::Status LaunchForwardHopperTmaAct(const ForwardParams& params, const Forwar
       !s.ok()) {
     return s;
   }
-  static const int sms = ForwardTmaSmCount();
+  static const int sms = HopperSmCount();
   const unsigned grid = static_cast<unsigned>(items < sms ? items : sms);
   kernel<<<grid, kHopperWsThreads, smem>>>(params, maps, items);
   return CudaStatus(cudaGetLastError(), name);
