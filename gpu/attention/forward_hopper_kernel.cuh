@@ -177,6 +177,18 @@ __device__ __forceinline__ void ScoresToP(float (&s4)[BN / 8][4], int j0, bool m
   }
 }
 
+// O (one warpgroup's 64 x 128 fp32 accumulator) times the online softmax's factor of each of this
+// thread's two rows (rescale[0]: c0/c1, rescale[1]: c2/c3), before P V adds the step's terms.
+__device__ __forceinline__ void RescaleHopperRows(float (&acc)[64], const float (&rescale)[2]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    acc[4 * i + 0] *= rescale[0];
+    acc[4 * i + 1] *= rescale[0];
+    acc[4 * i + 2] *= rescale[1];
+    acc[4 * i + 3] *= rescale[1];
+  }
+}
+
 // P (fp32 accumulator layout) rounded to the input type as the register A operand of O += P V.
 template <ElementType E, int BN>
 __device__ __forceinline__ void PToOperand(float (&s4)[BN / 8][4], uint32_t (&pa)[BN / 16][4]) {
@@ -354,15 +366,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const F
       issue_scores(step + 1, sb);
       wgmma::Commit();
     }
-    if constexpr (softmax) {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        acc[4 * i + 0] *= rescale[0];
-        acc[4 * i + 1] *= rescale[0];
-        acc[4 * i + 2] *= rescale[1];
-        acc[4 * i + 3] *= rescale[1];
-      }
-    }
+    if constexpr (softmax) RescaleHopperRows(acc, rescale);
     wgmma::Fence();
     const uint32_t v_tile = sv(step % kStages);
 #pragma unroll

@@ -259,15 +259,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
       // v6: O's rescale for P(s) before waiting for the turn (no wgmma is in flight here), and
       // only in threads whose row max moved (a factor of 1 changes nothing).
       if constexpr (softmax && kV6) {
-        if (rescale[0] != 1.f || rescale[1] != 1.f) {
-#pragma unroll
-          for (int i = 0; i < 16; ++i) {
-            acc[4 * i + 0] *= rescale[0];
-            acc[4 * i + 1] *= rescale[0];
-            acc[4 * i + 2] *= rescale[1];
-            acc[4 * i + 3] *= rescale[1];
-          }
-        }
+        if (rescale[0] != 1.f || rescale[1] != 1.f) RescaleHopperRows(acc, rescale);
       }
       if constexpr (has_next) wait_full(step + 1);
       mbar::NamedSync(my_turn, 256);
@@ -276,15 +268,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         issue_scores(step + 1, sb);
         wgmma::Commit();
       }
-      if constexpr (softmax && !kV6) {
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          acc[4 * i + 0] *= rescale[0];
-          acc[4 * i + 1] *= rescale[0];
-          acc[4 * i + 2] *= rescale[1];
-          acc[4 * i + 3] *= rescale[1];
-        }
-      }
+      if constexpr (softmax && !kV6) RescaleHopperRows(acc, rescale);
       wgmma::Fence();
       const uint32_t v_tile = sv((kv_first + step) % kStages);
 #pragma unroll

@@ -203,15 +203,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1) ForwardHopperWsKernel(con
       issue_scores(step + 1, sb);
       wgmma::Commit();
     }
-    if constexpr (softmax) {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        acc[4 * i + 0] *= rescale[0];
-        acc[4 * i + 1] *= rescale[0];
-        acc[4 * i + 2] *= rescale[1];
-        acc[4 * i + 3] *= rescale[1];
-      }
-    }
+    if constexpr (softmax) RescaleHopperRows(acc, rescale);
     wgmma::Fence();
     const uint32_t v_tile = sv(step % kStages);
 #pragma unroll
