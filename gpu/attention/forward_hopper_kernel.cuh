@@ -199,7 +199,12 @@ __device__ __forceinline__ void PToOperand(float (&s4)[BN / 8][4], uint32_t (&pa
 // The epilogue of one warp's 2 x 16 rows: O = acc (softmax: / row sum, then post_scale; an empty row
 // (no valid key) has O = 0 and LSE = -inf, spec §3) rounded to the output type, and the softmax's
 // LSE. `row`: this thread's two rows in the tile; rows >= q_rows lie past the sequence's end.
-template <ElementType E, HopperAct kAct>
+// kRcp ("v7", opt-in until a check run passes on it): softmax's normalisation as one multiply per
+// element by post / row_sum, formed once per row: v5 and v6 divide each of a thread's 64 outputs
+// (an IEEE division with its slow-path check, ~9 instructions each, as many as a K/V step's
+// elementwise work on cross attention's two-step tiles). Two roundings either way (v / l, then
+// * post; or post / l, then * v), before O is rounded to 16 bits.
+template <ElementType E, HopperAct kAct, bool kRcp = false>
 __device__ __forceinline__ void StoreHopperRows(const float (&acc)[64], Log2Softmax& online, const int (&row)[2],
                                                 int q_rows, int64_t first_out_row, const ForwardParams& p, int h,
                                                 int lane_t) {
@@ -208,7 +213,14 @@ __device__ __forceinline__ void StoreHopperRows(const float (&acc)[64], Log2Soft
   const ProblemParams& pr = p.problem;
   float row_sum[2] = {1.f, 1.f};
   float lse[2] = {-INFINITY, -INFINITY};
-  if constexpr (softmax) online.Finish(row_sum, lse);
+  float scale[2] = {1.f, 1.f};  // kRcp: post / row_sum
+  if constexpr (softmax) {
+    online.Finish(row_sum, lse);
+    if constexpr (kRcp) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) scale[r] = row_sum[r] > 0.f ? pr.post_scale / row_sum[r] : 0.f;
+    }
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (row[r] >= q_rows) continue;
@@ -218,7 +230,10 @@ __device__ __forceinline__ void StoreHopperRows(const float (&acc)[64], Log2Soft
     for (int i = 0; i < D / 8; ++i) {
       float v0 = acc[4 * i + 2 * r];
       float v1 = acc[4 * i + 2 * r + 1];
-      if constexpr (softmax) {
+      if constexpr (softmax && kRcp) {
+        v0 *= scale[r];
+        v1 *= scale[r];
+      } else if constexpr (softmax) {
         v0 = row_sum[r] > 0.f ? (v0 / row_sum[r]) * pr.post_scale : 0.f;
         v1 = row_sum[r] > 0.f ? (v1 / row_sum[r]) * pr.post_scale : 0.f;
       }

@@ -42,7 +42,7 @@ inline constexpr int kTmaBoxRows = 128;
 // kV6: the elementwise phase of forward_tma_elementwise.cuh (fewer instructions per element), the
 // O rescale skipped when no row max moved and done before the MMA turn, and P finished before the
 // wait for P V (NOTES.md, "Forward v6"); false: v5 exactly as measured. kRcpEpilogue (with kV6;
-// "v7", opt-in): softmax's epilogue multiplies by post / row_sum (StoreHopperRowsTma) instead of
+// "v7", opt-in): softmax's epilogue multiplies by post / row_sum (StoreHopperRows<E, kAct, true>) instead of
 // dividing each output.
 template <ElementType E, HopperAct kAct, int BN, bool kV6, bool kRcpEpilogue = false>
 __global__ void __launch_bounds__(kHopperWsThreads, 1)
@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     ++q_iter;
 
     if constexpr (kV6 && kRcpEpilogue) {
-      StoreHopperRowsTma<E, kAct>(acc, online, row, q_rows, seq.out_begin + tile.i0, p, h, ln.t);
+      StoreHopperRows<E, kAct, true>(acc, online, row, q_rows, seq.out_begin + tile.i0, p, h, ln.t);
     } else {
       StoreHopperRows<E, kAct>(acc, online, row, q_rows, seq.out_begin + tile.i0, p, h, ln.t);
     }

@@ -173,46 +173,6 @@ __device__ __forceinline__ void ScoresToPTma(float (&s4)[BN / 8][4], int j0, boo
   }
 }
 
-// "v7" (opt-in until a check run passes on it): StoreHopperRows (forward_hopper_kernel.cuh) with
-// softmax's normalisation as one multiply per element by post / row_sum, formed once per row: v5
-// and v6 divide each of a thread's 64 outputs (an
-// IEEE division with its slow-path check, ~9 instructions each, as many as a K/V step's
-// elementwise work on cross attention's two-step tiles). Two roundings either way (v / l, then
-// * post; or post / l, then * v), before O is rounded to 16 bits.
-template <ElementType E, HopperAct kAct>
-__device__ __forceinline__ void StoreHopperRowsTma(const float (&acc)[64], Log2Softmax& online, const int (&row)[2],
-                                                   int q_rows, int64_t first_out_row, const ForwardParams& p, int h,
-                                                   int lane_t) {
-  constexpr bool softmax = kAct == HopperAct::kSoftmax;
-  constexpr int D = kHopperHeadDim;
-  const ProblemParams& pr = p.problem;
-  float row_sum[2] = {1.f, 1.f};
-  float lse[2] = {-INFINITY, -INFINITY};
-  float scale[2] = {1.f, 1.f};
-  if constexpr (softmax) {
-    online.Finish(row_sum, lse);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) scale[r] = row_sum[r] > 0.f ? pr.post_scale / row_sum[r] : 0.f;
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (row[r] >= q_rows) continue;
-    const int64_t out_row = first_out_row + row[r];
-    uint16_t* o = p.o + (out_row * pr.heads + h) * D + 2 * lane_t;
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      float v0 = acc[4 * i + 2 * r];
-      float v1 = acc[4 * i + 2 * r + 1];
-      if constexpr (softmax) {
-        v0 *= scale[r];
-        v1 *= scale[r];
-      }
-      *reinterpret_cast<uint32_t*>(o + i * 8) = PackRounded<E>(v0, v1);
-    }
-    if (softmax && lane_t == 0) p.lse[h * pr.out_rows + out_row] = lse[r];
-  }
-}
-
 }  // namespace gemtb::gpu
 
 #endif  // GEMTB_GPU_ATTENTION_FORWARD_TMA_ELEMENTWISE_CUH_
