@@ -243,16 +243,8 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     }
     wgmma::Wait<0>();  // dPᵀ
     wgmma::FenceRegisters(dpt);
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      float dv4[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = n * 8 + 2 * ln.t + (e & 1);
-        dv4[e] = HopperBwdDs<kAct>(pr, st4[n][e], dpt4[n][e], s_d[q_slot][c]);
-      }
-      HopperBwdPack<E>(dsa, n, dv4);
-    }
+    float ds4[4];
+    HopperBwdDkDvDs<E, kAct>(ln, pr, st4, dpt4, s_d[q_slot], ds4, dsa);
     HopperBwdDkDvAccumulate<E>(pa, dsa, sq, s_do, dk, dv);
 
     const Plan plan = plan_after(cur);

@@ -175,15 +175,8 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
       wgmma::CpAsyncCommit();
     }
     uint32_t dsa[4][4];
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      float ds4[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        ds4[e] = HopperBwdDs<kAct>(pr, s4[n][e], dp4[n][e], d_i[e >> 1]);  // 0 where kept is 0
-      }
-      HopperBwdPack<E>(dsa, n, ds4);
-    }
+    float ds4[4];
+    HopperBwdDqDs<E, kAct>(pr, s4, dp4, d_i, ds4, dsa);
     HopperBwdDqAccumulate<E>(dsa, sk(stage), dq);
 
     if (last_of_tile) {

@@ -231,6 +231,39 @@ __device__ __forceinline__ bool HopperBwdDqCovers(int k_hi, int j0, const int (&
   return covers;
 }
 
+// dSᵀ of a dK/dV step as register A operands (dsa), from kept (in st4) and dPᵀ: D_i of the step's
+// 64 query rows in d. ds4: four values' staging, the caller's (declared in the kernel as it was
+// when this loop was inline there; declared here, the kernels compiled to other register numbers).
+template <ElementType E, HopperAct kAct>
+__device__ __forceinline__ void HopperBwdDkDvDs(const LaneCoords& ln, const ProblemParams& pr,
+                                                const float (&st4)[8][4], const float (&dpt4)[8][4],
+                                                const float (&d)[64], float (&ds4)[4], uint32_t (&dsa)[4][4]) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int c = n * 8 + 2 * ln.t + (e & 1);
+      ds4[e] = HopperBwdDs<kAct>(pr, st4[n][e], dpt4[n][e], d[c]);
+    }
+    HopperBwdPack<E>(dsa, n, ds4);
+  }
+}
+
+// dS of a dQ step as register A operands (dsa), from kept (in s4) and dP: D_i of this thread's two
+// rows in d_i; ds4 as for HopperBwdDkDvDs.
+template <ElementType E, HopperAct kAct>
+__device__ __forceinline__ void HopperBwdDqDs(const ProblemParams& pr, const float (&s4)[8][4], const float (&dp4)[8][4],
+                                              const float (&d_i)[2], float (&ds4)[4], uint32_t (&dsa)[4][4]) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      ds4[e] = HopperBwdDs<kAct>(pr, s4[n][e], dp4[n][e], d_i[e >> 1]);  // 0 where kept is 0
+    }
+    HopperBwdPack<E>(dsa, n, ds4);
+  }
+}
+
 // dV += Pᵀ dO and dK += dSᵀ Q (pa, dsa: Pᵀ and dSᵀ as register A operands; sq, s_do: the step's Q
 // and dO tiles), waited for. Both after dSᵀ: issuing dV first (to overlap it with dSᵀ) kept Pᵀ's
 // operand live beside dSᵀ's and spilled registers (255 per thread).
@@ -427,16 +460,8 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DkDvHopperKernel(const B
     }
     wgmma::Wait<0>();  // dPᵀ
     wgmma::FenceRegisters(dpt);
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      float dv4[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = n * 8 + 2 * ln.t + (e & 1);
-        dv4[e] = HopperBwdDs<kAct>(pr, st4[n][e], dpt4[n][e], s_d[stage][c]);
-      }
-      HopperBwdPack<E>(dsa, n, dv4);
-    }
+    float ds4[4];
+    HopperBwdDkDvDs<E, kAct>(ln, pr, st4, dpt4, s_d[stage], ds4, dsa);
     HopperBwdDkDvAccumulate<E>(pa, dsa, sq(stage), s_do(stage), dk, dv);
     cur = next;
   }
@@ -561,15 +586,8 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqHopperKernel(const Bac
     wgmma::Wait<0>();
     wgmma::FenceRegisters(dp);
     uint32_t dsa[4][4];
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      float ds4[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        ds4[e] = HopperBwdDs<kAct>(pr, s4[n][e], dp4[n][e], d_i[e >> 1]);  // 0 where kept is 0
-      }
-      HopperBwdPack<E>(dsa, n, ds4);
-    }
+    float ds4[4];
+    HopperBwdDqDs<E, kAct>(pr, s4, dp4, d_i, ds4, dsa);
     HopperBwdDqAccumulate<E>(dsa, sk(stage), dq);
     cur = next;
   }
