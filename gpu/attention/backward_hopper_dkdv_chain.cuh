@@ -227,25 +227,14 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
       }
     }
     wgmma::CpAsyncCommit();
-    wgmma::Wait<1>();
-    wgmma::FenceRegisters(st);
     float(&st4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&st);
-    float(&dpt4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&dpt);
     uint32_t pa[4][4], dsa[4][4];
     const auto form_p = [&](auto masked) {
       HopperBwdDkDvFormP<E, kAct, decltype(masked)::value>(ln, pr, st4, s_lse[q_slot], scale_log2, s_keys[q_slot], key,
                                                            pa);
     };
-    if (full) {
-      form_p(std::false_type{});
-    } else {
-      form_p(std::true_type{});
-    }
-    wgmma::Wait<0>();  // dPᵀ
-    wgmma::FenceRegisters(dpt);
     float ds4[4];
-    HopperBwdDkDvDs<E, kAct>(ln, pr, st4, dpt4, s_d[q_slot], ds4, dsa);
-    HopperBwdDkDvAccumulate<E>(pa, dsa, sq, s_do, dk, dv);
+    HopperBwdDkDvStepRest<E, kAct>(ln, pr, st, dpt, full, form_p, s_d[q_slot], ds4, pa, dsa, sq, s_do, dk, dv);
 
     const Plan plan = plan_after(cur);
     const bool more = plan.next.t < t_end;

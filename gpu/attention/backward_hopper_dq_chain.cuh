@@ -154,17 +154,10 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     wgmma::FenceRegisters(s);
     float(&s4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&s);
     float(&dp4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&dp);
-    const bool covers = HopperBwdDqCovers(rd.k_hi, cur.j0, row, q_rows, keys);
     const auto form_kept = [&](auto masked) {
       HopperBwdDqFormKept<kAct, decltype(masked)::value>(pr, s4, lse, scale_log2, keys, cur.j0, ln);
     };
-    if (__all_sync(0xffffffffu, covers)) {
-      form_kept(std::false_type{});
-    } else {
-      form_kept(std::true_type{});
-    }
-    wgmma::Wait<0>();
-    wgmma::FenceRegisters(dp);
+    HopperBwdDqStepKept(dp, rd.k_hi, cur.j0, row, q_rows, keys, form_kept);
     if (more && last_of_tile) {
       // Every warp's S and dP of this tile are done: Q and the dO buffers are free for the next
       // tile, whose rows load while this step finishes and this tile's dQ is stored.

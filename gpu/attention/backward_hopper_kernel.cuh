@@ -289,6 +289,45 @@ __device__ __forceinline__ void HopperBwdDqAccumulate(const uint32_t (&dsa)[4][4
   wgmma::FenceRegisters(dq);
 }
 
+// The rest of a dK/dV step once Sᵀ and dPᵀ are issued: wait for Sᵀ, form_p (the caller's lambda
+// around HopperBwdDkDvFormP: Pᵀ into pa, kept into Sᵀ) while dPᵀ runs, with (full) or without mask
+// tests; wait for dPᵀ; dSᵀ (HopperBwdDkDvDs, D_i in d); dV += Pᵀ dO, dK += dSᵀ Q, waited for.
+template <ElementType E, HopperAct kAct, typename FormP>
+__device__ __forceinline__ void HopperBwdDkDvStepRest(const LaneCoords& ln, const ProblemParams& pr, float (&st)[32],
+                                                      float (&dpt)[32], bool full, const FormP& form_p,
+                                                      const float (&d)[64], float (&ds4)[4], uint32_t (&pa)[4][4],
+                                                      uint32_t (&dsa)[4][4], uint32_t sq, uint32_t s_do,
+                                                      float (&dk)[64], float (&dv)[64]) {
+  wgmma::Wait<1>();
+  wgmma::FenceRegisters(st);
+  if (full) {
+    form_p(std::false_type{});
+  } else {
+    form_p(std::true_type{});
+  }
+  wgmma::Wait<0>();  // dPᵀ
+  wgmma::FenceRegisters(dpt);
+  HopperBwdDkDvDs<E, kAct>(ln, pr, *reinterpret_cast<const float(*)[8][4]>(&st),
+                           *reinterpret_cast<const float(*)[8][4]>(&dpt), d, ds4, dsa);
+  HopperBwdDkDvAccumulate<E>(pa, dsa, sq, s_do, dk, dv);
+}
+
+// The middle of a dQ step once S is in (dP still running): form_kept (the caller's lambda
+// around HopperBwdDqFormKept: kept into S) while dP runs, without mask tests when every lane's rows
+// cover keys [j0, j0 + 64) (HopperBwdDqCovers); wait for dP.
+template <typename FormKept>
+__device__ __forceinline__ void HopperBwdDqStepKept(float (&dp)[32], int k_hi, int j0,
+                                                    const int (&row)[2], int q_rows, const RowKeyRange (&keys)[2],
+                                                    const FormKept& form_kept) {
+  if (__all_sync(0xffffffffu, HopperBwdDqCovers(k_hi, j0, row, q_rows, keys))) {
+    form_kept(std::false_type{});
+  } else {
+    form_kept(std::true_type{});
+  }
+  wgmma::Wait<0>();
+  wgmma::FenceRegisters(dp);
+}
+
 // One part of a split dQ tile: the fp32 sum of rows row[r] of query head h, for DqReduceKernel.
 __device__ __forceinline__ void HopperBwdStoreDqPartial(const BackwardParams& p, const float (&dq)[64], int partial,
                                                         int h, const int (&row)[2], const LaneCoords& ln) {
@@ -442,27 +481,16 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DkDvHopperKernel(const B
     wgmma::Commit();
     HopperBwdIssueAbT<E>(dpt, sv, s_do(stage));
     wgmma::Commit();
-    wgmma::Wait<1>();
-    wgmma::FenceRegisters(st);
-    float(&st4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&st);
-    float(&dpt4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&dpt);
     // Invalid pairs get P = 0 and kept = 0, so their dS = kept * (...) is 0 as well (dP and D_i are
     // finite) without a second mask test.
+    float(&st4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&st);
     uint32_t pa[4][4], dsa[4][4];
     const auto form_p = [&](auto masked) {
       HopperBwdDkDvFormP<E, kAct, decltype(masked)::value>(ln, pr, st4, s_lse[stage], scale_log2, s_keys[stage], key,
                                                            pa);
     };
-    if (full) {
-      form_p(std::false_type{});
-    } else {
-      form_p(std::true_type{});
-    }
-    wgmma::Wait<0>();  // dPᵀ
-    wgmma::FenceRegisters(dpt);
     float ds4[4];
-    HopperBwdDkDvDs<E, kAct>(ln, pr, st4, dpt4, s_d[stage], ds4, dsa);
-    HopperBwdDkDvAccumulate<E>(pa, dsa, sq(stage), s_do(stage), dk, dv);
+    HopperBwdDkDvStepRest<E, kAct>(ln, pr, st, dpt, full, form_p, s_d[stage], ds4, pa, dsa, sq(stage), s_do(stage), dk, dv);
     cur = next;
   }
 
@@ -573,18 +601,10 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqHopperKernel(const Bac
     wgmma::FenceRegisters(s);
     float(&s4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&s);
     float(&dp4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&dp);
-    // Full step (every pair of this warp's 16 rows x 64 keys valid): no mask tests.
-    const bool covers = HopperBwdDqCovers(reader(cur.ri).k_hi, cur.j0, row, q_rows, keys);
     const auto form_kept = [&](auto masked) {
       HopperBwdDqFormKept<kAct, decltype(masked)::value>(pr, s4, lse, scale_log2, keys, cur.j0, ln);
     };
-    if (__all_sync(0xffffffffu, covers)) {
-      form_kept(std::false_type{});
-    } else {
-      form_kept(std::true_type{});
-    }
-    wgmma::Wait<0>();
-    wgmma::FenceRegisters(dp);
+    HopperBwdDqStepKept(dp, reader(cur.ri).k_hi, cur.j0, row, q_rows, keys, form_kept);
     uint32_t dsa[4][4];
     float ds4[4];
     HopperBwdDqDs<E, kAct>(pr, s4, dp4, d_i, ds4, dsa);
