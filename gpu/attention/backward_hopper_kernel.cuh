@@ -252,8 +252,9 @@ __device__ __forceinline__ void HopperBwdDkDvDs(const LaneCoords& ln, const Prob
 // dS of a dQ step as register A operands (dsa), from kept (in s4) and dP: D_i of this thread's two
 // rows in d_i; ds4 as for HopperBwdDkDvDs.
 template <ElementType E, HopperAct kAct>
-__device__ __forceinline__ void HopperBwdDqDs(const ProblemParams& pr, const float (&s4)[8][4], const float (&dp4)[8][4],
-                                              const float (&d_i)[2], float (&ds4)[4], uint32_t (&dsa)[4][4]) {
+__device__ __forceinline__ void HopperBwdDqDs(const ProblemParams& pr, const float (&s4)[8][4],
+                                              const float (&dp4)[8][4], const float (&d_i)[2], float (&ds4)[4],
+                                              uint32_t (&dsa)[4][4]) {
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
 #pragma unroll
@@ -490,7 +491,8 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DkDvHopperKernel(const B
                                                            pa);
     };
     float ds4[4];
-    HopperBwdDkDvStepRest<E, kAct>(ln, pr, st, dpt, full, form_p, s_d[stage], ds4, pa, dsa, sq(stage), s_do(stage), dk, dv);
+    HopperBwdDkDvStepRest<E, kAct>(ln, pr, st, dpt, full, form_p, s_d[stage], ds4, pa, dsa, sq(stage), s_do(stage), dk,
+                                   dv);
     cur = next;
   }
 
