@@ -137,17 +137,8 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     if (row_reader != cur.ri) {
       row_reader = cur.ri;
       const SeqInfo seq = pr.seqs[rd.b];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        keys[r] = RowKeys(pr.options, tile.i0 + row[r], seq.lq, seq.lk);
-        lse[r] = 0.f;  // padding rows as in v3, whatever the previous tile held
-        d_i[r] = 0.f;
-        if (softmax && row[r] < q_rows) {
-          const int64_t at = h * pr.out_rows + seq.out_begin + tile.i0 + row[r];
-          lse[r] = p.lse[at] * kHopperBwdLog2e;
-          d_i[r] = p.d_rows[at];
-        }
-      }
+      // Padding rows get 0 as in v3, whatever the previous tile held.
+      HopperBwdDqRowState<softmax, true>(p, seq, h, tile.i0, row, q_rows, keys, lse, d_i);
     }
 
     wgmma::Wait<1>();

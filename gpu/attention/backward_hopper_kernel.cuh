@@ -329,6 +329,29 @@ __device__ __forceinline__ void HopperBwdDqStepKept(float (&dp)[32], int k_hi, i
   wgmma::FenceRegisters(dp);
 }
 
+// A dQ step's per-row state for a new reader (sequence seq): key ranges of this thread's rows row[r]
+// of the query tile at i0 (q_rows rows), and for softmax their LSE·log2(e) and D_i. kClear: rows
+// past the tile get 0 rather than keeping what they held (the chains reuse them across tiles).
+template <bool kSoftmax, bool kClear>
+__device__ __forceinline__ void HopperBwdDqRowState(const BackwardParams& p, const SeqInfo& seq, int h, int i0,
+                                                    const int (&row)[2], int q_rows, RowKeyRange (&keys)[2],
+                                                    float (&lse)[2], float (&d_i)[2]) {
+  const ProblemParams& pr = p.problem;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    keys[r] = RowKeys(pr.options, i0 + row[r], seq.lq, seq.lk);
+    if constexpr (kClear) {
+      lse[r] = 0.f;
+      d_i[r] = 0.f;
+    }
+    if (kSoftmax && row[r] < q_rows) {
+      const int64_t at = h * pr.out_rows + seq.out_begin + i0 + row[r];
+      lse[r] = p.lse[at] * kHopperBwdLog2e;
+      d_i[r] = p.d_rows[at];
+    }
+  }
+}
+
 // One part of a split dQ tile: the fp32 sum of rows row[r] of query head h, for DqReduceKernel.
 __device__ __forceinline__ void HopperBwdStoreDqPartial(const BackwardParams& p, const float (&dq)[64], int partial,
                                                         int h, const int (&row)[2], const LaneCoords& ln) {
@@ -581,15 +604,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqHopperKernel(const Bac
     const SeqInfo seq = pr.seqs[reader(cur.ri).b];
     if (row_reader != cur.ri) {
       row_reader = cur.ri;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        keys[r] = RowKeys(pr.options, tile.i0 + row[r], seq.lq, seq.lk);
-        if (softmax && row[r] < q_rows) {
-          const int64_t at = h * pr.out_rows + seq.out_begin + tile.i0 + row[r];
-          lse[r] = p.lse[at] * kHopperBwdLog2e;
-          d_i[r] = p.d_rows[at];
-        }
-      }
+      HopperBwdDqRowState<softmax, false>(p, seq, h, tile.i0, row, q_rows, keys, lse, d_i);
     }
 
     // S and dP; P̂ (or act') from S while dP runs; dS; dQ += dS K.
