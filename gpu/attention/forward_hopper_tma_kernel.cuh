@@ -42,7 +42,7 @@ inline constexpr int kTmaBoxRows = 128;
 // kV6: the elementwise phase of forward_tma_elementwise.cuh (fewer instructions per element), the
 // O rescale skipped when no row max moved and done before the MMA turn, and P finished before the
 // wait for P V (NOTES.md, "Forward v6"); false: v5 exactly as measured. kRcpEpilogue (with kV6;
-// "v7", opt-in): softmax's epilogue multiplies by post / row_sum (StoreHopperRows<E, kAct, true>) instead of
+// "v7", the default): softmax's epilogue multiplies by post / row_sum (StoreHopperRows<E, kAct, true>) instead of
 // dividing each output.
 template <ElementType E, HopperAct kAct, int BN, bool kV6, bool kRcpEpilogue = false>
 __global__ void __launch_bounds__(kHopperWsThreads, 1)
