@@ -18,36 +18,18 @@
 
 namespace gemtb::gpu {
 
-// Whether the warp-specialised forward runs as v5/v6/v7 (this file) rather than v4, and which.
-// GEMTB_FORWARD_WS=v4, =v5, =v6 or =v7 overrides the default (how one build times them all and the
-// check covers each). v7 = v6 with softmax's epilogue as one multiply per output (other acts: v6).
-inline constexpr bool kForwardWsV5Default = true;
-inline constexpr bool kForwardWsV6Default = true;  // since run 7f6c5cc: 12,000 check cases pass, every case faster
-// Softmax's epilogue as one multiply (v7) by default: run e75d5e9 timed it +10-24% on the softmax
-// cases; the coordinator's same-run table runs the 500-case check with it as the default.
-inline constexpr bool kForwardWsV7Default = true;
-inline bool ForwardHopperTmaEnabled() {
+// Which warp-specialised forward runs: 4 (forward_hopper_ws_kernel.cuh), or this file's 5, 6 or 7
+// (v6: v5 with the elementwise diet of forward_tma_elementwise.cuh; v7: v6 with softmax's epilogue
+// as one multiply per output, other acts as v6). GEMTB_FORWARD_WS=v4..v7 overrides the default (how
+// one build times them all and the check covers each). v7 is the default since bc34b64 (checked
+// with 12,000 cases in the same-run call at bf022de).
+inline constexpr int kForwardWsDefaultVersion = 7;
+inline int ForwardWsVersion() {
   const char* env = std::getenv("GEMTB_FORWARD_WS");
-  if (env != nullptr && (std::strcmp(env, "v5") == 0 || std::strcmp(env, "v6") == 0 || std::strcmp(env, "v7") == 0)) {
-    return true;
-  }
-  if (env != nullptr && std::strcmp(env, "v4") == 0) return false;
-  return kForwardWsV5Default;
+  if (env != nullptr && env[0] == 'v' && env[1] >= '4' && env[1] <= '7' && env[2] == '\0') return env[1] - '0';
+  return kForwardWsDefaultVersion;
 }
-inline bool ForwardHopperTmaV7() {
-  const char* env = std::getenv("GEMTB_FORWARD_WS");
-  if (env != nullptr && std::strcmp(env, "v7") == 0) return true;
-  if (env != nullptr && (std::strcmp(env, "v4") == 0 || std::strcmp(env, "v5") == 0 || std::strcmp(env, "v6") == 0)) {
-    return false;
-  }
-  return kForwardWsV6Default && kForwardWsV7Default;
-}
-inline bool ForwardHopperTmaV6() {
-  const char* env = std::getenv("GEMTB_FORWARD_WS");
-  if (env != nullptr && (std::strcmp(env, "v6") == 0 || std::strcmp(env, "v7") == 0)) return true;
-  if (env != nullptr && (std::strcmp(env, "v5") == 0 || std::strcmp(env, "v4") == 0)) return false;
-  return kForwardWsV6Default;
-}
+inline bool ForwardHopperTmaEnabled() { return ForwardWsVersion() >= 5; }
 
 // A 2-D map of a [rows, cols] row-major uint16 tensor (rows `stride_elems` apart) with boxes of
 // kTmaBoxRows x kTmaBoxCols, 128-byte swizzled. The kernel only reads boxes that lie inside one
@@ -101,8 +83,8 @@ absl::Status LaunchForwardHopperTmaActs(const ForwardParams& params, const Forwa
   }
 }
 
-// Launches v5 (v6 where ForwardHopperTmaV6()) and sets *launched, or leaves it false (nothing launched) when the tensors do not
-// suit TMA; the caller then runs v4.
+// Launches v5, v6 or v7 (ForwardWsVersion) and sets *launched, or leaves it false (nothing
+// launched) when the tensors do not suit TMA; the caller then runs v4.
 template <ElementType E>
 absl::Status LaunchForwardHopperTma(const ForwardParams& params, int64_t num_tiles, bool* launched) {
   *launched = false;
@@ -119,10 +101,11 @@ absl::Status LaunchForwardHopperTma(const ForwardParams& params, int64_t num_til
   }
   *launched = true;
   const int n = static_cast<int>(items);
-  if (ForwardHopperTmaV7() && pr.options.act == Activation::kSoftmax) {
+  const int version = ForwardWsVersion();
+  if (version == 7 && pr.options.act == Activation::kSoftmax) {
     return LaunchForwardHopperTmaAct<E, HopperAct::kSoftmax, true, true>(params, maps, n);
   }
-  if (ForwardHopperTmaV6()) return LaunchForwardHopperTmaActs<E, true>(params, maps, n);
+  if (version >= 6) return LaunchForwardHopperTmaActs<E, true>(params, maps, n);
   return LaunchForwardHopperTmaActs<E, false>(params, maps, n);
 }
 
