@@ -1,7 +1,7 @@
 // The second half of a split dQ tile (params.h DqTile): dQ = pre * (sum of the parts' fp32 sums, in
 // slot order), rounded once to the input type. One CTA per (split tile, group of
-// kDqReduceRowsPerCta rows, query head): a tile can have hundreds of parts (PMA: 576). Plain CUDA (no wgmma), shared by the
-// mma.sync and the Hopper dQ kernels and run by the CPU emulation.
+// kDqReduceRowsPerCta rows, query head): a tile can have hundreds of parts (PMA: 576). Plain CUDA
+// (no wgmma), shared by the mma.sync and the Hopper dQ kernels and run by the CPU emulation.
 #ifndef GEMTB_GPU_ATTENTION_BACKWARD_DQ_REDUCE_CUH_
 #define GEMTB_GPU_ATTENTION_BACKWARD_DQ_REDUCE_CUH_
 
