@@ -123,6 +123,10 @@ struct BackwardParams {
   uint16_t* dk = nullptr;  // [TK, Hkv, D]
   uint16_t* dv = nullptr;  // [TK, Hkv, D]
   int32_t dq_max_key_steps = 0;  // most 64-key steps of any dQ tile (readers summed): a launch hint
+  // Backward v5 (backward_stored_ds_plan.h): the dS blocks the dK/dV kernel writes and the dQ pass
+  // reads instead of recomputing S and dP; null: v3/v4's dQ. ds_block_base: per output sequence.
+  uint16_t* ds = nullptr;
+  const int64_t* ds_block_base = nullptr;
 };
 
 }  // namespace gemtb::gpu
