@@ -226,6 +226,7 @@ struct DeviceCall::State {
   DeviceArray<SeqInfo> seqs;
   DeviceArray<ForwardTile> forward_tiles;
   int64_t num_forward = 0;
+  int32_t forward_max_rows = 0;  // ForwardParams::max_tile_rows
   bool forward_covers_all = false;
   bool with_backward = false;
   DeviceArray<DqTile> dq_tiles;
@@ -309,6 +310,9 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
   const int block_m = s->hopper_forward ? kHopperBlockM : kBlockM;
   const std::vector<ForwardTile> tiles = BuildForwardTiles(s->problem.pairing, args.options, block_m);
   s->num_forward = static_cast<int64_t>(tiles.size());
+  for (const ForwardTile& t : tiles) {
+    s->forward_max_rows = std::max(s->forward_max_rows, std::min(block_m, s->problem.pairing.seqs[t.b].lq - t.i0));
+  }
   if (forward_kernel == ForwardKernelChoice::kAuto && s->hopper_forward && !tiles.empty()) {
     // kAuto: the warp-specialised forward for every act and tile list since its v5 (persistent
     // CTAs, TMA loads; forward_hopper_tma_kernel.cuh), which was faster than v3 on all eight bench
@@ -393,6 +397,7 @@ absl::Status DeviceCall::Forward(const DeviceInputs& in, uint16_t* o, float* lse
   fp.tiles = s.forward_tiles.get();
   fp.o = o;
   fp.lse = lse;
+  fp.max_tile_rows = s.forward_max_rows;
   return Dispatch(s.dtype, p.d, [&]<ElementType E, int D>() -> absl::Status {
     if constexpr (D == kHopperHeadDim) {
       if (s.hopper_ws) return LaunchForwardHopperWs<E>(fp, s.num_forward);

@@ -105,6 +105,7 @@ struct ForwardParams {
   const ForwardTile* tiles = nullptr;
   uint16_t* o = nullptr;  // [TO, H, D]
   float* lse = nullptr;   // [H, TO], softmax only
+  int32_t max_tile_rows = 0;  // most query rows of any listed tile (0: unknown): a launch hint
 };
 
 struct BackwardParams {
