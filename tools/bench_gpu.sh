@@ -23,6 +23,11 @@
 #   --ncu a,b           also profile the forward kernel of these cases once with Nsight Compute
 #                       (speed of light, warp stall reasons; clocks left as they are)
 #   --peer-timeout 0 skips the peers (then there is no ratio table).
+#   --meta-timeout S    seconds for Meta's Triton GDPA at most (default 240; 0 skips it). It runs
+#                       when .peers/meta_gdpa/gdpa/ holds that library's gdpa/ folder (fetched from
+#                       facebookresearch/ads_model_kernel_library, commit in .peers/meta_gdpa/COMMIT;
+#                       never committed here): tools/bench/meta_gdpa_peer.py times it on the same
+#                       lengths, and its rows join peers.json and the ratio table.
 # Writes under $OUT (8 files, the most a call brings back): summary.txt (with the ratio table),
 # build.log, run.log, bench_attention.json, peers.json, ratio.json, check.json, lengths.tgz.
 # Exit status: 0 all ran and the check passed, 1 something failed, 2 the build failed.
@@ -36,6 +41,7 @@ warmup=3
 cases=""
 variants=""
 peer_timeout=300
+meta_timeout=240
 forward_kernel=auto
 ncu_cases=""
 while [ $# -gt 0 ]; do
@@ -46,6 +52,7 @@ while [ $# -gt 0 ]; do
     --cases) cases=$2; shift 2 ;;
     --variants) variants=$2; shift 2 ;;
     --peer-timeout) peer_timeout=$2; shift 2 ;;
+    --meta-timeout) meta_timeout=$2; shift 2 ;;
     --forward-kernel) forward_kernel=$2; shift 2 ;;
     --ncu) ncu_cases=$2; shift 2 ;;
     *) echo "bench_gpu: unknown argument $1" >&2; exit 2 ;;
@@ -138,7 +145,7 @@ for line in sys.stdin:
         print("   %-16s %-16s error: %s" % (r["case"], r["impl"], r["error"][:80]), flush=True)
     else:
         print("   %-16s %-16s fwd %7.1f  fwd+bwd %7.1f TFLOP/s"
-              % (r["case"], r["impl"], r["fwd_tflops"], r["fwdbwd_tflops"]), flush=True)
+              % (r["case"], r["impl"], r["fwd_tflops"], r["fwdbwd_tflops"] or 0), flush=True)
 EOF
   PYTHONUNBUFFERED=1 timeout "$(limit "$peer_timeout")" python3 .peers/torch_peers.py --json "$out/peers.json" \
     --lengths "$lengths" "${peer_cases[@]}" 2>&1 | tee -a "$out/run.log" | python3 /tmp/peer_lines.py | \
@@ -160,10 +167,19 @@ json.dump({"device": sys.argv[3], "rows": rows, "note": "partial: the peer scrip
 EOF
     stage "peers stopped by the time limit (partial peers.json)"
   fi
+  if [ "$meta_timeout" -gt 0 ] && [ -d .peers/meta_gdpa/gdpa ]; then
+    stage "peers: Meta's Triton GDPA (timeout $(limit "$meta_timeout") s)"
+    PYTHONUNBUFFERED=1 timeout "$(limit "$meta_timeout")" python3 "$src/tools/bench/meta_gdpa_peer.py" \
+      --repo .peers/meta_gdpa --repo-commit "$(cat .peers/meta_gdpa/COMMIT 2>/dev/null)" --lengths "$lengths" \
+      --json /tmp/meta_peers.json --reps 10 "${peer_cases[@]}" 2>&1 | tee /tmp/meta_peers.log | \
+      tee -a "$out/run.log" | python3 /tmp/peer_lines.py | tee -a "$out/summary.txt"
+    # Its rows join peers.json (the rows it printed, if the time limit stopped it before its JSON).
+    python3 "$src/tools/bench/merge_peers.py" "$out/peers.json" /tmp/meta_peers.json /tmp/meta_peers.log
+  fi
   stage "ratio table"
   python3 "$src/gpu/bench/ratio_table.py" "$out/bench_attention.json" "$out/peers.json" "$out/ratio.json" \
     /tmp/ratio.md commit "$commit" gpu "$gpu_name" bench_command "$bench_cmd" \
-    peers_command "python3 torch_peers.py --json peers.json --lengths DIR ${cases//,/ }" | tee -a "$out/summary.txt"
+    peers_command "python3 torch_peers.py --json peers.json --lengths DIR ${cases//,/ }; python3 tools/bench/meta_gdpa_peer.py --repo .peers/meta_gdpa --lengths DIR --reps 10 ${cases//,/ }" | tee -a "$out/summary.txt"
 else
   stage "peers skipped (.peers/torch_peers.py or bench results missing)"
 fi

@@ -34,7 +34,8 @@ def main(argv):
                "pairs_per_head": c["pairs_per_head"],
                "peers": mine, "peer_errors": errors}
         for key, peer_key in (("fwd", "fwd_tflops"), ("fwdbwd", "fwdbwd_tflops")):
-            best = max(mine, key=lambda r: r[peer_key], default=None)
+            # A peer row may lack one column (e.g. a forward-only row): it competes in the other.
+            best = max((r for r in mine if r.get(peer_key)), key=lambda r: r[peer_key], default=None)
             ours = row[f"ours_{key}_tflops"]
             row[f"best_peer_{key}"] = best["impl"] if best else None
             row[f"best_peer_{key}_tflops"] = best[peer_key] if best else None
