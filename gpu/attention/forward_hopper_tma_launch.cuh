@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "absl/status/status.h"
+#include "gpu/attention/forward_hopper_split_kernel.cuh"
 #include "gpu/attention/forward_hopper_tma_kernel.cuh"
 #include "gpu/common/cuda_check.cuh"
 
@@ -30,6 +31,16 @@ inline int ForwardWsVersion() {
   return kForwardWsDefaultVersion;
 }
 inline bool ForwardHopperTmaEnabled() { return ForwardWsVersion() >= 5; }
+
+// The split kernel (forward_hopper_split_kernel.cuh, "v8") for launches whose tiles all have at
+// most kSplitRows query rows and a pointwise act (PMA): GEMTB_FORWARD_SPLIT=0 keeps v6/v7 there,
+// =1 takes it; unset, kForwardSplitDefault decides.
+inline constexpr bool kForwardSplitDefault = false;
+inline bool ForwardSplitEnabled() {
+  const char* env = std::getenv("GEMTB_FORWARD_SPLIT");
+  if (env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0') return env[0] == '1';
+  return kForwardSplitDefault;
+}
 
 // A 2-D map of a [rows, cols] row-major uint16 tensor (rows `stride_elems` apart) with boxes of
 // kTmaBoxRows x kTmaBoxCols, 128-byte swizzled. The kernel only reads boxes that lie inside one
@@ -73,6 +84,22 @@ absl::Status LaunchForwardHopperTmaAct(const ForwardParams& params, const Forwar
   return CudaStatus(cudaGetLastError(), name);
 }
 
+template <ElementType E, HopperAct kAct>
+absl::Status LaunchForwardHopperSplitAct(const ForwardParams& params, const ForwardTmaMaps& maps, int items) {
+  const auto kernel = ForwardHopperSplitKernel<E, kAct>;
+  const size_t smem = HopperForwardSmem<kHopperWsBlockN>::kBytes;
+  const char* name = "attention forward kernel (Hopper, split steps)";
+  if (absl::Status s = CudaStatus(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), name);
+      !s.ok()) {
+    return s;
+  }
+  static const int sms = HopperSmCount();
+  const unsigned grid = static_cast<unsigned>(items < sms ? items : sms);
+  kernel<<<grid, kHopperWsThreads, smem>>>(params, maps, items);
+  return CudaStatus(cudaGetLastError(), name);
+}
+
 template <ElementType E, bool kV6>
 absl::Status LaunchForwardHopperTmaActs(const ForwardParams& params, const ForwardTmaMaps& maps, int n) {
   switch (params.problem.options.act) {
@@ -102,6 +129,14 @@ absl::Status LaunchForwardHopperTma(const ForwardParams& params, int64_t num_til
   *launched = true;
   const int n = static_cast<int>(items);
   const int version = ForwardWsVersion();
+  if (version >= 6 && params.max_tile_rows > 0 && params.max_tile_rows <= kSplitRows && ForwardSplitEnabled()) {
+    switch (pr.options.act) {
+      case Activation::kSoftmax: break;  // the online softmax's (m, l) would need merging: v6/v7 below
+      case Activation::kSilu: return LaunchForwardHopperSplitAct<E, HopperAct::kSilu>(params, maps, n);
+      case Activation::kGeluTanh: return LaunchForwardHopperSplitAct<E, HopperAct::kGeluTanh>(params, maps, n);
+      default: return LaunchForwardHopperSplitAct<E, HopperAct::kOther>(params, maps, n);
+    }
+  }
   if (version == 7 && pr.options.act == Activation::kSoftmax) {
     return LaunchForwardHopperTmaAct<E, HopperAct::kSoftmax, true, true>(params, maps, n);
   }

@@ -1,0 +1,303 @@
+// Persistent Hopper forward for short query tiles ("split", helper K7; tools/bench/NOTES.md,
+// "Forward v8: short tiles"): every tile of the launch has at most 64 query rows (PMA's 32 seeds
+// under broadcast_q), a pointwise activation (no online softmax state to merge).
+//
+// v5..v7 (forward_hopper_tma_kernel.cuh) give each consumer warpgroup 64 rows of a 128-row tile:
+// with 32 valid rows, consumer 1 computes nothing but padding and consumer 0 half padding, so 3/4
+// of every MMA and of the elementwise work (2 MUFU per element) is wasted and PMA ran compute-paced
+// at 84 TFLOP/s against a byte floor of 134. Here both consumers run wgmma m64 on the same rows
+// 0..63 and split the K/V steps of a tile: consumer c takes steps c, c + 2, ... into its own fp32
+// accumulator, and at the end consumer 0 adds consumer 1's accumulator (through shared memory, in
+// two column halves) in a fixed order before the usual epilogue: O = Σ_even PV + Σ_odd PV, the same
+// bytes run to run. The wasted work halves (MMA ~2x the useful FLOPs instead of 4x), below the
+// time of the K/V bytes.
+//
+// Pipeline: the producer and the three-stage K/V ring as in v5 (TMA for full steps, zero-filled
+// cp.async for a sequence's last partial step). Every consumer waits on every stage's "full"
+// barrier in step order, and the consumer that does not own the step signals "empty" right after
+// that wait: so no consumer can fall two phases behind a stage's barrier (a consumer waiting only
+// on its own steps could see a stale phase of the same parity), and the stage is refilled once its
+// owner is done. No MMA turn between the consumers: they work on different steps, so one's
+// elementwise phase overlaps the other's MMAs without hand-overs.
+//
+// Q: only 64 rows (16 KB; the other 16 KB of v5's Q region carry the accumulator exchange), loaded
+// only when it changes: under broadcast_q a CTA's items (b, head) all read the same Q rows of its
+// head (the grid stride is a multiple of the head count), so Q is loaded once per CTA and there is
+// no per-tile wait for it.
+#ifndef GEMTB_GPU_ATTENTION_FORWARD_HOPPER_SPLIT_KERNEL_CUH_
+#define GEMTB_GPU_ATTENTION_FORWARD_HOPPER_SPLIT_KERNEL_CUH_
+
+#include "gpu/attention/forward_hopper_tma_kernel.cuh"
+
+namespace gemtb::gpu {
+
+inline constexpr int kSplitRows = 64;  // query rows of a tile the split kernel covers
+// Named barriers of the accumulator exchange (1..3 are v4..v7's turn and join barriers).
+inline constexpr int kSplitExchangeFull = 4;  // consumer 1 has written a half
+inline constexpr int kSplitExchangeFree = 5;  // consumer 0 has read it
+
+// The Q rows an item reads: (first Q row, head, rows). Two items with the same key share Q.
+struct SplitQKey {
+  int64_t first_row;
+  int h, rows;
+  __device__ __forceinline__ bool operator==(const SplitQKey& o) const {
+    return first_row == o.first_row && h == o.h && rows == o.rows;
+  }
+};
+
+__device__ __forceinline__ SplitQKey SplitItemQ(const ForwardParams& p, int item) {
+  const ProblemParams& pr = p.problem;
+  const ForwardTile tile = p.tiles[item / pr.heads];
+  const SeqInfo seq = pr.seqs[tile.b];
+  return {seq.q_begin + tile.i0, item % pr.heads, min(kSplitRows, seq.lq - tile.i0)};
+}
+
+template <ElementType E, HopperAct kAct>
+__global__ void __launch_bounds__(kHopperWsThreads, 1)
+    ForwardHopperSplitKernel(const __grid_constant__ ForwardParams p, const __grid_constant__ ForwardTmaMaps maps,
+                             const int total_items) {
+  static_assert(kAct != HopperAct::kSoftmax, "pointwise acts only: no (m, l) state to merge");
+  constexpr int D = kHopperHeadDim;
+  constexpr int BN = kHopperWsBlockN;
+  constexpr int QM = kSplitRows;
+  static_assert(BN == kTmaBoxRows && D == 2 * kTmaBoxCols, "one box = 128 rows x 64 columns");
+  using Smem = HopperForwardSmem<BN>;
+  static_assert(Smem::kQBytes == 2 * QM * D * 2, "Q (64 rows) and the exchange (16 KB) share v5's Q region");
+  constexpr int kStages = Smem::kStages;
+  constexpr int kSRegs = BN / 2;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  __shared__ __align__(8) uint64_t bars[2 + 2 * kStages];  // Q full, Q empty, stage full[], stage empty[]
+  const uint32_t raw = wgmma::SmemAddress(smem_raw);
+  const uint32_t sq = (raw + 1023u) & ~1023u;
+  const uint32_t sx = sq + static_cast<uint32_t>(QM * D * 2);  // exchange: 8 x 128 threads x 16 bytes
+  const auto sk = [&](int stage) { return sq + Smem::kQBytes + static_cast<uint32_t>(stage) * 2u * Smem::kKvBytes; };
+  const auto sv = [&](int stage) { return sk(stage) + Smem::kKvBytes; };
+  const uint32_t bar_q = wgmma::SmemAddress(&bars[0]);
+  const uint32_t bar_q_empty = bar_q + 8u;
+  const auto bar_full = [&](int stage) { return bar_q + 8u * static_cast<uint32_t>(2 + stage); };
+  const auto bar_empty = [&](int stage) { return bar_q + 8u * static_cast<uint32_t>(2 + kStages + stage); };
+
+  const ProblemParams& pr = p.problem;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int role = tid / 128;  // 0: producer; 1, 2: consumers
+  const int64_t q_stride = static_cast<int64_t>(pr.heads) * D;
+  const int64_t kv_stride = static_cast<int64_t>(pr.kv_heads) * D;
+  const int first_item = static_cast<int>(blockIdx.x);
+  const int item_stride = static_cast<int>(gridDim.x);
+
+  if (tid == 0) {
+    mbar::Init(bar_q, 128);      // every producer thread (cp.async)
+    mbar::Init(bar_q_empty, 8);  // lane 0 of each consumer warp, after its last S GEMM on this Q
+    for (int s = 0; s < kStages; ++s) {
+      mbar::Init(bar_full(s), 128);
+      mbar::Init(bar_empty(s), 8);  // the owner after its P V, the other consumer after its wait
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    tma::Prefetch(&maps.k);
+    tma::Prefetch(&maps.v);
+  }
+  __syncthreads();  // the only CTA-wide barrier
+
+  if (role == 0) {
+    // ---- producer ----
+    mbar::RegDealloc<kHopperWsProducerRegs>();
+    const int pt = tid;
+    int kv_iter = 0;  // K/V steps loaded so far (stage = kv_iter % kStages)
+    int q_loads = 0;
+    SplitQKey loaded{-1, -1, -1};
+    for (int item = first_item; item < total_items; item += item_stride) {
+      const int h = item % pr.heads;
+      const int hk = h / (pr.heads / pr.kv_heads);
+      const ForwardTile tile = p.tiles[item / pr.heads];
+      const SeqInfo seq = pr.seqs[tile.b];
+      const int steps = (tile.k_hi - tile.k_lo + BN - 1) / BN;
+      const SplitQKey qk{seq.q_begin + tile.i0, h, min(QM, seq.lq - tile.i0)};
+      if (!(qk == loaded)) {
+        // The consumers arrive on "Q empty" after their last S GEMM on the old Q when the next
+        // item reads another one.
+        if (q_loads > 0) mbar::Wait(bar_q_empty, static_cast<uint32_t>((q_loads - 1) & 1));
+        WsLoadRows(pt, sq, QM, pr.q + qk.first_row * q_stride + h * D, q_stride, qk.rows, pr.q);
+        mbar::CpAsyncArrive(bar_q);
+        loaded = qk;
+        ++q_loads;
+      }
+      for (int step = 0; step < steps; ++step, ++kv_iter) {
+        const int stage = kv_iter % kStages;
+        if (kv_iter >= kStages) mbar::Wait(bar_empty(stage), static_cast<uint32_t>((kv_iter / kStages - 1) & 1));
+        const int j0 = tile.k_lo + step * BN;
+        const int rows = min(BN, tile.k_hi - j0);
+        if (rows == BN) {
+          if (pt == 0) {
+            const int y = static_cast<int>(seq.kv_begin + j0);
+            tma::ArriveExpectTx(bar_full(stage), 2u * Smem::kKvBytes);
+            tma::Load2d(sk(stage), &maps.k, hk * D, y, bar_full(stage));
+            tma::Load2d(sk(stage) + BN * 128, &maps.k, hk * D + kTmaBoxCols, y, bar_full(stage));
+            tma::Load2d(sv(stage), &maps.v, hk * D, y, bar_full(stage));
+            tma::Load2d(sv(stage) + BN * 128, &maps.v, hk * D + kTmaBoxCols, y, bar_full(stage));
+          } else {
+            mbar::Arrive(bar_full(stage));
+          }
+        } else {
+          const int64_t offset = (seq.kv_begin + j0) * kv_stride + hk * D;
+          WsLoadRows(pt, sk(stage), BN, pr.k + offset, kv_stride, rows, pr.k);
+          WsLoadRows(pt, sv(stage), BN, pr.v + offset, kv_stride, rows, pr.v);
+          mbar::CpAsyncArrive(bar_full(stage));
+        }
+      }
+    }
+    wgmma::CpAsyncWait<0>();  // leave nothing in flight behind an exiting thread
+    return;
+  }
+
+  // ---- consumers ----
+  mbar::RegAlloc<kHopperWsConsumerRegs>();
+  const int cw = role - 1;  // consumer 0 or 1: steps cw, cw + 2, ... of every tile, rows 0..63
+  const int warp = (tid / 32) % 4;
+  const int x = tid % 128;
+  const bool lane0 = (tid & 31) == 0;
+  const LaneCoords ln = Lane();
+  const TmaElementwiseConstants consts = MakeTmaElementwiseConstants<kAct>(pr);
+  const int row[2] = {warp * 16 + ln.g, warp * 16 + ln.g + 8};
+  if (cw == 0) mbar::NamedArrive(kSplitExchangeFree, 256);  // the exchange starts free
+
+  int kv_iter = 0;
+  int q_loads = 0;
+  SplitQKey loaded{-1, -1, -1};
+  for (int item = first_item; item < total_items; item += item_stride) {
+    const bool last_item = item + item_stride >= total_items;
+    const int h = item % pr.heads;
+    const ForwardTile tile = p.tiles[item / pr.heads];
+    const SeqInfo seq = pr.seqs[tile.b];
+    const int q_rows = min(QM, seq.lq - tile.i0);
+    const int steps = (tile.k_hi - tile.k_lo + BN - 1) / BN;
+    const int kv_first = kv_iter;
+    const SplitQKey qk{seq.q_begin + tile.i0, h, q_rows};
+    const bool new_q = !(qk == loaded);
+    const bool next_new_q = !last_item && !(SplitItemQ(p, item + item_stride) == qk);
+
+    RowKeyRange keys[2];
+    int full_lo = INT_MIN, full_hi = INT_MAX;  // keys every valid row of this warp sees
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      keys[r] = RowKeys(pr.options, tile.i0 + row[r], seq.lq, seq.lk);
+      if (row[r] < q_rows) {
+        full_lo = max(full_lo, keys[r].begin);
+        full_hi = min(full_hi, keys[r].end);
+      }
+    }
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      full_lo = max(full_lo, __shfl_xor_sync(0xffffffffu, full_lo, off));
+      full_hi = min(full_hi, __shfl_xor_sync(0xffffffffu, full_hi, off));
+    }
+
+    const auto wait_full = [&](int step) {
+      const int it = kv_first + step;
+      mbar::Wait(bar_full(it % kStages), static_cast<uint32_t>((it / kStages) & 1));
+    };
+    const auto release_stage = [&](int step) {
+      __syncwarp();
+      if (lane0) mbar::Arrive(bar_empty((kv_first + step) % kStages));
+    };
+    const auto release_q = [&] {
+      __syncwarp();
+      if (lane0) mbar::Arrive(bar_q_empty);
+    };
+
+    if (new_q) {
+      mbar::Wait(bar_q, static_cast<uint32_t>(q_loads & 1));
+      loaded = qk;
+      ++q_loads;
+    }
+    Log2Softmax unused_online;  // StoreHopperRows' argument; pointwise acts keep no state
+    float rescale_unused[2] = {1.f, 1.f};
+    float acc[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+    const int last_mine = steps - 1 - ((steps - 1 - cw) & 1);  // this consumer's last step (< cw: none)
+    if (last_mine < cw && next_new_q) release_q();
+    for (int step = 0; step < steps; ++step) {
+      wait_full(step);
+      if ((step & 1) != cw) {
+        release_stage(step);  // the other consumer's step: seen, so its phase cannot be missed
+        continue;
+      }
+      wgmma::FenceProxyAsync();  // cp.async-filled stages, seen through the barrier, to the wgmma proxy
+      const uint32_t stage = static_cast<uint32_t>((kv_first + step) % kStages);
+      float s[kSRegs];
+      wgmma::Fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t a = sq + static_cast<uint32_t>((kk >> 2) * QM * 128 + (kk & 3) * 32);
+        const uint32_t b = sk(static_cast<int>(stage)) + static_cast<uint32_t>((kk >> 2) * BN * 128 + (kk & 3) * 32);
+        wgmma::MmaSS<E>(s, wgmma::SwizzledDescriptor(a, 16, 1024), wgmma::SwizzledDescriptor(b, 16, 1024),
+                        kk > 0 ? 1u : 0u);
+      }
+      wgmma::Commit();
+      wgmma::Wait<0>();
+      wgmma::FenceRegisters(s);
+      if (step == last_mine && next_new_q) release_q();  // the last read of this Q by this consumer
+      const int j0 = tile.k_lo + step * BN;
+      const bool masked = !(j0 >= full_lo && j0 + BN <= full_hi);
+      ScoresToPTma<kAct, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), j0, masked, ln.t, keys, consts, pr,
+                             unused_online, rescale_unused);
+      uint32_t pa[BN / 16][4];
+      PToOperand<E, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), pa);
+      wgmma::Fence();
+      const uint32_t v_tile = sv(static_cast<int>(stage));
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        const uint32_t b = v_tile + static_cast<uint32_t>(kk * 16 * 128);
+        wgmma::MmaRS<E>(acc, pa[kk], wgmma::SwizzledDescriptor(b, BN * 128, 1024), 1u);
+      }
+      wgmma::Commit();
+      wgmma::Wait<0>();
+      wgmma::FenceRegisters(acc);
+      release_stage(step);
+    }
+    kv_iter += steps;
+
+    // O = consumer 0's sum + consumer 1's sum, one 64-column half at a time through sx (thread x's
+    // eight float4 of a half at (k * 128 + x) * 16: each warp's stores are one contiguous 512-byte
+    // run, no bank conflicts; both consumers hold the same rows and columns per thread).
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      if (cw == 1) {
+        mbar::NamedSync(kSplitExchangeFree, 256);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const int i = 4 * (8 * half + k);
+          const uint32_t addr = sx + static_cast<uint32_t>((k * 128 + x) * 16);
+          asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(acc[i]), "f"(acc[i + 1]),
+                       "f"(acc[i + 2]), "f"(acc[i + 3])
+                       : "memory");
+        }
+        mbar::NamedArrive(kSplitExchangeFull, 256);
+      } else {
+        mbar::NamedSync(kSplitExchangeFull, 256);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const int i = 4 * (8 * half + k);
+          const uint32_t addr = sx + static_cast<uint32_t>((k * 128 + x) * 16);
+          float o0, o1, o2, o3;
+          asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                       : "=f"(o0), "=f"(o1), "=f"(o2), "=f"(o3)
+                       : "r"(addr)
+                       : "memory");
+          acc[i] += o0;
+          acc[i + 1] += o1;
+          acc[i + 2] += o2;
+          acc[i + 3] += o3;
+        }
+        // Consumer 1's very last wait has no successor: skipping the last hand-back keeps every
+        // named-barrier use complete.
+        if (!(last_item && half == 1)) mbar::NamedArrive(kSplitExchangeFree, 256);
+      }
+    }
+    if (cw == 0) StoreHopperRows<E, kAct>(acc, unused_online, row, q_rows, seq.out_begin + tile.i0, p, h, ln.t);
+  }
+}
+
+}  // namespace gemtb::gpu
+
+#endif  // GEMTB_GPU_ATTENTION_FORWARD_HOPPER_SPLIT_KERNEL_CUH_
