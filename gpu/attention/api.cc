@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "gpu/attention/backward_stored_ds_plan.h"
 #include "gpu/attention/device_call.h"
 #include "gpu/attention/launch.h"
 #include "gpu/attention/params.h"
@@ -235,6 +236,8 @@ struct DeviceCall::State {
   DeviceArray<DkvSegment> dkv_segments;
   DeviceArray<DqReduce> dq_reduce;
   DeviceArray<float> dq_partial;  // the split dQ tiles' fp32 parts
+  DeviceArray<int64_t> ds_block_base;  // backward v5's stored dS (backward_stored_ds_plan.h), if used
+  DeviceArray<uint16_t> ds;
   bool hopper_backward = false;
   int64_t num_dq = 0, num_dkv = 0, num_dq_reduce = 0;
   int32_t dq_max_key_steps = 0;  // BackwardParams::dq_max_key_steps
@@ -361,6 +364,14 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
         static_cast<size_t>(lists.dq_partial_slots) * static_cast<size_t>(s->problem.heads) * kBlockM *
         static_cast<size_t>(s->problem.d);
     GEMTB_RETURN_IF_ERROR(s->dq_partial.Allocate(partial_floats, "dQ partial sums"));
+    if (s->hopper_backward) {  // backward v5: dQ from the dS the dK/dV kernel stores, where it applies
+      const StoredDsPlan plan = PlanStoredDs(s->problem.pairing.seqs, lists.dkv_segments,
+                                             s->problem.pairing.broadcast_q, s->problem.heads, BwdDqModeFromEnv());
+      if (plan.use) {
+        GEMTB_RETURN_IF_ERROR(s->ds_block_base.Upload(plan.block_base, "dS block offsets"));
+        GEMTB_RETURN_IF_ERROR(s->ds.Allocate(static_cast<size_t>(plan.elements), "stored dS"));
+      }
+    }
   }
   return std::unique_ptr<DeviceCall>(new DeviceCall(std::move(s)));
 }
@@ -437,6 +448,8 @@ absl::Status DeviceCall::Backward(const DeviceInputs& in, const uint16_t* o, con
   bp.dk = grads.dk;
   bp.dv = grads.dv;
   bp.dq_max_key_steps = s.dq_max_key_steps;
+  bp.ds = s.ds.get();
+  bp.ds_block_base = s.ds_block_base.get();
   return Dispatch(s.dtype, p.d, [&]<ElementType E, int D>() -> absl::Status {
     bool done = false;
     if constexpr (D == kHopperHeadDim) {

@@ -27,6 +27,7 @@
 #include <type_traits>
 
 #include "gpu/attention/activation.cuh"
+#include "gpu/attention/backward_hopper_ds_layout.cuh"
 #include "gpu/attention/forward_hopper_kernel.cuh"
 #include "gpu/attention/mask.cuh"
 #include "gpu/attention/params.h"
@@ -290,15 +291,23 @@ __device__ __forceinline__ void HopperBwdDqAccumulate(const uint32_t (&dsa)[4][4
   wgmma::FenceRegisters(dq);
 }
 
+// What a dK/dV step does with its dSᵀ before the dV/dK MMAs: nothing (v3, v4), or store it
+// (backward v5: the kernel passes a lambda around HopperBwdStoreDsBlock).
+struct HopperBwdNoDsStore {
+  __device__ __forceinline__ void operator()(const uint32_t (&)[4][4]) const {}
+};
+
 // The rest of a dK/dV step once Sᵀ and dPᵀ are issued: wait for Sᵀ, form_p (the caller's lambda
 // around HopperBwdDkDvFormP: Pᵀ into pa, kept into Sᵀ) while dPᵀ runs, with (full) or without mask
-// tests; wait for dPᵀ; dSᵀ (HopperBwdDkDvDs, D_i in d); dV += Pᵀ dO, dK += dSᵀ Q, waited for.
-template <ElementType E, HopperAct kAct, typename FormP>
+// tests; wait for dPᵀ; dSᵀ (HopperBwdDkDvDs, D_i in d); store_ds(dsa); dV += Pᵀ dO, dK += dSᵀ Q,
+// waited for.
+template <ElementType E, HopperAct kAct, typename FormP, typename StoreDs = HopperBwdNoDsStore>
 __device__ __forceinline__ void HopperBwdDkDvStepRest(const LaneCoords& ln, const ProblemParams& pr, float (&st)[32],
                                                       float (&dpt)[32], bool full, const FormP& form_p,
                                                       const float (&d)[64], float (&ds4)[4], uint32_t (&pa)[4][4],
                                                       uint32_t (&dsa)[4][4], uint32_t sq, uint32_t s_do,
-                                                      float (&dk)[64], float (&dv)[64]) {
+                                                      float (&dk)[64], float (&dv)[64],
+                                                      const StoreDs& store_ds = StoreDs{}) {
   wgmma::Wait<1>();
   wgmma::FenceRegisters(st);
   if (full) {
@@ -310,6 +319,7 @@ __device__ __forceinline__ void HopperBwdDkDvStepRest(const LaneCoords& ln, cons
   wgmma::FenceRegisters(dpt);
   HopperBwdDkDvDs<E, kAct>(ln, pr, *reinterpret_cast<const float(*)[8][4]>(&st),
                            *reinterpret_cast<const float(*)[8][4]>(&dpt), d, ds4, dsa);
+  store_ds(dsa);
   HopperBwdDkDvAccumulate<E>(pa, dsa, sq, s_do, dk, dv);
 }
 
@@ -408,8 +418,10 @@ __global__ void __launch_bounds__(kHopperBwdThreads) RowDotHopperKernel(const Ba
   }
 }
 
-// dK and dV of one 64-key tile (blockIdx.x) of K/V head blockIdx.y.
-template <ElementType E, HopperAct kAct>
+// dK and dV of one 64-key tile (blockIdx.x) of K/V head blockIdx.y. kStoreDs (backward v5): also
+// write each step's dSᵀ to its block of p.ds (backward_hopper_ds_layout.cuh) for the stored-dS dQ
+// pass; the plan (backward_stored_ds_plan.h) guarantees the steps start on 64-row blocks.
+template <ElementType E, HopperAct kAct, bool kStoreDs = false>
 __global__ void __launch_bounds__(kHopperBwdThreads, 2) DkDvHopperKernel(const BackwardParams p) {
   constexpr int D = kHopperHeadDim;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -514,8 +526,16 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DkDvHopperKernel(const B
                                                            pa);
     };
     float ds4[4];
-    HopperBwdDkDvStepRest<E, kAct>(ln, pr, st, dpt, full, form_p, s_d[stage], ds4, pa, dsa, sq(stage), s_do(stage), dk,
-                                   dv);
+    if constexpr (kStoreDs) {
+      uint16_t* const ds_block =
+          p.ds + HopperBwdDsBlockOffset(p, segment(cur.sgi).b, cur.q0 / kDsBlock, tile.j0 / kDsBlock, cur.h);
+      const auto store_ds = [&](const uint32_t(&w)[4][4]) { HopperBwdStoreDsBlock(ds_block, w, ln, warp); };
+      HopperBwdDkDvStepRest<E, kAct>(ln, pr, st, dpt, full, form_p, s_d[stage], ds4, pa, dsa, sq(stage), s_do(stage),
+                                     dk, dv, store_ds);
+    } else {
+      HopperBwdDkDvStepRest<E, kAct>(ln, pr, st, dpt, full, form_p, s_d[stage], ds4, pa, dsa, sq(stage), s_do(stage),
+                                     dk, dv);
+    }
     cur = next;
   }
 

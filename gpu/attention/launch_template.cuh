@@ -8,6 +8,7 @@
 #include "gpu/attention/backward_dq_kernel.cuh"
 #include "gpu/attention/backward_dq_reduce.cuh"
 #include "gpu/attention/backward_hopper_chain_launch.cuh"
+#include "gpu/attention/backward_hopper_dq_stored.cuh"
 #include "gpu/attention/backward_hopper_kernel.cuh"
 #include "gpu/attention/backward_row_dot.cuh"
 #include "gpu/attention/forward_hopper_kernel.cuh"
@@ -125,6 +126,11 @@ absl::Status LaunchRowDotHopper(const BackwardParams& params) {
 template <ElementType E>
 absl::Status LaunchDkDvHopper(const BackwardParams& params, int64_t num_tiles) {
   if (num_tiles == 0) return absl::OkStatus();
+  {  // v5: the dK/dV kernel also stores dS when params.ds is set (backward_hopper_dq_stored.cuh)
+    bool launched = false;
+    const absl::Status s = LaunchDkDvHopperStoredDs<E>(params, num_tiles, &launched);
+    if (launched || !s.ok()) return s;
+  }
   {  // v4: chains of K/V tiles per CTA (backward_hopper_chain_launch.cuh), else v3 below
     bool launched = false;
     const absl::Status s = LaunchDkDvHopperChain<E>(params, num_tiles, &launched);
@@ -145,6 +151,11 @@ absl::Status LaunchDkDvHopper(const BackwardParams& params, int64_t num_tiles) {
 template <ElementType E>
 absl::Status LaunchDqHopper(const BackwardParams& params, int64_t num_tiles) {
   if (num_tiles == 0) return absl::OkStatus();
+  {  // v5: dQ = dS K on the stored dS when params.ds is set (backward_hopper_dq_stored.cuh)
+    bool launched = false;
+    const absl::Status s = LaunchDqHopperStoredDs<E>(params, num_tiles, &launched);
+    if (launched || !s.ok()) return s;
+  }
   {  // v4: chains of query tiles per CTA (backward_hopper_chain_launch.cuh), else v3 below
     bool launched = false;
     const absl::Status s = LaunchDqHopperChain<E>(params, num_tiles, &launched);

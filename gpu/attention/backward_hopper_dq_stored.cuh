@@ -1,0 +1,163 @@
+// Backward v5 (issue 7): dQ from the dS blocks the dK/dV kernel stored (backward_hopper_ds_layout.cuh,
+// backward_stored_ds_plan.h), so the dQ pass is one GEMM per (query tile, key block), dQ += dS K,
+// instead of v3's S = Q Kᵀ, dP = dO Vᵀ, the elementwise step and dQ += dS K (7 GEMMs per pair -> 5).
+//
+// Same tile list, grid (tile x query head), reader order, key order and split-tile partial sums as
+// v3's DqHopperKernel, so the sum over keys runs in one fixed order (deterministic, no atomics); the
+// dS it multiplies are the bits the dK/dV kernel rounded for its dK MMA. Per step: the K block
+// (cp.async, 128-byte swizzled, two stages) and the dS block (four 16-byte loads per thread straight
+// into the register A operand, one step ahead). A reader's key range starts at its rows' first
+// valid key, which need not be a block boundary: steps run over whole 64-key blocks from the block
+// holding it. A block no row of the tile has a valid key in was never written (the dK/dV kernel
+// visits only blocks with such a row): the CTA skips it on a vote at the step's barrier.
+// 33 KB of shared memory and at most 128 registers: four CTAs per SM.
+#ifndef GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_DQ_STORED_CUH_
+#define GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_DQ_STORED_CUH_
+
+#include "absl/status/status.h"
+#include "gpu/attention/backward_hopper_ds_layout.cuh"
+#include "gpu/attention/backward_hopper_kernel.cuh"
+#include "gpu/common/cuda_check.cuh"
+
+namespace gemtb::gpu {
+
+inline constexpr size_t kHopperDqStoredSmemBytes = 1024 + 2 * kHopperBwdTileBytes;
+
+// dQ of one 64-row query tile (blockIdx.x) of query head blockIdx.y, over its readers in order.
+template <ElementType E>
+__global__ void __launch_bounds__(kHopperBwdThreads, 3) DqStoredDsHopperKernel(const BackwardParams p) {
+  constexpr int D = kHopperHeadDim;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t sk0 = (wgmma::SmemAddress(smem_raw) + 1023u) & ~1023u;
+  const auto sk = [&](int stage) { return sk0 + static_cast<uint32_t>(stage) * kHopperBwdTileBytes; };
+
+  const ProblemParams& pr = p.problem;
+  const DqTile tile = p.dq_tiles[blockIdx.x];
+  const int h = static_cast<int>(blockIdx.y);
+  const int hk = h / (pr.heads / pr.kv_heads);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int lane = tid & 31;
+  const LaneCoords ln = Lane();
+  const int64_t kv_stride = static_cast<int64_t>(pr.kv_heads) * D;
+  const int qb = tile.i0 / kDsBlock;
+
+  const SeqInfo first = pr.seqs[p.dq_readers[tile.reader_begin].b];
+  const int q_rows = min(64, first.lq - tile.i0);
+
+  struct Cursor {
+    int ri, j0;
+  };
+  const auto reader = [&](int ri) { return p.dq_readers[tile.reader_begin + ri]; };
+  const auto block_start = [](int k_lo) { return k_lo - k_lo % kDsBlock; };
+  const auto advance = [&](Cursor c) {
+    c.j0 += kDsBlock;
+    if (c.j0 < reader(c.ri).k_hi) return c;
+    if (++c.ri < tile.reader_count) c.j0 = block_start(reader(c.ri).k_lo);
+    return c;
+  };
+  // K rows [j0, k_hi) of the block (zero past the reader's range), and the block's dS.
+  const auto load_step = [&](Cursor c, int stage, uint32_t(&a)[4][4]) {
+    const DqReader rd = reader(c.ri);
+    const SeqInfo seq = pr.seqs[rd.b];
+    HopperBwdLoad(sk(stage), pr.k + (seq.kv_begin + c.j0) * kv_stride + hk * D, kv_stride, min(64, rd.k_hi - c.j0),
+                  pr.k);
+    HopperBwdLoadDsBlock(a, p.ds + HopperBwdDsBlockOffset(p, rd.b, qb, c.j0 / kDsBlock, h), warp, lane);
+  };
+  Cursor cur{0, block_start(reader(0).k_lo)};
+  uint32_t a_cur[4][4], a_next[4][4] = {};
+  load_step(cur, 0, a_cur);
+  wgmma::CpAsyncCommit();
+
+  const int row[2] = {warp * 16 + ln.g, warp * 16 + ln.g + 8};
+  float dq[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) dq[i] = 0.f;
+  RowKeyRange keys[2] = {{0, 0}, {0, 0}};
+  int row_reader = -1;
+  for (int stage = 0; cur.ri < tile.reader_count; stage ^= 1) {
+    if (row_reader != cur.ri) {
+      row_reader = cur.ri;
+      const SeqInfo seq = pr.seqs[reader(cur.ri).b];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) keys[r] = RowKeys(pr.options, tile.i0 + row[r], seq.lq, seq.lk);
+    }
+    // Whether any row of the tile has a valid key in this block (rows past the tile have none).
+    bool meets = false;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      meets = meets || (row[r] < q_rows && keys[r].begin < keys[r].end && keys[r].begin < cur.j0 + kDsBlock &&
+                        keys[r].end > cur.j0);
+    }
+    wgmma::CpAsyncWait<0>();
+    wgmma::FenceProxyAsync();
+    // This step's K block is in; every thread is done with the other stage.
+    const bool any = __syncthreads_or(meets ? 1 : 0) != 0;
+    const Cursor next = advance(cur);
+    if (next.ri < tile.reader_count) load_step(next, stage ^ 1, a_next);
+    wgmma::CpAsyncCommit();
+    if (any) {
+      wgmma::Fence();
+      HopperBwdIssueAB<E>(dq, a_cur, sk(stage));
+      wgmma::Commit();
+      wgmma::Wait<0>();
+      wgmma::FenceRegisters(dq);
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a_cur[kk][i] = a_next[kk][i];
+    }
+    cur = next;
+  }
+
+  if (tile.partial >= 0) {  // one part of a split tile: the fp32 sum, for DqReduceKernel
+    HopperBwdStoreDqPartial(p, dq, tile.partial, h, row, ln);
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= q_rows) continue;
+    const int64_t at = ((first.q_begin + tile.i0 + row[r]) * pr.heads + h) * D + 2 * ln.t;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      *reinterpret_cast<uint32_t*>(p.dq + at + i * 8) =
+          PackRounded<E>(pr.pre_scale * dq[4 * i + 2 * r], pr.pre_scale * dq[4 * i + 2 * r + 1]);
+    }
+  }
+}
+
+// The two launches of backward v5, when params.ds is set (else *launched stays false and the caller
+// runs v3/v4): the dK/dV kernel that also stores dS, and the dQ pass above.
+template <ElementType E>
+absl::Status LaunchDkDvHopperStoredDs(const BackwardParams& params, int64_t num_tiles, bool* launched) {
+  *launched = false;
+  if (params.ds == nullptr) return absl::OkStatus();
+  *launched = true;
+  const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.problem.kv_heads));
+  const dim3 block(kHopperBwdThreads);
+  const size_t smem = kHopperDkDvSmemBytes;
+  const char* name = "attention backward dK/dV kernel storing dS (Hopper)";
+  switch (params.problem.options.act) {
+    case Activation::kSoftmax:
+      return Launch(DkDvHopperKernel<E, HopperAct::kSoftmax, true>, grid, block, smem, params, name);
+    case Activation::kSilu: return Launch(DkDvHopperKernel<E, HopperAct::kSilu, true>, grid, block, smem, params, name);
+    case Activation::kGeluTanh:
+      return Launch(DkDvHopperKernel<E, HopperAct::kGeluTanh, true>, grid, block, smem, params, name);
+    default: return Launch(DkDvHopperKernel<E, HopperAct::kOther, true>, grid, block, smem, params, name);
+  }
+}
+
+template <ElementType E>
+absl::Status LaunchDqHopperStoredDs(const BackwardParams& params, int64_t num_tiles, bool* launched) {
+  *launched = false;
+  if (params.ds == nullptr) return absl::OkStatus();
+  *launched = true;
+  const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.problem.heads));
+  return Launch(DqStoredDsHopperKernel<E>, grid, dim3(kHopperBwdThreads), kHopperDqStoredSmemBytes, params,
+                "attention backward dQ kernel on stored dS (Hopper)");
+}
+
+}  // namespace gemtb::gpu
+
+#endif  // GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_DQ_STORED_CUH_
