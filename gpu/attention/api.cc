@@ -358,19 +358,20 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
     GEMTB_RETURN_IF_ERROR(s->dq_tiles.Upload(lists.dq, "dQ tiles"));
     GEMTB_RETURN_IF_ERROR(s->dq_readers.Upload(lists.dq_readers, "dQ readers"));
     GEMTB_RETURN_IF_ERROR(s->dkv_tiles.Upload(lists.dkv, "dK/dV tiles"));
-    GEMTB_RETURN_IF_ERROR(s->dkv_segments.Upload(lists.dkv_segments, "dK/dV segments"));
+    // Backward v5: dQ from the dS the dK/dV kernel stores, where it applies (its dK/dV segments).
+    const BwdDqMode dq_mode = s->hopper_backward ? BwdDqModeFromEnv() : BwdDqMode::kRecompute;
+    const StoredDsPlan ds_plan = PlanStoredDs(s->problem.pairing.seqs, lists.dkv_segments,
+                                              s->problem.pairing.broadcast_q, s->problem.heads, dq_mode);
+    GEMTB_RETURN_IF_ERROR(
+        s->dkv_segments.Upload(ds_plan.use ? ds_plan.segments : lists.dkv_segments, "dK/dV segments"));
     GEMTB_RETURN_IF_ERROR(s->dq_reduce.Upload(lists.dq_reduce, "dQ reduce list"));
     const size_t partial_floats =
         static_cast<size_t>(lists.dq_partial_slots) * static_cast<size_t>(s->problem.heads) * kBlockM *
         static_cast<size_t>(s->problem.d);
     GEMTB_RETURN_IF_ERROR(s->dq_partial.Allocate(partial_floats, "dQ partial sums"));
-    if (s->hopper_backward) {  // backward v5: dQ from the dS the dK/dV kernel stores, where it applies
-      const StoredDsPlan plan = PlanStoredDs(s->problem.pairing.seqs, lists.dkv_segments,
-                                             s->problem.pairing.broadcast_q, s->problem.heads, BwdDqModeFromEnv());
-      if (plan.use) {
-        GEMTB_RETURN_IF_ERROR(s->ds_block_base.Upload(plan.block_base, "dS block offsets"));
-        GEMTB_RETURN_IF_ERROR(s->ds.Allocate(static_cast<size_t>(plan.elements), "stored dS"));
-      }
+    if (ds_plan.use) {
+      GEMTB_RETURN_IF_ERROR(s->ds_block_base.Upload(ds_plan.block_base, "dS block offsets"));
+      GEMTB_RETURN_IF_ERROR(s->ds.Allocate(static_cast<size_t>(ds_plan.elements), "stored dS"));
     }
   }
   return std::unique_ptr<DeviceCall>(new DeviceCall(std::move(s)));

@@ -8,10 +8,13 @@
 // is arithmetic: ((block_base[b] + qb * ceil(lk / 64) + kb) * H + h) * 4096 elements. Causal
 // sequences hold about twice their valid pairs; unmasked ones about their pairs (pairs x H x 2 bytes).
 //
-// It applies when each dK/dV step is one of the dQ pass's row blocks: every dK/dV segment starts on a
-// 64-row boundary (then a step's rows [q0, q0 + 64) are block q0 / 64; the spec's masks give that
-// for self and cross attention: a segment starts at row 0 or at its key tile's first key) and the
-// query rows are not broadcast (PMA runs v4's chained kernels, which do not write dS).
+// Each dK/dV step must be one of the dQ pass's row blocks, so the plan starts every dK/dV segment on
+// a 64-row boundary (rounds its first row down; the spec's self and cross masks mostly start there
+// already: at row 0 or at the key tile's first key): a step's rows [q0, q0 + 64) are then block
+// q0 / 64. The rows added in front have no valid key in the tile (a segment starts at its first row
+// that has one), so they add exact zeros to dK and dV; the steps group the rows differently from
+// v3 where a segment moved, so dK/dV are v3's bits only where none did. Not under broadcast_q
+// (PMA runs v4's chained kernels, which do not write dS).
 //
 // GEMTB_BWD_DQ=stored forces it wherever it applies, =recompute forces v3/v4's dQ; unset, the rule
 // StoredDsByDefault below.
@@ -46,18 +49,10 @@ inline BwdDqMode BwdDqModeFromEnv() {
 
 struct StoredDsPlan {
   bool use = false;
-  std::vector<int64_t> block_base;  // per output sequence: its first block (before the head factor)
-  int64_t elements = 0;             // workspace size in 16-bit elements
+  std::vector<int64_t> block_base;    // per output sequence: its first block (before the head factor)
+  int64_t elements = 0;               // workspace size in 16-bit elements
+  std::vector<DkvSegment> segments;   // the dK/dV segments to upload when `use` (starts rounded down)
 };
-
-// Whether the tile lists allow the stored-dS dQ (see the header comment).
-inline bool StoredDsApplies(bool broadcast_q, const std::vector<DkvSegment>& segments) {
-  if (broadcast_q) return false;
-  for (const DkvSegment& s : segments) {
-    if (s.i0 % kDsBlock != 0) return false;
-  }
-  return true;
-}
 
 // The default where it applies.
 inline bool StoredDsByDefault(int64_t bytes) { return kStoredDsDefault && bytes <= kStoredDsMaxBytes; }
@@ -65,7 +60,7 @@ inline bool StoredDsByDefault(int64_t bytes) { return kStoredDsDefault && bytes 
 inline StoredDsPlan PlanStoredDs(const std::vector<SeqInfo>& seqs, const std::vector<DkvSegment>& segments,
                                  bool broadcast_q, int64_t heads, BwdDqMode mode) {
   StoredDsPlan plan;
-  if (mode == BwdDqMode::kRecompute || !StoredDsApplies(broadcast_q, segments)) return plan;
+  if (mode == BwdDqMode::kRecompute || broadcast_q) return plan;
   int64_t blocks = 0;
   plan.block_base.reserve(seqs.size());
   for (const SeqInfo& s : seqs) {
@@ -77,7 +72,10 @@ inline StoredDsPlan PlanStoredDs(const std::vector<SeqInfo>& seqs, const std::ve
   if (!plan.use) {
     plan.block_base.clear();
     plan.elements = 0;
+    return plan;
   }
+  plan.segments = segments;
+  for (DkvSegment& s : plan.segments) s.i0 -= s.i0 % kDsBlock;
   return plan;
 }
 
