@@ -1,7 +1,8 @@
 // The CUDA attention kernels (gpu/attention/api.h): spec §9's GPU criteria on random cases of every
 // family (through `gemtb check attention`'s own code; also with the warp-specialised forward
 // everywhere, v5 and v4, and v5 bitwise equal to v4), bitwise determinism of the backward, the
-// chained backward (v4) bitwise equal to v3, exact outputs of rows without keys, and
+// chained backward (v4) bitwise equal to v3, the stored-dS backward (v5, also through the check)
+// against v3's recompute, exact outputs of rows without keys, and
 // rejection by name of what the kernels do not run. Tests that need a GPU skip (and show as
 // skipped) without an sm_90 device; the rejection tests run anywhere.
 #include <gmock/gmock.h>
@@ -12,12 +13,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <limits>
 #include <random>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "gpu/attention/api.h"
+#include "model/numerics/float_formats.h"
 #include "tests/testing/attention_cases.h"
 #include "tests/testing/status_matchers.h"
 #include "tools/gemtb/command.h"
@@ -252,6 +255,92 @@ TEST(GpuAttention, ChainedBackwardMatchesV3Bitwise) {
         EXPECT_EQ(v4->dv, v3->dv) << what;
       }
     }
+  }
+}
+
+// The stored-dS backward (GEMTB_BWD_DQ=stored) on every family but broadcast_q, where it applies.
+TEST(GpuAttention, CheckCommandPassesWithTheStoredDsBackward) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  ASSERT_EQ(setenv("GEMTB_BWD_DQ", "stored", 1), 0);
+  const int rc = cli::RunCheckAttention({"--cases", "12", "--seed", "21", "--max-length", "200"});
+  unsetenv("GEMTB_BWD_DQ");
+  EXPECT_EQ(rc, 0);
+}
+
+// rel-L2 of b against a (bf16 bit patterns); a NaN or inf anywhere gives +inf.
+double RelL2Bf16(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = numerics::Bf16BitsToFloat(a[i]), y = numerics::Bf16BitsToFloat(b[i]);
+    if (!std::isfinite(x) || !std::isfinite(y)) return std::numeric_limits<double>::infinity();
+    num += (x - y) * (x - y);
+    den += x * x;
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// Backward v5 (GEMTB_BWD_DQ=stored: the dK/dV kernel stores dS, the dQ pass multiplies it by K)
+// against v3 (GEMTB_BWD_DQ=recompute). dQ multiplies the same rounded dS in the same key order but
+// the two kernels form S with the operands swapped (Sᵀ = K Qᵀ against S = Q Kᵀ), so a dS element can
+// round one ulp apart: rel-L2 within 4e-3 (bf16's ulp). dK/dV come from the same kernel: bitwise
+// where no dK/dV segment's first row moved to a block boundary (no mask: every segment starts at
+// row 0), within 4e-3 elsewhere (other row grouping over the steps). The stored path also repeats
+// its bits run to run. Shapes: one- and multi-step tiles, partial blocks, GQA, a window whose
+// segments start off the 64-row grid.
+TEST(GpuAttention, StoredDsBackwardMatchesRecompute) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  struct Kind {
+    Activation act;
+    MaskKind mask;
+  };
+  const Kind kinds[] = {{Activation::kSoftmax, MaskKind::kNone},
+                        {Activation::kSilu, MaskKind::kWindow},
+                        {Activation::kGeluTanh, MaskKind::kCausal},
+                        {Activation::kSoftmax, MaskKind::kCausal}};
+  const auto backward = [](const cli::GpuCall& call, const gpu::ForwardResult& fwd, const char* mode) {
+    EXPECT_EQ(setenv("GEMTB_BWD_DQ", mode, 1), 0);
+    absl::StatusOr<gpu::BackwardResult> r = gpu::Backward(call.args, call.DoView(), fwd);
+    unsetenv("GEMTB_BWD_DQ");
+    return r;
+  };
+  for (const Kind& k : kinds) {
+    testing::CaseShape shape;
+    shape.q_lengths = {5, 300, 0, 130};
+    shape.kv_lengths = {9, 1, 300};
+    shape.kv_index = {2, 2, 1, 0};
+    shape.heads = 4;
+    shape.kv_heads = 2;
+    shape.dqk = shape.dv = 128;
+    shape.options.act = k.act;
+    shape.options.mask = k.mask;
+    shape.options.window_left = 150;
+    shape.options.window_right = 20;
+    shape.input_type = ElementType::kBFloat16;
+    shape.value_seed = 11;
+    const testing::AttentionCase c = testing::BuildCase(shape);
+    const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 12));
+    absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
+    ASSERT_TRUE(fwd.ok()) << fwd.status();
+    absl::StatusOr<gpu::BackwardResult> v3 = backward(call, *fwd, "recompute");
+    ASSERT_TRUE(v3.ok()) << v3.status();
+    absl::StatusOr<gpu::BackwardResult> v5 = backward(call, *fwd, "stored");
+    ASSERT_TRUE(v5.ok()) << v5.status();
+    absl::StatusOr<gpu::BackwardResult> again = backward(call, *fwd, "stored");
+    ASSERT_TRUE(again.ok()) << again.status();
+    const std::string what = absl::StrCat("act ", static_cast<int>(k.act), " mask ", static_cast<int>(k.mask));
+    EXPECT_LE(RelL2Bf16(v3->dq, v5->dq), 4e-3) << what;
+    EXPECT_LE(RelL2Bf16(v3->dk, v5->dk), 4e-3) << what;
+    EXPECT_LE(RelL2Bf16(v3->dv, v5->dv), 4e-3) << what;
+    std::cout << what << ": rel-L2 stored vs recompute dq " << RelL2Bf16(v3->dq, v5->dq) << " dk "
+              << RelL2Bf16(v3->dk, v5->dk) << " dv " << RelL2Bf16(v3->dv, v5->dv) << "\n";
+    if (k.mask == MaskKind::kNone) {
+      EXPECT_EQ(v5->dk, v3->dk) << what;
+      EXPECT_EQ(v5->dv, v3->dv) << what;
+    }
+    EXPECT_EQ(again->dq, v5->dq) << what;
+    EXPECT_EQ(again->dk, v5->dk) << what;
+    EXPECT_EQ(again->dv, v5->dv) << what;
   }
 }
 
