@@ -6,19 +6,24 @@
 // with 32 valid rows, consumer 1 computes nothing but padding and consumer 0 half padding, so 3/4
 // of every MMA and of the elementwise work (2 MUFU per element) is wasted and PMA ran compute-paced
 // at 84 TFLOP/s against a byte floor of 134. Here both consumers run wgmma m64 on the same rows
-// 0..63 and split the K/V steps of a tile: consumer c takes steps c, c + 2, ... into its own fp32
-// accumulator, and at the end consumer 0 adds consumer 1's accumulator (through shared memory, in
-// two column halves) in a fixed order before the usual epilogue: O = Σ_even PV + Σ_odd PV, the same
-// bytes run to run. The wasted work halves (MMA ~2x the useful FLOPs instead of 4x), below the
-// time of the K/V bytes.
+// 0..63 and split the keys of a tile between them, each into its own fp32 accumulator; at the end
+// consumer 0 adds consumer 1's accumulator (through shared memory, in two column halves) in a fixed
+// order before the usual epilogue, so the same bytes run to run. The wasted work halves (MMA ~2x
+// the useful FLOPs instead of 4x), below the time of the K/V bytes. Two ways to split (kHalfKeys):
+//   false ("alternate steps"): consumer c takes the K/V steps c, c + 2, ... (m64n128 S GEMMs).
+//     Every consumer waits on every stage's "full" barrier in step order, and the consumer that
+//     does not own the step signals "empty" right after that wait: so no consumer can fall two
+//     phases behind a stage's barrier (waiting only on its own steps it could see a stale phase of
+//     the same parity), and the stage is refilled once its owner is done. Two stages are held by
+//     consumers most of the time, one is in flight.
+//   true ("half keys", the default): both consumers on every step, consumer c on the step's keys
+//     c*64 .. c*64+63 (S on m64n64 against those K rows, O += P V on the same V rows); both finish
+//     a stage at about the same time, so one stage is held and two are in flight (PMA is paced by
+//     its K/V bytes once the waste is gone), and no consumer idles at a tile's end.
+// No MMA turn between the consumers.
 //
 // Pipeline: the producer and the three-stage K/V ring as in v5 (TMA for full steps, zero-filled
-// cp.async for a sequence's last partial step). Every consumer waits on every stage's "full"
-// barrier in step order, and the consumer that does not own the step signals "empty" right after
-// that wait: so no consumer can fall two phases behind a stage's barrier (a consumer waiting only
-// on its own steps could see a stale phase of the same parity), and the stage is refilled once its
-// owner is done. No MMA turn between the consumers: they work on different steps, so one's
-// elementwise phase overlaps the other's MMAs without hand-overs.
+// cp.async for a sequence's last partial step).
 //
 // Q: only 64 rows (16 KB; the other 16 KB of v5's Q region carry the accumulator exchange), loaded
 // only when it changes: under broadcast_q a CTA's items (b, head) all read the same Q rows of its
@@ -52,7 +57,7 @@ __device__ __forceinline__ SplitQKey SplitItemQ(const ForwardParams& p, int item
   return {seq.q_begin + tile.i0, item % pr.heads, min(kSplitRows, seq.lq - tile.i0)};
 }
 
-template <ElementType E, HopperAct kAct>
+template <ElementType E, HopperAct kAct, bool kHalfKeys>
 __global__ void __launch_bounds__(kHopperWsThreads, 1)
     ForwardHopperSplitKernel(const __grid_constant__ ForwardParams p, const __grid_constant__ ForwardTmaMaps maps,
                              const int total_items) {
@@ -214,46 +219,87 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     float acc[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-    const int last_mine = steps - 1 - ((steps - 1 - cw) & 1);  // this consumer's last step (< cw: none)
-    if (last_mine < cw && next_new_q) release_q();
-    for (int step = 0; step < steps; ++step) {
-      wait_full(step);
-      if ((step & 1) != cw) {
-        release_stage(step);  // the other consumer's step: seen, so its phase cannot be missed
-        continue;
-      }
-      wgmma::FenceProxyAsync();  // cp.async-filled stages, seen through the barrier, to the wgmma proxy
-      const uint32_t stage = static_cast<uint32_t>((kv_first + step) % kStages);
-      float s[kSRegs];
-      wgmma::Fence();
+    if constexpr (kHalfKeys) {
+      // Both consumers on every step, consumer c on its keys c*64 .. c*64+63: S on m64n64 against
+      // rows c*64.. of the K stage, O += P V on V's same 64 rows.
+      for (int step = 0; step < steps; ++step) {
+        wait_full(step);
+        wgmma::FenceProxyAsync();  // cp.async-filled stages, seen through the barrier, to the wgmma proxy
+        const uint32_t stage = static_cast<uint32_t>((kv_first + step) % kStages);
+        float s[kSRegs / 2];
+        wgmma::Fence();
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const uint32_t a = sq + static_cast<uint32_t>((kk >> 2) * QM * 128 + (kk & 3) * 32);
-        const uint32_t b = sk(static_cast<int>(stage)) + static_cast<uint32_t>((kk >> 2) * BN * 128 + (kk & 3) * 32);
-        wgmma::MmaSS<E>(s, wgmma::SwizzledDescriptor(a, 16, 1024), wgmma::SwizzledDescriptor(b, 16, 1024),
-                        kk > 0 ? 1u : 0u);
-      }
-      wgmma::Commit();
-      wgmma::Wait<0>();
-      wgmma::FenceRegisters(s);
-      if (step == last_mine && next_new_q) release_q();  // the last read of this Q by this consumer
-      const int j0 = tile.k_lo + step * BN;
-      const bool masked = !(j0 >= full_lo && j0 + BN <= full_hi);
-      ScoresToPTma<kAct, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), j0, masked, ln.t, keys, consts, pr,
-                             unused_online, rescale_unused);
-      uint32_t pa[BN / 16][4];
-      PToOperand<E, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), pa);
-      wgmma::Fence();
-      const uint32_t v_tile = sv(static_cast<int>(stage));
+        for (int kk = 0; kk < D / 16; ++kk) {
+          const uint32_t a = sq + static_cast<uint32_t>((kk >> 2) * QM * 128 + (kk & 3) * 32);
+          const uint32_t b = sk(static_cast<int>(stage)) +
+                             static_cast<uint32_t>((kk >> 2) * BN * 128 + cw * 64 * 128 + (kk & 3) * 32);
+          wgmma::MmaSS64<E>(s, wgmma::SwizzledDescriptor(a, 16, 1024), wgmma::SwizzledDescriptor(b, 16, 1024),
+                            kk > 0 ? 1u : 0u);
+        }
+        wgmma::Commit();
+        wgmma::Wait<0>();
+        wgmma::FenceRegisters(s);
+        if (step + 1 == steps && next_new_q) release_q();  // the tile's last read of this Q
+        const int j0 = tile.k_lo + step * BN + cw * 64;
+        const bool masked = !(j0 >= full_lo && j0 + 64 <= full_hi);
+        ScoresToPTma<kAct, 64>(*reinterpret_cast<float(*)[8][4]>(&s), j0, masked, ln.t, keys, consts, pr,
+                               unused_online, rescale_unused);
+        uint32_t pa[4][4];
+        PToOperand<E, 64>(*reinterpret_cast<float(*)[8][4]>(&s), pa);
+        wgmma::Fence();
+        const uint32_t v_tile = sv(static_cast<int>(stage)) + static_cast<uint32_t>(cw * 64 * 128);
 #pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) {
-        const uint32_t b = v_tile + static_cast<uint32_t>(kk * 16 * 128);
-        wgmma::MmaRS<E>(acc, pa[kk], wgmma::SwizzledDescriptor(b, BN * 128, 1024), 1u);
+        for (int kk = 0; kk < 4; ++kk) {
+          const uint32_t b = v_tile + static_cast<uint32_t>(kk * 16 * 128);
+          wgmma::MmaRS<E>(acc, pa[kk], wgmma::SwizzledDescriptor(b, BN * 128, 1024), 1u);
+        }
+        wgmma::Commit();
+        wgmma::Wait<0>();
+        wgmma::FenceRegisters(acc);
+        release_stage(step);
       }
-      wgmma::Commit();
-      wgmma::Wait<0>();
-      wgmma::FenceRegisters(acc);
-      release_stage(step);
+    } else {
+      const int last_mine = steps - 1 - ((steps - 1 - cw) & 1);  // this consumer's last step (< cw: none)
+      if (last_mine < cw && next_new_q) release_q();
+      for (int step = 0; step < steps; ++step) {
+        wait_full(step);
+        if ((step & 1) != cw) {
+          release_stage(step);  // the other consumer's step: seen, so its phase cannot be missed
+          continue;
+        }
+        wgmma::FenceProxyAsync();  // cp.async-filled stages, seen through the barrier, to the wgmma proxy
+        const uint32_t stage = static_cast<uint32_t>((kv_first + step) % kStages);
+        float s[kSRegs];
+        wgmma::Fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          const uint32_t a = sq + static_cast<uint32_t>((kk >> 2) * QM * 128 + (kk & 3) * 32);
+          const uint32_t b = sk(static_cast<int>(stage)) + static_cast<uint32_t>((kk >> 2) * BN * 128 + (kk & 3) * 32);
+          wgmma::MmaSS<E>(s, wgmma::SwizzledDescriptor(a, 16, 1024), wgmma::SwizzledDescriptor(b, 16, 1024),
+                          kk > 0 ? 1u : 0u);
+        }
+        wgmma::Commit();
+        wgmma::Wait<0>();
+        wgmma::FenceRegisters(s);
+        if (step == last_mine && next_new_q) release_q();  // the last read of this Q by this consumer
+        const int j0 = tile.k_lo + step * BN;
+        const bool masked = !(j0 >= full_lo && j0 + BN <= full_hi);
+        ScoresToPTma<kAct, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), j0, masked, ln.t, keys, consts, pr,
+                               unused_online, rescale_unused);
+        uint32_t pa[BN / 16][4];
+        PToOperand<E, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), pa);
+        wgmma::Fence();
+        const uint32_t v_tile = sv(static_cast<int>(stage));
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+          const uint32_t b = v_tile + static_cast<uint32_t>(kk * 16 * 128);
+          wgmma::MmaRS<E>(acc, pa[kk], wgmma::SwizzledDescriptor(b, BN * 128, 1024), 1u);
+        }
+        wgmma::Commit();
+        wgmma::Wait<0>();
+        wgmma::FenceRegisters(acc);
+        release_stage(step);
+      }
     }
     kv_iter += steps;
 

@@ -33,12 +33,13 @@ inline int ForwardWsVersion() {
 inline bool ForwardHopperTmaEnabled() { return ForwardWsVersion() >= 5; }
 
 // The split kernel (forward_hopper_split_kernel.cuh, "v8") for launches whose tiles all have at
-// most kSplitRows query rows and a pointwise act (PMA): GEMTB_FORWARD_SPLIT=0 keeps v6/v7 there,
-// =1 takes it; unset, kForwardSplitDefault decides.
-inline constexpr bool kForwardSplitDefault = false;
-inline bool ForwardSplitEnabled() {
+// most kSplitRows query rows and a pointwise act (PMA). GEMTB_FORWARD_SPLIT: 0 keeps v6/v7 there,
+// 1 the consumers taking alternate K/V steps, 2 both consumers on every step, 64 keys each (the
+// default); unset or anything else, kForwardSplitDefault.
+inline constexpr int kForwardSplitDefault = 2;
+inline int ForwardSplitMode() {
   const char* env = std::getenv("GEMTB_FORWARD_SPLIT");
-  if (env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0') return env[0] == '1';
+  if (env != nullptr && env[0] >= '0' && env[0] <= '2' && env[1] == '\0') return env[0] - '0';
   return kForwardSplitDefault;
 }
 
@@ -85,8 +86,9 @@ absl::Status LaunchForwardHopperTmaAct(const ForwardParams& params, const Forwar
 }
 
 template <ElementType E, HopperAct kAct>
-absl::Status LaunchForwardHopperSplitAct(const ForwardParams& params, const ForwardTmaMaps& maps, int items) {
-  const auto kernel = ForwardHopperSplitKernel<E, kAct>;
+absl::Status LaunchForwardHopperSplitAct(const ForwardParams& params, const ForwardTmaMaps& maps, int items,
+                                         bool half_keys) {
+  const auto kernel = half_keys ? ForwardHopperSplitKernel<E, kAct, true> : ForwardHopperSplitKernel<E, kAct, false>;
   const size_t smem = HopperForwardSmem<kHopperWsBlockN>::kBytes;
   const char* name = "attention forward kernel (Hopper, split steps)";
   if (absl::Status s = CudaStatus(
@@ -129,12 +131,15 @@ absl::Status LaunchForwardHopperTma(const ForwardParams& params, int64_t num_til
   *launched = true;
   const int n = static_cast<int>(items);
   const int version = ForwardWsVersion();
-  if (version >= 6 && params.max_tile_rows > 0 && params.max_tile_rows <= kSplitRows && ForwardSplitEnabled()) {
+  const int split = ForwardSplitMode();
+  if (version >= 6 && params.max_tile_rows > 0 && params.max_tile_rows <= kSplitRows && split > 0) {
+    const bool half_keys = split == 2;
     switch (pr.options.act) {
       case Activation::kSoftmax: break;  // the online softmax's (m, l) would need merging: v6/v7 below
-      case Activation::kSilu: return LaunchForwardHopperSplitAct<E, HopperAct::kSilu>(params, maps, n);
-      case Activation::kGeluTanh: return LaunchForwardHopperSplitAct<E, HopperAct::kGeluTanh>(params, maps, n);
-      default: return LaunchForwardHopperSplitAct<E, HopperAct::kOther>(params, maps, n);
+      case Activation::kSilu: return LaunchForwardHopperSplitAct<E, HopperAct::kSilu>(params, maps, n, half_keys);
+      case Activation::kGeluTanh:
+        return LaunchForwardHopperSplitAct<E, HopperAct::kGeluTanh>(params, maps, n, half_keys);
+      default: return LaunchForwardHopperSplitAct<E, HopperAct::kOther>(params, maps, n, half_keys);
     }
   }
   if (version == 7 && pr.options.act == Activation::kSoftmax) {
