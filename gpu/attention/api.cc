@@ -360,8 +360,8 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
     GEMTB_RETURN_IF_ERROR(s->dkv_tiles.Upload(lists.dkv, "dK/dV tiles"));
     // Backward v5: dQ from the dS the dK/dV kernel stores, where it applies (its dK/dV segments).
     const BwdDqMode dq_mode = s->hopper_backward ? BwdDqModeFromEnv() : BwdDqMode::kRecompute;
-    const StoredDsPlan ds_plan = PlanStoredDs(s->problem.pairing.seqs, lists.dkv_segments,
-                                              s->problem.pairing.broadcast_q, s->problem.heads, dq_mode);
+    const StoredDsPlan ds_plan =
+        PlanStoredDs(s->problem.pairing.seqs, lists, s->problem.pairing.broadcast_q, s->problem.heads, dq_mode);
     GEMTB_RETURN_IF_ERROR(
         s->dkv_segments.Upload(ds_plan.use ? ds_plan.segments : lists.dkv_segments, "dK/dV segments"));
     GEMTB_RETURN_IF_ERROR(s->dq_reduce.Upload(lists.dq_reduce, "dQ reduce list"));

@@ -24,10 +24,11 @@
 
 namespace gemtb::gpu {
 
-// The block of (output sequence b, query head h, row block qb, key block kb).
+// The block of (output sequence b, query head h, row block qb, key block kb): two table loads
+// (backward_stored_ds_plan.h).
 __device__ __forceinline__ int64_t HopperBwdDsBlockOffset(const BackwardParams& p, int b, int qb, int kb, int h) {
-  const int64_t key_blocks = (p.problem.seqs[b].lk + kDsBlock - 1) / kDsBlock;
-  return ((p.ds_block_base[b] + qb * key_blocks + kb) * p.problem.heads + h) * kDsBlockElements;
+  const int64_t block = p.ds_block_base[p.ds_block_base[b] + qb] + kb;
+  return (block * p.problem.heads + h) * kDsBlockElements;
 }
 
 // Writer (dK/dV kernel, warp `warp`): dsa[n >> 1][(n & 1) * 2 + h2] packs dSᵀ of key

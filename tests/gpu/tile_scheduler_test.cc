@@ -1,6 +1,7 @@
 // The host-built tile lists (gpu/attention/tile_scheduler.h) must cover every valid (query, key)
 // pair of every output sequence exactly once per kernel, list no tile without a valid pair, and
-// keep each tile within its sequences. Runs without a GPU.
+// keep each tile within its sequences; backward v5's stored-dS plan gives each dS block it writes or
+// reads a slot of its own. Runs without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "gpu/attention/backward_stored_ds_plan.h"
 #include "gpu/attention/tile_scheduler.h"
 #include "tests/testing/attention_cases.h"
 
@@ -116,6 +118,63 @@ TEST(TileScheduler, EveryValidPairIsInExactlyOneTileOfEachKernel) {
       }
     }
     ExpectEachPairOnce(dkv_pairs, "dK/dV", c);
+  }
+}
+
+// Backward v5's stored-dS plan (gpu/attention/backward_stored_ds_plan.h): every dK/dV segment starts
+// on a 64-row block and gains only rows without a valid key in its tile; every block the dK/dV
+// kernel writes (each step of each segment) and the dQ pass loads (its readers' key spans from the
+// block holding their first key) has its own slot inside the workspace; none under broadcast_q.
+TEST(TileScheduler, StoredDsPlanGivesEachWrittenOrReadBlockItsOwnSlot) {
+  std::mt19937_64 rng(12);
+  for (int rep = 0; rep < 300; ++rep) {
+    const testing::AttentionCase c = testing::RandomAttentionCase(rng, Config(rep % 2 ? 300 : 70));
+    const gpu::Pairing pairing = PairingOf(c);
+    const gpu::TileLists lists = gpu::BuildBackwardTiles(pairing, c.options);
+    const gpu::StoredDsPlan plan =
+        gpu::PlanStoredDs(pairing.seqs, lists, pairing.broadcast_q, /*heads=*/1, gpu::BwdDqMode::kStored);
+    if (pairing.broadcast_q) {
+      EXPECT_FALSE(plan.use) << c;
+      continue;
+    }
+    if (lists.dkv.empty()) continue;
+    ASSERT_TRUE(plan.use) << c;
+    ASSERT_EQ(plan.segments.size(), lists.dkv_segments.size());
+    const int64_t blocks = plan.elements / gpu::kDsBlockElements;
+    std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> slot_of;  // (b, qb, kb) -> slot
+    std::map<int64_t, std::tuple<int64_t, int64_t, int64_t>> block_of;
+    const auto take = [&](int64_t b, int64_t qb, int64_t kb) {
+      const int64_t slot = plan.block_base[plan.block_base[b] + qb] + kb;
+      ASSERT_GE(slot, 0) << c;
+      ASSERT_LT(slot, blocks) << c;
+      const auto key = std::make_tuple(b, qb, kb);
+      const auto [it, fresh] = block_of.emplace(slot, key);
+      ASSERT_TRUE(fresh || it->second == key) << "two blocks share slot " << slot << "; case: " << c;
+      slot_of[key] = slot;
+    };
+    for (const gpu::DkvTile& t : lists.dkv) {
+      for (int s = 0; s < t.seg_count; ++s) {
+        const gpu::DkvSegment& orig = lists.dkv_segments[t.seg_begin + s];
+        const gpu::DkvSegment& seg = plan.segments[t.seg_begin + s];
+        ASSERT_EQ(seg.i0 % gpu::kDsBlock, 0);
+        ASSERT_LE(seg.i0, orig.i0);
+        const gpu::SeqInfo& sq = pairing.seqs[seg.b];
+        for (int64_t i = seg.i0; i < orig.i0; ++i) {
+          const KeyRange r = ValidKeys(c.options, i, sq.lq, sq.lk);
+          ASSERT_FALSE(r.begin < r.end && r.begin < t.j0 + gpu::kBlockN && r.end > t.j0)
+              << "row " << i << " added in front of a segment has a valid key in the tile; case: " << c;
+        }
+        for (int64_t q0 = seg.i0; q0 < seg.i1; q0 += gpu::kDsBlock) take(seg.b, q0 / gpu::kDsBlock, t.j0 / gpu::kDsBlock);
+      }
+    }
+    for (const gpu::DqTile& t : lists.dq) {
+      for (int r = 0; r < t.reader_count; ++r) {
+        const gpu::DqReader& rd = lists.dq_readers[t.reader_begin + r];
+        for (int64_t j0 = rd.k_lo - rd.k_lo % gpu::kDsBlock; j0 < rd.k_hi; j0 += gpu::kDsBlock) {
+          take(rd.b, t.i0 / gpu::kDsBlock, j0 / gpu::kDsBlock);
+        }
+      }
+    }
   }
 }
 
