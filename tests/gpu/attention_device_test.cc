@@ -137,10 +137,11 @@ TEST(GpuAttention, WarpSpecialisedForwardV5MatchesV4Bitwise) {
 }
 
 // The split forward (forward_hopper_split_kernel.cuh: tiles of <= 64 query rows, pointwise acts;
-// GEMTB_FORWARD_SPLIT=1 the consumers take alternate K/V steps, =2 64 keys each of every step) for every act and tile list it takes (the check's short cases), and against v7
-// (GEMTB_FORWARD_SPLIT=0) on PMA-like shapes (broadcast_q, 40 query rows, one- to six-step key
-// ranges): P is the same, O differs only by the fp32 summation order (two partial sums), so it lies
-// within a bf16 rounding step or two of v7's.
+// GEMTB_FORWARD_SPLIT=1 the consumers take alternate K/V steps, =2 64 keys each of every step) for
+// every act and tile list it takes (the check's short cases), and against v7 (GEMTB_FORWARD_SPLIT=0)
+// on PMA-like shapes (broadcast_q, 40 query rows, one- to six-step key ranges): P is the same, O
+// differs only by the fp32 summation order (two partial sums), so it lies within a bf16 rounding
+// step or two of v7's.
 TEST(GpuAttention, SplitForwardPassesTheCheckAndMatchesV7OnShortTiles) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
   for (const char* mode : {"1", "2"}) {
