@@ -362,17 +362,23 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
     const BwdDqMode dq_mode = s->hopper_backward ? BwdDqModeFromEnv() : BwdDqMode::kRecompute;
     const StoredDsPlan ds_plan =
         PlanStoredDs(s->problem.pairing.seqs, lists, s->problem.pairing.broadcast_q, s->problem.heads, dq_mode);
+    bool stored_ds = ds_plan.use;
+    if (stored_ds) {
+      if (absl::Status a = s->ds.Allocate(static_cast<size_t>(ds_plan.elements), "stored dS"); !a.ok()) {
+        if (dq_mode == BwdDqMode::kStored) return a;
+        (void)cudaGetLastError();  // the default falls back to the recompute when the memory is not there
+        stored_ds = false;
+      } else {
+        GEMTB_RETURN_IF_ERROR(s->ds_block_base.Upload(ds_plan.block_base, "dS block offsets"));
+      }
+    }
     GEMTB_RETURN_IF_ERROR(
-        s->dkv_segments.Upload(ds_plan.use ? ds_plan.segments : lists.dkv_segments, "dK/dV segments"));
+        s->dkv_segments.Upload(stored_ds ? ds_plan.segments : lists.dkv_segments, "dK/dV segments"));
     GEMTB_RETURN_IF_ERROR(s->dq_reduce.Upload(lists.dq_reduce, "dQ reduce list"));
     const size_t partial_floats =
         static_cast<size_t>(lists.dq_partial_slots) * static_cast<size_t>(s->problem.heads) * kBlockM *
         static_cast<size_t>(s->problem.d);
     GEMTB_RETURN_IF_ERROR(s->dq_partial.Allocate(partial_floats, "dQ partial sums"));
-    if (ds_plan.use) {
-      GEMTB_RETURN_IF_ERROR(s->ds_block_base.Upload(ds_plan.block_base, "dS block offsets"));
-      GEMTB_RETURN_IF_ERROR(s->ds.Allocate(static_cast<size_t>(ds_plan.elements), "stored dS"));
-    }
   }
   return std::unique_ptr<DeviceCall>(new DeviceCall(std::move(s)));
 }

@@ -37,9 +37,12 @@ namespace gemtb::gpu {
 
 inline constexpr int kDsBlock = 64;                              // rows and keys per dS block
 inline constexpr int64_t kDsBlockElements = kDsBlock * kDsBlock;  // 16-bit elements per block
-// Off until a device run shows it faster and correct (the rule then: where it applies and the
-// workspace is at most kStoredDsMaxBytes, above which v3's recompute runs).
-inline constexpr bool kStoredDsDefault = false;
+// The default (since the device run at e1a14b3, tools/bench/NOTES.md "Backward v5"): wherever it
+// applies and the workspace is at most kStoredDsMaxBytes (and its allocation succeeds: api.cc falls
+// back to the recompute otherwise); it was faster than v3 on all seven bench cases it applies to
+// (bwd -6% on self_softmax to -17% on self_gdpa_silu and block64_softmax) and the memory is the
+// cost, so the rule is on size only. Above the limit v3's recompute runs.
+inline constexpr bool kStoredDsDefault = true;
 inline constexpr int64_t kStoredDsMaxBytes = int64_t{24} << 30;
 
 enum class BwdDqMode { kAuto, kStored, kRecompute };
