@@ -16,10 +16,10 @@
 //     phases behind a stage's barrier (waiting only on its own steps it could see a stale phase of
 //     the same parity), and the stage is refilled once its owner is done. Two stages are held by
 //     consumers most of the time, one is in flight.
-//   true ("half keys", the default): both consumers on every step, consumer c on the step's keys
-//     c*64 .. c*64+63 (S on m64n64 against those K rows, O += P V on the same V rows); both finish
-//     a stage at about the same time, so one stage is held and two are in flight (PMA is paced by
-//     its K/V bytes once the waste is gone), and no consumer idles at a tile's end.
+//   true ("half keys", the faster on PMA): both consumers on every step, consumer c on the step's
+//     keys c*64 .. c*64+63 (S on m64n64 against those K rows, O += P V on the same V rows); both
+//     finish a stage at about the same time, so one stage is held and two are in flight (PMA is
+//     paced by its K/V bytes once the waste is gone), and no consumer idles at a tile's end.
 // No MMA turn between the consumers.
 //
 // Pipeline: the producer and the three-stage K/V ring as in v5 (TMA for full steps, zero-filled
