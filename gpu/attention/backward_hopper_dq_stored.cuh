@@ -14,7 +14,10 @@
 #ifndef GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_DQ_STORED_CUH_
 #define GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_DQ_STORED_CUH_
 
+#include <cstdlib>
+
 #include "absl/status/status.h"
+#include "gpu/attention/backward_hopper_dkdv_chain.cuh"
 #include "gpu/attention/backward_hopper_ds_layout.cuh"
 #include "gpu/attention/backward_hopper_kernel.cuh"
 #include "gpu/common/cuda_check.cuh"
@@ -127,6 +130,142 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 3) DqStoredDsHopperKernel(c
   }
 }
 
+// The same dQ with kStages-deep cp.async pipelining of both blocks (K and dS through shared memory,
+// dS read back with 16-byte loads in the same fragment order): kStages - 1 steps' loads in flight
+// per CTA instead of one, for the dS stream from DRAM (opt-in: GEMTB_BWD_DQ_STAGES=3 or 4; not yet
+// timed). Same steps, order and MMAs as DqStoredDsHopperKernel: the same bits.
+template <int kStages>
+inline constexpr size_t kHopperDqStoredPipeSmemBytes = 1024 + kStages * (kHopperBwdTileBytes + kDsBlockElements * 2);
+
+template <ElementType E, int kStages>
+__global__ void __launch_bounds__(kHopperBwdThreads, 2) DqStoredDsPipelinedHopperKernel(const BackwardParams p) {
+  constexpr int D = kHopperHeadDim;
+  constexpr uint32_t kStageBytes = kHopperBwdTileBytes + kDsBlockElements * 2;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t s0 = (wgmma::SmemAddress(smem_raw) + 1023u) & ~1023u;
+  const auto sk = [&](int stage) { return s0 + static_cast<uint32_t>(stage) * kStageBytes; };
+  const auto sds = [&](int stage) { return sk(stage) + kHopperBwdTileBytes; };
+
+  const ProblemParams& pr = p.problem;
+  const DqTile tile = p.dq_tiles[blockIdx.x];
+  const int h = static_cast<int>(blockIdx.y);
+  const int hk = h / (pr.heads / pr.kv_heads);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int lane = tid & 31;
+  const LaneCoords ln = Lane();
+  const int64_t kv_stride = static_cast<int64_t>(pr.kv_heads) * D;
+  const int qb = tile.i0 / kDsBlock;
+  const SeqInfo first = pr.seqs[p.dq_readers[tile.reader_begin].b];
+  const int q_rows = min(64, first.lq - tile.i0);
+
+  struct Cursor {
+    int ri, j0;
+  };
+  const auto reader = [&](int ri) { return p.dq_readers[tile.reader_begin + ri]; };
+  const auto block_start = [](int k_lo) { return k_lo - k_lo % kDsBlock; };
+  const auto advance = [&](Cursor c) {
+    c.j0 += kDsBlock;
+    if (c.j0 < reader(c.ri).k_hi) return c;
+    if (++c.ri < tile.reader_count) c.j0 = block_start(reader(c.ri).k_lo);
+    return c;
+  };
+  // K rows [j0, k_hi) of the block (zero past the reader's range) and the block's dS (8 KB, a plain copy).
+  const auto load_step = [&](Cursor c, int stage) {
+    const DqReader rd = reader(c.ri);
+    const SeqInfo seq = pr.seqs[rd.b];
+    HopperBwdLoad(sk(stage), pr.k + (seq.kv_begin + c.j0) * kv_stride + hk * D, kv_stride, min(64, rd.k_hi - c.j0),
+                  pr.k);
+    const uint16_t* src = p.ds + HopperBwdDsBlockOffset(p, rd.b, qb, c.j0 / kDsBlock, h);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int chunk = tid + i * kHopperBwdThreads;
+      wgmma::CpAsync16(sds(stage) + static_cast<uint32_t>(chunk * 16), src + chunk * 8, 16u);
+    }
+  };
+  Cursor cur{0, block_start(reader(0).k_lo)};
+  Cursor load = cur;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {  // one commit group per stage, empty past the last step
+    if (load.ri < tile.reader_count) {
+      load_step(load, s);
+      load = advance(load);
+    }
+    wgmma::CpAsyncCommit();
+  }
+
+  const int row[2] = {warp * 16 + ln.g, warp * 16 + ln.g + 8};
+  float dq[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) dq[i] = 0.f;
+  RowKeyRange keys[2] = {{0, 0}, {0, 0}};
+  int row_reader = -1;
+  for (int stage = 0; cur.ri < tile.reader_count; stage = stage + 1 == kStages ? 0 : stage + 1) {
+    if (row_reader != cur.ri) {
+      row_reader = cur.ri;
+      const SeqInfo seq = pr.seqs[reader(cur.ri).b];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) keys[r] = RowKeys(pr.options, tile.i0 + row[r], seq.lq, seq.lk);
+    }
+    bool meets = false;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      meets = meets || (row[r] < q_rows && keys[r].begin < keys[r].end && keys[r].begin < cur.j0 + kDsBlock &&
+                        keys[r].end > cur.j0);
+    }
+    wgmma::CpAsyncWait<kStages - 2>();  // this step's group is in
+    wgmma::FenceProxyAsync();
+    // Every thread is done with the previous step's stage, which the next load refills.
+    const bool any = __syncthreads_or(meets ? 1 : 0) != 0;
+    if (load.ri < tile.reader_count) {
+      load_step(load, stage == 0 ? kStages - 1 : stage - 1);
+      load = advance(load);
+    }
+    wgmma::CpAsyncCommit();
+    if (any) {
+      uint32_t a[4][4];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint4 v = LdSharedV4(sds(stage) + static_cast<uint32_t>((warp * 128 + kk * 32 + lane) * 16));
+        a[kk][0] = v.x;
+        a[kk][1] = v.y;
+        a[kk][2] = v.z;
+        a[kk][3] = v.w;
+      }
+      wgmma::Fence();
+      HopperBwdIssueAB<E>(dq, a, sk(stage));
+      wgmma::Commit();
+      wgmma::Wait<0>();
+      wgmma::FenceRegisters(dq);
+    }
+    cur = advance(cur);
+  }
+  wgmma::CpAsyncWait<0>();
+
+  if (tile.partial >= 0) {
+    HopperBwdStoreDqPartial(p, dq, tile.partial, h, row, ln);
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= q_rows) continue;
+    const int64_t at = ((first.q_begin + tile.i0 + row[r]) * pr.heads + h) * D + 2 * ln.t;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      *reinterpret_cast<uint32_t*>(p.dq + at + i * 8) =
+          PackRounded<E>(pr.pre_scale * dq[4 * i + 2 * r], pr.pre_scale * dq[4 * i + 2 * r + 1]);
+    }
+  }
+}
+
+// GEMTB_BWD_DQ_STAGES=3 or 4: the pipelined kernel above; unset (or anything else): the register one.
+inline int DqStoredStagesFromEnv() {
+  const char* env = std::getenv("GEMTB_BWD_DQ_STAGES");
+  if (env == nullptr) return 0;
+  const int n = std::atoi(env);
+  return n == 3 || n == 4 ? n : 0;
+}
+
 // The two launches of backward v5, when params.ds is set (else *launched stays false and the caller
 // runs v3/v4): the dK/dV kernel that also stores dS, and the dQ pass above.
 template <ElementType E>
@@ -154,8 +293,17 @@ absl::Status LaunchDqHopperStoredDs(const BackwardParams& params, int64_t num_ti
   if (params.ds == nullptr) return absl::OkStatus();
   *launched = true;
   const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.problem.heads));
-  return Launch(DqStoredDsHopperKernel<E>, grid, dim3(kHopperBwdThreads), kHopperDqStoredSmemBytes, params,
-                "attention backward dQ kernel on stored dS (Hopper)");
+  const char* name = "attention backward dQ kernel on stored dS (Hopper)";
+  static const int stages = DqStoredStagesFromEnv();
+  if (stages == 3) {
+    return Launch(DqStoredDsPipelinedHopperKernel<E, 3>, grid, dim3(kHopperBwdThreads),
+                  kHopperDqStoredPipeSmemBytes<3>, params, name);
+  }
+  if (stages == 4) {
+    return Launch(DqStoredDsPipelinedHopperKernel<E, 4>, grid, dim3(kHopperBwdThreads),
+                  kHopperDqStoredPipeSmemBytes<4>, params, name);
+  }
+  return Launch(DqStoredDsHopperKernel<E>, grid, dim3(kHopperBwdThreads), kHopperDqStoredSmemBytes, params, name);
 }
 
 }  // namespace gemtb::gpu
