@@ -11,6 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "gpu/attention/backward_stored_ds_plan.h"
 #include "gpu/attention/device_call.h"
+#include "gpu/attention/forward_variant.h"
 #include "gpu/attention/launch.h"
 #include "gpu/attention/params.h"
 #include "gpu/attention/tile_scheduler.h"
@@ -393,7 +394,18 @@ int64_t DeviceCall::heads() const { return state_->problem.heads; }
 bool DeviceCall::softmax() const { return state_->softmax; }
 const char* DeviceCall::forward_kernel_name() const {
   if (!state_->hopper_forward) return "mma_sync";
-  if (state_->hopper_ws) return "hopper_ws_n128";
+  if (state_->hopper_ws) {
+    // The kernel LaunchForwardHopperWs picks for TMA-suited tensors (16-byte aligned; v4 otherwise).
+    if (ForwardSplitApplies(state_->forward_max_rows, state_->softmax)) {
+      return ForwardSplitMode() == 2 ? "hopper_split_keys" : "hopper_split_steps";
+    }
+    switch (ForwardWsVersion()) {
+      case 4: return "hopper_ws_v4";
+      case 5: return "hopper_tma_v5";
+      case 6: return "hopper_tma_v6";
+      default: return "hopper_tma_v7";
+    }
+  }
   return state_->hopper_block_n == 128 ? "hopper_wgmma_n128" : "hopper_wgmma_n64";
 }
 

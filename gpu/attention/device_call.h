@@ -60,8 +60,9 @@ class DeviceCall {
   int64_t out_rows() const;
   int64_t heads() const;
   bool softmax() const;
-  // "hopper_wgmma_n64", "hopper_wgmma_n128", "hopper_ws_n128" or "mma_sync": the forward kernel this
-  // call launches.
+  // The forward kernel this call launches: "mma_sync", "hopper_wgmma_n64", "hopper_wgmma_n128", or
+  // the warp-specialised forward's variant (forward_variant.h): "hopper_ws_v4", "hopper_tma_v5"..
+  // "hopper_tma_v7", "hopper_split_keys" / "hopper_split_steps" (PMA's <= 64-row tiles).
   const char* forward_kernel_name() const;
   // "hopper_wgmma" or "mma_sync" (or "none" without the backward lists): the backward kernels.
   const char* backward_kernel_name() const;

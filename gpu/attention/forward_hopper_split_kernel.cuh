@@ -33,10 +33,10 @@
 #define GEMTB_GPU_ATTENTION_FORWARD_HOPPER_SPLIT_KERNEL_CUH_
 
 #include "gpu/attention/forward_hopper_tma_kernel.cuh"
+#include "gpu/attention/forward_variant.h"
 
 namespace gemtb::gpu {
 
-inline constexpr int kSplitRows = 64;  // query rows of a tile the split kernel covers
 // Named barriers of the accumulator exchange (1..3 are v4..v7's turn and join barriers).
 inline constexpr int kSplitExchangeFull = 4;  // consumer 1 has written a half
 inline constexpr int kSplitExchangeFree = 5;  // consumer 0 has read it

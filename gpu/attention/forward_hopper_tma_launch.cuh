@@ -15,36 +15,10 @@
 #include "absl/status/status.h"
 #include "gpu/attention/forward_hopper_split_kernel.cuh"
 #include "gpu/attention/forward_hopper_tma_kernel.cuh"
+#include "gpu/attention/forward_variant.h"
 #include "gpu/common/cuda_check.cuh"
 
 namespace gemtb::gpu {
-
-// Which warp-specialised forward runs: 4 (forward_hopper_ws_kernel.cuh), or this file's 5, 6 or 7
-// (v6: v5 with the elementwise diet of forward_tma_elementwise.cuh; v7: v6 with softmax's epilogue
-// as one multiply per output, other acts as v6). GEMTB_FORWARD_WS=v4..v7 overrides the default (how
-// one build times them all and the check covers each). v7 is the default since bc34b64 (checked
-// with 12,000 cases in the same-run call at bf022de).
-inline constexpr int kForwardWsDefaultVersion = 7;
-inline int ForwardWsVersion() {
-  const char* env = std::getenv("GEMTB_FORWARD_WS");
-  if (env != nullptr && env[0] == 'v' && env[1] >= '4' && env[1] <= '7' && env[2] == '\0') return env[1] - '0';
-  return kForwardWsDefaultVersion;
-}
-inline bool ForwardHopperTmaEnabled() { return ForwardWsVersion() >= 5; }
-
-// The split kernel (forward_hopper_split_kernel.cuh, "v8") for launches whose tiles all have at
-// most kSplitRows query rows and a pointwise act (PMA). GEMTB_FORWARD_SPLIT: 0 keeps v6/v7 there,
-// 1 the consumers taking alternate K/V steps, 2 both consumers on every step, 64 keys each; unset
-// or anything else, kForwardSplitDefault. Mode 2 is the default: on the H200 (run 40cb14a) pma's
-// forward took 0.359 ms with 2, 0.374 with 1, 0.468 with v7; mode 1 passed a 3,000-case check (150
-// per pointwise family), and the 500-case checks of the session's last device calls ran with 2 as
-// the default (tools/bench/NOTES.md, "Forward v8").
-inline constexpr int kForwardSplitDefault = 2;
-inline int ForwardSplitMode() {
-  const char* env = std::getenv("GEMTB_FORWARD_SPLIT");
-  if (env != nullptr && env[0] >= '0' && env[0] <= '2' && env[1] == '\0') return env[0] - '0';
-  return kForwardSplitDefault;
-}
 
 // A 2-D map of a [rows, cols] row-major uint16 tensor (rows `stride_elems` apart) with boxes of
 // kTmaBoxRows x kTmaBoxCols, 128-byte swizzled. The kernel only reads boxes that lie inside one
@@ -134,9 +108,8 @@ absl::Status LaunchForwardHopperTma(const ForwardParams& params, int64_t num_til
   *launched = true;
   const int n = static_cast<int>(items);
   const int version = ForwardWsVersion();
-  const int split = ForwardSplitMode();
-  if (version >= 6 && params.max_tile_rows > 0 && params.max_tile_rows <= kSplitRows && split > 0) {
-    const bool half_keys = split == 2;
+  if (ForwardSplitApplies(params.max_tile_rows, pr.options.act == Activation::kSoftmax)) {
+    const bool half_keys = ForwardSplitMode() == 2;
     switch (pr.options.act) {
       case Activation::kSoftmax: break;  // the online softmax's (m, l) would need merging: v6/v7 below
       case Activation::kSilu: return LaunchForwardHopperSplitAct<E, HopperAct::kSilu>(params, maps, n, half_keys);

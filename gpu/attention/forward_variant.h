@@ -1,0 +1,46 @@
+// Which persistent forward runs (host only, so that api.cc can name it and the launcher can pick
+// it from one place): the version of the warp-specialised forward and the split kernel's mode, each
+// a compiled default that an environment variable overrides, so that one build can time and check
+// every variant.
+#ifndef GEMTB_GPU_ATTENTION_FORWARD_VARIANT_H_
+#define GEMTB_GPU_ATTENTION_FORWARD_VARIANT_H_
+
+#include <cstdlib>
+
+namespace gemtb::gpu {
+
+// The warp-specialised forward: 4 (forward_hopper_ws_kernel.cuh), or forward_hopper_tma_launch.cuh's
+// 5, 6 or 7 (v6: v5 with the elementwise diet of forward_tma_elementwise.cuh; v7: v6 with softmax's
+// epilogue as one multiply per output, other acts as v6). GEMTB_FORWARD_WS=v4..v7 overrides the
+// default. v7 is the default since bc34b64 (checked with 12,000 cases in the same-run call at bf022de).
+inline constexpr int kForwardWsDefaultVersion = 7;
+inline int ForwardWsVersion() {
+  const char* env = std::getenv("GEMTB_FORWARD_WS");
+  if (env != nullptr && env[0] == 'v' && env[1] >= '4' && env[1] <= '7' && env[2] == '\0') return env[1] - '0';
+  return kForwardWsDefaultVersion;
+}
+inline bool ForwardHopperTmaEnabled() { return ForwardWsVersion() >= 5; }
+
+// The split kernel (forward_hopper_split_kernel.cuh, "v8") for launches whose tiles all have at
+// most kSplitRows query rows and a pointwise act (PMA). GEMTB_FORWARD_SPLIT: 0 keeps v6/v7 there,
+// 1 the consumers taking alternate K/V steps, 2 both consumers on every step, 64 keys each; unset
+// or anything else, kForwardSplitDefault. Mode 2 is the default: on the H200 (run 40cb14a) pma's
+// forward took 0.359 ms with 2, 0.374 with 1, 0.468 with v7; mode 1 passed a 3,000-case check (150
+// per pointwise family), and the 500-case checks of the session's last device calls ran with 2 as
+// the default (tools/bench/NOTES.md, "Forward v8").
+inline constexpr int kSplitRows = 64;  // query rows of a tile the split kernel covers
+inline constexpr int kForwardSplitDefault = 2;
+inline int ForwardSplitMode() {
+  const char* env = std::getenv("GEMTB_FORWARD_SPLIT");
+  if (env != nullptr && env[0] >= '0' && env[0] <= '2' && env[1] == '\0') return env[0] - '0';
+  return kForwardSplitDefault;
+}
+// Whether a launch whose tiles have at most `max_tile_rows` query rows runs the split kernel.
+inline bool ForwardSplitApplies(int max_tile_rows, bool softmax) {
+  return ForwardWsVersion() >= 6 && max_tile_rows > 0 && max_tile_rows <= kSplitRows && !softmax &&
+         ForwardSplitMode() > 0;
+}
+
+}  // namespace gemtb::gpu
+
+#endif  // GEMTB_GPU_ATTENTION_FORWARD_VARIANT_H_
