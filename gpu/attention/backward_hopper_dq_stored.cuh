@@ -8,9 +8,10 @@
 // (cp.async, 128-byte swizzled, two stages) and the dS block (four 16-byte loads per thread straight
 // into the register A operand, one step ahead). A reader's key range starts at its rows' first
 // valid key, which need not be a block boundary: steps run over whole 64-key blocks from the block
-// holding it. A block no row of the tile has a valid key in was never written (the dK/dV kernel
-// visits only blocks with such a row): the CTA skips it on a vote at the step's barrier.
-// 33 KB of shared memory and at most 128 registers: four CTAs per SM.
+// holding it. A block no row of the tile has a valid key in may never have been written (the dK/dV
+// kernel writes only the blocks its steps cover): the CTA skips it on a vote at the step's barrier.
+// 33 KB of shared memory and 154 registers: three CTAs per SM. The pipelined kernel below (three
+// stages) is what GEMTB_BWD_DQ=stored runs unless GEMTB_BWD_DQ_STAGES=0 asks for this one.
 #ifndef GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_DQ_STORED_CUH_
 #define GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_DQ_STORED_CUH_
 
@@ -132,8 +133,11 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 3) DqStoredDsHopperKernel(c
 
 // The same dQ with kStages-deep cp.async pipelining of both blocks (K and dS through shared memory,
 // dS read back with 16-byte loads in the same fragment order): kStages - 1 steps' loads in flight
-// per CTA instead of one, for the dS stream from DRAM (opt-in: GEMTB_BWD_DQ_STAGES=3 or 4; not yet
-// timed). Same steps, order and MMAs as DqStoredDsHopperKernel: the same bits.
+// per CTA instead of one, for the dS stream from DRAM. Same steps, order and MMAs as
+// DqStoredDsHopperKernel, so the same sums. kStages = 3 (three CTAs per SM) is what the stored path
+// runs: on the H200 (fc25fc5) it took cross_gdpa_gelu's bwd 3.83 -> 3.70 ms and dense_gdpa_silu's
+// 20.22 -> 19.58 against the register kernel (which ncu showed latency-bound: 1.00 ms, DRAM 52%);
+// kStages = 4 (two CTAs per SM) was slower than both.
 template <int kStages>
 inline constexpr size_t kHopperDqStoredPipeSmemBytes = 1024 + kStages * (kHopperBwdTileBytes + kDsBlockElements * 2);
 
@@ -258,12 +262,13 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqStoredDsPipelinedHoppe
   }
 }
 
-// GEMTB_BWD_DQ_STAGES=3 or 4: the pipelined kernel above; unset (or anything else): the register one.
+// GEMTB_BWD_DQ_STAGES=0 runs the register kernel, =4 the four-stage one; unset (or anything else):
+// three stages.
 inline int DqStoredStagesFromEnv() {
   const char* env = std::getenv("GEMTB_BWD_DQ_STAGES");
-  if (env == nullptr) return 0;
+  if (env == nullptr || *env == '\0') return 3;
   const int n = std::atoi(env);
-  return n == 3 || n == 4 ? n : 0;
+  return n == 0 || n == 4 ? n : 3;
 }
 
 // The two launches of backward v5, when params.ds is set (else *launched stays false and the caller

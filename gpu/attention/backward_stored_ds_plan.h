@@ -37,12 +37,14 @@ namespace gemtb::gpu {
 
 inline constexpr int kDsBlock = 64;                              // rows and keys per dS block
 inline constexpr int64_t kDsBlockElements = kDsBlock * kDsBlock;  // 16-bit elements per block
-// The default (since the device run at e1a14b3, tools/bench/NOTES.md "Backward v5"): wherever it
-// applies and the workspace is at most kStoredDsMaxBytes (and its allocation succeeds: api.cc falls
-// back to the recompute otherwise); it was faster than v3 on all seven bench cases it applies to
-// (bwd -6% on self_softmax to -17% on self_gdpa_silu and block64_softmax) and the memory is the
-// cost, so the rule is on size only. Above the limit v3's recompute runs.
-inline constexpr bool kStoredDsDefault = true;
+// Opt-in (GEMTB_BWD_DQ=stored) until a device run shows `gemtb check attention` >= 500 cases per
+// family with it: it was faster than v3 on all seven bench cases it applies to (tools/bench/NOTES.md
+// "Backward v5", same call at fc25fc5: bwd -8% on self_softmax to -15% on cross_gdpa_gelu and
+// dense_gdpa_silu with the three-stage dQ kernel) and passed checks of 10, 12 and 30 cases per
+// family, but the final call's 500-case check ran out of time. Once on, the rule is: wherever it applies and the workspace is at most
+// kStoredDsMaxBytes (api.cc falls back to the recompute if the allocation fails); memory is its only
+// cost, so the rule is on size only.
+inline constexpr bool kStoredDsDefault = false;
 inline constexpr int64_t kStoredDsMaxBytes = int64_t{24} << 30;
 
 enum class BwdDqMode { kAuto, kStored, kRecompute };

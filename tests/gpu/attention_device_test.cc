@@ -216,7 +216,7 @@ TEST(GpuAttention, ChainedBackwardMatchesV3Bitwise) {
     EXPECT_EQ(setenv("GEMTB_DKDV_CHAIN", chain, 1), 0);
     EXPECT_EQ(setenv("GEMTB_DQ_CHAIN", chain, 1), 0);
     EXPECT_EQ(setenv("GEMTB_BWD_HEAD_MINOR", head_minor, 1), 0);
-    EXPECT_EQ(setenv("GEMTB_BWD_DQ", "recompute", 1), 0);  // v5's stored dS (the default) runs no chain
+    EXPECT_EQ(setenv("GEMTB_BWD_DQ", "recompute", 1), 0);  // v5's stored dS runs no chain
     absl::StatusOr<gpu::BackwardResult> r = gpu::Backward(call.args, call.DoView(), fwd);
     unsetenv("GEMTB_DKDV_CHAIN");
     unsetenv("GEMTB_DQ_CHAIN");
@@ -265,8 +265,8 @@ TEST(GpuAttention, ChainedBackwardMatchesV3Bitwise) {
   }
 }
 
-// The stored-dS backward (GEMTB_BWD_DQ=stored; the default where it fits kStoredDsMaxBytes) on every
-// family but broadcast_q, where it applies.
+// The stored-dS backward (GEMTB_BWD_DQ=stored, opt-in) on every family but broadcast_q, where it
+// applies.
 TEST(GpuAttention, CheckCommandPassesWithTheStoredDsBackward) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
   ASSERT_EQ(setenv("GEMTB_BWD_DQ", "stored", 1), 0);
