@@ -3,8 +3,9 @@
 # .deb/SOURCE, never the live tree), times the attention kernels with `gemtb bench attention`, times
 # the peers (.peers/torch_peers.py, a copy of ../shared/peers/torch_peers.py) on the same lengths in
 # the same call, writes the ratio table (ours / best peer, per case, fwd and fwd+bwd), and runs
-# `gemtb check attention`. Every stage is cut to what is left of a total budget, so the script ends
-# and writes its results inside one call of 600 s.
+# `gemtb check attention` (right after the bench, so that a short budget cuts the peers, not the
+# check). Every stage is cut to what is left of a total budget, so the script ends and writes its
+# results inside one call of 600 s.
 #
 # Here, before the call (gpu/README.md has the details):
 #   git archive --format=tar.gz -o .deb/src.tgz HEAD && git rev-parse HEAD > .deb/SOURCE
@@ -22,7 +23,8 @@
 #                       hopper_ws the check runs it too (GEMTB_FORWARD_KERNEL=hopper_ws)
 #   --ncu a,b           also profile the forward kernel of these cases once with Nsight Compute
 #                       (speed of light, warp stall reasons; clocks left as they are)
-#   --peer-timeout 0 skips the peers (then there is no ratio table).
+#   --peer-timeout 0 skips the torch peers (with --meta-timeout 0 too, there is no ratio table).
+#   --meta-cases a,b    the cases Meta's Triton GDPA runs (default: --cases; it has only the GDPA ones)
 #   --meta-timeout S    seconds for Meta's Triton GDPA at most (default 240; 0 skips it). It runs
 #                       when .peers/meta_gdpa/gdpa/ holds that library's gdpa/ folder (fetched from
 #                       facebookresearch/ads_model_kernel_library, commit in .peers/meta_gdpa/COMMIT;
@@ -42,6 +44,7 @@ cases=""
 variants=""
 peer_timeout=300
 meta_timeout=240
+meta_cases=""
 forward_kernel=auto
 ncu_cases=""
 while [ $# -gt 0 ]; do
@@ -53,6 +56,7 @@ while [ $# -gt 0 ]; do
     --variants) variants=$2; shift 2 ;;
     --peer-timeout) peer_timeout=$2; shift 2 ;;
     --meta-timeout) meta_timeout=$2; shift 2 ;;
+    --meta-cases) meta_cases=$2; shift 2 ;;
     --forward-kernel) forward_kernel=$2; shift 2 ;;
     --ncu) ncu_cases=$2; shift 2 ;;
     *) echo "bench_gpu: unknown argument $1" >&2; exit 2 ;;
@@ -129,9 +133,27 @@ for v in ${variants//,/ }; do
 done
 tar -czf "$out/lengths.tgz" -C "$lengths" . 2>/dev/null
 
-# --- 4. peers on the same lengths, same call ------------------------------------------------------
-if [ "$peer_timeout" -gt 0 ] && [ -f .peers/torch_peers.py ] && [ -f "$lengths/bench_attention.json" ]; then
-  stage "peers: torch_peers.py --lengths (timeout $(limit "$peer_timeout") s)"
+# --- 4. gemtb check attention (before the peers: when the budget runs short, the peers are cut) ---
+if [ "$check_cases" -gt 0 ]; then
+  stage "gemtb check attention --cases $check_cases (timeout $(limit 400) s)"
+  # The check always runs kAuto; GEMTB_FORWARD_KERNEL=hopper_ws makes kAuto take the opt-in
+  # warp-specialised forward wherever the Hopper forward applies (device_call.h).
+  check_env=()
+  [ "$forward_kernel" = hopper_ws ] && check_env=(GEMTB_FORWARD_KERNEL=hopper_ws)
+  echo "   check forward: ${check_env[*]:-default kAuto}" | tee -a "$out/summary.txt"
+  timeout "$(limit 400)" env "${check_env[@]}" "$gemtb" check attention --cases "$check_cases" --seed 1 --max-length 300 \
+    --json "$out/check.json" > /tmp/check.log 2>&1
+  check_rc=$?
+  [ $check_rc -eq 0 ] || status=1
+  { grep -A 40 "^family" /tmp/check.log || tail -20 /tmp/check.log; } | tee -a "$out/summary.txt"
+  cat /tmp/check.log >> "$out/run.log"
+  echo "   check exit code $check_rc" | tee -a "$out/summary.txt"
+fi
+# --- 5. peers on the same lengths, same call ------------------------------------------------------
+meta_applies=0
+[ "$meta_timeout" -gt 0 ] && [ -d .peers/meta_gdpa/gdpa ] && meta_applies=1
+if { [ "$peer_timeout" -gt 0 ] && [ -f .peers/torch_peers.py ] || [ $meta_applies -eq 1 ]; } &&
+   [ -f "$lengths/bench_attention.json" ]; then
   peer_cases=()
   [ -n "$cases" ] && IFS=, read -r -a peer_cases <<< "$cases"
   cat > /tmp/peer_lines.py <<'EOF'
@@ -147,10 +169,13 @@ for line in sys.stdin:
         print("   %-16s %-16s fwd %7.1f  fwd+bwd %7.1f TFLOP/s"
               % (r["case"], r["impl"], r["fwd_tflops"], r["fwdbwd_tflops"] or 0), flush=True)
 EOF
-  PYTHONUNBUFFERED=1 timeout "$(limit "$peer_timeout")" python3 .peers/torch_peers.py --json "$out/peers.json" \
-    --lengths "$lengths" "${peer_cases[@]}" 2>&1 | tee -a "$out/run.log" | python3 /tmp/peer_lines.py | \
-    tee -a "$out/summary.txt"
-  if [ ! -f "$out/peers.json" ]; then
+  if [ "$peer_timeout" -gt 0 ] && [ -f .peers/torch_peers.py ]; then
+    stage "peers: torch_peers.py --lengths (timeout $(limit "$peer_timeout") s)"
+    PYTHONUNBUFFERED=1 timeout "$(limit "$peer_timeout")" python3 .peers/torch_peers.py --json "$out/peers.json" \
+      --lengths "$lengths" "${peer_cases[@]}" 2>&1 | tee -a "$out/run.log" | python3 /tmp/peer_lines.py | \
+      tee -a "$out/summary.txt"
+  fi
+  if [ "$peer_timeout" -gt 0 ] && [ -f .peers/torch_peers.py ] && [ ! -f "$out/peers.json" ]; then
     # Stopped by the timeout: keep the rows it printed.
     python3 - "$out/run.log" "$out/peers.json" "$gpu_name" <<'EOF'
 import json, sys
@@ -167,11 +192,13 @@ json.dump({"device": sys.argv[3], "rows": rows, "note": "partial: the peer scrip
 EOF
     stage "peers stopped by the time limit (partial peers.json)"
   fi
-  if [ "$meta_timeout" -gt 0 ] && [ -d .peers/meta_gdpa/gdpa ]; then
+  if [ $meta_applies -eq 1 ]; then
+    meta_case_list=("${peer_cases[@]}")
+    [ -n "$meta_cases" ] && IFS=, read -r -a meta_case_list <<< "$meta_cases"
     stage "peers: Meta's Triton GDPA (timeout $(limit "$meta_timeout") s)"
     PYTHONUNBUFFERED=1 timeout "$(limit "$meta_timeout")" python3 "$src/tools/bench/meta_gdpa_peer.py" \
       --repo .peers/meta_gdpa --repo-commit "$(cat .peers/meta_gdpa/COMMIT 2>/dev/null)" --lengths "$lengths" \
-      --json /tmp/meta_peers.json --reps 10 "${peer_cases[@]}" 2>&1 | tee /tmp/meta_peers.log | \
+      --json /tmp/meta_peers.json --reps 10 "${meta_case_list[@]}" 2>&1 | tee /tmp/meta_peers.log | \
       tee -a "$out/run.log" | python3 /tmp/peer_lines.py | tee -a "$out/summary.txt"
     # Its rows join peers.json (the rows it printed, if the time limit stopped it before its JSON).
     python3 "$src/tools/bench/merge_peers.py" "$out/peers.json" /tmp/meta_peers.json /tmp/meta_peers.log
@@ -184,7 +211,7 @@ else
   stage "peers skipped (.peers/torch_peers.py or bench results missing)"
 fi
 
-# --- 4b. Nsight Compute on the forward kernel ------------------------------------------------------
+# --- 6. Nsight Compute on the forward kernel ------------------------------------------------------
 for c in ${ncu_cases//,/ }; do
   stage "ncu: forward kernel of $c"
   timeout "$(limit 90)" ncu --clock-control none --kernel-name regex:Forward --launch-count 1 \
@@ -197,21 +224,5 @@ for c in ${ncu_cases//,/ }; do
   cat /tmp/ncu.log >> "$out/run.log"
 done
 
-# --- 5. gemtb check attention ---------------------------------------------------------------------
-if [ "$check_cases" -gt 0 ]; then
-  stage "gemtb check attention --cases $check_cases (timeout $(limit 400) s)"
-  # The check always runs kAuto; GEMTB_FORWARD_KERNEL=hopper_ws makes kAuto take the opt-in
-  # warp-specialised forward wherever the Hopper forward applies (device_call.h).
-  check_env=()
-  [ "$forward_kernel" = hopper_ws ] && check_env=(GEMTB_FORWARD_KERNEL=hopper_ws)
-  echo "   check forward: ${check_env[*]:-default kAuto}" | tee -a "$out/summary.txt"
-  timeout "$(limit 400)" env "${check_env[@]}" "$gemtb" check attention --cases "$check_cases" --seed 1 --max-length 300 \
-    --json "$out/check.json" > /tmp/check.log 2>&1
-  check_rc=$?
-  [ $check_rc -eq 0 ] || status=1
-  { grep -A 40 "^family" /tmp/check.log || tail -20 /tmp/check.log; } | tee -a "$out/summary.txt"
-  cat /tmp/check.log >> "$out/run.log"
-  echo "   check exit code $check_rc" | tee -a "$out/summary.txt"
-fi
 stage "done: status $status"
 exit $status

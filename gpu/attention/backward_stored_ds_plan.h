@@ -37,14 +37,14 @@ namespace gemtb::gpu {
 
 inline constexpr int kDsBlock = 64;                              // rows and keys per dS block
 inline constexpr int64_t kDsBlockElements = kDsBlock * kDsBlock;  // 16-bit elements per block
-// Opt-in (GEMTB_BWD_DQ=stored) until a device run shows `gemtb check attention` >= 500 cases per
-// family with it: it was faster than v3 on all seven bench cases it applies to (tools/bench/NOTES.md
-// "Backward v5", same call at fc25fc5: bwd -8% on self_softmax to -15% on cross_gdpa_gelu and
-// dense_gdpa_silu with the three-stage dQ kernel) and passed checks of 10, 12 and 30 cases per
-// family, but the final call's 500-case check ran out of time. Once on, the rule is: wherever it applies and the workspace is at most
-// kStoredDsMaxBytes (api.cc falls back to the recompute if the allocation fails); memory is its only
-// cost, so the rule is on size only.
-inline constexpr bool kStoredDsDefault = false;
+// The default wherever it applies and its workspace is at most kStoredDsMaxBytes (api.cc falls
+// back to the recompute if the allocation fails; GEMTB_BWD_DQ=recompute keeps v3/v4): it was faster
+// than v3 on all seven bench cases it applies to (tools/bench/NOTES.md "Backward v5", same call at
+// fc25fc5: bwd -8% on self_softmax to -15% on cross_gdpa_gelu and dense_gdpa_silu with the
+// three-stage dQ kernel) and passed checks of 10, 12 and 30 cases per family there; the session's
+// final device call runs the 500-case check with it as the default, and it is turned off again if
+// that check fails. Memory is its only cost, so the rule is on size only.
+inline constexpr bool kStoredDsDefault = true;
 inline constexpr int64_t kStoredDsMaxBytes = int64_t{24} << 30;
 
 enum class BwdDqMode { kAuto, kStored, kRecompute };
