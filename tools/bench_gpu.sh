@@ -25,7 +25,8 @@
 #                       (speed of light, warp stall reasons; clocks left as they are)
 #   --peer-timeout 0 skips the torch peers (with --meta-timeout 0 too, there is no ratio table).
 #   --meta-cases a,b    the cases Meta's Triton GDPA runs (default: --cases; it has only the GDPA ones)
-#   --meta-timeout S    seconds for Meta's Triton GDPA at most (default 240; 0 skips it). It runs
+#   --meta-timeout S    seconds for Meta's Triton GDPA at most (default 240; 0 skips it; it needs
+#                       ~200 s for the four GDPA cases, mostly Triton's autotuning compiles). It runs
 #                       when .peers/meta_gdpa/gdpa/ holds that library's gdpa/ folder (fetched from
 #                       facebookresearch/ads_model_kernel_library, commit in .peers/meta_gdpa/COMMIT;
 #                       never committed here): tools/bench/meta_gdpa_peer.py times it on the same
