@@ -265,8 +265,8 @@ TEST(GpuAttention, ChainedBackwardMatchesV3Bitwise) {
   }
 }
 
-// The stored-dS backward (GEMTB_BWD_DQ=stored, opt-in) on every family but broadcast_q, where it
-// applies.
+// The stored-dS backward (GEMTB_BWD_DQ=stored; the default where it applies) on every family but
+// broadcast_q, where it applies.
 TEST(GpuAttention, CheckCommandPassesWithTheStoredDsBackward) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
   ASSERT_EQ(setenv("GEMTB_BWD_DQ", "stored", 1), 0);
