@@ -100,12 +100,8 @@ absl::Status LaunchDkDvHopperChain(const BackwardParams& params, int64_t num_til
   if (n < 1) return absl::OkStatus();
   *launched = true;
   const int tiles = static_cast<int>(num_tiles);
-  switch (params.problem.options.act) {
-    case Activation::kSoftmax: return LaunchDkDvHopperChainAct<E, HopperAct::kSoftmax>(params, tiles, n);
-    case Activation::kSilu: return LaunchDkDvHopperChainAct<E, HopperAct::kSilu>(params, tiles, n);
-    case Activation::kGeluTanh: return LaunchDkDvHopperChainAct<E, HopperAct::kGeluTanh>(params, tiles, n);
-    default: return LaunchDkDvHopperChainAct<E, HopperAct::kOther>(params, tiles, n);
-  }
+  return DispatchHopperAct(params.problem.options.act,
+                           [&]<HopperAct A>() { return LaunchDkDvHopperChainAct<E, A>(params, tiles, n); });
 }
 
 template <ElementType E, HopperAct kAct>
@@ -132,12 +128,8 @@ absl::Status LaunchDqHopperChain(const BackwardParams& params, int64_t num_tiles
   if (n < 1) return absl::OkStatus();
   *launched = true;
   const int tiles = static_cast<int>(num_tiles);
-  switch (params.problem.options.act) {
-    case Activation::kSoftmax: return LaunchDqHopperChainAct<E, HopperAct::kSoftmax>(params, tiles, n);
-    case Activation::kSilu: return LaunchDqHopperChainAct<E, HopperAct::kSilu>(params, tiles, n);
-    case Activation::kGeluTanh: return LaunchDqHopperChainAct<E, HopperAct::kGeluTanh>(params, tiles, n);
-    default: return LaunchDqHopperChainAct<E, HopperAct::kOther>(params, tiles, n);
-  }
+  return DispatchHopperAct(params.problem.options.act,
+                           [&]<HopperAct A>() { return LaunchDqHopperChainAct<E, A>(params, tiles, n); });
 }
 
 }  // namespace gemtb::gpu

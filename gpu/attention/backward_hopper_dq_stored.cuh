@@ -282,14 +282,9 @@ absl::Status LaunchDkDvHopperStoredDs(const BackwardParams& params, int64_t num_
   const dim3 block(kHopperBwdThreads);
   const size_t smem = kHopperDkDvSmemBytes;
   const char* name = "attention backward dK/dV kernel storing dS (Hopper)";
-  switch (params.problem.options.act) {
-    case Activation::kSoftmax:
-      return Launch(DkDvHopperKernel<E, HopperAct::kSoftmax, true>, grid, block, smem, params, name);
-    case Activation::kSilu: return Launch(DkDvHopperKernel<E, HopperAct::kSilu, true>, grid, block, smem, params, name);
-    case Activation::kGeluTanh:
-      return Launch(DkDvHopperKernel<E, HopperAct::kGeluTanh, true>, grid, block, smem, params, name);
-    default: return Launch(DkDvHopperKernel<E, HopperAct::kOther, true>, grid, block, smem, params, name);
-  }
+  return DispatchHopperAct(params.problem.options.act, [&]<HopperAct A>() {
+    return Launch(DkDvHopperKernel<E, A, true>, grid, block, smem, params, name);
+  });
 }
 
 template <ElementType E>

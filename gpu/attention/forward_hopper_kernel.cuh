@@ -135,6 +135,18 @@ __device__ __forceinline__ float FastGeluTanh(float x) {
 // cache and kept the SFU operations of neighbouring elements from overlapping).
 enum class HopperAct { kSoftmax, kSilu, kGeluTanh, kOther };
 
+// Calls fn.template operator()<A>() with the HopperAct that runs `act` (kOther for the acts without
+// a kernel of their own): the one place where the launchers map an Activation to a kernel.
+template <typename Fn>
+auto DispatchHopperAct(Activation act, Fn&& fn) {
+  switch (act) {
+    case Activation::kSoftmax: return fn.template operator()<HopperAct::kSoftmax>();
+    case Activation::kSilu: return fn.template operator()<HopperAct::kSilu>();
+    case Activation::kGeluTanh: return fn.template operator()<HopperAct::kGeluTanh>();
+    default: return fn.template operator()<HopperAct::kOther>();
+  }
+}
+
 // P = act(S) of one step of BN keys starting at key j0, in place (post_scale applied, 0 outside the
 // row's keys), or for softmax the log2-scaled scores (-inf outside) fed to the online softmax, which
 // replaces them by their exp2 and sets `rescale`, its factor for O. `masked`: some key of the step

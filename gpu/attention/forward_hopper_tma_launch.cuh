@@ -81,12 +81,8 @@ absl::Status LaunchForwardHopperSplitAct(const ForwardParams& params, const Forw
 
 template <ElementType E, bool kV6>
 absl::Status LaunchForwardHopperTmaActs(const ForwardParams& params, const ForwardTmaMaps& maps, int n) {
-  switch (params.problem.options.act) {
-    case Activation::kSoftmax: return LaunchForwardHopperTmaAct<E, HopperAct::kSoftmax, kV6>(params, maps, n);
-    case Activation::kSilu: return LaunchForwardHopperTmaAct<E, HopperAct::kSilu, kV6>(params, maps, n);
-    case Activation::kGeluTanh: return LaunchForwardHopperTmaAct<E, HopperAct::kGeluTanh, kV6>(params, maps, n);
-    default: return LaunchForwardHopperTmaAct<E, HopperAct::kOther, kV6>(params, maps, n);
-  }
+  return DispatchHopperAct(params.problem.options.act,
+                           [&]<HopperAct A>() { return LaunchForwardHopperTmaAct<E, A, kV6>(params, maps, n); });
 }
 
 // Launches v5, v6 or v7 (ForwardWsVersion) and sets *launched, or leaves it false (nothing
@@ -110,13 +106,14 @@ absl::Status LaunchForwardHopperTma(const ForwardParams& params, int64_t num_til
   const int version = ForwardWsVersion();
   if (ForwardSplitApplies(params.max_tile_rows, pr.options.act == Activation::kSoftmax)) {
     const bool half_keys = ForwardSplitMode() == 2;
-    switch (pr.options.act) {
-      case Activation::kSoftmax: break;  // the online softmax's (m, l) would need merging: v6/v7 below
-      case Activation::kSilu: return LaunchForwardHopperSplitAct<E, HopperAct::kSilu>(params, maps, n, half_keys);
-      case Activation::kGeluTanh:
-        return LaunchForwardHopperSplitAct<E, HopperAct::kGeluTanh>(params, maps, n, half_keys);
-      default: return LaunchForwardHopperSplitAct<E, HopperAct::kOther>(params, maps, n, half_keys);
-    }
+    return DispatchHopperAct(pr.options.act, [&]<HopperAct A>() {
+      // Never softmax (ForwardSplitApplies): the online softmax's (m, l) would need merging.
+      if constexpr (A == HopperAct::kSoftmax) {
+        return absl::InternalError("attention forward: the split kernel has no softmax");
+      } else {
+        return LaunchForwardHopperSplitAct<E, A>(params, maps, n, half_keys);
+      }
+    });
   }
   if (version == 7 && pr.options.act == Activation::kSoftmax) {
     return LaunchForwardHopperTmaAct<E, HopperAct::kSoftmax, true, true>(params, maps, n);

@@ -34,16 +34,9 @@ absl::Status LaunchForwardHopperN(const ForwardParams& params, unsigned blocks) 
   const dim3 block(kHopperThreads);
   const size_t smem = HopperForwardSmem<BN>::kBytes;
   const char* name = "attention forward kernel (Hopper)";
-  switch (params.problem.options.act) {
-    case Activation::kSoftmax:
-      return Launch(ForwardHopperKernel<E, HopperAct::kSoftmax, BN>, grid, block, smem, params, name);
-    case Activation::kSilu:
-      return Launch(ForwardHopperKernel<E, HopperAct::kSilu, BN>, grid, block, smem, params, name);
-    case Activation::kGeluTanh:
-      return Launch(ForwardHopperKernel<E, HopperAct::kGeluTanh, BN>, grid, block, smem, params, name);
-    default:
-      return Launch(ForwardHopperKernel<E, HopperAct::kOther, BN>, grid, block, smem, params, name);
-  }
+  return DispatchHopperAct(params.problem.options.act, [&]<HopperAct A>() {
+    return Launch(ForwardHopperKernel<E, A, BN>, grid, block, smem, params, name);
+  });
 }
 
 template <ElementType E>
@@ -70,16 +63,9 @@ absl::Status LaunchForwardHopperWs(const ForwardParams& params, int64_t num_tile
   const dim3 block(kHopperWsThreads);
   const size_t smem = HopperForwardSmem<BN>::kBytes;
   const char* name = "attention forward kernel (Hopper, warp-specialised)";
-  switch (params.problem.options.act) {
-    case Activation::kSoftmax:
-      return Launch(ForwardHopperWsKernel<E, HopperAct::kSoftmax, BN>, grid, block, smem, params, name);
-    case Activation::kSilu:
-      return Launch(ForwardHopperWsKernel<E, HopperAct::kSilu, BN>, grid, block, smem, params, name);
-    case Activation::kGeluTanh:
-      return Launch(ForwardHopperWsKernel<E, HopperAct::kGeluTanh, BN>, grid, block, smem, params, name);
-    default:
-      return Launch(ForwardHopperWsKernel<E, HopperAct::kOther, BN>, grid, block, smem, params, name);
-  }
+  return DispatchHopperAct(params.problem.options.act, [&]<HopperAct A>() {
+    return Launch(ForwardHopperWsKernel<E, A, BN>, grid, block, smem, params, name);
+  });
 }
 
 template <ElementType E, int D>
@@ -140,12 +126,9 @@ absl::Status LaunchDkDvHopper(const BackwardParams& params, int64_t num_tiles) {
   const dim3 block(kHopperBwdThreads);
   const size_t smem = kHopperDkDvSmemBytes;
   const char* name = "attention backward dK/dV kernel (Hopper)";
-  switch (params.problem.options.act) {
-    case Activation::kSoftmax: return Launch(DkDvHopperKernel<E, HopperAct::kSoftmax>, grid, block, smem, params, name);
-    case Activation::kSilu: return Launch(DkDvHopperKernel<E, HopperAct::kSilu>, grid, block, smem, params, name);
-    case Activation::kGeluTanh: return Launch(DkDvHopperKernel<E, HopperAct::kGeluTanh>, grid, block, smem, params, name);
-    default: return Launch(DkDvHopperKernel<E, HopperAct::kOther>, grid, block, smem, params, name);
-  }
+  return DispatchHopperAct(params.problem.options.act, [&]<HopperAct A>() {
+    return Launch(DkDvHopperKernel<E, A>, grid, block, smem, params, name);
+  });
 }
 
 template <ElementType E>
@@ -165,12 +148,9 @@ absl::Status LaunchDqHopper(const BackwardParams& params, int64_t num_tiles) {
   const dim3 block(kHopperBwdThreads);
   const size_t smem = kHopperDqSmemBytes;
   const char* name = "attention backward dQ kernel (Hopper)";
-  switch (params.problem.options.act) {
-    case Activation::kSoftmax: return Launch(DqHopperKernel<E, HopperAct::kSoftmax>, grid, block, smem, params, name);
-    case Activation::kSilu: return Launch(DqHopperKernel<E, HopperAct::kSilu>, grid, block, smem, params, name);
-    case Activation::kGeluTanh: return Launch(DqHopperKernel<E, HopperAct::kGeluTanh>, grid, block, smem, params, name);
-    default: return Launch(DqHopperKernel<E, HopperAct::kOther>, grid, block, smem, params, name);
-  }
+  return DispatchHopperAct(params.problem.options.act, [&]<HopperAct A>() {
+    return Launch(DqHopperKernel<E, A>, grid, block, smem, params, name);
+  });
 }
 
 }  // namespace gemtb::gpu
