@@ -45,12 +45,12 @@ inline bool EncodeForwardTmaMap(CUtensorMap* map, const uint16_t* base, int64_t 
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <ElementType E, HopperAct kAct, bool kV6, bool kRcpEpilogue = false>
-absl::Status LaunchForwardHopperTmaAct(const ForwardParams& params, const ForwardTmaMaps& maps, int items) {
-  constexpr int BN = kHopperWsBlockN;
-  const auto kernel = ForwardHopperTmaKernel<E, kAct, BN, kV6, kRcpEpilogue>;
-  const size_t smem = HopperForwardSmem<BN>::kBytes;
-  const char* name = "attention forward kernel (Hopper, persistent TMA)";
+// Launches one of the persistent forward kernels (v5..v7, split): one CTA per SM, fewer when the
+// call has fewer tile x head items, each with v5's shared memory.
+template <typename Kernel>
+absl::Status LaunchPersistentForward(Kernel kernel, const char* name, const ForwardParams& params,
+                                     const ForwardTmaMaps& maps, int items) {
+  const size_t smem = HopperForwardSmem<kHopperWsBlockN>::kBytes;
   if (absl::Status s = CudaStatus(
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), name);
       !s.ok()) {
@@ -62,21 +62,18 @@ absl::Status LaunchForwardHopperTmaAct(const ForwardParams& params, const Forwar
   return CudaStatus(cudaGetLastError(), name);
 }
 
+template <ElementType E, HopperAct kAct, bool kV6, bool kRcpEpilogue = false>
+absl::Status LaunchForwardHopperTmaAct(const ForwardParams& params, const ForwardTmaMaps& maps, int items) {
+  return LaunchPersistentForward(ForwardHopperTmaKernel<E, kAct, kHopperWsBlockN, kV6, kRcpEpilogue>,
+                                 "attention forward kernel (Hopper, persistent TMA)", params, maps, items);
+}
+
 template <ElementType E, HopperAct kAct>
 absl::Status LaunchForwardHopperSplitAct(const ForwardParams& params, const ForwardTmaMaps& maps, int items,
                                          bool half_keys) {
-  const auto kernel = half_keys ? ForwardHopperSplitKernel<E, kAct, true> : ForwardHopperSplitKernel<E, kAct, false>;
-  const size_t smem = HopperForwardSmem<kHopperWsBlockN>::kBytes;
-  const char* name = "attention forward kernel (Hopper, split steps)";
-  if (absl::Status s = CudaStatus(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), name);
-      !s.ok()) {
-    return s;
-  }
-  static const int sms = HopperSmCount();
-  const unsigned grid = static_cast<unsigned>(items < sms ? items : sms);
-  kernel<<<grid, kHopperWsThreads, smem>>>(params, maps, items);
-  return CudaStatus(cudaGetLastError(), name);
+  return LaunchPersistentForward(
+      half_keys ? ForwardHopperSplitKernel<E, kAct, true> : ForwardHopperSplitKernel<E, kAct, false>,
+      "attention forward kernel (Hopper, split steps)", params, maps, items);
 }
 
 template <ElementType E, bool kV6>
