@@ -27,6 +27,19 @@ namespace gemtb::gpu {
 
 inline constexpr size_t kHopperDqStoredSmemBytes = 1024 + 2 * kHopperBwdTileBytes;
 
+// Whether one of this thread's rows row[r] (< q_rows; rows past the tile have none) has a valid key
+// in the dS block of keys [j0, j0 + 64): blocks no row of the tile meets may never have been written.
+__device__ __forceinline__ bool DsBlockMeetsRows(const int (&row)[2], int q_rows, const RowKeyRange (&keys)[2],
+                                                 int j0) {
+  bool meets = false;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    meets = meets || (row[r] < q_rows && keys[r].begin < keys[r].end && keys[r].begin < j0 + kDsBlock &&
+                      keys[r].end > j0);
+  }
+  return meets;
+}
+
 // dQ of one 64-row query tile (blockIdx.x) of query head blockIdx.y, over its readers in order.
 template <ElementType E>
 __global__ void __launch_bounds__(kHopperBwdThreads, 3) DqStoredDsHopperKernel(const BackwardParams p) {
@@ -86,13 +99,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 3) DqStoredDsHopperKernel(c
 #pragma unroll
       for (int r = 0; r < 2; ++r) keys[r] = RowKeys(pr.options, tile.i0 + row[r], seq.lq, seq.lk);
     }
-    // Whether any row of the tile has a valid key in this block (rows past the tile have none).
-    bool meets = false;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      meets = meets || (row[r] < q_rows && keys[r].begin < keys[r].end && keys[r].begin < cur.j0 + kDsBlock &&
-                        keys[r].end > cur.j0);
-    }
+    const bool meets = DsBlockMeetsRows(row, q_rows, keys, cur.j0);
     wgmma::CpAsyncWait<0>();
     wgmma::FenceProxyAsync();
     // This step's K block is in; every thread is done with the other stage.
@@ -119,16 +126,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 3) DqStoredDsHopperKernel(c
     HopperBwdStoreDqPartial(p, dq, tile.partial, h, row, ln);
     return;
   }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (row[r] >= q_rows) continue;
-    const int64_t at = ((first.q_begin + tile.i0 + row[r]) * pr.heads + h) * D + 2 * ln.t;
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      *reinterpret_cast<uint32_t*>(p.dq + at + i * 8) =
-          PackRounded<E>(pr.pre_scale * dq[4 * i + 2 * r], pr.pre_scale * dq[4 * i + 2 * r + 1]);
-    }
-  }
+  HopperBwdStoreDqRows<E>(p, dq, first.q_begin + tile.i0, q_rows, h, row, ln);
 }
 
 // The same dQ with kStages-deep cp.async pipelining of both blocks (K and dS through shared memory,
@@ -211,12 +209,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqStoredDsPipelinedHoppe
 #pragma unroll
       for (int r = 0; r < 2; ++r) keys[r] = RowKeys(pr.options, tile.i0 + row[r], seq.lq, seq.lk);
     }
-    bool meets = false;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      meets = meets || (row[r] < q_rows && keys[r].begin < keys[r].end && keys[r].begin < cur.j0 + kDsBlock &&
-                        keys[r].end > cur.j0);
-    }
+    const bool meets = DsBlockMeetsRows(row, q_rows, keys, cur.j0);
     wgmma::CpAsyncWait<kStages - 2>();  // this step's group is in
     wgmma::FenceProxyAsync();
     // Every thread is done with the previous step's stage, which the next load refills.
@@ -250,16 +243,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqStoredDsPipelinedHoppe
     HopperBwdStoreDqPartial(p, dq, tile.partial, h, row, ln);
     return;
   }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (row[r] >= q_rows) continue;
-    const int64_t at = ((first.q_begin + tile.i0 + row[r]) * pr.heads + h) * D + 2 * ln.t;
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      *reinterpret_cast<uint32_t*>(p.dq + at + i * 8) =
-          PackRounded<E>(pr.pre_scale * dq[4 * i + 2 * r], pr.pre_scale * dq[4 * i + 2 * r + 1]);
-    }
-  }
+  HopperBwdStoreDqRows<E>(p, dq, first.q_begin + tile.i0, q_rows, h, row, ln);
 }
 
 // GEMTB_BWD_DQ_STAGES=0 runs the register kernel, =4 the four-stage one; unset (or anything else):

@@ -376,6 +376,25 @@ __device__ __forceinline__ void HopperBwdStoreDqPartial(const BackwardParams& p,
   }
 }
 
+// dQ of a whole query tile: rows row[r] (< q_rows) of query head h from query row first_row on,
+// times pre_scale, rounded to the input type.
+template <ElementType E>
+__device__ __forceinline__ void HopperBwdStoreDqRows(const BackwardParams& p, const float (&dq)[64], int64_t first_row,
+                                                     int q_rows, int h, const int (&row)[2], const LaneCoords& ln) {
+  constexpr int D = kHopperHeadDim;
+  const ProblemParams& pr = p.problem;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= q_rows) continue;
+    const int64_t at = ((first_row + row[r]) * pr.heads + h) * D + 2 * ln.t;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      *reinterpret_cast<uint32_t*>(p.dq + at + i * 8) =
+          PackRounded<E>(pr.pre_scale * dq[4 * i + 2 * r], pr.pre_scale * dq[4 * i + 2 * r + 1]);
+    }
+  }
+}
+
 // D_i for 64 output rows of one head (blockIdx.x: row block, blockIdx.y: head).
 template <ElementType E>
 __global__ void __launch_bounds__(kHopperBwdThreads) RowDotHopperKernel(const BackwardParams p) {
@@ -653,16 +672,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqHopperKernel(const Bac
     HopperBwdStoreDqPartial(p, dq, tile.partial, h, row, ln);
     return;
   }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (row[r] >= q_rows) continue;
-    const int64_t at = ((first.q_begin + tile.i0 + row[r]) * pr.heads + h) * D + 2 * ln.t;
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      *reinterpret_cast<uint32_t*>(p.dq + at + i * 8) =
-          PackRounded<E>(pr.pre_scale * dq[4 * i + 2 * r], pr.pre_scale * dq[4 * i + 2 * r + 1]);
-    }
-  }
+  HopperBwdStoreDqRows<E>(p, dq, first.q_begin + tile.i0, q_rows, h, row, ln);
 }
 
 }  // namespace gemtb::gpu
