@@ -213,10 +213,10 @@ __device__ __forceinline__ void PToOperand(float (&s4)[BN / 8][4], uint32_t (&pa
 // LSE. `row`: this thread's two rows in the tile; rows >= q_rows lie past the sequence's end.
 // kRcp ("v7", the default since bc34b64, checked with 12,000 cases at bf022de): softmax's
 // normalisation as one multiply per element by post / row_sum, formed once per row: v5 and v6
-// divide each of a thread's 64 outputs
-// (an IEEE division with its slow-path check, ~9 instructions each, as many as a K/V step's
-// elementwise work on cross attention's two-step tiles). Two roundings either way (v / l, then
-// * post; or post / l, then * v), before O is rounded to 16 bits.
+// divide each of a thread's 64 outputs (an IEEE division with its slow-path check, ~9
+// instructions each, as many as a K/V step's elementwise work on cross attention's two-step
+// tiles). Two roundings either way (v / l, then * post; or post / l, then * v), before O is
+// rounded to 16 bits.
 template <ElementType E, HopperAct kAct, bool kRcp = false>
 __device__ __forceinline__ void StoreHopperRows(const float (&acc)[64], Log2Softmax& online, const int (&row)[2],
                                                 int q_rows, int64_t first_out_row, const ForwardParams& p, int h,

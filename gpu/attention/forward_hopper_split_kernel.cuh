@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
 
   // ---- consumers ----
   mbar::RegAlloc<kHopperWsConsumerRegs>();
-  const int cw = role - 1;  // consumer 0 or 1: steps cw, cw + 2, ... of every tile, rows 0..63
+  const int cw = role - 1;  // consumer 0 or 1, rows 0..63; its keys: see kHalfKeys above
   const int warp = (tid / 32) % 4;
   const int x = tid % 128;
   const bool lane0 = (tid & 31) == 0;

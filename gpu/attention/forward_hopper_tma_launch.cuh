@@ -73,7 +73,7 @@ absl::Status LaunchForwardHopperSplitAct(const ForwardParams& params, const Forw
                                          bool half_keys) {
   return LaunchPersistentForward(
       half_keys ? ForwardHopperSplitKernel<E, kAct, true> : ForwardHopperSplitKernel<E, kAct, false>,
-      "attention forward kernel (Hopper, split steps)", params, maps, items);
+      "attention forward kernel (Hopper, split)", params, maps, items);
 }
 
 template <ElementType E, bool kV6>

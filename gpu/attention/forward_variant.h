@@ -24,10 +24,10 @@ inline bool ForwardHopperTmaEnabled() { return ForwardWsVersion() >= 5; }
 // The split kernel (forward_hopper_split_kernel.cuh, "v8") for launches whose tiles all have at
 // most kSplitRows query rows and a pointwise act (PMA). GEMTB_FORWARD_SPLIT: 0 keeps v6/v7 there,
 // 1 the consumers taking alternate K/V steps, 2 both consumers on every step, 64 keys each; unset
-// or anything else, kForwardSplitDefault. Mode 2 is the default: on the H200 (run 40cb14a) pma's
-// forward took 0.359 ms with 2, 0.374 with 1, 0.468 with v7; mode 1 passed a 3,000-case check (150
-// per pointwise family), and the 500-case checks of the session's last device calls ran with 2 as
-// the default (tools/bench/NOTES.md, "Forward v8").
+// or anything else, kForwardSplitDefault. Mode 2 is the default: on the H200, in one call
+// (40cb14a), pma's forward took 0.359 ms with 2, 0.374 with 1 and 0.468 with v7; the 500-case
+// check of the f899e66 call (12,000 cases, 0 failures) ran with 2 as the default
+// (tools/bench/NOTES.md, "Forward v8").
 inline constexpr int kSplitRows = 64;  // query rows of a tile the split kernel covers
 inline constexpr int kForwardSplitDefault = 2;
 inline int ForwardSplitMode() {
