@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <iostream>
 #include <limits>
 #include <random>
@@ -55,6 +54,26 @@ testing::AttentionCase SmallCase(uint64_t seed, Activation act, MaskKind mask, i
   shape.input_type = ElementType::kBFloat16;
   shape.value_seed = seed;
   return testing::BuildCase(shape);
+}
+
+// The shape the Hopper kernels' comparison tests share (D = 128, GQA 4/2, bf16, a 150/20 window
+// where the mask is one): two sequences with several partial K/V steps and tiles, one empty, one
+// reading a one-key sequence. Tests of broadcast_q replace the lengths.
+testing::CaseShape HopperShape(Activation act, MaskKind mask, uint64_t seed) {
+  testing::CaseShape shape;
+  shape.q_lengths = {5, 300, 0, 130};
+  shape.kv_lengths = {9, 1, 300};
+  shape.kv_index = {2, 2, 1, 0};
+  shape.heads = 4;
+  shape.kv_heads = 2;
+  shape.dqk = shape.dv = 128;
+  shape.options.act = act;
+  shape.options.mask = mask;
+  shape.options.window_left = 150;
+  shape.options.window_right = 20;
+  shape.input_type = ElementType::kBFloat16;
+  shape.value_seed = seed;
+  return shape;
 }
 
 cli::GpuCall CallOf(const testing::AttentionCase& c, const std::vector<double>& d_o) {
@@ -109,20 +128,7 @@ TEST(GpuAttention, WarpSpecialisedForwardV5MatchesV4Bitwise) {
                                                   {Activation::kSoftmax, MaskKind::kCausal},
                                                   {Activation::kSilu, MaskKind::kWindow}};
   for (const auto& [act, mask] : kinds) {
-    testing::CaseShape shape;
-    shape.q_lengths = {5, 300, 0, 130};
-    shape.kv_lengths = {9, 1, 300};
-    shape.kv_index = {2, 2, 1, 0};
-    shape.heads = 4;
-    shape.kv_heads = 2;
-    shape.dqk = shape.dv = 128;
-    shape.options.act = act;
-    shape.options.mask = mask;
-    shape.options.window_left = 150;
-    shape.options.window_right = 20;
-    shape.input_type = ElementType::kBFloat16;
-    shape.value_seed = 5;
-    const testing::AttentionCase c = testing::BuildCase(shape);
+    const testing::AttentionCase c = testing::BuildCase(HopperShape(act, mask, 5));
     const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 6));
     ASSERT_EQ(setenv("GEMTB_FORWARD_WS", "v4", 1), 0);
     absl::StatusOr<gpu::ForwardResult> v4 = gpu::Forward(call.args);
@@ -149,29 +155,16 @@ TEST(GpuAttention, SplitForwardPassesTheCheckAndMatchesV7OnShortTiles) {
     EXPECT_EQ(cli::RunCheckAttention({"--cases", "12", "--seed", "24", "--max-length", "64"}), 0) << mode;
   }
   unsetenv("GEMTB_FORWARD_SPLIT");
-  const auto value = [](uint16_t bits) {
-    const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-    float f;
-    std::memcpy(&f, &wide, sizeof(f));
-    return static_cast<double>(f);
-  };
+  const auto value = [](uint16_t bits) { return static_cast<double>(numerics::Bf16BitsToFloat(bits)); };
   const std::pair<Activation, MaskKind> kinds[] = {{Activation::kSilu, MaskKind::kNone},
                                                   {Activation::kGeluTanh, MaskKind::kCausal},
                                                   {Activation::kRelu, MaskKind::kWindow}};
   for (const auto& [act, mask] : kinds) {
-    testing::CaseShape shape;
+    testing::CaseShape shape = HopperShape(act, mask, 9);
     shape.q_lengths = {40};
     shape.kv_lengths = {700, 9, 130, 0, 256, 1, 383};
+    shape.kv_index = {};
     shape.options.broadcast_q = true;
-    shape.heads = 4;
-    shape.kv_heads = 2;
-    shape.dqk = shape.dv = 128;
-    shape.options.act = act;
-    shape.options.mask = mask;
-    shape.options.window_left = 150;
-    shape.options.window_right = 20;
-    shape.input_type = ElementType::kBFloat16;
-    shape.value_seed = 9;
     const testing::AttentionCase c = testing::BuildCase(shape);
     const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 10));
     ASSERT_EQ(setenv("GEMTB_FORWARD_SPLIT", "0", 1), 0);
@@ -225,25 +218,13 @@ TEST(GpuAttention, ChainedBackwardMatchesV3Bitwise) {
     return r;
   };
   for (const Kind& k : kinds) {
-    testing::CaseShape shape;
+    testing::CaseShape shape = HopperShape(k.act, k.mask, 7);
     if (k.broadcast_q) {
       shape.q_lengths = {40};
       shape.kv_lengths = {300, 9, 130, 64, 1};
+      shape.kv_index = {};
       shape.options.broadcast_q = true;
-    } else {
-      shape.q_lengths = {5, 300, 0, 130};
-      shape.kv_lengths = {9, 1, 300};
-      shape.kv_index = {2, 2, 1, 0};
     }
-    shape.heads = 4;
-    shape.kv_heads = 2;
-    shape.dqk = shape.dv = 128;
-    shape.options.act = k.act;
-    shape.options.mask = k.mask;
-    shape.options.window_left = 150;
-    shape.options.window_right = 20;
-    shape.input_type = ElementType::kBFloat16;
-    shape.value_seed = 7;
     const testing::AttentionCase c = testing::BuildCase(shape);
     const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 8));
     absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
@@ -313,20 +294,7 @@ TEST(GpuAttention, StoredDsBackwardMatchesRecompute) {
     return r;
   };
   for (const Kind& k : kinds) {
-    testing::CaseShape shape;
-    shape.q_lengths = {5, 300, 0, 130};
-    shape.kv_lengths = {9, 1, 300};
-    shape.kv_index = {2, 2, 1, 0};
-    shape.heads = 4;
-    shape.kv_heads = 2;
-    shape.dqk = shape.dv = 128;
-    shape.options.act = k.act;
-    shape.options.mask = k.mask;
-    shape.options.window_left = 150;
-    shape.options.window_right = 20;
-    shape.input_type = ElementType::kBFloat16;
-    shape.value_seed = 11;
-    const testing::AttentionCase c = testing::BuildCase(shape);
+    const testing::AttentionCase c = testing::BuildCase(HopperShape(k.act, k.mask, 11));
     const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 12));
     absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
     ASSERT_TRUE(fwd.ok()) << fwd.status();
