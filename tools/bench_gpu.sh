@@ -170,28 +170,17 @@ for line in sys.stdin:
         print("   %-16s %-16s fwd %7.1f  fwd+bwd %7.1f TFLOP/s"
               % (r["case"], r["impl"], r["fwd_tflops"], r["fwdbwd_tflops"] or 0), flush=True)
 EOF
+  # Each script's rows join peers.json through merge_peers.py: its JSON, or the rows it printed
+  # when its time limit stopped it first.
+  rm -f "$out/peers.json" /tmp/torch_peers.json /tmp/meta_peers.json
   if [ "$peer_timeout" -gt 0 ] && [ -f .peers/torch_peers.py ]; then
     stage "peers: torch_peers.py --lengths (timeout $(limit "$peer_timeout") s)"
-    PYTHONUNBUFFERED=1 timeout "$(limit "$peer_timeout")" python3 .peers/torch_peers.py --json "$out/peers.json" \
-      --lengths "$lengths" "${peer_cases[@]}" 2>&1 | tee -a "$out/run.log" | python3 /tmp/peer_lines.py | \
-      tee -a "$out/summary.txt"
-  fi
-  if [ "$peer_timeout" -gt 0 ] && [ -f .peers/torch_peers.py ] && [ ! -f "$out/peers.json" ]; then
-    # Stopped by the timeout: keep the rows it printed.
-    python3 - "$out/run.log" "$out/peers.json" "$gpu_name" <<'EOF'
-import json, sys
-rows = []
-for line in open(sys.argv[1], errors="replace"):
-    line = line.strip()
-    if line.startswith("{") and '"case"' in line:
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            pass
-json.dump({"device": sys.argv[3], "rows": rows, "note": "partial: the peer script hit its time limit"},
-          open(sys.argv[2], "w"), indent=1)
-EOF
-    stage "peers stopped by the time limit (partial peers.json)"
+    PYTHONUNBUFFERED=1 timeout "$(limit "$peer_timeout")" python3 .peers/torch_peers.py --json /tmp/torch_peers.json \
+      --lengths "$lengths" "${peer_cases[@]}" 2>&1 | tee /tmp/torch_peers.log | tee -a "$out/run.log" | \
+      python3 /tmp/peer_lines.py | tee -a "$out/summary.txt"
+    [ -f /tmp/torch_peers.json ] || stage "torch peers stopped by the time limit (the rows they printed)"
+    python3 "$src/tools/bench/merge_peers.py" "$out/peers.json" torch_peers.py /tmp/torch_peers.json \
+      /tmp/torch_peers.log "$gpu_name"
   fi
   if [ $meta_applies -eq 1 ]; then
     meta_case_list=("${peer_cases[@]}")
@@ -201,8 +190,9 @@ EOF
       --repo .peers/meta_gdpa --repo-commit "$(cat .peers/meta_gdpa/COMMIT 2>/dev/null)" --lengths "$lengths" \
       --json /tmp/meta_peers.json --reps 10 "${meta_case_list[@]}" 2>&1 | tee /tmp/meta_peers.log | \
       tee -a "$out/run.log" | python3 /tmp/peer_lines.py | tee -a "$out/summary.txt"
-    # Its rows join peers.json (the rows it printed, if the time limit stopped it before its JSON).
-    python3 "$src/tools/bench/merge_peers.py" "$out/peers.json" /tmp/meta_peers.json /tmp/meta_peers.log
+    [ -f /tmp/meta_peers.json ] || stage "Meta's GDPA stopped by the time limit (the rows it printed)"
+    python3 "$src/tools/bench/merge_peers.py" "$out/peers.json" tools/bench/meta_gdpa_peer.py /tmp/meta_peers.json \
+      /tmp/meta_peers.log "$gpu_name"
   fi
   stage "ratio table"
   python3 "$src/gpu/bench/ratio_table.py" "$out/bench_attention.json" "$out/peers.json" "$out/ratio.json" \

@@ -128,11 +128,16 @@ def run(name, gdpa, lengths_dir, reps, rows, backward):
             return gdpa(query=q, key=k, value=v, query_offset=q_off, key_offset=kv_off,
                         output_offset=o_off, max_seq_len_q=max_q, max_seq_len_kv=max_kv,
                         activation=act, qk_scale=1, broadcast_q=broadcast_q)
-        times = {}  # (timing, "fwd" | "fwdbwd") -> ms
+        times = {}  # (timing, "fwd" | "fwdbwd") -> ms; pass 2 keeps pass 1's forward times
+        for timing, suffix in (("call", ""), ("kernels", "_kernels")):
+            for r in rows:
+                if r.get("case") == name and r.get("impl") == impl + suffix and "fwd_ms" in r:
+                    times[(timing, "fwd")] = r["fwd_ms"]
         try:
             fwd()  # autotunes the forward (pass 1; cached for pass 2)
-            times[("call", "fwd")] = do_bench(fwd, warmup=25, rep=100, return_mode="median")
-            times[("kernels", "fwd")] = kernel_ms(fwd, reps)
+            if ("call", "fwd") not in times or ("kernels", "fwd") not in times:
+                times[("call", "fwd")] = do_bench(fwd, warmup=25, rep=100, return_mode="median")
+                times[("kernels", "fwd")] = kernel_ms(fwd, reps)
             if backward:
                 dout = torch.randn_like(fwd())
 
