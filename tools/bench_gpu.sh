@@ -16,6 +16,13 @@
 #   --check-cases N     cases per family for gemtb check attention (0 = skip; default 500)
 #   --reps N            timed runs per case (default 15); --warmup N (default 3)
 #   --cases a,b         bench and peer cases (default: all eight)
+#   --tanh-approx-cases a,b  also time these cases with `--tanh-approx` (silu and gelu_tanh through
+#                       the hardware tanh); their rows join bench_attention.json as
+#                       "<case> (tanh.approx)" and the ratio table compares them with every peer,
+#                       Meta's fast_gelu included (exact rows: with the exact-act peers only)
+#   --tanh-check-cases N  with --tanh-approx-cases: also `gemtb check attention --tanh-approx` on the
+#                       silu and gelu_tanh families, N cases each (default 100; 0 skips); its JSON
+#                       joins check.json under "tanh_approx_check"
 #   --variants K1,K2    also time these forward kernels alone (forward only; mma_sync, hopper64,
 #                       hopper128, hopper_ws), for the notes
 #   --peer-timeout S    seconds for the peer script at most (default 300)
@@ -48,6 +55,8 @@ meta_timeout=240
 meta_cases=""
 forward_kernel=auto
 ncu_cases=""
+tanh_cases=""
+tanh_check_cases=100
 while [ $# -gt 0 ]; do
   case "$1" in
     --check-cases) check_cases=$2; shift 2 ;;
@@ -60,6 +69,8 @@ while [ $# -gt 0 ]; do
     --meta-cases) meta_cases=$2; shift 2 ;;
     --forward-kernel) forward_kernel=$2; shift 2 ;;
     --ncu) ncu_cases=$2; shift 2 ;;
+    --tanh-approx-cases) tanh_cases=$2; shift 2 ;;
+    --tanh-check-cases) tanh_check_cases=$2; shift 2 ;;
     *) echo "bench_gpu: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -122,13 +133,28 @@ for v in ${variants//,/ }; do
     2>&1 | tee -a "$out/run.log" | sed 's/^/   /' | tee -a "$out/summary.txt"
 done
 stage "bench: gemtb bench attention (--forward-kernel $forward_kernel)"
-bench_cmd="gemtb bench attention --out-dir DIR --forward-kernel $forward_kernel --reps $reps --warmup $warmup ${cases:+--cases $cases}"
+bench_cmd="gemtb bench attention --out-dir DIR --forward-kernel $forward_kernel --reps $reps --warmup $warmup ${cases:+--cases $cases}${tanh_cases:+; the same with --tanh-approx --cases $tanh_cases}"
 timeout "$(limit 240)" "$gemtb" bench attention --out-dir "$lengths" --forward-kernel "$forward_kernel" \
   --reps "$reps" --warmup "$warmup" "${case_args[@]}" --label "$commit" \
   2>&1 | tee -a "$out/run.log" | sed 's/^/   /' | tee -a "$out/summary.txt"
 bench_rc=${PIPESTATUS[0]}
 [ "$bench_rc" -eq 0 ] || { status=1; stage "bench FAILED (exit $bench_rc)"; }
 cp "$lengths/bench_attention.json" "$out/" 2>/dev/null
+if [ -n "$tanh_cases" ] && [ -f "$out/bench_attention.json" ]; then
+  stage "bench: --tanh-approx on $tanh_cases"
+  timeout "$(limit 120)" "$gemtb" bench attention --out-dir /tmp/gemtb-tanh --forward-kernel "$forward_kernel" \
+    --reps "$reps" --warmup "$warmup" --cases "$tanh_cases" --tanh-approx --label "$commit tanh_approx" \
+    2>&1 | tee -a "$out/run.log" | sed 's/^/   /' | tee -a "$out/summary.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; stage "tanh.approx bench FAILED"; }
+  # Its rows join the main bench's JSON (same lengths: the draw depends on the case alone).
+  [ -f /tmp/gemtb-tanh/bench_attention.json ] && python3 - "$out/bench_attention.json" /tmp/gemtb-tanh/bench_attention.json <<'EOF'
+import json, sys
+main, extra = (json.load(open(p)) for p in sys.argv[1:3])
+main["cases"] += extra["cases"]
+main["command_tanh_approx"] = extra.get("command")
+json.dump(main, open(sys.argv[1], "w"), indent=1)
+EOF
+fi
 for v in ${variants//,/ }; do
   [ -f "/tmp/gemtb-variant-$v/bench_attention.json" ] && cp "/tmp/gemtb-variant-$v/bench_attention.json" "$lengths/variant_$v.json"
 done
@@ -149,6 +175,26 @@ if [ "$check_cases" -gt 0 ]; then
   { grep -A 40 "^family" /tmp/check.log || tail -20 /tmp/check.log; } | tee -a "$out/summary.txt"
   cat /tmp/check.log >> "$out/run.log"
   echo "   check exit code $check_rc" | tee -a "$out/summary.txt"
+fi
+if [ -n "$tanh_cases" ] && [ "$tanh_check_cases" -gt 0 ]; then
+  stage "gemtb check attention --tanh-approx --cases $tanh_check_cases (silu, gelu_tanh)"
+  tanh_families=silu/none,silu/causal,silu/window,silu/block,gelu_tanh/none,gelu_tanh/causal,gelu_tanh/window,gelu_tanh/block
+  timeout "$(limit 200)" "$gemtb" check attention --tanh-approx --cases "$tanh_check_cases" --seed 2 --max-length 300 \
+    --family "$tanh_families" --json /tmp/check_tanh.json > /tmp/check_tanh.log 2>&1
+  tanh_rc=$?
+  [ $tanh_rc -eq 0 ] || status=1
+  { grep -A 12 "^family" /tmp/check_tanh.log || tail -20 /tmp/check_tanh.log; } | tee -a "$out/summary.txt"
+  cat /tmp/check_tanh.log >> "$out/run.log"
+  echo "   tanh.approx check exit code $tanh_rc" | tee -a "$out/summary.txt"
+  [ -f /tmp/check_tanh.json ] && python3 - "$out/check.json" /tmp/check_tanh.json <<'EOF'
+import json, sys
+try:
+    main = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    main = {}
+main["tanh_approx_check"] = json.load(open(sys.argv[2]))
+json.dump(main, open(sys.argv[1], "w"), indent=1)
+EOF
 fi
 # --- 5. peers on the same lengths, same call ------------------------------------------------------
 meta_applies=0

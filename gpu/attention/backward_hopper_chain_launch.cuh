@@ -100,7 +100,7 @@ absl::Status LaunchDkDvHopperChain(const BackwardParams& params, int64_t num_til
   if (n < 1) return absl::OkStatus();
   *launched = true;
   const int tiles = static_cast<int>(num_tiles);
-  return DispatchHopperAct(params.problem.options.act,
+  return DispatchHopperActTanhApprox(params.problem.options,
                            [&]<HopperAct A>() { return LaunchDkDvHopperChainAct<E, A>(params, tiles, n); });
 }
 
@@ -128,7 +128,7 @@ absl::Status LaunchDqHopperChain(const BackwardParams& params, int64_t num_tiles
   if (n < 1) return absl::OkStatus();
   *launched = true;
   const int tiles = static_cast<int>(num_tiles);
-  return DispatchHopperAct(params.problem.options.act,
+  return DispatchHopperActTanhApprox(params.problem.options,
                            [&]<HopperAct A>() { return LaunchDqHopperChainAct<E, A>(params, tiles, n); });
 }
 

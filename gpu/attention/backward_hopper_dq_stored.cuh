@@ -266,7 +266,7 @@ absl::Status LaunchDkDvHopperStoredDs(const BackwardParams& params, int64_t num_
   const dim3 block(kHopperBwdThreads);
   const size_t smem = kHopperDkDvSmemBytes;
   const char* name = "attention backward dK/dV kernel storing dS (Hopper)";
-  return DispatchHopperAct(params.problem.options.act, [&]<HopperAct A>() {
+  return DispatchHopperActTanhApprox(params.problem.options, [&]<HopperAct A>() {
     return Launch(DkDvHopperKernel<E, A, true>, grid, block, smem, params, name);
   });
 }

@@ -128,6 +128,22 @@ __device__ __forceinline__ void FastGeluTanhBoth(float x, float& value, float& d
   derivative = 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * (kSqrt2OverPi + 3.f * kGeluTanhA * kSqrt2OverPi * x * x);
 }
 
+// The same through tanh.approx (AttentionOptions::tanh_approx): one MUFU per pair.
+// silu: sigma(x) = (1 + tanh(x / 2)) / 2.
+__device__ __forceinline__ void TanhApproxSiluBoth(float x, float& value, float& derivative) {
+  const float s = fmaf(0.5f, TanhApprox(0.5f * x), 0.5f);
+  value = x * s;
+  derivative = s * (1.f + x * (1.f - s));
+}
+
+__device__ __forceinline__ void TanhApproxGeluBoth(float x, float& value, float& derivative) {
+  const float x2 = x * x;
+  const float t = TanhApprox(x * fmaf(x2, kSqrt2OverPi * kGeluTanhA, kSqrt2OverPi));
+  const float half_x = 0.5f * x;
+  value = fmaf(half_x, t, half_x);
+  derivative = fmaf(0.5f, t, 0.5f) + half_x * (1.f - t * t) * fmaf(x2, 3.f * kGeluTanhA * kSqrt2OverPi, kSqrt2OverPi);
+}
+
 inline constexpr float kHopperBwdLog2e = 1.44269504088896340736f;
 
 template <HopperAct kAct>
@@ -144,6 +160,10 @@ __device__ __forceinline__ float HopperBwdFromScore(const ProblemParams& pr, flo
       FastSiluBoth(s, value, derivative);
     } else if constexpr (kAct == HopperAct::kGeluTanh) {
       FastGeluTanhBoth(s, value, derivative);
+    } else if constexpr (kAct == HopperAct::kSiluTanhApprox) {
+      TanhApproxSiluBoth(s, value, derivative);
+    } else if constexpr (kAct == HopperAct::kGeluTanhApprox) {
+      TanhApproxGeluBoth(s, value, derivative);
     } else {
       value = ActValue(pr.options.act, s);
       derivative = ActDerivative(pr.options.act, s);

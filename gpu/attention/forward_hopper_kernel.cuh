@@ -133,7 +133,9 @@ __device__ __forceinline__ float FastGeluTanh(float x) {
 // The activation is a template argument: each kernel holds one straight-line elementwise path (a
 // per-element switch over every activation made the code large enough to miss the instruction
 // cache and kept the SFU operations of neighbouring elements from overlapping).
-enum class HopperAct { kSoftmax, kSilu, kGeluTanh, kOther };
+// kSiluTanhApprox and kGeluTanhApprox evaluate the act through tanh.approx (AttentionOptions::tanh_approx);
+// only the kernels whose launchers use DispatchHopperActTanhApprox below have them.
+enum class HopperAct { kSoftmax, kSilu, kGeluTanh, kOther, kSiluTanhApprox, kGeluTanhApprox };
 
 // Calls fn.template operator()<A>() with the HopperAct that runs `act` (kOther for the acts without
 // a kernel of their own): the one place where the launchers map an Activation to a kernel.
@@ -145,6 +147,27 @@ auto DispatchHopperAct(Activation act, Fn&& fn) {
     case Activation::kGeluTanh: return fn.template operator()<HopperAct::kGeluTanh>();
     default: return fn.template operator()<HopperAct::kOther>();
   }
+}
+
+// As DispatchHopperAct, but silu and gelu_tanh take their tanh.approx kernels when the call permits
+// it (options.tanh_approx). For the launchers of kernels that have those paths (the persistent TMA
+// forward v6/v7, the split forward and the Hopper backward).
+template <typename Fn>
+auto DispatchHopperActTanhApprox(const AttentionOptions& options, Fn&& fn) {
+  if (options.tanh_approx && options.act == Activation::kSilu) {
+    return fn.template operator()<HopperAct::kSiluTanhApprox>();
+  }
+  if (options.tanh_approx && options.act == Activation::kGeluTanh) {
+    return fn.template operator()<HopperAct::kGeluTanhApprox>();
+  }
+  return DispatchHopperAct(options.act, static_cast<Fn&&>(fn));
+}
+
+// The special-function unit's tanh (MUFU.TANH): relative error about 2^-11, ±1 at large |x|.
+__device__ __forceinline__ float TanhApprox(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // P = act(S) of one step of BN keys starting at key j0, in place (post_scale applied, 0 outside the

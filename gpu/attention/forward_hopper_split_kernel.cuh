@@ -40,6 +40,24 @@ namespace gemtb::gpu {
 // Named barriers of the accumulator exchange (1..3 are v4..v7's turn and join barriers).
 inline constexpr int kSplitExchangeFull = 4;  // consumer 1 has written a half
 inline constexpr int kSplitExchangeFree = 5;  // consumer 0 has read it
+inline constexpr int kSplitZeroedV = 6;       // + consumer: its V rows past the keys are zeroed
+
+// With ForwardParams::split_tma_tail, a partial step arrives by TMA with whatever lies past its
+// keys (the next sequence's rows; zeros past the tensor). The consumer that reads V rows [r0, r1)
+// of the stage at `sv` sets them to zero (both 64-column boxes, whole 128-byte rows, so the
+// swizzle does not matter) and makes the zeros visible to its own P V wgmma (async proxy) and to
+// the TMA that later refills the stage. 128 threads of one consumer warpgroup; x in [0, 128).
+__device__ __forceinline__ void SplitZeroVRows(uint32_t sv, int r0, int r1, int x, int cw) {
+  constexpr int kChunksPerRow = 16;  // 16-byte chunks: 8 per box row, two boxes
+  for (int idx = x; idx < (r1 - r0) * kChunksPerRow; idx += 128) {
+    const int r = r0 + idx / kChunksPerRow;
+    const int chunk = idx % kChunksPerRow;
+    const uint32_t addr = sv + static_cast<uint32_t>((chunk / 8) * kHopperWsBlockN * 128 + r * 128 + (chunk % 8) * 16);
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0u) : "memory");
+  }
+  wgmma::FenceProxyAsync();
+  mbar::NamedSync(kSplitZeroedV + cw, 128);
+}
 
 // The Q rows an item reads: (first Q row, head, rows). Two items with the same key share Q.
 struct SplitQKey {
@@ -131,7 +149,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         if (kv_iter >= kStages) mbar::Wait(bar_empty(stage), static_cast<uint32_t>((kv_iter / kStages - 1) & 1));
         const int j0 = tile.k_lo + step * BN;
         const int rows = min(BN, tile.k_hi - j0);
-        if (rows == BN) {
+        if (rows == BN || p.split_tma_tail) {
           if (pt == 0) {
             const int y = static_cast<int>(seq.kv_begin + j0);
             tma::ArriveExpectTx(bar_full(stage), 2u * Smem::kKvBytes);
@@ -226,6 +244,12 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         wait_full(step);
         wgmma::FenceProxyAsync();  // cp.async-filled stages, seen through the barrier, to the wgmma proxy
         const uint32_t stage = static_cast<uint32_t>((kv_first + step) % kStages);
+        if (p.split_tma_tail) {
+          const int key_rows = min(BN, tile.k_hi - (tile.k_lo + step * BN));
+          if (key_rows < (cw + 1) * 64) {
+            SplitZeroVRows(sv(static_cast<int>(stage)), max(key_rows, cw * 64), (cw + 1) * 64, x, cw);
+          }
+        }
         float s[kSRegs / 2];
         wgmma::Fence();
 #pragma unroll
@@ -269,6 +293,10 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         }
         wgmma::FenceProxyAsync();  // cp.async-filled stages, seen through the barrier, to the wgmma proxy
         const uint32_t stage = static_cast<uint32_t>((kv_first + step) % kStages);
+        if (p.split_tma_tail) {
+          const int key_rows = min(BN, tile.k_hi - (tile.k_lo + step * BN));
+          if (key_rows < BN) SplitZeroVRows(sv(static_cast<int>(stage)), key_rows, BN, x, cw);
+        }
         float s[kSRegs];
         wgmma::Fence();
 #pragma unroll

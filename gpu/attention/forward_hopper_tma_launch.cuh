@@ -78,8 +78,13 @@ absl::Status LaunchForwardHopperSplitAct(const ForwardParams& params, const Forw
 
 template <ElementType E, bool kV6>
 absl::Status LaunchForwardHopperTmaActs(const ForwardParams& params, const ForwardTmaMaps& maps, int n) {
-  return DispatchHopperAct(params.problem.options.act,
-                           [&]<HopperAct A>() { return LaunchForwardHopperTmaAct<E, A, kV6>(params, maps, n); });
+  // v6 and v7 have the tanh.approx paths (forward_tma_elementwise.cuh); v5 runs the exact acts.
+  const auto launch = [&]<HopperAct A>() { return LaunchForwardHopperTmaAct<E, A, kV6>(params, maps, n); };
+  if constexpr (kV6) {
+    return DispatchHopperActTanhApprox(params.problem.options, launch);
+  } else {
+    return DispatchHopperAct(params.problem.options.act, launch);
+  }
 }
 
 // Launches v5, v6 or v7 (ForwardWsVersion) and sets *launched, or leaves it false (nothing
@@ -103,7 +108,7 @@ absl::Status LaunchForwardHopperTma(const ForwardParams& params, int64_t num_til
   const int version = ForwardWsVersion();
   if (ForwardSplitApplies(params.max_tile_rows, pr.options.act == Activation::kSoftmax)) {
     const bool half_keys = ForwardSplitMode() == 2;
-    return DispatchHopperAct(pr.options.act, [&]<HopperAct A>() {
+    return DispatchHopperActTanhApprox(pr.options, [&]<HopperAct A>() {
       // Never softmax (ForwardSplitApplies): the online softmax's (m, l) would need merging.
       if constexpr (A == HopperAct::kSoftmax) {
         return absl::InternalError("attention forward: the split kernel has no softmax");

@@ -39,15 +39,19 @@ inline constexpr float kLog2e = 1.44269504088896340736f;
 
 // Launch-uniform constants of the elementwise phase, computed once per CTA.
 struct TmaElementwiseConstants {
-  float exp_mul;  // softmax: pre log2e; silu: -pre log2e; gelu_tanh: -2 sqrt(2/pi) log2e pre
-  float p_mul;    // pointwise acts: pre post (silu), post (gelu_tanh, generic); softmax: unused
-  float pre;      // pre_scale (gelu_tanh's x, the generic act's argument)
+  float exp_mul;   // softmax: pre log2e; silu: -pre log2e; gelu_tanh: -2 sqrt(2/pi) log2e pre;
+                   // tanh.approx acts: the tanh argument's factor (silu pre / 2, gelu_tanh pre sqrt(2/pi))
+  float p_mul;     // pointwise acts: pre post (silu), post (gelu_tanh, generic), pre post / 2 (tanh.approx
+                   // acts); softmax: unused
+  float pre;       // pre_scale (gelu_tanh's x, the generic act's argument)
+  float cube_mul;  // gelu_tanh with tanh.approx: pre^3 sqrt(2/pi) 0.044715
 };
 
 template <HopperAct kAct>
 __device__ __forceinline__ TmaElementwiseConstants MakeTmaElementwiseConstants(const ProblemParams& pr) {
   TmaElementwiseConstants c;
   c.pre = pr.pre_scale;
+  c.cube_mul = 0.f;
   if constexpr (kAct == HopperAct::kSoftmax) {
     c.exp_mul = pr.pre_scale * kLog2e;
     c.p_mul = 1.f;
@@ -57,6 +61,13 @@ __device__ __forceinline__ TmaElementwiseConstants MakeTmaElementwiseConstants(c
   } else if constexpr (kAct == HopperAct::kGeluTanh) {
     c.exp_mul = -2.f * kSqrt2OverPi * kLog2e;
     c.p_mul = pr.post_scale;
+  } else if constexpr (kAct == HopperAct::kSiluTanhApprox) {
+    c.exp_mul = 0.5f * pr.pre_scale;
+    c.p_mul = 0.5f * pr.pre_scale * pr.post_scale;
+  } else if constexpr (kAct == HopperAct::kGeluTanhApprox) {
+    c.exp_mul = pr.pre_scale * kSqrt2OverPi;
+    c.cube_mul = pr.pre_scale * pr.pre_scale * pr.pre_scale * (kSqrt2OverPi * kGeluTanhA);
+    c.p_mul = 0.5f * pr.pre_scale * pr.post_scale;
   } else {
     c.exp_mul = 0.f;
     c.p_mul = pr.post_scale;
@@ -163,6 +174,16 @@ __device__ __forceinline__ void ScoresToPTma(float (&s4)[BN / 8][4], int j0, boo
           const float x = s * c.pre;
           const float t = x * fmaf(x * x, kGeluTanhA * c.exp_mul, c.exp_mul);
           y = (x * c.p_mul) * RcpFtz(1.f + Ex2Ftz(t));
+        } else if constexpr (kAct == HopperAct::kSiluTanhApprox) {
+          // silu(x) post = h (1 + tanh(x / 2)), h = x post / 2: one MUFU per element.
+          const float h = s * c.p_mul;
+          y = fmaf(h, TanhApprox(s * c.exp_mul), h);
+        } else if constexpr (kAct == HopperAct::kGeluTanhApprox) {
+          // gelu_tanh(x) post = h (1 + tanh(u)), h = x post / 2, u = sqrt(2/pi) (x + a x^3) with x = pre s
+          // folded into the constants: u = s (pre sqrt(2/pi) + pre^3 sqrt(2/pi) a s^2).
+          const float u = s * fmaf(s * s, c.cube_mul, c.exp_mul);
+          const float h = s * c.p_mul;
+          y = fmaf(h, TanhApprox(u), h);
         } else {
           y = ActValue(pr.options.act, s * c.pre) * c.p_mul;
         }

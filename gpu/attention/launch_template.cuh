@@ -126,7 +126,7 @@ absl::Status LaunchDkDvHopper(const BackwardParams& params, int64_t num_tiles) {
   const dim3 block(kHopperBwdThreads);
   const size_t smem = kHopperDkDvSmemBytes;
   const char* name = "attention backward dK/dV kernel (Hopper)";
-  return DispatchHopperAct(params.problem.options.act, [&]<HopperAct A>() {
+  return DispatchHopperActTanhApprox(params.problem.options, [&]<HopperAct A>() {
     return Launch(DkDvHopperKernel<E, A>, grid, block, smem, params, name);
   });
 }
@@ -148,7 +148,7 @@ absl::Status LaunchDqHopper(const BackwardParams& params, int64_t num_tiles) {
   const dim3 block(kHopperBwdThreads);
   const size_t smem = kHopperDqSmemBytes;
   const char* name = "attention backward dQ kernel (Hopper)";
-  return DispatchHopperAct(params.problem.options.act, [&]<HopperAct A>() {
+  return DispatchHopperActTanhApprox(params.problem.options, [&]<HopperAct A>() {
     return Launch(DqHopperKernel<E, A>, grid, block, smem, params, name);
   });
 }

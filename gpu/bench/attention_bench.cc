@@ -310,6 +310,7 @@ absl::StatusOr<std::vector<CaseResult>> RunAttentionBench(
       cases.push_back(*c);
     }
   }
+  for (BenchCase& c : cases) c.options.tanh_approx = options.tanh_approx;
   GEMTB_RETURN_IF_ERROR(DeviceAvailable());
   std::vector<CaseResult> results;
   for (const BenchCase& c : cases) {
@@ -318,7 +319,8 @@ absl::StatusOr<std::vector<CaseResult>> RunAttentionBench(
     if (progress) {
       const double tf = r->fwd_flops / (r->fwd.median_ms * 1e9);
       const double tfb = r->fwdbwd.reps > 0 ? 3.5 * r->fwd_flops / (r->fwdbwd.median_ms * 1e9) : 0;
-      progress(absl::StrCat(c.name, ": ", r->forward_kernel, " fwd ", r->fwd.median_ms, " ms (", tf,
+      progress(absl::StrCat(c.name, options.tanh_approx ? " (tanh.approx)" : "", ": ", r->forward_kernel, " fwd ",
+                            r->fwd.median_ms, " ms (", tf,
                             " TFLOP/s), fwd+bwd ", r->fwdbwd.median_ms, " ms (", tfb, " TFLOP/s)",
                             r->comparison.ran ? absl::StrCat(", vs mma_sync O rel-L2 ", r->comparison.o_rel_l2,
                                                              " max abs ", r->comparison.o_max_abs_diff,

@@ -32,6 +32,9 @@ struct BenchOptions {
   // `gemtb check attention` (short random cases) does not reach.
   bool compare_kernels = true;
   uint64_t seed = 1;
+  // AttentionOptions::tanh_approx on every case (silu and gelu_tanh through tanh.approx; the
+  // comparison with the mma.sync forward, which evaluates the exact act, then shows its deviation).
+  bool tanh_approx = false;
 };
 
 struct Timing {

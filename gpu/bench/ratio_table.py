@@ -8,9 +8,20 @@ run in the same device call on the same GPU and lengths (tools/bench_gpu.sh runs
 ratio = ours / best peer, in effective TFLOP/s over the same valid pairs (spec §10), forward and
 forward+backward, per case. A peer row with an error does not count; a case without any peer
 number has no ratio.
+
+Like against like: a bench row run with `--tanh-approx` (silu and gelu_tanh through the hardware
+tanh, "tanh_approx": true in its JSON) is shown as "case (tanh.approx)" and competes with every peer
+row of its case; an exact row competes only with the peers that evaluate the exact act, i.e. not
+with peer rows whose impl names a tanh.approx variant (Meta's `fast_gelu`, `fast_silu`).
 """
 import json
 import sys
+
+TANH_APPROX_PEERS = ("fast_gelu", "fast_silu")  # peer impls that evaluate the act through tanh.approx
+
+
+def is_tanh_approx_peer(row):
+    return any(tag in row.get("impl", "") for tag in TANH_APPROX_PEERS)
 
 
 def main(argv):
@@ -24,9 +35,13 @@ def main(argv):
     rows = []
     for c in bench["cases"]:
         name = c["case"]
-        mine = [r for r in peers["rows"] if r.get("case") == name and "error" not in r]
+        approx = bool(c.get("tanh_approx"))
+        mine = [r for r in peers["rows"] if r.get("case") == name and "error" not in r
+                and (approx or not is_tanh_approx_peer(r))]
         errors = [r for r in peers["rows"] if r.get("case") == name and "error" in r]
-        row = {"case": name, "forward_kernel": c.get("forward_kernel"),
+        row = {"case": name + (" (tanh.approx)" if approx else ""), "tanh_approx": approx,
+               "tanh_approx_peer_ran": any(is_tanh_approx_peer(r) for r in mine),
+               "forward_kernel": c.get("forward_kernel"),
                "backward_kernel": c.get("backward_kernel"),
                "ours_fwd_tflops": c["fwd"]["tflops"], "ours_fwd_ms": c["fwd"]["median_ms"],
                "ours_fwdbwd_tflops": c.get("fwdbwd", {}).get("tflops"),
@@ -52,7 +67,9 @@ def main(argv):
     f = lambda x, p=0: "-" if x is None else f"{x:.{p}f}"
     lines = [f"# gemtb attention vs peers on {bench.get('gpu_name')} ({extra.get('commit', '?')})", "",
              "Effective TFLOP/s (valid pairs only; fwd+bwd = 3.5x fwd FLOPs). Ratio = ours / best peer of the "
-             "same run.", "",
+             "same run. Exact rows compete with the peers of the exact act; \"(tanh.approx)\" rows (silu and "
+             "gelu_tanh through the hardware tanh) with every peer, tanh.approx ones (Meta's fast_gelu) included.",
+             "",
              "| case | kernel | ours fwd | best peer fwd | ratio fwd | ours fwd+bwd | best peer fwd+bwd | ratio fwd+bwd |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:

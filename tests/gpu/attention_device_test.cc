@@ -2,9 +2,10 @@
 // family (through `gemtb check attention`'s own code; also with the warp-specialised forward
 // everywhere, v5 and v4, and v5 bitwise equal to v4), bitwise determinism of the backward, the
 // chained backward (v4) bitwise equal to v3, the stored-dS backward (v5, also through the check)
-// against v3's recompute, exact outputs of rows without keys, and
-// rejection by name of what the kernels do not run. Tests that need a GPU skip (and show as
-// skipped) without an sm_90 device; the rejection tests run anywhere.
+// against v3's recompute, AttentionOptions::tanh_approx (through the check, and changing only silu
+// and gelu_tanh), exact outputs of rows without keys, and rejection by name of what the kernels do
+// not run. Tests that need a GPU skip (and show as skipped) without an sm_90 device; the rejection
+// tests run anywhere.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -256,6 +257,18 @@ TEST(GpuAttention, CheckCommandPassesWithTheStoredDsBackward) {
   EXPECT_EQ(rc, 0);
 }
 
+// AttentionOptions::tanh_approx: the GPU evaluates silu and gelu_tanh through tanh.approx while
+// the oracle keeps the exact act; spec §9's criteria must still hold, on every mask, on the
+// persistent TMA forward, the split forward (short tiles) and the Hopper backward.
+TEST(GpuAttention, CheckCommandPassesWithTanhApprox) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  EXPECT_EQ(cli::RunCheckAttention({"--cases", "12", "--seed", "25", "--max-length", "300", "--family",
+                                    "silu/none,silu/causal,silu/window,silu/block,gelu_tanh/none,"
+                                    "gelu_tanh/causal,gelu_tanh/window,gelu_tanh/block",
+                                    "--tanh-approx"}),
+            0);
+}
+
 // rel-L2 of b against a (bf16 bit patterns); a NaN or inf anywhere gives +inf.
 double RelL2Bf16(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
   if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
@@ -267,6 +280,55 @@ double RelL2Bf16(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b)
     den += x * x;
   }
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// The knob reaches the kernels: with tanh_approx, silu and gelu_tanh give other bits than without
+// (close: rel-L2 of O and of every gradient below 1e-2), on full 128-row tiles (the TMA forward) and
+// on broadcast_q's 32-row tiles (the split forward); softmax and gelu (erf) ignore it, bit for bit.
+TEST(GpuAttention, TanhApproxChangesOnlySiluAndGeluTanh) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  for (const bool broadcast : {false, true}) {
+    for (const Activation act : {Activation::kSilu, Activation::kGeluTanh, Activation::kSoftmax, Activation::kGelu}) {
+      testing::CaseShape shape = HopperShape(act, MaskKind::kNone, 31);
+      if (broadcast) {
+        shape.q_lengths = {32};
+        shape.kv_lengths = {300, 129, 64};
+        shape.kv_index = {};
+        shape.options.broadcast_q = true;
+      }
+      const testing::AttentionCase c = testing::BuildCase(shape);
+      const std::vector<double> d_o = testing::RandomCotangent(c, 32);
+      std::vector<uint16_t> out[2][4];  // [tanh_approx][O, dQ, dK, dV]
+      for (const bool approx : {false, true}) {
+        AttentionOptions options = c.options;
+        options.tanh_approx = approx;
+        const cli::GpuCall call =
+            cli::MakeGpuCall(c.View(), options, d_o, {testing::OutputRows(c), c.heads(), c.dv()});
+        absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
+        ASSERT_TRUE(fwd.ok()) << fwd.status();
+        absl::StatusOr<gpu::BackwardResult> bwd = gpu::Backward(call.args, call.DoView(), *fwd);
+        ASSERT_TRUE(bwd.ok()) << bwd.status();
+        out[approx][0] = fwd->o;
+        out[approx][1] = bwd->dq;
+        out[approx][2] = bwd->dk;
+        out[approx][3] = bwd->dv;
+      }
+      const bool applies = act == Activation::kSilu || act == Activation::kGeluTanh;
+      const char* names[4] = {"O", "dQ", "dK", "dV"};
+      for (int t = 0; t < 4; ++t) {
+        const std::string what =
+            absl::StrCat("act ", std::string(ActivationName(act)), broadcast ? " broadcast_q " : " ", names[t]);
+        const double rel = RelL2Bf16(out[0][t], out[1][t]);
+        std::cout << what << ": rel-L2 tanh.approx vs exact " << rel << "\n";
+        if (applies) {
+          EXPECT_NE(out[0][t], out[1][t]) << what;
+          EXPECT_LT(rel, 1e-2) << what;
+        } else {
+          EXPECT_EQ(out[0][t], out[1][t]) << what;
+        }
+      }
+    }
+  }
 }
 
 // Backward v5 (GEMTB_BWD_DQ=stored: the dK/dV kernel stores dS, the dQ pass multiplies it by K)

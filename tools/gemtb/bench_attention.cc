@@ -33,7 +33,7 @@ nlohmann::json TimingJson(const gpu::bench::Timing& t, double flops) {
 absl::Status Run(const std::vector<std::string>& args) {
   std::string cases, out_dir, forward_kernel = "auto", label;
   int64_t warmup = 3, reps = 15, seed = 1;
-  bool forward_only = false, no_compare = false;
+  bool forward_only = false, no_compare = false, tanh_approx = false;
   FlagSet flags("gemtb bench attention --out-dir D [--cases a,b] [--reps N] [--warmup N] [options]",
                 "Times the CUDA attention kernels (bf16, H=4, D=128) on the cases of spec/attention.md\n"
                 "section 11: forward and forward+backward, CUDA events, median of --reps runs over\n"
@@ -48,6 +48,8 @@ absl::Status Run(const std::vector<std::string>& args) {
   flags.Bool("forward-only", &forward_only, "skip the forward+backward timing");
   flags.Bool("no-compare", &no_compare, "skip the Hopper-vs-mma.sync output comparison");
   flags.String("label", &label, "free text stored in the JSON (e.g. the commit)");
+  flags.Bool("tanh-approx", &tanh_approx,
+             "let the kernels evaluate silu and gelu_tanh through tanh.approx (AttentionOptions::tanh_approx)");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
     std::cout << flags.Help();
@@ -67,6 +69,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   opt.seed = static_cast<uint64_t>(seed);
   opt.backward = !forward_only;
   opt.compare_kernels = !no_compare;
+  opt.tanh_approx = tanh_approx;
   if (forward_kernel == "auto") {
     opt.forward_kernel = gpu::ForwardKernelChoice::kAuto;
   } else if (forward_kernel == "mma_sync") {
@@ -106,6 +109,7 @@ absl::Status Run(const std::vector<std::string>& args) {
     j["head_dim"] = c.head_dim;
     j["act"] = std::string(ActivationName(c.options.act));
     j["mask"] = std::string(MaskKindName(c.options.mask));
+    j["tanh_approx"] = c.options.tanh_approx;
     j["pairs_per_head"] = r.pairs;
     j["fwd_flops"] = r.fwd_flops;
     j["forward_kernel"] = r.forward_kernel;

@@ -292,7 +292,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   int64_t cases = 100, seed = 1, max_length = 300;
   std::optional<int64_t> case_seed;
   std::string family_text = "all", json_path;
-  bool verbose = false;
+  bool verbose = false, tanh_approx = false;
   FlagSet flags("gemtb check attention --cases N [--seed S] [--family F] [--case-seed X]",
                 "Draws N random jagged attention cases per family (activation x mask: softmax, silu,\n"
                 "gelu_tanh, gelu, relu, identity x none, causal, window, block), mixing bf16/fp16, head\n"
@@ -308,6 +308,9 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   flags.Int64("max-length", &max_length, "longest sequence drawn (default 300)");
   flags.String("json", &json_path, "also write the counts and failures as JSON to this file");
   flags.Bool("verbose", &verbose, "print every case, not only failures");
+  flags.Bool("tanh-approx", &tanh_approx,
+             "run the GPU with AttentionOptions::tanh_approx (silu, gelu_tanh through tanh.approx); the "
+             "oracle keeps the exact act");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
     std::cout << flags.Help();
@@ -353,6 +356,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
       tbb::parallel_for(int64_t{0}, n, [&](int64_t i) {  // each case from its own seed alone
         seeds[i] = case_seed ? *case_seed : CaseSeed(seed, family_index, c0 + i);
         batch[i] = DrawCase(seeds[i], family, max_length);
+        batch[i].options.tanh_approx = tanh_approx;  // read by the GPU call only
         d_o[i] = testing::RandomCotangent(batch[i], static_cast<uint64_t>(seeds[i]) ^ 0x5DEECE66Dull);
       });
       const auto t_gpu = std::chrono::steady_clock::now();
@@ -374,7 +378,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
           for (int k = 0; k < 2; ++k) st.worst[t][k] = std::max(st.worst[t][k], r.ratio[t][k]);
         }
         const std::string replay = absl::StrCat("gemtb check attention --family ", family.Name(),
-                                                " --case-seed ", r.case_seed);
+                                                " --case-seed ", r.case_seed, tanh_approx ? " --tanh-approx" : "");
         if (r.pass && !r.excused) {
           ++st.pass;
           // Flushed: under a sanitizer with a time limit, the log shows how far the run came.
@@ -429,6 +433,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
     nlohmann::json j = {{"seed", seed},
                         {"cases_per_family", case_seed ? 1 : cases},
                         {"max_length", max_length},
+                        {"tanh_approx", tanh_approx},
                         {"families", per_family},
                         {"total", {{"cases", sum.cases}, {"pass", sum.pass}, {"fail", sum.fail},
                                    {"kink_excused", sum.excused},
