@@ -428,7 +428,6 @@ absl::Status DeviceCall::Forward(const DeviceInputs& in, uint16_t* o, float* lse
   fp.o = o;
   fp.lse = lse;
   fp.max_tile_rows = s.forward_max_rows;
-  fp.split_tma_tail = ForwardSplitTmaTail();
   return Dispatch(s.dtype, p.d, [&]<ElementType E, int D>() -> absl::Status {
     if constexpr (D == kHopperHeadDim) {
       if (s.hopper_ws) return LaunchForwardHopperWs<E>(fp, s.num_forward);

@@ -29,6 +29,16 @@
 // only when it changes: under broadcast_q a CTA's items (b, head) all read the same Q rows of its
 // head (the grid stride is a multiple of the head count), so Q is loaded once per CTA and there is
 // no per-tile wait for it.
+//
+// Item ring (kItemRing, GEMTB_SPLIT_RING): what an item needs of its tile and sequence (SplitItem)
+// was two dependent global loads per item in every warp (tile, then its sequence) and again for the
+// next item's Q, ~4 round trips of L2 latency per item in the consumers' critical path, during which
+// no stage was released (PMA: ~35 items per CTA of ~6 steps each). With the ring the producer
+// alone loads them, one item ahead (the next tile at an item's start, its sequence after the
+// item's first step), and hands each item to the consumers through a 4-slot shared-memory ring with
+// one mbarrier per slot: the consumers wait on the slot, never on global memory. A slot is
+// rewritten for item n + 4 only after the producer waited for a stage the consumers released past
+// item n's first step, i.e. after they read item n.
 #ifndef GEMTB_GPU_ATTENTION_FORWARD_HOPPER_SPLIT_KERNEL_CUH_
 #define GEMTB_GPU_ATTENTION_FORWARD_HOPPER_SPLIT_KERNEL_CUH_
 
@@ -40,24 +50,6 @@ namespace gemtb::gpu {
 // Named barriers of the accumulator exchange (1..3 are v4..v7's turn and join barriers).
 inline constexpr int kSplitExchangeFull = 4;  // consumer 1 has written a half
 inline constexpr int kSplitExchangeFree = 5;  // consumer 0 has read it
-inline constexpr int kSplitZeroedV = 6;       // + consumer: its V rows past the keys are zeroed
-
-// With ForwardParams::split_tma_tail, a partial step arrives by TMA with whatever lies past its
-// keys (the next sequence's rows; zeros past the tensor). The consumer that reads V rows [r0, r1)
-// of the stage at `sv` sets them to zero (both 64-column boxes, whole 128-byte rows, so the
-// swizzle does not matter) and makes the zeros visible to its own P V wgmma (async proxy) and to
-// the TMA that later refills the stage. 128 threads of one consumer warpgroup; x in [0, 128).
-__device__ __forceinline__ void SplitZeroVRows(uint32_t sv, int r0, int r1, int x, int cw) {
-  constexpr int kChunksPerRow = 16;  // 16-byte chunks: 8 per box row, two boxes
-  for (int idx = x; idx < (r1 - r0) * kChunksPerRow; idx += 128) {
-    const int r = r0 + idx / kChunksPerRow;
-    const int chunk = idx % kChunksPerRow;
-    const uint32_t addr = sv + static_cast<uint32_t>((chunk / 8) * kHopperWsBlockN * 128 + r * 128 + (chunk % 8) * 16);
-    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0u) : "memory");
-  }
-  wgmma::FenceProxyAsync();
-  mbar::NamedSync(kSplitZeroedV + cw, 128);
-}
 
 // The Q rows an item reads: (first Q row, head, rows). Two items with the same key share Q.
 struct SplitQKey {
@@ -75,7 +67,19 @@ __device__ __forceinline__ SplitQKey SplitItemQ(const ForwardParams& p, int item
   return {seq.q_begin + tile.i0, item % pr.heads, min(kSplitRows, seq.lq - tile.i0)};
 }
 
-template <ElementType E, HopperAct kAct, bool kHalfKeys>
+// An item's tile and sequence, as the producer hands them to the consumers (kItemRing).
+struct SplitItem {
+  int64_t q_row;    // first Q row: seq.q_begin + tile.i0
+  int64_t kv_row;   // seq.kv_begin
+  int64_t out_row;  // first output row: seq.out_begin + tile.i0
+  int32_t i0, k_lo, k_hi, lq, lk, unused;
+};
+__device__ __forceinline__ SplitItem MakeSplitItem(const ForwardTile& t, const SeqInfo& s) {
+  return {s.q_begin + t.i0, s.kv_begin, s.out_begin + t.i0, t.i0, t.k_lo, t.k_hi, s.lq, s.lk, 0};
+}
+inline constexpr int kSplitItemSlots = 4;
+
+template <ElementType E, HopperAct kAct, bool kHalfKeys, bool kItemRing>
 __global__ void __launch_bounds__(kHopperWsThreads, 1)
     ForwardHopperSplitKernel(const __grid_constant__ ForwardParams p, const __grid_constant__ ForwardTmaMaps maps,
                              const int total_items) {
@@ -89,7 +93,9 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
   constexpr int kStages = Smem::kStages;
   constexpr int kSRegs = BN / 2;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  __shared__ __align__(8) uint64_t bars[2 + 2 * kStages];  // Q full, Q empty, stage full[], stage empty[]
+  __shared__ __align__(8) uint64_t bars[2 + 2 * kStages + kSplitItemSlots];  // Q full, Q empty, stage full[],
+                                                                            // stage empty[], item[]
+  __shared__ __align__(16) SplitItem s_items[kSplitItemSlots];
   const uint32_t raw = wgmma::SmemAddress(smem_raw);
   const uint32_t sq = (raw + 1023u) & ~1023u;
   const uint32_t sx = sq + static_cast<uint32_t>(QM * D * 2);  // exchange: 8 x 128 threads x 16 bytes
@@ -99,6 +105,9 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
   const uint32_t bar_q_empty = bar_q + 8u;
   const auto bar_full = [&](int stage) { return bar_q + 8u * static_cast<uint32_t>(2 + stage); };
   const auto bar_empty = [&](int stage) { return bar_q + 8u * static_cast<uint32_t>(2 + kStages + stage); };
+  const auto bar_item = [&](int n) {
+    return bar_q + 8u * static_cast<uint32_t>(2 + 2 * kStages + n % kSplitItemSlots);
+  };
 
   const ProblemParams& pr = p.problem;
   const int tid = static_cast<int>(threadIdx.x);
@@ -115,6 +124,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
       mbar::Init(bar_full(s), 128);
       mbar::Init(bar_empty(s), 8);  // the owner after its P V, the other consumer after its wait
     }
+    for (int n = 0; n < kSplitItemSlots; ++n) mbar::Init(bar_item(n), 1);  // producer thread 0
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     tma::Prefetch(&maps.k);
     tma::Prefetch(&maps.v);
@@ -128,11 +138,31 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     int kv_iter = 0;  // K/V steps loaded so far (stage = kv_iter % kStages)
     int q_loads = 0;
     SplitQKey loaded{-1, -1, -1};
-    for (int item = first_item; item < total_items; item += item_stride) {
+    // kItemRing: the next item's tile and sequence, loaded during this one.
+    ForwardTile tile_next{};
+    SeqInfo seq_next{};
+    if (kItemRing && first_item < total_items) {
+      tile_next = p.tiles[first_item / pr.heads];
+      seq_next = pr.seqs[tile_next.b];
+    }
+    for (int item = first_item, n = 0; item < total_items; item += item_stride, ++n) {
       const int h = item % pr.heads;
       const int hk = h / (pr.heads / pr.kv_heads);
-      const ForwardTile tile = p.tiles[item / pr.heads];
-      const SeqInfo seq = pr.seqs[tile.b];
+      const bool has_next = item + item_stride < total_items;
+      ForwardTile tile;
+      SeqInfo seq;
+      if constexpr (kItemRing) {
+        tile = tile_next;
+        seq = seq_next;
+        if (has_next) tile_next = p.tiles[(item + item_stride) / pr.heads];
+        if (pt == 0) {
+          s_items[n % kSplitItemSlots] = MakeSplitItem(tile, seq);
+          mbar::Arrive(bar_item(n));  // release: the consumers' wait sees the slot
+        }
+      } else {
+        tile = p.tiles[item / pr.heads];
+        seq = pr.seqs[tile.b];
+      }
       const int steps = (tile.k_hi - tile.k_lo + BN - 1) / BN;
       const SplitQKey qk{seq.q_begin + tile.i0, h, min(QM, seq.lq - tile.i0)};
       if (!(qk == loaded)) {
@@ -149,7 +179,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         if (kv_iter >= kStages) mbar::Wait(bar_empty(stage), static_cast<uint32_t>((kv_iter / kStages - 1) & 1));
         const int j0 = tile.k_lo + step * BN;
         const int rows = min(BN, tile.k_hi - j0);
-        if (rows == BN || p.split_tma_tail) {
+        if (rows == BN) {
           if (pt == 0) {
             const int y = static_cast<int>(seq.kv_begin + j0);
             tma::ArriveExpectTx(bar_full(stage), 2u * Smem::kKvBytes);
@@ -166,6 +196,8 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
           WsLoadRows(pt, sv(stage), BN, pr.v + offset, kv_stride, rows, pr.v);
           mbar::CpAsyncArrive(bar_full(stage));
         }
+        // The next item's sequence, once its tile has had a step's time to arrive.
+        if (kItemRing && step == 0 && has_next) seq_next = pr.seqs[tile_next.b];
       }
     }
     wgmma::CpAsyncWait<0>();  // leave nothing in flight behind an exiting thread
@@ -186,23 +218,42 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
   int kv_iter = 0;
   int q_loads = 0;
   SplitQKey loaded{-1, -1, -1};
-  for (int item = first_item; item < total_items; item += item_stride) {
+  for (int item = first_item, n = 0; item < total_items; item += item_stride, ++n) {
     const bool last_item = item + item_stride >= total_items;
     const int h = item % pr.heads;
-    const ForwardTile tile = p.tiles[item / pr.heads];
-    const SeqInfo seq = pr.seqs[tile.b];
-    const int q_rows = min(QM, seq.lq - tile.i0);
-    const int steps = (tile.k_hi - tile.k_lo + BN - 1) / BN;
+    SplitItem it;
+    if constexpr (kItemRing) {
+      mbar::Wait(bar_item(n), static_cast<uint32_t>((n / kSplitItemSlots) & 1));
+      it = s_items[n % kSplitItemSlots];
+    } else {
+      const ForwardTile tile = p.tiles[item / pr.heads];
+      it = MakeSplitItem(tile, pr.seqs[tile.b]);
+    }
+    const int q_rows = min(QM, it.lq - it.i0);
+    const int steps = (it.k_hi - it.k_lo + BN - 1) / BN;
     const int kv_first = kv_iter;
-    const SplitQKey qk{seq.q_begin + tile.i0, h, q_rows};
+    const SplitQKey qk{it.q_row, h, q_rows};
     const bool new_q = !(qk == loaded);
-    const bool next_new_q = !last_item && !(SplitItemQ(p, item + item_stride) == qk);
+    // Whether the next item reads other Q rows (then this item's last S GEMM releases Q). With the
+    // ring it is asked only at this item's last step, when the producer has issued every step of
+    // this item and so handed over the next one (asked earlier, the wait could block the stage
+    // releases the producer needs to get there).
+    bool next_q_differs = false;  // without the ring: found at the item's start, as before
+    if (!kItemRing && !last_item) next_q_differs = !(SplitItemQ(p, item + item_stride) == qk);
+    const auto next_new_q = [&] {
+      if (kItemRing && !last_item) {
+        mbar::Wait(bar_item(n + 1), static_cast<uint32_t>(((n + 1) / kSplitItemSlots) & 1));
+        const SplitItem& nx = s_items[(n + 1) % kSplitItemSlots];
+        return !(SplitQKey{nx.q_row, (item + item_stride) % pr.heads, min(QM, nx.lq - nx.i0)} == qk);
+      }
+      return next_q_differs;
+    };
 
     RowKeyRange keys[2];
     int full_lo = INT_MIN, full_hi = INT_MAX;  // keys every valid row of this warp sees
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      keys[r] = RowKeys(pr.options, tile.i0 + row[r], seq.lq, seq.lk);
+      keys[r] = RowKeys(pr.options, it.i0 + row[r], it.lq, it.lk);
       if (row[r] < q_rows) {
         full_lo = max(full_lo, keys[r].begin);
         full_hi = min(full_hi, keys[r].end);
@@ -244,12 +295,6 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         wait_full(step);
         wgmma::FenceProxyAsync();  // cp.async-filled stages, seen through the barrier, to the wgmma proxy
         const uint32_t stage = static_cast<uint32_t>((kv_first + step) % kStages);
-        if (p.split_tma_tail) {
-          const int key_rows = min(BN, tile.k_hi - (tile.k_lo + step * BN));
-          if (key_rows < (cw + 1) * 64) {
-            SplitZeroVRows(sv(static_cast<int>(stage)), max(key_rows, cw * 64), (cw + 1) * 64, x, cw);
-          }
-        }
         float s[kSRegs / 2];
         wgmma::Fence();
 #pragma unroll
@@ -263,8 +308,8 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         wgmma::Commit();
         wgmma::Wait<0>();
         wgmma::FenceRegisters(s);
-        if (step + 1 == steps && next_new_q) release_q();  // the tile's last read of this Q
-        const int j0 = tile.k_lo + step * BN + cw * 64;
+        if (step + 1 == steps && next_new_q()) release_q();  // the tile's last read of this Q
+        const int j0 = it.k_lo + step * BN + cw * 64;
         const bool masked = !(j0 >= full_lo && j0 + 64 <= full_hi);
         ScoresToPTma<kAct, 64>(*reinterpret_cast<float(*)[8][4]>(&s), j0, masked, ln.t, keys, consts, pr,
                                unused_online, rescale_unused);
@@ -284,7 +329,6 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
       }
     } else {
       const int last_mine = steps - 1 - ((steps - 1 - cw) & 1);  // this consumer's last step (< cw: none)
-      if (last_mine < cw && next_new_q) release_q();
       for (int step = 0; step < steps; ++step) {
         wait_full(step);
         if ((step & 1) != cw) {
@@ -293,10 +337,6 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         }
         wgmma::FenceProxyAsync();  // cp.async-filled stages, seen through the barrier, to the wgmma proxy
         const uint32_t stage = static_cast<uint32_t>((kv_first + step) % kStages);
-        if (p.split_tma_tail) {
-          const int key_rows = min(BN, tile.k_hi - (tile.k_lo + step * BN));
-          if (key_rows < BN) SplitZeroVRows(sv(static_cast<int>(stage)), key_rows, BN, x, cw);
-        }
         float s[kSRegs];
         wgmma::Fence();
 #pragma unroll
@@ -309,8 +349,8 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         wgmma::Commit();
         wgmma::Wait<0>();
         wgmma::FenceRegisters(s);
-        if (step == last_mine && next_new_q) release_q();  // the last read of this Q by this consumer
-        const int j0 = tile.k_lo + step * BN;
+        if (step == last_mine && next_new_q()) release_q();  // the last read of this Q by this consumer
+        const int j0 = it.k_lo + step * BN;
         const bool masked = !(j0 >= full_lo && j0 + BN <= full_hi);
         ScoresToPTma<kAct, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), j0, masked, ln.t, keys, consts, pr,
                                unused_online, rescale_unused);
@@ -328,6 +368,10 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         wgmma::FenceRegisters(acc);
         release_stage(step);
       }
+      // A consumer with no step of its own here (one-step tile, consumer 1) is done with this Q once
+      // it has seen every step (after the loop, so that the ring's wait comes after the producer
+      // has issued this item's steps).
+      if (last_mine < cw && next_new_q()) release_q();
     }
     kv_iter += steps;
 
@@ -368,7 +412,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         if (!(last_item && half == 1)) mbar::NamedArrive(kSplitExchangeFree, 256);
       }
     }
-    if (cw == 0) StoreHopperRows<E, kAct>(acc, unused_online, row, q_rows, seq.out_begin + tile.i0, p, h, ln.t);
+    if (cw == 0) StoreHopperRows<E, kAct>(acc, unused_online, row, q_rows, it.out_row, p, h, ln.t);
   }
 }
 

@@ -70,10 +70,12 @@ absl::Status LaunchForwardHopperTmaAct(const ForwardParams& params, const Forwar
 
 template <ElementType E, HopperAct kAct>
 absl::Status LaunchForwardHopperSplitAct(const ForwardParams& params, const ForwardTmaMaps& maps, int items,
-                                         bool half_keys) {
-  return LaunchPersistentForward(
-      half_keys ? ForwardHopperSplitKernel<E, kAct, true> : ForwardHopperSplitKernel<E, kAct, false>,
-      "attention forward kernel (Hopper, split)", params, maps, items);
+                                         bool half_keys, bool ring) {
+  const auto kernel = half_keys ? (ring ? ForwardHopperSplitKernel<E, kAct, true, true>
+                                        : ForwardHopperSplitKernel<E, kAct, true, false>)
+                                : (ring ? ForwardHopperSplitKernel<E, kAct, false, true>
+                                        : ForwardHopperSplitKernel<E, kAct, false, false>);
+  return LaunchPersistentForward(kernel, "attention forward kernel (Hopper, split)", params, maps, items);
 }
 
 template <ElementType E, bool kV6>
@@ -108,12 +110,13 @@ absl::Status LaunchForwardHopperTma(const ForwardParams& params, int64_t num_til
   const int version = ForwardWsVersion();
   if (ForwardSplitApplies(params.max_tile_rows, pr.options.act == Activation::kSoftmax)) {
     const bool half_keys = ForwardSplitMode() == 2;
+    const bool ring = ForwardSplitRing();
     return DispatchHopperActTanhApprox(pr.options, [&]<HopperAct A>() {
       // Never softmax (ForwardSplitApplies): the online softmax's (m, l) would need merging.
       if constexpr (A == HopperAct::kSoftmax) {
         return absl::InternalError("attention forward: the split kernel has no softmax");
       } else {
-        return LaunchForwardHopperSplitAct<E, A>(params, maps, n, half_keys);
+        return LaunchForwardHopperSplitAct<E, A>(params, maps, n, half_keys, ring);
       }
     });
   }

@@ -35,16 +35,14 @@ inline int ForwardSplitMode() {
   if (env != nullptr && env[0] >= '0' && env[0] <= '2' && env[1] == '\0') return env[0] - '0';
   return kForwardSplitDefault;
 }
-// The split kernel's partial last K/V step of a sequence: 0 loads it with the producer's cp.async,
-// zero-filling the rows past the step's keys (K7's kernel); 1 with TMA like every full step, the
-// consumers then zeroing those V rows in shared memory themselves (the rows past a sequence's end
-// belong to the next sequence, and P = 0 times a non-finite V would be NaN; K rows need nothing, as
-// their P is set to exactly 0). GEMTB_SPLIT_TMA_TAIL=0/1 overrides kSplitTmaTailDefault.
-inline constexpr bool kSplitTmaTailDefault = false;
-inline bool ForwardSplitTmaTail() {
-  const char* env = std::getenv("GEMTB_SPLIT_TMA_TAIL");
+// The split kernel's item ring (forward_hopper_split_kernel.cuh, kItemRing): the producer hands
+// each item's tile and sequence to the consumers through shared memory, loaded one item ahead.
+// GEMTB_SPLIT_RING=0/1 overrides kSplitRingDefault.
+inline constexpr bool kSplitRingDefault = false;
+inline bool ForwardSplitRing() {
+  const char* env = std::getenv("GEMTB_SPLIT_RING");
   if (env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0') return env[0] == '1';
-  return kSplitTmaTailDefault;
+  return kSplitRingDefault;
 }
 
 // Whether a launch whose tiles have at most `max_tile_rows` query rows runs the split kernel.

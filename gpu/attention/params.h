@@ -106,9 +106,6 @@ struct ForwardParams {
   uint16_t* o = nullptr;  // [TO, H, D]
   float* lse = nullptr;   // [H, TO], softmax only
   int32_t max_tile_rows = 0;  // most query rows of any listed tile (0: unknown): a launch hint
-  // The split forward loads a sequence's partial last K/V step by TMA too (forward_variant.h,
-  // ForwardSplitTmaTail) instead of the producer's zero-filling cp.async.
-  bool split_tma_tail = false;
 };
 
 struct BackwardParams {
