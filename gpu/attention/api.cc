@@ -397,7 +397,11 @@ const char* DeviceCall::forward_kernel_name() const {
   if (state_->hopper_ws) {
     // The kernel LaunchForwardHopperWs picks for TMA-suited tensors (16-byte aligned; v4 otherwise).
     if (ForwardSplitApplies(state_->forward_max_rows, state_->softmax)) {
-      return ForwardSplitMode() == 2 ? "hopper_split_keys" : "hopper_split_steps";
+      switch (ForwardSplitMode()) {
+        case 1: return "hopper_split_steps";
+        case 3: return "hopper_split_pipes";
+        default: return ForwardSplitRing() ? "hopper_split_keys_ring" : "hopper_split_keys";
+      }
     }
     switch (ForwardWsVersion()) {
       case 4: return "hopper_ws_v4";

@@ -144,18 +144,24 @@ TEST(GpuAttention, WarpSpecialisedForwardV5MatchesV4Bitwise) {
 }
 
 // The split forward (forward_hopper_split_kernel.cuh: tiles of <= 64 query rows, pointwise acts;
-// GEMTB_FORWARD_SPLIT=1 the consumers take alternate K/V steps, =2 64 keys each of every step) for
-// every act and tile list it takes (the check's short cases), and against v7 (GEMTB_FORWARD_SPLIT=0)
+// GEMTB_FORWARD_SPLIT=1 the consumers take alternate K/V steps, =2 64 keys each of every step, with
+// and without the item ring (GEMTB_SPLIT_RING), =3 two independent pipelines,
+// forward_hopper_split_pipes_kernel.cuh) for every act and tile list it takes (the check's short
+// cases), and against v7 (GEMTB_FORWARD_SPLIT=0)
 // on PMA-like shapes (broadcast_q, 40 query rows, one- to six-step key ranges): P is the same, O
 // differs only by the fp32 summation order (two partial sums), so it lies within a bf16 rounding
 // step or two of v7's.
 TEST(GpuAttention, SplitForwardPassesTheCheckAndMatchesV7OnShortTiles) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
-  for (const char* mode : {"1", "2"}) {
+  // Split modes, with the ring's setting after a slash.
+  const std::pair<const char*, const char*> variants[] = {{"1", "1"}, {"2", "0"}, {"2", "1"}, {"3", "1"}};
+  for (const auto& [mode, ring] : variants) {
     ASSERT_EQ(setenv("GEMTB_FORWARD_SPLIT", mode, 1), 0);
-    EXPECT_EQ(cli::RunCheckAttention({"--cases", "12", "--seed", "24", "--max-length", "64"}), 0) << mode;
+    ASSERT_EQ(setenv("GEMTB_SPLIT_RING", ring, 1), 0);
+    EXPECT_EQ(cli::RunCheckAttention({"--cases", "12", "--seed", "24", "--max-length", "64"}), 0) << mode << "/" << ring;
   }
   unsetenv("GEMTB_FORWARD_SPLIT");
+  unsetenv("GEMTB_SPLIT_RING");
   const auto value = [](uint16_t bits) { return static_cast<double>(numerics::Bf16BitsToFloat(bits)); };
   const std::pair<Activation, MaskKind> kinds[] = {{Activation::kSilu, MaskKind::kNone},
                                                   {Activation::kGeluTanh, MaskKind::kCausal},
@@ -174,8 +180,9 @@ TEST(GpuAttention, SplitForwardPassesTheCheckAndMatchesV7OnShortTiles) {
     double max_abs = 0;
     for (uint16_t b : v7->o) max_abs = std::max(max_abs, std::fabs(value(b)));
     ASSERT_GT(max_abs, 0.0);
-    for (const char* mode : {"1", "2"}) {
+    for (const auto& [mode, ring] : variants) {
       ASSERT_EQ(setenv("GEMTB_FORWARD_SPLIT", mode, 1), 0);
+      ASSERT_EQ(setenv("GEMTB_SPLIT_RING", ring, 1), 0);
       absl::StatusOr<gpu::ForwardResult> split = gpu::Forward(call.args);
       ASSERT_TRUE(split.ok()) << split.status();
       ASSERT_EQ(split->o.size(), v7->o.size());
@@ -184,9 +191,11 @@ TEST(GpuAttention, SplitForwardPassesTheCheckAndMatchesV7OnShortTiles) {
         const double a = value(v7->o[i]), b = value(split->o[i]);
         if (!(std::fabs(a - b) <= std::fabs(a) / 64 + 1e-4 * max_abs)) ++bad;
       }
-      EXPECT_EQ(bad, 0) << "mode " << mode << " act " << static_cast<int>(act) << " mask " << static_cast<int>(mask);
+      EXPECT_EQ(bad, 0) << "mode " << mode << "/" << ring << " act " << static_cast<int>(act) << " mask "
+                        << static_cast<int>(mask);
     }
     unsetenv("GEMTB_FORWARD_SPLIT");
+    unsetenv("GEMTB_SPLIT_RING");
   }
 }
 
