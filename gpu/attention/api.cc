@@ -399,7 +399,6 @@ const char* DeviceCall::forward_kernel_name() const {
     if (ForwardSplitApplies(state_->forward_max_rows, state_->softmax)) {
       switch (ForwardSplitMode()) {
         case 1: return "hopper_split_steps";
-        case 3: return "hopper_split_pipes";
         default: return ForwardSplitRing() ? "hopper_split_keys_ring" : "hopper_split_keys";
       }
     }

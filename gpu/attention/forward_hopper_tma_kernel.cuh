@@ -35,7 +35,6 @@ namespace gemtb::gpu {
 // 128 rows, 128-byte swizzle.
 struct ForwardTmaMaps {
   CUtensorMap q, k, v;
-  CUtensorMap k64, v64;  // 64-row boxes of K and V (the split kernel's pipes, mode 3); else unset
 };
 inline constexpr int kTmaBoxCols = 64;
 inline constexpr int kTmaBoxRows = 128;

@@ -14,7 +14,6 @@
 
 #include "absl/status/status.h"
 #include "gpu/attention/forward_hopper_split_kernel.cuh"
-#include "gpu/attention/forward_hopper_split_pipes_kernel.cuh"
 #include "gpu/attention/forward_hopper_tma_kernel.cuh"
 #include "gpu/attention/forward_variant.h"
 #include "gpu/common/cuda_check.cuh"
@@ -22,10 +21,9 @@
 namespace gemtb::gpu {
 
 // A 2-D map of a [rows, cols] row-major uint16 tensor (rows `stride_elems` apart) with boxes of
-// box_rows (kTmaBoxRows unless given) x kTmaBoxCols, 128-byte swizzled. The kernel only reads boxes that lie inside one
+// kTmaBoxRows x kTmaBoxCols, 128-byte swizzled. The kernel only reads boxes that lie inside one
 // sequence, so the row count is an upper bound (2^31 - 1) rather than the tensor's own.
-inline bool EncodeForwardTmaMap(CUtensorMap* map, const uint16_t* base, int64_t cols, int64_t stride_elems,
-                                uint32_t box_rows = kTmaBoxRows) {
+inline bool EncodeForwardTmaMap(CUtensorMap* map, const uint16_t* base, int64_t cols, int64_t stride_elems) {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -40,7 +38,7 @@ inline bool EncodeForwardTmaMap(CUtensorMap* map, const uint16_t* base, int64_t 
   if (reinterpret_cast<uintptr_t>(base) % 16 != 0 || (stride_elems * 2) % 16 != 0) return false;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(INT32_MAX)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride_elems) * 2u};
-  const cuuint32_t box[2] = {kTmaBoxCols, box_rows};
+  const cuuint32_t box[2] = {kTmaBoxCols, kTmaBoxRows};
   const cuuint32_t elem_strides[2] = {1, 1};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<uint16_t*>(base), dims, strides, box,
                 elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -72,11 +70,7 @@ absl::Status LaunchForwardHopperTmaAct(const ForwardParams& params, const Forwar
 
 template <ElementType E, HopperAct kAct>
 absl::Status LaunchForwardHopperSplitAct(const ForwardParams& params, const ForwardTmaMaps& maps, int items,
-                                         bool half_keys, bool ring, bool pipes) {
-  if (pipes) {
-    return LaunchPersistentForward(ForwardHopperSplitPipesKernel<E, kAct>, "attention forward kernel (Hopper, pipes)",
-                                   params, maps, items);
-  }
+                                         bool half_keys, bool ring) {
   const auto kernel = half_keys ? (ring ? ForwardHopperSplitKernel<E, kAct, true, true>
                                         : ForwardHopperSplitKernel<E, kAct, true, false>)
                                 : (ring ? ForwardHopperSplitKernel<E, kAct, false, true>
@@ -115,17 +109,14 @@ absl::Status LaunchForwardHopperTma(const ForwardParams& params, int64_t num_til
   const int n = static_cast<int>(items);
   const int version = ForwardWsVersion();
   if (ForwardSplitApplies(params.max_tile_rows, pr.options.act == Activation::kSoftmax)) {
-    const int mode = ForwardSplitMode();
-    const bool half_keys = mode == 2;
+    const bool half_keys = ForwardSplitMode() == 2;
     const bool ring = ForwardSplitRing();
-    const bool pipes = mode == 3 && EncodeForwardTmaMap(&maps.k64, pr.k, kv_cols, kv_cols, kPipesBlockN) &&
-                       EncodeForwardTmaMap(&maps.v64, pr.v, kv_cols, kv_cols, kPipesBlockN);
     return DispatchHopperActTanhApprox(pr.options, [&]<HopperAct A>() {
       // Never softmax (ForwardSplitApplies): the online softmax's (m, l) would need merging.
       if constexpr (A == HopperAct::kSoftmax) {
         return absl::InternalError("attention forward: the split kernel has no softmax");
       } else {
-        return LaunchForwardHopperSplitAct<E, A>(params, maps, n, half_keys, ring, pipes);
+        return LaunchForwardHopperSplitAct<E, A>(params, maps, n, half_keys, ring);
       }
     });
   }

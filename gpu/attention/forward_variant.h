@@ -23,9 +23,8 @@ inline bool ForwardHopperTmaEnabled() { return ForwardWsVersion() >= 5; }
 
 // The split kernel (forward_hopper_split_kernel.cuh, "v8") for launches whose tiles all have at
 // most kSplitRows query rows and a pointwise act (PMA). GEMTB_FORWARD_SPLIT: 0 keeps v6/v7 there,
-// 1 the consumers taking alternate K/V steps, 2 both consumers on every step, 64 keys each, 3 two
-// independent pipelines, one per consumer (forward_hopper_split_pipes_kernel.cuh); unset or
-// anything else, kForwardSplitDefault. Mode 2 is the default: on the H200, in one call
+// 1 the consumers taking alternate K/V steps, 2 both consumers on every step, 64 keys each; unset
+// or anything else, kForwardSplitDefault. Mode 2 is the default: on the H200, in one call
 // (40cb14a), pma's forward took 0.359 ms with 2, 0.374 with 1 and 0.468 with v7; the 500-case
 // check of the f899e66 call (12,000 cases, 0 failures) ran with 2 as the default
 // (tools/bench/NOTES.md, "Forward v8").
@@ -33,12 +32,13 @@ inline constexpr int kSplitRows = 64;  // query rows of a tile the split kernel 
 inline constexpr int kForwardSplitDefault = 2;
 inline int ForwardSplitMode() {
   const char* env = std::getenv("GEMTB_FORWARD_SPLIT");
-  if (env != nullptr && env[0] >= '0' && env[0] <= '3' && env[1] == '\0') return env[0] - '0';
+  if (env != nullptr && env[0] >= '0' && env[0] <= '2' && env[1] == '\0') return env[0] - '0';
   return kForwardSplitDefault;
 }
 // The split kernel's item ring (forward_hopper_split_kernel.cuh, kItemRing): the producer hands
 // each item's tile and sequence to the consumers through shared memory, loaded one item ahead.
-// GEMTB_SPLIT_RING=0/1 overrides kSplitRingDefault.
+// GEMTB_SPLIT_RING=0/1 overrides kSplitRingDefault. On by default since pma's forward went from
+// 0.360 to 0.332 ms with it in one call (23da16d), whose 12,000-case check ran with it on.
 inline constexpr bool kSplitRingDefault = true;
 inline bool ForwardSplitRing() {
   const char* env = std::getenv("GEMTB_SPLIT_RING");
