@@ -20,7 +20,7 @@ constexpr char kCommand[] = "gpu attention";
 absl::Status Run(const std::vector<std::string>& args) {
   AttentionCaseSpec spec;
   std::string case_dir, out_dir;
-  bool backward = false;
+  bool backward = false, tanh_approx = false;
   FlagSet flags("gemtb gpu attention --q F --k F --v F --q-offsets F --kv-offsets F [options] --out-dir D",
                 "Runs the CUDA jagged attention kernels (gpu/attention, H200 / sm_90a) on .npy tensors\n"
                 "(bfloat16 as <u2 bits, or float16) and writes o.npy (input dtype), lse.npy (float32,\n"
@@ -30,6 +30,9 @@ absl::Status Run(const std::vector<std::string>& args) {
   flags.String("case", &case_dir, "a case folder (case.json + .npy files) instead of the flags above");
   flags.Bool("backward", &backward, "also run the backward (needs --do)");
   flags.String("out-dir", &out_dir, "folder for the outputs (created if missing)");
+  flags.Bool("tanh-approx", &tanh_approx,
+             "let the kernels evaluate silu and gelu_tanh through tanh.approx (AttentionOptions::tanh_approx: "
+             "faster, relative error ~2^-11 in the act)");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
     std::cout << flags.Help();
@@ -48,6 +51,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   if (backward && spec.d_o.empty()) return absl::InvalidArgumentError("--backward: needs --do FILE");
   absl::StatusOr<AttentionCase> c = LoadAttentionCase(spec);
   if (!c.ok()) return c.status();
+  c->options.tanh_approx = tanh_approx;
   const GpuCall call = MakeGpuCall(c->inputs, c->options, c->d_o, c->d_o_shape);
   GEMTB_RETURN_IF_ERROR(gpu::CanRun(call.args));
   GEMTB_RETURN_IF_ERROR(gpu::DeviceAvailable());
