@@ -33,7 +33,7 @@
 // Item ring (kItemRing, GEMTB_SPLIT_RING): what an item needs of its tile and sequence (SplitItem)
 // was two dependent global loads per item in every warp (tile, then its sequence) and again for the
 // next item's Q, ~4 round trips of L2 latency per item in the consumers' critical path, during which
-// no stage was released (PMA: ~35 items per CTA of ~6 steps each). With the ring the producer
+// no stage was released (PMA: ~35 items per CTA of ~4-5 steps each). With the ring the producer
 // alone loads them, one item ahead (the next tile at an item's start, its sequence after the
 // item's first step), and hands each item to the consumers through a 4-slot shared-memory ring with
 // one mbarrier per slot: the consumers wait on the slot, never on global memory. A slot is
