@@ -84,10 +84,9 @@ inline absl::Status LaunchBwdChainKernel(BwdChainKernel kernel, size_t smem, con
 
 template <ElementType E, HopperAct kAct>
 absl::Status LaunchDkDvHopperChainAct(const BackwardParams& params, int num_tiles, int tiles_per_cta) {
-  // With params.ds (backward v5 under broadcast_q) the chain also stores dS.
-  return LaunchBwdChainKernel(params.ds != nullptr ? DkDvHopperChainKernel<E, kAct, true> : DkDvHopperChainKernel<E, kAct>,
-                              kHopperDkDvSmemBytes, "attention backward dK/dV kernel (Hopper, chained tiles)", params,
-                              num_tiles, tiles_per_cta, params.problem.kv_heads);
+  return LaunchBwdChainKernel(DkDvHopperChainKernel<E, kAct>, kHopperDkDvSmemBytes,
+                              "attention backward dK/dV kernel (Hopper, chained tiles)", params, num_tiles,
+                              tiles_per_cta, params.problem.kv_heads);
 }
 
 // Launches the chained kernel and sets *launched, or leaves it false (nothing launched) when v3

@@ -10,8 +10,6 @@
 //   - dK and dV leave through shared memory as whole 16-byte chunks of whole rows
 //     (StoreHopperBwdRows) instead of 4-byte stores from the accumulator layout;
 //   - optionally (head_minor) the K/V heads of one chain run side by side.
-// kStoreDs (backward v5 under broadcast_q, opt-in: GEMTB_BWD_DQ=stored): also write each step's dSᵀ
-// to its block of p.ds for the stored-dS dQ pass, as DkDvHopperKernel<..., true> does.
 // Per tile the steps, their order, the MMAs and the elementwise code are v3's, so every dK and dV
 // is bitwise what v3 writes (deterministic, no atomics). PMA ran 40,188 one-step CTAs (tensor pipe
 // 12% busy, DRAM 37%: each CTA loaded, computed and stored in turn).
@@ -78,7 +76,7 @@ __device__ __forceinline__ void StoreHopperBwdRows(const float (&acc)[64], float
 // c = blockIdx.x, hk = blockIdx.y; or, with head_minor, one dimension c * kv_heads + hk, so that the
 // heads of one tile run side by side and read and write whole K/V rows (H * D elements) together
 // rather than one head's 256 bytes of every row in turn.
-template <ElementType E, HopperAct kAct, bool kStoreDs = false>
+template <ElementType E, HopperAct kAct>
 __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     DkDvHopperChainKernel(const BackwardParams p, int tiles_per_cta, int num_tiles, int head_minor) {
   constexpr int D = kHopperHeadDim;
@@ -236,15 +234,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
                                                            pa);
     };
     float ds4[4];
-    if constexpr (kStoreDs) {
-      uint16_t* const ds_block = p.ds + HopperBwdDsBlockOffset(p, segment(tile, cur.sgi).b, cur.q0 / kDsBlock,
-                                                               tile.j0 / kDsBlock, cur.h);
-      const auto store_ds = [&](const uint32_t(&w)[4][4]) { HopperBwdStoreDsBlock(ds_block, w, ln, warp); };
-      HopperBwdDkDvStepRest<E, kAct>(ln, pr, st, dpt, full, form_p, s_d[q_slot], ds4, pa, dsa, sq, s_do, dk, dv,
-                                     store_ds);
-    } else {
-      HopperBwdDkDvStepRest<E, kAct>(ln, pr, st, dpt, full, form_p, s_d[q_slot], ds4, pa, dsa, sq, s_do, dk, dv);
-    }
+    HopperBwdDkDvStepRest<E, kAct>(ln, pr, st, dpt, full, form_p, s_d[q_slot], ds4, pa, dsa, sq, s_do, dk, dv);
 
     const Plan plan = plan_after(cur);
     const bool more = plan.next.t < t_end;

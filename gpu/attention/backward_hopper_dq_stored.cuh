@@ -18,7 +18,6 @@
 #include <cstdlib>
 
 #include "absl/status/status.h"
-#include "gpu/attention/backward_hopper_chain_launch.cuh"
 #include "gpu/attention/backward_hopper_dkdv_chain.cuh"
 #include "gpu/attention/backward_hopper_ds_layout.cuh"
 #include "gpu/attention/backward_hopper_kernel.cuh"
@@ -262,10 +261,6 @@ template <ElementType E>
 absl::Status LaunchDkDvHopperStoredDs(const BackwardParams& params, int64_t num_tiles, bool* launched) {
   *launched = false;
   if (params.ds == nullptr) return absl::OkStatus();
-  {  // broadcast_q: the chained dK/dV kernel (v4), storing dS (backward_hopper_chain_launch.cuh)
-    const absl::Status s = LaunchDkDvHopperChain<E>(params, num_tiles, launched);
-    if (*launched || !s.ok()) return s;
-  }
   *launched = true;
   const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.problem.kv_heads));
   const dim3 block(kHopperBwdThreads);

@@ -16,9 +16,8 @@
 // already: at row 0 or at the key tile's first key): a step's rows [q0, q0 + 64) are then block
 // q0 / 64. The rows added in front have no valid key in the tile (a segment starts at its first row
 // that has one), so they add exact zeros to dK and dV; the steps group the rows differently from
-// v3 where a segment moved, so dK/dV are v3's bits only where none did. Under broadcast_q (PMA) only
-// when asked for (GEMTB_BWD_DQ=stored): v4's chained dK/dV kernel then stores dS as well
-// (DkDvHopperChainKernel<..., true>); not yet timed and checked as a default there.
+// v3 where a segment moved, so dK/dV are v3's bits only where none did. Not under broadcast_q
+// (PMA runs v4's chained kernels, which do not write dS).
 //
 // GEMTB_BWD_DQ=stored forces it wherever it applies, =recompute forces v3/v4's dQ; unset, the rule
 // StoredDsByDefault below.
@@ -70,7 +69,7 @@ struct StoredDsPlan {
 inline StoredDsPlan PlanStoredDs(const std::vector<SeqInfo>& seqs, const TileLists& lists, bool broadcast_q,
                                  int64_t heads, BwdDqMode mode) {
   StoredDsPlan plan;
-  if (mode == BwdDqMode::kRecompute || (broadcast_q && mode != BwdDqMode::kStored) || seqs.empty()) return plan;
+  if (mode == BwdDqMode::kRecompute || broadcast_q || seqs.empty()) return plan;
   plan.segments = lists.dkv_segments;
   for (DkvSegment& s : plan.segments) s.i0 -= s.i0 % kDsBlock;
   // Row-block table indices, then each row block's key-block hull [lo, hi].
