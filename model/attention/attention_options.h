@@ -38,11 +38,11 @@ struct AttentionOptions {
   Alignment align = Alignment::kBottomRight;
   bool broadcast_q = false;   // q_offsets holds one sequence read by every output sequence
   // A speed knob, not part of what is computed: GPU kernels may evaluate silu and gelu_tanh (and
-  // their derivatives) through the hardware tanh, tanh.approx.f32 (relative error about 2^-11; one
-  // special-function op per pair instead of an exp and a reciprocal), as upstream GDPA's fast_silu
-  // and fast_gelu do. The oracle always evaluates the exact act, and a GPU result with the knob on
-  // is judged against that with spec §9's GPU criteria. Other acts and kernels without a tanh path
-  // ignore it.
+  // their derivatives) through the hardware tanh, tanh.approx.f32 (relative error up to 2^-11 of
+  // tanh by the PTX ISA; one special-function op per pair instead of an exp and a reciprocal), as
+  // upstream GDPA's fast_silu and fast_gelu do. The oracle always evaluates the exact act, and a
+  // GPU result with the knob on is judged against that with spec §9's GPU criteria. Other acts and
+  // kernels without a tanh path ignore it.
   bool tanh_approx = false;
 };
 

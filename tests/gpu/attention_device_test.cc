@@ -39,21 +39,28 @@ bool HaveGpu() {
   return s.ok();
 }
 
-testing::AttentionCase SmallCase(uint64_t seed, Activation act, MaskKind mask, int64_t d = 64) {
+// What the small and the Hopper shapes below share: GQA 4 query heads on 2 K/V heads, Dqk = Dv = d,
+// bf16 inputs.
+testing::CaseShape GqaShape(Activation act, MaskKind mask, uint64_t seed, int64_t d) {
   testing::CaseShape shape;
-  shape.q_lengths = {5, 70, 0, 130};
-  shape.kv_lengths = {9, 1, 64};
-  shape.kv_index = {2, 0, 1, 2};
   shape.heads = 4;
   shape.kv_heads = 2;
   shape.dqk = shape.dv = d;
   shape.options.act = act;
   shape.options.mask = mask;
+  shape.input_type = ElementType::kBFloat16;
+  shape.value_seed = seed;
+  return shape;
+}
+
+testing::AttentionCase SmallCase(uint64_t seed, Activation act, MaskKind mask, int64_t d = 64) {
+  testing::CaseShape shape = GqaShape(act, mask, seed, d);
+  shape.q_lengths = {5, 70, 0, 130};
+  shape.kv_lengths = {9, 1, 64};
+  shape.kv_index = {2, 0, 1, 2};
   shape.options.window_left = 7;
   shape.options.window_right = 3;
   shape.options.block = 16;
-  shape.input_type = ElementType::kBFloat16;
-  shape.value_seed = seed;
   return testing::BuildCase(shape);
 }
 
@@ -61,24 +68,21 @@ testing::AttentionCase SmallCase(uint64_t seed, Activation act, MaskKind mask, i
 // where the mask is one): two sequences with several partial K/V steps and tiles, one empty, one
 // reading a one-key sequence. Tests of broadcast_q replace the lengths.
 testing::CaseShape HopperShape(Activation act, MaskKind mask, uint64_t seed) {
-  testing::CaseShape shape;
+  testing::CaseShape shape = GqaShape(act, mask, seed, 128);
   shape.q_lengths = {5, 300, 0, 130};
   shape.kv_lengths = {9, 1, 300};
   shape.kv_index = {2, 2, 1, 0};
-  shape.heads = 4;
-  shape.kv_heads = 2;
-  shape.dqk = shape.dv = 128;
-  shape.options.act = act;
-  shape.options.mask = mask;
   shape.options.window_left = 150;
   shape.options.window_right = 20;
-  shape.input_type = ElementType::kBFloat16;
-  shape.value_seed = seed;
   return shape;
 }
 
+// The GPU call of case c with cotangent d_o, under c's options or the ones given.
+cli::GpuCall CallOf(const testing::AttentionCase& c, const std::vector<double>& d_o, const AttentionOptions& options) {
+  return cli::MakeGpuCall(c.View(), options, d_o, {testing::OutputRows(c), c.heads(), c.dv()});
+}
 cli::GpuCall CallOf(const testing::AttentionCase& c, const std::vector<double>& d_o) {
-  return cli::MakeGpuCall(c.View(), c.options, d_o, {testing::OutputRows(c), c.heads(), c.dv()});
+  return CallOf(c, d_o, c.options);
 }
 
 TEST(GpuAttention, CheckCommandPassesOnRandomCasesOfEveryFamily) {
@@ -310,8 +314,7 @@ TEST(GpuAttention, TanhApproxChangesOnlySiluAndGeluTanh) {
       for (const bool approx : {false, true}) {
         AttentionOptions options = c.options;
         options.tanh_approx = approx;
-        const cli::GpuCall call =
-            cli::MakeGpuCall(c.View(), options, d_o, {testing::OutputRows(c), c.heads(), c.dv()});
+        const cli::GpuCall call = CallOf(c, d_o, options);
         absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
         ASSERT_TRUE(fwd.ok()) << fwd.status();
         absl::StatusOr<gpu::BackwardResult> bwd = gpu::Backward(call.args, call.DoView(), *fwd);

@@ -32,7 +32,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   flags.String("out-dir", &out_dir, "folder for the outputs (created if missing)");
   flags.Bool("tanh-approx", &tanh_approx,
              "let the kernels evaluate silu and gelu_tanh through tanh.approx (AttentionOptions::tanh_approx: "
-             "faster, relative error ~2^-11 in the act)");
+             "faster; tanh's relative error up to 2^-11 by the PTX ISA)");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
     std::cout << flags.Help();
