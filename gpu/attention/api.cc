@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "gpu/attention/backward_fused_dq_plan.h"
 #include "gpu/attention/backward_stored_ds_plan.h"
 #include "gpu/attention/device_call.h"
 #include "gpu/attention/forward_variant.h"
@@ -240,6 +241,7 @@ struct DeviceCall::State {
   DeviceArray<int64_t> ds_block_base;  // backward v5's stored dS (backward_stored_ds_plan.h), if used
   DeviceArray<uint16_t> ds;
   bool hopper_backward = false;
+  int fused_dq_chain = 0;  // backward v6 (backward_fused_dq_plan.h): K/V tiles per chain; 0: not used
   int64_t num_dq = 0, num_dkv = 0, num_dq_reduce = 0;
   int32_t dq_max_key_steps = 0;  // BackwardParams::dq_max_key_steps
   bool dq_covers_all = false, dkv_covers_all = false;
@@ -259,6 +261,18 @@ struct DeviceCall::State {
     return pp;
   }
 };
+
+namespace {
+// The current device's SM count (1 if it cannot be read): persistent launches deal work over it.
+int DeviceSmCount() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) {
+    return 1;
+  }
+  return sms;
+}
+}  // namespace
 
 DeviceCall::DeviceCall(std::unique_ptr<State> state) : state_(std::move(state)) {}
 DeviceCall::~DeviceCall() = default;
@@ -312,7 +326,7 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
       break;
   }
   const int block_m = s->hopper_forward ? kHopperBlockM : kBlockM;
-  const std::vector<ForwardTile> tiles = BuildForwardTiles(s->problem.pairing, args.options, block_m);
+  std::vector<ForwardTile> tiles = BuildForwardTiles(s->problem.pairing, args.options, block_m);
   s->num_forward = static_cast<int64_t>(tiles.size());
   for (const ForwardTile& t : tiles) {
     s->forward_max_rows = std::max(s->forward_max_rows, std::min(block_m, s->problem.pairing.seqs[t.b].lq - t.i0));
@@ -324,6 +338,14 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
     // v5"); v4's rule (softmax averaging >= 2 steps of 128 keys) no longer applies.
     s->hopper_ws = true;
     s->hopper_block_n = kHopperWsBlockN;
+  }
+  if (s->hopper_ws && ForwardSplitApplies(s->forward_max_rows, s->softmax) && ForwardSplitSnake()) {
+    // The split kernel's persistent CTAs take every sms-th item (tile x head): a snake over the
+    // heavy-first list evens their sums (forward_variant.h).
+    const int sms = DeviceSmCount();
+    if (sms % s->problem.heads == 0 && s->num_forward * s->problem.heads > sms) {
+      DealInSnakeBands(tiles, sms / s->problem.heads);
+    }
   }
   s->forward_covers_all = ForwardRows(tiles, s->problem.pairing, block_m) == s->problem.to;
   GEMTB_RETURN_IF_ERROR(s->seqs.Upload(s->problem.pairing.seqs, "sequence table"));
@@ -376,9 +398,19 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
     GEMTB_RETURN_IF_ERROR(
         s->dkv_segments.Upload(stored_ds ? ds_plan.segments : lists.dkv_segments, "dK/dV segments"));
     GEMTB_RETURN_IF_ERROR(s->dq_reduce.Upload(lists.dq_reduce, "dQ reduce list"));
-    const size_t partial_floats =
+    size_t partial_floats =
         static_cast<size_t>(lists.dq_partial_slots) * static_cast<size_t>(s->problem.heads) * kBlockM *
         static_cast<size_t>(s->problem.d);
+    // Backward v6 under broadcast_q: its chains' dQ parts use the same workspace (the split dQ
+    // tiles it replaces do not run).
+    if (!stored_ds && s->num_dkv > 0 &&
+        FusedDqApplies(s->hopper_backward, s->problem.pairing.broadcast_q, s->problem.heads, s->problem.kv_heads,
+                       s->problem.d, lq0)) {
+      s->fused_dq_chain = FusedDqChainTiles(s->num_dkv, s->problem.kv_heads, DeviceSmCount());
+      const size_t fused_floats = static_cast<size_t>(FusedDqChains(s->num_dkv, s->fused_dq_chain)) *
+                                  static_cast<size_t>(s->problem.heads) * static_cast<size_t>(kFusedDqSlotFloats);
+      partial_floats = std::max(partial_floats, fused_floats);
+    }
     GEMTB_RETURN_IF_ERROR(s->dq_partial.Allocate(partial_floats, "dQ partial sums"));
   }
   return std::unique_ptr<DeviceCall>(new DeviceCall(std::move(s)));
@@ -477,6 +509,7 @@ absl::Status DeviceCall::Backward(const DeviceInputs& in, const uint16_t* o, con
     if constexpr (D == kHopperHeadDim) {
       if (s.hopper_backward) {
         if (s.softmax) GEMTB_RETURN_IF_ERROR(LaunchRowDotHopper<E>(bp));
+        if (s.fused_dq_chain > 0) return LaunchDkDvDqFusedHopper<E>(bp, s.num_dkv, s.fused_dq_chain);
         GEMTB_RETURN_IF_ERROR(LaunchDkDvHopper<E>(bp, s.num_dkv));
         GEMTB_RETURN_IF_ERROR(LaunchDqHopper<E>(bp, s.num_dq));
         done = true;

@@ -46,6 +46,16 @@ inline bool ForwardSplitRing() {
   return kSplitRingDefault;
 }
 
+// The split kernel's tiles dealt in a snake (tile_scheduler.h, DealInSnakeBands) when the head
+// count divides the SM count (CTA c then takes tiles c / heads + k * sms / heads of its head).
+// GEMTB_SPLIT_SNAKE=0/1 overrides kSplitSnakeDefault.
+inline constexpr bool kSplitSnakeDefault = true;
+inline bool ForwardSplitSnake() {
+  const char* env = std::getenv("GEMTB_SPLIT_SNAKE");
+  if (env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0') return env[0] == '1';
+  return kSplitSnakeDefault;
+}
+
 // Whether a launch whose tiles have at most `max_tile_rows` query rows runs the split kernel.
 inline bool ForwardSplitApplies(int max_tile_rows, bool softmax) {
   return ForwardWsVersion() >= 6 && max_tile_rows > 0 && max_tile_rows <= kSplitRows && !softmax &&

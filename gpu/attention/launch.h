@@ -56,6 +56,12 @@ template <ElementType E>
 absl::Status LaunchDkDvHopper(const BackwardParams& params, int64_t num_tiles);
 template <ElementType E>
 absl::Status LaunchDqHopper(const BackwardParams& params, int64_t num_tiles);
+// Backward v6 under broadcast_q (backward_hopper_fused_dq.cuh; backward_fused_dq_plan.h says when):
+// dK, dV and each chain's dQ part in one chained kernel over the dK/dV tiles, tiles_per_cta per
+// chain, then dQ as the chains' parts summed in order into params.dq (params.dq_partial holds the
+// parts). Replaces LaunchDkDvHopper, LaunchDqHopper and the dQ reduce.
+template <ElementType E>
+absl::Status LaunchDkDvDqFusedHopper(const BackwardParams& params, int64_t num_tiles, int tiles_per_cta);
 
 // x[0..n) = value.
 absl::Status LaunchFill(float* x, int64_t n, float value);

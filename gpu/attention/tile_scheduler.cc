@@ -90,6 +90,14 @@ std::vector<ForwardTile> BuildForwardTiles(const Pairing& pairing, const Attenti
   return Permuted(tiles, HeavyFirst(tiles.size(), work));
 }
 
+void DealInSnakeBands(std::vector<ForwardTile>& tiles, int64_t band) {
+  if (band < 2) return;
+  const int64_t n = static_cast<int64_t>(tiles.size());
+  for (int64_t begin = band; begin < n; begin += 2 * band) {
+    std::reverse(tiles.begin() + begin, tiles.begin() + std::min(n, begin + band));
+  }
+}
+
 TileLists BuildBackwardTiles(const Pairing& pairing, const AttentionOptions& options) {
   TileLists out;
   const int64_t num_out = static_cast<int64_t>(pairing.seqs.size());

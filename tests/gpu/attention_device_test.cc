@@ -393,6 +393,68 @@ TEST(GpuAttention, StoredDsBackwardMatchesRecompute) {
   }
 }
 
+// Backward v6 (gpu/attention/backward_hopper_fused_dq.cuh: broadcast_q, no GQA, <= 32 seeds; dQ
+// from the dK/dV chain's dSᵀ, summed over the chains) against v4 (the chained dK/dV, then the dQ pass
+// that recomputes S and dP; bitwise v3 by ChainedBackwardMatchesV3Bitwise): dK and dV from the same
+// pairs at 32 rows instead of 64 (rel-L2 printed, within 1e-5), dQ summed in another order (within
+// 2e-3), and v6 repeats its bits run to run. Shapes: 1, 17 and 32 seeds; one- and multi-tile K/V
+// sequences, partial tiles, an empty one; masks with and without full steps; chains of 1 and 3.
+TEST(GpuAttention, FusedDqBackwardMatchesTheChainedBackward) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  struct Kind {
+    Activation act;
+    MaskKind mask;
+    int64_t seeds;
+    bool tanh_approx;
+  };
+  const Kind kinds[] = {{Activation::kSilu, MaskKind::kNone, 32, false},
+                        {Activation::kSoftmax, MaskKind::kNone, 17, false},
+                        {Activation::kGeluTanh, MaskKind::kCausal, 32, false},
+                        {Activation::kSilu, MaskKind::kWindow, 1, false},
+                        {Activation::kSilu, MaskKind::kNone, 32, true}};
+  const auto backward = [](const cli::GpuCall& call, const gpu::ForwardResult& fwd, const char* fused,
+                           const char* chain) {
+    EXPECT_EQ(setenv("GEMTB_BWD_FUSED_DQ", fused, 1), 0);
+    EXPECT_EQ(setenv("GEMTB_DKDV_CHAIN", chain, 1), 0);
+    absl::StatusOr<gpu::BackwardResult> r = gpu::Backward(call.args, call.DoView(), fwd);
+    unsetenv("GEMTB_BWD_FUSED_DQ");
+    unsetenv("GEMTB_DKDV_CHAIN");
+    return r;
+  };
+  for (const Kind& k : kinds) {
+    testing::CaseShape shape = HopperShape(k.act, k.mask, 21);
+    shape.kv_heads = shape.heads;
+    shape.q_lengths = {k.seeds};
+    shape.kv_lengths = {300, 9, 130, 64, 0, 1, 200};
+    shape.kv_index = {};
+    shape.options.broadcast_q = true;
+    shape.options.tanh_approx = k.tanh_approx;
+    const testing::AttentionCase c = testing::BuildCase(shape);
+    const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 22));
+    absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
+    ASSERT_TRUE(fwd.ok()) << fwd.status();
+    absl::StatusOr<gpu::BackwardResult> v4 = backward(call, *fwd, "0", "3");
+    ASSERT_TRUE(v4.ok()) << v4.status();
+    for (const char* chain : {"1", "3"}) {
+      absl::StatusOr<gpu::BackwardResult> v6 = backward(call, *fwd, "1", chain);
+      ASSERT_TRUE(v6.ok()) << v6.status();
+      absl::StatusOr<gpu::BackwardResult> again = backward(call, *fwd, "1", chain);
+      ASSERT_TRUE(again.ok()) << again.status();
+      const std::string what = absl::StrCat("act ", std::string(ActivationName(k.act)), " mask ",
+                                            static_cast<int>(k.mask), " seeds ", k.seeds, " tanh_approx ",
+                                            k.tanh_approx, " chain ", chain);
+      const double dq = RelL2Bf16(v4->dq, v6->dq), dk = RelL2Bf16(v4->dk, v6->dk), dv = RelL2Bf16(v4->dv, v6->dv);
+      std::cout << what << ": rel-L2 v6 vs v4 dq " << dq << " dk " << dk << " dv " << dv << "\n";
+      EXPECT_LE(dq, 2e-3) << what;
+      EXPECT_LE(dk, 1e-5) << what;
+      EXPECT_LE(dv, 1e-5) << what;
+      EXPECT_EQ(again->dq, v6->dq) << what;
+      EXPECT_EQ(again->dk, v6->dk) << what;
+      EXPECT_EQ(again->dv, v6->dv) << what;
+    }
+  }
+}
+
 TEST(GpuAttention, BackwardIsBitwiseIdenticalAcrossRuns) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
   for (Activation act : {Activation::kSoftmax, Activation::kSilu}) {

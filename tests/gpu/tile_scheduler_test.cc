@@ -253,5 +253,29 @@ TEST(TileScheduler, TilesAreOrderedHeaviestFirst) {
   }
 }
 
+// The snake deal keeps the list's tiles and reverses exactly the odd bands; dealt to CTAs by stride
+// it evens their sums of work where the plain deal gives the first CTA the most of every band.
+TEST(TileScheduler, SnakeBandsReverseOddBandsAndEvenTheDeal) {
+  std::vector<gpu::ForwardTile> tiles;
+  for (int32_t i = 0; i < 23; ++i) tiles.push_back({i, 0, 0, 100 - 3 * i});  // heavy first, k_hi - k_lo falls
+  const std::vector<gpu::ForwardTile> plain = tiles;
+  gpu::DealInSnakeBands(tiles, 5);
+  ASSERT_EQ(tiles.size(), plain.size());
+  for (size_t p = 0; p < tiles.size(); ++p) {
+    const size_t band = p / 5, first = band * 5, last = std::min<size_t>(first + 5, plain.size()) - 1;
+    const size_t from = band % 2 == 0 ? p : first + (last - p);
+    EXPECT_EQ(tiles[p].b, plain[from].b) << "position " << p;
+  }
+  const auto spread = [](const std::vector<gpu::ForwardTile>& list) {
+    std::vector<int64_t> sum(5, 0);
+    for (size_t p = 0; p < list.size(); ++p) sum[p % 5] += list[p].k_hi - list[p].k_lo;
+    return *std::max_element(sum.begin(), sum.end()) - *std::min_element(sum.begin(), sum.end());
+  };
+  EXPECT_LT(spread(tiles), spread(plain));
+  std::vector<gpu::ForwardTile> one = plain;
+  gpu::DealInSnakeBands(one, 1);  // a band of one tile: nothing to deal
+  for (size_t p = 0; p < one.size(); ++p) EXPECT_EQ(one[p].b, plain[p].b);
+}
+
 }  // namespace
 }  // namespace gemtb

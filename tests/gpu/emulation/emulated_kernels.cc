@@ -133,6 +133,12 @@ template <ElementType E>
 absl::Status LaunchDqHopper(const BackwardParams&, int64_t) {
   return absl::UnimplementedError("the CPU emulation does not run the Hopper (wgmma) backward kernels");
 }
+template <ElementType E>
+absl::Status LaunchDkDvDqFusedHopper(const BackwardParams&, int64_t, int) {
+  return absl::UnimplementedError("the CPU emulation does not run the Hopper (wgmma) backward kernels");
+}
+template absl::Status LaunchDkDvDqFusedHopper<ElementType::kBFloat16>(const BackwardParams&, int64_t, int);
+template absl::Status LaunchDkDvDqFusedHopper<ElementType::kFloat16>(const BackwardParams&, int64_t, int);
 template absl::Status LaunchRowDotHopper<ElementType::kBFloat16>(const BackwardParams&);
 template absl::Status LaunchRowDotHopper<ElementType::kFloat16>(const BackwardParams&);
 template absl::Status LaunchDkDvHopper<ElementType::kBFloat16>(const BackwardParams&, int64_t);

@@ -71,6 +71,17 @@ cudaError_t cudaGetDeviceCount(int* count) {
   return cudaSuccess;
 }
 
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+
+// The H200's SM count (api.cc sizes backward v6's workspace with it; the emulation never runs v6).
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
+  *value = attr == cudaDevAttrMultiProcessorCount ? 132 : 0;
+  return cudaSuccess;
+}
+
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int) {
   std::memset(prop, 0, sizeof(*prop));
   std::strncpy(prop->name, "CPU emulation of sm_90", sizeof(prop->name) - 1);
