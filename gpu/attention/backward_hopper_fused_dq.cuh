@@ -181,9 +181,12 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
   struct Rows {
     int b, q0, nq;
   };
+  // Always every seed row from row 0, whatever rows the segment names (a mask can start it past
+  // row 0): tile row r must be seed row r, since dQᵀ's column r adds up over every step of the chain.
+  // Rows without a key in the tile are masked to zero like the keys past a sequence's end.
   const auto rows_of = [&](const Cursor& c, const DkvTile& tile) {
-    const DkvSegment seg = segment(tile, c.sgi);
-    return Rows{seg.b, seg.i0, seg.i1 - seg.i0};
+    const int b = segment(tile, c.sgi).b;
+    return Rows{b, 0, pr.seqs[b].lq};
   };
   const auto load_kv = [&](const DkvTile& tile, int slot) {
     const int k_rows = min(64, tile.lk - tile.j0);
@@ -246,9 +249,9 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     const int key[2] = {tile.j0 + warp * 16 + ln.g, tile.j0 + warp * 16 + ln.g + 8};
     wgmma::CpAsyncWait<0>();
     wgmma::FenceProxyAsync();
-    // Full: every pair of the 64 keys x 32 rows is valid (rows past the segment have no keys, so
-    // a segment of fewer than 32 rows always tests each pair). The barrier also frees the free slot
-    // and the dSᵀ tile (every warp's last dQ MMA is waited for).
+    // Full: every pair of the 64 keys x 32 rows is valid (rows past the seeds have no keys, so
+    // fewer than 32 seeds always test each pair, as do rows the mask keeps from these keys). The
+    // barrier also frees the free slot and the dSᵀ tile (every warp's last dQ MMA is waited for).
     int vote = 1;
     if (tid < kFusedDqRows) {
       const RowKeyRange keys = s_keys[q_slot][tid];

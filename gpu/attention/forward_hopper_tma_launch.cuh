@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "absl/status/status.h"
 #include "gpu/attention/forward_hopper_split_kernel.cuh"
@@ -19,6 +20,17 @@
 #include "gpu/common/cuda_check.cuh"
 
 namespace gemtb::gpu {
+
+// How far L2 widens a TMA box row's fetch from DRAM: 256 bytes (a whole head row of 128 bf16, whose
+// two 64-column boxes are then one fetch) unless GEMTB_TMA_L2_PROMOTION=none/64/128 asks otherwise.
+inline CUtensorMapL2promotion TmaL2Promotion() {
+  const char* env = std::getenv("GEMTB_TMA_L2_PROMOTION");
+  const std::string v = env == nullptr ? "" : env;
+  if (v == "none") return CU_TENSOR_MAP_L2_PROMOTION_NONE;
+  if (v == "64") return CU_TENSOR_MAP_L2_PROMOTION_L2_64B;
+  if (v == "128") return CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+  return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+}
 
 // A 2-D map of a [rows, cols] row-major uint16 tensor (rows `stride_elems` apart) with boxes of
 // kTmaBoxRows x kTmaBoxCols, 128-byte swizzled. The kernel only reads boxes that lie inside one
@@ -42,7 +54,7 @@ inline bool EncodeForwardTmaMap(CUtensorMap* map, const uint16_t* base, int64_t 
   const cuuint32_t elem_strides[2] = {1, 1};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<uint16_t*>(base), dims, strides, box,
                 elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+                TmaL2Promotion(), CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 // Launches one of the persistent forward kernels (v5..v7, split): one CTA per SM, fewer when the
