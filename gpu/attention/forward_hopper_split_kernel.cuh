@@ -79,7 +79,7 @@ __device__ __forceinline__ SplitItem MakeSplitItem(const ForwardTile& t, const S
 }
 inline constexpr int kSplitItemSlots = 4;
 
-template <ElementType E, HopperAct kAct, bool kHalfKeys, bool kItemRing, bool kSplitKv = false>
+template <ElementType E, HopperAct kAct, bool kHalfKeys, bool kItemRing>
 __global__ void __launch_bounds__(kHopperWsThreads, 1)
     ForwardHopperSplitKernel(const __grid_constant__ ForwardParams p, const __grid_constant__ ForwardTmaMaps maps,
                              const int total_items) {
@@ -93,10 +93,8 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
   constexpr int kStages = Smem::kStages;
   constexpr int kSRegs = BN / 2;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  static_assert(!kSplitKv || (kHalfKeys && kItemRing), "separate K and V barriers: half keys with the ring only");
-  // Q full, Q empty, stage full[], stage empty[], item[]; with kSplitKv stage full/empty are K's and
-  // V's own follow.
-  __shared__ __align__(8) uint64_t bars[2 + 2 * kStages + kSplitItemSlots + (kSplitKv ? 2 * kStages : 0)];
+  __shared__ __align__(8) uint64_t bars[2 + 2 * kStages + kSplitItemSlots];  // Q full, Q empty, stage full[],
+                                                                            // stage empty[], item[]
   __shared__ __align__(16) SplitItem s_items[kSplitItemSlots];
   const uint32_t raw = wgmma::SmemAddress(smem_raw);
   const uint32_t sq = (raw + 1023u) & ~1023u;
@@ -109,12 +107,6 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
   const auto bar_empty = [&](int stage) { return bar_q + 8u * static_cast<uint32_t>(2 + kStages + stage); };
   const auto bar_item = [&](int n) {
     return bar_q + 8u * static_cast<uint32_t>(2 + 2 * kStages + n % kSplitItemSlots);
-  };
-  const auto bar_full_v = [&](int stage) {
-    return bar_q + 8u * static_cast<uint32_t>(2 + 2 * kStages + kSplitItemSlots + stage);
-  };
-  const auto bar_empty_v = [&](int stage) {
-    return bar_q + 8u * static_cast<uint32_t>(2 + 3 * kStages + kSplitItemSlots + stage);
   };
 
   const ProblemParams& pr = p.problem;
@@ -131,10 +123,6 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       mbar::Init(bar_full(s), 128);
       mbar::Init(bar_empty(s), 8);  // the owner after its P V, the other consumer after its wait
-      if constexpr (kSplitKv) {  // K's barriers above, V's here: K is handed back after the S GEMM
-        mbar::Init(bar_full_v(s), 128);
-        mbar::Init(bar_empty_v(s), 8);
-      }
     }
     for (int n = 0; n < kSplitItemSlots; ++n) mbar::Init(bar_item(n), 1);  // producer thread 0
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -188,45 +176,25 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
       }
       for (int step = 0; step < steps; ++step, ++kv_iter) {
         const int stage = kv_iter % kStages;
-        const uint32_t refill = static_cast<uint32_t>((kv_iter / kStages - 1) & 1);
-        if (kv_iter >= kStages) mbar::Wait(bar_empty(stage), refill);
+        if (kv_iter >= kStages) mbar::Wait(bar_empty(stage), static_cast<uint32_t>((kv_iter / kStages - 1) & 1));
         const int j0 = tile.k_lo + step * BN;
         const int rows = min(BN, tile.k_hi - j0);
         if (rows == BN) {
-          const int y = static_cast<int>(seq.kv_begin + j0);
           if (pt == 0) {
-            tma::ArriveExpectTx(bar_full(stage), (kSplitKv ? 1u : 2u) * Smem::kKvBytes);
+            const int y = static_cast<int>(seq.kv_begin + j0);
+            tma::ArriveExpectTx(bar_full(stage), 2u * Smem::kKvBytes);
             tma::Load2d(sk(stage), &maps.k, hk * D, y, bar_full(stage));
             tma::Load2d(sk(stage) + BN * 128, &maps.k, hk * D + kTmaBoxCols, y, bar_full(stage));
-            if constexpr (!kSplitKv) {
-              tma::Load2d(sv(stage), &maps.v, hk * D, y, bar_full(stage));
-              tma::Load2d(sv(stage) + BN * 128, &maps.v, hk * D + kTmaBoxCols, y, bar_full(stage));
-            }
+            tma::Load2d(sv(stage), &maps.v, hk * D, y, bar_full(stage));
+            tma::Load2d(sv(stage) + BN * 128, &maps.v, hk * D + kTmaBoxCols, y, bar_full(stage));
           } else {
             mbar::Arrive(bar_full(stage));
-          }
-          if constexpr (kSplitKv) {  // V into its half once the consumers handed it back
-            if (kv_iter >= kStages) mbar::Wait(bar_empty_v(stage), refill);
-            if (pt == 0) {
-              tma::ArriveExpectTx(bar_full_v(stage), Smem::kKvBytes);
-              tma::Load2d(sv(stage), &maps.v, hk * D, y, bar_full_v(stage));
-              tma::Load2d(sv(stage) + BN * 128, &maps.v, hk * D + kTmaBoxCols, y, bar_full_v(stage));
-            } else {
-              mbar::Arrive(bar_full_v(stage));
-            }
           }
         } else {
           const int64_t offset = (seq.kv_begin + j0) * kv_stride + hk * D;
           WsLoadRows(pt, sk(stage), BN, pr.k + offset, kv_stride, rows, pr.k);
-          if constexpr (kSplitKv) {
-            mbar::CpAsyncArrive(bar_full(stage));
-            if (kv_iter >= kStages) mbar::Wait(bar_empty_v(stage), refill);
-            WsLoadRows(pt, sv(stage), BN, pr.v + offset, kv_stride, rows, pr.v);
-            mbar::CpAsyncArrive(bar_full_v(stage));
-          } else {
-            WsLoadRows(pt, sv(stage), BN, pr.v + offset, kv_stride, rows, pr.v);
-            mbar::CpAsyncArrive(bar_full(stage));
-          }
+          WsLoadRows(pt, sv(stage), BN, pr.v + offset, kv_stride, rows, pr.v);
+          mbar::CpAsyncArrive(bar_full(stage));
         }
         // The next item's sequence, once its tile has had a step's time to arrive.
         if (kItemRing && step == 0 && has_next) seq_next = pr.seqs[tile_next.b];
@@ -301,11 +269,9 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
       const int it = kv_first + step;
       mbar::Wait(bar_full(it % kStages), static_cast<uint32_t>((it / kStages) & 1));
     };
-    // The whole stage, or with kSplitKv its V half (K's goes back after the S GEMM).
     const auto release_stage = [&](int step) {
       __syncwarp();
-      const int stage = (kv_first + step) % kStages;
-      if (lane0) mbar::Arrive(kSplitKv ? bar_empty_v(stage) : bar_empty(stage));
+      if (lane0) mbar::Arrive(bar_empty((kv_first + step) % kStages));
     };
     const auto release_q = [&] {
       __syncwarp();
@@ -342,10 +308,6 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         wgmma::Commit();
         wgmma::Wait<0>();
         wgmma::FenceRegisters(s);
-        if constexpr (kSplitKv) {  // K is read: its half of the stage can refill now
-          __syncwarp();
-          if (lane0) mbar::Arrive(bar_empty(static_cast<int>(stage)));
-        }
         if (step + 1 == steps && next_new_q()) release_q();  // the tile's last read of this Q
         const int j0 = it.k_lo + step * BN + cw * 64;
         const bool masked = !(j0 >= full_lo && j0 + 64 <= full_hi);
@@ -353,11 +315,6 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
                                unused_online, rescale_unused);
         uint32_t pa[4][4];
         PToOperand<E, 64>(*reinterpret_cast<float(*)[8][4]>(&s), pa);
-        if constexpr (kSplitKv) {
-          const int it_v = kv_first + step;
-          mbar::Wait(bar_full_v(it_v % kStages), static_cast<uint32_t>((it_v / kStages) & 1));
-          wgmma::FenceProxyAsync();
-        }
         wgmma::Fence();
         const uint32_t v_tile = sv(static_cast<int>(stage)) + static_cast<uint32_t>(cw * 64 * 128);
 #pragma unroll

@@ -82,9 +82,8 @@ absl::Status LaunchForwardHopperTmaAct(const ForwardParams& params, const Forwar
 
 template <ElementType E, HopperAct kAct>
 absl::Status LaunchForwardHopperSplitAct(const ForwardParams& params, const ForwardTmaMaps& maps, int items,
-                                         bool half_keys, bool ring, bool split_kv) {
-  const auto kernel = half_keys ? (ring ? (split_kv ? ForwardHopperSplitKernel<E, kAct, true, true, true>
-                                                    : ForwardHopperSplitKernel<E, kAct, true, true>)
+                                         bool half_keys, bool ring) {
+  const auto kernel = half_keys ? (ring ? ForwardHopperSplitKernel<E, kAct, true, true>
                                         : ForwardHopperSplitKernel<E, kAct, true, false>)
                                 : (ring ? ForwardHopperSplitKernel<E, kAct, false, true>
                                         : ForwardHopperSplitKernel<E, kAct, false, false>);
@@ -129,7 +128,7 @@ absl::Status LaunchForwardHopperTma(const ForwardParams& params, int64_t num_til
       if constexpr (A == HopperAct::kSoftmax) {
         return absl::InternalError("attention forward: the split kernel has no softmax");
       } else {
-        return LaunchForwardHopperSplitAct<E, A>(params, maps, n, half_keys, ring, ring && ForwardSplitKv());
+        return LaunchForwardHopperSplitAct<E, A>(params, maps, n, half_keys, ring);
       }
     });
   }

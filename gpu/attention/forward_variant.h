@@ -46,16 +46,6 @@ inline bool ForwardSplitRing() {
   return kSplitRingDefault;
 }
 
-// The split kernel (half keys, with the ring) with separate barriers for a stage's K and V halves:
-// the consumers hand K back after the S GEMM, so the producer refills it while they still work on
-// V. GEMTB_SPLIT_KV=0/1 overrides kSplitKvDefault.
-inline constexpr bool kSplitKvDefault = false;
-inline bool ForwardSplitKv() {
-  const char* env = std::getenv("GEMTB_SPLIT_KV");
-  if (env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0') return env[0] == '1';
-  return kSplitKvDefault;
-}
-
 // The split kernel's tiles dealt in a snake (tile_scheduler.h, DealInSnakeBands) when the head
 // count divides the SM count (CTA c then takes tiles c / heads + k * sms / heads of its head).
 // GEMTB_SPLIT_SNAKE=0/1 overrides kSplitSnakeDefault.
