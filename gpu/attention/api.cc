@@ -431,9 +431,7 @@ const char* DeviceCall::forward_kernel_name() const {
     if (ForwardSplitApplies(state_->forward_max_rows, state_->softmax)) {
       switch (ForwardSplitMode()) {
         case 1: return "hopper_split_steps";
-        default:
-          if (!ForwardSplitRing()) return "hopper_split_keys";
-          return ForwardSplitOneRound() ? "hopper_split_keys_ring_x1" : "hopper_split_keys_ring";
+        default: return ForwardSplitRing() ? "hopper_split_keys_ring" : "hopper_split_keys";
       }
     }
     switch (ForwardWsVersion()) {

@@ -50,8 +50,6 @@ namespace gemtb::gpu {
 // Named barriers of the accumulator exchange (1..3 are v4..v7's turn and join barriers).
 inline constexpr int kSplitExchangeFull = 4;  // consumer 1 has written a half
 inline constexpr int kSplitExchangeFree = 5;  // consumer 0 has read it
-// Items of at most this many query rows (PMA's 32 seeds) exchange in one round under kOneRound.
-inline constexpr int kSplitOneRoundRows = 32;
 
 // The Q rows an item reads: (first Q row, head, rows). Two items with the same key share Q.
 struct SplitQKey {
@@ -81,7 +79,7 @@ __device__ __forceinline__ SplitItem MakeSplitItem(const ForwardTile& t, const S
 }
 inline constexpr int kSplitItemSlots = 4;
 
-template <ElementType E, HopperAct kAct, bool kHalfKeys, bool kItemRing, bool kOneRound = false>
+template <ElementType E, HopperAct kAct, bool kHalfKeys, bool kItemRing>
 __global__ void __launch_bounds__(kHopperWsThreads, 1)
     ForwardHopperSplitKernel(const __grid_constant__ ForwardParams p, const __grid_constant__ ForwardTmaMaps maps,
                              const int total_items) {
@@ -377,80 +375,41 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     }
     kv_iter += steps;
 
-    if (kOneRound && q_rows <= kSplitOneRoundRows) {
-      // kOneRound: rows 0..31 (warps 0 and 1 of each consumer) are all the item has, so their 64
-      // values per thread fit the 16 KB in one hand-off (thread x's sixteen float4 at (k * 64 + x) *
-      // 16: each warp's stores one contiguous 512-byte run). Consumer 1 writes and goes on to the
-      // next item at once; in two rounds it waited for consumer 0 to read the first half.
+    // O = consumer 0's sum + consumer 1's sum, one 64-column half at a time through sx (thread x's
+    // eight float4 of a half at (k * 128 + x) * 16: each warp's stores are one contiguous 512-byte
+    // run, no bank conflicts; both consumers hold the same rows and columns per thread).
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
       if (cw == 1) {
         mbar::NamedSync(kSplitExchangeFree, 256);
-        if (warp < 2) {
 #pragma unroll
-          for (int k = 0; k < 16; ++k) {
-            const uint32_t addr = sx + static_cast<uint32_t>((k * 64 + x) * 16);
-            asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(acc[4 * k]),
-                         "f"(acc[4 * k + 1]), "f"(acc[4 * k + 2]), "f"(acc[4 * k + 3])
-                         : "memory");
-          }
+        for (int k = 0; k < 8; ++k) {
+          const int i = 4 * (8 * half + k);
+          const uint32_t addr = sx + static_cast<uint32_t>((k * 128 + x) * 16);
+          asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(acc[i]), "f"(acc[i + 1]),
+                       "f"(acc[i + 2]), "f"(acc[i + 3])
+                       : "memory");
         }
         mbar::NamedArrive(kSplitExchangeFull, 256);
       } else {
         mbar::NamedSync(kSplitExchangeFull, 256);
-        if (warp < 2) {
 #pragma unroll
-          for (int k = 0; k < 16; ++k) {
-            const uint32_t addr = sx + static_cast<uint32_t>((k * 64 + x) * 16);
-            float o0, o1, o2, o3;
-            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                         : "=f"(o0), "=f"(o1), "=f"(o2), "=f"(o3)
-                         : "r"(addr)
-                         : "memory");
-            acc[4 * k] += o0;
-            acc[4 * k + 1] += o1;
-            acc[4 * k + 2] += o2;
-            acc[4 * k + 3] += o3;
-          }
+        for (int k = 0; k < 8; ++k) {
+          const int i = 4 * (8 * half + k);
+          const uint32_t addr = sx + static_cast<uint32_t>((k * 128 + x) * 16);
+          float o0, o1, o2, o3;
+          asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                       : "=f"(o0), "=f"(o1), "=f"(o2), "=f"(o3)
+                       : "r"(addr)
+                       : "memory");
+          acc[i] += o0;
+          acc[i + 1] += o1;
+          acc[i + 2] += o2;
+          acc[i + 3] += o3;
         }
-        // As below: consumer 1's very last wait has no successor.
-        if (!last_item) mbar::NamedArrive(kSplitExchangeFree, 256);
-      }
-    } else {
-      // O = consumer 0's sum + consumer 1's sum, one 64-column half at a time through sx (thread x's
-      // eight float4 of a half at (k * 128 + x) * 16: each warp's stores are one contiguous 512-byte
-      // run, no bank conflicts; both consumers hold the same rows and columns per thread).
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        if (cw == 1) {
-          mbar::NamedSync(kSplitExchangeFree, 256);
-#pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const int i = 4 * (8 * half + k);
-            const uint32_t addr = sx + static_cast<uint32_t>((k * 128 + x) * 16);
-            asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(acc[i]), "f"(acc[i + 1]),
-                         "f"(acc[i + 2]), "f"(acc[i + 3])
-                         : "memory");
-          }
-          mbar::NamedArrive(kSplitExchangeFull, 256);
-        } else {
-          mbar::NamedSync(kSplitExchangeFull, 256);
-#pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const int i = 4 * (8 * half + k);
-            const uint32_t addr = sx + static_cast<uint32_t>((k * 128 + x) * 16);
-            float o0, o1, o2, o3;
-            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                         : "=f"(o0), "=f"(o1), "=f"(o2), "=f"(o3)
-                         : "r"(addr)
-                         : "memory");
-            acc[i] += o0;
-            acc[i + 1] += o1;
-            acc[i + 2] += o2;
-            acc[i + 3] += o3;
-          }
-          // Consumer 1's very last wait has no successor: skipping the last hand-back keeps every
-          // named-barrier use complete.
-          if (!(last_item && half == 1)) mbar::NamedArrive(kSplitExchangeFree, 256);
-        }
+        // Consumer 1's very last wait has no successor: skipping the last hand-back keeps every
+        // named-barrier use complete.
+        if (!(last_item && half == 1)) mbar::NamedArrive(kSplitExchangeFree, 256);
       }
     }
     if (cw == 0) StoreHopperRows<E, kAct>(acc, unused_online, row, q_rows, it.out_row, p, h, ln.t);

@@ -83,8 +83,7 @@ absl::Status LaunchForwardHopperTmaAct(const ForwardParams& params, const Forwar
 template <ElementType E, HopperAct kAct>
 absl::Status LaunchForwardHopperSplitAct(const ForwardParams& params, const ForwardTmaMaps& maps, int items,
                                          bool half_keys, bool ring) {
-  const auto kernel = half_keys ? (ring ? (ForwardSplitOneRound() ? ForwardHopperSplitKernel<E, kAct, true, true, true>
-                                                                : ForwardHopperSplitKernel<E, kAct, true, true>)
+  const auto kernel = half_keys ? (ring ? ForwardHopperSplitKernel<E, kAct, true, true>
                                         : ForwardHopperSplitKernel<E, kAct, true, false>)
                                 : (ring ? ForwardHopperSplitKernel<E, kAct, false, true>
                                         : ForwardHopperSplitKernel<E, kAct, false, false>);

@@ -46,16 +46,6 @@ inline bool ForwardSplitRing() {
   return kSplitRingDefault;
 }
 
-// The split kernel (half keys, with the ring) exchanging the consumers' sums of an item of at most
-// 32 query rows in one hand-off (forward_hopper_split_kernel.cuh, kOneRound) rather than two.
-// GEMTB_SPLIT_EXCHANGE=2 keeps two; kSplitOneRoundDefault when unset.
-inline constexpr bool kSplitOneRoundDefault = false;
-inline bool ForwardSplitOneRound() {
-  const char* env = std::getenv("GEMTB_SPLIT_EXCHANGE");
-  if (env != nullptr && (env[0] == '1' || env[0] == '2') && env[1] == '\0') return env[0] == '1';
-  return kSplitOneRoundDefault;
-}
-
 // The split kernel's tiles dealt in a snake (tile_scheduler.h, DealInSnakeBands) when the head
 // count divides the SM count (CTA c then takes tiles c / heads + k * sms / heads of its head).
 // GEMTB_SPLIT_SNAKE=0/1 overrides kSplitSnakeDefault.
