@@ -2,7 +2,7 @@
 // family (through `gemtb check attention`'s own code; also with the warp-specialised forward
 // everywhere, v5 and v4, and v5 bitwise equal to v4), bitwise determinism of the backward, the
 // chained backward (v4) bitwise equal to v3, the stored-dS backward (v5, also through the check)
-// against v3's recompute, AttentionOptions::tanh_approx (through the check, and changing only silu
+// against v3's recompute, backward v6 (dQ inside the dK/dV chain under broadcast_q) against v4, AttentionOptions::tanh_approx (through the check, and changing only silu
 // and gelu_tanh), exact outputs of rows without keys, and rejection by name of what the kernels do
 // not run. Tests that need a GPU skip (and show as skipped) without an sm_90 device; the rejection
 // tests run anywhere.
