@@ -339,7 +339,8 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
     s->hopper_ws = true;
     s->hopper_block_n = kHopperWsBlockN;
   }
-  if (s->hopper_ws && ForwardSplitApplies(s->forward_max_rows, s->softmax) && ForwardSplitSnake()) {
+  if (s->hopper_ws && ForwardSplitApplies(s->forward_max_rows, s->softmax) && ForwardSplitSnake() &&
+      !ForwardSmallApplies(s->forward_max_rows, s->softmax)) {
     // The split kernel's persistent CTAs take every sms-th item (tile x head): a snake over the
     // heavy-first list evens their sums (forward_variant.h).
     const int sms = DeviceSmCount();
@@ -428,6 +429,7 @@ const char* DeviceCall::forward_kernel_name() const {
   if (!state_->hopper_forward) return "mma_sync";
   if (state_->hopper_ws) {
     // The kernel LaunchForwardHopperWs picks for TMA-suited tensors (16-byte aligned; v4 otherwise).
+    if (ForwardSmallApplies(state_->forward_max_rows, state_->softmax)) return "hopper_small";
     if (ForwardSplitApplies(state_->forward_max_rows, state_->softmax)) {
       switch (ForwardSplitMode()) {
         case 1: return "hopper_split_steps";

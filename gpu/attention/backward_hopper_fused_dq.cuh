@@ -44,15 +44,19 @@ inline constexpr size_t kHopperFusedSmemBytes = kHopperDkDvSmemBytes + kFusedDsT
 // The reduce: 32 consecutive outputs per warp, kFusedReduceLanes warps per CTA over the chains.
 inline constexpr int kFusedReduceLanes = 8;
 
-// Sᵀ (or dPᵀ) = A Bᵀ for the 32 rows of B: A a 64-row K-major tile (K or V), B's rows 0..31 (Q or dO).
+// Sᵀ (or dPᵀ) = A Bᵀ for the 32 rows of B: A a 64-row K-major tile (K or V), B's rows 0..31 (Q or dO)
+// of a tile whose 64-column blocks lie b_block_bytes apart (a 64-row tile's 8 KB by default; the
+// small forward's 32-row Q tile: 4 KB).
 template <ElementType E>
-__device__ __forceinline__ void FusedIssueAbT(float (&c)[16], uint32_t a_tile, uint32_t b_tile) {
+__device__ __forceinline__ void FusedIssueAbT(float (&c)[16], uint32_t a_tile, uint32_t b_tile,
+                                              uint32_t b_block_bytes = 64 * 128) {
   const uint64_t da = wgmma::SwizzledDescriptor(a_tile, 16, 1024);
   const uint64_t db = wgmma::SwizzledDescriptor(b_tile, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < kHopperHeadDim / 16; ++kk) {
-    const uint64_t off = static_cast<uint64_t>(((kk >> 2) * 64 * 128 + (kk & 3) * 32) >> 4);
-    wgmma::MmaSS32<E, false>(c, da + off, db + off, kk > 0 ? 1u : 0u);
+    const uint64_t off_a = static_cast<uint64_t>(((kk >> 2) * 64 * 128 + (kk & 3) * 32) >> 4);
+    const uint64_t off_b = static_cast<uint64_t>(((kk >> 2) * b_block_bytes + (kk & 3) * 32) >> 4);
+    wgmma::MmaSS32<E, false>(c, da + off_a, db + off_b, kk > 0 ? 1u : 0u);
   }
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "gpu/attention/forward_hopper_small_kernel.cuh"
 #include "gpu/attention/forward_hopper_split_kernel.cuh"
 #include "gpu/attention/forward_hopper_tma_kernel.cuh"
 #include "gpu/attention/forward_variant.h"
@@ -120,6 +121,9 @@ absl::Status LaunchForwardHopperTma(const ForwardParams& params, int64_t num_til
   *launched = true;
   const int n = static_cast<int>(items);
   const int version = ForwardWsVersion();
+  if (ForwardSmallApplies(params.max_tile_rows, pr.options.act == Activation::kSoftmax)) {
+    return LaunchForwardHopperSmall<E>(params, n);
+  }
   if (ForwardSplitApplies(params.max_tile_rows, pr.options.act == Activation::kSoftmax)) {
     const bool half_keys = ForwardSplitMode() == 2;
     const bool ring = ForwardSplitRing();

@@ -62,6 +62,19 @@ inline bool ForwardSplitApplies(int max_tile_rows, bool softmax) {
          ForwardSplitMode() > 0;
 }
 
+// The small forward (forward_hopper_small_kernel.cuh, "v9": one warpgroup per CTA, two CTAs per SM,
+// one (tile, head) each) for split launches whose tiles all have at most kSmallRows query rows.
+// GEMTB_FORWARD_SMALL=0/1 overrides kForwardSmallDefault (off: not yet timed against the split
+// kernel).
+inline constexpr int kSmallRows = 32;
+inline constexpr bool kForwardSmallDefault = false;
+inline bool ForwardSmallApplies(int max_tile_rows, bool softmax) {
+  const char* env = std::getenv("GEMTB_FORWARD_SMALL");
+  const bool on = env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0' ? env[0] == '1'
+                                                                                         : kForwardSmallDefault;
+  return on && ForwardSplitApplies(max_tile_rows, softmax) && max_tile_rows <= kSmallRows;
+}
+
 }  // namespace gemtb::gpu
 
 #endif  // GEMTB_GPU_ATTENTION_FORWARD_VARIANT_H_

@@ -2,9 +2,10 @@
 // family (through `gemtb check attention`'s own code; also with the warp-specialised forward
 // everywhere, v5 and v4, and v5 bitwise equal to v4), bitwise determinism of the backward, the
 // chained backward (v4) bitwise equal to v3, the stored-dS backward (v5, also through the check)
-// against v3's recompute, backward v6 (dQ inside the dK/dV chain under broadcast_q) against v4, AttentionOptions::tanh_approx (through the check, and changing only silu
-// and gelu_tanh), exact outputs of rows without keys, and rejection by name of what the kernels do
-// not run. Tests that need a GPU skip (and show as skipped) without an sm_90 device; the rejection
+// against v3's recompute, backward v6 (dQ inside the dK/dV chain under broadcast_q) against v4, the
+// small forward (v9, opt-in) through the check and against the split kernel,
+// AttentionOptions::tanh_approx (through the check, and changing only silu and gelu_tanh), exact
+// outputs of rows without keys, and rejection by name of what the kernels do not run. Tests that need a GPU skip (and show as skipped) without an sm_90 device; the rejection
 // tests run anywhere.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -199,6 +200,59 @@ TEST(GpuAttention, SplitForwardPassesTheCheckAndMatchesV7OnShortTiles) {
     }
     unsetenv("GEMTB_FORWARD_SPLIT");
     unsetenv("GEMTB_SPLIT_RING");
+  }
+}
+
+// The small forward (forward_hopper_small_kernel.cuh, GEMTB_FORWARD_SMALL=1: tiles of <= 32 query
+// rows, pointwise acts) for every act and tile list it takes (the check's cases of <= 32 keys and
+// rows), and against the split kernel on PMA-like shapes (broadcast_q, 32 and 17 seeds, one- to
+// eleven-step key ranges): P is rounded the same way, O differs by the fp32 summation order.
+double RelL2Bf16(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b);  // below
+
+TEST(GpuAttention, SmallForwardPassesTheCheckAndMatchesSplitOnSeedTiles) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL", "1", 1), 0);
+  EXPECT_EQ(cli::RunCheckAttention({"--cases", "12", "--seed", "25", "--max-length", "32"}), 0);
+  unsetenv("GEMTB_FORWARD_SMALL");
+  const auto value = [](uint16_t bits) { return static_cast<double>(numerics::Bf16BitsToFloat(bits)); };
+  struct Kind {
+    Activation act;
+    MaskKind mask;
+    int64_t seeds;
+  };
+  const Kind kinds[] = {{Activation::kSilu, MaskKind::kNone, 32},
+                        {Activation::kGeluTanh, MaskKind::kCausal, 32},
+                        {Activation::kRelu, MaskKind::kWindow, 17}};
+  for (const Kind& k : kinds) {
+    testing::CaseShape shape = HopperShape(k.act, k.mask, 31);
+    shape.q_lengths = {k.seeds};
+    shape.kv_lengths = {700, 9, 130, 0, 256, 1, 383};
+    shape.kv_index = {};
+    shape.options.broadcast_q = true;
+    const testing::AttentionCase c = testing::BuildCase(shape);
+    const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 32));
+    absl::StatusOr<gpu::ForwardResult> split = gpu::Forward(call.args);
+    ASSERT_TRUE(split.ok()) << split.status();
+    ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL", "1", 1), 0);
+    absl::StatusOr<gpu::ForwardResult> small = gpu::Forward(call.args);
+    absl::StatusOr<gpu::ForwardResult> again = gpu::Forward(call.args);
+    unsetenv("GEMTB_FORWARD_SMALL");
+    ASSERT_TRUE(small.ok()) << small.status();
+    ASSERT_TRUE(again.ok()) << again.status();
+    ASSERT_EQ(small->o.size(), split->o.size());
+    double max_abs = 0;
+    for (uint16_t b : split->o) max_abs = std::max(max_abs, std::fabs(value(b)));
+    ASSERT_GT(max_abs, 0.0);
+    int64_t bad = 0;
+    for (size_t i = 0; i < split->o.size(); ++i) {
+      const double a = value(split->o[i]), b = value(small->o[i]);
+      if (!(std::fabs(a - b) <= std::fabs(a) / 64 + 1e-4 * max_abs)) ++bad;
+    }
+    const std::string what = absl::StrCat("act ", std::string(ActivationName(k.act)), " mask ",
+                                          static_cast<int>(k.mask), " seeds ", k.seeds);
+    std::cout << what << ": small vs split rel-L2 " << RelL2Bf16(split->o, small->o) << "\n";
+    EXPECT_EQ(bad, 0) << what;
+    EXPECT_EQ(again->o, small->o) << what;
   }
 }
 
