@@ -17,6 +17,7 @@
 #include "gpu/attention/params.h"
 #include "gpu/attention/tile_scheduler.h"
 #include "gpu/common/device_buffer.h"
+#include "gpu/common/sm_count.h"
 #include "model/attention/jagged_checks.h"
 #include "model/common/status_macros.h"
 
@@ -262,18 +263,6 @@ struct DeviceCall::State {
   }
 };
 
-namespace {
-// The current device's SM count (1 if it cannot be read): persistent launches deal work over it.
-int DeviceSmCount() {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) {
-    return 1;
-  }
-  return sms;
-}
-}  // namespace
-
 DeviceCall::DeviceCall(std::unique_ptr<State> state) : state_(std::move(state)) {}
 DeviceCall::~DeviceCall() = default;
 
@@ -343,7 +332,7 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
       !ForwardSmallApplies(s->forward_max_rows, s->softmax)) {
     // The split kernel's persistent CTAs take every sms-th item (tile x head): a snake over the
     // heavy-first list evens their sums (forward_variant.h).
-    const int sms = DeviceSmCount();
+    const int sms = HopperSmCount();
     if (sms % s->problem.heads == 0 && s->num_forward * s->problem.heads > sms) {
       DealInSnakeBands(tiles, sms / s->problem.heads);
     }
@@ -407,7 +396,7 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
     if (!stored_ds && s->num_dkv > 0 &&
         FusedDqApplies(s->hopper_backward, s->problem.pairing.broadcast_q, s->problem.heads, s->problem.kv_heads,
                        s->problem.d, lq0)) {
-      s->fused_dq_chain = FusedDqChainTiles(s->num_dkv, s->problem.kv_heads, DeviceSmCount());
+      s->fused_dq_chain = FusedDqChainTiles(s->num_dkv, s->problem.kv_heads, HopperSmCount());
       const size_t fused_floats = static_cast<size_t>(FusedDqChains(s->num_dkv, s->fused_dq_chain)) *
                                   static_cast<size_t>(s->problem.heads) * static_cast<size_t>(kFusedDqSlotFloats);
       partial_floats = std::max(partial_floats, fused_floats);

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "gpu/attention/backward_chain_env.h"
+
 namespace gemtb::gpu {
 
 inline constexpr int kFusedDqRows = 32;  // the most query rows (seeds) v6 takes
@@ -30,15 +32,12 @@ inline bool FusedDqApplies(bool hopper_backward, bool broadcast_q, int64_t heads
          seeds <= kFusedDqRows && FusedDqEnabled();
 }
 
-// K/V tiles per chain: GEMTB_DKDV_CHAIN if set to 1..64, else enough chains for 8 CTAs per resident
-// slot (two per SM) over num_tiles x heads tiles, at most 16 tiles: fewer and longer chains than
-// v4's (16 CTAs per slot, at most 8) since each chain also writes a 16 KB dQ part.
+// K/V tiles per chain: GEMTB_DKDV_CHAIN if set to 1..64 (0, v4's "no chain", means the default
+// here), else enough chains for 8 CTAs per resident slot (two per SM) over num_tiles x heads tiles,
+// at most 16 tiles: fewer and longer chains than v4's (16 CTAs per slot, at most 8) since each chain
+// also writes a 16 KB dQ part.
 inline int FusedDqChainTiles(int64_t num_tiles, int64_t heads, int sms) {
-  const char* env = std::getenv("GEMTB_DKDV_CHAIN");
-  if (env != nullptr && *env != '\0') {
-    const long n = std::strtol(env, nullptr, 10);
-    if (n >= 1) return n > 64 ? 64 : static_cast<int>(n);
-  }
+  if (const int asked = BwdChainTilesFromEnv("GEMTB_DKDV_CHAIN"); asked >= 1) return asked;
   const int64_t n = num_tiles * heads / (2 * static_cast<int64_t>(sms < 1 ? 1 : sms) * 8);
   return static_cast<int>(n < 1 ? 1 : (n > 16 ? 16 : n));
 }

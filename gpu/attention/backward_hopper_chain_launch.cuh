@@ -16,6 +16,7 @@
 #include <cstdlib>
 
 #include "absl/status/status.h"
+#include "gpu/attention/backward_chain_env.h"
 #include "gpu/attention/backward_hopper_dkdv_chain.cuh"
 #include "gpu/attention/backward_hopper_dq_chain.cuh"
 #include "gpu/common/cuda_check.cuh"
@@ -40,11 +41,7 @@ inline constexpr int64_t kBwdChainMinWaves = 16;
 // `fallback` (0: run v3; kBwdChainAuto: from the launch size).
 inline constexpr int kBwdChainAuto = -1;
 inline int BwdChainTiles(const char* env_name, int64_t num_tiles, int heads, int fallback) {
-  const char* env = std::getenv(env_name);
-  if (env != nullptr && *env != '\0') {
-    const long n = std::strtol(env, nullptr, 10);
-    return n < 0 ? 0 : (n > 64 ? 64 : static_cast<int>(n));
-  }
+  if (const int asked = BwdChainTilesFromEnv(env_name); asked >= 0) return asked;
   if (fallback != kBwdChainAuto) return fallback;
   static const int sms = HopperSmCount();
   const int64_t n = num_tiles * heads / (2 * static_cast<int64_t>(sms) * kBwdChainMinWaves);

@@ -68,51 +68,6 @@ __device__ __forceinline__ void FusedIssueAB(float (&c)[64], const uint32_t (&a)
   for (int kk = 0; kk < 2; ++kk) wgmma::MmaRS<E>(c, a[kk], db + static_cast<uint64_t>((kk * 16 * 128) >> 4), 1u);
 }
 
-template <ElementType E>
-__device__ __forceinline__ void FusedPack(uint32_t (&a)[2][4], int n, const float (&v)[4]) {
-  a[n >> 1][(n & 1) * 2] = PackRounded<E>(v[0], v[1]);
-  a[n >> 1][(n & 1) * 2 + 1] = PackRounded<E>(v[2], v[3]);
-}
-
-// HopperBwdDkDvFormP on 32 query rows: Pᵀ into pa, kept in place of Sᵀ.
-template <ElementType E, HopperAct kAct, bool kMasked>
-__device__ __forceinline__ void FusedFormP(const LaneCoords& ln, const ProblemParams& pr, float (&st4)[4][4],
-                                           const float (&lse)[64], float scale_log2, const RowKeyRange (&keys)[64],
-                                           const int (&key)[2], uint32_t (&pa)[2][4]) {
-#pragma unroll
-  for (int n = 0; n < 4; ++n) {
-    float pv[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int c = n * 8 + 2 * ln.t + (e & 1);  // query row
-      float pe;
-      const float kept = HopperBwdFromScore<kAct>(pr, st4[n][e], lse[c], scale_log2, pe);
-      if constexpr (kMasked) {
-        const bool ok = Contains(keys[c], key[e >> 1]);
-        pv[e] = ok ? pe : 0.f;
-        st4[n][e] = ok ? kept : 0.f;
-      } else {
-        pv[e] = pe;
-        st4[n][e] = kept;
-      }
-    }
-    FusedPack<E>(pa, n, pv);
-  }
-}
-
-// dSᵀ on 32 query rows into dsa (HopperBwdDkDvDs).
-template <ElementType E, HopperAct kAct>
-__device__ __forceinline__ void FusedDs(const LaneCoords& ln, const ProblemParams& pr, const float (&st4)[4][4],
-                                        const float (&dpt4)[4][4], const float (&d)[64], uint32_t (&dsa)[2][4]) {
-#pragma unroll
-  for (int n = 0; n < 4; ++n) {
-    float ds4[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) ds4[e] = HopperBwdDs<kAct>(pr, st4[n][e], dpt4[n][e], d[n * 8 + 2 * ln.t + (e & 1)]);
-    FusedPack<E>(dsa, n, ds4);
-  }
-}
-
 // dSᵀ (keys x 32 query rows, register A fragments) to the 32 x 64 K-major swizzled tile at sds
 // (row = query row, 64 keys = 128 bytes): fragment kc's four 8x8 blocks are (keys 16w + 8(i&1),
 // query rows 16kc + 8(i>>1)); stored transposed, lane 8i+j writes query row 16kc + 8(i>>1) + j.
@@ -288,13 +243,14 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     wgmma::Wait<1>();
     wgmma::FenceRegisters(st);
     if (full) {
-      FusedFormP<E, kAct, false>(ln, pr, st4, s_lse[q_slot], scale_log2, s_keys[q_slot], key, pa);
+      HopperBwdDkDvFormP<E, kAct, false, 4>(ln, pr, st4, s_lse[q_slot], scale_log2, s_keys[q_slot], key, pa);
     } else {
-      FusedFormP<E, kAct, true>(ln, pr, st4, s_lse[q_slot], scale_log2, s_keys[q_slot], key, pa);
+      HopperBwdDkDvFormP<E, kAct, true, 4>(ln, pr, st4, s_lse[q_slot], scale_log2, s_keys[q_slot], key, pa);
     }
     wgmma::Wait<0>();
     wgmma::FenceRegisters(dpt);
-    FusedDs<E, kAct>(ln, pr, st4, dpt4, s_d[q_slot], dsa);
+    float ds4[4];
+    HopperBwdDkDvDs<E, kAct, 4>(ln, pr, st4, dpt4, s_d[q_slot], ds4, dsa);
     FusedStoreDsT(dsa, sds);
     wgmma::FenceProxyAsync();
     __syncthreads();  // every warp's dSᵀ rows are in the tile

@@ -97,9 +97,10 @@ __device__ __forceinline__ void HopperBwdIssueAB(float (&c)[64], const uint32_t 
 }
 
 // Accumulator tile n's four values as their two words of the register A operand (CToA's layout:
-// tiles 2kk and 2kk+1 are fragment kk).
-template <ElementType E>
-__device__ __forceinline__ void HopperBwdPack(uint32_t (&a)[4][4], int n, const float (&v)[4]) {
+// tiles 2kk and 2kk+1 are fragment kk). kF fragments: 4 for a 64-row step, 2 for the 32-row steps
+// of backward v6 and the small forward.
+template <ElementType E, int kF>
+__device__ __forceinline__ void HopperBwdPack(uint32_t (&a)[kF][4], int n, const float (&v)[4]) {
   a[n >> 1][(n & 1) * 2] = PackRounded<E>(v[0], v[1]);
   a[n >> 1][(n & 1) * 2 + 1] = PackRounded<E>(v[2], v[3]);
 }
@@ -190,13 +191,15 @@ __device__ __forceinline__ float HopperBwdDs(const ProblemParams& pr, float kept
 // Pᵀ (rounded, into pa) and kept (in place of Sᵀ in st4) of a dK/dV step, from Sᵀ: lse and keys are
 // the per-row LSE·log2(e) and key ranges of the step's 64 query rows, key the key rows of this
 // thread's c0/c1 and c2/c3; kMasked: test each pair (else every pair of the block is valid).
-template <ElementType E, HopperAct kAct, bool kMasked>
-__device__ __forceinline__ void HopperBwdDkDvFormP(const LaneCoords& ln, const ProblemParams& pr, float (&st4)[8][4],
+// kN 8-column tiles: 8 (64 query rows), or 4 for the 32-row steps of backward v6 and the small
+// forward (backward_hopper_fused_dq.cuh, forward_hopper_small_kernel.cuh).
+template <ElementType E, HopperAct kAct, bool kMasked, int kN = 8>
+__device__ __forceinline__ void HopperBwdDkDvFormP(const LaneCoords& ln, const ProblemParams& pr, float (&st4)[kN][4],
                                                    const float (&lse)[64], float scale_log2,
                                                    const RowKeyRange (&keys)[64], const int (&key)[2],
-                                                   uint32_t (&pa)[4][4]) {
+                                                   uint32_t (&pa)[kN / 2][4]) {
 #pragma unroll
-  for (int n = 0; n < 8; ++n) {
+  for (int n = 0; n < kN; ++n) {
     float pv[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
@@ -255,12 +258,13 @@ __device__ __forceinline__ bool HopperBwdDqCovers(int k_hi, int j0, const int (&
 // dSᵀ of a dK/dV step as register A operands (dsa), from kept (in st4) and dPᵀ: D_i of the step's
 // 64 query rows in d. ds4: four values' staging, the caller's (declared in the kernel as it was
 // when this loop was inline there; declared here, the kernels compiled to other register numbers).
-template <ElementType E, HopperAct kAct>
+// kN as for HopperBwdDkDvFormP.
+template <ElementType E, HopperAct kAct, int kN = 8>
 __device__ __forceinline__ void HopperBwdDkDvDs(const LaneCoords& ln, const ProblemParams& pr,
-                                                const float (&st4)[8][4], const float (&dpt4)[8][4],
-                                                const float (&d)[64], float (&ds4)[4], uint32_t (&dsa)[4][4]) {
+                                                const float (&st4)[kN][4], const float (&dpt4)[kN][4],
+                                                const float (&d)[64], float (&ds4)[4], uint32_t (&dsa)[kN / 2][4]) {
 #pragma unroll
-  for (int n = 0; n < 8; ++n) {
+  for (int n = 0; n < kN; ++n) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int c = n * 8 + 2 * ln.t + (e & 1);

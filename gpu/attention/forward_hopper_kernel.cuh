@@ -23,6 +23,7 @@
 #include "gpu/attention/params.h"
 #include "gpu/attention/softmax.cuh"
 #include "gpu/common/mma.cuh"
+#include "gpu/common/sm_count.h"
 #include "gpu/common/wgmma.cuh"
 
 namespace gemtb::gpu {
@@ -36,19 +37,6 @@ struct HopperForwardSmem {
   // 1024 bytes of slack to align the tiles to the swizzle pattern's 1024-byte period.
   static constexpr size_t kBytes = 1024 + kQBytes + kStages * 2 * kKvBytes;
 };
-
-// Host: the current device's multiprocessor count (1 when the runtime cannot say), by which the
-// persistent forward (forward_hopper_tma_launch.cuh) and the backward chains
-// (backward_hopper_chain_launch.cuh) size their launches.
-inline int HopperSmCount() {
-  int device = 0;
-  int sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) {
-    return 1;
-  }
-  return sms;
-}
 
 // silu on the fast paths of the special-function unit: x / (1 + e^-x) with __expf and __fdividef
 // (a few fp32 ulps from ActValue's exact-division form; P is then rounded to 16 bits). For x below

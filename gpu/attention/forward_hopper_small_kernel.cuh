@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) ForwardHopperSmallKernel
   constexpr int D = kHopperHeadDim;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ RowKeyRange s_keys[64];
-  __shared__ float s_unused[64];  // FusedFormP's LSE argument (pointwise acts read none)
+  __shared__ float s_unused[64];  // HopperBwdDkDvFormP's LSE argument (pointwise acts read none)
   const uint32_t base = (wgmma::SmemAddress(smem_raw) + 1023u) & ~1023u;
   const uint32_t sq = base;
   const uint32_t sp = base + kSmallQBytes;
@@ -117,9 +117,9 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) ForwardHopperSmallKernel
     const int key[2] = {j0 + warp * 16 + ln.g, j0 + warp * 16 + ln.g + 8};
     uint32_t pa[2][4];
     if (all_rows && k_rows == 64 && j0 >= full_lo && j0 + 64 <= full_hi) {
-      FusedFormP<E, kAct, false>(ln, pr, st4, s_unused, 0.f, s_keys, key, pa);
+      HopperBwdDkDvFormP<E, kAct, false, 4>(ln, pr, st4, s_unused, 0.f, s_keys, key, pa);
     } else {
-      FusedFormP<E, kAct, true>(ln, pr, st4, s_unused, 0.f, s_keys, key, pa);
+      HopperBwdDkDvFormP<E, kAct, true, 4>(ln, pr, st4, s_unused, 0.f, s_keys, key, pa);
     }
     FusedStoreDsT(pa, sp);  // Pᵀ as the K-major B operand
     wgmma::FenceProxyAsync();

@@ -1,0 +1,24 @@
+// The current device's multiprocessor count, for host code that sizes persistent launches and deals
+// work over the SMs (the persistent forward, the backward chains, the split forward's snake deal and
+// backward v6's chain length). Host only: api.cc includes it as well as the launchers.
+#ifndef GEMTB_GPU_COMMON_SM_COUNT_H_
+#define GEMTB_GPU_COMMON_SM_COUNT_H_
+
+#include <cuda_runtime_api.h>
+
+namespace gemtb::gpu {
+
+// 1 when the runtime cannot say.
+inline int HopperSmCount() {
+  int device = 0;
+  int sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) {
+    return 1;
+  }
+  return sms;
+}
+
+}  // namespace gemtb::gpu
+
+#endif  // GEMTB_GPU_COMMON_SM_COUNT_H_
