@@ -13,18 +13,22 @@
 #   5. writes 7 files under $OUT (a device call brings back at most 8): comm_results.json (all runs,
 #      commit, hardware, NCCL's tuning table), summary.txt, build.log, tuning.log and the per-run JSON.
 # Usage (device call, from the repository root; carry [".deb"]):
-#   bash tools/bench_comm.sh [--iters N] [--warmup N] [--max-bytes 1G]
+#   bash tools/bench_comm.sh [--iters N] [--warmup N] [--max-bytes 1G] [--gemtb PATH]
+# --gemtb PATH skips the build and runs that gemtb (built from the same src.tgz in the same call, e.g.
+# by a script that also builds the GPU tests); .deb/ must still hold the packages it links against.
 # Exit status: 0 all runs done, 1 a run failed, 2 the build failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 iters=50
 warmup=10
 max_bytes=1G
+prebuilt=
 while [ $# -gt 0 ]; do
   case "$1" in
     --iters) iters=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --max-bytes) max_bytes=$2; shift 2 ;;
+    --gemtb) prebuilt=$2; shift 2 ;;
     *) echo "bench_comm: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -60,8 +64,10 @@ export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_L
 # The device's compiler may warn where CI does not; drop -Werror there (as tools/gpu_check.sh).
 launcher="$PWD/tools/no_werror.sh"; chmod +x "$launcher"  # modes may not survive the copy to the device
 build=/tmp/gemtb-comm-build
-stage "configure + build gemtb (CUDA, NCCL)"
-if ! cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
+if [ -n "$prebuilt" ]; then
+  stage "gemtb given: $prebuilt (no build)"
+  [ -x "$prebuilt" ] || { stage "--gemtb $prebuilt is not an executable"; exit 2; }
+elif stage "configure + build gemtb (CUDA, NCCL)"; ! cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
      -DGEMTB_BUILD_BENCHMARKS=OFF -DGEMTB_BUILD_TESTS=OFF -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
      -DCMAKE_CUDA_COMPILER_LAUNCHER="$launcher" > "$out/build.log" 2>&1 ||
    ! timeout "$(limit 300)" cmake --build "$build" -j "$(nproc)" --target gemtb >> "$out/build.log" 2>&1; then
@@ -69,7 +75,7 @@ if ! cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PRE
   stage "build FAILED (build.log)"
   exit 2
 fi
-gemtb=$build/bin/gemtb
+gemtb=${prebuilt:-$build/bin/gemtb}
 export NCCL_NVLS_ENABLE=0
 status=0
 run() {  # name, then env assignments and gemtb arguments
