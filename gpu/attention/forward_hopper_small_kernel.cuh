@@ -12,8 +12,8 @@
 // The step is backward v6's at N = 32 (backward_hopper_fused_dq.cuh), transposed: Sᵀ = K Qᵀ
 // (m64n32: 64 keys x 32 seed rows, no padding rows), Pᵀ = post * act(pre * Sᵀ) rounded to the input
 // type and stored to shared memory by stmatrix.trans, then Oᵀ += Vᵀ Pᵀ with V read in place as the
-// MN-major A operand (two m64 halves of the head dim). 64-key steps, three cp.async stages of K and
-// V (zero-filled past the keys), all 128 threads loading. The epilogue turns Oᵀ back into O rows
+// MN-major A operand (two m64 halves of the head dim). 64-key steps, two or three cp.async stages of K
+// and V (zero-filled past the keys; ForwardSmallStages), all 128 threads loading. The epilogue turns Oᵀ back into O rows
 // through shared memory. Deterministic: a fixed order of steps and MMAs per item.
 #ifndef GEMTB_GPU_ATTENTION_FORWARD_HOPPER_SMALL_KERNEL_CUH_
 #define GEMTB_GPU_ATTENTION_FORWARD_HOPPER_SMALL_KERNEL_CUH_
@@ -27,23 +27,31 @@ namespace gemtb::gpu {
 
 static_assert(kSmallRows == kFusedDqRows, "the small forward's step is v6's N = 32 step");
 inline constexpr uint32_t kSmallQBytes = kSmallRows * kHopperHeadDim * 2;  // 32 rows, two 4 KB blocks
-inline constexpr int kSmallStages = 3;
-inline constexpr size_t kSmallSmemBytes =
-    1024 + kSmallQBytes + kFusedDsTileBytes + kSmallStages * 2 * size_t{kHopperBwdTileBytes};
+// Stages of 64 keys (K and V, 32 KB). Three: Pᵀ has its own 4 KB, ~109 KB per CTA, two CTAs per SM.
+// Two: Pᵀ is written over the step's K tile once Sᵀ is done (one more barrier per step), ~74 KB per
+// CTA, three CTAs per SM: fewer bytes in flight per CTA, more independent pipelines per SM.
+constexpr bool SmallPInK(int stages) { return stages == 2; }
+constexpr size_t SmallSmemBytes(int stages) {
+  return 1024 + kSmallQBytes + (SmallPInK(stages) ? 0 : kFusedDsTileBytes) +
+         static_cast<size_t>(stages) * 2 * kHopperBwdTileBytes;
+}
 inline constexpr int kSmallEpiRowBytes = kHopperHeadDim * 2 + 16;
 
-template <ElementType E, HopperAct kAct>
-__global__ void __launch_bounds__(kHopperBwdThreads, 2) ForwardHopperSmallKernel(const ForwardParams p) {
+template <ElementType E, HopperAct kAct, int kStages>
+__global__ void __launch_bounds__(kHopperBwdThreads, kStages == 2 ? 3 : 2)
+    ForwardHopperSmallKernel(const ForwardParams p) {
   static_assert(kAct != HopperAct::kSoftmax, "pointwise acts only");
+  static_assert(kStages == 2 || kStages == 3, "two or three stages");
+  constexpr bool kPInK = SmallPInK(kStages);
   constexpr int D = kHopperHeadDim;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ RowKeyRange s_keys[64];
   __shared__ float s_unused[64];  // HopperBwdDkDvFormP's LSE argument (pointwise acts read none)
   const uint32_t base = (wgmma::SmemAddress(smem_raw) + 1023u) & ~1023u;
   const uint32_t sq = base;
-  const uint32_t sp = base + kSmallQBytes;
   const auto sk = [&](int stage) {
-    return base + kSmallQBytes + kFusedDsTileBytes + static_cast<uint32_t>(stage) * 2u * kHopperBwdTileBytes;
+    return base + kSmallQBytes + (kPInK ? 0u : kFusedDsTileBytes) +
+           static_cast<uint32_t>(stage) * 2u * kHopperBwdTileBytes;
   };
   const auto sv = [&](int stage) { return sk(stage) + kHopperBwdTileBytes; };
 
@@ -77,8 +85,11 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) ForwardHopperSmallKernel
   }
   load_kv(0, 0);
   wgmma::CpAsyncCommit();
-  if (steps > 1) load_kv(1, 1);
-  wgmma::CpAsyncCommit();
+#pragma unroll
+  for (int i = 1; i < kStages - 1; ++i) {
+    if (steps > i) load_kv(i, i);
+    wgmma::CpAsyncCommit();
+  }
   if (tid < 64) {
     s_keys[tid] = tid < q_rows ? RowKeys(pr.options, tile.i0 + tid, seq.lq, seq.lk) : RowKeyRange{0, 0};
     s_unused[tid] = 0.f;
@@ -99,11 +110,11 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) ForwardHopperSmallKernel
     ot[1][i] = 0.f;
   }
   for (int step = 0; step < steps; ++step) {
-    const int stage = step % kSmallStages;
-    wgmma::CpAsyncWait<1>();  // this step's group (and Q with step 0) has landed
+    const int stage = step % kStages;
+    wgmma::CpAsyncWait<kStages - 2>();  // this step's group (and Q with step 0) has landed
     wgmma::FenceProxyAsync();
     __syncthreads();  // every thread's copies are in; every warp's MMAs of the step before are done
-    if (step + 2 < steps) load_kv(step + 2, (step + 2) % kSmallStages);
+    if (step + kStages - 1 < steps) load_kv(step + kStages - 1, (step + kStages - 1) % kStages);
     wgmma::CpAsyncCommit();
     const int j0 = tile.k_lo + step * 64;
     const int k_rows = min(64, tile.k_hi - j0);
@@ -121,7 +132,11 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) ForwardHopperSmallKernel
     } else {
       HopperBwdDkDvFormP<E, kAct, true, 4>(ln, pr, st4, s_unused, 0.f, s_keys, key, pa);
     }
-    FusedStoreDsT(pa, sp);  // Pᵀ as the K-major B operand
+    // Pᵀ as the K-major B operand: over the step's K tile when it has no room of its own, once every
+    // warp's Sᵀ MMAs (which read that tile) are done.
+    const uint32_t sp = kPInK ? sk(stage) : base + kSmallQBytes;
+    if constexpr (kPInK) __syncthreads();
+    FusedStoreDsT(pa, sp);
     wgmma::FenceProxyAsync();
     __syncthreads();
     wgmma::Fence();
@@ -162,21 +177,27 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) ForwardHopperSmallKernel
   }
 }
 
-template <ElementType E>
-absl::Status LaunchForwardHopperSmall(const ForwardParams& params, int items) {
+template <ElementType E, int kStages>
+absl::Status LaunchForwardHopperSmallStages(const ForwardParams& params, int items) {
   return DispatchHopperActTanhApprox(params.problem.options, [&]<HopperAct A>() -> absl::Status {
     if constexpr (A == HopperAct::kSoftmax) {
       return absl::InternalError("attention forward: the small kernel has no softmax");
     } else {
       const char* name = "attention forward kernel (Hopper, small)";
-      const auto kernel = ForwardHopperSmallKernel<E, A>;
+      const auto kernel = ForwardHopperSmallKernel<E, A, kStages>;
+      constexpr size_t smem = SmallSmemBytes(kStages);
       GEMTB_RETURN_IF_ERROR(CudaStatus(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmallSmemBytes)),
-          name));
-      kernel<<<static_cast<unsigned>(items), kHopperBwdThreads, kSmallSmemBytes>>>(params);
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), name));
+      kernel<<<static_cast<unsigned>(items), kHopperBwdThreads, smem>>>(params);
       return CudaStatus(cudaGetLastError(), name);
     }
   });
+}
+
+template <ElementType E>
+absl::Status LaunchForwardHopperSmall(const ForwardParams& params, int items) {
+  return ForwardSmallStages() == 2 ? LaunchForwardHopperSmallStages<E, 2>(params, items)
+                                   : LaunchForwardHopperSmallStages<E, 3>(params, items);
 }
 
 }  // namespace gemtb::gpu

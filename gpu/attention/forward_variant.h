@@ -64,10 +64,18 @@ inline bool ForwardSplitApplies(int max_tile_rows, bool softmax) {
 
 // The small forward (forward_hopper_small_kernel.cuh, "v9": one warpgroup per CTA, two CTAs per SM,
 // one (tile, head) each) for split launches whose tiles all have at most kSmallRows query rows.
-// GEMTB_FORWARD_SMALL=0/1 overrides kForwardSmallDefault (off: not yet timed against the split
-// kernel).
+// GEMTB_FORWARD_SMALL=0/1 overrides kForwardSmallDefault (on: pma's forward 0.304 ms against the
+// split kernel's 0.327, tools/bench/NOTES.md "Forward v9").
 inline constexpr int kSmallRows = 32;
-inline constexpr bool kForwardSmallDefault = false;
+inline constexpr bool kForwardSmallDefault = true;
+// Its cp.async stages: 3 (two CTAs per SM) or 2 (three CTAs per SM); GEMTB_FORWARD_SMALL_STAGES=2/3
+// overrides kSmallStagesDefault.
+inline constexpr int kSmallStagesDefault = 3;
+inline int ForwardSmallStages() {
+  const char* env = std::getenv("GEMTB_FORWARD_SMALL_STAGES");
+  if (env != nullptr && (env[0] == '2' || env[0] == '3') && env[1] == '\0') return env[0] - '0';
+  return kSmallStagesDefault;
+}
 inline bool ForwardSmallApplies(int max_tile_rows, bool softmax) {
   const char* env = std::getenv("GEMTB_FORWARD_SMALL");
   const bool on = env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0' ? env[0] == '1'

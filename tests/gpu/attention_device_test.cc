@@ -157,6 +157,8 @@ TEST(GpuAttention, WarpSpecialisedForwardV5MatchesV4Bitwise) {
 // step or two of v7's.
 TEST(GpuAttention, SplitForwardPassesTheCheckAndMatchesV7OnShortTiles) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  // The small forward (on by default) would take the check's launches of <= 32-row tiles.
+  ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL", "0", 1), 0);
   // Split modes, with the ring's setting after a slash.
   const std::pair<const char*, const char*> variants[] = {{"1", "1"}, {"2", "0"}, {"2", "1"}};
   for (const auto& [mode, ring] : variants) {
@@ -201,6 +203,7 @@ TEST(GpuAttention, SplitForwardPassesTheCheckAndMatchesV7OnShortTiles) {
     unsetenv("GEMTB_FORWARD_SPLIT");
     unsetenv("GEMTB_SPLIT_RING");
   }
+  unsetenv("GEMTB_FORWARD_SMALL");
 }
 
 // The small forward (forward_hopper_small_kernel.cuh, GEMTB_FORWARD_SMALL=1: tiles of <= 32 query
@@ -212,7 +215,11 @@ double RelL2Bf16(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b)
 TEST(GpuAttention, SmallForwardPassesTheCheckAndMatchesSplitOnSeedTiles) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
   ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL", "1", 1), 0);
-  EXPECT_EQ(cli::RunCheckAttention({"--cases", "12", "--seed", "25", "--max-length", "32"}), 0);
+  for (const char* stages : {"3", "2"}) {
+    ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL_STAGES", stages, 1), 0);
+    EXPECT_EQ(cli::RunCheckAttention({"--cases", "12", "--seed", "25", "--max-length", "32"}), 0) << stages;
+  }
+  unsetenv("GEMTB_FORWARD_SMALL_STAGES");
   unsetenv("GEMTB_FORWARD_SMALL");
   const auto value = [](uint16_t bits) { return static_cast<double>(numerics::Bf16BitsToFloat(bits)); };
   struct Kind {
@@ -231,14 +238,20 @@ TEST(GpuAttention, SmallForwardPassesTheCheckAndMatchesSplitOnSeedTiles) {
     shape.options.broadcast_q = true;
     const testing::AttentionCase c = testing::BuildCase(shape);
     const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 32));
+    ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL", "0", 1), 0);
     absl::StatusOr<gpu::ForwardResult> split = gpu::Forward(call.args);
     ASSERT_TRUE(split.ok()) << split.status();
     ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL", "1", 1), 0);
     absl::StatusOr<gpu::ForwardResult> small = gpu::Forward(call.args);
     absl::StatusOr<gpu::ForwardResult> again = gpu::Forward(call.args);
+    // Two stages (three CTAs per SM, Pᵀ over the K tile) run the same MMAs in the same order.
+    ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL_STAGES", "2", 1), 0);
+    absl::StatusOr<gpu::ForwardResult> two_stages = gpu::Forward(call.args);
+    unsetenv("GEMTB_FORWARD_SMALL_STAGES");
     unsetenv("GEMTB_FORWARD_SMALL");
     ASSERT_TRUE(small.ok()) << small.status();
     ASSERT_TRUE(again.ok()) << again.status();
+    ASSERT_TRUE(two_stages.ok()) << two_stages.status();
     ASSERT_EQ(small->o.size(), split->o.size());
     double max_abs = 0;
     for (uint16_t b : split->o) max_abs = std::max(max_abs, std::fabs(value(b)));
@@ -253,6 +266,7 @@ TEST(GpuAttention, SmallForwardPassesTheCheckAndMatchesSplitOnSeedTiles) {
     std::cout << what << ": small vs split rel-L2 " << RelL2Bf16(split->o, small->o) << "\n";
     EXPECT_EQ(bad, 0) << what;
     EXPECT_EQ(again->o, small->o) << what;
+    EXPECT_EQ(two_stages->o, small->o) << what;
   }
 }
 
