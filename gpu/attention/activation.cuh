@@ -24,13 +24,24 @@ __device__ __forceinline__ float Logistic(float x) {
 
 __device__ __forceinline__ float NormalCdf(float x) { return 0.5f * erfcf(-x * kInvSqrt2); }
 
+// gelu_tanh's σ = sigmoid(2u) = (1 + tanh u) / 2 and 1 − σ, u = sqrt(2/pi) (x + a x³), each without a
+// subtraction (1 + tanh u from tanhf cancels on the negative tail).
+__device__ __forceinline__ void GeluTanhSigmoid(float x, float& sigma, float& one_minus) {
+  const float u = kSqrt2OverPi * (x + kGeluTanhA * x * x * x);
+  const float e = expf(-2.f * fabsf(u));
+  const float r = 1.f / (1.f + e);
+  sigma = u >= 0.f ? r : e * r;
+  one_minus = u >= 0.f ? e * r : r;
+}
+
 __device__ __forceinline__ float ActValue(Activation act, float x) {
   switch (act) {
     case Activation::kIdentity: return x;
     case Activation::kGelu: return x * NormalCdf(x);
     case Activation::kGeluTanh: {
-      const float t = tanhf(kSqrt2OverPi * (x + kGeluTanhA * x * x * x));
-      return 0.5f * x * (1.f + t);
+      float sigma, one_minus;
+      GeluTanhSigmoid(x, sigma, one_minus);
+      return x * sigma;
     }
     case Activation::kSilu: return x * Logistic(x);
     case Activation::kRelu: return x > 0.f ? x : 0.f;
@@ -47,9 +58,9 @@ __device__ __forceinline__ float ActDerivative(Activation act, float x) {
     case Activation::kIdentity: return 1.f;
     case Activation::kGelu: return NormalCdf(x) + x * kInvSqrt2Pi * expf(-0.5f * x * x);
     case Activation::kGeluTanh: {
-      const float t = tanhf(kSqrt2OverPi * (x + kGeluTanhA * x * x * x));
-      return 0.5f * (1.f + t) +
-             0.5f * x * (1.f - t * t) * (kSqrt2OverPi + 3.f * kGeluTanhA * kSqrt2OverPi * x * x);
+      float sigma, one_minus;
+      GeluTanhSigmoid(x, sigma, one_minus);
+      return sigma + 2.f * x * sigma * one_minus * (kSqrt2OverPi + 3.f * kGeluTanhA * kSqrt2OverPi * x * x);
     }
     case Activation::kSilu: {
       const float s = Logistic(x);
