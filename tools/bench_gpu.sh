@@ -23,6 +23,9 @@
 #   --tanh-check-cases N  with --tanh-approx-cases: also `gemtb check attention --tanh-approx` on the
 #                       silu and gelu_tanh families, N cases each (default 100; 0 skips); its JSON
 #                       joins check.json under "tanh_approx_check"
+#   --settle S          seconds the GPU idles before each of our bench's cases (default 0;
+#                       gemtb bench attention --settle-s). Either way run.log holds nvidia-smi's
+#                       clocks, temperature, power and throttle reasons every 500 ms of our bench
 #   --variants K1,K2    also time these forward kernels alone (forward only; mma_sync, hopper64,
 #                       hopper128, hopper_ws), for the notes
 #   --peer-timeout S    seconds for the peer script at most (default 300)
@@ -57,6 +60,7 @@ forward_kernel=auto
 ncu_cases=""
 tanh_cases=""
 tanh_check_cases=100
+settle=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --check-cases) check_cases=$2; shift 2 ;;
@@ -71,6 +75,7 @@ while [ $# -gt 0 ]; do
     --ncu) ncu_cases=$2; shift 2 ;;
     --tanh-approx-cases) tanh_cases=$2; shift 2 ;;
     --tanh-check-cases) tanh_check_cases=$2; shift 2 ;;
+    --settle) settle=$2; shift 2 ;;
     *) echo "bench_gpu: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -132,18 +137,33 @@ for v in ${variants//,/ }; do
     --forward-only --no-compare --reps "$reps" --warmup "$warmup" "${case_args[@]}" --label "$commit $v" \
     2>&1 | tee -a "$out/run.log" | sed 's/^/   /' | tee -a "$out/summary.txt"
 done
-stage "bench: gemtb bench attention (--forward-kernel $forward_kernel)"
-bench_cmd="gemtb bench attention --out-dir DIR --forward-kernel $forward_kernel --reps $reps --warmup $warmup ${cases:+--cases $cases}${tanh_cases:+; the same with --tanh-approx --cases $tanh_cases}"
-timeout "$(limit 240)" "$gemtb" bench attention --out-dir "$lengths" --forward-kernel "$forward_kernel" \
-  --reps "$reps" --warmup "$warmup" "${case_args[@]}" --label "$commit" \
-  2>&1 | tee -a "$out/run.log" | sed 's/^/   /' | tee -a "$out/summary.txt"
+stage "bench: gemtb bench attention (--forward-kernel $forward_kernel, --settle-s $settle)"
+bench_cmd="gemtb bench attention --out-dir DIR --forward-kernel $forward_kernel --reps $reps --warmup $warmup --settle-s $settle ${cases:+--cases $cases}${tanh_cases:+; the same with --tanh-approx --cases $tanh_cases}"
+# The GPU's clocks, temperature, power and throttle reasons every 500 ms while our bench runs (into
+# run.log): what a case ran at, and whether the cases before it had heated the GPU.
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw,clocks_event_reasons.active \
+  --format=csv,noheader -lms 500 > /tmp/gemtb-clocks.csv 2>/dev/null &
+clock_pid=$!
+timeout "$(limit 300)" "$gemtb" bench attention --out-dir "$lengths" --forward-kernel "$forward_kernel" \
+  --reps "$reps" --warmup "$warmup" --settle-s "$settle" "${case_args[@]}" --label "$commit" \
+  2>&1 | while IFS= read -r line; do echo "$(date -u +%T) $line"; done | tee -a "$out/run.log" | sed 's/^/   /' | tee -a "$out/summary.txt"
 bench_rc=${PIPESTATUS[0]}
+kill "$clock_pid" 2>/dev/null
+{ echo "# nvidia-smi during the bench: timestamp, SM MHz, memory MHz, C, W, clock event reasons"; cat /tmp/gemtb-clocks.csv; } >> "$out/run.log"
+python3 - /tmp/gemtb-clocks.csv <<'EOF' | sed 's/^/   /' | tee -a "$out/summary.txt"
+import sys
+rows = [l.split(', ') for l in open(sys.argv[1]) if l.count(',') >= 5]
+sm = [float(r[1].split()[0]) for r in rows if r[1].split()[0].replace('.', '').isdigit()]
+temp = [float(r[3]) for r in rows if r[3].strip().isdigit()]
+if sm:
+    print(f"clocks during the bench ({len(sm)} samples): SM MHz min {min(sm):.0f} median {sorted(sm)[len(sm)//2]:.0f} max {max(sm):.0f}; temperature C {min(temp):.0f}-{max(temp):.0f}")
+EOF
 [ "$bench_rc" -eq 0 ] || { status=1; stage "bench FAILED (exit $bench_rc)"; }
 cp "$lengths/bench_attention.json" "$out/" 2>/dev/null
 if [ -n "$tanh_cases" ] && [ -f "$out/bench_attention.json" ]; then
   stage "bench: --tanh-approx on $tanh_cases"
   timeout "$(limit 120)" "$gemtb" bench attention --out-dir /tmp/gemtb-tanh --forward-kernel "$forward_kernel" \
-    --reps "$reps" --warmup "$warmup" --cases "$tanh_cases" --tanh-approx --label "$commit tanh_approx" \
+    --reps "$reps" --warmup "$warmup" --settle-s "$settle" --cases "$tanh_cases" --tanh-approx --label "$commit tanh_approx" \
     2>&1 | tee -a "$out/run.log" | sed 's/^/   /' | tee -a "$out/summary.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; stage "tanh.approx bench FAILED"; }
   # Its rows join the main bench's JSON (same lengths: the draw depends on the case alone).

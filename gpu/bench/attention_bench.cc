@@ -3,8 +3,10 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -314,6 +316,10 @@ absl::StatusOr<std::vector<CaseResult>> RunAttentionBench(
   GEMTB_RETURN_IF_ERROR(DeviceAvailable());
   std::vector<CaseResult> results;
   for (const BenchCase& c : cases) {
+    if (options.settle_s > 0) {
+      GEMTB_RETURN_IF_ERROR(CudaOk(cudaDeviceSynchronize(), "settle"));
+      std::this_thread::sleep_for(std::chrono::seconds(options.settle_s));
+    }
     absl::StatusOr<CaseResult> r = RunCase(c, options);
     if (!r.ok()) return absl::Status(r.status().code(), absl::StrCat("case ", c.name, ": ", r.status().message()));
     if (progress) {

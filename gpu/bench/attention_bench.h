@@ -35,6 +35,10 @@ struct BenchOptions {
   // AttentionOptions::tanh_approx on every case (silu and gelu_tanh through tanh.approx; the
   // comparison with the mma.sync forward, which evaluates the exact act, then shows its deviation).
   bool tanh_approx = false;
+  // Seconds the GPU idles before each case (0: none). The peer scripts start each case after
+  // seconds of host work (process start, Triton/torch.compile compiles) while ours run back to back,
+  // so a case that follows minutes of 700 W work may run at lower clocks than its peers did.
+  int settle_s = 0;
 };
 
 struct Timing {

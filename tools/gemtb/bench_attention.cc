@@ -32,7 +32,7 @@ nlohmann::json TimingJson(const gpu::bench::Timing& t, double flops) {
 
 absl::Status Run(const std::vector<std::string>& args) {
   std::string cases, out_dir, forward_kernel = "auto", label;
-  int64_t warmup = 3, reps = 15, seed = 1;
+  int64_t warmup = 3, reps = 15, seed = 1, settle_s = 0;
   bool forward_only = false, no_compare = false, tanh_approx = false;
   FlagSet flags("gemtb bench attention --out-dir D [--cases a,b] [--reps N] [--warmup N] [options]",
                 "Times the CUDA attention kernels (bf16, H=4, D=128) on the cases of spec/attention.md\n"
@@ -48,6 +48,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   flags.Bool("forward-only", &forward_only, "skip the forward+backward timing");
   flags.Bool("no-compare", &no_compare, "skip the Hopper-vs-mma.sync output comparison");
   flags.String("label", &label, "free text stored in the JSON (e.g. the commit)");
+  flags.Int64("settle-s", &settle_s, "seconds the GPU idles before each case (default 0)");
   flags.Bool("tanh-approx", &tanh_approx,
              "let the kernels evaluate silu and gelu_tanh through tanh.approx (AttentionOptions::tanh_approx)");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
@@ -64,6 +65,8 @@ absl::Status Run(const std::vector<std::string>& args) {
   if (!cases.empty()) opt.cases = absl::StrSplit(cases, ',');
   if (warmup < 0 || warmup > 1000) return absl::InvalidArgumentError(absl::StrCat("--warmup=", warmup, ": must be in [0, 1000]"));
   if (reps < 1 || reps > 10000) return absl::InvalidArgumentError(absl::StrCat("--reps=", reps, ": must be in [1, 10000]"));
+  if (settle_s < 0 || settle_s > 600) return absl::InvalidArgumentError(absl::StrCat("--settle-s=", settle_s, ": must be in [0, 600]"));
+  opt.settle_s = static_cast<int>(settle_s);
   opt.warmup = static_cast<int>(warmup);
   opt.reps = static_cast<int>(reps);
   opt.seed = static_cast<uint64_t>(seed);
@@ -96,6 +99,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   doc["device"] = gpu::bench::DeviceDescription();
   doc["gpu_name"] = gpu::bench::DeviceName();
   doc["label"] = label;
+  doc["settle_s"] = settle_s;
   doc["command"] = absl::StrCat("gemtb bench attention ", absl::StrJoin(args, " "));
   doc["dtype"] = "bfloat16";
   doc["timing"] = "CUDA events around each run, median; input sets rotated (>= 2, >= 3x L2)";
