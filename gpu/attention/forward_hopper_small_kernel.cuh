@@ -1,7 +1,8 @@
 // Forward v9 for launches whose tiles all have at most 32 query rows and a pointwise act (PMA's
-// seeds), opt-in (GEMTB_FORWARD_SMALL=1, forward_variant.h): one warpgroup per CTA, one CTA per
-// (tile, head) item in the heavy-first order, about 109 KB of shared memory so that two CTAs share
-// an SM.
+// seeds), the default there (GEMTB_FORWARD_SMALL=0 gives the split kernel, forward_variant.h): one
+// warpgroup per CTA, one CTA per (tile, head) item in the heavy-first order, about 109 KB of shared
+// memory so that two CTAs share an SM. On the H200, pma's forward: 0.302 ms against the split
+// kernel's 0.327 (tools/bench/NOTES.md, "Session 9").
 //
 // Why: under Nsight Compute Meta's Triton GDPA runs PMA's forward as 4,608 independent 128-thread
 // CTAs, two per SM, at 86% of DRAM's peak; our persistent split kernel (one CTA per SM, a producer
