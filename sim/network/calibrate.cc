@@ -47,8 +47,13 @@ absl::Status ParseRecord(const json& j, const std::string& path, MeasuredSet* se
   if (set->device.empty()) set->device = j.value("device", std::string());
   if (j.value("nccl_nvls_enable", std::string("0")) != "0") set->nvls_off = false;
   if (j.contains("gemm") && j.at("gemm").is_object() && j.at("gemm").contains("kappa")) {
+    if (!j.at("gemm").at("kappa").is_number()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ".gemm.kappa: ", j.at("gemm").at("kappa").dump(),
+                                                     " is not a number"));
+    }
     set->has_kappa = true;
     set->kappa = std::max(0.0, j.at("gemm").at("kappa").get<double>());
+    set->kappas.push_back({gpus, set->kappa, ""});
   }
   const json& rows = j.at("results");
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -321,7 +326,114 @@ absl::StatusOr<MeasuredSet> ParseMeasurements(const json& j) {
       if (line.is_string()) ParseGraphLine(line.get<std::string>(), &set);
     }
   }
+  // The log is the file's: its tree graph is that GPU count's when the records share one.
+  const int gpus = set.rows.front().gpus;
+  const bool one_count =
+      std::all_of(set.rows.begin(), set.rows.end(), [&](const Measurement& m) { return m.gpus == gpus; });
+  if (one_count && set.tree_graph.nchannels > 0) set.tree_graphs[gpus] = set.tree_graph;
+  if (set.has_kappa) set.kappa_choice = absl::StrCat("kappa ", set.kappa, " as measured on ", set.kappas.back().gpus, " GPUs");
   return set;
+}
+
+namespace {
+
+std::string GraphText(const NcclGraph& g) {
+  return absl::StrCat("nChannels ", g.nchannels, ", bw ", g.bw_intra_GBps);
+}
+
+bool SameGraph(const NcclGraph& a, const NcclGraph& b) {
+  return a.nchannels == b.nchannels && a.bw_intra_GBps == b.bw_intra_GBps;
+}
+
+}  // namespace
+
+absl::StatusOr<MeasuredSet> MergeMeasurements(const std::vector<NamedMeasurements>& sets) {
+  if (sets.empty()) return absl::InvalidArgumentError("no measurement files");
+  MeasuredSet out;
+  const std::string& first = sets.front().name;
+  out.nccl_version = sets.front().set.nccl_version;
+  out.device = sets.front().set.device;
+  out.nvls_off = sets.front().set.nvls_off;
+  std::string ring_from, tree_from;  // which file gave the shared graphs
+  std::map<int, std::string> tree_graph_from;
+  std::map<std::tuple<int, std::string, int, double>, std::string> seen;  // (op, algo, gpus, bytes) -> file
+  for (const auto& [name, set] : sets) {
+    if (set.nccl_version != out.nccl_version) {
+      return absl::InvalidArgumentError(absl::StrCat("nccl_version: ", name, " has \"", set.nccl_version, "\", ", first,
+                                                     " has \"", out.nccl_version,
+                                                     "\" (one calibration records one NCCL version)"));
+    }
+    if (set.device != out.device) {
+      return absl::InvalidArgumentError(absl::StrCat("device: ", name, " has \"", set.device, "\", ", first, " has \"",
+                                                     out.device, "\" (one calibration is for one GPU)"));
+    }
+    if (set.nvls_off != out.nvls_off) {
+      return absl::InvalidArgumentError(absl::StrCat("nccl_nvls_enable: NVLS is ", set.nvls_off ? "off" : "on", " in ",
+                                                     name, " but ", out.nvls_off ? "off" : "on", " in ", first));
+    }
+    if (set.ring_graph.nchannels > 0) {
+      if (out.ring_graph.nchannels == 0) {
+        out.ring_graph = set.ring_graph;
+        ring_from = name;
+      } else if (!SameGraph(out.ring_graph, set.ring_graph)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "nccl_tuning_log: the ring graph (Pattern 4) of ", name, " (", GraphText(set.ring_graph),
+            ") differs from that of ", ring_from, " (", GraphText(out.ring_graph),
+            "); mode nccl's tables take one ring graph"));
+      }
+    }
+    for (const auto& [gpus, graph] : set.tree_graphs) {
+      auto [it, added] = out.tree_graphs.emplace(gpus, graph);
+      if (added) {
+        tree_graph_from[gpus] = name;
+      } else if (!SameGraph(it->second, graph)) {
+        return absl::InvalidArgumentError(absl::StrCat("nccl_tuning_log: the tree graph on ", gpus, " GPUs of ", name, " (",
+                                                       GraphText(graph), ") differs from that of ", tree_graph_from[gpus],
+                                                       " (", GraphText(it->second), ")"));
+      }
+    }
+    if (set.tree_graph.nchannels > 0 && out.tree_graph.nchannels == 0) {
+      out.tree_graph = set.tree_graph;
+      tree_from = name;
+    }
+    for (const Measurement& m : set.rows) {
+      auto [it, added] = seen.emplace(std::make_tuple(static_cast<int>(m.op), m.algo, m.gpus, m.bytes), name);
+      if (!added) {
+        return absl::InvalidArgumentError(absl::StrCat("results: ", std::string(CollectiveOpName(m.op)), " (", m.algo,
+                                                       ") on ", m.gpus, " GPUs at ", m.bytes, " bytes is in both ",
+                                                       it->second, " and ", name));
+      }
+      out.rows.push_back(m);
+    }
+    for (KappaMeasurement k : set.kappas) {
+      k.source = name;
+      out.kappas.push_back(k);
+    }
+  }
+  if (!out.tree_graphs.empty()) out.tree_graph = out.tree_graphs.rbegin()->second;  // the most GPUs
+  if (!out.kappas.empty()) {
+    int most = 0;
+    for (const KappaMeasurement& k : out.kappas) most = std::max(most, k.gpus);
+    double sum = 0;
+    int n = 0;
+    std::string chosen, others;
+    for (const KappaMeasurement& k : out.kappas) {
+      const std::string text = absl::StrCat(k.kappa, " on ", k.gpus, " GPUs (", k.source, ")");
+      if (k.gpus == most) {
+        sum += k.kappa;
+        ++n;
+        absl::StrAppend(&chosen, chosen.empty() ? "" : ", ", text);
+      } else {
+        absl::StrAppend(&others, others.empty() ? "" : ", ", text);
+      }
+    }
+    out.has_kappa = true;
+    out.kappa = sum / n;
+    out.kappa_choice = absl::StrCat("kappa ", out.kappa, ": ", n > 1 ? "the mean of the records of the most GPUs, " : "",
+                                    chosen, " (the most GPUs measured: the nearest to the 8-GPU hosts sim/ models)",
+                                    others.empty() ? "" : absl::StrCat("; also measured: ", others));
+  }
+  return out;
 }
 
 namespace {
@@ -479,7 +591,7 @@ absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Ca
     // argmin switches protocol where NCCL did), and the fitted launch/η segments below carry what the
     // host delivers. The per-op and Tree bandwidths fitted above are not used.
     for (auto it = cal.nccl_constants.begin(); it != cal.nccl_constants.end();) {
-      it = it->first.rfind("nccl_bw_intra_GBps", 0) == 0 || it->first == "nccl_tree_bw_intra_GBps"
+      it = it->first.rfind("nccl_bw_intra_GBps", 0) == 0 || it->first.rfind("nccl_tree_bw_intra_GBps", 0) == 0
                ? cal.nccl_constants.erase(it)
                : std::next(it);
     }
@@ -488,8 +600,15 @@ absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Ca
     cal.nccl_constants["nccl_bw_intra_GBps"] = ring.bw_intra_GBps;
     if (measured.tree_graph.nchannels > 0) {
       // One channel count in CommParams: the tree graph's busbw nCh_tree·bw_tree over the ring's nCh.
-      cal.nccl_constants["nccl_tree_bw_intra_GBps"] =
-          measured.tree_graph.nchannels * measured.tree_graph.bw_intra_GBps / ring.nchannels;
+      const auto per_ring_channel = [&](const NcclGraph& g) { return g.nchannels * g.bw_intra_GBps / ring.nchannels; };
+      const double tree = per_ring_channel(measured.tree_graph);
+      cal.nccl_constants["nccl_tree_bw_intra_GBps"] = tree;
+      // GPU counts whose logged tree graph differs from that default (one host of exactly that many).
+      for (const auto& [gpus, graph] : measured.tree_graphs) {
+        if (per_ring_channel(graph) != tree) {
+          cal.nccl_constants[absl::StrCat(kTreeBwPerGpusPrefix, gpus)] = per_ring_channel(graph);
+        }
+      }
     }
   } else if (!large_busbw.empty()) {
     cal.nccl_constants["nccl_nchannels"] = o.nccl_channels;

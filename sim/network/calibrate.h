@@ -7,6 +7,7 @@
 #ifndef GEMTB_SIM_NETWORK_CALIBRATE_H_
 #define GEMTB_SIM_NETWORK_CALIBRATE_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,19 +32,45 @@ struct NcclGraph {
   double bw_intra_GBps = 0;
 };
 
+// κ (GEMM slowdown under a concurrent all-gather) as one record measured it.
+struct KappaMeasurement {
+  int gpus = 0;
+  double kappa = 0;
+  std::string source;  // the file it came from (MergeMeasurements), empty for one parsed record
+};
+
 struct MeasuredSet {
   std::vector<Measurement> rows;
-  NcclGraph ring_graph, tree_graph;  // from the record's nccl_tuning_log, when present
+  // From the record's nccl_tuning_log, when present. NCCL searches its graphs per communicator: the
+  // ring graph of the H200 hosts is the same on 2 and 4 GPUs (12 channels × 30 GB/s), the tree graph
+  // is not (2 GPUs: bw 60, 4 GPUs: bw 30), so tree graphs are also kept per GPU count; tree_graph is
+  // the one of the most GPUs (the default for group sizes not measured).
+  NcclGraph ring_graph, tree_graph;
+  std::map<int, NcclGraph> tree_graphs;  // by GPU count, when all of a file's records share one
   std::string nccl_version;
   std::string device;
   bool nvls_off = true;
   bool has_kappa = false;
   double kappa = 0;
+  std::vector<KappaMeasurement> kappas;  // every record's κ; `kappa` is the one used
+  std::string kappa_choice;              // how `kappa` was chosen from `kappas` (MergeMeasurements)
 };
 
 // Reads a `gemtb bench comm --json` record, or tools/bench_comm.sh's comm_results.json ({"runs":
 // {name: record}}). Errors name the JSON path.
 absl::StatusOr<MeasuredSet> ParseMeasurements(const nlohmann::json& json);
+
+// Several measurement files (e.g. tools/bench_comm.sh on a 2-GPU and on a 4-GPU host) as one set:
+// rows concatenated (the same op, algorithm, GPU count and size in two files is an error); NCCL
+// version, device and NVLS setting must agree, and so must the ring graphs the files logged (mode
+// nccl's tables take one); tree graphs are kept per GPU count (two files of one GPU count must agree).
+// κ: the record of the most GPUs (the nearest to sim/'s 8-GPU hosts; the mean if several files
+// measured that many), the choice and every value in kappa_choice. Errors name the files (`name`).
+struct NamedMeasurements {
+  std::string name;
+  MeasuredSet set;
+};
+absl::StatusOr<MeasuredSet> MergeMeasurements(const std::vector<NamedMeasurements>& sets);
 
 // Which sizes a fit may see: log2(bytes) even or odd (the rest are held out).
 enum class FitSizes { kEven, kOdd };
@@ -83,7 +110,9 @@ struct FitOptions {
 // cluster whose first tier is `tier_name` (the NVLink tier: only one host is measured). Adds per
 // (op, algo, gpus) the FittedLink segments [S_i, S_{i+1}) between consecutive fit sizes (the line
 // t = n·α + f·S/B through both, in the form the cost model evaluates for that op and algorithm), the
-// NCCL per-channel bandwidth (nccl_bw_intra_GBps) from the large sizes, the NCCL version, nvls,
+// NCCL per-channel bandwidth (nccl_bw_intra_GBps) from the large sizes or, when the records logged
+// NCCL's graphs, the ring graph and the tree graph of the most GPUs (nccl_tree_bw_intra_GBps) plus
+// nccl_tree_bw_intra_GBps.gpusN for each GPU count whose tree graph differs, the NCCL version, nvls,
 // kappa. η tables of `base` are dropped (the segments already follow the measured curve). For
 // all-to-all no segment crosses a P2pRegimeBoundaries bend (channel constants from `base`).
 // Mode nccl (all ops but all-to-all, which it costs with the α–β segments): per (op, algo, gpus) and

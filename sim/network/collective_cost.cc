@@ -7,9 +7,13 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "sim/network/alpha_beta.h"
 #include "sim/network/nccl_tuning.h"
@@ -107,6 +111,7 @@ struct CollectiveCostModel::Impl {
   double bw_intra_GBps = 0;
   std::array<double, 5> op_bw_intra_GBps{};  // per-op overrides ("nccl_bw_intra_GBps.all_gather"), 0: none
   double tree_bw_intra_GBps = 0;
+  std::vector<std::pair<int, double>> tree_bw_intra_GBps_by_gpus;  // kTreeBwPerGpusPrefix<N>: (N, bw)
   std::optional<double> bw_inter_GBps;
   double net_overhead_us = 1.0;
   double latency_inter_us = 0;
@@ -254,6 +259,11 @@ CollectiveCost CollectiveCostModel::Impl::Nccl(CollectiveOp op, std::optional<Co
   comm.nchannels = nchannels;
   comm.bw_intra_GBps = op_bw_intra_GBps[OpIndex(op)] > 0 ? op_bw_intra_GBps[OpIndex(op)] : bw_intra_GBps;
   comm.tree_bw_intra_GBps = tree_bw_intra_GBps;
+  if (s.hosts <= 1) {
+    for (const auto& [gpus, bw] : tree_bw_intra_GBps_by_gpus) {
+      if (gpus == s.members) comm.tree_bw_intra_GBps = bw;
+    }
+  }
   if (bw_inter_GBps) {
     comm.bw_inter_GBps = *bw_inter_GBps;
   } else {
@@ -378,6 +388,16 @@ absl::StatusOr<CollectiveCostModel> CollectiveCostModel::Create(const Cluster& c
   impl->nchannels = static_cast<int>(Constant(cal, "nccl_nchannels", 16));
   impl->bw_intra_GBps = Constant(cal, "nccl_bw_intra_GBps", cluster.tiers[0].eff_busbw_Bps / 1e9 / impl->nchannels);
   impl->tree_bw_intra_GBps = Constant(cal, "nccl_tree_bw_intra_GBps", 0.0);
+  for (const auto& [name, value] : cal.nccl_constants) {
+    if (name.rfind(kTreeBwPerGpusPrefix, 0) != 0) continue;
+    const std::string suffix = name.substr(std::string_view(kTreeBwPerGpusPrefix).size());
+    int gpus = 0;
+    if (!absl::SimpleAtoi(suffix, &gpus) || gpus < 2 || !(value > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("cluster.calibration.constants.", name, ": ", value,
+                                                     " (the name must end in a GPU count >= 2, the value be > 0)"));
+    }
+    impl->tree_bw_intra_GBps_by_gpus.push_back({gpus, value});
+  }
   for (CollectiveOp op : kOps) {
     impl->op_bw_intra_GBps[OpIndex(op)] =
         Constant(cal, absl::StrCat("nccl_bw_intra_GBps.", std::string(CollectiveOpName(op))), 0.0);

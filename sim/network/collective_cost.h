@@ -80,6 +80,11 @@ struct AllToAllvLoad {
   std::array<double, kMaxTiers> bytes_per_tier{};
 };
 
+// Calibration constant "nccl_tree_bw_intra_GBps.gpus<N>": mode nccl's tree per-channel bandwidth for
+// a group of exactly N GPUs on one host (NCCL searches its tree graph per communicator; on the H200
+// hosts 2 GPUs log bw 60 and 4 log 30), instead of nccl_tree_bw_intra_GBps.
+inline constexpr char kTreeBwPerGpusPrefix[] = "nccl_tree_bw_intra_GBps.gpus";
+
 // ---- the model ---------------------------------------------------------------------------------
 
 class CollectiveCostModel {

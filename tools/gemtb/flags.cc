@@ -27,6 +27,9 @@ void FlagSet::OptionalDouble(const std::string& name, std::optional<double>* dst
 void FlagSet::Bool(const std::string& name, bool* dst, const std::string& help) {
   flags_.push_back({name, Kind::kBool, dst, help});
 }
+void FlagSet::StringList(const std::string& name, std::vector<std::string>* dst, const std::string& help) {
+  flags_.push_back({name, Kind::kStringList, dst, help});
+}
 
 absl::Status ParseInt64(const std::string& flag, const std::string& text, int64_t* out) {
   errno = 0;
@@ -67,6 +70,20 @@ absl::Status FlagSet::Assign(Flag& flag, const std::string& value) {
       return absl::OkStatus();
     }
     case Kind::kBool: *static_cast<bool*>(flag.dst) = true; return absl::OkStatus();
+    case Kind::kStringList: {
+      auto* list = static_cast<std::vector<std::string>*>(flag.dst);
+      size_t begin = 0;
+      while (true) {
+        const size_t comma = value.find(',', begin);
+        const std::string part = value.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+        if (part.empty()) {
+          return absl::InvalidArgumentError(absl::StrCat("--", flag.name, "=", value, ": an empty entry"));
+        }
+        list->push_back(part);
+        if (comma == std::string::npos) return absl::OkStatus();
+        begin = comma + 1;
+      }
+    }
   }
   return absl::InternalError("unknown flag kind");
 }
@@ -94,7 +111,9 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
     if (flag == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see --help)"));
     }
-    if (flag->seen) return absl::InvalidArgumentError(absl::StrCat("--", name, " given twice"));
+    if (flag->seen && flag->kind != Kind::kStringList) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " given twice"));
+    }
     flag->seen = true;
     if (flag->kind == Kind::kBool) {
       if (inline_value) return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));
@@ -124,7 +143,8 @@ std::string FlagSet::Help() const {
   std::string out = absl::StrCat("usage: ", usage_, "\n\n", summary_, "\n\nflags:\n");
   for (const Flag& f : flags_) {
     std::string left = absl::StrCat("  --", f.name);
-    if (f.kind != Kind::kBool) absl::StrAppend(&left, " VALUE");
+    if (f.kind == Kind::kStringList) absl::StrAppend(&left, " V[,V...]");
+    else if (f.kind != Kind::kBool) absl::StrAppend(&left, " VALUE");
     if (left.size() < 26) left.append(26 - left.size(), ' ');
     absl::StrAppend(&out, left, " ", f.help, "\n");
   }

@@ -22,6 +22,9 @@ class FlagSet {
   void OptionalInt64(const std::string& name, std::optional<int64_t>* dst, const std::string& help);
   void OptionalDouble(const std::string& name, std::optional<double>* dst, const std::string& help);
   void Bool(const std::string& name, bool* dst, const std::string& help);
+  // Repeatable: each `--name V` appends V, and a comma-separated V appends each of its parts
+  // (`--in a.json --in b.json` = `--in a.json,b.json`); an empty part is an error naming the flag.
+  void StringList(const std::string& name, std::vector<std::string>* dst, const std::string& help);
 
   // Parses args (without the command words). `--help` sets help_requested() and returns OK.
   absl::Status Parse(const std::vector<std::string>& args);
@@ -31,7 +34,7 @@ class FlagSet {
   std::string Help() const;
 
  private:
-  enum class Kind { kString, kInt64, kOptInt64, kOptDouble, kBool };
+  enum class Kind { kString, kInt64, kOptInt64, kOptDouble, kBool, kStringList };
   struct Flag {
     std::string name;
     Kind kind;

@@ -5,11 +5,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "model/common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "sim/network/byte_size.h"
@@ -106,8 +108,10 @@ std::string NcclModeNote(const sim::MeasuredSet& measured) {
       "those constants, segments t = launch + t_NCCL / eta through consecutive fit sizes of the same choice (never "
       "across a protocol switch; a one-point regime keeps the nearest launch)";
   if (measured.ring_graph.nchannels > 0) {
-    return "nccl_nchannels, nccl_bw_intra_GBps, nccl_tree_bw_intra_GBps: the graph NCCL logged on the measured host "
-           "(nccl_tuning_log: ring pattern 4 nChannels x bw, tree pattern 1-3 scaled to the ring's channel count)" +
+    return "nccl_nchannels, nccl_bw_intra_GBps, nccl_tree_bw_intra_GBps: the graph NCCL logged on the measured hosts "
+           "(nccl_tuning_log: ring pattern 4 nChannels x bw, the same in every file; tree pattern 1-3 scaled to the "
+           "ring's channel count, that of the most GPUs, and nccl_tree_bw_intra_GBps.gpusN for a GPU count whose "
+           "logged tree graph differs)" +
            segments;
   }
   return "nccl_bw_intra_GBps = B_eff of the large sizes (median over all_reduce, all_gather, reduce_scatter) / "
@@ -116,17 +120,21 @@ std::string NcclModeNote(const sim::MeasuredSet& measured) {
 }
 
 absl::Status Calibrate(const std::vector<std::string>& args) {
-  std::string in_path, out_path, fit_sizes = "even", base_path, cluster_path;
-  FlagSet flags("gemtb whatif calibrate --in RESULTS.json [--fit-sizes even|odd] --out CALIBRATION.json",
+  std::vector<std::string> in_paths;
+  std::string out_path, fit_sizes = "even", base_path, cluster_path;
+  FlagSet flags("gemtb whatif calibrate --in RESULTS.json [--in MORE.json ...] [--fit-sizes even|odd] --out CALIBRATION.json",
                 "Fits a calibration file from `gemtb bench comm` records (or tools/bench_comm.sh's\n"
-                "comm_results.json): per op, pinned algorithm and GPU count a piecewise alpha-beta fit (alpha\n"
+                "comm_results.json; several files, e.g. one per host size, are merged: --in repeated or\n"
+                "comma-separated; they must share NCCL version, device, NVLS setting and the logged ring graph,\n"
+                "and kappa is taken from the file of the most GPUs):\n"
+                "per op, pinned algorithm and GPU count a piecewise alpha-beta fit (alpha\n"
                 "from the small sizes, effective busbw from the large ones, one segment between consecutive\n"
                 "fit sizes), mode nccl's inputs (the NCCL graph the record logged) with launch/eta segments per\n"
                 "protocol regime, and kappa (GEMM slowdown), on the even (or odd)\n"
                 "powers of two; prints the held-out MAPE for S >= 1 MiB on the other sizes in modes\n"
                 "alpha_beta (eta off/on) and nccl. Other fields (efficiency) come from --base (default: the\n"
                 "compiled-in sim/calibration/h200.json).");
-  flags.String("in", &in_path, "measured results (JSON)");
+  flags.StringList("in", &in_paths, "measured results (JSON); repeatable, or comma-separated");
   flags.String("out", &out_path, "calibration file to write");
   flags.String("fit-sizes", &fit_sizes, "even (default) | odd: which powers of two the fit sees");
   flags.String("base", &base_path, "calibration whose other fields are kept");
@@ -136,16 +144,28 @@ absl::Status Calibrate(const std::vector<std::string>& args) {
     std::cout << flags.Help();
     return absl::OkStatus();
   }
-  if (in_path.empty()) return absl::InvalidArgumentError("--in: missing");
+  if (in_paths.empty()) return absl::InvalidArgumentError("--in: missing");
   if (out_path.empty()) return absl::InvalidArgumentError("--out: missing");
   if (fit_sizes != "even" && fit_sizes != "odd") {
     return absl::InvalidArgumentError(absl::StrCat("--fit-sizes: \"", fit_sizes, "\" is not one of even, odd"));
   }
   sim::FitOptions options;
   options.split = fit_sizes == "even" ? sim::FitSizes::kEven : sim::FitSizes::kOdd;
-  absl::StatusOr<json> in = ReadJson("--in", in_path);
-  if (!in.ok()) return in.status();
-  absl::StatusOr<sim::MeasuredSet> measured = sim::ParseMeasurements(*in);
+  std::vector<sim::NamedMeasurements> sets;
+  json sources = json::array();
+  for (const std::string& path : in_paths) {
+    absl::StatusOr<json> in = ReadJson("--in", path);
+    if (!in.ok()) return in.status();
+    absl::StatusOr<sim::MeasuredSet> one = sim::ParseMeasurements(*in);
+    if (!one.ok()) return absl::InvalidArgumentError(absl::StrCat("--in ", path, ": ", one.status().message()));
+    const std::string name = std::filesystem::path(path).filename().string();
+    for (const sim::NamedMeasurements& earlier : sets) {
+      if (earlier.name == name) return absl::InvalidArgumentError(absl::StrCat("--in: ", name, " given twice"));
+    }
+    sets.push_back({name, *std::move(one)});
+    sources.push_back(name);
+  }
+  absl::StatusOr<sim::MeasuredSet> measured = sim::MergeMeasurements(sets);
   if (!measured.ok()) return absl::InvalidArgumentError(absl::StrCat("--in: ", measured.status().message()));
   json base_json = json::parse(sim::DefaultCalibrationJsonText(), nullptr, false);
   if (!base_path.empty()) {
@@ -168,10 +188,13 @@ absl::Status Calibrate(const std::vector<std::string>& args) {
   // The file: the base's documentation and efficiency, then what was fitted.
   json out = base_json;
   for (const char* key : {"fitted", "nccl_fitted", "eta_tables", "held_out", "fit", "measured", "note", "source"}) out.erase(key);
-  out["note"] =
-      "Written by `gemtb whatif calibrate` from measured NCCL collectives on one host (NVLink only; network tiers "
-      "keep the published defaults of sim/network/default_cluster.json).";
-  out["source"] = std::filesystem::path(in_path).filename().string();
+  std::set<int> gpu_counts;
+  for (const sim::Measurement& m : measured->rows) gpu_counts.insert(m.gpus);
+  out["note"] = absl::StrCat(
+      "Written by `gemtb whatif calibrate` from measured NCCL collectives, each file on one host (",
+      absl::StrJoin(gpu_counts, " and "),
+      " GPUs; NVLink only: network tiers keep the published defaults of sim/network/default_cluster.json).");
+  out["source"] = sources;
   out["nccl_version"] = cal->nccl_version;
   out["nccl_commit"] =
       "measured with the NCCL above; nccl-mode constants from NVIDIA/nccl master 5067397c (2.30.7)";
@@ -180,7 +203,7 @@ absl::Status Calibrate(const std::vector<std::string>& args) {
   json constants = json::object();  // the fit starts from the base's constants and may drop some
   for (const auto& [name, value] : cal->nccl_constants) constants[name] = value;
   out["constants"] = constants;
-  out["measured"] = {{"device", measured->device}, {"nvls_off", measured->nvls_off}};
+  out["measured"] = {{"device", measured->device}, {"nvls_off", measured->nvls_off}, {"gpus", gpu_counts}};
   out["fit"] = {{"sizes", fit_sizes},
                 {"held_out", fit_sizes == "even" ? "odd powers of two" : "even powers of two"},
                 {"model", "piecewise alpha-beta: per (op, algo, gpus) one segment [min_bytes, max_bytes) between "
@@ -191,6 +214,7 @@ absl::Status Calibrate(const std::vector<std::string>& args) {
                           "n*32*chunk, sim/network/calibrate.h P2pRegimeBoundaries): each side continues its own "
                           "regime's line"},
                 {"nccl_mode", NcclModeNote(*measured)}};
+  if (measured->has_kappa) out["fit"]["kappa"] = measured->kappa_choice;
   json fitted = json::array();
   json nccl_fitted = json::array();
   for (const sim::FittedLink& f : cal->fitted) {

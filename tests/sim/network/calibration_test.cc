@@ -11,6 +11,7 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "sim/network/calibrate.h"
 #include "sim/network/cluster_json.h"
@@ -214,11 +215,127 @@ TEST(Calibration, TreeCorrectionDecidedOnFitSizes) {
   }
 }
 
+// A `gemtb bench comm` results file of one host: all_reduce (auto) on `gpus` GPUs, its NCCL graphs
+// and κ.
+json HostRecord(int gpus, double tree_bw, double kappa, const std::string& version = "2.28.3", int ring_channels = 12) {
+  json rows = json::array();
+  for (double S = 1024; S <= 64.0 * 1024 * 1024; S *= 2) {
+    rows.push_back({{"op", "all_reduce"}, {"bytes", S}, {"time_us", 20 + S / (gpus * 50e3)}});
+  }
+  const std::string log_ring = absl::StrCat("x [0] NCCL INFO Pattern 4, crossNic 0, nChannels ", ring_channels,
+                                            ", bw 30.000000/30.000000, type NVL/PIX, sameChannels 1");
+  const std::string log_tree = absl::StrCat("x [0] NCCL INFO Pattern 1, crossNic 0, nChannels 12, bw ", tree_bw, ".000000/",
+                                            tree_bw, ".000000, type NVL/PIX, sameChannels 0");
+  json run = {{"gpus", gpus}, {"nccl_version", version}, {"nccl_algo", "auto"}, {"nccl_nvls_enable", "0"},
+              {"device", "NVIDIA H200"}, {"gemm", {{"kappa", kappa}}}, {"results", rows}};
+  return {{"runs", {{"auto", run}}}, {"nccl_tuning_log", {log_ring, log_tree}}};
+}
+
+MeasuredSet Parsed(const json& j) {
+  absl::StatusOr<MeasuredSet> set = ParseMeasurements(j);
+  EXPECT_TRUE(set.ok()) << set.status();
+  return set.ok() ? *set : MeasuredSet{};
+}
+
+TEST(Calibration, MergeKeepsTreeGraphsPerGpuCountAndKappaOfMostGpus) {
+  const MeasuredSet two = Parsed(HostRecord(2, 60, 0.2)), four = Parsed(HostRecord(4, 30, 0.25));
+  EXPECT_EQ(two.tree_graphs.at(2).bw_intra_GBps, 60);
+  absl::StatusOr<MeasuredSet> merged = MergeMeasurements({{"x2.json", two}, {"x4.json", four}});
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(merged->rows.size(), two.rows.size() + four.rows.size());
+  EXPECT_EQ(merged->ring_graph.nchannels, 12);
+  EXPECT_EQ(merged->tree_graph.bw_intra_GBps, 30);  // the most GPUs'
+  ASSERT_EQ(merged->tree_graphs.size(), 2u);
+  EXPECT_EQ(merged->tree_graphs.at(2).bw_intra_GBps, 60);
+  EXPECT_TRUE(merged->has_kappa);
+  EXPECT_EQ(merged->kappa, 0.25);
+  ASSERT_EQ(merged->kappas.size(), 2u);
+  for (const char* part : {"0.25 on 4 GPUs (x4.json)", "0.2 on 2 GPUs (x2.json)"}) {
+    EXPECT_NE(merged->kappa_choice.find(part), std::string::npos) << merged->kappa_choice;
+  }
+  // Order does not matter.
+  absl::StatusOr<MeasuredSet> reversed = MergeMeasurements({{"x4.json", four}, {"x2.json", two}});
+  ASSERT_TRUE(reversed.ok());
+  EXPECT_EQ(reversed->kappa, 0.25);
+  EXPECT_EQ(reversed->tree_graph.bw_intra_GBps, 30);
+
+  absl::StatusOr<Calibration> cal = FitCalibration(*merged, Calibration{}, "nvlink", FitOptions{});
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  EXPECT_EQ(cal->kappa, 0.25);
+  EXPECT_EQ(cal->nccl_constants.at("nccl_tree_bw_intra_GBps"), 30);
+  EXPECT_EQ(cal->nccl_constants.at("nccl_tree_bw_intra_GBps.gpus2"), 60);
+  EXPECT_EQ(cal->nccl_constants.count("nccl_tree_bw_intra_GBps.gpus4"), 0u);  // same as the default
+  std::set<int> gpus;
+  for (const FittedLink& f : cal->fitted) gpus.insert(f.gpus);
+  EXPECT_EQ(gpus, (std::set<int>{2, 4}));
+}
+
+// nccl_tree_bw_intra_GBps.gpusN: mode nccl's Tree on one host of exactly N GPUs.
+TEST(Calibration, TreeBandwidthPerGpuCount) {
+  absl::StatusOr<Cluster> base = DefaultCluster();
+  ASSERT_TRUE(base.ok());
+  const auto tree_time = [&](std::map<std::string, double> constants, int gpus) {
+    Cluster c = *base;
+    c.calibration = Calibration{};
+    c.calibration.nccl_constants = constants;
+    CollectivesPlan plan;
+    plan.cost_mode = "nccl";
+    plan.algo["all_reduce"] = "tree";
+    absl::StatusOr<CollectiveCostModel> model = CollectiveCostModel::Create(c, plan);
+    EXPECT_TRUE(model.ok()) << model.status();
+    return model.ok() ? model->Estimate(CollectiveOp::kAllReduce, {gpus, gpus, 1, gpus, 1}, 256e6).duration_s : 0.0;
+  };
+  const std::map<std::string, double> common = {{"nccl_nchannels", 12}, {"nccl_bw_intra_GBps", 30}};
+  auto both = common, only30 = common, only60 = common;
+  both["nccl_tree_bw_intra_GBps"] = 30;
+  both["nccl_tree_bw_intra_GBps.gpus2"] = 60;
+  only30["nccl_tree_bw_intra_GBps"] = 30;
+  only60["nccl_tree_bw_intra_GBps"] = 60;
+  EXPECT_EQ(tree_time(both, 2), tree_time(only60, 2));
+  EXPECT_EQ(tree_time(both, 4), tree_time(only30, 4));
+  EXPECT_NE(tree_time(only60, 4), tree_time(only30, 4));
+
+  Cluster bad = *base;
+  bad.calibration.nccl_constants["nccl_tree_bw_intra_GBps.gpusX"] = 60;
+  absl::Status s = CollectiveCostModel::Create(bad, CollectivesPlan{}).status();
+  EXPECT_NE(std::string(s.message()).find("cluster.calibration.constants.nccl_tree_bw_intra_GBps.gpusX"),
+            std::string::npos)
+      << s;
+}
+
+TEST(Calibration, MergeRejectsFilesThatDisagree) {
+  const MeasuredSet two = Parsed(HostRecord(2, 60, 0.2));
+  const auto error = [](const std::vector<NamedMeasurements>& sets) {
+    absl::StatusOr<MeasuredSet> m = MergeMeasurements(sets);
+    EXPECT_FALSE(m.ok());
+    return m.ok() ? std::string() : std::string(m.status().message());
+  };
+  const auto expect_has = [](const std::string& message, std::vector<std::string> parts) {
+    for (const std::string& part : parts) EXPECT_NE(message.find(part), std::string::npos) << message << " lacks " << part;
+  };
+  expect_has(error({{"a.json", two}, {"b.json", Parsed(HostRecord(4, 30, 0.2, "2.28.3", 16))}}),
+             {"nccl_tuning_log", "ring graph", "b.json (nChannels 16, bw 30)", "a.json (nChannels 12, bw 30)"});
+  expect_has(error({{"a.json", two}, {"b.json", Parsed(HostRecord(4, 30, 0.2, "2.27.1"))}}),
+             {"nccl_version", "b.json", "2.27.1", "a.json", "2.28.3"});
+  expect_has(error({{"a.json", two}, {"b.json", two}}), {"results: all_reduce (auto) on 2 GPUs at 1024 bytes", "a.json", "b.json"});
+  MeasuredSet other_two = Parsed(HostRecord(2, 40, 0.2));
+  other_two.rows.clear();  // no duplicate rows: only the graphs differ
+  expect_has(error({{"a.json", two}, {"b.json", other_two}}), {"tree graph on 2 GPUs", "b.json (nChannels 12, bw 40)"});
+  MeasuredSet nvls = Parsed(HostRecord(4, 30, 0.2));
+  nvls.nvls_off = false;
+  expect_has(error({{"a.json", two}, {"b.json", nvls}}), {"nccl_nvls_enable", "b.json", "a.json"});
+  EXPECT_FALSE(MergeMeasurements({}).ok());
+}
+
 TEST(Calibration, BadRecordsAreNamed) {
   EXPECT_FALSE(ParseMeasurements(json::object()).ok());
   json bad = {{"gpus", 2}, {"results", {{{"op", "all_sum"}, {"bytes", 1}, {"time_us", 1}}}}};
   absl::Status s = ParseMeasurements(bad).status();
   EXPECT_NE(std::string(s.message()).find("record.results[0].op"), std::string::npos) << s;
+  json bad_kappa = HostRecord(2, 60, 0.2);
+  bad_kappa["runs"]["auto"]["gemm"]["kappa"] = "fast";
+  s = ParseMeasurements(bad_kappa).status();
+  EXPECT_NE(std::string(s.message()).find("runs.auto.gemm.kappa: \"fast\" is not a number"), std::string::npos) << s;
 }
 
 TEST(Calibration, CommittedMeasurementsHeldOutMape) {
