@@ -125,7 +125,11 @@ struct CollectiveCostModel::Impl {
 
   alpha_beta::Profile ProfileFor(CollectiveOp op, std::optional<CollAlgo> algo, const GroupShape& s,
                                  double bytes) const;
-  CollectiveCost AlphaBeta(CollectiveOp op, CollAlgo algo, const GroupShape& s, double bytes) const;
+  // algo's closed form; with auto_fit the fitted "auto" entry's α and B (not algo's own entry).
+  CollectiveCost AlphaBeta(CollectiveOp op, CollAlgo algo, const GroupShape& s, double bytes,
+                           bool auto_fit = false) const;
+  // Whether a fitted "auto" entry (measured with NCCL's own choice) covers op on this shape at S.
+  bool HasAutoFit(CollectiveOp op, const GroupShape& s, double bytes) const;
   CollectiveCost Nccl(CollectiveOp op, std::optional<CollAlgo> algo, const GroupShape& s, double bytes) const;
   // t = launch + t / η of the fitted segment for this measurement (pinned algo, else auto), group
   // size and S: the one fitted on NCCL's (algo, proto) choice, else any covering S; none: unchanged.
@@ -192,9 +196,17 @@ double CollectiveCostModel::Impl::Eta(CollectiveOp op, const GroupShape& s, doub
   return pts.back().second;
 }
 
+bool CollectiveCostModel::Impl::HasAutoFit(CollectiveOp op, const GroupShape& s, double bytes) const {
+  const int top = s.hosts <= 1 ? 0 : s.zones <= 1 ? 1 : 2;
+  for (const Fitted& f : fitted[OpIndex(op)]) {
+    if (!f.algo.has_value() && f.level == top && f.Covers(bytes) && (f.gpus == 0 || f.gpus == s.members)) return true;
+  }
+  return false;
+}
+
 CollectiveCost CollectiveCostModel::Impl::AlphaBeta(CollectiveOp op, CollAlgo algo, const GroupShape& s,
-                                                    double S) const {
-  const alpha_beta::Profile g = ProfileFor(op, algo, s, S);
+                                                    double S, bool auto_fit) const {
+  const alpha_beta::Profile g = ProfileFor(op, auto_fit ? std::nullopt : std::optional<CollAlgo>(algo), s, S);
   double t = 0;
   switch (algo) {
     case CollAlgo::kRing:
@@ -448,6 +460,14 @@ CollectiveCost CollectiveCostModel::Estimate(CollectiveOp op, const GroupShape& 
   const double eta = impl_->Eta(op, shape, bytes);
   if (impl_->nccl_mode && op != CollectiveOp::kAllToAll) {
     return Finish(impl_->Nccl(op, std::nullopt, shape, bytes), op, shape, bytes, eta);
+  }
+  if (impl_->HasAutoFit(op, shape, bytes)) {
+    // The measured NCCL-auto curve, in the form calibrate.cc fitted it in (FormOf: ring, direct for
+    // all-to-all). Its α and B belong to that form: another algorithm's closed form with them (e.g.
+    // halving-doubling's 2·log2(p)·α instead of the ring's 2(p−1)·α) would predict a time nobody
+    // measured, and the argmin would pick it on p > 2, where the forms differ.
+    const CollAlgo form = op == CollectiveOp::kAllToAll ? CollAlgo::kDirect : CollAlgo::kRing;
+    return Finish(impl_->AlphaBeta(op, form, shape, bytes, /*auto_fit=*/true), op, shape, bytes, eta);
   }
   CollectiveCost best;
   best.duration_s = std::numeric_limits<double>::infinity();

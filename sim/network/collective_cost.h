@@ -96,7 +96,10 @@ class CollectiveCostModel {
 
   // One collective of `bytes` (S, §3.1) on a group of shape `shape`. bytes <= 0 or members <= 1
   // cost nothing (duration 0). The algorithm is plan.collectives.algo[op] ("auto": the cheapest);
-  // one that does not apply to this shape (hierarchical on one host) falls back to ring.
+  // one that does not apply to this shape (hierarchical on one host) falls back to ring. Mode
+  // alpha_beta, "auto": where the calibration has a measured NCCL-auto segment for this op, group size
+  // and S (calibration.fitted, algo "auto"), that curve is the prediction, in the form it was fitted
+  // in (ring; direct for all-to-all), not the cheapest algorithm's form evaluated with its α and B.
   CollectiveCost Estimate(CollectiveOp op, const GroupShape& shape, double bytes) const;
 
   // Same, with the algorithm forced (e.g. `gemtb whatif collective --algo`); kAllToAllv not allowed.

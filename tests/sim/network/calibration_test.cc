@@ -215,6 +215,37 @@ TEST(Calibration, TreeCorrectionDecidedOnFitSizes) {
   }
 }
 
+// On p > 2 GPUs the closed forms differ (ring all-reduce 2(p−1)α, halving-doubling 2·log2(p)·α): a
+// measured NCCL-auto curve fitted in the ring form must be predicted in that form, not by the argmin
+// over other algorithms' forms evaluated with its α and B (which would pick halving-doubling on 4 GPUs
+// and undercut the measurement by 2α).
+TEST(Calibration, AutoFitKeepsItsFormOnFourGpus) {
+  const double alpha = 7e-6, B = 300e9;
+  const int p = 4;
+  json rows = json::array();
+  for (double S = 1024; S <= 1024.0 * 1024 * 1024; S *= 2) {
+    rows.push_back({{"op", "all_reduce"}, {"bytes", S}, {"time_us", (2 * (p - 1) * alpha + 2.0 * (p - 1) / p * S / B) * 1e6}});
+    rows.push_back({{"op", "all_gather"}, {"bytes", S}, {"time_us", ((p - 1) * alpha + 1.0 * (p - 1) / p * S / B) * 1e6}});
+  }
+  json record = {{"gpus", p}, {"nccl_version", "2.28.3"}, {"results", rows}};
+  absl::StatusOr<MeasuredSet> set = ParseMeasurements(record);
+  ASSERT_TRUE(set.ok()) << set.status();
+  absl::StatusOr<Calibration> cal = FitCalibration(*set, Calibration{}, "nvlink", FitOptions{});
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  absl::StatusOr<Cluster> cluster = DefaultCluster();
+  ASSERT_TRUE(cluster.ok());
+  cluster->calibration = *cal;
+  absl::StatusOr<CollectiveCostModel> model = CollectiveCostModel::Create(*cluster, CollectivesPlan{});
+  ASSERT_TRUE(model.ok());
+  for (double S : {3e6, 5e8, 4e9}) {
+    const CollectiveCost ar = model->Estimate(CollectiveOp::kAllReduce, {p, p, 1, p, 1}, S);
+    EXPECT_NEAR(ar.duration_s, 2 * (p - 1) * alpha + 2.0 * (p - 1) / p * S / B, 1e-9) << S;
+    EXPECT_EQ(ar.algo, CollAlgo::kRing);
+    const CollectiveCost ag = model->Estimate(CollectiveOp::kAllGather, {p, p, 1, p, 1}, S);
+    EXPECT_NEAR(ag.duration_s, (p - 1) * alpha + 1.0 * (p - 1) / p * S / B, 1e-9) << S;
+  }
+}
+
 // A `gemtb bench comm` results file of one host: all_reduce (auto) on `gpus` GPUs, its NCCL graphs
 // and κ.
 json HostRecord(int gpus, double tree_bw, double kappa, const std::string& version = "2.28.3", int ring_channels = 12) {
