@@ -174,18 +174,20 @@ struct NcclPoint {
 constexpr double kFlatEta = 1e6;
 
 // launch + t_NCCL/η through a and b (same choice), valid on [lo, hi). The launch may come out
-// negative (the measured curve flatter than NCCL's at the lower point: a launch floor NCCL's sum of
-// latency and transfer does not have); that is kept as long as the line stays above half the lower
-// point's time at lo (checked with NCCL's argmin time there, which is <= this choice's time, so the
-// check holds for every S in the segment: t grows with S). A flat or falling pair (latency-bound,
-// noisy) stays flat at the larger time; a line failing the check scales NCCL's time instead (launch
-// 0, through the larger point).
-void SegmentThrough(const NcclPoint& a, const NcclPoint& b, double nccl_at_lo, NcclFitSegment* fit) {
+// negative (the measured curve steeper than NCCL's: NCCL's latency term larger than what the host
+// shows, or its bandwidth higher); that is kept as long as the line stays above half the time
+// measured at lo (`floor_s`: the fit size lo, or a's time when the segment starts at a or at 0),
+// checked with NCCL's argmin time at lo, which is <= this choice's time, so the check holds for every
+// S in the segment: t grows with S. (Half of a's time, as this check once read, rejects exact lines
+// through bandwidth-bound pairs whose segment reaches down to a fit size 4x smaller: there the time
+// at lo is well under half of a's.) A flat or falling pair (latency-bound, noisy) stays flat at the
+// larger time; a line failing the check scales NCCL's time instead (launch 0, through the larger point).
+void SegmentThrough(const NcclPoint& a, const NcclPoint& b, double nccl_at_lo, double floor_s, NcclFitSegment* fit) {
   const double dn = b.nccl_s - a.nccl_s, dt = b.time_s - a.time_s;
   if (dn > 0 && dt > 0) {
     const double scale = dt / dn;  // 1/η
     const double launch = a.time_s - scale * a.nccl_s;
-    if (launch + scale * nccl_at_lo >= 0.5 * a.time_s) {
+    if (launch + scale * nccl_at_lo >= 0.5 * floor_s) {
       fit->launch_s = launch;
       fit->eta = 1 / scale;
       return;
@@ -205,7 +207,11 @@ void SegmentThrough(const NcclPoint& a, const NcclPoint& b, double nccl_at_lo, N
 // consecutive points with the same NCCL choice get one segment per neighbouring pair; the run's first
 // segment reaches down to the previous run's last fit size and its last up to the next run's first
 // (sizes in between take whichever run NCCL's choice at that size belongs to). A run of one point
-// keeps the launch of the nearest fitted segment (0 if negative) and takes η through its point.
+// scales NCCL's time of its choice through that point (launch 0, η = t_NCCL / t): with one point
+// nothing tells a launch from a slope, and NCCL's table time already holds that protocol's own
+// latency; the launch fitted in a neighbouring protocol's run measures how far the host's floor lies
+// above *that* protocol's table latency (on 4 H200s Ring LL's is 10.2 µs, LL128's 25.4 µs), so
+// carrying it over would count the latency twice.
 std::vector<NcclFitSegment> NcclSegments(const std::vector<NcclPoint>& pts, const NcclFitSegment& proto_fit,
                                          const std::function<double(double)>& nccl_time) {
   std::vector<NcclFitSegment> out;
@@ -215,14 +221,13 @@ std::vector<NcclFitSegment> NcclSegments(const std::vector<NcclPoint>& pts, cons
     if (i == 0 || !pts[i].SameChoice(pts[i - 1])) runs.push_back({i, i});
     runs.back().second = i;
   }
-  std::vector<std::pair<size_t, double>> launches;  // run index -> a launch fitted in it
-  std::vector<std::pair<size_t, size_t>> singles;   // (run index, point)
+  std::vector<size_t> singles;  // the points that are a run of their own
   for (size_t r = 0; r < runs.size(); ++r) {
     const auto [first, last] = runs[r];
     const double run_lo = first == 0 ? 0 : pts[first - 1].bytes;
     const double run_hi = last + 1 == n ? 0 : pts[last + 1].bytes;
     if (first == last) {
-      singles.push_back({r, first});
+      singles.push_back(first);
       continue;
     }
     for (size_t i = first; i < last; ++i) {
@@ -231,30 +236,20 @@ std::vector<NcclFitSegment> NcclSegments(const std::vector<NcclPoint>& pts, cons
       fit.proto = pts[i].proto;
       fit.min_bytes = i == first ? run_lo : pts[i].bytes;
       fit.max_bytes = i + 1 == last ? run_hi : pts[i + 1].bytes;
-      SegmentThrough(pts[i], pts[i + 1], nccl_time(std::max(fit.min_bytes, 1.0)), &fit);
-      launches.push_back({r, fit.launch_s});
+      // The measured time at lo: the previous run's last fit size (run_lo), else a's own.
+      const double floor_s = i == first && first > 0 ? pts[first - 1].time_s : pts[i].time_s;
+      SegmentThrough(pts[i], pts[i + 1], nccl_time(std::max(fit.min_bytes, 1.0)), floor_s, &fit);
       out.push_back(fit);
     }
   }
-  for (const auto& [r, i] : singles) {
-    double launch = 0;
-    size_t best = std::numeric_limits<size_t>::max();
-    for (const auto& [run, l] : launches) {
-      const size_t d = run > r ? run - r : r - run;
-      if (d < best) best = d, launch = l;  // first of the nearest: the run below wins ties
-    }
+  for (const size_t i : singles) {
     NcclFitSegment fit = proto_fit;
     fit.algo = pts[i].algo;
     fit.proto = pts[i].proto;
     fit.min_bytes = i == 0 ? 0 : pts[i - 1].bytes;
     fit.max_bytes = i + 1 == n ? 0 : pts[i + 1].bytes;
-    if (launch >= 0 && pts[i].time_s > launch) {
-      fit.launch_s = launch;
-      fit.eta = pts[i].nccl_s / (pts[i].time_s - launch);
-    } else {
-      fit.launch_s = 0;
-      fit.eta = pts[i].nccl_s / pts[i].time_s;
-    }
+    fit.launch_s = 0;
+    fit.eta = pts[i].nccl_s / pts[i].time_s;
     out.push_back(fit);
   }
   return out;
@@ -479,7 +474,7 @@ absl::Status FitNcclSegments(const MeasuredSet& measured, const Calibration& cal
     for (size_t i = 1; i + 1 < pts.size(); ++i) {
       if (pts[i].bytes < o.loo_min_bytes || !pts[i].SameChoice(pts[i - 1]) || !pts[i].SameChoice(pts[i + 1])) continue;
       NcclFitSegment fit;
-      SegmentThrough(pts[i - 1], pts[i + 1], nccl_time(pts[i - 1].bytes), &fit);
+      SegmentThrough(pts[i - 1], pts[i + 1], nccl_time(pts[i - 1].bytes), pts[i - 1].time_s, &fit);
       out->loo_error += std::fabs((fit.launch_s + pts[i].nccl_s / fit.eta) / pts[i].time_s - 1);
     }
   }

@@ -117,7 +117,8 @@ struct FitOptions {
 // all-to-all no segment crosses a P2pRegimeBoundaries bend (channel constants from `base`).
 // Mode nccl (all ops but all-to-all, which it costs with the α–β segments): per (op, algo, gpus) and
 // NCCL (algorithm, protocol) choice under the fitted constants, segments t = launch + t_NCCL/η through
-// consecutive fit sizes of the same choice (nccl_fit.h); a segment never spans a protocol switch.
+// consecutive fit sizes of the same choice (nccl_fit.h); a segment never spans a protocol switch, and
+// a choice seen at one fit size only scales NCCL's time through it (launch 0).
 // NCCL's size-based Tree all-reduce correction is kept (nccl_tree_correction 1) unless turning it off
 // predicts the fit sizes better by leave-one-out (each interior fit size >= loo_min_bytes from its two
 // fit neighbours); the held-out sizes play no part.

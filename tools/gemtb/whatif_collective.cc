@@ -106,7 +106,8 @@ std::string NcclModeNote(const sim::MeasuredSet& measured) {
       "; nccl_tree_correction (NCCL's size-based Tree all-reduce correction) kept or dropped by leave-one-out on "
       "the fit sizes >= 1 MiB; then nccl_fitted: per (op, algo, gpus) and NCCL's (algorithm, protocol) choice under "
       "those constants, segments t = launch + t_NCCL / eta through consecutive fit sizes of the same choice (never "
-      "across a protocol switch; a one-point regime keeps the nearest launch)";
+      "across a protocol switch; a negative launch kept while the line stays above half the time measured at the "
+      "segment's lower end; a one-point regime scales NCCL's time through its point, launch 0)";
   if (measured.ring_graph.nchannels > 0) {
     return "nccl_nchannels, nccl_bw_intra_GBps, nccl_tree_bw_intra_GBps: the graph NCCL logged on the measured hosts "
            "(nccl_tuning_log: ring pattern 4 nChannels x bw, the same in every file; tree pattern 1-3 scaled to the "

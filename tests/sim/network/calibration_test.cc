@@ -3,6 +3,7 @@
 // (sim/calibration/h200.json, loaded through sim/network/default_cluster.json from disk) predicts the
 // held-out sizes >= 1 MiB within the spec's MAPE, per op and GPU count.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -112,7 +113,13 @@ struct Synthetic {
   Cluster truth;  // the cluster whose NCCL tables generated the data
 };
 
-Synthetic MakeNcclSynthetic(CollectiveOp op, const std::string& algo, bool tree_correction, const std::vector<double>& sizes) {
+struct ProtoTruth {
+  std::array<double, 4> launch_us{0, 20, 18, 15};  // by CollProto: none, LL, LL128, Simple
+  std::array<double, 4> eta{1, 0.5, 0.7, 0.8};
+};
+
+Synthetic MakeNcclSynthetic(CollectiveOp op, const std::string& algo, bool tree_correction, const std::vector<double>& sizes,
+                            int gpus = 2, const ProtoTruth& truth = {}) {
   absl::StatusOr<Cluster> cluster = DefaultCluster();
   EXPECT_TRUE(cluster.ok());
   Synthetic out;
@@ -128,14 +135,12 @@ Synthetic MakeNcclSynthetic(CollectiveOp op, const std::string& algo, bool tree_
   EXPECT_TRUE(model.ok()) << model.status();
   json rows = json::array();
   for (double S : sizes) {
-    const CollectiveCost c = model->Estimate(op, {2, 2, 1, 2, 1}, S);
-    const double launch_us[] = {0, 20, 18, 15};  // by CollProto: none, LL, LL128, Simple
-    const double eta[] = {1, 0.5, 0.7, 0.8};
+    const CollectiveCost c = model->Estimate(op, {gpus, gpus, 1, gpus, 1}, S);
     const int k = static_cast<int>(c.proto);
     rows.push_back({{"op", std::string(CollectiveOpName(op))}, {"bytes", S},
-                    {"time_us", launch_us[k] + c.duration_s * 1e6 / eta[k]}});
+                    {"time_us", truth.launch_us[k] + c.duration_s * 1e6 / truth.eta[k]}});
   }
-  out.record = {{"gpus", 2}, {"nccl_version", "2.28.3"}, {"nccl_algo", algo == "auto" ? "" : algo},
+  out.record = {{"gpus", gpus}, {"nccl_version", "2.28.3"}, {"nccl_algo", algo == "auto" ? "" : algo},
                 {"results", rows},
                 {"nccl_tuning_log",
                  {"x [0] NCCL INFO Pattern 4, crossNic 0, nChannels 12, bw 30.000000/30.000000, type NVL/PIX, sameChannels 1",
@@ -243,6 +248,44 @@ TEST(Calibration, AutoFitKeepsItsFormOnFourGpus) {
     EXPECT_EQ(ar.algo, CollAlgo::kRing);
     const CollectiveCost ag = model->Estimate(CollectiveOp::kAllGather, {p, p, 1, p, 1}, S);
     EXPECT_NEAR(ag.duration_s, (p - 1) * alpha + 1.0 * (p - 1) / p * S / B, 1e-9) << S;
+  }
+}
+
+// Mode nccl on 4 GPUs, where Ring LL128 is NCCL's choice at one fit size only and Simple's launch is
+// negative (the host steeper than NCCL's table): a one-point regime scales NCCL's time through its
+// point (exact when that protocol has no launch of its own), and a negative-launch line is kept when
+// it stays above half the time measured at its lower end (the first Simple segment reaches down to
+// LL128's fit size, where the time is well under half of Simple's first fit size). Every size exact.
+TEST(Calibration, NcclOnePointRegimeAndNegativeLaunchOnFourGpus) {
+  std::vector<double> sizes;
+  for (double S = 1024; S <= 1024.0 * 1024 * 1024; S *= 2) sizes.push_back(S);
+  ProtoTruth truth;
+  truth.launch_us = {0, 20, 0, -5};
+  const Synthetic syn = MakeNcclSynthetic(CollectiveOp::kAllReduce, "auto", true, sizes, 4, truth);
+  absl::StatusOr<MeasuredSet> set = ParseMeasurements(syn.record);
+  ASSERT_TRUE(set.ok()) << set.status();
+  absl::StatusOr<Calibration> cal = FitCalibration(*set, Calibration{}, "nvlink", FitOptions{});
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  int ll128_fit_sizes = 0;
+  for (const json& r : syn.record.at("results")) {
+    const double S = r.at("bytes").get<double>();
+    if (!IsFitSize(S, FitSizes::kEven)) continue;
+    CollectivesPlan plan;
+    plan.cost_mode = "nccl";
+    absl::StatusOr<CollectiveCostModel> truth_model = CollectiveCostModel::Create(syn.truth, plan);
+    ASSERT_TRUE(truth_model.ok());
+    ll128_fit_sizes += truth_model->Estimate(CollectiveOp::kAllReduce, {4, 4, 1, 4, 1}, S).proto == CollProto::kLL128;
+  }
+  EXPECT_EQ(ll128_fit_sizes, 1) << "the case needs a one-point LL128 regime";
+  Cluster fitted = syn.truth;
+  fitted.calibration = *cal;
+  CollectivesPlan plan;
+  plan.cost_mode = "nccl";
+  absl::StatusOr<CollectiveCostModel> model = CollectiveCostModel::Create(fitted, plan);
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (double S : sizes) {
+    const CollectiveCost c = model->Estimate(CollectiveOp::kAllReduce, {4, 4, 1, 4, 1}, S);
+    EXPECT_NEAR(c.duration_s, SyntheticTime(syn, S), 1e-9 * SyntheticTime(syn, S)) << S << " " << AlgoLabel(c.algo, c.proto);
   }
 }
 
