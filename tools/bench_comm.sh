@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Measures NCCL collectives on the lent 2-GPU H200 host in one device call, for
+# Measures NCCL collectives on every GPU of the lent H200 host (2 or 4 so far) in one device call, for
 # `gemtb whatif calibrate` (spec/simulator.md §6.6):
 #   1. unpacks the Debian packages carried in .deb/ into /tmp/gemtb-deps (the device has CUDA, CMake
 #      and ninja but none of our packages and no registry) and the source snapshot .deb/src.tgz
