@@ -13,9 +13,10 @@
 // The step is backward v6's at N = 32 (backward_hopper_fused_dq.cuh), transposed: Sᵀ = K Qᵀ
 // (m64n32: 64 keys x 32 seed rows, no padding rows), Pᵀ = post * act(pre * Sᵀ) rounded to the input
 // type and stored to shared memory by stmatrix.trans, then Oᵀ += Vᵀ Pᵀ with V read in place as the
-// MN-major A operand (two m64 halves of the head dim). 64-key steps, two or three cp.async stages of K
-// and V (zero-filled past the keys; ForwardSmallStages), all 128 threads loading. The epilogue turns Oᵀ back into O rows
-// through shared memory. Deterministic: a fixed order of steps and MMAs per item.
+// MN-major A operand (two m64 halves of the head dim). 64-key steps, two or three cp.async stages
+// of K and V (zero-filled past the keys; ForwardSmallStages), all 128 threads loading. The epilogue
+// turns Oᵀ back into O rows through shared memory. Deterministic: a fixed order of steps and MMAs
+// per item.
 #ifndef GEMTB_GPU_ATTENTION_FORWARD_HOPPER_SMALL_KERNEL_CUH_
 #define GEMTB_GPU_ATTENTION_FORWARD_HOPPER_SMALL_KERNEL_CUH_
 
