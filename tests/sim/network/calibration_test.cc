@@ -32,6 +32,18 @@ json ReadJson(const fs::path& path) {
   return json::parse(text.str());
 }
 
+// The mode-alpha_beta cost model of the default cluster under the calibration fitted to `record`.
+absl::StatusOr<CollectiveCostModel> FittedModel(const json& record) {
+  absl::StatusOr<MeasuredSet> set = ParseMeasurements(record);
+  if (!set.ok()) return set.status();
+  absl::StatusOr<Calibration> cal = FitCalibration(*set, Calibration{}, "nvlink", FitOptions{});
+  if (!cal.ok()) return cal.status();
+  absl::StatusOr<Cluster> cluster = DefaultCluster();
+  if (!cluster.ok()) return cluster.status();
+  cluster->calibration = *cal;
+  return CollectiveCostModel::Create(*cluster, CollectivesPlan{});
+}
+
 TEST(Calibration, ExactOnSyntheticAlphaBeta) {
   // All-reduce on 2 GPUs that follows t = 2α + S/B exactly (ring form: n = 2(p−1), f = 2(p−1)/p).
   const double alpha = 7e-6, B = 300e9;
@@ -87,15 +99,8 @@ TEST(Calibration, AllToAllSegmentsDoNotCrossP2pBends) {
   json rows = json::array();
   for (double S = 16 * MiB; S <= 4096 * MiB; S *= 2) rows.push_back({{"op", "all_to_all"}, {"bytes", S}, {"time_us", t(S) * 1e6}});
   json record = {{"gpus", 2}, {"nccl_version", "2.28.3"}, {"results", rows}};
-  absl::StatusOr<MeasuredSet> set = ParseMeasurements(record);
-  ASSERT_TRUE(set.ok()) << set.status();
-  absl::StatusOr<Calibration> cal = FitCalibration(*set, Calibration{}, "nvlink", FitOptions{});
-  ASSERT_TRUE(cal.ok()) << cal.status();
-  absl::StatusOr<Cluster> cluster = DefaultCluster();
-  ASSERT_TRUE(cluster.ok());
-  cluster->calibration = *cal;
-  absl::StatusOr<CollectiveCostModel> model = CollectiveCostModel::Create(*cluster, CollectivesPlan{});
-  ASSERT_TRUE(model.ok());
+  absl::StatusOr<CollectiveCostModel> model = FittedModel(record);
+  ASSERT_TRUE(model.ok()) << model.status();
   // Fit sizes 16, 64, 256 MiB, 1, 4 GiB; 512 MiB lies between 256 MiB and 1 GiB, on the lower line.
   for (double S : {128 * MiB, 384 * MiB, 512 * MiB, 768 * MiB, 2048 * MiB}) {
     const double got = model->Estimate(CollectiveOp::kAllToAll, {2, 2, 1, 2, 1}, S).duration_s;
@@ -233,15 +238,8 @@ TEST(Calibration, AutoFitKeepsItsFormOnFourGpus) {
     rows.push_back({{"op", "all_gather"}, {"bytes", S}, {"time_us", ((p - 1) * alpha + 1.0 * (p - 1) / p * S / B) * 1e6}});
   }
   json record = {{"gpus", p}, {"nccl_version", "2.28.3"}, {"results", rows}};
-  absl::StatusOr<MeasuredSet> set = ParseMeasurements(record);
-  ASSERT_TRUE(set.ok()) << set.status();
-  absl::StatusOr<Calibration> cal = FitCalibration(*set, Calibration{}, "nvlink", FitOptions{});
-  ASSERT_TRUE(cal.ok()) << cal.status();
-  absl::StatusOr<Cluster> cluster = DefaultCluster();
-  ASSERT_TRUE(cluster.ok());
-  cluster->calibration = *cal;
-  absl::StatusOr<CollectiveCostModel> model = CollectiveCostModel::Create(*cluster, CollectivesPlan{});
-  ASSERT_TRUE(model.ok());
+  absl::StatusOr<CollectiveCostModel> model = FittedModel(record);
+  ASSERT_TRUE(model.ok()) << model.status();
   for (double S : {3e6, 5e8, 4e9}) {
     const CollectiveCost ar = model->Estimate(CollectiveOp::kAllReduce, {p, p, 1, p, 1}, S);
     EXPECT_NEAR(ar.duration_s, 2 * (p - 1) * alpha + 2.0 * (p - 1) / p * S / B, 1e-9) << S;
