@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace gemtb::cli {
 
@@ -72,17 +73,13 @@ absl::Status FlagSet::Assign(Flag& flag, const std::string& value) {
     case Kind::kBool: *static_cast<bool*>(flag.dst) = true; return absl::OkStatus();
     case Kind::kStringList: {
       auto* list = static_cast<std::vector<std::string>*>(flag.dst);
-      size_t begin = 0;
-      while (true) {
-        const size_t comma = value.find(',', begin);
-        const std::string part = value.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+      for (absl::string_view part : absl::StrSplit(value, ',')) {
         if (part.empty()) {
           return absl::InvalidArgumentError(absl::StrCat("--", flag.name, "=", value, ": an empty entry"));
         }
-        list->push_back(part);
-        if (comma == std::string::npos) return absl::OkStatus();
-        begin = comma + 1;
+        list->emplace_back(part);
       }
+      return absl::OkStatus();
     }
   }
   return absl::InternalError("unknown flag kind");
