@@ -349,7 +349,7 @@ absl::StatusOr<MeasuredSet> MergeMeasurements(const std::vector<NamedMeasurement
   out.nccl_version = sets.front().set.nccl_version;
   out.device = sets.front().set.device;
   out.nvls_off = sets.front().set.nvls_off;
-  std::string ring_from, tree_from;  // which file gave the shared graphs
+  std::string ring_from;  // which file gave the shared ring graph
   std::map<int, std::string> tree_graph_from;
   std::map<std::tuple<int, std::string, int, double>, std::string> seen;  // (op, algo, gpus, bytes) -> file
   for (const auto& [name, set] : sets) {
@@ -387,10 +387,7 @@ absl::StatusOr<MeasuredSet> MergeMeasurements(const std::vector<NamedMeasurement
                                                        " (", GraphText(it->second), ")"));
       }
     }
-    if (set.tree_graph.nchannels > 0 && out.tree_graph.nchannels == 0) {
-      out.tree_graph = set.tree_graph;
-      tree_from = name;
-    }
+    if (set.tree_graph.nchannels > 0 && out.tree_graph.nchannels == 0) out.tree_graph = set.tree_graph;
     for (const Measurement& m : set.rows) {
       auto [it, added] = seen.emplace(std::make_tuple(static_cast<int>(m.op), m.algo, m.gpus, m.bytes), name);
       if (!added) {
