@@ -9,6 +9,13 @@
 
 namespace gemtb::gpu {
 
+// A 0/1 switch: the variable `name` set to exactly "0" or "1" overrides `fallback`.
+inline bool EnvSwitch(const char* name, bool fallback) {
+  const char* env = std::getenv(name);
+  if (env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0') return env[0] == '1';
+  return fallback;
+}
+
 // The warp-specialised forward: 4 (forward_hopper_ws_kernel.cuh), or forward_hopper_tma_launch.cuh's
 // 5, 6 or 7 (v6: v5 with the elementwise diet of forward_tma_elementwise.cuh; v7: v6 with softmax's
 // epilogue as one multiply per output, other acts as v6). GEMTB_FORWARD_WS=v4..v7 overrides the
@@ -40,21 +47,13 @@ inline int ForwardSplitMode() {
 // GEMTB_SPLIT_RING=0/1 overrides kSplitRingDefault. On by default since pma's forward went from
 // 0.360 to 0.332 ms with it in one call (23da16d), whose 12,000-case check ran with it on.
 inline constexpr bool kSplitRingDefault = true;
-inline bool ForwardSplitRing() {
-  const char* env = std::getenv("GEMTB_SPLIT_RING");
-  if (env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0') return env[0] == '1';
-  return kSplitRingDefault;
-}
+inline bool ForwardSplitRing() { return EnvSwitch("GEMTB_SPLIT_RING", kSplitRingDefault); }
 
 // The split kernel's tiles dealt in a snake (tile_scheduler.h, DealInSnakeBands) when the head
 // count divides the SM count (CTA c then takes tiles c / heads + k * sms / heads of its head).
 // GEMTB_SPLIT_SNAKE=0/1 overrides kSplitSnakeDefault.
 inline constexpr bool kSplitSnakeDefault = true;
-inline bool ForwardSplitSnake() {
-  const char* env = std::getenv("GEMTB_SPLIT_SNAKE");
-  if (env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0') return env[0] == '1';
-  return kSplitSnakeDefault;
-}
+inline bool ForwardSplitSnake() { return EnvSwitch("GEMTB_SPLIT_SNAKE", kSplitSnakeDefault); }
 
 // Whether a launch whose tiles have at most `max_tile_rows` query rows runs the split kernel.
 inline bool ForwardSplitApplies(int max_tile_rows, bool softmax) {
@@ -64,8 +63,8 @@ inline bool ForwardSplitApplies(int max_tile_rows, bool softmax) {
 
 // The small forward (forward_hopper_small_kernel.cuh, "v9": one warpgroup per CTA, two CTAs per SM,
 // one (tile, head) each) for split launches whose tiles all have at most kSmallRows query rows.
-// GEMTB_FORWARD_SMALL=0/1 overrides kForwardSmallDefault (on: pma's forward 0.304 ms against the
-// split kernel's 0.327, tools/bench/NOTES.md "Forward v9").
+// GEMTB_FORWARD_SMALL=0/1 overrides kForwardSmallDefault (on: pma's forward 0.302-0.304 ms against
+// the split kernel's 0.327, alternating in one call; tools/bench/NOTES.md "Session 9").
 inline constexpr int kSmallRows = 32;
 inline constexpr bool kForwardSmallDefault = true;
 // Its cp.async stages: 3 (two CTAs per SM) or 2 (three CTAs per SM); GEMTB_FORWARD_SMALL_STAGES=2/3
@@ -77,10 +76,8 @@ inline int ForwardSmallStages() {
   return kSmallStagesDefault;
 }
 inline bool ForwardSmallApplies(int max_tile_rows, bool softmax) {
-  const char* env = std::getenv("GEMTB_FORWARD_SMALL");
-  const bool on = env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0' ? env[0] == '1'
-                                                                                         : kForwardSmallDefault;
-  return on && ForwardSplitApplies(max_tile_rows, softmax) && max_tile_rows <= kSmallRows;
+  return EnvSwitch("GEMTB_FORWARD_SMALL", kForwardSmallDefault) && ForwardSplitApplies(max_tile_rows, softmax) &&
+         max_tile_rows <= kSmallRows;
 }
 
 }  // namespace gemtb::gpu
