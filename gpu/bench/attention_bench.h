@@ -35,9 +35,9 @@ struct BenchOptions {
   // AttentionOptions::tanh_approx on every case (silu and gelu_tanh through tanh.approx; the
   // comparison with the mma.sync forward, which evaluates the exact act, then shows its deviation).
   bool tanh_approx = false;
-  // Seconds the GPU idles before each case (0: none). The peer scripts start each case after
-  // seconds of host work (process start, Triton/torch.compile compiles) while ours run back to back,
-  // so a case that follows minutes of 700 W work may run at lower clocks than its peers did.
+  // Seconds the GPU idles before each case (0: none), for telling apart why a case runs slower
+  // after the others in one process (pma's forward: 0.327 against 0.302 ms alone, tools/bench/NOTES.md
+  // "Session 9"). Not the clocks: bench_gpu.sh's nvidia-smi log showed 1980 MHz throughout.
   int settle_s = 0;
 };
 
