@@ -337,6 +337,12 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
       DealInSnakeBands(tiles, sms / s->problem.heads);
     }
   }
+  if (s->hopper_ws && ForwardSmallApplies(s->forward_max_rows, s->softmax) && ForwardSmallPersistent()) {
+    // v10's persistent CTAs take every grid-th item: the same snake as the split kernel's.
+    const int64_t items = s->num_forward * s->problem.heads;
+    const int64_t grid = ForwardSmallGrid(items, HopperSmCount(), s->problem.heads);
+    if (grid % s->problem.heads == 0 && items > grid) DealInSnakeBands(tiles, grid / s->problem.heads);
+  }
   s->forward_covers_all = ForwardRows(tiles, s->problem.pairing, block_m) == s->problem.to;
   GEMTB_RETURN_IF_ERROR(s->seqs.Upload(s->problem.pairing.seqs, "sequence table"));
   GEMTB_RETURN_IF_ERROR(s->forward_tiles.Upload(tiles, "forward tiles"));

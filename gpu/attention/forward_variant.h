@@ -5,6 +5,7 @@
 #ifndef GEMTB_GPU_ATTENTION_FORWARD_VARIANT_H_
 #define GEMTB_GPU_ATTENTION_FORWARD_VARIANT_H_
 
+#include <cstdint>
 #include <cstdlib>
 
 namespace gemtb::gpu {
@@ -74,6 +75,17 @@ inline int ForwardSmallStages() {
   const char* env = std::getenv("GEMTB_FORWARD_SMALL_STAGES");
   if (env != nullptr && (env[0] == '2' || env[0] == '3') && env[1] == '\0') return env[0] - '0';
   return kSmallStagesDefault;
+}
+// v10: v9 with persistent CTAs (as many as fit at once, a multiple of the head count so that each
+// keeps one head) whose cp.async pipeline runs on across items: the next item's K/V loads while this
+// one's last steps compute, instead of each CTA starting with an empty pipeline. Tiles dealt in a
+// snake over bands of grid / heads (api.cc). GEMTB_FORWARD_SMALL_PERSISTENT=0/1 overrides the default.
+inline constexpr bool kSmallPersistentDefault = true;
+inline bool ForwardSmallPersistent() { return EnvSwitch("GEMTB_FORWARD_SMALL_PERSISTENT", kSmallPersistentDefault); }
+inline int64_t ForwardSmallGrid(int64_t items, int sms, int heads) {
+  int64_t grid = static_cast<int64_t>(ForwardSmallStages() == 2 ? 3 : 2) * sms;
+  if (heads > 0 && grid >= heads) grid -= grid % heads;
+  return items < grid ? items : grid;
 }
 inline bool ForwardSmallApplies(int max_tile_rows, bool softmax) {
   return EnvSwitch("GEMTB_FORWARD_SMALL", kForwardSmallDefault) && ForwardSplitApplies(max_tile_rows, softmax) &&

@@ -270,6 +270,53 @@ TEST(GpuAttention, SmallForwardPassesTheCheckAndMatchesSplitOnSeedTiles) {
   }
 }
 
+// v10 (GEMTB_FORWARD_SMALL_PERSISTENT=1: v9's CTAs persistent, the cp.async pipeline running on
+// across items, Q reloaded at a boundary when it changes) runs every item's steps as v9 does, so O
+// is bitwise v9's, for both stage counts: on thousands of items (more than the CTAs that fit), with
+// broadcast seeds and with per-sequence query tiles of 1 to 32 rows (the reload path).
+TEST(GpuAttention, PersistentSmallForwardMatchesV9Bitwise) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  std::mt19937_64 rng(41);
+  const auto draw = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  for (const bool broadcast : {true, false}) {
+    testing::CaseShape shape = HopperShape(Activation::kSilu, broadcast ? MaskKind::kNone : MaskKind::kCausal, 43);
+    shape.q_lengths.clear();
+    shape.kv_lengths.clear();
+    shape.kv_index = {};
+    const int n = broadcast ? 1500 : 900;
+    for (int i = 0; i < n; ++i) {
+      shape.kv_lengths.push_back(draw(0, 3) == 0 ? draw(0, 8) : draw(1, 400));
+      if (!broadcast) shape.q_lengths.push_back(draw(1, 32));
+    }
+    if (broadcast) shape.q_lengths = {32};
+    shape.options.broadcast_q = broadcast;
+    const testing::AttentionCase c = testing::BuildCase(shape);
+    const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 32));
+    ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL", "1", 1), 0);
+    for (const char* stages : {"3", "2"}) {
+      ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL_STAGES", stages, 1), 0);
+      ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL_PERSISTENT", "0", 1), 0);
+      absl::StatusOr<gpu::ForwardResult> v9 = gpu::Forward(call.args);
+      ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL_PERSISTENT", "1", 1), 0);
+      absl::StatusOr<gpu::ForwardResult> v10 = gpu::Forward(call.args);
+      ASSERT_TRUE(v9.ok()) << v9.status();
+      ASSERT_TRUE(v10.ok()) << v10.status();
+      double max_abs = 0;
+      for (uint16_t b : v9->o) max_abs = std::max(max_abs, std::fabs(static_cast<double>(numerics::Bf16BitsToFloat(b))));
+      EXPECT_GT(max_abs, 0.0);
+      EXPECT_EQ(v10->o, v9->o) << "broadcast " << broadcast << " stages " << stages;
+    }
+    unsetenv("GEMTB_FORWARD_SMALL_PERSISTENT");
+    unsetenv("GEMTB_FORWARD_SMALL_STAGES");
+    unsetenv("GEMTB_FORWARD_SMALL");
+  }
+  ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL", "1", 1), 0);
+  ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL_PERSISTENT", "1", 1), 0);
+  EXPECT_EQ(cli::RunCheckAttention({"--cases", "12", "--seed", "26", "--max-length", "32"}), 0);
+  unsetenv("GEMTB_FORWARD_SMALL_PERSISTENT");
+  unsetenv("GEMTB_FORWARD_SMALL");
+}
+
 // Backward v4 (gpu/attention/backward_hopper_chain_launch.cuh: chains of tiles per CTA, outputs
 // through shared memory, head-minor CTA order) runs v3's steps in v3's order for every tile, so dQ,
 // dK and dV are bitwise v3's whatever the chain length and order; the shapes give one- and

@@ -175,6 +175,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--repo-commit", default=None, help="the library's commit, stored in the JSON")
+    ap.add_argument("--forward-only", action="store_true", help="time the forward only (pass 1)")
     a = ap.parse_args()
     # The softmax cases have no GDPA peer: they are skipped, so the bench's case list can be passed.
     skipped = [c for c in a.cases if c not in CASES]
@@ -191,7 +192,7 @@ def main():
     if gdpa is not None:
         # Every forward first, then fwd+bwd: a run its time limit stops still leaves forward rows.
         cases = [c for c in a.cases if os.path.exists(os.path.join(a.lengths, f"{c}.npy"))]
-        for backward in (False, True):
+        for backward in (False,) if a.forward_only else (False, True):
             for c in cases:
                 run(c, gdpa, a.lengths, a.reps, rows, backward)
     if a.json:
