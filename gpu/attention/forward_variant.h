@@ -80,7 +80,10 @@ inline int ForwardSmallStages() {
 // keeps one head) whose cp.async pipeline runs on across items: the next item's K/V loads while this
 // one's last steps compute, instead of each CTA starting with an empty pipeline. Tiles dealt in a
 // snake over bands of grid / heads (api.cc). GEMTB_FORWARD_SMALL_PERSISTENT=0/1 overrides the default.
-inline constexpr bool kSmallPersistentDefault = true;
+// Off: on the H200 (0b431a0, alternating in one call) pma's forward took 0.314-0.315 ms with it
+// against v9's 0.308 (two stages, three CTAs per SM: 0.3076); so an item's pipeline fill was not what
+// kept v9 at 89% of the read rate (tools/bench/NOTES.md, "Session 10").
+inline constexpr bool kSmallPersistentDefault = false;
 inline bool ForwardSmallPersistent() { return EnvSwitch("GEMTB_FORWARD_SMALL_PERSISTENT", kSmallPersistentDefault); }
 inline int64_t ForwardSmallGrid(int64_t items, int sms, int heads) {
   int64_t grid = static_cast<int64_t>(ForwardSmallStages() == 2 ? 3 : 2) * sms;
