@@ -1,4 +1,4 @@
-# How fast can an H200 read pma's K and V (1.24 GB, [rows, 4 heads, 128] bf16)?
+# How fast can an H200 read K and V in pma's layout ([rows, 4 heads, 128] bf16; 2.48 GB here, twice pma's)?
 # Run on the device machine (PyTorch and Triton there): python3 tools/bench/pma_read_probe.py.
 # Session 10 (tools/bench/NOTES.md) ran it as .deb/read_probe.py, whose prints said "GB/s" for what
 # are TB/s (ms in the denominator); this copy prints TB/s.
