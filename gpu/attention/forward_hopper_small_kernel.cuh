@@ -231,8 +231,20 @@ absl::Status LaunchForwardHopperSmallStages(const ForwardParams& params, int ite
       const char* name = "attention forward kernel (Hopper, small)";
       const auto kernel = ForwardHopperSmallKernel<E, A, kStages>;
       constexpr size_t smem = SmallSmemBytes(kStages);
-      GEMTB_RETURN_IF_ERROR(CudaStatus(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), name));
+      const auto set_attributes = [&](bool pin_carveout) -> absl::Status {
+        GEMTB_RETURN_IF_ERROR(CudaStatus(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), name));
+        if (!pin_carveout) return absl::OkStatus();
+        return CudaStatus(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                               static_cast<int>(cudaSharedmemCarveoutMaxShared)),
+                          name);
+      };
+      if (ForwardSmallAttributesOnce()) {
+        static const absl::Status once = set_attributes(true);  // per instantiation, thread-safe
+        GEMTB_RETURN_IF_ERROR(once);
+      } else {
+        GEMTB_RETURN_IF_ERROR(set_attributes(false));
+      }
       const int64_t grid = ForwardSmallPersistent() ? ForwardSmallGrid(items, HopperSmCount(), params.problem.heads) : items;
       kernel<<<static_cast<unsigned>(grid), kHopperBwdThreads, smem>>>(params, items);
       return CudaStatus(cudaGetLastError(), name);

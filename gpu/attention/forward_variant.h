@@ -90,6 +90,12 @@ inline int64_t ForwardSmallGrid(int64_t items, int sms, int heads) {
   if (heads > 0 && grid >= heads) grid -= grid % heads;
   return items < grid ? items : grid;
 }
+// v9's launch attributes: set on every launch with the shared-memory carveout left to the driver (the
+// default), or, with GEMTB_SMALL_ATTRS_ONCE=1, once per process with the carveout pinned to the most
+// shared memory (its two CTAs need 218 of 228 KB). Unmeasured (session 10 ended without device time):
+// the candidate for pma's 8% after another case, which Nsight Compute does not see in the kernel
+// (tools/bench/NOTES.md, "Session 10").
+inline bool ForwardSmallAttributesOnce() { return EnvSwitch("GEMTB_SMALL_ATTRS_ONCE", false); }
 inline bool ForwardSmallApplies(int max_tile_rows, bool softmax) {
   return EnvSwitch("GEMTB_FORWARD_SMALL", kForwardSmallDefault) && ForwardSplitApplies(max_tile_rows, softmax) &&
          max_tile_rows <= kSmallRows;
