@@ -51,9 +51,7 @@ absl::Status ParseRecord(const json& j, const std::string& path, MeasuredSet* se
       return absl::InvalidArgumentError(absl::StrCat(path, ".gemm.kappa: ", j.at("gemm").at("kappa").dump(),
                                                      " is not a number"));
     }
-    set->has_kappa = true;
-    set->kappa = std::max(0.0, j.at("gemm").at("kappa").get<double>());
-    set->kappas.push_back({gpus, set->kappa, ""});
+    set->kappas.push_back({gpus, std::max(0.0, j.at("gemm").at("kappa").get<double>()), ""});
   }
   const json& rows = j.at("results");
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -326,7 +324,6 @@ absl::StatusOr<MeasuredSet> ParseMeasurements(const json& j) {
   const bool one_count =
       std::all_of(set.rows.begin(), set.rows.end(), [&](const Measurement& m) { return m.gpus == gpus; });
   if (one_count && set.tree_graph.nchannels > 0) set.tree_graphs[gpus] = set.tree_graph;
-  if (set.has_kappa) set.kappa_choice = absl::StrCat("kappa ", set.kappa, " as measured on ", set.kappas.back().gpus, " GPUs");
   return set;
 }
 
@@ -341,6 +338,32 @@ bool SameGraph(const NcclGraph& a, const NcclGraph& b) {
 }
 
 }  // namespace
+
+std::optional<KappaChoice> ChooseKappa(const MeasuredSet& set) {
+  if (set.kappas.empty()) return std::nullopt;
+  int most = 0;
+  for (const KappaMeasurement& k : set.kappas) most = std::max(most, k.gpus);
+  double sum = 0;
+  int n = 0;
+  std::string chosen, others;
+  for (const KappaMeasurement& k : set.kappas) {
+    const std::string text =
+        absl::StrCat(k.kappa, " on ", k.gpus, " GPUs", k.source.empty() ? "" : absl::StrCat(" (", k.source, ")"));
+    if (k.gpus == most) {
+      sum += k.kappa;
+      ++n;
+      absl::StrAppend(&chosen, chosen.empty() ? "" : ", ", text);
+    } else {
+      absl::StrAppend(&others, others.empty() ? "" : ", ", text);
+    }
+  }
+  KappaChoice out;
+  out.kappa = sum / n;
+  out.text = absl::StrCat("kappa ", out.kappa, ": ", n > 1 ? "the mean of the records of the most GPUs, " : "", chosen,
+                          " (the most GPUs measured: the nearest to the 8-GPU hosts sim/ models)",
+                          others.empty() ? "" : absl::StrCat("; also measured: ", others));
+  return out;
+}
 
 absl::StatusOr<MeasuredSet> MergeMeasurements(const std::vector<NamedMeasurements>& sets) {
   if (sets.empty()) return absl::InvalidArgumentError("no measurement files");
@@ -403,28 +426,6 @@ absl::StatusOr<MeasuredSet> MergeMeasurements(const std::vector<NamedMeasurement
     }
   }
   if (!out.tree_graphs.empty()) out.tree_graph = out.tree_graphs.rbegin()->second;  // the most GPUs
-  if (!out.kappas.empty()) {
-    int most = 0;
-    for (const KappaMeasurement& k : out.kappas) most = std::max(most, k.gpus);
-    double sum = 0;
-    int n = 0;
-    std::string chosen, others;
-    for (const KappaMeasurement& k : out.kappas) {
-      const std::string text = absl::StrCat(k.kappa, " on ", k.gpus, " GPUs (", k.source, ")");
-      if (k.gpus == most) {
-        sum += k.kappa;
-        ++n;
-        absl::StrAppend(&chosen, chosen.empty() ? "" : ", ", text);
-      } else {
-        absl::StrAppend(&others, others.empty() ? "" : ", ", text);
-      }
-    }
-    out.has_kappa = true;
-    out.kappa = sum / n;
-    out.kappa_choice = absl::StrCat("kappa ", out.kappa, ": ", n > 1 ? "the mean of the records of the most GPUs, " : "",
-                                    chosen, " (the most GPUs measured: the nearest to the 8-GPU hosts sim/ models)",
-                                    others.empty() ? "" : absl::StrCat("; also measured: ", others));
-  }
   return out;
 }
 
@@ -488,7 +489,7 @@ absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Ca
   cal.eta_tables.clear();
   cal.nccl_version = measured.nccl_version;
   cal.nvls = !measured.nvls_off;
-  if (measured.has_kappa) cal.kappa = measured.kappa;
+  if (const std::optional<KappaChoice> kappa = ChooseKappa(measured)) cal.kappa = kappa->kappa;
   std::vector<double> large_busbw;
   for (const auto& [key, rows] : Groups(measured)) {
     // Named variables, not a structured binding: lambdas below capture them (clang < 16, the fuzz

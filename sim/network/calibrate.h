@@ -8,6 +8,7 @@
 #define GEMTB_SIM_NETWORK_CALIBRATE_H_
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,11 +51,17 @@ struct MeasuredSet {
   std::string nccl_version;
   std::string device;
   bool nvls_off = true;
-  bool has_kappa = false;
-  double kappa = 0;
-  std::vector<KappaMeasurement> kappas;  // every record's κ; `kappa` is the one used
-  std::string kappa_choice;              // how `kappa` was chosen from `kappas` (MergeMeasurements)
+  std::vector<KappaMeasurement> kappas;  // every record's κ (ChooseKappa picks the one a fit uses)
 };
+
+// The κ a fit takes from `set.kappas`: the record of the most GPUs (the nearest to sim/'s 8-GPU
+// hosts; the mean if several records measured that many), and a text naming the choice and every
+// value. nullopt when no record measured κ.
+struct KappaChoice {
+  double kappa = 0;
+  std::string text;
+};
+std::optional<KappaChoice> ChooseKappa(const MeasuredSet& set);
 
 // Reads a `gemtb bench comm --json` record, or tools/bench_comm.sh's comm_results.json ({"runs":
 // {name: record}}). Errors name the JSON path.
@@ -63,9 +70,8 @@ absl::StatusOr<MeasuredSet> ParseMeasurements(const nlohmann::json& json);
 // Several measurement files (e.g. tools/bench_comm.sh on a 2-GPU and on a 4-GPU host) as one set:
 // rows concatenated (the same op, algorithm, GPU count and size in two files is an error); NCCL
 // version, device and NVLS setting must agree, and so must the ring graphs the files logged (mode
-// nccl's tables take one); tree graphs are kept per GPU count (two files of one GPU count must agree).
-// κ: the record of the most GPUs (the nearest to sim/'s 8-GPU hosts; the mean if several files
-// measured that many), the choice and every value in kappa_choice. Errors name the files (`name`).
+// nccl's tables take one); tree graphs are kept per GPU count (two files of one GPU count must agree);
+// every record's κ is kept with its file's name (ChooseKappa). Errors name the files (`name`).
 struct NamedMeasurements {
   std::string name;
   MeasuredSet set;

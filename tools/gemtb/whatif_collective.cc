@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -216,7 +217,7 @@ absl::Status Calibrate(const std::vector<std::string>& args) {
                           "regime's line; mode alpha_beta with algo auto evaluates a measured auto segment in exactly this form "
                           "(sim/network/collective_cost.h Estimate)"},
                 {"nccl_mode", NcclModeNote(*measured)}};
-  if (measured->has_kappa) out["fit"]["kappa"] = measured->kappa_choice;
+  if (const std::optional<sim::KappaChoice> kappa = sim::ChooseKappa(*measured)) out["fit"]["kappa"] = kappa->text;
   json fitted = json::array();
   json nccl_fitted = json::array();
   for (const sim::FittedLink& f : cal->fitted) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -319,16 +320,22 @@ TEST(Calibration, MergeKeepsTreeGraphsPerGpuCountAndKappaOfMostGpus) {
   EXPECT_EQ(merged->tree_graph.bw_intra_GBps, 30);  // the most GPUs'
   ASSERT_EQ(merged->tree_graphs.size(), 2u);
   EXPECT_EQ(merged->tree_graphs.at(2).bw_intra_GBps, 60);
-  EXPECT_TRUE(merged->has_kappa);
-  EXPECT_EQ(merged->kappa, 0.25);
+  const std::optional<KappaChoice> kappa = ChooseKappa(*merged);
+  ASSERT_TRUE(kappa.has_value());
+  EXPECT_EQ(kappa->kappa, 0.25);
   ASSERT_EQ(merged->kappas.size(), 2u);
   for (const char* part : {"0.25 on 4 GPUs (x4.json)", "0.2 on 2 GPUs (x2.json)"}) {
-    EXPECT_NE(merged->kappa_choice.find(part), std::string::npos) << merged->kappa_choice;
+    EXPECT_NE(kappa->text.find(part), std::string::npos) << kappa->text;
   }
+  // One record: its own κ; none: no choice.
+  ASSERT_TRUE(ChooseKappa(two).has_value());
+  EXPECT_EQ(ChooseKappa(two)->kappa, 0.2);
+  EXPECT_FALSE(ChooseKappa(MeasuredSet{}).has_value());
   // Order does not matter.
   absl::StatusOr<MeasuredSet> reversed = MergeMeasurements({{"x4.json", four}, {"x2.json", two}});
   ASSERT_TRUE(reversed.ok());
-  EXPECT_EQ(reversed->kappa, 0.25);
+  ASSERT_TRUE(ChooseKappa(*reversed).has_value());
+  EXPECT_EQ(ChooseKappa(*reversed)->kappa, 0.25);
   EXPECT_EQ(reversed->tree_graph.bw_intra_GBps, 30);
 
   absl::StatusOr<Calibration> cal = FitCalibration(*merged, Calibration{}, "nvlink", FitOptions{});
