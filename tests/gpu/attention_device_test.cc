@@ -15,9 +15,12 @@
 #include <cstdlib>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <utility>
+
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "gpu/attention/api.h"
@@ -32,6 +35,54 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::StatusIs;
+
+// Every test ends with the GEMTB_* variables as the process started with them. The tests below pick
+// kernels through these variables and unset them at their end; a failed ASSERT returns before that,
+// and the tests run after it in the same process (ctest runs one per process, the device scripts
+// run several with --gtest_filter) would otherwise run on the wrong kernel.
+class RestoreGemtbEnvironment : public ::testing::EmptyTestEventListener {
+ public:
+  RestoreGemtbEnvironment() : initial_(GemtbVariables()) {}
+  void OnTestEnd(const ::testing::TestInfo&) override {
+    for (const auto& [name, value] : GemtbVariables()) {
+      if (initial_.count(name) == 0) unsetenv(name.c_str());
+    }
+    for (const auto& [name, value] : initial_) setenv(name.c_str(), value.c_str(), 1);
+  }
+
+ private:
+  static std::map<std::string, std::string> GemtbVariables() {
+    std::map<std::string, std::string> out;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry(*e);
+      const size_t eq = entry.find('=');
+      if (entry.rfind("GEMTB_", 0) == 0 && eq != std::string::npos) out[entry.substr(0, eq)] = entry.substr(eq + 1);
+    }
+    return out;
+  }
+  const std::map<std::string, std::string> initial_;
+};
+[[maybe_unused]] const bool kRestoreGemtbEnvironment = [] {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new RestoreGemtbEnvironment);  // gtest owns it
+  return true;
+}();
+
+// The listener's restore, driven directly (ctest runs each test in its own process, where a leak
+// between tests could not show): a changed variable gets its first value back, a new one goes.
+TEST(GpuTestEnvironment, RestoresTheGemtbVariablesOfTheSnapshot) {
+  ASSERT_EQ(setenv("GEMTB_TEST_ENV_KEPT", "a", 1), 0);
+  RestoreGemtbEnvironment restore;
+  ASSERT_EQ(setenv("GEMTB_TEST_ENV_KEPT", "b", 1), 0);
+  ASSERT_EQ(setenv("GEMTB_TEST_ENV_NEW", "1", 1), 0);
+  ASSERT_EQ(setenv("OTHER_TEST_ENV_NEW", "1", 1), 0);
+  restore.OnTestEnd(*::testing::UnitTest::GetInstance()->current_test_info());
+  ASSERT_NE(std::getenv("GEMTB_TEST_ENV_KEPT"), nullptr);
+  EXPECT_STREQ(std::getenv("GEMTB_TEST_ENV_KEPT"), "a");
+  EXPECT_EQ(std::getenv("GEMTB_TEST_ENV_NEW"), nullptr);
+  EXPECT_STREQ(std::getenv("OTHER_TEST_ENV_NEW"), "1");  // only GEMTB_ variables are its business
+  unsetenv("GEMTB_TEST_ENV_KEPT");
+  unsetenv("OTHER_TEST_ENV_NEW");
+}
 
 // Prints why there is no GPU (once per test) and returns false then.
 bool HaveGpu() {
