@@ -6,6 +6,10 @@
 #
 #   bash tools/sanitize.sh [extra ctest arguments, e.g. -L embedding]
 # CXX=clang++ selects clang (default: the system compiler, GCC, as the main build).
+# -O1, not the main build's -O3: the level the sanitizers' own docs suggest; the plain build still runs
+# every test at -O3. On CI's 2 cores (2026-12-01, 6a33049..0c35e39) -O1 built in 753 s and ran the
+# suite in 302 s, against about 1,480 s and 190-217 s at -O3 (the compile CPU time of the same
+# objects: 1,521 s against 2,974 s), so the stage takes ~11 minutes less.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stage() { printf '\n== sanitize: %s  [%s]\n' "$1" "$(date -u +%H:%M:%S)"; }
@@ -14,8 +18,8 @@ san="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 build=build-asan
 
 stage "configure"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMTB_WITH_CUDA=OFF \
-  -DGEMTB_BUILD_BENCHMARKS=OFF \
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
+  -DGEMTB_WITH_CUDA=OFF -DGEMTB_BUILD_BENCHMARKS=OFF \
   -DCMAKE_CXX_FLAGS="$san -fno-omit-frame-pointer -g1" \
   -DCMAKE_EXE_LINKER_FLAGS="$san" -DCMAKE_SHARED_LINKER_FLAGS="$san" >/dev/null
 stage "build"
