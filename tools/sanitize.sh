@@ -7,9 +7,9 @@
 #   bash tools/sanitize.sh [extra ctest arguments, e.g. -L embedding]
 # CXX=clang++ selects clang (default: the system compiler, GCC, as the main build).
 # -O1, not the main build's -O3: the level the sanitizers' own docs suggest; the plain build still runs
-# every test at -O3. On CI's 2 cores (2026-12-01, 6a33049..0c35e39) -O1 built in 753 s and ran the
-# suite in 302 s, against about 1,480 s and 190-217 s at -O3 (the compile CPU time of the same
-# objects: 1,521 s against 2,974 s), so the stage takes ~11 minutes less.
+# every test at -O3. On a 2-core machine like CI's (2026-12-01) -O1 built in 753-888 s and ran the
+# suite in ~300 s (the stage: 1,055-1,185 s), against ~1,480 s and 190-217 s at -O3 (the stage:
+# 1,699 s); the compile CPU time of the same objects: 1,521 s against 2,974 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stage() { printf '\n== sanitize: %s  [%s]\n' "$1" "$(date -u +%H:%M:%S)"; }
