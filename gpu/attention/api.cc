@@ -328,20 +328,18 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
     s->hopper_ws = true;
     s->hopper_block_n = kHopperWsBlockN;
   }
-  if (s->hopper_ws && ForwardSplitApplies(s->forward_max_rows, s->softmax) && ForwardSplitSnake() &&
-      !ForwardSmallApplies(s->forward_max_rows, s->softmax)) {
-    // The split kernel's persistent CTAs take every sms-th item (tile x head): a snake over the
-    // heavy-first list evens their sums (forward_variant.h).
-    const int sms = HopperSmCount();
-    if (sms % s->problem.heads == 0 && s->num_forward * s->problem.heads > sms) {
-      DealInSnakeBands(tiles, sms / s->problem.heads);
-    }
-  }
-  if (s->hopper_ws && ForwardSmallApplies(s->forward_max_rows, s->softmax) && ForwardSmallPersistent()) {
-    // v10's persistent CTAs take every grid-th item: the same snake as the split kernel's.
+  if (s->hopper_ws && ForwardSplitApplies(s->forward_max_rows, s->softmax)) {
+    // The persistent short-tile forwards take every grid-th item (tile x head): a snake over the
+    // heavy-first list evens their sums (tile_scheduler.h). The split kernel's grid is the SM count,
+    // v10's the CTAs that fit at once (forward_variant.h); v9 has one CTA per item and no snake.
     const int64_t items = s->num_forward * s->problem.heads;
-    const int64_t grid = ForwardSmallGrid(items, HopperSmCount(), s->problem.heads);
-    if (grid % s->problem.heads == 0 && items > grid) DealInSnakeBands(tiles, grid / s->problem.heads);
+    int64_t grid = 0;
+    if (!ForwardSmallApplies(s->forward_max_rows, s->softmax)) {
+      if (ForwardSplitSnake()) grid = HopperSmCount();
+    } else if (ForwardSmallPersistent()) {
+      grid = ForwardSmallGrid(items, HopperSmCount(), s->problem.heads);
+    }
+    if (grid > 0 && grid % s->problem.heads == 0 && items > grid) DealInSnakeBands(tiles, grid / s->problem.heads);
   }
   s->forward_covers_all = ForwardRows(tiles, s->problem.pairing, block_m) == s->problem.to;
   GEMTB_RETURN_IF_ERROR(s->seqs.Upload(s->problem.pairing.seqs, "sequence table"));

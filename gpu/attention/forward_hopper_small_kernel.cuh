@@ -43,7 +43,6 @@ constexpr size_t SmallSmemBytes(int stages) {
   return 1024 + kSmallQBytes + (SmallPInK(stages) ? 0 : kFusedDsTileBytes) +
          static_cast<size_t>(stages) * 2 * kHopperBwdTileBytes;
 }
-inline constexpr int kSmallEpiRowBytes = kHopperHeadDim * 2 + 16;
 
 // One (tile, head) item as the kernel walks it: its tile, head, sequence and 64-key steps.
 struct SmallItem {
@@ -67,7 +66,7 @@ __device__ __forceinline__ SmallItem SmallItemAt(const ProblemParams& pr, const 
 // differs (not with broadcast_q and a grid that is a multiple of the head count), is reloaded at the
 // boundary.
 template <ElementType E, HopperAct kAct, int kStages>
-__global__ void __launch_bounds__(kHopperBwdThreads, kStages == 2 ? 3 : 2)
+__global__ void __launch_bounds__(kHopperBwdThreads, SmallCtasPerSm(kStages))
     ForwardHopperSmallKernel(const ForwardParams p, const int items) {
   static_assert(kAct != HopperAct::kSoftmax, "pointwise acts only");
   static_assert(kStages == 2 || kStages == 3, "two or three stages");

@@ -85,8 +85,11 @@ inline int ForwardSmallStages() {
 // kept v9 at 89% of the read rate (tools/bench/NOTES.md, "Session 10").
 inline constexpr bool kSmallPersistentDefault = false;
 inline bool ForwardSmallPersistent() { return EnvSwitch("GEMTB_FORWARD_SMALL_PERSISTENT", kSmallPersistentDefault); }
+// CTAs of the small forward that share an SM: its shared memory (SmallSmemBytes) fits two with
+// three stages, three with two; the kernel's __launch_bounds__ asks for as many.
+constexpr int SmallCtasPerSm(int stages) { return stages == 2 ? 3 : 2; }
 inline int64_t ForwardSmallGrid(int64_t items, int sms, int heads) {
-  int64_t grid = static_cast<int64_t>(ForwardSmallStages() == 2 ? 3 : 2) * sms;
+  int64_t grid = static_cast<int64_t>(SmallCtasPerSm(ForwardSmallStages())) * sms;
   if (heads > 0 && grid >= heads) grid -= grid % heads;
   return items < grid ? items : grid;
 }

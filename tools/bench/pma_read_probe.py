@@ -6,7 +6,7 @@
 # heads of a segment on adjacent programs, as v9 reads. Both sum into a tiny output (read-bound).
 import torch, triton, triton.language as tl
 torch.manual_seed(0)
-rows = 1_210_000  # ~ sum of pma's kv lengths (1152 x ~525)
+rows = 1_210_000  # twice pma's K/V rows (605,960: 1,152 sequences, ~526 keys each)
 H, D = 4, 128
 k = torch.randn(rows, H, D, device="cuda", dtype=torch.bfloat16)
 v = torch.randn(rows, H, D, device="cuda", dtype=torch.bfloat16)
