@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gpu/bench/device_random.h"
+#include "gpu/bench/kernel_timer.h"
 #include "gpu/common/device_buffer.h"
 #include "model/common/status_macros.h"
 #include "model/numerics/float_formats.h"
@@ -42,9 +43,52 @@ struct Events {
   }
 };
 
-// Times `run(set)` `reps` times after `warmup` untimed runs, rotating over `sets` input sets.
+// Runs `run(set)` `reps` times under a KernelTimer and sums each run's device activities. A failure
+// of CUPTI itself is reported in the result (the event times still stand); a failing run is an error.
 template <typename Run>
-absl::StatusOr<Timing> TimeIt(int warmup, int reps, int sets, const Run& run) {
+absl::StatusOr<KernelTime> TimeKernels(int first, int reps, int sets, const Run& run) {
+  KernelTime out;
+  absl::StatusOr<std::unique_ptr<KernelTimer>> timer = KernelTimer::Start();
+  if (!timer.ok()) {
+    out.error = std::string(timer.status().message());
+    return out;
+  }
+  for (int i = 0; i < reps; ++i) GEMTB_RETURN_IF_ERROR(run((first + i) % sets));
+  absl::StatusOr<std::vector<DeviceActivity>> acts = (*timer)->Stop();
+  if (!acts.ok()) {
+    out.error = std::string(acts.status().message());
+    return out;
+  }
+  const size_t n = acts->size();
+  if (n == 0 || n % static_cast<size_t>(reps) != 0) {
+    out.error = absl::StrCat("kernel timing: ", n, " activities for ", reps, " runs (not a multiple)");
+    return out;
+  }
+  const size_t per = n / static_cast<size_t>(reps);
+  std::vector<double> ms;
+  double sum = 0;
+  for (size_t r = 0; r < static_cast<size_t>(reps); ++r) {
+    uint64_t ns = 0;
+    for (size_t j = r * per; j < (r + 1) * per; ++j) ns += (*acts)[j].end_ns - (*acts)[j].start_ns;
+    ms.push_back(static_cast<double>(ns) * 1e-6);
+    sum += ms.back();
+  }
+  uint64_t last_end = 0;
+  for (const DeviceActivity& a : *acts) last_end = std::max(last_end, a.end_ns);
+  std::sort(ms.begin(), ms.end());
+  out.ran = true;
+  out.activities_per_run = static_cast<int>(per);
+  out.median_ms = reps % 2 == 1 ? ms[static_cast<size_t>(reps / 2)]
+                                : 0.5 * (ms[static_cast<size_t>(reps / 2 - 1)] + ms[static_cast<size_t>(reps / 2)]);
+  out.mean_ms = sum / reps;
+  out.period_ms = static_cast<double>(last_end - acts->front().start_ns) * 1e-6 / reps;
+  return out;
+}
+
+// Times `run(set)` `reps` times after `warmup` untimed runs, rotating over `sets` input sets; with
+// `kernel_time`, then `reps` more runs by their device time (TimeKernels).
+template <typename Run>
+absl::StatusOr<Timing> TimeIt(int warmup, int reps, int sets, bool kernel_time, const Run& run) {
   for (int i = 0; i < warmup; ++i) GEMTB_RETURN_IF_ERROR(run(i % sets));
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaDeviceSynchronize(), "warm-up"));
   Events ev(reps);
@@ -68,6 +112,11 @@ absl::StatusOr<Timing> TimeIt(int warmup, int reps, int sets, const Run& run) {
   out.max_ms = ms.back();
   out.median_ms = reps % 2 == 1 ? ms[static_cast<size_t>(reps / 2)]
                                 : 0.5 * (ms[static_cast<size_t>(reps / 2 - 1)] + ms[static_cast<size_t>(reps / 2)]);
+  if (kernel_time) {
+    absl::StatusOr<KernelTime> k = TimeKernels(warmup + reps, reps, sets, run);
+    if (!k.ok()) return k.status();
+    out.kernel = *k;
+  }
   return out;
 }
 
@@ -256,7 +305,7 @@ absl::StatusOr<CaseResult> RunCase(const BenchCase& c, const BenchOptions& opt) 
     const InputSet& s = sets[static_cast<size_t>(i)];
     return call.Forward({s.q.get(), s.k.get(), s.v.get()}, s.o.get(), s.lse.get());
   };
-  absl::StatusOr<Timing> fwd = TimeIt(opt.warmup, opt.reps, r.input_sets, forward);
+  absl::StatusOr<Timing> fwd = TimeIt(opt.warmup, opt.reps, r.input_sets, opt.kernel_time, forward);
   if (!fwd.ok()) return fwd.status();
   r.fwd = *fwd;
   if (opt.backward) {
@@ -266,7 +315,7 @@ absl::StatusOr<CaseResult> RunCase(const BenchCase& c, const BenchOptions& opt) 
       GEMTB_RETURN_IF_ERROR(call.Forward(in, s.o.get(), s.lse.get()));
       return call.Backward(in, s.o.get(), s.lse.get(), s.d_o.get(), {dq.get(), dk.get(), dv.get(), d_rows.get()});
     };
-    absl::StatusOr<Timing> fb = TimeIt(opt.warmup, opt.reps, r.input_sets, both);
+    absl::StatusOr<Timing> fb = TimeIt(opt.warmup, opt.reps, r.input_sets, opt.kernel_time, both);
     if (!fb.ok()) return fb.status();
     r.fwdbwd = *fb;
   }
@@ -328,6 +377,12 @@ absl::StatusOr<std::vector<CaseResult>> RunAttentionBench(
       progress(absl::StrCat(c.name, options.tanh_approx ? " (tanh.approx)" : "", ": ", r->forward_kernel, " fwd ",
                             r->fwd.median_ms, " ms (", tf,
                             " TFLOP/s), fwd+bwd ", r->fwdbwd.median_ms, " ms (", tfb, " TFLOP/s)",
+                            r->fwd.kernel.ran ? absl::StrCat("; kernel time fwd ", r->fwd.kernel.median_ms,
+                                                             " ms (period ", r->fwd.kernel.period_ms, ")")
+                                              : "",
+                            r->fwdbwd.kernel.ran ? absl::StrCat(", fwd+bwd ", r->fwdbwd.kernel.median_ms, " ms (period ",
+                                                                r->fwdbwd.kernel.period_ms, ")")
+                                                 : "",
                             r->comparison.ran ? absl::StrCat(", vs mma_sync O rel-L2 ", r->comparison.o_rel_l2,
                                                              " max abs ", r->comparison.o_max_abs_diff,
                                                              " nonfinite ", r->comparison.nonfinite)

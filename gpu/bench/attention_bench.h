@@ -39,11 +39,26 @@ struct BenchOptions {
   // after the others in one process (pma's forward: 0.327 against 0.302 ms alone, tools/bench/NOTES.md
   // "Session 9"). Not the clocks: bench_gpu.sh's nvidia-smi log showed 1980 MHz throughout.
   int settle_s = 0;
+  // Also time each case's runs by their kernels' device time (KernelTime), where CUPTI is available.
+  bool kernel_time = true;
+};
+
+// The same runs' device time from CUPTI activity records (kernel_timer.h), timed in a second pass of
+// `reps` runs right after the event-timed pass: what a profiler trace reports (the measure of
+// tools/bench/meta_gdpa_peer.py's `_kernels` rows), without the gaps between launches.
+struct KernelTime {
+  bool ran = false;
+  double median_ms = 0;   // median over runs of the summed duration of each run's kernels and memsets
+  double mean_ms = 0;     // their mean (what meta_gdpa_peer.py's kernel_ms reports)
+  double period_ms = 0;   // first start to last end over the runs, per run: kernels plus the gaps
+  int activities_per_run = 0;
+  std::string error;      // why it did not run (no CUPTI in this build, CUPTI refused, ...)
 };
 
 struct Timing {
   double median_ms = 0, min_ms = 0, max_ms = 0;
   int reps = 0;
+  KernelTime kernel;
 };
 
 struct KernelComparison {

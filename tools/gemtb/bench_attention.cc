@@ -25,19 +25,29 @@ constexpr char kCommand[] = "bench attention";
 
 #if GEMTB_HAVE_CUDA
 nlohmann::json TimingJson(const gpu::bench::Timing& t, double flops) {
-  return {{"median_ms", t.median_ms}, {"min_ms", t.min_ms}, {"max_ms", t.max_ms}, {"reps", t.reps},
-          {"tflops", t.median_ms > 0 ? flops / (t.median_ms * 1e9) : 0.0}};
+  nlohmann::json j = {{"median_ms", t.median_ms}, {"min_ms", t.min_ms}, {"max_ms", t.max_ms}, {"reps", t.reps},
+                      {"tflops", t.median_ms > 0 ? flops / (t.median_ms * 1e9) : 0.0}};
+  const gpu::bench::KernelTime& k = t.kernel;
+  if (k.ran) {
+    j["kernel"] = {{"median_ms", k.median_ms}, {"mean_ms", k.mean_ms}, {"period_ms", k.period_ms},
+                   {"activities_per_run", k.activities_per_run},
+                   {"tflops", k.median_ms > 0 ? flops / (k.median_ms * 1e9) : 0.0}};
+  } else if (!k.error.empty()) {
+    j["kernel"] = {{"error", k.error}};
+  }
+  return j;
 }
 #endif
 
 absl::Status Run(const std::vector<std::string>& args) {
   std::string cases, out_dir, forward_kernel = "auto", label;
   int64_t warmup = 3, reps = 15, seed = 1, settle_s = 0;
-  bool forward_only = false, no_compare = false, tanh_approx = false;
+  bool forward_only = false, no_compare = false, tanh_approx = false, no_kernel_time = false;
   FlagSet flags("gemtb bench attention --out-dir D [--cases a,b] [--reps N] [--warmup N] [options]",
                 "Times the CUDA attention kernels (bf16, H=4, D=128) on the cases of spec/attention.md\n"
                 "section 11: forward and forward+backward, CUDA events, median of --reps runs over\n"
-                "rotated input sets. Writes D/bench_attention.json and the lengths of each case as\n"
+                "rotated input sets, then the same runs' kernel time (CUPTI; --no-kernel-time skips it).\n"
+                "Writes D/bench_attention.json and the lengths of each case as\n"
                 "D/<case>.npy (int64 [2,B]) for ../shared/peers/torch_peers.py --lengths D.");
   flags.String("out-dir", &out_dir, "output folder (created if missing)");
   flags.String("cases", &cases, "comma-separated case names (default: all eight)");
@@ -47,6 +57,8 @@ absl::Status Run(const std::vector<std::string>& args) {
   flags.String("forward-kernel", &forward_kernel, "auto | mma_sync | hopper64 | hopper128 | hopper_ws (default auto)");
   flags.Bool("forward-only", &forward_only, "skip the forward+backward timing");
   flags.Bool("no-compare", &no_compare, "skip the Hopper-vs-mma.sync output comparison");
+  flags.Bool("no-kernel-time", &no_kernel_time,
+             "skip the second pass that times the runs by their kernels' device time (CUPTI)");
   flags.String("label", &label, "free text stored in the JSON (e.g. the commit)");
   flags.Int64("settle-s", &settle_s, "seconds the GPU idles before each case (default 0)");
   flags.Bool("tanh-approx", &tanh_approx,
@@ -72,6 +84,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   opt.seed = static_cast<uint64_t>(seed);
   opt.backward = !forward_only;
   opt.compare_kernels = !no_compare;
+  opt.kernel_time = !no_kernel_time;
   opt.tanh_approx = tanh_approx;
   if (forward_kernel == "auto") {
     opt.forward_kernel = gpu::ForwardKernelChoice::kAuto;
@@ -102,7 +115,10 @@ absl::Status Run(const std::vector<std::string>& args) {
   doc["settle_s"] = settle_s;
   doc["command"] = absl::StrCat("gemtb bench attention ", absl::StrJoin(args, " "));
   doc["dtype"] = "bfloat16";
-  doc["timing"] = "CUDA events around each run, median; input sets rotated (>= 2, >= 3x L2)";
+  doc["timing"] =
+      "CUDA events around each run, median; input sets rotated (>= 2, >= 3x L2). \"kernel\": a second pass "
+      "of --reps runs timed by CUPTI activity records (summed kernel and memset durations per run: median, "
+      "mean; period = first start to last end per run, gaps included)";
   std::vector<std::pair<std::string, io::NpyArray>> files;
   for (const gpu::bench::CaseResult& r : *results) {
     const gpu::bench::BenchCase& c = r.bench_case;
