@@ -105,8 +105,9 @@ absl::StatusOr<Timing> TimeIt(int warmup, int reps, int sets, bool kernel_time, 
         cudaEventElapsedTime(&t, ev.start[static_cast<size_t>(i)], ev.stop[static_cast<size_t>(i)]), "elapsed"));
     ms.push_back(t);
   }
-  std::sort(ms.begin(), ms.end());
   Timing out;
+  out.samples_ms = ms;
+  std::sort(ms.begin(), ms.end());
   out.reps = reps;
   out.min_ms = ms.front();
   out.max_ms = ms.back();
@@ -363,6 +364,7 @@ absl::StatusOr<std::vector<CaseResult>> RunAttentionBench(
   }
   for (BenchCase& c : cases) c.options.tanh_approx = options.tanh_approx;
   GEMTB_RETURN_IF_ERROR(DeviceAvailable());
+  if (options.retain_memory) GEMTB_RETURN_IF_ERROR(RetainFreedDeviceMemory());
   std::vector<CaseResult> results;
   for (const BenchCase& c : cases) {
     if (options.settle_s > 0) {

@@ -41,6 +41,10 @@ struct BenchOptions {
   int settle_s = 0;
   // Also time each case's runs by their kernels' device time (KernelTime), where CUPTI is available.
   bool kernel_time = true;
+  // Allocate from a pool that keeps freed memory (device_buffer.h, RetainFreedDeviceMemory) rather
+  // than give each case's memory back to the driver, whose background clearing of it slows the next
+  // cases' memory-bound kernels (pma's forward 0.327 against 0.303 ms; tools/bench/NOTES.md "Session 11").
+  bool retain_memory = true;
 };
 
 // The same runs' device time from CUPTI activity records (kernel_timer.h), timed in a second pass of
@@ -58,6 +62,7 @@ struct KernelTime {
 struct Timing {
   double median_ms = 0, min_ms = 0, max_ms = 0;
   int reps = 0;
+  std::vector<double> samples_ms;  // every timed run, in run order
   KernelTime kernel;
 };
 

@@ -5,12 +5,13 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
-#include "absl/strings/string_view.h"
+#include <cstdint>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace gemtb::gpu {
@@ -20,6 +21,34 @@ inline absl::Status CudaOk(cudaError_t err, absl::string_view what) {
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
 }
 
+// Where DeviceArrays allocate. kDriver (the default): cudaMalloc / cudaFree, memory goes back to the
+// driver when freed. kRetainedPool: cudaMallocAsync / cudaFreeAsync on the legacy stream from device
+// 0's default pool, which RetainFreedDeviceMemory keeps from giving freed memory back, as the caching
+// allocators of training frameworks do. Why a benchmark wants that: the driver clears memory handed
+// back to it in the background, and for tens of milliseconds after a multi-GB cudaFree that traffic
+// takes ~8% of the DRAM bandwidth a memory-bound kernel runs at (tools/bench/NOTES.md, "Session 11").
+enum class DeviceAllocation { kDriver, kRetainedPool };
+
+inline DeviceAllocation& DeviceAllocationMode() {
+  static DeviceAllocation mode = DeviceAllocation::kDriver;
+  return mode;
+}
+
+// Sets device 0's default memory pool to keep freed memory (release threshold: unlimited) and
+// makes DeviceArrays allocate from it (process-wide; for single-stream tools such as the bench).
+inline absl::Status RetainFreedDeviceMemory() {
+  cudaMemPool_t pool = nullptr;
+  if (cudaError_t e = cudaDeviceGetDefaultMemPool(&pool, 0); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("cudaDeviceGetDefaultMemPool: ", cudaGetErrorString(e)));
+  }
+  uint64_t keep = ~uint64_t{0};
+  if (cudaError_t e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("cudaMemPoolSetAttribute(release threshold): ", cudaGetErrorString(e)));
+  }
+  DeviceAllocationMode() = DeviceAllocation::kRetainedPool;
+  return absl::OkStatus();
+}
+
 template <typename T>
 class DeviceArray {
  public:
@@ -27,13 +56,23 @@ class DeviceArray {
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
   ~DeviceArray() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
+    if (ptr_ == nullptr) return;
+    if (pooled_) {
+      cudaFreeAsync(ptr_, nullptr);
+    } else {
+      cudaFree(ptr_);
+    }
   }
 
   // n elements, uninitialised (a zero-size array holds no memory and a null pointer).
   absl::Status Allocate(size_t n, absl::string_view what) {
     size_ = n;
     if (n == 0) return absl::OkStatus();
+    pooled_ = DeviceAllocationMode() == DeviceAllocation::kRetainedPool;
+    if (pooled_) {
+      return CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&ptr_), n * sizeof(T), nullptr),
+                    absl::StrCat("cudaMallocAsync ", what));
+    }
     return CudaOk(cudaMalloc(reinterpret_cast<void**>(&ptr_), n * sizeof(T)),
                   absl::StrCat("cudaMalloc ", what));
   }
@@ -60,6 +99,7 @@ class DeviceArray {
  private:
   T* ptr_ = nullptr;
   size_t size_ = 0;
+  bool pooled_ = false;
 };
 
 }  // namespace gemtb::gpu

@@ -26,7 +26,8 @@ constexpr char kCommand[] = "bench attention";
 #if GEMTB_HAVE_CUDA
 nlohmann::json TimingJson(const gpu::bench::Timing& t, double flops) {
   nlohmann::json j = {{"median_ms", t.median_ms}, {"min_ms", t.min_ms}, {"max_ms", t.max_ms}, {"reps", t.reps},
-                      {"tflops", t.median_ms > 0 ? flops / (t.median_ms * 1e9) : 0.0}};
+                      {"tflops", t.median_ms > 0 ? flops / (t.median_ms * 1e9) : 0.0},
+                      {"samples_ms", t.samples_ms}};
   const gpu::bench::KernelTime& k = t.kernel;
   if (k.ran) {
     j["kernel"] = {{"median_ms", k.median_ms}, {"mean_ms", k.mean_ms}, {"period_ms", k.period_ms},
@@ -42,7 +43,8 @@ nlohmann::json TimingJson(const gpu::bench::Timing& t, double flops) {
 absl::Status Run(const std::vector<std::string>& args) {
   std::string cases, out_dir, forward_kernel = "auto", label;
   int64_t warmup = 3, reps = 15, seed = 1, settle_s = 0;
-  bool forward_only = false, no_compare = false, tanh_approx = false, no_kernel_time = false;
+  bool forward_only = false, no_compare = false, tanh_approx = false, no_kernel_time = false,
+       free_memory = false;
   FlagSet flags("gemtb bench attention --out-dir D [--cases a,b] [--reps N] [--warmup N] [options]",
                 "Times the CUDA attention kernels (bf16, H=4, D=128) on the cases of spec/attention.md\n"
                 "section 11: forward and forward+backward, CUDA events, median of --reps runs over\n"
@@ -59,6 +61,9 @@ absl::Status Run(const std::vector<std::string>& args) {
   flags.Bool("no-compare", &no_compare, "skip the Hopper-vs-mma.sync output comparison");
   flags.Bool("no-kernel-time", &no_kernel_time,
              "skip the second pass that times the runs by their kernels' device time (CUPTI)");
+  flags.Bool("free-memory", &free_memory,
+             "give each case's device memory back to the driver (cudaFree) instead of keeping it in a "
+             "pool; the driver then clears it in the background while the next cases run");
   flags.String("label", &label, "free text stored in the JSON (e.g. the commit)");
   flags.Int64("settle-s", &settle_s, "seconds the GPU idles before each case (default 0)");
   flags.Bool("tanh-approx", &tanh_approx,
@@ -85,6 +90,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   opt.backward = !forward_only;
   opt.compare_kernels = !no_compare;
   opt.kernel_time = !no_kernel_time;
+  opt.retain_memory = !free_memory;
   opt.tanh_approx = tanh_approx;
   if (forward_kernel == "auto") {
     opt.forward_kernel = gpu::ForwardKernelChoice::kAuto;
@@ -113,6 +119,8 @@ absl::Status Run(const std::vector<std::string>& args) {
   doc["gpu_name"] = gpu::bench::DeviceName();
   doc["label"] = label;
   doc["settle_s"] = settle_s;
+  doc["device_memory"] = free_memory ? "cudaMalloc/cudaFree: each case's memory goes back to the driver"
+                                     : "one pool that keeps freed memory (cudaMallocAsync, release threshold unlimited)";
   doc["command"] = absl::StrCat("gemtb bench attention ", absl::StrJoin(args, " "));
   doc["dtype"] = "bfloat16";
   doc["timing"] =
