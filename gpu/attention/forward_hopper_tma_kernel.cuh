@@ -32,9 +32,12 @@
 namespace gemtb::gpu {
 
 // The three tensor maps of one launch: Q [TQ, H*D], K and V [TK, Hkv*D], boxes of 64 columns x
-// 128 rows, 128-byte swizzle.
+// 128 rows, 128-byte swizzle. `l2_prefetch` (ForwardL2Prefetch, forward_variant.h): what the v5-v7
+// producer asks L2 to fetch for its next item while this one runs: 0 nothing, 1 its Q tile, 2 its Q
+// tile and first two K/V steps (full 128-row boxes only, which lie inside the sequence).
 struct ForwardTmaMaps {
   CUtensorMap q, k, v;
+  int l2_prefetch;
 };
 inline constexpr int kTmaBoxCols = 64;
 inline constexpr int kTmaBoxRows = 128;
@@ -100,6 +103,29 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
       const SeqInfo seq = pr.seqs[tile.b];
       const int q_rows = min(BM, seq.lq - tile.i0);
       const int steps = (tile.k_hi - tile.k_lo + BN - 1) / BN;
+      // The next item's Q (and first K/V steps) toward L2 while this item runs: its Q load below
+      // waits for this tile's last S GEMM, and from DRAM that latency is a short tile's fixed cost.
+      if (maps.l2_prefetch > 0 && pt == 0 && item + item_stride < total_items) {
+        const int nitem = item + item_stride;
+        const int nh = nitem % pr.heads;
+        const int nhk = nh / (pr.heads / pr.kv_heads);
+        const ForwardTile nt = p.tiles[nitem / pr.heads];
+        const SeqInfo ns = pr.seqs[nt.b];
+        if (ns.lq - nt.i0 >= BM) {
+          const int y = static_cast<int>(ns.q_begin + nt.i0);
+          tma::PrefetchL2Box2d(&maps.q, nh * D, y);
+          tma::PrefetchL2Box2d(&maps.q, nh * D + kTmaBoxCols, y);
+        }
+        if (maps.l2_prefetch > 1) {
+          for (int j0 = nt.k_lo; j0 + BN <= nt.k_hi && j0 < nt.k_lo + 2 * BN; j0 += BN) {
+            const int y = static_cast<int>(ns.kv_begin + j0);
+            tma::PrefetchL2Box2d(&maps.k, nhk * D, y);
+            tma::PrefetchL2Box2d(&maps.k, nhk * D + kTmaBoxCols, y);
+            tma::PrefetchL2Box2d(&maps.v, nhk * D, y);
+            tma::PrefetchL2Box2d(&maps.v, nhk * D + kTmaBoxCols, y);
+          }
+        }
+      }
       // Q of the previous tile must be done with (both consumers issued their last S GEMM).
       if (q_iter > 0) mbar::Wait(bar_q_empty, static_cast<uint32_t>((q_iter - 1) & 1));
       if (q_rows == BM) {
