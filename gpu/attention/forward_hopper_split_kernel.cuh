@@ -30,7 +30,7 @@
 // head (the grid stride is a multiple of the head count), so Q is loaded once per CTA and there is
 // no per-tile wait for it.
 //
-// Item ring (kItemRing, GEMTB_SPLIT_RING): what an item needs of its tile and sequence (SplitItem)
+// Item ring (kItemRing, GEMTB_SPLIT_RING): what an item needs of its tile and sequence (ForwardItem)
 // was two dependent global loads per item in every warp (tile, then its sequence) and again for the
 // next item's Q, ~4 round trips of L2 latency per item in the consumers' critical path, during which
 // no stage was released (PMA: ~35 items per CTA of ~4-5 steps each). With the ring the producer
@@ -67,17 +67,6 @@ __device__ __forceinline__ SplitQKey SplitItemQ(const ForwardParams& p, int item
   return {seq.q_begin + tile.i0, item % pr.heads, min(kSplitRows, seq.lq - tile.i0)};
 }
 
-// An item's tile and sequence, as the producer hands them to the consumers (kItemRing).
-struct SplitItem {
-  int64_t q_row;    // first Q row: seq.q_begin + tile.i0
-  int64_t kv_row;   // seq.kv_begin
-  int64_t out_row;  // first output row: seq.out_begin + tile.i0
-  int32_t i0, k_lo, k_hi, lq, lk, unused;
-};
-__device__ __forceinline__ SplitItem MakeSplitItem(const ForwardTile& t, const SeqInfo& s) {
-  return {s.q_begin + t.i0, s.kv_begin, s.out_begin + t.i0, t.i0, t.k_lo, t.k_hi, s.lq, s.lk, 0};
-}
-inline constexpr int kSplitItemSlots = 4;
 
 template <ElementType E, HopperAct kAct, bool kHalfKeys, bool kItemRing>
 __global__ void __launch_bounds__(kHopperWsThreads, 1)
@@ -93,9 +82,9 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
   constexpr int kStages = Smem::kStages;
   constexpr int kSRegs = BN / 2;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  __shared__ __align__(8) uint64_t bars[2 + 2 * kStages + kSplitItemSlots];  // Q full, Q empty, stage full[],
+  __shared__ __align__(8) uint64_t bars[2 + 2 * kStages + kForwardItemSlots];  // Q full, Q empty, stage full[],
                                                                             // stage empty[], item[]
-  __shared__ __align__(16) SplitItem s_items[kSplitItemSlots];
+  __shared__ __align__(16) ForwardItem s_items[kForwardItemSlots];
   const uint32_t raw = wgmma::SmemAddress(smem_raw);
   const uint32_t sq = (raw + 1023u) & ~1023u;
   const uint32_t sx = sq + static_cast<uint32_t>(QM * D * 2);  // exchange: 8 x 128 threads x 16 bytes
@@ -106,7 +95,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
   const auto bar_full = [&](int stage) { return bar_q + 8u * static_cast<uint32_t>(2 + stage); };
   const auto bar_empty = [&](int stage) { return bar_q + 8u * static_cast<uint32_t>(2 + kStages + stage); };
   const auto bar_item = [&](int n) {
-    return bar_q + 8u * static_cast<uint32_t>(2 + 2 * kStages + n % kSplitItemSlots);
+    return bar_q + 8u * static_cast<uint32_t>(2 + 2 * kStages + n % kForwardItemSlots);
   };
 
   const ProblemParams& pr = p.problem;
@@ -124,7 +113,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
       mbar::Init(bar_full(s), 128);
       mbar::Init(bar_empty(s), 8);  // the owner after its P V, the other consumer after its wait
     }
-    for (int n = 0; n < kSplitItemSlots; ++n) mbar::Init(bar_item(n), 1);  // producer thread 0
+    for (int n = 0; n < kForwardItemSlots; ++n) mbar::Init(bar_item(n), 1);  // producer thread 0
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     tma::Prefetch(&maps.k);
     tma::Prefetch(&maps.v);
@@ -156,7 +145,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         seq = seq_next;
         if (has_next) tile_next = p.tiles[(item + item_stride) / pr.heads];
         if (pt == 0) {
-          s_items[n % kSplitItemSlots] = MakeSplitItem(tile, seq);
+          s_items[n % kForwardItemSlots] = MakeForwardItem(tile, seq);
           mbar::Arrive(bar_item(n));  // release: the consumers' wait sees the slot
         }
       } else {
@@ -221,13 +210,13 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
   for (int item = first_item, n = 0; item < total_items; item += item_stride, ++n) {
     const bool last_item = item + item_stride >= total_items;
     const int h = item % pr.heads;
-    SplitItem it;
+    ForwardItem it;
     if constexpr (kItemRing) {
-      mbar::Wait(bar_item(n), static_cast<uint32_t>((n / kSplitItemSlots) & 1));
-      it = s_items[n % kSplitItemSlots];
+      mbar::Wait(bar_item(n), static_cast<uint32_t>((n / kForwardItemSlots) & 1));
+      it = s_items[n % kForwardItemSlots];
     } else {
       const ForwardTile tile = p.tiles[item / pr.heads];
-      it = MakeSplitItem(tile, pr.seqs[tile.b]);
+      it = MakeForwardItem(tile, pr.seqs[tile.b]);
     }
     const int q_rows = min(QM, it.lq - it.i0);
     const int steps = (it.k_hi - it.k_lo + BN - 1) / BN;
@@ -242,8 +231,8 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     if (!kItemRing && !last_item) next_q_differs = !(SplitItemQ(p, item + item_stride) == qk);
     const auto next_new_q = [&] {
       if (kItemRing && !last_item) {
-        mbar::Wait(bar_item(n + 1), static_cast<uint32_t>(((n + 1) / kSplitItemSlots) & 1));
-        const SplitItem& nx = s_items[(n + 1) % kSplitItemSlots];
+        mbar::Wait(bar_item(n + 1), static_cast<uint32_t>(((n + 1) / kForwardItemSlots) & 1));
+        const ForwardItem& nx = s_items[(n + 1) % kForwardItemSlots];
         return !(SplitQKey{nx.q_row, (item + item_stride) % pr.heads, min(QM, nx.lq - nx.i0)} == qk);
       }
       return next_q_differs;

@@ -32,15 +32,32 @@
 namespace gemtb::gpu {
 
 // The three tensor maps of one launch: Q [TQ, H*D], K and V [TK, Hkv*D], boxes of 64 columns x
-// 128 rows, 128-byte swizzle. `l2_prefetch` (ForwardL2Prefetch, forward_variant.h): what the v5-v7
-// producer asks L2 to fetch for its next item while this one runs: 0 nothing, 1 its Q tile, 2 its Q
-// tile and first two K/V steps (full 128-row boxes only, which lie inside the sequence).
+// 128 rows, 128-byte swizzle; and whether v5-v7 hand items through the ring below (ForwardItemRing,
+// forward_variant.h; the split kernel has its own template switch).
 struct ForwardTmaMaps {
   CUtensorMap q, k, v;
-  int l2_prefetch;
+  int item_ring;
 };
 inline constexpr int kTmaBoxCols = 64;
 inline constexpr int kTmaBoxRows = 128;
+
+// An item's tile and sequence, as a persistent forward's producer hands them to its consumers
+// through a shared-memory ring of kForwardItemSlots slots (one mbarrier each), loaded one item ahead
+// (the next tile at an item's start, its sequence after the item's first step): the consumers then
+// wait on a slot, never on the two dependent global loads (tile, then sequence) that otherwise sit
+// in their critical path at every item's start. Slot n % kForwardItemSlots is rewritten for item
+// n + kForwardItemSlots only after the producer waited for a K/V stage released after item n's
+// first step (each item has at least one step, and three stages), i.e. after every consumer warp
+// read item n.
+struct ForwardItem {
+  int64_t q_row;    // first Q row: seq.q_begin + tile.i0
+  int64_t out_row;  // first output row: seq.out_begin + tile.i0
+  int32_t i0, k_lo, k_hi, lq, lk;
+};
+__device__ __forceinline__ ForwardItem MakeForwardItem(const ForwardTile& t, const SeqInfo& s) {
+  return {s.q_begin + t.i0, s.out_begin + t.i0, t.i0, t.k_lo, t.k_hi, s.lq, s.lk};
+}
+inline constexpr int kForwardItemSlots = 4;
 
 // kV6: the elementwise phase of forward_tma_elementwise.cuh (fewer instructions per element), the
 // O rescale skipped when no row max moved and done before the MMA turn, and P finished before the
@@ -58,7 +75,9 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
   constexpr int kStages = Smem::kStages;
   constexpr int kSRegs = BN / 2;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  __shared__ __align__(8) uint64_t bars[2 + 2 * kStages];  // Q full, Q empty, stage full[], stage empty[]
+  // Q full, Q empty, stage full[], stage empty[], item[]
+  __shared__ __align__(8) uint64_t bars[2 + 2 * kStages + kForwardItemSlots];
+  __shared__ __align__(16) ForwardItem s_items[kForwardItemSlots];
   const uint32_t raw = wgmma::SmemAddress(smem_raw);
   const uint32_t sq = (raw + 1023u) & ~1023u;
   const auto sk = [&](int stage) { return sq + Smem::kQBytes + static_cast<uint32_t>(stage) * 2u * Smem::kKvBytes; };
@@ -67,6 +86,10 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
   const uint32_t bar_q_empty = bar_q + 8u;
   const auto bar_full = [&](int stage) { return bar_q + 8u * static_cast<uint32_t>(2 + stage); };
   const auto bar_empty = [&](int stage) { return bar_q + 8u * static_cast<uint32_t>(2 + kStages + stage); };
+  const auto bar_item = [&](int n) {
+    return bar_q + 8u * static_cast<uint32_t>(2 + 2 * kStages + n % kForwardItemSlots);
+  };
+  const bool ring = maps.item_ring != 0;
 
   const ProblemParams& pr = p.problem;
   const int tid = static_cast<int>(threadIdx.x);
@@ -83,6 +106,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
       mbar::Init(bar_full(s), 128);
       mbar::Init(bar_empty(s), 8);
     }
+    for (int n = 0; n < kForwardItemSlots; ++n) mbar::Init(bar_item(n), 1);  // producer thread 0
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     tma::Prefetch(&maps.q);
     tma::Prefetch(&maps.k);
@@ -95,37 +119,33 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     mbar::RegDealloc<kHopperWsProducerRegs>();
     const int pt = tid;
     int kv_iter = 0;  // K/V steps loaded so far by this CTA (stage = kv_iter % kStages)
-    int q_iter = 0;   // tiles started
+    int q_iter = 0;   // tiles started (= items)
+    ForwardTile tile_next{};  // ring: the next item's tile and sequence, loaded during this one
+    SeqInfo seq_next{};
+    if (ring && first_item < total_items) {
+      tile_next = p.tiles[first_item / pr.heads];
+      seq_next = pr.seqs[tile_next.b];
+    }
     for (int item = first_item; item < total_items; item += item_stride) {
       const int h = item % pr.heads;
       const int hk = h / (pr.heads / pr.kv_heads);
-      const ForwardTile tile = p.tiles[item / pr.heads];
-      const SeqInfo seq = pr.seqs[tile.b];
+      const bool has_next = item + item_stride < total_items;
+      ForwardTile tile;
+      SeqInfo seq;
+      if (ring) {
+        tile = tile_next;
+        seq = seq_next;
+        if (has_next) tile_next = p.tiles[(item + item_stride) / pr.heads];
+        if (pt == 0) {
+          s_items[q_iter % kForwardItemSlots] = MakeForwardItem(tile, seq);
+          mbar::Arrive(bar_item(q_iter));  // release: the consumers' wait sees the slot
+        }
+      } else {
+        tile = p.tiles[item / pr.heads];
+        seq = pr.seqs[tile.b];
+      }
       const int q_rows = min(BM, seq.lq - tile.i0);
       const int steps = (tile.k_hi - tile.k_lo + BN - 1) / BN;
-      // The next item's Q (and first K/V steps) toward L2 while this item runs: its Q load below
-      // waits for this tile's last S GEMM, and from DRAM that latency is a short tile's fixed cost.
-      if (maps.l2_prefetch > 0 && pt == 0 && item + item_stride < total_items) {
-        const int nitem = item + item_stride;
-        const int nh = nitem % pr.heads;
-        const int nhk = nh / (pr.heads / pr.kv_heads);
-        const ForwardTile nt = p.tiles[nitem / pr.heads];
-        const SeqInfo ns = pr.seqs[nt.b];
-        if (ns.lq - nt.i0 >= BM) {
-          const int y = static_cast<int>(ns.q_begin + nt.i0);
-          tma::PrefetchL2Box2d(&maps.q, nh * D, y);
-          tma::PrefetchL2Box2d(&maps.q, nh * D + kTmaBoxCols, y);
-        }
-        if (maps.l2_prefetch > 1) {
-          for (int j0 = nt.k_lo; j0 + BN <= nt.k_hi && j0 < nt.k_lo + 2 * BN; j0 += BN) {
-            const int y = static_cast<int>(ns.kv_begin + j0);
-            tma::PrefetchL2Box2d(&maps.k, nhk * D, y);
-            tma::PrefetchL2Box2d(&maps.k, nhk * D + kTmaBoxCols, y);
-            tma::PrefetchL2Box2d(&maps.v, nhk * D, y);
-            tma::PrefetchL2Box2d(&maps.v, nhk * D + kTmaBoxCols, y);
-          }
-        }
-      }
       // Q of the previous tile must be done with (both consumers issued their last S GEMM).
       if (q_iter > 0) mbar::Wait(bar_q_empty, static_cast<uint32_t>((q_iter - 1) & 1));
       if (q_rows == BM) {
@@ -163,6 +183,8 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
           WsLoadRows(pt, sv(stage), BN, pr.v + offset, kv_stride, rows, pr.v);
           mbar::CpAsyncArrive(bar_full(stage));
         }
+        // The next item's sequence, once its tile has had a step's time to arrive.
+        if (ring && step == 0 && has_next) seq_next = pr.seqs[tile_next.b];
       }
       ++q_iter;
     }
@@ -192,17 +214,23 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
   for (int item = first_item; item < total_items; item += item_stride) {
     const bool last_item = item + item_stride >= total_items;
     const int h = item % pr.heads;
-    const ForwardTile tile = p.tiles[item / pr.heads];
-    const SeqInfo seq = pr.seqs[tile.b];
-    const int q_rows = min(BM, seq.lq - tile.i0);
-    const int steps = (tile.k_hi - tile.k_lo + BN - 1) / BN;
+    ForwardItem it;
+    if (ring) {
+      mbar::Wait(bar_item(q_iter), static_cast<uint32_t>((q_iter / kForwardItemSlots) & 1));
+      it = s_items[q_iter % kForwardItemSlots];
+    } else {
+      const ForwardTile t = p.tiles[item / pr.heads];
+      it = MakeForwardItem(t, pr.seqs[t.b]);
+    }
+    const int q_rows = min(BM, it.lq - it.i0);
+    const int steps = (it.k_hi - it.k_lo + BN - 1) / BN;
     const int kv_first = kv_iter;
 
     RowKeyRange keys[2];
     int full_lo = INT_MIN, full_hi = INT_MAX;  // keys every valid row of this warp sees
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      keys[r] = RowKeys(pr.options, tile.i0 + row[r], seq.lq, seq.lk);
+      keys[r] = RowKeys(pr.options, it.i0 + row[r], it.lq, it.lk);
       if (row[r] < q_rows) {
         full_lo = max(full_lo, keys[r].begin);
         full_hi = min(full_hi, keys[r].end);
@@ -241,7 +269,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     uint32_t pa[BN / 16][4];
     float rescale[2] = {1.f, 1.f};
     const auto scores_to_p = [&](int step, float (&s)[kSRegs]) {
-      const int j0 = tile.k_lo + step * BN;
+      const int j0 = it.k_lo + step * BN;
       const bool masked = !(j0 >= full_lo && j0 + BN <= full_hi);
       if constexpr (kV6) {
         ScoresToPTma<kAct, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), j0, masked, ln.t, keys, consts, pr,
@@ -324,9 +352,9 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     ++q_iter;
 
     if constexpr (kV6 && kRcpEpilogue) {
-      StoreHopperRows<E, kAct, true>(acc, online, row, q_rows, seq.out_begin + tile.i0, p, h, ln.t);
+      StoreHopperRows<E, kAct, true>(acc, online, row, q_rows, it.out_row, p, h, ln.t);
     } else {
-      StoreHopperRows<E, kAct>(acc, online, row, q_rows, seq.out_begin + tile.i0, p, h, ln.t);
+      StoreHopperRows<E, kAct>(acc, online, row, q_rows, it.out_row, p, h, ln.t);
     }
   }
 }

@@ -118,7 +118,7 @@ absl::Status LaunchForwardHopperTma(const ForwardParams& params, int64_t num_til
       !EncodeForwardTmaMap(&maps.v, pr.v, kv_cols, kv_cols)) {
     return absl::OkStatus();
   }
-  maps.l2_prefetch = ForwardL2Prefetch();
+  maps.item_ring = ForwardItemRing() ? 1 : 0;
   *launched = true;
   const int n = static_cast<int>(items);
   const int version = ForwardWsVersion();

@@ -29,15 +29,12 @@ inline int ForwardWsVersion() {
 }
 inline bool ForwardHopperTmaEnabled() { return ForwardWsVersion() >= 5; }
 
-// What the v5-v7 producer prefetches into L2 for its next item (ForwardTmaMaps::l2_prefetch): 0
-// nothing, 1 the Q tile, 2 the Q tile and the first two K/V steps. GEMTB_FORWARD_PREFETCH=0/1/2
-// overrides kForwardL2PrefetchDefault.
-inline constexpr int kForwardL2PrefetchDefault = 0;
-inline int ForwardL2Prefetch() {
-  const char* env = std::getenv("GEMTB_FORWARD_PREFETCH");
-  if (env != nullptr && env[0] >= '0' && env[0] <= '2' && env[1] == '\0') return env[0] - '0';
-  return kForwardL2PrefetchDefault;
-}
+// v5-v7 hand each item's tile and sequence from the producer to the consumers through a
+// shared-memory ring (ForwardItem, forward_hopper_tma_kernel.cuh), as the split kernel does since
+// v8.1, instead of every consumer warp loading them from global memory at each item's start.
+// GEMTB_FORWARD_RING=0/1 overrides kForwardRingDefault.
+inline constexpr bool kForwardRingDefault = false;
+inline bool ForwardItemRing() { return EnvSwitch("GEMTB_FORWARD_RING", kForwardRingDefault); }
 
 // The split kernel (forward_hopper_split_kernel.cuh, "v8") for launches whose tiles all have at
 // most kSplitRows query rows and a pointwise act (PMA). GEMTB_FORWARD_SPLIT: 0 keeps v6/v7 there,

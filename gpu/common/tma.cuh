@@ -30,15 +30,6 @@ __device__ __forceinline__ void Load2d(uint32_t dst, const CUtensorMap* map, int
       : "memory");
 }
 
-// Starts bringing the box at (x, y) of `map` from DRAM into L2 (no shared memory, no barrier): a
-// later Load2d of the same box then finds it there. The box must lie inside the tensor's memory.
-__device__ __forceinline__ void PrefetchL2Box2d(const CUtensorMap* map, int x, int y) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(x), "r"(y)
-               : "memory");
-}
-
 // Brings a tensor map (a __grid_constant__ kernel parameter) into the descriptor cache early.
 __device__ __forceinline__ void Prefetch(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
