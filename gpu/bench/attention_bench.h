@@ -6,7 +6,10 @@
 // the median over the iterations is reported. Iterations rotate over at least two input sets (more
 // while a set is smaller than 3x the L2), so no iteration finds its inputs in the L2 cache from the
 // one before. Effective TFLOP/s count valid pairs only (spec §10): forward 4·D·H·pairs, fwd+bwd
-// 3.5x that.
+// 3.5x that. After each event-timed pass, as many runs again under CUPTI (kernel_timer.h) give the
+// same runs' kernel time, the measure profiler-based peer rows report. Device memory comes from a
+// pool that keeps what the cases free (device_buffer.h, RetainFreedDeviceMemory), as a training
+// framework's caching allocator does; --free-memory gives each case's memory back to the driver.
 #ifndef GEMTB_GPU_BENCH_ATTENTION_BENCH_H_
 #define GEMTB_GPU_BENCH_ATTENTION_BENCH_H_
 

@@ -52,6 +52,11 @@ cudaError_t cudaFree(void* ptr) {
   return cudaSuccess;
 }
 
+// DeviceArray's pooled mode (gpu/common/device_buffer.h, off unless a tool asks for it): the same
+// guarded allocations, since the emulation runs one stream in order.
+cudaError_t cudaMallocAsync(void** ptr, size_t size, cudaStream_t) { return cudaMalloc(ptr, size); }
+cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) { return cudaFree(ptr); }
+
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind) {
   std::memcpy(dst, src, count);
   return cudaSuccess;
