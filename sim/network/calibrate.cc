@@ -8,7 +8,10 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -283,6 +286,63 @@ void ParseGraphLine(const std::string& line, MeasuredSet* set) {
   if (graph != nullptr && graph->nchannels == 0) *graph = {nch, bw_intra};
 }
 
+// All-to-all's latency plateau and where it ends. NCCL stripes each peer's bytes over channels the
+// same way on 2 and 4 GPUs (P2pBytesPerChannel), and per channel the measured hosts agree once the
+// transfer outlasts a host's fixed cost: on 4 H200s the time sits at ~36 us from 256 KiB to 8 MiB,
+// then follows the 2-GPU curve read at the same bytes per channel (sim/network/README.md). So, for a
+// pair of consecutive fit sizes a < b of one regime on p GPUs, where a lies on a plateau (the fit size
+// below a is within kPlateauTolerance of a's time) and the smaller host's per-channel curve (its fit
+// sizes, piecewise linear in bytes per channel) is below t(a) at a but reaches t(a) by b, the plateau
+// ends where that curve reaches t(a): the segment [a, b) becomes flat at t(a) up to that size and
+// the line from there to b. Returns that size, or nothing.
+constexpr double kPlateauTolerance = 0.1;
+
+using ChannelCurve = std::vector<std::pair<double, double>>;  // (bytes per channel, seconds), ascending
+
+double CurveAt(const ChannelCurve& c, double x) {
+  size_t i = 0;
+  while (i + 2 < c.size() && x > c[i + 1].first) ++i;
+  const auto& [x0, y0] = c[i];
+  const auto& [x1, y1] = c[i + 1];
+  return y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+}
+
+std::optional<double> AllToAllPlateauEnd(const ChannelCurve& smaller, int p, const P2pChannels& channels,
+                                         const Measurement* below, const Measurement& a, const Measurement& b) {
+  if (smaller.size() < 2 || below == nullptr || below->time_s < (1 - kPlateauTolerance) * a.time_s) return std::nullopt;
+  const auto f = [&](double bytes) { return CurveAt(smaller, P2pBytesPerChannel(bytes, p, channels)); };
+  if (!(f(a.bytes) < a.time_s && f(b.bytes) >= a.time_s)) return std::nullopt;
+  double lo = a.bytes, hi = b.bytes;  // f(lo) < t(a) <= f(hi)
+  for (int i = 0; i < 100 && hi - lo > 1; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (f(mid) < a.time_s ? lo : hi) = mid;
+  }
+  return std::round(hi);
+}
+
+// The per-channel curve of the all-to-all measured on the most GPUs below `gpus` (same algo), from its
+// fit sizes; empty when there is none.
+ChannelCurve SmallerHostCurve(const std::map<GroupKey, std::vector<const Measurement*>>& groups,
+                              const std::string& algo, int gpus, const P2pChannels& channels, FitSizes split) {
+  const std::vector<const Measurement*>* rows = nullptr;
+  int best = 0;
+  for (const auto& [key, r] : groups) {
+    const int g = std::get<2>(key);
+    if (std::get<0>(key) == static_cast<int>(CollectiveOp::kAllToAll) && std::get<1>(key) == algo && g < gpus &&
+        g > best) {
+      best = g;
+      rows = &r;
+    }
+  }
+  std::map<double, double> points;  // a later (larger) size with the same bytes per channel replaces
+  if (rows != nullptr) {
+    for (const Measurement* m : *rows) {
+      if (IsFitSize(m->bytes, split)) points[P2pBytesPerChannel(m->bytes, best, channels)] = m->time_s;
+    }
+  }
+  return ChannelCurve(points.begin(), points.end());
+}
+
 }  // namespace
 
 std::vector<double> P2pRegimeBoundaries(int p, const P2pChannels& c) {
@@ -294,6 +354,17 @@ std::vector<double> P2pRegimeBoundaries(int p, const P2pChannels& c) {
   out.push_back(p * n_min * min_part);  // below: ⌈b/minPart⌉ channels of minPart each
   for (int n = n_min; n <= c.per_peer / 2; n *= 2) out.push_back(p * n * max_part);  // then b/n per channel
   return out;
+}
+
+double P2pBytesPerChannel(double bytes, int p, const P2pChannels& c) {
+  if (p < 1 || c.per_peer < 1 || c.channels < 1 || !(c.chunk_bytes > 0) || !(bytes > 0)) return bytes;
+  int n_min = c.per_peer;
+  while (n_min * p > c.channels && n_min > 1) n_min /= 2;
+  const double min_part = c.chunk_bytes / 8, max_part = c.chunk_bytes * 32;
+  const double b = bytes / p;
+  double n = std::min<double>(n_min, std::ceil(b / min_part));
+  while (b / n > max_part && n <= c.per_peer / 2) n *= 2;
+  return b / n;
 }
 
 bool IsFitSize(double bytes, FitSizes split) {
@@ -491,7 +562,8 @@ absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Ca
   cal.nvls = !measured.nvls_off;
   if (const std::optional<KappaChoice> kappa = ChooseKappa(measured)) cal.kappa = kappa->kappa;
   std::vector<double> large_busbw;
-  for (const auto& [key, rows] : Groups(measured)) {
+  const std::map<GroupKey, std::vector<const Measurement*>> groups = Groups(measured);
+  for (const auto& [key, rows] : groups) {
     // Named variables, not a structured binding: lambdas below capture them (clang < 16, the fuzz
     // build's compiler, rejects captured bindings).
     const int op_index = std::get<0>(key);
@@ -533,6 +605,9 @@ absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Ca
     const auto regime = [&](double bytes) {
       return std::count_if(bends.begin(), bends.end(), [&](double bend) { return bytes >= bend; });
     };
+    const ChannelCurve smaller = op == CollectiveOp::kAllToAll
+                                     ? SmallerHostCurve(groups, algo, gpus, P2pChannelsOf(base), o.split)
+                                     : ChannelCurve{};
     const size_t n_fit = fit_rows.size();
     for (size_t i = 0; i + 1 < n_fit; ++i) {
       const Measurement& a = *fit_rows[i];
@@ -541,7 +616,16 @@ absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Ca
       const double hi = i + 2 == n_fit ? 0 : b.bytes;
       const long ra = regime(a.bytes), rb = regime(b.bytes);
       if (ra == rb) {
-        push(a, b, lo, hi);
+        const std::optional<double> end = AllToAllPlateauEnd(smaller, gpus, P2pChannelsOf(base),
+                                                             i > 0 ? fit_rows[i - 1] : nullptr, a, b);
+        if (end) {
+          Measurement knot = a;
+          knot.bytes = *end;
+          push(a, knot, lo, *end);
+          push(knot, b, *end, hi);
+        } else {
+          push(a, b, lo, hi);
+        }
         continue;
       }
       // The first bend above a and the last below b; between them (regimes without a fit size)

@@ -98,6 +98,9 @@ struct P2pChannels {
 // The sizes S (nccl-tests' all-to-all convention: bytes one rank sends) at which a regime ends on p
 // GPUs of one host, ascending; S equal to a boundary still belongs to the lower regime.
 std::vector<double> P2pRegimeBoundaries(int p, const P2pChannels& channels);
+// The bytes one channel carries to one peer in an all-to-all of S on p GPUs of one host: b / n with
+// b = S/p and n as above.
+double P2pBytesPerChannel(double bytes, int p, const P2pChannels& channels);
 
 struct FitOptions {
   FitSizes split = FitSizes::kEven;
@@ -120,7 +123,10 @@ struct FitOptions {
 // NCCL's graphs, the ring graph and the tree graph of the most GPUs (nccl_tree_bw_intra_GBps) plus
 // nccl_tree_bw_intra_GBps.gpusN for each GPU count whose tree graph differs, the NCCL version, nvls,
 // kappa. η tables of `base` are dropped (the segments already follow the measured curve). For
-// all-to-all no segment crosses a P2pRegimeBoundaries bend (channel constants from `base`).
+// all-to-all no segment crosses a P2pRegimeBoundaries bend (channel constants from `base`), and
+// where a smaller host's all-to-all was measured too, a segment that starts on a latency plateau ends
+// the plateau where the smaller host's time per channel reaches it (AllToAllPlateauEnd in
+// calibrate.cc; sim/network/README.md, "All-to-all's plateau").
 // Mode nccl (all ops but all-to-all, which it costs with the α–β segments): per (op, algo, gpus) and
 // NCCL (algorithm, protocol) choice under the fitted constants, segments t = launch + t_NCCL/η through
 // consecutive fit sizes of the same choice (nccl_fit.h); a segment never spans a protocol switch, and

@@ -214,7 +214,9 @@ absl::Status Calibrate(const std::vector<std::string>& args) {
                           "(p-1)/p, broadcast f = 1); small sizes give alpha, large ones B_eff; all_to_all segments never "
                           "cross a bend of NCCL's p2p channel striping (per-peer bytes S/p at nMin*chunk/8 and "
                           "n*32*chunk, sim/network/calibrate.h P2pRegimeBoundaries): each side continues its own "
-                          "regime's line; mode alpha_beta with algo auto evaluates a measured auto segment in exactly this form "
+                          "regime's line, and on a host with a smaller measured host a segment starting on a latency plateau stays "
+                          "flat until the smaller host's time per channel (P2pBytesPerChannel) reaches it, then joins the next fit "
+                          "size (calibrate.cc AllToAllPlateauEnd); mode alpha_beta with algo auto evaluates a measured auto segment in exactly this form "
                           "(sim/network/collective_cost.h Estimate)"},
                 {"nccl_mode", NcclModeNote(*measured)}};
   if (const std::optional<sim::KappaChoice> kappa = sim::ChooseKappa(*measured)) out["fit"]["kappa"] = kappa->text;

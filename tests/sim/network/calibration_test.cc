@@ -109,6 +109,64 @@ TEST(Calibration, AllToAllSegmentsDoNotCrossP2pBends) {
   }
 }
 
+// NCCL 2.28 addP2pToPlan again: b = S/p per peer over n = min(nMin, ceil(b / 64 KiB)) channels,
+// doubled while b/n > 16 MiB and n <= 16.
+TEST(Calibration, P2pBytesPerChannelFollowsNcclStriping) {
+  const double KiB = 1024.0, MiB = 1024 * KiB;
+  const P2pChannels h200;
+  EXPECT_DOUBLE_EQ(P2pBytesPerChannel(4 * MiB, 4, h200), 128 * KiB);  // 1 MiB per peer over nMin = 8
+  EXPECT_DOUBLE_EQ(P2pBytesPerChannel(4 * MiB, 2, h200), 128 * KiB);  // 2 MiB per peer over nMin = 16
+  EXPECT_DOUBLE_EQ(P2pBytesPerChannel(1 * MiB, 4, h200), 64 * KiB);   // 256 KiB over 4 channels
+  EXPECT_DOUBLE_EQ(P2pBytesPerChannel(1 * KiB, 4, h200), 256);        // one channel
+  EXPECT_DOUBLE_EQ(P2pBytesPerChannel(1024 * MiB, 4, h200), 16 * MiB);  // 256 MiB over 16 channels
+}
+
+// A 4-GPU all-to-all on a 40 us latency floor until the 2-GPU curve, read at the same bytes per
+// channel, passes it: t4(S) = max(40 us, t2(S)) (both hosts stripe S/32 per channel from 2 MiB). The
+// fit sizes 4 MiB (floor) and 16 MiB (on the curve) would put 8 MiB on their line, 52.3 us; ending
+// the plateau where the 2-GPU fit sizes' per-channel line reaches 40 us predicts 43.5 us.
+TEST(Calibration, AllToAllPlateauEndsWhereTheSmallerHostCatchesUp) {
+  const double MiB = 1024.0 * 1024;
+  const auto t2 = [](double S) { return 10e-6 + S / 250e9; };
+  const auto t4 = [&](double S) { return std::max(40e-6, t2(S)); };
+  std::vector<NamedMeasurements> sets;
+  for (int gpus : {2, 4}) {
+    json rows = json::array();
+    for (double S = 256 * 1024; S <= 64 * MiB; S *= 2) {
+      rows.push_back({{"op", "all_to_all"}, {"bytes", S}, {"time_us", (gpus == 2 ? t2(S) : t4(S)) * 1e6}});
+    }
+    absl::StatusOr<MeasuredSet> set =
+        ParseMeasurements({{"gpus", gpus}, {"nccl_version", "2.28.3"}, {"results", rows}});
+    ASSERT_TRUE(set.ok()) << set.status();
+    sets.push_back({absl::StrCat("h200x", gpus), *set});
+  }
+  absl::StatusOr<MeasuredSet> merged = MergeMeasurements(sets);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  absl::StatusOr<Calibration> cal = FitCalibration(*merged, Calibration{}, "nvlink", FitOptions{});
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  absl::StatusOr<Cluster> cluster = DefaultCluster();
+  ASSERT_TRUE(cluster.ok());
+  cluster->calibration = *cal;
+  absl::StatusOr<CollectiveCostModel> model = CollectiveCostModel::Create(*cluster, CollectivesPlan{});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const auto at = [&](int gpus, double S) {
+    return model->Estimate(CollectiveOp::kAllToAll, {gpus, gpus, 1, gpus, 1}, S).duration_s;
+  };
+  EXPECT_NEAR(at(4, 8 * MiB), t4(8 * MiB), 0.01 * t4(8 * MiB));   // 43.5 us, not 52.3
+  EXPECT_NEAR(at(4, 6 * MiB), 40e-6, 0.01 * 40e-6);               // still on the floor
+  EXPECT_NEAR(at(4, 32 * MiB), t4(32 * MiB), 0.01 * t4(32 * MiB));  // past the plateau: unchanged
+  // 2 GPUs have no smaller host: their line through 4 and 16 MiB, exact for a line.
+  EXPECT_NEAR(at(2, 8 * MiB), t2(8 * MiB), 1e-6 * t2(8 * MiB));
+  // Without the 2-GPU measurements the 4-GPU fit keeps the line between its fit sizes.
+  absl::StatusOr<Calibration> alone = FitCalibration(sets[1].set, Calibration{}, "nvlink", FitOptions{});
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  cluster->calibration = *alone;
+  absl::StatusOr<CollectiveCostModel> line = CollectiveCostModel::Create(*cluster, CollectivesPlan{});
+  ASSERT_TRUE(line.ok());
+  const double mid = line->Estimate(CollectiveOp::kAllToAll, {4, 4, 1, 4, 1}, 8 * MiB).duration_s;
+  EXPECT_NEAR(mid, 40e-6 + (t4(16 * MiB) - 40e-6) / 3, 0.01 * mid);
+}
+
 // Mode nccl's fitted segments (nccl_fit.h). Synthetic measurements follow NCCL's own tables on two
 // H200s (the graph of the tuning log: ring 12 channels × 30 GB/s, tree 12 × 60) with a different
 // launch and efficiency per protocol: t = L_proto + t_NCCL / η_proto. The fit on even powers of two
@@ -417,22 +475,6 @@ TEST(Calibration, BadRecordsAreNamed) {
   EXPECT_NE(std::string(s.message()).find("runs.auto.gemm.kappa: \"fast\" is not a number"), std::string::npos) << s;
 }
 
-// Where the committed calibration misses the spec's 5% on held-out sizes and no fit rule grounded in
-// NCCL's behaviour (not in the held-out points) closes the gap.
-struct KnownShortfall {
-  const char* op;
-  const char* algo;
-  int gpus;
-  double bound;  // percent: the measured MAPE (6.54% at 1270de1) rounded up
-  const char* why;
-};
-constexpr KnownShortfall kKnownShortfalls[] = {
-    {"all_to_all", "auto", 4, 7.0,
-     "the time is flat at ~36 us from 256 KiB to 8 MiB and jumps to 66.7 us at 16 MiB; the held-out 8 MiB "
-     "(39.3 us) lies between the fit sizes 4 and 16 MiB and is predicted at 46.7 us (+18.8%), and nothing in "
-     "NCCL's p2p channel striping (P2pRegimeBoundaries: 2 MiB, 512 MiB, 1 GiB on 4 GPUs) places a bend there"},
-};
-
 TEST(Calibration, CommittedMeasurementsHeldOutMape) {
   const fs::path root = GEMTB_SOURCE_DIR;
   absl::StatusOr<Cluster> cluster = LoadClusterFile((root / "sim/network/default_cluster.json").string());
@@ -474,17 +516,9 @@ TEST(Calibration, CommittedMeasurementsHeldOutMape) {
       const double mape = 100 * value.first / value.second;
       const double mape_nccl = 100 * err_nccl[key].first / err_nccl[key].second;
       // The spec's bound (5%) for every op in the default mode (alpha_beta), all_to_all included (its
-      // fit segments follow NCCL's p2p channel regimes, P2pRegimeBoundaries), except where a known
-      // shortfall is listed: there the test holds the measured level, so that it cannot get worse
-      // unnoticed, and the miss stays visible (it is printed, and issue 5 stays open for it).
-      double bound = 5.0;
-      for (const KnownShortfall& k : kKnownShortfalls) {
-        if (op == k.op && algo == k.algo && gpus == k.gpus) {
-          bound = k.bound;
-          std::cout << "KNOWN SHORTFALL (spec bound 5%): " << name << " " << op << " " << algo << " on " << gpus
-                    << " GPUs held to " << k.bound << "%: " << k.why << "\n";
-        }
-      }
+      // fit segments follow NCCL's p2p channel regimes, P2pRegimeBoundaries, and end a latency plateau
+      // where the smaller host's per-channel time reaches it, AllToAllPlateauEnd).
+      const double bound = 5.0;
       EXPECT_LE(mape, bound) << name << ": " << op << " " << algo << " on " << gpus << " GPUs, " << value.second
                              << " held-out sizes";
       // Mode nccl: NCCL's tables on the logged graph with the fitted launch/η segments per protocol
