@@ -43,6 +43,12 @@ struct Events {
   }
 };
 
+// The median of a sorted, non-empty sample.
+double MedianOfSorted(const std::vector<double>& v) {
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 // Runs `run(set)` `reps` times under a KernelTimer and sums each run's device activities. A failure
 // of CUPTI itself is reported in the result (the event times still stand); a failing run is an error.
 template <typename Run>
@@ -78,8 +84,7 @@ absl::StatusOr<KernelTime> TimeKernels(int first, int reps, int sets, const Run&
   std::sort(ms.begin(), ms.end());
   out.ran = true;
   out.activities_per_run = static_cast<int>(per);
-  out.median_ms = reps % 2 == 1 ? ms[static_cast<size_t>(reps / 2)]
-                                : 0.5 * (ms[static_cast<size_t>(reps / 2 - 1)] + ms[static_cast<size_t>(reps / 2)]);
+  out.median_ms = MedianOfSorted(ms);
   out.mean_ms = sum / reps;
   out.period_ms = static_cast<double>(last_end - acts->front().start_ns) * 1e-6 / reps;
   return out;
@@ -111,8 +116,7 @@ absl::StatusOr<Timing> TimeIt(int warmup, int reps, int sets, bool kernel_time, 
   out.reps = reps;
   out.min_ms = ms.front();
   out.max_ms = ms.back();
-  out.median_ms = reps % 2 == 1 ? ms[static_cast<size_t>(reps / 2)]
-                                : 0.5 * (ms[static_cast<size_t>(reps / 2 - 1)] + ms[static_cast<size_t>(reps / 2)]);
+  out.median_ms = MedianOfSorted(ms);
   if (kernel_time) {
     absl::StatusOr<KernelTime> k = TimeKernels(warmup + reps, reps, sets, run);
     if (!k.ok()) return k.status();

@@ -45,8 +45,9 @@ struct BenchOptions {
   // Also time each case's runs by their kernels' device time (KernelTime), where CUPTI is available.
   bool kernel_time = true;
   // Allocate from a pool that keeps freed memory (device_buffer.h, RetainFreedDeviceMemory) rather
-  // than give each case's memory back to the driver, whose background clearing of it slows the next
-  // cases' memory-bound kernels (pma's forward 0.327 against 0.303 ms; tools/bench/NOTES.md "Session 11").
+  // than give each case's memory back to the driver: with cudaFree between cases, pma's forward ran
+  // 0.327 ms after another case against 0.303 alone (tools/bench/NOTES.md "Session 11"; the driver's
+  // side of it was not observable).
   bool retain_memory = true;
 };
 

@@ -5,8 +5,9 @@ run in the same device call on the same GPU and lengths (tools/bench_gpu.sh runs
 
 (KEY VALUE pairs, e.g. the commit and the commands, are stored in OUT_JSON.)
 
-ratio = ours / best peer, in effective TFLOP/s over the same valid pairs (spec §10), forward and
-forward+backward, per case. A peer row with an error does not count; a case without any peer
+ratio = ours / the peer of the same run we beat by the least (the lowest ratio over the case's peer
+rows, each on its basis below), in effective TFLOP/s over the same valid pairs (spec §10), forward
+and forward+backward, per case. A peer row with an error does not count; a case without any peer
 number has no ratio.
 
 Like against like, in time: peer rows whose impl ends in `_kernels` (tools/bench/meta_gdpa_peer.py)
@@ -34,9 +35,10 @@ def is_kernel_time_peer(row):
     return row.get("impl", "").endswith("_kernels")
 
 
-def kernel_tflops(case, key):
+def kernel_time(case, key):
+    """Our CUPTI kernel time of `key` ("fwd" / "fwdbwd"): {} when the bench did not measure it."""
     k = case.get(key, {}).get("kernel", {})
-    return k.get("tflops") if "error" not in k else None
+    return {} if "error" in k else k
 
 
 def main(argv):
@@ -65,9 +67,10 @@ def main(argv):
                "peers": mine, "peer_errors": errors}
         for key, peer_key in (("fwd", "fwd_tflops"), ("fwdbwd", "fwdbwd_tflops")):
             ours_events = row[f"ours_{key}_tflops"]
-            ours_kernels = kernel_tflops(c, key)
+            ktime = kernel_time(c, key)
+            ours_kernels = ktime.get("tflops")
             row[f"ours_{key}_kernel_tflops"] = ours_kernels
-            row[f"ours_{key}_kernel_ms"] = c.get(key, {}).get("kernel", {}).get("median_ms")
+            row[f"ours_{key}_kernel_ms"] = ktime.get("median_ms")
             # A peer row may lack one column (e.g. a forward-only row): it competes in the other.
             worst = None  # (ratio, peer row, basis): the peer we beat by the least
             for r in mine:

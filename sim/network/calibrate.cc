@@ -345,25 +345,38 @@ ChannelCurve SmallerHostCurve(const std::map<GroupKey, std::vector<const Measure
 
 }  // namespace
 
-std::vector<double> P2pRegimeBoundaries(int p, const P2pChannels& c) {
-  std::vector<double> out;
-  if (p < 2 || c.per_peer < 1 || c.channels < 1 || !(c.chunk_bytes > 0)) return out;
+namespace {
+
+// NCCL's striping constants for p GPUs (calibrate.h, P2pChannels): nMin channels per peer and the
+// smallest and largest part one channel carries; nothing for constants that stripe nothing.
+struct P2pStriping {
+  int n_min;
+  double min_part, max_part;
+};
+std::optional<P2pStriping> StripingOf(int p, const P2pChannels& c) {
+  if (p < 1 || c.per_peer < 1 || c.channels < 1 || !(c.chunk_bytes > 0)) return std::nullopt;
   int n_min = c.per_peer;
   while (n_min * p > c.channels && n_min > 1) n_min /= 2;
-  const double min_part = c.chunk_bytes / 8, max_part = c.chunk_bytes * 32;
-  out.push_back(p * n_min * min_part);  // below: ⌈b/minPart⌉ channels of minPart each
-  for (int n = n_min; n <= c.per_peer / 2; n *= 2) out.push_back(p * n * max_part);  // then b/n per channel
+  return P2pStriping{n_min, c.chunk_bytes / 8, c.chunk_bytes * 32};
+}
+
+}  // namespace
+
+std::vector<double> P2pRegimeBoundaries(int p, const P2pChannels& c) {
+  std::vector<double> out;
+  const std::optional<P2pStriping> s = StripingOf(p, c);
+  if (p < 2 || !s) return out;
+  out.push_back(p * s->n_min * s->min_part);  // below: ⌈b/minPart⌉ channels of minPart each
+  for (int n = s->n_min; n <= c.per_peer / 2; n *= 2) out.push_back(p * n * s->max_part);  // then b/n per channel
   return out;
 }
 
 double P2pBytesPerChannel(double bytes, int p, const P2pChannels& c) {
-  if (p < 1 || c.per_peer < 1 || c.channels < 1 || !(c.chunk_bytes > 0) || !(bytes > 0)) return bytes;
-  int n_min = c.per_peer;
-  while (n_min * p > c.channels && n_min > 1) n_min /= 2;
-  const double min_part = c.chunk_bytes / 8, max_part = c.chunk_bytes * 32;
+  const std::optional<P2pStriping> s = StripingOf(p, c);
+  if (!s || !(bytes > 0)) return bytes;
   const double b = bytes / p;
-  double n = std::min<double>(n_min, std::ceil(b / min_part));
-  while (b / n > max_part && n <= c.per_peer / 2) n *= 2;
+  double n = std::min<double>(s->n_min, std::ceil(b / s->min_part));
+  while (b / n > s->max_part && n <= c.per_peer / 2) n *= 2;
   return b / n;
 }
 
@@ -562,6 +575,7 @@ absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Ca
   cal.nvls = !measured.nvls_off;
   if (const std::optional<KappaChoice> kappa = ChooseKappa(measured)) cal.kappa = kappa->kappa;
   std::vector<double> large_busbw;
+  const P2pChannels channels = P2pChannelsOf(base);
   const std::map<GroupKey, std::vector<const Measurement*>> groups = Groups(measured);
   for (const auto& [key, rows] : groups) {
     // Named variables, not a structured binding: lambdas below capture them (clang < 16, the fuzz
@@ -598,7 +612,7 @@ absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Ca
     };
     std::vector<double> bends;  // S at which a new regime starts (just above each boundary)
     if (op == CollectiveOp::kAllToAll) {
-      for (double boundary : P2pRegimeBoundaries(gpus, P2pChannelsOf(base))) {
+      for (double boundary : P2pRegimeBoundaries(gpus, channels)) {
         bends.push_back(std::nextafter(boundary, std::numeric_limits<double>::infinity()));
       }
     }
@@ -606,7 +620,7 @@ absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Ca
       return std::count_if(bends.begin(), bends.end(), [&](double bend) { return bytes >= bend; });
     };
     const ChannelCurve smaller = op == CollectiveOp::kAllToAll
-                                     ? SmallerHostCurve(groups, algo, gpus, P2pChannelsOf(base), o.split)
+                                     ? SmallerHostCurve(groups, algo, gpus, channels, o.split)
                                      : ChannelCurve{};
     const size_t n_fit = fit_rows.size();
     for (size_t i = 0; i + 1 < n_fit; ++i) {
@@ -616,7 +630,7 @@ absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Ca
       const double hi = i + 2 == n_fit ? 0 : b.bytes;
       const long ra = regime(a.bytes), rb = regime(b.bytes);
       if (ra == rb) {
-        const std::optional<double> end = AllToAllPlateauEnd(smaller, gpus, P2pChannelsOf(base),
+        const std::optional<double> end = AllToAllPlateauEnd(smaller, gpus, channels,
                                                              i > 0 ? fit_rows[i - 1] : nullptr, a, b);
         if (end) {
           Measurement knot = a;
