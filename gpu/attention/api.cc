@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <memory>
@@ -458,6 +459,7 @@ absl::Status DeviceCall::Forward(const DeviceInputs& in, uint16_t* o, float* lse
   fp.o = o;
   fp.lse = lse;
   fp.max_tile_rows = s.forward_max_rows;
+  fp.wide_o_stores = ForwardWideStores() && reinterpret_cast<uintptr_t>(o) % 16 == 0 ? 1 : 0;
   return Dispatch(s.dtype, p.d, [&]<ElementType E, int D>() -> absl::Status {
     if constexpr (D == kHopperHeadDim) {
       if (s.hopper_ws) return LaunchForwardHopperWs<E>(fp, s.num_forward);

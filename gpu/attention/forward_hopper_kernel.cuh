@@ -23,6 +23,7 @@
 #include "gpu/attention/params.h"
 #include "gpu/attention/softmax.cuh"
 #include "gpu/common/mma.cuh"
+#include "gpu/common/quad_transpose.cuh"
 #include "gpu/common/sm_count.h"
 #include "gpu/common/wgmma.cuh"
 
@@ -246,11 +247,11 @@ __device__ __forceinline__ void StoreHopperRows(const float (&acc)[64], Log2Soft
       for (int r = 0; r < 2; ++r) scale[r] = row_sum[r] > 0.f ? pr.post_scale / row_sum[r] : 0.f;
     }
   }
+  // The thread's outputs, rounded and packed in pairs: w[r][i] holds columns 8i + 2t, 8i + 2t + 1
+  // of its row r.
+  uint32_t w[2][D / 8];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (row[r] >= q_rows) continue;
-    const int64_t out_row = first_out_row + row[r];
-    uint16_t* o = p.o + (out_row * pr.heads + h) * D + 2 * lane_t;
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) {
       float v0 = acc[4 * i + 2 * r];
@@ -262,9 +263,42 @@ __device__ __forceinline__ void StoreHopperRows(const float (&acc)[64], Log2Soft
         v0 = row_sum[r] > 0.f ? (v0 / row_sum[r]) * pr.post_scale : 0.f;
         v1 = row_sum[r] > 0.f ? (v1 / row_sum[r]) * pr.post_scale : 0.f;
       }
-      *reinterpret_cast<uint32_t*>(o + i * 8) = PackRounded<E>(v0, v1);
+      w[r][i] = PackRounded<E>(v0, v1);
     }
-    if (softmax && lane_t == 0) p.lse[h * pr.out_rows + out_row] = lse[r];
+  }
+  // Whole 16-byte blocks per thread (QuadTranspose4) where the launch allows 16-byte stores
+  // (ForwardParams::wide_o_stores): a warp's store instruction then writes whole 32-byte sectors (64
+  // contiguous bytes of each of 8 rows), where 4-byte stores wrote half sectors and took four times
+  // as many instructions, whose queue the next item's first loads waited behind (Nsight Compute on
+  // cross_gdpa_gelu, tools/bench/NOTES.md "Session 12"). A launch-uniform branch; the shuffles run in
+  // every lane, the stores only in valid rows.
+  if (p.wide_o_stores != 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int k = 0; k < D / 32; ++k) {
+        uint32_t block[4] = {w[r][4 * k], w[r][4 * k + 1], w[r][4 * k + 2], w[r][4 * k + 3]};
+        QuadTranspose4(block, lane_t);  // block: columns 8 (4k + t) .. 8 (4k + t) + 7 of row r
+        if (row[r] < q_rows) {
+          uint16_t* o = p.o + ((first_out_row + row[r]) * pr.heads + h) * D + (4 * k + lane_t) * 8;
+          *reinterpret_cast<uint4*>(o) = make_uint4(block[0], block[1], block[2], block[3]);
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (row[r] >= q_rows) continue;
+      uint16_t* o = p.o + ((first_out_row + row[r]) * pr.heads + h) * D + 2 * lane_t;
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) *reinterpret_cast<uint32_t*>(o + i * 8) = w[r][i];
+    }
+  }
+  if (softmax && lane_t == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (row[r] < q_rows) p.lse[h * pr.out_rows + first_out_row + row[r]] = lse[r];
+    }
   }
 }
 

@@ -210,8 +210,12 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
   if (cw == 0) mbar::NamedArrive(my_turn, 256);
 
   int kv_iter = 0;
-  int q_iter = 0;
-  for (int item = first_item; item < total_items; item += item_stride) {
+  // The item is recomputed from q_iter (items started) at each start rather than carried: carried, it
+  // was the value ptxas spilled around the elementwise phase, and its reload at every item's start
+  // waited behind the previous epilogue's stores (Nsight Compute, tools/bench/NOTES.md "Session 12").
+  for (int q_iter = 0;; ++q_iter) {
+    const int item = first_item + q_iter * item_stride;
+    if (item >= total_items) break;
     const bool last_item = item + item_stride >= total_items;
     const int h = item % pr.heads;
     ForwardItem it;
@@ -349,7 +353,6 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     for (int step = 0; step + 1 < steps; ++step) run_step(step, std::true_type{});
     run_step(steps - 1, std::false_type{});
     kv_iter += steps;
-    ++q_iter;
 
     if constexpr (kV6 && kRcpEpilogue) {
       StoreHopperRows<E, kAct, true>(acc, online, row, q_rows, it.out_row, p, h, ln.t);

@@ -38,6 +38,12 @@ inline bool ForwardHopperTmaEnabled() { return ForwardWsVersion() >= 5; }
 inline constexpr bool kForwardRingDefault = true;
 inline bool ForwardItemRing() { return EnvSwitch("GEMTB_FORWARD_RING", kForwardRingDefault); }
 
+// The Hopper forwards' epilogue writes O as one 16-byte store per lane and 8 columns (a quad
+// transpose of the packed accumulator, StoreHopperRows) where O is 16-byte aligned, instead of
+// 4-byte stores. GEMTB_FORWARD_WIDE_STORES=0/1 overrides kForwardWideStoresDefault.
+inline constexpr bool kForwardWideStoresDefault = true;
+inline bool ForwardWideStores() { return EnvSwitch("GEMTB_FORWARD_WIDE_STORES", kForwardWideStoresDefault); }
+
 // The split kernel (forward_hopper_split_kernel.cuh, "v8") for launches whose tiles all have at
 // most kSplitRows query rows and a pointwise act (PMA). GEMTB_FORWARD_SPLIT: 0 keeps v6/v7 there,
 // 1 the consumers taking alternate K/V steps, 2 both consumers on every step, 64 keys each; unset

@@ -106,6 +106,9 @@ struct ForwardParams {
   uint16_t* o = nullptr;  // [TO, H, D]
   float* lse = nullptr;   // [H, TO], softmax only
   int32_t max_tile_rows = 0;  // most query rows of any listed tile (0: unknown): a launch hint
+  // The Hopper forwards' epilogue writes O in 16-byte stores (StoreHopperRows); needs `o` 16-byte
+  // aligned. 0: 4-byte stores.
+  int32_t wide_o_stores = 0;
 };
 
 struct BackwardParams {
