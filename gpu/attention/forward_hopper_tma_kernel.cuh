@@ -37,6 +37,7 @@ namespace gemtb::gpu {
 struct ForwardTmaMaps {
   CUtensorMap q, k, v;
   int item_ring;
+  int kv_first;  // v5-v7's producer loads an item's first K/V step before its Q (ForwardKvFirst)
 };
 inline constexpr int kTmaBoxCols = 64;
 inline constexpr int kTmaBoxRows = 128;
@@ -146,24 +147,10 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
       }
       const int q_rows = min(BM, seq.lq - tile.i0);
       const int steps = (tile.k_hi - tile.k_lo + BN - 1) / BN;
-      // Q of the previous tile must be done with (both consumers issued their last S GEMM).
-      if (q_iter > 0) mbar::Wait(bar_q_empty, static_cast<uint32_t>((q_iter - 1) & 1));
-      if (q_rows == BM) {
-        if (pt == 0) {
-          const int y = static_cast<int>(seq.q_begin + tile.i0);
-          tma::ArriveExpectTx(bar_q, Smem::kQBytes);
-          tma::Load2d(sq, &maps.q, h * D, y, bar_q);
-          tma::Load2d(sq + BM * 128, &maps.q, h * D + kTmaBoxCols, y, bar_q);
-        } else {
-          mbar::Arrive(bar_q);
-        }
-      } else {
-        WsLoadRows(pt, sq, BM, pr.q + (seq.q_begin + tile.i0) * q_stride + h * D, q_stride, q_rows, pr.q);
-        mbar::CpAsyncArrive(bar_q);
-      }
-      for (int step = 0; step < steps; ++step, ++kv_iter) {
-        const int stage = kv_iter % kStages;
-        if (kv_iter >= kStages) mbar::Wait(bar_empty(stage), static_cast<uint32_t>((kv_iter / kStages - 1) & 1));
+      const auto load_step = [&](int step) {
+        const int kv = kv_iter + step;
+        const int stage = kv % kStages;
+        if (kv >= kStages) mbar::Wait(bar_empty(stage), static_cast<uint32_t>((kv / kStages - 1) & 1));
         const int j0 = tile.k_lo + step * BN;
         const int rows = min(BN, tile.k_hi - j0);
         if (rows == BN) {
@@ -185,7 +172,30 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         }
         // The next item's sequence, once its tile has had a step's time to arrive.
         if (ring && step == 0 && has_next) seq_next = pr.seqs[tile_next.b];
+      };
+      // kv_first: the item's first K/V step before its Q. That stage was freed by an earlier item's
+      // step, while Q waits until both consumers issued the previous tile's last S GEMM; loaded after
+      // Q, the first step had only that tile's last elementwise phase, P V and epilogue to arrive in,
+      // and the consumers waited for it at every item's start (cross attention's two-step tiles:
+      // Nsight Compute, tools/bench/NOTES.md "Session 12").
+      if (maps.kv_first) load_step(0);
+      // Q of the previous tile must be done with (both consumers issued their last S GEMM).
+      if (q_iter > 0) mbar::Wait(bar_q_empty, static_cast<uint32_t>((q_iter - 1) & 1));
+      if (q_rows == BM) {
+        if (pt == 0) {
+          const int y = static_cast<int>(seq.q_begin + tile.i0);
+          tma::ArriveExpectTx(bar_q, Smem::kQBytes);
+          tma::Load2d(sq, &maps.q, h * D, y, bar_q);
+          tma::Load2d(sq + BM * 128, &maps.q, h * D + kTmaBoxCols, y, bar_q);
+        } else {
+          mbar::Arrive(bar_q);
+        }
+      } else {
+        WsLoadRows(pt, sq, BM, pr.q + (seq.q_begin + tile.i0) * q_stride + h * D, q_stride, q_rows, pr.q);
+        mbar::CpAsyncArrive(bar_q);
       }
+      for (int step = maps.kv_first ? 1 : 0; step < steps; ++step) load_step(step);
+      kv_iter += steps;
       ++q_iter;
     }
     wgmma::CpAsyncWait<0>();  // leave nothing in flight behind an exiting thread

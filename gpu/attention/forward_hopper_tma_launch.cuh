@@ -119,6 +119,7 @@ absl::Status LaunchForwardHopperTma(const ForwardParams& params, int64_t num_til
     return absl::OkStatus();
   }
   maps.item_ring = ForwardItemRing() ? 1 : 0;
+  maps.kv_first = ForwardKvFirst() ? 1 : 0;
   *launched = true;
   const int n = static_cast<int>(items);
   const int version = ForwardWsVersion();

@@ -44,6 +44,12 @@ inline bool ForwardItemRing() { return EnvSwitch("GEMTB_FORWARD_RING", kForwardR
 inline constexpr bool kForwardWideStoresDefault = true;
 inline bool ForwardWideStores() { return EnvSwitch("GEMTB_FORWARD_WIDE_STORES", kForwardWideStoresDefault); }
 
+// v5-v7's producer loads each item's first K/V step before the item's Q, rather than after Q's wait
+// for the previous tile (forward_hopper_tma_kernel.cuh). GEMTB_FORWARD_KV_FIRST=0/1 overrides
+// kForwardKvFirstDefault.
+inline constexpr bool kForwardKvFirstDefault = true;
+inline bool ForwardKvFirst() { return EnvSwitch("GEMTB_FORWARD_KV_FIRST", kForwardKvFirstDefault); }
+
 // The split kernel (forward_hopper_split_kernel.cuh, "v8") for launches whose tiles all have at
 // most kSplitRows query rows and a pointwise act (PMA). GEMTB_FORWARD_SPLIT: 0 keeps v6/v7 there,
 // 1 the consumers taking alternate K/V steps, 2 both consumers on every step, 64 keys each; unset
