@@ -50,6 +50,12 @@ inline bool ForwardWideStores() { return EnvSwitch("GEMTB_FORWARD_WIDE_STORES", 
 inline constexpr bool kForwardKvFirstDefault = true;
 inline bool ForwardKvFirst() { return EnvSwitch("GEMTB_FORWARD_KV_FIRST", kForwardKvFirstDefault); }
 
+// v5-v7's tiles ordered by K/V steps, then sequence and row (OrderByStepsThenSequence,
+// tile_scheduler.h) instead of by valid rows x keys, heaviest first. GEMTB_FORWARD_STEP_ORDER=0/1
+// overrides kForwardStepOrderDefault.
+inline constexpr bool kForwardStepOrderDefault = true;
+inline bool ForwardStepOrder() { return EnvSwitch("GEMTB_FORWARD_STEP_ORDER", kForwardStepOrderDefault); }
+
 // The split kernel (forward_hopper_split_kernel.cuh, "v8") for launches whose tiles all have at
 // most kSplitRows query rows and a pointwise act (PMA). GEMTB_FORWARD_SPLIT: 0 keeps v6/v7 there,
 // 1 the consumers taking alternate K/V steps, 2 both consumers on every step, 64 keys each; unset

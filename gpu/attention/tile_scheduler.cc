@@ -90,6 +90,16 @@ std::vector<ForwardTile> BuildForwardTiles(const Pairing& pairing, const Attenti
   return Permuted(tiles, HeavyFirst(tiles.size(), work));
 }
 
+void OrderByStepsThenSequence(std::vector<ForwardTile>& tiles, int block_n) {
+  const auto steps = [block_n](const ForwardTile& t) { return (static_cast<int64_t>(t.k_hi) - t.k_lo + block_n - 1) / block_n; };
+  std::sort(tiles.begin(), tiles.end(), [&](const ForwardTile& a, const ForwardTile& b) {
+    const int64_t sa = steps(a), sb = steps(b);
+    if (sa != sb) return sa > sb;
+    if (a.b != b.b) return a.b < b.b;
+    return a.i0 < b.i0;
+  });
+}
+
 void DealInSnakeBands(std::vector<ForwardTile>& tiles, int64_t band) {
   if (band < 2) return;
   const int64_t n = static_cast<int64_t>(tiles.size());

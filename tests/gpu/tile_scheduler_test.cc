@@ -253,6 +253,43 @@ TEST(TileScheduler, TilesAreOrderedHeaviestFirst) {
   }
 }
 
+// OrderByStepsThenSequence permutes the list (same tiles), puts more K/V steps first and, among equal
+// steps, keeps each sequence's tiles together in row order.
+TEST(TileScheduler, StepOrderKeepsTilesAndGroupsSequences) {
+  std::mt19937_64 rng(21);
+  for (int trial = 0; trial < 20; ++trial) {
+    const testing::AttentionCase c = testing::RandomAttentionCase(rng, Config(300));
+    const gpu::Pairing pairing = PairingOf(c);
+    const std::vector<gpu::ForwardTile> heavy = gpu::BuildForwardTiles(pairing, c.options, gpu::kHopperBlockM);
+    std::vector<gpu::ForwardTile> tiles = heavy;
+    gpu::OrderByStepsThenSequence(tiles, 64);
+    const auto key = [](const gpu::ForwardTile& t) { return std::tuple(t.b, t.i0, t.k_lo, t.k_hi); };
+    std::vector<std::tuple<int32_t, int32_t, int32_t, int32_t>> a, b;
+    for (const gpu::ForwardTile& t : heavy) a.push_back(key(t));
+    for (const gpu::ForwardTile& t : tiles) b.push_back(key(t));
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    ASSERT_EQ(a, b) << "trial " << trial;
+    const auto steps = [](const gpu::ForwardTile& t) { return (t.k_hi - t.k_lo + 63) / 64; };
+    for (size_t i = 1; i < tiles.size(); ++i) {
+      const gpu::ForwardTile& p = tiles[i - 1];
+      const gpu::ForwardTile& q = tiles[i];
+      ASSERT_GE(steps(p), steps(q)) << "trial " << trial << " position " << i;
+      if (steps(p) == steps(q)) {
+        ASSERT_LT(std::pair(p.b, p.i0), std::pair(q.b, q.i0)) << "trial " << trial << " position " << i;
+      }
+    }
+  }
+  // Cross-attention-like: equal steps everywhere, so the list is in sequence and row order, each
+  // sequence's partial last tile right after its full ones (the heavy-first list puts it last).
+  std::vector<gpu::ForwardTile> cross = {{1, 128, 0, 256}, {0, 0, 0, 256}, {1, 0, 0, 256}, {0, 128, 0, 256}};
+  gpu::OrderByStepsThenSequence(cross, 128);
+  for (size_t i = 0; i < cross.size(); ++i) {
+    EXPECT_EQ(cross[i].b, static_cast<int32_t>(i / 2));
+    EXPECT_EQ(cross[i].i0, static_cast<int32_t>(128 * (i % 2)));
+  }
+}
+
 // The snake deal keeps the list's tiles and reverses exactly the odd bands; dealt to CTAs by stride
 // it evens their sums of work where the plain deal gives the first CTA the most of every band.
 TEST(TileScheduler, SnakeBandsReverseOddBandsAndEvenTheDeal) {
