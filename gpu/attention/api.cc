@@ -329,10 +329,9 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
     s->hopper_ws = true;
     s->hopper_block_n = kHopperWsBlockN;
   }
-  if (s->hopper_ws && !ForwardSplitApplies(s->forward_max_rows, s->softmax) && ForwardStepOrder()) {
-    OrderByStepsThenSequence(tiles, kHopperWsBlockN);
-  }
-  if (s->hopper_ws && ForwardSplitApplies(s->forward_max_rows, s->softmax)) {
+  const bool short_tile_forward = s->hopper_ws && ForwardSplitApplies(s->forward_max_rows, s->softmax);
+  if (s->hopper_ws && !short_tile_forward && ForwardStepOrder()) OrderByStepsThenSequence(tiles, kHopperWsBlockN);
+  if (short_tile_forward) {
     // The persistent short-tile forwards take every grid-th item (tile x head): a snake over the
     // heavy-first list evens their sums (tile_scheduler.h). The split kernel's grid is the SM count,
     // v10's the CTAs that fit at once (forward_variant.h); v9 has one CTA per item and no snake.

@@ -53,8 +53,8 @@ inline bool ForwardKvFirst() { return EnvSwitch("GEMTB_FORWARD_KV_FIRST", kForwa
 // v5-v7's tiles ordered by K/V steps, then sequence and row (OrderByStepsThenSequence,
 // tile_scheduler.h) instead of by valid rows x keys, heaviest first. GEMTB_FORWARD_STEP_ORDER=0/1
 // overrides kForwardStepOrderDefault. Off until a 500-per-family check runs with it: on the H200
-// (a484c6d, alternating in one call) it took 1-5% off every v7 case, and its check there ran 200 per
-// family (4,800 cases, all pass; tools/bench/NOTES.md "Session 12").
+// (a484c6d, alternating in one call) it took 1-5% off every v7 case but dense (noise there), and its
+// check ran 200 per family (4,800 cases, all pass; tools/bench/NOTES.md "Session 12").
 inline constexpr bool kForwardStepOrderDefault = false;
 inline bool ForwardStepOrder() { return EnvSwitch("GEMTB_FORWARD_STEP_ORDER", kForwardStepOrderDefault); }
 

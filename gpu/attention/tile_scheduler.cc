@@ -91,7 +91,9 @@ std::vector<ForwardTile> BuildForwardTiles(const Pairing& pairing, const Attenti
 }
 
 void OrderByStepsThenSequence(std::vector<ForwardTile>& tiles, int block_n) {
-  const auto steps = [block_n](const ForwardTile& t) { return (static_cast<int64_t>(t.k_hi) - t.k_lo + block_n - 1) / block_n; };
+  const auto steps = [block_n](const ForwardTile& t) {
+    return (static_cast<int64_t>(t.k_hi) - t.k_lo + block_n - 1) / block_n;
+  };
   std::sort(tiles.begin(), tiles.end(), [&](const ForwardTile& a, const ForwardTile& b) {
     const int64_t sa = steps(a), sb = steps(b);
     if (sa != sb) return sa > sb;

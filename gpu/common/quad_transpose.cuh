@@ -14,28 +14,21 @@ namespace gemtb::gpu {
 // In: a[j] = M[t][j], where t = lane_t is this lane's index in its quad (lane % 4). Out: a[j] = M[j][t].
 // Every lane of the warp must call it (full-warp shuffles) with the same control flow.
 __device__ __forceinline__ void QuadTranspose4(uint32_t (&a)[4], int lane_t) {
-  // Stage 1 swaps bit 1 of the row and column indices between lanes t and t ^ 2, stage 2 bit 0
-  // between t and t ^ 1: after both, element (row, col) sits in lane col, slot row.
-  const bool hi2 = (lane_t & 2) != 0;
+  // Stage m = 2 swaps bit 1 of the row and column indices between lanes t and t ^ 2, stage m = 1 bit
+  // 0 between t and t ^ 1: after both, element (row, col) sits in lane col, slot row. In a stage, a
+  // lane keeps the word of each pair (j, j + m) whose bit m matches its own and trades the other.
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const uint32_t send = hi2 ? a[j] : a[j + 2];
-    const uint32_t recv = __shfl_xor_sync(0xffffffffu, send, 2);
-    if (hi2) {
-      a[j] = recv;
-    } else {
-      a[j + 2] = recv;
-    }
-  }
-  const bool hi1 = (lane_t & 1) != 0;
+  for (int m = 2; m >= 1; m /= 2) {
+    const bool hi = (lane_t & m) != 0;
 #pragma unroll
-  for (int j = 0; j < 4; j += 2) {
-    const uint32_t send = hi1 ? a[j] : a[j + 1];
-    const uint32_t recv = __shfl_xor_sync(0xffffffffu, send, 1);
-    if (hi1) {
-      a[j] = recv;
-    } else {
-      a[j + 1] = recv;
+    for (int j = 0; j < 4; ++j) {
+      if ((j & m) != 0) continue;
+      const uint32_t recv = __shfl_xor_sync(0xffffffffu, hi ? a[j] : a[j + m], m);
+      if (hi) {
+        a[j] = recv;
+      } else {
+        a[j + m] = recv;
+      }
     }
   }
 }
