@@ -52,10 +52,11 @@ inline bool ForwardKvFirst() { return EnvSwitch("GEMTB_FORWARD_KV_FIRST", kForwa
 
 // v5-v7's tiles ordered by K/V steps, then sequence and row (OrderByStepsThenSequence,
 // tile_scheduler.h) instead of by valid rows x keys, heaviest first. GEMTB_FORWARD_STEP_ORDER=0/1
-// overrides kForwardStepOrderDefault. Off until a 500-per-family check runs with it: on the H200
-// (a484c6d, alternating in one call) it took 1-5% off every v7 case but dense (noise there), and its
-// check ran 200 per family (4,800 cases, all pass; tools/bench/NOTES.md "Session 12").
-inline constexpr bool kForwardStepOrderDefault = false;
+// overrides kForwardStepOrderDefault. On by default since 92fd6e5's call (H200, alternating in one
+// call, two rounds): 1-5% off every v7 case but dense, whose tiles all have the same steps and so
+// keep the same order either way; its 500-per-family check ran with it (12,000 cases, 0 failures;
+// tools/bench/NOTES.md "Session 13").
+inline constexpr bool kForwardStepOrderDefault = true;
 inline bool ForwardStepOrder() { return EnvSwitch("GEMTB_FORWARD_STEP_ORDER", kForwardStepOrderDefault); }
 
 // The split kernel (forward_hopper_split_kernel.cuh, "v8") for launches whose tiles all have at
