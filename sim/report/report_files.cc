@@ -1,6 +1,7 @@
 #include "sim/report/report_files.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -31,8 +32,9 @@ Json AssumptionJson(const Assumption& a) {
   j["value"] = a.value;
   j["low"] = a.low;
   j["high"] = a.high;
-  j["low_factor"] = a.low_factor;
-  j["high_factor"] = a.high_factor;
+  // Absolute low/high around a value of 0 have no factors: null.
+  j["low_factor"] = std::isfinite(a.low_factor) ? Json(a.low_factor) : Json(nullptr);
+  j["high_factor"] = std::isfinite(a.high_factor) ? Json(a.high_factor) : Json(nullptr);
   j["note"] = a.note;
   return j;
 }

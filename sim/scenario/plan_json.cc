@@ -227,6 +227,14 @@ absl::Status ParseMemory(const nlohmann::json& json, const Cluster& cluster, Mem
   return absl::OkStatus();
 }
 
+absl::Status ParsePipeline(const nlohmann::json& json, PipelinePlan* p) {
+  absl::StatusOr<ObjectReader> r = ObjectReader::Open(json, "plan.pipeline", {"sparse_ahead"});
+  if (!r.ok()) return r.status();
+  // 0 or 1: a deeper pipeline would hold more batches of embeddings and is not a TorchRec pipeline.
+  GEMTB_RETURN_IF_ERROR(r->Int("sparse_ahead", &p->sparse_ahead, 0, 1));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const std::vector<std::string>& CollectiveOpNames() {
@@ -245,7 +253,7 @@ const std::vector<std::string>& CollectiveAlgoNames() {
 absl::StatusOr<Plan> ParsePlan(const nlohmann::json& json, const Cluster& cluster, const model::ModelGraph& model,
                                std::vector<std::string>* warnings) {
   absl::StatusOr<ObjectReader> r =
-      ObjectReader::Open(json, "plan", {"cap_groups_at_world_size", "dense", "sparse", "collectives", "memory"});
+      ObjectReader::Open(json, "plan", {"cap_groups_at_world_size", "dense", "sparse", "collectives", "memory", "pipeline"});
   if (!r.ok()) return r.status();
   bool cap = false;
   GEMTB_RETURN_IF_ERROR(r->Bool("cap_groups_at_world_size", &cap));
@@ -259,6 +267,7 @@ absl::StatusOr<Plan> ParsePlan(const nlohmann::json& json, const Cluster& cluste
   GEMTB_RETURN_IF_ERROR(ParseSparse(section("sparse"), cluster, model, cap, &plan.sparse, warnings));
   GEMTB_RETURN_IF_ERROR(ParseCollectives(section("collectives"), cluster, &plan.collectives));
   GEMTB_RETURN_IF_ERROR(ParseMemory(section("memory"), cluster, &plan.memory));
+  GEMTB_RETURN_IF_ERROR(ParsePipeline(section("pipeline"), &plan.pipeline));
   return plan;
 }
 

@@ -177,11 +177,22 @@ struct MemoryPlan {
   std::string act_quant = "bf16";            // bf16 (1) | fp8 (0.5) | mx4 (~0.27)
 };
 
+// plan.pipeline: how the training loop overlaps consecutive batches.
+struct PipelinePlan {
+  // Batches by which the sparse forward (ids exchange, lookup, embedding exchange) runs ahead of its
+  // dense forward. 0: spec/simulator.md §2.3's order, every batch's sparse forward at the start of its
+  // own step. 1: TorchRec's TrainPipelineSemiSync: step t gathers batch t+1's embeddings, its lookup
+  // after step t's dense forward and its exchange beside step t's dense backward; batch t+1 is looked
+  // up in tables that batch t has not yet updated; the next batch's embeddings stay resident.
+  int sparse_ahead = 0;
+};
+
 struct Plan {
   DensePlan dense;
   SparsePlan sparse;
   CollectivesPlan collectives;
   MemoryPlan memory;
+  PipelinePlan pipeline;
 };
 
 // ---- batches -----------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 #include "sim/scenario/scenario_json.h"
 
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
@@ -55,9 +56,10 @@ absl::StatusOr<Assumption> ParseAssumption(const ScenarioDocument& doc, const nl
     if (a.paths.size() != 1) return BadField(path, "absolute low/high need a single path; use low_factor/high_factor");
     GEMTB_RETURN_IF_ERROR(r->Range("low", &a.low, -1e300, 1e300));
     GEMTB_RETURN_IF_ERROR(r->Range("high", &a.high, -1e300, 1e300));
-    if (a.value == 0) return BadField(JoinPath(path, "path"), "value is 0; give low_factor/high_factor instead");
-    a.low_factor = a.low / a.value;
-    a.high_factor = a.high / a.value;
+    // A single path moves to the absolute values; the factors are informational and undefined at
+    // a value of 0 (e.g. a 0/1 switch in a variant whose value is the low case).
+    a.low_factor = a.value != 0 ? a.low / a.value : std::numeric_limits<double>::quiet_NaN();
+    a.high_factor = a.value != 0 ? a.high / a.value : std::numeric_limits<double>::quiet_NaN();
   } else {
     GEMTB_RETURN_IF_ERROR(r->Require("low_factor"));
     GEMTB_RETURN_IF_ERROR(r->Require("high_factor"));

@@ -170,8 +170,9 @@ class Builder {
   }
   static std::vector<int> Deps(std::initializer_list<int> d) { return std::vector<int>(d); }
 
+  // `lookup_after`: a task the lookup also waits for (-1: none).
   void BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_time, StatAffine& update_time,
-                   std::vector<int>& sparse_fwd_tasks);
+                   std::vector<int>& sparse_fwd_tasks, int lookup_after);
 
   // TWRW's host group: the consecutive members of an MP group that share a host (1 when its members
   // are a host or more apart, as in 2D plans with more replicas than GPUs per host).
@@ -205,6 +206,7 @@ class Builder {
   StatLayout layout_;
   StatAffine dp_ar_;     // DP tables: AR of the dense table gradients (backward)
   StatAffine v3_bytes_;  // V3: the gathered shard bytes (zero when not fully sharded)
+  StatAffine embeddings_bytes_;  // one batch's looked-up embeddings on this rank (pooled and sequence)
 };
 
 absl::StatusOr<StepTemplate> Builder::Build() {
@@ -269,11 +271,13 @@ absl::StatusOr<StepTemplate> Builder::Build() {
     }
   }
 
-  // Sparse forward, then the dense forward.
+  // Sparse forward, then the dense forward; with plan.pipeline.sparse_ahead = 1 the sparse forward
+  // is the next batch's and comes after the dense forward (below).
+  const bool ahead = plan.pipeline.sparse_ahead > 0;
   std::vector<int> sparse_out;
   StatAffine lookup = Zero(layout_), update = Zero(layout_);
   std::vector<int> sparse_fwd;
-  BuildSparse(sparse_out, lookup, update, sparse_fwd);
+  if (!ahead) BuildSparse(sparse_out, lookup, update, sparse_fwd, -1);
 
   // Per region: non-expert params (FSDP unit), per-expert params, split of its ops.
   struct RegionPlan {
@@ -330,6 +334,7 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   // Dense forward.
   std::vector<int> fwd_last(U, -1), ag_fwd(U, -1);
   std::vector<int> first_step_tasks;  // tasks that wait for the previous step's optimizer
+  int first_fwd = -1;                  // the first dense forward compute task (it takes the embeddings)
   int prev = -1;
   for (int u = 0; u < U; ++u) {
     const RegionPlan& p = rp[u];
@@ -345,9 +350,11 @@ absl::StatusOr<StepTemplate> Builder::Build() {
     if (p.expert.empty()) {
       seg_time(region_ops[u], false, 1.0, time, terms);
       prev = AddCompute(absl::StrCat(t_.regions[u].name, ".fwd"), time, terms, deps);
+      if (u == 0) first_fwd = prev;
     } else {
       seg_time(p.pre, false, 1.0, time, terms);
       const int pre = AddCompute(absl::StrCat(t_.regions[u].name, ".fwd"), time, terms, deps);
+      if (u == 0) first_fwd = pre;
       const int eag = AddColl(absl::StrCat(t_.regions[u].name, ".expert_ag"), GroupClass::kExpertShard,
                               static_cast<int>(GroupClass::kExpertShard), CollectiveOp::kAllGather,
                               const_bytes(padded(p.expert_params, SE) * e_p), Deps({limit}));
@@ -371,6 +378,15 @@ absl::StatusOr<StepTemplate> Builder::Build() {
       prev = AddCompute(absl::StrCat(t_.regions[u].name, ".post.fwd"), pt, pterms, Deps({ex, eprs}));
     }
     fwd_last[u] = prev;
+  }
+  if (ahead) {
+    // TorchRec's TrainPipelineSemiSync: the next batch's lookup starts once this batch's dense
+    // forward is done (the compute stream holds it between forward and backward), so its embedding
+    // exchange runs beside the dense backward; this step's dense forward takes the embeddings the
+    // previous step gathered. Step 0 stands for a filled pipeline: its forward waits for none.
+    BuildSparse(sparse_out, lookup, update, sparse_fwd, prev);
+    for (int x : sparse_out) t_.tasks[first_fwd].prev_deps.push_back(x);
+    t_.in_flight_bytes = embeddings_bytes_;
   }
 
   // Dense backward, regions in reverse; grads bucketed by bucket_bytes.
@@ -553,6 +569,7 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   }
   t_.model_flops.Compact();
   t_.gathered_copy_bytes.Compact();
+  t_.in_flight_bytes.Compact();
   t_.local_flops.Compact();
   t_.local_time.Compact();
   for (CurveTerm& c : t_.local_curve_terms) { c.flops.Compact(); c.tokens.Compact(); }
@@ -573,7 +590,7 @@ absl::StatusOr<StepTemplate> Builder::Build() {
 }
 
 void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_time, StatAffine& update_time,
-                          std::vector<int>& sparse_fwd) {
+                          std::vector<int>& sparse_fwd, int lookup_after) {
   const model::ModelGraph& m = *s_.model;
   const Plan& plan = s_.plan;
   const Cluster& cl = s_.cluster;
@@ -592,6 +609,7 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
   StatAffine lookup_bytes = Zero(layout_), update_bytes = Zero(layout_);
   double shard_bytes = 0;  // table bytes of one MP shard (V3 gathers it)
   StatAffine touched = Zero(layout_);
+  embeddings_bytes_ = Zero(layout_);
   FeatureSequences seqs;
   for (const model::GraphTable& tb : m.tables) {
     // Per sample: pooled features read one bag each, sequence features one id per token.
@@ -651,6 +669,9 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
       out.AddScaled(pi, off);
       out.AddScaled(sigma, off);
     }
+    // The rank's own samples' embeddings, whichever rank looked them up.
+    embeddings_bytes_.AddScaled(pi, 1.0);
+    embeddings_bytes_.AddScaled(sigma, 1.0);
     lookup_bytes.AddScaled(nu, 8.0 + D * e_w);
     lookup_bytes.AddScaled(pi, 1.0);
     lookup_bytes.AddScaled(sigma, 1.0);
@@ -689,7 +710,7 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
   const int a_ids = AddColl("sparse.ids_a2a", GroupClass::kSparseMp, mp_layout, CollectiveOp::kAllToAll, ids,
                             global >= 0 ? std::vector<int>{global} : std::vector<int>{}, true);
   if (a_ids >= 0) sparse_fwd.push_back(a_ids);
-  const int lk = AddCompute("sparse.lookup", lookup_time, {}, {a_ids, v3}, true);
+  const int lk = AddCompute("sparse.lookup", lookup_time, {}, {a_ids, v3, lookup_after}, true);
   const int rs = AddColl("sparse.pooled_rs", GroupClass::kSparseMp, mp_layout, CollectiveOp::kReduceScatter, rw_rs, {lk});
   if (rs >= 0) sparse_fwd.push_back(rs);
   int twrw_a2a = -1;

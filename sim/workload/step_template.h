@@ -9,6 +9,9 @@
 //   experts, EP RS) -> dense backward per region in reverse (AG if resharded, recompute, compute,
 //   grads RS per bucket then replica AR) -> sparse backward (grads A2A, fused update, [V3 RS],
 //   [V2 replica AR every sync_period]) -> optimizer.
+// With plan.pipeline.sparse_ahead = 1 (TorchRec's semi-synchronous pipeline) the sparse forward is the
+// next batch's and sits between the dense forward and backward; the dense forward waits for the
+// previous step's.
 // Compute tasks are coarsened to one per region segment (forward and backward) so that a step of
 // thousands of ranks stays within the event budget of §7; their time is the sum of their ops'.
 #ifndef GEMTB_SIM_WORKLOAD_STEP_TEMPLATE_H_
@@ -89,6 +92,9 @@ struct StepTemplate {
   std::vector<CurveTerm> local_curve_terms;
   double static_bytes = 0;       // per rank, max over ranks (spec §2.6), without the V3 copy
   StatAffine gathered_copy_bytes;  // V3: the gathered MP shard, static too (spec §2.6); else zero
+  // plan.pipeline.sparse_ahead = 1: the next batch's embeddings, resident through the step (counted
+  // as static like the V3 copy; the rank-step's own batch statistics stand for the next batch's).
+  StatAffine in_flight_bytes;
   double peak_flops = 0;
 };
 

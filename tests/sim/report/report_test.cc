@@ -372,7 +372,7 @@ TEST(Study, SensitivityRanksAssumptionsAndGridsTheTopTwo) {
   o.gpus = {4096};
   absl::StatusOr<Study> study = RunStudy(GemDefault(), o, StandIn);
   ASSERT_TRUE(study.ok()) << study.status();
-  ASSERT_EQ(study->sensitivity.size(), 6u);
+  ASSERT_EQ(study->sensitivity.size(), 7u);
   // In the stand-in, zone size and oversubscription move comm; noise moves T; the rest nothing.
   EXPECT_GT(study->sensitivity[0].swing, 0);
   EXPECT_GT(study->sensitivity[1].swing, 0);
@@ -408,10 +408,11 @@ TEST(Study, ChecksCompareRandomWithBbsAndSmBasedWithSmFree) {
 
 // Runs that cannot differ run once (spec §7: no redundant reruns). At 4,096 GPUs on gem-default
 // (SM-free, BBS, noise on, zone 2,048): 6 attribution runs less the SM-free one (the plan is SM-free
-// already) = 5; 12 sensitivity cases; checks random and BBS with recompute off, random, BBS and
-// SM-based (SM-free is the baseline) less BBS without noise = "noise low" (sigma 0) = 4; grid 8 cells
-// less the 4 one-at-a-time edges less (oversubscription low/high, zone 4,096): one zone, the
-// cross-zone tier unused, = the zone-high case = 2. Total 23 (29 without sharing).
+// already) = 5; 14 sensitivity cases less the pipeline's high case (sparse_ahead 1, the baseline) =
+// 13; checks random and BBS with recompute off, random, BBS and SM-based (SM-free is the baseline)
+// less BBS without noise = "noise low" (sigma 0) = 4; grid 8 cells less the 4 one-at-a-time edges
+// less (oversubscription low/high, zone 4,096): one zone, the cross-zone tier unused, = the zone-high
+// case = 2. Total 24 (31 without sharing).
 TEST(Study, RunsThatCannotDifferRunOnce) {
   std::atomic<int> calls{0};
   const SimulateFn counting = [&](const Scenario& s, const Counterfactuals& c, const SimOptions& o) {
@@ -423,8 +424,8 @@ TEST(Study, RunsThatCannotDifferRunOnce) {
   o.threads = 2;
   absl::StatusOr<Study> study = RunStudy(GemDefault(), o, counting);
   ASSERT_TRUE(study.ok()) << study.status();
-  EXPECT_EQ(calls.load(), 23);
-  EXPECT_EQ(study->perf.size(), 23u);
+  EXPECT_EQ(calls.load(), 24);
+  EXPECT_EQ(study->perf.size(), 24u);
   ASSERT_TRUE(study->grid.has_value() && study->checks.has_value());
   // zone size (row 0) and oversubscription (row 1) span the grid, in either order.
   const int zone = study->grid->a == 0 ? 0 : 1;
@@ -439,7 +440,7 @@ TEST(Study, RunsThatCannotDifferRunOnce) {
                                                                                : study->grid->scaling_ratio[2][0];
   EXPECT_NE(low_low, low_high);
   // Noise low (sigma 0) shares the BBS check's run: the same T as the no-noise switch.
-  const SensitivityRow& noise = study->sensitivity[5];
+  const SensitivityRow& noise = study->sensitivity[6];
   EXPECT_NEAR(noise.low.step_s, 1.0 * (1 + 0.05 + 0.02) + 0.01 * 12 + 0.1, 1e-12);
 }
 
@@ -500,8 +501,8 @@ TEST(Study, SummaryJsonParsesAndHoldsTheReferenceInFull) {
   EXPECT_TRUE(summary["reference"].contains("attribution"));
   EXPECT_EQ(summary["reference"]["attribution"]["losses"].size(), 5u);
   EXPECT_EQ(summary["sweep"].size(), 3u);
-  EXPECT_EQ(summary["assumptions"].size(), 6u);
-  EXPECT_EQ(summary["sensitivity"]["one_at_a_time"].size(), 6u);
+  EXPECT_EQ(summary["assumptions"].size(), 7u);
+  EXPECT_EQ(summary["sensitivity"]["one_at_a_time"].size(), 7u);
   EXPECT_TRUE(summary["checks"]["bbs_halves_excess"].get<bool>());
 }
 

@@ -74,7 +74,7 @@ TEST(GemDefault, ParsesAsTheSpecDescribesIt) {
 TEST(GemDefault, ListsEveryUnpublishedValueWithLowAndHigh) {
   absl::StatusOr<Scenario> s = BuildScenario(GemDefault());
   ASSERT_TRUE(s.ok()) << s.status();
-  ASSERT_EQ(s->assumptions.size(), 6u);
+  ASSERT_EQ(s->assumptions.size(), 7u);
   const Assumption& zone = s->assumptions[0];
   EXPECT_EQ(zone.path, "cluster.zone_size");
   EXPECT_EQ(zone.value, 2048);
@@ -97,7 +97,13 @@ TEST(GemDefault, ListsEveryUnpublishedValueWithLowAndHigh) {
   EXPECT_EQ(rows.path, "model.tables[*].rows");
   EXPECT_GT(rows.value, 7e9);  // ~8e9 rows (spec §4)
   EXPECT_LT(rows.value, 9e9);
-  const Assumption& noise = s->assumptions[5];
+  const Assumption& pipeline = s->assumptions[5];
+  EXPECT_EQ(pipeline.path, "plan.pipeline.sparse_ahead");
+  EXPECT_EQ(pipeline.value, 1);  // TorchRec's semi-synchronous pipeline
+  EXPECT_EQ(pipeline.low, 0);    // spec §2.3's order
+  EXPECT_EQ(pipeline.high, 1);
+  EXPECT_EQ(s->plan.pipeline.sparse_ahead, 1);
+  const Assumption& noise = s->assumptions[6];
   EXPECT_EQ(noise.low, 0);
   EXPECT_EQ(noise.high, 0.06);
 }
@@ -222,6 +228,10 @@ TEST(NamedErrors, OtherPlanAndBatchRules) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.sparse.tables.nosuch")));
   EXPECT_THAT(BuildWith("plan.memory.act_quant", "\"int4\""),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.memory.act_quant")));
+  EXPECT_THAT(BuildWith("plan.pipeline.sparse_ahead", "2"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.pipeline.sparse_ahead: 2")));
+  EXPECT_THAT(BuildWith("plan.pipeline.depth", "1"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.pipeline.depth")));
   EXPECT_THAT(BuildWith("noise.step_sigma", "-0.1"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("noise.step_sigma: -0.1")));
   EXPECT_THAT(BuildWith("noise.slow_ranks", "{\"ranks\": [5000], \"factor\": 1.5}"),
