@@ -217,6 +217,13 @@ struct MergedClasses {
       bucket.clear();
     }
   }
+  void PrefetchBucket(uint32_t w) const {
+    if (!bucket16.empty()) {
+      __builtin_prefetch(&bucket16[w >> (32 - kBucketBits)]);
+    } else {
+      __builtin_prefetch(&bucket[w >> (32 - kBucketBits)]);
+    }
+  }
   const double* Row(uint32_t w) const {
     uint32_t e;
     bool pure;
@@ -313,26 +320,45 @@ class Drawer {
   // Per sample: one Philox word (4 samples per block) and every class's (length, pairs) from one
   // merged row; the same values added in the same order as one lookup per class. kC > 0 fixes the
   // class count at compile time, so the sums stay in registers (gem-default has two classes).
+  // Samples go in chunks of kChunk: first every word and bucket entry of the chunk, then every row,
+  // then the sums in sample order. The bucket and row tables are larger than L2, and one sample's
+  // loads depend on each other, so a sample at a time waited for two misses in a row; a chunk's
+  // loads are independent and overlap (prefetched), and the sums run in the same order as before.
   template <int kC>
   void SumRows(uint64_t stream, int64_t size, double* t_acc, double* p_acc, double& load) const {
+    constexpr int64_t kChunk = 32;
     const size_t C = kC > 0 ? static_cast<size_t>(kC) : classes_.size();
     const double* seqs_per_class = merged_.seqs.data();
     double t[kC > 0 ? kC : 1] = {}, p[kC > 0 ? kC : 1] = {};
     double ld = 0;
-    numerics::Philox4x32 block{};
-    for (int64_t s = 0; s < size; ++s) {
-      if (s % 4 == 0) block = numerics::PhiloxBlock(c_.seed, stream, static_cast<uint64_t>(s / 4));
-      const double* row = merged_.Row(block.v[s % 4]);
-      for (size_t c = 0; c < C; ++c) {
-        const double len = row[2 * c];
-        if constexpr (kC > 0) {
-          t[c] += len;
-          p[c] += row[2 * c + 1];
-        } else {
-          t_acc[c] += len;
-          p_acc[c] += row[2 * c + 1];
+    uint32_t words[kChunk];
+    const double* rows[kChunk];
+    for (int64_t s0 = 0; s0 < size; s0 += kChunk) {
+      const int64_t n = std::min(kChunk, size - s0);
+      // s0 is a multiple of 4: the chunk starts on a Philox block.
+      for (int64_t k = 0; k < n; k += 4) {
+        const numerics::Philox4x32 block = numerics::PhiloxBlock(c_.seed, stream, static_cast<uint64_t>((s0 + k) / 4));
+        for (int64_t q = 0; q < 4 && k + q < n; ++q) words[k + q] = block.v[q];
+      }
+      for (int64_t k = 0; k < n; ++k) merged_.PrefetchBucket(words[k]);
+      for (int64_t k = 0; k < n; ++k) {
+        rows[k] = merged_.Row(words[k]);
+        __builtin_prefetch(rows[k]);
+        __builtin_prefetch(rows[k] + 2 * C - 1);  // a row may straddle two lines
+      }
+      for (int64_t k = 0; k < n; ++k) {
+        const double* row = rows[k];
+        for (size_t c = 0; c < C; ++c) {
+          const double len = row[2 * c];
+          if constexpr (kC > 0) {
+            t[c] += len;
+            p[c] += row[2 * c + 1];
+          } else {
+            t_acc[c] += len;
+            p_acc[c] += row[2 * c + 1];
+          }
+          ld += len * seqs_per_class[c];
         }
-        ld += len * seqs_per_class[c];
       }
     }
     if constexpr (kC > 0) {
