@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const F
   const float score_scale = softmax ? pr.pre_scale * 1.44269504088896340736f : pr.pre_scale;
 
   const int q_rows = min(BM, seq.lq - tile.i0);
-  const int steps = (tile.k_hi - tile.k_lo + BN - 1) / BN;
+  const int steps = KeySteps(tile.k_lo, tile.k_hi, BN);
   const auto load_kv = [&](int step) {
     const int j0 = tile.k_lo + step * BN;
     const int64_t offset = (seq.kv_begin + j0) * kv_stride + hk * D;

@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         tile = p.tiles[item / pr.heads];
         seq = pr.seqs[tile.b];
       }
-      const int steps = (tile.k_hi - tile.k_lo + BN - 1) / BN;
+      const int steps = KeySteps(tile.k_lo, tile.k_hi, BN);
       const SplitQKey qk{seq.q_begin + tile.i0, h, min(QM, seq.lq - tile.i0)};
       if (!(qk == loaded)) {
         // The consumers arrive on "Q empty" after their last S GEMM on the old Q when the next
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
       it = MakeForwardItem(tile, pr.seqs[tile.b]);
     }
     const int q_rows = min(QM, it.lq - it.i0);
-    const int steps = (it.k_hi - it.k_lo + BN - 1) / BN;
+    const int steps = KeySteps(it.k_lo, it.k_hi, BN);
     const int kv_first = kv_iter;
     const SplitQKey qk{it.q_row, h, q_rows};
     const bool new_q = !(qk == loaded);

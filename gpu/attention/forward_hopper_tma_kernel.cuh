@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         seq = pr.seqs[tile.b];
       }
       const int q_rows = min(BM, seq.lq - tile.i0);
-      const int steps = (tile.k_hi - tile.k_lo + BN - 1) / BN;
+      const int steps = KeySteps(tile.k_lo, tile.k_hi, BN);
       const auto load_step = [&](int step) {
         const int kv = kv_iter + step;
         const int stage = kv % kStages;
@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
       it = MakeForwardItem(t, pr.seqs[t.b]);
     }
     const int q_rows = min(BM, it.lq - it.i0);
-    const int steps = (it.k_hi - it.k_lo + BN - 1) / BN;
+    const int steps = KeySteps(it.k_lo, it.k_hi, BN);
     const int kv_first = kv_iter;
 
     RowKeyRange keys[2];

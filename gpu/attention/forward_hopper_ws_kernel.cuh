@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1) ForwardHopperWsKernel(con
   const int64_t q_stride = static_cast<int64_t>(pr.heads) * D;
   const int64_t kv_stride = static_cast<int64_t>(pr.kv_heads) * D;
   const int q_rows = min(BM, seq.lq - tile.i0);
-  const int steps = (tile.k_hi - tile.k_lo + BN - 1) / BN;
+  const int steps = KeySteps(tile.k_lo, tile.k_hi, BN);
 
   if (tid == 0) {
     mbar::Init(bar_q, 128);

@@ -57,6 +57,10 @@ struct ForwardTile {
   int32_t b, i0, k_lo, k_hi;
 };
 
+// The K/V steps of block_n keys covering keys [k_lo, k_hi), the last one possibly partial: what the
+// forward kernels loop over and what the host scheduler costs a tile by (OrderByStepsThenSequence).
+constexpr int KeySteps(int k_lo, int k_hi, int block_n) { return (k_hi - k_lo + block_n - 1) / block_n; }
+
 // dQ: query rows [i0, i0+kBlockM) of one query sequence, for each of its readers (the output
 // sequences that read it: just one, or every b under broadcast_q) in increasing b. A tile with many
 // readers (broadcast_q) is split into parts of at most kDqReadersPerPart readers; each part writes

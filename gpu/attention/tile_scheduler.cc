@@ -91,11 +91,8 @@ std::vector<ForwardTile> BuildForwardTiles(const Pairing& pairing, const Attenti
 }
 
 void OrderByStepsThenSequence(std::vector<ForwardTile>& tiles, int block_n) {
-  const auto steps = [block_n](const ForwardTile& t) {
-    return (static_cast<int64_t>(t.k_hi) - t.k_lo + block_n - 1) / block_n;
-  };
-  std::sort(tiles.begin(), tiles.end(), [&](const ForwardTile& a, const ForwardTile& b) {
-    const int64_t sa = steps(a), sb = steps(b);
+  std::sort(tiles.begin(), tiles.end(), [block_n](const ForwardTile& a, const ForwardTile& b) {
+    const int sa = KeySteps(a.k_lo, a.k_hi, block_n), sb = KeySteps(b.k_lo, b.k_hi, block_n);
     if (sa != sb) return sa > sb;
     if (a.b != b.b) return a.b < b.b;
     return a.i0 < b.i0;
