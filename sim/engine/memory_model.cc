@@ -26,8 +26,7 @@ MemoryPlanOutput PlanMemory(const StepTemplate& tpl, const Scenario& scenario, c
   for (int s = 0; s < steps; ++s) {
     for (int r = 0; r < world; ++r) {
       const absl::Span<const double> x(stats.data() + (static_cast<size_t>(s) * world + r) * width, width);
-      const double static_bytes = tpl.static_bytes + std::max(0.0, tpl.gathered_copy_bytes.Eval(x)) +
-                                  std::max(0.0, tpl.in_flight_bytes.Eval(x));
+      const double static_bytes = tpl.static_bytes + std::max(0.0, tpl.batch_static_bytes.Eval(x));
       const double budget = available - static_bytes;
       out.static_bytes[r] = std::max(out.static_bytes[r], static_bytes);
       if (static_bytes > out.fit.static_bytes) {

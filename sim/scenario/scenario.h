@@ -241,7 +241,8 @@ struct Assumption {
   std::string note;
   std::string name;                // short label for reports, e.g. "zone size"
   std::vector<std::string> paths;  // every field it sets (e.g. both RoCE alphas); path == paths[0]
-  // The low/high cases scale every path's value by these factors (absolute low/high: low/value).
+  // The low/high cases scale every path's value by these factors (absolute low/high: low/value,
+  // NaN at a value of 0, where a single path takes low/high directly; reports write null).
   double low_factor = 1;
   double high_factor = 1;
 };

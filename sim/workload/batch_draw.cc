@@ -217,22 +217,23 @@ struct MergedClasses {
       bucket.clear();
     }
   }
+  static uint32_t BucketOf(uint32_t w) { return w >> (32 - kBucketBits); }
   void PrefetchBucket(uint32_t w) const {
     if (!bucket16.empty()) {
-      __builtin_prefetch(&bucket16[w >> (32 - kBucketBits)]);
+      __builtin_prefetch(&bucket16[BucketOf(w)]);
     } else {
-      __builtin_prefetch(&bucket[w >> (32 - kBucketBits)]);
+      __builtin_prefetch(&bucket[BucketOf(w)]);
     }
   }
   const double* Row(uint32_t w) const {
     uint32_t e;
     bool pure;
     if (!bucket16.empty()) {
-      const uint16_t v = bucket16[w >> (32 - kBucketBits)];
+      const uint16_t v = bucket16[BucketOf(w)];
       e = v & 0x7FFFu;
       pure = (v & 0x8000u) != 0;
     } else {
-      const uint32_t v = bucket[w >> (32 - kBucketBits)];
+      const uint32_t v = bucket[BucketOf(w)];
       e = v & ~kPure;
       pure = (v & kPure) != 0;
     }
@@ -321,9 +322,9 @@ class Drawer {
   // merged row; the same values added in the same order as one lookup per class. kC > 0 fixes the
   // class count at compile time, so the sums stay in registers (gem-default has two classes).
   // Samples go in chunks of kChunk: first every word and bucket entry of the chunk, then every row,
-  // then the sums in sample order. The bucket and row tables are larger than L2, and one sample's
-  // loads depend on each other, so a sample at a time waited for two misses in a row; a chunk's
-  // loads are independent and overlap (prefetched), and the sums run in the same order as before.
+  // then the sums in sample order. The bucket table alone is 512 KiB, and one sample's loads depend
+  // on each other, so a sample at a time waited for two loads in a row; a chunk's loads are
+  // independent and overlap (prefetched), and the sums run in the same order as before.
   template <int kC>
   void SumRows(uint64_t stream, int64_t size, double* t_acc, double* p_acc, double& load) const {
     constexpr int64_t kChunk = 32;

@@ -386,7 +386,6 @@ absl::StatusOr<StepTemplate> Builder::Build() {
     // previous step gathered. Step 0 stands for a filled pipeline: its forward waits for none.
     BuildSparse(sparse_out, lookup, update, sparse_fwd, prev);
     for (int x : sparse_out) t_.tasks[first_fwd].prev_deps.push_back(x);
-    t_.in_flight_bytes = embeddings_bytes_;
   }
 
   // Dense backward, regions in reverse; grads bucketed by bucket_bytes.
@@ -553,8 +552,9 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   t_.static_bytes = 16.0 * (dense_params_total / S + expert_params_total / std::max(1, SE)) +
                     (depth + 1) * max_unit_bytes + per_rank_tables;
   // V3's transient gathered copy counts as static (spec §2.6): the whole MP shard (gather "all") or
-  // this rank-step's touched rows (gather "touched").
-  t_.gathered_copy_bytes = v3_bytes_;
+  // this rank-step's touched rows (gather "touched"); so do the pipelined next batch's embeddings.
+  t_.batch_static_bytes = v3_bytes_;
+  if (ahead) t_.batch_static_bytes.AddScaled(embeddings_bytes_, 1.0);
 
   // Evaluation is per rank and task: keep only the non-zero terms.
   for (TaskTemplate& task : t_.tasks) {
@@ -568,8 +568,7 @@ absl::StatusOr<StepTemplate> Builder::Build() {
     for (CurveTerm& c : r.fwd_curve_terms) { c.flops.Compact(); c.tokens.Compact(); }
   }
   t_.model_flops.Compact();
-  t_.gathered_copy_bytes.Compact();
-  t_.in_flight_bytes.Compact();
+  t_.batch_static_bytes.Compact();
   t_.local_flops.Compact();
   t_.local_time.Compact();
   for (CurveTerm& c : t_.local_curve_terms) { c.flops.Compact(); c.tokens.Compact(); }

@@ -90,11 +90,11 @@ struct StepTemplate {
   StatAffine local_flops;        // FLOPs of local_mfu ops
   StatAffine local_time;         // their time alone at e_l (Local MFU's denominator)
   std::vector<CurveTerm> local_curve_terms;
-  double static_bytes = 0;       // per rank, max over ranks (spec §2.6), without the V3 copy
-  StatAffine gathered_copy_bytes;  // V3: the gathered MP shard, static too (spec §2.6); else zero
-  // plan.pipeline.sparse_ahead = 1: the next batch's embeddings, resident through the step (counted
-  // as static like the V3 copy; the rank-step's own batch statistics stand for the next batch's).
-  StatAffine in_flight_bytes;
+  double static_bytes = 0;       // per rank, max over ranks (spec §2.6), without batch_static_bytes
+  // Static bytes that follow the rank-step's batch (spec §2.6): V3's gathered copy of the MP shard,
+  // and with plan.pipeline.sparse_ahead = 1 the next batch's embeddings, resident through the step
+  // (the rank-step's own batch statistics stand for the next batch's). Zero when neither applies.
+  StatAffine batch_static_bytes;
   double peak_flops = 0;
 };
 
