@@ -60,15 +60,28 @@ class Engine {
   // step s + 1 completes, every task of step s - 1 has started. (Were it violated, a counter would
   // never reach zero and Run() reports the deadlock instead of a wrong result.) A task is ready when its counter is zero; a dependency's completion decrements its
   // dependents' counters, so readiness costs O(1) per dependency, whatever the fan-in.
-  uint8_t& Pending(int r, int i, int step) {
-    return pending_[(static_cast<size_t>(step & (kSlots - 1)) * R_ + r) * T_ + i];
+  uint8_t& Pending(int r, int i, int step) { return PendingRow(r, step)[i]; }
+  // Rank r's counters for a step's slot: one base, indexed by task (a completion reads several).
+  uint8_t* PendingRow(int r, int step) {
+    return pending_.data() + static_cast<size_t>(step & (kSlots - 1)) * slot_size_ + static_cast<size_t>(r) * T_;
   }
   uint8_t FullCount(int i, int step) const {
     const TaskTemplate& t = tpl_.tasks[i];
     return static_cast<uint8_t>(t.deps.size() + (step > 0 ? t.prev_deps.size() : 0));
   }
   static constexpr int kSlots = 2;
-  void TryStart(int r, int stream);
+  // Starts the head of r's stream if it is idle and ready. Most calls find it busy or waiting: that
+  // check stays inline, and only a start pays for a call.
+  void TryStart(int r, int stream) {
+    const StreamState& ss = rs_[r].st[stream];
+    if (ss.busy || ss.step >= in_.steps) return;
+    const int* list = stream_list_[stream];
+    if (list == nullptr) return;
+    const int i = list[ss.pos];
+    if (PendingRow(r, ss.step)[i] != 0) return;
+    StartHead(r, stream, i);
+  }
+  void StartHead(int r, int stream, int i);
   void StartCompute(int r, int i, int step);
   void EnterComputeStep(int r, int step);
   void Arrive(int r, int i, int step);
@@ -165,6 +178,9 @@ class Engine {
   double& MemberSlot(std::vector<double>& v, int r, int stream) {
     return v[static_cast<size_t>(r) * kNumStreams + stream];
   }
+  size_t slot_size_ = 0;                          // R_ * T_: one slot of pending_
+  std::array<const int*, kNumStreams> stream_list_{};  // per stream: its tasks (null when none)
+  std::vector<int32_t> task_stream_;              // per task: its stream
   std::vector<int32_t> stream_next_;
   std::vector<uint8_t> stream_wraps_;
   // Prefetches what Complete(r, i, step) will read for rank r (its stream state, the counters of
@@ -180,18 +196,11 @@ class Engine {
   }
 };
 
-void Engine::TryStart(int r, int stream) {
+__attribute__((noinline)) void Engine::StartHead(int r, int stream, int i) {
   StreamState& ss = rs_[r].st[stream];
-  if (ss.busy) return;
   const int step = ss.step;
-  if (step >= in_.steps) return;
-  const std::vector<int>& list = tpl_.stream_tasks[stream];
-  if (list.empty()) return;
-  const int i = list[ss.pos];
-  uint8_t& pending = Pending(r, i, step);
-  if (pending != 0) return;
   ss.busy = 1;
-  pending = FullCount(i, step + kSlots);  // the slot's next use
+  Pending(r, i, step) = FullCount(i, step + kSlots);  // the slot's next use
   const TaskTemplate& t = tpl_.tasks[i];
   if (!t.collective) {
     StartCompute(r, i, step);
@@ -540,12 +549,14 @@ void Engine::Complete(int r, int i, int step) {
   }
   if (++done_count_[step] == static_cast<int64_t>(R_) * T_) out_.step_end_s[step] = now_;
   TryStart(r, t.stream);
+  uint8_t* const row = PendingRow(r, step);
   for (int d : tpl_.dependents[i]) {
-    if (--Pending(r, d, step) == 0) TryStart(r, tpl_.tasks[d].stream);
+    if (--row[d] == 0) TryStart(r, task_stream_[d]);
   }
   if (step + 1 < in_.steps) {
+    uint8_t* const next_row = PendingRow(r, step + 1);
     for (int d : tpl_.next_step_dependents[i]) {
-      if (--Pending(r, d, step + 1) == 0) TryStart(r, tpl_.tasks[d].stream);
+      if (--next_row[d] == 0) TryStart(r, task_stream_[d]);
     }
   }
   if (t.stream == kComputeStream && !rs_[r].st[kComputeStream].busy && rs_[r].idle_since < 0) rs_[r].idle_since = now_;
@@ -562,7 +573,15 @@ absl::StatusOr<EngineOutput> Engine::Run() {
       return absl::InvalidArgumentError(absl::StrCat("sim engine: task ", tpl_.tasks[i].name, " has more than 255 dependencies"));
     }
   }
-  pending_.resize(static_cast<size_t>(kSlots) * R_ * T_);
+  slot_size_ = static_cast<size_t>(R_) * T_;
+  pending_.resize(kSlots * slot_size_);
+  for (int s = 0; s < kNumStreams; ++s) {
+    stream_list_[s] = s < static_cast<int>(tpl_.stream_tasks.size()) && !tpl_.stream_tasks[s].empty()
+                          ? tpl_.stream_tasks[s].data()
+                          : nullptr;
+  }
+  task_stream_.resize(T_);
+  for (int i = 0; i < T_; ++i) task_stream_[i] = tpl_.tasks[i].stream;
   for (int k = 0; k < kSlots; ++k) {
     for (int r = 0; r < R_; ++r) {
       for (int i = 0; i < T_; ++i) Pending(r, i, k) = FullCount(i, k);
@@ -631,13 +650,14 @@ absl::StatusOr<EngineOutput> Engine::Run() {
     if (!q_.Empty() && q_.Top().type == EventType::kTaskEnd) {
       const Event top = q_.Top();
       const int next = top.a;
-      for (int d : tpl_.dependents[top.b]) __builtin_prefetch(&Pending(next, d, top.step));
+      const uint8_t* row = PendingRow(next, top.step);
+      for (int d : tpl_.dependents[top.b]) __builtin_prefetch(row + d);
       __builtin_prefetch(&Pending(next, stream_next_[top.b], top.step + stream_wraps_[top.b]));
       // The whole rank state (a task end touches most of it) and the statistics row.
       const char* state = reinterpret_cast<const char*>(&rs_[next]);
       for (size_t off = 0; off < sizeof(RankState); off += 64) __builtin_prefetch(state + off);
-      const double* row = cur_stats_.data() + static_cast<size_t>(next) * width_;
-      for (int off = 0; off < width_; off += 8) __builtin_prefetch(row + off);
+      const double* stats_row = cur_stats_.data() + static_cast<size_t>(next) * width_;
+      for (int off = 0; off < width_; off += 8) __builtin_prefetch(stats_row + off);
       __builtin_prefetch(cur_ckpt_.data() + static_cast<size_t>(next) * ckpt_words_);
     }
     ++events;
