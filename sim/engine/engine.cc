@@ -60,10 +60,14 @@ class Engine {
   // step s + 1 completes, every task of step s - 1 has started. (Were it violated, a counter would
   // never reach zero and Run() reports the deadlock instead of a wrong result.) A task is ready when its counter is zero; a dependency's completion decrements its
   // dependents' counters, so readiness costs O(1) per dependency, whatever the fan-in.
-  uint8_t& Pending(int r, int i, int step) { return PendingRow(r, step)[i]; }
-  // Rank r's counters for a step's slot: one base, indexed by task (a completion reads several).
-  uint8_t* PendingRow(int r, int step) {
-    return pending_.data() + static_cast<size_t>(step & (kSlots - 1)) * slot_size_ + static_cast<size_t>(r) * T_;
+  // Layout [slot][task][rank]: the ranks of a collective's group complete it together, and all ranks
+  // run the same task at about the same time, so the counters in use at any moment sit on few lines
+  // (task-major: one line serves 64 ranks; rank-major, every rank's counters had lines of their own,
+  // a cache miss per completion at 16,384 ranks).
+  uint8_t& Pending(int r, int i, int step) { return PendingColumn(r, step)[static_cast<size_t>(i) * R_]; }
+  // Rank r's counters for a step's slot: task i's is at [i * R_].
+  uint8_t* PendingColumn(int r, int step) {
+    return pending_.data() + static_cast<size_t>(step & (kSlots - 1)) * slot_size_ + static_cast<size_t>(r);
   }
   uint8_t FullCount(int i, int step) const {
     const TaskTemplate& t = tpl_.tasks[i];
@@ -78,7 +82,7 @@ class Engine {
     const int* list = stream_list_[stream];
     if (list == nullptr) return;
     const int i = list[ss.pos];
-    if (PendingRow(r, ss.step)[i] != 0) return;
+    if (Pending(r, i, ss.step) != 0) return;
     StartHead(r, stream, i);
   }
   void StartHead(int r, int stream, int i);
@@ -132,7 +136,7 @@ class Engine {
   HugeVector<uint64_t> cur_ckpt_;  // [rank][ckpt_words_]: its checkpointed regions
   int ckpt_words_ = 1;
   HugeVector<RankState> rs_;
-  HugeVector<uint8_t> pending_;     // [slot][rank][task]: unfinished dependencies
+  HugeVector<uint8_t> pending_;     // [slot][task][rank]: unfinished dependencies
   std::vector<int64_t> coll_off_;   // per task: offset into the per-group state
   std::vector<int32_t> arrived_;
   std::vector<double> max_bytes_, coll_start_, coll_dur_;
@@ -178,7 +182,7 @@ class Engine {
   double& MemberSlot(std::vector<double>& v, int r, int stream) {
     return v[static_cast<size_t>(r) * kNumStreams + stream];
   }
-  size_t slot_size_ = 0;                          // R_ * T_: one slot of pending_
+  size_t slot_size_ = 0;                          // T_ * R_: one slot of pending_
   std::array<const int*, kNumStreams> stream_list_{};  // per stream: its tasks (null when none)
   std::vector<int32_t> task_stream_;              // per task: its stream
   std::vector<int32_t> stream_next_;
@@ -549,14 +553,14 @@ void Engine::Complete(int r, int i, int step) {
   }
   if (++done_count_[step] == static_cast<int64_t>(R_) * T_) out_.step_end_s[step] = now_;
   TryStart(r, t.stream);
-  uint8_t* const row = PendingRow(r, step);
+  uint8_t* const col = PendingColumn(r, step);
   for (int d : tpl_.dependents[i]) {
-    if (--row[d] == 0) TryStart(r, task_stream_[d]);
+    if (--col[static_cast<size_t>(d) * R_] == 0) TryStart(r, task_stream_[d]);
   }
   if (step + 1 < in_.steps) {
-    uint8_t* const next_row = PendingRow(r, step + 1);
+    uint8_t* const next_col = PendingColumn(r, step + 1);
     for (int d : tpl_.next_step_dependents[i]) {
-      if (--next_row[d] == 0) TryStart(r, task_stream_[d]);
+      if (--next_col[static_cast<size_t>(d) * R_] == 0) TryStart(r, task_stream_[d]);
     }
   }
   if (t.stream == kComputeStream && !rs_[r].st[kComputeStream].busy && rs_[r].idle_since < 0) rs_[r].idle_since = now_;
@@ -650,8 +654,8 @@ absl::StatusOr<EngineOutput> Engine::Run() {
     if (!q_.Empty() && q_.Top().type == EventType::kTaskEnd) {
       const Event top = q_.Top();
       const int next = top.a;
-      const uint8_t* row = PendingRow(next, top.step);
-      for (int d : tpl_.dependents[top.b]) __builtin_prefetch(row + d);
+      const uint8_t* col = PendingColumn(next, top.step);
+      for (int d : tpl_.dependents[top.b]) __builtin_prefetch(col + static_cast<size_t>(d) * R_);
       __builtin_prefetch(&Pending(next, stream_next_[top.b], top.step + stream_wraps_[top.b]));
       // The whole rank state (a task end touches most of it) and the statistics row.
       const char* state = reinterpret_cast<const char*>(&rs_[next]);
