@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 
 #include "absl/status/status.h"
@@ -185,6 +186,17 @@ class Engine {
   size_t slot_size_ = 0;                          // T_ * R_: one slot of pending_
   std::array<const int*, kNumStreams> stream_list_{};  // per stream: its tasks (null when none)
   std::vector<int32_t> task_stream_;              // per task: its stream
+  // GroupLayout::GroupOf without its two divisions when size and stride are powers of two (every
+  // plan of a power-of-two world): an arrival computes its group at every rank.
+  struct GroupOfRank {
+    const GroupLayout* layout = nullptr;
+    int block_shift = -1, stride_shift = 0;  // log2(stride * size), log2(stride); -1: divide
+    int Of(int r) const {
+      if (block_shift < 0) return layout->GroupOf(r);
+      return ((r >> block_shift) << stride_shift) | (r & ((1 << stride_shift) - 1));
+    }
+  };
+  std::vector<GroupOfRank> group_of_;             // per layout
   std::vector<int32_t> stream_next_;
   std::vector<uint8_t> stream_wraps_;
   // Prefetches what Complete(r, i, step) will read for rank r (its stream state, the counters of
@@ -293,7 +305,7 @@ void Engine::SetSm(int r, int delta) {
 void Engine::Arrive(int r, int i, int step) {
   const TaskTemplate& t = tpl_.tasks[i];
   const GroupLayout& l = tpl_.layouts[t.layout];
-  const int g = l.GroupOf(r);
+  const int g = group_of_[t.layout].Of(r);
   const int64_t k = coll_off_[i] + g;
   rs_[r].st[t.stream].arrival = now_;
   // The compute stream's copy of this step's statistics is likely in cache (a collective usually
@@ -500,11 +512,12 @@ void Engine::OnCollEnd(int i, int g, uint32_t version) {
   const double start = coll_start_[k], dur = coll_dur_[k];
   const bool release = in_.kappa > 0 && dur > 0 && !in_.ideal_network;
   constexpr int kAhead = 8;  // members prefetched ahead (each completion is a few hundred ns)
-  for (int p = 0; p < std::min(kAhead, l.size); ++p) PrefetchCompletion(l.Member(g, p), i, step);
+  const int base = l.BaseOf(g);  // member p is base + p * stride
+  for (int p = 0; p < std::min(kAhead, l.size); ++p) PrefetchCompletion(base + p * l.stride, i, step);
   for (int p = 0; p < l.size; ++p) {
-    const int r = l.Member(g, p);
-    if (p + kAhead < l.size) PrefetchCompletion(l.Member(g, p + kAhead), i, step);
-    if (p + 1 < l.size) __builtin_prefetch(&rs_[l.Member(g, p + 1)].run);
+    const int r = base + p * l.stride;
+    if (p + kAhead < l.size) PrefetchCompletion(r + kAhead * l.stride, i, step);
+    if (p + 1 < l.size) __builtin_prefetch(&rs_[r + l.stride].run);
     if (shared) ShareLeave(r, port, k);
     MemberEnd(i, r, step, start, dur, release);
   }
@@ -584,12 +597,19 @@ absl::StatusOr<EngineOutput> Engine::Run() {
                           ? tpl_.stream_tasks[s].data()
                           : nullptr;
   }
+  for (const GroupLayout& l : tpl_.layouts) {
+    GroupOfRank f;
+    f.layout = &l;
+    if (std::has_single_bit(static_cast<unsigned>(l.size)) && std::has_single_bit(static_cast<unsigned>(l.stride))) {
+      f.stride_shift = std::countr_zero(static_cast<unsigned>(l.stride));
+      f.block_shift = f.stride_shift + std::countr_zero(static_cast<unsigned>(l.size));
+    }
+    group_of_.push_back(f);
+  }
   task_stream_.resize(T_);
   for (int i = 0; i < T_; ++i) task_stream_[i] = tpl_.tasks[i].stream;
   for (int k = 0; k < kSlots; ++k) {
-    for (int r = 0; r < R_; ++r) {
-      for (int i = 0; i < T_; ++i) Pending(r, i, k) = FullCount(i, k);
-    }
+    for (int i = 0; i < T_; ++i) std::fill_n(&Pending(0, i, k), R_, FullCount(i, k));
   }
   coll_off_.assign(T_, -1);
   int64_t total = 0;
@@ -677,7 +697,7 @@ absl::StatusOr<EngineOutput> Engine::Run() {
         OnCollEnd(e.a, e.b, e.version);
         break;
       case EventType::kMemberEnd: {
-        const int64_t k = coll_off_[e.a] + tpl_.layouts[tpl_.tasks[e.a].layout].GroupOf(e.b);
+        const int64_t k = coll_off_[e.a] + group_of_[tpl_.tasks[e.a].layout].Of(e.b);
         MemberEnd(e.a, e.b, coll_step_[k], coll_start_[k], MemberSlot(a2av_dur_, e.b, tpl_.tasks[e.a].stream),
                   in_.kappa > 0 && coll_dur_[k] > 0 && !in_.ideal_network);
         break;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/data/batch_plan.h"
 #include "model/numerics/philox.h"
+#include "model/numerics/philox_blocks.h"
 #include "model/random/splitmix64.h"
 #include "oneapi/tbb/parallel_for.h"
 #include "oneapi/tbb/task_arena.h"
@@ -328,6 +329,7 @@ class Drawer {
   template <int kC>
   void SumRows(uint64_t stream, int64_t size, double* t_acc, double* p_acc, double& load) const {
     constexpr int64_t kChunk = 32;
+    static_assert(kChunk % 4 == 0, "a chunk is whole Philox blocks");
     const size_t C = kC > 0 ? static_cast<size_t>(kC) : classes_.size();
     const double* seqs_per_class = merged_.seqs.data();
     double t[kC > 0 ? kC : 1] = {}, p[kC > 0 ? kC : 1] = {};
@@ -336,11 +338,8 @@ class Drawer {
     const double* rows[kChunk];
     for (int64_t s0 = 0; s0 < size; s0 += kChunk) {
       const int64_t n = std::min(kChunk, size - s0);
-      // s0 is a multiple of 4: the chunk starts on a Philox block.
-      for (int64_t k = 0; k < n; k += 4) {
-        const numerics::Philox4x32 block = numerics::PhiloxBlock(c_.seed, stream, static_cast<uint64_t>((s0 + k) / 4));
-        for (int64_t q = 0; q < 4 && k + q < n; ++q) words[k + q] = block.v[q];
-      }
+      // s0 is a multiple of 4: the chunk starts on a Philox block (kChunk words hold its blocks).
+      numerics::PhiloxBlocks(c_.seed, stream, static_cast<uint64_t>(s0 / 4), static_cast<int>((n + 3) / 4), words);
       for (int64_t k = 0; k < n; ++k) merged_.PrefetchBucket(words[k]);
       for (int64_t k = 0; k < n; ++k) {
         rows[k] = merged_.Row(words[k]);

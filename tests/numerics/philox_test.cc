@@ -1,10 +1,12 @@
 // Philox4x32-10 (model/numerics/philox.h) against Random123's known-answer vectors and against the
 // cuRAND Philox4_32_10 state machine (spec/attention.md §8).
 #include "model/numerics/philox.h"
+#include "model/numerics/philox_blocks.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace gemtb::numerics {
 namespace {
@@ -116,6 +118,46 @@ TEST(Philox, DistinctInputsGiveDistinctWords) {
     EXPECT_GT(ones[b], 1800) << b;
     EXPECT_LT(ones[b], 2300) << b;
   }
+}
+
+// PhiloxBlocks (philox_blocks.h) gives PhiloxBlock's words block by block on every path: runs of
+// 0..20 blocks (whole and partial groups of eight) from counters that do and do not carry into the
+// high word inside a group, and streams and seeds with both halves set.
+void ExpectSameAsPhiloxBlock(void (*blocks)(uint64_t, uint64_t, uint64_t, int, uint32_t*)) {
+  const uint64_t seeds[] = {0, 20260803, 0xFEDCBA9876543210ull};
+  const uint64_t streams[] = {0, 7, 0x0123456789ABCDEFull};
+  const uint64_t firsts[] = {0, 1, 5, 1000003, 0xFFFFFFFFull - 3, 0xFFFFFFFFull, 0x1FFFFFFF9ull, 0xFFFFFFFFFFFFFFF0ull};
+  for (uint64_t seed : seeds) {
+    for (uint64_t stream : streams) {
+      for (uint64_t first : firsts) {
+        for (int n = 0; n <= 20; ++n) {
+          std::vector<uint32_t> words(4 * static_cast<size_t>(n) + 1, 0xA5A5A5A5u);
+          blocks(seed, stream, first, n, words.data());
+          for (int j = 0; j < n; ++j) {
+            const Philox4x32 want = PhiloxBlock(seed, stream, first + static_cast<uint64_t>(j));
+            for (int q = 0; q < 4; ++q) {
+              ASSERT_EQ(words[4 * j + q], want.v[q]) << "seed " << seed << " stream " << stream << " first " << first
+                                                     << " n " << n << " block " << j << " word " << q;
+            }
+          }
+          EXPECT_EQ(words.back(), 0xA5A5A5A5u) << "wrote past block " << n;
+        }
+      }
+    }
+  }
+}
+
+TEST(PhiloxBlocks, ScalarPathEqualsPhiloxBlock) { ExpectSameAsPhiloxBlock(PhiloxBlocksScalar); }
+
+TEST(PhiloxBlocks, DispatchedPathEqualsPhiloxBlock) { ExpectSameAsPhiloxBlock(PhiloxBlocks); }
+
+TEST(PhiloxBlocks, Avx2PathEqualsPhiloxBlock) {
+#ifdef GEMTB_PHILOX_AVX2
+  if (!PhiloxHasAvx2()) GTEST_SKIP() << "this CPU has no AVX2";
+  ExpectSameAsPhiloxBlock(PhiloxBlocksAvx2);
+#else
+  GTEST_SKIP() << "not an x86-64 build";
+#endif
 }
 
 }  // namespace
