@@ -67,9 +67,7 @@ class Engine {
   // a cache miss per completion at 16,384 ranks).
   uint8_t& Pending(int r, int i, int step) { return PendingColumn(r, step)[static_cast<size_t>(i) * R_]; }
   // Rank r's counters for a step's slot: task i's is at [i * R_].
-  uint8_t* PendingColumn(int r, int step) {
-    return pending_.data() + static_cast<size_t>(step & (kSlots - 1)) * slot_size_ + static_cast<size_t>(r);
-  }
+  uint8_t* PendingColumn(int r, int step) { return slot_base_[step & (kSlots - 1)] + r; }
   uint8_t FullCount(int i, int step) const {
     const TaskTemplate& t = tpl_.tasks[i];
     return static_cast<uint8_t>(t.deps.size() + (step > 0 ? t.prev_deps.size() : 0));
@@ -184,6 +182,7 @@ class Engine {
     return v[static_cast<size_t>(r) * kNumStreams + stream];
   }
   size_t slot_size_ = 0;                          // T_ * R_: one slot of pending_
+  std::array<uint8_t*, 2> slot_base_{};           // where each slot starts
   std::array<const int*, kNumStreams> stream_list_{};  // per stream: its tasks (null when none)
   std::vector<int32_t> task_stream_;              // per task: its stream
   // GroupLayout::GroupOf without its two divisions when size and stride are powers of two (every
@@ -592,6 +591,8 @@ absl::StatusOr<EngineOutput> Engine::Run() {
   }
   slot_size_ = static_cast<size_t>(R_) * T_;
   pending_.resize(kSlots * slot_size_);
+  static_assert(kSlots == 2, "slot_base_ has two entries");
+  for (int k = 0; k < kSlots; ++k) slot_base_[k] = pending_.data() + k * slot_size_;
   for (int s = 0; s < kNumStreams; ++s) {
     stream_list_[s] = s < static_cast<int>(tpl_.stream_tasks.size()) && !tpl_.stream_tasks[s].empty()
                           ? tpl_.stream_tasks[s].data()
