@@ -23,6 +23,7 @@ MemoryPlanOutput PlanMemory(const StepTemplate& tpl, const Scenario& scenario, c
   double needed = 0, dropped = 0, saved_total = 0;
   std::vector<double> saved(U), secs(U);
   std::vector<int> order(U);
+  std::iota(order.begin(), order.end(), 0);
   for (int s = 0; s < steps; ++s) {
     for (int r = 0; r < world; ++r) {
       const absl::Span<const double> x(stats.data() + (static_cast<size_t>(s) * world + r) * width, width);
@@ -43,12 +44,22 @@ MemoryPlanOutput PlanMemory(const StepTemplate& tpl, const Scenario& scenario, c
       double kept = total, transient = 0;
       if (allow && kept > budget) {
         for (int u = 0; u < U; ++u) secs[u] = EvalTime(tpl.regions[u].fwd_time, tpl.regions[u].fwd_curve_terms, x);
-        std::iota(order.begin(), order.end(), 0);
-        if (policy != "uniform") {
-          std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-            // bytes freed per recompute second, descending (a free region first)
-            return saved[a] * std::max(secs[b], 1e-30) > saved[b] * std::max(secs[a], 1e-30);
-          });
+        if (policy == "uniform") {
+          std::iota(order.begin(), order.end(), 0);
+        } else {
+          // Bytes freed per recompute second, descending (a free region first), ties by region
+          // index: the order a stable sort of 0..U-1 gives. Ranks and steps differ little, so an
+          // insertion sort from the previous rank-step's order does few moves.
+          const auto before = [&](int a, int b) {
+            const double fa = saved[a] * std::max(secs[b], 1e-30), fb = saved[b] * std::max(secs[a], 1e-30);
+            return fa > fb || (!(fb > fa) && a < b);
+          };
+          for (int q = 1; q < U; ++q) {
+            const int v = order[q];
+            int w = q;
+            for (; w > 0 && before(v, order[w - 1]); --w) order[w] = order[w - 1];
+            order[w] = v;
+          }
         }
         uint8_t* ck = out.checkpointed.data() + (static_cast<size_t>(s) * world + r) * U;
         for (int u : order) {
