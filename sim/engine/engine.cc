@@ -69,8 +69,7 @@ class Engine {
   // Rank r's counters for a step's slot: task i's is at [i * R_].
   uint8_t* PendingColumn(int r, int step) { return slot_base_[step & (kSlots - 1)] + r; }
   uint8_t FullCount(int i, int step) const {
-    const TaskTemplate& t = tpl_.tasks[i];
-    return static_cast<uint8_t>(t.deps.size() + (step > 0 ? t.prev_deps.size() : 0));
+    return step > 0 ? hot_[i].full_count : hot_[i].full_count_first;
   }
   static constexpr int kSlots = 2;
   // Starts the head of r's stream if it is idle and ready. Most calls find it busy or waiting: that
@@ -181,10 +180,25 @@ class Engine {
   double& MemberSlot(std::vector<double>& v, int r, int stream) {
     return v[static_cast<size_t>(r) * kNumStreams + stream];
   }
+  // What the event loop reads of a task, in one small record per task (a TaskTemplate is hundreds
+  // of bytes of names, vectors and cost terms: the loop read a few scattered fields of it), and the
+  // same-step and next-step dependents of all tasks in one array, each with its counter's offset in
+  // a slot and its stream.
+  struct HotTask {
+    int32_t stream = 0, layout = 0, period = 1, stream_len = 0;
+    int32_t dep_begin = 0, dep_end = 0, next_begin = 0, next_end = 0;  // into deps_
+    uint8_t collective = 0, a2av = 0, nonlayer = 0, full_count = 0, full_count_first = 0;
+  };
+  struct DepRef {
+    size_t off;  // dependent * R_: its counter's offset from the rank's column
+    int32_t stream;
+  };
+  std::vector<HotTask> hot_;
+  std::vector<DepRef> deps_;
+  int64_t tasks_per_step_ = 0;                    // R_ * T_: a step's completions
   size_t slot_size_ = 0;                          // T_ * R_: one slot of pending_
   std::array<uint8_t*, 2> slot_base_{};           // where each slot starts
   std::array<const int*, kNumStreams> stream_list_{};  // per stream: its tasks (null when none)
-  std::vector<int32_t> task_stream_;              // per task: its stream
   // GroupLayout::GroupOf without its two divisions when size and stride are powers of two (every
   // plan of a power-of-two world): an arrival computes its group at every rank.
   struct GroupOfRank {
@@ -202,12 +216,11 @@ class Engine {
   // the stream's next task and of i's first dependents): the members of a group are far apart in
   // memory and each would otherwise be a cache miss.
   void PrefetchCompletion(int r, int i, int step) {
-    const TaskTemplate& t = tpl_.tasks[i];
+    const HotTask& t = hot_[i];
     __builtin_prefetch(&rs_[r].st[t.stream]);
     const int nstep = step + stream_wraps_[i];
     __builtin_prefetch(&Pending(r, stream_next_[i], nstep));
-    const std::vector<int>& deps = tpl_.dependents[i];
-    if (!deps.empty()) __builtin_prefetch(&Pending(r, deps.front(), step));
+    if (t.dep_begin < t.dep_end) __builtin_prefetch(PendingColumn(r, step) + deps_[t.dep_begin].off);
   }
 };
 
@@ -216,7 +229,7 @@ __attribute__((noinline)) void Engine::StartHead(int r, int stream, int i) {
   const int step = ss.step;
   ss.busy = 1;
   Pending(r, i, step) = FullCount(i, step + kSlots);  // the slot's next use
-  const TaskTemplate& t = tpl_.tasks[i];
+  const HotTask& t = hot_[i];
   if (!t.collective) {
     StartCompute(r, i, step);
   } else if (t.period > 1 && (step + 1) % t.period != 0) {
@@ -302,7 +315,7 @@ void Engine::SetSm(int r, int delta) {
 }
 
 void Engine::Arrive(int r, int i, int step) {
-  const TaskTemplate& t = tpl_.tasks[i];
+  const HotTask& t = hot_[i];
   const GroupLayout& l = tpl_.layouts[t.layout];
   const int g = group_of_[t.layout].Of(r);
   const int64_t k = coll_off_[i] + g;
@@ -310,7 +323,7 @@ void Engine::Arrive(int r, int i, int step) {
   // The compute stream's copy of this step's statistics is likely in cache (a collective usually
   // arrives right after the compute task it waits for); the full table is not.
   const double* stats = rs_[r].cur_step == step ? cur_stats_.data() + static_cast<size_t>(r) * width_ : Stats(step, r);
-  const double bytes = t.bytes.Eval(absl::Span<const double>(stats, width_));
+  const double bytes = tpl_.tasks[i].bytes.Eval(absl::Span<const double>(stats, width_));
   if (in_.a2av_per_rank && t.a2av) MemberSlot(a2av_bytes_, r, t.stream) = bytes;
   if (arrived_[k] == 0 || bytes > max_bytes_[k]) max_bytes_[k] = bytes;
   if (++arrived_[k] == l.size) {
@@ -528,7 +541,7 @@ void Engine::OnCollEnd(int i, int g, uint32_t version) {
 void Engine::OnComputeEnd(int r, uint32_t version) {
   Running& x = rs_[r].run;
   if (x.task < 0 || version != x.version) return;  // stale (rescheduled)
-  const TaskTemplate& t = tpl_.tasks[x.task];
+  const HotTask& t = hot_[x.task];
   // Uncontended, a task takes exactly its base time (not end - start, which rounds per rank).
   const double actual = x.contended ? now_ - x.start : x.base;
   rs_[r].cur_work += actual;
@@ -547,8 +560,9 @@ void Engine::OnComputeEnd(int r, uint32_t version) {
   }
   if (Traced(r, x.step)) {
     const double split = x.base > 0 ? actual * (x.rec / (x.main + x.rec)) : 0.0;
-    if (split > 0) AddTrace(r, kComputeStream, t.name, "recompute", x.start, split);
-    AddTrace(r, kComputeStream, t.name, "compute", x.start + split, actual - split);
+    const std::string& name = tpl_.tasks[x.task].name;
+    if (split > 0) AddTrace(r, kComputeStream, name, "recompute", x.start, split);
+    AddTrace(r, kComputeStream, name, "compute", x.start + split, actual - split);
   }
   const int i = x.task, step = x.step;
   x.task = -1;
@@ -556,23 +570,23 @@ void Engine::OnComputeEnd(int r, uint32_t version) {
 }
 
 void Engine::Complete(int r, int i, int step) {
-  const TaskTemplate& t = tpl_.tasks[i];
+  const HotTask& t = hot_[i];
   StreamState& ss = rs_[r].st[t.stream];
   ss.busy = 0;
-  if (++ss.pos == static_cast<int32_t>(tpl_.stream_tasks[t.stream].size())) {
+  if (++ss.pos == t.stream_len) {
     ss.pos = 0;
     ++ss.step;
   }
-  if (++done_count_[step] == static_cast<int64_t>(R_) * T_) out_.step_end_s[step] = now_;
+  if (++done_count_[step] == tasks_per_step_) out_.step_end_s[step] = now_;
   TryStart(r, t.stream);
   uint8_t* const col = PendingColumn(r, step);
-  for (int d : tpl_.dependents[i]) {
-    if (--col[static_cast<size_t>(d) * R_] == 0) TryStart(r, task_stream_[d]);
+  for (int q = t.dep_begin; q < t.dep_end; ++q) {
+    if (--col[deps_[q].off] == 0) TryStart(r, deps_[q].stream);
   }
-  if (step + 1 < in_.steps) {
+  if (t.next_begin < t.next_end && step + 1 < in_.steps) {
     uint8_t* const next_col = PendingColumn(r, step + 1);
-    for (int d : tpl_.next_step_dependents[i]) {
-      if (--next_col[static_cast<size_t>(d) * R_] == 0) TryStart(r, task_stream_[d]);
+    for (int q = t.next_begin; q < t.next_end; ++q) {
+      if (--next_col[deps_[q].off] == 0) TryStart(r, deps_[q].stream);
     }
   }
   if (t.stream == kComputeStream && !rs_[r].st[kComputeStream].busy && rs_[r].idle_since < 0) rs_[r].idle_since = now_;
@@ -607,8 +621,27 @@ absl::StatusOr<EngineOutput> Engine::Run() {
     }
     group_of_.push_back(f);
   }
-  task_stream_.resize(T_);
-  for (int i = 0; i < T_; ++i) task_stream_[i] = tpl_.tasks[i].stream;
+  tasks_per_step_ = static_cast<int64_t>(R_) * T_;
+  hot_.assign(T_, HotTask{});
+  deps_.clear();
+  for (int i = 0; i < T_; ++i) {
+    const TaskTemplate& t = tpl_.tasks[i];
+    HotTask& h = hot_[i];
+    h.stream = t.stream;
+    h.layout = t.layout;
+    h.period = t.period;
+    h.stream_len = static_cast<int32_t>(tpl_.stream_tasks[t.stream].size());
+    h.collective = t.collective;
+    h.a2av = t.a2av;
+    h.nonlayer = t.nonlayer;
+    h.full_count = static_cast<uint8_t>(t.deps.size() + t.prev_deps.size());
+    h.full_count_first = static_cast<uint8_t>(t.deps.size());
+    h.dep_begin = static_cast<int32_t>(deps_.size());
+    for (int d : tpl_.dependents[i]) deps_.push_back(DepRef{static_cast<size_t>(d) * R_, tpl_.tasks[d].stream});
+    h.dep_end = h.next_begin = static_cast<int32_t>(deps_.size());
+    for (int d : tpl_.next_step_dependents[i]) deps_.push_back(DepRef{static_cast<size_t>(d) * R_, tpl_.tasks[d].stream});
+    h.next_end = static_cast<int32_t>(deps_.size());
+  }
   for (int k = 0; k < kSlots; ++k) {
     for (int i = 0; i < T_; ++i) std::fill_n(&Pending(0, i, k), R_, FullCount(i, k));
   }
@@ -676,7 +709,7 @@ absl::StatusOr<EngineOutput> Engine::Run() {
       const Event top = q_.Top();
       const int next = top.a;
       const uint8_t* col = PendingColumn(next, top.step);
-      for (int d : tpl_.dependents[top.b]) __builtin_prefetch(col + static_cast<size_t>(d) * R_);
+      for (int q = hot_[top.b].dep_begin; q < hot_[top.b].dep_end; ++q) __builtin_prefetch(col + deps_[q].off);
       __builtin_prefetch(&Pending(next, stream_next_[top.b], top.step + stream_wraps_[top.b]));
       // The whole rank state (a task end touches most of it) and the statistics row.
       const char* state = reinterpret_cast<const char*>(&rs_[next]);
@@ -689,7 +722,7 @@ absl::StatusOr<EngineOutput> Engine::Run() {
     switch (e.type) {
       case EventType::kTaskEnd:
         if (e.version == UINT32_MAX) {
-          Complete(e.a, e.b, rs_[e.a].st[tpl_.tasks[e.b].stream].step);
+          Complete(e.a, e.b, rs_[e.a].st[hot_[e.b].stream].step);
         } else {
           OnComputeEnd(e.a, e.version);
         }
