@@ -5,6 +5,20 @@
 
 namespace gemtb::sim {
 
+void CheckpointOrder(const std::vector<double>& saved, const std::vector<double>& secs, std::vector<int>& order) {
+  const auto before = [&](int a, int b) {
+    const double fa = saved[a] * std::max(secs[b], 1e-30), fb = saved[b] * std::max(secs[a], 1e-30);
+    return fa > fb || (!(fb > fa) && a < b);
+  };
+  // Insertion sort: few moves when `order` is nearly sorted already.
+  for (size_t q = 1; q < order.size(); ++q) {
+    const int v = order[q];
+    size_t w = q;
+    for (; w > 0 && before(v, order[w - 1]); --w) order[w] = order[w - 1];
+    order[w] = v;
+  }
+}
+
 MemoryPlanOutput PlanMemory(const StepTemplate& tpl, const Scenario& scenario, const std::vector<double>& stats,
                             int steps, int world, bool no_recompute) {
   MemoryPlanOutput out;
@@ -47,19 +61,8 @@ MemoryPlanOutput PlanMemory(const StepTemplate& tpl, const Scenario& scenario, c
         if (policy == "uniform") {
           std::iota(order.begin(), order.end(), 0);
         } else {
-          // Bytes freed per recompute second, descending (a free region first), ties by region
-          // index: the order a stable sort of 0..U-1 gives. Ranks and steps differ little, so an
-          // insertion sort from the previous rank-step's order does few moves.
-          const auto before = [&](int a, int b) {
-            const double fa = saved[a] * std::max(secs[b], 1e-30), fb = saved[b] * std::max(secs[a], 1e-30);
-            return fa > fb || (!(fb > fa) && a < b);
-          };
-          for (int q = 1; q < U; ++q) {
-            const int v = order[q];
-            int w = q;
-            for (; w > 0 && before(v, order[w - 1]); --w) order[w] = order[w - 1];
-            order[w] = v;
-          }
+          // Ranks and steps differ little: from the previous rank-step's order, few moves.
+          CheckpointOrder(saved, secs, order);
         }
         uint8_t* ck = out.checkpointed.data() + (static_cast<size_t>(s) * world + r) * U;
         for (int u : order) {

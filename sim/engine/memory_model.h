@@ -22,6 +22,12 @@ struct MemoryPlanOutput {
   MemoryFit fit;
 };
 
+// The per_region checkpoint order: regions by bytes freed per second of recompute (saved[u] /
+// secs[u], secs floored at 1e-30, compared as cross products), descending, ties by region index: the
+// order std::stable_sort gives 0..U-1 under the ratio comparison. `order` holds a permutation of
+// 0..U-1 on entry (any: the result does not depend on it; a nearly sorted one is fastest).
+void CheckpointOrder(const std::vector<double>& saved, const std::vector<double>& secs, std::vector<int>& order);
+
 MemoryPlanOutput PlanMemory(const StepTemplate& tpl, const Scenario& scenario, const std::vector<double>& stats,
                             int steps, int world, bool no_recompute);
 

@@ -2,10 +2,14 @@
 // and SM-free collectives (§6.4), determinism (§7).
 #include "sim/engine/simulate.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "sim/engine/memory_model.h"
 #include "tests/sim/engine/test_scenario.h"
 
 namespace gemtb::sim {
@@ -234,6 +238,37 @@ TEST(SimulateTest, MissingModelIsANamedError) {
   auto r = Simulate(s, Counterfactuals{}, NoTrace());
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("model"), std::string::npos);
+}
+
+// The checkpoint order (memory_model.h) is the stable sort's, whatever order it starts from:
+// regions with equal ratios (repeated values, zero bytes, zero seconds floored at 1e-30) keep index
+// order, and a start that is sorted, reversed or shuffled gives the same result.
+TEST(MemoryPlanTest, CheckpointOrderIsTheStableSortFromAnyStart) {
+  std::mt19937_64 rng(20261201);
+  const double values[] = {0.0, 1.0, 2.0, 3.0, 0.5, 1e-40};
+  for (int trial = 0; trial < 300; ++trial) {
+    const int U = 1 + static_cast<int>(rng() % 80);
+    std::vector<double> saved(U), secs(U);
+    for (int u = 0; u < U; ++u) {
+      // A few repeated values make exact ties; the rest are arbitrary.
+      saved[u] = rng() % 3 == 0 ? values[rng() % 6] : std::ldexp(static_cast<double>(rng() % 1000000), -10);
+      secs[u] = rng() % 3 == 0 ? values[rng() % 6] : std::ldexp(static_cast<double>(rng() % 1000000), -30);
+    }
+    std::vector<int> want(U);
+    std::iota(want.begin(), want.end(), 0);
+    std::stable_sort(want.begin(), want.end(), [&](int a, int b) {
+      return saved[a] * std::max(secs[b], 1e-30) > saved[b] * std::max(secs[a], 1e-30);
+    });
+    std::vector<int> start(U);
+    std::iota(start.begin(), start.end(), 0);
+    for (int kind = 0; kind < 3; ++kind) {
+      std::vector<int> order = start;
+      if (kind == 1) std::reverse(order.begin(), order.end());
+      if (kind == 2) std::shuffle(order.begin(), order.end(), rng);
+      CheckpointOrder(saved, secs, order);
+      ASSERT_EQ(order, want) << "trial " << trial << " start kind " << kind;
+    }
+  }
 }
 
 }  // namespace
