@@ -3,6 +3,7 @@
 // tier share it (processor sharing).
 #include "sim/engine/engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -110,6 +111,59 @@ TEST(EngineTest, LoneRingAllGatherEqualsClosedForm) {
   const double want_ar = 2 * (p - 1) * alpha + 2 * (p - 1.0) / p * S / bw;
   const double got_ar = RunEnd(ar, *timing, std::vector<double>(p, 0.0));
   EXPECT_NEAR(got_ar, want_ar, 1e-9 * want_ar);
+}
+
+// Strided groups, of power-of-two and other sizes (the engine finds a rank's group by shifts for
+// the first, by division for the others): every member of a group ends when its heaviest member's
+// all-gather does, and no rank waits for another group.
+TEST(EngineTest, StridedGroupsRendezvousWithTheirOwnMembersOnly) {
+  struct Case {
+    int world, size, stride;
+  };
+  for (const Case& c : {Case{16, 4, 2}, Case{24, 3, 4}, Case{24, 2, 3}, Case{16, 16, 1}}) {
+    const Cluster cluster = testing::TestCluster(c.world);
+    GroupLayout l;
+    l.size = c.size;
+    l.stride = c.stride;
+    l.count = c.world / c.size;
+    StepTemplate t = OneCollective(c.world, CollectiveOp::kAllGather, 0.0);
+    t.layouts[0] = l;
+    t.tasks[1].bytes.coef = {0.0, 16e6, 0.0};  // 16 MB per unit of B
+    auto timing = CollectiveTiming::Create(cluster, CollectivesPlan{}, t.layouts);
+    ASSERT_TRUE(timing.ok()) << timing.status();
+    std::vector<double> batch(c.world), stats;
+    for (int r = 0; r < c.world; ++r) batch[r] = 1.0 + (r * 7) % c.world;  // uneven, not monotone
+    for (double b : batch) stats.insert(stats.end(), {1.0, b, 0.0});
+    EngineInput in;
+    in.tpl = &t;
+    in.timing = &*timing;
+    in.world = c.world;
+    in.steps = 1;
+    in.stats = &stats;
+    in.traced.assign(c.world, 1);
+    in.trace_step = 0;
+    auto out = RunEngine(in);
+    ASSERT_TRUE(out.ok()) << out.status();
+    std::vector<double> end(c.world, -1.0);
+    for (const TraceEvent& e : out->trace) {
+      if (e.stream == t.tasks[1].stream && e.category != "wait") end[e.rank] = e.start_s + e.duration_s;
+    }
+    // Groups written out: blocks of size * stride consecutive ranks, in each block `stride` groups
+    // whose members are `stride` apart.
+    int groups = 0;
+    for (int block = 0; block < c.world; block += c.size * c.stride) {
+      for (int first = block; first < block + c.stride; ++first, ++groups) {
+        double heaviest = 0;
+        for (int q = 0; q < c.size; ++q) heaviest = std::max(heaviest, batch[first + q * c.stride]);
+        const double want = heaviest * 1e-3 + (*timing).Cost(0, CollectiveOp::kAllGather, heaviest * 16e6, false).duration_s;
+        for (int q = 0; q < c.size; ++q) {
+          EXPECT_NEAR(end[first + q * c.stride], want, 1e-12)
+              << "world " << c.world << " size " << c.size << " stride " << c.stride << " rank " << first + q * c.stride;
+        }
+      }
+    }
+    EXPECT_EQ(groups, l.count);
+  }
 }
 
 TEST(EngineTest, StragglerDelaysEveryRankInTheCollectiveByExactlyItsDelay) {
