@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cmath>
 
 #include "absl/status/status.h"
@@ -172,8 +171,6 @@ class Engine {
   std::vector<int32_t> inst_task_;      // per instance: its task
   std::vector<int8_t> layout_port_;     // per layout: its outermost tier (0 host, 1 zone, 2 cross-zone)
   std::vector<int64_t> done_count_;  // per step: (rank, task) completions
-  // Per task: the task after it on its stream and whether that one belongs to the next step (the
-  // stream wraps). Lets a collective's end prefetch what each member's completion touches.
   // a2av_end per_rank: each member's bytes and duration of the all-to-allv heading a stream
   // ([rank][stream]; empty otherwise).
   std::vector<double> a2av_bytes_, a2av_dur_;
@@ -187,7 +184,9 @@ class Engine {
   struct HotTask {
     int32_t stream = 0, layout = 0, period = 1, stream_len = 0;
     int32_t dep_begin = 0, dep_end = 0, next_begin = 0, next_end = 0;  // into deps_
+    int32_t stream_next = 0;  // the task after it on its stream (the stream wraps to the next step)
     uint8_t collective = 0, a2av = 0, nonlayer = 0, full_count = 0, full_count_first = 0;
+    uint8_t wraps = 0;        // stream_next is the next step's
   };
   struct DepRef {
     size_t off;  // dependent * R_: its counter's offset from the rank's column
@@ -196,30 +195,15 @@ class Engine {
   std::vector<HotTask> hot_;
   std::vector<DepRef> deps_;
   int64_t tasks_per_step_ = 0;                    // R_ * T_: a step's completions
-  size_t slot_size_ = 0;                          // T_ * R_: one slot of pending_
   std::array<uint8_t*, 2> slot_base_{};           // where each slot starts
   std::array<const int*, kNumStreams> stream_list_{};  // per stream: its tasks (null when none)
-  // GroupLayout::GroupOf without its two divisions when size and stride are powers of two (every
-  // plan of a power-of-two world): an arrival computes its group at every rank.
-  struct GroupOfRank {
-    const GroupLayout* layout = nullptr;
-    int block_shift = -1, stride_shift = 0;  // log2(stride * size), log2(stride); -1: divide
-    int Of(int r) const {
-      if (block_shift < 0) return layout->GroupOf(r);
-      return ((r >> block_shift) << stride_shift) | (r & ((1 << stride_shift) - 1));
-    }
-  };
-  std::vector<GroupOfRank> group_of_;             // per layout
-  std::vector<int32_t> stream_next_;
-  std::vector<uint8_t> stream_wraps_;
   // Prefetches what Complete(r, i, step) will read for rank r (its stream state, the counters of
   // the stream's next task and of i's first dependents): the members of a group are far apart in
   // memory and each would otherwise be a cache miss.
   void PrefetchCompletion(int r, int i, int step) {
     const HotTask& t = hot_[i];
     __builtin_prefetch(&rs_[r].st[t.stream]);
-    const int nstep = step + stream_wraps_[i];
-    __builtin_prefetch(&Pending(r, stream_next_[i], nstep));
+    __builtin_prefetch(&Pending(r, t.stream_next, step + t.wraps));
     if (t.dep_begin < t.dep_end) __builtin_prefetch(PendingColumn(r, step) + deps_[t.dep_begin].off);
   }
 };
@@ -317,7 +301,7 @@ void Engine::SetSm(int r, int delta) {
 void Engine::Arrive(int r, int i, int step) {
   const HotTask& t = hot_[i];
   const GroupLayout& l = tpl_.layouts[t.layout];
-  const int g = group_of_[t.layout].Of(r);
+  const int g = l.GroupOf(r);
   const int64_t k = coll_off_[i] + g;
   rs_[r].st[t.stream].arrival = now_;
   // The compute stream's copy of this step's statistics is likely in cache (a collective usually
@@ -603,25 +587,15 @@ absl::StatusOr<EngineOutput> Engine::Run() {
       return absl::InvalidArgumentError(absl::StrCat("sim engine: task ", tpl_.tasks[i].name, " has more than 255 dependencies"));
     }
   }
-  slot_size_ = static_cast<size_t>(R_) * T_;
-  pending_.resize(kSlots * slot_size_);
-  static_assert(kSlots == 2, "slot_base_ has two entries");
-  for (int k = 0; k < kSlots; ++k) slot_base_[k] = pending_.data() + k * slot_size_;
+  tasks_per_step_ = static_cast<int64_t>(R_) * T_;
+  const size_t slot_size = static_cast<size_t>(tasks_per_step_);
+  pending_.resize(kSlots * slot_size);
+  for (int k = 0; k < kSlots; ++k) slot_base_[k] = pending_.data() + k * slot_size;
   for (int s = 0; s < kNumStreams; ++s) {
     stream_list_[s] = s < static_cast<int>(tpl_.stream_tasks.size()) && !tpl_.stream_tasks[s].empty()
                           ? tpl_.stream_tasks[s].data()
                           : nullptr;
   }
-  for (const GroupLayout& l : tpl_.layouts) {
-    GroupOfRank f;
-    f.layout = &l;
-    if (std::has_single_bit(static_cast<unsigned>(l.size)) && std::has_single_bit(static_cast<unsigned>(l.stride))) {
-      f.stride_shift = std::countr_zero(static_cast<unsigned>(l.stride));
-      f.block_shift = f.stride_shift + std::countr_zero(static_cast<unsigned>(l.size));
-    }
-    group_of_.push_back(f);
-  }
-  tasks_per_step_ = static_cast<int64_t>(R_) * T_;
   hot_.assign(T_, HotTask{});
   deps_.clear();
   for (int i = 0; i < T_; ++i) {
@@ -641,6 +615,12 @@ absl::StatusOr<EngineOutput> Engine::Run() {
     h.dep_end = h.next_begin = static_cast<int32_t>(deps_.size());
     for (int d : tpl_.next_step_dependents[i]) deps_.push_back(DepRef{static_cast<size_t>(d) * R_, tpl_.tasks[d].stream});
     h.next_end = static_cast<int32_t>(deps_.size());
+  }
+  for (const std::vector<int>& list : tpl_.stream_tasks) {
+    for (size_t p = 0; p < list.size(); ++p) {
+      hot_[list[p]].stream_next = list[(p + 1) % list.size()];
+      hot_[list[p]].wraps = p + 1 == list.size() ? 1 : 0;
+    }
   }
   for (int k = 0; k < kSlots; ++k) {
     for (int i = 0; i < T_; ++i) std::fill_n(&Pending(0, i, k), R_, FullCount(i, k));
@@ -683,14 +663,6 @@ absl::StatusOr<EngineOutput> Engine::Run() {
     a2av_bytes_.assign(static_cast<size_t>(R_) * kNumStreams, 0.0);
     a2av_dur_.assign(static_cast<size_t>(R_) * kNumStreams, 0.0);
   }
-  stream_next_.assign(T_, 0);
-  stream_wraps_.assign(T_, 0);
-  for (const std::vector<int>& list : tpl_.stream_tasks) {
-    for (size_t p = 0; p < list.size(); ++p) {
-      stream_next_[list[p]] = list[(p + 1) % list.size()];
-      stream_wraps_[list[p]] = p + 1 == list.size() ? 1 : 0;
-    }
-  }
   out_.step_end_s.assign(in_.steps, 0.0);
   out_.ranks.assign(R_, RankStats{});
   out_.comm_s.assign(R_, 0.0);
@@ -710,7 +682,7 @@ absl::StatusOr<EngineOutput> Engine::Run() {
       const int next = top.a;
       const uint8_t* col = PendingColumn(next, top.step);
       for (int q = hot_[top.b].dep_begin; q < hot_[top.b].dep_end; ++q) __builtin_prefetch(col + deps_[q].off);
-      __builtin_prefetch(&Pending(next, stream_next_[top.b], top.step + stream_wraps_[top.b]));
+      __builtin_prefetch(&Pending(next, hot_[top.b].stream_next, top.step + hot_[top.b].wraps));
       // The whole rank state (a task end touches most of it) and the statistics row.
       const char* state = reinterpret_cast<const char*>(&rs_[next]);
       for (size_t off = 0; off < sizeof(RankState); off += 64) __builtin_prefetch(state + off);
@@ -731,7 +703,7 @@ absl::StatusOr<EngineOutput> Engine::Run() {
         OnCollEnd(e.a, e.b, e.version);
         break;
       case EventType::kMemberEnd: {
-        const int64_t k = coll_off_[e.a] + group_of_[tpl_.tasks[e.a].layout].Of(e.b);
+        const int64_t k = coll_off_[e.a] + tpl_.layouts[hot_[e.a].layout].GroupOf(e.b);
         MemberEnd(e.a, e.b, coll_step_[k], coll_start_[k], MemberSlot(a2av_dur_, e.b, tpl_.tasks[e.a].stream),
                   in_.kappa > 0 && coll_dur_[k] > 0 && !in_.ideal_network);
         break;
@@ -753,9 +725,9 @@ absl::StatusOr<EngineOutput> Engine::Run() {
     out_.comm_s[r] = rs_[r].comm;
   }
   for (int s = 0; s < in_.steps; ++s) {
-    if (done_count_[s] != static_cast<int64_t>(R_) * T_) {
+    if (done_count_[s] != tasks_per_step_) {
       return absl::InternalError(absl::StrCat("sim engine: step ", s, " did not finish (", done_count_[s], " of ",
-                                              static_cast<int64_t>(R_) * T_, " tasks): the task graph deadlocks"));
+                                              tasks_per_step_, " tasks): the task graph deadlocks"));
     }
   }
   return std::move(out_);

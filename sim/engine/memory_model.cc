@@ -33,6 +33,7 @@ MemoryPlanOutput PlanMemory(const StepTemplate& tpl, const Scenario& scenario, c
   out.fit.activation_budget_bytes = available - tpl.static_bytes;
   const std::string& policy = scenario.plan.memory.budget_policy;
   const bool allow = !no_recompute && policy != "none";
+  const bool by_ratio = policy != "uniform";
   bool fits = true;
   double needed = 0, dropped = 0, saved_total = 0;
   std::vector<double> saved(U), secs(U);
@@ -57,11 +58,10 @@ MemoryPlanOutput PlanMemory(const StepTemplate& tpl, const Scenario& scenario, c
       saved_total += total;
       double kept = total, transient = 0;
       if (allow && kept > budget) {
-        for (int u = 0; u < U; ++u) secs[u] = EvalTime(tpl.regions[u].fwd_time, tpl.regions[u].fwd_curve_terms, x);
-        if (policy == "uniform") {
-          std::iota(order.begin(), order.end(), 0);
-        } else {
-          // Ranks and steps differ little: from the previous rank-step's order, few moves.
+        // `uniform` keeps region order; per_region sorts, from the previous rank-step's order
+        // (ranks and steps differ little: few moves).
+        if (by_ratio) {
+          for (int u = 0; u < U; ++u) secs[u] = EvalTime(tpl.regions[u].fwd_time, tpl.regions[u].fwd_curve_terms, x);
           CheckpointOrder(saved, secs, order);
         }
         uint8_t* ck = out.checkpointed.data() + (static_cast<size_t>(s) * world + r) * U;

@@ -113,9 +113,8 @@ TEST(EngineTest, LoneRingAllGatherEqualsClosedForm) {
   EXPECT_NEAR(got_ar, want_ar, 1e-9 * want_ar);
 }
 
-// Strided groups, of power-of-two and other sizes (the engine finds a rank's group by shifts for
-// the first, by division for the others): every member of a group ends when its heaviest member's
-// all-gather does, and no rank waits for another group.
+// Strided groups, of power-of-two and other sizes and strides: every member of a group ends when
+// its heaviest member's all-gather does, and no rank waits for another group.
 TEST(EngineTest, StridedGroupsRendezvousWithTheirOwnMembersOnly) {
   struct Case {
     int world, size, stride;
