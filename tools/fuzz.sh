@@ -14,6 +14,7 @@
 # build-fuzz/fuzz_runs.jsonl (target, seconds, executions, result) for tools/bench/results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source tools/ccache_env.sh
 
 targets() { (cd fuzz/corpus && ls -d */ | tr -d /); }
 

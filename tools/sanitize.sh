@@ -12,6 +12,7 @@
 # 1,699 s); the compile CPU time of the same objects: 1,521 s against 2,974 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source tools/ccache_env.sh
 stage() { printf '\n== sanitize: %s  [%s]\n' "$1" "$(date -u +%H:%M:%S)"; }
 t0=$SECONDS
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined"

@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
   python3 python3-numpy
   clang libclang-rt-dev
+  ccache
 )
 
 missing=()

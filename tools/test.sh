@@ -3,6 +3,7 @@
 # tests report as skipped on a machine without a GPU. Extra arguments go to ctest (e.g. -L numerics).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source tools/ccache_env.sh
 stage() { printf '\n== %s  [%s]\n' "$1" "$(date -u +%H:%M:%S)"; }
 t0=$SECONDS
 stage "setup"
