@@ -6,10 +6,12 @@
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
 #include "model/description/model_graph.h"
-#include "sim/scenario/json_reader.h"
+#include "model/json/json_reader.h"
 #include "sim/scenario/plan_json.h"
 
 namespace gemtb::sim {
+
+using namespace ::gemtb::json;  // the strict reader: ObjectReader, BadValue, JoinPath, ...
 namespace {
 
 // Bounds [min, max] of a law: min >= 0 (zero-length sequences exist), max <= the sequence's Lmax.

@@ -6,10 +6,12 @@
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
 #include "model/description/model_graph.h"
-#include "sim/scenario/json_reader.h"
+#include "model/json/json_reader.h"
 #include "sim/scenario/plan_json.h"
 
 namespace gemtb::sim {
+
+using namespace ::gemtb::json;  // the strict reader: ObjectReader, BadValue, JoinPath, ...
 namespace {
 
 constexpr int64_t kMaxGroup = int64_t{1} << 24;

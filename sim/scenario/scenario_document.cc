@@ -9,10 +9,12 @@
 #include "model/description/model_config.h"
 #include "model/description/model_graph.h"
 #include "sim/network/cluster_json.h"
-#include "sim/scenario/json_reader.h"
+#include "model/json/json_reader.h"
 #include "sim/scenario/scenario_json.h"
 
 namespace gemtb::sim {
+
+using namespace ::gemtb::json;  // the strict reader: ObjectReader, BadValue, JoinPath, ...
 namespace {
 
 namespace fs = std::filesystem;

@@ -10,10 +10,12 @@
 #include "model/description/model_graph.h"
 #include "sim/network/cluster_json.h"
 #include "sim/network/collective_cost.h"
-#include "sim/scenario/json_reader.h"
+#include "model/json/json_reader.h"
 #include "sim/scenario/plan_json.h"
 
 namespace gemtb::sim {
+
+using namespace ::gemtb::json;  // the strict reader: ObjectReader, BadValue, JoinPath, ...
 namespace {
 
 absl::StatusOr<Assumption> ParseAssumption(const ScenarioDocument& doc, const nlohmann::json& json,

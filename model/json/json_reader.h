@@ -1,8 +1,9 @@
-// Strict reading of one JSON object of a scenario: every key must be known, every value is checked
+// The project's one strict JSON reader: every key of an object must be known, every value is checked
 // against its rule, and every error names the JSON path, the value and the rule
-// ("plan.dense.prefetch_depth: -1 must be >= 0"). The section parsers of sim/scenario use it.
-#ifndef GEMTB_SIM_SCENARIO_JSON_READER_H_
-#define GEMTB_SIM_SCENARIO_JSON_READER_H_
+// ("plan.dense.prefetch_depth: -1 must be >= 0") as InvalidArgument. Every JSON input of gemtb
+// (model configs, scenarios, clusters, sharding plans, embedding specs, case files) is read with it.
+#ifndef GEMTB_MODEL_JSON_JSON_READER_H_
+#define GEMTB_MODEL_JSON_JSON_READER_H_
 
 #include <cstdint>
 #include <initializer_list>
@@ -14,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
-namespace gemtb::sim {
+namespace gemtb::json {
 
 // "<path>: <value> <rule>" as InvalidArgument.
 absl::Status BadValue(std::string_view path, const nlohmann::json& value, std::string_view rule);
@@ -71,6 +72,6 @@ absl::StatusOr<double> ReadNumber(const nlohmann::json& json, std::string_view p
 // Checks that `json` is an integer in [lo, hi]; returns it.
 absl::StatusOr<int64_t> ReadInteger(const nlohmann::json& json, std::string_view path, int64_t lo, int64_t hi);
 
-}  // namespace gemtb::sim
+}  // namespace gemtb::json
 
-#endif  // GEMTB_SIM_SCENARIO_JSON_READER_H_
+#endif  // GEMTB_MODEL_JSON_JSON_READER_H_

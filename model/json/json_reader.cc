@@ -1,4 +1,4 @@
-#include "sim/scenario/json_reader.h"
+#include "model/json/json_reader.h"
 
 #include <cmath>
 #include <limits>
@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace gemtb::sim {
+namespace gemtb::json {
 
 std::string ShowValue(const nlohmann::json& value) {
   if (value.is_array() && value.size() > 4) return absl::StrCat("[... ", value.size(), " items]");
@@ -196,4 +196,4 @@ absl::Status ObjectReader::Fraction(std::string_view key, double* out) const {
   return absl::OkStatus();
 }
 
-}  // namespace gemtb::sim
+}  // namespace gemtb::json
