@@ -29,7 +29,7 @@ struct BenchOptions {
   int warmup = 3;
   int reps = 15;
   bool backward = true;
-  ForwardKernelChoice forward_kernel = ForwardKernelChoice::kAuto;
+  KernelOverride kernels;  // kernel_policy.h: kAuto runs what the library picks for each case
   // When the Hopper forward runs, also run the mma.sync forward once on the same inputs and report
   // how far apart their O (and LSE) are: the Hopper kernel on the benchmark's long sequences, which
   // `gemtb check attention` (short random cases) does not reach.
