@@ -160,8 +160,9 @@ TEST(GpuAttention, EveryHopperForwardMatchesTheMmaSyncForward) {
         for (uint16_t b : ref->o) max_abs = std::max(max_abs, std::fabs(static_cast<double>(numerics::Bf16BitsToFloat(b))));
         ASSERT_GT(max_abs, 0.0);
         for (const ForwardKernelKind k : sh.kernels) {
-          const std::string what = absl::StrCat(ActivationName(act), " mask ", static_cast<int>(mask), " q rows ",
-                                                sh.shape.q_lengths[0], " kernel ", gpu::ForwardKernelName(k));
+          const std::string what =
+              absl::StrCat(std::string(ActivationName(act)), " mask ", static_cast<int>(mask), " q rows ",
+                           sh.shape.q_lengths[0], " kernel ", gpu::ForwardKernelName(k));
           absl::StatusOr<gpu::ForwardResult> got = ForwardWith(call, k);
           ASSERT_TRUE(got.ok()) << what << ": " << got.status();
           absl::StatusOr<gpu::ForwardResult> again = ForwardWith(call, k);
@@ -393,8 +394,8 @@ TEST(GpuAttention, EveryHopperBackwardMatchesTheMmaSyncBackward) {
         absl::StatusOr<gpu::BackwardResult> ref = BackwardWith(call, *fwd, BackwardKernelKind::kMmaSync);
         ASSERT_TRUE(ref.ok()) << ref.status();
         for (const BackwardKernelKind k : sh.kernels) {
-          const std::string what = absl::StrCat(ActivationName(act), " mask ", static_cast<int>(mask), " ", sh.name,
-                                                " kernel ", gpu::BackwardKernelName(k));
+          const std::string what = absl::StrCat(std::string(ActivationName(act)), " mask ", static_cast<int>(mask),
+                                                " ", sh.name, " kernel ", gpu::BackwardKernelName(k));
           absl::StatusOr<gpu::BackwardResult> got = BackwardWith(call, *fwd, k);
           ASSERT_TRUE(got.ok()) << what << ": " << got.status();
           const double dq = RelL2Bf16(ref->dq, got->dq), dk = RelL2Bf16(ref->dk, got->dk),
