@@ -43,24 +43,24 @@ struct KernelOverride {
   BackwardKernelKind backward = BackwardKernelKind::kAuto;
 };
 
-inline constexpr int kSplitRows = 64;      // the most query rows per tile the split forward takes
-inline constexpr int kSmallRows = 32;      // the most query rows per tile the small forward takes
-inline constexpr int kFusedDqSeeds = 32;   // the most (broadcast) query rows the fused dQ takes
+inline constexpr int kSplitRows = 64;     // the most query rows per tile the split forward takes
+inline constexpr int kSmallRows = 32;     // the most query rows per tile the small forward takes
+inline constexpr int kFusedDqSeeds = 32;  // the most (broadcast) query rows the fused dQ takes
 // The stored-dS backward's workspace limit: above it the dQ pass recomputes dS instead.
 inline constexpr int64_t kStoredDsMaxBytes = int64_t{24} << 30;
 
 // What ChooseKernels looks at.
 struct KernelShape {
   int64_t head_dim = 0;
-  bool hopper_built = false;      // HopperKernelsAvailable(): an sm_90a build (not the emulation)
+  bool hopper_built = false;  // HopperKernelsAvailable(): an sm_90a build (not the emulation)
   bool softmax = false;
-  int32_t max_tile_rows = 0;      // query rows of the fullest forward tile of 128 rows (0: none)
+  int32_t max_tile_rows = 0;  // query rows of the fullest forward tile of 128 rows (0: none)
   bool with_backward = false;
   bool broadcast_q = false;
   int64_t heads = 0, kv_heads = 0;
-  int64_t seeds = 0;              // broadcast_q: the query rows every output sequence shares
-  int64_t dkv_tiles = 0;          // K/V tiles of the backward
-  int64_t stored_ds_bytes = -1;   // the stored-dS workspace (-1: does not apply, broadcast_q)
+  int64_t seeds = 0;             // broadcast_q: the query rows every output sequence shares
+  int64_t dkv_tiles = 0;         // K/V tiles of the backward
+  int64_t stored_ds_bytes = -1;  // the stored-dS workspace (-1: none: broadcast_q, or no dS block)
 };
 
 struct KernelPlan {

@@ -95,7 +95,8 @@ TEST(KernelPolicy, BackwardUnderBroadcastQ) {
 
 TEST(KernelPolicy, OverridesNameTheKernel) {
   KernelShape s = Hopper128();
-  EXPECT_EQ(Choose(s, {ForwardKernelKind::kHopperWs, BackwardKernelKind::kHopperRecompute}).forward, ForwardKernelKind::kHopperWs);
+  EXPECT_EQ(Choose(s, {ForwardKernelKind::kHopperWs, BackwardKernelKind::kHopperRecompute}).forward,
+            ForwardKernelKind::kHopperWs);
   EXPECT_EQ(Choose(s, {ForwardKernelKind::kHopperWs, BackwardKernelKind::kHopperRecompute}).backward,
             BackwardKernelKind::kHopperRecompute);
   // The mma.sync forward takes the mma.sync backward unless another is named.
@@ -106,10 +107,13 @@ TEST(KernelPolicy, OverridesNameTheKernel) {
   EXPECT_EQ(Choose(s, {ForwardKernelKind::kAuto, BackwardKernelKind::kHopperStoredDs}).backward,
             BackwardKernelKind::kHopperStoredDs);
   s.max_tile_rows = 20;
-  EXPECT_EQ(Choose(s, {ForwardKernelKind::kHopperSplit, BackwardKernelKind::kAuto}).forward, ForwardKernelKind::kHopperSplit);
-  EXPECT_EQ(Choose(s, {ForwardKernelKind::kHopperTma, BackwardKernelKind::kAuto}).forward, ForwardKernelKind::kHopperTma);
+  EXPECT_EQ(Choose(s, {ForwardKernelKind::kHopperSplit, BackwardKernelKind::kAuto}).forward,
+            ForwardKernelKind::kHopperSplit);
+  EXPECT_EQ(Choose(s, {ForwardKernelKind::kHopperTma, BackwardKernelKind::kAuto}).forward,
+            ForwardKernelKind::kHopperTma);
   s.with_backward = false;  // a forward-only call ignores the backward override
-  EXPECT_EQ(Choose(s, {ForwardKernelKind::kAuto, BackwardKernelKind::kHopperFusedDq}).forward, ForwardKernelKind::kHopperSmall);
+  EXPECT_EQ(Choose(s, {ForwardKernelKind::kAuto, BackwardKernelKind::kHopperFusedDq}).forward,
+            ForwardKernelKind::kHopperSmall);
 }
 
 TEST(KernelPolicy, RejectsOverridesThatCannotRunTheCall) {
@@ -138,14 +142,16 @@ TEST(KernelPolicy, RejectsOverridesThatCannotRunTheCall) {
 }
 
 TEST(KernelPolicy, NamesParseBack) {
-  for (ForwardKernelKind k : {ForwardKernelKind::kAuto, ForwardKernelKind::kMmaSync, ForwardKernelKind::kHopperWs,
-                          ForwardKernelKind::kHopperTma, ForwardKernelKind::kHopperSplit, ForwardKernelKind::kHopperSmall}) {
+  for (ForwardKernelKind k :
+       {ForwardKernelKind::kAuto, ForwardKernelKind::kMmaSync, ForwardKernelKind::kHopperWs,
+        ForwardKernelKind::kHopperTma, ForwardKernelKind::kHopperSplit, ForwardKernelKind::kHopperSmall}) {
     absl::StatusOr<ForwardKernelKind> back = ParseForwardKernel(ForwardKernelName(k));
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(*back, k);
   }
-  for (BackwardKernelKind k : {BackwardKernelKind::kAuto, BackwardKernelKind::kMmaSync, BackwardKernelKind::kHopperRecompute,
-                           BackwardKernelKind::kHopperStoredDs, BackwardKernelKind::kHopperFusedDq}) {
+  for (BackwardKernelKind k :
+       {BackwardKernelKind::kAuto, BackwardKernelKind::kMmaSync, BackwardKernelKind::kHopperRecompute,
+        BackwardKernelKind::kHopperStoredDs, BackwardKernelKind::kHopperFusedDq}) {
     absl::StatusOr<BackwardKernelKind> back = ParseBackwardKernel(BackwardKernelName(k));
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(*back, k);

@@ -1,6 +1,6 @@
 // The host-built tile lists (gpu/attention/tile_scheduler.h) must cover every valid (query, key)
 // pair of every output sequence exactly once per kernel, list no tile without a valid pair, and
-// keep each tile within its sequences; backward v5's stored-dS plan gives each dS block it writes or
+// keep each tile within its sequences; the stored-dS plan gives each dS block it writes or
 // reads a slot of its own. Runs without a GPU.
 #include <gtest/gtest.h>
 
