@@ -26,11 +26,17 @@
 #   --settle S          seconds the GPU idles before each of our bench's cases (default 0;
 #                       gemtb bench attention --settle-s). Either way run.log holds nvidia-smi's
 #                       clocks, temperature, power and throttle reasons every 500 ms of our bench
-#   --variants K1,K2    also time these forward kernels alone (forward only; mma_sync, hopper64,
-#                       hopper128, hopper_ws), for the notes
+#   --variants K1,K2    also time these forward kernels alone (forward only; mma_sync, hopper_ws,
+#                       hopper_tma, hopper_split, hopper_small), for the notes
 #   --peer-timeout S    seconds for the peer script at most (default 300)
-#   --forward-kernel K  auto | mma_sync | hopper64 | hopper128 | hopper_ws (default auto); with
-#                       hopper_ws the check runs it too (GEMTB_FORWARD_KERNEL=hopper_ws)
+#   --forward-kernel K  the bench's forward kernel (gpu/attention/kernel_policy.h names; default auto,
+#                       the library's choice per case); the check always runs the library's choice
+#   --base-src F        also build the `git archive` F (its commit in .deb/BASE; e.g. the commit this
+#                       branch started from) and time it in the same call, alternating with ours:
+#                       --rounds N rounds of (base, ours), each round's table in summary.txt; the last
+#                       round's base results are bench_attention_base.json and ratio_base.json (then
+#                       lengths.tgz and build.log are not written: the logs go to run.log)
+#   --rounds N          rounds of the base/ours alternation (default 1; with --base-src)
 #   --ncu a,b           also profile the forward kernel of these cases once with Nsight Compute
 #                       (speed of light, warp stall reasons; clocks left as they are)
 #   --peer-timeout 0 skips the torch peers (with --meta-timeout 0 too, there is no ratio table).
@@ -42,7 +48,8 @@
 #                       never committed here): tools/bench/meta_gdpa_peer.py times it on the same
 #                       lengths, and its rows join peers.json and the ratio table.
 # Writes under $OUT (8 files, the most a call brings back): summary.txt (with the ratio table),
-# build.log, run.log, bench_attention.json, peers.json, ratio.json, check.json, lengths.tgz.
+# build.log, run.log, bench_attention.json, peers.json, ratio.json, check.json, lengths.tgz (with
+# --base-src: bench_attention_base.json and ratio_base.json instead of build.log and lengths.tgz).
 # Exit status: 0 all ran and the check passed, 1 something failed, 2 the build failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -61,6 +68,8 @@ ncu_cases=""
 tanh_cases=""
 tanh_check_cases=100
 settle=0
+base_src=""
+rounds=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --check-cases) check_cases=$2; shift 2 ;;
@@ -76,6 +85,8 @@ while [ $# -gt 0 ]; do
     --tanh-approx-cases) tanh_cases=$2; shift 2 ;;
     --tanh-check-cases) tanh_check_cases=$2; shift 2 ;;
     --settle) settle=$2; shift 2 ;;
+    --base-src) base_src=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
     *) echo "bench_gpu: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -110,21 +121,36 @@ gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 
 # --- 2. build (the machine's g++ warns where CI's does not: drop -Werror here, CI keeps it) -------
 launcher="$PWD/tools/no_werror.sh"; chmod +x "$launcher"  # modes may not survive the copy to the device
+build_log=$out/build.log
+[ -n "$base_src" ] && build_log=$out/run.log
+build_gemtb() {  # source dir, build dir
+  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
+    -DGEMTB_BUILD_BENCHMARKS=OFF -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
+    -DCMAKE_CUDA_COMPILER_LAUNCHER="$launcher" && cmake --build "$2" -j "$(nproc)" --target gemtb
+}
 stage "configure and build gemtb"
-if ! (cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
-        -DGEMTB_BUILD_BENCHMARKS=OFF -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
-        -DCMAKE_CUDA_COMPILER_LAUNCHER="$launcher" &&
-      cmake --build "$build" -j "$(nproc)" --target gemtb) > "$out/build.log" 2>&1; then
-  grep -E "error|FAILED" "$out/build.log" | head -30 | tee -a "$out/summary.txt"
-  stage "build FAILED (build.log)"
+if ! build_gemtb "$src" "$build" >> "$build_log" 2>&1; then
+  grep -E "error|FAILED" "$build_log" | head -30 | tee -a "$out/summary.txt"
+  stage "build FAILED (build log)"
   exit 2
 fi
 gemtb=$build/bin/gemtb
+base_gemtb=""
+if [ -n "$base_src" ]; then
+  base_commit=$(cat .deb/BASE 2>/dev/null || echo unknown)
+  stage "configure and build the base ($base_commit) from $base_src"
+  mkdir -p /tmp/gemtb-base-src
+  tar -xzf "$base_src" -C /tmp/gemtb-base-src
+  if ! build_gemtb /tmp/gemtb-base-src /tmp/gemtb-base-build >> "$build_log" 2>&1; then
+    grep -E "error|FAILED" "$build_log" | head -30 | tee -a "$out/summary.txt"
+    stage "base build FAILED (build log)"
+    exit 2
+  fi
+  base_gemtb=/tmp/gemtb-base-build/bin/gemtb
+fi
 # The Hopper kernel's SASS must hold warpgroup MMAs (HGMMA), not only HMMA.
 obj=$(find "$build" -name 'forward_hopper_bf16.cu.o' | head -1)
 [ -n "$obj" ] && echo "   HGMMA instructions in forward_hopper_bf16: $(cuobjdump --dump-sass "$obj" 2>/dev/null | grep -c HGMMA)" | tee -a "$out/summary.txt"
-obj=$(find "$build" -name 'forward_hopper_ws_bf16.cu.o' | head -1)
-[ -n "$obj" ] && echo "   HGMMA instructions in forward_hopper_ws_bf16: $(cuobjdump --dump-sass "$obj" 2>/dev/null | grep -c HGMMA)" | tee -a "$out/summary.txt"
 
 # --- 3. gemtb bench attention ---------------------------------------------------------------------
 lengths=/tmp/gemtb-lengths
@@ -137,6 +163,33 @@ for v in ${variants//,/ }; do
     --forward-only --no-compare --reps "$reps" --warmup "$warmup" "${case_args[@]}" --label "$commit $v" \
     2>&1 | tee -a "$out/run.log" | sed 's/^/   /' | tee -a "$out/summary.txt"
 done
+# The base and ours alternate, (base, ours) per round; ours' last run is the main bench below, and
+# the JSON and ratio tables keep each side's last round.
+bench_table() {  # JSON -> one line per case: name, kernels, fwd and fwd+bwd median ms
+  python3 - "$1" <<'EOF'
+import json, sys
+for c in json.load(open(sys.argv[1]))["cases"]:
+    fb = c.get("fwdbwd") or {}
+    print("%-24s %-34s fwd %8.4f ms  fwd+bwd %8.4f ms" % (c["case"], "%s / %s" % (c.get("forward_kernel"), c.get("backward_kernel")),
+          c["fwd"]["median_ms"], fb.get("median_ms", float("nan"))))
+EOF
+}
+if [ -n "$base_gemtb" ]; then
+  for r in $(seq 1 "$rounds"); do
+    stage "bench round $r: base $base_commit"
+    timeout "$(limit 150)" "$base_gemtb" bench attention --out-dir /tmp/gemtb-base-r$r --forward-kernel auto \
+      --reps "$reps" --warmup "$warmup" --settle-s "$settle" "${case_args[@]}" --label "$base_commit" >> "$out/run.log" 2>&1 ||
+      { status=1; stage "base bench FAILED"; }
+    bench_table /tmp/gemtb-base-r$r/bench_attention.json 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
+    [ "$r" -lt "$rounds" ] || break
+    stage "bench round $r: ours $commit"
+    timeout "$(limit 150)" "$gemtb" bench attention --out-dir /tmp/gemtb-ours-r$r --forward-kernel "$forward_kernel" \
+      --reps "$reps" --warmup "$warmup" --settle-s "$settle" "${case_args[@]}" --label "$commit" >> "$out/run.log" 2>&1 ||
+      { status=1; stage "bench FAILED"; }
+    bench_table /tmp/gemtb-ours-r$r/bench_attention.json 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
+  done
+  cp "/tmp/gemtb-base-r$rounds/bench_attention.json" "$out/bench_attention_base.json" 2>/dev/null
+fi
 stage "bench: gemtb bench attention (--forward-kernel $forward_kernel, --settle-s $settle)"
 bench_cmd="gemtb bench attention --out-dir DIR --forward-kernel $forward_kernel --reps $reps --warmup $warmup --settle-s $settle ${cases:+--cases $cases}${tanh_cases:+; the same with --tanh-approx --cases $tanh_cases}"
 # The GPU's clocks, temperature, power and throttle reasons every 500 ms while our bench runs (into
@@ -160,6 +213,7 @@ if sm:
 EOF
 [ "$bench_rc" -eq 0 ] || { status=1; stage "bench FAILED (exit $bench_rc)"; }
 cp "$lengths/bench_attention.json" "$out/" 2>/dev/null
+[ -n "$base_gemtb" ] && bench_table "$out/bench_attention.json" 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
 if [ -n "$tanh_cases" ] && [ -f "$out/bench_attention.json" ]; then
   stage "bench: --tanh-approx on $tanh_cases"
   timeout "$(limit 120)" "$gemtb" bench attention --out-dir /tmp/gemtb-tanh --forward-kernel "$forward_kernel" \
@@ -178,17 +232,13 @@ fi
 for v in ${variants//,/ }; do
   [ -f "/tmp/gemtb-variant-$v/bench_attention.json" ] && cp "/tmp/gemtb-variant-$v/bench_attention.json" "$lengths/variant_$v.json"
 done
-tar -czf "$out/lengths.tgz" -C "$lengths" . 2>/dev/null
+[ -n "$base_gemtb" ] || tar -czf "$out/lengths.tgz" -C "$lengths" . 2>/dev/null
 
 # --- 4. gemtb check attention (before the peers: when the budget runs short, the peers are cut) ---
 if [ "$check_cases" -gt 0 ]; then
   stage "gemtb check attention --cases $check_cases (timeout $(limit 400) s)"
-  # The check always runs kAuto; GEMTB_FORWARD_KERNEL=hopper_ws makes kAuto take the opt-in
-  # warp-specialised forward wherever the Hopper forward applies (device_call.h).
-  check_env=()
-  [ "$forward_kernel" = hopper_ws ] && check_env=(GEMTB_FORWARD_KERNEL=hopper_ws)
-  echo "   check forward: ${check_env[*]:-default kAuto}" | tee -a "$out/summary.txt"
-  timeout "$(limit 400)" env "${check_env[@]}" "$gemtb" check attention --cases "$check_cases" --seed 1 --max-length 300 \
+  # The check runs the kernels the library picks (gpu/attention/kernel_policy.h).
+  timeout "$(limit 400)" "$gemtb" check attention --cases "$check_cases" --seed 1 --max-length 300 \
     --json "$out/check.json" > /tmp/check.log 2>&1
   check_rc=$?
   [ $check_rc -eq 0 ] || status=1
@@ -264,6 +314,12 @@ EOF
   python3 "$src/gpu/bench/ratio_table.py" "$out/bench_attention.json" "$out/peers.json" "$out/ratio.json" \
     /tmp/ratio.md commit "$commit" gpu "$gpu_name" bench_command "$bench_cmd" \
     peers_command "python3 torch_peers.py --json peers.json --lengths DIR ${cases//,/ }; python3 tools/bench/meta_gdpa_peer.py --repo .peers/meta_gdpa --lengths DIR --reps 10 ${cases//,/ }" | tee -a "$out/summary.txt"
+  if [ -f "$out/bench_attention_base.json" ]; then
+    stage "ratio table of the base ($base_commit), same peers"
+    python3 "$src/gpu/bench/ratio_table.py" "$out/bench_attention_base.json" "$out/peers.json" "$out/ratio_base.json" \
+      /tmp/ratio_base.md commit "$base_commit" gpu "$gpu_name" bench_command "$bench_cmd (base build)" \
+      peers_command "python3 torch_peers.py --json peers.json --lengths DIR ${cases//,/ }" | tee -a "$out/summary.txt"
+  fi
 else
   stage "peers skipped (.peers/torch_peers.py or bench results missing)"
 fi

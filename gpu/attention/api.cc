@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <string>
@@ -13,7 +12,7 @@
 #include "gpu/attention/backward_fused_dq_plan.h"
 #include "gpu/attention/backward_stored_ds_plan.h"
 #include "gpu/attention/device_call.h"
-#include "gpu/attention/forward_variant.h"
+#include "gpu/attention/kernel_policy.h"
 #include "gpu/attention/launch.h"
 #include "gpu/attention/params.h"
 #include "gpu/attention/tile_scheduler.h"
@@ -225,13 +224,10 @@ struct DeviceCall::State {
   AttentionOptions options;
   ElementType dtype = ElementType::kBFloat16;
   bool softmax = false;
-  bool hopper_forward = false;
-  bool hopper_ws = false;  // the warp-specialised Hopper forward (forward_hopper_ws_kernel.cuh)
-  int hopper_block_n = kHopperDefaultBlockN;
+  KernelPlan plan;
   DeviceArray<SeqInfo> seqs;
   DeviceArray<ForwardTile> forward_tiles;
   int64_t num_forward = 0;
-  int32_t forward_max_rows = 0;  // ForwardParams::max_tile_rows
   bool forward_covers_all = false;
   bool with_backward = false;
   DeviceArray<DqTile> dq_tiles;
@@ -239,13 +235,11 @@ struct DeviceCall::State {
   DeviceArray<DkvTile> dkv_tiles;
   DeviceArray<DkvSegment> dkv_segments;
   DeviceArray<DqReduce> dq_reduce;
-  DeviceArray<float> dq_partial;  // the split dQ tiles' fp32 parts
-  DeviceArray<int64_t> ds_block_base;  // backward v5's stored dS (backward_stored_ds_plan.h), if used
+  DeviceArray<float> dq_partial;  // the split dQ tiles' fp32 parts, or the fused dQ's chain parts
+  DeviceArray<int64_t> ds_block_base;  // the stored-dS backward's block table (backward_stored_ds_plan.h)
   DeviceArray<uint16_t> ds;
-  bool hopper_backward = false;
-  int fused_dq_chain = 0;  // backward v6 (backward_fused_dq_plan.h): K/V tiles per chain; 0: not used
+  int fused_dq_chain = 0;  // the fused-dQ backward's K/V tiles per chain (backward_fused_dq_plan.h)
   int64_t num_dq = 0, num_dkv = 0, num_dq_reduce = 0;
-  int32_t dq_max_key_steps = 0;  // BackwardParams::dq_max_key_steps
   bool dq_covers_all = false, dkv_covers_all = false;
 
   ProblemParams Params(const DeviceInputs& in) const {
@@ -268,8 +262,7 @@ DeviceCall::DeviceCall(std::unique_ptr<State> state) : state_(std::move(state)) 
 DeviceCall::~DeviceCall() = default;
 
 absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionArgs& args,
-                                                               bool with_backward,
-                                                               ForwardKernelChoice forward_kernel) {
+                                                               bool with_backward) {
   absl::StatusOr<Problem> resolved = Resolve(args, /*values=*/false);
   if (!resolved.ok()) return resolved.status();
   GEMTB_RETURN_IF_ERROR(DeviceAvailable());
@@ -278,138 +271,98 @@ absl::StatusOr<std::unique_ptr<DeviceCall>> DeviceCall::Create(const AttentionAr
   s->options = args.options;
   s->dtype = args.dtype;
   s->softmax = args.options.act == Activation::kSoftmax;
-  const bool hopper_applies = s->problem.d == kHopperHeadDim && HopperKernelsAvailable();
-  if (forward_kernel == ForwardKernelChoice::kAuto) {
-    // GEMTB_FORWARD_KERNEL=hopper_ws: the warp-specialised forward for every act and tile list
-    // (device_call.h; how the check covers it beyond kAuto's own choice below).
-    const char* env = std::getenv("GEMTB_FORWARD_KERNEL");
-    if (env != nullptr && absl::string_view(env) == "hopper_ws" && hopper_applies) {
-      forward_kernel = ForwardKernelChoice::kHopperWs;
-    }
-  }
-  switch (forward_kernel) {
-    case ForwardKernelChoice::kHopperWs:
-      if (!hopper_applies) {
-        return Bad(absl::StrCat("forward kernel: the Hopper kernel needs head dim ", kHopperHeadDim,
-                                " and an sm_90a build; this call has Dqk=", s->problem.d));
-      }
-      s->hopper_forward = true;
-      s->hopper_ws = true;
-      s->hopper_block_n = kHopperWsBlockN;
-      break;
-    case ForwardKernelChoice::kAuto:
-      // Also for PMA's 32-row query sequences: since the per-activation kernels (v3) the Hopper
-      // kernel is faster there despite its 128-row tiles (0.66 ms against the mma.sync kernel's
-      // 1.85 ms on the H200; it was 3.55 ms with v2).
-      s->hopper_forward = hopper_applies;
-      s->hopper_block_n = kHopperDefaultBlockN;
-      break;
-    case ForwardKernelChoice::kMmaSync: s->hopper_forward = false; break;
-    case ForwardKernelChoice::kHopper64:
-    case ForwardKernelChoice::kHopper128:
-      s->hopper_block_n = forward_kernel == ForwardKernelChoice::kHopper64 ? 64 : 128;
-      if (!hopper_applies) {
-        return Bad(absl::StrCat("forward kernel: the Hopper kernel needs head dim ", kHopperHeadDim,
-                                " and an sm_90a build; this call has Dqk=", s->problem.d));
-      }
-      s->hopper_forward = true;
-      break;
-  }
-  const int block_m = s->hopper_forward ? kHopperBlockM : kBlockM;
-  std::vector<ForwardTile> tiles = BuildForwardTiles(s->problem.pairing, args.options, block_m);
-  s->num_forward = static_cast<int64_t>(tiles.size());
-  for (const ForwardTile& t : tiles) {
-    s->forward_max_rows = std::max(s->forward_max_rows, std::min(block_m, s->problem.pairing.seqs[t.b].lq - t.i0));
-  }
-  if (forward_kernel == ForwardKernelChoice::kAuto && s->hopper_forward && !tiles.empty()) {
-    // kAuto: the warp-specialised forward for every act and tile list since its v5 (persistent
-    // CTAs, TMA loads; forward_hopper_tma_kernel.cuh), which was faster than v3 on all eight bench
-    // cases on the H200, one-step tiles and pointwise acts included (tools/bench/NOTES.md, "Forward
-    // v5"); v4's rule (softmax averaging >= 2 steps of 128 keys) no longer applies.
-    s->hopper_ws = true;
-    s->hopper_block_n = kHopperWsBlockN;
-  }
-  const bool short_tile_forward = s->hopper_ws && ForwardSplitApplies(s->forward_max_rows, s->softmax);
-  if (s->hopper_ws && !short_tile_forward && ForwardStepOrder()) OrderByStepsThenSequence(tiles, kHopperWsBlockN);
-  if (short_tile_forward) {
-    // The persistent short-tile forwards take every grid-th item (tile x head): a snake over the
-    // heavy-first list evens their sums (tile_scheduler.h). The split kernel's grid is the SM count,
-    // v10's the CTAs that fit at once (forward_variant.h); v9 has one CTA per item and no snake.
-    const int64_t items = s->num_forward * s->problem.heads;
-    int64_t grid = 0;
-    if (!ForwardSmallApplies(s->forward_max_rows, s->softmax)) {
-      if (ForwardSplitSnake()) grid = HopperSmCount();
-    } else if (ForwardSmallPersistent()) {
-      grid = ForwardSmallGrid(items, HopperSmCount(), s->problem.heads);
-    }
-    if (grid > 0 && grid % s->problem.heads == 0 && items > grid) DealInSnakeBands(tiles, grid / s->problem.heads);
-  }
-  s->forward_covers_all = ForwardRows(tiles, s->problem.pairing, block_m) == s->problem.to;
-  GEMTB_RETURN_IF_ERROR(s->seqs.Upload(s->problem.pairing.seqs, "sequence table"));
-  GEMTB_RETURN_IF_ERROR(s->forward_tiles.Upload(tiles, "forward tiles"));
   s->with_backward = with_backward;
-  if (with_backward) {
-    // The Hopper backward wherever it applies, unless the mma.sync kernels are asked for.
-    s->hopper_backward = hopper_applies && forward_kernel != ForwardKernelChoice::kMmaSync;
-    const TileLists lists = BuildBackwardTiles(s->problem.pairing, args.options);
-    s->num_dq = static_cast<int64_t>(lists.dq.size());
-    s->num_dq_reduce = static_cast<int64_t>(lists.dq_reduce.size());
-    s->num_dkv = static_cast<int64_t>(lists.dkv.size());
-    int64_t dq_rows = 0, dkv_rows = 0;
-    const int32_t lq0 = s->problem.pairing.seqs.empty() ? 0 : s->problem.pairing.seqs[0].lq;
-    for (const DqReduce& r : lists.dq_reduce) dq_rows += r.rows;
-    for (const DqTile& t : lists.dq) {
-      if (t.partial >= 0) continue;  // counted by its DqReduce
-      // A dQ tile's rows belong to its first reader's query sequence.
-      const int32_t lq = s->problem.pairing.broadcast_q ? lq0 : s->problem.pairing.seqs[lists.dq_readers[t.reader_begin].b].lq;
-      dq_rows += std::min(kBlockM, lq - t.i0);
-    }
-    for (const DkvTile& t : lists.dkv) dkv_rows += std::min(kBlockN, t.lk - t.j0);
-    for (const DqTile& t : lists.dq) {
-      int32_t steps = 0;
-      for (int32_t r = 0; r < t.reader_count; ++r) {
-        const DqReader& rd = lists.dq_readers[t.reader_begin + r];
-        steps += (rd.k_hi - rd.k_lo + kBlockN - 1) / kBlockN;
-      }
-      s->dq_max_key_steps = std::max(s->dq_max_key_steps, steps);
-    }
-    s->dq_covers_all = dq_rows == s->problem.tq;
-    s->dkv_covers_all = dkv_rows == s->problem.tk;
-    GEMTB_RETURN_IF_ERROR(s->dq_tiles.Upload(lists.dq, "dQ tiles"));
-    GEMTB_RETURN_IF_ERROR(s->dq_readers.Upload(lists.dq_readers, "dQ readers"));
-    GEMTB_RETURN_IF_ERROR(s->dkv_tiles.Upload(lists.dkv, "dK/dV tiles"));
-    // Backward v5: dQ from the dS the dK/dV kernel stores, where it applies (its dK/dV segments).
-    const BwdDqMode dq_mode = s->hopper_backward ? BwdDqModeFromEnv() : BwdDqMode::kRecompute;
-    const StoredDsPlan ds_plan =
-        PlanStoredDs(s->problem.pairing.seqs, lists, s->problem.pairing.broadcast_q, s->problem.heads, dq_mode);
-    bool stored_ds = ds_plan.use;
-    if (stored_ds) {
-      if (absl::Status a = s->ds.Allocate(static_cast<size_t>(ds_plan.elements), "stored dS"); !a.ok()) {
-        if (dq_mode == BwdDqMode::kStored) return a;
-        (void)cudaGetLastError();  // the default falls back to the recompute when the memory is not there
-        stored_ds = false;
-      } else {
-        GEMTB_RETURN_IF_ERROR(s->ds_block_base.Upload(ds_plan.block_base, "dS block offsets"));
-      }
-    }
-    GEMTB_RETURN_IF_ERROR(
-        s->dkv_segments.Upload(stored_ds ? ds_plan.segments : lists.dkv_segments, "dK/dV segments"));
-    GEMTB_RETURN_IF_ERROR(s->dq_reduce.Upload(lists.dq_reduce, "dQ reduce list"));
-    size_t partial_floats =
-        static_cast<size_t>(lists.dq_partial_slots) * static_cast<size_t>(s->problem.heads) * kBlockM *
-        static_cast<size_t>(s->problem.d);
-    // Backward v6 under broadcast_q: its chains' dQ parts use the same workspace (the split dQ
-    // tiles it replaces do not run).
-    if (!stored_ds && s->num_dkv > 0 &&
-        FusedDqApplies(s->hopper_backward, s->problem.pairing.broadcast_q, s->problem.heads, s->problem.kv_heads,
-                       s->problem.d, lq0)) {
-      s->fused_dq_chain = FusedDqChainTiles(s->num_dkv, s->problem.kv_heads, HopperSmCount());
-      const size_t fused_floats = static_cast<size_t>(FusedDqChains(s->num_dkv, s->fused_dq_chain)) *
-                                  static_cast<size_t>(s->problem.heads) * static_cast<size_t>(kFusedDqSlotFloats);
-      partial_floats = std::max(partial_floats, fused_floats);
-    }
-    GEMTB_RETURN_IF_ERROR(s->dq_partial.Allocate(partial_floats, "dQ partial sums"));
+  const Pairing& pairing = s->problem.pairing;
+
+  // What the policy looks at: the Hopper forward's tiles (kHopperBlockM rows) and, with the
+  // backward, its tile lists and the stored-dS workspace that the call would take.
+  KernelShape shape;
+  shape.head_dim = s->problem.d;
+  shape.hopper_built = HopperKernelsAvailable();
+  shape.softmax = s->softmax;
+  std::vector<ForwardTile> tiles = BuildForwardTiles(pairing, args.options, kHopperBlockM);
+  for (const ForwardTile& t : tiles) {
+    shape.max_tile_rows = std::max(shape.max_tile_rows, std::min(kHopperBlockM, pairing.seqs[t.b].lq - t.i0));
   }
+  shape.with_backward = with_backward;
+  shape.broadcast_q = pairing.broadcast_q;
+  shape.heads = s->problem.heads;
+  shape.kv_heads = s->problem.kv_heads;
+  const int32_t lq0 = pairing.seqs.empty() ? 0 : pairing.seqs[0].lq;
+  shape.seeds = lq0;
+  TileLists lists;
+  StoredDsPlan ds_plan;
+  if (with_backward) {
+    lists = BuildBackwardTiles(pairing, args.options);
+    shape.dkv_tiles = static_cast<int64_t>(lists.dkv.size());
+    ds_plan = PlanStoredDs(pairing.seqs, lists, pairing.broadcast_q, s->problem.heads);
+    shape.stored_ds_bytes = ds_plan.elements > 0 ? ds_plan.elements * 2 : -1;
+  }
+  absl::StatusOr<KernelPlan> plan = ChooseKernels(shape, args.kernels);
+  if (!plan.ok()) return plan.status();
+  s->plan = *plan;
+
+  // Forward tiles of the chosen kernel's rows; the persistent Hopper forwards take them in their
+  // own order (tile_scheduler.h).
+  const bool hopper_forward = s->plan.forward != ForwardKernelKind::kMmaSync;
+  const int block_m = hopper_forward ? kHopperBlockM : kBlockM;
+  if (!hopper_forward) tiles = BuildForwardTiles(pairing, args.options, block_m);
+  s->num_forward = static_cast<int64_t>(tiles.size());
+  if (s->plan.forward == ForwardKernelKind::kHopperTma || s->plan.forward == ForwardKernelKind::kHopperWs) {
+    // Tiles of fewer K/V steps later, so that a persistent CTA's items come in even steps.
+    OrderByStepsThenSequence(tiles, kHopperWsBlockN);
+  } else if (s->plan.forward == ForwardKernelKind::kHopperSplit) {
+    // The split kernel's CTA c takes every grid-th item (grid = the SM count); a snake over the
+    // heavy-first list evens their sums when the head count divides the SM count.
+    const int64_t items = s->num_forward * s->problem.heads;
+    const int64_t grid = HopperSmCount();
+    if (grid % s->problem.heads == 0 && items > grid) DealInSnakeBands(tiles, grid / s->problem.heads);
+  }
+  s->forward_covers_all = ForwardRows(tiles, pairing, block_m) == s->problem.to;
+  GEMTB_RETURN_IF_ERROR(s->seqs.Upload(pairing.seqs, "sequence table"));
+  GEMTB_RETURN_IF_ERROR(s->forward_tiles.Upload(tiles, "forward tiles"));
+  if (!with_backward) return std::unique_ptr<DeviceCall>(new DeviceCall(std::move(s)));
+
+  s->num_dq = static_cast<int64_t>(lists.dq.size());
+  s->num_dq_reduce = static_cast<int64_t>(lists.dq_reduce.size());
+  s->num_dkv = static_cast<int64_t>(lists.dkv.size());
+  int64_t dq_rows = 0, dkv_rows = 0;
+  for (const DqReduce& r : lists.dq_reduce) dq_rows += r.rows;
+  for (const DqTile& t : lists.dq) {
+    if (t.partial >= 0) continue;  // counted by its DqReduce
+    // A dQ tile's rows belong to its first reader's query sequence.
+    const int32_t lq = pairing.broadcast_q ? lq0 : pairing.seqs[lists.dq_readers[t.reader_begin].b].lq;
+    dq_rows += std::min(kBlockM, lq - t.i0);
+  }
+  for (const DkvTile& t : lists.dkv) dkv_rows += std::min(kBlockN, t.lk - t.j0);
+  s->dq_covers_all = dq_rows == s->problem.tq;
+  s->dkv_covers_all = dkv_rows == s->problem.tk;
+  GEMTB_RETURN_IF_ERROR(s->dq_tiles.Upload(lists.dq, "dQ tiles"));
+  GEMTB_RETURN_IF_ERROR(s->dq_readers.Upload(lists.dq_readers, "dQ readers"));
+  GEMTB_RETURN_IF_ERROR(s->dkv_tiles.Upload(lists.dkv, "dK/dV tiles"));
+  if (s->plan.backward == BackwardKernelKind::kHopperStoredDs) {
+    if (absl::Status a = s->ds.Allocate(static_cast<size_t>(ds_plan.elements), "stored dS"); !a.ok()) {
+      if (args.kernels.backward == BackwardKernelKind::kHopperStoredDs) return a;
+      // Chosen by the policy: without the memory, the dQ pass recomputes dS instead.
+      (void)cudaGetLastError();
+      s->plan.backward = BackwardKernelKind::kHopperRecompute;
+    } else {
+      GEMTB_RETURN_IF_ERROR(s->ds_block_base.Upload(ds_plan.block_base, "dS block offsets"));
+    }
+  }
+  const bool stored_ds = s->plan.backward == BackwardKernelKind::kHopperStoredDs;
+  GEMTB_RETURN_IF_ERROR(s->dkv_segments.Upload(stored_ds ? ds_plan.segments : lists.dkv_segments, "dK/dV segments"));
+  GEMTB_RETURN_IF_ERROR(s->dq_reduce.Upload(lists.dq_reduce, "dQ reduce list"));
+  size_t partial_floats = static_cast<size_t>(lists.dq_partial_slots) * static_cast<size_t>(s->problem.heads) *
+                          kBlockM * static_cast<size_t>(s->problem.d);
+  if (s->plan.backward == BackwardKernelKind::kHopperFusedDq) {
+    // Its chains' dQ parts use the same workspace (the split dQ tiles it replaces do not run).
+    s->fused_dq_chain = FusedDqChainTiles(s->num_dkv, s->problem.kv_heads, HopperSmCount());
+    const size_t fused_floats = static_cast<size_t>(FusedDqChains(s->num_dkv, s->fused_dq_chain)) *
+                                static_cast<size_t>(s->problem.heads) * static_cast<size_t>(kFusedDqSlotFloats);
+    partial_floats = std::max(partial_floats, fused_floats);
+  }
+  GEMTB_RETURN_IF_ERROR(s->dq_partial.Allocate(partial_floats, "dQ partial sums"));
   return std::unique_ptr<DeviceCall>(new DeviceCall(std::move(s)));
 }
 
@@ -421,30 +374,11 @@ int64_t DeviceCall::o_elements() const { return state_->problem.to * state_->pro
 int64_t DeviceCall::out_rows() const { return state_->problem.to; }
 int64_t DeviceCall::heads() const { return state_->problem.heads; }
 bool DeviceCall::softmax() const { return state_->softmax; }
-const char* DeviceCall::forward_kernel_name() const {
-  if (!state_->hopper_forward) return "mma_sync";
-  if (state_->hopper_ws) {
-    // The kernel LaunchForwardHopperWs picks for TMA-suited tensors (16-byte aligned; v4 otherwise).
-    if (ForwardSmallApplies(state_->forward_max_rows, state_->softmax)) return "hopper_small";
-    if (ForwardSplitApplies(state_->forward_max_rows, state_->softmax)) {
-      switch (ForwardSplitMode()) {
-        case 1: return "hopper_split_steps";
-        default: return ForwardSplitRing() ? "hopper_split_keys_ring" : "hopper_split_keys";
-      }
-    }
-    switch (ForwardWsVersion()) {
-      case 4: return "hopper_ws_v4";
-      case 5: return "hopper_tma_v5";
-      case 6: return "hopper_tma_v6";
-      default: return "hopper_tma_v7";
-    }
-  }
-  return state_->hopper_block_n == 128 ? "hopper_wgmma_n128" : "hopper_wgmma_n64";
-}
-
-const char* DeviceCall::backward_kernel_name() const {
+const KernelPlan& DeviceCall::plan() const { return state_->plan; }
+std::string DeviceCall::forward_kernel_name() const { return std::string(ForwardKernelName(state_->plan.forward)); }
+std::string DeviceCall::backward_kernel_name() const {
   if (!state_->with_backward) return "none";
-  return state_->hopper_backward ? "hopper_wgmma" : "mma_sync";
+  return std::string(BackwardKernelName(state_->plan.backward));
 }
 
 absl::Status DeviceCall::Forward(const DeviceInputs& in, uint16_t* o, float* lse) const {
@@ -460,12 +394,10 @@ absl::Status DeviceCall::Forward(const DeviceInputs& in, uint16_t* o, float* lse
   fp.tiles = s.forward_tiles.get();
   fp.o = o;
   fp.lse = lse;
-  fp.max_tile_rows = s.forward_max_rows;
-  fp.wide_o_stores = ForwardWideStores() && reinterpret_cast<uintptr_t>(o) % 16 == 0 ? 1 : 0;
+  fp.wide_o_stores = reinterpret_cast<uintptr_t>(o) % 16 == 0 ? 1 : 0;
   return Dispatch(s.dtype, p.d, [&]<ElementType E, int D>() -> absl::Status {
     if constexpr (D == kHopperHeadDim) {
-      if (s.hopper_ws) return LaunchForwardHopperWs<E>(fp, s.num_forward);
-      if (s.hopper_forward) return LaunchForwardHopper<E>(fp, s.num_forward, s.hopper_block_n);
+      if (s.plan.forward != ForwardKernelKind::kMmaSync) return LaunchForwardHopper<E>(fp, s.num_forward, s.plan.forward);
     }
     return LaunchForward<E, D>(fp, s.num_forward);
   });
@@ -500,15 +432,16 @@ absl::Status DeviceCall::Backward(const DeviceInputs& in, const uint16_t* o, con
   bp.dq = grads.dq;
   bp.dk = grads.dk;
   bp.dv = grads.dv;
-  bp.dq_max_key_steps = s.dq_max_key_steps;
   bp.ds = s.ds.get();
   bp.ds_block_base = s.ds_block_base.get();
   return Dispatch(s.dtype, p.d, [&]<ElementType E, int D>() -> absl::Status {
     bool done = false;
     if constexpr (D == kHopperHeadDim) {
-      if (s.hopper_backward) {
+      if (s.plan.backward != BackwardKernelKind::kMmaSync) {
         if (s.softmax) GEMTB_RETURN_IF_ERROR(LaunchRowDotHopper<E>(bp));
-        if (s.fused_dq_chain > 0) return LaunchDkDvDqFusedHopper<E>(bp, s.num_dkv, s.fused_dq_chain);
+        if (s.plan.backward == BackwardKernelKind::kHopperFusedDq) {
+          return LaunchDkDvDqFusedHopper<E>(bp, s.num_dkv, s.fused_dq_chain);
+        }
         GEMTB_RETURN_IF_ERROR(LaunchDkDvHopper<E>(bp, s.num_dkv));
         GEMTB_RETURN_IF_ERROR(LaunchDqHopper<E>(bp, s.num_dq));
         done = true;

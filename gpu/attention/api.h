@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "gpu/attention/kernel_policy.h"
 #include "model/attention/attention_options.h"
 #include "model/common/element_type.h"
 
@@ -47,6 +48,9 @@ struct AttentionArgs {
   // Spec inputs the kernels do not implement yet: giving any of them is an error.
   HostTensor<float> bias_dense, bias_rel, bias_ts, rope_q, rope_k, rope_v;
   HostTensor<int64_t> ts;
+  // Which kernels run: by default ChooseKernels' pick for the call's shape (kernel_policy.h);
+  // tests and benchmarks may name a kernel here (an error if it cannot run the call).
+  KernelOverride kernels;
 };
 
 struct ForwardResult {

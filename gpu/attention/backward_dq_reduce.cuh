@@ -11,9 +11,9 @@
 namespace gemtb::gpu {
 
 // Each thread sums two adjacent columns of one row over the tile's slots (PMA: 576), in slot order
-// from 0.f as before (same bytes), but with kDqReduceBatch slots' loads in flight before their adds:
-// one load at a time per chain left the kernel latency-bound (Nsight Compute at c61e2e4: PMA's
-// reduce 233 us for 38 MB, DRAM 3.5% busy, 64 CTAs). Rows past the tile's `rows` exit at once.
+// from 0.f, with kDqReduceBatch slots' loads in flight before their adds: one load at a time per
+// chain leaves the kernel latency-bound (Nsight Compute: PMA's reduce 233 us for 38 MB, DRAM 3.5%
+// busy, 64 CTAs; tools/bench/NOTES.md). Rows past the tile's `rows` exit at once.
 inline constexpr int kDqReduceRowsPerCta = 2;
 inline constexpr int kDqReduceCtasPerTile = kBlockM / kDqReduceRowsPerCta;
 inline constexpr int kDqReduceBatch = 32;

@@ -1,4 +1,4 @@
-// Hopper dK/dV v4 (sm_90a, head dim 128): the v3 kernel of backward_hopper_kernel.cuh, but one CTA
+// Chained Hopper dK/dV (sm_90a, head dim 128): the one-tile kernel of backward_hopper_kernel.cuh, but one CTA
 // runs a chain of consecutive K/V tiles of the host's list (tiles_per_cta of them) instead of one,
 // so a tile's fixed cost overlaps its neighbours' work:
 //   - the next tile's K and V load while this tile's last query step computes;
@@ -10,11 +10,11 @@
 //   - dK and dV leave through shared memory as whole 16-byte chunks of whole rows
 //     (StoreHopperBwdRows) instead of 4-byte stores from the accumulator layout;
 //   - optionally (head_minor) the K/V heads of one chain run side by side.
-// Per tile the steps, their order, the MMAs and the elementwise code are v3's, so every dK and dV
-// is bitwise what v3 writes (deterministic, no atomics). PMA ran 40,188 one-step CTAs (tensor pipe
+// Per tile the steps, their order, the MMAs and the elementwise code are the one-tile kernel's, so
+// every dK and dV is bitwise what it writes (deterministic, no atomics). PMA ran 40,188 one-step CTAs (tensor pipe
 // 12% busy, DRAM 37%: each CTA loaded, computed and stored in turn).
 //
-// Shared memory: three slots of two 64-row swizzled tiles each (97 KB, as v3: two CTAs per SM). At
+// Shared memory: three slots of two 64-row swizzled tiles each (97 KB, as the one-tile kernel: two CTAs per SM). At
 // any step one slot holds K and V, one this step's Q and dO, and the third is free for the next
 // load: the next step's Q/dO inside a tile, the next tile's K/V at a tile's last step. Each slot
 // keeps the per-row key ranges, LSE and D_i of the Q/dO rows it holds.
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
   const int t_end = min(num_tiles, t_begin + tiles_per_cta);
 
   // A step: tile t of the list, segment sgi of it, query head h of the GQA group, rows from q0
-  // (v3's order: segment, then head, then 64-row steps).
+  // (the one-tile kernel's order: segment, then head, then 64-row steps).
   struct Cursor {
     int t, sgi, h, q0;
   };
@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
 
   if (t_begin >= t_end) return;
   // Only the cursor and the slots live across a step; the tile and its rows are read again from
-  // the (cached) lists where needed, which keeps v3's register budget (255, accumulators included).
+  // the (cached) lists where needed, which keeps the one-tile kernel's register budget (255, accumulators included).
   int kv_slot = 0, q_slot = 1, free_slot = 2;
   Cursor cur = first_step(t_begin);
   {
@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     const int key[2] = {tile.j0 + warp * 16 + ln.g, tile.j0 + warp * 16 + ln.g + 8};  // rows of c0/c1, c2/c3
     wgmma::CpAsyncWait<0>();
     wgmma::FenceProxyAsync();
-    // A step is full when every pair of its 64 x 64 block is valid (v3): rows 0..63 vote from
+    // A step is full when every pair of its 64 x 64 block is valid (as in the one-tile kernel): rows 0..63 vote from
     // their key ranges (written by this same thread when the slot was loaded), the barrier that
     // starts the step ANDs the votes. It also says every thread is done with the free slot.
     int vote = 1;
@@ -207,8 +207,8 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
 
     const uint32_t sk = slot_at(kv_slot), sv = sk + kHopperBwdTileBytes;
     const uint32_t sq = slot_at(q_slot), s_do = sq + kHopperBwdTileBytes;
-    // v3's step: Sᵀ and dPᵀ; P̂ (or act, act') from Sᵀ while dPᵀ runs; dSᵀ; dV += Pᵀ dO and
-    // dK += dSᵀ Q. The MMAs are issued before the next step's loads (v3: after), so the lists'
+    // The one-tile kernel's step: Sᵀ and dPᵀ; P̂ (or act, act') from Sᵀ while dPᵀ runs; dSᵀ; dV += Pᵀ dO and
+    // dK += dSᵀ Q. The MMAs are issued before the next step's loads (the one-tile kernel: after), so the lists'
     // dependent reads that find the next step run while the tensor cores work.
     float st[32], dpt[32];
     wgmma::Fence();

@@ -1,16 +1,16 @@
-// Hopper dQ v4 (sm_90a, head dim 128): the v3 kernel of backward_hopper_kernel.cuh, but one CTA runs
+// Chained Hopper dQ (sm_90a, head dim 128): the one-tile kernel of backward_hopper_kernel.cuh, but one CTA runs
 // a chain of consecutive query tiles of the host's list (tiles_per_cta of them) instead of one, so a
 // tile's fixed cost overlaps its neighbours' work:
 //   - the next tile's first K/V step loads into the free stage during this tile's last step (as any
 //     next step does inside a tile);
 //   - its Q and first dO load once this tile's last S and dP are done (Q and dO are free then),
 //     while the last dS, the last dQ MMA and the stores of this tile's dQ run.
-// Per tile the steps, their order, the MMAs and the elementwise code are v3's, so every dQ (and
-// every split tile's fp32 part) is bitwise what v3 writes (deterministic, no atomics). Cross
+// Per tile the steps, their order, the MMAs and the elementwise code are the one-tile kernel's, so
+// every dQ (and every split tile's fp32 part) is bitwise what it writes (deterministic, no atomics). Cross
 // attention's tiles have four 64-key steps each (256 keys), so the per-tile load latency was a large
 // part of each CTA's time.
 // dQ leaves through shared memory as whole 16-byte chunks (see the end of the loop).
-// Shared memory as v3: Q, two dO buffers (reader parity), two stages of K and V (113 KB).
+// Shared memory as the one-tile kernel: Q, two dO buffers (reader parity), two stages of K and V (113 KB).
 #ifndef GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_DQ_CHAIN_CUH_
 #define GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_DQ_CHAIN_CUH_
 
@@ -113,8 +113,8 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     wgmma::CpAsyncWait<0>();
     wgmma::FenceProxyAsync();
     __syncthreads();
-    // v3's step: S and dP; P̂ (or act') from S while dP runs; dS; dQ += dS K. The MMAs are issued
-    // before the next step's loads (v3: after), so the lists' dependent reads run beside them.
+    // The one-tile kernel's step: S and dP; P̂ (or act') from S while dP runs; dS; dQ += dS K. The MMAs are issued
+    // before the next step's loads (the one-tile kernel: after), so the lists' dependent reads run beside them.
     float s[32], dp[32];
     wgmma::Fence();
     HopperBwdIssueAbT<E>(s, sq, sk(stage));
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     if (row_reader != cur.ri) {
       row_reader = cur.ri;
       const SeqInfo seq = pr.seqs[rd.b];
-      // Padding rows get 0 as in v3, whatever the previous tile held.
+      // Padding rows get 0 as in the one-tile kernel, whatever the previous tile held.
       HopperBwdDqRowState<softmax, true>(p, seq, h, tile.i0, row, q_rows, keys, lse, d_i);
     }
 

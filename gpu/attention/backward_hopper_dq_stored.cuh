@@ -1,21 +1,19 @@
-// Backward v5 (issue 7): dQ from the dS blocks the dK/dV kernel stored (backward_hopper_ds_layout.cuh,
-// backward_stored_ds_plan.h), so the dQ pass is one GEMM per (query tile, key block), dQ += dS K,
-// instead of v3's S = Q Kᵀ, dP = dO Vᵀ, the elementwise step and dQ += dS K (7 GEMMs per pair -> 5).
+// The stored-dS backward (kernel_policy.h's kHopperStoredDs): dQ from the dS blocks the dK/dV kernel
+// stored (backward_hopper_ds_layout.cuh, backward_stored_ds_plan.h), so the dQ pass is one GEMM per
+// (query tile, key block), dQ += dS K, instead of the recompute path's S = Q Kᵀ, dP = dO Vᵀ, the
+// elementwise step and dQ += dS K (7 GEMMs per pair -> 5).
 //
 // Same tile list, grid (tile x query head), reader order, key order and split-tile partial sums as
-// v3's DqHopperKernel, so the sum over keys runs in one fixed order (deterministic, no atomics); the
-// dS it multiplies are the bits the dK/dV kernel rounded for its dK MMA. Per step: the K block
-// (cp.async, 128-byte swizzled, two stages) and the dS block (four 16-byte loads per thread straight
-// into the register A operand, one step ahead). A reader's key range starts at its rows' first
-// valid key, which need not be a block boundary: steps run over whole 64-key blocks from the block
-// holding it. A block no row of the tile has a valid key in may never have been written (the dK/dV
-// kernel writes only the blocks its steps cover): the CTA skips it on a vote at the step's barrier.
-// 33 KB of shared memory and 154 registers: three CTAs per SM. The pipelined kernel below (three
-// stages) is what GEMTB_BWD_DQ=stored runs unless GEMTB_BWD_DQ_STAGES=0 asks for this one.
+// DqHopperKernel, so the sum over keys runs in one fixed order (deterministic, no atomics); the dS
+// it multiplies are the bits the dK/dV kernel rounded for its dK MMA. Per step: the K block and the
+// dS block (8 KB) by cp.async through kDqStoredStages shared-memory stages (128-byte swizzled K; dS
+// read back with 16-byte loads in its register A-operand order), kDqStoredStages - 1 steps' loads in
+// flight per CTA for the dS stream from DRAM. A reader's key range starts at its rows' first valid
+// key, which need not be a block boundary: steps run over whole 64-key blocks from the block holding
+// it. A block no row of the tile has a valid key in may never have been written (the dK/dV kernel
+// writes only the blocks its steps cover): the CTA skips it on a vote at the step's barrier.
 #ifndef GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_DQ_STORED_CUH_
 #define GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_DQ_STORED_CUH_
-
-#include <cstdlib>
 
 #include "absl/status/status.h"
 #include "gpu/attention/backward_hopper_dkdv_chain.cuh"
@@ -25,7 +23,9 @@
 
 namespace gemtb::gpu {
 
-inline constexpr size_t kHopperDqStoredSmemBytes = 1024 + 2 * kHopperBwdTileBytes;
+// Three stages (three CTAs per SM): faster than two with the dS in registers and than four
+// (tools/bench/NOTES.md).
+inline constexpr int kDqStoredStages = 3;
 
 // Whether one of this thread's rows row[r] (< q_rows; rows past the tile have none) has a valid key
 // in the dS block of keys [j0, j0 + 64): blocks no row of the tile meets may never have been written.
@@ -41,101 +41,6 @@ __device__ __forceinline__ bool DsBlockMeetsRows(const int (&row)[2], int q_rows
 }
 
 // dQ of one 64-row query tile (blockIdx.x) of query head blockIdx.y, over its readers in order.
-template <ElementType E>
-__global__ void __launch_bounds__(kHopperBwdThreads, 3) DqStoredDsHopperKernel(const BackwardParams p) {
-  constexpr int D = kHopperHeadDim;
-  extern __shared__ __align__(1024) uint8_t smem_raw[];
-  const uint32_t sk0 = (wgmma::SmemAddress(smem_raw) + 1023u) & ~1023u;
-  const auto sk = [&](int stage) { return sk0 + static_cast<uint32_t>(stage) * kHopperBwdTileBytes; };
-
-  const ProblemParams& pr = p.problem;
-  const DqTile tile = p.dq_tiles[blockIdx.x];
-  const int h = static_cast<int>(blockIdx.y);
-  const int hk = h / (pr.heads / pr.kv_heads);
-  const int tid = static_cast<int>(threadIdx.x);
-  const int warp = tid / 32;
-  const int lane = tid & 31;
-  const LaneCoords ln = Lane();
-  const int64_t kv_stride = static_cast<int64_t>(pr.kv_heads) * D;
-  const int qb = tile.i0 / kDsBlock;
-
-  const SeqInfo first = pr.seqs[p.dq_readers[tile.reader_begin].b];
-  const int q_rows = min(64, first.lq - tile.i0);
-
-  struct Cursor {
-    int ri, j0;
-  };
-  const auto reader = [&](int ri) { return p.dq_readers[tile.reader_begin + ri]; };
-  const auto block_start = [](int k_lo) { return k_lo - k_lo % kDsBlock; };
-  const auto advance = [&](Cursor c) {
-    c.j0 += kDsBlock;
-    if (c.j0 < reader(c.ri).k_hi) return c;
-    if (++c.ri < tile.reader_count) c.j0 = block_start(reader(c.ri).k_lo);
-    return c;
-  };
-  // K rows [j0, k_hi) of the block (zero past the reader's range), and the block's dS.
-  const auto load_step = [&](Cursor c, int stage, uint32_t(&a)[4][4]) {
-    const DqReader rd = reader(c.ri);
-    const SeqInfo seq = pr.seqs[rd.b];
-    HopperBwdLoad(sk(stage), pr.k + (seq.kv_begin + c.j0) * kv_stride + hk * D, kv_stride, min(64, rd.k_hi - c.j0),
-                  pr.k);
-    HopperBwdLoadDsBlock(a, p.ds + HopperBwdDsBlockOffset(p, rd.b, qb, c.j0 / kDsBlock, h), warp, lane);
-  };
-  Cursor cur{0, block_start(reader(0).k_lo)};
-  uint32_t a_cur[4][4], a_next[4][4] = {};
-  load_step(cur, 0, a_cur);
-  wgmma::CpAsyncCommit();
-
-  const int row[2] = {warp * 16 + ln.g, warp * 16 + ln.g + 8};
-  float dq[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) dq[i] = 0.f;
-  RowKeyRange keys[2] = {{0, 0}, {0, 0}};
-  int row_reader = -1;
-  for (int stage = 0; cur.ri < tile.reader_count; stage ^= 1) {
-    if (row_reader != cur.ri) {
-      row_reader = cur.ri;
-      const SeqInfo seq = pr.seqs[reader(cur.ri).b];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) keys[r] = RowKeys(pr.options, tile.i0 + row[r], seq.lq, seq.lk);
-    }
-    const bool meets = DsBlockMeetsRows(row, q_rows, keys, cur.j0);
-    wgmma::CpAsyncWait<0>();
-    wgmma::FenceProxyAsync();
-    // This step's K block is in; every thread is done with the other stage.
-    const bool any = __syncthreads_or(meets ? 1 : 0) != 0;
-    const Cursor next = advance(cur);
-    if (next.ri < tile.reader_count) load_step(next, stage ^ 1, a_next);
-    wgmma::CpAsyncCommit();
-    if (any) {
-      wgmma::Fence();
-      HopperBwdIssueAB<E>(dq, a_cur, sk(stage));
-      wgmma::Commit();
-      wgmma::Wait<0>();
-      wgmma::FenceRegisters(dq);
-    }
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) a_cur[kk][i] = a_next[kk][i];
-    }
-    cur = next;
-  }
-
-  if (tile.partial >= 0) {  // one part of a split tile: the fp32 sum, for DqReduceKernel
-    HopperBwdStoreDqPartial(p, dq, tile.partial, h, row, ln);
-    return;
-  }
-  HopperBwdStoreDqRows<E>(p, dq, first.q_begin + tile.i0, q_rows, h, row, ln);
-}
-
-// The same dQ with kStages-deep cp.async pipelining of both blocks (K and dS through shared memory,
-// dS read back with 16-byte loads in the same fragment order): kStages - 1 steps' loads in flight
-// per CTA instead of one, for the dS stream from DRAM. Same steps, order and MMAs as
-// DqStoredDsHopperKernel, so the same sums. kStages = 3 (three CTAs per SM) is what the stored path
-// runs: on the H200 (fc25fc5) it took cross_gdpa_gelu's bwd 3.83 -> 3.70 ms and dense_gdpa_silu's
-// 20.22 -> 19.58 against the register kernel (which ncu showed latency-bound: 1.00 ms, DRAM 52%);
-// kStages = 4 (two CTAs per SM) was slower than both.
 template <int kStages>
 inline constexpr size_t kHopperDqStoredPipeSmemBytes = 1024 + kStages * (kHopperBwdTileBytes + kDsBlockElements * 2);
 
@@ -246,22 +151,10 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqStoredDsPipelinedHoppe
   HopperBwdStoreDqRows<E>(p, dq, first.q_begin + tile.i0, q_rows, h, row, ln);
 }
 
-// GEMTB_BWD_DQ_STAGES=0 runs the register kernel, =4 the four-stage one; unset (or anything else):
-// three stages.
-inline int DqStoredStagesFromEnv() {
-  const char* env = std::getenv("GEMTB_BWD_DQ_STAGES");
-  if (env == nullptr || *env == '\0') return 3;
-  const int n = std::atoi(env);
-  return n == 0 || n == 4 ? n : 3;
-}
-
-// The two launches of backward v5, when params.ds is set (else *launched stays false and the caller
-// runs v3/v4): the dK/dV kernel that also stores dS, and the dQ pass above.
+// The two launches of the stored-dS backward (params.ds set): the dK/dV kernel that also stores
+// dS, and the dQ pass above.
 template <ElementType E>
-absl::Status LaunchDkDvHopperStoredDs(const BackwardParams& params, int64_t num_tiles, bool* launched) {
-  *launched = false;
-  if (params.ds == nullptr) return absl::OkStatus();
-  *launched = true;
+absl::Status LaunchDkDvHopperStoredDs(const BackwardParams& params, int64_t num_tiles) {
   const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.problem.kv_heads));
   const dim3 block(kHopperBwdThreads);
   const size_t smem = kHopperDkDvSmemBytes;
@@ -272,22 +165,11 @@ absl::Status LaunchDkDvHopperStoredDs(const BackwardParams& params, int64_t num_
 }
 
 template <ElementType E>
-absl::Status LaunchDqHopperStoredDs(const BackwardParams& params, int64_t num_tiles, bool* launched) {
-  *launched = false;
-  if (params.ds == nullptr) return absl::OkStatus();
-  *launched = true;
+absl::Status LaunchDqHopperStoredDs(const BackwardParams& params, int64_t num_tiles) {
   const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.problem.heads));
-  const char* name = "attention backward dQ kernel on stored dS (Hopper)";
-  static const int stages = DqStoredStagesFromEnv();
-  if (stages == 3) {
-    return Launch(DqStoredDsPipelinedHopperKernel<E, 3>, grid, dim3(kHopperBwdThreads),
-                  kHopperDqStoredPipeSmemBytes<3>, params, name);
-  }
-  if (stages == 4) {
-    return Launch(DqStoredDsPipelinedHopperKernel<E, 4>, grid, dim3(kHopperBwdThreads),
-                  kHopperDqStoredPipeSmemBytes<4>, params, name);
-  }
-  return Launch(DqStoredDsHopperKernel<E>, grid, dim3(kHopperBwdThreads), kHopperDqStoredSmemBytes, params, name);
+  return Launch(DqStoredDsPipelinedHopperKernel<E, kDqStoredStages>, grid, dim3(kHopperBwdThreads),
+                kHopperDqStoredPipeSmemBytes<kDqStoredStages>, params,
+                "attention backward dQ kernel on stored dS (Hopper)");
 }
 
 }  // namespace gemtb::gpu

@@ -1,4 +1,4 @@
-// Backward v5: the stored dS blocks (backward_stored_ds_plan.h says which calls keep them and where
+// The stored-dS backward: the dS blocks (backward_stored_ds_plan.h says which calls keep them and where
 // a block lies). The dK/dV kernel writes each step's dSᵀ (64 keys x 64 query rows, already rounded
 // to the input type as its dK MMA's register A operand), the dQ pass reads dS (64 query rows x 64
 // keys) as its dQ MMA's register A operand. A block is stored in exactly that reader's order:

@@ -1,16 +1,15 @@
-// Hopper backward v6 for broadcast_q with at most 32 query rows (PMA's seeds; sm_90a, head dim 128):
+// The fused-dQ Hopper backward for broadcast_q with at most 32 query rows (PMA's seeds; sm_90a, head dim 128):
 // one chained kernel computes dK, dV and this chain's part of dQ, and a small kernel sums the parts.
 //
 // Why: under broadcast_q every sequence's K/V rows read the same 32 seed rows, so dQ of a head is a
-// sum over every K/V tile of the launch. v4 (backward_hopper_dkdv_chain.cuh) computes dK/dV, then a
-// dQ pass (backward_hopper_dq_chain.cuh) reads all of K and V a second time to recompute S and dP
-// (PMA: ~0.4 of its ~1.4 ms backward). Here the dK/dV chain already holds dSᵀ for each step, and K is
+// sum over every K/V tile of the launch. The chained recompute backward (backward_hopper_dkdv_chain.cuh)
+// computes dK/dV, then a dQ pass (backward_hopper_dq_chain.cuh) reads all of K and V a second time to
+// recompute S and dP (PMA: ~0.4 of its ~1.4 ms backward). Here the dK/dV chain already holds dSᵀ for each step, and K is
 // in shared memory: dQᵀ += Kᵀ dSᵀ is two more small MMAs per step, accumulated in registers over the
-// whole chain. Storing dS to global memory instead was slower (NOTES, "The stored dS under
-// broadcast_q").
+// whole chain. Storing dS to global memory instead was slower (tools/bench/NOTES.md).
 //
-// The step runs at N = 32 query rows instead of v4's 64 (the seed count fits): Sᵀ and dPᵀ are
-// m64n32, Pᵀ and dSᵀ have two k16 fragments, dV += Pᵀ dO and dK += dSᵀ Q two k-steps; v4 computed
+// The step runs at N = 32 query rows instead of the chained kernel's 64 (the seed count fits): Sᵀ and
+// dPᵀ are m64n32, Pᵀ and dSᵀ have two k16 fragments, dV += Pᵀ dO and dK += dSᵀ Q two k-steps, with no
 // 32 rows of padding in each. That frees the 32 registers the dQᵀ accumulator takes (2 x m64n32: the
 // head dim is M, the seeds N). dSᵀ goes to shared memory (4 KB, one stmatrix.trans per fragment) as
 // the dQ MMA's K-major B operand; K is read as the MN-major A operand in place.
@@ -20,7 +19,7 @@
 // chain order (eight interleaved partial sums, then those in order). No atomics: the same bytes every
 // run.
 //
-// Shared memory: v4's three slots of two 64-row tiles (96 KB) and the 4 KB dSᵀ tile; two CTAs per SM.
+// Shared memory: the chained kernel's three slots of two 64-row tiles (96 KB) and the 4 KB dSᵀ tile; two CTAs per SM.
 #ifndef GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_FUSED_DQ_CUH_
 #define GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_FUSED_DQ_CUH_
 
@@ -102,7 +101,7 @@ __device__ __forceinline__ void FusedIssueDq(float (&dqt)[2][16], uint32_t sk, u
 
 // Chain c of K/V head h (the grid as DkDvHopperChainKernel's, tiles_per_cta from FusedDqChainTiles); writes its dQᵀ part to slot
 // c * heads + h of p.dq_partial ([slot][head dim][seed], fp32, not yet times pre_scale).
-// Requires heads == kv_heads and every step's query rows <= 32 (FusedDqApplies).
+// Requires heads == kv_heads and every step's query rows <= 32 (kernel_policy.h).
 template <ElementType E, HopperAct kAct>
 __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     DkDvDqFusedKernel(const BackwardParams p, int tiles_per_cta, int num_tiles, int head_minor) {
@@ -267,7 +266,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
 
     const Plan plan = plan_after(cur);
     const bool more = plan.next.t < t_end;
-    if (plan.next.t != cur.t) {  // this tile's last step: store dK and dV, switch slots (as v4)
+    if (plan.next.t != cur.t) {  // this tile's last step: store dK and dV, switch slots (as the chained kernel)
       const DkvTile done = p.dkv_tiles[cur.t];
       const int done_rows = min(64, done.lk - done.j0);
       __syncthreads();

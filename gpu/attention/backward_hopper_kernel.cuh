@@ -14,11 +14,10 @@
 //     Within a step, Pᵀ is formed while dPᵀ is still on the tensor cores.
 //   dQ (per 64-row query tile, loop over its readers and their 64-key steps):
 //     S = Q Kᵀ, dP = dO Vᵀ, dS elementwise, dQ += dS K.
-//   v3 (issue 7, this file's instruction diet): both kernels were issue-bound (Nsight Compute: IPC
-//   1.9 with 8 warps per SM, ~1600 instructions per warp per step, tensor pipe ~30% busy), so a step
-//   now issues about half as many: unrolled tile loads with one swizzle phase per thread, wgmma
-//   descriptors built once per tile and advanced by adding, softmax's exp as one FFMA + ex2, and
-//   no mask tests on full 64 x 64 blocks (every pair valid), nor a second one for dS.
+//   Few instructions per step (both kernels are issue-bound otherwise; tools/bench/NOTES.md):
+//   unrolled tile loads with one swizzle phase per thread, wgmma descriptors built once per tile
+//   and advanced by adding, softmax's exp as one FFMA + ex2, and no mask tests on full 64 x 64
+//   blocks (every pair valid), nor a second one for dS.
 //   D_i = rowsum(dO∘O) as the diagonal of dO Oᵀ on the same m64n64k16 MMA as dP, so that a row whose
 //   O equals one value row gets dS = 0 exactly (backward_row_dot.cuh says why that matters).
 #ifndef GEMTB_GPU_ATTENTION_BACKWARD_HOPPER_KERNEL_CUH_
@@ -28,7 +27,7 @@
 
 #include "gpu/attention/activation.cuh"
 #include "gpu/attention/backward_hopper_ds_layout.cuh"
-#include "gpu/attention/forward_hopper_kernel.cuh"
+#include "gpu/attention/forward_hopper_common.cuh"
 #include "gpu/attention/mask.cuh"
 #include "gpu/attention/params.h"
 #include "gpu/common/mma.cuh"
@@ -51,8 +50,8 @@ inline constexpr size_t kHopperRowDotSmemBytes = 1024 + 2 * kHopperBwdTileBytes;
 // Rows [0, valid_rows) of a 64-row tile into the swizzled tile at `dst`, zero-filling the rest.
 // Thread t always copies 16-byte column chunk t % 16 of rows t / 16 + 8i (i = 0..7): one row phase
 // (row & 7) per thread, so the swizzled destination advances by one 1024-byte row group per copy and
-// the loop unrolls into eight copies with no per-chunk index arithmetic (v3: the generic loop cost
-// about 20 instructions per copy, a fifth of a step's instructions).
+// the loop unrolls into eight copies with no per-chunk index arithmetic (a generic loop costs about
+// 20 instructions per copy, a fifth of a step's instructions).
 __device__ __forceinline__ void HopperBwdLoad(uint32_t dst, const uint16_t* src, int64_t src_stride, int valid_rows,
                                               const uint16_t* any_valid) {
   constexpr int kChunks = kHopperHeadDim / 8;
@@ -98,7 +97,7 @@ __device__ __forceinline__ void HopperBwdIssueAB(float (&c)[64], const uint32_t 
 
 // Accumulator tile n's four values as their two words of the register A operand (CToA's layout:
 // tiles 2kk and 2kk+1 are fragment kk). kF fragments: 4 for a 64-row step, 2 for the 32-row steps
-// of backward v6 and the small forward.
+// of the fused-dQ backward and the small forward.
 template <ElementType E, int kF>
 __device__ __forceinline__ void HopperBwdPack(uint32_t (&a)[kF][4], int n, const float (&v)[4]) {
   a[n >> 1][(n & 1) * 2] = PackRounded<E>(v[0], v[1]);
@@ -189,15 +188,16 @@ __device__ __forceinline__ float HopperBwdDs(const ProblemParams& pr, float kept
   }
 }
 
-// The step pieces that v3's kernels below and the v4 chains (backward_hopper_dkdv_chain.cuh,
-// backward_hopper_dq_chain.cuh) share, so that the chains run v3's elementwise code and MMAs.
-// The callers keep their `form_p` / `form_kept` lambdas around the first two (the lambda's closure in
-// the kernel is part of what keeps the compiled code byte-identical to when the loops were inline).
+// The step pieces that the one-tile kernels below and the chained kernels
+// (backward_hopper_dkdv_chain.cuh, backward_hopper_dq_chain.cuh) share, so that the chains run the
+// same elementwise code and MMAs. The callers keep their `form_p` / `form_kept` lambdas around the
+// first two (the lambda's closure in the kernel is part of what keeps the compiled code as fast as
+// the loops written inline).
 
 // Pᵀ (rounded, into pa) and kept (in place of Sᵀ in st4) of a dK/dV step, from Sᵀ: lse and keys are
 // the per-row LSE·log2(e) and key ranges of the step's 64 query rows, key the key rows of this
 // thread's c0/c1 and c2/c3; kMasked: test each pair (else every pair of the block is valid).
-// kN 8-column tiles: 8 (64 query rows), or 4 for the 32-row steps of backward v6 and the small
+// kN 8-column tiles: 8 (64 query rows), or 4 for the 32-row steps of the fused-dQ backward and the small
 // forward (backward_hopper_fused_dq.cuh, forward_hopper_small_kernel.cuh).
 template <ElementType E, HopperAct kAct, bool kMasked, int kN = 8>
 __device__ __forceinline__ void HopperBwdDkDvFormP(const LaneCoords& ln, const ProblemParams& pr, float (&st4)[kN][4],
@@ -321,8 +321,8 @@ __device__ __forceinline__ void HopperBwdDqAccumulate(const uint32_t (&dsa)[4][4
   wgmma::FenceRegisters(dq);
 }
 
-// What a dK/dV step does with its dSᵀ before the dV/dK MMAs: nothing (v3, v4), or store it
-// (backward v5: the kernel passes a lambda around HopperBwdStoreDsBlock).
+// What a dK/dV step does with its dSᵀ before the dV/dK MMAs: nothing (the recompute backward), or
+// store it (the stored-dS backward: the kernel passes a lambda around HopperBwdStoreDsBlock).
 struct HopperBwdNoDsStore {
   __device__ __forceinline__ void operator()(const uint32_t (&)[4][4]) const {}
 };
@@ -467,7 +467,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads) RowDotHopperKernel(const Ba
   }
 }
 
-// dK and dV of one 64-key tile (blockIdx.x) of K/V head blockIdx.y. kStoreDs (backward v5): also
+// dK and dV of one 64-key tile (blockIdx.x) of K/V head blockIdx.y. kStoreDs (stored-dS backward): also
 // write each step's dSᵀ to its block of p.ds (backward_hopper_ds_layout.cuh) for the stored-dS dQ
 // pass; the plan (backward_stored_ds_plan.h) guarantees the steps start on 64-row blocks.
 template <ElementType E, HopperAct kAct, bool kStoreDs = false>

@@ -1,6 +1,7 @@
-// Backward v5 (issue 7): whether a call keeps dS from the dK/dV kernel and runs dQ as one GEMM per
-// (query tile, key block) on it (backward_hopper_dq_stored.cuh) instead of recomputing S and dP in
-// the dQ pass (v3: 7 GEMMs per pair; stored dS: 5), and the workspace that takes. Host code only.
+// The stored-dS backward's workspace (host code only): the dK/dV kernel keeps dS and the dQ pass runs
+// one GEMM per (query tile, key block) on it (backward_hopper_dq_stored.cuh) instead of recomputing
+// S and dP (5 GEMMs per pair instead of 7). ChooseKernels (kernel_policy.h) decides from the size
+// computed here whether it runs.
 //
 // The workspace holds one 64 x 64 block of dS (the input type, 8 KB) per (output sequence b, query
 // head, 64-row block qb of b's query rows, 64-key block kb) for the key blocks [kb_lo, kb_hi) of that
@@ -16,18 +17,13 @@
 // already: at row 0 or at the key tile's first key): a step's rows [q0, q0 + 64) are then block
 // q0 / 64. The rows added in front have no valid key in the tile (a segment starts at its first row
 // that has one), so they add exact zeros to dK and dV; the steps group the rows differently from
-// v3 where a segment moved, so dK/dV are v3's bits only where none did. Not under broadcast_q
-// (PMA runs v4's chained kernels, which do not write dS).
-//
-// GEMTB_BWD_DQ=stored forces it wherever it applies, =recompute forces v3/v4's dQ; unset, the rule
-// StoredDsByDefault below.
+// the recompute path where a segment moved, so dK/dV are its bits only where none did. Not under
+// broadcast_q (the chained and fused-dQ kernels run there, and they do not write dS).
 #ifndef GEMTB_GPU_ATTENTION_BACKWARD_STORED_DS_PLAN_H_
 #define GEMTB_GPU_ATTENTION_BACKWARD_STORED_DS_PLAN_H_
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "gpu/attention/params.h"
@@ -37,39 +33,17 @@ namespace gemtb::gpu {
 
 inline constexpr int kDsBlock = 64;                              // rows and keys per dS block
 inline constexpr int64_t kDsBlockElements = kDsBlock * kDsBlock;  // 16-bit elements per block
-// The default wherever it applies and its workspace is at most kStoredDsMaxBytes (api.cc falls
-// back to the recompute if the allocation fails; GEMTB_BWD_DQ=recompute keeps v3/v4): it was faster
-// than v3 on all seven bench cases it applies to (tools/bench/NOTES.md "Backward v5", same call at
-// fc25fc5: bwd -8% on self_softmax to -15% on cross_gdpa_gelu and dense_gdpa_silu with the
-// three-stage dQ kernel), and the 500-case check of the f899e66 call (12,000 cases, 0 failures)
-// ran with it as the default. Memory is its only cost, so the rule is on size only.
-inline constexpr bool kStoredDsDefault = true;
-inline constexpr int64_t kStoredDsMaxBytes = int64_t{24} << 30;
-
-enum class BwdDqMode { kAuto, kStored, kRecompute };
-
-inline BwdDqMode BwdDqModeFromEnv() {
-  const char* env = std::getenv("GEMTB_BWD_DQ");
-  if (env == nullptr || *env == '\0') return BwdDqMode::kAuto;
-  if (std::strcmp(env, "stored") == 0) return BwdDqMode::kStored;
-  if (std::strcmp(env, "recompute") == 0) return BwdDqMode::kRecompute;
-  return BwdDqMode::kAuto;
-}
-
-// The default where it applies.
-inline bool StoredDsByDefault(int64_t bytes) { return kStoredDsDefault && bytes <= kStoredDsMaxBytes; }
-
+// The workspace of a call: none (elements 0) under broadcast_q or when no block is written.
 struct StoredDsPlan {
-  bool use = false;
   std::vector<int64_t> block_base;    // the table (see the header comment)
   int64_t elements = 0;               // workspace size in 16-bit elements
-  std::vector<DkvSegment> segments;   // the dK/dV segments to upload when `use` (starts rounded down)
+  std::vector<DkvSegment> segments;   // the dK/dV segments to upload when it runs (starts rounded down)
 };
 
 inline StoredDsPlan PlanStoredDs(const std::vector<SeqInfo>& seqs, const TileLists& lists, bool broadcast_q,
-                                 int64_t heads, BwdDqMode mode) {
+                                 int64_t heads) {
   StoredDsPlan plan;
-  if (mode == BwdDqMode::kRecompute || broadcast_q || seqs.empty()) return plan;
+  if (broadcast_q || seqs.empty()) return plan;
   plan.segments = lists.dkv_segments;
   for (DkvSegment& s : plan.segments) s.i0 -= s.i0 % kDsBlock;
   // Row-block table indices, then each row block's key-block hull [lo, hi].
@@ -107,8 +81,7 @@ inline StoredDsPlan PlanStoredDs(const std::vector<SeqInfo>& seqs, const TileLis
     blocks += hi[rb] - lo[rb] + 1;
   }
   plan.elements = blocks * heads * kDsBlockElements;
-  plan.use = plan.elements > 0 && (mode == BwdDqMode::kStored || StoredDsByDefault(plan.elements * 2));
-  if (!plan.use) return StoredDsPlan{};
+  if (plan.elements == 0) return StoredDsPlan{};
   return plan;
 }
 

@@ -7,24 +7,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "gpu/attention/api.h"
+#include "gpu/attention/kernel_policy.h"
 
 namespace gemtb::gpu {
-
-// Which kernels a call runs. kAuto takes the Hopper kernels (wgmma, head dim 128 on an sm_90a
-// build; backward: backward_hopper_kernel.cuh) wherever they apply and the mma.sync kernels
-// elsewhere; its forward is the warp-specialised one for every activation and tile list since v5
-// (forward_hopper_tma_kernel.cuh: persistent CTAs, TMA loads, ping-pong consumer warpgroups; it was
-// faster than the plain Hopper forward on all eight bench cases on the H200, tools/bench/NOTES.md
-// "Forward v5"; GEMTB_FORWARD_WS=v4 selects the cp.async v4 instead). kHopper64 / kHopper128 force
-// the plain Hopper forward with 64 / 128 keys per step; kMmaSync runs the mma.sync forward and
-// backward (the reference the benchmark compares the Hopper kernels against); kHopperWs forces the
-// warp-specialised forward (GEMTB_FORWARD_KERNEL=hopper_ws does the same under kAuto).
-enum class ForwardKernelChoice { kAuto, kMmaSync, kHopper64, kHopper128, kHopperWs };
-inline constexpr int kHopperDefaultBlockN = 128;
 
 // Device pointers of one call's inputs, laid out as api.h's host tensors.
 struct DeviceInputs {
@@ -44,11 +34,10 @@ struct DeviceGradients {
 class DeviceCall {
  public:
   // Validates `args` as Forward does, except that the values of q, k and v are not read and may be
-  // absent (empty spans): only their shapes matter. Builds the forward tile lists, and the backward
-  // ones when `with_backward`, and uploads them.
-  static absl::StatusOr<std::unique_ptr<DeviceCall>> Create(
-      const AttentionArgs& args, bool with_backward,
-      ForwardKernelChoice forward_kernel = ForwardKernelChoice::kAuto);
+  // absent (empty spans): only their shapes matter. Chooses the kernels (ChooseKernels, or
+  // args.kernels where it names one), builds the forward tile lists, and the backward ones when
+  // `with_backward`, and uploads them.
+  static absl::StatusOr<std::unique_ptr<DeviceCall>> Create(const AttentionArgs& args, bool with_backward);
   ~DeviceCall();
   DeviceCall(const DeviceCall&) = delete;
   DeviceCall& operator=(const DeviceCall&) = delete;
@@ -60,12 +49,12 @@ class DeviceCall {
   int64_t out_rows() const;
   int64_t heads() const;
   bool softmax() const;
-  // The forward kernel this call launches: "mma_sync", "hopper_wgmma_n64", "hopper_wgmma_n128", or
-  // the warp-specialised forward's variant (forward_variant.h): "hopper_ws_v4", "hopper_tma_v5"..
-  // "hopper_tma_v7", "hopper_split_keys" / "hopper_split_steps" (PMA's <= 64-row tiles).
-  const char* forward_kernel_name() const;
-  // "hopper_wgmma" or "mma_sync" (or "none" without the backward lists): the backward kernels.
-  const char* backward_kernel_name() const;
+  // The kernels this call launches (kernel_policy.h's names: "mma_sync", "hopper_tma", ...; the
+  // backward's is "none" without the backward lists). hopper_tma runs as hopper_ws on tensors
+  // that are not 16-byte aligned.
+  const KernelPlan& plan() const;
+  std::string forward_kernel_name() const;
+  std::string backward_kernel_name() const;
 
   // Launches the forward on the default stream (no synchronisation): O [TO, H, D] and, for softmax,
   // LSE [H, TO] (lse may be null otherwise). Rows no tile covers are written too (O = 0, LSE = -inf).

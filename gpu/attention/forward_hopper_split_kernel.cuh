@@ -1,53 +1,40 @@
-// Persistent Hopper forward for short query tiles ("split", helper K7; tools/bench/NOTES.md,
-// "Forward v8: short tiles"): every tile of the launch has at most 64 query rows (PMA's 32 seeds
-// under broadcast_q), a pointwise activation (no online softmax state to merge).
+// Persistent Hopper forward for short query tiles ("split"; kernel_policy.h runs it when every tile
+// of the launch has at most kSplitRows query rows and the act is pointwise, so no online softmax
+// state needs merging; tiles of at most kSmallRows rows take forward_hopper_small_kernel.cuh).
 //
-// v5..v7 (forward_hopper_tma_kernel.cuh) give each consumer warpgroup 64 rows of a 128-row tile:
-// with 32 valid rows, consumer 1 computes nothing but padding and consumer 0 half padding, so 3/4
-// of every MMA and of the elementwise work (2 MUFU per element) is wasted and PMA ran compute-paced
-// at 84 TFLOP/s against a byte floor of 134. Here both consumers run wgmma m64 on the same rows
-// 0..63 and split the keys of a tile between them, each into its own fp32 accumulator; at the end
-// consumer 0 adds consumer 1's accumulator (through shared memory, in two column halves) in a fixed
-// order before the usual epilogue, so the same bytes run to run. The wasted work halves (MMA ~2x
-// the useful FLOPs instead of 4x), below the time of the K/V bytes. Two ways to split (kHalfKeys):
-//   false ("alternate steps"): consumer c takes the K/V steps c, c + 2, ... (m64n128 S GEMMs).
-//     Every consumer waits on every stage's "full" barrier in step order, and the consumer that
-//     does not own the step signals "empty" right after that wait: so no consumer can fall two
-//     phases behind a stage's barrier (waiting only on its own steps it could see a stale phase of
-//     the same parity), and the stage is refilled once its owner is done. Two stages are held by
-//     consumers most of the time, one is in flight.
-//   true ("half keys", the faster on PMA): both consumers on every step, consumer c on the step's
-//     keys c*64 .. c*64+63 (S on m64n64 against those K rows, O += P V on the same V rows); both
-//     finish a stage at about the same time, so one stage is held and two are in flight (PMA is
-//     paced by its K/V bytes once the waste is gone), and no consumer idles at a tile's end.
-// No MMA turn between the consumers.
+// The TMA forward (forward_hopper_tma_kernel.cuh) gives each consumer warpgroup 64 rows of a
+// 128-row tile: with 32 valid rows, consumer 1 computes nothing but padding and consumer 0 half
+// padding. Here both consumers run wgmma m64 on the same rows 0..63 and split the keys of every step
+// between them, consumer c on the step's keys c*64 .. c*64+63 (S on m64n64 against those K rows, O
+// += P V on the same V rows), each into its own fp32 accumulator; at the end consumer 0 adds
+// consumer 1's accumulator (through shared memory, in two column halves) in a fixed order before the
+// usual epilogue, so the same bytes run to run. Both finish a stage at about the same time, so one
+// stage is held and two are in flight. No MMA turn between the consumers.
 //
-// Pipeline: the producer and the three-stage K/V ring as in v5 (TMA for full steps, zero-filled
-// cp.async for a sequence's last partial step).
+// Pipeline: the producer and the three-stage K/V ring as in the TMA forward (TMA for full steps,
+// zero-filled cp.async for a sequence's last partial step).
 //
-// Q: only 64 rows (16 KB; the other 16 KB of v5's Q region carry the accumulator exchange), loaded
-// only when it changes: under broadcast_q a CTA's items (b, head) all read the same Q rows of its
-// head (the grid stride is a multiple of the head count), so Q is loaded once per CTA and there is
-// no per-tile wait for it.
+// Q: only 64 rows (16 KB; the other 16 KB of the TMA forward's Q region carry the accumulator
+// exchange), loaded only when it changes: under broadcast_q a CTA's items (b, head) all read the
+// same Q rows of its head (the grid stride is a multiple of the head count), so Q is loaded once
+// per CTA and there is no per-tile wait for it.
 //
-// Item ring (kItemRing, GEMTB_SPLIT_RING): what an item needs of its tile and sequence (ForwardItem)
-// was two dependent global loads per item in every warp (tile, then its sequence) and again for the
-// next item's Q, ~4 round trips of L2 latency per item in the consumers' critical path, during which
-// no stage was released (PMA: ~35 items per CTA of ~4-5 steps each). With the ring the producer
-// alone loads them, one item ahead (the next tile at an item's start, its sequence after the
-// item's first step), and hands each item to the consumers through a 4-slot shared-memory ring with
-// one mbarrier per slot: the consumers wait on the slot, never on global memory. A slot is
-// rewritten for item n + 4 only after the producer waited for a stage the consumers released past
-// item n's first step, i.e. after they read item n.
+// Item ring: the producer alone loads each item's tile and sequence (ForwardItem), one item ahead
+// (the next tile at an item's start, its sequence after the item's first step), and hands each item
+// to the consumers through a 4-slot shared-memory ring with one mbarrier per slot: the consumers
+// wait on the slot, never on global memory. A slot is rewritten for item n + 4 only after the
+// producer waited for a stage the consumers released past item n's first step, i.e. after they read
+// item n.
 #ifndef GEMTB_GPU_ATTENTION_FORWARD_HOPPER_SPLIT_KERNEL_CUH_
 #define GEMTB_GPU_ATTENTION_FORWARD_HOPPER_SPLIT_KERNEL_CUH_
 
 #include "gpu/attention/forward_hopper_tma_kernel.cuh"
-#include "gpu/attention/forward_variant.h"
+#include "gpu/attention/kernel_policy.h"
 
 namespace gemtb::gpu {
 
-// Named barriers of the accumulator exchange (1..3 are v4..v7's turn and join barriers).
+// Named barriers of the accumulator exchange (1..3 are the other Hopper forwards' turn and join
+// barriers).
 inline constexpr int kSplitExchangeFull = 4;  // consumer 1 has written a half
 inline constexpr int kSplitExchangeFree = 5;  // consumer 0 has read it
 
@@ -60,15 +47,7 @@ struct SplitQKey {
   }
 };
 
-__device__ __forceinline__ SplitQKey SplitItemQ(const ForwardParams& p, int item) {
-  const ProblemParams& pr = p.problem;
-  const ForwardTile tile = p.tiles[item / pr.heads];
-  const SeqInfo seq = pr.seqs[tile.b];
-  return {seq.q_begin + tile.i0, item % pr.heads, min(kSplitRows, seq.lq - tile.i0)};
-}
-
-
-template <ElementType E, HopperAct kAct, bool kHalfKeys, bool kItemRing>
+template <ElementType E, HopperAct kAct>
 __global__ void __launch_bounds__(kHopperWsThreads, 1)
     ForwardHopperSplitKernel(const __grid_constant__ ForwardParams p, const __grid_constant__ ForwardTmaMaps maps,
                              const int total_items) {
@@ -78,7 +57,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
   constexpr int QM = kSplitRows;
   static_assert(BN == kTmaBoxRows && D == 2 * kTmaBoxCols, "one box = 128 rows x 64 columns");
   using Smem = HopperForwardSmem<BN>;
-  static_assert(Smem::kQBytes == 2 * QM * D * 2, "Q (64 rows) and the exchange (16 KB) share v5's Q region");
+  static_assert(Smem::kQBytes == 2 * QM * D * 2, "Q (64 rows) and the exchange (16 KB) share the TMA forward's Q region");
   constexpr int kStages = Smem::kStages;
   constexpr int kSRegs = BN / 2;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -127,10 +106,10 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     int kv_iter = 0;  // K/V steps loaded so far (stage = kv_iter % kStages)
     int q_loads = 0;
     SplitQKey loaded{-1, -1, -1};
-    // kItemRing: the next item's tile and sequence, loaded during this one.
+    // The next item's tile and sequence, loaded during this one.
     ForwardTile tile_next{};
     SeqInfo seq_next{};
-    if (kItemRing && first_item < total_items) {
+    if (first_item < total_items) {
       tile_next = p.tiles[first_item / pr.heads];
       seq_next = pr.seqs[tile_next.b];
     }
@@ -138,19 +117,12 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
       const int h = item % pr.heads;
       const int hk = h / (pr.heads / pr.kv_heads);
       const bool has_next = item + item_stride < total_items;
-      ForwardTile tile;
-      SeqInfo seq;
-      if constexpr (kItemRing) {
-        tile = tile_next;
-        seq = seq_next;
-        if (has_next) tile_next = p.tiles[(item + item_stride) / pr.heads];
-        if (pt == 0) {
-          s_items[n % kForwardItemSlots] = MakeForwardItem(tile, seq);
-          mbar::Arrive(bar_item(n));  // release: the consumers' wait sees the slot
-        }
-      } else {
-        tile = p.tiles[item / pr.heads];
-        seq = pr.seqs[tile.b];
+      const ForwardTile tile = tile_next;
+      const SeqInfo seq = seq_next;
+      if (has_next) tile_next = p.tiles[(item + item_stride) / pr.heads];
+      if (pt == 0) {
+        s_items[n % kForwardItemSlots] = MakeForwardItem(tile, seq);
+        mbar::Arrive(bar_item(n));  // release: the consumers' wait sees the slot
       }
       const int steps = KeySteps(tile.k_lo, tile.k_hi, BN);
       const SplitQKey qk{seq.q_begin + tile.i0, h, min(QM, seq.lq - tile.i0)};
@@ -186,7 +158,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
           mbar::CpAsyncArrive(bar_full(stage));
         }
         // The next item's sequence, once its tile has had a step's time to arrive.
-        if (kItemRing && step == 0 && has_next) seq_next = pr.seqs[tile_next.b];
+        if (step == 0 && has_next) seq_next = pr.seqs[tile_next.b];
       }
     }
     wgmma::CpAsyncWait<0>();  // leave nothing in flight behind an exiting thread
@@ -195,7 +167,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
 
   // ---- consumers ----
   mbar::RegAlloc<kHopperWsConsumerRegs>();
-  const int cw = role - 1;  // consumer 0 or 1, rows 0..63; its keys: see kHalfKeys above
+  const int cw = role - 1;  // consumer 0 or 1, rows 0..63, keys cw*64 .. cw*64+63 of every step
   const int warp = (tid / 32) % 4;
   const int x = tid % 128;
   const bool lane0 = (tid & 31) == 0;
@@ -210,32 +182,22 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
   for (int item = first_item, n = 0; item < total_items; item += item_stride, ++n) {
     const bool last_item = item + item_stride >= total_items;
     const int h = item % pr.heads;
-    ForwardItem it;
-    if constexpr (kItemRing) {
-      mbar::Wait(bar_item(n), static_cast<uint32_t>((n / kForwardItemSlots) & 1));
-      it = s_items[n % kForwardItemSlots];
-    } else {
-      const ForwardTile tile = p.tiles[item / pr.heads];
-      it = MakeForwardItem(tile, pr.seqs[tile.b]);
-    }
+    mbar::Wait(bar_item(n), static_cast<uint32_t>((n / kForwardItemSlots) & 1));
+    const ForwardItem it = s_items[n % kForwardItemSlots];
     const int q_rows = min(QM, it.lq - it.i0);
     const int steps = KeySteps(it.k_lo, it.k_hi, BN);
     const int kv_first = kv_iter;
     const SplitQKey qk{it.q_row, h, q_rows};
     const bool new_q = !(qk == loaded);
-    // Whether the next item reads other Q rows (then this item's last S GEMM releases Q). With the
-    // ring it is asked only at this item's last step, when the producer has issued every step of
-    // this item and so handed over the next one (asked earlier, the wait could block the stage
-    // releases the producer needs to get there).
-    bool next_q_differs = false;  // without the ring: found at the item's start, as before
-    if (!kItemRing && !last_item) next_q_differs = !(SplitItemQ(p, item + item_stride) == qk);
+    // Whether the next item reads other Q rows (then this item's last S GEMM releases Q). Asked
+    // only at this item's last step, when the producer has issued every step of this item and so
+    // handed over the next one (asked earlier, the wait could block the stage releases the producer
+    // needs to get there).
     const auto next_new_q = [&] {
-      if (kItemRing && !last_item) {
-        mbar::Wait(bar_item(n + 1), static_cast<uint32_t>(((n + 1) / kForwardItemSlots) & 1));
-        const ForwardItem& nx = s_items[(n + 1) % kForwardItemSlots];
-        return !(SplitQKey{nx.q_row, (item + item_stride) % pr.heads, min(QM, nx.lq - nx.i0)} == qk);
-      }
-      return next_q_differs;
+      if (last_item) return false;
+      mbar::Wait(bar_item(n + 1), static_cast<uint32_t>(((n + 1) / kForwardItemSlots) & 1));
+      const ForwardItem& nx = s_items[(n + 1) % kForwardItemSlots];
+      return !(SplitQKey{nx.q_row, (item + item_stride) % pr.heads, min(QM, nx.lq - nx.i0)} == qk);
     };
 
     RowKeyRange keys[2];
@@ -277,90 +239,43 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     float acc[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-    if constexpr (kHalfKeys) {
-      // Both consumers on every step, consumer c on its keys c*64 .. c*64+63: S on m64n64 against
-      // rows c*64.. of the K stage, O += P V on V's same 64 rows.
-      for (int step = 0; step < steps; ++step) {
-        wait_full(step);
-        wgmma::FenceProxyAsync();  // cp.async-filled stages, seen through the barrier, to the wgmma proxy
-        const uint32_t stage = static_cast<uint32_t>((kv_first + step) % kStages);
-        float s[kSRegs / 2];
-        wgmma::Fence();
+    // Both consumers on every step, consumer c on its keys c*64 .. c*64+63: S on m64n64 against rows
+    // c*64.. of the K stage, O += P V on V's same 64 rows.
+    for (int step = 0; step < steps; ++step) {
+      wait_full(step);
+      wgmma::FenceProxyAsync();  // cp.async-filled stages, seen through the barrier, to the wgmma proxy
+      const uint32_t stage = static_cast<uint32_t>((kv_first + step) % kStages);
+      float s[kSRegs / 2];
+      wgmma::Fence();
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          const uint32_t a = sq + static_cast<uint32_t>((kk >> 2) * QM * 128 + (kk & 3) * 32);
-          const uint32_t b = sk(static_cast<int>(stage)) +
-                             static_cast<uint32_t>((kk >> 2) * BN * 128 + cw * 64 * 128 + (kk & 3) * 32);
-          wgmma::MmaSS64<E>(s, wgmma::SwizzledDescriptor(a, 16, 1024), wgmma::SwizzledDescriptor(b, 16, 1024),
-                            kk > 0 ? 1u : 0u);
-        }
-        wgmma::Commit();
-        wgmma::Wait<0>();
-        wgmma::FenceRegisters(s);
-        if (step + 1 == steps && next_new_q()) release_q();  // the tile's last read of this Q
-        const int j0 = it.k_lo + step * BN + cw * 64;
-        const bool masked = !(j0 >= full_lo && j0 + 64 <= full_hi);
-        ScoresToPTma<kAct, 64>(*reinterpret_cast<float(*)[8][4]>(&s), j0, masked, ln.t, keys, consts, pr,
-                               unused_online, rescale_unused);
-        uint32_t pa[4][4];
-        PToOperand<E, 64>(*reinterpret_cast<float(*)[8][4]>(&s), pa);
-        wgmma::Fence();
-        const uint32_t v_tile = sv(static_cast<int>(stage)) + static_cast<uint32_t>(cw * 64 * 128);
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          const uint32_t b = v_tile + static_cast<uint32_t>(kk * 16 * 128);
-          wgmma::MmaRS<E>(acc, pa[kk], wgmma::SwizzledDescriptor(b, BN * 128, 1024), 1u);
-        }
-        wgmma::Commit();
-        wgmma::Wait<0>();
-        wgmma::FenceRegisters(acc);
-        release_stage(step);
-      }
-    } else {
-      const int last_mine = steps - 1 - ((steps - 1 - cw) & 1);  // this consumer's last step (< cw: none)
-      for (int step = 0; step < steps; ++step) {
-        wait_full(step);
-        if ((step & 1) != cw) {
-          release_stage(step);  // the other consumer's step: seen, so its phase cannot be missed
-          continue;
-        }
-        wgmma::FenceProxyAsync();  // cp.async-filled stages, seen through the barrier, to the wgmma proxy
-        const uint32_t stage = static_cast<uint32_t>((kv_first + step) % kStages);
-        float s[kSRegs];
-        wgmma::Fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          const uint32_t a = sq + static_cast<uint32_t>((kk >> 2) * QM * 128 + (kk & 3) * 32);
-          const uint32_t b = sk(static_cast<int>(stage)) + static_cast<uint32_t>((kk >> 2) * BN * 128 + (kk & 3) * 32);
-          wgmma::MmaSS<E>(s, wgmma::SwizzledDescriptor(a, 16, 1024), wgmma::SwizzledDescriptor(b, 16, 1024),
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t a = sq + static_cast<uint32_t>((kk >> 2) * QM * 128 + (kk & 3) * 32);
+        const uint32_t b = sk(static_cast<int>(stage)) +
+                           static_cast<uint32_t>((kk >> 2) * BN * 128 + cw * 64 * 128 + (kk & 3) * 32);
+        wgmma::MmaSS64<E>(s, wgmma::SwizzledDescriptor(a, 16, 1024), wgmma::SwizzledDescriptor(b, 16, 1024),
                           kk > 0 ? 1u : 0u);
-        }
-        wgmma::Commit();
-        wgmma::Wait<0>();
-        wgmma::FenceRegisters(s);
-        if (step == last_mine && next_new_q()) release_q();  // the last read of this Q by this consumer
-        const int j0 = it.k_lo + step * BN;
-        const bool masked = !(j0 >= full_lo && j0 + BN <= full_hi);
-        ScoresToPTma<kAct, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), j0, masked, ln.t, keys, consts, pr,
-                               unused_online, rescale_unused);
-        uint32_t pa[BN / 16][4];
-        PToOperand<E, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), pa);
-        wgmma::Fence();
-        const uint32_t v_tile = sv(static_cast<int>(stage));
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-          const uint32_t b = v_tile + static_cast<uint32_t>(kk * 16 * 128);
-          wgmma::MmaRS<E>(acc, pa[kk], wgmma::SwizzledDescriptor(b, BN * 128, 1024), 1u);
-        }
-        wgmma::Commit();
-        wgmma::Wait<0>();
-        wgmma::FenceRegisters(acc);
-        release_stage(step);
       }
-      // A consumer with no step of its own here (one-step tile, consumer 1) is done with this Q once
-      // it has seen every step (after the loop, so that the ring's wait comes after the producer
-      // has issued this item's steps).
-      if (last_mine < cw && next_new_q()) release_q();
+      wgmma::Commit();
+      wgmma::Wait<0>();
+      wgmma::FenceRegisters(s);
+      if (step + 1 == steps && next_new_q()) release_q();  // the tile's last read of this Q
+      const int j0 = it.k_lo + step * BN + cw * 64;
+      const bool masked = !(j0 >= full_lo && j0 + 64 <= full_hi);
+      ScoresToPTma<kAct, 64>(*reinterpret_cast<float(*)[8][4]>(&s), j0, masked, ln.t, keys, consts, pr,
+                             unused_online, rescale_unused);
+      uint32_t pa[4][4];
+      PToOperand<E, 64>(*reinterpret_cast<float(*)[8][4]>(&s), pa);
+      wgmma::Fence();
+      const uint32_t v_tile = sv(static_cast<int>(stage)) + static_cast<uint32_t>(cw * 64 * 128);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint32_t b = v_tile + static_cast<uint32_t>(kk * 16 * 128);
+        wgmma::MmaRS<E>(acc, pa[kk], wgmma::SwizzledDescriptor(b, BN * 128, 1024), 1u);
+      }
+      wgmma::Commit();
+      wgmma::Wait<0>();
+      wgmma::FenceRegisters(acc);
+      release_stage(step);
     }
     kv_iter += steps;
 

@@ -1,14 +1,14 @@
-// Persistent warp-specialised Hopper forward with TMA loads (sm_90a, head dim 128; "v5"): the same
-// function, tiles, masks, numerics and epilogue as forward_hopper_ws_kernel.cuh, with two changes
-// the Nsight Compute profile of v4 pointed to (tools/bench/NOTES.md, "Forward v5"):
+// Persistent warp-specialised Hopper forward with TMA loads (sm_90a, head dim 128), the default
+// forward at head dim 128 (kernel_policy.h): the same function, tiles and masks as
+// forward_hopper_ws_kernel.cuh, with these differences (tools/bench/NOTES.md has the measurements):
 //
-//   TMA loads. v4's producer warpgroup issued 6144 16-byte cp.async per 128-key step with per-chunk
-//   address and swizzle arithmetic, on the same schedulers as the consumers (the integer pipe was
-//   the busiest one, 46%). Here one producer thread loads every full Q tile and every full K/V step
+//   TMA loads. The cp.async kernel's producer warpgroup issues 6144 16-byte cp.async per 128-key
+//   step with per-chunk address and swizzle arithmetic, on the same schedulers as the consumers.
+//   Here one producer thread loads every full Q tile and every full K/V step
 //   with four 2-D tensor copies (64 columns x 128 rows each, 128-byte swizzle: the layout wgmma
 //   reads) completing on the stage's mbarrier by transaction count. A step or Q tile that ends
-//   before 128 rows (a sequence's last step) still goes through v4's cp.async path, zero-filling
-//   the rows past it exactly as before: a TMA box there would read the next sequence's rows, and
+//   before 128 rows (a sequence's last step) still goes through the cp.async path, zero-filling
+//   the rows past it: a TMA box there would read the next sequence's rows, and
 //   a non-finite value there would turn P = 0 into NaN in O += P V.
 //
 //   Persistent CTAs. One CTA per SM loops over the host's (tile, head) list, heaviest first, CTA
@@ -20,6 +20,14 @@
 //   The ping-pong between the two consumer warpgroups (named barriers passing the MMA turn) runs on
 //   across tiles: each consumer takes steps + 1 turns per tile, so the alternation never breaks.
 //   Mask bounds: the "every row sees the whole step" test is per warp (shuffles), not per CTA.
+//
+//   Items through a ring. The producer loads each item's tile and sequence one item ahead and hands
+//   them to the consumers through shared memory (ForwardItem), and loads an item's first K/V step
+//   before its Q (that stage was freed by an earlier item, while Q waits for the previous tile).
+//
+//   Elementwise phase (forward_tma_elementwise.cuh): fewer instructions per element than
+//   ScoresToP, O's rescale skipped when no row max moved and done before the MMA turn, P finished
+//   before the wait for P V; softmax's epilogue multiplies by post / row_sum.
 #ifndef GEMTB_GPU_ATTENTION_FORWARD_HOPPER_TMA_KERNEL_CUH_
 #define GEMTB_GPU_ATTENTION_FORWARD_HOPPER_TMA_KERNEL_CUH_
 
@@ -32,12 +40,9 @@
 namespace gemtb::gpu {
 
 // The three tensor maps of one launch: Q [TQ, H*D], K and V [TK, Hkv*D], boxes of 64 columns x
-// 128 rows, 128-byte swizzle; and whether v5-v7 hand items through the ring below (ForwardItemRing,
-// forward_variant.h; the split kernel has its own template switch).
+// 128 rows, 128-byte swizzle.
 struct ForwardTmaMaps {
   CUtensorMap q, k, v;
-  int item_ring;
-  int kv_first;  // v5-v7's producer loads an item's first K/V step before its Q (ForwardKvFirst)
 };
 inline constexpr int kTmaBoxCols = 64;
 inline constexpr int kTmaBoxRows = 128;
@@ -60,17 +65,13 @@ __device__ __forceinline__ ForwardItem MakeForwardItem(const ForwardTile& t, con
 }
 inline constexpr int kForwardItemSlots = 4;
 
-// kV6: the elementwise phase of forward_tma_elementwise.cuh (fewer instructions per element), the
-// O rescale skipped when no row max moved and done before the MMA turn, and P finished before the
-// wait for P V (NOTES.md, "Forward v6"); false: v5 exactly as measured. kRcpEpilogue (with kV6;
-// "v7", the default): softmax's epilogue multiplies by post / row_sum (StoreHopperRows<E, kAct, true>) instead of
-// dividing each output.
-template <ElementType E, HopperAct kAct, int BN, bool kV6, bool kRcpEpilogue = false>
+template <ElementType E, HopperAct kAct>
 __global__ void __launch_bounds__(kHopperWsThreads, 1)
     ForwardHopperTmaKernel(const __grid_constant__ ForwardParams p, const __grid_constant__ ForwardTmaMaps maps,
                            const int total_items) {
   constexpr int D = kHopperHeadDim;
   constexpr int BM = kHopperBlockM;
+  constexpr int BN = kHopperWsBlockN;
   static_assert(BN == kTmaBoxRows && BM == kTmaBoxRows && D == 2 * kTmaBoxCols, "one box = 128 rows x 64 columns");
   using Smem = HopperForwardSmem<BN>;
   constexpr int kStages = Smem::kStages;
@@ -90,7 +91,6 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
   const auto bar_item = [&](int n) {
     return bar_q + 8u * static_cast<uint32_t>(2 + 2 * kStages + n % kForwardItemSlots);
   };
-  const bool ring = maps.item_ring != 0;
 
   const ProblemParams& pr = p.problem;
   const int tid = static_cast<int>(threadIdx.x);
@@ -121,9 +121,9 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     const int pt = tid;
     int kv_iter = 0;  // K/V steps loaded so far by this CTA (stage = kv_iter % kStages)
     int q_iter = 0;   // tiles started (= items)
-    ForwardTile tile_next{};  // ring: the next item's tile and sequence, loaded during this one
+    ForwardTile tile_next{};  // the next item's tile and sequence, loaded during this one
     SeqInfo seq_next{};
-    if (ring && first_item < total_items) {
+    if (first_item < total_items) {
       tile_next = p.tiles[first_item / pr.heads];
       seq_next = pr.seqs[tile_next.b];
     }
@@ -131,19 +131,12 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
       const int h = item % pr.heads;
       const int hk = h / (pr.heads / pr.kv_heads);
       const bool has_next = item + item_stride < total_items;
-      ForwardTile tile;
-      SeqInfo seq;
-      if (ring) {
-        tile = tile_next;
-        seq = seq_next;
-        if (has_next) tile_next = p.tiles[(item + item_stride) / pr.heads];
-        if (pt == 0) {
-          s_items[q_iter % kForwardItemSlots] = MakeForwardItem(tile, seq);
-          mbar::Arrive(bar_item(q_iter));  // release: the consumers' wait sees the slot
-        }
-      } else {
-        tile = p.tiles[item / pr.heads];
-        seq = pr.seqs[tile.b];
+      const ForwardTile tile = tile_next;
+      const SeqInfo seq = seq_next;
+      if (has_next) tile_next = p.tiles[(item + item_stride) / pr.heads];
+      if (pt == 0) {
+        s_items[q_iter % kForwardItemSlots] = MakeForwardItem(tile, seq);
+        mbar::Arrive(bar_item(q_iter));  // release: the consumers' wait sees the slot
       }
       const int q_rows = min(BM, seq.lq - tile.i0);
       const int steps = KeySteps(tile.k_lo, tile.k_hi, BN);
@@ -171,14 +164,14 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
           mbar::CpAsyncArrive(bar_full(stage));
         }
         // The next item's sequence, once its tile has had a step's time to arrive.
-        if (ring && step == 0 && has_next) seq_next = pr.seqs[tile_next.b];
+        if (step == 0 && has_next) seq_next = pr.seqs[tile_next.b];
       };
-      // kv_first: the item's first K/V step before its Q. That stage was freed by an earlier item's
-      // step, while Q waits until both consumers issued the previous tile's last S GEMM; loaded after
-      // Q, the first step had only that tile's last elementwise phase, P V and epilogue to arrive in,
-      // and the consumers waited for it at every item's start (cross attention's two-step tiles:
-      // Nsight Compute, tools/bench/NOTES.md "Session 12").
-      if (maps.kv_first) load_step(0);
+      // The item's first K/V step before its Q. That stage was freed by an earlier item's step, while
+      // Q waits until both consumers issued the previous tile's last S GEMM; loaded after Q, the
+      // first step would have only that tile's last elementwise phase, P V and epilogue to arrive
+      // in, and the consumers would wait for it at every item's start (cross attention's two-step
+      // tiles; tools/bench/NOTES.md).
+      load_step(0);
       // Q of the previous tile must be done with (both consumers issued their last S GEMM).
       if (q_iter > 0) mbar::Wait(bar_q_empty, static_cast<uint32_t>((q_iter - 1) & 1));
       if (q_rows == BM) {
@@ -194,7 +187,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         WsLoadRows(pt, sq, BM, pr.q + (seq.q_begin + tile.i0) * q_stride + h * D, q_stride, q_rows, pr.q);
         mbar::CpAsyncArrive(bar_q);
       }
-      for (int step = maps.kv_first ? 1 : 0; step < steps; ++step) load_step(step);
+      for (int step = 1; step < steps; ++step) load_step(step);
       kv_iter += steps;
       ++q_iter;
     }
@@ -209,7 +202,6 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
   const bool lane0 = (tid & 31) == 0;
   const LaneCoords ln = Lane();
   constexpr bool softmax = kAct == HopperAct::kSoftmax;
-  const float score_scale = softmax ? pr.pre_scale * 1.44269504088896340736f : pr.pre_scale;
   const TmaElementwiseConstants consts = MakeTmaElementwiseConstants<kAct>(pr);
   const int row[2] = {cw * 64 + warp * 16 + ln.g, cw * 64 + warp * 16 + ln.g + 8};
 
@@ -221,21 +213,15 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
 
   int kv_iter = 0;
   // The item is recomputed from q_iter (items started) at each start rather than carried: carried, it
-  // was the value ptxas spilled around the elementwise phase, and its reload at every item's start
-  // waited behind the previous epilogue's stores (Nsight Compute, tools/bench/NOTES.md "Session 12").
+  // is the value ptxas spills around the elementwise phase, and its reload at every item's start
+  // waits behind the previous epilogue's stores (Nsight Compute, tools/bench/NOTES.md).
   for (int q_iter = 0;; ++q_iter) {
     const int item = first_item + q_iter * item_stride;
     if (item >= total_items) break;
     const bool last_item = item + item_stride >= total_items;
     const int h = item % pr.heads;
-    ForwardItem it;
-    if (ring) {
-      mbar::Wait(bar_item(q_iter), static_cast<uint32_t>((q_iter / kForwardItemSlots) & 1));
-      it = s_items[q_iter % kForwardItemSlots];
-    } else {
-      const ForwardTile t = p.tiles[item / pr.heads];
-      it = MakeForwardItem(t, pr.seqs[t.b]);
-    }
+    mbar::Wait(bar_item(q_iter), static_cast<uint32_t>((q_iter / kForwardItemSlots) & 1));
+    const ForwardItem it = s_items[q_iter % kForwardItemSlots];
     const int q_rows = min(BM, it.lq - it.i0);
     const int steps = KeySteps(it.k_lo, it.k_hi, BN);
     const int kv_first = kv_iter;
@@ -285,19 +271,14 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     const auto scores_to_p = [&](int step, float (&s)[kSRegs]) {
       const int j0 = it.k_lo + step * BN;
       const bool masked = !(j0 >= full_lo && j0 + BN <= full_hi);
-      if constexpr (kV6) {
-        ScoresToPTma<kAct, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), j0, masked, ln.t, keys, consts, pr,
-                               online, rescale);
-        // Keep the elementwise work ahead of the wait for P V: without this the compiler sinks it
-        // below wgmma.wait_group 0 (v5's SASS), so P V and this warpgroup's P never overlapped.
-        wgmma::FenceRegisters(s);
-        if constexpr (softmax) {
-          wgmma::FenceRegisters(rescale);
-          wgmma::FenceRegisters(online.l);
-        }
-      } else {
-        ScoresToP<kAct, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), j0, masked, ln.t, keys, score_scale, pr,
-                            online, rescale);
+      ScoresToPTma<kAct, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), j0, masked, ln.t, keys, consts, pr,
+                             online, rescale);
+      // Keep the elementwise work ahead of the wait for P V: without this the compiler sinks it
+      // below wgmma.wait_group 0, so P V and this warpgroup's P would not overlap.
+      wgmma::FenceRegisters(s);
+      if constexpr (softmax) {
+        wgmma::FenceRegisters(rescale);
+        wgmma::FenceRegisters(online.l);
       }
     };
     const auto p_to_operand = [&](float (&s)[kSRegs]) {
@@ -324,9 +305,9 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     // while PV(s) runs (and the other consumer's MMAs follow on the tensor cores); release stage s.
     const auto run_step = [&](int step, auto has_next) {
       float sb[kSRegs];
-      // v6: O's rescale for P(s) before waiting for the turn (no wgmma is in flight here), and
-      // only in threads whose row max moved (a factor of 1 changes nothing).
-      if constexpr (softmax && kV6) {
+      // O's rescale for P(s) before waiting for the turn (no wgmma is in flight here), and only in
+      // threads whose row max moved (a factor of 1 changes nothing).
+      if constexpr (softmax) {
         if (rescale[0] != 1.f || rescale[1] != 1.f) RescaleHopperRows(acc, rescale);
       }
       if constexpr (has_next) wait_full(step + 1);
@@ -336,7 +317,6 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         issue_scores(step + 1, sb);
         wgmma::Commit();
       }
-      if constexpr (softmax && !kV6) RescaleHopperRows(acc, rescale);
       wgmma::Fence();
       const uint32_t v_tile = sv((kv_first + step) % kStages);
 #pragma unroll
@@ -364,11 +344,8 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
     run_step(steps - 1, std::false_type{});
     kv_iter += steps;
 
-    if constexpr (kV6 && kRcpEpilogue) {
-      StoreHopperRows<E, kAct, true>(acc, online, row, q_rows, it.out_row, p, h, ln.t);
-    } else {
-      StoreHopperRows<E, kAct>(acc, online, row, q_rows, it.out_row, p, h, ln.t);
-    }
+    // Softmax's normalisation as one multiply per output by post / row_sum (StoreHopperRows).
+    StoreHopperRows<E, kAct, softmax>(acc, online, row, q_rows, it.out_row, p, h, ln.t);
   }
 }
 

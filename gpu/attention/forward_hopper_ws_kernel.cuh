@@ -1,23 +1,24 @@
-// Warp-specialised Hopper forward (sm_90a, head dim 128): the same function, tiles, masks,
-// numerics and epilogue as forward_hopper_kernel.cuh (`--forward-kernel hopper_ws`), with the
-// loads and the two consumer warpgroups decoupled.
+// Warp-specialised Hopper forward with cp.async loads (sm_90a, head dim 128; kernel_policy.h's
+// kHopperWs): what the TMA forward falls back to when q, k or v is not 16-byte aligned, and
+// `--forward-kernel hopper_ws`. One CTA per (tile, head) item, the loads and the two consumer
+// warpgroups decoupled.
 //
 //   CTA = 3 warpgroups (384 threads): warpgroup 0 is the producer, warpgroups 1 and 2 each own 64
 //   query rows of the 128-row tile. setmaxnreg moves registers from the producer (40 per thread)
 //   to the consumers (232).
 //   Producer: Q and then the K/V steps into three swizzled stages with cp.async (zero-filled past
-//   the tile's rows, exactly as the plain kernel loads them); each of its 128 threads signals a
+//   the tile's rows); each of its 128 threads signals a
 //   stage's "full" mbarrier once its copies have landed (cp.async.mbarrier.arrive.noinc), and it
 //   refills a stage after both consumers have signalled its "empty" mbarrier.
-//   Consumers: wait on "full" (no CTA-wide barrier per step, which in the plain kernel made both
-//   warpgroups' elementwise phases coincide and left the tensor cores idle), then the plain
-//   kernel's per-warpgroup order (issue S(s+1) and PV(s), softmax of S(s+1) while PV(s) runs).
+//   Consumers: wait on "full" (no CTA-wide barrier per step, which would make both warpgroups'
+//   elementwise phases coincide and leave the tensor cores idle), then per warpgroup: issue S(s+1)
+//   and PV(s), softmax of S(s+1) while PV(s) runs.
 //   Ping-pong: two named barriers hand the right to issue MMAs back and forth, so one consumer's
 //   GEMMs run while the other does its elementwise work (FA3's warp scheduler barriers).
 #ifndef GEMTB_GPU_ATTENTION_FORWARD_HOPPER_WS_KERNEL_CUH_
 #define GEMTB_GPU_ATTENTION_FORWARD_HOPPER_WS_KERNEL_CUH_
 
-#include "gpu/attention/forward_hopper_kernel.cuh"
+#include "gpu/attention/forward_hopper_common.cuh"
 #include "gpu/common/mbarrier.cuh"
 
 namespace gemtb::gpu {
@@ -229,8 +230,8 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1) ForwardHopperWsKernel(con
   for (int step = 0; step + 1 < steps; ++step) run_step(step, std::true_type{});
   run_step(steps - 1, std::false_type{});
 
-  // StoreHopperRows (forward_hopper_kernel.cuh) written out: calling it leaves the v3 and v5 kernels'
-  // SASS byte-identical but reschedules this kernel's softmax instance, not re-run on a GPU since.
+  // StoreHopperRows (forward_hopper_common.cuh) written out: calling it reschedules this kernel's
+  // softmax instance.
   float row_sum[2] = {1.f, 1.f};
   float lse[2] = {-INFINITY, -INFINITY};
   if constexpr (softmax) online.Finish(row_sum, lse);

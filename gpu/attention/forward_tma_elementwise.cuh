@@ -1,9 +1,10 @@
-// The elementwise phase of the persistent TMA forward (forward_hopper_tma_kernel.cuh, "v6"): S of
-// one 128-key step to P, with fewer instructions per element than ScoresToP (forward_hopper_kernel.cuh,
-// kept as it is for v3 and v4). The SASS of v5's silu step held ~23 warp instructions per element
-// where ~6 do the arithmetic (tools/bench/NOTES.md, "Forward v6"); the rest came from
+// The elementwise phase of the persistent TMA and split forwards (forward_hopper_tma_kernel.cuh,
+// forward_hopper_split_kernel.cuh): S of one step to P, with fewer instructions per element than
+// ScoresToP (forward_hopper_common.cuh, which the cp.async kernel keeps). ScoresToP's silu step holds
+// ~23 warp instructions per element where ~6 do the arithmetic (tools/bench/NOTES.md); the rest
+// comes from
 //   - the mask: `masked && !Contains(...)` per element, if-converted by the compiler into predicate
-//     shuffling (PLOP3, LOP3 on predicate words) that ran on full steps too. Here a full step has
+//     shuffling (PLOP3, LOP3 on predicate words) that runs on full steps too. Here a full step has
 //     no mask code at all; a boundary step runs one extra pass (two compares and a select per
 //     element) in a branch of its own;
 //   - non-ftz __expf / __fdividef (denormal range checks and scalings around each MUFU). Here
@@ -14,12 +15,12 @@
 //     two MUFU per element; softmax's exponent is one FFMA, s (pre log2e) - m, with the max taken
 //     on the raw scores (m = c max(s) exactly, since rounding is monotonic, for c >= 0; a negative
 //     scale and boundary steps scale first and take the max of the scaled scores).
-// Same formulas as v5 otherwise, so the check's tolerances (spec §9 GPU criteria) hold with the same
+// Same formulas as ScoresToP otherwise, so the check's tolerances (spec §9 GPU criteria) hold with the same
 // margins: the differences are a few fp32 ulps before P is rounded to 16 bits.
 #ifndef GEMTB_GPU_ATTENTION_FORWARD_TMA_ELEMENTWISE_CUH_
 #define GEMTB_GPU_ATTENTION_FORWARD_TMA_ELEMENTWISE_CUH_
 
-#include "gpu/attention/forward_hopper_kernel.cuh"
+#include "gpu/attention/forward_hopper_common.cuh"
 
 namespace gemtb::gpu {
 
@@ -97,8 +98,8 @@ __device__ __forceinline__ void MaskStep(float (&s4)[BN / 8][4], int j0, int lan
   }
 }
 
-// Online softmax step in the log2 domain on raw scores (Log2Softmax's state and finish, v5's
-// order: max, unnormalised exp2, fp32 row sums, the rescale factor for O).
+// Online softmax step in the log2 domain on raw scores (Log2Softmax's state and finish, its order:
+// max, unnormalised exp2, fp32 row sums, the rescale factor for O).
 template <int BN>
 __device__ __forceinline__ void SoftmaxStepTma(float (&s4)[BN / 8][4], bool masked, int j0, int lane_t,
                                                const RowKeyRange (&keys)[2], float exp_mul, Log2Softmax& online,

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "gpu/attention/kernel_policy.h"
 #include "gpu/attention/params.h"
 #include "model/common/element_type.h"
 
@@ -16,17 +17,11 @@ namespace gemtb::gpu {
 template <ElementType E, int D>
 absl::Status LaunchForward(const ForwardParams& params, int64_t num_tiles);
 
-// The same outputs from the Hopper forward kernel (wgmma, head dim kHopperHeadDim, tiles of
-// kHopperBlockM rows, block_n = 64 or 128 keys per step; 1-D grid of tile x head, heaviest tiles
-// first).
+// The same outputs from one of the Hopper forward kernels (wgmma, head dim kHopperHeadDim, tiles of
+// kHopperBlockM rows): `kernel` is kHopperWs, kHopperTma, kHopperSplit or kHopperSmall
+// (kernel_policy.h), on tiles in the order api.cc gives them for that kernel.
 template <ElementType E>
-absl::Status LaunchForwardHopper(const ForwardParams& params, int64_t num_tiles, int block_n);
-
-// The same outputs from the warp-specialised Hopper forward (forward_hopper_ws_kernel.cuh: producer
-// warpgroup, mbarrier pipeline, ping-pong consumers; kHopperWsBlockN keys per step), same tiles and
-// grid as LaunchForwardHopper.
-template <ElementType E>
-absl::Status LaunchForwardHopperWs(const ForwardParams& params, int64_t num_tiles);
+absl::Status LaunchForwardHopper(const ForwardParams& params, int64_t num_tiles, ForwardKernelKind kernel);
 
 // Whether this build holds the Hopper kernels (false in the CPU emulation, which runs only the
 // mma.sync kernels).
@@ -49,14 +44,15 @@ template <ElementType E, int D>
 absl::Status LaunchDqReduce(const BackwardParams& params, int64_t num_reduce);
 
 // The Hopper backward (wgmma, head dim kHopperHeadDim): D_i, dK/dV and dQ on the same tile lists
-// and grids as the mma.sync kernels above.
+// as the mma.sync kernels above. dK/dV and dQ store and read dS when params.ds is set (the
+// stored-dS backward); else the dQ pass recomputes it, in chains of tiles per CTA under broadcast_q.
 template <ElementType E>
 absl::Status LaunchRowDotHopper(const BackwardParams& params);
 template <ElementType E>
 absl::Status LaunchDkDvHopper(const BackwardParams& params, int64_t num_tiles);
 template <ElementType E>
 absl::Status LaunchDqHopper(const BackwardParams& params, int64_t num_tiles);
-// Backward v6 under broadcast_q (backward_hopper_fused_dq.cuh; backward_fused_dq_plan.h says when):
+// The fused-dQ backward under broadcast_q (backward_hopper_fused_dq.cuh; kernel_policy.h says when):
 // dK, dV and each chain's dQ part in one chained kernel over the dK/dV tiles, tiles_per_cta per
 // chain, then dQ as the chains' parts summed in order into params.dq (params.dq_partial holds the
 // parts). Replaces LaunchDkDvHopper, LaunchDqHopper and the dQ reduce.

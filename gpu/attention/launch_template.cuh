@@ -11,7 +11,6 @@
 #include "gpu/attention/backward_hopper_dq_stored.cuh"
 #include "gpu/attention/backward_hopper_kernel.cuh"
 #include "gpu/attention/backward_row_dot.cuh"
-#include "gpu/attention/forward_hopper_kernel.cuh"
 #include "gpu/attention/forward_hopper_tma_launch.cuh"
 #include "gpu/attention/forward_hopper_ws_kernel.cuh"
 #include "gpu/attention/forward_kernel.cuh"
@@ -28,36 +27,17 @@ absl::Status LaunchForward(const ForwardParams& params, int64_t num_tiles) {
                 "attention forward kernel");
 }
 
-template <ElementType E, int BN>
-absl::Status LaunchForwardHopperN(const ForwardParams& params, unsigned blocks) {
-  const dim3 grid(blocks);
-  const dim3 block(kHopperThreads);
-  const size_t smem = HopperForwardSmem<BN>::kBytes;
-  const char* name = "attention forward kernel (Hopper)";
-  return DispatchHopperAct(params.problem.options.act, [&]<HopperAct A>() {
-    return Launch(ForwardHopperKernel<E, A, BN>, grid, block, smem, params, name);
-  });
-}
-
 template <ElementType E>
-absl::Status LaunchForwardHopper(const ForwardParams& params, int64_t num_tiles, int block_n) {
+absl::Status LaunchForwardHopper(const ForwardParams& params, int64_t num_tiles, ForwardKernelKind kernel) {
   const int64_t blocks = num_tiles * params.problem.heads;
   if (blocks == 0) return absl::OkStatus();
   if (blocks > INT32_MAX) return absl::InvalidArgumentError("attention forward: tiles x heads exceeds 2^31-1 CTAs");
-  if (block_n == 128) return LaunchForwardHopperN<E, 128>(params, static_cast<unsigned>(blocks));
-  return LaunchForwardHopperN<E, 64>(params, static_cast<unsigned>(blocks));
-}
-
-template <ElementType E>
-absl::Status LaunchForwardHopperWs(const ForwardParams& params, int64_t num_tiles) {
-  const int64_t blocks = num_tiles * params.problem.heads;
-  if (blocks == 0) return absl::OkStatus();
-  if (blocks > INT32_MAX) return absl::InvalidArgumentError("attention forward: tiles x heads exceeds 2^31-1 CTAs");
-  if (ForwardHopperTmaEnabled()) {  // v5: persistent CTAs, TMA loads (forward_hopper_tma_launch.cuh)
+  if (kernel != ForwardKernelKind::kHopperWs) {
     bool launched = false;
-    const absl::Status s = LaunchForwardHopperTma<E>(params, num_tiles, &launched);
+    const absl::Status s = LaunchForwardHopperPersistent<E>(params, blocks, kernel, &launched);
     if (launched || !s.ok()) return s;
   }
+  // The cp.async warp-specialised kernel: asked for, or q, k or v not 16-byte aligned for TMA.
   constexpr int BN = kHopperWsBlockN;
   const dim3 grid(static_cast<unsigned>(blocks));
   const dim3 block(kHopperWsThreads);
@@ -112,12 +92,8 @@ absl::Status LaunchRowDotHopper(const BackwardParams& params) {
 template <ElementType E>
 absl::Status LaunchDkDvHopper(const BackwardParams& params, int64_t num_tiles) {
   if (num_tiles == 0) return absl::OkStatus();
-  {  // v5: the dK/dV kernel also stores dS when params.ds is set (backward_hopper_dq_stored.cuh)
-    bool launched = false;
-    const absl::Status s = LaunchDkDvHopperStoredDs<E>(params, num_tiles, &launched);
-    if (launched || !s.ok()) return s;
-  }
-  {  // v4: chains of K/V tiles per CTA (backward_hopper_chain_launch.cuh), else v3 below
+  if (params.ds != nullptr) return LaunchDkDvHopperStoredDs<E>(params, num_tiles);
+  {  // under broadcast_q: chains of K/V tiles per CTA (backward_hopper_chain_launch.cuh)
     bool launched = false;
     const absl::Status s = LaunchDkDvHopperChain<E>(params, num_tiles, &launched);
     if (launched || !s.ok()) return s;
@@ -134,12 +110,8 @@ absl::Status LaunchDkDvHopper(const BackwardParams& params, int64_t num_tiles) {
 template <ElementType E>
 absl::Status LaunchDqHopper(const BackwardParams& params, int64_t num_tiles) {
   if (num_tiles == 0) return absl::OkStatus();
-  {  // v5: dQ = dS K on the stored dS when params.ds is set (backward_hopper_dq_stored.cuh)
-    bool launched = false;
-    const absl::Status s = LaunchDqHopperStoredDs<E>(params, num_tiles, &launched);
-    if (launched || !s.ok()) return s;
-  }
-  {  // v4: chains of query tiles per CTA (backward_hopper_chain_launch.cuh), else v3 below
+  if (params.ds != nullptr) return LaunchDqHopperStoredDs<E>(params, num_tiles);
+  {  // under broadcast_q: chains of query tiles per CTA (backward_hopper_chain_launch.cuh)
     bool launched = false;
     const absl::Status s = LaunchDqHopperChain<E>(params, num_tiles, &launched);
     if (launched || !s.ok()) return s;

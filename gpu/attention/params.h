@@ -41,8 +41,8 @@ inline constexpr int kBlockN = 64;       // keys per K/V tile
 inline constexpr int kBwdBlockM = 32;    // query rows per step of the dK/dV kernel
 inline constexpr int kThreads = 128;
 
-// The Hopper forward (forward_hopper_kernel.cuh): two warpgroups of 64 query rows each (wgmma
-// m64), 64 or 128 keys per K/V step, head dim 128 only.
+// The Hopper forwards (forward_hopper_common.cuh): tiles of 128 query rows (wgmma m64 per
+// warpgroup), head dim 128 only.
 inline constexpr int kHopperBlockM = 128;
 inline constexpr int kHopperHeadDim = 128;
 inline constexpr int kHopperThreads = 256;
@@ -109,7 +109,6 @@ struct ForwardParams {
   const ForwardTile* tiles = nullptr;
   uint16_t* o = nullptr;  // [TO, H, D]
   float* lse = nullptr;   // [H, TO], softmax only
-  int32_t max_tile_rows = 0;  // most query rows of any listed tile (0: unknown): a launch hint
   // The Hopper forwards' epilogue writes O in 16-byte stores (StoreHopperRows); needs `o` 16-byte
   // aligned. 0: 4-byte stores.
   int32_t wide_o_stores = 0;
@@ -130,9 +129,8 @@ struct BackwardParams {
   uint16_t* dq = nullptr;  // [TQ, H, D]
   uint16_t* dk = nullptr;  // [TK, Hkv, D]
   uint16_t* dv = nullptr;  // [TK, Hkv, D]
-  int32_t dq_max_key_steps = 0;  // most 64-key steps of any dQ tile (readers summed): a launch hint
-  // Backward v5 (backward_stored_ds_plan.h): the dS blocks the dK/dV kernel writes and the dQ pass
-  // reads instead of recomputing S and dP; null: v3/v4's dQ. ds_block_base: per output sequence.
+  // The stored-dS backward (backward_stored_ds_plan.h): the dS blocks the dK/dV kernel writes and
+  // the dQ pass reads instead of recomputing S and dP; null: the recompute backward. ds_block_base: per output sequence.
   uint16_t* ds = nullptr;
   const int64_t* ds_block_base = nullptr;
 };

@@ -47,7 +47,7 @@ std::vector<ForwardTile> BuildForwardTiles(const Pairing& pairing, const Attenti
 void DealInSnakeBands(std::vector<ForwardTile>& tiles, int64_t band);
 
 // Orders tiles by their K/V steps of `block_n` keys, most first, and within equal steps by sequence
-// and first row, in place. The persistent TMA forward (v5-v7) costs a tile by its steps (its MMAs
+// and first row, in place. The persistent TMA forward costs a tile by its steps (its MMAs
 // run on all 128 rows, valid or not), so this is still heaviest first for it; and it keeps a
 // sequence's tiles, its partial last one included, next to each other, so the items running at once
 // share their K/V in L2 (cross attention: ~4.6 tiles read each sequence's K/V).

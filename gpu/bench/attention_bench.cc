@@ -183,9 +183,10 @@ Bf16Diff DiffBf16(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b
 absl::StatusOr<KernelComparison> CompareKernels(const AttentionArgs& args, const DeviceCall& hopper,
                                                 const InputSet& set, bool backward) {
   KernelComparison cmp;
-  const bool grads = backward && hopper.backward_kernel_name() == std::string("hopper_wgmma");
-  absl::StatusOr<std::unique_ptr<DeviceCall>> reference =
-      DeviceCall::Create(args, /*with_backward=*/grads, ForwardKernelChoice::kMmaSync);
+  const bool grads = backward && hopper.plan().backward != BackwardKernelKind::kMmaSync;
+  AttentionArgs mma_sync = args;
+  mma_sync.kernels = {ForwardKernelKind::kMmaSync, BackwardKernelKind::kMmaSync};
+  absl::StatusOr<std::unique_ptr<DeviceCall>> reference = DeviceCall::Create(mma_sync, /*with_backward=*/grads);
   if (!reference.ok()) return reference.status();
   DeviceArray<uint16_t> o_ref;
   DeviceArray<float> lse_ref;
@@ -264,7 +265,8 @@ absl::StatusOr<CaseResult> RunCase(const BenchCase& c, const BenchOptions& opt) 
   r.pairs = ValidPairs(c, r.lengths);
   r.fwd_flops = 2.0 * static_cast<double>(c.heads) * static_cast<double>(2 * c.head_dim) * static_cast<double>(r.pairs);
   const std::unique_ptr<HostCall> host = MakeCall(c, r.lengths);
-  absl::StatusOr<std::unique_ptr<DeviceCall>> made = DeviceCall::Create(host->args, opt.backward, opt.forward_kernel);
+  host->args.kernels = opt.kernels;
+  absl::StatusOr<std::unique_ptr<DeviceCall>> made = DeviceCall::Create(host->args, opt.backward);
   if (!made.ok()) return made.status();
   const DeviceCall& call = **made;
   r.forward_kernel = call.forward_kernel_name();
@@ -325,7 +327,8 @@ absl::StatusOr<CaseResult> RunCase(const BenchCase& c, const BenchOptions& opt) 
     r.fwdbwd = *fb;
   }
   if (opt.compare_kernels &&
-      (r.forward_kernel != std::string("mma_sync") || r.backward_kernel == std::string("hopper_wgmma"))) {
+      (call.plan().forward != ForwardKernelKind::kMmaSync ||
+       (opt.backward && call.plan().backward != BackwardKernelKind::kMmaSync))) {
     absl::StatusOr<KernelComparison> cmp = CompareKernels(host->args, call, sets[0], opt.backward);
     if (!cmp.ok()) return cmp.status();
     r.comparison = *cmp;

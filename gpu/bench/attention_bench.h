@@ -29,7 +29,7 @@ struct BenchOptions {
   int warmup = 3;
   int reps = 15;
   bool backward = true;
-  ForwardKernelChoice forward_kernel = ForwardKernelChoice::kAuto;
+  KernelOverride kernels;  // kernel_policy.h: kAuto runs what the library picks for each case
   // When the Hopper forward runs, also run the mma.sync forward once on the same inputs and report
   // how far apart their O (and LSE) are: the Hopper kernel on the benchmark's long sequences, which
   // `gemtb check attention` (short random cases) does not reach.
@@ -39,15 +39,15 @@ struct BenchOptions {
   // comparison with the mma.sync forward, which evaluates the exact act, then shows its deviation).
   bool tanh_approx = false;
   // Seconds the GPU idles before each case (0: none), for telling apart why a case runs slower
-  // after the others in one process (pma's forward: 0.327 against 0.302 ms alone, tools/bench/NOTES.md
-  // "Session 9"). Not the clocks: bench_gpu.sh's nvidia-smi log showed 1980 MHz throughout.
+  // after the others in one process (pma's forward: 0.327 against 0.302 ms alone, tools/bench/NOTES.md).
+  // Not the clocks: bench_gpu.sh's nvidia-smi log showed 1980 MHz throughout.
   int settle_s = 0;
   // Also time each case's runs by their kernels' device time (KernelTime), where CUPTI is available.
   bool kernel_time = true;
   // Allocate from a pool that keeps freed memory (device_buffer.h, RetainFreedDeviceMemory) rather
   // than give each case's memory back to the driver: with cudaFree between cases, pma's forward ran
-  // 0.327 ms after another case against 0.303 alone (tools/bench/NOTES.md "Session 11"; the driver's
-  // side of it was not observable).
+  // 0.327 ms after another case against 0.303 alone (tools/bench/NOTES.md; the driver's side of it
+  // was not observable).
   bool retain_memory = true;
 };
 

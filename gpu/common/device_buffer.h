@@ -28,7 +28,7 @@ inline absl::Status CudaOk(cudaError_t err, absl::string_view what) {
 // kernel (pma's forward) timed right after an earlier case in the same process had freed GBs with
 // cudaFree ran 8% slower than alone (0.327-0.331 against 0.303-0.307 ms), and with the retained pool
 // it does not (0.304-0.308 in the whole table). What the driver does with returned memory that
-// costs this is not visible from here (tools/bench/NOTES.md, "Session 11").
+// costs this is not visible from here (tools/bench/NOTES.md).
 enum class DeviceAllocation { kDriver, kRetainedPool };
 
 inline DeviceAllocation& DeviceAllocationMode() {

@@ -1,6 +1,6 @@
 // The current device's multiprocessor count, for host code that sizes persistent launches and deals
 // work over the SMs (the persistent forward, the backward chains, the split forward's snake deal and
-// backward v6's chain length). Host only: api.cc includes it as well as the launchers.
+// the fused-dQ backward's chain length). Host only: api.cc includes it as well as the launchers.
 #ifndef GEMTB_GPU_COMMON_SM_COUNT_H_
 #define GEMTB_GPU_COMMON_SM_COUNT_H_
 

@@ -1,26 +1,22 @@
 // The CUDA attention kernels (gpu/attention/api.h): spec §9's GPU criteria on random cases of every
-// family (through `gemtb check attention`'s own code; also with the warp-specialised forward
-// everywhere, v5 and v4, and v5 bitwise equal to v4), bitwise determinism of the backward, the
-// chained backward (v4) bitwise equal to v3, the stored-dS backward (v5, also through the check)
-// against v3's recompute, backward v6 (dQ inside the dK/dV chain under broadcast_q) against v4, the
-// small forward (v9, opt-in) through the check and against the split kernel,
-// AttentionOptions::tanh_approx (through the check, and changing only silu and gelu_tanh), exact
-// outputs of rows without keys, and rejection by name of what the kernels do not run. Tests that need a GPU skip (and show as skipped) without an sm_90 device; the rejection
-// tests run anywhere.
+// family (through `gemtb check attention`'s own code, with the kernels ChooseKernels picks), every
+// kernel an override can name against the mma.sync kernels on the shapes it takes, the kernels
+// that replace each other on a shape against each other (stored dS against the recompute, the fused
+// dQ against the chained recompute, the split and small forwards against the TMA and split ones),
+// bitwise determinism of the backward, AttentionOptions::tanh_approx (through the check, and
+// changing only silu and gelu_tanh), exact outputs of rows without keys, and rejection by name of
+// what the kernels do not run. Tests that need a GPU skip (and show as skipped) without an sm_90
+// device; the rejection tests run anywhere.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <iostream>
 #include <limits>
-#include <map>
 #include <random>
 #include <string>
 #include <utility>
-
-#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "gpu/attention/api.h"
@@ -35,54 +31,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::StatusIs;
-
-// Every test ends with the GEMTB_* variables as the process started with them. The tests below pick
-// kernels through these variables and unset them at their end; a failed ASSERT returns before that,
-// and the tests run after it in the same process (ctest runs one per process, the device scripts
-// run several with --gtest_filter) would otherwise run on the wrong kernel.
-class RestoreGemtbEnvironment : public ::testing::EmptyTestEventListener {
- public:
-  RestoreGemtbEnvironment() : initial_(GemtbVariables()) {}
-  void OnTestEnd(const ::testing::TestInfo&) override {
-    for (const auto& [name, value] : GemtbVariables()) {
-      if (initial_.count(name) == 0) unsetenv(name.c_str());
-    }
-    for (const auto& [name, value] : initial_) setenv(name.c_str(), value.c_str(), 1);
-  }
-
- private:
-  static std::map<std::string, std::string> GemtbVariables() {
-    std::map<std::string, std::string> out;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string entry(*e);
-      const size_t eq = entry.find('=');
-      if (entry.rfind("GEMTB_", 0) == 0 && eq != std::string::npos) out[entry.substr(0, eq)] = entry.substr(eq + 1);
-    }
-    return out;
-  }
-  const std::map<std::string, std::string> initial_;
-};
-[[maybe_unused]] const bool kRestoreGemtbEnvironment = [] {
-  ::testing::UnitTest::GetInstance()->listeners().Append(new RestoreGemtbEnvironment);  // gtest owns it
-  return true;
-}();
-
-// The listener's restore, driven directly (ctest runs each test in its own process, where a leak
-// between tests could not show): a changed variable gets its first value back, a new one goes.
-TEST(GpuTestEnvironment, RestoresTheGemtbVariablesOfTheSnapshot) {
-  ASSERT_EQ(setenv("GEMTB_TEST_ENV_KEPT", "a", 1), 0);
-  RestoreGemtbEnvironment restore;
-  ASSERT_EQ(setenv("GEMTB_TEST_ENV_KEPT", "b", 1), 0);
-  ASSERT_EQ(setenv("GEMTB_TEST_ENV_NEW", "1", 1), 0);
-  ASSERT_EQ(setenv("OTHER_TEST_ENV_NEW", "1", 1), 0);
-  restore.OnTestEnd(*::testing::UnitTest::GetInstance()->current_test_info());
-  ASSERT_NE(std::getenv("GEMTB_TEST_ENV_KEPT"), nullptr);
-  EXPECT_STREQ(std::getenv("GEMTB_TEST_ENV_KEPT"), "a");
-  EXPECT_EQ(std::getenv("GEMTB_TEST_ENV_NEW"), nullptr);
-  EXPECT_STREQ(std::getenv("OTHER_TEST_ENV_NEW"), "1");  // only GEMTB_ variables are its business
-  unsetenv("GEMTB_TEST_ENV_KEPT");
-  unsetenv("OTHER_TEST_ENV_NEW");
-}
 
 // Prints why there is no GPU (once per test) and returns false then.
 bool HaveGpu() {
@@ -142,167 +90,180 @@ TEST(GpuAttention, CheckCommandPassesOnRandomCasesOfEveryFamily) {
   EXPECT_EQ(cli::RunCheckAttention({"--cases", "12", "--seed", "20", "--max-length", "200"}), 0);
 }
 
-// The warp-specialised Hopper forward (forward_hopper_ws_kernel.cuh) for every act and tile list,
-// not only where kAuto takes it (softmax calls whose tiles average >= 2 K/V steps).
-TEST(GpuAttention, CheckCommandPassesWithTheWarpSpecialisedForwardEverywhere) {
-  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
-  ASSERT_EQ(setenv("GEMTB_FORWARD_KERNEL", "hopper_ws", 1), 0);
-  const int rc = cli::RunCheckAttention({"--cases", "12", "--seed", "21", "--max-length", "300"});
-  unsetenv("GEMTB_FORWARD_KERNEL");
-  EXPECT_EQ(rc, 0);
+double RelL2Bf16(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b);  // below
+
+// The forward of `call` with the forward kernel `kernel` (kernel_policy.h).
+absl::StatusOr<gpu::ForwardResult> ForwardWith(cli::GpuCall& call, gpu::ForwardKernelKind kernel) {
+  call.args.kernels = {kernel, gpu::BackwardKernelKind::kAuto};
+  return gpu::Forward(call.args);
 }
 
-// v4 of the warp-specialised forward (GEMTB_FORWARD_WS=v4; since v5 it runs only where the tensors
-// do not suit TMA) for every act and tile list.
-TEST(GpuAttention, CheckCommandPassesWithTheWarpSpecialisedForwardV4Everywhere) {
-  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
-  ASSERT_EQ(setenv("GEMTB_FORWARD_KERNEL", "hopper_ws", 1), 0);
-  ASSERT_EQ(setenv("GEMTB_FORWARD_WS", "v4", 1), 0);
-  const int rc = cli::RunCheckAttention({"--cases", "12", "--seed", "22", "--max-length", "300"});
-  unsetenv("GEMTB_FORWARD_WS");
-  unsetenv("GEMTB_FORWARD_KERNEL");
-  EXPECT_EQ(rc, 0);
-}
-
-// The opt-in forwards v5 (the TMA forward before v6's elementwise diet, GEMTB_FORWARD_WS=v5) and v6
-// (the default v7 but softmax's epilogue as a division per output) for every act and tile list.
-TEST(GpuAttention, CheckCommandPassesWithTheForwardV5AndV6Everywhere) {
-  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
-  ASSERT_EQ(setenv("GEMTB_FORWARD_KERNEL", "hopper_ws", 1), 0);
-  for (const char* version : {"v5", "v6"}) {
-    ASSERT_EQ(setenv("GEMTB_FORWARD_WS", version, 1), 0);
-    EXPECT_EQ(cli::RunCheckAttention({"--cases", "12", "--seed", "23", "--max-length", "300"}), 0) << version;
+// The largest |a - b| over LSE entries (float), +inf where one is infinite and the other is not.
+double MaxLseDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isinf(a[i]) || std::isinf(b[i])) {
+      if (a[i] != b[i]) return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
   }
-  unsetenv("GEMTB_FORWARD_WS");
-  unsetenv("GEMTB_FORWARD_KERNEL");
+  return worst;
 }
 
-// v5 (persistent CTAs, TMA loads of full 128-row Q tiles and K/V steps) does v4's arithmetic in
-// v4's order, so O and LSE are bitwise equal; the lengths give full and partial steps and tiles.
-TEST(GpuAttention, WarpSpecialisedForwardV5MatchesV4Bitwise) {
+// PMA-like lengths under broadcast_q: `rows` query rows shared by one- to six-step key ranges, an
+// empty and a one-key sequence among them.
+testing::CaseShape BroadcastShape(Activation act, MaskKind mask, uint64_t seed, int64_t rows) {
+  testing::CaseShape shape = HopperShape(act, mask, seed);
+  shape.q_lengths = {rows};
+  shape.kv_lengths = {700, 9, 130, 0, 256, 1, 383};
+  shape.kv_index = {};
+  shape.options.broadcast_q = true;
+  return shape;
+}
+
+// Every Hopper forward against the mma.sync forward, on every act family and mask: on full 128-row
+// tiles (GQA, partial steps and tiles, an empty sequence) the cp.async and TMA kernels, and on
+// broadcast_q's short tiles of 40 and 32 rows also the split and small kernels (pointwise acts).
+// The kernels round P to the input type at different points of the same sums, so O agrees to a
+// rel-L2 below 1e-2 and LSE to 1e-2 (a wrong tile, mask or row gives O(1)); each repeats its bits.
+TEST(GpuAttention, EveryHopperForwardMatchesTheMmaSyncForward) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
-  const std::pair<Activation, MaskKind> kinds[] = {{Activation::kSoftmax, MaskKind::kNone},
-                                                  {Activation::kSoftmax, MaskKind::kCausal},
-                                                  {Activation::kSilu, MaskKind::kWindow}};
-  for (const auto& [act, mask] : kinds) {
-    const testing::AttentionCase c = testing::BuildCase(HopperShape(act, mask, 5));
-    const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 6));
-    ASSERT_EQ(setenv("GEMTB_FORWARD_WS", "v4", 1), 0);
-    absl::StatusOr<gpu::ForwardResult> v4 = gpu::Forward(call.args);
-    ASSERT_EQ(setenv("GEMTB_FORWARD_WS", "v5", 1), 0);
-    absl::StatusOr<gpu::ForwardResult> v5 = gpu::Forward(call.args);
-    unsetenv("GEMTB_FORWARD_WS");
-    ASSERT_TRUE(v4.ok()) << v4.status();
-    ASSERT_TRUE(v5.ok()) << v5.status();
-    EXPECT_EQ(v5->o, v4->o) << "act " << static_cast<int>(act) << " mask " << static_cast<int>(mask);
-    EXPECT_EQ(v5->lse, v4->lse);
+  using gpu::ForwardKernelKind;
+  const Activation acts[] = {Activation::kSoftmax, Activation::kSilu, Activation::kGeluTanh, Activation::kGelu,
+                             Activation::kRelu};
+  const MaskKind masks[] = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow, MaskKind::kBlock};
+  for (const Activation act : acts) {
+    for (const MaskKind mask : masks) {
+      struct Shape {
+        testing::CaseShape shape;
+        std::vector<ForwardKernelKind> kernels;
+      };
+      std::vector<Shape> shapes;
+      shapes.push_back({HopperShape(act, mask, 51),
+                        {ForwardKernelKind::kAuto, ForwardKernelKind::kHopperWs, ForwardKernelKind::kHopperTma}});
+      if (act != Activation::kSoftmax) {
+        shapes.push_back({BroadcastShape(act, mask, 52, 40),
+                          {ForwardKernelKind::kAuto, ForwardKernelKind::kHopperSplit, ForwardKernelKind::kHopperTma}});
+        shapes.push_back({BroadcastShape(act, mask, 53, 32),
+                          {ForwardKernelKind::kAuto, ForwardKernelKind::kHopperSmall, ForwardKernelKind::kHopperSplit,
+                           ForwardKernelKind::kHopperWs}});
+      }
+      for (Shape& sh : shapes) {
+        sh.shape.options.block = 48;
+        const testing::AttentionCase c = testing::BuildCase(sh.shape);
+        cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 54));
+        absl::StatusOr<gpu::ForwardResult> ref = ForwardWith(call, ForwardKernelKind::kMmaSync);
+        ASSERT_TRUE(ref.ok()) << ref.status();
+        double max_abs = 0;
+        for (uint16_t b : ref->o) max_abs = std::max(max_abs, std::fabs(static_cast<double>(numerics::Bf16BitsToFloat(b))));
+        ASSERT_GT(max_abs, 0.0);
+        for (const ForwardKernelKind k : sh.kernels) {
+          const std::string what =
+              absl::StrCat(std::string(ActivationName(act)), " mask ", static_cast<int>(mask), " q rows ",
+                           sh.shape.q_lengths[0], " kernel ", gpu::ForwardKernelName(k));
+          absl::StatusOr<gpu::ForwardResult> got = ForwardWith(call, k);
+          ASSERT_TRUE(got.ok()) << what << ": " << got.status();
+          absl::StatusOr<gpu::ForwardResult> again = ForwardWith(call, k);
+          ASSERT_TRUE(again.ok()) << what << ": " << again.status();
+          const double rel = RelL2Bf16(ref->o, got->o);
+          std::cout << what << ": O rel-L2 vs mma_sync " << rel << "\n";
+          EXPECT_LT(rel, 1e-2) << what;
+          EXPECT_LE(MaxLseDiff(ref->lse, got->lse), 1e-2) << what;
+          EXPECT_EQ(again->o, got->o) << what;
+          EXPECT_EQ(again->lse, got->lse) << what;
+        }
+      }
+    }
   }
 }
 
-// The split forward (forward_hopper_split_kernel.cuh: tiles of <= 64 query rows, pointwise acts;
-// GEMTB_FORWARD_SPLIT=1 the consumers take alternate K/V steps, =2 64 keys each of every step, with
-// and without the item ring, GEMTB_SPLIT_RING) for every act and tile list it takes (the check's
-// short cases), and against v7 (GEMTB_FORWARD_SPLIT=0)
-// on PMA-like shapes (broadcast_q, 40 query rows, one- to six-step key ranges): P is the same, O
-// differs only by the fp32 summation order (two partial sums), so it lies within a bf16 rounding
-// step or two of v7's.
-TEST(GpuAttention, SplitForwardPassesTheCheckAndMatchesV7OnShortTiles) {
+// A named kernel that cannot run the call is an error naming it, not a substitute.
+TEST(GpuAttention, OverrideThatCannotRunTheCallIsAnError) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
-  // The small forward (on by default) would take the check's launches of <= 32-row tiles.
-  ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL", "0", 1), 0);
-  // Split modes, with the ring's setting after a slash.
-  const std::pair<const char*, const char*> variants[] = {{"1", "1"}, {"2", "0"}, {"2", "1"}};
-  for (const auto& [mode, ring] : variants) {
-    ASSERT_EQ(setenv("GEMTB_FORWARD_SPLIT", mode, 1), 0);
-    ASSERT_EQ(setenv("GEMTB_SPLIT_RING", ring, 1), 0);
-    EXPECT_EQ(cli::RunCheckAttention({"--cases", "12", "--seed", "24", "--max-length", "64"}), 0) << mode << "/" << ring;
+  {
+    const testing::AttentionCase c = SmallCase(1, Activation::kSilu, MaskKind::kNone, 64);
+    cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 2));
+    EXPECT_THAT(ForwardWith(call, gpu::ForwardKernelKind::kHopperTma),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("forward kernel=hopper_tma")));
   }
-  unsetenv("GEMTB_FORWARD_SPLIT");
-  unsetenv("GEMTB_SPLIT_RING");
+  {
+    const testing::AttentionCase c = testing::BuildCase(HopperShape(Activation::kSoftmax, MaskKind::kNone, 3));
+    cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 4));
+    EXPECT_THAT(ForwardWith(call, gpu::ForwardKernelKind::kHopperSplit),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("forward kernel=hopper_split")));
+    absl::StatusOr<gpu::ForwardResult> fwd = ForwardWith(call, gpu::ForwardKernelKind::kAuto);
+    ASSERT_TRUE(fwd.ok()) << fwd.status();
+    call.args.kernels.backward = gpu::BackwardKernelKind::kHopperFusedDq;  // needs broadcast_q
+    EXPECT_THAT(gpu::Backward(call.args, call.DoView(), *fwd),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("backward kernel=hopper_fused_dq")));
+  }
+}
+
+// The split forward (tiles of <= 64 query rows, pointwise acts: both consumers on every step, 64
+// keys each) against the TMA forward on PMA-like shapes (40 query rows, one- to six-step key
+// ranges): P is the same, O differs only by the fp32 summation order (two partial sums), so it lies
+// within a bf16 rounding step or two of the TMA forward's.
+TEST(GpuAttention, SplitForwardMatchesTheTmaForwardOnShortTiles) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
   const auto value = [](uint16_t bits) { return static_cast<double>(numerics::Bf16BitsToFloat(bits)); };
   const std::pair<Activation, MaskKind> kinds[] = {{Activation::kSilu, MaskKind::kNone},
                                                   {Activation::kGeluTanh, MaskKind::kCausal},
                                                   {Activation::kRelu, MaskKind::kWindow}};
   for (const auto& [act, mask] : kinds) {
-    testing::CaseShape shape = HopperShape(act, mask, 9);
-    shape.q_lengths = {40};
-    shape.kv_lengths = {700, 9, 130, 0, 256, 1, 383};
-    shape.kv_index = {};
-    shape.options.broadcast_q = true;
-    const testing::AttentionCase c = testing::BuildCase(shape);
-    const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 10));
-    ASSERT_EQ(setenv("GEMTB_FORWARD_SPLIT", "0", 1), 0);
-    absl::StatusOr<gpu::ForwardResult> v7 = gpu::Forward(call.args);
-    ASSERT_TRUE(v7.ok()) << v7.status();
+    const testing::AttentionCase c = testing::BuildCase(BroadcastShape(act, mask, 9, 40));
+    cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 10));
+    absl::StatusOr<gpu::ForwardResult> tma = ForwardWith(call, gpu::ForwardKernelKind::kHopperTma);
+    ASSERT_TRUE(tma.ok()) << tma.status();
+    absl::StatusOr<gpu::ForwardResult> split = ForwardWith(call, gpu::ForwardKernelKind::kHopperSplit);
+    ASSERT_TRUE(split.ok()) << split.status();
     double max_abs = 0;
-    for (uint16_t b : v7->o) max_abs = std::max(max_abs, std::fabs(value(b)));
+    for (uint16_t b : tma->o) max_abs = std::max(max_abs, std::fabs(value(b)));
     ASSERT_GT(max_abs, 0.0);
-    for (const auto& [mode, ring] : variants) {
-      ASSERT_EQ(setenv("GEMTB_FORWARD_SPLIT", mode, 1), 0);
-      ASSERT_EQ(setenv("GEMTB_SPLIT_RING", ring, 1), 0);
-      absl::StatusOr<gpu::ForwardResult> split = gpu::Forward(call.args);
-      ASSERT_TRUE(split.ok()) << split.status();
-      ASSERT_EQ(split->o.size(), v7->o.size());
-      int64_t bad = 0;
-      for (size_t i = 0; i < v7->o.size(); ++i) {
-        const double a = value(v7->o[i]), b = value(split->o[i]);
-        if (!(std::fabs(a - b) <= std::fabs(a) / 64 + 1e-4 * max_abs)) ++bad;
-      }
-      EXPECT_EQ(bad, 0) << "mode " << mode << "/" << ring << " act " << static_cast<int>(act) << " mask "
-                        << static_cast<int>(mask);
+    ASSERT_EQ(split->o.size(), tma->o.size());
+    int64_t bad = 0;
+    for (size_t i = 0; i < tma->o.size(); ++i) {
+      const double a = value(tma->o[i]), b = value(split->o[i]);
+      if (!(std::fabs(a - b) <= std::fabs(a) / 64 + 1e-4 * max_abs)) ++bad;
     }
-    unsetenv("GEMTB_FORWARD_SPLIT");
-    unsetenv("GEMTB_SPLIT_RING");
+    EXPECT_EQ(bad, 0) << "act " << static_cast<int>(act) << " mask " << static_cast<int>(mask);
   }
-  unsetenv("GEMTB_FORWARD_SMALL");
 }
 
-// The small forward (forward_hopper_small_kernel.cuh, GEMTB_FORWARD_SMALL=1: tiles of <= 32 query
-// rows, pointwise acts) for every act and tile list it takes (the check's cases of <= 32 keys and
-// rows), and against the split kernel on PMA-like shapes (broadcast_q, 32 and 17 seeds, one- to
-// eleven-step key ranges): P is rounded the same way, O differs by the fp32 summation order.
-double RelL2Bf16(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b);  // below
-
-TEST(GpuAttention, SmallForwardPassesTheCheckAndMatchesSplitOnSeedTiles) {
+// The small forward (tiles of <= 32 query rows, pointwise acts) against the split kernel on
+// PMA-like shapes (broadcast_q, 32 and 17 seeds, one- to eleven-step key ranges) and on
+// per-sequence query tiles of 1 to 32 rows over many items: P is rounded the same way, O differs by
+// the fp32 summation order; the small forward repeats its bits.
+TEST(GpuAttention, SmallForwardMatchesTheSplitForwardOnSeedTiles) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
-  ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL", "1", 1), 0);
-  for (const char* stages : {"3", "2"}) {
-    ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL_STAGES", stages, 1), 0);
-    EXPECT_EQ(cli::RunCheckAttention({"--cases", "12", "--seed", "25", "--max-length", "32"}), 0) << stages;
-  }
-  unsetenv("GEMTB_FORWARD_SMALL_STAGES");
-  unsetenv("GEMTB_FORWARD_SMALL");
   const auto value = [](uint16_t bits) { return static_cast<double>(numerics::Bf16BitsToFloat(bits)); };
-  struct Kind {
-    Activation act;
-    MaskKind mask;
-    int64_t seeds;
-  };
-  const Kind kinds[] = {{Activation::kSilu, MaskKind::kNone, 32},
-                        {Activation::kGeluTanh, MaskKind::kCausal, 32},
-                        {Activation::kRelu, MaskKind::kWindow, 17}};
-  for (const Kind& k : kinds) {
-    testing::CaseShape shape = HopperShape(k.act, k.mask, 31);
-    shape.q_lengths = {k.seeds};
-    shape.kv_lengths = {700, 9, 130, 0, 256, 1, 383};
+  std::vector<std::pair<std::string, testing::CaseShape>> shapes;
+  shapes.emplace_back("silu none 32 seeds", BroadcastShape(Activation::kSilu, MaskKind::kNone, 31, 32));
+  shapes.emplace_back("gelu_tanh causal 32 seeds", BroadcastShape(Activation::kGeluTanh, MaskKind::kCausal, 31, 32));
+  shapes.emplace_back("relu window 17 seeds", BroadcastShape(Activation::kRelu, MaskKind::kWindow, 31, 17));
+  {
+    std::mt19937_64 rng(41);
+    const auto draw = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+    testing::CaseShape shape = HopperShape(Activation::kSilu, MaskKind::kCausal, 43);
+    shape.q_lengths.clear();
+    shape.kv_lengths.clear();
     shape.kv_index = {};
-    shape.options.broadcast_q = true;
+    for (int i = 0; i < 900; ++i) {
+      shape.kv_lengths.push_back(draw(0, 3) == 0 ? draw(0, 8) : draw(1, 400));
+      shape.q_lengths.push_back(draw(1, 32));
+    }
+    shapes.emplace_back("silu causal 900 sequences of 1..32 rows", shape);
+  }
+  for (const auto& [what, shape] : shapes) {
     const testing::AttentionCase c = testing::BuildCase(shape);
-    const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 32));
-    ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL", "0", 1), 0);
-    absl::StatusOr<gpu::ForwardResult> split = gpu::Forward(call.args);
+    cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 32));
+    absl::StatusOr<gpu::ForwardResult> split = ForwardWith(call, gpu::ForwardKernelKind::kHopperSplit);
     ASSERT_TRUE(split.ok()) << split.status();
-    ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL", "1", 1), 0);
-    absl::StatusOr<gpu::ForwardResult> small = gpu::Forward(call.args);
-    absl::StatusOr<gpu::ForwardResult> again = gpu::Forward(call.args);
-    // Two stages (three CTAs per SM, Pᵀ over the K tile) run the same MMAs in the same order.
-    ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL_STAGES", "2", 1), 0);
-    absl::StatusOr<gpu::ForwardResult> two_stages = gpu::Forward(call.args);
-    unsetenv("GEMTB_FORWARD_SMALL_STAGES");
-    unsetenv("GEMTB_FORWARD_SMALL");
+    absl::StatusOr<gpu::ForwardResult> small = ForwardWith(call, gpu::ForwardKernelKind::kHopperSmall);
     ASSERT_TRUE(small.ok()) << small.status();
+    absl::StatusOr<gpu::ForwardResult> again = ForwardWith(call, gpu::ForwardKernelKind::kHopperSmall);
     ASSERT_TRUE(again.ok()) << again.status();
-    ASSERT_TRUE(two_stages.ok()) << two_stages.status();
     ASSERT_EQ(small->o.size(), split->o.size());
     double max_abs = 0;
     for (uint16_t b : split->o) max_abs = std::max(max_abs, std::fabs(value(b)));
@@ -312,127 +273,10 @@ TEST(GpuAttention, SmallForwardPassesTheCheckAndMatchesSplitOnSeedTiles) {
       const double a = value(split->o[i]), b = value(small->o[i]);
       if (!(std::fabs(a - b) <= std::fabs(a) / 64 + 1e-4 * max_abs)) ++bad;
     }
-    const std::string what = absl::StrCat("act ", std::string(ActivationName(k.act)), " mask ",
-                                          static_cast<int>(k.mask), " seeds ", k.seeds);
     std::cout << what << ": small vs split rel-L2 " << RelL2Bf16(split->o, small->o) << "\n";
     EXPECT_EQ(bad, 0) << what;
     EXPECT_EQ(again->o, small->o) << what;
-    EXPECT_EQ(two_stages->o, small->o) << what;
   }
-}
-
-// v10 (GEMTB_FORWARD_SMALL_PERSISTENT=1: v9's CTAs persistent, the cp.async pipeline running on
-// across items, Q reloaded at a boundary when it changes) runs every item's steps as v9 does, so O
-// is bitwise v9's, for both stage counts: on thousands of items (more than the CTAs that fit), with
-// broadcast seeds and with per-sequence query tiles of 1 to 32 rows (the reload path).
-TEST(GpuAttention, PersistentSmallForwardMatchesV9Bitwise) {
-  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
-  std::mt19937_64 rng(41);
-  const auto draw = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
-  for (const bool broadcast : {true, false}) {
-    testing::CaseShape shape = HopperShape(Activation::kSilu, broadcast ? MaskKind::kNone : MaskKind::kCausal, 43);
-    shape.q_lengths.clear();
-    shape.kv_lengths.clear();
-    shape.kv_index = {};
-    const int n = broadcast ? 1500 : 900;
-    for (int i = 0; i < n; ++i) {
-      shape.kv_lengths.push_back(draw(0, 3) == 0 ? draw(0, 8) : draw(1, 400));
-      if (!broadcast) shape.q_lengths.push_back(draw(1, 32));
-    }
-    if (broadcast) shape.q_lengths = {32};
-    shape.options.broadcast_q = broadcast;
-    const testing::AttentionCase c = testing::BuildCase(shape);
-    const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 32));
-    ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL", "1", 1), 0);
-    for (const char* stages : {"3", "2"}) {
-      ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL_STAGES", stages, 1), 0);
-      ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL_PERSISTENT", "0", 1), 0);
-      absl::StatusOr<gpu::ForwardResult> v9 = gpu::Forward(call.args);
-      ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL_PERSISTENT", "1", 1), 0);
-      absl::StatusOr<gpu::ForwardResult> v10 = gpu::Forward(call.args);
-      ASSERT_TRUE(v9.ok()) << v9.status();
-      ASSERT_TRUE(v10.ok()) << v10.status();
-      double max_abs = 0;
-      for (uint16_t b : v9->o) max_abs = std::max(max_abs, std::fabs(static_cast<double>(numerics::Bf16BitsToFloat(b))));
-      EXPECT_GT(max_abs, 0.0);
-      EXPECT_EQ(v10->o, v9->o) << "broadcast " << broadcast << " stages " << stages;
-    }
-    unsetenv("GEMTB_FORWARD_SMALL_PERSISTENT");
-    unsetenv("GEMTB_FORWARD_SMALL_STAGES");
-    unsetenv("GEMTB_FORWARD_SMALL");
-  }
-  ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL", "1", 1), 0);
-  ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL_PERSISTENT", "1", 1), 0);
-  EXPECT_EQ(cli::RunCheckAttention({"--cases", "12", "--seed", "26", "--max-length", "32"}), 0);
-  unsetenv("GEMTB_FORWARD_SMALL_PERSISTENT");
-  unsetenv("GEMTB_FORWARD_SMALL");
-}
-
-// Backward v4 (gpu/attention/backward_hopper_chain_launch.cuh: chains of tiles per CTA, outputs
-// through shared memory, head-minor CTA order) runs v3's steps in v3's order for every tile, so dQ,
-// dK and dV are bitwise v3's whatever the chain length and order; the shapes give one- and
-// multi-step tiles, partial tiles, masks and split dQ tiles (broadcast_q, five readers).
-TEST(GpuAttention, ChainedBackwardMatchesV3Bitwise) {
-  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
-  struct Kind {
-    Activation act;
-    MaskKind mask;
-    bool broadcast_q;
-  };
-  const Kind kinds[] = {{Activation::kSoftmax, MaskKind::kNone, false},
-                        {Activation::kSilu, MaskKind::kWindow, false},
-                        {Activation::kGeluTanh, MaskKind::kCausal, false},
-                        {Activation::kSilu, MaskKind::kNone, true}};
-  const auto backward = [](const cli::GpuCall& call, const gpu::ForwardResult& fwd, const char* chain,
-                           const char* head_minor) {
-    EXPECT_EQ(setenv("GEMTB_DKDV_CHAIN", chain, 1), 0);
-    EXPECT_EQ(setenv("GEMTB_DQ_CHAIN", chain, 1), 0);
-    EXPECT_EQ(setenv("GEMTB_BWD_HEAD_MINOR", head_minor, 1), 0);
-    EXPECT_EQ(setenv("GEMTB_BWD_DQ", "recompute", 1), 0);  // v5's stored dS runs no chain
-    absl::StatusOr<gpu::BackwardResult> r = gpu::Backward(call.args, call.DoView(), fwd);
-    unsetenv("GEMTB_DKDV_CHAIN");
-    unsetenv("GEMTB_DQ_CHAIN");
-    unsetenv("GEMTB_BWD_HEAD_MINOR");
-    unsetenv("GEMTB_BWD_DQ");
-    return r;
-  };
-  for (const Kind& k : kinds) {
-    testing::CaseShape shape = HopperShape(k.act, k.mask, 7);
-    if (k.broadcast_q) {
-      shape.q_lengths = {40};
-      shape.kv_lengths = {300, 9, 130, 64, 1};
-      shape.kv_index = {};
-      shape.options.broadcast_q = true;
-    }
-    const testing::AttentionCase c = testing::BuildCase(shape);
-    const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 8));
-    absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
-    ASSERT_TRUE(fwd.ok()) << fwd.status();
-    absl::StatusOr<gpu::BackwardResult> v3 = backward(call, *fwd, "0", "1");
-    ASSERT_TRUE(v3.ok()) << v3.status();
-    for (const char* chain : {"1", "3"}) {
-      for (const char* head_minor : {"0", "1"}) {
-        absl::StatusOr<gpu::BackwardResult> v4 = backward(call, *fwd, chain, head_minor);
-        ASSERT_TRUE(v4.ok()) << v4.status();
-        const std::string what = absl::StrCat("act ", static_cast<int>(k.act), " mask ", static_cast<int>(k.mask),
-                                              " broadcast_q ", k.broadcast_q, " chain ", chain, " head_minor ",
-                                              head_minor);
-        EXPECT_EQ(v4->dq, v3->dq) << what;
-        EXPECT_EQ(v4->dk, v3->dk) << what;
-        EXPECT_EQ(v4->dv, v3->dv) << what;
-      }
-    }
-  }
-}
-
-// The stored-dS backward (GEMTB_BWD_DQ=stored; the default where it applies) on every family but
-// broadcast_q, where it applies.
-TEST(GpuAttention, CheckCommandPassesWithTheStoredDsBackward) {
-  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
-  ASSERT_EQ(setenv("GEMTB_BWD_DQ", "stored", 1), 0);
-  const int rc = cli::RunCheckAttention({"--cases", "12", "--seed", "21", "--max-length", "200"});
-  unsetenv("GEMTB_BWD_DQ");
-  EXPECT_EQ(rc, 0);
 }
 
 // AttentionOptions::tanh_approx: the GPU evaluates silu and gelu_tanh through tanh.approx while
@@ -508,14 +352,71 @@ TEST(GpuAttention, TanhApproxChangesOnlySiluAndGeluTanh) {
   }
 }
 
-// Backward v5 (GEMTB_BWD_DQ=stored: the dK/dV kernel stores dS, the dQ pass multiplies it by K)
-// against v3 (GEMTB_BWD_DQ=recompute). dQ multiplies the same rounded dS in the same key order but
-// the two kernels form S with the operands swapped (Sᵀ = K Qᵀ against S = Q Kᵀ), so a dS element can
-// round one ulp apart: rel-L2 within 4e-3 (bf16's ulp). dK/dV come from the same kernel: bitwise
-// where no dK/dV segment's first row moved to a block boundary (no mask: every segment starts at
-// row 0), within 4e-3 elsewhere (other row grouping over the steps). The stored path also repeats
-// its bits run to run. Shapes: one- and multi-step tiles, partial blocks, GQA, a window whose
-// segments start off the 64-row grid.
+// The backward of `call` (forward result `fwd`) with the backward kernel `kernel` (kernel_policy.h).
+absl::StatusOr<gpu::BackwardResult> BackwardWith(cli::GpuCall& call, const gpu::ForwardResult& fwd,
+                                                 gpu::BackwardKernelKind kernel) {
+  call.args.kernels = {gpu::ForwardKernelKind::kAuto, kernel};
+  return gpu::Backward(call.args, call.DoView(), fwd);
+}
+
+// Every Hopper backward against the mma.sync backward on the same forward outputs, on every act
+// family and mask: without broadcast_q (GQA) the recompute and the stored-dS kernels; under
+// broadcast_q the chained recompute (GQA, 40 seeds; no GQA, 32 seeds) and the fused dQ (no GQA, 32
+// seeds). dQ, dK and dV agree to a rel-L2 below 2e-2 (P and dS rounded at other points; a wrong
+// tile, mask or sum gives O(1)).
+TEST(GpuAttention, EveryHopperBackwardMatchesTheMmaSyncBackward) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  using gpu::BackwardKernelKind;
+  const Activation acts[] = {Activation::kSoftmax, Activation::kSilu, Activation::kGeluTanh, Activation::kRelu};
+  const MaskKind masks[] = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow, MaskKind::kBlock};
+  for (const Activation act : acts) {
+    for (const MaskKind mask : masks) {
+      struct Shape {
+        std::string name;
+        testing::CaseShape shape;
+        std::vector<BackwardKernelKind> kernels;
+      };
+      std::vector<Shape> shapes;
+      shapes.push_back({"gqa", HopperShape(act, mask, 61),
+                        {BackwardKernelKind::kAuto, BackwardKernelKind::kHopperRecompute, BackwardKernelKind::kHopperStoredDs}});
+      shapes.push_back({"broadcast_q gqa 40 seeds", BroadcastShape(act, mask, 62, 40),
+                        {BackwardKernelKind::kAuto, BackwardKernelKind::kHopperRecompute}});
+      Shape fused{"broadcast_q 32 seeds", BroadcastShape(act, mask, 63, 32),
+                  {BackwardKernelKind::kAuto, BackwardKernelKind::kHopperRecompute, BackwardKernelKind::kHopperFusedDq}};
+      fused.shape.kv_heads = fused.shape.heads;
+      shapes.push_back(fused);
+      for (Shape& sh : shapes) {
+        sh.shape.options.block = 48;
+        const testing::AttentionCase c = testing::BuildCase(sh.shape);
+        cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 64));
+        absl::StatusOr<gpu::ForwardResult> fwd = ForwardWith(call, gpu::ForwardKernelKind::kAuto);
+        ASSERT_TRUE(fwd.ok()) << fwd.status();
+        absl::StatusOr<gpu::BackwardResult> ref = BackwardWith(call, *fwd, BackwardKernelKind::kMmaSync);
+        ASSERT_TRUE(ref.ok()) << ref.status();
+        for (const BackwardKernelKind k : sh.kernels) {
+          const std::string what = absl::StrCat(std::string(ActivationName(act)), " mask ", static_cast<int>(mask),
+                                                " ", sh.name, " kernel ", gpu::BackwardKernelName(k));
+          absl::StatusOr<gpu::BackwardResult> got = BackwardWith(call, *fwd, k);
+          ASSERT_TRUE(got.ok()) << what << ": " << got.status();
+          const double dq = RelL2Bf16(ref->dq, got->dq), dk = RelL2Bf16(ref->dk, got->dk),
+                       dv = RelL2Bf16(ref->dv, got->dv);
+          std::cout << what << ": rel-L2 vs mma_sync dq " << dq << " dk " << dk << " dv " << dv << "\n";
+          EXPECT_LT(dq, 2e-2) << what;
+          EXPECT_LT(dk, 2e-2) << what;
+          EXPECT_LT(dv, 2e-2) << what;
+        }
+      }
+    }
+  }
+}
+
+// The stored-dS backward against the recompute backward. dQ multiplies the same rounded dS in the
+// same key order but the two kernels form S with the operands swapped (Sᵀ = K Qᵀ against S = Q Kᵀ),
+// so a dS element can round one ulp apart: rel-L2 within 4e-3 (bf16's ulp). dK/dV come from the
+// same kernel: bitwise where no dK/dV segment's first row moved to a block boundary (no mask: every
+// segment starts at row 0), within 4e-3 elsewhere (other row grouping over the steps). The stored
+// path also repeats its bits run to run. Shapes: one- and multi-step tiles, partial blocks, GQA, a
+// window whose segments start off the 64-row grid.
 TEST(GpuAttention, StoredDsBackwardMatchesRecompute) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
   struct Kind {
@@ -526,45 +427,39 @@ TEST(GpuAttention, StoredDsBackwardMatchesRecompute) {
                         {Activation::kSilu, MaskKind::kWindow},
                         {Activation::kGeluTanh, MaskKind::kCausal},
                         {Activation::kSoftmax, MaskKind::kCausal}};
-  const auto backward = [](const cli::GpuCall& call, const gpu::ForwardResult& fwd, const char* mode) {
-    EXPECT_EQ(setenv("GEMTB_BWD_DQ", mode, 1), 0);
-    absl::StatusOr<gpu::BackwardResult> r = gpu::Backward(call.args, call.DoView(), fwd);
-    unsetenv("GEMTB_BWD_DQ");
-    return r;
-  };
   for (const Kind& k : kinds) {
     const testing::AttentionCase c = testing::BuildCase(HopperShape(k.act, k.mask, 11));
-    const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 12));
+    cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 12));
     absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
     ASSERT_TRUE(fwd.ok()) << fwd.status();
-    absl::StatusOr<gpu::BackwardResult> v3 = backward(call, *fwd, "recompute");
-    ASSERT_TRUE(v3.ok()) << v3.status();
-    absl::StatusOr<gpu::BackwardResult> v5 = backward(call, *fwd, "stored");
-    ASSERT_TRUE(v5.ok()) << v5.status();
-    absl::StatusOr<gpu::BackwardResult> again = backward(call, *fwd, "stored");
+    absl::StatusOr<gpu::BackwardResult> recompute = BackwardWith(call, *fwd, gpu::BackwardKernelKind::kHopperRecompute);
+    ASSERT_TRUE(recompute.ok()) << recompute.status();
+    absl::StatusOr<gpu::BackwardResult> stored = BackwardWith(call, *fwd, gpu::BackwardKernelKind::kHopperStoredDs);
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    absl::StatusOr<gpu::BackwardResult> again = BackwardWith(call, *fwd, gpu::BackwardKernelKind::kHopperStoredDs);
     ASSERT_TRUE(again.ok()) << again.status();
     const std::string what = absl::StrCat("act ", static_cast<int>(k.act), " mask ", static_cast<int>(k.mask));
-    EXPECT_LE(RelL2Bf16(v3->dq, v5->dq), 4e-3) << what;
-    EXPECT_LE(RelL2Bf16(v3->dk, v5->dk), 4e-3) << what;
-    EXPECT_LE(RelL2Bf16(v3->dv, v5->dv), 4e-3) << what;
-    std::cout << what << ": rel-L2 stored vs recompute dq " << RelL2Bf16(v3->dq, v5->dq) << " dk "
-              << RelL2Bf16(v3->dk, v5->dk) << " dv " << RelL2Bf16(v3->dv, v5->dv) << "\n";
+    EXPECT_LE(RelL2Bf16(recompute->dq, stored->dq), 4e-3) << what;
+    EXPECT_LE(RelL2Bf16(recompute->dk, stored->dk), 4e-3) << what;
+    EXPECT_LE(RelL2Bf16(recompute->dv, stored->dv), 4e-3) << what;
+    std::cout << what << ": rel-L2 stored vs recompute dq " << RelL2Bf16(recompute->dq, stored->dq) << " dk "
+              << RelL2Bf16(recompute->dk, stored->dk) << " dv " << RelL2Bf16(recompute->dv, stored->dv) << "\n";
     if (k.mask == MaskKind::kNone) {
-      EXPECT_EQ(v5->dk, v3->dk) << what;
-      EXPECT_EQ(v5->dv, v3->dv) << what;
+      EXPECT_EQ(stored->dk, recompute->dk) << what;
+      EXPECT_EQ(stored->dv, recompute->dv) << what;
     }
-    EXPECT_EQ(again->dq, v5->dq) << what;
-    EXPECT_EQ(again->dk, v5->dk) << what;
-    EXPECT_EQ(again->dv, v5->dv) << what;
+    EXPECT_EQ(again->dq, stored->dq) << what;
+    EXPECT_EQ(again->dk, stored->dk) << what;
+    EXPECT_EQ(again->dv, stored->dv) << what;
   }
 }
 
-// Backward v6 (gpu/attention/backward_hopper_fused_dq.cuh: broadcast_q, no GQA, <= 32 seeds; dQ
-// from the dK/dV chain's dSᵀ, summed over the chains) against v4 (the chained dK/dV, then the dQ pass
-// that recomputes S and dP; bitwise v3 by ChainedBackwardMatchesV3Bitwise): dK and dV from the same
-// pairs at 32 rows instead of 64 (rel-L2 printed, within 1e-5), dQ summed in another order (within
-// 2e-3), and v6 repeats its bits run to run. Shapes: 1, 17 and 32 seeds; one- and multi-tile K/V
-// sequences, partial tiles, an empty one; masks with and without full steps; chains of 1 and 3.
+// The fused-dQ backward (backward_hopper_fused_dq.cuh: broadcast_q, no GQA, <= 32 seeds; dQ from
+// the dK/dV chain's dSᵀ, summed over the chains) against the chained recompute backward: dK and dV
+// from the same pairs at 32 rows instead of 64 (rel-L2 printed, within 1e-5), dQ summed in another
+// order (within 2e-3), and the fused kernel repeats its bits run to run. Shapes: 1, 17 and 32
+// seeds; one- and multi-tile K/V sequences, partial tiles, an empty one; masks with and without
+// full steps.
 TEST(GpuAttention, FusedDqBackwardMatchesTheChainedBackward) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
   struct Kind {
@@ -578,15 +473,6 @@ TEST(GpuAttention, FusedDqBackwardMatchesTheChainedBackward) {
                         {Activation::kGeluTanh, MaskKind::kCausal, 32, false},
                         {Activation::kSilu, MaskKind::kWindow, 1, false},
                         {Activation::kSilu, MaskKind::kNone, 32, true}};
-  const auto backward = [](const cli::GpuCall& call, const gpu::ForwardResult& fwd, const char* fused,
-                           const char* chain) {
-    EXPECT_EQ(setenv("GEMTB_BWD_FUSED_DQ", fused, 1), 0);
-    EXPECT_EQ(setenv("GEMTB_DKDV_CHAIN", chain, 1), 0);
-    absl::StatusOr<gpu::BackwardResult> r = gpu::Backward(call.args, call.DoView(), fwd);
-    unsetenv("GEMTB_BWD_FUSED_DQ");
-    unsetenv("GEMTB_DKDV_CHAIN");
-    return r;
-  };
   for (const Kind& k : kinds) {
     testing::CaseShape shape = HopperShape(k.act, k.mask, 21);
     shape.kv_heads = shape.heads;
@@ -596,28 +482,27 @@ TEST(GpuAttention, FusedDqBackwardMatchesTheChainedBackward) {
     shape.options.broadcast_q = true;
     shape.options.tanh_approx = k.tanh_approx;
     const testing::AttentionCase c = testing::BuildCase(shape);
-    const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 22));
+    cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 22));
     absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
     ASSERT_TRUE(fwd.ok()) << fwd.status();
-    absl::StatusOr<gpu::BackwardResult> v4 = backward(call, *fwd, "0", "3");
-    ASSERT_TRUE(v4.ok()) << v4.status();
-    for (const char* chain : {"1", "3"}) {
-      absl::StatusOr<gpu::BackwardResult> v6 = backward(call, *fwd, "1", chain);
-      ASSERT_TRUE(v6.ok()) << v6.status();
-      absl::StatusOr<gpu::BackwardResult> again = backward(call, *fwd, "1", chain);
-      ASSERT_TRUE(again.ok()) << again.status();
-      const std::string what = absl::StrCat("act ", std::string(ActivationName(k.act)), " mask ",
-                                            static_cast<int>(k.mask), " seeds ", k.seeds, " tanh_approx ",
-                                            k.tanh_approx, " chain ", chain);
-      const double dq = RelL2Bf16(v4->dq, v6->dq), dk = RelL2Bf16(v4->dk, v6->dk), dv = RelL2Bf16(v4->dv, v6->dv);
-      std::cout << what << ": rel-L2 v6 vs v4 dq " << dq << " dk " << dk << " dv " << dv << "\n";
-      EXPECT_LE(dq, 2e-3) << what;
-      EXPECT_LE(dk, 1e-5) << what;
-      EXPECT_LE(dv, 1e-5) << what;
-      EXPECT_EQ(again->dq, v6->dq) << what;
-      EXPECT_EQ(again->dk, v6->dk) << what;
-      EXPECT_EQ(again->dv, v6->dv) << what;
-    }
+    absl::StatusOr<gpu::BackwardResult> chained = BackwardWith(call, *fwd, gpu::BackwardKernelKind::kHopperRecompute);
+    ASSERT_TRUE(chained.ok()) << chained.status();
+    absl::StatusOr<gpu::BackwardResult> fused = BackwardWith(call, *fwd, gpu::BackwardKernelKind::kHopperFusedDq);
+    ASSERT_TRUE(fused.ok()) << fused.status();
+    absl::StatusOr<gpu::BackwardResult> again = BackwardWith(call, *fwd, gpu::BackwardKernelKind::kHopperFusedDq);
+    ASSERT_TRUE(again.ok()) << again.status();
+    const std::string what = absl::StrCat("act ", std::string(ActivationName(k.act)), " mask ",
+                                          static_cast<int>(k.mask), " seeds ", k.seeds, " tanh_approx ",
+                                          k.tanh_approx);
+    const double dq = RelL2Bf16(chained->dq, fused->dq), dk = RelL2Bf16(chained->dk, fused->dk),
+                 dv = RelL2Bf16(chained->dv, fused->dv);
+    std::cout << what << ": rel-L2 fused vs chained dq " << dq << " dk " << dk << " dv " << dv << "\n";
+    EXPECT_LE(dq, 2e-3) << what;
+    EXPECT_LE(dk, 1e-5) << what;
+    EXPECT_LE(dv, 1e-5) << what;
+    EXPECT_EQ(again->dq, fused->dq) << what;
+    EXPECT_EQ(again->dk, fused->dk) << what;
+    EXPECT_EQ(again->dv, fused->dv) << what;
   }
 }
 

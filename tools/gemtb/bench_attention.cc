@@ -41,7 +41,7 @@ nlohmann::json TimingJson(const gpu::bench::Timing& t, double flops) {
 #endif
 
 absl::Status Run(const std::vector<std::string>& args) {
-  std::string cases, out_dir, forward_kernel = "auto", label;
+  std::string cases, out_dir, forward_kernel = "auto", backward_kernel = "auto", label;
   int64_t warmup = 3, reps = 15, seed = 1, settle_s = 0;
   bool forward_only = false, no_compare = false, tanh_approx = false, no_kernel_time = false,
        free_memory = false;
@@ -56,7 +56,13 @@ absl::Status Run(const std::vector<std::string>& args) {
   flags.Int64("warmup", &warmup, "untimed runs before timing (default 3)");
   flags.Int64("reps", &reps, "timed runs; the median is reported (default 15)");
   flags.Int64("seed", &seed, "seed of the device-drawn inputs (default 1)");
-  flags.String("forward-kernel", &forward_kernel, "auto | mma_sync | hopper64 | hopper128 | hopper_ws (default auto)");
+  flags.String("forward-kernel", &forward_kernel,
+               "auto | mma_sync | hopper_ws | hopper_tma | hopper_split | hopper_small (default auto: the "
+               "library's choice per case, gpu/attention/kernel_policy.h); a kernel that cannot run a case "
+               "is an error");
+  flags.String("backward-kernel", &backward_kernel,
+               "auto | mma_sync | hopper_recompute | hopper_stored_ds | hopper_fused_dq (default auto; with "
+               "--forward-kernel mma_sync, auto is mma_sync)");
   flags.Bool("forward-only", &forward_only, "skip the forward+backward timing");
   flags.Bool("no-compare", &no_compare, "skip the Hopper-vs-mma.sync output comparison");
   flags.Bool("no-kernel-time", &no_kernel_time,
@@ -92,20 +98,11 @@ absl::Status Run(const std::vector<std::string>& args) {
   opt.kernel_time = !no_kernel_time;
   opt.retain_memory = !free_memory;
   opt.tanh_approx = tanh_approx;
-  if (forward_kernel == "auto") {
-    opt.forward_kernel = gpu::ForwardKernelChoice::kAuto;
-  } else if (forward_kernel == "mma_sync") {
-    opt.forward_kernel = gpu::ForwardKernelChoice::kMmaSync;
-  } else if (forward_kernel == "hopper64") {
-    opt.forward_kernel = gpu::ForwardKernelChoice::kHopper64;
-  } else if (forward_kernel == "hopper128") {
-    opt.forward_kernel = gpu::ForwardKernelChoice::kHopper128;
-  } else if (forward_kernel == "hopper_ws") {
-    opt.forward_kernel = gpu::ForwardKernelChoice::kHopperWs;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--forward-kernel=", forward_kernel,
-                                                   ": auto, mma_sync, hopper64, hopper128 or hopper_ws"));
-  }
+  absl::StatusOr<gpu::ForwardKernelKind> fk = gpu::ParseForwardKernel(forward_kernel);
+  if (!fk.ok()) return absl::InvalidArgumentError(absl::StrCat("--forward-kernel: ", fk.status().message()));
+  absl::StatusOr<gpu::BackwardKernelKind> bk = gpu::ParseBackwardKernel(backward_kernel);
+  if (!bk.ok()) return absl::InvalidArgumentError(absl::StrCat("--backward-kernel: ", bk.status().message()));
+  opt.kernels = {*fk, *bk};
   for (const std::string& name : opt.cases) {
     if (absl::StatusOr<gpu::bench::BenchCase> c = gpu::bench::FindCase(name); !c.ok()) return c.status();
   }

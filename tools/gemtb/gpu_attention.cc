@@ -19,7 +19,7 @@ constexpr char kCommand[] = "gpu attention";
 
 absl::Status Run(const std::vector<std::string>& args) {
   AttentionCaseSpec spec;
-  std::string case_dir, out_dir;
+  std::string case_dir, out_dir, forward_kernel = "auto", backward_kernel = "auto";
   bool backward = false, tanh_approx = false;
   FlagSet flags("gemtb gpu attention --q F --k F --v F --q-offsets F --kv-offsets F [options] --out-dir D",
                 "Runs the CUDA jagged attention kernels (gpu/attention, H200 / sm_90a) on .npy tensors\n"
@@ -33,6 +33,11 @@ absl::Status Run(const std::vector<std::string>& args) {
   flags.Bool("tanh-approx", &tanh_approx,
              "let the kernels evaluate silu and gelu_tanh through tanh.approx (AttentionOptions::tanh_approx: "
              "faster; tanh's relative error up to 2^-11 by the PTX ISA)");
+  flags.String("forward-kernel", &forward_kernel,
+               "auto | mma_sync | hopper_ws | hopper_tma | hopper_split | hopper_small (default auto: the "
+               "library's choice, gpu/attention/kernel_policy.h); a kernel that cannot run the call is an error");
+  flags.String("backward-kernel", &backward_kernel,
+               "auto | mma_sync | hopper_recompute | hopper_stored_ds | hopper_fused_dq (default auto)");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
     std::cout << flags.Help();
@@ -52,7 +57,12 @@ absl::Status Run(const std::vector<std::string>& args) {
   absl::StatusOr<AttentionCase> c = LoadAttentionCase(spec);
   if (!c.ok()) return c.status();
   c->options.tanh_approx = tanh_approx;
-  const GpuCall call = MakeGpuCall(c->inputs, c->options, c->d_o, c->d_o_shape);
+  GpuCall call = MakeGpuCall(c->inputs, c->options, c->d_o, c->d_o_shape);
+  absl::StatusOr<gpu::ForwardKernelKind> fk = gpu::ParseForwardKernel(forward_kernel);
+  if (!fk.ok()) return absl::InvalidArgumentError(absl::StrCat("--forward-kernel: ", fk.status().message()));
+  absl::StatusOr<gpu::BackwardKernelKind> bk = gpu::ParseBackwardKernel(backward_kernel);
+  if (!bk.ok()) return absl::InvalidArgumentError(absl::StrCat("--backward-kernel: ", bk.status().message()));
+  call.args.kernels = {*fk, *bk};
   GEMTB_RETURN_IF_ERROR(gpu::CanRun(call.args));
   GEMTB_RETURN_IF_ERROR(gpu::DeviceAvailable());
 

@@ -2,5 +2,5 @@
 #include "gpu/attention/launch_template.cuh"
 
 namespace gemtb::gpu {
-template absl::Status LaunchForwardHopper<ElementType::kFloat16>(const ForwardParams&, int64_t, int);
+template absl::Status LaunchForwardHopper<ElementType::kFloat16>(const ForwardParams&, int64_t, ForwardKernelKind);
 }  // namespace gemtb::gpu

@@ -110,17 +110,11 @@ absl::Status LaunchDqReduce(const BackwardParams& params, int64_t num_reduce) {
 bool HopperKernelsAvailable() { return false; }
 
 template <ElementType E>
-absl::Status LaunchForwardHopper(const ForwardParams&, int64_t, int) {
-  return absl::UnimplementedError("the CPU emulation does not run the Hopper (wgmma) forward kernel");
+absl::Status LaunchForwardHopper(const ForwardParams&, int64_t, ForwardKernelKind) {
+  return absl::UnimplementedError("the CPU emulation does not run the Hopper (wgmma) forward kernels");
 }
-template absl::Status LaunchForwardHopper<ElementType::kBFloat16>(const ForwardParams&, int64_t, int);
-template absl::Status LaunchForwardHopper<ElementType::kFloat16>(const ForwardParams&, int64_t, int);
-template <ElementType E>
-absl::Status LaunchForwardHopperWs(const ForwardParams&, int64_t) {
-  return absl::UnimplementedError("the CPU emulation does not run the Hopper (wgmma) forward kernel");
-}
-template absl::Status LaunchForwardHopperWs<ElementType::kBFloat16>(const ForwardParams&, int64_t);
-template absl::Status LaunchForwardHopperWs<ElementType::kFloat16>(const ForwardParams&, int64_t);
+template absl::Status LaunchForwardHopper<ElementType::kBFloat16>(const ForwardParams&, int64_t, ForwardKernelKind);
+template absl::Status LaunchForwardHopper<ElementType::kFloat16>(const ForwardParams&, int64_t, ForwardKernelKind);
 template <ElementType E>
 absl::Status LaunchRowDotHopper(const BackwardParams&) {
   return absl::UnimplementedError("the CPU emulation does not run the Hopper (wgmma) backward kernels");

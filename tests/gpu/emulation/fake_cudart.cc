@@ -81,7 +81,8 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 
-// The H200's SM count (api.cc sizes backward v6's workspace with it; the emulation never runs v6).
+// The H200's SM count (api.cc sizes the fused-dQ workspace with it; the emulation never runs that
+// kernel).
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
   *value = attr == cudaDevAttrMultiProcessorCount ? 132 : 0;
   return cudaSuccess;

@@ -1,19 +1,16 @@
-// Hopper forward kernel (sm_90a, head dim 128): the same function as forward_kernel.cuh (spec §3,
-// casts of §7), on warpgroup MMAs.
+// What the Hopper forward kernels (sm_90a, head dim 128; forward_hopper_ws_kernel.cuh,
+// forward_hopper_tma_kernel.cuh, forward_hopper_split_kernel.cuh) share: their shared-memory layout,
+// the activation dispatch, the elementwise step from S to P, P as wgmma's register A operand and the
+// epilogue that writes O and LSE. The function is forward_kernel.cuh's (spec §3, casts of §7).
 //
-//   CTA = 2 warpgroups x 64 query rows (a 128-row tile of the host list), K/V in steps of 64 or 128
-//   keys (template argument).
-//   Q, K, V tiles in shared memory in the 128-byte swizzled layout (gpu/common/wgmma.cuh), loaded
-//   with cp.async (zero-filled past the tile's rows), three K/V stages.
-//   S = Q Kᵀ: 8 wgmma m64nBNk16, both operands from shared memory (K-major).
+//   S = Q Kᵀ: wgmma m64nBNk16, both operands from shared memory (128-byte swizzled, K-major).
 //   P = act(S) (or the online-softmax exp) in registers, rounded to the input type, and used as the
-//   register A operand of O += P V: 8 wgmma m64n128k16 with V MN-major (transposed) from shared
-//   memory. No shared-memory round trip for P.
-//   Masks: a step whose keys lie inside every row's valid range (the intersection, computed once per
-//   CTA) runs without any per-element test; only boundary steps test each (row, key) pair.
-//   Grid: one CTA per (tile, head), tile-major, so the host's heavy-first order holds across heads.
-#ifndef GEMTB_GPU_ATTENTION_FORWARD_HOPPER_KERNEL_CUH_
-#define GEMTB_GPU_ATTENTION_FORWARD_HOPPER_KERNEL_CUH_
+//   register A operand of O += P V (wgmma m64n128k16, V MN-major from shared memory): no shared-
+//   memory round trip for P.
+//   Masks: a step whose keys lie inside every row's valid range runs without any per-element test;
+//   only boundary steps test each (row, key) pair.
+#ifndef GEMTB_GPU_ATTENTION_FORWARD_HOPPER_COMMON_CUH_
+#define GEMTB_GPU_ATTENTION_FORWARD_HOPPER_COMMON_CUH_
 
 #include <climits>
 #include <type_traits>
@@ -29,7 +26,7 @@
 
 namespace gemtb::gpu {
 
-// Shared memory of the Hopper forward for kBlockN keys per step: Q, then kStages K/V stages.
+// Shared memory of the Hopper forwards for kBlockN keys per step: Q, then kStages K/V stages.
 template <int kBlockN>
 struct HopperForwardSmem {
   static constexpr uint32_t kQBytes = kHopperBlockM * kHopperHeadDim * 2;
@@ -140,7 +137,7 @@ auto DispatchHopperAct(Activation act, Fn&& fn) {
 
 // As DispatchHopperAct, but silu and gelu_tanh take their tanh.approx kernels when the call permits
 // it (options.tanh_approx). For the launchers of kernels that have those paths (the persistent TMA
-// forward v6/v7, the split forward and the Hopper backward).
+// forward, the split forward and the Hopper backward).
 template <typename Fn>
 auto DispatchHopperActTanhApprox(const AttentionOptions& options, Fn&& fn) {
   if (options.tanh_approx && options.act == Activation::kSilu) {
@@ -163,8 +160,8 @@ __device__ __forceinline__ float TanhApprox(float x) {
 // P = act(S) of one step of BN keys starting at key j0, in place (post_scale applied, 0 outside the
 // row's keys), or for softmax the log2-scaled scores (-inf outside) fed to the online softmax, which
 // replaces them by their exp2 and sets `rescale`, its factor for O. `masked`: some key of the step
-// may lie outside a row's range (only then are the ranges tested). Shared by the v3, v4 and v5
-// forwards.
+// may lie outside a row's range (only then are the ranges tested). The cp.async warp-specialised
+// forward's; the TMA and split forwards run forward_tma_elementwise.cuh's leaner form.
 template <HopperAct kAct, int BN>
 __device__ __forceinline__ void ScoresToP(float (&s4)[BN / 8][4], int j0, bool masked, int lane_t,
                                           const RowKeyRange (&keys)[2], float score_scale,
@@ -224,12 +221,11 @@ __device__ __forceinline__ void PToOperand(float (&s4)[BN / 8][4], uint32_t (&pa
 // The epilogue of one warp's 2 x 16 rows: O = acc (softmax: / row sum, then post_scale; an empty row
 // (no valid key) has O = 0 and LSE = -inf, spec §3) rounded to the output type, and the softmax's
 // LSE. `row`: this thread's two rows in the tile; rows >= q_rows lie past the sequence's end.
-// kRcp ("v7", the default since bc34b64, checked with 12,000 cases at bf022de): softmax's
-// normalisation as one multiply per element by post / row_sum, formed once per row: v5 and v6
-// divide each of a thread's 64 outputs (an IEEE division with its slow-path check, ~9
-// instructions each, as many as a K/V step's elementwise work on cross attention's two-step
-// tiles). Two roundings either way (v / l, then * post; or post / l, then * v), before O is
-// rounded to 16 bits.
+// kRcp (the TMA forward's softmax): the normalisation as one multiply per element by
+// post / row_sum, formed once per row, instead of dividing each of a thread's 64 outputs (an IEEE
+// division with its slow-path check, ~9 instructions each, as many as a K/V step's elementwise
+// work on cross attention's two-step tiles). Two roundings either way (v / l, then * post; or
+// post / l, then * v), before O is rounded to 16 bits.
 template <ElementType E, HopperAct kAct, bool kRcp = false>
 __device__ __forceinline__ void StoreHopperRows(const float (&acc)[64], Log2Softmax& online, const int (&row)[2],
                                                 int q_rows, int64_t first_out_row, const ForwardParams& p, int h,
@@ -270,7 +266,7 @@ __device__ __forceinline__ void StoreHopperRows(const float (&acc)[64], Log2Soft
   // (ForwardParams::wide_o_stores): a warp's store instruction then writes whole 32-byte sectors (64
   // contiguous bytes of each of 8 rows), where 4-byte stores wrote half sectors and took four times
   // as many instructions, whose queue the next item's first loads waited behind (Nsight Compute on
-  // cross_gdpa_gelu, tools/bench/NOTES.md "Session 12"). A launch-uniform branch; the shuffles run in
+  // cross_gdpa_gelu, tools/bench/NOTES.md). A launch-uniform branch; the shuffles run in
   // every lane, the stores only in valid rows.
   if (p.wide_o_stores != 0) {
 #pragma unroll
@@ -302,168 +298,6 @@ __device__ __forceinline__ void StoreHopperRows(const float (&acc)[64], Log2Soft
   }
 }
 
-template <ElementType E, HopperAct kAct, int BN>
-__global__ void __launch_bounds__(kHopperThreads, 1) ForwardHopperKernel(const ForwardParams p) {
-  constexpr int D = kHopperHeadDim;
-  constexpr int BM = kHopperBlockM;
-  static_assert(BN == 64 || BN == 128, "64 or 128 keys per step");
-  constexpr int kStages = HopperForwardSmem<BN>::kStages;
-  constexpr int kSRegs = BN / 2;  // S accumulator registers per thread (64 rows x BN / 128 threads)
-  using Smem = HopperForwardSmem<BN>;
-  extern __shared__ __align__(1024) uint8_t smem_raw[];
-  __shared__ int s_full_lo, s_full_hi;
-  const uint32_t raw = wgmma::SmemAddress(smem_raw);
-  const uint32_t sq = (raw + 1023u) & ~1023u;
-  const auto sk = [&](int stage) { return sq + Smem::kQBytes + static_cast<uint32_t>(stage) * 2u * Smem::kKvBytes; };
-  const auto sv = [&](int stage) { return sk(stage) + Smem::kKvBytes; };
-
-  const ProblemParams& pr = p.problem;
-  const int tile_index = static_cast<int>(blockIdx.x) / pr.heads;
-  const int h = static_cast<int>(blockIdx.x) % pr.heads;
-  const int hk = h / (pr.heads / pr.kv_heads);
-  const ForwardTile tile = p.tiles[tile_index];
-  const SeqInfo seq = pr.seqs[tile.b];
-  const int tid = static_cast<int>(threadIdx.x);
-  const int wg = tid / 128;
-  const int warp = (tid / 32) % 4;
-  const LaneCoords ln = Lane();
-  const int64_t q_stride = static_cast<int64_t>(pr.heads) * D;
-  const int64_t kv_stride = static_cast<int64_t>(pr.kv_heads) * D;
-  constexpr bool softmax = kAct == HopperAct::kSoftmax;
-  const float score_scale = softmax ? pr.pre_scale * 1.44269504088896340736f : pr.pre_scale;
-
-  const int q_rows = min(BM, seq.lq - tile.i0);
-  const int steps = KeySteps(tile.k_lo, tile.k_hi, BN);
-  const auto load_kv = [&](int step) {
-    const int j0 = tile.k_lo + step * BN;
-    const int64_t offset = (seq.kv_begin + j0) * kv_stride + hk * D;
-    const int rows = min(BN, tile.k_hi - j0);
-    HopperLoadRows(sk(step % kStages), BN, pr.k + offset, kv_stride, rows, pr.k);
-    HopperLoadRows(sv(step % kStages), BN, pr.v + offset, kv_stride, rows, pr.v);
-  };
-  HopperLoadRows(sq, BM, pr.q + (seq.q_begin + tile.i0) * q_stride + h * D, q_stride, q_rows, pr.q);
-  load_kv(0);
-  wgmma::CpAsyncCommit();
-  if (steps > 1) load_kv(1);
-  wgmma::CpAsyncCommit();
-
-  // Rows of this thread (c0/c1 and c2/c3 of every accumulator tile) and their key ranges; the
-  // intersection of the valid rows' ranges is where no step needs a mask.
-  const int row[2] = {wg * 64 + warp * 16 + ln.g, wg * 64 + warp * 16 + ln.g + 8};
-  RowKeyRange keys[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) keys[r] = RowKeys(pr.options, tile.i0 + row[r], seq.lq, seq.lk);
-  if (tid == 0) {
-    s_full_lo = INT_MIN;
-    s_full_hi = INT_MAX;
-  }
-  __syncthreads();
-  if (ln.t == 0) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (row[r] < q_rows) {
-        atomicMax(&s_full_lo, keys[r].begin);
-        atomicMin(&s_full_hi, keys[r].end);
-      }
-    }
-  }
-  wgmma::CpAsyncWait<1>();  // Q and K/V step 0 (step 1 may still be in flight)
-  wgmma::FenceProxyAsync();
-  __syncthreads();
-  const int full_lo = s_full_lo;
-  const int full_hi = s_full_hi;
-
-  // S of one step for this warpgroup's 64 rows: 8 k-steps over the head dim; k-step kk reads column
-  // block kk/4 of the swizzled tiles, 32 bytes per 16 elements within it.
-  const auto issue_scores = [&](int step, float (&s)[kSRegs]) {
-    const uint32_t k_tile = sk(step % kStages);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t a = sq + static_cast<uint32_t>((kk >> 2) * BM * 128 + wg * 64 * 128 + (kk & 3) * 32);
-      const uint32_t b = k_tile + static_cast<uint32_t>((kk >> 2) * BN * 128 + (kk & 3) * 32);
-      const uint64_t da = wgmma::SwizzledDescriptor(a, 16, 1024);
-      const uint64_t db = wgmma::SwizzledDescriptor(b, 16, 1024);
-      if constexpr (BN == 64) {
-        wgmma::MmaSS64<E>(s, da, db, kk > 0 ? 1u : 0u);
-      } else {
-        wgmma::MmaSS<E>(s, da, db, kk > 0 ? 1u : 0u);
-      }
-    }
-  };
-
-  Log2Softmax online;
-  float acc[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-
-  // P = act(S) (or the softmax's exp) of one step, rounded to the input type as the register A
-  // operand of O += P V; `rescale` is the softmax's factor for O (1 for pointwise acts).
-  uint32_t pa[BN / 16][4];
-  float rescale[2] = {1.f, 1.f};
-  const auto scores_to_p = [&](int step, float (&s)[kSRegs]) {
-    const int j0 = tile.k_lo + step * BN;
-    ScoresToP<kAct, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), j0,
-                        !(j0 >= full_lo && j0 + BN <= full_hi), ln.t, keys, score_scale, pr, online,
-                        rescale);
-  };
-  // The register A operand of O += P V. Written only while no wgmma is in flight: a wgmma reads its
-  // register operands asynchronously until it completes.
-  const auto p_to_operand = [&](float (&s)[kSRegs]) {
-    PToOperand<E, BN>(*reinterpret_cast<float(*)[BN / 8][4]>(&s), pa);
-  };
-
-  {
-    float s0[kSRegs];
-    wgmma::Fence();
-    issue_scores(0, s0);
-    wgmma::Commit();
-    wgmma::Wait<0>();
-    wgmma::FenceRegisters(s0);
-    scores_to_p(0, s0);
-    p_to_operand(s0);
-  }
-
-  // Step s (FA3's order): issue S(s+1); rescale O and issue O += P(s) V(s); once S(s+1) is done,
-  // turn it into P(s+1) while PV(s) runs on the tensor cores; wait for PV(s). No wgmma is in flight
-  // at the top of a step. Three K/V stages: step s+2 loads into the stage of step s-1, whose readers
-  // every warp has waited for before this step's barrier.
-  const auto run_step = [&](int step, auto has_next) {
-    wgmma::CpAsyncWait<0>();  // this thread's copies of step s+1
-    wgmma::FenceProxyAsync();
-    __syncthreads();          // everyone's copies of step s+1; every warp is done with step s-1
-    if (step + 2 < steps) load_kv(step + 2);
-    wgmma::CpAsyncCommit();
-
-    float sb[kSRegs];
-    if constexpr (has_next) {
-      wgmma::Fence();
-      issue_scores(step + 1, sb);
-      wgmma::Commit();
-    }
-    if constexpr (softmax) RescaleHopperRows(acc, rescale);
-    wgmma::Fence();
-    const uint32_t v_tile = sv(step % kStages);
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      const uint32_t b = v_tile + static_cast<uint32_t>(kk * 16 * 128);
-      wgmma::MmaRS<E>(acc, pa[kk], wgmma::SwizzledDescriptor(b, BN * 128, 1024), 1u);
-    }
-    wgmma::Commit();
-    if constexpr (has_next) {
-      wgmma::Wait<1>();  // S(s+1) is done; PV(s) may still run
-      wgmma::FenceRegisters(sb);
-      scores_to_p(step + 1, sb);  // fp32, in place: PV(s) still reads pa
-    }
-    wgmma::Wait<0>();
-    wgmma::FenceRegisters(acc);
-    if constexpr (has_next) p_to_operand(sb);
-  };
-  for (int step = 0; step + 1 < steps; ++step) run_step(step, std::true_type{});
-  run_step(steps - 1, std::false_type{});
-
-  StoreHopperRows<E, kAct>(acc, online, row, q_rows, seq.out_begin + tile.i0, p, h, ln.t);
-}
-
 }  // namespace gemtb::gpu
 
-#endif  // GEMTB_GPU_ATTENTION_FORWARD_HOPPER_KERNEL_CUH_
+#endif  // GEMTB_GPU_ATTENTION_FORWARD_HOPPER_COMMON_CUH_
