@@ -93,8 +93,8 @@ bool HaveGpu() {
 
 // What the small and the Hopper shapes below share: GQA 4 query heads on 2 K/V heads, Dqk = Dv = d,
 // bf16 inputs.
-testing::CaseShape GqaShape(Activation act, MaskKind mask, uint64_t seed, int64_t d) {
-  testing::CaseShape shape;
+check::CaseShape GqaShape(Activation act, MaskKind mask, uint64_t seed, int64_t d) {
+  check::CaseShape shape;
   shape.heads = 4;
   shape.kv_heads = 2;
   shape.dqk = shape.dv = d;
@@ -105,22 +105,22 @@ testing::CaseShape GqaShape(Activation act, MaskKind mask, uint64_t seed, int64_
   return shape;
 }
 
-testing::AttentionCase SmallCase(uint64_t seed, Activation act, MaskKind mask, int64_t d = 64) {
-  testing::CaseShape shape = GqaShape(act, mask, seed, d);
+check::AttentionCase SmallCase(uint64_t seed, Activation act, MaskKind mask, int64_t d = 64) {
+  check::CaseShape shape = GqaShape(act, mask, seed, d);
   shape.q_lengths = {5, 70, 0, 130};
   shape.kv_lengths = {9, 1, 64};
   shape.kv_index = {2, 0, 1, 2};
   shape.options.window_left = 7;
   shape.options.window_right = 3;
   shape.options.block = 16;
-  return testing::BuildCase(shape);
+  return check::BuildCase(shape);
 }
 
 // The shape the Hopper kernels' comparison tests share (D = 128, GQA 4/2, bf16, a 150/20 window
 // where the mask is one): two sequences with several partial K/V steps and tiles, one empty, one
 // reading a one-key sequence. Tests of broadcast_q replace the lengths.
-testing::CaseShape HopperShape(Activation act, MaskKind mask, uint64_t seed) {
-  testing::CaseShape shape = GqaShape(act, mask, seed, 128);
+check::CaseShape HopperShape(Activation act, MaskKind mask, uint64_t seed) {
+  check::CaseShape shape = GqaShape(act, mask, seed, 128);
   shape.q_lengths = {5, 300, 0, 130};
   shape.kv_lengths = {9, 1, 300};
   shape.kv_index = {2, 2, 1, 0};
@@ -130,10 +130,10 @@ testing::CaseShape HopperShape(Activation act, MaskKind mask, uint64_t seed) {
 }
 
 // The GPU call of case c with cotangent d_o, under c's options or the ones given.
-cli::GpuCall CallOf(const testing::AttentionCase& c, const std::vector<double>& d_o, const AttentionOptions& options) {
-  return cli::MakeGpuCall(c.View(), options, d_o, {testing::OutputRows(c), c.heads(), c.dv()});
+cli::GpuCall CallOf(const check::AttentionCase& c, const std::vector<double>& d_o, const AttentionOptions& options) {
+  return cli::MakeGpuCall(c.View(), options, d_o, {check::OutputRows(c), c.heads(), c.dv()});
 }
-cli::GpuCall CallOf(const testing::AttentionCase& c, const std::vector<double>& d_o) {
+cli::GpuCall CallOf(const check::AttentionCase& c, const std::vector<double>& d_o) {
   return CallOf(c, d_o, c.options);
 }
 
@@ -185,8 +185,8 @@ TEST(GpuAttention, WarpSpecialisedForwardV5MatchesV4Bitwise) {
                                                   {Activation::kSoftmax, MaskKind::kCausal},
                                                   {Activation::kSilu, MaskKind::kWindow}};
   for (const auto& [act, mask] : kinds) {
-    const testing::AttentionCase c = testing::BuildCase(HopperShape(act, mask, 5));
-    const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 6));
+    const check::AttentionCase c = check::BuildCase(HopperShape(act, mask, 5));
+    const cli::GpuCall call = CallOf(c, check::RandomCotangent(c, 6));
     ASSERT_EQ(setenv("GEMTB_FORWARD_WS", "v4", 1), 0);
     absl::StatusOr<gpu::ForwardResult> v4 = gpu::Forward(call.args);
     ASSERT_EQ(setenv("GEMTB_FORWARD_WS", "v5", 1), 0);
@@ -224,13 +224,13 @@ TEST(GpuAttention, SplitForwardPassesTheCheckAndMatchesV7OnShortTiles) {
                                                   {Activation::kGeluTanh, MaskKind::kCausal},
                                                   {Activation::kRelu, MaskKind::kWindow}};
   for (const auto& [act, mask] : kinds) {
-    testing::CaseShape shape = HopperShape(act, mask, 9);
+    check::CaseShape shape = HopperShape(act, mask, 9);
     shape.q_lengths = {40};
     shape.kv_lengths = {700, 9, 130, 0, 256, 1, 383};
     shape.kv_index = {};
     shape.options.broadcast_q = true;
-    const testing::AttentionCase c = testing::BuildCase(shape);
-    const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 10));
+    const check::AttentionCase c = check::BuildCase(shape);
+    const cli::GpuCall call = CallOf(c, check::RandomCotangent(c, 10));
     ASSERT_EQ(setenv("GEMTB_FORWARD_SPLIT", "0", 1), 0);
     absl::StatusOr<gpu::ForwardResult> v7 = gpu::Forward(call.args);
     ASSERT_TRUE(v7.ok()) << v7.status();
@@ -282,13 +282,13 @@ TEST(GpuAttention, SmallForwardPassesTheCheckAndMatchesSplitOnSeedTiles) {
                         {Activation::kGeluTanh, MaskKind::kCausal, 32},
                         {Activation::kRelu, MaskKind::kWindow, 17}};
   for (const Kind& k : kinds) {
-    testing::CaseShape shape = HopperShape(k.act, k.mask, 31);
+    check::CaseShape shape = HopperShape(k.act, k.mask, 31);
     shape.q_lengths = {k.seeds};
     shape.kv_lengths = {700, 9, 130, 0, 256, 1, 383};
     shape.kv_index = {};
     shape.options.broadcast_q = true;
-    const testing::AttentionCase c = testing::BuildCase(shape);
-    const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 32));
+    const check::AttentionCase c = check::BuildCase(shape);
+    const cli::GpuCall call = CallOf(c, check::RandomCotangent(c, 32));
     ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL", "0", 1), 0);
     absl::StatusOr<gpu::ForwardResult> split = gpu::Forward(call.args);
     ASSERT_TRUE(split.ok()) << split.status();
@@ -330,7 +330,7 @@ TEST(GpuAttention, PersistentSmallForwardMatchesV9Bitwise) {
   std::mt19937_64 rng(41);
   const auto draw = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
   for (const bool broadcast : {true, false}) {
-    testing::CaseShape shape = HopperShape(Activation::kSilu, broadcast ? MaskKind::kNone : MaskKind::kCausal, 43);
+    check::CaseShape shape = HopperShape(Activation::kSilu, broadcast ? MaskKind::kNone : MaskKind::kCausal, 43);
     shape.q_lengths.clear();
     shape.kv_lengths.clear();
     shape.kv_index = {};
@@ -341,8 +341,8 @@ TEST(GpuAttention, PersistentSmallForwardMatchesV9Bitwise) {
     }
     if (broadcast) shape.q_lengths = {32};
     shape.options.broadcast_q = broadcast;
-    const testing::AttentionCase c = testing::BuildCase(shape);
-    const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 32));
+    const check::AttentionCase c = check::BuildCase(shape);
+    const cli::GpuCall call = CallOf(c, check::RandomCotangent(c, 32));
     ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL", "1", 1), 0);
     for (const char* stages : {"3", "2"}) {
       ASSERT_EQ(setenv("GEMTB_FORWARD_SMALL_STAGES", stages, 1), 0);
@@ -397,15 +397,15 @@ TEST(GpuAttention, ChainedBackwardMatchesV3Bitwise) {
     return r;
   };
   for (const Kind& k : kinds) {
-    testing::CaseShape shape = HopperShape(k.act, k.mask, 7);
+    check::CaseShape shape = HopperShape(k.act, k.mask, 7);
     if (k.broadcast_q) {
       shape.q_lengths = {40};
       shape.kv_lengths = {300, 9, 130, 64, 1};
       shape.kv_index = {};
       shape.options.broadcast_q = true;
     }
-    const testing::AttentionCase c = testing::BuildCase(shape);
-    const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 8));
+    const check::AttentionCase c = check::BuildCase(shape);
+    const cli::GpuCall call = CallOf(c, check::RandomCotangent(c, 8));
     absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
     ASSERT_TRUE(fwd.ok()) << fwd.status();
     absl::StatusOr<gpu::BackwardResult> v3 = backward(call, *fwd, "0", "1");
@@ -467,15 +467,15 @@ TEST(GpuAttention, TanhApproxChangesOnlySiluAndGeluTanh) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
   for (const bool broadcast : {false, true}) {
     for (const Activation act : {Activation::kSilu, Activation::kGeluTanh, Activation::kSoftmax, Activation::kGelu}) {
-      testing::CaseShape shape = HopperShape(act, MaskKind::kNone, 31);
+      check::CaseShape shape = HopperShape(act, MaskKind::kNone, 31);
       if (broadcast) {
         shape.q_lengths = {32};
         shape.kv_lengths = {300, 129, 64};
         shape.kv_index = {};
         shape.options.broadcast_q = true;
       }
-      const testing::AttentionCase c = testing::BuildCase(shape);
-      const std::vector<double> d_o = testing::RandomCotangent(c, 32);
+      const check::AttentionCase c = check::BuildCase(shape);
+      const std::vector<double> d_o = check::RandomCotangent(c, 32);
       std::vector<uint16_t> out[2][4];  // [tanh_approx][O, dQ, dK, dV]
       for (const bool approx : {false, true}) {
         AttentionOptions options = c.options;
@@ -533,8 +533,8 @@ TEST(GpuAttention, StoredDsBackwardMatchesRecompute) {
     return r;
   };
   for (const Kind& k : kinds) {
-    const testing::AttentionCase c = testing::BuildCase(HopperShape(k.act, k.mask, 11));
-    const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 12));
+    const check::AttentionCase c = check::BuildCase(HopperShape(k.act, k.mask, 11));
+    const cli::GpuCall call = CallOf(c, check::RandomCotangent(c, 12));
     absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
     ASSERT_TRUE(fwd.ok()) << fwd.status();
     absl::StatusOr<gpu::BackwardResult> v3 = backward(call, *fwd, "recompute");
@@ -588,15 +588,15 @@ TEST(GpuAttention, FusedDqBackwardMatchesTheChainedBackward) {
     return r;
   };
   for (const Kind& k : kinds) {
-    testing::CaseShape shape = HopperShape(k.act, k.mask, 21);
+    check::CaseShape shape = HopperShape(k.act, k.mask, 21);
     shape.kv_heads = shape.heads;
     shape.q_lengths = {k.seeds};
     shape.kv_lengths = {300, 9, 130, 64, 0, 1, 200};
     shape.kv_index = {};
     shape.options.broadcast_q = true;
     shape.options.tanh_approx = k.tanh_approx;
-    const testing::AttentionCase c = testing::BuildCase(shape);
-    const cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 22));
+    const check::AttentionCase c = check::BuildCase(shape);
+    const cli::GpuCall call = CallOf(c, check::RandomCotangent(c, 22));
     absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
     ASSERT_TRUE(fwd.ok()) << fwd.status();
     absl::StatusOr<gpu::BackwardResult> v4 = backward(call, *fwd, "0", "3");
@@ -624,8 +624,8 @@ TEST(GpuAttention, FusedDqBackwardMatchesTheChainedBackward) {
 TEST(GpuAttention, BackwardIsBitwiseIdenticalAcrossRuns) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
   for (Activation act : {Activation::kSoftmax, Activation::kSilu}) {
-    const testing::AttentionCase c = SmallCase(3, act, MaskKind::kCausal, 128);
-    const std::vector<double> d_o = testing::RandomCotangent(c, 4);
+    const check::AttentionCase c = SmallCase(3, act, MaskKind::kCausal, 128);
+    const std::vector<double> d_o = check::RandomCotangent(c, 4);
     const cli::GpuCall call = CallOf(c, d_o);
     absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
     ASSERT_TRUE(fwd.ok()) << fwd.status();
@@ -649,15 +649,15 @@ TEST(GpuAttention, BackwardIsBitwiseIdenticalAcrossRuns) {
 // zero gradients, no NaN (spec §9 "fully masked rows").
 TEST(GpuAttention, RowsWithoutKeysGiveZeroOutputsAndMinusInfinityLse) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
-  testing::CaseShape shape;
+  check::CaseShape shape;
   shape.q_lengths = {100};
   shape.kv_lengths = {30};
   shape.dqk = shape.dv = 64;
   shape.options.mask = MaskKind::kCausal;
   shape.input_type = ElementType::kFloat16;
   shape.value_seed = 9;
-  const testing::AttentionCase c = testing::BuildCase(shape);
-  const std::vector<double> d_o = testing::RandomCotangent(c, 10);
+  const check::AttentionCase c = check::BuildCase(shape);
+  const std::vector<double> d_o = check::RandomCotangent(c, 10);
   const cli::GpuCall call = CallOf(c, d_o);
   absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
   ASSERT_TRUE(fwd.ok()) << fwd.status();
@@ -684,13 +684,13 @@ TEST(GpuAttention, RowsWithoutKeysGiveZeroOutputsAndMinusInfinityLse) {
 gpu::AttentionArgs ValidArgs(const cli::GpuCall& call) { return call.args; }
 
 TEST(GpuAttentionCanRun, AcceptsTheSupportedFamily) {
-  const testing::AttentionCase c = SmallCase(1, Activation::kGeluTanh, MaskKind::kWindow);
+  const check::AttentionCase c = SmallCase(1, Activation::kGeluTanh, MaskKind::kWindow);
   const cli::GpuCall call = CallOf(c, {});
   EXPECT_TRUE(gpu::CanRun(call.args).ok()) << gpu::CanRun(call.args);
 }
 
 TEST(GpuAttentionCanRun, RejectsBiasAndRopeByName) {
-  const testing::AttentionCase c = SmallCase(1, Activation::kSoftmax, MaskKind::kNone);
+  const check::AttentionCase c = SmallCase(1, Activation::kSoftmax, MaskKind::kNone);
   const cli::GpuCall call = CallOf(c, {});
   const std::vector<float> table(10, 0.f);
   const struct {
@@ -709,33 +709,33 @@ TEST(GpuAttentionCanRun, RejectsBiasAndRopeByName) {
 
 TEST(GpuAttentionCanRun, RejectsUnsupportedDimsAndTypesByName) {
   {
-    const testing::AttentionCase c = SmallCase(1, Activation::kSoftmax, MaskKind::kNone, 32);
+    const check::AttentionCase c = SmallCase(1, Activation::kSoftmax, MaskKind::kNone, 32);
     EXPECT_THAT(gpu::CanRun(CallOf(c, {}).args),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Dqk=32")));
   }
   {
-    testing::CaseShape shape;
+    check::CaseShape shape;
     shape.q_lengths = shape.kv_lengths = {3};
     shape.dqk = 64;
     shape.dv = 128;
     shape.input_type = ElementType::kBFloat16;
-    const testing::AttentionCase c = testing::BuildCase(shape);
+    const check::AttentionCase c = check::BuildCase(shape);
     EXPECT_THAT(gpu::CanRun(CallOf(c, {}).args),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Dv=128")));
   }
   {
-    testing::CaseShape shape;
+    check::CaseShape shape;
     shape.q_lengths = shape.kv_lengths = {3};
     shape.dqk = shape.dv = 64;
     shape.input_type = ElementType::kFloat32;
-    const testing::AttentionCase c = testing::BuildCase(shape);
+    const check::AttentionCase c = check::BuildCase(shape);
     EXPECT_THAT(gpu::CanRun(CallOf(c, {}).args),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dtype: float32")));
   }
 }
 
 TEST(GpuAttentionCanRun, RejectsBadOffsetsAndIndicesLikeTheOracle) {
-  const testing::AttentionCase c = SmallCase(1, Activation::kSoftmax, MaskKind::kNone);
+  const check::AttentionCase c = SmallCase(1, Activation::kSoftmax, MaskKind::kNone);
   const cli::GpuCall call = CallOf(c, {});
   {
     gpu::AttentionArgs args = ValidArgs(call);

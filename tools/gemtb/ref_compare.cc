@@ -11,8 +11,8 @@
 #include "absl/strings/str_format.h"
 #include "model/common/status_macros.h"
 #include "reference/attention/attention.h"
-#include "tests/testing/criteria.h"
-#include "tools/gemtb/attention_case.h"
+#include "tools/check/criteria.h"
+#include "reference/io/attention_case.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
 
@@ -52,9 +52,9 @@ absl::Status Run(const std::vector<std::string>& args, bool* help, bool* all_pas
   if (threads < 0 || threads > 4096) {
     return absl::InvalidArgumentError(absl::StrCat("--threads=", threads, ": want 0..4096"));
   }
-  absl::StatusOr<AttentionCaseSpec> spec = ReadCaseFolder(case_dir);
+  absl::StatusOr<io::AttentionCaseSpec> spec = io::ReadCaseFolder(case_dir);
   if (!spec.ok()) return spec.status();
-  absl::StatusOr<AttentionCase> c = LoadAttentionCase(*spec);
+  absl::StatusOr<io::AttentionCase> c = io::LoadAttentionCase(*spec);
   if (!c.ok()) return c.status();
 
   auto present = [&](const char* name) { return std::filesystem::exists(std::filesystem::path(test_dir) / name); };
@@ -106,16 +106,16 @@ absl::Status Run(const std::vector<std::string>& args, bool* help, bool* all_pas
     absl::StatusOr<std::vector<double>> got = io::DecodeFloat(*array, path);
     if (!got.ok()) return got.status();
     ++compared;
-    std::vector<testing::Verdict> verdicts;
+    std::vector<check::Verdict> verdicts;
     const std::string name = t.file.substr(0, t.file.size() - 4);
     if (t.lse) {
-      verdicts.push_back(testing::LseMatches(name, *got, t.ref));
+      verdicts.push_back(check::LseMatches(name, *got, t.ref));
     } else {
-      verdicts.push_back(testing::GpuPrimary(name, *got, t.emu, t.ref, t.dtype));
-      verdicts.push_back(testing::GpuSecondaryRelL2(
-          name, *got, t.ref, t.gradient ? testing::kGradientRelL2Tolerance : testing::kForwardRelL2Tolerance));
+      verdicts.push_back(check::GpuPrimary(name, *got, t.emu, t.ref, t.dtype));
+      verdicts.push_back(check::GpuSecondaryRelL2(
+          name, *got, t.ref, t.gradient ? check::kGradientRelL2Tolerance : check::kForwardRelL2Tolerance));
     }
-    for (const testing::Verdict& v : verdicts) {
+    for (const check::Verdict& v : verdicts) {
       std::cout << v.message << "\n";
       *all_pass = *all_pass && v.pass;
     }
@@ -124,7 +124,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* help, bool* all_pas
     return absl::InvalidArgumentError(absl::StrCat("--test=", test_dir, ": holds none of o.npy lse.npy dq.npy dk.npy dv.npy ddense.npy drel.npy dts.npy"));
   }
   std::cout << (*all_pass ? "PASS" : "FAIL") << ": " << compared << " tensors compared against the oracle (input dtype "
-            << testing::ElementTypeName(dtype) << ")\n";
+            << check::ElementTypeName(dtype) << ")\n";
   return absl::OkStatus();
 }
 
