@@ -1,4 +1,4 @@
-// The attention case folder (tools/gemtb/attention_case.h): case.json plus the .npy files it names,
+// The attention case folder (reference/io/attention_case.h): case.json plus the .npy files it names,
 // as `gemtb ref attention --case DIR` loads them.
 //
 // An input is a small archive: the text of case.json, then files, each introduced by a line
@@ -26,7 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "fuzz/byte_reader.h"
 #include "reference/attention/attention.h"
-#include "tools/gemtb/attention_case.h"
+#include "reference/io/attention_case.h"
 
 namespace {
 
@@ -82,7 +82,7 @@ Archive Split(std::string_view input) {
 }
 
 // Only files inside the folder that this input wrote may be opened.
-bool OnlyOurFiles(const gemtb::cli::AttentionCaseSpec& s, const std::set<std::string>& written) {
+bool OnlyOurFiles(const gemtb::io::AttentionCaseSpec& s, const std::set<std::string>& written) {
   for (const std::string* p : {&s.q, &s.k, &s.v, &s.q_offsets, &s.kv_offsets, &s.kv_index,
                                &s.bias_dense, &s.bias_rel, &s.ts, &s.bias_ts, &s.rope_q, &s.rope_k,
                                &s.rope_v, &s.d_o}) {
@@ -107,8 +107,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Archive archive = Split(std::string_view(reinterpret_cast<const char*>(data), size));
-  absl::StatusOr<gemtb::cli::AttentionCaseSpec> spec =
-      gemtb::cli::ParseCaseFolderJson(std::string(archive.json), Folder());
+  absl::StatusOr<gemtb::io::AttentionCaseSpec> spec =
+      gemtb::io::ParseCaseFolderJson(std::string(archive.json), Folder());
   if (!spec.ok()) {
     Check(absl::IsInvalidArgument(spec.status()), "case.json error is not InvalidArgument");
     return 0;
@@ -121,7 +121,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (!OnlyOurFiles(*spec, written)) return 0;
 
-  absl::StatusOr<gemtb::cli::AttentionCase> c = gemtb::cli::LoadAttentionCase(*spec);
+  absl::StatusOr<gemtb::io::AttentionCase> c = gemtb::io::LoadAttentionCase(*spec);
   if (!c.ok()) {
     Check(absl::IsInvalidArgument(c.status()),
           absl::StrCat("case load error is not InvalidArgument: ", c.status().ToString()));

@@ -42,8 +42,8 @@ using gemtb::fuzz::Fail;
 using gemtb::fuzz::kExtremes;
 using gemtb::fuzz::SignedCode;
 using gemtb::fuzz::SizeCode;
-using gemtb::testing::AttentionCase;
-using gemtb::testing::OwnedTensor;
+using gemtb::check::AttentionCase;
+using gemtb::check::OwnedTensor;
 
 constexpr double kTolerance = 1e-9;
 // No tensor is allocated larger than this: a shape whose product is larger (or overflows) gets a
@@ -274,7 +274,7 @@ bool PaddedApplies(const Decoded& d) {
   for (int64_t t : c.ts.data) {
     if (t > (int64_t{1} << 61) || t < -(int64_t{1} << 61)) return false;  // differences must fit
   }
-  return gemtb::testing::PairSequences(c).size() <= 16;
+  return gemtb::check::PairSequences(c).size() <= 16;
 }
 
 std::string Shape(const std::vector<int64_t>& v) { return absl::StrCat("[", absl::StrJoin(v, ","), "]"); }
@@ -329,21 +329,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // A valid call may still have a large output (many query rows times a large Dv over an empty
   // K/V): the oracle would compute it honestly, but not in a fuzzer's time and memory.
   int64_t out_elements = 0;
-  if (__builtin_mul_overflow(gemtb::testing::OutputRows(c), c.heads() * c.dv(), &out_elements) ||
+  if (__builtin_mul_overflow(gemtb::check::OutputRows(c), c.heads() * c.dv(), &out_elements) ||
       out_elements > (int64_t{1} << 22)) {
     return 0;
   }
-  absl::StatusOr<gemtb::testing::OracleRun> run = gemtb::testing::RunOracleForward(c, exec);
+  absl::StatusOr<gemtb::check::OracleRun> run = gemtb::check::RunOracleForward(c, exec);
   if (!run.ok()) {
     Fail(absl::StrCat("validated, then forward failed: ", run.status().ToString(), "\n  case: ",
                       CaseSummary(c)));
   }
   const std::vector<double> d_o = Cotangent(run->fwd.o_shape, size);
-  run = gemtb::testing::RunOracle(c, d_o, exec);
+  run = gemtb::check::RunOracle(c, d_o, exec);
   if (!run.ok()) Fail(absl::StrCat("validated, then backward failed: ", run.status().ToString()));
 
   exec.precision = gemtb::reference::Precision::kEmulate;
-  absl::StatusOr<gemtb::testing::OracleRun> emulated = gemtb::testing::RunOracle(c, d_o, exec);
+  absl::StatusOr<gemtb::check::OracleRun> emulated = gemtb::check::RunOracle(c, d_o, exec);
   if (!emulated.ok()) {
     Fail(absl::StrCat("validated, then emulate mode failed: ", emulated.status().ToString()));
   }

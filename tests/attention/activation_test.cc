@@ -13,7 +13,7 @@
 namespace gemtb {
 namespace {
 
-using testing::AttentionCase;
+using check::AttentionCase;
 
 // One query, one key, Dqk = 2, Dv = 1, pre = post = 1: q = (s, 0), k = (1, 0), v = 1, so
 // S = s exactly, O = act(s), and with dO = 1: dQ = (act'(s), 0), dV = act(s).
@@ -22,7 +22,7 @@ struct ScalarRun {
 };
 
 ScalarRun RunScalar(Activation act, double s) {
-  testing::CaseShape shape;
+  check::CaseShape shape;
   shape.q_lengths = {1};
   shape.kv_lengths = {1};
   shape.dqk = 2;
@@ -30,12 +30,12 @@ ScalarRun RunScalar(Activation act, double s) {
   shape.options.act = act;
   shape.options.pre_scale = 1.0;
   shape.options.post_scale = 1.0;
-  AttentionCase c = testing::BuildCase(shape);
+  AttentionCase c = check::BuildCase(shape);
   c.q.data = {s, 0.0};
   c.k.data = {1.0, 0.0};
   c.v.data = {1.0};
   const std::vector<double> d_o = {1.0};
-  const auto run = testing::RunOracle(c, d_o);
+  const auto run = check::RunOracle(c, d_o);
   EXPECT_TRUE(run.ok()) << run.status();
   if (!run.ok()) return {NAN, NAN, NAN, NAN, NAN};
   return {run->fwd.o[0], run->bwd.dq[0], run->bwd.dq[1], run->bwd.dk[0], run->bwd.dv[0]};
@@ -62,7 +62,7 @@ TEST(Activation, KinksTakeTheLeftDerivative) {
 // Orthogonal q and k make every score exactly zero: relu passes no gradient to Q or K at all,
 // leaky_relu passes 0.01 of it.
 AttentionCase OrthogonalCase(Activation act, uint64_t seed) {
-  testing::CaseShape shape;
+  check::CaseShape shape;
   shape.q_lengths = {3, 2};
   shape.kv_lengths = {4, 1};
   shape.heads = 2;
@@ -73,7 +73,7 @@ AttentionCase OrthogonalCase(Activation act, uint64_t seed) {
   shape.options.pre_scale = 0.75;
   shape.options.post_scale = 1.25;
   shape.value_seed = seed;
-  AttentionCase c = testing::BuildCase(shape);
+  AttentionCase c = check::BuildCase(shape);
   for (size_t r = 0; r < c.q.data.size() / 4; ++r) c.q.data[4 * r + 2] = c.q.data[4 * r + 3] = 0;
   for (size_t r = 0; r < c.k.data.size() / 4; ++r) c.k.data[4 * r] = c.k.data[4 * r + 1] = 0;
   return c;
@@ -82,8 +82,8 @@ AttentionCase OrthogonalCase(Activation act, uint64_t seed) {
 TEST(Activation, ExactlyZeroScoresGiveZeroReluGradient) {
   const AttentionCase c = OrthogonalCase(Activation::kRelu, 1);
   for (double s : testing::ValidScores(c)) ASSERT_EQ(s, 0.0);
-  const std::vector<double> d_o = testing::RandomCotangent(c, 2);
-  const auto run = testing::RunOracle(c, d_o);
+  const std::vector<double> d_o = check::RandomCotangent(c, 2);
+  const auto run = check::RunOracle(c, d_o);
   ASSERT_TRUE(run.ok()) << run.status();
   for (double x : run->fwd.o) EXPECT_EQ(x, 0.0);
   for (double x : run->bwd.dq) EXPECT_EQ(x, 0.0);
@@ -93,8 +93,8 @@ TEST(Activation, ExactlyZeroScoresGiveZeroReluGradient) {
 
 TEST(Activation, ExactlyZeroScoresGiveLeakySlopeGradient) {
   const AttentionCase c = OrthogonalCase(Activation::kLeakyRelu, 3);
-  const std::vector<double> d_o = testing::RandomCotangent(c, 4);
-  const auto run = testing::RunOracle(c, d_o);
+  const std::vector<double> d_o = check::RandomCotangent(c, 4);
+  const auto run = check::RunOracle(c, d_o);
   ASSERT_TRUE(run.ok()) << run.status();
   // dS = post·0.01·dP, dZ = pre·dS; dQ_i = Σ_j dZ_ij k_j, dK_j = Σ_i dZ_ij q_i.
   const testing::PaddedResult want = testing::PaddedAttention(c, d_o);

@@ -10,8 +10,8 @@
 namespace gemtb {
 namespace {
 
-using testing::AttentionCase;
-using testing::CaseConfig;
+using check::AttentionCase;
+using check::CaseConfig;
 
 // Cases big enough that every thread count really splits the work: several sequences of tens of
 // rows, GQA, every bias form, RoPE.
@@ -19,15 +19,15 @@ std::vector<AttentionCase> DeterminismCases(ElementType input_type) {
   struct Setup {
     Activation act;
     MaskKind mask;
-    testing::Pairing pairing;
+    check::Pairing pairing;
   };
   std::vector<AttentionCase> cases;
   std::mt19937_64 rng(31337);
   for (const Setup& s :
-       {Setup{Activation::kSoftmax, MaskKind::kCausal, testing::Pairing::kSelf},
-        Setup{Activation::kSilu, MaskKind::kWindow, testing::Pairing::kKvIndex},
-        Setup{Activation::kGeluTanh, MaskKind::kBlock, testing::Pairing::kCross},
-        Setup{Activation::kSoftmax, MaskKind::kNone, testing::Pairing::kBroadcast}}) {
+       {Setup{Activation::kSoftmax, MaskKind::kCausal, check::Pairing::kSelf},
+        Setup{Activation::kSilu, MaskKind::kWindow, check::Pairing::kKvIndex},
+        Setup{Activation::kGeluTanh, MaskKind::kBlock, check::Pairing::kCross},
+        Setup{Activation::kSoftmax, MaskKind::kNone, check::Pairing::kBroadcast}}) {
     CaseConfig config;
     config.acts = {s.act};
     config.masks = {s.mask};
@@ -37,12 +37,12 @@ std::vector<AttentionCase> DeterminismCases(ElementType input_type) {
     config.max_heads = 4;
     config.max_dim = 16;
     config.input_type = input_type;
-    testing::CaseShape shape = testing::RandomCaseShape(rng, config);
+    check::CaseShape shape = check::RandomCaseShape(rng, config);
     shape.heads = 4;
     shape.kv_heads = 2;
     shape.dense_bias_heads = 2;
     shape.rel_bias_heads = 4;
-    shape.time_bias_heads = s.pairing == testing::Pairing::kSelf ? 1 : 0;
+    shape.time_bias_heads = s.pairing == check::Pairing::kSelf ? 1 : 0;
     shape.rope_qk = true;
     shape.rope_v = true;
     shape.dqk = 16;
@@ -50,19 +50,19 @@ std::vector<AttentionCase> DeterminismCases(ElementType input_type) {
     shape.options.window_left = 9;
     shape.options.window_right = 3;
     shape.options.block = 16;
-    cases.push_back(testing::BuildCase(shape));
+    cases.push_back(check::BuildCase(shape));
   }
   return cases;
 }
 
 void ExpectSameBytesForEveryThreadCount(ElementType input_type, reference::Precision precision) {
   for (const AttentionCase& c : DeterminismCases(input_type)) {
-    const std::vector<double> d_o = testing::RandomCotangent(c, 5);
-    const auto first = testing::RunOracle(c, d_o, {.precision = precision, .threads = 1});
+    const std::vector<double> d_o = check::RandomCotangent(c, 5);
+    const auto first = check::RunOracle(c, d_o, {.precision = precision, .threads = 1});
     ASSERT_TRUE(first.ok()) << first.status() << "\n  case: " << c;
     for (int threads : {1, 2, 3, 8, 0}) {
       for (int rerun = 0; rerun < 3; ++rerun) {
-        const auto again = testing::RunOracle(c, d_o, {.precision = precision, .threads = threads});
+        const auto again = check::RunOracle(c, d_o, {.precision = precision, .threads = threads});
         ASSERT_TRUE(again.ok()) << again.status();
         EXPECT_TRUE(testing::BitIdentical(*again, *first))
             << threads << " threads, rerun " << rerun << "\n  case: " << c;

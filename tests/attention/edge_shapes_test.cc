@@ -14,8 +14,8 @@
 namespace gemtb {
 namespace {
 
-using testing::AttentionCase;
-using testing::CaseShape;
+using check::AttentionCase;
+using check::CaseShape;
 
 constexpr double kTolerance = 1e-12;
 const MaskKind kAllMasks[] = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow,
@@ -34,8 +34,8 @@ CaseShape BaseShape(std::vector<int64_t> q_lengths, std::vector<int64_t> kv_leng
 }
 
 void ExpectMatchesPadded(const AttentionCase& c) {
-  const std::vector<double> d_o = testing::RandomCotangent(c, 9);
-  const auto run = testing::RunOracle(c, d_o);
+  const std::vector<double> d_o = check::RandomCotangent(c, 9);
+  const auto run = check::RunOracle(c, d_o);
   ASSERT_TRUE(run.ok()) << run.status() << "\n  case: " << c;
   EXPECT_TRUE(testing::MatchesPadded(*run, testing::PaddedAttention(c, d_o), kTolerance))
       << "case: " << c;
@@ -46,8 +46,8 @@ TEST(EdgeShapes, EmptyBatchGivesEmptyOutputs) {
   for (Activation act : {Activation::kSoftmax, Activation::kSilu}) {
     CaseShape s = BaseShape({}, {});
     s.options.act = act;
-    const AttentionCase c = testing::BuildCase(s);
-    const auto run = testing::RunOracle(c, std::vector<double>{});
+    const AttentionCase c = check::BuildCase(s);
+    const auto run = check::RunOracle(c, std::vector<double>{});
     ASSERT_TRUE(run.ok()) << run.status();
     EXPECT_TRUE(run->fwd.o.empty());
     EXPECT_TRUE(run->fwd.lse.empty());
@@ -70,14 +70,14 @@ TEST(EdgeShapes, EmptyAndLengthOneSequencesMatchPadded) {
       s.options.block = 1;
       s.dense_bias_heads = 2;
       s.rel_bias_heads = 2;
-      ExpectMatchesPadded(testing::BuildCase(s));
+      ExpectMatchesPadded(check::BuildCase(s));
       // Self-attention flavour with the time bias and RoPE.
       CaseShape t = BaseShape({0, 1, 1, 0, 2}, {0, 1, 1, 0, 2});
       t.options = s.options;
       t.time_bias_heads = 1;
       t.rope_qk = true;
       t.rope_v = true;
-      ExpectMatchesPadded(testing::BuildCase(t));
+      ExpectMatchesPadded(check::BuildCase(t));
     }
   }
 }
@@ -94,7 +94,7 @@ TEST(EdgeShapes, LengthsAroundTileSizesMatchPadded) {
       s.rel_bias_heads = 1;
       s.dqk = 4;
       s.dv = 2;
-      ExpectMatchesPadded(testing::BuildCase(s));
+      ExpectMatchesPadded(check::BuildCase(s));
     }
   }
 }
@@ -113,7 +113,7 @@ TEST(EdgeShapes, UnequalQueryAndKeyLengthsMatchPaddedUnderBothAlignments) {
         s.options.block = 4;
         s.dense_bias_heads = 1;
         s.rel_bias_heads = 2;
-        ExpectMatchesPadded(testing::BuildCase(s));
+        ExpectMatchesPadded(check::BuildCase(s));
       }
     }
   }
@@ -124,11 +124,11 @@ TEST(EdgeShapes, UnequalQueryAndKeyLengthsMatchPaddedUnderBothAlignments) {
 TEST(EdgeShapes, LargeScoresStayFiniteAndMatchPadded) {
   std::mt19937_64 rng(8);
   for (int a = 0; a < kNumActivations; ++a) {
-    testing::CaseConfig config;
+    check::CaseConfig config;
     config.acts = {static_cast<Activation>(a)};
     config.max_length = 8;
     for (int rep = 0; rep < 4; ++rep) {
-      AttentionCase c = testing::RandomAttentionCase(rng, config);
+      AttentionCase c = check::RandomAttentionCase(rng, config);
       for (double& x : c.q.data) x *= 30;
       for (double& x : c.k.data) x *= 30;
       ExpectMatchesPadded(c);
@@ -159,21 +159,21 @@ TEST(EdgeShapes, FullyMaskedRowsGiveZeroOutputMinusInfinityLseAndZeroGradients) 
       s.options.block = setup.block;
       s.dense_bias_heads = 2;  // NaN outside valid pairs: an empty row must not read it
       s.rel_bias_heads = 1;
-      const AttentionCase c = testing::BuildCase(s);
-      const std::vector<double> d_o = testing::RandomCotangent(c, 3);
-      const auto run = testing::RunOracle(c, d_o);
+      const AttentionCase c = check::BuildCase(s);
+      const std::vector<double> d_o = check::RandomCotangent(c, 3);
+      const auto run = check::RunOracle(c, d_o);
       ASSERT_TRUE(run.ok()) << run.status();
       EXPECT_TRUE(testing::HasNoNaN(*run)) << "case: " << c;
       EXPECT_TRUE(testing::MatchesPadded(*run, testing::PaddedAttention(c, d_o), kTolerance))
           << "case: " << c;
       int empty_rows = 0;
       const int64_t h_count = c.heads();
-      const int64_t to = testing::OutputRows(c);
-      for (const auto& p : testing::PairSequences(c)) {
+      const int64_t to = check::OutputRows(c);
+      for (const auto& p : check::PairSequences(c)) {
         for (int64_t i = 0; i < p.lq; ++i) {
           bool any = false;
           for (int64_t j = 0; j < p.lk; ++j)
-            any |= testing::PairIsValid(c.options, i, j, p.lq, p.lk);
+            any |= check::PairIsValid(c.options, i, j, p.lq, p.lk);
           if (any) continue;
           ++empty_rows;
           const int64_t row = p.o_begin + i;

@@ -11,27 +11,27 @@
 
 #include "gtest/gtest.h"
 #include "tests/testing/attention_cases.h"
-#include "tests/testing/criteria.h"
+#include "tools/check/criteria.h"
 #include "tests/testing/oracle_harness.h"
 #include "tests/testing/rapidcheck_runner.h"
 
 namespace gemtb {
 namespace {
 
-using testing::AttentionCase;
-using testing::CaseConfig;
+using check::AttentionCase;
+using check::CaseConfig;
 
 constexpr reference::ExecutionOptions kEmulate{.precision = reference::Precision::kEmulate};
 
 // Index of the first value of `v` that is not a value of `type` (or -1).
 int64_t FirstUnrepresentable(const std::vector<double>& v, ElementType type) {
   for (size_t i = 0; i < v.size(); ++i) {
-    if (!testing::IsRepresentable(type, v[i])) return static_cast<int64_t>(i);
+    if (!check::IsRepresentable(type, v[i])) return static_cast<int64_t>(i);
   }
   return -1;
 }
 
-::testing::AssertionResult StorageTypesHold(const testing::OracleRun& run, ElementType input) {
+::testing::AssertionResult StorageTypesHold(const check::OracleRun& run, ElementType input) {
   const struct {
     const char* name;
     const std::vector<double>* values;
@@ -51,7 +51,7 @@ int64_t FirstUnrepresentable(const std::vector<double>& v, ElementType type) {
     if (i >= 0) {
       return ::testing::AssertionFailure()
              << check.name << "[" << i << "] = " << (*check.values)[i] << " is not a "
-             << testing::ElementTypeName(check.type) << " value";
+             << check::ElementTypeName(check.type) << " value";
     }
   }
   return ::testing::AssertionSuccess();
@@ -62,8 +62,8 @@ void CheckStorageTypes(ElementType input) {
   config.input_type = input;
   testing::CheckProperty(300, [config, input] {
     const AttentionCase c = *testing::GenAttentionCase(config);
-    const std::vector<double> d_o = testing::RandomCotangent(c, c.shape.value_seed + 1);
-    const auto run = testing::RunOracle(c, d_o, kEmulate);
+    const std::vector<double> d_o = check::RandomCotangent(c, c.shape.value_seed + 1);
+    const auto run = check::RunOracle(c, d_o, kEmulate);
     testing::RcRequireOk(run.status(), c);
     testing::RcRequire(StorageTypesHold(*run, input), c);
     testing::RcRequire(testing::HasNoNaN(*run), c);
@@ -105,28 +105,28 @@ ErrorStats CheckErrorAgainstOracle(ElementType input, double forward_bound, doub
   config.max_dim = 16;
   config.custom_scales = false;
   for (int rep = 0; rep < 60; ++rep) {
-    testing::CaseShape shape = testing::RandomCaseShape(rng, config);
+    check::CaseShape shape = check::RandomCaseShape(rng, config);
     for (auto& l : shape.q_lengths) l = std::max<int64_t>(l, 4);
     for (auto& l : shape.kv_lengths) l = std::max<int64_t>(l, 4);
     shape.time_bias_heads = shape.q_lengths == shape.kv_lengths ? shape.time_bias_heads : 0;
-    const AttentionCase c = testing::BuildCase(shape);
-    const std::vector<double> d_o = testing::RandomCotangent(c, rng());
-    const auto ref = testing::RunOracle(c, d_o);
-    const auto emu = testing::RunOracle(c, d_o, kEmulate);
+    const AttentionCase c = check::BuildCase(shape);
+    const std::vector<double> d_o = check::RandomCotangent(c, rng());
+    const auto ref = check::RunOracle(c, d_o);
+    const auto emu = check::RunOracle(c, d_o, kEmulate);
     EXPECT_TRUE(ref.ok() && emu.ok()) << ref.status() << " " << emu.status();
     if (!ref.ok() || !emu.ok()) continue;
     ++stats.cases;
-    const double o_err = testing::RelL2(emu->fwd.o, ref->fwd.o);
+    const double o_err = check::RelL2(emu->fwd.o, ref->fwd.o);
     stats.nonzero += o_err > 0 ? 1 : 0;
     EXPECT_LT(o_err, forward_bound) << "O rel-L2; case: " << c;
     if (!c.rope_q.present()) {
-      const testing::Verdict lse = testing::LseMatches("LSE", emu->fwd.lse, ref->fwd.lse);
+      const check::Verdict lse = check::LseMatches("LSE", emu->fwd.lse, ref->fwd.lse);
       EXPECT_TRUE(lse.pass) << lse.message << "; case: " << c;
     }
-    EXPECT_LT(testing::RelL2(emu->bwd.dv, ref->bwd.dv), gradient_bound) << "dV; case: " << c;
+    EXPECT_LT(check::RelL2(emu->bwd.dv, ref->bwd.dv), gradient_bound) << "dV; case: " << c;
     if (HasKink(c.options.act)) continue;
-    EXPECT_LT(testing::RelL2(emu->bwd.dq, ref->bwd.dq), gradient_bound) << "dQ; case: " << c;
-    EXPECT_LT(testing::RelL2(emu->bwd.dk, ref->bwd.dk), gradient_bound) << "dK; case: " << c;
+    EXPECT_LT(check::RelL2(emu->bwd.dq, ref->bwd.dq), gradient_bound) << "dQ; case: " << c;
+    EXPECT_LT(check::RelL2(emu->bwd.dk, ref->bwd.dk), gradient_bound) << "dK; case: " << c;
   }
   return stats;
 }
@@ -156,25 +156,25 @@ TEST(Emulate, ScoresRoundToFp32AndPointwisePRoundsToTheInputType) {
     std::normal_distribution<double> normal;
     int inexact = 0;
     for (int rep = 0; rep < 200; ++rep) {
-      testing::CaseShape shape;
+      check::CaseShape shape;
       shape.q_lengths = {1};
       shape.kv_lengths = {1};
       shape.dqk = 4;
       shape.dv = 1;
       shape.input_type = input;
       shape.options.act = Activation::kIdentity;
-      AttentionCase c = testing::BuildCase(shape);
+      AttentionCase c = check::BuildCase(shape);
       double exact = 0;  // 4 products of 11-bit significands: exact in fp64
       for (int d = 0; d < 4; ++d) {
-        c.q.data[d] = testing::RoundTo(input, normal(rng));
-        c.k.data[d] = testing::RoundTo(input, normal(rng));
+        c.q.data[d] = check::RoundTo(input, normal(rng));
+        c.k.data[d] = check::RoundTo(input, normal(rng));
         exact += c.q.data[d] * c.k.data[d];
       }
       c.v.data = {1.0};
-      const auto run = testing::RunOracleForward(c, kEmulate);
+      const auto run = check::RunOracleForward(c, kEmulate);
       ASSERT_TRUE(run.ok()) << run.status();
-      const double want = testing::RoundTo(input, testing::RoundTo(ElementType::kFloat32, exact));
-      EXPECT_EQ(run->fwd.o[0], want) << testing::ElementTypeName(input) << " q.k = " << exact;
+      const double want = check::RoundTo(input, check::RoundTo(ElementType::kFloat32, exact));
+      EXPECT_EQ(run->fwd.o[0], want) << check::ElementTypeName(input) << " q.k = " << exact;
       inexact += want != exact ? 1 : 0;
     }
     EXPECT_GT(inexact, 100) << "the check must exercise rounding";
@@ -185,38 +185,38 @@ TEST(Emulate, ScoresRoundToFp32AndPointwisePRoundsToTheInputType) {
 // unnormalised p_j = exp(S_j - M) are rounded to the input type for PV, their fp32 sum l divides at
 // the end: O_j = round_in(round_fp32(round_in(p_j) / l)).
 TEST(Emulate, SoftmaxRoundsUnnormalisedProbabilitiesAndDividesByTheFp32Sum) {
-  const auto f32 = [](double x) { return testing::RoundTo(ElementType::kFloat32, x); };
+  const auto f32 = [](double x) { return check::RoundTo(ElementType::kFloat32, x); };
   for (ElementType input : {ElementType::kBFloat16, ElementType::kFloat16}) {
     std::mt19937_64 rng(input == ElementType::kBFloat16 ? 3 : 4);
     std::normal_distribution<double> normal;
     for (int rep = 0; rep < 200; ++rep) {
-      testing::CaseShape shape;
+      check::CaseShape shape;
       shape.q_lengths = {1};
       shape.kv_lengths = {2};
       shape.dqk = 4;
       shape.dv = 2;
       shape.input_type = input;
-      AttentionCase c = testing::BuildCase(shape);  // softmax, pre = 1/sqrt(4) = 0.5 (exact)
+      AttentionCase c = check::BuildCase(shape);  // softmax, pre = 1/sqrt(4) = 0.5 (exact)
       double s[2] = {0, 0};
-      for (int d = 0; d < 4; ++d) c.q.data[d] = testing::RoundTo(input, normal(rng));
+      for (int d = 0; d < 4; ++d) c.q.data[d] = check::RoundTo(input, normal(rng));
       for (int j = 0; j < 2; ++j) {
         double dot = 0;
         for (int d = 0; d < 4; ++d) {
-          c.k.data[j * 4 + d] = testing::RoundTo(input, normal(rng));
+          c.k.data[j * 4 + d] = check::RoundTo(input, normal(rng));
           dot += c.q.data[d] * c.k.data[j * 4 + d];
         }
         s[j] = f32(0.5 * f32(dot));
       }
       c.v.data = {1.0, 0.0, 0.0, 1.0};
-      const auto run = testing::RunOracleForward(c, kEmulate);
+      const auto run = check::RunOracleForward(c, kEmulate);
       ASSERT_TRUE(run.ok()) << run.status();
       const double m = std::max(s[0], s[1]);
       const double p[2] = {f32(std::exp(f32(s[0] - m))), f32(std::exp(f32(s[1] - m)))};
       const double l = f32(p[0] + p[1]);
       for (int j = 0; j < 2; ++j) {
-        const double want = testing::RoundTo(input, f32(testing::RoundTo(input, p[j]) / l));
+        const double want = check::RoundTo(input, f32(check::RoundTo(input, p[j]) / l));
         EXPECT_EQ(run->fwd.o[j], want)
-            << testing::ElementTypeName(input) << " S = (" << s[0] << ", " << s[1] << ")";
+            << check::ElementTypeName(input) << " S = (" << s[0] << ", " << s[1] << ")";
       }
       EXPECT_EQ(run->fwd.lse[0], f32(m + f32(std::log(l))));
     }
@@ -234,13 +234,13 @@ TEST(Emulate, PassesTheGpuSecondaryCriterionAgainstTheOracle) {
   config.custom_scales = false;
   config.acts = {Activation::kSoftmax, Activation::kSilu, Activation::kGeluTanh};
   for (int rep = 0; rep < 12; ++rep) {
-    const AttentionCase c = testing::RandomAttentionCase(rng, config);
-    const std::vector<double> d_o = testing::RandomCotangent(c, rng());
-    const auto ref = testing::RunOracle(c, d_o);
-    const auto emu = testing::RunOracle(c, d_o, kEmulate);
+    const AttentionCase c = check::RandomAttentionCase(rng, config);
+    const std::vector<double> d_o = check::RandomCotangent(c, rng());
+    const auto ref = check::RunOracle(c, d_o);
+    const auto emu = check::RunOracle(c, d_o, kEmulate);
     ASSERT_TRUE(ref.ok() && emu.ok());
-    const testing::Verdict o =
-        testing::GpuSecondaryRelL2("O", emu->fwd.o, ref->fwd.o, testing::kForwardRelL2Tolerance);
+    const check::Verdict o =
+        check::GpuSecondaryRelL2("O", emu->fwd.o, ref->fwd.o, check::kForwardRelL2Tolerance);
     EXPECT_TRUE(o.pass) << o.message << "; case: " << c;
   }
 }

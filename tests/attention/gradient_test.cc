@@ -9,7 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/testing/attention_cases.h"
-#include "tests/testing/criteria.h"
+#include "tools/check/criteria.h"
 #include "tests/testing/oracle_harness.h"
 #include "tests/testing/padded_attention.h"
 #include "tests/testing/rapidcheck_runner.h"
@@ -17,9 +17,9 @@
 namespace gemtb {
 namespace {
 
-using testing::AttentionCase;
-using testing::CaseConfig;
-using testing::OwnedTensor;
+using check::AttentionCase;
+using check::CaseConfig;
+using check::OwnedTensor;
 
 constexpr double kRelTolerance = 1e-6;
 constexpr double kKinkMargin = 1e-3;
@@ -99,8 +99,8 @@ double Loss(const AttentionCase& c, const std::vector<double>& w) {
     xw[i] = x[i];
     numeric[i] = (l_plus - l_minus) / (plus - minus);
   }
-  const double err = testing::MaxAbsDiff(numeric, analytic);
-  const double scale = std::max(testing::MaxAbs(analytic), kScaleFloor);
+  const double err = check::MaxAbsDiff(numeric, analytic);
+  const double scale = std::max(check::MaxAbs(analytic), kScaleFloor);
   const double rel = err / scale;
   if (rel <= kRelTolerance) return ::testing::AssertionSuccess();
   size_t worst = 0;
@@ -117,9 +117,9 @@ double Loss(const AttentionCase& c, const std::vector<double>& w) {
 ::testing::AssertionResult GradientsMatchFiniteDifferences(const AttentionCase& c, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal;
-  std::vector<double> w(testing::OutputRows(c) * c.heads() * c.dv());
+  std::vector<double> w(check::OutputRows(c) * c.heads() * c.dv());
   for (double& x : w) x = normal(rng);
-  const auto run = testing::RunOracle(c, w, {.threads = 1});
+  const auto run = check::RunOracle(c, w, {.threads = 1});
   if (!run.ok()) return ::testing::AssertionFailure() << run.status();
   const auto& g = run->bwd;
   if (auto r = MatchesFiniteDifferences(c, &AttentionCase::q, "dQ", g.dq, w); !r) return r;
@@ -151,12 +151,12 @@ double Loss(const AttentionCase& c, const std::vector<double>& w) {
 AttentionCase DrawCheckableCase(std::mt19937_64& rng, const CaseConfig& config,
                                 const std::function<bool(const AttentionCase&)>& want) {
   for (int attempt = 0; attempt < 1000; ++attempt) {
-    AttentionCase c = testing::RandomAttentionCase(rng, config);
+    AttentionCase c = check::RandomAttentionCase(rng, config);
     if (testing::CountValidPairs(c) == 0 || NearKink(c) || !want(c)) continue;
     return c;
   }
   ADD_FAILURE() << "no checkable case in 1000 draws";
-  return testing::RandomAttentionCase(rng, config);
+  return check::RandomAttentionCase(rng, config);
 }
 
 TEST(Gradient, MatchesFiniteDifferencesForEveryActAndMask) {
@@ -203,7 +203,7 @@ TEST(Gradient, TimeBiasGradientMatchesFiniteDifferences) {
   for (int a = 0; a < kNumActivations; ++a) {
     CaseConfig config = SmallConfig();
     config.acts = {static_cast<Activation>(a)};
-    config.pairing = testing::Pairing::kSelf;
+    config.pairing = check::Pairing::kSelf;
     config.max_length = 6;
     const AttentionCase c =
         DrawCheckableCase(rng, config, [](const AttentionCase& x) { return x.bias_ts.present(); });

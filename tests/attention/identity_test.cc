@@ -10,8 +10,8 @@
 namespace gemtb {
 namespace {
 
-using testing::AttentionCase;
-using testing::CaseConfig;
+using check::AttentionCase;
+using check::CaseConfig;
 
 CaseConfig IdentityConfig() {
   CaseConfig config;
@@ -37,7 +37,7 @@ Plain PlainProducts(const AttentionCase& c, const std::vector<double>& d_o) {
   const int64_t dqk = c.dqk();
   const int64_t dv = c.dv();
   Plain r;
-  r.o.assign(testing::OutputRows(c) * h_count * dv, 0.0);
+  r.o.assign(check::OutputRows(c) * h_count * dv, 0.0);
   r.dq.assign(c.q.data.size(), 0.0);
   r.dk.assign(c.k.data.size(), 0.0);
   r.dv.assign(c.v.data.size(), 0.0);
@@ -48,7 +48,7 @@ Plain PlainProducts(const AttentionCase& c, const std::vector<double>& d_o) {
   auto v = [&](int64_t t, int64_t h, int64_t d) {
     return c.v.data[(t * c.kv_heads() + h) * dv + d];
   };
-  for (const auto& s : testing::PairSequences(c)) {
+  for (const auto& s : check::PairSequences(c)) {
     for (int64_t h = 0; h < h_count; ++h) {
       const int64_t hk = h / group;
       for (int64_t i = 0; i < s.lq; ++i) {
@@ -81,8 +81,8 @@ TEST(Identity, IdentityWithUnitScalesIsPlainQKTransposeV) {
       c.options.pre_scale = 1.0;
       c.options.post_scale = 1.0;
     }
-    const std::vector<double> d_o = testing::RandomCotangent(c, c.shape.value_seed + 5);
-    const auto run = testing::RunOracle(c, d_o);
+    const std::vector<double> d_o = check::RandomCotangent(c, c.shape.value_seed + 5);
+    const auto run = check::RunOracle(c, d_o);
     testing::RcRequireOk(run.status(), c);
     const Plain want = PlainProducts(c, d_o);
     testing::RcRequire(testing::AllClose("O", run->fwd.o, want.o, 1e-12), c);

@@ -14,8 +14,8 @@
 namespace gemtb {
 namespace {
 
-using testing::AttentionCase;
-using testing::CaseConfig;
+using check::AttentionCase;
+using check::CaseConfig;
 
 constexpr double kTolerance = 1e-12;
 
@@ -24,10 +24,10 @@ constexpr double kTolerance = 1e-12;
 TEST(JaggedVsPadded, ResultShapesFollowTheInputs) {
   std::mt19937_64 rng(3);
   for (int rep = 0; rep < 200; ++rep) {
-    const AttentionCase c = testing::RandomAttentionCase(rng, CaseConfig{});
-    const auto run = testing::RunOracle(c, testing::RandomCotangent(c, rng()));
+    const AttentionCase c = check::RandomAttentionCase(rng, CaseConfig{});
+    const auto run = check::RunOracle(c, check::RandomCotangent(c, rng()));
     ASSERT_TRUE(run.ok()) << run.status() << "\n  case: " << c;
-    const int64_t to = testing::OutputRows(c);
+    const int64_t to = check::OutputRows(c);
     EXPECT_EQ(run->fwd.o_shape, (std::vector<int64_t>{to, c.heads(), c.dv()})) << c;
     if (c.options.act == Activation::kSoftmax) {
       EXPECT_EQ(run->fwd.lse_shape, (std::vector<int64_t>{c.heads(), to})) << c;
@@ -56,9 +56,9 @@ TEST(JaggedVsPadded, OracleEqualsPaddedAndMaskedForEveryActAndMask) {
       config.acts = {static_cast<Activation>(a)};
       config.masks = {mask};
       for (int rep = 0; rep < 8; ++rep) {
-        const AttentionCase c = testing::RandomAttentionCase(rng, config);
-        const std::vector<double> d_o = testing::RandomCotangent(c, rng());
-        const auto run = testing::RunOracle(c, d_o);
+        const AttentionCase c = check::RandomAttentionCase(rng, config);
+        const std::vector<double> d_o = check::RandomCotangent(c, rng());
+        const auto run = check::RunOracle(c, d_o);
         ASSERT_TRUE(run.ok()) << run.status() << "\n  case: " << c;
         EXPECT_TRUE(testing::MatchesPadded(*run, testing::PaddedAttention(c, d_o), kTolerance))
             << "case: " << c;
@@ -70,8 +70,8 @@ TEST(JaggedVsPadded, OracleEqualsPaddedAndMaskedForEveryActAndMask) {
 TEST(JaggedVsPadded, OracleEqualsPaddedAndMaskedOnArbitraryCases) {
   testing::CheckProperty(1000, [] {
     const AttentionCase c = *testing::GenAttentionCase(CaseConfig{});
-    const std::vector<double> d_o = testing::RandomCotangent(c, c.shape.value_seed + 1);
-    const auto run = testing::RunOracle(c, d_o);
+    const std::vector<double> d_o = check::RandomCotangent(c, c.shape.value_seed + 1);
+    const auto run = check::RunOracle(c, d_o);
     testing::RcRequireOk(run.status(), c);
     testing::RcRequire(testing::MatchesPadded(*run, testing::PaddedAttention(c, d_o), kTolerance),
                        c);
@@ -86,8 +86,8 @@ TEST(JaggedVsPadded, OracleEqualsPaddedOnMediumArbitraryCases) {
   config.max_dim = 32;
   testing::CheckProperty(200, [config] {
     const AttentionCase c = *testing::GenAttentionCase(config);
-    const std::vector<double> d_o = testing::RandomCotangent(c, c.shape.value_seed + 1);
-    const auto run = testing::RunOracle(c, d_o);
+    const std::vector<double> d_o = check::RandomCotangent(c, c.shape.value_seed + 1);
+    const auto run = check::RunOracle(c, d_o);
     testing::RcRequireOk(run.status(), c);
     testing::RcRequire(testing::MatchesPadded(*run, testing::PaddedAttention(c, d_o), kTolerance),
                        c);
@@ -102,9 +102,9 @@ TEST(JaggedVsPadded, OracleEqualsPaddedWithLargerHeadsAndDims) {
   config.max_sequences = 4;
   std::mt19937_64 rng(7);
   for (int rep = 0; rep < 100; ++rep) {
-    const AttentionCase c = testing::RandomAttentionCase(rng, config);
-    const std::vector<double> d_o = testing::RandomCotangent(c, rng());
-    const auto run = testing::RunOracle(c, d_o);
+    const AttentionCase c = check::RandomAttentionCase(rng, config);
+    const std::vector<double> d_o = check::RandomCotangent(c, rng());
+    const auto run = check::RunOracle(c, d_o);
     ASSERT_TRUE(run.ok()) << run.status() << "\n  case: " << c;
     EXPECT_TRUE(testing::MatchesPadded(*run, testing::PaddedAttention(c, d_o), kTolerance))
         << "case: " << c;

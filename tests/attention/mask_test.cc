@@ -16,28 +16,28 @@
 namespace gemtb {
 namespace {
 
-using testing::AttentionCase;
-using testing::CaseConfig;
+using check::AttentionCase;
+using check::CaseConfig;
 
 // Reads the kept keys of every query row off the oracle: with q = k = 0 all scores are 0, so
 // softmax spreads 1/n over the n kept keys; with one-hot values v_j = e_j, O_i[j] = 1/n or 0.
 // Returns one string per row, 'x' for a kept key and '.' otherwise, and checks O and LSE exactly.
 std::vector<std::string> KeptKeys(int64_t lq, int64_t lk, const AttentionOptions& options) {
-  testing::CaseShape shape;
+  check::CaseShape shape;
   shape.q_lengths = {lq};
   shape.kv_lengths = {lk};
   shape.dqk = 2;
   shape.dv = lk;
   shape.options = options;
   shape.options.act = Activation::kSoftmax;
-  AttentionCase c = testing::BuildCase(shape);
+  AttentionCase c = check::BuildCase(shape);
   for (double& x : c.q.data) x = 0;
   for (double& x : c.k.data) x = 0;
   for (int64_t j = 0; j < lk; ++j) {
     for (int64_t e = 0; e < lk; ++e) c.v.data[j * lk + e] = j == e ? 1.0 : 0.0;
   }
   std::vector<std::string> rows(lq, std::string(lk, '?'));
-  const auto run = testing::RunOracleForward(c);
+  const auto run = check::RunOracleForward(c);
   EXPECT_TRUE(run.ok()) << run.status();
   if (!run.ok()) return rows;
   for (int64_t i = 0; i < lq; ++i) {
@@ -119,9 +119,9 @@ TEST(Mask, WindowCoveringMaxLengthIsBitwiseEqualToNone) {
     window.options.mask = MaskKind::kWindow;
     window.options.window_left = none.max_l();
     window.options.window_right = none.max_l();
-    const std::vector<double> d_o = testing::RandomCotangent(none, none.shape.value_seed ^ 0x5a);
-    const auto a = testing::RunOracle(none, d_o);
-    const auto b = testing::RunOracle(window, d_o);
+    const std::vector<double> d_o = check::RandomCotangent(none, none.shape.value_seed ^ 0x5a);
+    const auto a = check::RunOracle(none, d_o);
+    const auto b = check::RunOracle(window, d_o);
     testing::RcRequireOk(a.status(), none);
     testing::RcRequireOk(b.status(), window);
     testing::RcRequire(testing::BitIdentical(*a, *b), window);
@@ -138,9 +138,9 @@ TEST(Mask, CausalIsBitwiseEqualToWindowMinusOneZero) {
     window.options.mask = MaskKind::kWindow;
     window.options.window_left = -1;
     window.options.window_right = 0;
-    const std::vector<double> d_o = testing::RandomCotangent(causal, causal.shape.value_seed + 3);
-    const auto a = testing::RunOracle(causal, d_o);
-    const auto b = testing::RunOracle(window, d_o);
+    const std::vector<double> d_o = check::RandomCotangent(causal, causal.shape.value_seed + 3);
+    const auto a = check::RunOracle(causal, d_o);
+    const auto b = check::RunOracle(window, d_o);
     testing::RcRequireOk(a.status(), causal);
     testing::RcRequireOk(b.status(), window);
     testing::RcRequire(testing::BitIdentical(*a, *b), window);
@@ -155,7 +155,7 @@ TEST(Mask, BlockEqualsDensePathWithBlockDiagonalMask) {
   config.max_length = 9;
   testing::CheckProperty(300, [config] {
     const AttentionCase c = *testing::GenAttentionCase(config);
-    const auto pairs = testing::PairSequences(c);
+    const auto pairs = check::PairSequences(c);
     const int64_t n = c.options.block;
     const bool bottom_right = c.options.align == Alignment::kBottomRight;
     auto block_diagonal = [&](int64_t b, int64_t i, int64_t j) {
@@ -167,8 +167,8 @@ TEST(Mask, BlockEqualsDensePathWithBlockDiagonalMask) {
       }
       return false;
     };
-    const std::vector<double> d_o = testing::RandomCotangent(c, c.shape.value_seed + 11);
-    const auto run = testing::RunOracle(c, d_o);
+    const std::vector<double> d_o = check::RandomCotangent(c, c.shape.value_seed + 11);
+    const auto run = check::RunOracle(c, d_o);
     testing::RcRequireOk(run.status(), c);
     testing::RcRequire(
         testing::MatchesPadded(*run, testing::PaddedAttention(c, d_o, block_diagonal), 1e-12), c);
@@ -183,15 +183,15 @@ TEST(Mask, HugeWindowAndBlockParametersKeepEveryKey) {
   config.masks = {MaskKind::kNone};
   std::mt19937_64 rng(5);
   for (int rep = 0; rep < 40; ++rep) {
-    const AttentionCase none = testing::RandomAttentionCase(rng, config);
-    const std::vector<double> d_o = testing::RandomCotangent(none, rng());
-    const auto want = testing::RunOracle(none, d_o);
+    const AttentionCase none = check::RandomAttentionCase(rng, config);
+    const std::vector<double> d_o = check::RandomCotangent(none, rng());
+    const auto want = check::RunOracle(none, d_o);
     ASSERT_TRUE(want.ok()) << want.status();
     AttentionCase window = none;
     window.options.mask = MaskKind::kWindow;
     window.options.window_left = kHuge;
     window.options.window_right = kHuge;
-    const auto got_window = testing::RunOracle(window, d_o);
+    const auto got_window = check::RunOracle(window, d_o);
     ASSERT_TRUE(got_window.ok()) << got_window.status();
     EXPECT_TRUE(testing::BitIdentical(*got_window, *want)) << "window(max,max); case: " << none;
     AttentionCase none_top_left = none;  // the rel-pos bias depends on the alignment
@@ -199,7 +199,7 @@ TEST(Mask, HugeWindowAndBlockParametersKeepEveryKey) {
     AttentionCase block = none_top_left;
     block.options.mask = MaskKind::kBlock;
     block.options.block = kHuge;
-    const auto got_block = testing::RunOracle(block, d_o);
+    const auto got_block = check::RunOracle(block, d_o);
     ASSERT_TRUE(got_block.ok()) << got_block.status();
     EXPECT_TRUE(
         testing::MatchesPadded(*got_block, testing::PaddedAttention(none_top_left, d_o), 1e-12))
@@ -211,7 +211,7 @@ TEST(Mask, HugeWindowAndBlockParametersKeepEveryKey) {
 TEST(Mask, ForwardFlopsCountOnlyValidPairs) {
   std::mt19937_64 rng(99);
   for (int rep = 0; rep < 200; ++rep) {
-    const AttentionCase c = testing::RandomAttentionCase(rng, CaseConfig{});
+    const AttentionCase c = check::RandomAttentionCase(rng, CaseConfig{});
     const auto flops = reference::AttentionForwardFlops(c.View(), c.options);
     ASSERT_TRUE(flops.ok()) << flops.status() << "\n  case: " << c;
     const double want = 2.0 * static_cast<double>(c.heads() * (c.dqk() + c.dv())) *

@@ -14,8 +14,8 @@
 namespace gemtb {
 namespace {
 
-using testing::AttentionCase;
-using testing::CaseConfig;
+using check::AttentionCase;
+using check::CaseConfig;
 
 constexpr double kTolerance = 1e-12;
 
@@ -58,7 +58,7 @@ TEST(Permutation, PermutingKeysLeavesOutputUnchanged) {
     AttentionCase p = c;
     p.k.data = PermuteRows(c.k.data, perm, c.kv_heads() * c.dqk());
     p.v.data = PermuteRows(c.v.data, perm, c.kv_heads() * c.dv());
-    const auto pairs = testing::PairSequences(c);
+    const auto pairs = check::PairSequences(c);
     if (c.bias_dense.present()) {  // column j of output sequence b belongs to key k_begin + j
       const int64_t hb = c.bias_dense.shape[1];
       for (size_t b = 0; b < pairs.size(); ++b) {
@@ -73,9 +73,9 @@ TEST(Permutation, PermutingKeysLeavesOutputUnchanged) {
         }
       }
     }
-    const std::vector<double> d_o = testing::RandomCotangent(c, rng());
-    const auto a = testing::RunOracle(c, d_o);
-    const auto b = testing::RunOracle(p, d_o);
+    const std::vector<double> d_o = check::RandomCotangent(c, rng());
+    const auto a = check::RunOracle(c, d_o);
+    const auto b = check::RunOracle(p, d_o);
     testing::RcRequireOk(a.status(), c);
     testing::RcRequireOk(b.status(), p);
     testing::RcRequire(testing::AllClose("O", b->fwd.o, a->fwd.o, kTolerance), c);
@@ -100,10 +100,10 @@ TEST(Permutation, PermutingQueriesPermutesOutputs) {
     const std::vector<int64_t> perm = RandomPermutationWithinSequences(c.q_offsets.data, rng);
     AttentionCase p = c;
     p.q.data = PermuteRows(c.q.data, perm, c.heads() * c.dqk());
-    const auto pairs = testing::PairSequences(c);
+    const auto pairs = check::PairSequences(c);
     // Output row o_begin + i of sequence b reads query q_begin + i; after the permutation it reads
     // q_begin + (perm[q_begin + i] - q_begin).
-    const int64_t to = testing::OutputRows(c);
+    const int64_t to = check::OutputRows(c);
     std::vector<int64_t> out_perm(to);
     for (const auto& s : pairs) {
       for (int64_t i = 0; i < s.lq; ++i) {
@@ -123,10 +123,10 @@ TEST(Permutation, PermutingQueriesPermutesOutputs) {
         }
       }
     }
-    const std::vector<double> d_o = testing::RandomCotangent(c, rng());
+    const std::vector<double> d_o = check::RandomCotangent(c, rng());
     const std::vector<double> d_o_permuted = PermuteRows(d_o, out_perm, c.heads() * c.dv());
-    const auto a = testing::RunOracle(c, d_o);
-    const auto b = testing::RunOracle(p, d_o_permuted);
+    const auto a = check::RunOracle(c, d_o);
+    const auto b = check::RunOracle(p, d_o_permuted);
     testing::RcRequireOk(a.status(), c);
     testing::RcRequireOk(b.status(), p);
     testing::RcRequire(

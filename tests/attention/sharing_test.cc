@@ -12,9 +12,9 @@
 namespace gemtb {
 namespace {
 
-using testing::AttentionCase;
-using testing::CaseConfig;
-using testing::Pairing;
+using check::AttentionCase;
+using check::CaseConfig;
+using check::Pairing;
 
 constexpr double kTolerance = 1e-12;
 
@@ -33,7 +33,7 @@ void AddRows(const std::vector<double>& copy, int64_t copy_begin, int64_t sum_be
 struct Materialised {
   AttentionCase c;
   // Folds the copy's gradients back onto the original's shared rows.
-  std::function<void(const testing::OracleRun&, std::vector<double>& dq, std::vector<double>& dk,
+  std::function<void(const check::OracleRun&, std::vector<double>& dq, std::vector<double>& dk,
                      std::vector<double>& dv)>
       fold;
 };
@@ -58,7 +58,7 @@ Materialised MaterialiseGqa(const AttentionCase& c) {
   m.c.k.shape = {tk, h_count, c.dqk()};
   m.c.v.data = expand(c.v.data, c.dv());
   m.c.v.shape = {tk, h_count, c.dv()};
-  m.fold = [=](const testing::OracleRun& run, std::vector<double>& dq, std::vector<double>& dk,
+  m.fold = [=](const check::OracleRun& run, std::vector<double>& dq, std::vector<double>& dk,
                std::vector<double>& dv) {
     dq = run.bwd.dq;
     dk.assign(tk * hkv * c.dqk(), 0.0);
@@ -80,7 +80,7 @@ Materialised MaterialiseGqa(const AttentionCase& c) {
 // kv_index: output sequence b gets its own copy of K/V sequence kv_index[b] (and its RoPE rows).
 Materialised MaterialiseKvIndex(const AttentionCase& c) {
   Materialised m{c, nullptr};
-  const auto pairs = testing::PairSequences(c);
+  const auto pairs = check::PairSequences(c);
   const int64_t krow = c.kv_heads() * c.dqk();
   const int64_t vrow = c.kv_heads() * c.dv();
   m.c.k.data.clear();
@@ -102,7 +102,7 @@ Materialised MaterialiseKvIndex(const AttentionCase& c) {
   if (c.rope_k.present()) m.c.rope_k.shape = {tk2, c.dqk()};
   if (c.rope_v.present()) m.c.rope_v.shape = {tk2, c.dv()};
   m.c.kv_index = {};
-  m.fold = [=](const testing::OracleRun& run, std::vector<double>& dq, std::vector<double>& dk,
+  m.fold = [=](const check::OracleRun& run, std::vector<double>& dq, std::vector<double>& dk,
                std::vector<double>& dv) {
     dq = run.bwd.dq;
     dk.assign(c.k.data.size(), 0.0);
@@ -120,7 +120,7 @@ Materialised MaterialiseKvIndex(const AttentionCase& c) {
 // broadcast_q: every output sequence gets its own copy of the one query sequence.
 Materialised MaterialiseBroadcast(const AttentionCase& c) {
   Materialised m{c, nullptr};
-  const auto pairs = testing::PairSequences(c);
+  const auto pairs = check::PairSequences(c);
   const int64_t lq = c.q_offsets.data[1];
   const int64_t qrow = c.heads() * c.dqk();
   m.c.options.broadcast_q = false;
@@ -137,7 +137,7 @@ Materialised MaterialiseBroadcast(const AttentionCase& c) {
   m.c.q.shape = {tq2, c.heads(), c.dqk()};
   if (c.rope_q.present()) m.c.rope_q.shape = {tq2, c.dqk()};
   const int64_t b_count = static_cast<int64_t>(pairs.size());
-  m.fold = [=](const testing::OracleRun& run, std::vector<double>& dq, std::vector<double>& dk,
+  m.fold = [=](const check::OracleRun& run, std::vector<double>& dq, std::vector<double>& dk,
                std::vector<double>& dv) {
     dq.assign(c.q.data.size(), 0.0);
     for (int64_t b = 0; b < b_count; ++b) AddRows(run.bwd.dq, b * lq, 0, lq, qrow, dq);
@@ -148,9 +148,9 @@ Materialised MaterialiseBroadcast(const AttentionCase& c) {
 }
 
 void CheckEqualsMaterialised(const AttentionCase& c, const Materialised& m) {
-  const std::vector<double> d_o = testing::RandomCotangent(c, c.shape.value_seed + 7);
-  const auto shared = testing::RunOracle(c, d_o);
-  const auto copies = testing::RunOracle(m.c, d_o);
+  const std::vector<double> d_o = check::RandomCotangent(c, c.shape.value_seed + 7);
+  const auto shared = check::RunOracle(c, d_o);
+  const auto copies = check::RunOracle(m.c, d_o);
   testing::RcRequireOk(shared.status(), c);
   testing::RcRequireOk(copies.status(), m.c);
   testing::RcRequire(testing::AllClose("O", shared->fwd.o, copies->fwd.o, kTolerance), c);

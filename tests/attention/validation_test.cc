@@ -18,7 +18,7 @@
 namespace gemtb {
 namespace {
 
-using testing::AttentionCase;
+using check::AttentionCase;
 using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using testing::StatusIs;
@@ -27,7 +27,7 @@ using StringMatcher = ::testing::Matcher<const std::string&>;
 // Self-attention with everything attached: lengths {13, 17}, H = 4, Hkv = 2, Dqk = 4, Dv = 2,
 // dense bias Hb = 2, rel bias Hr = 4, time bias Ht = 1, RoPE on q, k and v.
 AttentionCase SelfBase() {
-  testing::CaseShape s;
+  check::CaseShape s;
   s.q_lengths = {13, 17};
   s.kv_lengths = {13, 17};
   s.heads = 4;
@@ -40,13 +40,13 @@ AttentionCase SelfBase() {
   s.rope_qk = true;
   s.rope_v = true;
   s.value_seed = 1;
-  return testing::BuildCase(s);
+  return check::BuildCase(s);
 }
 
 // Cross-attention: q lengths {13, 17, 0} (TQ = 30), K/V lengths {11, 12, 7} (TK = 30), kv_index
 // {0, 2, 1}, no bias, no RoPE.
 AttentionCase CrossBase() {
-  testing::CaseShape s;
+  check::CaseShape s;
   s.q_lengths = {13, 17, 0};
   s.kv_lengths = {11, 12, 7};
   s.kv_index = {0, 2, 1};
@@ -55,11 +55,11 @@ AttentionCase CrossBase() {
   s.dqk = 4;
   s.dv = 2;
   s.value_seed = 2;
-  return testing::BuildCase(s);
+  return check::BuildCase(s);
 }
 
 template <typename T>
-void Reshape(testing::OwnedTensor<T>& t, std::vector<int64_t> shape) {
+void Reshape(check::OwnedTensor<T>& t, std::vector<int64_t> shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   t.shape = std::move(shape);
@@ -305,8 +305,8 @@ class AttentionValidation : public ::testing::TestWithParam<InvalidInput> {};
 TEST(AttentionValidationBase, BaseCasesAreValid) {
   for (const AttentionCase& c : {SelfBase(), CrossBase()}) {
     EXPECT_TRUE(reference::ValidateAttention(c.View(), c.options).ok()) << "case: " << c;
-    const std::vector<double> d_o = testing::RandomCotangent(c, 1);
-    EXPECT_TRUE(testing::RunOracle(c, d_o).ok()) << "case: " << c;
+    const std::vector<double> d_o = check::RandomCotangent(c, 1);
+    EXPECT_TRUE(check::RunOracle(c, d_o).ok()) << "case: " << c;
   }
 }
 

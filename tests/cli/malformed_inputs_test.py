@@ -1,9 +1,10 @@
-"""Every malformed input to `gemtb ref attention` gets a one-line error naming the field and the
-value, exit code 2, and no output file (issue: foundation, "Done when").
+"""Every malformed input to `gemtb ref attention`, as flags or in a case folder's case.json, gets a
+one-line error naming the field and the value, exit code 2, and no output file.
 
 usage: /usr/bin/python3 malformed_inputs_test.py --gemtb PATH
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -46,6 +47,17 @@ def main():
         i = out.index(flag)
         out[i + 1] = value
         return out
+
+    # A case folder (case.json, strict: "<file>.<key>: <value> <rule>") naming the same files.
+    good_case = {"q": "../q.npy", "k": "../k.npy", "v": "../v.npy", "q-offsets": "../qo.npy",
+                 "kv-offsets": "../ko.npy"}
+
+    def case_folder(name, **changes):
+        folder = os.path.join(tmp, name)
+        os.makedirs(folder)
+        with open(os.path.join(folder, "case.json"), "w") as f:
+            json.dump({**good_case, **{key.replace("_", "-"): value for key, value in changes.items()}}, f)
+        return ["--case", folder]
 
     q_bytes = open(q, "rb").read()
     header_end = q_bytes.index(b"\n") + 1
@@ -103,6 +115,14 @@ def main():
         ("do of the wrong shape", good + ["--backward", "--do", save("do_bad.npy", rng.standard_normal((12, 4, 7)))],
          ["d_o: shape [12, 4, 7]"]),
         ("unknown flag", good + ["--frobnicate", "1"], ["--frobnicate"]),
+        ("case.json: unknown key", case_folder("case_key", bogus=1), ["case.json.bogus: unknown key"]),
+        ("case.json: unknown activation", case_folder("case_act", act="tanh"),
+         ['case.json.act: "tanh" is not an activation']),
+        ("case.json: mask not a string", case_folder("case_mask", mask=3), ["case.json.mask: 3 is not a string"]),
+        ("case.json: block not an integer", case_folder("case_block", block=1.5),
+         ["case.json.block: 1.5 is not an integer"]),
+        ("case.json: broadcast-q not a boolean", case_folder("case_bq", broadcast_q=1),
+         ["case.json.broadcast-q: 1 is not true or false"]),
     ]
     failures = 0
     for i, (name, argv, needles) in enumerate(cases):
@@ -131,7 +151,14 @@ def main():
     if proc.returncode != 0 or not os.path.exists(os.path.join(ok_dir, "o.npy")):
         failures += 1
         print(f"FAIL well-formed call: exit {proc.returncode}: {proc.stderr.strip()}")
-    print(f"{len(cases) - failures + (1 if proc.returncode == 0 else 0)} passed, {failures} failed")
+    good_folder = case_folder("case_good")
+    folder_dir = os.path.join(tmp, "ok_case")
+    proc_case = subprocess.run([args.gemtb, "ref", "attention", *good_folder, "--out-dir", folder_dir],
+                               capture_output=True, text=True)
+    if proc_case.returncode != 0 or not os.path.exists(os.path.join(folder_dir, "o.npy")):
+        failures += 1
+        print(f"FAIL well-formed case folder: exit {proc_case.returncode}: {proc_case.stderr.strip()}")
+    print(f"{len(cases) + 2 - failures} passed, {failures} failed")
     sys.exit(1 if failures else 0)
 
 

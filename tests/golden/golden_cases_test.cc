@@ -10,12 +10,14 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tools/gemtb/command.h"
-#include "tools/gemtb/golden_registry.h"
+#include "golden/registry.h"
 
 namespace gemtb::cli {
 namespace {
 
 namespace fs = std::filesystem;
+using golden::GoldenProducer;
+using golden::GoldenProducers;
 using nlohmann::json;
 
 const fs::path kGolden = GEMTB_GOLDEN_DIR;

@@ -13,12 +13,14 @@
 #include "nlohmann/json.hpp"
 #include "reference/io/npy.h"
 #include "tools/gemtb/command.h"
-#include "tools/gemtb/golden_registry.h"
+#include "golden/registry.h"
 
 namespace gemtb::cli {
 namespace {
 
 namespace fs = std::filesystem;
+using golden::GoldenProducer;
+using golden::GoldenProducers;
 using ::testing::HasSubstr;
 
 const fs::path kGolden = GEMTB_GOLDEN_DIR;
@@ -122,7 +124,7 @@ TEST(GoldenSet, RegistryCoversEveryActivationMaskPairWithUniqueFolders) {
   std::set<std::string> names;
   for (const GoldenProducer& p : GoldenProducers()) {
     EXPECT_TRUE(names.insert(p.name).second) << "duplicate " << p.name;
-    EXPECT_TRUE(IsGoldenKind(p.kind)) << p.name;
+    EXPECT_TRUE(golden::IsGoldenKind(p.kind)) << p.name;
   }
   // No producer's folder holds another's.
   for (const std::string& a : names) {

@@ -41,8 +41,8 @@ bool HaveGpu() {
 
 // What the small and the Hopper shapes below share: GQA 4 query heads on 2 K/V heads, Dqk = Dv = d,
 // bf16 inputs.
-testing::CaseShape GqaShape(Activation act, MaskKind mask, uint64_t seed, int64_t d) {
-  testing::CaseShape shape;
+check::CaseShape GqaShape(Activation act, MaskKind mask, uint64_t seed, int64_t d) {
+  check::CaseShape shape;
   shape.heads = 4;
   shape.kv_heads = 2;
   shape.dqk = shape.dv = d;
@@ -53,22 +53,22 @@ testing::CaseShape GqaShape(Activation act, MaskKind mask, uint64_t seed, int64_
   return shape;
 }
 
-testing::AttentionCase SmallCase(uint64_t seed, Activation act, MaskKind mask, int64_t d = 64) {
-  testing::CaseShape shape = GqaShape(act, mask, seed, d);
+check::AttentionCase SmallCase(uint64_t seed, Activation act, MaskKind mask, int64_t d = 64) {
+  check::CaseShape shape = GqaShape(act, mask, seed, d);
   shape.q_lengths = {5, 70, 0, 130};
   shape.kv_lengths = {9, 1, 64};
   shape.kv_index = {2, 0, 1, 2};
   shape.options.window_left = 7;
   shape.options.window_right = 3;
   shape.options.block = 16;
-  return testing::BuildCase(shape);
+  return check::BuildCase(shape);
 }
 
 // The shape the Hopper kernels' comparison tests share (D = 128, GQA 4/2, bf16, a 150/20 window
 // where the mask is one): two sequences with several partial K/V steps and tiles, one empty, one
 // reading a one-key sequence. Tests of broadcast_q replace the lengths.
-testing::CaseShape HopperShape(Activation act, MaskKind mask, uint64_t seed) {
-  testing::CaseShape shape = GqaShape(act, mask, seed, 128);
+check::CaseShape HopperShape(Activation act, MaskKind mask, uint64_t seed) {
+  check::CaseShape shape = GqaShape(act, mask, seed, 128);
   shape.q_lengths = {5, 300, 0, 130};
   shape.kv_lengths = {9, 1, 300};
   shape.kv_index = {2, 2, 1, 0};
@@ -78,10 +78,10 @@ testing::CaseShape HopperShape(Activation act, MaskKind mask, uint64_t seed) {
 }
 
 // The GPU call of case c with cotangent d_o, under c's options or the ones given.
-cli::GpuCall CallOf(const testing::AttentionCase& c, const std::vector<double>& d_o, const AttentionOptions& options) {
-  return cli::MakeGpuCall(c.View(), options, d_o, {testing::OutputRows(c), c.heads(), c.dv()});
+cli::GpuCall CallOf(const check::AttentionCase& c, const std::vector<double>& d_o, const AttentionOptions& options) {
+  return cli::MakeGpuCall(c.View(), options, d_o, {check::OutputRows(c), c.heads(), c.dv()});
 }
-cli::GpuCall CallOf(const testing::AttentionCase& c, const std::vector<double>& d_o) {
+cli::GpuCall CallOf(const check::AttentionCase& c, const std::vector<double>& d_o) {
   return CallOf(c, d_o, c.options);
 }
 
@@ -114,8 +114,8 @@ double MaxLseDiff(const std::vector<float>& a, const std::vector<float>& b) {
 
 // PMA-like lengths under broadcast_q: `rows` query rows shared by one- to six-step key ranges, an
 // empty and a one-key sequence among them.
-testing::CaseShape BroadcastShape(Activation act, MaskKind mask, uint64_t seed, int64_t rows) {
-  testing::CaseShape shape = HopperShape(act, mask, seed);
+check::CaseShape BroadcastShape(Activation act, MaskKind mask, uint64_t seed, int64_t rows) {
+  check::CaseShape shape = HopperShape(act, mask, seed);
   shape.q_lengths = {rows};
   shape.kv_lengths = {700, 9, 130, 0, 256, 1, 383};
   shape.kv_index = {};
@@ -137,7 +137,7 @@ TEST(GpuAttention, EveryHopperForwardMatchesTheMmaSyncForward) {
   for (const Activation act : acts) {
     for (const MaskKind mask : masks) {
       struct Shape {
-        testing::CaseShape shape;
+        check::CaseShape shape;
         std::vector<ForwardKernelKind> kernels;
       };
       std::vector<Shape> shapes;
@@ -152,8 +152,8 @@ TEST(GpuAttention, EveryHopperForwardMatchesTheMmaSyncForward) {
       }
       for (Shape& sh : shapes) {
         sh.shape.options.block = 48;
-        const testing::AttentionCase c = testing::BuildCase(sh.shape);
-        cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 54));
+        const check::AttentionCase c = check::BuildCase(sh.shape);
+        cli::GpuCall call = CallOf(c, check::RandomCotangent(c, 54));
         absl::StatusOr<gpu::ForwardResult> ref = ForwardWith(call, ForwardKernelKind::kMmaSync);
         ASSERT_TRUE(ref.ok()) << ref.status();
         double max_abs = 0;
@@ -183,14 +183,14 @@ TEST(GpuAttention, EveryHopperForwardMatchesTheMmaSyncForward) {
 TEST(GpuAttention, OverrideThatCannotRunTheCallIsAnError) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
   {
-    const testing::AttentionCase c = SmallCase(1, Activation::kSilu, MaskKind::kNone, 64);
-    cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 2));
+    const check::AttentionCase c = SmallCase(1, Activation::kSilu, MaskKind::kNone, 64);
+    cli::GpuCall call = CallOf(c, check::RandomCotangent(c, 2));
     EXPECT_THAT(ForwardWith(call, gpu::ForwardKernelKind::kHopperTma),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("forward kernel=hopper_tma")));
   }
   {
-    const testing::AttentionCase c = testing::BuildCase(HopperShape(Activation::kSoftmax, MaskKind::kNone, 3));
-    cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 4));
+    const check::AttentionCase c = check::BuildCase(HopperShape(Activation::kSoftmax, MaskKind::kNone, 3));
+    cli::GpuCall call = CallOf(c, check::RandomCotangent(c, 4));
     EXPECT_THAT(ForwardWith(call, gpu::ForwardKernelKind::kHopperSplit),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("forward kernel=hopper_split")));
     absl::StatusOr<gpu::ForwardResult> fwd = ForwardWith(call, gpu::ForwardKernelKind::kAuto);
@@ -212,8 +212,8 @@ TEST(GpuAttention, SplitForwardMatchesTheTmaForwardOnShortTiles) {
                                                   {Activation::kGeluTanh, MaskKind::kCausal},
                                                   {Activation::kRelu, MaskKind::kWindow}};
   for (const auto& [act, mask] : kinds) {
-    const testing::AttentionCase c = testing::BuildCase(BroadcastShape(act, mask, 9, 40));
-    cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 10));
+    const check::AttentionCase c = check::BuildCase(BroadcastShape(act, mask, 9, 40));
+    cli::GpuCall call = CallOf(c, check::RandomCotangent(c, 10));
     absl::StatusOr<gpu::ForwardResult> tma = ForwardWith(call, gpu::ForwardKernelKind::kHopperTma);
     ASSERT_TRUE(tma.ok()) << tma.status();
     absl::StatusOr<gpu::ForwardResult> split = ForwardWith(call, gpu::ForwardKernelKind::kHopperSplit);
@@ -238,14 +238,14 @@ TEST(GpuAttention, SplitForwardMatchesTheTmaForwardOnShortTiles) {
 TEST(GpuAttention, SmallForwardMatchesTheSplitForwardOnSeedTiles) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
   const auto value = [](uint16_t bits) { return static_cast<double>(numerics::Bf16BitsToFloat(bits)); };
-  std::vector<std::pair<std::string, testing::CaseShape>> shapes;
+  std::vector<std::pair<std::string, check::CaseShape>> shapes;
   shapes.emplace_back("silu none 32 seeds", BroadcastShape(Activation::kSilu, MaskKind::kNone, 31, 32));
   shapes.emplace_back("gelu_tanh causal 32 seeds", BroadcastShape(Activation::kGeluTanh, MaskKind::kCausal, 31, 32));
   shapes.emplace_back("relu window 17 seeds", BroadcastShape(Activation::kRelu, MaskKind::kWindow, 31, 17));
   {
     std::mt19937_64 rng(41);
     const auto draw = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
-    testing::CaseShape shape = HopperShape(Activation::kSilu, MaskKind::kCausal, 43);
+    check::CaseShape shape = HopperShape(Activation::kSilu, MaskKind::kCausal, 43);
     shape.q_lengths.clear();
     shape.kv_lengths.clear();
     shape.kv_index = {};
@@ -256,8 +256,8 @@ TEST(GpuAttention, SmallForwardMatchesTheSplitForwardOnSeedTiles) {
     shapes.emplace_back("silu causal 900 sequences of 1..32 rows", shape);
   }
   for (const auto& [what, shape] : shapes) {
-    const testing::AttentionCase c = testing::BuildCase(shape);
-    cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 32));
+    const check::AttentionCase c = check::BuildCase(shape);
+    cli::GpuCall call = CallOf(c, check::RandomCotangent(c, 32));
     absl::StatusOr<gpu::ForwardResult> split = ForwardWith(call, gpu::ForwardKernelKind::kHopperSplit);
     ASSERT_TRUE(split.ok()) << split.status();
     absl::StatusOr<gpu::ForwardResult> small = ForwardWith(call, gpu::ForwardKernelKind::kHopperSmall);
@@ -311,15 +311,15 @@ TEST(GpuAttention, TanhApproxChangesOnlySiluAndGeluTanh) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
   for (const bool broadcast : {false, true}) {
     for (const Activation act : {Activation::kSilu, Activation::kGeluTanh, Activation::kSoftmax, Activation::kGelu}) {
-      testing::CaseShape shape = HopperShape(act, MaskKind::kNone, 31);
+      check::CaseShape shape = HopperShape(act, MaskKind::kNone, 31);
       if (broadcast) {
         shape.q_lengths = {32};
         shape.kv_lengths = {300, 129, 64};
         shape.kv_index = {};
         shape.options.broadcast_q = true;
       }
-      const testing::AttentionCase c = testing::BuildCase(shape);
-      const std::vector<double> d_o = testing::RandomCotangent(c, 32);
+      const check::AttentionCase c = check::BuildCase(shape);
+      const std::vector<double> d_o = check::RandomCotangent(c, 32);
       std::vector<uint16_t> out[2][4];  // [tanh_approx][O, dQ, dK, dV]
       for (const bool approx : {false, true}) {
         AttentionOptions options = c.options;
@@ -373,7 +373,7 @@ TEST(GpuAttention, EveryHopperBackwardMatchesTheMmaSyncBackward) {
     for (const MaskKind mask : masks) {
       struct Shape {
         std::string name;
-        testing::CaseShape shape;
+        check::CaseShape shape;
         std::vector<BackwardKernelKind> kernels;
       };
       std::vector<Shape> shapes;
@@ -387,8 +387,8 @@ TEST(GpuAttention, EveryHopperBackwardMatchesTheMmaSyncBackward) {
       shapes.push_back(fused);
       for (Shape& sh : shapes) {
         sh.shape.options.block = 48;
-        const testing::AttentionCase c = testing::BuildCase(sh.shape);
-        cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 64));
+        const check::AttentionCase c = check::BuildCase(sh.shape);
+        cli::GpuCall call = CallOf(c, check::RandomCotangent(c, 64));
         absl::StatusOr<gpu::ForwardResult> fwd = ForwardWith(call, gpu::ForwardKernelKind::kAuto);
         ASSERT_TRUE(fwd.ok()) << fwd.status();
         absl::StatusOr<gpu::BackwardResult> ref = BackwardWith(call, *fwd, BackwardKernelKind::kMmaSync);
@@ -428,8 +428,8 @@ TEST(GpuAttention, StoredDsBackwardMatchesRecompute) {
                         {Activation::kGeluTanh, MaskKind::kCausal},
                         {Activation::kSoftmax, MaskKind::kCausal}};
   for (const Kind& k : kinds) {
-    const testing::AttentionCase c = testing::BuildCase(HopperShape(k.act, k.mask, 11));
-    cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 12));
+    const check::AttentionCase c = check::BuildCase(HopperShape(k.act, k.mask, 11));
+    cli::GpuCall call = CallOf(c, check::RandomCotangent(c, 12));
     absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
     ASSERT_TRUE(fwd.ok()) << fwd.status();
     absl::StatusOr<gpu::BackwardResult> recompute = BackwardWith(call, *fwd, gpu::BackwardKernelKind::kHopperRecompute);
@@ -474,15 +474,15 @@ TEST(GpuAttention, FusedDqBackwardMatchesTheChainedBackward) {
                         {Activation::kSilu, MaskKind::kWindow, 1, false},
                         {Activation::kSilu, MaskKind::kNone, 32, true}};
   for (const Kind& k : kinds) {
-    testing::CaseShape shape = HopperShape(k.act, k.mask, 21);
+    check::CaseShape shape = HopperShape(k.act, k.mask, 21);
     shape.kv_heads = shape.heads;
     shape.q_lengths = {k.seeds};
     shape.kv_lengths = {300, 9, 130, 64, 0, 1, 200};
     shape.kv_index = {};
     shape.options.broadcast_q = true;
     shape.options.tanh_approx = k.tanh_approx;
-    const testing::AttentionCase c = testing::BuildCase(shape);
-    cli::GpuCall call = CallOf(c, testing::RandomCotangent(c, 22));
+    const check::AttentionCase c = check::BuildCase(shape);
+    cli::GpuCall call = CallOf(c, check::RandomCotangent(c, 22));
     absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
     ASSERT_TRUE(fwd.ok()) << fwd.status();
     absl::StatusOr<gpu::BackwardResult> chained = BackwardWith(call, *fwd, gpu::BackwardKernelKind::kHopperRecompute);
@@ -509,8 +509,8 @@ TEST(GpuAttention, FusedDqBackwardMatchesTheChainedBackward) {
 TEST(GpuAttention, BackwardIsBitwiseIdenticalAcrossRuns) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
   for (Activation act : {Activation::kSoftmax, Activation::kSilu}) {
-    const testing::AttentionCase c = SmallCase(3, act, MaskKind::kCausal, 128);
-    const std::vector<double> d_o = testing::RandomCotangent(c, 4);
+    const check::AttentionCase c = SmallCase(3, act, MaskKind::kCausal, 128);
+    const std::vector<double> d_o = check::RandomCotangent(c, 4);
     const cli::GpuCall call = CallOf(c, d_o);
     absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
     ASSERT_TRUE(fwd.ok()) << fwd.status();
@@ -534,15 +534,15 @@ TEST(GpuAttention, BackwardIsBitwiseIdenticalAcrossRuns) {
 // zero gradients, no NaN (spec §9 "fully masked rows").
 TEST(GpuAttention, RowsWithoutKeysGiveZeroOutputsAndMinusInfinityLse) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
-  testing::CaseShape shape;
+  check::CaseShape shape;
   shape.q_lengths = {100};
   shape.kv_lengths = {30};
   shape.dqk = shape.dv = 64;
   shape.options.mask = MaskKind::kCausal;
   shape.input_type = ElementType::kFloat16;
   shape.value_seed = 9;
-  const testing::AttentionCase c = testing::BuildCase(shape);
-  const std::vector<double> d_o = testing::RandomCotangent(c, 10);
+  const check::AttentionCase c = check::BuildCase(shape);
+  const std::vector<double> d_o = check::RandomCotangent(c, 10);
   const cli::GpuCall call = CallOf(c, d_o);
   absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
   ASSERT_TRUE(fwd.ok()) << fwd.status();
@@ -569,13 +569,13 @@ TEST(GpuAttention, RowsWithoutKeysGiveZeroOutputsAndMinusInfinityLse) {
 gpu::AttentionArgs ValidArgs(const cli::GpuCall& call) { return call.args; }
 
 TEST(GpuAttentionCanRun, AcceptsTheSupportedFamily) {
-  const testing::AttentionCase c = SmallCase(1, Activation::kGeluTanh, MaskKind::kWindow);
+  const check::AttentionCase c = SmallCase(1, Activation::kGeluTanh, MaskKind::kWindow);
   const cli::GpuCall call = CallOf(c, {});
   EXPECT_TRUE(gpu::CanRun(call.args).ok()) << gpu::CanRun(call.args);
 }
 
 TEST(GpuAttentionCanRun, RejectsBiasAndRopeByName) {
-  const testing::AttentionCase c = SmallCase(1, Activation::kSoftmax, MaskKind::kNone);
+  const check::AttentionCase c = SmallCase(1, Activation::kSoftmax, MaskKind::kNone);
   const cli::GpuCall call = CallOf(c, {});
   const std::vector<float> table(10, 0.f);
   const struct {
@@ -594,33 +594,33 @@ TEST(GpuAttentionCanRun, RejectsBiasAndRopeByName) {
 
 TEST(GpuAttentionCanRun, RejectsUnsupportedDimsAndTypesByName) {
   {
-    const testing::AttentionCase c = SmallCase(1, Activation::kSoftmax, MaskKind::kNone, 32);
+    const check::AttentionCase c = SmallCase(1, Activation::kSoftmax, MaskKind::kNone, 32);
     EXPECT_THAT(gpu::CanRun(CallOf(c, {}).args),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Dqk=32")));
   }
   {
-    testing::CaseShape shape;
+    check::CaseShape shape;
     shape.q_lengths = shape.kv_lengths = {3};
     shape.dqk = 64;
     shape.dv = 128;
     shape.input_type = ElementType::kBFloat16;
-    const testing::AttentionCase c = testing::BuildCase(shape);
+    const check::AttentionCase c = check::BuildCase(shape);
     EXPECT_THAT(gpu::CanRun(CallOf(c, {}).args),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Dv=128")));
   }
   {
-    testing::CaseShape shape;
+    check::CaseShape shape;
     shape.q_lengths = shape.kv_lengths = {3};
     shape.dqk = shape.dv = 64;
     shape.input_type = ElementType::kFloat32;
-    const testing::AttentionCase c = testing::BuildCase(shape);
+    const check::AttentionCase c = check::BuildCase(shape);
     EXPECT_THAT(gpu::CanRun(CallOf(c, {}).args),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dtype: float32")));
   }
 }
 
 TEST(GpuAttentionCanRun, RejectsBadOffsetsAndIndicesLikeTheOracle) {
-  const testing::AttentionCase c = SmallCase(1, Activation::kSoftmax, MaskKind::kNone);
+  const check::AttentionCase c = SmallCase(1, Activation::kSoftmax, MaskKind::kNone);
   const cli::GpuCall call = CallOf(c, {});
   {
     gpu::AttentionArgs args = ValidArgs(call);

@@ -17,9 +17,9 @@
 namespace gemtb {
 namespace {
 
-gpu::Pairing PairingOf(const testing::AttentionCase& c) {
+gpu::Pairing PairingOf(const check::AttentionCase& c) {
   gpu::Pairing p;
-  for (const testing::SequencePair& s : testing::PairSequences(c)) {
+  for (const check::SequencePair& s : check::PairSequences(c)) {
     gpu::SeqInfo info;
     info.q_begin = s.q_begin;
     info.kv_begin = s.k_begin;
@@ -35,9 +35,9 @@ gpu::Pairing PairingOf(const testing::AttentionCase& c) {
 }
 
 // Valid pairs (b, i, j) of the case, each with count 0.
-std::map<std::tuple<int64_t, int64_t, int64_t>, int> ValidPairs(const testing::AttentionCase& c) {
+std::map<std::tuple<int64_t, int64_t, int64_t>, int> ValidPairs(const check::AttentionCase& c) {
   std::map<std::tuple<int64_t, int64_t, int64_t>, int> pairs;
-  const auto seqs = testing::PairSequences(c);
+  const auto seqs = check::PairSequences(c);
   for (size_t b = 0; b < seqs.size(); ++b) {
     for (int64_t i = 0; i < seqs[b].lq; ++i) {
       const KeyRange r = ValidKeys(c.options, i, seqs[b].lq, seqs[b].lk);
@@ -47,8 +47,8 @@ std::map<std::tuple<int64_t, int64_t, int64_t>, int> ValidPairs(const testing::A
   return pairs;
 }
 
-testing::CaseConfig Config(int64_t max_length) {
-  testing::CaseConfig config;
+check::CaseConfig Config(int64_t max_length) {
+  check::CaseConfig config;
   config.max_length = max_length;
   config.max_sequences = 4;
   config.dense_bias = config.rel_bias = config.time_bias = config.rope = false;
@@ -56,9 +56,9 @@ testing::CaseConfig Config(int64_t max_length) {
 }
 
 // Marks the valid pairs inside rows [i0, i1) x keys [j0, j1) of sequence b; returns how many.
-int Cover(std::map<std::tuple<int64_t, int64_t, int64_t>, int>& pairs, const testing::AttentionCase& c,
+int Cover(std::map<std::tuple<int64_t, int64_t, int64_t>, int>& pairs, const check::AttentionCase& c,
           int64_t b, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
-  const auto s = testing::PairSequences(c)[b];
+  const auto s = check::PairSequences(c)[b];
   int found = 0;
   for (int64_t i = i0; i < std::min(i1, s.lq); ++i) {
     const KeyRange r = ValidKeys(c.options, i, s.lq, s.lk);
@@ -71,7 +71,7 @@ int Cover(std::map<std::tuple<int64_t, int64_t, int64_t>, int>& pairs, const tes
 }
 
 void ExpectEachPairOnce(const std::map<std::tuple<int64_t, int64_t, int64_t>, int>& pairs,
-                        const std::string& kernel, const testing::AttentionCase& c) {
+                        const std::string& kernel, const check::AttentionCase& c) {
   for (const auto& [pair, count] : pairs) {
     ASSERT_EQ(count, 1) << kernel << ": pair (b,i,j)=(" << std::get<0>(pair) << ","
                         << std::get<1>(pair) << "," << std::get<2>(pair) << ") covered " << count
@@ -82,7 +82,7 @@ void ExpectEachPairOnce(const std::map<std::tuple<int64_t, int64_t, int64_t>, in
 TEST(TileScheduler, EveryValidPairIsInExactlyOneTileOfEachKernel) {
   std::mt19937_64 rng(11);
   for (int rep = 0; rep < 400; ++rep) {
-    const testing::AttentionCase c = testing::RandomAttentionCase(rng, Config(rep % 2 ? 200 : 12));
+    const check::AttentionCase c = check::RandomAttentionCase(rng, Config(rep % 2 ? 200 : 12));
     const gpu::Pairing pairing = PairingOf(c);
 
     auto fwd_pairs = ValidPairs(c);
@@ -128,7 +128,7 @@ TEST(TileScheduler, EveryValidPairIsInExactlyOneTileOfEachKernel) {
 TEST(TileScheduler, StoredDsPlanGivesEachWrittenOrReadBlockItsOwnSlot) {
   std::mt19937_64 rng(12);
   for (int rep = 0; rep < 300; ++rep) {
-    const testing::AttentionCase c = testing::RandomAttentionCase(rng, Config(rep % 2 ? 300 : 70));
+    const check::AttentionCase c = check::RandomAttentionCase(rng, Config(rep % 2 ? 300 : 70));
     const gpu::Pairing pairing = PairingOf(c);
     const gpu::TileLists lists = gpu::BuildBackwardTiles(pairing, c.options);
     const gpu::StoredDsPlan plan =
@@ -185,9 +185,9 @@ TEST(TileScheduler, SplitDqTilesHaveOneReduceOverTheirSlotsInOrder) {
   std::mt19937_64 rng(14);
   int split_cases = 0;
   for (int rep = 0; rep < 300; ++rep) {
-    testing::CaseConfig config = Config(rep % 2 ? 200 : 12);
+    check::CaseConfig config = Config(rep % 2 ? 200 : 12);
     config.max_sequences = 6;
-    const testing::AttentionCase c = testing::RandomAttentionCase(rng, config);
+    const check::AttentionCase c = check::RandomAttentionCase(rng, config);
     const gpu::Pairing pairing = PairingOf(c);
     const gpu::TileLists lists = gpu::BuildBackwardTiles(pairing, c.options);
     std::vector<int> slot_uses(static_cast<size_t>(lists.dq_partial_slots), 0);
@@ -228,7 +228,7 @@ TEST(TileScheduler, SplitDqTilesHaveOneReduceOverTheirSlotsInOrder) {
 TEST(TileScheduler, HopperForwardTilesCoverEveryValidPairOnce) {
   std::mt19937_64 rng(13);
   for (int rep = 0; rep < 300; ++rep) {
-    const testing::AttentionCase c = testing::RandomAttentionCase(rng, Config(rep % 2 ? 300 : 12));
+    const check::AttentionCase c = check::RandomAttentionCase(rng, Config(rep % 2 ? 300 : 12));
     const gpu::Pairing pairing = PairingOf(c);
     auto pairs = ValidPairs(c);
     for (const gpu::ForwardTile& t : gpu::BuildForwardTiles(pairing, c.options, gpu::kHopperBlockM)) {
@@ -242,7 +242,7 @@ TEST(TileScheduler, HopperForwardTilesCoverEveryValidPairOnce) {
 
 TEST(TileScheduler, TilesAreOrderedHeaviestFirst) {
   std::mt19937_64 rng(12);
-  const testing::AttentionCase c = testing::RandomAttentionCase(rng, Config(300));
+  const check::AttentionCase c = check::RandomAttentionCase(rng, Config(300));
   const gpu::Pairing pairing = PairingOf(c);
   const std::vector<gpu::ForwardTile> tiles = gpu::BuildForwardTiles(pairing, c.options);
   for (size_t t = 1; t < tiles.size(); ++t) {
@@ -258,7 +258,7 @@ TEST(TileScheduler, TilesAreOrderedHeaviestFirst) {
 TEST(TileScheduler, StepOrderKeepsTilesAndGroupsSequences) {
   std::mt19937_64 rng(21);
   for (int trial = 0; trial < 20; ++trial) {
-    const testing::AttentionCase c = testing::RandomAttentionCase(rng, Config(300));
+    const check::AttentionCase c = check::RandomAttentionCase(rng, Config(300));
     const gpu::Pairing pairing = PairingOf(c);
     const std::vector<gpu::ForwardTile> heavy = gpu::BuildForwardTiles(pairing, c.options, gpu::kHopperBlockM);
     std::vector<gpu::ForwardTile> tiles = heavy;

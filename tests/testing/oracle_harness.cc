@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "rapidcheck.h"
-#include "tests/testing/criteria.h"
+#include "tools/check/criteria.h"
 
 namespace gemtb::testing {
 namespace {
@@ -38,33 +38,10 @@ namespace {
 
 }  // namespace
 
-absl::StatusOr<OracleRun> RunOracleForward(const AttentionCase& c,
-                                           const reference::ExecutionOptions& exec) {
-  OracleRun run;
-  absl::StatusOr<reference::AttentionForwardResult> fwd =
-      reference::AttentionForward(c.View(), c.options, exec);
-  if (!fwd.ok()) return fwd.status();
-  run.fwd = *std::move(fwd);
-  return run;
-}
-
-absl::StatusOr<OracleRun> RunOracle(const AttentionCase& c, absl::Span<const double> d_o,
-                                    const reference::ExecutionOptions& exec) {
-  absl::StatusOr<OracleRun> run = RunOracleForward(c, exec);
-  if (!run.ok()) return run;
-  reference::TensorView<double> d_o_view{d_o, run->fwd.o_shape};
-  absl::StatusOr<reference::AttentionBackwardResult> bwd =
-      reference::AttentionBackward(c.View(), c.options, d_o_view, run->fwd, exec);
-  if (!bwd.ok()) return bwd.status();
-  run->bwd = *std::move(bwd);
-  run->has_backward = true;
-  return run;
-}
-
 ::testing::AssertionResult AllClose(std::string_view what, absl::Span<const double> got,
                                     absl::Span<const double> want, double tolerance) {
-  const double scale = std::max(MaxAbs(want), 1.0);  // NaN stays NaN
-  const double err = MaxAbsDiff(got, want);
+  const double scale = std::max(check::MaxAbs(want), 1.0);  // NaN stays NaN
+  const double err = check::MaxAbsDiff(got, want);
   const bool pass = got.size() == want.size() && err <= tolerance * scale;
   if (pass) return ::testing::AssertionSuccess();
   auto failure = ::testing::AssertionFailure()
@@ -94,12 +71,12 @@ absl::StatusOr<OracleRun> RunOracle(const AttentionCase& c, absl::Span<const dou
   for (double x : want) {
     if (std::isfinite(x) && std::fabs(x) > scale) scale = std::fabs(x);
   }
-  const Verdict v = LseMatches(what, got, want, tolerance * scale);
+  const check::Verdict v = check::LseMatches(what, got, want, tolerance * scale);
   if (v.pass) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << v.message;
 }
 
-::testing::AssertionResult MatchesPadded(const OracleRun& run, const PaddedResult& want,
+::testing::AssertionResult MatchesPadded(const check::OracleRun& run, const PaddedResult& want,
                                          double tolerance) {
   if (auto r = AllClose("O", run.fwd.o, want.o, tolerance); !r) return r;
   if (auto r = LseClose("LSE", run.fwd.lse, want.lse, tolerance); !r) return r;
@@ -115,7 +92,7 @@ absl::StatusOr<OracleRun> RunOracle(const AttentionCase& c, absl::Span<const dou
   return ::testing::AssertionSuccess();
 }
 
-::testing::AssertionResult BitIdentical(const OracleRun& a, const OracleRun& b) {
+::testing::AssertionResult BitIdentical(const check::OracleRun& a, const check::OracleRun& b) {
   if (a.fwd.o_shape != b.fwd.o_shape || a.fwd.lse_shape != b.fwd.lse_shape) {
     return ::testing::AssertionFailure() << "forward shapes differ";
   }
@@ -131,7 +108,7 @@ absl::StatusOr<OracleRun> RunOracle(const AttentionCase& c, absl::Span<const dou
   return ::testing::AssertionSuccess();
 }
 
-::testing::AssertionResult HasNoNaN(const OracleRun& run) {
+::testing::AssertionResult HasNoNaN(const check::OracleRun& run) {
   if (auto r = NoNaNIn("O", run.fwd.o, false); !r) return r;
   if (auto r = NoNaNIn("LSE", run.fwd.lse, true); !r) return r;
   if (auto r = NoNaNIn("dQ", run.bwd.dq, false); !r) return r;
@@ -143,12 +120,12 @@ absl::StatusOr<OracleRun> RunOracle(const AttentionCase& c, absl::Span<const dou
   return ::testing::AssertionSuccess();
 }
 
-void RcRequire(const ::testing::AssertionResult& result, const AttentionCase& c) {
-  if (!result) RC_FAIL(absl::StrCat(result.message(), "\n  case: ", Describe(c)));
+void RcRequire(const ::testing::AssertionResult& result, const check::AttentionCase& c) {
+  if (!result) RC_FAIL(absl::StrCat(result.message(), "\n  case: ", check::Describe(c)));
 }
 
-void RcRequireOk(const absl::Status& status, const AttentionCase& c) {
-  if (!status.ok()) RC_FAIL(absl::StrCat(status.ToString(), "\n  case: ", Describe(c)));
+void RcRequireOk(const absl::Status& status, const check::AttentionCase& c) {
+  if (!status.ok()) RC_FAIL(absl::StrCat(status.ToString(), "\n  case: ", check::Describe(c)));
 }
 
 }  // namespace gemtb::testing

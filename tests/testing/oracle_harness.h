@@ -1,5 +1,5 @@
-// Calls into the oracle and GoogleTest-style comparisons of its results, shared by the attention
-// property tests (tests/attention/).
+// GoogleTest-style comparisons of oracle results (tools/check/oracle_run.h runs the oracle), shared
+// by the attention property tests (tests/attention/).
 #ifndef GEMTB_TESTS_TESTING_ORACLE_HARNESS_H_
 #define GEMTB_TESTS_TESTING_ORACLE_HARNESS_H_
 
@@ -12,21 +12,9 @@
 #include "reference/attention/attention.h"
 #include "tests/testing/attention_cases.h"
 #include "tests/testing/padded_attention.h"
+#include "tools/check/oracle_run.h"
 
 namespace gemtb::testing {
-
-struct OracleRun {
-  reference::AttentionForwardResult fwd;
-  reference::AttentionBackwardResult bwd;
-  bool has_backward = false;
-};
-
-// Forward, then backward with cotangent `d_o` (O's shape; empty when O is).
-absl::StatusOr<OracleRun> RunOracle(const AttentionCase& c, absl::Span<const double> d_o,
-                                    const reference::ExecutionOptions& exec = {});
-// Forward only.
-absl::StatusOr<OracleRun> RunOracleForward(const AttentionCase& c,
-                                           const reference::ExecutionOptions& exec = {});
 
 // max|got-want| <= tolerance * max(max|want|, 1) (sizes must match). The floor of 1 keeps tensors
 // whose exact value is 0 (a softmax row with one key has dS = P̂(post·dP - D) = 0 up to rounding
@@ -39,18 +27,18 @@ absl::StatusOr<OracleRun> RunOracleForward(const AttentionCase& c,
                                     absl::Span<const double> want, double tolerance);
 
 // O, LSE and (when the run has them) every gradient of `run` against the padded reference.
-::testing::AssertionResult MatchesPadded(const OracleRun& run, const PaddedResult& want,
+::testing::AssertionResult MatchesPadded(const check::OracleRun& run, const PaddedResult& want,
                                          double tolerance);
 
 // Every output and gradient of `a` has the same bytes as in `b` (and the same shapes).
-::testing::AssertionResult BitIdentical(const OracleRun& a, const OracleRun& b);
+::testing::AssertionResult BitIdentical(const check::OracleRun& a, const check::OracleRun& b);
 
 // No NaN in any output or gradient (LSE may be -inf, nothing may be +inf).
-::testing::AssertionResult HasNoNaN(const OracleRun& run);
+::testing::AssertionResult HasNoNaN(const check::OracleRun& run);
 
 // Inside a rapidcheck property: fails the property with the assertion's message and the case.
-void RcRequire(const ::testing::AssertionResult& result, const AttentionCase& c);
-void RcRequireOk(const absl::Status& status, const AttentionCase& c);
+void RcRequire(const ::testing::AssertionResult& result, const check::AttentionCase& c);
+void RcRequireOk(const absl::Status& status, const check::AttentionCase& c);
 
 }  // namespace gemtb::testing
 

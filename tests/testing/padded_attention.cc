@@ -10,10 +10,6 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-int64_t FloorDivide(int64_t a, int64_t n) {  // n > 0; no intermediate can overflow
-  return a >= 0 ? a / n : -1 - (-(a + 1)) / n;
-}
-
 double Sigmoid(double x) {
   if (x >= 0) return 1.0 / (1.0 + std::exp(-x));
   const double e = std::exp(x);
@@ -22,7 +18,7 @@ double Sigmoid(double x) {
 
 // RoPE on rows [T, heads, D] with table [T, D] (sin | cos); `transposed` applies R^T (backward).
 std::vector<double> Rotate(const std::vector<double>& x, int64_t rows, int64_t heads, int64_t d,
-                           const OwnedTensor<double>& table, bool transposed) {
+                           const check::OwnedTensor<double>& table, bool transposed) {
   if (!table.present()) return x;
   std::vector<double> y(x.size());
   const int64_t half = d / 2;
@@ -53,7 +49,7 @@ std::vector<double> Rotate(const std::vector<double>& x, int64_t rows, int64_t h
 struct Padded {
   int64_t b_count, heads, kv_heads, group, dqk, dv, mlq, mlk, max_l;
   double pre, post;
-  std::vector<SequencePair> pairs;
+  std::vector<check::SequencePair> pairs;
   std::vector<double> qr, kr, vr;  // rotated jagged inputs
   std::vector<double> qp, kp, vp;
   std::vector<char> mask;
@@ -75,7 +71,7 @@ struct Padded {
   bool align_bottom_right = true;
 };
 
-Padded Pad(const AttentionCase& c, const MaskOverride& mask_override) {
+Padded Pad(const check::AttentionCase& c, const MaskOverride& mask_override) {
   Padded p;
   p.heads = c.heads();
   p.kv_heads = c.kv_heads();
@@ -85,9 +81,9 @@ Padded Pad(const AttentionCase& c, const MaskOverride& mask_override) {
   p.mlq = c.max_lq;
   p.mlk = c.max_lk;
   p.max_l = c.max_l();
-  p.pre = PreScale(c);
-  p.post = PostScale(c);
-  p.pairs = PairSequences(c);
+  p.pre = check::PreScale(c);
+  p.post = check::PostScale(c);
+  p.pairs = check::PairSequences(c);
   p.b_count = static_cast<int64_t>(p.pairs.size());
   p.align_bottom_right = c.options.align == Alignment::kBottomRight;
   const int64_t tq = c.q.shape[0];
@@ -103,7 +99,7 @@ Padded Pad(const AttentionCase& c, const MaskOverride& mask_override) {
   p.beta.assign(p.b_count * p.heads * p.mlq * p.mlk, 0.0);
 
   for (int64_t b = 0; b < p.b_count; ++b) {
-    const SequencePair& s = p.pairs[b];
+    const check::SequencePair& s = p.pairs[b];
     for (int64_t h = 0; h < p.heads; ++h) {
       const int64_t hk = h / p.group;
       for (int64_t i = 0; i < s.lq; ++i) {
@@ -123,7 +119,7 @@ Padded Pad(const AttentionCase& c, const MaskOverride& mask_override) {
     for (int64_t i = 0; i < s.lq; ++i) {
       for (int64_t j = 0; j < s.lk; ++j) {
         const bool valid =
-            mask_override ? mask_override(b, i, j) : PairIsValid(c.options, i, j, s.lq, s.lk);
+            mask_override ? mask_override(b, i, j) : check::PairIsValid(c.options, i, j, s.lq, s.lk);
         p.mask[(b * p.mlq + i) * p.mlk + j] = valid ? 1 : 0;
       }
     }
@@ -131,7 +127,7 @@ Padded Pad(const AttentionCase& c, const MaskOverride& mask_override) {
 
   // Bias on valid pairs only (dense entries elsewhere may be NaN and are never read).
   for (int64_t b = 0; b < p.b_count; ++b) {
-    const SequencePair& s = p.pairs[b];
+    const check::SequencePair& s = p.pairs[b];
     const int64_t shift = p.align_bottom_right ? s.lk - s.lq : 0;
     for (int64_t h = 0; h < p.heads; ++h) {
       for (int64_t i = 0; i < s.lq; ++i) {
@@ -152,7 +148,7 @@ Padded Pad(const AttentionCase& c, const MaskOverride& mask_override) {
             const int64_t ht = c.bias_ts.shape[0] == 1 ? 0 : h;
             const int64_t next = i + 1 < s.lq - 1 ? i + 1 : s.lq - 1;
             const int64_t delta = c.ts.data[s.q_begin + next] - c.ts.data[s.k_begin + j];
-            sum += c.bias_ts.data[ht * 129 + TimeBucket(delta)];
+            sum += c.bias_ts.data[ht * 129 + check::TimeBucket(delta)];
           }
           p.Beta(b, h, i, j) = sum;
         }
@@ -176,41 +172,6 @@ std::vector<double> Scores(Padded& p, int64_t b, int64_t h) {
 }
 
 }  // namespace
-
-bool PairIsValid(const AttentionOptions& o, int64_t i, int64_t j, int64_t lq, int64_t lk) {
-  if (i < 0 || i >= lq || j < 0 || j >= lk) return false;
-  const int64_t a = i + (o.align == Alignment::kBottomRight ? lk - lq : 0);
-  switch (o.mask) {
-    case MaskKind::kNone:
-      return true;
-    case MaskKind::kCausal:
-      return j <= a;
-    case MaskKind::kWindow: {
-      const int64_t l = o.window_left;
-      const int64_t r = o.window_right;
-      // j >= a - l and j <= a + r, written as differences of small numbers so that any int64
-      // window (e.g. INT64_MAX) is exact.
-      return (l < 0 || a - j <= l) && (r < 0 || j - a <= r);
-    }
-    case MaskKind::kBlock:
-      return FloorDivide(a, o.block) == FloorDivide(j, o.block);
-  }
-  return false;
-}
-
-int64_t TimeThreshold(int k) { return static_cast<int64_t>(std::ceil(std::exp(0.301 * k))); }
-
-int64_t TimeBucket(int64_t delta) {
-  static const std::array<int64_t, 128> thresholds = [] {
-    std::array<int64_t, 128> t{};
-    for (int k = 1; k <= 128; ++k) t[k - 1] = TimeThreshold(k);
-    return t;
-  }();
-  const int64_t mag = delta < 0 ? -delta : delta;
-  int64_t count = 0;
-  for (int64_t t : thresholds) count += mag >= t ? 1 : 0;
-  return count;
-}
 
 double ActValue(Activation act, double x) {
   constexpr double c = 0.7978845608028654;  // sqrt(2/pi)
@@ -275,10 +236,10 @@ double ActDerivative(Activation act, double x) {
   return std::numeric_limits<double>::quiet_NaN();
 }
 
-static PaddedResult Run(const AttentionCase& c, absl::Span<const double> d_o, bool backward,
+static PaddedResult Run(const check::AttentionCase& c, absl::Span<const double> d_o, bool backward,
                         const MaskOverride& mask_override) {
   Padded p = Pad(c, mask_override);
-  const int64_t to = OutputRows(c);
+  const int64_t to = check::OutputRows(c);
   const int64_t mlq = p.mlq;
   const int64_t mlk = p.mlk;
   const bool softmax = c.options.act == Activation::kSoftmax;
@@ -297,7 +258,7 @@ static PaddedResult Run(const AttentionCase& c, absl::Span<const double> d_o, bo
   }
 
   for (int64_t b = 0; b < p.b_count; ++b) {
-    const SequencePair& s = p.pairs[b];
+    const check::SequencePair& s = p.pairs[b];
     const int64_t shift = p.align_bottom_right ? s.lk - s.lq : 0;
     for (int64_t h = 0; h < p.heads; ++h) {
       const std::vector<double> sc = Scores(p, b, h);
@@ -408,7 +369,7 @@ static PaddedResult Run(const AttentionCase& c, absl::Span<const double> d_o, bo
             const int64_t ht = c.bias_ts.shape[0] == 1 ? 0 : h;
             const int64_t next = i + 1 < s.lq - 1 ? i + 1 : s.lq - 1;
             const int64_t delta = c.ts.data[s.q_begin + next] - c.ts.data[s.k_begin + j];
-            r.d_bias_ts[ht * 129 + TimeBucket(delta)] += g;
+            r.d_bias_ts[ht * 129 + check::TimeBucket(delta)] += g;
           }
         }
       }
@@ -422,16 +383,16 @@ static PaddedResult Run(const AttentionCase& c, absl::Span<const double> d_o, bo
   return r;
 }
 
-PaddedResult PaddedAttention(const AttentionCase& c, absl::Span<const double> d_o,
+PaddedResult PaddedAttention(const check::AttentionCase& c, absl::Span<const double> d_o,
                              const MaskOverride& mask) {
   return Run(c, d_o, /*backward=*/true, mask);
 }
 
-PaddedResult PaddedAttentionForward(const AttentionCase& c, const MaskOverride& mask) {
+PaddedResult PaddedAttentionForward(const check::AttentionCase& c, const MaskOverride& mask) {
   return Run(c, {}, /*backward=*/false, mask);
 }
 
-std::vector<double> ValidScores(const AttentionCase& c) {
+std::vector<double> ValidScores(const check::AttentionCase& c) {
   Padded p = Pad(c, nullptr);
   std::vector<double> out;
   for (int64_t b = 0; b < p.b_count; ++b) {
@@ -447,11 +408,11 @@ std::vector<double> ValidScores(const AttentionCase& c) {
   return out;
 }
 
-int64_t CountValidPairs(const AttentionCase& c) {
+int64_t CountValidPairs(const check::AttentionCase& c) {
   int64_t n = 0;
-  for (const SequencePair& s : PairSequences(c)) {
+  for (const check::SequencePair& s : check::PairSequences(c)) {
     for (int64_t i = 0; i < s.lq; ++i) {
-      for (int64_t j = 0; j < s.lk; ++j) n += PairIsValid(c.options, i, j, s.lq, s.lk) ? 1 : 0;
+      for (int64_t j = 0; j < s.lk; ++j) n += check::PairIsValid(c.options, i, j, s.lq, s.lk) ? 1 : 0;
     }
   }
   return n;

@@ -15,16 +15,10 @@
 
 #include "absl/types/span.h"
 #include "model/attention/attention_options.h"
-#include "tests/testing/attention_cases.h"
+#include "tools/check/attention_cases.h"
+#include "tools/check/spec_mask.h"
 
 namespace gemtb::testing {
-
-// Spec §3 mask, written out: is key j visible to local query i of an (lq, lk) pair?
-bool PairIsValid(const AttentionOptions& options, int64_t i, int64_t j, int64_t lq, int64_t lk);
-
-// Spec §3 time-bias bucket of |delta|: #{k in 1..128 : |delta| >= T_k}, T_k = ceil(exp(0.301 k)).
-int64_t TimeBucket(int64_t delta);
-int64_t TimeThreshold(int k);  // T_k, k in 1..128
 
 // Spec §4 activations and their (left) derivatives, for the pointwise acts.
 double ActValue(Activation act, double x);
@@ -41,16 +35,16 @@ struct PaddedResult {
 using MaskOverride = std::function<bool(int64_t b, int64_t i, int64_t j)>;
 
 // Forward and backward with cotangent `d_o` ([TO,H,Dv]; empty when O is).
-PaddedResult PaddedAttention(const AttentionCase& c, absl::Span<const double> d_o,
+PaddedResult PaddedAttention(const check::AttentionCase& c, absl::Span<const double> d_o,
                              const MaskOverride& mask = nullptr);
 // Forward only (the gradient fields stay empty).
-PaddedResult PaddedAttentionForward(const AttentionCase& c, const MaskOverride& mask = nullptr);
+PaddedResult PaddedAttentionForward(const check::AttentionCase& c, const MaskOverride& mask = nullptr);
 
 // Every scaled score S_ij on a valid pair (for staying away from activation kinks).
-std::vector<double> ValidScores(const AttentionCase& c);
+std::vector<double> ValidScores(const check::AttentionCase& c);
 
 // Number of valid (b, h, i, j) pairs per query head, i.e. the spec §10 `pairs`.
-int64_t CountValidPairs(const AttentionCase& c);
+int64_t CountValidPairs(const check::AttentionCase& c);
 
 }  // namespace gemtb::testing
 

@@ -17,8 +17,8 @@
 #include "model/random/normal.h"
 #include "nlohmann/json.hpp"
 #include "reference/attention/attention.h"
-#include "tests/testing/criteria.h"
-#include "tools/gemtb/attention_case.h"
+#include "tools/check/criteria.h"
+#include "reference/io/attention_case.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
 
@@ -93,9 +93,9 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
     out << case_json.dump(2) << "\n";
     if (!out) return absl::DataLossError(absl::StrCat(case_dir, "/case.json: write failed"));
   }
-  absl::StatusOr<AttentionCaseSpec> spec = ReadCaseFolder(case_dir);
+  absl::StatusOr<io::AttentionCaseSpec> spec = io::ReadCaseFolder(case_dir);
   if (!spec.ok()) return spec.status();
-  absl::StatusOr<AttentionCase> c = LoadAttentionCase(*spec);
+  absl::StatusOr<io::AttentionCase> c = io::LoadAttentionCase(*spec);
   if (!c.ok()) return c.status();
   absl::StatusOr<double> flops = reference::AttentionForwardFlops(c->inputs, c->options);
   if (!flops.ok()) return flops.status();
@@ -138,13 +138,13 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
       {"dK", &emulate->bwd.dk, &oracle->bwd.dk}, {"dV", &emulate->bwd.dv, &oracle->bwd.dv}};
   for (const auto& [name, emu, ref] : pairs) {
     std::cout << absl::StrFormat("    %-3s rel-L2 %.2e   max|emu-ref| %.2e   max|ref| %.3g\n", name,
-                                 testing::RelL2(*emu, *ref), testing::MaxAbsDiff(*emu, *ref), testing::MaxAbs(*ref));
+                                 check::RelL2(*emu, *ref), check::MaxAbsDiff(*emu, *ref), check::MaxAbs(*ref));
   }
-  const bool same = testing::BitwiseEqual(single->fwd.o, oracle->fwd.o) &&
-                    testing::BitwiseEqual(single->fwd.lse, oracle->fwd.lse) &&
-                    testing::BitwiseEqual(single->bwd.dq, oracle->bwd.dq) &&
-                    testing::BitwiseEqual(single->bwd.dk, oracle->bwd.dk) &&
-                    testing::BitwiseEqual(single->bwd.dv, oracle->bwd.dv);
+  const bool same = check::BitwiseEqual(single->fwd.o, oracle->fwd.o) &&
+                    check::BitwiseEqual(single->fwd.lse, oracle->fwd.lse) &&
+                    check::BitwiseEqual(single->bwd.dq, oracle->bwd.dq) &&
+                    check::BitwiseEqual(single->bwd.dk, oracle->bwd.dk) &&
+                    check::BitwiseEqual(single->bwd.dv, oracle->bwd.dv);
   std::cout << "  1 thread vs all threads: " << (same ? "identical bytes" : "DIFFERENT BYTES") << "\n";
   if (!same) return absl::InternalError("oracle output depends on the thread count");
 

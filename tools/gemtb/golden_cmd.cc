@@ -16,16 +16,30 @@
 #include "absl/strings/str_format.h"
 #include "model/common/sha256.h"
 #include "model/common/status_macros.h"
+#include "golden/compare.h"
+#include "golden/manifest.h"
+#include "golden/registry.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
-#include "tools/gemtb/golden_compare.h"
-#include "tools/gemtb/golden_manifest.h"
-#include "tools/gemtb/golden_registry.h"
 
 namespace gemtb::cli {
 namespace {
 
 namespace fs = std::filesystem;
+using golden::DescribeNpyDifference;
+using golden::DescribeProducer;
+using golden::DescribeTextDifference;
+using golden::GoldenFile;
+using golden::kGoldenRegenCommand;
+using golden::GoldenProducer;
+using golden::GoldenProducers;
+using golden::Manifest;
+using golden::ManifestFile;
+using golden::ManifestProducer;
+using golden::ManifestToText;
+using golden::ParseManifest;
+using golden::RunGoldenProducer;
+using golden::Selected;
 
 constexpr char kManifestName[] = "manifest.json";
 

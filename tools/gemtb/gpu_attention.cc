@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
-#include "tools/gemtb/attention_case.h"
+#include "tools/gemtb/attention_case_flags.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
 #if GEMTB_HAVE_CUDA
@@ -18,7 +18,7 @@ namespace {
 constexpr char kCommand[] = "gpu attention";
 
 absl::Status Run(const std::vector<std::string>& args) {
-  AttentionCaseSpec spec;
+  io::AttentionCaseSpec spec;
   std::string case_dir, out_dir, forward_kernel = "auto", backward_kernel = "auto";
   bool backward = false, tanh_approx = false;
   FlagSet flags("gemtb gpu attention --q F --k F --v F --q-offsets F --kv-offsets F [options] --out-dir D",
@@ -48,13 +48,13 @@ absl::Status Run(const std::vector<std::string>& args) {
       "this gemtb was built without CUDA (nvcc not found at configure time): no GPU kernels");
 #else
   if (!case_dir.empty()) {
-    absl::StatusOr<AttentionCaseSpec> from_case = ReadCaseFolder(case_dir);
+    absl::StatusOr<io::AttentionCaseSpec> from_case = io::ReadCaseFolder(case_dir);
     if (!from_case.ok()) return from_case.status();
     spec = *from_case;
   }
   if (out_dir.empty()) return absl::InvalidArgumentError("--out-dir: required");
   if (backward && spec.d_o.empty()) return absl::InvalidArgumentError("--backward: needs --do FILE");
-  absl::StatusOr<AttentionCase> c = LoadAttentionCase(spec);
+  absl::StatusOr<io::AttentionCase> c = io::LoadAttentionCase(spec);
   if (!c.ok()) return c.status();
   c->options.tanh_approx = tanh_approx;
   GpuCall call = MakeGpuCall(c->inputs, c->options, c->d_o, c->d_o_shape);

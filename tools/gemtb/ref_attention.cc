@@ -4,7 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
 #include "reference/attention/attention.h"
-#include "tools/gemtb/attention_case.h"
+#include "tools/gemtb/attention_case_flags.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
 
@@ -14,7 +14,7 @@ namespace {
 constexpr char kCommand[] = "ref attention";
 
 absl::Status Run(const std::vector<std::string>& args, bool* help) {
-  AttentionCaseSpec spec;
+  io::AttentionCaseSpec spec;
   std::string case_dir, mode = "oracle", out_dtype, out_dir;
   int64_t threads = 0;
   bool backward = false;
@@ -37,7 +37,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
     return absl::OkStatus();
   }
   if (!case_dir.empty()) {
-    absl::StatusOr<AttentionCaseSpec> from_case = ReadCaseFolder(case_dir);
+    absl::StatusOr<io::AttentionCaseSpec> from_case = io::ReadCaseFolder(case_dir);
     if (!from_case.ok()) return from_case.status();
     spec = *from_case;
   }
@@ -56,7 +56,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   exec.threads = static_cast<int>(threads);
   if (backward && spec.d_o.empty()) return absl::InvalidArgumentError("--backward: needs --do FILE");
 
-  absl::StatusOr<AttentionCase> c = LoadAttentionCase(spec);
+  absl::StatusOr<io::AttentionCase> c = io::LoadAttentionCase(spec);
   if (!c.ok()) return c.status();
 
   // Output dtype: float64 in oracle mode, the input dtype in emulate mode, unless overridden.

@@ -6,13 +6,15 @@
 // places.
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/common/status_macros.h"
 #include "reference/attention/attention.h"
-#include "tests/testing/criteria.h"
-#include "tools/gemtb/attention_case.h"
+#include "reference/io/attention_case.h"
+#include "tools/check/attention_compare.h"
+#include "tools/check/criteria.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
 
@@ -20,15 +22,6 @@ namespace gemtb::cli {
 namespace {
 
 constexpr char kCommand[] = "ref compare";
-
-struct Compared {
-  std::string file;
-  std::vector<double> ref, emu;
-  std::vector<int64_t> shape;
-  ElementType dtype;  // the dtype whose ulp bounds the error
-  bool gradient;
-  bool lse;
-};
 
 absl::Status Run(const std::vector<std::string>& args, bool* help, bool* all_pass) {
   std::string case_dir, test_dir;
@@ -52,9 +45,9 @@ absl::Status Run(const std::vector<std::string>& args, bool* help, bool* all_pas
   if (threads < 0 || threads > 4096) {
     return absl::InvalidArgumentError(absl::StrCat("--threads=", threads, ": want 0..4096"));
   }
-  absl::StatusOr<AttentionCaseSpec> spec = ReadCaseFolder(case_dir);
+  absl::StatusOr<io::AttentionCaseSpec> spec = io::ReadCaseFolder(case_dir);
   if (!spec.ok()) return spec.status();
-  absl::StatusOr<AttentionCase> c = LoadAttentionCase(*spec);
+  absl::StatusOr<io::AttentionCase> c = io::LoadAttentionCase(*spec);
   if (!c.ok()) return c.status();
 
   auto present = [&](const char* name) { return std::filesystem::exists(std::filesystem::path(test_dir) / name); };
@@ -64,34 +57,15 @@ absl::Status Run(const std::vector<std::string>& args, bool* help, bool* all_pas
     return absl::InvalidArgumentError(absl::StrCat("--case=", case_dir, ": gradients to compare but case.json has no 'do'"));
   }
   const ElementType dtype = c->inputs.input_type;
-  std::vector<Compared> tensors;
-  for (reference::Precision precision : {reference::Precision::kOracle, reference::Precision::kEmulate}) {
-    const reference::ExecutionOptions exec{precision, static_cast<int>(threads)};
-    absl::StatusOr<reference::AttentionForwardResult> fwd = reference::AttentionForward(c->inputs, c->options, exec);
-    if (!fwd.ok()) return fwd.status();
-    std::vector<Compared> found = {{"o.npy", fwd->o, {}, fwd->o_shape, dtype, false, false},
-                                   {"lse.npy", fwd->lse, {}, fwd->lse_shape, ElementType::kFloat32, false, true}};
-    if (want_backward) {
-      absl::StatusOr<reference::AttentionBackwardResult> bwd = reference::AttentionBackward(
-          c->inputs, c->options, reference::TensorView<double>{c->d_o, c->d_o_shape}, *fwd, exec);
-      if (!bwd.ok()) return bwd.status();
-      found.push_back({"dq.npy", bwd->dq, {}, bwd->dq_shape, dtype, true, false});
-      found.push_back({"dk.npy", bwd->dk, {}, bwd->dk_shape, dtype, true, false});
-      found.push_back({"dv.npy", bwd->dv, {}, bwd->dv_shape, dtype, true, false});
-      found.push_back({"ddense.npy", bwd->d_bias_dense, {}, bwd->d_bias_dense_shape, ElementType::kFloat32, true, false});
-      found.push_back({"drel.npy", bwd->d_bias_rel, {}, bwd->d_bias_rel_shape, ElementType::kFloat32, true, false});
-      found.push_back({"dts.npy", bwd->d_bias_ts, {}, bwd->d_bias_ts_shape, ElementType::kFloat32, true, false});
-    }
-    if (precision == reference::Precision::kOracle) {
-      tensors = std::move(found);
-    } else {
-      for (size_t t = 0; t < tensors.size(); ++t) tensors[t].emu = std::move(found[t].ref);
-    }
-  }
+  std::optional<reference::TensorView<double>> d_o;
+  if (want_backward) d_o = reference::TensorView<double>{c->d_o, c->d_o_shape};
+  absl::StatusOr<std::vector<check::ReferenceTensor>> tensors =
+      check::ReferenceOutputs(c->inputs, c->options, d_o, static_cast<int>(threads));
+  if (!tensors.ok()) return tensors.status();
 
   int compared = 0;
   *all_pass = true;
-  for (const Compared& t : tensors) {
+  for (const check::ReferenceTensor& t : *tensors) {
     if (!present(t.file.c_str())) continue;
     const std::string path = (std::filesystem::path(test_dir) / t.file).string();
     if (t.shape.empty()) {
@@ -106,16 +80,8 @@ absl::Status Run(const std::vector<std::string>& args, bool* help, bool* all_pas
     absl::StatusOr<std::vector<double>> got = io::DecodeFloat(*array, path);
     if (!got.ok()) return got.status();
     ++compared;
-    std::vector<testing::Verdict> verdicts;
-    const std::string name = t.file.substr(0, t.file.size() - 4);
-    if (t.lse) {
-      verdicts.push_back(testing::LseMatches(name, *got, t.ref));
-    } else {
-      verdicts.push_back(testing::GpuPrimary(name, *got, t.emu, t.ref, t.dtype));
-      verdicts.push_back(testing::GpuSecondaryRelL2(
-          name, *got, t.ref, t.gradient ? testing::kGradientRelL2Tolerance : testing::kForwardRelL2Tolerance));
-    }
-    for (const testing::Verdict& v : verdicts) {
+    const std::vector<check::Verdict> verdicts = check::JudgeTensor(t, *got);
+    for (const check::Verdict& v : verdicts) {
       std::cout << v.message << "\n";
       *all_pass = *all_pass && v.pass;
     }
@@ -124,7 +90,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* help, bool* all_pas
     return absl::InvalidArgumentError(absl::StrCat("--test=", test_dir, ": holds none of o.npy lse.npy dq.npy dk.npy dv.npy ddense.npy drel.npy dts.npy"));
   }
   std::cout << (*all_pass ? "PASS" : "FAIL") << ": " << compared << " tensors compared against the oracle (input dtype "
-            << testing::ElementTypeName(dtype) << ")\n";
+            << check::ElementTypeName(dtype) << ")\n";
   return absl::OkStatus();
 }
 

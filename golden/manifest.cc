@@ -1,4 +1,4 @@
-#include "tools/gemtb/golden_manifest.h"
+#include "golden/manifest.h"
 
 #include <set>
 
@@ -7,7 +7,7 @@
 #include "model/common/sha256.h"
 #include "model/common/status_macros.h"
 
-namespace gemtb::cli {
+namespace gemtb::golden {
 namespace {
 
 using nlohmann::json;
@@ -158,4 +158,4 @@ ManifestProducer DescribeProducer(const GoldenProducer& producer, const std::vec
   return p;
 }
 
-}  // namespace gemtb::cli
+}  // namespace gemtb::golden

@@ -1,18 +1,17 @@
-#include "tools/gemtb/attention_case.h"
+#include "reference/io/attention_case.h"
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "absl/strings/string_view.h"
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
+#include "model/json/json_reader.h"
 #include "nlohmann/json.hpp"
 
-namespace gemtb::cli {
+namespace gemtb::io {
 namespace {
-
-using io::NpyArray;
-using io::NpyDType;
 
 absl::Status Bad(const std::string& message) { return absl::InvalidArgumentError(message); }
 
@@ -20,9 +19,9 @@ absl::Status Bad(const std::string& message) { return absl::InvalidArgumentError
 absl::Status LoadFloat(const std::string& path, absl::string_view field, std::vector<double>& values,
                        reference::TensorView<double>& view, NpyDType* dtype = nullptr) {
   if (path.empty()) return absl::OkStatus();
-  absl::StatusOr<NpyArray> array = io::ReadNpy(path);
+  absl::StatusOr<NpyArray> array = ReadNpy(path);
   if (!array.ok()) return Bad(absl::StrCat(field, ": ", array.status().message()));
-  absl::StatusOr<std::vector<double>> decoded = io::DecodeFloat(*array, absl::StrCat(field, " (", path, ")"));
+  absl::StatusOr<std::vector<double>> decoded = DecodeFloat(*array, absl::StrCat(field, " (", path, ")"));
   if (!decoded.ok()) return decoded.status();
   values = *std::move(decoded);
   view = {values, array->shape};
@@ -33,13 +32,13 @@ absl::Status LoadFloat(const std::string& path, absl::string_view field, std::ve
 absl::Status LoadInt(const std::string& path, absl::string_view field, std::vector<int64_t>& values,
                      reference::TensorView<int64_t>& view) {
   if (path.empty()) return absl::OkStatus();
-  absl::StatusOr<NpyArray> array = io::ReadNpy(path);
+  absl::StatusOr<NpyArray> array = ReadNpy(path);
   if (!array.ok()) return Bad(absl::StrCat(field, ": ", array.status().message()));
   if (array->dtype != NpyDType::kInt64) {
-    return Bad(absl::StrCat(field, " (", path, "): dtype ", io::NpyDTypeName(array->dtype),
+    return Bad(absl::StrCat(field, " (", path, "): dtype ", NpyDTypeName(array->dtype),
                             ", expected int64 (<i8)"));
   }
-  absl::StatusOr<std::vector<int64_t>> decoded = io::DecodeInt(*array, field);
+  absl::StatusOr<std::vector<int64_t>> decoded = DecodeInt(*array, field);
   if (!decoded.ok()) return decoded.status();
   values = *std::move(decoded);
   view = {values, array->shape};
@@ -48,50 +47,21 @@ absl::Status LoadInt(const std::string& path, absl::string_view field, std::vect
 
 absl::Status SameDType(NpyDType got, NpyDType want, absl::string_view field) {
   if (got != want) {
-    return Bad(absl::StrCat(field, ": dtype ", io::NpyDTypeName(got), " differs from q's ",
-                            io::NpyDTypeName(want)));
+    return Bad(absl::StrCat(field, ": dtype ", NpyDTypeName(got), " differs from q's ",
+                            NpyDTypeName(want)));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-ElementType ToElementType(io::NpyDType dtype) {
+ElementType ToElementType(NpyDType dtype) {
   switch (dtype) {
     case NpyDType::kFloat32: return ElementType::kFloat32;
     case NpyDType::kFloat16: return ElementType::kFloat16;
     case NpyDType::kBFloat16: return ElementType::kBFloat16;
     default: return ElementType::kFloat64;
   }
-}
-
-void RegisterAttentionCaseFlags(FlagSet& f, AttentionCaseSpec& s) {
-  f.String("q", &s.q, "queries [TQ,H,Dqk] (.npy: <f8, <f4, <f2, or bfloat16 bits as <u2)");
-  f.String("k", &s.k, "keys [TK,Hkv,Dqk], same dtype as q");
-  f.String("v", &s.v, "values [TK,Hkv,Dv], same dtype as q");
-  f.String("q-offsets", &s.q_offsets, "int64 [nq+1] sequence offsets into q");
-  f.String("kv-offsets", &s.kv_offsets, "int64 [nkv+1] sequence offsets into k and v");
-  f.OptionalInt64("max-lq", &s.max_lq, "declared max q length (default: the longest)");
-  f.OptionalInt64("max-lk", &s.max_lk, "declared max kv length (default: the longest)");
-  f.String("act", &s.act,
-           "softmax|identity|gelu|gelu_tanh|silu|relu|relu_square|leaky_relu|hardswish");
-  f.OptionalDouble("pre-scale", &s.pre_scale, "scale before act (default 1/sqrt(Dqk) softmax, else 1)");
-  f.OptionalDouble("post-scale", &s.post_scale, "scale after act (default 1)");
-  f.String("mask", &s.mask, "none|causal|window|block");
-  f.Int64("window-left", &s.window_left, "window(l, r) left extent, -1 = unbounded");
-  f.Int64("window-right", &s.window_right, "window(l, r) right extent, -1 = unbounded");
-  f.Int64("block", &s.block, "block(n) size (default 64)");
-  f.String("align", &s.align, "bottom_right (default) | top_left");
-  f.String("bias-dense", &s.bias_dense, "dense bias [B,Hb,maxLq,maxLk] (fp32/fp64)");
-  f.String("bias-rel", &s.bias_rel, "relative-position bias table [Hr,2*maxL-1]");
-  f.String("ts", &s.ts, "int64 [TQ] per-token timestamps (time bias, self-attention)");
-  f.String("bias-ts", &s.bias_ts, "time-bucket bias table [Ht,129]");
-  f.String("rope-q", &s.rope_q, "RoPE table [TQ,Dqk]: sin in [0,D/2), cos in [D/2,D)");
-  f.String("rope-k", &s.rope_k, "RoPE table [TK,Dqk]");
-  f.String("rope-v", &s.rope_v, "RoPE table [TK,Dv] (optional)");
-  f.Bool("broadcast-q", &s.broadcast_q, "one q sequence read by every output sequence (PMA)");
-  f.String("kv-index", &s.kv_index, "int64 [B]: output b reads kv sequence kv_index[b]");
-  f.String("do", &s.d_o, "dO [TO,H,Dv] for the backward, same dtype as q");
 }
 
 absl::StatusOr<AttentionCaseSpec> ReadCaseFolder(const std::string& dir) {
@@ -104,49 +74,46 @@ absl::StatusOr<AttentionCaseSpec> ReadCaseFolder(const std::string& dir) {
 
 absl::StatusOr<AttentionCaseSpec> ParseCaseFolderJson(const std::string& json_text, const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "case.json").string();
-  nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return Bad(absl::StrCat(path, ": not a JSON object"));
+  const nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return json::BadField(path, "not valid JSON");
+  absl::StatusOr<json::ObjectReader> opened = json::ObjectReader::Open(
+      j, path,
+      {"q", "k", "v", "q-offsets", "kv-offsets", "kv-index", "bias-dense", "bias-rel", "ts", "bias-ts",
+       "rope-q", "rope-k", "rope-v", "do", "max-lq", "max-lk", "act", "pre-scale", "post-scale", "mask",
+       "window-left", "window-right", "block", "align", "broadcast-q"});
+  if (!opened.ok()) return opened.status();
+  const json::ObjectReader& r = *opened;
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   AttentionCaseSpec s;
+  // A file name, relative to the case folder.
   auto file = [&](const char* key, std::string& dst) -> absl::Status {
-    if (!j.contains(key)) return absl::OkStatus();
-    if (!j[key].is_string()) return Bad(absl::StrCat(path, ": '", key, "' must be a file name"));
-    dst = (std::filesystem::path(dir) / j[key].get<std::string>()).string();
-    return absl::OkStatus();
-  };
-  auto text = [&](const char* key, std::string& dst) -> absl::Status {
-    if (!j.contains(key)) return absl::OkStatus();
-    if (!j[key].is_string()) return Bad(absl::StrCat(path, ": '", key, "' must be a string"));
-    dst = j[key].get<std::string>();
-    return absl::OkStatus();
-  };
-  auto integer = [&](const char* key, int64_t& dst) -> absl::Status {
-    if (!j.contains(key)) return absl::OkStatus();
-    if (!j[key].is_number_integer()) return Bad(absl::StrCat(path, ": '", key, "' must be an integer"));
-    dst = j[key].get<int64_t>();
+    if (!r.Has(key)) return absl::OkStatus();
+    std::string name;
+    GEMTB_RETURN_IF_ERROR(r.String(key, &name));
+    dst = (std::filesystem::path(dir) / name).string();
     return absl::OkStatus();
   };
   auto opt_integer = [&](const char* key, std::optional<int64_t>& dst) -> absl::Status {
-    if (!j.contains(key)) return absl::OkStatus();
+    if (!r.Has(key)) return absl::OkStatus();
     int64_t v = 0;
-    GEMTB_RETURN_IF_ERROR(integer(key, v));
+    GEMTB_RETURN_IF_ERROR(r.Int64(key, &v, kMin, kMax));
     dst = v;
     return absl::OkStatus();
   };
   auto opt_number = [&](const char* key, std::optional<double>& dst) -> absl::Status {
-    if (!j.contains(key)) return absl::OkStatus();
-    if (!j[key].is_number()) return Bad(absl::StrCat(path, ": '", key, "' must be a number"));
-    dst = j[key].get<double>();
+    if (!r.Has(key)) return absl::OkStatus();
+    absl::StatusOr<double> v = json::ReadNumber(*r.Get(key), json::JoinPath(path, key));
+    if (!v.ok()) return v.status();
+    dst = *v;
     return absl::OkStatus();
   };
-  static const char* kKnown[] = {"q", "k", "v", "q-offsets", "kv-offsets", "kv-index", "bias-dense",
-                                 "bias-rel", "ts", "bias-ts", "rope-q", "rope-k", "rope-v", "do",
-                                 "max-lq", "max-lk", "act", "pre-scale", "post-scale", "mask",
-                                 "window-left", "window-right", "block", "align", "broadcast-q"};
-  for (const auto& item : j.items()) {
-    bool known = false;
-    for (const char* k : kKnown) known = known || item.key() == k;
-    if (!known) return Bad(absl::StrCat(path, ": unknown key '", item.key(), "'"));
-  }
+  // A name that model/'s `parse` must accept.
+  auto name = [&](const char* key, std::string& dst, auto parse, const char* rule) -> absl::Status {
+    GEMTB_RETURN_IF_ERROR(r.String(key, &dst));
+    if (r.Has(key) && !parse(dst)) return json::BadValue(json::JoinPath(path, key), *r.Get(key), rule);
+    return absl::OkStatus();
+  };
   GEMTB_RETURN_IF_ERROR(file("q", s.q));
   GEMTB_RETURN_IF_ERROR(file("k", s.k));
   GEMTB_RETURN_IF_ERROR(file("v", s.v));
@@ -163,18 +130,18 @@ absl::StatusOr<AttentionCaseSpec> ParseCaseFolderJson(const std::string& json_te
   GEMTB_RETURN_IF_ERROR(file("do", s.d_o));
   GEMTB_RETURN_IF_ERROR(opt_integer("max-lq", s.max_lq));
   GEMTB_RETURN_IF_ERROR(opt_integer("max-lk", s.max_lk));
-  GEMTB_RETURN_IF_ERROR(text("act", s.act));
+  GEMTB_RETURN_IF_ERROR(name("act", s.act, [](std::string_view n) { return ParseActivation(n).has_value(); },
+                             "is not an activation"));
   GEMTB_RETURN_IF_ERROR(opt_number("pre-scale", s.pre_scale));
   GEMTB_RETURN_IF_ERROR(opt_number("post-scale", s.post_scale));
-  GEMTB_RETURN_IF_ERROR(text("mask", s.mask));
-  GEMTB_RETURN_IF_ERROR(integer("window-left", s.window_left));
-  GEMTB_RETURN_IF_ERROR(integer("window-right", s.window_right));
-  GEMTB_RETURN_IF_ERROR(integer("block", s.block));
-  GEMTB_RETURN_IF_ERROR(text("align", s.align));
-  if (j.contains("broadcast-q")) {
-    if (!j["broadcast-q"].is_boolean()) return Bad(absl::StrCat(path, ": 'broadcast-q' must be true/false"));
-    s.broadcast_q = j["broadcast-q"].get<bool>();
-  }
+  GEMTB_RETURN_IF_ERROR(name("mask", s.mask, [](std::string_view n) { return ParseMaskKind(n).has_value(); },
+                             "is not a mask (none, causal, window, block)"));
+  GEMTB_RETURN_IF_ERROR(r.Int64("window-left", &s.window_left, kMin, kMax));
+  GEMTB_RETURN_IF_ERROR(r.Int64("window-right", &s.window_right, kMin, kMax));
+  GEMTB_RETURN_IF_ERROR(r.Int64("block", &s.block, kMin, kMax));
+  GEMTB_RETURN_IF_ERROR(name("align", s.align, [](std::string_view n) { return ParseAlignment(n).has_value(); },
+                             "is not an alignment (bottom_right, top_left)"));
+  GEMTB_RETURN_IF_ERROR(r.Bool("broadcast-q", &s.broadcast_q));
   return s;
 }
 
@@ -244,4 +211,4 @@ absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& s) {
   return c;
 }
 
-}  // namespace gemtb::cli
+}  // namespace gemtb::io

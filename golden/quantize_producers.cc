@@ -11,11 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
 #include "reference/quantize/quantize.h"
-#include "tools/gemtb/golden_inputs.h"
-#include "tools/gemtb/golden_params.h"
-#include "tools/gemtb/golden_registry.h"
+#include "golden/inputs.h"
+#include "golden/params.h"
+#include "golden/registry.h"
 
-namespace gemtb::cli {
+namespace gemtb::golden {
 namespace {
 
 using nlohmann::json;
@@ -164,4 +164,4 @@ void AddQuantizeProducers(std::vector<GoldenProducer>& out) {
   add("bf16_rht64", {{"format", "bf16"}, {"axis", -1}, {"rht", 64}, {"seed", 3}, {"stream", 7}});
 }
 
-}  // namespace gemtb::cli
+}  // namespace gemtb::golden

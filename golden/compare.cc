@@ -1,4 +1,4 @@
-#include "tools/gemtb/golden_compare.h"
+#include "golden/compare.h"
 
 #include <algorithm>
 #include <charconv>
@@ -9,7 +9,7 @@
 #include "model/numerics/float_formats.h"
 #include "reference/io/npy.h"
 
-namespace gemtb::cli {
+namespace gemtb::golden {
 namespace {
 
 std::string Shortest(double v) {
@@ -102,4 +102,4 @@ std::optional<std::string> DescribeTextDifference(const std::vector<uint8_t>& st
                       line_at(recomputed), "'");
 }
 
-}  // namespace gemtb::cli
+}  // namespace gemtb::golden

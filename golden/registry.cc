@@ -1,8 +1,8 @@
-#include "tools/gemtb/golden_registry.h"
+#include "golden/registry.h"
 
 #include "absl/strings/str_cat.h"
 
-namespace gemtb::cli {
+namespace gemtb::golden {
 namespace {
 
 using Runner = absl::StatusOr<std::vector<GoldenFile>> (*)(const nlohmann::json&);
@@ -83,4 +83,4 @@ absl::StatusOr<std::vector<GoldenFile>> RunGoldenProducer(const GoldenProducer& 
       absl::StrCat("producer '", producer.name, "': unknown kind '", producer.kind, "'"));
 }
 
-}  // namespace gemtb::cli
+}  // namespace gemtb::golden

@@ -11,11 +11,11 @@
 #include "model/attention/attention_options.h"
 #include "model/common/status_macros.h"
 #include "reference/attention/attention.h"
-#include "tools/gemtb/golden_inputs.h"
-#include "tools/gemtb/golden_params.h"
-#include "tools/gemtb/golden_registry.h"
+#include "golden/inputs.h"
+#include "golden/params.h"
+#include "golden/registry.h"
 
-namespace gemtb::cli {
+namespace gemtb::golden {
 namespace {
 
 using nlohmann::json;
@@ -370,4 +370,4 @@ void AddAttentionProducers(std::vector<GoldenProducer>& out) {
   add("emulate_fp16_gelu_tanh_causal", emulate(GridCase(Activation::kGeluTanh, MaskKind::kCausal), "float16"));
 }
 
-}  // namespace gemtb::cli
+}  // namespace gemtb::golden

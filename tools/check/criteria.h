@@ -6,8 +6,8 @@
 //
 // NaN anywhere in a compared tensor fails every criterion (comparisons are written as !(x <=
 // bound)).
-#ifndef GEMTB_TESTS_TESTING_CRITERIA_H_
-#define GEMTB_TESTS_TESTING_CRITERIA_H_
+#ifndef GEMTB_TOOLS_CHECK_CRITERIA_H_
+#define GEMTB_TOOLS_CHECK_CRITERIA_H_
 
 #include <string>
 #include <string_view>
@@ -15,7 +15,7 @@
 #include "absl/types/span.h"
 #include "model/common/element_type.h"
 
-namespace gemtb::testing {
+namespace gemtb::check {
 
 // --- dtype helpers ------------------------------------------------------------------------------
 
@@ -76,6 +76,6 @@ Verdict LseMatches(std::string_view name, absl::Span<const double> got,
 Verdict ScaledMaxDiffWithin(std::string_view name, absl::Span<const double> got,
                             absl::Span<const double> ref, double tolerance);
 
-}  // namespace gemtb::testing
+}  // namespace gemtb::check
 
-#endif  // GEMTB_TESTS_TESTING_CRITERIA_H_
+#endif  // GEMTB_TOOLS_CHECK_CRITERIA_H_

@@ -7,9 +7,9 @@
 // verify` reruns every producer and compares the bytes; `gemtb golden regen --force` rewrites them.
 //
 // Adding a case = adding an entry in its family's Add*Producers; adding a family = one more row of
-// the kind table in golden_registry.cc.
-#ifndef GEMTB_TOOLS_GEMTB_GOLDEN_REGISTRY_H_
-#define GEMTB_TOOLS_GEMTB_GOLDEN_REGISTRY_H_
+// the kind table in registry.cc.
+#ifndef GEMTB_GOLDEN_REGISTRY_H_
+#define GEMTB_GOLDEN_REGISTRY_H_
 
 #include <cstdint>
 #include <optional>
@@ -20,7 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "reference/io/npy.h"
 
-namespace gemtb::cli {
+namespace gemtb::golden {
 
 // One file a producer writes: a .npy array or a small JSON text (case.json, spec.json) that makes
 // the folder runnable with `gemtb ref attention --case` / `gemtb ref embed --spec`.
@@ -53,7 +53,7 @@ absl::StatusOr<std::vector<GoldenFile>> RunGoldenProducer(const GoldenProducer& 
 // Whether `kind` names a family.
 bool IsGoldenKind(const std::string& kind);
 
-// The families (golden_<family>.cc): each adds its entries and runs one entry's parameters.
+// The families (<family>_producers.cc): each adds its entries and runs one entry's parameters.
 void AddAttentionProducers(std::vector<GoldenProducer>& out);
 absl::StatusOr<std::vector<GoldenFile>> RunAttentionProducer(const nlohmann::json& params);
 void AddEmbeddingProducers(std::vector<GoldenProducer>& out);
@@ -64,6 +64,6 @@ absl::StatusOr<std::vector<GoldenFile>> RunQuantizeProducer(const nlohmann::json
 void AddTrainingProducers(std::vector<GoldenProducer>& out);
 absl::StatusOr<std::vector<GoldenFile>> RunTrainingProducer(const nlohmann::json& params);
 
-}  // namespace gemtb::cli
+}  // namespace gemtb::golden
 
-#endif  // GEMTB_TOOLS_GEMTB_GOLDEN_REGISTRY_H_
+#endif  // GEMTB_GOLDEN_REGISTRY_H_

@@ -1,9 +1,9 @@
 // An attention call described by files: the .npy inputs and the options, given as command-line flags
-// or as a case folder (case.json with the same keys as the flags, paths relative to the folder).
-// `gemtb ref attention`, `gemtb ref compare` (and later `gemtb gpu attention`) load cases here, so a
-// case means the same thing to every command.
-#ifndef GEMTB_TOOLS_GEMTB_ATTENTION_CASE_H_
-#define GEMTB_TOOLS_GEMTB_ATTENTION_CASE_H_
+// (tools/gemtb/attention_case_flags.h) or as a case folder (case.json with the same keys as the
+// flags, paths relative to the folder). `gemtb ref attention`, `gemtb ref compare` and
+// `gemtb gpu attention` load cases here, so a case means the same thing to every command.
+#ifndef GEMTB_REFERENCE_IO_ATTENTION_CASE_H_
+#define GEMTB_REFERENCE_IO_ATTENTION_CASE_H_
 
 #include <optional>
 #include <string>
@@ -12,11 +12,11 @@
 #include "absl/status/statusor.h"
 #include "reference/attention/attention.h"
 #include "reference/io/npy.h"
-#include "tools/gemtb/flags.h"
 
-namespace gemtb::cli {
+namespace gemtb::io {
 
-// The flag values that define a case, before any file is read.
+// The flag (or case.json) values that define a case, before any file is read. Names stay text
+// here; LoadAttentionCase parses them with model/'s parse functions.
 struct AttentionCaseSpec {
   std::string q, k, v, q_offsets, kv_offsets, kv_index;
   std::string bias_dense, bias_rel, ts, bias_ts, rope_q, rope_k, rope_v, d_o;
@@ -29,10 +29,8 @@ struct AttentionCaseSpec {
   bool broadcast_q = false;
 };
 
-// Registers --q --k ... --broadcast-q on `flags`.
-void RegisterAttentionCaseFlags(FlagSet& flags, AttentionCaseSpec& spec);
-
-// Reads DIR/case.json into a spec (keys are flag names without the dashes).
+// Reads DIR/case.json into a spec (keys are flag names without the dashes), strictly: unknown keys
+// and values of the wrong type or name fail with "<file>.<key>: <value> <rule>".
 absl::StatusOr<AttentionCaseSpec> ReadCaseFolder(const std::string& dir);
 // The same from the text of DIR/case.json (ReadCaseFolder reads the file and calls this).
 absl::StatusOr<AttentionCaseSpec> ParseCaseFolderJson(const std::string& json_text, const std::string& dir);
@@ -41,7 +39,7 @@ absl::StatusOr<AttentionCaseSpec> ParseCaseFolderJson(const std::string& json_te
 struct AttentionCase {
   AttentionOptions options;
   reference::AttentionInputs inputs;
-  io::NpyDType input_dtype = io::NpyDType::kFloat64;
+  NpyDType input_dtype = NpyDType::kFloat64;
   std::vector<double> q, k, v, bias_dense, bias_rel, bias_ts, rope_q, rope_k, rope_v, d_o;
   std::vector<int64_t> q_offsets, kv_offsets, kv_index, ts;
   std::vector<int64_t> d_o_shape;
@@ -52,8 +50,8 @@ struct AttentionCase {
 // call with the oracle's own checks, so an error names the field before anything is computed.
 absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& spec);
 
-ElementType ToElementType(io::NpyDType dtype);
+ElementType ToElementType(NpyDType dtype);
 
-}  // namespace gemtb::cli
+}  // namespace gemtb::io
 
-#endif  // GEMTB_TOOLS_GEMTB_ATTENTION_CASE_H_
+#endif  // GEMTB_REFERENCE_IO_ATTENTION_CASE_H_

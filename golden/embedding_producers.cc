@@ -14,11 +14,11 @@
 #include "reference/embedding/tbe.h"
 #include "reference/sharding/sharded_executor.h"
 #include "reference/sharding/sharding_plan.h"
-#include "tools/gemtb/golden_inputs.h"
-#include "tools/gemtb/golden_params.h"
-#include "tools/gemtb/golden_registry.h"
+#include "golden/inputs.h"
+#include "golden/params.h"
+#include "golden/registry.h"
 
-namespace gemtb::cli {
+namespace gemtb::golden {
 namespace {
 
 using nlohmann::json;
@@ -291,4 +291,4 @@ void AddEmbeddingProducers(std::vector<GoldenProducer>& out) {
   }
 }
 
-}  // namespace gemtb::cli
+}  // namespace gemtb::golden

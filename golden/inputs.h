@@ -1,8 +1,8 @@
 // Inputs of the golden vectors: values drawn from Philox with integer arithmetic and exact or
 // correctly rounded IEEE operations only (no log/cos/sin), so that the inputs are the same bytes on
 // every platform. model/random/normal.h uses libm and is therefore not used here.
-#ifndef GEMTB_TOOLS_GEMTB_GOLDEN_INPUTS_H_
-#define GEMTB_TOOLS_GEMTB_GOLDEN_INPUTS_H_
+#ifndef GEMTB_GOLDEN_INPUTS_H_
+#define GEMTB_GOLDEN_INPUTS_H_
 
 #include <cstdint>
 #include <vector>
@@ -11,7 +11,7 @@
 #include "model/numerics/float_formats.h"
 #include "model/numerics/philox.h"
 
-namespace gemtb::cli::golden {
+namespace gemtb::golden {
 
 // Uniform on [-1, 1) with 24-bit resolution (exact in fp32): element `i` of (seed, stream).
 inline double Uniform(uint64_t seed, uint64_t stream, uint64_t i) {
@@ -52,6 +52,6 @@ inline uint64_t UniformInt(uint64_t seed, uint64_t stream, uint64_t i, uint64_t 
   return w % n;
 }
 
-}  // namespace gemtb::cli::golden
+}  // namespace gemtb::golden
 
-#endif  // GEMTB_TOOLS_GEMTB_GOLDEN_INPUTS_H_
+#endif  // GEMTB_GOLDEN_INPUTS_H_

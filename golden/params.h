@@ -1,7 +1,7 @@
 // Reading a golden producer's parameters (JSON) with errors that name the key. Parameters come from
 // the registry in code, so an error here is a bug in a registry entry, reported rather than crashing.
-#ifndef GEMTB_TOOLS_GEMTB_GOLDEN_PARAMS_H_
-#define GEMTB_TOOLS_GEMTB_GOLDEN_PARAMS_H_
+#ifndef GEMTB_GOLDEN_PARAMS_H_
+#define GEMTB_GOLDEN_PARAMS_H_
 
 #include <cstdint>
 #include <string>
@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
-namespace gemtb::cli::golden {
+namespace gemtb::golden {
 
 class Params {
  public:
@@ -61,6 +61,6 @@ class Params {
   const nlohmann::json& j_;
 };
 
-}  // namespace gemtb::cli::golden
+}  // namespace gemtb::golden
 
-#endif  // GEMTB_TOOLS_GEMTB_GOLDEN_PARAMS_H_
+#endif  // GEMTB_GOLDEN_PARAMS_H_

@@ -11,10 +11,10 @@
 #include "model/common/status_macros.h"
 #include "model/description/model_config.h"
 #include "reference/model/trainer.h"
-#include "tools/gemtb/golden_params.h"
-#include "tools/gemtb/golden_registry.h"
+#include "golden/params.h"
+#include "golden/registry.h"
 
-namespace gemtb::cli {
+namespace gemtb::golden {
 namespace {
 
 using nlohmann::json;
@@ -134,4 +134,4 @@ void AddTrainingProducers(std::vector<GoldenProducer>& out) {
                   {"grad_blocks", 16}}});
 }
 
-}  // namespace gemtb::cli
+}  // namespace gemtb::golden

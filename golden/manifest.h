@@ -7,8 +7,8 @@
 //
 // Paths are relative to the golden folder and lie inside their producer's folder. Parsing checks
 // every field and names the JSON path of the first bad one.
-#ifndef GEMTB_TOOLS_GEMTB_GOLDEN_MANIFEST_H_
-#define GEMTB_TOOLS_GEMTB_GOLDEN_MANIFEST_H_
+#ifndef GEMTB_GOLDEN_MANIFEST_H_
+#define GEMTB_GOLDEN_MANIFEST_H_
 
 #include <cstdint>
 #include <string>
@@ -16,9 +16,9 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
-#include "tools/gemtb/golden_registry.h"
+#include "golden/registry.h"
 
-namespace gemtb::cli {
+namespace gemtb::golden {
 
 inline constexpr char kGoldenManifestFormat[] = "gemtb-golden-manifest-1";
 inline constexpr char kGoldenRegenCommand[] = "gemtb golden regen --force";
@@ -56,6 +56,6 @@ ManifestProducer DescribeProducer(const GoldenProducer& producer, const std::vec
 // Whether `name` is selected by `--only PREFIX` (empty prefix selects all).
 bool Selected(const std::string& name, const std::string& prefix);
 
-}  // namespace gemtb::cli
+}  // namespace gemtb::golden
 
-#endif  // GEMTB_TOOLS_GEMTB_GOLDEN_MANIFEST_H_
+#endif  // GEMTB_GOLDEN_MANIFEST_H_

@@ -1,4 +1,4 @@
-#include "tests/testing/criteria.h"
+#include "tools/check/criteria.h"
 
 #include <cmath>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace gemtb::testing {
+namespace gemtb::check {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -205,4 +205,4 @@ Verdict ScaledMaxDiffWithin(std::string_view name, absl::Span<const double> got,
   return v;
 }
 
-}  // namespace gemtb::testing
+}  // namespace gemtb::check
