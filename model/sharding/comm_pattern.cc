@@ -106,7 +106,9 @@ std::vector<CommCall> TableCommPattern(const TableSharding& sharding, const Comm
       break;
     case ShardingType::kTableWise:
     case ShardingType::kColumnWise: {
-      calls.Add(CommSite::kIdsA2a, Collective::kAllToAll, kMp, M, 1, Term(T::kKjt, off * c));
+      // Once to each holder position: c column shards on min(c, M) positions.
+      const double holders = std::min(c, static_cast<double>(M));
+      calls.Add(CommSite::kIdsA2a, Collective::kAllToAll, kMp, M, 1, Term(T::kKjt, off * holders));
       break;
     }
     case ShardingType::kRowWise: {
@@ -119,10 +121,12 @@ std::vector<CommCall> TableCommPattern(const TableSharding& sharding, const Comm
     }
     case ShardingType::kTableRowWise:
     case ShardingType::kGrid: {
-      // Ids to the g holders of each column shard's host (lengths to each, each id to one row block).
+      // Ids to the g holders of each host holding a column shard, once per host (c shards on
+      // min(c, M/g) hosts): lengths to each holder, each id to its row block's.
+      const double shard_hosts = std::min(c, static_cast<double>(hosts));
       CommBytes ids;
-      ids[T::kBags] = 4.0 * g * c * off;
-      ids[T::kIds] = 8.0 * c * off;
+      ids[T::kBags] = 4.0 * g * shard_hosts * off;
+      ids[T::kIds] = 8.0 * shard_hosts * off;
       calls.Add(CommSite::kIdsA2a, Collective::kAllToAll, kMp, M, 1, ids);
       // The table's host reduce-scatters an M*pi buffer; the average rank holds the table on g of the
       // M positions, so it carries g*pi.

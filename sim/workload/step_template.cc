@@ -672,16 +672,26 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
       const GroupClass cls = call.group_class == CommGroupClass::kSparseMp        ? GroupClass::kSparseMp
                              : call.group_class == CommGroupClass::kSparseReplica ? GroupClass::kSparseReplica
                                                                                   : GroupClass::kSparseIntra;
+      // The template's groups tile the MP group: a gather over p positions that do not divide the
+      // positions along its stride (CW's holders of c shards on M positions) is priced over all of
+      // them, sending the same bytes per member ((p-1)/p of S).
+      int size = call.size;
+      double scale = 1.0;
+      const int positions = M / call.stride;
+      if (cls == GroupClass::kSparseMp && positions % size != 0) {
+        scale = ((size - 1.0) / size) / ((positions - 1.0) / positions);
+        size = positions;
+      }
       SiteBytes* site = nullptr;
       for (SiteBytes& b : sites_) {
-        if (b.site == call.site && b.size == call.size && b.stride == call.stride) site = &b;
+        if (b.site == call.site && b.size == size && b.stride == call.stride) site = &b;
       }
       if (site == nullptr) {
-        sites_.push_back(SiteBytes{call.site, SimOp(call.op), cls, call.size, call.stride, Zero(layout_)});
+        sites_.push_back(SiteBytes{call.site, SimOp(call.op), cls, size, call.stride, Zero(layout_)});
         site = &sites_.back();
       }
       for (int k = 0; k < kNumTrafficTerms; ++k) {
-        if (call.bytes.coef[k] != 0.0) site->bytes.AddScaled(traffic[k], call.bytes.coef[k]);
+        if (call.bytes.coef[k] != 0.0) site->bytes.AddScaled(traffic[k], call.bytes.coef[k] * scale);
       }
     }
     // The rank's own samples' embeddings, whichever rank looked them up.

@@ -158,7 +158,7 @@ TEST(CommPattern, TableWiseSendsIdsAndEmbeddingsOffRank) {
   const CommCall* emb = Find(calls, CommSite::kEmbGradA2a);
   ASSERT_NE(emb, nullptr);
   EXPECT_EQ(emb->bytes.coef, Bytes({{TrafficTerm::kPooled, 0.75}, {TrafficTerm::kSequence, 0.75}}).coef);
-  EXPECT_EQ(CommSitePhase(emb->site), CommPhase::kBackward);
+  EXPECT_EQ(CommSitePhase(emb->site), ::gemtb::CommPhase::kBackward);
 }
 
 TEST(CommPattern, RowWiseReduceScattersPooledSums) {

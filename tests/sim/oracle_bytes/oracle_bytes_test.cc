@@ -235,24 +235,35 @@ size_t Distinct(const std::vector<const std::vector<int64_t>*>& lists) {
   return rows.size();
 }
 
-// Each rank's traffic of table t (0 user, 1 item) in the report's units (e_a = `wire`).
-TableTraffic TrafficOf(const Batch& b, int table, int rank, int mp_group, double wire) {
+// Every rank's traffic of table t (0 user, 1 item) in the report's units (e_a = `wire`): [rank].
+std::vector<TableTraffic> TrafficOf(const Batch& b, int table, int mp_group, double wire) {
   using T = TrafficTerm;
   const int n = b.world / mp_group;
   const auto& per_rank = table == 0 ? b.user_ids : b.item_ids;
-  TableTraffic x{};
-  x[static_cast<int>(T::kOne)] = 1;
-  x[static_cast<int>(T::kBags)] = static_cast<double>(b.local_batch);
-  x[static_cast<int>(T::kIds)] = static_cast<double>(per_rank[rank].size());
-  x[static_cast<int>(T::kKjt)] = 4.0 * static_cast<double>(b.local_batch) + 8.0 * static_cast<double>(per_rank[rank].size());
-  x[static_cast<int>(T::kPooled)] = table == 0 ? static_cast<double>(b.local_batch) * kDim * wire : 0.0;
-  x[static_cast<int>(T::kSequence)] = table == 1 ? static_cast<double>(per_rank[rank].size()) * kDim * wire : 0.0;
-  std::vector<const std::vector<int64_t>*> group, all;
-  for (int m = 0; m < mp_group; ++m) group.push_back(&per_rank[m * n + rank % n]);  // rank = m*N + rho
+  std::vector<const std::vector<int64_t>*> all;
   for (const auto& ids : per_rank) all.push_back(&ids);
-  x[static_cast<int>(T::kMpUniqueRows)] = static_cast<double>(Distinct(group));
-  x[static_cast<int>(T::kWorldUniqueRows)] = static_cast<double>(Distinct(all));
-  return x;
+  const double world_rows = static_cast<double>(Distinct(all));
+  std::vector<double> group_rows(n);  // MP group rho = ranks {m*N + rho}
+  for (int rho = 0; rho < n; ++rho) {
+    std::vector<const std::vector<int64_t>*> group;
+    for (int m = 0; m < mp_group; ++m) group.push_back(&per_rank[m * n + rho]);
+    group_rows[rho] = static_cast<double>(Distinct(group));
+  }
+  std::vector<TableTraffic> out;
+  for (int r = 0; r < b.world; ++r) {
+    const double bags = static_cast<double>(b.local_batch), ids = static_cast<double>(per_rank[r].size());
+    TableTraffic x{};
+    x[static_cast<int>(T::kOne)] = 1;
+    x[static_cast<int>(T::kBags)] = bags;
+    x[static_cast<int>(T::kIds)] = ids;
+    x[static_cast<int>(T::kKjt)] = 4.0 * bags + 8.0 * ids;
+    x[static_cast<int>(T::kPooled)] = table == 0 ? bags * kDim * wire : 0.0;
+    x[static_cast<int>(T::kSequence)] = table == 1 ? ids * kDim * wire : 0.0;
+    x[static_cast<int>(T::kMpUniqueRows)] = group_rows[r % n];
+    x[static_cast<int>(T::kWorldUniqueRows)] = world_rows;
+    out.push_back(x);
+  }
+  return out;
 }
 
 const char* PhaseName(CommPhase p) {
@@ -280,6 +291,7 @@ Totals PatternTotals(const ShardingPlanSpec& plan, OptimizerKind optimizer, cons
   Totals totals;
   for (int t = 0; t < 2; ++t) {
     const TableConfig& tc = config.tables[t];
+    const std::vector<TableTraffic> traffic = TrafficOf(b, t, M, wire);
     const CommTable table{tc.rows, tc.dim, tc.dtype == ElementType::kFloat32 ? 4.0 : 2.0, optimizer};
     for (const CommCall& call : TableCommPattern(plan.tables[t], table, plan, world)) {
       const std::string op = CollectiveName(call.op);
@@ -287,9 +299,7 @@ Totals PatternTotals(const ShardingPlanSpec& plan, OptimizerKind optimizer, cons
                         : call.group_class == CommGroupClass::kSparseReplica ? "sparse-replica"
                                                                              : "sparse-intra";
       double& total = totals[{PhaseName(CommSitePhase(call.site)), op, cls, "all groups"}];
-      for (int r = 0; r < b.world; ++r) {
-        total += call.bytes.Eval(TrafficOf(b, t, r, M, wire)) * ReportShare(op, call.size);
-      }
+      for (const TableTraffic& x : traffic) total += call.bytes.Eval(x) * ReportShare(op, call.size);
     }
   }
   return totals;
@@ -522,7 +532,7 @@ TEST_P(EveryShardingType, OracleMovesThePatternsBytesAndTheSimulatorPricesThem) 
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, EveryShardingType, ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8, 16, 64),
-                         [](const ::testing::TestParamInfo<int>& info) { return absl::StrCat("R", info.param); });
+                         [](const ::testing::TestParamInfo<int>& world) { return absl::StrCat("R", world.param); });
 
 }  // namespace
 }  // namespace gemtb
