@@ -71,18 +71,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::Status valid =
       gemtb::ValidateShardingPlan(*plan, gemtb::PlanTablesOf(config), world_size, gpus_per_host);
   if (!valid.ok()) Fail(absl::StrCat("parsed plan fails validation: ", valid.ToString()));
-  const int m = gemtb::reference::MpGroupSize(*plan, world_size);
-  const int n = gemtb::reference::ReplicaCount(*plan, world_size);
+  const int m = gemtb::MpGroupSize(*plan, world_size);
+  const int n = gemtb::ReplicaCount(*plan, world_size);
   Check(m >= 1 && n >= 1 && m * n == world_size, "M * N != world_size");
   Check(plan->tables.size() == config.tables.size(), "one sharding per table");
   for (size_t t = 0; t < plan->tables.size(); ++t) {
-    const gemtb::reference::TableSharding& s = plan->tables[t];
+    const gemtb::TableSharding& s = plan->tables[t];
     const std::string what = absl::StrCat("table ", t, " (", gemtb::ShardingTypeName(s.type), "): ");
     Check(IsTableWise(s.type) ? s.owner >= -1 && s.owner < m : s.owner == -1, what + "bad owner");
     Check(HasShards(s.type) ? s.shards >= 1 && config.tables[t].dim % s.shards == 0 : s.shards == 1,
           what + "bad shard count");
     if (OnHosts(s.type)) {
-      Check(gemtb::reference::HostGroupPositions(m, n, gpus_per_host).ok(), what + "no host groups");
+      Check(gemtb::HostGroupPositions(m, n, gpus_per_host).ok(), what + "no host groups");
     }
   }
   Check(plan->sync_period >= 1, "sync_period < 1");
