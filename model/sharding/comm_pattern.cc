@@ -171,7 +171,7 @@ std::vector<CommCall> TableCommPattern(const TableSharding& sharding, const Comm
   if (plan.fully_sharded) {
     // V3: AG(N) of the position's shards (gather=touched: only the rows some rank looks up), the
     // same again in the backward unless kept, RS(N) of the updated copy.
-    const CommBytes gathered = plan.gather == GatherMode::kTouched ? Term(T::kWorldUniqueRows, D * e_w / holders)
+    const CommBytes gathered = plan.gather == GatherMode::kTouched ? Term(T::kShardTouchedRows, D * e_w)
                                                                   : Term(T::kOne, rows * D * e_w / holders);
     calls.Add(CommSite::kV3Gather, Collective::kAllGather, CommGroupClass::kSparseIntra, N, 1, gathered);
     if (!plan.keep_gathered) {

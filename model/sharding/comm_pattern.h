@@ -5,7 +5,7 @@
 //
 // Bytes are S of spec §3.1 for the average member of the group (A2A: what it sends to the others;
 // AG: the gathered buffer; RS and AR: the buffer), affine in the table's per-rank traffic (spec
-// §3.2's B|F_t|, nu, pi, sigma, U). "Average" spreads a table over the MP group: the ids a rank
+// §3.2's B|F_t|, nu, kappa, pi, sigma, U). "Average" spreads a table over the MP group: the ids a rank
 // sends leave it with probability (M-1)/M, a table-wise table's collectives load each position 1/M
 // of the time. Summed over a group class, these averages are exact whenever every rank's ids are
 // spread evenly over the row blocks and shard holders (the batch the oracle test draws).
@@ -62,8 +62,9 @@ enum class TrafficTerm {
   kKjt,              // kappa = 4 B|F_t| + 8 nu: the rank's KJT bytes of the table
   kPooled,           // pi = B|F_pooled| D e_a: its pooled embeddings' bytes
   kSequence,         // sigma = nu_sequence D e_a: its sequence embeddings' bytes
-  kMpUniqueRows,     // U: distinct rows the rank's MP group looks up
-  kWorldUniqueRows,  // distinct rows all ranks look up (V3 gather=touched: union over replica groups)
+  kMpUniqueRows,     // U: distinct rows of the table the rank's MP group looks up
+  kShardTouchedRows, // V3 gather=touched: rows its MP position stores that some rank looks up (in
+                     // full-width rows; a DP position's copy holds every such row)
 };
 inline constexpr int kNumTrafficTerms = 8;
 using TableTraffic = std::array<double, kNumTrafficTerms>;  // indexed by TrafficTerm

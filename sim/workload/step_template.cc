@@ -651,7 +651,8 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
     const double D = static_cast<double>(tb.dim);
     const double e_w = DtypeBytes(tb.dtype);
     // The table's traffic terms (comm_pattern.h's TrafficTerm) on this rank. Distinct rows are
-    // estimated without deduplication: every id of the MP group (U) or of the world a distinct row.
+    // estimated from this rank's ids: the MP group's U as M times them (no id repeats), the rows
+    // V3 gathers for its position as them (the other replica groups touch the same rows).
     std::array<StatAffine, kNumTrafficTerms> traffic;
     traffic.fill(Zero(layout_));
     traffic[static_cast<int>(TrafficTerm::kOne)].coef[StatLayout::kOne] = 1.0;
@@ -665,7 +666,7 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
     StatAffine& sigma = traffic[static_cast<int>(TrafficTerm::kSequence)];
     sigma.AddScaled(seq_ids, D * e_a);
     traffic[static_cast<int>(TrafficTerm::kMpUniqueRows)].AddScaled(nu, M);
-    traffic[static_cast<int>(TrafficTerm::kWorldUniqueRows)].AddScaled(nu, g_.world);
+    traffic[static_cast<int>(TrafficTerm::kShardTouchedRows)].AddScaled(nu, 1.0);
 
     const CommTable table{tb.rows, tb.dim, e_w, TableOptimizer(tb)};
     for (const CommCall& call : TableCommPattern(plan.sparse.tables[t], table, plan.sparse, world)) {

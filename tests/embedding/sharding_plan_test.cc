@@ -225,7 +225,7 @@ TEST(CommPattern, FullyShardedGathersTheShardOrACopy) {
   const std::vector<CommCall> touched = TableCommPattern(TableSharding{}, table, v3, CommWorld{2, 2, 1});
   const CommCall* t = Find(touched, CommSite::kV3Gather);
   ASSERT_NE(t, nullptr);
-  EXPECT_EQ(t->bytes.coef, Bytes({{TrafficTerm::kWorldUniqueRows, 16.0}}).coef);  // 8 * 4 B a row / M
+  EXPECT_EQ(t->bytes.coef, Bytes({{TrafficTerm::kShardTouchedRows, 32.0}}).coef);  // 8 * 4 B a row
   EXPECT_EQ(Find(touched, CommSite::kV3GatherBwd), nullptr);
 }
 
