@@ -192,7 +192,7 @@ class Builder {
 
   // `lookup_after`: a task the lookup also waits for (-1: none).
   void BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_time, StatAffine& update_time,
-                   std::vector<int>& sparse_fwd_tasks, int lookup_after);
+                   int lookup_after);
 
   // The layout of sparse-mp groups of `size` MP positions `stride` apart (a TWRW host, its cross-host
   // groups, CW holders), added to the template's layouts on first use.
@@ -328,8 +328,7 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   const bool ahead = plan.pipeline.sparse_ahead > 0;
   std::vector<int> sparse_out;
   StatAffine lookup = Zero(layout_), update = Zero(layout_);
-  std::vector<int> sparse_fwd;
-  if (!ahead) BuildSparse(sparse_out, lookup, update, sparse_fwd, -1);
+  if (!ahead) BuildSparse(sparse_out, lookup, update, -1);
 
   // Per region: non-expert params (FSDP unit), per-expert params, split of its ops.
   struct RegionPlan {
@@ -436,7 +435,7 @@ absl::StatusOr<StepTemplate> Builder::Build() {
     // forward is done (the compute stream holds it between forward and backward), so its embedding
     // exchange runs beside the dense backward; this step's dense forward takes the embeddings the
     // previous step gathered. Step 0 stands for a filled pipeline: its forward waits for none.
-    BuildSparse(sparse_out, lookup, update, sparse_fwd, prev);
+    BuildSparse(sparse_out, lookup, update, prev);
     for (int x : sparse_out) t_.tasks[first_fwd].prev_deps.push_back(x);
   }
 
@@ -614,7 +613,7 @@ absl::StatusOr<StepTemplate> Builder::Build() {
 }
 
 void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_time, StatAffine& update_time,
-                          std::vector<int>& sparse_fwd, int lookup_after) {
+                          int lookup_after) {
   const model::ModelGraph& m = *s_.model;
   const Plan& plan = s_.plan;
   const Cluster& cl = s_.cluster;
@@ -714,24 +713,17 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
     StatAffine x = Zero(layout_);
     x.coef[StatLayout::kX] = 1.0;
     global = AddColl("sparse.global_a2a", GroupClass::kSparseMp, mp_layout, CollectiveOp::kAllToAll, x, {}, true);
-    if (global >= 0) sparse_fwd.push_back(global);
   }
   const int v3 = AddSite(CommSite::kV3Gather, {});
-  if (v3 >= 0) sparse_fwd.push_back(v3);
   // The ids exchange needs only the batch (after global balancing's exchange, if any), not the V3
   // gather: they run side by side and the lookup waits for both.
   const int a_ids = AddSite(CommSite::kIdsA2a, global >= 0 ? std::vector<int>{global} : std::vector<int>{}, true);
-  if (a_ids >= 0) sparse_fwd.push_back(a_ids);
   const int lk = AddCompute("sparse.lookup", lookup_time, {}, {a_ids, v3, lookup_after}, true);
   const int rs = AddSite(CommSite::kPooledRs, {lk});
-  if (rs >= 0) sparse_fwd.push_back(rs);
   // TWRW and GRID: RS inside the table's host, then A2A across hosts (embeddings-and-model.md §3.2).
   const int trs = AddSite(CommSite::kHostRs, {lk});
   const int twrw_a2a = AddSite(CommSite::kCrossHostA2a, {trs >= 0 ? trs : lk}, true);
-  if (trs >= 0) sparse_fwd.push_back(trs);
-  if (twrw_a2a >= 0) sparse_fwd.push_back(twrw_a2a);
   const int o = AddSite(CommSite::kEmbA2a, {lk}, true);
-  if (o >= 0) sparse_fwd.push_back(o);
   fwd_out_deps = {lk};
   for (int x : {rs, o, twrw_a2a}) if (x >= 0) fwd_out_deps.push_back(x);
 }
