@@ -16,8 +16,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "fuzz/byte_reader.h"
-#include "nlohmann/json.hpp"
 #include "model/sharding/sharding_plan_json.h"
+#include "nlohmann/json.hpp"
 
 namespace {
 

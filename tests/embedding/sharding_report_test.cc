@@ -7,9 +7,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/sharding/sharding_plan_json.h"
 #include "nlohmann/json.hpp"
 #include "reference/sharding/sharded_executor.h"
-#include "model/sharding/sharding_plan_json.h"
 
 namespace gemtb::reference {
 namespace {

@@ -9,9 +9,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/sharding/sharding_plan_json.h"
 #include "nlohmann/json.hpp"
 #include "reference/sharding/sharded_executor.h"
-#include "model/sharding/sharding_plan_json.h"
 #include "tests/embedding/sharding_cases.h"
 #include "tests/testing/status_matchers.h"
 

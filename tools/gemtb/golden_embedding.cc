@@ -9,11 +9,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
+#include "model/sharding/sharding_plan_json.h"
 #include "reference/collectives/comm_report.h"
 #include "reference/embedding/embedding_json.h"
 #include "reference/embedding/tbe.h"
 #include "reference/sharding/sharded_executor.h"
-#include "model/sharding/sharding_plan_json.h"
 #include "tools/gemtb/golden_inputs.h"
 #include "tools/gemtb/golden_params.h"
 #include "tools/gemtb/golden_registry.h"

@@ -5,11 +5,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
+#include "model/sharding/sharding_plan_json.h"
 #include "reference/embedding/embedding_json.h"
 #include "reference/embedding/tbe.h"
 #include "reference/io/npy.h"
 #include "reference/sharding/sharded_executor.h"
-#include "model/sharding/sharding_plan_json.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
 
