@@ -80,8 +80,10 @@ struct CommCall {
   CommSite site = CommSite::kIdsA2a;
   Collective op = Collective::kAllToAll;
   CommGroupClass group_class = CommGroupClass::kSparseMp;
-  // Members: sparse-mp groups are `size` MP positions `stride` apart (consecutive positions of a
-  // group start at multiples of size*stride, as TWRW's hosts); replica groups are the N replicas.
+  // Members: sparse-mp groups are `size` MP positions `stride` apart (a TWRW host: g consecutive
+  // positions; its cross-host groups: M/g positions g apart; a table's column-shard holders: which
+  // positions is the executor's placement, the average member's bytes do not depend on it);
+  // replica-class groups are the N replicas of one position.
   int size = 1;
   int stride = 1;
   CommBytes bytes;
