@@ -1,4 +1,4 @@
-// The sparse sharding plan parser (reference/sharding/sharding_plan.h), on arbitrary JSON text.
+// The one sharding plan parser (model/sharding/sharding_plan_json.h) on arbitrary JSON text.
 //
 // An input is two bytes that pick the world (world_size, gpus_per_host) from small tables, then
 // the text of the simulator's `plan.sparse` object. The embedding config is fixed: tables t0, t1,
@@ -16,14 +16,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "fuzz/byte_reader.h"
+#include "model/sharding/sharding_plan_json.h"
 #include "nlohmann/json.hpp"
-#include "reference/sharding/sharding_plan.h"
 
 namespace {
 
 using gemtb::fuzz::Check;
 using gemtb::fuzz::Fail;
-using gemtb::reference::ShardingType;
+using gemtb::ShardingType;
 
 const gemtb::EmbeddingConfig& Config() {
   static const gemtb::EmbeddingConfig config = [] {
@@ -58,8 +58,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       nlohmann::json::parse(data + skip, data + size, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return 0;
   const gemtb::EmbeddingConfig& config = Config();
-  absl::StatusOr<gemtb::reference::ShardingPlanSpec> plan =
-      gemtb::reference::ParseShardingPlan(j, config, world_size, gpus_per_host);
+  absl::StatusOr<gemtb::ShardingPlanSpec> plan =
+      gemtb::ParseShardingPlan(j, gemtb::PlanTablesOf(config), world_size, gpus_per_host);
   if (!plan.ok()) {
     const absl::string_view m = plan.status().message();
     Check(absl::IsInvalidArgument(plan.status()) &&
@@ -69,20 +69,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const absl::Status valid =
-      gemtb::reference::ValidateShardingPlan(*plan, config, world_size, gpus_per_host);
+      gemtb::ValidateShardingPlan(*plan, gemtb::PlanTablesOf(config), world_size, gpus_per_host);
   if (!valid.ok()) Fail(absl::StrCat("parsed plan fails validation: ", valid.ToString()));
-  const int m = gemtb::reference::MpGroupSize(*plan, world_size);
-  const int n = gemtb::reference::ReplicaCount(*plan, world_size);
+  const int m = gemtb::MpGroupSize(*plan, world_size);
+  const int n = gemtb::ReplicaCount(*plan, world_size);
   Check(m >= 1 && n >= 1 && m * n == world_size, "M * N != world_size");
   Check(plan->tables.size() == config.tables.size(), "one sharding per table");
   for (size_t t = 0; t < plan->tables.size(); ++t) {
-    const gemtb::reference::TableSharding& s = plan->tables[t];
-    const std::string what = absl::StrCat("table ", t, " (", gemtb::reference::ShardingTypeName(s.type), "): ");
+    const gemtb::TableSharding& s = plan->tables[t];
+    const std::string what = absl::StrCat("table ", t, " (", gemtb::ShardingTypeName(s.type), "): ");
     Check(IsTableWise(s.type) ? s.owner >= -1 && s.owner < m : s.owner == -1, what + "bad owner");
     Check(HasShards(s.type) ? s.shards >= 1 && config.tables[t].dim % s.shards == 0 : s.shards == 1,
           what + "bad shard count");
     if (OnHosts(s.type)) {
-      Check(gemtb::reference::HostGroupPositions(m, n, gpus_per_host).ok(), what + "no host groups");
+      Check(gemtb::HostGroupPositions(m, n, gpus_per_host).ok(), what + "no host groups");
     }
   }
   Check(plan->sync_period >= 1, "sync_period < 1");

@@ -9,11 +9,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
+#include "model/sharding/sharding_plan_json.h"
 #include "reference/collectives/comm_report.h"
 #include "reference/embedding/embedding_json.h"
 #include "reference/embedding/tbe.h"
 #include "reference/sharding/sharded_executor.h"
-#include "reference/sharding/sharding_plan.h"
 #include "golden/inputs.h"
 #include "golden/params.h"
 #include "golden/registry.h"
@@ -159,8 +159,8 @@ absl::StatusOr<std::vector<GoldenFile>> Run(const json& j) {
   if (spec->plan) {
     // Sharded over virtual ranks, as `gemtb ref embed` runs a spec with a plan: the sharded forward
     // and step replace the unsharded ones, and the communication report is an output too.
-    absl::StatusOr<reference::ShardingPlanSpec> plan =
-        reference::ParseShardingPlan(*spec->plan, config, spec->world_size, spec->gpus_per_host);
+    absl::StatusOr<ShardingPlanSpec> plan =
+        ParseShardingPlan(*spec->plan, PlanTablesOf(config), spec->world_size, spec->gpus_per_host);
     if (!plan.ok()) return plan.status();
     absl::StatusOr<reference::ShardedRun> run = reference::RunSharded(config, *plan, spec->world_size, spec->gpus_per_host,
                                                                       state, kjt, &grads);

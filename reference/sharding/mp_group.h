@@ -15,6 +15,8 @@
 // cw_state=shared, an AG of the partial square sums (4U per shard) among each row block's holders.
 // Every collective is one call per table (per column shard, per local index where said above); a
 // table no KJT key uses moves nothing (its Adam products still advance).
+// These are the collectives of model/sharding/comm_pattern.h's pattern; tests/sim/oracle_bytes checks
+// that the communication report moves exactly its bytes.
 // MEAN pooling divides by n on the requester: after the embeddings come back, and before its
 // gradients leave (gamma / n), so holders only sum.
 #ifndef GEMTB_REFERENCE_SHARDING_MP_GROUP_H_
@@ -28,12 +30,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "model/sharding/sharding_types.h"
 #include "reference/collectives/virtual_collectives.h"
 #include "reference/embedding/kjt.h"
 #include "reference/embedding/tbe.h"
 #include "reference/sharding/shard_layout.h"
 #include "reference/sharding/shard_math.h"
-#include "reference/sharding/sharding_plan.h"
 #include "reference/sharding/table_ids.h"
 
 namespace gemtb::reference {

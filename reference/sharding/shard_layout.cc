@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/common/status_macros.h"
+#include "model/sharding/sharding_plan_json.h"
 
 namespace gemtb::reference {
 namespace {
@@ -29,7 +30,7 @@ std::vector<int> GroupLayout::Holders(int table) const {
 
 absl::StatusOr<GroupLayout> BuildGroupLayout(const ShardingPlanSpec& plan, const EmbeddingConfig& config,
                                              int world_size, int gpus_per_host) {
-  GEMTB_RETURN_IF_ERROR(ValidateShardingPlan(plan, config, world_size, gpus_per_host));
+  GEMTB_RETURN_IF_ERROR(ValidateShardingPlan(plan, PlanTablesOf(config), world_size, gpus_per_host));
   GroupLayout g;
   g.size = MpGroupSize(plan, world_size);
   bool hosts_needed = false;

@@ -19,8 +19,8 @@
 
 #include "absl/status/statusor.h"
 #include "model/embedding/embedding_config.h"
+#include "model/sharding/sharding_types.h"
 #include "reference/embedding/tbe.h"
-#include "reference/sharding/sharding_plan.h"
 
 namespace gemtb::reference {
 

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
+#include "model/sharding/sharding_plan_json.h"
 #include "reference/collectives/virtual_collectives.h"
 #include "reference/sharding/mp_group.h"
 #include "reference/sharding/shard_layout.h"
@@ -433,7 +434,7 @@ absl::StatusOr<ShardedRun> RunSharded(const EmbeddingConfig& config, const Shard
                                       const KeyedJaggedTensor& global_kjt, const EmbeddingGrads* global_grads,
                                       int steps, int threads) {
   GEMTB_RETURN_IF_ERROR(ValidateEmbeddingConfig(config));
-  GEMTB_RETURN_IF_ERROR(ValidateShardingPlan(plan, config, world_size, gpus_per_host));
+  GEMTB_RETURN_IF_ERROR(ValidateShardingPlan(plan, PlanTablesOf(config), world_size, gpus_per_host));
   KjtLayout layout;
   GEMTB_RETURN_IF_ERROR(ValidateKjt(global_kjt, config, &layout));
   if (steps < 1) return Bad(absl::StrCat("steps=", steps, " must be >= 1"));

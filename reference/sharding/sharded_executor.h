@@ -39,10 +39,10 @@
 
 #include "absl/status/statusor.h"
 #include "model/embedding/embedding_config.h"
+#include "model/sharding/sharding_types.h"
 #include "reference/collectives/comm_report.h"
 #include "reference/embedding/kjt.h"
 #include "reference/embedding/tbe.h"
-#include "reference/sharding/sharding_plan.h"
 
 namespace gemtb::reference {
 

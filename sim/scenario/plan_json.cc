@@ -1,5 +1,5 @@
-// plan.dense / plan.sparse / plan.collectives / plan.memory (spec/simulator.md §4, the sparse object
-// as embeddings-and-model.md §3.1-§3.2 and `gemtb ref embed`).
+// plan.dense / plan.sparse / plan.collectives / plan.memory (spec/simulator.md §4; the sparse object
+// is read by model/sharding's parser, as `gemtb ref embed` reads it).
 #include <algorithm>
 #include <set>
 
@@ -7,6 +7,7 @@
 #include "model/common/status_macros.h"
 #include "model/description/model_graph.h"
 #include "model/json/json_reader.h"
+#include "model/sharding/sharding_plan_json.h"
 #include "sim/scenario/plan_json.h"
 
 namespace gemtb::sim {
@@ -86,86 +87,21 @@ absl::Status ParseDense(const nlohmann::json& json, const Cluster& cluster, cons
   return absl::OkStatus();
 }
 
-absl::StatusOr<TableShardingSpec> ParseTableSharding(const nlohmann::json& json, const std::string& path,
-                                                     const TableShardingSpec& base) {
-  absl::StatusOr<ObjectReader> r = ObjectReader::Open(json, path, {"type", "owner", "shards"});
-  if (!r.ok()) return r.status();
-  TableShardingSpec spec = base;
-  GEMTB_RETURN_IF_ERROR(r->Enum("type", &spec.type, {"DP", "TW", "RW", "CW", "TWRW", "GRID"}));
-  if (r->Has("type") && !r->Has("owner")) spec.owner = -1;
-  if (r->Has("type") && !r->Has("shards")) spec.shards = 1;
-  GEMTB_RETURN_IF_ERROR(r->Int("owner", &spec.owner, 0, kMaxGroup));
-  GEMTB_RETURN_IF_ERROR(r->Int("shards", &spec.shards, 1, 1 << 20));
-  if (r->Has("owner") && spec.type != "TW") {
-    return BadField(JoinPath(path, "owner"), absl::StrCat(spec.owner, ": only TW tables have an owner (type is ", spec.type, ")"));
-  }
-  if (r->Has("shards") && spec.type != "CW" && spec.type != "GRID") {
-    return BadField(JoinPath(path, "shards"),
-                    absl::StrCat(spec.shards, ": only CW and GRID tables have shards (type is ", spec.type, ")"));
-  }
-  return spec;
-}
-
-// A table's effective sharding against its table and the MP group.
-absl::Status CheckTableSharding(const TableShardingSpec& spec, const model::GraphTable& table, int mp_group,
-                                const std::string& path) {
-  if (spec.type == "TW" && spec.owner >= mp_group) {
-    return BadField(JoinPath(path, "owner"),
-                    absl::StrCat(spec.owner, " is out of range [0, ", mp_group, ") (MP group positions)"));
-  }
-  if ((spec.type == "CW" || spec.type == "GRID") && table.dim % spec.shards != 0) {
-    return BadField(JoinPath(path, "shards"),
-                    absl::StrCat(spec.shards, " does not divide dim ", table.dim, " of table '", table.name, "'"));
-  }
-  return absl::OkStatus();
-}
-
+// plan.sparse through the one sharding plan parser (model/sharding), then the warnings of a valid plan.
 absl::Status ParseSparse(const nlohmann::json& json, const Cluster& cluster, const model::ModelGraph& model, bool cap,
                          SparsePlan* sparse, std::vector<std::string>* warnings) {
-  absl::StatusOr<ObjectReader> r = ObjectReader::Open(
-      json, "plan.sparse",
-      {"default", "tables", "mp_group", "fully_sharded", "sync_period", "state_sync", "cw_state", "gather",
-       "keep_gathered"});
-  if (!r.ok()) return r.status();
+  std::vector<PlanTable> tables;
+  for (const model::GraphTable& t : model.tables) tables.push_back({t.name, t.dim});
+  ShardingPlanOptions options;
+  options.path = "plan.sparse";
+  options.cap_mp_group_at_world_size = cap;
+  absl::StatusOr<ShardingPlanSpec> plan =
+      ParseShardingPlan(json, tables, cluster.world_size, cluster.gpus_per_host, options);
+  if (!plan.ok()) return plan.status();
+  *sparse = *std::move(plan);
+
   const int world = cluster.world_size;
-  GEMTB_RETURN_IF_ERROR(r->Int("mp_group", &sparse->mp_group, 0, kMaxGroup));
-  GEMTB_RETURN_IF_ERROR(r->Bool("fully_sharded", &sparse->fully_sharded));
-  GEMTB_RETURN_IF_ERROR(r->Int("sync_period", &sparse->sync_period, 1, 1 << 20));
-  GEMTB_RETURN_IF_ERROR(r->Bool("state_sync", &sparse->state_sync));
-  GEMTB_RETURN_IF_ERROR(r->Enum("cw_state", &sparse->cw_state, {"shared", "per_shard"}));
-  GEMTB_RETURN_IF_ERROR(r->Enum("gather", &sparse->gather, {"all", "touched"}));
-  GEMTB_RETURN_IF_ERROR(r->Bool("keep_gathered", &sparse->keep_gathered));
-  if (cap && sparse->mp_group > world) sparse->mp_group = world;
-  const int m = sparse->mp_group == 0 ? world : sparse->mp_group;
-  if (world % m != 0) return BadField("plan.sparse.mp_group", absl::StrCat(m, " does not divide world_size ", world));
-
-  if (const nlohmann::json* d = r->Get("default"); d != nullptr) {
-    absl::StatusOr<TableShardingSpec> spec = ParseTableSharding(*d, "plan.sparse.default", sparse->default_sharding);
-    if (!spec.ok()) return spec.status();
-    sparse->default_sharding = *spec;
-  }
-  sparse->tables.clear();
-  if (const nlohmann::json* tables = r->Get("tables"); tables != nullptr) {
-    if (!tables->is_object()) return BadValue("plan.sparse.tables", *tables, "is not an object of table name -> sharding");
-    for (const auto& [key, entry] : tables->items()) {
-      // A named copy: clang before 16 cannot capture a structured binding in a lambda.
-      const std::string name = key;
-      const std::string path = JoinPath("plan.sparse.tables", name);
-      const auto it = std::find_if(model.tables.begin(), model.tables.end(),
-                                   [&](const model::GraphTable& t) { return t.name == name; });
-      if (it == model.tables.end()) return BadValue(path, entry, "names no table of the model");
-      absl::StatusOr<TableShardingSpec> spec = ParseTableSharding(entry, path, sparse->default_sharding);
-      if (!spec.ok()) return spec.status();
-      GEMTB_RETURN_IF_ERROR(CheckTableSharding(*spec, *it, m, path));
-      sparse->tables[name] = *spec;
-    }
-  }
-  for (const model::GraphTable& table : model.tables) {
-    if (sparse->tables.count(table.name) == 0) {
-      GEMTB_RETURN_IF_ERROR(CheckTableSharding(sparse->default_sharding, table, m, "plan.sparse.default"));
-    }
-  }
-
+  const int m = MpGroupSize(*sparse, world);
   const int replicas = world / m;
   if (sparse->fully_sharded && replicas > cluster.gpus_per_host) {
     warnings->push_back(absl::StrCat("plan.sparse.fully_sharded: the ", replicas,

@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "model/sharding/sharding_types.h"
+
 namespace gemtb::model {
 struct ModelGraph;  // model/description/model_graph.h
 }
@@ -143,23 +145,9 @@ struct DensePlan {
   std::string comm_dtype = "bf16";  // bytes per element follow from it
 };
 
-// plan.sparse: the same object `gemtb ref embed` reads (embeddings-and-model.md §3.1-§3.2).
-struct TableShardingSpec {
-  std::string type = "TW";  // DP, TW, RW, CW, TWRW, GRID
-  int owner = -1;
-  int shards = 1;
-};
-struct SparsePlan {
-  TableShardingSpec default_sharding;
-  std::map<std::string, TableShardingSpec> tables;  // per table name, overriding the default
-  int mp_group = 0;  // 0 = world_size
-  bool fully_sharded = false;
-  int sync_period = 1;
-  bool state_sync = true;
-  std::string cw_state = "shared";
-  std::string gather = "all";  // all | touched
-  bool keep_gathered = false;
-};
+// plan.sparse: the sharding plan as model/sharding parses it (the object `gemtb ref embed` reads,
+// embeddings-and-model.md §3.1-§3.2): one TableSharding per model table, in the model's order.
+using SparsePlan = ShardingPlanSpec;
 
 struct CollectivesPlan {
   std::string library = "sm_based";  // sm_based | sm_free

@@ -3,16 +3,22 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "model/sharding/comm_pattern.h"
 
 namespace gemtb::sim {
 namespace {
 
-// The comm report's phase of a sparse task of the template: backward for the gradient exchanges,
-// DP's all-reduce and V3's backward gather and scatter; sync for the V2 replica all-reduce.
+// The comm report's phase of a sparse task of the template: its call site's (model/sharding's
+// pattern); global balancing's exchange belongs to the forward.
 std::string PhaseOf(const std::string& task) {
-  if (task == "sparse.replica_sync") return "sync";
-  if (absl::EndsWith(task, "_grad") || task == "sparse.dp_ar" || task == "sparse.v3_ag_bwd" || task == "sparse.v3_rs") {
-    return "bwd";
+  for (int k = 0; k < kNumCommSites; ++k) {
+    const CommSite site = static_cast<CommSite>(k);
+    if (task != absl::StrCat("sparse.", CommSiteName(site))) continue;
+    switch (CommSitePhase(site)) {
+      case CommPhase::kForward: return "fwd";
+      case CommPhase::kBackward: return "bwd";
+      case CommPhase::kSync: return "sync";
+    }
   }
   return "fwd";
 }

@@ -1,6 +1,7 @@
 #include "sim/workload/step_template.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <map>
@@ -8,6 +9,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "model/common/status_macros.h"
+#include "model/sharding/comm_pattern.h"
+#include "model/sharding/sharding_plan_json.h"
 
 namespace gemtb::sim {
 namespace {
@@ -20,6 +24,22 @@ double DtypeBytes(const std::string& dtype) {
   if (dtype == "fp32" || dtype == "float32") return 4.0;
   if (dtype == "fp8" || dtype == "e4m3" || dtype == "e5m2") return 1.0 + 1.0 / 32.0;  // E8M0 scale per 32
   return 2.0;  // bf16, fp16
+}
+
+OptimizerKind TableOptimizer(const model::GraphTable& table) {
+  if (table.optimizer == "adam") return OptimizerKind::kAdam;
+  if (table.optimizer == "rowwise_adagrad") return OptimizerKind::kRowwiseAdagrad;
+  return OptimizerKind::kSgd;
+}
+
+CollectiveOp SimOp(Collective op) {
+  switch (op) {
+    case Collective::kAllToAll: return CollectiveOp::kAllToAll;
+    case Collective::kAllGather: return CollectiveOp::kAllGather;
+    case Collective::kReduceScatter: return CollectiveOp::kReduceScatter;
+    case Collective::kAllReduce: return CollectiveOp::kAllReduce;
+  }
+  return CollectiveOp::kAllToAll;
 }
 
 double ActQuantFactor(const std::string& q) {
@@ -172,40 +192,65 @@ class Builder {
 
   // `lookup_after`: a task the lookup also waits for (-1: none).
   void BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_time, StatAffine& update_time,
-                   std::vector<int>& sparse_fwd_tasks, int lookup_after);
+                   int lookup_after);
 
-  // TWRW's host group: the consecutive members of an MP group that share a host (1 when its members
-  // are a host or more apart, as in 2D plans with more replicas than GPUs per host).
-  int TwrwHostMembers() const {
+  // The layout of sparse-mp groups of `size` MP positions `stride` apart (a TWRW host, its cross-host
+  // groups, CW holders), added to the template's layouts on first use.
+  int MpSubgroupLayout(int size, int stride) {
     const GroupLayout& mp = g_.of(GroupClass::kSparseMp);
-    const int gph = s_.cluster.gpus_per_host;
-    int g = (mp.stride <= gph && gph % mp.stride == 0) ? std::min(mp.size, gph / mp.stride) : 1;
-    while (g > 1 && mp.size % g != 0) --g;
-    return std::max(1, g);
-  }
-  // The layout of TWRW's host part (inside a host) or of its cross-host part (same local index),
-  // added to the template's layouts on first use.
-  int TwrwLayout(bool host_part) {
-    int& index = host_part ? twrw_host_layout_ : twrw_cross_layout_;
-    if (index >= 0) return index;
-    const GroupLayout& mp = g_.of(GroupClass::kSparseMp);
-    const int g = TwrwHostMembers();
+    if (size == mp.size) return static_cast<int>(GroupClass::kSparseMp);
+    for (const auto& [shape, index] : subgroup_layouts_) {
+      if (shape == std::make_pair(size, stride)) return index;
+    }
     GroupLayout l;
-    l.size = host_part ? g : mp.size / g;
-    l.stride = host_part ? mp.stride : mp.stride * g;
+    l.size = size;
+    l.stride = mp.stride * stride;
     l.count = g_.world / l.size;
     t_.layouts.push_back(l);
-    index = static_cast<int>(t_.layouts.size()) - 1;
+    const int index = static_cast<int>(t_.layouts.size()) - 1;
+    subgroup_layouts_.push_back({{size, stride}, index});
     return index;
   }
-  int twrw_host_layout_ = -1, twrw_cross_layout_ = -1;
+  std::vector<std::pair<std::pair<int, int>, int>> subgroup_layouts_;
+
+  // One call site of the sparse pattern, summed over the tables (model/sharding/comm_pattern.h).
+  struct SiteBytes {
+    CommSite site = CommSite::kIdsA2a;
+    CollectiveOp op = CollectiveOp::kAllToAll;
+    GroupClass group_class = GroupClass::kSparseMp;
+    int size = 1, stride = 1;
+    StatAffine bytes;
+  };
+  // The summed bytes of `site` over its group shapes (zero when no table uses it).
+  StatAffine SiteSum(CommSite site) const {
+    StatAffine sum = Zero(layout_);
+    for (const SiteBytes& b : sites_) {
+      if (b.site == site) sum.AddScaled(b.bytes, 1.0);
+    }
+    return sum;
+  }
+  // One task per group shape of `site` (only CW/GRID's norm gather has several); returns the first
+  // (-1: none) and appends every one to `all` when given.
+  int AddSite(CommSite site, const std::vector<int>& deps, bool a2av = false, std::vector<int>* all = nullptr) {
+    int first = -1;
+    for (size_t i = 0; i < sites_.size(); ++i) {
+      const SiteBytes b = sites_[i];
+      if (b.site != site) continue;
+      const int layout = b.group_class == GroupClass::kSparseMp ? MpSubgroupLayout(b.size, b.stride)
+                                                                : static_cast<int>(b.group_class);
+      const int task = AddColl(absl::StrCat("sparse.", CommSiteName(site)), b.group_class, layout, b.op, b.bytes, deps,
+                               a2av);
+      if (first < 0) first = task;
+      if (all != nullptr) all->push_back(task);
+    }
+    return first;
+  }
 
   const Scenario& s_;
   const RankGroups& g_;
   StepTemplate t_;
   StatLayout layout_;
-  StatAffine dp_ar_;     // DP tables: AR of the dense table gradients (backward)
-  StatAffine v3_bytes_;  // V3: the gathered shard bytes (zero when not fully sharded)
+  std::vector<SiteBytes> sites_;  // the plan's sparse call sites, first use first
   StatAffine embeddings_bytes_;  // one batch's looked-up embeddings on this rank (pooled and sequence)
 };
 
@@ -215,6 +260,13 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   if (m.ops.empty()) return absl::InvalidArgumentError("model.ops: empty");
   const Plan& plan = s_.plan;
   const Cluster& cl = s_.cluster;
+  {
+    std::vector<PlanTable> tables;
+    for (const model::GraphTable& t : m.tables) tables.push_back({t.name, t.dim});
+    ShardingPlanOptions options;
+    options.path = "plan.sparse";
+    GEMTB_RETURN_IF_ERROR(ValidateShardingPlan(plan.sparse, tables, g_.world, cl.gpus_per_host, options));
+  }
   layout_.sequences = static_cast<int>(m.sequences.size());
   t_.layout = layout_;
   t_.layouts.assign(g_.layouts.begin(), g_.layouts.end());
@@ -276,8 +328,7 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   const bool ahead = plan.pipeline.sparse_ahead > 0;
   std::vector<int> sparse_out;
   StatAffine lookup = Zero(layout_), update = Zero(layout_);
-  std::vector<int> sparse_fwd;
-  if (!ahead) BuildSparse(sparse_out, lookup, update, sparse_fwd, -1);
+  if (!ahead) BuildSparse(sparse_out, lookup, update, -1);
 
   // Per region: non-expert params (FSDP unit), per-expert params, split of its ops.
   struct RegionPlan {
@@ -384,7 +435,7 @@ absl::StatusOr<StepTemplate> Builder::Build() {
     // forward is done (the compute stream holds it between forward and backward), so its embedding
     // exchange runs beside the dense backward; this step's dense forward takes the embeddings the
     // previous step gathered. Step 0 stands for a filled pipeline: its forward waits for none.
-    BuildSparse(sparse_out, lookup, update, sparse_fwd, prev);
+    BuildSparse(sparse_out, lookup, update, prev);
     for (int x : sparse_out) t_.tasks[first_fwd].prev_deps.push_back(x);
   }
 
@@ -463,7 +514,6 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   }
 
   // Sparse backward: grads A2A -> fused update -> [V3 RS] ; [V2 replica AR every sync_period].
-  const int N = g_.of(GroupClass::kSparseIntra).size;
   std::vector<int> sparse_done;
   {
     std::vector<int> grads;
@@ -471,57 +521,31 @@ absl::StatusOr<StepTemplate> Builder::Build() {
     // backward starts with it (embeddings-and-model.md §3.2: AG(N) -> A2A grads -> update), beside
     // the gradient exchange: issued earlier, it would hold the copy through the activation peak and
     // share the network with the forward's exchanges.
-    int v3_ag = -1;
-    if (!v3_bytes_.IsZero() && !plan.sparse.keep_gathered) {
-      v3_ag = AddColl("sparse.v3_ag_bwd", GroupClass::kSparseIntra, static_cast<int>(GroupClass::kSparseIntra),
-                      CollectiveOp::kAllGather, v3_bytes_, Deps({prev}));
-    }
+    const int v3_ag = AddSite(CommSite::kV3GatherBwd, Deps({prev}));
     // The DP tables' small all-reduce goes first on the stream: behind the gradient all-to-all it
     // would end last and be charged the update's whole wait (spec §5 charges idle to the blocker).
-    grads.push_back(AddColl("sparse.dp_ar", GroupClass::kSparseMp, static_cast<int>(GroupClass::kSparseMp),
-                            CollectiveOp::kAllReduce, dp_ar_, Deps({prev})));
-    for (int i : sparse_fwd) {
-      const TaskTemplate f = t_.tasks[i];
-      // Mirror of each forward exchange of embeddings: A2A -> A2A of gradients; RW's pooled RS -> AG.
-      if (f.name != "sparse.emb_a2a" && f.name != "sparse.pooled_rs" && f.name != "sparse.twrw_a2a") continue;
-      const CollectiveOp op = f.op == CollectiveOp::kReduceScatter ? CollectiveOp::kAllGather : f.op;
-      grads.push_back(AddColl(absl::StrCat(f.name, "_grad"), f.group_class, f.layout, op, f.bytes, Deps({prev}), f.a2av));
-    }
-    // TWRW backward: the gradient exchange above, then AG(g) inside the host, M*pi/g each.
-    for (int x : sparse_fwd) {
-      if (t_.tasks[x].name != "sparse.twrw_rs") continue;
-      int after = prev;
-      for (int y : grads) if (y >= 0 && t_.tasks[y].name == "sparse.twrw_a2a_grad") after = y;
-      const TaskTemplate r = t_.tasks[x];
-      grads.push_back(AddColl("sparse.twrw_ag_grad", r.group_class, r.layout, CollectiveOp::kAllGather, r.bytes,
-                              Deps({after})));
-    }
+    grads.push_back(AddSite(CommSite::kDpGradAr, Deps({prev})));
+    // The gradients retrace the forward's embedding exchanges: RW's pooled RS -> AG, TWRW's A2A
+    // across hosts then AG(g) inside the host, the embeddings' A2A.
+    grads.push_back(AddSite(CommSite::kPooledGradAg, Deps({prev})));
+    const int twrw_a2a_grad = AddSite(CommSite::kCrossHostGradA2a, Deps({prev}), true);
+    grads.push_back(twrw_a2a_grad);
+    const int emb_grad = AddSite(CommSite::kEmbGradA2a, Deps({prev}), true);
+    grads.push_back(emb_grad);
+    grads.push_back(AddSite(CommSite::kHostGradAg, Deps({twrw_a2a_grad >= 0 ? twrw_a2a_grad : prev})));
+    // Rowwise Adagrad on shared column shards: the row norms need every shard's partial sums.
+    AddSite(CommSite::kColumnNormAg, Deps({emb_grad >= 0 ? emb_grad : prev}), false, &grads);
     std::vector<int> deps = grads;
     deps.push_back(prev);
     deps.push_back(v3_ag);
     const int upd = AddCompute("sparse.update", update, {}, deps, true);
     sparse_done.assign({upd});
-    if (!v3_bytes_.IsZero()) {
-      const int rs = AddColl("sparse.v3_rs", GroupClass::kSparseIntra, static_cast<int>(GroupClass::kSparseIntra),
-                             CollectiveOp::kReduceScatter, v3_bytes_, Deps({upd}));
-      if (rs >= 0) sparse_done.push_back(rs);
-    }
+    const int rs = AddSite(CommSite::kV3Scatter, Deps({upd}));
+    if (rs >= 0) sparse_done.push_back(rs);
   }
-  if (!plan.sparse.fully_sharded && N > 1) {
+  {
     // V2: every sync_period steps, AR over the replicas of the shard weights and state.
-    double bytes = 0;
-    for (const model::GraphTable& tb : m.tables) {
-      // Optimizer state per row (spec §3.2): rowwise Adagrad one fp32, Adam m and v (8*D), SGD none.
-      double state = 0.0;
-      if (plan.sparse.state_sync) {
-        if (tb.optimizer == "adam") state = 8.0 * static_cast<double>(tb.dim);
-        else if (tb.optimizer == "rowwise_adagrad") state = 4.0;
-      }
-      bytes += static_cast<double>(tb.rows) * (static_cast<double>(tb.dim) * DtypeBytes(tb.dtype) + state);
-    }
-    const int ar = AddColl("sparse.replica_sync", GroupClass::kSparseReplica, static_cast<int>(GroupClass::kSparseReplica),
-                           CollectiveOp::kAllReduce, const_bytes(bytes / g_.of(GroupClass::kSparseMp).size),
-                           Deps({sparse_done.front()}));
+    const int ar = AddSite(CommSite::kReplicaSync, Deps({sparse_done.front()}));
     if (ar >= 0) {
       t_.tasks[ar].period = std::max(1, plan.sparse.sync_period);
       sparse_done.push_back(ar);
@@ -553,7 +577,7 @@ absl::StatusOr<StepTemplate> Builder::Build() {
                     (depth + 1) * max_unit_bytes + per_rank_tables;
   // V3's transient gathered copy counts as static (spec §2.6): the whole MP shard (gather "all") or
   // this rank-step's touched rows (gather "touched"); so do the pipelined next batch's embeddings.
-  t_.batch_static_bytes = v3_bytes_;
+  t_.batch_static_bytes = SiteSum(CommSite::kV3Gather);
   if (ahead) t_.batch_static_bytes.AddScaled(embeddings_bytes_, 1.0);
 
   // Evaluation is per rank and task: keep only the non-zero terms.
@@ -589,28 +613,23 @@ absl::StatusOr<StepTemplate> Builder::Build() {
 }
 
 void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_time, StatAffine& update_time,
-                          std::vector<int>& sparse_fwd, int lookup_after) {
+                          int lookup_after) {
   const model::ModelGraph& m = *s_.model;
   const Plan& plan = s_.plan;
   const Cluster& cl = s_.cluster;
   const int M = g_.of(GroupClass::kSparseMp).size;
   const int N = g_.of(GroupClass::kSparseIntra).size;
   const double e_a = kWireBytesPerActivation;
-  const double off = M > 1 ? static_cast<double>(M - 1) / M : 0.0;  // share of a uniform exchange off-rank
   const int mp_layout = static_cast<int>(GroupClass::kSparseMp);
-  StatAffine ids = Zero(layout_), out = Zero(layout_), rw_rs = Zero(layout_), dp_ar = Zero(layout_);
-  // TWRW (and GRID, its column shards each placed TWRW): row-wise over the g members of the MP group
-  // that share a host. Pooled partial sums are reduce-scattered inside the host (buffer M*pi), then
-  // exchanged over the M/g members with the same local index (pi each); embeddings-and-model.md §3.2.
-  StatAffine twrw_rs = Zero(layout_), twrw_out = Zero(layout_);
-  const int twrw_g = TwrwHostMembers();
-  const double off_x = M / twrw_g > 1 ? static_cast<double>(M / twrw_g - 1) / (M / twrw_g) : 0.0;
+  // TWRW and GRID tables sit on the g MP positions of a host (validated with the plan in Build).
+  const absl::StatusOr<int> host_positions = HostGroupPositions(M, N, cl.gpus_per_host);
+  const CommWorld world{M, N, host_positions.ok() ? *host_positions : 1};
   StatAffine lookup_bytes = Zero(layout_), update_bytes = Zero(layout_);
-  double shard_bytes = 0;  // table bytes of one MP shard (V3 gathers it)
-  StatAffine touched = Zero(layout_);
   embeddings_bytes_ = Zero(layout_);
+  sites_.clear();
   FeatureSequences seqs;
-  for (const model::GraphTable& tb : m.tables) {
+  for (size_t t = 0; t < m.tables.size(); ++t) {
+    const model::GraphTable& tb = m.tables[t];
     // Per sample: pooled features read one bag each, sequence features one id per token.
     StatAffine nu = Zero(layout_), bags = Zero(layout_), seq_ids = Zero(layout_);
     double pooled = 0;
@@ -630,43 +649,50 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
     }
     const double D = static_cast<double>(tb.dim);
     const double e_w = DtypeBytes(tb.dtype);
-    StatAffine kappa = Zero(layout_);
+    // The table's traffic terms (comm_pattern.h's TrafficTerm) on this rank. Distinct rows are
+    // estimated from this rank's ids: the MP group's U as M times them (no id repeats), the rows
+    // V3 gathers for its position as them (the other replica groups touch the same rows).
+    std::array<StatAffine, kNumTrafficTerms> traffic;
+    traffic.fill(Zero(layout_));
+    traffic[static_cast<int>(TrafficTerm::kOne)].coef[StatLayout::kOne] = 1.0;
+    traffic[static_cast<int>(TrafficTerm::kBags)] = bags;
+    traffic[static_cast<int>(TrafficTerm::kIds)] = nu;
+    StatAffine& kappa = traffic[static_cast<int>(TrafficTerm::kKjt)];
     kappa.AddScaled(bags, 4.0);
     kappa.AddScaled(nu, 8.0);
-    StatAffine pi = Zero(layout_);
+    StatAffine& pi = traffic[static_cast<int>(TrafficTerm::kPooled)];
     pi.coef[StatLayout::kB] = pooled * D * e_a;
-    StatAffine sigma = Zero(layout_);
+    StatAffine& sigma = traffic[static_cast<int>(TrafficTerm::kSequence)];
     sigma.AddScaled(seq_ids, D * e_a);
-    const TableShardingSpec* spec = &plan.sparse.default_sharding;
-    if (auto it = plan.sparse.tables.find(tb.name); it != plan.sparse.tables.end()) spec = &it->second;
-    const std::string& type = spec->type;
-    if (type == "DP") {
-      // The dense fp32 gradient and a per-row touch count (4 bytes a row, so that only rows some
-      // rank looked up are updated, as the oracle does: reference/sharding/mp_group.h; spec §3.2's
-      // DP row lists only the gradient, the count adds 1/D of it).
-      dp_ar.coef[StatLayout::kOne] += static_cast<double>(tb.rows) * (D * 4.0 + 4.0);
-    } else if (type == "RW") {
-      StatAffine b4 = Zero(layout_);
-      b4.AddScaled(bags, 4.0 * (M - 1));
-      ids.AddScaled(b4, 1.0);
-      ids.AddScaled(nu, 8.0 * off);
-      rw_rs.AddScaled(pi, M);
-      out.AddScaled(sigma, off);
-    } else if (type == "TWRW" || type == "GRID") {
-      const double shards = type == "GRID" ? std::max(1, spec->shards) : 1;
-      // Ids to the g ranks of each owner host (lengths to each of them, each id to one row owner).
-      ids.AddScaled(bags, 4.0 * twrw_g * shards * off);
-      ids.AddScaled(nu, 8.0 * shards * off);
-      // The table's host group reduce-scatters an M*pi buffer; the average rank holds the table on
-      // g of the M positions, so it carries g*pi (spec §3.2: RS(g) inside the owner host only).
-      twrw_rs.AddScaled(pi, twrw_g);
-      twrw_out.AddScaled(pi, off_x);
-      out.AddScaled(sigma, off);  // sequence rows back as row-wise
-    } else {  // TW, CW: ids to the owner(s), embeddings back
-      const double shards = type == "CW" ? std::max(1, spec->shards) : 1;
-      ids.AddScaled(kappa, off * shards);
-      out.AddScaled(pi, off);
-      out.AddScaled(sigma, off);
+    traffic[static_cast<int>(TrafficTerm::kMpUniqueRows)].AddScaled(nu, M);
+    traffic[static_cast<int>(TrafficTerm::kShardTouchedRows)].AddScaled(nu, 1.0);
+
+    const CommTable table{tb.rows, tb.dim, e_w, TableOptimizer(tb)};
+    for (const CommCall& call : TableCommPattern(plan.sparse.tables[t], table, plan.sparse, world)) {
+      const GroupClass cls = call.group_class == CommGroupClass::kSparseMp        ? GroupClass::kSparseMp
+                             : call.group_class == CommGroupClass::kSparseReplica ? GroupClass::kSparseReplica
+                                                                                  : GroupClass::kSparseIntra;
+      // The template's groups tile the MP group: a gather over p positions that do not divide the
+      // positions along its stride (CW's holders of c shards on M positions) is priced over all of
+      // them, sending the same bytes per member ((p-1)/p of S).
+      int size = call.size;
+      double scale = 1.0;
+      const int positions = M / call.stride;
+      if (cls == GroupClass::kSparseMp && positions % size != 0) {
+        scale = ((size - 1.0) / size) / ((positions - 1.0) / positions);
+        size = positions;
+      }
+      SiteBytes* site = nullptr;
+      for (SiteBytes& b : sites_) {
+        if (b.site == call.site && b.size == size && b.stride == call.stride) site = &b;
+      }
+      if (site == nullptr) {
+        sites_.push_back(SiteBytes{call.site, SimOp(call.op), cls, size, call.stride, Zero(layout_)});
+        site = &sites_.back();
+      }
+      for (int k = 0; k < kNumTrafficTerms; ++k) {
+        if (call.bytes.coef[k] != 0.0) site->bytes.AddScaled(traffic[k], call.bytes.coef[k] * scale);
+      }
     }
     // The rank's own samples' embeddings, whichever rank looked them up.
     embeddings_bytes_.AddScaled(pi, 1.0);
@@ -675,8 +701,6 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
     lookup_bytes.AddScaled(pi, 1.0);
     lookup_bytes.AddScaled(sigma, 1.0);
     update_bytes.AddScaled(nu, D * (2.0 * e_w + 4.0) + 8.0);
-    shard_bytes += static_cast<double>(tb.rows) * D * e_w / std::max(1, M);
-    touched.AddScaled(nu, D * e_w);
   }
   const double mem_rate = cl.gpu.hbm_Bps * cl.calibration.efficiency.e_mem;
   lookup_time = Zero(layout_);
@@ -689,44 +713,19 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
     StatAffine x = Zero(layout_);
     x.coef[StatLayout::kX] = 1.0;
     global = AddColl("sparse.global_a2a", GroupClass::kSparseMp, mp_layout, CollectiveOp::kAllToAll, x, {}, true);
-    if (global >= 0) sparse_fwd.push_back(global);
   }
-  int v3 = -1;
-  if (plan.sparse.fully_sharded && N > 1) {
-    StatAffine gathered = Zero(layout_);
-    if (plan.sparse.gather == "touched") {
-      // The rows this rank's lookups need (its share of the MP group's ids, no dedup): U*D*e_w.
-      gathered.AddScaled(touched, 1.0);
-    } else {
-      gathered.coef[StatLayout::kOne] = shard_bytes;
-    }
-    v3 = AddColl("sparse.v3_ag", GroupClass::kSparseIntra, static_cast<int>(GroupClass::kSparseIntra),
-                 CollectiveOp::kAllGather, gathered, {});
-    if (v3 >= 0) sparse_fwd.push_back(v3);
-  }
+  const int v3 = AddSite(CommSite::kV3Gather, {});
   // The ids exchange needs only the batch (after global balancing's exchange, if any), not the V3
   // gather: they run side by side and the lookup waits for both.
-  const int a_ids = AddColl("sparse.ids_a2a", GroupClass::kSparseMp, mp_layout, CollectiveOp::kAllToAll, ids,
-                            global >= 0 ? std::vector<int>{global} : std::vector<int>{}, true);
-  if (a_ids >= 0) sparse_fwd.push_back(a_ids);
+  const int a_ids = AddSite(CommSite::kIdsA2a, global >= 0 ? std::vector<int>{global} : std::vector<int>{}, true);
   const int lk = AddCompute("sparse.lookup", lookup_time, {}, {a_ids, v3, lookup_after}, true);
-  const int rs = AddColl("sparse.pooled_rs", GroupClass::kSparseMp, mp_layout, CollectiveOp::kReduceScatter, rw_rs, {lk});
-  if (rs >= 0) sparse_fwd.push_back(rs);
-  int twrw_a2a = -1;
-  if (!twrw_rs.IsZero()) {
-    const int trs = AddColl("sparse.twrw_rs", GroupClass::kSparseMp, TwrwLayout(true), CollectiveOp::kReduceScatter,
-                            twrw_rs, {lk});
-    twrw_a2a = AddColl("sparse.twrw_a2a", GroupClass::kSparseMp, TwrwLayout(false), CollectiveOp::kAllToAll, twrw_out,
-                       {trs >= 0 ? trs : lk}, true);
-    if (trs >= 0) sparse_fwd.push_back(trs);
-    if (twrw_a2a >= 0) sparse_fwd.push_back(twrw_a2a);
-  }
-  const int o = AddColl("sparse.emb_a2a", GroupClass::kSparseMp, mp_layout, CollectiveOp::kAllToAll, out, {lk}, true);
-  if (o >= 0) sparse_fwd.push_back(o);
+  const int rs = AddSite(CommSite::kPooledRs, {lk});
+  // TWRW and GRID: RS inside the table's host, then A2A across hosts (embeddings-and-model.md §3.2).
+  const int trs = AddSite(CommSite::kHostRs, {lk});
+  const int twrw_a2a = AddSite(CommSite::kCrossHostA2a, {trs >= 0 ? trs : lk}, true);
+  const int o = AddSite(CommSite::kEmbA2a, {lk}, true);
   fwd_out_deps = {lk};
   for (int x : {rs, o, twrw_a2a}) if (x >= 0) fwd_out_deps.push_back(x);
-  dp_ar_ = dp_ar;
-  v3_bytes_ = v3 >= 0 ? t_.tasks[v3].bytes : Zero(layout_);
 }
 
 }  // namespace

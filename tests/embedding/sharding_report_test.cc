@@ -7,15 +7,15 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/sharding/sharding_plan_json.h"
 #include "nlohmann/json.hpp"
 #include "reference/sharding/sharded_executor.h"
-#include "reference/sharding/sharding_plan.h"
 
 namespace gemtb::reference {
 namespace {
 
 ShardingPlanSpec Parse(const EmbeddingConfig& config, const nlohmann::json& plan, int r, int gph) {
-  absl::StatusOr<ShardingPlanSpec> spec = ParseShardingPlan(plan, config, r, gph);
+  absl::StatusOr<ShardingPlanSpec> spec = ParseShardingPlan(plan, PlanTablesOf(config), r, gph);
   EXPECT_TRUE(spec.ok()) << spec.status() << " in " << plan.dump();
   return spec.ok() ? *spec : ShardingPlanSpec{};
 }

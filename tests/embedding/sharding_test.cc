@@ -9,9 +9,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/sharding/sharding_plan_json.h"
 #include "nlohmann/json.hpp"
 #include "reference/sharding/sharded_executor.h"
-#include "reference/sharding/sharding_plan.h"
 #include "tests/embedding/sharding_cases.h"
 #include "tests/testing/status_matchers.h"
 
@@ -81,7 +81,7 @@ std::vector<TablePlan> Mixed(int m) {
 }
 
 ShardingPlanSpec Parse(const EmbeddingConfig& config, const nlohmann::json& plan, int r, int gph) {
-  absl::StatusOr<ShardingPlanSpec> spec = ParseShardingPlan(plan, config, r, gph);
+  absl::StatusOr<ShardingPlanSpec> spec = ParseShardingPlan(plan, PlanTablesOf(config), r, gph);
   EXPECT_TRUE(spec.ok()) << spec.status() << " in " << plan.dump();
   return spec.ok() ? *spec : ShardingPlanSpec{};
 }

@@ -63,7 +63,8 @@ Scenario GemDefault(int world) {
   p.dense.dim_order = {"ep", "expert_shard", "shard", "replica"};
   p.sparse.mp_group = std::min(world, 256);
   p.sparse.fully_sharded = true;
-  p.sparse.gather = "touched";
+  p.sparse.gather = GatherMode::kTouched;
+  p.sparse.tables.assign(s.model->tables.size(), TableSharding{});  // every table TW
   p.collectives.library = "sm_free";
   p.pipeline.sparse_ahead = 1;
   s.batches.local_batch = 1024;

@@ -5,11 +5,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
+#include "model/sharding/sharding_plan_json.h"
 #include "reference/embedding/embedding_json.h"
 #include "reference/embedding/tbe.h"
 #include "reference/io/npy.h"
 #include "reference/sharding/sharded_executor.h"
-#include "reference/sharding/sharding_plan.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
 
@@ -126,10 +126,10 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   absl::StatusOr<reference::EmbeddingSpec> spec = reference::ReadEmbeddingSpec(spec_path);
   if (!spec.ok()) return spec.status();
   const EmbeddingConfig& config = spec->config;
-  std::optional<reference::ShardingPlanSpec> plan;
+  std::optional<ShardingPlanSpec> plan;
   if (spec->plan) {
-    absl::StatusOr<reference::ShardingPlanSpec> parsed =
-        reference::ParseShardingPlan(*spec->plan, config, spec->world_size, spec->gpus_per_host);
+    absl::StatusOr<ShardingPlanSpec> parsed =
+        ParseShardingPlan(*spec->plan, PlanTablesOf(config), spec->world_size, spec->gpus_per_host);
     if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(spec_path, ": ", parsed.status().message()));
     plan = *std::move(parsed);
   }

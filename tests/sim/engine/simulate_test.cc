@@ -129,7 +129,7 @@ TEST(SimulateTest, FullyShardedStaticMemoryCountsTheGatheredCopy) {
     Scenario s = ToyScenario(16, 32, ToyModel(2, 1e6, 1000));
     s.plan.sparse.mp_group = 4;
     s.plan.sparse.fully_sharded = fully_sharded;
-    s.plan.sparse.default_sharding.type = "RW";
+    s.plan.sparse.tables.assign(s.model->tables.size(), TableSharding{ShardingType::kRowWise});
     auto r = Simulate(s, Counterfactuals{}, NoTrace());
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? r->memory.static_bytes : -1.0;

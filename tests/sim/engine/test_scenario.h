@@ -69,6 +69,7 @@ inline Scenario ToyScenario(int world, int64_t local_batch, std::shared_ptr<mode
   s.plan.dense.fsdp_shard_group = 1;
   s.plan.dense.dim_order = {"shard", "replica"};
   s.plan.sparse.mp_group = world;
+  if (s.model != nullptr) s.plan.sparse.tables.assign(s.model->tables.size(), TableSharding{});  // every table TW
   s.batches.local_batch = local_batch;
   LengthLaw law;
   law.kind = LengthLaw::Kind::kLognormal;

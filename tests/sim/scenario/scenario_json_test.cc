@@ -51,6 +51,19 @@ TEST(GemDefault, ParsesAsTheSpecDescribesIt) {
   EXPECT_EQ(s->plan.dense.expert_shard_group, 16);
   EXPECT_EQ(s->plan.sparse.mp_group, 256);
   EXPECT_TRUE(s->plan.sparse.fully_sharded);
+  // plan.sparse resolved per model table by the one sharding plan parser: gem-default.json's default
+  // TW, user and ad RW, actions and dt DP.
+  ASSERT_NE(s->model, nullptr);
+  ASSERT_EQ(s->plan.sparse.tables.size(), s->model->tables.size());
+  for (size_t t = 0; t < s->model->tables.size(); ++t) {
+    const std::string& name = s->model->tables[t].name;
+    const ShardingType want = name == "user" || name == "ad"      ? ShardingType::kRowWise
+                              : name == "actions" || name == "dt" ? ShardingType::kDataParallel
+                                                                  : ShardingType::kTableWise;
+    EXPECT_EQ(s->plan.sparse.tables[t].type, want) << name;
+  }
+  EXPECT_EQ(s->plan.sparse.gather, GatherMode::kAll);
+  EXPECT_FALSE(s->plan.sparse.state_sync);
   EXPECT_EQ(s->plan.collectives.library, "sm_free");
   EXPECT_EQ(s->batches.local_batch, 1024);
   EXPECT_EQ(s->batches.assignment.policy, "bbs");
@@ -226,6 +239,12 @@ TEST(NamedErrors, OtherPlanAndBatchRules) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.sparse.default.type: \"ROW\" is not one of")));
   EXPECT_THAT(BuildWith("plan.sparse.tables.nosuch", "{\"type\": \"TW\"}"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.sparse.tables.nosuch")));
+  EXPECT_THAT(BuildWith("plan.sparse.default", "{\"type\": \"GRID\"}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.sparse.default.shards: missing: GRID table")));
+  EXPECT_THAT(BuildWith("plan.sparse.gather", "\"some\""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.sparse.gather: \"some\" is not one of all, touched")));
+  EXPECT_THAT(BuildWith("plan.sparse.tables.user", "{\"type\": \"RW\", \"owner\": 3}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.sparse.tables.user.owner: 3: only TW tables have an owner")));
   EXPECT_THAT(BuildWith("plan.memory.act_quant", "\"int4\""),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.memory.act_quant")));
   EXPECT_THAT(BuildWith("plan.pipeline.sparse_ahead", "2"),

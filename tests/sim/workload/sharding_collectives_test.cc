@@ -17,7 +17,7 @@ constexpr int64_t kDim = 64;     // the pooled table's embedding dimension
 constexpr double kWire = 2.0;    // bf16 activations on the wire
 
 // The toy model plus a pooled table ("user.id": one bag per sample).
-Scenario WithPooledTable(int world, int mp_group, const std::string& type, int shards = 1) {
+Scenario WithPooledTable(int world, int mp_group, ShardingType type, int shards = 1) {
   auto m = testing::ToyModel(2, 1e6, 1000);
   model::GraphTable user;
   user.name = "user";
@@ -30,8 +30,7 @@ Scenario WithPooledTable(int world, int mp_group, const std::string& type, int s
   Scenario s = testing::ToyScenario(world, 64, m);
   s.plan.sparse.mp_group = mp_group;
   s.plan.sparse.fully_sharded = false;
-  s.plan.sparse.default_sharding.type = "TW";
-  s.plan.sparse.tables["user"] = TableShardingSpec{type, -1, shards};
+  s.plan.sparse.tables = {TableSharding{}, TableSharding{type, -1, HasColumnShards(type) ? shards : 1}};
   return s;
 }
 
@@ -55,7 +54,7 @@ double PerSample(const TaskTemplate& t) { return t.bytes.coef[StatLayout::kB]; }
 
 TEST(ShardingCollectivesTest, TwrwReduceScattersInsideTheHostAndExchangesAcrossHosts) {
   // 16 ranks, one MP group of 16 (no replicas): 8 members per host, so g = 8 and 2 hosts.
-  const Built b = Build(WithPooledTable(16, 16, "TWRW"));
+  const Built b = Build(WithPooledTable(16, 16, ShardingType::kTableRowWise));
   const TaskTemplate* rs = b.Find("sparse.twrw_rs");
   const TaskTemplate* a2a = b.Find("sparse.twrw_a2a");
   ASSERT_NE(rs, nullptr);
@@ -88,9 +87,9 @@ TEST(ShardingCollectivesTest, TwrwReduceScattersInsideTheHostAndExchangesAcrossH
 }
 
 TEST(ShardingCollectivesTest, TwrwIdsGoToEveryRankOfTheOwnerHost) {
-  const Built tw = Build(WithPooledTable(16, 16, "TW"));
-  const Built twrw = Build(WithPooledTable(16, 16, "TWRW"));
-  const Built grid = Build(WithPooledTable(16, 16, "GRID", 2));
+  const Built tw = Build(WithPooledTable(16, 16, ShardingType::kTableWise));
+  const Built twrw = Build(WithPooledTable(16, 16, ShardingType::kTableRowWise));
+  const Built grid = Build(WithPooledTable(16, 16, ShardingType::kGrid, 2));
   const double off = 15.0 / 16.0;
   // One bag per sample: TW sends 4 (length) + 8 (id) bytes; TWRW the length to each of g = 8 ranks.
   const double tw_ids = PerSample(*tw.Find("sparse.ids_a2a"));
@@ -105,8 +104,8 @@ TEST(ShardingCollectivesTest, TwrwIdsGoToEveryRankOfTheOwnerHost) {
 TEST(ShardingCollectivesTest, TwrwWithOneMemberPerHostIsTableWise) {
   // 2D: 32 ranks, MP groups of 4 with 8 replicas (rank = m * 8 + rho): MP members are 8 ranks
   // apart, one per host, so g = 1: no reduce-scatter, and the exchange is TW's over the MP group.
-  const Built tw = Build(WithPooledTable(32, 4, "TW"));
-  const Built twrw = Build(WithPooledTable(32, 4, "TWRW"));
+  const Built tw = Build(WithPooledTable(32, 4, ShardingType::kTableWise));
+  const Built twrw = Build(WithPooledTable(32, 4, ShardingType::kTableRowWise));
   EXPECT_EQ(twrw.Find("sparse.twrw_rs"), nullptr);
   EXPECT_EQ(twrw.Find("sparse.twrw_ag_grad"), nullptr);
   const TaskTemplate* a2a = twrw.Find("sparse.twrw_a2a");
@@ -121,7 +120,7 @@ TEST(ShardingCollectivesTest, TwrwWithOneMemberPerHostIsTableWise) {
 // batch, not the gather; the backward re-gather starts the sparse backward (after the last dense
 // backward task) beside the gradient exchange; the update waits for both.
 TEST(ShardingCollectivesTest, FullyShardedGathersWhereTheSparseOrderNeedsThem) {
-  Scenario s = WithPooledTable(32, 4, "RW");
+  Scenario s = WithPooledTable(32, 4, ShardingType::kRowWise);
   s.plan.sparse.fully_sharded = true;
   const Built b = Build(s);
   auto index = [&](const std::string& name) {
