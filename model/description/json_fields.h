@@ -7,9 +7,12 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "model/common/enum_names.h"
+#include "model/json/json_reader.h"
 #include "nlohmann/json.hpp"
 
 namespace gemtb::model::json_fields {
@@ -36,24 +39,15 @@ absl::Status GetBool(const nlohmann::json& j, std::string_view key, std::string_
 absl::Status GetString(const nlohmann::json& j, std::string_view key, std::string_view path,
                        std::string* out, bool required);
 
-// A string among `names`, mapped to its enum value.
-template <typename E>
+// A string among the names of `table`, mapped to its enum value.
+template <typename E, size_t N>
 absl::Status GetEnum(const nlohmann::json& j, std::string_view key, std::string_view path,
-                     std::initializer_list<std::pair<std::string_view, E>> names, E* out,
-                     bool required) {
-  std::string text;
-  bool present = j.contains(key);
-  if (absl::Status s = GetString(j, key, path, &text, required); !s.ok() || !present) return s;
-  std::string all;
-  for (const auto& [name, value] : names) {
-    if (text == name) {
-      *out = value;
-      return absl::OkStatus();
-    }
-    all += all.empty() ? "" : "|";
-    all += name;
-  }
-  return Bad(Join(path, key), "'" + text + "' is not one of " + all);
+                     const EnumName<E> (&table)[N], E* out, bool required) {
+  if (!j.contains(key)) return required ? Bad(Join(path, key), "required") : absl::OkStatus();
+  absl::StatusOr<E> value = gemtb::json::ReadNamed(j[key], Join(path, key), table);
+  if (!value.ok()) return value.status();
+  *out = *value;
+  return absl::OkStatus();
 }
 
 }  // namespace gemtb::model::json_fields

@@ -37,36 +37,19 @@ constexpr int64_t kMaxRows = int64_t{1} << 44;   // table rows
 constexpr size_t kMaxSequences = size_t{1} << 12;
 
 absl::Status GetDtype(const json& j, const std::string& path, ElementType* out) {
-  return GetEnum<ElementType>(j, "dtype", path,
-                              {{"fp32", ElementType::kFloat32},
-                               {"fp16", ElementType::kFloat16},
-                               {"bf16", ElementType::kBFloat16}},
-                              out, false);
+  return GetEnum(j, "dtype", path, kTableDtypeNames, out, false);
 }
 
 absl::Status GetPooling(const json& j, const std::string& path, Pooling* out) {
-  return GetEnum<Pooling>(j, "pooling", path,
-                          {{"sum", Pooling::kSum},
-                           {"mean", Pooling::kMean},
-                           {"weighted_sum", Pooling::kWeightedSum},
-                           {"none", Pooling::kNone}},
-                          out, false);
+  return GetEnum(j, "pooling", path, kPoolingNames, out, false);
 }
 
 absl::Status GetHashing(const json& j, const std::string& path, Hashing* out) {
-  return GetEnum<Hashing>(j, "hashing", path,
-                          {{"identity", Hashing::kIdentity},
-                           {"mod", Hashing::kMod},
-                           {"splitmix64", Hashing::kSplitMix64}},
-                          out, false);
+  return GetEnum(j, "hashing", path, kHashingNames, out, false);
 }
 
 absl::Status GetOptimizer(const json& j, const std::string& path, OptimizerKind* out) {
-  return GetEnum<OptimizerKind>(j, "optimizer", path,
-                                {{"sgd", OptimizerKind::kSgd},
-                                 {"rowwise_adagrad", OptimizerKind::kRowwiseAdagrad},
-                                 {"adam", OptimizerKind::kAdam}},
-                                out, false);
+  return GetEnum(j, "optimizer", path, kOptimizerKindNames, out, false);
 }
 
 // The "count" of a compact group (1 when absent) and the expanded names.
@@ -238,13 +221,8 @@ absl::Status ParseSequences(const json& root, ModelConfig* config) {
       spec.attention = SeqAttentionKind::kBlock;
       GEMTB_RETURN_IF_ERROR(GetInt(aj, "block", apath, &spec.block, true, 1, kMaxSize));
     }
-    GEMTB_RETURN_IF_ERROR(GetEnum<AttentionAct>(
-        sj, "act", path, {{"silu", AttentionAct::kSilu}, {"softmax", AttentionAct::kSoftmax}},
-        &spec.act, false));
-    GEMTB_RETURN_IF_ERROR(GetEnum<RopeKind>(
-        sj, "rope", path,
-        {{"none", RopeKind::kNone}, {"position", RopeKind::kPosition}, {"log_dt", RopeKind::kLogDt}},
-        &spec.rope, false));
+    GEMTB_RETURN_IF_ERROR(GetEnum(sj, "act", path, kSequenceActNames, &spec.act, false));
+    GEMTB_RETURN_IF_ERROR(GetEnum(sj, "rope", path, kRopeKindNames, &spec.rope, false));
     for (int64_t i = 0; i < count; ++i) {
       spec.name = GroupMember(name, count, i);
       if (!names.insert(spec.name).second) {
@@ -313,10 +291,7 @@ absl::Status ParseTasks(const json& root, ModelConfig* config) {
     if (!names.insert(task.name).second) {
       return Bad(Join(path, "name"), absl::StrCat("'", task.name, "' is used twice"));
     }
-    GEMTB_RETURN_IF_ERROR(GetEnum<TaskObjective>(
-        tj, "objective", path,
-        {{"ctr", TaskObjective::kCtr}, {"conversion", TaskObjective::kConversion}},
-        &task.objective, true));
+    GEMTB_RETURN_IF_ERROR(GetEnum(tj, "objective", path, kTaskObjectiveNames, &task.objective, true));
     const std::string spath = Join(path, "surfaces");
     if (!tj.contains("surfaces") || !tj["surfaces"].is_array() || tj["surfaces"].empty()) {
       return Bad(spath, "required non-empty array");

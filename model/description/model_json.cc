@@ -9,6 +9,7 @@
 #include "model/common/status_macros.h"
 #include "model/description/json_fields.h"
 #include "model/description/model_graph.h"
+#include "model/json/json_reader.h"
 
 namespace gemtb::model {
 namespace {
@@ -22,16 +23,6 @@ using json_fields::Index;
 using json_fields::Join;
 using json_fields::OnlyKeys;
 using nlohmann::json;
-
-constexpr std::pair<OpKind, std::string_view> kKinds[] = {
-    {OpKind::kLinear, "linear"},       {OpKind::kAttention, "attention"},
-    {OpKind::kNorm, "norm"},           {OpKind::kPointwise, "pointwise"},
-    {OpKind::kEmbedding, "embedding"}, {OpKind::kInteraction, "interaction"},
-    {OpKind::kLoss, "loss"}};
-constexpr std::pair<RecomputeClass, std::string_view> kRecompute[] = {
-    {RecomputeClass::kNone, "none"},     {RecomputeClass::kPointwise, "pointwise"},
-    {RecomputeClass::kNorm, "norm"},     {RecomputeClass::kLinear, "linear"},
-    {RecomputeClass::kAttention, "attention"}};
 
 // An integral double within 2^53 is written as an integer (128, not 128.0).
 json Number(double v) {
@@ -57,22 +48,23 @@ json ShapeJson(const Shape& shape) {
 }
 
 json MaskJson(const AttentionMask& m) {
+  const std::string name(MaskKindName(m.kind));
   switch (m.kind) {
-    case AttentionMask::Kind::kNone: return "none";
-    case AttentionMask::Kind::kWindow: return json{{"window", json::array({m.left, m.right})}};
-    case AttentionMask::Kind::kBlock: return json{{"block", m.block}};
-    case AttentionMask::Kind::kCausal: return json{{"causal", true}};
+    case MaskKind::kNone: return name;
+    case MaskKind::kWindow: return json{{name, json::array({m.left, m.right})}};
+    case MaskKind::kBlock: return json{{name, m.block}};
+    case MaskKind::kCausal: return json{{name, true}};
   }
-  return "none";
+  return name;
 }
 
 json AttentionJson(const AttentionSpec& a) {
-  return json{{"act", a.act},         {"H", a.H},
+  return json{{"act", std::string(ActivationName(a.act))}, {"H", a.H},
               {"Hkv", a.Hkv},         {"Dqk", a.Dqk},
               {"Dv", a.Dv},           {"mask", MaskJson(a.mask)},
               {"q_tokens", a.q_tokens}, {"kv_tokens", a.kv_tokens},
               {"scale", Number(a.scale)}, {"qk_norm", a.qk_norm},
-              {"rope", a.rope},       {"broadcast_q", a.broadcast_q}};
+              {"rope", std::string(NameIn(kRopeKindNames, a.rope))}, {"broadcast_q", a.broadcast_q}};
 }
 
 json OpJson(const Op& op) {
@@ -131,20 +123,15 @@ absl::Status ParseFwdBwd(const json& j, const std::string& path, FwdBwd* out) {
   return ParseAffine(j["bwd"], Join(path, "bwd"), &out->bwd);
 }
 
+// A required name from an enum's name table.
 template <typename E, size_t K>
 absl::Status ParseName(const json& j, std::string_view key, const std::string& path,
-                       const std::pair<E, std::string_view> (&names)[K], E* out) {
-  std::string text;
-  GEMTB_RETURN_IF_ERROR(GetString(j, key, path, &text, true));
-  std::string all;
-  for (const auto& [value, name] : names) {
-    if (text == name) {
-      *out = value;
-      return absl::OkStatus();
-    }
-    absl::StrAppend(&all, all.empty() ? "" : "|", absl::string_view(name.data(), name.size()));
-  }
-  return Bad(Join(path, key), absl::StrCat("'", text, "' is not one of ", all));
+                       const EnumName<E> (&names)[K], E* out) {
+  if (!j.is_object() || !j.contains(key)) return Bad(Join(path, key), "required");
+  absl::StatusOr<E> value = gemtb::json::ReadNamed(j[key], Join(path, key), names);
+  if (!value.ok()) return value.status();
+  *out = *value;
+  return absl::OkStatus();
 }
 
 absl::Status ParseOptionalIndex(const json& j, std::string_view key, const std::string& path,
@@ -164,7 +151,7 @@ absl::Status ParseOptionalIndex(const json& j, std::string_view key, const std::
 
 absl::Status ParseMask(const json& j, const std::string& path, AttentionMask* out) {
   *out = AttentionMask{};
-  if (j.is_string() && j.get<std::string>() == "none") return absl::OkStatus();
+  if (j.is_string() && ParseMaskKind(j.get<std::string>()) == MaskKind::kNone) return absl::OkStatus();
   GEMTB_RETURN_IF_ERROR(OnlyKeys(j, path, {"window", "block", "causal"}));
   if (j.size() != 1) return Bad(path, absl::StrCat(j.dump(), " must be \"none\" or hold one of window|block|causal"));
   if (j.contains("window")) {
@@ -173,17 +160,17 @@ absl::Status ParseMask(const json& j, const std::string& path, AttentionMask* ou
         w[0].get<int64_t>() < -1 || w[1].get<int64_t>() < -1) {
       return Bad(Join(path, "window"), absl::StrCat(w.dump(), " is not [left, right] (>= -1)"));
     }
-    out->kind = AttentionMask::Kind::kWindow;
+    out->kind = MaskKind::kWindow;
     out->left = w[0].get<int64_t>();
     out->right = w[1].get<int64_t>();
   } else if (j.contains("block")) {
-    out->kind = AttentionMask::Kind::kBlock;
+    out->kind = MaskKind::kBlock;
     GEMTB_RETURN_IF_ERROR(GetInt(j, "block", path, &out->block, true, 1));
   } else {
     if (!j["causal"].is_boolean() || !j["causal"].get<bool>()) {
       return Bad(Join(path, "causal"), absl::StrCat(j["causal"].dump(), " must be true"));
     }
-    out->kind = AttentionMask::Kind::kCausal;
+    out->kind = MaskKind::kCausal;
   }
   return absl::OkStatus();
 }
@@ -191,7 +178,7 @@ absl::Status ParseMask(const json& j, const std::string& path, AttentionMask* ou
 absl::Status ParseAttention(const json& j, const std::string& path, AttentionSpec* a) {
   GEMTB_RETURN_IF_ERROR(OnlyKeys(j, path, {"act", "H", "Hkv", "Dqk", "Dv", "mask", "q_tokens",
                                            "kv_tokens", "scale", "qk_norm", "rope", "broadcast_q"}));
-  GEMTB_RETURN_IF_ERROR(GetString(j, "act", path, &a->act, true));
+  GEMTB_RETURN_IF_ERROR(ParseName(j, "act", path, kActivationNames, &a->act));
   GEMTB_RETURN_IF_ERROR(GetInt(j, "H", path, &a->H, true, 1));
   GEMTB_RETURN_IF_ERROR(GetInt(j, "Hkv", path, &a->Hkv, true, 1));
   if (a->H % a->Hkv != 0) return Bad(Join(path, "Hkv"), absl::StrCat(a->Hkv, " does not divide H ", a->H));
@@ -203,10 +190,7 @@ absl::Status ParseAttention(const json& j, const std::string& path, AttentionSpe
   GEMTB_RETURN_IF_ERROR(GetInt(j, "kv_tokens", path, &a->kv_tokens, false, 0));
   GEMTB_RETURN_IF_ERROR(GetDouble(j, "scale", path, &a->scale, false));
   GEMTB_RETURN_IF_ERROR(GetBool(j, "qk_norm", path, &a->qk_norm, false));
-  GEMTB_RETURN_IF_ERROR(GetString(j, "rope", path, &a->rope, false));
-  if (a->rope != "none" && a->rope != "position" && a->rope != "log_dt") {
-    return Bad(Join(path, "rope"), absl::StrCat("'", a->rope, "' is not one of none|position|log_dt"));
-  }
+  if (j.contains("rope")) GEMTB_RETURN_IF_ERROR(ParseName(j, "rope", path, kRopeKindNames, &a->rope));
   GEMTB_RETURN_IF_ERROR(GetBool(j, "broadcast_q", path, &a->broadcast_q, false));
   return absl::OkStatus();
 }
@@ -231,7 +215,7 @@ absl::Status ParseOp(const json& j, const std::string& path, const ModelGraph& g
   if (op->name.empty()) return Bad(Join(path, "name"), "is empty");
   GEMTB_RETURN_IF_ERROR(GetString(j, "region", path, &op->region, true));
   if (op->region.empty()) return Bad(Join(path, "region"), "is empty");
-  GEMTB_RETURN_IF_ERROR(ParseName(j, "kind", path, kKinds, &op->kind));
+  GEMTB_RETURN_IF_ERROR(ParseName(j, "kind", path, kOpKindNames, &op->kind));
   GEMTB_RETURN_IF_ERROR(ParseOptionalIndex(j, "seq", path, static_cast<int64_t>(g.sequences.size()), &op->seq));
   if (j.contains("attn") && !j["attn"].is_null()) {
     AttentionSpec a;
@@ -264,7 +248,7 @@ absl::Status ParseOp(const json& j, const std::string& path, const ModelGraph& g
   GEMTB_RETURN_IF_ERROR(OnlyKeys(j["saved"], vpath, {"bytes", "recompute"}));
   if (!j["saved"].contains("bytes")) return Bad(Join(vpath, "bytes"), "required");
   GEMTB_RETURN_IF_ERROR(ParseAffine(j["saved"]["bytes"], Join(vpath, "bytes"), &op->saved.bytes));
-  GEMTB_RETURN_IF_ERROR(ParseName(j["saved"], "recompute", vpath, kRecompute, &op->saved.recompute));
+  GEMTB_RETURN_IF_ERROR(ParseName(j["saved"], "recompute", vpath, kRecomputeClassNames, &op->saved.recompute));
   GEMTB_RETURN_IF_ERROR(GetInt(j, "params", path, &op->params, true, 0));
   GEMTB_RETURN_IF_ERROR(ParseOptionalIndex(j, "expert", path, g.experts.count, &op->expert));
   if (op->expert.has_value() && g.experts.count == 1) {
@@ -279,20 +263,9 @@ absl::Status ParseTable(const json& j, const std::string& path, GraphTable* t) {
   GEMTB_RETURN_IF_ERROR(GetString(j, "name", path, &t->name, true));
   GEMTB_RETURN_IF_ERROR(GetInt(j, "rows", path, &t->rows, true, 1));
   GEMTB_RETURN_IF_ERROR(GetInt(j, "dim", path, &t->dim, true, 1));
-  GEMTB_RETURN_IF_ERROR(GetString(j, "dtype", path, &t->dtype, true));
-  if (t->dtype != "fp32" && t->dtype != "fp16" && t->dtype != "bf16") {
-    return Bad(Join(path, "dtype"), absl::StrCat("'", t->dtype, "' is not one of fp32|fp16|bf16"));
-  }
-  GEMTB_RETURN_IF_ERROR(GetString(j, "pooling", path, &t->pooling, true));
-  if (t->pooling != "sum" && t->pooling != "mean" && t->pooling != "weighted_sum" && t->pooling != "none") {
-    return Bad(Join(path, "pooling"),
-               absl::StrCat("'", t->pooling, "' is not one of sum|mean|weighted_sum|none"));
-  }
-  GEMTB_RETURN_IF_ERROR(GetString(j, "optimizer", path, &t->optimizer, true));
-  if (t->optimizer != "sgd" && t->optimizer != "rowwise_adagrad" && t->optimizer != "adam") {
-    return Bad(Join(path, "optimizer"),
-               absl::StrCat("'", t->optimizer, "' is not one of sgd|rowwise_adagrad|adam"));
-  }
+  GEMTB_RETURN_IF_ERROR(ParseName(j, "dtype", path, kTableDtypeNames, &t->dtype));
+  GEMTB_RETURN_IF_ERROR(ParseName(j, "pooling", path, kPoolingNames, &t->pooling));
+  GEMTB_RETURN_IF_ERROR(ParseName(j, "optimizer", path, kOptimizerKindNames, &t->optimizer));
   const std::string fpath = Join(path, "features");
   if (!j.contains("features") || !j["features"].is_array()) return Bad(fpath, "required array of names");
   for (size_t i = 0; i < j["features"].size(); ++i) {
@@ -306,19 +279,9 @@ absl::Status ParseTable(const json& j, const std::string& path, GraphTable* t) {
 
 }  // namespace
 
-std::string_view OpKindName(OpKind kind) {
-  for (const auto& [k, name] : kKinds) {
-    if (k == kind) return name;
-  }
-  return "?";
-}
+std::string_view OpKindName(OpKind kind) { return NameIn(kOpKindNames, kind); }
 
-std::string_view RecomputeClassName(RecomputeClass cls) {
-  for (const auto& [c, name] : kRecompute) {
-    if (c == cls) return name;
-  }
-  return "?";
-}
+std::string_view RecomputeClassName(RecomputeClass cls) { return NameIn(kRecomputeClassNames, cls); }
 
 json ToJson(const ModelGraph& g) {
   json j;
@@ -330,8 +293,9 @@ json ToJson(const ModelGraph& g) {
   j["sequences"] = seqs;
   json tables = json::array();
   for (const GraphTable& t : g.tables) {
-    tables.push_back(json{{"name", t.name}, {"rows", t.rows}, {"dim", t.dim}, {"dtype", t.dtype},
-                          {"pooling", t.pooling}, {"features", t.features}, {"optimizer", t.optimizer}});
+    tables.push_back(json{{"name", t.name}, {"rows", t.rows}, {"dim", t.dim}, {"dtype", std::string(NameIn(kTableDtypeNames, t.dtype))},
+                          {"pooling", std::string(NameIn(kPoolingNames, t.pooling))}, {"features", t.features},
+                          {"optimizer", std::string(NameIn(kOptimizerKindNames, t.optimizer))}});
   }
   j["tables"] = tables;
   j["experts"] = json{{"count", g.experts.count}, {"shard_group", g.experts.shard_group}};

@@ -37,8 +37,20 @@ std::string IndexPath(std::string_view parent, size_t index) {
 
 absl::StatusOr<ObjectReader> ObjectReader::Open(const nlohmann::json& json, std::string path,
                                                 std::initializer_list<std::string_view> known) {
+  return OpenChecked(json, std::move(path), known, false);
+}
+
+absl::StatusOr<ObjectReader> ObjectReader::OpenAllowingComments(const nlohmann::json& json, std::string path,
+                                                                std::initializer_list<std::string_view> known) {
+  return OpenChecked(json, std::move(path), known, true);
+}
+
+absl::StatusOr<ObjectReader> ObjectReader::OpenChecked(const nlohmann::json& json, std::string path,
+                                                       std::initializer_list<std::string_view> known,
+                                                       bool comments) {
   if (!json.is_object()) return BadValue(path, json, "is not an object");
   for (const auto& [key, value] : json.items()) {
+    if (comments && !key.empty() && key[0] == '_') continue;
     bool ok = false;
     for (std::string_view k : known) ok = ok || k == key;
     if (!ok) {
@@ -182,6 +194,15 @@ absl::Status ObjectReader::Range(std::string_view key, double* out, double lo, d
   if (!(*d >= lo && *d <= hi)) {
     return BadValue(JoinPath(path_, key), *v, absl::StrCat("must be in [", lo, ", ", hi, "]"));
   }
+  *out = *d;
+  return absl::OkStatus();
+}
+
+absl::Status ObjectReader::Double(std::string_view key, double* out) const {
+  const nlohmann::json* v = Get(key);
+  if (v == nullptr) return absl::OkStatus();
+  absl::StatusOr<double> d = Number(key, *v);
+  if (!d.ok()) return d.status();
   *out = *d;
   return absl::OkStatus();
 }

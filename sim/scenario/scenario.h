@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "model/common/dtype.h"
+
 namespace gemtb::model {
 struct ModelGraph;  // model/description/model_graph.h
 }
@@ -132,6 +134,15 @@ struct Cluster {
 
 // ---- plan --------------------------------------------------------------------------------------
 
+// The formats plan.dense.comm_dtype and plan.memory.act_quant may name (model/common/dtype.h).
+inline constexpr EnumName<Dtype> kCommDtypeNames[] = {{Dtype::kBf16, DtypeName(Dtype::kBf16)},
+                                                       {Dtype::kFp16, DtypeName(Dtype::kFp16)},
+                                                       {Dtype::kFp32, DtypeName(Dtype::kFp32)},
+                                                       {Dtype::kFp8E4M3, DtypeName(Dtype::kFp8E4M3)}};
+inline constexpr EnumName<Dtype> kActQuantNames[] = {{Dtype::kBf16, DtypeName(Dtype::kBf16)},
+                                                      {Dtype::kFp8E4M3, DtypeName(Dtype::kFp8E4M3)},
+                                                      {Dtype::kMx4, DtypeName(Dtype::kMx4)}};
+
 struct DensePlan {
   int fsdp_shard_group = 1;      // S (capped at world_size by scenarios that say so)
   int ep_degree = 1;             // E
@@ -140,7 +151,7 @@ struct DensePlan {
   int prefetch_depth = 1;
   bool reshard_after_forward = true;
   double bucket_bytes = 25e6;
-  std::string comm_dtype = "bf16";  // bytes per element follow from it
+  Dtype comm_dtype = Dtype::kBf16;  // one of kCommDtypeNames; bytes per element follow from it
 };
 
 // plan.sparse: the same object `gemtb ref embed` reads (embeddings-and-model.md §3.1-§3.2).
@@ -174,7 +185,7 @@ struct CollectivesPlan {
 struct MemoryPlan {
   std::string budget_policy = "per_region";  // per_region | uniform | none
   double reserve_bytes = 0;
-  std::string act_quant = "bf16";            // bf16 (1) | fp8 (0.5) | mx4 (~0.27)
+  Dtype act_quant = Dtype::kBf16;            // bf16 (1) | fp8 (0.5) | mx4 (~0.27): kActQuantNames
 };
 
 // plan.pipeline: how the training loop overlaps consecutive batches.

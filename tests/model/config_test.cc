@@ -123,7 +123,7 @@ TEST(ModelConfig, ErrorsNamePathAndValue) {
 
   bad = j;
   bad["sequences"][1]["act"] = "tanh";
-  EXPECT_EQ(ErrorOf(bad), "sequences[1].act: 'tanh' is not one of silu|softmax");
+  EXPECT_EQ(ErrorOf(bad), "sequences[1].act: \"tanh\" is not one of silu, softmax");
 
   bad = j;
   bad["tables"][0]["dim"] = 16;

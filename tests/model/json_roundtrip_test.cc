@@ -76,8 +76,8 @@ TEST(ModelJson, ErrorsNamePath) {
 
   bad = good;
   bad["ops"][swa]["kind"] = "conv";
-  EXPECT_EQ(ErrorOf(bad), op + ".kind: 'conv' is not one of linear|attention|norm|pointwise|"
-                               "embedding|interaction|loss");
+  EXPECT_EQ(ErrorOf(bad), op + ".kind: \"conv\" is not one of linear, attention, norm, pointwise, "
+                               "embedding, interaction, loss");
 
   bad = good;
   bad["ops"][swa]["seq"] = 2;
@@ -97,7 +97,7 @@ TEST(ModelJson, ErrorsNamePath) {
 
   bad = good;
   bad["ops"][swa]["saved"]["recompute"] = "never";
-  EXPECT_EQ(ErrorOf(bad), op + ".saved.recompute: 'never' is not one of none|pointwise|norm|linear|attention");
+  EXPECT_EQ(ErrorOf(bad), op + ".saved.recompute: \"never\" is not one of none, pointwise, norm, linear, attention");
 
   bad = good;
   bad["ops"][swa]["expert"] = 0;

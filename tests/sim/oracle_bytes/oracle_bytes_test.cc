@@ -118,28 +118,20 @@ OracleBatch MakeOracleBatch() {
 }
 
 // The simulator's side: the toy model's dense part with the same two tables.
-const char* GraphOptimizer(OptimizerKind k) {
-  switch (k) {
-    case OptimizerKind::kSgd: return "sgd";
-    case OptimizerKind::kAdam: return "adam";
-    default: return "rowwise_adagrad";
-  }
-}
-
 sim::Scenario SimScenario(const nlohmann::json& plan_json, OptimizerKind optimizer) {
   auto m = sim::testing::ToyModel(1, 1e6, 1000);
   model::GraphTable user;
   user.name = "user";
   user.rows = kRows;
   user.dim = kDim;
-  user.dtype = "fp32";
-  user.pooling = "sum";
+  user.dtype = ElementType::kFloat32;
+  user.pooling = Pooling::kSum;
   user.features = {"userid"};
-  user.optimizer = GraphOptimizer(optimizer);
+  user.optimizer = optimizer;
   model::GraphTable item = user;
   item.name = "item";
-  item.dtype = "bf16";
-  item.pooling = "none";
+  item.dtype = ElementType::kBFloat16;
+  item.pooling = Pooling::kNone;
   item.features = {"seq0.item"};
   m->tables = {user, item};
   sim::Scenario s = sim::testing::ToyScenario(kWorld, kLocalBatch, m);
