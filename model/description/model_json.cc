@@ -7,21 +7,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
-#include "model/description/json_fields.h"
 #include "model/description/model_graph.h"
 #include "model/json/json_reader.h"
 
 namespace gemtb::model {
 namespace {
 
-using json_fields::Bad;
-using json_fields::GetBool;
-using json_fields::GetDouble;
-using json_fields::GetInt;
-using json_fields::GetString;
-using json_fields::Index;
-using json_fields::Join;
-using json_fields::OnlyKeys;
+using gemtb::json::BadField;
+using gemtb::json::GetBool;
+using gemtb::json::GetDouble;
+using gemtb::json::GetInt;
+using gemtb::json::GetString;
+using gemtb::json::IndexPath;
+using gemtb::json::JoinPath;
+using gemtb::json::CheckKeys;
 using nlohmann::json;
 
 // An integral double within 2^53 is written as an integer (128, not 128.0).
@@ -90,7 +89,7 @@ json OpJson(const Op& op) {
 // ---- parsing ----
 
 absl::Status ParseAffine(const json& j, const std::string& path, Affine* out) {
-  GEMTB_RETURN_IF_ERROR(OnlyKeys(j, path, {"c", "B", "N", "P"}));
+  GEMTB_RETURN_IF_ERROR(CheckKeys(j, path, {"c", "B", "N", "P"}));
   *out = Affine{};
   GEMTB_RETURN_IF_ERROR(GetDouble(j, "c", path, &out->c, false));
   GEMTB_RETURN_IF_ERROR(GetDouble(j, "B", path, &out->B, false));
@@ -100,15 +99,15 @@ absl::Status ParseAffine(const json& j, const std::string& path, Affine* out) {
 }
 
 absl::Status ParseShape(const json& j, const std::string& path, Shape* out) {
-  if (!j.is_array()) return Bad(path, absl::StrCat(j.dump(), " is not an array of dims"));
+  if (!j.is_array()) return BadField(path, absl::StrCat(j.dump(), " is not an array of dims"));
   out->clear();
   for (size_t i = 0; i < j.size(); ++i) {
     Affine dim;
     if (j[i].is_number()) {
       dim.c = j[i].get<double>();
-      if (!std::isfinite(dim.c)) return Bad(Index(path, i), "is not finite");
+      if (!std::isfinite(dim.c)) return BadField(IndexPath(path, i), "is not finite");
     } else {
-      GEMTB_RETURN_IF_ERROR(ParseAffine(j[i], Index(path, i), &dim));
+      GEMTB_RETURN_IF_ERROR(ParseAffine(j[i], IndexPath(path, i), &dim));
     }
     out->push_back(dim);
   }
@@ -116,19 +115,19 @@ absl::Status ParseShape(const json& j, const std::string& path, Shape* out) {
 }
 
 absl::Status ParseFwdBwd(const json& j, const std::string& path, FwdBwd* out) {
-  GEMTB_RETURN_IF_ERROR(OnlyKeys(j, path, {"fwd", "bwd"}));
-  if (!j.contains("fwd")) return Bad(Join(path, "fwd"), "required");
-  if (!j.contains("bwd")) return Bad(Join(path, "bwd"), "required");
-  GEMTB_RETURN_IF_ERROR(ParseAffine(j["fwd"], Join(path, "fwd"), &out->fwd));
-  return ParseAffine(j["bwd"], Join(path, "bwd"), &out->bwd);
+  GEMTB_RETURN_IF_ERROR(CheckKeys(j, path, {"fwd", "bwd"}));
+  if (!j.contains("fwd")) return BadField(JoinPath(path, "fwd"), "required");
+  if (!j.contains("bwd")) return BadField(JoinPath(path, "bwd"), "required");
+  GEMTB_RETURN_IF_ERROR(ParseAffine(j["fwd"], JoinPath(path, "fwd"), &out->fwd));
+  return ParseAffine(j["bwd"], JoinPath(path, "bwd"), &out->bwd);
 }
 
 // A required name from an enum's name table.
 template <typename E, size_t K>
 absl::Status ParseName(const json& j, std::string_view key, const std::string& path,
                        const EnumName<E> (&names)[K], E* out) {
-  if (!j.is_object() || !j.contains(key)) return Bad(Join(path, key), "required");
-  absl::StatusOr<E> value = gemtb::json::ReadNamed(j[key], Join(path, key), names);
+  if (!j.is_object() || !j.contains(key)) return BadField(JoinPath(path, key), "required");
+  absl::StatusOr<E> value = gemtb::json::ReadNamed(j[key], JoinPath(path, key), names);
   if (!value.ok()) return value.status();
   *out = *value;
   return absl::OkStatus();
@@ -136,15 +135,15 @@ absl::Status ParseName(const json& j, std::string_view key, const std::string& p
 
 absl::Status ParseOptionalIndex(const json& j, std::string_view key, const std::string& path,
                                 int64_t limit, std::optional<int>* out) {
-  const std::string p = Join(path, key);
-  if (!j.contains(key)) return Bad(p, "required (an index or null)");
+  const std::string p = JoinPath(path, key);
+  if (!j.contains(key)) return BadField(p, "required (an index or null)");
   if (j[key].is_null()) {
     out->reset();
     return absl::OkStatus();
   }
   int64_t v = 0;
   GEMTB_RETURN_IF_ERROR(GetInt(j, key, path, &v, true, 0));
-  if (v >= limit) return Bad(p, absl::StrCat(v, " is out of range [0, ", limit, ")"));
+  if (v >= limit) return BadField(p, absl::StrCat(v, " is out of range [0, ", limit, ")"));
   *out = static_cast<int>(v);
   return absl::OkStatus();
 }
@@ -152,13 +151,13 @@ absl::Status ParseOptionalIndex(const json& j, std::string_view key, const std::
 absl::Status ParseMask(const json& j, const std::string& path, AttentionMask* out) {
   *out = AttentionMask{};
   if (j.is_string() && ParseMaskKind(j.get<std::string>()) == MaskKind::kNone) return absl::OkStatus();
-  GEMTB_RETURN_IF_ERROR(OnlyKeys(j, path, {"window", "block", "causal"}));
-  if (j.size() != 1) return Bad(path, absl::StrCat(j.dump(), " must be \"none\" or hold one of window|block|causal"));
+  GEMTB_RETURN_IF_ERROR(CheckKeys(j, path, {"window", "block", "causal"}));
+  if (j.size() != 1) return BadField(path, absl::StrCat(j.dump(), " must be \"none\" or hold one of window|block|causal"));
   if (j.contains("window")) {
     const json& w = j["window"];
     if (!w.is_array() || w.size() != 2 || !w[0].is_number_integer() || !w[1].is_number_integer() ||
         w[0].get<int64_t>() < -1 || w[1].get<int64_t>() < -1) {
-      return Bad(Join(path, "window"), absl::StrCat(w.dump(), " is not [left, right] (>= -1)"));
+      return BadField(JoinPath(path, "window"), absl::StrCat(w.dump(), " is not [left, right] (>= -1)"));
     }
     out->kind = MaskKind::kWindow;
     out->left = w[0].get<int64_t>();
@@ -168,7 +167,7 @@ absl::Status ParseMask(const json& j, const std::string& path, AttentionMask* ou
     GEMTB_RETURN_IF_ERROR(GetInt(j, "block", path, &out->block, true, 1));
   } else {
     if (!j["causal"].is_boolean() || !j["causal"].get<bool>()) {
-      return Bad(Join(path, "causal"), absl::StrCat(j["causal"].dump(), " must be true"));
+      return BadField(JoinPath(path, "causal"), absl::StrCat(j["causal"].dump(), " must be true"));
     }
     out->kind = MaskKind::kCausal;
   }
@@ -176,16 +175,16 @@ absl::Status ParseMask(const json& j, const std::string& path, AttentionMask* ou
 }
 
 absl::Status ParseAttention(const json& j, const std::string& path, AttentionSpec* a) {
-  GEMTB_RETURN_IF_ERROR(OnlyKeys(j, path, {"act", "H", "Hkv", "Dqk", "Dv", "mask", "q_tokens",
+  GEMTB_RETURN_IF_ERROR(CheckKeys(j, path, {"act", "H", "Hkv", "Dqk", "Dv", "mask", "q_tokens",
                                            "kv_tokens", "scale", "qk_norm", "rope", "broadcast_q"}));
   GEMTB_RETURN_IF_ERROR(ParseName(j, "act", path, kActivationNames, &a->act));
   GEMTB_RETURN_IF_ERROR(GetInt(j, "H", path, &a->H, true, 1));
   GEMTB_RETURN_IF_ERROR(GetInt(j, "Hkv", path, &a->Hkv, true, 1));
-  if (a->H % a->Hkv != 0) return Bad(Join(path, "Hkv"), absl::StrCat(a->Hkv, " does not divide H ", a->H));
+  if (a->H % a->Hkv != 0) return BadField(JoinPath(path, "Hkv"), absl::StrCat(a->Hkv, " does not divide H ", a->H));
   GEMTB_RETURN_IF_ERROR(GetInt(j, "Dqk", path, &a->Dqk, true, 1));
   GEMTB_RETURN_IF_ERROR(GetInt(j, "Dv", path, &a->Dv, true, 1));
-  if (!j.contains("mask")) return Bad(Join(path, "mask"), "required");
-  GEMTB_RETURN_IF_ERROR(ParseMask(j["mask"], Join(path, "mask"), &a->mask));
+  if (!j.contains("mask")) return BadField(JoinPath(path, "mask"), "required");
+  GEMTB_RETURN_IF_ERROR(ParseMask(j["mask"], JoinPath(path, "mask"), &a->mask));
   GEMTB_RETURN_IF_ERROR(GetInt(j, "q_tokens", path, &a->q_tokens, false, 0));
   GEMTB_RETURN_IF_ERROR(GetInt(j, "kv_tokens", path, &a->kv_tokens, false, 0));
   GEMTB_RETURN_IF_ERROR(GetDouble(j, "scale", path, &a->scale, false));
@@ -202,75 +201,75 @@ absl::Status CheckPerOpAffine(const Op& op, const std::string& path) {
       {"bytes.bwd", &op.bytes.bwd}, {"saved.bytes", &op.saved.bytes}};
   for (const auto& [name, a] : all) {
     if (a->N != 0.0 || a->P != 0.0) {
-      return Bad(Join(path, name), "has N or P terms but the op has no sequence (seq is null)");
+      return BadField(JoinPath(path, name), "has N or P terms but the op has no sequence (seq is null)");
     }
   }
   return absl::OkStatus();
 }
 
 absl::Status ParseOp(const json& j, const std::string& path, const ModelGraph& g, Op* op) {
-  GEMTB_RETURN_IF_ERROR(OnlyKeys(j, path, {"name", "region", "kind", "seq", "attn", "shapes", "flops",
+  GEMTB_RETURN_IF_ERROR(CheckKeys(j, path, {"name", "region", "kind", "seq", "attn", "shapes", "flops",
                                            "bytes", "saved", "params", "expert", "local_mfu"}));
   GEMTB_RETURN_IF_ERROR(GetString(j, "name", path, &op->name, true));
-  if (op->name.empty()) return Bad(Join(path, "name"), "is empty");
+  if (op->name.empty()) return BadField(JoinPath(path, "name"), "is empty");
   GEMTB_RETURN_IF_ERROR(GetString(j, "region", path, &op->region, true));
-  if (op->region.empty()) return Bad(Join(path, "region"), "is empty");
+  if (op->region.empty()) return BadField(JoinPath(path, "region"), "is empty");
   GEMTB_RETURN_IF_ERROR(ParseName(j, "kind", path, kOpKindNames, &op->kind));
   GEMTB_RETURN_IF_ERROR(ParseOptionalIndex(j, "seq", path, static_cast<int64_t>(g.sequences.size()), &op->seq));
   if (j.contains("attn") && !j["attn"].is_null()) {
     AttentionSpec a;
-    GEMTB_RETURN_IF_ERROR(ParseAttention(j["attn"], Join(path, "attn"), &a));
+    GEMTB_RETURN_IF_ERROR(ParseAttention(j["attn"], JoinPath(path, "attn"), &a));
     op->attn = a;
   }
   if ((op->kind == OpKind::kAttention) != op->attn.has_value()) {
-    return Bad(Join(path, "attn"), op->attn.has_value() ? "is only for kind attention"
+    return BadField(JoinPath(path, "attn"), op->attn.has_value() ? "is only for kind attention"
                                                         : "required for kind attention");
   }
-  const std::string spath = Join(path, "shapes");
-  if (!j.contains("shapes")) return Bad(spath, "required");
-  GEMTB_RETURN_IF_ERROR(OnlyKeys(j["shapes"], spath, {"in", "out"}));
+  const std::string spath = JoinPath(path, "shapes");
+  if (!j.contains("shapes")) return BadField(spath, "required");
+  GEMTB_RETURN_IF_ERROR(CheckKeys(j["shapes"], spath, {"in", "out"}));
   if (!j["shapes"].contains("in") || !j["shapes"]["in"].is_array()) {
-    return Bad(Join(spath, "in"), "required array of shapes");
+    return BadField(JoinPath(spath, "in"), "required array of shapes");
   }
   for (size_t i = 0; i < j["shapes"]["in"].size(); ++i) {
     Shape s;
-    GEMTB_RETURN_IF_ERROR(ParseShape(j["shapes"]["in"][i], Index(Join(spath, "in"), i), &s));
+    GEMTB_RETURN_IF_ERROR(ParseShape(j["shapes"]["in"][i], IndexPath(JoinPath(spath, "in"), i), &s));
     op->shapes.in.push_back(s);
   }
-  if (!j["shapes"].contains("out")) return Bad(Join(spath, "out"), "required");
-  GEMTB_RETURN_IF_ERROR(ParseShape(j["shapes"]["out"], Join(spath, "out"), &op->shapes.out));
+  if (!j["shapes"].contains("out")) return BadField(JoinPath(spath, "out"), "required");
+  GEMTB_RETURN_IF_ERROR(ParseShape(j["shapes"]["out"], JoinPath(spath, "out"), &op->shapes.out));
   for (const char* key : {"flops", "bytes", "saved"}) {
-    if (!j.contains(key)) return Bad(Join(path, key), "required");
+    if (!j.contains(key)) return BadField(JoinPath(path, key), "required");
   }
-  GEMTB_RETURN_IF_ERROR(ParseFwdBwd(j["flops"], Join(path, "flops"), &op->flops));
-  GEMTB_RETURN_IF_ERROR(ParseFwdBwd(j["bytes"], Join(path, "bytes"), &op->bytes));
-  const std::string vpath = Join(path, "saved");
-  GEMTB_RETURN_IF_ERROR(OnlyKeys(j["saved"], vpath, {"bytes", "recompute"}));
-  if (!j["saved"].contains("bytes")) return Bad(Join(vpath, "bytes"), "required");
-  GEMTB_RETURN_IF_ERROR(ParseAffine(j["saved"]["bytes"], Join(vpath, "bytes"), &op->saved.bytes));
+  GEMTB_RETURN_IF_ERROR(ParseFwdBwd(j["flops"], JoinPath(path, "flops"), &op->flops));
+  GEMTB_RETURN_IF_ERROR(ParseFwdBwd(j["bytes"], JoinPath(path, "bytes"), &op->bytes));
+  const std::string vpath = JoinPath(path, "saved");
+  GEMTB_RETURN_IF_ERROR(CheckKeys(j["saved"], vpath, {"bytes", "recompute"}));
+  if (!j["saved"].contains("bytes")) return BadField(JoinPath(vpath, "bytes"), "required");
+  GEMTB_RETURN_IF_ERROR(ParseAffine(j["saved"]["bytes"], JoinPath(vpath, "bytes"), &op->saved.bytes));
   GEMTB_RETURN_IF_ERROR(ParseName(j["saved"], "recompute", vpath, kRecomputeClassNames, &op->saved.recompute));
   GEMTB_RETURN_IF_ERROR(GetInt(j, "params", path, &op->params, true, 0));
   GEMTB_RETURN_IF_ERROR(ParseOptionalIndex(j, "expert", path, g.experts.count, &op->expert));
   if (op->expert.has_value() && g.experts.count == 1) {
-    return Bad(Join(path, "expert"), absl::StrCat(*op->expert, " but experts.count is 1: must be null"));
+    return BadField(JoinPath(path, "expert"), absl::StrCat(*op->expert, " but experts.count is 1: must be null"));
   }
   GEMTB_RETURN_IF_ERROR(GetBool(j, "local_mfu", path, &op->local_mfu, true));
   return CheckPerOpAffine(*op, path);
 }
 
 absl::Status ParseTable(const json& j, const std::string& path, GraphTable* t) {
-  GEMTB_RETURN_IF_ERROR(OnlyKeys(j, path, {"name", "rows", "dim", "dtype", "pooling", "features", "optimizer"}));
+  GEMTB_RETURN_IF_ERROR(CheckKeys(j, path, {"name", "rows", "dim", "dtype", "pooling", "features", "optimizer"}));
   GEMTB_RETURN_IF_ERROR(GetString(j, "name", path, &t->name, true));
   GEMTB_RETURN_IF_ERROR(GetInt(j, "rows", path, &t->rows, true, 1));
   GEMTB_RETURN_IF_ERROR(GetInt(j, "dim", path, &t->dim, true, 1));
   GEMTB_RETURN_IF_ERROR(ParseName(j, "dtype", path, kTableDtypeNames, &t->dtype));
   GEMTB_RETURN_IF_ERROR(ParseName(j, "pooling", path, kPoolingNames, &t->pooling));
   GEMTB_RETURN_IF_ERROR(ParseName(j, "optimizer", path, kOptimizerKindNames, &t->optimizer));
-  const std::string fpath = Join(path, "features");
-  if (!j.contains("features") || !j["features"].is_array()) return Bad(fpath, "required array of names");
+  const std::string fpath = JoinPath(path, "features");
+  if (!j.contains("features") || !j["features"].is_array()) return BadField(fpath, "required array of names");
   for (size_t i = 0; i < j["features"].size(); ++i) {
     if (!j["features"][i].is_string()) {
-      return Bad(Index(fpath, i), absl::StrCat(j["features"][i].dump(), " is not a string"));
+      return BadField(IndexPath(fpath, i), absl::StrCat(j["features"][i].dump(), " is not a string"));
     }
     t->features.push_back(j["features"][i].get<std::string>());
   }
@@ -330,54 +329,54 @@ std::string ToJsonText(const ModelGraph& g) {
 
 absl::StatusOr<ModelGraph> ParseModelJson(const json& j, std::string_view json_path) {
   const std::string path(json_path);
-  GEMTB_RETURN_IF_ERROR(OnlyKeys(j, path, {"version", "config", "d", "sequences", "tables", "experts", "ops"}));
+  GEMTB_RETURN_IF_ERROR(CheckKeys(j, path, {"version", "config", "d", "sequences", "tables", "experts", "ops"}));
   ModelGraph g;
   int64_t version = 0;
   GEMTB_RETURN_IF_ERROR(GetInt(j, "version", path, &version, true));
-  if (version != 1) return Bad(Join(path, "version"), absl::StrCat(version, " is not supported (1)"));
+  if (version != 1) return BadField(JoinPath(path, "version"), absl::StrCat(version, " is not supported (1)"));
   g.version = 1;
   GEMTB_RETURN_IF_ERROR(GetString(j, "config", path, &g.config, true));
   GEMTB_RETURN_IF_ERROR(GetInt(j, "d", path, &g.d, true, 1));
-  const std::string qpath = Join(path, "sequences");
-  if (!j.contains("sequences") || !j["sequences"].is_array()) return Bad(qpath, "required array");
+  const std::string qpath = JoinPath(path, "sequences");
+  if (!j.contains("sequences") || !j["sequences"].is_array()) return BadField(qpath, "required array");
   for (size_t i = 0; i < j["sequences"].size(); ++i) {
-    const std::string p = Index(qpath, i);
+    const std::string p = IndexPath(qpath, i);
     const json& sj = j["sequences"][i];
-    GEMTB_RETURN_IF_ERROR(OnlyKeys(sj, p, {"j", "Lmax", "n_s"}));
+    GEMTB_RETURN_IF_ERROR(CheckKeys(sj, p, {"j", "Lmax", "n_s"}));
     int64_t index = 0;
     GraphSequence s;
     GEMTB_RETURN_IF_ERROR(GetInt(sj, "j", p, &index, true));
-    if (index != static_cast<int64_t>(i)) return Bad(Join(p, "j"), absl::StrCat(index, " != its position ", i));
+    if (index != static_cast<int64_t>(i)) return BadField(JoinPath(p, "j"), absl::StrCat(index, " != its position ", i));
     s.j = static_cast<int>(i);
     GEMTB_RETURN_IF_ERROR(GetInt(sj, "Lmax", p, &s.lmax, true, 1));
     GEMTB_RETURN_IF_ERROR(GetInt(sj, "n_s", p, &s.n_s, true, 0));
     g.sequences.push_back(s);
   }
-  const std::string tpath = Join(path, "tables");
-  if (!j.contains("tables") || !j["tables"].is_array()) return Bad(tpath, "required array");
+  const std::string tpath = JoinPath(path, "tables");
+  if (!j.contains("tables") || !j["tables"].is_array()) return BadField(tpath, "required array");
   std::set<std::string> table_names;
   for (size_t i = 0; i < j["tables"].size(); ++i) {
     GraphTable t;
-    GEMTB_RETURN_IF_ERROR(ParseTable(j["tables"][i], Index(tpath, i), &t));
+    GEMTB_RETURN_IF_ERROR(ParseTable(j["tables"][i], IndexPath(tpath, i), &t));
     if (!table_names.insert(t.name).second) {
-      return Bad(Join(Index(tpath, i), "name"), absl::StrCat("'", t.name, "' is used twice"));
+      return BadField(JoinPath(IndexPath(tpath, i), "name"), absl::StrCat("'", t.name, "' is used twice"));
     }
     g.tables.push_back(std::move(t));
   }
-  const std::string epath = Join(path, "experts");
-  if (!j.contains("experts")) return Bad(epath, "required");
-  GEMTB_RETURN_IF_ERROR(OnlyKeys(j["experts"], epath, {"count", "shard_group"}));
+  const std::string epath = JoinPath(path, "experts");
+  if (!j.contains("experts")) return BadField(epath, "required");
+  GEMTB_RETURN_IF_ERROR(CheckKeys(j["experts"], epath, {"count", "shard_group"}));
   GEMTB_RETURN_IF_ERROR(GetInt(j["experts"], "count", epath, &g.experts.count, true, 1));
   GEMTB_RETURN_IF_ERROR(GetInt(j["experts"], "shard_group", epath, &g.experts.shard_group, true, 1));
-  const std::string opath = Join(path, "ops");
-  if (!j.contains("ops") || !j["ops"].is_array()) return Bad(opath, "required array");
+  const std::string opath = JoinPath(path, "ops");
+  if (!j.contains("ops") || !j["ops"].is_array()) return BadField(opath, "required array");
   std::set<std::string> op_names;
   for (size_t i = 0; i < j["ops"].size(); ++i) {
     Op op;
-    const std::string p = Index(opath, i);
+    const std::string p = IndexPath(opath, i);
     GEMTB_RETURN_IF_ERROR(ParseOp(j["ops"][i], p, g, &op));
     if (!op_names.insert(op.name).second) {
-      return Bad(Join(p, "name"), absl::StrCat("'", op.name, "' is used twice"));
+      return BadField(JoinPath(p, "name"), absl::StrCat("'", op.name, "' is used twice"));
     }
     g.ops.push_back(std::move(op));
   }

@@ -99,6 +99,31 @@ absl::StatusOr<double> ReadNumber(const nlohmann::json& json, std::string_view p
 // Checks that `json` is an integer in [lo, hi]; returns it.
 absl::StatusOr<int64_t> ReadInteger(const nlohmann::json& json, std::string_view path, int64_t lo, int64_t hi);
 
+// Field readers for code that walks an object by hand after CheckKeys (nested and cross-checked
+// structures such as model configs and model.json). A missing key fails as "<path>.<key>: missing"
+// when `required`, else leaves *out unchanged; the rules read as ObjectReader's.
+absl::Status CheckKeys(const nlohmann::json& json, std::string_view path,
+                       std::initializer_list<std::string_view> known);
+absl::Status GetInt(const nlohmann::json& json, std::string_view key, std::string_view path, int64_t* out,
+                    bool required, int64_t lo = INT64_MIN, int64_t hi = INT64_MAX);
+absl::Status GetInt32(const nlohmann::json& json, std::string_view key, std::string_view path, int* out,
+                      bool required, int lo = INT32_MIN);
+absl::Status GetDouble(const nlohmann::json& json, std::string_view key, std::string_view path, double* out,
+                       bool required);
+absl::Status GetBool(const nlohmann::json& json, std::string_view key, std::string_view path, bool* out,
+                     bool required);
+absl::Status GetString(const nlohmann::json& json, std::string_view key, std::string_view path, std::string* out,
+                       bool required);
+template <typename E, size_t N>
+absl::Status GetEnum(const nlohmann::json& json, std::string_view key, std::string_view path,
+                     const EnumName<E> (&table)[N], E* out, bool required) {
+  if (!json.contains(key)) return required ? BadField(JoinPath(path, key), "missing") : absl::OkStatus();
+  absl::StatusOr<E> value = ReadNamed(json[key], JoinPath(path, key), table);
+  if (!value.ok()) return value.status();
+  *out = *value;
+  return absl::OkStatus();
+}
+
 }  // namespace gemtb::json
 
 #endif  // GEMTB_MODEL_JSON_JSON_READER_H_
