@@ -7,23 +7,11 @@
 #include <optional>
 #include <string_view>
 
+#include "model/attention/activation_table.h"
+#include "model/attention/attention_mask.h"
+
 namespace gemtb {
 
-// ABI codes of spec §2; upstream GDPA's own order is mapped at its boundary, never here.
-enum class Activation : int {
-  kSoftmax = 0,
-  kIdentity = 1,
-  kGelu = 2,  // erf form
-  kGeluTanh = 3,
-  kSilu = 4,
-  kRelu = 5,
-  kReluSquare = 6,
-  kLeakyRelu = 7,  // slope 0.01
-  kHardswish = 8,
-};
-inline constexpr int kNumActivations = 9;
-
-enum class MaskKind { kNone, kCausal, kWindow, kBlock };
 enum class Alignment { kBottomRight, kTopLeft };
 
 struct AttentionOptions {
@@ -46,45 +34,6 @@ struct AttentionOptions {
   bool tanh_approx = false;
 };
 
-constexpr std::string_view ActivationName(Activation act) {
-  switch (act) {
-    case Activation::kSoftmax: return "softmax";
-    case Activation::kIdentity: return "identity";
-    case Activation::kGelu: return "gelu";
-    case Activation::kGeluTanh: return "gelu_tanh";
-    case Activation::kSilu: return "silu";
-    case Activation::kRelu: return "relu";
-    case Activation::kReluSquare: return "relu_square";
-    case Activation::kLeakyRelu: return "leaky_relu";
-    case Activation::kHardswish: return "hardswish";
-  }
-  return "?";
-}
-
-constexpr std::optional<Activation> ParseActivation(std::string_view name) {
-  for (int code = 0; code < kNumActivations; ++code) {
-    if (ActivationName(static_cast<Activation>(code)) == name) return static_cast<Activation>(code);
-  }
-  return std::nullopt;
-}
-
-constexpr std::string_view MaskKindName(MaskKind mask) {
-  switch (mask) {
-    case MaskKind::kNone: return "none";
-    case MaskKind::kCausal: return "causal";
-    case MaskKind::kWindow: return "window";
-    case MaskKind::kBlock: return "block";
-  }
-  return "?";
-}
-
-constexpr std::optional<MaskKind> ParseMaskKind(std::string_view name) {
-  for (MaskKind m : {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow, MaskKind::kBlock}) {
-    if (MaskKindName(m) == name) return m;
-  }
-  return std::nullopt;
-}
-
 constexpr std::string_view AlignmentName(Alignment align) {
   return align == Alignment::kTopLeft ? "top_left" : "bottom_right";
 }
@@ -93,6 +42,17 @@ constexpr std::optional<Alignment> ParseAlignment(std::string_view name) {
   if (name == "top_left") return Alignment::kTopLeft;
   if (name == "bottom_right") return Alignment::kBottomRight;
   return std::nullopt;
+}
+
+// The mask fields of `o` as one value, and back (align stays the options' own).
+constexpr AttentionMask MaskOf(const AttentionOptions& o) {
+  return AttentionMask{o.mask, o.window_left, o.window_right, o.block};
+}
+constexpr void SetMask(const AttentionMask& mask, AttentionOptions* o) {
+  o->mask = mask.kind;
+  o->window_left = mask.left;
+  o->window_right = mask.right;
+  o->block = mask.block;
 }
 
 // The key range [begin, end) that query `i` of a (Lq, Lk) pair may see under `options`' mask

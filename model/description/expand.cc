@@ -20,45 +20,6 @@ using ops::PerSample;
 using ops::Tokens;
 using ops::Where;
 
-double StorageBytes(ElementType t) {
-  switch (t) {
-    case ElementType::kFloat64: return 8.0;
-    case ElementType::kFloat32: return 4.0;
-    case ElementType::kFloat16:
-    case ElementType::kBFloat16: return 2.0;
-  }
-  return 4.0;
-}
-
-std::string DtypeName(ElementType t) {
-  switch (t) {
-    case ElementType::kFloat64: return "fp64";
-    case ElementType::kFloat32: return "fp32";
-    case ElementType::kFloat16: return "fp16";
-    case ElementType::kBFloat16: return "bf16";
-  }
-  return "fp32";
-}
-
-std::string PoolingName(Pooling p) {
-  switch (p) {
-    case Pooling::kSum: return "sum";
-    case Pooling::kMean: return "mean";
-    case Pooling::kWeightedSum: return "weighted_sum";
-    case Pooling::kNone: return "none";
-  }
-  return "mean";
-}
-
-std::string OptimizerName(OptimizerKind k) {
-  switch (k) {
-    case OptimizerKind::kSgd: return "sgd";
-    case OptimizerKind::kRowwiseAdagrad: return "rowwise_adagrad";
-    case OptimizerKind::kAdam: return "adam";
-  }
-  return "rowwise_adagrad";
-}
-
 class Expander {
  public:
   explicit Expander(const ModelConfig& c) : c_(c), d_(c.d), J_(static_cast<int>(c.sequences.size())) {}
@@ -91,9 +52,9 @@ class Expander {
       gt.name = t.name;
       gt.rows = t.rows;
       gt.dim = t.dim;
-      gt.dtype = DtypeName(t.dtype);
-      gt.pooling = PoolingName(t.pooling);
-      gt.optimizer = OptimizerName(t.optimizer);
+      gt.dtype = t.dtype;
+      gt.pooling = t.pooling;
+      gt.optimizer = t.optimizer;
       g_.tables.push_back(gt);
     }
     for (const SparseFeatureSpec& f : c_.features) g_.tables[f.table_index].features.push_back(f.name);
@@ -116,16 +77,16 @@ class Expander {
       for (const SparseFeatureSpec& f : c_.features) {
         const double mean_len = 0.5 * static_cast<double>(f.max_len + 1);
         ids += mean_len;
-        id_bytes += mean_len * StorageBytes(c_.tables[f.table_index].dtype);
+        id_bytes += mean_len * DtypeBytes(DtypeOf(c_.tables[f.table_index].dtype));
       }
       Add(ops::Embedding({"E.sparse.tbe", "E.sparse", std::nullopt, std::nullopt}, PerSample(ids),
                          PerSample(static_cast<double>(F)), d_, id_bytes / ids));
     }
     for (int j = 0; j < J_; ++j) {
       const SequenceSpec& s = c_.sequences[j];
-      const double row_bytes = (StorageBytes(c_.tables[s.item_table_index].dtype) +
-                                StorageBytes(c_.tables[s.action_table_index].dtype) +
-                                StorageBytes(c_.tables[s.dt_table_index].dtype)) / 3.0;
+      const double row_bytes = (DtypeBytes(DtypeOf(c_.tables[s.item_table_index].dtype)) +
+                                DtypeBytes(DtypeOf(c_.tables[s.action_table_index].dtype)) +
+                                DtypeBytes(DtypeOf(c_.tables[s.dt_table_index].dtype))) / 3.0;
       const std::string region = absl::StrCat("E.seq", j);
       Add(ops::Embedding({region + ".lookup", region, j, std::nullopt}, 3.0 * EventRows(), EventRows(),
                          d_, row_bytes));
@@ -168,7 +129,7 @@ class Expander {
         Add(ops::Linear(at(s + "pma_q", j), Constant(kp), d_, d_, true, k_p * d_));
         Add(ops::Linear(at(s + "pma_kv", j), Tokens(1), d_, 2 * d_));
         AttentionSpec a = BaseAttention();
-        a.act = "silu";
+        a.act = Activation::kSilu;
         a.q_tokens = k_p;
         a.broadcast_q = true;
         a.scale = 1.0 / static_cast<double>(c_.sequences[j].lmax);
@@ -231,7 +192,7 @@ class Expander {
       Add(ops::Linear(at("xattn_q"), Tokens(1), d_, d_));
       Add(ops::Linear(at("xattn_kv"), PerSample(ns), d_, 2 * d_));
       AttentionSpec a = BaseAttention();
-      a.act = "silu";
+      a.act = Activation::kSilu;
       a.kv_tokens = c_.arch.n_s;
       a.scale = 1.0 / ns;
       a.qk_norm = true;
@@ -246,18 +207,18 @@ class Expander {
       Add(ops::Linear(at(name + "_qkv"), Tokens(1), d_, 3 * d_));
       AttentionSpec a = BaseAttention();
       if (window) {
-        a.mask = AttentionMask{AttentionMask::Kind::kWindow, s.window, s.window, 0};
+        a.mask = AttentionMask{MaskKind::kWindow, s.window, s.window, 0};
       } else {
-        a.mask = AttentionMask{AttentionMask::Kind::kBlock, -1, -1, s.block};
+        a.mask = AttentionMask{MaskKind::kBlock, -1, -1, s.block};
       }
-      if (s.act == AttentionAct::kSoftmax) {
-        a.act = "softmax";
+      if (s.act == Activation::kSoftmax) {
+        a.act = Activation::kSoftmax;
         a.scale = 1.0 / std::sqrt(static_cast<double>(a.Dqk));
       } else {
-        a.act = "silu";
+        a.act = Activation::kSilu;
         a.scale = 1.0 / static_cast<double>(window ? 2 * s.window + 1 : s.block);
       }
-      a.rope = s.rope == RopeKind::kNone ? "none" : s.rope == RopeKind::kPosition ? "position" : "log_dt";
+      a.rope = s.rope;
       Add(ops::Attention(at(name), a, {Tokens(1), Tokens(1), Tokens(1), Affine{0, 0, 0, 1}}));
       Add(ops::Linear(at(name + "_o"), Tokens(1), d_, d_));
       Add(ops::Pointwise(at(name + "_res"), Tokens(1), d_, 2, 0, 1.0));

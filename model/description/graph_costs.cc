@@ -4,39 +4,6 @@
 #include <cmath>
 
 namespace gemtb::model {
-namespace {
-
-// Keys cut off on one side of a window of reach `w` over L rows: sum_i max(0, w - i), i < L.
-int64_t Truncated(int64_t w, int64_t length) {
-  const int64_t m = std::min(w, length);
-  return m * w - m * (m - 1) / 2;
-}
-
-}  // namespace
-
-int64_t PairsUnderMask(const AttentionMask& mask, int64_t tokens) {
-  if (tokens <= 0) return 0;
-  const int64_t L = tokens;
-  switch (mask.kind) {
-    case AttentionMask::Kind::kNone:
-      return L * L;
-    case AttentionMask::Kind::kBlock: {
-      const int64_t n = std::clamp<int64_t>(mask.block, 1, L);  // a block past the end holds all
-      const int64_t full = L / n, rest = L % n;
-      return full * n * n + rest * rest;
-    }
-    case AttentionMask::Kind::kCausal:
-      return L * (L + 1) / 2;
-    case AttentionMask::Kind::kWindow: {
-      // Row i keeps [max(0, i-l), min(L-1, i+r)]: (l + r + 1) keys less what falls off each end;
-      // an unbounded side reaches the whole row (l = L - 1 is as good as unbounded).
-      const int64_t l = mask.left < 0 ? L - 1 : std::min(mask.left, L - 1);
-      const int64_t r = mask.right < 0 ? L - 1 : std::min(mask.right, L - 1);
-      return L * (l + r + 1) - Truncated(l, L) - Truncated(r, L);
-    }
-  }
-  return 0;
-}
 
 int64_t OpPairsPerSample(const Op& op, int64_t tokens) {
   if (!op.attn.has_value() || !op.seq.has_value()) return 0;

@@ -1,4 +1,4 @@
-// Evaluating the op graph's affine cost functions for a concrete batch: pairs under a mask, per-op
+// Evaluating the op graph's affine cost functions for a concrete batch: pairs per op, per-op
 // and whole-model totals (FLOPs, HBM bytes, saved bytes, params). Used by `gemtb model`, tests, and
 // any executor that wants the same numbers (sim/ evaluates the affine objects itself per rank).
 #ifndef GEMTB_MODEL_DESCRIPTION_GRAPH_COSTS_H_
@@ -10,11 +10,6 @@
 #include "model/description/model_graph.h"
 
 namespace gemtb::model {
-
-// Pairs (query, key) of one sample's self-attention over `tokens` = l + n_s tokens (Lq = Lk, so
-// both alignments agree) that the mask keeps (spec/attention.md §2, §10). O(1); exact for
-// tokens < 2^31.
-int64_t PairsUnderMask(const AttentionMask& mask, int64_t tokens);
 
 // P of an op for one sample whose sequence has `tokens` tokens: pairs under its mask when it is a
 // self-attention over the sequence (attn.q_tokens == attn.kv_tokens == 0), else 0.

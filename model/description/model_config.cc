@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
-#include "model/description/json_fields.h"
+#include "model/json/json_reader.h"
 
 #ifndef GEMTB_SOURCE_DIR
 #error "GEMTB_SOURCE_DIR must name the source tree (set by model/description/CMakeLists.txt)"
@@ -18,15 +18,15 @@
 namespace gemtb::model {
 namespace {
 
-using json_fields::Bad;
-using json_fields::GetBool;
-using json_fields::GetEnum;
-using json_fields::GetInt;
-using json_fields::GetInt32;
-using json_fields::GetString;
-using json_fields::Index;
-using json_fields::Join;
-using json_fields::OnlyKeys;
+using gemtb::json::BadField;
+using gemtb::json::GetBool;
+using gemtb::json::GetEnum;
+using gemtb::json::GetInt;
+using gemtb::json::GetInt32;
+using gemtb::json::GetString;
+using gemtb::json::IndexPath;
+using gemtb::json::JoinPath;
+using gemtb::json::CheckKeys;
 using nlohmann::json;
 
 // Caps that keep every derived size (n_z, head width, products) far inside int64 before the
@@ -37,43 +37,26 @@ constexpr int64_t kMaxRows = int64_t{1} << 44;   // table rows
 constexpr size_t kMaxSequences = size_t{1} << 12;
 
 absl::Status GetDtype(const json& j, const std::string& path, ElementType* out) {
-  return GetEnum<ElementType>(j, "dtype", path,
-                              {{"fp32", ElementType::kFloat32},
-                               {"fp16", ElementType::kFloat16},
-                               {"bf16", ElementType::kBFloat16}},
-                              out, false);
+  return GetEnum(j, "dtype", path, kTableDtypeNames, out, false);
 }
 
 absl::Status GetPooling(const json& j, const std::string& path, Pooling* out) {
-  return GetEnum<Pooling>(j, "pooling", path,
-                          {{"sum", Pooling::kSum},
-                           {"mean", Pooling::kMean},
-                           {"weighted_sum", Pooling::kWeightedSum},
-                           {"none", Pooling::kNone}},
-                          out, false);
+  return GetEnum(j, "pooling", path, kPoolingNames, out, false);
 }
 
 absl::Status GetHashing(const json& j, const std::string& path, Hashing* out) {
-  return GetEnum<Hashing>(j, "hashing", path,
-                          {{"identity", Hashing::kIdentity},
-                           {"mod", Hashing::kMod},
-                           {"splitmix64", Hashing::kSplitMix64}},
-                          out, false);
+  return GetEnum(j, "hashing", path, kHashingNames, out, false);
 }
 
 absl::Status GetOptimizer(const json& j, const std::string& path, OptimizerKind* out) {
-  return GetEnum<OptimizerKind>(j, "optimizer", path,
-                                {{"sgd", OptimizerKind::kSgd},
-                                 {"rowwise_adagrad", OptimizerKind::kRowwiseAdagrad},
-                                 {"adam", OptimizerKind::kAdam}},
-                                out, false);
+  return GetEnum(j, "optimizer", path, kOptimizerKindNames, out, false);
 }
 
 // The "count" of a compact group (1 when absent) and the expanded names.
 absl::Status GetCount(const json& j, const std::string& path, int64_t* count) {
   *count = 1;
   GEMTB_RETURN_IF_ERROR(GetInt(j, "count", path, count, false, 1));
-  if (*count > 1'000'000) return Bad(Join(path, "count"), absl::StrCat(*count, " is too large"));
+  if (*count > 1'000'000) return BadField(JoinPath(path, "count"), absl::StrCat(*count, " is too large"));
   return absl::OkStatus();
 }
 
@@ -93,7 +76,7 @@ absl::Status ParseTables(const json& root, ModelConfig* config,
   if (root.contains("table_defaults")) {
     const json& dj = root["table_defaults"];
     const std::string path = "table_defaults";
-    GEMTB_RETURN_IF_ERROR(OnlyKeys(dj, path, {"dim", "dtype", "pooling", "hashing", "optimizer"}));
+    GEMTB_RETURN_IF_ERROR(CheckKeys(dj, path, {"dim", "dtype", "pooling", "hashing", "optimizer"}));
     GEMTB_RETURN_IF_ERROR(GetInt(dj, "dim", path, &defaults.dim, false, 1, kMaxWidth));
     GEMTB_RETURN_IF_ERROR(GetDtype(dj, path, &defaults.dtype));
     GEMTB_RETURN_IF_ERROR(GetPooling(dj, path, &defaults.pooling));
@@ -101,23 +84,23 @@ absl::Status ParseTables(const json& root, ModelConfig* config,
     GEMTB_RETURN_IF_ERROR(GetOptimizer(dj, path, &defaults.optimizer));
   }
   if (!root.contains("tables") || !root["tables"].is_array() || root["tables"].empty()) {
-    return Bad("tables", "required non-empty array");
+    return BadField("tables", "required non-empty array");
   }
   std::set<std::string> names;
   for (size_t t = 0; t < root["tables"].size(); ++t) {
     const json& tj = root["tables"][t];
-    const std::string path = Index("tables", t);
-    GEMTB_RETURN_IF_ERROR(OnlyKeys(tj, path, {"name", "count", "rows", "dim", "dtype", "pooling",
+    const std::string path = IndexPath("tables", t);
+    GEMTB_RETURN_IF_ERROR(CheckKeys(tj, path, {"name", "count", "rows", "dim", "dtype", "pooling",
                                               "hashing", "optimizer"}));
     TableSpec spec = defaults;
     GEMTB_RETURN_IF_ERROR(GetString(tj, "name", path, &spec.name, true));
-    if (spec.name.empty()) return Bad(Join(path, "name"), "is empty");
+    if (spec.name.empty()) return BadField(JoinPath(path, "name"), "is empty");
     int64_t count = 1;
     GEMTB_RETURN_IF_ERROR(GetCount(tj, path, &count));
     GEMTB_RETURN_IF_ERROR(GetInt(tj, "rows", path, &spec.rows, true, 1, kMaxRows));
     GEMTB_RETURN_IF_ERROR(GetInt(tj, "dim", path, &spec.dim, false, 1, kMaxWidth));
     if (spec.dim != config->d) {
-      return Bad(Join(path, "dim"),
+      return BadField(JoinPath(path, "dim"),
                  absl::StrCat(spec.dim, " != d ", config->d, " (every table feeds d-wide tokens)"));
     }
     GEMTB_RETURN_IF_ERROR(GetDtype(tj, path, &spec.dtype));
@@ -125,14 +108,14 @@ absl::Status ParseTables(const json& root, ModelConfig* config,
     GEMTB_RETURN_IF_ERROR(GetHashing(tj, path, &spec.hashing));
     GEMTB_RETURN_IF_ERROR(GetOptimizer(tj, path, &spec.optimizer));
     if (groups->count(spec.name) != 0) {
-      return Bad(Join(path, "name"), absl::StrCat("'", spec.name, "' is used twice"));
+      return BadField(JoinPath(path, "name"), absl::StrCat("'", spec.name, "' is used twice"));
     }
     (*groups)[spec.name] = TableGroup{static_cast<int>(config->tables.size()), count};
     const std::string base = spec.name;
     for (int64_t i = 0; i < count; ++i) {
       spec.name = GroupMember(base, count, i);
       if (!names.insert(spec.name).second) {
-        return Bad(Join(path, "name"), absl::StrCat("'", spec.name, "' is used twice"));
+        return BadField(JoinPath(path, "name"), absl::StrCat("'", spec.name, "' is used twice"));
       }
       config->tables.push_back(spec);
     }
@@ -146,32 +129,32 @@ absl::StatusOr<int> FindTable(const ModelConfig& config, const std::string& name
   for (size_t t = 0; t < config.tables.size(); ++t) {
     if (config.tables[t].name == name) return static_cast<int>(t);
   }
-  return Bad(path, absl::StrCat("'", name, "' is not a table"));
+  return BadField(path, absl::StrCat("'", name, "' is not a table"));
 }
 
 absl::Status ParseFeatures(const json& root, const std::map<std::string, TableGroup>& groups,
                            ModelConfig* config) {
   if (!root.contains("features")) return absl::OkStatus();
-  if (!root["features"].is_array()) return Bad("features", "must be an array");
+  if (!root["features"].is_array()) return BadField("features", "must be an array");
   std::set<std::string> names;
   for (size_t f = 0; f < root["features"].size(); ++f) {
     const json& fj = root["features"][f];
-    const std::string path = Index("features", f);
-    GEMTB_RETURN_IF_ERROR(OnlyKeys(fj, path, {"name", "count", "table", "pooling", "max_len"}));
+    const std::string path = IndexPath("features", f);
+    GEMTB_RETURN_IF_ERROR(CheckKeys(fj, path, {"name", "count", "table", "pooling", "max_len"}));
     std::string name, table;
     GEMTB_RETURN_IF_ERROR(GetString(fj, "name", path, &name, true));
-    if (name.empty()) return Bad(Join(path, "name"), "is empty");
+    if (name.empty()) return BadField(JoinPath(path, "name"), "is empty");
     GEMTB_RETURN_IF_ERROR(GetString(fj, "table", path, &table, true));
     int64_t count = 1;
     GEMTB_RETURN_IF_ERROR(GetCount(fj, path, &count));
     auto group = groups.find(table);
     if (group == groups.end()) {
-      return Bad(Join(path, "table"), absl::StrCat("'", table, "' is not a table"));
+      return BadField(JoinPath(path, "table"), absl::StrCat("'", table, "' is not a table"));
     }
     // A group of features over a table group of the same size pairs them up; over a single table
     // they all share it.
     if (group->second.count != 1 && group->second.count != count) {
-      return Bad(Join(path, "count"),
+      return BadField(JoinPath(path, "count"),
                  absl::StrCat(count, " features over table group '", table, "' of ",
                               group->second.count, " tables (must be equal, or the table single)"));
     }
@@ -184,11 +167,11 @@ absl::Status ParseFeatures(const json& root, const std::map<std::string, TableGr
       spec.pooling = config->tables[spec.table_index].pooling;
       GEMTB_RETURN_IF_ERROR(GetPooling(fj, path, &spec.pooling));
       if (spec.pooling == Pooling::kNone) {
-        return Bad(Join(path, "pooling"),
+        return BadField(JoinPath(path, "pooling"),
                    "'none' is for sequences; a non-sequence feature pools its bag");
       }
       if (!names.insert(spec.name).second) {
-        return Bad(Join(path, "name"), absl::StrCat("'", spec.name, "' is used twice"));
+        return BadField(JoinPath(path, "name"), absl::StrCat("'", spec.name, "' is used twice"));
       }
       config->features.push_back(spec);
     }
@@ -198,17 +181,17 @@ absl::Status ParseFeatures(const json& root, const std::map<std::string, TableGr
 
 absl::Status ParseSequences(const json& root, ModelConfig* config) {
   if (!root.contains("sequences")) return absl::OkStatus();
-  if (!root["sequences"].is_array()) return Bad("sequences", "must be an array");
+  if (!root["sequences"].is_array()) return BadField("sequences", "must be an array");
   std::set<std::string> names;
   for (size_t s = 0; s < root["sequences"].size(); ++s) {
     const json& sj = root["sequences"][s];
-    const std::string path = Index("sequences", s);
-    GEMTB_RETURN_IF_ERROR(OnlyKeys(sj, path, {"name", "count", "Lmax", "item_table", "action_table",
+    const std::string path = IndexPath("sequences", s);
+    GEMTB_RETURN_IF_ERROR(CheckKeys(sj, path, {"name", "count", "Lmax", "item_table", "action_table",
                                               "dt_table", "attention", "act", "rope"}));
     SequenceSpec spec;
     std::string name;
     GEMTB_RETURN_IF_ERROR(GetString(sj, "name", path, &name, true));
-    if (name.empty()) return Bad(Join(path, "name"), "is empty");
+    if (name.empty()) return BadField(JoinPath(path, "name"), "is empty");
     int64_t count = 1;
     GEMTB_RETURN_IF_ERROR(GetCount(sj, path, &count));
     GEMTB_RETURN_IF_ERROR(GetInt(sj, "Lmax", path, &spec.lmax, true, 1, kMaxSize));
@@ -216,21 +199,21 @@ absl::Status ParseSequences(const json& root, ModelConfig* config) {
     GEMTB_RETURN_IF_ERROR(GetString(sj, "action_table", path, &spec.action_table, true));
     GEMTB_RETURN_IF_ERROR(GetString(sj, "dt_table", path, &spec.dt_table, true));
     {
-      auto item = FindTable(*config, spec.item_table, Join(path, "item_table"));
+      auto item = FindTable(*config, spec.item_table, JoinPath(path, "item_table"));
       if (!item.ok()) return item.status();
-      auto action = FindTable(*config, spec.action_table, Join(path, "action_table"));
+      auto action = FindTable(*config, spec.action_table, JoinPath(path, "action_table"));
       if (!action.ok()) return action.status();
-      auto dt = FindTable(*config, spec.dt_table, Join(path, "dt_table"));
+      auto dt = FindTable(*config, spec.dt_table, JoinPath(path, "dt_table"));
       if (!dt.ok()) return dt.status();
       spec.item_table_index = *item;
       spec.action_table_index = *action;
       spec.dt_table_index = *dt;
     }
-    const std::string apath = Join(path, "attention");
-    if (!sj.contains("attention")) return Bad(apath, "required");
+    const std::string apath = JoinPath(path, "attention");
+    if (!sj.contains("attention")) return BadField(apath, "required");
     const json& aj = sj["attention"];
-    GEMTB_RETURN_IF_ERROR(OnlyKeys(aj, apath, {"window", "block"}));
-    if (aj.size() != 1) return Bad(apath, absl::StrCat(aj.dump(), " must hold exactly one of window|block"));
+    GEMTB_RETURN_IF_ERROR(CheckKeys(aj, apath, {"window", "block"}));
+    if (aj.size() != 1) return BadField(apath, absl::StrCat(aj.dump(), " must hold exactly one of window|block"));
     if (aj.contains("window")) {
       spec.attention = SeqAttentionKind::kWindow;
       GEMTB_RETURN_IF_ERROR(GetInt(aj, "window", apath, &spec.window, true, 0, kMaxSize));
@@ -238,20 +221,15 @@ absl::Status ParseSequences(const json& root, ModelConfig* config) {
       spec.attention = SeqAttentionKind::kBlock;
       GEMTB_RETURN_IF_ERROR(GetInt(aj, "block", apath, &spec.block, true, 1, kMaxSize));
     }
-    GEMTB_RETURN_IF_ERROR(GetEnum<AttentionAct>(
-        sj, "act", path, {{"silu", AttentionAct::kSilu}, {"softmax", AttentionAct::kSoftmax}},
-        &spec.act, false));
-    GEMTB_RETURN_IF_ERROR(GetEnum<RopeKind>(
-        sj, "rope", path,
-        {{"none", RopeKind::kNone}, {"position", RopeKind::kPosition}, {"log_dt", RopeKind::kLogDt}},
-        &spec.rope, false));
+    GEMTB_RETURN_IF_ERROR(GetEnum(sj, "act", path, kSequenceActNames, &spec.act, false));
+    GEMTB_RETURN_IF_ERROR(GetEnum(sj, "rope", path, kRopeKindNames, &spec.rope, false));
     for (int64_t i = 0; i < count; ++i) {
       spec.name = GroupMember(name, count, i);
       if (!names.insert(spec.name).second) {
-        return Bad(Join(path, "name"), absl::StrCat("'", spec.name, "' is used twice"));
+        return BadField(JoinPath(path, "name"), absl::StrCat("'", spec.name, "' is used twice"));
       }
       if (config->sequences.size() >= kMaxSequences) {
-        return Bad(Join(path, "count"), absl::StrCat("more than ", kMaxSequences, " sequences"));
+        return BadField(JoinPath(path, "count"), absl::StrCat("more than ", kMaxSequences, " sequences"));
       }
       config->sequences.push_back(spec);
     }
@@ -261,9 +239,9 @@ absl::Status ParseSequences(const json& root, ModelConfig* config) {
 
 absl::Status ParseArch(const json& root, ModelConfig* config) {
   const std::string path = "arch";
-  if (!root.contains("arch")) return Bad(path, "required");
+  if (!root.contains("arch")) return BadField(path, "required");
   const json& aj = root["arch"];
-  GEMTB_RETURN_IF_ERROR(OnlyKeys(aj, path, {"n_x", "n_s", "k_p", "K_r", "wukong", "f", "L", "compskip"}));
+  GEMTB_RETURN_IF_ERROR(CheckKeys(aj, path, {"n_x", "n_s", "k_p", "K_r", "wukong", "f", "L", "compskip"}));
   ArchSpec& a = config->arch;
   GEMTB_RETURN_IF_ERROR(GetInt(aj, "n_x", path, &a.n_x, true, 1, kMaxSize));
   GEMTB_RETURN_IF_ERROR(GetInt(aj, "n_s", path, &a.n_s, true, 1, kMaxSize));
@@ -273,24 +251,24 @@ absl::Status ParseArch(const json& root, ModelConfig* config) {
   GEMTB_RETURN_IF_ERROR(GetInt(aj, "L", path, &a.layers, true, 1, kMaxSize));
   GEMTB_RETURN_IF_ERROR(GetBool(aj, "compskip", path, &a.compskip, false));
   const std::string wpath = "arch.wukong";
-  if (!aj.contains("wukong")) return Bad(wpath, "required");
+  if (!aj.contains("wukong")) return BadField(wpath, "required");
   const json& wj = aj["wukong"];
-  GEMTB_RETURN_IF_ERROR(OnlyKeys(wj, wpath, {"k", "n_F", "n_L", "H", "experts"}));
+  GEMTB_RETURN_IF_ERROR(CheckKeys(wj, wpath, {"k", "n_F", "n_L", "H", "experts"}));
   WukongSpec& w = a.wukong;
   GEMTB_RETURN_IF_ERROR(GetInt(wj, "k", wpath, &w.k, true, 1, kMaxSize));
   GEMTB_RETURN_IF_ERROR(GetInt(wj, "n_F", wpath, &w.n_f, true, 0, kMaxSize));
   GEMTB_RETURN_IF_ERROR(GetInt(wj, "n_L", wpath, &w.n_l, true, 0, kMaxSize));
   GEMTB_RETURN_IF_ERROR(GetInt(wj, "H", wpath, &w.hidden, true, 1, kMaxSize));
   if (w.n_f + w.n_l != a.n_x) {
-    return Bad(Join(wpath, "n_F"), absl::StrCat(w.n_f, " + n_L ", w.n_l, " != n_x ", a.n_x));
+    return BadField(JoinPath(wpath, "n_F"), absl::StrCat(w.n_f, " + n_L ", w.n_l, " != n_x ", a.n_x));
   }
   if (wj.contains("experts")) {
     const std::string epath = "arch.wukong.experts";
-    GEMTB_RETURN_IF_ERROR(OnlyKeys(wj["experts"], epath, {"count", "shard_group"}));
+    GEMTB_RETURN_IF_ERROR(CheckKeys(wj["experts"], epath, {"count", "shard_group"}));
     GEMTB_RETURN_IF_ERROR(GetInt(wj["experts"], "count", epath, &w.experts.count, true, 1, kMaxSize));
     GEMTB_RETURN_IF_ERROR(GetInt(wj["experts"], "shard_group", epath, &w.experts.shard_group, false, 1, kMaxSize));
     if (w.hidden % w.experts.count != 0) {
-      return Bad(Join(epath, "count"),
+      return BadField(JoinPath(epath, "count"),
                  absl::StrCat(w.experts.count, " does not divide H ", w.hidden));
     }
   }
@@ -300,36 +278,33 @@ absl::Status ParseArch(const json& root, ModelConfig* config) {
 absl::Status ParseTasks(const json& root, ModelConfig* config) {
   GEMTB_RETURN_IF_ERROR(GetInt32(root, "surfaces", "", &config->surfaces, true, 1));
   if (!root.contains("tasks") || !root["tasks"].is_array() || root["tasks"].empty()) {
-    return Bad("tasks", "required non-empty array");
+    return BadField("tasks", "required non-empty array");
   }
   std::set<std::string> names;
   for (size_t t = 0; t < root["tasks"].size(); ++t) {
     const json& tj = root["tasks"][t];
-    const std::string path = Index("tasks", t);
-    GEMTB_RETURN_IF_ERROR(OnlyKeys(tj, path, {"name", "objective", "surfaces"}));
+    const std::string path = IndexPath("tasks", t);
+    GEMTB_RETURN_IF_ERROR(CheckKeys(tj, path, {"name", "objective", "surfaces"}));
     TaskSpec task;
     GEMTB_RETURN_IF_ERROR(GetString(tj, "name", path, &task.name, true));
-    if (task.name.empty()) return Bad(Join(path, "name"), "is empty");
+    if (task.name.empty()) return BadField(JoinPath(path, "name"), "is empty");
     if (!names.insert(task.name).second) {
-      return Bad(Join(path, "name"), absl::StrCat("'", task.name, "' is used twice"));
+      return BadField(JoinPath(path, "name"), absl::StrCat("'", task.name, "' is used twice"));
     }
-    GEMTB_RETURN_IF_ERROR(GetEnum<TaskObjective>(
-        tj, "objective", path,
-        {{"ctr", TaskObjective::kCtr}, {"conversion", TaskObjective::kConversion}},
-        &task.objective, true));
-    const std::string spath = Join(path, "surfaces");
+    GEMTB_RETURN_IF_ERROR(GetEnum(tj, "objective", path, kTaskObjectiveNames, &task.objective, true));
+    const std::string spath = JoinPath(path, "surfaces");
     if (!tj.contains("surfaces") || !tj["surfaces"].is_array() || tj["surfaces"].empty()) {
-      return Bad(spath, "required non-empty array");
+      return BadField(spath, "required non-empty array");
     }
     std::set<int> seen;
     for (size_t i = 0; i < tj["surfaces"].size(); ++i) {
       const json& v = tj["surfaces"][i];
-      const std::string vpath = Index(spath, i);
+      const std::string vpath = IndexPath(spath, i);
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= config->surfaces) {
-        return Bad(vpath, absl::StrCat(v.dump(), " is not a surface in [0, ", config->surfaces, ")"));
+        return BadField(vpath, absl::StrCat(v.dump(), " is not a surface in [0, ", config->surfaces, ")"));
       }
       const int s = static_cast<int>(v.get<int64_t>());
-      if (!seen.insert(s).second) return Bad(vpath, absl::StrCat(s, " is listed twice"));
+      if (!seen.insert(s).second) return BadField(vpath, absl::StrCat(s, " is listed twice"));
       task.surfaces.push_back(s);
     }
     config->tasks.push_back(task);
@@ -339,24 +314,24 @@ absl::Status ParseTasks(const json& root, ModelConfig* config) {
 
 absl::Status ParseHead(const json& root, ModelConfig* config) {
   const std::string path = "head";
-  if (!root.contains("head")) return Bad(path, "required");
-  GEMTB_RETURN_IF_ERROR(OnlyKeys(root["head"], path, {"widths"}));
+  if (!root.contains("head")) return BadField(path, "required");
+  GEMTB_RETURN_IF_ERROR(CheckKeys(root["head"], path, {"widths"}));
   const std::string wpath = "head.widths";
   const json& wj = root["head"].contains("widths") ? root["head"]["widths"] : json();
-  if (!wj.is_array() || wj.size() < 2) return Bad(wpath, "required array of at least 2 widths");
+  if (!wj.is_array() || wj.size() < 2) return BadField(wpath, "required array of at least 2 widths");
   for (size_t i = 0; i < wj.size(); ++i) {
     if (!wj[i].is_number_integer() || wj[i].get<int64_t>() < 1) {
-      return Bad(Index(wpath, i), absl::StrCat(wj[i].dump(), " is not a positive integer"));
+      return BadField(IndexPath(wpath, i), absl::StrCat(wj[i].dump(), " is not a positive integer"));
     }
     config->head.widths.push_back(wj[i].get<int64_t>());
   }
   if (config->head.widths.front() != config->HeadInputWidth()) {
-    return Bad(Index(wpath, 0),
+    return BadField(IndexPath(wpath, 0),
                absl::StrCat(config->head.widths.front(), " != n_s*d + J*(n_s+k_p+K_r)*d = ",
                             config->HeadInputWidth()));
   }
   if (config->head.widths.back() != config->NumTasks()) {
-    return Bad(Index(wpath, wj.size() - 1),
+    return BadField(IndexPath(wpath, wj.size() - 1),
                absl::StrCat(config->head.widths.back(), " != the number of tasks ", config->NumTasks()));
   }
   return absl::OkStatus();
@@ -394,7 +369,7 @@ absl::Status CheckSizesFit(const ModelConfig& c) {
       {"head.widths: sum of products", head}};
   for (const auto& [what, value] : sizes) {
     if (!(value < kLimit)) {
-      return Bad(what, absl::StrCat(value, " exceeds 2^52: the model is too large to count exactly"));
+      return BadField(what, absl::StrCat(value, " exceeds 2^52: the model is too large to count exactly"));
     }
   }
   return absl::OkStatus();
@@ -403,34 +378,34 @@ absl::Status CheckSizesFit(const ModelConfig& c) {
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const json& root) {
-  GEMTB_RETURN_IF_ERROR(OnlyKeys(root, "", {"version", "name", "d", "heads", "table_defaults", "tables",
+  GEMTB_RETURN_IF_ERROR(CheckKeys(root, "", {"version", "name", "d", "heads", "table_defaults", "tables",
                                             "features", "dense", "sequences", "arch", "head",
                                             "surfaces", "tasks"}));
   ModelConfig config;
   GEMTB_RETURN_IF_ERROR(GetInt32(root, "version", "", &config.version, true));
-  if (config.version != 1) return Bad("version", absl::StrCat(config.version, " is not supported (1)"));
+  if (config.version != 1) return BadField("version", absl::StrCat(config.version, " is not supported (1)"));
   GEMTB_RETURN_IF_ERROR(GetString(root, "name", "", &config.name, true));
-  if (config.name.empty()) return Bad("name", "is empty");
+  if (config.name.empty()) return BadField("name", "is empty");
   GEMTB_RETURN_IF_ERROR(GetInt(root, "d", "", &config.d, true, 4, kMaxWidth));
-  if (config.d % 4 != 0) return Bad("d", absl::StrCat(config.d, " is not a multiple of 4"));
+  if (config.d % 4 != 0) return BadField("d", absl::StrCat(config.d, " is not a multiple of 4"));
   GEMTB_RETURN_IF_ERROR(GetInt(root, "heads", "", &config.heads, true, 1, kMaxWidth));
   if (config.d % (2 * config.heads) != 0) {
-    return Bad("heads", absl::StrCat(config.heads, " does not split d ", config.d,
+    return BadField("heads", absl::StrCat(config.heads, " does not split d ", config.d,
                                      " into even head dims (RoPE rotates pairs)"));
   }
   std::map<std::string, TableGroup> groups;
   GEMTB_RETURN_IF_ERROR(ParseTables(root, &config, &groups));
   GEMTB_RETURN_IF_ERROR(ParseFeatures(root, groups, &config));
-  if (!root.contains("dense")) return Bad("dense", "required");
-  GEMTB_RETURN_IF_ERROR(OnlyKeys(root["dense"], "dense", {"m", "n_d"}));
+  if (!root.contains("dense")) return BadField("dense", "required");
+  GEMTB_RETURN_IF_ERROR(CheckKeys(root["dense"], "dense", {"m", "n_d"}));
   GEMTB_RETURN_IF_ERROR(GetInt(root["dense"], "m", "dense", &config.dense.m, true, 0, kMaxSize));
   GEMTB_RETURN_IF_ERROR(GetInt(root["dense"], "n_d", "dense", &config.dense.n_d, true, 0, kMaxSize));
   if ((config.dense.m == 0) != (config.dense.n_d == 0)) {
-    return Bad("dense.n_d", absl::StrCat(config.dense.n_d, " with m ", config.dense.m,
+    return BadField("dense.n_d", absl::StrCat(config.dense.n_d, " with m ", config.dense.m,
                                          " (both zero or both positive)"));
   }
   if (config.features.empty() && config.dense.n_d == 0) {
-    return Bad("features", "no sparse features and no dense tokens: LCE_in has no input");
+    return BadField("features", "no sparse features and no dense tokens: LCE_in has no input");
   }
   GEMTB_RETURN_IF_ERROR(ParseSequences(root, &config));
   GEMTB_RETURN_IF_ERROR(ParseArch(root, &config));

@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/attention/activation_table.h"
 #include "model/common/element_type.h"
+#include "model/common/enum_names.h"
 #include "model/embedding/embedding_config.h"
 #include "nlohmann/json.hpp"
 
@@ -45,7 +47,12 @@ struct SparseFeatureSpec {
 
 enum class SeqAttentionKind { kWindow, kBlock };  // window |i-t| <= w, or 64-token blocks
 enum class RopeKind { kNone, kPosition, kLogDt };  // RoPE angle: token position or log(1+dt)
-enum class AttentionAct { kSilu, kSoftmax };       // pointwise SiLU (GDPA) or softmax
+inline constexpr EnumName<RopeKind> kRopeKindNames[] = {
+    {RopeKind::kNone, "none"}, {RopeKind::kPosition, "position"}, {RopeKind::kLogDt, "log_dt"}};
+// The sequence self-attention acts the model is defined for: pointwise SiLU (GDPA) or softmax.
+inline constexpr EnumName<Activation> kSequenceActNames[] = {
+    {Activation::kSilu, ActivationName(Activation::kSilu)},
+    {Activation::kSoftmax, ActivationName(Activation::kSoftmax)}};
 
 // One event sequence j: (item, action, dt-bucket) per event, the latest Lmax kept.
 struct SequenceSpec {
@@ -56,7 +63,7 @@ struct SequenceSpec {
   SeqAttentionKind attention = SeqAttentionKind::kWindow;
   int64_t window = 0;       // w (kWindow): keys with |i - t| <= w
   int64_t block = 64;       // block size (kBlock)
-  AttentionAct act = AttentionAct::kSilu;  // self-attention (b): SiLU scale 1/(2w+1) (1/block) or softmax
+  Activation act = Activation::kSilu;  // self-attention (b): SiLU scale 1/(2w+1) (1/block) or softmax
   RopeKind rope = RopeKind::kPosition;
 };
 
@@ -96,6 +103,8 @@ struct HeadSpec {
 };
 
 enum class TaskObjective { kCtr, kConversion };
+inline constexpr EnumName<TaskObjective> kTaskObjectiveNames[] = {
+    {TaskObjective::kCtr, "ctr"}, {TaskObjective::kConversion, "conversion"}};
 
 struct TaskSpec {
   std::string name;

@@ -8,7 +8,7 @@
 //   b = samples in the batch (the rank's local batch),
 //   n = N_j = sum_b (l_bj + n_s): tokens of the op's sequence j over the batch (CLS tokens included),
 //   p = P_j = sum_b pairs of sample b's sequence j (l_bj + n_s tokens) under the op's attention mask
-//       (attn.mask; PairsUnderMask in graph_costs.h counts them for one sample).
+//       (attn.mask; PairsUnderMask in model/attention/attention_mask.h counts them for one sample).
 // N and P are zero for ops with seq == null; coefficients may be negative (a sequence lookup reads
 // N - n_s*B events). Bytes are bytes, FLOPs are FLOPs (a multiply-add = 2). The cost rules are
 // stated in op_factory.h; region and op names in README.md.
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/attention/attention_mask.h"
 #include "model/description/model_config.h"
 #include "nlohmann/json.hpp"
 
@@ -52,23 +53,24 @@ struct Affine {
 };
 
 enum class OpKind { kLinear, kAttention, kNorm, kPointwise, kEmbedding, kInteraction, kLoss };
+inline constexpr EnumName<OpKind> kOpKindNames[] = {
+    {OpKind::kLinear, "linear"},       {OpKind::kAttention, "attention"},
+    {OpKind::kNorm, "norm"},           {OpKind::kPointwise, "pointwise"},
+    {OpKind::kEmbedding, "embedding"}, {OpKind::kInteraction, "interaction"},
+    {OpKind::kLoss, "loss"}};
 // How an op's saved activations are rebuilt if its region is checkpointed (spec §7: cheapest
 // first = pointwise, norm; GEMMs and attention last). kNone: nothing saved.
 enum class RecomputeClass { kNone, kPointwise, kNorm, kLinear, kAttention };
+inline constexpr EnumName<RecomputeClass> kRecomputeClassNames[] = {
+    {RecomputeClass::kNone, "none"},     {RecomputeClass::kPointwise, "pointwise"},
+    {RecomputeClass::kNorm, "norm"},     {RecomputeClass::kLinear, "linear"},
+    {RecomputeClass::kAttention, "attention"}};
 
-// The attention mask, as spec/attention.md §2. JSON: "none" | {"window": [l, r]} | {"block": n}
+// attn.mask is model/attention's AttentionMask. JSON: "none" | {"window": [l, r]} | {"block": n}
 // | {"causal": true}. Self-attention masks apply to the op's sequence tokens (l_bj + n_s per
 // sample, CLS first); block chunks start at the first token.
-struct AttentionMask {
-  enum class Kind { kNone, kWindow, kBlock, kCausal };
-  Kind kind = Kind::kNone;
-  int64_t left = -1, right = -1;  // kWindow (-1 = unbounded)
-  int64_t block = 0;              // kBlock
-  friend bool operator==(const AttentionMask&, const AttentionMask&) = default;
-};
-
 struct AttentionSpec {
-  std::string act = "silu";  // spec/attention.md act name: silu | softmax | gelu | ...
+  Activation act = Activation::kSilu;  // JSON: the activation's name (activation_table.h)
   int64_t H = 0, Hkv = 0, Dqk = 0, Dv = 0;
   AttentionMask mask;
   // Queries and keys per sample: 0 = the op's sequence (l_bj + n_s tokens), k > 0 = k tokens per
@@ -77,7 +79,7 @@ struct AttentionSpec {
   int64_t q_tokens = 0, kv_tokens = 0;
   double scale = 1.0;        // post-activation scale (SiLU) or 1/sqrt(Dqk) pre-scale (softmax)
   bool qk_norm = false;      // parameter-free per-head RMSNorm of q, k
-  std::string rope = "none"; // none | position | log_dt
+  RopeKind rope = RopeKind::kNone;  // JSON: none | position | log_dt
   bool broadcast_q = false;  // PMA: the same seed queries for every sample
   friend bool operator==(const AttentionSpec&, const AttentionSpec&) = default;
 };
@@ -128,10 +130,10 @@ struct GraphTable {
   std::string name;
   int64_t rows = 0;
   int64_t dim = 0;
-  std::string dtype = "fp32";        // fp32 | fp16 | bf16
-  std::string pooling = "mean";      // sum | mean | weighted_sum | none
+  ElementType dtype = ElementType::kFloat32;  // JSON: fp32 | fp16 | bf16 (kTableDtypeNames)
+  Pooling pooling = Pooling::kMean;          // JSON: sum | mean | weighted_sum | none
   std::vector<std::string> features; // features reading it (sequence reads: "<seq>.item" etc.)
-  std::string optimizer = "rowwise_adagrad";  // sgd | rowwise_adagrad | adam
+  OptimizerKind optimizer = OptimizerKind::kRowwiseAdagrad;  // JSON: sgd | rowwise_adagrad | adam
   friend bool operator==(const GraphTable&, const GraphTable&) = default;
 };
 

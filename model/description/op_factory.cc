@@ -108,7 +108,7 @@ Op Attention(const Where& where, const AttentionSpec& spec, const AttentionShape
   const double per_pair = 2.0 * static_cast<double>(spec.H) * static_cast<double>(spec.Dqk + spec.Dv);
   op.flops.fwd = per_pair * shape.pairs;
   op.flops.bwd = (2.5 * per_pair) * shape.pairs;
-  const bool softmax = spec.act == "softmax";
+  const bool softmax = spec.act == Activation::kSoftmax;
   const Affine lse = (softmax ? 4.0 * static_cast<double>(spec.H) : 0.0) * shape.q_rows;
   const Affine q = (kActBytes * dq) * shape.q_rows;
   const Affine kv = (kActBytes * (dk + dv)) * shape.kv_rows;

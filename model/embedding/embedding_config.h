@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/common/element_type.h"
+#include "model/common/enum_names.h"
 
 namespace gemtb {
 
@@ -20,6 +21,23 @@ enum class BoundsMode { kError, kZero, kRemap0 };
 enum class OptimizerKind { kSgd, kRowwiseAdagrad, kAdam };
 // none; L2 (gradient += lambda*w, FBGEMM weight_decay_mode=1); decoupled (AdamW / FBGEMM mode 2).
 enum class WeightDecayMode { kNone, kL2, kDecoupled };
+
+// The names of these enums in every JSON file (model configs, model.json, embedding specs).
+inline constexpr EnumName<Pooling> kPoolingNames[] = {
+    {Pooling::kSum, "sum"}, {Pooling::kMean, "mean"}, {Pooling::kWeightedSum, "weighted_sum"}, {Pooling::kNone, "none"}};
+inline constexpr EnumName<Hashing> kHashingNames[] = {
+    {Hashing::kIdentity, "identity"}, {Hashing::kMod, "mod"}, {Hashing::kSplitMix64, "splitmix64"}};
+inline constexpr EnumName<BoundsMode> kBoundsModeNames[] = {
+    {BoundsMode::kError, "error"}, {BoundsMode::kZero, "zero"}, {BoundsMode::kRemap0, "remap0"}};
+inline constexpr EnumName<OptimizerKind> kOptimizerKindNames[] = {
+    {OptimizerKind::kSgd, "sgd"}, {OptimizerKind::kRowwiseAdagrad, "rowwise_adagrad"}, {OptimizerKind::kAdam, "adam"}};
+inline constexpr EnumName<WeightDecayMode> kWeightDecayModeNames[] = {
+    {WeightDecayMode::kNone, "none"}, {WeightDecayMode::kL2, "l2"}, {WeightDecayMode::kDecoupled, "decoupled"}};
+// Table storage formats: the executor types an embedding table may hold.
+inline constexpr EnumName<ElementType> kTableDtypeNames[] = {
+    {ElementType::kFloat32, DtypeName(Dtype::kFp32)},
+    {ElementType::kFloat16, DtypeName(Dtype::kFp16)},
+    {ElementType::kBFloat16, DtypeName(Dtype::kBf16)}};
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::kSgd;

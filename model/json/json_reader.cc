@@ -37,8 +37,20 @@ std::string IndexPath(std::string_view parent, size_t index) {
 
 absl::StatusOr<ObjectReader> ObjectReader::Open(const nlohmann::json& json, std::string path,
                                                 std::initializer_list<std::string_view> known) {
+  return OpenChecked(json, std::move(path), known, false);
+}
+
+absl::StatusOr<ObjectReader> ObjectReader::OpenAllowingComments(const nlohmann::json& json, std::string path,
+                                                                std::initializer_list<std::string_view> known) {
+  return OpenChecked(json, std::move(path), known, true);
+}
+
+absl::StatusOr<ObjectReader> ObjectReader::OpenChecked(const nlohmann::json& json, std::string path,
+                                                       std::initializer_list<std::string_view> known,
+                                                       bool comments) {
   if (!json.is_object()) return BadValue(path, json, "is not an object");
   for (const auto& [key, value] : json.items()) {
+    if (comments && !key.empty() && key[0] == '_') continue;
     bool ok = false;
     for (std::string_view k : known) ok = ok || k == key;
     if (!ok) {
@@ -186,6 +198,15 @@ absl::Status ObjectReader::Range(std::string_view key, double* out, double lo, d
   return absl::OkStatus();
 }
 
+absl::Status ObjectReader::Double(std::string_view key, double* out) const {
+  const nlohmann::json* v = Get(key);
+  if (v == nullptr) return absl::OkStatus();
+  absl::StatusOr<double> d = Number(key, *v);
+  if (!d.ok()) return d.status();
+  *out = *d;
+  return absl::OkStatus();
+}
+
 absl::Status ObjectReader::Fraction(std::string_view key, double* out) const {
   const nlohmann::json* v = Get(key);
   if (v == nullptr) return absl::OkStatus();
@@ -193,6 +214,81 @@ absl::Status ObjectReader::Fraction(std::string_view key, double* out) const {
   if (!d.ok()) return d.status();
   if (!(*d > 0 && *d <= 1)) return BadValue(JoinPath(path_, key), *v, "must be in (0, 1]");
   *out = *d;
+  return absl::OkStatus();
+}
+
+absl::Status CheckKeys(const nlohmann::json& json, std::string_view path,
+                       std::initializer_list<std::string_view> known) {
+  return ObjectReader::Open(json, std::string(path), known).status();
+}
+
+namespace {
+
+// The value at `key`, nullptr when absent; `status` says whether an absent key is an error.
+const nlohmann::json* Field(const nlohmann::json& json, std::string_view key, std::string_view path, bool required,
+                            absl::Status* status) {
+  *status = absl::OkStatus();
+  auto it = json.find(key);
+  if (it != json.end()) return &*it;
+  if (required) *status = BadField(JoinPath(path, key), "missing");
+  return nullptr;
+}
+
+}  // namespace
+
+absl::Status GetInt(const nlohmann::json& json, std::string_view key, std::string_view path, int64_t* out,
+                    bool required, int64_t lo, int64_t hi) {
+  absl::Status status;
+  const nlohmann::json* v = Field(json, key, path, required, &status);
+  if (v == nullptr) return status;
+  const std::string p = JoinPath(path, key);
+  absl::StatusOr<int64_t> i =
+      ReadInteger(*v, p, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+  if (!i.ok()) return i.status();
+  if (*i < lo) return BadValue(p, *v, absl::StrCat("must be >= ", lo));
+  if (*i > hi) return BadValue(p, *v, absl::StrCat("must be <= ", hi));
+  *out = *i;
+  return absl::OkStatus();
+}
+
+absl::Status GetInt32(const nlohmann::json& json, std::string_view key, std::string_view path, int* out,
+                      bool required, int lo) {
+  int64_t v = *out;
+  if (absl::Status s = GetInt(json, key, path, &v, required, lo, std::numeric_limits<int>::max()); !s.ok()) {
+    return s;
+  }
+  *out = static_cast<int>(v);
+  return absl::OkStatus();
+}
+
+absl::Status GetDouble(const nlohmann::json& json, std::string_view key, std::string_view path, double* out,
+                       bool required) {
+  absl::Status status;
+  const nlohmann::json* v = Field(json, key, path, required, &status);
+  if (v == nullptr) return status;
+  absl::StatusOr<double> d = ReadNumber(*v, JoinPath(path, key));
+  if (!d.ok()) return d.status();
+  *out = *d;
+  return absl::OkStatus();
+}
+
+absl::Status GetBool(const nlohmann::json& json, std::string_view key, std::string_view path, bool* out,
+                     bool required) {
+  absl::Status status;
+  const nlohmann::json* v = Field(json, key, path, required, &status);
+  if (v == nullptr) return status;
+  if (!v->is_boolean()) return BadValue(JoinPath(path, key), *v, "is not true or false");
+  *out = v->get<bool>();
+  return absl::OkStatus();
+}
+
+absl::Status GetString(const nlohmann::json& json, std::string_view key, std::string_view path, std::string* out,
+                       bool required) {
+  absl::Status status;
+  const nlohmann::json* v = Field(json, key, path, required, &status);
+  if (v == nullptr) return status;
+  if (!v->is_string()) return BadValue(JoinPath(path, key), *v, "is not a string");
+  *out = v->get<std::string>();
   return absl::OkStatus();
 }
 

@@ -26,8 +26,6 @@ struct EmbeddingSpec {
 absl::StatusOr<EmbeddingSpec> ParseEmbeddingSpec(const nlohmann::json& j);
 absl::StatusOr<EmbeddingSpec> ReadEmbeddingSpec(const std::string& path);
 
-const char* ElementTypeShortName(ElementType t);  // "fp32", "fp16", "bf16", "fp64"
-
 }  // namespace gemtb::reference
 
 #endif  // GEMTB_REFERENCE_EMBEDDING_EMBEDDING_JSON_H_

@@ -8,7 +8,6 @@
 namespace gemtb::reference::model {
 namespace {
 
-using gemtb::model::AttentionAct;
 using gemtb::model::ModelConfig;
 using gemtb::model::RopeKind;
 using gemtb::model::SeqAttentionKind;
@@ -115,7 +114,7 @@ absl::StatusOr<GemModel> GemModel::Create(const ModelConfig& c) {
   for (const auto& s : c.sequences) {
     SeqInfo info;
     info.lmax = static_cast<int>(s.lmax);
-    if (s.act != AttentionAct::kSilu)
+    if (s.act != Activation::kSilu)
       return absl::UnimplementedError(absl::StrCat("sequences.", s.name, ".act: softmax (the reference model runs SiLU GDPA)"));
     if (s.rope == RopeKind::kLogDt)
       return absl::UnimplementedError(absl::StrCat("sequences.", s.name, ".rope: log_dt (position RoPE only)"));

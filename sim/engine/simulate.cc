@@ -33,11 +33,11 @@ double Normal(uint64_t seed, uint64_t stream, uint64_t element) {
 }
 
 // The self-attention mask of sequence j: the first attention op on j whose FLOPs count pairs.
-model::AttentionMask SequenceMask(const model::ModelGraph& m, int j) {
+AttentionMask SequenceMask(const model::ModelGraph& m, int j) {
   for (const model::Op& op : m.ops) {
     if (op.seq == j && op.attn.has_value() && (op.flops.fwd.P != 0 || op.flops.bwd.P != 0)) return op.attn->mask;
   }
-  return model::AttentionMask{};
+  return AttentionMask{};
 }
 
 double Percentile(std::vector<double> v, double q) {

@@ -2,6 +2,7 @@
 #include "sim/network/cluster_json.h"
 
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -9,29 +10,47 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
+#include "model/json/json_reader.h"
 #include "sim/network/collective_cost.h"
 #include "sim/network/default_cluster_text.h"
-#include "sim/network/json_fields.h"
 #include "sim/network/nccl_fit.h"
 
 namespace gemtb::sim {
 namespace {
 
-namespace jf = json_fields;
+namespace jr = gemtb::json;
+using jr::ObjectReader;
 using nlohmann::json;
 
 absl::string_view View(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-absl::Status Positive(const json& obj, std::string_view path, const char* key, double* out, bool required) {
-  GEMTB_RETURN_IF_ERROR(jf::Number(obj, path, key, out, required));
-  if (obj.contains(key) && !(*out > 0)) return jf::Bad(jf::Join(path, key), obj.at(key), "must be > 0");
-  return absl::OkStatus();
+// Field reads of the strict reader, with a flag for the fields that must be present.
+absl::Status Number(const ObjectReader& r, std::string_view key, double* out, bool required) {
+  if (required) GEMTB_RETURN_IF_ERROR(r.Require(key));
+  return r.Double(key, out);
 }
 
-absl::Status IntAtLeast(const json& obj, std::string_view path, const char* key, int* out, int lo, bool required) {
-  GEMTB_RETURN_IF_ERROR(jf::Int(obj, path, key, out, required));
-  if (obj.contains(key) && *out < lo) return jf::Bad(jf::Join(path, key), obj.at(key), absl::StrCat("must be >= ", lo));
-  return absl::OkStatus();
+absl::Status Positive(const ObjectReader& r, std::string_view key, double* out, bool required) {
+  if (required) GEMTB_RETURN_IF_ERROR(r.Require(key));
+  return r.Positive(key, out);
+}
+
+absl::Status IntAtLeast(const ObjectReader& r, std::string_view key, int* out, int lo, bool required) {
+  if (required) GEMTB_RETURN_IF_ERROR(r.Require(key));
+  return r.Int(key, out, lo, std::numeric_limits<int>::max());
+}
+
+absl::Status Text(const ObjectReader& r, std::string_view key, std::string* out, bool required) {
+  if (required) GEMTB_RETURN_IF_ERROR(r.Require(key));
+  return r.String(key, out);
+}
+
+// A positive number that is the value of a free-form map entry (peak_flops per dtype).
+absl::StatusOr<double> PositiveValue(const json& value, const std::string& path) {
+  absl::StatusOr<double> v = jr::ReadNumber(value, path);
+  if (!v.ok()) return v.status();
+  if (!(*v > 0)) return jr::BadValue(path, value, "must be > 0");
+  return *v;
 }
 
 // A section given inline, or as a string naming a file relative to base_dir: returns the JSON and
@@ -54,16 +73,18 @@ absl::StatusOr<std::pair<json, std::string>> Resolve(const json& j, std::string_
 }
 
 absl::Status ParseTier(const json& j, const std::string& path, Tier* tier) {
-  GEMTB_RETURN_IF_ERROR(jf::CheckObject(j, path, {"name", "bw_GBps", "eff_busbw_GBps", "alpha_us", "oversubscription", "note"}));
-  GEMTB_RETURN_IF_ERROR(jf::String(j, path, "name", &tier->name, true));
-  if (tier->name.empty()) return jf::Bad(jf::Join(path, "name"), j.at("name"), "must not be empty");
+  absl::StatusOr<ObjectReader> r =
+      ObjectReader::Open(j, path, {"name", "bw_GBps", "eff_busbw_GBps", "alpha_us", "oversubscription", "note"});
+  if (!r.ok()) return r.status();
+  GEMTB_RETURN_IF_ERROR(Text(*r, "name", &tier->name, true));
+  if (tier->name.empty()) return jr::BadValue(jr::JoinPath(path, "name"), j.at("name"), "must not be empty");
   double bw = 0, eff = 0, alpha = 0, over = 1;
-  GEMTB_RETURN_IF_ERROR(Positive(j, path, "bw_GBps", &bw, true));
+  GEMTB_RETURN_IF_ERROR(Positive(*r, "bw_GBps", &bw, true));
   eff = bw;
-  GEMTB_RETURN_IF_ERROR(Positive(j, path, "eff_busbw_GBps", &eff, false));
-  GEMTB_RETURN_IF_ERROR(Positive(j, path, "alpha_us", &alpha, true));
-  GEMTB_RETURN_IF_ERROR(jf::Number(j, path, "oversubscription", &over, false));
-  if (!(over >= 1)) return jf::Bad(jf::Join(path, "oversubscription"), j.at("oversubscription"), "must be >= 1");
+  GEMTB_RETURN_IF_ERROR(Positive(*r, "eff_busbw_GBps", &eff, false));
+  GEMTB_RETURN_IF_ERROR(Positive(*r, "alpha_us", &alpha, true));
+  GEMTB_RETURN_IF_ERROR(Number(*r, "oversubscription", &over, false));
+  if (!(over >= 1)) return jr::BadValue(jr::JoinPath(path, "oversubscription"), j.at("oversubscription"), "must be >= 1");
   tier->bw_Bps = bw * 1e9;
   tier->eff_busbw_Bps = eff * 1e9;
   tier->alpha_s = alpha * 1e-6;
@@ -72,23 +93,25 @@ absl::Status ParseTier(const json& j, const std::string& path, Tier* tier) {
 }
 
 absl::Status ParseGpu(const json& j, const std::string& path, GpuSpec* gpu) {
-  GEMTB_RETURN_IF_ERROR(jf::CheckObject(j, path, {"peak_flops", "hbm_bytes", "hbm_GBps", "sm_count", "name", "note"}));
+  absl::StatusOr<ObjectReader> r =
+      ObjectReader::Open(j, path, {"peak_flops", "hbm_bytes", "hbm_GBps", "sm_count", "name", "note"});
+  if (!r.ok()) return r.status();
   if (j.contains("peak_flops")) {
-    const std::string pf = jf::Join(path, "peak_flops");
+    const std::string pf = jr::JoinPath(path, "peak_flops");
     const json& p = j.at("peak_flops");
-    if (!p.is_object() || p.empty()) return jf::Bad(pf, p, "must be a non-empty object {dtype: FLOP/s}");
+    if (!p.is_object() || p.empty()) return jr::BadValue(pf, p, "must be a non-empty object {dtype: FLOP/s}");
     gpu->peak_flops.clear();
     for (auto it = p.begin(); it != p.end(); ++it) {
-      double v = 0;
-      GEMTB_RETURN_IF_ERROR(Positive(p, pf, it.key().c_str(), &v, true));
-      gpu->peak_flops[it.key()] = v;
+      absl::StatusOr<double> v = PositiveValue(it.value(), jr::JoinPath(pf, it.key()));
+      if (!v.ok()) return v.status();
+      gpu->peak_flops[it.key()] = *v;
     }
   }
-  GEMTB_RETURN_IF_ERROR(Positive(j, path, "hbm_bytes", &gpu->hbm_bytes, false));
+  GEMTB_RETURN_IF_ERROR(Positive(*r, "hbm_bytes", &gpu->hbm_bytes, false));
   double hbm_GBps = gpu->hbm_Bps / 1e9;
-  GEMTB_RETURN_IF_ERROR(Positive(j, path, "hbm_GBps", &hbm_GBps, false));
+  GEMTB_RETURN_IF_ERROR(Positive(*r, "hbm_GBps", &hbm_GBps, false));
   gpu->hbm_Bps = hbm_GBps * 1e9;
-  GEMTB_RETURN_IF_ERROR(IntAtLeast(j, path, "sm_count", &gpu->sm_count, 1, false));
+  GEMTB_RETURN_IF_ERROR(IntAtLeast(*r, "sm_count", &gpu->sm_count, 1, false));
   return absl::OkStatus();
 }
 
@@ -96,22 +119,22 @@ absl::Status ParseCurve(const json& j, const std::string& path, Curve* curve) {
   curve->points.clear();
   if (j.is_number()) {
     const double v = j.get<double>();
-    if (!(v > 0 && v <= 1)) return jf::Bad(path, j, "must be in (0, 1]");
+    if (!(v > 0 && v <= 1)) return jr::BadValue(path, j, "must be in (0, 1]");
     curve->points.push_back({0.0, v});
     return absl::OkStatus();
   }
-  if (!j.is_array() || j.empty()) return jf::Bad(path, j, "must be a number or [[tokens, efficiency], ...]");
+  if (!j.is_array() || j.empty()) return jr::BadValue(path, j, "must be a number or [[tokens, efficiency], ...]");
   for (size_t i = 0; i < j.size(); ++i) {
     const json& pt = j[i];
-    const std::string ip = jf::Index(path, i);
+    const std::string ip = jr::IndexPath(path, i);
     if (!pt.is_array() || pt.size() != 2 || !pt[0].is_number() || !pt[1].is_number()) {
-      return jf::Bad(ip, pt, "must be [tokens, efficiency]");
+      return jr::BadValue(ip, pt, "must be [tokens, efficiency]");
     }
     const double tokens = pt[0].get<double>(), e = pt[1].get<double>();
-    if (!(tokens >= 0)) return jf::Bad(ip, pt, "tokens must be >= 0");
-    if (!(e > 0 && e <= 1)) return jf::Bad(ip, pt, "efficiency must be in (0, 1]");
+    if (!(tokens >= 0)) return jr::BadValue(ip, pt, "tokens must be >= 0");
+    if (!(e > 0 && e <= 1)) return jr::BadValue(ip, pt, "efficiency must be in (0, 1]");
     if (!curve->points.empty() && !(tokens > curve->points.back().first)) {
-      return jf::Bad(ip, pt, "tokens must ascend");
+      return jr::BadValue(ip, pt, "tokens must ascend");
     }
     curve->points.push_back({tokens, e});
   }
@@ -134,52 +157,54 @@ absl::StatusOr<Calibration> ParseCalibration(const json& json_in, std::string_vi
   absl::StatusOr<std::pair<json, std::string>> resolved = Resolve(json_in, path, base_dir, reader);
   if (!resolved.ok()) return resolved.status();
   const json& j = resolved->first;
-  GEMTB_RETURN_IF_ERROR(jf::CheckObject(j, path, {"nccl_version", "nccl_commit", "nvls", "constants", "fitted",
-                                                  "nccl_fitted", "eta_tables", "kappa", "efficiency", "source", "note", "fit",
-                                                  "held_out", "measured"}));
+  absl::StatusOr<ObjectReader> r =
+      ObjectReader::Open(j, path, {"nccl_version", "nccl_commit", "nvls", "constants", "fitted", "nccl_fitted",
+                                   "eta_tables", "kappa", "efficiency", "source", "note", "fit", "held_out", "measured"});
+  if (!r.ok()) return r.status();
   Calibration cal;
-  GEMTB_RETURN_IF_ERROR(jf::String(j, path, "nccl_version", &cal.nccl_version, false));
-  GEMTB_RETURN_IF_ERROR(jf::String(j, path, "nccl_commit", &cal.nccl_commit, false));
-  GEMTB_RETURN_IF_ERROR(jf::Bool(j, path, "nvls", &cal.nvls));
+  GEMTB_RETURN_IF_ERROR(r->String("nccl_version", &cal.nccl_version));
+  GEMTB_RETURN_IF_ERROR(r->String("nccl_commit", &cal.nccl_commit));
+  GEMTB_RETURN_IF_ERROR(r->Bool("nvls", &cal.nvls));
   if (j.contains("constants")) {
-    const std::string cp = jf::Join(path, "constants");
+    const std::string cp = jr::JoinPath(path, "constants");
     const json& c = j.at("constants");
-    if (!c.is_object()) return jf::Bad(cp, c, "must be an object {name: number}");
+    if (!c.is_object()) return jr::BadValue(cp, c, "must be an object {name: number}");
     for (auto it = c.begin(); it != c.end(); ++it) {
-      double v = 0;
-      GEMTB_RETURN_IF_ERROR(jf::Number(c, cp, it.key().c_str(), &v, true));
-      if (!(v >= 0)) return jf::Bad(jf::Join(cp, it.key()), it.value(), "must be >= 0");
-      cal.nccl_constants[it.key()] = v;
+      absl::StatusOr<double> v = jr::ReadNumber(it.value(), jr::JoinPath(cp, it.key()));
+      if (!v.ok()) return v.status();
+      if (!(*v >= 0)) return jr::BadValue(jr::JoinPath(cp, it.key()), it.value(), "must be >= 0");
+      cal.nccl_constants[it.key()] = *v;
     }
   }
   if (j.contains("fitted")) {
-    const std::string fp = jf::Join(path, "fitted");
+    const std::string fp = jr::JoinPath(path, "fitted");
     const json& f = j.at("fitted");
-    if (!f.is_array()) return jf::Bad(fp, f, "must be an array");
+    if (!f.is_array()) return jr::BadValue(fp, f, "must be an array");
     for (size_t i = 0; i < f.size(); ++i) {
-      const std::string ip = jf::Index(fp, i);
-      GEMTB_RETURN_IF_ERROR(jf::CheckObject(f[i], ip, {"op", "tier", "algo", "gpus", "min_bytes", "max_bytes",
-                                                       "alpha_us", "busbw_GBps", "note"}));
+      const std::string ip = jr::IndexPath(fp, i);
+      absl::StatusOr<ObjectReader> fr = ObjectReader::Open(
+          f[i], ip, {"op", "tier", "algo", "gpus", "min_bytes", "max_bytes", "alpha_us", "busbw_GBps", "note"});
+      if (!fr.ok()) return fr.status();
       FittedLink link;
       std::string op;
-      GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "op", &op, true));
+      GEMTB_RETURN_IF_ERROR(Text(*fr, "op", &op, true));
       absl::StatusOr<CollectiveOp> parsed = ParseCollectiveOp(op);
-      if (!parsed.ok()) return jf::Bad(jf::Join(ip, "op"), f[i].at("op"), "is not a collective op");
+      if (!parsed.ok()) return jr::BadValue(jr::JoinPath(ip, "op"), f[i].at("op"), "is not a collective op");
       link.op = *parsed;
-      GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "tier", &link.tier, true));
+      GEMTB_RETURN_IF_ERROR(Text(*fr, "tier", &link.tier, true));
       link.algo = "auto";
-      GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "algo", &link.algo, false));
-      GEMTB_RETURN_IF_ERROR(IntAtLeast(f[i], ip, "gpus", &link.gpus, 0, false));
-      GEMTB_RETURN_IF_ERROR(jf::Number(f[i], ip, "min_bytes", &link.min_bytes, false));
-      GEMTB_RETURN_IF_ERROR(jf::Number(f[i], ip, "max_bytes", &link.max_bytes, false));
-      if (!(link.min_bytes >= 0)) return jf::Bad(jf::Join(ip, "min_bytes"), f[i].at("min_bytes"), "must be >= 0");
+      GEMTB_RETURN_IF_ERROR(Text(*fr, "algo", &link.algo, false));
+      GEMTB_RETURN_IF_ERROR(IntAtLeast(*fr, "gpus", &link.gpus, 0, false));
+      GEMTB_RETURN_IF_ERROR(Number(*fr, "min_bytes", &link.min_bytes, false));
+      GEMTB_RETURN_IF_ERROR(Number(*fr, "max_bytes", &link.max_bytes, false));
+      if (!(link.min_bytes >= 0)) return jr::BadValue(jr::JoinPath(ip, "min_bytes"), f[i].at("min_bytes"), "must be >= 0");
       if (!(link.max_bytes >= 0) || (link.max_bytes > 0 && link.max_bytes <= link.min_bytes)) {
-        return jf::Bad(jf::Join(ip, "max_bytes"), f[i].at("max_bytes"), "must be 0 (unbounded) or > min_bytes");
+        return jr::BadValue(jr::JoinPath(ip, "max_bytes"), f[i].at("max_bytes"), "must be 0 (unbounded) or > min_bytes");
       }
       double alpha_us = 0, busbw = 0;
-      GEMTB_RETURN_IF_ERROR(jf::Number(f[i], ip, "alpha_us", &alpha_us, true));
-      if (!(alpha_us >= 0)) return jf::Bad(jf::Join(ip, "alpha_us"), f[i].at("alpha_us"), "must be >= 0");
-      GEMTB_RETURN_IF_ERROR(Positive(f[i], ip, "busbw_GBps", &busbw, true));
+      GEMTB_RETURN_IF_ERROR(Number(*fr, "alpha_us", &alpha_us, true));
+      if (!(alpha_us >= 0)) return jr::BadValue(jr::JoinPath(ip, "alpha_us"), f[i].at("alpha_us"), "must be >= 0");
+      GEMTB_RETURN_IF_ERROR(Positive(*fr, "busbw_GBps", &busbw, true));
       link.alpha_s = alpha_us * 1e-6;
       link.busbw_Bps = busbw * 1e9;
       cal.fitted.push_back(link);
@@ -187,75 +212,77 @@ absl::StatusOr<Calibration> ParseCalibration(const json& json_in, std::string_vi
   }
   if (j.contains("nccl_fitted")) {
     // Mode nccl's launch/η segments (nccl_fit.h).
-    const std::string fp = jf::Join(path, "nccl_fitted");
+    const std::string fp = jr::JoinPath(path, "nccl_fitted");
     const json& f = j.at("nccl_fitted");
-    if (!f.is_array()) return jf::Bad(fp, f, "must be an array");
+    if (!f.is_array()) return jr::BadValue(fp, f, "must be an array");
     for (size_t i = 0; i < f.size(); ++i) {
-      const std::string ip = jf::Index(fp, i);
-      GEMTB_RETURN_IF_ERROR(jf::CheckObject(f[i], ip, {"op", "tier", "algo", "nccl_algo", "proto", "gpus", "min_bytes",
-                                                       "max_bytes", "launch_us", "eta", "note"}));
+      const std::string ip = jr::IndexPath(fp, i);
+      absl::StatusOr<ObjectReader> fr = ObjectReader::Open(f[i], ip, {"op", "tier", "algo", "nccl_algo", "proto", "gpus",
+                                                                     "min_bytes", "max_bytes", "launch_us", "eta", "note"});
+      if (!fr.ok()) return fr.status();
       NcclFitSegment fit;
       std::string op, pinned = "auto", nccl_algo, proto;
-      GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "op", &op, true));
+      GEMTB_RETURN_IF_ERROR(Text(*fr, "op", &op, true));
       absl::StatusOr<CollectiveOp> parsed = ParseCollectiveOp(op);
-      if (!parsed.ok()) return jf::Bad(jf::Join(ip, "op"), f[i].at("op"), "is not a collective op");
+      if (!parsed.ok()) return jr::BadValue(jr::JoinPath(ip, "op"), f[i].at("op"), "is not a collective op");
       fit.op = *parsed;
-      GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "tier", &fit.tier, true));
-      GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "algo", &pinned, false));
+      GEMTB_RETURN_IF_ERROR(Text(*fr, "tier", &fit.tier, true));
+      GEMTB_RETURN_IF_ERROR(Text(*fr, "algo", &pinned, false));
       if (!ParsePinnedAlgo(pinned, &fit.pinned)) {
-        return jf::Bad(jf::Join(ip, "algo"), f[i].at("algo"), "is not one of auto, ring, tree, nvls");
+        return jr::BadValue(jr::JoinPath(ip, "algo"), f[i].at("algo"), "is not one of auto, ring, tree, nvls");
       }
-      GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "nccl_algo", &nccl_algo, true));
+      GEMTB_RETURN_IF_ERROR(Text(*fr, "nccl_algo", &nccl_algo, true));
       const std::optional<CollAlgo> a = ParseNcclAlgo(nccl_algo);
-      if (!a) return jf::Bad(jf::Join(ip, "nccl_algo"), f[i].at("nccl_algo"), "is not one of ring, tree, nvls, pat");
+      if (!a) return jr::BadValue(jr::JoinPath(ip, "nccl_algo"), f[i].at("nccl_algo"), "is not one of ring, tree, nvls, pat");
       fit.algo = *a;
-      GEMTB_RETURN_IF_ERROR(jf::String(f[i], ip, "proto", &proto, true));
+      GEMTB_RETURN_IF_ERROR(Text(*fr, "proto", &proto, true));
       const std::optional<CollProto> pr = ParseNcclProto(proto);
-      if (!pr) return jf::Bad(jf::Join(ip, "proto"), f[i].at("proto"), "is not one of LL, LL128, Simple");
+      if (!pr) return jr::BadValue(jr::JoinPath(ip, "proto"), f[i].at("proto"), "is not one of LL, LL128, Simple");
       fit.proto = *pr;
-      GEMTB_RETURN_IF_ERROR(IntAtLeast(f[i], ip, "gpus", &fit.gpus, 0, false));
-      GEMTB_RETURN_IF_ERROR(jf::Number(f[i], ip, "min_bytes", &fit.min_bytes, false));
-      GEMTB_RETURN_IF_ERROR(jf::Number(f[i], ip, "max_bytes", &fit.max_bytes, false));
-      if (!(fit.min_bytes >= 0)) return jf::Bad(jf::Join(ip, "min_bytes"), f[i].at("min_bytes"), "must be >= 0");
+      GEMTB_RETURN_IF_ERROR(IntAtLeast(*fr, "gpus", &fit.gpus, 0, false));
+      GEMTB_RETURN_IF_ERROR(Number(*fr, "min_bytes", &fit.min_bytes, false));
+      GEMTB_RETURN_IF_ERROR(Number(*fr, "max_bytes", &fit.max_bytes, false));
+      if (!(fit.min_bytes >= 0)) return jr::BadValue(jr::JoinPath(ip, "min_bytes"), f[i].at("min_bytes"), "must be >= 0");
       if (!(fit.max_bytes >= 0) || (fit.max_bytes > 0 && fit.max_bytes <= fit.min_bytes)) {
-        return jf::Bad(jf::Join(ip, "max_bytes"), f[i].at("max_bytes"), "must be 0 (unbounded) or > min_bytes");
+        return jr::BadValue(jr::JoinPath(ip, "max_bytes"), f[i].at("max_bytes"), "must be 0 (unbounded) or > min_bytes");
       }
       double launch_us = 0;
-      GEMTB_RETURN_IF_ERROR(jf::Number(f[i], ip, "launch_us", &launch_us, true));
+      GEMTB_RETURN_IF_ERROR(Number(*fr, "launch_us", &launch_us, true));
       fit.launch_s = launch_us * 1e-6;
-      GEMTB_RETURN_IF_ERROR(Positive(f[i], ip, "eta", &fit.eta, true));
+      GEMTB_RETURN_IF_ERROR(Positive(*fr, "eta", &fit.eta, true));
       cal.nccl_fitted.push_back(std::move(fit));
     }
   }
   if (j.contains("eta_tables")) {
-    const std::string ep = jf::Join(path, "eta_tables");
+    const std::string ep = jr::JoinPath(path, "eta_tables");
     const json& e = j.at("eta_tables");
-    if (!e.is_array()) return jf::Bad(ep, e, "must be an array");
+    if (!e.is_array()) return jr::BadValue(ep, e, "must be an array");
     for (size_t i = 0; i < e.size(); ++i) {
-      const std::string ip = jf::Index(ep, i);
-      GEMTB_RETURN_IF_ERROR(jf::CheckObject(e[i], ip, {"op", "hosts", "points", "note"}));
+      const std::string ip = jr::IndexPath(ep, i);
+      absl::StatusOr<ObjectReader> er = ObjectReader::Open(e[i], ip, {"op", "hosts", "points", "note"});
+      if (!er.ok()) return er.status();
       EtaTable table;
       std::string op;
-      GEMTB_RETURN_IF_ERROR(jf::String(e[i], ip, "op", &op, true));
+      GEMTB_RETURN_IF_ERROR(Text(*er, "op", &op, true));
       absl::StatusOr<CollectiveOp> parsed = ParseCollectiveOp(op);
-      if (!parsed.ok()) return jf::Bad(jf::Join(ip, "op"), e[i].at("op"), "is not a collective op");
+      if (!parsed.ok()) return jr::BadValue(jr::JoinPath(ip, "op"), e[i].at("op"), "is not a collective op");
       table.op = *parsed;
-      GEMTB_RETURN_IF_ERROR(IntAtLeast(e[i], ip, "hosts", &table.hosts, 1, false));
-      const std::string pp = jf::Join(ip, "points");
-      if (!e[i].contains("points")) return absl::InvalidArgumentError(absl::StrCat(pp, ": missing"));
+      GEMTB_RETURN_IF_ERROR(IntAtLeast(*er, "hosts", &table.hosts, 1, false));
+      const std::string pp = jr::JoinPath(ip, "points");
+      GEMTB_RETURN_IF_ERROR(er->Require("points"));
       const json& pts = e[i].at("points");
-      if (!pts.is_array() || pts.empty()) return jf::Bad(pp, pts, "must be a non-empty [[bytes, eta], ...]");
+      if (!pts.is_array() || pts.empty()) return jr::BadValue(pp, pts, "must be a non-empty [[bytes, eta], ...]");
       for (size_t k = 0; k < pts.size(); ++k) {
-        const std::string kp = jf::Index(pp, k);
+        const std::string kp = jr::IndexPath(pp, k);
         const json& pt = pts[k];
         if (!pt.is_array() || pt.size() != 2 || !pt[0].is_number() || !pt[1].is_number()) {
-          return jf::Bad(kp, pt, "must be [bytes, eta]");
+          return jr::BadValue(kp, pt, "must be [bytes, eta]");
         }
         const double bytes = pt[0].get<double>(), eta = pt[1].get<double>();
-        if (!(bytes > 0)) return jf::Bad(kp, pt, "bytes must be > 0");
-        if (!(eta > 0 && eta <= 1)) return jf::Bad(kp, pt, "eta must be in (0, 1]");
+        if (!(bytes > 0)) return jr::BadValue(kp, pt, "bytes must be > 0");
+        if (!(eta > 0 && eta <= 1)) return jr::BadValue(kp, pt, "eta must be in (0, 1]");
         if (!table.size_eta.empty() && !(bytes > table.size_eta.back().first)) {
-          return jf::Bad(kp, pt, "bytes must ascend");
+          return jr::BadValue(kp, pt, "bytes must ascend");
         }
         table.size_eta.push_back({bytes, eta});
       }
@@ -264,25 +291,26 @@ absl::StatusOr<Calibration> ParseCalibration(const json& json_in, std::string_vi
   }
   if (j.contains("kappa")) {
     double kappa = 0;
-    GEMTB_RETURN_IF_ERROR(jf::Number(j, path, "kappa", &kappa, true));
-    if (!(kappa >= 0)) return jf::Bad(jf::Join(path, "kappa"), j.at("kappa"), "must be >= 0");
+    GEMTB_RETURN_IF_ERROR(Number(*r, "kappa", &kappa, true));
+    if (!(kappa >= 0)) return jr::BadValue(jr::JoinPath(path, "kappa"), j.at("kappa"), "must be >= 0");
     cal.kappa = kappa;
   }
   if (j.contains("efficiency")) {
-    const std::string ep = jf::Join(path, "efficiency");
+    const std::string ep = jr::JoinPath(path, "efficiency");
     const json& e = j.at("efficiency");
-    GEMTB_RETURN_IF_ERROR(jf::CheckObject(e, ep, {"e_mem", "ops", "note"}));
-    GEMTB_RETURN_IF_ERROR(jf::Number(e, ep, "e_mem", &cal.efficiency.e_mem, false));
+    absl::StatusOr<ObjectReader> effr = ObjectReader::Open(e, ep, {"e_mem", "ops", "note"});
+    if (!effr.ok()) return effr.status();
+    GEMTB_RETURN_IF_ERROR(effr->Double("e_mem", &cal.efficiency.e_mem));
     if (e.contains("e_mem") && !(cal.efficiency.e_mem > 0 && cal.efficiency.e_mem <= 1)) {
-      return jf::Bad(jf::Join(ep, "e_mem"), e.at("e_mem"), "must be in (0, 1]");
+      return jr::BadValue(jr::JoinPath(ep, "e_mem"), e.at("e_mem"), "must be in (0, 1]");
     }
     if (e.contains("ops")) {
-      const std::string op_path = jf::Join(ep, "ops");
+      const std::string op_path = jr::JoinPath(ep, "ops");
       const json& ops = e.at("ops");
-      if (!ops.is_object()) return jf::Bad(op_path, ops, "must be an object {op name or kind: efficiency}");
+      if (!ops.is_object()) return jr::BadValue(op_path, ops, "must be an object {op name or kind: efficiency}");
       for (auto it = ops.begin(); it != ops.end(); ++it) {
         Curve curve;
-        GEMTB_RETURN_IF_ERROR(ParseCurve(it.value(), jf::Join(op_path, it.key()), &curve));
+        GEMTB_RETURN_IF_ERROR(ParseCurve(it.value(), jr::JoinPath(op_path, it.key()), &curve));
         cal.efficiency.by_name_or_kind[it.key()] = std::move(curve);
       }
     }
@@ -297,21 +325,21 @@ int EffectiveZoneSize(const Cluster& cluster) {
 }
 
 absl::Status ValidateClusterWorld(const Cluster& cluster, std::string_view path_prefix) {
-  const std::string path = jf::Join(path_prefix, "world_size");
+  const std::string path = jr::JoinPath(path_prefix, "world_size");
   const int w = cluster.world_size, g = cluster.gpus_per_host;
-  if (w < 1) return jf::Bad(path, w, "must be >= 1");
-  if (w > g && w % g != 0) return jf::Bad(path, w, absl::StrCat("is not a multiple of gpus_per_host ", g));
+  if (w < 1) return jr::BadValue(path, w, "must be >= 1");
+  if (w > g && w % g != 0) return jr::BadValue(path, w, absl::StrCat("is not a multiple of gpus_per_host ", g));
   const int zone = cluster.zone_size;
   if (zone > 0 && w > zone && w % zone != 0) {
-    return jf::Bad(path, w, absl::StrCat("is not a multiple of zone_size ", zone));
+    return jr::BadValue(path, w, absl::StrCat("is not a multiple of zone_size ", zone));
   }
   const size_t tiers = cluster.tiers.size();
   if (w > g && tiers < 2) {
-    return jf::Bad(path, w, absl::StrCat("spans several hosts of ", g, " GPUs but cluster.tiers has only ", tiers,
+    return jr::BadValue(path, w, absl::StrCat("spans several hosts of ", g, " GPUs but cluster.tiers has only ", tiers,
                                          " tier (a host tier and a network tier are needed)"));
   }
   if (zone > 0 && w > zone && tiers < 3) {
-    return jf::Bad(path, w, absl::StrCat("spans several zones of ", zone, " GPUs but cluster.tiers has only ", tiers,
+    return jr::BadValue(path, w, absl::StrCat("spans several zones of ", zone, " GPUs but cluster.tiers has only ", tiers,
                                          " tiers (a cross-zone tier is needed)"));
   }
   return absl::OkStatus();
@@ -324,35 +352,36 @@ absl::StatusOr<Cluster> ParseCluster(const json& json_in, std::string_view path_
   if (!resolved.ok()) return resolved.status();
   const json& j = resolved->first;
   const std::string& dir = resolved->second;
-  GEMTB_RETURN_IF_ERROR(jf::CheckObject(
-      j, path, {"world_size", "gpus_per_host", "zone_size", "tiers", "nics_per_gpu", "gpu", "calibration", "name", "note"}));
+  absl::StatusOr<ObjectReader> r = ObjectReader::Open(
+      j, path, {"world_size", "gpus_per_host", "zone_size", "tiers", "nics_per_gpu", "gpu", "calibration", "name", "note"});
+  if (!r.ok()) return r.status();
   Cluster c;
-  GEMTB_RETURN_IF_ERROR(IntAtLeast(j, path, "world_size", &c.world_size, 0, false));
-  GEMTB_RETURN_IF_ERROR(IntAtLeast(j, path, "gpus_per_host", &c.gpus_per_host, 1, true));
-  GEMTB_RETURN_IF_ERROR(IntAtLeast(j, path, "nics_per_gpu", &c.nics_per_gpu, 1, false));
+  GEMTB_RETURN_IF_ERROR(IntAtLeast(*r, "world_size", &c.world_size, 0, false));
+  GEMTB_RETURN_IF_ERROR(IntAtLeast(*r, "gpus_per_host", &c.gpus_per_host, 1, true));
+  GEMTB_RETURN_IF_ERROR(IntAtLeast(*r, "nics_per_gpu", &c.nics_per_gpu, 1, false));
 
-  const std::string tp = jf::Join(path, "tiers");
-  if (!j.contains("tiers")) return absl::InvalidArgumentError(absl::StrCat(tp, ": missing"));
+  const std::string tp = jr::JoinPath(path, "tiers");
+  GEMTB_RETURN_IF_ERROR(r->Require("tiers"));
   const json& tiers = j.at("tiers");
-  if (!tiers.is_array() || tiers.empty()) return jf::Bad(tp, tiers, "must be a non-empty array (innermost first)");
+  if (!tiers.is_array() || tiers.empty()) return jr::BadValue(tp, tiers, "must be a non-empty array (innermost first)");
   if (tiers.size() > static_cast<size_t>(kMaxTiers)) {
-    return jf::Bad(tp, tiers, absl::StrCat("has ", tiers.size(), " tiers; at most ", kMaxTiers,
+    return jr::BadValue(tp, tiers, absl::StrCat("has ", tiers.size(), " tiers; at most ", kMaxTiers,
                                            " (host, zone, cross-zone)"));
   }
   std::set<std::string> names;
   for (size_t i = 0; i < tiers.size(); ++i) {
     Tier tier;
-    GEMTB_RETURN_IF_ERROR(ParseTier(tiers[i], jf::Index(tp, i), &tier));
+    GEMTB_RETURN_IF_ERROR(ParseTier(tiers[i], jr::IndexPath(tp, i), &tier));
     if (!names.insert(tier.name).second) {
-      return jf::Bad(jf::Join(jf::Index(tp, i), "name"), tier.name, "repeats an earlier tier's name");
+      return jr::BadValue(jr::JoinPath(jr::IndexPath(tp, i), "name"), tier.name, "repeats an earlier tier's name");
     }
     c.tiers.push_back(std::move(tier));
   }
 
   // zone_size: required when a cross-zone tier exists; otherwise the whole world is one zone.
-  GEMTB_RETURN_IF_ERROR(IntAtLeast(j, path, "zone_size", &c.zone_size, 1, c.tiers.size() >= 3));
+  GEMTB_RETURN_IF_ERROR(IntAtLeast(*r, "zone_size", &c.zone_size, 1, c.tiers.size() >= 3));
   if (c.zone_size > 0 && c.zone_size % c.gpus_per_host != 0) {
-    return jf::Bad(jf::Join(path, "zone_size"), c.zone_size,
+    return jr::BadValue(jr::JoinPath(path, "zone_size"), c.zone_size,
                    absl::StrCat("is not a multiple of gpus_per_host ", c.gpus_per_host));
   }
   if (c.world_size > 0) GEMTB_RETURN_IF_ERROR(ValidateClusterWorld(c, path));
@@ -362,22 +391,22 @@ absl::StatusOr<Cluster> ParseCluster(const json& json_in, std::string_view path_
   c.gpu.hbm_bytes = 141e9;
   c.gpu.hbm_Bps = 4.8e12;
   c.gpu.sm_count = 132;
-  if (j.contains("gpu")) GEMTB_RETURN_IF_ERROR(ParseGpu(j.at("gpu"), jf::Join(path, "gpu"), &c.gpu));
+  if (j.contains("gpu")) GEMTB_RETURN_IF_ERROR(ParseGpu(j.at("gpu"), jr::JoinPath(path, "gpu"), &c.gpu));
 
   if (j.contains("calibration")) {
-    absl::StatusOr<Calibration> cal = ParseCalibration(j.at("calibration"), jf::Join(path, "calibration"), dir, reader);
+    absl::StatusOr<Calibration> cal = ParseCalibration(j.at("calibration"), jr::JoinPath(path, "calibration"), dir, reader);
     if (!cal.ok()) return cal.status();
     c.calibration = std::move(*cal);
     // Fitted entries must name a tier of this cluster.
     for (size_t i = 0; i < c.calibration.fitted.size(); ++i) {
       if (!names.count(c.calibration.fitted[i].tier)) {
-        return jf::Bad(jf::Join(jf::Index(jf::Join(jf::Join(path, "calibration"), "fitted"), i), "tier"),
+        return jr::BadValue(jr::JoinPath(jr::IndexPath(jr::JoinPath(jr::JoinPath(path, "calibration"), "fitted"), i), "tier"),
                        c.calibration.fitted[i].tier, "is not the name of a tier of this cluster");
       }
     }
     for (size_t i = 0; i < c.calibration.nccl_fitted.size(); ++i) {
       if (!names.count(c.calibration.nccl_fitted[i].tier)) {
-        return jf::Bad(jf::Join(jf::Index(jf::Join(jf::Join(path, "calibration"), "nccl_fitted"), i), "tier"),
+        return jr::BadValue(jr::JoinPath(jr::IndexPath(jr::JoinPath(jr::JoinPath(path, "calibration"), "nccl_fitted"), i), "tier"),
                        c.calibration.nccl_fitted[i].tier, "is not the name of a tier of this cluster");
       }
     }

@@ -36,7 +36,7 @@ absl::Status ParseDense(const nlohmann::json& json, const Cluster& cluster, cons
   GEMTB_RETURN_IF_ERROR(r->Int("prefetch_depth", &dense->prefetch_depth, 0, 64));
   GEMTB_RETURN_IF_ERROR(r->Bool("reshard_after_forward", &dense->reshard_after_forward));
   GEMTB_RETURN_IF_ERROR(r->Positive("bucket_bytes", &dense->bucket_bytes));
-  GEMTB_RETURN_IF_ERROR(r->Enum("comm_dtype", &dense->comm_dtype, {"bf16", "fp16", "fp32", "fp8"}));
+  GEMTB_RETURN_IF_ERROR(r->Named("comm_dtype", &dense->comm_dtype, kCommDtypeNames));
   if (const nlohmann::json* order = r->Get("dim_order"); order != nullptr) {
     const std::string path = "plan.dense.dim_order";
     if (!order->is_array()) return BadValue(path, *order, "is not an array of dimension names");
@@ -157,7 +157,7 @@ absl::Status ParseMemory(const nlohmann::json& json, const Cluster& cluster, Mem
   if (!r.ok()) return r.status();
   GEMTB_RETURN_IF_ERROR(r->Enum("budget_policy", &m->budget_policy, {"per_region", "uniform", "none"}));
   GEMTB_RETURN_IF_ERROR(r->NonNegative("reserve_bytes", &m->reserve_bytes));
-  GEMTB_RETURN_IF_ERROR(r->Enum("act_quant", &m->act_quant, {"bf16", "fp8", "mx4"}));
+  GEMTB_RETURN_IF_ERROR(r->Named("act_quant", &m->act_quant, kActQuantNames));
   if (cluster.gpu.hbm_bytes > 0 && m->reserve_bytes >= cluster.gpu.hbm_bytes) {
     return BadField("plan.memory.reserve_bytes",
                     absl::StrCat(m->reserve_bytes, " must be < cluster.gpu.hbm_bytes ", cluster.gpu.hbm_bytes));

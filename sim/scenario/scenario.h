@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/common/dtype.h"
 #include "model/sharding/sharding_types.h"
 
 namespace gemtb::model {
@@ -134,6 +135,15 @@ struct Cluster {
 
 // ---- plan --------------------------------------------------------------------------------------
 
+// The formats plan.dense.comm_dtype and plan.memory.act_quant may name (model/common/dtype.h).
+inline constexpr EnumName<Dtype> kCommDtypeNames[] = {{Dtype::kBf16, DtypeName(Dtype::kBf16)},
+                                                       {Dtype::kFp16, DtypeName(Dtype::kFp16)},
+                                                       {Dtype::kFp32, DtypeName(Dtype::kFp32)},
+                                                       {Dtype::kFp8E4M3, DtypeName(Dtype::kFp8E4M3)}};
+inline constexpr EnumName<Dtype> kActQuantNames[] = {{Dtype::kBf16, DtypeName(Dtype::kBf16)},
+                                                      {Dtype::kFp8E4M3, DtypeName(Dtype::kFp8E4M3)},
+                                                      {Dtype::kMx4, DtypeName(Dtype::kMx4)}};
+
 struct DensePlan {
   int fsdp_shard_group = 1;      // S (capped at world_size by scenarios that say so)
   int ep_degree = 1;             // E
@@ -142,7 +152,7 @@ struct DensePlan {
   int prefetch_depth = 1;
   bool reshard_after_forward = true;
   double bucket_bytes = 25e6;
-  std::string comm_dtype = "bf16";  // bytes per element follow from it
+  Dtype comm_dtype = Dtype::kBf16;  // one of kCommDtypeNames; bytes per element follow from it
 };
 
 // plan.sparse: the sharding plan as model/sharding parses it (the object `gemtb ref embed` reads,
@@ -162,7 +172,7 @@ struct CollectivesPlan {
 struct MemoryPlan {
   std::string budget_policy = "per_region";  // per_region | uniform | none
   double reserve_bytes = 0;
-  std::string act_quant = "bf16";            // bf16 (1) | fp8 (0.5) | mx4 (~0.27)
+  Dtype act_quant = Dtype::kBf16;            // bf16 (1) | fp8 (0.5) | mx4 (~0.27): kActQuantNames
 };
 
 // plan.pipeline: how the training loop overlaps consecutive batches.

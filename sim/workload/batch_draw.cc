@@ -13,7 +13,6 @@
 #include "model/random/splitmix64.h"
 #include "oneapi/tbb/parallel_for.h"
 #include "oneapi/tbb/task_arena.h"
-#include "sim/workload/pairs.h"
 
 namespace gemtb::sim {
 namespace {
@@ -142,7 +141,7 @@ std::vector<uint32_t> BucketTable(const std::vector<uint64_t>& threshold, int bi
 struct LengthClass {
   LengthLaw law;
   int64_t n_s = 0;
-  model::AttentionMask mask;
+  AttentionMask mask;
   std::vector<int> seqs;            // j of the sequences in the class
   std::vector<uint64_t> threshold;  // index i is the length iff w < threshold[i] (and not for i - 1)
   std::vector<double> pairs;        // pairs of a sample of length min + i (CLS included)
@@ -159,7 +158,7 @@ struct LengthClass {
       threshold[i] = i + 1 == cdf.size() ? (uint64_t{1} << 32) : static_cast<uint64_t>(std::min(t, 4294967296.0));
     }
     pairs.resize(cdf.size());
-    for (size_t i = 0; i < cdf.size(); ++i) pairs[i] = PairsUnderMask(mask, law.min + static_cast<int64_t>(i) + n_s);
+    for (size_t i = 0; i < cdf.size(); ++i) pairs[i] = static_cast<double>(PairsUnderMask(mask, law.min + static_cast<int64_t>(i) + n_s));
     bucket = BucketTable(threshold, kBucketBits, kPure);
   }
   // The length index of word w: the first i with w < threshold[i].
@@ -300,7 +299,7 @@ class Drawer {
       for (int j = 0; j < J; ++j) {
         const int64_t t = lengths[j] + c_.sequences[j].n_s;
         out.n[j] += static_cast<double>(t);
-        out.p[j] += PairsUnderMask(c_.sequences[j].mask, t);
+        out.p[j] += static_cast<double>(PairsUnderMask(c_.sequences[j].mask, t));
         tokens += static_cast<double>(lengths[j]);
       }
       out.count += 1;
@@ -476,7 +475,7 @@ absl::StatusOr<std::vector<double>> DrawBatchStats(const BatchDrawConfig& config
                                                              : std::max(config.sequences[j].lmax, batches.features[j].max);
           const int64_t t = cap + config.sequences[j].n_s;
           x[layout.N(j)] = static_cast<double>(batches.local_batch) * static_cast<double>(t);
-          x[layout.P(j)] = static_cast<double>(batches.local_batch) * PairsUnderMask(config.sequences[j].mask, t);
+          x[layout.P(j)] = static_cast<double>(batches.local_batch) * static_cast<double>(PairsUnderMask(config.sequences[j].mask, t));
         }
       }
     }

@@ -30,7 +30,7 @@ namespace gemtb::sim {
 
 struct SequenceCostInfo {
   int64_t n_s = 0;               // CLS tokens per sample
-  model::AttentionMask mask;     // the sequence's self-attention mask (P_j)
+  AttentionMask mask;     // the sequence's self-attention mask (P_j)
   int64_t lmax = 0;              // cap of the model (padded policy default)
 };
 

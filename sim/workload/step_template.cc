@@ -20,16 +20,10 @@ using model::Affine;
 using model::Op;
 using model::OpKind;
 
-double DtypeBytes(const std::string& dtype) {
-  if (dtype == "fp32" || dtype == "float32") return 4.0;
-  if (dtype == "fp8" || dtype == "e4m3" || dtype == "e5m2") return 1.0 + 1.0 / 32.0;  // E8M0 scale per 32
-  return 2.0;  // bf16, fp16
-}
-
-OptimizerKind TableOptimizer(const model::GraphTable& table) {
-  if (table.optimizer == "adam") return OptimizerKind::kAdam;
-  if (table.optimizer == "rowwise_adagrad") return OptimizerKind::kRowwiseAdagrad;
-  return OptimizerKind::kSgd;
+// Bytes per element of dense communication: FP8 travels with an E8M0 scale per 32 elements.
+double CommBytes(Dtype dtype) {
+  const bool fp8 = dtype == Dtype::kFp8E4M3 || dtype == Dtype::kFp8E5M2;
+  return fp8 ? DtypeBytes(dtype) + 1.0 / 32.0 : DtypeBytes(dtype);
 }
 
 CollectiveOp SimOp(Collective op) {
@@ -42,11 +36,14 @@ CollectiveOp SimOp(Collective op) {
   return CollectiveOp::kAllToAll;
 }
 
-double ActQuantFactor(const std::string& q) {
-  if (q == "fp8") return 0.5;
-  if (q == "mx4") return 0.27;
+// Saved activations' bytes relative to bf16.
+double ActQuantFactor(Dtype q) {
+  if (q == Dtype::kFp8E4M3 || q == Dtype::kFp8E5M2) return 0.5;
+  if (q == Dtype::kMx4) return 0.27;
   return 1.0;
 }
+
+double TableBytes(ElementType dtype) { return DtypeBytes(DtypeOf(dtype)); }
 
 bool MemoryBound(OpKind kind) {
   return kind == OpKind::kNorm || kind == OpKind::kPointwise || kind == OpKind::kEmbedding || kind == OpKind::kLoss;
@@ -279,7 +276,8 @@ absl::StatusOr<StepTemplate> Builder::Build() {
     er.count = g_.world / er.size;
     t_.layouts.push_back(er);
   }
-  auto it_peak = cl.gpu.peak_flops.find(plan.dense.comm_dtype == "fp8" ? "fp8" : "bf16");
+  const Dtype peak_dtype = plan.dense.comm_dtype == Dtype::kFp8E4M3 ? Dtype::kFp8E4M3 : Dtype::kBf16;
+  auto it_peak = cl.gpu.peak_flops.find(std::string(DtypeName(peak_dtype)));
   t_.peak_flops = it_peak != cl.gpu.peak_flops.end() ? it_peak->second
                   : (cl.gpu.peak_flops.empty() ? 989e12 : cl.gpu.peak_flops.begin()->second);
   if (t_.peak_flops <= 0) return absl::InvalidArgumentError("cluster.gpu.peak_flops: must be > 0");
@@ -288,7 +286,7 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   const int E = g_.of(GroupClass::kEp).size;
   const int S = g_.of(GroupClass::kDenseShard).size;
   const int SE = g_.of(GroupClass::kExpertShard).size;
-  const double e_p = DtypeBytes(plan.dense.comm_dtype);
+  const double e_p = CommBytes(plan.dense.comm_dtype);
   const double e_a = kWireBytesPerActivation;
   const double q_act = ActQuantFactor(plan.memory.act_quant);
   const int depth = std::max(0, plan.dense.prefetch_depth);
@@ -569,7 +567,7 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   // prefetch_depth + 1 regions in flight, embedding shards with rowwise state.
   double table_bytes = 0;
   for (const model::GraphTable& tb : m.tables) {
-    table_bytes += static_cast<double>(tb.rows) * (static_cast<double>(tb.dim) * DtypeBytes(tb.dtype) + 4.0);
+    table_bytes += static_cast<double>(tb.rows) * (static_cast<double>(tb.dim) * TableBytes(tb.dtype) + 4.0);
   }
   const double mp_group = g_.of(GroupClass::kSparseMp).size;
   const double per_rank_tables = plan.sparse.fully_sharded ? table_bytes / g_.world : table_bytes / mp_group;
@@ -648,7 +646,7 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
       }
     }
     const double D = static_cast<double>(tb.dim);
-    const double e_w = DtypeBytes(tb.dtype);
+    const double e_w = TableBytes(tb.dtype);
     // The table's traffic terms (comm_pattern.h's TrafficTerm) on this rank. Distinct rows are
     // estimated from this rank's ids: the MP group's U as M times them (no id repeats), the rows
     // V3 gathers for its position as them (the other replica groups touch the same rows).
@@ -667,7 +665,7 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
     traffic[static_cast<int>(TrafficTerm::kMpUniqueRows)].AddScaled(nu, M);
     traffic[static_cast<int>(TrafficTerm::kShardTouchedRows)].AddScaled(nu, 1.0);
 
-    const CommTable table{tb.rows, tb.dim, e_w, TableOptimizer(tb)};
+    const CommTable table{tb.rows, tb.dim, e_w, tb.optimizer};
     for (const CommCall& call : TableCommPattern(plan.sparse.tables[t], table, plan.sparse, world)) {
       const GroupClass cls = call.group_class == CommGroupClass::kSparseMp        ? GroupClass::kSparseMp
                              : call.group_class == CommGroupClass::kSparseReplica ? GroupClass::kSparseReplica

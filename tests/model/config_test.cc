@@ -91,7 +91,7 @@ TEST(ModelConfig, ErrorsNamePathAndValue) {
 
   json bad = j;
   bad["arch"]["wukong"]["bogus"] = 1;
-  EXPECT_EQ(ErrorOf(bad), "arch.wukong.bogus: unknown key");
+  EXPECT_EQ(ErrorOf(bad), "arch.wukong.bogus: unknown key (known: k, n_F, n_L, H, experts)");
 
   bad = j;
   bad["arch"]["wukong"]["n_F"] = 5;
@@ -99,7 +99,7 @@ TEST(ModelConfig, ErrorsNamePathAndValue) {
 
   bad = j;
   bad["tables"][3]["rows"] = 0;
-  EXPECT_EQ(ErrorOf(bad), "tables[3].rows: 0 is below the minimum 1");
+  EXPECT_EQ(ErrorOf(bad), "tables[3].rows: 0 must be >= 1");
 
   bad = j;
   bad["features"][1]["table"] = "nope";
@@ -123,7 +123,7 @@ TEST(ModelConfig, ErrorsNamePathAndValue) {
 
   bad = j;
   bad["sequences"][1]["act"] = "tanh";
-  EXPECT_EQ(ErrorOf(bad), "sequences[1].act: 'tanh' is not one of silu|softmax");
+  EXPECT_EQ(ErrorOf(bad), "sequences[1].act: \"tanh\" is not one of silu, softmax");
 
   bad = j;
   bad["tables"][0]["dim"] = 16;
@@ -131,7 +131,7 @@ TEST(ModelConfig, ErrorsNamePathAndValue) {
 
   bad = j;
   bad["d"] = 1 << 20;
-  EXPECT_EQ(ErrorOf(bad), "d: 1048576 is above the maximum 65536");
+  EXPECT_EQ(ErrorOf(bad), "d: 1048576 must be <= 65536");
 
   bad = j;
   bad["arch"]["wukong"]["H"] = 1 << 24;

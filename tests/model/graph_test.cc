@@ -5,6 +5,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "model/attention/attention_options.h"
 #include "model/description/graph_costs.h"
 #include "model/description/model_graph.h"
 
@@ -98,7 +99,7 @@ TEST(ModelGraph, OpConventions) {
     }
     if (op.expert.has_value()) ++experts_seen;
     if (op.kind == OpKind::kAttention && op.attn->q_tokens == 0 && op.attn->kv_tokens == 0) {
-      EXPECT_EQ(op.attn->mask.kind, AttentionMask::Kind::kBlock) << op.name;
+      EXPECT_EQ(op.attn->mask.kind, MaskKind::kBlock) << op.name;
       EXPECT_EQ(op.attn->mask.block, 64);
       // 2 H (Dqk + Dv) per pair forward, 2.5x backward (attention.md §10).
       EXPECT_EQ(op.flops.fwd.P, 2.0 * 4 * (64 + 64));
@@ -124,10 +125,10 @@ TEST(ModelGraph, TinyWindowOpMatchesSpecExample) {
   EXPECT_EQ(swa->region, "L1.seq0");
   EXPECT_EQ(swa->seq, std::optional<int>(0));
   EXPECT_EQ(swa->params, 0);
-  EXPECT_EQ(swa->attn->act, "silu");
+  EXPECT_EQ(swa->attn->act, Activation::kSilu);
   EXPECT_EQ(swa->attn->H, 2);
   EXPECT_EQ(swa->attn->Dqk, 16);
-  EXPECT_EQ(swa->attn->mask, (AttentionMask{AttentionMask::Kind::kWindow, 16, 16, 0}));
+  EXPECT_EQ(swa->attn->mask, (AttentionMask{MaskKind::kWindow, 16, 16, 0}));
   EXPECT_EQ(swa->flops.fwd, (Affine{0, 0, 0, 128}));
   EXPECT_EQ(swa->flops.bwd, (Affine{0, 0, 0, 320}));
   EXPECT_EQ(swa->saved.recompute, RecomputeClass::kAttention);
@@ -139,11 +140,11 @@ int64_t BrutePairs(const AttentionMask& m, int64_t L) {
   for (int64_t i = 0; i < L; ++i) {
     for (int64_t t = 0; t < L; ++t) {
       bool keep = true;
-      if (m.kind == AttentionMask::Kind::kWindow) {
+      if (m.kind == MaskKind::kWindow) {
         keep = (m.left < 0 || t >= i - m.left) && (m.right < 0 || t <= i + m.right);
-      } else if (m.kind == AttentionMask::Kind::kCausal) {
+      } else if (m.kind == MaskKind::kCausal) {
         keep = t <= i;
-      } else if (m.kind == AttentionMask::Kind::kBlock) {
+      } else if (m.kind == MaskKind::kBlock) {
         keep = i / m.block == t / m.block;
       }
       n += keep ? 1 : 0;
@@ -153,7 +154,7 @@ int64_t BrutePairs(const AttentionMask& m, int64_t L) {
 }
 
 TEST(PairsUnderMask, EqualsBruteForce) {
-  using K = AttentionMask::Kind;
+  using K = MaskKind;
   const AttentionMask masks[] = {{K::kNone, -1, -1, 0},  {K::kCausal, -1, 0, 0},
                                  {K::kWindow, 16, 16, 0}, {K::kWindow, 3, 0, 0},
                                  {K::kWindow, -1, 2, 0},  {K::kWindow, 0, 0, 0},
@@ -163,6 +164,32 @@ TEST(PairsUnderMask, EqualsBruteForce) {
     for (int64_t L : {0, 1, 2, 5, 16, 17, 33, 34, 63, 64, 65, 130}) {
       EXPECT_EQ(PairsUnderMask(m, L), BrutePairs(m, L))
           << "kind " << static_cast<int>(m.kind) << " l " << m.left << " r " << m.right << " L " << L;
+    }
+  }
+}
+
+// The O(1) count agrees with the key ranges the executors iterate (ValidKeys of AttentionOptions
+// carrying the same mask), for both alignments (Lq = Lk, so they agree).
+TEST(PairsUnderMask, EqualsExecutorKeyRanges) {
+  using K = MaskKind;
+  const AttentionMask masks[] = {{K::kNone, -1, -1, 0},  {K::kCausal, -1, 0, 0}, {K::kWindow, 16, 16, 0},
+                                 {K::kWindow, 3, 0, 0},  {K::kWindow, -1, 2, 0}, {K::kBlock, -1, -1, 64},
+                                 {K::kBlock, -1, -1, 7}, {K::kBlock, -1, -1, 1}};
+  for (const AttentionMask& m : masks) {
+    for (Alignment align : {Alignment::kBottomRight, Alignment::kTopLeft}) {
+      AttentionOptions o;
+      o.align = align;
+      SetMask(m, &o);
+      EXPECT_EQ(MaskOf(o), m);
+      for (int64_t L : {0, 1, 2, 5, 17, 64, 65, 130}) {
+        int64_t keys = 0;
+        for (int64_t i = 0; i < L; ++i) {
+          const KeyRange r = ValidKeys(o, i, L, L);
+          keys += r.end - r.begin;
+        }
+        EXPECT_EQ(PairsUnderMask(m, L), keys) << MaskKindName(m.kind) << " l " << m.left << " r " << m.right
+                                              << " block " << m.block << " L " << L;
+      }
     }
   }
 }

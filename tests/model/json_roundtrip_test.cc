@@ -68,16 +68,16 @@ TEST(ModelJson, ErrorsNamePath) {
 
   json bad = good;
   bad["extra"] = 1;
-  EXPECT_EQ(ErrorOf(bad), "model.extra: unknown key");
+  EXPECT_EQ(ErrorOf(bad), "model.extra: unknown key (known: version, config, d, sequences, tables, experts, ops)");
 
   bad = good;
   bad["ops"][swa]["flops"]["fwd"]["Q"] = 1;
-  EXPECT_EQ(ErrorOf(bad), op + ".flops.fwd.Q: unknown key");
+  EXPECT_EQ(ErrorOf(bad), op + ".flops.fwd.Q: unknown key (known: c, B, N, P)");
 
   bad = good;
   bad["ops"][swa]["kind"] = "conv";
-  EXPECT_EQ(ErrorOf(bad), op + ".kind: 'conv' is not one of linear|attention|norm|pointwise|"
-                               "embedding|interaction|loss");
+  EXPECT_EQ(ErrorOf(bad), op + ".kind: \"conv\" is not one of linear, attention, norm, pointwise, "
+                               "embedding, interaction, loss");
 
   bad = good;
   bad["ops"][swa]["seq"] = 2;
@@ -97,7 +97,7 @@ TEST(ModelJson, ErrorsNamePath) {
 
   bad = good;
   bad["ops"][swa]["saved"]["recompute"] = "never";
-  EXPECT_EQ(ErrorOf(bad), op + ".saved.recompute: 'never' is not one of none|pointwise|norm|linear|attention");
+  EXPECT_EQ(ErrorOf(bad), op + ".saved.recompute: \"never\" is not one of none, pointwise, norm, linear, attention");
 
   bad = good;
   bad["ops"][swa]["expert"] = 0;
@@ -109,7 +109,7 @@ TEST(ModelJson, ErrorsNamePath) {
 
   bad = good;
   bad["tables"][0]["rows"] = -5;
-  EXPECT_EQ(ErrorOf(bad), "model.tables[0].rows: -5 is below the minimum 1");
+  EXPECT_EQ(ErrorOf(bad), "model.tables[0].rows: -5 must be >= 1");
 
   bad = good;
   bad["ops"][swa]["shapes"]["out"][1] = "x";

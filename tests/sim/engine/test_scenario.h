@@ -41,8 +41,8 @@ inline std::shared_ptr<model::ModelGraph> ToyModel(int regions, double flops_per
   items.name = "items";
   items.rows = 1'000'000;
   items.dim = 64;
-  items.dtype = "fp16";
-  items.pooling = "none";
+  items.dtype = ElementType::kFloat16;
+  items.pooling = Pooling::kNone;
   items.features = {"seq0.item"};
   m->tables.push_back(items);
   for (int u = 0; u < regions; ++u) {

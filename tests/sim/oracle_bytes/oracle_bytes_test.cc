@@ -323,14 +323,6 @@ Totals PatternTotals(const ShardingPlanSpec& plan, OptimizerKind optimizer, cons
 
 // ---- the simulator -------------------------------------------------------------------------------
 
-const char* GraphOptimizer(OptimizerKind k) {
-  switch (k) {
-    case OptimizerKind::kSgd: return "sgd";
-    case OptimizerKind::kAdam: return "adam";
-    default: return "rowwise_adagrad";
-  }
-}
-
 bool CarriesActivations(const std::string& task) {
   return absl::StartsWith(task, "sparse.emb_a2a") || absl::StartsWith(task, "sparse.pooled_rs") ||
          absl::StartsWith(task, "sparse.twrw_");
@@ -344,14 +336,14 @@ Totals SimTotals(const ShardingPlanSpec& plan, OptimizerKind optimizer, const Ba
   user.name = "user";
   user.rows = b.rows;
   user.dim = kDim;
-  user.dtype = "fp32";
-  user.pooling = "sum";
+  user.dtype = ElementType::kFloat32;
+  user.pooling = Pooling::kSum;
   user.features = {"userid"};
-  user.optimizer = GraphOptimizer(optimizer);
+  user.optimizer = optimizer;
   model::GraphTable item = user;
   item.name = "item";
-  item.dtype = "bf16";
-  item.pooling = "none";
+  item.dtype = ElementType::kBFloat16;
+  item.pooling = Pooling::kNone;
   item.features = {"seq0.item"};
   m->tables = {user, item};
   sim::Scenario s = sim::testing::ToyScenario(b.world, b.local_batch, m);
@@ -399,7 +391,7 @@ struct Check {
 
 void ExpectBytes(const nlohmann::json& plan_json, OptimizerKind optimizer, const Batch& batch, int gph,
                  const Check& check) {
-  SCOPED_TRACE(absl::StrCat("R=", batch.world, " optimizer=", GraphOptimizer(optimizer), " plan=", plan_json.dump()));
+  SCOPED_TRACE(absl::StrCat("R=", batch.world, " optimizer=", std::string(NameIn(kOptimizerKindNames, optimizer)), " plan=", plan_json.dump()));
   const OracleRun oracle = RunOracle(plan_json, optimizer, batch, gph);
   if (oracle.plan.tables.empty()) return;  // reported above
   const Totals oracle_per_class = Normalized(oracle.totals, Granularity::kPerClass);

@@ -149,7 +149,7 @@ def main():
              "heds: unknown key"),
             ("model file: negative width",
              with_files(model=edited(model, lambda m: m.update(d=-256))),
-             "d: -256 is below the minimum"),
+             "d: -256 must be >= 4"),
         ]
         for name, (scenario, files), expected in file_cases:
             folder = os.path.join(tmp, "files_" + "".join(ch if ch.isalnum() else "_" for ch in name))

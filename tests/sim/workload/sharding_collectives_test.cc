@@ -23,8 +23,8 @@ Scenario WithPooledTable(int world, int mp_group, ShardingType type, int shards 
   user.name = "user";
   user.rows = 1'000'000;
   user.dim = kDim;
-  user.dtype = "fp16";
-  user.pooling = "sum";
+  user.dtype = ElementType::kFloat16;
+  user.pooling = Pooling::kSum;
   user.features = {"userid"};
   m->tables.push_back(user);
   Scenario s = testing::ToyScenario(world, 64, m);

@@ -1,4 +1,4 @@
-// sim/workload: pair counts under masks (brute force), process-group layouts, batch draws.
+// sim/workload: process-group layouts, batch draws.
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -6,32 +6,10 @@
 
 #include "gtest/gtest.h"
 #include "sim/workload/batch_draw.h"
-#include "sim/workload/pairs.h"
 #include "sim/workload/rank_groups.h"
 
 namespace gemtb::sim {
 namespace {
-
-double BrutePairs(int64_t n, int64_t left, int64_t right, int64_t block) {
-  double pairs = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t t = 0; t < n; ++t) {
-      const bool ok = block > 0 ? (i / block == t / block)
-                                : ((left < 0 || t >= i - left) && (right < 0 || t <= i + right));
-      pairs += ok ? 1 : 0;
-    }
-  }
-  return pairs;
-}
-
-TEST(PairsTest, WindowAndBlockPairsEqualBruteForceCounts) {
-  for (int64_t n : {0, 1, 2, 5, 17, 64, 65, 130}) {
-    for (auto [l, r] : std::vector<std::pair<int64_t, int64_t>>{{-1, -1}, {-1, 0}, {0, 0}, {3, 3}, {16, 2}, {200, 200}}) {
-      EXPECT_EQ(WindowPairs(n, l, r), BrutePairs(n, l, r, 0)) << "n " << n << " window " << l << "," << r;
-    }
-    for (int64_t b : {1, 7, 64}) EXPECT_EQ(BlockPairs(n, b), BrutePairs(n, -1, -1, b)) << "n " << n << " block " << b;
-  }
-}
 
 TEST(RankGroupsTest, EveryClassPartitionsTheWorldIntoEqualGroups) {
   Plan plan;
@@ -94,7 +72,7 @@ BatchDrawConfig TestConfig(int steps) {
   c.seed = 3;
   c.world = 8;
   c.steps = steps;
-  model::AttentionMask block{model::AttentionMask::Kind::kBlock, -1, -1, 64};
+  AttentionMask block{MaskKind::kBlock, -1, -1, 64};
   c.sequences = {{16, block, 1024}, {16, block, 16384}};
   return c;
 }
