@@ -5,6 +5,7 @@
 // special.npy (float64 [64]: zeros, infinities, NaN, overflow and subnormal edges, exact ties).
 // Each case folder holds what `gemtb ref quantize --in ../inputs/<input>.npy ...` writes: codes.npy,
 // scales.npy (MX) and values.npy.
+#include <optional>
 #include <cmath>
 #include <limits>
 
@@ -87,11 +88,11 @@ absl::StatusOr<std::vector<GoldenFile>> Run(const json& j) {
   GEMTB_RETURN_IF_ERROR(p.Int("stream", &stream));
   GEMTB_RETURN_IF_ERROR(p.Int("rht", &rht));
   reference::QuantizeOptions o;
-  if (format == "bf16") o.format = reference::QuantFormat::kBf16;
-  else if (format == "fp16") o.format = reference::QuantFormat::kFp16;
-  else if (format == "e4m3") o.format = reference::QuantFormat::kE4M3;
-  else if (format == "e5m2") o.format = reference::QuantFormat::kE5M2;
-  else return absl::InvalidArgumentError(absl::StrCat("params.format=", format));
+  if (std::optional<reference::QuantFormat> f = ParseIn(reference::kQuantFormatNames, format)) {
+    o.format = *f;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("params.format=", format));
+  }
   if (block == "none") o.block = reference::QuantBlock::kNone;
   else if (block == "32") o.block = reference::QuantBlock::kAxis32;
   else if (block == "32x32") o.block = reference::QuantBlock::kSquare32;

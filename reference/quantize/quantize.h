@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/common/enum_names.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "model/numerics/mx.h"
@@ -15,6 +16,9 @@
 namespace gemtb::reference {
 
 enum class QuantFormat { kBf16, kFp16, kE4M3, kE5M2 };
+// The names `gemtb ref quantize --format` and the golden files use.
+inline constexpr EnumName<QuantFormat> kQuantFormatNames[] = {
+    {QuantFormat::kBf16, "bf16"}, {QuantFormat::kFp16, "fp16"}, {QuantFormat::kE4M3, "e4m3"}, {QuantFormat::kE5M2, "e5m2"}};
 enum class QuantBlock { kNone, kAxis32, kSquare32 };
 
 struct QuantizeOptions {

@@ -83,7 +83,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   nlohmann::json case_json = {{"q", "q.npy"}, {"k", "k.npy"}, {"v", "v.npy"}, {"do", "do.npy"},
                               {"q-offsets", "offsets.npy"}, {"kv-offsets", "offsets.npy"},
                               {"max-lq", max_len}, {"max-lk", max_len}, {"act", act}, {"mask", mask}};
-  if (mask == "window") {
+  if (ParseMaskKind(mask) == MaskKind::kWindow) {
     case_json["window-left"] = max_len / 4;
     case_json["window-right"] = 0;
   }

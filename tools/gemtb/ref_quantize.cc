@@ -1,5 +1,6 @@
 // gemtb ref quantize: the bit-exact codecs of model/numerics on a user's .npy tensor.
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
@@ -42,11 +43,11 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   }
   if (in_path.empty()) return absl::InvalidArgumentError("--in: required");
   reference::QuantizeOptions o;
-  if (format == "bf16") o.format = reference::QuantFormat::kBf16;
-  else if (format == "fp16") o.format = reference::QuantFormat::kFp16;
-  else if (format == "e4m3") o.format = reference::QuantFormat::kE4M3;
-  else if (format == "e5m2") o.format = reference::QuantFormat::kE5M2;
-  else return absl::InvalidArgumentError(absl::StrCat("--format=", format, ": want bf16|fp16|e4m3|e5m2"));
+  if (std::optional<reference::QuantFormat> f = ParseIn(reference::kQuantFormatNames, format)) {
+    o.format = *f;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--format=", format, ": want bf16|fp16|e4m3|e5m2"));
+  }
   if (block.empty()) o.block = reference::QuantBlock::kNone;
   else if (block == "32") o.block = reference::QuantBlock::kAxis32;
   else if (block == "32x32") o.block = reference::QuantBlock::kSquare32;
