@@ -31,11 +31,13 @@ struct DTypeInfo {
 };
 
 std::optional<DTypeInfo> ParseDType(const std::string& name) {
-  if (name == "float64") return DTypeInfo{ElementType::kFloat64, io::NpyDType::kFloat64};
-  if (name == "float32") return DTypeInfo{ElementType::kFloat32, io::NpyDType::kFloat32};
-  if (name == "float16") return DTypeInfo{ElementType::kFloat16, io::NpyDType::kFloat16};
-  if (name == "bfloat16") return DTypeInfo{ElementType::kBFloat16, io::NpyDType::kBFloat16};
-  return std::nullopt;
+  switch (io::ParseNpyDTypeName(name).value_or(io::NpyDType::kUInt8)) {
+    case io::NpyDType::kFloat64: return DTypeInfo{ElementType::kFloat64, io::NpyDType::kFloat64};
+    case io::NpyDType::kFloat32: return DTypeInfo{ElementType::kFloat32, io::NpyDType::kFloat32};
+    case io::NpyDType::kFloat16: return DTypeInfo{ElementType::kFloat16, io::NpyDType::kFloat16};
+    case io::NpyDType::kBFloat16: return DTypeInfo{ElementType::kBFloat16, io::NpyDType::kBFloat16};
+    default: return std::nullopt;  // not a floating dtype name
+  }
 }
 
 std::vector<int64_t> Offsets(const std::vector<int64_t>& lengths) {

@@ -5,9 +5,9 @@
 // special.npy (float64 [64]: zeros, infinities, NaN, overflow and subnormal edges, exact ties).
 // Each case folder holds what `gemtb ref quantize --in ../inputs/<input>.npy ...` writes: codes.npy,
 // scales.npy (MX) and values.npy.
-#include <optional>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"

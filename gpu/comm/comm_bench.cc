@@ -270,16 +270,16 @@ double CommBusBwFactor(const std::string& op, int ranks) {
 }
 
 absl::StatusOr<CommBenchResult> RunCommBench(const CommBenchOptions& o) {
-  if (o.dtype != "bf16" && o.dtype != "float") {
-    return absl::InvalidArgumentError(absl::StrCat("--dtype: \"", o.dtype, "\" is not one of bf16, float"));
+  if (o.dtype != Dtype::kBf16 && o.dtype != Dtype::kFp32) {
+    return absl::InvalidArgumentError(absl::StrCat("--dtype: \"", std::string(DtypeName(o.dtype)), "\" is not one of bf16, fp32"));
   }
   if (o.min_bytes < 1 || o.max_bytes < o.min_bytes || o.factor < 2 || o.iters < 1 || o.warmup < 0) {
     return absl::InvalidArgumentError("sizes: need 1 <= min <= max, factor >= 2, iters >= 1, warmup >= 0");
   }
   // NVLink SHARP off before any communicator exists (KINDS.md; spec §6.6 records it).
   setenv("NCCL_NVLS_ENABLE", "0", 1);
-  const ncclDataType_t type = o.dtype == "bf16" ? ncclBfloat16 : ncclFloat32;
-  const size_t elem = o.dtype == "bf16" ? 2 : 4;
+  const ncclDataType_t type = o.dtype == Dtype::kBf16 ? ncclBfloat16 : ncclFloat32;
+  const size_t elem = o.dtype == Dtype::kBf16 ? 2 : 4;
 
   CommBenchResult result;
   int version = 0;
@@ -289,7 +289,7 @@ absl::StatusOr<CommBenchResult> RunCommBench(const CommBenchOptions& o) {
   result.nccl_algo_env = Env("NCCL_ALGO");
   result.nccl_proto_env = Env("NCCL_PROTO");
   result.nvls_enable_env = Env("NCCL_NVLS_ENABLE");
-  result.dtype = o.dtype;
+  result.dtype = std::string(DtypeName(o.dtype));
   result.warmup = o.warmup;
   result.iters = o.iters;
 

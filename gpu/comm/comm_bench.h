@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/common/dtype.h"
 
 namespace gemtb::gpu::comm {
 
@@ -25,7 +26,7 @@ struct CommBenchOptions {
   int64_t min_bytes = 1024;
   int64_t max_bytes = int64_t{1} << 30;
   int64_t factor = 2;
-  std::string dtype = "bf16";  // bf16 | float
+  Dtype dtype = Dtype::kBf16;  // kBf16 | kFp32
   int warmup = 5;
   int iters = 20;
   int gpus = 0;                // 0: every visible GPU

@@ -142,6 +142,12 @@ T LoadLe(const uint8_t* p) {
 absl::string_view NpyDescr(NpyDType dtype) { return Info(dtype).descr; }
 int NpyItemSize(NpyDType dtype) { return Info(dtype).size; }
 absl::string_view NpyDTypeName(NpyDType dtype) { return Info(dtype).name; }
+std::optional<NpyDType> ParseNpyDTypeName(absl::string_view name) {
+  for (const DTypeInfo& info : kDTypes) {
+    if (name == info.name) return info.dtype;
+  }
+  return std::nullopt;
+}
 bool IsFloating(NpyDType dtype) {
   return dtype == NpyDType::kFloat64 || dtype == NpyDType::kFloat32 ||
          dtype == NpyDType::kFloat16 || dtype == NpyDType::kBFloat16;

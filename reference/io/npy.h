@@ -8,6 +8,7 @@
 #define GEMTB_REFERENCE_IO_NPY_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,8 @@ enum class NpyDType { kFloat64, kFloat32, kFloat16, kBFloat16, kInt64, kInt32, k
 absl::string_view NpyDescr(NpyDType dtype);
 int NpyItemSize(NpyDType dtype);
 absl::string_view NpyDTypeName(NpyDType dtype);  // "float64", ..., "bfloat16"
+// The dtype NpyDTypeName gives `name`, or nullopt.
+std::optional<NpyDType> ParseNpyDTypeName(absl::string_view name);
 bool IsFloating(NpyDType dtype);
 
 struct NpyArray {

@@ -4,6 +4,7 @@
 // `gemtb whatif calibrate` reads. NCCL_ALGO / NCCL_PROTO in the environment pin the algorithm.
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   std::string min_text = "1K", max_text = "1G", dtype = "bf16", json_path, label;
   int64_t factor = 2, warmup = 5, iters = 20, gpus = 0, gemm_dim = 8192;
   bool gemm = false;
-  FlagSet flags("gemtb bench comm [--ops LIST] [--min-bytes 1K] [--max-bytes 1G] [--dtype bf16|float] [--json F]",
+  FlagSet flags("gemtb bench comm [--ops LIST] [--min-bytes 1K] [--max-bytes 1G] [--dtype bf16|fp32] [--json F]",
                 "Times NCCL collectives on every visible GPU of this host (one process, ncclCommInitAll,\n"
                 "one stream per GPU, group calls): sizes min..max x factor in nccl-tests' convention (S =\n"
                 "buffer for all_reduce/broadcast, full gathered size for all_gather/reduce_scatter, bytes\n"
@@ -39,7 +40,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   flags.String("min-bytes", &min_text, "smallest S (suffixes K, M, G: powers of 2)");
   flags.String("max-bytes", &max_text, "largest S");
   flags.Int64("factor", &factor, "size step factor (default 2)");
-  flags.String("dtype", &dtype, "bf16 (default) or float");
+  flags.String("dtype", &dtype, "bf16 (default) or fp32");
   flags.Int64("warmup", &warmup, "warm-up calls per size (default 5)");
   flags.Int64("iters", &iters, "timed calls per size (default 20)");
   flags.Int64("gpus", &gpus, "GPUs to use (default 0: all visible)");
@@ -72,7 +73,9 @@ absl::Status Run(const std::vector<std::string>& args) {
   o.min_bytes = *min_bytes;
   o.max_bytes = *max_bytes;
   o.factor = factor;
-  o.dtype = dtype;
+  const std::optional<Dtype> parsed_dtype = ParseDtype(dtype);
+  if (!parsed_dtype) return absl::InvalidArgumentError(absl::StrCat("--dtype: \"", dtype, "\" is not one of bf16, fp32"));
+  o.dtype = *parsed_dtype;
   o.warmup = static_cast<int>(warmup);
   o.iters = static_cast<int>(iters);
   o.gpus = static_cast<int>(gpus);

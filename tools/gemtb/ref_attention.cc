@@ -1,5 +1,6 @@
 // gemtb ref attention: the oracle on the user's own .npy tensors.
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
@@ -61,11 +62,10 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
 
   // Output dtype: float64 in oracle mode, the input dtype in emulate mode, unless overridden.
   io::NpyDType out = exec.precision == reference::Precision::kOracle ? io::NpyDType::kFloat64 : c->input_dtype;
-  if (out_dtype == "float64") {
-    out = io::NpyDType::kFloat64;
-  } else if (out_dtype == "float32") {
-    out = io::NpyDType::kFloat32;
-  } else if (out_dtype == "input") {
+  const std::optional<io::NpyDType> named = io::ParseNpyDTypeName(out_dtype);
+  if (named == io::NpyDType::kFloat64 || named == io::NpyDType::kFloat32) {
+    out = *named;
+  } else if (out_dtype == "input") {  // a keyword, not a dtype name
     out = c->input_dtype;
   } else if (!out_dtype.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("--out-dtype=", out_dtype, ": want float64|float32|input"));
