@@ -182,8 +182,8 @@ TEST(CommPattern, ColumnShardsWithSharedAdagradStateGatherPartialSquareSums) {
   const CommTable adagrad{100, 8, 4.0, OptimizerKind::kRowwiseAdagrad};
   const TableSharding cw{ShardingType::kColumnWise, -1, 2};
   // p = 2 holders of M = 4 positions, 2 * 4U gathered: the average rank 2/4 of it.
-  const CommCall* ag =
-      Find(TableCommPattern(cw, adagrad, ShardingPlanSpec{}, CommWorld{4, 1, 4}), CommSite::kColumnNormAg);
+  const std::vector<CommCall> ag_calls = TableCommPattern(cw, adagrad, ShardingPlanSpec{}, CommWorld{4, 1, 4});
+  const CommCall* ag = Find(ag_calls, CommSite::kColumnNormAg);
   ASSERT_NE(ag, nullptr);
   EXPECT_EQ(ag->size, 2);
   EXPECT_EQ(ag->stride, 1);
@@ -194,9 +194,9 @@ TEST(CommPattern, ColumnShardsWithSharedAdagradStateGatherPartialSquareSums) {
   const CommTable sgd{100, 8, 4.0, OptimizerKind::kSgd};
   EXPECT_EQ(Find(TableCommPattern(cw, sgd, ShardingPlanSpec{}, CommWorld{4, 1, 4}), CommSite::kColumnNormAg), nullptr);
   // GRID: 4 column shards on the 4 hosts of g = 2 positions: holders 2 positions apart.
-  const CommCall* grid = Find(TableCommPattern(TableSharding{ShardingType::kGrid, -1, 4}, adagrad, ShardingPlanSpec{},
-                                               CommWorld{8, 1, 2}),
-                              CommSite::kColumnNormAg);
+  const std::vector<CommCall> grid_calls =
+      TableCommPattern(TableSharding{ShardingType::kGrid, -1, 4}, adagrad, ShardingPlanSpec{}, CommWorld{8, 1, 2});
+  const CommCall* grid = Find(grid_calls, CommSite::kColumnNormAg);
   ASSERT_NE(grid, nullptr);
   EXPECT_EQ(grid->size, 4);
   EXPECT_EQ(grid->stride, 2);
@@ -216,8 +216,9 @@ TEST(CommPattern, FullyShardedGathersTheShardOrACopy) {
   EXPECT_NE(Find(tw, CommSite::kV3Scatter), nullptr);
   EXPECT_EQ(Find(tw, CommSite::kReplicaSync), nullptr);
   // A DP table's every position holds a whole copy.
-  const CommCall* dp = Find(TableCommPattern(TableSharding{ShardingType::kDataParallel}, table, v3, CommWorld{2, 2, 1}),
-                            CommSite::kV3Gather);
+  const std::vector<CommCall> dp_calls =
+      TableCommPattern(TableSharding{ShardingType::kDataParallel}, table, v3, CommWorld{2, 2, 1});
+  const CommCall* dp = Find(dp_calls, CommSite::kV3Gather);
   ASSERT_NE(dp, nullptr);
   EXPECT_EQ(dp->bytes.coef, Bytes({{TrafficTerm::kOne, 3200.0}}).coef);
   v3.gather = GatherMode::kTouched;
@@ -232,16 +233,18 @@ TEST(CommPattern, FullyShardedGathersTheShardOrACopy) {
 TEST(CommPattern, ReplicaSyncCarriesWeightsAndState) {
   const CommTable adam{100, 8, 2.0, OptimizerKind::kAdam};
   ShardingPlanSpec v2;
-  const CommCall* ar = Find(TableCommPattern(TableSharding{ShardingType::kRowWise}, adam, v2, CommWorld{4, 2, 1}),
-                            CommSite::kReplicaSync);
+  const std::vector<CommCall> ar_calls =
+      TableCommPattern(TableSharding{ShardingType::kRowWise}, adam, v2, CommWorld{4, 2, 1});
+  const CommCall* ar = Find(ar_calls, CommSite::kReplicaSync);
   ASSERT_NE(ar, nullptr);
   EXPECT_EQ(ar->op, Collective::kAllReduce);
   EXPECT_EQ(ar->group_class, CommGroupClass::kSparseReplica);
   EXPECT_EQ(ar->size, 2);
   EXPECT_EQ(ar->bytes.coef, Bytes({{TrafficTerm::kOne, 100 * (8 * 2.0 + 64.0) / 4}}).coef);
   v2.state_sync = false;
-  const CommCall* weights = Find(TableCommPattern(TableSharding{ShardingType::kRowWise}, adam, v2, CommWorld{4, 2, 1}),
-                                 CommSite::kReplicaSync);
+  const std::vector<CommCall> weights_calls =
+      TableCommPattern(TableSharding{ShardingType::kRowWise}, adam, v2, CommWorld{4, 2, 1});
+  const CommCall* weights = Find(weights_calls, CommSite::kReplicaSync);
   ASSERT_NE(weights, nullptr);
   EXPECT_EQ(weights->bytes.coef, Bytes({{TrafficTerm::kOne, 100 * 8 * 2.0 / 4}}).coef);
 }
