@@ -153,12 +153,8 @@ absl::StatusOr<NamedArrays> ParseCheckpoint(const std::vector<uint8_t>& bytes, c
 
 absl::Status WriteCheckpoint(const std::string& path, const NamedArrays& arrays, const CheckpointWriteOptions& options) {
   const std::vector<uint8_t> bytes = SerializeCheckpoint(arrays);
-  int64_t fail_after = options.fail_after_bytes;
-  bool kill_on_fail = false;
-  if (const char* env = std::getenv("GEMTB_CKPT_FAIL_AFTER_BYTES"); env && fail_after < 0) {
-    fail_after = std::strtoll(env, nullptr, 10);
-    kill_on_fail = true;
-  }
+  const int64_t fail_after = options.fail_after_bytes;
+  const bool kill_on_fail = options.kill_at_failure;
   const std::filesystem::path target(path);
   const std::string dir = target.has_parent_path() ? target.parent_path().string() : std::string(".");
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());

@@ -29,10 +29,11 @@ absl::StatusOr<NamedArrays> ParseCheckpoint(const std::vector<uint8_t>& bytes, c
 
 struct CheckpointWriteOptions {
   // Failure injection for tests: stop after this many bytes of the temp file, as a crash would
-  // (the temp file stays behind, the target is untouched) and return an error. -1 = off. The
-  // environment variable GEMTB_CKPT_FAIL_AFTER_BYTES does the same for the CLI, killing the process
-  // with SIGKILL at that point.
+  // (the temp file stays behind, the target is untouched) and return an error. -1 = off.
   int64_t fail_after_bytes = -1;
+  // With fail_after_bytes: kill the process with SIGKILL at that point instead of returning (a real
+  // crash mid-write, for end-to-end tests of `gemtb ref train --crash-checkpoint-after-bytes`).
+  bool kill_at_failure = false;
 };
 
 absl::Status WriteCheckpoint(const std::string& path, const NamedArrays& arrays, const CheckpointWriteOptions& options = {});

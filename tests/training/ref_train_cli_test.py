@@ -1,7 +1,7 @@
 """gemtb ref train end to end (run by ctest with the gemtb binary as its argument): bad flags exit 2
 and write nothing; a short run prints loss, train NE, samples/s and held-out NE beside the oracle NE;
 2 steps + resume 2 == 4 straight, byte for byte; a SIGKILL in the middle of a checkpoint write
-(GEMTB_CKPT_FAIL_AFTER_BYTES) leaves the previous checkpoint intact and loadable."""
+(--crash-checkpoint-after-bytes) leaves the previous checkpoint intact and loadable."""
 import os
 import signal
 import subprocess
@@ -46,9 +46,9 @@ def main():
         assert read(resumed) == read(straight), "2 + resume 2 must equal 4 straight"
 
         # Crash while overwriting `half` with the step-4 state: the step-2 checkpoint stays.
-        env = dict(os.environ, GEMTB_CKPT_FAIL_AFTER_BYTES="100000")
-        p = subprocess.run([GEMTB, "ref", "train"] + SMALL + ["--steps", "4", "--resume", half, "--checkpoint", half],
-                           capture_output=True, text=True, env=env)
+        p = subprocess.run([GEMTB, "ref", "train"] + SMALL + ["--steps", "4", "--resume", half, "--checkpoint", half,
+                                                     "--crash-checkpoint-after-bytes", "100000"],
+                           capture_output=True, text=True)
         assert p.returncode == -signal.SIGKILL, (p.returncode, p.stdout, p.stderr)
         assert read(half) == before, "the previous checkpoint must be intact"
         again = os.path.join(d, "again.bin")

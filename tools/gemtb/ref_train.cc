@@ -50,6 +50,7 @@ struct Flags {
   int64_t log_every = 100, eval_every = 0, eval_samples = 32768, eval_first = 0, ne_window = 100;
   std::string checkpoint, resume;
   int64_t checkpoint_every = 0;
+  int64_t crash_checkpoint_after_bytes = -1;
   bool check = false;
 };
 
@@ -95,6 +96,8 @@ int RunRefTrain(const std::vector<std::string>& args) {
   flags.String("checkpoint", &f.checkpoint, "checkpoint file written atomically at the end (and every --checkpoint-every)");
   flags.Int64("checkpoint-every", &f.checkpoint_every, "steps between checkpoints (0 = only at the end)");
   flags.String("resume", &f.resume, "continue from this checkpoint (same options required)");
+  flags.Int64("crash-checkpoint-after-bytes", &f.crash_checkpoint_after_bytes,
+              "testing: kill this process (SIGKILL) after N bytes of a checkpoint write (default -1: never)");
   flags.Bool("check", &f.check, "exit 1 unless the final held-out NE meets spec §8 row 8");
   if (absl::Status s = flags.Parse(args); !s.ok()) return ReportError(kCommand, s);
   if (flags.help_requested()) {
@@ -144,7 +147,10 @@ int RunRefTrain(const std::vector<std::string>& args) {
   }
   auto save = [&]() -> absl::Status {
     if (f.checkpoint.empty()) return absl::OkStatus();
-    return reference::model::WriteCheckpoint(f.checkpoint, trainer.StateArrays());
+    reference::model::CheckpointWriteOptions write;
+    write.fail_after_bytes = f.crash_checkpoint_after_bytes;
+    write.kill_at_failure = f.crash_checkpoint_after_bytes >= 0;
+    return reference::model::WriteCheckpoint(f.checkpoint, trainer.StateArrays(), write);
   };
 
   const int T = static_cast<int>(config->NumTasks());
