@@ -16,8 +16,9 @@ FORBIDDEN = [
     ("a path outside the repository", re.compile(r"\.\./shared")),
     ("an issue reference", re.compile(r"\bissues?\s*#?\d+", re.IGNORECASE)),
     # A commit hash: 7-40 hex digits with at least one digit and one letter (so neither a decimal
-    # number nor a word such as 'defaced' counts).
-    ("a commit hash", re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")),
+    # number nor a word such as 'defaced' counts), also inside a file name (`x_20261201_f02b8d1.json`).
+    ("a commit hash",
+     re.compile(r"(?<![0-9A-Za-z])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![0-9A-Za-z])")),
 ]
 SKIP_DIRS = {"third_party", "node_modules", "__pycache__"}
 
@@ -73,6 +74,7 @@ def self_check(root):
         "see ../shared/spec/attention.md": 1,
         "fixed in Issue 32": 1,
         "measured at 5067397c on the VM": 1,
+        "see `results/bench_20261201_f02b8d1.json`": 1,
         "[page](docs/no-such-page.md)": 1,
         "1234567 samples, 64 bytes, a defaced README, [home](README.md), [web](https://example.org)": 0,
     }
