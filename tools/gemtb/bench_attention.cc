@@ -50,7 +50,8 @@ absl::Status Run(const std::vector<std::string>& args) {
                 "section 11: forward and forward+backward, CUDA events, median of --reps runs over\n"
                 "rotated input sets, then the same runs' kernel time (CUPTI; --no-kernel-time skips it).\n"
                 "Writes D/bench_attention.json and the lengths of each case as\n"
-                "D/<case>.npy (int64 [2,B]) for ../shared/peers/torch_peers.py --lengths D.");
+                "D/<case>.npy (int64 [2,B]), so that a peer benchmark can time the same lengths\n"
+                "(formats: docs/reports.md).");
   flags.String("out-dir", &out_dir, "output folder (created if missing)");
   flags.String("cases", &cases, "comma-separated case names (default: all eight)");
   flags.Int64("warmup", &warmup, "untimed runs before timing (default 3)");
