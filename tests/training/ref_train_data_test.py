@@ -2,8 +2,9 @@
 by `gemtb data generate --seed S` trains to the same checkpoint bytes as training on the generator
 with --data-seed S (step s reads samples s*B .. s*B+B-1 either way); a user's set without probs.npy,
 meta.json or surface.npy trains, its oracle NE printing n/a; --eval-data gives the held-out NE on a
-second folder, labels without positives print it as undefined; a malformed set exits 2 with one line
+second folder, labels without positives print it as undefined (and data generate writes null); a malformed set exits 2 with one line
 naming the file."""
+import json
 import os
 import shutil
 import subprocess
@@ -37,6 +38,10 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         data = os.path.join(d, "data")
         run(["data", "generate", "--config", "tiny", "--samples", str(B * STEPS), "--seed", str(SEED), "--out-dir", data])
+        # The first 24 samples of seed 5 hold no CTR positive: its oracle NE is undefined (null).
+        with open(os.path.join(data, "meta.json")) as f:
+            ctr = json.load(f)["tasks"][0]
+        assert ctr["positives"] == 0 and ctr["oracle_ne"] is None, ctr
         from_folder, from_generator = os.path.join(d, "folder.bin"), os.path.join(d, "generator.bin")
         p = run(["ref", "train"] + COMMON + ["--steps", str(STEPS), "--data", data, "--checkpoint", from_folder])
         assert f"training data: {B * STEPS} samples from {data}" in p.stdout, p.stdout
