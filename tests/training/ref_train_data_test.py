@@ -66,6 +66,8 @@ def main():
         eval_line = [l for l in p.stdout.splitlines() if l.startswith(f"eval step {steps} --eval-data samples 256: ctr ne ")]
         assert eval_line and "ctr ne undefined" not in eval_line[0], p.stdout
         assert "(oracle n/a, gap n/a" in eval_line[0], eval_line
+        train_lines = [l for l in p.stdout.splitlines() if l.startswith("step ")]
+        assert train_lines and all(l.count(", oracle n/a)") == 2 for l in train_lines), train_lines
         p = run(["ref", "train"] + COMMON + ["--steps", "2", "--data", user, "--eval-data", held])
         eval_line = [l for l in p.stdout.splitlines() if l.startswith("eval step 2 --eval-data samples 256:")]
         assert eval_line and eval_line[0].count("ne undefined (oracle undefined") == 2, p.stdout

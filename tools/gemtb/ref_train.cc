@@ -200,12 +200,14 @@ int RunRefTrain(const std::vector<std::string>& args) {
   if (!created.ok()) return ReportError(kCommand, absl::InvalidArgumentError(created.status().message()));
   Trainer& trainer = **created;
   std::shared_ptr<const NpyDataset> eval_set;
+  bool train_oracle_known = true;  // the training samples carry true probabilities
   if (data_folder) {
     const data::DataShape shape = data::ShapeFromConfig(*config);
     absl::StatusOr<NpyDataset> set = reference::model::LoadNpyDataset(f.data, shape);
     if (!set.ok()) return ReportError(kCommand, set.status());
     std::cout << "training data: " << set->size << " samples from " << f.data
               << (set->has_probs ? "" : " (no probs.npy: oracle NE n/a)") << "\n";
+    train_oracle_known = set->has_probs;
     trainer.UseTrainingSet(std::make_shared<const NpyDataset>(*std::move(set)));
     if (!f.eval_data.empty()) {
       absl::StatusOr<NpyDataset> e = reference::model::LoadNpyDataset(f.eval_data, shape);
@@ -267,7 +269,8 @@ int RunRefTrain(const std::vector<std::string>& args) {
       // Windowed (last --ne-window steps) and lifetime train NE, the oracle's windowed NE on the same samples.
       for (int t = 0; t < T; ++t)
         absl::StrAppend(&line, " train_ne[", config->tasks[t].name, "] ", NeText(tracker.Windowed(t), 4), " (lifetime ",
-                        NeText(tracker.Lifetime(t), 4), ", oracle ", NeText(oracle_tracker.Windowed(t), 4), ")");
+                        NeText(tracker.Lifetime(t), 4), ", oracle ",
+                        train_oracle_known ? NeText(oracle_tracker.Windowed(t), 4) : std::string("n/a"), ")");
       absl::StrAppend(&line, " samples/s ", Num(static_cast<double>(interval_samples) / std::max(secs, 1e-9), 4));
       if (tty) std::cerr << "\r\033[K";
       std::cout << line << std::endl;
