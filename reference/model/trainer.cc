@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
@@ -276,6 +277,10 @@ constexpr const char* kOptionNames[] = {"seed",          "data_seed",  "batch", 
                                         "beta1",         "beta2",      "eps",         "grad_blocks",
                                         "linear_decay",  "table_decay", "total_steps", "parameter count"};
 
+std::string OptionName(size_t i) {
+  return i < std::size(kOptionNames) ? kOptionNames[i] : absl::StrCat("entry ", i);
+}
+
 // Shortest text that reads back to `v`; as a float when `v` is one (the learning rates are), so 1e-3f prints 0.001.
 std::string OptionText(double v) {
   char buf[64];
@@ -297,9 +302,9 @@ absl::Status CompareOptions(const io::NpyArray& saved, const io::NpyArray& mine)
   for (size_t i = 0; i < a->size(); ++i) {
     // Bit comparison: the options are stored as the fp64 of what was used, so equal runs match exactly.
     if (std::memcmp(&(*a)[i], &(*b)[i], sizeof(double)) != 0)
-      return absl::FailedPreconditionError(absl::StrCat("state.options: ", kOptionNames[i],
-                                                        " differs: the checkpoint has ", OptionText((*a)[i]),
-                                                        ", this run ", OptionText((*b)[i]), " (resume needs the options it was made with)"));
+      return absl::FailedPreconditionError(absl::StrCat("state.options: ", OptionName(i), " differs: the checkpoint has ",
+                                                        OptionText((*a)[i]), ", this run ", OptionText((*b)[i]),
+                                                        " (resume needs the options it was made with)"));
   }
   return absl::OkStatus();
 }
