@@ -1,6 +1,8 @@
 // gemtb ref train: trains the GEM-like reference model on the CPU (reference/model/trainer.h),
 // printing loss, windowed train NE, held-out NE beside the oracle NE of the same samples, and
-// samples/s per interval; writes checkpoints atomically and resumes from them bit-exactly.
+// samples/s per interval; writes checkpoints atomically and resumes from them bit-exactly. Trains on
+// the generator or on a folder of .npy samples (--data, reference/model/npy_dataset.h); checks every
+// flag and the checkpoint path before the first step; SIGTERM/SIGINT stop after a step, saving first.
 #include <unistd.h>
 
 #include <cfloat>
@@ -80,10 +82,11 @@ std::string NeText(const metrics::NeResult& r, int digits) { return NeText(r.ne,
 std::string EvalLine(const gemtb::model::ModelConfig& config, int64_t step, const EvalResult& e, const char* what) {
   std::string s = absl::StrCat("eval step ", step, " ", what, " samples ", e.samples, ":");
   for (size_t t = 0; t < e.ne.size(); ++t) {
-    const bool defined = NeDefined(e.positives[t], e.count[t]) && !std::isnan(e.oracle_ne[t]);
+    const std::string gap = !NeDefined(e.positives[t], e.count[t]) ? "undefined"
+                            : std::isnan(e.oracle_ne[t])            ? "n/a"
+                                                                    : Num(e.ne[t] - e.oracle_ne[t], 3);
     absl::StrAppend(&s, " ", config.tasks[t].name, " ne ", NeText(e.ne[t], e.positives[t], e.count[t]), " (oracle ",
-                    NeText(e.oracle_ne[t], e.positives[t], e.count[t]), ", gap ",
-                    defined ? Num(e.ne[t] - e.oracle_ne[t], 3) : std::string(NeDefined(e.positives[t], e.count[t]) ? "n/a" : "undefined"),
+                    NeText(e.oracle_ne[t], e.positives[t], e.count[t]), ", gap ", gap,
                     ", calibration ", e.positives[t] > 0 ? Num(e.calibration[t], 3) : std::string("undefined"),
                     ", positives ", e.positives[t], "/", e.count[t], ")");
   }
@@ -102,24 +105,29 @@ std::optional<std::string> CheckRate(const char* flag, const std::optional<doubl
 
 int RunRefTrain(const std::vector<std::string>& args) {
   Flags f;
-  FlagSet flags("gemtb ref train [--config tiny] [--steps N] [flags]",
-                "Trains the GEM-like reference model (fp32, oneTBB, bit-exact for any --threads) on the planted-"
-                "teacher data. Per --log-every steps: loss, windowed and lifetime train NE per task with the oracle's windowed NE of the same samples, samples/s; per --eval-every "
-                "steps and at the end: NE on held-out samples (indices from 2^40 on, never trained on) beside the "
-                "oracle NE of the same samples. Exit 0; with --check, exit 1 unless the first task's final held-out "
-                "NE <= oracle NE + 0.05 and <= 0.9 (spec §8 row 8).\n"
-                "With --data DIR it trains on the samples of DIR instead, step s on samples s*batch .. s*batch+batch-1 "
-                "(modulo N: the set repeats). DIR holds, for N samples, T tasks and K keys (the config's sparse "
-                "features, then per sequence <seq>.item, <seq>.action, <seq>.dt): lengths.npy int32 [K*N] key-major, "
-                "ids.npy int64 (key, then sample, then position; events oldest first), seq_lengths.npy int32 [J, N], "
-                "dense.npy float32 [N, m], labels.npy and masks.npy uint8 [N, T], and optionally probs.npy float64 "
-                "[N, T] (true probabilities: the oracle NE; without it the oracle prints n/a). A folder of "
-                "`gemtb data generate --seed S` trains to the same bits as --data-seed S without --data. An NE with "
-                "no positives or no negatives prints as undefined. SIGTERM or SIGINT stops after the current step, "
-                "writing --checkpoint first when given (exit 128 + the signal).");
+  FlagSet flags("gemtb ref train [--config tiny] [--steps N] [--data DIR] [flags]",
+                "Trains the GEM-like reference model (fp32, oneTBB, bit-exact for any --threads) on the planted-\n"
+                "teacher data. Per --log-every steps: loss, windowed and lifetime train NE per task with the\n"
+                "oracle's windowed NE of the same samples, samples/s; per --eval-every steps and at the end: NE on\n"
+                "held-out samples (indices from 2^40 on, never trained on) beside the oracle NE of the same samples.\n"
+                "Exit 0; with --check, exit 1 unless the first task's final held-out NE <= oracle NE + 0.05 and\n"
+                "<= 0.9 (spec §8 row 8). An NE of samples without a positive or a negative prints as undefined.\n"
+                "\n"
+                "--data DIR trains on the samples of DIR instead, step s on samples s*batch .. s*batch+batch-1\n"
+                "(modulo N: the set repeats). For N samples, T tasks, m dense features and K keys (the config's\n"
+                "sparse features, then per sequence <seq>.item, <seq>.action, <seq>.dt), DIR holds:\n"
+                "  lengths.npy int32 [K*N] key-major; ids.npy int64 (key, then sample, then position; events\n"
+                "  oldest first); seq_lengths.npy int32 [J, N]; dense.npy float32 [N, m]; labels.npy and\n"
+                "  masks.npy uint8 [N, T]; optionally probs.npy float64 [N, T] (true probabilities, for the\n"
+                "  oracle NE; without it the oracle prints n/a).\n"
+                "A folder of `gemtb data generate --seed S` trains to the same bits as --data-seed S without\n"
+                "--data. The held-out NE of a --data run comes from --eval-data.\n"
+                "\n"
+                "SIGTERM or SIGINT stops after the current step, writing --checkpoint first when given\n"
+                "(exit 128 + the signal number); --resume continues from it.");
   flags.String("config", &f.config, "model config: tiny | small | gem-scale | path to a JSON (default tiny)");
   flags.String("data", &f.data,
-               "training data: a folder of .npy files in the layout `gemtb data generate` writes (see below), or "
+               "training data: a folder of .npy files in the layout `gemtb data generate` writes (described above), or "
                "the generator's data parameters as a built-in name or JSON path (default: the config's generator)");
   flags.String("eval-data", &f.eval_data,
                "with a --data folder: a second folder in the same layout for the held-out NE (default: none, no "
