@@ -2,12 +2,17 @@
 (`gemtb ref`, `gemtb gpu`, ...) given alone lists its subcommands with one line each, with --help
 exits 0, and with an unknown subcommand exits 2 naming it.
 
-usage: /usr/bin/python3 usage_test.py --gemtb PATH
+The build-time script that writes the version header says "unknown" for a tree without git and
+rewrites the header only when its text changes.
+
+usage: /usr/bin/python3 usage_test.py --gemtb PATH --version-script cmake/GemtbVersionHeader.cmake
 """
 import argparse
+import os
 import re
 import subprocess
 import sys
+import tempfile
 
 failures = 0
 
@@ -26,7 +31,9 @@ def run(gemtb, *args):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gemtb", required=True)
-    gemtb = ap.parse_args().gemtb
+    ap.add_argument("--version-script", required=True)
+    args = ap.parse_args()
+    gemtb = args.gemtb
 
     r = run(gemtb, "--version")
     lines = r.stdout.splitlines()
@@ -59,6 +66,21 @@ def main():
     r = run(gemtb, "ref", "nosuch")
     check(r.returncode == 2 and r.stderr.startswith("gemtb: error: unknown command 'ref nosuch'\n")
           and "  train " in r.stderr, "'gemtb ref nosuch' exits 2 naming it, the list on stderr")
+
+    with tempfile.TemporaryDirectory() as d:
+        header = os.path.join(d, "version_info.h")
+        def write_header():
+            subprocess.run(["cmake", f"-DSOURCE_DIR={d}", f"-DOUTPUT={header}", "-DVERSION=1.2.3",
+                            "-DBUILD_TYPE=Release", "-DCUDA=OFF", "-P", args.version_script], check=True,
+                           env=dict(os.environ, GIT_CEILING_DIRECTORIES=os.path.dirname(d)))
+        write_header()
+        with open(header) as f:
+            text = f.read()
+        check('#define GEMTB_COMMIT "unknown"' in text and '#define GEMTB_VERSION "1.2.3"' in text,
+              "version header of a tree without git: commit unknown")
+        os.utime(header, (0, 0))
+        write_header()
+        check(os.stat(header).st_mtime == 0, "version header not rewritten when unchanged")
 
     print("FAILED" if failures else "PASSED")
     return 1 if failures else 0
