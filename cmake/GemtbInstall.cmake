@@ -20,7 +20,16 @@ foreach(target gemtb_model_json gemtb_model_desc gemtb_model_sharding)
 endforeach()
 install(DIRECTORY model reference DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.h")
-install(TARGETS gemtb RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS gemtb RUNTIME DESTINATION bin)
+# What the binary reads, in the source tree's layout under share/gemtb: bin/gemtb finds it as
+# ../share/gemtb (model/description/data_dir.h), so the installed tree can move as a whole.
+set(GEMTB_INSTALL_DATA share/gemtb)
+install(DIRECTORY model/configs DESTINATION ${GEMTB_INSTALL_DATA}/model)
+install(DIRECTORY sim/scenarios sim/calibration DESTINATION ${GEMTB_INSTALL_DATA}/sim)
+install(FILES sim/network/default_cluster.json DESTINATION ${GEMTB_INSTALL_DATA}/sim/network)
+install(FILES golden/manifest.json DESTINATION ${GEMTB_INSTALL_DATA}/golden)
+install(DIRECTORY golden/attention golden/embedding golden/quantize golden/training
+  DESTINATION ${GEMTB_INSTALL_DATA}/golden)
 install(EXPORT gemtbTargets NAMESPACE gemtb:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/gemtb)
 
 file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/gemtbConfig.cmake.in [=[

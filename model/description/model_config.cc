@@ -9,11 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
+#include "model/description/data_dir.h"
 #include "model/json/json_reader.h"
-
-#ifndef GEMTB_SOURCE_DIR
-#error "GEMTB_SOURCE_DIR must name the source tree (set by model/description/CMakeLists.txt)"
-#endif
 
 namespace gemtb::model {
 namespace {
@@ -423,16 +420,20 @@ absl::StatusOr<ModelConfig> ParseModelConfigText(std::string_view text) {
 
 std::string BuiltinConfigPath(std::string_view name) {
   if (name == "tiny" || name == "small" || name == "gem-scale") {
-    return absl::StrCat(GEMTB_SOURCE_DIR, "/model/configs/", absl::string_view(name.data(), name.size()),
+    return absl::StrCat(DataDir(), "/model/configs/", absl::string_view(name.data(), name.size()),
                         ".json");
   }
   return "";
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& name_or_path) {
-  std::string path = BuiltinConfigPath(name_or_path);
-  if (path.empty()) path = name_or_path;
+  const std::string builtin = BuiltinConfigPath(name_or_path);
+  const std::string path = builtin.empty() ? name_or_path : builtin;
   std::ifstream in(path, std::ios::binary);
+  if (!in && !builtin.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("config: built-in '", name_or_path, "' cannot be read at ", path,
+                                                   " (the data folder: gemtb --version)"));
+  }
   if (!in) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config: '", name_or_path, "' is neither tiny|small|gem-scale nor a readable file"));

@@ -143,8 +143,8 @@ struct ModelConfig {
 absl::StatusOr<ModelConfig> ParseModelConfig(const nlohmann::json& json);
 absl::StatusOr<ModelConfig> ParseModelConfigText(std::string_view text);
 
-// `name_or_path` is "tiny" | "small" | "gem-scale" (the committed model/configs/<name>.json under
-// the source tree) or a path to a JSON file.
+// `name_or_path` is "tiny" | "small" | "gem-scale" (the committed model/configs/<name>.json in
+// the data folder, data_dir.h) or a path to a JSON file.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& name_or_path);
 
 // The committed configs' path for a built-in name, or "" if the name is not built in.

@@ -151,6 +151,22 @@ absl::StatusOr<NamedArrays> ParseCheckpoint(const std::vector<uint8_t>& bytes, c
   return out;
 }
 
+absl::Status CheckCheckpointPath(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return absl::InvalidArgumentError("checkpoint: the path is empty");
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return absl::FailedPreconditionError(absl::StrCat(path, ": folder ", dir.string(), " does not exist"));
+  if (fs::is_directory(target, ec)) return absl::FailedPreconditionError(absl::StrCat(path, ": is a folder"));
+  // The temp file is created beside the target, so the folder itself must take new files.
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": folder ", dir.string(), " is not writable: ", std::strerror(errno)));
+  return absl::OkStatus();
+}
+
 absl::Status WriteCheckpoint(const std::string& path, const NamedArrays& arrays, const CheckpointWriteOptions& options) {
   const std::vector<uint8_t> bytes = SerializeCheckpoint(arrays);
   const int64_t fail_after = options.fail_after_bytes;

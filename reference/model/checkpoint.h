@@ -36,6 +36,10 @@ struct CheckpointWriteOptions {
   bool kill_at_failure = false;
 };
 
+// Whether `path` can be written before any work starts: its folder exists and is writable, and
+// `path` is not a folder. FailedPrecondition naming the path and the reason otherwise.
+absl::Status CheckCheckpointPath(const std::string& path);
+
 absl::Status WriteCheckpoint(const std::string& path, const NamedArrays& arrays, const CheckpointWriteOptions& options = {});
 absl::StatusOr<NamedArrays> ReadCheckpoint(const std::string& path);
 

@@ -1,8 +1,11 @@
 #include "reference/model/trainer.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
@@ -21,6 +24,7 @@ namespace gemtb::reference::model {
 struct Trainer::Impl {
   data::Generator generator;
   std::unique_ptr<tbb::task_arena> arena;
+  std::shared_ptr<const NpyDataset> training_set;
 
   // Samples [first, first + count) of `seed`, generated in parallel (each is a pure function of its index).
   data::Batch Generate(uint64_t seed, int64_t first, int64_t count) {
@@ -92,8 +96,17 @@ Trainer::~Trainer() = default;
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const gemtb::model::ModelConfig& config,
                                                          const TrainOptions& options) {
   if (options.batch < 1) return absl::InvalidArgumentError(absl::StrCat("batch: ", options.batch, " must be >= 1"));
-  if (!(options.lr >= 0) || !(options.table_lr >= 0))
-    return absl::InvalidArgumentError(absl::StrCat("lr: ", options.lr, " / table_lr: ", options.table_lr, " must be >= 0"));
+  if (!(std::isfinite(options.lr) && options.lr >= 0))
+    return absl::InvalidArgumentError(absl::StrCat("lr: ", options.lr, " must be finite and >= 0"));
+  if (!(std::isfinite(options.table_lr) && options.table_lr >= 0))
+    return absl::InvalidArgumentError(absl::StrCat("table_lr: ", options.table_lr, " must be finite and >= 0"));
+  if (!(options.beta1 >= 0 && options.beta1 < 1) || !(options.beta2 >= 0 && options.beta2 < 1))
+    return absl::InvalidArgumentError(
+        absl::StrCat("beta1: ", options.beta1, ", beta2: ", options.beta2, ": each must be in [0, 1)"));
+  if (!(std::isfinite(options.eps) && options.eps > 0))
+    return absl::InvalidArgumentError(absl::StrCat("eps: ", options.eps, " must be finite and > 0"));
+  if (options.total_steps < 1)
+    return absl::InvalidArgumentError(absl::StrCat("total_steps: ", options.total_steps, " must be >= 1"));
   if (options.grad_blocks < 1)
     return absl::InvalidArgumentError(absl::StrCat("grad_blocks: ", options.grad_blocks, " must be >= 1"));
   if (!(options.table_decay >= 0 && options.table_decay <= 1))
@@ -109,7 +122,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const gemtb::model::Mod
   if (!params.ok()) return params.status();
   absl::StatusOr<data::Generator> gen = data::Generator::Create(*params, data::ShapeFromConfig(config));
   if (!gen.ok()) return gen.status();
-  t->impl_ = std::make_unique<Impl>(Impl{*std::move(gen), nullptr});
+  t->impl_ = std::make_unique<Impl>(Impl{*std::move(gen), nullptr, nullptr});
   if (options.threads > 0) t->impl_->arena = std::make_unique<tbb::task_arena>(options.threads);
   t->emb_ = ModelEmbeddingConfig(config, options.table_lr, options.seed);
   GEMTB_RETURN_IF_ERROR(ValidateEmbeddingConfig(t->emb_));
@@ -131,7 +144,8 @@ absl::StatusOr<StepResult> Trainer::Step() {
   const float table_lr = ScheduledRate(options_.table_lr, options_.table_decay, state_.step, options_.total_steps,
                                        options_.linear_decay);
   for (TableConfig& t : emb_.tables) t.optimizer.lr = table_lr;
-  const data::Batch batch = impl_->Generate(options_.data_seed, state_.step * B, B);
+  const data::Batch batch = impl_->training_set ? DatasetBatch(*impl_->training_set, state_.step * B, B)
+                                                : impl_->Generate(options_.data_seed, state_.step * B, B);
   const KeyedJaggedTensor kjt = KjtOf(batch);
   absl::StatusOr<EmbeddingOutput> emb = EmbeddingForward(emb_, state_.tables, kjt, {}, options_.threads);
   if (!emb.ok()) return emb.status();
@@ -183,14 +197,27 @@ absl::StatusOr<StepResult> Trainer::Step() {
   return out;
 }
 
+void Trainer::UseTrainingSet(std::shared_ptr<const NpyDataset> set) { impl_->training_set = std::move(set); }
+
 absl::StatusOr<EvalResult> Trainer::Evaluate(int64_t first, int64_t count) {
+  return EvaluateBatches(count, [&](int64_t at, int64_t n) {
+    return impl_->Generate(options_.data_seed, kHeldOutFirstIndex + first + at, n);
+  });
+}
+
+absl::StatusOr<EvalResult> Trainer::Evaluate(const NpyDataset& set) {
+  return EvaluateBatches(set.size, [&](int64_t at, int64_t n) { return DatasetBatch(set, at, n); });
+}
+
+absl::StatusOr<EvalResult> Trainer::EvaluateBatches(int64_t count,
+                                                    const std::function<data::Batch(int64_t, int64_t)>& batch_at) {
   const int T = static_cast<int>(config_.NumTasks());
   constexpr int64_t kChunk = 256;
   std::vector<double> pred, prob;
   std::vector<uint8_t> label, mask;
   for (int64_t at = 0; at < count; at += kChunk) {
     const int64_t n = std::min(kChunk, count - at);
-    const data::Batch batch = impl_->Generate(options_.data_seed, kHeldOutFirstIndex + first + at, n);
+    const data::Batch batch = batch_at(at, n);
     absl::StatusOr<EmbeddingOutput> emb = EmbeddingForward(emb_, state_.tables, KjtOf(batch), {}, options_.threads);
     if (!emb.ok()) return emb.status();
     const FloatInputs in = MakeInputs(config_, batch, *emb);
@@ -205,15 +232,19 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(int64_t first, int64_t count) {
     label.insert(label.end(), batch.label.begin(), batch.label.end());
     mask.insert(mask.end(), batch.mask.begin(), batch.mask.end());
   }
+  const bool has_prob = std::all_of(prob.begin(), prob.end(), [](double p) { return !std::isnan(p); });
   EvalResult e;
   e.samples = count;
   for (int t = 0; t < T; ++t) {
     const metrics::NeUnit model_unit = metrics::MakeNeUnit(pred.data() + t, label.data() + t, mask.data() + t, count, T);
-    const metrics::NeUnit oracle_unit = metrics::MakeNeUnit(prob.data() + t, label.data() + t, mask.data() + t, count, T);
     const metrics::NeResult m = metrics::EvaluateNe(&model_unit, 1);
-    const metrics::NeResult o = metrics::EvaluateNe(&oracle_unit, 1);
+    double oracle = std::nan("");
+    if (has_prob) {
+      const metrics::NeUnit oracle_unit = metrics::MakeNeUnit(prob.data() + t, label.data() + t, mask.data() + t, count, T);
+      oracle = metrics::EvaluateNe(&oracle_unit, 1).ne;
+    }
     e.ne.push_back(m.ne);
-    e.oracle_ne.push_back(o.ne);
+    e.oracle_ne.push_back(oracle);
     e.calibration.push_back(m.calibration);
     e.positives.push_back(m.positives);
     e.count.push_back(m.count);
@@ -239,6 +270,43 @@ absl::StatusOr<std::vector<float>> AsF32(const io::NpyArray& a, const std::strin
   std::vector<float> v(count);
   std::memcpy(v.data(), a.data.data(), count * sizeof(float));
   return v;
+}
+
+// The entries of the "options" array, in order, by the TrainOptions field (or model property) each holds.
+constexpr const char* kOptionNames[] = {"seed",          "data_seed",  "batch",       "lr",    "table_lr",
+                                        "beta1",         "beta2",      "eps",         "grad_blocks",
+                                        "linear_decay",  "table_decay", "total_steps", "parameter count"};
+
+std::string OptionName(size_t i) {
+  return i < std::size(kOptionNames) ? kOptionNames[i] : absl::StrCat("entry ", i);
+}
+
+// Shortest text that reads back to `v`; as a float when `v` is one (the learning rates are), so 1e-3f prints 0.001.
+std::string OptionText(double v) {
+  char buf[64];
+  const float f = static_cast<float>(v);
+  const std::to_chars_result r = static_cast<double>(f) == v ? std::to_chars(buf, buf + sizeof(buf), f)
+                                                             : std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
+// Names the first option the checkpoint was made with that this trainer does not have, with both values.
+absl::Status CompareOptions(const io::NpyArray& saved, const io::NpyArray& mine) {
+  absl::StatusOr<std::vector<double>> a = io::DecodeFloat(saved, "state.options");
+  absl::StatusOr<std::vector<double>> b = io::DecodeFloat(mine, "options");
+  if (!a.ok()) return absl::FailedPreconditionError(a.status().message());
+  if (!b.ok()) return absl::FailedPreconditionError(b.status().message());
+  if (a->size() != b->size())
+    return absl::FailedPreconditionError(absl::StrCat("state.options: ", a->size(), " entries, this version keeps ",
+                                                      b->size(), " (a checkpoint of another gemtb version)"));
+  for (size_t i = 0; i < a->size(); ++i) {
+    // Bit comparison: the options are stored as the fp64 of what was used, so equal runs match exactly.
+    if (std::memcmp(&(*a)[i], &(*b)[i], sizeof(double)) != 0)
+      return absl::FailedPreconditionError(absl::StrCat("state.options: ", OptionName(i), " differs: the checkpoint has ",
+                                                        OptionText((*a)[i]), ", this run ", OptionText((*b)[i]),
+                                                        " (resume needs the options it was made with)"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -277,10 +345,7 @@ absl::Status Trainer::LoadStateArrays(const std::vector<std::pair<std::string, i
   const std::vector<std::pair<std::string, io::NpyArray>> mine = StateArrays();
   for (const auto& [name, a] : mine)
     if (!find(name)) return absl::FailedPreconditionError(absl::StrCat("state: array '", name, "' is missing"));
-  if (find("options")->data != mine[1].second.data || find("options")->shape != mine[1].second.shape)
-    return absl::FailedPreconditionError(
-        "state.options: made with other options (seed, data seed, batch, lr, table lr, Adam betas/eps, grad blocks, "
-        "parameter count)");
+  GEMTB_RETURN_IF_ERROR(CompareOptions(*find("options"), mine[1].second));
   TrainState s;
   absl::StatusOr<std::vector<int64_t>> step = io::DecodeInt(*find("step"), "step");
   if (!step.ok()) return step.status();

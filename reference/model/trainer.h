@@ -17,6 +17,7 @@
 #define GEMTB_REFERENCE_MODEL_TRAINER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -27,6 +28,7 @@
 #include "reference/embedding/tbe.h"
 #include "reference/io/npy.h"
 #include "reference/model/gem_model.h"
+#include "reference/model/npy_dataset.h"
 
 namespace gemtb::reference::model {
 
@@ -82,9 +84,15 @@ class Trainer {
                                                          const TrainOptions& options);
   ~Trainer();
 
+  // Trains on `set` (step s takes its samples s*B .. s*B + B - 1, modulo its size) instead of the
+  // generator. The set is not part of the saved options: resume with the same set.
+  void UseTrainingSet(std::shared_ptr<const NpyDataset> set);
+
   absl::StatusOr<StepResult> Step();
   // NE of the model and of the teacher on held-out samples [kHeldOutFirstIndex + first, + count).
   absl::StatusOr<EvalResult> Evaluate(int64_t first, int64_t count);
+  // NE of the model on every sample of `set`, and of its probs.npy (NaN without one).
+  absl::StatusOr<EvalResult> Evaluate(const NpyDataset& set);
 
   const TrainState& state() const { return state_; }
   const GemModel& model() const { return model_; }
@@ -92,11 +100,13 @@ class Trainer {
   const TrainOptions& options() const { return options_; }
 
   std::vector<std::pair<std::string, io::NpyArray>> StateArrays() const;
-  // Replaces the state; FailedPrecondition when the arrays were made with other options or model.
+  // Replaces the state; FailedPrecondition when the arrays were made with other options (naming the
+  // first that differs and both values) or another model.
   absl::Status LoadStateArrays(const std::vector<std::pair<std::string, io::NpyArray>>& arrays);
 
  private:
   Trainer() = default;
+  absl::StatusOr<EvalResult> EvaluateBatches(int64_t count, const std::function<data::Batch(int64_t, int64_t)>& batch_at);
   struct Impl;
   gemtb::model::ModelConfig config_;
   TrainOptions options_;

@@ -21,10 +21,14 @@ namespace fs = std::filesystem;
 
 constexpr std::string_view kRowsPath = "model.tables[*].rows";
 
+// A file named inside a scenario resolves against the folder of the file that names it, as an
+// absolute path: errors then show where it was looked for, whatever the working directory.
 std::string Resolve(const std::string& base_dir, const std::string& relative) {
   const fs::path p(relative);
-  if (p.is_absolute() || base_dir.empty()) return p.lexically_normal().string();
-  return (fs::path(base_dir) / p).lexically_normal().string();
+  if (p.is_absolute()) return p.lexically_normal().string();
+  std::error_code ec;
+  const fs::path base = fs::absolute(base_dir.empty() ? fs::path(".") : fs::path(base_dir), ec);
+  return ((ec ? fs::path(base_dir) : base) / p).lexically_normal().string();
 }
 
 std::string ParentDir(const std::string& path) {

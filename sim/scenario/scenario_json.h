@@ -105,8 +105,7 @@ absl::Status SetWorldSize(ScenarioDocument& doc, int world_size);
 enum class AssumptionCase { kLow, kHigh };
 absl::Status ApplyAssumption(ScenarioDocument& doc, const Assumption& assumption, AssumptionCase which);
 
-// sim/scenarios/gem-default.json: in this source tree if it is there, else relative to the working
-// directory.
+// sim/scenarios/gem-default.json of the data folder (model/description/data_dir.h).
 std::string DefaultScenarioPath();
 
 }  // namespace gemtb::sim

@@ -15,6 +15,7 @@
 #include <tbb/parallel_for.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "model/data/batch.h"
 #include "model/data/generator.h"
 #include "model/data/shape_from_config.h"
@@ -133,17 +134,20 @@ int RunDataGenerate(const std::vector<std::string>& args) {
     const metrics::NeUnit unit = metrics::MakeNeUnit(batch.prob.data() + t, batch.label.data() + t,
                                                      batch.mask.data() + t, samples, T);
     const metrics::NeResult ne = metrics::EvaluateNe(&unit, 1);
+    // NE divides by the entropy of the mean label: with no positives or no negatives it has no meaning.
+    const bool defined = ne.positives > 0 && ne.positives < ne.count;
     nlohmann::ordered_json task;
     task["name"] = shape.tasks[static_cast<size_t>(t)].name;
     task["masked"] = ne.count;
     task["positives"] = ne.positives;
     task["mean_label"] = Number(ne.mean_label);
-    task["oracle_ne"] = Number(ne.ne);
+    task["oracle_ne"] = defined ? Number(ne.ne) : nullptr;
     task["oracle_calibration"] = Number(ne.calibration);
     tasks.push_back(task);
-    std::printf("  task %-16s masked %9lld  positives %8lld  mean label %.5f  oracle NE %.5f\n",
+    const std::string oracle = defined ? absl::StrFormat("%.5f", ne.ne) : std::string("undefined");
+    std::printf("  task %-16s masked %9lld  positives %8lld  mean label %.5f  oracle NE %s\n",
                 shape.tasks[static_cast<size_t>(t)].name.c_str(), static_cast<long long>(ne.count),
-                static_cast<long long>(ne.positives), ne.mean_label, ne.ne);
+                static_cast<long long>(ne.positives), ne.mean_label, oracle.c_str());
   }
   meta["tasks"] = tasks;
 

@@ -19,6 +19,7 @@
 #include "golden/compare.h"
 #include "golden/manifest.h"
 #include "golden/registry.h"
+#include "model/description/data_dir.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
 
@@ -43,15 +44,8 @@ using golden::Selected;
 
 constexpr char kManifestName[] = "manifest.json";
 
-// golden/ of the source tree this binary was built from: GEMTB_SOURCE_DIR when the build defines
-// it, else three levels above this file's path as the compiler saw it (CMake passes absolute paths).
-std::string DefaultGoldenDir() {
-#ifdef GEMTB_SOURCE_DIR
-  return (fs::path(GEMTB_SOURCE_DIR) / "golden").string();
-#else
-  return (fs::path(__FILE__).parent_path().parent_path().parent_path() / "golden").string();
-#endif
-}
+// golden/ of the data folder (model/description/data_dir.h).
+std::string DefaultGoldenDir() { return (fs::path(model::DataDir()) / "golden").string(); }
 
 absl::StatusOr<std::vector<uint8_t>> ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "tools/gemtb/command.h"
+#include "tools/gemtb/version.h"
 
 namespace {
 
@@ -33,14 +34,26 @@ const Subcommand kSubcommands[] = {
     {{"check", "attention"}, gemtb::cli::RunCheckAttention, "random cases: GPU kernels vs oracle, spec §9 criteria"},
 };
 
-void PrintUsage(std::ostream& out) {
-  out << "usage: gemtb COMMAND [flags]   (gemtb COMMAND --help for its flags)\n\ncommands:\n";
+void PrintCommands(std::ostream& out, const std::string& group) {
   for (const Subcommand& c : kSubcommands) {
+    if (!group.empty() && (c.words.size() < 2 || c.words[0] != group)) continue;
     std::string name;
-    for (const std::string& w : c.words) name += (name.empty() ? "" : " ") + w;
+    for (size_t w = group.empty() ? 0 : 1; w < c.words.size(); ++w) name += (name.empty() ? "" : " ") + c.words[w];
     name.resize(20, ' ');
     out << "  " << name << c.summary << "\n";
   }
+}
+
+void PrintUsage(std::ostream& out) {
+  out << "usage: gemtb COMMAND [flags]   (gemtb COMMAND --help for its flags; gemtb --version)\n\ncommands:\n";
+  PrintCommands(out, "");
+}
+
+// A word that only starts commands ("ref", "gpu", ...): true when some command has it first and more after.
+bool IsGroup(const std::string& word) {
+  for (const Subcommand& c : kSubcommands)
+    if (c.words.size() > 1 && c.words[0] == word) return true;
+  return false;
 }
 
 }  // namespace
@@ -51,10 +64,26 @@ int main(int argc, char** argv) {
     PrintUsage(std::cout);
     return args.empty() ? gemtb::cli::kExitBadInput : gemtb::cli::kExitOk;
   }
+  if (args[0] == "--version") {
+    std::cout << gemtb::cli::VersionText();
+    return gemtb::cli::kExitOk;
+  }
   for (const Subcommand& c : kSubcommands) {
     if (args.size() >= c.words.size() && std::equal(c.words.begin(), c.words.end(), args.begin())) {
       return c.run(std::vector<std::string>(args.begin() + c.words.size(), args.end()));
     }
+  }
+  if (IsGroup(args[0])) {
+    // `gemtb ref` alone lists its subcommands as bare `gemtb` lists the commands (exit 2, a command
+    // is missing); with --help, exit 0; an unknown subcommand is an error with the list on stderr.
+    const bool help = args.size() > 1 && (args[1] == "--help" || args[1] == "-h");
+    const bool unknown = args.size() > 1 && !help;
+    if (unknown) std::cerr << "gemtb: error: unknown command '" << args[0] << " " << args[1] << "'\n";
+    std::ostream& out = unknown ? std::cerr : std::cout;
+    out << "usage: gemtb " << args[0] << " SUBCOMMAND [flags]   (gemtb " << args[0]
+        << " SUBCOMMAND --help for its flags)\n\nsubcommands:\n";
+    PrintCommands(out, args[0]);
+    return help ? gemtb::cli::kExitOk : gemtb::cli::kExitBadInput;
   }
   std::cerr << "gemtb: error: unknown command '" << args[0] << (args.size() > 1 ? " " + args[1] : "")
             << "'\n";

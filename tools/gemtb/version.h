@@ -1,0 +1,14 @@
+// `gemtb --version`: the version, the commit the binary was built from, the build options and the
+// data folder it reads (model/description/data_dir.h).
+#ifndef GEMTB_TOOLS_GEMTB_VERSION_H_
+#define GEMTB_TOOLS_GEMTB_VERSION_H_
+
+#include <string>
+
+namespace gemtb::cli {
+
+std::string VersionText();
+
+}  // namespace gemtb::cli
+
+#endif  // GEMTB_TOOLS_GEMTB_VERSION_H_
