@@ -24,6 +24,7 @@ constexpr unsigned kFullMask = 0xFFFFFFFFu;
 constexpr int kBagWarps = 8;
 constexpr int kRowWarps = 4;
 constexpr int kThreads = 256;
+constexpr int kLoadsInFlight = 8;
 
 __global__ void __launch_bounds__(kBagWarps * 32) OccurrenceKernel(const LaunchParams p, BackwardBuffers b) {
   const int64_t bag = static_cast<int64_t>(blockIdx.x) * kBagWarps + threadIdx.x / 32;
@@ -97,17 +98,30 @@ __device__ SeqSum4 RowGradientChunk(const LaunchParams& p, const BackwardBuffers
     Contribution mine;
     if (i0 + lane < end) mine = ContributionOf(p, b, b.order_out[i0 + lane]);
     const int count = static_cast<int>(min(static_cast<int64_t>(32), end - i0));
-    for (int k = 0; k < count; ++k) {
-      const float* grad = reinterpret_cast<const float*>(
-          __shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(mine.grad), k));
-      const float weight = __shfl_sync(kFullMask, mine.weight, k);
-      const int32_t n = __shfl_sync(kFullMask, mine.n, k);
-      const Pooling pooling = static_cast<Pooling>(__shfl_sync(kFullMask, static_cast<int>(mine.pooling), k));
-      if (!active) continue;
-      const float4 g4 = *reinterpret_cast<const float4*>(grad + c);
-      float g[kChunk] = {g4.x, g4.y, g4.z, g4.w};
-      ContributionTerm(pooling, weight, n, g);
-      sum.Add(g);
+    // Eight occurrences' gradient loads in flight, then their terms in order.
+    for (int k0 = 0; k0 < count; k0 += kLoadsInFlight) {
+      float g[kLoadsInFlight][kChunk];
+      float weight[kLoadsInFlight];
+      int32_t n[kLoadsInFlight];
+      Pooling pooling[kLoadsInFlight];
+#pragma unroll
+      for (int u = 0; u < kLoadsInFlight; ++u) {
+        const float* grad = reinterpret_cast<const float*>(
+            __shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(mine.grad), k0 + u));
+        weight[u] = __shfl_sync(kFullMask, mine.weight, k0 + u);
+        n[u] = __shfl_sync(kFullMask, mine.n, k0 + u);
+        pooling[u] = static_cast<Pooling>(__shfl_sync(kFullMask, static_cast<int>(mine.pooling), k0 + u));
+        if (active && k0 + u < count) {
+          const float4 g4 = *reinterpret_cast<const float4*>(grad + c);
+          g[u][0] = g4.x, g[u][1] = g4.y, g[u][2] = g4.z, g[u][3] = g4.w;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kLoadsInFlight; ++u) {
+        if (!active || k0 + u >= count) continue;
+        ContributionTerm(pooling[u], weight[u], n[u], g[u]);
+        sum.Add(g[u]);
+      }
     }
   }
   return sum;

@@ -47,6 +47,24 @@ std::vector<uint8_t> StorageBytes(const std::vector<float>& widened, ElementType
   return Bytes(bits);
 }
 
+EmbedRun EmbedRunOf(const EmbeddingConfig& config, const reference::EmbeddingOutput& output,
+                    const reference::EmbeddingState& after) {
+  EmbedRun run;
+  run.pooled = output.pooled;
+  run.sequence = output.sequence;
+  for (size_t t = 0; t < config.tables.size(); ++t) {
+    const reference::TableState& ts = after.tables[t];
+    run.table_bytes.push_back(StorageBytes(ts.weights, config.tables[t].dtype));
+    std::vector<float> st = ts.adagrad;
+    st.insert(st.end(), ts.adam_m.begin(), ts.adam_m.end());
+    st.insert(st.end(), ts.adam_v.begin(), ts.adam_v.end());
+    st.push_back(ts.adam_step.b1);
+    st.push_back(ts.adam_step.b2);
+    run.state.push_back(std::move(st));
+  }
+  return run;
+}
+
 EmbedRun RunEmbedOracle(const EmbedCase& c) {
   EmbedRun run;
   if (absl::Status s = reference::ValidateKjt(c.kjt, c.config, nullptr); !s.ok()) {
@@ -58,24 +76,12 @@ EmbedRun RunEmbedOracle(const EmbedCase& c) {
     run.error = std::string(out.status().message());
     return run;
   }
-  run.pooled = out->pooled;
-  run.sequence = out->sequence;
   reference::EmbeddingState state = c.state;
   if (absl::Status s = reference::EmbeddingBackwardStep(c.config, state, c.kjt, c.grads, {}, 1); !s.ok()) {
     run.error = std::string(s.message());
     return run;
   }
-  for (size_t t = 0; t < c.config.tables.size(); ++t) {
-    const reference::TableState& ts = state.tables[t];
-    run.table_bytes.push_back(StorageBytes(ts.weights, c.config.tables[t].dtype));
-    std::vector<float> st = ts.adagrad;
-    st.insert(st.end(), ts.adam_m.begin(), ts.adam_m.end());
-    st.insert(st.end(), ts.adam_v.begin(), ts.adam_v.end());
-    st.push_back(ts.adam_step.b1);
-    st.push_back(ts.adam_step.b2);
-    run.state.push_back(std::move(st));
-  }
-  return run;
+  return EmbedRunOf(c.config, *out, state);
 }
 
 EmbedDiff CompareEmbedRuns(const EmbedRun& oracle, const EmbedRun& gpu) {

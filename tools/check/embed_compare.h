@@ -22,6 +22,10 @@ struct EmbedRun {
   std::vector<std::vector<float>> state;           // per table: adagrad, adam_m, adam_v, adam b1, b2
 };
 
+// A run from an executor's forward output and its state after the step.
+EmbedRun EmbedRunOf(const EmbeddingConfig& config, const reference::EmbeddingOutput& output,
+                    const reference::EmbeddingState& after);
+
 // The oracle (reference/embedding/tbe.h) on the case.
 EmbedRun RunEmbedOracle(const EmbedCase& c);
 
