@@ -99,7 +99,9 @@ absl::Status CanRun(const EmbeddingConfig& config) {
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingDeviceAvailable() {
+namespace {
+
+absl::Status FindEmbeddingDevice() {
   int count = 0;
   if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
     return absl::FailedPreconditionError(absl::StrCat("no usable CUDA device: ", cudaGetErrorString(e)));
@@ -112,6 +114,14 @@ absl::Status EmbeddingDeviceAvailable() {
                                                       ".", prop.minor, "; the kernels are built for sm_90a"));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status EmbeddingDeviceAvailable() {
+  // Asked once per process: cudaGetDeviceProperties is slow, and every DeviceTbe asks.
+  static const absl::Status available = FindEmbeddingDevice();
+  return available;
 }
 
 struct DeviceTbe::State {

@@ -174,6 +174,8 @@ __global__ void __launch_bounds__(kRowWarps * 32) RowUpdateKernel(const LaunchPa
     RoundChunk(t, p.seed, p.step, row, c, w);
     StoreChunk(t, row, c, w);
   }
+  // Every lane has read the state before lane 0 overwrites it.
+  __syncwarp();
   if (t.optimizer.kind == OptimizerKind::kRowwiseAdagrad && lane == 0) t.adagrad[row] = state_after;
 }
 

@@ -100,7 +100,7 @@ EmbedCase DrawEmbedCase(int64_t case_seed, const EmbedFamily& family) {
     TableConfig tc;
     tc.name = absl::StrCat("t", t);
     // Few rows: duplicates in a bag and across bags are the point.
-    tc.rows = Chance(rng, 0.2) ? 1 : Uniform(rng, 2, Chance(rng, 0.7) ? 24 : 3000);
+    tc.rows = Chance(rng, 0.2) ? 1 : Uniform(rng, 2, Chance(rng, 0.7) ? 24 : 600);
     tc.dim = kDims[Uniform(rng, 0, std::size(kDims) - 1)];
     tc.dtype = family.dtype;
     tc.hashing = family.hashing;

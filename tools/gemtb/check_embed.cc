@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -39,7 +40,7 @@ struct Tally {
 };
 
 absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
-  int64_t cases = 20, seed = 1, malformed = -1;
+  int64_t cases = 20, seed = 1, malformed = -1, max_seconds = 0;
   std::optional<int64_t> case_seed;
   std::string family_text = "all", json_path;
   bool verbose = false;
@@ -58,6 +59,8 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   flags.String("family", &family_text, "all (default) or comma-separated families, e.g. sum/sgd/fp32/identity/error");
   flags.OptionalInt64("case-seed", &case_seed, "replay one case of one --family with this case seed");
   flags.Int64("malformed", &malformed, "malformed-KJT cases (default: --cases; 0 skips)");
+  flags.Int64("max-seconds", &max_seconds,
+              "stop starting new chunks after this many seconds (0 = no limit); an incomplete run exits 1");
   flags.String("json", &json_path, "also write the counts and failures as JSON to this file");
   flags.Bool("verbose", &verbose, "print every case, not only failures");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
@@ -103,41 +106,61 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
     failures.push_back({{"family", name}, {"case_seed", cs}, {"case", c.description}, {"messages", d.messages},
                         {"replay", replay}});
   };
-  // Cases go through in chunks: drawn and run on the oracle in parallel, on the GPU in order.
-  constexpr int64_t kChunk = 64;
-  auto run_family = [&](const std::string& name, int64_t total, auto draw, auto seed_of, auto replay_of) {
-    names.push_back(name);
-    tally[name];
-    for (int64_t c0 = 0; c0 < total; c0 += kChunk) {
-      const int64_t n = std::min(kChunk, total - c0);
-      std::vector<check::EmbedCase> batch(n);
-      std::vector<check::EmbedRun> want(n);
-      std::vector<int64_t> seeds(n);
-      tbb::parallel_for(int64_t{0}, n, [&](int64_t i) {
-        seeds[i] = seed_of(c0 + i);
-        batch[i] = draw(seeds[i]);
-        want[i] = check::RunEmbedOracle(batch[i]);
-      });
-      for (int64_t i = 0; i < n; ++i) {
-        record(name, batch[i], seeds[i], check::CompareEmbedRuns(want[i], check::RunEmbedGpu(batch[i])),
-               replay_of(seeds[i]));
-      }
-    }
+  // Cases go through in chunks: drawn and run on the oracle in parallel, on the GPU in order. The
+  // rounds go over every family before the next chunk, so a time limit leaves the families even.
+  constexpr int64_t kChunk = 32;
+  struct Job {
+    std::string name;
+    int64_t total;
+    std::function<check::EmbedCase(int64_t)> draw;
+    std::function<int64_t(int64_t)> seed_of;
+    std::function<std::string(int64_t)> replay_of;
   };
+  std::vector<Job> jobs;
   for (const check::EmbedFamily& family : *families) {
     const size_t index = static_cast<size_t>(
         std::find_if(all.begin(), all.end(), [&](const check::EmbedFamily& f) { return f.Name() == family.Name(); }) -
         all.begin());
-    run_family(
-        family.Name(), case_seed ? 1 : cases, [&](int64_t s) { return check::DrawEmbedCase(s, family); },
-        [&](int64_t i) { return case_seed ? *case_seed : check::EmbedCaseSeed(seed, index, i); },
-        [&](int64_t s) { return absl::StrCat("gemtb check embed --family ", family.Name(), " --case-seed ", s); });
+    jobs.push_back({family.Name(), case_seed ? 1 : cases, [family](int64_t s) { return check::DrawEmbedCase(s, family); },
+                    [&, index](int64_t i) { return case_seed ? *case_seed : check::EmbedCaseSeed(seed, index, i); },
+                    [family](int64_t s) {
+                      return absl::StrCat("gemtb check embed --family ", family.Name(), " --case-seed ", s);
+                    }});
   }
   if (!case_seed && malformed > 0) {
-    run_family(
-        kMalformed, malformed, [](int64_t s) { return check::DrawMalformedEmbedCase(s); },
-        [&](int64_t i) { return check::EmbedCaseSeed(seed, all.size(), i); },
-        [](int64_t s) { return absl::StrCat("(malformed KJT, case seed ", s, ")"); });
+    jobs.push_back({kMalformed, malformed, [](int64_t s) { return check::DrawMalformedEmbedCase(s); },
+                    [&](int64_t i) { return check::EmbedCaseSeed(seed, all.size(), i); },
+                    [](int64_t s) { return absl::StrCat("(malformed KJT, case seed ", s, ")"); }});
+  }
+  for (const Job& job : jobs) {
+    names.push_back(job.name);
+    tally[job.name];
+  }
+  bool stopped = false;
+  int64_t most = 0;
+  for (const Job& job : jobs) most = std::max(most, job.total);
+  for (int64_t c0 = 0; c0 < most && !stopped; c0 += kChunk) {
+    for (const Job& job : jobs) {
+      if (max_seconds > 0 &&
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > max_seconds) {
+        stopped = true;
+        break;
+      }
+      const int64_t n = std::min(kChunk, job.total - c0);
+      if (n <= 0) continue;
+      std::vector<check::EmbedCase> batch(n);
+      std::vector<check::EmbedRun> want(n);
+      std::vector<int64_t> seeds(n);
+      tbb::parallel_for(int64_t{0}, n, [&](int64_t i) {
+        seeds[i] = job.seed_of(c0 + i);
+        batch[i] = job.draw(seeds[i]);
+        want[i] = check::RunEmbedOracle(batch[i]);
+      });
+      for (int64_t i = 0; i < n; ++i) {
+        record(job.name, batch[i], seeds[i], check::CompareEmbedRuns(want[i], check::RunEmbedGpu(batch[i])),
+               job.replay_of(seeds[i]));
+      }
+    }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -164,7 +187,10 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   }
   std::cout << absl::StrFormat("%-42s %6d %6d %5d  %d %d %d | %d   (%.1f s)\n", "total", sum.cases, sum.pass, sum.fail,
                                sum.forward_bytes, sum.table_bytes, sum.state_bytes, sum.error_mismatches, seconds);
-  *all_pass = sum.fail == 0;
+  *all_pass = sum.fail == 0 && !stopped;
+  if (stopped) {
+    std::cout << "STOPPED after --max-seconds=" << max_seconds << ": not every case ran (counts above are what did)\n";
+  }
   if (!json_path.empty()) {
     nlohmann::json j = {{"seed", seed},
                         {"cases_per_family", case_seed ? 1 : cases},
@@ -174,6 +200,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
                                    {"differing_bytes", sum.forward_bytes + sum.table_bytes + sum.state_bytes},
                                    {"error_mismatches", sum.error_mismatches}}},
                         {"failures", failures},
+                        {"stopped_at_time_limit", stopped},
                         {"seconds", seconds}};
     std::ofstream out(json_path);
     out << j.dump(2) << "\n";
