@@ -83,7 +83,7 @@ if ! { cmake -S "$srcdir" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAK
 fi
 gemtb=$build/bin/gemtb
 stage "ctest -L gpu -R gpu_embedding"
-timeout "$(limit 90)" ctest --test-dir "$build" -L '^gpu$' -R 'Embedding' --output-on-failure >> "$out/run.log" 2>&1
+timeout "$(limit 90)" ctest --test-dir "$build" -L '^gpu$' -R 'Embedding|embedding' --output-on-failure >> "$out/run.log" 2>&1
 ctest_rc=$?
 [ $ctest_rc -eq 0 ] || status=1
 grep -E "tests passed|tests failed|Skipped|\*\*\*Failed" "$out/run.log" | tail -6 | tee -a "$out/summary.txt"
