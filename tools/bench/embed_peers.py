@@ -60,53 +60,65 @@ def main():
         rows.append(row)
         print(json.dumps(row), flush=True)
 
-    for shape in ours["shapes"]:
-        name = shape["shape"]
-        ids = torch.from_numpy(np.load(os.path.join(args.ids_dir, f"{name}_ids.npy"))).cuda()
+    best = {shape["shape"]: {"forward": None, "backward": None} for shape in ours["shapes"]}
+
+    def note(name, kind, ms):
+        if ms is not None and (best[name][kind] is None or ms < best[name][kind]):
+            best[name][kind] = ms
+
+    def finish():
+        """Writes what has run so far: a time limit leaves valid, partial files."""
+        json.dump({"device": device, "torch": torch.__version__, "rows": rows}, open(args.json, "w"), indent=2)
+        ratio = []
+        for shape in ours["shapes"]:
+            f = shape["forward"]["median_ms"]
+            b = shape["backward_optimizer"]["median_ms"]
+            pf, pb = best[shape["shape"]]["forward"], best[shape["shape"]]["backward"]
+            ratio.append({"shape": shape["shape"], "ours_forward_ms": f, "peer_forward_ms": pf,
+                          "forward_speedup": pf / f if (pf and f > 0) else None,
+                          "ours_forward_tbps": shape["forward"]["tbps"],
+                          "ours_backward_optimizer_ms": b, "peer_backward_adagrad_ms": pb,
+                          "backward_speedup": pb / b if (pb and b > 0) else None})
+        if args.ratio:
+            json.dump({"device": device, "torch": torch.__version__, "label": ours.get("label"),
+                       "copy_ceiling_tbps": ours["copy_ceiling"]["tbps"], "determinism": ours.get("determinism"),
+                       "rows": ratio}, open(args.ratio, "w"), indent=2)
+        return ratio
+
+    def inputs(shape):
+        ids = torch.from_numpy(np.load(os.path.join(args.ids_dir, f"{shape['shape']}_ids.npy"))).cuda()
         bags, per_bag = ids.shape
         flat = ids.reshape(-1)
         offsets = torch.arange(0, bags * per_bag, per_bag, device="cuda", dtype=torch.int64)
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[shape["dtype"]]
         mode = "mean" if shape["pooling"] == "mean" else "sum"
-        weights = None
-        if shape["pooling"] == "weighted_sum":
-            weights = torch.rand(flat.numel(), device="cuda", dtype=dtype)
-        fwd_bytes = shape["forward"]["bytes"]
-        bwd_bytes = shape["backward_optimizer"]["bytes"]
+        weights = torch.rand(flat.numel(), device="cuda", dtype=dtype) if shape["pooling"] == "weighted_sum" else None
+        return bags, flat, offsets, dtype, mode, weights
 
-        def bag_of(sparse):
-            return torch.nn.EmbeddingBag(shape["rows"], shape["dim"], mode=mode, sparse=sparse,
-                                         device="cuda", dtype=dtype)
+    def bag_of(shape, mode, dtype, sparse):
+        return torch.nn.EmbeddingBag(shape["rows"], shape["dim"], mode=mode, sparse=sparse, device="cuda", dtype=dtype)
 
-        bag = bag_of(False)
+    # Eager forward and the backward + optimizer paths first, torch.compile (slow to build) last.
+    fwd_eager = {}
+    for shape in ours["shapes"]:
+        name = shape["shape"]
+        bags, flat, offsets, dtype, mode, weights = inputs(shape)
+        bag = bag_of(shape, mode, dtype, False)
         with torch.no_grad():
-            fwd_eager = timed(lambda: bag(flat, offsets, per_sample_weights=weights), args.reps, args.warmup)
-        emit({"case": name, "impl": "torch_embeddingbag_eager", "pass": "forward", "median_ms": fwd_eager,
-              "tbps": fwd_bytes / (fwd_eager * 1e9)})
-        best_fwd = fwd_eager
-        if not args.no_compile:
-            try:
-                compiled = torch.compile(bag)
-                with torch.no_grad():
-                    fwd_comp = timed(lambda: compiled(flat, offsets, per_sample_weights=weights), args.reps,
-                                     args.warmup)
-                emit({"case": name, "impl": "torch_embeddingbag_compiled", "pass": "forward",
-                      "median_ms": fwd_comp, "tbps": fwd_bytes / (fwd_comp * 1e9)})
-                best_fwd = min(best_fwd, fwd_comp)
-            except Exception as e:  # noqa: BLE001 - the reason goes into the JSON
-                emit({"case": name, "impl": "torch_embeddingbag_compiled", "pass": "forward",
-                      "error": repr(e)[:300]})
+            ms = timed(lambda: bag(flat, offsets, per_sample_weights=weights), args.reps, args.warmup)
+        fwd_eager[name] = ms
+        emit({"case": name, "impl": "torch_embeddingbag_eager", "pass": "forward", "median_ms": ms,
+              "tbps": shape["forward"]["bytes"] / (ms * 1e9)})
+        note(name, "forward", ms)
         del bag
         torch.cuda.empty_cache()
-
         grad = torch.rand(bags, shape["dim"], device="cuda", dtype=dtype)
-        best_bwd = None
         for impl, sparse, make_opt in (
                 ("torch_sparse_adagrad", True, lambda p: torch.optim.Adagrad(p, lr=0.01)),
                 ("torch_sparse_sgd", True, lambda p: torch.optim.SGD(p, lr=0.01)),
                 ("torch_dense_adagrad_fused", False, lambda p: torch.optim.Adagrad(p, lr=0.01, fused=True))):
             try:
-                bag = bag_of(sparse)
+                bag = bag_of(shape, mode, dtype, sparse)
                 opt = make_opt(bag.parameters())
 
                 def step():
@@ -116,37 +128,39 @@ def main():
                     opt.zero_grad(set_to_none=True)
 
                 total = timed(step, args.reps, args.warmup)
-                bwd = max(total - fwd_eager, 1e-6)
+                bwd = max(total - fwd_eager[name], 1e-6)
                 emit({"case": name, "impl": impl, "pass": "backward_optimizer", "median_ms": bwd,
-                      "fwd_bwd_opt_ms": total, "tbps": bwd_bytes / (bwd * 1e9)})
-                if impl != "torch_sparse_sgd":  # compare like with like: Adagrad-family updates
-                    best_bwd = bwd if best_bwd is None else min(best_bwd, bwd)
+                      "fwd_bwd_opt_ms": total, "tbps": shape["backward_optimizer"]["bytes"] / (bwd * 1e9)})
+                if impl != "torch_sparse_sgd":  # like with like: Adagrad-family updates
+                    note(name, "backward", bwd)
                 del opt, bag
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 - the reason goes into the JSON
                 emit({"case": name, "impl": impl, "pass": "backward_optimizer", "error": repr(e)[:300]})
             torch.cuda.empty_cache()
-        shape["_best"] = (best_fwd, best_bwd)
-
-    json.dump({"device": device, "torch": torch.__version__, "rows": rows}, open(args.json, "w"), indent=2)
-    ratio = []
+        finish()
+    if not args.no_compile:
+        for shape in ours["shapes"]:
+            name = shape["shape"]
+            bags, flat, offsets, dtype, mode, weights = inputs(shape)
+            try:
+                bag = bag_of(shape, mode, dtype, False)
+                compiled = torch.compile(bag)
+                with torch.no_grad():
+                    ms = timed(lambda: compiled(flat, offsets, per_sample_weights=weights), args.reps, args.warmup)
+                emit({"case": name, "impl": "torch_embeddingbag_compiled", "pass": "forward", "median_ms": ms,
+                      "tbps": shape["forward"]["bytes"] / (ms * 1e9)})
+                note(name, "forward", ms)
+                del bag, compiled
+            except Exception as e:  # noqa: BLE001
+                emit({"case": name, "impl": "torch_embeddingbag_compiled", "pass": "forward", "error": repr(e)[:300]})
+            torch.cuda.empty_cache()
+            finish()
+    ratio = finish()
     print(f"\n{'shape':22s} {'ours fwd':>9s} {'best peer':>9s} {'x':>6s}   {'ours bwd':>9s} {'best peer':>9s} {'x':>6s}")
-    for shape in ours["shapes"]:
-        best_fwd, best_bwd = shape["_best"]
-        f = shape["forward"]["median_ms"]
-        b = shape["backward_optimizer"]["median_ms"]
-        r = {"shape": shape["shape"], "ours_forward_ms": f, "peer_forward_ms": best_fwd,
-             "forward_speedup": best_fwd / f if f > 0 else None,
-             "ours_forward_tbps": shape["forward"]["tbps"],
-             "copy_ceiling_tbps": ours["copy_ceiling"]["tbps"],
-             "ours_backward_optimizer_ms": b, "peer_backward_adagrad_ms": best_bwd,
-             "backward_speedup": best_bwd / b if (best_bwd and b > 0) else None}
-        ratio.append(r)
-        print(f"{shape['shape']:22s} {f:9.4f} {best_fwd:9.4f} {r['forward_speedup'] or 0:6.2f}   "
-              f"{b:9.4f} {best_bwd or float('nan'):9.4f} {r['backward_speedup'] or 0:6.2f}")
-    if args.ratio:
-        json.dump({"device": device, "torch": torch.__version__, "label": ours.get("label"),
-                   "copy_ceiling_tbps": ours["copy_ceiling"]["tbps"], "determinism": ours.get("determinism"),
-                   "rows": ratio}, open(args.ratio, "w"), indent=2)
+    for r in ratio:
+        print(f"{r['shape']:22s} {r['ours_forward_ms']:9.4f} {r['peer_forward_ms'] or float('nan'):9.4f} "
+              f"{r['forward_speedup'] or 0:6.2f}   {r['ours_backward_optimizer_ms']:9.4f} "
+              f"{r['peer_backward_adagrad_ms'] or float('nan'):9.4f} {r['backward_speedup'] or 0:6.2f}")
     return 0
 
 
