@@ -94,9 +94,13 @@ __device__ Contribution ContributionOf(const LaunchParams& p, const BackwardBuff
 __device__ SeqSum4 RowGradientChunk(const LaunchParams& p, const BackwardBuffers& b, int64_t start, int64_t end,
                                     int64_t c, bool active, int lane) {
   SeqSum4 sum;
+  Contribution mine;
+  if (start + lane < end) mine = ContributionOf(p, b, b.order_out[start + lane]);
   for (int64_t i0 = start; i0 < end; i0 += 32) {
-    Contribution mine;
-    if (i0 + lane < end) mine = ContributionOf(p, b, b.order_out[i0 + lane]);
+    // The next 32 occurrences' metadata (a chain of dependent loads) is requested before this
+    // batch is summed, so a hot row's long run does not wait for it batch after batch.
+    Contribution next;
+    if (i0 + 32 + lane < end) next = ContributionOf(p, b, b.order_out[i0 + 32 + lane]);
     const int count = static_cast<int>(min(static_cast<int64_t>(32), end - i0));
     // Eight occurrences' gradient loads in flight, then their terms in order.
     for (int k0 = 0; k0 < count; k0 += kLoadsInFlight) {
@@ -123,6 +127,7 @@ __device__ SeqSum4 RowGradientChunk(const LaunchParams& p, const BackwardBuffers
         sum.Add(g[u]);
       }
     }
+    mine = next;
   }
   return sum;
 }

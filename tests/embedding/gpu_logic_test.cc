@@ -253,6 +253,31 @@ TEST(EmbeddingGpuLogic, KjtCheckGivesTheOraclesErrorForEveryDefect) {
   EXPECT_GT(errors, 450);  // nearly every drawn defect is one
 }
 
+// The three malformed inputs, with the messages written out by hand.
+TEST(EmbeddingGpuLogic, NamedErrorsForNonMonotoneOffsetsBadIdsAndOverflowingLengths) {
+  EmbeddingConfig config;
+  config.tables.push_back({});
+  config.tables[0].name = "t";
+  config.tables[0].rows = 10;
+  config.tables[0].dim = 4;
+  config.features.push_back({"a", 0, Pooling::kSum, 1 << 30});
+  const std::vector<std::string> keys = {"a"};
+  std::vector<int32_t> lengths = {2, 0, 1};
+  std::vector<int64_t> values = {1, 2, 3};
+  std::vector<int64_t> offsets = {0, 2, 1, 3};  // not monotone
+  KjtView kjt{keys, 3, lengths, values, {}, false, offsets};
+  EXPECT_EQ(CheckKjt(config, kjt).status().message(), "E_KJT_OFFSETS at index 2: offsets[2]=1 but the lengths give 2");
+  kjt.offsets = {};
+  values = {1, 2, 10};  // identity hashing, 10 rows
+  kjt.values = values;
+  EXPECT_EQ(CheckKjt(config, kjt).status().message(),
+            "E_ID_OUT_OF_RANGE at index 2 (key 'a', b 2, p 0): values[2]=10 is not a valid id of table 't' (10 rows)");
+  lengths = {1 << 30, 1 << 30, 1 << 30};  // sums past int32 and past |values|
+  kjt.lengths = lengths;
+  EXPECT_EQ(CheckKjt(config, kjt).status().message(), "E_KJT_OFFSETS: sum of lengths 3221225472 but |values|=3");
+  EXPECT_EQ(CheckKjt(config, kjt).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(EmbeddingGpuLogic, ValidKjtPassesWithTheOraclesLayout) {
   for (int64_t i = 0; i < 150; ++i) {
     const std::vector<check::EmbedFamily> families = check::AllEmbedFamilies();
