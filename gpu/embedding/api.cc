@@ -63,6 +63,21 @@ absl::Status CopyToDevice(DeviceArray<T>& dst, const std::vector<T>& src, absl::
 
 int BitsFor(uint64_t max_key) { return max_key == 0 ? 1 : 64 - std::countl_zero(max_key); }
 
+absl::Status FindEmbeddingDevice() {
+  int count = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+    return absl::FailedPreconditionError(absl::StrCat("no usable CUDA device: ", cudaGetErrorString(e)));
+  }
+  if (count == 0) return absl::FailedPreconditionError("no CUDA device on this machine");
+  cudaDeviceProp prop{};
+  GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties"));
+  if (prop.major != 9) {
+    return absl::FailedPreconditionError(absl::StrCat("device 0 (", prop.name, ") has compute capability ", prop.major,
+                                                      ".", prop.minor, "; the kernels are built for sm_90a"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CanRun(const EmbeddingConfig& config) {
@@ -98,25 +113,6 @@ absl::Status CanRun(const EmbeddingConfig& config) {
   }
   return absl::OkStatus();
 }
-
-namespace {
-
-absl::Status FindEmbeddingDevice() {
-  int count = 0;
-  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
-    return absl::FailedPreconditionError(absl::StrCat("no usable CUDA device: ", cudaGetErrorString(e)));
-  }
-  if (count == 0) return absl::FailedPreconditionError("no CUDA device on this machine");
-  cudaDeviceProp prop{};
-  GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties"));
-  if (prop.major != 9) {
-    return absl::FailedPreconditionError(absl::StrCat("device 0 (", prop.name, ") has compute capability ", prop.major,
-                                                      ".", prop.minor, "; the kernels are built for sm_90a"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::Status EmbeddingDeviceAvailable() {
   // Asked once per process: cudaGetDeviceProperties is slow, and every DeviceTbe asks.
