@@ -145,25 +145,27 @@ __global__ void __launch_bounds__(kRowWarps * 32) RowUpdateKernel(const LaunchPa
   const int64_t row = global_row - t.row_offset;
   float* s_grad = shared + warp * 2 * b.max_dim;
   float* s_w = s_grad + b.max_dim;
+  // The row and its state do not depend on G: requested first, they arrive while G is summed.
+  const bool adagrad = t.optimizer.kind == OptimizerKind::kRowwiseAdagrad;
+  const float state_before = adagrad ? t.adagrad[row] : 0.0f;
   for (int64_t c0 = 0; c0 < t.dim; c0 += 32 * kChunk) {
     const int64_t c = c0 + lane * kChunk;
     const bool active = c < t.dim;
+    float w[kChunk];
+    if (active) LoadChunk(t, row, c, w);
     const SeqSum4 g = RowGradientChunk(p, b, start, end, c, active, lane);
     if (!active) continue;
-    float w[kChunk];
-    LoadChunk(t, row, c, w);
     for (int k = 0; k < kChunk; ++k) {
       s_grad[c + k] = g.Get(k);
       s_w[c + k] = w[k];
     }
   }
   __syncwarp();
-  float square_sum = 0.0f, state_before = 0.0f, state_after = 0.0f;
-  if (t.optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
+  float square_sum = 0.0f, state_after = 0.0f;
+  if (adagrad) {
     // The norm is one seqsum over all D columns in order: one lane adds, then broadcasts.
     if (lane == 0) square_sum = em::RowwiseAdagradSquareSum(s_w, s_grad, t.dim, t.optimizer);
     square_sum = __shfl_sync(kFullMask, square_sum, 0);
-    state_before = t.adagrad[row];
   }
   for (int64_t c = lane * kChunk; c < t.dim; c += 32 * kChunk) {
     float w[kChunk], g[kChunk];
@@ -171,7 +173,7 @@ __global__ void __launch_bounds__(kRowWarps * 32) RowUpdateKernel(const LaunchPa
       w[k] = s_w[c + k];
       g[k] = s_grad[c + k];
     }
-    if (t.optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
+    if (adagrad) {
       state_after = AdagradChunkUpdate(t, square_sum, state_before, w, g);
     } else {
       ElementwiseUpdate(t, row, c, w, g);
@@ -181,7 +183,7 @@ __global__ void __launch_bounds__(kRowWarps * 32) RowUpdateKernel(const LaunchPa
   }
   // Every lane has read the state before lane 0 overwrites it.
   __syncwarp();
-  if (t.optimizer.kind == OptimizerKind::kRowwiseAdagrad && lane == 0) t.adagrad[row] = state_after;
+  if (adagrad && lane == 0) t.adagrad[row] = state_after;
 }
 
 unsigned Blocks(int64_t items, int64_t per_block) { return static_cast<unsigned>((items + per_block - 1) / per_block); }
