@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kRowWarps * 32) RowUpdateKernel(const LaunchPa
   const int64_t start = b.run_start[run], end = b.run_start[run + 1];
   const int64_t global_row = static_cast<int64_t>(b.keys_out[start] / static_cast<uint64_t>(p.kjt.batch));
   if (global_row >= b.total_rows) return;  // the run of invalid occurrences (bounds mode zero)
-  const TableParams t = p.tables[TableOfRow(p.tables, p.num_tables, global_row)];
+  const TableParams& t = p.tables[TableOfRow(p.tables, p.num_tables, global_row)];
   const int64_t row = global_row - t.row_offset;
   float* s_grad = shared + warp * 2 * b.max_dim;
   float* s_w = s_grad + b.max_dim;
