@@ -165,13 +165,13 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   std::cout << "\n"
-            << absl::StrFormat("%-42s %6s %6s %5s  %s\n", "family", "cases", "pass", "fail",
+            << absl::StrFormat("%-52s %6s %6s %5s  %s\n", "family", "cases", "pass", "fail",
                                "differing bytes: forward tables state | error mismatches");
   Tally sum;
   nlohmann::json per_family = nlohmann::json::object();
   for (const std::string& name : names) {
     const Tally& t = tally[name];
-    std::cout << absl::StrFormat("%-42s %6d %6d %5d  %d %d %d | %d\n", name, t.cases, t.pass, t.fail, t.forward_bytes,
+    std::cout << absl::StrFormat("%-52s %6d %6d %5d  %d %d %d | %d\n", name, t.cases, t.pass, t.fail, t.forward_bytes,
                                  t.table_bytes, t.state_bytes, t.error_mismatches);
     per_family[name] = {{"cases", t.cases}, {"pass", t.pass}, {"fail", t.fail},
                         {"differing_bytes", {{"forward", t.forward_bytes}, {"tables", t.table_bytes},
@@ -185,7 +185,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
     sum.state_bytes += t.state_bytes;
     sum.error_mismatches += t.error_mismatches;
   }
-  std::cout << absl::StrFormat("%-42s %6d %6d %5d  %d %d %d | %d   (%.1f s)\n", "total", sum.cases, sum.pass, sum.fail,
+  std::cout << absl::StrFormat("%-52s %6d %6d %5d  %d %d %d | %d   (%.1f s)\n", "total", sum.cases, sum.pass, sum.fail,
                                sum.forward_bytes, sum.table_bytes, sum.state_bytes, sum.error_mismatches, seconds);
   *all_pass = sum.fail == 0 && !stopped;
   if (stopped) {
