@@ -44,6 +44,9 @@ int RunWhatifCollective(const std::vector<std::string>& args);  // whatif_collec
 int RunWhatifCalibrate(const std::vector<std::string>& args);   // whatif_collective.cc
 int RunBenchComm(const std::vector<std::string>& args);         // bench_comm.cc
 int RunBenchAttention(const std::vector<std::string>& args);    // bench_attention.cc
+int RunGpuEmbed(const std::vector<std::string>& args);          // gpu_embed.cc
+int RunCheckEmbed(const std::vector<std::string>& args);        // check_embed.cc
+int RunBenchEmbed(const std::vector<std::string>& args);        // bench_embed.cc
 
 }  // namespace gemtb::cli
 

@@ -32,6 +32,9 @@ const Subcommand kSubcommands[] = {
     {{"ref", "embed"}, gemtb::cli::RunRefEmbed, "table-batched embeddings: pooling and one fused optimizer step"},
     {{"gpu", "attention"}, gemtb::cli::RunGpuAttention, "the CUDA attention kernels (H200) on .npy tensors"},
     {{"check", "attention"}, gemtb::cli::RunCheckAttention, "random cases: GPU kernels vs oracle, spec §9 criteria"},
+    {{"gpu", "embed"}, gemtb::cli::RunGpuEmbed, "the CUDA embedding kernels on the case folder of ref embed"},
+    {{"check", "embed"}, gemtb::cli::RunCheckEmbed, "random embedding cases per family: GPU vs oracle, byte for byte"},
+    {{"bench", "embed"}, gemtb::cli::RunBenchEmbed, "embedding kernels: effective TB/s, copy ceiling, determinism"},
 };
 
 void PrintCommands(std::ostream& out, const std::string& group) {

@@ -1,0 +1,416 @@
+#include "gpu/embedding/api.h"
+
+#include <cuda_runtime_api.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "gpu/common/device_buffer.h"
+#include "gpu/embedding/launch.h"
+#include "gpu/embedding/tbe_params.h"
+#include "model/common/status_macros.h"
+#include "model/numerics/float_formats.h"
+
+namespace gemtb::gpu::embedding {
+namespace {
+
+absl::Status Bad(const std::string& m) { return absl::InvalidArgumentError(m); }
+
+size_t ElementBytes(ElementType t) { return t == ElementType::kFloat32 ? 4 : 2; }
+
+// Storage bits of values the table can hold exactly (the host image is widened storage).
+std::vector<uint8_t> ToStorage(const std::vector<float>& w, ElementType t) {
+  std::vector<uint8_t> bytes(w.size() * ElementBytes(t));
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (t == ElementType::kFloat32) {
+      const uint32_t u = std::bit_cast<uint32_t>(w[i]);
+      std::memcpy(bytes.data() + 4 * i, &u, 4);
+    } else {
+      const uint16_t u = t == ElementType::kBFloat16 ? numerics::FloatToBf16BitsRne(w[i]) : numerics::FloatToFp16BitsRne(w[i]);
+      std::memcpy(bytes.data() + 2 * i, &u, 2);
+    }
+  }
+  return bytes;
+}
+
+std::vector<float> FromStorage(const std::vector<uint8_t>& bytes, ElementType t) {
+  std::vector<float> w(bytes.size() / ElementBytes(t));
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (t == ElementType::kFloat32) {
+      uint32_t u;
+      std::memcpy(&u, bytes.data() + 4 * i, 4);
+      w[i] = std::bit_cast<float>(u);
+    } else {
+      uint16_t u;
+      std::memcpy(&u, bytes.data() + 2 * i, 2);
+      w[i] = t == ElementType::kBFloat16 ? numerics::Bf16BitsToFloat(u) : numerics::Fp16BitsToFloat(u);
+    }
+  }
+  return w;
+}
+
+// Overwrites an allocated array of the same size (Upload would allocate again).
+template <typename T>
+absl::Status CopyToDevice(DeviceArray<T>& dst, const std::vector<T>& src, absl::string_view what) {
+  if (src.empty()) return absl::OkStatus();
+  return CudaOk(cudaMemcpy(dst.get(), src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice),
+                absl::StrCat("copy of ", what, " to the device"));
+}
+
+int BitsFor(uint64_t max_key) { return max_key == 0 ? 1 : 64 - std::countl_zero(max_key); }
+
+absl::Status FindEmbeddingDevice() {
+  int count = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+    return absl::FailedPreconditionError(absl::StrCat("no usable CUDA device: ", cudaGetErrorString(e)));
+  }
+  if (count == 0) return absl::FailedPreconditionError("no CUDA device on this machine");
+  cudaDeviceProp prop{};
+  GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties"));
+  if (prop.major != 9) {
+    return absl::FailedPreconditionError(absl::StrCat("device 0 (", prop.name, ") has compute capability ", prop.major,
+                                                      ".", prop.minor, "; the kernels are built for sm_90a"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CanRun(const EmbeddingConfig& config) {
+  int64_t total_rows = 0;
+  for (size_t t = 0; t < config.tables.size(); ++t) {
+    const TableConfig& c = config.tables[t];
+    const std::string name = absl::StrCat("tables[", t, "] '", c.name, "'");
+    if (c.rows < 1) return Bad(absl::StrCat(name, ": rows=", c.rows, " must be >= 1"));
+    if (c.dim < 4 || c.dim % 4 != 0 || c.dim > kMaxDim) {
+      return Bad(absl::StrCat(name, ": dim=", c.dim, " must be a multiple of 4 in [4, ", kMaxDim, "] on the GPU"));
+    }
+    if (c.dtype == ElementType::kFloat64) return Bad(absl::StrCat(name, ": dtype must be fp32, fp16 or bf16"));
+    if (c.rows > (int64_t{1} << 40)) return Bad(absl::StrCat(name, ": rows=", c.rows, " exceeds 2^40"));
+    total_rows += c.rows;
+    const OptimizerConfig& o = c.optimizer;
+    for (auto [field, v] : {std::pair{"lr", o.lr}, {"weight_decay", o.weight_decay}, {"eps", o.eps},
+                            {"beta1", o.beta1}, {"beta2", o.beta2}}) {
+      if (!std::isfinite(v)) return Bad(absl::StrCat(name, ": optimizer.", field, "=", v, " must be finite"));
+    }
+    if (o.kind == OptimizerKind::kSgd && o.decay_mode != WeightDecayMode::kNone) {
+      return Bad(absl::StrCat(name, ": SGD takes no weight decay mode"));
+    }
+    if (o.kind == OptimizerKind::kAdam && o.decay_mode == WeightDecayMode::kL2) {
+      return Bad(absl::StrCat(name, ": Adam supports weight decay none or decoupled (AdamW)"));
+    }
+  }
+  if (total_rows > (int64_t{1} << 42)) return Bad(absl::StrCat("tables: ", total_rows, " rows in all exceed 2^42"));
+  for (size_t f = 0; f < config.features.size(); ++f) {
+    const FeatureConfig& c = config.features[f];
+    if (c.table < 0 || c.table >= static_cast<int>(config.tables.size())) {
+      return Bad(absl::StrCat("features[", f, "] '", c.key, "': table=", c.table, " does not exist"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingDeviceAvailable() {
+  // Asked once per process: cudaGetDeviceProperties is slow, and every DeviceTbe asks.
+  static const absl::Status available = FindEmbeddingDevice();
+  return available;
+}
+
+struct DeviceTbe::State {
+  EmbeddingConfig config;
+  int64_t step = 0;
+  int64_t total_rows = 0;
+  int64_t max_dim = 4;
+  std::vector<TableParams> tables;  // host copies; pointers into the arrays below
+  std::deque<DeviceArray<uint8_t>> weights;
+  std::deque<DeviceArray<float>> adagrad, adam_m, adam_v;
+  DeviceArray<TableParams> d_tables;
+  // The input, its outputs and gradients, and the backward's scratch: replaced as a whole by
+  // SetInput (device arrays are not reassignable).
+  struct Input {
+    DeviceArray<FeatureParams> d_features;
+    DeviceArray<int64_t> offsets, values;
+    DeviceArray<float> weights_kjt, pooled;
+    std::deque<DeviceArray<float>> sequence;
+    DeviceArray<uint64_t> keys_in, keys_out;
+    DeviceArray<int64_t> order_in, order_out, value_bag, run_start;
+    DeviceArray<int32_t> bag_count, run_head, run_index, num_runs;
+    DeviceArray<uint8_t> cub_temp;
+  };
+  std::unique_ptr<Input> in;
+  struct Grads {
+    DeviceArray<float> pooled;
+    std::deque<DeviceArray<float>> sequence;
+  };
+  std::unique_ptr<Grads> grads;
+  bool has_input = false;
+  bool has_grads = false;
+  KjtLayout layout;
+  int64_t batch = 0;
+  int64_t num_values = 0;
+  int64_t pooled_width = 0;
+  std::vector<int> sequence_keys;
+  std::vector<FeatureParams> features;
+
+  LaunchParams Params() const {
+    LaunchParams p;
+    p.tables = d_tables.get();
+    p.features = in->d_features.get();
+    p.num_tables = static_cast<int>(tables.size());
+    p.kjt = {in->offsets.get(), in->values.get(), in->weights_kjt.get(), batch, static_cast<int64_t>(layout.feature.size())};
+    p.pooled = in->pooled.get();
+    p.pooled_grad = grads ? grads->pooled.get() : nullptr;
+    p.pooled_width = pooled_width;
+    p.seed = config.seed;
+    p.step = step;
+    return p;
+  }
+};
+
+DeviceTbe::DeviceTbe(std::unique_ptr<State> state) : s_(std::move(state)) {}
+DeviceTbe::~DeviceTbe() = default;
+int64_t DeviceTbe::step() const { return s_->step; }
+int64_t DeviceTbe::pooled_width() const { return s_->pooled_width; }
+int64_t DeviceTbe::num_values() const { return s_->num_values; }
+
+absl::StatusOr<std::unique_ptr<DeviceTbe>> DeviceTbe::Create(const EmbeddingConfig& config,
+                                                             absl::Span<const HostTable> tables, int64_t step) {
+  GEMTB_RETURN_IF_ERROR(CanRun(config));
+  if (!tables.empty() && tables.size() != config.tables.size()) {
+    return Bad(absl::StrCat("tables: ", tables.size(), " given, the config has ", config.tables.size()));
+  }
+  if (step < 0) return Bad(absl::StrCat("step=", step, ": must be >= 0"));
+  GEMTB_RETURN_IF_ERROR(EmbeddingDeviceAvailable());
+  auto s = std::make_unique<State>();
+  s->config = config;
+  s->step = step;
+  const size_t num_tables = config.tables.size();
+  s->weights.resize(num_tables);
+  s->adagrad.resize(num_tables);
+  s->adam_m.resize(num_tables);
+  s->adam_v.resize(num_tables);
+  for (size_t t = 0; t < num_tables; ++t) {
+    const TableConfig& c = config.tables[t];
+    const std::string name = absl::StrCat("table '", c.name, "'");
+    const size_t elements = static_cast<size_t>(c.rows * c.dim);
+    TableParams p;
+    p.rows = c.rows;
+    p.dim = c.dim;
+    p.row_offset = s->total_rows;
+    p.dtype = c.dtype;
+    p.hashing = c.hashing;
+    p.bounds = c.bounds;
+    p.hash_seed = c.hash_seed;
+    p.stochastic_rounding = c.stochastic_rounding && c.dtype != ElementType::kFloat32;
+    p.table = static_cast<int>(t);
+    p.optimizer = c.optimizer;
+    s->total_rows += c.rows;
+    s->max_dim = std::max(s->max_dim, c.dim);
+    const bool adagrad = c.optimizer.kind == OptimizerKind::kRowwiseAdagrad;
+    const bool adam = c.optimizer.kind == OptimizerKind::kAdam;
+    if (tables.empty()) {
+      GEMTB_RETURN_IF_ERROR(s->weights[t].Allocate(elements * ElementBytes(c.dtype), name));
+      if (adagrad) {
+        GEMTB_RETURN_IF_ERROR(s->adagrad[t].Allocate(static_cast<size_t>(c.rows), name + " state"));
+        GEMTB_RETURN_IF_ERROR(s->adagrad[t].Zero(name + " state"));
+      }
+      if (adam) {
+        for (DeviceArray<float>* a : {&s->adam_m[t], &s->adam_v[t]}) {
+          GEMTB_RETURN_IF_ERROR(a->Allocate(elements, name + " Adam state"));
+          GEMTB_RETURN_IF_ERROR(a->Zero(name + " Adam state"));
+        }
+      }
+    } else {
+      const HostTable& h = tables[t];
+      if (h.weights.size() != elements) {
+        return Bad(absl::StrCat(name, ": ", h.weights.size(), " weights, expected rows*dim=", elements));
+      }
+      GEMTB_RETURN_IF_ERROR(s->weights[t].Upload(ToStorage(h.weights, c.dtype), name));
+      if (adagrad) {
+        if (h.adagrad.size() != static_cast<size_t>(c.rows)) {
+          return Bad(absl::StrCat(name, ": ", h.adagrad.size(), " Adagrad states, expected rows=", c.rows));
+        }
+        GEMTB_RETURN_IF_ERROR(s->adagrad[t].Upload(h.adagrad, name + " state"));
+      }
+      if (adam) {
+        if (h.adam_m.size() != elements || h.adam_v.size() != elements) {
+          return Bad(absl::StrCat(name, ": Adam m, v need rows*dim=", elements, " values each"));
+        }
+        GEMTB_RETURN_IF_ERROR(s->adam_m[t].Upload(h.adam_m, name + " Adam m"));
+        GEMTB_RETURN_IF_ERROR(s->adam_v[t].Upload(h.adam_v, name + " Adam v"));
+        p.adam_step = h.adam_step;
+      }
+    }
+    p.weights = s->weights[t].get();
+    p.adagrad = s->adagrad[t].get();
+    p.adam_m = s->adam_m[t].get();
+    p.adam_v = s->adam_v[t].get();
+    if (tables.empty()) GEMTB_RETURN_IF_ERROR(LaunchInitTable(p, config.seed));
+    s->tables.push_back(p);
+  }
+  GEMTB_RETURN_IF_ERROR(s->d_tables.Upload(s->tables, "table parameters"));
+  GEMTB_RETURN_IF_ERROR(CudaOk(cudaDeviceSynchronize(), "table setup"));
+  return std::unique_ptr<DeviceTbe>(new DeviceTbe(std::move(s)));
+}
+
+absl::Status DeviceTbe::SetInput(const KjtView& kjt) {
+  State& s = *s_;
+  s.has_input = false;
+  s.has_grads = false;
+  s.grads.reset();
+  absl::StatusOr<KjtLayout> layout = CheckKjt(s.config, kjt);
+  if (!layout.ok()) return layout.status();
+  const int64_t num_values = static_cast<int64_t>(kjt.values.size());
+  if (num_values >= (int64_t{1} << 31)) return Bad(absl::StrCat("values: ", num_values, " ids exceed the GPU's 2^31"));
+  if (kjt.batch > 0 && s.total_rows + 1 > std::numeric_limits<int64_t>::max() / kjt.batch) {
+    return Bad(absl::StrCat("batch B=", kjt.batch, ": (rows+1)*B overflows the sort key"));
+  }
+  s.layout = *std::move(layout);
+  s.in = std::make_unique<State::Input>();
+  s.batch = kjt.batch;
+  s.num_values = num_values;
+  const int64_t num_keys = static_cast<int64_t>(kjt.keys.size());
+  s.features.clear();
+  s.sequence_keys.clear();
+  s.pooled_width = 0;
+  for (int64_t f = 0; f < num_keys; ++f) {
+    const FeatureConfig& fc = s.config.features[s.layout.feature[f]];
+    FeatureParams p;
+    p.table = fc.table;
+    p.pooling = fc.pooling;
+    p.value_begin = s.layout.offsets[f * s.batch];
+    if (fc.pooling == Pooling::kNone) {
+      s.sequence_keys.push_back(static_cast<int>(f));
+      s.in->sequence.emplace_back();
+      const int64_t n = (s.layout.offsets[(f + 1) * s.batch] - p.value_begin) * s.config.tables[fc.table].dim;
+      GEMTB_RETURN_IF_ERROR(s.in->sequence.back().Allocate(static_cast<size_t>(n), absl::StrCat("sequence output of '", kjt.keys[f], "'")));
+      p.sequence = s.in->sequence.back().get();
+    } else {
+      p.out_col = s.pooled_width;
+      s.pooled_width += s.config.tables[fc.table].dim;
+    }
+    s.features.push_back(p);
+  }
+  GEMTB_RETURN_IF_ERROR(s.in->d_features.Upload(s.features, "feature parameters"));
+  GEMTB_RETURN_IF_ERROR(s.in->offsets.Upload(s.layout.offsets, "KJT offsets"));
+  GEMTB_RETURN_IF_ERROR(s.in->values.Upload(kjt.values, "KJT values"));
+  if (kjt.has_weights || !kjt.weights.empty()) {
+    GEMTB_RETURN_IF_ERROR(s.in->weights_kjt.Upload(kjt.weights, "KJT weights"));
+  } else {
+    GEMTB_RETURN_IF_ERROR(s.in->weights_kjt.Allocate(0, "KJT weights"));
+  }
+  GEMTB_RETURN_IF_ERROR(s.in->pooled.Allocate(static_cast<size_t>(s.batch * s.pooled_width), "pooled output"));
+  // Backward scratch, sized once per input.
+  const size_t n = static_cast<size_t>(num_values);
+  GEMTB_RETURN_IF_ERROR(s.in->keys_in.Allocate(n, "sort keys"));
+  GEMTB_RETURN_IF_ERROR(s.in->keys_out.Allocate(n, "sorted keys"));
+  GEMTB_RETURN_IF_ERROR(s.in->order_in.Allocate(n, "occurrence order"));
+  GEMTB_RETURN_IF_ERROR(s.in->order_out.Allocate(n, "sorted occurrence order"));
+  GEMTB_RETURN_IF_ERROR(s.in->value_bag.Allocate(n, "bag of each value"));
+  GEMTB_RETURN_IF_ERROR(s.in->run_head.Allocate(n, "run heads"));
+  GEMTB_RETURN_IF_ERROR(s.in->run_index.Allocate(n, "run index"));
+  GEMTB_RETURN_IF_ERROR(s.in->run_start.Allocate(n + 1, "run starts"));
+  GEMTB_RETURN_IF_ERROR(s.in->num_runs.Allocate(1, "run count"));
+  GEMTB_RETURN_IF_ERROR(s.in->bag_count.Allocate(static_cast<size_t>(num_keys * s.batch), "bag counts"));
+  absl::StatusOr<size_t> temp = BackwardTempBytes(num_values);
+  if (!temp.ok()) return temp.status();
+  GEMTB_RETURN_IF_ERROR(s.in->cub_temp.Allocate(*temp, "sort scratch"));
+  s.has_input = true;
+  return absl::OkStatus();
+}
+
+absl::Status DeviceTbe::Forward() {
+  if (!s_->has_input) return absl::FailedPreconditionError("Forward: no input (SetInput first)");
+  return LaunchForward(s_->Params());
+}
+
+absl::StatusOr<HostOutput> DeviceTbe::DownloadOutput() const {
+  if (!s_->has_input) return absl::FailedPreconditionError("DownloadOutput: no input (SetInput first)");
+  HostOutput out;
+  out.pooled_width = s_->pooled_width;
+  GEMTB_RETURN_IF_ERROR(s_->in->pooled.Download(out.pooled, "pooled output"));
+  out.sequence_keys = s_->sequence_keys;
+  for (const DeviceArray<float>& a : s_->in->sequence) {
+    out.sequence.emplace_back();
+    GEMTB_RETURN_IF_ERROR(a.Download(out.sequence.back(), "sequence output"));
+  }
+  return out;
+}
+
+absl::Status DeviceTbe::SetGrads(absl::Span<const float> pooled, absl::Span<const std::vector<float>> sequence) {
+  State& s = *s_;
+  if (!s.has_input) return absl::FailedPreconditionError("SetGrads: no input (SetInput first)");
+  if (static_cast<int64_t>(pooled.size()) != s.batch * s.pooled_width) {
+    return Bad(absl::StrCat("grads.pooled: ", pooled.size(), " values, expected B*W = ", s.batch, "*", s.pooled_width));
+  }
+  if (sequence.size() != s.in->sequence.size()) {
+    return Bad(absl::StrCat("grads.sequence: ", sequence.size(), " arrays, expected one per NONE key (", s.in->sequence.size(), ")"));
+  }
+  s.grads = std::make_unique<State::Grads>();
+  GEMTB_RETURN_IF_ERROR(s.grads->pooled.Upload(pooled, "pooled gradient"));
+  s.grads->sequence.resize(sequence.size());
+  for (size_t i = 0; i < sequence.size(); ++i) {
+    if (sequence[i].size() != s.in->sequence[i].size()) {
+      return Bad(absl::StrCat("grads.sequence[", i, "]: ", sequence[i].size(), " values, expected ", s.in->sequence[i].size()));
+    }
+    GEMTB_RETURN_IF_ERROR(s.grads->sequence[i].Upload(sequence[i], "sequence gradient"));
+    s.features[s.sequence_keys[i]].sequence_grad = s.grads->sequence[i].get();
+  }
+  GEMTB_RETURN_IF_ERROR(CopyToDevice(s.in->d_features, s.features, "feature parameters"));
+  s.has_grads = true;
+  return absl::OkStatus();
+}
+
+absl::Status DeviceTbe::BackwardStep() {
+  State& s = *s_;
+  if (!s.has_grads) return absl::FailedPreconditionError("BackwardStep: no upstream gradients (SetGrads first)");
+  // Adam's bias products advance once per step for every Adam table, touched or not (the oracle's order).
+  bool changed = false;
+  for (size_t t = 0; t < s.tables.size(); ++t) {
+    const OptimizerConfig& o = s.config.tables[t].optimizer;
+    if (o.kind != OptimizerKind::kAdam) continue;
+    s.tables[t].adam_step = gemtb::embedding::NextAdamStep(s.tables[t].adam_step, o);
+    changed = true;
+  }
+  if (changed) GEMTB_RETURN_IF_ERROR(CopyToDevice(s.d_tables, s.tables, "table parameters"));
+  BackwardBuffers b;
+  b.keys_in = s.in->keys_in.get();
+  b.keys_out = s.in->keys_out.get();
+  b.order_in = s.in->order_in.get();
+  b.order_out = s.in->order_out.get();
+  b.value_bag = s.in->value_bag.get();
+  b.bag_count = s.in->bag_count.get();
+  b.run_head = s.in->run_head.get();
+  b.run_index = s.in->run_index.get();
+  b.run_start = s.in->run_start.get();
+  b.num_runs = s.in->num_runs.get();
+  b.cub_temp = s.in->cub_temp.get();
+  b.cub_temp_bytes = s.in->cub_temp.size();
+  b.total_rows = s.total_rows;
+  b.sort_end_bit = BitsFor(static_cast<uint64_t>(s.total_rows) * static_cast<uint64_t>(std::max<int64_t>(s.batch, 1)));
+  b.max_dim = s.max_dim;
+  GEMTB_RETURN_IF_ERROR(LaunchBackward(s.Params(), s.num_values, b));
+  ++s.step;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<HostTable>> DeviceTbe::DownloadTables() const {
+  const State& s = *s_;
+  std::vector<HostTable> out(s.tables.size());
+  for (size_t t = 0; t < s.tables.size(); ++t) {
+    std::vector<uint8_t> bytes;
+    GEMTB_RETURN_IF_ERROR(s.weights[t].Download(bytes, "table weights"));
+    out[t].weights = FromStorage(bytes, s.tables[t].dtype);
+    GEMTB_RETURN_IF_ERROR(s.adagrad[t].Download(out[t].adagrad, "Adagrad state"));
+    GEMTB_RETURN_IF_ERROR(s.adam_m[t].Download(out[t].adam_m, "Adam m"));
+    GEMTB_RETURN_IF_ERROR(s.adam_v[t].Download(out[t].adam_v, "Adam v"));
+    out[t].adam_step = s.tables[t].adam_step;
+  }
+  return out;
+}
+
+}  // namespace gemtb::gpu::embedding

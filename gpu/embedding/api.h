@@ -1,0 +1,87 @@
+// Table-batched embeddings on the GPU (spec embeddings-and-model §1-2): every table and feature of
+// a module in one launch; the forward pools (SUM, MEAN, weighted SUM) or gathers (NONE), and the
+// backward combines duplicate ids in the oracle's order (stable radix sort by row, then per-row
+// seqsums) and applies each table's optimizer in the same kernel, so no dense gradient exists.
+// Bit-identical to the oracle (reference/embedding/tbe.h) on the same inputs.
+//
+// Use: Create (tables uploaded, or Philox-initialised on the device), SetInput (the KJT, validated
+// on the host before anything launches), Forward, SetGrads + BackwardStep, then download.
+#ifndef GEMTB_GPU_EMBEDDING_API_H_
+#define GEMTB_GPU_EMBEDDING_API_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "gpu/embedding/kjt_check.h"
+#include "model/embedding/embedding_config.h"
+#include "model/embedding/embedding_math.h"
+
+namespace gemtb::gpu::embedding {
+
+// Widest table the kernels take: a row's gradient and weights sit in shared memory per warp.
+inline constexpr int64_t kMaxDim = 1024;
+
+// One table's parameters and optimizer state on the host, storage values widened to fp32 (the
+// oracle's TableState).
+struct HostTable {
+  std::vector<float> weights;  // [rows, dim]
+  std::vector<float> adagrad;  // [rows] (rowwise Adagrad)
+  std::vector<float> adam_m;   // [rows, dim] (Adam)
+  std::vector<float> adam_v;   // [rows, dim] (Adam)
+  gemtb::embedding::AdamStep adam_step;
+};
+
+// Pooled [B, W] and one [sum_b len, dim] array per NONE key, in key order (the oracle's layout).
+struct HostOutput {
+  std::vector<float> pooled;
+  int64_t pooled_width = 0;
+  std::vector<int> sequence_keys;
+  std::vector<std::vector<float>> sequence;
+};
+
+// Whether the kernels run this module: the oracle's config rules plus dim <= kMaxDim and global
+// row numbers that fit the sort key. The message names the table and field.
+absl::Status CanRun(const EmbeddingConfig& config);
+
+// The first CUDA device is an sm_90 GPU.
+absl::Status EmbeddingDeviceAvailable();
+
+class DeviceTbe {
+ public:
+  // `tables` empty: the spec's Philox init on the device (zero optimizer state); else one per
+  // table. `step` is the optimizer step s of the next BackwardStep (it keys stochastic rounding).
+  static absl::StatusOr<std::unique_ptr<DeviceTbe>> Create(const EmbeddingConfig& config,
+                                                           absl::Span<const HostTable> tables, int64_t step);
+  ~DeviceTbe();
+  DeviceTbe(const DeviceTbe&) = delete;
+  DeviceTbe& operator=(const DeviceTbe&) = delete;
+
+  // Validates the KJT (CheckKjt) and uploads it; nothing launches when it is malformed.
+  absl::Status SetInput(const KjtView& kjt);
+  // Pools into device outputs (asynchronous on the legacy stream).
+  absl::Status Forward();
+  absl::StatusOr<HostOutput> DownloadOutput() const;
+  // Upstream gradients in the forward's output shapes.
+  absl::Status SetGrads(absl::Span<const float> pooled, absl::Span<const std::vector<float>> sequence);
+  // Row gradients in the oracle's order and each table's optimizer; advances the step and Adam's
+  // bias products, as the oracle's EmbeddingBackwardStep does.
+  absl::Status BackwardStep();
+  absl::StatusOr<std::vector<HostTable>> DownloadTables() const;
+
+  int64_t step() const;
+  int64_t pooled_width() const;
+  int64_t num_values() const;
+
+ private:
+  struct State;
+  explicit DeviceTbe(std::unique_ptr<State> state);
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace gemtb::gpu::embedding
+
+#endif  // GEMTB_GPU_EMBEDDING_API_H_

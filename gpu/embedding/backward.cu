@@ -1,0 +1,231 @@
+// The backward fused with the optimizers (spec embeddings-and-model §2 "Backward", "Fused
+// optimizers"), in the oracle's fixed order and without atomics:
+//   1. a warp per bag writes each valid occurrence's sort key (global row, sample b) and the
+//      bag's count of valid ids (MEAN's n);
+//   2. CUB's stable radix sort orders the occurrences by key; KJT order (key, position) is kept
+//      inside equal keys, so each row's occurrences come in the oracle's (b, key, p) order;
+//   3. run heads and a scan give each touched row's range of occurrences;
+//   4. a warp per touched row sums the contributions per column as a seqsum in that order (G_r)
+//      and applies the table's optimizer and rounding to the row in the same kernel.
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+
+#include <algorithm>
+
+#include "gpu/common/device_buffer.h"
+#include "gpu/embedding/launch.h"
+#include "gpu/embedding/tbe_row_ops.h"
+#include "model/common/status_macros.h"
+
+namespace gemtb::gpu::embedding {
+namespace {
+
+constexpr unsigned kFullMask = 0xFFFFFFFFu;
+constexpr int kBagWarps = 8;
+constexpr int kRowWarps = 4;
+constexpr int kThreads = 256;
+constexpr int kLoadsInFlight = 8;
+
+__global__ void __launch_bounds__(kBagWarps * 32) OccurrenceKernel(const LaunchParams p, BackwardBuffers b) {
+  const int64_t bag = static_cast<int64_t>(blockIdx.x) * kBagWarps + threadIdx.x / 32;
+  if (bag >= p.kjt.num_keys * p.kjt.batch) return;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t batch = p.kjt.batch;
+  const TableParams& t = p.tables[p.features[bag / batch].table];
+  const int64_t begin = p.kjt.offsets[bag], end = p.kjt.offsets[bag + 1];
+  int32_t valid = 0;
+  for (int64_t v0 = begin; v0 < end; v0 += 32) {
+    const int64_t v = v0 + lane;
+    bool ok = false;
+    if (v < end) {
+      const int64_t row = ResolveRow(t, p.kjt.values[v]);
+      ok = row >= 0;
+      b.keys_in[v] = ok ? SortKey(t.row_offset + row, bag % batch, batch) : InvalidSortKey(b.total_rows, batch);
+      b.order_in[v] = v;
+      b.value_bag[v] = bag;
+    }
+    valid += __popc(__ballot_sync(kFullMask, ok));
+  }
+  if (lane == 0) b.bag_count[bag] = valid;
+}
+
+__global__ void RunHeadKernel(const BackwardBuffers b, int64_t n, int64_t batch) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  b.run_head[i] = i == 0 || b.keys_out[i] / batch != b.keys_out[i - 1] / batch ? 1 : 0;
+}
+
+__global__ void RunStartKernel(const BackwardBuffers b, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  if (b.run_head[i]) b.run_start[b.run_index[i]] = i;
+  if (i == n - 1) {
+    const int32_t runs = b.run_index[i] + b.run_head[i];
+    *b.num_runs = runs;
+    b.run_start[runs] = n;
+  }
+}
+
+// Where occurrence `v`'s upstream gradient row starts, and its scalar (weight or n).
+struct Contribution {
+  const float* grad = nullptr;
+  float weight = 0.0f;
+  int32_t n = 0;
+  Pooling pooling = Pooling::kSum;
+};
+
+__device__ Contribution ContributionOf(const LaunchParams& p, const BackwardBuffers& b, int64_t v) {
+  const int64_t bag = b.value_bag[v];
+  const FeatureParams& fp = p.features[bag / p.kjt.batch];
+  Contribution c;
+  c.pooling = fp.pooling;
+  if (fp.pooling == Pooling::kNone) {
+    c.grad = fp.sequence_grad + (v - fp.value_begin) * p.tables[fp.table].dim;
+  } else {
+    c.grad = p.pooled_grad + (bag % p.kjt.batch) * p.pooled_width + fp.out_col;
+  }
+  if (fp.pooling == Pooling::kWeightedSum) c.weight = p.kjt.weights[v];
+  if (fp.pooling == Pooling::kMean) c.n = b.bag_count[bag];
+  return c;
+}
+
+// G_r for the chunk at column c: the seqsum of the run's contributions in sorted order. The
+// lanes fetch 32 occurrences' metadata in parallel; the sum itself stays sequential.
+__device__ SeqSum4 RowGradientChunk(const LaunchParams& p, const BackwardBuffers& b, int64_t start, int64_t end,
+                                    int64_t c, bool active, int lane) {
+  SeqSum4 sum;
+  Contribution mine;
+  if (start + lane < end) mine = ContributionOf(p, b, b.order_out[start + lane]);
+  for (int64_t i0 = start; i0 < end; i0 += 32) {
+    // The next 32 occurrences' metadata (a chain of dependent loads) is requested before this
+    // batch is summed, so a hot row's long run does not wait for it batch after batch.
+    Contribution next;
+    if (i0 + 32 + lane < end) next = ContributionOf(p, b, b.order_out[i0 + 32 + lane]);
+    const int count = static_cast<int>(min(static_cast<int64_t>(32), end - i0));
+    // Eight occurrences' gradient loads in flight, then their terms in order.
+    for (int k0 = 0; k0 < count; k0 += kLoadsInFlight) {
+      float g[kLoadsInFlight][kChunk];
+      float weight[kLoadsInFlight];
+      int32_t n[kLoadsInFlight];
+      Pooling pooling[kLoadsInFlight];
+#pragma unroll
+      for (int u = 0; u < kLoadsInFlight; ++u) {
+        const float* grad = reinterpret_cast<const float*>(
+            __shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(mine.grad), k0 + u));
+        weight[u] = __shfl_sync(kFullMask, mine.weight, k0 + u);
+        n[u] = __shfl_sync(kFullMask, mine.n, k0 + u);
+        pooling[u] = static_cast<Pooling>(__shfl_sync(kFullMask, static_cast<int>(mine.pooling), k0 + u));
+        if (active && k0 + u < count) {
+          const float4 g4 = *reinterpret_cast<const float4*>(grad + c);
+          g[u][0] = g4.x, g[u][1] = g4.y, g[u][2] = g4.z, g[u][3] = g4.w;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kLoadsInFlight; ++u) {
+        if (!active || k0 + u >= count) continue;
+        ContributionTerm(pooling[u], weight[u], n[u], g[u]);
+        sum.Add(g[u]);
+      }
+    }
+    mine = next;
+  }
+  return sum;
+}
+
+__global__ void __launch_bounds__(kRowWarps * 32) RowUpdateKernel(const LaunchParams p, const BackwardBuffers b) {
+  extern __shared__ float shared[];  // per warp: G [max_dim], then w [max_dim]
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t run = static_cast<int64_t>(blockIdx.x) * kRowWarps + warp;
+  if (run >= *b.num_runs) return;
+  const int64_t start = b.run_start[run], end = b.run_start[run + 1];
+  const int64_t global_row = static_cast<int64_t>(b.keys_out[start] / static_cast<uint64_t>(p.kjt.batch));
+  if (global_row >= b.total_rows) return;  // the run of invalid occurrences (bounds mode zero)
+  const TableParams& t = p.tables[TableOfRow(p.tables, p.num_tables, global_row)];
+  const int64_t row = global_row - t.row_offset;
+  float* s_grad = shared + warp * 2 * b.max_dim;
+  float* s_w = s_grad + b.max_dim;
+  // The row and its state do not depend on G: requested first, they arrive while G is summed.
+  const bool adagrad = t.optimizer.kind == OptimizerKind::kRowwiseAdagrad;
+  const float state_before = adagrad ? t.adagrad[row] : 0.0f;
+  for (int64_t c0 = 0; c0 < t.dim; c0 += 32 * kChunk) {
+    const int64_t c = c0 + lane * kChunk;
+    const bool active = c < t.dim;
+    float w[kChunk];
+    if (active) LoadChunk(t, row, c, w);
+    const SeqSum4 g = RowGradientChunk(p, b, start, end, c, active, lane);
+    if (!active) continue;
+    for (int k = 0; k < kChunk; ++k) {
+      s_grad[c + k] = g.Get(k);
+      s_w[c + k] = w[k];
+    }
+  }
+  __syncwarp();
+  float square_sum = 0.0f, state_after = 0.0f;
+  if (adagrad) {
+    // The norm is one seqsum over all D columns in order: one lane adds, then broadcasts.
+    if (lane == 0) square_sum = em::RowwiseAdagradSquareSum(s_w, s_grad, t.dim, t.optimizer);
+    square_sum = __shfl_sync(kFullMask, square_sum, 0);
+  }
+  for (int64_t c = lane * kChunk; c < t.dim; c += 32 * kChunk) {
+    float w[kChunk], g[kChunk];
+    for (int k = 0; k < kChunk; ++k) {
+      w[k] = s_w[c + k];
+      g[k] = s_grad[c + k];
+    }
+    if (adagrad) {
+      state_after = AdagradChunkUpdate(t, square_sum, state_before, w, g);
+    } else {
+      ElementwiseUpdate(t, row, c, w, g);
+    }
+    RoundChunk(t, p.seed, p.step, row, c, w);
+    StoreChunk(t, row, c, w);
+  }
+  // Every lane has read the state before lane 0 overwrites it.
+  __syncwarp();
+  if (adagrad && lane == 0) t.adagrad[row] = state_after;
+}
+
+unsigned Blocks(int64_t items, int64_t per_block) { return static_cast<unsigned>((items + per_block - 1) / per_block); }
+
+}  // namespace
+
+absl::StatusOr<size_t> BackwardTempBytes(int64_t num_values) {
+  const int n = static_cast<int>(num_values);
+  size_t sort_bytes = 0, scan_bytes = 0;
+  GEMTB_RETURN_IF_ERROR(CudaOk(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const uint64_t*>(nullptr),
+                                                               static_cast<uint64_t*>(nullptr),
+                                                               static_cast<const int64_t*>(nullptr),
+                                                               static_cast<int64_t*>(nullptr), n),
+                               "cub::DeviceRadixSort::SortPairs (size query)"));
+  GEMTB_RETURN_IF_ERROR(CudaOk(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<const int32_t*>(nullptr),
+                                                             static_cast<int32_t*>(nullptr), n),
+                               "cub::DeviceScan::ExclusiveSum (size query)"));
+  return std::max(sort_bytes, scan_bytes);
+}
+
+absl::Status LaunchBackward(const LaunchParams& p, int64_t num_values, const BackwardBuffers& b) {
+  const int64_t bags = p.kjt.num_keys * p.kjt.batch;
+  if (bags == 0 || num_values == 0) return absl::OkStatus();
+  const int n = static_cast<int>(num_values);  // api.cc keeps num_values below 2^31
+  OccurrenceKernel<<<Blocks(bags, kBagWarps), kBagWarps * 32>>>(p, b);
+  GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the occurrence kernel"));
+  size_t temp = b.cub_temp_bytes;
+  GEMTB_RETURN_IF_ERROR(CudaOk(cub::DeviceRadixSort::SortPairs(b.cub_temp, temp, b.keys_in, b.keys_out, b.order_in,
+                                                               b.order_out, n, 0, b.sort_end_bit),
+                               "cub::DeviceRadixSort::SortPairs"));
+  RunHeadKernel<<<Blocks(n, kThreads), kThreads>>>(b, n, p.kjt.batch);
+  GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the run-head kernel"));
+  temp = b.cub_temp_bytes;
+  GEMTB_RETURN_IF_ERROR(CudaOk(cub::DeviceScan::ExclusiveSum(b.cub_temp, temp, b.run_head, b.run_index, n),
+                               "cub::DeviceScan::ExclusiveSum"));
+  RunStartKernel<<<Blocks(n, kThreads), kThreads>>>(b, n);
+  GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the run-start kernel"));
+  // At most one run per occurrence: warps past the device-side run count return at once, so the
+  // host never waits for that count.
+  const size_t shared_bytes = static_cast<size_t>(kRowWarps) * 2 * b.max_dim * sizeof(float);
+  RowUpdateKernel<<<Blocks(n, kRowWarps), kRowWarps * 32, shared_bytes>>>(p, b);
+  return CudaOk(cudaGetLastError(), "launch of the row update kernel");
+}
+
+}  // namespace gemtb::gpu::embedding

@@ -1,0 +1,66 @@
+// The plain parameter structs that the table-batched embedding kernels read (host fills, device
+// reads; no CUDA types, so the CPU tests build them too). Sizes count elements, not bytes.
+#ifndef GEMTB_GPU_EMBEDDING_TBE_PARAMS_H_
+#define GEMTB_GPU_EMBEDDING_TBE_PARAMS_H_
+
+#include <cstdint>
+
+#include "model/embedding/embedding_config.h"
+#include "model/embedding/embedding_math.h"
+
+namespace gemtb::gpu::embedding {
+
+// One table: its storage, id rule, optimizer and optimizer state.
+struct TableParams {
+  void* weights = nullptr;   // [rows, dim] in `dtype` (fp32, or fp16/bf16 bits)
+  int64_t rows = 0;
+  int64_t dim = 0;           // a multiple of 4
+  int64_t row_offset = 0;    // first global row: tables are numbered consecutively for the sort
+  ElementType dtype = ElementType::kFloat32;
+  Hashing hashing = Hashing::kIdentity;
+  BoundsMode bounds = BoundsMode::kError;
+  uint64_t hash_seed = 0;
+  bool stochastic_rounding = false;  // fp16/bf16 with SR on; false for fp32
+  int table = 0;                      // index t: keys the SR stream
+  OptimizerConfig optimizer;
+  float* adagrad = nullptr;  // [rows] (rowwise Adagrad)
+  float* adam_m = nullptr;   // [rows, dim] (Adam)
+  float* adam_v = nullptr;   // [rows, dim] (Adam)
+  gemtb::embedding::AdamStep adam_step;  // this step's bias products (already advanced)
+};
+
+// One KJT key: which table and pooling, and where its output and upstream gradient live.
+struct FeatureParams {
+  int table = 0;
+  Pooling pooling = Pooling::kSum;
+  int64_t out_col = 0;          // pooled: first column in [B, W]
+  int64_t value_begin = 0;      // offsets[f*B]: the key's first value
+  float* sequence = nullptr;    // NONE: [sum_b len, dim] output
+  const float* sequence_grad = nullptr;  // NONE: upstream gradient, same shape
+};
+
+// The KJT on the device after host validation.
+struct KjtParams {
+  const int64_t* offsets = nullptr;  // [F*B+1]
+  const int64_t* values = nullptr;   // ids
+  const float* weights = nullptr;    // per value, or null
+  int64_t batch = 0;
+  int64_t num_keys = 0;
+};
+
+// Everything one launch over all bags needs.
+struct LaunchParams {
+  const TableParams* tables = nullptr;
+  const FeatureParams* features = nullptr;
+  int num_tables = 0;
+  KjtParams kjt;
+  float* pooled = nullptr;              // [B, W] forward output
+  const float* pooled_grad = nullptr;   // [B, W] upstream gradient
+  int64_t pooled_width = 0;             // W
+  uint64_t seed = 0;                    // Philox key (SR)
+  int64_t step = 0;                     // SR step s
+};
+
+}  // namespace gemtb::gpu::embedding
+
+#endif  // GEMTB_GPU_EMBEDDING_TBE_PARAMS_H_

@@ -1,0 +1,152 @@
+// The arithmetic of the embedding kernels on one 4-column chunk of a row, host and device: id ->
+// row under the bounds mode, loads and stores in the storage type, the pooling and gradient terms,
+// the sort key that puts duplicate ids in the oracle's order, and the optimizer step on a chunk.
+// The kernels call these per lane; the CPU tests call the same functions in the kernels' order and
+// compare with the oracle bit for bit (spec/embeddings-and-model.md §0, §2).
+#ifndef GEMTB_GPU_EMBEDDING_TBE_ROW_OPS_H_
+#define GEMTB_GPU_EMBEDDING_TBE_ROW_OPS_H_
+
+#include <cstdint>
+
+#include "gpu/embedding/tbe_params.h"
+#include "model/embedding/embedding_math.h"
+#include "model/numerics/float_formats.h"
+#include "model/numerics/host_device.h"
+
+namespace gemtb::gpu::embedding {
+
+namespace em = gemtb::embedding;
+
+// Columns per lane and per call: D is a multiple of 4, so a chunk never straddles rows and its
+// load is one 16-byte (fp32) or 8-byte (fp16/bf16) access.
+inline constexpr int kChunk = 4;
+
+// The row an id reads, or -1 when it contributes nothing (invalid under `zero`); `error` ids were
+// rejected on the host before any launch, so here they cannot occur (treated as `zero`).
+GEMTB_HD inline int64_t ResolveRow(const TableParams& t, int64_t id) {
+  int64_t row = 0;
+  if (em::IdToRow(id, t.hashing, t.rows, t.hash_seed, &row)) return row;
+  return t.bounds == BoundsMode::kRemap0 ? 0 : -1;
+}
+
+// Elements c..c+3 of `row`, widened exactly to fp32.
+GEMTB_HD inline void LoadChunk(const TableParams& t, int64_t row, int64_t c, float out[kChunk]) {
+  const int64_t i = row * t.dim + c;
+  if (t.dtype == ElementType::kFloat32) {
+#if defined(__CUDA_ARCH__)
+    const float4 v = *reinterpret_cast<const float4*>(static_cast<const float*>(t.weights) + i);
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+#else
+    for (int k = 0; k < kChunk; ++k) out[k] = static_cast<const float*>(t.weights)[i + k];
+#endif
+    return;
+  }
+  uint16_t bits[kChunk];
+#if defined(__CUDA_ARCH__)
+  const uint2 v = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(t.weights) + i);
+  bits[0] = static_cast<uint16_t>(v.x & 0xFFFFu), bits[1] = static_cast<uint16_t>(v.x >> 16);
+  bits[2] = static_cast<uint16_t>(v.y & 0xFFFFu), bits[3] = static_cast<uint16_t>(v.y >> 16);
+#else
+  for (int k = 0; k < kChunk; ++k) bits[k] = static_cast<const uint16_t*>(t.weights)[i + k];
+#endif
+  for (int k = 0; k < kChunk; ++k) {
+    out[k] = t.dtype == ElementType::kBFloat16 ? numerics::Bf16BitsToFloat(bits[k]) : numerics::Fp16BitsToFloat(bits[k]);
+  }
+}
+
+// Writes values that are already representable in the storage type (StoreUpdated's results), so
+// the narrowing here is exact.
+GEMTB_HD inline void StoreChunk(const TableParams& t, int64_t row, int64_t c, const float in[kChunk]) {
+  const int64_t i = row * t.dim + c;
+  if (t.dtype == ElementType::kFloat32) {
+    for (int k = 0; k < kChunk; ++k) static_cast<float*>(t.weights)[i + k] = in[k];
+    return;
+  }
+  for (int k = 0; k < kChunk; ++k) {
+    static_cast<uint16_t*>(t.weights)[i + k] = t.dtype == ElementType::kBFloat16 ? numerics::FloatToBf16BitsRne(in[k])
+                                                                                 : numerics::FloatToFp16BitsRne(in[k]);
+  }
+}
+
+// seqsum (spec §0): the first term as is, then ((x1 + x2) + x3) ...; empty = +0.
+struct SeqSum4 {
+  float v[kChunk] = {0.0f, 0.0f, 0.0f, 0.0f};
+  bool any = false;
+  GEMTB_HD void Add(const float x[kChunk]) {
+    for (int k = 0; k < kChunk; ++k) v[k] = any ? numerics::AddRn(v[k], x[k]) : x[k];
+    any = true;
+  }
+  GEMTB_HD float Get(int k) const { return any ? v[k] : 0.0f; }
+};
+
+// The forward term of one valid id: e (SUM, MEAN) or w*e (weighted SUM).
+GEMTB_HD inline void PoolTerm(Pooling pooling, float weight, float e[kChunk]) {
+  if (pooling != Pooling::kWeightedSum) return;
+  for (int k = 0; k < kChunk; ++k) e[k] = numerics::MulRn(weight, e[k]);
+}
+
+// The pooled output from the bag's seqsum and its count n of valid ids (MEAN: sum/n, +0 if n = 0).
+GEMTB_HD inline void FinishPool(Pooling pooling, const SeqSum4& sum, int64_t n, float out[kChunk]) {
+  for (int k = 0; k < kChunk; ++k) {
+    const float s = sum.Get(k);
+    out[k] = pooling != Pooling::kMean ? s : (n == 0 ? 0.0f : em::DivRn(s, static_cast<float>(n)));
+  }
+}
+
+// The backward contribution c_o of one occurrence: gamma (SUM, NONE), w*gamma (WSUM), gamma/n (MEAN).
+GEMTB_HD inline void ContributionTerm(Pooling pooling, float weight, int64_t n, float g[kChunk]) {
+  for (int k = 0; k < kChunk; ++k) {
+    if (pooling == Pooling::kWeightedSum) g[k] = numerics::MulRn(weight, g[k]);
+    if (pooling == Pooling::kMean) g[k] = em::DivRn(g[k], static_cast<float>(n));
+  }
+}
+
+// The key that a stable sort of occurrences (given in KJT order: key, sample, position) puts in the
+// oracle's order: global row ascending, then sample b; KJT order keeps key, then position, inside
+// (row, b). Invalid occurrences get InvalidSortKey and sort last.
+GEMTB_HD inline uint64_t SortKey(int64_t global_row, int64_t b, int64_t batch) {
+  return static_cast<uint64_t>(global_row) * static_cast<uint64_t>(batch) + static_cast<uint64_t>(b);
+}
+GEMTB_HD inline uint64_t InvalidSortKey(int64_t total_rows, int64_t batch) {
+  return static_cast<uint64_t>(total_rows) * static_cast<uint64_t>(batch);
+}
+
+// The table that holds global row `global_row` (tables are few; a scan is enough).
+GEMTB_HD inline int TableOfRow(const TableParams* tables, int num_tables, int64_t global_row) {
+  int t = 0;
+  while (t + 1 < num_tables && tables[t + 1].row_offset <= global_row) ++t;
+  return t;
+}
+
+// SGD and Adam on a chunk: element-wise, exactly as the oracle's row functions on these columns.
+GEMTB_HD inline void ElementwiseUpdate(const TableParams& t, int64_t row, int64_t c, float w[kChunk],
+                                       const float g[kChunk]) {
+  if (t.optimizer.kind == OptimizerKind::kSgd) {
+    em::SgdRow(w, g, kChunk, t.optimizer.lr);
+  } else if (t.optimizer.kind == OptimizerKind::kAdam) {
+    const int64_t i = row * t.dim + c;
+    em::AdamRow(w, g, kChunk, t.adam_m + i, t.adam_v + i, t.adam_step, t.optimizer);
+  }
+}
+
+// Rowwise Adagrad on a chunk, given the row's seqsum of g~^2 over all D columns (computed once per
+// row) and the row's state before the step; returns the state after it (the same for every chunk).
+GEMTB_HD inline float AdagradChunkUpdate(const TableParams& t, float square_sum, float state_before,
+                                         float w[kChunk], const float g[kChunk]) {
+  float state = state_before;
+  em::RowwiseAdagradApply(w, g, kChunk, square_sum, t.dim, &state, t.optimizer);
+  return state;
+}
+
+// Rounds the updated chunk to storage: SR with the oracle's Philox word for (t, s, r, j), else RNE.
+GEMTB_HD inline void RoundChunk(const TableParams& t, uint64_t seed, int64_t step, int64_t row, int64_t c,
+                                float w[kChunk]) {
+  for (int k = 0; k < kChunk; ++k) {
+    const bool sr = t.stochastic_rounding;
+    w[k] = em::StoreUpdated(w[k], t.dtype, sr, sr ? em::SrBits(seed, t.table, step, t.dim, row, c + k) : 0);
+  }
+}
+
+}  // namespace gemtb::gpu::embedding
+
+#endif  // GEMTB_GPU_EMBEDDING_TBE_ROW_OPS_H_

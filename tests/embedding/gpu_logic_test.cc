@@ -1,0 +1,317 @@
+// The GPU embedding kernels' shared host/device logic on the CPU (no GPU needed): the host-side
+// KJT validation gives the oracle's error for every defect, and the kernels' per-chunk functions
+// (gpu/embedding/tbe_row_ops.h), called in the kernels' order (lanes' 4-column chunks, positions in
+// order, the stable sort by SortKey, runs of one row, the fused optimizer per chunk), reproduce the
+// oracle bit for bit on random cases of every family.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "gpu/embedding/kjt_check.h"
+#include "gpu/embedding/tbe_row_ops.h"
+#include "gtest/gtest.h"
+#include "reference/embedding/kjt.h"
+#include "reference/embedding/tbe.h"
+#include "tools/check/embed_cases.h"
+#include "tools/check/embed_compare.h"
+
+namespace gemtb::gpu::embedding {
+namespace {
+
+using check::EmbedCase;
+using check::EmbedRun;
+
+KjtView ViewOf(const reference::KeyedJaggedTensor& k) {
+  KjtView v;
+  v.keys = k.keys;
+  v.batch = k.stride;
+  v.lengths = k.lengths;
+  v.values = k.values;
+  v.weights = k.weights;
+  v.has_weights = k.has_weights;
+  v.offsets = k.offsets;
+  return v;
+}
+
+// Table storage as the device holds it.
+struct Storage {
+  std::vector<float> f32;
+  std::vector<uint16_t> u16;
+  void* data() { return f32.empty() ? static_cast<void*>(u16.data()) : static_cast<void*>(f32.data()); }
+};
+
+// The kernels' algorithm, sequentially, through the same functions the kernels call.
+EmbedRun RunKernelOrderOnCpu(const EmbedCase& c) {
+  EmbedRun run;
+  absl::StatusOr<KjtLayout> layout = CheckKjt(c.config, ViewOf(c.kjt));
+  if (!layout.ok()) {
+    run.error = std::string(layout.status().message());
+    return run;
+  }
+  const EmbeddingConfig& config = c.config;
+  const int64_t batch = c.kjt.stride;
+  const int64_t num_keys = static_cast<int64_t>(c.kjt.keys.size());
+  // Tables.
+  std::vector<Storage> storage(config.tables.size());
+  std::vector<TableParams> tables;
+  std::vector<std::vector<float>> adagrad, adam_m, adam_v;
+  for (size_t t = 0; t < config.tables.size(); ++t) {
+    adagrad.push_back(c.state.tables[t].adagrad);
+    adam_m.push_back(c.state.tables[t].adam_m);
+    adam_v.push_back(c.state.tables[t].adam_v);
+  }
+  int64_t total_rows = 0;
+  for (size_t t = 0; t < config.tables.size(); ++t) {
+    const TableConfig& tc = config.tables[t];
+    const std::vector<float>& w = c.state.tables[t].weights;
+    if (tc.dtype == ElementType::kFloat32) {
+      storage[t].f32 = w;
+    } else {
+      for (float x : w) {
+        storage[t].u16.push_back(tc.dtype == ElementType::kBFloat16 ? numerics::FloatToBf16BitsRne(x)
+                                                                    : numerics::FloatToFp16BitsRne(x));
+      }
+    }
+    TableParams p;
+    p.weights = storage[t].data();
+    p.rows = tc.rows;
+    p.dim = tc.dim;
+    p.row_offset = total_rows;
+    p.dtype = tc.dtype;
+    p.hashing = tc.hashing;
+    p.bounds = tc.bounds;
+    p.hash_seed = tc.hash_seed;
+    p.stochastic_rounding = tc.stochastic_rounding && tc.dtype != ElementType::kFloat32;
+    p.table = static_cast<int>(t);
+    p.optimizer = tc.optimizer;
+    p.adagrad = adagrad[t].data();
+    p.adam_m = adam_m[t].data();
+    p.adam_v = adam_v[t].data();
+    p.adam_step = c.state.tables[t].adam_step;
+    if (tc.optimizer.kind == OptimizerKind::kAdam) p.adam_step = gemtb::embedding::NextAdamStep(p.adam_step, tc.optimizer);
+    total_rows += tc.rows;
+    tables.push_back(p);
+  }
+  // Features.
+  std::vector<FeatureParams> features;
+  int64_t width = 0;
+  for (int64_t f = 0; f < num_keys; ++f) {
+    const FeatureConfig& fc = config.features[layout->feature[f]];
+    FeatureParams p;
+    p.table = fc.table;
+    p.pooling = fc.pooling;
+    p.value_begin = layout->offsets[f * batch];
+    if (fc.pooling != Pooling::kNone) {
+      p.out_col = width;
+      width += config.tables[fc.table].dim;
+    }
+    features.push_back(p);
+  }
+  const std::vector<int64_t>& offsets = layout->offsets;
+  const std::vector<int64_t>& values = c.kjt.values;
+  // Forward: a bag at a time, a 4-column chunk at a time, positions in order.
+  run.pooled.assign(static_cast<size_t>(batch * width), 0.0f);
+  std::vector<int> seq_of_key(static_cast<size_t>(num_keys), -1);
+  for (int64_t f = 0; f < num_keys; ++f) {
+    if (features[f].pooling != Pooling::kNone) continue;
+    seq_of_key[f] = static_cast<int>(run.sequence.size());
+    run.sequence.emplace_back(static_cast<size_t>((offsets[(f + 1) * batch] - offsets[f * batch]) * tables[features[f].table].dim));
+  }
+  for (int64_t bag = 0; bag < num_keys * batch; ++bag) {
+    const FeatureParams& fp = features[bag / batch];
+    const TableParams& t = tables[fp.table];
+    for (int64_t c0 = 0; c0 < t.dim; c0 += kChunk) {
+      if (fp.pooling == Pooling::kNone) {
+        for (int64_t v = offsets[bag]; v < offsets[bag + 1]; ++v) {
+          float e[kChunk] = {0.0f, 0.0f, 0.0f, 0.0f};
+          const int64_t row = ResolveRow(t, values[v]);
+          if (row >= 0) LoadChunk(t, row, c0, e);
+          std::copy(e, e + kChunk, run.sequence[seq_of_key[bag / batch]].begin() + (v - fp.value_begin) * t.dim + c0);
+        }
+        continue;
+      }
+      SeqSum4 sum;
+      int64_t n = 0;
+      for (int64_t v = offsets[bag]; v < offsets[bag + 1]; ++v) {
+        const int64_t row = ResolveRow(t, values[v]);
+        if (row < 0) continue;
+        ++n;
+        float e[kChunk];
+        LoadChunk(t, row, c0, e);
+        PoolTerm(fp.pooling, fp.pooling == Pooling::kWeightedSum ? c.kjt.weights[v] : 0.0f, e);
+        sum.Add(e);
+      }
+      float out[kChunk];
+      FinishPool(fp.pooling, sum, n, out);
+      std::copy(out, out + kChunk, run.pooled.begin() + (bag % batch) * width + fp.out_col + c0);
+    }
+  }
+  // Backward: occurrence keys, a stable sort, runs of one row.
+  std::vector<uint64_t> keys(values.size());
+  std::vector<int64_t> bag_of(values.size()), bag_count(static_cast<size_t>(num_keys * batch), 0);
+  for (int64_t bag = 0; bag < num_keys * batch; ++bag) {
+    const TableParams& t = tables[features[bag / batch].table];
+    for (int64_t v = offsets[bag]; v < offsets[bag + 1]; ++v) {
+      const int64_t row = ResolveRow(t, values[v]);
+      keys[v] = row >= 0 ? SortKey(t.row_offset + row, bag % batch, batch) : InvalidSortKey(total_rows, batch);
+      bag_of[v] = bag;
+      bag_count[bag] += row >= 0 ? 1 : 0;
+    }
+  }
+  std::vector<int64_t> order(values.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return keys[a] < keys[b]; });
+  for (size_t start = 0; start < order.size();) {
+    const uint64_t global_row = keys[order[start]] / static_cast<uint64_t>(batch);
+    size_t end = start;
+    while (end < order.size() && keys[order[end]] / static_cast<uint64_t>(batch) == global_row) ++end;
+    if (global_row < static_cast<uint64_t>(total_rows)) {
+      const TableParams& t = tables[TableOfRow(tables.data(), static_cast<int>(tables.size()), static_cast<int64_t>(global_row))];
+      const int64_t row = static_cast<int64_t>(global_row) - t.row_offset;
+      std::vector<float> g_row(static_cast<size_t>(t.dim)), w_row(static_cast<size_t>(t.dim));
+      for (int64_t c0 = 0; c0 < t.dim; c0 += kChunk) {
+        SeqSum4 sum;
+        for (size_t i = start; i < end; ++i) {
+          const int64_t v = order[i];
+          const int64_t bag = bag_of[v];
+          const FeatureParams& fp = features[bag / batch];
+          const float* grad = fp.pooling == Pooling::kNone
+                                  ? c.grads.sequence[seq_of_key[bag / batch]].data() + (v - fp.value_begin) * t.dim
+                                  : c.grads.pooled.data() + (bag % batch) * width + fp.out_col;
+          float g[kChunk];
+          std::copy(grad + c0, grad + c0 + kChunk, g);
+          ContributionTerm(fp.pooling, fp.pooling == Pooling::kWeightedSum ? c.kjt.weights[v] : 0.0f,
+                           static_cast<int32_t>(bag_count[bag]), g);
+          sum.Add(g);
+        }
+        float w[kChunk];
+        LoadChunk(t, row, c0, w);
+        for (int k = 0; k < kChunk; ++k) {
+          g_row[c0 + k] = sum.Get(k);
+          w_row[c0 + k] = w[k];
+        }
+      }
+      float square_sum = 0.0f, state_after = 0.0f;
+      const float state_before = t.adagrad ? t.adagrad[row] : 0.0f;
+      if (t.optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
+        square_sum = gemtb::embedding::RowwiseAdagradSquareSum(w_row.data(), g_row.data(), t.dim, t.optimizer);
+      }
+      for (int64_t c0 = 0; c0 < t.dim; c0 += kChunk) {
+        float w[kChunk], g[kChunk];
+        std::copy(w_row.begin() + c0, w_row.begin() + c0 + kChunk, w);
+        std::copy(g_row.begin() + c0, g_row.begin() + c0 + kChunk, g);
+        if (t.optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
+          state_after = AdagradChunkUpdate(t, square_sum, state_before, w, g);
+        } else {
+          ElementwiseUpdate(t, row, c0, w, g);
+        }
+        RoundChunk(t, config.seed, c.state.step, row, c0, w);
+        StoreChunk(t, row, c0, w);
+      }
+      if (t.optimizer.kind == OptimizerKind::kRowwiseAdagrad) t.adagrad[row] = state_after;
+    }
+    start = end;
+  }
+  for (size_t t = 0; t < config.tables.size(); ++t) {
+    std::vector<uint8_t> bytes;
+    if (!storage[t].f32.empty()) {
+      bytes.resize(storage[t].f32.size() * 4);
+      std::memcpy(bytes.data(), storage[t].f32.data(), bytes.size());
+    } else {
+      bytes.resize(storage[t].u16.size() * 2);
+      std::memcpy(bytes.data(), storage[t].u16.data(), bytes.size());
+    }
+    run.table_bytes.push_back(std::move(bytes));
+    std::vector<float> st = adagrad[t];
+    st.insert(st.end(), adam_m[t].begin(), adam_m[t].end());
+    st.insert(st.end(), adam_v[t].begin(), adam_v[t].end());
+    st.push_back(tables[t].adam_step.b1);
+    st.push_back(tables[t].adam_step.b2);
+    run.state.push_back(std::move(st));
+  }
+  return run;
+}
+
+TEST(EmbeddingGpuLogic, KjtCheckGivesTheOraclesErrorForEveryDefect) {
+  int errors = 0;
+  for (int64_t i = 0; i < 600; ++i) {
+    const EmbedCase c = check::DrawMalformedEmbedCase(check::EmbedCaseSeed(11, 0, i));
+    reference::KjtLayout want_layout;
+    const absl::Status want = reference::ValidateKjt(c.kjt, c.config, &want_layout);
+    const absl::StatusOr<KjtLayout> got = CheckKjt(c.config, ViewOf(c.kjt));
+    ASSERT_EQ(got.ok(), want.ok()) << c.description << ": oracle " << want;
+    if (!want.ok()) {
+      ++errors;
+      EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_EQ(got.status().message(), want.message()) << c.description;
+    } else {
+      EXPECT_EQ(got->offsets, want_layout.offsets);
+      EXPECT_EQ(got->feature, want_layout.feature);
+    }
+  }
+  EXPECT_GT(errors, 450);  // nearly every drawn defect is one
+}
+
+// The three malformed inputs, with the messages written out by hand.
+TEST(EmbeddingGpuLogic, NamedErrorsForNonMonotoneOffsetsBadIdsAndOverflowingLengths) {
+  EmbeddingConfig config;
+  config.tables.push_back({});
+  config.tables[0].name = "t";
+  config.tables[0].rows = 10;
+  config.tables[0].dim = 4;
+  config.features.push_back({"a", 0, Pooling::kSum, 1 << 30});
+  const std::vector<std::string> keys = {"a"};
+  std::vector<int32_t> lengths = {2, 0, 1};
+  std::vector<int64_t> values = {1, 2, 3};
+  std::vector<int64_t> offsets = {0, 2, 1, 3};  // not monotone
+  KjtView kjt{keys, 3, lengths, values, {}, false, offsets};
+  EXPECT_EQ(CheckKjt(config, kjt).status().message(), "E_KJT_OFFSETS at index 2: offsets[2]=1 but the lengths give 2");
+  kjt.offsets = {};
+  values = {1, 2, 10};  // identity hashing, 10 rows
+  kjt.values = values;
+  EXPECT_EQ(CheckKjt(config, kjt).status().message(),
+            "E_ID_OUT_OF_RANGE at index 2 (key 'a', b 2, p 0): values[2]=10 is not a valid id of table 't' (10 rows)");
+  lengths = {1 << 30, 1 << 30, 1 << 30};  // sums past int32 and past |values|
+  kjt.lengths = lengths;
+  EXPECT_EQ(CheckKjt(config, kjt).status().message(), "E_KJT_OFFSETS: sum of lengths 3221225472 but |values|=3");
+  EXPECT_EQ(CheckKjt(config, kjt).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(EmbeddingGpuLogic, ValidKjtPassesWithTheOraclesLayout) {
+  for (int64_t i = 0; i < 150; ++i) {
+    const std::vector<check::EmbedFamily> families = check::AllEmbedFamilies();
+    const check::EmbedFamily& family = families[static_cast<size_t>(i) % families.size()];
+    const EmbedCase c = check::DrawEmbedCase(check::EmbedCaseSeed(12, 0, i), family);
+    reference::KjtLayout want;
+    ASSERT_TRUE(reference::ValidateKjt(c.kjt, c.config, &want).ok()) << c.description;
+    const absl::StatusOr<KjtLayout> got = CheckKjt(c.config, ViewOf(c.kjt));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->offsets, want.offsets);
+  }
+}
+
+TEST(EmbeddingGpuLogic, KernelOrderIsBitIdenticalToTheOracleInEveryFamily) {
+  const std::vector<check::EmbedFamily> families = check::AllEmbedFamilies();
+  for (size_t fi = 0; fi < families.size(); ++fi) {
+    for (int64_t i = 0; i < 2; ++i) {
+      const EmbedCase c = check::DrawEmbedCase(check::EmbedCaseSeed(13, fi, i), families[fi]);
+      const EmbedRun want = check::RunEmbedOracle(c);
+      ASSERT_TRUE(want.error.empty()) << c.description << ": " << want.error;
+      const check::EmbedDiff d = check::CompareEmbedRuns(want, RunKernelOrderOnCpu(c));
+      EXPECT_TRUE(d.Identical()) << c.description << ": " << (d.messages.empty() ? "" : d.messages[0]);
+    }
+  }
+}
+
+// The key's order: global row first, then sample b; the row comes back by division.
+TEST(EmbeddingGpuLogic, SortKeyOrdersBySampleThenKjtOrder) {
+  const int64_t batch = 5;
+  EXPECT_LT(SortKey(3, 4, batch), SortKey(4, 0, batch));
+  EXPECT_LT(SortKey(3, 1, batch), SortKey(3, 2, batch));
+  EXPECT_EQ(SortKey(3, 2, batch) / batch, 3u);
+  EXPECT_GT(InvalidSortKey(10, batch), SortKey(9, batch - 1, batch));
+}
+
+}  // namespace
+}  // namespace gemtb::gpu::embedding

@@ -1,0 +1,32 @@
+// The case folder of `gemtb ref embed` read into the oracle's types, and the outputs written in
+// its layout, for commands that run another executor on the same files (`gemtb gpu embed`).
+#ifndef GEMTB_TOOLS_GEMTB_EMBED_CASE_FILES_H_
+#define GEMTB_TOOLS_GEMTB_EMBED_CASE_FILES_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "tools/check/embed_cases.h"
+
+namespace gemtb::cli {
+
+struct EmbedCasePaths {
+  std::string spec, lengths, ids, weights, offsets, tables, grads;
+};
+
+// The module spec, the KJT, and the tables and state (--tables, else the Philox init) with the step
+// index. Errors name the file and field. The KJT is not validated here: the executor does that.
+absl::StatusOr<check::EmbedCase> ReadEmbedCaseFiles(const EmbedCasePaths& paths, int64_t step_index);
+
+// The upstream gradients from `dir` (pooled.npy [B, W], seq_<key>.npy [sum len, D] per NONE key),
+// for a case whose KJT has been validated.
+absl::Status ReadEmbedGrads(const std::string& dir, check::EmbedCase& c);
+
+// pooled.npy, seq_<key>.npy and, with `step`, table_<name>.npy (storage dtype) and its optimizer
+// state files, as `gemtb ref embed` writes them.
+absl::Status WriteEmbedOutputs(const check::EmbedCase& c, const reference::EmbeddingOutput& output,
+                               const reference::EmbeddingState* after, const std::string& out_dir);
+
+}  // namespace gemtb::cli
+
+#endif  // GEMTB_TOOLS_GEMTB_EMBED_CASE_FILES_H_
