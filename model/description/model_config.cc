@@ -2,14 +2,13 @@
 #include "model/description/model_config.h"
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
 #include "model/json/json_reader.h"
+#include "model/json/user_file.h"
 
 #ifndef GEMTB_SOURCE_DIR
 #error "GEMTB_SOURCE_DIR must name the source tree (set by model/description/CMakeLists.txt)"
@@ -432,14 +431,13 @@ std::string BuiltinConfigPath(std::string_view name) {
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& name_or_path) {
   std::string path = BuiltinConfigPath(name_or_path);
   if (path.empty()) path = name_or_path;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config: '", name_or_path, "' is neither tiny|small|gem-scale nor a readable file"));
+  absl::StatusOr<std::string> text = ReadUserFile(path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("config: '", name_or_path,
+                                                   "' is neither tiny|small|gem-scale nor a readable file (",
+                                                   text.status().message(), ")"));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  auto config = ParseModelConfigText(text.str());
+  auto config = ParseModelConfigText(*text);
   if (!config.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", config.status().message()));
   }

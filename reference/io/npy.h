@@ -40,8 +40,22 @@ struct NpyArray {
   int64_t NumElements() const;
 };
 
+// What the header of a .npy file declares, checked against the file's size.
+struct NpyHeader {
+  NpyDType dtype = NpyDType::kFloat64;
+  std::vector<int64_t> shape;
+  uint64_t data_offset = 0;  // bytes before the data
+  uint64_t data_bytes = 0;   // shape * item size, equal to the bytes after the header
+};
+
+// Parses the header from the first bytes of a file of `file_size` bytes (`head` holds at least the
+// header, or the whole file if shorter) and checks that the data the shape needs is exactly what
+// the file holds, so nothing is allocated for a shape the file cannot back.
+absl::StatusOr<NpyHeader> ParseNpyHeader(absl::Span<const uint8_t> head, uint64_t file_size,
+                                         absl::string_view name);
 // Parses the bytes of a .npy file; `name` (a path or field name) prefixes every error message.
 absl::StatusOr<NpyArray> ParseNpy(absl::Span<const uint8_t> bytes, absl::string_view name);
+// Reads a user's .npy file: a regular file no larger than the machine's memory, header before data.
 absl::StatusOr<NpyArray> ReadNpy(const std::string& path);
 
 std::vector<uint8_t> SerializeNpy(const NpyArray& array);

@@ -1,5 +1,7 @@
 // gemtb: one command, subcommands below. `gemtb --help` lists them; `gemtb CMD --help` explains one.
+#include <exception>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -33,14 +35,32 @@ const Subcommand kSubcommands[] = {
     {{"check", "attention"}, gemtb::cli::RunCheckAttention, "random cases: GPU kernels vs oracle, spec §9 criteria"},
 };
 
+std::string Name(const Subcommand& c) {
+  std::string name;
+  for (const std::string& w : c.words) name += (name.empty() ? "" : " ") + w;
+  return name;
+}
+
 void PrintUsage(std::ostream& out) {
   out << "usage: gemtb COMMAND [flags]   (gemtb COMMAND --help for its flags)\n\ncommands:\n";
   for (const Subcommand& c : kSubcommands) {
-    std::string name;
-    for (const std::string& w : c.words) name += (name.empty() ? "" : " ") + w;
+    std::string name = Name(c);
     name.resize(20, ' ');
     out << "  " << name << c.summary << "\n";
   }
+}
+
+// The command boundary: whatever a command throws (an allocation larger than memory, a stream or
+// filesystem error) ends as one line on stderr and exit 2, never an abort.
+int RunCaught(const Subcommand& c, const std::vector<std::string>& args) {
+  try {
+    return c.run(args);
+  } catch (const std::bad_alloc&) {
+    std::cerr << "gemtb " << Name(c) << ": error: out of memory: the inputs need more memory than this machine has\n";
+  } catch (const std::exception& e) {
+    std::cerr << "gemtb " << Name(c) << ": error: " << gemtb::cli::OneLine(e.what()) << "\n";
+  }
+  return gemtb::cli::kExitBadInput;
 }
 
 }  // namespace
@@ -53,7 +73,7 @@ int main(int argc, char** argv) {
   }
   for (const Subcommand& c : kSubcommands) {
     if (args.size() >= c.words.size() && std::equal(c.words.begin(), c.words.end(), args.begin())) {
-      return c.run(std::vector<std::string>(args.begin() + c.words.size(), args.end()));
+      return RunCaught(c, std::vector<std::string>(args.begin() + c.words.size(), args.end()));
     }
   }
   std::cerr << "gemtb: error: unknown command '" << args[0] << (args.size() > 1 ? " " + args[1] : "")
