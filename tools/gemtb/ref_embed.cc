@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
+#include "model/json/user_file.h"
 #include "model/sharding/sharding_plan_json.h"
 #include "reference/embedding/embedding_json.h"
 #include "reference/embedding/tbe.h"
@@ -56,6 +57,32 @@ io::NpyDType StorageNpy(ElementType t) {
 
 io::NpyArray F32(const std::vector<float>& v, std::vector<int64_t> shape, io::NpyDType dtype = io::NpyDType::kFloat32) {
   return io::EncodeFloat(std::vector<double>(v.begin(), v.end()), std::move(shape), dtype);
+}
+
+uint64_t SaturatingMul(uint64_t a, uint64_t b) {
+  return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+// The memory the tables need, estimated before any is allocated: float32 weights and optimizer
+// state per table, and, when they are read from --tables, the file and its fp64 decoding besides.
+absl::Status CheckTablesFit(const EmbeddingConfig& config, bool read_tables) {
+  uint64_t bytes = 0;
+  for (const TableConfig& tc : config.tables) {
+    const uint64_t elements = SaturatingMul(static_cast<uint64_t>(tc.rows), static_cast<uint64_t>(tc.dim));
+    uint64_t per_element = 4;
+    if (tc.optimizer.kind == OptimizerKind::kAdam) per_element += 8;
+    if (read_tables) per_element += 2 + 8;
+    bytes = SaturatingAdd(bytes, SaturatingMul(elements, per_element));
+    if (tc.optimizer.kind == OptimizerKind::kRowwiseAdagrad) bytes = SaturatingAdd(bytes, SaturatingMul(static_cast<uint64_t>(tc.rows), 4));
+  }
+  const uint64_t limit = PhysicalMemoryBytes();
+  if (bytes > limit) {
+    return Bad(absl::StrCat("--spec: the tables need about ", bytes, " bytes (", bytes >> 30,
+                            " GiB of weights and optimizer state), more than this machine's memory of ", limit,
+                            " bytes (", limit >> 30, " GiB)"));
+  }
+  return absl::OkStatus();
 }
 
 // grads/pooled.npy [B, W] and grads/seq_<key>.npy [sum len, D], float32.
@@ -130,6 +157,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   absl::StatusOr<reference::EmbeddingSpec> spec = reference::ReadEmbeddingSpec(spec_path);
   if (!spec.ok()) return spec.status();
   const EmbeddingConfig& config = spec->config;
+  GEMTB_RETURN_IF_ERROR(CheckTablesFit(config, !tables_dir.empty()));
   std::optional<ShardingPlanSpec> plan;
   if (spec->plan) {
     absl::StatusOr<ShardingPlanSpec> parsed =
