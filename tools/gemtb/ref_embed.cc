@@ -66,7 +66,7 @@ uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UIN
 
 // The memory the tables need, estimated before any is allocated: float32 weights and optimizer
 // state per table, and, when they are read from --tables, the file and its fp64 decoding besides.
-absl::Status CheckTablesFit(const EmbeddingConfig& config, bool read_tables) {
+absl::Status CheckTablesFit(const EmbeddingConfig& config, bool read_tables, uint64_t limit) {
   uint64_t bytes = 0;
   for (const TableConfig& tc : config.tables) {
     const uint64_t elements = SaturatingMul(static_cast<uint64_t>(tc.rows), static_cast<uint64_t>(tc.dim));
@@ -76,11 +76,10 @@ absl::Status CheckTablesFit(const EmbeddingConfig& config, bool read_tables) {
     bytes = SaturatingAdd(bytes, SaturatingMul(elements, per_element));
     if (tc.optimizer.kind == OptimizerKind::kRowwiseAdagrad) bytes = SaturatingAdd(bytes, SaturatingMul(static_cast<uint64_t>(tc.rows), 4));
   }
-  const uint64_t limit = PhysicalMemoryBytes();
   if (bytes > limit) {
     return Bad(absl::StrCat("--spec: the tables need about ", bytes, " bytes (", bytes >> 30,
-                            " GiB of weights and optimizer state), more than this machine's memory of ", limit,
-                            " bytes (", limit >> 30, " GiB)"));
+                            " GiB of weights and optimizer state), more than the memory limit of ", limit,
+                            " bytes (", limit >> 30, " GiB; --max-memory-mib sets it)"));
   }
   return absl::OkStatus();
 }
@@ -114,7 +113,7 @@ absl::Status ReadGrads(const EmbeddingConfig& config, const reference::KeyedJagg
 absl::Status Run(const std::vector<std::string>& args, bool* help) {
   std::string spec_path, lengths_path, ids_path, weights_path, offsets_path, tables_dir, grads_dir, out_dir;
   bool step = false, force = false;
-  int64_t step_index = 0, threads = 0;
+  int64_t step_index = 0, threads = 0, max_memory_mib = 0;
   FlagSet flags(
       "gemtb ref embed --spec spec.json --lengths F.npy --ids F.npy [--weights F.npy] [--tables DIR] "
       "[--grads DIR --step] --out-dir DIR",
@@ -136,6 +135,8 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   flags.Bool("step", &step, "run the backward with the fused optimizer and write the updated tables");
   flags.Int64("step-index", &step_index, "the step s that keys stochastic rounding (default 0)");
   flags.Int64("threads", &threads, "oneTBB threads, 0 = all (results do not depend on it)");
+  flags.Int64("max-memory-mib", &max_memory_mib,
+              "refuse tables whose estimated memory exceeds this many MiB (default 0: this machine's memory)");
   flags.String("out-dir", &out_dir, "output folder (created; its parent must exist)");
   flags.Bool("force", &force, "replace an --out-dir that already holds files, as a whole");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
@@ -151,13 +152,17 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   if (step && grads_dir.empty()) return Bad("--step: needs --grads DIR");
   if (threads < 0 || threads > 4096) return Bad(absl::StrCat("--threads=", threads, ": want 0..4096"));
   if (step_index < 0) return Bad(absl::StrCat("--step-index=", step_index, ": must be >= 0"));
+  if (max_memory_mib < 0 || max_memory_mib > (int64_t{1} << 40)) {
+    return Bad(absl::StrCat("--max-memory-mib=", max_memory_mib, ": want 0..2^40"));
+  }
+  const uint64_t memory_limit = max_memory_mib == 0 ? PhysicalMemoryBytes() : static_cast<uint64_t>(max_memory_mib) << 20;
   absl::StatusOr<OutputSet> output = OutputSet::Prepare("--out-dir", out_dir, {.force = force, .fail_write_at = {}});
   if (!output.ok()) return output.status();
 
   absl::StatusOr<reference::EmbeddingSpec> spec = reference::ReadEmbeddingSpec(spec_path);
   if (!spec.ok()) return spec.status();
   const EmbeddingConfig& config = spec->config;
-  GEMTB_RETURN_IF_ERROR(CheckTablesFit(config, !tables_dir.empty()));
+  GEMTB_RETURN_IF_ERROR(CheckTablesFit(config, !tables_dir.empty(), memory_limit));
   std::optional<ShardingPlanSpec> plan;
   if (spec->plan) {
     absl::StatusOr<ShardingPlanSpec> parsed =
