@@ -216,11 +216,11 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::Span<const uint8_t> head, uint64_
   if (!descr || !fortran || !shape) return bad("header lacks 'descr', 'fortran_order' or 'shape'");
   if (*fortran) return bad("fortran_order=True is not supported; save C-ordered arrays");
 
-  NpyHeader array;
+  NpyHeader out;
   bool known = false;
   for (const DTypeInfo& info : kDTypes) {
     if (*descr == info.descr) {
-      array.dtype = info.dtype;
+      out.dtype = info.dtype;
       known = true;
     }
   }
@@ -238,17 +238,17 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::Span<const uint8_t> head, uint64_
     }
     count *= static_cast<uint64_t>(d);
   }
-  array.shape = *shape;
-  const uint64_t data_bytes = count * static_cast<uint64_t>(NpyItemSize(array.dtype));
+  out.shape = *shape;
+  const uint64_t data_bytes = count * static_cast<uint64_t>(NpyItemSize(out.dtype));
   const uint64_t available = file_size - prefix - header_len;
   if (available != data_bytes) {
     return bad(absl::StrCat(available < data_bytes ? "truncated data" : "trailing bytes",
                             ": shape ", ShapeString(*shape), " of ", *descr, " needs ", data_bytes,
                             " bytes, file has ", available));
   }
-  array.data_offset = prefix + header_len;
-  array.data_bytes = data_bytes;
-  return array;
+  out.data_offset = prefix + header_len;
+  out.data_bytes = data_bytes;
+  return out;
 }
 
 absl::StatusOr<NpyArray> ParseNpy(absl::Span<const uint8_t> bytes, absl::string_view name) {
