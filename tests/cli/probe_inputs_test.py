@@ -113,6 +113,10 @@ def main():
             "features": [{"key": "a", "table": "t"}, {"key": "b", "table": "t"}]}
     with open(os.path.join(valid, "spec.json"), "w") as f:
         json.dump(spec, f)
+    golden = os.path.join(valid, "golden")
+    os.makedirs(golden)
+    with open(os.path.join(golden, "manifest.json"), "w") as f:
+        f.write("{}")
     tables = os.path.join(valid, "tables")
     os.makedirs(tables)
     np.save(os.path.join(tables, "table_t.npy"), np.zeros((8, 4), dtype=np.float32))
@@ -179,6 +183,11 @@ def main():
         ("model --config", "json", lambda b: ["model", "--config", b], False),
         ("data generate --data-params", "json",
          lambda b: ["data", "generate", "--samples", "4", "--data-params", b], True),
+        ("whatif (scenario)", "json", lambda b: ["whatif", b], True),
+        ("whatif calibrate --in", "json",
+         lambda b: ["whatif", "calibrate", "--in", b, "--out", os.path.join(root, "calibration.json")], False),
+        ("golden verify --dir (manifest.json)", "json",
+         in_folder(golden, "manifest.json", lambda d: ["golden", "verify", "--dir", d]), False),
         ("whatif collective --cluster", "json",
          lambda b: ["whatif", "collective", "--op", "all_reduce", "--gpus", "16", "--size", "1M", "--cluster", b], False),
     ]
