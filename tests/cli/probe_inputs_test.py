@@ -194,6 +194,7 @@ def main():
 
     failures = 0
     cases = 0
+    slowest = (0.0, "")
     for label, kind, make_args, writes in readers:
         name = "".join(c if c.isalnum() else "_" for c in label)
         variants = bad_inputs(kind, root, name, os.path.join(valid, "train.ck"))
@@ -211,6 +212,7 @@ def main():
             except subprocess.TimeoutExpired:
                 rc, err = "hang", ""
             elapsed = time.monotonic() - t0
+            slowest = max(slowest, (elapsed, f"{label} <- {variant}"))
             after = snapshot(root)
             lines = err.strip().splitlines()
             problems = []
@@ -248,7 +250,7 @@ def main():
     else:
         print(f"ok   ref embed with a 2^24 x 1024 table: {lines[0]}")
 
-    print(f"{cases - failures} passed, {failures} failed")
+    print(f"{cases - failures} passed, {failures} failed; slowest case {slowest[0]:.2f} s ({slowest[1]})")
     if failures == 0:
         shutil.rmtree(root)
     sys.exit(1 if failures else 0)
