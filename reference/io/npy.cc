@@ -1,12 +1,7 @@
 #include "reference/io/npy.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -299,34 +294,6 @@ std::vector<uint8_t> SerializeNpy(const NpyArray& array) {
   out.insert(out.end(), header.begin(), header.end());
   out.insert(out.end(), array.data.begin(), array.data.end());
   return out;
-}
-
-absl::Status WriteNpy(const std::string& path, const NpyArray& array) {
-  const std::vector<uint8_t> bytes = SerializeNpy(array);
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot create: ", std::strerror(errno)));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return absl::DataLossError(absl::StrCat(path, ": write failed: ", why));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    return absl::DataLossError(absl::StrCat(path, ": fsync/close failed"));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return absl::DataLossError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<double>> DecodeFloat(const NpyArray& array, absl::string_view name) {
