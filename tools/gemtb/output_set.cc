@@ -133,8 +133,13 @@ absl::Status OutputSet::Commit() {
   // The state may have changed since Prepare (another run writing the same folder): check again.
   absl::StatusOr<Target> state = Inspect(flag_, target, options_.force);
   if (!state.ok()) return discard(state.status());
-  if (*state != Target::kHoldsFiles && std::rename(staging.c_str(), target.c_str()) == 0) {
-    return FsyncDir(parent);
+  if (*state != Target::kHoldsFiles) {
+    if (std::rename(staging.c_str(), target.c_str()) == 0) return FsyncDir(parent);
+    // Only a folder filled since the check above makes the rename fail with these.
+    if (errno != ENOTEMPTY && errno != EEXIST) {
+      return discard(absl::DataLossError(
+          absl::StrCat(flag_, "=", dir_, ": cannot put the folder in place: ", std::strerror(errno))));
+    }
   }
   if (!options_.force) {
     return discard(absl::FailedPreconditionError(
