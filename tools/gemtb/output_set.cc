@@ -121,6 +121,12 @@ absl::Status OutputSet::Commit() {
     fs::remove_all(staging, ec);
     return status;
   };
+  // mkdtemp makes the folder private (0700); the outputs get the mode a plain mkdir would give.
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  if (::chmod(staging.c_str(), 0777 & ~mask) != 0) {
+    return discard(absl::DataLossError(absl::StrCat(staging.string(), ": chmod failed: ", std::strerror(errno))));
+  }
   for (size_t i = 0; i < files_.size(); ++i) {
     absl::Status written = WriteFile(staging / files_[i].first, files_[i].second, options_.fail_write_at == i);
     if (!written.ok()) {
