@@ -5,13 +5,16 @@
 // "\n@@ NAME\n" (NAME of [a-z0-9_.], at most 32 characters) and running to the next marker. The
 // harness writes the files to a private temporary folder and loads the case from there, so the
 // fuzzer mutates the JSON and the .npy bytes together. Paths in case.json that leave the folder or
-// name a file the archive does not hold are only parsed, never opened.
+// name a file the archive does not hold are only parsed, never opened. Two more names are always
+// there unless the archive writes them: "d", a folder, and "p", a fifo with no writer; naming them
+// as a tensor must give a named error at once, never a block or an exception.
 //
 // Promises checked:
 //  * ParseCaseFolderJson and LoadAttentionCase return a case or InvalidArgument (a named field),
 //    never crash, whatever the JSON and the files hold.
 //  * A loaded case has passed the oracle's validation, so forward cannot fail; backward cannot fail
 //    when dO has O's shape and must refuse otherwise.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -36,6 +39,8 @@ using gemtb::fuzz::Fail;
 
 constexpr std::string_view kMarker = "\n@@ ";
 constexpr size_t kMaxFiles = 16;
+constexpr char kFolderName[] = "d";
+constexpr char kFifoName[] = "p";
 
 std::string& Folder() {
   static std::string folder;
@@ -119,6 +124,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::ofstream(fs::path(Folder()) / name, std::ios::binary).write(body.data(), body.size());
     written.insert(name);
   }
+  if (written.insert(kFolderName).second) fs::create_directory(fs::path(Folder()) / kFolderName);
+  if (written.insert(kFifoName).second) ::mkfifo((fs::path(Folder()) / kFifoName).c_str(), 0600);
   if (!OnlyOurFiles(*spec, written)) return 0;
 
   absl::StatusOr<gemtb::io::AttentionCase> c = gemtb::io::LoadAttentionCase(*spec);

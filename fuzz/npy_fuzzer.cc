@@ -1,14 +1,18 @@
-// The .npy reader on arbitrary bytes (reference/io/npy.h).
+// The .npy reader on arbitrary bytes (reference/io/npy.h), in memory and from a file.
 //
 // Promise: any bytes give a Status, never a crash, and the reader never allocates more than the
-// file holds. What it accepts must be self-consistent: the element count times the item size is
+// file holds. The file reader (header first, from the first bytes, checked against the file size,
+// then the data) judges every file exactly as the in-memory parser judges its bytes. What it accepts must be self-consistent: the element count times the item size is
 // the data size, decoding succeeds for its dtype class, serializing and parsing again gives the
 // same array, and every non-NaN float survives decode-to-fp64 and encode-back bit for bit (every
 // supported float format is a subset of fp64).
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
+
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "fuzz/byte_reader.h"
@@ -40,10 +44,41 @@ void CheckFloatRoundTrip(const NpyArray& array) {
   }
 }
 
+// The file each input is written to for ReadNpy, removed when the fuzzer exits.
+struct ScratchFile {
+  std::string path = absl::StrCat("/tmp/gemtb-npy-fuzz-", ::getpid(), ".npy");
+  ~ScratchFile() { std::remove(path.c_str()); }
+};
+
+// ReadNpy on a file holding `bytes` must agree with ParseNpy on the bytes: the same array, or an
+// InvalidArgument error with the same message (the path is the name both use).
+void CheckFileReaderAgrees(absl::Span<const uint8_t> bytes, const absl::StatusOr<NpyArray>& parsed,
+                           const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  Check(f != nullptr, "cannot create the scratch file");
+  Check(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fclose(f) == 0,
+        "cannot write the scratch file");
+  absl::StatusOr<NpyArray> read = gemtb::io::ReadNpy(path);
+  if (!parsed.ok()) {
+    Check(!read.ok(), "ReadNpy accepted a file that ParseNpy rejects");
+    Check(absl::IsInvalidArgument(read.status()), "ReadNpy: error is not InvalidArgument");
+    Check(read.status().message() == parsed.status().message(),
+          absl::StrCat("ReadNpy and ParseNpy differ: '", read.status().message(), "' vs '",
+                       parsed.status().message(), "'"));
+    return;
+  }
+  Check(read.ok(), absl::StrCat("ReadNpy rejected what ParseNpy accepts: ", read.ok() ? "" : read.status().ToString()));
+  Check(read->dtype == parsed->dtype && read->shape == parsed->shape && read->data == parsed->data,
+        "ReadNpy and ParseNpy give different arrays");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  absl::StatusOr<NpyArray> array = gemtb::io::ParseNpy(absl::MakeConstSpan(data, size), "fuzz.npy");
+  static const ScratchFile scratch;
+  const std::string& path = scratch.path;
+  absl::StatusOr<NpyArray> array = gemtb::io::ParseNpy(absl::MakeConstSpan(data, size), path);
+  CheckFileReaderAgrees(absl::MakeConstSpan(data, size), array, path);
   if (!array.ok()) {
     Check(absl::IsInvalidArgument(array.status()), "ParseNpy: error is not InvalidArgument");
     return 0;

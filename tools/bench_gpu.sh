@@ -159,7 +159,7 @@ case_args=()
 [ -n "$cases" ] && case_args=(--cases "$cases")
 for v in ${variants//,/ }; do
   stage "bench: forward kernel $v alone (forward only)"
-  timeout "$(limit 120)" "$gemtb" bench attention --out-dir "/tmp/gemtb-variant-$v" --forward-kernel "$v" \
+  timeout "$(limit 120)" "$gemtb" bench attention --force --out-dir "/tmp/gemtb-variant-$v" --forward-kernel "$v" \
     --forward-only --no-compare --reps "$reps" --warmup "$warmup" "${case_args[@]}" --label "$commit $v" \
     2>&1 | tee -a "$out/run.log" | sed 's/^/   /' | tee -a "$out/summary.txt"
 done
@@ -183,7 +183,7 @@ if [ -n "$base_gemtb" ]; then
     bench_table /tmp/gemtb-base-r$r/bench_attention.json 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
     [ "$r" -lt "$rounds" ] || break
     stage "bench round $r: ours $commit"
-    timeout "$(limit 150)" "$gemtb" bench attention --out-dir /tmp/gemtb-ours-r$r --forward-kernel "$forward_kernel" \
+    timeout "$(limit 150)" "$gemtb" bench attention --force --out-dir /tmp/gemtb-ours-r$r --forward-kernel "$forward_kernel" \
       --reps "$reps" --warmup "$warmup" --settle-s "$settle" "${case_args[@]}" --label "$commit" >> "$out/run.log" 2>&1 ||
       { status=1; stage "bench FAILED"; }
     bench_table /tmp/gemtb-ours-r$r/bench_attention.json 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
@@ -197,7 +197,7 @@ bench_cmd="gemtb bench attention --out-dir DIR --forward-kernel $forward_kernel 
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw,clocks_event_reasons.active \
   --format=csv,noheader -lms 500 > /tmp/gemtb-clocks.csv 2>/dev/null &
 clock_pid=$!
-timeout "$(limit 300)" "$gemtb" bench attention --out-dir "$lengths" --forward-kernel "$forward_kernel" \
+timeout "$(limit 300)" "$gemtb" bench attention --force --out-dir "$lengths" --forward-kernel "$forward_kernel" \
   --reps "$reps" --warmup "$warmup" --settle-s "$settle" "${case_args[@]}" --label "$commit" \
   2>&1 | while IFS= read -r line; do echo "$(date -u +%T) $line"; done | tee -a "$out/run.log" | sed 's/^/   /' | tee -a "$out/summary.txt"
 bench_rc=${PIPESTATUS[0]}
@@ -216,7 +216,7 @@ cp "$lengths/bench_attention.json" "$out/" 2>/dev/null
 [ -n "$base_gemtb" ] && bench_table "$out/bench_attention.json" 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
 if [ -n "$tanh_cases" ] && [ -f "$out/bench_attention.json" ]; then
   stage "bench: --tanh-approx on $tanh_cases"
-  timeout "$(limit 120)" "$gemtb" bench attention --out-dir /tmp/gemtb-tanh --forward-kernel "$forward_kernel" \
+  timeout "$(limit 120)" "$gemtb" bench attention --force --out-dir /tmp/gemtb-tanh --forward-kernel "$forward_kernel" \
     --reps "$reps" --warmup "$warmup" --settle-s "$settle" --cases "$tanh_cases" --tanh-approx --label "$commit tanh_approx" \
     2>&1 | tee -a "$out/run.log" | sed 's/^/   /' | tee -a "$out/summary.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; stage "tanh.approx bench FAILED"; }
@@ -330,7 +330,7 @@ for c in ${ncu_cases//,/ }; do
   timeout "$(limit 90)" ncu --clock-control none --kernel-name regex:Forward --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis --section LaunchStats \
-    "$gemtb" bench attention --out-dir /tmp/gemtb-ncu --cases "$c" --forward-only --no-compare --reps 1 \
+    "$gemtb" bench attention --force --out-dir /tmp/gemtb-ncu --cases "$c" --forward-only --no-compare --reps 1 \
     --warmup 0 > /tmp/ncu.log 2>&1
   grep -E "Duration|Throughput|Pipe|Stall|Issue|Warp Cycles|Registers|Achieved|Eligible|Executed Ipc|L2 Hit|L1/TEX Hit|Mem Busy|Max Bandwidth" \
     /tmp/ncu.log | head -60 | sed 's/^/   /' | tee -a "$out/summary.txt"

@@ -105,7 +105,7 @@ grep -A 400 "^family" /tmp/gemtb-embed-check.log | awk '$4 != 0 || /^family|^tot
 # --- 4. bench and peers ----------------------------------------------------------------------------
 stage "gemtb bench embed --reps $reps"
 bench_dir=/tmp/gemtb-embed-bench
-timeout "$(limit 120)" "$gemtb" bench embed --out-dir "$bench_dir" --reps "$reps" --label "$commit" \
+timeout "$(limit 120)" "$gemtb" bench embed --force --out-dir "$bench_dir" --reps "$reps" --label "$commit" \
   2>&1 | tee -a "$out/run.log" | sed 's/^/   /' | tee -a "$out/summary.txt"
 bench_rc=${PIPESTATUS[0]}
 [ "$bench_rc" -eq 0 ] || status=1

@@ -5,8 +5,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "absl/status/status.h"
@@ -16,6 +14,7 @@
 #include "model/common/status_macros.h"
 #include "model/data/data_params.h"
 #include "model/json/json_reader.h"
+#include "model/json/user_file.h"
 #include "nlohmann/json.hpp"
 
 namespace gemtb::data {
@@ -152,11 +151,9 @@ inline absl::StatusOr<DataParams> ParseDataParamsText(absl::string_view text) {
 }
 
 inline absl::StatusOr<DataParams> LoadDataParamsFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the data parameters file"));
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<DataParams> p = ParseDataParamsText(text.str());
+  absl::StatusOr<std::string> text = ReadUserFile(path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<DataParams> p = ParseDataParamsText(*text);
   if (!p.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", p.status().message()));
   return p;
 }

@@ -2,15 +2,14 @@
 #include "model/description/model_config.h"
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
 #include "model/description/data_dir.h"
 #include "model/json/json_reader.h"
+#include "model/json/user_file.h"
 
 namespace gemtb::model {
 namespace {
@@ -429,18 +428,17 @@ std::string BuiltinConfigPath(std::string_view name) {
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& name_or_path) {
   const std::string builtin = BuiltinConfigPath(name_or_path);
   const std::string path = builtin.empty() ? name_or_path : builtin;
-  std::ifstream in(path, std::ios::binary);
-  if (!in && !builtin.empty()) {
+  absl::StatusOr<std::string> text = ReadUserFile(path);
+  if (!text.ok() && !builtin.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("config: built-in '", name_or_path, "' cannot be read at ", path,
-                                                   " (the data folder: gemtb --version)"));
+                                                   " (the data folder: gemtb --version; ", text.status().message(), ")"));
   }
-  if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config: '", name_or_path, "' is neither tiny|small|gem-scale nor a readable file"));
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("config: '", name_or_path,
+                                                   "' is neither tiny|small|gem-scale nor a readable file (",
+                                                   text.status().message(), ")"));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  auto config = ParseModelConfigText(text.str());
+  auto config = ParseModelConfigText(*text);
   if (!config.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", config.status().message()));
   }

@@ -1,7 +1,6 @@
 #include "reference/embedding/embedding_json.h"
 
 #include <cstdint>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -9,6 +8,7 @@
 #include "model/common/status_macros.h"
 #include "model/embedding/embedding_math.h"
 #include "model/json/json_reader.h"
+#include "model/json/user_file.h"
 #include "reference/embedding/tbe.h"
 
 namespace gemtb::reference {
@@ -135,9 +135,9 @@ absl::StatusOr<EmbeddingSpec> ParseEmbeddingSpec(const json& j) {
 }
 
 absl::StatusOr<EmbeddingSpec> ReadEmbeddingSpec(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<std::string> text = ReadUserFile(path);
+  if (!text.ok()) return text.status();
+  json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
   absl::StatusOr<EmbeddingSpec> s = ParseEmbeddingSpec(j);
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.status().message()));

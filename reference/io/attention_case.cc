@@ -1,13 +1,13 @@
 #include "reference/io/attention_case.h"
 
 #include <filesystem>
-#include <fstream>
 #include <limits>
 
 #include "absl/strings/string_view.h"
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
 #include "model/json/json_reader.h"
+#include "model/json/user_file.h"
 #include "nlohmann/json.hpp"
 
 namespace gemtb::io {
@@ -66,10 +66,9 @@ ElementType ToElementType(NpyDType dtype) {
 
 absl::StatusOr<AttentionCaseSpec> ReadCaseFolder(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "case.json").string();
-  std::ifstream in(path);
-  if (!in) return Bad(absl::StrCat("--case=", dir, ": cannot open ", path));
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return ParseCaseFolderJson(text, dir);
+  absl::StatusOr<std::string> text = ReadUserFile(path);
+  if (!text.ok()) return Bad(absl::StrCat("--case=", dir, ": ", text.status().message()));
+  return ParseCaseFolderJson(*text, dir);
 }
 
 absl::StatusOr<AttentionCaseSpec> ParseCaseFolderJson(const std::string& json_text, const std::string& dir) {
@@ -142,6 +141,7 @@ absl::StatusOr<AttentionCaseSpec> ParseCaseFolderJson(const std::string& json_te
   GEMTB_RETURN_IF_ERROR(name("align", s.align, [](std::string_view n) { return ParseAlignment(n).has_value(); },
                              "is not an alignment (bottom_right, top_left)"));
   GEMTB_RETURN_IF_ERROR(r.Bool("broadcast-q", &s.broadcast_q));
+  for (const auto& [key, value] : j.items()) s.given.insert(key);
   return s;
 }
 

@@ -6,6 +6,7 @@
 #define GEMTB_REFERENCE_IO_ATTENTION_CASE_H_
 
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,8 @@ struct AttentionCaseSpec {
   int64_t window_left = -1, window_right = -1, block = 64;
   std::string align = "bottom_right";
   bool broadcast_q = false;
+  // The keys a case.json set (flag names without the dashes); empty for a spec from flags.
+  std::set<std::string> given;
 };
 
 // Reads DIR/case.json into a spec (keys are flag names without the dashes), strictly: unknown keys

@@ -1,19 +1,16 @@
 #include "reference/io/npy.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
+#include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <optional>
 
 #include "absl/strings/string_view.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "model/common/status_macros.h"
+#include "model/json/user_file.h"
 #include "model/numerics/float_formats.h"
 
 namespace gemtb::io {
@@ -24,6 +21,8 @@ constexpr size_t kMagicLen = 6;
 // A header longer than this is not one we wrote or would accept: it guards the parser against
 // multi-gigabyte "headers" in hostile files.
 constexpr uint64_t kMaxHeaderLen = 1 << 16;
+// Magic, version and the 4-byte header length of a version 2.0/3.0 file.
+constexpr uint64_t kMaxPrefixLen = kMagicLen + 2 + 4;
 
 struct DTypeInfo {
   NpyDType dtype;
@@ -163,28 +162,29 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-absl::StatusOr<NpyArray> ParseNpy(absl::Span<const uint8_t> bytes, absl::string_view name) {
+absl::StatusOr<NpyHeader> ParseNpyHeader(absl::Span<const uint8_t> head, uint64_t file_size,
+                                         absl::string_view name) {
   auto bad = [&](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": not a valid .npy file: ", what));
   };
-  if (bytes.size() < kMagicLen + 2 || std::memcmp(bytes.data(), kMagic, kMagicLen) != 0) {
+  if (head.size() < kMagicLen + 2 || std::memcmp(head.data(), kMagic, kMagicLen) != 0) {
     return bad("missing the \\x93NUMPY magic string");
   }
-  const int major = bytes[kMagicLen];
-  const int minor = bytes[kMagicLen + 1];
+  const int major = head[kMagicLen];
+  const int minor = head[kMagicLen + 1];
   if (major < 1 || major > 3 || minor != 0) {
     return bad(absl::StrCat("unsupported format version ", major, ".", minor));
   }
   const int len_bytes = major == 1 ? 2 : 4;
   const size_t prefix = kMagicLen + 2 + len_bytes;
-  if (bytes.size() < prefix) return bad("truncated before the header length");
-  const uint64_t header_len = ReadLe(bytes.data() + kMagicLen + 2, len_bytes);
+  if (head.size() < prefix) return bad("truncated before the header length");
+  const uint64_t header_len = ReadLe(head.data() + kMagicLen + 2, len_bytes);
   if (header_len > kMaxHeaderLen) return bad(absl::StrCat("header length ", header_len, " too large"));
-  if (bytes.size() < prefix + header_len) {
+  if (head.size() < prefix + header_len) {
     return bad(absl::StrCat("truncated header: header length ", header_len, " but only ",
-                            bytes.size() - prefix, " bytes follow"));
+                            head.size() - prefix, " bytes follow"));
   }
-  const absl::string_view header(reinterpret_cast<const char*>(bytes.data() + prefix), header_len);
+  const absl::string_view header(reinterpret_cast<const char*>(head.data() + prefix), header_len);
 
   HeaderParser parser(header);
   std::optional<std::string> descr;
@@ -211,11 +211,11 @@ absl::StatusOr<NpyArray> ParseNpy(absl::Span<const uint8_t> bytes, absl::string_
   if (!descr || !fortran || !shape) return bad("header lacks 'descr', 'fortran_order' or 'shape'");
   if (*fortran) return bad("fortran_order=True is not supported; save C-ordered arrays");
 
-  NpyArray array;
+  NpyHeader out;
   bool known = false;
   for (const DTypeInfo& info : kDTypes) {
     if (*descr == info.descr) {
-      array.dtype = info.dtype;
+      out.dtype = info.dtype;
       known = true;
     }
   }
@@ -233,24 +233,44 @@ absl::StatusOr<NpyArray> ParseNpy(absl::Span<const uint8_t> bytes, absl::string_
     }
     count *= static_cast<uint64_t>(d);
   }
-  array.shape = *shape;
-  const uint64_t data_bytes = count * static_cast<uint64_t>(NpyItemSize(array.dtype));
-  const uint64_t available = bytes.size() - prefix - header_len;
+  out.shape = *shape;
+  const uint64_t data_bytes = count * static_cast<uint64_t>(NpyItemSize(out.dtype));
+  const uint64_t available = file_size - prefix - header_len;
   if (available != data_bytes) {
     return bad(absl::StrCat(available < data_bytes ? "truncated data" : "trailing bytes",
                             ": shape ", ShapeString(*shape), " of ", *descr, " needs ", data_bytes,
                             " bytes, file has ", available));
   }
-  array.data.assign(bytes.begin() + prefix + header_len, bytes.end());
+  out.data_offset = prefix + header_len;
+  out.data_bytes = data_bytes;
+  return out;
+}
+
+absl::StatusOr<NpyArray> ParseNpy(absl::Span<const uint8_t> bytes, absl::string_view name) {
+  absl::StatusOr<NpyHeader> header = ParseNpyHeader(bytes, bytes.size(), name);
+  if (!header.ok()) return header.status();
+  NpyArray array;
+  array.dtype = header->dtype;
+  array.shape = std::move(header->shape);
+  array.data.assign(bytes.begin() + static_cast<ptrdiff_t>(header->data_offset), bytes.end());
   return array;
 }
 
 absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return ParseNpy(bytes, path);
+  // The whole file is held in memory, so one larger than the machine's memory cannot be an input.
+  absl::StatusOr<UserFile> file = UserFile::Open(path, PhysicalMemoryBytes());
+  if (!file.ok()) return file.status();
+  // Header first: the shape and dtype are checked against the file size before the data is read.
+  std::vector<uint8_t> head(static_cast<size_t>(std::min<uint64_t>(file->size(), kMaxPrefixLen + kMaxHeaderLen)));
+  GEMTB_RETURN_IF_ERROR(file->ReadAt(0, absl::MakeSpan(head)));
+  absl::StatusOr<NpyHeader> header = ParseNpyHeader(head, file->size(), path);
+  if (!header.ok()) return header.status();
+  NpyArray array;
+  array.dtype = header->dtype;
+  array.shape = std::move(header->shape);
+  array.data.resize(static_cast<size_t>(header->data_bytes));
+  GEMTB_RETURN_IF_ERROR(file->ReadAt(header->data_offset, absl::MakeSpan(array.data)));
+  return array;
 }
 
 std::vector<uint8_t> SerializeNpy(const NpyArray& array) {
@@ -274,34 +294,6 @@ std::vector<uint8_t> SerializeNpy(const NpyArray& array) {
   out.insert(out.end(), header.begin(), header.end());
   out.insert(out.end(), array.data.begin(), array.data.end());
   return out;
-}
-
-absl::Status WriteNpy(const std::string& path, const NpyArray& array) {
-  const std::vector<uint8_t> bytes = SerializeNpy(array);
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot create: ", std::strerror(errno)));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return absl::DataLossError(absl::StrCat(path, ": write failed: ", why));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    return absl::DataLossError(absl::StrCat(path, ": fsync/close failed"));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return absl::DataLossError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<double>> DecodeFloat(const NpyArray& array, absl::string_view name) {

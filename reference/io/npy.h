@@ -2,8 +2,7 @@
 //
 // Only what gemtb exchanges is accepted: little-endian float64, float32, float16, uint16 (bfloat16
 // stored as raw bits), int64, int32 and uint8, C order. Anything else is rejected with a message that names
-// the file and the offending header field. Writes are atomic (temp file, fsync, rename), so a failed
-// command never leaves a partial output behind.
+// the file and the offending header field.
 #ifndef GEMTB_REFERENCE_IO_NPY_H_
 #define GEMTB_REFERENCE_IO_NPY_H_
 
@@ -40,13 +39,27 @@ struct NpyArray {
   int64_t NumElements() const;
 };
 
+// What the header of a .npy file declares, checked against the file's size.
+struct NpyHeader {
+  NpyDType dtype = NpyDType::kFloat64;
+  std::vector<int64_t> shape;
+  uint64_t data_offset = 0;  // bytes before the data
+  uint64_t data_bytes = 0;   // shape * item size, equal to the bytes after the header
+};
+
+// Parses the header from the first bytes of a file of `file_size` bytes (`head` holds at least the
+// header, or the whole file if shorter) and checks that the data the shape needs is exactly what
+// the file holds, so nothing is allocated for a shape the file cannot back.
+absl::StatusOr<NpyHeader> ParseNpyHeader(absl::Span<const uint8_t> head, uint64_t file_size,
+                                         absl::string_view name);
 // Parses the bytes of a .npy file; `name` (a path or field name) prefixes every error message.
 absl::StatusOr<NpyArray> ParseNpy(absl::Span<const uint8_t> bytes, absl::string_view name);
+// Reads a user's .npy file: a regular file no larger than the machine's memory, header before data.
 absl::StatusOr<NpyArray> ReadNpy(const std::string& path);
 
+// The bytes of a .npy file (version 1.0). The commands write these into an output folder written
+// as a whole, never a file at a time.
 std::vector<uint8_t> SerializeNpy(const NpyArray& array);
-// Writes atomically: `path.tmp.<pid>`, fsync, rename.
-absl::Status WriteNpy(const std::string& path, const NpyArray& array);
 
 // Decodes a floating array exactly into fp64 (every supported float format is a subset of fp64).
 absl::StatusOr<std::vector<double>> DecodeFloat(const NpyArray& array, absl::string_view name);

@@ -9,10 +9,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
+#include "model/json/user_file.h"
 
 namespace gemtb::reference::model {
 namespace {
@@ -209,10 +209,9 @@ absl::Status WriteCheckpoint(const std::string& path, const NamedArrays& arrays,
 }
 
 absl::StatusOr<NamedArrays> ReadCheckpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return ParseCheckpoint(bytes, path);
+  absl::StatusOr<std::string> text = ReadUserFile(path, PhysicalMemoryBytes());
+  if (!text.ok()) return text.status();
+  return ParseCheckpoint(std::vector<uint8_t>(text->begin(), text->end()), path);
 }
 
 }  // namespace gemtb::reference::model

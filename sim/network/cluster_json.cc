@@ -3,14 +3,13 @@
 
 #include <filesystem>
 #include <limits>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
 #include "model/json/json_reader.h"
+#include "model/json/user_file.h"
 #include "sim/network/collective_cost.h"
 #include "sim/network/default_cluster_text.h"
 #include "sim/network/nccl_fit.h"
@@ -144,11 +143,7 @@ absl::Status ParseCurve(const json& j, const std::string& path, Curve* curve) {
 }  // namespace
 
 absl::StatusOr<std::string> ReadFileFromDisk(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return ReadUserFile(path);
 }
 
 absl::StatusOr<Calibration> ParseCalibration(const json& json_in, std::string_view path_prefix,

@@ -1,11 +1,12 @@
-"""`gemtb ref compare` passes the oracle's own emulate-mode output and fails an output with one
-element changed by 1% (issue: foundation, "Done when").
+"""`gemtb ref compare` passes the oracle's own emulate-mode output, fails an output with one
+element changed by 1% and names that element, and fails a set with an output missing.
 
 usage: /usr/bin/python3 compare_test.py --gemtb PATH
 """
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -74,19 +75,36 @@ def main():
         if dtype != "float32":
             continue
         # One element changed by 1%: the largest-magnitude one, so that the change is 1% of max|ref|.
+        # The rest of the set is the passing emulate output, so only the changed tensor can fail.
         for tensor in ["o.npy", "dq.npy", "dk.npy", "dv.npy"]:
             bad = os.path.join(root, "bad-" + tensor[:-4])
-            os.makedirs(bad)
+            shutil.copytree(emu, bad)
             x = np.load(os.path.join(emu, tensor))
             i = np.unravel_index(np.argmax(np.abs(x)), x.shape)
             x[i] *= np.float32(1.01)
             np.save(os.path.join(bad, tensor), x)
             p = run([args.gemtb, "ref", "compare", "--case", case, "--test", bad])
+            worst = f"{tensor[:-4]}: worst element [{', '.join(str(int(k)) for k in i)}]: got {float(x[i]):.9g}"
             if p.returncode != 1 or "FAIL" not in p.stdout:
                 print(f"FAIL {dtype}/{act}: {tensor} with one element +1% not rejected (exit {p.returncode}):\n{p.stdout}{p.stderr}")
                 failures += 1
+            elif worst not in p.stdout:
+                print(f"FAIL {dtype}/{act}: {tensor}: the report does not point at the changed element ({worst}):\n{p.stdout}")
+                failures += 1
             else:
-                print(f"ok   {dtype}/{act}/{mask}: {tensor} with one element +1% fails")
+                print(f"ok   {dtype}/{act}/{mask}: {tensor} with one element +1% fails, worst element named")
+        # A set with an output missing fails (exit 1) on one line naming it, however good the rest is.
+        for tensor in ["dv.npy"] + (["lse.npy"] if act == "softmax" else []):
+            partial = os.path.join(root, "partial-" + tensor[:-4])
+            shutil.copytree(emu, partial)
+            os.remove(os.path.join(partial, tensor))
+            p = run([args.gemtb, "ref", "compare", "--case", case, "--test", partial])
+            lines = p.stdout.strip().splitlines()
+            if p.returncode != 1 or len(lines) != 1 or tensor not in lines[0] or "FAIL" not in lines[0]:
+                print(f"FAIL {dtype}/{act}: a set without {tensor} not rejected on one line (exit {p.returncode}):\n{p.stdout}{p.stderr}")
+                failures += 1
+            else:
+                print(f"ok   {dtype}/{act}/{mask}: a set without {tensor} fails: {lines[0]}")
     print("PASS" if failures == 0 else f"{failures} failures")
     sys.exit(1 if failures else 0)
 

@@ -1,5 +1,6 @@
 """Every malformed input to `gemtb ref attention`, as flags or in a case folder's case.json, gets a
-one-line error naming the field and the value, exit code 2, and no output file.
+one-line error naming the field and the value, exit code 2, and no output file; so does a flag that
+disagrees with the case file. A full --out-dir is refused unless --force, which replaces it whole.
 
 usage: /usr/bin/python3 malformed_inputs_test.py --gemtb PATH
 """
@@ -123,6 +124,14 @@ def main():
          ["case.json.block: 1.5 is not an integer"]),
         ("case.json: broadcast-q not a boolean", case_folder("case_bq", broadcast_q=1),
          ["case.json.broadcast-q: 1 is not true or false"]),
+        # A flag the case file also sets must agree with it; the error names both values.
+        ("--act conflicts with case.json", case_folder("case_silu", act="silu") + ["--act", "softmax"],
+         ["--act=softmax", "act to silu"]),
+        ("--mask conflicts with case.json", case_folder("case_causal", mask="causal") + ["--mask", "none"],
+         ["--mask=none", "mask to causal"]),
+        ("--q names another file than case.json", case_folder("case_q") + ["--q", k], ["--q=" + k, "sets q to"]),
+        ("--max-lq conflicts with case.json", case_folder("case_maxlq", max_lq=7) + ["--max-lq", "8"],
+         ["--max-lq=8", "max-lq to 7"]),
     ]
     failures = 0
     for i, (name, argv, needles) in enumerate(cases):
@@ -158,7 +167,41 @@ def main():
     if proc_case.returncode != 0 or not os.path.exists(os.path.join(folder_dir, "o.npy")):
         failures += 1
         print(f"FAIL well-formed case folder: exit {proc_case.returncode}: {proc_case.stderr.strip()}")
-    print(f"{len(cases) + 2 - failures} passed, {failures} failed")
+    checks = len(cases) + 2
+
+    def run(argv):
+        return subprocess.run([args.gemtb, "ref", "attention", *argv], capture_output=True, text=True)
+
+    def listing(folder):
+        return {n: open(os.path.join(folder, n), "rb").read() for n in sorted(os.listdir(folder))}
+
+    def check(name, ok):
+        nonlocal failures, checks
+        checks += 1
+        if not ok:
+            failures += 1
+        print(("ok   " if ok else "FAIL ") + name)
+
+    # Flags agreeing with the case, or setting what it leaves out, are taken.
+    agree = run(case_folder("case_agree", act="silu") + ["--act", "silu", "--out-dir", os.path.join(tmp, "agree")])
+    check("--act equal to case.json's runs", agree.returncode == 0)
+    fill = run(case_folder("case_fill") + ["--act", "silu", "--out-dir", os.path.join(tmp, "fill")])
+    check("--act set where case.json has none is used (no lse.npy for silu)",
+          fill.returncode == 0 and sorted(os.listdir(os.path.join(tmp, "fill"))) == ["o.npy"])
+    missing = run(good + ["--out-dir", os.path.join(tmp, "no", "such", "out")])
+    check("an --out-dir whose parent is missing exits 2 before any work, nothing created",
+          missing.returncode == 2 and "does not exist" in missing.stderr and not os.path.exists(os.path.join(tmp, "no")))
+    # A folder holding a set: a second run is refused and the set stays; --force replaces it whole.
+    before = listing(ok_dir)
+    again = run(good + ["--act", "silu", "--out-dir", ok_dir])
+    check("a second run into a full --out-dir exits 2 on one line naming --force, the set unchanged",
+          again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1 and "--force" in again.stderr
+          and listing(ok_dir) == before)
+    forced = run(good + ["--act", "silu", "--force", "--out-dir", ok_dir])
+    after = listing(ok_dir)
+    check("--force replaces the set as a whole (the softmax run's lse.npy is gone)",
+          forced.returncode == 0 and sorted(after) == ["o.npy"] and after["o.npy"] != before["o.npy"])
+    print(f"{checks - failures} passed, {failures} failed")
     sys.exit(1 if failures else 0)
 
 

@@ -3,6 +3,9 @@
 #ifndef GEMTB_TOOLS_GEMTB_ATTENTION_CASE_FLAGS_H_
 #define GEMTB_TOOLS_GEMTB_ATTENTION_CASE_FLAGS_H_
 
+#include <string>
+
+#include "absl/status/status.h"
 #include "reference/io/attention_case.h"
 #include "tools/gemtb/flags.h"
 
@@ -10,6 +13,12 @@ namespace gemtb::cli {
 
 // Registers --q --k ... --broadcast-q on `flags`.
 void RegisterAttentionCaseFlags(FlagSet& flags, io::AttentionCaseSpec& spec);
+
+// With --case: every case flag given on the command line joins `from_case`. One the case.json sets
+// too must agree with it (files: the same file), else the error names both values; one the case
+// leaves out sets it.
+absl::Status MergeCaseFlags(const FlagSet& flags, const io::AttentionCaseSpec& from_flags,
+                            const std::string& case_dir, io::AttentionCaseSpec& from_case);
 
 }  // namespace gemtb::cli
 

@@ -14,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
+#include "tools/gemtb/output_set.h"
 #if GEMTB_HAVE_CUDA
 #include "gpu/bench/attention_bench.h"
 #endif
@@ -43,7 +44,7 @@ nlohmann::json TimingJson(const gpu::bench::Timing& t, double flops) {
 absl::Status Run(const std::vector<std::string>& args) {
   std::string cases, out_dir, forward_kernel = "auto", backward_kernel = "auto", label;
   int64_t warmup = 3, reps = 15, seed = 1, settle_s = 0;
-  bool forward_only = false, no_compare = false, tanh_approx = false, no_kernel_time = false,
+  bool force = false, forward_only = false, no_compare = false, tanh_approx = false, no_kernel_time = false,
        free_memory = false;
   FlagSet flags("gemtb bench attention --out-dir D [--cases a,b] [--reps N] [--warmup N] [options]",
                 "Times the CUDA attention kernels (bf16, H=4, D=128) on the cases of spec/attention.md\n"
@@ -52,7 +53,8 @@ absl::Status Run(const std::vector<std::string>& args) {
                 "Writes D/bench_attention.json and the lengths of each case as\n"
                 "D/<case>.npy (int64 [2,B]), so that a peer benchmark can time the same lengths\n"
                 "(formats: docs/reports.md).");
-  flags.String("out-dir", &out_dir, "output folder (created if missing)");
+  flags.String("out-dir", &out_dir, "output folder (created if missing; its parent must exist)");
+  flags.Bool("force", &force, "replace an --out-dir that already holds files, as a whole");
   flags.String("cases", &cases, "comma-separated case names (default: all eight)");
   flags.Int64("warmup", &warmup, "untimed runs before timing (default 3)");
   flags.Int64("reps", &reps, "timed runs; the median is reported (default 15)");
@@ -84,7 +86,8 @@ absl::Status Run(const std::vector<std::string>& args) {
   return absl::FailedPreconditionError(
       "this gemtb was built without CUDA (nvcc not found at configure time): no GPU kernels");
 #else
-  if (out_dir.empty()) return absl::InvalidArgumentError("--out-dir: required");
+  absl::StatusOr<OutputSet> output = OutputSet::Prepare("--out-dir", out_dir, {.force = force, .fail_write_at = {}});
+  if (!output.ok()) return output.status();
   gpu::bench::BenchOptions opt;
   if (!cases.empty()) opt.cases = absl::StrSplit(cases, ',');
   if (warmup < 0 || warmup > 1000) return absl::InvalidArgumentError(absl::StrCat("--warmup=", warmup, ": must be in [0, 1000]"));
@@ -125,7 +128,6 @@ absl::Status Run(const std::vector<std::string>& args) {
       "CUDA events around each run, median; input sets rotated (>= 2, >= 3x L2). \"kernel\": a second pass "
       "of --reps runs timed by CUPTI activity records (summed kernel and memset durations per run: median, "
       "mean; period = first start to last end per run, gaps included)";
-  std::vector<std::pair<std::string, io::NpyArray>> files;
   for (const gpu::bench::CaseResult& r : *results) {
     const gpu::bench::BenchCase& c = r.bench_case;
     nlohmann::json j;
@@ -161,10 +163,10 @@ absl::Status Run(const std::vector<std::string>& args) {
     doc["cases"].push_back(j);
     std::vector<int64_t> both(r.lengths.q);
     both.insert(both.end(), r.lengths.kv.begin(), r.lengths.kv.end());
-    files.emplace_back(c.name + ".npy", io::EncodeInt64(both, {2, static_cast<int64_t>(r.lengths.q.size())}));
+    output->AddNpy(c.name + ".npy", io::EncodeInt64(both, {2, static_cast<int64_t>(r.lengths.q.size())}));
   }
-  GEMTB_RETURN_IF_ERROR(WriteOutputs(out_dir, files));
-  return WriteTextAtomically(out_dir + "/bench_attention.json", doc.dump(1) + "\n");
+  output->AddText("bench_attention.json", doc.dump(1) + "\n");
+  return output->Commit();
 #endif
 }
 

@@ -16,6 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
+#include "tools/gemtb/output_set.h"
 #if GEMTB_HAVE_CUDA
 #include <filesystem>
 
@@ -37,6 +38,7 @@ nlohmann::json TimingJson(const gpu::embedding::EmbedTiming& t) {
 
 absl::Status Run(const std::vector<std::string>& args) {
   std::string out_dir, shapes_text, label;
+  bool force = false;
   int64_t warmup = 3, reps = 20, seed = 1, rows = 10'000'000, copy_mib = 4096, determinism_rows = 1'000'000;
   FlagSet flags("gemtb bench embed --out-dir D [--shapes a,b] [--reps N] [--rows N]",
                 "Times the CUDA table-batched embedding kernels on one table of --rows x 128 (default 10M),\n"
@@ -46,7 +48,8 @@ absl::Status Run(const std::vector<std::string>& args) {
                 "kernel's TB/s (the ceiling) is timed in the same call, and two backward steps from the same\n"
                 "tables are compared byte for byte (Zipf ids, --determinism-rows rows). Writes\n"
                 "D/bench_embed.json and D/<shape>_ids.npy for tools/bench/embed_peers.py.");
-  flags.String("out-dir", &out_dir, "output folder (created if missing)");
+  flags.String("out-dir", &out_dir, "output folder (created; its parent must exist)");
+  flags.Bool("force", &force, "replace an --out-dir that already holds files, as a whole");
   flags.String("shapes", &shapes_text, "comma-separated shape names (default: all)");
   flags.Int64("warmup", &warmup, "untimed runs before timing (default 3)");
   flags.Int64("reps", &reps, "timed runs; the median is reported (default 20)");
@@ -64,6 +67,8 @@ absl::Status Run(const std::vector<std::string>& args) {
   if (reps < 1 || warmup < 0) return absl::InvalidArgumentError(absl::StrCat("--reps=", reps, " --warmup=", warmup, ": want reps >= 1, warmup >= 0"));
   if (rows < 1) return absl::InvalidArgumentError(absl::StrCat("--rows=", rows, ": must be >= 1"));
   if (copy_mib < 1) return absl::InvalidArgumentError(absl::StrCat("--copy-mib=", copy_mib, ": must be >= 1"));
+  absl::StatusOr<OutputSet> output = OutputSet::Prepare("--out-dir", out_dir, {.force = force, .fail_write_at = {}});
+  if (!output.ok()) return output.status();
 #if !GEMTB_HAVE_CUDA
   return absl::FailedPreconditionError("this gemtb was built without CUDA (nvcc not found at configure time)");
 #else
@@ -117,8 +122,9 @@ absl::Status Run(const std::vector<std::string>& args) {
     std::cout << "determinism: two backward steps (" << s.name << ", " << s.rows
               << " rows) differ in " << *diff << " bytes of tables and state\n";
   }
-  GEMTB_RETURN_IF_ERROR(WriteOutputs(out_dir, id_files));
-  return WriteTextAtomically((std::filesystem::path(out_dir) / "bench_embed.json").string(), j.dump(2) + "\n");
+  for (const auto& [name, array] : id_files) output->AddNpy(name, array);
+  output->AddText("bench_embed.json", j.dump(2) + "\n");
+  return output->Commit();
 #endif
 }
 

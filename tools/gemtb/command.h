@@ -17,12 +17,11 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitCheckFailed = 1;
 inline constexpr int kExitBadInput = 2;
 
+// `message` with its line breaks made spaces: every error is one line on stderr.
+std::string OneLine(absl::string_view message);
+
 // Prints "gemtb <command>: error: <message>" on one line to stderr; returns the exit code.
 int ReportError(const std::string& command, const absl::Status& status);
-
-// Writes every (name, array) under `dir` (created if missing), each atomically.
-absl::Status WriteOutputs(const std::string& dir,
-                          const std::vector<std::pair<std::string, io::NpyArray>>& files);
 
 // Writes `text` to `path` atomically (temp file, fsync, rename).
 absl::Status WriteTextAtomically(const std::string& path, const std::string& text);

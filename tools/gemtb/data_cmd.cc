@@ -24,6 +24,7 @@
 #include "reference/io/npy.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
+#include "tools/gemtb/output_set.h"
 
 namespace gemtb::cli {
 namespace {
@@ -50,6 +51,7 @@ nlohmann::ordered_json Number(double x) { return std::isfinite(x) ? nlohmann::or
 
 int RunDataGenerate(const std::vector<std::string>& args) {
   std::string config = "tiny", out_dir;
+  bool force = false;
   int64_t samples = 1024, first = 0, seed = 1, threads = 0;
   FlagSet flags("gemtb data generate --config tiny|small|gem-scale|FILE --samples N --out-dir DIR [options]",
                 "Writes samples first .. first+N-1 of the planted-teacher generator as .npy files: the KJT\n"
@@ -67,13 +69,13 @@ int RunDataGenerate(const std::vector<std::string>& args) {
   flags.Int64("first", &first, "index of the first sample (default 0)");
   flags.Int64("seed", &seed, "data seed (default 1)");
   flags.Int64("threads", &threads, "worker threads, 0 = all cores (default 0); output does not depend on it");
-  flags.String("out-dir", &out_dir, "output folder (created if missing)");
+  flags.String("out-dir", &out_dir, "output folder (created if missing; its parent must exist)");
+  flags.Bool("force", &force, "replace an --out-dir that already holds files, as a whole");
   if (absl::Status s = flags.Parse(args); !s.ok()) return ReportError(kCommand, s);
   if (flags.help_requested()) {
     std::cout << flags.Help();
     return kExitOk;
   }
-  if (out_dir.empty()) return ReportError(kCommand, absl::InvalidArgumentError("--out-dir is required"));
   if (samples < 1 || samples > kMaxSamples) {
     return ReportError(kCommand, absl::InvalidArgumentError(
                                      absl::StrCat("--samples=", samples, ": expected 1 .. ", kMaxSamples)));
@@ -88,6 +90,9 @@ int RunDataGenerate(const std::vector<std::string>& args) {
     return ReportError(kCommand,
                        absl::InvalidArgumentError(absl::StrCat("--threads=", threads, ": expected 0 .. 4096")));
   }
+
+  absl::StatusOr<OutputSet> output = OutputSet::Prepare("--out-dir", out_dir, {.force = force, .fail_write_at = {}});
+  if (!output.ok()) return ReportError(kCommand, output.status());
 
   absl::StatusOr<model::ModelConfig> model_config = model::LoadModelConfig(config);
   if (!model_config.ok()) return ReportError(kCommand, model_config.status());
@@ -151,19 +156,17 @@ int RunDataGenerate(const std::vector<std::string>& args) {
   }
   meta["tasks"] = tasks;
 
-  std::vector<std::pair<std::string, io::NpyArray>> files;
-  files.emplace_back("lengths.npy", Int32Array(batch.lengths, {K * samples}));
-  files.emplace_back("ids.npy", io::EncodeInt64(batch.values, {static_cast<int64_t>(batch.values.size())}));
-  files.emplace_back("seq_lengths.npy", Int32Array(batch.seq_lengths, {J, samples}));
-  files.emplace_back("dense.npy", io::EncodeFloat(std::vector<double>(batch.dense.begin(), batch.dense.end()),
+  output->AddNpy("lengths.npy", Int32Array(batch.lengths, {K * samples}));
+  output->AddNpy("ids.npy", io::EncodeInt64(batch.values, {static_cast<int64_t>(batch.values.size())}));
+  output->AddNpy("seq_lengths.npy", Int32Array(batch.seq_lengths, {J, samples}));
+  output->AddNpy("dense.npy", io::EncodeFloat(std::vector<double>(batch.dense.begin(), batch.dense.end()),
                                                   {samples, shape.dense}, io::NpyDType::kFloat32));
-  files.emplace_back("surface.npy", Int32Array(batch.surface, {samples}));
-  files.emplace_back("labels.npy", io::EncodeUInt8(batch.label, {samples, T}));
-  files.emplace_back("masks.npy", io::EncodeUInt8(batch.mask, {samples, T}));
-  files.emplace_back("probs.npy", io::EncodeFloat(batch.prob, {samples, T}, io::NpyDType::kFloat64));
-  if (absl::Status s = WriteOutputs(out_dir, files); !s.ok()) return ReportError(kCommand, s);
-  const std::string meta_path = (std::filesystem::path(out_dir) / "meta.json").string();
-  if (absl::Status s = WriteTextAtomically(meta_path, meta.dump(2) + "\n"); !s.ok()) return ReportError(kCommand, s);
+  output->AddNpy("surface.npy", Int32Array(batch.surface, {samples}));
+  output->AddNpy("labels.npy", io::EncodeUInt8(batch.label, {samples, T}));
+  output->AddNpy("masks.npy", io::EncodeUInt8(batch.mask, {samples, T}));
+  output->AddNpy("probs.npy", io::EncodeFloat(batch.prob, {samples, T}, io::NpyDType::kFloat64));
+  output->AddText("meta.json", meta.dump(2) + "\n");
+  if (absl::Status s = output->Commit(); !s.ok()) return ReportError(kCommand, s);
   return kExitOk;
 }
 

@@ -6,8 +6,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -21,6 +21,7 @@
 #include "reference/io/attention_case.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
+#include "tools/gemtb/output_set.h"
 
 namespace gemtb::cli {
 namespace {
@@ -35,6 +36,23 @@ std::vector<double> RandomBf16(int64_t n, uint64_t seed, uint64_t stream) {
 
 double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+using DemoFile = std::variant<io::NpyArray, std::string>;  // an array, or text
+
+// The demo's folders (case/, emulate/) are its own: a rerun replaces each as a whole.
+absl::Status WriteDemoFolder(const std::string& out_dir, const std::string& dir,
+                             const std::vector<std::pair<std::string, DemoFile>>& files) {
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("--out-dir=", out_dir, ": ", ec.message()));
+  absl::StatusOr<OutputSet> output = OutputSet::Prepare("--out-dir", dir, {.force = true, .fail_write_at = {}});
+  if (!output.ok()) return output.status();
+  for (const auto& [name, file] : files) {
+    if (const auto* array = std::get_if<io::NpyArray>(&file)) output->AddNpy(name, *array);
+    if (const auto* text = std::get_if<std::string>(&file)) output->AddText(name, *text);
+  }
+  return output->Commit();
 }
 
 absl::Status Run(const std::vector<std::string>& args, bool* help) {
@@ -74,7 +92,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   const std::filesystem::path dir(out_dir);
   const std::string case_dir = (dir / "case").string();
   const uint64_t s = static_cast<uint64_t>(seed);
-  std::vector<std::pair<std::string, io::NpyArray>> inputs = {
+  std::vector<std::pair<std::string, DemoFile>> inputs = {
       {"q.npy", io::EncodeFloat(RandomBf16(rows * heads * dim, s, 1), {rows, heads, dim}, io::NpyDType::kBFloat16)},
       {"k.npy", io::EncodeFloat(RandomBf16(rows * kv_heads * dim, s, 2), {rows, kv_heads, dim}, io::NpyDType::kBFloat16)},
       {"v.npy", io::EncodeFloat(RandomBf16(rows * kv_heads * dim, s, 3), {rows, kv_heads, dim}, io::NpyDType::kBFloat16)},
@@ -87,12 +105,8 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
     case_json["window-left"] = max_len / 4;
     case_json["window-right"] = 0;
   }
-  GEMTB_RETURN_IF_ERROR(WriteOutputs(case_dir, inputs));
-  {
-    std::ofstream out(std::filesystem::path(case_dir) / "case.json");
-    out << case_json.dump(2) << "\n";
-    if (!out) return absl::DataLossError(absl::StrCat(case_dir, "/case.json: write failed"));
-  }
+  inputs.emplace_back("case.json", case_json.dump(2) + "\n");
+  GEMTB_RETURN_IF_ERROR(WriteDemoFolder(out_dir, case_dir, inputs));
   absl::StatusOr<io::AttentionCaseSpec> spec = io::ReadCaseFolder(case_dir);
   if (!spec.ok()) return spec.status();
   absl::StatusOr<io::AttentionCase> c = io::LoadAttentionCase(*spec);
@@ -150,7 +164,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
 
   // The emulate-mode outputs, as a kernel would write them, next to the case.
   const std::string emu_dir = (dir / "emulate").string();
-  std::vector<std::pair<std::string, io::NpyArray>> outputs = {
+  std::vector<std::pair<std::string, DemoFile>> outputs = {
       {"o.npy", io::EncodeFloat(emulate->fwd.o, emulate->fwd.o_shape, io::NpyDType::kBFloat16)},
       {"dq.npy", io::EncodeFloat(emulate->bwd.dq, emulate->bwd.dq_shape, io::NpyDType::kBFloat16)},
       {"dk.npy", io::EncodeFloat(emulate->bwd.dk, emulate->bwd.dk_shape, io::NpyDType::kBFloat16)},
@@ -158,7 +172,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   if (!emulate->fwd.lse.empty()) {
     outputs.push_back({"lse.npy", io::EncodeFloat(emulate->fwd.lse, emulate->fwd.lse_shape, io::NpyDType::kFloat32)});
   }
-  GEMTB_RETURN_IF_ERROR(WriteOutputs(emu_dir, outputs));
+  GEMTB_RETURN_IF_ERROR(WriteDemoFolder(out_dir, emu_dir, outputs));
   std::cout << "  wrote " << case_dir << " (inputs + case.json) and " << emu_dir << " (bf16 outputs)\n"
             << "  next: gemtb ref compare --case " << case_dir << " --test " << emu_dir << "\n";
   return absl::OkStatus();

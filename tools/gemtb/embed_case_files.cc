@@ -168,7 +168,7 @@ absl::Status ReadEmbedGrads(const std::string& dir, check::EmbedCase& c) {
 }
 
 absl::Status WriteEmbedOutputs(const check::EmbedCase& c, const reference::EmbeddingOutput& output,
-                               const reference::EmbeddingState* after, const std::string& out_dir) {
+                               const reference::EmbeddingState* after, OutputSet& out) {
   const EmbeddingConfig& config = c.config;
   std::vector<std::pair<std::string, io::NpyArray>> files;
   if (output.pooled_width > 0) files.emplace_back("pooled.npy", F32(output.pooled, {c.kjt.stride, output.pooled_width}));
@@ -193,7 +193,8 @@ absl::Status WriteEmbedOutputs(const check::EmbedCase& c, const reference::Embed
       }
     }
   }
-  return WriteOutputs(out_dir, files);
+  for (const auto& [name, array] : files) out.AddNpy(name, array);
+  return out.Commit();
 }
 
 }  // namespace gemtb::cli

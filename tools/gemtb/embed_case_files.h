@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "tools/check/embed_cases.h"
+#include "tools/gemtb/output_set.h"
 
 namespace gemtb::cli {
 
@@ -23,9 +24,9 @@ absl::StatusOr<check::EmbedCase> ReadEmbedCaseFiles(const EmbedCasePaths& paths,
 absl::Status ReadEmbedGrads(const std::string& dir, check::EmbedCase& c);
 
 // pooled.npy, seq_<key>.npy and, with `step`, table_<name>.npy (storage dtype) and its optimizer
-// state files, as `gemtb ref embed` writes them.
+// state files, as `gemtb ref embed` writes them, committed as one set (tools/gemtb/output_set.h).
 absl::Status WriteEmbedOutputs(const check::EmbedCase& c, const reference::EmbeddingOutput& output,
-                               const reference::EmbeddingState* after, const std::string& out_dir);
+                               const reference::EmbeddingState* after, OutputSet& out);
 
 }  // namespace gemtb::cli
 

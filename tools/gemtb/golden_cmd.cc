@@ -7,7 +7,6 @@
 // last); without --force it refuses (exit 2) and writes nothing.
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
@@ -16,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "model/common/sha256.h"
 #include "model/common/status_macros.h"
+#include "model/json/user_file.h"
 #include "golden/compare.h"
 #include "golden/manifest.h"
 #include "golden/registry.h"
@@ -48,11 +48,9 @@ constexpr char kManifestName[] = "manifest.json";
 std::string DefaultGoldenDir() { return (fs::path(model::DataDir()) / "golden").string(); }
 
 absl::StatusOr<std::vector<uint8_t>> ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read failed"));
-  return bytes;
+  absl::StatusOr<std::string> text = ReadUserFile(path);
+  if (!text.ok()) return text.status();
+  return std::vector<uint8_t>(text->begin(), text->end());
 }
 
 absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {

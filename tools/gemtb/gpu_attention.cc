@@ -7,6 +7,7 @@
 #include "tools/gemtb/attention_case_flags.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
+#include "tools/gemtb/output_set.h"
 #if GEMTB_HAVE_CUDA
 #include "gpu/attention/api.h"
 #include "tools/gemtb/gpu_case.h"
@@ -20,7 +21,7 @@ constexpr char kCommand[] = "gpu attention";
 absl::Status Run(const std::vector<std::string>& args) {
   io::AttentionCaseSpec spec;
   std::string case_dir, out_dir, forward_kernel = "auto", backward_kernel = "auto";
-  bool backward = false, tanh_approx = false;
+  bool backward = false, tanh_approx = false, force = false;
   FlagSet flags("gemtb gpu attention --q F --k F --v F --q-offsets F --kv-offsets F [options] --out-dir D",
                 "Runs the CUDA jagged attention kernels (gpu/attention, H200 / sm_90a) on .npy tensors\n"
                 "(bfloat16 as <u2 bits, or float16) and writes o.npy (input dtype), lse.npy (float32,\n"
@@ -29,7 +30,8 @@ absl::Status Run(const std::vector<std::string>& args) {
   RegisterAttentionCaseFlags(flags, spec);
   flags.String("case", &case_dir, "a case folder (case.json + .npy files) instead of the flags above");
   flags.Bool("backward", &backward, "also run the backward (needs --do)");
-  flags.String("out-dir", &out_dir, "folder for the outputs (created if missing)");
+  flags.String("out-dir", &out_dir, "folder for the outputs (created if missing; its parent must exist)");
+  flags.Bool("force", &force, "replace an --out-dir that already holds files, as a whole");
   flags.Bool("tanh-approx", &tanh_approx,
              "let the kernels evaluate silu and gelu_tanh through tanh.approx (AttentionOptions::tanh_approx: "
              "faster; tanh's relative error up to 2^-11 by the PTX ISA)");
@@ -50,9 +52,11 @@ absl::Status Run(const std::vector<std::string>& args) {
   if (!case_dir.empty()) {
     absl::StatusOr<io::AttentionCaseSpec> from_case = io::ReadCaseFolder(case_dir);
     if (!from_case.ok()) return from_case.status();
-    spec = *from_case;
+    GEMTB_RETURN_IF_ERROR(MergeCaseFlags(flags, spec, case_dir, *from_case));
+    spec = *std::move(from_case);
   }
-  if (out_dir.empty()) return absl::InvalidArgumentError("--out-dir: required");
+  absl::StatusOr<OutputSet> output = OutputSet::Prepare("--out-dir", out_dir, {.force = force, .fail_write_at = {}});
+  if (!output.ok()) return output.status();
   if (backward && spec.d_o.empty()) return absl::InvalidArgumentError("--backward: needs --do FILE");
   absl::StatusOr<io::AttentionCase> c = io::LoadAttentionCase(spec);
   if (!c.ok()) return c.status();
@@ -69,20 +73,19 @@ absl::Status Run(const std::vector<std::string>& args) {
   absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
   if (!fwd.ok()) return fwd.status();
   const ElementType type = c->inputs.input_type;
-  std::vector<std::pair<std::string, io::NpyArray>> files;
-  files.emplace_back("o.npy", io::EncodeFloat(BitsToValues(fwd->o, type), fwd->o_shape, c->input_dtype));
+  output->AddNpy("o.npy", io::EncodeFloat(BitsToValues(fwd->o, type), fwd->o_shape, c->input_dtype));
   if (c->options.act == Activation::kSoftmax) {
     const std::vector<double> lse(fwd->lse.begin(), fwd->lse.end());
-    files.emplace_back("lse.npy", io::EncodeFloat(lse, fwd->lse_shape, io::NpyDType::kFloat32));
+    output->AddNpy("lse.npy", io::EncodeFloat(lse, fwd->lse_shape, io::NpyDType::kFloat32));
   }
   if (backward) {
     absl::StatusOr<gpu::BackwardResult> bwd = gpu::Backward(call.args, call.DoView(), *fwd);
     if (!bwd.ok()) return bwd.status();
-    files.emplace_back("dq.npy", io::EncodeFloat(BitsToValues(bwd->dq, type), bwd->dq_shape, c->input_dtype));
-    files.emplace_back("dk.npy", io::EncodeFloat(BitsToValues(bwd->dk, type), bwd->dk_shape, c->input_dtype));
-    files.emplace_back("dv.npy", io::EncodeFloat(BitsToValues(bwd->dv, type), bwd->dv_shape, c->input_dtype));
+    output->AddNpy("dq.npy", io::EncodeFloat(BitsToValues(bwd->dq, type), bwd->dq_shape, c->input_dtype));
+    output->AddNpy("dk.npy", io::EncodeFloat(BitsToValues(bwd->dk, type), bwd->dk_shape, c->input_dtype));
+    output->AddNpy("dv.npy", io::EncodeFloat(BitsToValues(bwd->dv, type), bwd->dv_shape, c->input_dtype));
   }
-  return WriteOutputs(out_dir, files);
+  return output->Commit();
 #endif
 }
 

@@ -7,6 +7,7 @@
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/embed_case_files.h"
 #include "tools/gemtb/flags.h"
+#include "tools/gemtb/output_set.h"
 #if GEMTB_HAVE_CUDA
 #include "tools/check/embed_gpu.h"
 #endif
@@ -19,7 +20,7 @@ constexpr char kCommand[] = "gpu embed";
 absl::Status Run(const std::vector<std::string>& args) {
   EmbedCasePaths paths;
   std::string out_dir;
-  bool step = false;
+  bool step = false, force = false;
   int64_t step_index = 0;
   FlagSet flags(
       "gemtb gpu embed --spec spec.json --lengths F.npy --ids F.npy [--weights F.npy] [--tables DIR] "
@@ -37,7 +38,8 @@ absl::Status Run(const std::vector<std::string>& args) {
   flags.String("grads", &paths.grads, "upstream gradients: pooled.npy, seq_<key>.npy (float32)");
   flags.Bool("step", &step, "run the backward with the fused optimizer and write the updated tables");
   flags.Int64("step-index", &step_index, "the step s that keys stochastic rounding (default 0)");
-  flags.String("out-dir", &out_dir, "output folder");
+  flags.String("out-dir", &out_dir, "output folder (created; its parent must exist)");
+  flags.Bool("force", &force, "replace an --out-dir that already holds files, as a whole");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
     std::cout << flags.Help();
@@ -49,6 +51,8 @@ absl::Status Run(const std::vector<std::string>& args) {
   }
   if (step && paths.grads.empty()) return absl::InvalidArgumentError("--step: needs --grads DIR");
   if (step_index < 0) return absl::InvalidArgumentError(absl::StrCat("--step-index=", step_index, ": must be >= 0"));
+  absl::StatusOr<OutputSet> output = OutputSet::Prepare("--out-dir", out_dir, {.force = force, .fail_write_at = {}});
+  if (!output.ok()) return output.status();
 #if !GEMTB_HAVE_CUDA
   return absl::FailedPreconditionError("this gemtb was built without CUDA (nvcc not found at configure time)");
 #else
@@ -59,7 +63,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   if (step) GEMTB_RETURN_IF_ERROR(ReadEmbedGrads(paths.grads, *c));
   absl::StatusOr<check::EmbedGpuResult> r = check::RunEmbedGpuCase(*c, step);
   if (!r.ok()) return r.status();
-  return WriteEmbedOutputs(*c, r->output, step ? &r->state : nullptr, out_dir);
+  return WriteEmbedOutputs(*c, r->output, step ? &r->state : nullptr, *output);
 #endif
 }
 

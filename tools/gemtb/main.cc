@@ -1,5 +1,7 @@
 // gemtb: one command, subcommands below. `gemtb --help` lists them; `gemtb CMD --help` explains one.
+#include <exception>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -31,7 +33,7 @@ const Subcommand kSubcommands[] = {
     {{"ref", "compare"}, gemtb::cli::RunRefCompare, "check someone else's attention outputs against the oracle"},
     {{"ref", "embed"}, gemtb::cli::RunRefEmbed, "table-batched embeddings: pooling and one fused optimizer step"},
     {{"gpu", "attention"}, gemtb::cli::RunGpuAttention, "the CUDA attention kernels (H200) on .npy tensors"},
-    {{"check", "attention"}, gemtb::cli::RunCheckAttention, "random cases: GPU kernels vs oracle, spec §9 criteria"},
+    {{"check", "attention"}, gemtb::cli::RunCheckAttention, "random cases: GPU kernels vs oracle, by the attention criteria"},
     {{"gpu", "embed"}, gemtb::cli::RunGpuEmbed, "the CUDA embedding kernels on the case folder of ref embed"},
     {{"check", "embed"}, gemtb::cli::RunCheckEmbed, "random embedding cases per family: GPU vs oracle, byte for byte"},
     {{"bench", "embed"}, gemtb::cli::RunBenchEmbed, "embedding kernels: effective TB/s, copy ceiling, determinism"},
@@ -42,6 +44,7 @@ void PrintCommands(std::ostream& out, const std::string& group) {
     if (!group.empty() && (c.words.size() < 2 || c.words[0] != group)) continue;
     std::string name;
     for (size_t w = group.empty() ? 0 : 1; w < c.words.size(); ++w) name += (name.empty() ? "" : " ") + c.words[w];
+
     name.resize(20, ' ');
     out << "  " << name << c.summary << "\n";
   }
@@ -59,6 +62,25 @@ bool IsGroup(const std::string& word) {
   return false;
 }
 
+std::string Name(const Subcommand& c) {
+  std::string name;
+  for (const std::string& w : c.words) name += (name.empty() ? "" : " ") + w;
+  return name;
+}
+
+// The command boundary: whatever a command throws (an allocation larger than memory, a stream or
+// filesystem error) ends as one line on stderr and exit 2, never an abort.
+int RunCaught(const Subcommand& c, const std::vector<std::string>& args) {
+  try {
+    return c.run(args);
+  } catch (const std::bad_alloc&) {
+    std::cerr << "gemtb " << Name(c) << ": error: out of memory: the inputs need more memory than this machine has\n";
+  } catch (const std::exception& e) {
+    std::cerr << "gemtb " << Name(c) << ": error: " << gemtb::cli::OneLine(e.what()) << "\n";
+  }
+  return gemtb::cli::kExitBadInput;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,7 +95,7 @@ int main(int argc, char** argv) {
   }
   for (const Subcommand& c : kSubcommands) {
     if (args.size() >= c.words.size() && std::equal(c.words.begin(), c.words.end(), args.begin())) {
-      return c.run(std::vector<std::string>(args.begin() + c.words.size(), args.end()));
+      return RunCaught(c, std::vector<std::string>(args.begin() + c.words.size(), args.end()));
     }
   }
   if (IsGroup(args[0])) {

@@ -8,6 +8,7 @@
 #include "tools/gemtb/attention_case_flags.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
+#include "tools/gemtb/output_set.h"
 
 namespace gemtb::cli {
 namespace {
@@ -18,7 +19,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   io::AttentionCaseSpec spec;
   std::string case_dir, mode = "oracle", out_dtype, out_dir;
   int64_t threads = 0;
-  bool backward = false;
+  bool backward = false, force = false;
   FlagSet flags("gemtb ref attention --q F --k F --v F --q-offsets F --kv-offsets F [options] --out-dir D",
                 "Runs the jagged attention oracle (spec/attention.md) on .npy tensors and writes o.npy,\n"
                 "lse.npy (softmax) and, with --backward, dq.npy dk.npy dv.npy plus ddense.npy drel.npy\n"
@@ -30,7 +31,8 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   flags.String("out-dtype", &out_dtype, "float64|float32|input (default: float64 oracle, input emulate)");
   flags.Int64("threads", &threads, "oneTBB threads, 0 = all (outputs are identical for any value)");
   flags.Bool("backward", &backward, "also run the backward (needs --do)");
-  flags.String("out-dir", &out_dir, "folder for the outputs (created if missing)");
+  flags.String("out-dir", &out_dir, "folder for the outputs (created if missing; its parent must exist)");
+  flags.Bool("force", &force, "replace an --out-dir that already holds files, as a whole");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
     std::cout << flags.Help();
@@ -40,9 +42,11 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   if (!case_dir.empty()) {
     absl::StatusOr<io::AttentionCaseSpec> from_case = io::ReadCaseFolder(case_dir);
     if (!from_case.ok()) return from_case.status();
-    spec = *from_case;
+    GEMTB_RETURN_IF_ERROR(MergeCaseFlags(flags, spec, case_dir, *from_case));
+    spec = *std::move(from_case);
   }
-  if (out_dir.empty()) return absl::InvalidArgumentError("--out-dir: required");
+  absl::StatusOr<OutputSet> output = OutputSet::Prepare("--out-dir", out_dir, {.force = force, .fail_write_at = {}});
+  if (!output.ok()) return output.status();
   reference::ExecutionOptions exec;
   if (mode == "oracle") {
     exec.precision = reference::Precision::kOracle;
@@ -76,31 +80,30 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   absl::StatusOr<reference::AttentionForwardResult> fwd =
       reference::AttentionForward(c->inputs, c->options, exec);
   if (!fwd.ok()) return fwd.status();
-  std::vector<std::pair<std::string, io::NpyArray>> files;
-  files.emplace_back("o.npy", io::EncodeFloat(fwd->o, fwd->o_shape, out));
+  output->AddNpy("o.npy", io::EncodeFloat(fwd->o, fwd->o_shape, out));
   if (!fwd->lse.empty() || c->options.act == Activation::kSoftmax) {
-    files.emplace_back("lse.npy", io::EncodeFloat(fwd->lse, fwd->lse_shape, aux));
+    output->AddNpy("lse.npy", io::EncodeFloat(fwd->lse, fwd->lse_shape, aux));
   }
   if (backward) {
     const reference::TensorView<double> d_o{c->d_o, c->d_o_shape};
     absl::StatusOr<reference::AttentionBackwardResult> bwd =
         reference::AttentionBackward(c->inputs, c->options, d_o, *fwd, exec);
     if (!bwd.ok()) return bwd.status();
-    files.emplace_back("dq.npy", io::EncodeFloat(bwd->dq, bwd->dq_shape, out));
-    files.emplace_back("dk.npy", io::EncodeFloat(bwd->dk, bwd->dk_shape, out));
-    files.emplace_back("dv.npy", io::EncodeFloat(bwd->dv, bwd->dv_shape, out));
+    output->AddNpy("dq.npy", io::EncodeFloat(bwd->dq, bwd->dq_shape, out));
+    output->AddNpy("dk.npy", io::EncodeFloat(bwd->dk, bwd->dk_shape, out));
+    output->AddNpy("dv.npy", io::EncodeFloat(bwd->dv, bwd->dv_shape, out));
     if (!bwd->d_bias_dense_shape.empty()) {
-      files.emplace_back("ddense.npy", io::EncodeFloat(bwd->d_bias_dense, bwd->d_bias_dense_shape, aux));
+      output->AddNpy("ddense.npy", io::EncodeFloat(bwd->d_bias_dense, bwd->d_bias_dense_shape, aux));
     }
     if (!bwd->d_bias_rel_shape.empty()) {
-      files.emplace_back("drel.npy", io::EncodeFloat(bwd->d_bias_rel, bwd->d_bias_rel_shape, aux));
+      output->AddNpy("drel.npy", io::EncodeFloat(bwd->d_bias_rel, bwd->d_bias_rel_shape, aux));
     }
     if (!bwd->d_bias_ts_shape.empty()) {
-      files.emplace_back("dts.npy", io::EncodeFloat(bwd->d_bias_ts, bwd->d_bias_ts_shape, aux));
+      output->AddNpy("dts.npy", io::EncodeFloat(bwd->d_bias_ts, bwd->d_bias_ts_shape, aux));
     }
   }
   // Only now, with every result computed, does anything touch the output folder.
-  return WriteOutputs(out_dir, files);
+  return output->Commit();
 }
 
 }  // namespace

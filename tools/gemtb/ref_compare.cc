@@ -4,6 +4,7 @@
 // (ref = fp64 oracle, emu = this oracle's emulate mode with the kernel's input dtype) and the
 // secondary rel-L2 bound (5e-3 forward, 1e-2 gradients); LSE by max abs error with -inf in the same
 // places.
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -23,14 +24,37 @@ namespace {
 
 constexpr char kCommand[] = "ref compare";
 
+// The element of largest |got - ref| (a NaN, or an infinity where the oracle has another value,
+// counts as largest), as "[i, j, k]: got G, oracle R".
+std::string WorstElement(const check::ReferenceTensor& t, const std::vector<double>& got) {
+  size_t worst = 0;
+  double worst_diff = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double diff = got[i] == t.ref[i] ? 0 : std::isnan(got[i] - t.ref[i]) ? INFINITY : std::abs(got[i] - t.ref[i]);
+    if (diff > worst_diff) {
+      worst_diff = diff;
+      worst = i;
+    }
+  }
+  std::vector<int64_t> index(t.shape.size());
+  size_t rest = worst;
+  for (size_t d = t.shape.size(); d-- > 0;) {
+    index[d] = static_cast<int64_t>(rest % static_cast<size_t>(t.shape[d]));
+    rest /= static_cast<size_t>(t.shape[d]);
+  }
+  return absl::StrFormat("%s: got %.9g, oracle %.9g", io::ShapeString(index), got[worst], t.ref[worst]);
+}
+
 absl::Status Run(const std::vector<std::string>& args, bool* help, bool* all_pass) {
   std::string case_dir, test_dir;
   int64_t threads = 0;
   FlagSet flags("gemtb ref compare --case DIR --test DIR",
-                "Checks attention outputs produced elsewhere (o.npy, lse.npy, dq.npy, dk.npy, dv.npy,\n"
-                "ddense.npy, drel.npy, dts.npy: whichever are in --test) against the oracle for the\n"
-                "inputs and options of the case folder (case.json + .npy inputs, and do.npy for\n"
-                "gradients). Prints the measured errors per tensor; exit 0 if all pass, 1 otherwise.");
+                "Checks attention outputs produced elsewhere against the oracle for the inputs and\n"
+                "options of the case folder (case.json + .npy inputs). --test must hold every output the\n"
+                "case produces: o.npy, lse.npy (softmax) and, when the case has 'do', dq.npy dk.npy dv.npy\n"
+                "and ddense.npy drel.npy dts.npy for the biases it gives; a missing one fails. Prints the\n"
+                "measured errors per tensor and, for a failing one, its worst element; exit 0 if all\n"
+                "pass, 1 otherwise.");
   flags.String("case", &case_dir, "case folder: case.json (keys = `ref attention` flag names) + inputs");
   flags.String("test", &test_dir, "folder with the outputs to judge");
   flags.Int64("threads", &threads, "oneTBB threads for the oracle, 0 = all");
@@ -50,11 +74,18 @@ absl::Status Run(const std::vector<std::string>& args, bool* help, bool* all_pas
   absl::StatusOr<io::AttentionCase> c = io::LoadAttentionCase(*spec);
   if (!c.ok()) return c.status();
 
-  auto present = [&](const char* name) { return std::filesystem::exists(std::filesystem::path(test_dir) / name); };
-  const bool want_backward = present("dq.npy") || present("dk.npy") || present("dv.npy") ||
-                             present("ddense.npy") || present("drel.npy") || present("dts.npy");
-  if (want_backward && !c->has_d_o) {
-    return absl::InvalidArgumentError(absl::StrCat("--case=", case_dir, ": gradients to compare but case.json has no 'do'"));
+  if (!std::filesystem::is_directory(test_dir)) {
+    return absl::InvalidArgumentError(absl::StrCat("--test=", test_dir, ": not a folder"));
+  }
+  auto present = [&](const std::string& name) { return std::filesystem::exists(std::filesystem::path(test_dir) / name); };
+  const bool want_backward = c->has_d_o;
+  if (!want_backward) {
+    for (const char* name : {"dq.npy", "dk.npy", "dv.npy", "ddense.npy", "drel.npy", "dts.npy"}) {
+      if (present(name)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--case=", case_dir, ": --test holds ", name, " but case.json has no 'do' to make gradients"));
+      }
+    }
   }
   const ElementType dtype = c->inputs.input_type;
   std::optional<reference::TensorView<double>> d_o;
@@ -63,13 +94,23 @@ absl::Status Run(const std::vector<std::string>& args, bool* help, bool* all_pas
       check::ReferenceOutputs(c->inputs, c->options, d_o, static_cast<int>(threads));
   if (!tensors.ok()) return tensors.status();
 
+  // Every output the case produces must be there: a folder holding only some of them is not a pass.
+  std::string missing;
+  for (const check::ReferenceTensor& t : *tensors) {
+    if (!t.shape.empty() && !present(t.file)) absl::StrAppend(&missing, missing.empty() ? "" : ", ", t.file);
+  }
+  if (!missing.empty()) {
+    std::cout << "FAIL: --test=" << test_dir << " lacks " << missing << ", which this case produces\n";
+    *all_pass = false;
+    return absl::OkStatus();
+  }
   int compared = 0;
   *all_pass = true;
   for (const check::ReferenceTensor& t : *tensors) {
-    if (!present(t.file.c_str())) continue;
     const std::string path = (std::filesystem::path(test_dir) / t.file).string();
     if (t.shape.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": this case produces no ", t.file));
+      if (present(t.file)) return absl::InvalidArgumentError(absl::StrCat(path, ": this case produces no ", t.file));
+      continue;
     }
     absl::StatusOr<io::NpyArray> array = io::ReadNpy(path);
     if (!array.ok()) return array.status();
@@ -81,13 +122,13 @@ absl::Status Run(const std::vector<std::string>& args, bool* help, bool* all_pas
     if (!got.ok()) return got.status();
     ++compared;
     const std::vector<check::Verdict> verdicts = check::JudgeTensor(t, *got);
+    bool pass = true;
     for (const check::Verdict& v : verdicts) {
       std::cout << v.message << "\n";
-      *all_pass = *all_pass && v.pass;
+      pass = pass && v.pass;
     }
-  }
-  if (compared == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--test=", test_dir, ": holds none of o.npy lse.npy dq.npy dk.npy dv.npy ddense.npy drel.npy dts.npy"));
+    if (!pass) std::cout << t.file.substr(0, t.file.size() - 4) << ": worst element " << WorstElement(t, *got) << "\n";
+    *all_pass = *all_pass && pass;
   }
   std::cout << (*all_pass ? "PASS" : "FAIL") << ": " << compared << " tensors compared against the oracle (input dtype "
             << check::ElementTypeName(dtype) << ")\n";

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
+#include "model/json/user_file.h"
 #include "model/sharding/sharding_plan_json.h"
 #include "reference/embedding/embedding_json.h"
 #include "reference/embedding/tbe.h"
@@ -12,6 +13,7 @@
 #include "reference/sharding/sharded_executor.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
+#include "tools/gemtb/output_set.h"
 
 namespace gemtb::cli {
 namespace {
@@ -57,6 +59,31 @@ io::NpyArray F32(const std::vector<float>& v, std::vector<int64_t> shape, io::Np
   return io::EncodeFloat(std::vector<double>(v.begin(), v.end()), std::move(shape), dtype);
 }
 
+uint64_t SaturatingMul(uint64_t a, uint64_t b) {
+  return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+// The memory the tables need, estimated before any is allocated: float32 weights and optimizer
+// state per table, and, when they are read from --tables, the file and its fp64 decoding besides.
+absl::Status CheckTablesFit(const EmbeddingConfig& config, bool read_tables, uint64_t limit) {
+  uint64_t bytes = 0;
+  for (const TableConfig& tc : config.tables) {
+    const uint64_t elements = SaturatingMul(static_cast<uint64_t>(tc.rows), static_cast<uint64_t>(tc.dim));
+    uint64_t per_element = 4;
+    if (tc.optimizer.kind == OptimizerKind::kAdam) per_element += 8;
+    if (read_tables) per_element += 2 + 8;
+    bytes = SaturatingAdd(bytes, SaturatingMul(elements, per_element));
+    if (tc.optimizer.kind == OptimizerKind::kRowwiseAdagrad) bytes = SaturatingAdd(bytes, SaturatingMul(static_cast<uint64_t>(tc.rows), 4));
+  }
+  if (bytes > limit) {
+    return Bad(absl::StrCat("--spec: the tables need about ", bytes, " bytes (", bytes >> 30,
+                            " GiB of weights and optimizer state), more than the memory limit of ", limit,
+                            " bytes (", limit >> 30, " GiB; --max-memory-mib sets it)"));
+  }
+  return absl::OkStatus();
+}
+
 // grads/pooled.npy [B, W] and grads/seq_<key>.npy [sum len, D], float32.
 absl::Status ReadGrads(const EmbeddingConfig& config, const reference::KeyedJaggedTensor& kjt,
                        const reference::KjtLayout& layout, int64_t batch, const std::string& dir,
@@ -85,8 +112,8 @@ absl::Status ReadGrads(const EmbeddingConfig& config, const reference::KeyedJagg
 
 absl::Status Run(const std::vector<std::string>& args, bool* help) {
   std::string spec_path, lengths_path, ids_path, weights_path, offsets_path, tables_dir, grads_dir, out_dir;
-  bool step = false;
-  int64_t step_index = 0, threads = 0;
+  bool step = false, force = false;
+  int64_t step_index = 0, threads = 0, max_memory_mib = 0;
   FlagSet flags(
       "gemtb ref embed --spec spec.json --lengths F.npy --ids F.npy [--weights F.npy] [--tables DIR] "
       "[--grads DIR --step] --out-dir DIR",
@@ -108,7 +135,10 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   flags.Bool("step", &step, "run the backward with the fused optimizer and write the updated tables");
   flags.Int64("step-index", &step_index, "the step s that keys stochastic rounding (default 0)");
   flags.Int64("threads", &threads, "oneTBB threads, 0 = all (results do not depend on it)");
-  flags.String("out-dir", &out_dir, "output folder");
+  flags.Int64("max-memory-mib", &max_memory_mib,
+              "refuse tables whose estimated memory exceeds this many MiB (default 0: this machine's memory)");
+  flags.String("out-dir", &out_dir, "output folder (created; its parent must exist)");
+  flags.Bool("force", &force, "replace an --out-dir that already holds files, as a whole");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
     std::cout << flags.Help();
@@ -122,10 +152,17 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   if (step && grads_dir.empty()) return Bad("--step: needs --grads DIR");
   if (threads < 0 || threads > 4096) return Bad(absl::StrCat("--threads=", threads, ": want 0..4096"));
   if (step_index < 0) return Bad(absl::StrCat("--step-index=", step_index, ": must be >= 0"));
+  if (max_memory_mib < 0 || max_memory_mib > (int64_t{1} << 40)) {
+    return Bad(absl::StrCat("--max-memory-mib=", max_memory_mib, ": want 0..2^40"));
+  }
+  const uint64_t memory_limit = max_memory_mib == 0 ? PhysicalMemoryBytes() : static_cast<uint64_t>(max_memory_mib) << 20;
+  absl::StatusOr<OutputSet> output = OutputSet::Prepare("--out-dir", out_dir, {.force = force, .fail_write_at = {}});
+  if (!output.ok()) return output.status();
 
   absl::StatusOr<reference::EmbeddingSpec> spec = reference::ReadEmbeddingSpec(spec_path);
   if (!spec.ok()) return spec.status();
   const EmbeddingConfig& config = spec->config;
+  GEMTB_RETURN_IF_ERROR(CheckTablesFit(config, !tables_dir.empty(), memory_limit));
   std::optional<ShardingPlanSpec> plan;
   if (spec->plan) {
     absl::StatusOr<ShardingPlanSpec> parsed =
@@ -235,36 +272,33 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
     if (!out.ok()) return out.status();
     if (step) GEMTB_RETURN_IF_ERROR(reference::EmbeddingBackwardStep(config, state, kjt, grads, {}, static_cast<int>(threads)));
   }
-  std::vector<std::pair<std::string, io::NpyArray>> files;
-  if (out->pooled_width > 0) files.emplace_back("pooled.npy", F32(out->pooled, {spec->batch, out->pooled_width}));
+  if (out->pooled_width > 0) output->AddNpy("pooled.npy", F32(out->pooled, {spec->batch, out->pooled_width}));
   for (size_t s = 0; s < out->sequence.size(); ++s) {
     const int f = out->sequence_keys[s];
     const int64_t dim = config.tables[config.features[layout.feature[f]].table].dim;
-    files.emplace_back(absl::StrCat("seq_", kjt.keys[f], ".npy"),
+    output->AddNpy(absl::StrCat("seq_", kjt.keys[f], ".npy"),
                        F32(out->sequence[s], {static_cast<int64_t>(out->sequence[s].size()) / dim, dim}));
   }
   if (step) {
     for (size_t t = 0; t < config.tables.size(); ++t) {
       const TableConfig& tc = config.tables[t];
       const TableState& ts = state.tables[t];
-      files.emplace_back(absl::StrCat("table_", tc.name, ".npy"), F32(ts.weights, {tc.rows, tc.dim}, StorageNpy(tc.dtype)));
+      output->AddNpy(absl::StrCat("table_", tc.name, ".npy"), F32(ts.weights, {tc.rows, tc.dim}, StorageNpy(tc.dtype)));
       if (tc.optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
-        files.emplace_back(absl::StrCat("adagrad_", tc.name, ".npy"), F32(ts.adagrad, {tc.rows}));
+        output->AddNpy(absl::StrCat("adagrad_", tc.name, ".npy"), F32(ts.adagrad, {tc.rows}));
       }
       if (tc.optimizer.kind == OptimizerKind::kAdam) {
-        files.emplace_back(absl::StrCat("adam_m_", tc.name, ".npy"), F32(ts.adam_m, {tc.rows, tc.dim}));
-        files.emplace_back(absl::StrCat("adam_v_", tc.name, ".npy"), F32(ts.adam_v, {tc.rows, tc.dim}));
-        files.emplace_back(absl::StrCat("adam_step_", tc.name, ".npy"), F32({ts.adam_step.b1, ts.adam_step.b2}, {2}));
+        output->AddNpy(absl::StrCat("adam_m_", tc.name, ".npy"), F32(ts.adam_m, {tc.rows, tc.dim}));
+        output->AddNpy(absl::StrCat("adam_v_", tc.name, ".npy"), F32(ts.adam_v, {tc.rows, tc.dim}));
+        output->AddNpy(absl::StrCat("adam_step_", tc.name, ".npy"), F32({ts.adam_step.b1, ts.adam_step.b2}, {2}));
       }
     }
   }
-  GEMTB_RETURN_IF_ERROR(WriteOutputs(out_dir, files));
   if (report) {
     // The communication report of spec §3.1, the file sim/ reads.
-    GEMTB_RETURN_IF_ERROR(WriteTextAtomically((fs::path(out_dir) / "comm_report.json").string(),
-                                              reference::CommReportToJson(*report).dump(2) + "\n"));
+    output->AddText("comm_report.json", reference::CommReportToJson(*report).dump(2) + "\n");
   }
-  return absl::OkStatus();
+  return output->Commit();
 }
 
 }  // namespace

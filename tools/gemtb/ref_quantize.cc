@@ -8,6 +8,7 @@
 #include "reference/quantize/quantize.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
+#include "tools/gemtb/output_set.h"
 
 namespace gemtb::cli {
 namespace {
@@ -15,11 +16,12 @@ namespace {
 constexpr char kCommand[] = "ref quantize";
 
 absl::Status Run(const std::vector<std::string>& args, bool* help) {
-  std::string in_path, format, block, scale_mode = "rceil", rounding = "rne", out_dir = ".";
+  std::string in_path, format, block, scale_mode = "rceil", rounding = "rne", out_dir;
   int64_t axis = -1, seed = 0, stream = 0, rht = 0;
+  bool force = false;
   FlagSet flags(
       "gemtb ref quantize --in FILE --format bf16|fp16|e4m3|e5m2 [--block 32|32x32 --axis N "
-      "--scale-mode rceil|floor] [--rounding rne|stochastic --seed S --stream T] [--rht 32|64|128]",
+      "--scale-mode rceil|floor] [--rounding rne|stochastic --seed S --stream T] [--rht 32|64|128] --out-dir DIR",
       "Quantises a .npy tensor with the bit-exact codecs of spec/attention.md §8 and writes codes.npy\n"
       "(<u2 for bf16/fp16, |u1 for fp8), scales.npy (E8M0 codes, MX only) and values.npy (the decoded\n"
       "values, float64; after the RHT when --rht is given). --block 32 forms MX blocks of 32 along\n"
@@ -34,7 +36,8 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   flags.Int64("seed", &seed, "Philox seed for stochastic rounding and RHT signs (default 0)");
   flags.Int64("stream", &stream, "Philox stream (default 0)");
   flags.Int64("rht", &rht, "randomized Hadamard transform block size 32|64|128 before quantising");
-  flags.String("out-dir", &out_dir, "output folder (default .)");
+  flags.String("out-dir", &out_dir, "output folder (created; its parent must exist)");
+  flags.Bool("force", &force, "replace an --out-dir that already holds files, as a whole");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
     std::cout << flags.Help();
@@ -42,6 +45,8 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
     return absl::OkStatus();
   }
   if (in_path.empty()) return absl::InvalidArgumentError("--in: required");
+  absl::StatusOr<OutputSet> output = OutputSet::Prepare("--out-dir", out_dir, {.force = force, .fail_write_at = {}});
+  if (!output.ok()) return output.status();
   reference::QuantizeOptions o;
   if (std::optional<reference::QuantFormat> f = ParseIn(reference::kQuantFormatNames, format)) {
     o.format = *f;
@@ -74,16 +79,15 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   absl::StatusOr<reference::QuantizeResult> r = reference::Quantize(*x, array->shape, o);
   if (!r.ok()) return r.status();
 
-  std::vector<std::pair<std::string, io::NpyArray>> files;
   if (r->code_bits == 8) {
     std::vector<uint8_t> codes(r->codes.begin(), r->codes.end());
-    files.emplace_back("codes.npy", io::EncodeUInt8(codes, array->shape));
+    output->AddNpy("codes.npy", io::EncodeUInt8(codes, array->shape));
   } else {
-    files.emplace_back("codes.npy", io::EncodeUInt16(r->codes, array->shape));
+    output->AddNpy("codes.npy", io::EncodeUInt16(r->codes, array->shape));
   }
-  if (!r->scales_shape.empty()) files.emplace_back("scales.npy", io::EncodeUInt8(r->scales, r->scales_shape));
-  files.emplace_back("values.npy", io::EncodeFloat(r->values, array->shape, io::NpyDType::kFloat64));
-  return WriteOutputs(out_dir, files);
+  if (!r->scales_shape.empty()) output->AddNpy("scales.npy", io::EncodeUInt8(r->scales, r->scales_shape));
+  output->AddNpy("values.npy", io::EncodeFloat(r->values, array->shape, io::NpyDType::kFloat64));
+  return output->Commit();
 }
 
 }  // namespace
