@@ -48,11 +48,11 @@ def main():
 
     groups = {
         "ref": ["train", "attention", "quantize", "compare", "embed"],
-        "gpu": ["attention"],
-        "bench": ["comm", "attention"],
+        "gpu": ["attention", "embed"],
+        "bench": ["comm", "attention", "embed"],
         "golden": ["verify", "regen"],
         "data": ["generate"],
-        "check": ["attention"],
+        "check": ["attention", "embed"],
     }
     for group, subcommands in groups.items():
         r = run(gemtb, group)
