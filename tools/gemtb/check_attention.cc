@@ -127,6 +127,81 @@ nlohmann::json ReportFailure(const std::string& label, const CaseResult& r, cons
 
 #endif
 
+#if GEMTB_HAVE_CUDA
+// The eight spec §11 benchmark cases (gpu/bench/bench_cases.h: lengths, heads, D, act and mask) as
+// scale-tier cases in bf16 with randn values.
+struct BenchEntry {
+  check::ScaleCase c;
+  int64_t seed;
+  std::string replay;
+};
+
+absl::StatusOr<std::vector<BenchEntry>> BenchCases(const Settings& s) {
+  std::vector<gpu::bench::BenchCase> specs;
+  if (s.bench_cases.empty()) {
+    specs = gpu::bench::SpecCases();
+  } else {
+    for (const std::string& name : s.bench_cases) {
+      absl::StatusOr<gpu::bench::BenchCase> bc = gpu::bench::FindCase(name);
+      if (!bc.ok()) return absl::InvalidArgumentError(absl::StrCat("--bench-cases: ", bc.status().message()));
+      specs.push_back(*bc);
+    }
+  }
+  std::vector<BenchEntry> out;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const gpu::bench::BenchCase& b = specs[i];
+    const gpu::bench::CaseLengths lengths = gpu::bench::DrawLengths(b);
+    check::ScaleCase c;
+    c.name = b.name;
+    c.pairing = b.seeds > 0 ? check::ScalePairing::kBroadcast
+                            : (b.dense_kv > 0 ? check::ScalePairing::kCross : check::ScalePairing::kSelf);
+    c.q_lengths = b.seeds > 0 ? std::vector<int64_t>{b.seeds} : lengths.q;
+    c.kv_lengths = lengths.kv;
+    c.max_lq = b.max_lq;
+    c.max_lk = b.max_lk;
+    c.heads = c.kv_heads = b.heads;
+    c.head_dim = b.head_dim;
+    c.options = b.options;
+    c.input_type = ElementType::kBFloat16;
+    c.values = check::ValueDistribution::kNormal;
+    c.rule_max_q = b.seeds > 0 ? 0 : b.max_lq;
+    c.rule_sparsity_q = b.sparsity;
+    // The case's position in the spec's list, so that --bench-cases picks the same values.
+    size_t index = 0;
+    for (size_t k = 0; k < gpu::bench::SpecCases().size(); ++k) {
+      if (gpu::bench::SpecCases()[k].name == b.name) index = k;
+    }
+    const int64_t seed = check::CaseSeed(s.seed, kBenchSeedSalt, static_cast<int64_t>(index));
+    c.value_seed = static_cast<uint64_t>(seed);
+    out.push_back({c, seed,
+                   absl::StrCat("gemtb check attention --tier bench --bench-cases ", b.name, " --seed ", s.seed,
+                                s.kernel_flags)});
+  }
+  return out;
+}
+#endif
+
+// Prints one sampled case (shape, item count, sample) and times the oracle's part of its judgement
+// (forward and backward, fp64 and emulate) on `threads` threads (0 = all).
+absl::StatusOr<double> DryRunCase(const std::string& label, const check::ScaleCase& c, int64_t seed,
+                                  int64_t sample_budget, int threads) {
+  const int64_t items = check::ForwardItems(c);
+  const check::ScaleSample sample = check::DrawSample(c, static_cast<uint64_t>(seed), sample_budget);
+  const auto t0 = Clock::now();
+  const check::AttentionCase sampled = check::SampledCase(c, sample);
+  const std::vector<double> d_o = check::SampledCotangent(c, sample);
+  for (reference::Precision p : {reference::Precision::kOracle, reference::Precision::kEmulate}) {
+    absl::StatusOr<check::OracleRun> run = check::RunOracle(sampled, d_o, {p, threads});
+    if (!run.ok()) return run.status();
+  }
+  const double seconds = Since(t0);
+  std::cout << absl::StrFormat("  %s: %s\n      TQ=%d TK=%d TO=%d items=%d (%.1f per SM)\n      sample: %s; oracle %.2f s\n",
+                               label, check::DescribeScale(c), check::ScaleQueryTokens(c), check::ScaleKvTokens(c),
+                               check::ScaleOutputTokens(c), items, static_cast<double>(items) / check::kH200Sms,
+                               check::DescribeSample(c, sample), seconds);
+  return seconds;
+}
+
 // --dry-run: what the tiers draw, with the oracle's time on each scale-tier sample (forward and
 // backward, fp64 and emulate, on one thread, as the judgement runs it). Needs no GPU.
 absl::Status DryRun(const Settings& s) {
@@ -152,31 +227,28 @@ absl::Status DryRun(const Settings& s) {
       for (int64_t i = 0; i < (s.case_seed ? 1 : s.scale_cases); ++i) {
         const int64_t seed = ScaleSeed(s, f, i);
         const check::ScaleCase c = check::DrawScaleCase(seed, f, s.scale_max_length, ScalePairingOf(s, i));
-        const int64_t items = check::ForwardItems(c);
-        const check::ScaleSample sample = check::DrawSample(c, static_cast<uint64_t>(seed), s.sample_budget);
-        const auto t0 = Clock::now();
-        const check::AttentionCase sampled = check::SampledCase(c, sample);
-        const std::vector<double> d_o = check::SampledCotangent(c, sample);
-        for (reference::Precision p : {reference::Precision::kOracle, reference::Precision::kEmulate}) {
-          absl::StatusOr<check::OracleRun> run = check::RunOracle(sampled, d_o, {p, 1});
-          if (!run.ok()) return run.status();
-        }
-        const double seconds = Since(t0);
-        total += seconds;
-        worst = std::max(worst, seconds);
-        std::cout << absl::StrFormat("  %-20s case %2d seed %d: %s\n      TQ=%d TK=%d TO=%d items=%d (%.1f per SM)"
-                                     "\n      sample: %s; oracle %.2f s\n",
-                                     f.Name(), i, seed, check::DescribeScale(c), check::ScaleQueryTokens(c),
-                                     check::ScaleKvTokens(c), check::ScaleOutputTokens(c), items,
-                                     static_cast<double>(items) / check::kH200Sms,
-                                     check::DescribeSample(c, sample), seconds);
+        absl::StatusOr<double> seconds = DryRunCase(absl::StrFormat("%s case %d seed %d", f.Name(), i, seed), c,
+                                                    seed, s.sample_budget, 1);
+        if (!seconds.ok()) return seconds.status();
+        total += *seconds;
+        worst = std::max(worst, *seconds);
       }
     }
     std::cout << absl::StrFormat("scale tier oracle: %.1f s in all, %.2f s at most per case (this machine, one thread)\n",
                                  total, worst);
   }
   if (s.bench) {
-    std::cout << "bench tier: the eight spec §11 cases (gpu/bench/bench_cases.h) need a CUDA build to list\n";
+#if GEMTB_HAVE_CUDA
+    std::cout << "bench tier: oracle time on the sample, all threads\n";
+    absl::StatusOr<std::vector<BenchEntry>> entries = BenchCases(s);
+    if (!entries.ok()) return entries.status();
+    for (const BenchEntry& e : *entries) {
+      absl::StatusOr<double> seconds = DryRunCase("bench case", e.c, e.seed, s.sample_budget, 0);
+      if (!seconds.ok()) return seconds.status();
+    }
+#else
+    std::cout << "bench tier: the spec §11 cases come from gpu/bench, which only a CUDA build has\n";
+#endif
   }
   return absl::OkStatus();
 }
@@ -364,7 +436,7 @@ struct Runner {
         cases.emplace_back(f.Name(), check::DrawScaleCase(seed, f, s.scale_max_length, pairing));
         seeds.push_back(seed);
         replays.push_back(absl::StrCat("gemtb check attention --tier scale --family ", f.Name(), " --case-seed ", seed,
-                                       pairing ? absl::StrCat(" --pairing ", check::ScalePairingName(*pairing)) : "",
+                                       pairing ? absl::StrCat(" --pairing ", std::string(check::ScalePairingName(*pairing))) : "",
                                        " --max-length ", s.scale_max_length, s.tanh_approx ? " --tanh-approx" : "",
                                        s.kernel_flags));
       }
@@ -376,43 +448,15 @@ struct Runner {
   }
 
   absl::StatusOr<nlohmann::json> Bench() {
+    absl::StatusOr<std::vector<BenchEntry>> entries = BenchCases(s);
+    if (!entries.ok()) return entries.status();
     std::vector<std::pair<std::string, check::ScaleCase>> cases;
     std::vector<int64_t> seeds;
     std::vector<std::string> replays;
-    std::vector<gpu::bench::BenchCase> specs;
-    if (s.bench_cases.empty()) {
-      specs = gpu::bench::SpecCases();
-    } else {
-      for (const std::string& name : s.bench_cases) {
-        absl::StatusOr<gpu::bench::BenchCase> bc = gpu::bench::FindCase(name);
-        if (!bc.ok()) return absl::InvalidArgumentError(absl::StrCat("--bench-cases: ", bc.status().message()));
-        specs.push_back(*bc);
-      }
-    }
-    for (size_t i = 0; i < specs.size(); ++i) {
-      const gpu::bench::BenchCase& b = specs[i];
-      const gpu::bench::CaseLengths lengths = gpu::bench::DrawLengths(b);
-      check::ScaleCase c;
-      c.name = b.name;
-      c.pairing = b.seeds > 0 ? check::ScalePairing::kBroadcast
-                              : (b.dense_kv > 0 ? check::ScalePairing::kCross : check::ScalePairing::kSelf);
-      c.q_lengths = b.seeds > 0 ? std::vector<int64_t>{b.seeds} : lengths.q;
-      c.kv_lengths = lengths.kv;
-      c.max_lq = b.max_lq;
-      c.max_lk = b.max_lk;
-      c.heads = c.kv_heads = b.heads;
-      c.head_dim = b.head_dim;
-      c.options = b.options;
-      c.input_type = ElementType::kBFloat16;
-      c.values = check::ValueDistribution::kNormal;
-      c.rule_max_q = b.seeds > 0 ? 0 : b.max_lq;
-      c.rule_sparsity_q = b.sparsity;
-      const int64_t seed = check::CaseSeed(s.seed, kBenchSeedSalt, static_cast<int64_t>(i));
-      c.value_seed = static_cast<uint64_t>(seed);
-      cases.emplace_back(b.name, c);
-      seeds.push_back(seed);
-      replays.push_back(absl::StrCat("gemtb check attention --tier bench --bench-cases ", b.name, " --seed ", s.seed,
-                                     s.kernel_flags));
+    for (const BenchEntry& e : *entries) {
+      cases.emplace_back(e.c.name, e.c);
+      seeds.push_back(e.seed);
+      replays.push_back(e.replay);
     }
     nlohmann::json j = Sampled("bench", cases, seeds, replays, 0);
     j["dtype"] = "bfloat16";
@@ -530,7 +574,10 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   absl::StatusOr<gpu::BackwardKernelKind> bk = gpu::ParseBackwardKernel(backward_kernel);
   if (!bk.ok()) return absl::InvalidArgumentError(absl::StrCat("--backward-kernel: ", bk.status().message()));
   runner.kernels = {*fk, *bk};
-  GEMTB_RETURN_IF_ERROR(gpu::DeviceAvailable());
+  if (absl::Status device = gpu::DeviceAvailable(); !device.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("--tier ", tier, " runs the GPU kernels and needs an H200: ",
+                                                      device.message(), " (--dry-run needs no GPU)"));
+  }
   nlohmann::json j = {{"seed", s.seed}, {"tier", tier}, {"tanh_approx", s.tanh_approx},
                       {"forward_kernel", forward_kernel}, {"backward_kernel", backward_kernel}};
   if (s.case_seed) j["case_seed"] = *s.case_seed;
