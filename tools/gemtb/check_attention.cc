@@ -6,6 +6,7 @@
 // Every case has its own seed, printed with any failure, and `--family F --case-seed X` (with the
 // tier) runs that one case again.
 #include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_group.h>
 
 #include <algorithm>
 #include <chrono>
@@ -62,6 +63,7 @@ struct Settings {
   int64_t sample_budget = check::kSamplePairBudget;
   std::vector<std::string> bench_cases;
   std::string kernel_flags;  // " --forward-kernel K ..." for replay lines
+  std::optional<int64_t> time_limit;  // seconds; scale and bench tiers
   bool verbose = false, tanh_approx = false;
 };
 
@@ -81,8 +83,8 @@ std::optional<check::ScalePairing> ScalePairingOf(const Settings& s, int64_t i) 
 // The summary table of one tier, and its JSON.
 nlohmann::json Summarise(const std::string& tier, const std::vector<std::string>& names,
                          std::map<std::string, FamilyStats>& stats, FamilyStats& sum) {
-  std::cout << "\n"
-            << absl::StrFormat("%-20s %6s %6s %5s %7s %7s %7s  %s\n", tier + " tier", "cases", "pass", "fail",
+  std::cout << "\n" << tier << " tier\n"
+            << absl::StrFormat("%-20s %6s %6s %5s %7s %7s %7s  %s\n", "family", "cases", "pass", "fail",
                                "excused", "relaxed", "skipped", "worst error/bound, primary|secondary: O LSE dQ dK dV");
   nlohmann::json per_family = nlohmann::json::object();
   for (const std::string& name : names) {
@@ -342,86 +344,128 @@ struct Runner {
     return check::GatherSample(c, sample, out);
   }
 
-  // Scale-tier and benchmark cases: run on the GPU one after another, the samples judged in parallel
-  // per chunk (one case per task), or with every thread on one case (`threads_per_case` 0).
+  // Scale-tier and benchmark cases, in chunks: a chunk's cases run on the GPU one after another
+  // while the previous chunk's samples are judged by the oracle (one case per task, or every thread
+  // on one case when `threads_per_case` is 0); results print in case order. No chunk starts after
+  // --time-limit; the cases not run are counted.
+  struct Chunk {
+    size_t begin = 0;
+    std::vector<check::ScaleSample> samples;
+    std::vector<GpuOutputs> gpu;
+    std::vector<CaseResult> results;
+    std::vector<double> oracle_s, gpu_s;
+  };
+
   nlohmann::json Sampled(const std::string& tier, const std::vector<std::pair<std::string, check::ScaleCase>>& cases,
                          const std::vector<int64_t>& seeds, const std::vector<std::string>& replays,
                          int threads_per_case) {
     std::map<std::string, FamilyStats> stats;
     std::vector<std::string> names;
+    for (const auto& [name, c] : cases) {
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
     nlohmann::json per_case = nlohmann::json::array();
-    const int64_t chunk = threads_per_case == 0 ? 1 : 16;
+    const size_t chunk = threads_per_case == 0 ? 1 : 16;
     double gpu_seconds = 0, judge_seconds = 0;
     const auto start = Clock::now();
-    for (size_t c0 = 0; c0 < cases.size(); c0 += chunk) {
-      const size_t n = std::min<size_t>(chunk, cases.size() - c0);
-      std::vector<check::ScaleSample> samples(n);
-      std::vector<GpuOutputs> gpu(n);
-      std::vector<CaseResult> results(n);
-      std::vector<double> oracle_s(n, 0), gpu_s(n, 0);
-      for (size_t i = 0; i < n; ++i) {
-        const check::ScaleCase& c = cases[c0 + i].second;
-        samples[i] = check::DrawSample(c, static_cast<uint64_t>(seeds[c0 + i]), s.sample_budget);
-        const auto t = Clock::now();
-        gpu[i] = RunSampled(c, samples[i]);
-        gpu_s[i] = Since(t);
-        gpu_seconds += gpu_s[i];
-      }
-      const auto t_judge = Clock::now();
-      tbb::parallel_for(size_t{0}, n, [&](size_t i) {
-        if (Skipped(gpu[i].status)) return;
-        const auto t = Clock::now();
-        results[i] = check::JudgeSample(cases[c0 + i].second, samples[i], gpu[i], threads_per_case);
-        results[i].case_seed = seeds[c0 + i];
-        oracle_s[i] = Since(t);
-      });
-      judge_seconds += Since(t_judge);
-      for (size_t i = 0; i < n; ++i) {
-        const auto& [name, c] = cases[c0 + i];
-        if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+
+    auto report = [&](Chunk& k) {
+      for (size_t i = 0; i < k.gpu.size(); ++i) {
+        const auto& [name, c] = cases[k.begin + i];
         FamilyStats& st = stats[name];
         const int64_t items = check::ForwardItems(c);
-        const std::string label = absl::StrFormat("%s case %d [%s] B=%d items=%d (%.1f per SM)", name, c0 + i,
+        const std::string label = absl::StrFormat("%s case %d [%s] B=%d items=%d (%.1f per SM)", name, k.begin + i,
                                                   check::ScalePairingName(c.pairing),
                                                   check::PairScaleSequences(c).size(), items,
                                                   static_cast<double>(items) / check::kH200Sms);
-        nlohmann::json jc = {{"case", name}, {"case_seed", seeds[c0 + i]},
+        nlohmann::json jc = {{"case", name}, {"case_seed", seeds[k.begin + i]},
                              {"pairing", check::ScalePairingName(c.pairing)},
                              {"outputs", check::PairScaleSequences(c).size()},
-                             {"items", items}, {"gpu_seconds", gpu_s[i]}};
-        if (Skipped(gpu[i].status)) {
+                             {"items", items}, {"gpu_seconds", k.gpu_s[i]}};
+        if (Skipped(k.gpu[i].status)) {
           ++st.skipped;
-          std::cout << "skipped " << label << ": " << gpu[i].status.message() << std::endl;
+          std::cout << "skipped " << label << ": " << k.gpu[i].status.message() << std::endl;
           jc["result"] = "skipped";
           per_case.push_back(jc);
           continue;
         }
-        const CaseResult& r = results[i];
+        const CaseResult& r = k.results[i];
         check::Tally(c.input_type, c.head_dim, r, st);
         jc["result"] = r.pass ? (r.excused ? "excused" : "pass") : "fail";
-        jc["sample"] = check::DescribeSample(c, samples[i]);
-        jc["oracle_seconds"] = oracle_s[i];
+        jc["sample"] = check::DescribeSample(c, k.samples[i]);
+        jc["oracle_seconds"] = k.oracle_s[i];
         per_case.push_back(jc);
         if (r.pass && !r.excused) {
-          std::cout << absl::StrFormat("pass %s; GPU %.2f s, oracle %.2f s", label, gpu_s[i], oracle_s[i]);
+          std::cout << absl::StrFormat("pass %s; inputs and GPU %.2f s, oracle %.2f s", label, k.gpu_s[i],
+                                       k.oracle_s[i]);
           if (s.verbose) std::cout << "\n    " << r.description;
           std::cout << std::endl;
           continue;
         }
-        failures.push_back(ReportFailure(label, r, replays[c0 + i]));
+        failures.push_back(ReportFailure(label, r, replays[k.begin + i]));
       }
+    };
+
+    tbb::task_group judging;
+    std::optional<Chunk> previous;
+    size_t done = 0;
+    for (size_t c0 = 0; c0 < cases.size(); c0 += chunk) {
+      if (s.time_limit && Since(start) > static_cast<double>(*s.time_limit)) break;
+      Chunk k;
+      k.begin = c0;
+      const size_t n = std::min(chunk, cases.size() - c0);
+      k.samples.resize(n);
+      k.gpu.resize(n);
+      k.results.resize(n);
+      k.oracle_s.assign(n, 0);
+      k.gpu_s.assign(n, 0);
+      for (size_t i = 0; i < n; ++i) {
+        const check::ScaleCase& c = cases[c0 + i].second;
+        k.samples[i] = check::DrawSample(c, static_cast<uint64_t>(seeds[c0 + i]), s.sample_budget);
+        const auto t = Clock::now();
+        k.gpu[i] = RunSampled(c, k.samples[i]);
+        k.gpu_s[i] = Since(t);
+        gpu_seconds += k.gpu_s[i];
+      }
+      const auto t_wait = Clock::now();
+      judging.wait();
+      judge_seconds += Since(t_wait);
+      if (previous) report(*previous);
+      previous = std::move(k);
+      done = c0 + n;
+      Chunk* p = &*previous;
+      judging.run([this, p, &cases, &seeds, threads_per_case] {
+        tbb::parallel_for(size_t{0}, p->gpu.size(), [&](size_t i) {
+          if (Skipped(p->gpu[i].status)) return;
+          const auto t = Clock::now();
+          p->results[i] = check::JudgeSample(cases[p->begin + i].second, p->samples[i], p->gpu[i], threads_per_case);
+          p->results[i].case_seed = seeds[p->begin + i];
+          p->oracle_s[i] = Since(t);
+        });
+      });
     }
+    const auto t_wait = Clock::now();
+    judging.wait();
+    judge_seconds += Since(t_wait);
+    if (previous) report(*previous);
+
     FamilyStats sum;
     nlohmann::json j = {{"families", Summarise(tier, names, stats, sum)}, {"cases", per_case}};
     const double seconds = Since(start);
-    std::cout << absl::StrFormat("%-20s %6d %6d %5d %7d %7d %7d   (%.1f s: inputs and GPU calls %.1f s, oracle on samples %.1f s)\n",
+    std::cout << absl::StrFormat("%-20s %6d %6d %5d %7d %7d %7d   (%.1f s: inputs and GPU calls %.1f s, "
+                                 "waiting for the oracle on samples %.1f s)\n",
                                  "total", sum.cases, sum.pass, sum.fail, sum.excused, sum.relaxed, sum.skipped,
                                  seconds, gpu_seconds, judge_seconds);
+    if (done < cases.size()) {
+      std::cout << absl::StrFormat("STOPPED by --time-limit %d s: %d of %d cases not run\n", *s.time_limit,
+                                   cases.size() - done, cases.size());
+    }
     all_pass = all_pass && sum.fail == 0;
     j["total"] = Totals(sum);
+    j["cases_not_run_time_limit"] = cases.size() - done;
     j["seconds"] = seconds;
     j["gpu_call_seconds"] = gpu_seconds;
-    j["oracle_seconds"] = judge_seconds;
+    j["oracle_wait_seconds"] = judge_seconds;
     return j;
   }
 
@@ -429,8 +473,10 @@ struct Runner {
     std::vector<std::pair<std::string, check::ScaleCase>> cases;
     std::vector<int64_t> seeds;
     std::vector<std::string> replays;
-    for (const Family& f : s.families) {
-      for (int64_t i = 0; i < (s.case_seed ? 1 : s.scale_cases); ++i) {
+    // Case i of every family before case i + 1 of any, so that a --time-limit leaves every family
+    // with about as many cases.
+    for (int64_t i = 0; i < (s.case_seed ? 1 : s.scale_cases); ++i) {
+      for (const Family& f : s.families) {
         const int64_t seed = ScaleSeed(s, f, i);
         const std::optional<check::ScalePairing> pairing = ScalePairingOf(s, i);
         cases.emplace_back(f.Name(), check::DrawScaleCase(seed, f, s.scale_max_length, pairing));
@@ -504,6 +550,9 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
                "cross | kv_index | broadcast_q");
   flags.Int64("sample-pairs", &s.sample_budget,
               "scale and bench tiers: valid pairs x query heads the oracle's sample may cost (default 2^20)");
+  flags.OptionalInt64("time-limit", &s.time_limit,
+                      "scale and bench tiers: start no chunk of cases after this many seconds (the cases not "
+                      "run are counted and printed); default none");
   flags.StringList("bench-cases", &s.bench_cases, "bench tier: these spec §11 cases (default all eight)");
   flags.String("json", &json_path, "also write the counts and failures as JSON to this file");
   flags.Bool("verbose", &s.verbose, "print every case, not only failures");
@@ -549,6 +598,9 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
       return absl::InvalidArgumentError(
           absl::StrCat("--pairing=", pairing_text, ": want mixed, self, cross, kv_index or broadcast_q"));
     }
+  }
+  if (s.time_limit && *s.time_limit < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--time-limit=", *s.time_limit, ": must be >= 1"));
   }
   if (s.sample_budget < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--sample-pairs=", s.sample_budget, ": must be >= 1"));
