@@ -245,9 +245,12 @@ done
 # library picks, as in the timing; the oracle on a sample of each case's sequences.
 bench_oracle_rc=skipped
 if [ "$oracle_bench" -gt 0 ]; then
-  stage "gemtb check attention --tier bench (timeout $(limit 240) s)"
+  bench_limit=$(limit 240)
+  stage "gemtb check attention --tier bench (timeout $bench_limit s)"
   rm -f /tmp/check_bench.json
-  timeout "$(limit 240)" "$gemtb" check attention --tier bench --seed 1 ${cases:+--bench-cases "$cases"} \
+  # --time-limit: no new case after it, so that the summary and JSON are written.
+  timeout "$bench_limit" "$gemtb" check attention --tier bench --seed 1 ${cases:+--bench-cases "$cases"} \
+    --time-limit $(( bench_limit > 90 ? bench_limit - 60 : bench_limit * 2 / 3 )) \
     --json /tmp/check_bench.json > /tmp/check_bench.log 2>&1
   bench_oracle_rc=$?
   [ $bench_oracle_rc -eq 0 ] || status=1

@@ -14,7 +14,7 @@
 #      racecheck.log and results.json (the record for tools/bench/results/): 8 files, the most a
 #      device call brings back.
 # gpu/README.md explains how to fill .deb/ and make the call. Usage, from the repository root:
-#   bash tools/gpu_check.sh [--tier small|scale|all] [--cases N] [--scale-cases N]
+#   bash tools/gpu_check.sh [--tier small|scale|all] [--cases N] [--scale-cases N] [--scale-family F]
 #                           [--sanitize-cases M] [--scale-sanitize-cases M] [--seed S]
 #                           [--max-length L] [--sanitize-max-length L]
 #                           [--sanitizers memcheck,racecheck | --sanitizers ""] [--skip-check]
@@ -26,6 +26,7 @@ cd "$(dirname "$0")/.."
 tier=small
 cases=500
 scale_cases=20
+scale_family=all
 sanitize_cases=20
 scale_sanitize_cases=3
 seed=1
@@ -40,6 +41,7 @@ while [ $# -gt 0 ]; do
     --tier) tier=$2; shift 2 ;;
     --cases) cases=$2; shift 2 ;;
     --scale-cases) scale_cases=$2; shift 2 ;;
+    --scale-family) scale_family=$2; shift 2 ;;
     --scale-sanitize-cases) scale_sanitize_cases=$2; shift 2 ;;
     --skip-ctest) run_ctest=0; shift ;;
     --sanitize-cases) sanitize_cases=$2; shift 2 ;;
@@ -147,7 +149,7 @@ fi
 
 # --- 4. gemtb check attention --------------------------------------------------------------------
 check_cmd="gemtb check attention --cases $cases --seed $seed --max-length $max_length"
-scale_cmd="gemtb check attention --tier scale --cases $scale_cases --seed $seed"
+scale_cmd="gemtb check attention --tier scale --cases $scale_cases --seed $seed --family $scale_family"
 check_rc=skipped
 scale_rc=skipped
 extra_rc=skipped
@@ -161,7 +163,11 @@ rm -f "$out/check.json" /tmp/gemtb-check-scale.json
 if [ $run_check -eq 1 ] && [ $run_scale -eq 1 ]; then
   # Scale tier first: with --tier all, a short budget cuts the small tier, which runs elsewhere too.
   stage "$scale_cmd"
-  timeout "$(limit 330)" "$gemtb" check attention --tier scale --cases "$scale_cases" --seed "$seed" \
+  # --time-limit stops it starting new chunks early enough to print its summary and JSON.
+  scale_limit=$(limit 330)
+  timeout "$scale_limit" "$gemtb" check attention --tier scale --cases "$scale_cases" --seed "$seed" \
+    --family "$scale_family" \
+    --time-limit $(( scale_limit > 90 ? scale_limit - 60 : scale_limit * 2 / 3 )) \
     --json /tmp/gemtb-check-scale.json >> "$out/check.log" 2>&1
   scale_rc=$?
   [ $scale_rc -eq 0 ] || status=1
