@@ -59,6 +59,7 @@ TEST(ScaleDraw, SizesPairingsAndItemsAreWithinTheTiersBounds) {
       EXPECT_LE(MaxOf(c.kv_lengths), c.max_lk);
       (local ? longest_local : longest_full) = std::max(local ? longest_local : longest_full, longest);
       EXPECT_GE(check::ForwardItems(c), check::kScaleMinItemsPerSm * check::kH200Sms);
+      EXPECT_LE(check::MinimumSampleCost(c), check::kScaleMaxSampleCost);
     }
   }
   EXPECT_EQ(pairings.size(), 4u);

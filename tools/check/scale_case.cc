@@ -13,6 +13,7 @@
 #include "model/numerics/float_formats.h"
 #include "model/numerics/philox.h"
 #include "tools/check/criteria.h"
+#include "tools/check/scale_sample.h"
 
 namespace gemtb::check {
 namespace {
@@ -292,7 +293,9 @@ ScaleCase DrawScaleCase(int64_t case_seed, const Family& family, int64_t max_len
     }
     c.values = r.Int(0, 1) ? ValueDistribution::kUniformSmall : ValueDistribution::kNormal;
     c.value_seed = r.rng();
-    if (ForwardItems(c) >= kScaleMinItemsPerSm * kH200Sms) return c;
+    if (ForwardItems(c) >= kScaleMinItemsPerSm * kH200Sms && MinimumSampleCost(c) <= kScaleMaxSampleCost) {
+      return c;
+    }
   }
 }
 

@@ -69,6 +69,9 @@ int64_t ValidPairsOf(const AttentionOptions& options, const SequencePair& pair);
 // The H200's SMs: the scale tier draws at least kScaleMinItemsPerSm of them worth of items.
 inline constexpr int64_t kH200Sms = 132;
 inline constexpr int64_t kScaleMinItemsPerSm = 4;
+// The most valid pairs x heads that the smallest possible sample of a drawn case may cost
+// (MinimumSampleCost in scale_sample.h): about ten seconds of the oracle on one core.
+inline constexpr int64_t kScaleMaxSampleCost = int64_t{1} << 22;
 
 // The scale tier's draw for `family`, a function of `case_seed` alone: bf16 or fp16, D in {64, 128},
 // H in {1, 2, 4, 8} with Hkv dividing H; the pairing (uniform unless `pairing` is given):
@@ -81,7 +84,9 @@ inline constexpr int64_t kScaleMinItemsPerSm = 4;
 //     K/V lengths by the rule with a mean that puts 2^19..2^21 valid pairs (without mask) on one
 //     K/V head's group (the oracle runs every output there, see scale_sample.h).
 // Window and block parameters, alignment, scales and value distribution as in the small tier.
-// Draws until the case has at least kScaleMinItemsPerSm * kH200Sms forward items.
+// Draws until the case has at least kScaleMinItemsPerSm * kH200Sms forward items and its smallest
+// sample costs at most kScaleMaxSampleCost (this rules out, e.g., 2,048 tokens of full attention in
+// every sequence with a GQA group of 8; shorter sequences of the same batch keep long ones in).
 ScaleCase DrawScaleCase(int64_t case_seed, const Family& family, int64_t max_length,
                         std::optional<ScalePairing> pairing = std::nullopt);
 

@@ -80,6 +80,19 @@ ScaleSample DrawSample(const ScaleCase& c, uint64_t sample_seed, int64_t pair_bu
   return s;
 }
 
+int64_t MinimumSampleCost(const ScaleCase& c) {
+  const int64_t group = c.heads / c.kv_heads;
+  std::vector<int64_t> cost(c.kv_lengths.size(), 0);
+  int64_t total = 0;
+  for (const SequencePair& p : PairScaleSequences(c)) {
+    const int64_t pairs = ValidPairsOf(c.options, p) * group;
+    cost[p.kv_sequence] += pairs;
+    total += pairs;
+  }
+  if (c.pairing == ScalePairing::kBroadcast) return total;
+  return *std::min_element(cost.begin(), cost.end());
+}
+
 std::string DescribeSample(const ScaleCase& c, const ScaleSample& s) {
   return absl::StrFormat("%d of %d K/V sequences (%d of %d outputs%s), K/V heads [%s] (query heads [%s]), %.3g pairs",
                          s.kv_sequences.size(), c.kv_lengths.size(), s.outputs.size(),

@@ -43,6 +43,10 @@ inline constexpr int64_t kSamplePairBudget = int64_t{1} << 20;
 ScaleSample DrawSample(const ScaleCase& c, uint64_t sample_seed,
                        int64_t pair_budget = kSamplePairBudget);
 
+// The sample cost (valid pairs x query heads of one K/V head's group) of the cheapest K/V sequence
+// with all its readers; under broadcast_q, of the whole batch.
+int64_t MinimumSampleCost(const ScaleCase& c);
+
 // "2 of 1152 K/V sequences (2 of 1152 outputs), K/V heads [0] (query heads [0,1]), 1.2e+06 pairs".
 std::string DescribeSample(const ScaleCase& c, const ScaleSample& s);
 
