@@ -66,8 +66,8 @@ TEST(ScaleDraw, SizesPairingsAndItemsAreWithinTheTiersBounds) {
   EXPECT_EQ(dtypes.size(), 2u);
   EXPECT_EQ(dims.size(), 2u);
   // Long sequences are drawn, not only the small tier's few hundred keys.
-  EXPECT_GT(longest_local, 2048);
-  EXPECT_GT(longest_full, 1024);
+  EXPECT_GT(longest_local, 4096);
+  EXPECT_GT(longest_full, 2048);
 }
 
 TEST(ScaleDraw, MaxLengthBoundsEveryLength) {

@@ -219,9 +219,12 @@ ScaleCase DrawScaleCase(int64_t case_seed, const Family& family, int64_t max_len
     c.options.mask = family.mask;
     c.input_type = r.Int(0, 1) ? ElementType::kBFloat16 : ElementType::kFloat16;
     c.head_dim = r.Int(0, 1) ? 128 : 64;
-    c.heads = int64_t{1} << r.Int(0, 3);
-    c.kv_heads = c.heads >> r.Int(0, std::countr_zero(static_cast<uint64_t>(c.heads)));
     c.pairing = pairing ? *pairing : kAllScalePairings[r.Int(0, 3)];
+    // A quarter of the other pairings take one head and 64..96 sequences, so that the row budget
+    // goes into long sequences (up to the cap) rather than many short ones.
+    const bool long_sequences = c.pairing != ScalePairing::kBroadcast && r.Int(0, 3) == 0;
+    c.heads = long_sequences ? 1 : int64_t{1} << r.Int(0, 3);
+    c.kv_heads = c.heads >> r.Int(0, std::countr_zero(static_cast<uint64_t>(c.heads)));
     const uint64_t length_seed = r.rng();
     if (c.pairing == ScalePairing::kBroadcast) {
       const int64_t b = r.Int(1000, 2048);
@@ -241,7 +244,7 @@ ScaleCase DrawScaleCase(int64_t case_seed, const Family& family, int64_t max_len
                                  &c.rule_sparsity_kv);
       c.options.broadcast_q = true;
     } else {
-      const int64_t b = r.LogInt(64, 2048);
+      const int64_t b = long_sequences ? r.LogInt(64, 96) : r.LogInt(64, 2048);
       const double q_rows = static_cast<double>(r.LogInt(1 << 16, 1 << 18));
       c.q_lengths = RuleLengths(r, b, q_rows / static_cast<double>(b * c.heads), cap, length_seed, 0,
                                 &c.rule_max_q, &c.rule_sparsity_q);

@@ -77,7 +77,8 @@ inline constexpr int64_t kScaleMaxSampleCost = int64_t{1} << 22;
 // H in {1, 2, 4, 8} with Hkv dividing H; the pairing (uniform unless `pairing` is given):
 //   self, cross, kv_index: B in [64, 2048] query sequences, lengths by spec §11's rule with a random
 //     sparsity and a maximum M chosen so that about 2^16..2^18 query rows (tokens x H) result, capped
-//     at 8,192 for window and block masks and 4,096 for none and causal (and at `max_length`);
+//     at 8,192 for window and block masks and 4,096 for none and causal (and at `max_length`); a
+//     quarter of them with H = 1 and 64..96 sequences, whose lengths reach the caps;
 //     cross draws the K/V lengths the same way on their own budget; kv_index maps B outputs to
 //     B/1..B/16 K/V sequences;
 //   broadcast_q: 1..48 shared query rows, B in [1000, 2048] outputs, with or without kv_index,
