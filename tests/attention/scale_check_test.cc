@@ -267,6 +267,15 @@ TEST(Sampler, KvIndexSamplesEveryReaderOfASampledKvSequence) {
   }
 }
 
+TEST(Sampler, HoldsAnOutputEvenWhenOnlyUnreadKvSequencesFitTheBudget) {
+  const ScaleCase c = SmallBatch(ScalePairing::kKvIndex);
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    const ScaleSample s = check::DrawSample(c, seed, 1);  // only the unread sequences 4, 6 cost 0
+    ASSERT_FALSE(s.outputs.empty());
+    EXPECT_TRUE(check::JudgeSample(c, s, check::GatherSample(c, s, StandIn(c))).pass);
+  }
+}
+
 TEST(Sampler, StaysWithinTheBudgetUnlessOneSequenceExceedsIt) {
   const ScaleCase c = SmallBatch(ScalePairing::kSelf);
   const ScaleSample s = check::DrawSample(c, 1, 150);

@@ -57,24 +57,28 @@ ScaleSample DrawSample(const ScaleCase& c, uint64_t sample_seed, int64_t pair_bu
   std::vector<int64_t> order(static_cast<size_t>(nkv));
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), rng);
-  auto take = [&](int64_t k, int64_t cost) {
+  std::vector<int64_t> cost(static_cast<size_t>(nkv), 0);
+  for (int64_t k = 0; k < nkv; ++k) {
+    for (int64_t b : readers[k]) cost[k] += ValidPairsOf(c.options, pairs[b]) * head_count;
+  }
+  auto take = [&](int64_t k) {
     s.kv_sequences.push_back(k);
     s.outputs.insert(s.outputs.end(), readers[k].begin(), readers[k].end());
-    s.pairs += cost;
+    s.pairs += cost[k];
   };
-  int64_t cheapest = -1, cheapest_cost = 0;
   for (int64_t k : order) {
     if (static_cast<int64_t>(s.kv_sequences.size()) == kMaxSampledKvSequences) break;
-    int64_t cost = 0;
-    for (int64_t b : readers[k]) cost += ValidPairsOf(c.options, pairs[b]) * head_count;
-    if (cheapest < 0 || cost < cheapest_cost) {
-      cheapest = k;
-      cheapest_cost = cost;
-    }
-    if (s.pairs + cost <= pair_budget) take(k, cost);
+    if (s.pairs + cost[k] <= pair_budget) take(k);
   }
-  // Every sequence alone is over the budget: the cheapest one (and its readers) is the sample.
-  if (s.kv_sequences.empty()) take(cheapest, cheapest_cost);
+  if (s.outputs.empty()) {
+    // Every read sequence alone is over the budget (or only unread ones were met): the cheapest
+    // read one joins with its readers.
+    int64_t cheapest = -1;
+    for (int64_t k = 0; k < nkv; ++k) {
+      if (!readers[k].empty() && (cheapest < 0 || cost[k] < cost[cheapest])) cheapest = k;
+    }
+    if (cheapest >= 0) take(cheapest);
+  }
   std::sort(s.kv_sequences.begin(), s.kv_sequences.end());
   std::sort(s.outputs.begin(), s.outputs.end());
   return s;
@@ -148,7 +152,7 @@ AttentionCase SampledCase(const ScaleCase& c, const ScaleSample& s) {
   out.q_offsets.shape = {static_cast<int64_t>(out.q_offsets.data.size())};
   out.kv_offsets.data = OffsetsFromLengths(shape.kv_lengths);
   out.kv_offsets.shape = {static_cast<int64_t>(out.kv_offsets.data.size())};
-  if (!shape.kv_index.empty()) {
+  if (!c.kv_index.empty()) {
     out.kv_index.data = shape.kv_index;
     out.kv_index.shape = {static_cast<int64_t>(shape.kv_index.size())};
   }

@@ -4,8 +4,8 @@
 //
 // What a sample covers. K/V sequences are drawn at random until a cost budget (valid pairs x query
 // heads) is spent, at least one; with each comes every output sequence that reads it (one under
-// self and cross attention, all its readers under kv_index); when every sequence alone is over the
-// budget, the cheapest one. For those outputs O, LSE and dQ are checked (each depends on its own
+// self and cross attention, all its readers under kv_index, none for a K/V sequence that no output
+// reads); when no read sequence fits the budget, the cheapest read one joins. For those outputs O, LSE and dQ are checked (each depends on its own
 // query and K/V sequence only), and for those K/V sequences dK and dV, which sum over all their
 // readers, every reader being in the sample. Heads: one random K/V head with every query head of
 // its GQA group. Under broadcast_q the shared query's dQ sums
