@@ -3,8 +3,9 @@
 # .deb/SOURCE, never the live tree), times the attention kernels with `gemtb bench attention`, times
 # the peers (.peers/torch_peers.py, a copy of ../shared/peers/torch_peers.py) on the same lengths in
 # the same call, writes the ratio table (ours / best peer, per case, fwd and fwd+bwd), and runs
-# `gemtb check attention` (right after the bench, so that a short budget cuts the peers, not the
-# check). Every stage is cut to what is left of a total budget, so the script ends and writes its
+# `gemtb check attention --tier bench` (each benchmark case on the same shapes, judged by the oracle
+# on sampled sequences) and `gemtb check attention` (both right after the bench, so that a short
+# budget cuts the peers, not the checks). Every stage is cut to what is left of a total budget, so the script ends and writes its
 # results inside one call of 600 s.
 #
 # Here, before the call (gpu/README.md has the details):
@@ -14,6 +15,9 @@
 #
 # Options:
 #   --check-cases N     cases per family for gemtb check attention (0 = skip; default 500)
+#   --oracle-bench 0|1  check the bench cases (--cases) against the oracle on sampled sequences,
+#                       `gemtb check attention --tier bench` (default 1); pass/fail per case joins
+#                       check.json under "bench_oracle"
 #   --reps N            timed runs per case (default 15); --warmup N (default 3)
 #   --cases a,b         bench and peer cases (default: all eight)
 #   --tanh-approx-cases a,b  also time these cases with `--tanh-approx` (silu and gelu_tanh through
@@ -56,6 +60,7 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 
 check_cases=500
+oracle_bench=1
 reps=15
 warmup=3
 cases=""
@@ -73,6 +78,7 @@ rounds=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --check-cases) check_cases=$2; shift 2 ;;
+    --oracle-bench) oracle_bench=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --cases) cases=$2; shift 2 ;;
@@ -234,7 +240,24 @@ for v in ${variants//,/ }; do
 done
 [ -n "$base_gemtb" ] || tar -czf "$out/lengths.tgz" -C "$lengths" . 2>/dev/null
 
-# --- 4. gemtb check attention (before the peers: when the budget runs short, the peers are cut) ---
+# --- 4. the bench cases and gemtb check attention (before the peers: a short budget cuts those) ---
+# The benchmark's shapes (lengths, heads, act, mask), bf16 inputs from the seed; the kernels the
+# library picks, as in the timing; the oracle on a sample of each case's sequences.
+bench_oracle_rc=skipped
+if [ "$oracle_bench" -gt 0 ]; then
+  bench_limit=$(limit 240)
+  stage "gemtb check attention --tier bench (timeout $bench_limit s)"
+  rm -f /tmp/check_bench.json
+  # --time-limit: no new case after it, so that the summary and JSON are written.
+  timeout "$bench_limit" "$gemtb" check attention --tier bench --seed 1 ${cases:+--bench-cases "$cases"} \
+    --time-limit $(( bench_limit > 90 ? bench_limit - 60 : bench_limit * 2 / 3 )) \
+    --json /tmp/check_bench.json > /tmp/check_bench.log 2>&1
+  bench_oracle_rc=$?
+  [ $bench_oracle_rc -eq 0 ] || status=1
+  grep -E "^(pass|FAIL|EXCUSED|skipped) |^total" /tmp/check_bench.log | sed 's/^/   /' | tee -a "$out/summary.txt"
+  cat /tmp/check_bench.log >> "$out/run.log"
+  echo "   bench oracle check exit code $bench_oracle_rc" | tee -a "$out/summary.txt"
+fi
 if [ "$check_cases" -gt 0 ]; then
   stage "gemtb check attention --cases $check_cases (timeout $(limit 400) s)"
   # The check runs the kernels the library picks (gpu/attention/kernel_policy.h).
@@ -263,6 +286,26 @@ try:
 except (OSError, ValueError):
     main = {}
 main["tanh_approx_check"] = json.load(open(sys.argv[2]))
+json.dump(main, open(sys.argv[1], "w"), indent=1)
+EOF
+fi
+if [ "$oracle_bench" -gt 0 ]; then
+  python3 - "$out/check.json" /tmp/check_bench.json "$bench_oracle_rc" <<'EOF'
+import json, sys
+try:
+    main = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    main = {}
+try:
+    bench = json.load(open(sys.argv[2]))
+except (OSError, ValueError):
+    bench = None  # stopped by the time limit: run.log has what it printed
+main["bench_oracle"] = {
+    "command": "gemtb check attention --tier bench --seed 1",
+    "exit_code": sys.argv[3],
+    "cases": {c["case"]: c["result"] for c in bench["bench"]["cases"]} if bench else None,
+    "result": bench,
+}
 json.dump(main, open(sys.argv[1], "w"), indent=1)
 EOF
 fi

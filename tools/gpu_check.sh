@@ -4,31 +4,46 @@
 #      CMake and ninja but none of our packages and no registry);
 #   2. configures and builds gemtb and the GPU tests against that prefix;
 #   3. runs the ctest tests labelled `gpu`;
-#   4. runs `gemtb check attention` on --cases random cases per family;
-#   5. runs compute-sanitizer memcheck and racecheck on --sanitize-cases cases per family;
+#   4. runs `gemtb check attention` on --cases random cases per family (--tier small, the default),
+#      or --scale-cases scale-tier batches per family (--tier scale), or both (--tier all);
+#   5. runs compute-sanitizer memcheck and racecheck on --sanitize-cases small cases per family
+#      (by default only with the small tier), and, with the scale tier, memcheck on
+#      --scale-sanitize-cases scale-tier batches per kernel (each forward and backward kernel named
+#      through --forward-kernel/--backward-kernel, plus the library's own choice);
 #   6. writes under $OUT: summary.txt, build.log, ctest.log, check.log, check.json, memcheck.log,
 #      racecheck.log and results.json (the record for tools/bench/results/): 8 files, the most a
 #      device call brings back.
 # gpu/README.md explains how to fill .deb/ and make the call. Usage, from the repository root:
-#   bash tools/gpu_check.sh [--cases N] [--sanitize-cases M] [--seed S] [--max-length L]
-#                           [--sanitize-max-length L]
+#   bash tools/gpu_check.sh [--tier small|scale|all] [--cases N] [--scale-cases N] [--scale-family F]
+#                           [--sanitize-cases M] [--scale-sanitize-cases M] [--seed S]
+#                           [--max-length L] [--sanitize-max-length L]
 #                           [--sanitizers memcheck,racecheck | --sanitizers ""] [--skip-check]
-#                           [--build-dir DIR]
+#                           [--skip-ctest] [--build-dir DIR]
 # Exit status: 0 when everything ran and passed, 1 when a check failed, 2 when the build failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+tier=small
 cases=500
+scale_cases=20
+scale_family=all
 sanitize_cases=20
+scale_sanitize_cases=3
 seed=1
 max_length=300
 sanitize_max_length=100
-sanitizer_tools=memcheck,racecheck
+sanitizer_tools=default
 run_check=1
+run_ctest=1
 build=/tmp/gemtb-gpu-build
 while [ $# -gt 0 ]; do
   case "$1" in
+    --tier) tier=$2; shift 2 ;;
     --cases) cases=$2; shift 2 ;;
+    --scale-cases) scale_cases=$2; shift 2 ;;
+    --scale-family) scale_family=$2; shift 2 ;;
+    --scale-sanitize-cases) scale_sanitize_cases=$2; shift 2 ;;
+    --skip-ctest) run_ctest=0; shift ;;
     --sanitize-cases) sanitize_cases=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --max-length) max_length=$2; shift 2 ;;
@@ -39,6 +54,17 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+case "$tier" in
+  small) run_small=1; run_scale=0 ;;
+  scale) run_small=0; run_scale=1 ;;
+  all) run_small=1; run_scale=1 ;;
+  *) echo "gpu_check: --tier $tier: want small, scale or all" >&2; exit 2 ;;
+esac
+# The small tier's sanitizers run by default only when the small tier does (the scale tier has its
+# own memcheck stage); --sanitizers names them explicitly.
+if [ "$sanitizer_tools" = default ]; then
+  if [ $run_small -eq 1 ]; then sanitizer_tools=memcheck,racecheck; else sanitizer_tools=""; fi
+fi
 # Every stage's timeout is also cut to what is left of a total budget, so that the script ends (and
 # writes results.json) inside one device call of 600 s.
 budget=${GPU_CHECK_BUDGET:-570}
@@ -109,31 +135,55 @@ gemtb=$build/bin/gemtb
 status=0
 
 # --- 3. ctest -L gpu ------------------------------------------------------------------------------
-stage "ctest -L gpu"
-if timeout "$(limit 120)" ctest --test-dir "$build" -L '^gpu$' --output-on-failure -j 4 > "$out/ctest.log" 2>&1; then
-  ctest_result=pass
-else
-  ctest_result=fail
-  status=1
+ctest_result=skipped
+if [ $run_ctest -eq 1 ]; then
+  stage "ctest -L gpu"
+  if timeout "$(limit 120)" ctest --test-dir "$build" -L '^gpu$' --output-on-failure -j 4 > "$out/ctest.log" 2>&1; then
+    ctest_result=pass
+  else
+    ctest_result=fail
+    status=1
+  fi
+  grep -E "tests passed|tests failed|Skipped|\*\*\*" "$out/ctest.log" | tail -15 | tee -a "$out/summary.txt"
 fi
-grep -E "tests passed|tests failed|Skipped|\*\*\*" "$out/ctest.log" | tail -15 | tee -a "$out/summary.txt"
 
 # --- 4. gemtb check attention --------------------------------------------------------------------
 check_cmd="gemtb check attention --cases $cases --seed $seed --max-length $max_length"
+scale_cmd="gemtb check attention --tier scale --cases $scale_cases --seed $seed --family $scale_family"
 check_rc=skipped
+scale_rc=skipped
 extra_rc=skipped
 extra_cases=$(( cases / 5 > 0 ? cases / 5 : 1 ))
 extra_families=""
 for act in relu_square leaky_relu hardswish; do
   for mask in none causal window block; do extra_families+="${extra_families:+,}$act/$mask"; done
 done
-if [ $run_check -eq 1 ]; then
+: > "$out/check.log"
+rm -f "$out/check.json" /tmp/gemtb-check-scale.json
+if [ $run_check -eq 1 ] && [ $run_scale -eq 1 ]; then
+  # Scale tier first: with --tier all, a short budget cuts the small tier, which runs elsewhere too.
+  stage "$scale_cmd"
+  # --time-limit stops it starting new chunks early enough to print its summary and JSON.
+  scale_limit=$(limit 330)
+  timeout "$scale_limit" "$gemtb" check attention --tier scale --cases "$scale_cases" --seed "$seed" \
+    --family "$scale_family" \
+    --time-limit $(( scale_limit > 90 ? scale_limit - 60 : scale_limit * 2 / 3 )) \
+    --json /tmp/gemtb-check-scale.json >> "$out/check.log" 2>&1
+  scale_rc=$?
+  [ $scale_rc -eq 0 ] || status=1
+  grep -A 30 "^scale tier" "$out/check.log" | tee -a "$out/summary.txt"
+  echo "   scale tier exit code $scale_rc" | tee -a "$out/summary.txt"
+  # Without the small tier, check.json is the scale tier's (with its failures).
+  [ $run_small -eq 1 ] || cp /tmp/gemtb-check-scale.json "$out/check.json" 2>/dev/null
+fi
+if [ $run_check -eq 1 ] && [ $run_small -eq 1 ]; then
   stage "$check_cmd"
   timeout "$(limit 300)" "$gemtb" check attention --cases "$cases" --seed "$seed" \
-    --max-length "$max_length" --json "$out/check.json" > "$out/check.log" 2>&1
+    --max-length "$max_length" --json "$out/check.json" > /tmp/gemtb-check-small.log 2>&1
   check_rc=$?
   [ $check_rc -eq 0 ] || status=1
-  grep -A 40 "^family" "$out/check.log" | tee -a "$out/summary.txt"
+  cat /tmp/gemtb-check-small.log >> "$out/check.log"
+  grep -A 40 "^small tier" /tmp/gemtb-check-small.log | tee -a "$out/summary.txt"
 
   # The three activations beyond the issue's six run the same code paths; a smaller check covers
   # them.
@@ -184,9 +234,57 @@ for tool in ${sanitizer_tools//,/ }; do
   done
 done
 
+# --- 5b. memcheck on scale-tier batches, per kernel ------------------------------------------------
+# Each job names one kernel (cases it cannot run are counted as skipped, e.g. D = 64 for the Hopper
+# kernels) on a family and lengths where that kernel applies; the last job leaves the choice to the
+# library. One process per job, all at once, each with --verbose so its log lists the cases done.
+scale_jobs=(
+  "fwd-mma_sync|--family silu/causal --forward-kernel mma_sync"
+  "fwd-hopper_ws|--family softmax/window --forward-kernel hopper_ws"
+  "fwd-hopper_tma|--family softmax/none --forward-kernel hopper_tma"
+  "fwd-hopper_split|--family silu/none --forward-kernel hopper_split --max-length 64"
+  "fwd-hopper_small|--family gelu_tanh/block --forward-kernel hopper_small --max-length 32"
+  "bwd-hopper_recompute|--family softmax/causal --backward-kernel hopper_recompute"
+  "bwd-hopper_stored_ds|--family relu/window --backward-kernel hopper_stored_ds --pairing self"
+  "bwd-hopper_fused_dq|--family identity/none --backward-kernel hopper_fused_dq --pairing broadcast_q --max-length 32"
+  "auto|--family gelu/block,softmax/causal"
+)
+scale_memcheck() {  # "name|args" seconds
+  local name=${1%%|*} args=${1#*|}
+  local f=/tmp/gemtb-san/scale-memcheck/$name
+  # shellcheck disable=SC2086  # args are words
+  timeout "$2" compute-sanitizer --tool memcheck --error-exitcode 99 "$gemtb" check attention --tier scale \
+    --cases "$scale_sanitize_cases" --seed $((seed + 1000)) --verbose $args > "$f.log" 2>&1
+  echo "exit code $?" >> "$f.log"
+}
+export -f scale_memcheck
+export scale_sanitize_cases
+if [ $run_scale -eq 1 ] && [ "$scale_sanitize_cases" -gt 0 ]; then
+  share=$(( budget - SECONDS - 15 ))
+  if [ $share -gt 20 ]; then
+    stage "compute-sanitizer memcheck, scale tier ($scale_sanitize_cases cases per kernel, $share s)"
+    rm -rf /tmp/gemtb-san/scale-memcheck && mkdir -p /tmp/gemtb-san/scale-memcheck
+    printf '%s\n' "${scale_jobs[@]}" | xargs -P ${#scale_jobs[@]} -I{} bash -c "scale_memcheck '{}' $share"
+    for job in "${scale_jobs[@]}"; do
+      name=${job%%|*}
+      f=/tmp/gemtb-san/scale-memcheck/$name.log
+      { echo "### scale tier memcheck $name: ${job#*|}"; cat "$f"; } >> "$out/memcheck.log"
+      done_cases=$(grep -cE "^(pass|FAIL|EXCUSED) " "$f")
+      skipped=$(grep -cE "^skipped " "$f")
+      summary=$(grep -E "ERROR SUMMARY" "$f" | tr '\n' ' ')
+      rc=$(tail -1 "$f")
+      printf '   %-22s %2s cases %2s skipped  %s (%s)\n' "$name" "$done_cases" "$skipped" "${summary:-no summary}" "$rc" | tee -a "$out/summary.txt"
+      [ "$rc" = "exit code 0" ] || status=1
+    done
+  else
+    stage "no time left for the scale tier's memcheck"
+  fi
+fi
+
 # --- 6. results -----------------------------------------------------------------------------------
 commit=$(cat .deb/SOURCE 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)
 hardware=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+export tier scale_cmd scale_rc scale_sanitize_cases
 python3 - "$out" "$commit" "$hardware" "$check_cmd" "$check_rc" "$ctest_result" \
   "$sanitizer_tools" "$sanitize_cases" \
   "$sanitize_max_length" "$seed" "$extra_rc" "$extra_cases" "$extra_families" "$max_length" <<'EOF'
@@ -214,6 +312,21 @@ def sanitizer(tool):
                        f"--verbose (one process per family F, 8 at a time)",
             "families": fams}
 check = load("check.json")
+def scale_memcheck():
+    jobs = {}
+    folder = "/tmp/gemtb-san/scale-memcheck"
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        lines = open(os.path.join(folder, name), errors="replace").read().splitlines()
+        jobs[name[:-4]] = {"cases_done": sum(1 for l in lines if l.startswith(("pass ", "FAIL ", "EXCUSED "))),
+                           "skipped_kernel_cannot_run": sum(1 for l in lines if l.startswith("skipped ")),
+                           "failed_cases": sum(1 for l in lines if l.startswith("FAIL ")),
+                           "summary": [l.strip("= ").strip() for l in lines if "SUMMARY" in l],
+                           "exit": lines[-1] if lines else "no log"}
+    return jobs
+try:
+    scale = json.load(open("/tmp/gemtb-check-scale.json"))
+except (OSError, ValueError):
+    scale = None
 result = {
     "what": "gemtb check attention on the CUDA attention kernels (issue 6: correct first)",
     "commit": commit, "hardware": hardware, "command": cmd, "exit_code": check_rc,
@@ -224,6 +337,18 @@ try:
     extra = json.load(open("/tmp/gemtb-check-extra.json"))
 except (OSError, ValueError):
     extra = None
+result["tier"] = os.environ["tier"]
+if scale is not None or os.environ["scale_rc"] != "skipped":
+    slim = {k: v for k, v in scale.items() if k != "failures"} if scale else None
+    if slim:
+        slim["failures_listed"] = len(scale.get("failures", []))
+    result["scale_check"] = {"command": os.environ["scale_cmd"], "exit_code": os.environ["scale_rc"],
+                             "result": slim}
+    result["scale_memcheck"] = {
+        "command": "compute-sanitizer --tool memcheck --error-exitcode 99 gemtb check attention --tier scale "
+                   f"--cases {os.environ['scale_sanitize_cases']} --seed {int(seed) + 1000} --verbose "
+                   "ARGS (one process per kernel job, memcheck.log lists each job's ARGS)",
+        "jobs": scale_memcheck()}
 result["check_other_acts"] = {
     "command": f"gemtb check attention --cases {extra_cases} --seed {seed} --max-length {max_length} "
                f"--family {extra_families}",

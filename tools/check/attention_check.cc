@@ -76,7 +76,9 @@ AttentionCase DrawCase(int64_t case_seed, const Family& family, int64_t max_leng
   config.max_dim = 2;  // replaced below
   config.dense_bias = config.rel_bias = config.time_bias = config.rope = false;
   config.input_type = pick(0, 1) ? ElementType::kBFloat16 : ElementType::kFloat16;
-  const int64_t scales[] = {8, 40, 100, 200, 300};
+  // The length scale: one of 8, 40, 100, 200 (each cut to max_length) or max_length itself, so
+  // that the longest sequence drawn is max_length (the default 300 gives the historical draw).
+  const int64_t scales[] = {8, 40, 100, 200, max_length};
   config.max_length = std::min(max_length, scales[pick(0, 4)]);
   CaseShape shape = RandomCaseShape(rng, config);
   shape.dqk = shape.dv = pick(0, 1) ? 128 : 64;
@@ -123,7 +125,8 @@ bool ScoreNearKink(const AttentionCase& c) {
   return false;
 }
 
-CaseResult Judge(const AttentionCase& c, const std::vector<double>& d_o, const GpuOutputs& gpu) {
+CaseResult Judge(const AttentionCase& c, const std::vector<double>& d_o, const GpuOutputs& gpu,
+                 int oracle_threads) {
   CaseResult res;
   res.description = Describe(c);
   auto fail = [&](std::string message) {
@@ -134,8 +137,8 @@ CaseResult Judge(const AttentionCase& c, const std::vector<double>& d_o, const G
     fail(absl::StrCat("GPU: ", gpu.status.ToString()));
     return res;
   }
-  const reference::ExecutionOptions oracle{reference::Precision::kOracle, 1};
-  const reference::ExecutionOptions emulate{reference::Precision::kEmulate, 1};
+  const reference::ExecutionOptions oracle{reference::Precision::kOracle, oracle_threads};
+  const reference::ExecutionOptions emulate{reference::Precision::kEmulate, oracle_threads};
   absl::StatusOr<OracleRun> ref = RunOracle(c, d_o, oracle);
   absl::StatusOr<OracleRun> emu = RunOracle(c, d_o, emulate);
   if (!ref.ok() || !emu.ok()) {
@@ -195,10 +198,10 @@ CaseResult Judge(const AttentionCase& c, const std::vector<double>& d_o, const G
   return res;
 }
 
-void Tally(const AttentionCase& c, const CaseResult& r, FamilyStats& st) {
+void Tally(ElementType dtype, int64_t dqk, const CaseResult& r, FamilyStats& st) {
   ++st.cases;
-  st.bf16 += c.input_type == ElementType::kBFloat16 ? 1 : 0;
-  st.d128 += c.dqk() == 128 ? 1 : 0;
+  st.bf16 += dtype == ElementType::kBFloat16 ? 1 : 0;
+  st.d128 += dqk == 128 ? 1 : 0;
   st.relaxed += r.relaxed > 0 ? 1 : 0;
   for (int t = 0; t < kNumTensors; ++t) {
     for (int k = 0; k < 2; ++k) st.worst[t][k] = std::max(st.worst[t][k], r.ratio[t][k]);

@@ -59,9 +59,10 @@ absl::StatusOr<std::vector<Family>> ParseFamilies(const std::string& text);
 int64_t CaseSeed(int64_t seed, size_t family, int64_t index);
 
 // A random case the kernels run: bf16 or fp16, Dqk = Dv in {64, 128}, every pairing (self, cross,
-// kv_index, broadcast_q), GQA, both alignments, random window/block parameters and scales; length
-// scales from a few keys to `max_length`, and a quarter of the cases on edge lengths
-// (0, 1, 2, 63, 64, 65, 127, 128, 129).
+// kv_index, broadcast_q), GQA, both alignments, random window/block parameters and scales; 1 to 3
+// K/V sequences (up to 4 outputs), H <= 4; lengths uniform in [0, scale] with the scale one of
+// 8, 40, 100, 200 (each at most `max_length`) or `max_length`, and a quarter of the cases on edge
+// lengths (0, 1, 2, 63, 64, 65, 127, 128, 129, each at most `max_length`).
 AttentionCase DrawCase(int64_t case_seed, const Family& family, int64_t max_length);
 
 // Whether some valid pair's score lies within fp32 accumulation reach of a kink (see the top).
@@ -86,16 +87,19 @@ struct CaseResult {
   double ratio[kNumTensors][2] = {};  // measured / bound: primary, secondary
 };
 
-// Judges the GPU outputs of case `c` (cotangent `d_o`) against the oracle and its emulate mode.
-CaseResult Judge(const AttentionCase& c, const std::vector<double>& d_o, const GpuOutputs& gpu);
+// Judges the GPU outputs of case `c` (cotangent `d_o`) against the oracle and its emulate mode,
+// run on `oracle_threads` threads (0 = all; the results do not depend on it).
+CaseResult Judge(const AttentionCase& c, const std::vector<double>& d_o, const GpuOutputs& gpu,
+                 int oracle_threads = 1);
 
 // Counts and worst error/bound ratios of one family.
 struct FamilyStats {
   int64_t cases = 0, pass = 0, fail = 0, excused = 0, relaxed = 0, bf16 = 0, d128 = 0;
+  int64_t skipped = 0;  // cases a named kernel (--forward-kernel, --backward-kernel) cannot run
   double worst[kNumTensors][2] = {};
 };
-// Adds one judged case (drawn as `c`) to `stats`.
-void Tally(const AttentionCase& c, const CaseResult& result, FamilyStats& stats);
+// Adds one judged case of input type `dtype` and head dim `dqk` to `stats`.
+void Tally(ElementType dtype, int64_t dqk, const CaseResult& result, FamilyStats& stats);
 
 }  // namespace gemtb::check
 
