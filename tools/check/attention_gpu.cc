@@ -4,22 +4,31 @@
 
 #include "absl/strings/str_cat.h"
 #include "gpu/attention/api.h"
+#include "gpu/attention/device_call.h"
 #include "model/attention/benchmark_lengths.h"
 #include "tools/gemtb/gpu_case.h"
 
 namespace gemtb::check {
 namespace {
 
-// CanRun under `kernels`; a refusal that the library's own choice would not make is the override's.
+// Whether the call runs under its kernel choice: CanRun validates the arguments, and the kernels are
+// chosen from the call's tile lists when the call is set up (DeviceCall::Create), so a named kernel
+// that cannot take this shape is refused only there.
+absl::Status Runs(const gpu::AttentionArgs& args) {
+  if (absl::Status s = gpu::CanRun(args); !s.ok()) return s;
+  return gpu::DeviceCall::Create(args, /*with_backward=*/true).status();
+}
+
+// Runs() under `kernels`; a refusal that the library's own choice would not make is the override's.
 absl::Status CheckKernels(gpu::AttentionArgs& args, const gpu::KernelOverride& kernels) {
   args.kernels = kernels;
-  absl::Status s = gpu::CanRun(args);
-  if (s.ok() || (kernels.forward == gpu::ForwardKernelKind::kAuto &&
-                 kernels.backward == gpu::BackwardKernelKind::kAuto)) {
-    return s;
+  if (kernels.forward == gpu::ForwardKernelKind::kAuto && kernels.backward == gpu::BackwardKernelKind::kAuto) {
+    return gpu::CanRun(args);
   }
+  absl::Status s = Runs(args);
+  if (s.ok()) return s;
   args.kernels = {};
-  if (!gpu::CanRun(args).ok()) return s;
+  if (!Runs(args).ok()) return s;
   args.kernels = kernels;
   return absl::UnimplementedError(absl::StrCat("the named kernel cannot run this case: ", s.message()));
 }
