@@ -32,7 +32,7 @@ struct HostTable {
   std::vector<float> adagrad;  // [rows] (rowwise Adagrad)
   std::vector<float> adam_m;   // [rows, dim] (Adam)
   std::vector<float> adam_v;   // [rows, dim] (Adam)
-  gemtb::embedding::AdamStep adam_step;
+  gemtb::embedding::AdamStep adam_step;  // every table carries it; only Adam tables advance it
 };
 
 // Pooled [B, W] and one [sum_b len, dim] array per NONE key, in key order (the oracle's layout).
