@@ -44,6 +44,30 @@ absl::Status FindEmbeddingDevice() {
   return absl::OkStatus();
 }
 
+// LaunchBackward between events at its phase boundaries; waits for the last one.
+absl::Status TimedBackward(const LaunchParams& p, int64_t num_values, BackwardBuffers b, BackwardPhaseTimes& times) {
+  cudaEvent_t events[kBackwardPhases + 1] = {};
+  absl::Status status;
+  for (cudaEvent_t& e : events) {
+    if (status.ok()) status = CudaOk(cudaEventCreate(&e), "cudaEventCreate");
+  }
+  if (status.ok()) {
+    b.phase_events = events;
+    status = LaunchBackward(p, num_values, b);
+  }
+  if (status.ok()) status = CudaOk(cudaEventSynchronize(events[kBackwardPhases]), "timed backward step");
+  float ms[kBackwardPhases] = {};
+  for (int i = 0; i < kBackwardPhases && status.ok(); ++i) {
+    status = CudaOk(cudaEventElapsedTime(&ms[i], events[i], events[i + 1]), "cudaEventElapsedTime");
+  }
+  for (cudaEvent_t e : events) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+  GEMTB_RETURN_IF_ERROR(status);
+  times = {ms[0], ms[1], ms[2], ms[3], ms[4]};
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CanRun(const EmbeddingConfig& config) {
@@ -104,7 +128,7 @@ struct DeviceTbe::State {
     std::deque<DeviceArray<float>> sequence;
     DeviceArray<uint64_t> keys_in, keys_out;
     DeviceArray<int64_t> order_in, order_out, value_bag, run_start;
-    DeviceArray<int32_t> bag_count, run_head, run_index, num_runs;
+    DeviceArray<int32_t> bag_count, run_head, run_index, num_runs, hot_runs, num_hot_runs;
     DeviceArray<uint8_t> cub_temp;
   };
   std::unique_ptr<Input> in;
@@ -258,6 +282,8 @@ absl::Status DeviceTbe::SetInput(const KjtView& kjt) {
   GEMTB_RETURN_IF_ERROR(s.in->run_index.Allocate(n, "run index"));
   GEMTB_RETURN_IF_ERROR(s.in->run_start.Allocate(n + 1, "run starts"));
   GEMTB_RETURN_IF_ERROR(s.in->num_runs.Allocate(1, "run count"));
+  GEMTB_RETURN_IF_ERROR(s.in->hot_runs.Allocate(static_cast<size_t>(HotRunCapacity(num_values)), "hot-run list"));
+  GEMTB_RETURN_IF_ERROR(s.in->num_hot_runs.Allocate(1, "hot-run count"));
   GEMTB_RETURN_IF_ERROR(s.in->bag_count.Allocate(static_cast<size_t>(num_keys * s.batch), "bag counts"));
   absl::StatusOr<size_t> temp = BackwardTempBytes(num_values);
   if (!temp.ok()) return temp.status();
@@ -308,7 +334,7 @@ absl::Status DeviceTbe::SetGrads(absl::Span<const float> pooled, absl::Span<cons
   return absl::OkStatus();
 }
 
-absl::Status DeviceTbe::BackwardStep() {
+absl::Status DeviceTbe::BackwardStep(BackwardPhaseTimes* times) {
   State& s = *s_;
   if (!s.has_grads) return absl::FailedPreconditionError("BackwardStep: no upstream gradients (SetGrads first)");
   if (AdvanceAdamSteps(s.config, s.tables)) {
@@ -330,7 +356,13 @@ absl::Status DeviceTbe::BackwardStep() {
   b.total_rows = s.total_rows;
   b.sort_end_bit = BitsFor(static_cast<uint64_t>(s.total_rows) * static_cast<uint64_t>(std::max<int64_t>(s.batch, 1)));
   b.max_dim = s.max_dim;
-  GEMTB_RETURN_IF_ERROR(LaunchBackward(s.Params(), s.num_values, b));
+  b.hot_runs = s.in->hot_runs.get();
+  b.num_hot_runs = s.in->num_hot_runs.get();
+  if (times == nullptr) {
+    GEMTB_RETURN_IF_ERROR(LaunchBackward(s.Params(), s.num_values, b));
+  } else {
+    GEMTB_RETURN_IF_ERROR(TimedBackward(s.Params(), s.num_values, b, *times));
+  }
   ++s.step;
   return absl::OkStatus();
 }
