@@ -121,11 +121,11 @@ __device__ SeqSum4 RowGradientChunk(const LaunchParams& p, const BackwardBuffers
   if (start + lane < end) mine = ContributionOf(p, b, b.order_out[start + lane]);
   for (int64_t i0 = start; i0 < end; i0 += 32) {
     // The next 32 occurrences' metadata (a chain of dependent loads) is requested before this
-    // batch is summed, so a hot row's long run does not wait for it batch after batch.
+    // batch is summed, so a long run does not wait for it batch after batch.
     Contribution next;
     if (i0 + 32 + lane < end) next = ContributionOf(p, b, b.order_out[i0 + 32 + lane]);
     const int count = static_cast<int>(min(static_cast<int64_t>(32), end - i0));
-    // Eight occurrences' gradient loads in flight, then their terms in order.
+    // kLoadsInFlight occurrences' gradient loads in flight, then their terms in order.
     for (int k0 = 0; k0 < count; k0 += kLoadsInFlight) {
       float g[kLoadsInFlight][kChunk];
       float weight[kLoadsInFlight];
