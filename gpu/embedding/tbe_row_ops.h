@@ -85,16 +85,41 @@ GEMTB_HD inline void LoadChunk(const TableParams& t, int64_t row, int64_t c, flo
 }
 
 // Writes values that are already representable in the storage type (StoreUpdated's results), so
-// the narrowing here is exact.
-GEMTB_HD inline void StoreChunk(const TableParams& t, int64_t row, int64_t c, const float in[kChunk]) {
+// the narrowing here is exact; one 16- or 8-byte store on the device.
+template <ElementType kDtype>
+GEMTB_HD inline void StoreChunkAs(const TableParams& t, int64_t row, int64_t c, const float in[kChunk]) {
   const int64_t i = row * t.dim + c;
-  if (t.dtype == ElementType::kFloat32) {
-    for (int k = 0; k < kChunk; ++k) static_cast<float*>(t.weights)[i + k] = in[k];
-    return;
-  }
+  StoredChunk<kDtype> s;
   for (int k = 0; k < kChunk; ++k) {
-    static_cast<uint16_t*>(t.weights)[i + k] = t.dtype == ElementType::kBFloat16 ? numerics::FloatToBf16BitsRne(in[k])
-                                                                                 : numerics::FloatToFp16BitsRne(in[k]);
+    if constexpr (kDtype == ElementType::kFloat32) {
+      s.word[k] = numerics::FloatToBits(in[k]);
+    } else {
+      const uint32_t bits = kDtype == ElementType::kBFloat16 ? numerics::FloatToBf16BitsRne(in[k])
+                                                             : numerics::FloatToFp16BitsRne(in[k]);
+      s.word[k / 2] = k % 2 == 0 ? bits : s.word[k / 2] | bits << 16;
+    }
+  }
+  if constexpr (kDtype == ElementType::kFloat32) {
+#if defined(__CUDA_ARCH__)
+    *reinterpret_cast<uint4*>(static_cast<uint32_t*>(t.weights) + i) = make_uint4(s.word[0], s.word[1], s.word[2], s.word[3]);
+#else
+    std::memcpy(static_cast<uint32_t*>(t.weights) + i, s.word, sizeof(s.word));
+#endif
+  } else {
+#if defined(__CUDA_ARCH__)
+    *reinterpret_cast<uint2*>(static_cast<uint16_t*>(t.weights) + i) = make_uint2(s.word[0], s.word[1]);
+#else
+    uint16_t* h = static_cast<uint16_t*>(t.weights) + i;
+    for (int k = 0; k < kChunk; ++k) h[k] = static_cast<uint16_t>(s.word[k / 2] >> (16 * (k % 2)));
+#endif
+  }
+}
+
+GEMTB_HD inline void StoreChunk(const TableParams& t, int64_t row, int64_t c, const float in[kChunk]) {
+  switch (t.dtype) {
+    case ElementType::kFloat32: StoreChunkAs<ElementType::kFloat32>(t, row, c, in); return;
+    case ElementType::kBFloat16: StoreChunkAs<ElementType::kBFloat16>(t, row, c, in); return;
+    default: StoreChunkAs<ElementType::kFloat16>(t, row, c, in); return;
   }
 }
 
