@@ -12,6 +12,7 @@
 #include "gpu/embedding/host_tables.h"
 #include "gpu/embedding/launch.h"
 #include "gpu/embedding/tbe_params.h"
+#include "gpu/embedding/tbe_row_ops.h"
 #include "model/common/status_macros.h"
 
 namespace gemtb::gpu::embedding {
@@ -354,7 +355,9 @@ absl::Status DeviceTbe::BackwardStep(BackwardPhaseTimes* times) {
   b.cub_temp = s.in->cub_temp.get();
   b.cub_temp_bytes = s.in->cub_temp.size();
   b.total_rows = s.total_rows;
-  b.sort_end_bit = BitsFor(static_cast<uint64_t>(s.total_rows) * static_cast<uint64_t>(std::max<int64_t>(s.batch, 1)));
+  b.key_samples = SortKeySamples(s.features.data(), static_cast<int64_t>(s.features.size()),
+                                 static_cast<int>(s.tables.size()), s.batch);
+  b.sort_end_bit = BitsFor(static_cast<uint64_t>(s.total_rows) * static_cast<uint64_t>(b.key_samples));
   b.max_dim = s.max_dim;
   b.hot_runs = s.in->hot_runs.get();
   b.num_hot_runs = s.in->num_hot_runs.get();

@@ -3,7 +3,8 @@
 //   1. a warp per bag writes each valid occurrence's sort key (global row, sample b) and the
 //      bag's count of valid ids (MEAN's n);
 //   2. CUB's stable radix sort orders the occurrences by key; KJT order (key, position) is kept
-//      inside equal keys, so each row's occurrences come in the oracle's (b, key, p) order;
+//      inside equal keys, so each row's occurrences come in the oracle's (b, key, p) order (when no
+//      table is read by two keys, the key is the row alone: KJT order is then (b, p) already);
 //   3. run heads and a scan give each touched row's range of occurrences;
 //   4. a warp per touched row sums the contributions per column as a seqsum in that order (G_r)
 //      and applies the table's optimizer and rounding to the row in the same kernel;
@@ -53,7 +54,8 @@ __global__ void __launch_bounds__(kBagWarps * 32) OccurrenceKernel(const LaunchP
     if (v < end) {
       const int64_t row = ResolveRow(t, p.kjt.values[v]);
       ok = row >= 0;
-      b.keys_in[v] = ok ? SortKey(t.row_offset + row, bag % batch, batch) : InvalidSortKey(b.total_rows, batch);
+      b.keys_in[v] = ok ? SortKey(t.row_offset + row, b.key_samples == 1 ? 0 : bag % batch, b.key_samples)
+                        : InvalidSortKey(b.total_rows, b.key_samples);
       b.order_in[v] = v;
       b.value_bag[v] = bag;
     }
@@ -62,10 +64,15 @@ __global__ void __launch_bounds__(kBagWarps * 32) OccurrenceKernel(const LaunchP
   if (lane == 0) b.bag_count[bag] = valid;
 }
 
-__global__ void RunHeadKernel(const BackwardBuffers b, int64_t n, int64_t batch) {
+// The global row of a sorted occurrence.
+__device__ int64_t RowOfKey(const BackwardBuffers& b, int64_t i) {
+  return static_cast<int64_t>(b.keys_out[i] / static_cast<uint64_t>(b.key_samples));
+}
+
+__global__ void RunHeadKernel(const BackwardBuffers b, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  b.run_head[i] = i == 0 || b.keys_out[i] / batch != b.keys_out[i - 1] / batch ? 1 : 0;
+  b.run_head[i] = i == 0 || RowOfKey(b, i) != RowOfKey(b, i - 1) ? 1 : 0;
 }
 
 __global__ void RunStartKernel(const BackwardBuffers b, int64_t n) {
@@ -81,12 +88,12 @@ __global__ void RunStartKernel(const BackwardBuffers b, int64_t n) {
 
 // Appends each hot run (a valid row with >= kHotRun occurrences) to the hot-run list. The list's
 // order varies from call to call; each run is summed and updated on its own, so results do not.
-__global__ void HotRunListKernel(const BackwardBuffers b, int64_t batch) {
+__global__ void HotRunListKernel(const BackwardBuffers b) {
   const int64_t run = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (run >= *b.num_runs) return;
   const int64_t start = b.run_start[run], end = b.run_start[run + 1];
   if (end - start < kHotRun) return;
-  if (static_cast<int64_t>(b.keys_out[start] / static_cast<uint64_t>(batch)) >= b.total_rows) return;
+  if (RowOfKey(b, start) >= b.total_rows) return;
   b.hot_runs[atomicAdd(b.num_hot_runs, 1)] = static_cast<int32_t>(run);
 }
 
@@ -195,7 +202,7 @@ __global__ void __launch_bounds__(kRowWarps * 32, kRowBlocksPerSm) RowUpdateKern
   if (run >= *b.num_runs) return;
   const int64_t start = b.run_start[run], end = b.run_start[run + 1];
   if (end - start >= kHotRun) return;  // HotRowKernel's
-  const int64_t global_row = static_cast<int64_t>(b.keys_out[start] / static_cast<uint64_t>(p.kjt.batch));
+  const int64_t global_row = RowOfKey(b, start);
   if (global_row >= b.total_rows) return;  // the run of invalid occurrences (bounds mode zero)
   const TableParams& t = p.tables[TableOfRow(p.tables, p.num_tables, global_row)];
   const int64_t row = global_row - t.row_offset;
@@ -240,7 +247,7 @@ __global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t run = b.hot_runs[blockIdx.x];
   const int64_t start = b.run_start[run], end = b.run_start[run + 1];
-  const int64_t global_row = static_cast<int64_t>(b.keys_out[start] / static_cast<uint64_t>(p.kjt.batch));
+  const int64_t global_row = RowOfKey(b, start);
   const TableParams& t = p.tables[TableOfRow(p.tables, p.num_tables, global_row)];
   const int64_t row = global_row - t.row_offset;
   const int64_t chunks_per_row = t.dim / kChunk;
@@ -325,7 +332,7 @@ absl::Status LaunchBackward(const LaunchParams& p, int64_t num_values, const Bac
                                                                b.order_out, n, 0, b.sort_end_bit),
                                "cub::DeviceRadixSort::SortPairs"));
   MarkPhase(b, 2);
-  RunHeadKernel<<<Blocks(n, kThreads), kThreads>>>(b, n, p.kjt.batch);
+  RunHeadKernel<<<Blocks(n, kThreads), kThreads>>>(b, n);
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the run-head kernel"));
   temp = b.cub_temp_bytes;
   GEMTB_RETURN_IF_ERROR(CudaOk(cub::DeviceScan::ExclusiveSum(b.cub_temp, temp, b.run_head, b.run_index, n),
@@ -333,7 +340,7 @@ absl::Status LaunchBackward(const LaunchParams& p, int64_t num_values, const Bac
   RunStartKernel<<<Blocks(n, kThreads), kThreads>>>(b, n);
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the run-start kernel"));
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaMemsetAsync(b.num_hot_runs, 0, sizeof(int32_t)), "reset of the hot-run count"));
-  HotRunListKernel<<<Blocks(n, kThreads), kThreads>>>(b, p.kjt.batch);
+  HotRunListKernel<<<Blocks(n, kThreads), kThreads>>>(b);
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the hot-run list kernel"));
   MarkPhase(b, 3);
   // At most one run per occurrence: warps past the device-side run count return at once, so the

@@ -36,6 +36,7 @@ struct BackwardBuffers {
   void* cub_temp = nullptr;
   size_t cub_temp_bytes = 0;
   int64_t total_rows = 0;          // sum of the tables' rows
+  int64_t key_samples = 1;         // SortKeySamples: samples counted in the sort key (B or 1)
   int sort_end_bit = 64;           // bits of the largest sort key
   int64_t max_dim = 4;
   int32_t* hot_runs = nullptr;     // [HotRunCapacity] indices of runs of >= kHotRun occurrences

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "gpu/embedding/tbe_params.h"
 #include "model/embedding/embedding_math.h"
@@ -164,6 +165,18 @@ GEMTB_HD inline uint64_t SortKey(int64_t global_row, int64_t b, int64_t batch) {
 }
 GEMTB_HD inline uint64_t InvalidSortKey(int64_t total_rows, int64_t batch) {
   return static_cast<uint64_t>(total_rows) * static_cast<uint64_t>(batch);
+}
+
+// The samples the sort key counts: B, or 1 when no table is read by two keys of the KJT. A
+// table's occurrences come in KJT order (key, sample, position); with one key per table that is
+// already the oracle's (sample, key, position) order, so the stable sort needs the row alone
+// (SortKey(row, 0, 1): fewer key bits, fewer radix passes). Host only.
+inline int64_t SortKeySamples(const FeatureParams* features, int64_t num_keys, int num_tables, int64_t batch) {
+  std::vector<int> keys_of_table(static_cast<size_t>(num_tables), 0);
+  for (int64_t f = 0; f < num_keys; ++f) {
+    if (++keys_of_table[static_cast<size_t>(features[f].table)] > 1) return batch > 1 ? batch : 1;
+  }
+  return 1;
 }
 
 // The table that holds global row `global_row` (tables are few; a scan is enough).

@@ -151,11 +151,13 @@ EmbedRun RunKernelOrderOnCpu(const EmbedCase& c) {
   // Backward: occurrence keys, a stable sort, runs of one row.
   std::vector<uint64_t> keys(values.size());
   std::vector<int64_t> bag_of(values.size()), bag_count(static_cast<size_t>(num_keys * batch), 0);
+  const int64_t key_samples = SortKeySamples(features.data(), num_keys, static_cast<int>(tables.size()), batch);
   for (int64_t bag = 0; bag < num_keys * batch; ++bag) {
     const TableParams& t = tables[features[bag / batch].table];
     for (int64_t v = offsets[bag]; v < offsets[bag + 1]; ++v) {
       const int64_t row = ResolveRow(t, values[v]);
-      keys[v] = row >= 0 ? SortKey(t.row_offset + row, bag % batch, batch) : InvalidSortKey(total_rows, batch);
+      keys[v] = row >= 0 ? SortKey(t.row_offset + row, key_samples == 1 ? 0 : bag % batch, key_samples)
+                         : InvalidSortKey(total_rows, key_samples);
       bag_of[v] = bag;
       bag_count[bag] += row >= 0 ? 1 : 0;
     }
@@ -164,9 +166,9 @@ EmbedRun RunKernelOrderOnCpu(const EmbedCase& c) {
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return keys[a] < keys[b]; });
   for (size_t start = 0; start < order.size();) {
-    const uint64_t global_row = keys[order[start]] / static_cast<uint64_t>(batch);
+    const uint64_t global_row = keys[order[start]] / static_cast<uint64_t>(key_samples);
     size_t end = start;
-    while (end < order.size() && keys[order[end]] / static_cast<uint64_t>(batch) == global_row) ++end;
+    while (end < order.size() && keys[order[end]] / static_cast<uint64_t>(key_samples) == global_row) ++end;
     if (global_row < static_cast<uint64_t>(total_rows)) {
       const TableParams& t = tables[TableOfRow(tables.data(), static_cast<int>(tables.size()), static_cast<int64_t>(global_row))];
       const int64_t row = static_cast<int64_t>(global_row) - t.row_offset;
