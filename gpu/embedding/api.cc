@@ -4,54 +4,21 @@
 
 #include <bit>
 #include <cmath>
-#include <cstring>
 #include <deque>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "gpu/common/device_buffer.h"
+#include "gpu/embedding/host_tables.h"
 #include "gpu/embedding/launch.h"
 #include "gpu/embedding/tbe_params.h"
+#include "gpu/embedding/tbe_row_ops.h"
 #include "model/common/status_macros.h"
-#include "model/numerics/float_formats.h"
 
 namespace gemtb::gpu::embedding {
 namespace {
 
 absl::Status Bad(const std::string& m) { return absl::InvalidArgumentError(m); }
-
-size_t ElementBytes(ElementType t) { return t == ElementType::kFloat32 ? 4 : 2; }
-
-// Storage bits of values the table can hold exactly (the host image is widened storage).
-std::vector<uint8_t> ToStorage(const std::vector<float>& w, ElementType t) {
-  std::vector<uint8_t> bytes(w.size() * ElementBytes(t));
-  for (size_t i = 0; i < w.size(); ++i) {
-    if (t == ElementType::kFloat32) {
-      const uint32_t u = std::bit_cast<uint32_t>(w[i]);
-      std::memcpy(bytes.data() + 4 * i, &u, 4);
-    } else {
-      const uint16_t u = t == ElementType::kBFloat16 ? numerics::FloatToBf16BitsRne(w[i]) : numerics::FloatToFp16BitsRne(w[i]);
-      std::memcpy(bytes.data() + 2 * i, &u, 2);
-    }
-  }
-  return bytes;
-}
-
-std::vector<float> FromStorage(const std::vector<uint8_t>& bytes, ElementType t) {
-  std::vector<float> w(bytes.size() / ElementBytes(t));
-  for (size_t i = 0; i < w.size(); ++i) {
-    if (t == ElementType::kFloat32) {
-      uint32_t u;
-      std::memcpy(&u, bytes.data() + 4 * i, 4);
-      w[i] = std::bit_cast<float>(u);
-    } else {
-      uint16_t u;
-      std::memcpy(&u, bytes.data() + 2 * i, 2);
-      w[i] = t == ElementType::kBFloat16 ? numerics::Bf16BitsToFloat(u) : numerics::Fp16BitsToFloat(u);
-    }
-  }
-  return w;
-}
 
 // Overwrites an allocated array of the same size (Upload would allocate again).
 template <typename T>
@@ -75,6 +42,30 @@ absl::Status FindEmbeddingDevice() {
     return absl::FailedPreconditionError(absl::StrCat("device 0 (", prop.name, ") has compute capability ", prop.major,
                                                       ".", prop.minor, "; the kernels are built for sm_90a"));
   }
+  return absl::OkStatus();
+}
+
+// LaunchBackward between events at its phase boundaries; waits for the last one.
+absl::Status TimedBackward(const LaunchParams& p, int64_t num_values, BackwardBuffers b, BackwardPhaseTimes& times) {
+  cudaEvent_t events[kBackwardPhases + 1] = {};
+  absl::Status status;
+  for (cudaEvent_t& e : events) {
+    if (status.ok()) status = CudaOk(cudaEventCreate(&e), "cudaEventCreate");
+  }
+  if (status.ok()) {
+    b.phase_events = events;
+    status = LaunchBackward(p, num_values, b);
+  }
+  if (status.ok()) status = CudaOk(cudaEventSynchronize(events[kBackwardPhases]), "timed backward step");
+  float ms[kBackwardPhases] = {};
+  for (int i = 0; i < kBackwardPhases && status.ok(); ++i) {
+    status = CudaOk(cudaEventElapsedTime(&ms[i], events[i], events[i + 1]), "cudaEventElapsedTime");
+  }
+  for (cudaEvent_t e : events) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+  GEMTB_RETURN_IF_ERROR(status);
+  times = {ms[0], ms[1], ms[2], ms[3], ms[4]};
   return absl::OkStatus();
 }
 
@@ -138,7 +129,7 @@ struct DeviceTbe::State {
     std::deque<DeviceArray<float>> sequence;
     DeviceArray<uint64_t> keys_in, keys_out;
     DeviceArray<int64_t> order_in, order_out, value_bag, run_start;
-    DeviceArray<int32_t> bag_count, run_head, run_index, num_runs;
+    DeviceArray<int32_t> bag_count, run_head, run_index, num_runs, hot_runs, num_hot_runs;
     DeviceArray<uint8_t> cub_temp;
   };
   std::unique_ptr<Input> in;
@@ -197,60 +188,37 @@ absl::StatusOr<std::unique_ptr<DeviceTbe>> DeviceTbe::Create(const EmbeddingConf
     const TableConfig& c = config.tables[t];
     const std::string name = absl::StrCat("table '", c.name, "'");
     const size_t elements = static_cast<size_t>(c.rows * c.dim);
-    TableParams p;
-    p.rows = c.rows;
-    p.dim = c.dim;
-    p.row_offset = s->total_rows;
-    p.dtype = c.dtype;
-    p.hashing = c.hashing;
-    p.bounds = c.bounds;
-    p.hash_seed = c.hash_seed;
-    p.stochastic_rounding = c.stochastic_rounding && c.dtype != ElementType::kFloat32;
-    p.table = static_cast<int>(t);
-    p.optimizer = c.optimizer;
+    const HostTable* prior = tables.empty() ? nullptr : &tables[t];
+    absl::StatusOr<TableParams> p = TableParamsOf(c, static_cast<int>(t), s->total_rows, prior);
+    if (!p.ok()) return p.status();
     s->total_rows += c.rows;
     s->max_dim = std::max(s->max_dim, c.dim);
-    const bool adagrad = c.optimizer.kind == OptimizerKind::kRowwiseAdagrad;
-    const bool adam = c.optimizer.kind == OptimizerKind::kAdam;
-    if (tables.empty()) {
+    if (prior == nullptr) {
       GEMTB_RETURN_IF_ERROR(s->weights[t].Allocate(elements * ElementBytes(c.dtype), name));
-      if (adagrad) {
+      if (KeepsAdagrad(c)) {
         GEMTB_RETURN_IF_ERROR(s->adagrad[t].Allocate(static_cast<size_t>(c.rows), name + " state"));
         GEMTB_RETURN_IF_ERROR(s->adagrad[t].Zero(name + " state"));
       }
-      if (adam) {
+      if (KeepsAdam(c)) {
         for (DeviceArray<float>* a : {&s->adam_m[t], &s->adam_v[t]}) {
           GEMTB_RETURN_IF_ERROR(a->Allocate(elements, name + " Adam state"));
           GEMTB_RETURN_IF_ERROR(a->Zero(name + " Adam state"));
         }
       }
     } else {
-      const HostTable& h = tables[t];
-      if (h.weights.size() != elements) {
-        return Bad(absl::StrCat(name, ": ", h.weights.size(), " weights, expected rows*dim=", elements));
-      }
-      GEMTB_RETURN_IF_ERROR(s->weights[t].Upload(ToStorage(h.weights, c.dtype), name));
-      if (adagrad) {
-        if (h.adagrad.size() != static_cast<size_t>(c.rows)) {
-          return Bad(absl::StrCat(name, ": ", h.adagrad.size(), " Adagrad states, expected rows=", c.rows));
-        }
-        GEMTB_RETURN_IF_ERROR(s->adagrad[t].Upload(h.adagrad, name + " state"));
-      }
-      if (adam) {
-        if (h.adam_m.size() != elements || h.adam_v.size() != elements) {
-          return Bad(absl::StrCat(name, ": Adam m, v need rows*dim=", elements, " values each"));
-        }
-        GEMTB_RETURN_IF_ERROR(s->adam_m[t].Upload(h.adam_m, name + " Adam m"));
-        GEMTB_RETURN_IF_ERROR(s->adam_v[t].Upload(h.adam_v, name + " Adam v"));
-        p.adam_step = h.adam_step;
+      GEMTB_RETURN_IF_ERROR(s->weights[t].Upload(ToStorage(prior->weights, c.dtype), name));
+      if (KeepsAdagrad(c)) GEMTB_RETURN_IF_ERROR(s->adagrad[t].Upload(prior->adagrad, name + " state"));
+      if (KeepsAdam(c)) {
+        GEMTB_RETURN_IF_ERROR(s->adam_m[t].Upload(prior->adam_m, name + " Adam m"));
+        GEMTB_RETURN_IF_ERROR(s->adam_v[t].Upload(prior->adam_v, name + " Adam v"));
       }
     }
-    p.weights = s->weights[t].get();
-    p.adagrad = s->adagrad[t].get();
-    p.adam_m = s->adam_m[t].get();
-    p.adam_v = s->adam_v[t].get();
-    if (tables.empty()) GEMTB_RETURN_IF_ERROR(LaunchInitTable(p, config.seed));
-    s->tables.push_back(p);
+    p->weights = s->weights[t].get();
+    p->adagrad = s->adagrad[t].get();
+    p->adam_m = s->adam_m[t].get();
+    p->adam_v = s->adam_v[t].get();
+    if (prior == nullptr) GEMTB_RETURN_IF_ERROR(LaunchInitTable(*p, config.seed));
+    s->tables.push_back(*p);
   }
   GEMTB_RETURN_IF_ERROR(s->d_tables.Upload(s->tables, "table parameters"));
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaDeviceSynchronize(), "table setup"));
@@ -315,6 +283,8 @@ absl::Status DeviceTbe::SetInput(const KjtView& kjt) {
   GEMTB_RETURN_IF_ERROR(s.in->run_index.Allocate(n, "run index"));
   GEMTB_RETURN_IF_ERROR(s.in->run_start.Allocate(n + 1, "run starts"));
   GEMTB_RETURN_IF_ERROR(s.in->num_runs.Allocate(1, "run count"));
+  GEMTB_RETURN_IF_ERROR(s.in->hot_runs.Allocate(static_cast<size_t>(HotRunCapacity(num_values)), "hot-run list"));
+  GEMTB_RETURN_IF_ERROR(s.in->num_hot_runs.Allocate(1, "hot-run count"));
   GEMTB_RETURN_IF_ERROR(s.in->bag_count.Allocate(static_cast<size_t>(num_keys * s.batch), "bag counts"));
   absl::StatusOr<size_t> temp = BackwardTempBytes(num_values);
   if (!temp.ok()) return temp.status();
@@ -365,18 +335,12 @@ absl::Status DeviceTbe::SetGrads(absl::Span<const float> pooled, absl::Span<cons
   return absl::OkStatus();
 }
 
-absl::Status DeviceTbe::BackwardStep() {
+absl::Status DeviceTbe::BackwardStep(BackwardPhaseTimes* times) {
   State& s = *s_;
   if (!s.has_grads) return absl::FailedPreconditionError("BackwardStep: no upstream gradients (SetGrads first)");
-  // Adam's bias products advance once per step for every Adam table, touched or not (the oracle's order).
-  bool changed = false;
-  for (size_t t = 0; t < s.tables.size(); ++t) {
-    const OptimizerConfig& o = s.config.tables[t].optimizer;
-    if (o.kind != OptimizerKind::kAdam) continue;
-    s.tables[t].adam_step = gemtb::embedding::NextAdamStep(s.tables[t].adam_step, o);
-    changed = true;
+  if (AdvanceAdamSteps(s.config, s.tables)) {
+    GEMTB_RETURN_IF_ERROR(CopyToDevice(s.d_tables, s.tables, "table parameters"));
   }
-  if (changed) GEMTB_RETURN_IF_ERROR(CopyToDevice(s.d_tables, s.tables, "table parameters"));
   BackwardBuffers b;
   b.keys_in = s.in->keys_in.get();
   b.keys_out = s.in->keys_out.get();
@@ -391,9 +355,17 @@ absl::Status DeviceTbe::BackwardStep() {
   b.cub_temp = s.in->cub_temp.get();
   b.cub_temp_bytes = s.in->cub_temp.size();
   b.total_rows = s.total_rows;
-  b.sort_end_bit = BitsFor(static_cast<uint64_t>(s.total_rows) * static_cast<uint64_t>(std::max<int64_t>(s.batch, 1)));
+  b.key_samples = SortKeySamples(s.features.data(), static_cast<int64_t>(s.features.size()),
+                                 static_cast<int>(s.tables.size()), s.batch);
+  b.sort_end_bit = BitsFor(static_cast<uint64_t>(s.total_rows) * static_cast<uint64_t>(b.key_samples));
   b.max_dim = s.max_dim;
-  GEMTB_RETURN_IF_ERROR(LaunchBackward(s.Params(), s.num_values, b));
+  b.hot_runs = s.in->hot_runs.get();
+  b.num_hot_runs = s.in->num_hot_runs.get();
+  if (times == nullptr) {
+    GEMTB_RETURN_IF_ERROR(LaunchBackward(s.Params(), s.num_values, b));
+  } else {
+    GEMTB_RETURN_IF_ERROR(TimedBackward(s.Params(), s.num_values, b, *times));
+  }
   ++s.step;
   return absl::OkStatus();
 }
@@ -403,12 +375,12 @@ absl::StatusOr<std::vector<HostTable>> DeviceTbe::DownloadTables() const {
   std::vector<HostTable> out(s.tables.size());
   for (size_t t = 0; t < s.tables.size(); ++t) {
     std::vector<uint8_t> bytes;
+    std::vector<float> adagrad, adam_m, adam_v;
     GEMTB_RETURN_IF_ERROR(s.weights[t].Download(bytes, "table weights"));
-    out[t].weights = FromStorage(bytes, s.tables[t].dtype);
-    GEMTB_RETURN_IF_ERROR(s.adagrad[t].Download(out[t].adagrad, "Adagrad state"));
-    GEMTB_RETURN_IF_ERROR(s.adam_m[t].Download(out[t].adam_m, "Adam m"));
-    GEMTB_RETURN_IF_ERROR(s.adam_v[t].Download(out[t].adam_v, "Adam v"));
-    out[t].adam_step = s.tables[t].adam_step;
+    GEMTB_RETURN_IF_ERROR(s.adagrad[t].Download(adagrad, "Adagrad state"));
+    GEMTB_RETURN_IF_ERROR(s.adam_m[t].Download(adam_m, "Adam m"));
+    GEMTB_RETURN_IF_ERROR(s.adam_v[t].Download(adam_v, "Adam v"));
+    out[t] = HostTableOf(s.tables[t], bytes, std::move(adagrad), std::move(adam_m), std::move(adam_v));
   }
   return out;
 }

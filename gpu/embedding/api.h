@@ -32,7 +32,7 @@ struct HostTable {
   std::vector<float> adagrad;  // [rows] (rowwise Adagrad)
   std::vector<float> adam_m;   // [rows, dim] (Adam)
   std::vector<float> adam_v;   // [rows, dim] (Adam)
-  gemtb::embedding::AdamStep adam_step;
+  gemtb::embedding::AdamStep adam_step;  // every table carries it; only Adam tables advance it
 };
 
 // Pooled [B, W] and one [sum_b len, dim] array per NONE key, in key order (the oracle's layout).
@@ -49,6 +49,15 @@ absl::Status CanRun(const EmbeddingConfig& config);
 
 // The first CUDA device is an sm_90 GPU.
 absl::Status EmbeddingDeviceAvailable();
+
+// Device time of the backward's phases, from CUDA events at their boundaries.
+struct BackwardPhaseTimes {
+  float occurrences_ms = 0;  // sort keys and bag counts
+  float sort_ms = 0;         // stable radix sort of the occurrences
+  float runs_ms = 0;         // run heads, scan, run starts, the hot-run list
+  float rows_ms = 0;         // a warp per touched row: seqsum of contributions + optimizer
+  float hot_rows_ms = 0;     // a block per hot row (runs of >= 256 occurrences)
+};
 
 class DeviceTbe {
  public:
@@ -68,8 +77,9 @@ class DeviceTbe {
   // Upstream gradients in the forward's output shapes.
   absl::Status SetGrads(absl::Span<const float> pooled, absl::Span<const std::vector<float>> sequence);
   // Row gradients in the oracle's order and each table's optimizer; advances the step and Adam's
-  // bias products, as the oracle's EmbeddingBackwardStep does.
-  absl::Status BackwardStep();
+  // bias products, as the oracle's EmbeddingBackwardStep does. With `times`, the phases are timed
+  // with events and the call waits for the step to finish.
+  absl::Status BackwardStep(BackwardPhaseTimes* times = nullptr);
   absl::StatusOr<std::vector<HostTable>> DownloadTables() const;
 
   int64_t step() const;

@@ -3,10 +3,21 @@
 //   1. a warp per bag writes each valid occurrence's sort key (global row, sample b) and the
 //      bag's count of valid ids (MEAN's n);
 //   2. CUB's stable radix sort orders the occurrences by key; KJT order (key, position) is kept
-//      inside equal keys, so each row's occurrences come in the oracle's (b, key, p) order;
+//      inside equal keys, so each row's occurrences come in the oracle's (b, key, p) order (when no
+//      table is read by two keys, the key is the row alone: KJT order is then (b, p) already);
 //   3. run heads and a scan give each touched row's range of occurrences;
 //   4. a warp per touched row sums the contributions per column as a seqsum in that order (G_r)
-//      and applies the table's optimizer and rounding to the row in the same kernel.
+//      and applies the table's optimizer and rounding to the row in the same kernel;
+//   5. a hot row (a run of >= kHotRun occurrences, e.g. the head of a Zipf distribution) gets a
+//      whole block instead: the seqsum fixes the order of the additions within each column, so
+//      the run cannot be split into partial sums, but its columns are independent and its
+//      contributions can be fetched and formed (w*gamma, gamma/n) in any order. The block stages
+//      tiles of contributions in shared memory, many loads in flight, and one thread per column
+//      folds the tile in sorted order; then one warp applies the optimizer as in 4.
+// Phase 4's time is the chain of dependent loads per row (run start, key, occurrence, bag,
+// gradient, row), hidden only by having many rows in flight: a uniform batch has ~1 occurrence per
+// row, so each warp has few loads of its own. Its kernel is held to 80 registers a thread, 6 blocks
+// of 4 warps per SM (24 warps; at 64 registers it would spill), with 4 gradient loads in flight.
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
@@ -23,8 +34,11 @@ namespace {
 constexpr unsigned kFullMask = 0xFFFFFFFFu;
 constexpr int kBagWarps = 8;
 constexpr int kRowWarps = 4;
+constexpr int kRowBlocksPerSm = 6;
 constexpr int kThreads = 256;
-constexpr int kLoadsInFlight = 8;
+constexpr int kLoadsInFlight = 4;
+constexpr int kHotThreads = 1024;
+constexpr int64_t kHotTileFloats = 16384;  // one tile of staged contributions, 64 KiB
 
 __global__ void __launch_bounds__(kBagWarps * 32) OccurrenceKernel(const LaunchParams p, BackwardBuffers b) {
   const int64_t bag = static_cast<int64_t>(blockIdx.x) * kBagWarps + threadIdx.x / 32;
@@ -40,7 +54,8 @@ __global__ void __launch_bounds__(kBagWarps * 32) OccurrenceKernel(const LaunchP
     if (v < end) {
       const int64_t row = ResolveRow(t, p.kjt.values[v]);
       ok = row >= 0;
-      b.keys_in[v] = ok ? SortKey(t.row_offset + row, bag % batch, batch) : InvalidSortKey(b.total_rows, batch);
+      b.keys_in[v] = ok ? SortKey(t.row_offset + row, b.key_samples == 1 ? 0 : bag % batch, b.key_samples)
+                        : InvalidSortKey(b.total_rows, b.key_samples);
       b.order_in[v] = v;
       b.value_bag[v] = bag;
     }
@@ -49,10 +64,15 @@ __global__ void __launch_bounds__(kBagWarps * 32) OccurrenceKernel(const LaunchP
   if (lane == 0) b.bag_count[bag] = valid;
 }
 
-__global__ void RunHeadKernel(const BackwardBuffers b, int64_t n, int64_t batch) {
+// The global row of a sorted occurrence.
+__device__ int64_t RowOfKey(const BackwardBuffers& b, int64_t i) {
+  return static_cast<int64_t>(b.keys_out[i] / static_cast<uint64_t>(b.key_samples));
+}
+
+__global__ void RunHeadKernel(const BackwardBuffers b, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  b.run_head[i] = i == 0 || b.keys_out[i] / batch != b.keys_out[i - 1] / batch ? 1 : 0;
+  b.run_head[i] = i == 0 || RowOfKey(b, i) != RowOfKey(b, i - 1) ? 1 : 0;
 }
 
 __global__ void RunStartKernel(const BackwardBuffers b, int64_t n) {
@@ -64,6 +84,17 @@ __global__ void RunStartKernel(const BackwardBuffers b, int64_t n) {
     *b.num_runs = runs;
     b.run_start[runs] = n;
   }
+}
+
+// Appends each hot run (a valid row with >= kHotRun occurrences) to the hot-run list. The list's
+// order varies from call to call; each run is summed and updated on its own, so results do not.
+__global__ void HotRunListKernel(const BackwardBuffers b) {
+  const int64_t run = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (run >= *b.num_runs) return;
+  const int64_t start = b.run_start[run], end = b.run_start[run + 1];
+  if (end - start < kHotRun) return;
+  if (RowOfKey(b, start) >= b.total_rows) return;
+  b.hot_runs[atomicAdd(b.num_hot_runs, 1)] = static_cast<int32_t>(run);
 }
 
 // Where occurrence `v`'s upstream gradient row starts, and its scalar (weight or n).
@@ -98,11 +129,11 @@ __device__ SeqSum4 RowGradientChunk(const LaunchParams& p, const BackwardBuffers
   if (start + lane < end) mine = ContributionOf(p, b, b.order_out[start + lane]);
   for (int64_t i0 = start; i0 < end; i0 += 32) {
     // The next 32 occurrences' metadata (a chain of dependent loads) is requested before this
-    // batch is summed, so a hot row's long run does not wait for it batch after batch.
+    // batch is summed, so a long run does not wait for it batch after batch.
     Contribution next;
     if (i0 + 32 + lane < end) next = ContributionOf(p, b, b.order_out[i0 + 32 + lane]);
     const int count = static_cast<int>(min(static_cast<int64_t>(32), end - i0));
-    // Eight occurrences' gradient loads in flight, then their terms in order.
+    // kLoadsInFlight occurrences' gradient loads in flight, then their terms in order.
     for (int k0 = 0; k0 < count; k0 += kLoadsInFlight) {
       float g[kLoadsInFlight][kChunk];
       float weight[kLoadsInFlight];
@@ -132,35 +163,11 @@ __device__ SeqSum4 RowGradientChunk(const LaunchParams& p, const BackwardBuffers
   return sum;
 }
 
-__global__ void __launch_bounds__(kRowWarps * 32) RowUpdateKernel(const LaunchParams p, const BackwardBuffers b) {
-  extern __shared__ float shared[];  // per warp: G [max_dim], then w [max_dim]
-  const int warp = static_cast<int>(threadIdx.x / 32);
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const int64_t run = static_cast<int64_t>(blockIdx.x) * kRowWarps + warp;
-  if (run >= *b.num_runs) return;
-  const int64_t start = b.run_start[run], end = b.run_start[run + 1];
-  const int64_t global_row = static_cast<int64_t>(b.keys_out[start] / static_cast<uint64_t>(p.kjt.batch));
-  if (global_row >= b.total_rows) return;  // the run of invalid occurrences (bounds mode zero)
-  const TableParams& t = p.tables[TableOfRow(p.tables, p.num_tables, global_row)];
-  const int64_t row = global_row - t.row_offset;
-  float* s_grad = shared + warp * 2 * b.max_dim;
-  float* s_w = s_grad + b.max_dim;
-  // The row and its state do not depend on G: requested first, they arrive while G is summed.
+// The optimizer on one row, a warp: G in s_grad and the row's weights in s_w (widened storage),
+// the row's Adagrad state before the step; rounds and stores the row and the state.
+__device__ void ApplyRowUpdate(const LaunchParams& p, const TableParams& t, int64_t row, const float* s_grad,
+                               const float* s_w, float state_before, int lane) {
   const bool adagrad = t.optimizer.kind == OptimizerKind::kRowwiseAdagrad;
-  const float state_before = adagrad ? t.adagrad[row] : 0.0f;
-  for (int64_t c0 = 0; c0 < t.dim; c0 += 32 * kChunk) {
-    const int64_t c = c0 + lane * kChunk;
-    const bool active = c < t.dim;
-    float w[kChunk];
-    if (active) LoadChunk(t, row, c, w);
-    const SeqSum4 g = RowGradientChunk(p, b, start, end, c, active, lane);
-    if (!active) continue;
-    for (int k = 0; k < kChunk; ++k) {
-      s_grad[c + k] = g.Get(k);
-      s_w[c + k] = w[k];
-    }
-  }
-  __syncwarp();
   float square_sum = 0.0f, state_after = 0.0f;
   if (adagrad) {
     // The norm is one seqsum over all D columns in order: one lane adds, then broadcasts.
@@ -186,6 +193,111 @@ __global__ void __launch_bounds__(kRowWarps * 32) RowUpdateKernel(const LaunchPa
   if (adagrad && lane == 0) t.adagrad[row] = state_after;
 }
 
+__global__ void __launch_bounds__(kRowWarps * 32, kRowBlocksPerSm) RowUpdateKernel(const LaunchParams p,
+                                                                                 const BackwardBuffers b) {
+  extern __shared__ float shared[];  // per warp: G [max_dim], then w [max_dim]
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t run = static_cast<int64_t>(blockIdx.x) * kRowWarps + warp;
+  if (run >= *b.num_runs) return;
+  const int64_t start = b.run_start[run], end = b.run_start[run + 1];
+  if (end - start >= kHotRun) return;  // HotRowKernel's
+  const int64_t global_row = RowOfKey(b, start);
+  if (global_row >= b.total_rows) return;  // the run of invalid occurrences (bounds mode zero)
+  const TableParams& t = p.tables[TableOfRow(p.tables, p.num_tables, global_row)];
+  const int64_t row = global_row - t.row_offset;
+  float* s_grad = shared + warp * 2 * b.max_dim;
+  float* s_w = s_grad + b.max_dim;
+  // The row and its state do not depend on G: requested first, they arrive while G is summed.
+  const float state_before = t.optimizer.kind == OptimizerKind::kRowwiseAdagrad ? t.adagrad[row] : 0.0f;
+  for (int64_t c0 = 0; c0 < t.dim; c0 += 32 * kChunk) {
+    const int64_t c = c0 + lane * kChunk;
+    const bool active = c < t.dim;
+    float w[kChunk];
+    if (active) LoadChunk(t, row, c, w);
+    const SeqSum4 g = RowGradientChunk(p, b, start, end, c, active, lane);
+    if (!active) continue;
+    for (int k = 0; k < kChunk; ++k) {
+      s_grad[c + k] = g.Get(k);
+      s_w[c + k] = w[k];
+    }
+  }
+  __syncwarp();
+  ApplyRowUpdate(p, t, row, s_grad, s_w, state_before, lane);
+}
+
+// Shared memory of HotRowKernel: the contributions' metadata of up to kHotThreads occurrences, a
+// tile of formed contributions, then G and w of the row.
+size_t HotSharedBytes(int64_t max_dim) {
+  return kHotThreads * sizeof(Contribution) + (kHotTileFloats + 2 * max_dim) * sizeof(float);
+}
+
+// A block per hot run. Per batch of kHotThreads occurrences: each thread fetches one occurrence's
+// metadata; per tile of the batch: all threads load and form 4-column chunks of contributions
+// (independent loads), then thread j folds column j over the tile's occurrences in sorted order,
+// continuing the seqsum across tiles and batches: the same additions, in the same order, as the
+// warp path and the oracle.
+__global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p, const BackwardBuffers b) {
+  if (static_cast<int32_t>(blockIdx.x) >= *b.num_hot_runs) return;  // the whole block leaves together
+  extern __shared__ __align__(16) unsigned char hot_shared[];
+  Contribution* meta = reinterpret_cast<Contribution*>(hot_shared);
+  float* tile = reinterpret_cast<float*>(hot_shared + kHotThreads * sizeof(Contribution));
+  float* s_grad = tile + kHotTileFloats;
+  float* s_w = s_grad + b.max_dim;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int64_t run = b.hot_runs[blockIdx.x];
+  const int64_t start = b.run_start[run], end = b.run_start[run + 1];
+  const int64_t global_row = RowOfKey(b, start);
+  const TableParams& t = p.tables[TableOfRow(p.tables, p.num_tables, global_row)];
+  const int64_t row = global_row - t.row_offset;
+  const int64_t chunks_per_row = t.dim / kChunk;
+  const int64_t per_tile = kHotTileFloats / t.dim;  // >= 16 occurrences (dim <= 1024)
+  float acc = 0.0f;  // thread tid < dim: column tid's seqsum so far
+  for (int64_t m0 = start; m0 < end; m0 += kHotThreads) {
+    const int64_t batch_count = min(static_cast<int64_t>(kHotThreads), end - m0);
+    if (tid < batch_count) meta[tid] = ContributionOf(p, b, b.order_out[m0 + tid]);
+    __syncthreads();
+    for (int64_t k0 = 0; k0 < batch_count; k0 += per_tile) {
+      const int64_t tile_count = min(per_tile, batch_count - k0);
+#pragma unroll 4
+      for (int64_t q = tid; q < tile_count * chunks_per_row; q += kHotThreads) {
+        const int64_t k = q / chunks_per_row;
+        const int64_t c = (q % chunks_per_row) * kChunk;
+        const Contribution& mc = meta[k0 + k];
+        const float4 g4 = *reinterpret_cast<const float4*>(mc.grad + c);
+        float g[kChunk] = {g4.x, g4.y, g4.z, g4.w};
+        ContributionTerm(mc.pooling, mc.weight, mc.n, g);
+        *reinterpret_cast<float4*>(tile + k * t.dim + c) = make_float4(g[0], g[1], g[2], g[3]);
+      }
+      __syncthreads();
+      if (tid < t.dim) {
+        const bool first_tile = m0 == start && k0 == 0;
+        int64_t k = 0;
+        if (first_tile) acc = tile[tid], k = 1;  // seqsum: the first term as is
+        for (; k < tile_count; ++k) acc = numerics::AddRn(acc, tile[k * t.dim + tid]);
+      }
+      __syncthreads();
+    }
+  }
+  if (tid < t.dim) s_grad[tid] = acc;
+  if (tid < 32) {
+    for (int64_t c = tid * kChunk; c < t.dim; c += 32 * kChunk) {
+      float w[kChunk];
+      LoadChunk(t, row, c, w);
+      for (int k = 0; k < kChunk; ++k) s_w[c + k] = w[k];
+    }
+  }
+  __syncthreads();
+  if (tid >= 32) return;
+  const float state_before = t.optimizer.kind == OptimizerKind::kRowwiseAdagrad ? t.adagrad[row] : 0.0f;
+  ApplyRowUpdate(p, t, row, s_grad, s_w, state_before, tid);
+}
+
+// Records phase boundary `i` when the caller times the phases.
+void MarkPhase(const BackwardBuffers& b, int i) {
+  if (b.phase_events != nullptr) cudaEventRecord(b.phase_events[i]);
+}
+
 unsigned Blocks(int64_t items, int64_t per_block) { return static_cast<unsigned>((items + per_block - 1) / per_block); }
 
 }  // namespace
@@ -206,26 +318,45 @@ absl::StatusOr<size_t> BackwardTempBytes(int64_t num_values) {
 
 absl::Status LaunchBackward(const LaunchParams& p, int64_t num_values, const BackwardBuffers& b) {
   const int64_t bags = p.kjt.num_keys * p.kjt.batch;
-  if (bags == 0 || num_values == 0) return absl::OkStatus();
+  if (bags == 0 || num_values == 0) {
+    for (int i = 0; i <= kBackwardPhases; ++i) MarkPhase(b, i);
+    return absl::OkStatus();
+  }
   const int n = static_cast<int>(num_values);  // api.cc keeps num_values below 2^31
+  MarkPhase(b, 0);
   OccurrenceKernel<<<Blocks(bags, kBagWarps), kBagWarps * 32>>>(p, b);
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the occurrence kernel"));
+  MarkPhase(b, 1);
   size_t temp = b.cub_temp_bytes;
   GEMTB_RETURN_IF_ERROR(CudaOk(cub::DeviceRadixSort::SortPairs(b.cub_temp, temp, b.keys_in, b.keys_out, b.order_in,
                                                                b.order_out, n, 0, b.sort_end_bit),
                                "cub::DeviceRadixSort::SortPairs"));
-  RunHeadKernel<<<Blocks(n, kThreads), kThreads>>>(b, n, p.kjt.batch);
+  MarkPhase(b, 2);
+  RunHeadKernel<<<Blocks(n, kThreads), kThreads>>>(b, n);
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the run-head kernel"));
   temp = b.cub_temp_bytes;
   GEMTB_RETURN_IF_ERROR(CudaOk(cub::DeviceScan::ExclusiveSum(b.cub_temp, temp, b.run_head, b.run_index, n),
                                "cub::DeviceScan::ExclusiveSum"));
   RunStartKernel<<<Blocks(n, kThreads), kThreads>>>(b, n);
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the run-start kernel"));
+  GEMTB_RETURN_IF_ERROR(CudaOk(cudaMemsetAsync(b.num_hot_runs, 0, sizeof(int32_t)), "reset of the hot-run count"));
+  HotRunListKernel<<<Blocks(n, kThreads), kThreads>>>(b);
+  GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the hot-run list kernel"));
+  MarkPhase(b, 3);
   // At most one run per occurrence: warps past the device-side run count return at once, so the
-  // host never waits for that count.
+  // host never waits for that count (nor for the hot-run count below).
   const size_t shared_bytes = static_cast<size_t>(kRowWarps) * 2 * b.max_dim * sizeof(float);
   RowUpdateKernel<<<Blocks(n, kRowWarps), kRowWarps * 32, shared_bytes>>>(p, b);
-  return CudaOk(cudaGetLastError(), "launch of the row update kernel");
+  GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the row update kernel"));
+  MarkPhase(b, 4);
+  const size_t hot_bytes = HotSharedBytes(b.max_dim);
+  GEMTB_RETURN_IF_ERROR(CudaOk(cudaFuncSetAttribute(HotRowKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    static_cast<int>(hot_bytes)),
+                               "shared memory of the hot-row kernel"));
+  HotRowKernel<<<static_cast<unsigned>(HotRunCapacity(n)), kHotThreads, hot_bytes>>>(p, b);
+  GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the hot-row kernel"));
+  MarkPhase(b, 5);
+  return absl::OkStatus();
 }
 
 }  // namespace gemtb::gpu::embedding

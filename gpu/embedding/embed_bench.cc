@@ -172,6 +172,19 @@ absl::StatusOr<EmbedBenchResult> RunEmbedBench(const EmbedBenchShape& shape, con
   absl::StatusOr<EmbedTiming> b = Time(options, bwd_bytes, [&] { return (*tbe)->BackwardStep(); });
   if (!b.ok()) return b.status();
   r.backward = *b;
+  // The phases apart: events between the launches, in steps of their own (the events' own cost
+  // stays out of the backward timing above).
+  std::vector<BackwardPhaseTimes> phases(static_cast<size_t>(std::max<int64_t>(options.reps, 1)));
+  for (BackwardPhaseTimes& t : phases) GEMTB_RETURN_IF_ERROR((*tbe)->BackwardStep(&t));
+  auto median = [&](float BackwardPhaseTimes::*field) {
+    std::vector<float> v;
+    for (const BackwardPhaseTimes& t : phases) v.push_back(t.*field);
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  r.backward_phases = {median(&BackwardPhaseTimes::occurrences_ms), median(&BackwardPhaseTimes::sort_ms),
+                       median(&BackwardPhaseTimes::runs_ms), median(&BackwardPhaseTimes::rows_ms),
+                       median(&BackwardPhaseTimes::hot_rows_ms)};
   return r;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gpu/embedding/api.h"
 #include "model/embedding/embedding_config.h"
 
 namespace gemtb::gpu::embedding {
@@ -43,6 +44,7 @@ struct EmbedBenchResult {
   EmbedBenchShape shape;
   int64_t unique_rows = 0;
   EmbedTiming forward, backward;
+  BackwardPhaseTimes backward_phases;  // each phase's median over `reps` separately timed steps
 };
 
 struct EmbedBenchOptions {

@@ -1,7 +1,11 @@
 // The forward of every table and key in one launch, a warp per bag (f, b). Lanes own 4-column
 // chunks (one vector load each) and walk the bag's positions in order, so every column is the
-// oracle's seqsum; the ids of 32 positions resolve in parallel, one per lane, and eight rows' loads
-// are in flight before their terms are added in position order.
+// oracle's seqsum; the ids of 32 positions resolve in parallel, one per lane, and several rows'
+// loads are in flight before their terms are added in position order. The pooling loop is
+// compiled once per storage type: each lane keeps the raw bits of its loads (16 bytes a load for
+// fp32, 8 for fp16/bf16) and widens a chunk only when adding it, so a 2-byte table has twice the
+// loads in flight in the same registers (the same bytes in flight per warp as fp32) and its
+// conversion is the one of its type (bf16: a shift), not a choice between all of them per value.
 #include <algorithm>
 
 #include "gpu/common/device_buffer.h"
@@ -12,7 +16,9 @@ namespace gemtb::gpu::embedding {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kLoadsInFlight = 8;
+// Loads in flight per lane: 128 bytes of raw chunks per lane whatever the storage type.
+template <ElementType kDtype>
+inline constexpr int kLoadsInFlight = kDtype == ElementType::kFloat32 ? 8 : 16;
 constexpr unsigned kFullMask = 0xFFFFFFFFu;
 
 __device__ void GatherSequence(const LaunchParams& p, const FeatureParams& fp, const TableParams& t, int64_t begin,
@@ -27,8 +33,10 @@ __device__ void GatherSequence(const LaunchParams& p, const FeatureParams& fp, c
   }
 }
 
+template <ElementType kDtype>
 __device__ void PoolBag(const LaunchParams& p, const FeatureParams& fp, const TableParams& t, int64_t b,
                         int64_t begin, int64_t end, int lane) {
+  constexpr int kLoads = kLoadsInFlight<kDtype>;
   const bool weighted = fp.pooling == Pooling::kWeightedSum;
   for (int64_t c0 = 0; c0 < t.dim; c0 += 32 * kChunk) {
     const int64_t c = c0 + lane * kChunk;
@@ -43,23 +51,27 @@ __device__ void PoolBag(const LaunchParams& p, const FeatureParams& fp, const Ta
         if (weighted) my_weight = p.kjt.weights[v0 + lane];
       }
       const int count = static_cast<int>(std::min<int64_t>(32, end - v0));
-      for (int k0 = 0; k0 < count; k0 += kLoadsInFlight) {
-        float e[kLoadsInFlight][kChunk];
-        int64_t rows[kLoadsInFlight];
-        float weights[kLoadsInFlight];
+      for (int k0 = 0; k0 < count; k0 += kLoads) {
+        StoredChunk<kDtype> raw[kLoads];
+        unsigned valid = 0;  // bit u: position k0+u exists and its id is valid
 #pragma unroll
-        for (int u = 0; u < kLoadsInFlight; ++u) {
-          rows[u] = __shfl_sync(kFullMask, my_row, k0 + u);
-          weights[u] = __shfl_sync(kFullMask, my_weight, k0 + u);
-          if (k0 + u < count && rows[u] >= 0 && active) LoadChunk(t, rows[u], c, e[u]);
+        for (int u = 0; u < kLoads; ++u) {
+          const int64_t row = __shfl_sync(kFullMask, my_row, (k0 + u) & 31);
+          if (k0 + u < count && row >= 0) {
+            valid |= 1u << u;
+            if (active) raw[u] = LoadStoredChunk<kDtype>(t, row, c);
+          }
         }
 #pragma unroll
-        for (int u = 0; u < kLoadsInFlight; ++u) {
-          if (k0 + u >= count || rows[u] < 0) continue;
+        for (int u = 0; u < kLoads; ++u) {
+          const float weight = __shfl_sync(kFullMask, my_weight, (k0 + u) & 31);
+          if ((valid >> u & 1u) == 0) continue;
           ++n;
           if (!active) continue;
-          PoolTerm(fp.pooling, weights[u], e[u]);
-          sum.Add(e[u]);
+          float e[kChunk];
+          WidenChunk(raw[u], e);
+          PoolTerm(fp.pooling, weight, e);
+          sum.Add(e);
         }
       }
     }
@@ -80,7 +92,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) ForwardKernel(const Launc
   if (fp.pooling == Pooling::kNone) {
     GatherSequence(p, fp, t, begin, end, lane);
   } else {
-    PoolBag(p, fp, t, bag % p.kjt.batch, begin, end, lane);
+    switch (t.dtype) {
+      case ElementType::kFloat32: PoolBag<ElementType::kFloat32>(p, fp, t, bag % p.kjt.batch, begin, end, lane); break;
+      case ElementType::kBFloat16: PoolBag<ElementType::kBFloat16>(p, fp, t, bag % p.kjt.batch, begin, end, lane); break;
+      default: PoolBag<ElementType::kFloat16>(p, fp, t, bag % p.kjt.batch, begin, end, lane); break;
+    }
   }
 }
 

@@ -11,6 +11,8 @@
 #include "absl/status/statusor.h"
 #include "gpu/embedding/tbe_params.h"
 
+struct CUevent_st;  // cudaEvent_t without the CUDA headers
+
 namespace gemtb::gpu::embedding {
 
 // W[r][j] = InitValue(seed, t, rows, dim, r, j) rounded to storage (RNE), the oracle's init.
@@ -34,9 +36,23 @@ struct BackwardBuffers {
   void* cub_temp = nullptr;
   size_t cub_temp_bytes = 0;
   int64_t total_rows = 0;          // sum of the tables' rows
+  int64_t key_samples = 1;         // SortKeySamples: samples counted in the sort key (B or 1)
   int sort_end_bit = 64;           // bits of the largest sort key
   int64_t max_dim = 4;
+  int32_t* hot_runs = nullptr;     // [HotRunCapacity] indices of runs of >= kHotRun occurrences
+  int32_t* num_hot_runs = nullptr; // [1]
+  // Null, or kBackwardPhases + 1 events recorded at the phase boundaries (bench embed's timing).
+  CUevent_st* const* phase_events = nullptr;
 };
+
+// The backward's phases in launch order: occurrence keys, radix sort, run detection (heads, scan,
+// starts, the hot-run list), the warp-per-row sum and update, the block-per-row sum of hot rows.
+inline constexpr int kBackwardPhases = 5;
+
+// A run of at least this many occurrences (a hot row) is summed by a whole block: its lanes stage
+// the contributions and each column is folded by one thread in the same order (see backward.cu).
+inline constexpr int64_t kHotRun = 256;
+inline int64_t HotRunCapacity(int64_t num_values) { return num_values / kHotRun + 1; }
 
 // CUB's scratch for `num_values` occurrences.
 absl::StatusOr<size_t> BackwardTempBytes(int64_t num_values);

@@ -7,6 +7,8 @@
 #define GEMTB_GPU_EMBEDDING_TBE_ROW_OPS_H_
 
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "gpu/embedding/tbe_params.h"
 #include "model/embedding/embedding_math.h"
@@ -29,42 +31,96 @@ GEMTB_HD inline int64_t ResolveRow(const TableParams& t, int64_t id) {
   return t.bounds == BoundsMode::kRemap0 ? 0 : -1;
 }
 
+// A chunk's storage bits: four fp32 words, or four 16-bit values packed two to a word (element
+// 0 in the low half), as one 16- or 8-byte load brings them.
+template <ElementType kDtype>
+struct StoredChunk {
+  static constexpr int kWords = kDtype == ElementType::kFloat32 ? 4 : 2;
+  uint32_t word[kWords];
+};
+
+template <ElementType kDtype>
+GEMTB_HD inline StoredChunk<kDtype> LoadStoredChunk(const TableParams& t, int64_t row, int64_t c) {
+  StoredChunk<kDtype> s;
+  const int64_t i = row * t.dim + c;
+  if constexpr (kDtype == ElementType::kFloat32) {
+#if defined(__CUDA_ARCH__)
+    const uint4 v = *reinterpret_cast<const uint4*>(static_cast<const uint32_t*>(t.weights) + i);
+    s.word[0] = v.x, s.word[1] = v.y, s.word[2] = v.z, s.word[3] = v.w;
+#else
+    std::memcpy(s.word, static_cast<const uint32_t*>(t.weights) + i, sizeof(s.word));
+#endif
+  } else {
+#if defined(__CUDA_ARCH__)
+    const uint2 v = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(t.weights) + i);
+    s.word[0] = v.x, s.word[1] = v.y;
+#else
+    const uint16_t* h = static_cast<const uint16_t*>(t.weights) + i;
+    s.word[0] = static_cast<uint32_t>(h[0]) | static_cast<uint32_t>(h[1]) << 16;
+    s.word[1] = static_cast<uint32_t>(h[2]) | static_cast<uint32_t>(h[3]) << 16;
+#endif
+  }
+  return s;
+}
+
+// The chunk widened exactly to fp32; one conversion per storage type, chosen at compile time.
+template <ElementType kDtype>
+GEMTB_HD inline void WidenChunk(const StoredChunk<kDtype>& s, float out[kChunk]) {
+  for (int k = 0; k < kChunk; ++k) {
+    if constexpr (kDtype == ElementType::kFloat32) {
+      out[k] = numerics::BitsToFloat(s.word[k]);
+    } else {
+      const uint16_t bits = static_cast<uint16_t>(s.word[k / 2] >> (16 * (k % 2)));
+      out[k] = kDtype == ElementType::kBFloat16 ? numerics::Bf16BitsToFloat(bits) : numerics::Fp16BitsToFloat(bits);
+    }
+  }
+}
+
 // Elements c..c+3 of `row`, widened exactly to fp32.
 GEMTB_HD inline void LoadChunk(const TableParams& t, int64_t row, int64_t c, float out[kChunk]) {
-  const int64_t i = row * t.dim + c;
-  if (t.dtype == ElementType::kFloat32) {
-#if defined(__CUDA_ARCH__)
-    const float4 v = *reinterpret_cast<const float4*>(static_cast<const float*>(t.weights) + i);
-    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
-#else
-    for (int k = 0; k < kChunk; ++k) out[k] = static_cast<const float*>(t.weights)[i + k];
-#endif
-    return;
-  }
-  uint16_t bits[kChunk];
-#if defined(__CUDA_ARCH__)
-  const uint2 v = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(t.weights) + i);
-  bits[0] = static_cast<uint16_t>(v.x & 0xFFFFu), bits[1] = static_cast<uint16_t>(v.x >> 16);
-  bits[2] = static_cast<uint16_t>(v.y & 0xFFFFu), bits[3] = static_cast<uint16_t>(v.y >> 16);
-#else
-  for (int k = 0; k < kChunk; ++k) bits[k] = static_cast<const uint16_t*>(t.weights)[i + k];
-#endif
-  for (int k = 0; k < kChunk; ++k) {
-    out[k] = t.dtype == ElementType::kBFloat16 ? numerics::Bf16BitsToFloat(bits[k]) : numerics::Fp16BitsToFloat(bits[k]);
+  switch (t.dtype) {
+    case ElementType::kFloat32: WidenChunk(LoadStoredChunk<ElementType::kFloat32>(t, row, c), out); return;
+    case ElementType::kBFloat16: WidenChunk(LoadStoredChunk<ElementType::kBFloat16>(t, row, c), out); return;
+    default: WidenChunk(LoadStoredChunk<ElementType::kFloat16>(t, row, c), out); return;
   }
 }
 
 // Writes values that are already representable in the storage type (StoreUpdated's results), so
-// the narrowing here is exact.
-GEMTB_HD inline void StoreChunk(const TableParams& t, int64_t row, int64_t c, const float in[kChunk]) {
+// the narrowing here is exact; one 16- or 8-byte store on the device.
+template <ElementType kDtype>
+GEMTB_HD inline void StoreChunkAs(const TableParams& t, int64_t row, int64_t c, const float in[kChunk]) {
   const int64_t i = row * t.dim + c;
-  if (t.dtype == ElementType::kFloat32) {
-    for (int k = 0; k < kChunk; ++k) static_cast<float*>(t.weights)[i + k] = in[k];
-    return;
-  }
+  StoredChunk<kDtype> s;
   for (int k = 0; k < kChunk; ++k) {
-    static_cast<uint16_t*>(t.weights)[i + k] = t.dtype == ElementType::kBFloat16 ? numerics::FloatToBf16BitsRne(in[k])
-                                                                                 : numerics::FloatToFp16BitsRne(in[k]);
+    if constexpr (kDtype == ElementType::kFloat32) {
+      s.word[k] = numerics::FloatToBits(in[k]);
+    } else {
+      const uint32_t bits = kDtype == ElementType::kBFloat16 ? numerics::FloatToBf16BitsRne(in[k])
+                                                             : numerics::FloatToFp16BitsRne(in[k]);
+      s.word[k / 2] = k % 2 == 0 ? bits : s.word[k / 2] | bits << 16;
+    }
+  }
+  if constexpr (kDtype == ElementType::kFloat32) {
+#if defined(__CUDA_ARCH__)
+    *reinterpret_cast<uint4*>(static_cast<uint32_t*>(t.weights) + i) = make_uint4(s.word[0], s.word[1], s.word[2], s.word[3]);
+#else
+    std::memcpy(static_cast<uint32_t*>(t.weights) + i, s.word, sizeof(s.word));
+#endif
+  } else {
+#if defined(__CUDA_ARCH__)
+    *reinterpret_cast<uint2*>(static_cast<uint16_t*>(t.weights) + i) = make_uint2(s.word[0], s.word[1]);
+#else
+    uint16_t* h = static_cast<uint16_t*>(t.weights) + i;
+    for (int k = 0; k < kChunk; ++k) h[k] = static_cast<uint16_t>(s.word[k / 2] >> (16 * (k % 2)));
+#endif
+  }
+}
+
+GEMTB_HD inline void StoreChunk(const TableParams& t, int64_t row, int64_t c, const float in[kChunk]) {
+  switch (t.dtype) {
+    case ElementType::kFloat32: StoreChunkAs<ElementType::kFloat32>(t, row, c, in); return;
+    case ElementType::kBFloat16: StoreChunkAs<ElementType::kBFloat16>(t, row, c, in); return;
+    default: StoreChunkAs<ElementType::kFloat16>(t, row, c, in); return;
   }
 }
 
@@ -109,6 +165,18 @@ GEMTB_HD inline uint64_t SortKey(int64_t global_row, int64_t b, int64_t batch) {
 }
 GEMTB_HD inline uint64_t InvalidSortKey(int64_t total_rows, int64_t batch) {
   return static_cast<uint64_t>(total_rows) * static_cast<uint64_t>(batch);
+}
+
+// The samples the sort key counts: B, or 1 when no table is read by two keys of the KJT. A
+// table's occurrences come in KJT order (key, sample, position); with one key per table that is
+// already the oracle's (sample, key, position) order, so the stable sort needs the row alone
+// (SortKey(row, 0, 1): fewer key bits, fewer radix passes). Host only.
+inline int64_t SortKeySamples(const FeatureParams* features, int64_t num_keys, int num_tables, int64_t batch) {
+  std::vector<int> keys_of_table(static_cast<size_t>(num_tables), 0);
+  for (int64_t f = 0; f < num_keys; ++f) {
+    if (++keys_of_table[static_cast<size_t>(features[f].table)] > 1) return batch > 1 ? batch : 1;
+  }
+  return 1;
 }
 
 // The table that holds global row `global_row` (tables are few; a scan is enough).

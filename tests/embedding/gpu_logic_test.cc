@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gpu/embedding/kjt_check.h"
+#include "gpu/embedding/launch.h"
 #include "gpu/embedding/tbe_row_ops.h"
 #include "gtest/gtest.h"
 #include "reference/embedding/kjt.h"
@@ -150,11 +151,13 @@ EmbedRun RunKernelOrderOnCpu(const EmbedCase& c) {
   // Backward: occurrence keys, a stable sort, runs of one row.
   std::vector<uint64_t> keys(values.size());
   std::vector<int64_t> bag_of(values.size()), bag_count(static_cast<size_t>(num_keys * batch), 0);
+  const int64_t key_samples = SortKeySamples(features.data(), num_keys, static_cast<int>(tables.size()), batch);
   for (int64_t bag = 0; bag < num_keys * batch; ++bag) {
     const TableParams& t = tables[features[bag / batch].table];
     for (int64_t v = offsets[bag]; v < offsets[bag + 1]; ++v) {
       const int64_t row = ResolveRow(t, values[v]);
-      keys[v] = row >= 0 ? SortKey(t.row_offset + row, bag % batch, batch) : InvalidSortKey(total_rows, batch);
+      keys[v] = row >= 0 ? SortKey(t.row_offset + row, key_samples == 1 ? 0 : bag % batch, key_samples)
+                         : InvalidSortKey(total_rows, key_samples);
       bag_of[v] = bag;
       bag_count[bag] += row >= 0 ? 1 : 0;
     }
@@ -163,9 +166,9 @@ EmbedRun RunKernelOrderOnCpu(const EmbedCase& c) {
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return keys[a] < keys[b]; });
   for (size_t start = 0; start < order.size();) {
-    const uint64_t global_row = keys[order[start]] / static_cast<uint64_t>(batch);
+    const uint64_t global_row = keys[order[start]] / static_cast<uint64_t>(key_samples);
     size_t end = start;
-    while (end < order.size() && keys[order[end]] / static_cast<uint64_t>(batch) == global_row) ++end;
+    while (end < order.size() && keys[order[end]] / static_cast<uint64_t>(key_samples) == global_row) ++end;
     if (global_row < static_cast<uint64_t>(total_rows)) {
       const TableParams& t = tables[TableOfRow(tables.data(), static_cast<int>(tables.size()), static_cast<int64_t>(global_row))];
       const int64_t row = static_cast<int64_t>(global_row) - t.row_offset;
@@ -311,6 +314,37 @@ TEST(EmbeddingGpuLogic, SortKeyOrdersBySampleThenKjtOrder) {
   EXPECT_LT(SortKey(3, 1, batch), SortKey(3, 2, batch));
   EXPECT_EQ(SortKey(3, 2, batch) / batch, 3u);
   EXPECT_GT(InvalidSortKey(10, batch), SortKey(9, batch - 1, batch));
+}
+
+// The check's cases reach the backward's block-per-row path (runs of >= kHotRun occurrences) in
+// every optimizer, so `check embed` compares it with the oracle; LongestRowRun against a count by hand.
+TEST(EmbeddingGpuLogic, DrawnCasesReachTheHotRowPath) {
+  const std::vector<check::EmbedFamily> families = check::AllEmbedFamilies();
+  int hot[3] = {0, 0, 0};
+  for (size_t fi = 0; fi < families.size(); ++fi) {
+    for (int64_t i = 0; i < 8; ++i) {
+      const EmbedCase c = check::DrawEmbedCase(check::EmbedCaseSeed(41, fi, i), families[fi]);
+      if (check::LongestRowRun(c) >= kHotRun) ++hot[static_cast<int>(families[fi].optimizer)];
+    }
+  }
+  for (int o = 0; o < 3; ++o) EXPECT_GT(hot[o], 10) << "optimizer " << o << ": " << hot[o] << " cases";
+
+  EmbedCase c;
+  c.config.tables.resize(2);
+  c.config.tables[0].rows = 5;
+  c.config.tables[1].rows = 1;
+  c.config.tables[1].bounds = BoundsMode::kRemap0;
+  c.config.features = {{"a", 0, Pooling::kSum, 8}, {"b", 1, Pooling::kSum, 8}};
+  c.kjt.keys = {"b", "a"};
+  c.kjt.stride = 2;
+  c.kjt.lengths = {2, 1, 3, 1};
+  c.kjt.values = {0, 7, 0, /*a:*/ 4, 4, 1, 4};  // b: row 0, 7 remapped to row 0, row 0; a: row 4 thrice
+  EXPECT_EQ(check::LongestRowRun(c), 3);
+  c.kjt.values[5] = 4;  // a: row 4 four times
+  EXPECT_EQ(check::LongestRowRun(c), 4);
+  c.config.tables[1].bounds = BoundsMode::kZero;  // b: 7 contributes nothing, row 0 twice
+  c.kjt.values[3] = 0;                            // a: row 0 once, row 4 three times
+  EXPECT_EQ(check::LongestRowRun(c), 3);
 }
 
 }  // namespace

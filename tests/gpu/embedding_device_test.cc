@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gpu/embedding/api.h"
+#include "gpu/embedding/launch.h"
 #include "gtest/gtest.h"
 #include "tools/check/embed_cases.h"
 #include "tools/check/embed_compare.h"
@@ -22,6 +23,24 @@ TEST(EmbeddingDevice, ForwardAndStepBitIdenticalToTheOracle) {
     const check::EmbedDiff d = check::CompareEmbedRuns(check::RunEmbedOracle(c), check::RunEmbedGpu(c));
     EXPECT_TRUE(d.Identical()) << c.description << ": " << (d.messages.empty() ? "" : d.messages[0]);
   }
+}
+
+// Cases with a row of >= kHotRun occurrences (summed by a block, not a warp), one per family.
+TEST(EmbeddingDevice, HotRowsBitIdenticalToTheOracle) {
+  if (absl::Status s = EmbeddingDeviceAvailable(); !s.ok()) GTEST_SKIP() << s.message();
+  const std::vector<check::EmbedFamily> families = check::AllEmbedFamilies();
+  int hot = 0;
+  for (size_t fi = 0; fi < families.size(); ++fi) {
+    for (int64_t i = 0; i < 100; ++i) {
+      const check::EmbedCase c = check::DrawEmbedCase(check::EmbedCaseSeed(24, fi, i), families[fi]);
+      if (check::LongestRowRun(c) < kHotRun) continue;
+      ++hot;
+      const check::EmbedDiff d = check::CompareEmbedRuns(check::RunEmbedOracle(c), check::RunEmbedGpu(c));
+      EXPECT_TRUE(d.Identical()) << c.description << ": " << (d.messages.empty() ? "" : d.messages[0]);
+      break;
+    }
+  }
+  EXPECT_GT(hot, 250);
 }
 
 TEST(EmbeddingDevice, TwoBackwardRunsGiveIdenticalBytes) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <utility>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -144,7 +146,9 @@ EmbedCase DrawEmbedCase(int64_t case_seed, const EmbedFamily& family) {
   for (int f : order) {
     const TableConfig& t = config.tables[config.features[f].table];
     for (int64_t b = 0; b < kjt.stride; ++b) {
-      const int64_t len = Chance(rng, 0.08) ? Uniform(rng, 33, 90) : Uniform(rng, 0, 6);
+      // Long bags, a few of them long enough that a row with few ids takes a block on the GPU.
+      const int64_t len = !Chance(rng, 0.08) ? Uniform(rng, 0, 6)
+                          : Chance(rng, 0.15) ? Uniform(rng, 256, 1100) : Uniform(rng, 33, 90);
       kjt.lengths.push_back(static_cast<int32_t>(len));
       for (int64_t p = 0; p < len; ++p) kjt.values.push_back(DrawId(rng, t, invalid_ids && Chance(rng, 0.25)));
     }
@@ -195,6 +199,30 @@ EmbedCase DrawEmbedCase(int64_t case_seed, const EmbedFamily& family) {
                                " ids=", kjt.values.size(), " step=", c.state.step);
   for (const TableConfig& t : config.tables) absl::StrAppend(&c.description, " ", t.name, "[", t.rows, "x", t.dim, "]");
   return c;
+}
+
+int64_t LongestRowRun(const EmbedCase& c) {
+  std::map<std::pair<int, int64_t>, int64_t> count;
+  int64_t longest = 0;
+  const int64_t batch = c.kjt.stride;
+  size_t v = 0;
+  for (size_t k = 0; k < c.kjt.keys.size(); ++k) {
+    auto f = std::find_if(c.config.features.begin(), c.config.features.end(),
+                          [&](const FeatureConfig& fc) { return fc.key == c.kjt.keys[k]; });
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int32_t p = 0; p < c.kjt.lengths[k * batch + b]; ++p, ++v) {
+        if (f == c.config.features.end()) continue;
+        const TableConfig& t = c.config.tables[f->table];
+        int64_t row = 0;
+        if (!gemtb::embedding::IdToRow(c.kjt.values[v], t.hashing, t.rows, t.hash_seed, &row)) {
+          if (t.bounds != BoundsMode::kRemap0) continue;
+          row = 0;
+        }
+        longest = std::max(longest, ++count[{f->table, row}]);
+      }
+    }
+  }
+  return longest;
 }
 
 EmbedCase DrawMalformedEmbedCase(int64_t case_seed) {

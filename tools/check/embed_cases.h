@@ -45,6 +45,10 @@ int64_t EmbedCaseSeed(int64_t seed, size_t family_index, int64_t index);
 // A valid case of `family` (the KJT passes validation).
 EmbedCase DrawEmbedCase(int64_t case_seed, const EmbedFamily& family);
 
+// Occurrences of the most frequent (table, row) among the case's valid ids (remap0's invalid ids
+// count for row 0): the length of the longest run the GPU's backward sums.
+int64_t LongestRowRun(const EmbedCase& c);
+
 // The same case with one KJT defect (negative or capped length, wrong offsets, bad weight, id
 // out of range under `error`, unknown or duplicate key), for the named-error checks.
 EmbedCase DrawMalformedEmbedCase(int64_t case_seed);

@@ -31,6 +31,12 @@ namespace {
 constexpr char kCommand[] = "bench embed";
 
 #if GEMTB_HAVE_CUDA
+// The backward's phases (CUDA events between its launches), median ms each.
+nlohmann::json PhasesJson(const gpu::embedding::BackwardPhaseTimes& t) {
+  return {{"occurrences", t.occurrences_ms}, {"sort", t.sort_ms}, {"runs", t.runs_ms}, {"rows", t.rows_ms},
+          {"hot_rows", t.hot_rows_ms}};
+}
+
 nlohmann::json TimingJson(const gpu::embedding::EmbedTiming& t) {
   return {{"median_ms", t.median_ms}, {"min_ms", t.min_ms}, {"max_ms", t.max_ms}, {"bytes", t.bytes}, {"tbps", t.tbps}};
 }
@@ -107,12 +113,21 @@ absl::Status Run(const std::vector<std::string>& args) {
                          {"pooling", std::string(NameIn(kPoolingNames, s.pooling))},
                          {"optimizer", std::string(NameIn(kOptimizerKindNames, s.optimizer))},
                          {"unique_rows", r->unique_rows}, {"forward", TimingJson(r->forward)},
-                         {"backward_optimizer", TimingJson(r->backward)}});
+                         {"backward_optimizer", TimingJson(r->backward)},
+                         {"backward_phases_ms", PhasesJson(r->backward_phases)}});
     const std::vector<int64_t> ids = ge::DrawBenchIds(s, options.seed);
     id_files.emplace_back(absl::StrCat(s.name, "_ids.npy"), io::EncodeInt64(ids, {s.bags, s.ids_per_bag}));
   }
   j["shapes"] = rows_json;
   std::cout << absl::StrFormat("%-22s %8s %12.4f %12s %9.3f\n", "copy ceiling", "", copy->median_ms, "", copy->tbps);
+  std::cout << absl::StrFormat("\nbackward phases, median ms\n%-22s %11s %8s %8s %8s %8s\n", "shape", "occurrences",
+                               "sort", "runs", "rows", "hot rows");
+  for (const nlohmann::json& row : rows_json) {
+    const nlohmann::json& ph = row["backward_phases_ms"];
+    std::cout << absl::StrFormat("%-22s %11.4f %8.4f %8.4f %8.4f %8.4f\n", row["shape"].get<std::string>(),
+                                 ph["occurrences"].get<double>(), ph["sort"].get<double>(), ph["runs"].get<double>(),
+                                 ph["rows"].get<double>(), ph["hot_rows"].get<double>());
+  }
   if (determinism_rows > 0) {
     ge::EmbedBenchShape s = ge::DefaultEmbedBenchShapes()[1];  // Zipf: long runs of one row
     s.rows = determinism_rows;
