@@ -70,6 +70,9 @@ struct CollectiveCost {
   double busbw_Bps = 0;  // algbw * BusBwFactor
   CollAlgo algo = CollAlgo::kRing;
   CollProto proto = CollProto::kNone;
+  // > 0: no measurement of this group size; its NVLink costs are extrapolated from the fitted group
+  // of anchor_gpus GPUs on one host (the largest measured below it).
+  int anchor_gpus = 0;
 };
 
 // An all-to-allv seen from the busiest rank (or from one rank, for a2av_end: per_rank): for each
