@@ -576,6 +576,49 @@ CollectiveCost CollectiveCostModel::EstimateAllToAllv(const GroupShape& shape, c
   return Finish(c, CollectiveOp::kAllToAll, shape, total, eta);
 }
 
+absl::StatusOr<std::vector<AllToAllvLoad>> AllToAllvLoads(const GroupShape& shape, std::span<const double> matrix) {
+  const int p = shape.members;
+  if (matrix.size() != static_cast<size_t>(p) * p) {
+    return absl::InvalidArgumentError(absl::StrCat("all-to-allv matrix: ", matrix.size(), " entries for a group of ",
+                                                   p, " (needs ", static_cast<int64_t>(p) * p, ")"));
+  }
+  const int host = std::max(1, shape.members_per_host);
+  const int zone = std::max(std::max(1, shape.members_per_zone), host);
+  auto tier = [&](int i, int j) { return i / host == j / host ? 0 : i / zone == j / zone ? 1 : 2; };
+  std::vector<std::array<double, kMaxTiers>> sent(p), received(p);
+  for (int i = 0; i < p; ++i) {
+    for (int j = 0; j < p; ++j) {
+      if (i == j) continue;
+      const double b = matrix[static_cast<size_t>(i) * p + j];
+      const int k = tier(i, j);
+      sent[i][k] += b;
+      received[j][k] += b;
+    }
+  }
+  std::vector<AllToAllvLoad> loads(p);
+  for (int i = 0; i < p; ++i) {
+    for (int k = 0; k < kMaxTiers; ++k) loads[i].bytes_per_tier[k] = std::max(sent[i][k], received[i][k]);
+  }
+  return loads;
+}
+
+absl::StatusOr<CollectiveCostModel::AllToAllvResult> CollectiveCostModel::EstimateAllToAllvMatrix(
+    const GroupShape& shape, std::span<const double> matrix) const {
+  absl::StatusOr<std::vector<AllToAllvLoad>> loads = AllToAllvLoads(shape, matrix);
+  if (!loads.ok()) return loads.status();
+  AllToAllvResult r;
+  r.member_duration_s.reserve(loads->size());
+  for (size_t m = 0; m < loads->size(); ++m) {
+    const CollectiveCost c = EstimateAllToAllv(shape, (*loads)[m]);
+    r.member_duration_s.push_back(c.duration_s);
+    if (m == 0 || c.duration_s > r.slowest.duration_s) {
+      r.slowest = c;
+      r.slowest_member = static_cast<int>(m);
+    }
+  }
+  return r;
+}
+
 absl::StatusOr<CollectiveCost> Estimate(const Cluster& cluster, const CollectivesPlan& plan, CollectiveOp op,
                                         const GroupShape& shape, double bytes) {
   absl::StatusOr<CollectiveCostModel> model = CollectiveCostModel::Create(cluster, plan);

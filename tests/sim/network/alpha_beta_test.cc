@@ -1,7 +1,9 @@
 // Mode alpha_beta (spec §3.2, §6.1): each algorithm against its closed form written out here from the
 // spec's table, auto = the cheapest, busbw independent of p at large S (rapidcheck), group shapes.
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -168,6 +170,31 @@ TEST(AlphaBeta, AllToAllvUsesTheBusiestTier) {
   AllToAllvLoad load;
   load.bytes_per_tier = {7e6, 24e6, 0};
   ExpectRel(Model().EstimateAllToAllv(g, load).duration_s, kAlpha1 + 31 * kPost + std::max(7e6 / kB0, 24e6 / kNic));
+}
+
+TEST(AlphaBeta, AllToAllvMatrixIsPricedByItsSlowestMember) {
+  // 4 members, 2 per host (one zone): member 0 and 1 share host 0, 2 and 3 host 1. Member 3 receives
+  // 30 MB from member 0 across hosts (the hot receiver); everything else sends 1 MB to each peer.
+  const GroupShape g{4, 2, 2, 4, 1};
+  std::vector<double> m(16, 1e6);
+  for (int i = 0; i < 4; ++i) m[i * 4 + i] = 5e9;  // self-traffic: ignored
+  m[0 * 4 + 3] = 30e6;
+  absl::StatusOr<std::vector<AllToAllvLoad>> loads = AllToAllvLoads(g, m);
+  ASSERT_TRUE(loads.ok()) << loads.status();
+  // Member 3 receives 30 + 1 MB across hosts (from members 0 and 1) and sends 2 MB across; NVLink:
+  // 1 MB each way with member 2.
+  EXPECT_EQ((*loads)[3].bytes_per_tier, (std::array<double, 3>{1e6, 31e6, 0}));
+  // Member 0 sends 31 MB across hosts, receives 2 MB.
+  EXPECT_EQ((*loads)[0].bytes_per_tier, (std::array<double, 3>{1e6, 31e6, 0}));
+  EXPECT_EQ((*loads)[1].bytes_per_tier, (std::array<double, 3>{1e6, 2e6, 0}));
+  absl::StatusOr<CollectiveCostModel::AllToAllvResult> r = Model().EstimateAllToAllvMatrix(g, m);
+  ASSERT_TRUE(r.ok());
+  const double want = kAlpha1 + 3 * kPost + std::max(1e6 / kB0, 31e6 / kNic);
+  ExpectRel(r->slowest.duration_s, want);
+  EXPECT_EQ(r->slowest_member, 0);
+  ExpectRel(r->member_duration_s[1], kAlpha1 + 3 * kPost + std::max(1e6 / kB0, 2e6 / kNic));
+  EXPECT_THAT(AllToAllvLoads(g, std::vector<double>(15, 1.0)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("all-to-allv matrix: 15 entries for a group of 4")));
 }
 
 TEST(AlphaBeta, FittedCalibrationReplacesTheTier) {
