@@ -272,38 +272,45 @@ bool CollectiveCostModel::Impl::HasAutoFit(CollectiveOp op, const GroupShape& s,
 CollectiveCost CollectiveCostModel::Impl::AlphaBeta(CollectiveOp op, CollAlgo algo, const GroupShape& s,
                                                     double S, bool auto_fit) const {
   const alpha_beta::Profile g = ProfileFor(op, auto_fit ? std::nullopt : std::optional<CollAlgo>(algo), s, S);
-  double t = 0;
-  switch (algo) {
-    case CollAlgo::kRing:
-      t = op == CollectiveOp::kAllReduce   ? alpha_beta::RingAllReduce(g, S)
-          : op == CollectiveOp::kBroadcast ? alpha_beta::RingBroadcast(g, S)
-          : op == CollectiveOp::kAllToAll  ? alpha_beta::DirectAllToAll(g, S, window)
-                                           : alpha_beta::RingAllGather(g, S);
-      break;
-    case CollAlgo::kTree:
-      t = op == CollectiveOp::kBroadcast ? alpha_beta::TreeBroadcast(g, S) : alpha_beta::TreeAllReduce(g, S);
-      break;
-    case CollAlgo::kHalvingDoubling:
-      t = op == CollectiveOp::kAllReduce ? alpha_beta::HalvingDoublingAllReduce(g, S)
-                                         : alpha_beta::RecursiveAllGather(g, S);
-      break;
-    case CollAlgo::kHierarchical:
-      t = op == CollectiveOp::kAllReduce ? alpha_beta::HierarchicalAllReduce(g, S)
-                                         : alpha_beta::HierarchicalAllGather(g, S);
-      break;
-    case CollAlgo::kNvls:
-      t = alpha_beta::NvlsAllReduce(g, S, nvls_busbw_Bps);
-      break;
-    case CollAlgo::kPat:  // NCCL's PAT (one GPU per host): log2(p) steps, as recursive doubling
-      t = alpha_beta::RecursiveAllGather(g, S);
-      break;
-    case CollAlgo::kDirect:
-    case CollAlgo::kAllToAllv:
-      t = alpha_beta::DirectAllToAll(g, S, window);
-      break;
-  }
+  // Every form is affine in S on a fixed profile: t(S) = latency + S · c; t(0) is the latency that the
+  // η tables leave alone.
+  auto form = [&](double x) {
+    double t = 0;
+    switch (algo) {
+      case CollAlgo::kRing:
+        t = op == CollectiveOp::kAllReduce   ? alpha_beta::RingAllReduce(g, x)
+            : op == CollectiveOp::kBroadcast ? alpha_beta::RingBroadcast(g, x)
+            : op == CollectiveOp::kAllToAll  ? alpha_beta::DirectAllToAll(g, x, window)
+                                             : alpha_beta::RingAllGather(g, x);
+        break;
+      case CollAlgo::kTree:
+        t = op == CollectiveOp::kBroadcast ? alpha_beta::TreeBroadcast(g, x) : alpha_beta::TreeAllReduce(g, x);
+        break;
+      case CollAlgo::kHalvingDoubling:
+        t = op == CollectiveOp::kAllReduce ? alpha_beta::HalvingDoublingAllReduce(g, x)
+                                           : alpha_beta::RecursiveAllGather(g, x);
+        break;
+      case CollAlgo::kHierarchical:
+        t = op == CollectiveOp::kAllReduce ? alpha_beta::HierarchicalAllReduce(g, x)
+                                           : alpha_beta::HierarchicalAllGather(g, x);
+        break;
+      case CollAlgo::kNvls:
+        t = alpha_beta::NvlsAllReduce(g, x, nvls_busbw_Bps);
+        break;
+      case CollAlgo::kPat:  // NCCL's PAT (one GPU per host): log2(p) steps, as recursive doubling
+        t = alpha_beta::RecursiveAllGather(g, x);
+        break;
+      case CollAlgo::kDirect:
+      case CollAlgo::kAllToAllv:
+        t = alpha_beta::DirectAllToAll(g, x, window);
+        break;
+    }
+    return t;
+  };
+  const double t = form(S);
   CollectiveCost c;
   c.duration_s = t;
+  c.latency_s = form(0);
   c.algo = algo;
   if (const int size = FitSize(op, s); size > 0 && size != s.members) c.anchor_gpus = size;
   return c;
@@ -504,8 +511,10 @@ absl::StatusOr<CollectiveCostModel> CollectiveCostModel::Create(const Cluster& c
 
 namespace {
 
+// η scales busbw (spec §3.4): the bandwidth part of the time, not the latency steps (mode nccl's
+// times are not split: there η scales the whole time).
 CollectiveCost Finish(CollectiveCost c, CollectiveOp op, const GroupShape& s, double bytes, double eta) {
-  c.duration_s /= eta;
+  c.duration_s = c.latency_s + (c.duration_s - c.latency_s) / eta;
   if (c.duration_s > 0) {
     c.algbw_Bps = bytes / c.duration_s;
     c.busbw_Bps = c.algbw_Bps * BusBwFactor(op, s.members);
@@ -572,6 +581,7 @@ CollectiveCost CollectiveCostModel::EstimateAllToAllv(const GroupShape& shape, c
   if (shape.members <= 1 || !(total > 0)) return c;
   const alpha_beta::Profile g = impl_->ProfileFor(CollectiveOp::kAllToAll, CollAlgo::kDirect, shape, total);
   c.duration_s = alpha_beta::AllToAllv(g, load.bytes_per_tier, impl_->window);
+  c.latency_s = alpha_beta::AllToAllLatency(g, impl_->window);
   const double eta = impl_->Eta(CollectiveOp::kAllToAll, shape, total);
   return Finish(c, CollectiveOp::kAllToAll, shape, total, eta);
 }

@@ -75,6 +75,9 @@ struct CollectiveCost {
   // > 0: no measurement of this group size; its NVLink costs are extrapolated from the fitted group
   // of anchor_gpus GPUs on one host (the largest measured below it).
   int anchor_gpus = 0;
+  // Mode alpha_beta: the size-independent part of duration_s (latency steps), which the η tables do
+  // not scale; 0 in mode nccl.
+  double latency_s = 0;
 };
 
 // An all-to-allv seen from the busiest rank (or from one rank, for a2av_end: per_rank): for each

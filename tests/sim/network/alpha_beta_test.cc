@@ -271,11 +271,15 @@ TEST(AlphaBeta, NetworkEtaTablesApplyAcrossHostsOnly) {
   // One host: no table applies.
   ExpectRel(with.Estimate(CollectiveOp::kAllReduce, OneHost(8), S).duration_s,
             without.Estimate(CollectiveOp::kAllReduce, OneHost(8), S).duration_s);
-  // 2 hosts take the 2-host table (η 0.5 at 1e8), 3 hosts too (the most hosts not above), 8 the 4-host one.
+  // 2 hosts take the 2-host table (η 0.5 at 1e8), 3 hosts too (the most hosts not above), 8 the 4-host
+  // one. η scales the ring's bandwidth term, not its latency steps.
   for (auto [hosts, eta] : {std::pair{2, 0.5}, std::pair{3, 0.5}, std::pair{8, 1.0}}) {
-    const GroupShape g{8 * hosts, 8, hosts, 8 * hosts, 1};
-    ExpectRel(with.Estimate(CollectiveOp::kAllReduce, g, S).duration_s,
-              without.Estimate(CollectiveOp::kAllReduce, g, S).duration_s / eta);
+    const int p = 8 * hosts;
+    const GroupShape g{p, 8, hosts, p, 1};
+    const double latency = 2 * ((p - hosts) * kAlpha0 + (hosts - 1) * kAlpha1);
+    const double bandwidth = 2 * (p - 1.0) / p * S / std::min(kB0, 8 * kNic);
+    ExpectRel(without.Estimate(CollectiveOp::kAllReduce, g, S).duration_s, latency + bandwidth);
+    ExpectRel(with.Estimate(CollectiveOp::kAllReduce, g, S).duration_s, latency + bandwidth / eta);
   }
 }
 
@@ -288,8 +292,7 @@ TEST(AlphaBeta, EtaTablesScaleBusbw) {
   absl::StatusOr<CollectiveCostModel> m = CollectiveCostModel::Create(c, plan);
   ASSERT_TRUE(m.ok());
   const double S = 1e7;  // halfway in log: eta 0.75
-  ExpectRel(m->Estimate(CollectiveOp::kAllGather, OneHost(4), S).duration_s,
-            (3 * kAlpha0 + 0.75 * S / kB0) / 0.75);
+  ExpectRel(m->Estimate(CollectiveOp::kAllGather, OneHost(4), S).duration_s, 3 * kAlpha0 + 0.75 * S / kB0 / 0.75);
 }
 
 TEST(AlphaBeta, ZeroBytesOrOneMemberCostNothing) {

@@ -44,11 +44,12 @@ def main():
     if "extrapolated from the 4-GPU measurement" not in r.stdout:
         failures.append(f"text output should say it is extrapolated: {r.stdout!r}")
 
-    # 2 hosts, 64 MiB all-reduce: the published 2-host eta (0.5 at 64 MiB) halves the peak busbw.
+    # 2 hosts, 64 MiB all-reduce: the published 2-host eta (0.5 at 64 MiB) halves the bandwidth term
+    # (the latency steps, ~21 us of the ~384 us, stay).
     on = one("--op", "all_reduce", "--gpus", "16", "--size", "64M")
     off = one("--op", "all_reduce", "--gpus", "16", "--size", "64M", "--no-eta")
-    if abs(on.get("time_us", 0) - 2 * off.get("time_us", 0)) > 1e-6 * off.get("time_us", 1):
-        failures.append(f"2-host 64 MiB all_reduce with eta {on} should take twice {off}")
+    if not 1.9 * off.get("time_us", 1e9) < on.get("time_us", 0) < 2 * off.get("time_us", 0):
+        failures.append(f"2-host 64 MiB all_reduce with eta {on} should take just under twice {off}")
     if not on.get("busbw_GBps", 1e9) < 200:
         failures.append(f"2-host 64 MiB all_reduce busbw {on.get('busbw_GBps')} GB/s should be below 200")
 
