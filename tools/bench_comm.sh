@@ -7,13 +7,15 @@
 #      /tmp/gemtb-src, so that uncommitted work of others in the copied tree cannot break the build;
 #   2. builds `gemtb` there (CUDA on);
 #   3. runs `gemtb bench comm` on all GPUs: every op, 1 KiB .. 1 GiB x2, with NCCL choosing (auto,
-#      plus the GEMM-under-all-gather probe), with NCCL_ALGO=Ring (all_reduce, all_gather,
-#      reduce_scatter) and NCCL_ALGO=allreduce:Tree (all_reduce); NCCL_NVLS_ENABLE=0 throughout;
+#      plus the interference probe: a GEMM beside an SM-based and beside a copy-engine copy), with
+#      NCCL_ALGO=Ring (all_reduce, all_gather, reduce_scatter) and NCCL_ALGO=allreduce:Tree
+#      (all_reduce); NCCL_NVLS_ENABLE=0 throughout. --gemm-only runs the interference probe alone
+#      (one GPU is enough: it then needs no collective), for `gemtb bench comm --fit`;
 #   4. logs NCCL's own tuning table once (NCCL_DEBUG_SUBSYS=TUNING) for spec §6.2;
 #   5. writes 7 files under $OUT (a device call brings back at most 8): comm_results.json (all runs,
 #      commit, hardware, NCCL's tuning table), summary.txt, build.log, tuning.log and the per-run JSON.
 # Usage (device call, from the repository root; carry [".deb"]):
-#   bash tools/bench_comm.sh [--iters N] [--warmup N] [--max-bytes 1G] [--gemtb PATH]
+#   bash tools/bench_comm.sh [--iters N] [--warmup N] [--max-bytes 1G] [--gemtb PATH] [--gemm-only]
 # --gemtb PATH skips the build and runs that gemtb (built from the same src.tgz in the same call, e.g.
 # by a script that also builds the GPU tests); .deb/ must still hold the packages it links against.
 # Exit status: 0 all runs done, 1 a run failed, 2 the build failed.
@@ -23,12 +25,14 @@ iters=50
 warmup=10
 max_bytes=1G
 prebuilt=
+gemm_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --iters) iters=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --max-bytes) max_bytes=$2; shift 2 ;;
     --gemtb) prebuilt=$2; shift 2 ;;
+    --gemm-only) gemm_only=1; shift ;;
     *) echo "bench_comm: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -87,6 +91,14 @@ run() {  # name, then env assignments and gemtb arguments
     tail -5 "/tmp/comm_$name.txt" | tee -a "$out/summary.txt"
   fi
 }
+if [ "$gemm_only" = 1 ]; then
+  # The probe, and one small all-gather so that the record is a valid bench comm record.
+  max_bytes=1M
+  run auto "$gemtb" bench comm --gemm --ops all_gather --min-bytes 1M --label "interference probe"
+  grep -E "^(gemm|#)" /tmp/comm_auto.txt | sed 's/^/   /' | tee -a "$out/summary.txt"
+  stage "done: status $status"
+  exit $status
+fi
 run auto "$gemtb" bench comm --gemm --label "NCCL auto"
 run ring NCCL_ALGO=Ring "$gemtb" bench comm --ops all_reduce,all_gather,reduce_scatter --label "NCCL_ALGO=Ring"
 run tree NCCL_ALGO=allreduce:Tree "$gemtb" bench comm --ops all_reduce --label "NCCL_ALGO=allreduce:Tree"

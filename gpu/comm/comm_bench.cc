@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -180,15 +181,76 @@ absl::StatusOr<std::vector<double>> TimeCalls(Bench& bench, const std::string& o
   return times;
 }
 
-// GEMM on GPU 0's compute stream: median event time of `n` GEMMs, optionally while every GPU runs
-// back-to-back all-gathers of ag_bytes on its comm stream.
-absl::StatusOr<double> TimeGemms(Bench& bench, cublasHandle_t handle, void* a, void* b, void* c, int dim, int n,
-                                 bool with_allgather, int64_t ag_bytes, int ag_calls) {
-  Rank& r0 = bench.ranks()[0];
-  if (with_allgather) {
-    for (int k = 0; k < ag_calls; ++k) {
-      if (absl::Status s = bench.Enqueue("all_gather", ag_bytes, ncclBfloat16, 2); !s.ok()) return s;
+// What runs beside the GEMM: nothing, an SM-based copy, or a copy-engine copy.
+enum class Background { kNone, kSmBased, kCopyEngine };
+
+// One background call of `bytes` on every GPU's comm stream.
+absl::Status EnqueueBackground(Bench& bench, Background kind, cublasHandle_t copy_handle, int64_t bytes) {
+  const int p = bench.size();
+  if (kind == Background::kSmBased) {
+    if (p >= 2) return bench.Enqueue("all_gather", bytes, ncclBfloat16, 2);
+    Rank& r = bench.ranks()[0];
+    COMM_CUDA(cudaSetDevice(r.device));
+    // cuBLAS's copy kernel: SM-based, the one-GPU stand-in for an SM-based collective.
+    if (cublasScopy(copy_handle, static_cast<int>(bytes / 4), static_cast<const float*>(r.send), 1,
+                    static_cast<float*>(r.recv), 1) != CUBLAS_STATUS_SUCCESS) {
+      return absl::InternalError("cublasScopy failed");
     }
+    return absl::OkStatus();
+  }
+  if (kind == Background::kCopyEngine) {
+    for (int i = 0; i < p; ++i) {
+      Rank& r = bench.ranks()[i];
+      COMM_CUDA(cudaSetDevice(r.device));
+      if (p >= 2) {
+        Rank& next = bench.ranks()[(i + 1) % p];
+        COMM_CUDA(cudaMemcpyPeerAsync(next.recv, next.device, r.send, r.device, static_cast<size_t>(bytes), r.stream));
+      } else {
+        COMM_CUDA(cudaMemcpyAsync(r.recv, r.send, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, r.stream));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string BackgroundHow(Background kind, int p) {
+  if (kind == Background::kSmBased) {
+    return p >= 2 ? absl::StrCat("NCCL all_gather on ", p, " GPUs") : "cuBLAS copy kernel (cublasScopy) on GPU 0";
+  }
+  return p >= 2 ? absl::StrCat("cudaMemcpyPeerAsync from each of ", p, " GPUs to the next")
+                : "cudaMemcpyAsync device-to-device on GPU 0";
+}
+
+// Median time of one background call alone (GPU 0's comm stream), to size the queue beside the GEMMs.
+absl::StatusOr<double> TimeBackgroundMs(Bench& bench, Background kind, cublasHandle_t copy_handle, int64_t bytes) {
+  Rank& r0 = bench.ranks()[0];
+  std::vector<double> ms;
+  for (int k = 0; k < 7; ++k) {
+    cudaEvent_t start, stop;
+    COMM_CUDA(cudaSetDevice(r0.device));
+    COMM_CUDA(cudaEventCreate(&start));
+    COMM_CUDA(cudaEventCreate(&stop));
+    COMM_CUDA(cudaEventRecord(start, r0.stream));
+    if (absl::Status s = EnqueueBackground(bench, kind, copy_handle, bytes); !s.ok()) return s;
+    COMM_CUDA(cudaSetDevice(r0.device));
+    COMM_CUDA(cudaEventRecord(stop, r0.stream));
+    if (absl::Status s = bench.Sync(); !s.ok()) return s;
+    float t = 0;
+    COMM_CUDA(cudaEventElapsedTime(&t, start, stop));
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    if (k >= 2) ms.push_back(t);  // two warm-up calls
+  }
+  return Median(ms);
+}
+
+// GEMM on GPU 0's compute stream: median event time of `n` GEMMs, optionally while `calls`
+// background calls queued on the comm streams run.
+absl::StatusOr<double> TimeGemms(Bench& bench, cublasHandle_t handle, void* a, void* b, void* c, int dim, int n,
+                                 Background kind, cublasHandle_t copy_handle, int64_t bytes, int calls) {
+  Rank& r0 = bench.ranks()[0];
+  for (int k = 0; kind != Background::kNone && k < calls; ++k) {
+    if (absl::Status s = EnqueueBackground(bench, kind, copy_handle, bytes); !s.ok()) return s;
   }
   COMM_CUDA(cudaSetDevice(r0.device));
   std::vector<cudaEvent_t> start(n), stop(n);
@@ -217,13 +279,13 @@ absl::StatusOr<double> TimeGemms(Bench& bench, cublasHandle_t handle, void* a, v
     cudaEventDestroy(start[k]);
     cudaEventDestroy(stop[k]);
   }
-  // With the all-gathers, only GEMMs that ran while they did count: the first half (the all-gather
-  // queue is sized to outlast them, see below).
-  if (with_allgather) ms.resize(std::max(1, n / 2));
+  // With a background, only GEMMs that ran while it did count: the first half (the background
+  // queue is sized to outlast them, see GemmProbeRun).
+  if (kind != Background::kNone) ms.resize(std::max(1, n / 2));
   return Median(ms);
 }
 
-absl::Status GemmProbeRun(Bench& bench, const CommBenchOptions& o, double ag_time_us, GemmProbe* out) {
+absl::Status GemmProbeRun(Bench& bench, const CommBenchOptions& o, GemmProbe* out) {
   Rank& r0 = bench.ranks()[0];
   COMM_CUDA(cudaSetDevice(r0.device));
   const size_t elems = static_cast<size_t>(o.gemm_dim) * o.gemm_dim;
@@ -233,29 +295,53 @@ absl::Status GemmProbeRun(Bench& bench, const CommBenchOptions& o, double ag_tim
   COMM_CUDA(cudaMalloc(&c, elems * 2));
   COMM_CUDA(cudaMemset(a, 0, elems * 2));
   COMM_CUDA(cudaMemset(b, 0, elems * 2));
-  cublasHandle_t handle = nullptr;
+  cublasHandle_t handle = nullptr, copy_handle = nullptr;
   if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return absl::InternalError("cublasCreate failed");
+  if (cublasCreate(&copy_handle) != CUBLAS_STATUS_SUCCESS) return absl::InternalError("cublasCreate failed");
   cublasSetStream(handle, r0.compute);
+  cublasSetStream(copy_handle, r0.stream);
+  const int p = bench.size();
+  const int64_t bytes = o.gemm_copy_bytes / (2 * p) * (2 * p);  // whole bf16 chunks per rank
+  // Peer copies go GPU to GPU over NVLink only with peer access on (NCCL may have turned it on).
+  for (int i = 0; p >= 2 && i < p; ++i) {
+    COMM_CUDA(cudaSetDevice(bench.ranks()[i].device));
+    const cudaError_t e = cudaDeviceEnablePeerAccess(bench.ranks()[(i + 1) % p].device, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) {
+      cudaGetLastError();  // clear it
+    } else if (e != cudaSuccess) {
+      return CudaError("cudaDeviceEnablePeerAccess", e);
+    }
+  }
+  COMM_CUDA(cudaSetDevice(r0.device));
   const int n = 20;
-  absl::StatusOr<double> warm = TimeGemms(bench, handle, a, b, c, o.gemm_dim, 5, false, 0, 0);
-  absl::StatusOr<double> alone = warm.ok() ? TimeGemms(bench, handle, a, b, c, o.gemm_dim, n, false, 0, 0) : warm;
-  absl::StatusOr<double> with = alone;
-  if (alone.ok()) {
-    // Enough all-gathers to cover all n GEMMs (their time measured alone) twice over.
-    const int calls = std::max(4, static_cast<int>(2.0 * n * (*alone) * 1e3 / std::max(ag_time_us, 1.0)) + 2);
-    with = TimeGemms(bench, handle, a, b, c, o.gemm_dim, n, true, o.gemm_ag_bytes, calls);
+  absl::Status status = absl::OkStatus();
+  absl::StatusOr<double> warm = TimeGemms(bench, handle, a, b, c, o.gemm_dim, 5, Background::kNone, nullptr, 0, 0);
+  absl::StatusOr<double> alone =
+      warm.ok() ? TimeGemms(bench, handle, a, b, c, o.gemm_dim, n, Background::kNone, nullptr, 0, 0) : warm;
+  if (!alone.ok()) status = alone.status();
+  for (Background kind : {Background::kSmBased, Background::kCopyEngine}) {
+    if (!status.ok()) break;
+    absl::StatusOr<double> one = TimeBackgroundMs(bench, kind, copy_handle, bytes);
+    if (!one.ok()) { status = one.status(); break; }
+    // Enough background calls to cover all n GEMMs (their time measured alone) twice over.
+    const int calls = std::max(4, static_cast<int>(2.0 * n * (*alone) / std::max(*one, 1e-3)) + 2);
+    absl::StatusOr<double> beside = TimeGemms(bench, handle, a, b, c, o.gemm_dim, n, kind, copy_handle, bytes, calls);
+    if (!beside.ok()) { status = beside.status(); break; }
+    GemmBeside& g = kind == Background::kSmBased ? out->sm_based : out->copy_engine;
+    g.how = BackgroundHow(kind, p);
+    g.ms = *beside;
+    g.slowdown = *beside / *alone;
+    g.kappa = g.slowdown - 1;
   }
   cublasDestroy(handle);
+  cublasDestroy(copy_handle);
   cudaFree(a);
   cudaFree(b);
   cudaFree(c);
-  if (!with.ok()) return with.status();
+  if (!status.ok()) return status;
   out->dim = o.gemm_dim;
   out->alone_ms = *alone;
-  out->with_allgather_ms = *with;
-  out->slowdown = *with / *alone;
-  out->kappa = out->slowdown - 1;
-  out->allgather_bytes = o.gemm_ag_bytes;
+  out->copy_bytes = bytes;
   out->gemms = n;
   return absl::OkStatus();
 }
@@ -294,7 +380,7 @@ absl::StatusOr<CommBenchResult> RunCommBench(const CommBenchOptions& o) {
   result.iters = o.iters;
 
   Bench bench;
-  const int64_t buffer = std::max(o.max_bytes, o.gemm ? o.gemm_ag_bytes : int64_t{0});
+  const int64_t buffer = std::max(o.max_bytes, o.gemm ? o.gemm_copy_bytes : int64_t{0});
   if (absl::Status s = bench.Init(o.gpus, buffer); !s.ok()) return s;
   const int p = bench.size();
   result.gpus = p;
@@ -326,10 +412,7 @@ absl::StatusOr<CommBenchResult> RunCommBench(const CommBenchOptions& o) {
   }
 
   if (o.gemm) {
-    absl::StatusOr<std::vector<double>> ag =
-        TimeCalls(bench, "all_gather", o.gemm_ag_bytes / (2 * p) * (2 * p), ncclBfloat16, 2, 2, 5);
-    if (!ag.ok()) return ag.status();
-    if (absl::Status s = GemmProbeRun(bench, o, Median(*ag), &result.gemm); !s.ok()) return s;
+    if (absl::Status s = GemmProbeRun(bench, o, &result.gemm); !s.ok()) return s;
     result.has_gemm = true;
   }
   return result;

@@ -4,8 +4,11 @@
 // nccl-tests' convention (spec §3.1: S is the buffer for all-reduce/broadcast, the full gathered size
 // for all-gather/reduce-scatter, the bytes one rank sends for all-to-all), timing each call with CUDA
 // events on every GPU (a call's time: the slowest GPU's; reported: the median over iterations).
-// Plus the SM-contention probe: a cuBLAS bf16 GEMM alone vs while an all-gather runs on another
-// stream; the ratio of medians minus one is the κ of spec §2.5.
+// Plus the interference probe (spec §2.5's κ), on one GPU or more: a cuBLAS bf16 GEMM on GPU 0 alone,
+// beside an SM-based copy of the same bytes (an NCCL all-gather on >= 2 GPUs; on one GPU cuBLAS's
+// copy kernel, which runs on the SMs) and beside a copy-engine copy of the same bytes
+// (cudaMemcpyPeerAsync from each GPU to the next on >= 2 GPUs; cudaMemcpyAsync device-to-device on
+// one GPU, which the copy engine carries); κ = median GEMM time beside / alone − 1 for each.
 //
 // NVLink SHARP stays off (NCCL_NVLS_ENABLE=0 is set before the communicators exist). NCCL_ALGO /
 // NCCL_PROTO are taken from the environment as NCCL reads them at init, and recorded.
@@ -30,9 +33,9 @@ struct CommBenchOptions {
   int warmup = 5;
   int iters = 20;
   int gpus = 0;                // 0: every visible GPU
-  bool gemm = false;           // run the GEMM-under-all-gather probe
+  bool gemm = false;           // run the interference probe
   int gemm_dim = 8192;         // M = N = K
-  int64_t gemm_ag_bytes = int64_t{256} << 20;
+  int64_t gemm_copy_bytes = int64_t{256} << 20;  // bytes per background call (S of the all-gather)
 };
 
 struct CommMeasurement {
@@ -47,14 +50,21 @@ struct CommMeasurement {
   int iters = 0;
 };
 
+// The GEMM beside one kind of background copy.
+struct GemmBeside {
+  std::string how;         // what ran beside it ("NCCL all_gather on 4 GPUs", ...)
+  double ms = 0;           // median GEMM time while it ran
+  double slowdown = 0;     // ms / alone
+  double kappa = 0;        // slowdown − 1
+};
+
 struct GemmProbe {
   int dim = 0;
-  double alone_ms = 0;        // median over GEMMs, GPU 0
-  double with_allgather_ms = 0;
-  double slowdown = 0;        // with / alone
-  double kappa = 0;           // slowdown − 1
-  int64_t allgather_bytes = 0;
   int gemms = 0;
+  int64_t copy_bytes = 0;  // bytes per background call
+  double alone_ms = 0;     // median over GEMMs, GPU 0
+  GemmBeside sm_based;     // beside an SM-based copy (NCCL all-gather, or the copy kernel on one GPU)
+  GemmBeside copy_engine;  // beside a copy-engine copy
 };
 
 struct CommBenchResult {

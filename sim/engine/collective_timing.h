@@ -20,6 +20,12 @@ class CollectiveTiming {
   // op on a group of `layout` moving S = bytes (spec §3.1). a2av: bytes is the heaviest member's
   // send total, spread over the tiers in proportion to the peers reached across each.
   CollectiveCost Cost(int layout, CollectiveOp op, double bytes, bool a2av) const;
+  // An all-to-allv whose member load per tier is known (from a traffic matrix: AllToAllvLoads in
+  // sim/network/collective_cost.h), instead of the uniform spread Cost assumes.
+  CollectiveCost CostAllToAllv(int layout, const AllToAllvLoad& load) const {
+    return model_.EstimateAllToAllv(shapes_[layout], load);
+  }
+  const CollectiveCostModel& model() const { return model_; }
   const GroupShape& shape(int layout) const { return shapes_[layout]; }
 
  private:

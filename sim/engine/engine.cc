@@ -14,6 +14,7 @@
 namespace gemtb::sim {
 namespace {
 
+constexpr int kOps = 5;  // CollectiveOp values (kappa per op)
 constexpr uint64_t kPurposeJitter = 0x4A495454;  // "JITT"
 
 double StdNormal(uint64_t seed, uint64_t stream, uint64_t element) {
@@ -42,15 +43,27 @@ class Engine {
   const double* Stats(int step, int r) const {
     return in_.stats->data() + (static_cast<size_t>(step) * R_ + r) * width_;
   }
-  // c_r with k SM-based collectives running (spec §2.5): each takes s SMs, kappa = s / (n - s), so
-  // compute keeps n - k*s of n SMs: c = n / (n - k*s) = 1 / (1 - k*f), f = s/n = kappa / (1 + kappa).
-  // Compute keeps at least one collective's share of the SMs (NCCL channels queue beyond that).
-  double Contention(int k) const {
-    if (k <= 0 || in_.kappa <= 0) return 1.0;
-    if (k == 1) return 1.0 + in_.kappa;
-    const double f = in_.kappa / (1.0 + in_.kappa);
-    return 1.0 / std::max(1.0 - k * f, f);
+  // c_r with collectives running (spec §2.5): one of op o slows compute by 1 + kappa_o; each takes
+  // the share f_o = kappa_o / (1 + kappa_o) of what compute runs on (SMs; HBM bandwidth for the copy
+  // engine), so with several c = 1 / (1 - sum f). Compute keeps at least the smallest running share
+  // (NCCL channels queue beyond that).
+  double Contention(const std::array<int16_t, kOps>& n) const {
+    int total = 0, only = -1;
+    for (int o = 0; o < kOps; ++o) {
+      if (n[o] > 0) { total += n[o]; only = o; }
+    }
+    if (total == 0) return 1.0;
+    if (total == 1) return 1.0 + in_.kappa[only];
+    double sum = 0, least = 1;
+    for (int o = 0; o < kOps; ++o) {
+      if (n[o] == 0) continue;
+      const double f = in_.kappa[o] / (1.0 + in_.kappa[o]);
+      sum += n[o] * f;
+      least = std::min(least, f);
+    }
+    return 1.0 / std::max(1.0 - sum, least);
   }
+  bool HoldsSms(int i) const { return in_.kappa[static_cast<int>(tpl_.tasks[i].op)] > 0; }
   bool Measured(int step) const { return step >= in_.warmup; }
   bool Traced(int r, int step) const { return !in_.traced.empty() && in_.traced[r] && step == in_.trace_step; }
 
@@ -88,7 +101,7 @@ class Engine {
   void Arrive(int r, int i, int step);
   void StartCollective(int i, int g, int step);
   void Complete(int r, int i, int step);
-  void SetSm(int r, int delta);
+  void SetSm(int r, int op, int delta);
   void OnComputeEnd(int r, uint32_t version);
   void OnCollEnd(int i, int g, uint32_t version);
   void ShareStart(int i, int g, int64_t k, double dur);
@@ -118,7 +131,7 @@ class Engine {
   };
   struct RankState {
     Running run;
-    int32_t sm = 0;          // SM-based collectives running
+    std::array<int16_t, kOps> sm{};  // collectives running that hold kappa > 0, per op
     int32_t last_task = -1;  // the collective that completed last (blocker accounting)
     double idle_since = 0;   // compute stream idle since (-1: busy)
     double last_arr = 0, last_start = 0;
@@ -138,11 +151,11 @@ class Engine {
   std::vector<int32_t> arrived_;
   std::vector<double> max_bytes_, coll_start_, coll_dur_;
   std::vector<int16_t> coll_step_;
-  // Processor sharing (spec §2.4): per rank and tier (0 NVLink host, 1 AI zone, 2 cross-zone), the
-  // collectives running on it whose outermost tier that is, apart from the rank state so that a
+  // Processor sharing (spec §2.4): per rank and port (0 its NVLink/NVSwitch port, 1 its NIC), the
+  // collectives running on it whose outermost link that is, apart from the rank state so that a
   // rendezvous's pass over its members touches little memory. A rank has at most one collective per
   // stream in flight, so kMaxShare bounds the list.
-  static constexpr int kPorts = 3;
+  static constexpr int kPorts = 2;
   static constexpr int kMaxShare = 8;
   static_assert(kNumStreams - 1 <= kMaxShare, "one collective per non-compute stream");
   // A rank-tier's collectives, as instance keys (coll_off_[task] + group) in start order: the
@@ -169,7 +182,10 @@ class Engine {
   // inside an end's pass over its members can let one in twice, which Reshare makes harmless).
   std::vector<int64_t> share_touched_, share_end_touched_;
   std::vector<int32_t> inst_task_;      // per instance: its task
-  std::vector<int8_t> layout_port_;     // per layout: its outermost tier (0 host, 1 zone, 2 cross-zone)
+  // Per layout: the port its collectives load, 0 (NVLink) for a group on one host, else 1 (the
+  // NIC, which in-zone and cross-zone traffic share; the zone uplink's smaller share is the
+  // oversubscription already in the cross-zone bandwidth).
+  std::vector<int8_t> layout_port_;
   std::vector<int64_t> done_count_;  // per step: (rank, task) completions
   // a2av_end per_rank: each member's bytes and duration of the all-to-allv heading a stream
   // ([rank][stream]; empty otherwise).
@@ -282,9 +298,9 @@ void Engine::StartCompute(int r, int i, int step) {
   }
 }
 
-void Engine::SetSm(int r, int delta) {
+void Engine::SetSm(int r, int op, int delta) {
   const double c_old = Contention(rs_[r].sm);
-  rs_[r].sm += delta;
+  rs_[r].sm[op] = static_cast<int16_t>(rs_[r].sm[op] + delta);
   const double c_new = Contention(rs_[r].sm);
   Running& x = rs_[r].run;
   if (c_new == c_old || x.task < 0) return;
@@ -333,7 +349,7 @@ void Engine::StartCollective(int i, int g, int step) {
   }
   coll_start_[k] = now_;
   coll_dur_[k] = dur;
-  const bool holds_sms = in_.kappa > 0 && dur > 0;
+  const bool holds_sms = HoldsSms(i) && dur > 0;
   if (t.a2av && in_.a2av_per_rank) {
     if (Measured(step)) {
       EngineOutput::CollSite& s = out_.sites[i];
@@ -346,7 +362,7 @@ void Engine::StartCollective(int i, int g, int step) {
     return;
   }
   if (holds_sms) {
-    for (int p = 0; p < l.size; ++p) SetSm(l.Member(g, p), +1);
+    for (int p = 0; p < l.size; ++p) SetSm(l.Member(g, p), static_cast<int>(t.op), +1);
   }
   if (Measured(step)) {
     EngineOutput::CollSite& s = out_.sites[i];
@@ -378,9 +394,9 @@ void Engine::StartPerRank(int i, int g, int step, double jitter, bool holds_sms)
     double& own = MemberSlot(a2av_dur_, r, t.stream);
     own = in_.timing->Cost(t.layout, t.op, MemberSlot(a2av_bytes_, r, t.stream), true).duration_s * jitter;
     if (Measured(step)) out_.sites[i].member_time_s += own;
-    if (holds_sms) SetSm(r, +1);
+    if (holds_sms) SetSm(r, static_cast<int>(t.op), +1);
     if (in_.ideal_network) {
-      if (holds_sms) q_.Push(now_ + own, EventType::kMemberSmRelease, r, 0);
+      if (holds_sms) q_.Push(now_ + own, EventType::kMemberSmRelease, r, static_cast<int>(t.op));
       q_.Push(now_, EventType::kMemberEnd, i, r);
     } else {
       q_.Push(now_ + own, EventType::kMemberEnd, i, r);
@@ -392,7 +408,7 @@ void Engine::StartPerRank(int i, int g, int step, double jitter, bool holds_sms)
 // end under a2av_end per_rank. It gives back its SMs, books its communication, traces, completes.
 void Engine::MemberEnd(int i, int r, int step, double start, double dur, bool release_sms) {
   const TaskTemplate& t = tpl_.tasks[i];
-  if (release_sms) SetSm(r, -1);
+  if (release_sms) SetSm(r, static_cast<int>(t.op), -1);
   const double arr = rs_[r].st[t.stream].arrival;
   rs_[r].last_arr = arr;
   rs_[r].last_start = start;
@@ -400,7 +416,7 @@ void Engine::MemberEnd(int i, int r, int step, double start, double dur, bool re
   if (Measured(step)) rs_[r].comm += in_.ideal_network ? 0.0 : dur;
   if (Traced(r, step)) {
     AddTrace(r, t.stream, t.name, "wait", arr, start - arr);
-    AddTrace(r, t.stream, t.name, in_.kappa > 0 ? "comm" : "copy", start, now_ - start);
+    AddTrace(r, t.stream, t.name, in_.copy_engine ? "copy" : "comm", start, now_ - start);
   }
   Complete(r, i, step);
 }
@@ -506,7 +522,7 @@ void Engine::OnCollEnd(int i, int g, uint32_t version) {
     coll_dur_[k] = now_ - coll_start_[k];
   }
   const double start = coll_start_[k], dur = coll_dur_[k];
-  const bool release = in_.kappa > 0 && dur > 0 && !in_.ideal_network;
+  const bool release = HoldsSms(i) && dur > 0 && !in_.ideal_network;
   constexpr int kAhead = 8;  // members prefetched ahead (each completion is a few hundred ns)
   const int base = l.BaseOf(g);  // member p is base + p * stride
   for (int p = 0; p < std::min(kAhead, l.size); ++p) PrefetchCompletion(base + p * l.stride, i, step);
@@ -656,7 +672,7 @@ absl::StatusOr<EngineOutput> Engine::Run() {
   layout_port_.assign(tpl_.layouts.size(), 0);
   for (size_t j = 0; j < tpl_.layouts.size(); ++j) {
     const GroupShape& shape = in_.timing->shape(static_cast<int>(j));
-    layout_port_[j] = shape.zones > 1 ? 2 : (shape.hosts > 1 ? 1 : 0);
+    layout_port_[j] = shape.hosts > 1 ? 1 : 0;
   }
   done_count_.assign(in_.steps, 0);
   if (in_.a2av_per_rank) {
@@ -705,15 +721,16 @@ absl::StatusOr<EngineOutput> Engine::Run() {
       case EventType::kMemberEnd: {
         const int64_t k = coll_off_[e.a] + tpl_.layouts[hot_[e.a].layout].GroupOf(e.b);
         MemberEnd(e.a, e.b, coll_step_[k], coll_start_[k], MemberSlot(a2av_dur_, e.b, tpl_.tasks[e.a].stream),
-                  in_.kappa > 0 && coll_dur_[k] > 0 && !in_.ideal_network);
+                  HoldsSms(e.a) && coll_dur_[k] > 0 && !in_.ideal_network);
         break;
       }
       case EventType::kMemberSmRelease:
-        SetSm(e.a, -1);
+        SetSm(e.a, e.b, -1);
         break;
       case EventType::kSmRelease: {
         const GroupLayout& l = tpl_.layouts[tpl_.tasks[e.a].layout];
-        for (int p = 0; p < l.size; ++p) SetSm(l.Member(e.b, p), -1);
+        const int op = static_cast<int>(tpl_.tasks[e.a].op);
+        for (int p = 0; p < l.size; ++p) SetSm(l.Member(e.b, p), op, -1);
         break;
       }
     }

@@ -6,6 +6,7 @@
 #ifndef GEMTB_SIM_ENGINE_ENGINE_H_
 #define GEMTB_SIM_ENGINE_ENGINE_H_
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,16 +27,22 @@ struct EngineInput {
   const std::vector<double>* stats = nullptr;          // [step][rank][layout.size()]
   const std::vector<uint8_t>* checkpointed = nullptr;  // [step][rank][region], 1 = recompute; may be null
   const std::vector<double>* noise = nullptr;          // [step][rank] compute slowdown; may be null
-  double kappa = 0;            // contention while an SM-based collective runs
+  // Per CollectiveOp: compute slows by 1 + kappa on a rank while one collective of that op runs
+  // there (SMs taken by an SM-based library; HBM bandwidth taken by the copy engine); 0: none.
+  std::array<double, 5> kappa{};
+  bool copy_engine = false;    // collectives run on the copy engine (traced as "copy", else "comm")
   bool ideal_network = false;  // collectives take no time on the dependency path (SMs still held)
   double jitter_sigma = 0;     // per-call lognormal (mean 1) on collective durations
   // All-to-allv ends: false = every member ends with the heaviest (plan.collectives.a2av_end "all");
   // true = each member ends when its own send/receive total is through ("per_rank").
   bool a2av_per_rank = false;
-  // Processor sharing of concurrent collectives on one tier (spec §2.4): a collective loads the
-  // outermost tier its group spans (NVLink host, AI zone, cross-zone) on each member and runs at
-  // rate 1/n, n the most collectives any member has on that tier; RateChange reschedules its end.
-  // Off: every collective runs at its lone cost. All-to-allvs under a2av_per_rank do not share.
+  // plan.collectives.flow "maxmin": concurrent collectives share links (spec §2.4, §3.5). A
+  // collective loads one port on each member, its NVLink port if the group stays on one host, else
+  // its NIC (in-zone and cross-zone flows share it), and runs at rate 1/n, n the most collectives any
+  // member has on that port: the max-min fair rate when every flow on that port is bottlenecked
+  // there (a flow slowed elsewhere does not hand its unused share on: conservative). RateChange
+  // reschedules its end. Off ("none"): every collective runs at its lone cost. All-to-allvs under
+  // a2av_per_rank do not share.
   bool processor_sharing = true;
   uint64_t seed = 0;
   std::vector<uint8_t> traced;  // per rank: record its trace events of trace_step

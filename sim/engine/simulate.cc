@@ -129,14 +129,19 @@ absl::StatusOr<SimResult> Simulate(const Scenario& scenario, const Counterfactua
 
   MemoryPlanOutput mem = PlanMemory(tpl, scenario, stats, steps, world, cf.no_recompute);
 
-  // Contention.
-  const bool sm_based = scenario.plan.collectives.library == "sm_based" && !cf.sm_free;
-  double kappa = 0;
-  if (sm_based) {
-    const double s = scenario.plan.collectives.sms_per_collective;
+  // Contention (spec §2.5): SM-based collectives hold kappa per op (the calibration's per-op value,
+  // else its measured kappa, else s / (n_SM - s)); SM-free ones the copy engine's kappa. The
+  // counterfactual sm_free is contention-free (κ = 0).
+  const CollectivesPlan& cp = scenario.plan.collectives;
+  const Calibration& cal = scenario.cluster.calibration;
+  std::array<double, 5> kappa{};
+  if (!cf.sm_free && cp.library == "sm_based") {
+    const double s = cp.sms_per_collective;
     const double n = scenario.cluster.gpu.sm_count;
-    kappa = scenario.cluster.calibration.kappa.has_value() ? *scenario.cluster.calibration.kappa
-                                                          : (n > s ? s / (n - s) : 1.0);
+    const double base = cal.kappa.has_value() ? *cal.kappa : (n > s ? s / (n - s) : 1.0);
+    for (size_t o = 0; o < kappa.size(); ++o) kappa[o] = cal.kappa_ops[o].value_or(base);
+  } else if (!cf.sm_free) {
+    kappa.fill(cal.kappa_copy_engine.value_or(0.0));
   }
 
   EngineInput in;
@@ -149,6 +154,8 @@ absl::StatusOr<SimResult> Simulate(const Scenario& scenario, const Counterfactua
   in.checkpointed = &mem.checkpointed;
   in.noise = &noise;
   in.kappa = kappa;
+  in.copy_engine = cp.library != "sm_based";
+  in.processor_sharing = cp.flow == "maxmin";
   in.ideal_network = cf.ideal_network;
   in.jitter_sigma = cf.no_noise ? 0.0 : nz.collective_jitter_sigma;
   in.a2av_per_rank = scenario.plan.collectives.a2av_end == "per_rank";

@@ -125,21 +125,25 @@ double HierarchicalAllGather(const Profile& g, double S) {
 
 double HierarchicalAllReduce(const Profile& g, double S) { return 2 * HierarchicalAllGather(g, S); }
 
+double AllToAllLatency(const Profile& g, int window) {
+  const int top = g.Top();
+  if (top == 0) return std::ceil((g.p - 1) / std::max(1, window)) * g.level[0].alpha_s;
+  return g.level[top].alpha_s + (g.p - 1) * g.post_overhead_s;
+}
+
 double DirectAllToAll(const Profile& g, double S, int window) {
-  const double w = std::max(1, window);
   const double m0 = g.level[0].members, zone = g.level[0].members * g.level[1].members;
   double bw_term = 0;
   if (m0 > 1) bw_term = std::max(bw_term, S * (m0 - 1) / (g.p * g.level[0].bw_Bps));
   if (g.p > m0) bw_term = std::max(bw_term, S * (g.p - m0) / (g.p * g.level[1].bw_Bps));
   if (g.p > zone) bw_term = std::max(bw_term, S * (g.p - zone) / (g.p * g.level[2].bw_Bps));
-  return std::ceil((g.p - 1) / w) * g.level[g.Top()].alpha_s + bw_term;
+  return AllToAllLatency(g, window) + bw_term;
 }
 
 double AllToAllv(const Profile& g, const std::array<double, 3>& bytes, int window) {
-  const double w = std::max(1, window);
   const double bw_term = std::max({bytes[0] / g.level[0].bw_Bps, (bytes[1] + bytes[2]) / g.level[1].bw_Bps,
                                    bytes[2] / g.level[2].bw_Bps});
-  return std::ceil((g.p - 1) / w) * g.level[g.Top()].alpha_s + bw_term;
+  return AllToAllLatency(g, window) + bw_term;
 }
 
 double NvlsAllReduce(const Profile& g, double S, double nvls_busbw_Bps) {

@@ -21,6 +21,10 @@ struct Level {
 struct Profile {
   std::array<Level, 3> level;
   double p = 1;  // m0 * m1 * m2
+  // Per-peer cost of posting one network transfer (NCCL's proxy posts each peer's send and receive
+  // in turn; tuning.cc charges ~1 µs per post on Intel hosts). Paid serially per peer by an
+  // all-to-all that leaves the host; the peers' network latencies overlap.
+  double post_overhead_s = 0;
   // Outermost level with m_k > 1 (0 when the group is one member).
   int Top() const;
   // The bottleneck busbw of a flat ring over all levels ([SimAI-BW]): min(B0, m0·B1, m0·m1·B2) over
@@ -46,7 +50,10 @@ double HalvingDoublingAllReduce(const Profile& g, double S);
 double RecursiveAllGather(const Profile& g, double S);  // recursive doubling AG / halving RS
 double HierarchicalAllReduce(const Profile& g, double S);
 double HierarchicalAllGather(const Profile& g, double S);  // also reduce-scatter
-// Direct (multi-tier) all-to-all with window w (peers contacted per latency step).
+// Direct (multi-tier) all-to-all. Inside one host: ⌈(p−1)/w⌉α0, w peers contacted per latency step.
+// Across hosts every peer's transfer is in flight at once: one α of the outermost tier plus (p−1)
+// serial per-peer posts (post_overhead_s), not (p−1) network latencies in a row.
+double AllToAllLatency(const Profile& g, int window);
 double DirectAllToAll(const Profile& g, double S, int window);
 // All-to-allv from per-level max(send, recv) bytes of the busiest rank: bytes[k] to peers whose
 // nearest shared level is k. NIC traffic (k >= 1) shares the level-1 bandwidth.

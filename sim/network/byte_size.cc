@@ -4,7 +4,9 @@
 #include <charconv>
 #include <cmath>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace gemtb::sim {
 
@@ -36,6 +38,35 @@ absl::StatusOr<int64_t> ParseByteSize(std::string_view flag, std::string_view te
   }
   if (value > (INT64_MAX >> shift)) return bad();
   return value << shift;
+}
+
+absl::StatusOr<std::vector<int64_t>> ParseByteSweep(std::string_view flag, std::string_view text) {
+  const std::string f(flag);
+  const std::vector<std::string> parts = absl::StrSplit(absl::string_view(text.data(), text.size()), ':');
+  if (parts.size() != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(f, ": \"", std::string(text),
+                                                   "\" is not MIN:MAX:FACTOR (e.g. 1K:1G:2, as nccl-tests -b/-e/-f)"));
+  }
+  absl::StatusOr<int64_t> lo = ParseByteSize(f + " MIN", parts[0]);
+  if (!lo.ok()) return lo.status();
+  absl::StatusOr<int64_t> hi = ParseByteSize(f + " MAX", parts[1]);
+  if (!hi.ok()) return hi.status();
+  int64_t factor = 0;
+  if (!absl::SimpleAtoi(parts[2], &factor) || factor < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(f, " FACTOR: \"", parts[2], "\" must be an integer >= 2"));
+  }
+  if (*lo < 1) return absl::InvalidArgumentError(absl::StrCat(f, " MIN: ", *lo, " must be >= 1"));
+  if (*lo > *hi) return absl::InvalidArgumentError(absl::StrCat(f, ": MIN ", *lo, " is above MAX ", *hi));
+  constexpr size_t kMaxSizes = 4096;
+  std::vector<int64_t> sizes;
+  for (int64_t s = *lo; s <= *hi; s *= factor) {
+    sizes.push_back(s);
+    if (sizes.size() > kMaxSizes) {
+      return absl::InvalidArgumentError(absl::StrCat(f, ": more than ", kMaxSizes, " sizes"));
+    }
+    if (s > *hi / factor) break;  // the next step would pass MAX (or overflow)
+  }
+  return sizes;
 }
 
 std::string FormatByteSize(double bytes) {

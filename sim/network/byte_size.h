@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -14,6 +15,11 @@ namespace gemtb::sim {
 
 // Errors name `flag`: "--size: \"12Q\" is not a byte size (e.g. 1024, 1K, 64M, 1G)".
 absl::StatusOr<int64_t> ParseByteSize(std::string_view flag, std::string_view text);
+
+// A size sweep as nccl-tests' -b/-e/-f: "MIN:MAX:FACTOR" ("1K:1G:2") -> MIN, MIN·F, ... up to MAX
+// (MAX included when the steps reach it). Errors name `flag` and the bad part: three fields, sizes
+// >= 1, MIN <= MAX, FACTOR an integer >= 2, at most 4,096 sizes.
+absl::StatusOr<std::vector<int64_t>> ParseByteSweep(std::string_view flag, std::string_view text);
 
 // 1024 -> "1 KiB", 3 << 20 -> "3 MiB", 1000 -> "1000 B" (exact multiples only).
 std::string FormatByteSize(double bytes);

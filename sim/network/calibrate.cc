@@ -570,7 +570,9 @@ absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Ca
   Calibration cal = base;
   cal.fitted.clear();
   cal.nccl_fitted.clear();
-  cal.eta_tables.clear();
+  // The fit covers one host: its measured segments replace NVLink's η tables; the network tiers'
+  // tables (2 hosts and more, published measurements) are kept.
+  std::erase_if(cal.eta_tables, [](const EtaTable& t) { return t.hosts < 2; });
   cal.nccl_version = measured.nccl_version;
   cal.nvls = !measured.nvls_off;
   if (const std::optional<KappaChoice> kappa = ChooseKappa(measured)) cal.kappa = kappa->kappa;

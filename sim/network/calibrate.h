@@ -122,7 +122,8 @@ struct FitOptions {
 // NCCL per-channel bandwidth (nccl_bw_intra_GBps) from the large sizes or, when the records logged
 // NCCL's graphs, the ring graph and the tree graph of the most GPUs (nccl_tree_bw_intra_GBps) plus
 // nccl_tree_bw_intra_GBps.gpusN for each GPU count whose tree graph differs, the NCCL version, nvls,
-// kappa. η tables of `base` are dropped (the segments already follow the measured curve). For
+// kappa. η tables of `base` for one host are dropped (the segments already follow the measured
+// curve); those of 2 hosts and more (network tiers) are kept. For
 // all-to-all no segment crosses a P2pRegimeBoundaries bend (channel constants from `base`), and
 // where a smaller host's all-to-all was measured too, a segment that starts on a latency plateau ends
 // the plateau where the smaller host's time per channel reaches it (AllToAllPlateauEnd in

@@ -154,7 +154,9 @@ absl::StatusOr<Calibration> ParseCalibration(const json& json_in, std::string_vi
   const json& j = resolved->first;
   absl::StatusOr<ObjectReader> r =
       ObjectReader::Open(j, path, {"nccl_version", "nccl_commit", "nvls", "constants", "fitted", "nccl_fitted",
-                                   "eta_tables", "kappa", "efficiency", "source", "note", "fit", "held_out", "measured"});
+                                   "eta_tables", "kappa", "kappa_ops", "kappa_copy_engine", "efficiency", "source", "note",
+                                   "fit", "held_out", "measured", "published", "assumed", "extrapolated",
+                                   "kappa_measured"});
   if (!r.ok()) return r.status();
   Calibration cal;
   GEMTB_RETURN_IF_ERROR(r->String("nccl_version", &cal.nccl_version));
@@ -289,6 +291,27 @@ absl::StatusOr<Calibration> ParseCalibration(const json& json_in, std::string_vi
     GEMTB_RETURN_IF_ERROR(Number(*r, "kappa", &kappa, true));
     if (!(kappa >= 0)) return jr::BadValue(jr::JoinPath(path, "kappa"), j.at("kappa"), "must be >= 0");
     cal.kappa = kappa;
+  }
+  if (j.contains("kappa_ops")) {
+    const std::string kp = jr::JoinPath(path, "kappa_ops");
+    const json& k = j.at("kappa_ops");
+    if (!k.is_object()) return jr::BadValue(kp, k, "must be an object {op: kappa}");
+    for (const auto& [name, value] : k.items()) {
+      absl::StatusOr<CollectiveOp> op = ParseCollectiveOp(name);
+      if (!op.ok()) return jr::BadValue(jr::JoinPath(kp, name), value, "names no collective op");
+      if (!value.is_number() || !(value.get<double>() >= 0)) {
+        return jr::BadValue(jr::JoinPath(kp, name), value, "must be a number >= 0");
+      }
+      cal.kappa_ops[static_cast<size_t>(*op)] = value.get<double>();
+    }
+  }
+  if (j.contains("kappa_copy_engine")) {
+    double kappa = 0;
+    GEMTB_RETURN_IF_ERROR(Number(*r, "kappa_copy_engine", &kappa, true));
+    if (!(kappa >= 0)) {
+      return jr::BadValue(jr::JoinPath(path, "kappa_copy_engine"), j.at("kappa_copy_engine"), "must be >= 0");
+    }
+    cal.kappa_copy_engine = kappa;
   }
   if (j.contains("efficiency")) {
     const std::string ep = jr::JoinPath(path, "efficiency");

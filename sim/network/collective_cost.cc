@@ -28,13 +28,12 @@ constexpr std::array<CollectiveOp, 5> kOps = {CollectiveOp::kAllReduce, Collecti
 
 int OpIndex(CollectiveOp op) { return static_cast<int>(op); }
 
-// The algorithms each op can run in mode alpha_beta, in "auto"'s tie-breaking order (static: the
-// hot path allocates nothing).
+// The algorithms each op can be pinned to in mode alpha_beta (static: the hot path allocates nothing).
 std::span<const CollAlgo> AlgosFor(CollectiveOp op) {
   static constexpr CollAlgo kAllReduceAlgos[] = {CollAlgo::kRing, CollAlgo::kTree, CollAlgo::kHalvingDoubling,
                                                  CollAlgo::kHierarchical, CollAlgo::kNvls};
   static constexpr CollAlgo kGatherAlgos[] = {CollAlgo::kRing, CollAlgo::kHalvingDoubling, CollAlgo::kHierarchical,
-                                              CollAlgo::kNvls};
+                                              CollAlgo::kNvls, CollAlgo::kPat};
   static constexpr CollAlgo kAllToAllAlgos[] = {CollAlgo::kDirect};
   static constexpr CollAlgo kBroadcastAlgos[] = {CollAlgo::kRing, CollAlgo::kTree};
   switch (op) {
@@ -47,6 +46,27 @@ std::span<const CollAlgo> AlgosFor(CollectiveOp op) {
   return kAllToAllAlgos;
 }
 
+// The algorithms NCCL itself runs for op, in "auto"'s tie-breaking order: ring and tree (all-reduce),
+// ring (all-gather, reduce-scatter, broadcast), PAT for all-gather/reduce-scatter only with one GPU
+// per host (NCCL enables it only when every rank is on its own node), NVLS for all-reduce inside one
+// host when the calibration says NVLS is on, direct for all-to-all. Halving-doubling and hierarchical
+// stay pinnable for what-if questions but are never NCCL's choice.
+bool AutoCandidate(CollectiveOp op, CollAlgo algo, const GroupShape& s, bool nvls) {
+  switch (algo) {
+    case CollAlgo::kRing: return op != CollectiveOp::kAllToAll;
+    case CollAlgo::kTree: return op == CollectiveOp::kAllReduce;
+    case CollAlgo::kPat:
+      return (op == CollectiveOp::kAllGather || op == CollectiveOp::kReduceScatter) && s.members_per_host == 1 &&
+             s.hosts > 1;
+    case CollAlgo::kNvls: return nvls && op == CollectiveOp::kAllReduce && s.hosts <= 1;
+    case CollAlgo::kDirect: return op == CollectiveOp::kAllToAll;
+    case CollAlgo::kHalvingDoubling:
+    case CollAlgo::kHierarchical:
+    case CollAlgo::kAllToAllv: return false;
+  }
+  return false;
+}
+
 std::optional<CollAlgo> ParseAlgo(std::string_view name) {
   if (name == "ring" || name == "flat_ring") return CollAlgo::kRing;
   if (name == "tree") return CollAlgo::kTree;
@@ -54,6 +74,7 @@ std::optional<CollAlgo> ParseAlgo(std::string_view name) {
   if (name == "direct" || name == "multi_tier") return CollAlgo::kDirect;
   if (name == "hierarchical") return CollAlgo::kHierarchical;
   if (name == "nvls") return CollAlgo::kNvls;
+  if (name == "pat") return CollAlgo::kPat;
   return std::nullopt;
 }
 
@@ -136,7 +157,30 @@ struct CollectiveCostModel::Impl {
   double NcclFitted(CollectiveOp op, std::optional<CollAlgo> pinned, const GroupShape& s, double bytes,
                     const CollectiveCost& raw) const;
   double Eta(CollectiveOp op, const GroupShape& s, double bytes) const;
+  // The group size whose fitted entries apply to s: its own when measured (or an entry for any
+  // size), else on one host the largest measured size below it (the extrapolation anchor), else -1.
+  int FitSize(CollectiveOp op, const GroupShape& s) const;
 };
+
+namespace {
+
+// Latency steps of algo's form on p ranks, up to a constant factor (only ratios are used): p − 1 for
+// ring and direct, ⌈log2 p⌉ for the tree-like forms, 1 for NVLS.
+double LatencySteps(CollAlgo algo, int p) {
+  switch (algo) {
+    case CollAlgo::kTree:
+    case CollAlgo::kHalvingDoubling:
+    case CollAlgo::kPat: return std::ceil(std::log2(std::max(p, 1)) - 1e-12);
+    case CollAlgo::kNvls: return 1;
+    case CollAlgo::kRing:
+    case CollAlgo::kHierarchical:
+    case CollAlgo::kDirect:
+    case CollAlgo::kAllToAllv: return p - 1;
+  }
+  return p - 1;
+}
+
+}  // namespace
 
 alpha_beta::Profile CollectiveCostModel::Impl::ProfileFor(CollectiveOp op, std::optional<CollAlgo> algo,
                                                           const GroupShape& s, double bytes) const {
@@ -149,22 +193,31 @@ alpha_beta::Profile CollectiveCostModel::Impl::ProfileFor(CollectiveOp op, std::
   g.level[1].members = std::max(1.0, zone / m0);
   g.level[2].members = std::max(1.0, p / zone);
   g.p = p;
+  g.post_overhead_s = net_overhead_us * 1e-6 * (amd_cpu ? 2 : 1);
   // Fitted α/B replace the level's defaults for groups of exactly the measured size (gpus 0: any
   // size): the entry for this algorithm, else the "auto" entry; among an entry's size segments the
   // one covering S (piecewise fits, calibrate.h). Measured per-call latency is mostly fixed launch
   // cost, so it is not extrapolated to other group sizes as a per-step α.
-  const std::vector<int>& sizes = fitted_gpus[OpIndex(op)];
-  const bool any = std::find_if(sizes.begin(), sizes.end(), [&](int n) { return n == 0 || n == s.members; }) !=
-                   sizes.end();
-  for (int pass = 0; any && pass < 2; ++pass) {
+  const int size = FitSize(op, s);
+  for (int pass = 0; size >= 0 && pass < 2; ++pass) {
     const Fitted* best = nullptr;
     for (const Fitted& f : fitted[OpIndex(op)]) {
       if (pass == 0 ? f.algo != algo || !algo.has_value() : f.algo.has_value()) continue;
-      if (f.level != g.Top() || !f.Covers(bytes) || (f.gpus != 0 && f.gpus != s.members)) continue;
+      if (f.level != g.Top() || !f.Covers(bytes) || (f.gpus != 0 && f.gpus != size)) continue;
       if (best == nullptr || (best->gpus == 0 && f.gpus != 0)) best = &f;
     }
     if (best != nullptr) {
-      g.level[best->level].alpha_s = best->alpha_s;
+      double alpha = best->alpha_s;
+      if (best->gpus != 0 && best->gpus != s.members) {
+        // Extrapolated from the largest measured group below this one: the anchor's latency steps
+        // at its fitted α, each further step at the tier's own α, so a larger group is never
+        // predicted faster than the measured one; bandwidth as measured (NVSwitch: busbw does not
+        // fall with p).
+        const CollAlgo form = algo.value_or(op == CollectiveOp::kAllToAll ? CollAlgo::kDirect : CollAlgo::kRing);
+        const double n_anchor = LatencySteps(form, best->gpus), n = LatencySteps(form, s.members);
+        alpha = n > 0 ? (n_anchor * best->alpha_s + (n - n_anchor) * levels[best->level].alpha_s) / n : best->alpha_s;
+      }
+      g.level[best->level].alpha_s = alpha;
       g.level[best->level].bw_Bps = best->busbw_Bps;
       break;
     }
@@ -172,15 +225,25 @@ alpha_beta::Profile CollectiveCostModel::Impl::ProfileFor(CollectiveOp op, std::
   return g;
 }
 
+int CollectiveCostModel::Impl::FitSize(CollectiveOp op, const GroupShape& s) const {
+  const std::vector<int>& sizes = fitted_gpus[OpIndex(op)];
+  int anchor = -1;
+  for (int n : sizes) {
+    if (n == 0 || n == s.members) return n == 0 ? s.members : n;
+    if (s.hosts <= 1 && n < s.members) anchor = std::max(anchor, n);
+  }
+  return anchor;
+}
+
 double CollectiveCostModel::Impl::Eta(CollectiveOp op, const GroupShape& s, double bytes) const {
   if (!eta) return 1.0;
+  // The table of the most hosts not above the group's: a group on one host takes no network table,
+  // one beyond the largest table takes that table (its ratios past it would fold in the per-step
+  // latency that the α terms already charge).
   const EtaTable* table = nullptr;
   for (const EtaTable& t : eta_tables) {
-    if (t.op != op || t.size_eta.empty()) continue;
-    if (table == nullptr || (t.hosts <= s.hosts && (table->hosts > s.hosts || t.hosts > table->hosts)) ||
-        (t.hosts > s.hosts && table->hosts > s.hosts && t.hosts < table->hosts)) {
-      table = &t;
-    }
+    if (t.op != op || t.size_eta.empty() || t.hosts > s.hosts) continue;
+    if (table == nullptr || t.hosts > table->hosts) table = &t;
   }
   if (table == nullptr) return 1.0;
   const auto& pts = table->size_eta;
@@ -198,8 +261,10 @@ double CollectiveCostModel::Impl::Eta(CollectiveOp op, const GroupShape& s, doub
 
 bool CollectiveCostModel::Impl::HasAutoFit(CollectiveOp op, const GroupShape& s, double bytes) const {
   const int top = s.hosts <= 1 ? 0 : s.zones <= 1 ? 1 : 2;
+  const int size = FitSize(op, s);
+  if (size < 0) return false;
   for (const Fitted& f : fitted[OpIndex(op)]) {
-    if (!f.algo.has_value() && f.level == top && f.Covers(bytes) && (f.gpus == 0 || f.gpus == s.members)) return true;
+    if (!f.algo.has_value() && f.level == top && f.Covers(bytes) && (f.gpus == 0 || f.gpus == size)) return true;
   }
   return false;
 }
@@ -207,39 +272,47 @@ bool CollectiveCostModel::Impl::HasAutoFit(CollectiveOp op, const GroupShape& s,
 CollectiveCost CollectiveCostModel::Impl::AlphaBeta(CollectiveOp op, CollAlgo algo, const GroupShape& s,
                                                     double S, bool auto_fit) const {
   const alpha_beta::Profile g = ProfileFor(op, auto_fit ? std::nullopt : std::optional<CollAlgo>(algo), s, S);
-  double t = 0;
-  switch (algo) {
-    case CollAlgo::kRing:
-      t = op == CollectiveOp::kAllReduce   ? alpha_beta::RingAllReduce(g, S)
-          : op == CollectiveOp::kBroadcast ? alpha_beta::RingBroadcast(g, S)
-          : op == CollectiveOp::kAllToAll  ? alpha_beta::DirectAllToAll(g, S, window)
-                                           : alpha_beta::RingAllGather(g, S);
-      break;
-    case CollAlgo::kTree:
-      t = op == CollectiveOp::kBroadcast ? alpha_beta::TreeBroadcast(g, S) : alpha_beta::TreeAllReduce(g, S);
-      break;
-    case CollAlgo::kHalvingDoubling:
-      t = op == CollectiveOp::kAllReduce ? alpha_beta::HalvingDoublingAllReduce(g, S)
-                                         : alpha_beta::RecursiveAllGather(g, S);
-      break;
-    case CollAlgo::kHierarchical:
-      t = op == CollectiveOp::kAllReduce ? alpha_beta::HierarchicalAllReduce(g, S)
-                                         : alpha_beta::HierarchicalAllGather(g, S);
-      break;
-    case CollAlgo::kNvls:
-      t = alpha_beta::NvlsAllReduce(g, S, nvls_busbw_Bps);
-      break;
-    case CollAlgo::kPat:  // nccl mode only; the alpha-beta analogue is recursive doubling
-      t = alpha_beta::RecursiveAllGather(g, S);
-      break;
-    case CollAlgo::kDirect:
-    case CollAlgo::kAllToAllv:
-      t = alpha_beta::DirectAllToAll(g, S, window);
-      break;
-  }
+  // Every form is affine in S on a fixed profile: t(S) = latency + S · c; t(0) is the latency that the
+  // η tables leave alone.
+  auto form = [&](double x) {
+    double t = 0;
+    switch (algo) {
+      case CollAlgo::kRing:
+        t = op == CollectiveOp::kAllReduce   ? alpha_beta::RingAllReduce(g, x)
+            : op == CollectiveOp::kBroadcast ? alpha_beta::RingBroadcast(g, x)
+            : op == CollectiveOp::kAllToAll  ? alpha_beta::DirectAllToAll(g, x, window)
+                                             : alpha_beta::RingAllGather(g, x);
+        break;
+      case CollAlgo::kTree:
+        t = op == CollectiveOp::kBroadcast ? alpha_beta::TreeBroadcast(g, x) : alpha_beta::TreeAllReduce(g, x);
+        break;
+      case CollAlgo::kHalvingDoubling:
+        t = op == CollectiveOp::kAllReduce ? alpha_beta::HalvingDoublingAllReduce(g, x)
+                                           : alpha_beta::RecursiveAllGather(g, x);
+        break;
+      case CollAlgo::kHierarchical:
+        t = op == CollectiveOp::kAllReduce ? alpha_beta::HierarchicalAllReduce(g, x)
+                                           : alpha_beta::HierarchicalAllGather(g, x);
+        break;
+      case CollAlgo::kNvls:
+        t = alpha_beta::NvlsAllReduce(g, x, nvls_busbw_Bps);
+        break;
+      case CollAlgo::kPat:  // NCCL's PAT (one GPU per host): log2(p) steps, as recursive doubling
+        t = alpha_beta::RecursiveAllGather(g, x);
+        break;
+      case CollAlgo::kDirect:
+      case CollAlgo::kAllToAllv:
+        t = alpha_beta::DirectAllToAll(g, x, window);
+        break;
+    }
+    return t;
+  };
+  const double t = form(S);
   CollectiveCost c;
   c.duration_s = t;
+  c.latency_s = form(0);
   c.algo = algo;
+  if (const int size = FitSize(op, s); size > 0 && size != s.members) c.anchor_gpus = size;
   return c;
 }
 
@@ -438,8 +511,10 @@ absl::StatusOr<CollectiveCostModel> CollectiveCostModel::Create(const Cluster& c
 
 namespace {
 
+// η scales busbw (spec §3.4): the bandwidth part of the time, not the latency steps (mode nccl's
+// times are not split: there η scales the whole time).
 CollectiveCost Finish(CollectiveCost c, CollectiveOp op, const GroupShape& s, double bytes, double eta) {
-  c.duration_s /= eta;
+  c.duration_s = c.latency_s + (c.duration_s - c.latency_s) / eta;
   if (c.duration_s > 0) {
     c.algbw_Bps = bytes / c.duration_s;
     c.busbw_Bps = c.algbw_Bps * BusBwFactor(op, s.members);
@@ -472,8 +547,7 @@ CollectiveCost CollectiveCostModel::Estimate(CollectiveOp op, const GroupShape& 
   CollectiveCost best;
   best.duration_s = std::numeric_limits<double>::infinity();
   for (CollAlgo algo : AlgosFor(op)) {
-    if (algo == CollAlgo::kNvls && (!impl_->nvls || shape.hosts > 1 || op != CollectiveOp::kAllReduce)) continue;
-    if (algo == CollAlgo::kHierarchical && shape.hosts <= 1) continue;  // same as ring on one host
+    if (!AutoCandidate(op, algo, shape, impl_->nvls)) continue;
     const CollectiveCost c = impl_->AlphaBeta(op, algo, shape, bytes);
     if (c.duration_s < best.duration_s) best = c;
   }
@@ -507,8 +581,52 @@ CollectiveCost CollectiveCostModel::EstimateAllToAllv(const GroupShape& shape, c
   if (shape.members <= 1 || !(total > 0)) return c;
   const alpha_beta::Profile g = impl_->ProfileFor(CollectiveOp::kAllToAll, CollAlgo::kDirect, shape, total);
   c.duration_s = alpha_beta::AllToAllv(g, load.bytes_per_tier, impl_->window);
+  c.latency_s = alpha_beta::AllToAllLatency(g, impl_->window);
   const double eta = impl_->Eta(CollectiveOp::kAllToAll, shape, total);
   return Finish(c, CollectiveOp::kAllToAll, shape, total, eta);
+}
+
+absl::StatusOr<std::vector<AllToAllvLoad>> AllToAllvLoads(const GroupShape& shape, std::span<const double> matrix) {
+  const int p = shape.members;
+  if (matrix.size() != static_cast<size_t>(p) * p) {
+    return absl::InvalidArgumentError(absl::StrCat("all-to-allv matrix: ", matrix.size(), " entries for a group of ",
+                                                   p, " (needs ", static_cast<int64_t>(p) * p, ")"));
+  }
+  const int host = std::max(1, shape.members_per_host);
+  const int zone = std::max(std::max(1, shape.members_per_zone), host);
+  auto tier = [&](int i, int j) { return i / host == j / host ? 0 : i / zone == j / zone ? 1 : 2; };
+  std::vector<std::array<double, kMaxTiers>> sent(p), received(p);
+  for (int i = 0; i < p; ++i) {
+    for (int j = 0; j < p; ++j) {
+      if (i == j) continue;
+      const double b = matrix[static_cast<size_t>(i) * p + j];
+      const int k = tier(i, j);
+      sent[i][k] += b;
+      received[j][k] += b;
+    }
+  }
+  std::vector<AllToAllvLoad> loads(p);
+  for (int i = 0; i < p; ++i) {
+    for (int k = 0; k < kMaxTiers; ++k) loads[i].bytes_per_tier[k] = std::max(sent[i][k], received[i][k]);
+  }
+  return loads;
+}
+
+absl::StatusOr<CollectiveCostModel::AllToAllvResult> CollectiveCostModel::EstimateAllToAllvMatrix(
+    const GroupShape& shape, std::span<const double> matrix) const {
+  absl::StatusOr<std::vector<AllToAllvLoad>> loads = AllToAllvLoads(shape, matrix);
+  if (!loads.ok()) return loads.status();
+  AllToAllvResult r;
+  r.member_duration_s.reserve(loads->size());
+  for (size_t m = 0; m < loads->size(); ++m) {
+    const CollectiveCost c = EstimateAllToAllv(shape, (*loads)[m]);
+    r.member_duration_s.push_back(c.duration_s);
+    if (m == 0 || c.duration_s > r.slowest.duration_s) {
+      r.slowest = c;
+      r.slowest_member = static_cast<int>(m);
+    }
+  }
+  return r;
 }
 
 absl::StatusOr<CollectiveCost> Estimate(const Cluster& cluster, const CollectivesPlan& plan, CollectiveOp op,

@@ -21,7 +21,9 @@
 
 #include <array>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -70,6 +72,12 @@ struct CollectiveCost {
   double busbw_Bps = 0;  // algbw * BusBwFactor
   CollAlgo algo = CollAlgo::kRing;
   CollProto proto = CollProto::kNone;
+  // > 0: no measurement of this group size; its NVLink costs are extrapolated from the fitted group
+  // of anchor_gpus GPUs on one host (the largest measured below it).
+  int anchor_gpus = 0;
+  // Mode alpha_beta: the size-independent part of duration_s (latency steps), which the η tables do
+  // not scale; 0 in mode nccl.
+  double latency_s = 0;
 };
 
 // An all-to-allv seen from the busiest rank (or from one rank, for a2av_end: per_rank): for each
@@ -79,6 +87,13 @@ inline constexpr int kMaxTiers = 3;
 struct AllToAllvLoad {
   std::array<double, kMaxTiers> bytes_per_tier{};
 };
+
+// Each member's all-to-allv load (above) from a p × p byte matrix: matrix[i * p + j] is what member i
+// sends to member j (the diagonal, self-traffic, is ignored). Members are in group order: member k
+// sits on host k / members_per_host and in zone k / members_per_zone of `shape` (the order
+// StridedGroupShape describes). Per tier k, max(sent, received) across tier k. O(p²): once per call
+// site, not per event. Error: matrix.size() is not p².
+absl::StatusOr<std::vector<AllToAllvLoad>> AllToAllvLoads(const GroupShape& shape, std::span<const double> matrix);
 
 // Calibration constant "nccl_tree_bw_intra_GBps.gpus<N>": mode nccl's tree per-channel bandwidth for
 // a group of exactly N GPUs on one host (NCCL searches its tree graph per communicator; on the H200
@@ -108,6 +123,17 @@ class CollectiveCostModel {
   // All-to-allv (§3.2): (p−1)α + max over tiers of bytes_k / B_k (B of the top tier ÷ its
   // oversubscription). busbw reported against S = the largest per-tier sum.
   CollectiveCost EstimateAllToAllv(const GroupShape& shape, const AllToAllvLoad& load) const;
+
+  // An all-to-allv given by its p × p byte matrix (AllToAllvLoads): every member's own time, and the
+  // slowest member's, which sets the collective's end (spec §2.4, a2av_end "all"). busbw as above,
+  // for the slowest member.
+  struct AllToAllvResult {
+    CollectiveCost slowest;
+    int slowest_member = 0;
+    std::vector<double> member_duration_s;  // per member, for a2av_end "per_rank"
+  };
+  absl::StatusOr<AllToAllvResult> EstimateAllToAllvMatrix(const GroupShape& shape,
+                                                          std::span<const double> matrix) const;
 
   const Cluster& cluster() const { return *cluster_; }
   const CollectivesPlan& plan() const { return *plan_; }

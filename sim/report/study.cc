@@ -181,9 +181,11 @@ class RunPlanner {
 
   // What a run of `job` depends on, so that runs that cannot differ share one result: its document
   // without the parts that cannot act, and the switches that can change it. SM-free on an SM-free
-  // plan changes nothing; the no-noise switch equals the same document without noise (the engine
+  // plan changes nothing unless the copy engine contends (kappa_copy_engine > 0: the switch sets
+  // every kappa to 0); the no-noise switch equals the same document without noise (the engine
   // takes noise only from the scenario's noise section, which the switch zeroes); a world inside
-  // one AI zone (no flow model) never uses the cross-zone tier. E.g. the sensitivity case "noise
+  // one AI zone never uses the cross-zone tier (no cross-zone bandwidth; shared links are the
+  // NVLink port and the NIC). E.g. the sensitivity case "noise
   // low" (sigma 0) and the BBS check (no noise) of gem-default, or a zone of the whole world under
   // every oversubscription of the grid, run once.
   std::string RunKey(const Job& job) const {
@@ -192,7 +194,9 @@ class RunPlanner {
     int mask = job.switches;
     if (!s.ok()) return absl::StrCat("invalid document ", job.doc, "|", mask);
     nlohmann::json json = doc.json;
-    if (s->plan.collectives.library == "sm_free") mask &= ~2;
+    if (s->plan.collectives.library == "sm_free" && !(s->cluster.calibration.kappa_copy_engine.value_or(0) > 0)) {
+      mask &= ~2;
+    }
     const Noise& n = s->noise;
     const bool slow = (!n.slow_ranks.empty() || n.slow_fraction > 0) && n.slow_factor != 1;
     if ((n.step_sigma == 0 && n.collective_jitter_sigma == 0 && !slow) || (mask & 8) != 0) {
@@ -201,7 +205,7 @@ class RunPlanner {
     }
     const Cluster& c = s->cluster;
     const bool one_zone = c.zone_size <= 0 || c.world_size <= c.zone_size;
-    if (one_zone && s->plan.collectives.flow == "none" && json.contains("cluster") && json["cluster"].is_object()) {
+    if (one_zone && json.contains("cluster") && json["cluster"].is_object()) {
       nlohmann::json& tiers = json["cluster"]["tiers"];
       if (tiers.is_array() && tiers.size() >= 3) tiers[2] = "unused";
     }

@@ -124,7 +124,8 @@ absl::Status ParseCollectives(const nlohmann::json& json, const Cluster& cluster
   GEMTB_RETURN_IF_ERROR(r->Enum("library", &c->library, {"sm_based", "sm_free"}));
   GEMTB_RETURN_IF_ERROR(r->Int("sms_per_collective", &c->sms_per_collective, 1, std::max(1, cluster.gpu.sm_count - 1)));
   GEMTB_RETURN_IF_ERROR(r->Enum("cost_mode", &c->cost_mode, {"alpha_beta", "nccl"}));
-  GEMTB_RETURN_IF_ERROR(r->Enum("flow", &c->flow, {"none", "fifo", "maxmin"}));
+  // "fifo" (per-link store-and-forward) is not modelled: rejected rather than accepted and ignored.
+  GEMTB_RETURN_IF_ERROR(r->Enum("flow", &c->flow, {"none", "maxmin"}));
   GEMTB_RETURN_IF_ERROR(r->Bool("eta_tables", &c->eta_tables));
   GEMTB_RETURN_IF_ERROR(r->Enum("a2av_end", &c->a2av_end, {"all", "per_rank"}));
   if (c->eta_tables && cluster.calibration.eta_tables.empty()) {

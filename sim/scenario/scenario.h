@@ -8,6 +8,7 @@
 #ifndef GEMTB_SIM_SCENARIO_SCENARIO_H_
 #define GEMTB_SIM_SCENARIO_SCENARIO_H_
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -120,6 +121,10 @@ struct Calibration {
   std::vector<NcclFitSegment> nccl_fitted;  // mode nccl's launch/η segments
   std::vector<EtaTable> eta_tables;
   std::optional<double> kappa;  // SM-contention slowdown; default s / (n_SM - s)
+  // Per CollectiveOp (index = its value): an SM-based collective's own kappa, instead of `kappa`.
+  std::array<std::optional<double>, 5> kappa_ops{};
+  // Slowdown of compute beside a copy-engine (SM-free) collective (HBM bandwidth, no SMs); none: 0.
+  std::optional<double> kappa_copy_engine;
   Efficiency efficiency;
 };
 
@@ -164,7 +169,7 @@ struct CollectivesPlan {
   int sms_per_collective = 24;
   std::map<std::string, std::string> algo;  // op name -> auto | ring | tree | halving_doubling | direct | nvls | hierarchical
   std::string cost_mode = "alpha_beta";     // alpha_beta | nccl
-  std::string flow = "none";                // none | fifo | maxmin
+  std::string flow = "maxmin";              // none (lone costs) | maxmin (shared links)
   bool eta_tables = false;
   std::string a2av_end = "all";             // all | per_rank
 };

@@ -20,7 +20,7 @@
 //              "mp_group", "fully_sharded", "sync_period", "state_sync", "cw_state", "gather",
 //              "keep_gathered"},
 //    "collectives": {"library": "sm_based|sm_free", "sms_per_collective", "algo": {op: algo},
-//              "cost_mode": "alpha_beta|nccl", "flow": "none|fifo|maxmin", "eta_tables", "a2av_end"},
+//              "cost_mode": "alpha_beta|nccl", "flow": "none|maxmin", "eta_tables", "a2av_end"},
 //    "memory": {"budget_policy": "per_region|uniform|none", "reserve_bytes", "act_quant": "bf16|fp8|mx4"},
 //    "pipeline": {"sparse_ahead": 0|1}}   // 1: TorchRec's semi-synchronous pipeline (scenario.h)
 //

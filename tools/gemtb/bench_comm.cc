@@ -1,8 +1,11 @@
 // gemtb bench comm: the NCCL collective benchmark (gpu/comm) on every visible GPU of this host:
-// time, algbw and busbw per op and size in nccl-tests' convention, the GEMM slowdown under a
-// concurrent all-gather (kappa), and the NCCL version; --json writes the record that
-// `gemtb whatif calibrate` reads. NCCL_ALGO / NCCL_PROTO in the environment pin the algorithm.
+// time, algbw and busbw per op and size in nccl-tests' convention, the GEMM slowdown beside an
+// SM-based and beside a copy-engine copy (kappa, --gemm; works on one GPU), and the NCCL version;
+// --json writes the record that `gemtb whatif calibrate` reads. NCCL_ALGO / NCCL_PROTO in the
+// environment pin the algorithm. --fit RECORD --out CAL writes the record's kappas into a calibration
+// (sim/network/kappa_fit.h); it needs no GPU.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -13,6 +16,8 @@
 #include "model/common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "sim/network/byte_size.h"
+#include "sim/network/cluster_json.h"
+#include "sim/network/kappa_fit.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
 #if defined(GEMTB_HAVE_NCCL_COMM)
@@ -24,9 +29,42 @@ namespace {
 
 constexpr char kCommand[] = "bench comm";
 
+// --fit: the record's kappas into a calibration (the compiled-in one unless --base).
+absl::Status Fit(const std::string& record_path, const std::string& base_path, const std::string& out_path) {
+  if (out_path.empty()) return absl::InvalidArgumentError("--out: missing (the calibration file to write)");
+  auto read = [](const std::string& flag, const std::string& path) -> absl::StatusOr<nlohmann::json> {
+    absl::StatusOr<std::string> text = sim::ReadFileFromDisk(path);
+    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", text.status().message()));
+    nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not valid JSON"));
+    return j;
+  };
+  absl::StatusOr<nlohmann::json> record = read("--fit", record_path);
+  if (!record.ok()) return record.status();
+  absl::StatusOr<sim::KappaFit> fit = sim::FitKappa(*record);
+  if (!fit.ok()) return absl::InvalidArgumentError(absl::StrCat("--fit ", record_path, ": ", fit.status().message()));
+  nlohmann::json base = nlohmann::json::parse(sim::DefaultCalibrationJsonText(), nullptr, false);
+  if (!base_path.empty()) {
+    absl::StatusOr<nlohmann::json> b = read("--base", base_path);
+    if (!b.ok()) return b.status();
+    base = *b;
+  }
+  const std::string source = std::filesystem::path(record_path).filename().string();
+  const nlohmann::json out = sim::ApplyKappaFit(base, *fit, source);
+  absl::StatusOr<sim::Calibration> back = sim::ParseCalibration(out, "calibration", ".");
+  if (!back.ok()) return absl::InvalidArgumentError(absl::StrCat("--base: ", back.status().message()));
+  std::printf("GEMM %d^3 bf16 on %d x %s: alone %.4f ms\n", fit->dim, fit->gpus, fit->device.c_str(), fit->alone_ms);
+  std::printf("  beside %s: %.4f ms, kappa %.4f%s\n", fit->sm_based.how.c_str(), fit->sm_based.ms, fit->sm_based.kappa,
+              fit->gpus >= 2 ? " -> kappa" : " (recorded, not applied)");
+  std::printf("  beside %s: %.4f ms, kappa %.4f -> kappa_copy_engine\n", fit->copy_engine.how.c_str(),
+              fit->copy_engine.ms, fit->copy_engine.kappa);
+  return WriteTextAtomically(out_path, out.dump(1) + "\n");
+}
+
 absl::Status Run(const std::vector<std::string>& args) {
   std::string ops = "all_reduce,all_gather,reduce_scatter,all_to_all,broadcast";
-  std::string min_text = "1K", max_text = "1G", dtype = "bf16", json_path, label;
+  std::string min_text = "1K", max_text = "1G", dtype = "bf16", json_path, label, fit_path, base_path, out_path;
+  std::string gemm_bytes_text = "256M";
   int64_t factor = 2, warmup = 5, iters = 20, gpus = 0, gemm_dim = 8192;
   bool gemm = false;
   FlagSet flags("gemtb bench comm [--ops LIST] [--min-bytes 1K] [--max-bytes 1G] [--dtype bf16|fp32] [--json F]",
@@ -35,7 +73,11 @@ absl::Status Run(const std::vector<std::string>& args) {
                 "buffer for all_reduce/broadcast, full gathered size for all_gather/reduce_scatter, bytes\n"
                 "one rank sends for all_to_all). Prints time (median of --iters, slowest GPU), algbw and\n"
                 "busbw. NVLink SHARP is switched off (NCCL_NVLS_ENABLE=0); NCCL_ALGO/NCCL_PROTO from the\n"
-                "environment pin the algorithm and are recorded. --gemm adds the GEMM-under-all-gather probe.");
+                "environment pin the algorithm and are recorded. --gemm adds the interference probe: a bf16\n"
+                "GEMM alone, beside an SM-based copy (NCCL all-gather; cuBLAS's copy kernel on one GPU) and\n"
+                "beside a copy-engine copy (peer copies; device-to-device on one GPU) of --gemm-bytes.\n"
+                "--fit RECORD.json --out CAL.json [--base CAL.json]: writes the record's kappas into a\n"
+                "calibration (no GPU needed).");
   flags.String("ops", &ops, "comma-separated ops (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast)");
   flags.String("min-bytes", &min_text, "smallest S (suffixes K, M, G: powers of 2)");
   flags.String("max-bytes", &max_text, "largest S");
@@ -44,8 +86,12 @@ absl::Status Run(const std::vector<std::string>& args) {
   flags.Int64("warmup", &warmup, "warm-up calls per size (default 5)");
   flags.Int64("iters", &iters, "timed calls per size (default 20)");
   flags.Int64("gpus", &gpus, "GPUs to use (default 0: all visible)");
-  flags.Bool("gemm", &gemm, "also measure a bf16 GEMM alone vs under a concurrent all-gather (kappa)");
+  flags.Bool("gemm", &gemm, "also measure a bf16 GEMM alone, beside an SM-based and beside a copy-engine copy (kappa)");
   flags.Int64("gemm-dim", &gemm_dim, "GEMM M = N = K (default 8192)");
+  flags.String("gemm-bytes", &gemm_bytes_text, "bytes per background copy call (default 256M)");
+  flags.String("fit", &fit_path, "fit kappas from this --gemm record instead of benchmarking");
+  flags.String("base", &base_path, "with --fit: the calibration to update (default: the compiled-in one)");
+  flags.String("out", &out_path, "with --fit: the calibration file to write");
   flags.String("json", &json_path, "write the results as JSON here");
   flags.String("label", &label, "free text stored in the JSON (e.g. the run's purpose)");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
@@ -53,6 +99,10 @@ absl::Status Run(const std::vector<std::string>& args) {
     std::cout << flags.Help();
     return absl::OkStatus();
   }
+  if (!fit_path.empty()) return Fit(fit_path, base_path, out_path);
+  absl::StatusOr<int64_t> gemm_bytes = sim::ParseByteSize("--gemm-bytes", gemm_bytes_text);
+  if (!gemm_bytes.ok()) return gemm_bytes.status();
+  if (*gemm_bytes < 1) return absl::InvalidArgumentError("--gemm-bytes: must be >= 1");
   absl::StatusOr<int64_t> min_bytes = sim::ParseByteSize("--min-bytes", min_text);
   if (!min_bytes.ok()) return min_bytes.status();
   absl::StatusOr<int64_t> max_bytes = sim::ParseByteSize("--max-bytes", max_text);
@@ -65,6 +115,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   }
 #if !defined(GEMTB_HAVE_NCCL_COMM)
   (void)gemm;
+  (void)gemm_dim;
   return absl::FailedPreconditionError(
       "this gemtb was built without CUDA/NCCL (nvcc or nccl.h not found at configure time): no benchmark");
 #else
@@ -81,6 +132,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   o.gpus = static_cast<int>(gpus);
   o.gemm = gemm;
   o.gemm_dim = static_cast<int>(gemm_dim);
+  o.gemm_copy_bytes = *gemm_bytes;
   absl::StatusOr<gpu::comm::CommBenchResult> r = gpu::comm::RunCommBench(o);
   if (!r.ok()) return r.status();
   std::printf("# gemtb bench comm: %d x %s, NCCL %s, dtype %s, NCCL_ALGO=%s NCCL_PROTO=%s NCCL_NVLS_ENABLE=%s\n",
@@ -113,11 +165,16 @@ absl::Status Run(const std::vector<std::string>& args) {
                         {"results", rows}};
   if (r->has_gemm) {
     const auto& g = r->gemm;
-    std::printf("gemm %d^3 bf16: alone %.3f ms, under all_gather of %lld B: %.3f ms, slowdown %.4f (kappa %.4f)\n",
-                g.dim, g.alone_ms, static_cast<long long>(g.allgather_bytes), g.with_allgather_ms, g.slowdown, g.kappa);
-    out["gemm"] = {{"dim", g.dim},           {"alone_ms", g.alone_ms}, {"with_allgather_ms", g.with_allgather_ms},
-                   {"slowdown", g.slowdown}, {"kappa", g.kappa},       {"allgather_bytes", g.allgather_bytes},
-                   {"gemms", g.gemms}};
+    std::printf("gemm %d^3 bf16: alone %.3f ms; copies of %lld B\n", g.dim, g.alone_ms,
+                static_cast<long long>(g.copy_bytes));
+    auto beside = [](const gpu::comm::GemmBeside& b) {
+      std::printf("gemm beside %s: %.3f ms, slowdown %.4f (kappa %.4f)\n", b.how.c_str(), b.ms, b.slowdown, b.kappa);
+      return nlohmann::json{{"how", b.how}, {"ms", b.ms}, {"slowdown", b.slowdown}, {"kappa", b.kappa}};
+    };
+    out["gemm"] = {{"dim", g.dim}, {"gemms", g.gemms}, {"copy_bytes", g.copy_bytes}, {"alone_ms", g.alone_ms},
+                   {"sm_based", beside(g.sm_based)}, {"copy_engine", beside(g.copy_engine)}};
+    // `gemtb whatif calibrate` takes gemm.kappa as the SM-based collective's: only an all-gather's.
+    if (r->gpus >= 2) out["gemm"]["kappa"] = g.sm_based.kappa;
   }
   if (!json_path.empty()) GEMTB_RETURN_IF_ERROR(WriteTextAtomically(json_path, out.dump(1) + "\n"));
   return absl::OkStatus();

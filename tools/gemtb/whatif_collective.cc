@@ -36,47 +36,90 @@ absl::StatusOr<json> ReadJson(const std::string& flag, const std::string& path) 
   return j;
 }
 
+// A group of `gpus` contiguous ranks must fill whole hosts (and whole zones) once it leaves one:
+// the cost model's tier profile assumes every host (zone) it touches holds the same number of
+// members, so 12 GPUs on 8-GPU hosts would silently be priced as 8 x 2.
+absl::Status CheckEvenLayout(const sim::Cluster& cluster, int64_t gpus) {
+  const int host = cluster.gpus_per_host;
+  const int zone = sim::EffectiveZoneSize(cluster);
+  if (gpus > host && gpus % host != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--gpus: ", gpus, " spans hosts of ", host,
+                                                   " GPUs without filling them (use at most ", host,
+                                                   " or a multiple of ", host, ")"));
+  }
+  if (gpus > zone && gpus % zone != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--gpus: ", gpus, " spans AI zones of ", zone,
+                                                   " GPUs without filling them (use at most ", zone,
+                                                   " or a multiple of ", zone, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// Elements per call as nccl-tests prints them for a bf16 buffer: the whole buffer (all_reduce,
+// broadcast), one rank's chunk (all_gather, reduce_scatter), one peer's share (all_to_all).
+int64_t ElementCount(sim::CollectiveOp op, int64_t bytes, int64_t gpus) {
+  const int64_t elements = bytes / 2;
+  return op == sim::CollectiveOp::kAllReduce || op == sim::CollectiveOp::kBroadcast ? elements : elements / gpus;
+}
+
 absl::Status Collective(const std::vector<std::string>& args) {
-  std::string op_name, size_text, cluster_path, algo = "auto", mode = "alpha_beta";
+  std::string op_name, size_text, sweep_text, cluster_path, algo = "auto", mode = "alpha_beta";
   int64_t gpus = 0;
-  bool eta = false, json_out = false;
-  FlagSet flags("gemtb whatif collective --op OP --gpus N --size S [--cluster FILE] [--algo A] [--mode M]",
-                "Predicts one collective on N GPUs (ranks 0..N-1, contiguous: NVLink hosts first) of a cluster\n"
-                "(default: the compiled-in gem-default cluster, sim/network/default_cluster.json with\n"
-                "sim/calibration/h200.json). S in bytes as nccl-tests: the buffer (all_reduce, broadcast), the\n"
-                "full gathered size (all_gather, reduce_scatter), the bytes one rank sends (all_to_all);\n"
-                "suffixes K, M, G are powers of 2. Prints the time in microseconds, algbw and busbw (GB/s).");
+  bool no_eta = false, json_out = false;
+  FlagSet flags("gemtb whatif collective --op OP --gpus N (--size S | --sweep MIN:MAX:FACTOR) [--cluster FILE] "
+                "[--algo A] [--mode M]",
+                "Predicts one collective on N GPUs (ranks 0..N-1, contiguous: NVLink hosts first; a group\n"
+                "that leaves a host fills whole hosts) of a cluster (default: the compiled-in gem-default\n"
+                "cluster, sim/network/default_cluster.json with sim/calibration/h200.json). S in bytes as\n"
+                "nccl-tests: the buffer (all_reduce, broadcast), the full gathered size (all_gather,\n"
+                "reduce_scatter), the bytes one rank sends (all_to_all); suffixes K, M, G are powers of 2.\n"
+                "Prints the time in microseconds, algbw and busbw (GB/s); --sweep prints one nccl-tests-style\n"
+                "table (bf16). Groups across hosts are scaled by the calibration's published size-efficiency\n"
+                "tables (spec §3.4) unless --no-eta.");
   flags.String("op", &op_name, "all_reduce | all_gather | reduce_scatter | all_to_all | broadcast");
   flags.Int64("gpus", &gpus, "number of GPUs in the group");
   flags.String("size", &size_text, "S, e.g. 64M");
+  flags.String("sweep", &sweep_text, "MIN:MAX:FACTOR, e.g. 1K:1G:2 (nccl-tests -b/-e/-f)");
   flags.String("cluster", &cluster_path, "cluster JSON (or a scenario file: its cluster section)");
-  flags.String("algo", &algo, "auto (cheapest) | ring | tree | halving_doubling | direct | hierarchical | nvls");
+  flags.String("algo", &algo, "auto (NCCL's algorithms: the cheapest) | ring | tree | halving_doubling | direct | "
+                              "hierarchical | nvls | pat");
   flags.String("mode", &mode, "alpha_beta (default) | nccl");
-  flags.Bool("eta", &eta, "scale busbw by the calibration's size-efficiency tables (spec §3.4)");
-  flags.Bool("json", &json_out, "print one JSON object instead of text");
+  flags.Bool("no-eta", &no_eta, "ignore the calibration's size-efficiency tables (spec §3.4)");
+  flags.Bool("json", &json_out, "print JSON (one object; with --sweep an array) instead of text");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
     std::cout << flags.Help();
     return absl::OkStatus();
   }
   if (op_name.empty()) return absl::InvalidArgumentError("--op: missing");
-  if (size_text.empty()) return absl::InvalidArgumentError("--size: missing");
+  if (size_text.empty() == sweep_text.empty()) {
+    return absl::InvalidArgumentError("--size/--sweep: give exactly one of them");
+  }
   if (gpus < 1 || gpus > (int64_t{1} << 24)) {
     return absl::InvalidArgumentError(absl::StrCat("--gpus: ", gpus, " must be in [1, 16777216]"));
   }
   absl::StatusOr<sim::CollectiveOp> op = sim::ParseCollectiveOp(op_name);
   if (!op.ok()) return absl::InvalidArgumentError(absl::StrCat("--", op.status().message()));
-  absl::StatusOr<int64_t> size = sim::ParseByteSize("--size", size_text);
-  if (!size.ok()) return size.status();
+  std::vector<int64_t> sizes;
+  if (!size_text.empty()) {
+    absl::StatusOr<int64_t> size = sim::ParseByteSize("--size", size_text);
+    if (!size.ok()) return size.status();
+    sizes.push_back(*size);
+  } else {
+    absl::StatusOr<std::vector<int64_t>> sweep = sim::ParseByteSweep("--sweep", sweep_text);
+    if (!sweep.ok()) return sweep.status();
+    sizes = *std::move(sweep);
+  }
   absl::StatusOr<sim::Cluster> cluster = cluster_path.empty() ? sim::DefaultCluster() : sim::LoadClusterFile(cluster_path);
   if (!cluster.ok()) return cluster.status();
   cluster->world_size = std::max<int>(cluster->world_size, static_cast<int>(gpus));
   if (absl::Status s = sim::ValidateClusterWorld(*cluster, "cluster"); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--gpus ", gpus, ": ", s.message()));
   }
+  GEMTB_RETURN_IF_ERROR(CheckEvenLayout(*cluster, gpus));
   sim::CollectivesPlan plan;
   plan.cost_mode = mode;
-  plan.eta_tables = eta;
+  plan.eta_tables = !no_eta;
   plan.algo[op_name] = algo;
   absl::StatusOr<sim::CollectiveCostModel> model = sim::CollectiveCostModel::Create(*cluster, plan);
   if (!model.ok()) {
@@ -84,20 +127,48 @@ absl::Status Collective(const std::vector<std::string>& args) {
   }
   absl::StatusOr<sim::GroupShape> shape = sim::ContiguousGroupShape(*cluster, static_cast<int>(gpus));
   if (!shape.ok()) return shape.status();
-  const sim::CollectiveCost c = model->Estimate(*op, *shape, static_cast<double>(*size));
-  const std::string label = sim::AlgoLabel(c.algo, c.proto);
+  std::vector<sim::CollectiveCost> costs;
+  for (int64_t size : sizes) costs.push_back(model->Estimate(*op, *shape, static_cast<double>(size)));
+  auto extrapolated = [](const sim::CollectiveCost& c) {
+    return c.anchor_gpus > 0 ? absl::StrCat("extrapolated from the ", c.anchor_gpus, "-GPU measurement") : std::string();
+  };
   if (json_out) {
-    json j = {{"op", op_name}, {"gpus", gpus}, {"bytes", *size}, {"mode", mode}, {"algo", label},
-              {"hosts", shape->hosts}, {"zones", shape->zones}, {"time_us", c.duration_s * 1e6},
-              {"algbw_GBps", c.algbw_Bps / 1e9}, {"busbw_GBps", c.busbw_Bps / 1e9}};
-    std::cout << j.dump() << "\n";
+    json rows = json::array();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const sim::CollectiveCost& c = costs[i];
+      json j = {{"op", op_name}, {"gpus", gpus}, {"bytes", sizes[i]}, {"mode", mode},
+                {"algo", sim::AlgoLabel(c.algo, c.proto)}, {"hosts", shape->hosts}, {"zones", shape->zones},
+                {"time_us", c.duration_s * 1e6}, {"algbw_GBps", c.algbw_Bps / 1e9}, {"busbw_GBps", c.busbw_Bps / 1e9}};
+      if (c.anchor_gpus > 0) j["extrapolated_from_gpus"] = c.anchor_gpus;
+      rows.push_back(j);
+    }
+    std::cout << (sweep_text.empty() ? rows[0] : rows).dump() << "\n";
     return absl::OkStatus();
   }
-  std::cout << absl::StrFormat("%s on %d GPUs (%d per host, %d hosts, %d zones), S = %s (%d B), mode %s, algo %s\n",
-                               op_name, gpus, shape->members_per_host, shape->hosts, shape->zones,
-                               sim::FormatByteSize(static_cast<double>(*size)), *size, mode, label);
-  std::cout << absl::StrFormat("time %.3f us  algbw %.2f GB/s  busbw %.2f GB/s\n", c.duration_s * 1e6,
-                               c.algbw_Bps / 1e9, c.busbw_Bps / 1e9);
+  if (sweep_text.empty()) {
+    const sim::CollectiveCost& c = costs[0];
+    std::cout << absl::StrFormat("%s on %d GPUs (%d per host, %d hosts, %d zones), S = %s (%d B), mode %s, algo %s\n",
+                                 op_name, gpus, shape->members_per_host, shape->hosts, shape->zones,
+                                 sim::FormatByteSize(static_cast<double>(sizes[0])), sizes[0], mode,
+                                 sim::AlgoLabel(c.algo, c.proto));
+    std::cout << absl::StrFormat("time %.3f us  algbw %.2f GB/s  busbw %.2f GB/s\n", c.duration_s * 1e6,
+                                 c.algbw_Bps / 1e9, c.busbw_Bps / 1e9);
+    if (c.anchor_gpus > 0) std::cout << extrapolated(c) << "\n";
+    return absl::OkStatus();
+  }
+  std::cout << absl::StrFormat("# %s on %d GPUs (%d per host, %d hosts, %d zones), mode %s, algo %s%s\n", op_name,
+                               gpus, shape->members_per_host, shape->hosts, shape->zones, mode, algo,
+                               no_eta ? ", eta tables off" : "");
+  std::cout << absl::StrFormat("#%13s %13s %9s %11s %8s %8s  %s\n", "size", "count", "type", "time", "algbw", "busbw",
+                               "algo");
+  std::cout << absl::StrFormat("#%13s %13s %9s %11s %8s %8s\n", "(B)", "(elements)", "", "(us)", "(GB/s)", "(GB/s)");
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const sim::CollectiveCost& c = costs[i];
+    std::cout << absl::StrFormat("%14d %13d %9s %11.2f %8.2f %8.2f  %s%s\n", sizes[i], ElementCount(*op, sizes[i], gpus),
+                                 "bfloat16", c.duration_s * 1e6, c.algbw_Bps / 1e9, c.busbw_Bps / 1e9,
+                                 sim::AlgoLabel(c.algo, c.proto),
+                                 c.anchor_gpus > 0 ? absl::StrCat(" (", extrapolated(c), ")") : std::string());
+  }
   return absl::OkStatus();
 }
 

@@ -1,6 +1,8 @@
 // Spec/simulator.md §6.1 through the event engine: a lone collective ends at its closed form, and
 // delaying one member delays everyone's end by exactly that much; §2.4: concurrent collectives on one
 // tier share it (processor sharing).
+#include <array>
+
 #include "sim/engine/engine.h"
 
 #include <algorithm>
@@ -304,6 +306,76 @@ TEST(EngineTest, CollectivesOnDifferentTiersDoNotShare) {
   EXPECT_NEAR(RunEnd(both, *timing2, zero), 2 * across, 1e-9 * across);
 }
 
+// plan.collectives.flow maxmin: a collective across zones and one across hosts inside a zone both
+// leave through the members' NICs, so they share them (each at half rate while both run); flow none
+// prices each at its lone cost.
+TEST(EngineTest, CrossZoneAndInZoneCollectivesShareTheNic) {
+  const int p = 64;  // 8 hosts, 2 zones of 32
+  const Cluster cluster = testing::TestCluster(p);
+  const CollectivesPlan plan = RingAllGather();
+  const GroupLayout zone = Contiguous(32, 2);
+  const double S = 256.0 * 1024 * 1024;
+  const StepTemplate t = TwoCollectives(p, S, S, zone);
+  auto timing = CollectiveTiming::Create(cluster, plan, t.layouts);
+  ASSERT_TRUE(timing.ok()) << timing.status();
+  ASSERT_EQ(timing->shape(0).zones, 2);
+  ASSERT_EQ(timing->shape(1).zones, 1);
+  const double across = timing->Cost(0, CollectiveOp::kAllGather, S, false).duration_s;
+  const double inside = timing->Cost(1, CollectiveOp::kAllGather, S, false).duration_s;
+  ASSERT_GT(across, inside);
+  const std::vector<double> zero(p, 0.0);
+  // Both at 1/2 until the in-zone one ends at 2 * inside, then the cross-zone one alone.
+  const double shared = RunEnd(t, *timing, zero);
+  EXPECT_NEAR(shared, inside + across, 1e-9 * across);
+  EXPECT_GT(shared, across);
+  EXPECT_NEAR(RunEnd(t, *timing, zero, /*sharing=*/false), across, 1e-9 * across);
+}
+
+// Contention per op (spec §2.5): a collective of op o slows compute by 1 + kappa[o]; the copy
+// engine's kappa applies the same way.
+TEST(EngineTest, ContentionTakesTheRunningCollectivesOwnKappa) {
+  const int p = 8;
+  const Cluster cluster = testing::TestCluster(p);
+  const CollectivesPlan plan = RingAllGather();
+  // "post" (1 ms of compute) on the compute stream overlaps the all-gather.
+  StepTemplate t = OneCollective(p, CollectiveOp::kAllGather, 4e9);
+  TaskTemplate post = t.tasks[0];
+  post.name = "post";
+  post.deps = {0};
+  t.tasks.push_back(post);
+  t.stream_tasks[kComputeStream] = {0, 2};
+  t.dependents = {{1, 2}, {}, {}};
+  t.next_step_dependents = {{}, {}, {}};
+  auto timing = CollectiveTiming::Create(cluster, plan, t.layouts);
+  ASSERT_TRUE(timing.ok()) << timing.status();
+  auto post_time = [&](std::array<double, 5> kappa) {
+    std::vector<double> stats;
+    for (int r = 0; r < p; ++r) stats.insert(stats.end(), {1.0, 1.0, 0.0});
+    EngineInput in;
+    in.tpl = &t;
+    in.timing = &*timing;
+    in.world = p;
+    in.steps = 1;
+    in.stats = &stats;
+    in.kappa = kappa;
+    in.traced.assign(p, 1);
+    in.trace_step = 0;
+    auto out = RunEngine(in);
+    EXPECT_TRUE(out.ok()) << out.status();
+    for (const TraceEvent& e : out->trace) {
+      if (e.rank == 0 && e.name == "post") return e.duration_s;
+    }
+    return -1.0;
+  };
+  const int ag = static_cast<int>(CollectiveOp::kAllGather);
+  std::array<double, 5> only_ag{}, only_ar{};
+  only_ag[ag] = 0.06;
+  only_ar[static_cast<int>(CollectiveOp::kAllReduce)] = 0.5;
+  EXPECT_NEAR(post_time({}), 1e-3, 1e-12);
+  EXPECT_NEAR(post_time(only_ag), 1.06e-3, 1e-12);
+  EXPECT_NEAR(post_time(only_ar), 1e-3, 1e-12);  // no all-reduce runs
+}
+
 // SM contention (spec §2.5): each SM-based collective takes s of the n SMs, kappa = s / (n - s); a
 // compute task overlapping k of them runs on n - k*s SMs: slowed by n / (n - k*s).
 TEST(EngineTest, ComputeUnderConcurrentSmBasedCollectivesLosesEachOnesSms) {
@@ -335,7 +407,7 @@ TEST(EngineTest, ComputeUnderConcurrentSmBasedCollectivesLosesEachOnesSms) {
     in.world = p;
     in.steps = 1;
     in.stats = &stats;
-    in.kappa = 24.0 / 108.0;
+    in.kappa.fill(24.0 / 108.0);
     in.traced.assign(p, 1);
     in.trace_step = 0;
     auto out = RunEngine(in);

@@ -121,6 +121,44 @@ TEST(SimulateTest, SmFreeCollectivesZeroContentionAndNeverRaiseStepTime) {
   EXPECT_EQ(switched->step_mean_s, free->step_mean_s);
 }
 
+// The copy engine is not free (spec §2.5 with a measured or assumed kappa_copy_engine): SM-free
+// collectives then slow compute by that kappa, less than SM-based ones do; the counterfactual
+// sm_free (attribution rerun 2) is contention-free.
+TEST(SimulateTest, CopyEngineCollectivesContendByTheirOwnKappa) {
+  Scenario based_s = FsdpScenario("sm_based");
+  Scenario free_s = FsdpScenario("sm_free");
+  free_s.cluster.calibration.kappa_copy_engine = 0.06;
+  auto based = Simulate(based_s, Counterfactuals{}, NoTrace());
+  auto free = Simulate(free_s, Counterfactuals{}, NoTrace());
+  ASSERT_TRUE(based.ok()) << based.status();
+  ASSERT_TRUE(free.ok()) << free.status();
+  double cont_based = 0, cont_free = 0;
+  for (const RankStats& x : based->ranks) cont_based += x.contention_s;
+  for (const RankStats& x : free->ranks) cont_free += x.contention_s;
+  EXPECT_GT(cont_free, 0.0);
+  EXPECT_LT(cont_free, cont_based);
+  Counterfactuals cf;
+  cf.sm_free = true;
+  auto none = Simulate(free_s, cf, NoTrace());
+  ASSERT_TRUE(none.ok());
+  double cont_none = 0;
+  for (const RankStats& x : none->ranks) cont_none += x.contention_s;
+  EXPECT_EQ(cont_none, 0.0);
+  EXPECT_LT(none->step_mean_s, free->step_mean_s);
+}
+
+// plan.collectives.flow: "none" prices every collective alone, "maxmin" shares links, so a step is
+// never faster under maxmin.
+TEST(SimulateTest, FlowNoneIsNeverSlowerThanMaxmin) {
+  Scenario shared = FsdpScenario("sm_free");
+  Scenario alone = shared;
+  alone.plan.collectives.flow = "none";
+  auto a = Simulate(shared, Counterfactuals{}, NoTrace());
+  auto b = Simulate(alone, Counterfactuals{}, NoTrace());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_LE(b->step_mean_s, a->step_mean_s);
+}
+
 // Static memory (spec §2.6): V2 keeps the MP shard (rows * (D * e_w + 4) / M); V3 keeps a 1/N
 // sub-block of it, i.e. rows * (D * e_w + 4) / R, plus the transient gathered copy of the shard,
 // rows * D * e_w / M. Toy table: 1e6 rows of 64 fp16 (128 B + 4 B rowwise state); R = 16, M = 4.

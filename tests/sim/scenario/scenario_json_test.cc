@@ -228,6 +228,16 @@ TEST(NamedErrors, LawsMustMatchTheModelSequences) {
                                            HasSubstr("exceeds the model sequence's Lmax 1024 (sequence 7)")));
 }
 
+// plan.collectives.flow: "none" and "maxmin" are modelled; "fifo" (store-and-forward per link) is not,
+// so it is rejected by name rather than accepted and ignored.
+TEST(NamedErrors, FlowFifoIsRejected) {
+  EXPECT_THAT(BuildWith("plan.collectives.flow", "\"fifo\""),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("plan.collectives.flow: \"fifo\" is not one of none, maxmin")));
+  EXPECT_TRUE(BuildWith("plan.collectives.flow", "\"none\"").ok());
+  EXPECT_TRUE(BuildWith("plan.collectives.flow", "\"maxmin\"").ok());
+}
+
 TEST(NamedErrors, OtherPlanAndBatchRules) {
   EXPECT_THAT(BuildWith("batches.assignment.sub_batch", "100"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.assignment.sub_batch: 100 does not divide local_batch 1024")));
