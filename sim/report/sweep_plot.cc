@@ -69,7 +69,7 @@ std::string SweepSvg(const Study& study) {
   absl::StrAppend(&svg, "<text x=\"18\" y=\"", Num(kTop + ph / 2), "\" text-anchor=\"middle\" transform=\"rotate(-90 18 ",
                   Num(kTop + ph / 2), ")\">fraction</text>\n");
 
-  // Bars: each cause's share of T, stacked from 0, then the residual.
+  // Bars: each cause's share of T, stacked from 0, then the non-layer work.
   const double bar = std::min(30.0, 0.6 * pw / ((xmax - xmin) + 1));
   for (const SweepPoint* p : points) {
     const double x = X(std::log2(p->gpus));
@@ -79,7 +79,7 @@ std::string SweepSvg(const Study& study) {
     double stacked = 0;
     for (int k = 0; k <= kLossCauses; ++k) {
       const double share = std::max(0.0, (k < kLossCauses ? p->attribution->delta_s[static_cast<size_t>(k)]
-                                                           : p->attribution->residual_s) /
+                                                           : p->attribution->non_layer_s) /
                                               p->attribution->t_s);
       if (share <= 0) continue;
       const double y0 = Y(stacked), y1 = Y(stacked + share);
@@ -125,7 +125,7 @@ std::string SweepSvg(const Study& study) {
   for (int k = 0; k <= kLossCauses; ++k) {
     legend(absl::StrCat("<rect x=\"", Num(lx), "\" y=\"", Num(ly - 6), "\" width=\"20\" height=\"12\" fill=\"",
                         kLossColors[k], "\" fill-opacity=\"0.75\"/>"),
-           k < kLossCauses ? std::string(LossCause(k)) : std::string("residual (optimizer, lookups, gaps)"));
+           k < kLossCauses ? std::string(LossCause(k)) : std::string("non-layer (optimizer, embedding update)"));
   }
   svg += "</svg>\n";
   return svg;

@@ -305,21 +305,19 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   }
   const int U = static_cast<int>(region_ops.size());
 
-  // Model FLOPs and the Local MFU terms.
+  // Model FLOPs and the Local MFU terms (spec §1.1, as the GEM article defines it): every op of every
+  // layer run alone on one GPU, forward and backward, at its own efficiency (GEMMs and attention at
+  // e_l, norms, pointwise ops and the loss at HBM bandwidth x e_mem), no recompute and no
+  // communication; the embedding lookup joins below. Local MFU = sum F / (peak x sum t).
   t_.model_flops = Zero(layout_);
-  t_.local_flops = Zero(layout_);
   t_.local_time = Zero(layout_);
   for (const Op& op : m.ops) {
     // An expert op runs once per expert: every sample visits every expert.
     t_.model_flops.AddScaled(FromAffine(op.flops.fwd + op.flops.bwd, op.seq, layout_), 1.0);
-    if (op.local_mfu) {
-      t_.local_flops.AddScaled(FromAffine(op.flops.fwd + op.flops.bwd, op.seq, layout_), 1.0);
-      Op probe = op;
-      probe.kind = MemoryBound(op.kind) ? OpKind::kLinear : op.kind;  // Local MFU counts FLOPs at e_l
-      adder.Add(probe, false, 1.0, t_.local_time, t_.local_curve_terms);
-      adder.Add(probe, true, 1.0, t_.local_time, t_.local_curve_terms);
-    }
+    adder.Add(op, false, 1.0, t_.local_time, t_.local_curve_terms);
+    adder.Add(op, true, 1.0, t_.local_time, t_.local_curve_terms);
   }
+  t_.local_flops = t_.model_flops;
 
   // Sparse forward, then the dense forward; with plan.pipeline.sparse_ahead = 1 the sparse forward
   // is the next batch's and comes after the dense forward (below).
@@ -561,7 +559,9 @@ absl::StatusOr<StepTemplate> Builder::Build() {
     for (int f : first_step_tasks) t_.tasks[f].prev_deps.push_back(o);
     // The next step's compute stream is in order behind the optimizer already.
   }
-  (void)lookup;
+  // The lookup is the sparse layer's own work; the embedding update and the dense optimizer are not
+  // layers (their time is the attribution's non-layer line).
+  t_.local_time.AddScaled(lookup, 1.0);
 
   // Static memory (spec §2.6): dense shards in fp32 with Adam state (x4), gathered params of the
   // prefetch_depth + 1 regions in flight, embedding shards with rowwise state.

@@ -87,8 +87,8 @@ struct StepTemplate {
   std::vector<std::vector<int>> next_step_dependents; // dependents in the next step
   std::vector<GroupLayout> layouts;                   // kNumLayouts, then TWRW's host and cross-host parts if used
   StatAffine model_flops;        // fwd + bwd model FLOPs of one rank-step (recompute excluded)
-  StatAffine local_flops;        // FLOPs of local_mfu ops
-  StatAffine local_time;         // their time alone at e_l (Local MFU's denominator)
+  StatAffine local_flops;        // Local MFU's FLOPs: every op of every layer (= model_flops)
+  StatAffine local_time;         // every layer op alone at its own efficiency, plus the lookup (spec §1.1)
   std::vector<CurveTerm> local_curve_terms;
   double static_bytes = 0;       // per rank, max over ranks (spec §2.6), without batch_static_bytes
   // Static bytes that follow the rank-step's batch (spec §2.6): V3's gathered copy of the MP shard,
