@@ -97,6 +97,7 @@ Json CaseJson(const SensitivityCase& c) {
   }
   j["scaling_ratio"] = c.scaling_ratio;
   j["step_mean_s"] = c.step_s;
+  j["status"] = c.fits ? "ok" : "does_not_fit";
   return j;
 }
 
@@ -208,7 +209,7 @@ Json SummaryJson(const Study& study) {
       } else {
         r["status"] = row.fits ? "ok" : "does_not_fit";
         r["step_mean_s"] = row.step_s;
-        r["qps_change"] = row.qps_change;
+        r["lever_qps_gain"] = row.qps_gain;
         r["peak_memory_bytes"] = row.peak_memory_bytes;
         r["static_bytes"] = row.static_bytes;
       }
@@ -404,7 +405,7 @@ std::string ConsoleReport(const Study& study) {
     absl::StrAppend(&out, "\nlevers of the GEM article at ", t.gpus, " GPUs, each switched off alone (baseline ",
                     FormatShort(t.base_step_s * 1e3, 5), " ms, peak memory ", FormatShort(t.base_peak_memory_bytes / 1e9, 4),
                     " GB, static ", FormatShort(t.base_static_bytes / 1e9, 4), " GB):\n");
-    std::snprintf(line, sizeof(line), "  %-36s %9s %8s %9s %9s  %s\n", "lever switched off", "step ms", "QPS",
+    std::snprintf(line, sizeof(line), "  %-36s %9s %9s %9s %9s  %s\n", "lever switched off", "step ms", "lever QPS",
                   "peak GB", "static GB", "the article");
     out += line;
     for (const LeverRow& row : t.rows) {
@@ -412,12 +413,12 @@ std::string ConsoleReport(const Study& study) {
         absl::StrAppend(&out, "  ", row.lever.name, ": error: ", row.status.message(), "\n");
         continue;
       }
-      const std::string qps = absl::StrCat(row.qps_change >= 0 ? "+" : "", Pct(row.qps_change));
-      std::snprintf(line, sizeof(line), "  %-36s %9.1f %8s %9.1f %9.1f  ", row.lever.name.c_str(), row.step_s * 1e3,
+      const std::string qps = absl::StrCat(row.qps_gain >= 0 ? "+" : "", Pct(row.qps_gain));
+      std::snprintf(line, sizeof(line), "  %-36s %9.1f %9s %9.1f %9.1f  ", row.lever.name.c_str(), row.step_s * 1e3,
                     qps.c_str(), row.peak_memory_bytes / 1e9, row.static_bytes / 1e9);
       absl::StrAppend(&out, line, row.lever.published, row.fits ? "" : "  [does_not_fit]", "\n");
     }
-    out += "  (QPS: T_baseline / T_off - 1, the QPS without the lever relative to the baseline)\n";
+    out += "  (lever QPS: T_off / T_baseline - 1, the QPS the lever brings; peak: static + saved activations, max over ranks)\n";
   }
 
   if (!study.assumptions.empty()) {
@@ -434,7 +435,8 @@ std::string ConsoleReport(const Study& study) {
                     ref.base ? FormatShort(ref.base->scaling_ratio, 4) : std::string("-"), "):\n");
     for (const SensitivityRow& row : study.sensitivity) {
       auto show = [](const SensitivityCase& c) {
-        return c.status.ok() ? FormatShort(c.scaling_ratio, 4) : absl::StrCat("error: ", c.status.message());
+        if (!c.status.ok()) return absl::StrCat("error: ", c.status.message());
+        return absl::StrCat(FormatShort(c.scaling_ratio, 4), c.fits ? "" : " [does_not_fit]");
       };
       absl::StrAppend(&out, "  ", row.assumption.name, ": low -> SR ", show(row.low), ", high -> SR ", show(row.high),
                       " (swing ", FormatShort(row.swing, 3), ")\n");

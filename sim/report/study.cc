@@ -515,7 +515,7 @@ absl::StatusOr<Study> RunStudy(const ScenarioDocument& doc, const StudyOptions& 
         const SimResult& r = *planner.result(lever_jobs[i].job);
         row.fits = r.memory.fits;
         row.step_s = r.step_mean_s;
-        row.qps_change = r.step_mean_s > 0 ? table.base_step_s / r.step_mean_s - 1 : 0;
+        row.qps_gain = table.base_step_s > 0 ? r.step_mean_s / table.base_step_s - 1 : 0;
         row.peak_memory_bytes = PeakMemoryBytes(r);
         row.static_bytes = r.memory.static_bytes;
       }
@@ -535,6 +535,7 @@ absl::StatusOr<Study> RunStudy(const ScenarioDocument& doc, const StudyOptions& 
       if (c.status.ok()) {
         c.scaling_ratio = planner.result(cj.job)->scaling_ratio;
         c.step_s = planner.result(cj.job)->step_mean_s;
+        c.fits = planner.result(cj.job)->memory.fits;
       }
       return c;
     };

@@ -75,6 +75,7 @@ struct SensitivityCase {
   absl::Status status;
   double scaling_ratio = 0;
   double step_s = 0;
+  bool fits = true;  // false: does_not_fit (its SR is the step's if memory were no limit)
 };
 
 struct SensitivityRow {
@@ -121,7 +122,7 @@ struct LeverRow {
   absl::Status status;
   bool fits = true;
   double step_s = 0;
-  double qps_change = 0;          // T_baseline / T_off - 1: < 0 when switching the lever off costs QPS
+  double qps_gain = 0;            // the QPS the lever brings: T_off / T_baseline - 1 (as the article states it)
   double peak_memory_bytes = 0;   // max over ranks of static + peak activation bytes
   double static_bytes = 0;        // max over ranks
 };

@@ -1,5 +1,6 @@
 // The `batches` (length laws, assignment policy, step counts) and `noise` sections (spec/simulator.md
 // §4, §2.5, §2.7).
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -143,12 +144,43 @@ absl::Status ParseAssignment(const nlohmann::json& json, int64_t local_batch, As
   return absl::OkStatus();
 }
 
+// batches.id_zipf: one exponent for every table, or {"default": s, "tables": {"<table>": s, ...}};
+// exponents in [0, 4] (the data generator's range).
+absl::Status ParseIdZipf(const nlohmann::json& json, const model::ModelGraph& model, Batches* b) {
+  constexpr double kMaxZipf = 4;
+  if (json.is_number()) {
+    absl::StatusOr<double> s = ReadNumber(json, "batches.id_zipf");
+    if (!s.ok()) return s.status();
+    if (*s < 0 || *s > kMaxZipf) return BadField("batches.id_zipf", absl::StrCat(*s, " must be in [0, 4]"));
+    b->id_zipf_default = *s;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<ObjectReader> r = ObjectReader::Open(json, "batches.id_zipf", {"default", "tables"});
+  if (!r.ok()) return r.status();
+  GEMTB_RETURN_IF_ERROR(r->Range("default", &b->id_zipf_default, 0, kMaxZipf));
+  if (const nlohmann::json* tables = r->Get("tables"); tables != nullptr) {
+    if (!tables->is_object()) return BadField("batches.id_zipf.tables", "must be an object of table name -> exponent");
+    for (const auto& [name, value] : tables->items()) {
+      const std::string path = absl::StrCat("batches.id_zipf.tables.", name);
+      const bool known = std::any_of(model.tables.begin(), model.tables.end(),
+                                     [&](const model::GraphTable& t) { return t.name == name; });
+      if (!known) return BadField(path, "is not a table of the model");
+      absl::StatusOr<double> s = ReadNumber(value, path);
+      if (!s.ok()) return s.status();
+      if (*s < 0 || *s > kMaxZipf) return BadField(path, absl::StrCat(*s, " must be in [0, 4]"));
+      b->id_zipf[name] = *s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Batches> ParseBatches(const nlohmann::json& json, const Cluster& cluster,
                                      const model::ModelGraph& model) {
   absl::StatusOr<ObjectReader> r = ObjectReader::Open(
-      json, "batches", {"local_batch", "global_batch", "features", "assignment", "warmup_steps", "measured_steps"});
+      json, "batches",
+      {"local_batch", "global_batch", "features", "assignment", "warmup_steps", "measured_steps", "id_zipf"});
   if (!r.ok()) return r.status();
   Batches b;
   if (r->Has("local_batch") == r->Has("global_batch")) {
@@ -175,6 +207,7 @@ absl::StatusOr<Batches> ParseBatches(const nlohmann::json& json, const Cluster& 
   }
   GEMTB_RETURN_IF_ERROR(r->Int("warmup_steps", &b.warmup_steps, 0, 1000));
   GEMTB_RETURN_IF_ERROR(r->Int("measured_steps", &b.measured_steps, 1, 100000));
+  if (const nlohmann::json* z = r->Get("id_zipf"); z != nullptr) GEMTB_RETURN_IF_ERROR(ParseIdZipf(*z, model, &b));
   return b;
 }
 

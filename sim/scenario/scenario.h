@@ -218,6 +218,11 @@ struct Batches {
   Assignment assignment;
   int warmup_steps = 1;
   int measured_steps = 3;
+  // Hot-id skew of the embedding ids: the Zipf exponent of each table's id popularity (an
+  // unpublished assumption; 0 = every row equally popular). Row-split tables send their hottest
+  // id's share to one position (model/sharding/placement.h). `id_zipf` by table name, else the default.
+  double id_zipf_default = 0;
+  std::map<std::string, double> id_zipf;
 };
 
 // ---- noise -------------------------------------------------------------------------------------

@@ -237,6 +237,7 @@ class Builder {
                                                                 : static_cast<int>(b.group_class);
       const int task = AddColl(absl::StrCat("sparse.", CommSiteName(site)), b.group_class, layout, b.op, b.bytes, deps,
                                a2av);
+      if (task >= 0) t_.tasks[task].comm_site = static_cast<int>(site);
       if (first < 0) first = task;
       if (all != nullptr) all->push_back(task);
     }
@@ -666,6 +667,10 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
     traffic[static_cast<int>(TrafficTerm::kShardTouchedRows)].AddScaled(nu, 1.0);
 
     const CommTable table{tb.rows, tb.dim, e_w, tb.optimizer};
+    const auto zipf = s_.batches.id_zipf.find(tb.name);
+    const double zipf_s = zipf != s_.batches.id_zipf.end() ? zipf->second : s_.batches.id_zipf_default;
+    const PositionShares shares = TablePositionShares(plan.sparse.tables[t], static_cast<int>(t), M, world.host_positions,
+                                                      HottestIdShare(tb.rows, zipf_s));
     for (const CommCall& call : TableCommPattern(plan.sparse.tables[t], table, plan.sparse, world)) {
       const GroupClass cls = call.group_class == CommGroupClass::kSparseMp        ? GroupClass::kSparseMp
                              : call.group_class == CommGroupClass::kSparseReplica ? GroupClass::kSparseReplica
@@ -688,8 +693,24 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
         sites_.push_back(SiteBytes{call.site, SimOp(call.op), cls, size, call.stride, Zero(layout_)});
         site = &sites_.back();
       }
+      StatAffine table_bytes = Zero(layout_);
       for (int k = 0; k < kNumTrafficTerms; ++k) {
-        if (call.bytes.coef[k] != 0.0) site->bytes.AddScaled(traffic[k], call.bytes.coef[k] * scale);
+        if (call.bytes.coef[k] != 0.0) table_bytes.AddScaled(traffic[k], call.bytes.coef[k] * scale);
+      }
+      site->bytes.AddScaled(table_bytes, 1.0);
+      // The MP group's own all-to-alls (not TWRW's cross-host one): per table, for the slowest member.
+      if (call.op == Collective::kAllToAll && cls == GroupClass::kSparseMp && size == M && call.stride == 1) {
+        SiteTraffic* st = nullptr;
+        for (SiteTraffic& x : t_.a2a_traffic) {
+          if (x.site == call.site) st = &x;
+        }
+        if (st == nullptr) {
+          t_.a2a_traffic.push_back(SiteTraffic{call.site, M, {}, {}});
+          st = &t_.a2a_traffic.back();
+        }
+        table_bytes.Compact();
+        st->bytes.push_back(std::move(table_bytes));
+        st->shares.push_back(shares);
       }
     }
     // The rank's own samples' embeddings, whichever rank looked them up.
