@@ -64,6 +64,15 @@ def main():
          variant(lambda s: s["batches"]["features"].__setitem__(
              0, {"count": 8, "histogram": {"bins": [[1, 0], [64, 0]]}})),
          "batches.features[0].histogram.bins: weights sum to 0"),
+        ("hot-id skew out of range",
+         variant(lambda s: s["batches"].update(id_zipf=5)),
+         "batches.id_zipf: 5 must be in [0, 4]"),
+        ("hot-id skew of an unknown table",
+         variant(lambda s: s["batches"].update(id_zipf={"default": 0, "tables": {"nope": 1}})),
+         "batches.id_zipf.tables.nope: is not a table of the model"),
+        ("hot-id skew: unknown key",
+         variant(lambda s: s["batches"].update(id_zipf={"defualt": 1})),
+         "batches.id_zipf.defualt: unknown key"),
     ]
     def expect_named_error(name, path, out, expected):
         """Bad input: exit 2, one stderr line naming the field, nothing written."""
