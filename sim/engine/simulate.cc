@@ -78,15 +78,19 @@ absl::StatusOr<SimResult> Simulate(const Scenario& scenario, const Counterfactua
   bc.seed = scenario.seed;
   bc.world = world;
   bc.steps = steps;
-  double pooled_features = 0, seq_features = 0;
+  double pooled_features = 0, pooled_ids = 0, seq_features = 0;
   for (const model::GraphTable& t : m.tables) {
-    for (const std::string& f : t.features) (f.find('.') == std::string::npos ? pooled_features : seq_features) += 1;
+    for (const std::string& f : t.features) {
+      const bool pooled = f.find('.') == std::string::npos;
+      (pooled ? pooled_features : seq_features) += 1;
+      if (pooled) pooled_ids += scenario.batches.PoolingOf(t.name);
+    }
   }
   for (int j = 0; j < static_cast<int>(m.sequences.size()); ++j) {
     bc.sequences.push_back({m.sequences[j].n_s, SequenceMask(m, j), m.sequences[j].lmax});
   }
   const double J = std::max<double>(1, static_cast<double>(m.sequences.size()));
-  bc.kjt_per_sample = 4.0 * (pooled_features + seq_features) + 8.0 * pooled_features;
+  bc.kjt_per_sample = 4.0 * (pooled_features + seq_features) + 8.0 * pooled_ids;
   bc.kjt_per_token = 8.0 * seq_features / J;
   absl::StatusOr<std::vector<double>> stats_or = DrawBatchStats(bc, scenario.batches, options.threads);
   if (!stats_or.ok()) return stats_or.status();

@@ -2,6 +2,7 @@
 // §4, §2.5, §2.7).
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -144,31 +145,43 @@ absl::Status ParseAssignment(const nlohmann::json& json, int64_t local_batch, As
   return absl::OkStatus();
 }
 
-// batches.id_zipf: one exponent for every table, or {"default": s, "tables": {"<table>": s, ...}};
-// exponents in [0, 4] (the data generator's range).
-absl::Status ParseIdZipf(const nlohmann::json& json, const model::ModelGraph& model, Batches* b) {
-  constexpr double kMaxZipf = 4;
+// A per-table number: one value for every table, or {"default": v, "tables": {"<table>": v, ...}};
+// each in [lo, hi] (`positive`: > 0 as well).
+absl::Status ParsePerTable(const nlohmann::json& json, const std::string& path, const model::ModelGraph& model,
+                           double lo, double hi, bool positive, double* default_value,
+                           std::map<std::string, double>* by_table) {
+  auto check = [&](double v, const std::string& at) -> absl::Status {
+    if (v < lo || v > hi || (positive && !(v > 0))) {
+      return BadField(at, absl::StrCat(v, " must be in ", positive ? "(" : "[", lo, ", ", hi, "]"));
+    }
+    return absl::OkStatus();
+  };
   if (json.is_number()) {
-    absl::StatusOr<double> s = ReadNumber(json, "batches.id_zipf");
-    if (!s.ok()) return s.status();
-    if (*s < 0 || *s > kMaxZipf) return BadField("batches.id_zipf", absl::StrCat(*s, " must be in [0, 4]"));
-    b->id_zipf_default = *s;
+    absl::StatusOr<double> v = ReadNumber(json, path);
+    if (!v.ok()) return v.status();
+    GEMTB_RETURN_IF_ERROR(check(*v, path));
+    *default_value = *v;
     return absl::OkStatus();
   }
-  absl::StatusOr<ObjectReader> r = ObjectReader::Open(json, "batches.id_zipf", {"default", "tables"});
+  absl::StatusOr<ObjectReader> r = ObjectReader::Open(json, path, {"default", "tables"});
   if (!r.ok()) return r.status();
-  GEMTB_RETURN_IF_ERROR(r->Range("default", &b->id_zipf_default, 0, kMaxZipf));
+  if (const nlohmann::json* d = r->Get("default"); d != nullptr) {
+    absl::StatusOr<double> v = ReadNumber(*d, path + ".default");
+    if (!v.ok()) return v.status();
+    GEMTB_RETURN_IF_ERROR(check(*v, path + ".default"));
+    *default_value = *v;
+  }
   if (const nlohmann::json* tables = r->Get("tables"); tables != nullptr) {
-    if (!tables->is_object()) return BadField("batches.id_zipf.tables", "must be an object of table name -> exponent");
+    if (!tables->is_object()) return BadField(path + ".tables", "must be an object of table name -> number");
     for (const auto& [name, value] : tables->items()) {
-      const std::string path = absl::StrCat("batches.id_zipf.tables.", name);
+      const std::string at = absl::StrCat(path, ".tables.", name);
       const bool known = std::any_of(model.tables.begin(), model.tables.end(),
                                      [&](const model::GraphTable& t) { return t.name == name; });
-      if (!known) return BadField(path, "is not a table of the model");
-      absl::StatusOr<double> s = ReadNumber(value, path);
-      if (!s.ok()) return s.status();
-      if (*s < 0 || *s > kMaxZipf) return BadField(path, absl::StrCat(*s, " must be in [0, 4]"));
-      b->id_zipf[name] = *s;
+      if (!known) return BadField(at, "is not a table of the model");
+      absl::StatusOr<double> v = ReadNumber(value, at);
+      if (!v.ok()) return v.status();
+      GEMTB_RETURN_IF_ERROR(check(*v, at));
+      (*by_table)[name] = *v;
     }
   }
   return absl::OkStatus();
@@ -180,7 +193,7 @@ absl::StatusOr<Batches> ParseBatches(const nlohmann::json& json, const Cluster& 
                                      const model::ModelGraph& model) {
   absl::StatusOr<ObjectReader> r = ObjectReader::Open(
       json, "batches",
-      {"local_batch", "global_batch", "features", "assignment", "warmup_steps", "measured_steps", "id_zipf"});
+      {"local_batch", "global_batch", "features", "assignment", "warmup_steps", "measured_steps", "id_zipf", "pooling"});
   if (!r.ok()) return r.status();
   Batches b;
   if (r->Has("local_batch") == r->Has("global_batch")) {
@@ -207,7 +220,13 @@ absl::StatusOr<Batches> ParseBatches(const nlohmann::json& json, const Cluster& 
   }
   GEMTB_RETURN_IF_ERROR(r->Int("warmup_steps", &b.warmup_steps, 0, 1000));
   GEMTB_RETURN_IF_ERROR(r->Int("measured_steps", &b.measured_steps, 1, 100000));
-  if (const nlohmann::json* z = r->Get("id_zipf"); z != nullptr) GEMTB_RETURN_IF_ERROR(ParseIdZipf(*z, model, &b));
+  // Exponents in [0, 4] (the data generator's range); pooling factors in (0, 10,000].
+  if (const nlohmann::json* z = r->Get("id_zipf"); z != nullptr) {
+    GEMTB_RETURN_IF_ERROR(ParsePerTable(*z, "batches.id_zipf", model, 0, 4, false, &b.id_zipf_default, &b.id_zipf));
+  }
+  if (const nlohmann::json* p = r->Get("pooling"); p != nullptr) {
+    GEMTB_RETURN_IF_ERROR(ParsePerTable(*p, "batches.pooling", model, 0, 10000, true, &b.pooling_default, &b.pooling));
+  }
   return b;
 }
 

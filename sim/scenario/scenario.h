@@ -223,6 +223,14 @@ struct Batches {
   // id's share to one position (model/sharding/placement.h). `id_zipf` by table name, else the default.
   double id_zipf_default = 0;
   std::map<std::string, double> id_zipf;
+  // Pooling factor of each table's pooled features: ids per bag (1 = one id per pooled feature), by
+  // table name, else the default. Sequence features read one id per token whatever it is.
+  double pooling_default = 1;
+  std::map<std::string, double> pooling;
+  double PoolingOf(const std::string& table) const {
+    const auto it = pooling.find(table);
+    return it != pooling.end() ? it->second : pooling_default;
+  }
 };
 
 // ---- noise -------------------------------------------------------------------------------------

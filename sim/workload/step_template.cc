@@ -629,7 +629,7 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
   FeatureSequences seqs;
   for (size_t t = 0; t < m.tables.size(); ++t) {
     const model::GraphTable& tb = m.tables[t];
-    // Per sample: pooled features read one bag each, sequence features one id per token.
+    // Per sample: pooled features read one bag each of `pooling` ids, sequence features one id per token.
     StatAffine nu = Zero(layout_), bags = Zero(layout_), seq_ids = Zero(layout_);
     double pooled = 0;
     for (const std::string& f : tb.features) {
@@ -637,7 +637,7 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
       bags.coef[StatLayout::kB] += 1.0;
       if (j < 0 || j >= layout_.sequences) {
         pooled += 1.0;
-        nu.coef[StatLayout::kB] += 1.0;
+        nu.coef[StatLayout::kB] += s_.batches.PoolingOf(tb.name);
       } else {
         // Ids of sequence j: its tokens minus the CLS tokens.
         nu.coef[layout_.N(j)] += 1.0;

@@ -142,6 +142,26 @@ TEST(GemDefault, ListsEveryUnpublishedValueWithLowAndHigh) {
   EXPECT_EQ(noise.high, 0.06);
 }
 
+TEST(NamedErrors, PoolingFactor) {
+  auto with_pooling = [](const nlohmann::json& p) {
+    ScenarioDocument doc = GemDefault();
+    doc.json["batches"]["pooling"] = p;
+    return BuildScenario(doc);
+  };
+  // Tables by their expanded names (a config's "count" tables are name_0, name_1, ...).
+  absl::StatusOr<Scenario> ok = with_pooling({{"default", 2}, {"tables", {{"user_feat_3", 8}}}});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->batches.PoolingOf("user_feat_3"), 8);
+  EXPECT_EQ(ok->batches.PoolingOf("ad_feat_0"), 2);
+  EXPECT_EQ(BuildScenario(GemDefault())->batches.PoolingOf("ad_feat_0"), 1);  // one id per pooled feature
+  EXPECT_THAT(with_pooling(0).status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                 HasSubstr("batches.pooling: 0 must be in (0, 10000]")));
+  EXPECT_THAT(with_pooling({{"tables", {{"user_feat_0", -3}}}}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.pooling.tables.user_feat_0: -3 must be in")));
+  EXPECT_THAT(with_pooling({{"tables", {{"users", 2}}}}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.pooling.tables.users: is not a table")));
+}
+
 TEST(NamedErrors, HotIdSkew) {
   auto with_zipf = [](const nlohmann::json& z) {
     ScenarioDocument doc = GemDefault();
