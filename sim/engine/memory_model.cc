@@ -56,8 +56,19 @@ MemoryPlanOutput PlanMemory(const StepTemplate& tpl, const Scenario& scenario, c
         total += saved[u];
       }
       saved_total += total;
+      // The smallest peak reachable: everything recomputed, one region at a time.
+      double smallest = total;
+      if (allow) {
+        smallest = 0;
+        for (int u = 0; u < U; ++u) smallest = std::max(smallest, saved[u]);
+      }
+      needed = std::max(needed, static_bytes + smallest);
+      // Recomputing is a trade of time for memory that only pays when it makes the rank-step fit;
+      // where nothing can (does_not_fit), the rank-step runs as if memory were no limit, so the
+      // infeasible point's time is not dominated by a recompute that would not help.
+      const bool can_fit = static_bytes + smallest <= available;
       double kept = total, transient = 0;
-      if (allow && kept > budget) {
+      if (allow && can_fit && kept > budget) {
         // `uniform` keeps region order; per_region sorts, from the previous rank-step's order
         // (ranks and steps differ little: few moves).
         if (by_ratio) {
@@ -74,13 +85,6 @@ MemoryPlanOutput PlanMemory(const StepTemplate& tpl, const Scenario& scenario, c
           transient = std::max(transient, saved[u]);
         }
       }
-      // The smallest peak reachable: everything recomputed, one region at a time.
-      double smallest = total;
-      if (allow) {
-        smallest = 0;
-        for (int u = 0; u < U; ++u) smallest = std::max(smallest, saved[u]);
-      }
-      needed = std::max(needed, static_bytes + smallest);
       const double peak = kept + transient;
       out.peak_activation_bytes[r] = std::max(out.peak_activation_bytes[r], peak);
       if (peak > budget) fits = false;

@@ -3,6 +3,8 @@
 // freed per second of recompute (budget_policy per_region; `uniform` checkpoints in region order)
 // until they fit. A checkpointed region keeps nothing but needs its own saved bytes again while it
 // is recomputed in backward (one region at a time), so peak = kept + the largest recomputed region.
+// A rank-step that cannot fit even with every region checkpointed is not checkpointed at all (the
+// point is does_not_fit; its time is the time the step would take if memory were no limit).
 #ifndef GEMTB_SIM_ENGINE_MEMORY_MODEL_H_
 #define GEMTB_SIM_ENGINE_MEMORY_MODEL_H_
 

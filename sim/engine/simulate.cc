@@ -14,6 +14,7 @@
 #include "sim/engine/collective_timing.h"
 #include "sim/engine/engine.h"
 #include "sim/engine/memory_model.h"
+#include "sim/workload/alltoallv_traffic.h"
 #include "sim/workload/batch_draw.h"
 #include "sim/workload/rank_groups.h"
 #include "sim/workload/step_template.h"
@@ -67,7 +68,7 @@ absl::StatusOr<SimResult> Simulate(const Scenario& scenario, const Counterfactua
   if (!groups.ok()) return groups.status();
   absl::StatusOr<StepTemplate> tpl_or = BuildStepTemplate(scenario, *groups);
   if (!tpl_or.ok()) return tpl_or.status();
-  const StepTemplate& tpl = *tpl_or;
+  StepTemplate& tpl = *tpl_or;
   absl::StatusOr<CollectiveTiming> timing = CollectiveTiming::Create(scenario.cluster, scenario.plan.collectives,
                                                                      tpl.layouts);
   if (!timing.ok()) return timing.status();
@@ -77,20 +78,34 @@ absl::StatusOr<SimResult> Simulate(const Scenario& scenario, const Counterfactua
   bc.seed = scenario.seed;
   bc.world = world;
   bc.steps = steps;
-  double pooled_features = 0, seq_features = 0;
+  double pooled_features = 0, pooled_ids = 0, seq_features = 0;
   for (const model::GraphTable& t : m.tables) {
-    for (const std::string& f : t.features) (f.find('.') == std::string::npos ? pooled_features : seq_features) += 1;
+    for (const std::string& f : t.features) {
+      const bool pooled = f.find('.') == std::string::npos;
+      (pooled ? pooled_features : seq_features) += 1;
+      if (pooled) pooled_ids += scenario.batches.PoolingOf(t.name);
+    }
   }
   for (int j = 0; j < static_cast<int>(m.sequences.size()); ++j) {
     bc.sequences.push_back({m.sequences[j].n_s, SequenceMask(m, j), m.sequences[j].lmax});
   }
   const double J = std::max<double>(1, static_cast<double>(m.sequences.size()));
-  bc.kjt_per_sample = 4.0 * (pooled_features + seq_features) + 8.0 * pooled_features;
+  bc.kjt_per_sample = 4.0 * (pooled_features + seq_features) + 8.0 * pooled_ids;
   bc.kjt_per_token = 8.0 * seq_features / J;
   absl::StatusOr<std::vector<double>> stats_or = DrawBatchStats(bc, scenario.batches, options.threads);
   if (!stats_or.ok()) return stats_or.status();
   std::vector<double>& stats = *stats_or;
   const int width = tpl.layout.size();
+  // The sparse all-to-allvs at their slowest member's bytes (placement and hot ids), at the mean
+  // rank-step's batch (the same for every counterfactual: perfect balance keeps the mean).
+  {
+    std::vector<double> mean(width, 0.0);
+    for (size_t row = 0; row < stats.size() / width; ++row) {
+      for (int k = 0; k < width; ++k) mean[k] += stats[row * width + k];
+    }
+    for (double& v : mean) v /= static_cast<double>(stats.size() / width);
+    ApplyAllToAllvMaxRowEquivalent(tpl, AllToAllvMaxRowFactors(tpl, mean));
+  }
   if (cf.perfect_balance) {
     for (int s = 0; s < steps; ++s) {
       std::vector<double> mean(width, 0.0);

@@ -8,14 +8,15 @@
 namespace gemtb::sim::report {
 
 const char* LossKey(int cause) {
-  static constexpr std::array<const char*, kLossCauses> kKeys = {"comm", "contention", "imbalance", "stragglers",
-                                                                      "recompute"};
+  static constexpr std::array<const char*, kLossCauses + 1> kKeys = {"comm",       "contention", "imbalance",
+                                                                          "stragglers", "recompute",  "non_layer"};
   return kKeys.at(static_cast<size_t>(cause));
 }
 
 const char* LossCause(int cause) {
-  static constexpr std::array<const char*, kLossCauses> kCauses = {
-      "C1 communication volume", "C2 SM contention", "C4 load imbalance", "stragglers (noise)", "C3 recompute (memory)"};
+  static constexpr std::array<const char*, kLossCauses + 1> kCauses = {
+      "C1 communication volume", "C2 SM contention",      "C4 load imbalance",
+      "stragglers (noise)",      "C3 recompute (memory)", "non-layer work (optimizer, embedding update)"};
   return kCauses.at(static_cast<size_t>(cause));
 }
 
@@ -41,7 +42,8 @@ absl::StatusOr<Attribution> Attribute(absl::Span<const SimResult> runs) {
     a.delta_s[static_cast<size_t>(k)] = runs[static_cast<size_t>(k)].step_mean_s - runs[static_cast<size_t>(k) + 1].step_mean_s;
     if (a.delta_s[static_cast<size_t>(k)] > a.delta_s[static_cast<size_t>(a.biggest)]) a.biggest = k;
   }
-  a.residual_s = a.t_ideal_s - a.t_local_s;
+  a.non_layer_s = a.t_ideal_s - a.t_local_s;
+  if (a.non_layer_s > a.delta_s[static_cast<size_t>(a.biggest)]) a.biggest = kNonLayerLoss;
   return a;
 }
 
@@ -93,7 +95,8 @@ absl::StatusOr<Attribution> AttributeShapley(absl::Span<const SimResult> runs_by
   for (int k = 0; k < kLossCauses; ++k) {
     if (a.delta_s[static_cast<size_t>(k)] > a.delta_s[static_cast<size_t>(a.biggest)]) a.biggest = k;
   }
-  a.residual_s = a.t_ideal_s - a.t_local_s;
+  a.non_layer_s = a.t_ideal_s - a.t_local_s;
+  if (a.non_layer_s > a.delta_s[static_cast<size_t>(a.biggest)]) a.biggest = kNonLayerLoss;
   return a;
 }
 

@@ -1,8 +1,9 @@
 // Loss attribution by cumulative counterfactual reruns (spec/simulator.md §5): rerun k switches on
 // counterfactuals 1..k in the fixed order ideal network, SM-free, perfect balance, no noise, no
 // recompute; the drop in step time T from rerun k-1 to k is the loss of cause k. The deltas sum to
-// T - T_ideal (all five applied); the residual T_ideal - T_local (optimizer, lookups, launch gaps)
-// completes T - T_local = (1 - SR) T.
+// T - T_ideal (all five applied). What is left, T_ideal - T_local, is the work that is neither a
+// layer nor communication (the dense optimizer step, the embedding update, launch gaps): its own
+// loss line, so T - T_local = (1 - SR) T is split in full and nothing hides inside SR.
 #ifndef GEMTB_SIM_REPORT_ATTRIBUTION_H_
 #define GEMTB_SIM_REPORT_ATTRIBUTION_H_
 
@@ -17,8 +18,12 @@ namespace gemtb::sim::report {
 
 inline constexpr int kLossCauses = 5;
 
-// Short names (CSV columns, JSON keys) and causes (what people read), in rerun order.
-const char* LossKey(int cause);    // comm, contention, imbalance, stragglers, recompute
+// The non-layer line's index for LossKey/LossCause (after the five causes of the reruns).
+inline constexpr int kNonLayerLoss = kLossCauses;
+
+// Short names (CSV columns, JSON keys) and causes (what people read), in rerun order, then the
+// non-layer line (kNonLayerLoss).
+const char* LossKey(int cause);    // comm, contention, imbalance, stragglers, recompute, non_layer
 const char* LossCause(int cause);  // "C1 communication volume", ...
 
 // The switches of rerun k (1..5): counterfactuals 1..k on; k = 0 is the baseline.
@@ -29,8 +34,11 @@ struct Attribution {
   double t_ideal_s = 0;  // all five counterfactuals applied
   double t_local_s = 0;  // T_local of the baseline
   std::array<double, kLossCauses> delta_s{};  // T_{k-1} - T_k
-  double residual_s = 0;  // T_ideal - T_local
-  int biggest = 0;        // the cause with the largest delta
+  double non_layer_s = 0;  // T_ideal - T_local: optimizer step, embedding update, gaps
+  int biggest = 0;        // the largest loss line: a cause, or kNonLayerLoss
+
+  // The loss of line k (a cause's delta, or the non-layer work).
+  double Loss(int k) const { return k == kNonLayerLoss ? non_layer_s : delta_s[static_cast<size_t>(k)]; }
 };
 
 // `runs` holds the baseline and reruns 1..5 in order (6 results).

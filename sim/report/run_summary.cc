@@ -71,12 +71,12 @@ Json AttributionJson(const Attribution& a, bool ordered) {
     losses.push_back(loss);
   }
   j["losses"] = losses;
-  j["residual_s"] = a.residual_s;
-  j["residual_share_of_t"] = a.t_s > 0 ? a.residual_s / a.t_s : 0.0;
+  j["non_layer_s"] = a.non_layer_s;
+  j["non_layer_share_of_t"] = a.t_s > 0 ? a.non_layer_s / a.t_s : 0.0;
   Json biggest;
   biggest["key"] = std::string(LossKey(a.biggest));
   biggest["cause"] = std::string(LossCause(a.biggest));
-  biggest["delta_s"] = a.delta_s[static_cast<size_t>(a.biggest)];
+  biggest["delta_s"] = a.Loss(a.biggest);
   j["biggest_loss"] = biggest;
   return j;
 }

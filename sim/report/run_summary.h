@@ -19,7 +19,7 @@ std::string_view OpName(CollectiveOp op);       // all_reduce, all_gather, ...
 // The run's summary, keys in a fixed order. `attribution` may be null (no reruns).
 nlohmann::ordered_json RunSummaryJson(const SimResult& result, const Attribution* attribution);
 
-// The attribution as JSON: T, T_ideal, T_local, per cause {delta_s, share_of_T}, residual, biggest.
+// The attribution as JSON: T, T_ideal, T_local, per cause {delta_s, share_of_T}, non-layer work, biggest.
 // ordered: the cumulative reruns' deltas (each loss names its rerun); else Shapley shares.
 nlohmann::ordered_json AttributionJson(const Attribution& attribution, bool ordered = true);
 

@@ -2,7 +2,8 @@
 // fields (`--set plan.dense.fsdp_shard_group=128,256`), each point with its loss attribution
 // (baseline + 5 cumulative counterfactual reruns), plus at the reference size (4,096 GPUs when
 // swept) the sensitivity of SR to each assumption (low/high, then the two most influential on their
-// 3 x 3 grid) and the checks (imbalance random vs BBS, SM-free recovery).
+// 3 x 3 grid), the checks (imbalance random vs BBS, SM-free recovery) and the lever table (each of
+// the GEM article's levers switched off alone).
 //
 // Every run is independent: they go in parallel on oneTBB, each result into its own slot, so the
 // Study is identical for any thread count. Identical runs (same effective scenario and switches)
@@ -50,6 +51,10 @@ struct StudyOptions {
   bool shapley = false;            // also the order-free split: all 32 subsets of the reruns per point
   bool sensitivity = true;         // needs assumptions in the scenario
   bool checks = true;              // imbalance random vs bbs, SM-free recovery at the reference size
+  bool levers = true;              // the lever table at the reference size
+  // Whether the report compares the checks with the GEM article's published figures (the default
+  // scenario, which models the article's job); a user's own scenario gets its numbers only.
+  bool published_targets = false;
   int reference_gpus = 4096;       // used when swept, else the largest swept size
   int threads = 0;                 // 0: oneTBB's default
   std::function<void(const std::string&)> progress;  // one line per finished run, any order
@@ -70,6 +75,7 @@ struct SensitivityCase {
   absl::Status status;
   double scaling_ratio = 0;
   double step_s = 0;
+  bool fits = true;  // false: does_not_fit (its SR is the step's if memory were no limit)
 };
 
 struct SensitivityRow {
@@ -86,18 +92,45 @@ struct SensitivityGrid {
   bool ok[3][3] = {};
 };
 
-// The "done when" numbers at the reference size.
+// The checks at the reference size, each beside the GEM article's published figure.
 struct Checks {
   int gpus = 0;
   absl::Status status;
   // Heaviest rank over the mean, minus 1, of the batches alone (noise off: a per-rank noise draw adds
   // its own maximum, which no batch policy removes; recompute off: per-rank checkpoint decisions
-  // amplify the batches' imbalance). The 10-20% and "BBS halves it" are judged on these.
+  // amplify the batches' imbalance). The article's ~15% and "BBS halves it" are judged on these.
   double imbalance_random = 0, imbalance_bbs = 0;
   // The same with the scenario's per-rank recompute (noise off), reported beside them.
   double imbalance_random_recompute = 0, imbalance_bbs_recompute = 0;
   double step_sm_based_s = 0, step_sm_free_s = 0;  // as the scenario runs (noise on)
   double sm_free_recovery = 0;  // (T_sm_based - T_sm_free) / T_sm_based
+};
+
+// One of the GEM article's levers switched off alone at the reference size (every other field as
+// the scenario has it), beside the effect the article publishes.
+struct Lever {
+  std::string name;       // e.g. "SM-free -> SM-based collectives"
+  std::vector<std::pair<std::string, std::string>> settings;  // the fields set to switch it off
+  std::string published;  // the article's effect of the lever (and where it says so)
+};
+
+// The GEM article's levers as fields of a scenario at `gpus` GPUs (1D FSDP and V1 use the world).
+std::vector<Lever> ArticleLevers(int gpus);
+
+struct LeverRow {
+  Lever lever;
+  absl::Status status;
+  bool fits = true;
+  double step_s = 0;
+  double qps_gain = 0;            // the QPS the lever brings: T_off / T_baseline - 1 (as the article states it)
+  double peak_memory_bytes = 0;   // max over ranks of static + peak activation bytes
+  double static_bytes = 0;        // max over ranks
+};
+
+struct LeverTable {
+  int gpus = 0;
+  double base_step_s = 0, base_peak_memory_bytes = 0, base_static_bytes = 0;
+  std::vector<LeverRow> rows;
 };
 
 struct RunPerf {
@@ -116,6 +149,8 @@ struct Study {
   std::vector<SensitivityRow> sensitivity;
   std::optional<SensitivityGrid> grid;
   std::optional<Checks> checks;
+  std::optional<LeverTable> levers;
+  bool published_targets = false;
   // Wall clock (perf.json only).
   std::vector<RunPerf> perf;
   double wall_s = 0;

@@ -10,8 +10,11 @@
 namespace gemtb::sim::report {
 namespace {
 
-constexpr double kWidth = 860, kHeight = 500;
-constexpr double kLeft = 70, kRight = 230, kTop = 50, kBottom = 60;  // margins; the legend sits right
+// The legend sits below the plot in two columns of kLegendColumn pixels, wide enough for the longest
+// label at 12 px (about 7 px per character), so no label runs past the right edge.
+constexpr double kWidth = 860, kHeight = 580;
+constexpr double kLeft = 70, kRight = 30, kTop = 50, kBottom = 140;  // margins
+constexpr double kLegendColumn = 380;
 constexpr const char* kLossColors[kLossCauses + 1] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#bab0ac"};
 
 std::string Num(double v) {
@@ -64,12 +67,12 @@ std::string SweepSvg(const Study& study) {
                   Num(kTop + ph), "\" stroke=\"black\"/>\n");
   absl::StrAppend(&svg, "<line x1=\"", Num(kLeft), "\" y1=\"", Num(kTop), "\" x2=\"", Num(kLeft), "\" y2=\"",
                   Num(kTop + ph), "\" stroke=\"black\"/>\n");
-  absl::StrAppend(&svg, "<text x=\"", Num(kLeft + pw / 2), "\" y=\"", Num(kHeight - 15),
+  absl::StrAppend(&svg, "<text x=\"", Num(kLeft + pw / 2), "\" y=\"", Num(kTop + ph + 36),
                   "\" text-anchor=\"middle\">GPUs (log2 scale)</text>\n");
   absl::StrAppend(&svg, "<text x=\"18\" y=\"", Num(kTop + ph / 2), "\" text-anchor=\"middle\" transform=\"rotate(-90 18 ",
                   Num(kTop + ph / 2), ")\">fraction</text>\n");
 
-  // Bars: each cause's share of T, stacked from 0, then the residual.
+  // Bars: each cause's share of T, stacked from 0, then the non-layer work.
   const double bar = std::min(30.0, 0.6 * pw / ((xmax - xmin) + 1));
   for (const SweepPoint* p : points) {
     const double x = X(std::log2(p->gpus));
@@ -79,7 +82,7 @@ std::string SweepSvg(const Study& study) {
     double stacked = 0;
     for (int k = 0; k <= kLossCauses; ++k) {
       const double share = std::max(0.0, (k < kLossCauses ? p->attribution->delta_s[static_cast<size_t>(k)]
-                                                           : p->attribution->residual_s) /
+                                                           : p->attribution->non_layer_s) /
                                               p->attribution->t_s);
       if (share <= 0) continue;
       const double y0 = Y(stacked), y1 = Y(stacked + share);
@@ -109,12 +112,15 @@ std::string SweepSvg(const Study& study) {
   polyline(&SimResult::scaling_ratio, "#1f1f7a", "");
   polyline(&SimResult::e2e_mfu, "#b8860b", "6 3");
 
-  // Legend.
-  double ly = kTop + 10;
-  const double lx = kLeft + pw + 20;
+  // Legend: below the axis label, filled column by column.
+  const double legend_top = kTop + ph + 50;
+  int entry = 0;
+  double lx = kLeft, ly = legend_top;
   auto legend = [&](const std::string& swatch, const std::string& text) {
     absl::StrAppend(&svg, swatch, "<text x=\"", Num(lx + 26), "\" y=\"", Num(ly + 4), "\">", XmlEscape(text), "</text>\n");
-    ly += 20;
+    ++entry;
+    lx = kLeft + (entry / 4) * kLegendColumn;
+    ly = legend_top + (entry % 4) * 20;
   };
   legend(absl::StrCat("<line x1=\"", Num(lx), "\" y1=\"", Num(ly), "\" x2=\"", Num(lx + 20), "\" y2=\"", Num(ly),
                       "\" stroke=\"#1f1f7a\" stroke-width=\"2.5\"/>"),
@@ -125,7 +131,7 @@ std::string SweepSvg(const Study& study) {
   for (int k = 0; k <= kLossCauses; ++k) {
     legend(absl::StrCat("<rect x=\"", Num(lx), "\" y=\"", Num(ly - 6), "\" width=\"20\" height=\"12\" fill=\"",
                         kLossColors[k], "\" fill-opacity=\"0.75\"/>"),
-           k < kLossCauses ? std::string(LossCause(k)) : std::string("residual (optimizer, lookups, gaps)"));
+           LossCause(k));
   }
   svg += "</svg>\n";
   return svg;

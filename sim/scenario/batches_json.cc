@@ -1,6 +1,8 @@
 // The `batches` (length laws, assignment policy, step counts) and `noise` sections (spec/simulator.md
 // §4, §2.5, §2.7).
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -143,12 +145,55 @@ absl::Status ParseAssignment(const nlohmann::json& json, int64_t local_batch, As
   return absl::OkStatus();
 }
 
+// A per-table number: one value for every table, or {"default": v, "tables": {"<table>": v, ...}};
+// each in [lo, hi] (`positive`: > 0 as well).
+absl::Status ParsePerTable(const nlohmann::json& json, const std::string& path, const model::ModelGraph& model,
+                           double lo, double hi, bool positive, double* default_value,
+                           std::map<std::string, double>* by_table) {
+  auto check = [&](double v, const std::string& at) -> absl::Status {
+    if (v < lo || v > hi || (positive && !(v > 0))) {
+      return BadField(at, absl::StrCat(v, " must be in ", positive ? "(" : "[", lo, ", ", hi, "]"));
+    }
+    return absl::OkStatus();
+  };
+  if (json.is_number()) {
+    absl::StatusOr<double> v = ReadNumber(json, path);
+    if (!v.ok()) return v.status();
+    GEMTB_RETURN_IF_ERROR(check(*v, path));
+    *default_value = *v;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<ObjectReader> r = ObjectReader::Open(json, path, {"default", "tables"});
+  if (!r.ok()) return r.status();
+  if (const nlohmann::json* d = r->Get("default"); d != nullptr) {
+    absl::StatusOr<double> v = ReadNumber(*d, path + ".default");
+    if (!v.ok()) return v.status();
+    GEMTB_RETURN_IF_ERROR(check(*v, path + ".default"));
+    *default_value = *v;
+  }
+  if (const nlohmann::json* tables = r->Get("tables"); tables != nullptr) {
+    if (!tables->is_object()) return BadField(path + ".tables", "must be an object of table name -> number");
+    for (const auto& [name, value] : tables->items()) {
+      const std::string at = absl::StrCat(path, ".tables.", name);
+      const bool known = std::any_of(model.tables.begin(), model.tables.end(),
+                                     [&](const model::GraphTable& t) { return t.name == name; });
+      if (!known) return BadField(at, "is not a table of the model");
+      absl::StatusOr<double> v = ReadNumber(value, at);
+      if (!v.ok()) return v.status();
+      GEMTB_RETURN_IF_ERROR(check(*v, at));
+      (*by_table)[name] = *v;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Batches> ParseBatches(const nlohmann::json& json, const Cluster& cluster,
                                      const model::ModelGraph& model) {
   absl::StatusOr<ObjectReader> r = ObjectReader::Open(
-      json, "batches", {"local_batch", "global_batch", "features", "assignment", "warmup_steps", "measured_steps"});
+      json, "batches",
+      {"local_batch", "global_batch", "features", "assignment", "warmup_steps", "measured_steps", "id_zipf", "pooling"});
   if (!r.ok()) return r.status();
   Batches b;
   if (r->Has("local_batch") == r->Has("global_batch")) {
@@ -175,6 +220,13 @@ absl::StatusOr<Batches> ParseBatches(const nlohmann::json& json, const Cluster& 
   }
   GEMTB_RETURN_IF_ERROR(r->Int("warmup_steps", &b.warmup_steps, 0, 1000));
   GEMTB_RETURN_IF_ERROR(r->Int("measured_steps", &b.measured_steps, 1, 100000));
+  // Exponents in [0, 4] (the data generator's range); pooling factors in (0, 10,000].
+  if (const nlohmann::json* z = r->Get("id_zipf"); z != nullptr) {
+    GEMTB_RETURN_IF_ERROR(ParsePerTable(*z, "batches.id_zipf", model, 0, 4, false, &b.id_zipf_default, &b.id_zipf));
+  }
+  if (const nlohmann::json* p = r->Get("pooling"); p != nullptr) {
+    GEMTB_RETURN_IF_ERROR(ParsePerTable(*p, "batches.pooling", model, 0, 10000, true, &b.pooling_default, &b.pooling));
+  }
   return b;
 }
 

@@ -223,6 +223,19 @@ struct Batches {
   Assignment assignment;
   int warmup_steps = 1;
   int measured_steps = 3;
+  // Hot-id skew of the embedding ids: the Zipf exponent of each table's id popularity (an
+  // unpublished assumption; 0 = every row equally popular). Row-split tables send their hottest
+  // id's share to one position (model/sharding/placement.h). `id_zipf` by table name, else the default.
+  double id_zipf_default = 0;
+  std::map<std::string, double> id_zipf;
+  // Pooling factor of each table's pooled features: ids per bag (1 = one id per pooled feature), by
+  // table name, else the default. Sequence features read one id per token whatever it is.
+  double pooling_default = 1;
+  std::map<std::string, double> pooling;
+  double PoolingOf(const std::string& table) const {
+    const auto it = pooling.find(table);
+    return it != pooling.end() ? it->second : pooling_default;
+  }
 };
 
 // ---- noise -------------------------------------------------------------------------------------

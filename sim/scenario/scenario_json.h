@@ -28,7 +28,9 @@
 //   {"local_batch": 1024 | "global_batch": N,
 //    "features": [law, ...]            // one per model sequence, in order; a law may carry "count": n
 //    "assignment": {"policy": "random|bbs|global|padded|none", "sub_batch", "pool_factor", "max_len"},
-//    "warmup_steps", "measured_steps"}
+//    "warmup_steps", "measured_steps",
+//    "id_zipf": s | {"default": s, "tables": {"<table>": s}},      // hot-id skew, s in [0, 4] (default 0)
+//    "pooling": p | {"default": p, "tables": {"<table>": p}}}      // ids per pooled bag, (0, 10000] (default 1)
 //   law: {"lognormal": {"mu" | "median", "sigma", "min", "max", "corr"}}
 //      | {"histogram": {"bins": [[length, weight], ...]}} | {"zipf": {"s", "min", "max"}}
 //

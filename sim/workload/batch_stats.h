@@ -41,6 +41,12 @@ struct StatAffine {
     for (size_t i = 0; i < o.coef.size(); ++i) coef[i] += s * o.coef[i];
     compact_ = false;
   }
+  // Multiplies every term by s (compacted or not).
+  void Scale(double s) {
+    for (double& c : coef) c *= s;
+    constant_ *= s;
+    for (double& v : nz_value_) v *= s;
+  }
   bool IsZero() const {
     for (double c : coef) if (c != 0.0) return false;
     return true;

@@ -237,6 +237,7 @@ class Builder {
                                                                 : static_cast<int>(b.group_class);
       const int task = AddColl(absl::StrCat("sparse.", CommSiteName(site)), b.group_class, layout, b.op, b.bytes, deps,
                                a2av);
+      if (task >= 0) t_.tasks[task].comm_site = static_cast<int>(site);
       if (first < 0) first = task;
       if (all != nullptr) all->push_back(task);
     }
@@ -305,21 +306,19 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   }
   const int U = static_cast<int>(region_ops.size());
 
-  // Model FLOPs and the Local MFU terms.
+  // Model FLOPs and the Local MFU terms (spec §1.1, as the GEM article defines it): every op of every
+  // layer run alone on one GPU, forward and backward, at its own efficiency (GEMMs and attention at
+  // e_l, norms, pointwise ops and the loss at HBM bandwidth x e_mem), no recompute and no
+  // communication; the embedding lookup joins below. Local MFU = sum F / (peak x sum t).
   t_.model_flops = Zero(layout_);
-  t_.local_flops = Zero(layout_);
   t_.local_time = Zero(layout_);
   for (const Op& op : m.ops) {
     // An expert op runs once per expert: every sample visits every expert.
     t_.model_flops.AddScaled(FromAffine(op.flops.fwd + op.flops.bwd, op.seq, layout_), 1.0);
-    if (op.local_mfu) {
-      t_.local_flops.AddScaled(FromAffine(op.flops.fwd + op.flops.bwd, op.seq, layout_), 1.0);
-      Op probe = op;
-      probe.kind = MemoryBound(op.kind) ? OpKind::kLinear : op.kind;  // Local MFU counts FLOPs at e_l
-      adder.Add(probe, false, 1.0, t_.local_time, t_.local_curve_terms);
-      adder.Add(probe, true, 1.0, t_.local_time, t_.local_curve_terms);
-    }
+    adder.Add(op, false, 1.0, t_.local_time, t_.local_curve_terms);
+    adder.Add(op, true, 1.0, t_.local_time, t_.local_curve_terms);
   }
+  t_.local_flops = t_.model_flops;
 
   // Sparse forward, then the dense forward; with plan.pipeline.sparse_ahead = 1 the sparse forward
   // is the next batch's and comes after the dense forward (below).
@@ -561,7 +560,9 @@ absl::StatusOr<StepTemplate> Builder::Build() {
     for (int f : first_step_tasks) t_.tasks[f].prev_deps.push_back(o);
     // The next step's compute stream is in order behind the optimizer already.
   }
-  (void)lookup;
+  // The lookup is the sparse layer's own work; the embedding update and the dense optimizer are not
+  // layers (their time is the attribution's non-layer line).
+  t_.local_time.AddScaled(lookup, 1.0);
 
   // Static memory (spec §2.6): dense shards in fp32 with Adam state (x4), gathered params of the
   // prefetch_depth + 1 regions in flight, embedding shards with rowwise state.
@@ -628,7 +629,7 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
   FeatureSequences seqs;
   for (size_t t = 0; t < m.tables.size(); ++t) {
     const model::GraphTable& tb = m.tables[t];
-    // Per sample: pooled features read one bag each, sequence features one id per token.
+    // Per sample: pooled features read one bag each of `pooling` ids, sequence features one id per token.
     StatAffine nu = Zero(layout_), bags = Zero(layout_), seq_ids = Zero(layout_);
     double pooled = 0;
     for (const std::string& f : tb.features) {
@@ -636,7 +637,7 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
       bags.coef[StatLayout::kB] += 1.0;
       if (j < 0 || j >= layout_.sequences) {
         pooled += 1.0;
-        nu.coef[StatLayout::kB] += 1.0;
+        nu.coef[StatLayout::kB] += s_.batches.PoolingOf(tb.name);
       } else {
         // Ids of sequence j: its tokens minus the CLS tokens.
         nu.coef[layout_.N(j)] += 1.0;
@@ -666,6 +667,10 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
     traffic[static_cast<int>(TrafficTerm::kShardTouchedRows)].AddScaled(nu, 1.0);
 
     const CommTable table{tb.rows, tb.dim, e_w, tb.optimizer};
+    const auto zipf = s_.batches.id_zipf.find(tb.name);
+    const double zipf_s = zipf != s_.batches.id_zipf.end() ? zipf->second : s_.batches.id_zipf_default;
+    const PositionShares shares = TablePositionShares(plan.sparse.tables[t], static_cast<int>(t), M, world.host_positions,
+                                                      HottestIdShare(tb.rows, zipf_s));
     for (const CommCall& call : TableCommPattern(plan.sparse.tables[t], table, plan.sparse, world)) {
       const GroupClass cls = call.group_class == CommGroupClass::kSparseMp        ? GroupClass::kSparseMp
                              : call.group_class == CommGroupClass::kSparseReplica ? GroupClass::kSparseReplica
@@ -688,8 +693,24 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
         sites_.push_back(SiteBytes{call.site, SimOp(call.op), cls, size, call.stride, Zero(layout_)});
         site = &sites_.back();
       }
+      StatAffine table_bytes = Zero(layout_);
       for (int k = 0; k < kNumTrafficTerms; ++k) {
-        if (call.bytes.coef[k] != 0.0) site->bytes.AddScaled(traffic[k], call.bytes.coef[k] * scale);
+        if (call.bytes.coef[k] != 0.0) table_bytes.AddScaled(traffic[k], call.bytes.coef[k] * scale);
+      }
+      site->bytes.AddScaled(table_bytes, 1.0);
+      // The MP group's own all-to-alls (not TWRW's cross-host one): per table, for the slowest member.
+      if (call.op == Collective::kAllToAll && cls == GroupClass::kSparseMp && size == M && call.stride == 1) {
+        SiteTraffic* st = nullptr;
+        for (SiteTraffic& x : t_.a2a_traffic) {
+          if (x.site == call.site) st = &x;
+        }
+        if (st == nullptr) {
+          t_.a2a_traffic.push_back(SiteTraffic{call.site, M, {}, {}});
+          st = &t_.a2a_traffic.back();
+        }
+        table_bytes.Compact();
+        st->bytes.push_back(std::move(table_bytes));
+        st->shares.push_back(shares);
       }
     }
     // The rank's own samples' embeddings, whichever rank looked them up.

@@ -22,6 +22,8 @@
 
 #include "absl/status/statusor.h"
 #include "model/description/model_graph.h"
+#include "model/sharding/comm_pattern.h"
+#include "model/sharding/placement.h"
 #include "sim/scenario/scenario.h"
 #include "sim/workload/batch_stats.h"
 #include "sim/workload/rank_groups.h"
@@ -68,7 +70,18 @@ struct TaskTemplate {
   CollectiveOp op = CollectiveOp::kAllGather;
   StatAffine bytes;            // S as spec §3.1 for this rank
   bool a2av = false;           // lasts as long as its heaviest member needs
+  int comm_site = -1;          // the sparse call site (model/sharding CommSite) of a sparse collective
   int period = 1;              // issued every `period` steps (sparse replica sync); else a no-op
+};
+
+// One sparse all-to-all call site over the whole MP group, table by table: each table's bytes for
+// the group's average member and where its traffic goes (model/sharding/placement.h). The slowest
+// member of the all-to-allv is the position that serves (ids) or sends (embeddings) the most.
+struct SiteTraffic {
+  CommSite site = CommSite::kIdsA2a;
+  int positions = 1;                   // M
+  std::vector<StatAffine> bytes;       // per table with traffic at this site
+  std::vector<PositionShares> shares;  // the same tables' shares
 };
 
 struct RegionTemplate {
@@ -87,14 +100,15 @@ struct StepTemplate {
   std::vector<std::vector<int>> next_step_dependents; // dependents in the next step
   std::vector<GroupLayout> layouts;                   // kNumLayouts, then TWRW's host and cross-host parts if used
   StatAffine model_flops;        // fwd + bwd model FLOPs of one rank-step (recompute excluded)
-  StatAffine local_flops;        // FLOPs of local_mfu ops
-  StatAffine local_time;         // their time alone at e_l (Local MFU's denominator)
+  StatAffine local_flops;        // Local MFU's FLOPs: every op of every layer (= model_flops)
+  StatAffine local_time;         // every layer op alone at its own efficiency, plus the lookup (spec §1.1)
   std::vector<CurveTerm> local_curve_terms;
   double static_bytes = 0;       // per rank, max over ranks (spec §2.6), without batch_static_bytes
   // Static bytes that follow the rank-step's batch (spec §2.6): V3's gathered copy of the MP shard,
   // and with plan.pipeline.sparse_ahead = 1 the next batch's embeddings, resident through the step
   // (the rank-step's own batch statistics stand for the next batch's). Zero when neither applies.
   StatAffine batch_static_bytes;
+  std::vector<SiteTraffic> a2a_traffic;  // the MP group's all-to-all sites, per table
   double peak_flops = 0;
 };
 

@@ -1,7 +1,11 @@
 // gemtb whatif: the main job. Simulates a GEM-scale training job (sim/scenarios/gem-default.json by
 // default) over GPU counts and plan fields, prints SR, MFUs and the biggest loss per size, the
-// issue's checks, the assumptions and the sensitivity grid, and writes the report files
+// checks, the lever table, the assumptions and the sensitivity grid, and writes the report files
 // (sim/report/report_files.h).
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -58,6 +62,24 @@ absl::StatusOr<FieldSweep> ParseSet(const std::string& text) {
   return f;
 }
 
+// --out-dir, checked before the run: the folder, or the nearest existing folder above it, must be a
+// directory this process can write (bad input, exit 2, when not). Nothing is created yet, so bad
+// input leaves nothing behind.
+absl::Status CheckOutDir(const std::string& out_dir) {
+  std::error_code ec;
+  fs::path existing = fs::absolute(out_dir, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("--out-dir=", out_dir, ": ", ec.message()));
+  while (!fs::exists(existing, ec) && existing.has_relative_path()) existing = existing.parent_path();
+  if (!fs::is_directory(existing, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("--out-dir=", out_dir, ": ", existing.string(), " is not a directory"));
+  }
+  if (::access(existing.c_str(), W_OK | X_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--out-dir=", out_dir, ": ", existing.string(), " is not writable: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Run(const std::vector<std::string>& raw_args, bool* help) {
   // The scenario (first argument, if not a flag) and every --set come out before FlagSet parses.
   std::vector<std::string> args;
@@ -85,7 +107,7 @@ absl::Status Run(const std::vector<std::string>& raw_args, bool* help) {
 
   std::string out_dir = "whatif-out", gpus_text, steps_text, trace_ranks_text;
   int64_t trace_step = -1, threads = 0, reference_gpus = 4096;
-  bool no_sensitivity = false, no_attribution = false, no_checks = false, quiet = false, shapley = false;
+  bool no_sensitivity = false, no_attribution = false, no_checks = false, quiet = false, shapley = false, no_levers = false;
   FlagSet flags(
       "gemtb whatif [scenario.json] [--out-dir DIR] [--gpus 64,128,...] [--set path=v1,v2] [--steps W,M]\n"
       "       [--trace-ranks 0,1,..] [--trace-step N] [--no-sensitivity] [--no-attribution] [--shapley] [--no-checks]\n"
@@ -110,6 +132,7 @@ absl::Status Run(const std::vector<std::string>& raw_args, bool* help) {
   flags.Bool("shapley", &shapley,
              "also split the loss order-free: all 32 subsets of the 5 reruns per point (Shapley shares, ~5x the runs)");
   flags.Bool("no-checks", &no_checks, "skip the random-vs-BBS and SM-free checks");
+  flags.Bool("no-levers", &no_levers, "skip the lever table (each of the article's levers switched off alone)");
   flags.Bool("quiet", &quiet, "no progress on stderr");
   flags.Int64("threads", &threads, "oneTBB threads, 0 = all (results do not depend on it)");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
@@ -156,8 +179,12 @@ absl::Status Run(const std::vector<std::string>& raw_args, bool* help) {
   options.attribution = !no_attribution;
   options.shapley = shapley;
   options.checks = !no_checks;
+  options.levers = !no_levers;
+  options.published_targets = default_scenario;
   if (!quiet) options.progress = [](const std::string& line) { std::cerr << "whatif: " << line << std::endl; };
 
+  // The output folder must be writable before minutes of simulation, not after.
+  GEMTB_RETURN_IF_ERROR(CheckOutDir(out_dir));
   absl::StatusOr<sim::ScenarioDocument> doc = sim::LoadScenarioDocument(scenario_path);
   if (!doc.ok()) return absl::InvalidArgumentError(absl::StrCat(scenario_path, ": ", doc.status().message()));
   if (!quiet) {
@@ -171,7 +198,7 @@ absl::Status Run(const std::vector<std::string>& raw_args, bool* help) {
 
   std::error_code ec;
   fs::create_directories(out_dir, ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat("--out-dir=", out_dir, ": ", ec.message()));
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("--out-dir=", out_dir, ": ", ec.message()));
   std::string written;
   for (const auto& [name, text] : sim::report::RenderReport(*study)) {
     GEMTB_RETURN_IF_ERROR(WriteTextAtomically((fs::path(out_dir) / name).string(), text));

@@ -24,6 +24,7 @@ namespace gemtb::sim::report {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // ---- hand-made results -------------------------------------------------------------------------
 
@@ -70,7 +71,7 @@ TEST(Attribution, DeltasAreTheDropsOfTheCumulativeReruns) {
   EXPECT_NEAR(a->delta_s[2], 0.15, 1e-12);
   EXPECT_NEAR(a->delta_s[3], 0.02, 1e-12);
   EXPECT_NEAR(a->delta_s[4], 0.08, 1e-12);
-  EXPECT_NEAR(a->residual_s, 0.10, 1e-12);
+  EXPECT_NEAR(a->non_layer_s, 0.10, 1e-12);
   EXPECT_EQ(a->biggest, 2);
   EXPECT_STREQ(LossCause(a->biggest), "C4 load imbalance");
 }
@@ -83,7 +84,7 @@ TEST(Attribution, DeltasSumToTMinusTIdealAndWithTheResidualToOneMinusSrTimesT) {
   double sum = 0;
   for (double d : a->delta_s) sum += d;
   EXPECT_NEAR(sum, 0.8123 - 0.4517, 1e-12);
-  EXPECT_NEAR(sum + a->residual_s, (1 - runs[0].scaling_ratio) * 0.8123, 1e-12);
+  EXPECT_NEAR(sum + a->non_layer_s, (1 - runs[0].scaling_ratio) * 0.8123, 1e-12);
 }
 
 TEST(Attribution, NeedsSixRuns) {
@@ -130,8 +131,10 @@ TEST(Attribution, ShapleySharesSumToTheOrderedTotalAndADummyCauseGetsZero) {
   }
   EXPECT_NEAR(sum_shapley, sum_ordered, 1e-12);
   EXPECT_NEAR(sum_shapley, t.front() - t.back(), 1e-12);
-  EXPECT_EQ(shapley->residual_s, ordered->residual_s);
-  EXPECT_EQ(shapley->biggest, 0);
+  EXPECT_EQ(shapley->non_layer_s, ordered->non_layer_s);
+  // The non-layer line (T_ideal 1.0 - T_local 0.5) is larger than any cause's share: the biggest loss.
+  EXPECT_EQ(shapley->biggest, kNonLayerLoss);
+  EXPECT_STREQ(LossKey(shapley->biggest), "non_layer");
   EXPECT_FALSE(ShapleyShares(std::vector<double>(31)).ok());
   EXPECT_TRUE(MaskCounterfactuals(4).perfect_balance && !MaskCounterfactuals(4).ideal_network);
 }
@@ -330,7 +333,7 @@ TEST(Study, EveryPointHasItsAttributionAndTheSweepIsInOrder) {
     EXPECT_EQ(p.attribution->delta_s[1], 0);
     EXPECT_NEAR(p.attribution->delta_s[3], 0.03, 1e-12);
     EXPECT_NEAR(p.attribution->delta_s[2], 0.05, 1e-12);
-    EXPECT_NEAR(p.attribution->residual_s, 0.1, 1e-12);
+    EXPECT_NEAR(p.attribution->non_layer_s, 0.1, 1e-12);
   }
   const std::string csv = SweepCsv(*study);
   EXPECT_THAT(csv, HasSubstr("\n128,does_not_fit,false,1.5e+11,1.36e+11,"));
@@ -372,7 +375,7 @@ TEST(Study, SensitivityRanksAssumptionsAndGridsTheTopTwo) {
   o.gpus = {4096};
   absl::StatusOr<Study> study = RunStudy(GemDefault(), o, StandIn);
   ASSERT_TRUE(study.ok()) << study.status();
-  ASSERT_EQ(study->sensitivity.size(), 7u);
+  ASSERT_EQ(study->sensitivity.size(), 11u);
   // In the stand-in, zone size and oversubscription move comm; noise moves T; the rest nothing.
   EXPECT_GT(study->sensitivity[0].swing, 0);
   EXPECT_GT(study->sensitivity[1].swing, 0);
@@ -406,13 +409,50 @@ TEST(Study, ChecksCompareRandomWithBbsAndSmBasedWithSmFree) {
   EXPECT_THAT(ConsoleReport(*study), HasSubstr("random assignment: 15%"));
 }
 
+// The lever table: each of the article's levers switched off alone at the reference size, as the
+// scenario runs; the stand-in makes random batches cost 0.10 and SM-based collectives 0.06 of T.
+TEST(Study, LeverTableSwitchesEachLeverOffAlone) {
+  StudyOptions o;
+  o.gpus = {64, 4096};
+  o.sensitivity = false;
+  o.checks = false;
+  absl::StatusOr<Study> study = RunStudy(GemDefault(), o, StandIn);
+  ASSERT_TRUE(study.ok()) << study.status();
+  ASSERT_TRUE(study->levers.has_value());
+  const LeverTable& t = *study->levers;
+  EXPECT_EQ(t.gpus, 4096);
+  ASSERT_EQ(t.rows.size(), 7u);
+  const double base = t.base_step_s;
+  for (const LeverRow& row : t.rows) {
+    ASSERT_TRUE(row.status.ok()) << row.lever.name << ": " << row.status;
+    EXPECT_FALSE(row.lever.published.empty()) << row.lever.name;
+    if (row.lever.name == "BBS -> random batches") {
+      EXPECT_NEAR(row.step_s - base, 0.10, 1e-12);
+    } else if (row.lever.name == "SM-free -> SM-based collectives") {
+      EXPECT_NEAR(row.step_s - base, 0.06, 1e-12);
+    } else {
+      EXPECT_EQ(row.step_s, base) << row.lever.name;  // the stand-in ignores the other fields
+    }
+    EXPECT_NEAR(row.qps_gain, row.step_s / base - 1, 1e-15);
+  }
+  // 1D FSDP and V1 take the world as their group.
+  EXPECT_EQ(t.rows[0].lever.settings[0].second, "4096");
+  EXPECT_EQ(t.rows[2].lever.settings[1], std::make_pair(std::string("plan.sparse.mp_group"), std::string("4096")));
+  const std::string report = ConsoleReport(*study);
+  EXPECT_THAT(report, HasSubstr("levers of the GEM article at 4096 GPUs"));
+  EXPECT_THAT(report, HasSubstr("+4% QPS and -4% peak memory"));
+  EXPECT_THAT(JsonText(SummaryJson(*study)), HasSubstr("\"lever_off\": \"FP8 -> bf16 saved activations\""));
+}
+
 // Runs that cannot differ run once (spec §7: no redundant reruns). At 4,096 GPUs on gem-default
 // (SM-free, BBS, noise on, zone 2,048): 6 attribution runs (the SM-free one, every kappa 0, differs
-// from the SM-free plan: the copy engine's kappa is 0.06) = 6; 14 sensitivity cases less the pipeline's high case (sparse_ahead 1, the baseline) =
-// 13; checks random and BBS with recompute off, random, BBS and SM-based (SM-free is the baseline)
-// less BBS without noise = "noise low" (sigma 0) = 4; grid 8 cells less the 4 one-at-a-time edges
-// less (oversubscription low/high, zone 4,096): one zone, the cross-zone tier unused, = the zone-high
-// case = 2. Total 25 (31 without sharing).
+// from the SM-free plan: the copy engine's kappa is 0.06) = 6; 14 sensitivity cases less the
+// pipeline's high case (sparse_ahead 1, the baseline) = 13; checks random and BBS with recompute off,
+// random, BBS and SM-based (SM-free is the baseline) less BBS without noise = "noise low" (sigma 0) =
+// 4; grid 8 cells less the 4 one-at-a-time edges less (oversubscription low/high, zone 4,096): one
+// zone, the cross-zone tier unused, = the zone-high case = 2; the lever table's 7 less SM-based (the
+// check's run) = 6; the four added assumptions' 8 cases less hot-id skew low (0, the baseline's
+// value) = 7. Total 38.
 TEST(Study, RunsThatCannotDifferRunOnce) {
   std::atomic<int> calls{0};
   const SimulateFn counting = [&](const Scenario& s, const Counterfactuals& c, const SimOptions& o) {
@@ -424,8 +464,8 @@ TEST(Study, RunsThatCannotDifferRunOnce) {
   o.threads = 2;
   absl::StatusOr<Study> study = RunStudy(GemDefault(), o, counting);
   ASSERT_TRUE(study.ok()) << study.status();
-  EXPECT_EQ(calls.load(), 25);
-  EXPECT_EQ(study->perf.size(), 25u);
+  EXPECT_EQ(calls.load(), 38);
+  EXPECT_EQ(study->perf.size(), 38u);
   ASSERT_TRUE(study->grid.has_value() && study->checks.has_value());
   // zone size (row 0) and oversubscription (row 1) span the grid, in either order.
   const int zone = study->grid->a == 0 ? 0 : 1;
@@ -440,7 +480,7 @@ TEST(Study, RunsThatCannotDifferRunOnce) {
                                                                                : study->grid->scaling_ratio[2][0];
   EXPECT_NE(low_low, low_high);
   // Noise low (sigma 0) shares the BBS check's run: the same T as the no-noise switch.
-  const SensitivityRow& noise = study->sensitivity[6];
+  const SensitivityRow& noise = study->sensitivity[10];
   EXPECT_NEAR(noise.low.step_s, 1.0 * (1 + 0.05 + 0.02) + 0.01 * 12 + 0.1, 1e-12);
 }
 
@@ -457,6 +497,7 @@ TEST(Study, ShapleyPerPointSumsToTheOrderedTotal) {
   o.shapley = true;
   o.sensitivity = false;
   o.checks = false;
+  o.levers = false;
   absl::StatusOr<Study> study = RunStudy(GemDefault(), o, counting);
   ASSERT_TRUE(study.ok()) << study.status();
   EXPECT_EQ(calls.load(), 2 * 32);  // 2^5 subsets per point: the SM-free switch acts (copy engine kappa 0.06)
@@ -491,7 +532,9 @@ TEST(Study, SvgIsWellFormedXmlAndEscapesNames) {
 }
 
 TEST(Study, SummaryJsonParsesAndHoldsTheReferenceInFull) {
-  absl::StatusOr<Study> study = RunStudy(GemDefault(), SmallSweep(2), StandIn);
+  StudyOptions o = SmallSweep(2);
+  o.published_targets = true;  // as gemtb whatif runs the default scenario
+  absl::StatusOr<Study> study = RunStudy(GemDefault(), o, StandIn);
   ASSERT_TRUE(study.ok());
   const nlohmann::json summary = nlohmann::json::parse(JsonText(SummaryJson(*study)));
   EXPECT_EQ(summary["scenario"], "gem-default");
@@ -499,9 +542,19 @@ TEST(Study, SummaryJsonParsesAndHoldsTheReferenceInFull) {
   EXPECT_TRUE(summary["reference"].contains("attribution"));
   EXPECT_EQ(summary["reference"]["attribution"]["losses"].size(), 5u);
   EXPECT_EQ(summary["sweep"].size(), 3u);
-  EXPECT_EQ(summary["assumptions"].size(), 7u);
-  EXPECT_EQ(summary["sensitivity"]["one_at_a_time"].size(), 7u);
+  EXPECT_EQ(summary["assumptions"].size(), 11u);
+  EXPECT_EQ(summary["sensitivity"]["one_at_a_time"].size(), 11u);
   EXPECT_TRUE(summary["checks"]["bbs_halves_excess"].get<bool>());
+  EXPECT_EQ(summary["levers"]["rows"].size(), 7u);
+  EXPECT_TRUE(summary["definitions"].contains("local_mfu"));
+  // A user's own scenario gets its numbers, no verdicts against the article's figures.
+  absl::StatusOr<Study> own = RunStudy(GemDefault(), SmallSweep(2), StandIn);
+  ASSERT_TRUE(own.ok());
+  const nlohmann::json own_summary = nlohmann::json::parse(JsonText(SummaryJson(*own)));
+  EXPECT_TRUE(own_summary["checks"].contains("imbalance_random"));
+  EXPECT_FALSE(own_summary["checks"].contains("bbs_halves_excess"));
+  EXPECT_THAT(ConsoleReport(*own), Not(HasSubstr("within 10-20%")));
+  EXPECT_THAT(ConsoleReport(*study), HasSubstr("within 10-20%"));
 }
 
 }  // namespace

@@ -64,6 +64,18 @@ def main():
          variant(lambda s: s["batches"]["features"].__setitem__(
              0, {"count": 8, "histogram": {"bins": [[1, 0], [64, 0]]}})),
          "batches.features[0].histogram.bins: weights sum to 0"),
+        ("hot-id skew out of range",
+         variant(lambda s: s["batches"].update(id_zipf=5)),
+         "batches.id_zipf: 5 must be in [0, 4]"),
+        ("hot-id skew of an unknown table",
+         variant(lambda s: s["batches"].update(id_zipf={"default": 0, "tables": {"nope": 1}})),
+         "batches.id_zipf.tables.nope: is not a table of the model"),
+        ("pooling factor not positive",
+         variant(lambda s: s["batches"].update(pooling=0)),
+         "batches.pooling: 0 must be in (0, 10000]"),
+        ("hot-id skew: unknown key",
+         variant(lambda s: s["batches"].update(id_zipf={"defualt": 1})),
+         "batches.id_zipf.defualt: unknown key"),
     ]
     def expect_named_error(name, path, out, expected):
         """Bad input: exit 2, one stderr line naming the field, nothing written."""
@@ -185,6 +197,41 @@ def main():
                 failures.append(f"{name}: exit {r.returncode}, stderr {r.stderr!r}")
         if os.path.exists(os.path.join(tmp, "never")):
             failures.append("a bad invocation wrote its --out-dir")
+
+        # An --out-dir that cannot be written (below a regular file): exit 2 before any run.
+        blocker = os.path.join(tmp, "a_file")
+        with open(blocker, "w") as f:
+            f.write("x")
+        r = run(gemtb, ["--gpus", "64", "--steps", "0,1", "--out-dir", os.path.join(blocker, "out"), "--quiet"])
+        if r.returncode != 2 or "--out-dir" not in r.stderr or len(r.stderr.strip().splitlines()) != 1:
+            failures.append(f"unwritable --out-dir: exit {r.returncode}, stderr {r.stderr!r}")
+
+        # One GPU, nothing to communicate, no noise: the article's SR (E2E MFU / Local MFU, every layer
+        # op in Local MFU) is near 1; what is left is the optimizer and the embedding update, reported
+        # as their own loss line.
+        out = os.path.join(tmp, "one_gpu")
+        r = run(gemtb, ["--gpus", "1", "--set", "model.tables[*].rows=1e6", "--set", "noise.step_sigma=0",
+                        "--set", "noise.collective_jitter_sigma=0", "--no-sensitivity", "--no-checks", "--no-levers",
+                        "--out-dir", out, "--quiet"])
+        if r.returncode != 0:
+            failures.append(f"one GPU: exit {r.returncode}: {r.stderr}")
+        else:
+            with open(os.path.join(out, "summary.json")) as f:
+                ref = json.load(f)["reference"]
+            a = ref["attribution"]
+            comm_share = sum(l["delta_s"] for l in a["losses"] if l["key"] in ("comm", "contention")) / a["t_s"]
+            if ref["scaling_ratio"] < 0.9:
+                failures.append(f"one GPU: SR {ref['scaling_ratio']} < 0.9")
+            if comm_share != 0:
+                failures.append(f"one GPU: communication loss {comm_share} of T, want 0")
+            if not 0 < a["non_layer_s"] < 0.1 * a["t_s"]:
+                failures.append(f"one GPU: non-layer line {a['non_layer_s']} s of T = {a['t_s']} s")
+            # The lines split T - T_local = (1 - SR) T in full.
+            total = sum(l["delta_s"] for l in a["losses"]) + a["non_layer_s"]
+            if abs(total - (1 - ref["scaling_ratio"]) * a["t_s"]) > 1e-9 * a["t_s"]:
+                failures.append(f"one GPU: losses sum to {total}, want (1 - SR) T")
+            if "Local MFU: the GEM article's" not in r.stdout:
+                failures.append("the report does not state its Local MFU definition")
 
         # A small real run.
         out = os.path.join(tmp, "run")

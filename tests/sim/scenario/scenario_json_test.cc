@@ -62,7 +62,9 @@ TEST(GemDefault, ParsesAsTheSpecDescribesIt) {
                                                                   : ShardingType::kTableWise;
     EXPECT_EQ(s->plan.sparse.tables[t].type, want) << name;
   }
-  EXPECT_EQ(s->plan.sparse.gather, GatherMode::kAll);
+  EXPECT_EQ(s->plan.sparse.gather, GatherMode::kTouched);  // V3 stores less than V2
+  EXPECT_EQ(s->batches.id_zipf_default, 0);
+  EXPECT_TRUE(s->batches.id_zipf.empty());
   EXPECT_FALSE(s->plan.sparse.state_sync);
   EXPECT_EQ(s->plan.collectives.library, "sm_free");
   EXPECT_EQ(s->batches.local_batch, 1024);
@@ -87,7 +89,7 @@ TEST(GemDefault, ParsesAsTheSpecDescribesIt) {
 TEST(GemDefault, ListsEveryUnpublishedValueWithLowAndHigh) {
   absl::StatusOr<Scenario> s = BuildScenario(GemDefault());
   ASSERT_TRUE(s.ok()) << s.status();
-  ASSERT_EQ(s->assumptions.size(), 7u);
+  ASSERT_EQ(s->assumptions.size(), 11u);
   const Assumption& zone = s->assumptions[0];
   EXPECT_EQ(zone.path, "cluster.zone_size");
   EXPECT_EQ(zone.value, 2048);
@@ -116,9 +118,75 @@ TEST(GemDefault, ListsEveryUnpublishedValueWithLowAndHigh) {
   EXPECT_EQ(pipeline.low, 0);    // spec §2.3's order
   EXPECT_EQ(pipeline.high, 1);
   EXPECT_EQ(s->plan.pipeline.sparse_ahead, 1);
-  const Assumption& noise = s->assumptions[6];
+  const Assumption& zipf = s->assumptions[6];
+  EXPECT_EQ(zipf.path, "batches.id_zipf.default");
+  EXPECT_EQ(zipf.value, 0);
+  EXPECT_EQ(zipf.low, 0);
+  EXPECT_EQ(zipf.high, 1.05);
+  const Assumption& spread = s->assumptions[7];
+  EXPECT_EQ(spread.paths.size(), 2u);
+  EXPECT_EQ(spread.value, 1.5);
+  EXPECT_DOUBLE_EQ(spread.low, 1.0);
+  EXPECT_DOUBLE_EQ(spread.high, 2.0);
+  const Assumption& links = s->assumptions[8];
+  EXPECT_EQ(links.paths.size(), 4u);
+  EXPECT_EQ(links.value, 50);
+  EXPECT_EQ(links.low, 25);
+  EXPECT_EQ(links.high, 100);
+  const Assumption& kappa = s->assumptions[9];
+  EXPECT_EQ(kappa.path, "cluster.calibration.kappa");
+  EXPECT_GT(kappa.value, 0.2);  // measured on the H200 hosts (calibration file)
+  EXPECT_LT(kappa.value, 0.25);
+  const Assumption& noise = s->assumptions[10];
   EXPECT_EQ(noise.low, 0);
   EXPECT_EQ(noise.high, 0.06);
+}
+
+TEST(NamedErrors, PoolingFactor) {
+  auto with_pooling = [](const nlohmann::json& p) {
+    ScenarioDocument doc = GemDefault();
+    doc.json["batches"]["pooling"] = p;
+    return BuildScenario(doc);
+  };
+  // Tables by their expanded names (a config's "count" tables are name_0, name_1, ...).
+  absl::StatusOr<Scenario> ok = with_pooling({{"default", 2}, {"tables", {{"user_feat_3", 8}}}});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->batches.PoolingOf("user_feat_3"), 8);
+  EXPECT_EQ(ok->batches.PoolingOf("ad_feat_0"), 2);
+  EXPECT_EQ(BuildScenario(GemDefault())->batches.PoolingOf("ad_feat_0"), 1);  // one id per pooled feature
+  EXPECT_THAT(with_pooling(0).status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                 HasSubstr("batches.pooling: 0 must be in (0, 10000]")));
+  EXPECT_THAT(with_pooling({{"tables", {{"user_feat_0", -3}}}}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.pooling.tables.user_feat_0: -3 must be in")));
+  EXPECT_THAT(with_pooling({{"tables", {{"users", 2}}}}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.pooling.tables.users: is not a table")));
+}
+
+TEST(NamedErrors, HotIdSkew) {
+  auto with_zipf = [](const nlohmann::json& z) {
+    ScenarioDocument doc = GemDefault();
+    doc.json["batches"]["id_zipf"] = z;
+    // Without the hot-id assumption, which names batches.id_zipf.default: the parser alone decides.
+    nlohmann::json& assumptions = doc.json["assumptions"];
+    for (size_t a = 0; a < assumptions.size(); ++a) {
+      if (assumptions[a].value("path", "") == "batches.id_zipf.default") {
+        assumptions.erase(a);
+        break;
+      }
+    }
+    return BuildScenario(doc);
+  };
+  absl::StatusOr<Scenario> ok = with_zipf({{"default", 0.5}, {"tables", {{"user", 1.1}}}});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->batches.id_zipf_default, 0.5);
+  EXPECT_EQ(ok->batches.id_zipf.at("user"), 1.1);
+  EXPECT_THAT(with_zipf(-1).status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                               HasSubstr("batches.id_zipf: -1 must be in [0, 4]")));
+  EXPECT_THAT(with_zipf({{"tables", {{"nope", 1}}}}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.id_zipf.tables.nope: is not a table")));
+  EXPECT_THAT(with_zipf({{"default", 9}}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.id_zipf.default")));
+  EXPECT_THAT(with_zipf("high").status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.id_zipf")));
 }
 
 TEST(GemDefault, GroupsAreCappedAtTheWorldSize) {
@@ -199,6 +267,14 @@ TEST(NamedErrors, BadHistogram) {
     ScenarioDocument doc = GemDefault();
     doc.json["batches"]["features"] = {{{"count", 8}, {"histogram", law}},
                                        {{"count", 2}, {"lognormal", {{"median", 512}, {"sigma", 1.5}}}}};
+    // The sequence-length spread assumption names the lognormal sigmas this variant no longer has.
+    nlohmann::json& assumptions = doc.json["assumptions"];
+    for (size_t a = 0; a < assumptions.size(); ++a) {
+      if (assumptions[a].contains("paths") && assumptions[a]["paths"][0] == "batches.features[0].lognormal.sigma") {
+        assumptions.erase(a);
+        break;
+      }
+    }
     return BuildScenario(doc).status();
   };
   EXPECT_TRUE(with_first_law({{"bins", {{1, 0.5}, {64, 1.0}, {1024, 0.1}}}}).ok());

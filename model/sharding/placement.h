@@ -1,0 +1,49 @@
+// Which MP-group positions serve each table's lookups (spec/embeddings-and-model.md §3.2), as shares
+// of the table's id and embedding traffic. The placement rules are the ones reference/sharding's
+// layout executes:
+//   DP    every position holds a copy and serves its own lookups: no traffic;
+//   TW    the whole table on `owner` (default: table index mod M);
+//   CW    c column shards, shard i on position (t + i) mod M, each serving 1/c of the table's bytes;
+//   RW    M row blocks, block s on position s;
+//   TWRW  the table on host t mod H (H = M / g), its rows in g blocks on that host's g positions;
+//   GRID  c column shards, shard i placed TWRW on host (t + i) mod H.
+// Row-split types (RW, TWRW, GRID) see hot ids: ids spread over the rows by a keyed bijection of
+// their popularity rank (the data generator's rule), so every block gets an even share of the cold
+// ids and one block also holds the hottest id. Its mass under Zipf(s) on `rows` ranks (the
+// generator's continuous law) is p1 = (2^(1-s) - 1) / ((rows + 1)^(1-s) - 1), ln 2 / ln(rows + 1) at
+// s = 1, 1/rows at s = 0; that block is the table's first (position t mod M for RW). This is a lower
+// bound on the hottest block's share (the next ids may land there too).
+#ifndef GEMTB_MODEL_SHARDING_PLACEMENT_H_
+#define GEMTB_MODEL_SHARDING_PLACEMENT_H_
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "model/sharding/sharding_types.h"
+
+namespace gemtb {
+
+// A table's traffic over the M positions of its MP group: `spread` of it evenly over all positions,
+// the rest in point masses. spread + sum of the points = 1 (0 for DP: no traffic).
+struct PositionShares {
+  double spread = 0;
+  std::vector<std::pair<int, double>> points;  // (position, share)
+};
+
+// The share of the table's lookups its hottest id draws under Zipf(zipf_s) on `rows` ranks.
+double HottestIdShare(int64_t rows, double zipf_s);
+
+// Where table `table_index`'s traffic goes in an MP group of `mp_group` positions, `host_positions`
+// (g) of them per host; `hot_share` is HottestIdShare of the table (row-split types only).
+PositionShares TablePositionShares(const TableSharding& sharding, int table_index, int mp_group, int host_positions,
+                                   double hot_share);
+
+// The per-position load of a set of tables, each with its traffic (bytes) and shares: the maximum
+// position's load over the mean position's (>= 1; 1 when there is no traffic). This is the factor by
+// which the slowest member of an all-to-allv exceeds the uniform share.
+double MaxOverMeanLoad(const std::vector<std::pair<double, const PositionShares*>>& tables, int mp_group);
+
+}  // namespace gemtb
+
+#endif  // GEMTB_MODEL_SHARDING_PLACEMENT_H_
