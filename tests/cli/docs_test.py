@@ -1,7 +1,9 @@
 """The user documentation stands on its own: every relative link in README.md and docs/*.md (and in
 the folders' READMEs) names a file of the repository, and no README or docs page points outside the
 repository (`../shared`), refers to an issue (`issue 12`) or quotes a commit hash (7-40 hex digits).
-History belongs in tools/bench/NOTES.md and git, which this test does not read.
+History belongs in tools/bench/NOTES.md and git, which this test does not read. The user's guide
+(README.md and docs/*.md) also cites no section of a specification (`spec §9`, `spec/attention.md`):
+it links the docs page that says the same.
 
 Usage: docs_test.py [--root REPO]   (default: two folders above this file)
 """
@@ -19,6 +21,10 @@ FORBIDDEN = [
     # number nor a word such as 'defaced' counts), also inside a file name (`x_20261201_f02b8d1.json`).
     ("a commit hash",
      re.compile(r"(?<![0-9A-Za-z])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![0-9A-Za-z])")),
+]
+# Only in the user's guide: README.md at the top and docs/*.md.
+USER_GUIDE_FORBIDDEN = [
+    ("a specification reference instead of a docs link", re.compile(r"\bspec\s*§|\bspec/[A-Za-z0-9_-]+\.md")),
 ]
 SCIENTIFIC = re.compile(r"[0-9]+e[0-9]+")
 SKIP_DIRS = {"third_party", "node_modules", "__pycache__"}
@@ -50,10 +56,16 @@ def link_targets(text):
             yield number, m.group(1)
 
 
+def is_user_guide(path, root):
+    rel = os.path.relpath(path, root)
+    return rel == "README.md" or (os.path.dirname(rel) == "docs" and rel.endswith(".md"))
+
+
 def problems_in(path, text, root):
     out = []
+    forbidden = FORBIDDEN + (USER_GUIDE_FORBIDDEN if is_user_guide(path, root) else [])
     for number, line in enumerate(text.splitlines(), 1):
-        for what, pattern in FORBIDDEN:
+        for what, pattern in forbidden:
             for m in pattern.finditer(line):
                 if SCIENTIFIC.fullmatch(m.group(0)):
                     continue  # a number such as 1979e12, not a hash
@@ -74,11 +86,14 @@ def problems_in(path, text, root):
 def self_check(root):
     """The checks find what they are meant to find: planted lines must each give one problem."""
     planted = {
-        "see ../shared/spec/attention.md": 1,
+        "see ../shared/spec/attention.md": 2,  # outside the repository, and a spec reference
         "fixed in Issue 32": 1,
         "measured at 5067397c on the VM": 1,
         "see `results/bench_20261201_f02b8d1.json`": 1,
         "[page](docs/no-such-page.md)": 1,
+        "the criteria of spec §9": 1,
+        "as spec/attention.md says": 1,
+        "the embedding spec, [embedding-spec.md](docs/embedding-spec.md), spec.json": 0,
         "1234567 samples, 64 bytes, 1979e12 FLOP/s, a defaced README, [home](README.md), [web](https://example.org)": 0,
     }
     fake = os.path.join(root, "README.md")
@@ -86,6 +101,10 @@ def self_check(root):
         got = problems_in(fake, line, root)
         if len(got) != expected:
             return f"self-check: '{line}' gave {len(got)} problems, expected {expected}: {got}"
+    folder_readme = os.path.join(root, "sim", "README.md")
+    got = problems_in(folder_readme, "the criteria of spec §9", root)
+    if got:
+        return f"self-check: a folder README's spec reference gave problems: {got}"
     return None
 
 

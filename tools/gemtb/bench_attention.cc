@@ -47,8 +47,8 @@ absl::Status Run(const std::vector<std::string>& args) {
   bool force = false, forward_only = false, no_compare = false, tanh_approx = false, no_kernel_time = false,
        free_memory = false;
   FlagSet flags("gemtb bench attention --out-dir D [--cases a,b] [--reps N] [--warmup N] [options]",
-                "Times the CUDA attention kernels (bf16, H=4, D=128) on the cases of spec/attention.md\n"
-                "section 11: forward and forward+backward, CUDA events, median of --reps runs over\n"
+                "Times the CUDA attention kernels (bf16, H=4, D=128) on eight fixed cases\n"
+                "(lengths by a Philox rule): forward and forward+backward, CUDA events, median of --reps runs over\n"
                 "rotated input sets, then the same runs' kernel time (CUPTI; --no-kernel-time skips it).\n"
                 "Writes D/bench_attention.json and the lengths of each case as\n"
                 "D/<case>.npy (int64 [2,B]), so that a peer benchmark can time the same lengths\n"
@@ -115,7 +115,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   if (!results.ok()) return results.status();
 
   nlohmann::json doc;
-  doc["what"] = "gemtb bench attention: effective TFLOP/s (valid pairs only, spec §10) of the CUDA kernels";
+  doc["what"] = "gemtb bench attention: effective TFLOP/s (valid pairs only) of the CUDA kernels";
   doc["device"] = gpu::bench::DeviceDescription();
   doc["gpu_name"] = gpu::bench::DeviceName();
   doc["label"] = label;

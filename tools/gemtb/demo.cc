@@ -118,7 +118,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
       "gemtb demo: %d sequences (lengths %d..%d, %d tokens), H=%d Hkv=%d D=%d, bf16, act=%s mask=%s\n",
       batch, *std::min_element(lengths.begin(), lengths.end()), *std::max_element(lengths.begin(), lengths.end()),
       rows, heads, kv_heads, dim, act, mask);
-  std::cout << absl::StrFormat("  forward: %.3g effective FLOPs over valid pairs (spec §10)\n", *flops);
+  std::cout << absl::StrFormat("  forward: %.3g effective FLOPs over valid pairs\n", *flops);
 
   struct Run {
     reference::AttentionForwardResult fwd;

@@ -26,7 +26,7 @@ const Subcommand kSubcommands[] = {
     {{"golden", "verify"}, gemtb::cli::RunGoldenVerify, "recompute every golden vector and compare bit-exactly"},
     {{"golden", "regen"}, gemtb::cli::RunGoldenRegen, "rewrite the golden vectors (needs --force)"},
     {{"bench", "comm"}, gemtb::cli::RunBenchComm, "NCCL collective benchmark (nccl-tests sizes, busbw) and GEMM slowdown"},
-    {{"bench", "attention"}, gemtb::cli::RunBenchAttention, "attention kernels: effective TFLOP/s on the spec's cases"},
+    {{"bench", "attention"}, gemtb::cli::RunBenchAttention, "attention kernels: effective TFLOP/s on eight fixed cases"},
     {{"demo"}, gemtb::cli::RunDemo, "a short tour of the attention oracle on a random jagged batch"},
     {{"ref", "attention"}, gemtb::cli::RunRefAttention, "the jagged attention oracle on .npy tensors"},
     {{"ref", "quantize"}, gemtb::cli::RunRefQuantize, "bf16/fp16/fp8/MX quantisation, SR and RHT of a .npy tensor"},

@@ -64,7 +64,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
       "forward and backward FLOPs and saved activation bytes per sample for a batch of B samples whose\n"
       "sequences are filled to sparsity s (l_j = round(s * Lmax_j) events, plus n_s CLS tokens), then\n"
       "totals: dense and sparse parameters, model FLOPs (GEMMs and attention, as Local MFU counts\n"
-      "them) and all FLOPs. --emit writes the op graph as model.json (spec §4 schema), atomically.");
+      "them) and all FLOPs. --emit writes the op graph as model.json (docs/model-config.md), atomically.");
   flags.String("config", &config_name, "tiny | small | gem-scale | path to a config JSON");
   flags.String("emit", &emit, "write the op graph to this model.json");
   flags.Int64("batch", &batch, "samples per batch for the per-sample figures (default 64)");

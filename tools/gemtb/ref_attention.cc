@@ -21,7 +21,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   int64_t threads = 0;
   bool backward = false, force = false;
   FlagSet flags("gemtb ref attention --q F --k F --v F --q-offsets F --kv-offsets F [options] --out-dir D",
-                "Runs the jagged attention oracle (spec/attention.md) on .npy tensors and writes o.npy,\n"
+                "Runs the jagged attention oracle (docs/attention-criteria.md) on .npy tensors and writes o.npy,\n"
                 "lse.npy (softmax) and, with --backward, dq.npy dk.npy dv.npy plus ddense.npy drel.npy\n"
                 "dts.npy for the biases given. Oracle mode computes in fp64 and writes float64; emulate\n"
                 "mode mirrors a tensor-core kernel's casts and writes the input dtype.");

@@ -117,7 +117,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   FlagSet flags(
       "gemtb ref embed --spec spec.json --lengths F.npy --ids F.npy [--weights F.npy] [--tables DIR] "
       "[--grads DIR --step] --out-dir DIR",
-      "Runs the table-batched embedding oracle (spec/embeddings-and-model.md §1-§2) on a KeyedJaggedTensor\n"
+      "Runs the table-batched embedding oracle (docs/embedding-spec.md) on a KeyedJaggedTensor\n"
       "given as .npy files: lengths int32 [F*B] key-major, ids int64, weights float32. Writes pooled.npy\n"
       "[B, W] (pooled features in key order) and seq_<key>.npy per sequence (NONE) feature. With --step\n"
       "and upstream gradients in --grads (pooled.npy, seq_<key>.npy), applies each table's fused optimizer\n"

@@ -22,7 +22,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   FlagSet flags(
       "gemtb ref quantize --in FILE --format bf16|fp16|e4m3|e5m2 [--block 32|32x32 --axis N "
       "--scale-mode rceil|floor] [--rounding rne|stochastic --seed S --stream T] [--rht 32|64|128] --out-dir DIR",
-      "Quantises a .npy tensor with the bit-exact codecs of spec/attention.md §8 and writes codes.npy\n"
+      "Quantises a .npy tensor with the bit-exact codecs (docs/quantize.md) and writes codes.npy\n"
       "(<u2 for bf16/fp16, |u1 for fp8), scales.npy (E8M0 codes, MX only) and values.npy (the decoded\n"
       "values, float64; after the RHT when --rht is given). --block 32 forms MX blocks of 32 along\n"
       "--axis; --block 32x32 tiles the last two axes. Stochastic rounding takes the low 16 bits of\n"

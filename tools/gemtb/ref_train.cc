@@ -111,7 +111,7 @@ int RunRefTrain(const std::vector<std::string>& args) {
                 "oracle's windowed NE of the same samples, samples/s; per --eval-every steps and at the end: NE on\n"
                 "held-out samples (indices from 2^40 on, never trained on) beside the oracle NE of the same samples.\n"
                 "Exit 0; with --check, exit 1 unless the first task's final held-out NE <= oracle NE + 0.05 and\n"
-                "<= 0.9 (spec §8 row 8). An NE of samples without a positive or a negative prints as undefined.\n"
+                "<= 0.9. An NE of samples without a positive or a negative prints as undefined.\n"
                 "\n"
                 "--data DIR trains on the samples of DIR instead, step s on samples s*batch .. s*batch+batch-1\n"
                 "(modulo N: the set repeats). For N samples, T tasks, m dense features and K keys (the config's\n"
@@ -155,7 +155,7 @@ int RunRefTrain(const std::vector<std::string>& args) {
   flags.String("resume", &f.resume, "continue from this checkpoint (same options required)");
   flags.Int64("crash-checkpoint-after-bytes", &f.crash_checkpoint_after_bytes,
               "testing: kill this process (SIGKILL) after N bytes of a checkpoint write (default -1: never)");
-  flags.Bool("check", &f.check, "exit 1 unless the final held-out NE meets spec §8 row 8");
+  flags.Bool("check", &f.check, "exit 1 unless the final held-out NE <= oracle NE + 0.05 and <= 0.9");
   if (absl::Status s = flags.Parse(args); !s.ok()) return ReportError(kCommand, s);
   if (flags.help_requested()) {
     std::cout << flags.Help();
