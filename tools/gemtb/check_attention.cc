@@ -122,7 +122,7 @@ nlohmann::json Totals(const FamilyStats& sum) {
 nlohmann::json ReportFailure(const std::string& label, const CaseResult& r, const std::string& replay) {
   std::cout << (r.excused ? "EXCUSED (score at a kink) " : "FAIL ") << label << ": " << r.description << "\n";
   for (const std::string& m : r.failures) std::cout << "    " << m << "\n";
-  std::cout << "    replay: " << replay << "\n";
+  std::cout << "    replay: " << replay << std::endl;
   return {{"case", label}, {"case_seed", r.case_seed}, {"excused", r.excused},
           {"description", r.description}, {"messages", r.failures}, {"replay", replay}};
 }
@@ -346,13 +346,16 @@ struct Runner {
 
   // Scale-tier and benchmark cases, in chunks: a chunk's cases run on the GPU one after another
   // while the previous chunk's samples are judged by the oracle (one case per task, or every thread
-  // on one case when `threads_per_case` is 0); results print in case order. No chunk starts after
-  // --time-limit; the cases not run are counted.
+  // on one case when `threads_per_case` is 0); results print in case order, each line flushed.
+  // Once --time-limit has passed, no case starts on the GPU and no judgement starts (those under way
+  // finish: one case's GPU call or oracle, seconds); the cases not run and those run but not judged
+  // are counted and printed, and the summary is written as always.
   struct Chunk {
     size_t begin = 0;
     std::vector<check::ScaleSample> samples;
     std::vector<GpuOutputs> gpu;
     std::vector<CaseResult> results;
+    std::vector<char> judged;
     std::vector<double> oracle_s, gpu_s;
   };
 
@@ -368,6 +371,8 @@ struct Runner {
     const size_t chunk = threads_per_case == 0 ? 1 : 16;
     double gpu_seconds = 0, judge_seconds = 0;
     const auto start = Clock::now();
+    auto expired = [&] { return s.time_limit && Since(start) > static_cast<double>(*s.time_limit); };
+    size_t not_judged = 0;
 
     auto report = [&](Chunk& k) {
       for (size_t i = 0; i < k.gpu.size(); ++i) {
@@ -386,6 +391,13 @@ struct Runner {
           ++st.skipped;
           std::cout << "skipped " << label << ": " << k.gpu[i].status.message() << std::endl;
           jc["result"] = "skipped";
+          per_case.push_back(jc);
+          continue;
+        }
+        if (!k.judged[i]) {
+          ++not_judged;
+          std::cout << "not judged (--time-limit) " << label << std::endl;
+          jc["result"] = "not_judged_time_limit";
           per_case.push_back(jc);
           continue;
         }
@@ -409,17 +421,27 @@ struct Runner {
     tbb::task_group judging;
     std::optional<Chunk> previous;
     size_t done = 0;
-    for (size_t c0 = 0; c0 < cases.size(); c0 += chunk) {
-      if (s.time_limit && Since(start) > static_cast<double>(*s.time_limit)) break;
+    for (size_t c0 = 0; c0 < cases.size() && !expired(); c0 += chunk) {
       Chunk k;
       k.begin = c0;
-      const size_t n = std::min(chunk, cases.size() - c0);
+      size_t n = std::min(chunk, cases.size() - c0);
       k.samples.resize(n);
       k.gpu.resize(n);
       k.results.resize(n);
+      k.judged.assign(n, 0);
       k.oracle_s.assign(n, 0);
       k.gpu_s.assign(n, 0);
       for (size_t i = 0; i < n; ++i) {
+        if (expired()) {  // the chunk ends with the cases run so far
+          n = i;
+          k.samples.resize(n);
+          k.gpu.resize(n);
+          k.results.resize(n);
+          k.judged.resize(n);
+          k.oracle_s.resize(n);
+          k.gpu_s.resize(n);
+          break;
+        }
         const check::ScaleCase& c = cases[c0 + i].second;
         k.samples[i] = check::DrawSample(c, static_cast<uint64_t>(seeds[c0 + i]), s.sample_budget);
         const auto t = Clock::now();
@@ -434,13 +456,14 @@ struct Runner {
       previous = std::move(k);
       done = c0 + n;
       Chunk* p = &*previous;
-      judging.run([this, p, &cases, &seeds, threads_per_case] {
+      judging.run([this, p, &cases, &seeds, &expired, threads_per_case] {
         tbb::parallel_for(size_t{0}, p->gpu.size(), [&](size_t i) {
-          if (Skipped(p->gpu[i].status)) return;
+          if (Skipped(p->gpu[i].status) || expired()) return;
           const auto t = Clock::now();
           p->results[i] = check::JudgeSample(cases[p->begin + i].second, p->samples[i], p->gpu[i], threads_per_case);
           p->results[i].case_seed = seeds[p->begin + i];
           p->oracle_s[i] = Since(t);
+          p->judged[i] = 1;
         });
       });
     }
@@ -455,14 +478,18 @@ struct Runner {
     std::cout << absl::StrFormat("%-20s %6d %6d %5d %7d %7d %7d   (%.1f s: inputs and GPU calls %.1f s, "
                                  "waiting for the oracle on samples %.1f s)\n",
                                  "total", sum.cases, sum.pass, sum.fail, sum.excused, sum.relaxed, sum.skipped,
-                                 seconds, gpu_seconds, judge_seconds);
-    if (done < cases.size()) {
-      std::cout << absl::StrFormat("STOPPED by --time-limit %d s: %d of %d cases not run\n", *s.time_limit,
-                                   cases.size() - done, cases.size());
+                                 seconds, gpu_seconds, judge_seconds)
+              << std::flush;
+    if (done < cases.size() || not_judged > 0) {
+      std::cout << absl::StrFormat("STOPPED by --time-limit %d s: of %d cases, %d not run and %d run on the GPU "
+                                   "but not judged\n",
+                                   *s.time_limit, cases.size(), cases.size() - done, not_judged)
+                << std::flush;
     }
     all_pass = all_pass && sum.fail == 0;
     j["total"] = Totals(sum);
     j["cases_not_run_time_limit"] = cases.size() - done;
+    j["cases_not_judged_time_limit"] = not_judged;
     j["seconds"] = seconds;
     j["gpu_call_seconds"] = gpu_seconds;
     j["oracle_wait_seconds"] = judge_seconds;
