@@ -6,6 +6,7 @@
 // Every case has its own seed, printed with any failure, and `--family F --case-seed X` (with the
 // tier) runs that one case again.
 #include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
 #include <oneapi/tbb/task_group.h>
 
 #include <algorithm>
@@ -183,6 +184,20 @@ absl::StatusOr<std::vector<BenchEntry>> BenchCases(const Settings& s) {
 }
 #endif
 
+// Generates the whole batch's inputs (Q, K, V, dO as 16-bit patterns, one tensor at a time) as the
+// GPU call does, and prints their size and time.
+void TimeInputs(const check::ScaleCase& c) {
+  int64_t elements = 0;
+  const auto t0 = Clock::now();
+  for (check::ScaleTensor t : {check::ScaleTensor::kQ, check::ScaleTensor::kK, check::ScaleTensor::kV,
+                               check::ScaleTensor::kDo}) {
+    elements += static_cast<int64_t>(check::ScaleBits(c, t).size());
+  }
+  std::cout << absl::StrFormat("      inputs: %d elements (Q, K, V, dO) in %.2f s on %d threads\n", elements,
+                               Since(t0), tbb::this_task_arena::max_concurrency())
+            << std::flush;
+}
+
 // Prints one sampled case (shape, item count, sample) and times the oracle's part of its judgement
 // (forward and backward, fp64 and emulate) on `threads` threads (0 = all).
 absl::StatusOr<double> DryRunCase(const std::string& label, const check::ScaleCase& c, int64_t seed,
@@ -241,12 +256,13 @@ absl::Status DryRun(const Settings& s) {
   }
   if (s.bench) {
 #if GEMTB_HAVE_CUDA
-    std::cout << "bench tier: oracle time on the sample, all threads\n";
+    std::cout << "bench tier: oracle time on the sample and input generation time, all threads\n";
     absl::StatusOr<std::vector<BenchEntry>> entries = BenchCases(s);
     if (!entries.ok()) return entries.status();
     for (const BenchEntry& e : *entries) {
       absl::StatusOr<double> seconds = DryRunCase("bench case", e.c, e.seed, s.sample_budget, 0);
       if (!seconds.ok()) return seconds.status();
+      TimeInputs(e.c);
     }
 #else
     std::cout << "bench tier: the spec §11 cases come from gpu/bench, which only a CUDA build has\n";
