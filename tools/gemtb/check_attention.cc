@@ -1,5 +1,5 @@
 // gemtb check attention: random jagged cases per family (activation x mask), each run on the GPU
-// kernels, the fp64 oracle and its emulate mode, and judged with spec §9's criteria
+// kernels, the fp64 oracle and its emulate mode, and judged with the acceptance criteria
 // (tools/check/attention_check.h says which and how). Tiers: small cases judged whole, scale-tier
 // batches (tools/check/scale_case.h) and the eight benchmark cases judged on a sample of their
 // sequences (tools/check/scale_sample.h). This file holds the flags, the runs and the printing.
@@ -131,7 +131,7 @@ nlohmann::json ReportFailure(const std::string& label, const CaseResult& r, cons
 #endif
 
 #if GEMTB_HAVE_CUDA
-// The eight spec §11 benchmark cases (gpu/bench/bench_cases.h: lengths, heads, D, act and mask) as
+// The eight benchmark cases (gpu/bench/bench_cases.h: lengths, heads, D, act and mask) as
 // scale-tier cases in bf16 with randn values.
 struct BenchEntry {
   check::ScaleCase c;
@@ -265,7 +265,7 @@ absl::Status DryRun(const Settings& s) {
       TimeInputs(e.c);
     }
 #else
-    std::cout << "bench tier: the spec §11 cases come from gpu/bench, which only a CUDA build has\n";
+    std::cout << "bench tier: the benchmark cases come from gpu/bench, which only a CUDA build has\n";
 #endif
   }
   return absl::OkStatus();
@@ -565,18 +565,23 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
                 "gelu_tanh, gelu, relu, identity x none, causal, window, block), mixing bf16/fp16, head\n"
                 "dims 64/128, pairings (self, cross, kv_index, broadcast_q), GQA, both alignments; runs each\n"
                 "on the GPU kernels (forward and backward), the fp64 oracle and its emulate mode, and applies\n"
-                "spec §9's primary and secondary criteria per tensor. Tiers:\n"
+                "the primary and secondary acceptance criteria per tensor (docs/attention-criteria.md). Tiers:\n"
                 "  small (default): 1-3 K/V sequences (up to 4 outputs), H <= 4, lengths 0..--max-length\n"
                 "    (default 300; a quarter of the cases on edge lengths 0-2, 63-65, 127-129), empty and\n"
                 "    length-1 sequences; judged whole.\n"
-                "  scale: batches of 64-2,048 sequences with spec §11 rule lengths (random M and sparsity)\n"
-                "    sized to 2^16-2^18 query rows (tokens x H), lengths up to 8,192 for window/block and\n"
+                "  scale: batches of 64-2,048 sequences with the benchmark's length rule (each length uniform\n"
+                "    in a range set by a maximum M and a sparsity s, both drawn at random) sized to\n"
+                "    2^16-2^18 query rows (tokens x H), lengths up to 8,192 for window/block and\n"
                 "    4,096 for none/causal (or --max-length); broadcast_q with 1,000-2,048 outputs of 1-48\n"
                 "    shared query rows; H in {1,2,4,8}, Hkv | H; case i of a family takes pairing i mod 4;\n"
                 "    every case has >= 528 (tile, head) items. Judged on a sample: random K/V sequences with\n"
                 "    all their readers (up to 16, or about 1e6 valid pairs x heads), one K/V head with its\n"
                 "    query heads; under broadcast_q the whole batch on that head.\n"
-                "  bench: the eight spec §11 benchmark cases, bf16, judged on a sample as the scale tier.\n"
+                "  bench: the eight cases of `gemtb bench attention` (self softmax and silu, cross gelu_tanh\n"
+                "    and softmax with K/V of 256, causal window 512 over lengths to 8,192, block 64 over\n"
+                "    lengths to 4,096, broadcast_q silu with 32 shared query rows, dense silu; other lengths\n"
+                "    to 1,024; 1,152 sequences, 32 in the window case; H 4, D 128), bf16, judged on a sample\n"
+                "    as the scale tier.\n"
                 "  all: small, then scale.\n"
                 "Prints every failure with its replay flags and a summary per family; exit 0 only if every\n"
                 "case passes (1 otherwise, 2 for bad flags or without CUDA or a GPU). --dry-run needs no GPU.");
@@ -594,14 +599,18 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   flags.Int64("sample-pairs", &s.sample_budget,
               "scale and bench tiers: valid pairs x query heads the oracle's sample may cost (default 2^20)");
   flags.OptionalInt64("time-limit", &s.time_limit,
-                      "scale and bench tiers: start no chunk of cases after this many seconds (the cases not "
-                      "run are counted and printed); default none");
-  flags.StringList("bench-cases", &s.bench_cases, "bench tier: these spec §11 cases (default all eight)");
+                      "scale and bench tiers: after this many seconds no case starts on the GPU and no judgement "
+                      "starts (those under way finish); the cases not run or not judged are counted and "
+                      "printed, and the summary and --json are written; default none");
+  flags.StringList("bench-cases", &s.bench_cases,
+                   "bench tier: these benchmark cases by name (default all eight: self_softmax, self_gdpa_silu, "
+                   "cross_gdpa_gelu, cross_softmax, swa_causal_512, block64_softmax, pma_gdpa_silu, "
+                   "dense_gdpa_silu)");
   flags.String("json", &json_path, "also write the counts and failures as JSON to this file");
   flags.Bool("verbose", &s.verbose, "print every case, not only failures");
   flags.Bool("dry-run", &dry_run,
-             "draw the tiers' cases and print their shapes, item counts and (scale) the oracle's time on each "
-             "sample; no GPU needed");
+             "draw the tiers' cases and print their shapes, item counts, the oracle's time on each sample "
+             "and (bench) the time to generate each case's inputs; no GPU needed");
   flags.Bool("tanh-approx", &s.tanh_approx,
              "run the GPU with AttentionOptions::tanh_approx (silu, gelu_tanh through tanh.approx); the "
              "oracle keeps the exact act");
