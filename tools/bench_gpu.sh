@@ -248,13 +248,14 @@ if [ "$oracle_bench" -gt 0 ]; then
   bench_limit=$(limit 240)
   stage "gemtb check attention --tier bench (timeout $bench_limit s)"
   rm -f /tmp/check_bench.json
-  # --time-limit: no new case after it, so that the summary and JSON are written.
+  # After --time-limit no case starts on the GPU and no judgement starts (those under way finish),
+  # so that the summary and JSON are written; the cases not run or not judged are printed.
   timeout "$bench_limit" "$gemtb" check attention --tier bench --seed 1 ${cases:+--bench-cases "$cases"} \
     --time-limit $(( bench_limit > 90 ? bench_limit - 60 : bench_limit * 2 / 3 )) \
     --json /tmp/check_bench.json > /tmp/check_bench.log 2>&1
   bench_oracle_rc=$?
   [ $bench_oracle_rc -eq 0 ] || status=1
-  grep -E "^(pass|FAIL|EXCUSED|skipped) |^total" /tmp/check_bench.log | sed 's/^/   /' | tee -a "$out/summary.txt"
+  grep -E "^(pass|FAIL|EXCUSED|skipped|not judged) |^total|^STOPPED" /tmp/check_bench.log | sed 's/^/   /' | tee -a "$out/summary.txt"
   cat /tmp/check_bench.log >> "$out/run.log"
   echo "   bench oracle check exit code $bench_oracle_rc" | tee -a "$out/summary.txt"
 fi

@@ -163,7 +163,8 @@ rm -f "$out/check.json" /tmp/gemtb-check-scale.json
 if [ $run_check -eq 1 ] && [ $run_scale -eq 1 ]; then
   # Scale tier first: with --tier all, a short budget cuts the small tier, which runs elsewhere too.
   stage "$scale_cmd"
-  # --time-limit stops it starting new chunks early enough to print its summary and JSON.
+  # After --time-limit no case starts on the GPU and no judgement starts; those under way finish
+  # (seconds each) well inside the timeout, and the summary and JSON are written.
   scale_limit=$(limit 330)
   timeout "$scale_limit" "$gemtb" check attention --tier scale --cases "$scale_cases" --seed "$seed" \
     --family "$scale_family" \

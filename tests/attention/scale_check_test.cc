@@ -8,6 +8,8 @@
 #include <set>
 #include <vector>
 
+#include <oneapi/tbb/task_arena.h>
+
 #include "gtest/gtest.h"
 #include "model/attention/benchmark_lengths.h"
 #include "model/numerics/float_formats.h"
@@ -103,6 +105,35 @@ TEST(ScaleValues, BitsAreTheValuesOfTheGenerator) {
     ASSERT_EQ(k.size(), 8u * 64);
     for (size_t i = 0; i < k.size(); ++i) {
       ASSERT_EQ(check::BitsValue(k[i], t), check::ScaleValue(c, check::ScaleTensor::kK, static_cast<int64_t>(i)));
+    }
+  }
+}
+
+// ScaleBits splits the tensor across TBB's threads; every element is a function of (value seed,
+// tensor, element) alone, so one thread and many give the same bits, and each is ScaleValue's.
+TEST(ScaleValues, BitsAreTheSameOnOneThreadAndOnMany) {
+  ScaleCase c;
+  c.q_lengths = {1000, 1, 3095};  // 4,096 rows x 4 heads x 128: 2^21 elements, many TBB chunks
+  c.kv_lengths = {4096};
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.head_dim = 128;
+  c.value_seed = 0x9E3779B97F4A7C15ull;
+  for (ElementType t : {ElementType::kBFloat16, ElementType::kFloat16}) {
+    for (check::ValueDistribution d : {check::ValueDistribution::kNormal, check::ValueDistribution::kUniformSmall}) {
+      c.input_type = t;
+      c.values = d;
+      std::vector<uint16_t> one, many;
+      tbb::task_arena(1).execute([&] { one = check::ScaleBits(c, check::ScaleTensor::kQ); });
+      tbb::task_arena(8).execute([&] { many = check::ScaleBits(c, check::ScaleTensor::kQ); });
+      ASSERT_EQ(one.size(), size_t{1} << 21);
+      ASSERT_TRUE(one == many) << "dtype " << static_cast<int>(t) << " values " << static_cast<int>(d);
+      for (size_t i = 0; i < one.size(); ++i) {
+        const double x = check::ScaleValue(c, check::ScaleTensor::kQ, static_cast<int64_t>(i));
+        const uint16_t want = t == ElementType::kBFloat16 ? numerics::DoubleToBf16BitsRne(x)
+                                                          : numerics::DoubleToFp16BitsRne(x);
+        ASSERT_EQ(one[i], want) << "element " << i;
+      }
     }
   }
 }

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <numbers>
 #include <random>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "model/attention/benchmark_lengths.h"
@@ -45,7 +47,10 @@ std::string MaskText(const AttentionOptions& o) {
   return "?";
 }
 
-// The Philox stream of a case's tensor; the two words of a normal value sit at 2*index, 2*index+1.
+// The Philox stream of a case's tensor. Element i's words: a uniform value takes word i; the normal
+// values of elements 2p and 2p+1 are the two Box-Muller outputs of words 2p and 2p+1 (radius from
+// the first, angle from the second; the cosine for the even element, the sine for the odd one), so
+// that one Philox block and one logarithm serve four and two elements.
 uint64_t StreamOf(ScaleTensor t) { return static_cast<uint64_t>(t); }
 
 double UnitOpen(uint32_t word) { return (static_cast<double>(word) + 0.5) / 4294967296.0; }
@@ -69,6 +74,14 @@ std::vector<int64_t> RuleLengths(Rng& r, int64_t batch, double mean, int64_t cap
   *m_out = m;
   *s_out = s;
   return BenchmarkLengths(batch, m, s, seed, stream);
+}
+
+double Uniform(uint32_t w) { return -0.1 + 0.2 * UnitOpen(w); }
+// The two Box-Muller outputs of a pair of words: {radius * cos(angle), radius * sin(angle)}.
+std::pair<double, double> NormalPair(uint32_t w_radius, uint32_t w_angle) {
+  const double radius = std::sqrt(-2.0 * std::log(UnitOpen(w_radius)));
+  const double angle = 2.0 * std::numbers::pi * UnitOpen(w_angle);
+  return {radius * std::cos(angle), radius * std::sin(angle)};
 }
 
 }  // namespace
@@ -138,14 +151,14 @@ int64_t ScaleOutputTokens(const ScaleCase& c) {
 }
 
 double ScaleValue(const ScaleCase& c, ScaleTensor tensor, int64_t index) {
-  const uint64_t e = 2 * static_cast<uint64_t>(index);
+  const uint64_t e = static_cast<uint64_t>(index);
   const numerics::Philox4x32 block = numerics::PhiloxBlock(c.value_seed, StreamOf(tensor), e >> 2);
-  const uint32_t w0 = block.v[e & 3u], w1 = block.v[(e & 3u) + 1];
   double x;
-  if (c.values == ValueDistribution::kNormal) {  // Box-Muller
-    x = std::sqrt(-2.0 * std::log(UnitOpen(w0))) * std::cos(2.0 * std::numbers::pi * UnitOpen(w1));
+  if (c.values == ValueDistribution::kNormal) {
+    const auto [even, odd] = NormalPair(block.v[e & 2u], block.v[(e & 2u) + 1]);
+    x = (e & 1u) ? odd : even;
   } else {
-    x = -0.1 + 0.2 * UnitOpen(w0);
+    x = Uniform(block.v[e & 3u]);
   }
   return RoundTo(c.input_type, x);
 }
@@ -168,10 +181,22 @@ std::vector<uint16_t> ScaleBits(const ScaleCase& c, ScaleTensor tensor) {
   const int64_t n = rows * heads * c.head_dim;
   std::vector<uint16_t> bits(static_cast<size_t>(n));
   const bool bf16 = c.input_type == ElementType::kBFloat16;
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, 1 << 16), [&](const tbb::blocked_range<int64_t>& r) {
-    for (int64_t i = r.begin(); i < r.end(); ++i) {
-      const double x = ScaleValue(c, tensor, i);
-      bits[i] = bf16 ? numerics::DoubleToBf16BitsRne(x) : numerics::DoubleToFp16BitsRne(x);
+  auto encode = [bf16](double x) {  // one round to nearest even, as RoundTo's
+    return bf16 ? numerics::DoubleToBf16BitsRne(x) : numerics::DoubleToFp16BitsRne(x);
+  };
+  // ScaleValue's elements, four per Philox block and two per logarithm (StreamOf says how).
+  const int64_t blocks = (n + 3) / 4;
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, blocks, 1 << 14), [&](const tbb::blocked_range<int64_t>& r) {
+    double x[4];
+    for (int64_t b = r.begin(); b < r.end(); ++b) {
+      const numerics::Philox4x32 block =
+          numerics::PhiloxBlock(c.value_seed, StreamOf(tensor), static_cast<uint64_t>(b));
+      if (c.values == ValueDistribution::kNormal) {
+        for (int p = 0; p < 4; p += 2) std::tie(x[p], x[p + 1]) = NormalPair(block.v[p], block.v[p + 1]);
+      } else {
+        for (int k = 0; k < 4; ++k) x[k] = Uniform(block.v[k]);
+      }
+      for (int64_t k = 0; k < 4 && 4 * b + k < n; ++k) bits[4 * b + k] = encode(x[k]);
     }
   });
   return bits;

@@ -55,7 +55,8 @@ int64_t ScaleOutputTokens(const ScaleCase& c);  // TO
 enum class ScaleTensor { kQ = 0, kK = 1, kV = 2, kDo = 3 };
 // Element `index` of `tensor` (row-major [T, heads, D]), a value of the case's input type.
 double ScaleValue(const ScaleCase& c, ScaleTensor tensor, int64_t index);
-// The whole tensor as 16-bit patterns of the input type, computed in parallel.
+// The whole tensor as 16-bit patterns of the input type, computed in parallel (every element from
+// its own Philox words, so the thread count and the split never change a bit).
 std::vector<uint16_t> ScaleBits(const ScaleCase& c, ScaleTensor tensor);
 // A bf16 or fp16 pattern as its exact value.
 double BitsValue(uint16_t bits, ElementType type);

@@ -1,11 +1,12 @@
 // gemtb check attention: random jagged cases per family (activation x mask), each run on the GPU
-// kernels, the fp64 oracle and its emulate mode, and judged with spec §9's criteria
+// kernels, the fp64 oracle and its emulate mode, and judged with the acceptance criteria
 // (tools/check/attention_check.h says which and how). Tiers: small cases judged whole, scale-tier
 // batches (tools/check/scale_case.h) and the eight benchmark cases judged on a sample of their
 // sequences (tools/check/scale_sample.h). This file holds the flags, the runs and the printing.
 // Every case has its own seed, printed with any failure, and `--family F --case-seed X` (with the
 // tier) runs that one case again.
 #include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
 #include <oneapi/tbb/task_group.h>
 
 #include <algorithm>
@@ -122,7 +123,7 @@ nlohmann::json Totals(const FamilyStats& sum) {
 nlohmann::json ReportFailure(const std::string& label, const CaseResult& r, const std::string& replay) {
   std::cout << (r.excused ? "EXCUSED (score at a kink) " : "FAIL ") << label << ": " << r.description << "\n";
   for (const std::string& m : r.failures) std::cout << "    " << m << "\n";
-  std::cout << "    replay: " << replay << "\n";
+  std::cout << "    replay: " << replay << std::endl;
   return {{"case", label}, {"case_seed", r.case_seed}, {"excused", r.excused},
           {"description", r.description}, {"messages", r.failures}, {"replay", replay}};
 }
@@ -130,7 +131,7 @@ nlohmann::json ReportFailure(const std::string& label, const CaseResult& r, cons
 #endif
 
 #if GEMTB_HAVE_CUDA
-// The eight spec §11 benchmark cases (gpu/bench/bench_cases.h: lengths, heads, D, act and mask) as
+// The eight benchmark cases (gpu/bench/bench_cases.h: lengths, heads, D, act and mask) as
 // scale-tier cases in bf16 with randn values.
 struct BenchEntry {
   check::ScaleCase c;
@@ -182,6 +183,20 @@ absl::StatusOr<std::vector<BenchEntry>> BenchCases(const Settings& s) {
   return out;
 }
 #endif
+
+// Generates the whole batch's inputs (Q, K, V, dO as 16-bit patterns, one tensor at a time) as the
+// GPU call does, and prints their size and time.
+void TimeInputs(const check::ScaleCase& c) {
+  int64_t elements = 0;
+  const auto t0 = Clock::now();
+  for (check::ScaleTensor t : {check::ScaleTensor::kQ, check::ScaleTensor::kK, check::ScaleTensor::kV,
+                               check::ScaleTensor::kDo}) {
+    elements += static_cast<int64_t>(check::ScaleBits(c, t).size());
+  }
+  std::cout << absl::StrFormat("      inputs: %d elements (Q, K, V, dO) in %.2f s on %d threads\n", elements,
+                               Since(t0), tbb::this_task_arena::max_concurrency())
+            << std::flush;
+}
 
 // Prints one sampled case (shape, item count, sample) and times the oracle's part of its judgement
 // (forward and backward, fp64 and emulate) on `threads` threads (0 = all).
@@ -241,15 +256,16 @@ absl::Status DryRun(const Settings& s) {
   }
   if (s.bench) {
 #if GEMTB_HAVE_CUDA
-    std::cout << "bench tier: oracle time on the sample, all threads\n";
+    std::cout << "bench tier: oracle time on the sample and input generation time, all threads\n";
     absl::StatusOr<std::vector<BenchEntry>> entries = BenchCases(s);
     if (!entries.ok()) return entries.status();
     for (const BenchEntry& e : *entries) {
       absl::StatusOr<double> seconds = DryRunCase("bench case", e.c, e.seed, s.sample_budget, 0);
       if (!seconds.ok()) return seconds.status();
+      TimeInputs(e.c);
     }
 #else
-    std::cout << "bench tier: the spec §11 cases come from gpu/bench, which only a CUDA build has\n";
+    std::cout << "bench tier: the benchmark cases come from gpu/bench, which only a CUDA build has\n";
 #endif
   }
   return absl::OkStatus();
@@ -346,13 +362,16 @@ struct Runner {
 
   // Scale-tier and benchmark cases, in chunks: a chunk's cases run on the GPU one after another
   // while the previous chunk's samples are judged by the oracle (one case per task, or every thread
-  // on one case when `threads_per_case` is 0); results print in case order. No chunk starts after
-  // --time-limit; the cases not run are counted.
+  // on one case when `threads_per_case` is 0); results print in case order, each line flushed.
+  // Once --time-limit has passed, no case starts on the GPU and no judgement starts (those under way
+  // finish: one case's GPU call or oracle, seconds); the cases not run and those run but not judged
+  // are counted and printed, and the summary is written as always.
   struct Chunk {
     size_t begin = 0;
     std::vector<check::ScaleSample> samples;
     std::vector<GpuOutputs> gpu;
     std::vector<CaseResult> results;
+    std::vector<char> judged;
     std::vector<double> oracle_s, gpu_s;
   };
 
@@ -368,6 +387,8 @@ struct Runner {
     const size_t chunk = threads_per_case == 0 ? 1 : 16;
     double gpu_seconds = 0, judge_seconds = 0;
     const auto start = Clock::now();
+    auto expired = [&] { return s.time_limit && Since(start) > static_cast<double>(*s.time_limit); };
+    size_t not_judged = 0;
 
     auto report = [&](Chunk& k) {
       for (size_t i = 0; i < k.gpu.size(); ++i) {
@@ -386,6 +407,13 @@ struct Runner {
           ++st.skipped;
           std::cout << "skipped " << label << ": " << k.gpu[i].status.message() << std::endl;
           jc["result"] = "skipped";
+          per_case.push_back(jc);
+          continue;
+        }
+        if (!k.judged[i]) {
+          ++not_judged;
+          std::cout << "not judged (--time-limit) " << label << std::endl;
+          jc["result"] = "not_judged_time_limit";
           per_case.push_back(jc);
           continue;
         }
@@ -409,17 +437,27 @@ struct Runner {
     tbb::task_group judging;
     std::optional<Chunk> previous;
     size_t done = 0;
-    for (size_t c0 = 0; c0 < cases.size(); c0 += chunk) {
-      if (s.time_limit && Since(start) > static_cast<double>(*s.time_limit)) break;
+    for (size_t c0 = 0; c0 < cases.size() && !expired(); c0 += chunk) {
       Chunk k;
       k.begin = c0;
-      const size_t n = std::min(chunk, cases.size() - c0);
+      size_t n = std::min(chunk, cases.size() - c0);
       k.samples.resize(n);
       k.gpu.resize(n);
       k.results.resize(n);
+      k.judged.assign(n, 0);
       k.oracle_s.assign(n, 0);
       k.gpu_s.assign(n, 0);
       for (size_t i = 0; i < n; ++i) {
+        if (expired()) {  // the chunk ends with the cases run so far
+          n = i;
+          k.samples.resize(n);
+          k.gpu.resize(n);
+          k.results.resize(n);
+          k.judged.resize(n);
+          k.oracle_s.resize(n);
+          k.gpu_s.resize(n);
+          break;
+        }
         const check::ScaleCase& c = cases[c0 + i].second;
         k.samples[i] = check::DrawSample(c, static_cast<uint64_t>(seeds[c0 + i]), s.sample_budget);
         const auto t = Clock::now();
@@ -434,13 +472,14 @@ struct Runner {
       previous = std::move(k);
       done = c0 + n;
       Chunk* p = &*previous;
-      judging.run([this, p, &cases, &seeds, threads_per_case] {
+      judging.run([this, p, &cases, &seeds, &expired, threads_per_case] {
         tbb::parallel_for(size_t{0}, p->gpu.size(), [&](size_t i) {
-          if (Skipped(p->gpu[i].status)) return;
+          if (Skipped(p->gpu[i].status) || expired()) return;
           const auto t = Clock::now();
           p->results[i] = check::JudgeSample(cases[p->begin + i].second, p->samples[i], p->gpu[i], threads_per_case);
           p->results[i].case_seed = seeds[p->begin + i];
           p->oracle_s[i] = Since(t);
+          p->judged[i] = 1;
         });
       });
     }
@@ -455,14 +494,18 @@ struct Runner {
     std::cout << absl::StrFormat("%-20s %6d %6d %5d %7d %7d %7d   (%.1f s: inputs and GPU calls %.1f s, "
                                  "waiting for the oracle on samples %.1f s)\n",
                                  "total", sum.cases, sum.pass, sum.fail, sum.excused, sum.relaxed, sum.skipped,
-                                 seconds, gpu_seconds, judge_seconds);
-    if (done < cases.size()) {
-      std::cout << absl::StrFormat("STOPPED by --time-limit %d s: %d of %d cases not run\n", *s.time_limit,
-                                   cases.size() - done, cases.size());
+                                 seconds, gpu_seconds, judge_seconds)
+              << std::flush;
+    if (done < cases.size() || not_judged > 0) {
+      std::cout << absl::StrFormat("STOPPED by --time-limit %d s: of %d cases, %d not run and %d run on the GPU "
+                                   "but not judged\n",
+                                   *s.time_limit, cases.size(), cases.size() - done, not_judged)
+                << std::flush;
     }
     all_pass = all_pass && sum.fail == 0;
     j["total"] = Totals(sum);
     j["cases_not_run_time_limit"] = cases.size() - done;
+    j["cases_not_judged_time_limit"] = not_judged;
     j["seconds"] = seconds;
     j["gpu_call_seconds"] = gpu_seconds;
     j["oracle_wait_seconds"] = judge_seconds;
@@ -522,18 +565,23 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
                 "gelu_tanh, gelu, relu, identity x none, causal, window, block), mixing bf16/fp16, head\n"
                 "dims 64/128, pairings (self, cross, kv_index, broadcast_q), GQA, both alignments; runs each\n"
                 "on the GPU kernels (forward and backward), the fp64 oracle and its emulate mode, and applies\n"
-                "spec §9's primary and secondary criteria per tensor. Tiers:\n"
+                "the primary and secondary acceptance criteria per tensor (docs/attention-criteria.md). Tiers:\n"
                 "  small (default): 1-3 K/V sequences (up to 4 outputs), H <= 4, lengths 0..--max-length\n"
                 "    (default 300; a quarter of the cases on edge lengths 0-2, 63-65, 127-129), empty and\n"
                 "    length-1 sequences; judged whole.\n"
-                "  scale: batches of 64-2,048 sequences with spec §11 rule lengths (random M and sparsity)\n"
-                "    sized to 2^16-2^18 query rows (tokens x H), lengths up to 8,192 for window/block and\n"
+                "  scale: batches of 64-2,048 sequences with the benchmark's length rule (each length uniform\n"
+                "    in a range set by a maximum M and a sparsity s, both drawn at random) sized to\n"
+                "    2^16-2^18 query rows (tokens x H), lengths up to 8,192 for window/block and\n"
                 "    4,096 for none/causal (or --max-length); broadcast_q with 1,000-2,048 outputs of 1-48\n"
                 "    shared query rows; H in {1,2,4,8}, Hkv | H; case i of a family takes pairing i mod 4;\n"
                 "    every case has >= 528 (tile, head) items. Judged on a sample: random K/V sequences with\n"
                 "    all their readers (up to 16, or about 1e6 valid pairs x heads), one K/V head with its\n"
                 "    query heads; under broadcast_q the whole batch on that head.\n"
-                "  bench: the eight spec §11 benchmark cases, bf16, judged on a sample as the scale tier.\n"
+                "  bench: the eight cases of `gemtb bench attention` (self softmax and silu, cross gelu_tanh\n"
+                "    and softmax with K/V of 256, causal window 512 over lengths to 8,192, block 64 over\n"
+                "    lengths to 4,096, broadcast_q silu with 32 shared query rows, dense silu; other lengths\n"
+                "    to 1,024; 1,152 sequences, 32 in the window case; H 4, D 128), bf16, judged on a sample\n"
+                "    as the scale tier.\n"
                 "  all: small, then scale.\n"
                 "Prints every failure with its replay flags and a summary per family; exit 0 only if every\n"
                 "case passes (1 otherwise, 2 for bad flags or without CUDA or a GPU). --dry-run needs no GPU.");
@@ -551,14 +599,18 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   flags.Int64("sample-pairs", &s.sample_budget,
               "scale and bench tiers: valid pairs x query heads the oracle's sample may cost (default 2^20)");
   flags.OptionalInt64("time-limit", &s.time_limit,
-                      "scale and bench tiers: start no chunk of cases after this many seconds (the cases not "
-                      "run are counted and printed); default none");
-  flags.StringList("bench-cases", &s.bench_cases, "bench tier: these spec §11 cases (default all eight)");
+                      "scale and bench tiers: after this many seconds no case starts on the GPU and no judgement "
+                      "starts (those under way finish); the cases not run or not judged are counted and "
+                      "printed, and the summary and --json are written; default none");
+  flags.StringList("bench-cases", &s.bench_cases,
+                   "bench tier: these benchmark cases by name (default all eight: self_softmax, self_gdpa_silu, "
+                   "cross_gdpa_gelu, cross_softmax, swa_causal_512, block64_softmax, pma_gdpa_silu, "
+                   "dense_gdpa_silu)");
   flags.String("json", &json_path, "also write the counts and failures as JSON to this file");
   flags.Bool("verbose", &s.verbose, "print every case, not only failures");
   flags.Bool("dry-run", &dry_run,
-             "draw the tiers' cases and print their shapes, item counts and (scale) the oracle's time on each "
-             "sample; no GPU needed");
+             "draw the tiers' cases and print their shapes, item counts, the oracle's time on each sample "
+             "and (bench) the time to generate each case's inputs; no GPU needed");
   flags.Bool("tanh-approx", &s.tanh_approx,
              "run the GPU with AttentionOptions::tanh_approx (silu, gelu_tanh through tanh.approx); the "
              "oracle keeps the exact act");
