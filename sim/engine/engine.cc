@@ -37,6 +37,10 @@ class Engine {
   struct Running {
     int task = -1, step = 0;
     double start = 0, base = 0, rec = 0, main = 0, work_left = 0, last_t = 0, c = 1;
+    // When the task ends at its current rate, and when its live end event is queued: a rate change
+    // that moves the end later leaves that event queued (it re-queues at `end` when it fires
+    // early), so only a change that moves the end before the queued event queues another.
+    double end = 0, queued = 0;
     uint32_t version = 0;
     bool contended = false;  // ran at c > 1 for some time
   };
@@ -280,7 +284,9 @@ void Engine::StartCompute(int r, int i, int step) {
   x.c = Contention(rs_[r].sm);
   x.contended = x.c > 1.0;
   ++x.version;
-  q_.Push(now_ + x.work_left * x.c, EventType::kTaskEnd, r, i, x.version, step);
+  x.end = now_ + x.work_left * x.c;
+  x.queued = x.end;
+  q_.Push(x.end, EventType::kTaskEnd, r, i, x.version, step);
   // Compute idle time ends here: charge it to the collective that unblocked it (spec §5).
   if (rs_[r].idle_since >= 0) {
     const double idle = now_ - rs_[r].idle_since;
@@ -310,8 +316,11 @@ void Engine::SetSm(int r, int op, int delta) {
   x.last_t = now_;
   x.c = c_new;
   x.contended = x.contended || c_new > 1.0;
+  x.end = now_ + x.work_left * x.c;
+  if (x.end >= x.queued) return;  // the queued event fires first and re-queues at x.end
   ++x.version;
-  q_.Push(now_ + x.work_left * x.c, EventType::kTaskEnd, r, x.task, x.version, x.step);
+  x.queued = x.end;
+  q_.Push(x.end, EventType::kTaskEnd, r, x.task, x.version, x.step);
 }
 
 void Engine::Arrive(int r, int i, int step) {
@@ -541,6 +550,11 @@ void Engine::OnCollEnd(int i, int g, uint32_t version) {
 void Engine::OnComputeEnd(int r, uint32_t version) {
   Running& x = rs_[r].run;
   if (x.task < 0 || version != x.version) return;  // stale (rescheduled)
+  if (now_ < x.end) {  // slowed since this event was queued: end at the current rate
+    x.queued = x.end;
+    q_.Push(x.end, EventType::kTaskEnd, r, x.task, x.version, x.step);
+    return;
+  }
   const HotTask& t = hot_[x.task];
   // Uncontended, a task takes exactly its base time (not end - start, which rounds per rank).
   const double actual = x.contended ? now_ - x.start : x.base;

@@ -185,7 +185,7 @@ class RunPlanner {
   // every kappa to 0); the no-noise switch equals the same document without noise (the engine
   // takes noise only from the scenario's noise section, which the switch zeroes); a world inside
   // one AI zone never uses the cross-zone tier (no cross-zone bandwidth; shared links are the
-  // NVLink port and the NIC). E.g. the sensitivity case "noise
+  // NVLink port and the NIC); the SM-based kappas do nothing on an SM-free plan. E.g. the sensitivity case "noise
   // low" (sigma 0) and the BBS check (no noise) of gem-default, or a zone of the whole world under
   // every oversubscription of the grid, run once.
   std::string RunKey(const Job& job) const {
@@ -196,6 +196,13 @@ class RunPlanner {
     nlohmann::json json = doc.json;
     if (s->plan.collectives.library == "sm_free" && !(s->cluster.calibration.kappa_copy_engine.value_or(0) > 0)) {
       mask &= ~2;
+    }
+    // The SM-based kappas act only where collectives are SM-based (simulate.cc): the sensitivity's
+    // kappa low and high equal the baseline on an SM-free plan.
+    if (s->plan.collectives.library != "sm_based" && json.contains("cluster") && json["cluster"].is_object() &&
+        json["cluster"].contains("calibration") && json["cluster"]["calibration"].is_object()) {
+      json["cluster"]["calibration"].erase("kappa");
+      json["cluster"]["calibration"].erase("kappa_ops");
     }
     const Noise& n = s->noise;
     const bool slow = (!n.slow_ranks.empty() || n.slow_fraction > 0) && n.slow_factor != 1;

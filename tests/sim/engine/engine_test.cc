@@ -376,6 +376,56 @@ TEST(EngineTest, ContentionTakesTheRunningCollectivesOwnKappa) {
   EXPECT_NEAR(post_time(only_ar), 1e-3, 1e-12);  // no all-reduce runs
 }
 
+// A collective that ends inside a compute task slows only the part it overlaps: d at 1 + kappa, then
+// the rest at full rate. The task's end is moved lazily: one extra event per rank (its queued end
+// fires early once and re-queues), not one per rate change.
+TEST(EngineTest, CollectiveEndingInsideComputeSlowsOnlyTheOverlap) {
+  const int p = 8;
+  const Cluster cluster = testing::TestCluster(p);
+  const CollectivesPlan plan = RingAllGather();
+  StepTemplate t = OneCollective(p, CollectiveOp::kAllGather, 4e6);
+  TaskTemplate post = t.tasks[0];
+  post.name = "post";
+  post.deps = {0};
+  t.tasks.push_back(post);
+  t.stream_tasks[kComputeStream] = {0, 2};
+  t.dependents = {{1, 2}, {}, {}};
+  t.next_step_dependents = {{}, {}, {}};
+  auto timing = CollectiveTiming::Create(cluster, plan, t.layouts);
+  ASSERT_TRUE(timing.ok()) << timing.status();
+  struct Seen { double post = -1, coll = -1; uint64_t events = 0; };
+  auto run = [&](double kappa) {
+    std::vector<double> stats;
+    for (int r = 0; r < p; ++r) stats.insert(stats.end(), {1.0, 1.0, 0.0});
+    EngineInput in;
+    in.tpl = &t;
+    in.timing = &*timing;
+    in.world = p;
+    in.steps = 1;
+    in.stats = &stats;
+    in.kappa.fill(kappa);
+    in.traced.assign(p, 1);
+    in.trace_step = 0;
+    auto out = RunEngine(in);
+    EXPECT_TRUE(out.ok()) << out.status();
+    Seen seen;
+    seen.events = out->events;
+    for (const TraceEvent& e : out->trace) {
+      if (e.rank != 0) continue;
+      if (e.name == "post") seen.post = e.duration_s;
+      if (e.name == "coll" && e.category == "comm") seen.coll = e.duration_s;
+    }
+    return seen;
+  };
+  const Seen lone = run(0.0), slowed = run(0.06);
+  const double d = slowed.coll;
+  ASSERT_GT(d, 0.0);
+  ASSERT_LT(d, 1e-3);  // the collective ends inside "post"
+  EXPECT_NEAR(lone.post, 1e-3, 1e-12);
+  EXPECT_NEAR(slowed.post, d + (1e-3 - d / 1.06), 1e-12);
+  EXPECT_EQ(slowed.events, lone.events + p);
+}
+
 // SM contention (spec §2.5): each SM-based collective takes s of the n SMs, kappa = s / (n - s); a
 // compute task overlapping k of them runs on n - k*s SMs: slowed by n / (n - k*s).
 TEST(EngineTest, ComputeUnderConcurrentSmBasedCollectivesLosesEachOnesSms) {

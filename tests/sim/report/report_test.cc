@@ -452,7 +452,8 @@ TEST(Study, LeverTableSwitchesEachLeverOffAlone) {
 // 4; grid 8 cells less the 4 one-at-a-time edges less (oversubscription low/high, zone 4,096): one
 // zone, the cross-zone tier unused, = the zone-high case = 2; the lever table's 7 less SM-based (the
 // check's run) = 6; the four added assumptions' 8 cases less hot-id skew low (0, the baseline's
-// value) = 7. Total 38.
+// value) and the SM-based kappa's low and high (no SM-based collective runs on an SM-free plan) = 5.
+// Total 36.
 TEST(Study, RunsThatCannotDifferRunOnce) {
   std::atomic<int> calls{0};
   const SimulateFn counting = [&](const Scenario& s, const Counterfactuals& c, const SimOptions& o) {
@@ -464,8 +465,8 @@ TEST(Study, RunsThatCannotDifferRunOnce) {
   o.threads = 2;
   absl::StatusOr<Study> study = RunStudy(GemDefault(), o, counting);
   ASSERT_TRUE(study.ok()) << study.status();
-  EXPECT_EQ(calls.load(), 38);
-  EXPECT_EQ(study->perf.size(), 38u);
+  EXPECT_EQ(calls.load(), 36);
+  EXPECT_EQ(study->perf.size(), 36u);
   ASSERT_TRUE(study->grid.has_value() && study->checks.has_value());
   // zone size (row 0) and oversubscription (row 1) span the grid, in either order.
   const int zone = study->grid->a == 0 ? 0 : 1;

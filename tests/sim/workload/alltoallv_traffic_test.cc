@@ -1,11 +1,14 @@
 // Per-position embedding traffic (model/sharding/placement.h): where each sharding type sends a
 // table's lookups, the hottest id's share under Zipf, and the maximum position's load over the mean,
 // which prices the sparse all-to-allvs at their slowest member.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "model/sharding/placement.h"
+#include "sim/engine/collective_timing.h"
+#include "sim/network/collective_cost.h"
 
 namespace gemtb {
 namespace {
@@ -79,6 +82,51 @@ TEST(PlacementTest, MaxOverMeanLoadOfTableOwnersAndHotIds) {
   EXPECT_GT(MaxOverMeanLoad({{5.0, &hot_1d}}, 4096), MaxOverMeanLoad({{5.0, &hot}}, 256));
   // No traffic: 1.
   EXPECT_EQ(MaxOverMeanLoad({}, 256), 1.0);
+}
+
+// The engine prices a sparse all-to-allv as a uniform one whose bytes (what the average member
+// sends to the others, S = B (M - 1) / M) are scaled by the max-row factor. At equal batches this is
+// the per-rank matrix's slowest member: every member sends B L_q to position q, so the hottest
+// position receives B L_max from each peer, spread over the tiers as a uniform exchange is, and no
+// member sends or receives more on any tier. (With unequal batches the engine takes the heaviest
+// member's B, so the equivalent is conservative: the hot receiver's bytes are L_max times the sum of
+// the others' B.)
+TEST(PlacementTest, MaxRowEquivalentEqualsTheMatrixSlowestMemberAtEqualBatches) {
+  sim::Cluster cluster;
+  cluster.world_size = 32;
+  cluster.gpus_per_host = 4;
+  cluster.zone_size = 16;
+  cluster.tiers = {{"nvlink", 450e9, 400e9, 2e-6, 1}, {"zone", 50e9, 50e9, 5e-6, 1}, {"cross", 50e9, 50e9, 8e-6, 4}};
+  const int M = 32;
+  sim::GroupLayout all;
+  all.size = M;
+  all.stride = 1;
+  all.count = 1;
+  absl::StatusOr<sim::CollectiveTiming> timing = sim::CollectiveTiming::Create(cluster, sim::CollectivesPlan{}, {all});
+  ASSERT_TRUE(timing.ok()) << timing.status();
+  absl::StatusOr<sim::GroupShape> shape = sim::ContiguousGroupShape(cluster, M);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  absl::StatusOr<sim::CollectiveCostModel> model = sim::CollectiveCostModel::Create(cluster, sim::CollectivesPlan{});
+  ASSERT_TRUE(model.ok()) << model.status();
+  // A row-wise table with a hot block on position 9 and a table-wise table on position 20.
+  const PositionShares rw = TablePositionShares({ShardingType::kRowWise, -1, 1}, 9, M, 4, 0.2);
+  const PositionShares tw = TablePositionShares({ShardingType::kTableWise, -1, 1}, 20, M, 4, 0.0);
+  const double b_rw = 3e6, b_tw = 1e6;  // every member's lookup bytes per table, self share included
+  std::vector<double> load(M, b_rw * rw.spread / M + b_tw * tw.spread / M);
+  for (const auto& [q, share] : rw.points) load[q] += b_rw * share;
+  for (const auto& [q, share] : tw.points) load[q] += b_tw * share;
+  std::vector<double> matrix(static_cast<size_t>(M) * M);
+  for (int i = 0; i < M; ++i) {
+    for (int q = 0; q < M; ++q) matrix[static_cast<size_t>(i) * M + q] = load[q];
+  }
+  absl::StatusOr<sim::CollectiveCostModel::AllToAllvResult> exact = model->EstimateAllToAllvMatrix(*shape, matrix);
+  ASSERT_TRUE(exact.ok()) << exact.status();
+  const double factor = MaxOverMeanLoad({{b_rw, &rw}, {b_tw, &tw}}, M);
+  ASSERT_GT(factor, 2.0);
+  const double S = (b_rw + b_tw) * (M - 1) / M;
+  const double equivalent = timing->Cost(0, sim::CollectiveOp::kAllToAll, S * factor, /*a2av=*/true).duration_s;
+  EXPECT_NEAR(equivalent, exact->slowest.duration_s, 1e-12 * exact->slowest.duration_s);
+  EXPECT_EQ(exact->slowest_member, std::max_element(load.begin(), load.end()) - load.begin());
 }
 
 }  // namespace
