@@ -175,8 +175,9 @@ absl::Status ParsePerTable(const nlohmann::json& json, const std::string& path, 
     if (!tables->is_object()) return BadField(path + ".tables", "must be an object of table name -> number");
     for (const auto& [name, value] : tables->items()) {
       const std::string at = absl::StrCat(path, ".tables.", name);
+      const std::string& table_name = name;  // clang before 16 cannot capture a structured binding
       const bool known = std::any_of(model.tables.begin(), model.tables.end(),
-                                     [&](const model::GraphTable& t) { return t.name == name; });
+                                     [&](const model::GraphTable& t) { return t.name == table_name; });
       if (!known) return BadField(at, "is not a table of the model");
       absl::StatusOr<double> v = ReadNumber(value, at);
       if (!v.ok()) return v.status();
