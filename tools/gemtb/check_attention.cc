@@ -182,10 +182,9 @@ absl::StatusOr<std::vector<BenchEntry>> BenchCases(const Settings& s) {
   }
   return out;
 }
-#endif
 
 // Generates the whole batch's inputs (Q, K, V, dO as 16-bit patterns, one tensor at a time) as the
-// GPU call does, and prints their size and time.
+// GPU call does, and prints their size and time (the bench tier's dry run, which CUDA builds have).
 void TimeInputs(const check::ScaleCase& c) {
   int64_t elements = 0;
   const auto t0 = Clock::now();
@@ -197,6 +196,7 @@ void TimeInputs(const check::ScaleCase& c) {
                                Since(t0), tbb::this_task_arena::max_concurrency())
             << std::flush;
 }
+#endif
 
 // Prints one sampled case (shape, item count, sample) and times the oracle's part of its judgement
 // (forward and backward, fp64 and emulate) on `threads` threads (0 = all).
