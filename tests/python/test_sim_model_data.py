@@ -37,8 +37,9 @@ def test_whatif_set_sweeps_a_field():
     assert len(sweep) == 2
 
 
-def test_whatif_scenario_as_dict_equals_its_file():
+def test_whatif_scenario_as_dict_equals_its_file(monkeypatch):
     path = pathlib.Path(gemtb.__file__).parent / "data" / "sim" / "scenarios" / "gem-default.json"
+    monkeypatch.chdir(path.parent)  # the dict's relative paths resolve against the working folder
     kwargs = dict(gpus=[8], sensitivity=False, checks=False, attribution=False, levers=False)
     from_file = gemtb.whatif(str(path), **kwargs)
     from_dict = gemtb.whatif(json.loads(path.read_text()), **kwargs)
@@ -79,10 +80,10 @@ def test_data_generate_splits_give_the_same_samples():
     (lambda: gemtb.data.generate("tiny", samples=0), "samples"),
     (lambda: gemtb.whatif(gpus=[0]), "gpus"),
     (lambda: gemtb.whatif(gpus=[8], steps=(0, 0)), "steps"),
-    (lambda: gemtb.whatif(gpus=[8], set={"no.such.field": 1}, sensitivity=False, checks=False), "no.such.field"),
+    (lambda: gemtb.whatif(gpus=[8], set={"nosuch.field": 1}, sensitivity=False, checks=False), "nosuch: unknown key"),
 ])
 def test_bad_values_raise_value_error_naming_them(call, name):
-    with pytest.raises(ValueError, match=name.replace(".", r"\.")):
+    with pytest.raises(ValueError, match=name):
         call()
 
 
