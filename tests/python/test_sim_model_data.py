@@ -3,6 +3,7 @@
 import json
 import pathlib
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -35,6 +36,16 @@ def test_whatif_set_sweeps_a_field():
                        attribution=False, levers=False)
     sweep = got["sweep"]
     assert len(sweep) == 2
+
+
+def test_whatif_tables_without_pandas_are_lists_of_dicts(monkeypatch):
+    kwargs = dict(gpus=[8], sensitivity=False, checks=False, attribution=False, levers=False)
+    with_pandas = gemtb.whatif(**kwargs)["sweep"]
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas raises ImportError
+    rows = gemtb.whatif(**kwargs)["sweep"]
+    assert isinstance(rows, list) and rows[0]["gpus"] == "8"
+    if hasattr(with_pandas, "columns"):
+        assert list(with_pandas.columns) == list(rows[0])
 
 
 def test_whatif_scenario_as_dict_equals_its_file(monkeypatch):
