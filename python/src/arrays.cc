@@ -16,7 +16,9 @@ absl::StatusOr<io::NpyArray> ToNpy(const std::string& field, const Wire& wire) {
   a.shape = shape;
   uint64_t elements = 1;
   for (int64_t d : shape) {
-    if (d < 0) return absl::InvalidArgumentError(absl::StrCat(field, ": negative extent in shape ", io::ShapeString(shape)));
+    if (d < 0 || (d > 0 && elements > UINT64_MAX / 16 / static_cast<uint64_t>(d))) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": shape ", io::ShapeString(shape), " is not a tensor's"));
+    }
     elements *= static_cast<uint64_t>(d);
   }
   if (elements * static_cast<uint64_t>(io::NpyItemSize(a.dtype)) != bytes.shape(0)) {
@@ -42,8 +44,6 @@ void Raise(const absl::Status& status) {
     case absl::StatusCode::kNotFound:
     case absl::StatusCode::kFailedPrecondition:
       throw nb::value_error(message.c_str());
-    case absl::StatusCode::kResourceExhausted:
-      throw std::bad_alloc();
     default:
       throw std::runtime_error(message);
   }

@@ -2,7 +2,8 @@
 // package (python/gemtb/_arrays.py) checks dtype and layout and views the data as bytes, this side
 // turns it into the io::NpyArray the libraries take, and results go back the same way, zero copy.
 // Every source of the module includes it, so all of them see the same type casters (nanobind/stl).
-// Errors: a library's absl::Status becomes ValueError (bad values) or RuntimeError, with its message.
+// Errors: a library's absl::Status becomes ValueError (bad input: invalid argument, out of range, not
+// found, failed precondition) or RuntimeError, with its message.
 #ifndef GEMTB_PYTHON_SRC_ARRAYS_H_
 #define GEMTB_PYTHON_SRC_ARRAYS_H_
 

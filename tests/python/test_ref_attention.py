@@ -107,3 +107,19 @@ def test_dlpack_input_is_accepted():
     want = gemtb.ref.attention(**arrays)["o"]
     got = gemtb.ref.attention(**{n: torch.from_numpy(a) for n, a in arrays.items()})["o"]
     assert want.tobytes() == got.tobytes()
+
+
+def test_rope_and_time_bias_bytes_match_cli(cli, save, tmp_path):
+    rng = np.random.default_rng(6)
+    arrays, do = case(rng, lq=(4, 3), lk=(4, 3))  # self-attention: the time bias needs it
+    angles = rng.uniform(0, 3, size=(7, D // 2))
+    rope = np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
+    extra = dict(rope_q=rope, rope_k=rope, ts=np.sort(rng.integers(0, 10**6, size=7)).astype(np.int64),
+                 bias_ts=rng.standard_normal((H, 129)))
+    paths = [f"--{name.replace('_', '-')}={save(name, a)}" for name, a in {**arrays, **extra}.items()]
+    want = cli(["ref", "attention", *paths, f"--do={save('do', do)}", "--backward", "--mask", "causal"],
+               tmp_path / "out")
+    got = gemtb.ref.attention_backward(**arrays, **extra, do=do, mask="causal")
+    assert "dts" in got
+    for name in want:
+        assert same_bytes(want[name], got[name]), name
