@@ -105,7 +105,7 @@ def test_embed_bad_arguments(kwargs, error, name):
         gemtb.ref.embed(spec, lengths, ids, **args)
 
 
-def test_many_malformed_calls_never_crash():
+def test_random_attention_calls_never_crash():
     """Random shapes, dtypes and offsets: every call returns or raises ValueError/TypeError."""
     rng = np.random.default_rng(123)
     dtypes = [np.float64, np.float32, np.int64, np.int32, np.uint8]
@@ -118,5 +118,34 @@ def test_many_malformed_calls_never_crash():
             arrays[name] = (rng.integers(-3, 6, size=shape)).astype(dtype)
         try:
             gemtb.ref.attention(**arrays, mask=["none", "causal", "block"][rng.integers(0, 3)])
+        except (ValueError, TypeError):
+            pass
+
+
+def test_random_quantize_and_embed_calls_never_crash():
+    """Random shapes, dtypes, blocks and KJTs: every call returns or raises ValueError/TypeError."""
+    rng = np.random.default_rng(321)
+    dtypes = [np.float64, np.float32, np.float16, np.int64, np.int32, np.uint8]
+
+    def arr(ndim_max=4, side=4, dtype=np.float64):
+        shape = tuple(int(s) for s in rng.integers(0, side, size=rng.integers(0, ndim_max)))
+        return rng.integers(-3, 9, size=shape).astype(dtypes[rng.integers(0, 6)] if rng.random() < 0.3 else dtype)
+
+    for _ in range(200):
+        try:
+            gemtb.ref.quantize(arr(side=70), ["bf16", "e4m3", "e5m2", "fp16"][rng.integers(0, 4)],
+                               block=[None, 32, "32x32"][rng.integers(0, 3)], axis=int(rng.integers(-3, 3)),
+                               rounding=["rne", "stochastic"][rng.integers(0, 2)], rht=[0, 32, 64, 7][rng.integers(0, 4)])
+        except (ValueError, TypeError):
+            pass
+        spec = {"seed": 1, "batch": int(rng.integers(0, 3)),
+                "tables": [{"name": "t", "rows": int(rng.integers(0, 5)), "dim": int(rng.integers(0, 3)) * 4,
+                            "optimizer": {"kind": ["sgd", "rowwise_adagrad", "adam"][rng.integers(0, 3)]}}],
+                "features": [{"key": "f", "table": "t",
+                              "pooling": ["sum", "mean", "none", "weighted_sum"][rng.integers(0, 4)]}]}
+        try:
+            gemtb.ref.embed(spec, arr(2, dtype=np.int32), arr(2, dtype=np.int64),
+                            weights=None if rng.random() < 0.5 else arr(2, dtype=np.float32),
+                            step=bool(rng.random() < 0.5), grads={"pooled": arr(3, dtype=np.float32)})
         except (ValueError, TypeError):
             pass

@@ -105,3 +105,23 @@ def test_embed_is_deterministic_across_threads():
     a = gemtb.ref.embed(SPEC, lengths, ids, weights=weights, threads=1)
     b = gemtb.ref.embed(SPEC, lengths, ids, weights=weights, threads=3)
     assert all(a[n].tobytes() == b[n].tobytes() for n in a)
+
+
+def test_sharded_step_and_comm_report_match_cli(cli, save, tmp_path):
+    spec = {"seed": 3, "batch": 8, "world_size": 4, "plan": {"default": {"type": "RW"}},
+            "tables": [{"name": "t0", "rows": 13, "dim": 8, "optimizer": {"kind": "rowwise_adagrad", "lr": 0.5}}],
+            "features": [{"key": "a", "table": "t0", "pooling": "sum"}]}
+    rng = np.random.default_rng(2)
+    lengths = rng.integers(0, 4, size=8).astype(np.int32)
+    ids = rng.integers(0, 13, size=int(lengths.sum())).astype(np.int64)
+    grads = {"pooled": rng.standard_normal((8, 8)).astype(np.float32)}
+    spec_path, grads_dir = tmp_path / "spec.json", tmp_path / "grads"
+    spec_path.write_text(json.dumps(spec))
+    grads_dir.mkdir()
+    np.save(grads_dir / "pooled.npy", grads["pooled"])
+    want = cli(["ref", "embed", "--spec", spec_path, "--lengths", save("lengths", lengths), "--ids", save("ids", ids),
+                "--grads", grads_dir, "--step"], tmp_path / "out")
+    got = gemtb.ref.embed(spec, lengths, ids, grads=grads, step=True)
+    assert got["comm_report"] == json.loads((tmp_path / "out" / "comm_report.json").read_text())
+    for name in want:
+        assert same_bytes(want[name], got[name]), name
