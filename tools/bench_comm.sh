@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Measures NCCL collectives on every GPU of the lent H200 host (2 or 4 so far) in one device call, for
-# `gemtb whatif calibrate` (spec/simulator.md §6.6):
+# `gemtb whatif calibrate`:
 #   1. unpacks the Debian packages carried in .deb/ into /tmp/gemtb-deps (the device has CUDA, CMake
 #      and ninja but none of our packages and no registry) and the source snapshot .deb/src.tgz
 #      (`git archive --format=tar.gz -o .deb/src.tgz HEAD`, made right before the call) into
@@ -11,7 +11,7 @@
 #      NCCL_ALGO=Ring (all_reduce, all_gather, reduce_scatter) and NCCL_ALGO=allreduce:Tree
 #      (all_reduce); NCCL_NVLS_ENABLE=0 throughout. --gemm-only runs the interference probe alone
 #      (one GPU is enough: it then needs no collective), for `gemtb bench comm --fit`;
-#   4. logs NCCL's own tuning table once (NCCL_DEBUG_SUBSYS=TUNING) for spec §6.2;
+#   4. logs NCCL's own tuning table once (NCCL_DEBUG_SUBSYS=TUNING);
 #   5. writes 7 files under $OUT (a device call brings back at most 8): comm_results.json (all runs,
 #      commit, hardware, NCCL's tuning table), summary.txt, build.log, tuning.log and the per-run JSON.
 # Usage (device call, from the repository root; carry [".deb"]):
@@ -130,7 +130,7 @@ try:
             tuning.append(line.rstrip())
 except OSError:
     pass
-result = {"what": "gemtb bench comm on every GPU of the lent host (spec/simulator.md §6.6), NVLS off",
+result = {"what": "gemtb bench comm on every GPU of the lent host, NVLS off",
           "commit": commit, "hardware": hardware, "command": "bash tools/bench_comm.sh", "runs": runs,
           "nccl_tuning_log": tuning[:400]}
 with open(os.path.join(out, "comm_results.json"), "w") as f:

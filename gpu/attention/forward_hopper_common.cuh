@@ -1,7 +1,7 @@
 // What the Hopper forward kernels (sm_90a, head dim 128; forward_hopper_ws_kernel.cuh,
 // forward_hopper_tma_kernel.cuh, forward_hopper_split_kernel.cuh) share: their shared-memory layout,
 // the activation dispatch, the elementwise step from S to P, P as wgmma's register A operand and the
-// epilogue that writes O and LSE. The function is forward_kernel.cuh's (spec §3, casts of §7).
+// epilogue that writes O and LSE. The function is forward_kernel.cuh's (the emulate mode's casts).
 //
 //   S = Q Kᵀ: wgmma m64nBNk16, both operands from shared memory (128-byte swizzled, K-major).
 //   P = act(S) (or the online-softmax exp) in registers, rounded to the input type, and used as the
@@ -219,7 +219,7 @@ __device__ __forceinline__ void PToOperand(float (&s4)[BN / 8][4], uint32_t (&pa
 }
 
 // The epilogue of one warp's 2 x 16 rows: O = acc (softmax: / row sum, then post_scale; an empty row
-// (no valid key) has O = 0 and LSE = -inf, spec §3) rounded to the output type, and the softmax's
+// (no valid key) has O = 0 and LSE = -inf) rounded to the output type, and the softmax's
 // LSE. `row`: this thread's two rows in the tile; rows >= q_rows lie past the sequence's end.
 // kRcp (the TMA forward's softmax): the normalisation as one multiply per element by
 // post / row_sum, formed once per row, instead of dividing each of a thread's 64 outputs (an IEEE

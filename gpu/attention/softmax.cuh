@@ -1,4 +1,4 @@
-// Online softmax of one warp's 16 query rows (spec §3 softmax, §7.3 FlashAttention order): the
+// Online softmax of one warp's 16 query rows (FlashAttention order): the
 // running row max m, the running sum l of the unnormalised exp(S - m) in fp32, the rescale factor
 // for the output accumulator when m grows, and the final normalisation and LSE. Each lane holds
 // two rows (g and g+8 of the mma C layout); a row's 4 lanes (one quad) agree on m after a

@@ -1,4 +1,4 @@
-// Which MP-group positions serve each table's lookups (spec/embeddings-and-model.md §3.2), as shares
+// Which MP-group positions serve each table's lookups, as shares
 // of the table's id and embedding traffic. The placement rules are the ones reference/sharding's
 // layout executes:
 //   DP    every position holds a copy and serves its own lookups: no traffic;

@@ -206,7 +206,7 @@ absl::StatusOr<EmbeddingOutput> EmbeddingForward(const EmbeddingConfig& config, 
       if (static_cast<size_t>(fc.table) < partition.pool_row_blocks.size()) rb = partition.pool_row_blocks[fc.table];
       const int64_t blocks = rb.size > 0 ? rb.count : 1;
       float* dst = out.pooled.data() + b * out.pooled_width + col[f];
-      // Rows once per bag; then whole rows at a time, column sums in the same order as the spec's
+      // Rows once per bag; then whole rows at a time, column sums in the same order as the definition's
       // per-column seqsums (positions ascending within a block, blocks ascending).
       std::vector<int64_t> rows(static_cast<size_t>(end - begin));
       int64_t n = 0;

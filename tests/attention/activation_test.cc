@@ -1,6 +1,6 @@
-// spec §4: pointwise activations, their derivatives, and the kink rule (left derivatives:
+// pointwise activations, their derivatives, and the kink rule (left derivatives:
 // relu'(0) = 0, leaky'(0) = 0.01, hardswish'(-3) = 0, hardswish'(3) = 1.5), checked through the
-// oracle with scores that are exactly the kink (spec §9 "Kink rule").
+// oracle with scores that are exactly the kink (the kink rule).
 #include <cmath>
 #include <random>
 #include <vector>

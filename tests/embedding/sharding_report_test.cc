@@ -1,6 +1,6 @@
-// The communication report of a sharded run (spec/embeddings-and-model.md §3.1, §3.2): every
+// The communication report of a sharded run: every
 // collective of a small 2D and fully sharded 2D plan, with byte counts worked out by hand from the
-// spec's formulas.
+// formulas.
 #include <string>
 #include <utility>
 #include <vector>

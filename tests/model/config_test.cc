@@ -1,5 +1,5 @@
-// Config loader: the committed configs parse to the spec §4 table's values; bad configs give errors
-// naming the JSON path and value.
+// Config loader: the committed configs parse to the values of model/description/README.md's table;
+// bad configs give errors naming the JSON path and value.
 #include <string>
 
 #include "gtest/gtest.h"

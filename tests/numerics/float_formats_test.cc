@@ -1,4 +1,4 @@
-// bf16 / fp16 / fp32 codecs (model/numerics/float_formats.h) against spec/attention.md §8.
+// bf16 / fp16 / fp32 codecs (model/numerics/float_formats.h) against the format definitions.
 #include "model/numerics/float_formats.h"
 
 #include <gtest/gtest.h>

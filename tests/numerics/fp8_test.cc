@@ -1,4 +1,4 @@
-// FP8 E4M3fn / E5M2 codecs (model/numerics/fp8.h) against spec/attention.md §8.
+// FP8 E4M3fn / E5M2 codecs (model/numerics/fp8.h) against the format definitions.
 #include "model/numerics/fp8.h"
 
 #include <gtest/gtest.h>

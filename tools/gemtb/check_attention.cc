@@ -169,7 +169,7 @@ absl::StatusOr<std::vector<BenchEntry>> BenchCases(const Settings& s) {
     c.values = check::ValueDistribution::kNormal;
     c.rule_max_q = b.seeds > 0 ? 0 : b.max_lq;
     c.rule_sparsity_q = b.sparsity;
-    // The case's position in the spec's list, so that --bench-cases picks the same values.
+    // The case's position in the benchmark list, so that --bench-cases picks the same values.
     size_t index = 0;
     for (size_t k = 0; k < gpu::bench::SpecCases().size(); ++k) {
       if (gpu::bench::SpecCases()[k].name == b.name) index = k;

@@ -1,6 +1,6 @@
 // gemtb check embed: random cases per family (pooling x optimizer x dtype x hashing x bounds) on
-// the GPU embedding kernels against the oracle. Everything on this path is exact in spec
-// embeddings-and-model §0, so each case passes only with 0 differing bytes in the forward outputs,
+// the GPU embedding kernels against the oracle. Everything on this path is exact (integer
+// logic and explicitly rounded fp32), so each case passes only with 0 differing bytes in the forward outputs,
 // the updated tables and the optimizer state; a last family of malformed KJTs must give the
 // oracle's named error. Every case has its own seed, printed with any failure.
 #include <oneapi/tbb/parallel_for.h>

@@ -295,7 +295,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
     }
   }
   if (report) {
-    // The communication report of spec §3.1, the file sim/ reads.
+    // The communication report, the file sim/ reads.
     output->AddText("comm_report.json", reference::CommReportToJson(*report).dump(2) + "\n");
   }
   return output->Commit();

@@ -1,5 +1,5 @@
-// Spec/simulator.md §6.1 through the event engine: a lone collective ends at its closed form, and
-// delaying one member delays everyone's end by exactly that much; §2.4: concurrent collectives on one
+// The event engine: a lone collective ends at its closed form, and
+// delaying one member delays everyone's end by exactly that much; concurrent collectives on one
 // tier share it (processor sharing).
 #include <array>
 
@@ -185,7 +185,7 @@ TEST(EngineTest, StragglerDelaysEveryRankInTheCollectiveByExactlyItsDelay) {
 }
 
 // An all-to-allv whose bytes grow with each rank's batch: with a2av_end "all" every member ends with
-// the heaviest; with "per_rank" each member leaves when its own bytes are through (spec §2.4).
+// the heaviest; with "per_rank" each member leaves when its own bytes are through.
 TEST(EngineTest, PerRankAllToAllvEndsEachMemberAtItsOwnDuration) {
   const int p = 8;
   const Cluster cluster = testing::TestCluster(p);
@@ -331,7 +331,7 @@ TEST(EngineTest, CrossZoneAndInZoneCollectivesShareTheNic) {
   EXPECT_NEAR(RunEnd(t, *timing, zero, /*sharing=*/false), across, 1e-9 * across);
 }
 
-// Contention per op (spec §2.5): a collective of op o slows compute by 1 + kappa[o]; the copy
+// Contention per op: a collective of op o slows compute by 1 + kappa[o]; the copy
 // engine's kappa applies the same way.
 TEST(EngineTest, ContentionTakesTheRunningCollectivesOwnKappa) {
   const int p = 8;
@@ -426,7 +426,7 @@ TEST(EngineTest, CollectiveEndingInsideComputeSlowsOnlyTheOverlap) {
   EXPECT_EQ(slowed.events, lone.events + p);
 }
 
-// SM contention (spec §2.5): each SM-based collective takes s of the n SMs, kappa = s / (n - s); a
+// SM contention: each SM-based collective takes s of the n SMs, kappa = s / (n - s); a
 // compute task overlapping k of them runs on n - k*s SMs: slowed by n / (n - k*s).
 TEST(EngineTest, ComputeUnderConcurrentSmBasedCollectivesLosesEachOnesSms) {
   const int p = 8;

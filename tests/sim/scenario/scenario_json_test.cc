@@ -1,4 +1,4 @@
-// The scenario parser (spec/simulator.md §4): gem-default reads as the spec describes it, groups are
+// The scenario parser: gem-default reads as documented, groups are
 // capped at the world size, and every invalid input gives an InvalidArgument naming the JSON path,
 // the value and the rule.
 #include <cmath>
@@ -110,12 +110,12 @@ TEST(GemDefault, ListsEveryUnpublishedValueWithLowAndHigh) {
   EXPECT_EQ(eff.high_factor, 1.2);
   const Assumption& rows = s->assumptions[4];
   EXPECT_EQ(rows.path, "model.tables[*].rows");
-  EXPECT_GT(rows.value, 7e9);  // ~8e9 rows (spec §4)
+  EXPECT_GT(rows.value, 7e9);  // ~8e9 rows
   EXPECT_LT(rows.value, 9e9);
   const Assumption& pipeline = s->assumptions[5];
   EXPECT_EQ(pipeline.path, "plan.pipeline.sparse_ahead");
   EXPECT_EQ(pipeline.value, 1);  // TorchRec's semi-synchronous pipeline
-  EXPECT_EQ(pipeline.low, 0);    // spec §2.3's order
+  EXPECT_EQ(pipeline.low, 0);    // the in-step order
   EXPECT_EQ(pipeline.high, 1);
   EXPECT_EQ(s->plan.pipeline.sparse_ahead, 1);
   const Assumption& zipf = s->assumptions[6];
