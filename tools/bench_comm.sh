@@ -21,6 +21,7 @@
 # Exit status: 0 all runs done, 1 a run failed, 2 the build failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source tools/lib/device_build.sh
 iters=50
 warmup=10
 max_bytes=1G
@@ -45,18 +46,7 @@ stage() { printf '== %-50s [%4d s]\n' "$1" $((SECONDS - t0)) | tee -a "$out/summ
 : > "$out/summary.txt"
 
 stage "unpack .deb/ and .deb/src.tgz"
-prefix=/tmp/gemtb-deps
-src=/tmp/gemtb-src
-mkdir -p "$prefix" "$src"
-shopt -s nullglob
-debs=(.deb/*.deb)
-if [ ${#debs[@]} -eq 0 ] || [ ! -f .deb/src.tgz ]; then
-  echo "bench_comm: .deb/ needs the Debian packages and src.tgz (see gpu/README.md)" | tee -a "$out/summary.txt"
-  exit 2
-fi
-for f in "${debs[@]}"; do dpkg -x "$f" "$prefix"; done
-tar -xzf .deb/src.tgz -C "$src"
-export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+unpack_device_deps bench_comm require-src
 {
   echo "date: $(date -u +%FT%TZ)"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -65,15 +55,12 @@ export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_L
   nproc
 } 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
 
-# The device's compiler may warn where CI does not; drop -Werror there (as tools/gpu_check.sh).
-launcher="$PWD/tools/no_werror.sh"; chmod +x "$launcher"  # modes may not survive the copy to the device
 build=/tmp/gemtb-comm-build
 if [ -n "$prebuilt" ]; then
   stage "gemtb given: $prebuilt (no build)"
   [ -x "$prebuilt" ] || { stage "--gemtb $prebuilt is not an executable"; exit 2; }
-elif stage "configure + build gemtb (CUDA, NCCL)"; ! cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
-     -DGEMTB_BUILD_BENCHMARKS=OFF -DGEMTB_BUILD_TESTS=OFF -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
-     -DCMAKE_CUDA_COMPILER_LAUNCHER="$launcher" > "$out/build.log" 2>&1 ||
+elif stage "configure + build gemtb (CUDA, NCCL)";
+   ! configure_device_build "$srcdir" "$build" -DGEMTB_BUILD_TESTS=OFF > "$out/build.log" 2>&1 ||
    ! timeout "$(limit 300)" cmake --build "$build" -j "$(nproc)" --target gemtb >> "$out/build.log" 2>&1; then
   grep -E "error|FAILED" "$out/build.log" | head -30 | tee -a "$out/summary.txt"
   stage "build FAILED (build.log)"
