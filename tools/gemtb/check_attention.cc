@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -699,9 +698,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   j["failures"] = runner.failures;
   *all_pass = runner.all_pass;
   if (!json_path.empty()) {
-    std::ofstream out(json_path);
-    out << j.dump(2) << "\n";
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("--json=", json_path, ": cannot write"));
+    GEMTB_RETURN_IF_ERROR(WriteJsonReport(json_path, j));
   }
   return absl::OkStatus();
 #endif
@@ -711,8 +708,8 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
 
 int RunCheckAttention(const std::vector<std::string>& args) {
   bool all_pass = true;
-  if (absl::Status s = Run(args, &all_pass); !s.ok()) return ReportError(kCommand, s);
-  return all_pass ? kExitOk : kExitCheckFailed;
+  const absl::Status status = Run(args, &all_pass);
+  return CheckCommandExit(kCommand, status, all_pass);
 }
 
 }  // namespace gemtb::cli
