@@ -66,31 +66,7 @@ struct Log2Softmax {
   // `s` holds log2-scaled scores (-inf where masked); replaces them by exp2(s - m_new).
   template <int kTiles>
   __device__ __forceinline__ void Step(float (&s)[kTiles][4], float (&rescale)[2]) {
-    float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < kTiles; ++n) {
-      tile_max[0] = fmaxf(tile_max[0], fmaxf(s[n][0], s[n][1]));
-      tile_max[1] = fmaxf(tile_max[1], fmaxf(s[n][2], s[n][3]));
-    }
-    float m_use[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float m_new = fmaxf(m[r], QuadMax(tile_max[r]));
-      rescale[r] = m[r] == -INFINITY ? 0.f : Exp2(m[r] - m_new);
-      m_use[r] = m_new == -INFINITY ? 0.f : m_new;
-      m[r] = m_new;
-    }
-    float sum[2] = {0.f, 0.f};
-#pragma unroll
-    for (int n = 0; n < kTiles; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[n][e] = Exp2(s[n][e] - m_use[e >> 1]);
-        sum[e >> 1] += s[n][e];
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) l[r] = l[r] * rescale[r] + sum[r];
+    OnlineSoftmaxStep<kTiles>([](float x) { return Exp2(x); }, m, l, s, rescale);
   }
 
   // Row sums (0: no valid key) and LSE = ln(2) * (m + log2(l)) in natural-log units.
