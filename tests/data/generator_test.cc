@@ -119,7 +119,7 @@ TEST(Generator, IdsInRangeAndLengthsWithinCaps) {
   }
 }
 
-TEST(Generator, SequenceLengthsFollowTheSpecsLaw) {
+TEST(Generator, SequenceLengthsFollowTheirLaw) {
   // E[len] ~ 0.5 Lmax, 5-10 % capped, ~2 % empty.
   const Generator& g = Tiny();
   const int64_t n = 20000;

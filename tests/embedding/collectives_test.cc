@@ -190,7 +190,7 @@ TEST(VirtualCollectives, AveragingEqualCopiesIsExactForTwoAndFourMembersNotEight
   EXPECT_EQ(inexact(8, true), 0);
 }
 
-TEST(CommReport, SerialisesToTheSpecSchemaAndBack) {
+TEST(CommReport, SerialisesToItsSchemaAndBack) {
   CommReport report;
   report.collectives.push_back(
       {0, CommPhase::kForward, CollectiveOp::kAllToAll, GroupClass::kSparseMp, {0, 2}, {96, 64}, {64, 96}});

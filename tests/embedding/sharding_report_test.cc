@@ -87,7 +87,7 @@ std::vector<CollectiveRecord> HandGroupTraffic() {
   };
 }
 
-TEST(ShardingReport, TwoDPlanMovesTheBytesOfTheSpec) {
+TEST(ShardingReport, TwoDPlanMovesTheBytesOfThePattern) {
   const HandCase h = MakeHandCase();
   const nlohmann::json json = {{"default", {{"type", "TW"}}},
                                {"tables", {{"a", {{"type", "TW"}, {"owner", 1}}}, {"b", {{"type", "RW"}}}}},

@@ -15,7 +15,7 @@
 namespace gemtb::gpu::bench {
 namespace {
 
-TEST(BenchCases, TheEightSpecCasesInOrder) {
+TEST(BenchCases, TheEightCasesInOrder) {
   std::vector<std::string> names;
   for (const BenchCase& c : SpecCases()) names.push_back(c.name);
   EXPECT_EQ(names, (std::vector<std::string>{"self_softmax", "self_gdpa_silu", "cross_gdpa_gelu",
@@ -41,7 +41,7 @@ std::vector<int64_t> SpecRule(int64_t batch, int64_t m, double s) {
   return out;
 }
 
-TEST(BenchCases, LengthsFollowTheSpecRule) {
+TEST(BenchCases, LengthsFollowTheLengthRule) {
   const std::vector<int64_t> self = SpecRule(1152, 1024, 0.5);
   for (int64_t l : self) ASSERT_TRUE(l >= 1 && l <= 1024) << l;
   for (const BenchCase& c : SpecCases()) {

@@ -34,7 +34,7 @@ double ModelFlopsPerSample(const ModelGraph& g, double sparsity, int64_t batch) 
 }
 
 // README table: tiny 0.58 M sparse / 0.229 M dense.
-TEST(ModelGraph, TinyParamsEqualSpecTable) {
+TEST(ModelGraph, TinyParamsEqualReadmeTable) {
   const ModelGraph g = Expand("tiny");
   EXPECT_EQ(Printed(static_cast<double>(SparseParamCount(g)), 2), 58);  // 0.58 M
   EXPECT_EQ(Printed(static_cast<double>(DenseParamCount(g)), 3), 229);  // 0.229 M
@@ -44,7 +44,7 @@ TEST(ModelGraph, TinyParamsEqualSpecTable) {
 }
 
 // small: 2.69 B / 32.0 M.
-TEST(ModelGraph, SmallParamsEqualSpecTable) {
+TEST(ModelGraph, SmallParamsEqualReadmeTable) {
   const ModelGraph g = Expand("small");
   EXPECT_EQ(Printed(static_cast<double>(SparseParamCount(g)), 3), 269);  // 2.69 B
   EXPECT_EQ(Printed(static_cast<double>(DenseParamCount(g)), 3), 320);  // 32.0 M
@@ -53,7 +53,7 @@ TEST(ModelGraph, SmallParamsEqualSpecTable) {
 }
 
 // gem-scale: ≈2.05 T / ≈8.21 B.
-TEST(ModelGraph, GemScaleParamsEqualSpecTable) {
+TEST(ModelGraph, GemScaleParamsEqualReadmeTable) {
   const ModelGraph g = Expand("gem-scale");
   EXPECT_EQ(Printed(static_cast<double>(SparseParamCount(g)), 3), 205);  // 2.05 T
   EXPECT_EQ(Printed(static_cast<double>(DenseParamCount(g)), 3), 821);  // 8.21 B
@@ -66,13 +66,13 @@ TEST(ModelGraph, GemScaleParamsEqualSpecTable) {
 // Forward FLOPs per sample at sparsity 0.5 + CLS within 10 % of the counting rules: ≈6.2 M, ≈4.1 G,
 // ≈290 G (the rules leave out the final cross's PMA and the per-sample cross/LCE GEMMs; the graph
 // counts them).
-TEST(ModelGraph, FlopsPerSampleWithinTenPercentOfSpecRules) {
+TEST(ModelGraph, FlopsPerSampleWithinTenPercentOfCountingRules) {
   EXPECT_NEAR(ModelFlopsPerSample(Expand("tiny"), 0.5, 64) / 6.2e6, 1.0, 0.10);
   EXPECT_NEAR(ModelFlopsPerSample(Expand("small"), 0.5, 1024) / 4.1e9, 1.0, 0.10);
   EXPECT_NEAR(ModelFlopsPerSample(Expand("gem-scale"), 0.5, 1024) / 290e9, 1.0, 0.10);
 }
 
-TEST(ModelGraph, TokensPerSampleMatchSpecTable) {
+TEST(ModelGraph, TokensPerSampleMatchReadmeTable) {
   for (const auto& [name, tokens] : {std::pair<std::string, int64_t>{"tiny", 100},
                                      {"small", 1712}, {"gem-scale", 20640}}) {
     const ModelGraph g = Expand(name);
@@ -114,7 +114,7 @@ TEST(ModelGraph, OpConventions) {
   EXPECT_EQ(g.ops.back().name, "head.loss");
 }
 
-TEST(ModelGraph, TinyWindowOpMatchesSpecExample) {
+TEST(ModelGraph, TinyWindowOpMatchesWorkedExample) {
   // An example op: L1.seq0.swa, silu, H 2, D 16, window [16, 16], flops fwd P 128, bwd 320.
   const ModelGraph g = Expand("tiny");
   const Op* swa = nullptr;

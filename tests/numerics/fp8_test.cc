@@ -86,7 +86,7 @@ TEST(Fp8, AllCodesReencodeToSameCode) {
   }
 }
 
-TEST(Fp8, E4m3EdgesFromSpecTable) {
+TEST(Fp8, E4m3Edges) {
   const float inf = std::numeric_limits<float>::infinity();
   EXPECT_EQ(FloatToE4m3Rne(0x1p-10f), 0x00u);      // half the min subnormal: tie to even 0
   EXPECT_EQ(FloatToE4m3Rne(-0x1p-10f), 0x80u);     // sign of zero kept

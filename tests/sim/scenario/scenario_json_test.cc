@@ -42,7 +42,7 @@ absl::Status BuildWith(const std::string& path, const std::string& value) {
   return BuildScenario(doc).status();
 }
 
-TEST(GemDefault, ParsesAsTheSpecDescribesIt) {
+TEST(GemDefault, ParsesAsDocumented) {
   absl::StatusOr<Scenario> s = BuildScenario(GemDefault());
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->name, "gem-default");
