@@ -1,4 +1,4 @@
-// Forward (and backward) of the model over a batch with the multi-task masked BCE of spec §6:
+// Forward (and backward) of the model over a batch with the multi-task masked BCE:
 // L = sum_t sum_b m_tb l(z_tb, y_tb) / max(1, sum m), l(z,y) = max(z,0) - z y + log1p(exp(-|z|)).
 //
 // Determinism: the batch is split into `blocks` consecutive sample ranges, a number that does not

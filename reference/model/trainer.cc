@@ -172,7 +172,7 @@ absl::StatusOr<StepResult> Trainer::Step() {
   }
   GEMTB_RETURN_IF_ERROR(EmbeddingBackwardStep(emb_, state_.tables, kjt, grads, {}, options_.threads));
 
-  // Dense Adam, spec §2, fp32 op by op.
+  // Dense Adam, fp32 op by op.
   OptimizerConfig adam;
   adam.kind = OptimizerKind::kAdam;
   adam.lr = ScheduledRate(options_.lr, 1.0f, state_.step, options_.total_steps, options_.linear_decay);

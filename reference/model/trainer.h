@@ -1,9 +1,9 @@
-// The CPU reference trainer of the GEM-like model (spec §2, §4-§6): fp32 like a real trainer.
+// The CPU reference trainer of the GEM-like model: fp32 like a real trainer.
 //
 // One step: generate samples [step*B, (step+1)*B) of the data seed (model/data), look up the tables
 // with the TBE oracle (MEAN pooling, sequences as NONE), run the model forward and backward
 // (batch_pass.h, deterministic for any thread count), apply the TBE's fused rowwise Adagrad to the
-// touched rows and Adam (spec §2 formulas, fp32 op by op) to the dense parameters.
+// touched rows and Adam (fp32 op by op) to the dense parameters.
 //
 // Held-out evaluation reads sample indices from kHeldOutFirstIndex on (2^40), a range training
 // never reaches, so evaluation samples are never trained on.
