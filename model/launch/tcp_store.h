@@ -3,8 +3,9 @@
 // on config, plan and checkpoint, checkpoint commits, and (for the CPU oracle across processes)
 // the collectives' payloads.
 //
-// Every blocking call ends within its timeout. The store ends every rank's waits with one named
-// error as soon as the job cannot go on: a rank whose connection closes without saying goodbye
+// Every blocking call ends within its timeout. The store ends every rank's waits (and refuses every
+// later Set; a Get of a value already set still reads it) with one named error as soon as the job
+// cannot go on: a rank whose connection closes without saying goodbye
 // (the process died or was killed), a rank registering a different world size or a rank number
 // outside it or twice, or a rank reporting its own error (Fail). A rank that never connects shows up as
 // a DeadlineExceeded naming the ranks not connected. If rank 0 dies, the other ranks see the
@@ -80,7 +81,9 @@ class TcpStoreClient {
   // most `timeout`.
   static absl::StatusOr<std::unique_ptr<TcpStoreClient>> Connect(const Rendezvous& where, int rank, int world_size,
                                                                  Millis timeout);
-  ~TcpStoreClient();  // closes without goodbye unless Close() was called: the store fails the job
+  // Closes without goodbye unless Close() was called: the store fails the job as if this rank had
+  // died. A rank that stops on an error of its own calls Fail, then Close.
+  ~TcpStoreClient();
 
   absl::Status Set(std::string_view key, std::string_view value);
   // Waits for `key` to be set, up to the timeout.

@@ -145,12 +145,12 @@ void TcpStoreServer::Serve(int fd) {
         if (!changed_.wait_until(lock, deadline, ready)) {
           status = absl::DeadlineExceededError(absl::StrCat("rank ", rank, ": \"", request->key, "\" not set within ",
                                                             request->timeout_ms, " ms (", NotConnected(), ")"));
+        } else if (auto it = values_.find(request->key); it != values_.end()) {
+          value = it->second;  // a value already set is read even after a failure: the wait did not wait
         } else if (!failure_.ok()) {
           status = failure_;
-        } else if (stopping_.load()) {
-          status = absl::UnavailableError("store: shutting down");
         } else {
-          value = values_[request->key];
+          status = absl::UnavailableError("store: shutting down");
         }
         break;
       }
