@@ -88,6 +88,8 @@ class TcpStoreClient {
   absl::Status Set(std::string_view key, std::string_view value);
   // Waits for `key` to be set, up to the timeout.
   absl::StatusOr<std::string> Get(std::string_view key);
+  // Removes `key` (no error when absent): a value no rank will read again frees the store's memory.
+  absl::Status Erase(std::string_view key);
   // Reports this rank's error: every rank's waits end with it (as Aborted naming this rank).
   absl::Status Fail(std::string_view message);
   // Says goodbye and closes.

@@ -119,6 +119,8 @@ absl::Status TcpStoreClient::Set(std::string_view key, std::string_view value) {
 
 absl::StatusOr<std::string> TcpStoreClient::Get(std::string_view key) { return Call(wire::kGet, key, ""); }
 
+absl::Status TcpStoreClient::Erase(std::string_view key) { return Call(wire::kErase, key, "").status(); }
+
 absl::Status TcpStoreClient::Fail(std::string_view message) { return Call(wire::kFail, "", message).status(); }
 
 absl::Status TcpStoreClient::Close() {

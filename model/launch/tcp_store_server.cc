@@ -154,6 +154,13 @@ void TcpStoreServer::Serve(int fd) {
         }
         break;
       }
+      case wire::kErase:
+        if (rank < 0) {
+          status = absl::FailedPreconditionError("store: erase before hello");
+        } else {
+          values_.erase(request->key);
+        }
+        break;
       case wire::kFail:
         if (rank < 0) {
           status = absl::FailedPreconditionError("store: fail before hello");

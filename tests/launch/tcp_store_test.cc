@@ -67,6 +67,21 @@ TEST(TcpStore, EveryRankSeesEveryRanksValueInRankOrder) {
   EXPECT_THAT((*server)->Shutdown(kTimeout), IsOk());
 }
 
+TEST(TcpStore, AnErasedKeyIsWaitedForAgain) {
+  auto server = TcpStoreServer::Start(0, 1);
+  ASSERT_TRUE(server.ok());
+  auto c = MustConnect((*server)->port(), 0, 1, Millis(200));
+  ASSERT_THAT(c->Set("k", "v1"), IsOk());
+  ASSERT_THAT(c->Erase("k"), IsOk());
+  EXPECT_THAT(c->Get("k"), StatusIs(absl::StatusCode::kDeadlineExceeded));
+  ASSERT_THAT(c->Set("k", "v2"), IsOk());
+  auto v = c->Get("k");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, "v2");
+  EXPECT_THAT(c->Close(), IsOk());
+  EXPECT_THAT((*server)->Shutdown(kTimeout), IsOk());
+}
+
 TEST(TcpStore, GetOfAKeyNoOneSetsEndsAtTheTimeoutNamingRanksNotConnected) {
   auto server = TcpStoreServer::Start(0, 3);
   ASSERT_TRUE(server.ok());
