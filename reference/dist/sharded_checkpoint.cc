@@ -183,8 +183,10 @@ absl::Status WriteShardedCheckpoint(const std::string& dir, int64_t step, const 
   return store.Get(commit_key).status();
 }
 
-absl::StatusOr<LoadedShard> ReadShardOfNewestCheckpoint(const std::string& dir, const CheckpointIdentity& identity,
-                                                        int rank) {
+namespace {
+
+// The shards `first` .. `last` of the newest checkpoint, their arrays concatenated in rank order.
+absl::StatusOr<LoadedShard> ReadShards(const std::string& dir, const CheckpointIdentity& identity, int first, int last) {
   const std::vector<int64_t> steps = CommittedSteps(dir);
   if (steps.empty())
     return absl::NotFoundError(absl::StrCat(dir, ": no checkpoint (no step-<n> folder with a ", kManifest, ")"));
@@ -207,24 +209,31 @@ absl::StatusOr<LoadedShard> ReadShardOfNewestCheckpoint(const std::string& dir, 
     return mismatch("config_hash", m->config_hash, identity.config_hash, "a checkpoint of another config");
   if (m->plan_hash != identity.plan_hash)
     return mismatch("plan_hash", m->plan_hash, identity.plan_hash, "a checkpoint of another plan");
-  if (rank < 0 || rank >= m->world_size)
-    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, ": outside world size ", m->world_size));
-  const ShardEntry& entry = m->shards[static_cast<size_t>(rank)];
-  const std::string shard_path = (fs::path(step_dir) / entry.file).string();
-  auto shard = ReadUserFile(shard_path, static_cast<uint64_t>(entry.bytes) + 1);
-  if (!shard.ok()) return shard.status();
-  const std::string sha = Sha256Hex(*shard);
-  if (static_cast<int64_t>(shard->size()) != entry.bytes || sha != entry.sha256)
-    return absl::DataLossError(absl::StrCat(shard_path, ": ", shard->size(), " bytes with SHA-256 ", sha,
-                                            ", the manifest says ", entry.bytes, " bytes with ", entry.sha256));
-  auto arrays = model::ParseCheckpoint(std::vector<uint8_t>(shard->begin(), shard->end()), shard_path);
-  if (!arrays.ok()) return arrays.status();
-  return LoadedShard{m->step, *std::move(arrays), Sha256Hex(*text)};
+  if (first < 0 || last >= m->world_size)
+    return absl::InvalidArgumentError(absl::StrCat("rank ", first < 0 ? first : last, ": outside world size ", m->world_size));
+  LoadedShard out{m->step, {}, Sha256Hex(*text)};
+  for (int rank = first; rank <= last; ++rank) {
+    const ShardEntry& entry = m->shards[static_cast<size_t>(rank)];
+    const std::string shard_path = (fs::path(step_dir) / entry.file).string();
+    auto shard = ReadUserFile(shard_path, static_cast<uint64_t>(entry.bytes) + 1);
+    if (!shard.ok()) return shard.status();
+    const std::string sha = Sha256Hex(*shard);
+    if (static_cast<int64_t>(shard->size()) != entry.bytes || sha != entry.sha256)
+      return absl::DataLossError(absl::StrCat(shard_path, ": ", shard->size(), " bytes with SHA-256 ", sha,
+                                              ", the manifest says ", entry.bytes, " bytes with ", entry.sha256));
+    auto arrays = model::ParseCheckpoint(std::vector<uint8_t>(shard->begin(), shard->end()), shard_path);
+    if (!arrays.ok()) return arrays.status();
+    for (auto& a : *arrays) out.arrays.push_back(std::move(a));
+  }
+  return out;
 }
 
-absl::StatusOr<LoadedShard> LoadShardedCheckpoint(const std::string& dir, const CheckpointIdentity& identity,
-                                                  launch::TcpStoreClient& store) {
-  auto mine = ReadShardOfNewestCheckpoint(dir, identity, store.rank());
+// Every rank reads (its shard or all), then the ranks agree on the checkpoint.
+absl::StatusOr<LoadedShard> LoadAgreed(const std::string& dir, const CheckpointIdentity& identity,
+                                       launch::TcpStoreClient& store, bool every_shard) {
+  auto mine = every_shard ? ReadShards(dir, identity, 0, identity.world_size - 1)
+                          : ReadShards(dir, identity, store.rank(), store.rank());
+
   const std::string report = mine.ok() ? absl::StrCat(kOk, "step ", mine->step, " manifest sha256 ", mine->manifest_sha256)
                                        : absl::StrCat(kError, mine.status().message());
   auto reports = launch::StoreAllGather(store, "checkpoint/load", report);
@@ -241,6 +250,23 @@ absl::StatusOr<LoadedShard> LoadShardedCheckpoint(const std::string& dir, const 
           (*reports)[0].substr(sizeof(kOk) - 1), ", rank ", r, " has ", rep.substr(sizeof(kOk) - 1)));
   }
   return mine;
+}
+
+}  // namespace
+
+absl::StatusOr<LoadedShard> ReadShardOfNewestCheckpoint(const std::string& dir, const CheckpointIdentity& identity,
+                                                        int rank) {
+  return ReadShards(dir, identity, rank, rank);
+}
+
+absl::StatusOr<LoadedShard> LoadShardedCheckpoint(const std::string& dir, const CheckpointIdentity& identity,
+                                                  launch::TcpStoreClient& store) {
+  return LoadAgreed(dir, identity, store, /*every_shard=*/false);
+}
+
+absl::StatusOr<LoadedShard> LoadWholeShardedCheckpoint(const std::string& dir, const CheckpointIdentity& identity,
+                                                       launch::TcpStoreClient& store) {
+  return LoadAgreed(dir, identity, store, /*every_shard=*/true);
 }
 
 }  // namespace gemtb::reference::dist

@@ -47,7 +47,7 @@ absl::Status WriteShardedCheckpoint(const std::string& dir, int64_t step, const 
 
 struct LoadedShard {
   int64_t step = 0;
-  model::NamedArrays arrays;    // this rank's
+  model::NamedArrays arrays;    // this rank's (LoadWholeShardedCheckpoint: every rank's)
   std::string manifest_sha256;  // of the manifest's bytes: which checkpoint this is
 };
 
@@ -61,6 +61,11 @@ absl::StatusOr<LoadedShard> ReadShardOfNewestCheckpoint(const std::string& dir, 
 // shard or one rank found another checkpoint (a stale copy of the folder).
 absl::StatusOr<LoadedShard> LoadShardedCheckpoint(const std::string& dir, const CheckpointIdentity& identity,
                                                   launch::TcpStoreClient& store);
+
+// As LoadShardedCheckpoint, but every rank reads every rank's shard, the arrays concatenated in rank
+// order: for state that every rank holds whole (data parallelism) and the ranks save in parts.
+absl::StatusOr<LoadedShard> LoadWholeShardedCheckpoint(const std::string& dir, const CheckpointIdentity& identity,
+                                                       launch::TcpStoreClient& store);
 
 }  // namespace gemtb::reference::dist
 
