@@ -4,7 +4,10 @@ the single process's state byte for byte, and so do 2 ranks under Open MPI's and
 2 steps + a resume from the sharded checkpoint folder == 4 straight; a rank killed with SIGKILL,
 ranks that disagree on the world size, a world size that does not divide --grad-blocks, a resume
 with another world size and a stale copy of the checkpoint folder on one rank each end every rank
-with a named error, well inside --store-timeout; a malformed launcher variable exits 2."""
+with a named error, well inside --store-timeout; a malformed launcher variable exits 2.
+
+With --mpirun: only `mpirun -np 4 gemtb ref train` against the single process, byte for byte
+(exit 77, skipped, without Open MPI's mpirun)."""
 import os
 import shutil
 import signal
@@ -97,16 +100,41 @@ def arrays_of_folder(folder):
     return steps[-1], out
 
 
+def single_process(d):
+    """The 4-step single-process run: its arrays and its output."""
+    single = os.path.join(d, "single.bin")
+    alone = {k: v for k, v in os.environ.items()
+             if not k.startswith(("OMPI_", "SLURM_")) and k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    p = subprocess.run([GEMTB] + BASE + FOUR + ["--steps", "4", "--checkpoint", single], capture_output=True, text=True,
+                       env=alone)
+    assert p.returncode == 0, p.stderr
+    expected = arrays_of_file(single)
+    assert len(expected) > 10, expected.keys()
+    return expected, p
+
+
+def main_mpirun():
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        print("skipped: no mpirun (tools/setup.sh installs Open MPI's openmpi-bin)")
+        return 77
+    with tempfile.TemporaryDirectory() as d:
+        expected, _ = single_process(d)
+        folder = os.path.join(d, "mpirun")
+        root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+        cmd = [mpirun] + root + ["--oversubscribe", "-np", "4", "-x", "MASTER_ADDR=127.0.0.1", "-x",
+                                 "MASTER_PORT=%d" % free_port(), GEMTB] + BASE + FOUR + ["--steps", "4", "--checkpoint", folder]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT + 30)
+        assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+        assert "4 ranks data-parallel (Open MPI)" in p.stdout, p.stdout
+        assert arrays_of_folder(folder) == (4, expected)
+    print("ok")
+    return 0
+
+
 def main():
     with tempfile.TemporaryDirectory() as d:
-        single = os.path.join(d, "single.bin")
-        alone = {k: v for k, v in os.environ.items()
-                 if not k.startswith(("OMPI_", "SLURM_")) and k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-        p = subprocess.run([GEMTB] + BASE + FOUR + ["--steps", "4", "--checkpoint", single], capture_output=True, text=True,
-                           env=alone)
-        assert p.returncode == 0, p.stderr
-        expected = arrays_of_file(single)
-        assert len(expected) > 10, expected.keys()
+        expected, p = single_process(d)
 
         # 4 ranks (torchrun's variables): the single process's state, byte for byte; rank 0 prints.
         folder = os.path.join(d, "four")
@@ -179,7 +207,8 @@ def main():
         p = subprocess.run([GEMTB] + BASE + FOUR + ["--steps", "1"], env=env, capture_output=True, text=True, timeout=TIMEOUT)
         assert p.returncode == 2 and 'RANK="x": must be a decimal integer' in p.stderr, (p.returncode, p.stderr)
     print("ok")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main_mpirun() if "--mpirun" in sys.argv[2:] else main())
