@@ -104,6 +104,11 @@ absl::StatusOr<LaunchInfo> ParseLaunchEnvironment(const Environment& env) {
     }
     auto rendezvous = ReadRendezvous(env, n.launcher == Launcher::kTorchrun, name);
     if (!rendezvous.ok()) return rendezvous.status();
+    if (n.launcher == Launcher::kTorchrun) {  // the agent's store holds MASTER_PORT
+      if ((*rendezvous)->port == 65535)
+        return absl::InvalidArgumentError("MASTER_PORT=65535: must be < 65535 under torchrun (gemtb's store uses MASTER_PORT + 1)");
+      ++(*rendezvous)->port;
+    }
     info.world_size = *world;
     info.rank = *rank;
     info.local_rank = *local;

@@ -11,7 +11,8 @@
 //   Open MPI  OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK (required)
 //   SLURM     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID (required)
 // Under Open MPI and SLURM the rendezvous address comes from MASTER_ADDR and MASTER_PORT when both
-// are set (mpirun -x MASTER_ADDR=... ), and is absent otherwise. No launcher variable at all is a
+// are set (mpirun -x MASTER_ADDR=... ), and is absent otherwise. Under torchrun it is MASTER_PORT + 1:
+// torchrun's agent already serves its own store on MASTER_PORT. No launcher variable at all is a
 // single process: rank 0 of 1, no rendezvous needed.
 #ifndef GEMTB_MODEL_LAUNCH_LAUNCH_ENV_H_
 #define GEMTB_MODEL_LAUNCH_LAUNCH_ENV_H_

@@ -33,7 +33,7 @@ TEST(LaunchEnv, TorchrunGivesRankWorldLocalRankAndRendezvous) {
   EXPECT_EQ(info->local_rank, 1);
   ASSERT_TRUE(info->rendezvous.has_value());
   EXPECT_EQ(info->rendezvous->host, "node0");
-  EXPECT_EQ(info->rendezvous->port, 29500);
+  EXPECT_EQ(info->rendezvous->port, 29501) << "torchrun's agent serves its own store on MASTER_PORT";
 }
 
 TEST(LaunchEnv, OpenMpiAndSlurmTakeTheRendezvousFromMasterAddrWhenSet) {
@@ -103,6 +103,8 @@ TEST(LaunchEnv, MalformedAndContradictoryValuesAreNamed) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("LOCAL_RANK=3: must be < LOCAL_WORLD_SIZE=2")));
   EXPECT_THAT(with({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("MASTER_PORT=70000: must be in [1, 65535]")));
+  EXPECT_THAT(with({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "65535"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("MASTER_PORT=65535: must be < 65535 under torchrun")));
 }
 
 }  // namespace

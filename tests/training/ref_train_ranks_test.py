@@ -45,8 +45,24 @@ def launcher_env(kind, rank, world, port, world_seen=None):
     return env
 
 
+AGENT_STORES = []  # listening sockets standing in for torchrun's agent store on MASTER_PORT
+
+
 def start(args, world, kind="torchrun", cwds=None, worlds=None):
     port = free_port()
+    if kind == "torchrun":  # torchrun's agent holds MASTER_PORT; gemtb's store takes MASTER_PORT + 1
+        while True:
+            agent = socket.socket()
+            agent.bind(("0.0.0.0", port))
+            agent.listen()
+            try:
+                with socket.socket() as probe:
+                    probe.bind(("0.0.0.0", port + 1))
+                break
+            except OSError:
+                agent.close()
+                port = free_port()
+        AGENT_STORES.append(agent)
     procs = []
     for r in range(world):
         env = launcher_env(kind, r, world, port, worlds[r] if worlds else None)
