@@ -1,10 +1,12 @@
 """gemtb ref train across processes (run by ctest with the gemtb binary as its argument), each rank a
 real process given the launcher's variables as torchrun, mpirun or srun set them: 4 ranks end with
 the single process's state byte for byte, and so do 2 ranks under Open MPI's and SLURM's variables;
-2 steps + a resume from the sharded checkpoint folder == 4 straight; a rank killed with SIGKILL,
-ranks that disagree on the world size, a world size that does not divide --grad-blocks, a resume
-with another world size and a stale copy of the checkpoint folder on one rank each end every rank
-with a named error, well inside --store-timeout; a malformed launcher variable exits 2.
+2 steps + a resume from the sharded checkpoint folder == 4 straight; SIGTERM to one rank stops
+every rank after the same step with a checkpoint that resumes to a straight run's bytes; a rank
+killed with SIGKILL, ranks that disagree on the world size, a world size that does not divide
+--grad-blocks, a resume with another world size and a stale copy of the checkpoint folder on one
+rank each end every rank with a named error, well inside --store-timeout; a malformed launcher
+variable exits 2.
 
 With --mpirun: only `mpirun -np 4 gemtb ref train` against the single process, byte for byte
 (exit 77, skipped, without Open MPI's mpirun)."""
@@ -116,13 +118,17 @@ def arrays_of_folder(folder):
     return steps[-1], out
 
 
+def alone_env():
+    """This environment without any launcher's variables: a single process."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("OMPI_", "SLURM_")) and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+
+
 def single_process(d):
     """The 4-step single-process run: its arrays and its output."""
     single = os.path.join(d, "single.bin")
-    alone = {k: v for k, v in os.environ.items()
-             if not k.startswith(("OMPI_", "SLURM_")) and k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     p = subprocess.run([GEMTB] + BASE + FOUR + ["--steps", "4", "--checkpoint", single], capture_output=True, text=True,
-                       env=alone)
+                       env=alone_env())
     assert p.returncode == 0, p.stderr
     expected = arrays_of_file(single)
     assert len(expected) > 10, expected.keys()
@@ -216,6 +222,29 @@ def main():
         for r in (0, 2):
             rc, _, stderr = results[r]
             assert rc != 0 and "rank 1: its connection to the store closed without a goodbye" in stderr, (r, rc, stderr)
+
+        # SIGTERM to one rank only: every rank stops after the same step and saves; the resume to two
+        # steps more equals a straight run of that many steps.
+        constant = ["--grad-blocks", "4", "--schedule", "constant", "--schedule-steps", "1000"]
+        folder = os.path.join(d, "sigterm")
+        procs = start(BASE + constant + ["--steps", "100000", "--checkpoint", folder], 2)
+        line = ""
+        while not line.startswith("step 3 "):
+            line = procs[0].stdout.readline()
+            assert line, ("rank 0 ended before step 3", procs[0].stderr.read())
+        procs[1].send_signal(signal.SIGTERM)
+        results = finish(procs)
+        stopped = []
+        for r, (rc, _, stderr) in enumerate(results):
+            assert rc == 128 + signal.SIGTERM and "stopped by SIGTERM after step " in stderr, (r, rc, stderr)
+            stopped.append(int(stderr.split("after step ")[1].split(";")[0]))
+        assert stopped[0] == stopped[1], stopped
+        total = stopped[0] + 2
+        assert_ok(run_job(BASE + constant + ["--steps", str(total), "--checkpoint", folder, "--resume", folder], 2))
+        straight = os.path.join(d, "straight.bin")
+        assert subprocess.run([GEMTB] + BASE + constant + ["--steps", str(total), "--checkpoint", straight],
+                              capture_output=True, env=alone_env()).returncode == 0
+        assert arrays_of_folder(folder) == (total, arrays_of_file(straight))
 
         # A malformed launcher variable: exit 2 naming it, before any work.
         env = launcher_env("torchrun", 0, 2, free_port())

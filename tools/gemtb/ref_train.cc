@@ -345,7 +345,9 @@ int RunRefTrain(const std::vector<std::string>& args) {
     if (f.checkpoint_every > 0 && step % f.checkpoint_every == 0 && step != f.steps) {
       if (absl::Status s = save(); !s.ok()) return ReportError(kCommand, s);
     }
-    if (const int signal = stop.received(); signal != 0) {
+    absl::StatusOr<int> agreed_stop = job.AgreeOnStop(stop.received());
+    if (!agreed_stop.ok()) return ReportError(kCommand, agreed_stop.status());
+    if (const int signal = *agreed_stop; signal != 0) {
       if (tty) std::cerr << "\r\033[K" << std::flush;
       if (f.checkpoint.empty()) {
         std::cerr << "gemtb " << kCommand << ": stopped by " << SignalName(signal) << " after step " << step

@@ -48,6 +48,15 @@ absl::StatusOr<reference::model::NamedArrays> TrainJob::Load(const std::string& 
   return std::move(loaded->arrays);
 }
 
+absl::StatusOr<int> TrainJob::AgreeOnStop(int signal) {
+  if (!several()) return signal;
+  auto all = group_->AllGather(std::to_string(signal));
+  if (!all.ok()) return all.status();
+  for (const std::string& s : *all)
+    if (s != "0") return std::stoi(s);
+  return 0;
+}
+
 int TrainJob::Leave(int exit_code, launch::Millis timeout) {
   if (!several()) return exit_code;
   if (exit_code != 0) {

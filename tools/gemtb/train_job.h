@@ -36,6 +36,11 @@ class TrainJob {
   absl::StatusOr<reference::model::NamedArrays> Load(const std::string& dir,
                                                      const reference::dist::CheckpointIdentity& identity);
 
+  // The signal that stops the job after this step: this rank's `signal` (0: none) for one process;
+  // for several, the first nonzero signal in rank order of all ranks', so every rank stops (and
+  // saves) after the same step even when only some ranks received the signal.
+  absl::StatusOr<int> AgreeOnStop(int signal);
+
   // Ends this rank's part: with exit code 0 a goodbye (rank 0 then waits for every rank to leave);
   // otherwise every other rank's waits end with this rank's error. Returns the exit code to use.
   int Leave(int exit_code, launch::Millis timeout);
