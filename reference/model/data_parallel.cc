@@ -7,12 +7,14 @@
 namespace gemtb::reference::model {
 namespace {
 
-void Append(std::string& out, const float* v, size_t n) { out.append(reinterpret_cast<const char*>(v), n * sizeof(float)); }
+void Append(std::string& out, const float* v, size_t n) {
+  if (n > 0) out.append(reinterpret_cast<const char*>(v), n * sizeof(float));
+}
 
 // Reads n floats at `at`, advancing it; false past the end.
 bool Take(const std::string& in, size_t& at, float* v, size_t n) {
   if (in.size() - at < n * sizeof(float)) return false;
-  std::memcpy(v, in.data() + at, n * sizeof(float));
+  if (n > 0) std::memcpy(v, in.data() + at, n * sizeof(float));  // an empty sequence's data() may be null
   at += n * sizeof(float);
   return true;
 }
