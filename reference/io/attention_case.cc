@@ -19,13 +19,13 @@ absl::Status Bad(const std::string& message) { return absl::InvalidArgumentError
 absl::Status LoadFloat(const std::string& path, absl::string_view field, std::vector<double>& values,
                        reference::TensorView<double>& view, NpyDType* dtype = nullptr) {
   if (path.empty()) return absl::OkStatus();
-  absl::StatusOr<NpyArray> array = ReadNpy(path);
-  if (!array.ok()) return Bad(absl::StrCat(field, ": ", array.status().message()));
-  absl::StatusOr<std::vector<double>> decoded = DecodeFloat(*array, absl::StrCat(field, " (", path, ")"));
+  absl::StatusOr<NpyFile> file = NpyFile::Open(path);
+  if (!file.ok()) return Bad(absl::StrCat(field, ": ", file.status().message()));
+  absl::StatusOr<std::vector<double>> decoded = file->ReadFloat(absl::StrCat(field, " (", path, ")"));
   if (!decoded.ok()) return decoded.status();
   values = *std::move(decoded);
-  view = {values, array->shape};
-  if (dtype) *dtype = array->dtype;
+  view = {values, file->header().shape};
+  if (dtype) *dtype = file->header().dtype;
   return absl::OkStatus();
 }
 
