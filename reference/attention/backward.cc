@@ -18,6 +18,7 @@
 #include "reference/attention/kernel_utils.h"
 #include "reference/attention/prepared.h"
 #include "reference/attention/rope.h"
+#include "reference/attention/row_kernels.h"
 #include "reference/attention/scores.h"
 #include "reference/io/npy.h"
 
@@ -45,7 +46,8 @@ void BackwardSequence(const PreparedAttention& p, const AttentionInputs& in,
   const double pre = round.Acc(plan.pre_scale);
   const double post = round.Acc(plan.post_scale);
   const int64_t shift = bias.Shift(seq);
-  std::vector<double> s(static_cast<size_t>(seq.lk));
+  std::vector<double> s(static_cast<size_t>(seq.lk)), dp(s.size()), prob(s.size()), ds_mm(s.size());
+  const RowKernels& kernels = Kernels();
   // The table is [Hr, 2*maxL-1], or [Hr, 0] when maxL = 0 (as validated).
   if (plan.rel_heads) {
     sc.d_rel[b].assign(static_cast<size_t>(plan.rel_heads * std::max<int64_t>(2 * plan.max_l - 1, 0)), 0.0);
@@ -69,33 +71,37 @@ void BackwardSequence(const PreparedAttention& p, const AttentionInputs& in,
         d_i = round.Acc(Dot(do_i, fwd.o.data() + (row * plan.heads + h) * plan.dv, plan.dv));
         lse = fwd.lse[h * plan.to + row];
       }
+      const int64_t kv_first = seq.kv_begin + r.begin;
+      kernels.dot_rows(do_i, p.v + (kv_first * plan.kv_heads + hk) * plan.dv, plan.kv_heads * plan.dv, n,
+                       plan.dv, dp.data());
       for (int64_t t = 0; t < n; ++t) {
         const int64_t j = r.begin + t;
-        const int64_t kv_row = seq.kv_begin + j;
-        const double* v_j = p.v + (kv_row * plan.kv_heads + hk) * plan.dv;
-        const double* k_j = p.k + (kv_row * plan.kv_heads + hk) * plan.dqk;
-        const double dp = round.Acc(Dot(do_i, v_j, plan.dv));
+        const double dp_t = round.Acc(dp[t]);
         double ds;
-        double prob;
         if (softmax) {
           const double p_hat = round.Acc(std::exp(round.Acc(s[t] - lse)));
-          ds = round.Acc(p_hat * round.Acc(round.Acc(post * dp) - d_i));
-          prob = round.Store(round.Acc(post * p_hat));
+          ds = round.Acc(p_hat * round.Acc(round.Acc(post * dp_t) - d_i));
+          prob[t] = round.Store(round.Acc(post * p_hat));
         } else {
-          ds = round.Acc(round.Acc(post * round.Acc(ActivationDerivative(o.act, s[t]))) * dp);
-          prob = round.Store(round.Acc(post * round.Acc(ActivationValue(o.act, s[t]))));
+          ds = round.Acc(round.Acc(post * round.Acc(ActivationDerivative(o.act, s[t]))) * dp_t);
+          prob[t] = round.Store(round.Acc(post * round.Acc(ActivationValue(o.act, s[t]))));
         }
         const double dz = round.Acc(pre * ds);
         // The matmul operand: dZ in the oracle; in emulate mode dS rounded to the input type, with
         // pre_scale applied to the fp32 matmul result (as a kernel does).
-        const double ds_mm = kEmulate ? round.Store(ds) : dz;
-        Axpy(ds_mm, k_j, dq_i, plan.dqk);
-        const int64_t sr = sc.rk_begin[b] + j;
-        Axpy(ds_mm, q_i, sc.dk.data() + (sr * plan.heads + h) * plan.dqk, plan.dqk);
-        Axpy(prob, do_i, sc.dv.data() + (sr * plan.heads + h) * plan.dv, plan.dv);
+        ds_mm[t] = kEmulate ? round.Store(ds) : dz;
         if (plan.dense_heads) sc.d_dense[bias.Dense(b, h, i, j)] += dz;
         if (plan.rel_heads) sc.d_rel[b][bias.Rel(h, i, j, shift)] += dz;
         if (plan.ts_heads) sc.d_ts[b][bias.Time(seq, h, i, j)] += dz;
+      }
+      // Each destination row gets its terms in the order of the loop above (t increasing for dQ_i;
+      // one term per row i for the K/V rows), so splitting the loop keeps every sum's order.
+      kernels.axpy_rows(ds_mm.data(), p.k + (kv_first * plan.kv_heads + hk) * plan.dqk, plan.kv_heads * plan.dqk,
+                        n, plan.dqk, dq_i);
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t sr = sc.rk_begin[b] + r.begin + t;
+        kernels.axpy(ds_mm[t], q_i, sc.dk.data() + (sr * plan.heads + h) * plan.dqk, plan.dqk);
+        kernels.axpy(prob[t], do_i, sc.dv.data() + (sr * plan.heads + h) * plan.dv, plan.dv);
       }
     }
   }

@@ -12,6 +12,7 @@
 #include "reference/attention/attention.h"
 #include "reference/attention/kernel_utils.h"
 #include "reference/attention/prepared.h"
+#include "reference/attention/row_kernels.h"
 #include "reference/attention/scores.h"
 
 namespace gemtb::reference {
@@ -47,6 +48,7 @@ void ForwardBlock(const PreparedAttention& p, const AttentionInputs& in, const A
   std::vector<double> s(static_cast<size_t>(seq.lk));
   std::vector<double> prob(static_cast<size_t>(seq.lk));
   std::vector<double> acc(static_cast<size_t>(plan.dv));
+  const RowKernels& kernels = Kernels();
 
   for (int64_t i = 0; i < seq.lq; ++i) {
     const int64_t row = seq.out_begin + i;
@@ -80,9 +82,9 @@ void ForwardBlock(const PreparedAttention& p, const AttentionInputs& in, const A
         prob[t] = round.Store(round.Acc(post * round.Acc(ActivationValue(o.act, s[t]))));
       }
     }
-    for (int64_t t = 0; t < n; ++t) {
-      const double* vj = p.v + ((seq.kv_begin + r.begin + t) * plan.kv_heads + hk) * plan.dv;
-      Axpy(prob[t], vj, acc.data(), plan.dv);
+    if (n > 0) {
+      kernels.axpy_rows(prob.data(), p.v + ((seq.kv_begin + r.begin) * plan.kv_heads + hk) * plan.dv,
+                        plan.kv_heads * plan.dv, n, plan.dv, acc.data());
     }
     for (int64_t d = 0; d < plan.dv; ++d) {
       double value = round.Acc(acc[d]);

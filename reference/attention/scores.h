@@ -10,6 +10,7 @@
 #include "reference/attention/attention.h"
 #include "reference/attention/kernel_utils.h"
 #include "reference/attention/plan.h"
+#include "reference/attention/row_kernels.h"
 
 namespace gemtb::reference {
 
@@ -52,9 +53,12 @@ struct ScoreRow {
     const double* qi = q + ((seq.q_begin + i) * plan.heads + h) * plan.dqk;
     const double pre = round.Acc(plan.pre_scale);
     const bool has_bias = plan.dense_heads || plan.rel_heads || plan.ts_heads;
+    if (r.end <= r.begin) return;
+    // q_i . k_j for every key first (each a Dot), then the per-key terms.
+    Kernels().dot_rows(qi, k + ((seq.kv_begin + r.begin) * plan.kv_heads + hk) * plan.dqk,
+                       plan.kv_heads * plan.dqk, r.end - r.begin, plan.dqk, s);
     for (int64_t j = r.begin; j < r.end; ++j) {
-      const double* kj = k + ((seq.kv_begin + j) * plan.kv_heads + hk) * plan.dqk;
-      double z = round.Acc(Dot(qi, kj, plan.dqk));
+      double z = round.Acc(s[j - r.begin]);
       if (has_bias) {
         // beta = dense + rel + time (the present terms, in this order), then Z = q.k + beta.
         double beta = 0.0;

@@ -1,0 +1,30 @@
+// The oracle's fp64 inner loops over many rows at once, compiled for three x86-64 levels (baseline,
+// AVX2, AVX-512) and chosen once at run time from the CPU (cpuid). Every level performs the same
+// multiplications and additions in the same order as Dot and Axpy (kernel_utils.h), never fused
+// (-ffp-contract=off): only the vector width differs, so every level gives the same bits.
+#ifndef GEMTB_REFERENCE_ATTENTION_ROW_KERNELS_H_
+#define GEMTB_REFERENCE_ATTENTION_ROW_KERNELS_H_
+
+#include <cstdint>
+
+namespace gemtb::reference {
+
+struct RowKernels {
+  const char* level;  // "baseline", "avx2" or "avx512"
+  // out[t] = Dot(a, rows + t * stride, dim) for t < n.
+  void (*dot_rows)(const double* a, const double* rows, int64_t stride, int64_t n, int64_t dim, double* out);
+  // for t < n in increasing t: Axpy(coef[t], rows + t * stride, y, dim).
+  void (*axpy_rows)(const double* coef, const double* rows, int64_t stride, int64_t n, int64_t dim, double* y);
+  // Axpy(alpha, x, y, n).
+  void (*axpy)(double alpha, const double* x, double* y, int64_t n);
+};
+
+// The kernels of the widest level this CPU runs, chosen on the first call.
+const RowKernels& Kernels();
+// Every level this CPU runs, baseline first (for tests that compare them).
+int NumRowKernelLevels();
+const RowKernels& RowKernelLevel(int index);
+
+}  // namespace gemtb::reference
+
+#endif  // GEMTB_REFERENCE_ATTENTION_ROW_KERNELS_H_
