@@ -17,6 +17,14 @@ struct RowKernels {
   void (*axpy_rows)(const double* coef, const double* rows, int64_t stride, int64_t n, int64_t dim, double* y);
   // Axpy(alpha, x, y, n).
   void (*axpy)(double alpha, const double* x, double* y, int64_t n);
+  // dot_rows(a[r], rows, stride, n, dim, out[r]) for r < count.
+  void (*dot_rows_multi)(const double* const* a, int count, const double* rows, int64_t stride, int64_t n,
+                         int64_t dim, double* const* out);
+  // axpy_rows(coef[r], rows, stride, n, dim, y[r]) for r < count.
+  void (*axpy_rows_multi)(const double* const* coef, int count, const double* rows, int64_t stride, int64_t n,
+                          int64_t dim, double* const* y);
+  // axpy(coef[r], x[r], y, dim) for r = 0 .. count-1 in this order.
+  void (*axpy_multi)(const double* coef, const double* const* x, int count, double* y, int64_t dim);
 };
 
 // The kernels of the widest level this CPU runs, chosen on the first call.

@@ -20,6 +20,6 @@ struct Vec {
 
 #include "reference/attention/row_kernels_impl.h"
 
-extern const RowKernels kKernels = {"avx512", DotRows, AxpyRows, Axpy};
+extern const RowKernels kKernels = {"avx512", DotRows, AxpyRows, Axpy, DotRowsMulti, AxpyRowsMulti, AxpyMulti};
 
 }  // namespace gemtb::reference::row_kernels_avx512

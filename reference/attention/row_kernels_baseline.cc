@@ -34,6 +34,6 @@ struct Vec {
 
 #include "reference/attention/row_kernels_impl.h"
 
-extern const RowKernels kKernels = {"baseline", DotRows, AxpyRows, Axpy};
+extern const RowKernels kKernels = {"baseline", DotRows, AxpyRows, Axpy, DotRowsMulti, AxpyRowsMulti, AxpyMulti};
 
 }  // namespace gemtb::reference::row_kernels_baseline

@@ -8,6 +8,7 @@
 namespace {
 
 constexpr int kW = Vec::kWidth;
+constexpr int kMaxMulti = 4;  // vectors or outputs sharing each load in the Multi kernels
 static_assert(8 % kW == 0, "a Dot's eight lanes must fill whole vectors");
 
 // Dot of kernel_utils.h: lane l sums d = l (mod 8) in increasing d, then a fixed tree.
@@ -68,6 +69,95 @@ void AxpyRows(const double* coef, const double* rows, int64_t stride, int64_t n,
     const double c = coef[t];
     const double* r = rows + t * stride;
     for (int64_t d = d0; d < dim; ++d) y[d] += c * r[d];
+  }
+}
+
+// DotRows for `count` vectors a[r] at once (out[r][t]), sharing each load of a row; with one Dot per
+// register (AVX-512) two keys go together, so that eight sums are in flight.
+void DotRowsMulti(const double* const* a, int count, const double* rows, int64_t stride, int64_t n, int64_t dim,
+                  double* const* out) {
+  constexpr int kV = 8 / kW;
+  constexpr int kKeys = kV == 1 ? 2 : 1;
+  const int64_t full = dim - dim % 8;
+  for (int r0 = 0; r0 < count; r0 += kMaxMulti) {
+    const int m = count - r0 < kMaxMulti ? count - r0 : kMaxMulti;
+    int64_t t = 0;
+    for (; t + kKeys <= n; t += kKeys) {
+      Vec acc[kKeys][kMaxMulti][kV];
+      for (int e = 0; e < kKeys; ++e) {
+        for (int r = 0; r < m; ++r) {
+          for (int v = 0; v < kV; ++v) acc[e][r][v] = Vec::Set1(0.0);
+        }
+      }
+      for (int64_t d = 0; d < full; d += 8) {
+        for (int v = 0; v < kV; ++v) {
+          Vec x[kKeys];
+          for (int e = 0; e < kKeys; ++e) x[e] = Vec::Load(rows + (t + e) * stride + d + v * kW);
+          for (int r = 0; r < m; ++r) {
+            const Vec av = Vec::Load(a[r0 + r] + d + v * kW);
+            for (int e = 0; e < kKeys; ++e) acc[e][r][v] = Vec::Add(acc[e][r][v], Vec::Mul(av, x[e]));
+          }
+        }
+      }
+      for (int e = 0; e < kKeys; ++e) {
+        for (int r = 0; r < m; ++r) {
+          out[r0 + r][t + e] = Finish(acc[e][r], a[r0 + r], rows + (t + e) * stride, full, dim);
+        }
+      }
+    }
+    for (; t < n; ++t) {
+      const double* row = rows + t * stride;
+      for (int r = 0; r < m; ++r) DotRows(a[r0 + r], row, stride, 1, dim, out[r0 + r] + t);
+    }
+  }
+}
+
+// AxpyRows for `count` outputs y[r] with their own coefficients coef[r][t], sharing each load of a row.
+void AxpyRowsMulti(const double* const* coef, int count, const double* rows, int64_t stride, int64_t n, int64_t dim,
+                   double* const* y) {
+  constexpr int kV = 2;
+  constexpr int64_t kBlock = kV * kW;
+  for (int r0 = 0; r0 < count; r0 += kMaxMulti) {
+    const int m = count - r0 < kMaxMulti ? count - r0 : kMaxMulti;
+    int64_t d0 = 0;
+    for (; d0 + kBlock <= dim; d0 += kBlock) {
+      Vec acc[kMaxMulti][kV];
+      for (int r = 0; r < m; ++r) {
+        for (int v = 0; v < kV; ++v) acc[r][v] = Vec::Load(y[r0 + r] + d0 + v * kW);
+      }
+      for (int64_t t = 0; t < n; ++t) {
+        const double* row = rows + t * stride + d0;
+        Vec x[kV];
+        for (int v = 0; v < kV; ++v) x[v] = Vec::Load(row + v * kW);
+        for (int r = 0; r < m; ++r) {
+          const Vec c = Vec::Set1(coef[r0 + r][t]);
+          for (int v = 0; v < kV; ++v) acc[r][v] = Vec::Add(acc[r][v], Vec::Mul(c, x[v]));
+        }
+      }
+      for (int r = 0; r < m; ++r) {
+        for (int v = 0; v < kV; ++v) Vec::Store(y[r0 + r] + d0 + v * kW, acc[r][v]);
+      }
+    }
+    for (int r = 0; r < m && d0 < dim; ++r) {
+      for (int64_t t = 0; t < n; ++t) {
+        const double c = coef[r0 + r][t];
+        const double* row = rows + t * stride;
+        for (int64_t d = d0; d < dim; ++d) y[r0 + r][d] += c * row[d];
+      }
+    }
+  }
+}
+
+// y += coef[r] * x[r] for r = 0, 1, ... in order, each element's sum kept in a register.
+void AxpyMulti(const double* coef, const double* const* x, int count, double* y, int64_t dim) {
+  int64_t d = 0;
+  for (; d + kW <= dim; d += kW) {
+    Vec acc = Vec::Load(y + d);
+    for (int r = 0; r < count; ++r) acc = Vec::Add(acc, Vec::Mul(Vec::Set1(coef[r]), Vec::Load(x[r] + d)));
+    Vec::Store(y + d, acc);
+  }
+  for (; d < dim; ++d) {
+    for (int r = 0; r < count; ++r) y[d] += coef[r] * x[r][d];
   }
 }
 

@@ -64,5 +64,54 @@ TEST(RowKernelsTest, EveryLevelGivesTheScalarBits) {
   }
 }
 
+// The Multi kernels: several vectors or outputs at once (up to and past the four that share a load),
+// each with the bits of its own single call.
+TEST(RowKernelsTest, MultiKernelsGiveTheBitsOfSingleCalls) {
+  for (int64_t dim : {5, 8, 16, 17, 128}) {
+    for (int64_t n : {0, 1, 2, 3, 8}) {
+      for (int count : {1, 2, 4, 5, 8}) {
+        const int64_t stride = dim + 1;
+        const std::vector<double> rows = Values(n * stride, 10 + n);
+        std::vector<std::vector<double>> a(count), coef(count), y0(count);
+        for (int c = 0; c < count; ++c) {
+          a[c] = Values(dim, 20 + c);
+          coef[c] = Values(n, 30 + c);
+          y0[c] = Values(dim, 40 + c);
+        }
+        const RowKernels& scalar = RowKernelLevel(0);
+        for (int level = 0; level < NumRowKernelLevels(); ++level) {
+          const RowKernels& k = RowKernelLevel(level);
+          const std::string where = std::string(k.level) + " dim " + std::to_string(dim) + " n " +
+                                    std::to_string(n) + " count " + std::to_string(count);
+          std::vector<std::vector<double>> dots(count, std::vector<double>(n)), ys = y0;
+          std::vector<const double*> a_ptr(count), coef_ptr(count);
+          std::vector<double*> dot_ptr(count), y_ptr(count);
+          for (int c = 0; c < count; ++c) {
+            a_ptr[c] = a[c].data();
+            coef_ptr[c] = coef[c].data();
+            dot_ptr[c] = dots[c].data();
+            y_ptr[c] = ys[c].data();
+          }
+          k.dot_rows_multi(a_ptr.data(), count, rows.data(), stride, n, dim, dot_ptr.data());
+          k.axpy_rows_multi(coef_ptr.data(), count, rows.data(), stride, n, dim, y_ptr.data());
+          for (int c = 0; c < count; ++c) {
+            std::vector<double> want_dots(n), want_y = y0[c];
+            scalar.dot_rows(a[c].data(), rows.data(), stride, n, dim, want_dots.data());
+            scalar.axpy_rows(coef[c].data(), rows.data(), stride, n, dim, want_y.data());
+            EXPECT_TRUE(SameBits(dots[c], want_dots)) << where << " row " << c;
+            EXPECT_TRUE(SameBits(ys[c], want_y)) << where << " row " << c;
+          }
+          // y += coef[r] * x[r] in order r = 0, 1, ...: the single axpy calls one after another.
+          const std::vector<double> alphas = Values(count, 50 + n);
+          std::vector<double> got = y0[0], want = y0[0];
+          k.axpy_multi(alphas.data(), a_ptr.data(), count, got.data(), dim);
+          for (int c = 0; c < count; ++c) scalar.axpy(alphas[c], a[c].data(), want.data(), dim);
+          EXPECT_TRUE(SameBits(got, want)) << where;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gemtb::reference
