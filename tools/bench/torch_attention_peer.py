@@ -8,7 +8,8 @@ after one warm-up, all with --threads threads:
   - oracle per call: `gemtb ref attention` (read the .npy inputs, compute, write o/lse, and with the
     backward dq/dk/dv), as a subprocess;
   - PyTorch compute: per sequence, S = QK^T * scale, LSE = logsumexp(S), O = exp(S - LSE) V in fp64
-    (the outputs the oracle writes), its backward by autograd given dO; and SDPA's forward;
+    (the outputs the oracle writes), its backward by autograd given dO; and SDPA's forward and
+    backward (the ratios compare with the faster of the two);
   - PyTorch per call: np.load the inputs, the same computation, np.save the same outputs.
 Rates are GFLOP/s over valid pairs (forward 4*H*D*pairs, backward 2.5x that), as the benchmark counts,
 per wall second and per CPU second (user + system of all threads: the fairer basis on a shared machine).
@@ -133,15 +134,16 @@ def main():
             rate("torch_compute_forward", median_time(lambda: forward(q, k, v, offsets, scale), args.reps), fwd_flops)
             rate("torch_sdpa_forward", median_time(lambda: sdpa_forward(q, k, v, offsets), args.reps), fwd_flops)
         leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
-        def backward_only():
-            o, _ = forward(*leaves, offsets, scale)
+        def backward_only(fwd):
+            o = fwd()
             c0, t0 = cpu_now(), time.perf_counter()
             torch.autograd.grad(o, leaves, d_o)
             return time.perf_counter() - t0, cpu_now() - c0
-        backward_only()
-        runs = [backward_only() for _ in range(args.reps)]
-        rate("torch_compute_backward", (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)),
-             bwd_flops)
+        for name, fwd in (("torch_compute_backward", lambda: forward(*leaves, offsets, scale)[0]),
+                          ("torch_sdpa_backward", lambda: sdpa_forward(*leaves, offsets))):
+            backward_only(fwd)
+            runs = [backward_only(fwd) for _ in range(args.reps)]
+            rate(name, (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)), bwd_flops)
 
         # PyTorch per call: load, compute, save what the oracle writes.
         out = os.path.join(work, "out_torch")
@@ -168,7 +170,7 @@ def main():
 
     pairs_compared = {
         "compute_forward": ("oracle_compute_forward", ["torch_compute_forward", "torch_sdpa_forward"]),
-        "compute_backward": ("oracle_compute_backward", ["torch_compute_backward"]),
+        "compute_backward": ("oracle_compute_backward", ["torch_compute_backward", "torch_sdpa_backward"]),
         "call_forward": ("oracle_call_forward", ["torch_call_forward"]),
         "call_forward_backward": ("oracle_call_forward_backward", ["torch_call_forward_backward"]),
     }
@@ -188,8 +190,8 @@ def main():
     result = {
         "benchmark": "attention oracle vs PyTorch fp64 (tools/bench/torch_attention_peer.py)",
         "what": f"median of {args.reps} runs after a warm-up, wall (GFLOP/s) and CPU seconds of all threads "
-                "(GFLOP_per_cpu_s; for the oracle's compute only at one thread); forward compute ratios against "
-                "the faster PyTorch forward (manual or SDPA); threads for both as given",
+                "(GFLOP_per_cpu_s; for the oracle's compute only at one thread); compute ratios against "
+                "the faster PyTorch version (manual or SDPA); threads for both as given",
         "commit": commit, "command": " ".join([sys.executable] + sys.argv),
         "case": {"batch": int(len(lengths)), "lengths_min_max": [int(lengths.min()), int(lengths.max())],
                  "heads": int(heads), "dim": int(dim), "pairs_per_head": pairs, "forward_flops": fwd_flops},
