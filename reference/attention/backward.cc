@@ -33,6 +33,11 @@ struct Scratch {
   std::vector<std::vector<double>> d_rel, d_ts;  // per b: partial tables
 };
 
+// Query rows per block of the backward: fewer than the forward's (its scratch per row is four rows
+// of keys), at most kRowBlock (what ScoreRow::Block takes).
+constexpr int kBackwardRows = 8;
+static_assert(kBackwardRows <= kRowBlock);
+
 template <bool kEmulate>
 void BackwardSequence(const PreparedAttention& p, const AttentionInputs& in,
                       const AttentionOptions& o, const double* d_o,
@@ -47,12 +52,12 @@ void BackwardSequence(const PreparedAttention& p, const AttentionInputs& in,
   const double post = round.Acc(plan.post_scale);
   const int64_t shift = bias.Shift(seq);
   // Per row of a block: scores and dO.V by key offset t; dS (the matmul operand) and P by key j.
-  std::vector<double> scratch(static_cast<size_t>(4 * kRowBlock * seq.lk));
-  double* s_rows[kRowBlock];
-  double* dp_rows[kRowBlock];
-  double* ds_rows[kRowBlock];
-  double* prob_rows[kRowBlock];
-  for (int c = 0; c < kRowBlock; ++c) {
+  std::vector<double> scratch(static_cast<size_t>(4 * kBackwardRows * seq.lk));
+  double* s_rows[kBackwardRows];
+  double* dp_rows[kBackwardRows];
+  double* ds_rows[kBackwardRows];
+  double* prob_rows[kBackwardRows];
+  for (int c = 0; c < kBackwardRows; ++c) {
     s_rows[c] = scratch.data() + (4 * c) * seq.lk;
     dp_rows[c] = s_rows[c] + seq.lk;
     ds_rows[c] = dp_rows[c] + seq.lk;
@@ -69,12 +74,12 @@ void BackwardSequence(const PreparedAttention& p, const AttentionInputs& in,
     const int64_t hk = h / (plan.heads / plan.kv_heads);
     const int64_t k_stride = plan.kv_heads * plan.dqk;
     const int64_t v_stride = plan.kv_heads * plan.dv;
-    // Rows go in blocks of kRowBlock (as in the forward). Every destination gets its terms in the
+    // Rows go in blocks of kBackwardRows (as in the forward). Every destination gets its terms in the
     // order of the scalar loop (keys in increasing order for dQ_i; rows i in increasing order for a
     // K/V row and for the bias gradients), so blocking changes no sum's order.
-    for (int64_t i0 = 0; i0 < seq.lq; i0 += kRowBlock) {
-      const int count = static_cast<int>(std::min<int64_t>(kRowBlock, seq.lq - i0));
-      KeyRange r[kRowBlock];
+    for (int64_t i0 = 0; i0 < seq.lq; i0 += kBackwardRows) {
+      const int count = static_cast<int>(std::min<int64_t>(kBackwardRows, seq.lq - i0));
+      KeyRange r[kBackwardRows];
       bool shared = true;
       KeyRange all = ValidKeys(o, i0, seq.lq, seq.lk);  // the keys any row of the block reads
       for (int c = 0; c < count; ++c) {
@@ -84,9 +89,9 @@ void BackwardSequence(const PreparedAttention& p, const AttentionInputs& in,
           all = all.end > all.begin ? KeyRange{std::min(all.begin, r[c].begin), std::max(all.end, r[c].end)} : r[c];
         }
       }
-      const double* do_rows[kRowBlock];
-      const double* q_rows[kRowBlock];
-      double* dq_rows[kRowBlock];
+      const double* do_rows[kBackwardRows];
+      const double* q_rows[kBackwardRows];
+      double* dq_rows[kBackwardRows];
       for (int c = 0; c < count; ++c) {
         const int64_t row = seq.out_begin + i0 + c;
         do_rows[c] = d_o + (row * plan.heads + h) * plan.dv;
@@ -148,7 +153,7 @@ void BackwardSequence(const PreparedAttention& p, const AttentionInputs& in,
         return p.k + ((seq.kv_begin + range.begin) * plan.kv_heads + hk) * plan.dqk;
       };
       if (shared && r[0].end > r[0].begin) {
-        const double* coef[kRowBlock];
+        const double* coef[kBackwardRows];
         for (int c = 0; c < count; ++c) coef[c] = ds_rows[c] + r[0].begin;
         kernels.axpy_rows_multi(coef, count, first_k(r[0]), k_stride, r[0].end - r[0].begin, plan.dqk, dq_rows);
       } else if (!shared) {
@@ -159,9 +164,9 @@ void BackwardSequence(const PreparedAttention& p, const AttentionInputs& in,
       }
       // dK_j += dS_ij Q_i and dV_j += P_ij dO_i over the rows i of the block that read key j, in increasing i.
       for (int64_t j = all.begin; j < all.end; ++j) {
-        double dk_coef[kRowBlock], dv_coef[kRowBlock];
-        const double* q_of[kRowBlock];
-        const double* do_of[kRowBlock];
+        double dk_coef[kBackwardRows], dv_coef[kBackwardRows];
+        const double* q_of[kBackwardRows];
+        const double* do_of[kBackwardRows];
         int readers = 0;
         for (int c = 0; c < count; ++c) {
           if (j < r[c].begin || j >= r[c].end) continue;

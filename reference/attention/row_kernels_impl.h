@@ -9,6 +9,7 @@ namespace {
 
 constexpr int kW = Vec::kWidth;
 constexpr int kMaxMulti = 4;  // vectors or outputs sharing each load in the Multi kernels
+constexpr int64_t kKeyTile = 64;  // rows of a Multi kernel's matrix kept in cache for all groups
 static_assert(8 % kW == 0, "a Dot's eight lanes must fill whole vectors");
 
 // Dot of kernel_utils.h: lane l sums d = l (mod 8) in increasing d, then a fixed tree.
@@ -79,10 +80,12 @@ void DotRowsMulti(const double* const* a, int count, const double* rows, int64_t
   constexpr int kV = 8 / kW;
   constexpr int kKeys = kV == 1 ? 2 : 1;
   const int64_t full = dim - dim % 8;
-  for (int r0 = 0; r0 < count; r0 += kMaxMulti) {
+  for (int64_t t0 = 0; t0 < n; t0 += kKeyTile) {  // every group of rows reads a tile of keys from cache
+   const int64_t t1 = n - t0 < kKeyTile ? n : t0 + kKeyTile;
+   for (int r0 = 0; r0 < count; r0 += kMaxMulti) {
     const int m = count - r0 < kMaxMulti ? count - r0 : kMaxMulti;
-    int64_t t = 0;
-    for (; t + kKeys <= n; t += kKeys) {
+    int64_t t = t0;
+    for (; t + kKeys <= t1; t += kKeys) {
       Vec acc[kKeys][kMaxMulti][kV];
       for (int e = 0; e < kKeys; ++e) {
         for (int r = 0; r < m; ++r) {
@@ -105,10 +108,11 @@ void DotRowsMulti(const double* const* a, int count, const double* rows, int64_t
         }
       }
     }
-    for (; t < n; ++t) {
+    for (; t < t1; ++t) {
       const double* row = rows + t * stride;
       for (int r = 0; r < m; ++r) DotRows(a[r0 + r], row, stride, 1, dim, out[r0 + r] + t);
     }
+   }
   }
 }
 
@@ -117,7 +121,9 @@ void AxpyRowsMulti(const double* const* coef, int count, const double* rows, int
                    double* const* y) {
   constexpr int kV = 2;
   constexpr int64_t kBlock = kV * kW;
-  for (int r0 = 0; r0 < count; r0 += kMaxMulti) {
+  for (int64_t t0 = 0; t0 < n; t0 += kKeyTile) {  // y[r] takes the keys in increasing order, tile by tile
+   const int64_t t1 = n - t0 < kKeyTile ? n : t0 + kKeyTile;
+   for (int r0 = 0; r0 < count; r0 += kMaxMulti) {
     const int m = count - r0 < kMaxMulti ? count - r0 : kMaxMulti;
     int64_t d0 = 0;
     for (; d0 + kBlock <= dim; d0 += kBlock) {
@@ -125,7 +131,7 @@ void AxpyRowsMulti(const double* const* coef, int count, const double* rows, int
       for (int r = 0; r < m; ++r) {
         for (int v = 0; v < kV; ++v) acc[r][v] = Vec::Load(y[r0 + r] + d0 + v * kW);
       }
-      for (int64_t t = 0; t < n; ++t) {
+      for (int64_t t = t0; t < t1; ++t) {
         const double* row = rows + t * stride + d0;
         Vec x[kV];
         for (int v = 0; v < kV; ++v) x[v] = Vec::Load(row + v * kW);
@@ -139,12 +145,13 @@ void AxpyRowsMulti(const double* const* coef, int count, const double* rows, int
       }
     }
     for (int r = 0; r < m && d0 < dim; ++r) {
-      for (int64_t t = 0; t < n; ++t) {
+      for (int64_t t = t0; t < t1; ++t) {
         const double c = coef[r0 + r][t];
         const double* row = rows + t * stride;
         for (int64_t d = d0; d < dim; ++d) y[r0 + r][d] += c * row[d];
       }
     }
+   }
   }
 }
 

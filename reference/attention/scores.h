@@ -36,8 +36,9 @@ struct BiasLocator {
   }
 };
 
-// Query rows handled together by the forward and backward loops (they share each load of K and V).
-inline constexpr int kRowBlock = 8;
+// Query rows handled together by the forward (they share each load of K and V); the backward takes
+// fewer at a time.
+inline constexpr int kRowBlock = 32;
 
 template <bool kEmulate>
 struct ScoreRow {

@@ -68,7 +68,7 @@ TEST(RowKernelsTest, EveryLevelGivesTheScalarBits) {
 // each with the bits of its own single call.
 TEST(RowKernelsTest, MultiKernelsGiveTheBitsOfSingleCalls) {
   for (int64_t dim : {5, 8, 16, 17, 128}) {
-    for (int64_t n : {0, 1, 2, 3, 8}) {
+    for (int64_t n : {0, 1, 2, 3, 8, 130}) {
       for (int count : {1, 2, 4, 5, 8}) {
         const int64_t stride = dim + 1;
         const std::vector<double> rows = Values(n * stride, 10 + n);
