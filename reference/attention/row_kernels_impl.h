@@ -73,85 +73,102 @@ void AxpyRows(const double* coef, const double* rows, int64_t stride, int64_t n,
   }
 }
 
-// DotRows for `count` vectors a[r] at once (out[r][t]), sharing each load of a row; with one Dot per
-// register (AVX-512) two keys go together, so that eight sums are in flight.
-void DotRowsMulti(const double* const* a, int count, const double* rows, int64_t stride, int64_t n, int64_t dim,
-                  double* const* out) {
+// Dot products of M vectors a[r] with rows t0 .. t1-1 (out[r][t]), sharing each load of a row. M is
+// a compile-time constant so that every accumulator stays in a register; with one Dot per register
+// (AVX-512) two keys go together, so that eight sums are in flight.
+template <int M>
+void DotGroup(const double* const* a, const double* rows, int64_t stride, int64_t t0, int64_t t1, int64_t dim,
+              double* const* out) {
   constexpr int kV = 8 / kW;
   constexpr int kKeys = kV == 1 ? 2 : 1;
   const int64_t full = dim - dim % 8;
-  for (int64_t t0 = 0; t0 < n; t0 += kKeyTile) {  // every group of rows reads a tile of keys from cache
-   const int64_t t1 = n - t0 < kKeyTile ? n : t0 + kKeyTile;
-   for (int r0 = 0; r0 < count; r0 += kMaxMulti) {
-    const int m = count - r0 < kMaxMulti ? count - r0 : kMaxMulti;
-    int64_t t = t0;
-    for (; t + kKeys <= t1; t += kKeys) {
-      Vec acc[kKeys][kMaxMulti][kV];
-      for (int e = 0; e < kKeys; ++e) {
-        for (int r = 0; r < m; ++r) {
-          for (int v = 0; v < kV; ++v) acc[e][r][v] = Vec::Set1(0.0);
-        }
+  int64_t t = t0;
+  for (; t + kKeys <= t1; t += kKeys) {
+    Vec acc[kKeys][M][kV];
+    for (int e = 0; e < kKeys; ++e) {
+      for (int r = 0; r < M; ++r) {
+        for (int v = 0; v < kV; ++v) acc[e][r][v] = Vec::Set1(0.0);
       }
-      for (int64_t d = 0; d < full; d += 8) {
-        for (int v = 0; v < kV; ++v) {
-          Vec x[kKeys];
-          for (int e = 0; e < kKeys; ++e) x[e] = Vec::Load(rows + (t + e) * stride + d + v * kW);
-          for (int r = 0; r < m; ++r) {
-            const Vec av = Vec::Load(a[r0 + r] + d + v * kW);
-            for (int e = 0; e < kKeys; ++e) acc[e][r][v] = Vec::Add(acc[e][r][v], Vec::Mul(av, x[e]));
-          }
-        }
-      }
-      for (int e = 0; e < kKeys; ++e) {
-        for (int r = 0; r < m; ++r) {
-          out[r0 + r][t + e] = Finish(acc[e][r], a[r0 + r], rows + (t + e) * stride, full, dim);
+    }
+    for (int64_t d = 0; d < full; d += 8) {
+      for (int v = 0; v < kV; ++v) {
+        Vec x[kKeys];
+        for (int e = 0; e < kKeys; ++e) x[e] = Vec::Load(rows + (t + e) * stride + d + v * kW);
+        for (int r = 0; r < M; ++r) {
+          const Vec av = Vec::Load(a[r] + d + v * kW);
+          for (int e = 0; e < kKeys; ++e) acc[e][r][v] = Vec::Add(acc[e][r][v], Vec::Mul(av, x[e]));
         }
       }
     }
-    for (; t < t1; ++t) {
-      const double* row = rows + t * stride;
-      for (int r = 0; r < m; ++r) DotRows(a[r0 + r], row, stride, 1, dim, out[r0 + r] + t);
+    for (int e = 0; e < kKeys; ++e) {
+      for (int r = 0; r < M; ++r) out[r][t + e] = Finish(acc[e][r], a[r], rows + (t + e) * stride, full, dim);
     }
-   }
+  }
+  for (; t < t1; ++t) {
+    for (int r = 0; r < M; ++r) DotRows(a[r], rows + t * stride, stride, 1, dim, out[r] + t);
   }
 }
 
-// AxpyRows for `count` outputs y[r] with their own coefficients coef[r][t], sharing each load of a row.
-void AxpyRowsMulti(const double* const* coef, int count, const double* rows, int64_t stride, int64_t n, int64_t dim,
-                   double* const* y) {
+// DotRows for `count` vectors a[r] at once (out[r][t]), keys in tiles that every group of rows
+// reads from cache.
+void DotRowsMulti(const double* const* a, int count, const double* rows, int64_t stride, int64_t n, int64_t dim,
+                  double* const* out) {
+  for (int64_t t0 = 0; t0 < n; t0 += kKeyTile) {
+    const int64_t t1 = n - t0 < kKeyTile ? n : t0 + kKeyTile;
+    int r0 = 0;
+    for (; r0 + kMaxMulti <= count; r0 += kMaxMulti) {
+      DotGroup<kMaxMulti>(a + r0, rows, stride, t0, t1, dim, out + r0);
+    }
+    for (; r0 < count; ++r0) DotGroup<1>(a + r0, rows, stride, t0, t1, dim, out + r0);
+  }
+}
+
+// y[r] += coef[r][t] * row_t for t = t0 .. t1-1 in increasing order, for M outputs sharing each load of
+// a row; a block of each y[r] stays in registers over the keys.
+template <int M>
+void AxpyGroup(const double* const* coef, const double* rows, int64_t stride, int64_t t0, int64_t t1, int64_t dim,
+               double* const* y) {
   constexpr int kV = 2;
   constexpr int64_t kBlock = kV * kW;
-  for (int64_t t0 = 0; t0 < n; t0 += kKeyTile) {  // y[r] takes the keys in increasing order, tile by tile
-   const int64_t t1 = n - t0 < kKeyTile ? n : t0 + kKeyTile;
-   for (int r0 = 0; r0 < count; r0 += kMaxMulti) {
-    const int m = count - r0 < kMaxMulti ? count - r0 : kMaxMulti;
-    int64_t d0 = 0;
-    for (; d0 + kBlock <= dim; d0 += kBlock) {
-      Vec acc[kMaxMulti][kV];
-      for (int r = 0; r < m; ++r) {
-        for (int v = 0; v < kV; ++v) acc[r][v] = Vec::Load(y[r0 + r] + d0 + v * kW);
-      }
-      for (int64_t t = t0; t < t1; ++t) {
-        const double* row = rows + t * stride + d0;
-        Vec x[kV];
-        for (int v = 0; v < kV; ++v) x[v] = Vec::Load(row + v * kW);
-        for (int r = 0; r < m; ++r) {
-          const Vec c = Vec::Set1(coef[r0 + r][t]);
-          for (int v = 0; v < kV; ++v) acc[r][v] = Vec::Add(acc[r][v], Vec::Mul(c, x[v]));
-        }
-      }
-      for (int r = 0; r < m; ++r) {
-        for (int v = 0; v < kV; ++v) Vec::Store(y[r0 + r] + d0 + v * kW, acc[r][v]);
+  int64_t d0 = 0;
+  for (; d0 + kBlock <= dim; d0 += kBlock) {
+    Vec acc[M][kV];
+    for (int r = 0; r < M; ++r) {
+      for (int v = 0; v < kV; ++v) acc[r][v] = Vec::Load(y[r] + d0 + v * kW);
+    }
+    for (int64_t t = t0; t < t1; ++t) {
+      const double* row = rows + t * stride + d0;
+      Vec x[kV];
+      for (int v = 0; v < kV; ++v) x[v] = Vec::Load(row + v * kW);
+      for (int r = 0; r < M; ++r) {
+        const Vec c = Vec::Set1(coef[r][t]);
+        for (int v = 0; v < kV; ++v) acc[r][v] = Vec::Add(acc[r][v], Vec::Mul(c, x[v]));
       }
     }
-    for (int r = 0; r < m && d0 < dim; ++r) {
-      for (int64_t t = t0; t < t1; ++t) {
-        const double c = coef[r0 + r][t];
-        const double* row = rows + t * stride;
-        for (int64_t d = d0; d < dim; ++d) y[r0 + r][d] += c * row[d];
-      }
+    for (int r = 0; r < M; ++r) {
+      for (int v = 0; v < kV; ++v) Vec::Store(y[r] + d0 + v * kW, acc[r][v]);
     }
-   }
+  }
+  for (int r = 0; r < M && d0 < dim; ++r) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const double c = coef[r][t];
+      const double* row = rows + t * stride;
+      for (int64_t d = d0; d < dim; ++d) y[r][d] += c * row[d];
+    }
+  }
+}
+
+// AxpyRows for `count` outputs y[r] with their own coefficients coef[r][t]; each y[r] takes the keys
+// in increasing order, tile by tile.
+void AxpyRowsMulti(const double* const* coef, int count, const double* rows, int64_t stride, int64_t n, int64_t dim,
+                   double* const* y) {
+  for (int64_t t0 = 0; t0 < n; t0 += kKeyTile) {
+    const int64_t t1 = n - t0 < kKeyTile ? n : t0 + kKeyTile;
+    int r0 = 0;
+    for (; r0 + kMaxMulti <= count; r0 += kMaxMulti) {
+      AxpyGroup<kMaxMulti>(coef + r0, rows, stride, t0, t1, dim, y + r0);
+    }
+    for (; r0 < count; ++r0) AxpyGroup<1>(coef + r0, rows, stride, t0, t1, dim, y + r0);
   }
 }
 
