@@ -2,8 +2,10 @@
 #
 # Bit-exactness: the order and rounding of every floating-point operation must
 # be a function of the source alone. So: no FMA contraction, no fast-math, and a pinned ISA level
-# (x86-64-v2, no run-time dispatch) so that a golden file made on one x86-64 machine verifies bitwise
-# on another. These flags apply to every host translation unit, including model/ and reference/.
+# (x86-64-v2) so that a golden file made on one x86-64 machine verifies bitwise on another. The one
+# run-time dispatch, the oracle's row kernels (reference/attention/row_kernels.h), only widens
+# vectors across independent values: every level does the same multiplications and additions in the
+# same order. These flags apply to every host translation unit, including model/ and reference/.
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
   set(GEMTB_ISA_FLAGS -march=x86-64-v2)
 else()

@@ -18,6 +18,7 @@
 #include "reference/attention/kernel_utils.h"
 #include "reference/attention/prepared.h"
 #include "reference/attention/rope.h"
+#include "reference/attention/row_kernels.h"
 #include "reference/attention/scores.h"
 #include "reference/io/npy.h"
 
@@ -32,6 +33,11 @@ struct Scratch {
   std::vector<std::vector<double>> d_rel, d_ts;  // per b: partial tables
 };
 
+// Query rows per block of the backward: fewer than the forward's (its scratch per row is four rows
+// of keys), at most kRowBlock (what ScoreRow::Block takes).
+constexpr int kBackwardRows = 8;
+static_assert(kBackwardRows <= kRowBlock);
+
 template <bool kEmulate>
 void BackwardSequence(const PreparedAttention& p, const AttentionInputs& in,
                       const AttentionOptions& o, const double* d_o,
@@ -45,7 +51,19 @@ void BackwardSequence(const PreparedAttention& p, const AttentionInputs& in,
   const double pre = round.Acc(plan.pre_scale);
   const double post = round.Acc(plan.post_scale);
   const int64_t shift = bias.Shift(seq);
-  std::vector<double> s(static_cast<size_t>(seq.lk));
+  // Per row of a block: scores and dO.V by key offset t; dS (the matmul operand) and P by key j.
+  std::vector<double> scratch(static_cast<size_t>(4 * kBackwardRows * seq.lk));
+  double* s_rows[kBackwardRows];
+  double* dp_rows[kBackwardRows];
+  double* ds_rows[kBackwardRows];
+  double* prob_rows[kBackwardRows];
+  for (int c = 0; c < kBackwardRows; ++c) {
+    s_rows[c] = scratch.data() + (4 * c) * seq.lk;
+    dp_rows[c] = s_rows[c] + seq.lk;
+    ds_rows[c] = dp_rows[c] + seq.lk;
+    prob_rows[c] = ds_rows[c] + seq.lk;
+  }
+  const RowKernels& kernels = Kernels();
   // The table is [Hr, 2*maxL-1], or [Hr, 0] when maxL = 0 (as validated).
   if (plan.rel_heads) {
     sc.d_rel[b].assign(static_cast<size_t>(plan.rel_heads * std::max<int64_t>(2 * plan.max_l - 1, 0)), 0.0);
@@ -54,48 +72,114 @@ void BackwardSequence(const PreparedAttention& p, const AttentionInputs& in,
 
   for (int64_t h = 0; h < plan.heads; ++h) {
     const int64_t hk = h / (plan.heads / plan.kv_heads);
-    for (int64_t i = 0; i < seq.lq; ++i) {
-      const int64_t row = seq.out_begin + i;
-      const KeyRange r = ValidKeys(o, i, seq.lq, seq.lk);
-      const int64_t n = r.end - r.begin;
-      if (n == 0) continue;  // an empty row contributes exactly 0
-      scores(b, h, i, r, s.data());
-      const double* do_i = d_o + (row * plan.heads + h) * plan.dv;
-      const double* q_i = p.q + ((seq.q_begin + i) * plan.heads + h) * plan.dqk;
-      double* dq_i = sc.dq.data() + (row * plan.heads + h) * plan.dqk;
-      double d_i = 0.0;
-      double lse = 0.0;
-      if (softmax) {
-        d_i = round.Acc(Dot(do_i, fwd.o.data() + (row * plan.heads + h) * plan.dv, plan.dv));
-        lse = fwd.lse[h * plan.to + row];
-      }
-      for (int64_t t = 0; t < n; ++t) {
-        const int64_t j = r.begin + t;
-        const int64_t kv_row = seq.kv_begin + j;
-        const double* v_j = p.v + (kv_row * plan.kv_heads + hk) * plan.dv;
-        const double* k_j = p.k + (kv_row * plan.kv_heads + hk) * plan.dqk;
-        const double dp = round.Acc(Dot(do_i, v_j, plan.dv));
-        double ds;
-        double prob;
-        if (softmax) {
-          const double p_hat = round.Acc(std::exp(round.Acc(s[t] - lse)));
-          ds = round.Acc(p_hat * round.Acc(round.Acc(post * dp) - d_i));
-          prob = round.Store(round.Acc(post * p_hat));
-        } else {
-          ds = round.Acc(round.Acc(post * round.Acc(ActivationDerivative(o.act, s[t]))) * dp);
-          prob = round.Store(round.Acc(post * round.Acc(ActivationValue(o.act, s[t]))));
+    const int64_t k_stride = plan.kv_heads * plan.dqk;
+    const int64_t v_stride = plan.kv_heads * plan.dv;
+    // Rows go in blocks of kBackwardRows (as in the forward). Every destination gets its terms in the
+    // order of the scalar loop (keys in increasing order for dQ_i; rows i in increasing order for a
+    // K/V row and for the bias gradients), so blocking changes no sum's order.
+    for (int64_t i0 = 0; i0 < seq.lq; i0 += kBackwardRows) {
+      const int count = static_cast<int>(std::min<int64_t>(kBackwardRows, seq.lq - i0));
+      KeyRange r[kBackwardRows];
+      bool shared = true;
+      KeyRange all = ValidKeys(o, i0, seq.lq, seq.lk);  // the keys any row of the block reads
+      for (int c = 0; c < count; ++c) {
+        r[c] = ValidKeys(o, i0 + c, seq.lq, seq.lk);
+        shared = shared && r[c].begin == r[0].begin && r[c].end == r[0].end;
+        if (r[c].end > r[c].begin) {
+          all = all.end > all.begin ? KeyRange{std::min(all.begin, r[c].begin), std::max(all.end, r[c].end)} : r[c];
         }
-        const double dz = round.Acc(pre * ds);
-        // The matmul operand: dZ in the oracle; in emulate mode dS rounded to the input type, with
-        // pre_scale applied to the fp32 matmul result (as a kernel does).
-        const double ds_mm = kEmulate ? round.Store(ds) : dz;
-        Axpy(ds_mm, k_j, dq_i, plan.dqk);
+      }
+      const double* do_rows[kBackwardRows];
+      const double* q_rows[kBackwardRows];
+      double* dq_rows[kBackwardRows];
+      for (int c = 0; c < count; ++c) {
+        const int64_t row = seq.out_begin + i0 + c;
+        do_rows[c] = d_o + (row * plan.heads + h) * plan.dv;
+        q_rows[c] = p.q + ((seq.q_begin + i0 + c) * plan.heads + h) * plan.dqk;
+        dq_rows[c] = sc.dq.data() + (row * plan.heads + h) * plan.dqk;
+      }
+      if (shared) {
+        scores.Block(b, h, i0, count, r[0], s_rows);
+        if (r[0].end > r[0].begin) {
+          kernels.dot_rows_multi(do_rows, count, p.v + ((seq.kv_begin + r[0].begin) * plan.kv_heads + hk) * plan.dv,
+                                 v_stride, r[0].end - r[0].begin, plan.dv, dp_rows);
+        }
+      } else {
+        for (int c = 0; c < count; ++c) {
+          const int64_t n = r[c].end - r[c].begin;
+          if (n == 0) continue;
+          scores(b, h, i0 + c, r[c], s_rows[c]);
+          kernels.dot_rows(do_rows[c], p.v + ((seq.kv_begin + r[c].begin) * plan.kv_heads + hk) * plan.dv, v_stride,
+                           n, plan.dv, dp_rows[c]);
+        }
+      }
+      for (int c = 0; c < count; ++c) {
+        const int64_t i = i0 + c;
+        const int64_t row = seq.out_begin + i;
+        const int64_t n = r[c].end - r[c].begin;
+        if (n == 0) continue;  // an empty row contributes exactly 0
+        double d_i = 0.0;
+        double lse = 0.0;
+        if (softmax) {
+          d_i = round.Acc(Dot(do_rows[c], fwd.o.data() + (row * plan.heads + h) * plan.dv, plan.dv));
+          lse = fwd.lse[h * plan.to + row];
+        }
+        const double* s_c = s_rows[c];
+        for (int64_t t = 0; t < n; ++t) {
+          const int64_t j = r[c].begin + t;
+          const double dp_t = round.Acc(dp_rows[c][t]);
+          double ds;
+          double prob;
+          if (softmax) {
+            const double p_hat = round.Acc(std::exp(round.Acc(s_c[t] - lse)));
+            ds = round.Acc(p_hat * round.Acc(round.Acc(post * dp_t) - d_i));
+            prob = round.Store(round.Acc(post * p_hat));
+          } else {
+            ds = round.Acc(round.Acc(post * round.Acc(ActivationDerivative(o.act, s_c[t]))) * dp_t);
+            prob = round.Store(round.Acc(post * round.Acc(ActivationValue(o.act, s_c[t]))));
+          }
+          const double dz = round.Acc(pre * ds);
+          // The matmul operand: dZ in the oracle; in emulate mode dS rounded to the input type, with
+          // pre_scale applied to the fp32 matmul result (as a kernel does). Stored by key j.
+          ds_rows[c][j] = kEmulate ? round.Store(ds) : dz;
+          prob_rows[c][j] = prob;
+          if (plan.dense_heads) sc.d_dense[bias.Dense(b, h, i, j)] += dz;
+          if (plan.rel_heads) sc.d_rel[b][bias.Rel(h, i, j, shift)] += dz;
+          if (plan.ts_heads) sc.d_ts[b][bias.Time(seq, h, i, j)] += dz;
+        }
+      }
+      // dQ_i += dS_ij K_j over the keys of row i, in increasing j.
+      const auto first_k = [&](KeyRange range) {
+        return p.k + ((seq.kv_begin + range.begin) * plan.kv_heads + hk) * plan.dqk;
+      };
+      if (shared && r[0].end > r[0].begin) {
+        const double* coef[kBackwardRows];
+        for (int c = 0; c < count; ++c) coef[c] = ds_rows[c] + r[0].begin;
+        kernels.axpy_rows_multi(coef, count, first_k(r[0]), k_stride, r[0].end - r[0].begin, plan.dqk, dq_rows);
+      } else if (!shared) {
+        for (int c = 0; c < count; ++c) {
+          const int64_t n = r[c].end - r[c].begin;
+          if (n > 0) kernels.axpy_rows(ds_rows[c] + r[c].begin, first_k(r[c]), k_stride, n, plan.dqk, dq_rows[c]);
+        }
+      }
+      // dK_j += dS_ij Q_i and dV_j += P_ij dO_i over the rows i of the block that read key j, in increasing i.
+      for (int64_t j = all.begin; j < all.end; ++j) {
+        double dk_coef[kBackwardRows], dv_coef[kBackwardRows];
+        const double* q_of[kBackwardRows];
+        const double* do_of[kBackwardRows];
+        int readers = 0;
+        for (int c = 0; c < count; ++c) {
+          if (j < r[c].begin || j >= r[c].end) continue;
+          dk_coef[readers] = ds_rows[c][j];
+          dv_coef[readers] = prob_rows[c][j];
+          q_of[readers] = q_rows[c];
+          do_of[readers] = do_rows[c];
+          ++readers;
+        }
+        if (readers == 0) continue;
         const int64_t sr = sc.rk_begin[b] + j;
-        Axpy(ds_mm, q_i, sc.dk.data() + (sr * plan.heads + h) * plan.dqk, plan.dqk);
-        Axpy(prob, do_i, sc.dv.data() + (sr * plan.heads + h) * plan.dv, plan.dv);
-        if (plan.dense_heads) sc.d_dense[bias.Dense(b, h, i, j)] += dz;
-        if (plan.rel_heads) sc.d_rel[b][bias.Rel(h, i, j, shift)] += dz;
-        if (plan.ts_heads) sc.d_ts[b][bias.Time(seq, h, i, j)] += dz;
+        kernels.axpy_multi(dk_coef, q_of, readers, sc.dk.data() + (sr * plan.heads + h) * plan.dqk, plan.dqk);
+        kernels.axpy_multi(dv_coef, do_of, readers, sc.dv.data() + (sr * plan.heads + h) * plan.dv, plan.dv);
       }
     }
   }

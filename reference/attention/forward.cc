@@ -12,6 +12,7 @@
 #include "reference/attention/attention.h"
 #include "reference/attention/kernel_utils.h"
 #include "reference/attention/prepared.h"
+#include "reference/attention/row_kernels.h"
 #include "reference/attention/scores.h"
 
 namespace gemtb::reference {
@@ -44,54 +45,92 @@ void ForwardBlock(const PreparedAttention& p, const AttentionInputs& in, const A
   const int64_t hk = h / (plan.heads / plan.kv_heads);
   const bool softmax = o.act == Activation::kSoftmax;
   const double post = round.Acc(plan.post_scale);
-  std::vector<double> s(static_cast<size_t>(seq.lk));
-  std::vector<double> prob(static_cast<size_t>(seq.lk));
-  std::vector<double> acc(static_cast<size_t>(plan.dv));
+  const RowKernels& kernels = Kernels();
+  const int64_t v_stride = plan.kv_heads * plan.dv;
+  // Rows go in blocks of kRowBlock; a block whose rows share their key range computes Q.K and P.V
+  // for all of them at once (every value as a row alone would get it).
+  std::vector<double> s(static_cast<size_t>(kRowBlock * seq.lk));
+  std::vector<double> prob(s.size());
+  std::vector<double> acc(static_cast<size_t>(kRowBlock * plan.dv));
+  double* s_rows[kRowBlock];
+  double* prob_rows[kRowBlock];
+  double* acc_rows[kRowBlock];
+  for (int c = 0; c < kRowBlock; ++c) {
+    s_rows[c] = s.data() + c * seq.lk;
+    prob_rows[c] = prob.data() + c * seq.lk;
+    acc_rows[c] = acc.data() + c * plan.dv;
+  }
 
-  for (int64_t i = 0; i < seq.lq; ++i) {
-    const int64_t row = seq.out_begin + i;
-    double* o_row = out.o.data() + (row * plan.heads + h) * plan.dv;
-    const KeyRange r = ValidKeys(o, i, seq.lq, seq.lk);
-    const int64_t n = r.end - r.begin;
-    scores(b, h, i, r, s.data());
-    std::fill(acc.begin(), acc.end(), 0.0);
-    double row_sum = 1.0;  // softmax normaliser (emulate mode divides at the end)
-    double lse = kNegInf;
-    if (softmax) {
-      if (n > 0) {
-        double m = s[0];
-        for (int64_t t = 1; t < n; ++t) m = std::max(m, s[t]);
-        double l = 0.0;
-        for (int64_t t = 0; t < n; ++t) {
-          prob[t] = round.Acc(std::exp(round.Acc(s[t] - m)));
-          l = round.Acc(l + prob[t]);
-        }
-        if constexpr (kEmulate) {
-          // FlashAttention order: unnormalised P rounded to the input type for PV, divide at the end.
-          for (int64_t t = 0; t < n; ++t) prob[t] = round.Store(prob[t]);
-          row_sum = l;
-        } else {
-          for (int64_t t = 0; t < n; ++t) prob[t] = post * (prob[t] / l);
-        }
-        lse = round.Acc(m + round.Acc(std::log(l)));
-      }
+  for (int64_t i0 = 0; i0 < seq.lq; i0 += kRowBlock) {
+    const int count = static_cast<int>(std::min<int64_t>(kRowBlock, seq.lq - i0));
+    KeyRange r[kRowBlock];
+    bool shared = true;
+    for (int c = 0; c < count; ++c) {
+      r[c] = ValidKeys(o, i0 + c, seq.lq, seq.lk);
+      shared = shared && r[c].begin == r[0].begin && r[c].end == r[0].end;
+    }
+    if (shared) {
+      scores.Block(b, h, i0, count, r[0], s_rows);
     } else {
-      for (int64_t t = 0; t < n; ++t) {
-        prob[t] = round.Store(round.Acc(post * round.Acc(ActivationValue(o.act, s[t]))));
+      for (int c = 0; c < count; ++c) scores(b, h, i0 + c, r[c], s_rows[c]);
+    }
+    double row_sum[kRowBlock];  // softmax normaliser (emulate mode divides at the end)
+    double lse[kRowBlock];
+    for (int c = 0; c < count; ++c) {
+      const int64_t n = r[c].end - r[c].begin;
+      const double* sc = s_rows[c];
+      double* pc = prob_rows[c];
+      std::fill(acc_rows[c], acc_rows[c] + plan.dv, 0.0);
+      row_sum[c] = 1.0;
+      lse[c] = kNegInf;
+      if (softmax) {
+        if (n > 0) {
+          double m = sc[0];
+          for (int64_t t = 1; t < n; ++t) m = std::max(m, sc[t]);
+          double l = 0.0;
+          for (int64_t t = 0; t < n; ++t) {
+            pc[t] = round.Acc(std::exp(round.Acc(sc[t] - m)));
+            l = round.Acc(l + pc[t]);
+          }
+          if constexpr (kEmulate) {
+            // FlashAttention order: unnormalised P rounded to the input type for PV, divide at the end.
+            for (int64_t t = 0; t < n; ++t) pc[t] = round.Store(pc[t]);
+            row_sum[c] = l;
+          } else {
+            for (int64_t t = 0; t < n; ++t) pc[t] = post * (pc[t] / l);
+          }
+          lse[c] = round.Acc(m + round.Acc(std::log(l)));
+        }
+      } else {
+        for (int64_t t = 0; t < n; ++t) {
+          pc[t] = round.Store(round.Acc(post * round.Acc(ActivationValue(o.act, sc[t]))));
+        }
       }
     }
-    for (int64_t t = 0; t < n; ++t) {
-      const double* vj = p.v + ((seq.kv_begin + r.begin + t) * plan.kv_heads + hk) * plan.dv;
-      Axpy(prob[t], vj, acc.data(), plan.dv);
-    }
-    for (int64_t d = 0; d < plan.dv; ++d) {
-      double value = round.Acc(acc[d]);
-      if constexpr (kEmulate) {
-        if (softmax) value = n > 0 ? round.Acc(round.Acc(value / row_sum) * post) : 0.0;
+    const auto first_v = [&](KeyRange range) {
+      return p.v + ((seq.kv_begin + range.begin) * plan.kv_heads + hk) * plan.dv;
+    };
+    if (shared && r[0].end > r[0].begin) {
+      kernels.axpy_rows_multi(prob_rows, count, first_v(r[0]), v_stride, r[0].end - r[0].begin, plan.dv, acc_rows);
+    } else if (!shared) {
+      for (int c = 0; c < count; ++c) {
+        const int64_t n = r[c].end - r[c].begin;
+        if (n > 0) kernels.axpy_rows(prob_rows[c], first_v(r[c]), v_stride, n, plan.dv, acc_rows[c]);
       }
-      o_row[d] = round.Store(value);
     }
-    if (softmax) out.lse[h * plan.to + row] = lse;
+    for (int c = 0; c < count; ++c) {
+      const int64_t row = seq.out_begin + i0 + c;
+      const int64_t n = r[c].end - r[c].begin;
+      double* o_row = out.o.data() + (row * plan.heads + h) * plan.dv;
+      for (int64_t d = 0; d < plan.dv; ++d) {
+        double value = round.Acc(acc_rows[c][d]);
+        if constexpr (kEmulate) {
+          if (softmax) value = n > 0 ? round.Acc(round.Acc(value / row_sum[c]) * post) : 0.0;
+        }
+        o_row[d] = round.Store(value);
+      }
+      if (softmax) out.lse[h * plan.to + row] = lse[c];
+    }
   }
 }
 

@@ -13,7 +13,8 @@ namespace gemtb::reference {
 // Dot product with eight partial sums in a fixed pattern: lane l sums the elements d = l (mod 8) in
 // increasing d, then the lanes are combined in a fixed tree. The order depends on n alone, so results
 // are identical on every thread count and run, and eight independent chains keep the FPU busy
-// (a single running sum is bound by the add latency).
+// (a single running sum is bound by the add latency). The row kernels (row_kernels.h) compute the
+// same sums for many rows at once; y += alpha * x (Axpy) lives there, independent per element.
 inline double Dot(const double* a, const double* b, int64_t n) {
   double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t d = 0;
@@ -22,11 +23,6 @@ inline double Dot(const double* a, const double* b, int64_t n) {
   }
   for (int l = 0; d + l < n; ++l) acc[l] += a[d + l] * b[d + l];
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
-
-// y[d] += alpha * x[d]: independent per d, so the only order is the caller's loop order.
-inline void Axpy(double alpha, const double* x, double* y, int64_t n) {
-  for (int64_t d = 0; d < n; ++d) y[d] += alpha * x[d];
 }
 
 inline double RoundToFloat(double x) { return static_cast<double>(static_cast<float>(x)); }

@@ -10,6 +10,7 @@
 #include "reference/attention/attention.h"
 #include "reference/attention/kernel_utils.h"
 #include "reference/attention/plan.h"
+#include "reference/attention/row_kernels.h"
 
 namespace gemtb::reference {
 
@@ -35,6 +36,10 @@ struct BiasLocator {
   }
 };
 
+// Query rows handled together by the forward (they share each load of K and V); the backward takes
+// fewer at a time.
+inline constexpr int kRowBlock = 32;
+
 template <bool kEmulate>
 struct ScoreRow {
   const AttentionPlan& plan;
@@ -46,15 +51,40 @@ struct ScoreRow {
 
   // s[j - r.begin] for the keys of `r`.
   void operator()(int64_t b, int64_t h, int64_t i, KeyRange r, double* s) const {
-    const OutputSequence& seq = plan.out[b];
+    if (r.end <= r.begin) return;
+    // q_i . k_j for every key first (each a Dot), then the per-key terms.
+    Kernels().dot_rows(QRow(b, h, i), FirstKey(b, h, r), KeyStride(), r.end - r.begin, plan.dqk, s);
+    Finish(b, h, i, r, s);
+  }
+
+  // The same for rows i0 .. i0 + count - 1 (count <= kRowBlock) that share the key range `r`: s[c]
+  // holds row i0 + c. Each dot product is the one operator() computes.
+  void Block(int64_t b, int64_t h, int64_t i0, int count, KeyRange r, double* const* s) const {
+    if (r.end <= r.begin) return;
+    const double* rows[kRowBlock];
+    for (int c = 0; c < count; ++c) rows[c] = QRow(b, h, i0 + c);
+    Kernels().dot_rows_multi(rows, count, FirstKey(b, h, r), KeyStride(), r.end - r.begin, plan.dqk, s);
+    for (int c = 0; c < count; ++c) Finish(b, h, i0 + c, r, s[c]);
+  }
+
+ private:
+  const double* QRow(int64_t b, int64_t h, int64_t i) const {
+    return q + ((plan.out[b].q_begin + i) * plan.heads + h) * plan.dqk;
+  }
+  const double* FirstKey(int64_t b, int64_t h, KeyRange r) const {
     const int64_t hk = h / (plan.heads / plan.kv_heads);
+    return k + ((plan.out[b].kv_begin + r.begin) * plan.kv_heads + hk) * plan.dqk;
+  }
+  int64_t KeyStride() const { return plan.kv_heads * plan.dqk; }
+
+  // From the dot products in s to the scores: bias terms, then pre_scale.
+  void Finish(int64_t b, int64_t h, int64_t i, KeyRange r, double* s) const {
+    const OutputSequence& seq = plan.out[b];
     const int64_t shift = bias.Shift(seq);
-    const double* qi = q + ((seq.q_begin + i) * plan.heads + h) * plan.dqk;
     const double pre = round.Acc(plan.pre_scale);
     const bool has_bias = plan.dense_heads || plan.rel_heads || plan.ts_heads;
     for (int64_t j = r.begin; j < r.end; ++j) {
-      const double* kj = k + ((seq.kv_begin + j) * plan.kv_heads + hk) * plan.dqk;
-      double z = round.Acc(Dot(qi, kj, plan.dqk));
+      double z = round.Acc(s[j - r.begin]);
       if (has_bias) {
         // beta = dense + rel + time (the present terms, in this order), then Z = q.k + beta.
         double beta = 0.0;

@@ -15,13 +15,25 @@ namespace {
 
 absl::Status Bad(const std::string& message) { return absl::InvalidArgumentError(message); }
 
-// Reads a floating tensor; `field` names it in errors.
+// Reads a floating tensor; `field` names it in errors. Without a source (`read` empty) the file is
+// read straight into `values` (one read, no per-element work for float64).
 absl::Status LoadFloat(const ArraySource& read, const std::string& path, absl::string_view field,
                        std::vector<double>& values, reference::TensorView<double>& view, NpyDType* dtype = nullptr) {
   if (path.empty()) return absl::OkStatus();
+  const std::string where = absl::StrCat(field, " (", path, ")");
+  if (!read) {
+    absl::StatusOr<NpyFile> file = NpyFile::Open(path);
+    if (!file.ok()) return Bad(absl::StrCat(field, ": ", file.status().message()));
+    absl::StatusOr<std::vector<double>> decoded = file->ReadFloat(where);
+    if (!decoded.ok()) return decoded.status();
+    values = *std::move(decoded);
+    view = {values, file->header().shape};
+    if (dtype) *dtype = file->header().dtype;
+    return absl::OkStatus();
+  }
   absl::StatusOr<NpyArray> array = read(path);
   if (!array.ok()) return Bad(absl::StrCat(field, ": ", array.status().message()));
-  absl::StatusOr<std::vector<double>> decoded = DecodeFloat(*array, absl::StrCat(field, " (", path, ")"));
+  absl::StatusOr<std::vector<double>> decoded = DecodeFloat(*array, where);
   if (!decoded.ok()) return decoded.status();
   values = *std::move(decoded);
   view = {values, array->shape};
@@ -32,7 +44,7 @@ absl::Status LoadFloat(const ArraySource& read, const std::string& path, absl::s
 absl::Status LoadInt(const ArraySource& read, const std::string& path, absl::string_view field,
                      std::vector<int64_t>& values, reference::TensorView<int64_t>& view) {
   if (path.empty()) return absl::OkStatus();
-  absl::StatusOr<NpyArray> array = read(path);
+  absl::StatusOr<NpyArray> array = read ? read(path) : ReadNpy(path);
   if (!array.ok()) return Bad(absl::StrCat(field, ": ", array.status().message()));
   if (array->dtype != NpyDType::kInt64) {
     return Bad(absl::StrCat(field, " (", path, "): dtype ", NpyDTypeName(array->dtype),
@@ -146,7 +158,7 @@ absl::StatusOr<AttentionCaseSpec> ParseCaseFolderJson(const std::string& json_te
 }
 
 absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& s) {
-  return LoadAttentionCase(s, [](const std::string& path) { return ReadNpy(path); });
+  return LoadAttentionCase(s, ArraySource{});  // files, read by LoadFloat / LoadInt themselves
 }
 
 absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& s, const ArraySource& read) {

@@ -54,7 +54,7 @@ struct AttentionCase {
 // call with the oracle's own checks, so an error names the field before anything is computed.
 absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& spec);
 // The same with the arrays taken from `read`, called with each non-empty file field of `spec` (the
-// Python bindings name arrays there instead of files).
+// Python bindings name arrays there instead of files); an empty `read` reads the files.
 using ArraySource = std::function<absl::StatusOr<NpyArray>(const std::string& name)>;
 absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& spec, const ArraySource& read);
 

@@ -256,8 +256,7 @@ absl::StatusOr<NpyArray> ParseNpy(absl::Span<const uint8_t> bytes, absl::string_
   return array;
 }
 
-absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
-  // The whole file is held in memory, so one larger than the machine's memory cannot be an input.
+absl::StatusOr<NpyFile> NpyFile::Open(const std::string& path) {
   absl::StatusOr<UserFile> file = UserFile::Open(path, PhysicalMemoryBytes());
   if (!file.ok()) return file.status();
   // Header first: the shape and dtype are checked against the file size before the data is read.
@@ -265,15 +264,44 @@ absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
   GEMTB_RETURN_IF_ERROR(file->ReadAt(0, absl::MakeSpan(head)));
   absl::StatusOr<NpyHeader> header = ParseNpyHeader(head, file->size(), path);
   if (!header.ok()) return header.status();
+  return NpyFile(*std::move(file), *std::move(header));
+}
+
+absl::Status NpyFile::ReadData(absl::Span<uint8_t> out) const {
+  if (out.size() != header_.data_bytes) {
+    return absl::InternalError(absl::StrCat(file_.path(), ": data of ", header_.data_bytes,
+                                            " bytes read into a buffer of ", out.size()));
+  }
+  return file_.ReadAt(header_.data_offset, out);
+}
+
+absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
+  absl::StatusOr<NpyFile> file = NpyFile::Open(path);
+  if (!file.ok()) return file.status();
   NpyArray array;
-  array.dtype = header->dtype;
-  array.shape = std::move(header->shape);
-  array.data.resize(static_cast<size_t>(header->data_bytes));
-  GEMTB_RETURN_IF_ERROR(file->ReadAt(header->data_offset, absl::MakeSpan(array.data)));
+  array.dtype = file->header().dtype;
+  array.shape = file->header().shape;
+  array.data.resize(static_cast<size_t>(file->header().data_bytes));
+  GEMTB_RETURN_IF_ERROR(file->ReadData(absl::MakeSpan(array.data)));
   return array;
 }
 
-std::vector<uint8_t> SerializeNpy(const NpyArray& array) {
+absl::StatusOr<std::vector<double>> NpyFile::ReadFloat(absl::string_view name) const {
+  if (header_.dtype == NpyDType::kFloat64) {
+    std::vector<double> values(static_cast<size_t>(header_.data_bytes / sizeof(double)));
+    GEMTB_RETURN_IF_ERROR(
+        ReadData(absl::MakeSpan(reinterpret_cast<uint8_t*>(values.data()), values.size() * sizeof(double))));
+    return values;
+  }
+  NpyArray array;
+  array.dtype = header_.dtype;
+  array.shape = header_.shape;
+  array.data.resize(static_cast<size_t>(header_.data_bytes));
+  GEMTB_RETURN_IF_ERROR(ReadData(absl::MakeSpan(array.data)));
+  return DecodeFloat(array, name);
+}
+
+std::vector<uint8_t> NpyHeaderBytes(const NpyArray& array) {
   std::string shape = "(";
   for (size_t i = 0; i < array.shape.size(); ++i) {
     absl::StrAppend(&shape, array.shape[i], array.shape.size() == 1 ? "," : "",
@@ -292,6 +320,11 @@ std::vector<uint8_t> SerializeNpy(const NpyArray& array) {
   out.push_back(static_cast<uint8_t>(header.size() & 0xFF));
   out.push_back(static_cast<uint8_t>(header.size() >> 8));
   out.insert(out.end(), header.begin(), header.end());
+  return out;
+}
+
+std::vector<uint8_t> SerializeNpy(const NpyArray& array) {
+  std::vector<uint8_t> out = NpyHeaderBytes(array);
   out.insert(out.end(), array.data.begin(), array.data.end());
   return out;
 }
@@ -304,9 +337,12 @@ absl::StatusOr<std::vector<double>> DecodeFloat(const NpyArray& array, absl::str
   const int64_t n = array.NumElements();
   std::vector<double> out(static_cast<size_t>(n));
   const uint8_t* p = array.data.data();
+  if (array.dtype == NpyDType::kFloat64) {  // the file's bytes are the values (little-endian host)
+    if (n > 0) std::memcpy(out.data(), p, static_cast<size_t>(n) * sizeof(double));
+    return out;
+  }
   for (int64_t i = 0; i < n; ++i) {
     switch (array.dtype) {
-      case NpyDType::kFloat64: out[i] = LoadLe<double>(p + 8 * i); break;
       case NpyDType::kFloat32: out[i] = LoadLe<float>(p + 4 * i); break;
       case NpyDType::kFloat16: out[i] = numerics::Fp16BitsToFloat(LoadLe<uint16_t>(p + 2 * i)); break;
       case NpyDType::kBFloat16: out[i] = numerics::Bf16BitsToFloat(LoadLe<uint16_t>(p + 2 * i)); break;
@@ -323,9 +359,12 @@ absl::StatusOr<std::vector<int64_t>> DecodeInt(const NpyArray& array, absl::stri
   }
   const int64_t n = array.NumElements();
   std::vector<int64_t> out(static_cast<size_t>(n));
+  if (array.dtype == NpyDType::kInt64) {
+    if (n > 0) std::memcpy(out.data(), array.data.data(), static_cast<size_t>(n) * sizeof(int64_t));
+    return out;
+  }
   for (int64_t i = 0; i < n; ++i) {
-    out[i] = array.dtype == NpyDType::kInt64 ? LoadLe<int64_t>(array.data.data() + 8 * i)
-                                             : LoadLe<int32_t>(array.data.data() + 4 * i);
+    out[i] = LoadLe<int32_t>(array.data.data() + 4 * i);
   }
   return out;
 }
@@ -337,9 +376,12 @@ NpyArray EncodeFloat(absl::Span<const double> values, std::vector<int64_t> shape
   const int size = NpyItemSize(dtype);
   array.data.resize(values.size() * size);
   uint8_t* p = array.data.data();
+  if (dtype == NpyDType::kFloat64) {
+    if (!values.empty()) std::memcpy(p, values.data(), values.size() * sizeof(double));
+    return array;
+  }
   for (size_t i = 0; i < values.size(); ++i) {
     switch (dtype) {
-      case NpyDType::kFloat64: std::memcpy(p + 8 * i, &values[i], 8); break;
       case NpyDType::kFloat32: {
         const float f = static_cast<float>(values[i]);  // one IEEE RNE rounding
         std::memcpy(p + 4 * i, &f, 4);

@@ -10,12 +10,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/string_view.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "model/json/user_file.h"
 
 namespace gemtb::io {
 
@@ -54,11 +56,34 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::Span<const uint8_t> head, uint64_
                                          absl::string_view name);
 // Parses the bytes of a .npy file; `name` (a path or field name) prefixes every error message.
 absl::StatusOr<NpyArray> ParseNpy(absl::Span<const uint8_t> bytes, absl::string_view name);
-// Reads a user's .npy file: a regular file no larger than the machine's memory, header before data.
+// A user's .npy file, open, with its header read and checked against the file's size; the data is
+// read by the caller straight into its destination (one read, no per-element work).
+class NpyFile {
+ public:
+  // A regular file no larger than the machine's memory (it is held in memory whole), header first.
+  static absl::StatusOr<NpyFile> Open(const std::string& path);
+
+  const NpyHeader& header() const { return header_; }
+  // Reads the data (exactly header().data_bytes bytes) into `out`.
+  absl::Status ReadData(absl::Span<uint8_t> out) const;
+  // The data decoded into fp64, as DecodeFloat gives it (a dtype that is not floating gives its
+  // error, named `name`); float64 data is read straight into the result.
+  absl::StatusOr<std::vector<double>> ReadFloat(absl::string_view name) const;
+
+ private:
+  NpyFile(UserFile file, NpyHeader header) : file_(std::move(file)), header_(std::move(header)) {}
+
+  UserFile file_;
+  NpyHeader header_;
+};
+
+// Reads a user's .npy file (NpyFile::Open, then its data).
 absl::StatusOr<NpyArray> ReadNpy(const std::string& path);
 
-// The bytes of a .npy file (version 1.0). The commands write these into an output folder written
-// as a whole, never a file at a time.
+// The header bytes of a .npy file (version 1.0) holding `array`, padded so the data starts on a
+// 64-byte boundary: the file is these bytes, then array.data.
+std::vector<uint8_t> NpyHeaderBytes(const NpyArray& array);
+// The bytes of a .npy file: NpyHeaderBytes, then the data.
 std::vector<uint8_t> SerializeNpy(const NpyArray& array);
 
 // Decodes a floating array exactly into fp64 (every supported float format is a subset of fp64).

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -71,6 +72,48 @@ TEST_F(OutputSetTest, WritesANewFolder) {
   ASSERT_TRUE(Write(kNew).ok());
   EXPECT_EQ(Contents(), kNew);
   EXPECT_EQ(Beside(), std::set<std::string>{"out"});
+}
+
+// An array's file is its header then its data, written in one gathered write: the bytes are
+// SerializeNpy's, and reading it back gives the same values (float64 read straight into fp64).
+TEST_F(OutputSetTest, NpyFilesAreTheSerializedBytesAndReadBack) {
+  const std::vector<double> values = {1.5, -0.0, 3e-310, 1e300, -7.25, 0.1};
+  const io::NpyArray f64 = io::EncodeFloat(values, {2, 3}, io::NpyDType::kFloat64);
+  const io::NpyArray f32 = io::EncodeFloat(values, {6}, io::NpyDType::kFloat32);
+  absl::StatusOr<OutputSet> set = OutputSet::Prepare("--out-dir", target_);
+  ASSERT_TRUE(set.ok());
+  set->AddNpy("a.npy", f64);
+  set->AddNpy("b.npy", f32);
+  ASSERT_TRUE(set->Commit().ok());
+  std::map<std::string, std::string> files = Contents();
+  const std::vector<uint8_t> a = io::SerializeNpy(f64), b = io::SerializeNpy(f32);
+  EXPECT_EQ(files["a.npy"], std::string(a.begin(), a.end()));
+  EXPECT_EQ(files["b.npy"], std::string(b.begin(), b.end()));
+
+  absl::StatusOr<io::NpyFile> file = io::NpyFile::Open((fs::path(target_) / "a.npy").string());
+  ASSERT_TRUE(file.ok());
+  EXPECT_EQ(file->header().shape, (std::vector<int64_t>{2, 3}));
+  absl::StatusOr<std::vector<double>> read = file->ReadFloat("a");
+  ASSERT_TRUE(read.ok());
+  ASSERT_EQ(read->size(), values.size());
+  EXPECT_EQ(std::memcmp(read->data(), values.data(), values.size() * sizeof(double)), 0);
+  absl::StatusOr<io::NpyFile> narrow = io::NpyFile::Open((fs::path(target_) / "b.npy").string());
+  ASSERT_TRUE(narrow.ok());
+  absl::StatusOr<std::vector<double>> widened = narrow->ReadFloat("b");
+  ASSERT_TRUE(widened.ok());
+  EXPECT_EQ(*widened, *io::DecodeFloat(f32, "b"));
+
+  const io::NpyArray ints = io::EncodeInt64(std::vector<int64_t>{1, 2}, {2});
+  ASSERT_TRUE(fs::remove_all(target_) > 0);
+  absl::StatusOr<OutputSet> again = OutputSet::Prepare("--out-dir", target_);
+  ASSERT_TRUE(again.ok());
+  again->AddNpy("i.npy", ints);
+  ASSERT_TRUE(again->Commit().ok());
+  absl::StatusOr<io::NpyFile> int_file = io::NpyFile::Open((fs::path(target_) / "i.npy").string());
+  ASSERT_TRUE(int_file.ok());
+  absl::StatusOr<std::vector<double>> not_float = int_file->ReadFloat("offsets");
+  ASSERT_FALSE(not_float.ok());
+  EXPECT_THAT(not_float.status().message(), HasSubstr("offsets: dtype int64 is not floating"));
 }
 
 TEST_F(OutputSetTest, AnEmptyFolderIsFilled) {

@@ -5,17 +5,31 @@
 //
 // Before timing, each shape is checked: the 1-thread and 2-thread outputs must be bitwise equal,
 // so a benchmark never times a configuration that breaks the oracle's contract.
+// BM_RefAttentionCall times whole `gemtb ref attention` calls on the self_softmax case written as
+// .npy files (reading, computing, writing the outputs), forward and forward + backward.
+// `attention_oracle_bench --write_case=DIR` writes that case (q k v do q_offsets kv_offsets .npy)
+// and exits, so that a peer (tools/bench/torch_attention_peer.py) times the same shapes.
 // Results: bash tools/bench/run_cpu_bench.sh attention_oracle_bench.
 #include <benchmark/benchmark.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <string>
 
 #include "model/attention/benchmark_lengths.h"
 #include "model/random/normal.h"
 #include "reference/attention/attention.h"
+#include "reference/io/npy.h"
+
+extern char** environ;
 
 namespace {
 
@@ -127,9 +141,92 @@ void BM_OracleBackward(benchmark::State& state) {
   state.counters["threads"] = static_cast<double>(state.range(1));
 }
 
+void WriteNpy(const std::filesystem::path& path, const gemtb::io::NpyArray& array) {
+  const std::vector<uint8_t> bytes = gemtb::io::SerializeNpy(array);
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!out) {
+    std::cerr << "attention_oracle_bench: cannot write " << path << "\n";
+    std::exit(1);
+  }
+}
+
+// The self_softmax case as the .npy files `gemtb ref attention` reads.
+void WriteCase(const std::filesystem::path& dir) {
+  const Problem& p = GetProblem(0);
+  std::filesystem::create_directories(dir);
+  const auto f64 = gemtb::io::NpyDType::kFloat64;
+  WriteNpy(dir / "q.npy", gemtb::io::EncodeFloat(p.q, p.in.q.shape, f64));
+  WriteNpy(dir / "k.npy", gemtb::io::EncodeFloat(p.k, p.in.k.shape, f64));
+  WriteNpy(dir / "v.npy", gemtb::io::EncodeFloat(p.v, p.in.v.shape, f64));
+  WriteNpy(dir / "do.npy", gemtb::io::EncodeFloat(p.d_o, p.fwd.o_shape, f64));
+  WriteNpy(dir / "q_offsets.npy", gemtb::io::EncodeInt64(p.q_off, p.in.q_offsets.shape));
+  WriteNpy(dir / "kv_offsets.npy", gemtb::io::EncodeInt64(p.kv_off, p.in.kv_offsets.shape));
+}
+
+// Runs `argv` and waits; true when it exited 0.
+bool Run(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid;
+  if (posix_spawn(&pid, args[0], nullptr, nullptr, args.data(), environ) != 0) return false;
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return false;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// One `gemtb ref attention` call per iteration: read the case, compute, write the outputs.
+void BM_RefAttentionCall(benchmark::State& state) {
+  const bool backward = state.range(0) != 0;
+  const Problem& p = GetProblem(0);
+  std::string pattern = (std::filesystem::temp_directory_path() / "gemtb-attention-bench-XXXXXX").string();
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    state.SkipWithError("cannot create a temporary folder");
+    return;
+  }
+  const std::filesystem::path dir(pattern);
+  WriteCase(dir);
+  std::vector<std::string> argv = {GEMTB_CLI, "ref", "attention",
+                                   "--q", (dir / "q.npy").string(), "--k", (dir / "k.npy").string(),
+                                   "--v", (dir / "v.npy").string(),
+                                   "--q-offsets", (dir / "q_offsets.npy").string(),
+                                   "--kv-offsets", (dir / "kv_offsets.npy").string(),
+                                   "--threads", std::to_string(state.range(1)),
+                                   "--out-dir", (dir / "out").string(), "--force"};
+  if (backward) argv.insert(argv.end(), {"--do", (dir / "do.npy").string(), "--backward"});
+  for (auto _ : state) {
+    if (!Run(argv)) {
+      state.SkipWithError("gemtb ref attention failed");
+      break;
+    }
+  }
+  std::filesystem::remove_all(dir);
+  state.SetLabel(backward ? "self_softmax fwd+bwd" : "self_softmax fwd");
+  // Forward + backward FLOPs = 3.5 x forward (spec §10).
+  const double flops = (backward ? 3.5 : 1.0) * p.flops;
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = static_cast<double>(state.range(1));
+}
+
 BENCHMARK(BM_OracleForward)->ArgsProduct({{0, 1}, {1, 2}})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 BENCHMARK(BM_OracleBackward)->ArgsProduct({{0, 1}, {1, 2}})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 
+BENCHMARK(BM_RefAttentionCall)->ArgsProduct({{0, 1}, {1, 2}})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  const std::string flag = "--write_case=";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], flag.c_str(), flag.size()) == 0) {
+      WriteCase(argv[i] + flag.size());
+      return 0;
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -46,14 +48,28 @@ absl::StatusOr<Target> Inspect(const std::string& flag, const fs::path& dir, boo
   return Target::kHoldsFiles;
 }
 
-absl::Status WriteFile(const fs::path& path, const std::vector<uint8_t>& bytes, bool fail_half_way) {
+// Writes `head` then `body` with gathered writes (one call unless the kernel writes less).
+absl::Status WriteFile(const fs::path& path, const std::vector<uint8_t>& head, const std::vector<uint8_t>& body,
+                       bool fail_half_way) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return absl::DataLossError(absl::StrCat(path.string(), ": cannot create: ", std::strerror(errno)));
-  const size_t limit = fail_half_way ? bytes.size() / 2 : bytes.size();
+  const size_t total = head.size() + body.size();
+  const size_t limit = fail_half_way ? total / 2 : total;
   size_t done = 0;
   int error = 0;
   while (done < limit) {
-    const ssize_t n = ::write(fd, bytes.data() + done, limit - done);
+    iovec parts[2];
+    int count = 0;
+    if (done < head.size()) {
+      const size_t n = std::min(head.size() - done, limit - done);
+      parts[count++] = {const_cast<uint8_t*>(head.data()) + done, n};
+    }
+    const size_t body_done = done > head.size() ? done - head.size() : 0;
+    const size_t body_limit = limit - std::min(limit, head.size());
+    if (body_done < body_limit) {
+      parts[count++] = {const_cast<uint8_t*>(body.data()) + body_done, body_limit - body_done};
+    }
+    const ssize_t n = ::writev(fd, parts, count);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       error = errno;
@@ -100,12 +116,13 @@ absl::StatusOr<OutputSet> OutputSet::Prepare(std::string flag, std::string dir, 
   return OutputSet(std::move(flag), clean.string(), options);
 }
 
-void OutputSet::AddNpy(std::string name, const io::NpyArray& array) {
-  files_.emplace_back(std::move(name), io::SerializeNpy(array));
+void OutputSet::AddNpy(std::string name, io::NpyArray array) {
+  std::vector<uint8_t> head = io::NpyHeaderBytes(array);
+  files_.push_back({std::move(name), std::move(head), std::move(array.data)});
 }
 
 void OutputSet::AddText(std::string name, const std::string& text) {
-  files_.emplace_back(std::move(name), std::vector<uint8_t>(text.begin(), text.end()));
+  files_.push_back({std::move(name), {}, std::vector<uint8_t>(text.begin(), text.end())});
 }
 
 absl::Status OutputSet::Commit() {
@@ -128,7 +145,7 @@ absl::Status OutputSet::Commit() {
     return discard(absl::DataLossError(absl::StrCat(staging.string(), ": chmod failed: ", std::strerror(errno))));
   }
   for (size_t i = 0; i < files_.size(); ++i) {
-    absl::Status written = WriteFile(staging / files_[i].first, files_[i].second, options_.fail_write_at == i);
+    absl::Status written = WriteFile(staging / files_[i].name, files_[i].head, files_[i].body, options_.fail_write_at == i);
     if (!written.ok()) {
       return discard(absl::DataLossError(absl::StrCat(flag_, "=", dir_, ": nothing written, the previous contents are "
                                                       "unchanged: ", written.message())));

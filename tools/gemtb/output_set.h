@@ -36,7 +36,9 @@ class OutputSet {
   // `flag` names the option in errors ("--out-dir").
   static absl::StatusOr<OutputSet> Prepare(std::string flag, std::string dir, OutputSetOptions options = {});
 
-  void AddNpy(std::string name, const io::NpyArray& array);
+  // Keeps the array's data as it is (moved in when given an rvalue); its file is written as the
+  // header and the data in one gathered write.
+  void AddNpy(std::string name, io::NpyArray array);
   void AddText(std::string name, const std::string& text);
   // Writes every file into a temporary folder, fsyncs it, and puts it in place of `dir`.
   absl::Status Commit();
@@ -50,7 +52,11 @@ class OutputSet {
   std::string flag_;
   std::string dir_;
   OutputSetOptions options_;
-  std::vector<std::pair<std::string, std::vector<uint8_t>>> files_;
+  struct File {
+    std::string name;
+    std::vector<uint8_t> head, body;  // the file is head then body
+  };
+  std::vector<File> files_;
 };
 
 }  // namespace gemtb::cli

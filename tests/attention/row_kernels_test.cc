@@ -1,0 +1,117 @@
+// The row kernels (reference/attention/row_kernels.h): every instruction-set level this CPU runs gives
+// the bits of the scalar Dot and of y += a * x in the caller's order, on lengths with and without a
+// tail and on values where a fused multiply-add or another summation order would round differently.
+#include "reference/attention/row_kernels.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "reference/attention/kernel_utils.h"
+
+namespace gemtb::reference {
+namespace {
+
+// Values of widely different magnitudes, so that sums depend on their order.
+std::vector<double> Values(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal;
+  std::uniform_int_distribution<int> exponent(-30, 30);
+  std::vector<double> x(n);
+  for (double& v : x) v = std::ldexp(normal(rng), exponent(rng));
+  return x;
+}
+
+bool SameBits(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
+}
+
+TEST(RowKernelsTest, TheChosenLevelIsTheWidestThisCpuRuns) {
+  ASSERT_GE(NumRowKernelLevels(), 1);
+  EXPECT_STREQ(RowKernelLevel(0).level, "baseline");
+  EXPECT_EQ(&Kernels(), &RowKernelLevel(NumRowKernelLevels() - 1));
+}
+
+TEST(RowKernelsTest, EveryLevelGivesTheScalarBits) {
+  for (int64_t dim : {1, 3, 7, 8, 13, 31, 32, 64, 100, 128, 129}) {
+    for (int64_t n : {0, 1, 3, 4, 5, 9, 17}) {
+      const int64_t stride = dim + 3;  // rows apart in memory, as heads interleave
+      const std::vector<double> a = Values(dim, 1 + dim), rows = Values(n * stride, 2 + n);
+      const std::vector<double> coef = Values(n, 3 + n), y0 = Values(dim, 4 + dim);
+      // The scalar definitions: Dot per row, then y += coef[t] * row_t one t after another.
+      std::vector<double> dots(n), axpy_rows = y0, axpy = y0;
+      for (int64_t t = 0; t < n; ++t) dots[t] = Dot(a.data(), rows.data() + t * stride, dim);
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t d = 0; d < dim; ++d) axpy_rows[d] += coef[t] * rows[t * stride + d];
+      }
+      const double alpha = Values(1, 5 + n)[0];
+      for (int64_t d = 0; d < dim; ++d) axpy[d] += alpha * a[d];
+      for (int level = 0; level < NumRowKernelLevels(); ++level) {
+        const RowKernels& k = RowKernelLevel(level);
+        const std::string where = std::string(k.level) + " dim " + std::to_string(dim) + " n " + std::to_string(n);
+        std::vector<double> got_dots(n, -1.0), got_rows = y0, got_axpy = y0;
+        k.dot_rows(a.data(), rows.data(), stride, n, dim, got_dots.data());
+        k.axpy_rows(coef.data(), rows.data(), stride, n, dim, got_rows.data());
+        k.axpy(alpha, a.data(), got_axpy.data(), dim);
+        EXPECT_TRUE(SameBits(got_dots, dots)) << where;
+        EXPECT_TRUE(SameBits(got_rows, axpy_rows)) << where;
+        EXPECT_TRUE(SameBits(got_axpy, axpy)) << where;
+      }
+    }
+  }
+}
+
+// The Multi kernels: several vectors or outputs at once (up to and past the four that share a load),
+// each with the bits of its own single call.
+TEST(RowKernelsTest, MultiKernelsGiveTheBitsOfSingleCalls) {
+  for (int64_t dim : {5, 8, 16, 17, 128}) {
+    for (int64_t n : {0, 1, 2, 3, 8, 130}) {
+      for (int count : {1, 2, 4, 5, 8}) {
+        const int64_t stride = dim + 1;
+        const std::vector<double> rows = Values(n * stride, 10 + n);
+        std::vector<std::vector<double>> a(count), coef(count), y0(count);
+        for (int c = 0; c < count; ++c) {
+          a[c] = Values(dim, 20 + c);
+          coef[c] = Values(n, 30 + c);
+          y0[c] = Values(dim, 40 + c);
+        }
+        const RowKernels& scalar = RowKernelLevel(0);
+        for (int level = 0; level < NumRowKernelLevels(); ++level) {
+          const RowKernels& k = RowKernelLevel(level);
+          const std::string where = std::string(k.level) + " dim " + std::to_string(dim) + " n " +
+                                    std::to_string(n) + " count " + std::to_string(count);
+          std::vector<std::vector<double>> dots(count, std::vector<double>(n)), ys = y0;
+          std::vector<const double*> a_ptr(count), coef_ptr(count);
+          std::vector<double*> dot_ptr(count), y_ptr(count);
+          for (int c = 0; c < count; ++c) {
+            a_ptr[c] = a[c].data();
+            coef_ptr[c] = coef[c].data();
+            dot_ptr[c] = dots[c].data();
+            y_ptr[c] = ys[c].data();
+          }
+          k.dot_rows_multi(a_ptr.data(), count, rows.data(), stride, n, dim, dot_ptr.data());
+          k.axpy_rows_multi(coef_ptr.data(), count, rows.data(), stride, n, dim, y_ptr.data());
+          for (int c = 0; c < count; ++c) {
+            std::vector<double> want_dots(n), want_y = y0[c];
+            scalar.dot_rows(a[c].data(), rows.data(), stride, n, dim, want_dots.data());
+            scalar.axpy_rows(coef[c].data(), rows.data(), stride, n, dim, want_y.data());
+            EXPECT_TRUE(SameBits(dots[c], want_dots)) << where << " row " << c;
+            EXPECT_TRUE(SameBits(ys[c], want_y)) << where << " row " << c;
+          }
+          // y += coef[r] * x[r] in order r = 0, 1, ...: the single axpy calls one after another.
+          const std::vector<double> alphas = Values(count, 50 + n);
+          std::vector<double> got = y0[0], want = y0[0];
+          k.axpy_multi(alphas.data(), a_ptr.data(), count, got.data(), dim);
+          for (int c = 0; c < count; ++c) scalar.axpy(alphas[c], a[c].data(), want.data(), dim);
+          EXPECT_TRUE(SameBits(got, want)) << where;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gemtb::reference
