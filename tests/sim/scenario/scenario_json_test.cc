@@ -89,7 +89,7 @@ TEST(GemDefault, ParsesAsTheSpecDescribesIt) {
 TEST(GemDefault, ListsEveryUnpublishedValueWithLowAndHigh) {
   absl::StatusOr<Scenario> s = BuildScenario(GemDefault());
   ASSERT_TRUE(s.ok()) << s.status();
-  ASSERT_EQ(s->assumptions.size(), 11u);
+  ASSERT_EQ(s->assumptions.size(), 12u);
   const Assumption& zone = s->assumptions[0];
   EXPECT_EQ(zone.path, "cluster.zone_size");
   EXPECT_EQ(zone.value, 2048);
@@ -137,7 +137,12 @@ TEST(GemDefault, ListsEveryUnpublishedValueWithLowAndHigh) {
   EXPECT_EQ(kappa.path, "cluster.calibration.kappa");
   EXPECT_GT(kappa.value, 0.2);  // measured on the H200 hosts (calibration file)
   EXPECT_LT(kappa.value, 0.25);
-  const Assumption& noise = s->assumptions[10];
+  const Assumption& layout = s->assumptions[10];
+  EXPECT_EQ(layout.path, "plan.layout.sparse_shard_group");
+  EXPECT_EQ(layout.value, 8);
+  EXPECT_EQ(layout.low, 4);
+  EXPECT_EQ(layout.high, 16);
+  const Assumption& noise = s->assumptions[11];
   EXPECT_EQ(noise.low, 0);
   EXPECT_EQ(noise.high, 0.06);
 }
@@ -187,6 +192,60 @@ TEST(NamedErrors, HotIdSkew) {
   EXPECT_THAT(with_zipf({{"default", 9}}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.id_zipf.default")));
   EXPECT_THAT(with_zipf("high").status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.id_zipf")));
+}
+
+// The article's layout: V3's full sharding on one NVLink host, each MP group inside one AI zone,
+// the zones data parallel; nothing to warn about. Without plan.layout (rank = m*N + rho) the same
+// plan's MP groups span both zones and its full-sharding groups two hosts (F = N = 16: rank = m*N +
+// rho), and the parser says so.
+TEST(GemDefault, UsesTheArticlesLayout) {
+  absl::StatusOr<Scenario> s = BuildScenario(GemDefault());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->plan.layout.shard, 8);
+  EXPECT_EQ(s->plan.layout.mp, 256);
+  EXPECT_EQ(s->plan.layout.dp, 2);
+  EXPECT_TRUE(s->warnings.empty()) << s->warnings.front();
+
+  ScenarioDocument doc = GemDefault();
+  ASSERT_TRUE(SetField(doc, "plan.layout.sparse_shard_group", "0").ok());  // 0 = all N replicas
+  s = BuildScenario(doc);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->plan.layout.shard, 16);
+  EXPECT_EQ(s->plan.layout.dp, 1);
+  ASSERT_EQ(s->warnings.size(), 2u);
+  EXPECT_THAT(s->warnings[0], HasSubstr("spans 2 hosts of 8: sparse-intra traffic leaves NVLink"));
+  EXPECT_THAT(s->warnings[1], HasSubstr("an MP group of 256 positions 16 ranks apart spans 2 zones"));
+
+  // Every sweep size keeps the MP groups inside a zone: F shrinks to N below 4,096 GPUs.
+  for (int g = 64; g <= 16384; g *= 2) {
+    doc = GemDefault();
+    ASSERT_TRUE(SetWorldSize(doc, g).ok());
+    s = BuildScenario(doc);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_TRUE(s->warnings.empty()) << g << " GPUs: " << s->warnings.front();
+    EXPECT_EQ(s->plan.layout.shard, std::min(8, g / 256 > 0 ? g / 256 : 1)) << g;
+  }
+}
+
+TEST(NamedErrors, LayoutRules) {
+  EXPECT_THAT(BuildWith("plan.layout.sparse_shard_group", "3"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("plan.layout.sparse_shard_group: 3 does not divide the 16 replicas")));
+  EXPECT_THAT(BuildWith("plan.layout.sparse_shard_group", "-1"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.layout.sparse_shard_group: -1")));
+  EXPECT_THAT(BuildWith("plan.sparse.fully_sharded", "false"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("plan.layout.sparse_shard_group: 8 splits the 16 replicas, which only a fully "
+                                 "sharded plan")));
+  EXPECT_THAT(BuildWith("plan.layout.sparse_order", "[\"shard\", \"zone\", \"dp\"]"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("plan.layout.sparse_order[1]: \"zone\" is not one of shard, mp, dp")));
+  EXPECT_THAT(BuildWith("plan.layout.sparse_order", "[\"shard\", \"mp\", \"mp\"]"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.layout.sparse_order[2]: \"mp\" appears twice")));
+  EXPECT_THAT(BuildWith("plan.layout.sparse_order", "[\"shard\", \"mp\"]"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.layout.sparse_order: [\"shard\",\"mp\"] must name")));
+  EXPECT_THAT(BuildWith("plan.layout.rank_order", "1"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.layout.rank_order")));
 }
 
 TEST(GemDefault, GroupsAreCappedAtTheWorldSize) {
