@@ -9,6 +9,7 @@
 #include "model/json/json_reader.h"
 #include "model/sharding/sharding_plan_json.h"
 #include "sim/network/collective_cost.h"
+#include "sim/scenario/torchrec_plan.h"
 #include "sim/scenario/plan_json.h"
 
 namespace gemtb::sim {
@@ -175,15 +176,7 @@ absl::Status ParseLayout(const nlohmann::json& json, const Cluster& cluster, boo
     return stride;
   };
   const int mp_stride = stride_of("mp");
-  for (size_t t = 0; t < sparse.tables.size(); ++t) {
-    if (!PlacedOnHosts(sparse.tables[t].type)) continue;
-    if (absl::StatusOr<int> g = HostGroupPositions(m, mp_stride, cluster.gpus_per_host); !g.ok()) {
-      return BadField("plan.layout.sparse_order",
-                      absl::StrCat("MP positions ", mp_stride, " ranks apart: ", ShardingTypeName(sparse.tables[t].type),
-                                   " tables need hosts of whole groups of positions (", g.status().message(), ")"));
-    }
-  }
-
+  layout.mp_stride = mp_stride;
   const GroupShape intra = FirstGroup(cluster, stride_of("shard"), layout.shard);
   if (sparse.fully_sharded && intra.hosts > 1) {
     warnings->push_back(absl::StrCat("plan.layout: V3's full sharding over ", layout.shard, " replicas ",
@@ -274,8 +267,8 @@ const std::vector<std::string>& CollectiveAlgoNames() {
 absl::StatusOr<Plan> ParsePlan(const nlohmann::json& json, const Cluster& cluster, const model::ModelGraph& model,
                                std::vector<std::string>* warnings) {
   absl::StatusOr<ObjectReader> r =
-      ObjectReader::Open(json, "plan", {"cap_groups_at_world_size", "dense", "sparse", "layout", "collectives", "memory",
-                                        "pipeline"});
+      ObjectReader::Open(json, "plan", {"cap_groups_at_world_size", "dense", "sparse", "layout", "torchrec_plan",
+                                        "collectives", "memory", "pipeline"});
   if (!r.ok()) return r.status();
   bool cap = false;
   GEMTB_RETURN_IF_ERROR(r->Bool("cap_groups_at_world_size", &cap));
@@ -288,6 +281,21 @@ absl::StatusOr<Plan> ParsePlan(const nlohmann::json& json, const Cluster& cluste
   GEMTB_RETURN_IF_ERROR(ParseDense(section("dense"), cluster, model, cap, &plan.dense, warnings));
   GEMTB_RETURN_IF_ERROR(ParseSparse(section("sparse"), cluster, model, cap, &plan.sparse));
   GEMTB_RETURN_IF_ERROR(ParseLayout(section("layout"), cluster, cap, &plan, warnings));
+  // TWRW's host groups: whole groups of consecutive MP positions on each host.
+  const absl::StatusOr<int> host_positions =
+      HostGroupPositions(plan.layout.mp, plan.layout.mp_stride, cluster.gpus_per_host);
+  if (const nlohmann::json* torchrec = r->Get("torchrec_plan"); torchrec != nullptr) {
+    GEMTB_RETURN_IF_ERROR(
+        ApplyTorchRecPlan(*torchrec, model, plan.layout.mp, host_positions.ok() ? *host_positions : 1, &plan.sparse));
+  }
+  for (const TableSharding& t : plan.sparse.tables) {
+    if (PlacedOnHosts(t.type) && !host_positions.ok()) {
+      return BadField("plan.layout.sparse_order",
+                      absl::StrCat("MP positions ", plan.layout.mp_stride, " ranks apart: ", ShardingTypeName(t.type),
+                                   " tables need hosts of whole groups of positions (", host_positions.status().message(),
+                                   ")"));
+    }
+  }
   GEMTB_RETURN_IF_ERROR(ParseCollectives(section("collectives"), cluster, &plan.collectives));
   GEMTB_RETURN_IF_ERROR(ParseMemory(section("memory"), cluster, &plan.memory));
   GEMTB_RETURN_IF_ERROR(ParsePipeline(section("pipeline"), &plan.pipeline));

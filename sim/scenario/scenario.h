@@ -200,6 +200,7 @@ struct LayoutPlan {
   std::vector<std::string> sparse_order = {"shard", "mp", "dp"};
   int sparse_shard_group = 0;  // F as given; 0 = N (every replica of a position)
   int shard = 1, mp = 1, dp = 1;  // resolved sizes at the scenario's world size: F, M, N/F
+  int mp_stride = 1;              // ranks between consecutive MP positions
 };
 
 struct Plan {

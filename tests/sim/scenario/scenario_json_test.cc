@@ -248,6 +248,62 @@ TEST(NamedErrors, LayoutRules) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.layout.rank_order")));
 }
 
+// plan.torchrec_plan: TorchRec's ParameterSharding names and ranks (positions of the MP group of 256)
+// override plan.sparse per table; the ranks place the table's traffic.
+TEST(TorchRecPlan, SetsTypesAndRanksPerTable) {
+  ScenarioDocument doc = GemDefault();
+  doc.json["plan"]["torchrec_plan"] = nlohmann::json::parse(R"({"tables": {
+      "user_feat_0": {"sharding_type": "table_wise", "ranks": [17]},
+      "user_feat_1": {"sharding_type": "column_wise", "ranks": [5, 9]},
+      "ad_feat_0": {"sharding_type": "table_row_wise", "ranks": [0]}}})");
+  absl::StatusOr<Scenario> s = BuildScenario(doc);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto sharding_of = [&](const std::string& name) {
+    for (size_t t = 0; t < s->model->tables.size(); ++t) {
+      if (s->model->tables[t].name == name) return s->plan.sparse.tables[t];
+    }
+    return TableSharding{};
+  };
+  EXPECT_EQ(sharding_of("user_feat_0").type, ShardingType::kTableWise);
+  EXPECT_EQ(sharding_of("user_feat_0").owner, 17);
+  EXPECT_EQ(sharding_of("user_feat_1").type, ShardingType::kColumnWise);
+  EXPECT_EQ(sharding_of("user_feat_1").shards, 2);
+  EXPECT_EQ(sharding_of("user_feat_1").ranks, (std::vector<int>{5, 9}));
+  // One MP position per host in the article's layout (positions 8 ranks apart): a host's ranks are one.
+  EXPECT_EQ(sharding_of("ad_feat_0").type, ShardingType::kTableRowWise);
+  EXPECT_EQ(sharding_of("user").type, ShardingType::kRowWise);  // not named: plan.sparse's
+}
+
+TEST(NamedErrors, TorchRecPlan) {
+  auto with_plan = [](const std::string& text) {
+    ScenarioDocument doc = GemDefault();
+    doc.json["plan"]["torchrec_plan"] = nlohmann::json::parse(text);
+    return BuildScenario(doc).status();
+  };
+  EXPECT_THAT(with_plan(R"({"tables": {"nope": {"sharding_type": "table_wise", "ranks": [0]}}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("plan.torchrec_plan.tables.nope: is not a table of the model")));
+  EXPECT_THAT(with_plan(R"({"tables": {"user_feat_0": {"sharding_type": "TW", "ranks": [0]}}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("plan.torchrec_plan.tables.user_feat_0.sharding_type: \"TW\" is not one of "
+                                 "data_parallel, table_wise, row_wise, column_wise, table_row_wise")));
+  EXPECT_THAT(with_plan(R"({"tables": {"user_feat_0": {"sharding_type": "table_wise", "ranks": [256]}}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("plan.torchrec_plan.tables.user_feat_0.ranks[0]: 256 is not a rank of the sharding "
+                                 "group of 256")));
+  EXPECT_THAT(with_plan(R"({"tables": {"user_feat_0": {"sharding_type": "table_wise", "ranks": [1, 2]}}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("must name one rank")));
+  EXPECT_THAT(with_plan(R"({"tables": {"user_feat_0": {"sharding_type": "column_wise", "ranks": [1, 1]}}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ranks[1]: 1 appears twice")));
+  EXPECT_THAT(with_plan(R"({"tables": {"user_feat_0": {"sharding_type": "row_wise", "ranks": [0, 1]}}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("row_wise uses every rank of the group of 256")));
+  EXPECT_THAT(with_plan(R"({"tables": {"user_feat_0": {"sharding_type": "table_wise"}}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.torchrec_plan.tables.user_feat_0.ranks: missing")));
+  EXPECT_THAT(with_plan(R"({"tables": {"user_feat_0": {"sharding_type": "table_wise", "ranks": [0], "kernel": 1}}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.torchrec_plan.tables.user_feat_0.kernel")));
+  EXPECT_THAT(with_plan(R"({"plan": {}})"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.torchrec_plan.plan")));
+}
+
 TEST(GemDefault, GroupsAreCappedAtTheWorldSize) {
   ScenarioDocument doc = GemDefault();
   ASSERT_TRUE(SetWorldSize(doc, 64).ok());
