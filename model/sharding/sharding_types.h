@@ -48,7 +48,7 @@ struct TableSharding {
   // The MP-group positions a TorchRec plan names (ParameterSharding.ranks; the simulator's
   // plan.torchrec_plan): CW's shard i on ranks[i], TWRW on the host of ranks[0]. Empty: the default
   // placement rules (placement.h), the only ones reference/ executes.
-  std::vector<int> ranks;
+  std::vector<int> ranks = {};
   friend bool operator==(const TableSharding&, const TableSharding&) = default;
 };
 
