@@ -12,13 +12,18 @@
 #      through --forward-kernel/--backward-kernel, plus the library's own choice);
 #   6. writes under $OUT: summary.txt, build.log, ctest.log, check.log, check.json, memcheck.log,
 #      racecheck.log and results.json (the record for tools/bench/results/): 8 files, the most a
-#      device call brings back.
+#      device call brings back. The sanitizers' first report lines of each family (file:line with
+#      the -lineinfo build, kernel, address) are kept in its log, in results.json and, the first
+#      two, in summary.txt.
 # gpu/README.md explains how to fill .deb/ and make the call. Usage, from the repository root:
 #   bash tools/gpu_check.sh [--tier small|scale|all] [--cases N] [--scale-cases N] [--scale-family F]
 #                           [--sanitize-cases M] [--scale-sanitize-cases M] [--seed S]
 #                           [--max-length L] [--sanitize-max-length L]
 #                           [--sanitizers memcheck,racecheck | --sanitizers ""] [--skip-check]
-#                           [--skip-ctest] [--build-dir DIR]
+#                           [--racecheck-family F[,F...]] [--skip-ctest] [--build-dir DIR]
+# --racecheck-family runs racecheck on those families only (of the 24 act/mask families), with
+# --racecheck-report all: every hazard with its threads, block and shared address, besides the
+# analysis's access pairs.
 # Exit status: 0 when everything ran and passed, 1 when a check failed, 2 when the build failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +40,7 @@ sanitize_max_length=100
 sanitizer_tools=default
 run_check=1
 run_ctest=1
+racecheck_family=""
 build=/tmp/gemtb-gpu-build
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -50,6 +56,7 @@ while [ $# -gt 0 ]; do
     --sanitize-max-length) sanitize_max_length=$2; shift 2 ;;
     --sanitizers) sanitizer_tools=$2; shift 2 ;;
     --skip-check) run_check=0; shift ;;
+    --racecheck-family) racecheck_family=$2; shift 2 ;;
     --build-dir) build=$2; shift 2 ;;
     *) echo "gpu_check: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -60,6 +67,16 @@ case "$tier" in
   all) run_small=1; run_scale=1 ;;
   *) echo "gpu_check: --tier $tier: want small, scale or all" >&2; exit 2 ;;
 esac
+families_all=""
+for act in softmax silu gelu_tanh gelu relu identity; do
+  for mask in none causal window block; do families_all+="${families_all:+ }$act/$mask"; done
+done
+for fam in ${racecheck_family//,/ }; do
+  case " $families_all " in
+    *" $fam "*) ;;
+    *) echo "gpu_check: --racecheck-family $fam: want one of: $families_all" >&2; exit 2 ;;
+  esac
+done
 # The small tier's sanitizers run by default only when the small tier does (the scale tier has its
 # own memcheck stage); --sanitizers names them explicitly.
 if [ "$sanitizer_tools" = default ]; then
@@ -112,8 +129,9 @@ export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # here a launcher drops it so that a new warning cannot stop the checks (warnings still print).
 launcher="$PWD/tools/no_werror.sh"; chmod +x "$launcher"  # modes may not survive the copy to the device
 stage "configure"
+# -lineinfo: line tables only (the same machine code), so that the sanitizers' reports name file:line.
 if ! cmake -S "$srcdir" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
-     -DGEMTB_BUILD_BENCHMARKS=OFF -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
+     -DGEMTB_BUILD_BENCHMARKS=OFF -DCMAKE_CUDA_FLAGS=-lineinfo -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
      -DCMAKE_CUDA_COMPILER_LAUNCHER="$launcher" > "$out/build.log" 2>&1; then
   tail -30 "$out/build.log"
   stage "configure FAILED (build.log)"
@@ -202,35 +220,56 @@ fi
 # finished even when the time limit stops it (racecheck checks every shared-memory access and is
 # far slower than memcheck: on the first H200 run, memcheck took 8 s for 480 cases and racecheck did
 # not finish them in 150 s as one process).
-families_all=""
-for act in softmax silu gelu_tanh gelu relu identity; do
-  for mask in none causal window block; do families_all+="${families_all:+ }$act/$mask"; done
-done
+racecheck_report=""  # compute-sanitizer's default (analysis: one report per pair of accesses)
+[ -n "$racecheck_family" ] && racecheck_report=all
 sanitize() {  # tool family cases seconds
   local f=/tmp/gemtb-san/$1/${2//\//+}
-  timeout "$4" compute-sanitizer --tool "$1" --error-exitcode 99 "$gemtb" check attention \
+  local report=()
+  [ "$1" = racecheck ] && [ -n "$racecheck_report" ] && report=(--racecheck-report "$racecheck_report")
+  timeout "$4" compute-sanitizer --tool "$1" "${report[@]}" --error-exitcode 99 "$gemtb" check attention \
     --family "$2" --cases "$3" --seed $((seed + 1000)) --max-length "$sanitize_max_length" \
     --verbose > "$f.log" 2>&1
   echo "exit code $?" >> "$f.log"
 }
+# compute-sanitizer's report lines: "=========" lines other than its banner, its summary and the
+# empty separators (racecheck: "Race reported between ... access at ADDR in FILE:LINE", or with
+# --racecheck-report all also the hazard's kernel, block, threads and shared address).
+report_lines() { grep -E '^=========' "$1" | grep -vE 'COMPUTE-SANITIZER|SUMMARY|^=========[[:space:]]*$'; }
+# A family's log with its report lines cut to the first 40 (racecheck's can run to hundreds).
+cut_reports() {
+  awk '/^=========/ && !/COMPUTE-SANITIZER|SUMMARY/ {
+         if ($0 ~ /^=========[[:space:]]*$/) { if (n < 40) print; next }
+         if (++n <= 40) print
+         next
+       }
+       { print }
+       END { if (n > 40) printf "[%d more report lines not kept]\n", n - 40 }' "$1"
+}
 export -f sanitize
-export gemtb seed sanitize_max_length
+export gemtb seed sanitize_max_length racecheck_report
 for tool in ${sanitizer_tools//,/ }; do
   [ $((budget - SECONDS)) -gt 30 ] || { stage "no time left for $tool"; continue; }
   # Three waves of 8 families share what is left (the last tool gets the rest).
   share=$(( (budget - SECONDS - 10) / 6 ))
   [ "$tool" = "${sanitizer_tools##*,}" ] && share=$(( (budget - SECONDS - 10) / 3 ))
-  stage "compute-sanitizer --tool $tool ($sanitize_cases cases per family, $share s per family)"
+  fams=$families_all
+  title="$tool"
+  if [ "$tool" = racecheck ] && [ -n "$racecheck_family" ]; then
+    fams=${racecheck_family//,/ }
+    title="$tool --racecheck-report all"
+  fi
+  stage "compute-sanitizer --tool $title ($sanitize_cases cases per family, $share s per family)"
   rm -rf "/tmp/gemtb-san/$tool" && mkdir -p "/tmp/gemtb-san/$tool"
-  printf '%s\n' $families_all | xargs -P 8 -I{} bash -c "sanitize $tool {} $sanitize_cases $share"
+  printf '%s\n' $fams | xargs -P 8 -I{} bash -c "sanitize $tool {} $sanitize_cases $share"
   : > "$out/$tool.log"
-  for fam in $families_all; do
+  for fam in $fams; do
     f=/tmp/gemtb-san/$tool/${fam//\//+}.log
-    { echo "### $fam"; cat "$f"; } >> "$out/$tool.log"
+    { echo "### $fam"; cut_reports "$f"; } >> "$out/$tool.log"
     done_cases=$(grep -cE "^(pass|FAIL|EXCUSED) " "$f")
     summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$f" | tr '\n' ' ')
     rc=$(tail -1 "$f")
     printf '   %-18s %3s cases  %s (%s)\n' "$fam" "$done_cases" "${summary:-no summary}" "$rc" | tee -a "$out/summary.txt"
+    report_lines "$f" | head -2 | sed 's/^=========/     /' | tee -a "$out/summary.txt"
     [ "$rc" = "exit code 0" ] || status=1
   done
 done
@@ -285,7 +324,7 @@ fi
 # --- 6. results -----------------------------------------------------------------------------------
 commit=$(cat .deb/SOURCE 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)
 hardware=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-export tier scale_cmd scale_rc scale_sanitize_cases
+export tier scale_cmd scale_rc scale_sanitize_cases racecheck_report
 python3 - "$out" "$commit" "$hardware" "$check_cmd" "$check_rc" "$ctest_result" \
   "$sanitizer_tools" "$sanitize_cases" \
   "$sanitize_max_length" "$seed" "$extra_rc" "$extra_cases" "$extra_families" "$max_length" <<'EOF'
@@ -304,11 +343,18 @@ def sanitizer(tool):
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         lines = open(os.path.join(folder, name), errors="replace").read().splitlines()
         fam = name[:-4].replace("+", "/")
+        # The first 40 report lines (report_lines in the script: where each hazard or error is).
+        reports = [l.strip("= ").strip() for l in lines
+                   if l.startswith("=========") and "COMPUTE-SANITIZER" not in l and "SUMMARY" not in l
+                   and l.strip("= ")][:40]
         fams[fam] = {"cases_done": sum(1 for l in lines if l.startswith(("pass ", "FAIL ", "EXCUSED "))),
                      "failed_cases": sum(1 for l in lines if l.startswith("FAIL ")),
                      "summary": [l.strip("= ").strip() for l in lines if "SUMMARY" in l],
+                     "first_reports": reports,
                      "exit": lines[-1] if lines else "no log"}
-    return {"command": f"compute-sanitizer --tool {tool} --error-exitcode 99 gemtb check attention "
+    report = os.environ["racecheck_report"] if tool == "racecheck" else ""
+    report = f"--racecheck-report {report} " if report else ""
+    return {"command": f"compute-sanitizer --tool {tool} {report}--error-exitcode 99 gemtb check attention "
                        f"--family F --cases {san_cases} --seed {int(seed) + 1000} --max-length {san_len} "
                        f"--verbose (one process per family F, 8 at a time)",
             "families": fams}

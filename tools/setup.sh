@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libabsl-dev libtbb-dev libeigen3-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
-  python3 python3-numpy
+  python3 python3-numpy python3-venv python3-dev
   clang libclang-rt-dev
   ccache
 )

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds everything (CUDA code too when nvcc is present) and runs the whole CPU test suite. GPU
 # tests report as skipped on a machine without a GPU. Extra arguments go to ctest (e.g. -L numerics).
+# Then the Python package and its suites (tools/python_test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/ccache_env.sh
@@ -56,4 +57,8 @@ stage "build"
 cmake --build build -j "$(nproc)"
 stage "test"
 ctest --test-dir build --output-on-failure -j "$(nproc)" "$@"
+stage "python (pip install ., pytest tests/python tests/conformance)"
+t_py=$SECONDS
+bash tools/python_test.sh
+echo "python stage: $((SECONDS - t_py)) s"
 stage "done in $((SECONDS - t0)) s"

@@ -28,6 +28,11 @@ bool IsWithin(const fs::path& path, const fs::path& dir) {
   return d_end == d.end();
 }
 
+std::string*& NamedDataDir() {
+  static std::string* named = nullptr;
+  return named;
+}
+
 }  // namespace
 
 DataDirLocation FindDataDir() {
@@ -45,7 +50,12 @@ DataDirLocation FindDataDir() {
   return {installed.string(), "installed"};
 }
 
+void UseDataDir(const std::string& path) {
+  NamedDataDir() = new std::string(path);
+}
+
 const std::string& DataDir() {
+  if (const std::string* named = NamedDataDir()) return *named;
   static const std::string* dir = new std::string(FindDataDir().path);
   return *dir;
 }

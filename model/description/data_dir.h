@@ -20,8 +20,12 @@ struct DataDirLocation {
 
 DataDirLocation FindDataDir();
 
-// FindDataDir().path, looked up once per process.
+// FindDataDir().path, looked up once per process, unless UseDataDir named the folder first.
 const std::string& DataDir();
+
+// A program that embeds the libraries (the Python module, whose package ships the data files) names
+// the folder itself; call it before anything reads DataDir().
+void UseDataDir(const std::string& path);
 
 }  // namespace gemtb::model
 

@@ -16,10 +16,10 @@ namespace {
 absl::Status Bad(const std::string& message) { return absl::InvalidArgumentError(message); }
 
 // Reads a floating tensor; `field` names it in errors.
-absl::Status LoadFloat(const std::string& path, absl::string_view field, std::vector<double>& values,
-                       reference::TensorView<double>& view, NpyDType* dtype = nullptr) {
+absl::Status LoadFloat(const ArraySource& read, const std::string& path, absl::string_view field,
+                       std::vector<double>& values, reference::TensorView<double>& view, NpyDType* dtype = nullptr) {
   if (path.empty()) return absl::OkStatus();
-  absl::StatusOr<NpyArray> array = ReadNpy(path);
+  absl::StatusOr<NpyArray> array = read(path);
   if (!array.ok()) return Bad(absl::StrCat(field, ": ", array.status().message()));
   absl::StatusOr<std::vector<double>> decoded = DecodeFloat(*array, absl::StrCat(field, " (", path, ")"));
   if (!decoded.ok()) return decoded.status();
@@ -29,10 +29,10 @@ absl::Status LoadFloat(const std::string& path, absl::string_view field, std::ve
   return absl::OkStatus();
 }
 
-absl::Status LoadInt(const std::string& path, absl::string_view field, std::vector<int64_t>& values,
-                     reference::TensorView<int64_t>& view) {
+absl::Status LoadInt(const ArraySource& read, const std::string& path, absl::string_view field,
+                     std::vector<int64_t>& values, reference::TensorView<int64_t>& view) {
   if (path.empty()) return absl::OkStatus();
-  absl::StatusOr<NpyArray> array = ReadNpy(path);
+  absl::StatusOr<NpyArray> array = read(path);
   if (!array.ok()) return Bad(absl::StrCat(field, ": ", array.status().message()));
   if (array->dtype != NpyDType::kInt64) {
     return Bad(absl::StrCat(field, " (", path, "): dtype ", NpyDTypeName(array->dtype),
@@ -146,6 +146,10 @@ absl::StatusOr<AttentionCaseSpec> ParseCaseFolderJson(const std::string& json_te
 }
 
 absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& s) {
+  return LoadAttentionCase(s, [](const std::string& path) { return ReadNpy(path); });
+}
+
+absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& s, const ArraySource& read) {
   for (const auto& [name, value] : {std::pair{"--q", &s.q}, {"--k", &s.k}, {"--v", &s.v},
                                     {"--q-offsets", &s.q_offsets}, {"--kv-offsets", &s.kv_offsets}}) {
     if (value->empty()) return Bad(absl::StrCat(name, ": required"));
@@ -170,24 +174,24 @@ absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& s) {
 
   reference::AttentionInputs& in = c.inputs;
   NpyDType dk = NpyDType::kFloat64, dv = NpyDType::kFloat64, ddo = NpyDType::kFloat64;
-  GEMTB_RETURN_IF_ERROR(LoadFloat(s.q, "q", c.q, in.q, &c.input_dtype));
-  GEMTB_RETURN_IF_ERROR(LoadFloat(s.k, "k", c.k, in.k, &dk));
+  GEMTB_RETURN_IF_ERROR(LoadFloat(read, s.q, "q", c.q, in.q, &c.input_dtype));
+  GEMTB_RETURN_IF_ERROR(LoadFloat(read, s.k, "k", c.k, in.k, &dk));
   GEMTB_RETURN_IF_ERROR(SameDType(dk, c.input_dtype, "k"));
-  GEMTB_RETURN_IF_ERROR(LoadFloat(s.v, "v", c.v, in.v, &dv));
+  GEMTB_RETURN_IF_ERROR(LoadFloat(read, s.v, "v", c.v, in.v, &dv));
   GEMTB_RETURN_IF_ERROR(SameDType(dv, c.input_dtype, "v"));
-  GEMTB_RETURN_IF_ERROR(LoadInt(s.q_offsets, "q_offsets", c.q_offsets, in.q_offsets));
-  GEMTB_RETURN_IF_ERROR(LoadInt(s.kv_offsets, "kv_offsets", c.kv_offsets, in.kv_offsets));
-  GEMTB_RETURN_IF_ERROR(LoadInt(s.kv_index, "kv_index", c.kv_index, in.kv_index));
-  GEMTB_RETURN_IF_ERROR(LoadInt(s.ts, "ts", c.ts, in.ts));
-  GEMTB_RETURN_IF_ERROR(LoadFloat(s.bias_dense, "bias_dense", c.bias_dense, in.bias_dense));
-  GEMTB_RETURN_IF_ERROR(LoadFloat(s.bias_rel, "bias_rel", c.bias_rel, in.bias_rel));
-  GEMTB_RETURN_IF_ERROR(LoadFloat(s.bias_ts, "bias_ts", c.bias_ts, in.bias_ts));
-  GEMTB_RETURN_IF_ERROR(LoadFloat(s.rope_q, "rope_q", c.rope_q, in.rope_q));
-  GEMTB_RETURN_IF_ERROR(LoadFloat(s.rope_k, "rope_k", c.rope_k, in.rope_k));
-  GEMTB_RETURN_IF_ERROR(LoadFloat(s.rope_v, "rope_v", c.rope_v, in.rope_v));
+  GEMTB_RETURN_IF_ERROR(LoadInt(read, s.q_offsets, "q_offsets", c.q_offsets, in.q_offsets));
+  GEMTB_RETURN_IF_ERROR(LoadInt(read, s.kv_offsets, "kv_offsets", c.kv_offsets, in.kv_offsets));
+  GEMTB_RETURN_IF_ERROR(LoadInt(read, s.kv_index, "kv_index", c.kv_index, in.kv_index));
+  GEMTB_RETURN_IF_ERROR(LoadInt(read, s.ts, "ts", c.ts, in.ts));
+  GEMTB_RETURN_IF_ERROR(LoadFloat(read, s.bias_dense, "bias_dense", c.bias_dense, in.bias_dense));
+  GEMTB_RETURN_IF_ERROR(LoadFloat(read, s.bias_rel, "bias_rel", c.bias_rel, in.bias_rel));
+  GEMTB_RETURN_IF_ERROR(LoadFloat(read, s.bias_ts, "bias_ts", c.bias_ts, in.bias_ts));
+  GEMTB_RETURN_IF_ERROR(LoadFloat(read, s.rope_q, "rope_q", c.rope_q, in.rope_q));
+  GEMTB_RETURN_IF_ERROR(LoadFloat(read, s.rope_k, "rope_k", c.rope_k, in.rope_k));
+  GEMTB_RETURN_IF_ERROR(LoadFloat(read, s.rope_v, "rope_v", c.rope_v, in.rope_v));
   if (!s.d_o.empty()) {
     reference::TensorView<double> view;
-    GEMTB_RETURN_IF_ERROR(LoadFloat(s.d_o, "do", c.d_o, view, &ddo));
+    GEMTB_RETURN_IF_ERROR(LoadFloat(read, s.d_o, "do", c.d_o, view, &ddo));
     GEMTB_RETURN_IF_ERROR(SameDType(ddo, c.input_dtype, "do"));
     c.d_o_shape = view.shape;
     c.has_d_o = true;

@@ -5,6 +5,7 @@
 #ifndef GEMTB_REFERENCE_IO_ATTENTION_CASE_H_
 #define GEMTB_REFERENCE_IO_ATTENTION_CASE_H_
 
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -52,6 +53,10 @@ struct AttentionCase {
 // Reads every file of `spec`, checks dtypes agree and builds the inputs; then validates the whole
 // call with the oracle's own checks, so an error names the field before anything is computed.
 absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& spec);
+// The same with the arrays taken from `read`, called with each non-empty file field of `spec` (the
+// Python bindings name arrays there instead of files).
+using ArraySource = std::function<absl::StatusOr<NpyArray>(const std::string& name)>;
+absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& spec, const ArraySource& read);
 
 ElementType ToElementType(NpyDType dtype);
 

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -24,6 +25,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/check/attention_cases.h"
 #include "tools/check/attention_check.h"
+#include "tools/check/gpu_watchdog.h"
 #include "tools/check/oracle_run.h"
 #include "tools/check/scale_case.h"
 #include "tools/check/scale_sample.h"
@@ -65,6 +67,8 @@ struct Settings {
   std::vector<std::string> bench_cases;
   std::string kernel_flags;  // " --forward-kernel K ..." for replay lines
   std::optional<int64_t> time_limit;  // seconds; scale and bench tiers
+  int64_t gpu_timeout = 300;          // seconds one case's GPU call may take before it counts as hung
+  std::string json_path;
   bool verbose = false, tanh_approx = false;
 };
 
@@ -272,9 +276,28 @@ absl::Status DryRun(const Settings& s) {
 }
 
 #if GEMTB_HAVE_CUDA
+// A case whose GPU call never returned: reported as a failure with its replay flags (and in --json),
+// then the process ends, since the stuck kernel cannot be cancelled and the CUDA context cannot be
+// torn down while it runs. Runs on the watchdog's thread while the main thread waits in the call.
+[[noreturn]] void ReportHang(const Settings& s, const std::string& label, std::chrono::milliseconds limit) {
+  const double seconds = static_cast<double>(limit.count()) / 1000.0;
+  std::cout << std::flush;
+  std::cout << absl::StrFormat("FAILED (hung) %s: the GPU call did not return within %.0f s (--gpu-timeout); a "
+                               "kernel waits on something that never comes\n",
+                               label, seconds)
+            << std::flush;
+  if (!s.json_path.empty()) {
+    std::ofstream out(s.json_path);
+    out << nlohmann::json{{"seed", s.seed}, {"hung", {{"case", label}, {"gpu_timeout_seconds", seconds}}}}.dump(2)
+        << "\n";
+  }
+  std::_Exit(kExitCheckFailed);
+}
+
 struct Runner {
   const Settings& s;
   gpu::KernelOverride kernels;
+  check::GpuWatchdog& watchdog;
   nlohmann::json failures = nlohmann::json::array();
   bool all_pass = true;
 
@@ -307,7 +330,12 @@ struct Runner {
           d_o[i] = check::RandomCotangent(batch[i], static_cast<uint64_t>(seeds[i]) ^ 0x5DEECE66Dull);
         });
         const auto t_gpu = Clock::now();
-        for (int64_t i = 0; i < n; ++i) gpu[i] = check::RunGpu(batch[i], d_o[i], kernels);
+        for (int64_t i = 0; i < n; ++i) {
+          const check::GpuWatchdog::Guard guard = watchdog.Arm(absl::StrCat(
+              family.Name(), " case ", c0 + i, "; replay: gemtb check attention --family ", family.Name(),
+              " --case-seed ", seeds[i], s.tanh_approx ? " --tanh-approx" : "", s.kernel_flags));
+          gpu[i] = check::RunGpu(batch[i], d_o[i], kernels);
+        }
         const auto t_judge = Clock::now();
         tbb::parallel_for(int64_t{0}, n, [&](int64_t i) {
           if (Skipped(gpu[i].status)) return;
@@ -461,6 +489,9 @@ struct Runner {
         const check::ScaleCase& c = cases[c0 + i].second;
         k.samples[i] = check::DrawSample(c, static_cast<uint64_t>(seeds[c0 + i]), s.sample_budget);
         const auto t = Clock::now();
+        const check::GpuWatchdog::Guard guard = watchdog.Arm(absl::StrFormat(
+            "%s case %d [%s]; replay: %s", cases[c0 + i].first, c0 + i, check::ScalePairingName(c.pairing),
+            replays[c0 + i]));
         k.gpu[i] = RunSampled(c, k.samples[i]);
         k.gpu_s[i] = Since(t);
         gpu_seconds += k.gpu_s[i];
@@ -606,6 +637,10 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
                    "bench tier: these benchmark cases by name (default all eight: self_softmax, self_gdpa_silu, "
                    "cross_gdpa_gelu, cross_softmax, swa_causal_512, block64_softmax, pma_gdpa_silu, "
                    "dense_gdpa_silu)");
+  flags.Int64("gpu-timeout", &s.gpu_timeout,
+              "seconds one case's GPU call (with its input generation) may take; a case past it is reported "
+              "as FAILED (hung), with its replay flags, the --json gets a \"hung\" entry, and the command "
+              "exits 1 at once, since a hung kernel cannot be cancelled (default 300)");
   flags.String("json", &json_path, "also write the counts and failures as JSON to this file");
   flags.Bool("verbose", &s.verbose, "print every case, not only failures");
   flags.Bool("dry-run", &dry_run,
@@ -654,6 +689,9 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   if (s.time_limit && *s.time_limit < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--time-limit=", *s.time_limit, ": must be >= 1"));
   }
+  if (s.gpu_timeout < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--gpu-timeout=", s.gpu_timeout, ": must be >= 1"));
+  }
   if (s.sample_budget < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--sample-pairs=", s.sample_budget, ": must be >= 1"));
   }
@@ -672,7 +710,12 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
       "--tier ", tier, " runs the GPU kernels, and this gemtb was built without CUDA (nvcc not found at "
       "configure time); --dry-run shows what the tier draws without a GPU"));
 #else
-  Runner runner{s, {}};
+  s.json_path = json_path;
+  check::GpuWatchdog watchdog(std::chrono::seconds(s.gpu_timeout), [&s](const std::string& label,
+                                                                       std::chrono::milliseconds limit) {
+    ReportHang(s, label, limit);
+  });
+  Runner runner{s, {}, watchdog};
   absl::StatusOr<gpu::ForwardKernelKind> fk = gpu::ParseForwardKernel(forward_kernel);
   if (!fk.ok()) return absl::InvalidArgumentError(absl::StrCat("--forward-kernel: ", fk.status().message()));
   absl::StatusOr<gpu::BackwardKernelKind> bk = gpu::ParseBackwardKernel(backward_kernel);

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """gemtb whatif calibrate end to end (spec/simulator.md §6.6): the committed 2- and 4-GPU H200 results,
 given as two --in flags or one comma-separated --in, reproduce the committed sim/calibration/h200.json
-byte for byte (the calibration sim/ uses is the tool's output on the committed measurements); files
+byte for byte (the calibration sim/ uses is the tool's output on the committed measurements; the
+committed one-GPU GEMM-interference records, gemm_interference_h200x*_*.json, are then applied with
+`gemtb bench comm --fit`, as the calibration's kappa_measured notes name them); files
 that cannot be merged, and bad flags, exit 2 with one stderr line naming the flag, field, file and value,
 and write nothing."""
 import argparse
@@ -36,6 +38,19 @@ def main():
     committed_results = sorted(os.path.basename(p) for p in glob.glob(os.path.join(RESULTS, "comm_h200x*_*.json")))
     if sorted(sources) != committed_results:
         failures.append(f"h200.json was fitted from {sources}, the committed results are {committed_results}")
+    gemm_records = sorted(glob.glob(os.path.join(RESULTS, "gemm_interference_h200x*_*.json")))
+    measured_notes = json.dumps(committed_json.get("kappa_measured", {}))
+    for record in gemm_records:
+        if os.path.basename(record) not in measured_notes:
+            failures.append(f"h200.json's kappa_measured does not name {os.path.basename(record)}")
+
+    def apply_gemm_records(path):
+        for record in gemm_records:
+            r = subprocess.run([gemtb, "bench", "comm", "--fit", record, "--base", path, "--out", path],
+                               capture_output=True, text=True, timeout=300)
+            if r.returncode != 0:
+                return f"bench comm --fit {os.path.basename(record)}: exit {r.returncode} ({r.stderr.strip()})"
+        return None
 
     with tempfile.TemporaryDirectory() as tmp:
         with open(COMMITTED) as f:
@@ -46,6 +61,10 @@ def main():
             r = calibrate(args + ["--out", out])
             if r.returncode != 0:
                 failures.append(f"{name}: exit {r.returncode} ({r.stderr.strip()})")
+                continue
+            fit_error = apply_gemm_records(out)
+            if fit_error:
+                failures.append(f"{name}: {fit_error}")
                 continue
             with open(out) as f:
                 written = f.read()

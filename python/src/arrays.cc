@@ -1,0 +1,52 @@
+#include "python/src/arrays.h"
+
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace gemtb::python {
+
+absl::StatusOr<io::NpyArray> ToNpy(const std::string& field, const Wire& wire) {
+  const auto& [dtype_name, shape, bytes] = wire;
+  const std::optional<io::NpyDType> dtype = io::ParseNpyDTypeName(dtype_name);
+  if (!dtype) return absl::InvalidArgumentError(absl::StrCat(field, ": dtype ", dtype_name, " is not supported"));
+  io::NpyArray a;
+  a.dtype = *dtype;
+  a.shape = shape;
+  uint64_t elements = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || (d > 0 && elements > UINT64_MAX / 16 / static_cast<uint64_t>(d))) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": shape ", io::ShapeString(shape), " is not a tensor's"));
+    }
+    elements *= static_cast<uint64_t>(d);
+  }
+  if (elements * static_cast<uint64_t>(io::NpyItemSize(a.dtype)) != bytes.shape(0)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", bytes.shape(0), " bytes do not hold shape ",
+                                                   io::ShapeString(shape), " of ", dtype_name));
+  }
+  a.data.assign(bytes.data(), bytes.data() + bytes.shape(0));
+  return a;
+}
+
+nb::tuple FromNpy(io::NpyArray array) {
+  auto* data = new std::vector<uint8_t>(std::move(array.data));
+  nb::capsule owner(data, [](void* p) noexcept { delete static_cast<std::vector<uint8_t>*>(p); });
+  nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>> bytes(data->data(), {data->size()}, owner);
+  return nb::make_tuple(std::string(io::NpyDTypeName(array.dtype)), array.shape, bytes);
+}
+
+void Raise(const absl::Status& status) {
+  const std::string message(status.message());
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+      throw nb::value_error(message.c_str());
+    default:
+      throw std::runtime_error(message);
+  }
+}
+
+}  // namespace gemtb::python

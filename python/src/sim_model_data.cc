@@ -1,0 +1,232 @@
+// gemtb.whatif, gemtb.model and gemtb.data.generate: the library calls of `gemtb whatif`,
+// `gemtb model` and `gemtb data generate`, returning what those commands print and write.
+#include <optional>
+
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/pair.h>
+
+#include "absl/strings/str_cat.h"
+#include "model/data/batch.h"
+#include "model/data/generator.h"
+#include "model/data/shape_from_config.h"
+#include "model/description/data_dir.h"
+#include "model/description/graph_costs.h"
+#include "model/description/model_config.h"
+#include "model/description/model_graph.h"
+#include "model/metrics/ne.h"
+#include "nlohmann/json.hpp"
+#include "python/src/arrays.h"
+#include "sim/engine/simulate.h"
+#include "sim/report/report_files.h"
+#include "sim/report/study.h"
+#include "sim/scenario/scenario_json.h"
+
+namespace gemtb::python {
+namespace {
+
+absl::Status Bad(const std::string& m) { return absl::InvalidArgumentError(m); }
+
+// The report files of `gemtb whatif` (summary.json, sweep.csv, ...) by name, and its console text.
+std::pair<std::vector<std::pair<std::string, std::string>>, std::string> Whatif(
+    std::optional<std::string> scenario_path, std::optional<std::string> scenario_json, std::string base_dir,
+    std::vector<int> gpus, std::vector<std::pair<std::string, std::vector<std::string>>> sets,
+    std::optional<std::pair<int, int>> steps, bool sensitivity, bool attribution, bool shapley, bool checks,
+    bool levers, int reference_gpus, int threads, std::function<void(std::string)> progress) {
+  sim::report::StudyOptions options;
+  const bool default_scenario = !scenario_path && !scenario_json;
+  if (!gpus.empty()) {
+    for (int g : gpus) {
+      if (g < 1) Raise(Bad(absl::StrCat("gpus: ", g, " is not a GPU count")));
+    }
+    options.gpus = gpus;
+  } else if (default_scenario) {
+    options.gpus = sim::report::DefaultGpuSweep();
+  }
+  for (auto& [path, values] : sets) {
+    if (path.empty() || values.empty()) Raise(Bad(absl::StrCat("set['", path, "']: want a field path and values")));
+    options.sets.push_back({path, values});
+  }
+  if (steps) {
+    if (steps->first < 0 || steps->second < 1) {
+      Raise(Bad(absl::StrCat("steps=(", steps->first, ", ", steps->second, "): want (W, M) with W >= 0, M >= 1")));
+    }
+    options.warmup_steps = steps->first;
+    options.measured_steps = steps->second;
+  }
+  if (threads < 0 || threads > 4096) Raise(Bad(absl::StrCat("threads=", threads, ": want 0..4096")));
+  if (reference_gpus < 1 || reference_gpus > (1 << 22)) Raise(Bad(absl::StrCat("reference_gpus=", reference_gpus, ": want >= 1")));
+  options.threads = threads;
+  options.reference_gpus = reference_gpus;
+  options.sensitivity = sensitivity;
+  options.attribution = attribution;
+  options.shapley = shapley;
+  options.checks = checks;
+  options.levers = levers;
+  options.published_targets = default_scenario;
+  if (progress) {
+    options.progress = [progress](const std::string& line) {
+      nb::gil_scoped_acquire acquire;
+      progress(line);
+    };
+  }
+  std::string name = "scenario";
+  absl::StatusOr<sim::ScenarioDocument> doc;
+  if (scenario_json) {
+    const nlohmann::json j = nlohmann::json::parse(*scenario_json, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) Raise(Bad("scenario: not valid JSON"));
+    doc = sim::LoadScenarioDocument(j, base_dir);
+  } else {
+    name = scenario_path.value_or(sim::DefaultScenarioPath());
+    doc = sim::LoadScenarioDocument(name);
+  }
+  if (!doc.ok()) Raise(Bad(absl::StrCat(name, ": ", doc.status().message())));
+  absl::StatusOr<sim::report::Study> study;
+  {
+    nb::gil_scoped_release release;
+    const sim::report::SimulateFn simulate = [](const sim::Scenario& s, const sim::Counterfactuals& c,
+                                                const sim::SimOptions& o) { return sim::Simulate(s, c, o); };
+    study = sim::report::RunStudy(*doc, options, simulate);
+  }
+  if (!study.ok()) Raise(Bad(absl::StrCat(name, ": ", study.status().message())));
+  return {sim::report::RenderReport(*study), sim::report::ConsoleReport(*study)};
+}
+
+// `gemtb model`: per region and in total, at `batch` samples filled to `sparsity`; the op graph as
+// model.json text.
+nb::dict Model(const std::string& config_name, int64_t batch, double sparsity) {
+  if (batch < 1 || batch > (int64_t{1} << 40)) Raise(Bad(absl::StrCat("batch=", batch, ": must be in [1, 2^40]")));
+  if (!(sparsity >= 0.0 && sparsity <= 1.0)) Raise(Bad(absl::StrCat("sparsity=", sparsity, ": must be in [0, 1]")));
+  const model::ModelConfig config = Value(model::LoadModelConfig(config_name));
+  const model::ModelGraph graph = Value(model::ExpandModel(config));
+  const std::vector<int64_t> lengths = model::LengthsAtSparsity(graph, sparsity);
+  const model::GraphTotals totals = model::EvaluateGraph(graph, batch, lengths);
+  auto cost = [](const model::OpCost& c) {
+    nb::dict d;
+    d["flops_fwd"] = c.flops_fwd;
+    d["flops_bwd"] = c.flops_bwd;
+    d["bytes_fwd"] = c.bytes_fwd;
+    d["bytes_bwd"] = c.bytes_bwd;
+    d["saved_bytes"] = c.saved_bytes;
+    return d;
+  };
+  nb::list ops;
+  for (const model::Op& op : graph.ops) {
+    nb::dict d = cost(model::EvaluateOp(graph, op, batch, lengths));
+    d["name"] = op.name;
+    d["region"] = op.region;
+    d["params"] = op.params;
+    ops.append(d);
+  }
+  nb::dict result;
+  result["config"] = graph.config;
+  result["batch"] = batch;
+  result["sparsity"] = sparsity;
+  result["lengths"] = lengths;
+  result["ops"] = ops;
+  result["dense_params"] = totals.dense_params;
+  result["sparse_params"] = totals.sparse_params;
+  result["model"] = cost(totals.model);
+  result["all"] = cost(totals.all);
+  result["graph_json"] = model::ToJsonText(graph);
+  return result;
+}
+
+io::NpyArray Int32Array(const std::vector<int32_t>& v, std::vector<int64_t> shape) {
+  io::NpyArray a;
+  a.dtype = io::NpyDType::kInt32;
+  a.shape = std::move(shape);
+  a.data.resize(v.size() * 4);
+  for (size_t i = 0; i < v.size(); ++i) {  // little-endian regardless of the host
+    const uint32_t u = static_cast<uint32_t>(v[i]);
+    for (int k = 0; k < 4; ++k) a.data[i * 4 + static_cast<size_t>(k)] = static_cast<uint8_t>(u >> (8 * k));
+  }
+  return a;
+}
+
+// `gemtb data generate`: the arrays it writes (by file name without .npy) and meta.json's text.
+nb::dict DataGenerate(const std::string& config, int64_t samples, int64_t first, int64_t seed,
+                      std::optional<std::string> data_params, int threads) {
+  constexpr int64_t kMaxSamples = int64_t{1} << 24;
+  if (samples < 1 || samples > kMaxSamples) Raise(Bad(absl::StrCat("samples=", samples, ": expected 1 .. ", kMaxSamples)));
+  if (first < 0 || first > INT64_MAX - samples) Raise(Bad(absl::StrCat("first=", first, ": expected >= 0")));
+  if (seed < 0) Raise(Bad(absl::StrCat("seed=", seed, ": expected >= 0")));
+  if (threads < 0 || threads > 4096) Raise(Bad(absl::StrCat("threads=", threads, ": expected 0 .. 4096")));
+  const model::ModelConfig model_config = Value(model::LoadModelConfig(config));
+  if (!data_params && model::BuiltinConfigPath(config).empty()) {
+    Raise(Bad(absl::StrCat("config=", config, " is a file: give its data_params too")));
+  }
+  const data::DataParams params = Value(data_params ? data::LoadDataParamsFile(*data_params) : data::LoadDataParams(config));
+  data::Generator generator = Value(data::Generator::Create(params, data::ShapeFromConfig(model_config)));
+  std::vector<data::Sample> generated(static_cast<size_t>(samples));
+  data::Batch batch;
+  {
+    nb::gil_scoped_release release;
+    std::optional<tbb::global_control> limit;
+    if (threads > 0) limit.emplace(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
+    tbb::parallel_for(int64_t{0}, samples, [&](int64_t b) {
+      generator.Generate(static_cast<uint64_t>(seed), first + b, &generated[static_cast<size_t>(b)]);
+    });
+    data::AssembleBatch(generator.shape(), generated.data(), samples, &batch);
+  }
+  const data::DataShape& shape = generator.shape();
+  const int64_t T = static_cast<int64_t>(shape.tasks.size()), J = static_cast<int64_t>(shape.sequences.size());
+  const int64_t K = static_cast<int64_t>(batch.keys.size());
+  nlohmann::ordered_json meta;
+  meta["config"] = model_config.name;
+  meta["gen_version"] = params.version;
+  meta["seed"] = seed;
+  meta["first"] = first;
+  meta["samples"] = samples;
+  meta["keys"] = batch.keys;
+  std::vector<std::string> sequence_names;
+  for (const data::SequenceShape& s : shape.sequences) sequence_names.push_back(s.name);
+  meta["sequences"] = sequence_names;
+  meta["dense"] = shape.dense;
+  nlohmann::ordered_json tasks = nlohmann::ordered_json::array();
+  auto number = [](double x) { return std::isfinite(x) ? nlohmann::ordered_json(x) : nlohmann::ordered_json(nullptr); };
+  for (int64_t t = 0; t < T; ++t) {
+    const metrics::NeUnit unit = metrics::MakeNeUnit(batch.prob.data() + t, batch.label.data() + t,
+                                                     batch.mask.data() + t, samples, T);
+    const metrics::NeResult ne = metrics::EvaluateNe(&unit, 1);
+    const bool defined = ne.positives > 0 && ne.positives < ne.count;
+    nlohmann::ordered_json task;
+    task["name"] = shape.tasks[static_cast<size_t>(t)].name;
+    task["masked"] = ne.count;
+    task["positives"] = ne.positives;
+    task["mean_label"] = number(ne.mean_label);
+    task["oracle_ne"] = defined ? number(ne.ne) : nullptr;
+    task["oracle_calibration"] = number(ne.calibration);
+    tasks.push_back(task);
+  }
+  meta["tasks"] = tasks;
+  nb::dict result;
+  result["lengths"] = FromNpy(Int32Array(batch.lengths, {K * samples}));
+  result["ids"] = FromNpy(io::EncodeInt64(batch.values, {static_cast<int64_t>(batch.values.size())}));
+  result["seq_lengths"] = FromNpy(Int32Array(batch.seq_lengths, {J, samples}));
+  result["dense"] = FromNpy(io::EncodeFloat(std::vector<double>(batch.dense.begin(), batch.dense.end()),
+                                            {samples, shape.dense}, io::NpyDType::kFloat32));
+  result["surface"] = FromNpy(Int32Array(batch.surface, {samples}));
+  result["labels"] = FromNpy(io::EncodeUInt8(batch.label, {samples, T}));
+  result["masks"] = FromNpy(io::EncodeUInt8(batch.mask, {samples, T}));
+  result["probs"] = FromNpy(io::EncodeFloat(batch.prob, {samples, T}, io::NpyDType::kFloat64));
+  result["meta_json"] = meta.dump(2) + "\n";
+  return result;
+}
+
+}  // namespace
+
+void BindSimModelData(nb::module_& m) {
+  m.def("use_data_dir", &model::UseDataDir, nb::arg("path"));
+  m.def("whatif", &Whatif, nb::arg("scenario_path").none(), nb::arg("scenario_json").none(), nb::arg("base_dir"),
+        nb::arg("gpus"), nb::arg("sets"), nb::arg("steps").none(), nb::arg("sensitivity"), nb::arg("attribution"),
+        nb::arg("shapley"), nb::arg("checks"), nb::arg("levers"), nb::arg("reference_gpus"), nb::arg("threads"),
+        nb::arg("progress").none());
+  m.def("model", &Model, nb::arg("config"), nb::arg("batch"), nb::arg("sparsity"));
+  m.def("data_generate", &DataGenerate, nb::arg("config"), nb::arg("samples"), nb::arg("first"), nb::arg("seed"),
+        nb::arg("data_params").none(), nb::arg("threads"));
+}
+
+}  // namespace gemtb::python
