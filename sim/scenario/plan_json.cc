@@ -2,6 +2,7 @@
 // is read by model/sharding's parser, as `gemtb ref embed` reads it).
 #include <algorithm>
 #include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
@@ -177,15 +178,18 @@ absl::Status ParseLayout(const nlohmann::json& json, const Cluster& cluster, boo
   };
   const int mp_stride = stride_of("mp");
   layout.mp_stride = mp_stride;
+  auto apart = [](int stride) {
+    return stride == 1 ? std::string("on consecutive ranks") : absl::StrCat(stride, " ranks apart");
+  };
   const GroupShape intra = FirstGroup(cluster, stride_of("shard"), layout.shard);
   if (sparse.fully_sharded && intra.hosts > 1) {
     warnings->push_back(absl::StrCat("plan.layout: V3's full sharding over ", layout.shard, " replicas ",
-                                     stride_of("shard"), " ranks apart spans ", intra.hosts, " hosts of ",
+                                     apart(stride_of("shard")), " spans ", intra.hosts, " hosts of ",
                                      cluster.gpus_per_host, ": sparse-intra traffic leaves NVLink"));
   }
   const GroupShape mp = FirstGroup(cluster, mp_stride, m);
   if (mp.zones > 1) {
-    warnings->push_back(absl::StrCat("plan.layout: an MP group of ", m, " positions ", mp_stride, " ranks apart spans ",
+    warnings->push_back(absl::StrCat("plan.layout: an MP group of ", m, " positions ", apart(mp_stride), " spans ",
                                      mp.zones, " zones of ", cluster.zone_size, ": its all-to-alls cross zones"));
   }
   return absl::OkStatus();
