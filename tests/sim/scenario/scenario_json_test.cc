@@ -195,9 +195,9 @@ TEST(NamedErrors, HotIdSkew) {
 }
 
 // The article's layout: V3's full sharding on one NVLink host, each MP group inside one AI zone,
-// the zones data parallel; nothing to warn about. Without plan.layout (rank = m*N + rho) the same
-// plan's MP groups span both zones and its full-sharding groups two hosts (F = N = 16: rank = m*N +
-// rho), and the parser says so.
+// the zones data parallel; nothing to warn about. With sparse_shard_group 0 (F = N = 16: rank =
+// m*N + rho) the same plan's MP groups span both zones and its full-sharding groups two hosts, and
+// the parser says so.
 TEST(GemDefault, UsesTheArticlesLayout) {
   absl::StatusOr<Scenario> s = BuildScenario(GemDefault());
   ASSERT_TRUE(s.ok()) << s.status();
