@@ -1,6 +1,6 @@
 # Compiler flags that make the oracle bit-exact and keep our own code warning-free.
 #
-# Bit-exactness (spec/attention.md §7): the order and rounding of every floating-point operation must
+# Bit-exactness: the order and rounding of every floating-point operation must
 # be a function of the source alone. So: no FMA contraction, no fast-math, and a pinned ISA level
 # (x86-64-v2, no run-time dispatch) so that a golden file made on one x86-64 machine verifies bitwise
 # on another. These flags apply to every host translation unit, including model/ and reference/.

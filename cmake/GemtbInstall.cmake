@@ -9,7 +9,7 @@ install(TARGETS gemtb_model gemtb_reference EXPORT gemtbTargets
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 set_target_properties(gemtb_model PROPERTIES EXPORT_NAME model)
 # model/'s compiled parts, when reference/ links them (export names: gemtb::model_desc, ...).
-foreach(target gemtb_model_json gemtb_model_desc gemtb_model_sharding)
+foreach(target gemtb_model_json gemtb_model_desc gemtb_model_sharding gemtb_model_launch)
   if(TARGET ${target})
     string(REPLACE "gemtb_" "" export_name ${target})
     set_target_properties(${target} PROPERTIES EXPORT_NAME ${export_name})
@@ -35,6 +35,7 @@ install(EXPORT gemtbTargets NAMESPACE gemtb:: DESTINATION ${CMAKE_INSTALL_LIBDIR
 file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/gemtbConfig.cmake.in [=[
 @PACKAGE_INIT@
 include(CMakeFindDependencyMacro)
+find_dependency(Threads)
 find_dependency(absl)
 find_dependency(TBB)
 find_dependency(nlohmann_json)

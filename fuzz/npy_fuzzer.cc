@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include <unistd.h>
@@ -46,7 +47,8 @@ void CheckFloatRoundTrip(const NpyArray& array) {
 
 // The file each input is written to for ReadNpy, removed when the fuzzer exits.
 struct ScratchFile {
-  std::string path = absl::StrCat("/tmp/gemtb-npy-fuzz-", ::getpid(), ".npy");
+  std::string path =
+      (std::filesystem::temp_directory_path() / absl::StrCat("gemtb-npy-fuzz-", ::getpid(), ".npy")).string();
   ~ScratchFile() { std::remove(path.c_str()); }
 };
 

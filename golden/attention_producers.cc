@@ -1,4 +1,4 @@
-// Golden vectors of the attention oracle (spec/attention.md): every activation under every mask, each
+// Golden vectors of the attention oracle: every activation under every mask, each
 // option on its own and combined, oracle (fp64) and emulate mode. Each case folder holds its inputs,
 // a case.json (so `gemtb ref attention --case golden/attention/NAME` runs it) and the outputs under
 // the names that command writes: o, lse, dq, dk, dv, ddense, drel, dts.
@@ -147,7 +147,7 @@ absl::StatusOr<std::vector<GoldenFile>> Run(const json& j) {
   const ElementType type = dt->type;
   const uint64_t s = static_cast<uint64_t>(seed);
 
-  // Shapes and pairing (spec §1).
+  // Shapes and pairing.
   const std::vector<int64_t> q_off = Offsets(q_len), kv_off = Offsets(kv_len);
   const int64_t tq = q_off.back(), tk = kv_off.back();
   const int64_t nq = static_cast<int64_t>(q_len.size()), nkv = static_cast<int64_t>(kv_len.size());
@@ -193,7 +193,7 @@ absl::StatusOr<std::vector<GoldenFile>> Run(const json& j) {
     case_json["kv-index"] = "kv_index.npy";
   }
 
-  // Dense bias: N-ish values on valid pairs, NaN everywhere else (never read, spec §3).
+  // Dense bias: N-ish values on valid pairs, NaN everywhere else (never read).
   std::vector<double> dense;
   if (dense_heads > 0) {
     dense.assign(static_cast<size_t>(batch * dense_heads * max_lq * max_lk), std::numeric_limits<double>::quiet_NaN());
@@ -254,7 +254,7 @@ absl::StatusOr<std::vector<GoldenFile>> Run(const json& j) {
   reference::ExecutionOptions exec;
   exec.precision = mode == "oracle" ? reference::Precision::kOracle : reference::Precision::kEmulate;
   // As `gemtb ref attention` writes them: float64 in oracle mode, the input dtype in emulate mode;
-  // LSE and bias gradients fp32 unless the output is float64 (spec §7).
+  // LSE and bias gradients fp32 unless the output is float64.
   const io::NpyDType out = mode == "oracle" ? io::NpyDType::kFloat64 : dt->npy;
   const io::NpyDType aux = out == io::NpyDType::kFloat64 ? io::NpyDType::kFloat64 : io::NpyDType::kFloat32;
 
@@ -322,7 +322,7 @@ void AddAttentionProducers(std::vector<GoldenProducer>& out) {
   }
   const json cross = {{"q_lengths", {4, 6}}, {"kv_lengths", {6, 3}}, {"heads", 2}, {"kv_heads", 2},
                       {"dqk", 4}, {"dv", 4}, {"seed", 2}};
-  // Options, one at a time and combined (spec §1-§3, §6 presets).
+  // Options, one at a time and combined.
   add("opt_rope_qk", With(cross, {{"act", "softmax"}, {"mask", "causal"}, {"self", true}, {"q_lengths", {6, 3}}, {"rope", "qk"}}));
   add("opt_rope_qkv", With(cross, {{"act", "silu"}, {"rope", "qkv"}, {"dv", 6}}));
   add("opt_bias_dense", With(cross, {{"act", "softmax"}, {"dense_bias_heads", 1}, {"max_lq_slack", 1}, {"max_lk_slack", 2}}));
@@ -360,7 +360,7 @@ void AddAttentionProducers(std::vector<GoldenProducer>& out) {
                                      {"dense_bias_heads", 2}, {"rel_bias_heads", 1}, {"time_bias_heads", 2},
                                      {"rope", "qkv"}, {"max_lq_slack", 1}, {"max_lk_slack", 1}}));
   add("opt_bf16_inputs_oracle", With(GridCase(Activation::kSoftmax, MaskKind::kCausal), {{"dtype", "bfloat16"}}));
-  // Emulate mode: a tensor-core kernel's casts (spec §7), outputs in the input dtype.
+  // Emulate mode: a tensor-core kernel's casts, outputs in the input dtype.
   const auto emulate = [](json c, const char* dtype) { return With(std::move(c), {{"mode", "emulate"}, {"dtype", dtype}}); };
   add("emulate_bf16_softmax_causal", emulate(GridCase(Activation::kSoftmax, MaskKind::kCausal), "bfloat16"));
   add("emulate_bf16_silu_window", emulate(GridCase(Activation::kSilu, MaskKind::kWindow), "bfloat16"));

@@ -1,4 +1,4 @@
-// Golden vectors of the embedding oracle (spec/embeddings-and-model.md §1-§2): forward pooling of
+// Golden vectors of the embedding oracle: forward pooling of
 // every kind and one fused optimizer step per optimizer, decay mode and storage dtype, plus the
 // hashing and bounds rules, and one run sharded over virtual ranks. Each folder is a `gemtb ref embed` run:
 //   gemtb ref embed --spec spec.json --lengths lengths.npy --ids ids.npy [--weights weights.npy]
@@ -273,7 +273,7 @@ void AddEmbeddingProducers(std::vector<GoldenProducer>& out) {
     add("hashing", {{"spec", spec}, {"input_seed", 6}, {"max_len", 5}, {"id_ranges", ranges}, {"step", true}});
   }
   // Sharded over 4 virtual ranks in 2 MP groups of 2 (2D), one table per sharding type: the same
-  // forward and step through real collectives, plus the communication report (spec §3.1).
+  // forward and step through real collectives, plus the communication report.
   {
     const json adagrad = {{"kind", "rowwise_adagrad"}, {"lr", 0.1}};
     const json spec = {{"seed", 9}, {"batch", 8}, {"world_size", 4}, {"gpus_per_host", 2},

@@ -1,4 +1,4 @@
-// Golden vectors of the quantisers (spec/attention.md §8, reference/quantize): bf16 / fp16 / E4M3 /
+// Golden vectors of the quantisers (reference/quantize): bf16 / fp16 / E4M3 /
 // E5M2 by round-to-nearest-even and stochastic rounding, MX blocks of 32 along an axis and 32x32
 // tiles with both E8M0 scale rules, and the randomized Hadamard transform. Two shared inputs live in
 // quantize/inputs/: x.npy (float32 [32, 64], rows spanning 2^-16 .. 2^15 with outliers) and

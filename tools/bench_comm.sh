@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Measures NCCL collectives on every GPU of the lent H200 host (2 or 4 so far) in one device call, for
-# `gemtb whatif calibrate` (spec/simulator.md §6.6):
+# `gemtb whatif calibrate`:
 #   1. unpacks the Debian packages carried in .deb/ into /tmp/gemtb-deps (the device has CUDA, CMake
 #      and ninja but none of our packages and no registry) and the source snapshot .deb/src.tgz
 #      (`git archive --format=tar.gz -o .deb/src.tgz HEAD`, made right before the call) into
@@ -11,7 +11,7 @@
 #      NCCL_ALGO=Ring (all_reduce, all_gather, reduce_scatter) and NCCL_ALGO=allreduce:Tree
 #      (all_reduce); NCCL_NVLS_ENABLE=0 throughout. --gemm-only runs the interference probe alone
 #      (one GPU is enough: it then needs no collective), for `gemtb bench comm --fit`;
-#   4. logs NCCL's own tuning table once (NCCL_DEBUG_SUBSYS=TUNING) for spec §6.2;
+#   4. logs NCCL's own tuning table once (NCCL_DEBUG_SUBSYS=TUNING);
 #   5. writes 7 files under $OUT (a device call brings back at most 8): comm_results.json (all runs,
 #      commit, hardware, NCCL's tuning table), summary.txt, build.log, tuning.log and the per-run JSON.
 # Usage (device call, from the repository root; carry [".deb"]):
@@ -21,6 +21,7 @@
 # Exit status: 0 all runs done, 1 a run failed, 2 the build failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source tools/lib/device_build.sh
 iters=50
 warmup=10
 max_bytes=1G
@@ -45,18 +46,7 @@ stage() { printf '== %-50s [%4d s]\n' "$1" $((SECONDS - t0)) | tee -a "$out/summ
 : > "$out/summary.txt"
 
 stage "unpack .deb/ and .deb/src.tgz"
-prefix=/tmp/gemtb-deps
-src=/tmp/gemtb-src
-mkdir -p "$prefix" "$src"
-shopt -s nullglob
-debs=(.deb/*.deb)
-if [ ${#debs[@]} -eq 0 ] || [ ! -f .deb/src.tgz ]; then
-  echo "bench_comm: .deb/ needs the Debian packages and src.tgz (see gpu/README.md)" | tee -a "$out/summary.txt"
-  exit 2
-fi
-for f in "${debs[@]}"; do dpkg -x "$f" "$prefix"; done
-tar -xzf .deb/src.tgz -C "$src"
-export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+unpack_device_deps bench_comm require-src
 {
   echo "date: $(date -u +%FT%TZ)"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -65,15 +55,12 @@ export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_L
   nproc
 } 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
 
-# The device's compiler may warn where CI does not; drop -Werror there (as tools/gpu_check.sh).
-launcher="$PWD/tools/no_werror.sh"; chmod +x "$launcher"  # modes may not survive the copy to the device
 build=/tmp/gemtb-comm-build
 if [ -n "$prebuilt" ]; then
   stage "gemtb given: $prebuilt (no build)"
   [ -x "$prebuilt" ] || { stage "--gemtb $prebuilt is not an executable"; exit 2; }
-elif stage "configure + build gemtb (CUDA, NCCL)"; ! cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
-     -DGEMTB_BUILD_BENCHMARKS=OFF -DGEMTB_BUILD_TESTS=OFF -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
-     -DCMAKE_CUDA_COMPILER_LAUNCHER="$launcher" > "$out/build.log" 2>&1 ||
+elif stage "configure + build gemtb (CUDA, NCCL)";
+   ! configure_device_build "$srcdir" "$build" -DGEMTB_BUILD_TESTS=OFF > "$out/build.log" 2>&1 ||
    ! timeout "$(limit 300)" cmake --build "$build" -j "$(nproc)" --target gemtb >> "$out/build.log" 2>&1; then
   grep -E "error|FAILED" "$out/build.log" | head -30 | tee -a "$out/summary.txt"
   stage "build FAILED (build.log)"
@@ -130,7 +117,7 @@ try:
             tuning.append(line.rstrip())
 except OSError:
     pass
-result = {"what": "gemtb bench comm on every GPU of the lent host (spec/simulator.md §6.6), NVLS off",
+result = {"what": "gemtb bench comm on every GPU of the lent host, NVLS off",
           "commit": commit, "hardware": hardware, "command": "bash tools/bench_comm.sh", "runs": runs,
           "nccl_tuning_log": tuning[:400]}
 with open(os.path.join(out, "comm_results.json"), "w") as f:

@@ -57,6 +57,7 @@
 # Exit status: 0 all ran and the check passed, 1 something failed, 2 the build failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source tools/lib/device_build.sh
 repo=$PWD
 
 check_cases=500
@@ -109,14 +110,9 @@ status=0
 stage "unpack .deb/ and .deb/src.tgz"
 [ -f .deb/src.tgz ] || { echo "bench_gpu: .deb/src.tgz missing (see the header)" | tee -a "$out/summary.txt"; exit 2; }
 commit=$(cat .deb/SOURCE 2>/dev/null || echo unknown)
-prefix=/tmp/gemtb-deps
-src=/tmp/gemtb-src
 build=/tmp/gemtb-build
-mkdir -p "$prefix" "$src"
-shopt -s nullglob
-for f in .deb/*.deb; do dpkg -x "$f" "$prefix"; done
-tar -xzf .deb/src.tgz -C "$src"
-export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+unpack_device_deps bench_gpu require-src
+src=$srcdir
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 {
   echo "commit: $commit"
@@ -126,13 +122,10 @@ gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 } 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
 
 # --- 2. build (the machine's g++ warns where CI's does not: drop -Werror here, CI keeps it) -------
-launcher="$PWD/tools/no_werror.sh"; chmod +x "$launcher"  # modes may not survive the copy to the device
 build_log=$out/build.log
 [ -n "$base_src" ] && build_log=$out/run.log
 build_gemtb() {  # source dir, build dir
-  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
-    -DGEMTB_BUILD_BENCHMARKS=OFF -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
-    -DCMAKE_CUDA_COMPILER_LAUNCHER="$launcher" && cmake --build "$2" -j "$(nproc)" --target gemtb
+  configure_device_build "$1" "$2" && cmake --build "$2" -j "$(nproc)" --target gemtb
 }
 stage "configure and build gemtb"
 if ! build_gemtb "$src" "$build" >> "$build_log" 2>&1; then

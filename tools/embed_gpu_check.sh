@@ -17,6 +17,7 @@
 # Exit status: 0 everything ran and passed, 1 a check failed, 2 the build failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source tools/lib/device_build.sh
 
 cases=500
 sanitize_cases=1
@@ -45,22 +46,8 @@ status=0
 
 # --- 1. dependencies and sources (as tools/gpu_check.sh) ------------------------------------------
 stage "unpack .deb/ into /tmp/gemtb-deps"
-prefix=/tmp/gemtb-deps
-mkdir -p "$prefix"
-shopt -s nullglob
-debs=(.deb/*.deb)
-if [ ${#debs[@]} -eq 0 ]; then
-  echo "embed_gpu_check: .deb/ holds no packages; see gpu/README.md" | tee -a "$out/summary.txt"
-  exit 2
-fi
-for f in "${debs[@]}"; do dpkg -x "$f" "$prefix"; done
-srcdir=.
-if [ -f .deb/src.tgz ]; then
-  srcdir=/tmp/gemtb-src
-  mkdir -p "$srcdir" && tar -xzf .deb/src.tgz -C "$srcdir"
-fi
+unpack_device_deps embed_gpu_check
 commit=$(cat .deb/SOURCE 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)
-export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 {
   echo "commit: $commit (source: $srcdir)"
   echo "date: $(date -u +%FT%TZ)"
@@ -70,12 +57,9 @@ export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_L
 } 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
 
 # --- 2. build and the GPU tests ------------------------------------------------------------------
-launcher="$PWD/tools/no_werror.sh"; chmod +x "$launcher"
 build=/tmp/gemtb-embed-build
 stage "configure and build gemtb, gpu_embedding_test"
-if ! { cmake -S "$srcdir" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
-         -DGEMTB_BUILD_BENCHMARKS=OFF -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
-         -DCMAKE_CUDA_COMPILER_LAUNCHER="$launcher" &&
+if ! { configure_device_build "$srcdir" "$build" &&
        cmake --build "$build" -j "$(nproc)" --target gemtb gpu_embedding_test; } > "$out/build.log" 2>&1; then
   grep -E "error|FAILED" "$out/build.log" | head -30 | tee -a "$out/summary.txt"
   stage "build FAILED (build.log)"

@@ -27,6 +27,7 @@
 # Exit status: 0 when everything ran and passed, 1 when a check failed, 2 when the build failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source tools/lib/device_build.sh
 
 tier=small
 cases=500
@@ -94,25 +95,10 @@ stage() { printf '== %-40s [%4d s]\n' "$1" $((SECONDS - t0)) | tee -a "$out/summ
 
 # --- 1. dependencies ------------------------------------------------------------------------------
 stage "unpack .deb/ into /tmp/gemtb-deps"
-prefix=/tmp/gemtb-deps
-mkdir -p "$prefix"
-shopt -s nullglob
-debs=(.deb/*.deb)
-if [ ${#debs[@]} -eq 0 ]; then
-  echo "gpu_check: .deb/ holds no packages; see gpu/README.md" | tee -a "$out/summary.txt"
-  exit 2
-fi
-for f in "${debs[@]}"; do dpkg -x "$f" "$prefix"; done
-# Build from .deb/src.tgz (a `git archive` of the commit in .deb/SOURCE) where it exists: the working
-# tree that travels holds other people's uncommitted work.
-srcdir=.
-if [ -f .deb/src.tgz ]; then
-  srcdir=/tmp/gemtb-src
-  mkdir -p "$srcdir" && tar -xzf .deb/src.tgz -C "$srcdir"
+unpack_device_deps gpu_check
+if [ "$srcdir" != . ]; then
   echo "   building from .deb/src.tgz ($(cat .deb/SOURCE 2>/dev/null || echo 'commit unknown'))" | tee -a "$out/summary.txt"
 fi
-libdir=$prefix/usr/lib/x86_64-linux-gnu
-export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 {
   echo "date: $(date -u +%FT%TZ)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
@@ -125,14 +111,9 @@ export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 } 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
 
 # --- 2. build -------------------------------------------------------------------------------------
-# The machine's compiler may be newer than CI's and warn where CI does not; CI enforces -Werror,
-# here a launcher drops it so that a new warning cannot stop the checks (warnings still print).
-launcher="$PWD/tools/no_werror.sh"; chmod +x "$launcher"  # modes may not survive the copy to the device
 stage "configure"
 # -lineinfo: line tables only (the same machine code), so that the sanitizers' reports name file:line.
-if ! cmake -S "$srcdir" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
-     -DGEMTB_BUILD_BENCHMARKS=OFF -DCMAKE_CUDA_FLAGS=-lineinfo -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
-     -DCMAKE_CUDA_COMPILER_LAUNCHER="$launcher" > "$out/build.log" 2>&1; then
+if ! configure_device_build "$srcdir" "$build" -DCMAKE_CUDA_FLAGS=-lineinfo > "$out/build.log" 2>&1; then
   tail -30 "$out/build.log"
   stage "configure FAILED (build.log)"
   exit 2

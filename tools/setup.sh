@@ -11,6 +11,7 @@ packages=(
   python3 python3-numpy python3-venv python3-dev
   clang libclang-rt-dev
   ccache
+  openmpi-bin   # mpirun, to test `gemtb ref train` across processes as Open MPI launches it (no MPI library is linked)
 )
 
 missing=()

@@ -1,4 +1,4 @@
-// Pointwise activations of spec §4 and their exact derivatives, in fp32 on the device; the same
+// Pointwise attention activations and their exact derivatives, in fp32 on the device; the same
 // formulas as reference/attention/activation.h (erfc form of gelu, overflow-safe logistic, left
 // derivatives at kinks: relu'(0) = 0, leaky'(0) = 0.01, hardswish'(-3) = 0, hardswish'(3) = 1.5).
 // Softmax is not pointwise and lives in softmax.cuh. `act` is uniform across a launch, so the

@@ -24,7 +24,7 @@
 namespace gemtb::gpu {
 namespace {
 
-// Local lengths, offsets and the tile indices are int32 in the kernels (spec §1 allows a checked
+// Local lengths, offsets and the tile indices are int32 in the kernels (the API allows a checked
 // conversion), and the head index is blockIdx.y.
 constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max();
 constexpr int64_t kMaxHeads = 65535;
@@ -187,7 +187,7 @@ absl::StatusOr<Problem> Resolve(const AttentionArgs& a, bool values) {
   p.pairing.kv_offsets.assign(a.kv_offsets.data.begin(), a.kv_offsets.data.end());
   p.pairing.broadcast_q = o.broadcast_q;
   const bool softmax = o.act == Activation::kSoftmax;
-  // Rounded once to fp32, as emulate mode rounds them (spec §7).
+  // Rounded once to fp32, as emulate mode rounds them.
   p.pre_scale = static_cast<float>(o.pre_scale.value_or(softmax ? 1.0 / std::sqrt(static_cast<double>(p.d)) : 1.0));
   p.post_scale = static_cast<float>(o.post_scale.value_or(1.0));
   return p;

@@ -1,4 +1,4 @@
-// The CUDA jagged attention of spec/attention.md on one H200 (sm_90a), behind a host API that takes
+// The CUDA jagged attention on one H200 (sm_90a), behind a host API that takes
 // and returns host tensors (copied to and from the device on every call, for now).
 //
 // What the kernels run (everything else is rejected by CanRun with InvalidArgument naming the
@@ -6,7 +6,7 @@
 //   * q, k, v (and dO) in bf16 or fp16, given as their 16-bit patterns; fp32 accumulation;
 //     O, dQ, dK, dV in the input type, LSE in fp32;
 //   * Dqk = Dv in {64, 128}; any H, Hkv with H % Hkv == 0 (GQA); asymmetric Lq/Lk; kv_index;
-//     broadcast_q; every activation of spec §2 and every mask and alignment of §3; pre/post scales;
+//     broadcast_q; every activation and every mask and alignment; pre/post scales;
 //   * not yet: dense/rel/time bias, RoPE, Dv != Dqk, other head dims, fp32 inputs.
 // The backward is deterministic (bitwise, run to run): dK/dV and dQ run as separate kernels that
 // each own their output rows, with no atomics.
@@ -34,7 +34,7 @@ struct HostTensor {
   bool present() const { return !shape.empty(); }
 };
 
-// One attention call (spec §1-§2), shapes as in the oracle (reference/attention/attention.h).
+// One attention call, shapes as in the oracle (reference/attention/attention.h).
 struct AttentionArgs {
   ElementType dtype = ElementType::kBFloat16;  // storage type of q, k, v and dO
   HostTensor<uint16_t> q;                      // [TQ, H, Dqk] bit patterns of `dtype`
@@ -75,7 +75,7 @@ absl::Status DeviceAvailable();
 absl::StatusOr<ForwardResult> Forward(const AttentionArgs& args);
 
 // `d_o` has O's shape and the input type; `forward` is this API's Forward of the same call
-// (softmax reads its O and LSE, spec §5).
+// (softmax reads its O and LSE).
 absl::StatusOr<BackwardResult> Backward(const AttentionArgs& args, const HostTensor<uint16_t>& d_o,
                                         const ForwardResult& forward);
 

@@ -1,4 +1,4 @@
-// dK/dV kernel of the backward (spec §5): one CTA per (K/V tile of kBlockN keys, K/V head); each of
+// dK/dV kernel of the backward: one CTA per (K/V tile of kBlockN keys, K/V head); each of
 // the 4 warps owns 16 keys and accumulates their dK and dV rows in registers over every reader of
 // the tile, in the fixed order of the host's segment list (reader b, then the query heads of the
 // GQA group, then query rows), so the result is deterministic without atomics.

@@ -1,6 +1,6 @@
-// dQ kernel of the backward (spec §5), separate from dK/dV so that no gradient needs atomics (spec
-// §12): one CTA per (query tile of kBlockM rows, query head) owns its dQ rows and sums, in
-// increasing b, every reader of them (one output sequence, or all under broadcast_q):
+// dQ kernel of the backward, separate from dK/dV so that no gradient needs atomics: one CTA per
+// (query tile of kBlockM rows, query head) owns its dQ rows and sums, in increasing b, every reader
+// of them (one output sequence, or all under broadcast_q):
 //   S = Q Kᵀ,  dP = dO Vᵀ,  (P, dS) per pair,  dQ += dS K;  at the end dQ *= pre.
 // A part of a split tile (tile.partial >= 0) writes its fp32 sum instead; DqReduceKernel adds the
 // parts in slot order, scales and rounds.

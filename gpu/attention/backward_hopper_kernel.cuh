@@ -1,5 +1,5 @@
 // Hopper backward kernels (sm_90a, head dim 128): the same functions as backward_row_dot.cuh,
-// backward_dkdv_kernel.cuh and backward_dq_kernel.cuh (spec §5, casts of §7.5), on warpgroup MMAs.
+// backward_dkdv_kernel.cuh and backward_dq_kernel.cuh (the emulate mode's casts), on warpgroup MMAs.
 // Same host tile lists, same grids, same fixed summation orders (deterministic, no atomics).
 //
 //   One warpgroup (128 threads) per CTA, two CTAs per SM (about 100 KB of shared memory and up to

@@ -1,4 +1,4 @@
-// The elementwise step of the backward (spec §5, casts of §7.5) for one (query i, key j) pair,
+// The elementwise step of the backward (the emulate mode's casts) for one (query i, key j) pair,
 // shared by the dK/dV and the dQ kernels so that both see the same P and dS:
 //   softmax:   P̂ = exp(S - LSE_i),          P = post * P̂,       dS = P̂ (post * dP - D_i)
 //   pointwise: P = post * act(S),            dS = post * act'(S) * dP

@@ -1,4 +1,4 @@
-// Softmax backward preprocessing (spec §5): D_i = rowsum(dO_i * O_i), O being the stored forward
+// Softmax backward preprocessing: D_i = rowsum(dO_i * O_i), O being the stored forward
 // output (in the input type, as emulate mode's "D_i from the rounded O").
 //
 // D_i is taken on the tensor cores as the diagonal of dO Oᵀ, with the same fragment loads and the

@@ -13,7 +13,7 @@
 // (block * H + h) * 4096.
 //
 // Each dK/dV step must be one of the dQ pass's row blocks, so the plan starts every dK/dV segment on
-// a 64-row boundary (rounds its first row down; the spec's self and cross masks mostly start there
+// a 64-row boundary (rounds its first row down; the benchmark's self and cross masks mostly start there
 // already: at row 0 or at the key tile's first key): a step's rows [q0, q0 + 64) are then block
 // q0 / 64. The rows added in front have no valid key in the tile (a segment starts at its first row
 // that has one), so they add exact zeros to dK and dV; the steps group the rows differently from

@@ -1,7 +1,7 @@
 // What the Hopper forward kernels (sm_90a, head dim 128; forward_hopper_ws_kernel.cuh,
 // forward_hopper_tma_kernel.cuh, forward_hopper_split_kernel.cuh) share: their shared-memory layout,
 // the activation dispatch, the elementwise step from S to P, P as wgmma's register A operand and the
-// epilogue that writes O and LSE. The function is forward_kernel.cuh's (spec §3, casts of §7).
+// epilogue that writes O and LSE. The function is forward_kernel.cuh's (the emulate mode's casts).
 //
 //   S = Q Kᵀ: wgmma m64nBNk16, both operands from shared memory (128-byte swizzled, K-major).
 //   P = act(S) (or the online-softmax exp) in registers, rounded to the input type, and used as the
@@ -66,31 +66,7 @@ struct Log2Softmax {
   // `s` holds log2-scaled scores (-inf where masked); replaces them by exp2(s - m_new).
   template <int kTiles>
   __device__ __forceinline__ void Step(float (&s)[kTiles][4], float (&rescale)[2]) {
-    float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < kTiles; ++n) {
-      tile_max[0] = fmaxf(tile_max[0], fmaxf(s[n][0], s[n][1]));
-      tile_max[1] = fmaxf(tile_max[1], fmaxf(s[n][2], s[n][3]));
-    }
-    float m_use[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float m_new = fmaxf(m[r], QuadMax(tile_max[r]));
-      rescale[r] = m[r] == -INFINITY ? 0.f : Exp2(m[r] - m_new);
-      m_use[r] = m_new == -INFINITY ? 0.f : m_new;
-      m[r] = m_new;
-    }
-    float sum[2] = {0.f, 0.f};
-#pragma unroll
-    for (int n = 0; n < kTiles; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[n][e] = Exp2(s[n][e] - m_use[e >> 1]);
-        sum[e >> 1] += s[n][e];
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) l[r] = l[r] * rescale[r] + sum[r];
+    OnlineSoftmaxStep<kTiles>([](float x) { return Exp2(x); }, m, l, s, rescale);
   }
 
   // Row sums (0: no valid key) and LSE = ln(2) * (m + log2(l)) in natural-log units.
@@ -219,7 +195,7 @@ __device__ __forceinline__ void PToOperand(float (&s4)[BN / 8][4], uint32_t (&pa
 }
 
 // The epilogue of one warp's 2 x 16 rows: O = acc (softmax: / row sum, then post_scale; an empty row
-// (no valid key) has O = 0 and LSE = -inf, spec §3) rounded to the output type, and the softmax's
+// (no valid key) has O = 0 and LSE = -inf) rounded to the output type, and the softmax's
 // LSE. `row`: this thread's two rows in the tile; rows >= q_rows lie past the sequence's end.
 // kRcp (the TMA forward's softmax): the normalisation as one multiply per element by
 // post / row_sum, formed once per row, instead of dividing each of a thread's 64 outputs (an IEEE

@@ -1,4 +1,4 @@
-// Forward kernel (spec §3, casts of §7): one CTA per (forward tile, query head), 4 warps of 16 query
+// Forward kernel (the emulate mode's casts): one CTA per (forward tile, query head), 4 warps of 16 query
 // rows each, K/V in steps of kBlockN keys over the tile's key range.
 //
 //   S = pre * Q Kᵀ (fp32 accumulate)      mask -> -inf (softmax) or P = 0 (pointwise)
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kThreads) ForwardKernel(const ForwardParams p)
       float v0 = acc[nd][2 * r];
       float v1 = acc[nd][2 * r + 1];
       if (softmax) {
-        // An empty row (no valid key) has O = 0 and LSE = -inf (spec §3).
+        // An empty row (no valid key) has O = 0 and LSE = -inf.
         v0 = row_sum[r] > 0.f ? (v0 / row_sum[r]) * pr.post_scale : 0.f;
         v1 = row_sum[r] > 0.f ? (v1 / row_sum[r]) * pr.post_scale : 0.f;
       }

@@ -15,7 +15,7 @@
 //     two MUFU per element; softmax's exponent is one FFMA, s (pre log2e) - m, with the max taken
 //     on the raw scores (m = c max(s) exactly, since rounding is monotonic, for c >= 0; a negative
 //     scale and boundary steps scale first and take the max of the scaled scores).
-// Same formulas as ScoresToP otherwise, so the check's tolerances (spec §9 GPU criteria) hold with the same
+// Same formulas as ScoresToP otherwise, so the check's tolerances (the GPU criteria) hold with the same
 // margins: the differences are a few fp32 ulps before P is rounded to 16 bits.
 #ifndef GEMTB_GPU_ATTENTION_FORWARD_TMA_ELEMENTWISE_CUH_
 #define GEMTB_GPU_ATTENTION_FORWARD_TMA_ELEMENTWISE_CUH_

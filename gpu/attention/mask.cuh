@@ -1,4 +1,4 @@
-// Masks on the device (spec §3): every mask of the spec keeps one contiguous key range per query
+// Masks on the device: every mask keeps one contiguous key range per query
 // row, so a kernel holds [begin, end) per row and tests membership; no −inf mask tensor exists.
 // Rows past the sequence end (tile padding) get the empty range.
 #ifndef GEMTB_GPU_ATTENTION_MASK_CUH_

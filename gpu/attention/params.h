@@ -10,7 +10,7 @@
 
 namespace gemtb::gpu {
 
-// Output sequence b (spec §1 "Pairing"): query rows [q_begin, q_begin+lq) of Q, key rows
+// Output sequence b (the pairing rule): query rows [q_begin, q_begin+lq) of Q, key rows
 // [kv_begin, kv_begin+lk) of K and V, output rows [out_begin, out_begin+lq) of O, dO and LSE.
 struct SeqInfo {
   int64_t q_begin = 0;
@@ -20,7 +20,7 @@ struct SeqInfo {
   int32_t lk = 0;
 };
 
-// The valid keys [begin, end) of query row i (spec §3 masks), as model/'s ValidKeys says, clamped to
+// The valid keys [begin, end) of query row i under the mask, as model/'s ValidKeys says, clamped to
 // [0, lk] so that an empty range never points past the sequence (block(n) with Lq > Lk can put
 // ValidKeys' empty range beyond lk). Host scheduler and kernels call this same function (the
 // kernels through --expt-relaxed-constexpr), so they cannot disagree on a mask.
@@ -99,7 +99,7 @@ struct ProblemParams {
   int32_t heads = 0;
   int32_t kv_heads = 0;
   int64_t out_rows = 0;  // TO: LSE and D are [H, TO]
-  float pre_scale = 1.f;   // both already rounded to fp32, as the emulate mode does (spec §7)
+  float pre_scale = 1.f;   // both already rounded to fp32, as the emulate mode does
   float post_scale = 1.f;
   AttentionOptions options;  // act and the mask fields; the scales above are the resolved ones
 };

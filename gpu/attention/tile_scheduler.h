@@ -1,9 +1,9 @@
-// Host-built tile lists over the jagged problem (spec §12): which (query rows x key range) blocks
+// Host-built tile lists over the jagged problem: which (query rows x key range) blocks
 // the forward, dQ and dK/dV kernels run. Tiles without any valid (query, key) pair are not listed,
 // so fully masked regions cost nothing; their outputs are prefilled (O, dQ, dK, dV = 0, LSE = -inf).
 // Each list is ordered heaviest first, so the short tiles fill in at the end of a launch.
 //
-// The masks of the spec keep one contiguous key range per query row whose ends never decrease with
+// The masks keep one contiguous key range per query row whose ends never decrease with
 // the row (ClampedKeys in params.h); the scheduler relies on that to find ranges by bisection.
 #ifndef GEMTB_GPU_ATTENTION_TILE_SCHEDULER_H_
 #define GEMTB_GPU_ATTENTION_TILE_SCHEDULER_H_
@@ -16,7 +16,7 @@
 
 namespace gemtb::gpu {
 
-// The resolved pairing (spec §1): per output sequence b its SeqInfo and K/V sequence ks(b).
+// The resolved pairing: per output sequence b its SeqInfo and K/V sequence ks(b).
 struct Pairing {
   std::vector<SeqInfo> seqs;
   std::vector<int64_t> kv_seq;       // ks(b)

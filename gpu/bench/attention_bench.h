@@ -1,11 +1,11 @@
-// `gemtb bench attention`: the CUDA attention kernels on spec §11's cases, timed on the device.
+// `gemtb bench attention`: the CUDA attention kernels on the benchmark cases, timed on the device.
 //
-// Per case: lengths by §11's rule (bench_cases.h), inputs drawn on the device, the call's tile lists
+// Per case: lengths by the benchmark rule (bench_cases.h), inputs drawn on the device, the call's tile lists
 // built once (gpu/attention/device_call.h, the same launch path `gemtb check attention` verifies),
 // then forward and forward+backward timed separately with CUDA events around every iteration;
 // the median over the iterations is reported. Iterations rotate over at least two input sets (more
 // while a set is smaller than 3x the L2), so no iteration finds its inputs in the L2 cache from the
-// one before. Effective TFLOP/s count valid pairs only (spec §10): forward 4·D·H·pairs, fwd+bwd
+// one before. Effective TFLOP/s count valid pairs only: forward 4·D·H·pairs, fwd+bwd
 // 3.5x that. After each event-timed pass, as many runs again under CUPTI (kernel_timer.h) give the
 // same runs' kernel time, the measure profiler-based peer rows report. Device memory comes from a
 // pool that keeps what the cases free (device_buffer.h, RetainFreedDeviceMemory), as a training
@@ -25,7 +25,7 @@
 namespace gemtb::gpu::bench {
 
 struct BenchOptions {
-  std::vector<std::string> cases;  // names; empty = all of §11
+  std::vector<std::string> cases;  // names; empty = all eight
   int warmup = 3;
   int reps = 15;
   bool backward = true;

@@ -1,4 +1,4 @@
-// The benchmark cases of spec/attention.md §11, by their exact names (shared with
+// The attention benchmark cases, by their exact names (shared with
 // ../shared/peers/torch_peers.py), and the sequence lengths each one uses.
 #ifndef GEMTB_GPU_BENCH_BENCH_CASES_H_
 #define GEMTB_GPU_BENCH_BENCH_CASES_H_
@@ -25,11 +25,11 @@ struct BenchCase {
   AttentionOptions options;  // act and mask
 };
 
-// The eight cases of §11, in the spec's order.
+// The eight cases, in their fixed order.
 const std::vector<BenchCase>& SpecCases();
 absl::StatusOr<BenchCase> FindCase(const std::string& name);
 
-// The lengths a case uses: q[b] (broadcast_q: the seed count for every b) and kv[b]. Drawn by §11's
+// The lengths a case uses: q[b] (broadcast_q: the seed count for every b) and kv[b]. Drawn by the benchmark's
 // rule, lo + floor(u * (hi - lo + 1)) with u = Philox word b / 2^32 (seed 0, stream 0):
 // s >= 0.5: [max(1, floor((2s-1)M)), M]; else [1, floor(2sM)]. Self-attention cases use one draw
 // for both; cross cases draw q and give K/V dense_kv; PMA takes K/V lengths from self_softmax.
@@ -38,7 +38,7 @@ struct CaseLengths {
 };
 CaseLengths DrawLengths(const BenchCase& c);
 
-// Valid (query, key) pairs per query head (spec §10), from the same mask rule the kernels use.
+// Valid (query, key) pairs per query head, from the same mask rule the kernels use.
 int64_t ValidPairs(const BenchCase& c, const CaseLengths& lengths);
 
 }  // namespace gemtb::gpu::bench

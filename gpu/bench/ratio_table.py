@@ -6,7 +6,7 @@ run in the same device call on the same GPU and lengths (tools/bench_gpu.sh runs
 (KEY VALUE pairs, e.g. the commit and the commands, are stored in OUT_JSON.)
 
 ratio = ours / the peer of the same run we beat by the least (the lowest ratio over the case's peer
-rows, each on its basis below), in effective TFLOP/s over the same valid pairs (spec §10), forward
+rows, each on its basis below), in effective TFLOP/s over the same valid pairs, forward
 and forward+backward, per case. A peer row with an error does not count; a case without any peer
 number has no ratio.
 

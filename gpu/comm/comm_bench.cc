@@ -362,7 +362,7 @@ absl::StatusOr<CommBenchResult> RunCommBench(const CommBenchOptions& o) {
   if (o.min_bytes < 1 || o.max_bytes < o.min_bytes || o.factor < 2 || o.iters < 1 || o.warmup < 0) {
     return absl::InvalidArgumentError("sizes: need 1 <= min <= max, factor >= 2, iters >= 1, warmup >= 0");
   }
-  // NVLink SHARP off before any communicator exists (KINDS.md; spec §6.6 records it).
+  // NVLink SHARP off before any communicator exists (KINDS.md; calibration files record it).
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   const ncclDataType_t type = o.dtype == Dtype::kBf16 ? ncclBfloat16 : ncclFloat32;
   const size_t elem = o.dtype == Dtype::kBf16 ? 2 : 4;

@@ -1,10 +1,10 @@
-// The project's NCCL benchmark (`gemtb bench comm`, spec/simulator.md §6.6): one process drives every
+// The project's NCCL benchmark (`gemtb bench comm`): one process drives every
 // visible GPU (ncclCommInitAll, one stream per GPU, group calls) through all-reduce, all-gather,
 // reduce-scatter, all-to-all (ncclSend/ncclRecv in a group) and broadcast over a size sweep in
-// nccl-tests' convention (spec §3.1: S is the buffer for all-reduce/broadcast, the full gathered size
+// nccl-tests' convention (S is the buffer for all-reduce/broadcast, the full gathered size
 // for all-gather/reduce-scatter, the bytes one rank sends for all-to-all), timing each call with CUDA
 // events on every GPU (a call's time: the slowest GPU's; reported: the median over iterations).
-// Plus the interference probe (spec §2.5's κ), on one GPU or more: a cuBLAS bf16 GEMM on GPU 0 alone,
+// Plus the interference probe (the simulator's κ), on one GPU or more: a cuBLAS bf16 GEMM on GPU 0 alone,
 // beside an SM-based copy of the same bytes (an NCCL all-gather on >= 2 GPUs; on one GPU cuBLAS's
 // copy kernel, which runs on the SMs) and beside a copy-engine copy of the same bytes
 // (cudaMemcpyPeerAsync from each GPU to the next on >= 2 GPUs; cudaMemcpyAsync device-to-device on
@@ -40,13 +40,13 @@ struct CommBenchOptions {
 
 struct CommMeasurement {
   std::string op;
-  int64_t bytes = 0;       // S, spec §3.1
+  int64_t bytes = 0;       // S, nccl-tests' convention
   int64_t count = 0;       // elements passed to NCCL (per rank chunk for AG/RS, per peer for all-to-all)
   double time_us = 0;      // median over iterations of the slowest GPU's event time
   double time_us_min = 0;
   double time_us_max = 0;
   double algbw_GBps = 0;   // S / time
-  double busbw_GBps = 0;   // algbw · f (spec §3.1)
+  double busbw_GBps = 0;   // algbw · f
   int iters = 0;
 };
 
@@ -87,7 +87,7 @@ struct CommBenchResult {
 // Runs the sweep; errors (no GPU, NCCL/CUDA failures) name the call that failed.
 absl::StatusOr<CommBenchResult> RunCommBench(const CommBenchOptions& options);
 
-// busbw / algbw of spec §3.1.
+// busbw / algbw as nccl-tests defines them.
 double CommBusBwFactor(const std::string& op, int ranks);
 
 }  // namespace gemtb::gpu::comm

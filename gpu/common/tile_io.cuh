@@ -8,7 +8,7 @@ namespace gemtb::gpu {
 
 // Copies rows [0, valid_rows) of a [kRows, kCols] tile of 16-bit elements from `src` (rows
 // `src_stride` elements apart) into `dst` (rows `ld` elements apart) and zero-fills rows
-// [valid_rows, kRows): rows past a sequence end belong to the next sequence (spec §12), and zeros
+// [valid_rows, kRows): rows past a sequence end belong to the next sequence, and zeros
 // keep 0 * garbage out of the matmuls. kCols, ld and src_stride must be multiples of 8, src and dst
 // 16-byte aligned. Every thread of the block takes part (kThreads of them).
 template <int kRows, int kCols, int kThreads>

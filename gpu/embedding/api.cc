@@ -3,7 +3,6 @@
 #include <cuda_runtime_api.h>
 
 #include <bit>
-#include <cmath>
 #include <deque>
 #include <limits>
 
@@ -14,6 +13,7 @@
 #include "gpu/embedding/tbe_params.h"
 #include "gpu/embedding/tbe_row_ops.h"
 #include "model/common/status_macros.h"
+#include "model/embedding/optimizer_rules.h"
 
 namespace gemtb::gpu::embedding {
 namespace {
@@ -83,17 +83,7 @@ absl::Status CanRun(const EmbeddingConfig& config) {
     if (c.dtype == ElementType::kFloat64) return Bad(absl::StrCat(name, ": dtype must be fp32, fp16 or bf16"));
     if (c.rows > (int64_t{1} << 40)) return Bad(absl::StrCat(name, ": rows=", c.rows, " exceeds 2^40"));
     total_rows += c.rows;
-    const OptimizerConfig& o = c.optimizer;
-    for (auto [field, v] : {std::pair{"lr", o.lr}, {"weight_decay", o.weight_decay}, {"eps", o.eps},
-                            {"beta1", o.beta1}, {"beta2", o.beta2}}) {
-      if (!std::isfinite(v)) return Bad(absl::StrCat(name, ": optimizer.", field, "=", v, " must be finite"));
-    }
-    if (o.kind == OptimizerKind::kSgd && o.decay_mode != WeightDecayMode::kNone) {
-      return Bad(absl::StrCat(name, ": SGD takes no weight decay mode"));
-    }
-    if (o.kind == OptimizerKind::kAdam && o.decay_mode == WeightDecayMode::kL2) {
-      return Bad(absl::StrCat(name, ": Adam supports weight decay none or decoupled (AdamW)"));
-    }
+    GEMTB_RETURN_IF_ERROR(ValidateOptimizerConfig(c.optimizer, name));
   }
   if (total_rows > (int64_t{1} << 42)) return Bad(absl::StrCat("tables: ", total_rows, " rows in all exceed 2^42"));
   for (size_t f = 0; f < config.features.size(); ++f) {

@@ -1,4 +1,4 @@
-// Table-batched embeddings on the GPU (spec embeddings-and-model §1-2): every table and feature of
+// Table-batched embeddings on the GPU: every table and feature of
 // a module in one launch; the forward pools (SUM, MEAN, weighted SUM) or gathers (NONE), and the
 // backward combines duplicate ids in the oracle's order (stable radix sort by row, then per-row
 // seqsums) and applies each table's optimizer in the same kernel, so no dense gradient exists.
@@ -61,7 +61,7 @@ struct BackwardPhaseTimes {
 
 class DeviceTbe {
  public:
-  // `tables` empty: the spec's Philox init on the device (zero optimizer state); else one per
+  // `tables` empty: the Philox init on the device (zero optimizer state); else one per
   // table. `step` is the optimizer step s of the next BackwardStep (it keys stochastic rounding).
   static absl::StatusOr<std::unique_ptr<DeviceTbe>> Create(const EmbeddingConfig& config,
                                                            absl::Span<const HostTable> tables, int64_t step);

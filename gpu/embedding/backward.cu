@@ -1,4 +1,4 @@
-// The backward fused with the optimizers (spec embeddings-and-model §2 "Backward", "Fused
+// The backward fused with the optimizers ("Backward", "Fused
 // optimizers"), in the oracle's fixed order and without atomics:
 //   1. a warp per bag writes each valid occurrence's sort key (global row, sample b) and the
 //      bag's count of valid ids (MEAN's n);

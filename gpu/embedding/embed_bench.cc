@@ -132,7 +132,7 @@ std::vector<int64_t> DrawBenchIds(const EmbedBenchShape& s, uint64_t seed) {
       continue;
     }
     // Rank k ~ the continuous power law of exponent s on [1, N+1) (inverse CDF), then spread over
-    // the table by splitmix64, as the data generator spreads hot ids (spec §5).
+    // the table by splitmix64, as the data generator spreads hot ids.
     const double a = 1.0 - s.zipf_s;
     const double k = std::pow(1.0 + u(rng) * (std::pow(n + 1.0, a) - 1.0), 1.0 / a);
     const uint64_t rank = std::min<uint64_t>(static_cast<uint64_t>(k) - 1, static_cast<uint64_t>(s.rows) - 1);

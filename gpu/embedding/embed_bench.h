@@ -1,4 +1,4 @@
-// `gemtb bench embed`: effective bandwidth of the embedding kernels on the spec's benchmark shapes
+// `gemtb bench embed`: effective bandwidth of the embedding kernels on the benchmark shapes
 // (a 10M x 128 table, 32 ids per bag, 64k bags; uniform and Zipf-skewed ids), forward and
 // backward + optimizer, with a copy-ceiling kernel timed in the same process. CUDA events, median
 // of `reps` runs after `warmup`. Effective bytes count what the operation must move at least:

@@ -26,7 +26,7 @@ std::vector<float> FromStorage(const std::vector<uint8_t>& bytes, ElementType t)
 bool KeepsAdagrad(const TableConfig& c);
 bool KeepsAdam(const TableConfig& c);
 
-// Table `table`'s parameters, without device pointers. `prior` null: the spec's init (zero state,
+// Table `table`'s parameters, without device pointers. `prior` null: the Philox init (zero state,
 // Adam's products 1); else its sizes are checked (the message names the table and the array) and
 // its Adam products are kept whatever the optimizer.
 absl::StatusOr<TableParams> TableParamsOf(const TableConfig& c, int table, int64_t row_offset, const HostTable* prior);

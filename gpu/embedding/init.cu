@@ -1,4 +1,4 @@
-// The spec's Philox table init on the device (spec embeddings-and-model §2 "Init"): the same
+// The Philox table init on the device: the same
 // InitValue as the oracle, then RNE to storage, one thread per 4-column chunk.
 #include "gpu/common/device_buffer.h"
 #include "gpu/embedding/launch.h"

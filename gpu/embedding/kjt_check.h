@@ -1,6 +1,6 @@
-// Host-side validation of a KeyedJaggedTensor before any embedding kernel launches (spec
-// embeddings-and-model §1): the same checks, order, first index and message as the oracle, so a
-// malformed KJT fails with a named error and nothing runs on the device.
+// Host-side validation of a KeyedJaggedTensor before any embedding kernel launches: the same
+// checks, order, first index and message as the oracle, so a malformed KJT fails with a named error
+// and nothing runs on the device.
 #ifndef GEMTB_GPU_EMBEDDING_KJT_CHECK_H_
 #define GEMTB_GPU_EMBEDDING_KJT_CHECK_H_
 

@@ -2,7 +2,7 @@
 // row under the bounds mode, loads and stores in the storage type, the pooling and gradient terms,
 // the sort key that puts duplicate ids in the oracle's order, and the optimizer step on a chunk.
 // The kernels call these per lane; the CPU tests call the same functions in the kernels' order and
-// compare with the oracle bit for bit (spec/embeddings-and-model.md §0, §2).
+// compare with the oracle bit for bit.
 #ifndef GEMTB_GPU_EMBEDDING_TBE_ROW_OPS_H_
 #define GEMTB_GPU_EMBEDDING_TBE_ROW_OPS_H_
 
@@ -124,7 +124,7 @@ GEMTB_HD inline void StoreChunk(const TableParams& t, int64_t row, int64_t c, co
   }
 }
 
-// seqsum (spec §0): the first term as is, then ((x1 + x2) + x3) ...; empty = +0.
+// seqsum: the first term as is, then ((x1 + x2) + x3) ...; empty = +0.
 struct SeqSum4 {
   float v[kChunk] = {0.0f, 0.0f, 0.0f, 0.0f};
   bool any = false;

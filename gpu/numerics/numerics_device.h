@@ -1,5 +1,5 @@
 // Runs model/numerics' codecs on the GPU, so tests can prove that the CPU and the GPU produce the
-// same bits (spec/attention.md §8: "CPU vs GPU quantise, SR and RHT: bitwise equal").
+// same bits ("CPU vs GPU quantise, SR and RHT: bitwise equal").
 #ifndef GEMTB_GPU_NUMERICS_NUMERICS_DEVICE_H_
 #define GEMTB_GPU_NUMERICS_NUMERICS_DEVICE_H_
 

@@ -1,4 +1,4 @@
-// The attention activations of spec/attention.md §4, one row each: the ABI code, the name every file
+// The attention activations, one row each: the ABI code, the name every file
 // and flag uses, the class of formula (what an executor must evaluate), where the derivative jumps,
 // and whether it acts on each score alone. Every list of activations in gemtb reads this table; to
 // add one, see model/README.md.
@@ -12,7 +12,7 @@
 
 namespace gemtb {
 
-// ABI codes of spec §2; upstream GDPA's own order is mapped at its boundary, never here.
+// ABI codes fixed by the case files; upstream GDPA's own order is mapped at its boundary, never here.
 enum class Activation : int {
   kSoftmax = 0,
   kIdentity = 1,

@@ -1,6 +1,6 @@
-// The attention mask of spec/attention.md §2-§3 as a value: which keys each query may see. The op
+// The attention mask as a value: which keys each query may see. The op
 // graph (model/description) stores it per attention op; AttentionOptions carries the same fields
-// (MaskOf / SetMask convert), and PairsUnderMask counts what it keeps (spec §10).
+// (MaskOf / SetMask convert), and PairsUnderMask counts what it keeps.
 #ifndef GEMTB_MODEL_ATTENTION_ATTENTION_MASK_H_
 #define GEMTB_MODEL_ATTENTION_ATTENTION_MASK_H_
 

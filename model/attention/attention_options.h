@@ -1,4 +1,4 @@
-// What a jagged attention call computes, independent of who executes it (spec/attention.md §2–§3).
+// What a jagged attention call computes, independent of who executes it.
 // The oracle (reference/), the CUDA kernels (gpu/) and the simulator (sim/) all read these.
 #ifndef GEMTB_MODEL_ATTENTION_ATTENTION_OPTIONS_H_
 #define GEMTB_MODEL_ATTENTION_ATTENTION_OPTIONS_H_
@@ -16,7 +16,7 @@ enum class Alignment { kBottomRight, kTopLeft };
 
 struct AttentionOptions {
   Activation act = Activation::kSoftmax;
-  // Unset means the spec default: pre = 1/sqrt(Dqk) for softmax, else 1; post = 1.
+  // Unset means the default: pre = 1/sqrt(Dqk) for softmax, else 1; post = 1.
   std::optional<double> pre_scale;
   std::optional<double> post_scale;
   MaskKind mask = MaskKind::kNone;
@@ -29,7 +29,7 @@ struct AttentionOptions {
   // their derivatives) through the hardware tanh, tanh.approx.f32 (relative error up to 2^-11 of
   // tanh by the PTX ISA; one special-function op per pair instead of an exp and a reciprocal), as
   // upstream GDPA's fast_silu and fast_gelu do. The oracle always evaluates the exact act, and a
-  // GPU result with the knob on is judged against that with spec §9's GPU criteria. Other acts and
+  // GPU result with the knob on is judged against that with the GPU criteria (tools/check/criteria.h). Other acts and
   // kernels without a tanh path ignore it.
   bool tanh_approx = false;
 };
@@ -56,7 +56,7 @@ constexpr void SetMask(const AttentionMask& mask, AttentionOptions* o) {
 }
 
 // The key range [begin, end) that query `i` of a (Lq, Lk) pair may see under `options`' mask
-// (spec §3). Every mask of the spec keeps a contiguous range, so executors iterate it directly.
+// Every mask keeps a contiguous range, so executors iterate it directly.
 struct KeyRange {
   int64_t begin;
   int64_t end;

@@ -1,4 +1,4 @@
-// Sequence lengths of the benchmark shapes (spec/attention.md §11), drawn from Philox so that gemtb,
+// Sequence lengths of the benchmark shapes, drawn from Philox so that gemtb,
 // its peers and the simulator see the same batch for the same (seed, stream).
 #ifndef GEMTB_MODEL_ATTENTION_BENCHMARK_LENGTHS_H_
 #define GEMTB_MODEL_ATTENTION_BENCHMARK_LENGTHS_H_

@@ -1,6 +1,6 @@
 // Every number format gemtb names, with its name and storage cost: the formats tensors are stored
 // and computed in (ElementType, element_type.h, is the subset executors run) and the formats the
-// simulator prices for communication and saved activations (fp8, mx4). See spec/attention.md §7-§8.
+// simulator prices for communication and saved activations (fp8, mx4).
 #ifndef GEMTB_MODEL_COMMON_DTYPE_H_
 #define GEMTB_MODEL_COMMON_DTYPE_H_
 

@@ -1,5 +1,5 @@
 // Storage formats of tensor elements that the executors (reference/, gpu/) compute with: a subset
-// of the named formats of dtype.h, which gives their names and sizes. See spec/attention.md §7.
+// of the named formats of dtype.h, which gives their names and sizes.
 #ifndef GEMTB_MODEL_COMMON_ELEMENT_TYPE_H_
 #define GEMTB_MODEL_COMMON_ELEMENT_TYPE_H_
 

@@ -1,5 +1,5 @@
 // Samples assembled into a batch in the layouts the embedding oracle and the trainer take: one
-// KeyedJaggedTensor (spec §1: lengths int32 [K*B] key-major, values int64 key -> sample -> position)
+// KeyedJaggedTensor (lengths int32 [K*B] key-major, values int64 key -> sample -> position)
 // over the sparse features followed by, per sequence j, the keys "<seq>.item", "<seq>.action" and
 // "<seq>.dt" (events oldest first), plus dense floats and per-task probabilities, labels and masks.
 // Host only.

@@ -1,4 +1,4 @@
-// Batch formation policies (spec/embeddings-and-model.md §5) as pure functions on sub-batch loads
+// Batch formation policies as pure functions on sub-batch loads
 // (load = total sequence length of a 128-sample sub-batch). Shared by the oracle, the trainers and
 // the simulator, which calls them for thousands of ranks per step: O(n log n), and with a reused
 // PlanScratch no heap allocation beyond the caller's output.

@@ -1,4 +1,4 @@
-// The generator's and the planted teacher's parameters (spec/embeddings-and-model.md §5), one JSON
+// The generator's and the planted teacher's parameters, one JSON
 // per model config in model/configs/data/<name>.json (parsed by data_params_json.h). They are fixed
 // in the committed files: the teacher is part of the data set, not something tuned to a model.
 #pragma once

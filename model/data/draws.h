@@ -1,4 +1,4 @@
-// The random draws of the synthetic data generator (spec/embeddings-and-model.md §5), host and
+// The random draws of the synthetic data generator, host and
 // device. Every draw is a pure function of (seed, stream, word index) through Philox4x32-10, so a
 // sample's bits do not depend on the rank, the device, the batch it lands in or the thread that makes
 // it. Transcendentals come from model/numerics/det_math.h, never from libm.
@@ -20,7 +20,7 @@ GEMTB_HD inline uint64_t FieldId(FieldKind kind, uint64_t index) {
   return (static_cast<uint64_t>(kind) << 32) | index;
 }
 
-// The stream of field `field` of sample `index` (spec §5: Philox(seed, S(DATA, f, i), k)).
+// The stream of field `field` of sample `index` (Philox(seed, S(DATA, f, i), k)).
 GEMTB_HD inline uint64_t DataStream(uint64_t field, uint64_t index) {
   return StreamId(StreamTag::kData, field, index);
 }
@@ -98,11 +98,11 @@ GEMTB_HD inline uint64_t MulMod(uint64_t a, uint64_t b, uint64_t m) {
 #endif
 }
 
-// Where a feature's ids come from (spec §5 "Ids"), prepared for drawing. A draw picks a popularity
+// Where a feature's ids come from, prepared for drawing. A draw picks a popularity
 // rank k: with probability heavy_prob one of heavy_count heavy hitters (scattered ranks), else
 // k ~ Zipf(s) on 1..vocab by inverting the continuous power law on [1, vocab + 1). The raw id is a
 // keyed bijection of the rank, id = (mul * (k - 1) + add) mod vocab with gcd(mul, vocab) = 1: it
-// spreads hot ids over the table as the spec's h(k ^ salt) does, but maps distinct ranks to distinct
+// spreads hot ids over the table as a hash h(k ^ salt) would, but maps distinct ranks to distinct
 // ids inside [0, vocab), so a table of vocab rows under identity or mod hashing gives each id its
 // own row and the teacher's per-id terms stay learnable [proj].
 struct IdLaw {

@@ -1,4 +1,4 @@
-// The synthetic data generator with a planted teacher (spec/embeddings-and-model.md §5).
+// The synthetic data generator with a planted teacher.
 //
 // Sample i of seed s is a pure function of (params, shape, s, i): every draw reads
 // Philox(s, S(DATA, field, i), k) (draws.h), the teacher reads Philox(teacher seed, S(TEACHER, t, id), k)
@@ -62,7 +62,7 @@ struct Sample {
   std::vector<uint8_t> label;                // [T] y_t
   std::vector<uint8_t> mask;                 // [T] m_t
 
-  // Total events over all sequences: the sample's load for batch balancing (spec §5 BBS).
+  // Total events over all sequences: the sample's load for balanced batch sampling (BBS).
   int64_t SequenceLoad() const {
     int64_t n = 0;
     for (const SequenceEvents& s : sequences) n += static_cast<int64_t>(s.item.size());

@@ -1,4 +1,4 @@
-// The planted teacher's per-id parameters (spec/embeddings-and-model.md §5): for table t and raw id,
+// The planted teacher's per-id parameters: for table t and raw id,
 // a scalar beta and a latent u in R^8, each component a standardised Irwin-Hall(4) draw from
 // Philox(teacher seed, S(TEACHER, t, id), k). Block 0 gives beta, block 1 + c gives u_c. Being a pure
 // function of (t, id), the teacher needs no storage, even for the gem-scale tables.

@@ -1,8 +1,9 @@
 #include "model/description/data_dir.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
+#include <optional>
+#include <utility>
 #include <system_error>
 
 #ifndef GEMTB_SOURCE_DIR
@@ -28,36 +29,34 @@ bool IsWithin(const fs::path& path, const fs::path& dir) {
   return d_end == d.end();
 }
 
-std::string*& NamedDataDir() {
-  static std::string* named = nullptr;
-  return named;
+// What NameDataDir set; read once, by the first DataDirInUse().
+std::optional<fs::path>& NamedDataDir() {
+  static std::optional<fs::path>* named = new std::optional<fs::path>();
+  return *named;
 }
 
 }  // namespace
 
-DataDirLocation FindDataDir() {
-  if (const char* env = std::getenv("GEMTB_DATA_DIR"); env != nullptr && env[0] != '\0') {
-    return {env, "GEMTB_DATA_DIR"};
-  }
+DataDirLocation FindDataDir(const std::optional<fs::path>& named) {
+  if (named.has_value() && !named->empty()) return {named->string(), DataDirOrigin::kNamed};
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   const fs::path installed =
       ec ? fs::path("share/gemtb") : (exe.parent_path().parent_path() / "share" / "gemtb").lexically_normal();
-  if (fs::is_directory(installed / "model" / "configs", ec)) return {installed.string(), "installed"};
+  if (fs::is_directory(installed / "model" / "configs", ec)) return {installed.string(), DataDirOrigin::kInstalled};
   // The compiled-in source path serves only programs of this build tree: an installed or copied
   // program never reads the checkout it was built from.
-  if (!exe.empty() && IsWithin(exe, GEMTB_BUILD_DIR)) return {GEMTB_SOURCE_DIR, "source tree"};
-  return {installed.string(), "installed"};
+  if (!exe.empty() && IsWithin(exe, GEMTB_BUILD_DIR)) return {GEMTB_SOURCE_DIR, DataDirOrigin::kSourceTree};
+  return {installed.string(), DataDirOrigin::kInstalled};
 }
 
-void UseDataDir(const std::string& path) {
-  NamedDataDir() = new std::string(path);
+void NameDataDir(std::optional<fs::path> named) { NamedDataDir() = std::move(named); }
+
+const DataDirLocation& DataDirInUse() {
+  static const DataDirLocation* location = new DataDirLocation(FindDataDir(NamedDataDir()));
+  return *location;
 }
 
-const std::string& DataDir() {
-  if (const std::string* named = NamedDataDir()) return *named;
-  static const std::string* dir = new std::string(FindDataDir().path);
-  return *dir;
-}
+const std::string& DataDir() { return DataDirInUse().path; }
 
 }  // namespace gemtb::model

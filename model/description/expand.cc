@@ -1,4 +1,4 @@
-// ModelConfig -> op graph, in the layer order of spec/embeddings-and-model.md §4:
+// ModelConfig -> op graph, in this layer order:
 //   E stage (pooled lookups, sequence lookups, dense Linear, LCE_in),
 //   per layer l: cross (X_sum; layer 1 prepends it to each sequence as CLS; per j PMA, recent
 //   tokens, gate), Wukong interaction (FMB with experts, LCB, LCE_res, LN), then per sequence j

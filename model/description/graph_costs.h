@@ -32,7 +32,7 @@ OpCost EvaluateOp(const ModelGraph& graph, const Op& op, int64_t batch,
 
 struct GraphTotals {
   OpCost all;           // every op
-  OpCost model;         // local_mfu ops only: the "model FLOPs" of MFU and of the spec's table
+  OpCost model;         // local_mfu ops only: the "model FLOPs" of MFU and of the README's table
   int64_t dense_params = 0;
   int64_t sparse_params = 0;  // sum over tables of rows * dim
 };

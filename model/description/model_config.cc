@@ -1,4 +1,4 @@
-// Parsing and validation of model/configs/<name>.json into ModelConfig (spec §4 table).
+// Parsing and validation of model/configs/<name>.json into ModelConfig.
 #include "model/description/model_config.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The GEM-like model's configuration as data (spec/embeddings-and-model.md §4): one JSON per config
+// The GEM-like model's configuration as data: one JSON per config
 // (model/configs/<name>.json), parsed and validated into ModelConfig. The data generator, the CPU
 // trainer and the op-graph expansion (model_graph.h) all read this struct; nothing else hard-codes
 // the model.
@@ -150,7 +150,7 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& name_or_path);
 // The committed configs' path for a built-in name, or "" if the name is not built in.
 std::string BuiltinConfigPath(std::string_view name);
 
-// Parameter counts by the spec's counting rules (weights + biases). Sparse = sum of rows * dim.
+// Parameter counts by the counting rules (weights + biases). Sparse = sum of rows * dim.
 int64_t SparseParamCount(const ModelConfig& config);
 
 }  // namespace gemtb::model

@@ -1,4 +1,4 @@
-// The model as an op graph: the `model.json` schema of spec/embeddings-and-model.md §4. ExpandModel
+// The model as an op graph: the `model.json` schema (docs). ExpandModel
 // turns a ModelConfig into the ops in execution order (E stage, per layer cross -> Wukong ->
 // sequence arch per j, final cross, head, loss); ToJson / ParseModelJson convert to and from
 // model.json. sim/ builds its task DAG from this; reference/ and gpu/ read shapes and attention
@@ -58,7 +58,7 @@ inline constexpr EnumName<OpKind> kOpKindNames[] = {
     {OpKind::kNorm, "norm"},           {OpKind::kPointwise, "pointwise"},
     {OpKind::kEmbedding, "embedding"}, {OpKind::kInteraction, "interaction"},
     {OpKind::kLoss, "loss"}};
-// How an op's saved activations are rebuilt if its region is checkpointed (spec §7: cheapest
+// How an op's saved activations are rebuilt if its region is checkpointed (cheapest
 // first = pointwise, norm; GEMMs and attention last). kNone: nothing saved.
 enum class RecomputeClass { kNone, kPointwise, kNorm, kLinear, kAttention };
 inline constexpr EnumName<RecomputeClass> kRecomputeClassNames[] = {

@@ -1,4 +1,4 @@
-// model.json: ModelGraph <-> JSON (spec/embeddings-and-model.md §4). Keys are written in a fixed
+// model.json: ModelGraph <-> JSON. Keys are written in a fixed
 // (sorted) order; numbers that are integers are written as integers, other doubles in nlohmann's
 // shortest round-trip form. The parser is strict: unknown keys, wrong types and references out of
 // range are errors naming the JSON path.

@@ -2,7 +2,7 @@
 //
 // FLOPs: a multiply-add is 2. Linear a->b over R rows: 2*R*a*b forward, twice that backward (dX and
 //   dW); token mixing (LCE) likewise over its token axis; attention 2*H*(Dqk+Dv) per kept pair
-//   forward, 2.5x backward (spec/attention.md §10); norms 8 and pointwise ops a few per element
+//   forward, 2.5x backward; norms 8 and pointwise ops a few per element
 //   (counted, but not in Local MFU).
 // HBM bytes: activations and weights move as bf16 (2 bytes); forward = read inputs + read weights +
 //   write outputs; backward = read the saved inputs + read dY + read weights + write dX + write dW.

@@ -1,4 +1,4 @@
-// Table-batched embeddings as data (spec/embeddings-and-model.md §2): tables, features, pooling,
+// Table-batched embeddings as data: tables, features, pooling,
 // hashing, bounds handling and fused optimizers. Executor-independent: the oracle, the GPU kernels
 // and the simulator read the same description.
 #ifndef GEMTB_MODEL_EMBEDDING_EMBEDDING_CONFIG_H_

@@ -1,4 +1,4 @@
-// The bit-exact arithmetic of table-batched embeddings (spec/embeddings-and-model.md §0, §2): id
+// The bit-exact arithmetic of table-batched embeddings: id
 // hashing, table init, stochastic-rounding words and the fused optimizer updates, each a fixed
 // sequence of correctly rounded fp32 operations. Host and device code: the oracle and the GPU
 // kernels share these definitions, so they produce the same bits.

@@ -1,4 +1,4 @@
-// Normalized entropy and calibration (spec/embeddings-and-model.md §6), with the exact-1 evaluation.
+// Normalized entropy and calibration, with the exact-1 evaluation.
 //
 // NE (He et al. 2014, TorchRec's variant): cross-entropy of the predictions over the masked samples,
 // divided by the entropy of the window's own mean label p̄; p and p̄ clamped to [1e-12, 1 - 1e-12],

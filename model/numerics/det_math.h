@@ -1,7 +1,7 @@
 // Deterministic fp64 exp, log, log2, log1p and the logistic function, built only from + - * / and
 // sqrt (each one correctly rounded IEEE operation) plus integer bit manipulation. The platform libm
 // differs between glibc versions, compilers and the CUDA device library; the data generator and the
-// metrics (spec/embeddings-and-model.md §0, §5, §6) must give the same bits on every host and device,
+// metrics must give the same bits on every host and device,
 // so they use these routines instead. Accuracy is a few ulp, which is all they need; what matters is
 // that the op sequence is fixed.
 //

@@ -1,11 +1,11 @@
-// bf16 / fp16 / fp32 encode and decode, bit-exact (spec/attention.md §8), plus the generic
+// bf16 / fp16 / fp32 encode and decode, bit-exact, plus the generic
 // "round an exact value m·2^k once to a binary format" core that fp8.h, mx.h and
 // stochastic_rounding.h reuse. Every result is computed with integer logic, so it is the same on
 // every host and device, independent of rounding mode and FTZ/DAZ.
 //
 // Conventions (all encoders): round to nearest, ties to even; overflow to ±inf (fp16: 65520 → inf);
 // subnormals kept; the sign of zero kept; NaN stays NaN: sign and the leading payload bits kept,
-// quiet bit set (spec: NaN is compared by class only).
+// quiet bit set (NaN is compared by class only).
 #pragma once
 
 #include <cstdint>
@@ -76,7 +76,7 @@ GEMTB_HD inline ExactValue SplitDouble(double x) {
 }
 
 // Magnitude code of m·2^k (m > 0, m < 2^64) in `fmt`: either round to nearest even (sr == false) or
-// stochastically round with the 16-bit random r (sr == true; §8: with lo = |x| truncated, u the
+// stochastically round with the 16-bit random r (sr == true: with lo = |x| truncated, u the
 // spacing above lo and f = floor((|x|-lo)/u·2^16), the result is lo+u iff f + r >= 2^16).
 // Values beyond the finite range give fmt.overflow_code. The code is built as
 // ((e+bias-1) << mant_bits) + q with q the value in units of the quantum, hidden bit included, so
@@ -185,7 +185,7 @@ GEMTB_HD inline uint16_t FloatToBf16BitsRne(float x) {
   return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-// One rounding straight from fp64: going through fp32 could double-round (§7).
+// One rounding straight from fp64: going through fp32 could double-round.
 GEMTB_HD inline uint16_t DoubleToBf16BitsRne(double x) {
   return static_cast<uint16_t>(
       detail::EncodeIeee(detail::SplitDouble(x), detail::Bf16Format(), false, 0));

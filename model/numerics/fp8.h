@@ -1,4 +1,4 @@
-// FP8 E4M3fn and E5M2 (arXiv 2209.05433), bit-exact (spec/attention.md §8).
+// FP8 E4M3fn and E5M2 (arXiv 2209.05433), bit-exact.
 //
 // Encoders are RNE + satfinite, the mode Hopper's cvt.rn.satfinite.{e4m3,e5m2}x2.f32 implements:
 // finite values or ±inf beyond the largest finite value give ±max (448 `0x7E` / 57344 `0x7B`);

@@ -1,5 +1,5 @@
 // Randomized Hadamard transform (RHT), applied before MX quantisation to spread outliers
-// (spec/attention.md §8; FA3 incoherent processing, arXiv 2407.08608).
+// (FA3 incoherent processing, arXiv 2407.08608).
 //
 // Forward: x ← H_n · D · x, where D = diag(s_i) with s_i = 1 - 2·bit_i, bit_i = bit i%32 of word i/32
 // of the Philox block at counter 0 of (seed, stream) (the same signs for every block), and H_n the
@@ -21,7 +21,7 @@
 
 namespace gemtb::numerics {
 
-// Block sizes the spec allows; the code below works for any power of two up to 128 (the four
+// Block sizes allowed; the code below works for any power of two up to 128 (the four
 // words of one Philox block hold 128 sign bits).
 GEMTB_HD inline bool RhtIsValidSize(int n) { return n == 32 || n == 64 || n == 128; }
 

@@ -1,6 +1,6 @@
 // Shared by reference/, gpu/ and sim/: everything in model/numerics must compile both as host C++20
 // and as CUDA device code, so that the CPU oracle and the kernels share one definition of every
-// number format (spec/attention.md §8). Only integer logic and explicitly rounded fp32 operations
+// number format. Only integer logic and explicitly rounded fp32 operations
 // are used; nothing here depends on the rounding mode, FTZ/DAZ, -ffast-math or FMA contraction.
 #pragma once
 

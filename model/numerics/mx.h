@@ -1,4 +1,4 @@
-// MX block scaling (OCP MX v1.0) for MXFP8, bit-exact (spec/attention.md §8).
+// MX block scaling (OCP MX v1.0) for MXFP8, bit-exact.
 //
 // A block of 32 elements (or a 32×32 square tile) shares one E8M0 scale 2^E (code E + 127; 0xFF =
 // NaN). Elements are stored as RNE_satfinite(x · 2^-E) in E4M3 or E5M2, rounded once: the scaling

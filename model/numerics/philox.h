@@ -1,5 +1,5 @@
 // Philox4x32-10 (Salmon et al., SC'11), the counter-based generator behind stochastic rounding and
-// the RHT sign flips (spec/attention.md §8). Being counter-based, any element's bits are computed
+// the RHT sign flips. Being counter-based, any element's bits are computed
 // directly from (seed, stream, element), so the CPU oracle and every GPU thread draw identical bits
 // regardless of scheduling.
 //
@@ -62,7 +62,7 @@ GEMTB_HD inline uint32_t PhiloxWord(uint64_t seed, uint64_t stream, uint64_t ele
   return PhiloxBlock(seed, stream, element >> 2).v[element & 3u];
 }
 
-// The 16 random bits that stochastic rounding consumes: the low half of the word (§8).
+// The 16 random bits that stochastic rounding consumes: the low half of the word.
 GEMTB_HD inline uint16_t PhiloxSrBits(uint64_t seed, uint64_t stream, uint64_t element) {
   return static_cast<uint16_t>(PhiloxWord(seed, stream, element) & 0xFFFFu);
 }

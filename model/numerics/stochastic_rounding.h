@@ -1,5 +1,5 @@
 // Stochastic rounding from fp32 to bf16 / fp16 / E4M3 / E5M2 with an injected 16-bit random r
-// (spec/attention.md §8). Rule: lo = |x| truncated to the target, u = the spacing above lo,
+// Rule: lo = |x| truncated to the target, u = the spacing above lo,
 // f = floor((|x| - lo) / u · 2^16), computed exactly; the result is lo + u iff f + r >= 2^16, with the
 // sign restored. So over all 2^16 values of r exactly f round away, and E[result] = x up to 2^-16 u.
 // r is meant to be PhiloxSrBits(seed, stream, element) (philox.h), so CPU and GPU agree bitwise.

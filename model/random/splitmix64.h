@@ -1,4 +1,4 @@
-// splitmix64 and the project's stream ids (spec/embeddings-and-model.md §0). Header-only, host and
+// splitmix64 and the project's stream ids. Header-only, host and
 // device: hashing (id -> row), data generation and stochastic rounding all key on these.
 #ifndef GEMTB_MODEL_RANDOM_SPLITMIX64_H_
 #define GEMTB_MODEL_RANDOM_SPLITMIX64_H_

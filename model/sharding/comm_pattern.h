@@ -1,14 +1,14 @@
-// Per sharding type, the communication pattern of one training step (spec/embeddings-and-model.md
-// §3.1-§3.2): which collective, over which group, how many bytes. reference/ executes it (its
-// communication report is tested against it: tests/sim/oracle_bytes), sim/ prices it
-// (sim/workload/step_template.cc builds its sparse collectives from it).
+// Per sharding type, the communication pattern of one training step: which collective, over which
+// group, how many bytes. reference/ executes it (its communication report is tested against it:
+// tests/sim/oracle_bytes), sim/ prices it (sim/workload/step_template.cc builds its sparse
+// collectives from it).
 //
-// Bytes are S of spec §3.1 for the average member of the group (A2A: what it sends to the others;
-// AG: the gathered buffer; RS and AR: the buffer), affine in the table's per-rank traffic (spec
-// §3.2's B|F_t|, nu, kappa, pi, sigma, U). "Average" spreads a table over the MP group: the ids a rank
-// sends leave it with probability (M-1)/M, a table-wise table's collectives load each position 1/M
-// of the time. Summed over a group class, these averages are exact whenever every rank's ids are
-// spread evenly over the row blocks and shard holders (the batch the oracle test draws).
+// Bytes are S (nccl-tests' convention) for the average member of the group (A2A: what it sends to
+// the others; AG: the gathered buffer; RS and AR: the buffer), affine in the table's per-rank
+// traffic (B|F_t|, nu, kappa, pi, sigma, U). "Average" spreads a table over the MP group: the ids a
+// rank sends leave it with probability (M-1)/M, a table-wise table's collectives load each position
+// 1/M of the time. Summed over a group class, these averages are exact whenever every rank's ids
+// are spread evenly over the row blocks and shard holders (the batch the oracle test draws).
 #ifndef GEMTB_MODEL_SHARDING_COMM_PATTERN_H_
 #define GEMTB_MODEL_SHARDING_COMM_PATTERN_H_
 

@@ -13,6 +13,16 @@ double HottestIdShare(int64_t rows, double zipf_s) {
   return std::expm1(a * std::log(2.0)) / std::expm1(a * std::log(n + 1.0));
 }
 
+int TableWisePosition(const TableSharding& sharding, int table_index, int mp_group) {
+  return sharding.owner >= 0 ? sharding.owner % mp_group : table_index % mp_group;
+}
+
+int ColumnShardPosition(int table_index, int shard, int mp_group) { return (table_index + shard) % mp_group; }
+
+int ColumnShardHost(int table_index, int shard, int hosts) { return (table_index + shard) % hosts; }
+
+int HostBlockPosition(int host, int block, int host_positions) { return host * host_positions + block; }
+
 namespace {
 
 // Table-row-wise placement of `share` of a table on host `host`: g row blocks on its positions, the
@@ -20,7 +30,7 @@ namespace {
 void AddTableRowWise(double share, int host, int g, double hot_share, PositionShares& out) {
   for (int k = 0; k < g; ++k) {
     const double cold = share * (1.0 - hot_share) / g;
-    out.points.emplace_back(host * g + k, cold + (k == 0 ? share * hot_share : 0.0));
+    out.points.emplace_back(HostBlockPosition(host, k, g), cold + (k == 0 ? share * hot_share : 0.0));
   }
 }
 
@@ -37,13 +47,13 @@ PositionShares TablePositionShares(const TableSharding& sharding, int table_inde
     case ShardingType::kDataParallel:
       break;
     case ShardingType::kTableWise:
-      s.points.emplace_back(sharding.owner >= 0 ? sharding.owner % M : t % M, 1.0);
+      s.points.emplace_back(TableWisePosition(sharding, t, M), 1.0);
       break;
     case ShardingType::kColumnWise: {
       const int c = std::max(1, sharding.shards);
       for (int i = 0; i < c; ++i) {
         const size_t k = static_cast<size_t>(i);
-        s.points.emplace_back(k < sharding.ranks.size() ? sharding.ranks[k] % M : (t + i) % M, 1.0 / c);
+        s.points.emplace_back(k < sharding.ranks.size() ? sharding.ranks[k] % M : ColumnShardPosition(t, i, M), 1.0 / c);
       }
       break;
     }
@@ -52,11 +62,12 @@ PositionShares TablePositionShares(const TableSharding& sharding, int table_inde
       s.points.emplace_back(t % M, hot_share);
       break;
     case ShardingType::kTableRowWise:
-      AddTableRowWise(1.0, sharding.ranks.empty() ? t % H : (sharding.ranks.front() % M) / g, g, hot_share, s);
+      AddTableRowWise(1.0, sharding.ranks.empty() ? ColumnShardHost(t, 0, H) : (sharding.ranks.front() % M) / g, g,
+                      hot_share, s);
       break;
     case ShardingType::kGrid: {
       const int c = std::max(1, sharding.shards);
-      for (int i = 0; i < c; ++i) AddTableRowWise(1.0 / c, (t + i) % H, g, hot_share, s);
+      for (int i = 0; i < c; ++i) AddTableRowWise(1.0 / c, ColumnShardHost(t, i, H), g, hot_share, s);
       break;
     }
   }

@@ -1,6 +1,6 @@
-// Which MP-group positions serve each table's lookups (spec/embeddings-and-model.md §3.2), as shares
-// of the table's id and embedding traffic. The placement rules are the ones reference/sharding's
-// layout executes:
+// Which MP-group positions serve each table's lookups, as shares of the table's id and embedding
+// traffic. The placement rules below are defined here once; reference/sharding's layout places its
+// shards with the same functions:
 //   DP    every position holds a copy and serves its own lookups: no traffic;
 //   TW    the whole table on `owner` (default: table index mod M);
 //   CW    c column shards, shard i on position (t + i) mod M, each serving 1/c of the table's bytes;
@@ -25,6 +25,17 @@
 #include "model/sharding/sharding_types.h"
 
 namespace gemtb {
+
+// The placement rules, for table `table_index` in an MP group of `mp_group` positions, `host_positions`
+// of them per host (hosts = mp_group / host_positions):
+// TW: the owner position (`sharding.owner` when set, else table index mod M).
+int TableWisePosition(const TableSharding& sharding, int table_index, int mp_group);
+// CW: the position of column shard `shard`, (t + shard) mod M.
+int ColumnShardPosition(int table_index, int shard, int mp_group);
+// TWRW and GRID: the host of column shard `shard` (0 for TWRW), (t + shard) mod hosts.
+int ColumnShardHost(int table_index, int shard, int hosts);
+// TWRW and GRID: the position of row block `block` on host `host`. (RW's block s is on position s.)
+int HostBlockPosition(int host, int block, int host_positions);
 
 // A table's traffic over the M positions of its MP group: `spread` of it evenly over all positions,
 // the rest in point masses. spread + sum of the points = 1 (0 for DP: no traffic).

@@ -1,5 +1,5 @@
 // The one parser of a sparse sharding plan: the JSON object `gemtb ref embed` reads as "plan" and the
-// simulator reads as `plan.sparse` (spec/embeddings-and-model.md §3.1-§3.2, simulator.md §4):
+// simulator reads as `plan.sparse`:
 //
 //   {"default": {"type": "DP|TW|RW|CW|TWRW|GRID", "owner": r, "shards": c},
 //    "tables": {"<table name>": {"type": ..., "owner": r, "shards": c}, ...},

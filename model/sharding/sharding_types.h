@@ -1,4 +1,4 @@
-// The sparse sharding vocabulary (spec/embeddings-and-model.md §3.2): sharding types, the CW optimizer
+// The sparse sharding vocabulary: sharding types, the CW optimizer
 // state and V3 gather modes, and the typed plan that reference/ executes and sim/ prices. Names
 // (JSON, reports) and enums are tied by one table each in sharding_types.cc.
 #ifndef GEMTB_MODEL_SHARDING_SHARDING_TYPES_H_

@@ -219,7 +219,9 @@ nb::dict DataGenerate(const std::string& config, int64_t samples, int64_t first,
 }  // namespace
 
 void BindSimModelData(nb::module_& m) {
-  m.def("use_data_dir", &model::UseDataDir, nb::arg("path"));
+  m.def(
+      "use_data_dir", [](const std::string& path) { model::NameDataDir(std::filesystem::path(path)); },
+      nb::arg("path"));
   m.def("whatif", &Whatif, nb::arg("scenario_path").none(), nb::arg("scenario_json").none(), nb::arg("base_dir"),
         nb::arg("gpus"), nb::arg("sets"), nb::arg("steps").none(), nb::arg("sensitivity"), nb::arg("attribution"),
         nb::arg("shapley"), nb::arg("checks"), nb::arg("levers"), nb::arg("reference_gpus"), nb::arg("threads"),

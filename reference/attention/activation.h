@@ -1,4 +1,4 @@
-// Activations of spec/attention.md §4 and their exact derivatives, in fp64.
+// Attention activations and their exact derivatives, in fp64.
 //
 // Kinks take the left derivative: relu'(0) = 0, leaky'(0) = 0.01, hardswish'(-3) = 0,
 // hardswish'(3) = 1.5. gelu is evaluated as x/2 * erfc(-x/sqrt 2), which keeps its relative accuracy

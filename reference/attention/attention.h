@@ -1,12 +1,12 @@
-// The jagged attention oracle: forward and backward of spec/attention.md, in two modes.
+// The jagged attention oracle: forward and backward, in two modes.
 //
 //  * Precision::kOracle, the "oracle of record": inputs converted exactly to fp64, every operation
 //    in fp64, two-pass softmax, fixed-order sums. Callers round the result once to a storage type.
-//  * Precision::kEmulate mirrors a tensor-core kernel's casts (spec §7): fp32 accumulation, P and dS
+//  * Precision::kEmulate mirrors a tensor-core kernel's casts: fp32 accumulation, P and dS
 //    rounded to the input storage type before their matmuls. It measures the error a plain
 //    same-precision implementation makes, which GPU tolerances are based on.
 //
-// Both are bitwise deterministic: the same bytes for any thread count and run (spec §7): each task
+// Both are bitwise deterministic: the same bytes for any thread count and run: each task
 // owns a disjoint output slice and every reduction has an order fixed by the shapes alone.
 //
 // Every tensor is passed as fp64 values plus a shape; values of the storage type `input_type` are
@@ -34,7 +34,7 @@ struct TensorView {
   bool present() const { return !shape.empty(); }
 };
 
-// The jagged problem (spec §1–§2). Shapes:
+// The jagged problem. Shapes:
 //   q [TQ,H,Dqk], k [TK,Hkv,Dqk], v [TK,Hkv,Dv]; q_offsets [nq+1], kv_offsets [nkv+1];
 //   kv_index [B] (optional); bias_dense [B,Hb,maxLq,maxLk]; bias_rel [Hr,2*maxL-1];
 //   ts [TQ] with bias_ts [Ht,129] (self-attention only); rope_q [TQ,Dqk], rope_k [TK,Dqk],
@@ -85,14 +85,14 @@ absl::StatusOr<AttentionForwardResult> AttentionForward(const AttentionInputs& i
                                                         const ExecutionOptions& exec = {});
 
 // `d_o` has O's shape. `forward` must be this oracle's forward of the same call in the same
-// precision (softmax reads its O and LSE, spec §5).
+// precision (softmax reads its O and LSE).
 absl::StatusOr<AttentionBackwardResult> AttentionBackward(const AttentionInputs& in,
                                                           const AttentionOptions& options,
                                                           const TensorView<double>& d_o,
                                                           const AttentionForwardResult& forward,
                                                           const ExecutionOptions& exec = {});
 
-// Effective FLOPs of the forward (spec §10): 2*H*(Dqk+Dv)*pairs over valid pairs only.
+// Effective FLOPs of the forward: 2*H*(Dqk+Dv)*pairs over valid pairs only.
 absl::StatusOr<double> AttentionForwardFlops(const AttentionInputs& in,
                                              const AttentionOptions& options);
 

@@ -1,4 +1,4 @@
-// Backward pass of the oracle (spec §5, numerics §7).
+// Backward pass of the oracle.
 //
 // Phase 1, one task per output sequence b (heads in increasing order inside): recompute S, form
 // dS and dZ, and accumulate each reader's contributions into scratch that the task owns: dQ rows of

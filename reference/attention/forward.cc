@@ -1,4 +1,4 @@
-// Forward pass of the oracle (spec §3, numerics §7). One oneTBB task per (output sequence, head)
+// Forward pass of the oracle. One oneTBB task per (output sequence, head)
 // owns its O rows and LSE entries; every sum inside runs in a fixed order.
 #include <oneapi/tbb/parallel_for.h>
 

@@ -41,7 +41,7 @@ inline double RoundToStorage(double x, ElementType type) {
   return x;
 }
 
-// Rounding points of spec §7. In the oracle both are the identity; in emulate mode Acc rounds to the
+// Rounding points. In the oracle both are the identity; in emulate mode Acc rounds to the
 // fp32 accumulator and Store to the input storage type (what a kernel feeds its next matmul).
 template <bool kEmulate>
 struct Rounding {

@@ -124,7 +124,7 @@ absl::StatusOr<AttentionPlan> MakePlan(const AttentionInputs& in, const Attentio
     return Bad(absl::StrCat("q_offsets: broadcast_q needs exactly one q sequence, got ", nq));
   }
 
-  // Pairing (spec §1): ks(b) from kv_index when given, qs(b) = 0 under broadcast_q.
+  // Pairing: ks(b) from kv_index when given, qs(b) = 0 under broadcast_q.
   std::vector<int64_t> ks;
   if (in.kv_index.present()) {
     GEMTB_RETURN_IF_ERROR(CheckRank(in.kv_index, "kv_index", 1, "[B]"));
@@ -164,7 +164,7 @@ absl::StatusOr<AttentionPlan> MakePlan(const AttentionInputs& in, const Attentio
   p.pre_scale = o.pre_scale.value_or(softmax ? 1.0 / std::sqrt(static_cast<double>(p.dqk)) : 1.0);
   p.post_scale = o.post_scale.value_or(1.0);
 
-  // Biases (spec §2, §3).
+  // Biases.
   if (in.bias_dense.present()) {
     GEMTB_RETURN_IF_ERROR(CheckRank(in.bias_dense, "bias_dense", 4, "[B,Hb,maxLq,maxLk]"));
     const int64_t hb = in.bias_dense.shape[1];
@@ -206,7 +206,7 @@ absl::StatusOr<AttentionPlan> MakePlan(const AttentionInputs& in, const Attentio
       p.ts_thresholds[k - 1] = static_cast<int64_t>(std::ceil(std::exp(0.301 * k)));
     }
   }
-  // RoPE (spec §3): interleaved pairs need an even head dim.
+  // RoPE: interleaved pairs need an even head dim.
   if (in.rope_q.present() != in.rope_k.present()) {
     return Bad(in.rope_q.present() ? "rope_k: missing; rope_q needs rope_k"
                                    : "rope_q: missing; rope_k needs rope_q");

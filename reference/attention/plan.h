@@ -32,7 +32,7 @@ struct AttentionPlan {
   std::vector<OutputSequence> out;               // one per output sequence b
   std::vector<std::vector<int64_t>> kv_readers;  // per K/V sequence, the b reading it, increasing
   int64_t dense_heads = 0, rel_heads = 0, ts_heads = 0;  // 0 = that bias is absent
-  // T_k = ceil(exp(0.301 k)), k = 1..128, tabulated once in fp64 (spec §3 time bias).
+  // T_k = ceil(exp(0.301 k)), k = 1..128, tabulated once in fp64 (time bias buckets).
   std::array<int64_t, kTimeBuckets - 1> ts_thresholds{};
   bool rope = false, rope_v = false;
 };

@@ -1,4 +1,4 @@
-// Interleaved rotary embeddings (spec §3): pair (x_2m, x_2m+1) of every head of token t is rotated
+// Interleaved rotary embeddings: pair (x_2m, x_2m+1) of every head of token t is rotated
 // by the angle whose sin and cos sit in columns m and D/2+m of table row t.
 #ifndef GEMTB_REFERENCE_ATTENTION_ROPE_H_
 #define GEMTB_REFERENCE_ATTENTION_ROPE_H_
@@ -12,7 +12,7 @@
 namespace gemtb::reference {
 
 // x [rows, heads, dim], table [rows, dim]. Emulate mode computes in fp32 and rounds the result to
-// `storage` (spec §7 step 1); the oracle computes in fp64.
+// `storage` (the first rounding point); the oracle computes in fp64.
 std::vector<double> RopeForward(absl::Span<const double> x, int64_t rows, int64_t heads, int64_t dim,
                                 absl::Span<const double> table, bool emulate, ElementType storage);
 

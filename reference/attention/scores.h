@@ -1,4 +1,4 @@
-// Scores S_ij = pre_scale * (q_i . k_j + bias_ij) of one (output sequence, head) block (spec §3),
+// Scores S_ij = pre_scale * (q_i . k_j + bias_ij) of one (output sequence, head) block,
 // shared by the forward and the backward so both see the same bits; and where each bias term of a
 // pair lives, which the backward scatters dZ to.
 #ifndef GEMTB_REFERENCE_ATTENTION_SCORES_H_

@@ -1,4 +1,4 @@
-// The communication report (spec/embeddings-and-model.md §3.1): one record per collective call of a
+// The communication report: one record per collective call of a
 // virtual-rank run, with the bytes each group member sends to and receives from the others as a
 // direct exchange. The oracle writes it; `sim/` reads the same JSON and reproduces the volumes.
 #ifndef GEMTB_REFERENCE_COLLECTIVES_COMM_REPORT_H_
@@ -15,9 +15,9 @@ namespace gemtb::reference {
 
 enum class CommPhase { kForward, kBackward, kSync };
 enum class CollectiveOp { kAllToAll, kAllGather, kReduceScatter, kAllReduce, kBroadcast };
-// The process-group classes of simulator.md §2.2: sparse-mp (1D sharding inside an MP group),
+// The process-group classes: sparse-mp (1D sharding inside an MP group),
 // sparse-replica (2D V2 weight/state sync), sparse-intra (V3's gather/scatter inside the replica
-// group), and the dense classes of spec §3.3.
+// group), and the dense classes.
 enum class GroupClass {
   kSparseMp,
   kSparseReplica,

@@ -1,4 +1,4 @@
-// In-process collectives over virtual ranks (spec/embeddings-and-model.md §3.1).
+// In-process collectives over virtual ranks.
 //
 // The oracle holds R rank objects; these functions move the bytes a real collective would move
 // between them and reduce exactly as documented here, so that a sharded run is a fixed sequence of
@@ -12,7 +12,7 @@
 // the oracle only with deterministic collectives (A2A/AG, then this seqsum locally).
 //
 // Every call appends one record to the CommReport (if any) with the current step and phase and the
-// bytes each member sends to / receives from the others as a direct exchange (spec §3.1):
+// bytes each member sends to / receives from the others as a direct exchange:
 //   all-to-all(v)   member i sends sum_{j != i} |send[i][j]|, receives sum_{j != i} |send[j][i]|;
 //   all-gather(v)   member i sends (p-1)*|chunk_i|, receives sum_{j != i} |chunk_j|;
 //   reduce-scatter  buffer of n elements, member i keeps chunk c_i: sends n - c_i, receives (p-1)*c_i

@@ -1,4 +1,4 @@
-// KeyedJaggedTensor input (spec/embeddings-and-model.md §1, as TorchRec's KJT) and its validation.
+// KeyedJaggedTensor input (as TorchRec's KJT) and its validation.
 #ifndef GEMTB_REFERENCE_EMBEDDING_KJT_H_
 #define GEMTB_REFERENCE_EMBEDDING_KJT_H_
 
@@ -24,7 +24,7 @@ struct KeyedJaggedTensor {
   int64_t NumKeys() const { return static_cast<int64_t>(keys.size()); }
 };
 
-// Validation codes in the order they are checked (spec §1).
+// Validation codes in the order they are checked.
 enum class KjtErrorCode {
   kShape,          // E_KJT_SHAPE
   kNegativeLength, // E_KJT_NEG_LENGTH
@@ -51,7 +51,7 @@ struct KjtLayout {
   std::vector<int64_t> offsets;   // [F*B+1], derived
 };
 
-// Checks everything of spec §1 in order; returns the first error, or the derived layout.
+// Checks every KJT rule in order; returns the first error, or the derived layout.
 std::optional<InputError> FindKjtError(const KeyedJaggedTensor& kjt, const EmbeddingConfig& config,
                                        KjtLayout* layout);
 

@@ -5,10 +5,10 @@
 #include <oneapi/tbb/info.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
+#include "model/embedding/optimizer_rules.h"
 
 namespace gemtb::reference {
 namespace {
@@ -111,17 +111,7 @@ absl::Status ValidateEmbeddingConfig(const EmbeddingConfig& config) {
     if (c.rows > (int64_t{1} << 40) || c.dim > (int64_t{1} << 34) / c.rows) {  // rows*dim > 2^34, without overflow
       return Bad(absl::StrCat(name, ": rows*dim=", c.rows, "*", c.dim, " is too large for the CPU oracle"));
     }
-    const OptimizerConfig& o = c.optimizer;
-    for (auto [field, v] : {std::pair{"lr", o.lr}, {"weight_decay", o.weight_decay}, {"eps", o.eps},
-                            {"beta1", o.beta1}, {"beta2", o.beta2}}) {
-      if (!std::isfinite(v)) return Bad(absl::StrCat(name, ": optimizer.", field, "=", v, " must be finite"));
-    }
-    if (o.kind == OptimizerKind::kSgd && o.decay_mode != WeightDecayMode::kNone) {
-      return Bad(absl::StrCat(name, ": SGD takes no weight decay mode"));
-    }
-    if (o.kind == OptimizerKind::kAdam && o.decay_mode == WeightDecayMode::kL2) {
-      return Bad(absl::StrCat(name, ": Adam supports weight decay none or decoupled (AdamW)"));
-    }
+    GEMTB_RETURN_IF_ERROR(ValidateOptimizerConfig(c.optimizer, name));
   }
   for (size_t f = 0; f < config.features.size(); ++f) {
     const FeatureConfig& c = config.features[f];
@@ -206,7 +196,7 @@ absl::StatusOr<EmbeddingOutput> EmbeddingForward(const EmbeddingConfig& config, 
       if (static_cast<size_t>(fc.table) < partition.pool_row_blocks.size()) rb = partition.pool_row_blocks[fc.table];
       const int64_t blocks = rb.size > 0 ? rb.count : 1;
       float* dst = out.pooled.data() + b * out.pooled_width + col[f];
-      // Rows once per bag; then whole rows at a time, column sums in the same order as the spec's
+      // Rows once per bag; then whole rows at a time, column sums in the same order as the definition's
       // per-column seqsums (positions ascending within a block, blocks ascending).
       std::vector<int64_t> rows(static_cast<size_t>(end - begin));
       int64_t n = 0;

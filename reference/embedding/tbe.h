@@ -1,6 +1,6 @@
-// Table-batched embeddings, the unsharded oracle (spec/embeddings-and-model.md §2, §3.1).
+// Table-batched embeddings, the unsharded oracle.
 //
-// Forward pooling and the backward fused with the optimizer, op by op in fp32 as the spec writes
+// Forward pooling and the backward fused with the optimizer, op by op in fp32 as the definition writes
 // them. Every sum that a sharding splits is a *partitioned sum* (seqsum over ordered blocks of
 // per-block seqsums); `SumPartition` names the blocks, so that the unsharded oracle with the
 // partition a sharding induces is bit-identical to that sharding (one block = plain seqsum).
@@ -33,10 +33,10 @@ struct EmbeddingState {
   int64_t step = 0;  // optimizer steps taken; keys the SR stream
 };
 
-// Tables initialised from Philox (spec §2 "Init"), zero optimizer state.
+// Tables initialised from Philox, zero optimizer state.
 EmbeddingState InitEmbeddingState(const EmbeddingConfig& config);
 
-// The blocks of every split sum (spec §3.1).
+// The blocks of every split sum.
 struct SumPartition {
   // Sizes of consecutive sample blocks (local batches in rank order) of the row-gradient sum G_r;
   // empty = one block of all samples.

@@ -1,5 +1,5 @@
 // One attention use of the reference model: projections, QK-norm, optional RoPE, GDPA (SiLU) and
-// the output projection. Used three ways (spec §4): PMA (learned seeds over the sequence), the
+// the output projection. Used three ways: PMA (learned seeds over the sequence), the
 // sequence's cross-attention to X_sum (a), and windowed/block self-attention with RoPE (b).
 #ifndef GEMTB_REFERENCE_MODEL_ATTENTION_BLOCK_H_
 #define GEMTB_REFERENCE_MODEL_ATTENTION_BLOCK_H_

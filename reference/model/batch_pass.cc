@@ -48,12 +48,16 @@ BatchPassResult<T> RunBatch(const GemModel& model, const T* params, const std::v
   pool_in_use = true;
   if (options.backward && block_grad.size() < static_cast<size_t>(blocks)) block_grad.resize(blocks);
   if (options.backward) r.input_grads.resize(B);
-  std::vector<T> sample_loss(B, T(0));
+  const bool ranged = options.block_end >= 0;
+  const int blk_begin = ranged ? std::clamp(options.block_begin, 0, blocks) : 0;
+  const int blk_end = ranged ? std::clamp(options.block_end, blk_begin, blocks) : blocks;
+  r.sample_loss.assign(B, T(0));
+  std::vector<T>& sample_loss = r.sample_loss;
   const std::vector<T> transposed = options.backward ? TransposedParams(model.layout(), params) : std::vector<T>();
 
   auto run_block = [&](int blk) {
-    const int b0 = static_cast<int>(static_cast<int64_t>(B) * blk / blocks);
-    const int b1 = static_cast<int>(static_cast<int64_t>(B) * (blk + 1) / blocks);
+    const int b0 = BlockFirstSample(B, blk, blocks);
+    const int b1 = BlockFirstSample(B, blk + 1, blocks);
     std::unique_ptr<SampleTape<T>, void (*)(SampleTape<T>*)> tape(GemModel::NewTape<T>(), &GemModel::DeleteTape<T>);
     ParamView<T> view{params, nullptr, options.backward ? transposed.data() : nullptr};
     if (options.backward) {
@@ -75,12 +79,17 @@ BatchPassResult<T> RunBatch(const GemModel& model, const T* params, const std::v
       if (options.backward) model.Backward(view, inputs[b], *tape, dlogits.data(), r.input_grads[b]);
     }
   };
-  auto run_all = [&] { tbb::parallel_for(0, blocks, run_block); };
+  auto run_all = [&] { tbb::parallel_for(blk_begin, blk_end, run_block); };
   if (options.threads > 0) {
     tbb::task_arena arena(options.threads);
     arena.execute(run_all);
   } else {
     run_all();
+  }
+  if (ranged) {
+    if (options.backward)
+      for (int blk = blk_begin; blk < blk_end; ++blk) r.block_grads.push_back(block_grad[blk]);
+    return r;
   }
   double total = 0;
   for (int b = 0; b < B; ++b) total += static_cast<double>(sample_loss[b]);

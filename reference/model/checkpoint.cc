@@ -168,7 +168,11 @@ absl::Status CheckCheckpointPath(const std::string& path) {
 }
 
 absl::Status WriteCheckpoint(const std::string& path, const NamedArrays& arrays, const CheckpointWriteOptions& options) {
-  const std::vector<uint8_t> bytes = SerializeCheckpoint(arrays);
+  return WriteFileAtomically(path, SerializeCheckpoint(arrays), options);
+}
+
+absl::Status WriteFileAtomically(const std::string& path, absl::Span<const uint8_t> bytes,
+                                 const CheckpointWriteOptions& options) {
   const int64_t fail_after = options.fail_after_bytes;
   const bool kill_on_fail = options.kill_at_failure;
   const std::filesystem::path target(path);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "reference/io/npy.h"
 
 namespace gemtb::reference::model {
@@ -40,6 +41,10 @@ struct CheckpointWriteOptions {
 // `path` is not a folder. FailedPrecondition naming the path and the reason otherwise.
 absl::Status CheckCheckpointPath(const std::string& path);
 
+// Writes `bytes` to `path` by the atomic procedure above (temp file, fsync, rename, fsync the folder).
+absl::Status WriteFileAtomically(const std::string& path, absl::Span<const uint8_t> bytes,
+                                 const CheckpointWriteOptions& options = {});
+// WriteFileAtomically of SerializeCheckpoint(arrays).
 absl::Status WriteCheckpoint(const std::string& path, const NamedArrays& arrays, const CheckpointWriteOptions& options = {});
 absl::StatusOr<NamedArrays> ReadCheckpoint(const std::string& path);
 

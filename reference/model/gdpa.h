@@ -1,4 +1,4 @@
-// GDPA on one sample (spec/attention.md §3-§5 with act = SiLU, pre_scale 1, post_scale c) and
+// GDPA on one sample (jagged attention with act = SiLU, pre_scale 1, post_scale c) and
 // interleaved RoPE, forward and backward, templated on the scalar.
 //
 // Why not call reference/attention directly: the model runs thousands of tiny per-sample attentions

@@ -121,7 +121,7 @@ absl::StatusOr<GemModel> GemModel::Create(const ModelConfig& c) {
     info.rope = s.rope == RopeKind::kPosition;
     if (s.attention == SeqAttentionKind::kWindow) {
       info.window = static_cast<int>(s.window);
-      info.self_post = 1.0 / static_cast<double>(2 * s.window + 1);  // spec §4: SiLU scale 1/(2w+1)
+      info.self_post = 1.0 / static_cast<double>(2 * s.window + 1);  // SiLU scale 1/(2w+1)
     } else {
       info.block = static_cast<int>(s.block);
       info.self_post = 1.0 / static_cast<double>(s.block);
@@ -220,7 +220,7 @@ class Pass {
     x.x_gate.Forward(p_, ct.xs_pre.data(), n_s, ct.x_sum.data(), ct.xs_sig.data());
     const int J = m_.num_sequences();
     if (first) {
-      // [proj] Layer 1 prepends its X_sum to every sequence as the n_s CLS tokens (spec §4 "X_sum(1)").
+      // [proj] Layer 1 prepends its X_sum to every sequence as the n_s CLS tokens (X_sum(1)).
       t_.s.resize(J);
       for (int j = 0; j < J; ++j) {
         const int len = first->lengths[j];
@@ -415,13 +415,13 @@ class Pass {
   GdpaShape PmaShape(int j, int n) const {
     GdpaShape s;
     s.lq = m_.k_p_, s.lk = n, s.heads = m_.heads_, s.dh = m_.d_ / m_.heads_;
-    s.post_scale = 1.0 / static_cast<double>(m_.seqs_[j].lmax);  // spec §4: scale 1/Lmax_j
+    s.post_scale = 1.0 / static_cast<double>(m_.seqs_[j].lmax);  // SiLU scale 1/Lmax_j
     return s;
   }
   GdpaShape CrossAttnShape(int n) const {
     GdpaShape s;
     s.lq = n, s.lk = m_.n_s_, s.heads = m_.heads_, s.dh = m_.d_ / m_.heads_;
-    s.post_scale = 1.0 / static_cast<double>(m_.n_s_);  // spec §4 (a): scale 1/n_s
+    s.post_scale = 1.0 / static_cast<double>(m_.n_s_);  // variant (a): scale 1/n_s
     return s;
   }
   GdpaShape SelfShape(int j, int n) const {

@@ -1,9 +1,9 @@
-// The GEM-like model of spec §4 for one sample, forward and backward, built from a ModelConfig
+// The GEM-like model for one sample, forward and backward, built from a ModelConfig
 // (no hard-coded sizes). Embedding lookups happen outside (the TBE oracle, or an fp64 gather): the
 // model takes the pooled rows of the non-sequence features and the summed (item + action + dt) rows
 // of each sequence's events and returns their gradients.
 //
-// Layer order (spec §4; [proj] choices marked in gem_model.cc where they are made):
+// Layer order ([proj] choices marked in gem_model.cc where they are made):
 //   E:  X = LCE_in([E ‖ Linear(dense)])                                     [n_x, d]
 //   per layer l: Cross  X_sum = Gate(LCE_s(X)); layer 1 prepends X_sum to each sequence as CLS;
 //                       S_sum_j = Gate_j([CLS_j ‖ PMA_j ‖ REC_j])

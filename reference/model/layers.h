@@ -1,4 +1,4 @@
-// The reference model's layers, forward and backward side by side (spec §4): Linear, LayerNorm,
+// The reference model's layers, forward and backward side by side: Linear, LayerNorm,
 // Gate, LCE (token-axis mixing), parameter-free per-head RMSNorm (QK-norm) and GELU. Each layer
 // holds only the slices of the flat parameter array it owns; activations are caller-owned buffers.
 // Backward accumulates into parameter and input gradients with +=.
@@ -103,7 +103,7 @@ struct LayerNorm {
   }
 };
 
-// Gate(Z) = Z * sigmoid(Z W_g + b_g) (spec §4).
+// Gate(Z) = Z * sigmoid(Z W_g + b_g).
 struct Gate {
   Linear lin;
 

@@ -1,5 +1,5 @@
 // The dense parameters of the reference model as one flat array with named slices, and their
-// initialisation keyed by (seed, parameter index, element) through Philox (spec §2 "Init": "dense
+// initialisation keyed by (seed, parameter index, element) through Philox ("dense
 // init keyed by (seed, param, element)"), so that the same seed gives the same bits everywhere.
 #ifndef GEMTB_REFERENCE_MODEL_PARAMS_H_
 #define GEMTB_REFERENCE_MODEL_PARAMS_H_

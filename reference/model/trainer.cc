@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <iterator>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
@@ -25,6 +26,7 @@ struct Trainer::Impl {
   data::Generator generator;
   std::unique_ptr<tbb::task_arena> arena;
   std::shared_ptr<const NpyDataset> training_set;
+  DataParallelGroup* data_parallel = nullptr;
 
   // Samples [first, first + count) of `seed`, generated in parallel (each is a pure function of its index).
   data::Batch Generate(uint64_t seed, int64_t first, int64_t count) {
@@ -154,7 +156,10 @@ absl::StatusOr<StepResult> Trainer::Step() {
   BatchPassOptions pass;
   pass.threads = options_.threads;
   pass.blocks = options_.grad_blocks;
+  DataParallelGroup* dp = impl_->data_parallel;
+  if (dp != nullptr) std::tie(pass.block_begin, pass.block_end) = RankBlocks(options_.grad_blocks, dp->rank(), dp->world_size());
   BatchPassResult<float> r = RunBatch(model_, state_.params.data(), in.inputs, labels, masks, pass);
+  if (dp != nullptr) GEMTB_RETURN_IF_ERROR(CombineDataParallel(config_, batch, options_.grad_blocks, *dp, r));
 
   // Table gradients in the TBE's layout; a sequence event's gradient goes to its item, action and dt rows.
   const int d = static_cast<int>(config_.d);
@@ -172,7 +177,7 @@ absl::StatusOr<StepResult> Trainer::Step() {
   }
   GEMTB_RETURN_IF_ERROR(EmbeddingBackwardStep(emb_, state_.tables, kjt, grads, {}, options_.threads));
 
-  // Dense Adam, spec §2, fp32 op by op.
+  // Dense Adam, fp32 op by op.
   OptimizerConfig adam;
   adam.kind = OptimizerKind::kAdam;
   adam.lr = ScheduledRate(options_.lr, 1.0f, state_.step, options_.total_steps, options_.linear_decay);
@@ -198,6 +203,12 @@ absl::StatusOr<StepResult> Trainer::Step() {
 }
 
 void Trainer::UseTrainingSet(std::shared_ptr<const NpyDataset> set) { impl_->training_set = std::move(set); }
+
+absl::Status Trainer::UseDataParallel(DataParallelGroup* group) {
+  GEMTB_RETURN_IF_ERROR(CheckDataParallel(options_.grad_blocks, options_.batch, group->world_size()));
+  impl_->data_parallel = group;
+  return absl::OkStatus();
+}
 
 absl::StatusOr<EvalResult> Trainer::Evaluate(int64_t first, int64_t count) {
   return EvaluateBatches(count, [&](int64_t at, int64_t n) {

@@ -1,9 +1,9 @@
-// The CPU reference trainer of the GEM-like model (spec §2, §4-§6): fp32 like a real trainer.
+// The CPU reference trainer of the GEM-like model: fp32 like a real trainer.
 //
 // One step: generate samples [step*B, (step+1)*B) of the data seed (model/data), look up the tables
 // with the TBE oracle (MEAN pooling, sequences as NONE), run the model forward and backward
 // (batch_pass.h, deterministic for any thread count), apply the TBE's fused rowwise Adagrad to the
-// touched rows and Adam (spec §2 formulas, fp32 op by op) to the dense parameters.
+// touched rows and Adam (fp32 op by op) to the dense parameters.
 //
 // Held-out evaluation reads sample indices from kHeldOutFirstIndex on (2^40), a range training
 // never reaches, so evaluation samples are never trained on.
@@ -27,6 +27,7 @@
 #include "model/description/model_config.h"
 #include "reference/embedding/tbe.h"
 #include "reference/io/npy.h"
+#include "reference/model/data_parallel.h"
 #include "reference/model/gem_model.h"
 #include "reference/model/npy_dataset.h"
 
@@ -87,6 +88,10 @@ class Trainer {
   // Trains on `set` (step s takes its samples s*B .. s*B + B - 1, modulo its size) instead of the
   // generator. The set is not part of the saved options: resume with the same set.
   void UseTrainingSet(std::shared_ptr<const NpyDataset> set);
+  // Runs every later Step as rank group->rank() of a data-parallel job (data_parallel.h), to the
+  // single-process bits; InvalidArgument when the group's size does not fit grad_blocks and batch.
+  // The group outlives the trainer's use of it.
+  absl::Status UseDataParallel(DataParallelGroup* group);
 
   absl::StatusOr<StepResult> Step();
   // NE of the model and of the teacher on held-out samples [kHeldOutFirstIndex + first, + count).

@@ -1,4 +1,4 @@
-// Array-level quantisation with the bit-exact codecs of model/numerics (spec/attention.md §8):
+// Array-level quantisation with the bit-exact codecs of model/numerics:
 // elementwise bf16 / fp16 / E4M3 / E5M2, MX blocks (32 along an axis, or 32x32 tiles of the last two
 // axes) with E8M0 scales by RCEIL or FLOOR, round-to-nearest-even or stochastic rounding from Philox,
 // and an optional randomized Hadamard transform before quantisation. What `gemtb ref quantize` runs.

@@ -1,4 +1,4 @@
-// One MP group of a sharded run (spec/embeddings-and-model.md §3.2): M virtual ranks that shard every
+// One MP group of a sharded run: M virtual ranks that shard every
 // table with its 1D type, exchanging ids, embeddings and gradients through the virtual collectives.
 // 1D sharding is one group of all ranks; 2D sharding runs N of them side by side.
 //

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/common/status_macros.h"
+#include "model/sharding/placement.h"
 #include "model/sharding/sharding_plan_json.h"
 
 namespace gemtb::reference {
@@ -59,12 +60,12 @@ absl::StatusOr<GroupLayout> BuildGroupLayout(const ShardingPlanSpec& plan, const
         for (int p = 0; p < m; ++p) add(p, 0, 0, 0, tc.rows, 0, tc.dim);
         break;
       case ShardingType::kTableWise:
-        add(ts.owner >= 0 ? ts.owner : ti % m, 0, 0, 0, tc.rows, 0, tc.dim);
+        add(TableWisePosition(ts, ti, m), 0, 0, 0, tc.rows, 0, tc.dim);
         break;
       case ShardingType::kColumnWise: {
         tl.col_shards = ts.shards;
         const int64_t w = tc.dim / ts.shards;
-        for (int i = 0; i < ts.shards; ++i) add((ti + i) % m, i, 0, 0, tc.rows, i * w, (i + 1) * w);
+        for (int i = 0; i < ts.shards; ++i) add(ColumnShardPosition(ti, i, m), i, 0, 0, tc.rows, i * w, (i + 1) * w);
         break;
       }
       case ShardingType::kRowWise:
@@ -81,10 +82,11 @@ absl::StatusOr<GroupLayout> BuildGroupLayout(const ShardingPlanSpec& plan, const
         tl.row_blocks = per_host;
         tl.block_rows = CeilDiv(tc.rows, per_host);
         for (int i = 0; i < c; ++i) {
-          const int host = (ti + i) % g.hosts();
+          const int host = ColumnShardHost(ti, i, g.hosts());
           tl.col_shard_host.push_back(host);
           for (int k = 0; k < per_host; ++k) {
-            add(host * per_host + k, i, k, k * tl.block_rows, (k + 1) * tl.block_rows, i * w, (i + 1) * w);
+            add(HostBlockPosition(host, k, per_host), i, k, k * tl.block_rows, (k + 1) * tl.block_rows, i * w,
+                (i + 1) * w);
           }
         }
         break;

@@ -1,5 +1,5 @@
-// Where each piece of each table lives inside one MP group (spec/embeddings-and-model.md §3.2), and
-// the sum partition that placement induces on the unsharded oracle (spec §3.1).
+// Where each piece of each table lives inside one MP group, and
+// the sum partition that placement induces on the unsharded oracle.
 //
 // Placement, in MP-group positions 0..M-1 (M = world_size for 1D sharding):
 //   DP    a full copy on every position;

@@ -1,4 +1,4 @@
-// The local arithmetic of a shard holder (spec/embeddings-and-model.md §2, §3.2): lookups of the ids
+// The local arithmetic of a shard holder: lookups of the ids
 // it received, the row gradients G_r of its rows and the fused optimizer on its rectangle, op by
 // op as the unsharded oracle does them, with global row and column indices wherever a value depends
 // on them (stochastic-rounding words).

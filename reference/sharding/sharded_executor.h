@@ -1,4 +1,4 @@
-// The sharded embedding oracle (spec/embeddings-and-model.md §3.2): R virtual ranks run the tables
+// The sharded embedding oracle: R virtual ranks run the tables
 // under a sharding plan, moving ids, embeddings, gradients and (2D) weights through the virtual
 // collectives, and computing with the unsharded oracle's arithmetic (model/embedding/embedding_math.h).
 //

@@ -1,5 +1,5 @@
 // One table's slice of a local KJT, as it travels in the ids all-to-all of a sharded run
-// (spec/embeddings-and-model.md §3.2): the table's features in key order, their per-sample lengths,
+// the table's features in key order, their per-sample lengths,
 // the ids and (if the KJT is weighted) the weights; serialised as int32 lengths [F_t*B], int64
 // values and fp32 weights, i.e. kappa = 4*B*|F_t| + 8*nu (+ 4*nu weighted) bytes.
 #ifndef GEMTB_REFERENCE_SHARDING_TABLE_IDS_H_

@@ -17,7 +17,7 @@ class CollectiveTiming {
   static absl::StatusOr<CollectiveTiming> Create(const Cluster& cluster, const CollectivesPlan& plan,
                                                  const std::vector<GroupLayout>& layouts);
 
-  // op on a group of `layout` moving S = bytes (spec §3.1). a2av: bytes is the heaviest member's
+  // op on a group of `layout` moving S = bytes. a2av: bytes is the heaviest member's
   // send total, spread over the tiers in proportion to the peers reached across each.
   CollectiveCost Cost(int layout, CollectiveOp op, double bytes, bool a2av) const;
   // An all-to-allv whose member load per tier is known (from a traffic matrix: AllToAllvLoads in

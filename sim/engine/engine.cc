@@ -47,7 +47,7 @@ class Engine {
   const double* Stats(int step, int r) const {
     return in_.stats->data() + (static_cast<size_t>(step) * R_ + r) * width_;
   }
-  // c_r with collectives running (spec §2.5): one of op o slows compute by 1 + kappa_o; each takes
+  // c_r with collectives running: one of op o slows compute by 1 + kappa_o; each takes
   // the share f_o = kappa_o / (1 + kappa_o) of what compute runs on (SMs; HBM bandwidth for the copy
   // engine), so with several c = 1 / (1 - sum f). Compute keeps at least the smallest running share
   // (NCCL channels queue beyond that).
@@ -155,7 +155,7 @@ class Engine {
   std::vector<int32_t> arrived_;
   std::vector<double> max_bytes_, coll_start_, coll_dur_;
   std::vector<int16_t> coll_step_;
-  // Processor sharing (spec §2.4): per rank and port (0 its NVLink/NVSwitch port, 1 its NIC), the
+  // Processor sharing: per rank and port (0 its NVLink/NVSwitch port, 1 its NIC), the
   // collectives running on it whose outermost link that is, apart from the rank state so that a
   // rendezvous's pass over its members touches little memory. A rank has at most one collective per
   // stream in flight, so kMaxShare bounds the list.
@@ -287,7 +287,7 @@ void Engine::StartCompute(int r, int i, int step) {
   x.end = now_ + x.work_left * x.c;
   x.queued = x.end;
   q_.Push(x.end, EventType::kTaskEnd, r, i, x.version, step);
-  // Compute idle time ends here: charge it to the collective that unblocked it (spec §5).
+  // Compute idle time ends here: charge it to the collective that unblocked it.
   if (rs_[r].idle_since >= 0) {
     const double idle = now_ - rs_[r].idle_since;
     if (Measured(step) && idle > 0) {
@@ -310,7 +310,7 @@ void Engine::SetSm(int r, int op, int delta) {
   const double c_new = Contention(rs_[r].sm);
   Running& x = rs_[r].run;
   if (c_new == c_old || x.task < 0) return;
-  // Reschedule the running task's remaining work at the new rate (spec §2.5).
+  // Reschedule the running task's remaining work at the new rate.
   x.work_left -= (now_ - x.last_t) / x.c;
   if (x.work_left < 0) x.work_left = 0;
   x.last_t = now_;
@@ -393,7 +393,7 @@ void Engine::StartCollective(int i, int g, int step) {
   }
 }
 
-// a2av_end per_rank (spec §2.4): the members start together, but each leaves when its own send and
+// a2av_end per_rank: the members start together, but each leaves when its own send and
 // receive totals are through, costed with its own bytes (the same per-call jitter for all).
 void Engine::StartPerRank(int i, int g, int step, double jitter, bool holds_sms) {
   const TaskTemplate& t = tpl_.tasks[i];

@@ -1,4 +1,4 @@
-// The discrete-event run of a StepTemplate over all ranks and steps (spec/simulator.md §2.1-§2.5):
+// The discrete-event run of a StepTemplate over all ranks and steps:
 // in-order streams per rank, collectives as rendezvous (start when the last member arrives, all end
 // together, slowed while they share a tier with other collectives of their members), SM contention
 // c_r(t) while SM-based collectives run on the rank (running compute is rescheduled when c_r
@@ -36,7 +36,7 @@ struct EngineInput {
   // All-to-allv ends: false = every member ends with the heaviest (plan.collectives.a2av_end "all");
   // true = each member ends when its own send/receive total is through ("per_rank").
   bool a2av_per_rank = false;
-  // plan.collectives.flow "maxmin": concurrent collectives share links (spec §2.4, §3.5). A
+  // plan.collectives.flow "maxmin": concurrent collectives share links. A
   // collective loads one port on each member, its NVLink port if the group stays on one host, else
   // its NIC (in-zone and cross-zone flows share it), and runs at rate 1/n, n the most collectives any
   // member has on that port: the max-min fair rate when every flow on that port is bottlenecked

@@ -1,4 +1,4 @@
-// The engine's one priority queue (spec/simulator.md §2.1): events ordered by (time, push sequence),
+// The engine's one priority queue: events ordered by (time, push sequence),
 // so ties resolve in push order and runs are deterministic. Rescheduled events are not removed; the
 // engine drops stale ones on pop by their version (lazy deletion).
 #ifndef GEMTB_SIM_ENGINE_EVENT_QUEUE_H_

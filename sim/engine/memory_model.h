@@ -1,4 +1,4 @@
-// Memory and recomputation (spec/simulator.md §2.6): the activation budget is HBM - reserve - static
+// Memory and recomputation: the activation budget is HBM - reserve - static
 // bytes (with V3's gathered copy, per rank-step when only touched rows are gathered); when a rank-step's saved activations exceed it, regions are checkpointed greedily by bytes
 // freed per second of recompute (budget_policy per_region; `uniform` checkpoints in region order)
 // until they fit. A checkpointed region keeps nothing but needs its own saved bytes again while it

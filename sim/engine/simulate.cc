@@ -1,5 +1,5 @@
 // Simulate(): wires the parts together. Groups and the step template from the plan and model,
-// batch draws per rank and step, noise and memory decisions, the event run, then the §5 summary.
+// batch draws per rank and step, noise and memory decisions, the event run, then the summary.
 #include "sim/engine/simulate.h"
 
 #include <algorithm>
@@ -144,7 +144,7 @@ absl::StatusOr<SimResult> Simulate(const Scenario& scenario, const Counterfactua
 
   MemoryPlanOutput mem = PlanMemory(tpl, scenario, stats, steps, world, cf.no_recompute);
 
-  // Contention (spec §2.5): SM-based collectives hold kappa per op (the calibration's per-op value,
+  // Contention: SM-based collectives hold kappa per op (the calibration's per-op value,
   // else its measured kappa, else s / (n_SM - s)); SM-free ones the copy engine's kappa. The
   // counterfactual sm_free is contention-free (κ = 0).
   const CollectivesPlan& cp = scenario.plan.collectives;
@@ -198,7 +198,7 @@ absl::StatusOr<SimResult> Simulate(const Scenario& scenario, const Counterfactua
   absl::StatusOr<EngineOutput> run = RunEngine(in);
   if (!run.ok()) return run.status();
 
-  // ---- the summary (spec §5) ----
+  // ---- the summary ----
   SimResult res;
   res.world_size = world;
   res.events = run->events;

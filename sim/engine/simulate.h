@@ -1,5 +1,5 @@
-// The simulator's one entry point (spec/simulator.md §2): run W warm-up plus M measured steps of a
-// Scenario through the discrete-event engine and return everything spec §5 reports (SimResult).
+// The simulator's one entry point: run W warm-up plus M measured steps of a
+// Scenario through the discrete-event engine and return everything the report holds (SimResult).
 //
 // A Scenario that cannot fit in memory is not an error: SimResult.memory.fits is false and the run
 // still goes on (recomputing every region it can). Errors are only for inputs the engine cannot run
@@ -21,7 +21,7 @@ namespace gemtb::sim {
 struct SimOptions {
   // Ranks whose tasks go to SimResult.trace. Empty: ranks 0..7 (those that exist) plus the slowest.
   std::vector<int> trace_ranks;
-  // Adds the rank with the largest work W_r to the traced ranks (spec §5's default "plus the slowest").
+  // Adds the rank with the largest work W_r to the traced ranks (by default "plus the slowest").
   bool trace_slowest = true;
   // The traced step, 0-based over all steps (warm-up included). -1: the first measured step (W).
   int trace_step = -1;
@@ -35,7 +35,7 @@ struct SimOptions {
   int measured_steps = -1;
 };
 
-// Runs the scenario with the given counterfactual switches (spec §5's attribution table).
+// Runs the scenario with the given counterfactual switches (the loss attribution's table).
 absl::StatusOr<SimResult> Simulate(const Scenario& scenario, const Counterfactuals& counterfactuals,
                                    const SimOptions& options = {});
 

@@ -1,10 +1,10 @@
-// The α–β closed forms of spec/simulator.md §3.2 on a group's tier profile, as pure functions.
+// The α–β closed forms on a group's tier profile, as pure functions.
 //
 // A group is seen as up to three nested levels: members on one host (m0 = g, NVLink), hosts in one
 // zone (m1, RoCE), zones (m2, oversubscribed). Level k has a per-step latency alpha_k and a per-GPU
 // one-direction bandwidth bw_k (level 0: the tier's effective busbw; levels 1-2: effective NIC
 // bandwidth × NICs per GPU ÷ oversubscription). A single-level group reduces every formula to the
-// spec's one-tier table.
+// one-tier textbook forms.
 #ifndef GEMTB_SIM_NETWORK_ALPHA_BETA_H_
 #define GEMTB_SIM_NETWORK_ALPHA_BETA_H_
 
@@ -40,7 +40,7 @@ struct Profile {
   double TreeDepthLatency() const;
 };
 
-// All times in seconds, S in bytes as spec §3.1.
+// All times in seconds, S in bytes as nccl-tests counts it.
 double RingAllGather(const Profile& g, double S);     // also reduce-scatter
 double RingAllReduce(const Profile& g, double S);
 double RingBroadcast(const Profile& g, double S);

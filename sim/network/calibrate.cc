@@ -597,7 +597,7 @@ absl::StatusOr<Calibration> FitCalibration(const MeasuredSet& measured, const Ca
     const Form form = FormOf(op, algo, gpus);
     // Piecewise α–β: between consecutive fit sizes S_i < S_j the line through both measurements,
     // t = n·α + f·S/B, valid on [S_i, S_j) (the first segment also below, the last also above). The
-    // first segments carry the small-size α, the last the large-size B_eff (spec §6.6); held-out
+    // first segments carry the small-size α, the last the large-size B_eff; held-out
     // sizes fall between fit sizes, so each is predicted by its two neighbours' line. All-to-all
     // bends where NCCL changes how it stripes each peer's bytes over channels (P2pRegime): a pair
     // of fit sizes on both sides of such a bend is not joined; each side continues the line of its

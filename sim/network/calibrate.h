@@ -1,4 +1,4 @@
-// Fitting a calibration from measured collectives (spec/simulator.md §6.6, `gemtb whatif calibrate`):
+// Fitting a calibration from measured collectives (`gemtb whatif calibrate`):
 // `gemtb bench comm` records (tools/bench/results/comm_*.json) in, per (op, pinned algorithm, GPU
 // count) a piecewise α–β fit out (one α and effective busbw B per interval between consecutive fit
 // sizes: α from the small sizes, B_eff from the large ones), plus NCCL's per-channel bandwidth and κ,
@@ -109,7 +109,7 @@ struct FitOptions {
   int nccl_channels = 24;  // what NCCL 2.28 logs on two NVSwitch-connected H200s
   // The cluster on which mode nccl's tables are evaluated for its fitted launch/η segments (its
   // calibration is replaced by the one being fitted); null: one NVLink tier named tier_name with the
-  // §3.6 defaults.
+  // the tier defaults.
   const Cluster* cluster = nullptr;
   // Leave-one-out over fit sizes >= this decides nccl_tree_correction (see FitCalibration).
   double loo_min_bytes = 1024 * 1024;

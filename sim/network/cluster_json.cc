@@ -1,4 +1,4 @@
-// ParseCluster / ParseCalibration: the §4 checks, each error naming the JSON path, value and rule.
+// ParseCluster / ParseCalibration: the checks, each error naming the JSON path, value and rule.
 #include "sim/network/cluster_json.h"
 
 #include <filesystem>
@@ -404,7 +404,7 @@ absl::StatusOr<Cluster> ParseCluster(const json& json_in, std::string_view path_
   }
   if (c.world_size > 0) GEMTB_RETURN_IF_ERROR(ValidateClusterWorld(c, path));
 
-  // The GPU: §3.6 H200 defaults where the file says nothing.
+  // The GPU: H200 defaults where the file says nothing.
   c.gpu.peak_flops = {{"bf16", 989e12}, {"fp8", 1979e12}};
   c.gpu.hbm_bytes = 141e9;
   c.gpu.hbm_Bps = 4.8e12;

@@ -1,5 +1,5 @@
-// The `cluster` section of scenario.json (spec/simulator.md §4) and calibration files
-// (sim/calibration/*.json): parsing with every §4 check, errors naming the JSON path, the value and
+// The `cluster` section of scenario.json and calibration files
+// (sim/calibration/*.json): parsing with every check, errors naming the JSON path, the value and
 // the rule ("cluster.tiers[1].bw_GBps: -3 must be > 0"), unknown keys rejected.
 //
 // cluster = {
@@ -8,11 +8,11 @@
 //               "oversubscription": 1}, ... ],               // innermost first, non-empty, <= 3
 //   "gpu": {"peak_flops": {"bf16": 989e12, "fp8": 1979e12}, "hbm_bytes": 141e9, "hbm_GBps": 4800,
 //           "sm_count": 132},
-//   "calibration": {...} | "relative/path.json"              // optional; default none (§3.6 tiers)
+//   "calibration": {...} | "relative/path.json"              // optional; default none (tier defaults)
 // }
 // calibration = {
 //   "nccl_version": "2.27.3", "nccl_commit": "5067397...", "nvls": false,
-//   "constants": {"name": number, ...},                        // overrides of §3.3 constants
+//   "constants": {"name": number, ...},                        // overrides of NCCL tuning constants
 //   "fitted": [ {"op": "all_gather", "tier": "nvlink", "algo": "auto"|"ring"|..., "gpus": 2,
 //                "min_bytes": 1048576, "max_bytes": 4194304,   // segment [min, max); 0 = unbounded
 //                "alpha_us": 9.1, "busbw_GBps": 361.2}, ... ],  // for groups of exactly `gpus` (0: any)
@@ -45,7 +45,7 @@ using FileReader = std::function<absl::StatusOr<std::string>(const std::string& 
 absl::StatusOr<std::string> ReadFileFromDisk(const std::string& path);
 
 // Parses `json` (an object, or a string naming a file relative to base_dir) as a cluster. path_prefix
-// names it in errors ("cluster", "scenario.cluster"). Checks (§4): gpus_per_host divides zone_size,
+// names it in errors ("cluster", "scenario.cluster"). Checks: gpus_per_host divides zone_size,
 // which divides world_size (a world smaller than one zone is one zone: zone_size is capped);
 // bandwidths, peaks, latencies > 0; oversubscription >= 1; 0 < eta <= 1; tiers non-empty; a world
 // spanning several hosts needs a second tier, several zones a third.
@@ -61,7 +61,7 @@ absl::StatusOr<Calibration> ParseCalibration(const nlohmann::json& json, std::st
 // Reads and parses a cluster file (references resolved relative to its folder).
 absl::StatusOr<Cluster> LoadClusterFile(const std::string& path);
 
-// The §4 world checks for a world_size set after parsing (sweeps): world_size >= 1, gpus_per_host
+// The world checks for a world_size set after parsing (sweeps): world_size >= 1, gpus_per_host
 // divides it (or it is smaller than one host), zone_size divides it (a smaller world is one zone),
 // enough tiers for the hosts and zones it spans. Names `path_prefix`.world_size.
 absl::Status ValidateClusterWorld(const Cluster& cluster, std::string_view path_prefix);

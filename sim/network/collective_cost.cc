@@ -511,7 +511,7 @@ absl::StatusOr<CollectiveCostModel> CollectiveCostModel::Create(const Cluster& c
 
 namespace {
 
-// η scales busbw (spec §3.4): the bandwidth part of the time, not the latency steps (mode nccl's
+// η scales busbw: the bandwidth part of the time, not the latency steps (mode nccl's
 // times are not split: there η scales the whole time).
 CollectiveCost Finish(CollectiveCost c, CollectiveOp op, const GroupShape& s, double bytes, double eta) {
   c.duration_s = c.latency_s + (c.duration_s - c.latency_s) / eta;

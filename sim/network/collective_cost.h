@@ -1,20 +1,20 @@
-// The cost of one collective on a Cluster (spec/simulator.md §3): how long it takes, its algbw and
-// busbw (nccl-tests' convention, §3.1), and which algorithm (and, in mode `nccl`, protocol) ran.
+// The cost of one collective on a Cluster: how long it takes, its algbw and
+// busbw (nccl-tests' convention), and which algorithm (and, in mode `nccl`, protocol) ran.
 //
 // Two cost modes, chosen by plan.collectives.cost_mode:
-//  * `alpha_beta` (default): the α–β formulas of §3.2 on the group's tier profile; algorithm per op
+//  * `alpha_beta` (default): the α–β formulas on the group's tier profile; algorithm per op
 //    from plan.collectives.algo, "auto" = the cheapest valid one.
 //  * `nccl`: NCCL's own latency/bandwidth tables and argmin over (algorithm, protocol) from
-//    src/graph/tuning.cc (§3.3; constants of the commit recorded in the calibration file).
+//    src/graph/tuning.cc (constants of the commit recorded in the calibration file).
 // Either mode's busbw is then scaled by the size-efficiency tables when plan.collectives.eta_tables
-// is on (§3.4), and fitted α/B from the calibration file (§6.6) replace the tier defaults where the
+// is on, and fitted α/B from the calibration file replace the tier defaults where the
 // file has them for that op, tier and algorithm.
 //
 // Estimate is O(1) (O(tiers)) per call and allocates nothing: the engine calls it per rendezvous.
 // Build a CollectiveCostModel once per (Cluster, CollectivesPlan) and call it; the free function
 // Estimate is the one-shot form of the same thing.
 //
-// S (bytes) is as §3.1: the buffer (all-reduce, broadcast); the full gathered size, p × per-rank
+// S (bytes) follows nccl-tests: the buffer (all-reduce, broadcast); the full gathered size, p × per-rank
 // chunk (all-gather, reduce-scatter); the total bytes one rank sends (all-to-all).
 #ifndef GEMTB_SIM_NETWORK_COLLECTIVE_COST_H_
 #define GEMTB_SIM_NETWORK_COLLECTIVE_COST_H_
@@ -33,7 +33,7 @@ namespace gemtb::sim {
 
 // ---- group shape -------------------------------------------------------------------------------
 
-// The tier profile of one process group (spec §2.2): how its members spread over NVLink hosts and
+// The tier profile of one process group: how its members spread over NVLink hosts and
 // AI zones. Members are assumed spread evenly (every host holding members holds members_per_host of
 // them, every zone members_per_zone), which is what the plan's dim_order produces.
 struct GroupShape {
@@ -63,7 +63,7 @@ std::string_view CollProtoName(CollProto proto);      // "", LL, LL128, Simple
 // "ring", or "ring/LL128" in nccl mode: CollectiveStats::algo.
 std::string AlgoLabel(CollAlgo algo, CollProto proto);
 
-// busbw / algbw for op on p ranks (§3.1): 2(p−1)/p AR, (p−1)/p AG/RS/all-to-all, 1 broadcast.
+// busbw / algbw for op on p ranks: 2(p−1)/p AR, (p−1)/p AG/RS/all-to-all, 1 broadcast.
 double BusBwFactor(CollectiveOp op, int members);
 
 struct CollectiveCost {
@@ -109,7 +109,7 @@ class CollectiveCostModel {
   // ..."), at least one tier, the calibration's fitted entries naming existing tiers.
   static absl::StatusOr<CollectiveCostModel> Create(const Cluster& cluster, const CollectivesPlan& plan);
 
-  // One collective of `bytes` (S, §3.1) on a group of shape `shape`. bytes <= 0 or members <= 1
+  // One collective of `bytes` (S) on a group of shape `shape`. bytes <= 0 or members <= 1
   // cost nothing (duration 0). The algorithm is plan.collectives.algo[op] ("auto": the cheapest);
   // one that does not apply to this shape (hierarchical on one host) falls back to ring. Mode
   // alpha_beta, "auto": where the calibration has a measured NCCL-auto segment for this op, group size
@@ -120,12 +120,12 @@ class CollectiveCostModel {
   // Same, with the algorithm forced (e.g. `gemtb whatif collective --algo`); kAllToAllv not allowed.
   CollectiveCost EstimateWith(CollectiveOp op, CollAlgo algo, const GroupShape& shape, double bytes) const;
 
-  // All-to-allv (§3.2): (p−1)α + max over tiers of bytes_k / B_k (B of the top tier ÷ its
+  // All-to-allv: (p−1)α + max over tiers of bytes_k / B_k (B of the top tier ÷ its
   // oversubscription). busbw reported against S = the largest per-tier sum.
   CollectiveCost EstimateAllToAllv(const GroupShape& shape, const AllToAllvLoad& load) const;
 
   // An all-to-allv given by its p × p byte matrix (AllToAllvLoads): every member's own time, and the
-  // slowest member's, which sets the collective's end (spec §2.4, a2av_end "all"). busbw as above,
+  // slowest member's, which sets the collective's end (a2av_end "all"). busbw as above,
   // for the slowest member.
   struct AllToAllvResult {
     CollectiveCost slowest;

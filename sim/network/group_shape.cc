@@ -1,4 +1,4 @@
-// StridedGroupShape: how a strided group of ranks spreads over hosts and zones (spec §2.2).
+// StridedGroupShape: how a strided group of ranks spreads over hosts and zones.
 #include <algorithm>
 #include <map>
 

@@ -1,4 +1,4 @@
-// Fitting κ (spec/simulator.md §2.5) from `gemtb bench comm --gemm`: a bf16 GEMM timed alone, beside an
+// Fitting κ from `gemtb bench comm --gemm`: a bf16 GEMM timed alone, beside an
 // SM-based copy and beside a copy-engine copy of the same bytes. κ = GEMM time beside / alone − 1.
 //
 // The record (one `gemtb bench comm --json` object, or tools/bench_comm.sh's file whose runs.auto is

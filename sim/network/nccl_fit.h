@@ -1,4 +1,4 @@
-// Fitted corrections of mode `nccl` (spec/simulator.md §3.3, §6.6): NCCL's tables (nccl_tuning.h)
+// Fitted corrections of mode `nccl`: NCCL's tables (nccl_tuning.h)
 // have no kernel-launch cost and their per-(algorithm, protocol) bandwidths are not what one host
 // delivers at every size, so a calibration may carry, per (op, pinned algorithm, GPU count, NCCL
 // algorithm, protocol) and size segment [min_bytes, max_bytes), a launch/latency term and an

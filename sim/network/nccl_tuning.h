@@ -1,4 +1,4 @@
-// NCCL's own cost model (spec/simulator.md §3.3): the per-(algorithm, protocol) latency and
+// NCCL's own cost model: the per-(algorithm, protocol) latency and
 // bandwidth tables of src/graph/tuning.cc (ncclTopoTuneModel) and the time/argmin of
 // ncclTopoGetAlgoTime / topoGetAlgoInfo, for one communicator on Hopper with NVLink inside hosts.
 //
@@ -6,7 +6,7 @@
 // (one host, when enabled) and PAT (one GPU per host) with LL, LL128 and Simple; CollNet and NVLS-Tree
 // are off (no CollNet/SHARP network). Not modeled: the tuner plugin and the buffer-registration
 // (CTA policy) path. The graph search is replaced by inputs: nChannels and per-channel bandwidths
-// (defaults make nChannels × bwIntra the tier's effective busbw, §3.6).
+// (defaults make nChannels × bwIntra the tier's effective busbw).
 #ifndef GEMTB_SIM_NETWORK_NCCL_TUNING_H_
 #define GEMTB_SIM_NETWORK_NCCL_TUNING_H_
 
@@ -49,7 +49,7 @@ struct Tables {
 Tables TuneModel(CollectiveOp op, const CommParams& comm);
 
 // ncclTopoGetAlgoTime: time in µs of (algo, proto) for nBytes (the larger of send/recv buffer,
-// i.e. S of spec §3.1), or -1 when unavailable. numPipeOps = 1.
+// i.e. S in nccl-tests' convention), or -1 when unavailable. numPipeOps = 1.
 double AlgoTime(const Tables& tables, CollectiveOp op, const CommParams& comm, Algo algo, Proto proto,
                 double bytes);
 

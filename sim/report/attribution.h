@@ -1,4 +1,4 @@
-// Loss attribution by cumulative counterfactual reruns (spec/simulator.md §5): rerun k switches on
+// Loss attribution by cumulative counterfactual reruns: rerun k switches on
 // counterfactuals 1..k in the fixed order ideal network, SM-free, perfect balance, no noise, no
 // recompute; the drop in step time T from rerun k-1 to k is the loss of cause k. The deltas sum to
 // T - T_ideal (all five applied). What is left, T_ideal - T_local, is the work that is neither a
@@ -44,7 +44,7 @@ struct Attribution {
 // `runs` holds the baseline and reruns 1..5 in order (6 results).
 absl::StatusOr<Attribution> Attribute(absl::Span<const SimResult> runs);
 
-// ---- order-free split (`--shapley`, spec §5) ------------------------------------------------------
+// ---- order-free split (`--shapley`) ------------------------------------------------------
 // The ordered deltas depend on the order: a cause switched on late sees the others already gone
 // (ideal network first takes the overlap of communication and imbalance). The Shapley split runs all
 // 2^5 = 32 subsets of the counterfactuals and gives each cause its drop in T averaged over all 120

@@ -1,4 +1,4 @@
-// The files a what-if study writes (spec/simulator.md §5) and the table it prints. Everything but
+// The files a what-if study writes and the table it prints. Everything but
 // perf.json is a pure function of the study's inputs: byte-identical for the same scenario, seed and
 // options, whatever the thread count.
 //   summary.json     reference point in full (step times, bound, MFUs, SR, indicators, memory, rank

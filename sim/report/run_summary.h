@@ -1,6 +1,7 @@
-// One simulation's report (spec/simulator.md §5): the summary object (step time mean/p50/p99, the
-// §1.1 bound, MFUs, SR, T_local, imbalance, the four indicators, memory fit, per-rank aggregates,
-// attribution), ranks.csv (one row per rank) and collectives.csv (one row per call site).
+// One simulation's report: the summary object (step time mean/p50/p99, the
+// latency bound max_r max(local compute, communication), MFUs, SR, T_local, imbalance, the four
+// indicators, memory fit, per-rank aggregates, attribution), ranks.csv (one row per rank) and
+// collectives.csv (one row per call site).
 #ifndef GEMTB_SIM_REPORT_RUN_SUMMARY_H_
 #define GEMTB_SIM_REPORT_RUN_SUMMARY_H_
 
@@ -19,8 +20,8 @@ std::string_view OpName(CollectiveOp op);       // all_reduce, all_gather, ...
 // The run's summary, keys in a fixed order. `attribution` may be null (no reruns).
 nlohmann::ordered_json RunSummaryJson(const SimResult& result, const Attribution* attribution);
 
-// The attribution as JSON: T, T_ideal, T_local, per cause {delta_s, share_of_T}, non-layer work, biggest.
-// ordered: the cumulative reruns' deltas (each loss names its rerun); else Shapley shares.
+// The attribution as JSON: T, T_ideal, T_local, per cause {delta_s, share_of_T}, non-layer work,
+// biggest. ordered: the cumulative reruns' deltas (each loss names its rerun); else Shapley shares.
 nlohmann::ordered_json AttributionJson(const Attribution& attribution, bool ordered = true);
 
 // rank,compute_s,exposed_comm_s,wait_s,recompute_s,contention_s,nonlayer_compute_s,work_s,flops,

@@ -426,7 +426,7 @@ absl::StatusOr<Study> RunStudy(const ScenarioDocument& doc, const StudyOptions& 
   }
   // Checks: random vs bbs assignment, twice: the load imbalance of the batches alone (noise off, else
   // the slowest rank's noise draw adds ~3.5 sigma that no batch policy can remove; recompute off, since
-  // spec §2.6 decides checkpointing per rank and step, so an over-budget heavy rank recomputes more and
+  // Checkpointing is decided per rank and step, so an over-budget heavy rank recomputes more and
   // amplifies the batches' imbalance) and with the scenario's per-rank recompute (noise still off);
   // then SM-based vs SM-free collectives (as the scenario runs, noise on).
   constexpr size_t kCheckJobs = 6;

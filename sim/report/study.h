@@ -1,4 +1,4 @@
-// A what-if study (spec/simulator.md §5, §7): a scenario swept over GPU counts (weak scaling) and any
+// A what-if study: a scenario swept over GPU counts (weak scaling) and any
 // fields (`--set plan.dense.fsdp_shard_group=128,256`), each point with its loss attribution
 // (baseline + 5 cumulative counterfactual reruns), plus at the reference size (4,096 GPUs when
 // swept) the sensitivity of SR to each assumption (low/high, then the two most influential on their

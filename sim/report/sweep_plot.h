@@ -1,4 +1,4 @@
-// sweep.svg, drawn by sim/ itself (spec/simulator.md §5): SR and E2E MFU against log2(GPUs) over
+// sweep.svg, drawn by sim/ itself: SR and E2E MFU against log2(GPUs) over
 // stacked bars of the loss attribution (each cause's share of the step time, plus the non-layer work).
 // Plain SVG 1.1, well-formed XML, deterministic bytes.
 #ifndef GEMTB_SIM_REPORT_SWEEP_PLOT_H_

@@ -1,4 +1,4 @@
-// trace.json: the traced ranks and step as a Chrome/Perfetto trace (spec/simulator.md §5): one "X"
+// trace.json: the traced ranks and step as a Chrome/Perfetto trace: one "X"
 // event per task, pid = rank, tid = stream, named by "M" metadata events; times in microseconds.
 #ifndef GEMTB_SIM_REPORT_TRACE_H_
 #define GEMTB_SIM_REPORT_TRACE_H_

@@ -1,5 +1,4 @@
-// The `batches` (length laws, assignment policy, step counts) and `noise` sections (spec/simulator.md
-// §4, §2.5, §2.7).
+// The `batches` (length laws, assignment policy, step counts) and `noise` sections.
 #include <algorithm>
 #include <cmath>
 #include <map>

@@ -1,4 +1,4 @@
-// plan.dense / plan.sparse / plan.collectives / plan.memory (spec/simulator.md §4; the sparse object
+// plan.dense / plan.sparse / plan.collectives / plan.memory (the sparse object
 // is read by model/sharding's parser, as `gemtb ref embed` reads it).
 #include <algorithm>
 #include <set>
@@ -20,7 +20,7 @@ namespace {
 
 constexpr int64_t kMaxGroup = int64_t{1} << 24;
 
-// The dense dimensions dim_order may name (spec §2.2; innermost first).
+// The dense dimensions dim_order may name (innermost first).
 const std::vector<std::string>& DenseDimNames() {
   static const std::vector<std::string> names = {"ep", "expert_shard", "shard", "replica"};
   return names;

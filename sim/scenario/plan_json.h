@@ -1,4 +1,4 @@
-// The scenario's `plan`, `batches` and `noise` sections (spec/simulator.md §4), parsed and checked
+// The scenario's `plan`, `batches` and `noise` sections, parsed and checked
 // against the cluster and the model. The scenario parser (scenario_json.h) calls these after the
 // cluster and the model are known; errors name the JSON path, value and rule.
 #ifndef GEMTB_SIM_SCENARIO_PLAN_JSON_H_
@@ -26,7 +26,7 @@ absl::StatusOr<Batches> ParseBatches(const nlohmann::json& json, const Cluster& 
 
 absl::StatusOr<Noise> ParseNoise(const nlohmann::json& json, const Cluster& cluster);
 
-// The op names of spec §3.1 and the algorithm names plan.collectives.algo accepts.
+// The collective op names and the algorithm names plan.collectives.algo accepts.
 const std::vector<std::string>& CollectiveOpNames();
 const std::vector<std::string>& CollectiveAlgoNames();
 

@@ -1,4 +1,4 @@
-// What one simulation returns (spec/simulator.md §5): sim/engine fills it, sim/report writes it.
+// What one simulation returns: sim/engine fills it, sim/report writes it.
 // Times in seconds, sizes in bytes; every vector is in a fixed order (ranks ascending, collectives
 // in first-issue order) so that reports are byte-identical for identical inputs.
 #ifndef GEMTB_SIM_SCENARIO_RESULT_H_
@@ -33,7 +33,7 @@ struct CollectiveStats {
   std::string name;       // the task that issues it, e.g. "L1.wukong.ag"
   std::string algo;       // chosen algorithm (and protocol in nccl mode), e.g. "ring", "tree/LL128"
   int members = 0;
-  double bytes = 0;       // S in the nccl-tests convention (spec §3.1)
+  double bytes = 0;       // S in the nccl-tests convention
   double duration_s = 0;  // mean duration of one call
   double algbw_Bps = 0;
   double busbw_Bps = 0;
@@ -41,7 +41,7 @@ struct CollectiveStats {
   double calls_per_step = 0;
 };
 
-// The four conditions' indicators (spec §5).
+// The four conditions' indicators.
 struct Indicators {
   double c1_compute_over_comm = 0;
   double c2_exposed_and_contention_share = 0;
@@ -72,7 +72,7 @@ struct SimResult {
   int world_size = 0;
   std::vector<double> step_times_s;  // measured steps: intervals between StepEnds
   double step_mean_s = 0, step_p50_s = 0, step_p99_s = 0;
-  double step_latency_bound_s = 0;  // max_r max(local compute, communication) (spec §1.1)
+  double step_latency_bound_s = 0;  // max_r max(local compute, communication)
   double local_mfu = 0, e2e_mfu = 0, scaling_ratio = 0, t_local_s = 0;
   double imbalance = 0;  // max_r W_r / mean_r W_r - 1
   Indicators indicators;

@@ -1,10 +1,10 @@
-// The simulator's inputs (spec/simulator.md §4) as plain structs: cluster, plan, batches, noise, and
+// The simulator's inputs as plain structs: cluster, plan, batches, noise, and
 // the model (model.json, parsed by model/description). sim/scenario/scenario_json.* parses and
 // validates them; sim/network costs collectives on a Cluster; sim/engine and sim/workload run a
 // Scenario; sim/report writes what they return (sim/scenario/result.h).
 //
-// Units: seconds and bytes inside the simulator; JSON keeps the spec's units (GB/s, µs) and the parser
-// converts. Every field has the spec's default where it names one.
+// Units: seconds and bytes inside the simulator; JSON keeps GB/s and µs and the parser
+// converts. Every field has its documented default where one exists (docs/scenario.md).
 #ifndef GEMTB_SIM_SCENARIO_SCENARIO_H_
 #define GEMTB_SIM_SCENARIO_SCENARIO_H_
 
@@ -28,7 +28,7 @@ namespace gemtb::sim {
 
 // ---- collectives -------------------------------------------------------------------------------
 
-// Names as spec §3.1 (JSON, CLI, CSV): all_reduce, all_gather, reduce_scatter, all_to_all, broadcast.
+// Names (JSON, CLI, CSV): all_reduce, all_gather, reduce_scatter, all_to_all, broadcast.
 enum class CollectiveOp { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast };
 
 // Collective algorithms and NCCL protocols (names and meaning: sim/network/collective_cost.h); here
@@ -45,7 +45,7 @@ enum class CollAlgo {
 };
 enum class CollProto { kNone, kLL, kLL128, kSimple };  // kNone in alpha_beta mode
 
-// Process-group classes, one comm stream each (spec §2.2); names as the oracle's communication
+// Process-group classes, one comm stream each; names as the oracle's communication
 // report: dense-shard, dense-replica, ep, expert-shard, sparse-mp, sparse-replica, sparse-intra.
 enum class GroupClass { kDenseShard, kDenseReplica, kEp, kExpertShard, kSparseMp, kSparseReplica, kSparseIntra };
 
@@ -78,14 +78,14 @@ struct Efficiency {
   double e_mem = 0.6;                            // memory-bound tasks: bytes / (hbm_bw * e_mem)
 };
 
-// A size-efficiency table (spec §3.4): eta(S) interpolated log-linearly in S.
+// A size-efficiency table: eta(S) interpolated log-linearly in S.
 struct EtaTable {
   CollectiveOp op = CollectiveOp::kAllReduce;
   int hosts = 1;
   std::vector<std::pair<double, double>> size_eta;  // (bytes, eta), bytes ascending, 0 < eta <= 1
 };
 
-// Fitted alpha-beta parameters of one (op, tier) from measured collectives (spec §6.6).
+// Fitted alpha-beta parameters of one (op, tier) from measured collectives.
 struct FittedLink {
   CollectiveOp op = CollectiveOp::kAllReduce;
   std::string tier;       // tier name
@@ -113,10 +113,10 @@ struct NcclFitSegment {
 };
 
 struct Calibration {
-  std::string nccl_version;  // calibration files record the NCCL version and commit (spec §3.3)
+  std::string nccl_version;  // calibration files record the NCCL version and commit
   std::string nccl_commit;
   bool nvls = false;         // whether NVLink SHARP was on where this was measured
-  std::map<std::string, double> nccl_constants;  // overrides of the §3.3 defaults, by name
+  std::map<std::string, double> nccl_constants;  // overrides of NCCL's tuning constants, by name
   std::vector<FittedLink> fitted;
   std::vector<NcclFitSegment> nccl_fitted;  // mode nccl's launch/η segments
   std::vector<EtaTable> eta_tables;
@@ -160,8 +160,8 @@ struct DensePlan {
   Dtype comm_dtype = Dtype::kBf16;  // one of kCommDtypeNames; bytes per element follow from it
 };
 
-// plan.sparse: the sharding plan as model/sharding parses it (the object `gemtb ref embed` reads,
-// embeddings-and-model.md §3.1-§3.2): one TableSharding per model table, in the model's order.
+// plan.sparse: the sharding plan as model/sharding parses it (the object `gemtb ref embed`
+// reads): one TableSharding per model table, in the model's order.
 using SparsePlan = ShardingPlanSpec;
 
 struct CollectivesPlan {
@@ -183,7 +183,7 @@ struct MemoryPlan {
 // plan.pipeline: how the training loop overlaps consecutive batches.
 struct PipelinePlan {
   // Batches by which the sparse forward (ids exchange, lookup, embedding exchange) runs ahead of its
-  // dense forward. 0: spec/simulator.md §2.3's order, every batch's sparse forward at the start of its
+  // dense forward. 0: the in-step order, every batch's sparse forward at the start of its
   // own step. 1: TorchRec's TrainPipelineSemiSync: step t gathers batch t+1's embeddings, its lookup
   // after step t's dense forward and its exchange beside step t's dense backward; batch t+1 is looked
   // up in tables that batch t has not yet updated; the next batch's embeddings stay resident.
@@ -262,7 +262,7 @@ struct Noise {
   double collective_jitter_sigma = 0;
 };
 
-// An unpublished value the scenario assumes (spec §4): reported, and swept low/high for sensitivity.
+// An unpublished value the scenario assumes: reported, and swept low/high for sensitivity.
 struct Assumption {
   std::string path;   // JSON path of the field, e.g. "cluster.zone_size" (paths[0])
   double value = 0;   // of `path`
@@ -289,7 +289,7 @@ struct Scenario {
   std::vector<std::string> warnings;  // valid but doubtful inputs (e.g. an MP group spanning zones)
 };
 
-// Counterfactual switches of the loss attribution (spec §5), applied cumulatively in this order.
+// Counterfactual switches of the loss attribution, applied cumulatively in this order.
 struct Counterfactuals {
   bool ideal_network = false;    // collectives cost zero on the dependency path (SM-based still hold SMs)
   bool sm_free = false;          // kappa = 0

@@ -1,4 +1,4 @@
-// scenario.json -> Scenario (spec/simulator.md §4): the validating parser of the simulator's input.
+// scenario.json -> Scenario: the validating parser of the simulator's input.
 //
 // A scenario file holds `seed`, the five sections `model`, `cluster`, `plan`, `batches`, `noise`
 // (each inline or a path relative to the scenario file's folder), and optionally `name` and
@@ -12,7 +12,7 @@
 // The model section:  "gem-scale" | "path/model.json" | "path/config.json" | {model.json object}
 //                     | {"config": "gem-scale" or path}
 //
-// The plan section (spec §4), every key optional:
+// The plan section, every key optional:
 //   {"cap_groups_at_world_size": false,   // groups larger than the world shrink to it (sweeps)
 //    "dense": {"fsdp_shard_group", "ep_degree", "expert_shard_group", "dim_order": [...],
 //              "prefetch_depth", "reshard_after_forward", "bucket_bytes", "comm_dtype"},

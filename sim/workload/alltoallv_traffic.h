@@ -1,4 +1,4 @@
-// The sparse all-to-alls as all-to-allvs (spec/simulator.md §2.4, §3.2): every rank's share of a
+// The sparse all-to-alls as all-to-allvs: every rank's share of a
 // table's traffic follows the table's placement (owners, row blocks, hot ids), so one position
 // serves or sends more than the uniform share and, the slowest member setting the time, the whole
 // exchange takes as long as that position needs.

@@ -1,9 +1,9 @@
-// Batch assignment (spec/simulator.md §2.7): per rank and step, the samples' sequence lengths drawn
+// Batch assignment: per rank and step, the samples' sequence lengths drawn
 // from batches.features' length laws and grouped into the rank's batch by the policy; reduced to
 // BatchStats rows (batch_stats.h).
 //
-// Every policy works on the same draws: sample b of sub-batch n read by rank r (q = n*R + r,
-// embeddings-and-model.md §5) draws its normals from Philox keyed by (seed, purpose, r, n) at element
+// Every policy works on the same draws: sample b of sub-batch n read by rank r (q = n*R + r)
+// draws its normals from Philox keyed by (seed, purpose, r, n) at element
 // b, so `random` and `bbs` differ only in which sub-batches a step takes:
 //   random  step s takes sub-batches n in [s*k, (s+1)*k), k = ceil(B / sub_batch)
 //   bbs     rank r pools the G*k sub-batches of G steps, sorts them by load (total tokens) and deals
@@ -14,7 +14,7 @@
 // With corr = 1 on every law (one shared draw per sample, gem-default's case) and bounded ranges, a
 // sample's lengths come from one uniform per sample through each law's tabulated CDF (the same law
 // as ceil(exp(mu + sigma z)), z = Phi^-1(u)), four samples per Philox block: this is what keeps a
-// 16,384-rank step within spec §7's budget. Otherwise normals are drawn per sample and sequence.
+// 16,384-rank step within the time budget (sim/README.md, Speed). Otherwise normals are drawn per sample and sequence.
 #ifndef GEMTB_SIM_WORKLOAD_BATCH_DRAW_H_
 #define GEMTB_SIM_WORKLOAD_BATCH_DRAW_H_
 

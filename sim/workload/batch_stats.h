@@ -1,5 +1,5 @@
 // One rank's batch for one step, reduced to what every cost in the simulator is affine in
-// (model.json's Affine {c, B, N, P}, spec/embeddings-and-model.md §4): the sample count B, per
+// (model.json's Affine {c, B, N, P}): the sample count B, per
 // sequence j the tokens N_j = sum_b (l_bj + n_s) and the pairs P_j under j's self-attention mask, and
 // X, the KJT bytes this rank moves in global balancing's all-to-all. A StatAffine is a quantity
 // affine in these (FLOPs, seconds, bytes) — evaluating it is one short dot product.

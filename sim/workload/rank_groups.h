@@ -1,4 +1,4 @@
-// Process groups of the plan (spec/simulator.md §2.2, embeddings-and-model.md §3.2-§3.3): for every
+// Process groups of the plan: for every
 // group class, which ranks form a group. Every class here is a strided group
 // {base, base + stride, ..., base + (size - 1) * stride}; the innermost dimension of the plan's
 // dim_order takes contiguous ranks (NVLink), so a class's stride is the product of the sizes of the

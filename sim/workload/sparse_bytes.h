@@ -1,7 +1,7 @@
-// The sparse collectives of one step evaluated on explicit per-rank batches (spec/simulator.md §6.8):
+// The sparse collectives of one step evaluated on explicit per-rank batches:
 // the step template's own byte formulas (step_template.cc, BuildSparse and the sparse backward),
 // read per call site and per group instead of being folded into the event run, so that a test can
-// compare them with the oracle's communication report (embeddings-and-model.md §3.1) for the same
+// compare them with the oracle's communication report for the same
 // plan and batch. Nothing here computes bytes: every value is a template task's StatAffine
 // evaluated on the rank's statistics row.
 #ifndef GEMTB_SIM_WORKLOAD_SPARSE_BYTES_H_
@@ -25,7 +25,7 @@ struct SparseCollectiveBytes {
   GroupClass group_class = GroupClass::kSparseMp;
   CollectiveOp op = CollectiveOp::kAllToAll;
   std::vector<int> group;     // global ranks in group order
-  std::vector<double> bytes;  // S of spec §3.1 per member, in group order
+  std::vector<double> bytes;  // S (nccl-tests' convention) per member, in group order
 };
 
 // The statistics row of one rank's explicit batch: `samples` local samples and, per model sequence

@@ -306,7 +306,7 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   }
   const int U = static_cast<int>(region_ops.size());
 
-  // Model FLOPs and the Local MFU terms (spec §1.1, as the GEM article defines it): every op of every
+  // Model FLOPs and the Local MFU terms (as the GEM article defines it): every op of every
   // layer run alone on one GPU, forward and backward, at its own efficiency (GEMMs and attention at
   // e_l, norms, pointwise ops and the loss at HBM bandwidth x e_mem), no recompute and no
   // communication; the embedding lookup joins below. Local MFU = sum F / (peak x sum t).
@@ -515,12 +515,12 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   {
     std::vector<int> grads;
     // V3: gather the shard again for the update unless the forward copy was kept. The sparse
-    // backward starts with it (embeddings-and-model.md §3.2: AG(N) -> A2A grads -> update), beside
+    // backward starts with it (AG(N) -> A2A grads -> update), beside
     // the gradient exchange: issued earlier, it would hold the copy through the activation peak and
     // share the network with the forward's exchanges.
     const int v3_ag = AddSite(CommSite::kV3GatherBwd, Deps({prev}));
     // The DP tables' small all-reduce goes first on the stream: behind the gradient all-to-all it
-    // would end last and be charged the update's whole wait (spec §5 charges idle to the blocker).
+    // would end last and be charged the update's whole wait (idle time is charged to the blocker).
     grads.push_back(AddSite(CommSite::kDpGradAr, Deps({prev})));
     // The gradients retrace the forward's embedding exchanges: RW's pooled RS -> AG, TWRW's A2A
     // across hosts then AG(g) inside the host, the embeddings' A2A.
@@ -565,7 +565,7 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   // layers (their time is the attribution's non-layer line).
   t_.local_time.AddScaled(lookup, 1.0);
 
-  // Static memory (spec §2.6): dense shards in fp32 with Adam state (x4), gathered params of the
+  // Static memory: dense shards in fp32 with Adam state (x4), gathered params of the
   // prefetch_depth + 1 regions in flight, embedding shards with rowwise state.
   double table_bytes = 0;
   for (const model::GraphTable& tb : m.tables) {
@@ -578,7 +578,7 @@ absl::StatusOr<StepTemplate> Builder::Build() {
                                      : table_bytes / mp_group;
   t_.static_bytes = 16.0 * (dense_params_total / S + expert_params_total / std::max(1, SE)) +
                     (depth + 1) * max_unit_bytes + per_rank_tables;
-  // V3's transient gathered copy counts as static (spec §2.6): the whole MP shard (gather "all") or
+  // V3's transient gathered copy counts as static: the whole MP shard (gather "all") or
   // this rank-step's touched rows (gather "touched"); so do the pipelined next batch's embeddings.
   t_.batch_static_bytes = SiteSum(CommSite::kV3Gather);
   if (ahead) t_.batch_static_bytes.AddScaled(embeddings_bytes_, 1.0);
@@ -745,7 +745,7 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
   const int a_ids = AddSite(CommSite::kIdsA2a, global >= 0 ? std::vector<int>{global} : std::vector<int>{}, true);
   const int lk = AddCompute("sparse.lookup", lookup_time, {}, {a_ids, v3, lookup_after}, true);
   const int rs = AddSite(CommSite::kPooledRs, {lk});
-  // TWRW and GRID: RS inside the table's host, then A2A across hosts (embeddings-and-model.md §3.2).
+  // TWRW and GRID: RS inside the table's host, then A2A across hosts.
   const int trs = AddSite(CommSite::kHostRs, {lk});
   const int twrw_a2a = AddSite(CommSite::kCrossHostA2a, {trs >= 0 ? trs : lk}, true);
   const int o = AddSite(CommSite::kEmbA2a, {lk}, true);

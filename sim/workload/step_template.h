@@ -1,6 +1,6 @@
-// The per-step task DAG (spec/simulator.md §2.3), built ONCE per scenario from model.json and the
+// The per-step task DAG, built ONCE per scenario from model.json and the
 // plan; every rank runs the same template and only durations and bytes differ, through the rank's
-// BatchStats row (a StatAffine per task). Streams are in-order (§2.2): a task starts when its
+// BatchStats row (a StatAffine per task). Streams are in-order: a task starts when its
 // dependencies are done and it heads its stream.
 //
 // Order inside a step:
@@ -13,7 +13,7 @@
 // next batch's and sits between the dense forward and backward; the dense forward waits for the
 // previous step's.
 // Compute tasks are coarsened to one per region segment (forward and backward) so that a step of
-// thousands of ranks stays within the event budget of §7; their time is the sum of their ops'.
+// thousands of ranks stays within the event budget; their time is the sum of their ops'.
 #ifndef GEMTB_SIM_WORKLOAD_STEP_TEMPLATE_H_
 #define GEMTB_SIM_WORKLOAD_STEP_TEMPLATE_H_
 
@@ -68,7 +68,7 @@ struct TaskTemplate {
   GroupClass group_class = GroupClass::kDenseShard;
   int layout = 0;              // index into layouts
   CollectiveOp op = CollectiveOp::kAllGather;
-  StatAffine bytes;            // S as spec §3.1 for this rank
+  StatAffine bytes;            // S (nccl-tests' convention) for this rank
   bool a2av = false;           // lasts as long as its heaviest member needs
   int comm_site = -1;          // the sparse call site (model/sharding CommSite) of a sparse collective
   int period = 1;              // issued every `period` steps (sparse replica sync); else a no-op
@@ -101,10 +101,10 @@ struct StepTemplate {
   std::vector<GroupLayout> layouts;                   // kNumLayouts, then TWRW's host and cross-host parts if used
   StatAffine model_flops;        // fwd + bwd model FLOPs of one rank-step (recompute excluded)
   StatAffine local_flops;        // Local MFU's FLOPs: every op of every layer (= model_flops)
-  StatAffine local_time;         // every layer op alone at its own efficiency, plus the lookup (spec §1.1)
+  StatAffine local_time;         // every layer op alone at its own efficiency, plus the lookup
   std::vector<CurveTerm> local_curve_terms;
-  double static_bytes = 0;       // per rank, max over ranks (spec §2.6), without batch_static_bytes
-  // Static bytes that follow the rank-step's batch (spec §2.6): V3's gathered copy of the MP shard,
+  double static_bytes = 0;       // per rank, max over ranks, without batch_static_bytes
+  // Static bytes that follow the rank-step's batch: V3's gathered copy of the MP shard,
   // and with plan.pipeline.sparse_ahead = 1 the next batch's embeddings, resident through the step
   // (the rank-step's own batch statistics stand for the next batch's). Zero when neither applies.
   StatAffine batch_static_bytes;

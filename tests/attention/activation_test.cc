@@ -1,6 +1,6 @@
-// spec §4: pointwise activations, their derivatives, and the kink rule (left derivatives:
+// pointwise activations, their derivatives, and the kink rule (left derivatives:
 // relu'(0) = 0, leaky'(0) = 0.01, hardswish'(-3) = 0, hardswish'(3) = 1.5), checked through the
-// oracle with scores that are exactly the kink (spec §9 "Kink rule").
+// oracle with scores that are exactly the kink (the kink rule).
 #include <cmath>
 #include <random>
 #include <vector>
@@ -116,7 +116,7 @@ TEST(Activation, ExactlyZeroScoresGiveLeakySlopeGradient) {
 }
 
 // O = act(x) and dQ = act'(x) on a grid that includes large |x| (overflow-safe sigmoid, erfc).
-TEST(Activation, PointwiseValuesAndDerivativesFollowTheSpecFormulas) {
+TEST(Activation, PointwiseValuesAndDerivativesFollowTheirFormulas) {
   std::vector<double> grid = {-800, -40, -12.5, -3.5, -2.7, -1, -0.25, 0.125,
                               0.5,  1,   2.5,   3.25, 9,    40, 800};
   for (int a = 1; a < kNumActivations; ++a) {

@@ -1,4 +1,4 @@
-// The §9 criteria and dtype helpers of tools/check/criteria.h, on hand-made inputs.
+// The attention criteria and dtype helpers of tools/check/criteria.h, on hand-made inputs.
 #include "tools/check/criteria.h"
 
 #include <cmath>
@@ -27,7 +27,7 @@ TEST(Criteria, UlpIsTheSpacingOfTheDtypeAtTheValue) {
 }
 
 TEST(Criteria, RoundToIsRoundNearestEvenInOneStep) {
-  // bf16 ties (spec §8): 1 + 2^-8 -> 1, 1 + 3·2^-8 -> 1 + 2^-6.
+  // bf16 ties: 1 + 2^-8 -> 1, 1 + 3·2^-8 -> 1 + 2^-6.
   EXPECT_EQ(check::RoundTo(ElementType::kBFloat16, 1 + std::ldexp(1.0, -8)), 1.0);
   EXPECT_EQ(check::RoundTo(ElementType::kBFloat16, 1 + 3 * std::ldexp(1.0, -8)),
             1 + std::ldexp(1.0, -6));
@@ -35,7 +35,7 @@ TEST(Criteria, RoundToIsRoundNearestEvenInOneStep) {
   EXPECT_EQ(
       check::RoundTo(ElementType::kBFloat16, 1 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40)),
       1 + std::ldexp(1.0, -7));
-  // fp16 ties and edges (spec §8).
+  // fp16 ties and edges.
   EXPECT_EQ(check::RoundTo(ElementType::kFloat16, 1 + std::ldexp(1.0, -11)), 1.0);
   EXPECT_EQ(check::RoundTo(ElementType::kFloat16, 1 + 3 * std::ldexp(1.0, -11)),
             1 + std::ldexp(1.0, -9));

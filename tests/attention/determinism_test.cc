@@ -1,4 +1,4 @@
-// spec §7 "Determinism" / §9 "Threads": {1, 2, 3, 8, all} threads and repeated runs give the same
+// Determinism / Threads: {1, 2, 3, 8, all} threads and repeated runs give the same
 // bytes for every output and gradient, in oracle and in emulate mode.
 #include <random>
 #include <vector>

@@ -1,4 +1,4 @@
-// spec §9 "Edge shapes": empty and length-1 sequences, lengths around the 64-row tiles, Lq ≠ Lk
+// Edge shapes: empty and length-1 sequences, lengths around the 64-row tiles, Lq ≠ Lk
 // both ways under both alignments, and fully masked rows (O = 0, LSE = -inf, zero gradients, no
 // NaN).
 #include <cmath>

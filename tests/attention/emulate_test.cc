@@ -1,4 +1,4 @@
-// spec §7 "Emulate mode": the kernel-cast mirror. Its results are values of the storage types
+// Emulate mode: the kernel-cast mirror. Its results are values of the storage types
 // (O, dQ, dK, dV in the input type; LSE and bias gradients in fp32), and its error against the fp64
 // oracle on the same (already rounded) inputs is that of a plain same-precision kernel: small, but
 // not zero for bf16.
@@ -94,8 +94,8 @@ struct ErrorStats {
 //    and hardswish a score that rounding moves across a kink flips act' (1 -> 0 or 0.01, 1.5 -> 1),
 //    which is the kernel's true error, not a rounding-sized one; their dV (no act') is still
 //    bounded.
-//  * LSE: the §9 1e-3 bound only without RoPE: emulate mode rounds the rotated q and k to the input
-//    type (spec §7.1), which moves bf16 scores, and with them LSE, by up to ~1e-2.
+//  * LSE: the 1e-3 bound only without RoPE: emulate mode rounds the rotated q and k to the input
+//    type, which moves bf16 scores, and with them LSE, by up to ~1e-2.
 ErrorStats CheckErrorAgainstOracle(ElementType input, double forward_bound, double gradient_bound) {
   ErrorStats stats;
   std::mt19937_64 rng(input == ElementType::kBFloat16 ? 616 : 717);
@@ -145,7 +145,7 @@ TEST(Emulate, ErrorAgainstOracleIsSmallButNonzeroForFloat16) {
   EXPECT_GE(stats.nonzero, stats.cases * 9 / 10);
 }
 
-// Spec §7 casts on the smallest case that shows them: identity, one key with v = 1, pre = post = 1.
+// Emulate-mode casts on the smallest case that shows them: identity, one key with v = 1, pre = post = 1.
 // The dot product is exact, rounded once to fp32 (S), P = act(S) is rounded to the input type
 // before PV, and O = fp32(P·1) is stored in the input type: O = round_in(round_fp32(q·k)). (With
 // four products of short significands the fp32 step is mostly exact; the rounding to the input type
@@ -181,7 +181,7 @@ TEST(Emulate, ScoresRoundToFp32AndPointwisePRoundsToTheInputType) {
   }
 }
 
-// Spec §7.3 softmax order on one query and two keys with one-hot values (O_j = P_j): the fp32
+// The FlashAttention softmax order on one query and two keys with one-hot values (O_j = P_j): the fp32
 // unnormalised p_j = exp(S_j - M) are rounded to the input type for PV, their fp32 sum l divides at
 // the end: O_j = round_in(round_fp32(round_in(p_j) / l)).
 TEST(Emulate, SoftmaxRoundsUnnormalisedProbabilitiesAndDividesByTheFp32Sum) {
@@ -223,7 +223,7 @@ TEST(Emulate, SoftmaxRoundsUnnormalisedProbabilitiesAndDividesByTheFp32Sum) {
   }
 }
 
-// The emulated kernel error is what GPU tolerances build on; it must pass the §9 secondary
+// The emulated kernel error is what GPU tolerances build on; it must pass the secondary
 // criterion against the oracle itself (a naive same-precision kernel passes it).
 TEST(Emulate, PassesTheGpuSecondaryCriterionAgainstTheOracle) {
   std::mt19937_64 rng(818);

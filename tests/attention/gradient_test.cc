@@ -1,4 +1,4 @@
-// spec §9 "Gradients": the oracle's backward equals fp64 central finite differences of the scalar
+// Gradients: the oracle's backward equals fp64 central finite differences of the scalar
 // loss L = Σ O∘W (W random) for every act × mask, for the dense, relative and time bias tables and
 // through RoPE; relative error ≤ 1e-6, on small shapes whose scores stay ≥ 1e-3 from every kink.
 #include <cmath>
@@ -230,7 +230,7 @@ TEST(Gradient, MatchesFiniteDifferencesOnArbitraryCases) {
   });
 }
 
-// The independent padded reference's §4 derivatives against central differences of its own §4
+// The independent padded reference's activation derivatives against central differences of its own
 // values, away from kinks (guards the test oracle itself).
 TEST(Gradient, PaddedReferenceActDerivativesMatchFiniteDifferences) {
   for (int a = 1; a < kNumActivations; ++a) {

@@ -1,4 +1,4 @@
-// spec §9 "Identity": identity with pre = post = 1 and no mask is plain (QKᵀ)V, and its gradients
+// Identity: identity with pre = post = 1 and no mask is plain (QKᵀ)V, and its gradients
 // are the plain matrix products dQ = (dO Vᵀ) K, dK = (dO Vᵀ)ᵀ Q, dV = (QKᵀ)ᵀ dO.
 #include <vector>
 

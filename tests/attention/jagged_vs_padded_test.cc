@@ -1,4 +1,4 @@
-// spec §9 "Jagged vs dense": the jagged oracle equals a padded [B,H,maxL,D] computation with an
+// Jagged vs dense: the jagged oracle equals a padded [B,H,maxL,D] computation with an
 // explicit boolean mask (tests/testing/padded_attention.h), forward and backward, to 1e-12
 // relative.
 #include <random>

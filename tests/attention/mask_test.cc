@@ -1,4 +1,4 @@
-// spec §3 masks and alignments, and the §9 rows "Window ≥ maxL" and "Block".
+// Masks and alignments; a window of at least maxL equals no mask; block(n) equals a dense block-diagonal mask.
 #include <cmath>
 #include <limits>
 #include <random>
@@ -109,7 +109,7 @@ TEST(Mask, NoneKeepsEveryKey) {
   EXPECT_EQ(KeptKeys(3, 1, Mask(MaskKind::kNone, kTL)), (Rows{"x", "x", "x"}));
 }
 
-// §9 "Window ≥ maxL": window(maxL, maxL) is bitwise equal to none, forward and backward.
+// Window ≥ maxL: window(maxL, maxL) is bitwise equal to none, forward and backward.
 TEST(Mask, WindowCoveringMaxLengthIsBitwiseEqualToNone) {
   CaseConfig config;
   config.masks = {MaskKind::kNone};
@@ -147,7 +147,7 @@ TEST(Mask, CausalIsBitwiseEqualToWindowMinusOneZero) {
   });
 }
 
-// §9 "Block": block(n) equals the dense path whose mask is built as block-diagonal tiles
+// Block: block(n) equals the dense path whose mask is built as block-diagonal tiles
 // [t·n, (t+1)·n) × [t·n, (t+1)·n) in (aligned query, key) coordinates.
 TEST(Mask, BlockEqualsDensePathWithBlockDiagonalMask) {
   CaseConfig config;
@@ -207,7 +207,7 @@ TEST(Mask, HugeWindowAndBlockParametersKeepEveryKey) {
   }
 }
 
-// spec §10: FLOPs count valid pairs only, 2·H·(Dqk+Dv) per pair.
+// FLOPs count valid pairs only, 2·H·(Dqk+Dv) per pair.
 TEST(Mask, ForwardFlopsCountOnlyValidPairs) {
   std::mt19937_64 rng(99);
   for (int rep = 0; rep < 200; ++rep) {

@@ -1,4 +1,4 @@
-// spec §9 "Permutation": without a mask, rel/time bias or RoPE, attention is a set function of the
+// Permutation: without a mask, rel/time bias or RoPE, attention is a set function of the
 // keys (permuting keys with their V rows and dense-bias columns leaves O unchanged) and is
 // equivariant in the queries (permuting queries, with their dense-bias rows, permutes O and LSE).
 #include <algorithm>

@@ -1,5 +1,5 @@
-// spec §9 "GQA / broadcast / kv_index": shared rows behave exactly like materialised copies, and
-// their gradients are the sums of the copies' gradients (spec §5 "Shared rows").
+// GQA / broadcast / kv_index: shared rows behave exactly like materialised copies, and
+// their gradients are the sums of the copies' gradients.
 #include <algorithm>
 #include <functional>
 #include <vector>

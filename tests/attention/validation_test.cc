@@ -1,4 +1,4 @@
-// Entry-point validation (attention.h, spec §1–§3): every malformed input is rejected with
+// Entry-point validation (attention.h): every malformed input is rejected with
 // InvalidArgument whose message names the offending field and its value, by ValidateAttention and
 // by AttentionForward alike (and by AttentionBackward for dO).
 #include <cmath>

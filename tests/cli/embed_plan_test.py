@@ -1,5 +1,5 @@
 """`gemtb ref embed` with a sharding plan: a plan whose groups do not divide the world is a named
-error (exit 2, nothing written); a valid plan runs sharded, writes comm_report.json in the spec §3.1
+error (exit 2, nothing written); a valid plan runs sharded, writes comm_report.json in the
 schema, and (row-wise sharding, forward) gives the pooled output of the unsharded oracle up to the
 order of the split sum.
 

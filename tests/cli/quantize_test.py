@@ -66,7 +66,7 @@ def main():
     _, r = quantize(big, "--format", "e4m3")
     check(r is not None and r["codes"].dtype == np.uint8 and
           list(r["values"]) == [0.0, 1.0, 448.0, 448.0, 448.0, -448.0, 0.0, 2.0 ** -8],
-          "e4m3: saturation to 448 and ties of the spec's edge table")
+          "e4m3: saturation to 448 and ties of the edge table")
     # MX along an axis: scale shape, and dequantised values within half a step of the block scale.
     xm = (rng.standard_normal((3, 70, 5)) * 3).astype(np.float32)
     _, r = quantize(xm, "--format", "e4m3", "--block", "32", "--axis", "1")

@@ -1,4 +1,4 @@
-// Batch formation policies (spec/embeddings-and-model.md §5, §8 row 10): every plan is a
+// Batch formation policies: every plan is a
 // permutation; BBS lowers the heaviest step on heavy-tailed loads; global balancing fills every rank.
 #include "model/data/batch_plan.h"
 
@@ -15,7 +15,7 @@ namespace gemtb::data {
 namespace {
 
 // Sub-batch loads: total sequence length of 128 samples whose lengths are heavy-tailed (log-normal,
-// sigma 1.2), as the readers of spec §5 emit them.
+// sigma 1.2), as the data readers emit them.
 std::vector<int64_t> HeavyTailedLoads(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::lognormal_distribution<double> len(4.0, 1.2);

@@ -1,5 +1,5 @@
 // The generator's draws and the deterministic math give the same bits on the GPU as on the host
-// (spec/embeddings-and-model.md §2 "GPU vs oracle": data and metrics bit-exact). Exit 77 = no GPU.
+// (data and metrics bit-exact). Exit 77 = no GPU.
 #include <cstdio>
 #include <cstring>
 #include <vector>

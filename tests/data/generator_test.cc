@@ -1,4 +1,4 @@
-// The planted-teacher generator (spec/embeddings-and-model.md §0, §5, §8 row 10): stream vectors,
+// The planted-teacher generator: stream vectors,
 // determinism per (seed, index) whatever the batching or thread count, the length and id laws, masks,
 // and the oracle NE of the committed tiny data.
 #include "model/data/generator.h"
@@ -50,7 +50,7 @@ bool SameSample(const Sample& a, const Sample& b) {
 }
 
 TEST(Streams, SplitMix64AndStreamIdVectors) {
-  // Expected values from an independent Python transcription of spec §0.
+  // Expected values from an independent Python transcription of splitmix64.
   EXPECT_EQ(SplitMix64(0), 0xE220A8397B1DCDAFull);
   EXPECT_EQ(SplitMix64(1), 0x910A2DEC89025CC1ull);
   EXPECT_EQ(SplitMix64(0xFFFFFFFFFFFFFFFFull), 0xE4D971771B652C20ull);
@@ -119,8 +119,8 @@ TEST(Generator, IdsInRangeAndLengthsWithinCaps) {
   }
 }
 
-TEST(Generator, SequenceLengthsFollowTheSpecsLaw) {
-  // Spec §5: E[len] ~ 0.5 Lmax, 5-10 % capped, ~2 % empty.
+TEST(Generator, SequenceLengthsFollowTheirLaw) {
+  // E[len] ~ 0.5 Lmax, 5-10 % capped, ~2 % empty.
   const Generator& g = Tiny();
   const int64_t n = 20000;
   Sample s;

@@ -1,4 +1,4 @@
-// NE with the exact-1 evaluation and calibration (spec/embeddings-and-model.md §6, §8 row 7).
+// NE with the exact-1 evaluation and calibration.
 #include "model/metrics/ne.h"
 
 #include <gtest/gtest.h>

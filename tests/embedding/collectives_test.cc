@@ -1,4 +1,4 @@
-// Virtual collectives (spec/embeddings-and-model.md §3.1): what arrives where, the documented
+// Virtual collectives: what arrives where, the documented
 // reduction order, and the bytes each call records in the communication report.
 #include <cmath>
 #include <cstring>
@@ -161,7 +161,7 @@ TEST(VirtualCollectives, MalformedCallsAreRejected) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("root 2")));
 }
 
-// Spec §3.2 says rows no replica changes stay bit-identical under the V2 sync (seqsum over rho / N)
+// Rows no replica changes stay bit-identical under the V2 sync (seqsum over rho / N)
 // for N a power of two. With seqsum that holds for N = 2 and 4 but not for N = 8 in fp32 (it does
 // for bf16/fp16 values, whose sums of up to 8 copies are exact in fp32): pinned here.
 TEST(VirtualCollectives, AveragingEqualCopiesIsExactForTwoAndFourMembersNotEight) {
@@ -190,7 +190,7 @@ TEST(VirtualCollectives, AveragingEqualCopiesIsExactForTwoAndFourMembersNotEight
   EXPECT_EQ(inexact(8, true), 0);
 }
 
-TEST(CommReport, SerialisesToTheSpecSchemaAndBack) {
+TEST(CommReport, SerialisesToItsSchemaAndBack) {
   CommReport report;
   report.collectives.push_back(
       {0, CommPhase::kForward, CollectiveOp::kAllToAll, GroupClass::kSparseMp, {0, 2}, {96, 64}, {64, 96}});

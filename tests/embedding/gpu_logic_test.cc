@@ -4,10 +4,10 @@
 // order, the stable sort by SortKey, runs of one row, the fused optimizer per chunk), reproduce the
 // oracle bit for bit on random cases of every family.
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 #include <vector>
 
+#include "gpu/embedding/host_tables.h"
 #include "gpu/embedding/kjt_check.h"
 #include "gpu/embedding/launch.h"
 #include "gpu/embedding/tbe_row_ops.h"
@@ -35,13 +35,6 @@ KjtView ViewOf(const reference::KeyedJaggedTensor& k) {
   return v;
 }
 
-// Table storage as the device holds it.
-struct Storage {
-  std::vector<float> f32;
-  std::vector<uint16_t> u16;
-  void* data() { return f32.empty() ? static_cast<void*>(u16.data()) : static_cast<void*>(f32.data()); }
-};
-
 // The kernels' algorithm, sequentially, through the same functions the kernels call.
 EmbedRun RunKernelOrderOnCpu(const EmbedCase& c) {
   EmbedRun run;
@@ -54,7 +47,7 @@ EmbedRun RunKernelOrderOnCpu(const EmbedCase& c) {
   const int64_t batch = c.kjt.stride;
   const int64_t num_keys = static_cast<int64_t>(c.kjt.keys.size());
   // Tables.
-  std::vector<Storage> storage(config.tables.size());
+  std::vector<std::vector<uint8_t>> storage(config.tables.size());  // as the device holds it
   std::vector<TableParams> tables;
   std::vector<std::vector<float>> adagrad, adam_m, adam_v;
   for (size_t t = 0; t < config.tables.size(); ++t) {
@@ -65,27 +58,10 @@ EmbedRun RunKernelOrderOnCpu(const EmbedCase& c) {
   int64_t total_rows = 0;
   for (size_t t = 0; t < config.tables.size(); ++t) {
     const TableConfig& tc = config.tables[t];
-    const std::vector<float>& w = c.state.tables[t].weights;
-    if (tc.dtype == ElementType::kFloat32) {
-      storage[t].f32 = w;
-    } else {
-      for (float x : w) {
-        storage[t].u16.push_back(tc.dtype == ElementType::kBFloat16 ? numerics::FloatToBf16BitsRne(x)
-                                                                    : numerics::FloatToFp16BitsRne(x));
-      }
-    }
-    TableParams p;
+    storage[t] = ToStorage(c.state.tables[t].weights, tc.dtype);
+    // The device's parameters as DeviceTbe builds them (without a prior state it cannot fail).
+    TableParams p = TableParamsOf(tc, static_cast<int>(t), total_rows, nullptr).value();
     p.weights = storage[t].data();
-    p.rows = tc.rows;
-    p.dim = tc.dim;
-    p.row_offset = total_rows;
-    p.dtype = tc.dtype;
-    p.hashing = tc.hashing;
-    p.bounds = tc.bounds;
-    p.hash_seed = tc.hash_seed;
-    p.stochastic_rounding = tc.stochastic_rounding && tc.dtype != ElementType::kFloat32;
-    p.table = static_cast<int>(t);
-    p.optimizer = tc.optimizer;
     p.adagrad = adagrad[t].data();
     p.adam_m = adam_m[t].data();
     p.adam_v = adam_v[t].data();
@@ -217,15 +193,7 @@ EmbedRun RunKernelOrderOnCpu(const EmbedCase& c) {
     start = end;
   }
   for (size_t t = 0; t < config.tables.size(); ++t) {
-    std::vector<uint8_t> bytes;
-    if (!storage[t].f32.empty()) {
-      bytes.resize(storage[t].f32.size() * 4);
-      std::memcpy(bytes.data(), storage[t].f32.data(), bytes.size());
-    } else {
-      bytes.resize(storage[t].u16.size() * 2);
-      std::memcpy(bytes.data(), storage[t].u16.data(), bytes.size());
-    }
-    run.table_bytes.push_back(std::move(bytes));
+    run.table_bytes.push_back(std::move(storage[t]));
     std::vector<float> st = adagrad[t];
     st.insert(st.end(), adam_m[t].begin(), adam_m[t].end());
     st.insert(st.end(), adam_v[t].begin(), adam_v[t].end());

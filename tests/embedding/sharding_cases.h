@@ -1,5 +1,5 @@
 // Shared cases of the sharding tests: an embedding config that exercises every pooling, hashing,
-// bounds mode, optimizer and storage type; random batches; and the exact references of spec §3.2,
+// bounds mode, optimizer and storage type; random batches; and the exact references of the sharding rules,
 // built from the unsharded oracle only (never from the sharded executor's code).
 #ifndef GEMTB_TESTS_EMBEDDING_SHARDING_CASES_H_
 #define GEMTB_TESTS_EMBEDDING_SHARDING_CASES_H_
@@ -261,7 +261,7 @@ struct Reference {
   std::vector<EmbeddingState> replicas;
 };
 
-// spec §3.2's exact reference: N = R/M unsharded replicas, replica rho trained on the samples of
+// The exact reference: N = R/M unsharded replicas, replica rho trained on the samples of
 // ranks {m*N + rho} (m order) under `partition`, averaged every `sync_period` steps (0 = never).
 // 1D sharding is the case M = R (one replica).
 inline Reference RunReference(const EmbeddingConfig& config, const EmbeddingState& initial, const Batch& batch, int r,

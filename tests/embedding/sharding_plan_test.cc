@@ -1,5 +1,5 @@
-// The sparse sharding plan's one parser (model/sharding/sharding_plan_json.h; spec/embeddings-and-model.md
-// §3.1): every field validated, errors naming the JSON path and value; defaults resolved per table.
+// The sparse sharding plan's one parser (model/sharding/sharding_plan_json.h): every
+// field validated, errors naming the JSON path and value; defaults resolved per table.
 #include "model/sharding/comm_pattern.h"
 #include "model/sharding/sharding_plan_json.h"
 

@@ -1,6 +1,6 @@
-// The communication report of a sharded run (spec/embeddings-and-model.md §3.1, §3.2): every
+// The communication report of a sharded run: every
 // collective of a small 2D and fully sharded 2D plan, with byte counts worked out by hand from the
-// spec's formulas.
+// formulas.
 #include <string>
 #include <utility>
 #include <vector>
@@ -87,7 +87,7 @@ std::vector<CollectiveRecord> HandGroupTraffic() {
   };
 }
 
-TEST(ShardingReport, TwoDPlanMovesTheBytesOfTheSpec) {
+TEST(ShardingReport, TwoDPlanMovesTheBytesOfThePattern) {
   const HandCase h = MakeHandCase();
   const nlohmann::json json = {{"default", {{"type", "TW"}}},
                                {"tables", {{"a", {{"type", "TW"}, {"owner", 1}}}, {"b", {{"type", "RW"}}}}},

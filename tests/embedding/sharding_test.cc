@@ -1,4 +1,4 @@
-// Sharded embeddings (spec/embeddings-and-model.md §3.2, §8 rows 4, 5, 9): every sharding type over
+// Sharded embeddings: every sharding type over
 // R = 1..8 virtual ranks is byte-identical to its exact reference: the unsharded oracle with the
 // induced partition (1D), or N unsharded replicas averaged every k steps (2D, fully sharded 2D).
 #include <algorithm>
@@ -43,7 +43,7 @@ nlohmann::json PlanJson(const EmbeddingConfig& config, const std::vector<TablePl
   return plan;
 }
 
-// Written from spec §3.1/§3.2, independently of the executor's InducedSumPartition: batch blocks are
+// Written from the sharding rules, independently of the executor's InducedSumPartition: batch blocks are
 // the M local batches; RW pools over M row blocks of ceil(N_t/M) rows, TWRW/GRID over g blocks of
 // ceil(N_t/g) rows (g = MP-group positions per host); CW/GRID split the Adagrad norm over c shards.
 SumPartition HandPartition(const EmbeddingConfig& config, const std::vector<TablePlan>& tables, int m, int g) {

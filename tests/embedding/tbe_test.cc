@@ -1,4 +1,4 @@
-// Properties of the unsharded embedding oracle (spec/embeddings-and-model.md §2, §8 rows 1-3, 9).
+// Properties of the unsharded embedding oracle.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -71,7 +71,7 @@ std::vector<OptimizerConfig> AllOptimizers() {
   return out;
 }
 
-// Spec §8 row 3: an update from a batch with duplicate ids equals one update of each unique row with
+// An update from a batch with duplicate ids equals one update of each unique row with
 // its summed G_r, here obtained by feeding the oracle a batch holding each unique row once with G_r
 // as its upstream gradient.
 TEST(Tbe, DuplicateIdUpdateEqualsPerUniqueRowUpdate) {
@@ -141,7 +141,7 @@ TEST(Tbe, HandWorkedRowwiseAdagradStep) {
 }
 
 // Pooling is linear in the table: central differences in fp64 of L = sum(pooled * C) with respect to
-// each table entry recover the row gradients G_r (spec §8 row 2's fp64 dense reference).
+// each table entry recover the row gradients G_r.
 TEST(Tbe, RowGradientsMatchFp64FiniteDifferences) {
   for (Pooling pooling : {Pooling::kSum, Pooling::kMean, Pooling::kWeightedSum}) {
     OptimizerConfig sgd;
@@ -173,7 +173,7 @@ TEST(Tbe, RowGradientsMatchFp64FiniteDifferences) {
   }
 }
 
-// Spec §8 row 9: the same bits for threads 1, 2, 7, 16.
+// The same bits for threads 1, 2, 7, 16.
 TEST(Tbe, ByteIdenticalForAnyThreadCount) {
   OptimizerConfig opt;
   opt.kind = OptimizerKind::kAdam;
@@ -234,7 +234,7 @@ TEST(Tbe, StochasticRoundingIsUnbiased) {
   EXPECT_GT(up, 0);
 }
 
-// Spec §1: each violation gives its code at its first index, in the spec's order of checks.
+// each violation gives its code at its first index, in the order of checks.
 TEST(Tbe, KjtViolationsGiveTheirCodeAndFirstIndex) {
   OptimizerConfig sgd;
   Fixture base = OneTable(4, 4, ElementType::kFloat32, sgd, Pooling::kWeightedSum, {{0, 1}, {2}, {3}});

@@ -1,5 +1,5 @@
 """The stored golden attention answers agree with the independent NumPy fp64 reference
-(tests/attention/python/attention_np.py, written from the spec alone), so the golden set freezes
+(tests/attention/python/attention_np.py, written from the definitions alone), so the golden set freezes
 values that are right, not just values that are stable.
 
 Every oracle-mode folder of golden/attention is read from its case.json and .npy files (no gemtb

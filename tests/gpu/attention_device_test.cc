@@ -1,4 +1,4 @@
-// The CUDA attention kernels (gpu/attention/api.h): spec §9's GPU criteria on random cases of every
+// The CUDA attention kernels (gpu/attention/api.h): the GPU criteria on random cases of every
 // family (through `gemtb check attention`'s own code, with the kernels ChooseKernels picks), every
 // kernel an override can name against the mma.sync kernels on the shapes it takes, the kernels
 // that replace each other on a shape against each other (stored dS against the recompute, the fused
@@ -280,7 +280,7 @@ TEST(GpuAttention, SmallForwardMatchesTheSplitForwardOnSeedTiles) {
 }
 
 // AttentionOptions::tanh_approx: the GPU evaluates silu and gelu_tanh through tanh.approx while
-// the oracle keeps the exact act; spec §9's criteria must still hold, on every mask, on the
+// the oracle keeps the exact act; the GPU criteria must still hold, on every mask, on the
 // persistent TMA forward, the split forward (short tiles) and the Hopper backward.
 TEST(GpuAttention, CheckCommandPassesWithTanhApprox) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
@@ -531,7 +531,7 @@ TEST(GpuAttention, BackwardIsBitwiseIdenticalAcrossRuns) {
 }
 
 // Causal + bottom_right with Lq > Lk leaves the first Lq - Lk rows without keys: O = 0, LSE = -inf,
-// zero gradients, no NaN (spec §9 "fully masked rows").
+// zero gradients, no NaN (fully masked rows).
 TEST(GpuAttention, RowsWithoutKeysGiveZeroOutputsAndMinusInfinityLse) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
   check::CaseShape shape;

@@ -1,5 +1,5 @@
-// The benchmark cases of spec §11 (gpu/bench/bench_cases.h): names, the length rule and the valid
-// pair counts, checked against the spec's formulas written out independently here (and the closed
+// The benchmark cases (gpu/bench/bench_cases.h): names, the length rule and the valid
+// pair counts, checked against the formulas written out independently here (and the closed
 // forms ../shared/peers/torch_peers.py uses, so that both sides count the same pairs). Runs without
 // a GPU.
 #include <gtest/gtest.h>
@@ -15,7 +15,7 @@
 namespace gemtb::gpu::bench {
 namespace {
 
-TEST(BenchCases, TheEightSpecCasesInOrder) {
+TEST(BenchCases, TheEightCasesInOrder) {
   std::vector<std::string> names;
   for (const BenchCase& c : SpecCases()) names.push_back(c.name);
   EXPECT_EQ(names, (std::vector<std::string>{"self_softmax", "self_gdpa_silu", "cross_gdpa_gelu",
@@ -28,7 +28,7 @@ TEST(BenchCases, TheEightSpecCasesInOrder) {
   }
 }
 
-// Spec §11: s >= 0.5 draws uniformly from [max(1, floor((2s-1)M)), M], else from [1, floor(2sM)];
+// Lengths: s >= 0.5 draws uniformly from [max(1, floor((2s-1)M)), M], else from [1, floor(2sM)];
 // draw b is lo + floor(u (hi - lo + 1)) with u = Philox word b (seed 0, stream 0) / 2^32.
 std::vector<int64_t> SpecRule(int64_t batch, int64_t m, double s) {
   const int64_t lo = s >= 0.5 ? std::max<int64_t>(1, static_cast<int64_t>(std::floor((2 * s - 1) * m))) : 1;
@@ -41,7 +41,7 @@ std::vector<int64_t> SpecRule(int64_t batch, int64_t m, double s) {
   return out;
 }
 
-TEST(BenchCases, LengthsFollowTheSpecRule) {
+TEST(BenchCases, LengthsFollowTheLengthRule) {
   const std::vector<int64_t> self = SpecRule(1152, 1024, 0.5);
   for (int64_t l : self) ASSERT_TRUE(l >= 1 && l <= 1024) << l;
   for (const BenchCase& c : SpecCases()) {

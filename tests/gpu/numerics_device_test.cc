@@ -1,4 +1,4 @@
-// CPU and GPU run the same model/numerics code and must produce the same bits (spec §8). Skipped
+// CPU and GPU run the same model/numerics code and must produce the same bits. Skipped
 // (and shown as skipped by ctest) on machines without an sm_90 GPU.
 #include <gtest/gtest.h>
 

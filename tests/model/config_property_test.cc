@@ -1,6 +1,6 @@
 // Properties of the loader and the expansion on randomly mutated configs: every input is either
 // rejected with an error naming a JSON path, or accepted and expanded into a graph whose parameter
-// count is the spec's counting rules (re-derived here) and whose JSON round-trips.
+// count is the counting rules (re-derived here) and whose JSON round-trips.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,7 +17,7 @@ namespace {
 
 using nlohmann::json;
 
-// spec §4 counting rules, written from the config struct (not from the graph).
+// counting rules, written from the config struct (not from the graph).
 int64_t RuleDenseParams(const ModelConfig& c) {
   const int64_t d = c.d, J = c.NumSequences(), F = static_cast<int64_t>(c.features.size());
   const ArchSpec& a = c.arch;

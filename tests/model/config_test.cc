@@ -1,5 +1,5 @@
-// Config loader: the committed configs parse to the spec §4 table's values; bad configs give errors
-// naming the JSON path and value.
+// Config loader: the committed configs parse to the values of model/description/README.md's table;
+// bad configs give errors naming the JSON path and value.
 #include <string>
 
 #include "gtest/gtest.h"
@@ -10,7 +10,7 @@ namespace {
 
 using nlohmann::json;
 
-TEST(ModelConfig, TinyMatchesSpecTable) {
+TEST(ModelConfig, TinyMatchesReadmeTable) {
   auto config = LoadModelConfig("tiny");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->d, 32);
@@ -32,7 +32,7 @@ TEST(ModelConfig, TinyMatchesSpecTable) {
   EXPECT_EQ(SparseParamCount(*config), 580096);
 }
 
-TEST(ModelConfig, SmallMatchesSpecTable) {
+TEST(ModelConfig, SmallMatchesReadmeTable) {
   auto config = LoadModelConfig("small");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->d, 128);
@@ -47,7 +47,7 @@ TEST(ModelConfig, SmallMatchesSpecTable) {
   EXPECT_NEAR(sparse * 4 / 1e9, 10.8, 0.05);
 }
 
-TEST(ModelConfig, GemScaleMatchesSpecTable) {
+TEST(ModelConfig, GemScaleMatchesReadmeTable) {
   auto config = LoadModelConfig("gem-scale");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->d, 256);

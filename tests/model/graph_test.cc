@@ -1,5 +1,5 @@
-// Op graph expansion: parameter counts equal the spec §4 table to its printed precision, model
-// FLOPs per sample within 10 % of the spec's counting rules, region and op conventions.
+// Op graph expansion: parameter counts equal the table of model/description/README.md to its printed precision, model
+// FLOPs per sample within 10 % of the counting rules, region and op conventions.
 #include <cmath>
 #include <set>
 #include <string>
@@ -21,7 +21,7 @@ ModelGraph Expand(const std::string& name) {
   return graph.ok() ? *graph : ModelGraph{};
 }
 
-// The leading `digits` significant digits of v, rounded, as the spec table prints them
+// The leading `digits` significant digits of v, rounded, as the README's table prints them
 // (Printed(32009283, 3) = 320).
 int64_t Printed(double v, int digits) {
   const int shift = digits - 1 - static_cast<int>(std::floor(std::log10(v)));
@@ -33,18 +33,18 @@ double ModelFlopsPerSample(const ModelGraph& g, double sparsity, int64_t batch) 
   return t.model.flops_fwd / static_cast<double>(batch);
 }
 
-// Spec table: tiny 0.58 M sparse / 0.229 M dense.
-TEST(ModelGraph, TinyParamsEqualSpecTable) {
+// README table: tiny 0.58 M sparse / 0.229 M dense.
+TEST(ModelGraph, TinyParamsEqualReadmeTable) {
   const ModelGraph g = Expand("tiny");
   EXPECT_EQ(Printed(static_cast<double>(SparseParamCount(g)), 2), 58);  // 0.58 M
   EXPECT_EQ(Printed(static_cast<double>(DenseParamCount(g)), 3), 229);  // 0.229 M
-  // Hand count with the spec's rules (spec §4): E 288 + 80; per layer cross 11760, Wukong 37904,
+  // Hand count with the counting rules: E 288 + 80; per layer cross 11760, Wukong 37904,
   // 2 x seq 12832; final cross 11760; head 65858.
   EXPECT_EQ(DenseParamCount(g), 368 + 2 * (11760 + 37904 + 2 * 12832) + 11760 + 65858);
 }
 
 // small: 2.69 B / 32.0 M.
-TEST(ModelGraph, SmallParamsEqualSpecTable) {
+TEST(ModelGraph, SmallParamsEqualReadmeTable) {
   const ModelGraph g = Expand("small");
   EXPECT_EQ(Printed(static_cast<double>(SparseParamCount(g)), 3), 269);  // 2.69 B
   EXPECT_EQ(Printed(static_cast<double>(DenseParamCount(g)), 3), 320);  // 32.0 M
@@ -53,7 +53,7 @@ TEST(ModelGraph, SmallParamsEqualSpecTable) {
 }
 
 // gem-scale: ≈2.05 T / ≈8.21 B.
-TEST(ModelGraph, GemScaleParamsEqualSpecTable) {
+TEST(ModelGraph, GemScaleParamsEqualReadmeTable) {
   const ModelGraph g = Expand("gem-scale");
   EXPECT_EQ(Printed(static_cast<double>(SparseParamCount(g)), 3), 205);  // 2.05 T
   EXPECT_EQ(Printed(static_cast<double>(DenseParamCount(g)), 3), 821);  // 8.21 B
@@ -63,16 +63,16 @@ TEST(ModelGraph, GemScaleParamsEqualSpecTable) {
             int64_t{4198400} + 716 * 512 + 6 * (int64_t{3404544} + 1310216704 + 10 * 1053440) + 3404544 + 261102088);
 }
 
-// Forward FLOPs per sample at sparsity 0.5 + CLS within 10 % of the spec's rules: ≈6.2 M, ≈4.1 G,
+// Forward FLOPs per sample at sparsity 0.5 + CLS within 10 % of the counting rules: ≈6.2 M, ≈4.1 G,
 // ≈290 G (the rules leave out the final cross's PMA and the per-sample cross/LCE GEMMs; the graph
 // counts them).
-TEST(ModelGraph, FlopsPerSampleWithinTenPercentOfSpecRules) {
+TEST(ModelGraph, FlopsPerSampleWithinTenPercentOfCountingRules) {
   EXPECT_NEAR(ModelFlopsPerSample(Expand("tiny"), 0.5, 64) / 6.2e6, 1.0, 0.10);
   EXPECT_NEAR(ModelFlopsPerSample(Expand("small"), 0.5, 1024) / 4.1e9, 1.0, 0.10);
   EXPECT_NEAR(ModelFlopsPerSample(Expand("gem-scale"), 0.5, 1024) / 290e9, 1.0, 0.10);
 }
 
-TEST(ModelGraph, TokensPerSampleMatchSpecTable) {
+TEST(ModelGraph, TokensPerSampleMatchReadmeTable) {
   for (const auto& [name, tokens] : {std::pair<std::string, int64_t>{"tiny", 100},
                                      {"small", 1712}, {"gem-scale", 20640}}) {
     const ModelGraph g = Expand(name);
@@ -101,7 +101,7 @@ TEST(ModelGraph, OpConventions) {
     if (op.kind == OpKind::kAttention && op.attn->q_tokens == 0 && op.attn->kv_tokens == 0) {
       EXPECT_EQ(op.attn->mask.kind, MaskKind::kBlock) << op.name;
       EXPECT_EQ(op.attn->mask.block, 64);
-      // 2 H (Dqk + Dv) per pair forward, 2.5x backward (attention.md §10).
+      // 2 H (Dqk + Dv) per pair forward, 2.5x backward.
       EXPECT_EQ(op.flops.fwd.P, 2.0 * 4 * (64 + 64));
       EXPECT_EQ(op.flops.bwd.P, 2.5 * 2.0 * 4 * (64 + 64));
     }
@@ -114,8 +114,8 @@ TEST(ModelGraph, OpConventions) {
   EXPECT_EQ(g.ops.back().name, "head.loss");
 }
 
-TEST(ModelGraph, TinyWindowOpMatchesSpecExample) {
-  // spec §4's example op: L1.seq0.swa, silu, H 2, D 16, window [16, 16], flops fwd P 128, bwd 320.
+TEST(ModelGraph, TinyWindowOpMatchesWorkedExample) {
+  // An example op: L1.seq0.swa, silu, H 2, D 16, window [16, 16], flops fwd P 128, bwd 320.
   const ModelGraph g = Expand("tiny");
   const Op* swa = nullptr;
   for (const Op& op : g.ops) {
@@ -134,7 +134,7 @@ TEST(ModelGraph, TinyWindowOpMatchesSpecExample) {
   EXPECT_EQ(swa->saved.recompute, RecomputeClass::kAttention);
 }
 
-// Brute-force pair count straight from attention.md §2's keep rule.
+// Brute-force pair count straight from the mask's keep rule.
 int64_t BrutePairs(const AttentionMask& m, int64_t L) {
   int64_t n = 0;
   for (int64_t i = 0; i < L; ++i) {

@@ -29,7 +29,7 @@ TEST(ModelJson, RoundTripsEveryConfig) {
   }
 }
 
-TEST(ModelJson, WritesSpecSchemaKeys) {
+TEST(ModelJson, WritesSchemaKeys) {
   const json j = ToJson(Expand("tiny"));
   EXPECT_EQ(j["version"], 1);
   EXPECT_EQ(j["config"], "tiny");

@@ -1,5 +1,5 @@
 """`gemtb model`: prints the per-region table and totals, --emit writes a model.json whose parameter
-sum equals the spec's counting rules applied independently here to the config JSON, whose FLOPs
+sum equals the counting rules applied independently here to the config JSON, whose FLOPs
 (evaluated here with our own pair counter) equal the printed totals, and bad input exits 2 without
 writing anything.
 
@@ -26,7 +26,7 @@ def check(cond, what):
 
 
 def spec_dense_params(c):
-    """spec §4 counting rules, from the config JSON alone."""
+    """counting rules, from the config JSON alone."""
     d = c["d"]
     a = c["arch"]
     w = a["wukong"]
@@ -99,7 +99,7 @@ def main():
         config = json.load(open(os.path.join(args.configs, f"{name}.json")))
         dense = sum(op["params"] for op in model["ops"])
         check(dense == spec_dense_params(config),
-              f"{name}: model.json dense params {dense} == spec rules {spec_dense_params(config)}")
+              f"{name}: model.json dense params {dense} == counting rules {spec_dense_params(config)}")
         printed = re.search(r"dense params\s+(\d+)", r.stdout)
         check(printed is not None and int(printed.group(1)) == dense, f"{name}: printed dense params")
         sparse = sum(t["rows"] * t["dim"] for t in model["tables"])

@@ -1,5 +1,5 @@
-// model/'s typed vocabulary: the activation table, the dtype table and the name tables, against the
-// spec's lists written out here (spec/attention.md §2 and §4, §7-§8).
+// model/'s typed vocabulary: the activation table, the dtype table and the name tables, against
+// lists written out here.
 #include <string>
 #include <vector>
 

@@ -1,4 +1,4 @@
-// Every one of the 2^32 fp32 bit patterns → bf16 and → fp16 (spec/attention.md §8), checked against
+// Every one of the 2^32 fp32 bit patterns → bf16 and → fp16, checked against
 // an independent rounding: the FPU's std::nearbyint (round to nearest even) applied to x measured in
 // units of the target quantum of x's binade, with the quantum powers built by std::ldexp. The
 // result is compared by value (decoded through the decoders, which float_formats_test checks against

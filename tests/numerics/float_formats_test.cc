@@ -1,4 +1,4 @@
-// bf16 / fp16 / fp32 codecs (model/numerics/float_formats.h) against spec/attention.md §8.
+// bf16 / fp16 / fp32 codecs (model/numerics/float_formats.h) against the format definitions.
 #include "model/numerics/float_formats.h"
 
 #include <gtest/gtest.h>
@@ -78,7 +78,7 @@ TEST(FloatFormats, AllFp16PatternsRoundTrip) {
   }
 }
 
-TEST(FloatFormats, Bf16TieCasesFromSpecTable) {
+TEST(FloatFormats, Bf16TieCases) {
   struct Case {
     uint32_t fp32;
     uint16_t bf16;
@@ -97,7 +97,7 @@ TEST(FloatFormats, Bf16TieCasesFromSpecTable) {
   EXPECT_EQ(FloatToBf16BitsRne(std::bit_cast<float>(0x7F7F7FFFu)), 0x7F7Fu);
 }
 
-TEST(FloatFormats, Fp16TieCasesFromSpecTable) {
+TEST(FloatFormats, Fp16TieCases) {
   struct Case {
     double x;
     uint16_t fp16;

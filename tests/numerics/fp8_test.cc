@@ -1,4 +1,4 @@
-// FP8 E4M3fn / E5M2 codecs (model/numerics/fp8.h) against spec/attention.md §8.
+// FP8 E4M3fn / E5M2 codecs (model/numerics/fp8.h) against the format definitions.
 #include "model/numerics/fp8.h"
 
 #include <gtest/gtest.h>
@@ -86,7 +86,7 @@ TEST(Fp8, AllCodesReencodeToSameCode) {
   }
 }
 
-TEST(Fp8, E4m3EdgesFromSpecTable) {
+TEST(Fp8, E4m3Edges) {
   const float inf = std::numeric_limits<float>::infinity();
   EXPECT_EQ(FloatToE4m3Rne(0x1p-10f), 0x00u);      // half the min subnormal: tie to even 0
   EXPECT_EQ(FloatToE4m3Rne(-0x1p-10f), 0x80u);     // sign of zero kept

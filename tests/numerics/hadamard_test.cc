@@ -1,4 +1,4 @@
-// Randomized Hadamard transform (model/numerics/hadamard.h) against spec/attention.md §8.
+// Randomized Hadamard transform (model/numerics/hadamard.h) against the format definitions.
 #include "model/numerics/hadamard.h"
 
 #include <gtest/gtest.h>
@@ -18,7 +18,7 @@ constexpr int kSizes[] = {32, 64, 128};
 constexpr uint64_t kSeed = 0x5EEDF00DBA5Eull;
 constexpr uint64_t kStream = 77;
 
-// s_i from the spec's wording: bit i%32 of word i/32 of Philox at counter 0 of (seed, stream).
+// s_i: bit i%32 of word i/32 of Philox at counter 0 of (seed, stream).
 int RefSign(int i, uint64_t seed, uint64_t stream) {
   const uint32_t word = PhiloxWord(seed, stream, static_cast<uint64_t>(i / 32));
   return ((word >> (i % 32)) & 1u) != 0 ? -1 : 1;

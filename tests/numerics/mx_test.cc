@@ -1,4 +1,4 @@
-// MX block scaling (model/numerics/mx.h) against spec/attention.md §8.
+// MX block scaling (model/numerics/mx.h) against the format definitions.
 #include "model/numerics/mx.h"
 
 #include <gtest/gtest.h>
@@ -161,7 +161,7 @@ TEST(Mx, NanOrInfBlockGetsNanScale) {
   }
 }
 
-// Inputs per spec §9 for FP8: N(0,1) + N(0,100)·Bernoulli(0.001), plus a block of tiny values.
+// Inputs for FP8: N(0,1) + N(0,100)·Bernoulli(0.001), plus a block of tiny values.
 std::vector<float> Fa3Inputs(int n, std::mt19937_64& rng) {
   std::normal_distribution<float> n01(0.0f, 1.0f);
   std::normal_distribution<float> n100(0.0f, 100.0f);

@@ -1,5 +1,5 @@
 // Philox4x32-10 (model/numerics/philox.h) against Random123's known-answer vectors and against the
-// cuRAND Philox4_32_10 state machine (spec/attention.md §8).
+// cuRAND Philox4_32_10 state machine.
 #include "model/numerics/philox.h"
 #include "model/numerics/philox_blocks.h"
 

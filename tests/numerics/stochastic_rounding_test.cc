@@ -1,4 +1,4 @@
-// Stochastic rounding (model/numerics/stochastic_rounding.h), spec/attention.md §8: injecting every
+// Stochastic rounding (model/numerics/stochastic_rounding.h): injecting every
 // r < 2^16, exactly f = floor((|x|-lo)/u·2^16) of them round away from zero, and they are the r with
 // r >= 2^16 - f. lo, u and f come from the table of the format's values (independent_reference.h)
 // and exact double arithmetic, not from the bit manipulation under test.

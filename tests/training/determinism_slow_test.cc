@@ -1,4 +1,4 @@
-// The brief's full-size determinism check (spec §8 row 9): 50 steps of tiny at the default batch
+// The full-size determinism check: 50 steps of tiny at the default batch
 // (64) give byte-identical checkpoints with 1, 2, 7 and 16 oneTBB threads. Label "slow".
 //
 // The four runs go side by side, one std::thread each, in one process: each trainer has its own

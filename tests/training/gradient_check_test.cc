@@ -1,4 +1,4 @@
-// Spec §8 row 6: fp64 central differences (h = 1e-6) of the whole tiny model, random directions,
+// row 6: fp64 central differences (h = 1e-6) of the whole tiny model, random directions,
 // relative error <= 1e-6. The model is smooth everywhere (GELU, SiLU, sigmoid gates, LayerNorm,
 // RMS QK-norm, BCE with logits), so the smooth variant is the model itself.
 #include <cmath>
@@ -144,9 +144,9 @@ TEST(GradientCheck, EveryParameterTensorAndTableMatchesCentralDifferences) {
   }
 }
 
-// Spec §4's counting rules for tiny, term by term (d 32, n_x 8, n_s = k_p = K_r = 2, J 2, n_z 20,
+// counting rules for tiny, term by term (d 32, n_x 8, n_s = k_p = K_r = 2, J 2, n_z 20,
 // k 8, H 128, n_F = n_L = 4, f 2, L 2, head 448-128-64-2): 0.229 M dense parameters.
-TEST(ParamCount, TinyDenseParametersFollowTheSpecCountingRules) {
+TEST(ParamCount, TinyDenseParametersFollowTheCountingRules) {
   const int64_t d = 32, n_x = 8, n_s = 2, k_p = 2, J = 2, n_z = 20, k = 8, H = 128, n_f = 4, n_l = 4, f = 2;
   const int64_t attn = 4 * (d * d + d), gate = d * d + d;
   const int64_t embed = (8 * d + d) + (9 + 1) * n_x;

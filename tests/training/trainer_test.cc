@@ -1,4 +1,4 @@
-// The trainer's determinism and checkpoints (spec §8 row 9): same bits for any
+// The trainer's determinism and checkpoints: same bits for any
 // thread count, resume == uninterrupted, a failed checkpoint write leaves the previous one loadable.
 #include <sys/wait.h>
 #include <unistd.h>

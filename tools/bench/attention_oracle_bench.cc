@@ -1,6 +1,6 @@
 // CPU benchmark of the attention oracle (fp64 oracle-of-record mode) on CPU-sized versions of the
-// spec's self- and cross-attention shapes (spec/attention.md §11: H=4, D=128, sparsity 0.5, lengths
-// from the Philox length rule). Reports effective GFLOP/s over valid pairs (spec §10; backward counts
+// self- and cross-attention benchmark shapes (H=4, D=128, sparsity 0.5, lengths
+// from the Philox length rule). Reports effective GFLOP/s over valid pairs (backward counts
 // 2.5x the forward's FLOPs) for 1 and 2 threads.
 //
 // Before timing, each shape is checked: the 1-thread and 2-thread outputs must be bitwise equal,
@@ -122,7 +122,7 @@ void BM_OracleBackward(benchmark::State& state) {
     benchmark::DoNotOptimize(out->dq.data());
   }
   state.SetLabel(Shapes()[state.range(0)].name);
-  // Backward FLOPs = 2.5 x forward (spec §10).
+  // Backward FLOPs = 2.5 x forward.
   state.counters["GFLOP/s"] = benchmark::Counter(2.5 * p.flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["threads"] = static_cast<double>(state.range(1));
 }

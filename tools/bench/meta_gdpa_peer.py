@@ -37,7 +37,7 @@ import torch
 
 DT = torch.bfloat16
 H, D = 4, 128
-# case -> (activations to time, broadcast_q). Same names as spec/attention.md §11.
+# case -> (activations to time, broadcast_q). Same names as gpu/bench/bench_cases.h.
 CASES = {
     "self_gdpa_silu": (["silu"], False),
     "dense_gdpa_silu": (["silu"], False),

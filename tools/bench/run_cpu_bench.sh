@@ -2,7 +2,7 @@
 # Runs a CPU benchmark (Google Benchmark) and stores its JSON with the commit, the hardware and the
 # command in tools/bench/results/, plus a summary: for the oracle benchmarks the rate counter for 1
 # and 2 threads and their ratio; for sim_step_bench, per world size the CPU and wall seconds per
-# simulated step against spec/simulator.md §7's bounds (<= 0.25 s at 4,096 ranks, <= 1 s at 16,384).
+# simulated step against the speed bounds (<= 0.25 s at 4,096 ranks, <= 1 s at 16,384).
 # Usage: bash tools/bench/run_cpu_bench.sh attention_oracle_bench|embedding_oracle_bench|sim_step_bench [flags]
 #   e.g. a smoke run: bash tools/bench/run_cpu_bench.sh sim_step_bench --benchmark_filter='SimStep/64/' --benchmark_repetitions=1
 # Later flags override the default --benchmark_repetitions=3. GEMTB_BUILD_DIR picks the build folder
@@ -36,7 +36,7 @@ runs = [b for b in data["benchmarks"] if b.get("aggregate_name") == "median"] or
 reps = max((b.get("repetitions", 1) for b in data["benchmarks"]), default=1)
 summary = []
 if bench == "sim_step_bench":
-    bound = {4096: 0.25, 16384: 1.0}  # spec/simulator.md §7: CPU seconds per simulated step, one core
+    bound = {4096: 0.25, 16384: 1.0}  # CPU seconds per simulated step, one core
     for b in runs:
         if b.get("error_occurred"):
             summary.append({"case": b["run_name"], "error": b.get("error_message", "?")})

@@ -1,11 +1,11 @@
-// Step-simulation speed (spec/simulator.md §7): one step of the gem-scale job must simulate in
+// Step-simulation speed: one step of the gem-scale job must simulate in
 // <= 0.25 s on one core at 4,096 ranks and <= 1 s at 16,384. The scenario is built in code after
-// gem-default (spec §4): gem-scale model, local batch 1,024, FSDP and sparse MP groups of 256, 2-way
+// gem-default: gem-scale model, local batch 1,024, FSDP and sparse MP groups of 256, 2-way
 // EP with 16-way expert FSDP, fully sharded 2D sparse, BBS, SM-free, TorchRec's semi-synchronous
 // pipeline (plan.pipeline.sparse_ahead = 1), 3-tier H200 cluster, noise on.
 // Before timing, each size is checked once: every step finished, the step time is positive and the
 // heaviest rank sits above the mean. Reported per simulated step: CPU seconds of this process
-// ("cpu_s_per_step", the figure §7 bounds: one core) and wall seconds ("s_per_step", inflated when
+// ("cpu_s_per_step", the figure the speed bounds apply to: one core) and wall seconds ("s_per_step", inflated when
 // the machine is shared), plus events per second.
 //
 //   build/bin/sim_step_bench --benchmark_filter=SimStep

@@ -82,7 +82,7 @@ std::ostream& operator<<(std::ostream& os, const AttentionCase& c);
 std::string Describe(const AttentionCase& c);
 
 // Output sequence b reads query rows [q_begin, q_begin+lq) and K/V rows [k_begin, k_begin+lk) and
-// writes output rows [o_begin, o_begin+lq) (spec §1 "Pairing").
+// writes output rows [o_begin, o_begin+lq) (the pairing rule).
 struct SequencePair {
   int64_t q_begin, lq, k_begin, lk, o_begin;
   int64_t kv_sequence;  // ks(b)
@@ -90,11 +90,11 @@ struct SequencePair {
 std::vector<SequencePair> PairSequences(const AttentionCase& c);
 int64_t OutputRows(const AttentionCase& c);  // TO
 
-// Effective scales (spec §2 defaults).
+// Effective scales (defaults applied).
 double PreScale(const AttentionCase& c);
 double PostScale(const AttentionCase& c);
 
-// How output sequences pair with query and K/V sequences (spec §1 "Pairing").
+// How output sequences pair with query and K/V sequences (the pairing rule).
 enum class Pairing {
   kAny,        // any of the below, equally likely where allowed
   kSelf,       // q and K/V share the offsets (time bias possible)

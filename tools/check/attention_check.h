@@ -1,4 +1,4 @@
-// The check of gpu/'s attention kernels against the oracle (spec attention §9), without the
+// The check of gpu/'s attention kernels against the oracle (the GPU criteria), without the
 // command line: the families (activation x mask), the seeded random case of each family, and the
 // judgement of one case's GPU outputs against the oracle's fp64 and emulate modes.
 // `gemtb check attention` (tools/gemtb/check_attention.cc) draws, runs (attention_gpu.h) and
@@ -17,7 +17,7 @@
 //
 // Kinks (relu, leaky_relu, hardswish): act' jumps at a kink, so a score that lies within fp32
 // accumulation error of it can take the other side on the GPU than in the oracle, which moves dS by
-// a whole dP (spec §4; tests/attention/emulate_test.cc leaves dQ/dK of these acts out of its bounds
+// a whole dP (tests/attention/emulate_test.cc leaves dQ/dK of these acts out of its bounds
 // for the same reason). Emulate mode cannot show this error: it forms each dot product exactly and
 // rounds once, which keeps the sign (relu's kink at 0). So a dQ or dK failure of a kinked act
 // counts as "excused" when, and only when, some valid pair has |S - kink| <= 1e-5 * pre *

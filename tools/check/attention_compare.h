@@ -1,5 +1,5 @@
 // Attention outputs computed elsewhere (another kernel, another framework) judged against the
-// oracle with spec attention §9's criteria, as `gemtb ref compare` does: the oracle's fp64 and
+// oracle with the GPU criteria, as `gemtb ref compare` does: the oracle's fp64 and
 // emulate-mode outputs of one call, and the verdicts on one tensor.
 #ifndef GEMTB_TOOLS_CHECK_ATTENTION_COMPARE_H_
 #define GEMTB_TOOLS_CHECK_ATTENTION_COMPARE_H_

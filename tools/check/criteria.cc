@@ -46,6 +46,16 @@ std::string Verdicted(std::string_view name, std::string_view what, double measu
                          measured, bound, pass ? "pass" : "FAIL");
 }
 
+// Passes when `measured` <= `bound` (never for NaN).
+Verdict Within(std::string_view name, std::string_view what, double measured, double bound) {
+  Verdict v;
+  v.measured = measured;
+  v.bound = bound;
+  v.pass = measured <= bound;
+  v.message = Verdicted(name, what, measured, bound, v.pass);
+  return v;
+}
+
 }  // namespace
 
 double UlpOf(ElementType type, double x) {
@@ -141,11 +151,8 @@ bool BitwiseEqual(absl::Span<const double> a, absl::Span<const double> b) {
 
 Verdict GpuPrimary(std::string_view name, absl::Span<const double> gpu,
                    absl::Span<const double> emu, absl::Span<const double> ref, ElementType dtype) {
-  Verdict v;
-  v.measured = MaxAbsDiff(gpu, ref);
-  v.bound = 2 * MaxAbsDiff(emu, ref) + 2 * UlpOf(dtype, MaxAbs(ref));
-  v.pass = v.measured <= v.bound;  // false for NaN
-  v.message = Verdicted(name, "max|gpu-ref|", v.measured, v.bound, v.pass);
+  Verdict v = Within(name, "max|gpu-ref|", MaxAbsDiff(gpu, ref),
+                     2 * MaxAbsDiff(emu, ref) + 2 * UlpOf(dtype, MaxAbs(ref)));
   if (gpu.size() != ref.size() || emu.size() != ref.size()) {
     v.pass = false;
     v.message = absl::StrCat(std::string(name), ": sizes differ (gpu ", gpu.size(), ", emu ",
@@ -156,12 +163,7 @@ Verdict GpuPrimary(std::string_view name, absl::Span<const double> gpu,
 
 Verdict GpuSecondaryRelL2(std::string_view name, absl::Span<const double> gpu,
                           absl::Span<const double> ref, double tolerance) {
-  Verdict v;
-  v.measured = RelL2(gpu, ref);
-  v.bound = tolerance;
-  v.pass = v.measured <= v.bound;
-  v.message = Verdicted(name, "rel-L2", v.measured, v.bound, v.pass);
-  return v;
+  return Within(name, "rel-L2", RelL2(gpu, ref), tolerance);
 }
 
 Verdict LseMatches(std::string_view name, absl::Span<const double> got,
@@ -189,20 +191,13 @@ Verdict LseMatches(std::string_view name, absl::Span<const double> got,
     if (!(d <= worst)) worst = d;  // keeps NaN and +inf
     if (std::isnan(d)) break;
   }
-  v.measured = worst;
-  v.pass = v.measured <= v.bound;
-  v.message = Verdicted(name, "max|lse-ref| over finite rows", v.measured, v.bound, v.pass);
-  return v;
+  return Within(name, "max|lse-ref| over finite rows", worst, tolerance);
 }
 
 Verdict ScaledMaxDiffWithin(std::string_view name, absl::Span<const double> got,
                             absl::Span<const double> ref, double tolerance) {
-  Verdict v;
-  v.measured = ScaledMaxDiff(got, ref);
-  v.bound = tolerance;
-  v.pass = got.size() == ref.size() && v.measured <= v.bound;
-  v.message = Verdicted(name, "max|got-ref|/max|ref|", v.measured, v.bound, v.pass);
-  return v;
+  // Sizes that differ measure NaN, which fails.
+  return Within(name, "max|got-ref|/max|ref|", ScaledMaxDiff(got, ref), tolerance);
 }
 
 }  // namespace gemtb::check

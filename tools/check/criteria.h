@@ -1,4 +1,4 @@
-// Numeric acceptance criteria of spec/attention.md §9, plus the dtype helpers they need.
+// Numeric acceptance criteria of the attention kernels, plus the dtype helpers they need.
 //
 // Kept free of GoogleTest: the tests and the `gemtb ref compare` command judge results with the
 // same functions. Each criterion returns a Verdict that carries the measured numbers and a one-line
@@ -55,7 +55,7 @@ struct Verdict {
   std::string message;  // "<name>: <what> = <measured> vs bound <bound> (pass|FAIL)"
 };
 
-// Spec §9 tolerances.
+// Tolerances.
 inline constexpr double kForwardRelL2Tolerance = 5e-3;
 inline constexpr double kGradientRelL2Tolerance = 1e-2;
 inline constexpr double kLseMaxAbsTolerance = 1e-3;

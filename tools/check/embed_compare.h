@@ -1,6 +1,6 @@
 // One embedding case run by an executor (the oracle, or the GPU through embed_gpu.h), and the
-// byte-for-byte comparison of two runs: everything on this path is exact in spec
-// embeddings-and-model §0, so any differing byte fails.
+// byte-for-byte comparison of two runs: everything on this path is exact (integer
+// logic and explicitly rounded fp32), so any differing byte fails.
 #ifndef GEMTB_TOOLS_CHECK_EMBED_COMPARE_H_
 #define GEMTB_TOOLS_CHECK_EMBED_COMPARE_H_
 

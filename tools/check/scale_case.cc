@@ -65,7 +65,7 @@ struct Rng {
   }
 };
 
-// Spec §11 lengths for `batch` sequences whose mean is about `mean` (the rule's mean is s * M),
+// Benchmark-rule lengths for `batch` sequences whose mean is about `mean` (the rule's mean is s * M),
 // with M at most `cap`; records M and s.
 std::vector<int64_t> RuleLengths(Rng& r, int64_t batch, double mean, int64_t cap, uint64_t seed,
                                  uint64_t stream, int64_t* m_out, double* s_out) {

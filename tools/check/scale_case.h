@@ -26,7 +26,7 @@ inline constexpr ScalePairing kAllScalePairings[] = {ScalePairing::kSelf, ScaleP
 std::string_view ScalePairingName(ScalePairing p);  // "self", "cross", "kv_index", "broadcast_q"
 
 struct ScaleCase {
-  std::string name;  // a benchmark case's name (spec §11); empty for a drawn case
+  std::string name;  // a benchmark case's name; empty for a drawn case
   ScalePairing pairing = ScalePairing::kSelf;
   std::vector<int64_t> q_lengths;   // one per query sequence; exactly one under broadcast_q
   std::vector<int64_t> kv_lengths;  // one per K/V sequence
@@ -37,7 +37,7 @@ struct ScaleCase {
   ValueDistribution values = ValueDistribution::kNormal;
   ElementType input_type = ElementType::kBFloat16;
   uint64_t value_seed = 0;
-  // How the lengths were drawn (spec §11's rule: max M, sparsity s), for the description.
+  // How the lengths were drawn (max M, sparsity s), for the description.
   int64_t rule_max_q = 0, rule_max_kv = 0;
   double rule_sparsity_q = 0, rule_sparsity_kv = 0;
 };
@@ -45,7 +45,7 @@ struct ScaleCase {
 // One line: pairing, act, mask, B, lengths (rule, min/mean/max), heads, D, dtype, seed.
 std::string DescribeScale(const ScaleCase& c);
 
-// Spec §1 pairing of the whole batch, as for an AttentionCase.
+// The pairing of the whole batch, as for an AttentionCase.
 std::vector<SequencePair> PairScaleSequences(const ScaleCase& c);
 int64_t ScaleQueryTokens(const ScaleCase& c);   // TQ
 int64_t ScaleKvTokens(const ScaleCase& c);      // TK
@@ -64,7 +64,7 @@ double BitsValue(uint16_t bits, ElementType type);
 // Query tiles of 128 rows (the Hopper forward's) that hold a valid pair, times the query heads:
 // the forward's persistent CTAs deal these items; the mma.sync kernel's 64-row tiles are more.
 int64_t ForwardItems(const ScaleCase& c);
-// Valid (query, key) pairs of output sequence `pair` per head (spec §10).
+// Valid (query, key) pairs of output sequence `pair` per head.
 int64_t ValidPairsOf(const AttentionOptions& options, const SequencePair& pair);
 
 // The H200's SMs: the scale tier draws at least kScaleMinItemsPerSm of them worth of items.
@@ -76,7 +76,7 @@ inline constexpr int64_t kScaleMaxSampleCost = int64_t{1} << 22;
 
 // The scale tier's draw for `family`, a function of `case_seed` alone: bf16 or fp16, D in {64, 128},
 // H in {1, 2, 4, 8} with Hkv dividing H; the pairing (uniform unless `pairing` is given):
-//   self, cross, kv_index: B in [64, 2048] query sequences, lengths by spec §11's rule with a random
+//   self, cross, kv_index: B in [64, 2048] query sequences, lengths by the benchmark rule with a random
 //     sparsity and a maximum M chosen so that about 2^16..2^18 query rows (tokens x H) result, capped
 //     at 8,192 for window and block masks and 4,096 for none and causal (and at `max_length`); a
 //     quarter of them with H = 1 and 64..96 sequences, whose lengths reach the caps;

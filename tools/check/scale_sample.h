@@ -1,6 +1,6 @@
 // The oracle's part of a scale-tier case: a random sample of K/V sequences and heads, the oracle
 // case made of exactly what their outputs depend on, and the kernels' outputs cut to the same rows,
-// so that attention_check.h's Judge applies spec §9's criteria to the sample unchanged.
+// so that attention_check.h's Judge applies the GPU criteria to the sample unchanged.
 //
 // What a sample covers. K/V sequences are drawn at random until a cost budget (valid pairs x query
 // heads) is spent, at least one; with each comes every output sequence that reads it (one under

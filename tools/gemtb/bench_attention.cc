@@ -1,4 +1,4 @@
-// gemtb bench attention: effective TFLOP/s of the CUDA attention kernels on spec §11's cases
+// gemtb bench attention: effective TFLOP/s of the CUDA attention kernels on the benchmark cases
 // (gpu/bench/attention_bench.h says how it times). Writes <out-dir>/bench_attention.json and, per
 // case, <out-dir>/<case>.npy with the lengths it used (int64 [2, B]: q lengths, kv lengths), which
 // ../shared/peers/torch_peers.py --lengths <out-dir> reads to time the peers on the same lengths.

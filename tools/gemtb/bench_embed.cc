@@ -1,5 +1,5 @@
 // gemtb bench embed: effective TB/s of the GPU embedding kernels, forward and backward + optimizer,
-// on the spec's benchmark shapes, with the copy ceiling measured in the same call and a
+// on the benchmark shapes, with the copy ceiling measured in the same call and a
 // determinism run (two backward steps from the same tables, differing bytes). Writes
 // <out-dir>/bench_embed.json and each shape's ids as <out-dir>/<shape>_ids.npy, which
 // tools/bench/embed_peers.py reads to time PyTorch on the same ids. Built without CUDA it says so

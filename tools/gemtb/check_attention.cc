@@ -173,7 +173,7 @@ absl::StatusOr<std::vector<BenchEntry>> BenchCases(const Settings& s) {
     c.values = check::ValueDistribution::kNormal;
     c.rule_max_q = b.seeds > 0 ? 0 : b.max_lq;
     c.rule_sparsity_q = b.sparsity;
-    // The case's position in the spec's list, so that --bench-cases picks the same values.
+    // The case's position in the benchmark list, so that --bench-cases picks the same values.
     size_t index = 0;
     for (size_t k = 0; k < gpu::bench::SpecCases().size(); ++k) {
       if (gpu::bench::SpecCases()[k].name == b.name) index = k;
@@ -742,9 +742,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   j["failures"] = runner.failures;
   *all_pass = runner.all_pass;
   if (!json_path.empty()) {
-    std::ofstream out(json_path);
-    out << j.dump(2) << "\n";
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("--json=", json_path, ": cannot write"));
+    GEMTB_RETURN_IF_ERROR(WriteJsonReport(json_path, j));
   }
   return absl::OkStatus();
 #endif
@@ -754,8 +752,8 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
 
 int RunCheckAttention(const std::vector<std::string>& args) {
   bool all_pass = true;
-  if (absl::Status s = Run(args, &all_pass); !s.ok()) return ReportError(kCommand, s);
-  return all_pass ? kExitOk : kExitCheckFailed;
+  const absl::Status status = Run(args, &all_pass);
+  return CheckCommandExit(kCommand, status, all_pass);
 }
 
 }  // namespace gemtb::cli

@@ -1,12 +1,11 @@
 // gemtb check embed: random cases per family (pooling x optimizer x dtype x hashing x bounds) on
-// the GPU embedding kernels against the oracle. Everything on this path is exact in spec
-// embeddings-and-model §0, so each case passes only with 0 differing bytes in the forward outputs,
+// the GPU embedding kernels against the oracle. Everything on this path is exact (integer
+// logic and explicitly rounded fp32), so each case passes only with 0 differing bytes in the forward outputs,
 // the updated tables and the optimizer state; a last family of malformed KJTs must give the
 // oracle's named error. Every case has its own seed, printed with any failure.
 #include <oneapi/tbb/parallel_for.h>
 
 #include <chrono>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -202,9 +201,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
                         {"failures", failures},
                         {"stopped_at_time_limit", stopped},
                         {"seconds", seconds}};
-    std::ofstream out(json_path);
-    out << j.dump(2) << "\n";
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("--json=", json_path, ": cannot write"));
+    GEMTB_RETURN_IF_ERROR(WriteJsonReport(json_path, j));
   }
   return absl::OkStatus();
 #endif
@@ -214,8 +211,8 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
 
 int RunCheckEmbed(const std::vector<std::string>& args) {
   bool all_pass = true;
-  if (absl::Status s = Run(args, &all_pass); !s.ok()) return ReportError(kCommand, s);
-  return all_pass ? kExitOk : kExitCheckFailed;
+  const absl::Status status = Run(args, &all_pass);
+  return CheckCommandExit(kCommand, status, all_pass);
 }
 
 }  // namespace gemtb::cli

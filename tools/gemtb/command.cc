@@ -6,12 +6,14 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
 
 namespace gemtb::cli {
 
@@ -52,6 +54,18 @@ absl::Status WriteTextAtomically(const std::string& path, const std::string& tex
     return absl::DataLossError(absl::StrCat(path, ": could not be written"));
   }
   return absl::OkStatus();
+}
+
+absl::Status WriteJsonReport(const std::string& path, const nlohmann::json& report) {
+  std::ofstream out(path);
+  out << report.dump(2) << "\n";
+  if (!out) return absl::PermissionDeniedError(absl::StrCat("--json=", path, ": cannot write"));
+  return absl::OkStatus();
+}
+
+int CheckCommandExit(const std::string& command, const absl::Status& status, bool all_pass) {
+  if (!status.ok()) return ReportError(command, status);
+  return all_pass ? kExitOk : kExitCheckFailed;
 }
 
 }  // namespace gemtb::cli

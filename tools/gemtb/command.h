@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "nlohmann/json_fwd.hpp"
 #include "reference/io/npy.h"
 
 namespace gemtb::cli {
@@ -25,6 +26,14 @@ int ReportError(const std::string& command, const absl::Status& status);
 
 // Writes `text` to `path` atomically (temp file, fsync, rename).
 absl::Status WriteTextAtomically(const std::string& path, const std::string& text);
+
+// A check command's `--json=path` report: `report` indented by 2, newline-terminated. An unwritable
+// path is PermissionDenied naming the flag.
+absl::Status WriteJsonReport(const std::string& path, const nlohmann::json& report);
+
+// The exit code of a check command: ReportError's for an error, else kExitOk when every check
+// passed and kExitCheckFailed when one failed.
+int CheckCommandExit(const std::string& command, const absl::Status& status, bool all_pass);
 
 int RunRefAttention(const std::vector<std::string>& args);
 int RunRefQuantize(const std::vector<std::string>& args);

@@ -1,4 +1,4 @@
-// gemtb data generate: samples of the planted-teacher generator (spec/embeddings-and-model.md §5) as
+// gemtb data generate: samples of the planted-teacher generator as
 // .npy files, plus the oracle NE of the samples written (the NE of the true probabilities: the best
 // any model can reach on them).
 #include <cmath>

@@ -59,7 +59,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   int64_t batch = 16, max_len = 256, heads = 4, kv_heads = 2, dim = 64, seed = 1;
   std::string act = "softmax", mask = "causal", out_dir = "gemtb-demo";
   FlagSet flags("gemtb demo [--batch B --max-len M --act NAME --mask KIND --out-dir D]",
-                "A tour of the attention oracle on a random jagged bf16 batch (lengths by the spec's\n"
+                "A tour of the attention oracle on a random jagged bf16 batch (lengths by the\n"
                 "benchmark rule, sparsity 0.5): fp64 oracle vs kernel-emulating mode, forward and\n"
                 "backward, thread-count determinism, and a case folder for `gemtb ref compare`.");
   flags.Int64("batch", &batch, "sequences (default 16)");

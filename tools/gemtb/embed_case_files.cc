@@ -62,10 +62,15 @@ absl::StatusOr<check::EmbedCase> ReadEmbedCaseFiles(const EmbedCasePaths& paths,
   absl::StatusOr<reference::EmbeddingSpec> spec = reference::ReadEmbeddingSpec(paths.spec);
   if (!spec.ok()) return spec.status();
   if (spec->plan) return Bad(absl::StrCat(paths.spec, ": \"plan\": sharded runs are the oracle's (gemtb ref embed)"));
+  return ReadEmbedCaseInputs(*spec, paths, step_index);
+}
+
+absl::StatusOr<check::EmbedCase> ReadEmbedCaseInputs(const reference::EmbeddingSpec& spec,
+                                                     const EmbedCasePaths& paths, int64_t step_index) {
   check::EmbedCase c;
-  c.config = spec->config;
-  c.kjt.keys = spec->keys;
-  c.kjt.stride = spec->batch;
+  c.config = spec.config;
+  c.kjt.keys = spec.keys;
+  c.kjt.stride = spec.batch;
   {
     absl::StatusOr<io::NpyArray> a = Read(paths.lengths, "lengths");
     if (!a.ok()) return a.status();

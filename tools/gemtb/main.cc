@@ -1,10 +1,14 @@
 // gemtb: one command, subcommands below. `gemtb --help` lists them; `gemtb CMD --help` explains one.
+#include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "model/description/data_dir.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/version.h"
 
@@ -84,6 +88,11 @@ int RunCaught(const Subcommand& c, const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // GEMTB_DATA_DIR names another data folder (a location only, README.md). It is read here: the
+  // library takes the folder as an argument.
+  std::optional<std::filesystem::path> data_dir;
+  if (const char* env = std::getenv("GEMTB_DATA_DIR"); env != nullptr && env[0] != '\0') data_dir = env;
+  gemtb::model::NameDataDir(data_dir);
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     PrintUsage(std::cout);

@@ -1,4 +1,4 @@
-// gemtb model: the GEM-like model configs as data (spec/embeddings-and-model.md §4). Loads a config,
+// gemtb model: the GEM-like model configs as data. Loads a config,
 // expands it into the op graph, prints per-region parameters, FLOPs and saved bytes per sample at a
 // sparsity, and optionally writes the graph as model.json.
 #include <iostream>

@@ -74,7 +74,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   } else if (!out_dtype.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("--out-dtype=", out_dtype, ": want float64|float32|input"));
   }
-  // LSE and the bias/table gradients are fp32 tensors unless the output is float64 (spec §7).
+  // LSE and the bias/table gradients are fp32 tensors unless the output is float64.
   const io::NpyDType aux = out == io::NpyDType::kFloat64 ? io::NpyDType::kFloat64 : io::NpyDType::kFloat32;
 
   absl::StatusOr<reference::AttentionForwardResult> fwd =

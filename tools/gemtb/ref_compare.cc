@@ -1,5 +1,5 @@
 // gemtb ref compare: judges outputs that someone else's kernel produced for a case folder, with
-// spec/attention.md §9's GPU criteria: per tensor, the primary bound
+// the GPU criteria: per tensor, the primary bound
 //   max|test - ref| <= 2 * max|emu - ref| + 2 * ulp_dtype(max|ref|)
 // (ref = fp64 oracle, emu = this oracle's emulate mode with the kernel's input dtype) and the
 // secondary rel-L2 bound (5e-3 forward, 1e-2 gradients); LSE by max abs error with -inf in the same

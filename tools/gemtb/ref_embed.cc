@@ -1,7 +1,7 @@
 // gemtb ref embed: the table-batched embedding oracle on .npy inputs and a JSON module spec:
 // forward pooling and, with --step, the backward fused with each table's optimizer.
-#include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
@@ -9,9 +9,9 @@
 #include "model/sharding/sharding_plan_json.h"
 #include "reference/embedding/embedding_json.h"
 #include "reference/embedding/tbe.h"
-#include "reference/io/npy.h"
 #include "reference/sharding/sharded_executor.h"
 #include "tools/gemtb/command.h"
+#include "tools/gemtb/embed_case_files.h"
 #include "tools/gemtb/flags.h"
 #include "tools/gemtb/output_set.h"
 
@@ -19,45 +19,8 @@ namespace gemtb::cli {
 namespace {
 
 constexpr char kCommand[] = "ref embed";
-namespace fs = std::filesystem;
-using reference::EmbeddingState;
-using reference::TableState;
 
 absl::Status Bad(const std::string& m) { return absl::InvalidArgumentError(m); }
-
-absl::StatusOr<io::NpyArray> Read(const std::string& path, const std::string& field) {
-  absl::StatusOr<io::NpyArray> a = io::ReadNpy(path);
-  if (!a.ok()) return Bad(absl::StrCat(field, ": ", a.status().message()));
-  return a;
-}
-
-// A float32 tensor of an expected shape.
-absl::StatusOr<std::vector<float>> ReadF32(const std::string& path, const std::string& field,
-                                           const std::vector<int64_t>& shape) {
-  absl::StatusOr<io::NpyArray> a = Read(path, field);
-  if (!a.ok()) return a.status();
-  if (a->dtype != io::NpyDType::kFloat32) {
-    return Bad(absl::StrCat(field, " (", path, "): dtype ", io::NpyDTypeName(a->dtype), ", expected float32 (<f4)"));
-  }
-  if (a->shape != shape) {
-    return Bad(absl::StrCat(field, " (", path, "): shape ", io::ShapeString(a->shape), ", expected ", io::ShapeString(shape)));
-  }
-  absl::StatusOr<std::vector<double>> d = io::DecodeFloat(*a, field);
-  if (!d.ok()) return d.status();
-  return std::vector<float>(d->begin(), d->end());
-}
-
-io::NpyDType StorageNpy(ElementType t) {
-  switch (t) {
-    case ElementType::kFloat16: return io::NpyDType::kFloat16;
-    case ElementType::kBFloat16: return io::NpyDType::kBFloat16;
-    default: return io::NpyDType::kFloat32;
-  }
-}
-
-io::NpyArray F32(const std::vector<float>& v, std::vector<int64_t> shape, io::NpyDType dtype = io::NpyDType::kFloat32) {
-  return io::EncodeFloat(std::vector<double>(v.begin(), v.end()), std::move(shape), dtype);
-}
 
 uint64_t SaturatingMul(uint64_t a, uint64_t b) {
   return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b;
@@ -80,32 +43,6 @@ absl::Status CheckTablesFit(const EmbeddingConfig& config, bool read_tables, uin
     return Bad(absl::StrCat("--spec: the tables need about ", bytes, " bytes (", bytes >> 30,
                             " GiB of weights and optimizer state), more than the memory limit of ", limit,
                             " bytes (", limit >> 30, " GiB; --max-memory-mib sets it)"));
-  }
-  return absl::OkStatus();
-}
-
-// grads/pooled.npy [B, W] and grads/seq_<key>.npy [sum len, D], float32.
-absl::Status ReadGrads(const EmbeddingConfig& config, const reference::KeyedJaggedTensor& kjt,
-                       const reference::KjtLayout& layout, int64_t batch, const std::string& dir,
-                       reference::EmbeddingGrads& grads) {
-  int64_t width = 0;
-  for (size_t f = 0; f < kjt.keys.size(); ++f) {
-    const FeatureConfig& fc = config.features[layout.feature[f]];
-    const int64_t dim = config.tables[fc.table].dim;
-    if (fc.pooling != Pooling::kNone) {
-      width += dim;
-      continue;
-    }
-    const std::string name = absl::StrCat("seq_", kjt.keys[f], ".npy");
-    const int64_t rows = layout.offsets[(f + 1) * batch] - layout.offsets[f * batch];
-    absl::StatusOr<std::vector<float>> g = ReadF32((fs::path(dir) / name).string(), absl::StrCat("grads/", name), {rows, dim});
-    if (!g.ok()) return g.status();
-    grads.sequence.push_back(*std::move(g));
-  }
-  if (width > 0) {
-    absl::StatusOr<std::vector<float>> g = ReadF32((fs::path(dir) / "pooled.npy").string(), "grads/pooled.npy", {batch, width});
-    if (!g.ok()) return g.status();
-    grads.pooled = *std::move(g);
   }
   return absl::OkStatus();
 }
@@ -171,134 +108,37 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
     plan = *std::move(parsed);
   }
 
-  reference::KeyedJaggedTensor kjt;
-  kjt.keys = spec->keys;
-  kjt.stride = spec->batch;
-  {
-    absl::StatusOr<io::NpyArray> a = Read(lengths_path, "lengths");
-    if (!a.ok()) return a.status();
-    if (a->shape.size() != 1) return Bad(absl::StrCat("lengths: shape ", io::ShapeString(a->shape), ", expected [F*B]"));
-    absl::StatusOr<std::vector<int64_t>> l = io::DecodeInt(*a, "lengths");
-    if (!l.ok()) return l.status();
-    for (size_t i = 0; i < l->size(); ++i) {
-      if ((*l)[i] > INT32_MAX || (*l)[i] < INT32_MIN) return Bad(absl::StrCat("lengths[", i, "]=", (*l)[i], " exceeds int32"));
-      kjt.lengths.push_back(static_cast<int32_t>((*l)[i]));
-    }
-  }
-  {
-    absl::StatusOr<io::NpyArray> a = Read(ids_path, "ids");
-    if (!a.ok()) return a.status();
-    if (a->dtype != io::NpyDType::kInt64 || a->shape.size() != 1) {
-      return Bad(absl::StrCat("ids: ", io::NpyDTypeName(a->dtype), " ", io::ShapeString(a->shape), ", expected int64 [N]"));
-    }
-    absl::StatusOr<std::vector<int64_t>> v = io::DecodeInt(*a, "ids");
-    if (!v.ok()) return v.status();
-    kjt.values = *std::move(v);
-  }
-  if (!weights_path.empty()) {
-    absl::StatusOr<std::vector<float>> w = ReadF32(weights_path, "weights", {static_cast<int64_t>(kjt.values.size())});
-    if (!w.ok()) return w.status();
-    kjt.weights = *std::move(w);
-    kjt.has_weights = true;
-  }
-  if (!offsets_path.empty()) {
-    absl::StatusOr<io::NpyArray> a = Read(offsets_path, "offsets");
-    if (!a.ok()) return a.status();
-    if (a->dtype != io::NpyDType::kInt64) return Bad("offsets: expected int64 (<i8)");
-    absl::StatusOr<std::vector<int64_t>> o = io::DecodeInt(*a, "offsets");
-    if (!o.ok()) return o.status();
-    kjt.offsets = *std::move(o);
-  }
+  const EmbedCasePaths paths{spec_path, lengths_path, ids_path, weights_path, offsets_path, tables_dir, grads_dir};
+  absl::StatusOr<check::EmbedCase> c = ReadEmbedCaseInputs(*spec, paths, step_index);
+  if (!c.ok()) return c.status();
   reference::KjtLayout layout;
-  GEMTB_RETURN_IF_ERROR(reference::ValidateKjt(kjt, config, &layout));
-
-  // Tables: given, or Philox-initialised.
-  EmbeddingState state = reference::InitEmbeddingState(config);
-  state.step = step_index;
-  if (!tables_dir.empty()) {
-    for (size_t t = 0; t < config.tables.size(); ++t) {
-      const TableConfig& tc = config.tables[t];
-      TableState& ts = state.tables[t];
-      const fs::path dir(tables_dir);
-      const std::string path = (dir / absl::StrCat("table_", tc.name, ".npy")).string();
-      absl::StatusOr<io::NpyArray> a = Read(path, absl::StrCat("table '", tc.name, "'"));
-      if (!a.ok()) return a.status();
-      if (a->dtype != StorageNpy(tc.dtype) || a->shape != std::vector<int64_t>{tc.rows, tc.dim}) {
-        return Bad(absl::StrCat(path, ": ", io::NpyDTypeName(a->dtype), " ", io::ShapeString(a->shape), ", expected ",
-                                io::NpyDTypeName(StorageNpy(tc.dtype)), " [", tc.rows, ", ", tc.dim, "]"));
-      }
-      absl::StatusOr<std::vector<double>> w = io::DecodeFloat(*a, path);
-      if (!w.ok()) return w.status();
-      ts.weights.assign(w->begin(), w->end());
-      auto optional_state = [&](const std::string& name, std::vector<float>& dst, std::vector<int64_t> shape) -> absl::Status {
-        const std::string p = (dir / name).string();
-        if (!fs::exists(p)) return absl::OkStatus();
-        absl::StatusOr<std::vector<float>> v = ReadF32(p, name, shape);
-        if (!v.ok()) return v.status();
-        dst = *std::move(v);
-        return absl::OkStatus();
-      };
-      if (tc.optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
-        GEMTB_RETURN_IF_ERROR(optional_state(absl::StrCat("adagrad_", tc.name, ".npy"), ts.adagrad, {tc.rows}));
-      }
-      if (tc.optimizer.kind == OptimizerKind::kAdam) {
-        GEMTB_RETURN_IF_ERROR(optional_state(absl::StrCat("adam_m_", tc.name, ".npy"), ts.adam_m, {tc.rows, tc.dim}));
-        GEMTB_RETURN_IF_ERROR(optional_state(absl::StrCat("adam_v_", tc.name, ".npy"), ts.adam_v, {tc.rows, tc.dim}));
-        std::vector<float> b = {1.0f, 1.0f};
-        GEMTB_RETURN_IF_ERROR(optional_state(absl::StrCat("adam_step_", tc.name, ".npy"), b, {2}));
-        ts.adam_step = {b[0], b[1]};
-      }
-    }
-  }
-
+  GEMTB_RETURN_IF_ERROR(reference::ValidateKjt(c->kjt, config, &layout));
   // Upstream gradients (with --step), in the output layout of the forward.
-  reference::EmbeddingGrads grads;
-  if (step) {
-    GEMTB_RETURN_IF_ERROR(ReadGrads(config, kjt, layout, spec->batch, grads_dir, grads));
-  }
+  if (step) GEMTB_RETURN_IF_ERROR(ReadEmbedGrads(grads_dir, *c));
   absl::StatusOr<reference::EmbeddingOutput> out;
   std::optional<reference::CommReport> report;
   if (plan) {
     // Sharded: R virtual ranks, real data movement through the virtual collectives.
     absl::StatusOr<reference::ShardedRun> run =
-        reference::RunSharded(config, *plan, spec->world_size, spec->gpus_per_host, state, kjt,
-                              step ? &grads : nullptr, 1, static_cast<int>(threads));
+        reference::RunSharded(config, *plan, spec->world_size, spec->gpus_per_host, c->state, c->kjt,
+                              step ? &c->grads : nullptr, 1, static_cast<int>(threads));
     if (!run.ok()) return run.status();
     out = std::move(run->output);
-    if (step) state = std::move(run->state);
+    if (step) c->state = std::move(run->state);
     report = std::move(run->report);
   } else {
-    out = reference::EmbeddingForward(config, state, kjt, {}, static_cast<int>(threads));
+    out = reference::EmbeddingForward(config, c->state, c->kjt, {}, static_cast<int>(threads));
     if (!out.ok()) return out.status();
-    if (step) GEMTB_RETURN_IF_ERROR(reference::EmbeddingBackwardStep(config, state, kjt, grads, {}, static_cast<int>(threads)));
-  }
-  if (out->pooled_width > 0) output->AddNpy("pooled.npy", F32(out->pooled, {spec->batch, out->pooled_width}));
-  for (size_t s = 0; s < out->sequence.size(); ++s) {
-    const int f = out->sequence_keys[s];
-    const int64_t dim = config.tables[config.features[layout.feature[f]].table].dim;
-    output->AddNpy(absl::StrCat("seq_", kjt.keys[f], ".npy"),
-                       F32(out->sequence[s], {static_cast<int64_t>(out->sequence[s].size()) / dim, dim}));
-  }
-  if (step) {
-    for (size_t t = 0; t < config.tables.size(); ++t) {
-      const TableConfig& tc = config.tables[t];
-      const TableState& ts = state.tables[t];
-      output->AddNpy(absl::StrCat("table_", tc.name, ".npy"), F32(ts.weights, {tc.rows, tc.dim}, StorageNpy(tc.dtype)));
-      if (tc.optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
-        output->AddNpy(absl::StrCat("adagrad_", tc.name, ".npy"), F32(ts.adagrad, {tc.rows}));
-      }
-      if (tc.optimizer.kind == OptimizerKind::kAdam) {
-        output->AddNpy(absl::StrCat("adam_m_", tc.name, ".npy"), F32(ts.adam_m, {tc.rows, tc.dim}));
-        output->AddNpy(absl::StrCat("adam_v_", tc.name, ".npy"), F32(ts.adam_v, {tc.rows, tc.dim}));
-        output->AddNpy(absl::StrCat("adam_step_", tc.name, ".npy"), F32({ts.adam_step.b1, ts.adam_step.b2}, {2}));
-      }
+    if (step) {
+      GEMTB_RETURN_IF_ERROR(
+          reference::EmbeddingBackwardStep(config, c->state, c->kjt, c->grads, {}, static_cast<int>(threads)));
     }
   }
   if (report) {
-    // The communication report of spec §3.1, the file sim/ reads.
+    // The communication report, the file sim/ reads.
     output->AddText("comm_report.json", reference::CommReportToJson(*report).dump(2) + "\n");
   }
-  return output->Commit();
+  return WriteEmbedOutputs(*c, *out, step ? &c->state : nullptr, *output);
 }
 
 }  // namespace

@@ -17,6 +17,10 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "model/common/sha256.h"
+#include "model/json/user_file.h"
+#include "model/launch/launch_env.h"
 #include "model/description/model_config.h"
 #include "model/metrics/ne.h"
 #include "model/data/shape_from_config.h"
@@ -26,6 +30,7 @@
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
 #include "tools/gemtb/stop_signals.h"
+#include "tools/gemtb/train_job.h"
 
 namespace gemtb::cli {
 namespace {
@@ -66,7 +71,17 @@ struct Flags {
   int64_t checkpoint_every = 0;
   int64_t crash_checkpoint_after_bytes = -1;
   bool check = false;
+  int64_t store_timeout = 300;
 };
+
+// What a sharded checkpoint of a job must match: the config file's bytes and the (data-parallel) plan.
+absl::StatusOr<reference::dist::CheckpointIdentity> JobIdentity(const std::string& config, int world_size) {
+  std::error_code ec;
+  const std::string path = std::filesystem::is_regular_file(config, ec) ? config : gemtb::model::BuiltinConfigPath(config);
+  absl::StatusOr<std::string> text = ReadUserFile(path);
+  if (!text.ok()) return text.status();
+  return reference::dist::CheckpointIdentity{world_size, Sha256Hex(*text), Sha256Hex("data parallel, tables replicated")};
+}
 
 // NE divides by the entropy of the mean label: with no positives or no negatives it is 0 and NE has
 // no meaning (the metric library returns a huge finite number there), so it prints as "undefined".
@@ -124,7 +139,12 @@ int RunRefTrain(const std::vector<std::string>& args) {
                 "--data. The held-out NE of a --data run comes from --eval-data.\n"
                 "\n"
                 "SIGTERM or SIGINT stops after the current step, writing --checkpoint first when given\n"
-                "(exit 128 + the signal number); --resume continues from it.");
+                "(exit 128 + the signal number); --resume continues from it.\n"
+                "\n"
+                "Across processes (torchrun --no-python, mpirun or srun; rank, world size and MASTER_ADDR/MASTER_PORT\n"
+                "from the launcher's variables) the ranks train data-parallel to the same bits as one process; the\n"
+                "world size must divide --grad-blocks. Rank 0 prints; --checkpoint and --resume name a folder of\n"
+                "sharded checkpoints (docs/checkpoint.md). A rank that dies or fails ends every rank with an error.");
   flags.String("config", &f.config, "model config: tiny | small | gem-scale | path to a JSON (default tiny)");
   flags.String("data", &f.data,
                "training data: a folder of .npy files in the layout `gemtb data generate` writes (described above), or "
@@ -156,6 +176,8 @@ int RunRefTrain(const std::vector<std::string>& args) {
   flags.Int64("crash-checkpoint-after-bytes", &f.crash_checkpoint_after_bytes,
               "testing: kill this process (SIGKILL) after N bytes of a checkpoint write (default -1: never)");
   flags.Bool("check", &f.check, "exit 1 unless the final held-out NE <= oracle NE + 0.05 and <= 0.9");
+  flags.Int64("store-timeout", &f.store_timeout,
+              "across processes: seconds any rank waits for the others at most before it stops with an error (default 300)");
   if (absl::Status s = flags.Parse(args); !s.ok()) return ReportError(kCommand, s);
   if (flags.help_requested()) {
     std::cout << flags.Help();
@@ -179,8 +201,20 @@ int RunRefTrain(const std::vector<std::string>& args) {
   if (f.table_decay && !(*f.table_decay >= 0 && *f.table_decay <= 1))
     return bad(absl::StrCat("--table-decay: ", Exact(*f.table_decay), " must be in [0, 1]"));
   if (!f.eval_data.empty() && f.data.empty()) return bad("--eval-data: needs a --data folder");
+  if (f.store_timeout < 1 || f.store_timeout > 86400) return bad(absl::StrCat("--store-timeout: ", f.store_timeout, " must be in [1, 86400]"));
+  // The launcher's variables are read here, once: who this process is in the job.
+  absl::StatusOr<launch::LaunchInfo> launch_info = launch::ParseLaunchEnvironment(launch::ProcessEnvironment());
+  if (!launch_info.ok()) return ReportError(kCommand, launch_info.status());
+  const bool several = launch_info->world_size > 1;
+  if (several && f.crash_checkpoint_after_bytes >= 0)
+    return bad("--crash-checkpoint-after-bytes: a single process only (kill a rank from outside instead)");
   // Output paths are checked before any work: a bad --checkpoint fails now, not after the last step.
-  if (!f.checkpoint.empty()) {
+  if (several && !f.checkpoint.empty()) {
+    std::error_code dir_ec;
+    std::filesystem::create_directories(f.checkpoint, dir_ec);
+    if (dir_ec || !std::filesystem::is_directory(f.checkpoint, dir_ec))
+      return bad(absl::StrCat("--checkpoint: ", f.checkpoint, ": not a folder that can be created (across processes it names a folder)"));
+  } else if (!f.checkpoint.empty()) {
     if (absl::Status s = reference::model::CheckCheckpointPath(f.checkpoint); !s.ok())
       return ReportError(kCommand, absl::InvalidArgumentError(absl::StrCat("--checkpoint: ", s.message())));
   }
@@ -207,135 +241,155 @@ int RunRefTrain(const std::vector<std::string>& args) {
   absl::StatusOr<std::unique_ptr<Trainer>> created = Trainer::Create(*config, o);
   if (!created.ok()) return ReportError(kCommand, absl::InvalidArgumentError(created.status().message()));
   Trainer& trainer = **created;
-  std::shared_ptr<const NpyDataset> eval_set;
-  bool train_oracle_known = true;  // the training samples carry true probabilities
-  if (data_folder) {
-    const data::DataShape shape = data::ShapeFromConfig(*config);
-    absl::StatusOr<NpyDataset> set = reference::model::LoadNpyDataset(f.data, shape);
-    if (!set.ok()) return ReportError(kCommand, set.status());
-    std::cout << "training data: " << set->size << " samples from " << f.data
-              << (set->has_probs ? "" : " (no probs.npy: oracle NE n/a)") << "\n";
-    train_oracle_known = set->has_probs;
-    trainer.UseTrainingSet(std::make_shared<const NpyDataset>(*std::move(set)));
-    if (!f.eval_data.empty()) {
-      absl::StatusOr<NpyDataset> e = reference::model::LoadNpyDataset(f.eval_data, shape);
-      if (!e.ok()) return ReportError(kCommand, absl::InvalidArgumentError(absl::StrCat("--eval-data: ", e.status().message())));
-      eval_set = std::make_shared<const NpyDataset>(*std::move(e));
-    }
+  const launch::Millis store_timeout(f.store_timeout * 1000);
+  absl::StatusOr<std::unique_ptr<TrainJob>> joined = TrainJob::Join(*launch_info, store_timeout, absl::StrJoin(args, "\n"));
+  if (!joined.ok()) return ReportError(kCommand, joined.status());
+  TrainJob& job = **joined;
+  const bool leader = job.rank() == 0;
+  absl::StatusOr<reference::dist::CheckpointIdentity> identity = JobIdentity(f.config, job.world_size());
+  if (several && !identity.ok()) return job.Leave(ReportError(kCommand, identity.status()), store_timeout);
+  if (several) {
+    if (absl::Status s = trainer.UseDataParallel(job.group()); !s.ok()) return job.Leave(ReportError(kCommand, s), store_timeout);
+    if (!leader) std::cout.setstate(std::ios::failbit);  // rank 0 prints; the others print only errors
   }
-  // Held-out NE: the generator's samples from 2^40 on, the --eval-data folder, or none for a --data
-  // folder without one (the generator's samples need not resemble a user's data).
-  const bool evaluate = !data_folder || eval_set != nullptr;
-  auto run_eval = [&]() -> absl::StatusOr<EvalResult> {
-    return eval_set ? trainer.Evaluate(*eval_set) : trainer.Evaluate(f.eval_first, f.eval_samples);
-  };
-  const char* eval_what = eval_set ? "--eval-data" : "held-out";
-  if (!f.resume.empty()) {
-    absl::StatusOr<reference::model::NamedArrays> arrays = reference::model::ReadCheckpoint(f.resume);
-    if (!arrays.ok()) return ReportError(kCommand, absl::InvalidArgumentError(absl::StrCat("--resume: ", arrays.status().message())));
-    if (absl::Status s = trainer.LoadStateArrays(*arrays); !s.ok())
-      return ReportError(kCommand, absl::InvalidArgumentError(absl::StrCat("--resume ", f.resume, ": ", s.message())));
-    std::cout << "resumed from " << f.resume << " at step " << trainer.state().step << "\n";
-  }
-  auto save = [&]() -> absl::Status {
-    if (f.checkpoint.empty()) return absl::OkStatus();
-    reference::model::CheckpointWriteOptions write;
-    write.fail_after_bytes = f.crash_checkpoint_after_bytes;
-    write.kill_at_failure = f.crash_checkpoint_after_bytes >= 0;
-    return reference::model::WriteCheckpoint(f.checkpoint, trainer.StateArrays(), write);
-  };
-
-  const int T = static_cast<int>(config->NumTasks());
-  std::cout << "gemtb ref train: config " << config->name << ", " << trainer.model().layout().total()
-            << " dense params, batch " << o.batch << ", steps " << f.steps << ", lr " << o.lr << ", table lr "
-            << o.table_lr << " (decay fraction " << o.table_decay << "), schedule " << f.schedule << ", threads " << (o.threads ? absl::StrCat(o.threads) : std::string("all")) << "\n";
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
-  metrics::NeTracker tracker(T, f.ne_window), oracle_tracker(T, f.ne_window);
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point start = Clock::now();
-  Clock::time_point interval_start = start;
-  double loss_sum = 0;
-  int64_t loss_n = 0, interval_samples = 0;
-  const StopSignals stop;
-  while (trainer.state().step < f.steps) {
-    absl::StatusOr<StepResult> r = trainer.Step();
-    if (!r.ok()) return ReportError(kCommand, r.status());
-    std::vector<metrics::NeUnit> units, oracle_units;
-    for (int t = 0; t < T; ++t) {
-      units.push_back(metrics::MakeNeUnit(r->predictions.data() + t, r->labels.data() + t, r->masks.data() + t, o.batch, T));
-      oracle_units.push_back(metrics::MakeNeUnit(r->true_p.data() + t, r->labels.data() + t, r->masks.data() + t, o.batch, T));
-    }
-    tracker.AddStep(units);
-    oracle_tracker.AddStep(oracle_units);
-    loss_sum += r->loss;
-    ++loss_n;
-    interval_samples += o.batch;
-    const int64_t step = r->step;
-    if (step % f.log_every == 0 || step == f.steps) {
-      const double secs = std::chrono::duration<double>(Clock::now() - interval_start).count();
-      std::string line = absl::StrCat("step ", step, " loss ", Num(loss_sum / static_cast<double>(loss_n)));
-      // Windowed (last --ne-window steps) and lifetime train NE, the oracle's windowed NE on the same samples.
-      for (int t = 0; t < T; ++t)
-        absl::StrAppend(&line, " train_ne[", config->tasks[t].name, "] ", NeText(tracker.Windowed(t), 4), " (lifetime ",
-                        NeText(tracker.Lifetime(t), 4), ", oracle ",
-                        train_oracle_known ? NeText(oracle_tracker.Windowed(t), 4) : std::string("n/a"), ")");
-      absl::StrAppend(&line, " samples/s ", Num(static_cast<double>(interval_samples) / std::max(secs, 1e-9), 4));
-      if (tty) std::cerr << "\r\033[K";
-      std::cout << line << std::endl;
-      loss_sum = 0;
-      loss_n = 0;
-      interval_samples = 0;
-      interval_start = Clock::now();
-    }
-    if (evaluate && f.eval_every > 0 && step % f.eval_every == 0 && step != f.steps) {
-      absl::StatusOr<EvalResult> e = run_eval();
-      if (!e.ok()) return ReportError(kCommand, e.status());
-      std::cout << EvalLine(*config, step, *e, eval_what) << std::endl;
-      interval_start = Clock::now();
-    }
-    if (f.checkpoint_every > 0 && step % f.checkpoint_every == 0 && step != f.steps) {
-      if (absl::Status s = save(); !s.ok()) return ReportError(kCommand, s);
-    }
-    if (const int signal = stop.received(); signal != 0) {
-      if (tty) std::cerr << "\r\033[K" << std::flush;
-      if (f.checkpoint.empty()) {
-        std::cerr << "gemtb " << kCommand << ": stopped by " << SignalName(signal) << " after step " << step
-                  << "; nothing saved (no --checkpoint)\n";
-      } else {
-        if (absl::Status s = save(); !s.ok()) return ReportError(kCommand, s);
-        std::cerr << "gemtb " << kCommand << ": stopped by " << SignalName(signal) << " after step " << step
-                  << "; checkpoint written to " << f.checkpoint << " (continue with --resume " << f.checkpoint
-                  << ")\n";
+  auto body = [&]() -> int {
+    std::shared_ptr<const NpyDataset> eval_set;
+    bool train_oracle_known = true;  // the training samples carry true probabilities
+    if (data_folder) {
+      const data::DataShape shape = data::ShapeFromConfig(*config);
+      absl::StatusOr<NpyDataset> set = reference::model::LoadNpyDataset(f.data, shape);
+      if (!set.ok()) return ReportError(kCommand, set.status());
+      std::cout << "training data: " << set->size << " samples from " << f.data
+                << (set->has_probs ? "" : " (no probs.npy: oracle NE n/a)") << "\n";
+      train_oracle_known = set->has_probs;
+      trainer.UseTrainingSet(std::make_shared<const NpyDataset>(*std::move(set)));
+      if (!f.eval_data.empty()) {
+        absl::StatusOr<NpyDataset> e = reference::model::LoadNpyDataset(f.eval_data, shape);
+        if (!e.ok()) return ReportError(kCommand, absl::InvalidArgumentError(absl::StrCat("--eval-data: ", e.status().message())));
+        eval_set = std::make_shared<const NpyDataset>(*std::move(e));
       }
-      return 128 + signal;
     }
-    if (tty) {
-      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-      const double frac = static_cast<double>(step) / static_cast<double>(std::max<int64_t>(f.steps, 1));
-      std::cerr << "\r\033[K[" << step << "/" << f.steps << "] " << Num(100 * frac, 3) << "% elapsed "
-                << Num(elapsed, 4) << " s" << std::flush;
+    // Held-out NE: the generator's samples from 2^40 on, the --eval-data folder, or none for a --data
+    // folder without one (the generator's samples need not resemble a user's data).
+    const bool evaluate = leader && (!data_folder || eval_set != nullptr);
+    auto run_eval = [&]() -> absl::StatusOr<EvalResult> {
+      return eval_set ? trainer.Evaluate(*eval_set) : trainer.Evaluate(f.eval_first, f.eval_samples);
+    };
+    const char* eval_what = eval_set ? "--eval-data" : "held-out";
+    if (!f.resume.empty()) {
+      absl::StatusOr<reference::model::NamedArrays> arrays =
+          several ? job.Load(f.resume, *identity) : reference::model::ReadCheckpoint(f.resume);
+      if (!arrays.ok()) return ReportError(kCommand, absl::InvalidArgumentError(absl::StrCat("--resume: ", arrays.status().message())));
+      if (absl::Status s = trainer.LoadStateArrays(*arrays); !s.ok())
+        return ReportError(kCommand, absl::InvalidArgumentError(absl::StrCat("--resume ", f.resume, ": ", s.message())));
+      std::cout << "resumed from " << f.resume << " at step " << trainer.state().step << "\n";
     }
-  }
-  if (tty) std::cerr << "\r\033[K" << std::flush;
-  if (absl::Status s = save(); !s.ok()) return ReportError(kCommand, s);
-  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
-  const std::string saved = f.checkpoint.empty() ? "" : ", checkpoint " + f.checkpoint;
-  if (!evaluate) {
-    std::cout << "final: no held-out evaluation (give --eval-data DIR), wall " << Num(wall, 4) << " s" << saved
-              << std::endl;
-    return f.check ? kExitCheckFailed : kExitOk;
-  }
-  absl::StatusOr<EvalResult> e = run_eval();
-  if (!e.ok()) return ReportError(kCommand, e.status());
-  std::cout << EvalLine(*config, trainer.state().step, *e, eval_what) << std::endl;
-  const bool defined = NeDefined(e->positives[0], e->count[0]) && !std::isnan(e->oracle_ne[0]);
-  const bool pass = defined && e->ne[0] <= e->oracle_ne[0] + 0.05 && e->ne[0] <= 0.9;
-  std::cout << "final: " << config->tasks[0].name << " " << eval_what << " NE "
-            << NeText(e->ne[0], e->positives[0], e->count[0]) << " vs oracle "
-            << NeText(e->oracle_ne[0], e->positives[0], e->count[0])
-            << " (criterion NE <= oracle + 0.05 and <= 0.9: " << (pass ? "PASS" : defined ? "FAIL" : "not checkable")
-            << "), wall " << Num(wall, 4) << " s" << saved << std::endl;
-  return (f.check && !pass) ? kExitCheckFailed : kExitOk;
+    auto save = [&]() -> absl::Status {
+      if (f.checkpoint.empty()) return absl::OkStatus();
+      if (several) return job.Save(f.checkpoint, trainer.state().step, *identity, trainer.StateArrays());
+      reference::model::CheckpointWriteOptions write;
+      write.fail_after_bytes = f.crash_checkpoint_after_bytes;
+      write.kill_at_failure = f.crash_checkpoint_after_bytes >= 0;
+      return reference::model::WriteCheckpoint(f.checkpoint, trainer.StateArrays(), write);
+    };
+
+    const int T = static_cast<int>(config->NumTasks());
+    std::cout << "gemtb ref train: config " << config->name << ", " << trainer.model().layout().total()
+              << " dense params, batch " << o.batch << ", steps " << f.steps << ", lr " << o.lr << ", table lr "
+              << o.table_lr << " (decay fraction " << o.table_decay << "), schedule " << f.schedule << ", threads " << (o.threads ? absl::StrCat(o.threads) : std::string("all"))
+              << (several ? absl::StrCat(", ", job.world_size(), " ranks data-parallel (", launch::LauncherName(launch_info->launcher), ")") : std::string()) << "\n";
+    const bool tty = leader && ::isatty(STDERR_FILENO) != 0;
+    metrics::NeTracker tracker(T, f.ne_window), oracle_tracker(T, f.ne_window);
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point start = Clock::now();
+    Clock::time_point interval_start = start;
+    double loss_sum = 0;
+    int64_t loss_n = 0, interval_samples = 0;
+    const StopSignals stop;
+    while (trainer.state().step < f.steps) {
+      absl::StatusOr<StepResult> r = trainer.Step();
+      if (!r.ok()) return ReportError(kCommand, r.status());
+      std::vector<metrics::NeUnit> units, oracle_units;
+      for (int t = 0; t < T; ++t) {
+        units.push_back(metrics::MakeNeUnit(r->predictions.data() + t, r->labels.data() + t, r->masks.data() + t, o.batch, T));
+        oracle_units.push_back(metrics::MakeNeUnit(r->true_p.data() + t, r->labels.data() + t, r->masks.data() + t, o.batch, T));
+      }
+      tracker.AddStep(units);
+      oracle_tracker.AddStep(oracle_units);
+      loss_sum += r->loss;
+      ++loss_n;
+      interval_samples += o.batch;
+      const int64_t step = r->step;
+      if (step % f.log_every == 0 || step == f.steps) {
+        const double secs = std::chrono::duration<double>(Clock::now() - interval_start).count();
+        std::string line = absl::StrCat("step ", step, " loss ", Num(loss_sum / static_cast<double>(loss_n)));
+        // Windowed (last --ne-window steps) and lifetime train NE, the oracle's windowed NE on the same samples.
+        for (int t = 0; t < T; ++t)
+          absl::StrAppend(&line, " train_ne[", config->tasks[t].name, "] ", NeText(tracker.Windowed(t), 4), " (lifetime ",
+                          NeText(tracker.Lifetime(t), 4), ", oracle ",
+                          train_oracle_known ? NeText(oracle_tracker.Windowed(t), 4) : std::string("n/a"), ")");
+        absl::StrAppend(&line, " samples/s ", Num(static_cast<double>(interval_samples) / std::max(secs, 1e-9), 4));
+        if (tty) std::cerr << "\r\033[K";
+        std::cout << line << std::endl;
+        loss_sum = 0;
+        loss_n = 0;
+        interval_samples = 0;
+        interval_start = Clock::now();
+      }
+      if (evaluate && f.eval_every > 0 && step % f.eval_every == 0 && step != f.steps) {
+        absl::StatusOr<EvalResult> e = run_eval();
+        if (!e.ok()) return ReportError(kCommand, e.status());
+        std::cout << EvalLine(*config, step, *e, eval_what) << std::endl;
+        interval_start = Clock::now();
+      }
+      if (f.checkpoint_every > 0 && step % f.checkpoint_every == 0 && step != f.steps) {
+        if (absl::Status s = save(); !s.ok()) return ReportError(kCommand, s);
+      }
+      absl::StatusOr<int> agreed_stop = job.AgreeOnStop(stop.received());
+      if (!agreed_stop.ok()) return ReportError(kCommand, agreed_stop.status());
+      if (const int signal = *agreed_stop; signal != 0) {
+        if (tty) std::cerr << "\r\033[K" << std::flush;
+        if (f.checkpoint.empty()) {
+          std::cerr << "gemtb " << kCommand << ": stopped by " << SignalName(signal) << " after step " << step
+                    << "; nothing saved (no --checkpoint)\n";
+        } else {
+          if (absl::Status s = save(); !s.ok()) return ReportError(kCommand, s);
+          std::cerr << "gemtb " << kCommand << ": stopped by " << SignalName(signal) << " after step " << step
+                    << "; checkpoint written to " << f.checkpoint << " (continue with --resume " << f.checkpoint
+                    << ")\n";
+        }
+        return 128 + signal;
+      }
+      if (tty) {
+        const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+        const double frac = static_cast<double>(step) / static_cast<double>(std::max<int64_t>(f.steps, 1));
+        std::cerr << "\r\033[K[" << step << "/" << f.steps << "] " << Num(100 * frac, 3) << "% elapsed "
+                  << Num(elapsed, 4) << " s" << std::flush;
+      }
+    }
+    if (tty) std::cerr << "\r\033[K" << std::flush;
+    if (absl::Status s = save(); !s.ok()) return ReportError(kCommand, s);
+    const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+    const std::string saved = f.checkpoint.empty() ? "" : ", checkpoint " + f.checkpoint;
+    if (!leader) return kExitOk;
+    if (!evaluate) {
+      std::cout << "final: no held-out evaluation (give --eval-data DIR), wall " << Num(wall, 4) << " s" << saved
+                << std::endl;
+      return f.check ? kExitCheckFailed : kExitOk;
+    }
+    absl::StatusOr<EvalResult> e = run_eval();
+    if (!e.ok()) return ReportError(kCommand, e.status());
+    std::cout << EvalLine(*config, trainer.state().step, *e, eval_what) << std::endl;
+    const bool defined = NeDefined(e->positives[0], e->count[0]) && !std::isnan(e->oracle_ne[0]);
+    const bool pass = defined && e->ne[0] <= e->oracle_ne[0] + 0.05 && e->ne[0] <= 0.9;
+    std::cout << "final: " << config->tasks[0].name << " " << eval_what << " NE "
+              << NeText(e->ne[0], e->positives[0], e->count[0]) << " vs oracle "
+              << NeText(e->oracle_ne[0], e->positives[0], e->count[0])
+              << " (criterion NE <= oracle + 0.05 and <= 0.9: " << (pass ? "PASS" : defined ? "FAIL" : "not checkable")
+              << "), wall " << Num(wall, 4) << " s" << saved << std::endl;
+    return (f.check && !pass) ? kExitCheckFailed : kExitOk;
+  };
+  return job.Leave(body(), store_timeout);
 }
 
 }  // namespace gemtb::cli

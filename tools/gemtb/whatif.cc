@@ -113,7 +113,7 @@ absl::Status Run(const std::vector<std::string>& raw_args, bool* help) {
       "gemtb whatif [scenario.json] [--out-dir DIR] [--gpus 64,128,...] [--set path=v1,v2] [--steps W,M]\n"
       "       [--trace-ranks 0,1,..] [--trace-step N] [--no-sensitivity] [--no-attribution] [--shapley] [--no-checks]\n"
       "       [--sharding-plan FILE] [--threads N]",
-      "Simulates a training job on a cluster (spec/simulator.md) and predicts its step time, Local MFU, E2E MFU\n"
+      "Simulates a training job on a cluster and predicts its step time, Local MFU, E2E MFU\n"
       "and Scaling Ratio; attributes the lost time to its causes by counterfactual reruns (communication,\n"
       "SM contention, load imbalance, stragglers, recompute). With no scenario it runs\n"
       "sim/scenarios/gem-default.json (the gem-scale model on a 3-tier H200 cluster) over 64..16,384 GPUs;\n"

@@ -1,6 +1,6 @@
 // gemtb whatif collective: the predicted time and busbw of one collective on a cluster
-// (sim/network, spec/simulator.md §3, §5). gemtb whatif calibrate: fits a calibration file from
-// `gemtb bench comm` records and prints the held-out MAPE (§6.6).
+// (sim/network). gemtb whatif calibrate: fits a calibration file from
+// `gemtb bench comm` records and prints the held-out MAPE.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -75,7 +75,7 @@ absl::Status Collective(const std::vector<std::string>& args) {
                 "reduce_scatter), the bytes one rank sends (all_to_all); suffixes K, M, G are powers of 2.\n"
                 "Prints the time in microseconds, algbw and busbw (GB/s); --sweep prints one nccl-tests-style\n"
                 "table (bf16). Groups across hosts are scaled by the calibration's published size-efficiency\n"
-                "tables (spec §3.4) unless --no-eta.");
+                "tables unless --no-eta.");
   flags.String("op", &op_name, "all_reduce | all_gather | reduce_scatter | all_to_all | broadcast");
   flags.Int64("gpus", &gpus, "number of GPUs in the group");
   flags.String("size", &size_text, "S, e.g. 64M");
@@ -84,7 +84,7 @@ absl::Status Collective(const std::vector<std::string>& args) {
   flags.String("algo", &algo, "auto (NCCL's algorithms: the cheapest) | ring | tree | halving_doubling | direct | "
                               "hierarchical | nvls | pat");
   flags.String("mode", &mode, "alpha_beta (default) | nccl");
-  flags.Bool("no-eta", &no_eta, "ignore the calibration's size-efficiency tables (spec §3.4)");
+  flags.Bool("no-eta", &no_eta, "ignore the calibration's size-efficiency tables");
   flags.Bool("json", &json_out, "print JSON (one object; with --sweep an array) instead of text");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {

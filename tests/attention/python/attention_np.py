@@ -1,6 +1,6 @@
-"""Independent fp64 NumPy reference of gemtb jagged attention (spec/attention.md §1-§5).
+"""Independent fp64 NumPy reference of gemtb jagged attention.
 
-Written from the spec text only, as a cross-check of the C++ oracle.  Readability
+Written from the definitions only, as a cross-check of the C++ oracle.  Readability
 over speed: a loop over output sequences b and query heads h, with dense
 per-sequence [Lq, Lk] score matrices.
 
@@ -23,7 +23,7 @@ NUM_TS_BUCKETS = 129  # buckets 0..128
 
 
 # ---------------------------------------------------------------------------
-# Activations and their exact derivatives (spec §4), kinks take the LEFT derivative.
+# Activations and their exact derivatives, kinks take the LEFT derivative.
 # ---------------------------------------------------------------------------
 
 _erfc_ufunc = np.frompyfunc(math.erfc, 1, 1)
@@ -115,7 +115,7 @@ ACT_KINKS = {"relu": (0.0,), "relu_square": (0.0,), "leaky_relu": (0.0,),
 
 
 # ---------------------------------------------------------------------------
-# RoPE (spec §3): row holds sin in [0, D/2), cos in [D/2, D); pairs (x_2m, x_2m+1).
+# RoPE: row holds sin in [0, D/2), cos in [D/2, D); pairs (x_2m, x_2m+1).
 # ---------------------------------------------------------------------------
 
 def rope_apply(x, tab):
@@ -148,7 +148,7 @@ def rope_apply_transposed(dy, tab):
 
 
 # ---------------------------------------------------------------------------
-# Time-bias buckets (spec §3): bucket = #{k in 1..128 : |Delta| >= T_k},
+# Time-bias buckets: bucket = #{k in 1..128 : |Delta| >= T_k},
 # T_k = ceil(exp(0.301 k)) in fp64.
 # ---------------------------------------------------------------------------
 
@@ -164,7 +164,7 @@ def ts_bucket(delta):
 
 
 # ---------------------------------------------------------------------------
-# Masks (spec §3)
+# Masks
 # ---------------------------------------------------------------------------
 
 def valid_mask(Lq, Lk, mask="none", window=(-1, -1), block=64, align="bottom_right"):
@@ -203,7 +203,7 @@ def align_shift(Lq, Lk, align):
 
 
 # ---------------------------------------------------------------------------
-# Validation / pairing (spec §1)
+# Validation / pairing
 # ---------------------------------------------------------------------------
 
 def _check_offsets(off, T, name):

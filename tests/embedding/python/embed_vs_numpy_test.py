@@ -13,7 +13,7 @@ Each random case (seeded by CASE = S·100000 + i, printed on failure; rerun one 
     ids drawn from a small pool (duplicates within and across bags and features); weights (when a
     weighted feature exists) with ±0; offsets sometimes given;
   * tables from --tables (with ±0 and fp16 subnormals; optimizer state given or not) or the
-    spec's Philox init; --step-index and --threads sometimes given; in a quarter of the cases every
+    Philox init; --step-index and --threads sometimes given; in a quarter of the cases every
     table value, weight and gradient comes from {±0, ±1, 0.5, -2}, so signs of zero flow everywhere.
 Then it runs the CLI forward, and forward + --step with random upstream gradients, and compares
 every output file's dtype, shape and raw bytes with the model (so -0 vs +0 counts); missing or

@@ -1,8 +1,8 @@
 """Independent NumPy model of gemtb's *unsharded* embedding oracle (`gemtb ref embed`).
 
-Written only from spec/embeddings-and-model.md §0 (numeric conventions, Philox, splitmix64, stream
-ids, u24), §1 (KeyedJaggedTensor and its validation), §2 (table-batched embeddings: id -> row,
-forward pooling, backward G_r, fused optimizers, storage rounding, init) and spec/attention.md §8
+Written only from the definitions of the numeric conventions (Philox, splitmix64, stream ids, u24),
+the KeyedJaggedTensor and its validation, table-batched embeddings (id -> row, forward pooling,
+backward G_r, fused optimizers, storage rounding, init) and the number formats
 (Philox4x32-10, bf16/fp16 RNE and stochastic rounding). It shares no code with reference/ or
 model/: every format and every random stream is rebuilt here from its definition.
 
@@ -19,12 +19,12 @@ MASK32 = 0xFFFFFFFF
 MASK64 = (1 << 64) - 1
 
 # --------------------------------------------------------------------------------------------------
-# §0 splitmix64 and stream ids
+# splitmix64 and stream ids
 # --------------------------------------------------------------------------------------------------
 
 
 def splitmix64(x):
-    """h(x) mod 2^64 on a Python int (Steele et al.; spec §0)."""
+    """h(x) mod 2^64 on a Python int (Steele et al.)."""
     z = (x + 0x9E3779B97F4A7C15) & MASK64
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
@@ -50,7 +50,7 @@ def stream_id(tag, a, b):
 
 
 # --------------------------------------------------------------------------------------------------
-# Philox4x32-10 (Salmon et al. SC'11; attention.md §8)
+# Philox4x32-10 (Salmon et al. SC'11)
 # --------------------------------------------------------------------------------------------------
 PHILOX_M0, PHILOX_M1 = 0xD2511F53, 0xCD9E8D57
 PHILOX_W0, PHILOX_W1 = 0x9E3779B9, 0xBB67AE85
@@ -92,7 +92,7 @@ def u24(words):
 
 
 # --------------------------------------------------------------------------------------------------
-# bf16 / fp16 rounding (attention.md §8), from the value definition with exact float64 arithmetic
+# bf16 / fp16 rounding, from the value definition with exact float64 arithmetic
 # --------------------------------------------------------------------------------------------------
 # Format parameters: fraction bits, smallest normal exponent, largest finite value.
 FORMATS = {
@@ -160,7 +160,7 @@ def f32_from_bf16_bits(bits):
 
 
 def bf16_sr_bit_trick(x, r):
-    """The spec's bf16 SR shortcut: add r to the low half of the fp32 bits, truncate (finite x)."""
+    """The bf16 SR shortcut: add r to the low half of the fp32 bits, truncate (finite x)."""
     b = np.asarray(x, dtype=F32).view(np.uint32).astype(np.uint64) + np.asarray(r, dtype=np.uint64)
     return (b >> np.uint64(16)).astype(np.uint16)
 
@@ -237,7 +237,7 @@ class Config:
 
 
 # --------------------------------------------------------------------------------------------------
-# §2 id -> row
+# id -> row
 # --------------------------------------------------------------------------------------------------
 def map_ids(table, ids):
     """Returns (row, valid_under_hashing) for an int64 array of ids (row meaningful where valid)."""
@@ -268,10 +268,10 @@ def resolve(table, ids):
 
 
 # --------------------------------------------------------------------------------------------------
-# §1 KJT validation
+# KJT validation
 # --------------------------------------------------------------------------------------------------
 def validate(cfg, lengths, ids, weights=None, offsets=None):
-    """Raises InputError for the first failing check (spec §1 order). Returns offsets (derived)."""
+    """Raises InputError for the first failing check. Returns offsets (derived)."""
     B = cfg.batch
     feats = {f.key: f for f in cfg.features}
     F = len(cfg.keys)
@@ -335,7 +335,7 @@ def validate(cfg, lengths, ids, weights=None, offsets=None):
 
 
 # --------------------------------------------------------------------------------------------------
-# §2 init
+# init
 # --------------------------------------------------------------------------------------------------
 def init_table(cfg, t):
     """W[r][j] = (2·u24(ω) ⊖ 1) ⊗ (1 ⊘ sqrt(fp32(N_t))), ω = Philox(seed, S(INIT, t, 0), r·D_t + j),
@@ -375,7 +375,7 @@ def seqsum(terms, dim):
 
 
 # --------------------------------------------------------------------------------------------------
-# §2 forward / backward
+# forward / backward
 # --------------------------------------------------------------------------------------------------
 class Batch:
     """A validated KJT resolved to rows: bags[(key_index, b)] = list of (p, row, used, weight)."""
@@ -474,7 +474,7 @@ def row_gradients(cfg, batch, grad_pooled, grad_seq):
 
 
 # --------------------------------------------------------------------------------------------------
-# §2 fused optimizers
+# fused optimizers
 # --------------------------------------------------------------------------------------------------
 def adagrad_row(tab, w, G, m):
     """One EXACT_ROWWISE_ADAGRAD row update. w, G: fp32[D]; m: fp32 scalar. Returns (w', m')."""

@@ -10,7 +10,7 @@ Checks:
   * splitmix64: h(0) = 0xE220A8397B1DCDAF and the next outputs of the reference generator from state
     0 (h(k·0x9E3779B97F4A7C15), k = 1..3); the uint64-array version equals the integer version;
   * u24 exactness; the init formula's range;
-  * bf16 / fp16 RNE: the tie table of attention.md §8; fp16 equals NumPy's own float32 -> float16
+  * bf16 / fp16 RNE: the tie table; fp16 equals NumPy's own float32 -> float16
     on 2^20 random fp32 bit patterns plus edges; bf16 equals the integer RNE formula; all 65,536 bf16
     and fp16 patterns survive -> fp32 -> back (NaN by class);
   * stochastic rounding: injecting every r < 2^16 rounds exactly f of them away; the bf16 "add r to
@@ -115,7 +115,7 @@ def test_u24_init():
 
 # --------------------------------------------------------------------------------------------------
 def test_rne():
-    # attention.md §8 tie table
+    # bf16 / fp16 tie table
     bf = enp.bf16_bits_from_f32(f32_of_bits([0x3F808000, 0x3F818000, 0x7F7F8000, 0x00008000]))
     check(list(bf) == [0x3F80, 0x3F82, 0x7F80, 0x0000], f"bf16 ties: {[hex(int(b)) for b in bf]}")
     x = np.array([1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, 2.0 ** -25, 3 * 2.0 ** -25, 65520.0, -65520.0, 65519.99], dtype=F32)

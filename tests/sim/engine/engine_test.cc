@@ -1,5 +1,5 @@
-// Spec/simulator.md §6.1 through the event engine: a lone collective ends at its closed form, and
-// delaying one member delays everyone's end by exactly that much; §2.4: concurrent collectives on one
+// The event engine: a lone collective ends at its closed form, and
+// delaying one member delays everyone's end by exactly that much; concurrent collectives on one
 // tier share it (processor sharing).
 #include <array>
 
@@ -77,17 +77,40 @@ StepTemplate TwoCollectives(int world, double bytes1, double bytes2, GroupLayout
   return t;
 }
 
-double RunEnd(const StepTemplate& t, const CollectiveTiming& timing, const std::vector<double>& batch,
-              bool sharing = true) {
-  const int world = static_cast<int>(batch.size());
-  std::vector<double> stats;
-  for (double b : batch) stats.insert(stats.end(), {1.0, b, 0.0});
+// Appends compute task `post` after task 0 ("pre"), on the compute stream, beside the collective(s).
+void AddPostTask(StepTemplate& t, TaskTemplate post) {
+  post.name = "post";
+  post.deps = {0};
+  const int idx = static_cast<int>(t.tasks.size());
+  t.tasks.push_back(post);
+  t.stream_tasks[kComputeStream].push_back(idx);
+  t.dependents[0].push_back(idx);
+  t.dependents.emplace_back();
+  t.next_step_dependents.emplace_back();
+}
+
+// One step of `t` over world = stats.size() / 3 ranks (stats: three per rank); `traced`: every
+// rank's trace of that step.
+EngineInput OneStep(const StepTemplate& t, const CollectiveTiming& timing, const std::vector<double>& stats,
+                    bool traced = true) {
   EngineInput in;
   in.tpl = &t;
   in.timing = &timing;
-  in.world = world;
+  in.world = static_cast<int>(stats.size() / 3);
   in.steps = 1;
   in.stats = &stats;
+  if (traced) {
+    in.traced.assign(in.world, 1);
+    in.trace_step = 0;
+  }
+  return in;
+}
+
+double RunEnd(const StepTemplate& t, const CollectiveTiming& timing, const std::vector<double>& batch,
+              bool sharing = true) {
+  std::vector<double> stats;
+  for (double b : batch) stats.insert(stats.end(), {1.0, b, 0.0});
+  EngineInput in = OneStep(t, timing, stats, /*traced=*/false);
   in.processor_sharing = sharing;
   auto out = RunEngine(in);
   EXPECT_TRUE(out.ok()) << out.status();
@@ -135,14 +158,7 @@ TEST(EngineTest, StridedGroupsRendezvousWithTheirOwnMembersOnly) {
     std::vector<double> batch(c.world), stats;
     for (int r = 0; r < c.world; ++r) batch[r] = 1.0 + (r * 7) % c.world;  // uneven, not monotone
     for (double b : batch) stats.insert(stats.end(), {1.0, b, 0.0});
-    EngineInput in;
-    in.tpl = &t;
-    in.timing = &*timing;
-    in.world = c.world;
-    in.steps = 1;
-    in.stats = &stats;
-    in.traced.assign(c.world, 1);
-    in.trace_step = 0;
+    EngineInput in = OneStep(t, *timing, stats);
     auto out = RunEngine(in);
     ASSERT_TRUE(out.ok()) << out.status();
     std::vector<double> end(c.world, -1.0);
@@ -185,7 +201,7 @@ TEST(EngineTest, StragglerDelaysEveryRankInTheCollectiveByExactlyItsDelay) {
 }
 
 // An all-to-allv whose bytes grow with each rank's batch: with a2av_end "all" every member ends with
-// the heaviest; with "per_rank" each member leaves when its own bytes are through (spec §2.4).
+// the heaviest; with "per_rank" each member leaves when its own bytes are through.
 TEST(EngineTest, PerRankAllToAllvEndsEachMemberAtItsOwnDuration) {
   const int p = 8;
   const Cluster cluster = testing::TestCluster(p);
@@ -198,15 +214,8 @@ TEST(EngineTest, PerRankAllToAllvEndsEachMemberAtItsOwnDuration) {
   std::vector<double> stats;
   for (int r = 0; r < p; ++r) stats.insert(stats.end(), {1.0, 1.0 + r, 0.0});
   auto run = [&](bool per_rank) {
-    EngineInput in;
-    in.tpl = &t;
-    in.timing = &*timing;
-    in.world = p;
-    in.steps = 1;
-    in.stats = &stats;
+    EngineInput in = OneStep(t, *timing, stats);
     in.a2av_per_rank = per_rank;
-    in.traced.assign(p, 1);
-    in.trace_step = 0;
     auto out = RunEngine(in);
     EXPECT_TRUE(out.ok()) << out.status();
     std::vector<double> dur(p, -1.0);
@@ -331,7 +340,7 @@ TEST(EngineTest, CrossZoneAndInZoneCollectivesShareTheNic) {
   EXPECT_NEAR(RunEnd(t, *timing, zero, /*sharing=*/false), across, 1e-9 * across);
 }
 
-// Contention per op (spec §2.5): a collective of op o slows compute by 1 + kappa[o]; the copy
+// Contention per op: a collective of op o slows compute by 1 + kappa[o]; the copy
 // engine's kappa applies the same way.
 TEST(EngineTest, ContentionTakesTheRunningCollectivesOwnKappa) {
   const int p = 8;
@@ -339,27 +348,14 @@ TEST(EngineTest, ContentionTakesTheRunningCollectivesOwnKappa) {
   const CollectivesPlan plan = RingAllGather();
   // "post" (1 ms of compute) on the compute stream overlaps the all-gather.
   StepTemplate t = OneCollective(p, CollectiveOp::kAllGather, 4e9);
-  TaskTemplate post = t.tasks[0];
-  post.name = "post";
-  post.deps = {0};
-  t.tasks.push_back(post);
-  t.stream_tasks[kComputeStream] = {0, 2};
-  t.dependents = {{1, 2}, {}, {}};
-  t.next_step_dependents = {{}, {}, {}};
+  AddPostTask(t, t.tasks[0]);  // 1 ms, as "pre"
   auto timing = CollectiveTiming::Create(cluster, plan, t.layouts);
   ASSERT_TRUE(timing.ok()) << timing.status();
   auto post_time = [&](std::array<double, 5> kappa) {
     std::vector<double> stats;
     for (int r = 0; r < p; ++r) stats.insert(stats.end(), {1.0, 1.0, 0.0});
-    EngineInput in;
-    in.tpl = &t;
-    in.timing = &*timing;
-    in.world = p;
-    in.steps = 1;
-    in.stats = &stats;
+    EngineInput in = OneStep(t, *timing, stats);
     in.kappa = kappa;
-    in.traced.assign(p, 1);
-    in.trace_step = 0;
     auto out = RunEngine(in);
     EXPECT_TRUE(out.ok()) << out.status();
     for (const TraceEvent& e : out->trace) {
@@ -384,28 +380,15 @@ TEST(EngineTest, CollectiveEndingInsideComputeSlowsOnlyTheOverlap) {
   const Cluster cluster = testing::TestCluster(p);
   const CollectivesPlan plan = RingAllGather();
   StepTemplate t = OneCollective(p, CollectiveOp::kAllGather, 4e6);
-  TaskTemplate post = t.tasks[0];
-  post.name = "post";
-  post.deps = {0};
-  t.tasks.push_back(post);
-  t.stream_tasks[kComputeStream] = {0, 2};
-  t.dependents = {{1, 2}, {}, {}};
-  t.next_step_dependents = {{}, {}, {}};
+  AddPostTask(t, t.tasks[0]);  // 1 ms, as "pre"
   auto timing = CollectiveTiming::Create(cluster, plan, t.layouts);
   ASSERT_TRUE(timing.ok()) << timing.status();
   struct Seen { double post = -1, coll = -1; uint64_t events = 0; };
   auto run = [&](double kappa) {
     std::vector<double> stats;
     for (int r = 0; r < p; ++r) stats.insert(stats.end(), {1.0, 1.0, 0.0});
-    EngineInput in;
-    in.tpl = &t;
-    in.timing = &*timing;
-    in.world = p;
-    in.steps = 1;
-    in.stats = &stats;
+    EngineInput in = OneStep(t, *timing, stats);
     in.kappa.fill(kappa);
-    in.traced.assign(p, 1);
-    in.trace_step = 0;
     auto out = RunEngine(in);
     EXPECT_TRUE(out.ok()) << out.status();
     Seen seen;
@@ -426,7 +409,7 @@ TEST(EngineTest, CollectiveEndingInsideComputeSlowsOnlyTheOverlap) {
   EXPECT_EQ(slowed.events, lone.events + p);
 }
 
-// SM contention (spec §2.5): each SM-based collective takes s of the n SMs, kappa = s / (n - s); a
+// SM contention: each SM-based collective takes s of the n SMs, kappa = s / (n - s); a
 // compute task overlapping k of them runs on n - k*s SMs: slowed by n / (n - k*s).
 TEST(EngineTest, ComputeUnderConcurrentSmBasedCollectivesLosesEachOnesSms) {
   const int p = 8;
@@ -438,28 +421,14 @@ TEST(EngineTest, ComputeUnderConcurrentSmBasedCollectivesLosesEachOnesSms) {
     StepTemplate t = collectives == 1 ? OneCollective(p, CollectiveOp::kAllGather, S) : TwoCollectives(p, S, S, all);
     // A 10 us compute task after "pre", beside the collective(s).
     TaskTemplate post;
-    post.name = "post";
     post.time.coef = {1e-5, 0.0, 0.0};
-    post.deps = {0};
-    const int idx = static_cast<int>(t.tasks.size());
-    t.tasks.push_back(post);
-    t.stream_tasks[kComputeStream].push_back(idx);
-    t.dependents[0].push_back(idx);
-    t.dependents.emplace_back();
-    t.next_step_dependents.emplace_back();
+    AddPostTask(t, post);
     auto timing = CollectiveTiming::Create(cluster, plan, t.layouts);
     EXPECT_TRUE(timing.ok()) << timing.status();
     std::vector<double> stats;
     for (int r = 0; r < p; ++r) stats.insert(stats.end(), {1.0, 0.0, 0.0});
-    EngineInput in;
-    in.tpl = &t;
-    in.timing = &*timing;
-    in.world = p;
-    in.steps = 1;
-    in.stats = &stats;
+    EngineInput in = OneStep(t, *timing, stats);
     in.kappa.fill(24.0 / 108.0);
-    in.traced.assign(p, 1);
-    in.trace_step = 0;
     auto out = RunEngine(in);
     EXPECT_TRUE(out.ok()) << out.status();
     for (const TraceEvent& e : out->trace) {

@@ -1,4 +1,4 @@
-// The engine's event queue (spec/simulator.md §2.1): events pop in (time, push sequence) order,
+// The engine's event queue: events pop in (time, push sequence) order,
 // checked against an ordered set on random schedules that, like the engine, never push before the
 // last popped time, with many exact ties (zero delays, repeated delays) and times spanning many
 // binary exponents.

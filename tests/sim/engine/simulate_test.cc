@@ -1,5 +1,5 @@
-// Simulate() end to end on toy scenarios: order statistics of imbalance (spec §6.3), batch policies
-// and SM-free collectives (§6.4), determinism (§7).
+// Simulate() end to end on toy scenarios: order statistics of imbalance, batch policies
+// and SM-free collectives, determinism.
 #include "sim/engine/simulate.h"
 
 #include <algorithm>
@@ -25,7 +25,7 @@ SimOptions NoTrace() {
 }
 
 TEST(SimulateTest, ImbalanceFollowsOrderStatisticsOfIidSamples) {
-  // R ranks with B i.i.d. samples of cost CV c: E[max]/mean - 1 ~ c sqrt(2 ln R / B) (spec §6.3).
+  // R ranks with B i.i.d. samples of cost CV c: E[max]/mean - 1 ~ c sqrt(2 ln R / B).
   const int R = 256;
   const int B = 64;
   Scenario s = ToyScenario(R, B, ToyModel(1, 1e9, 0));
@@ -121,7 +121,7 @@ TEST(SimulateTest, SmFreeCollectivesZeroContentionAndNeverRaiseStepTime) {
   EXPECT_EQ(switched->step_mean_s, free->step_mean_s);
 }
 
-// The copy engine is not free (spec §2.5 with a measured or assumed kappa_copy_engine): SM-free
+// The copy engine is not free (with a measured or assumed kappa_copy_engine): SM-free
 // collectives then slow compute by that kappa, less than SM-based ones do; the counterfactual
 // sm_free (attribution rerun 2) is contention-free.
 TEST(SimulateTest, CopyEngineCollectivesContendByTheirOwnKappa) {
@@ -159,7 +159,7 @@ TEST(SimulateTest, FlowNoneIsNeverSlowerThanMaxmin) {
   EXPECT_LE(b->step_mean_s, a->step_mean_s);
 }
 
-// Static memory (spec §2.6): V2 keeps the MP shard (rows * (D * e_w + 4) / M); V3 keeps a 1/N
+// Static memory: V2 keeps the MP shard (rows * (D * e_w + 4) / M); V3 keeps a 1/N
 // sub-block of it, i.e. rows * (D * e_w + 4) / R, plus the transient gathered copy of the shard,
 // rows * D * e_w / M. Toy table: 1e6 rows of 64 fp16 (128 B + 4 B rowwise state); R = 16, M = 4.
 TEST(SimulateTest, FullyShardedStaticMemoryCountsTheGatheredCopy) {

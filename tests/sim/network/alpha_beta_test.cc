@@ -1,5 +1,5 @@
-// Mode alpha_beta (spec §3.2, §6.1): each algorithm against its closed form written out here from the
-// spec's table, auto = the cheapest, busbw independent of p at large S (rapidcheck), group shapes.
+// Mode alpha_beta: each algorithm against its closed form written out here from the
+// textbook table, auto = the cheapest, busbw independent of p at large S (rapidcheck), group shapes.
 #include <algorithm>
 #include <array>
 #include <cmath>

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gemtb whatif calibrate end to end (spec/simulator.md §6.6): the committed 2- and 4-GPU H200 results,
+"""gemtb whatif calibrate end to end: the committed 2- and 4-GPU H200 results,
 given as two --in flags or one comma-separated --in, reproduce the committed sim/calibration/h200.json
 byte for byte (the calibration sim/ uses is the tool's output on the committed measurements; the
 committed one-GPU GEMM-interference records, gemm_interference_h200x*_*.json, are then applied with

@@ -1,7 +1,7 @@
-// Collective calibration (spec §6.6): the fit on synthetic α–β data is exact; on the committed H200
+// Collective calibration: the fit on synthetic α–β data is exact; on the committed H200
 // measurements (tools/bench/results/comm_h200x*_*.json) the committed calibration
 // (sim/calibration/h200.json, loaded through sim/network/default_cluster.json from disk) predicts the
-// held-out sizes >= 1 MiB within the spec's MAPE, per op and GPU count.
+// held-out sizes >= 1 MiB within the 5% MAPE bound, per op and GPU count.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -515,7 +515,7 @@ TEST(Calibration, CommittedMeasurementsHeldOutMape) {
       const auto& [op, algo, gpus] = key;
       const double mape = 100 * value.first / value.second;
       const double mape_nccl = 100 * err_nccl[key].first / err_nccl[key].second;
-      // The spec's bound (5%) for every op in the default mode (alpha_beta), all_to_all included (its
+      // The 5% bound for every op in the default mode (alpha_beta), all_to_all included (its
       // fit segments follow NCCL's p2p channel regimes, P2pRegimeBoundaries, and end a latency plateau
       // where the smaller host's per-channel time reaches it, AllToAllPlateauEnd).
       const double bound = 5.0;

@@ -1,4 +1,4 @@
-// Cluster and calibration JSON: the §4 checks with named errors, references, the default cluster.
+// Cluster and calibration JSON: the checks with named errors, references, the default cluster.
 #include "sim/network/cluster_json.h"
 
 #include <string>
@@ -36,7 +36,7 @@ TEST(ClusterJson, ParsesUnitsIntoSecondsAndBytes) {
   EXPECT_DOUBLE_EQ(c->tiers[2].alpha_s, 8e-6);
   EXPECT_DOUBLE_EQ(c->tiers[2].oversubscription, 7);
   EXPECT_EQ(c->zone_size, 32);
-  EXPECT_EQ(c->gpu.sm_count, 132);  // §3.6 default
+  EXPECT_EQ(c->gpu.sm_count, 132);  // tier default
 }
 
 TEST(ClusterJson, NegativeBandwidthIsNamed) {
@@ -225,7 +225,7 @@ TEST(ClusterJson, DefaultClusterIsTheThreeTierH200) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->gpus_per_host, 8);
   ASSERT_EQ(c->tiers.size(), 3u);
-  EXPECT_DOUBLE_EQ(c->tiers[0].eff_busbw_Bps, 370e9);  // §3.6
+  EXPECT_DOUBLE_EQ(c->tiers[0].eff_busbw_Bps, 370e9);  // tier default
   EXPECT_DOUBLE_EQ(c->tiers[0].alpha_s, 1.87e-6);
   EXPECT_DOUBLE_EQ(c->tiers[1].eff_busbw_Bps, 48.5e9);
   EXPECT_FALSE(c->calibration.nvls);

@@ -1,6 +1,6 @@
-// Mode nccl (spec §3.3, §6.2): NCCL's latency/bandwidth tables and its (algorithm, protocol) choice on
+// Mode nccl: NCCL's latency/bandwidth tables and its (algorithm, protocol) choice on
 // 1, 2 and 16 hosts of 8 H200s, against values derived by hand from NVIDIA/nccl src/graph/tuning.cc
-// @5067397c (Hopper rows, Intel hosts, NVLS off, 16 channels of 370/16 GB/s: the §3.6 default).
+// @5067397c (Hopper rows, Intel hosts, NVLS off, 16 channels of 370/16 GB/s: the tier default).
 //
 // Derivation (per-channel bwIntra = 23.125, nCh = 16 so nCh·bw = 370; times t = lat + S/(1000·bw) µs):
 //  1 host, p = 8, all-reduce (nsteps 14, llMaxBw Hopper-N1 141):

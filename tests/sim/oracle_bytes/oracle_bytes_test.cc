@@ -1,4 +1,4 @@
-// simulator.md §6.8 and embeddings-and-model.md §3.1-§3.2: for sparse sharding plans over R ranks,
+// For sparse sharding plans over R ranks,
 //  * the oracle's communication report moves exactly the bytes of model/sharding's pattern
 //    (comm_pattern.h) evaluated on the batch the oracle ran (its bags, ids and distinct rows U), and
 //  * the simulator's step template (sim/workload/sparse_bytes.h: the template's own byte formulas on
@@ -6,7 +6,7 @@
 // Both read the plan through the one parser (model/sharding/sharding_plan_json.h).
 //
 // What is compared: per (phase, op, group class, process group), the bytes all members send in
-// total over the step's calls, in the report's direct-exchange convention (§3.1: A2A S; AG and RS
+// total over the step's calls, in the report's direct-exchange convention (A2A S; AG and RS
 // (p-1)/p of S; AR twice that). The pattern and the simulator price an average rank (a table's owner
 // is any MP position, ids spread over row blocks), so the batches are ones every rank shares in shape
 // and whose ids spread evenly over the row blocks: then the average is exact for the total of a group
@@ -449,7 +449,7 @@ TEST(OracleBytes, SparseStepBytesRejectsAStatsArrayOfTheWrongSize) {
   EXPECT_FALSE(sim::ExplicitStatsRow(tpl->layout, -1, {16}).ok());
 }
 
-// TWRW and GRID: RS(g) of the M*pi buffer inside the table's host group only (spec §3.2); the
+// TWRW and GRID: RS(g) of the M*pi buffer inside the table's host group only; the
 // average rank carries g/M of the hosts' buffers (tables spread over the M/g hosts).
 TEST(OracleBytes, TableRowWise) {
   ExpectSameBytes(Plan1D("TWRW"), OptimizerKind::kRowwiseAdagrad, Granularity::kPerClass);
@@ -457,7 +457,7 @@ TEST(OracleBytes, TableRowWise) {
 
 TEST(OracleBytes, Grid) { ExpectSameBytes(Plan1D("GRID", 2), OptimizerKind::kSgd, Granularity::kPerClass); }
 
-// DP: the dense gradient N_t * D_t * 4 of spec §3.2's DP row plus the per-row touch count N_t * 4
+// DP: the dense gradient N_t * D_t * 4 of the sharding rules' DP row plus the per-row touch count N_t * 4
 // the oracle all-reduces so that only looked-up rows update (reference/sharding/mp_group.h).
 TEST(OracleBytes, DataParallel) { ExpectSameBytes(Plan1D("DP")); }
 
@@ -486,13 +486,13 @@ TEST(OracleBytes, FullySharded) {
                   OptimizerKind::kRowwiseAdagrad, Granularity::kPerClass);
 }
 
-// V2 state sync with Adam tables: m and v, 8 * rows * D bytes per table (spec §3.2).
+// V2 state sync with Adam tables: m and v, 8 * rows * D bytes per table.
 TEST(OracleBytes, TwoDimensionalAdamStateSync) {
   ExpectSameBytes({{"default", {{"type", "RW"}}}, {"mp_group", 4}}, OptimizerKind::kAdam);
 }
 
 // Rowwise Adagrad on column shards (cw_state=shared) all-gathers the partial square sums, 4U bytes
-// per shard (spec §3.2's CW row). On the batch with repeated sequence ids the simulator's U (the MP
+// per shard (the sharding rules' CW row). On the batch with repeated sequence ids the simulator's U (the MP
 // group's ids) overcounts: the oracle moves the pattern's bytes for the U it measured; on a batch
 // without repeats the simulator moves the oracle's bytes.
 TEST(OracleBytes, ColumnWiseWithRowwiseAdagrad) {
@@ -501,7 +501,7 @@ TEST(OracleBytes, ColumnWiseWithRowwiseAdagrad) {
 }
 
 // V3 with gather=touched: the oracle gathers (and reduce-scatters) the rows of a shard that any MP
-// group touches, each once (spec §3.2: "only the U needed rows"): the pattern's bytes for the rows it
+// group touches, each once ("only the U needed rows"): the pattern's bytes for the rows it
 // measured. The simulator estimates them from the rank's own ids (the replica groups touching the
 // same rows) and moves the pattern's bytes for that estimate.
 TEST(OracleBytes, FullyShardedGatheringTouchedRows) {

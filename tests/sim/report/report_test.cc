@@ -1,4 +1,4 @@
-// The report layer (spec/simulator.md §5, §7) on hand-made results and a stand-in simulator whose
+// The report layer on hand-made results and a stand-in simulator whose
 // times are simple closed forms: attribution arithmetic, deterministic bytes for any thread count,
 // well-formed SVG and trace, sweeps that go on past invalid points, sensitivity and checks.
 #include <atomic>
@@ -444,7 +444,7 @@ TEST(Study, LeverTableSwitchesEachLeverOffAlone) {
   EXPECT_THAT(JsonText(SummaryJson(*study)), HasSubstr("\"lever_off\": \"FP8 -> bf16 saved activations\""));
 }
 
-// Runs that cannot differ run once (spec §7: no redundant reruns). At 4,096 GPUs on gem-default
+// Runs that cannot differ run once (no redundant reruns). At 4,096 GPUs on gem-default
 // (SM-free, BBS, noise on, zone 2,048): 6 attribution runs (the SM-free one, every kappa 0, differs
 // from the SM-free plan: the copy engine's kappa is 0.06) = 6; 14 sensitivity cases less the
 // pipeline's high case (sparse_ahead 1, the baseline) = 13; checks random and BBS with recompute off,

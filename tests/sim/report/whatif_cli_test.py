@@ -105,7 +105,7 @@ def main():
             out = os.path.join(tmp, "out_" + name.replace(" ", "_"))
             expect_named_error(name, path, out, expected)
 
-        # The same kinds of errors in separate cluster, calibration, plan and model files (spec §4:
+        # The same kinds of errors in separate cluster, calibration, plan and model files (
         # sections by relative path), each named by its JSON path. Without the scenario's tier
         # overrides, so that the cluster file alone decides.
         with open(base["cluster"]) as f:

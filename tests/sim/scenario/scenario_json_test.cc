@@ -1,4 +1,4 @@
-// The scenario parser (spec/simulator.md §4): gem-default reads as the spec describes it, groups are
+// The scenario parser: gem-default reads as documented, groups are
 // capped at the world size, and every invalid input gives an InvalidArgument naming the JSON path,
 // the value and the rule.
 #include <cmath>
@@ -28,13 +28,21 @@ const ScenarioDocument& GemDefault() {
   return *doc;
 }
 
+// An assumption's value and the low and high the sensitivity analysis sweeps it to.
+void ExpectSwept(const Assumption& a, double value, double low, double high) {
+  SCOPED_TRACE(a.path);
+  EXPECT_DOUBLE_EQ(a.value, value);
+  EXPECT_DOUBLE_EQ(a.low, low);
+  EXPECT_DOUBLE_EQ(a.high, high);
+}
+
 absl::Status BuildWith(const std::string& path, const std::string& value) {
   ScenarioDocument doc = GemDefault();
   if (absl::Status s = SetField(doc, path, value); !s.ok()) return s;
   return BuildScenario(doc).status();
 }
 
-TEST(GemDefault, ParsesAsTheSpecDescribesIt) {
+TEST(GemDefault, ParsesAsDocumented) {
   absl::StatusOr<Scenario> s = BuildScenario(GemDefault());
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->name, "gem-default");
@@ -92,47 +100,33 @@ TEST(GemDefault, ListsEveryUnpublishedValueWithLowAndHigh) {
   ASSERT_EQ(s->assumptions.size(), 12u);
   const Assumption& zone = s->assumptions[0];
   EXPECT_EQ(zone.path, "cluster.zone_size");
-  EXPECT_EQ(zone.value, 2048);
-  EXPECT_EQ(zone.low, 1024);
-  EXPECT_EQ(zone.high, 4096);
+  ExpectSwept(zone, 2048, 1024, 4096);
   const Assumption& oversub = s->assumptions[1];
-  EXPECT_EQ(oversub.value, 7);
-  EXPECT_EQ(oversub.low, 2);
-  EXPECT_EQ(oversub.high, 14);
+  ExpectSwept(oversub, 7, 2, 14);
   const Assumption& alpha = s->assumptions[2];
   EXPECT_EQ(alpha.paths.size(), 2u);
-  EXPECT_EQ(alpha.value, 5);
-  EXPECT_EQ(alpha.low, 2.5);
-  EXPECT_EQ(alpha.high, 10);
+  ExpectSwept(alpha, 5, 2.5, 10);
   const Assumption& eff = s->assumptions[3];
   EXPECT_EQ(eff.value, 0.45);
   EXPECT_EQ(eff.low_factor, 0.8);
   EXPECT_EQ(eff.high_factor, 1.2);
   const Assumption& rows = s->assumptions[4];
   EXPECT_EQ(rows.path, "model.tables[*].rows");
-  EXPECT_GT(rows.value, 7e9);  // ~8e9 rows (spec §4)
+  EXPECT_GT(rows.value, 7e9);  // ~8e9 rows
   EXPECT_LT(rows.value, 9e9);
   const Assumption& pipeline = s->assumptions[5];
   EXPECT_EQ(pipeline.path, "plan.pipeline.sparse_ahead");
-  EXPECT_EQ(pipeline.value, 1);  // TorchRec's semi-synchronous pipeline
-  EXPECT_EQ(pipeline.low, 0);    // spec §2.3's order
-  EXPECT_EQ(pipeline.high, 1);
+  ExpectSwept(pipeline, 1, 0, 1);  // TorchRec's semi-synchronous pipeline; low: the in-step order
   EXPECT_EQ(s->plan.pipeline.sparse_ahead, 1);
   const Assumption& zipf = s->assumptions[6];
   EXPECT_EQ(zipf.path, "batches.id_zipf.default");
-  EXPECT_EQ(zipf.value, 0);
-  EXPECT_EQ(zipf.low, 0);
-  EXPECT_EQ(zipf.high, 1.05);
+  ExpectSwept(zipf, 0, 0, 1.05);
   const Assumption& spread = s->assumptions[7];
   EXPECT_EQ(spread.paths.size(), 2u);
-  EXPECT_EQ(spread.value, 1.5);
-  EXPECT_DOUBLE_EQ(spread.low, 1.0);
-  EXPECT_DOUBLE_EQ(spread.high, 2.0);
+  ExpectSwept(spread, 1.5, 1.0, 2.0);
   const Assumption& links = s->assumptions[8];
   EXPECT_EQ(links.paths.size(), 4u);
-  EXPECT_EQ(links.value, 50);
-  EXPECT_EQ(links.low, 25);
-  EXPECT_EQ(links.high, 100);
+  ExpectSwept(links, 50, 25, 100);
   const Assumption& kappa = s->assumptions[9];
   EXPECT_EQ(kappa.path, "cluster.calibration.kappa");
   EXPECT_GT(kappa.value, 0.2);  // measured on the H200 hosts (calibration file)

@@ -1,4 +1,4 @@
-// The sparse collectives of the step template per sharding type (embeddings-and-model.md §3.2):
+// The sparse collectives of the step template per sharding type:
 // TWRW and GRID get their own collectives (RS inside the host, A2A across hosts; mirrored in the
 // backward), with byte counts worked out by hand here from the toy model's table sizes.
 #include <algorithm>
@@ -116,7 +116,7 @@ TEST(ShardingCollectivesTest, TwrwWithOneMemberPerHostIsTableWise) {
   EXPECT_DOUBLE_EQ(PerSample(*twrw.Find("sparse.ids_a2a")), PerSample(*tw.Find("sparse.ids_a2a")));
 }
 
-// V3's order (embeddings-and-model.md §3.2, simulator.md §2.3): the ids exchange needs only the
+// V3's order: the ids exchange needs only the
 // batch, not the gather; the backward re-gather starts the sparse backward (after the last dense
 // backward task) beside the gradient exchange; the update waits for both.
 TEST(ShardingCollectivesTest, FullyShardedGathersWhereTheSparseOrderNeedsThem) {
