@@ -169,15 +169,21 @@ std::vector<CommCall> TableCommPattern(const TableSharding& sharding, const Comm
   const double holders = dp ? 1.0 : static_cast<double>(M);
   const double e_w = table.storage_bytes;
   if (plan.fully_sharded) {
-    // V3: AG(N) of the position's shards (gather=touched: only the rows some rank looks up), the
-    // same again in the backward unless kept, RS(N) of the updated copy.
+    // V3: AG(F) of the position's shards (gather=touched: only the rows some rank looks up), the
+    // same again in the backward unless kept, RS(F) of the updated copy; F = N unless the layout
+    // splits the replicas into N / F data-parallel copies, which all-reduce each rank's updated
+    // sub-block (1/F of the copy) every sync_period steps.
+    const int F = world.shard_group > 0 ? world.shard_group : N;
     const CommBytes gathered = plan.gather == GatherMode::kTouched ? Term(T::kShardTouchedRows, D * e_w)
                                                                   : Term(T::kOne, rows * D * e_w / holders);
-    calls.Add(CommSite::kV3Gather, Collective::kAllGather, CommGroupClass::kSparseIntra, N, 1, gathered);
+    calls.Add(CommSite::kV3Gather, Collective::kAllGather, CommGroupClass::kSparseIntra, F, 1, gathered);
     if (!plan.keep_gathered) {
-      calls.Add(CommSite::kV3GatherBwd, Collective::kAllGather, CommGroupClass::kSparseIntra, N, 1, gathered);
+      calls.Add(CommSite::kV3GatherBwd, Collective::kAllGather, CommGroupClass::kSparseIntra, F, 1, gathered);
     }
-    calls.Add(CommSite::kV3Scatter, Collective::kReduceScatter, CommGroupClass::kSparseIntra, N, 1, gathered);
+    calls.Add(CommSite::kV3Scatter, Collective::kReduceScatter, CommGroupClass::kSparseIntra, F, 1, gathered);
+    CommBytes sub_block = gathered;
+    for (double& coef : sub_block.coef) coef /= F;
+    calls.Add(CommSite::kReplicaSync, Collective::kAllReduce, CommGroupClass::kSparseReplica, N / F, 1, sub_block);
   } else {
     // V2: AR(N) of the weights and, with state_sync, the optimizer state: 4 bytes a row per
     // (column) shard for rowwise Adagrad, m and v (8 bytes an element) for Adam.

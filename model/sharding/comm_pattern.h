@@ -44,7 +44,8 @@ enum class CommSite {
   kV3Gather,          // fwd V3: AG(N) of the MP shard (or its touched rows)
   kV3GatherBwd,       // bwd V3 without keep_gathered: the same gather again
   kV3Scatter,         // bwd V3: RS(N) of the updated copy
-  kReplicaSync,       // sync V2: AR(N) of shard weights (and optimizer state)
+  kReplicaSync,       // sync V2: AR(N) of shard weights (and optimizer state); V3 with F < N: AR(N/F) of
+                      // each rank's updated sub-block
 };
 inline constexpr int kNumCommSites = 15;
 // "ids_a2a", "pooled_rs", "twrw_rs", "twrw_a2a", "emb_a2a", "dp_ar", "pooled_rs_grad",
@@ -83,7 +84,8 @@ struct CommCall {
   // Members: sparse-mp groups are `size` MP positions `stride` apart (a TWRW host: g consecutive
   // positions; its cross-host groups: M/g positions g apart; a table's column-shard holders: which
   // positions is the executor's placement, the average member's bytes do not depend on it);
-  // replica-class groups are the N replicas of one position.
+  // replica-class groups are the N replicas of one position (V3's: its F replicas, and the N / F
+  // copies of one sub-block).
   int size = 1;
   int stride = 1;
   CommBytes bytes;
@@ -97,11 +99,15 @@ struct CommTable {
   OptimizerKind optimizer = OptimizerKind::kSgd;
 };
 
-// The plan's shape on the world: M, N and TWRW/GRID's host group g (MP positions per host).
+// The plan's shape on the world: M, N, TWRW/GRID's host group g (MP positions per host) and V3's
+// full-sharding group F (the replicas of a position that share its rows; 0 = all N). With F < N the
+// N / F fully sharded copies are data parallel: each rank all-reduces its updated sub-block with
+// the ranks holding the same sub-block in the other copies (sparse-replica) every sync_period steps.
 struct CommWorld {
   int mp_group = 1;
   int replicas = 1;
   int host_positions = 1;
+  int shard_group = 0;
 };
 
 // Every collective table `sharding` takes part in during one step of `plan` (the plan-level

@@ -51,7 +51,10 @@ PositionShares TablePositionShares(const TableSharding& sharding, int table_inde
       break;
     case ShardingType::kColumnWise: {
       const int c = std::max(1, sharding.shards);
-      for (int i = 0; i < c; ++i) s.points.emplace_back(ColumnShardPosition(t, i, M), 1.0 / c);
+      for (int i = 0; i < c; ++i) {
+        const size_t k = static_cast<size_t>(i);
+        s.points.emplace_back(k < sharding.ranks.size() ? sharding.ranks[k] % M : ColumnShardPosition(t, i, M), 1.0 / c);
+      }
       break;
     }
     case ShardingType::kRowWise:
@@ -59,7 +62,8 @@ PositionShares TablePositionShares(const TableSharding& sharding, int table_inde
       s.points.emplace_back(t % M, hot_share);
       break;
     case ShardingType::kTableRowWise:
-      AddTableRowWise(1.0, ColumnShardHost(t, 0, H), g, hot_share, s);
+      AddTableRowWise(1.0, sharding.ranks.empty() ? ColumnShardHost(t, 0, H) : (sharding.ranks.front() % M) / g, g,
+                      hot_share, s);
       break;
     case ShardingType::kGrid: {
       const int c = std::max(1, sharding.shards);

@@ -7,6 +7,8 @@
 //   RW    M row blocks, block s on position s;
 //   TWRW  the table on host t mod H (H = M / g), its rows in g blocks on that host's g positions;
 //   GRID  c column shards, shard i placed TWRW on host (t + i) mod H.
+// A TorchRec plan's ranks (TableSharding::ranks) replace the default position: CW's shard i on
+// ranks[i], TWRW on the host of ranks[0].
 // Row-split types (RW, TWRW, GRID) see hot ids: ids spread over the rows by a keyed bijection of
 // their popularity rank (the data generator's rule), so every block gets an even share of the cold
 // ids and one block also holds the hottest id. Its mass under Zipf(s) on `rows` ranks (the

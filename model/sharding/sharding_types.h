@@ -45,6 +45,10 @@ struct TableSharding {
   ShardingType type = ShardingType::kTableWise;
   int owner = -1;  // TW: MP-group position; -1 = table index mod M
   int shards = 1;  // CW, GRID: column shards
+  // The MP-group positions a TorchRec plan names (ParameterSharding.ranks; the simulator's
+  // plan.torchrec_plan): CW's shard i on ranks[i], TWRW on the host of ranks[0]. Empty: the default
+  // placement rules (placement.h), the only ones reference/ executes.
+  std::vector<int> ranks = {};
   friend bool operator==(const TableSharding&, const TableSharding&) = default;
 };
 

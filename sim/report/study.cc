@@ -284,11 +284,12 @@ std::vector<Lever> ArticleLevers(int gpus) {
       {"2D FSDP -> 1D FSDP", {{"plan.dense.fsdp_shard_group", world}},
        "C1: 2D FSDP, shard groups of 128-256 GPUs inside an AI zone + DDP across them, keeps the parameter "
        "gathers off the oversubscribed links (no figure published)"},
-      {"V3 fully sharded -> V2 2D sparse", {{"plan.sparse.fully_sharded", "false"}},
+      {"V3 fully sharded -> V2 2D sparse",
+       {{"plan.sparse.fully_sharded", "false"}, {"plan.layout.sparse_shard_group", "0"}},
        "C1: fully sharded 2D stores the MP shard once per host at the cost of an NVLink all-gather/"
        "reduce-scatter (memory, no time figure published)"},
       {"V3 fully sharded -> V1 1D sparse",
-       {{"plan.sparse.fully_sharded", "false"}, {"plan.sparse.mp_group", world}},
+       {{"plan.sparse.fully_sharded", "false"}, {"plan.sparse.mp_group", world}, {"plan.layout.sparse_shard_group", "0"}},
        "C1: 2D MP groups of ~256 replace one world-wide embedding all-to-all (no figure published)"},
       {"SM-free -> SM-based collectives", {{"plan.collectives.library", "sm_based"}},
        "C2: SM-free all-gather on 1 SM instead of ~24, about +5% E2E QPS"},

@@ -2,12 +2,15 @@
 // is read by model/sharding's parser, as `gemtb ref embed` reads it).
 #include <algorithm>
 #include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
 #include "model/description/model_graph.h"
 #include "model/json/json_reader.h"
 #include "model/sharding/sharding_plan_json.h"
+#include "sim/network/collective_cost.h"
+#include "sim/scenario/torchrec_plan.h"
 #include "sim/scenario/plan_json.h"
 
 namespace gemtb::sim {
@@ -87,9 +90,9 @@ absl::Status ParseDense(const nlohmann::json& json, const Cluster& cluster, cons
   return absl::OkStatus();
 }
 
-// plan.sparse through the one sharding plan parser (model/sharding), then the warnings of a valid plan.
+// plan.sparse through the one sharding plan parser (model/sharding).
 absl::Status ParseSparse(const nlohmann::json& json, const Cluster& cluster, const model::ModelGraph& model, bool cap,
-                         SparsePlan* sparse, std::vector<std::string>* warnings) {
+                         SparsePlan* sparse) {
   std::vector<PlanTable> tables;
   for (const model::GraphTable& t : model.tables) tables.push_back({t.name, t.dim});
   ShardingPlanOptions options;
@@ -100,18 +103,94 @@ absl::Status ParseSparse(const nlohmann::json& json, const Cluster& cluster, con
   if (!plan.ok()) return plan.status();
   *sparse = *std::move(plan);
 
+  return absl::OkStatus();
+}
+
+// The sparse dimensions plan.layout.sparse_order may name (innermost first).
+const std::vector<std::string>& SparseDimNames() {
+  static const std::vector<std::string> names = {"shard", "mp", "dp"};
+  return names;
+}
+
+// The first group of a dimension of `size` ranks `stride` apart, as the cluster's tiers see it.
+GroupShape FirstGroup(const Cluster& cluster, int stride, int size) {
+  absl::StatusOr<GroupShape> shape = StridedGroupShape(cluster, 0, stride, size);
+  return shape.ok() ? *shape : GroupShape{};
+}
+
+// plan.layout after plan.sparse (it needs M and N), then the warnings of the sparse groups' placement.
+absl::Status ParseLayout(const nlohmann::json& json, const Cluster& cluster, bool cap, Plan* plan,
+                         std::vector<std::string>* warnings) {
+  LayoutPlan& layout = plan->layout;
+  absl::StatusOr<ObjectReader> r = ObjectReader::Open(json, "plan.layout", {"sparse_order", "sparse_shard_group"});
+  if (!r.ok()) return r.status();
+  GEMTB_RETURN_IF_ERROR(r->Int("sparse_shard_group", &layout.sparse_shard_group, 0, kMaxGroup));
+  if (const nlohmann::json* order = r->Get("sparse_order"); order != nullptr) {
+    const std::string path = "plan.layout.sparse_order";
+    if (!order->is_array()) return BadValue(path, *order, "is not an array of dimension names");
+    layout.sparse_order.clear();
+    for (size_t i = 0; i < order->size(); ++i) {
+      const nlohmann::json& name = (*order)[i];
+      const auto& known = SparseDimNames();
+      if (!name.is_string() || std::find(known.begin(), known.end(), name.get<std::string>()) == known.end()) {
+        return BadValue(IndexPath(path, i), name, "is not one of shard, mp, dp");
+      }
+      if (std::find(layout.sparse_order.begin(), layout.sparse_order.end(), name.get<std::string>()) !=
+          layout.sparse_order.end()) {
+        return BadValue(IndexPath(path, i), name, "appears twice");
+      }
+      layout.sparse_order.push_back(name.get<std::string>());
+    }
+    if (layout.sparse_order.size() != SparseDimNames().size()) {
+      return BadValue(path, *order, "must name each of shard, mp, dp once");
+    }
+  }
+
   const int world = cluster.world_size;
-  const int m = MpGroupSize(*sparse, world);
+  const SparsePlan& sparse = plan->sparse;
+  const int m = MpGroupSize(sparse, world);
   const int replicas = world / m;
-  if (sparse->fully_sharded && replicas > cluster.gpus_per_host) {
-    warnings->push_back(absl::StrCat("plan.sparse.fully_sharded: the ", replicas,
-                                     " replicas of a shard (world_size / mp_group) span more than one host of ",
+  int f = layout.sparse_shard_group == 0 ? replicas : layout.sparse_shard_group;
+  if (cap) f = std::min(f, replicas);
+  if (replicas % f != 0) {
+    return BadField("plan.layout.sparse_shard_group",
+                    absl::StrCat(layout.sparse_shard_group, " does not divide the ", replicas,
+                                 " replicas of an MP position (world_size / mp_group)"));
+  }
+  if (f < replicas && !sparse.fully_sharded) {
+    return BadField("plan.layout.sparse_shard_group",
+                    absl::StrCat(layout.sparse_shard_group, " splits the ", replicas,
+                                 " replicas, which only a fully sharded plan (plan.sparse.fully_sharded) does"));
+  }
+  layout.shard = f;
+  layout.mp = m;
+  layout.dp = replicas / f;
+
+  // Each dimension's stride: the product of the sizes inside it.
+  auto size_of = [&](const std::string& d) { return d == "shard" ? layout.shard : d == "mp" ? layout.mp : layout.dp; };
+  auto stride_of = [&](const std::string& d) {
+    int stride = 1;
+    for (const std::string& inner : layout.sparse_order) {
+      if (inner == d) break;
+      stride *= size_of(inner);
+    }
+    return stride;
+  };
+  const int mp_stride = stride_of("mp");
+  layout.mp_stride = mp_stride;
+  auto apart = [](int stride) {
+    return stride == 1 ? std::string("on consecutive ranks") : absl::StrCat(stride, " ranks apart");
+  };
+  const GroupShape intra = FirstGroup(cluster, stride_of("shard"), layout.shard);
+  if (sparse.fully_sharded && intra.hosts > 1) {
+    warnings->push_back(absl::StrCat("plan.layout: V3's full sharding over ", layout.shard, " replicas ",
+                                     apart(stride_of("shard")), " spans ", intra.hosts, " hosts of ",
                                      cluster.gpus_per_host, ": sparse-intra traffic leaves NVLink"));
   }
-  if (cluster.zone_size > 0 && world > cluster.zone_size && m > 1) {
-    warnings->push_back(absl::StrCat("plan.sparse.mp_group: an MP group of ", m, " (rank = m*N + rho, N = ", replicas,
-                                     ") spans ", world, " ranks, more than a zone of ", cluster.zone_size,
-                                     ": its all-to-alls cross zones"));
+  const GroupShape mp = FirstGroup(cluster, mp_stride, m);
+  if (mp.zones > 1) {
+    warnings->push_back(absl::StrCat("plan.layout: an MP group of ", m, " positions ", apart(mp_stride), " spans ",
+                                     mp.zones, " zones of ", cluster.zone_size, ": its all-to-alls cross zones"));
   }
   return absl::OkStatus();
 }
@@ -192,7 +271,8 @@ const std::vector<std::string>& CollectiveAlgoNames() {
 absl::StatusOr<Plan> ParsePlan(const nlohmann::json& json, const Cluster& cluster, const model::ModelGraph& model,
                                std::vector<std::string>* warnings) {
   absl::StatusOr<ObjectReader> r =
-      ObjectReader::Open(json, "plan", {"cap_groups_at_world_size", "dense", "sparse", "collectives", "memory", "pipeline"});
+      ObjectReader::Open(json, "plan", {"cap_groups_at_world_size", "dense", "sparse", "layout", "torchrec_plan",
+                                        "collectives", "memory", "pipeline"});
   if (!r.ok()) return r.status();
   bool cap = false;
   GEMTB_RETURN_IF_ERROR(r->Bool("cap_groups_at_world_size", &cap));
@@ -203,7 +283,23 @@ absl::StatusOr<Plan> ParsePlan(const nlohmann::json& json, const Cluster& cluste
     return v == nullptr ? empty : *v;
   };
   GEMTB_RETURN_IF_ERROR(ParseDense(section("dense"), cluster, model, cap, &plan.dense, warnings));
-  GEMTB_RETURN_IF_ERROR(ParseSparse(section("sparse"), cluster, model, cap, &plan.sparse, warnings));
+  GEMTB_RETURN_IF_ERROR(ParseSparse(section("sparse"), cluster, model, cap, &plan.sparse));
+  GEMTB_RETURN_IF_ERROR(ParseLayout(section("layout"), cluster, cap, &plan, warnings));
+  // TWRW's host groups: whole groups of consecutive MP positions on each host.
+  const absl::StatusOr<int> host_positions =
+      HostGroupPositions(plan.layout.mp, plan.layout.mp_stride, cluster.gpus_per_host);
+  if (const nlohmann::json* torchrec = r->Get("torchrec_plan"); torchrec != nullptr) {
+    GEMTB_RETURN_IF_ERROR(
+        ApplyTorchRecPlan(*torchrec, model, plan.layout.mp, host_positions.ok() ? *host_positions : 1, &plan.sparse));
+  }
+  for (const TableSharding& t : plan.sparse.tables) {
+    if (PlacedOnHosts(t.type) && !host_positions.ok()) {
+      return BadField("plan.layout.sparse_order",
+                      absl::StrCat("MP positions ", plan.layout.mp_stride, " ranks apart: ", ShardingTypeName(t.type),
+                                   " tables need hosts of whole groups of positions (", host_positions.status().message(),
+                                   ")"));
+    }
+  }
   GEMTB_RETURN_IF_ERROR(ParseCollectives(section("collectives"), cluster, &plan.collectives));
   GEMTB_RETURN_IF_ERROR(ParseMemory(section("memory"), cluster, &plan.memory));
   GEMTB_RETURN_IF_ERROR(ParsePipeline(section("pipeline"), &plan.pipeline));

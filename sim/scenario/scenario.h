@@ -190,9 +190,23 @@ struct PipelinePlan {
   int sparse_ahead = 0;
 };
 
+// plan.layout: how the sparse plan's groups lie on ranks. The N = R/M replicas of an MP position
+// split into V3's full-sharding group of F replicas (they share the position's rows) and N/F
+// data-parallel copies; the three dimensions shard (F), mp (M) and dp (N/F) take ranks in
+// sparse_order, innermost first (contiguous ranks), each dimension's stride the product of the
+// sizes inside it. The default, {shard, mp, dp} with F = N, is rank = m*N + rho (TorchRec
+// DMPCollection's: a position's replicas share a host).
+struct LayoutPlan {
+  std::vector<std::string> sparse_order = {"shard", "mp", "dp"};
+  int sparse_shard_group = 0;  // F as given; 0 = N (every replica of a position)
+  int shard = 1, mp = 1, dp = 1;  // resolved sizes at the scenario's world size: F, M, N/F
+  int mp_stride = 1;              // ranks between consecutive MP positions
+};
+
 struct Plan {
   DensePlan dense;
   SparsePlan sparse;
+  LayoutPlan layout;
   CollectivesPlan collectives;
   MemoryPlan memory;
   PipelinePlan pipeline;

@@ -19,6 +19,8 @@
 //    "sparse": gemtb ref embed's plan object {"default": {"type", "owner", "shards"}, "tables": {...},
 //              "mp_group", "fully_sharded", "sync_period", "state_sync", "cw_state", "gather",
 //              "keep_gathered"},
+//    "layout": {"sparse_order": [shard, mp, dp in any order], "sparse_shard_group": F},  // scenario.h
+//    "torchrec_plan": {"tables": {"<table>": {"sharding_type", "ranks": [..]}}},  // torchrec_plan.h
 //    "collectives": {"library": "sm_based|sm_free", "sms_per_collective", "algo": {op: algo},
 //              "cost_mode": "alpha_beta|nccl", "flow": "none|maxmin", "eta_tables", "a2av_end"},
 //    "memory": {"budget_policy": "per_region|uniform|none", "reserve_bytes", "act_quant": "bf16|fp8|mx4"},

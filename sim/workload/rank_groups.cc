@@ -81,13 +81,29 @@ absl::StatusOr<RankGroups> BuildRankGroups(const Plan& plan, int world) {
     set(GroupClass::kEp, ep, eshard);
   }
 
-  // Sparse: R = M * N, rank = m * N + rho; replicas (rho) are contiguous.
+  // Sparse: R = M * N, N = F * (N/F); the dimensions shard (F), mp (M) and dp (N/F) in plan.layout's
+  // sparse_order, innermost first (the default F = N, {shard, mp, dp}: rank = m * N + rho).
   const int mp = plan.sparse.mp_group <= 0 ? world : std::min(plan.sparse.mp_group, world);
   if (auto s = CheckDivides("plan.sparse.mp_group", mp, world, "world_size"); !s.ok()) return s;
   const int n = world / mp;
-  set(GroupClass::kSparseIntra, n, 1);
-  set(GroupClass::kSparseReplica, n, 1);
-  set(GroupClass::kSparseMp, mp, n);
+  const int f = plan.layout.sparse_shard_group <= 0 ? n : std::min(plan.layout.sparse_shard_group, n);
+  if (auto s = CheckDivides("plan.layout.sparse_shard_group", f, n, "world_size / mp_group"); !s.ok()) return s;
+  const int sizes[3] = {f, mp, n / f};  // shard, mp, dp
+  int stride[3] = {1, 1, 1};
+  int inner = 1;
+  for (const std::string& d : plan.layout.sparse_order) {
+    const int k = d == "shard" ? 0 : d == "mp" ? 1 : 2;
+    stride[k] = inner;
+    inner *= sizes[k];
+  }
+  set(GroupClass::kSparseIntra, f, stride[0]);
+  set(GroupClass::kSparseMp, mp, stride[1]);
+  // V2 syncs the N replicas of a position (F = N: the shard dimension); V3 with F < N its N/F copies.
+  if (f < n) {
+    set(GroupClass::kSparseReplica, n / f, stride[2]);
+  } else {
+    set(GroupClass::kSparseReplica, n, stride[0]);
+  }
   return g;
 }
 

@@ -8,8 +8,11 @@
 //   dense-replica R/S ranks of equal r mod S
 //   ep            E ranks, e = r mod E (innermost)
 //   expert-shard  S_E ranks with equal e, stride E
-//   sparse-intra  N = R/M consecutive ranks (a 2D replica group, sharing a host); sparse-replica same
-//   sparse-mp     M ranks of equal r mod N, stride N
+//   sparse-intra  V3's full-sharding group: F of the N = R/M replicas of an MP position
+//   sparse-mp     M ranks, one per position
+//   sparse-replica the N replicas (V2's sync), or with F < N the N/F copies of one sub-block
+// The sparse strides follow plan.layout.sparse_order (shard, mp, dp); by default F = N and
+// rank = m*N + rho: sparse-intra N consecutive ranks, sparse-mp stride N.
 #ifndef GEMTB_SIM_WORKLOAD_RANK_GROUPS_H_
 #define GEMTB_SIM_WORKLOAD_RANK_GROUPS_H_
 

@@ -541,8 +541,9 @@ absl::StatusOr<StepTemplate> Builder::Build() {
     if (rs >= 0) sparse_done.push_back(rs);
   }
   {
-    // V2: every sync_period steps, AR over the replicas of the shard weights and state.
-    const int ar = AddSite(CommSite::kReplicaSync, Deps({sparse_done.front()}));
+    // V2: every sync_period steps, AR over the replicas of the shard weights and state; V3 with
+    // data-parallel copies: AR over the copies of the sub-block its scatter left on this rank.
+    const int ar = AddSite(CommSite::kReplicaSync, Deps({sparse_done.back()}));
     if (ar >= 0) {
       t_.tasks[ar].period = std::max(1, plan.sparse.sync_period);
       sparse_done.push_back(ar);
@@ -570,8 +571,11 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   for (const model::GraphTable& tb : m.tables) {
     table_bytes += static_cast<double>(tb.rows) * (static_cast<double>(tb.dim) * TableBytes(tb.dtype) + 4.0);
   }
+  // V3 stores 1/F of its position's shard (F = N unless the layout keeps N/F data-parallel copies).
   const double mp_group = g_.of(GroupClass::kSparseMp).size;
-  const double per_rank_tables = plan.sparse.fully_sharded ? table_bytes / g_.world : table_bytes / mp_group;
+  const double per_rank_tables = plan.sparse.fully_sharded
+                                     ? table_bytes / (mp_group * g_.of(GroupClass::kSparseIntra).size)
+                                     : table_bytes / mp_group;
   t_.static_bytes = 16.0 * (dense_params_total / S + expert_params_total / std::max(1, SE)) +
                     (depth + 1) * max_unit_bytes + per_rank_tables;
   // V3's transient gathered copy counts as static: the whole MP shard (gather "all") or
@@ -617,12 +621,14 @@ void Builder::BuildSparse(std::vector<int>& fwd_out_deps, StatAffine& lookup_tim
   const Plan& plan = s_.plan;
   const Cluster& cl = s_.cluster;
   const int M = g_.of(GroupClass::kSparseMp).size;
-  const int N = g_.of(GroupClass::kSparseIntra).size;
+  const int N = g_.world / M;
+  const int F = g_.of(GroupClass::kSparseIntra).size;
   const double e_a = kWireBytesPerActivation;
   const int mp_layout = static_cast<int>(GroupClass::kSparseMp);
-  // TWRW and GRID tables sit on the g MP positions of a host (validated with the plan in Build).
-  const absl::StatusOr<int> host_positions = HostGroupPositions(M, N, cl.gpus_per_host);
-  const CommWorld world{M, N, host_positions.ok() ? *host_positions : 1};
+  // TWRW and GRID tables sit on the g MP positions of a host (validated with the plan's layout).
+  const absl::StatusOr<int> host_positions =
+      HostGroupPositions(M, g_.of(GroupClass::kSparseMp).stride, cl.gpus_per_host);
+  const CommWorld world{M, N, host_positions.ok() ? *host_positions : 1, F};
   StatAffine lookup_bytes = Zero(layout_), update_bytes = Zero(layout_);
   embeddings_bytes_ = Zero(layout_);
   sites_.clear();

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "model/common/status_macros.h"
+#include "model/json/user_file.h"
 #include "sim/engine/simulate.h"
 #include "sim/report/json_text.h"
 #include "sim/report/report_files.h"
@@ -105,13 +106,13 @@ absl::Status Run(const std::vector<std::string>& raw_args, bool* help) {
     }
   }
 
-  std::string out_dir = "whatif-out", gpus_text, steps_text, trace_ranks_text;
+  std::string out_dir = "whatif-out", gpus_text, steps_text, trace_ranks_text, sharding_plan;
   int64_t trace_step = -1, threads = 0, reference_gpus = 4096;
   bool no_sensitivity = false, no_attribution = false, no_checks = false, quiet = false, shapley = false, no_levers = false;
   FlagSet flags(
       "gemtb whatif [scenario.json] [--out-dir DIR] [--gpus 64,128,...] [--set path=v1,v2] [--steps W,M]\n"
       "       [--trace-ranks 0,1,..] [--trace-step N] [--no-sensitivity] [--no-attribution] [--shapley] [--no-checks]\n"
-      "       [--threads N]",
+      "       [--sharding-plan FILE] [--threads N]",
       "Simulates a training job on a cluster and predicts its step time, Local MFU, E2E MFU\n"
       "and Scaling Ratio; attributes the lost time to its causes by counterfactual reruns (communication,\n"
       "SM contention, load imbalance, stragglers, recompute). With no scenario it runs\n"
@@ -126,6 +127,8 @@ absl::Status Run(const std::vector<std::string>& raw_args, bool* help) {
   flags.String("steps", &steps_text, "W,M: warm-up and measured steps (default: the scenario's)");
   flags.String("trace-ranks", &trace_ranks_text, "ranks in trace.json (default 0-7 and the slowest)");
   flags.Int64("trace-step", &trace_step, "step in trace.json, counted from 0 over all steps (default: first measured)");
+  flags.String("sharding-plan", &sharding_plan,
+               "a TorchRec-style sharding plan, {\"tables\": {table: {sharding_type, ranks}}}, as plan.torchrec_plan");
   flags.Int64("reference-gpus", &reference_gpus, "size for sensitivity, checks, trace and ranks.csv (default 4096)");
   flags.Bool("no-sensitivity", &no_sensitivity, "skip the sensitivity analysis");
   flags.Bool("no-attribution", &no_attribution, "skip the 5 counterfactual reruns per point");
@@ -187,6 +190,15 @@ absl::Status Run(const std::vector<std::string>& raw_args, bool* help) {
   GEMTB_RETURN_IF_ERROR(CheckOutDir(out_dir));
   absl::StatusOr<sim::ScenarioDocument> doc = sim::LoadScenarioDocument(scenario_path);
   if (!doc.ok()) return absl::InvalidArgumentError(absl::StrCat(scenario_path, ": ", doc.status().message()));
+  if (!sharding_plan.empty()) {
+    absl::StatusOr<std::string> text = ReadUserFile(sharding_plan);
+    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("--sharding-plan: ", text.status().message()));
+    const nlohmann::json plan = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (plan.is_discarded()) {
+      return absl::InvalidArgumentError(absl::StrCat("--sharding-plan: ", sharding_plan, " is not valid JSON"));
+    }
+    GEMTB_RETURN_IF_ERROR(sim::SetFieldJson(*doc, "plan.torchrec_plan", plan));
+  }
   if (!quiet) {
     std::cerr << "whatif: " << scenario_path << " (" << doc->name << ")"
               << (options.gpus.empty() ? "" : absl::StrCat(", ", options.gpus.size(), " GPU counts")) << std::endl;

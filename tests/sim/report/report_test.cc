@@ -375,7 +375,7 @@ TEST(Study, SensitivityRanksAssumptionsAndGridsTheTopTwo) {
   o.gpus = {4096};
   absl::StatusOr<Study> study = RunStudy(GemDefault(), o, StandIn);
   ASSERT_TRUE(study.ok()) << study.status();
-  ASSERT_EQ(study->sensitivity.size(), 11u);
+  ASSERT_EQ(study->sensitivity.size(), 12u);
   // In the stand-in, zone size and oversubscription move comm; noise moves T; the rest nothing.
   EXPECT_GT(study->sensitivity[0].swing, 0);
   EXPECT_GT(study->sensitivity[1].swing, 0);
@@ -452,8 +452,8 @@ TEST(Study, LeverTableSwitchesEachLeverOffAlone) {
 // 4; grid 8 cells less the 4 one-at-a-time edges less (oversubscription low/high, zone 4,096): one
 // zone, the cross-zone tier unused, = the zone-high case = 2; the lever table's 7 less SM-based (the
 // check's run) = 6; the four added assumptions' 8 cases less hot-id skew low (0, the baseline's
-// value) and the SM-based kappa's low and high (no SM-based collective runs on an SM-free plan) = 5.
-// Total 36.
+// value) and the SM-based kappa's low and high (no SM-based collective runs on an SM-free plan) = 5;
+// the sparse layout's low and high (F = 4 and 16 against the baseline's 8) = 2. Total 38.
 TEST(Study, RunsThatCannotDifferRunOnce) {
   std::atomic<int> calls{0};
   const SimulateFn counting = [&](const Scenario& s, const Counterfactuals& c, const SimOptions& o) {
@@ -465,8 +465,8 @@ TEST(Study, RunsThatCannotDifferRunOnce) {
   o.threads = 2;
   absl::StatusOr<Study> study = RunStudy(GemDefault(), o, counting);
   ASSERT_TRUE(study.ok()) << study.status();
-  EXPECT_EQ(calls.load(), 36);
-  EXPECT_EQ(study->perf.size(), 36u);
+  EXPECT_EQ(calls.load(), 38);
+  EXPECT_EQ(study->perf.size(), 38u);
   ASSERT_TRUE(study->grid.has_value() && study->checks.has_value());
   // zone size (row 0) and oversubscription (row 1) span the grid, in either order.
   const int zone = study->grid->a == 0 ? 0 : 1;
@@ -481,7 +481,7 @@ TEST(Study, RunsThatCannotDifferRunOnce) {
                                                                                : study->grid->scaling_ratio[2][0];
   EXPECT_NE(low_low, low_high);
   // Noise low (sigma 0) shares the BBS check's run: the same T as the no-noise switch.
-  const SensitivityRow& noise = study->sensitivity[10];
+  const SensitivityRow& noise = study->sensitivity[11];
   EXPECT_NEAR(noise.low.step_s, 1.0 * (1 + 0.05 + 0.02) + 0.01 * 12 + 0.1, 1e-12);
 }
 
@@ -543,8 +543,8 @@ TEST(Study, SummaryJsonParsesAndHoldsTheReferenceInFull) {
   EXPECT_TRUE(summary["reference"].contains("attribution"));
   EXPECT_EQ(summary["reference"]["attribution"]["losses"].size(), 5u);
   EXPECT_EQ(summary["sweep"].size(), 3u);
-  EXPECT_EQ(summary["assumptions"].size(), 11u);
-  EXPECT_EQ(summary["sensitivity"]["one_at_a_time"].size(), 11u);
+  EXPECT_EQ(summary["assumptions"].size(), 12u);
+  EXPECT_EQ(summary["sensitivity"]["one_at_a_time"].size(), 12u);
   EXPECT_TRUE(summary["checks"]["bbs_halves_excess"].get<bool>());
   EXPECT_EQ(summary["levers"]["rows"].size(), 7u);
   EXPECT_TRUE(summary["definitions"].contains("local_mfu"));

@@ -73,6 +73,15 @@ def main():
         ("pooling factor not positive",
          variant(lambda s: s["batches"].update(pooling=0)),
          "batches.pooling: 0 must be in (0, 10000]"),
+        ("layout: full-sharding group not dividing the replicas",
+         variant(lambda s: s["plan"]["layout"].update(sparse_shard_group=3)),
+         "plan.layout.sparse_shard_group: 3 does not divide the 16 replicas"),
+        ("layout: unknown dimension",
+         variant(lambda s: s["plan"]["layout"].update(sparse_order=["shard", "zone", "dp"])),
+         "plan.layout.sparse_order[1]: \"zone\" is not one of shard, mp, dp"),
+        ("layout: copies of a V2 plan",
+         variant(lambda s: s["plan"]["sparse"].update(fully_sharded=False)),
+         "plan.layout.sparse_shard_group: 8 splits the 16 replicas"),
         ("hot-id skew: unknown key",
          variant(lambda s: s["batches"].update(id_zipf={"defualt": 1})),
          "batches.id_zipf.defualt: unknown key"),
@@ -183,6 +192,25 @@ def main():
                             "--cluster", bad_cluster], capture_output=True, text=True, timeout=60)
         if r.returncode != 2 or "tiers[0].bw_GBps: -1 must be > 0" not in r.stderr or len(r.stderr.strip().splitlines()) != 1:
             failures.append(f"whatif collective --cluster with negative bandwidth: exit {r.returncode}, {r.stderr!r}")
+
+        # --sharding-plan FILE: a TorchRec plan's named errors, exit 2, nothing written.
+        for name, plan, expected in [
+            ("sharding plan: unknown table", {"tables": {"nope": {"sharding_type": "table_wise", "ranks": [0]}}},
+             "plan.torchrec_plan.tables.nope: is not a table of the model"),
+            ("sharding plan: rank outside the group",
+             {"tables": {"ad_feat_3": {"sharding_type": "table_wise", "ranks": [4096]}}},
+             "plan.torchrec_plan.tables.ad_feat_3.ranks[0]: 4096 is not a rank of the sharding group of 256"),
+            ("sharding plan: type name", {"tables": {"ad_feat_3": {"sharding_type": "TW", "ranks": [0]}}},
+             "plan.torchrec_plan.tables.ad_feat_3.sharding_type: \"TW\" is not one of data_parallel"),
+        ]:
+            plan_path = os.path.join(tmp, "plan.json")
+            with open(plan_path, "w") as f:
+                json.dump(plan, f)
+            out = os.path.join(tmp, "out_plan")
+            r = run(gemtb, ["--sharding-plan", plan_path, "--gpus", "4096", "--out-dir", out, "--quiet"])
+            lines = [l for l in r.stderr.splitlines() if l.strip()]
+            if r.returncode != 2 or len(lines) != 1 or expected not in lines[0] or os.path.exists(out):
+                failures.append(f"{name}: exit {r.returncode}, stderr {r.stderr!r}")
 
         # Not JSON, no such file, bad flags.
         with open(os.path.join(tmp, "broken.json"), "w") as f:

@@ -97,7 +97,7 @@ TEST(GemDefault, ParsesAsDocumented) {
 TEST(GemDefault, ListsEveryUnpublishedValueWithLowAndHigh) {
   absl::StatusOr<Scenario> s = BuildScenario(GemDefault());
   ASSERT_TRUE(s.ok()) << s.status();
-  ASSERT_EQ(s->assumptions.size(), 11u);
+  ASSERT_EQ(s->assumptions.size(), 12u);
   const Assumption& zone = s->assumptions[0];
   EXPECT_EQ(zone.path, "cluster.zone_size");
   ExpectSwept(zone, 2048, 1024, 4096);
@@ -131,7 +131,12 @@ TEST(GemDefault, ListsEveryUnpublishedValueWithLowAndHigh) {
   EXPECT_EQ(kappa.path, "cluster.calibration.kappa");
   EXPECT_GT(kappa.value, 0.2);  // measured on the H200 hosts (calibration file)
   EXPECT_LT(kappa.value, 0.25);
-  const Assumption& noise = s->assumptions[10];
+  const Assumption& layout = s->assumptions[10];
+  EXPECT_EQ(layout.path, "plan.layout.sparse_shard_group");
+  EXPECT_EQ(layout.value, 8);
+  EXPECT_EQ(layout.low, 4);
+  EXPECT_EQ(layout.high, 16);
+  const Assumption& noise = s->assumptions[11];
   EXPECT_EQ(noise.low, 0);
   EXPECT_EQ(noise.high, 0.06);
 }
@@ -181,6 +186,116 @@ TEST(NamedErrors, HotIdSkew) {
   EXPECT_THAT(with_zipf({{"default", 9}}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.id_zipf.default")));
   EXPECT_THAT(with_zipf("high").status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batches.id_zipf")));
+}
+
+// The article's layout: V3's full sharding on one NVLink host, each MP group inside one AI zone,
+// the zones data parallel; nothing to warn about. With sparse_shard_group 0 (F = N = 16: rank =
+// m*N + rho) the same plan's MP groups span both zones and its full-sharding groups two hosts, and
+// the parser says so.
+TEST(GemDefault, UsesTheArticlesLayout) {
+  absl::StatusOr<Scenario> s = BuildScenario(GemDefault());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->plan.layout.shard, 8);
+  EXPECT_EQ(s->plan.layout.mp, 256);
+  EXPECT_EQ(s->plan.layout.dp, 2);
+  EXPECT_TRUE(s->warnings.empty()) << s->warnings.front();
+
+  ScenarioDocument doc = GemDefault();
+  ASSERT_TRUE(SetField(doc, "plan.layout.sparse_shard_group", "0").ok());  // 0 = all N replicas
+  s = BuildScenario(doc);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->plan.layout.shard, 16);
+  EXPECT_EQ(s->plan.layout.dp, 1);
+  ASSERT_EQ(s->warnings.size(), 2u);
+  EXPECT_THAT(s->warnings[0], HasSubstr("spans 2 hosts of 8: sparse-intra traffic leaves NVLink"));
+  EXPECT_THAT(s->warnings[1], HasSubstr("an MP group of 256 positions 16 ranks apart spans 2 zones"));
+
+  // Every sweep size keeps the MP groups inside a zone: F shrinks to N below 4,096 GPUs.
+  for (int g = 64; g <= 16384; g *= 2) {
+    doc = GemDefault();
+    ASSERT_TRUE(SetWorldSize(doc, g).ok());
+    s = BuildScenario(doc);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_TRUE(s->warnings.empty()) << g << " GPUs: " << s->warnings.front();
+    EXPECT_EQ(s->plan.layout.shard, std::min(8, g / 256 > 0 ? g / 256 : 1)) << g;
+  }
+}
+
+TEST(NamedErrors, LayoutRules) {
+  EXPECT_THAT(BuildWith("plan.layout.sparse_shard_group", "3"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("plan.layout.sparse_shard_group: 3 does not divide the 16 replicas")));
+  EXPECT_THAT(BuildWith("plan.layout.sparse_shard_group", "-1"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.layout.sparse_shard_group: -1")));
+  EXPECT_THAT(BuildWith("plan.sparse.fully_sharded", "false"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("plan.layout.sparse_shard_group: 8 splits the 16 replicas, which only a fully "
+                                 "sharded plan")));
+  EXPECT_THAT(BuildWith("plan.layout.sparse_order", "[\"shard\", \"zone\", \"dp\"]"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("plan.layout.sparse_order[1]: \"zone\" is not one of shard, mp, dp")));
+  EXPECT_THAT(BuildWith("plan.layout.sparse_order", "[\"shard\", \"mp\", \"mp\"]"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.layout.sparse_order[2]: \"mp\" appears twice")));
+  EXPECT_THAT(BuildWith("plan.layout.sparse_order", "[\"shard\", \"mp\"]"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.layout.sparse_order: [\"shard\",\"mp\"] must name")));
+  EXPECT_THAT(BuildWith("plan.layout.rank_order", "1"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.layout.rank_order")));
+}
+
+// plan.torchrec_plan: TorchRec's ParameterSharding names and ranks (positions of the MP group of 256)
+// override plan.sparse per table; the ranks place the table's traffic.
+TEST(TorchRecPlan, SetsTypesAndRanksPerTable) {
+  ScenarioDocument doc = GemDefault();
+  doc.json["plan"]["torchrec_plan"] = nlohmann::json::parse(R"({"tables": {
+      "user_feat_0": {"sharding_type": "table_wise", "ranks": [17]},
+      "user_feat_1": {"sharding_type": "column_wise", "ranks": [5, 9]},
+      "ad_feat_0": {"sharding_type": "table_row_wise", "ranks": [0]}}})");
+  absl::StatusOr<Scenario> s = BuildScenario(doc);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto sharding_of = [&](const std::string& name) {
+    for (size_t t = 0; t < s->model->tables.size(); ++t) {
+      if (s->model->tables[t].name == name) return s->plan.sparse.tables[t];
+    }
+    return TableSharding{};
+  };
+  EXPECT_EQ(sharding_of("user_feat_0").type, ShardingType::kTableWise);
+  EXPECT_EQ(sharding_of("user_feat_0").owner, 17);
+  EXPECT_EQ(sharding_of("user_feat_1").type, ShardingType::kColumnWise);
+  EXPECT_EQ(sharding_of("user_feat_1").shards, 2);
+  EXPECT_EQ(sharding_of("user_feat_1").ranks, (std::vector<int>{5, 9}));
+  // One MP position per host in the article's layout (positions 8 ranks apart): a host's ranks are one.
+  EXPECT_EQ(sharding_of("ad_feat_0").type, ShardingType::kTableRowWise);
+  EXPECT_EQ(sharding_of("user").type, ShardingType::kRowWise);  // not named: plan.sparse's
+}
+
+TEST(NamedErrors, TorchRecPlan) {
+  auto with_plan = [](const std::string& text) {
+    ScenarioDocument doc = GemDefault();
+    doc.json["plan"]["torchrec_plan"] = nlohmann::json::parse(text);
+    return BuildScenario(doc).status();
+  };
+  EXPECT_THAT(with_plan(R"({"tables": {"nope": {"sharding_type": "table_wise", "ranks": [0]}}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("plan.torchrec_plan.tables.nope: is not a table of the model")));
+  EXPECT_THAT(with_plan(R"({"tables": {"user_feat_0": {"sharding_type": "TW", "ranks": [0]}}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("plan.torchrec_plan.tables.user_feat_0.sharding_type: \"TW\" is not one of "
+                                 "data_parallel, table_wise, row_wise, column_wise, table_row_wise")));
+  EXPECT_THAT(with_plan(R"({"tables": {"user_feat_0": {"sharding_type": "table_wise", "ranks": [256]}}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("plan.torchrec_plan.tables.user_feat_0.ranks[0]: 256 is not a rank of the sharding "
+                                 "group of 256")));
+  EXPECT_THAT(with_plan(R"({"tables": {"user_feat_0": {"sharding_type": "table_wise", "ranks": [1, 2]}}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("must name one rank")));
+  EXPECT_THAT(with_plan(R"({"tables": {"user_feat_0": {"sharding_type": "column_wise", "ranks": [1, 1]}}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ranks[1]: 1 appears twice")));
+  EXPECT_THAT(with_plan(R"({"tables": {"user_feat_0": {"sharding_type": "row_wise", "ranks": [0, 1]}}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("row_wise uses every rank of the group of 256")));
+  EXPECT_THAT(with_plan(R"({"tables": {"user_feat_0": {"sharding_type": "table_wise"}}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.torchrec_plan.tables.user_feat_0.ranks: missing")));
+  EXPECT_THAT(with_plan(R"({"tables": {"user_feat_0": {"sharding_type": "table_wise", "ranks": [0], "kernel": 1}}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.torchrec_plan.tables.user_feat_0.kernel")));
+  EXPECT_THAT(with_plan(R"({"plan": {}})"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.torchrec_plan.plan")));
 }
 
 TEST(GemDefault, GroupsAreCappedAtTheWorldSize) {

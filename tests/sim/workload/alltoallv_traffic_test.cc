@@ -56,6 +56,30 @@ TEST(PlacementTest, EachTypeSendsEveryLookupSomewhere) {
   EXPECT_NEAR(twrw.points[3].second, 0.8 / 4, 1e-15);
 }
 
+// A TorchRec plan's ranks replace the default positions: CW's shard i on ranks[i], TWRW on the
+// host of ranks[0]; so 700 table-wise tables all owned by one rank load it 256 times the mean.
+TEST(PlacementTest, TorchRecRanksPlaceTheTraffic) {
+  const int M = 16, g = 4;
+  TableSharding cw{ShardingType::kColumnWise, -1, 2};
+  cw.ranks = {11, 2};
+  const PositionShares c = TablePositionShares(cw, 5, M, g, 0.0);
+  ASSERT_EQ(c.points.size(), 2u);
+  EXPECT_EQ(c.points[0], std::make_pair(11, 0.5));
+  EXPECT_EQ(c.points[1], std::make_pair(2, 0.5));
+  TableSharding twrw{ShardingType::kTableRowWise, -1, 1};
+  twrw.ranks = {14, 12, 13, 15};  // host 3: positions 12..15
+  const PositionShares h = TablePositionShares(twrw, 5, M, g, 0.0);
+  ASSERT_EQ(h.points.size(), 4u);
+  EXPECT_EQ(h.points[0].first, 12);
+  EXPECT_EQ(h.points[3].first, 15);
+
+  std::vector<PositionShares> shares;
+  for (int t = 0; t < 700; ++t) shares.push_back(TablePositionShares({ShardingType::kTableWise, 7, 1}, t, 256, 8, 0));
+  std::vector<std::pair<double, const PositionShares*>> tables;
+  for (const PositionShares& s : shares) tables.emplace_back(1.0, &s);
+  EXPECT_NEAR(MaxOverMeanLoad(tables, 256), 256.0, 1e-9);
+}
+
 TEST(PlacementTest, MaxOverMeanLoadOfTableOwnersAndHotIds) {
   // 700 equal table-wise tables: on 4,096 positions 700 hold one table each and the rest none, so
   // the busiest position carries 4096 / 700 times the mean; on 256 positions 188 hold three tables

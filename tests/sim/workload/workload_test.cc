@@ -41,6 +41,52 @@ TEST(RankGroupsTest, EveryClassPartitionsTheWorldIntoEqualGroups) {
   EXPECT_EQ(g->of(GroupClass::kSparseIntra).size, 8);
 }
 
+// plan.layout: V3's full sharding over F = 4 of the N = 16 replicas, MP groups of 8 positions 4 ranks
+// apart (32 ranks), the 4 copies 32 ranks apart; every sparse class still partitions the world, and
+// a rank's MP group, full-sharding group and copies are the dimensions of rank = d*32 + m*4 + i.
+TEST(RankGroupsTest, SparseLayoutPlacesShardMpAndDpDimensions) {
+  Plan plan;
+  plan.sparse.mp_group = 8;
+  plan.sparse.fully_sharded = true;
+  plan.layout.sparse_shard_group = 4;
+  const int world = 128;
+  auto g = BuildRankGroups(plan, world);
+  ASSERT_TRUE(g.ok()) << g.status();
+  const GroupLayout& intra = g->of(GroupClass::kSparseIntra);
+  const GroupLayout& mp = g->of(GroupClass::kSparseMp);
+  const GroupLayout& dp = g->of(GroupClass::kSparseReplica);
+  EXPECT_EQ(intra.size, 4);
+  EXPECT_EQ(intra.stride, 1);
+  EXPECT_EQ(mp.size, 8);
+  EXPECT_EQ(mp.stride, 4);
+  EXPECT_EQ(dp.size, 4);
+  EXPECT_EQ(dp.stride, 32);
+  for (const GroupLayout* l : {&intra, &mp, &dp}) {
+    std::set<int> seen;
+    for (int group = 0; group < l->count; ++group) {
+      for (int p = 0; p < l->size; ++p) seen.insert(l->Member(group, p));
+    }
+    EXPECT_EQ(static_cast<int>(seen.size()), world);
+  }
+  const int rank = 2 * 32 + 5 * 4 + 3;  // copy 2, position 5, sub-block 3
+  EXPECT_EQ(mp.PositionOf(rank), 5);
+  EXPECT_EQ(intra.PositionOf(rank), 3);
+  EXPECT_EQ(dp.PositionOf(rank), 2);
+
+  // The MP dimension innermost: positions on consecutive ranks, the full-sharding group 8 apart.
+  plan.layout.sparse_order = {"mp", "shard", "dp"};
+  g = BuildRankGroups(plan, world);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->of(GroupClass::kSparseMp).stride, 1);
+  EXPECT_EQ(g->of(GroupClass::kSparseIntra).stride, 8);
+  EXPECT_EQ(g->of(GroupClass::kSparseReplica).stride, 32);
+
+  plan.layout.sparse_shard_group = 3;
+  g = BuildRankGroups(plan, world);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("plan.layout.sparse_shard_group: 3"), std::string::npos) << g.status();
+}
+
 TEST(RankGroupsTest, ShardGroupNotDividingTheWorldIsANamedError) {
   Plan plan;
   plan.dense.fsdp_shard_group = 24;
