@@ -70,8 +70,9 @@ absl::Status ApplyTorchRecPlan(const nlohmann::json& json, const model::ModelGra
   const int g = std::max(1, host_positions);
   for (const auto& [name, entry] : tables.items()) {
     const std::string path = JoinPath(tables_path, name);
+    const std::string& table_name = name;  // a lambda cannot capture a structured binding (clang 14)
     const auto it = std::find_if(model.tables.begin(), model.tables.end(),
-                                 [&](const model::GraphTable& t) { return t.name == name; });
+                                 [&](const model::GraphTable& t) { return t.name == table_name; });
     if (it == model.tables.end()) return BadField(path, "is not a table of the model");
     const model::GraphTable& table = *it;
     absl::StatusOr<ObjectReader> e = ObjectReader::Open(entry, path, {"sharding_type", "ranks"});
