@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Measures NCCL collectives on every GPU of the lent H200 host (2 or 4 so far) in one device call, for
 # `gemtb whatif calibrate`:
-#   1. unpacks the Debian packages carried in .deb/ into /tmp/gemtb-deps (the device has CUDA, CMake
+#   1. unpacks the Debian packages carried in .deb/ into $scratch/gemtb-deps (the device has CUDA, CMake
 #      and ninja but none of our packages and no registry) and the source snapshot .deb/src.tgz
 #      (`git archive --format=tar.gz -o .deb/src.tgz HEAD`, made right before the call) into
-#      /tmp/gemtb-src, so that uncommitted work of others in the copied tree cannot break the build;
+#      $scratch/gemtb-src, so that uncommitted work of others in the copied tree cannot break the build;
 #   2. builds `gemtb` there (CUDA on);
 #   3. runs `gemtb bench comm` on all GPUs: every op, 1 KiB .. 1 GiB x2, with NCCL choosing (auto,
 #      plus the interference probe: a GEMM beside an SM-based and beside a copy-engine copy), with
@@ -39,7 +39,7 @@ while [ $# -gt 0 ]; do
 done
 budget=${BENCH_COMM_BUDGET:-540}
 limit() { local left=$((budget - SECONDS)); echo $(( $1 < left ? $1 : (left > 5 ? left : 5) )); }
-out=${OUT:-/tmp/gemtb-bench-comm}
+out=${OUT:-$scratch/gemtb-bench-comm}
 mkdir -p "$out"
 t0=$SECONDS
 stage() { printf '== %-50s [%4d s]\n' "$1" $((SECONDS - t0)) | tee -a "$out/summary.txt"; }
@@ -55,7 +55,7 @@ unpack_device_deps bench_comm require-src
   nproc
 } 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
 
-build=/tmp/gemtb-comm-build
+build=$scratch/gemtb-comm-build
 if [ -n "$prebuilt" ]; then
   stage "gemtb given: $prebuilt (no build)"
   [ -x "$prebuilt" ] || { stage "--gemtb $prebuilt is not an executable"; exit 2; }
@@ -73,16 +73,16 @@ run() {  # name, then env assignments and gemtb arguments
   local name=$1; shift
   stage "bench $name"
   if ! timeout "$(limit 150)" env "$@" --json "$out/comm_$name.json" --iters "$iters" --warmup "$warmup" \
-       --max-bytes "$max_bytes" > "/tmp/comm_$name.txt" 2>&1; then
+       --max-bytes "$max_bytes" > "$scratch/comm_$name.txt" 2>&1; then
     status=1
-    tail -5 "/tmp/comm_$name.txt" | tee -a "$out/summary.txt"
+    tail -5 "$scratch/comm_$name.txt" | tee -a "$out/summary.txt"
   fi
 }
 if [ "$gemm_only" = 1 ]; then
   # The probe, and one small all-gather so that the record is a valid bench comm record.
   max_bytes=1M
   run auto "$gemtb" bench comm --gemm --ops all_gather --min-bytes 1M --label "interference probe"
-  grep -E "^(gemm|#)" /tmp/comm_auto.txt | sed 's/^/   /' | tee -a "$out/summary.txt"
+  grep -E "^(gemm|#)" $scratch/comm_auto.txt | sed 's/^/   /' | tee -a "$out/summary.txt"
   stage "done: status $status"
   exit $status
 fi
@@ -94,7 +94,7 @@ timeout "$(limit 60)" env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,GRAPH "$
   --ops all_reduce --min-bytes 1M --max-bytes 1M --iters 2 --warmup 1 > "$out/tuning.log" 2>&1
 grep -E "Algorithm|Protocol|Max NThreads|Broadcast|Reduce|AllGather|AllReduce|Channel|NCCL version" "$out/tuning.log" \
   | head -40 | sed 's/^/   /' | tee -a "$out/summary.txt" > /dev/null
-grep -E "^(all_|reduce|broadcast|gemm|#)" /tmp/comm_auto.txt | sed 's/^/   /' >> "$out/summary.txt"
+grep -E "^(all_|reduce|broadcast|gemm|#)" $scratch/comm_auto.txt | sed 's/^/   /' >> "$out/summary.txt"
 
 commit=$(cat .deb/SOURCE 2>/dev/null || echo unknown)
 hardware=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)

@@ -99,7 +99,7 @@ while [ $# -gt 0 ]; do
 done
 budget=${BENCH_GPU_BUDGET:-575}
 limit() { local left=$((budget - SECONDS)); echo $(( $1 < left ? $1 : (left > 5 ? left : 5) )); }
-out=${OUT:-/tmp/gemtb-bench-gpu}
+out=${OUT:-$scratch/gemtb-bench-gpu}
 mkdir -p "$out"
 : > "$out/summary.txt"
 : > "$out/run.log"
@@ -110,7 +110,7 @@ status=0
 stage "unpack .deb/ and .deb/src.tgz"
 [ -f .deb/src.tgz ] || { echo "bench_gpu: .deb/src.tgz missing (see the header)" | tee -a "$out/summary.txt"; exit 2; }
 commit=$(cat .deb/SOURCE 2>/dev/null || echo unknown)
-build=/tmp/gemtb-build
+build=$scratch/gemtb-build
 unpack_device_deps bench_gpu require-src
 src=$srcdir
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
@@ -138,27 +138,27 @@ base_gemtb=""
 if [ -n "$base_src" ]; then
   base_commit=$(cat .deb/BASE 2>/dev/null || echo unknown)
   stage "configure and build the base ($base_commit) from $base_src"
-  mkdir -p /tmp/gemtb-base-src
-  tar -xzf "$base_src" -C /tmp/gemtb-base-src
-  if ! build_gemtb /tmp/gemtb-base-src /tmp/gemtb-base-build >> "$build_log" 2>&1; then
+  mkdir -p $scratch/gemtb-base-src
+  tar -xzf "$base_src" -C $scratch/gemtb-base-src
+  if ! build_gemtb $scratch/gemtb-base-src $scratch/gemtb-base-build >> "$build_log" 2>&1; then
     grep -E "error|FAILED" "$build_log" | head -30 | tee -a "$out/summary.txt"
     stage "base build FAILED (build log)"
     exit 2
   fi
-  base_gemtb=/tmp/gemtb-base-build/bin/gemtb
+  base_gemtb=$scratch/gemtb-base-build/bin/gemtb
 fi
 # The Hopper kernel's SASS must hold warpgroup MMAs (HGMMA), not only HMMA.
 obj=$(find "$build" -name 'forward_hopper_bf16.cu.o' | head -1)
 [ -n "$obj" ] && echo "   HGMMA instructions in forward_hopper_bf16: $(cuobjdump --dump-sass "$obj" 2>/dev/null | grep -c HGMMA)" | tee -a "$out/summary.txt"
 
 # --- 3. gemtb bench attention ---------------------------------------------------------------------
-lengths=/tmp/gemtb-lengths
+lengths=$scratch/gemtb-lengths
 mkdir -p "$lengths"
 case_args=()
 [ -n "$cases" ] && case_args=(--cases "$cases")
 for v in ${variants//,/ }; do
   stage "bench: forward kernel $v alone (forward only)"
-  timeout "$(limit 120)" "$gemtb" bench attention --force --out-dir "/tmp/gemtb-variant-$v" --forward-kernel "$v" \
+  timeout "$(limit 120)" "$gemtb" bench attention --force --out-dir "$scratch/gemtb-variant-$v" --forward-kernel "$v" \
     --forward-only --no-compare --reps "$reps" --warmup "$warmup" "${case_args[@]}" --label "$commit $v" \
     2>&1 | tee -a "$out/run.log" | sed 's/^/   /' | tee -a "$out/summary.txt"
 done
@@ -176,33 +176,33 @@ EOF
 if [ -n "$base_gemtb" ]; then
   for r in $(seq 1 "$rounds"); do
     stage "bench round $r: base $base_commit"
-    timeout "$(limit 150)" "$base_gemtb" bench attention --out-dir /tmp/gemtb-base-r$r --forward-kernel auto \
+    timeout "$(limit 150)" "$base_gemtb" bench attention --out-dir $scratch/gemtb-base-r$r --forward-kernel auto \
       --reps "$reps" --warmup "$warmup" --settle-s "$settle" "${case_args[@]}" --label "$base_commit" >> "$out/run.log" 2>&1 ||
       { status=1; stage "base bench FAILED"; }
-    bench_table /tmp/gemtb-base-r$r/bench_attention.json 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
+    bench_table $scratch/gemtb-base-r$r/bench_attention.json 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
     [ "$r" -lt "$rounds" ] || break
     stage "bench round $r: ours $commit"
-    timeout "$(limit 150)" "$gemtb" bench attention --force --out-dir /tmp/gemtb-ours-r$r --forward-kernel "$forward_kernel" \
+    timeout "$(limit 150)" "$gemtb" bench attention --force --out-dir $scratch/gemtb-ours-r$r --forward-kernel "$forward_kernel" \
       --reps "$reps" --warmup "$warmup" --settle-s "$settle" "${case_args[@]}" --label "$commit" >> "$out/run.log" 2>&1 ||
       { status=1; stage "bench FAILED"; }
-    bench_table /tmp/gemtb-ours-r$r/bench_attention.json 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
+    bench_table $scratch/gemtb-ours-r$r/bench_attention.json 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
   done
-  cp "/tmp/gemtb-base-r$rounds/bench_attention.json" "$out/bench_attention_base.json" 2>/dev/null
+  cp "$scratch/gemtb-base-r$rounds/bench_attention.json" "$out/bench_attention_base.json" 2>/dev/null
 fi
 stage "bench: gemtb bench attention (--forward-kernel $forward_kernel, --settle-s $settle)"
 bench_cmd="gemtb bench attention --out-dir DIR --forward-kernel $forward_kernel --reps $reps --warmup $warmup --settle-s $settle ${cases:+--cases $cases}${tanh_cases:+; the same with --tanh-approx --cases $tanh_cases}"
 # The GPU's clocks, temperature, power and throttle reasons every 500 ms while our bench runs (into
 # run.log): what a case ran at, and whether the cases before it had heated the GPU.
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw,clocks_event_reasons.active \
-  --format=csv,noheader -lms 500 > /tmp/gemtb-clocks.csv 2>/dev/null &
+  --format=csv,noheader -lms 500 > $scratch/gemtb-clocks.csv 2>/dev/null &
 clock_pid=$!
 timeout "$(limit 300)" "$gemtb" bench attention --force --out-dir "$lengths" --forward-kernel "$forward_kernel" \
   --reps "$reps" --warmup "$warmup" --settle-s "$settle" "${case_args[@]}" --label "$commit" \
   2>&1 | while IFS= read -r line; do echo "$(date -u +%T) $line"; done | tee -a "$out/run.log" | sed 's/^/   /' | tee -a "$out/summary.txt"
 bench_rc=${PIPESTATUS[0]}
 kill "$clock_pid" 2>/dev/null
-{ echo "# nvidia-smi during the bench: timestamp, SM MHz, memory MHz, C, W, clock event reasons"; cat /tmp/gemtb-clocks.csv; } >> "$out/run.log"
-python3 - /tmp/gemtb-clocks.csv <<'EOF' | sed 's/^/   /' | tee -a "$out/summary.txt"
+{ echo "# nvidia-smi during the bench: timestamp, SM MHz, memory MHz, C, W, clock event reasons"; cat $scratch/gemtb-clocks.csv; } >> "$out/run.log"
+python3 - $scratch/gemtb-clocks.csv <<'EOF' | sed 's/^/   /' | tee -a "$out/summary.txt"
 import sys
 rows = [l.split(', ') for l in open(sys.argv[1]) if l.count(',') >= 5]
 sm = [float(r[1].split()[0]) for r in rows if r[1].split()[0].replace('.', '').isdigit()]
@@ -215,12 +215,12 @@ cp "$lengths/bench_attention.json" "$out/" 2>/dev/null
 [ -n "$base_gemtb" ] && bench_table "$out/bench_attention.json" 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
 if [ -n "$tanh_cases" ] && [ -f "$out/bench_attention.json" ]; then
   stage "bench: --tanh-approx on $tanh_cases"
-  timeout "$(limit 120)" "$gemtb" bench attention --force --out-dir /tmp/gemtb-tanh --forward-kernel "$forward_kernel" \
+  timeout "$(limit 120)" "$gemtb" bench attention --force --out-dir $scratch/gemtb-tanh --forward-kernel "$forward_kernel" \
     --reps "$reps" --warmup "$warmup" --settle-s "$settle" --cases "$tanh_cases" --tanh-approx --label "$commit tanh_approx" \
     2>&1 | tee -a "$out/run.log" | sed 's/^/   /' | tee -a "$out/summary.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; stage "tanh.approx bench FAILED"; }
   # Its rows join the main bench's JSON (same lengths: the draw depends on the case alone).
-  [ -f /tmp/gemtb-tanh/bench_attention.json ] && python3 - "$out/bench_attention.json" /tmp/gemtb-tanh/bench_attention.json <<'EOF'
+  [ -f $scratch/gemtb-tanh/bench_attention.json ] && python3 - "$out/bench_attention.json" $scratch/gemtb-tanh/bench_attention.json <<'EOF'
 import json, sys
 main, extra = (json.load(open(p)) for p in sys.argv[1:3])
 main["cases"] += extra["cases"]
@@ -229,7 +229,7 @@ json.dump(main, open(sys.argv[1], "w"), indent=1)
 EOF
 fi
 for v in ${variants//,/ }; do
-  [ -f "/tmp/gemtb-variant-$v/bench_attention.json" ] && cp "/tmp/gemtb-variant-$v/bench_attention.json" "$lengths/variant_$v.json"
+  [ -f "$scratch/gemtb-variant-$v/bench_attention.json" ] && cp "$scratch/gemtb-variant-$v/bench_attention.json" "$lengths/variant_$v.json"
 done
 [ -n "$base_gemtb" ] || tar -czf "$out/lengths.tgz" -C "$lengths" . 2>/dev/null
 
@@ -240,40 +240,40 @@ bench_oracle_rc=skipped
 if [ "$oracle_bench" -gt 0 ]; then
   bench_limit=$(limit 240)
   stage "gemtb check attention --tier bench (timeout $bench_limit s)"
-  rm -f /tmp/check_bench.json
+  rm -f $scratch/check_bench.json
   # After --time-limit no case starts on the GPU and no judgement starts (those under way finish),
   # so that the summary and JSON are written; the cases not run or not judged are printed.
   timeout "$bench_limit" "$gemtb" check attention --tier bench --seed 1 ${cases:+--bench-cases "$cases"} \
     --time-limit $(( bench_limit > 90 ? bench_limit - 60 : bench_limit * 2 / 3 )) \
-    --json /tmp/check_bench.json > /tmp/check_bench.log 2>&1
+    --json $scratch/check_bench.json > $scratch/check_bench.log 2>&1
   bench_oracle_rc=$?
   [ $bench_oracle_rc -eq 0 ] || status=1
-  grep -E "^(pass|FAIL|EXCUSED|skipped|not judged) |^total|^STOPPED" /tmp/check_bench.log | sed 's/^/   /' | tee -a "$out/summary.txt"
-  cat /tmp/check_bench.log >> "$out/run.log"
+  grep -E "^(pass|FAIL|EXCUSED|skipped|not judged) |^total|^STOPPED" $scratch/check_bench.log | sed 's/^/   /' | tee -a "$out/summary.txt"
+  cat $scratch/check_bench.log >> "$out/run.log"
   echo "   bench oracle check exit code $bench_oracle_rc" | tee -a "$out/summary.txt"
 fi
 if [ "$check_cases" -gt 0 ]; then
   stage "gemtb check attention --cases $check_cases (timeout $(limit 400) s)"
   # The check runs the kernels the library picks (gpu/attention/kernel_policy.h).
   timeout "$(limit 400)" "$gemtb" check attention --cases "$check_cases" --seed 1 --max-length 300 \
-    --json "$out/check.json" > /tmp/check.log 2>&1
+    --json "$out/check.json" > $scratch/check.log 2>&1
   check_rc=$?
   [ $check_rc -eq 0 ] || status=1
-  { grep -A 40 "^family" /tmp/check.log || tail -20 /tmp/check.log; } | tee -a "$out/summary.txt"
-  cat /tmp/check.log >> "$out/run.log"
+  { grep -A 40 "^family" $scratch/check.log || tail -20 $scratch/check.log; } | tee -a "$out/summary.txt"
+  cat $scratch/check.log >> "$out/run.log"
   echo "   check exit code $check_rc" | tee -a "$out/summary.txt"
 fi
 if [ -n "$tanh_cases" ] && [ "$tanh_check_cases" -gt 0 ]; then
   stage "gemtb check attention --tanh-approx --cases $tanh_check_cases (silu, gelu_tanh)"
   tanh_families=silu/none,silu/causal,silu/window,silu/block,gelu_tanh/none,gelu_tanh/causal,gelu_tanh/window,gelu_tanh/block
   timeout "$(limit 200)" "$gemtb" check attention --tanh-approx --cases "$tanh_check_cases" --seed 2 --max-length 300 \
-    --family "$tanh_families" --json /tmp/check_tanh.json > /tmp/check_tanh.log 2>&1
+    --family "$tanh_families" --json $scratch/check_tanh.json > $scratch/check_tanh.log 2>&1
   tanh_rc=$?
   [ $tanh_rc -eq 0 ] || status=1
-  { grep -A 12 "^family" /tmp/check_tanh.log || tail -20 /tmp/check_tanh.log; } | tee -a "$out/summary.txt"
-  cat /tmp/check_tanh.log >> "$out/run.log"
+  { grep -A 12 "^family" $scratch/check_tanh.log || tail -20 $scratch/check_tanh.log; } | tee -a "$out/summary.txt"
+  cat $scratch/check_tanh.log >> "$out/run.log"
   echo "   tanh.approx check exit code $tanh_rc" | tee -a "$out/summary.txt"
-  [ -f /tmp/check_tanh.json ] && python3 - "$out/check.json" /tmp/check_tanh.json <<'EOF'
+  [ -f $scratch/check_tanh.json ] && python3 - "$out/check.json" $scratch/check_tanh.json <<'EOF'
 import json, sys
 try:
     main = json.load(open(sys.argv[1]))
@@ -284,7 +284,7 @@ json.dump(main, open(sys.argv[1], "w"), indent=1)
 EOF
 fi
 if [ "$oracle_bench" -gt 0 ]; then
-  python3 - "$out/check.json" /tmp/check_bench.json "$bench_oracle_rc" <<'EOF'
+  python3 - "$out/check.json" $scratch/check_bench.json "$bench_oracle_rc" <<'EOF'
 import json, sys
 try:
     main = json.load(open(sys.argv[1]))
@@ -310,7 +310,7 @@ if { [ "$peer_timeout" -gt 0 ] && [ -f .peers/torch_peers.py ] || [ $meta_applie
    [ -f "$lengths/bench_attention.json" ]; then
   peer_cases=()
   [ -n "$cases" ] && IFS=, read -r -a peer_cases <<< "$cases"
-  cat > /tmp/peer_lines.py <<'EOF'
+  cat > $scratch/peer_lines.py <<'EOF'
 import json, sys
 for line in sys.stdin:
     try:
@@ -325,15 +325,15 @@ for line in sys.stdin:
 EOF
   # Each script's rows join peers.json through merge_peers.py: its JSON, or the rows it printed
   # when its time limit stopped it first.
-  rm -f "$out/peers.json" /tmp/torch_peers.json /tmp/meta_peers.json
+  rm -f "$out/peers.json" $scratch/torch_peers.json $scratch/meta_peers.json
   if [ "$peer_timeout" -gt 0 ] && [ -f .peers/torch_peers.py ]; then
     stage "peers: torch_peers.py --lengths (timeout $(limit "$peer_timeout") s)"
-    PYTHONUNBUFFERED=1 timeout "$(limit "$peer_timeout")" python3 .peers/torch_peers.py --json /tmp/torch_peers.json \
-      --lengths "$lengths" "${peer_cases[@]}" 2>&1 | tee /tmp/torch_peers.log | tee -a "$out/run.log" | \
-      python3 /tmp/peer_lines.py | tee -a "$out/summary.txt"
-    [ -f /tmp/torch_peers.json ] || stage "torch peers stopped by the time limit (the rows they printed)"
-    python3 "$src/tools/bench/merge_peers.py" "$out/peers.json" torch_peers.py /tmp/torch_peers.json \
-      /tmp/torch_peers.log "$gpu_name"
+    PYTHONUNBUFFERED=1 timeout "$(limit "$peer_timeout")" python3 .peers/torch_peers.py --json $scratch/torch_peers.json \
+      --lengths "$lengths" "${peer_cases[@]}" 2>&1 | tee $scratch/torch_peers.log | tee -a "$out/run.log" | \
+      python3 $scratch/peer_lines.py | tee -a "$out/summary.txt"
+    [ -f $scratch/torch_peers.json ] || stage "torch peers stopped by the time limit (the rows they printed)"
+    python3 "$src/tools/bench/merge_peers.py" "$out/peers.json" torch_peers.py $scratch/torch_peers.json \
+      $scratch/torch_peers.log "$gpu_name"
   fi
   if [ $meta_applies -eq 1 ]; then
     meta_case_list=("${peer_cases[@]}")
@@ -341,20 +341,20 @@ EOF
     stage "peers: Meta's Triton GDPA (timeout $(limit "$meta_timeout") s)"
     PYTHONUNBUFFERED=1 timeout "$(limit "$meta_timeout")" python3 "$src/tools/bench/meta_gdpa_peer.py" \
       --repo .peers/meta_gdpa --repo-commit "$(cat .peers/meta_gdpa/COMMIT 2>/dev/null)" --lengths "$lengths" \
-      --json /tmp/meta_peers.json --reps 10 "${meta_case_list[@]}" 2>&1 | tee /tmp/meta_peers.log | \
-      tee -a "$out/run.log" | python3 /tmp/peer_lines.py | tee -a "$out/summary.txt"
-    [ -f /tmp/meta_peers.json ] || stage "Meta's GDPA stopped by the time limit (the rows it printed)"
-    python3 "$src/tools/bench/merge_peers.py" "$out/peers.json" tools/bench/meta_gdpa_peer.py /tmp/meta_peers.json \
-      /tmp/meta_peers.log "$gpu_name"
+      --json $scratch/meta_peers.json --reps 10 "${meta_case_list[@]}" 2>&1 | tee $scratch/meta_peers.log | \
+      tee -a "$out/run.log" | python3 $scratch/peer_lines.py | tee -a "$out/summary.txt"
+    [ -f $scratch/meta_peers.json ] || stage "Meta's GDPA stopped by the time limit (the rows it printed)"
+    python3 "$src/tools/bench/merge_peers.py" "$out/peers.json" tools/bench/meta_gdpa_peer.py $scratch/meta_peers.json \
+      $scratch/meta_peers.log "$gpu_name"
   fi
   stage "ratio table"
   python3 "$src/gpu/bench/ratio_table.py" "$out/bench_attention.json" "$out/peers.json" "$out/ratio.json" \
-    /tmp/ratio.md commit "$commit" gpu "$gpu_name" bench_command "$bench_cmd" \
+    $scratch/ratio.md commit "$commit" gpu "$gpu_name" bench_command "$bench_cmd" \
     peers_command "python3 torch_peers.py --json peers.json --lengths DIR ${cases//,/ }; python3 tools/bench/meta_gdpa_peer.py --repo .peers/meta_gdpa --lengths DIR --reps 10 ${cases//,/ }" | tee -a "$out/summary.txt"
   if [ -f "$out/bench_attention_base.json" ]; then
     stage "ratio table of the base ($base_commit), same peers"
     python3 "$src/gpu/bench/ratio_table.py" "$out/bench_attention_base.json" "$out/peers.json" "$out/ratio_base.json" \
-      /tmp/ratio_base.md commit "$base_commit" gpu "$gpu_name" bench_command "$bench_cmd (base build)" \
+      $scratch/ratio_base.md commit "$base_commit" gpu "$gpu_name" bench_command "$bench_cmd (base build)" \
       peers_command "python3 torch_peers.py --json peers.json --lengths DIR ${cases//,/ }" | tee -a "$out/summary.txt"
   fi
 else
@@ -367,11 +367,11 @@ for c in ${ncu_cases//,/ }; do
   timeout "$(limit 90)" ncu --clock-control none --kernel-name regex:Forward --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis --section LaunchStats \
-    "$gemtb" bench attention --force --out-dir /tmp/gemtb-ncu --cases "$c" --forward-only --no-compare --reps 1 \
-    --warmup 0 > /tmp/ncu.log 2>&1
+    "$gemtb" bench attention --force --out-dir $scratch/gemtb-ncu --cases "$c" --forward-only --no-compare --reps 1 \
+    --warmup 0 > $scratch/ncu.log 2>&1
   grep -E "Duration|Throughput|Pipe|Stall|Issue|Warp Cycles|Registers|Achieved|Eligible|Executed Ipc|L2 Hit|L1/TEX Hit|Mem Busy|Max Bandwidth" \
-    /tmp/ncu.log | head -60 | sed 's/^/   /' | tee -a "$out/summary.txt"
-  cat /tmp/ncu.log >> "$out/run.log"
+    $scratch/ncu.log | head -60 | sed 's/^/   /' | tee -a "$out/summary.txt"
+  cat $scratch/ncu.log >> "$out/run.log"
 done
 
 stage "done: status $status"

@@ -37,7 +37,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 limit() { local left=$((budget - SECONDS)); echo $(( $1 < left ? $1 : (left > 5 ? left : 5) )); }
-out=${OUT:-/tmp/gemtb-embed-check}
+out=${OUT:-$scratch/gemtb-embed-check}
 mkdir -p "$out"
 : > "$out/summary.txt"
 : > "$out/run.log"
@@ -45,7 +45,7 @@ stage() { printf '== %-50s [%4d s]\n' "$1" "$SECONDS" | tee -a "$out/summary.txt
 status=0
 
 # --- 1. dependencies and sources (as tools/gpu_check.sh) ------------------------------------------
-stage "unpack .deb/ into /tmp/gemtb-deps"
+stage "unpack .deb/ into $scratch/gemtb-deps"
 unpack_device_deps embed_gpu_check
 commit=$(cat .deb/SOURCE 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)
 {
@@ -57,7 +57,7 @@ commit=$(cat .deb/SOURCE 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo u
 } 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
 
 # --- 2. build and the GPU tests ------------------------------------------------------------------
-build=/tmp/gemtb-embed-build
+build=$scratch/gemtb-embed-build
 stage "configure and build gemtb, gpu_embedding_test"
 if ! { configure_device_build "$srcdir" "$build" &&
        cmake --build "$build" -j "$(nproc)" --target gemtb gpu_embedding_test; } > "$out/build.log" 2>&1; then
@@ -79,20 +79,20 @@ stage "gemtb check embed --cases $cases --seed $seed"
 check_seconds=$(( budget - SECONDS - 200 )); [ $check_seconds -gt 200 ] && check_seconds=200
 [ $check_seconds -lt 30 ] && check_seconds=30
 timeout $((check_seconds + 40)) "$gemtb" check embed --cases "$cases" --seed "$seed" --max-seconds "$check_seconds" --json "$out/check.json" \
-  > /tmp/gemtb-embed-check.log 2>&1
+  > $scratch/gemtb-embed-check.log 2>&1
 check_rc=$?
 [ $check_rc -eq 0 ] || status=1
 echo "   check embed: exit $check_rc$([ $check_rc -eq 124 ] && echo ' (killed at its time limit)')" | tee -a "$out/summary.txt"
-grep -E "error:|^STOPPED" /tmp/gemtb-embed-check.log | head -3 | sed 's/^/   /' | tee -a "$out/summary.txt"
-cat /tmp/gemtb-embed-check.log >> "$out/run.log"
+grep -E "error:|^STOPPED" $scratch/gemtb-embed-check.log | head -3 | sed 's/^/   /' | tee -a "$out/summary.txt"
+cat $scratch/gemtb-embed-check.log >> "$out/run.log"
 # Families with a failure only (and the malformed-KJT family); check.json has every family.
-grep -A 400 "^family" /tmp/gemtb-embed-check.log | awk '$4 != 0 || /^family|^total|malformed/' | tee -a "$out/summary.txt"
-grep -A 400 "^family" /tmp/gemtb-embed-check.log | awk '/\// && $4 == 0 { n++ } END { printf "   %d families with no failing case (not listed)\n", n }' \
+grep -A 400 "^family" $scratch/gemtb-embed-check.log | awk '$4 != 0 || /^family|^total|malformed/' | tee -a "$out/summary.txt"
+grep -A 400 "^family" $scratch/gemtb-embed-check.log | awk '/\// && $4 == 0 { n++ } END { printf "   %d families with no failing case (not listed)\n", n }' \
   | tee -a "$out/summary.txt"
 
 # --- 4. bench and peers ----------------------------------------------------------------------------
 stage "gemtb bench embed --reps $reps"
-bench_dir=/tmp/gemtb-embed-bench
+bench_dir=$scratch/gemtb-embed-bench
 timeout "$(limit 120)" "$gemtb" bench embed --force --out-dir "$bench_dir" --reps "$reps" --label "$commit" \
   2>&1 | tee -a "$out/run.log" | sed 's/^/   /' | tee -a "$out/summary.txt"
 bench_rc=${PIPESTATUS[0]}
@@ -101,9 +101,9 @@ cp "$bench_dir/bench_embed.json" "$out/" 2>/dev/null
 if [ $peers -eq 1 ] && [ -f "$bench_dir/bench_embed.json" ]; then
   stage "tools/bench/embed_peers.py (PyTorch on the same ids)"
   timeout "$(limit 160)" python3 tools/bench/embed_peers.py --ids-dir "$bench_dir" --ours "$bench_dir/bench_embed.json" \
-    --json "$out/peers.json" --ratio "$out/ratio.json" --reps "$reps" > /tmp/gemtb-embed-peers.log 2>&1
+    --json "$out/peers.json" --ratio "$out/ratio.json" --reps "$reps" > $scratch/gemtb-embed-peers.log 2>&1
   peers_rc=$?
-  cat /tmp/gemtb-embed-peers.log >> "$out/run.log"
+  cat $scratch/gemtb-embed-peers.log >> "$out/run.log"
   [ $peers_rc -eq 0 ] || echo "   peers exited $peers_rc (run.log); the table holds what ran" | tee -a "$out/summary.txt"
   # The ratio table (best peer time / ours; > 1: ours faster), from ratio.json, partial or not.
   python3 - "$out/ratio.json" <<'PY' 2>&1 | sed 's/^/   /' | tee -a "$out/summary.txt"
@@ -128,13 +128,13 @@ for tool in memcheck racecheck; do
   stage "compute-sanitizer --tool $tool: check embed --cases $sanitize_cases ($share s)"
   timeout "$share" compute-sanitizer --tool "$tool" --error-exitcode 99 "$gemtb" check embed \
     --cases "$sanitize_cases" --seed $((seed + 1000)) --malformed 0 --max-seconds $((share - 10)) \
-    > /tmp/gemtb-embed-$tool.log 2>&1
+    > $scratch/gemtb-embed-$tool.log 2>&1
   rc=$?
-  cat /tmp/gemtb-embed-$tool.log >> "$out/run.log"
-  echo "   $tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/gemtb-embed-$tool.log | tr '\n' ' ')" \
-    "$(grep -E '^total' /tmp/gemtb-embed-$tool.log)" | tee -a "$out/summary.txt"
+  cat $scratch/gemtb-embed-$tool.log >> "$out/run.log"
+  echo "   $tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $scratch/gemtb-embed-$tool.log | tr '\n' ' ')" \
+    "$(grep -E '^total' $scratch/gemtb-embed-$tool.log)" | tee -a "$out/summary.txt"
   # Exit 1 with STOPPED and no FAIL line: the time limit cut the run, nothing failed (reported as such).
-  if [ $rc -eq 1 ] && grep -q "^STOPPED" /tmp/gemtb-embed-$tool.log && ! grep -q "^FAIL" /tmp/gemtb-embed-$tool.log; then
+  if [ $rc -eq 1 ] && grep -q "^STOPPED" $scratch/gemtb-embed-$tool.log && ! grep -q "^FAIL" $scratch/gemtb-embed-$tool.log; then
     rc="partial (time limit), no failure"
   fi
   eval "${tool}_rc=\"$rc\""

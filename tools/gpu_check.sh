@@ -42,7 +42,7 @@ sanitizer_tools=default
 run_check=1
 run_ctest=1
 racecheck_family=""
-build=/tmp/gemtb-gpu-build
+build=$scratch/gemtb-gpu-build
 while [ $# -gt 0 ]; do
   case "$1" in
     --tier) tier=$2; shift 2 ;;
@@ -87,14 +87,14 @@ fi
 # writes results.json) inside one device call of 600 s.
 budget=${GPU_CHECK_BUDGET:-570}
 limit() { local left=$((budget - SECONDS)); echo $(( $1 < left ? $1 : (left > 5 ? left : 5) )); }
-out=${OUT:-/tmp/gemtb-gpu-check}  # $OUT on the device machine
+out=${OUT:-$scratch/gemtb-gpu-check}  # $OUT on the device machine
 mkdir -p "$out"
 t0=$SECONDS
 stage() { printf '== %-40s [%4d s]\n' "$1" $((SECONDS - t0)) | tee -a "$out/summary.txt"; }
 : > "$out/summary.txt"
 
 # --- 1. dependencies ------------------------------------------------------------------------------
-stage "unpack .deb/ into /tmp/gemtb-deps"
+stage "unpack .deb/ into $scratch/gemtb-deps"
 unpack_device_deps gpu_check
 if [ "$srcdir" != . ]; then
   echo "   building from .deb/src.tgz ($(cat .deb/SOURCE 2>/dev/null || echo 'commit unknown'))" | tee -a "$out/summary.txt"
@@ -158,7 +158,7 @@ for act in relu_square leaky_relu hardswish; do
   for mask in none causal window block; do extra_families+="${extra_families:+,}$act/$mask"; done
 done
 : > "$out/check.log"
-rm -f "$out/check.json" /tmp/gemtb-check-scale.json
+rm -f "$out/check.json" $scratch/gemtb-check-scale.json
 if [ $run_check -eq 1 ] && [ $run_scale -eq 1 ]; then
   # Scale tier first: with --tier all, a short budget cuts the small tier, which runs elsewhere too.
   stage "$scale_cmd"
@@ -168,28 +168,28 @@ if [ $run_check -eq 1 ] && [ $run_scale -eq 1 ]; then
   timeout "$scale_limit" "$gemtb" check attention --tier scale --cases "$scale_cases" --seed "$seed" \
     --family "$scale_family" \
     --time-limit $(( scale_limit > 90 ? scale_limit - 60 : scale_limit * 2 / 3 )) \
-    --json /tmp/gemtb-check-scale.json >> "$out/check.log" 2>&1
+    --json $scratch/gemtb-check-scale.json >> "$out/check.log" 2>&1
   scale_rc=$?
   [ $scale_rc -eq 0 ] || status=1
   grep -A 30 "^scale tier" "$out/check.log" | tee -a "$out/summary.txt"
   echo "   scale tier exit code $scale_rc" | tee -a "$out/summary.txt"
   # Without the small tier, check.json is the scale tier's (with its failures).
-  [ $run_small -eq 1 ] || cp /tmp/gemtb-check-scale.json "$out/check.json" 2>/dev/null
+  [ $run_small -eq 1 ] || cp $scratch/gemtb-check-scale.json "$out/check.json" 2>/dev/null
 fi
 if [ $run_check -eq 1 ] && [ $run_small -eq 1 ]; then
   stage "$check_cmd"
   timeout "$(limit 300)" "$gemtb" check attention --cases "$cases" --seed "$seed" \
-    --max-length "$max_length" --json "$out/check.json" > /tmp/gemtb-check-small.log 2>&1
+    --max-length "$max_length" --json "$out/check.json" > $scratch/gemtb-check-small.log 2>&1
   check_rc=$?
   [ $check_rc -eq 0 ] || status=1
-  cat /tmp/gemtb-check-small.log >> "$out/check.log"
-  grep -A 40 "^small tier" /tmp/gemtb-check-small.log | tee -a "$out/summary.txt"
+  cat $scratch/gemtb-check-small.log >> "$out/check.log"
+  grep -A 40 "^small tier" $scratch/gemtb-check-small.log | tee -a "$out/summary.txt"
 
   # The three activations beyond the six run the same code paths; a smaller check covers
   # them.
   stage "gemtb check attention (other acts, $extra_cases cases per family)"
   timeout "$(limit 100)" "$gemtb" check attention --cases "$extra_cases" --seed "$seed" \
-    --max-length "$max_length" --family "$extra_families" --json /tmp/gemtb-check-extra.json \
+    --max-length "$max_length" --family "$extra_families" --json $scratch/gemtb-check-extra.json \
     >> "$out/check.log" 2>&1
   extra_rc=$?
   [ $extra_rc -eq 0 ] || status=1
@@ -204,7 +204,7 @@ fi
 racecheck_report=""  # compute-sanitizer's default (analysis: one report per pair of accesses)
 [ -n "$racecheck_family" ] && racecheck_report=all
 sanitize() {  # tool family cases seconds
-  local f=/tmp/gemtb-san/$1/${2//\//+}
+  local f=$scratch/gemtb-san/$1/${2//\//+}
   local report=()
   [ "$1" = racecheck ] && [ -n "$racecheck_report" ] && report=(--racecheck-report "$racecheck_report")
   timeout "$4" compute-sanitizer --tool "$1" "${report[@]}" --error-exitcode 99 "$gemtb" check attention \
@@ -240,11 +240,11 @@ for tool in ${sanitizer_tools//,/ }; do
     title="$tool --racecheck-report all"
   fi
   stage "compute-sanitizer --tool $title ($sanitize_cases cases per family, $share s per family)"
-  rm -rf "/tmp/gemtb-san/$tool" && mkdir -p "/tmp/gemtb-san/$tool"
+  rm -rf "$scratch/gemtb-san/$tool" && mkdir -p "$scratch/gemtb-san/$tool"
   printf '%s\n' $fams | xargs -P 8 -I{} bash -c "sanitize $tool {} $sanitize_cases $share"
   : > "$out/$tool.log"
   for fam in $fams; do
-    f=/tmp/gemtb-san/$tool/${fam//\//+}.log
+    f=$scratch/gemtb-san/$tool/${fam//\//+}.log
     { echo "### $fam"; cut_reports "$f"; } >> "$out/$tool.log"
     done_cases=$(grep -cE "^(pass|FAIL|EXCUSED) " "$f")
     summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$f" | tr '\n' ' ')
@@ -272,7 +272,7 @@ scale_jobs=(
 )
 scale_memcheck() {  # "name|args" seconds
   local name=${1%%|*} args=${1#*|}
-  local f=/tmp/gemtb-san/scale-memcheck/$name
+  local f=$scratch/gemtb-san/scale-memcheck/$name
   # shellcheck disable=SC2086  # args are words
   timeout "$2" compute-sanitizer --tool memcheck --error-exitcode 99 "$gemtb" check attention --tier scale \
     --cases "$scale_sanitize_cases" --seed $((seed + 1000)) --verbose $args > "$f.log" 2>&1
@@ -284,11 +284,11 @@ if [ $run_scale -eq 1 ] && [ "$scale_sanitize_cases" -gt 0 ]; then
   share=$(( budget - SECONDS - 15 ))
   if [ $share -gt 20 ]; then
     stage "compute-sanitizer memcheck, scale tier ($scale_sanitize_cases cases per kernel, $share s)"
-    rm -rf /tmp/gemtb-san/scale-memcheck && mkdir -p /tmp/gemtb-san/scale-memcheck
+    rm -rf $scratch/gemtb-san/scale-memcheck && mkdir -p $scratch/gemtb-san/scale-memcheck
     printf '%s\n' "${scale_jobs[@]}" | xargs -P ${#scale_jobs[@]} -I{} bash -c "scale_memcheck '{}' $share"
     for job in "${scale_jobs[@]}"; do
       name=${job%%|*}
-      f=/tmp/gemtb-san/scale-memcheck/$name.log
+      f=$scratch/gemtb-san/scale-memcheck/$name.log
       { echo "### scale tier memcheck $name: ${job#*|}"; cat "$f"; } >> "$out/memcheck.log"
       done_cases=$(grep -cE "^(pass|FAIL|EXCUSED) " "$f")
       skipped=$(grep -cE "^skipped " "$f")
@@ -320,7 +320,7 @@ def load(name):
         return None
 def sanitizer(tool):
     fams = {}
-    folder = os.path.join("/tmp/gemtb-san", tool)
+    folder = os.path.join("$scratch/gemtb-san", tool)
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         lines = open(os.path.join(folder, name), errors="replace").read().splitlines()
         fam = name[:-4].replace("+", "/")
@@ -342,7 +342,7 @@ def sanitizer(tool):
 check = load("check.json")
 def scale_memcheck():
     jobs = {}
-    folder = "/tmp/gemtb-san/scale-memcheck"
+    folder = "$scratch/gemtb-san/scale-memcheck"
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         lines = open(os.path.join(folder, name), errors="replace").read().splitlines()
         jobs[name[:-4]] = {"cases_done": sum(1 for l in lines if l.startswith(("pass ", "FAIL ", "EXCUSED "))),
@@ -352,7 +352,7 @@ def scale_memcheck():
                            "exit": lines[-1] if lines else "no log"}
     return jobs
 try:
-    scale = json.load(open("/tmp/gemtb-check-scale.json"))
+    scale = json.load(open("$scratch/gemtb-check-scale.json"))
 except (OSError, ValueError):
     scale = None
 result = {
@@ -362,7 +362,7 @@ result = {
     "sanitizers": {t: sanitizer(t) for t in tools.split(",") if t},
 }
 try:
-    extra = json.load(open("/tmp/gemtb-check-extra.json"))
+    extra = json.load(open("$scratch/gemtb-check-extra.json"))
 except (OSError, ValueError):
     extra = None
 result["tier"] = os.environ["tier"]

@@ -2,15 +2,19 @@
 # tools/embed_gpu_check.sh, tools/bench_gpu.sh, tools/bench_comm.sh): the steps they share. Each
 # caller has set $out; messages go to stdout and $out/summary.txt.
 
+# The device machine's temporary folder ($TMPDIR, else the system's), where the scripts keep the
+# unpacked packages, sources, builds and logs between the calls of one warm machine.
+scratch=$(dirname "$(mktemp -u)")
+
 # unpack_device_deps NAME [require-src]: unpacks the Debian packages in .deb/ into
-# prefix=/tmp/gemtb-deps (the device has CUDA, CMake and ninja but none of our packages and no
+# prefix=$scratch/gemtb-deps (the device has CUDA, CMake and ninja but none of our packages and no
 # registry) and, where .deb/src.tgz exists (a `git archive` of the commit in .deb/SOURCE: the working
-# tree that travels may hold uncommitted work), the sources into srcdir=/tmp/gemtb-src; without it
+# tree that travels may hold uncommitted work), the sources into srcdir=$scratch/gemtb-src; without it
 # srcdir=. (the working tree), or, with require-src, exit 2. Puts the packages' libraries on
 # LD_LIBRARY_PATH. Without packages: exit 2, the message naming NAME.
 unpack_device_deps() {
   local name=$1 require_src=${2:-} f
-  prefix=/tmp/gemtb-deps
+  prefix=$scratch/gemtb-deps
   mkdir -p "$prefix"
   shopt -s nullglob
   local debs=(.deb/*.deb)
@@ -25,7 +29,7 @@ unpack_device_deps() {
   for f in "${debs[@]}"; do dpkg -x "$f" "$prefix"; done
   srcdir=.
   if [ -f .deb/src.tgz ]; then
-    srcdir=/tmp/gemtb-src
+    srcdir=$scratch/gemtb-src
     mkdir -p "$srcdir" && tar -xzf .deb/src.tgz -C "$srcdir"
   fi
   export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
