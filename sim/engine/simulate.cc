@@ -92,9 +92,16 @@ absl::StatusOr<SimResult> Simulate(const Scenario& scenario, const Counterfactua
   const double J = std::max<double>(1, static_cast<double>(m.sequences.size()));
   bc.kjt_per_sample = 4.0 * (pooled_features + seq_features) + 8.0 * pooled_ids;
   bc.kjt_per_token = 8.0 * seq_features / J;
-  absl::StatusOr<std::vector<double>> stats_or = DrawBatchStats(bc, scenario.batches, options.threads);
-  if (!stats_or.ok()) return stats_or.status();
-  std::vector<double>& stats = *stats_or;
+  std::vector<double> stats;
+  if (options.batch_cache != nullptr) {
+    absl::StatusOr<BatchStatsCache::Stats> shared = options.batch_cache->Get(bc, scenario.batches, options.threads);
+    if (!shared.ok()) return shared.status();
+    stats = **shared;  // a copy: perfect balance below rewrites it
+  } else {
+    absl::StatusOr<std::vector<double>> drawn = DrawBatchStats(bc, scenario.batches, options.threads);
+    if (!drawn.ok()) return drawn.status();
+    stats = *std::move(drawn);
+  }
   const int width = tpl.layout.size();
   // The sparse all-to-allvs at their slowest member's bytes (placement and hot ids), at the mean
   // rank-step's batch (the same for every counterfactual: perfect balance keeps the mean).

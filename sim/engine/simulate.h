@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "sim/scenario/result.h"
 #include "sim/scenario/scenario.h"
+#include "sim/workload/batch_stats_cache.h"
 
 namespace gemtb::sim {
 
@@ -33,6 +34,9 @@ struct SimOptions {
   // Overrides of batches.warmup_steps / measured_steps when >= 0 (e.g. `--steps W,M`).
   int warmup_steps = -1;
   int measured_steps = -1;
+  // Where batch statistics drawn by earlier runs are kept (a study shares one across its runs);
+  // null: every run draws its own. Results do not depend on it.
+  BatchStatsCache* batch_cache = nullptr;
 };
 
 // Runs the scenario with the given counterfactual switches (the loss attribution's table).

@@ -135,6 +135,7 @@ class RunPlanner {
         sim.trace_step = options_.trace_step;
         sim.warmup_steps = options_.warmup_steps;
         sim.measured_steps = options_.measured_steps;
+        sim.batch_cache = &batch_cache_;
         results_[j] = simulate_(*scenario, FromMask(job.switches), sim);
       }
       wall[j] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -228,6 +229,7 @@ class RunPlanner {
   std::vector<absl::StatusOr<SimResult>> results_;
   std::vector<bool> done_;
   std::map<std::pair<int, int>, int> job_index_;
+  BatchStatsCache batch_cache_;  // runs that draw the same batches share one draw
   std::map<std::string, size_t> canonical_;  // RunKey -> the job that runs (traced if any of its aliases is)
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::mutex progress_mutex_;

@@ -2,10 +2,13 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "sim/workload/batch_draw.h"
+#include "sim/workload/batch_stats_cache.h"
 #include "sim/workload/rank_groups.h"
 
 namespace gemtb::sim {
@@ -184,6 +187,78 @@ TEST(BatchDrawTest, UnknownPolicyIsANamedError) {
   auto r = DrawBatchStats(TestConfig(1), TestBatches("shuffle", 1.0), 1);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("batches.assignment.policy"), std::string::npos);
+}
+
+TEST(BatchStatsCacheTest, AHitIsTheFreshDrawDrawnOnce) {
+  BatchStatsCache cache;
+  const BatchDrawConfig c = TestConfig(4);
+  const Batches b = TestBatches("bbs", 1.0);
+  auto first = cache.Get(c, b, 2);
+  auto again = cache.Get(c, b, 1);
+  auto fresh = DrawBatchStats(c, b, 1);
+  ASSERT_TRUE(first.ok() && again.ok() && fresh.ok());
+  EXPECT_EQ(**first, *fresh);
+  EXPECT_EQ(first->get(), again->get());  // the same draw, not a second one
+  EXPECT_EQ(cache.size(), 1u);
+  auto other = cache.Get(c, TestBatches("random", 1.0), 1);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(**other, **first);
+  EXPECT_EQ(cache.size(), 2u);
+}
+
+TEST(BatchStatsCacheTest, EveryFieldTheDrawReadsIsInTheKey) {
+  const BatchDrawConfig c0 = TestConfig(4);
+  const Batches b0 = TestBatches("bbs", 1.0);
+  const std::string base = BatchDrawKey(c0, b0);
+  std::vector<std::pair<std::string, std::pair<BatchDrawConfig, Batches>>> changed;
+  auto change = [&](const std::string& name, auto&& edit) {
+    BatchDrawConfig c = c0;
+    Batches b = b0;
+    edit(c, b);
+    changed.push_back({name, {c, b}});
+  };
+  change("seed", [](BatchDrawConfig& c, Batches&) { c.seed += 1; });
+  change("world", [](BatchDrawConfig& c, Batches&) { c.world += 1; });
+  change("steps", [](BatchDrawConfig& c, Batches&) { c.steps += 1; });
+  change("kjt_per_sample", [](BatchDrawConfig& c, Batches&) { c.kjt_per_sample += 1e-9; });
+  change("kjt_per_token", [](BatchDrawConfig& c, Batches&) { c.kjt_per_token += 1e-9; });
+  change("n_s", [](BatchDrawConfig& c, Batches&) { c.sequences[1].n_s += 1; });
+  change("mask kind", [](BatchDrawConfig& c, Batches&) { c.sequences[0].mask.kind = MaskKind::kCausal; });
+  change("mask block", [](BatchDrawConfig& c, Batches&) { c.sequences[0].mask.block += 1; });
+  change("mask left", [](BatchDrawConfig& c, Batches&) { c.sequences[0].mask.left = 7; });
+  change("mask right", [](BatchDrawConfig& c, Batches&) { c.sequences[0].mask.right = 7; });
+  change("lmax", [](BatchDrawConfig& c, Batches&) { c.sequences[0].lmax += 1; });
+  change("local_batch", [](BatchDrawConfig&, Batches& b) { b.local_batch += 1; });
+  change("policy", [](BatchDrawConfig&, Batches& b) { b.assignment.policy = "random"; });
+  change("sub_batch", [](BatchDrawConfig&, Batches& b) { b.assignment.sub_batch += 1; });
+  change("pool_factor", [](BatchDrawConfig&, Batches& b) { b.assignment.pool_factor += 1; });
+  change("max_len", [](BatchDrawConfig&, Batches& b) { b.assignment.max_len += 1; });
+  change("law kind", [](BatchDrawConfig&, Batches& b) { b.features[1].kind = LengthLaw::Kind::kZipf; });
+  change("law mu", [](BatchDrawConfig&, Batches& b) { b.features[1].mu = std::nextafter(b.features[1].mu, 100.0); });
+  change("law sigma", [](BatchDrawConfig&, Batches& b) { b.features[1].sigma += 1e-12; });
+  change("law s", [](BatchDrawConfig&, Batches& b) { b.features[1].s += 1e-12; });
+  change("law min", [](BatchDrawConfig&, Batches& b) { b.features[1].min += 1; });
+  change("law max", [](BatchDrawConfig&, Batches& b) { b.features[1].max += 1; });
+  change("law corr", [](BatchDrawConfig&, Batches& b) { b.features[1].corr = 0.5; });
+  change("law bins", [](BatchDrawConfig&, Batches& b) { b.features[1].bins.push_back({8.0, 1.0}); });
+  change("law count", [](BatchDrawConfig&, Batches& b) { b.features.pop_back(); });
+  for (const auto& [name, input] : changed) {
+    EXPECT_NE(BatchDrawKey(input.first, input.second), base) << name;
+  }
+  // What the draw does not read leaves the key alone (a study's reruns share a draw).
+  Batches zipf = b0;
+  zipf.id_zipf_default = 1.2;
+  zipf.pooling_default = 30;
+  EXPECT_EQ(BatchDrawKey(c0, zipf), base);
+}
+
+TEST(BatchStatsCacheTest, AnErrorIsReturnedToEveryCaller) {
+  BatchStatsCache cache;
+  for (int k = 0; k < 2; ++k) {
+    auto r = cache.Get(TestConfig(1), TestBatches("shuffle", 1.0), 1);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("batches.assignment.policy"), std::string::npos);
+  }
 }
 
 }  // namespace
