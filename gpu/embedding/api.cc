@@ -148,6 +148,7 @@ struct DeviceTbe::State {
     p.pooled_width = pooled_width;
     p.seed = config.seed;
     p.step = step;
+    p.forward_kinds = ForwardKindsOf(features.data(), static_cast<int64_t>(features.size()), tables.data());
     return p;
   }
 };

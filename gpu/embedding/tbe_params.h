@@ -59,7 +59,31 @@ struct LaunchParams {
   int64_t pooled_width = 0;             // W
   uint64_t seed = 0;                    // Philox key (SR)
   int64_t step = 0;                     // SR step s
+  uint32_t forward_kinds = 0;           // ForwardKindsOf: which forward kernels have bags to do
 };
+
+// The kinds of bag in a KJT, each run by a forward kernel of its own (forward.cu).
+inline constexpr uint32_t kForwardSequence = 1u << 0;    // pooling NONE: the rows gathered
+inline constexpr uint32_t kForwardPooledF32 = 1u << 1;   // pooled, fp32 table
+inline constexpr uint32_t kForwardPooledBf16 = 1u << 2;  // pooled, bf16 table
+inline constexpr uint32_t kForwardPooledF16 = 1u << 3;   // pooled, fp16 table
+
+// The kinds of bag of `features` over `tables` (host copies of the launch's parameters).
+inline uint32_t ForwardKindsOf(const FeatureParams* features, int64_t num_keys, const TableParams* tables) {
+  uint32_t kinds = 0;
+  for (int64_t f = 0; f < num_keys; ++f) {
+    if (features[f].pooling == Pooling::kNone) {
+      kinds |= kForwardSequence;
+      continue;
+    }
+    switch (tables[features[f].table].dtype) {
+      case ElementType::kFloat32: kinds |= kForwardPooledF32; break;
+      case ElementType::kBFloat16: kinds |= kForwardPooledBf16; break;
+      default: kinds |= kForwardPooledF16; break;
+    }
+  }
+  return kinds;
+}
 
 }  // namespace gemtb::gpu::embedding
 

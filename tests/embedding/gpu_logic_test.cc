@@ -286,6 +286,29 @@ TEST(EmbeddingGpuLogic, SortKeyOrdersBySampleThenKjtOrder) {
 
 // The check's cases reach the backward's block-per-row path (runs of >= kHotRun occurrences) in
 // every optimizer, so `check embed` compares it with the oracle; LongestRowRun against a count by hand.
+TEST(EmbeddingGpuLogic, ForwardKindsNameEveryKernelWithBags) {
+  // Each kind of bag runs in a forward kernel of its own; a kind missing here would leave its bags
+  // unwritten, one too many launches a kernel with nothing to do.
+  TableParams tables[3];
+  tables[0].dtype = ElementType::kFloat32;
+  tables[1].dtype = ElementType::kBFloat16;
+  tables[2].dtype = ElementType::kFloat16;
+  FeatureParams f[4];
+  f[0].table = 1;
+  f[0].pooling = Pooling::kSum;
+  f[1].table = 0;
+  f[1].pooling = Pooling::kNone;
+  f[2].table = 2;
+  f[2].pooling = Pooling::kMean;
+  f[3].table = 0;
+  f[3].pooling = Pooling::kWeightedSum;
+  EXPECT_EQ(ForwardKindsOf(f, 1, tables), kForwardPooledBf16);
+  EXPECT_EQ(ForwardKindsOf(f, 2, tables), kForwardPooledBf16 | kForwardSequence);
+  EXPECT_EQ(ForwardKindsOf(f, 4, tables), kForwardPooledBf16 | kForwardSequence | kForwardPooledF16 | kForwardPooledF32);
+  EXPECT_EQ(ForwardKindsOf(f + 1, 1, tables), kForwardSequence);  // a sequence key of an fp32 table
+  EXPECT_EQ(ForwardKindsOf(f, 0, tables), 0u);
+}
+
 TEST(EmbeddingGpuLogic, DrawnCasesReachTheHotRowPath) {
   const std::vector<check::EmbedFamily> families = check::AllEmbedFamilies();
   int hot[3] = {0, 0, 0};

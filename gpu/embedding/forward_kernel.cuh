@@ -1,0 +1,112 @@
+// The forward kernel of every table and key in one launch, a warp per bag (f, b). Lanes own 4-column
+// chunks (one vector load each) and walk the bag's positions in order, so every column is the
+// oracle's seqsum; the ids of 32 positions resolve in parallel, one per lane, and several rows'
+// loads are in flight before their terms are added in position order. The pooling loop is
+// compiled once per storage type: each lane keeps the raw bits of its loads (16 bytes a load for
+// fp32, 8 for fp16/bf16) and widens a chunk only when adding it, so a 2-byte table has twice the
+// loads in flight in the same registers (the same bytes in flight per warp as fp32) and its
+// conversion is the one of its type (bf16: a shift), not a choice between all of them per value.
+// forward.cu launches one instantiation; tools/bench/embed_forward_probe.cu times others on the
+// benchmark shapes (how the launch parameters were chosen: tools/bench/NOTES.md).
+#ifndef GEMTB_GPU_EMBEDDING_FORWARD_KERNEL_CUH_
+#define GEMTB_GPU_EMBEDDING_FORWARD_KERNEL_CUH_
+
+#include <algorithm>
+
+#include "gpu/embedding/launch.h"
+#include "gpu/embedding/tbe_row_ops.h"
+
+namespace gemtb::gpu::embedding {
+
+inline constexpr int kForwardWarpsPerBlock = 8;
+inline constexpr unsigned kForwardFullMask = 0xFFFFFFFFu;
+
+inline __device__ void GatherSequence(const LaunchParams& p, const FeatureParams& fp, const TableParams& t, int64_t begin,
+                               int64_t end, int lane) {
+  for (int64_t v = begin; v < end; ++v) {
+    const int64_t row = ResolveRow(t, p.kjt.values[v]);
+    for (int64_t c = lane * kChunk; c < t.dim; c += 32 * kChunk) {
+      float e[kChunk] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (row >= 0) LoadChunk(t, row, c, e);
+      *reinterpret_cast<float4*>(fp.sequence + (v - fp.value_begin) * t.dim + c) = make_float4(e[0], e[1], e[2], e[3]);
+    }
+  }
+}
+
+template <ElementType kDtype, int kLoads>
+inline __device__ void PoolBag(const LaunchParams& p, const FeatureParams& fp, const TableParams& t, int64_t b,
+                        int64_t begin, int64_t end, int lane) {
+  const bool weighted = fp.pooling == Pooling::kWeightedSum;
+  for (int64_t c0 = 0; c0 < t.dim; c0 += 32 * kChunk) {
+    const int64_t c = c0 + lane * kChunk;
+    const bool active = c < t.dim;
+    SeqSum4 sum;
+    int64_t n = 0;
+    for (int64_t v0 = begin; v0 < end; v0 += 32) {
+      int64_t my_row = -1;
+      float my_weight = 0.0f;
+      if (v0 + lane < end) {
+        my_row = ResolveRow(t, p.kjt.values[v0 + lane]);
+        if (weighted) my_weight = p.kjt.weights[v0 + lane];
+      }
+      const int count = static_cast<int>(std::min<int64_t>(32, end - v0));
+      for (int k0 = 0; k0 < count; k0 += kLoads) {
+        StoredChunk<kDtype> raw[kLoads];
+        unsigned valid = 0;  // bit u: position k0+u exists and its id is valid
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+          const int64_t row = __shfl_sync(kForwardFullMask, my_row, (k0 + u) & 31);
+          if (k0 + u < count && row >= 0) {
+            valid |= 1u << u;
+            if (active) raw[u] = LoadStoredChunk<kDtype>(t, row, c);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+          const float weight = __shfl_sync(kForwardFullMask, my_weight, (k0 + u) & 31);
+          if ((valid >> u & 1u) == 0) continue;
+          ++n;
+          if (!active) continue;
+          float e[kChunk];
+          WidenChunk(raw[u], e);
+          PoolTerm(fp.pooling, weight, e);
+          sum.Add(e);
+        }
+      }
+    }
+    if (!active) continue;
+    float out[kChunk];
+    FinishPool(fp.pooling, sum, n, out);
+    *reinterpret_cast<float4*>(p.pooled + b * p.pooled_width + fp.out_col + c) = make_float4(out[0], out[1], out[2], out[3]);
+  }
+}
+
+// One kernel per storage type of the pooled bags, and one for the sequence gathers: each warp
+// takes bag (f, b) and leaves at once unless the bag is its kernel's kind, so a launch holds only its
+// kind's registers (one kernel for all kinds held the largest of them, at fewer warps per SM).
+// kLoads: loads in flight per lane; kMinBlocks: the blocks per SM that __launch_bounds__ sizes the
+// registers for.
+template <ElementType kDtype, int kLoads, int kMinBlocks>
+__global__ void __launch_bounds__(kForwardWarpsPerBlock * 32, kMinBlocks) PoolKernel(const LaunchParams p) {
+  const int64_t bag = static_cast<int64_t>(blockIdx.x) * kForwardWarpsPerBlock + threadIdx.x / 32;
+  if (bag >= p.kjt.num_keys * p.kjt.batch) return;  // whole warps leave together
+  const FeatureParams& fp = p.features[bag / p.kjt.batch];
+  if (fp.pooling == Pooling::kNone) return;
+  const TableParams& t = p.tables[fp.table];
+  if (t.dtype != kDtype) return;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  PoolBag<kDtype, kLoads>(p, fp, t, bag % p.kjt.batch, p.kjt.offsets[bag], p.kjt.offsets[bag + 1], lane);
+}
+
+__global__ void __launch_bounds__(kForwardWarpsPerBlock * 32) SequenceKernel(const LaunchParams p) {
+  const int64_t bag = static_cast<int64_t>(blockIdx.x) * kForwardWarpsPerBlock + threadIdx.x / 32;
+  if (bag >= p.kjt.num_keys * p.kjt.batch) return;
+  const FeatureParams& fp = p.features[bag / p.kjt.batch];
+  if (fp.pooling != Pooling::kNone) return;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  GatherSequence(p, fp, p.tables[fp.table], p.kjt.offsets[bag], p.kjt.offsets[bag + 1], lane);
+}
+
+}  // namespace gemtb::gpu::embedding
+
+#endif  // GEMTB_GPU_EMBEDDING_FORWARD_KERNEL_CUH_
