@@ -7,9 +7,10 @@
 // padding. Here both consumers run wgmma m64 on the same rows 0..63 and split the keys of every step
 // between them, consumer c on the step's keys c*64 .. c*64+63 (S on m64n64 against those K rows, O
 // += P V on the same V rows), each into its own fp32 accumulator; at the end consumer 0 adds
-// consumer 1's accumulator (through shared memory, in two column halves) in a fixed order before the
-// usual epilogue, so the same bytes run to run. Both finish a stage at about the same time, so one
-// stage is held and two are in flight. No MMA turn between the consumers.
+// consumer 1's accumulator (through shared memory, in two column halves, each hand-off a bar.sync of
+// both consumers) in a fixed order before the usual epilogue, so the same bytes run to run. Both
+// finish a stage at about the same time, so one stage is held and two are in flight. No MMA turn
+// between the consumers.
 //
 // Pipeline: the producer and the three-stage K/V ring as in the TMA forward (TMA for full steps,
 // zero-filled cp.async for a sequence's last partial step).
@@ -33,10 +34,9 @@
 
 namespace gemtb::gpu {
 
-// Named barriers of the accumulator exchange (1..3 are the other Hopper forwards' turn and join
-// barriers).
-inline constexpr int kSplitExchangeFull = 4;  // consumer 1 has written a half
-inline constexpr int kSplitExchangeFree = 5;  // consumer 0 has read it
+// The named barrier of the accumulator exchange, a bar.sync of both consumer warpgroups (1..3 are
+// the other Hopper forwards' turn and join barriers).
+inline constexpr int kSplitExchangeBarrier = 4;
 
 // The Q rows an item reads: (first Q row, head, rows). Two items with the same key share Q.
 struct SplitQKey {
@@ -174,7 +174,6 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
   const LaneCoords ln = Lane();
   const TmaElementwiseConstants consts = MakeTmaElementwiseConstants<kAct>(pr);
   const int row[2] = {warp * 16 + ln.g, warp * 16 + ln.g + 8};
-  if (cw == 0) mbar::NamedArrive(kSplitExchangeFree, 256);  // the exchange starts free
 
   int kv_iter = 0;
   int q_loads = 0;
@@ -281,11 +280,22 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
 
     // O = consumer 0's sum + consumer 1's sum, one 64-column half at a time through sx (thread x's
     // eight float4 of a half at (k * 128 + x) * 16: each warp's stores are one contiguous 512-byte
-    // run, no bank conflicts; both consumers hold the same rows and columns per thread).
+    // run, no bank conflicts; both consumers hold the same rows and columns per thread). Each half
+    // takes two uses of one named barrier, each a bar.sync of all 256 consumer threads: "written"
+    // orders consumer 1's stores before consumer 0's loads of them, "read" orders consumer 0's loads
+    // before consumer 1's next stores into the same bytes (the second half's, or the next item's
+    // first half). Why both sides wait, where an arrive would do: consumer 0 could merely arrive
+    // (bar.arrive) after its loads, PTX ordering an arriving thread's earlier accesses before the
+    // accesses of the threads that wait on the barrier, but compute-sanitizer's racecheck does not
+    // follow that one-sided hand-off and reports each load/store pair across it as a hazard; it
+    // follows a barrier that both sides wait on. The price is consumer 1 waiting for consumer 0's
+    // loads of the second half (16 KB of shared memory, ~0.1 us per item) before its next item,
+    // while consumer 0 still issues its epilogue. Nothing between the two barriers waits on the
+    // producer, so a pipeline stall cannot hold a barrier; every use completes, no arrival is left
+    // pending when the CTA exits.
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       if (cw == 1) {
-        mbar::NamedSync(kSplitExchangeFree, 256);
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
           const int i = 4 * (8 * half + k);
@@ -294,9 +304,9 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
                        "f"(acc[i + 2]), "f"(acc[i + 3])
                        : "memory");
         }
-        mbar::NamedArrive(kSplitExchangeFull, 256);
-      } else {
-        mbar::NamedSync(kSplitExchangeFull, 256);
+      }
+      mbar::NamedSync(kSplitExchangeBarrier, 256);  // written
+      if (cw == 0) {
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
           const int i = 4 * (8 * half + k);
@@ -311,10 +321,8 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
           acc[i + 2] += o2;
           acc[i + 3] += o3;
         }
-        // Consumer 1's very last wait has no successor: skipping the last hand-back keeps every
-        // named-barrier use complete.
-        if (!(last_item && half == 1)) mbar::NamedArrive(kSplitExchangeFree, 256);
       }
+      mbar::NamedSync(kSplitExchangeBarrier, 256);  // read
     }
     if (cw == 0) StoreHopperRows<E, kAct>(acc, unused_online, row, q_rows, it.out_row, p, h, ln.t);
   }
