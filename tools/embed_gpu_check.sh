@@ -9,11 +9,13 @@
 #   4. gemtb bench embed (effective TB/s forward and backward + rowwise Adagrad, the copy ceiling,
 #      the determinism run) and tools/bench/embed_peers.py on the same ids (the ratio table);
 #   5. compute-sanitizer memcheck and racecheck on one small case per family;
+#   with --probe, first gpu/bench/embed_forward_probe (the forward kernel at several launch
+#   parameters; its lines go to summary.txt);
 # everything inside --budget seconds (default 570). Writes under $OUT (8 files, the most a call
 # brings back): summary.txt, build.log, run.log, check.json, bench_embed.json, peers.json,
 # ratio.json, results.json.
 # Usage: bash tools/embed_gpu_check.sh [--cases N] [--sanitize-cases M] [--seed S] [--reps R]
-#                                      [--skip-peers] [--budget S]
+#                                      [--skip-peers] [--probe] [--budget S]
 # Exit status: 0 everything ran and passed, 1 a check failed, 2 the build failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +27,7 @@ seed=1
 reps=20
 peers=1
 budget=570
+probe=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --cases) cases=$2; shift 2 ;;
@@ -32,6 +35,7 @@ while [ $# -gt 0 ]; do
     --seed) seed=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
     --skip-peers) peers=0; shift ;;
+    --probe) probe=1; shift ;;
     --budget) budget=$2; shift 2 ;;
     *) echo "embed_gpu_check: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -60,12 +64,18 @@ commit=$(cat .deb/SOURCE 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo u
 build=$scratch/gemtb-embed-build
 stage "configure and build gemtb, gpu_embedding_test"
 if ! { configure_device_build "$srcdir" "$build" &&
-       cmake --build "$build" -j "$(nproc)" --target gemtb gpu_embedding_test; } > "$out/build.log" 2>&1; then
+       cmake --build "$build" -j "$(nproc)" --target gemtb gpu_embedding_test \
+         $([ $probe -eq 1 ] && echo embed_forward_probe); } > "$out/build.log" 2>&1; then
   grep -E "error|FAILED" "$out/build.log" | head -30 | tee -a "$out/summary.txt"
   stage "build FAILED (build.log)"
   exit 2
 fi
 gemtb=$build/bin/gemtb
+if [ $probe -eq 1 ]; then
+  stage "embed_forward_probe --reps $reps"
+  probe_bin=$(find "$build" -name embed_forward_probe -type f -perm -u+x | head -1)
+  timeout "$(limit 120)" "$probe_bin" --reps "$reps" 2>&1 | tee -a "$out/run.log" | sed 's/^/   /' | tee -a "$out/summary.txt"
+fi
 stage "ctest -L gpu -R gpu_embedding"
 timeout "$(limit 90)" ctest --test-dir "$build" -L '^gpu$' -R 'Embedding|embedding' --output-on-failure >> "$out/run.log" 2>&1
 ctest_rc=$?
