@@ -29,14 +29,14 @@ struct Shape {
   int64_t rows = 10'000'000, dim = 128, bags = 65536, ids_per_bag = 32;
 };
 
-template <ElementType kDtype, int kLoads, int kMinBlocks>
+template <ElementType kDtype, int kLoads, int kMinBlocks, int kWarps>
 float TimeVariant(const LaunchParams& p, int64_t bags, int reps, int* regs) {
-  auto kernel = PoolKernel<kDtype, kLoads, kMinBlocks>;
+  auto kernel = PoolKernel<kDtype, kLoads, kMinBlocks, kWarps>;
   cudaFuncAttributes attr{};
   Check(cudaFuncGetAttributes(&attr, kernel), "cudaFuncGetAttributes");
   *regs = attr.numRegs;
-  const unsigned blocks = static_cast<unsigned>((bags + kForwardWarpsPerBlock - 1) / kForwardWarpsPerBlock);
-  for (int i = 0; i < 3; ++i) kernel<<<blocks, kForwardWarpsPerBlock * 32>>>(p);
+  const unsigned blocks = static_cast<unsigned>((bags + kWarps - 1) / kWarps);
+  for (int i = 0; i < 3; ++i) kernel<<<blocks, kWarps * 32>>>(p);
   Check(cudaDeviceSynchronize(), "warm-up");
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
@@ -44,7 +44,7 @@ float TimeVariant(const LaunchParams& p, int64_t bags, int reps, int* regs) {
   std::vector<float> ms;
   for (int i = 0; i < reps; ++i) {
     cudaEventRecord(start);
-    kernel<<<blocks, kForwardWarpsPerBlock * 32>>>(p);
+    kernel<<<blocks, kWarps * 32>>>(p);
     cudaEventRecord(stop);
     Check(cudaEventSynchronize(stop), "timed run");
     float t = 0;
@@ -116,30 +116,30 @@ int Run(int reps) {
     };
     int regs = 0;
     float ms = 0;
-#define GEMTB_PROBE(D, L, M)                                                      \
+#define GEMTB_PROBE(D, L, M, W)                                                   \
   if (dtype == ElementType::D) {                                                  \
-    ms = TimeVariant<ElementType::D, L, M>(p, s.bags, reps, &regs);               \
-    report("loads " #L ", min blocks " #M, ms, regs);                             \
+    ms = TimeVariant<ElementType::D, L, M, W>(p, s.bags, reps, &regs);            \
+    report("loads " #L ", min blocks " #M ", warps " #W, ms, regs);               \
   }
-    GEMTB_PROBE(kFloat32, 8, 1)
-    GEMTB_PROBE(kFloat32, 4, 1)
-    GEMTB_PROBE(kFloat32, 4, 2)
-    GEMTB_PROBE(kFloat32, 4, 3)
-    GEMTB_PROBE(kFloat32, 4, 4)
-    GEMTB_PROBE(kFloat32, 8, 2)
-    GEMTB_PROBE(kFloat32, 8, 3)
-    GEMTB_PROBE(kFloat32, 8, 4)
-    GEMTB_PROBE(kFloat32, 16, 1)
-    GEMTB_PROBE(kFloat32, 16, 2)
-    GEMTB_PROBE(kFloat32, 32, 1)
-    GEMTB_PROBE(kBFloat16, 16, 1)
-    GEMTB_PROBE(kBFloat16, 8, 2)
-    GEMTB_PROBE(kBFloat16, 8, 4)
-    GEMTB_PROBE(kBFloat16, 16, 2)
-    GEMTB_PROBE(kBFloat16, 16, 3)
-    GEMTB_PROBE(kBFloat16, 16, 4)
-    GEMTB_PROBE(kBFloat16, 32, 1)
-    GEMTB_PROBE(kBFloat16, 32, 2)
+    GEMTB_PROBE(kFloat32, 4, 4, 8)
+    GEMTB_PROBE(kFloat32, 8, 1, 8)
+    GEMTB_PROBE(kFloat32, 4, 6, 8)
+    GEMTB_PROBE(kFloat32, 4, 8, 8)
+    GEMTB_PROBE(kFloat32, 2, 4, 8)
+    GEMTB_PROBE(kFloat32, 2, 6, 8)
+    GEMTB_PROBE(kFloat32, 2, 8, 8)
+    GEMTB_PROBE(kFloat32, 4, 9, 4)
+    GEMTB_PROBE(kFloat32, 4, 10, 4)
+    GEMTB_PROBE(kFloat32, 2, 12, 4)
+    GEMTB_PROBE(kFloat32, 4, 18, 2)
+    GEMTB_PROBE(kBFloat16, 8, 4, 8)
+    GEMTB_PROBE(kBFloat16, 16, 1, 8)
+    GEMTB_PROBE(kBFloat16, 8, 6, 8)
+    GEMTB_PROBE(kBFloat16, 4, 4, 8)
+    GEMTB_PROBE(kBFloat16, 4, 6, 8)
+    GEMTB_PROBE(kBFloat16, 4, 8, 8)
+    GEMTB_PROBE(kBFloat16, 8, 9, 4)
+    GEMTB_PROBE(kBFloat16, 4, 12, 4)
 #undef GEMTB_PROBE
   }
   cudaFree(d_offsets);

@@ -8,9 +8,18 @@
 namespace gemtb::gpu::embedding {
 namespace {
 
-// Loads in flight per lane and the blocks per SM the registers are sized for, per storage type.
-constexpr int kF32Loads = 8, kF32MinBlocks = 1;
-constexpr int kHalfLoads = 16, kHalfMinBlocks = 1;
+// Per storage type: loads in flight per lane, warps per block and the blocks per SM the registers
+// are sized for. More warps with fewer loads each beat fewer warps with more: the gather waits on
+// memory latency, and 32 warps of 4 fp32 rows in flight moved 3.68 TB/s where 16 warps of 8 moved
+// 3.06 (gpu/bench/embed_forward_probe.cu on the H200; tools/bench/NOTES.md).
+constexpr int kF32Loads = 4, kF32Warps = 8, kF32MinBlocks = 4;
+constexpr int kHalfLoads = 8, kHalfWarps = 8, kHalfMinBlocks = 4;
+
+template <ElementType kDtype, int kLoads, int kWarps, int kMinBlocks>
+void LaunchPool(const LaunchParams& p, int64_t bags) {
+  const unsigned blocks = static_cast<unsigned>((bags + kWarps - 1) / kWarps);
+  PoolKernel<kDtype, kLoads, kMinBlocks, kWarps><<<blocks, kWarps * 32>>>(p);
+}
 
 }  // namespace
 
@@ -22,15 +31,11 @@ absl::Status LaunchForward(const LaunchParams& p) {
   const unsigned blocks = static_cast<unsigned>(blocks64);
   constexpr unsigned kThreads = kForwardWarpsPerBlock * 32;
   if (p.forward_kinds & kForwardSequence) SequenceKernel<<<blocks, kThreads>>>(p);
-  if (p.forward_kinds & kForwardPooledF32) {
-    PoolKernel<ElementType::kFloat32, kF32Loads, kF32MinBlocks><<<blocks, kThreads>>>(p);
-  }
+  if (p.forward_kinds & kForwardPooledF32) LaunchPool<ElementType::kFloat32, kF32Loads, kF32Warps, kF32MinBlocks>(p, bags);
   if (p.forward_kinds & kForwardPooledBf16) {
-    PoolKernel<ElementType::kBFloat16, kHalfLoads, kHalfMinBlocks><<<blocks, kThreads>>>(p);
+    LaunchPool<ElementType::kBFloat16, kHalfLoads, kHalfWarps, kHalfMinBlocks>(p, bags);
   }
-  if (p.forward_kinds & kForwardPooledF16) {
-    PoolKernel<ElementType::kFloat16, kHalfLoads, kHalfMinBlocks><<<blocks, kThreads>>>(p);
-  }
+  if (p.forward_kinds & kForwardPooledF16) LaunchPool<ElementType::kFloat16, kHalfLoads, kHalfWarps, kHalfMinBlocks>(p, bags);
   return CudaOk(cudaGetLastError(), "launch of the embedding forward kernels");
 }
 

@@ -18,7 +18,7 @@
 
 namespace gemtb::gpu::embedding {
 
-inline constexpr int kForwardWarpsPerBlock = 8;
+inline constexpr int kForwardWarpsPerBlock = 8;  // the sequence kernel's
 inline constexpr unsigned kForwardFullMask = 0xFFFFFFFFu;
 
 inline __device__ void GatherSequence(const LaunchParams& p, const FeatureParams& fp, const TableParams& t, int64_t begin,
@@ -84,11 +84,11 @@ inline __device__ void PoolBag(const LaunchParams& p, const FeatureParams& fp, c
 // One kernel per storage type of the pooled bags, and one for the sequence gathers: each warp
 // takes bag (f, b) and leaves at once unless the bag is its kernel's kind, so a launch holds only its
 // kind's registers (one kernel for all kinds held the largest of them, at fewer warps per SM).
-// kLoads: loads in flight per lane; kMinBlocks: the blocks per SM that __launch_bounds__ sizes the
-// registers for.
-template <ElementType kDtype, int kLoads, int kMinBlocks>
-__global__ void __launch_bounds__(kForwardWarpsPerBlock * 32, kMinBlocks) PoolKernel(const LaunchParams p) {
-  const int64_t bag = static_cast<int64_t>(blockIdx.x) * kForwardWarpsPerBlock + threadIdx.x / 32;
+// kLoads: loads in flight per lane; kWarps: warps (bags) per block; kMinBlocks: the blocks per SM
+// that __launch_bounds__ sizes the registers for.
+template <ElementType kDtype, int kLoads, int kMinBlocks, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) PoolKernel(const LaunchParams p) {
+  const int64_t bag = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (bag >= p.kjt.num_keys * p.kjt.batch) return;  // whole warps leave together
   const FeatureParams& fp = p.features[bag / p.kjt.batch];
   if (fp.pooling == Pooling::kNone) return;
