@@ -4,7 +4,7 @@
 
 # The device machine's temporary folder ($TMPDIR, else the system's), where the scripts keep the
 # unpacked packages, sources, builds and logs between the calls of one warm machine.
-scratch=$(dirname "$(mktemp -u)")
+export scratch=$(dirname "$(mktemp -u)")  # exported: functions run by xargs read it
 
 # unpack_device_deps NAME [require-src]: unpacks the Debian packages in .deb/ into
 # prefix=$scratch/gemtb-deps (the device has CUDA, CMake and ninja but none of our packages and no
