@@ -16,8 +16,10 @@
 //      folds the tile in sorted order; then one warp applies the optimizer as in 4.
 // Phase 4's time is the chain of dependent loads per row (run start, key, occurrence, bag,
 // gradient, row), hidden only by having many rows in flight: a uniform batch has ~1 occurrence per
-// row, so each warp has few loads of its own. Its kernel is held to 80 registers a thread, 6 blocks
-// of 4 warps per SM (24 warps; at 64 registers it would spill), with 4 gradient loads in flight.
+// row, so each warp has few loads of its own. Its kernel is held to 64 registers a thread, 8 blocks
+// of 4 warps per SM (32 warps), with 2 gradient loads in flight: more rows in flight beat more loads
+// per row (on the H200 the uniform fp32 row phase took 3.12 ms so, 3.83 ms at 24 warps and 4 loads;
+// tools/bench/NOTES.md).
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
@@ -34,9 +36,9 @@ namespace {
 constexpr unsigned kFullMask = 0xFFFFFFFFu;
 constexpr int kBagWarps = 8;
 constexpr int kRowWarps = 4;
-constexpr int kRowBlocksPerSm = 6;
+constexpr int kRowBlocksPerSm = 8;
 constexpr int kThreads = 256;
-constexpr int kLoadsInFlight = 4;
+constexpr int kLoadsInFlight = 2;
 constexpr int kHotThreads = 1024;
 constexpr int64_t kHotTileFloats = 16384;  // one tile of staged contributions, 64 KiB
 
