@@ -12,6 +12,7 @@
 #include "model/sharding/sharding_plan_json.h"
 #include "reference/collectives/comm_report.h"
 #include "reference/embedding/embedding_json.h"
+#include "reference/embedding/embedding_npy.h"
 #include "reference/embedding/tbe.h"
 #include "reference/sharding/sharded_executor.h"
 #include "golden/inputs.h"
@@ -22,6 +23,8 @@ namespace gemtb::golden {
 namespace {
 
 using nlohmann::json;
+using reference::FloatNpyArray;
+using reference::TableNpyDType;
 
 // Value streams of the generated KJT and gradients (Philox streams under the case's input seed).
 constexpr uint64_t kLengthStream = 1, kWeightStream = 2, kPooledGradStream = 3;
@@ -39,18 +42,6 @@ io::NpyArray Int32Array(const std::vector<int32_t>& v) {
   return a;
 }
 
-io::NpyArray F32(const std::vector<float>& v, std::vector<int64_t> shape, io::NpyDType dtype = io::NpyDType::kFloat32) {
-  return io::EncodeFloat(std::vector<double>(v.begin(), v.end()), std::move(shape), dtype);
-}
-
-io::NpyDType StorageNpy(ElementType t) {
-  switch (t) {
-    case ElementType::kFloat16: return io::NpyDType::kFloat16;
-    case ElementType::kBFloat16: return io::NpyDType::kBFloat16;
-    default: return io::NpyDType::kFloat32;
-  }
-}
-
 std::vector<float> BellFloats(uint64_t seed, uint64_t stream, int64_t n) {
   std::vector<float> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
@@ -63,12 +54,14 @@ std::vector<float> BellFloats(uint64_t seed, uint64_t stream, int64_t n) {
 void AddForwardOutputs(const EmbeddingConfig& config, const reference::KeyedJaggedTensor& kjt,
                        const reference::KjtLayout& layout, int64_t batch, const reference::EmbeddingOutput& out,
                        std::vector<GoldenFile>& files) {
-  if (out.pooled_width > 0) files.push_back(OutputFile("out/pooled.npy", F32(out.pooled, {batch, out.pooled_width})));
+  if (out.pooled_width > 0) {
+    files.push_back(OutputFile("out/pooled.npy", FloatNpyArray(out.pooled, {batch, out.pooled_width})));
+  }
   for (size_t q = 0; q < out.sequence.size(); ++q) {
     const int f = out.sequence_keys[q];
     const int64_t dim = config.tables[config.features[layout.feature[f]].table].dim;
     files.push_back(OutputFile(absl::StrCat("out/seq_", kjt.keys[f], ".npy"),
-                               F32(out.sequence[q], {static_cast<int64_t>(out.sequence[q].size()) / dim, dim})));
+                               FloatNpyArray(out.sequence[q], {static_cast<int64_t>(out.sequence[q].size()) / dim, dim})));
   }
 }
 
@@ -131,7 +124,9 @@ absl::StatusOr<std::vector<GoldenFile>> Run(const json& j) {
   files.push_back(JsonFile("spec.json", j["spec"]));
   files.push_back(InputFile("lengths.npy", Int32Array(kjt.lengths)));
   files.push_back(InputFile("ids.npy", io::EncodeInt64(kjt.values, {static_cast<int64_t>(kjt.values.size())})));
-  if (weighted) files.push_back(InputFile("weights.npy", F32(kjt.weights, {static_cast<int64_t>(kjt.weights.size())})));
+  if (weighted) {
+    files.push_back(InputFile("weights.npy", FloatNpyArray(kjt.weights, {static_cast<int64_t>(kjt.weights.size())})));
+  }
 
   reference::EmbeddingState state = reference::InitEmbeddingState(config);
   state.step = step_index;
@@ -148,13 +143,13 @@ absl::StatusOr<std::vector<GoldenFile>> Run(const json& j) {
   reference::EmbeddingGrads grads;
   if (out->pooled_width > 0) {
     grads.pooled = BellFloats(s, kPooledGradStream, batch * out->pooled_width);
-    files.push_back(InputFile("grads/pooled.npy", F32(grads.pooled, {batch, out->pooled_width})));
+    files.push_back(InputFile("grads/pooled.npy", FloatNpyArray(grads.pooled, {batch, out->pooled_width})));
   }
   for (size_t q = 0; q < out->sequence.size(); ++q) {
     const int f = out->sequence_keys[q];
     grads.sequence.push_back(BellFloats(s, kSeqGradStreamBase + q, static_cast<int64_t>(out->sequence[q].size())));
     files.push_back(InputFile(absl::StrCat("grads/seq_", kjt.keys[f], ".npy"),
-                              F32(grads.sequence.back(), {static_cast<int64_t>(out->sequence[q].size()) / seq_dims[q], seq_dims[q]})));
+                              FloatNpyArray(grads.sequence.back(), {static_cast<int64_t>(out->sequence[q].size()) / seq_dims[q], seq_dims[q]})));
   }
   if (spec->plan) {
     // Sharded over virtual ranks, as `gemtb ref embed` runs a spec with a plan: the sharded forward
@@ -180,14 +175,16 @@ absl::StatusOr<std::vector<GoldenFile>> Run(const json& j) {
   for (size_t t = 0; t < config.tables.size(); ++t) {
     const TableConfig& tc = config.tables[t];
     const reference::TableState& ts = state.tables[t];
-    files.push_back(OutputFile(absl::StrCat("out/table_", tc.name, ".npy"), F32(ts.weights, {tc.rows, tc.dim}, StorageNpy(tc.dtype))));
+    files.push_back(OutputFile(absl::StrCat("out/table_", tc.name, ".npy"),
+                               FloatNpyArray(ts.weights, {tc.rows, tc.dim}, TableNpyDType(tc.dtype))));
     if (tc.optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
-      files.push_back(OutputFile(absl::StrCat("out/adagrad_", tc.name, ".npy"), F32(ts.adagrad, {tc.rows})));
+      files.push_back(OutputFile(absl::StrCat("out/adagrad_", tc.name, ".npy"), FloatNpyArray(ts.adagrad, {tc.rows})));
     }
     if (tc.optimizer.kind == OptimizerKind::kAdam) {
-      files.push_back(OutputFile(absl::StrCat("out/adam_m_", tc.name, ".npy"), F32(ts.adam_m, {tc.rows, tc.dim})));
-      files.push_back(OutputFile(absl::StrCat("out/adam_v_", tc.name, ".npy"), F32(ts.adam_v, {tc.rows, tc.dim})));
-      files.push_back(OutputFile(absl::StrCat("out/adam_step_", tc.name, ".npy"), F32({ts.adam_step.b1, ts.adam_step.b2}, {2})));
+      files.push_back(OutputFile(absl::StrCat("out/adam_m_", tc.name, ".npy"), FloatNpyArray(ts.adam_m, {tc.rows, tc.dim})));
+      files.push_back(OutputFile(absl::StrCat("out/adam_v_", tc.name, ".npy"), FloatNpyArray(ts.adam_v, {tc.rows, tc.dim})));
+      files.push_back(OutputFile(absl::StrCat("out/adam_step_", tc.name, ".npy"),
+                                 FloatNpyArray({ts.adam_step.b1, ts.adam_step.b2}, {2})));
     }
   }
   return files;

@@ -25,7 +25,31 @@ using wire::Clock;
 constexpr auto kReplyGrace = std::chrono::seconds(5);
 constexpr auto kRetryPause = std::chrono::milliseconds(50);
 
+// Whether `fd` is connected to itself. While no one listens on a port of the local ephemeral range,
+// a connect to it can pick that very port as its source and connect to itself (TCP simultaneous
+// open): the rank would read its own request as the store's reply.
+bool ConnectedToItself(int fd) {
+  sockaddr_storage self{}, peer{};
+  socklen_t self_len = sizeof(self), peer_len = sizeof(peer);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &self_len) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0 || self.ss_family != peer.ss_family)
+    return false;
+  if (self.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(self);
+    const auto& b = reinterpret_cast<const sockaddr_in&>(peer);
+    return a.sin_port == b.sin_port && a.sin_addr.s_addr == b.sin_addr.s_addr;
+  }
+  if (self.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(self);
+    const auto& b = reinterpret_cast<const sockaddr_in6&>(peer);
+    return a.sin6_port == b.sin6_port && std::memcmp(&a.sin6_addr, &b.sin6_addr, sizeof(a.sin6_addr)) == 0;
+  }
+  return false;
+}
+
 // One non-blocking connect attempt, finished by `deadline`; the connected fd or -1 with errno set.
+// A connection to itself counts as refused; it is closed with a reset, so that no TIME_WAIT keeps
+// the port rank 0 is about to listen on.
 int TryConnect(const addrinfo* a, Clock::time_point deadline) {
   const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
   if (fd < 0) return -1;
@@ -51,6 +75,13 @@ int TryConnect(const addrinfo* a, Clock::time_point deadline) {
       return -1;
     }
   }
+  if (ConnectedToItself(fd)) {
+    const linger reset{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+    ::close(fd);
+    errno = ECONNREFUSED;
+    return -1;
+  }
   const int on = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
   return fd;
@@ -72,7 +103,7 @@ absl::StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(const Re
     return absl::InvalidArgumentError(absl::StrCat("MASTER_ADDR=", where.host, ": cannot resolve (", ::gai_strerror(rc), ")"));
   int fd = -1;
   int last_error = 0;
-  // Rank 0 may not listen yet: retry refused connections until the deadline.
+  // Rank 0 may not listen yet: retry refused connections (and connections to itself) until the deadline.
   while (fd < 0 && Clock::now() < deadline) {
     for (const addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
       fd = TryConnect(a, deadline);

@@ -103,6 +103,7 @@ void TcpStoreServer::Serve(int fd) {
     absl::Status status;
     std::string value;
     bool done = false;
+    bool fail_job_after_reply = false;
     switch (request->op) {
       case wire::kHello: {
         int r = -1, w = -1;
@@ -121,7 +122,9 @@ void TcpStoreServer::Serve(int fd) {
           rank_state_[r] = kConnected;
           changed_.notify_all();
         } else {
-          FailJob(status);
+          // After the reply: the other ranks may stop the store as soon as they learn of the failure,
+          // and this rank must learn why it was refused first.
+          fail_job_after_reply = true;
         }
         break;
       }
@@ -178,7 +181,13 @@ void TcpStoreServer::Serve(int fd) {
     }
     lock.unlock();
     const std::string reply = wire::EncodeReply(status, value);
-    if (!wire::SendAll(fd, reply, wire::Clock::now() + kReplySendLimit).ok() || done) {
+    const bool sent = wire::SendAll(fd, reply, wire::Clock::now() + kReplySendLimit).ok();
+    if (fail_job_after_reply) {
+      lock.lock();
+      FailJob(status);
+      lock.unlock();
+    }
+    if (!sent || done) {
       lock.lock();
       if (!done && rank >= 0 && rank_state_[rank] == kConnected) {
         rank_state_[rank] = kLost;

@@ -13,25 +13,17 @@
 #include "nlohmann/json.hpp"
 #include "python/src/arrays.h"
 #include "reference/embedding/embedding_json.h"
+#include "reference/embedding/embedding_npy.h"
 #include "reference/embedding/tbe.h"
 #include "reference/sharding/sharded_executor.h"
 
 namespace gemtb::python {
 namespace {
 
+using reference::FloatNpyArray;
+using reference::TableNpyDType;
+
 absl::Status Bad(const std::string& m) { return absl::InvalidArgumentError(m); }
-
-io::NpyDType StorageNpy(ElementType t) {
-  switch (t) {
-    case ElementType::kFloat16: return io::NpyDType::kFloat16;
-    case ElementType::kBFloat16: return io::NpyDType::kBFloat16;
-    default: return io::NpyDType::kFloat32;
-  }
-}
-
-io::NpyArray F32(const std::vector<float>& v, std::vector<int64_t> shape, io::NpyDType dtype = io::NpyDType::kFloat32) {
-  return io::EncodeFloat(std::vector<double>(v.begin(), v.end()), std::move(shape), dtype);
-}
 
 // An array of `dtype` and `shape`, decoded; the error names the argument and key.
 absl::StatusOr<std::vector<double>> Read(const std::string& field, const Wire& wire, io::NpyDType dtype,
@@ -125,7 +117,7 @@ absl::Status Run(const EmbedArgs& a, std::map<std::string, io::NpyArray>& output
       auto it = a.tables.find(name);
       if (it == a.tables.end()) return Bad(absl::StrCat("tables: no '", name, "'"));
       absl::StatusOr<std::vector<double>> w =
-          Read(absl::StrCat("tables['", name, "']"), it->second, StorageNpy(tc.dtype), {tc.rows, tc.dim});
+          Read(absl::StrCat("tables['", name, "']"), it->second, TableNpyDType(tc.dtype), {tc.rows, tc.dim});
       if (!w.ok()) return w.status();
       ts.weights.assign(w->begin(), w->end());
       auto optional_state = [&](const std::string& key, std::vector<float>& dst, std::vector<int64_t> shape) -> absl::Status {
@@ -193,25 +185,25 @@ absl::Status Run(const EmbedArgs& a, std::map<std::string, io::NpyArray>& output
     if (!out.ok()) return out.status();
     if (a.step) GEMTB_RETURN_IF_ERROR(reference::EmbeddingBackwardStep(config, state, kjt, grads, {}, a.threads));
   }
-  if (out->pooled_width > 0) outputs["pooled"] = F32(out->pooled, {spec->batch, out->pooled_width});
+  if (out->pooled_width > 0) outputs["pooled"] = FloatNpyArray(out->pooled, {spec->batch, out->pooled_width});
   for (size_t s = 0; s < out->sequence.size(); ++s) {
     const int f = out->sequence_keys[s];
     const int64_t dim = config.tables[config.features[layout.feature[f]].table].dim;
     outputs[absl::StrCat("seq_", kjt.keys[f])] =
-        F32(out->sequence[s], {static_cast<int64_t>(out->sequence[s].size()) / dim, dim});
+        FloatNpyArray(out->sequence[s], {static_cast<int64_t>(out->sequence[s].size()) / dim, dim});
   }
   if (a.step) {
     for (size_t t = 0; t < config.tables.size(); ++t) {
       const TableConfig& tc = config.tables[t];
       const reference::TableState& ts = state.tables[t];
-      outputs[absl::StrCat("table_", tc.name)] = F32(ts.weights, {tc.rows, tc.dim}, StorageNpy(tc.dtype));
+      outputs[absl::StrCat("table_", tc.name)] = FloatNpyArray(ts.weights, {tc.rows, tc.dim}, TableNpyDType(tc.dtype));
       if (tc.optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
-        outputs[absl::StrCat("adagrad_", tc.name)] = F32(ts.adagrad, {tc.rows});
+        outputs[absl::StrCat("adagrad_", tc.name)] = FloatNpyArray(ts.adagrad, {tc.rows});
       }
       if (tc.optimizer.kind == OptimizerKind::kAdam) {
-        outputs[absl::StrCat("adam_m_", tc.name)] = F32(ts.adam_m, {tc.rows, tc.dim});
-        outputs[absl::StrCat("adam_v_", tc.name)] = F32(ts.adam_v, {tc.rows, tc.dim});
-        outputs[absl::StrCat("adam_step_", tc.name)] = F32({ts.adam_step.b1, ts.adam_step.b2}, {2});
+        outputs[absl::StrCat("adam_m_", tc.name)] = FloatNpyArray(ts.adam_m, {tc.rows, tc.dim});
+        outputs[absl::StrCat("adam_v_", tc.name)] = FloatNpyArray(ts.adam_v, {tc.rows, tc.dim});
+        outputs[absl::StrCat("adam_step_", tc.name)] = FloatNpyArray({ts.adam_step.b1, ts.adam_step.b2}, {2});
       }
     }
   }

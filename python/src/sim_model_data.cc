@@ -2,23 +2,18 @@
 // `gemtb model` and `gemtb data generate`, returning what those commands print and write.
 #include <optional>
 
-#include <tbb/global_control.h>
-#include <tbb/parallel_for.h>
-
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/pair.h>
 
 #include "absl/strings/str_cat.h"
-#include "model/data/batch.h"
-#include "model/data/generator.h"
 #include "model/data/shape_from_config.h"
 #include "model/description/data_dir.h"
 #include "model/description/graph_costs.h"
 #include "model/description/model_config.h"
 #include "model/description/model_graph.h"
-#include "model/metrics/ne.h"
 #include "nlohmann/json.hpp"
 #include "python/src/arrays.h"
+#include "reference/model/generated_set.h"
 #include "sim/engine/simulate.h"
 #include "sim/report/report_files.h"
 #include "sim/report/study.h"
@@ -134,18 +129,6 @@ nb::dict Model(const std::string& config_name, int64_t batch, double sparsity) {
   return result;
 }
 
-io::NpyArray Int32Array(const std::vector<int32_t>& v, std::vector<int64_t> shape) {
-  io::NpyArray a;
-  a.dtype = io::NpyDType::kInt32;
-  a.shape = std::move(shape);
-  a.data.resize(v.size() * 4);
-  for (size_t i = 0; i < v.size(); ++i) {  // little-endian regardless of the host
-    const uint32_t u = static_cast<uint32_t>(v[i]);
-    for (int k = 0; k < 4; ++k) a.data[i * 4 + static_cast<size_t>(k)] = static_cast<uint8_t>(u >> (8 * k));
-  }
-  return a;
-}
-
 // `gemtb data generate`: the arrays it writes (by file name without .npy) and meta.json's text.
 nb::dict DataGenerate(const std::string& config, int64_t samples, int64_t first, int64_t seed,
                       std::optional<std::string> data_params, int threads) {
@@ -159,60 +142,15 @@ nb::dict DataGenerate(const std::string& config, int64_t samples, int64_t first,
     Raise(Bad(absl::StrCat("config=", config, " is a file: give its data_params too")));
   }
   const data::DataParams params = Value(data_params ? data::LoadDataParamsFile(*data_params) : data::LoadDataParams(config));
-  data::Generator generator = Value(data::Generator::Create(params, data::ShapeFromConfig(model_config)));
-  std::vector<data::Sample> generated(static_cast<size_t>(samples));
-  data::Batch batch;
+  absl::StatusOr<reference::model::GeneratedSet> set;
   {
     nb::gil_scoped_release release;
-    std::optional<tbb::global_control> limit;
-    if (threads > 0) limit.emplace(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
-    tbb::parallel_for(int64_t{0}, samples, [&](int64_t b) {
-      generator.Generate(static_cast<uint64_t>(seed), first + b, &generated[static_cast<size_t>(b)]);
-    });
-    data::AssembleBatch(generator.shape(), generated.data(), samples, &batch);
+    set = reference::model::GenerateSet(model_config, params, samples, first, seed, threads);
   }
-  const data::DataShape& shape = generator.shape();
-  const int64_t T = static_cast<int64_t>(shape.tasks.size()), J = static_cast<int64_t>(shape.sequences.size());
-  const int64_t K = static_cast<int64_t>(batch.keys.size());
-  nlohmann::ordered_json meta;
-  meta["config"] = model_config.name;
-  meta["gen_version"] = params.version;
-  meta["seed"] = seed;
-  meta["first"] = first;
-  meta["samples"] = samples;
-  meta["keys"] = batch.keys;
-  std::vector<std::string> sequence_names;
-  for (const data::SequenceShape& s : shape.sequences) sequence_names.push_back(s.name);
-  meta["sequences"] = sequence_names;
-  meta["dense"] = shape.dense;
-  nlohmann::ordered_json tasks = nlohmann::ordered_json::array();
-  auto number = [](double x) { return std::isfinite(x) ? nlohmann::ordered_json(x) : nlohmann::ordered_json(nullptr); };
-  for (int64_t t = 0; t < T; ++t) {
-    const metrics::NeUnit unit = metrics::MakeNeUnit(batch.prob.data() + t, batch.label.data() + t,
-                                                     batch.mask.data() + t, samples, T);
-    const metrics::NeResult ne = metrics::EvaluateNe(&unit, 1);
-    const bool defined = ne.positives > 0 && ne.positives < ne.count;
-    nlohmann::ordered_json task;
-    task["name"] = shape.tasks[static_cast<size_t>(t)].name;
-    task["masked"] = ne.count;
-    task["positives"] = ne.positives;
-    task["mean_label"] = number(ne.mean_label);
-    task["oracle_ne"] = defined ? number(ne.ne) : nullptr;
-    task["oracle_calibration"] = number(ne.calibration);
-    tasks.push_back(task);
-  }
-  meta["tasks"] = tasks;
+  reference::model::GeneratedSet generated = Value(std::move(set));
   nb::dict result;
-  result["lengths"] = FromNpy(Int32Array(batch.lengths, {K * samples}));
-  result["ids"] = FromNpy(io::EncodeInt64(batch.values, {static_cast<int64_t>(batch.values.size())}));
-  result["seq_lengths"] = FromNpy(Int32Array(batch.seq_lengths, {J, samples}));
-  result["dense"] = FromNpy(io::EncodeFloat(std::vector<double>(batch.dense.begin(), batch.dense.end()),
-                                            {samples, shape.dense}, io::NpyDType::kFloat32));
-  result["surface"] = FromNpy(Int32Array(batch.surface, {samples}));
-  result["labels"] = FromNpy(io::EncodeUInt8(batch.label, {samples, T}));
-  result["masks"] = FromNpy(io::EncodeUInt8(batch.mask, {samples, T}));
-  result["probs"] = FromNpy(io::EncodeFloat(batch.prob, {samples, T}, io::NpyDType::kFloat64));
-  result["meta_json"] = meta.dump(2) + "\n";
+  for (auto& [name, array] : generated.arrays) result[name.c_str()] = FromNpy(std::move(array));
+  result["meta_json"] = generated.meta_json;
   return result;
 }
 

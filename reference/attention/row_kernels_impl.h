@@ -12,6 +12,19 @@ constexpr int kMaxMulti = 4;  // vectors or outputs sharing each load in the Mul
 constexpr int64_t kKeyTile = 64;  // rows of a Multi kernel's matrix kept in cache for all groups
 static_assert(8 % kW == 0, "a Dot's eight lanes must fill whole vectors");
 
+// The schedule of the Multi kernels: keys in tiles of kKeyTile (a tile stays in cache while every
+// group reads it), and within a tile the `count` vectors or outputs in groups of kMaxMulti, then one
+// by one; group.template operator()<M>(r0, t0, t1) does members r0 .. r0+M-1 on keys t0 .. t1-1.
+template <typename Group>
+void ForKeyTilesAndGroups(int count, int64_t n, const Group& group) {
+  for (int64_t t0 = 0; t0 < n; t0 += kKeyTile) {
+    const int64_t t1 = n - t0 < kKeyTile ? n : t0 + kKeyTile;
+    int r0 = 0;
+    for (; r0 + kMaxMulti <= count; r0 += kMaxMulti) group.template operator()<kMaxMulti>(r0, t0, t1);
+    for (; r0 < count; ++r0) group.template operator()<1>(r0, t0, t1);
+  }
+}
+
 // Dot of kernel_utils.h: lane l sums d = l (mod 8) in increasing d, then a fixed tree.
 inline double Finish(const Vec* lanes, const double* a, const double* r, int64_t full, int64_t dim) {
   double acc[8];
@@ -113,14 +126,9 @@ void DotGroup(const double* const* a, const double* rows, int64_t stride, int64_
 // reads from cache.
 void DotRowsMulti(const double* const* a, int count, const double* rows, int64_t stride, int64_t n, int64_t dim,
                   double* const* out) {
-  for (int64_t t0 = 0; t0 < n; t0 += kKeyTile) {
-    const int64_t t1 = n - t0 < kKeyTile ? n : t0 + kKeyTile;
-    int r0 = 0;
-    for (; r0 + kMaxMulti <= count; r0 += kMaxMulti) {
-      DotGroup<kMaxMulti>(a + r0, rows, stride, t0, t1, dim, out + r0);
-    }
-    for (; r0 < count; ++r0) DotGroup<1>(a + r0, rows, stride, t0, t1, dim, out + r0);
-  }
+  ForKeyTilesAndGroups(count, n, [&]<int M>(int r0, int64_t t0, int64_t t1) {
+    DotGroup<M>(a + r0, rows, stride, t0, t1, dim, out + r0);
+  });
 }
 
 // y[r] += coef[r][t] * row_t for t = t0 .. t1-1 in increasing order, for M outputs sharing each load of
@@ -162,14 +170,9 @@ void AxpyGroup(const double* const* coef, const double* rows, int64_t stride, in
 // in increasing order, tile by tile.
 void AxpyRowsMulti(const double* const* coef, int count, const double* rows, int64_t stride, int64_t n, int64_t dim,
                    double* const* y) {
-  for (int64_t t0 = 0; t0 < n; t0 += kKeyTile) {
-    const int64_t t1 = n - t0 < kKeyTile ? n : t0 + kKeyTile;
-    int r0 = 0;
-    for (; r0 + kMaxMulti <= count; r0 += kMaxMulti) {
-      AxpyGroup<kMaxMulti>(coef + r0, rows, stride, t0, t1, dim, y + r0);
-    }
-    for (; r0 < count; ++r0) AxpyGroup<1>(coef + r0, rows, stride, t0, t1, dim, y + r0);
-  }
+  ForKeyTilesAndGroups(count, n, [&]<int M>(int r0, int64_t t0, int64_t t1) {
+    AxpyGroup<M>(coef + r0, rows, stride, t0, t1, dim, y + r0);
+  });
 }
 
 // y += coef[r] * x[r] for r = 0, 1, ... in order, each element's sum kept in a register.

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/common/status_macros.h"
 #include "reference/embedding/embedding_json.h"
+#include "reference/embedding/embedding_npy.h"
 #include "reference/io/npy.h"
 #include "tools/gemtb/command.h"
 
@@ -12,6 +13,8 @@ namespace gemtb::cli {
 namespace {
 
 namespace fs = std::filesystem;
+using reference::FloatNpyArray;
+using reference::TableNpyDType;
 
 absl::Status Bad(const std::string& m) { return absl::InvalidArgumentError(m); }
 
@@ -34,18 +37,6 @@ absl::StatusOr<std::vector<float>> ReadF32(const std::string& path, const std::s
   absl::StatusOr<std::vector<double>> d = io::DecodeFloat(*a, field);
   if (!d.ok()) return d.status();
   return std::vector<float>(d->begin(), d->end());
-}
-
-io::NpyDType StorageNpy(ElementType t) {
-  switch (t) {
-    case ElementType::kFloat16: return io::NpyDType::kFloat16;
-    case ElementType::kBFloat16: return io::NpyDType::kBFloat16;
-    default: return io::NpyDType::kFloat32;
-  }
-}
-
-io::NpyArray F32(const std::vector<float>& v, std::vector<int64_t> shape, io::NpyDType dtype = io::NpyDType::kFloat32) {
-  return io::EncodeFloat(std::vector<double>(v.begin(), v.end()), std::move(shape), dtype);
 }
 
 // The feature of KJT key f (keys are validated later; an unknown key has none).
@@ -117,9 +108,9 @@ absl::StatusOr<check::EmbedCase> ReadEmbedCaseInputs(const reference::EmbeddingS
       const std::string path = (dir / absl::StrCat("table_", tc.name, ".npy")).string();
       absl::StatusOr<io::NpyArray> a = Read(path, absl::StrCat("table '", tc.name, "'"));
       if (!a.ok()) return a.status();
-      if (a->dtype != StorageNpy(tc.dtype) || a->shape != std::vector<int64_t>{tc.rows, tc.dim}) {
+      if (a->dtype != TableNpyDType(tc.dtype) || a->shape != std::vector<int64_t>{tc.rows, tc.dim}) {
         return Bad(absl::StrCat(path, ": ", io::NpyDTypeName(a->dtype), " ", io::ShapeString(a->shape), ", expected ",
-                                io::NpyDTypeName(StorageNpy(tc.dtype)), " [", tc.rows, ", ", tc.dim, "]"));
+                                io::NpyDTypeName(TableNpyDType(tc.dtype)), " [", tc.rows, ", ", tc.dim, "]"));
       }
       absl::StatusOr<std::vector<double>> w = io::DecodeFloat(*a, path);
       if (!w.ok()) return w.status();
@@ -176,25 +167,29 @@ absl::Status WriteEmbedOutputs(const check::EmbedCase& c, const reference::Embed
                                const reference::EmbeddingState* after, OutputSet& out) {
   const EmbeddingConfig& config = c.config;
   std::vector<std::pair<std::string, io::NpyArray>> files;
-  if (output.pooled_width > 0) files.emplace_back("pooled.npy", F32(output.pooled, {c.kjt.stride, output.pooled_width}));
+  if (output.pooled_width > 0) {
+    files.emplace_back("pooled.npy", FloatNpyArray(output.pooled, {c.kjt.stride, output.pooled_width}));
+  }
   for (size_t s = 0; s < output.sequence.size(); ++s) {
     const std::string& key = c.kjt.keys[output.sequence_keys[s]];
     const int64_t dim = config.tables[FeatureOf(config, key)->table].dim;
     files.emplace_back(absl::StrCat("seq_", key, ".npy"),
-                       F32(output.sequence[s], {static_cast<int64_t>(output.sequence[s].size()) / dim, dim}));
+                       FloatNpyArray(output.sequence[s], {static_cast<int64_t>(output.sequence[s].size()) / dim, dim}));
   }
   if (after != nullptr) {
     for (size_t t = 0; t < config.tables.size(); ++t) {
       const TableConfig& tc = config.tables[t];
       const reference::TableState& ts = after->tables[t];
-      files.emplace_back(absl::StrCat("table_", tc.name, ".npy"), F32(ts.weights, {tc.rows, tc.dim}, StorageNpy(tc.dtype)));
+      files.emplace_back(absl::StrCat("table_", tc.name, ".npy"),
+                         FloatNpyArray(ts.weights, {tc.rows, tc.dim}, TableNpyDType(tc.dtype)));
       if (tc.optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
-        files.emplace_back(absl::StrCat("adagrad_", tc.name, ".npy"), F32(ts.adagrad, {tc.rows}));
+        files.emplace_back(absl::StrCat("adagrad_", tc.name, ".npy"), FloatNpyArray(ts.adagrad, {tc.rows}));
       }
       if (tc.optimizer.kind == OptimizerKind::kAdam) {
-        files.emplace_back(absl::StrCat("adam_m_", tc.name, ".npy"), F32(ts.adam_m, {tc.rows, tc.dim}));
-        files.emplace_back(absl::StrCat("adam_v_", tc.name, ".npy"), F32(ts.adam_v, {tc.rows, tc.dim}));
-        files.emplace_back(absl::StrCat("adam_step_", tc.name, ".npy"), F32({ts.adam_step.b1, ts.adam_step.b2}, {2}));
+        files.emplace_back(absl::StrCat("adam_m_", tc.name, ".npy"), FloatNpyArray(ts.adam_m, {tc.rows, tc.dim}));
+        files.emplace_back(absl::StrCat("adam_v_", tc.name, ".npy"), FloatNpyArray(ts.adam_v, {tc.rows, tc.dim}));
+        files.emplace_back(absl::StrCat("adam_step_", tc.name, ".npy"),
+                           FloatNpyArray({ts.adam_step.b1, ts.adam_step.b2}, {2}));
       }
     }
   }
