@@ -3,7 +3,9 @@ plan across real processes, each holding only its shards, end with the bytes of 
 whose sharded executor runs the same ranks virtually (--plan-ranks): a plan mixing every 1D type on
 4 ranks (torchrun's variables, and mpirun -np 4 when Open MPI is there) and 2 ranks (Open MPI's), a
 fully sharded 2D plan on 4 ranks; one virtual rank under a 1D plan equals the unsharded trainer;
-bad plans and rank counts exit 2 naming the flag."""
+bad plans and rank counts exit 2 naming the flag. --report: rank 0's JSON holds every rank's times and
+their aggregate (slowest rank by busy time, imbalance = its busy time / the mean - 1)."""
+import json
 import os
 import shutil
 import subprocess
@@ -35,6 +37,22 @@ def losses(stdout):
     return [l.split(" train_ne")[0] for l in stdout.splitlines() if l.startswith("step ")]
 
 
+def check_report(r, world, sharded):
+    assert r["world_size"] == world and r["steps"] == 3 and [x["rank"] for x in r["ranks"]] == list(range(world)), r
+    for x in r["ranks"]:
+        assert x["wall_s"] > 0 and 0 <= x["collectives_s"] <= x["wall_s"], x
+        assert abs(x["collectives_s"] - x["data_parallel_s"] - x["sharded_tables_s"]) < 1e-9, x
+        assert abs(x["busy_s"] - (x["wall_s"] - x["collectives_s"])) < 1e-9, x
+        assert (x["sharded_tables_s"] > 0) == (sharded and world > 1), x
+        assert (x["data_parallel_s"] > 0) == (world > 1), x
+    busy = [x["busy_s"] for x in r["ranks"]]
+    a = r["aggregate"]
+    mean = sum(busy) / world
+    assert a["slowest_rank"] == busy.index(max(busy)) and abs(a["slowest_busy_s"] - max(busy)) < 1e-9, r
+    assert abs(a["mean_busy_s"] - mean) < 1e-9 and abs(a["imbalance"] - (max(busy) / mean - 1)) < 1e-9, r
+    assert abs(a["max_wall_s"] - max(x["wall_s"] for x in r["ranks"])) < 1e-9, r
+
+
 def main():
     with tempfile.TemporaryDirectory() as d:
         mixed = os.path.join(d, "mixed.json")
@@ -47,8 +65,10 @@ def main():
         expected, out = alone(plan + ["--plan-ranks", "4"], os.path.join(d, "alone4.bin"))
         assert "tables sharded by --plan over 4 virtual ranks" in out, out
         folder = os.path.join(d, "four")
-        results = ranks.run_job(BASE + plan + ["--checkpoint", folder], 4)
+        report = os.path.join(d, "report.json")
+        results = ranks.run_job(BASE + plan + ["--checkpoint", folder, "--report", report], 4)
         ranks.assert_ok(results)
+        check_report(json.load(open(report)), 4, sharded=True)
         assert "4 ranks data-parallel (torchrun), tables sharded by --plan over 4 ranks" in results[0][1], results[0][1]
         assert ranks.arrays_of_folder(folder) == (3, expected)
         assert losses(results[0][1]) == losses(out), (losses(results[0][1]), losses(out))
@@ -67,7 +87,8 @@ def main():
         assert ranks.arrays_of_folder(folder) == (3, expected_fs)
 
         # One virtual rank under a 1D plan is the unsharded trainer (the spec's induced partition is one block).
-        unsharded, _ = alone([], os.path.join(d, "unsharded.bin"))
+        unsharded, _ = alone(["--report", report], os.path.join(d, "unsharded.bin"))
+        check_report(json.load(open(report)), 1, sharded=False)
         one, _ = alone(["--plan", "TW"], os.path.join(d, "tw1.bin"))
         assert one == unsharded
 
@@ -94,6 +115,7 @@ def main():
             for rc, _, stderr in results:
                 assert rc == 2 and message in stderr, (args, rc, stderr)
         fails(["--plan-ranks", "2"], "--plan-ranks/--gpus-per-host: need --plan")
+        fails(["--report", os.path.join(d, "no", "such", "folder.json")], "--report: ")
         fails(["--plan", "XW"], "--plan: 'XW' is neither DP, TW, RW, TWRW nor a readable file")
         bad_cw = os.path.join(d, "bad_cw.json")
         open(bad_cw, "w").write('{"default": {"type": "CW", "shards": 3}}')

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -33,6 +34,7 @@
 #include "tools/gemtb/stop_signals.h"
 #include "tools/gemtb/train_job.h"
 #include "tools/gemtb/train_plan.h"
+#include "tools/gemtb/train_report.h"
 
 namespace gemtb::cli {
 namespace {
@@ -76,6 +78,7 @@ struct Flags {
   int64_t store_timeout = 300;
   std::string plan;
   int64_t plan_ranks = 0, gpus_per_host = 0;
+  std::string report;
 };
 
 // What a sharded checkpoint of a job must match: the config file's bytes and the plan (the --plan's
@@ -195,6 +198,9 @@ int RunRefTrain(const std::vector<std::string>& args) {
               "with --plan in one process: the ranks it runs virtually (default 1; across processes: the job's ranks)");
   flags.Int64("gpus-per-host", &f.gpus_per_host,
               "with --plan: consecutive ranks per host, for TWRW and GRID placement (default: all ranks on one host)");
+  flags.String("report", &f.report,
+               "JSON written by rank 0 at the end: every rank's wall time and time in the store's collectives, the "
+               "slowest rank and the imbalance (docs/commands.md)");
   if (absl::Status s = flags.Parse(args); !s.ok()) return ReportError(kCommand, s);
   if (flags.help_requested()) {
     std::cout << flags.Help();
@@ -235,6 +241,9 @@ int RunRefTrain(const std::vector<std::string>& args) {
     if (absl::Status s = reference::model::CheckCheckpointPath(f.checkpoint); !s.ok())
       return ReportError(kCommand, absl::InvalidArgumentError(absl::StrCat("--checkpoint: ", s.message())));
   }
+
+  if (!f.report.empty() && launch_info->rank == 0 && !std::ofstream(f.report, std::ios::trunc))
+    return bad(absl::StrCat("--report: ", f.report, ": cannot be written"));
 
   absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig(f.config);
   if (!config.ok()) return ReportError(kCommand, absl::InvalidArgumentError(absl::StrCat("--config: ", config.status().message())));
@@ -425,6 +434,27 @@ int RunRefTrain(const std::vector<std::string>& args) {
     const double wall = std::chrono::duration<double>(Clock::now() - start).count();
     const std::string saved = f.checkpoint.empty() ? "" : ", checkpoint " + f.checkpoint;
     if (absl::Status s = trainer.GatherTables(); !s.ok()) return ReportError(kCommand, s);  // every rank
+    if (!f.report.empty()) {
+      const RankTimes mine{job.rank(), wall, several ? job.group()->seconds() : 0.0,
+                           several ? job.collectives()->seconds() : 0.0};
+      std::vector<RankTimes> all = {mine};
+      if (several) {
+        absl::StatusOr<std::vector<std::string>> texts = job.group()->AllGather(RankTimesText(mine));
+        if (!texts.ok()) return ReportError(kCommand, texts.status());
+        all.clear();
+        for (const std::string& t : *texts) {
+          absl::StatusOr<RankTimes> parsed = ParseRankTimes(t);
+          if (!parsed.ok()) return ReportError(kCommand, parsed.status());
+          all.push_back(*parsed);
+        }
+      }
+      if (leader) {
+        std::ofstream out(f.report, std::ios::trunc);
+        out << TrainReportJson(all, trainer.state().step);
+        if (!out.flush())
+          return ReportError(kCommand, absl::DataLossError(absl::StrCat("--report: ", f.report, ": write failed")));
+      }
+    }
     if (!leader) return kExitOk;
     if (!evaluate) {
       std::cout << "final: no held-out evaluation (give --eval-data DIR), wall " << Num(wall, 4) << " s" << saved
