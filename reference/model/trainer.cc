@@ -241,6 +241,10 @@ absl::Status Trainer::UseDataParallel(DataParallelGroup* group) {
 absl::Status Trainer::UseShardedTables(const ShardingPlanSpec& plan, int world_size, int gpus_per_host,
                                        Collectives* collectives) {
   GEMTB_RETURN_IF_ERROR(ValidateShardingPlan(plan, PlanTablesOf(emb_), world_size, gpus_per_host));
+  if (collectives != nullptr && plan.fully_sharded && plan.gather == GatherMode::kTouched)
+    return absl::InvalidArgumentError(
+        "plan.gather: 'touched' runs in one process only (each replica group's ids would have to reach every "
+        "rank); use 'all' across processes");
   if (options_.batch % world_size != 0)
     return absl::InvalidArgumentError(
         absl::StrCat("--batch: ", options_.batch, " is not divisible by the plan's world size ", world_size));

@@ -48,7 +48,7 @@ class Reader {
  private:
   bool Raw(void* p, size_t n) {
     if (n > bytes_.size() - at_) return false;
-    std::memcpy(p, bytes_.data() + at_, n);
+    if (n > 0) std::memcpy(p, bytes_.data() + at_, n);  // an empty vector's data() may be null
     at_ += n;
     return true;
   }

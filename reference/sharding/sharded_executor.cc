@@ -24,11 +24,6 @@ absl::Status Bad(const std::string& m) { return absl::InvalidArgumentError(m); }
 
 int64_t StorageBytes(ElementType t) { return t == ElementType::kFloat32 ? 4 : 2; }
 
-template <typename F>
-void ForEach(int n, F&& body) {
-  tbb::parallel_for(0, n, [&](int i) { body(i); });
-}
-
 KeyedJaggedTensor SliceKjt(const KeyedJaggedTensor& kjt, const KjtLayout& layout, int64_t b0, int64_t b1) {
   KeyedJaggedTensor out;
   out.keys = kjt.keys;
@@ -160,8 +155,7 @@ class Runner {
     }
   }
 
-  // The batch of the next step: each held rank takes its local batch (and, with `grads`, its slice
-  // of the upstream gradients).
+  // The batch of the next step: each held rank takes its local batch.
   void SetBatch(const KeyedJaggedTensor& kjt, const KjtLayout& layout) {
     env_.features = CollectTableFeatures(config_, layout, &env_.pooled_width);
     env_.local_batch = kjt.stride / world_;
@@ -182,29 +176,27 @@ class Runner {
     }
   }
 
-  void SetGrads(const EmbeddingGrads& g) {
-    const EmbeddingGrads* grads = &g;
+  // The upstream gradients of the batch (global layout): each held rank takes its local batch's.
+  void SetGrads(const EmbeddingGrads& grads) {
     const KjtLayout& layout = batch_layout_;
     const int64_t lb = env_.local_batch;
     const int64_t stride = batch_stride_;
     for (int r = 0; r < world_; ++r) {
-      RankData& rd = ranks_[r];
       if (!Holds(r)) continue;
-      rd.grads = EmbeddingGrads{};
-      {
-        rd.grads.pooled.assign(grads->pooled.begin() + r * lb * env_.pooled_width,
-                               grads->pooled.begin() + (r + 1) * lb * env_.pooled_width);
-        size_t k = 0;
-        for (size_t f = 0; f < layout.feature.size(); ++f) {
-          const FeatureConfig& fc = config_.features[layout.feature[f]];
-          if (fc.pooling != Pooling::kNone) continue;
-          const int64_t dim = config_.tables[fc.table].dim;
-          const int64_t base = layout.offsets[f * stride];
-          const int64_t v0 = layout.offsets[f * stride + r * lb] - base;
-          const int64_t v1 = layout.offsets[f * stride + (r + 1) * lb] - base;
-          rd.grads.sequence.emplace_back(grads->sequence[k].begin() + v0 * dim, grads->sequence[k].begin() + v1 * dim);
-          ++k;
-        }
+      EmbeddingGrads& mine = ranks_[r].grads;
+      mine = EmbeddingGrads{};
+      mine.pooled.assign(grads.pooled.begin() + r * lb * env_.pooled_width,
+                         grads.pooled.begin() + (r + 1) * lb * env_.pooled_width);
+      size_t k = 0;
+      for (size_t f = 0; f < layout.feature.size(); ++f) {
+        const FeatureConfig& fc = config_.features[layout.feature[f]];
+        if (fc.pooling != Pooling::kNone) continue;
+        const int64_t dim = config_.tables[fc.table].dim;
+        const int64_t base = layout.offsets[f * stride];
+        const int64_t v0 = layout.offsets[f * stride + r * lb] - base;
+        const int64_t v1 = layout.offsets[f * stride + (r + 1) * lb] - base;
+        mine.sequence.emplace_back(grads.sequence[k].begin() + v0 * dim, grads.sequence[k].begin() + v1 * dim);
+        ++k;
       }
     }
   }

@@ -121,6 +121,25 @@ TEST(ShardedTrain, TheShardedRunMovesTheTables) {
   EXPECT_FALSE(testutil::SameArrays(*start, *two));
 }
 
+TEST(ShardedTrain, GatheringOnlyTouchedRowsAcrossProcessesIsNamed) {
+  auto config = gemtb::model::LoadModelConfig("tiny");
+  ASSERT_TRUE(config.ok());
+  auto trainer = model::Trainer::Create(*config, Options());
+  ASSERT_TRUE(trainer.ok());
+  ShardingPlanSpec plan = Plan(*config, kFullySharded, 4);
+  plan.gather = GatherMode::kTouched;
+  EXPECT_TRUE((*trainer)->UseShardedTables(plan, 4, kGpusPerHost, nullptr).ok());  // one process: fine
+  auto server = launch::TcpStoreServer::Start(0, 1);
+  ASSERT_TRUE(server.ok());
+  auto store = launch::TcpStoreClient::Connect({"127.0.0.1", (*server)->port()}, 0, 1, launch::Millis(10000));
+  ASSERT_TRUE(store.ok());
+  StoreCollectives collectives(**store);
+  EXPECT_THAT((*trainer)->UseShardedTables(plan, 4, kGpusPerHost, &collectives),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.gather: 'touched' runs in one process only")));
+  EXPECT_TRUE((*store)->Close().ok());
+  EXPECT_TRUE((*server)->Shutdown(launch::Millis(5000)).ok());
+}
+
 TEST(ShardedTrain, ABatchThatDoesNotSplitIntoTheRanksIsNamed) {
   auto config = gemtb::model::LoadModelConfig("tiny");
   ASSERT_TRUE(config.ok());

@@ -77,7 +77,7 @@ struct Flags {
   bool check = false;
   int64_t store_timeout = 300;
   std::string plan;
-  int64_t plan_ranks = 0, gpus_per_host = 0;
+  std::optional<int64_t> plan_ranks, gpus_per_host;
   std::string report;
 };
 
@@ -194,9 +194,9 @@ int RunRefTrain(const std::vector<std::string>& args) {
   flags.Int64("store-timeout", &f.store_timeout,
               "across processes: seconds any rank waits for the others at most before it stops with an error (default 300)");
   flags.String("plan", &f.plan, "sharding plan of the tables: a JSON file or DP | TW | RW | TWRW (default: none, tables replicated)");
-  flags.Int64("plan-ranks", &f.plan_ranks,
+  flags.OptionalInt64("plan-ranks", &f.plan_ranks,
               "with --plan in one process: the ranks it runs virtually (default 1; across processes: the job's ranks)");
-  flags.Int64("gpus-per-host", &f.gpus_per_host,
+  flags.OptionalInt64("gpus-per-host", &f.gpus_per_host,
               "with --plan: consecutive ranks per host, for TWRW and GRID placement (default: all ranks on one host)");
   flags.String("report", &f.report,
                "JSON written by rank 0 at the end: every rank's wall time and time in the store's collectives, the "
@@ -247,19 +247,20 @@ int RunRefTrain(const std::vector<std::string>& args) {
 
   absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig(f.config);
   if (!config.ok()) return ReportError(kCommand, absl::InvalidArgumentError(absl::StrCat("--config: ", config.status().message())));
-  if (f.plan_ranks < 0 || f.plan_ranks > 4096) return bad(absl::StrCat("--plan-ranks: ", f.plan_ranks, " must be in [1, 4096]"));
-  if (f.gpus_per_host < 0 || f.gpus_per_host > 4096)
-    return bad(absl::StrCat("--gpus-per-host: ", f.gpus_per_host, " must be in [1, 4096]"));
+  if (f.plan_ranks && (*f.plan_ranks < 1 || *f.plan_ranks > 4096))
+    return bad(absl::StrCat("--plan-ranks: ", *f.plan_ranks, " must be in [1, 4096]"));
+  if (f.gpus_per_host && (*f.gpus_per_host < 1 || *f.gpus_per_host > 4096))
+    return bad(absl::StrCat("--gpus-per-host: ", *f.gpus_per_host, " must be in [1, 4096]"));
   std::optional<TrainPlan> plan;
   int plan_world = 1, gpus_per_host = 1;
   if (f.plan.empty()) {
-    if (f.plan_ranks != 0 || f.gpus_per_host != 0) return bad("--plan-ranks/--gpus-per-host: need --plan");
+    if (f.plan_ranks || f.gpus_per_host) return bad("--plan-ranks/--gpus-per-host: need --plan");
   } else {
-    if (several && f.plan_ranks != 0 && f.plan_ranks != launch_info->world_size)
-      return bad(absl::StrCat("--plan-ranks: ", f.plan_ranks, " is not the job's world size ", launch_info->world_size,
+    if (several && f.plan_ranks && *f.plan_ranks != launch_info->world_size)
+      return bad(absl::StrCat("--plan-ranks: ", *f.plan_ranks, " is not the job's world size ", launch_info->world_size,
                               " (across processes the plan's ranks are the processes)"));
-    plan_world = several ? launch_info->world_size : std::max<int>(1, static_cast<int>(f.plan_ranks));
-    gpus_per_host = f.gpus_per_host > 0 ? static_cast<int>(f.gpus_per_host) : plan_world;
+    plan_world = several ? launch_info->world_size : static_cast<int>(f.plan_ranks.value_or(1));
+    gpus_per_host = static_cast<int>(f.gpus_per_host.value_or(plan_world));
     absl::StatusOr<TrainPlan> loaded =
         LoadTrainPlan(f.plan, reference::model::ModelEmbeddingConfig(*config, 0.0f, 0), plan_world, gpus_per_host);
     if (!loaded.ok()) return ReportError(kCommand, loaded.status());
