@@ -79,8 +79,8 @@ class VirtualCollectives : public Collectives {
                                              const std::vector<T>& buffer, int64_t element_bytes);
 
  protected:
-  absl::StatusOr<ExchangeBuffers<float>> Exchange(GroupClass c, absl::Span<const int> g, const ExchangeBuffers<float>& s,
-                                                  int64_t e) override {
+  absl::StatusOr<ExchangeBuffers<float>> Exchange(GroupClass c, absl::Span<const int> g,
+                                                  const ExchangeBuffers<float>& s, int64_t e) override {
     return AllToAll<float>(c, g, s, e);
   }
   absl::StatusOr<ExchangeBuffers<uint8_t>> Exchange(GroupClass c, absl::Span<const int> g,
@@ -91,8 +91,8 @@ class VirtualCollectives : public Collectives {
                                               int64_t e) override {
     return AllGather<float>(c, g, s, e);
   }
-  absl::StatusOr<MemberBuffers<uint8_t>> Gather(GroupClass c, absl::Span<const int> g,
-                                                const MemberBuffers<uint8_t>& s, int64_t e) override {
+  absl::StatusOr<MemberBuffers<uint8_t>> Gather(GroupClass c, absl::Span<const int> g, const MemberBuffers<uint8_t>& s,
+                                                int64_t e) override {
     return AllGather<uint8_t>(c, g, s, e);
   }
 

@@ -19,7 +19,8 @@ std::string Bytes(const T* data, size_t n) {
 template <typename T>
 absl::StatusOr<std::vector<T>> Values(const std::string& bytes, const std::string& key) {
   if (bytes.size() % sizeof(T) != 0)
-    return absl::DataLossError(absl::StrCat("store collectives: ", key, " holds ", bytes.size(), " bytes, not whole elements"));
+    return absl::DataLossError(
+        absl::StrCat("store collectives: ", key, " holds ", bytes.size(), " bytes, not whole elements"));
   std::vector<T> v(bytes.size() / sizeof(T));
   if (!v.empty()) std::memcpy(v.data(), bytes.data(), bytes.size());
   return v;
@@ -67,14 +68,16 @@ absl::StatusOr<ExchangeBuffers<T>> StoreCollectives::AllToAllOf(absl::Span<const
     return recv;
   }
   if (send.size() != p || send[round.me].size() != p)
-    return absl::InvalidArgumentError(absl::StrCat("all_to_all: member ", round.me, " has no message for each of ", p, " members"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("all_to_all: member ", round.me, " has no message for each of ", p, " members"));
   round.group = absl::StrJoin(group, ",");
   round.prefix = absl::StrCat("sc/", round.group, "/", rounds_[round.group]++, "/");
   const int me = round.me;
   for (size_t j = 0; j < p; ++j) {
     if (static_cast<int>(j) == me) continue;
     const std::vector<T>& m = send[me][j];
-    if (absl::Status s = Put(round, absl::StrCat(round.prefix, me, "/", j), Bytes(m.data(), m.size())); !s.ok()) return s;
+    if (absl::Status s = Put(round, absl::StrCat(round.prefix, me, "/", j), Bytes(m.data(), m.size())); !s.ok())
+      return s;
   }
   for (size_t i = 0; i < p; ++i) {
     if (static_cast<int>(i) == me) {
@@ -100,7 +103,8 @@ absl::StatusOr<MemberBuffers<T>> StoreCollectives::AllGatherOf(absl::Span<const 
   Round round;
   round.me = IndexOf(group, store_.rank());
   if (round.me < 0) return out;
-  if (chunks.size() != p) return absl::InvalidArgumentError(absl::StrCat("all_gather: ", chunks.size(), " chunks for ", p, " members"));
+  if (chunks.size() != p)
+    return absl::InvalidArgumentError(absl::StrCat("all_gather: ", chunks.size(), " chunks for ", p, " members"));
   const int me = round.me;
   if (p < 2) {
     out[0] = chunks[0];
@@ -169,7 +173,8 @@ absl::StatusOr<MemberBuffers<float>> StoreCollectives::ReduceScatter(GroupClass,
   for (size_t i = 1; i < p; ++i) {
     const std::vector<float>& part = (*parts)[me][i];
     if (part.size() != sum.size())
-      return absl::DataLossError(absl::StrCat("reduce_scatter: member ", i, " sent ", part.size(), " elements, not ", sum.size()));
+      return absl::DataLossError(
+          absl::StrCat("reduce_scatter: member ", i, " sent ", part.size(), " elements, not ", sum.size()));
     for (size_t e = 0; e < sum.size(); ++e) sum[e] = numerics::AddRn(sum[e], part[e]);
   }
   return out;
@@ -180,7 +185,8 @@ absl::StatusOr<MemberBuffers<float>> StoreCollectives::AllReduce(GroupClass grou
   const size_t p = group.size();
   const int me = IndexOf(group, store_.rank());
   if (me < 0) return MemberBuffers<float>(p);
-  if (buffers.size() != p) return absl::InvalidArgumentError(absl::StrCat("all_reduce: ", buffers.size(), " buffers for ", p, " members"));
+  if (buffers.size() != p)
+    return absl::InvalidArgumentError(absl::StrCat("all_reduce: ", buffers.size(), " buffers for ", p, " members"));
   // Every member's whole buffer to every member, each adding them in group order.
   ExchangeBuffers<float> send(p, std::vector<std::vector<float>>(p, buffers[me]));
   absl::StatusOr<ExchangeBuffers<float>> parts = Exchange(group_class, group, send, 4);
@@ -191,7 +197,8 @@ absl::StatusOr<MemberBuffers<float>> StoreCollectives::AllReduce(GroupClass grou
   for (size_t i = 1; i < p; ++i) {
     const std::vector<float>& part = (*parts)[me][i];
     if (part.size() != sum.size())
-      return absl::DataLossError(absl::StrCat("all_reduce: member ", i, " has ", part.size(), " elements, member 0 ", sum.size()));
+      return absl::DataLossError(
+          absl::StrCat("all_reduce: member ", i, " has ", part.size(), " elements, member 0 ", sum.size()));
     for (size_t e = 0; e < sum.size(); ++e) sum[e] = numerics::AddRn(sum[e], part[e]);
   }
   return out;

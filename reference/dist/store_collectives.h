@@ -59,8 +59,8 @@ class StoreCollectives : public Collectives {
   absl::Status Finish(Round& round);
 
   launch::TcpStoreClient& store_;
-  std::map<std::string, int64_t> rounds_;                   // per group: rounds so far
-  std::map<std::string, std::vector<std::string>> keys_;   // per group: this rank's keys of its last round
+  std::map<std::string, int64_t> rounds_;                 // per group: rounds so far
+  std::map<std::string, std::vector<std::string>> keys_;  // per group: this rank's keys of its last round
   double seconds_ = 0;
 };
 

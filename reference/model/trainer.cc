@@ -16,11 +16,11 @@
 #include "model/data/shape_from_config.h"
 #include "model/embedding/embedding_math.h"
 #include "model/metrics/ne.h"
+#include "model/sharding/sharding_plan_json.h"
 #include "oneapi/tbb/parallel_for.h"
 #include "oneapi/tbb/task_arena.h"
 #include "reference/model/batch.h"
 #include "reference/model/batch_pass.h"
-#include "model/sharding/sharding_plan_json.h"
 #include "reference/sharding/sharded_executor.h"
 
 namespace gemtb::reference::model {
@@ -196,7 +196,8 @@ absl::StatusOr<StepResult> Trainer::Step() {
     for (int k = 0; k < 3; ++k) grads.sequence.push_back(g);
   }
   if (im.sharded) {
-    absl::Status s = im.arena ? im.arena->execute([&] { return im.sharded->Backward(grads); }) : im.sharded->Backward(grads);
+    absl::Status s =
+        im.arena ? im.arena->execute([&] { return im.sharded->Backward(grads); }) : im.sharded->Backward(grads);
     GEMTB_RETURN_IF_ERROR(s);
     // The shards hold the tables now; a copy comes back with GatherTables.
     ++state_.tables.step;

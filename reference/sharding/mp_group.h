@@ -25,8 +25,6 @@
 #define GEMTB_REFERENCE_SHARDING_MP_GROUP_H_
 
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <utility>
 #include <vector>
 
@@ -112,17 +110,6 @@ class MpGroup {
   Collectives* coll_;
   std::vector<TableTraffic> traffic_;
 };
-
-// Aborts on an error status: the group builds every collective's buffers itself, so a mismatch is
-// a bug in this code, not bad input.
-template <typename T>
-T MustSucceed(absl::StatusOr<T> result) {
-  if (!result.ok()) {
-    std::fprintf(stderr, "gemtb sharded executor: internal error: %s\n", result.status().ToString().c_str());
-    std::abort();
-  }
-  return *std::move(result);
-}
 
 }  // namespace gemtb::reference
 

@@ -108,8 +108,10 @@ absl::Status MpGroup::UpdateShards(int table, std::vector<RowGradients>& grads, 
             if (layout.shards[tl.shards[si]].position == positions[mi]) Append(chunks[mi], sums[si]);
           }
         }
-        const MemberBuffers<float> gathered =
-            MustSucceed(coll_->AllGather<float>(GroupClass::kSparseMp, Ranks(positions), chunks, 4));
+        absl::StatusOr<MemberBuffers<float>> gathered_or =
+            coll_->AllGather<float>(GroupClass::kSparseMp, Ranks(positions), chunks, 4);
+        if (!gathered_or.ok()) return gathered_or.status();
+        const MemberBuffers<float>& gathered = *gathered_or;
         for (size_t mi = 0; mi < positions.size(); ++mi) {
           if (!Mine(positions[mi])) continue;
           // Every shard of the row block has the same touched rows.
@@ -170,8 +172,12 @@ absl::Status MpGroup::BackwardDataParallel(int table, int64_t step) {
       touched[p][local.rows[k]] = 1.0f;
     }
   });
-  const MemberBuffers<float> sum = MustSucceed(coll_->AllReduce(GroupClass::kSparseMp, Ranks(all), dense, 4));
-  const MemberBuffers<float> count = MustSucceed(coll_->AllReduce(GroupClass::kSparseMp, Ranks(all), touched, 4));
+  absl::StatusOr<MemberBuffers<float>> sum_or = coll_->AllReduce(GroupClass::kSparseMp, Ranks(all), dense, 4);
+  if (!sum_or.ok()) return sum_or.status();
+  const MemberBuffers<float>& sum = *sum_or;
+  absl::StatusOr<MemberBuffers<float>> count_or = coll_->AllReduce(GroupClass::kSparseMp, Ranks(all), touched, 4);
+  if (!count_or.ok()) return count_or.status();
+  const MemberBuffers<float>& count = *count_or;
   std::vector<RowGradients> grads(m);
   ForEach(m, [&](int p) {
     if (!Mine(p)) return;
@@ -229,8 +235,10 @@ absl::Status MpGroup::Backward(int64_t step) {
               }
             }
           }
-          const ExchangeBuffers<float> recv =
-              MustSucceed(coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(all), send, env_.activation_bytes));
+          absl::StatusOr<ExchangeBuffers<float>> recv_or =
+              coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(all), send, env_.activation_bytes);
+          if (!recv_or.ok()) return recv_or.status();
+          const ExchangeBuffers<float>& recv = *recv_or;
           for (int q : tr.holders) {
             if (!Mine(q)) continue;
             for (int p = 0; p < m; ++p) {
@@ -245,8 +253,10 @@ absl::Status MpGroup::Backward(int64_t step) {
           break;
         }
         case ShardingType::kRowWise: {
-          const MemberBuffers<float> gathered =
-              MustSucceed(coll_->AllGather<float>(GroupClass::kSparseMp, Ranks(all), g, env_.activation_bytes));
+          absl::StatusOr<MemberBuffers<float>> gathered_or =
+              coll_->AllGather<float>(GroupClass::kSparseMp, Ranks(all), g, env_.activation_bytes);
+          if (!gathered_or.ok()) return gathered_or.status();
+          const MemberBuffers<float>& gathered = *gathered_or;
           const int64_t n = per_col * tc.dim;
           for (int q = 0; q < m; ++q) {
             if (!Mine(q)) continue;
@@ -274,16 +284,20 @@ absl::Status MpGroup::Backward(int64_t step) {
                 same_index[h2] = h2 * gp + k;
                 if (Mine(h2 * gp + k)) send[h2][host] = SliceCols(g[h2 * gp + k], tc.dim, cs.col_begin, cs.col_end);
               }
-              const ExchangeBuffers<float> recv = MustSucceed(
-                  coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(same_index), send, env_.activation_bytes));
+              absl::StatusOr<ExchangeBuffers<float>> recv_or =
+                  coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(same_index), send, env_.activation_bytes);
+              if (!recv_or.ok()) return recv_or.status();
+              const ExchangeBuffers<float>& recv = *recv_or;
               if (Mine(host * gp + k))
                 for (int h2 = 0; h2 < hosts; ++h2) Append(chunks[k], recv[host][h2]);
             }
             // AG(g) inside the host: every row block's holder gets every requester's gradients.
             std::vector<int> host_positions(gp);
             for (int k = 0; k < gp; ++k) host_positions[k] = host * gp + k;
-            const MemberBuffers<float> gathered = MustSucceed(
-                coll_->AllGather<float>(GroupClass::kSparseMp, Ranks(host_positions), chunks, env_.activation_bytes));
+            absl::StatusOr<MemberBuffers<float>> gathered_or =
+                coll_->AllGather<float>(GroupClass::kSparseMp, Ranks(host_positions), chunks, env_.activation_bytes);
+            if (!gathered_or.ok()) return gathered_or.status();
+            const MemberBuffers<float>& gathered = *gathered_or;
             for (int k = 0; k < gp; ++k) {
               const int si = i * gp + k;  // shard (i, k) sits on host_positions[k]
               if (!Mine(host_positions[k])) continue;
@@ -311,8 +325,10 @@ absl::Status MpGroup::Backward(int64_t step) {
           }
         }
       });
-      const ExchangeBuffers<float> recv =
-          MustSucceed(coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(all), send, env_.activation_bytes));
+      absl::StatusOr<ExchangeBuffers<float>> recv_or =
+          coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(all), send, env_.activation_bytes);
+      if (!recv_or.ok()) return recv_or.status();
+      const ExchangeBuffers<float>& recv = *recv_or;
       for (int h = 0; h < static_cast<int>(tr.holders.size()); ++h) {
         const int q = tr.holders[h];
         if (!Mine(q)) continue;

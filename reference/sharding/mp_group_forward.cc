@@ -130,14 +130,18 @@ absl::Status MpGroup::ExchangeIds() {
             SerializeTableIds(SelectTableIds(members_[p]->kjt, members_[p]->layout, tc, tf, filter[h], &tr.sent[p][h]));
       }
     });
-    const ExchangeBuffers<uint8_t> recv =
-        MustSucceed(coll_->AllToAll<uint8_t>(GroupClass::kSparseMp, Ranks(all), send, 1));
+    absl::StatusOr<ExchangeBuffers<uint8_t>> recv_or =
+        coll_->AllToAll<uint8_t>(GroupClass::kSparseMp, Ranks(all), send, 1);
+    if (!recv_or.ok()) return recv_or.status();
+    const ExchangeBuffers<uint8_t>& recv = *recv_or;
     tr.received.assign(holders, std::vector<TableIds>(m));
     for (int h = 0; h < holders; ++h) {
       if (!Mine(tr.holders[h])) continue;
       for (int p = 0; p < m; ++p) {
-        tr.received[h][p] =
-            MustSucceed(DeserializeTableIds(recv[tr.holders[h]][p], tf.size(), env_.local_batch, env_.weighted));
+        absl::StatusOr<TableIds> ids =
+            DeserializeTableIds(recv[tr.holders[h]][p], tf.size(), env_.local_batch, env_.weighted);
+        if (!ids.ok()) return ids.status();
+        tr.received[h][p] = *std::move(ids);
       }
     }
   }
@@ -184,8 +188,10 @@ absl::Status MpGroup::ReturnPooledToRequesters(int table, std::vector<std::vecto
           }
         }
       }
-      const ExchangeBuffers<float> recv =
-          MustSucceed(coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(all), send, env_.activation_bytes));
+      absl::StatusOr<ExchangeBuffers<float>> recv_or =
+          coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(all), send, env_.activation_bytes);
+      if (!recv_or.ok()) return recv_or.status();
+      const ExchangeBuffers<float>& recv = *recv_or;
       ForEach(m, [&](int p) {
         if (!Mine(p)) return;
         for (int q : tr.holders) {
@@ -206,8 +212,10 @@ absl::Status MpGroup::ReturnPooledToRequesters(int table, std::vector<std::vecto
         for (int p = 0; p < m; ++p) buffers[q].insert(buffers[q].end(), pooled[si][p].begin(), pooled[si][p].end());
       }
       const int64_t chunk = per_col * env_.config->tables[table].dim;
-      const MemberBuffers<float> reduced = MustSucceed(coll_->ReduceScatter(
-          GroupClass::kSparseMp, Ranks(all), buffers, std::vector<int64_t>(m, chunk), env_.activation_bytes));
+      absl::StatusOr<MemberBuffers<float>> reduced_or = coll_->ReduceScatter(
+          GroupClass::kSparseMp, Ranks(all), buffers, std::vector<int64_t>(m, chunk), env_.activation_bytes);
+      if (!reduced_or.ok()) return reduced_or.status();
+      const MemberBuffers<float>& reduced = *reduced_or;
       ForEach(m, [&](int p) {
         if (Mine(p)) PlacePooled(p, table, table_shard(0), reduced[p].data());
       });
@@ -234,9 +242,11 @@ absl::Status MpGroup::ReturnPooledToRequesters(int table, std::vector<std::vecto
             }
           }
         }
-        const MemberBuffers<float> reduced =
-            MustSucceed(coll_->ReduceScatter(GroupClass::kSparseMp, Ranks(host_positions), buffers,
-                                             std::vector<int64_t>(g, hosts * pi), env_.activation_bytes));
+        absl::StatusOr<MemberBuffers<float>> reduced_or =
+            coll_->ReduceScatter(GroupClass::kSparseMp, Ranks(host_positions), buffers,
+                                 std::vector<int64_t>(g, hosts * pi), env_.activation_bytes);
+        if (!reduced_or.ok()) return reduced_or.status();
+        const MemberBuffers<float>& reduced = *reduced_or;
         // A2A over the ranks of one local index: the table's host sends each requester its part.
         for (int k2 = 0; k2 < g; ++k2) {
           std::vector<int> same_index(hosts);
@@ -246,8 +256,10 @@ absl::Status MpGroup::ReturnPooledToRequesters(int table, std::vector<std::vecto
             if (Mine(host * g + k2))
               send[host][h2].assign(reduced[k2].begin() + h2 * pi, reduced[k2].begin() + (h2 + 1) * pi);
           }
-          const ExchangeBuffers<float> recv = MustSucceed(
-              coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(same_index), send, env_.activation_bytes));
+          absl::StatusOr<ExchangeBuffers<float>> recv_or =
+              coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(same_index), send, env_.activation_bytes);
+          if (!recv_or.ok()) return recv_or.status();
+          const ExchangeBuffers<float>& recv = *recv_or;
           for (int h2 = 0; h2 < hosts; ++h2)
             if (Mine(h2 * g + k2)) PlacePooled(h2 * g + k2, table, cs, recv[h2][host].data());
         }
@@ -312,8 +324,10 @@ absl::Status MpGroup::LookupAndReturn() {
         if (!Mine(q)) continue;
         for (int p = 0; p < m; ++p) send[q][p].insert(send[q][p].end(), sequence[si][p].begin(), sequence[si][p].end());
       }
-      const ExchangeBuffers<float> recv =
-          MustSucceed(coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(all), send, env_.activation_bytes));
+      absl::StatusOr<ExchangeBuffers<float>> recv_or =
+          coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(all), send, env_.activation_bytes);
+      if (!recv_or.ok()) return recv_or.status();
+      const ExchangeBuffers<float>& recv = *recv_or;
       ForEach(m, [&](int p) {
         if (!Mine(p)) return;
         for (int h = 0; h < static_cast<int>(tr.holders.size()); ++h) {

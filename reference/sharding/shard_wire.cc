@@ -79,7 +79,8 @@ absl::StatusOr<std::vector<ShardState>> DeserializeShards(const std::vector<uint
   Reader r(bytes);
   absl::StatusOr<uint64_t> n = r.U64();
   if (!n.ok()) return n.status();
-  if (*n > bytes.size()) return absl::DataLossError(absl::StrCat("shard wire: ", *n, " shards in ", bytes.size(), " bytes"));
+  if (*n > bytes.size())
+    return absl::DataLossError(absl::StrCat("shard wire: ", *n, " shards in ", bytes.size(), " bytes"));
   std::vector<ShardState> shards(*n);
   for (ShardState& s : shards) {
     std::vector<float>* fields[] = {&s.weights, &s.adagrad, &s.adam_m, &s.adam_v};
@@ -90,7 +91,8 @@ absl::StatusOr<std::vector<ShardState>> DeserializeShards(const std::vector<uint
     }
     absl::StatusOr<std::vector<float>> step = r.Floats();
     if (!step.ok()) return step.status();
-    if (step->size() != 2) return absl::DataLossError(absl::StrCat("shard wire: adam step of ", step->size(), " values"));
+    if (step->size() != 2)
+      return absl::DataLossError(absl::StrCat("shard wire: adam step of ", step->size(), " values"));
     s.adam_step = {(*step)[0], (*step)[1]};
     absl::StatusOr<std::vector<float>> stored = r.Floats();
     if (!stored.ok()) return stored.status();
@@ -121,7 +123,8 @@ absl::StatusOr<EmbeddingOutput> DeserializeOutput(const std::vector<uint8_t>& by
   out.pooled = *std::move(pooled);
   absl::StatusOr<uint64_t> keys = r.U64();
   if (!keys.ok()) return keys.status();
-  if (*keys > bytes.size()) return absl::DataLossError(absl::StrCat("shard wire: ", *keys, " sequence keys in ", bytes.size(), " bytes"));
+  if (*keys > bytes.size())
+    return absl::DataLossError(absl::StrCat("shard wire: ", *keys, " sequence keys in ", bytes.size(), " bytes"));
   for (uint64_t k = 0; k < *keys; ++k) {
     absl::StatusOr<uint64_t> key = r.U64();
     if (!key.ok()) return key.status();

@@ -207,9 +207,9 @@ class Runner {
     coll_->SetPhase(CommPhase::kForward);
     const bool v3 = plan_.fully_sharded;
     const bool touched = plan_.gather == GatherMode::kTouched;
-    if (v3 && !touched) Gather(false);
+    if (v3 && !touched) GEMTB_RETURN_IF_ERROR(Gather(false));
     for (auto& g : groups_) GEMTB_RETURN_IF_ERROR(g->ExchangeIds());
-    if (v3 && touched) Gather(true);
+    if (v3 && touched) GEMTB_RETURN_IF_ERROR(Gather(true));
     for (auto& g : groups_) GEMTB_RETURN_IF_ERROR(g->LookupAndReturn());
     return absl::OkStatus();
   }
@@ -220,14 +220,14 @@ class Runner {
     const bool v3 = plan_.fully_sharded;
     if (v3 && !plan_.keep_gathered) {
       FreeGathered();
-      Gather(plan_.gather == GatherMode::kTouched);
+      GEMTB_RETURN_IF_ERROR(Gather(plan_.gather == GatherMode::kTouched));
     }
     for (auto& g : groups_) GEMTB_RETURN_IF_ERROR(g->Backward(initial_step_ + s));
     if (v3) {
-      ScatterUpdated();
+      GEMTB_RETURN_IF_ERROR(ScatterUpdated());
     } else if (n_ > 1 && (s + 1) % plan_.sync_period == 0) {
       coll_->SetPhase(CommPhase::kSync);
-      SyncReplicas();
+      GEMTB_RETURN_IF_ERROR(SyncReplicas());
     }
     return absl::OkStatus();
   }
@@ -304,8 +304,8 @@ class Runner {
       absl::StatusOr<std::vector<ShardState>> shards = DeserializeShards((*all)[r]);
       if (!shards.ok()) return shards.status();
       if (shards->size() != layout_.shards.size())
-        return absl::DataLossError(absl::StrCat("rank ", r, " sent ", shards->size(), " shards, the plan has ",
-                                                layout_.shards.size()));
+        return absl::DataLossError(
+            absl::StrCat("rank ", r, " sent ", shards->size(), " shards, the plan has ", layout_.shards.size()));
       ranks_[r].shards = *std::move(shards);
     }
     return absl::OkStatus();
@@ -350,7 +350,7 @@ class Runner {
 
   // V3: every rank (m, rho) gathers its shards' sub-blocks from the replica group into a full copy;
   // `touched` moves only the rows some replica group's ids reference (other rows read NaN).
-  void Gather(bool touched) {
+  absl::Status Gather(bool touched) {
     gathered_rows_.assign(layout_.shards.size(), {});
     for (size_t id = 0; id < layout_.shards.size(); ++id) {
       const Shard& s = layout_.shards[id];
@@ -377,8 +377,10 @@ class Runner {
                              ss.stored.begin() + (r - r0 + 1) * s.cols());
         }
       }
-      const MemberBuffers<float> all =
-          MustSucceed(coll_->AllGather<float>(GroupClass::kSparseIntra, ReplicaGroup(s.position), chunks, e_w));
+      absl::StatusOr<MemberBuffers<float>> all_or =
+          coll_->AllGather<float>(GroupClass::kSparseIntra, ReplicaGroup(s.position), chunks, e_w);
+      if (!all_or.ok()) return all_or.status();
+      const MemberBuffers<float>& all = *all_or;
       for (int rho = 0; rho < n_; ++rho) {
         if (!Holds(s.position * n_ + rho)) continue;
         ShardState& ss = ranks_[s.position * n_ + rho].shards[id];
@@ -390,6 +392,7 @@ class Runner {
         }
       }
     }
+    return absl::OkStatus();
   }
 
   void FreeGathered() {
@@ -399,7 +402,7 @@ class Runner {
   }
 
   // V3: RS(N) of every updated copy; sub-block rho keeps seqsum over the replicas / N, stored RNE.
-  void ScatterUpdated() {
+  absl::Status ScatterUpdated() {
     for (size_t id = 0; id < layout_.shards.size(); ++id) {
       const Shard& s = layout_.shards[id];
       const TableConfig& tc = config_.tables[s.table];
@@ -416,8 +419,10 @@ class Runner {
                               ss.weights.begin() + (r - s.row_begin + 1) * s.cols());
         }
       }
-      const MemberBuffers<float> sums = MustSucceed(coll_->ReduceScatter(
-          GroupClass::kSparseIntra, ReplicaGroup(s.position), buffers, chunk, StorageBytes(tc.dtype)));
+      absl::StatusOr<MemberBuffers<float>> sums_or = coll_->ReduceScatter(
+          GroupClass::kSparseIntra, ReplicaGroup(s.position), buffers, chunk, StorageBytes(tc.dtype));
+      if (!sums_or.ok()) return sums_or.status();
+      const MemberBuffers<float>& sums = *sums_or;
       for (int rho = 0; rho < n_; ++rho) {
         if (!Holds(s.position * n_ + rho)) continue;
         ShardState& ss = ranks_[s.position * n_ + rho].shards[id];
@@ -434,20 +439,23 @@ class Runner {
       }
     }
     FreeGathered();
+    return absl::OkStatus();
   }
 
   // V2: per position, AR(N) of every shard's weights (and state) over the replicas, then / N.
-  void SyncReplicas() {
+  absl::Status SyncReplicas() {
     for (size_t id = 0; id < layout_.shards.size(); ++id) {
       const Shard& s = layout_.shards[id];
       const TableConfig& tc = config_.tables[s.table];
       const std::vector<int> group = ReplicaGroup(s.position);
-      auto average = [&](auto field, int64_t element_bytes, bool round_to_storage) {
+      auto average = [&](auto field, int64_t element_bytes, bool round_to_storage) -> absl::Status {
         MemberBuffers<float> buffers(n_);
         for (int rho = 0; rho < n_; ++rho)
           if (Holds(group[rho])) buffers[rho] = field(ranks_[group[rho]].shards[id]);
-        const MemberBuffers<float> sum =
-            MustSucceed(coll_->AllReduce(GroupClass::kSparseReplica, group, buffers, element_bytes));
+        absl::StatusOr<MemberBuffers<float>> sum_or =
+            coll_->AllReduce(GroupClass::kSparseReplica, group, buffers, element_bytes);
+        if (!sum_or.ok()) return sum_or.status();
+        const MemberBuffers<float>& sum = *sum_or;
         for (int rho = 0; rho < n_; ++rho) {
           if (!Holds(group[rho])) continue;
           std::vector<float> avg(sum[rho].size());
@@ -457,11 +465,13 @@ class Runner {
           }
           field(ranks_[group[rho]].shards[id]) = std::move(avg);
         }
+        return absl::OkStatus();
       };
-      average([](ShardState& ss) -> std::vector<float>& { return ss.weights; }, StorageBytes(tc.dtype), true);
+      GEMTB_RETURN_IF_ERROR(
+          average([](ShardState& ss) -> std::vector<float>& { return ss.weights; }, StorageBytes(tc.dtype), true));
       if (!plan_.state_sync) continue;
       if (tc.optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
-        average([](ShardState& ss) -> std::vector<float>& { return ss.adagrad; }, 4, false);
+        GEMTB_RETURN_IF_ERROR(average([](ShardState& ss) -> std::vector<float>& { return ss.adagrad; }, 4, false));
       }
       if (tc.optimizer.kind == OptimizerKind::kAdam) {
         // m and v travel as one buffer of 8 * rows * cols bytes.
@@ -472,7 +482,9 @@ class Runner {
           joint[rho] = ss.adam_m;
           joint[rho].insert(joint[rho].end(), ss.adam_v.begin(), ss.adam_v.end());
         }
-        const MemberBuffers<float> sum = MustSucceed(coll_->AllReduce(GroupClass::kSparseReplica, group, joint, 4));
+        absl::StatusOr<MemberBuffers<float>> sum_or = coll_->AllReduce(GroupClass::kSparseReplica, group, joint, 4);
+        if (!sum_or.ok()) return sum_or.status();
+        const MemberBuffers<float>& sum = *sum_or;
         for (int rho = 0; rho < n_; ++rho) {
           if (!Holds(group[rho])) continue;
           ShardState& ss = ranks_[group[rho]].shards[id];
@@ -484,6 +496,7 @@ class Runner {
         }
       }
     }
+    return absl::OkStatus();
   }
 
   EmbeddingState AssembleReplica(int rho, int64_t steps_done, ShardedRun* run) const {
@@ -575,8 +588,9 @@ absl::StatusOr<std::unique_ptr<ShardedExecutor>> ShardedExecutor::Create(const E
   GEMTB_RETURN_IF_ERROR(ValidateShardingPlan(plan, PlanTablesOf(config), world_size, gpus_per_host));
   GEMTB_RETURN_IF_ERROR(CheckState(config, initial));
   if (collectives != nullptr && plan.fully_sharded && plan.gather == GatherMode::kTouched) {
-    return Bad("plan.gather: 'touched' runs in one process only (each replica group's ids would have to reach "
-               "every rank); use 'all' across processes");
+    return Bad(
+        "plan.gather: 'touched' runs in one process only (each replica group's ids would have to reach "
+        "every rank); use 'all' across processes");
   }
   absl::StatusOr<GroupLayout> group = BuildGroupLayout(plan, config, world_size, gpus_per_host);
   if (!group.ok()) return group.status();
@@ -607,7 +621,8 @@ absl::StatusOr<EmbeddingOutput> ShardedExecutor::Forward(const KeyedJaggedTensor
 
 absl::Status ShardedExecutor::Backward(const EmbeddingGrads& global_grads) {
   Impl& im = *impl_;
-  if (!im.forward_pending) return absl::FailedPreconditionError("sharded executor: Backward without a Forward before it");
+  if (!im.forward_pending)
+    return absl::FailedPreconditionError("sharded executor: Backward without a Forward before it");
   int64_t width = 0;
   CollectTableFeatures(*im.config, im.layout, &width);
   GEMTB_RETURN_IF_ERROR(CheckGrads(*im.config, im.kjt, im.layout, width, global_grads));

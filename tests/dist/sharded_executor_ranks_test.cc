@@ -4,11 +4,11 @@
 // (every pooling, hashing, optimizer and storage type, SR on fp16/bf16) under a plan mixing every
 // 1D type, 2D with replica syncs of weights and state, fully sharded 2D with the gathered copy kept,
 // and per-shard column-wise Adagrad state.
-#include <future>
-#include <string>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <future>
+#include <string>
 
 #include "model/sharding/sharding_plan_json.h"
 #include "nlohmann/json.hpp"
@@ -86,7 +86,9 @@ void ExpectRanksEqualInProcess(const nlohmann::json& extra, const std::string& w
   EXPECT_TRUE((*server)->Shutdown(launch::Millis(5000)).ok());
 }
 
-TEST(ShardedExecutorRanks, EveryOneDimensionalTypeEqualsTheInProcessRun) { ExpectRanksEqualInProcess(nlohmann::json::object(), "1D mix"); }
+TEST(ShardedExecutorRanks, EveryOneDimensionalTypeEqualsTheInProcessRun) {
+  ExpectRanksEqualInProcess(nlohmann::json::object(), "1D mix");
+}
 TEST(ShardedExecutorRanks, PerShardColumnWiseStateEqualsTheInProcessRun) {
   ExpectRanksEqualInProcess({{"cw_state", "per_shard"}}, "cw_state per_shard");
 }

@@ -2,10 +2,10 @@
 // trainer, store connection and store-backed collectives, holding only its shards) ends with the
 // state of the single-process trainer whose sharded executor runs the same ranks virtually, bit for
 // bit: a plan mixing the 1D types on 2 and 4 ranks, fully sharded 2D and 2D with replica syncs.
-#include <future>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <future>
 
 #include "model/description/model_config.h"
 #include "model/sharding/sharding_plan_json.h"
@@ -46,7 +46,8 @@ model::TrainOptions Options() {
 ShardingPlanSpec Plan(const gemtb::model::ModelConfig& config, const char* json, int world) {
   const model::TrainOptions o = Options();
   const EmbeddingConfig emb = model::ModelEmbeddingConfig(config, o.table_lr, o.seed);
-  absl::StatusOr<ShardingPlanSpec> plan = ParseShardingPlan(nlohmann::json::parse(json), PlanTablesOf(emb), world, kGpusPerHost);
+  absl::StatusOr<ShardingPlanSpec> plan =
+      ParseShardingPlan(nlohmann::json::parse(json), PlanTablesOf(emb), world, kGpusPerHost);
   EXPECT_TRUE(plan.ok()) << plan.status();
   return plan.ok() ? *plan : ShardingPlanSpec{};
 }
@@ -102,7 +103,8 @@ void ExpectRanksEqualAlone(const char* json, int world, int steps) {
   auto alone = TrainAlone(*config, plan, world, steps);
   ASSERT_TRUE(alone.ok()) << alone.status();
   std::vector<model::NamedArrays> ranks = TrainOnRanks(*config, plan, world, steps);
-  for (int r = 0; r < world; ++r) EXPECT_TRUE(testutil::SameArrays(ranks[r], *alone)) << "world " << world << " rank " << r;
+  for (int r = 0; r < world; ++r)
+    EXPECT_TRUE(testutil::SameArrays(ranks[r], *alone)) << "world " << world << " rank " << r;
 }
 
 TEST(ShardedTrain, MixedPlanOnTwoRanksEqualsTheVirtualRanksBitForBit) { ExpectRanksEqualAlone(kMixed, 2, 2); }
@@ -134,8 +136,9 @@ TEST(ShardedTrain, GatheringOnlyTouchedRowsAcrossProcessesIsNamed) {
   auto store = launch::TcpStoreClient::Connect({"127.0.0.1", (*server)->port()}, 0, 1, launch::Millis(10000));
   ASSERT_TRUE(store.ok());
   StoreCollectives collectives(**store);
-  EXPECT_THAT((*trainer)->UseShardedTables(plan, 4, kGpusPerHost, &collectives),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.gather: 'touched' runs in one process only")));
+  EXPECT_THAT(
+      (*trainer)->UseShardedTables(plan, 4, kGpusPerHost, &collectives),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.gather: 'touched' runs in one process only")));
   EXPECT_TRUE((*store)->Close().ok());
   EXPECT_TRUE((*server)->Shutdown(launch::Millis(5000)).ok());
 }
@@ -148,7 +151,8 @@ TEST(ShardedTrain, ABatchThatDoesNotSplitIntoTheRanksIsNamed) {
   auto trainer = model::Trainer::Create(*config, o);
   ASSERT_TRUE(trainer.ok());
   EXPECT_THAT((*trainer)->UseShardedTables(Plan(*config, kMixed, 4), 4, kGpusPerHost, nullptr),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--batch: 18 is not divisible by the plan's world size 4")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--batch: 18 is not divisible by the plan's world size 4")));
 }
 
 }  // namespace

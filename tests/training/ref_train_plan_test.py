@@ -3,14 +3,17 @@ plan across real processes, each holding only its shards, end with the bytes of 
 whose sharded executor runs the same ranks virtually (--plan-ranks): a plan mixing every 1D type on
 4 ranks (torchrun's variables, and mpirun -np 4 when Open MPI is there) and 2 ranks (Open MPI's), a
 fully sharded 2D plan on 4 ranks; one virtual rank under a 1D plan equals the unsharded trainer;
-bad plans and rank counts exit 2 naming the flag. --report: rank 0's JSON holds every rank's times and
+bad plans and rank counts exit 2 naming the flag; a rank killed mid-run ends the others with an error
+naming it, well inside --store-timeout. --report: rank 0's JSON holds every rank's times and
 their aggregate (slowest rank by busy time, imbalance = its busy time / the mean - 1)."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ref_train_ranks_test as ranks  # noqa: E402  (the launcher helpers; its GEMTB is sys.argv[1] too)
@@ -104,6 +107,23 @@ def main():
             assert ranks.arrays_of_folder(folder) == (3, expected)
         else:
             print("note: no mpirun, its part skipped")
+
+        # A rank killed with SIGKILL mid-run: the others stop naming it (their waits are in the plan's exchanges
+        # as often as in the dense model's), well inside the store timeout.
+        args = BASE[:-2] + ["--steps", "100000"] + plan  # BASE ends with --steps 3
+        procs = ranks.start(args, 4)
+        line = ""
+        while not line.startswith("step 3 "):
+            line = procs[0].stdout.readline()
+            assert line, ("rank 0 ended before step 3", procs[0].stderr.read())
+        t0 = time.time()
+        procs[2].send_signal(signal.SIGKILL)
+        results = ranks.finish(procs)
+        assert time.time() - t0 < 20, time.time() - t0
+        assert results[2][0] == -signal.SIGKILL
+        for r in (0, 1, 3):
+            rc, _, stderr = results[r]
+            assert rc != 0 and "rank 2: its connection to the store closed without a goodbye" in stderr, (r, rc, stderr)
 
         # Named errors, exit 2, before any step.
         def fails(args, message, world=1):

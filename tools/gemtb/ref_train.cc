@@ -20,13 +20,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "model/common/sha256.h"
+#include "model/data/shape_from_config.h"
+#include "model/description/model_config.h"
 #include "model/json/user_file.h"
 #include "model/launch/launch_env.h"
-#include "model/description/model_config.h"
 #include "model/metrics/ne.h"
-#include "model/data/shape_from_config.h"
-#include "reference/model/checkpoint.h"
 #include "reference/model/batch.h"
+#include "reference/model/checkpoint.h"
 #include "reference/model/npy_dataset.h"
 #include "reference/model/trainer.h"
 #include "tools/gemtb/command.h"
@@ -130,36 +130,37 @@ std::optional<std::string> CheckRate(const char* flag, const std::optional<doubl
 
 int RunRefTrain(const std::vector<std::string>& args) {
   Flags f;
-  FlagSet flags("gemtb ref train [--config tiny] [--steps N] [--data DIR] [flags]",
-                "Trains the GEM-like reference model (fp32, oneTBB, bit-exact for any --threads) on the planted-\n"
-                "teacher data. Per --log-every steps: loss, windowed and lifetime train NE per task with the\n"
-                "oracle's windowed NE of the same samples, samples/s; per --eval-every steps and at the end: NE on\n"
-                "held-out samples (indices from 2^40 on, never trained on) beside the oracle NE of the same samples.\n"
-                "Exit 0; with --check, exit 1 unless the first task's final held-out NE <= oracle NE + 0.05 and\n"
-                "<= 0.9. An NE of samples without a positive or a negative prints as undefined.\n"
-                "\n"
-                "--data DIR trains on the samples of DIR instead, step s on samples s*batch .. s*batch+batch-1\n"
-                "(modulo N: the set repeats). For N samples, T tasks, m dense features and K keys (the config's\n"
-                "sparse features, then per sequence <seq>.item, <seq>.action, <seq>.dt), DIR holds:\n"
-                "  lengths.npy int32 [K*N] key-major; ids.npy int64 (key, then sample, then position; events\n"
-                "  oldest first); seq_lengths.npy int32 [J, N]; dense.npy float32 [N, m]; labels.npy and\n"
-                "  masks.npy uint8 [N, T]; optionally probs.npy float64 [N, T] (true probabilities, for the\n"
-                "  oracle NE; without it the oracle prints n/a).\n"
-                "A folder of `gemtb data generate --seed S` trains to the same bits as --data-seed S without\n"
-                "--data. The held-out NE of a --data run comes from --eval-data.\n"
-                "\n"
-                "SIGTERM or SIGINT stops after the current step, writing --checkpoint first when given\n"
-                "(exit 128 + the signal number); --resume continues from it.\n"
-                "\n"
-                "Across processes (torchrun --no-python, mpirun or srun; rank, world size and MASTER_ADDR/MASTER_PORT\n"
-                "from the launcher's variables) the ranks train data-parallel to the same bits as one process; the\n"
-                "world size must divide --grad-blocks. Rank 0 prints; --checkpoint and --resume name a folder of\n"
-                "sharded checkpoints (docs/checkpoint.md). A rank that dies or fails ends every rank with an error.\n"
-                "\n"
-                "--plan FILE|NAME shards the tables by a sharding plan (the JSON object of `gemtb ref embed`'s \"plan\",\n"
-                "the simulator's plan.sparse; NAME: DP, TW, RW or TWRW for every table) over --plan-ranks virtual\n"
-                "ranks in one process, or over the job's ranks across processes, each holding only its shards; both\n"
-                "end with the same bytes.");
+  FlagSet flags(
+      "gemtb ref train [--config tiny] [--steps N] [--data DIR] [flags]",
+      "Trains the GEM-like reference model (fp32, oneTBB, bit-exact for any --threads) on the planted-\n"
+      "teacher data. Per --log-every steps: loss, windowed and lifetime train NE per task with the\n"
+      "oracle's windowed NE of the same samples, samples/s; per --eval-every steps and at the end: NE on\n"
+      "held-out samples (indices from 2^40 on, never trained on) beside the oracle NE of the same samples.\n"
+      "Exit 0; with --check, exit 1 unless the first task's final held-out NE <= oracle NE + 0.05 and\n"
+      "<= 0.9. An NE of samples without a positive or a negative prints as undefined.\n"
+      "\n"
+      "--data DIR trains on the samples of DIR instead, step s on samples s*batch .. s*batch+batch-1\n"
+      "(modulo N: the set repeats). For N samples, T tasks, m dense features and K keys (the config's\n"
+      "sparse features, then per sequence <seq>.item, <seq>.action, <seq>.dt), DIR holds:\n"
+      "  lengths.npy int32 [K*N] key-major; ids.npy int64 (key, then sample, then position; events\n"
+      "  oldest first); seq_lengths.npy int32 [J, N]; dense.npy float32 [N, m]; labels.npy and\n"
+      "  masks.npy uint8 [N, T]; optionally probs.npy float64 [N, T] (true probabilities, for the\n"
+      "  oracle NE; without it the oracle prints n/a).\n"
+      "A folder of `gemtb data generate --seed S` trains to the same bits as --data-seed S without\n"
+      "--data. The held-out NE of a --data run comes from --eval-data.\n"
+      "\n"
+      "SIGTERM or SIGINT stops after the current step, writing --checkpoint first when given\n"
+      "(exit 128 + the signal number); --resume continues from it.\n"
+      "\n"
+      "Across processes (torchrun --no-python, mpirun or srun; rank, world size and MASTER_ADDR/MASTER_PORT\n"
+      "from the launcher's variables) the ranks train data-parallel to the same bits as one process; the\n"
+      "world size must divide --grad-blocks. Rank 0 prints; --checkpoint and --resume name a folder of\n"
+      "sharded checkpoints (docs/checkpoint.md). A rank that dies or fails ends every rank with an error.\n"
+      "\n"
+      "--plan FILE|NAME shards the tables by a sharding plan (the JSON object of `gemtb ref embed`'s \"plan\",\n"
+      "the simulator's plan.sparse; NAME: DP, TW, RW or TWRW for every table) over --plan-ranks virtual\n"
+      "ranks in one process, or over the job's ranks across processes, each holding only its shards; both\n"
+      "end with the same bytes.");
   flags.String("config", &f.config, "model config: tiny | small | gem-scale | path to a JSON (default tiny)");
   flags.String("data", &f.data,
                "training data: a folder of .npy files in the layout `gemtb data generate` writes (described above), or "
@@ -193,11 +194,14 @@ int RunRefTrain(const std::vector<std::string>& args) {
   flags.Bool("check", &f.check, "exit 1 unless the final held-out NE <= oracle NE + 0.05 and <= 0.9");
   flags.Int64("store-timeout", &f.store_timeout,
               "across processes: seconds any rank waits for the others at most before it stops with an error (default 300)");
-  flags.String("plan", &f.plan, "sharding plan of the tables: a JSON file or DP | TW | RW | TWRW (default: none, tables replicated)");
-  flags.OptionalInt64("plan-ranks", &f.plan_ranks,
-              "with --plan in one process: the ranks it runs virtually (default 1; across processes: the job's ranks)");
-  flags.OptionalInt64("gpus-per-host", &f.gpus_per_host,
-              "with --plan: consecutive ranks per host, for TWRW and GRID placement (default: all ranks on one host)");
+  flags.String("plan", &f.plan,
+               "sharding plan of the tables: a JSON file or DP | TW | RW | TWRW (default: none, tables replicated)");
+  flags.OptionalInt64(
+      "plan-ranks", &f.plan_ranks,
+      "with --plan in one process: the ranks it runs virtually (default 1; across processes: the job's ranks)");
+  flags.OptionalInt64(
+      "gpus-per-host", &f.gpus_per_host,
+      "with --plan: consecutive ranks per host, for TWRW and GRID placement (default: all ranks on one host)");
   flags.String("report", &f.report,
                "JSON written by rank 0 at the end: every rank's wall time and time in the store's collectives, the "
                "slowest rank and the imbalance (docs/commands.md)");
@@ -305,7 +309,8 @@ int RunRefTrain(const std::vector<std::string>& args) {
     if (!leader) std::cout.setstate(std::ios::failbit);  // rank 0 prints; the others print only errors
   }
   if (plan) {
-    if (absl::Status s = trainer.UseShardedTables(plan->spec, plan_world, gpus_per_host, several ? job.collectives() : nullptr);
+    if (absl::Status s =
+            trainer.UseShardedTables(plan->spec, plan_world, gpus_per_host, several ? job.collectives() : nullptr);
         !s.ok())
       return job.Leave(ReportError(kCommand, s), store_timeout);
   }
@@ -354,9 +359,14 @@ int RunRefTrain(const std::vector<std::string>& args) {
     const int T = static_cast<int>(config->NumTasks());
     std::cout << "gemtb ref train: config " << config->name << ", " << trainer.model().layout().total()
               << " dense params, batch " << o.batch << ", steps " << f.steps << ", lr " << o.lr << ", table lr "
-              << o.table_lr << " (decay fraction " << o.table_decay << "), schedule " << f.schedule << ", threads " << (o.threads ? absl::StrCat(o.threads) : std::string("all"))
-              << (several ? absl::StrCat(", ", job.world_size(), " ranks data-parallel (", launch::LauncherName(launch_info->launcher), ")") : std::string())
-              << (plan ? absl::StrCat(", tables sharded by --plan over ", plan_world, several ? " ranks" : " virtual ranks") : std::string())
+              << o.table_lr << " (decay fraction " << o.table_decay << "), schedule " << f.schedule << ", threads "
+              << (o.threads ? absl::StrCat(o.threads) : std::string("all"))
+              << (several ? absl::StrCat(", ", job.world_size(), " ranks data-parallel (",
+                                         launch::LauncherName(launch_info->launcher), ")")
+                          : std::string())
+              << (plan ? absl::StrCat(", tables sharded by --plan over ", plan_world,
+                                      several ? " ranks" : " virtual ranks")
+                       : std::string())
               << "\n";
     const bool tty = leader && ::isatty(STDERR_FILENO) != 0;
     metrics::NeTracker tracker(T, f.ne_window), oracle_tracker(T, f.ne_window);

@@ -16,7 +16,8 @@ absl::StatusOr<TrainPlan> LoadTrainPlan(const std::string& arg, const EmbeddingC
   } else {
     absl::StatusOr<std::string> text = ReadUserFile(arg);
     if (!text.ok())
-      return bad(absl::StrCat("'", arg, "' is neither DP, TW, RW, TWRW nor a readable file (", text.status().message(), ")"));
+      return bad(
+          absl::StrCat("'", arg, "' is neither DP, TW, RW, TWRW nor a readable file (", text.status().message(), ")"));
     json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
     if (json.is_discarded()) return bad(absl::StrCat(arg, ": not valid JSON"));
     if (json.is_object() && json.contains("sparse")) json = json["sparse"];

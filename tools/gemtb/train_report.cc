@@ -8,7 +8,9 @@
 namespace gemtb::cli {
 
 std::string RankTimesText(const RankTimes& t) {
-  return nlohmann::json{{"rank", t.rank}, {"wall_s", t.wall_s}, {"data_parallel_s", t.data_parallel_s},
+  return nlohmann::json{{"rank", t.rank},
+                        {"wall_s", t.wall_s},
+                        {"data_parallel_s", t.data_parallel_s},
                         {"sharded_tables_s", t.sharded_tables_s}}
       .dump();
 }
@@ -52,12 +54,9 @@ std::string TrainReportJson(const std::vector<RankTimes>& ranks, int64_t steps) 
   out["ranks"] = list;
   const double n = static_cast<double>(std::max<size_t>(ranks.size(), 1));
   const double mean_busy = busy_sum / n;
-  out["aggregate"] = {{"slowest_rank", slowest},
-                      {"slowest_busy_s", slowest_busy},
-                      {"mean_busy_s", mean_busy},
-                      {"imbalance", mean_busy > 0 ? slowest_busy / mean_busy - 1 : 0.0},
-                      {"max_wall_s", max_wall},
-                      {"mean_collectives_s", collectives_sum / n}};
+  out["aggregate"] = {{"slowest_rank", slowest},  {"slowest_busy_s", slowest_busy},
+                      {"mean_busy_s", mean_busy}, {"imbalance", mean_busy > 0 ? slowest_busy / mean_busy - 1 : 0.0},
+                      {"max_wall_s", max_wall},   {"mean_collectives_s", collectives_sum / n}};
   return out.dump(2) + "\n";
 }
 
