@@ -32,26 +32,22 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "reference/collectives/collectives.h"
 #include "reference/collectives/comm_report.h"
 
 namespace gemtb::reference {
 
-// One buffer per group member, in group order.
-template <typename T>
-using MemberBuffers = std::vector<std::vector<T>>;
-// All-to-all payloads: [source member][destination member].
-template <typename T>
-using ExchangeBuffers = std::vector<std::vector<std::vector<T>>>;
-
 // n elements split over p members as evenly as possible, the first n mod p chunks one larger.
 std::vector<int64_t> EvenChunks(int64_t n, int p);
 
-class VirtualCollectives {
+// The in-process implementation of Collectives: this process holds every rank.
+class VirtualCollectives : public Collectives {
  public:
   explicit VirtualCollectives(CommReport* report = nullptr) : report_(report) {}
 
-  void SetStep(int64_t step) { step_ = step; }
-  void SetPhase(CommPhase phase) { phase_ = phase; }
+  bool Holds(int /*rank*/) const override { return true; }
+  void SetStep(int64_t step) override { step_ = step; }
+  void SetPhase(CommPhase phase) override { phase_ = phase; }
   int64_t step() const { return step_; }
   CommPhase phase() const { return phase_; }
 
@@ -70,16 +66,35 @@ class VirtualCollectives {
   // [c_0 + ... + c_{i-1}, + c_i) reduced over the members in group order.
   absl::StatusOr<MemberBuffers<float>> ReduceScatter(GroupClass group_class, absl::Span<const int> group,
                                                      const MemberBuffers<float>& buffers,
-                                                     absl::Span<const int64_t> chunk_elements, int64_t element_bytes);
+                                                     absl::Span<const int64_t> chunk_elements,
+                                                     int64_t element_bytes) override;
 
   // Every member receives the whole buffer reduced over the members in group order.
   absl::StatusOr<MemberBuffers<float>> AllReduce(GroupClass group_class, absl::Span<const int> group,
-                                                 const MemberBuffers<float>& buffers, int64_t element_bytes);
+                                                 const MemberBuffers<float>& buffers, int64_t element_bytes) override;
 
   // Every member receives member `root`'s buffer (root indexes the group).
   template <typename T>
   absl::StatusOr<MemberBuffers<T>> Broadcast(GroupClass group_class, absl::Span<const int> group, int root,
                                              const std::vector<T>& buffer, int64_t element_bytes);
+
+ protected:
+  absl::StatusOr<ExchangeBuffers<float>> Exchange(GroupClass c, absl::Span<const int> g,
+                                                  const ExchangeBuffers<float>& s, int64_t e) override {
+    return AllToAll<float>(c, g, s, e);
+  }
+  absl::StatusOr<ExchangeBuffers<uint8_t>> Exchange(GroupClass c, absl::Span<const int> g,
+                                                    const ExchangeBuffers<uint8_t>& s, int64_t e) override {
+    return AllToAll<uint8_t>(c, g, s, e);
+  }
+  absl::StatusOr<MemberBuffers<float>> Gather(GroupClass c, absl::Span<const int> g, const MemberBuffers<float>& s,
+                                              int64_t e) override {
+    return AllGather<float>(c, g, s, e);
+  }
+  absl::StatusOr<MemberBuffers<uint8_t>> Gather(GroupClass c, absl::Span<const int> g, const MemberBuffers<uint8_t>& s,
+                                                int64_t e) override {
+    return AllGather<uint8_t>(c, g, s, e);
+  }
 
  private:
   void Record(CollectiveOp op, GroupClass group_class, absl::Span<const int> group, std::vector<int64_t> send,

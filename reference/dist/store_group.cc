@@ -1,5 +1,6 @@
 #include "reference/dist/store_group.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,17 @@ namespace {
 std::string Bytes(const std::vector<float>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
 }
+
+// Adds the seconds of its lifetime to `total`.
+class Timer {
+ public:
+  explicit Timer(double& total) : total_(total) {}
+  ~Timer() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
 
 }  // namespace
 
@@ -22,6 +34,7 @@ absl::Status StoreDataParallelGroup::Finish(std::string key) {
 }
 
 absl::StatusOr<std::vector<std::string>> StoreDataParallelGroup::AllGather(const std::string& bytes) {
+  const Timer timer(seconds_);
   const std::string name = absl::StrCat("dp/", round_, "/gather");
   auto all = launch::StoreAllGather(store_, name, bytes);
   if (!all.ok()) return all.status();
@@ -30,6 +43,7 @@ absl::StatusOr<std::vector<std::string>> StoreDataParallelGroup::AllGather(const
 }
 
 absl::StatusOr<std::vector<float>> StoreDataParallelGroup::ChainSum(const std::vector<std::vector<float>>& blocks) {
+  const Timer timer(seconds_);
   const std::string name = absl::StrCat("dp/", round_, "/chain/");
   if (blocks.empty()) return absl::InvalidArgumentError(absl::StrCat("data parallel: rank ", rank(), " has no block"));
   std::vector<float> acc;

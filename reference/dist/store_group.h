@@ -23,6 +23,9 @@ class StoreDataParallelGroup : public model::DataParallelGroup {
   absl::StatusOr<std::vector<std::string>> AllGather(const std::string& bytes) override;
   absl::StatusOr<std::vector<float>> ChainSum(const std::vector<std::vector<float>>& blocks) override;
 
+  // Seconds spent inside AllGather and ChainSum so far (sending, and waiting for the other ranks).
+  double seconds() const { return seconds_; }
+
  private:
   // Erases this rank's key of the previous round; remembers this round's.
   absl::Status Finish(std::string key);
@@ -30,6 +33,7 @@ class StoreDataParallelGroup : public model::DataParallelGroup {
   launch::TcpStoreClient& store_;
   int64_t round_ = 0;
   std::string previous_key_;
+  double seconds_ = 0;
 };
 
 }  // namespace gemtb::reference::dist

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <iterator>
+#include <optional>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -15,18 +16,26 @@
 #include "model/data/shape_from_config.h"
 #include "model/embedding/embedding_math.h"
 #include "model/metrics/ne.h"
+#include "model/sharding/sharding_plan_json.h"
 #include "oneapi/tbb/parallel_for.h"
 #include "oneapi/tbb/task_arena.h"
 #include "reference/model/batch.h"
 #include "reference/model/batch_pass.h"
+#include "reference/sharding/sharded_executor.h"
 
 namespace gemtb::reference::model {
 
 struct Trainer::Impl {
+  explicit Impl(data::Generator g) : generator(std::move(g)) {}
   data::Generator generator;
   std::unique_ptr<tbb::task_arena> arena;
   std::shared_ptr<const NpyDataset> training_set;
   DataParallelGroup* data_parallel = nullptr;
+  // Sharded tables: the plan, its world, and the executor (made at the first Step from the tables then).
+  std::optional<ShardingPlanSpec> plan;
+  int plan_world = 1, plan_gpus_per_host = 1;
+  Collectives* plan_collectives = nullptr;
+  std::unique_ptr<ShardedExecutor> sharded;
 
   // Samples [first, first + count) of `seed`, generated in parallel (each is a pure function of its index).
   data::Batch Generate(uint64_t seed, int64_t first, int64_t count) {
@@ -124,7 +133,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const gemtb::model::Mod
   if (!params.ok()) return params.status();
   absl::StatusOr<data::Generator> gen = data::Generator::Create(*params, data::ShapeFromConfig(config));
   if (!gen.ok()) return gen.status();
-  t->impl_ = std::make_unique<Impl>(Impl{*std::move(gen), nullptr, nullptr});
+  t->impl_ = std::make_unique<Impl>(*std::move(gen));
   if (options.threads > 0) t->impl_->arena = std::make_unique<tbb::task_arena>(options.threads);
   t->emb_ = ModelEmbeddingConfig(config, options.table_lr, options.seed);
   GEMTB_RETURN_IF_ERROR(ValidateEmbeddingConfig(t->emb_));
@@ -149,7 +158,18 @@ absl::StatusOr<StepResult> Trainer::Step() {
   const data::Batch batch = impl_->training_set ? DatasetBatch(*impl_->training_set, state_.step * B, B)
                                                 : impl_->Generate(options_.data_seed, state_.step * B, B);
   const KeyedJaggedTensor kjt = KjtOf(batch);
-  absl::StatusOr<EmbeddingOutput> emb = EmbeddingForward(emb_, state_.tables, kjt, {}, options_.threads);
+  Impl& im = *impl_;
+  if (im.plan && !im.sharded) {
+    absl::StatusOr<std::unique_ptr<ShardedExecutor>> e = ShardedExecutor::Create(
+        emb_, *im.plan, im.plan_world, im.plan_gpus_per_host, state_.tables, im.plan_collectives);
+    if (!e.ok()) return e.status();
+    im.sharded = *std::move(e);
+  }
+  auto forward = [&]() -> absl::StatusOr<EmbeddingOutput> {
+    if (im.sharded) return im.sharded->Forward(kjt);
+    return EmbeddingForward(emb_, state_.tables, kjt, {}, options_.threads);
+  };
+  absl::StatusOr<EmbeddingOutput> emb = im.arena ? im.arena->execute(forward) : forward();
   if (!emb.ok()) return emb.status();
   const FloatInputs in = MakeInputs(config_, batch, *emb);
   const std::vector<float> labels = ToFloat(batch.label), masks = ToFloat(batch.mask);
@@ -175,7 +195,16 @@ absl::StatusOr<StepResult> Trainer::Step() {
     for (int64_t b = 0; b < B; ++b) g.insert(g.end(), r.input_grads[b].events[j].begin(), r.input_grads[b].events[j].end());
     for (int k = 0; k < 3; ++k) grads.sequence.push_back(g);
   }
-  GEMTB_RETURN_IF_ERROR(EmbeddingBackwardStep(emb_, state_.tables, kjt, grads, {}, options_.threads));
+  if (im.sharded) {
+    absl::Status s =
+        im.arena ? im.arena->execute([&] { return im.sharded->Backward(grads); }) : im.sharded->Backward(grads);
+    GEMTB_RETURN_IF_ERROR(s);
+    // The shards hold the tables now; a copy comes back with GatherTables.
+    ++state_.tables.step;
+    for (TableState& t : state_.tables.tables) t = TableState{};
+  } else {
+    GEMTB_RETURN_IF_ERROR(EmbeddingBackwardStep(emb_, state_.tables, kjt, grads, {}, options_.threads));
+  }
 
   // Dense Adam, fp32 op by op.
   OptimizerConfig adam;
@@ -207,6 +236,34 @@ void Trainer::UseTrainingSet(std::shared_ptr<const NpyDataset> set) { impl_->tra
 absl::Status Trainer::UseDataParallel(DataParallelGroup* group) {
   GEMTB_RETURN_IF_ERROR(CheckDataParallel(options_.grad_blocks, options_.batch, group->world_size()));
   impl_->data_parallel = group;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::UseShardedTables(const ShardingPlanSpec& plan, int world_size, int gpus_per_host,
+                                       Collectives* collectives) {
+  GEMTB_RETURN_IF_ERROR(ValidateShardingPlan(plan, PlanTablesOf(emb_), world_size, gpus_per_host));
+  if (collectives != nullptr && plan.fully_sharded && plan.gather == GatherMode::kTouched)
+    return absl::InvalidArgumentError(
+        "plan.gather: 'touched' runs in one process only (each replica group's ids would have to reach every "
+        "rank); use 'all' across processes");
+  if (options_.batch % world_size != 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--batch: ", options_.batch, " is not divisible by the plan's world size ", world_size));
+  impl_->plan = plan;
+  impl_->plan_world = world_size;
+  impl_->plan_gpus_per_host = gpus_per_host;
+  impl_->plan_collectives = collectives;
+  impl_->sharded.reset();
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::GatherTables() {
+  if (!impl_->sharded) return absl::OkStatus();
+  absl::StatusOr<ShardedRun> run = impl_->sharded->Result();
+  if (!run.ok()) return run.status();
+  const int64_t step = state_.tables.step;
+  state_.tables = std::move(run->state);
+  state_.tables.step = step;
   return absl::OkStatus();
 }
 
@@ -386,6 +443,7 @@ absl::Status Trainer::LoadStateArrays(const std::vector<std::pair<std::string, i
     GEMTB_RETURN_IF_ERROR(load(g, static_cast<size_t>(tc.rows), &s.tables.tables[t].adagrad));
   }
   state_ = std::move(s);
+  impl_->sharded.reset();  // re-placed from the loaded tables at the next Step
   return absl::OkStatus();
 }
 

@@ -25,6 +25,8 @@
 
 #include "absl/status/statusor.h"
 #include "model/description/model_config.h"
+#include "model/sharding/sharding_types.h"
+#include "reference/collectives/collectives.h"
 #include "reference/embedding/tbe.h"
 #include "reference/io/npy.h"
 #include "reference/model/data_parallel.h"
@@ -92,6 +94,18 @@ class Trainer {
   // single-process bits; InvalidArgument when the group's size does not fit grad_blocks and batch.
   // The group outlives the trainer's use of it.
   absl::Status UseDataParallel(DataParallelGroup* group);
+  // Runs the tables of every later Step through the sharded executor (reference/sharding) under
+  // `plan` on `world_size` ranks: in this process (`collectives` null: every rank virtual) or as the
+  // ranks `collectives` says this process holds (across processes, with UseDataParallel for the
+  // dense part). The global batch must divide into world_size local batches. From the first Step on
+  // a process keeps only its ranks' shards: state().tables is the whole tables (replica 0's view
+  // under 2D plans) only after GatherTables, which every process calls at the same step. Resuming a
+  // 2D plan's run loses the replicas' own optimizer states (only replica 0's is saved).
+  absl::Status UseShardedTables(const ShardingPlanSpec& plan, int world_size, int gpus_per_host,
+                                Collectives* collectives);
+  // Reassembles state().tables from every rank's shards (a collective across processes); a no-op
+  // without a plan.
+  absl::Status GatherTables();
 
   absl::StatusOr<StepResult> Step();
   // NE of the model and of the teacher on held-out samples [kHeldOutFirstIndex + first, + count).

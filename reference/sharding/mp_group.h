@@ -15,6 +15,8 @@
 // cw_state=shared, an AG of the partial square sums (4U per shard) among each row block's holders.
 // Every collective is one call per table (per column shard, per local index where said above); a
 // table no KJT key uses moves nothing (its Adam products still advance).
+// Across processes (Collectives::Holds) a process computes only for the members it holds; the
+// collectives bring it what the other members computed.
 // These are the collectives of model/sharding/comm_pattern.h's pattern; tests/sim/oracle_bytes checks
 // that the communication report moves exactly its bytes.
 // MEAN pooling divides by n on the requester: after the embeddings come back, and before its
@@ -23,15 +25,13 @@
 #define GEMTB_REFERENCE_SHARDING_MP_GROUP_H_
 
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "model/sharding/sharding_types.h"
-#include "reference/collectives/virtual_collectives.h"
+#include "reference/collectives/collectives.h"
 #include "reference/embedding/kjt.h"
 #include "reference/embedding/tbe.h"
 #include "reference/sharding/shard_layout.h"
@@ -67,7 +67,7 @@ struct GroupEnv {
 class MpGroup {
  public:
   // `members` in position order.
-  MpGroup(const GroupEnv& env, std::vector<RankData*> members, VirtualCollectives* collectives);
+  MpGroup(const GroupEnv& env, std::vector<RankData*> members, Collectives* collectives);
 
   // Forward, first half: the ids all-to-all of every table.
   absl::Status ExchangeIds();
@@ -77,7 +77,7 @@ class MpGroup {
   absl::Status Backward(int64_t step);
 
   // Rows of group shard `shard` that this step reads or updates (ascending): those its holder's
-  // received ids reference, or for a DP copy those of every member's ids.
+  // received ids reference, or for a DP copy those of every member's ids. In-process only.
   std::vector<int64_t> NeededRows(int shard) const;
 
  private:
@@ -89,12 +89,15 @@ class MpGroup {
   };
 
   std::vector<int> Ranks(const std::vector<int>& positions) const;
+  // Whether this process holds the member at `position` (every member, in one process).
+  bool Mine(int position) const { return coll_->Holds(members_[position]->rank); }
   int HolderIndex(int table, int position) const;
   // Requester side.
   std::vector<float> PooledGrads(int position, int table) const;  // [B][num_pooled][D], MEAN divided
   std::vector<float> SequenceGrads(int position, int table, int holder, const Shard& shard) const;
   void PlacePooled(int position, int table, const Shard& shard, const float* values);
-  void PlaceSequence(int position, int table, int holder, const Shard& shard, const float* rows);
+  // Returns the number of rows placed.
+  int64_t PlaceSequence(int position, int table, int holder, const Shard& shard, const float* rows);
   void ApplyMean(int position);
 
   void ForwardDataParallel(int table);
@@ -104,20 +107,9 @@ class MpGroup {
 
   const GroupEnv& env_;
   std::vector<RankData*> members_;
-  VirtualCollectives* coll_;
+  Collectives* coll_;
   std::vector<TableTraffic> traffic_;
 };
-
-// Aborts on an error status: the group builds every collective's buffers itself, so a mismatch is
-// a bug in this code, not bad input.
-template <typename T>
-T MustSucceed(absl::StatusOr<T> result) {
-  if (!result.ok()) {
-    std::fprintf(stderr, "gemtb sharded executor: internal error: %s\n", result.status().ToString().c_str());
-    std::abort();
-  }
-  return *std::move(result);
-}
 
 }  // namespace gemtb::reference
 

@@ -83,7 +83,10 @@ absl::Status MpGroup::UpdateShards(int table, std::vector<RowGradients>& grads, 
   std::vector<std::vector<float>> sums(shards);
   int64_t norm_dim = tc.dim;
   if (o.kind == OptimizerKind::kRowwiseAdagrad) {
-    ForEach(shards, [&](int si) { sums[si] = ShardSquareSums(o, layout.shards[tl.shards[si]], state(si), grads[si]); });
+    ForEach(shards, [&](int si) {
+      if (Mine(layout.shards[tl.shards[si]].position))
+        sums[si] = ShardSquareSums(o, layout.shards[tl.shards[si]], state(si), grads[si]);
+    });
     const bool shared = env_.plan->cw_state == CwState::kShared;
     if (!shared) norm_dim = tc.dim / tl.col_shards;
     if (shared && tl.col_shards > 1) {
@@ -100,14 +103,21 @@ absl::Status MpGroup::UpdateShards(int table, std::vector<RowGradients>& grads, 
         }
         MemberBuffers<float> chunks(positions.size());
         for (size_t mi = 0; mi < positions.size(); ++mi) {
+          if (!Mine(positions[mi])) continue;
           for (int si : in_block) {
             if (layout.shards[tl.shards[si]].position == positions[mi]) Append(chunks[mi], sums[si]);
           }
         }
-        const MemberBuffers<float> gathered =
-            MustSucceed(coll_->AllGather<float>(GroupClass::kSparseMp, Ranks(positions), chunks, 4));
-        const size_t rows = grads[in_block[0]].rows.size();
+        absl::StatusOr<MemberBuffers<float>> gathered_or =
+            coll_->AllGather<float>(GroupClass::kSparseMp, Ranks(positions), chunks, 4);
+        if (!gathered_or.ok()) return gathered_or.status();
+        const MemberBuffers<float>& gathered = *gathered_or;
         for (size_t mi = 0; mi < positions.size(); ++mi) {
+          if (!Mine(positions[mi])) continue;
+          // Every shard of the row block has the same touched rows.
+          size_t rows = 0;
+          for (int si : in_block)
+            if (layout.shards[tl.shards[si]].position == positions[mi]) rows = grads[si].rows.size();
           // The gathered buffer lists members in group order, each member's shards in shard order.
           std::vector<const float*> partial(static_cast<size_t>(tl.col_shards), nullptr);
           size_t at = 0;
@@ -132,6 +142,7 @@ absl::Status MpGroup::UpdateShards(int table, std::vector<RowGradients>& grads, 
     }
   }
   ForEach(shards, [&](int si) {
+    if (!Mine(layout.shards[tl.shards[si]].position)) return;
     ShardState& st = state(si);
     if (o.kind == OptimizerKind::kAdam) st.adam_step = embedding::NextAdamStep(st.adam_step, o);
     ApplyShardOptimizer(*env_.config, layout.shards[tl.shards[si]], st, grads[si], sums[si], norm_dim, step);
@@ -148,6 +159,7 @@ absl::Status MpGroup::BackwardDataParallel(int table, int64_t step) {
   for (int p = 0; p < m; ++p) all[p] = p;
   MemberBuffers<float> dense(m), touched(m);
   ForEach(m, [&](int p) {
+    if (!Mine(p)) return;
     const Shard& shard = layout.shards[tl.shards[p]];
     SourceGrads own{PooledGrads(p, table), SequenceGrads(p, table, p, shard)};
     const RowGradients local =
@@ -160,10 +172,15 @@ absl::Status MpGroup::BackwardDataParallel(int table, int64_t step) {
       touched[p][local.rows[k]] = 1.0f;
     }
   });
-  const MemberBuffers<float> sum = MustSucceed(coll_->AllReduce(GroupClass::kSparseMp, Ranks(all), dense, 4));
-  const MemberBuffers<float> count = MustSucceed(coll_->AllReduce(GroupClass::kSparseMp, Ranks(all), touched, 4));
+  absl::StatusOr<MemberBuffers<float>> sum_or = coll_->AllReduce(GroupClass::kSparseMp, Ranks(all), dense, 4);
+  if (!sum_or.ok()) return sum_or.status();
+  const MemberBuffers<float>& sum = *sum_or;
+  absl::StatusOr<MemberBuffers<float>> count_or = coll_->AllReduce(GroupClass::kSparseMp, Ranks(all), touched, 4);
+  if (!count_or.ok()) return count_or.status();
+  const MemberBuffers<float>& count = *count_or;
   std::vector<RowGradients> grads(m);
   ForEach(m, [&](int p) {
+    if (!Mine(p)) return;
     for (int64_t r = 0; r < tc.rows; ++r) {
       if (count[p][r] == 0.0f) continue;
       grads[p].rows.push_back(r);
@@ -202,22 +219,28 @@ absl::Status MpGroup::Backward(int64_t step) {
     std::vector<std::vector<SourceGrads>> from(shards, std::vector<SourceGrads>(m));
     if (tf.num_pooled > 0) {
       std::vector<std::vector<float>> g(m);
-      ForEach(m, [&](int p) { g[p] = PooledGrads(p, t); });
+      ForEach(m, [&](int p) {
+        if (Mine(p)) g[p] = PooledGrads(p, t);
+      });
       const int64_t per_col = env_.local_batch * tf.num_pooled;
       switch (tl.type) {
         case ShardingType::kTableWise:
         case ShardingType::kColumnWise: {
           ExchangeBuffers<float> send(m, std::vector<std::vector<float>>(m));
           for (int p = 0; p < m; ++p) {
+            if (!Mine(p)) continue;
             for (int q : tr.holders) {
               for (int id : layout.ShardsOn(t, q)) {
                 Append(send[p][q], SliceCols(g[p], tc.dim, layout.shards[id].col_begin, layout.shards[id].col_end));
               }
             }
           }
-          const ExchangeBuffers<float> recv =
-              MustSucceed(coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(all), send, env_.activation_bytes));
+          absl::StatusOr<ExchangeBuffers<float>> recv_or =
+              coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(all), send, env_.activation_bytes);
+          if (!recv_or.ok()) return recv_or.status();
+          const ExchangeBuffers<float>& recv = *recv_or;
           for (int q : tr.holders) {
+            if (!Mine(q)) continue;
             for (int p = 0; p < m; ++p) {
               int64_t at = 0;
               for (int id : layout.ShardsOn(t, q)) {
@@ -230,10 +253,13 @@ absl::Status MpGroup::Backward(int64_t step) {
           break;
         }
         case ShardingType::kRowWise: {
-          const MemberBuffers<float> gathered =
-              MustSucceed(coll_->AllGather<float>(GroupClass::kSparseMp, Ranks(all), g, env_.activation_bytes));
+          absl::StatusOr<MemberBuffers<float>> gathered_or =
+              coll_->AllGather<float>(GroupClass::kSparseMp, Ranks(all), g, env_.activation_bytes);
+          if (!gathered_or.ok()) return gathered_or.status();
+          const MemberBuffers<float>& gathered = *gathered_or;
           const int64_t n = per_col * tc.dim;
           for (int q = 0; q < m; ++q) {
+            if (!Mine(q)) continue;
             const int si = ordinal(layout.ShardsOn(t, q)[0]);
             for (int p = 0; p < m; ++p) {
               from[si][p].pooled.assign(gathered[q].begin() + p * n, gathered[q].begin() + (p + 1) * n);
@@ -256,19 +282,25 @@ absl::Status MpGroup::Backward(int64_t step) {
               ExchangeBuffers<float> send(hosts, std::vector<std::vector<float>>(hosts));
               for (int h2 = 0; h2 < hosts; ++h2) {
                 same_index[h2] = h2 * gp + k;
-                send[h2][host] = SliceCols(g[h2 * gp + k], tc.dim, cs.col_begin, cs.col_end);
+                if (Mine(h2 * gp + k)) send[h2][host] = SliceCols(g[h2 * gp + k], tc.dim, cs.col_begin, cs.col_end);
               }
-              const ExchangeBuffers<float> recv = MustSucceed(
-                  coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(same_index), send, env_.activation_bytes));
-              for (int h2 = 0; h2 < hosts; ++h2) Append(chunks[k], recv[host][h2]);
+              absl::StatusOr<ExchangeBuffers<float>> recv_or =
+                  coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(same_index), send, env_.activation_bytes);
+              if (!recv_or.ok()) return recv_or.status();
+              const ExchangeBuffers<float>& recv = *recv_or;
+              if (Mine(host * gp + k))
+                for (int h2 = 0; h2 < hosts; ++h2) Append(chunks[k], recv[host][h2]);
             }
             // AG(g) inside the host: every row block's holder gets every requester's gradients.
             std::vector<int> host_positions(gp);
             for (int k = 0; k < gp; ++k) host_positions[k] = host * gp + k;
-            const MemberBuffers<float> gathered = MustSucceed(
-                coll_->AllGather<float>(GroupClass::kSparseMp, Ranks(host_positions), chunks, env_.activation_bytes));
+            absl::StatusOr<MemberBuffers<float>> gathered_or =
+                coll_->AllGather<float>(GroupClass::kSparseMp, Ranks(host_positions), chunks, env_.activation_bytes);
+            if (!gathered_or.ok()) return gathered_or.status();
+            const MemberBuffers<float>& gathered = *gathered_or;
             for (int k = 0; k < gp; ++k) {
               const int si = i * gp + k;  // shard (i, k) sits on host_positions[k]
+              if (!Mine(host_positions[k])) continue;
               for (int k2 = 0; k2 < gp; ++k2) {
                 for (int h2 = 0; h2 < hosts; ++h2) {
                   const int64_t at = (k2 * hosts + h2) * pi;
@@ -286,16 +318,20 @@ absl::Status MpGroup::Backward(int64_t step) {
     if (tf.num_sequence > 0) {
       ExchangeBuffers<float> send(m, std::vector<std::vector<float>>(m));
       ForEach(m, [&](int p) {
+        if (!Mine(p)) return;
         for (int h = 0; h < static_cast<int>(tr.holders.size()); ++h) {
           for (int id : layout.ShardsOn(t, tr.holders[h])) {
             Append(send[p][tr.holders[h]], SequenceGrads(p, t, h, layout.shards[id]));
           }
         }
       });
-      const ExchangeBuffers<float> recv =
-          MustSucceed(coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(all), send, env_.activation_bytes));
+      absl::StatusOr<ExchangeBuffers<float>> recv_or =
+          coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(all), send, env_.activation_bytes);
+      if (!recv_or.ok()) return recv_or.status();
+      const ExchangeBuffers<float>& recv = *recv_or;
       for (int h = 0; h < static_cast<int>(tr.holders.size()); ++h) {
         const int q = tr.holders[h];
+        if (!Mine(q)) continue;
         for (int p = 0; p < m; ++p) {
           int64_t at = 0;
           for (int id : layout.ShardsOn(t, q)) {
@@ -308,6 +344,7 @@ absl::Status MpGroup::Backward(int64_t step) {
     }
     ForEach(shards, [&](int si) {
       const Shard& s = layout.shards[tl.shards[si]];
+      if (!Mine(s.position)) return;
       grads[si] = ShardRowGradients(tc, tf, s, tr.received[HolderIndex(t, s.position)], from[si]);
     });
     absl::Status s = UpdateShards(t, grads, step);

@@ -26,7 +26,7 @@ int FeatureIndex(const TableFeatures& f, int64_t key) {
 
 }  // namespace
 
-MpGroup::MpGroup(const GroupEnv& env, std::vector<RankData*> members, VirtualCollectives* collectives)
+MpGroup::MpGroup(const GroupEnv& env, std::vector<RankData*> members, Collectives* collectives)
     : env_(env), members_(std::move(members)), coll_(collectives), traffic_(env.config->tables.size()) {}
 
 std::vector<int> MpGroup::Ranks(const std::vector<int>& positions) const {
@@ -54,7 +54,7 @@ void MpGroup::PlacePooled(int position, int table, const Shard& shard, const flo
   }
 }
 
-void MpGroup::PlaceSequence(int position, int table, int holder, const Shard& shard, const float* rows) {
+int64_t MpGroup::PlaceSequence(int position, int table, int holder, const Shard& shard, const float* rows) {
   const TableFeatures& tf = env_.features[table];
   const RankData& r = *members_[position];
   EmbeddingOutput& out = members_[position]->output;
@@ -69,6 +69,7 @@ void MpGroup::PlaceSequence(int position, int table, int holder, const Shard& sh
     std::copy(rows + k * cols, rows + (k + 1) * cols, dst + shard.col_begin);
     ++k;
   }
+  return k;
 }
 
 void MpGroup::ApplyMean(int position) {
@@ -107,6 +108,7 @@ absl::Status MpGroup::ExchangeIds() {
       tr.sent.assign(m, std::vector<std::vector<int64_t>>(m));
       tr.received.assign(m, std::vector<TableIds>(m));
       ForEach(m, [&](int p) {
+        if (!Mine(p)) return;
         tr.received[p][p] = SelectTableIds(members_[p]->kjt, members_[p]->layout, tc, tf, RowFilter{}, &tr.sent[p][p]);
       });
       continue;
@@ -122,18 +124,24 @@ absl::Status MpGroup::ExchangeIds() {
     tr.sent.assign(m, std::vector<std::vector<int64_t>>(holders));
     ExchangeBuffers<uint8_t> send(m, std::vector<std::vector<uint8_t>>(m));
     ForEach(m, [&](int p) {
+      if (!Mine(p)) return;
       for (int h = 0; h < holders; ++h) {
         send[p][tr.holders[h]] =
             SerializeTableIds(SelectTableIds(members_[p]->kjt, members_[p]->layout, tc, tf, filter[h], &tr.sent[p][h]));
       }
     });
-    const ExchangeBuffers<uint8_t> recv =
-        MustSucceed(coll_->AllToAll<uint8_t>(GroupClass::kSparseMp, Ranks(all), send, 1));
+    absl::StatusOr<ExchangeBuffers<uint8_t>> recv_or =
+        coll_->AllToAll<uint8_t>(GroupClass::kSparseMp, Ranks(all), send, 1);
+    if (!recv_or.ok()) return recv_or.status();
+    const ExchangeBuffers<uint8_t>& recv = *recv_or;
     tr.received.assign(holders, std::vector<TableIds>(m));
     for (int h = 0; h < holders; ++h) {
+      if (!Mine(tr.holders[h])) continue;
       for (int p = 0; p < m; ++p) {
-        tr.received[h][p] =
-            MustSucceed(DeserializeTableIds(recv[tr.holders[h]][p], tf.size(), env_.local_batch, env_.weighted));
+        absl::StatusOr<TableIds> ids =
+            DeserializeTableIds(recv[tr.holders[h]][p], tf.size(), env_.local_batch, env_.weighted);
+        if (!ids.ok()) return ids.status();
+        tr.received[h][p] = *std::move(ids);
       }
     }
   }
@@ -144,6 +152,7 @@ void MpGroup::ForwardDataParallel(int table) {
   const GroupLayout& layout = *env_.layout;
   const TableConfig& tc = env_.config->tables[table];
   ForEach(static_cast<int>(members_.size()), [&](int p) {
+    if (!Mine(p)) return;
     const int id = layout.tables[table].shards[p];
     const Shard& shard = layout.shards[id];
     std::vector<float> pooled, sequence;
@@ -171,6 +180,7 @@ absl::Status MpGroup::ReturnPooledToRequesters(int table, std::vector<std::vecto
     case ShardingType::kColumnWise: {
       ExchangeBuffers<float> send(m, std::vector<std::vector<float>>(m));
       for (int q : tr.holders) {
+        if (!Mine(q)) continue;
         for (int id : layout.ShardsOn(table, q)) {
           for (int p = 0; p < m; ++p) {
             const std::vector<float>& v = pooled[ordinal(id)][p];
@@ -178,9 +188,12 @@ absl::Status MpGroup::ReturnPooledToRequesters(int table, std::vector<std::vecto
           }
         }
       }
-      const ExchangeBuffers<float> recv =
-          MustSucceed(coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(all), send, env_.activation_bytes));
+      absl::StatusOr<ExchangeBuffers<float>> recv_or =
+          coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(all), send, env_.activation_bytes);
+      if (!recv_or.ok()) return recv_or.status();
+      const ExchangeBuffers<float>& recv = *recv_or;
       ForEach(m, [&](int p) {
+        if (!Mine(p)) return;
         for (int q : tr.holders) {
           int64_t at = 0;
           for (int id : layout.ShardsOn(table, q)) {
@@ -194,13 +207,18 @@ absl::Status MpGroup::ReturnPooledToRequesters(int table, std::vector<std::vecto
     case ShardingType::kRowWise: {
       MemberBuffers<float> buffers(m);
       for (int q = 0; q < m; ++q) {
+        if (!Mine(q)) continue;
         const int si = ordinal(layout.ShardsOn(table, q)[0]);
         for (int p = 0; p < m; ++p) buffers[q].insert(buffers[q].end(), pooled[si][p].begin(), pooled[si][p].end());
       }
       const int64_t chunk = per_col * env_.config->tables[table].dim;
-      const MemberBuffers<float> reduced = MustSucceed(coll_->ReduceScatter(
-          GroupClass::kSparseMp, Ranks(all), buffers, std::vector<int64_t>(m, chunk), env_.activation_bytes));
-      ForEach(m, [&](int p) { PlacePooled(p, table, table_shard(0), reduced[p].data()); });
+      absl::StatusOr<MemberBuffers<float>> reduced_or = coll_->ReduceScatter(
+          GroupClass::kSparseMp, Ranks(all), buffers, std::vector<int64_t>(m, chunk), env_.activation_bytes);
+      if (!reduced_or.ok()) return reduced_or.status();
+      const MemberBuffers<float>& reduced = *reduced_or;
+      ForEach(m, [&](int p) {
+        if (Mine(p)) PlacePooled(p, table, table_shard(0), reduced[p].data());
+      });
       break;
     }
     case ShardingType::kTableRowWise:
@@ -216,6 +234,7 @@ absl::Status MpGroup::ReturnPooledToRequesters(int table, std::vector<std::vecto
         MemberBuffers<float> buffers(g);
         for (int k = 0; k < g; ++k) {
           host_positions[k] = host * g + k;
+          if (!Mine(host_positions[k])) continue;
           for (int k2 = 0; k2 < g; ++k2) {
             for (int h2 = 0; h2 < hosts; ++h2) {
               const std::vector<float>& v = pooled[i * g + k][h2 * g + k2];
@@ -223,20 +242,26 @@ absl::Status MpGroup::ReturnPooledToRequesters(int table, std::vector<std::vecto
             }
           }
         }
-        const MemberBuffers<float> reduced =
-            MustSucceed(coll_->ReduceScatter(GroupClass::kSparseMp, Ranks(host_positions), buffers,
-                                             std::vector<int64_t>(g, hosts * pi), env_.activation_bytes));
+        absl::StatusOr<MemberBuffers<float>> reduced_or =
+            coll_->ReduceScatter(GroupClass::kSparseMp, Ranks(host_positions), buffers,
+                                 std::vector<int64_t>(g, hosts * pi), env_.activation_bytes);
+        if (!reduced_or.ok()) return reduced_or.status();
+        const MemberBuffers<float>& reduced = *reduced_or;
         // A2A over the ranks of one local index: the table's host sends each requester its part.
         for (int k2 = 0; k2 < g; ++k2) {
           std::vector<int> same_index(hosts);
           ExchangeBuffers<float> send(hosts, std::vector<std::vector<float>>(hosts));
           for (int h2 = 0; h2 < hosts; ++h2) {
             same_index[h2] = h2 * g + k2;
-            send[host][h2].assign(reduced[k2].begin() + h2 * pi, reduced[k2].begin() + (h2 + 1) * pi);
+            if (Mine(host * g + k2))
+              send[host][h2].assign(reduced[k2].begin() + h2 * pi, reduced[k2].begin() + (h2 + 1) * pi);
           }
-          const ExchangeBuffers<float> recv = MustSucceed(
-              coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(same_index), send, env_.activation_bytes));
-          for (int h2 = 0; h2 < hosts; ++h2) PlacePooled(h2 * g + k2, table, cs, recv[h2][host].data());
+          absl::StatusOr<ExchangeBuffers<float>> recv_or =
+              coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(same_index), send, env_.activation_bytes);
+          if (!recv_or.ok()) return recv_or.status();
+          const ExchangeBuffers<float>& recv = *recv_or;
+          for (int h2 = 0; h2 < hosts; ++h2)
+            if (Mine(h2 * g + k2)) PlacePooled(h2 * g + k2, table, cs, recv[h2][host].data());
         }
       }
       break;
@@ -253,6 +278,7 @@ absl::Status MpGroup::LookupAndReturn() {
   std::vector<int> all(m);
   for (int p = 0; p < m; ++p) all[p] = p;
   ForEach(m, [&](int p) {
+    if (!Mine(p)) return;
     RankData& r = *members_[p];
     EmbeddingOutput out;
     out.pooled_width = env_.pooled_width;
@@ -280,6 +306,7 @@ absl::Status MpGroup::LookupAndReturn() {
     std::vector<std::vector<std::vector<float>>> sequence(shards, std::vector<std::vector<float>>(m));
     ForEach(shards, [&](int si) {
       const Shard& s = layout.shards[tl.shards[si]];
+      if (!Mine(s.position)) return;
       const int h = HolderIndex(t, s.position);
       for (int p = 0; p < m; ++p) {
         LookupShard(env_.config->tables[t], tf, s, members_[s.position]->shards[tl.shards[si]].weights,
@@ -294,23 +321,27 @@ absl::Status MpGroup::LookupAndReturn() {
       ExchangeBuffers<float> send(m, std::vector<std::vector<float>>(m));
       for (int si = 0; si < shards; ++si) {
         const int q = layout.shards[tl.shards[si]].position;
+        if (!Mine(q)) continue;
         for (int p = 0; p < m; ++p) send[q][p].insert(send[q][p].end(), sequence[si][p].begin(), sequence[si][p].end());
       }
-      const ExchangeBuffers<float> recv =
-          MustSucceed(coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(all), send, env_.activation_bytes));
+      absl::StatusOr<ExchangeBuffers<float>> recv_or =
+          coll_->AllToAll<float>(GroupClass::kSparseMp, Ranks(all), send, env_.activation_bytes);
+      if (!recv_or.ok()) return recv_or.status();
+      const ExchangeBuffers<float>& recv = *recv_or;
       ForEach(m, [&](int p) {
+        if (!Mine(p)) return;
         for (int h = 0; h < static_cast<int>(tr.holders.size()); ++h) {
           const int q = tr.holders[h];
           int64_t at = 0;
-          for (int id : layout.ShardsOn(t, q)) {
-            PlaceSequence(p, t, h, layout.shards[id], recv[p][q].data() + at);
-            at += SequenceIdCount(tf, tr.received[h][p]) * layout.shards[id].cols();
-          }
+          for (int id : layout.ShardsOn(t, q))
+            at += PlaceSequence(p, t, h, layout.shards[id], recv[p][q].data() + at) * layout.shards[id].cols();
         }
       });
     }
   }
-  ForEach(m, [&](int p) { ApplyMean(p); });
+  ForEach(m, [&](int p) {
+    if (Mine(p)) ApplyMean(p);
+  });
   return absl::OkStatus();
 }
 

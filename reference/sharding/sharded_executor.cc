@@ -15,6 +15,7 @@
 #include "reference/collectives/virtual_collectives.h"
 #include "reference/sharding/mp_group.h"
 #include "reference/sharding/shard_layout.h"
+#include "reference/sharding/shard_wire.h"
 
 namespace gemtb::reference {
 namespace {
@@ -22,11 +23,6 @@ namespace {
 absl::Status Bad(const std::string& m) { return absl::InvalidArgumentError(m); }
 
 int64_t StorageBytes(ElementType t) { return t == ElementType::kFloat32 ? 4 : 2; }
-
-template <typename F>
-void ForEach(int n, F&& body) {
-  tbb::parallel_for(0, n, [&](int i) { body(i); });
-}
 
 KeyedJaggedTensor SliceKjt(const KeyedJaggedTensor& kjt, const KjtLayout& layout, int64_t b0, int64_t b1) {
   KeyedJaggedTensor out;
@@ -98,53 +94,38 @@ void PasteRect(const std::vector<float>& block, int64_t dim, const Shard& s, int
   }
 }
 
+// One process's share of a sharded run: the ranks it holds (every rank in one process).
 class Runner {
  public:
-  Runner(const EmbeddingConfig& config, const ShardingPlanSpec& plan, GroupLayout layout, int world_size)
+  Runner(const EmbeddingConfig& config, const ShardingPlanSpec& plan, GroupLayout layout, int world_size,
+         Collectives* collectives)
       : config_(config),
         plan_(plan),
         layout_(std::move(layout)),
         world_(world_size),
         m_(layout_.size),
         n_(world_size / layout_.size),
-        coll_(&report_) {}
+        virtual_(&report_),
+        coll_(collectives != nullptr ? collectives : &virtual_) {}
 
-  absl::Status Setup(const EmbeddingState& initial, const KeyedJaggedTensor& kjt, const KjtLayout& layout,
-                     const EmbeddingGrads* grads) {
+  bool Holds(int rank) const { return coll_->Holds(rank); }
+  bool HoldsAll() const {
+    for (int r = 0; r < world_; ++r)
+      if (!Holds(r)) return false;
+    return true;
+  }
+
+  // Places the initial tables: each held rank copies the shards the plan puts on it.
+  void Place(const EmbeddingState& initial) {
     initial_step_ = initial.step;
     env_.config = &config_;
     env_.plan = &plan_;
     env_.layout = &layout_;
-    env_.features = CollectTableFeatures(config_, layout, &env_.pooled_width);
-    env_.local_batch = kjt.stride / world_;
-    env_.weighted = !kjt.weights.empty();
     ranks_.resize(world_);
-    const int64_t lb = env_.local_batch;
     for (int r = 0; r < world_; ++r) {
       RankData& rd = ranks_[r];
       rd.rank = r;
-      rd.kjt = SliceKjt(kjt, layout, r * lb, (r + 1) * lb);
-      // The slice of a validated KJT is valid; its layout is derived here rather than re-validated
-      // (a slice without ids would lose the "weighted" mark that empty weights cannot carry).
-      rd.layout.feature = layout.feature;
-      rd.layout.offsets.assign(rd.kjt.lengths.size() + 1, 0);
-      for (size_t i = 0; i < rd.kjt.lengths.size(); ++i)
-        rd.layout.offsets[i + 1] = rd.layout.offsets[i] + rd.kjt.lengths[i];
-      if (grads != nullptr) {
-        rd.grads.pooled.assign(grads->pooled.begin() + r * lb * env_.pooled_width,
-                               grads->pooled.begin() + (r + 1) * lb * env_.pooled_width);
-        size_t k = 0;
-        for (int64_t f = 0; f < kjt.NumKeys(); ++f) {
-          const FeatureConfig& fc = config_.features[layout.feature[f]];
-          if (fc.pooling != Pooling::kNone) continue;
-          const int64_t dim = config_.tables[fc.table].dim;
-          const int64_t base = layout.offsets[f * kjt.stride];
-          const int64_t v0 = layout.offsets[f * kjt.stride + r * lb] - base;
-          const int64_t v1 = layout.offsets[f * kjt.stride + (r + 1) * lb] - base;
-          rd.grads.sequence.emplace_back(grads->sequence[k].begin() + v0 * dim, grads->sequence[k].begin() + v1 * dim);
-          ++k;
-        }
-      }
+      if (!Holds(r)) continue;
       rd.shards.resize(layout_.shards.size());
       const int position = r / n_, rho = r % n_;
       for (size_t id = 0; id < layout_.shards.size(); ++id) {
@@ -170,60 +151,192 @@ class Runner {
     for (int rho = 0; rho < n_; ++rho) {
       std::vector<RankData*> members;
       for (int m = 0; m < m_; ++m) members.push_back(&ranks_[m * n_ + rho]);
-      groups_.push_back(std::make_unique<MpGroup>(env_, std::move(members), &coll_));
+      groups_.push_back(std::make_unique<MpGroup>(env_, std::move(members), coll_));
     }
+  }
+
+  // The batch of the next step: each held rank takes its local batch.
+  void SetBatch(const KeyedJaggedTensor& kjt, const KjtLayout& layout) {
+    env_.features = CollectTableFeatures(config_, layout, &env_.pooled_width);
+    env_.local_batch = kjt.stride / world_;
+    env_.weighted = !kjt.weights.empty();
+    batch_stride_ = kjt.stride;
+    batch_layout_ = layout;
+    const int64_t lb = env_.local_batch;
+    for (int r = 0; r < world_; ++r) {
+      RankData& rd = ranks_[r];
+      if (!Holds(r)) continue;
+      rd.kjt = SliceKjt(kjt, layout, r * lb, (r + 1) * lb);
+      // The slice of a validated KJT is valid; its layout is derived here rather than re-validated
+      // (a slice without ids would lose the "weighted" mark that empty weights cannot carry).
+      rd.layout.feature = layout.feature;
+      rd.layout.offsets.assign(rd.kjt.lengths.size() + 1, 0);
+      for (size_t i = 0; i < rd.kjt.lengths.size(); ++i)
+        rd.layout.offsets[i + 1] = rd.layout.offsets[i] + rd.kjt.lengths[i];
+    }
+  }
+
+  // The upstream gradients of the batch (global layout): each held rank takes its local batch's.
+  void SetGrads(const EmbeddingGrads& grads) {
+    const KjtLayout& layout = batch_layout_;
+    const int64_t lb = env_.local_batch;
+    const int64_t stride = batch_stride_;
+    for (int r = 0; r < world_; ++r) {
+      if (!Holds(r)) continue;
+      EmbeddingGrads& mine = ranks_[r].grads;
+      mine = EmbeddingGrads{};
+      mine.pooled.assign(grads.pooled.begin() + r * lb * env_.pooled_width,
+                         grads.pooled.begin() + (r + 1) * lb * env_.pooled_width);
+      size_t k = 0;
+      for (size_t f = 0; f < layout.feature.size(); ++f) {
+        const FeatureConfig& fc = config_.features[layout.feature[f]];
+        if (fc.pooling != Pooling::kNone) continue;
+        const int64_t dim = config_.tables[fc.table].dim;
+        const int64_t base = layout.offsets[f * stride];
+        const int64_t v0 = layout.offsets[f * stride + r * lb] - base;
+        const int64_t v1 = layout.offsets[f * stride + (r + 1) * lb] - base;
+        mine.sequence.emplace_back(grads.sequence[k].begin() + v0 * dim, grads.sequence[k].begin() + v1 * dim);
+        ++k;
+      }
+    }
+  }
+
+  // The forward of step s (counted from 0 in this run). V3 keeps the gathered copy for Backward.
+  absl::Status Forward(int64_t s) {
+    coll_->SetStep(s);
+    coll_->SetPhase(CommPhase::kForward);
+    const bool v3 = plan_.fully_sharded;
+    const bool touched = plan_.gather == GatherMode::kTouched;
+    if (v3 && !touched) GEMTB_RETURN_IF_ERROR(Gather(false));
+    for (auto& g : groups_) GEMTB_RETURN_IF_ERROR(g->ExchangeIds());
+    if (v3 && touched) GEMTB_RETURN_IF_ERROR(Gather(true));
+    for (auto& g : groups_) GEMTB_RETURN_IF_ERROR(g->LookupAndReturn());
     return absl::OkStatus();
   }
 
-  absl::Status Step(int64_t s, bool backward) {
-    coll_.SetStep(s);
-    coll_.SetPhase(CommPhase::kForward);
+  // The backward of step s, after its Forward and SetGrads.
+  absl::Status Backward(int64_t s) {
+    coll_->SetPhase(CommPhase::kBackward);
     const bool v3 = plan_.fully_sharded;
-    const bool touched = plan_.gather == GatherMode::kTouched;
-    if (v3 && !touched) Gather(false);
-    for (auto& g : groups_) GEMTB_RETURN_IF_ERROR(g->ExchangeIds());
-    if (v3 && touched) Gather(true);
-    for (auto& g : groups_) GEMTB_RETURN_IF_ERROR(g->LookupAndReturn());
-    if (!backward) {
-      if (v3) FreeGathered();
-      return absl::OkStatus();
-    }
-    coll_.SetPhase(CommPhase::kBackward);
     if (v3 && !plan_.keep_gathered) {
       FreeGathered();
-      Gather(touched);
+      GEMTB_RETURN_IF_ERROR(Gather(plan_.gather == GatherMode::kTouched));
     }
     for (auto& g : groups_) GEMTB_RETURN_IF_ERROR(g->Backward(initial_step_ + s));
     if (v3) {
-      ScatterUpdated();
+      GEMTB_RETURN_IF_ERROR(ScatterUpdated());
     } else if (n_ > 1 && (s + 1) % plan_.sync_period == 0) {
-      coll_.SetPhase(CommPhase::kSync);
-      SyncReplicas();
+      coll_->SetPhase(CommPhase::kSync);
+      GEMTB_RETURN_IF_ERROR(SyncReplicas());
     }
     return absl::OkStatus();
   }
 
-  ShardedRun Finish(int64_t steps_done) {
+  // The last forward's output in global layout: rank r's local batch is global samples
+  // [r*B/R, (r+1)*B/R). Across processes, every rank's output is all-gathered first.
+  absl::StatusOr<EmbeddingOutput> Output() {
+    std::vector<EmbeddingOutput> outputs(world_);
+    for (int r = 0; r < world_; ++r)
+      if (Holds(r)) outputs[r] = ranks_[r].output;
+    if (!HoldsAll()) GEMTB_RETURN_IF_ERROR(ShareOutputs(outputs));
+    EmbeddingOutput out;
+    out.pooled_width = env_.pooled_width;
+    out.sequence_keys = outputs[0].sequence_keys;
+    out.sequence.resize(out.sequence_keys.size());
+    for (const EmbeddingOutput& o : outputs) {
+      out.pooled.insert(out.pooled.end(), o.pooled.begin(), o.pooled.end());
+      for (size_t k = 0; k < out.sequence.size(); ++k)
+        out.sequence[k].insert(out.sequence[k].end(), o.sequence[k].begin(), o.sequence[k].end());
+    }
+    return out;
+  }
+
+  // Every replica's tables reassembled from the shards (gathered from the other processes first).
+  absl::StatusOr<ShardedRun> Finish(int64_t steps_done) {
+    if (!HoldsAll()) GEMTB_RETURN_IF_ERROR(ShareShards());
     ShardedRun run;
     for (int rho = 0; rho < n_; ++rho)
       run.replica_states.push_back(AssembleReplica(rho, steps_done, rho == 0 ? &run : nullptr));
     run.state = run.replica_states[0];
-    // Output: rank r's local batch is global samples [r*B/R, (r+1)*B/R).
-    EmbeddingOutput& out = run.output;
-    out.pooled_width = env_.pooled_width;
-    out.sequence_keys = ranks_[0].output.sequence_keys;
-    out.sequence.resize(out.sequence_keys.size());
-    for (const RankData& rd : ranks_) {
-      out.pooled.insert(out.pooled.end(), rd.output.pooled.begin(), rd.output.pooled.end());
-      for (size_t k = 0; k < out.sequence.size(); ++k) {
-        out.sequence[k].insert(out.sequence[k].end(), rd.output.sequence[k].begin(), rd.output.sequence[k].end());
-      }
+    if (!HoldsAll()) {
+      for (int r = 0; r < world_; ++r)
+        if (!Holds(r)) ranks_[r].shards.clear();
     }
-    run.report = std::move(report_);
+    absl::StatusOr<EmbeddingOutput> out = Output();
+    if (!out.ok()) return out.status();
+    run.output = *std::move(out);
+    run.report = report_;
     return run;
   }
 
  private:
+  std::vector<int> World() const {
+    std::vector<int> all(world_);
+    for (int r = 0; r < world_; ++r) all[r] = r;
+    return all;
+  }
+
+  // Across processes: every rank's output to every process, through an all-gather of the world.
+  absl::Status ShareOutputs(std::vector<EmbeddingOutput>& outputs) {
+    MemberBuffers<uint8_t> mine(world_);
+    for (int r = 0; r < world_; ++r)
+      if (Holds(r)) mine[r] = SerializeOutput(outputs[r]);
+    absl::StatusOr<MemberBuffers<uint8_t>> all = GatherWorld(mine);
+    if (!all.ok()) return all.status();
+    for (int r = 0; r < world_; ++r) {
+      if (Holds(r)) continue;
+      absl::StatusOr<EmbeddingOutput> o = DeserializeOutput((*all)[r]);
+      if (!o.ok()) return o.status();
+      outputs[r] = *std::move(o);
+    }
+    return absl::OkStatus();
+  }
+
+  // Across processes: every rank's shards to every process (to reassemble the tables).
+  absl::Status ShareShards() {
+    MemberBuffers<uint8_t> mine(world_);
+    for (int r = 0; r < world_; ++r)
+      if (Holds(r)) mine[r] = SerializeShards(ranks_[r].shards);
+    absl::StatusOr<MemberBuffers<uint8_t>> all = GatherWorld(mine);
+    if (!all.ok()) return all.status();
+    for (int r = 0; r < world_; ++r) {
+      if (Holds(r)) continue;
+      absl::StatusOr<std::vector<ShardState>> shards = DeserializeShards((*all)[r]);
+      if (!shards.ok()) return shards.status();
+      if (shards->size() != layout_.shards.size())
+        return absl::DataLossError(
+            absl::StrCat("rank ", r, " sent ", shards->size(), " shards, the plan has ", layout_.shards.size()));
+      ranks_[r].shards = *std::move(shards);
+    }
+    return absl::OkStatus();
+  }
+
+  // An all-gather of the whole world's (variable-size) byte buffers; each member's buffer comes back
+  // as its own entry.
+  absl::StatusOr<MemberBuffers<uint8_t>> GatherWorld(const MemberBuffers<uint8_t>& mine) {
+    ExchangeBuffers<uint8_t> send(world_, MemberBuffers<uint8_t>(world_));
+    for (int r = 0; r < world_; ++r)
+      if (Holds(r))
+        for (int to = 0; to < world_; ++to) send[r][to] = mine[r];
+    absl::StatusOr<ExchangeBuffers<uint8_t>> recv = coll_->AllToAll<uint8_t>(GroupClass::kSparseMp, World(), send, 1);
+    if (!recv.ok()) return recv.status();
+    MemberBuffers<uint8_t> all(world_);
+    for (int r = 0; r < world_; ++r) {
+      const int holder = Holds(r) ? r : -1;
+      if (holder >= 0) {
+        all[r] = mine[r];
+        continue;
+      }
+      for (int to = 0; to < world_; ++to) {
+        if (Holds(to)) {
+          all[r] = (*recv)[to][r];
+          break;
+        }
+      }
+    }
+    return all;
+  }
+
   // Sub-block rho of a shard's rows (V3): ceil(rows/N) rows each, the last ones possibly short or empty.
   std::pair<int64_t, int64_t> SubBlock(const Shard& s, int rho) const {
     const int64_t size = (s.rows() + n_ - 1) / n_;
@@ -237,7 +350,7 @@ class Runner {
 
   // V3: every rank (m, rho) gathers its shards' sub-blocks from the replica group into a full copy;
   // `touched` moves only the rows some replica group's ids reference (other rows read NaN).
-  void Gather(bool touched) {
+  absl::Status Gather(bool touched) {
     gathered_rows_.assign(layout_.shards.size(), {});
     for (size_t id = 0; id < layout_.shards.size(); ++id) {
       const Shard& s = layout_.shards[id];
@@ -255,6 +368,7 @@ class Runner {
       }
       MemberBuffers<float> chunks(n_);
       for (int rho = 0; rho < n_; ++rho) {
+        if (!Holds(s.position * n_ + rho)) continue;
         const ShardState& ss = ranks_[s.position * n_ + rho].shards[id];
         const auto [r0, r1] = SubBlock(s, rho);
         for (int64_t r : rows) {
@@ -263,9 +377,12 @@ class Runner {
                              ss.stored.begin() + (r - r0 + 1) * s.cols());
         }
       }
-      const MemberBuffers<float> all =
-          MustSucceed(coll_.AllGather<float>(GroupClass::kSparseIntra, ReplicaGroup(s.position), chunks, e_w));
+      absl::StatusOr<MemberBuffers<float>> all_or =
+          coll_->AllGather<float>(GroupClass::kSparseIntra, ReplicaGroup(s.position), chunks, e_w);
+      if (!all_or.ok()) return all_or.status();
+      const MemberBuffers<float>& all = *all_or;
       for (int rho = 0; rho < n_; ++rho) {
+        if (!Holds(s.position * n_ + rho)) continue;
         ShardState& ss = ranks_[s.position * n_ + rho].shards[id];
         ss.weights.assign(static_cast<size_t>(s.rows() * s.cols()), std::numeric_limits<float>::quiet_NaN());
         // Rows arrive by sub-block (rho order), ascending inside each: the order of `rows`.
@@ -275,6 +392,7 @@ class Runner {
         }
       }
     }
+    return absl::OkStatus();
   }
 
   void FreeGathered() {
@@ -284,7 +402,7 @@ class Runner {
   }
 
   // V3: RS(N) of every updated copy; sub-block rho keeps seqsum over the replicas / N, stored RNE.
-  void ScatterUpdated() {
+  absl::Status ScatterUpdated() {
     for (size_t id = 0; id < layout_.shards.size(); ++id) {
       const Shard& s = layout_.shards[id];
       const TableConfig& tc = config_.tables[s.table];
@@ -292,17 +410,21 @@ class Runner {
       MemberBuffers<float> buffers(n_);
       std::vector<int64_t> chunk(n_, 0);
       for (int rho = 0; rho < n_; ++rho) {
+        const auto [r0, r1] = SubBlock(s, rho);
+        for (int64_t r : rows) chunk[rho] += (r >= r0 && r < r1) ? s.cols() : 0;
+        if (!Holds(s.position * n_ + rho)) continue;
         const ShardState& ss = ranks_[s.position * n_ + rho].shards[id];
         for (int64_t r : rows) {
           buffers[rho].insert(buffers[rho].end(), ss.weights.begin() + (r - s.row_begin) * s.cols(),
                               ss.weights.begin() + (r - s.row_begin + 1) * s.cols());
         }
-        const auto [r0, r1] = SubBlock(s, rho);
-        for (int64_t r : rows) chunk[rho] += (r >= r0 && r < r1) ? s.cols() : 0;
       }
-      const MemberBuffers<float> sums = MustSucceed(coll_.ReduceScatter(
-          GroupClass::kSparseIntra, ReplicaGroup(s.position), buffers, chunk, StorageBytes(tc.dtype)));
+      absl::StatusOr<MemberBuffers<float>> sums_or = coll_->ReduceScatter(
+          GroupClass::kSparseIntra, ReplicaGroup(s.position), buffers, chunk, StorageBytes(tc.dtype));
+      if (!sums_or.ok()) return sums_or.status();
+      const MemberBuffers<float>& sums = *sums_or;
       for (int rho = 0; rho < n_; ++rho) {
+        if (!Holds(s.position * n_ + rho)) continue;
         ShardState& ss = ranks_[s.position * n_ + rho].shards[id];
         const auto [r0, r1] = SubBlock(s, rho);
         int64_t k = 0;
@@ -317,20 +439,25 @@ class Runner {
       }
     }
     FreeGathered();
+    return absl::OkStatus();
   }
 
   // V2: per position, AR(N) of every shard's weights (and state) over the replicas, then / N.
-  void SyncReplicas() {
+  absl::Status SyncReplicas() {
     for (size_t id = 0; id < layout_.shards.size(); ++id) {
       const Shard& s = layout_.shards[id];
       const TableConfig& tc = config_.tables[s.table];
       const std::vector<int> group = ReplicaGroup(s.position);
-      auto average = [&](auto field, int64_t element_bytes, bool round_to_storage) {
+      auto average = [&](auto field, int64_t element_bytes, bool round_to_storage) -> absl::Status {
         MemberBuffers<float> buffers(n_);
-        for (int rho = 0; rho < n_; ++rho) buffers[rho] = field(ranks_[group[rho]].shards[id]);
-        const MemberBuffers<float> sum =
-            MustSucceed(coll_.AllReduce(GroupClass::kSparseReplica, group, buffers, element_bytes));
+        for (int rho = 0; rho < n_; ++rho)
+          if (Holds(group[rho])) buffers[rho] = field(ranks_[group[rho]].shards[id]);
+        absl::StatusOr<MemberBuffers<float>> sum_or =
+            coll_->AllReduce(GroupClass::kSparseReplica, group, buffers, element_bytes);
+        if (!sum_or.ok()) return sum_or.status();
+        const MemberBuffers<float>& sum = *sum_or;
         for (int rho = 0; rho < n_; ++rho) {
+          if (!Holds(group[rho])) continue;
           std::vector<float> avg(sum[rho].size());
           for (size_t e = 0; e < avg.size(); ++e) {
             avg[e] = embedding::DivRn(sum[rho][e], static_cast<float>(n_));
@@ -338,22 +465,28 @@ class Runner {
           }
           field(ranks_[group[rho]].shards[id]) = std::move(avg);
         }
+        return absl::OkStatus();
       };
-      average([](ShardState& ss) -> std::vector<float>& { return ss.weights; }, StorageBytes(tc.dtype), true);
+      GEMTB_RETURN_IF_ERROR(
+          average([](ShardState& ss) -> std::vector<float>& { return ss.weights; }, StorageBytes(tc.dtype), true));
       if (!plan_.state_sync) continue;
       if (tc.optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
-        average([](ShardState& ss) -> std::vector<float>& { return ss.adagrad; }, 4, false);
+        GEMTB_RETURN_IF_ERROR(average([](ShardState& ss) -> std::vector<float>& { return ss.adagrad; }, 4, false));
       }
       if (tc.optimizer.kind == OptimizerKind::kAdam) {
         // m and v travel as one buffer of 8 * rows * cols bytes.
         std::vector<std::vector<float>> joint(n_);
         for (int rho = 0; rho < n_; ++rho) {
+          if (!Holds(group[rho])) continue;
           ShardState& ss = ranks_[group[rho]].shards[id];
           joint[rho] = ss.adam_m;
           joint[rho].insert(joint[rho].end(), ss.adam_v.begin(), ss.adam_v.end());
         }
-        const MemberBuffers<float> sum = MustSucceed(coll_.AllReduce(GroupClass::kSparseReplica, group, joint, 4));
+        absl::StatusOr<MemberBuffers<float>> sum_or = coll_->AllReduce(GroupClass::kSparseReplica, group, joint, 4);
+        if (!sum_or.ok()) return sum_or.status();
+        const MemberBuffers<float>& sum = *sum_or;
         for (int rho = 0; rho < n_; ++rho) {
+          if (!Holds(group[rho])) continue;
           ShardState& ss = ranks_[group[rho]].shards[id];
           const size_t half = ss.adam_m.size();
           for (size_t e = 0; e < half; ++e) {
@@ -363,6 +496,7 @@ class Runner {
         }
       }
     }
+    return absl::OkStatus();
   }
 
   EmbeddingState AssembleReplica(int rho, int64_t steps_done, ShardedRun* run) const {
@@ -419,46 +553,115 @@ class Runner {
   GroupLayout layout_;
   int world_, m_, n_;
   CommReport report_;
-  VirtualCollectives coll_;
+  VirtualCollectives virtual_;
+  Collectives* coll_;
   GroupEnv env_;
   std::vector<RankData> ranks_;
   std::vector<std::unique_ptr<MpGroup>> groups_;
   std::vector<std::vector<int64_t>> gathered_rows_;
   int64_t initial_step_ = 0;
+  int64_t batch_stride_ = 0;
+  KjtLayout batch_layout_;
 };
 
 }  // namespace
+
+struct ShardedExecutor::Impl {
+  const EmbeddingConfig* config = nullptr;
+  int world_size = 0;
+  std::unique_ptr<Runner> runner;
+  int64_t forwards = 0;  // Forward calls so far: the step of the next one
+  int64_t updates = 0;   // Backward calls so far
+  bool forward_pending = false;
+  KeyedJaggedTensor kjt;  // the last Forward's batch
+  KjtLayout layout;
+};
+
+ShardedExecutor::~ShardedExecutor() = default;
+
+absl::StatusOr<std::unique_ptr<ShardedExecutor>> ShardedExecutor::Create(const EmbeddingConfig& config,
+                                                                         const ShardingPlanSpec& plan, int world_size,
+                                                                         int gpus_per_host,
+                                                                         const EmbeddingState& initial,
+                                                                         Collectives* collectives) {
+  GEMTB_RETURN_IF_ERROR(ValidateEmbeddingConfig(config));
+  GEMTB_RETURN_IF_ERROR(ValidateShardingPlan(plan, PlanTablesOf(config), world_size, gpus_per_host));
+  GEMTB_RETURN_IF_ERROR(CheckState(config, initial));
+  if (collectives != nullptr && plan.fully_sharded && plan.gather == GatherMode::kTouched) {
+    return Bad(
+        "plan.gather: 'touched' runs in one process only (each replica group's ids would have to reach "
+        "every rank); use 'all' across processes");
+  }
+  absl::StatusOr<GroupLayout> group = BuildGroupLayout(plan, config, world_size, gpus_per_host);
+  if (!group.ok()) return group.status();
+  std::unique_ptr<ShardedExecutor> e(new ShardedExecutor());
+  e->impl_ = std::make_unique<Impl>();
+  e->impl_->config = &config;
+  e->impl_->world_size = world_size;
+  e->impl_->runner = std::make_unique<Runner>(config, plan, *std::move(group), world_size, collectives);
+  e->impl_->runner->Place(initial);
+  return e;
+}
+
+absl::StatusOr<EmbeddingOutput> ShardedExecutor::Forward(const KeyedJaggedTensor& global_kjt) {
+  Impl& im = *impl_;
+  KjtLayout layout;
+  GEMTB_RETURN_IF_ERROR(ValidateKjt(global_kjt, *im.config, &layout));
+  if (global_kjt.stride % im.world_size != 0) {
+    return Bad(absl::StrCat("kjt.stride: B=", global_kjt.stride, " is not divisible by world_size ", im.world_size));
+  }
+  im.runner->SetBatch(global_kjt, layout);
+  im.kjt = global_kjt;
+  im.layout = std::move(layout);
+  GEMTB_RETURN_IF_ERROR(im.runner->Forward(im.forwards));
+  ++im.forwards;
+  im.forward_pending = true;
+  return im.runner->Output();
+}
+
+absl::Status ShardedExecutor::Backward(const EmbeddingGrads& global_grads) {
+  Impl& im = *impl_;
+  if (!im.forward_pending)
+    return absl::FailedPreconditionError("sharded executor: Backward without a Forward before it");
+  int64_t width = 0;
+  CollectTableFeatures(*im.config, im.layout, &width);
+  GEMTB_RETURN_IF_ERROR(CheckGrads(*im.config, im.kjt, im.layout, width, global_grads));
+  im.runner->SetGrads(global_grads);
+  GEMTB_RETURN_IF_ERROR(im.runner->Backward(im.forwards - 1));
+  ++im.updates;
+  im.forward_pending = false;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ShardedRun> ShardedExecutor::Result() { return impl_->runner->Finish(impl_->updates); }
 
 absl::StatusOr<ShardedRun> RunSharded(const EmbeddingConfig& config, const ShardingPlanSpec& plan, int world_size,
                                       int gpus_per_host, const EmbeddingState& initial,
                                       const KeyedJaggedTensor& global_kjt, const EmbeddingGrads* global_grads,
                                       int steps, int threads) {
-  GEMTB_RETURN_IF_ERROR(ValidateEmbeddingConfig(config));
-  GEMTB_RETURN_IF_ERROR(ValidateShardingPlan(plan, PlanTablesOf(config), world_size, gpus_per_host));
-  KjtLayout layout;
-  GEMTB_RETURN_IF_ERROR(ValidateKjt(global_kjt, config, &layout));
   if (steps < 1) return Bad(absl::StrCat("steps=", steps, " must be >= 1"));
   if (threads < 0) return Bad(absl::StrCat("threads=", threads, " must be >= 0"));
-  if (global_kjt.stride % world_size != 0) {
-    return Bad(absl::StrCat("kjt.stride: B=", global_kjt.stride, " is not divisible by world_size ", world_size));
-  }
-  GEMTB_RETURN_IF_ERROR(CheckState(config, initial));
-  if (global_grads != nullptr) {
-    int64_t width = 0;
-    CollectTableFeatures(config, layout, &width);
-    GEMTB_RETURN_IF_ERROR(CheckGrads(config, global_kjt, layout, width, *global_grads));
-  }
-  absl::StatusOr<GroupLayout> group = BuildGroupLayout(plan, config, world_size, gpus_per_host);
-  if (!group.ok()) return group.status();
-  Runner runner(config, plan, *std::move(group), world_size);
-  GEMTB_RETURN_IF_ERROR(runner.Setup(initial, global_kjt, layout, global_grads));
-  absl::Status status;
+  absl::StatusOr<std::unique_ptr<ShardedExecutor>> executor =
+      ShardedExecutor::Create(config, plan, world_size, gpus_per_host, initial);
+  if (!executor.ok()) return executor.status();
+  absl::StatusOr<ShardedRun> run;
   tbb::task_arena arena(threads > 0 ? threads : tbb::info::default_concurrency());
   arena.execute([&] {
-    for (int s = 0; s < steps && status.ok(); ++s) status = runner.Step(s, global_grads != nullptr);
+    for (int s = 0; s < steps; ++s) {
+      absl::StatusOr<EmbeddingOutput> out = (*executor)->Forward(global_kjt);
+      if (!out.ok()) {
+        run = out.status();
+        return;
+      }
+      if (global_grads == nullptr) continue;
+      if (absl::Status st = (*executor)->Backward(*global_grads); !st.ok()) {
+        run = st;
+        return;
+      }
+    }
+    run = (*executor)->Result();
   });
-  GEMTB_RETURN_IF_ERROR(status);
-  return runner.Finish(global_grads != nullptr ? steps : 0);
+  return run;
 }
 
 }  // namespace gemtb::reference

@@ -27,7 +27,12 @@
 // V2 with k = 1 and state_sync off bit for bit (gather=touched: as long as averaging N equal
 // values is exact: true for N = 2 and 4, false for N = 8 with fp32 tables).
 //
-// Multi-step runs reuse the same KJT and upstream gradients every step (enough for tests); the SR
+// Across processes (ShardedExecutor with a store's Collectives) each process runs the ranks it holds
+// and keeps only their shards; the collectives carry the same bytes and reduce in the same order, so
+// the result is the in-process run's bit for bit. gather=touched needs every replica group's ids on
+// every rank and runs in one process only.
+//
+// RunSharded's multi-step runs reuse the same KJT and upstream gradients every step (enough for tests); the SR
 // stream of step s is initial.step + s. The report's "step" is s, counted from 0 in this run, and
 // its records are in execution order: per step, forward (V3 gathers, then each replica group's
 // ids A2As in rho order, [V3 gather=touched: the gathers here], then each group's embedding
@@ -35,11 +40,13 @@
 #ifndef GEMTB_REFERENCE_SHARDING_SHARDED_EXECUTOR_H_
 #define GEMTB_REFERENCE_SHARDING_SHARDED_EXECUTOR_H_
 
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "model/embedding/embedding_config.h"
 #include "model/sharding/sharding_types.h"
+#include "reference/collectives/collectives.h"
 #include "reference/collectives/comm_report.h"
 #include "reference/embedding/kjt.h"
 #include "reference/embedding/tbe.h"
@@ -54,6 +61,35 @@ struct ShardedRun {
   // cw_state=per_shard: per table, replica 0's rowwise-Adagrad state of every column shard,
   // [col_shard][rows] (state.tables[t].adagrad holds shard 0's); empty for other tables and modes.
   std::vector<std::vector<float>> per_shard_adagrad;
+};
+
+// The executor as an object that keeps its ranks' shards from step to step, for a trainer that
+// feeds a new batch each step. `config` and `plan` are referenced and must outlive it (a trainer may
+// change the tables' learning rates between steps). With `collectives` null it holds every rank and
+// runs on in-process VirtualCollectives, recording the report; otherwise this process holds the ranks
+// collectives->Holds says (across processes: one) and only their shards, and records no report.
+class ShardedExecutor {
+ public:
+  static absl::StatusOr<std::unique_ptr<ShardedExecutor>> Create(const EmbeddingConfig& config,
+                                                                 const ShardingPlanSpec& plan, int world_size,
+                                                                 int gpus_per_host, const EmbeddingState& initial,
+                                                                 Collectives* collectives = nullptr);
+  ~ShardedExecutor();
+
+  // The forward of one global batch (stride divisible by world_size); returns the global output.
+  // Across processes every process gets the whole output (gathered from the ranks that computed it).
+  absl::StatusOr<EmbeddingOutput> Forward(const KeyedJaggedTensor& global_kjt);
+  // The backward of the last Forward's batch with its upstream gradients (global layout; a process
+  // reads only its ranks' samples) and the fused optimizer at SR step initial.step + updates so far.
+  absl::Status Backward(const EmbeddingGrads& global_grads);
+  // The tables and states reassembled from every rank's shards (gathered across processes), the last
+  // Forward's output and the report so far.
+  absl::StatusOr<ShardedRun> Result();
+
+ private:
+  ShardedExecutor() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // Runs `steps` steps of forward and, when `global_grads` is not null, backward with the fused

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -19,11 +20,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "model/common/sha256.h"
+#include "model/data/shape_from_config.h"
+#include "model/description/model_config.h"
 #include "model/json/user_file.h"
 #include "model/launch/launch_env.h"
-#include "model/description/model_config.h"
 #include "model/metrics/ne.h"
-#include "model/data/shape_from_config.h"
+#include "reference/model/batch.h"
 #include "reference/model/checkpoint.h"
 #include "reference/model/npy_dataset.h"
 #include "reference/model/trainer.h"
@@ -31,6 +33,8 @@
 #include "tools/gemtb/flags.h"
 #include "tools/gemtb/stop_signals.h"
 #include "tools/gemtb/train_job.h"
+#include "tools/gemtb/train_plan.h"
+#include "tools/gemtb/train_report.h"
 
 namespace gemtb::cli {
 namespace {
@@ -72,15 +76,21 @@ struct Flags {
   int64_t crash_checkpoint_after_bytes = -1;
   bool check = false;
   int64_t store_timeout = 300;
+  std::string plan;
+  std::optional<int64_t> plan_ranks, gpus_per_host;
+  std::string report;
 };
 
-// What a sharded checkpoint of a job must match: the config file's bytes and the (data-parallel) plan.
-absl::StatusOr<reference::dist::CheckpointIdentity> JobIdentity(const std::string& config, int world_size) {
+// What a sharded checkpoint of a job must match: the config file's bytes and the plan (the --plan's
+// JSON, or data parallel with the tables replicated).
+absl::StatusOr<reference::dist::CheckpointIdentity> JobIdentity(const std::string& config, int world_size,
+                                                                const std::string& plan) {
   std::error_code ec;
   const std::string path = std::filesystem::is_regular_file(config, ec) ? config : gemtb::model::BuiltinConfigPath(config);
   absl::StatusOr<std::string> text = ReadUserFile(path);
   if (!text.ok()) return text.status();
-  return reference::dist::CheckpointIdentity{world_size, Sha256Hex(*text), Sha256Hex("data parallel, tables replicated")};
+  return reference::dist::CheckpointIdentity{world_size, Sha256Hex(*text),
+                                             Sha256Hex(plan.empty() ? "data parallel, tables replicated" : plan)};
 }
 
 // NE divides by the entropy of the mean label: with no positives or no negatives it is 0 and NE has
@@ -120,31 +130,37 @@ std::optional<std::string> CheckRate(const char* flag, const std::optional<doubl
 
 int RunRefTrain(const std::vector<std::string>& args) {
   Flags f;
-  FlagSet flags("gemtb ref train [--config tiny] [--steps N] [--data DIR] [flags]",
-                "Trains the GEM-like reference model (fp32, oneTBB, bit-exact for any --threads) on the planted-\n"
-                "teacher data. Per --log-every steps: loss, windowed and lifetime train NE per task with the\n"
-                "oracle's windowed NE of the same samples, samples/s; per --eval-every steps and at the end: NE on\n"
-                "held-out samples (indices from 2^40 on, never trained on) beside the oracle NE of the same samples.\n"
-                "Exit 0; with --check, exit 1 unless the first task's final held-out NE <= oracle NE + 0.05 and\n"
-                "<= 0.9. An NE of samples without a positive or a negative prints as undefined.\n"
-                "\n"
-                "--data DIR trains on the samples of DIR instead, step s on samples s*batch .. s*batch+batch-1\n"
-                "(modulo N: the set repeats). For N samples, T tasks, m dense features and K keys (the config's\n"
-                "sparse features, then per sequence <seq>.item, <seq>.action, <seq>.dt), DIR holds:\n"
-                "  lengths.npy int32 [K*N] key-major; ids.npy int64 (key, then sample, then position; events\n"
-                "  oldest first); seq_lengths.npy int32 [J, N]; dense.npy float32 [N, m]; labels.npy and\n"
-                "  masks.npy uint8 [N, T]; optionally probs.npy float64 [N, T] (true probabilities, for the\n"
-                "  oracle NE; without it the oracle prints n/a).\n"
-                "A folder of `gemtb data generate --seed S` trains to the same bits as --data-seed S without\n"
-                "--data. The held-out NE of a --data run comes from --eval-data.\n"
-                "\n"
-                "SIGTERM or SIGINT stops after the current step, writing --checkpoint first when given\n"
-                "(exit 128 + the signal number); --resume continues from it.\n"
-                "\n"
-                "Across processes (torchrun --no-python, mpirun or srun; rank, world size and MASTER_ADDR/MASTER_PORT\n"
-                "from the launcher's variables) the ranks train data-parallel to the same bits as one process; the\n"
-                "world size must divide --grad-blocks. Rank 0 prints; --checkpoint and --resume name a folder of\n"
-                "sharded checkpoints (docs/checkpoint.md). A rank that dies or fails ends every rank with an error.");
+  FlagSet flags(
+      "gemtb ref train [--config tiny] [--steps N] [--data DIR] [flags]",
+      "Trains the GEM-like reference model (fp32, oneTBB, bit-exact for any --threads) on the planted-\n"
+      "teacher data. Per --log-every steps: loss, windowed and lifetime train NE per task with the\n"
+      "oracle's windowed NE of the same samples, samples/s; per --eval-every steps and at the end: NE on\n"
+      "held-out samples (indices from 2^40 on, never trained on) beside the oracle NE of the same samples.\n"
+      "Exit 0; with --check, exit 1 unless the first task's final held-out NE <= oracle NE + 0.05 and\n"
+      "<= 0.9. An NE of samples without a positive or a negative prints as undefined.\n"
+      "\n"
+      "--data DIR trains on the samples of DIR instead, step s on samples s*batch .. s*batch+batch-1\n"
+      "(modulo N: the set repeats). For N samples, T tasks, m dense features and K keys (the config's\n"
+      "sparse features, then per sequence <seq>.item, <seq>.action, <seq>.dt), DIR holds:\n"
+      "  lengths.npy int32 [K*N] key-major; ids.npy int64 (key, then sample, then position; events\n"
+      "  oldest first); seq_lengths.npy int32 [J, N]; dense.npy float32 [N, m]; labels.npy and\n"
+      "  masks.npy uint8 [N, T]; optionally probs.npy float64 [N, T] (true probabilities, for the\n"
+      "  oracle NE; without it the oracle prints n/a).\n"
+      "A folder of `gemtb data generate --seed S` trains to the same bits as --data-seed S without\n"
+      "--data. The held-out NE of a --data run comes from --eval-data.\n"
+      "\n"
+      "SIGTERM or SIGINT stops after the current step, writing --checkpoint first when given\n"
+      "(exit 128 + the signal number); --resume continues from it.\n"
+      "\n"
+      "Across processes (torchrun --no-python, mpirun or srun; rank, world size and MASTER_ADDR/MASTER_PORT\n"
+      "from the launcher's variables) the ranks train data-parallel to the same bits as one process; the\n"
+      "world size must divide --grad-blocks. Rank 0 prints; --checkpoint and --resume name a folder of\n"
+      "sharded checkpoints (docs/checkpoint.md). A rank that dies or fails ends every rank with an error.\n"
+      "\n"
+      "--plan FILE|NAME shards the tables by a sharding plan (the JSON object of `gemtb ref embed`'s \"plan\",\n"
+      "the simulator's plan.sparse; NAME: DP, TW, RW or TWRW for every table) over --plan-ranks virtual\n"
+      "ranks in one process, or over the job's ranks across processes, each holding only its shards; both\n"
+      "end with the same bytes.");
   flags.String("config", &f.config, "model config: tiny | small | gem-scale | path to a JSON (default tiny)");
   flags.String("data", &f.data,
                "training data: a folder of .npy files in the layout `gemtb data generate` writes (described above), or "
@@ -178,6 +194,17 @@ int RunRefTrain(const std::vector<std::string>& args) {
   flags.Bool("check", &f.check, "exit 1 unless the final held-out NE <= oracle NE + 0.05 and <= 0.9");
   flags.Int64("store-timeout", &f.store_timeout,
               "across processes: seconds any rank waits for the others at most before it stops with an error (default 300)");
+  flags.String("plan", &f.plan,
+               "sharding plan of the tables: a JSON file or DP | TW | RW | TWRW (default: none, tables replicated)");
+  flags.OptionalInt64(
+      "plan-ranks", &f.plan_ranks,
+      "with --plan in one process: the ranks it runs virtually (default 1; across processes: the job's ranks)");
+  flags.OptionalInt64(
+      "gpus-per-host", &f.gpus_per_host,
+      "with --plan: consecutive ranks per host, for TWRW and GRID placement (default: all ranks on one host)");
+  flags.String("report", &f.report,
+               "JSON written by rank 0 at the end: every rank's wall time and time in the store's collectives, the "
+               "slowest rank and the imbalance (docs/commands.md)");
   if (absl::Status s = flags.Parse(args); !s.ok()) return ReportError(kCommand, s);
   if (flags.help_requested()) {
     std::cout << flags.Help();
@@ -219,8 +246,34 @@ int RunRefTrain(const std::vector<std::string>& args) {
       return ReportError(kCommand, absl::InvalidArgumentError(absl::StrCat("--checkpoint: ", s.message())));
   }
 
+  if (!f.report.empty() && launch_info->rank == 0 && !std::ofstream(f.report, std::ios::trunc))
+    return bad(absl::StrCat("--report: ", f.report, ": cannot be written"));
+
   absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig(f.config);
   if (!config.ok()) return ReportError(kCommand, absl::InvalidArgumentError(absl::StrCat("--config: ", config.status().message())));
+  if (f.plan_ranks && (*f.plan_ranks < 1 || *f.plan_ranks > 4096))
+    return bad(absl::StrCat("--plan-ranks: ", *f.plan_ranks, " must be in [1, 4096]"));
+  if (f.gpus_per_host && (*f.gpus_per_host < 1 || *f.gpus_per_host > 4096))
+    return bad(absl::StrCat("--gpus-per-host: ", *f.gpus_per_host, " must be in [1, 4096]"));
+  std::optional<TrainPlan> plan;
+  int plan_world = 1, gpus_per_host = 1;
+  if (f.plan.empty()) {
+    if (f.plan_ranks || f.gpus_per_host) return bad("--plan-ranks/--gpus-per-host: need --plan");
+  } else {
+    if (several && f.plan_ranks && *f.plan_ranks != launch_info->world_size)
+      return bad(absl::StrCat("--plan-ranks: ", *f.plan_ranks, " is not the job's world size ", launch_info->world_size,
+                              " (across processes the plan's ranks are the processes)"));
+    plan_world = several ? launch_info->world_size : static_cast<int>(f.plan_ranks.value_or(1));
+    gpus_per_host = static_cast<int>(f.gpus_per_host.value_or(plan_world));
+    absl::StatusOr<TrainPlan> loaded =
+        LoadTrainPlan(f.plan, reference::model::ModelEmbeddingConfig(*config, 0.0f, 0), plan_world, gpus_per_host);
+    if (!loaded.ok()) return ReportError(kCommand, loaded.status());
+    plan = *std::move(loaded);
+    if (!f.resume.empty() && plan->spec.mp_group != 0 && plan->spec.mp_group < plan_world)
+      return bad(absl::StrCat("--resume: the plan is 2D (mp_group ", plan->spec.mp_group, " of ", plan_world,
+                              " ranks), whose replicas keep optimizer states a checkpoint does not hold; resume "
+                              "a 1D plan's run"));
+  }
   std::error_code ec;
   const bool data_folder = !f.data.empty() && std::filesystem::is_directory(f.data, ec);
   TrainOptions o;
@@ -242,15 +295,24 @@ int RunRefTrain(const std::vector<std::string>& args) {
   if (!created.ok()) return ReportError(kCommand, absl::InvalidArgumentError(created.status().message()));
   Trainer& trainer = **created;
   const launch::Millis store_timeout(f.store_timeout * 1000);
-  absl::StatusOr<std::unique_ptr<TrainJob>> joined = TrainJob::Join(*launch_info, store_timeout, absl::StrJoin(args, "\n"));
+  // The ranks agree on the flags and on the plan's content (its file may differ by working folder).
+  const std::string plan_text = plan ? plan->text : std::string();
+  absl::StatusOr<std::unique_ptr<TrainJob>> joined =
+      TrainJob::Join(*launch_info, store_timeout, absl::StrCat(absl::StrJoin(args, "\n"), "\n", plan_text));
   if (!joined.ok()) return ReportError(kCommand, joined.status());
   TrainJob& job = **joined;
   const bool leader = job.rank() == 0;
-  absl::StatusOr<reference::dist::CheckpointIdentity> identity = JobIdentity(f.config, job.world_size());
+  absl::StatusOr<reference::dist::CheckpointIdentity> identity = JobIdentity(f.config, job.world_size(), plan_text);
   if (several && !identity.ok()) return job.Leave(ReportError(kCommand, identity.status()), store_timeout);
   if (several) {
     if (absl::Status s = trainer.UseDataParallel(job.group()); !s.ok()) return job.Leave(ReportError(kCommand, s), store_timeout);
     if (!leader) std::cout.setstate(std::ios::failbit);  // rank 0 prints; the others print only errors
+  }
+  if (plan) {
+    if (absl::Status s =
+            trainer.UseShardedTables(plan->spec, plan_world, gpus_per_host, several ? job.collectives() : nullptr);
+        !s.ok())
+      return job.Leave(ReportError(kCommand, s), store_timeout);
   }
   auto body = [&]() -> int {
     std::shared_ptr<const NpyDataset> eval_set;
@@ -286,6 +348,7 @@ int RunRefTrain(const std::vector<std::string>& args) {
     }
     auto save = [&]() -> absl::Status {
       if (f.checkpoint.empty()) return absl::OkStatus();
+      if (absl::Status s = trainer.GatherTables(); !s.ok()) return s;
       if (several) return job.Save(f.checkpoint, trainer.state().step, *identity, trainer.StateArrays());
       reference::model::CheckpointWriteOptions write;
       write.fail_after_bytes = f.crash_checkpoint_after_bytes;
@@ -296,8 +359,15 @@ int RunRefTrain(const std::vector<std::string>& args) {
     const int T = static_cast<int>(config->NumTasks());
     std::cout << "gemtb ref train: config " << config->name << ", " << trainer.model().layout().total()
               << " dense params, batch " << o.batch << ", steps " << f.steps << ", lr " << o.lr << ", table lr "
-              << o.table_lr << " (decay fraction " << o.table_decay << "), schedule " << f.schedule << ", threads " << (o.threads ? absl::StrCat(o.threads) : std::string("all"))
-              << (several ? absl::StrCat(", ", job.world_size(), " ranks data-parallel (", launch::LauncherName(launch_info->launcher), ")") : std::string()) << "\n";
+              << o.table_lr << " (decay fraction " << o.table_decay << "), schedule " << f.schedule << ", threads "
+              << (o.threads ? absl::StrCat(o.threads) : std::string("all"))
+              << (several ? absl::StrCat(", ", job.world_size(), " ranks data-parallel (",
+                                         launch::LauncherName(launch_info->launcher), ")")
+                          : std::string())
+              << (plan ? absl::StrCat(", tables sharded by --plan over ", plan_world,
+                                      several ? " ranks" : " virtual ranks")
+                       : std::string())
+              << "\n";
     const bool tty = leader && ::isatty(STDERR_FILENO) != 0;
     metrics::NeTracker tracker(T, f.ne_window), oracle_tracker(T, f.ne_window);
     using Clock = std::chrono::steady_clock;
@@ -336,6 +406,9 @@ int RunRefTrain(const std::vector<std::string>& args) {
         interval_samples = 0;
         interval_start = Clock::now();
       }
+      if ((!data_folder || eval_set != nullptr) && f.eval_every > 0 && step % f.eval_every == 0 && step != f.steps) {
+        if (absl::Status s = trainer.GatherTables(); !s.ok()) return ReportError(kCommand, s);  // every rank
+      }
       if (evaluate && f.eval_every > 0 && step % f.eval_every == 0 && step != f.steps) {
         absl::StatusOr<EvalResult> e = run_eval();
         if (!e.ok()) return ReportError(kCommand, e.status());
@@ -371,6 +444,28 @@ int RunRefTrain(const std::vector<std::string>& args) {
     if (absl::Status s = save(); !s.ok()) return ReportError(kCommand, s);
     const double wall = std::chrono::duration<double>(Clock::now() - start).count();
     const std::string saved = f.checkpoint.empty() ? "" : ", checkpoint " + f.checkpoint;
+    if (absl::Status s = trainer.GatherTables(); !s.ok()) return ReportError(kCommand, s);  // every rank
+    if (!f.report.empty()) {
+      const RankTimes mine{job.rank(), wall, several ? job.group()->seconds() : 0.0,
+                           several ? job.collectives()->seconds() : 0.0};
+      std::vector<RankTimes> all = {mine};
+      if (several) {
+        absl::StatusOr<std::vector<std::string>> texts = job.group()->AllGather(RankTimesText(mine));
+        if (!texts.ok()) return ReportError(kCommand, texts.status());
+        all.clear();
+        for (const std::string& t : *texts) {
+          absl::StatusOr<RankTimes> parsed = ParseRankTimes(t);
+          if (!parsed.ok()) return ReportError(kCommand, parsed.status());
+          all.push_back(*parsed);
+        }
+      }
+      if (leader) {
+        std::ofstream out(f.report, std::ios::trunc);
+        out << TrainReportJson(all, trainer.state().step);
+        if (!out.flush())
+          return ReportError(kCommand, absl::DataLossError(absl::StrCat("--report: ", f.report, ": write failed")));
+      }
+    }
     if (!leader) return kExitOk;
     if (!evaluate) {
       std::cout << "final: no held-out evaluation (give --eval-data DIR), wall " << Num(wall, 4) << " s" << saved

@@ -30,6 +30,7 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Join(const launch::LaunchInf
       return absl::FailedPreconditionError(
           absl::StrCat("rank ", r, " was started with other flags than rank 0 (every rank must run the same command)"));
   job->group_ = std::make_unique<reference::dist::StoreDataParallelGroup>(*job->store_);
+  job->collectives_ = std::make_unique<reference::dist::StoreCollectives>(*job->store_);
   return job;
 }
 

@@ -1,7 +1,8 @@
 // The job a `gemtb ref train` process runs in: one process, or one rank of a job started by
 // torchrun, mpirun or srun (model/launch/launch_env.h). For several ranks it holds the rendezvous
 // store (rank 0 serves it), checks that every rank was started with the same flags, gives the
-// trainer its data-parallel group, and saves and loads the job's sharded checkpoint folder.
+// trainer its data-parallel group and its sharded tables' collectives, and saves and loads the job's
+// sharded checkpoint folder.
 #ifndef GEMTB_TOOLS_GEMTB_TRAIN_JOB_H_
 #define GEMTB_TOOLS_GEMTB_TRAIN_JOB_H_
 
@@ -13,6 +14,7 @@
 #include "model/launch/launch_env.h"
 #include "model/launch/tcp_store.h"
 #include "reference/dist/sharded_checkpoint.h"
+#include "reference/dist/store_collectives.h"
 #include "reference/dist/store_group.h"
 #include "reference/model/checkpoint.h"
 
@@ -29,6 +31,8 @@ class TrainJob {
   int rank() const { return info_.rank; }
   int world_size() const { return info_.world_size; }
   reference::dist::StoreDataParallelGroup* group() { return group_.get(); }
+  // The sharded tables' collectives (null for one process).
+  reference::dist::StoreCollectives* collectives() { return collectives_.get(); }
 
   // The job's checkpoint: rank r saves the state arrays i with i mod R = r; every rank loads all.
   absl::Status Save(const std::string& dir, int64_t step, const reference::dist::CheckpointIdentity& identity,
@@ -50,6 +54,7 @@ class TrainJob {
   std::unique_ptr<launch::TcpStoreServer> server_;
   std::unique_ptr<launch::TcpStoreClient> store_;
   std::unique_ptr<reference::dist::StoreDataParallelGroup> group_;
+  std::unique_ptr<reference::dist::StoreCollectives> collectives_;
 };
 
 }  // namespace gemtb::cli

@@ -1,0 +1,159 @@
+// The CPU trainer with its tables sharded by a plan across ranks (threads here, each with its own
+// trainer, store connection and store-backed collectives, holding only its shards) ends with the
+// state of the single-process trainer whose sharded executor runs the same ranks virtually, bit for
+// bit: a plan mixing the 1D types on 2 and 4 ranks, fully sharded 2D and 2D with replica syncs.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include "model/description/model_config.h"
+#include "model/sharding/sharding_plan_json.h"
+#include "nlohmann/json.hpp"
+#include "reference/dist/store_collectives.h"
+#include "reference/dist/store_group.h"
+#include "reference/model/batch.h"
+#include "reference/model/trainer.h"
+#include "tests/dist/dist_test_util.h"
+#include "tests/testing/status_matchers.h"
+
+namespace gemtb::reference::dist {
+namespace {
+
+using ::gemtb::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// Every 1D type on the tiny config's tables (TWRW and GRID place on hosts of 2 ranks).
+constexpr char kMixed[] = R"({"default": {"type": "TW"}, "tables": {
+  "user": {"type": "RW"}, "ad": {"type": "CW", "shards": 2}, "advertiser": {"type": "TWRW"},
+  "page": {"type": "GRID", "shards": 2}, "device": {"type": "DP"}, "category": {"type": "RW"},
+  "items": {"type": "RW"}, "actions": {"type": "TW", "owner": 1}, "dt": {"type": "CW", "shards": 4}}})";
+constexpr char kFullySharded[] = R"({"default": {"type": "RW"}, "tables": {"items": {"type": "TW"},
+  "ad": {"type": "CW", "shards": 2}}, "mp_group": 2, "fully_sharded": true})";
+constexpr char kReplicas[] = R"({"default": {"type": "TW"}, "tables": {"items": {"type": "RW"}},
+  "mp_group": 2, "sync_period": 2})";
+constexpr int kGpusPerHost = 2;
+
+model::TrainOptions Options() {
+  model::TrainOptions o;
+  o.batch = 16;
+  o.grad_blocks = 4;
+  o.total_steps = 10;
+  o.threads = 1;
+  return o;
+}
+
+ShardingPlanSpec Plan(const gemtb::model::ModelConfig& config, const char* json, int world) {
+  const model::TrainOptions o = Options();
+  const EmbeddingConfig emb = model::ModelEmbeddingConfig(config, o.table_lr, o.seed);
+  absl::StatusOr<ShardingPlanSpec> plan =
+      ParseShardingPlan(nlohmann::json::parse(json), PlanTablesOf(emb), world, kGpusPerHost);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return plan.ok() ? *plan : ShardingPlanSpec{};
+}
+
+absl::StatusOr<model::NamedArrays> TrainAlone(const gemtb::model::ModelConfig& config, const ShardingPlanSpec& plan,
+                                              int world, int steps) {
+  auto trainer = model::Trainer::Create(config, Options());
+  if (!trainer.ok()) return trainer.status();
+  if (absl::Status s = (*trainer)->UseShardedTables(plan, world, kGpusPerHost, nullptr); !s.ok()) return s;
+  for (int s = 0; s < steps; ++s)
+    if (auto step = (*trainer)->Step(); !step.ok()) return step.status();
+  if (absl::Status s = (*trainer)->GatherTables(); !s.ok()) return s;
+  return (*trainer)->StateArrays();
+}
+
+std::vector<model::NamedArrays> TrainOnRanks(const gemtb::model::ModelConfig& config, const ShardingPlanSpec& plan,
+                                             int world, int steps) {
+  auto server = launch::TcpStoreServer::Start(0, world);
+  EXPECT_TRUE(server.ok());
+  const int port = (*server)->port();
+  std::vector<std::future<absl::StatusOr<model::NamedArrays>>> ranks;
+  for (int r = 0; r < world; ++r) {
+    ranks.push_back(std::async(std::launch::async, [&, r]() -> absl::StatusOr<model::NamedArrays> {
+      auto store = launch::TcpStoreClient::Connect({"127.0.0.1", port}, r, world, launch::Millis(60000));
+      if (!store.ok()) return store.status();
+      auto trainer = model::Trainer::Create(config, Options());
+      if (!trainer.ok()) return trainer.status();
+      StoreDataParallelGroup group(**store);
+      StoreCollectives collectives(**store);
+      if (absl::Status s = (*trainer)->UseDataParallel(&group); !s.ok()) return s;
+      if (absl::Status s = (*trainer)->UseShardedTables(plan, world, kGpusPerHost, &collectives); !s.ok()) return s;
+      for (int s = 0; s < steps; ++s)
+        if (auto step = (*trainer)->Step(); !step.ok()) return step.status();
+      if (absl::Status s = (*trainer)->GatherTables(); !s.ok()) return s;
+      if (absl::Status s = (*store)->Close(); !s.ok()) return s;
+      return (*trainer)->StateArrays();
+    }));
+  }
+  std::vector<model::NamedArrays> out;
+  for (auto& f : ranks) {
+    auto a = f.get();
+    EXPECT_TRUE(a.ok()) << a.status();
+    out.push_back(a.ok() ? *std::move(a) : model::NamedArrays{});
+  }
+  EXPECT_TRUE((*server)->Shutdown(launch::Millis(5000)).ok());
+  return out;
+}
+
+void ExpectRanksEqualAlone(const char* json, int world, int steps) {
+  auto config = gemtb::model::LoadModelConfig("tiny");
+  ASSERT_TRUE(config.ok());
+  const ShardingPlanSpec plan = Plan(*config, json, world);
+  auto alone = TrainAlone(*config, plan, world, steps);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  std::vector<model::NamedArrays> ranks = TrainOnRanks(*config, plan, world, steps);
+  for (int r = 0; r < world; ++r)
+    EXPECT_TRUE(testutil::SameArrays(ranks[r], *alone)) << "world " << world << " rank " << r;
+}
+
+TEST(ShardedTrain, MixedPlanOnTwoRanksEqualsTheVirtualRanksBitForBit) { ExpectRanksEqualAlone(kMixed, 2, 2); }
+TEST(ShardedTrain, MixedPlanOnFourRanksEqualsTheVirtualRanksBitForBit) { ExpectRanksEqualAlone(kMixed, 4, 2); }
+TEST(ShardedTrain, FullySharded2DEqualsTheVirtualRanksBitForBit) { ExpectRanksEqualAlone(kFullySharded, 4, 2); }
+TEST(ShardedTrain, ReplicasSyncedEverySecondStepEqualTheVirtualRanks) { ExpectRanksEqualAlone(kReplicas, 4, 2); }
+
+TEST(ShardedTrain, TheShardedRunMovesTheTables) {
+  // Not vacuous: two steps change the tables, and a plan's run is not the unsharded one's bits
+  // everywhere (RW partitions the pooled sums by row block).
+  auto config = gemtb::model::LoadModelConfig("tiny");
+  ASSERT_TRUE(config.ok());
+  auto start = TrainAlone(*config, Plan(*config, kMixed, 4), 4, 0);
+  auto two = TrainAlone(*config, Plan(*config, kMixed, 4), 4, 2);
+  ASSERT_TRUE(start.ok() && two.ok());
+  EXPECT_FALSE(testutil::SameArrays(*start, *two));
+}
+
+TEST(ShardedTrain, GatheringOnlyTouchedRowsAcrossProcessesIsNamed) {
+  auto config = gemtb::model::LoadModelConfig("tiny");
+  ASSERT_TRUE(config.ok());
+  auto trainer = model::Trainer::Create(*config, Options());
+  ASSERT_TRUE(trainer.ok());
+  ShardingPlanSpec plan = Plan(*config, kFullySharded, 4);
+  plan.gather = GatherMode::kTouched;
+  EXPECT_TRUE((*trainer)->UseShardedTables(plan, 4, kGpusPerHost, nullptr).ok());  // one process: fine
+  auto server = launch::TcpStoreServer::Start(0, 1);
+  ASSERT_TRUE(server.ok());
+  auto store = launch::TcpStoreClient::Connect({"127.0.0.1", (*server)->port()}, 0, 1, launch::Millis(10000));
+  ASSERT_TRUE(store.ok());
+  StoreCollectives collectives(**store);
+  EXPECT_THAT(
+      (*trainer)->UseShardedTables(plan, 4, kGpusPerHost, &collectives),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("plan.gather: 'touched' runs in one process only")));
+  EXPECT_TRUE((*store)->Close().ok());
+  EXPECT_TRUE((*server)->Shutdown(launch::Millis(5000)).ok());
+}
+
+TEST(ShardedTrain, ABatchThatDoesNotSplitIntoTheRanksIsNamed) {
+  auto config = gemtb::model::LoadModelConfig("tiny");
+  ASSERT_TRUE(config.ok());
+  model::TrainOptions o = Options();
+  o.batch = 18;
+  auto trainer = model::Trainer::Create(*config, o);
+  ASSERT_TRUE(trainer.ok());
+  EXPECT_THAT((*trainer)->UseShardedTables(Plan(*config, kMixed, 4), 4, kGpusPerHost, nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--batch: 18 is not divisible by the plan's world size 4")));
+}
+
+}  // namespace
+}  // namespace gemtb::reference::dist
