@@ -27,15 +27,17 @@ def _set_values(path, value):
     return [v if isinstance(v, str) else json.dumps(v) for v in values]
 
 
-def whatif(scenario=None, *, gpus=None, set=None, steps=None, sensitivity=True, attribution=True, shapley=False,
-           checks=True, levers=True, reference_gpus=4096, threads=0, progress=None):
+def whatif(scenario=None, *, gpus=None, set=None, sharding_plan=None, steps=None, sensitivity=True, attribution=True,
+           shapley=False, checks=True, levers=True, reference_gpus=4096, threads=0, progress=None):
     """Simulates a training job as `gemtb whatif` does and returns its report.
 
     scenario: None (the default GEM-scale job over 64..16,384 GPUs), a scenario file's path, or the
     scenario as a dict (relative paths in it resolve against the working folder). gpus: GPU counts to
     sweep. set: {field path: value or list of values}, each list a sweep (as --set path=v1,v2; give a
-    JSON list or object as a string to set it as one value). steps: (warmup, measured). progress: a
-    callable taking one line per finished run.
+    JSON list or object as a string to set it as one value). sharding_plan: a TorchRec-style sharding
+    plan, {"tables": {table: {"sharding_type", "ranks"}}}, as a dict or a JSON file's path, set as
+    plan.torchrec_plan (as --sharding-plan). steps: (warmup, measured). progress: a callable taking one
+    line per finished run.
 
     Returns {"summary": summary.json as a dict, "sweep", "ranks", "collectives": the CSV reports (pandas
     DataFrames when pandas is importable, else lists of dicts), "files": every report file's text by
@@ -48,6 +50,13 @@ def whatif(scenario=None, *, gpus=None, set=None, steps=None, sensitivity=True, 
         scenario_path = os.fspath(scenario)
     elif scenario is not None:
         raise TypeError(f"scenario: want None, a path or a dict, got {type(scenario).__name__}")
+    plan_path = plan_json = None
+    if isinstance(sharding_plan, dict):
+        plan_json = json.dumps(sharding_plan)
+    elif isinstance(sharding_plan, (str, os.PathLike)):
+        plan_path = os.fspath(sharding_plan)
+    elif sharding_plan is not None:
+        raise TypeError(f"sharding_plan: want None, a path or a dict, got {type(sharding_plan).__name__}")
     if set is not None and not isinstance(set, dict):
         raise TypeError(f"set: want a dict of field path -> values, got {type(set).__name__}")
     sets = [(path, _set_values(path, value)) for path, value in (set or {}).items()]
@@ -55,9 +64,9 @@ def whatif(scenario=None, *, gpus=None, set=None, steps=None, sensitivity=True, 
         if not (isinstance(steps, (tuple, list)) and len(steps) == 2):
             raise TypeError(f"steps: want (warmup, measured), got {steps!r}")
         steps = (int(steps[0]), int(steps[1]))
-    files, console = _core.whatif(scenario_path, scenario_json, os.getcwd(), [int(g) for g in (gpus or [])], sets,
-                                  steps, sensitivity, attribution, shapley, checks, levers, int(reference_gpus),
-                                  int(threads), progress)
+    files, console = _core.whatif(scenario_path, scenario_json, os.getcwd(), plan_path, plan_json,
+                                  [int(g) for g in (gpus or [])], sets, steps, sensitivity, attribution, shapley,
+                                  checks, levers, int(reference_gpus), int(threads), progress)
     files = dict(files)
     report = {"summary": json.loads(files["summary.json"]), "files": files, "console": console}
     for name in ("sweep", "ranks", "collectives"):

@@ -5,12 +5,14 @@
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/pair.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "model/data/shape_from_config.h"
 #include "model/description/data_dir.h"
 #include "model/description/graph_costs.h"
 #include "model/description/model_config.h"
 #include "model/description/model_graph.h"
+#include "model/json/user_file.h"
 #include "nlohmann/json.hpp"
 #include "python/src/arrays.h"
 #include "reference/model/generated_set.h"
@@ -24,9 +26,29 @@ namespace {
 
 absl::Status Bad(const std::string& m) { return absl::InvalidArgumentError(m); }
 
+// `--sharding-plan`: the TorchRec-style plan (a file's path, or its JSON text) set as plan.torchrec_plan.
+void SetShardingPlan(sim::ScenarioDocument& doc, const std::optional<std::string>& path,
+                     const std::optional<std::string>& json_text) {
+  std::string text;
+  if (path) {
+    absl::StatusOr<std::string> file = ReadUserFile(*path);
+    if (!file.ok()) Raise(Bad(absl::StrCat("sharding_plan: ", file.status().message())));
+    text = *std::move(file);
+  } else {
+    text = *json_text;
+  }
+  const nlohmann::json plan = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (plan.is_discarded()) {
+    Raise(Bad(absl::StrCat("sharding_plan: ", path.value_or("the plan"), " is not valid JSON")));
+  }
+  const absl::Status set = sim::SetFieldJson(doc, "plan.torchrec_plan", plan);
+  if (!set.ok()) Raise(Bad(absl::StrCat("sharding_plan: ", set.message())));
+}
+
 // The report files of `gemtb whatif` (summary.json, sweep.csv, ...) by name, and its console text.
 std::pair<std::vector<std::pair<std::string, std::string>>, std::string> Whatif(
     std::optional<std::string> scenario_path, std::optional<std::string> scenario_json, std::string base_dir,
+    std::optional<std::string> sharding_plan_path, std::optional<std::string> sharding_plan_json,
     std::vector<int> gpus, std::vector<std::pair<std::string, std::vector<std::string>>> sets,
     std::optional<std::pair<int, int>> steps, bool sensitivity, bool attribution, bool shapley, bool checks,
     bool levers, int reference_gpus, int threads, std::function<void(std::string)> progress) {
@@ -78,6 +100,8 @@ std::pair<std::vector<std::pair<std::string, std::string>>, std::string> Whatif(
     doc = sim::LoadScenarioDocument(name);
   }
   if (!doc.ok()) Raise(Bad(absl::StrCat(name, ": ", doc.status().message())));
+  const bool sharding_plan = sharding_plan_path || sharding_plan_json;
+  if (sharding_plan) SetShardingPlan(*doc, sharding_plan_path, sharding_plan_json);
   absl::StatusOr<sim::report::Study> study;
   {
     nb::gil_scoped_release release;
@@ -85,7 +109,11 @@ std::pair<std::vector<std::pair<std::string, std::string>>, std::string> Whatif(
                                                 const sim::SimOptions& o) { return sim::Simulate(s, c, o); };
     study = sim::report::RunStudy(*doc, options, simulate);
   }
-  if (!study.ok()) Raise(Bad(absl::StrCat(name, ": ", study.status().message())));
+  if (!study.ok()) {
+    // The plan is checked against the model and each swept world size when the study builds them.
+    const bool plan_error = sharding_plan && absl::StrContains(study.status().message(), "plan.torchrec_plan");
+    Raise(Bad(absl::StrCat(plan_error ? "sharding_plan: " : "", name, ": ", study.status().message())));
+  }
   return {sim::report::RenderReport(*study), sim::report::ConsoleReport(*study)};
 }
 
@@ -161,9 +189,9 @@ void BindSimModelData(nb::module_& m) {
       "use_data_dir", [](const std::string& path) { model::NameDataDir(std::filesystem::path(path)); },
       nb::arg("path"));
   m.def("whatif", &Whatif, nb::arg("scenario_path").none(), nb::arg("scenario_json").none(), nb::arg("base_dir"),
-        nb::arg("gpus"), nb::arg("sets"), nb::arg("steps").none(), nb::arg("sensitivity"), nb::arg("attribution"),
-        nb::arg("shapley"), nb::arg("checks"), nb::arg("levers"), nb::arg("reference_gpus"), nb::arg("threads"),
-        nb::arg("progress").none());
+        nb::arg("sharding_plan_path").none(), nb::arg("sharding_plan_json").none(), nb::arg("gpus"), nb::arg("sets"),
+        nb::arg("steps").none(), nb::arg("sensitivity"), nb::arg("attribution"), nb::arg("shapley"), nb::arg("checks"),
+        nb::arg("levers"), nb::arg("reference_gpus"), nb::arg("threads"), nb::arg("progress").none());
   m.def("model", &Model, nb::arg("config"), nb::arg("batch"), nb::arg("sparsity"));
   m.def("data_generate", &DataGenerate, nb::arg("config"), nb::arg("samples"), nb::arg("first"), nb::arg("seed"),
         nb::arg("data_params").none(), nb::arg("threads"));

@@ -57,6 +57,50 @@ def test_whatif_scenario_as_dict_equals_its_file(monkeypatch):
     assert from_file["files"]["sweep.csv"] == from_dict["files"]["sweep.csv"]
 
 
+PLAN = {"tables": {"ad_feat_3": {"sharding_type": "table_wise", "ranks": [1]},
+                   "user_feat_1": {"sharding_type": "column_wise", "ranks": [2, 5]}}}
+
+
+def test_whatif_sharding_plan_matches_cli(tmp_path, request):
+    binary = request.config.getoption("--gemtb-cli")
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(json.dumps(PLAN))
+    want = {}
+    for name, extra in (("plan", ["--sharding-plan", plan_path]), ("none", [])):
+        out = tmp_path / name
+        args = ["--gpus", "8,16", "--no-sensitivity", "--no-checks", "--quiet", "--out-dir", out, *extra]
+        r = subprocess.run([binary, "whatif", *map(str, args)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        want[name] = (out / "summary.json").read_bytes()
+    assert want["plan"] != want["none"], "the plan changed nothing: the comparison below would prove nothing"
+    kwargs = dict(gpus=[8, 16], sensitivity=False, checks=False)
+    for plan in (PLAN, str(plan_path), plan_path):
+        got = gemtb.whatif(sharding_plan=plan, **kwargs)
+        assert got["files"]["summary.json"].encode() == want["plan"], type(plan).__name__
+
+
+@pytest.mark.parametrize("plan,message", [
+    ({"tables": {"nope": {"sharding_type": "table_wise", "ranks": [0]}}},
+     "plan.torchrec_plan.tables.nope: is not a table of the model"),
+    ({"tables": {"ad_feat_3": {"sharding_type": "TW", "ranks": [0]}}},
+     "plan.torchrec_plan.tables.ad_feat_3.sharding_type: \"TW\" is not one of"),
+    ({"tables": {"ad_feat_3": {"sharding_type": "table_wise", "ranks": [8]}}},
+     r"ranks\[0\]: 8 is not a rank of the sharding group of 8"),
+    ({"tablez": {}}, "plan.torchrec_plan.tablez: unknown key"),
+    ("no-such-plan.json", "no-such-plan.json: cannot open"),
+])
+def test_whatif_bad_sharding_plan_names_it(plan, message):
+    with pytest.raises(ValueError, match="^sharding_plan: .*" + message):
+        gemtb.whatif(gpus=[8], sharding_plan=plan, sensitivity=False, checks=False, attribution=False, levers=False)
+
+
+def test_whatif_sharding_plan_not_json(tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text("{\"tables\": ")
+    with pytest.raises(ValueError, match="^sharding_plan: .*plan.json is not valid JSON"):
+        gemtb.whatif(gpus=[8], sharding_plan=path, sensitivity=False, checks=False, attribution=False, levers=False)
+
+
 def test_model_totals_match_cli(request):
     binary = request.config.getoption("--gemtb-cli")
     r = subprocess.run([binary, "model", "--config", "tiny", "--batch", "8"], capture_output=True, text=True)
@@ -103,5 +147,7 @@ def test_bad_types_raise_type_error():
         gemtb.whatif(scenario=3)
     with pytest.raises(TypeError, match="set"):
         gemtb.whatif(set=["a=1"])
+    with pytest.raises(TypeError, match="sharding_plan"):
+        gemtb.whatif(sharding_plan=[PLAN])
     with pytest.raises(TypeError, match="config"):
         gemtb.model(None)
