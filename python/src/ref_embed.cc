@@ -8,6 +8,7 @@
 
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "model/common/status_macros.h"
 #include "model/sharding/sharding_plan_json.h"
 #include "nlohmann/json.hpp"
@@ -103,7 +104,10 @@ absl::Status Run(const EmbedArgs& a, std::map<std::string, io::NpyArray>& output
     kjt.offsets = *std::move(o);
   }
   reference::KjtLayout layout;
-  GEMTB_RETURN_IF_ERROR(reference::ValidateKjt(kjt, config, &layout));
+  if (absl::Status valid = reference::ValidateKjt(kjt, config, &layout); !valid.ok()) {
+    // The KJT names the ids TorchRec's way, `values`; the message names the argument.
+    return absl::Status(valid.code(), absl::StrReplaceAll(valid.message(), {{"|values|", "|ids|"}, {"values[", "ids["}}));
+  }
 
   reference::EmbeddingState state = reference::InitEmbeddingState(config);
   state.step = a.step_index;

@@ -2,6 +2,7 @@
 // (the same options, names and output encodings).
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "python/src/arrays.h"
 #include "reference/quantize/quantize.h"
 
@@ -9,6 +10,14 @@ namespace gemtb::python {
 namespace {
 
 absl::Status Bad(const std::string& m) { return absl::InvalidArgumentError(m); }
+
+// The library's messages name the flags of `gemtb ref quantize`; the binding's name its arguments.
+absl::Status NamingArguments(const absl::Status& status) {
+  if (status.ok()) return status;
+  const std::string message = absl::StrReplaceAll(
+      status.message(), {{"--in:", "x:"}, {"--block", "block"}, {"--axis", "axis"}, {"--rht", "rht"}, {"--format", "format"}});
+  return absl::Status(status.code(), message);
+}
 
 nb::dict Quantize(const Wire& x, const std::string& format, const std::string& block, int64_t axis,
                   const std::string& scale_mode, const std::string& rounding, int64_t seed, int64_t stream,
@@ -55,7 +64,7 @@ nb::dict Quantize(const Wire& x, const std::string& format, const std::string& b
     if (!r->scales_shape.empty()) outputs.push_back(io::EncodeUInt8(r->scales, r->scales_shape));
     return absl::OkStatus();
   }();
-  Check(status);
+  Check(NamingArguments(status));
   nb::dict result;
   result["codes"] = FromNpy(std::move(outputs[0]));
   result["values"] = FromNpy(std::move(outputs[1]));
