@@ -12,6 +12,7 @@
 #include "model/json/user_file.h"
 #include "sim/network/collective_cost.h"
 #include "sim/network/default_cluster_text.h"
+#include "sim/network/layer_calibration_json.h"
 #include "sim/network/nccl_fit.h"
 
 namespace gemtb::sim {
@@ -156,7 +157,7 @@ absl::StatusOr<Calibration> ParseCalibration(const json& json_in, std::string_vi
       ObjectReader::Open(j, path, {"nccl_version", "nccl_commit", "nvls", "constants", "fitted", "nccl_fitted",
                                    "eta_tables", "kappa", "kappa_ops", "kappa_copy_engine", "efficiency", "source", "note",
                                    "fit", "held_out", "measured", "published", "assumed", "extrapolated",
-                                   "kappa_measured"});
+                                   "kappa_measured", "layers"});
   if (!r.ok()) return r.status();
   Calibration cal;
   GEMTB_RETURN_IF_ERROR(r->String("nccl_version", &cal.nccl_version));
@@ -332,6 +333,14 @@ absl::StatusOr<Calibration> ParseCalibration(const json& json_in, std::string_vi
         cal.efficiency.by_name_or_kind[it.key()] = std::move(curve);
       }
     }
+  }
+  if (j.contains("layers")) {
+    const std::string lp = jr::JoinPath(path, "layers");
+    absl::StatusOr<std::pair<json, std::string>> layers = Resolve(j.at("layers"), lp, resolved->second, reader);
+    if (!layers.ok()) return layers.status();
+    absl::StatusOr<LayerCalibration> parsed = ParseLayerCalibration(layers->first, lp);
+    if (!parsed.ok()) return parsed.status();
+    cal.layers = *std::move(parsed);
   }
   return cal;
 }

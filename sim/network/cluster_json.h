@@ -23,6 +23,8 @@
 //   "eta_tables": [ {"op": "all_reduce", "hosts": 2, "points": [[bytes, eta], ...]}, ... ],
 //   "kappa": 0.22,
 //   "efficiency": {"e_mem": 0.6, "ops": {"linear": 0.45, "attention": [[tokens, e], ...]}},
+//   "layers": {...} | "relative/path.json",                   // optional: measured per-layer
+//                                                              // efficiencies (layer_calibration_json.h)
 //   "source", "note", "fit", "held_out", "measured": free-form documentation (not read)
 // }
 // world_size may be omitted (0) when a scenario or sweep sets it later; ValidateClusterWorld checks

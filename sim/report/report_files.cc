@@ -101,6 +101,22 @@ Json CaseJson(const SensitivityCase& c) {
   return j;
 }
 
+// The layer calibration's provenance and how many (op, direction) pairs took each efficiency source.
+Json LayerCalibrationJson(const LayerCalibrationUse& use) {
+  Json j;
+  j["version"] = use.file.version;
+  j["hardware"] = use.file.hardware;
+  j["commit"] = use.file.commit;
+  j["command"] = use.file.command;
+  j["config"] = use.file.config;
+  Json sources;
+  sources["measured_op"] = use.counts.measured_op;
+  sources["measured_kind"] = use.counts.measured_kind;
+  sources["kind_default"] = use.counts.kind_default;
+  j["efficiency_sources"] = sources;
+  return j;
+}
+
 Json Definitions() {
   Json d;
   d["local_mfu"] = kLocalMfuDefinition;
@@ -115,6 +131,7 @@ Json SummaryJson(const Study& study) {
   Json j;
   j["scenario"] = study.scenario;
   j["seed"] = study.seed;
+  if (study.layer_calibration) j["layer_calibration"] = LayerCalibrationJson(*study.layer_calibration);
   j["definitions"] = Definitions();
   const SweepPoint& ref = study.points[static_cast<size_t>(study.reference)];
   Json reference;
@@ -315,7 +332,14 @@ std::vector<std::pair<std::string, std::string>> RenderReport(const Study& study
 std::string ConsoleReport(const Study& study) {
   std::string out = absl::StrCat("scenario ", study.scenario, " (seed ", study.seed, ")\n",
                                  "Local MFU: ", kLocalMfuDefinition, ".\nSR = ", kScalingRatioDefinition,
-                                 "; non-layer: ", kNonLayerDefinition, ".\n\n");
+                                 "; non-layer: ", kNonLayerDefinition, ".\n");
+  if (study.layer_calibration) {
+    const LayerCalibrationUse& use = *study.layer_calibration;
+    absl::StrAppend(&out, "layer calibration: ", use.file.config, " on ", use.file.hardware, " (", use.file.command,
+                    ") prices ", use.counts.measured_op, " op passes by op name, ", use.counts.measured_kind,
+                    " by op kind; ", use.counts.kind_default, " keep the cluster's per-kind efficiency\n");
+  }
+  out += "\n";
   char line[256];
   std::snprintf(line, sizeof(line), "%7s %10s %10s %9s %7s  %s\n", "GPUs", "step ms", "Local MFU", "E2E MFU", "SR",
                 "biggest loss (share of step time)");

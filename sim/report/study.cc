@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "model/common/status_macros.h"
 #include "sim/report/json_text.h"
 #include "tbb/parallel_for_each.h"
 #include "tbb/task_group.h"
@@ -319,6 +320,10 @@ absl::StatusOr<Study> RunStudy(const ScenarioDocument& doc, const StudyOptions& 
   Study study;
   study.scenario = given->name;
   study.seed = given->seed;
+  if (const std::optional<LayerCalibration>& layers = given->cluster.calibration.layers; layers && given->model) {
+    GEMTB_RETURN_IF_ERROR(CheckLayerCalibration(*given->model, *layers));
+    study.layer_calibration = LayerCalibrationUse{*layers, CountEfficiencySources(*given->model, given->cluster.calibration)};
+  }
   study.assumptions = given->assumptions;
   tbb::task_arena arena(options.threads > 0 ? options.threads : tbb::task_arena::automatic);
   study.threads = arena.max_concurrency();

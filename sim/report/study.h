@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "sim/engine/simulate.h"
 #include "sim/report/attribution.h"
+#include "sim/scenario/op_efficiency.h"
 #include "sim/scenario/result.h"
 #include "sim/scenario/scenario.h"
 #include "sim/scenario/scenario_json.h"
@@ -140,9 +141,17 @@ struct RunPerf {
   double wall_s = 0;
 };
 
+// The measured per-layer calibration the scenario reads, and how many (op, direction) pairs of its
+// model take each efficiency source.
+struct LayerCalibrationUse {
+  LayerCalibration file;
+  EfficiencySourceCounts counts;
+};
+
 struct Study {
   std::string scenario;
   uint64_t seed = 0;
+  std::optional<LayerCalibrationUse> layer_calibration;  // none: every op at its kind's efficiency
   std::vector<Assumption> assumptions;
   std::vector<SweepPoint> points;  // sets outermost, GPU counts innermost, in the order given
   int reference = -1;              // index into points (sensitivity, checks, trace, ranks.csv)

@@ -78,6 +78,22 @@ struct Efficiency {
   double e_mem = 0.6;                            // memory-bound tasks: bytes / (hbm_bw * e_mem)
 };
 
+// A measured efficiency of one op (or op kind), forward and backward separately; either may be
+// absent (that direction keeps the next source).
+struct MeasuredEfficiency {
+  std::optional<double> fwd, bwd;  // in (0, 1]: of peak FLOP/s, or of HBM bandwidth for memory-bound ops
+};
+
+// A per-layer calibration file (docs/layer-calibration.md): efficiencies measured by running each
+// layer alone on one GPU. An op's efficiency comes from `ops` (by op name), then `kinds` (by op
+// kind), then Efficiency (the cluster calibration's per-kind assumption).
+struct LayerCalibration {
+  int version = 1;
+  std::string hardware, commit, command, config;  // provenance: where, from which code, how, which model
+  std::map<std::string, MeasuredEfficiency> ops;
+  std::map<std::string, MeasuredEfficiency> kinds;
+};
+
 // A size-efficiency table: eta(S) interpolated log-linearly in S.
 struct EtaTable {
   CollectiveOp op = CollectiveOp::kAllReduce;
@@ -126,6 +142,7 @@ struct Calibration {
   // Slowdown of compute beside a copy-engine (SM-free) collective (HBM bandwidth, no SMs); none: 0.
   std::optional<double> kappa_copy_engine;
   Efficiency efficiency;
+  std::optional<LayerCalibration> layers;  // measured per-layer efficiencies; none: the per-kind ones
 };
 
 struct Cluster {

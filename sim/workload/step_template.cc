@@ -12,13 +12,13 @@
 #include "model/common/status_macros.h"
 #include "model/sharding/comm_pattern.h"
 #include "model/sharding/sharding_plan_json.h"
+#include "sim/scenario/op_efficiency.h"
 
 namespace gemtb::sim {
 namespace {
 
 using model::Affine;
 using model::Op;
-using model::OpKind;
 
 // Bytes per element of dense communication: FP8 travels with an E8M0 scale per 32 elements.
 double CommBytes(Dtype dtype) {
@@ -45,10 +45,6 @@ double ActQuantFactor(Dtype q) {
 
 double TableBytes(ElementType dtype) { return DtypeBytes(DtypeOf(dtype)); }
 
-bool MemoryBound(OpKind kind) {
-  return kind == OpKind::kNorm || kind == OpKind::kPointwise || kind == OpKind::kEmbedding || kind == OpKind::kLoss;
-}
-
 // An Affine of model.json for op sequence `seq` as a StatAffine (P counts pairs of that sequence).
 StatAffine FromAffine(const Affine& a, std::optional<int> seq, const StatLayout& layout, double scale = 1.0) {
   StatAffine s;
@@ -68,28 +64,6 @@ StatAffine Zero(const StatLayout& layout) {
   return s;
 }
 
-// model.json's kind names (the efficiency table is keyed by them).
-const char* KindName(OpKind kind) {
-  switch (kind) {
-    case OpKind::kLinear: return "linear";
-    case OpKind::kAttention: return "attention";
-    case OpKind::kNorm: return "norm";
-    case OpKind::kPointwise: return "pointwise";
-    case OpKind::kEmbedding: return "embedding";
-    case OpKind::kInteraction: return "interaction";
-    case OpKind::kLoss: return "loss";
-  }
-  return "?";
-}
-
-const Curve* FindCurve(const Efficiency& eff, const Op& op) {
-  if (auto it = eff.by_name_or_kind.find(op.name); it != eff.by_name_or_kind.end()) return &it->second;
-  if (auto it = eff.by_name_or_kind.find(KindName(op.kind)); it != eff.by_name_or_kind.end()) {
-    return &it->second;
-  }
-  return nullptr;
-}
-
 // Adds op's forward or backward time (scaled by `scale`, e.g. E for experts on E*B samples).
 struct TimeAdder {
   const Cluster& cluster;
@@ -98,11 +72,9 @@ struct TimeAdder {
   void Add(const Op& op, bool backward, double scale, StatAffine& time, std::vector<CurveTerm>& terms) const {
     const bool mem = MemoryBound(op.kind);
     const Affine& work = mem ? (backward ? op.bytes.bwd : op.bytes.fwd) : (backward ? op.flops.bwd : op.flops.fwd);
-    const double rate = mem ? cluster.gpu.hbm_Bps * cluster.calibration.efficiency.e_mem : peak;
-    const Curve* curve = mem ? nullptr : FindCurve(cluster.calibration.efficiency, op);
-    if (curve == nullptr || curve->points.size() <= 1) {
-      const double e = (curve == nullptr || curve->points.empty()) ? 1.0 : curve->points[0].second;
-      time.AddScaled(FromAffine(work, op.seq, layout), scale / (rate * e));
+    const OpRate r = ResolveOpRate(cluster, peak, op, backward);
+    if (r.curve == nullptr) {
+      time.AddScaled(FromAffine(work, op.seq, layout), scale / (r.rate * r.e));
       return;
     }
     CurveTerm t;
@@ -114,8 +86,8 @@ struct TimeAdder {
     } else {
       t.tokens.coef[StatLayout::kB] = 1.0;
     }
-    t.curve = curve;
-    t.rate = rate;
+    t.curve = r.curve;
+    t.rate = r.rate;
     terms.push_back(std::move(t));
   }
 };
@@ -258,6 +230,7 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   if (m.ops.empty()) return absl::InvalidArgumentError("model.ops: empty");
   const Plan& plan = s_.plan;
   const Cluster& cl = s_.cluster;
+  if (cl.calibration.layers.has_value()) GEMTB_RETURN_IF_ERROR(CheckLayerCalibration(m, *cl.calibration.layers));
   {
     std::vector<PlanTable> tables;
     for (const model::GraphTable& t : m.tables) tables.push_back({t.name, t.dim});

@@ -106,13 +106,13 @@ absl::Status Run(const std::vector<std::string>& raw_args, bool* help) {
     }
   }
 
-  std::string out_dir = "whatif-out", gpus_text, steps_text, trace_ranks_text, sharding_plan;
+  std::string out_dir = "whatif-out", gpus_text, steps_text, trace_ranks_text, sharding_plan, layer_calibration;
   int64_t trace_step = -1, threads = 0, reference_gpus = 4096;
   bool no_sensitivity = false, no_attribution = false, no_checks = false, quiet = false, shapley = false, no_levers = false;
   FlagSet flags(
       "gemtb whatif [scenario.json] [--out-dir DIR] [--gpus 64,128,...] [--set path=v1,v2] [--steps W,M]\n"
       "       [--trace-ranks 0,1,..] [--trace-step N] [--no-sensitivity] [--no-attribution] [--shapley] [--no-checks]\n"
-      "       [--sharding-plan FILE] [--threads N]",
+      "       [--sharding-plan FILE] [--layer-calibration FILE] [--threads N]",
       "Simulates a training job on a cluster and predicts its step time, Local MFU, E2E MFU\n"
       "and Scaling Ratio; attributes the lost time to its causes by counterfactual reruns (communication,\n"
       "SM contention, load imbalance, stragglers, recompute). With no scenario it runs\n"
@@ -129,6 +129,8 @@ absl::Status Run(const std::vector<std::string>& raw_args, bool* help) {
   flags.Int64("trace-step", &trace_step, "step in trace.json, counted from 0 over all steps (default: first measured)");
   flags.String("sharding-plan", &sharding_plan,
                "a TorchRec-style sharding plan, {\"tables\": {table: {sharding_type, ranks}}}, as plan.torchrec_plan");
+  flags.String("layer-calibration", &layer_calibration,
+               "measured per-layer efficiencies (docs/layer-calibration.md), as cluster.calibration.layers");
   flags.Int64("reference-gpus", &reference_gpus, "size for sensitivity, checks, trace and ranks.csv (default 4096)");
   flags.Bool("no-sensitivity", &no_sensitivity, "skip the sensitivity analysis");
   flags.Bool("no-attribution", &no_attribution, "skip the 5 counterfactual reruns per point");
@@ -198,6 +200,15 @@ absl::Status Run(const std::vector<std::string>& raw_args, bool* help) {
       return absl::InvalidArgumentError(absl::StrCat("--sharding-plan: ", sharding_plan, " is not valid JSON"));
     }
     GEMTB_RETURN_IF_ERROR(sim::SetFieldJson(*doc, "plan.torchrec_plan", plan));
+  }
+  if (!layer_calibration.empty()) {
+    absl::StatusOr<std::string> text = ReadUserFile(layer_calibration);
+    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("--layer-calibration: ", text.status().message()));
+    const nlohmann::json layers = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (layers.is_discarded()) {
+      return absl::InvalidArgumentError(absl::StrCat("--layer-calibration: ", layer_calibration, " is not valid JSON"));
+    }
+    GEMTB_RETURN_IF_ERROR(sim::SetFieldJson(*doc, "cluster.calibration.layers", layers));
   }
   if (!quiet) {
     std::cerr << "whatif: " << scenario_path << " (" << doc->name << ")"
