@@ -49,11 +49,11 @@ stage() { printf '== %-50s [%4d s]\n' "$1" "$SECONDS" | tee -a "$out/summary.txt
 status=0
 
 # --- 1. dependencies and sources (as tools/gpu_check.sh) ------------------------------------------
-stage "unpack .deb/ into $scratch/gemtb-deps"
+stage "unpack .deb/ (and .deb/src.tgz) into the temporary folder"
 unpack_device_deps embed_gpu_check
 commit=$(cat .deb/SOURCE 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)
 {
-  echo "commit: $commit (source: $srcdir)"
+  echo "commit: $commit (source: $([ "$srcdir" = . ] && echo "the working tree" || echo ".deb/src.tgz"))"
   echo "date: $(date -u +%FT%TZ)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
   nvcc --version | tail -1

@@ -94,7 +94,7 @@ stage() { printf '== %-40s [%4d s]\n' "$1" $((SECONDS - t0)) | tee -a "$out/summ
 : > "$out/summary.txt"
 
 # --- 1. dependencies ------------------------------------------------------------------------------
-stage "unpack .deb/ into $scratch/gemtb-deps"
+stage "unpack .deb/ (and .deb/src.tgz) into the temporary folder"
 unpack_device_deps gpu_check
 if [ "$srcdir" != . ]; then
   echo "   building from .deb/src.tgz ($(cat .deb/SOURCE 2>/dev/null || echo 'commit unknown'))" | tee -a "$out/summary.txt"
