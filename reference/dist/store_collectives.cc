@@ -32,20 +32,47 @@ int IndexOf(absl::Span<const int> group, int rank) {
   return it == group.end() ? -1 : static_cast<int>(it - group.begin());
 }
 
+// parts[0] + parts[1] + ... in group order (the first as is), as VirtualCollectives adds; `what`
+// names the collective in the error for a part of another length.
+absl::StatusOr<std::vector<float>> SumInGroupOrder(const MemberBuffers<float>& parts, const char* what) {
+  std::vector<float> sum = parts[0];
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const std::vector<float>& part = parts[i];
+    if (part.size() != sum.size())
+      return absl::DataLossError(
+          absl::StrCat(what, ": member ", i, " sent ", part.size(), " elements, member 0 ", sum.size()));
+    for (size_t e = 0; e < sum.size(); ++e) sum[e] = numerics::AddRn(sum[e], part[e]);
+  }
+  return sum;
+}
+
 }  // namespace
 
-// One collective call of this rank: the group's name, its round and this rank's index.
+// One collective call of this rank: the group's name, the round's key prefix, the keys it set.
 struct StoreCollectives::Round {
   std::string group;
   std::string prefix;
-  int me = -1;
   std::vector<std::string> keys;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 };
 
+StoreCollectives::Round StoreCollectives::Begin(absl::Span<const int> group) {
+  Round round;
+  round.group = absl::StrJoin(group, ",");
+  round.prefix = absl::StrCat("sc/", round.group, "/", rounds_[round.group]++, "/");
+  return round;
+}
+
 absl::Status StoreCollectives::Put(Round& round, const std::string& key, const std::string& value) {
   round.keys.push_back(key);
   return store_.Set(key, value);
+}
+
+template <typename T>
+absl::StatusOr<std::vector<T>> StoreCollectives::GetValues(const std::string& key) {
+  absl::StatusOr<std::string> bytes = store_.Get(key);
+  if (!bytes.ok()) return bytes.status();
+  return Values<T>(*bytes, key);
 }
 
 absl::Status StoreCollectives::Finish(Round& round) {
@@ -61,18 +88,15 @@ absl::StatusOr<ExchangeBuffers<T>> StoreCollectives::AllToAllOf(absl::Span<const
                                                                 const ExchangeBuffers<T>& send) {
   const size_t p = group.size();
   ExchangeBuffers<T> recv(p, std::vector<std::vector<T>>(p));
-  Round round;
-  round.me = IndexOf(group, store_.rank());
-  if (round.me < 0 || p < 2) {
-    if (round.me >= 0) recv[0][0] = send[0][0];
+  const int me = IndexOf(group, store_.rank());
+  if (me < 0 || p < 2) {
+    if (me >= 0) recv[0][0] = send[0][0];
     return recv;
   }
-  if (send.size() != p || send[round.me].size() != p)
+  if (send.size() != p || send[me].size() != p)
     return absl::InvalidArgumentError(
-        absl::StrCat("all_to_all: member ", round.me, " has no message for each of ", p, " members"));
-  round.group = absl::StrJoin(group, ",");
-  round.prefix = absl::StrCat("sc/", round.group, "/", rounds_[round.group]++, "/");
-  const int me = round.me;
+        absl::StrCat("all_to_all: member ", me, " has no message for each of ", p, " members"));
+  Round round = Begin(group);
   for (size_t j = 0; j < p; ++j) {
     if (static_cast<int>(j) == me) continue;
     const std::vector<T>& m = send[me][j];
@@ -84,10 +108,7 @@ absl::StatusOr<ExchangeBuffers<T>> StoreCollectives::AllToAllOf(absl::Span<const
       recv[me][i] = send[me][me];
       continue;
     }
-    const std::string key = absl::StrCat(round.prefix, i, "/", me);
-    absl::StatusOr<std::string> bytes = store_.Get(key);
-    if (!bytes.ok()) return bytes.status();
-    absl::StatusOr<std::vector<T>> v = Values<T>(*bytes, key);
+    absl::StatusOr<std::vector<T>> v = GetValues<T>(absl::StrCat(round.prefix, i, "/", me));
     if (!v.ok()) return v.status();
     recv[me][i] = *std::move(v);
   }
@@ -96,37 +117,37 @@ absl::StatusOr<ExchangeBuffers<T>> StoreCollectives::AllToAllOf(absl::Span<const
 }
 
 template <typename T>
+absl::StatusOr<MemberBuffers<T>> StoreCollectives::PartsOf(absl::Span<const int> group, int me,
+                                                           const std::vector<T>& mine) {
+  const size_t p = group.size();
+  MemberBuffers<T> parts(p);
+  parts[me] = mine;
+  if (p < 2) return parts;
+  Round round = Begin(group);
+  if (absl::Status s = Put(round, absl::StrCat(round.prefix, me), Bytes(mine.data(), mine.size())); !s.ok())
+    return s;
+  for (size_t i = 0; i < p; ++i) {
+    if (static_cast<int>(i) == me) continue;
+    absl::StatusOr<std::vector<T>> v = GetValues<T>(absl::StrCat(round.prefix, i));
+    if (!v.ok()) return v.status();
+    parts[i] = *std::move(v);
+  }
+  if (absl::Status s = Finish(round); !s.ok()) return s;
+  return parts;
+}
+
+template <typename T>
 absl::StatusOr<MemberBuffers<T>> StoreCollectives::AllGatherOf(absl::Span<const int> group,
                                                                const MemberBuffers<T>& chunks) {
   const size_t p = group.size();
   MemberBuffers<T> out(p);
-  Round round;
-  round.me = IndexOf(group, store_.rank());
-  if (round.me < 0) return out;
+  const int me = IndexOf(group, store_.rank());
+  if (me < 0) return out;
   if (chunks.size() != p)
     return absl::InvalidArgumentError(absl::StrCat("all_gather: ", chunks.size(), " chunks for ", p, " members"));
-  const int me = round.me;
-  if (p < 2) {
-    out[0] = chunks[0];
-    return out;
-  }
-  round.group = absl::StrJoin(group, ",");
-  round.prefix = absl::StrCat("sc/", round.group, "/", rounds_[round.group]++, "/");
-  if (absl::Status s = Put(round, absl::StrCat(round.prefix, me), Bytes(chunks[me].data(), chunks[me].size())); !s.ok())
-    return s;
-  for (size_t i = 0; i < p; ++i) {
-    if (static_cast<int>(i) == me) {
-      out[me].insert(out[me].end(), chunks[me].begin(), chunks[me].end());
-      continue;
-    }
-    const std::string key = absl::StrCat(round.prefix, i);
-    absl::StatusOr<std::string> bytes = store_.Get(key);
-    if (!bytes.ok()) return bytes.status();
-    absl::StatusOr<std::vector<T>> v = Values<T>(*bytes, key);
-    if (!v.ok()) return v.status();
-    out[me].insert(out[me].end(), v->begin(), v->end());
-  }
-  if (absl::Status s = Finish(round); !s.ok()) return s;
+  absl::StatusOr<MemberBuffers<T>> parts = PartsOf<T>(group, me, chunks[me]);
+  if (!parts.ok()) return parts.status();
+  for (const std::vector<T>& part : *parts) out[me].insert(out[me].end(), part.begin(), part.end());
   return out;
 }
 
@@ -168,39 +189,27 @@ absl::StatusOr<MemberBuffers<float>> StoreCollectives::ReduceScatter(GroupClass,
   absl::StatusOr<ExchangeBuffers<float>> parts = AllToAllOf<float>(group, send);
   if (!parts.ok()) return parts.status();
   MemberBuffers<float> out(p);
-  std::vector<float>& sum = out[me];
-  sum = (*parts)[me][0];
-  for (size_t i = 1; i < p; ++i) {
-    const std::vector<float>& part = (*parts)[me][i];
-    if (part.size() != sum.size())
-      return absl::DataLossError(
-          absl::StrCat("reduce_scatter: member ", i, " sent ", part.size(), " elements, not ", sum.size()));
-    for (size_t e = 0; e < sum.size(); ++e) sum[e] = numerics::AddRn(sum[e], part[e]);
-  }
+  absl::StatusOr<std::vector<float>> sum = SumInGroupOrder((*parts)[me], "reduce_scatter");
+  if (!sum.ok()) return sum.status();
+  out[me] = *std::move(sum);
   return out;
 }
 
-absl::StatusOr<MemberBuffers<float>> StoreCollectives::AllReduce(GroupClass group_class, absl::Span<const int> group,
+absl::StatusOr<MemberBuffers<float>> StoreCollectives::AllReduce(GroupClass, absl::Span<const int> group,
                                                                  const MemberBuffers<float>& buffers, int64_t) {
   const size_t p = group.size();
   const int me = IndexOf(group, store_.rank());
   if (me < 0) return MemberBuffers<float>(p);
   if (buffers.size() != p)
     return absl::InvalidArgumentError(absl::StrCat("all_reduce: ", buffers.size(), " buffers for ", p, " members"));
-  // Every member's whole buffer to every member, each adding them in group order.
-  ExchangeBuffers<float> send(p, std::vector<std::vector<float>>(p, buffers[me]));
-  absl::StatusOr<ExchangeBuffers<float>> parts = Exchange(group_class, group, send, 4);
+  // Every member's whole buffer to every member (one copy in the store each), each adding them in
+  // group order.
+  absl::StatusOr<MemberBuffers<float>> parts = PartsOf<float>(group, me, buffers[me]);
   if (!parts.ok()) return parts.status();
   MemberBuffers<float> out(p);
-  std::vector<float>& sum = out[me];
-  sum = (*parts)[me][0];
-  for (size_t i = 1; i < p; ++i) {
-    const std::vector<float>& part = (*parts)[me][i];
-    if (part.size() != sum.size())
-      return absl::DataLossError(
-          absl::StrCat("all_reduce: member ", i, " has ", part.size(), " elements, member 0 ", sum.size()));
-    for (size_t e = 0; e < sum.size(); ++e) sum[e] = numerics::AddRn(sum[e], part[e]);
-  }
+  absl::StatusOr<std::vector<float>> sum = SumInGroupOrder(*parts, "all_reduce");
+  if (!sum.ok()) return sum.status();
+  out[me] = *std::move(sum);
   return out;
 }
 

@@ -54,8 +54,15 @@ class StoreCollectives : public Collectives {
   absl::StatusOr<ExchangeBuffers<T>> AllToAllOf(absl::Span<const int> group, const ExchangeBuffers<T>& send);
   template <typename T>
   absl::StatusOr<MemberBuffers<T>> AllGatherOf(absl::Span<const int> group, const MemberBuffers<T>& chunks);
+  // Every member's `mine` (member `me` of `group`), by member: each member sets its own once.
+  template <typename T>
+  absl::StatusOr<MemberBuffers<T>> PartsOf(absl::Span<const int> group, int me, const std::vector<T>& mine);
+  // The group's next round (its key prefix).
+  Round Begin(absl::Span<const int> group);
   // Sets `key` to `value` for this round (erased after the group's next round).
   absl::Status Put(Round& round, const std::string& key, const std::string& value);
+  template <typename T>
+  absl::StatusOr<std::vector<T>> GetValues(const std::string& key);
   absl::Status Finish(Round& round);
 
   launch::TcpStoreClient& store_;
