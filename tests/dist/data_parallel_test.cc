@@ -2,7 +2,6 @@
 // store connection) ends every step with the single-process trainer's state, bit for bit.
 #include "reference/model/data_parallel.h"
 
-#include <future>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -32,32 +31,16 @@ model::TrainOptions Options() {
 std::vector<model::NamedArrays> TrainOnRanks(int world, int steps) {
   auto config = gemtb::model::LoadModelConfig("tiny");
   EXPECT_TRUE(config.ok()) << config.status();
-  auto server = launch::TcpStoreServer::Start(0, world);
-  EXPECT_TRUE(server.ok());
-  const int port = (*server)->port();
-  std::vector<std::future<absl::StatusOr<model::NamedArrays>>> ranks;
-  for (int r = 0; r < world; ++r) {
-    ranks.push_back(std::async(std::launch::async, [&, r]() -> absl::StatusOr<model::NamedArrays> {
-      auto store = launch::TcpStoreClient::Connect({"127.0.0.1", port}, r, world, launch::Millis(60000));
-      if (!store.ok()) return store.status();
-      auto trainer = model::Trainer::Create(*config, Options());
-      if (!trainer.ok()) return trainer.status();
-      StoreDataParallelGroup group(**store);
-      if (absl::Status s = (*trainer)->UseDataParallel(&group); !s.ok()) return s;
-      for (int s = 0; s < steps; ++s)
-        if (auto step = (*trainer)->Step(); !step.ok()) return step.status();
-      if (absl::Status s = (*store)->Close(); !s.ok()) return s;
-      return (*trainer)->StateArrays();
-    }));
-  }
-  std::vector<model::NamedArrays> out;
-  for (auto& f : ranks) {
-    auto a = f.get();
-    EXPECT_TRUE(a.ok()) << a.status();
-    out.push_back(a.ok() ? *std::move(a) : model::NamedArrays{});
-  }
-  EXPECT_TRUE((*server)->Shutdown(launch::Millis(5000)).ok());
-  return out;
+  return testutil::ArraysOrEmpty(testutil::RunOnRanks<model::NamedArrays>(
+      world, [&](launch::TcpStoreClient& store, int) -> absl::StatusOr<model::NamedArrays> {
+        auto trainer = model::Trainer::Create(*config, Options());
+        if (!trainer.ok()) return trainer.status();
+        StoreDataParallelGroup group(store);
+        if (absl::Status s = (*trainer)->UseDataParallel(&group); !s.ok()) return s;
+        for (int s = 0; s < steps; ++s)
+          if (auto step = (*trainer)->Step(); !step.ok()) return step.status();
+        return (*trainer)->StateArrays();
+      }));
 }
 
 TEST(DataParallel, EveryRanksStateEqualsTheSingleProcessTrainersBitForBit) {

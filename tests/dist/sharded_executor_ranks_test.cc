@@ -7,13 +7,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <future>
 #include <string>
 
 #include "model/sharding/sharding_plan_json.h"
 #include "nlohmann/json.hpp"
 #include "reference/dist/store_collectives.h"
 #include "reference/sharding/sharded_executor.h"
+#include "tests/dist/dist_test_util.h"
 #include "tests/embedding/sharding_cases.h"
 
 namespace gemtb::reference::dist {
@@ -50,28 +50,19 @@ void ExpectRanksEqualInProcess(const nlohmann::json& extra, const std::string& w
       RunSharded(config, *plan, kWorld, kGpusPerHost, initial, batch.kjt, &batch.grads, kSteps, 1);
   ASSERT_TRUE(alone.ok()) << alone.status();
 
-  auto server = launch::TcpStoreServer::Start(0, kWorld);
-  ASSERT_TRUE(server.ok());
-  const int port = (*server)->port();
-  std::vector<std::future<absl::StatusOr<ShardedRun>>> ranks;
+  std::vector<absl::StatusOr<ShardedRun>> ranks = testutil::RunOnRanks<ShardedRun>(
+      kWorld, [&](launch::TcpStoreClient& store, int) -> absl::StatusOr<ShardedRun> {
+        StoreCollectives collectives(store);
+        auto executor = ShardedExecutor::Create(config, *plan, kWorld, kGpusPerHost, initial, &collectives);
+        if (!executor.ok()) return executor.status();
+        for (int s = 0; s < kSteps; ++s) {
+          if (auto out = (*executor)->Forward(batch.kjt); !out.ok()) return out.status();
+          if (absl::Status st = (*executor)->Backward(batch.grads); !st.ok()) return st;
+        }
+        return (*executor)->Result();
+      });
   for (int r = 0; r < kWorld; ++r) {
-    ranks.push_back(std::async(std::launch::async, [&, r]() -> absl::StatusOr<ShardedRun> {
-      auto store = launch::TcpStoreClient::Connect({"127.0.0.1", port}, r, kWorld, launch::Millis(60000));
-      if (!store.ok()) return store.status();
-      StoreCollectives collectives(**store);
-      auto executor = ShardedExecutor::Create(config, *plan, kWorld, kGpusPerHost, initial, &collectives);
-      if (!executor.ok()) return executor.status();
-      for (int s = 0; s < kSteps; ++s) {
-        if (auto out = (*executor)->Forward(batch.kjt); !out.ok()) return out.status();
-        if (absl::Status st = (*executor)->Backward(batch.grads); !st.ok()) return st;
-      }
-      absl::StatusOr<ShardedRun> run = (*executor)->Result();
-      if (absl::Status st = (*store)->Close(); !st.ok()) return st;
-      return run;
-    }));
-  }
-  for (int r = 0; r < kWorld; ++r) {
-    absl::StatusOr<ShardedRun> run = ranks[r].get();
+    absl::StatusOr<ShardedRun>& run = ranks[r];
     ASSERT_TRUE(run.ok()) << run.status();
     const std::string at = what + " rank " + std::to_string(r);
     ExpectSameOutput(run->output, alone->output, at);
@@ -83,7 +74,6 @@ void ExpectRanksEqualInProcess(const nlohmann::json& extra, const std::string& w
     for (size_t t = 0; t < run->per_shard_adagrad.size(); ++t)
       EXPECT_TRUE(SameBytes(run->per_shard_adagrad[t], alone->per_shard_adagrad[t])) << at << " table " << t;
   }
-  EXPECT_TRUE((*server)->Shutdown(launch::Millis(5000)).ok());
 }
 
 TEST(ShardedExecutorRanks, EveryOneDimensionalTypeEqualsTheInProcessRun) {
