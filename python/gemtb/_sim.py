@@ -27,6 +27,17 @@ def _set_values(path, value):
     return [v if isinstance(v, str) else json.dumps(v) for v in values]
 
 
+def _path_or_json(name, value):
+    """(path, None) for a path, (None, JSON text) for a dict, (None, None) for None."""
+    if isinstance(value, dict):
+        return None, json.dumps(value)
+    if isinstance(value, (str, os.PathLike)):
+        return os.fspath(value), None
+    if value is not None:
+        raise TypeError(f"{name}: want None, a path or a dict, got {type(value).__name__}")
+    return None, None
+
+
 def whatif(scenario=None, *, gpus=None, set=None, sharding_plan=None, steps=None, sensitivity=True, attribution=True,
            shapley=False, checks=True, levers=True, reference_gpus=4096, threads=0, progress=None):
     """Simulates a training job as `gemtb whatif` does and returns its report.
@@ -43,20 +54,8 @@ def whatif(scenario=None, *, gpus=None, set=None, sharding_plan=None, steps=None
     DataFrames when pandas is importable, else lists of dicts), "files": every report file's text by
     name, "console": the text the command prints}.
     """
-    scenario_path = scenario_json = None
-    if isinstance(scenario, dict):
-        scenario_json = json.dumps(scenario)
-    elif isinstance(scenario, (str, os.PathLike)):
-        scenario_path = os.fspath(scenario)
-    elif scenario is not None:
-        raise TypeError(f"scenario: want None, a path or a dict, got {type(scenario).__name__}")
-    plan_path = plan_json = None
-    if isinstance(sharding_plan, dict):
-        plan_json = json.dumps(sharding_plan)
-    elif isinstance(sharding_plan, (str, os.PathLike)):
-        plan_path = os.fspath(sharding_plan)
-    elif sharding_plan is not None:
-        raise TypeError(f"sharding_plan: want None, a path or a dict, got {type(sharding_plan).__name__}")
+    scenario_path, scenario_json = _path_or_json("scenario", scenario)
+    plan_path, plan_json = _path_or_json("sharding_plan", sharding_plan)
     if set is not None and not isinstance(set, dict):
         raise TypeError(f"set: want a dict of field path -> values, got {type(set).__name__}")
     sets = [(path, _set_values(path, value)) for path, value in (set or {}).items()]
