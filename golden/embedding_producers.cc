@@ -30,18 +30,6 @@ using reference::TableNpyDType;
 constexpr uint64_t kLengthStream = 1, kWeightStream = 2, kPooledGradStream = 3;
 constexpr uint64_t kIdStreamBase = 100, kSeqGradStreamBase = 200;
 
-io::NpyArray Int32Array(const std::vector<int32_t>& v) {
-  io::NpyArray a;
-  a.dtype = io::NpyDType::kInt32;
-  a.shape = {static_cast<int64_t>(v.size())};
-  a.data.resize(4 * v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    const uint32_t u = static_cast<uint32_t>(v[i]);
-    for (int b = 0; b < 4; ++b) a.data[4 * i + b] = static_cast<uint8_t>(u >> (8 * b));  // little-endian
-  }
-  return a;
-}
-
 std::vector<float> BellFloats(uint64_t seed, uint64_t stream, int64_t n) {
   std::vector<float> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
@@ -122,7 +110,7 @@ absl::StatusOr<std::vector<GoldenFile>> Run(const json& j) {
 
   std::vector<GoldenFile> files;
   files.push_back(JsonFile("spec.json", j["spec"]));
-  files.push_back(InputFile("lengths.npy", Int32Array(kjt.lengths)));
+  files.push_back(InputFile("lengths.npy", io::EncodeInt32(kjt.lengths, {static_cast<int64_t>(kjt.lengths.size())})));
   files.push_back(InputFile("ids.npy", io::EncodeInt64(kjt.values, {static_cast<int64_t>(kjt.values.size())})));
   if (weighted) {
     files.push_back(InputFile("weights.npy", FloatNpyArray(kjt.weights, {static_cast<int64_t>(kjt.weights.size())})));

@@ -403,12 +403,30 @@ NpyArray EncodeFloat(absl::Span<const double> values, std::vector<int64_t> shape
   return array;
 }
 
+NpyArray EncodeFloat32(absl::Span<const float> values, std::vector<int64_t> shape) {
+  NpyArray array;
+  array.dtype = NpyDType::kFloat32;
+  array.shape = std::move(shape);
+  array.data.resize(values.size() * 4);
+  if (!values.empty()) std::memcpy(array.data.data(), values.data(), values.size() * 4);
+  return array;
+}
+
 NpyArray EncodeInt64(absl::Span<const int64_t> values, std::vector<int64_t> shape) {
   NpyArray array;
   array.dtype = NpyDType::kInt64;
   array.shape = std::move(shape);
   array.data.resize(values.size() * 8);
   if (!values.empty()) std::memcpy(array.data.data(), values.data(), values.size() * 8);
+  return array;
+}
+
+NpyArray EncodeInt32(absl::Span<const int32_t> values, std::vector<int64_t> shape) {
+  NpyArray array;
+  array.dtype = NpyDType::kInt32;
+  array.shape = std::move(shape);
+  array.data.resize(values.size() * 4);
+  if (!values.empty()) std::memcpy(array.data.data(), values.data(), values.size() * 4);
   return array;
 }
 

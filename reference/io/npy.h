@@ -93,7 +93,10 @@ absl::StatusOr<std::vector<int64_t>> DecodeInt(const NpyArray& array, absl::stri
 
 // Encodes fp64 values into `dtype`, rounding each value once (round-to-nearest-even).
 NpyArray EncodeFloat(absl::Span<const double> values, std::vector<int64_t> shape, NpyDType dtype);
+// fp32 values as they are.
+NpyArray EncodeFloat32(absl::Span<const float> values, std::vector<int64_t> shape);
 NpyArray EncodeInt64(absl::Span<const int64_t> values, std::vector<int64_t> shape);
+NpyArray EncodeInt32(absl::Span<const int32_t> values, std::vector<int64_t> shape);
 NpyArray EncodeUInt16(absl::Span<const uint16_t> values, std::vector<int64_t> shape);  // "<u2"
 NpyArray EncodeUInt8(absl::Span<const uint8_t> values, std::vector<int64_t> shape);    // "|u1"
 

@@ -14,18 +14,6 @@
 namespace gemtb::reference::model {
 namespace {
 
-io::NpyArray Int32Array(const std::vector<int32_t>& v, std::vector<int64_t> shape) {
-  io::NpyArray a;
-  a.dtype = io::NpyDType::kInt32;
-  a.shape = std::move(shape);
-  a.data.resize(v.size() * sizeof(int32_t));
-  for (size_t i = 0; i < v.size(); ++i) {  // little-endian regardless of the host
-    const uint32_t u = static_cast<uint32_t>(v[i]);
-    for (int k = 0; k < 4; ++k) a.data[i * 4 + static_cast<size_t>(k)] = static_cast<uint8_t>(u >> (8 * k));
-  }
-  return a;
-}
-
 // Shortest round-trip text of a double (nlohmann prints doubles that way); null when not finite.
 nlohmann::ordered_json Number(double x) { return std::isfinite(x) ? nlohmann::ordered_json(x) : nullptr; }
 
@@ -84,12 +72,12 @@ absl::StatusOr<GeneratedSet> GenerateSet(const ::gemtb::model::ModelConfig& conf
   meta["tasks"] = tasks;
   set.meta_json = meta.dump(2) + "\n";
 
-  set.arrays.emplace_back("lengths", Int32Array(batch.lengths, {K * samples}));
+  set.arrays.emplace_back("lengths", io::EncodeInt32(batch.lengths, {K * samples}));
   set.arrays.emplace_back("ids", io::EncodeInt64(batch.values, {static_cast<int64_t>(batch.values.size())}));
-  set.arrays.emplace_back("seq_lengths", Int32Array(batch.seq_lengths, {J, samples}));
+  set.arrays.emplace_back("seq_lengths", io::EncodeInt32(batch.seq_lengths, {J, samples}));
   set.arrays.emplace_back("dense", io::EncodeFloat(std::vector<double>(batch.dense.begin(), batch.dense.end()),
                                                    {samples, shape.dense}, io::NpyDType::kFloat32));
-  set.arrays.emplace_back("surface", Int32Array(batch.surface, {samples}));
+  set.arrays.emplace_back("surface", io::EncodeInt32(batch.surface, {samples}));
   set.arrays.emplace_back("labels", io::EncodeUInt8(batch.label, {samples, T}));
   set.arrays.emplace_back("masks", io::EncodeUInt8(batch.mask, {samples, T}));
   set.arrays.emplace_back("probs", io::EncodeFloat(batch.prob, {samples, T}, io::NpyDType::kFloat64));

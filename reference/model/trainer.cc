@@ -322,15 +322,6 @@ absl::StatusOr<EvalResult> Trainer::EvaluateBatches(int64_t count,
 
 namespace {
 
-io::NpyArray F32(const std::vector<float>& v, std::vector<int64_t> shape) {
-  io::NpyArray a;
-  a.dtype = io::NpyDType::kFloat32;
-  a.shape = std::move(shape);
-  a.data.resize(v.size() * sizeof(float));
-  std::memcpy(a.data.data(), v.data(), a.data.size());  // little-endian host (x86-64)
-  return a;
-}
-
 absl::StatusOr<std::vector<float>> AsF32(const io::NpyArray& a, const std::string& name, size_t count) {
   if (a.dtype != io::NpyDType::kFloat32 || static_cast<size_t>(a.NumElements()) != count)
     return absl::FailedPreconditionError(absl::StrCat(name, ": expected float32 with ", count, " elements, got ",
@@ -391,15 +382,17 @@ std::vector<std::pair<std::string, io::NpyArray>> Trainer::StateArrays() const {
                                     static_cast<double>(model_.layout().total())};
   out.emplace_back("options", io::EncodeFloat(opts, {static_cast<int64_t>(opts.size())}, io::NpyDType::kFloat64));
   const int64_t P = static_cast<int64_t>(state_.params.size());
-  out.emplace_back("params", F32(state_.params, {P}));
-  out.emplace_back("adam.m", F32(state_.adam_m, {P}));
-  out.emplace_back("adam.v", F32(state_.adam_v, {P}));
-  out.emplace_back("adam.bias_products", F32({state_.adam_b1, state_.adam_b2}, {2}));
+  out.emplace_back("params", io::EncodeFloat32(state_.params, {P}));
+  out.emplace_back("adam.m", io::EncodeFloat32(state_.adam_m, {P}));
+  out.emplace_back("adam.v", io::EncodeFloat32(state_.adam_v, {P}));
+  out.emplace_back("adam.bias_products", io::EncodeFloat32({state_.adam_b1, state_.adam_b2}, {2}));
   out.emplace_back("tables.step", io::EncodeInt64(std::vector<int64_t>{state_.tables.step}, {1}));
   for (size_t t = 0; t < emb_.tables.size(); ++t) {
     const TableConfig& tc = emb_.tables[t];
-    out.emplace_back(absl::StrCat("table.", tc.name, ".weights"), F32(state_.tables.tables[t].weights, {tc.rows, tc.dim}));
-    out.emplace_back(absl::StrCat("table.", tc.name, ".adagrad"), F32(state_.tables.tables[t].adagrad, {tc.rows}));
+    out.emplace_back(absl::StrCat("table.", tc.name, ".weights"),
+                     io::EncodeFloat32(state_.tables.tables[t].weights, {tc.rows, tc.dim}));
+    out.emplace_back(absl::StrCat("table.", tc.name, ".adagrad"),
+                     io::EncodeFloat32(state_.tables.tables[t].adagrad, {tc.rows}));
   }
   return out;
 }
