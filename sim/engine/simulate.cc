@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 
 #include "absl/status/status.h"
@@ -92,36 +93,42 @@ absl::StatusOr<SimResult> Simulate(const Scenario& scenario, const Counterfactua
   const double J = std::max<double>(1, static_cast<double>(m.sequences.size()));
   bc.kjt_per_sample = 4.0 * (pooled_features + seq_features) + 8.0 * pooled_ids;
   bc.kjt_per_token = 8.0 * seq_features / J;
-  std::vector<double> stats;
+  // The drawn statistics, shared with the study's other runs of the same batches (read only).
+  BatchStatsCache::Stats drawn;
   if (options.batch_cache != nullptr) {
     absl::StatusOr<BatchStatsCache::Stats> shared = options.batch_cache->Get(bc, scenario.batches, options.threads);
     if (!shared.ok()) return shared.status();
-    stats = **shared;  // a copy: perfect balance below rewrites it
+    drawn = *std::move(shared);
   } else {
-    absl::StatusOr<std::vector<double>> drawn = DrawBatchStats(bc, scenario.batches, options.threads);
-    if (!drawn.ok()) return drawn.status();
-    stats = *std::move(drawn);
+    absl::StatusOr<std::vector<double>> own = DrawBatchStats(bc, scenario.batches, options.threads);
+    if (!own.ok()) return own.status();
+    drawn = std::make_shared<const std::vector<double>>(*std::move(own));
   }
   const int width = tpl.layout.size();
   // The sparse all-to-allvs at their slowest member's bytes (placement and hot ids), at the mean
   // rank-step's batch (the same for every counterfactual: perfect balance keeps the mean).
   {
+    const std::vector<double>& d = *drawn;
     std::vector<double> mean(width, 0.0);
-    for (size_t row = 0; row < stats.size() / width; ++row) {
-      for (int k = 0; k < width; ++k) mean[k] += stats[row * width + k];
+    for (size_t row = 0; row < d.size() / width; ++row) {
+      for (int k = 0; k < width; ++k) mean[k] += d[row * width + k];
     }
-    for (double& v : mean) v /= static_cast<double>(stats.size() / width);
+    for (double& v : mean) v /= static_cast<double>(d.size() / width);
     ApplyAllToAllvMaxRowEquivalent(tpl, AllToAllvMaxRowFactors(tpl, mean));
   }
+  // Perfect balance gives every rank of a step the step's mean row: a copy of its own.
+  std::vector<double> balanced;
   if (cf.perfect_balance) {
+    balanced = *drawn;
     for (int s = 0; s < steps; ++s) {
       std::vector<double> mean(width, 0.0);
-      double* base = stats.data() + static_cast<size_t>(s) * world * width;
+      double* base = balanced.data() + static_cast<size_t>(s) * world * width;
       for (int r = 0; r < world; ++r) for (int k = 0; k < width; ++k) mean[k] += base[static_cast<size_t>(r) * width + k];
       for (double& x : mean) x /= world;
       for (int r = 0; r < world; ++r) std::copy(mean.begin(), mean.end(), base + static_cast<size_t>(r) * width);
     }
   }
+  const std::vector<double>& stats = cf.perfect_balance ? balanced : *drawn;
 
   // Noise: persistent slow ranks x per-step lognormal with mean 1.
   const Noise& nz = scenario.noise;
