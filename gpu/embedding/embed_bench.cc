@@ -18,37 +18,6 @@
 namespace gemtb::gpu::embedding {
 namespace {
 
-// CUDA events around each run; the median over `reps` after `warmup` untimed runs.
-template <typename F>
-absl::StatusOr<EmbedTiming> Time(const EmbedBenchOptions& o, double bytes, F&& run) {
-  for (int64_t i = 0; i < o.warmup; ++i) GEMTB_RETURN_IF_ERROR(run());
-  cudaEvent_t start, stop;
-  GEMTB_RETURN_IF_ERROR(CudaOk(cudaEventCreate(&start), "cudaEventCreate"));
-  GEMTB_RETURN_IF_ERROR(CudaOk(cudaEventCreate(&stop), "cudaEventCreate"));
-  std::vector<double> ms;
-  absl::Status status;
-  for (int64_t i = 0; i < o.reps && status.ok(); ++i) {
-    cudaEventRecord(start);
-    status = run();
-    cudaEventRecord(stop);
-    if (status.ok()) status = CudaOk(cudaEventSynchronize(stop), "timed run");
-    float t = 0;
-    cudaEventElapsedTime(&t, start, stop);
-    ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  GEMTB_RETURN_IF_ERROR(status);
-  std::sort(ms.begin(), ms.end());
-  EmbedTiming r;
-  r.median_ms = ms[ms.size() / 2];
-  r.min_ms = ms.front();
-  r.max_ms = ms.back();
-  r.bytes = bytes;
-  r.tbps = r.median_ms > 0 ? bytes / (r.median_ms * 1e9) : 0;
-  return r;
-}
-
 EmbeddingConfig ConfigOf(const EmbedBenchShape& s, uint64_t seed) {
   EmbeddingConfig c;
   c.seed = seed;
@@ -102,6 +71,43 @@ BenchInput InputOf(const EmbedBenchShape& s, uint64_t seed) {
 size_t ElementBytes(ElementType t) { return t == ElementType::kFloat32 ? 4 : 2; }
 
 }  // namespace
+
+absl::StatusOr<EmbedTiming> TimeEmbedRuns(const EmbedBenchOptions& o, double bytes,
+                                          absl::FunctionRef<absl::Status()> run) {
+  for (int64_t i = 0; i < o.warmup; ++i) GEMTB_RETURN_IF_ERROR(run());
+  cudaEvent_t start, stop;
+  GEMTB_RETURN_IF_ERROR(CudaOk(cudaEventCreate(&start), "cudaEventCreate"));
+  GEMTB_RETURN_IF_ERROR(CudaOk(cudaEventCreate(&stop), "cudaEventCreate"));
+  std::vector<double> ms;
+  absl::Status status;
+  for (int64_t i = 0; i < o.reps && status.ok(); ++i) {
+    cudaEventRecord(start);
+    status = run();
+    cudaEventRecord(stop);
+    if (status.ok()) status = CudaOk(cudaEventSynchronize(stop), "timed run");
+    float t = 0;
+    cudaEventElapsedTime(&t, start, stop);
+    ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  GEMTB_RETURN_IF_ERROR(status);
+  std::sort(ms.begin(), ms.end());
+  EmbedTiming r;
+  r.median_ms = ms[ms.size() / 2];
+  r.min_ms = ms.front();
+  r.max_ms = ms.back();
+  r.bytes = bytes;
+  r.tbps = r.median_ms > 0 ? bytes / (r.median_ms * 1e9) : 0;
+  return r;
+}
+
+double EmbedForwardBytes(const EmbedBenchShape& s) {
+  const double ids = static_cast<double>(s.bags * s.ids_per_bag);
+  const double d = static_cast<double>(s.dim);
+  return ids * 8 + ids * d * static_cast<double>(ElementBytes(s.dtype)) + static_cast<double>(s.bags) * d * 4 +
+         (s.pooling == Pooling::kWeightedSum ? ids * 4 : 0);
+}
 
 std::vector<EmbedBenchShape> DefaultEmbedBenchShapes() {
   std::vector<EmbedBenchShape> v;
@@ -159,17 +165,16 @@ absl::StatusOr<EmbedBenchResult> RunEmbedBench(const EmbedBenchShape& shape, con
   const double ids = static_cast<double>(in.ids.size());
   const double ew = static_cast<double>(ElementBytes(shape.dtype));
   const double d = static_cast<double>(shape.dim);
-  const double fwd_bytes = ids * 8 + ids * d * ew + static_cast<double>(shape.bags) * d * 4 +
-                           (shape.pooling == Pooling::kWeightedSum ? ids * 4 : 0);
+  const double fwd_bytes = EmbedForwardBytes(shape);
   double state = 0;
   if (shape.optimizer == OptimizerKind::kRowwiseAdagrad) state = 8;
   if (shape.optimizer == OptimizerKind::kAdam) state = 16 * d;
   const double bwd_bytes = ids * 8 + static_cast<double>(shape.bags) * d * 4 +
                            static_cast<double>(r.unique_rows) * (2 * d * ew + state);
-  absl::StatusOr<EmbedTiming> f = Time(options, fwd_bytes, [&] { return (*tbe)->Forward(); });
+  absl::StatusOr<EmbedTiming> f = TimeEmbedRuns(options, fwd_bytes, [&] { return (*tbe)->Forward(); });
   if (!f.ok()) return f.status();
   r.forward = *f;
-  absl::StatusOr<EmbedTiming> b = Time(options, bwd_bytes, [&] { return (*tbe)->BackwardStep(); });
+  absl::StatusOr<EmbedTiming> b = TimeEmbedRuns(options, bwd_bytes, [&] { return (*tbe)->BackwardStep(); });
   if (!b.ok()) return b.status();
   r.backward = *b;
   // The phases apart: events between the launches, in steps of their own (the events' own cost
@@ -193,7 +198,7 @@ absl::StatusOr<EmbedTiming> RunCopyCeiling(int64_t bytes, const EmbedBenchOption
   GEMTB_RETURN_IF_ERROR(src.Allocate(static_cast<size_t>(bytes), "copy source"));
   GEMTB_RETURN_IF_ERROR(dst.Allocate(static_cast<size_t>(bytes), "copy destination"));
   GEMTB_RETURN_IF_ERROR(src.Zero("copy source"));
-  return Time(options, 2.0 * static_cast<double>(bytes), [&] { return LaunchCopy(src.get(), dst.get(), bytes); });
+  return TimeEmbedRuns(options, 2.0 * static_cast<double>(bytes), [&] { return LaunchCopy(src.get(), dst.get(), bytes); });
 }
 
 absl::StatusOr<int64_t> BackwardDeterminismDiff(const EmbedBenchShape& shape, const EmbedBenchOptions& options) {

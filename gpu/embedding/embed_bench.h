@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "gpu/embedding/api.h"
 #include "model/embedding/embedding_config.h"
@@ -64,6 +65,14 @@ absl::StatusOr<int64_t> BackwardDeterminismDiff(const EmbedBenchShape& shape, co
 
 // The ids the bench draws for `shape` (host; the same for every executor, e.g. the peers).
 std::vector<int64_t> DrawBenchIds(const EmbedBenchShape& shape, uint64_t seed);
+
+// The forward's effective bytes on `shape` (see the top of this file).
+double EmbedForwardBytes(const EmbedBenchShape& shape);
+
+// `run` timed with CUDA events: `options.warmup` untimed runs, then the median of `options.reps`;
+// tbps counts `bytes` per run.
+absl::StatusOr<EmbedTiming> TimeEmbedRuns(const EmbedBenchOptions& options, double bytes,
+                                          absl::FunctionRef<absl::Status()> run);
 
 }  // namespace gemtb::gpu::embedding
 

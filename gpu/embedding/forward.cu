@@ -1,9 +1,11 @@
-// The embedding forward's launches: forward_kernel.cuh's kernels, one per kind of bag the input
-// holds, at the loads in flight and registers per thread chosen on the H200
-// (gpu/bench/embed_forward_probe.cu; tools/bench/NOTES.md).
+// The embedding forward's launches: forward_kernel.cuh's pooling kernel per storage type and the
+// sequence gather here, each launched only when the input holds that kind of bag, at the loads in
+// flight and registers per thread chosen on the H200 (gpu/bench/embed_forward_probe.cu;
+// tools/bench/NOTES.md).
 #include "gpu/common/device_buffer.h"
 #include "gpu/embedding/forward_kernel.cuh"
 #include "gpu/embedding/launch.h"
+#include "model/common/status_macros.h"
 
 namespace gemtb::gpu::embedding {
 namespace {
@@ -15,10 +17,43 @@ namespace {
 constexpr int kF32Loads = 4, kF32Warps = 8, kF32MinBlocks = 4;
 constexpr int kHalfLoads = 8, kHalfWarps = 8, kHalfMinBlocks = 4;
 
+// Blocks of `warps` bags for `bags` bags, within one launch's grid.
+absl::StatusOr<unsigned> Blocks(int64_t bags, int warps) {
+  const int64_t blocks = (bags + warps - 1) / warps;
+  if (blocks > 0x7FFFFFFF) return absl::InvalidArgumentError(absl::StrCat("F*B=", bags, " bags: too many for one launch"));
+  return static_cast<unsigned>(blocks);
+}
+
+// NONE keys: each position's row copied out (+0 for an id dropped under `zero`).
+constexpr int kSequenceWarps = 8;
+
+__device__ void GatherSequence(const LaunchParams& p, const FeatureParams& fp, const TableParams& t, int64_t begin,
+                               int64_t end, int lane) {
+  for (int64_t v = begin; v < end; ++v) {
+    const int64_t row = ResolveRow(t, p.kjt.values[v]);
+    for (int64_t c = lane * kChunk; c < t.dim; c += 32 * kChunk) {
+      float e[kChunk] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (row >= 0) LoadChunk(t, row, c, e);
+      *reinterpret_cast<float4*>(fp.sequence + (v - fp.value_begin) * t.dim + c) = make_float4(e[0], e[1], e[2], e[3]);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kSequenceWarps * 32) SequenceKernel(const LaunchParams p) {
+  const int64_t bag = static_cast<int64_t>(blockIdx.x) * kSequenceWarps + threadIdx.x / 32;
+  if (bag >= p.kjt.num_keys * p.kjt.batch) return;
+  const FeatureParams& fp = p.features[bag / p.kjt.batch];
+  if (fp.pooling != Pooling::kNone) return;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  GatherSequence(p, fp, p.tables[fp.table], p.kjt.offsets[bag], p.kjt.offsets[bag + 1], lane);
+}
+
 template <ElementType kDtype, int kLoads, int kWarps, int kMinBlocks>
-void LaunchPool(const LaunchParams& p, int64_t bags) {
-  const unsigned blocks = static_cast<unsigned>((bags + kWarps - 1) / kWarps);
-  PoolKernel<kDtype, kLoads, kMinBlocks, kWarps><<<blocks, kWarps * 32>>>(p);
+absl::Status LaunchPool(const LaunchParams& p, int64_t bags) {
+  absl::StatusOr<unsigned> blocks = Blocks(bags, kWarps);
+  if (!blocks.ok()) return blocks.status();
+  PoolKernel<kDtype, kLoads, kMinBlocks, kWarps><<<*blocks, kWarps * 32>>>(p);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -26,16 +61,20 @@ void LaunchPool(const LaunchParams& p, int64_t bags) {
 absl::Status LaunchForward(const LaunchParams& p) {
   const int64_t bags = p.kjt.num_keys * p.kjt.batch;
   if (bags == 0) return absl::OkStatus();
-  const int64_t blocks64 = (bags + kForwardWarpsPerBlock - 1) / kForwardWarpsPerBlock;
-  if (blocks64 > 0x7FFFFFFF) return absl::InvalidArgumentError(absl::StrCat("F*B=", bags, " bags: too many for one launch"));
-  const unsigned blocks = static_cast<unsigned>(blocks64);
-  constexpr unsigned kThreads = kForwardWarpsPerBlock * 32;
-  if (p.forward_kinds & kForwardSequence) SequenceKernel<<<blocks, kThreads>>>(p);
-  if (p.forward_kinds & kForwardPooledF32) LaunchPool<ElementType::kFloat32, kF32Loads, kF32Warps, kF32MinBlocks>(p, bags);
-  if (p.forward_kinds & kForwardPooledBf16) {
-    LaunchPool<ElementType::kBFloat16, kHalfLoads, kHalfWarps, kHalfMinBlocks>(p, bags);
+  if (p.forward_kinds & kForwardSequence) {
+    absl::StatusOr<unsigned> blocks = Blocks(bags, kSequenceWarps);
+    if (!blocks.ok()) return blocks.status();
+    SequenceKernel<<<*blocks, kSequenceWarps * 32>>>(p);
   }
-  if (p.forward_kinds & kForwardPooledF16) LaunchPool<ElementType::kFloat16, kHalfLoads, kHalfWarps, kHalfMinBlocks>(p, bags);
+  if (p.forward_kinds & kForwardPooledF32) {
+    GEMTB_RETURN_IF_ERROR((LaunchPool<ElementType::kFloat32, kF32Loads, kF32Warps, kF32MinBlocks>(p, bags)));
+  }
+  if (p.forward_kinds & kForwardPooledBf16) {
+    GEMTB_RETURN_IF_ERROR((LaunchPool<ElementType::kBFloat16, kHalfLoads, kHalfWarps, kHalfMinBlocks>(p, bags)));
+  }
+  if (p.forward_kinds & kForwardPooledF16) {
+    GEMTB_RETURN_IF_ERROR((LaunchPool<ElementType::kFloat16, kHalfLoads, kHalfWarps, kHalfMinBlocks>(p, bags)));
+  }
   return CudaOk(cudaGetLastError(), "launch of the embedding forward kernels");
 }
 

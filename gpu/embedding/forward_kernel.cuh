@@ -1,13 +1,10 @@
-// The forward kernel of every table and key in one launch, a warp per bag (f, b). Lanes own 4-column
-// chunks (one vector load each) and walk the bag's positions in order, so every column is the
-// oracle's seqsum; the ids of 32 positions resolve in parallel, one per lane, and several rows'
-// loads are in flight before their terms are added in position order. The pooling loop is
-// compiled once per storage type: each lane keeps the raw bits of its loads (16 bytes a load for
-// fp32, 8 for fp16/bf16) and widens a chunk only when adding it, so a 2-byte table has twice the
-// loads in flight in the same registers (the same bytes in flight per warp as fp32) and its
-// conversion is the one of its type (bf16: a shift), not a choice between all of them per value.
-// forward.cu launches one instantiation; tools/bench/embed_forward_probe.cu times others on the
-// benchmark shapes (how the launch parameters were chosen: tools/bench/NOTES.md).
+// The embedding forward's kernels, a warp per bag (f, b). Lanes own 4-column chunks (one vector load
+// each) and walk the bag's positions in order, so every column is the oracle's seqsum; the ids of
+// 32 positions resolve in parallel, one per lane, and several rows' loads are in flight before
+// their terms are added in position order. Each lane keeps the raw bits of its loads (16 bytes a
+// load for fp32, 8 for fp16/bf16) and widens a chunk only when adding it, with the conversion of
+// its storage type (bf16: a shift). forward.cu launches one instantiation per storage type;
+// gpu/bench/embed_forward_probe.cu times others on the benchmark shape (tools/bench/NOTES.md).
 #ifndef GEMTB_GPU_EMBEDDING_FORWARD_KERNEL_CUH_
 #define GEMTB_GPU_EMBEDDING_FORWARD_KERNEL_CUH_
 
@@ -18,20 +15,7 @@
 
 namespace gemtb::gpu::embedding {
 
-inline constexpr int kForwardWarpsPerBlock = 8;  // the sequence kernel's
 inline constexpr unsigned kForwardFullMask = 0xFFFFFFFFu;
-
-inline __device__ void GatherSequence(const LaunchParams& p, const FeatureParams& fp, const TableParams& t, int64_t begin,
-                               int64_t end, int lane) {
-  for (int64_t v = begin; v < end; ++v) {
-    const int64_t row = ResolveRow(t, p.kjt.values[v]);
-    for (int64_t c = lane * kChunk; c < t.dim; c += 32 * kChunk) {
-      float e[kChunk] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if (row >= 0) LoadChunk(t, row, c, e);
-      *reinterpret_cast<float4*>(fp.sequence + (v - fp.value_begin) * t.dim + c) = make_float4(e[0], e[1], e[2], e[3]);
-    }
-  }
-}
 
 template <ElementType kDtype, int kLoads>
 inline __device__ void PoolBag(const LaunchParams& p, const FeatureParams& fp, const TableParams& t, int64_t b,
@@ -81,7 +65,7 @@ inline __device__ void PoolBag(const LaunchParams& p, const FeatureParams& fp, c
   }
 }
 
-// One kernel per storage type of the pooled bags, and one for the sequence gathers: each warp
+// One kernel per storage type of the pooled bags (forward.cu has the sequence gathers'): each warp
 // takes bag (f, b) and leaves at once unless the bag is its kernel's kind, so a launch holds only its
 // kind's registers (one kernel for all kinds held the largest of them, at fewer warps per SM).
 // kLoads: loads in flight per lane; kWarps: warps (bags) per block; kMinBlocks: the blocks per SM
@@ -96,15 +80,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) PoolKernel(const Laun
   if (t.dtype != kDtype) return;
   const int lane = static_cast<int>(threadIdx.x % 32);
   PoolBag<kDtype, kLoads>(p, fp, t, bag % p.kjt.batch, p.kjt.offsets[bag], p.kjt.offsets[bag + 1], lane);
-}
-
-__global__ void __launch_bounds__(kForwardWarpsPerBlock * 32) SequenceKernel(const LaunchParams p) {
-  const int64_t bag = static_cast<int64_t>(blockIdx.x) * kForwardWarpsPerBlock + threadIdx.x / 32;
-  if (bag >= p.kjt.num_keys * p.kjt.batch) return;
-  const FeatureParams& fp = p.features[bag / p.kjt.batch];
-  if (fp.pooling != Pooling::kNone) return;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  GatherSequence(p, fp, p.tables[fp.table], p.kjt.offsets[bag], p.kjt.offsets[bag + 1], lane);
 }
 
 }  // namespace gemtb::gpu::embedding
