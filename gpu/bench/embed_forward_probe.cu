@@ -1,5 +1,6 @@
 // embed_forward_probe: times the embedding forward kernel (gpu/embedding/forward_kernel.cuh) at
-// several launch parameters on `gemtb bench embed`'s sum_fp32_uniform and sum_bf16_uniform shapes
+// several launch parameters (loads in flight, blocks per SM, warps per block, the row load's cache
+// hints) on `gemtb bench embed`'s sum_fp32_uniform and sum_bf16_uniform shapes
 // (their ids, their byte count, its timing), and checks that every variant writes the bytes of the
 // first. It is how forward.cu's parameters were chosen; a line of JSON per variant:
 //   embed_forward_probe [--reps N]
@@ -26,10 +27,10 @@ void Check(const absl::Status& s) {
   }
 }
 
-template <ElementType kDtype, int kLoads, int kMinBlocks, int kWarps>
+template <ElementType kDtype, int kLoads, int kMinBlocks, int kWarps, RowLoad kLoad>
 EmbedTiming TimeVariant(const LaunchParams& p, int64_t bags, const EmbedBenchOptions& options, double bytes,
                         int* regs) {
-  auto kernel = PoolKernel<kDtype, kLoads, kMinBlocks, kWarps>;
+  auto kernel = PoolKernel<kDtype, kLoads, kMinBlocks, kWarps, kLoad>;
   cudaFuncAttributes attr{};
   Check(CudaOk(cudaFuncGetAttributes(&attr, kernel), "cudaFuncGetAttributes"));
   *regs = attr.numRegs;
@@ -91,30 +92,24 @@ void ProbeShape(const EmbedBenchShape& shape, const EmbedBenchOptions& options) 
     std::fflush(stdout);
   };
   int regs = 0;
-#define GEMTB_PROBE(D, L, M, W)                                                                         \
-  if (shape.dtype == ElementType::D) {                                                                 \
-    const EmbedTiming timing = TimeVariant<ElementType::D, L, M, W>(p, shape.bags, options, bytes, &regs); \
-    report("loads " #L ", min blocks " #M ", warps " #W, timing, regs);                               \
+#define GEMTB_PROBE(D, L, M, W, LOAD)                                                                \
+  if (shape.dtype == ElementType::D) {                                                                \
+    const EmbedTiming timing = TimeVariant<ElementType::D, L, M, W, RowLoad::LOAD>(p, shape.bags, options, bytes, &regs); \
+    report("loads " #L ", min blocks " #M ", warps " #W ", " #LOAD, timing, regs);                  \
   }
-  GEMTB_PROBE(kFloat32, 4, 4, 8)
-  GEMTB_PROBE(kFloat32, 8, 1, 8)
-  GEMTB_PROBE(kFloat32, 4, 6, 8)
-  GEMTB_PROBE(kFloat32, 4, 8, 8)
-  GEMTB_PROBE(kFloat32, 2, 4, 8)
-  GEMTB_PROBE(kFloat32, 2, 6, 8)
-  GEMTB_PROBE(kFloat32, 2, 8, 8)
-  GEMTB_PROBE(kFloat32, 4, 9, 4)
-  GEMTB_PROBE(kFloat32, 4, 10, 4)
-  GEMTB_PROBE(kFloat32, 2, 12, 4)
-  GEMTB_PROBE(kFloat32, 4, 18, 2)
-  GEMTB_PROBE(kBFloat16, 8, 4, 8)
-  GEMTB_PROBE(kBFloat16, 16, 1, 8)
-  GEMTB_PROBE(kBFloat16, 8, 6, 8)
-  GEMTB_PROBE(kBFloat16, 4, 4, 8)
-  GEMTB_PROBE(kBFloat16, 4, 6, 8)
-  GEMTB_PROBE(kBFloat16, 4, 8, 8)
-  GEMTB_PROBE(kBFloat16, 8, 9, 4)
-  GEMTB_PROBE(kBFloat16, 4, 12, 4)
+  GEMTB_PROBE(kFloat32, 4, 4, 8, kCached)
+  GEMTB_PROBE(kFloat32, 4, 4, 8, kNoL1)
+  GEMTB_PROBE(kFloat32, 4, 4, 8, kNoL1Prefetch256)
+  GEMTB_PROBE(kFloat32, 4, 9, 4, kNoL1)
+  GEMTB_PROBE(kFloat32, 4, 18, 2, kNoL1)
+  GEMTB_PROBE(kFloat32, 8, 3, 8, kNoL1)
+  GEMTB_PROBE(kFloat32, 2, 6, 8, kNoL1)
+  GEMTB_PROBE(kBFloat16, 8, 4, 8, kCached)
+  GEMTB_PROBE(kBFloat16, 8, 4, 8, kNoL1)
+  GEMTB_PROBE(kBFloat16, 8, 4, 8, kNoL1Prefetch256)
+  GEMTB_PROBE(kBFloat16, 8, 9, 4, kNoL1)
+  GEMTB_PROBE(kBFloat16, 8, 18, 2, kNoL1)
+  GEMTB_PROBE(kBFloat16, 16, 3, 8, kNoL1)
 #undef GEMTB_PROBE
 }
 

@@ -6,8 +6,10 @@
 //      inside equal keys, so each row's occurrences come in the oracle's (b, key, p) order (when no
 //      table is read by two keys, the key is the row alone: KJT order is then (b, p) already);
 //   3. run heads and a scan give each touched row's range of occurrences;
-//   4. a warp per touched row sums the contributions per column as a seqsum in that order (G_r)
-//      and applies the table's optimizer and rounding to the row in the same kernel;
+//   4. a warp per 32 touched rows: each lane resolves one row (its run, table, row, optimizer
+//      state and, for a row touched once, that occurrence's contribution), then the warp sums each
+//      row's contributions per column as a seqsum in that order (G_r) and applies the table's
+//      optimizer and rounding to the row in the same kernel;
 //   5. a hot row (a run of >= kHotRun occurrences, e.g. the head of a Zipf distribution) gets a
 //      whole block instead: the seqsum fixes the order of the additions within each column, so
 //      the run cannot be split into partial sums, but its columns are independent and its
@@ -15,11 +17,11 @@
 //      tiles of contributions in shared memory, many loads in flight, and one thread per column
 //      folds the tile in sorted order; then one warp applies the optimizer as in 4.
 // Phase 4's time is the chain of dependent loads per row (run start, key, occurrence, bag,
-// gradient, row), hidden only by having many rows in flight: a uniform batch has ~1 occurrence per
-// row, so each warp has few loads of its own. Its kernel is held to 64 registers a thread, 8 blocks
-// of 4 warps per SM (32 warps), with 2 gradient loads in flight: more rows in flight beat more loads
-// per row (on the H200 the uniform fp32 row phase took 3.12 ms so, 3.83 ms at 24 warps and 4 loads;
-// tools/bench/NOTES.md).
+// gradient, row): a uniform batch touches ~1.9 M rows about once each, so a warp that walked the
+// chain row after row waited on memory most of the time. Resolved 32 rows at a time, one per lane,
+// the chains overlap and each row then costs its two independent loads (its weights, its
+// gradient). The kernel is held to 64 registers a thread, 8 blocks of 4 warps per SM (32 warps),
+// with 2 gradient loads in flight in the rows touched more than once (tools/bench/NOTES.md).
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
@@ -195,37 +197,95 @@ __device__ void ApplyRowUpdate(const LaunchParams& p, const TableParams& t, int6
   if (adagrad && lane == 0) t.adagrad[row] = state_after;
 }
 
+// What a lane finds out about one touched row of its warp's 32 before the warp updates them one
+// by one: the row's sorted occurrences, table and row, its Adagrad state, and, for a row touched
+// once (most rows of a uniform batch), that occurrence's contribution. The 32 chains of dependent
+// loads (run start, key, occurrence, bag, gradient row) then run side by side, not row after row.
+struct RowJob {
+  int32_t start = 0;
+  int32_t end = 0;
+  int32_t table = -1;  // -1: nothing to do here (past the last run, a hot run, invalid ids)
+  int64_t row = 0;
+  float state_before = 0.0f;
+  Contribution single;  // when end - start == 1
+};
+
+__device__ RowJob ResolveRowJob(const LaunchParams& p, const BackwardBuffers& b, int64_t run, int32_t num_runs) {
+  RowJob job;
+  if (run >= num_runs) return job;
+  job.start = static_cast<int32_t>(b.run_start[run]);
+  job.end = static_cast<int32_t>(b.run_start[run + 1]);
+  if (job.end - job.start >= kHotRun) return job;  // HotRowKernel's
+  const int64_t global_row = RowOfKey(b, job.start);
+  if (global_row >= b.total_rows) return job;  // the run of invalid occurrences (bounds mode zero)
+  job.table = TableOfRow(p.tables, p.num_tables, global_row);
+  const TableParams& t = p.tables[job.table];
+  job.row = global_row - t.row_offset;
+  if (t.optimizer.kind == OptimizerKind::kRowwiseAdagrad) job.state_before = t.adagrad[job.row];
+  if (job.end - job.start == 1) job.single = ContributionOf(p, b, b.order_out[job.start]);
+  return job;
+}
+
+// Lane j's job, on every lane.
+__device__ RowJob BroadcastRowJob(const RowJob& mine, int j) {
+  RowJob job;
+  job.start = __shfl_sync(kFullMask, mine.start, j);
+  job.end = __shfl_sync(kFullMask, mine.end, j);
+  job.table = __shfl_sync(kFullMask, mine.table, j);
+  job.row = __shfl_sync(kFullMask, mine.row, j);
+  job.state_before = __shfl_sync(kFullMask, mine.state_before, j);
+  job.single.grad = reinterpret_cast<const float*>(
+      __shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(mine.single.grad), j));
+  job.single.weight = __shfl_sync(kFullMask, mine.single.weight, j);
+  job.single.n = __shfl_sync(kFullMask, mine.single.n, j);
+  job.single.pooling = static_cast<Pooling>(__shfl_sync(kFullMask, static_cast<int>(mine.single.pooling), j));
+  return job;
+}
+
+// A warp per 32 consecutive runs: the lanes resolve one run each, then the warp sums and updates
+// the rows one after another (a row's columns across the lanes, as before).
 __global__ void __launch_bounds__(kRowWarps * 32, kRowBlocksPerSm) RowUpdateKernel(const LaunchParams p,
                                                                                  const BackwardBuffers b) {
   extern __shared__ float shared[];  // per warp: G [max_dim], then w [max_dim]
   const int warp = static_cast<int>(threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const int64_t run = static_cast<int64_t>(blockIdx.x) * kRowWarps + warp;
-  if (run >= *b.num_runs) return;
-  const int64_t start = b.run_start[run], end = b.run_start[run + 1];
-  if (end - start >= kHotRun) return;  // HotRowKernel's
-  const int64_t global_row = RowOfKey(b, start);
-  if (global_row >= b.total_rows) return;  // the run of invalid occurrences (bounds mode zero)
-  const TableParams& t = p.tables[TableOfRow(p.tables, p.num_tables, global_row)];
-  const int64_t row = global_row - t.row_offset;
+  const int64_t first_run = (static_cast<int64_t>(blockIdx.x) * kRowWarps + warp) * 32;
+  const int32_t num_runs = *b.num_runs;
+  if (first_run >= num_runs) return;  // whole warps leave together
+  const RowJob mine = ResolveRowJob(p, b, first_run + lane, num_runs);
   float* s_grad = shared + warp * 2 * b.max_dim;
   float* s_w = s_grad + b.max_dim;
-  // The row and its state do not depend on G: requested first, they arrive while G is summed.
-  const float state_before = t.optimizer.kind == OptimizerKind::kRowwiseAdagrad ? t.adagrad[row] : 0.0f;
-  for (int64_t c0 = 0; c0 < t.dim; c0 += 32 * kChunk) {
-    const int64_t c = c0 + lane * kChunk;
-    const bool active = c < t.dim;
-    float w[kChunk];
-    if (active) LoadChunk(t, row, c, w);
-    const SeqSum4 g = RowGradientChunk(p, b, start, end, c, active, lane);
-    if (!active) continue;
-    for (int k = 0; k < kChunk; ++k) {
-      s_grad[c + k] = g.Get(k);
-      s_w[c + k] = w[k];
+  for (int j = 0; j < 32; ++j) {
+    const RowJob job = BroadcastRowJob(mine, j);
+    if (job.table < 0) continue;
+    const TableParams& t = p.tables[job.table];
+    for (int64_t c0 = 0; c0 < t.dim; c0 += 32 * kChunk) {
+      const int64_t c = c0 + lane * kChunk;
+      const bool active = c < t.dim;
+      float w[kChunk], g[kChunk];
+      if (job.end - job.start == 1) {
+        if (!active) continue;
+        // The row and its one contribution: two independent loads.
+        LoadChunk(t, job.row, c, w);
+        const float4 g4 = *reinterpret_cast<const float4*>(job.single.grad + c);
+        g[0] = g4.x, g[1] = g4.y, g[2] = g4.z, g[3] = g4.w;
+        ContributionTerm(job.single.pooling, job.single.weight, job.single.n, g);
+      } else {
+        // The row is requested first: it arrives while G is summed.
+        if (active) LoadChunk(t, job.row, c, w);
+        const SeqSum4 sum = RowGradientChunk(p, b, job.start, job.end, c, active, lane);
+        if (!active) continue;
+        for (int k = 0; k < kChunk; ++k) g[k] = sum.Get(k);
+      }
+      for (int k = 0; k < kChunk; ++k) {
+        s_grad[c + k] = g[k];
+        s_w[c + k] = w[k];
+      }
     }
+    __syncwarp();
+    ApplyRowUpdate(p, t, job.row, s_grad, s_w, job.state_before, lane);
+    __syncwarp();  // every lane has read this row's G and w before the next row's are written
   }
-  __syncwarp();
-  ApplyRowUpdate(p, t, row, s_grad, s_w, state_before, lane);
 }
 
 // Shared memory of HotRowKernel: the contributions' metadata of up to kHotThreads occurrences, a
@@ -348,7 +408,7 @@ absl::Status LaunchBackward(const LaunchParams& p, int64_t num_values, const Bac
   // At most one run per occurrence: warps past the device-side run count return at once, so the
   // host never waits for that count (nor for the hot-run count below).
   const size_t shared_bytes = static_cast<size_t>(kRowWarps) * 2 * b.max_dim * sizeof(float);
-  RowUpdateKernel<<<Blocks(n, kRowWarps), kRowWarps * 32, shared_bytes>>>(p, b);
+  RowUpdateKernel<<<Blocks(Blocks(n, 32), kRowWarps), kRowWarps * 32, shared_bytes>>>(p, b);
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the row update kernel"));
   MarkPhase(b, 4);
   const size_t hot_bytes = HotSharedBytes(b.max_dim);

@@ -13,9 +13,11 @@ namespace {
 // Per storage type: loads in flight per lane, warps per block and the blocks per SM the registers
 // are sized for. More warps with fewer loads each beat fewer warps with more: the gather waits on
 // memory latency, and 32 warps of 4 fp32 rows in flight moved 3.68 TB/s where 16 warps of 8 moved
-// 3.06 (gpu/bench/embed_forward_probe.cu on the H200; tools/bench/NOTES.md).
+// 3.06 (gpu/bench/embed_forward_probe.cu on the H200; tools/bench/NOTES.md). Rows are read on the
+// read-only path without taking L1 space.
 constexpr int kF32Loads = 4, kF32Warps = 8, kF32MinBlocks = 4;
 constexpr int kHalfLoads = 8, kHalfWarps = 8, kHalfMinBlocks = 4;
+constexpr RowLoad kRowLoad = RowLoad::kNoL1;
 
 // Blocks of `warps` bags for `bags` bags, within one launch's grid.
 absl::StatusOr<unsigned> Blocks(int64_t bags, int warps) {
@@ -52,7 +54,7 @@ template <ElementType kDtype, int kLoads, int kWarps, int kMinBlocks>
 absl::Status LaunchPool(const LaunchParams& p, int64_t bags) {
   absl::StatusOr<unsigned> blocks = Blocks(bags, kWarps);
   if (!blocks.ok()) return blocks.status();
-  PoolKernel<kDtype, kLoads, kMinBlocks, kWarps><<<*blocks, kWarps * 32>>>(p);
+  PoolKernel<kDtype, kLoads, kMinBlocks, kWarps, kRowLoad><<<*blocks, kWarps * 32>>>(p);
   return absl::OkStatus();
 }
 

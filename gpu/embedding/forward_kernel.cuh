@@ -1,4 +1,4 @@
-// The embedding forward's kernels, a warp per bag (f, b). Lanes own 4-column chunks (one vector load
+// The embedding forward's pooling kernel, a warp per bag (f, b). Lanes own 4-column chunks (one vector load
 // each) and walk the bag's positions in order, so every column is the oracle's seqsum; the ids of
 // 32 positions resolve in parallel, one per lane, and several rows' loads are in flight before
 // their terms are added in position order. Each lane keeps the raw bits of its loads (16 bytes a
@@ -17,7 +17,44 @@ namespace gemtb::gpu::embedding {
 
 inline constexpr unsigned kForwardFullMask = 0xFFFFFFFFu;
 
-template <ElementType kDtype, int kLoads>
+// How the forward reads table rows. The forward never writes a table, so the read-only
+// (non-coherent) path is safe, and a gathered row is rarely read again by the same SM, so it need
+// not take L1 space; an fp32 row of 128 columns also spans whole 256-byte L2 fetches.
+enum class RowLoad {
+  kCached,             // a plain load
+  kNoL1,               // ld.global.nc.L1::no_allocate
+  kNoL1Prefetch256,    // ld.global.nc.L1::no_allocate.L2::256B
+};
+
+template <ElementType kDtype, RowLoad kLoad>
+__device__ inline StoredChunk<kDtype> LoadRowChunk(const TableParams& t, int64_t row, int64_t c) {
+  if constexpr (kLoad == RowLoad::kCached) {
+    return LoadStoredChunk<kDtype>(t, row, c);
+  } else {
+    StoredChunk<kDtype> s;
+    if constexpr (kDtype == ElementType::kFloat32) {
+      const uint32_t* a = static_cast<const uint32_t*>(t.weights) + row * t.dim + c;
+      if constexpr (kLoad == RowLoad::kNoL1) {
+        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(s.word[0]), "=r"(s.word[1]), "=r"(s.word[2]), "=r"(s.word[3]) : "l"(a));
+      } else {
+        asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(s.word[0]), "=r"(s.word[1]), "=r"(s.word[2]), "=r"(s.word[3]) : "l"(a));
+      }
+    } else {
+      const uint16_t* a = static_cast<const uint16_t*>(t.weights) + row * t.dim + c;
+      if constexpr (kLoad == RowLoad::kNoL1) {
+        asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(s.word[0]), "=r"(s.word[1]) : "l"(a));
+      } else {
+        asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];"
+            : "=r"(s.word[0]), "=r"(s.word[1]) : "l"(a));
+      }
+    }
+    return s;
+  }
+}
+
+template <ElementType kDtype, int kLoads, RowLoad kLoad>
 inline __device__ void PoolBag(const LaunchParams& p, const FeatureParams& fp, const TableParams& t, int64_t b,
                         int64_t begin, int64_t end, int lane) {
   const bool weighted = fp.pooling == Pooling::kWeightedSum;
@@ -42,7 +79,7 @@ inline __device__ void PoolBag(const LaunchParams& p, const FeatureParams& fp, c
           const int64_t row = __shfl_sync(kForwardFullMask, my_row, (k0 + u) & 31);
           if (k0 + u < count && row >= 0) {
             valid |= 1u << u;
-            if (active) raw[u] = LoadStoredChunk<kDtype>(t, row, c);
+            if (active) raw[u] = LoadRowChunk<kDtype, kLoad>(t, row, c);
           }
         }
 #pragma unroll
@@ -69,8 +106,8 @@ inline __device__ void PoolBag(const LaunchParams& p, const FeatureParams& fp, c
 // takes bag (f, b) and leaves at once unless the bag is its kernel's kind, so a launch holds only its
 // kind's registers (one kernel for all kinds held the largest of them, at fewer warps per SM).
 // kLoads: loads in flight per lane; kWarps: warps (bags) per block; kMinBlocks: the blocks per SM
-// that __launch_bounds__ sizes the registers for.
-template <ElementType kDtype, int kLoads, int kMinBlocks, int kWarps>
+// that __launch_bounds__ sizes the registers for; kLoad: the row loads' cache hints.
+template <ElementType kDtype, int kLoads, int kMinBlocks, int kWarps, RowLoad kLoad>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) PoolKernel(const LaunchParams p) {
   const int64_t bag = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (bag >= p.kjt.num_keys * p.kjt.batch) return;  // whole warps leave together
@@ -79,7 +116,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) PoolKernel(const Laun
   const TableParams& t = p.tables[fp.table];
   if (t.dtype != kDtype) return;
   const int lane = static_cast<int>(threadIdx.x % 32);
-  PoolBag<kDtype, kLoads>(p, fp, t, bag % p.kjt.batch, p.kjt.offsets[bag], p.kjt.offsets[bag + 1], lane);
+  PoolBag<kDtype, kLoads, kLoad>(p, fp, t, bag % p.kjt.batch, p.kjt.offsets[bag], p.kjt.offsets[bag + 1], lane);
 }
 
 }  // namespace gemtb::gpu::embedding

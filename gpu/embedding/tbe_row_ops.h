@@ -207,12 +207,15 @@ GEMTB_HD inline float AdagradChunkUpdate(const TableParams& t, float square_sum,
 }
 
 // Rounds the updated chunk to storage: SR with the oracle's Philox word for (t, s, r, j), else RNE.
+// The chunk's first element r*D + c is a multiple of 4, so its four words are one Philox block.
 GEMTB_HD inline void RoundChunk(const TableParams& t, uint64_t seed, int64_t step, int64_t row, int64_t c,
                                 float w[kChunk]) {
-  for (int k = 0; k < kChunk; ++k) {
-    const bool sr = t.stochastic_rounding;
-    w[k] = em::StoreUpdated(w[k], t.dtype, sr, sr ? em::SrBits(seed, t.table, step, t.dim, row, c + k) : 0);
+  if (!t.stochastic_rounding) {
+    for (int k = 0; k < kChunk; ++k) w[k] = em::StoreUpdated(w[k], t.dtype, false, 0);
+    return;
   }
+  const numerics::Philox4x32 words = em::SrBlock(seed, t.table, step, t.dim, row, c);
+  for (int k = 0; k < kChunk; ++k) w[k] = em::StoreUpdated(w[k], t.dtype, true, static_cast<uint16_t>(words.v[k]));
 }
 
 }  // namespace gemtb::gpu::embedding

@@ -61,6 +61,15 @@ GEMTB_HD inline uint16_t SrBits(uint64_t seed, int table, int64_t step, int64_t 
                                 static_cast<uint64_t>(r * dim + j));
 }
 
+// The SR words of elements j..j+3 of row r, when r*dim + j is a multiple of 4 (D and j are, for a
+// 4-column chunk): one Philox block, whose word k's low half is SrBits(..., j + k).
+GEMTB_HD inline numerics::Philox4x32 SrBlock(uint64_t seed, int table, int64_t step, int64_t dim, int64_t r,
+                                             int64_t j) {
+  return numerics::PhiloxBlock(seed, StreamId(StreamTag::kStochasticRounding, static_cast<uint64_t>(table),
+                                              static_cast<uint64_t>(step)),
+                               static_cast<uint64_t>(r * dim + j) >> 2);
+}
+
 // Rounds an updated fp32 value to the storage type: SR with `bits` when `stochastic`, else RNE.
 // Returns the stored value widened back to fp32 (what the table holds afterwards).
 GEMTB_HD inline float StoreUpdated(float w, ElementType dtype, bool stochastic, uint16_t bits) {

@@ -284,6 +284,30 @@ TEST(EmbeddingGpuLogic, SortKeyOrdersBySampleThenKjtOrder) {
   EXPECT_GT(InvalidSortKey(10, batch), SortKey(9, batch - 1, batch));
 }
 
+// RoundChunk draws a chunk's four SR words as one Philox block; each must be the word the oracle
+// draws for that element on its own (SrBits), for any table, step, row, width and chunk.
+TEST(EmbeddingGpuLogic, OneSrBlockPerChunkGivesEachElementsOwnBits) {
+  const int64_t dims[] = {4, 12, 128, 1024};
+  for (uint64_t seed : {0ull, 7ull, 0xFEEDFACECAFEBEEFull}) {
+    for (int table : {0, 3}) {
+      for (int64_t step : {0ll, 1ll, 123456789ll}) {
+        for (int64_t dim : dims) {
+          for (int64_t row : {0ll, 1ll, 999ll, (1ll << 33) + 5}) {
+            for (int64_t c = 0; c < dim; c += std::max<int64_t>(kChunk, dim / 4)) {
+              const numerics::Philox4x32 block = em::SrBlock(seed, table, step, dim, row, c);
+              for (int k = 0; k < kChunk; ++k) {
+                ASSERT_EQ(static_cast<uint16_t>(block.v[k]), em::SrBits(seed, table, step, dim, row, c + k))
+                    << "seed " << seed << " table " << table << " step " << step << " dim " << dim << " row " << row
+                    << " column " << c + k;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The check's cases reach the backward's block-per-row path (runs of >= kHotRun occurrences) in
 // every optimizer, so `check embed` compares it with the oracle; LongestRowRun against a count by hand.
 TEST(EmbeddingGpuLogic, ForwardKindsNameEveryKernelWithBags) {
