@@ -15,8 +15,8 @@ namespace {
 // memory latency, and 32 warps of 4 fp32 rows in flight moved 3.68 TB/s where 16 warps of 8 moved
 // 3.06 (gpu/bench/embed_forward_probe.cu on the H200; tools/bench/NOTES.md). Rows are read on the
 // read-only path without taking L1 space.
-constexpr int kF32Loads = 4, kF32Warps = 8, kF32MinBlocks = 4;
-constexpr int kHalfLoads = 8, kHalfWarps = 8, kHalfMinBlocks = 4;
+constexpr int kF32Loads = 4, kF32Warps = 2, kF32MinBlocks = 18;
+constexpr int kHalfLoads = 8, kHalfWarps = 2, kHalfMinBlocks = 18;
 constexpr RowLoad kRowLoad = RowLoad::kNoL1;
 
 // Blocks of `warps` bags for `bags` bags, within one launch's grid.
@@ -52,9 +52,10 @@ __global__ void __launch_bounds__(kSequenceWarps * 32) SequenceKernel(const Laun
 
 template <ElementType kDtype, int kLoads, int kWarps, int kMinBlocks>
 absl::Status LaunchPool(const LaunchParams& p, int64_t bags) {
-  absl::StatusOr<unsigned> blocks = Blocks(bags, kWarps);
+  const auto kernel = PoolKernel<kDtype, kLoads, kMinBlocks, kWarps, kRowLoad>;
+  absl::StatusOr<unsigned> blocks = PoolGrid(kernel, kWarps, bags);
   if (!blocks.ok()) return blocks.status();
-  PoolKernel<kDtype, kLoads, kMinBlocks, kWarps, kRowLoad><<<*blocks, kWarps * 32>>>(p);
+  kernel<<<*blocks, kWarps * 32>>>(p);
   return absl::OkStatus();
 }
 

@@ -8,8 +8,12 @@
 #ifndef GEMTB_GPU_EMBEDDING_FORWARD_KERNEL_CUH_
 #define GEMTB_GPU_EMBEDDING_FORWARD_KERNEL_CUH_
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
 
+#include "absl/status/statusor.h"
+#include "gpu/common/device_buffer.h"
 #include "gpu/embedding/launch.h"
 #include "gpu/embedding/tbe_row_ops.h"
 
@@ -102,21 +106,55 @@ inline __device__ void PoolBag(const LaunchParams& p, const FeatureParams& fp, c
   }
 }
 
-// One kernel per storage type of the pooled bags (forward.cu has the sequence gathers'): each warp
-// takes bag (f, b) and leaves at once unless the bag is its kernel's kind, so a launch holds only its
-// kind's registers (one kernel for all kinds held the largest of them, at fewer warps per SM).
-// kLoads: loads in flight per lane; kWarps: warps (bags) per block; kMinBlocks: the blocks per SM
-// that __launch_bounds__ sizes the registers for; kLoad: the row loads' cache hints.
-template <ElementType kDtype, int kLoads, int kMinBlocks, int kWarps, RowLoad kLoad>
+// Asks L1 for the ids (and weights) of bag `next` and for the offsets of the bag after it, holding
+// no register: by the time the warp reaches `next`, the loads that open a bag (offsets, then ids)
+// hit L1 instead of waiting on memory twice before its first row can be requested. The offsets of
+// `next` itself were asked for one bag earlier.
+__device__ inline void PrefetchBag(const LaunchParams& p, int64_t next, int64_t after, int64_t total, int lane) {
+  if (next >= total) return;
+  const int64_t begin = p.kjt.offsets[next], end = p.kjt.offsets[next + 1];
+  if (begin + lane < end) {
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.kjt.values + begin + lane));
+    if (p.kjt.weights != nullptr) asm volatile("prefetch.global.L1 [%0];" ::"l"(p.kjt.weights + begin + lane));
+  }
+  if (lane == 0 && after < total) asm volatile("prefetch.global.L1 [%0];" ::"l"(p.kjt.offsets + after));
+}
+
+// One kernel per storage type of the pooled bags (forward.cu has the sequence gathers'): a launch
+// holds only its kind's registers (one kernel for all kinds held the largest of them, at fewer warps
+// per SM). Warp w of a grid of W warps takes bags w, w + W, ..., skipping those of other kinds;
+// PoolGrid sizes the grid to what fits on the GPU at once. kLoads: loads in flight per lane; kWarps:
+// warps per block; kMinBlocks: the blocks per SM that __launch_bounds__ sizes the registers for;
+// kLoad: the row loads' cache hints; kPrefetch: whether a warp prefetches its next bag's ids.
+template <ElementType kDtype, int kLoads, int kMinBlocks, int kWarps, RowLoad kLoad, bool kPrefetch = true>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) PoolKernel(const LaunchParams p) {
-  const int64_t bag = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  if (bag >= p.kjt.num_keys * p.kjt.batch) return;  // whole warps leave together
-  const FeatureParams& fp = p.features[bag / p.kjt.batch];
-  if (fp.pooling == Pooling::kNone) return;
-  const TableParams& t = p.tables[fp.table];
-  if (t.dtype != kDtype) return;
+  const int64_t total = p.kjt.num_keys * p.kjt.batch;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
   const int lane = static_cast<int>(threadIdx.x % 32);
-  PoolBag<kDtype, kLoads, kLoad>(p, fp, t, bag % p.kjt.batch, p.kjt.offsets[bag], p.kjt.offsets[bag + 1], lane);
+  for (int64_t bag = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; bag < total; bag += stride) {
+    const FeatureParams& fp = p.features[bag / p.kjt.batch];
+    if (fp.pooling == Pooling::kNone) continue;  // warp-uniform
+    const TableParams& t = p.tables[fp.table];
+    if (t.dtype != kDtype) continue;
+    if constexpr (kPrefetch) PrefetchBag(p, bag + stride, bag + 2 * stride, total, lane);
+    PoolBag<kDtype, kLoads, kLoad>(p, fp, t, bag % p.kjt.batch, p.kjt.offsets[bag], p.kjt.offsets[bag + 1], lane);
+  }
+}
+
+// The grid of a pool kernel of `warps`-warp blocks over `bags` bags: as many blocks as fit on the
+// GPU at once (each warp then takes several bags), or fewer when there are fewer bags.
+template <typename Kernel>
+absl::StatusOr<unsigned> PoolGrid(Kernel kernel, int warps, int64_t bags) {
+  int device = 0, sms = 0, per_sm = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return CudaOk(e, "cudaGetDevice");
+  if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess) {
+    return CudaOk(e, "cudaDeviceGetAttribute");
+  }
+  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, warps * 32, 0); e != cudaSuccess) {
+    return CudaOk(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  }
+  const int64_t resident = static_cast<int64_t>(sms) * std::max(per_sm, 1);
+  return static_cast<unsigned>(std::min<int64_t>((bags + warps - 1) / warps, resident));
 }
 
 }  // namespace gemtb::gpu::embedding
