@@ -27,10 +27,10 @@ void Check(const absl::Status& s) {
   }
 }
 
-template <ElementType kDtype, int kLoads, int kMinBlocks, int kWarps, RowLoad kLoad, bool kPrefetch>
+template <ElementType kDtype, int kLoads, int kMinBlocks, int kWarps, RowLoad kLoad>
 EmbedTiming TimeVariant(const LaunchParams& p, int64_t bags, const EmbedBenchOptions& options, double bytes,
                         int* regs) {
-  auto kernel = PoolKernel<kDtype, kLoads, kMinBlocks, kWarps, kLoad, kPrefetch>;
+  auto kernel = PoolKernel<kDtype, kLoads, kMinBlocks, kWarps, kLoad>;
   cudaFuncAttributes attr{};
   Check(CudaOk(cudaFuncGetAttributes(&attr, kernel), "cudaFuncGetAttributes"));
   *regs = attr.numRegs;
@@ -93,26 +93,23 @@ void ProbeShape(const EmbedBenchShape& shape, const EmbedBenchOptions& options) 
     std::fflush(stdout);
   };
   int regs = 0;
-#define GEMTB_PROBE(D, L, M, W, LOAD, PREFETCH)                                                      \
+#define GEMTB_PROBE(D, L, M, W, LOAD)                                                                \
   if (shape.dtype == ElementType::D) {                                                                \
-    const EmbedTiming timing =                                                                        \
-        TimeVariant<ElementType::D, L, M, W, RowLoad::LOAD, PREFETCH>(p, shape.bags, options, bytes, &regs); \
-    report("loads " #L ", min blocks " #M ", warps " #W ", " #LOAD ", prefetch " #PREFETCH, timing, regs); \
+    const EmbedTiming timing = TimeVariant<ElementType::D, L, M, W, RowLoad::LOAD>(p, shape.bags, options, bytes, &regs); \
+    report("loads " #L ", min blocks " #M ", warps " #W ", " #LOAD, timing, regs);                  \
   }
-  GEMTB_PROBE(kFloat32, 4, 18, 2, kNoL1, true)
-  GEMTB_PROBE(kFloat32, 4, 18, 2, kNoL1, false)
-  GEMTB_PROBE(kFloat32, 4, 18, 2, kCached, true)
-  GEMTB_PROBE(kFloat32, 4, 9, 4, kNoL1, true)
-  GEMTB_PROBE(kFloat32, 4, 4, 8, kNoL1, true)
-  GEMTB_PROBE(kFloat32, 4, 4, 8, kCached, true)
-  GEMTB_PROBE(kFloat32, 4, 4, 8, kCached, false)
-  GEMTB_PROBE(kFloat32, 4, 21, 2, kNoL1, true)
-  GEMTB_PROBE(kFloat32, 8, 12, 2, kNoL1, true)
-  GEMTB_PROBE(kBFloat16, 8, 18, 2, kNoL1, true)
-  GEMTB_PROBE(kBFloat16, 8, 18, 2, kNoL1, false)
-  GEMTB_PROBE(kBFloat16, 8, 18, 2, kCached, true)
-  GEMTB_PROBE(kBFloat16, 8, 4, 8, kNoL1, true)
-  GEMTB_PROBE(kBFloat16, 8, 21, 2, kNoL1, true)
+  GEMTB_PROBE(kFloat32, 4, 18, 2, kNoL1)
+  GEMTB_PROBE(kFloat32, 4, 18, 2, kCached)
+  GEMTB_PROBE(kFloat32, 4, 9, 4, kNoL1)
+  GEMTB_PROBE(kFloat32, 4, 4, 8, kNoL1)
+  GEMTB_PROBE(kFloat32, 4, 4, 8, kCached)
+  GEMTB_PROBE(kFloat32, 8, 12, 2, kNoL1)
+  GEMTB_PROBE(kFloat32, 2, 6, 8, kNoL1)
+  GEMTB_PROBE(kBFloat16, 8, 18, 2, kNoL1)
+  GEMTB_PROBE(kBFloat16, 8, 18, 2, kCached)
+  GEMTB_PROBE(kBFloat16, 8, 4, 8, kNoL1)
+  GEMTB_PROBE(kBFloat16, 8, 4, 8, kCached)
+  GEMTB_PROBE(kBFloat16, 16, 3, 8, kNoL1)
 #undef GEMTB_PROBE
 }
 

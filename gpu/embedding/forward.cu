@@ -12,9 +12,9 @@ namespace {
 
 // Per storage type: loads in flight per lane, warps per block and the blocks per SM the registers
 // are sized for. More warps with fewer loads each beat fewer warps with more: the gather waits on
-// memory latency, and 32 warps of 4 fp32 rows in flight moved 3.68 TB/s where 16 warps of 8 moved
-// 3.06 (gpu/bench/embed_forward_probe.cu on the H200; tools/bench/NOTES.md). Rows are read on the
-// read-only path without taking L1 space.
+// memory latency. On the H200 (gpu/bench/embed_forward_probe.cu; tools/bench/NOTES.md), 4 fp32 rows
+// in flight per lane in 36 warps of 56 registers (2-warp blocks) moved 3.77 TB/s reading past L1
+// (3.49 through L1), 32 warps of 64 registers 3.66-3.76, 16 warps of 8 rows 3.06.
 constexpr int kF32Loads = 4, kF32Warps = 2, kF32MinBlocks = 18;
 constexpr int kHalfLoads = 8, kHalfWarps = 2, kHalfMinBlocks = 18;
 constexpr RowLoad kRowLoad = RowLoad::kNoL1;

@@ -22,12 +22,11 @@ namespace gemtb::gpu::embedding {
 inline constexpr unsigned kForwardFullMask = 0xFFFFFFFFu;
 
 // How the forward reads table rows. The forward never writes a table, so the read-only
-// (non-coherent) path is safe, and a gathered row is rarely read again by the same SM, so it need
-// not take L1 space; an fp32 row of 128 columns also spans whole 256-byte L2 fetches.
+// (non-coherent) path is safe, and a row of a uniform gather is rarely read again by the same SM,
+// so it need not take L1 space (a hot table's rows do gain from L1: the Zipf shape; NOTES.md).
 enum class RowLoad {
-  kCached,             // a plain load
-  kNoL1,               // ld.global.nc.L1::no_allocate
-  kNoL1Prefetch256,    // ld.global.nc.L1::no_allocate.L2::256B
+  kCached,  // a plain load
+  kNoL1,    // ld.global.nc.L1::no_allocate
 };
 
 template <ElementType kDtype, RowLoad kLoad>
@@ -38,21 +37,11 @@ __device__ inline StoredChunk<kDtype> LoadRowChunk(const TableParams& t, int64_t
     StoredChunk<kDtype> s;
     if constexpr (kDtype == ElementType::kFloat32) {
       const uint32_t* a = static_cast<const uint32_t*>(t.weights) + row * t.dim + c;
-      if constexpr (kLoad == RowLoad::kNoL1) {
-        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-            : "=r"(s.word[0]), "=r"(s.word[1]), "=r"(s.word[2]), "=r"(s.word[3]) : "l"(a));
-      } else {
-        asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-            : "=r"(s.word[0]), "=r"(s.word[1]), "=r"(s.word[2]), "=r"(s.word[3]) : "l"(a));
-      }
+      asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+          : "=r"(s.word[0]), "=r"(s.word[1]), "=r"(s.word[2]), "=r"(s.word[3]) : "l"(a));
     } else {
       const uint16_t* a = static_cast<const uint16_t*>(t.weights) + row * t.dim + c;
-      if constexpr (kLoad == RowLoad::kNoL1) {
-        asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(s.word[0]), "=r"(s.word[1]) : "l"(a));
-      } else {
-        asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];"
-            : "=r"(s.word[0]), "=r"(s.word[1]) : "l"(a));
-      }
+      asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(s.word[0]), "=r"(s.word[1]) : "l"(a));
     }
     return s;
   }
@@ -106,27 +95,13 @@ inline __device__ void PoolBag(const LaunchParams& p, const FeatureParams& fp, c
   }
 }
 
-// Asks L1 for the ids (and weights) of bag `next` and for the offsets of the bag after it, holding
-// no register: by the time the warp reaches `next`, the loads that open a bag (offsets, then ids)
-// hit L1 instead of waiting on memory twice before its first row can be requested. The offsets of
-// `next` itself were asked for one bag earlier.
-__device__ inline void PrefetchBag(const LaunchParams& p, int64_t next, int64_t after, int64_t total, int lane) {
-  if (next >= total) return;
-  const int64_t begin = p.kjt.offsets[next], end = p.kjt.offsets[next + 1];
-  if (begin + lane < end) {
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.kjt.values + begin + lane));
-    if (p.kjt.weights != nullptr) asm volatile("prefetch.global.L1 [%0];" ::"l"(p.kjt.weights + begin + lane));
-  }
-  if (lane == 0 && after < total) asm volatile("prefetch.global.L1 [%0];" ::"l"(p.kjt.offsets + after));
-}
-
 // One kernel per storage type of the pooled bags (forward.cu has the sequence gathers'): a launch
 // holds only its kind's registers (one kernel for all kinds held the largest of them, at fewer warps
 // per SM). Warp w of a grid of W warps takes bags w, w + W, ..., skipping those of other kinds;
 // PoolGrid sizes the grid to what fits on the GPU at once. kLoads: loads in flight per lane; kWarps:
 // warps per block; kMinBlocks: the blocks per SM that __launch_bounds__ sizes the registers for;
-// kLoad: the row loads' cache hints; kPrefetch: whether a warp prefetches its next bag's ids.
-template <ElementType kDtype, int kLoads, int kMinBlocks, int kWarps, RowLoad kLoad, bool kPrefetch = true>
+// kLoad: the row loads' cache hints.
+template <ElementType kDtype, int kLoads, int kMinBlocks, int kWarps, RowLoad kLoad>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) PoolKernel(const LaunchParams p) {
   const int64_t total = p.kjt.num_keys * p.kjt.batch;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
@@ -136,7 +111,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) PoolKernel(const Laun
     if (fp.pooling == Pooling::kNone) continue;  // warp-uniform
     const TableParams& t = p.tables[fp.table];
     if (t.dtype != kDtype) continue;
-    if constexpr (kPrefetch) PrefetchBag(p, bag + stride, bag + 2 * stride, total, lane);
     PoolBag<kDtype, kLoads, kLoad>(p, fp, t, bag % p.kjt.batch, p.kjt.offsets[bag], p.kjt.offsets[bag + 1], lane);
   }
 }
