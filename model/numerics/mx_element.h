@@ -14,17 +14,10 @@ namespace gemtb::numerics {
 
 enum class MxElement { kE4M3, kE5M2, kE2M1, kE2M3, kE3M2 };
 
-GEMTB_HD constexpr MxElement MxElementOf(Fp8Format f) {
-  return f == Fp8Format::kE4M3 ? MxElement::kE4M3 : MxElement::kE5M2;
-}
-GEMTB_HD constexpr MxElement MxElementOf(Fp4Fp6Format f) {
-  return f == Fp4Fp6Format::kE2M1 ? MxElement::kE2M1
-                                  : (f == Fp4Fp6Format::kE2M3 ? MxElement::kE2M3 : MxElement::kE3M2);
-}
 GEMTB_HD constexpr bool MxElementIsFp8(MxElement e) {
   return e == MxElement::kE4M3 || e == MxElement::kE5M2;
 }
-// Only meaningful for the formats of the matching family.
+// The family member of e; only meaningful for formats of that family.
 GEMTB_HD constexpr Fp8Format MxElementFp8(MxElement e) {
   return e == MxElement::kE4M3 ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
 }
