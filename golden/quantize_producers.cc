@@ -1,6 +1,6 @@
 // Golden vectors of the quantisers (reference/quantize): bf16 / fp16 / E4M3 /
-// E5M2 by round-to-nearest-even and stochastic rounding, MX blocks of 32 along an axis and 32x32
-// tiles with both E8M0 scale rules, and the randomized Hadamard transform. Two shared inputs live in
+// E5M2 / E2M3 / E3M2 / E2M1 by round-to-nearest-even and stochastic rounding, MX blocks of 32 along an
+// axis and 32x32 tiles with both E8M0 scale rules, and the randomized Hadamard transform. Two shared inputs live in
 // quantize/inputs/: x.npy (float32 [32, 64], rows spanning 2^-16 .. 2^15 with outliers) and
 // special.npy (float64 [64]: zeros, infinities, NaN, overflow and subnormal edges, exact ties).
 // Each case folder holds what `gemtb ref quantize --in ../inputs/<input>.npy ...` writes: codes.npy,
@@ -163,6 +163,20 @@ void AddQuantizeProducers(std::vector<GoldenProducer>& out) {
   add("e5m2_mx32_axis0_rht32_sr", {{"format", "e5m2"}, {"block", "32"}, {"axis", 0}, {"rht", 32}, {"rounding", "stochastic"},
                                    {"seed", 3}, {"stream", 6}});
   add("bf16_rht64", {{"format", "bf16"}, {"axis", -1}, {"rht", 64}, {"seed", 3}, {"stream", 7}});
+  // OCP MX fp6 / fp4 elements: RNE on both inputs (saturation, NaN to +max), SR, MXFP6 / MXFP4 blocks
+  // with FLOOR along an axis and RCEIL in tiles, and MXFP4 with RHT and SR (a training recipe).
+  for (const char* format : {"e2m3", "e3m2", "e2m1"}) {
+    add(absl::StrCat(format, "_rne"), {{"input", "x"}, {"format", format}});
+    add(absl::StrCat(format, "_rne_special"), {{"input", "special"}, {"format", format}});
+    json c = sr;
+    c["input"] = "x";
+    c["format"] = format;
+    add(absl::StrCat(format, "_sr"), c);
+    add(absl::StrCat(format, "_mx32_floor"), {{"format", format}, {"block", "32"}, {"axis", -1}, {"scale_mode", "floor"}});
+    add(absl::StrCat(format, "_mx32x32_rceil"), {{"format", format}, {"block", "32x32"}, {"scale_mode", "rceil"}});
+  }
+  add("e2m1_mx32_rht32_sr", {{"format", "e2m1"}, {"block", "32"}, {"axis", -1}, {"rht", 32}, {"rounding", "stochastic"},
+                             {"seed", 3}, {"stream", 8}});
 }
 
 }  // namespace gemtb::golden

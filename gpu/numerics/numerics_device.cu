@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/numerics/float_formats.h"
+#include "model/numerics/fp4_fp6.h"
 #include "model/numerics/fp8.h"
 #include "model/numerics/philox.h"
 #include "model/numerics/stochastic_rounding.h"
@@ -13,7 +14,7 @@ namespace {
 
 __global__ void EncodeKernel(const float* x, int64_t n, uint64_t seed, uint64_t stream, uint16_t* bf16,
                              uint16_t* fp16, uint16_t* bf16_sr, uint8_t* e4m3, uint8_t* e5m2,
-                             uint32_t* philox) {
+                             uint8_t* e2m3, uint8_t* e3m2, uint8_t* e2m1, uint32_t* philox) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float v = x[i];
@@ -24,6 +25,9 @@ __global__ void EncodeKernel(const float* x, int64_t n, uint64_t seed, uint64_t 
   bf16_sr[i] = numerics::FloatToBf16BitsSr(v, static_cast<uint16_t>(word & 0xFFFFu));
   e4m3[i] = numerics::FloatToE4m3Rne(v);
   e5m2[i] = numerics::FloatToE5m2Rne(v);
+  e2m3[i] = numerics::FloatToE2m3Rne(v);
+  e3m2[i] = numerics::FloatToE3m2Rne(v);
+  e2m1[i] = numerics::FloatToE2m1Rne(v);
 }
 
 absl::Status Check(cudaError_t err, const char* what) {
@@ -52,10 +56,11 @@ absl::StatusOr<DeviceCodes> EncodeOnDevice(absl::Span<const float> x, uint64_t s
   const size_t n = x.size();
   DeviceBuffer<float> dx;
   DeviceBuffer<uint16_t> dbf, dfp, dsr;
-  DeviceBuffer<uint8_t> d43, d52;
+  DeviceBuffer<uint8_t> d43, d52, d23, d32, d21;
   DeviceBuffer<uint32_t> dph;
   for (absl::Status s : {dx.Allocate(n), dbf.Allocate(n), dfp.Allocate(n), dsr.Allocate(n),
-                         d43.Allocate(n), d52.Allocate(n), dph.Allocate(n)}) {
+                         d43.Allocate(n), d52.Allocate(n), d23.Allocate(n), d32.Allocate(n), d21.Allocate(n),
+                         dph.Allocate(n)}) {
     if (!s.ok()) return s;
   }
   if (absl::Status s = Check(cudaMemcpy(dx.ptr, x.data(), n * sizeof(float), cudaMemcpyHostToDevice), "copy in");
@@ -66,7 +71,8 @@ absl::StatusOr<DeviceCodes> EncodeOnDevice(absl::Span<const float> x, uint64_t s
   const int64_t blocks = (static_cast<int64_t>(n) + threads - 1) / threads;
   if (n > 0) {
     EncodeKernel<<<static_cast<unsigned>(blocks), threads>>>(dx.ptr, static_cast<int64_t>(n), seed, stream,
-                                                             dbf.ptr, dfp.ptr, dsr.ptr, d43.ptr, d52.ptr, dph.ptr);
+                                                             dbf.ptr, dfp.ptr, dsr.ptr, d43.ptr, d52.ptr, d23.ptr,
+                                                             d32.ptr, d21.ptr, dph.ptr);
   }
   if (absl::Status s = Check(cudaDeviceSynchronize(), "EncodeKernel"); !s.ok()) return s;
   DeviceCodes out;
@@ -75,6 +81,9 @@ absl::StatusOr<DeviceCodes> EncodeOnDevice(absl::Span<const float> x, uint64_t s
   out.bf16_sr.resize(n);
   out.e4m3.resize(n);
   out.e5m2.resize(n);
+  out.e2m3.resize(n);
+  out.e3m2.resize(n);
+  out.e2m1.resize(n);
   out.philox.resize(n);
   for (absl::Status s :
        {Check(cudaMemcpy(out.bf16.data(), dbf.ptr, n * 2, cudaMemcpyDeviceToHost), "copy bf16"),
@@ -82,6 +91,9 @@ absl::StatusOr<DeviceCodes> EncodeOnDevice(absl::Span<const float> x, uint64_t s
         Check(cudaMemcpy(out.bf16_sr.data(), dsr.ptr, n * 2, cudaMemcpyDeviceToHost), "copy bf16 sr"),
         Check(cudaMemcpy(out.e4m3.data(), d43.ptr, n, cudaMemcpyDeviceToHost), "copy e4m3"),
         Check(cudaMemcpy(out.e5m2.data(), d52.ptr, n, cudaMemcpyDeviceToHost), "copy e5m2"),
+        Check(cudaMemcpy(out.e2m3.data(), d23.ptr, n, cudaMemcpyDeviceToHost), "copy e2m3"),
+        Check(cudaMemcpy(out.e3m2.data(), d32.ptr, n, cudaMemcpyDeviceToHost), "copy e3m2"),
+        Check(cudaMemcpy(out.e2m1.data(), d21.ptr, n, cudaMemcpyDeviceToHost), "copy e2m1"),
         Check(cudaMemcpy(out.philox.data(), dph.ptr, n * 4, cudaMemcpyDeviceToHost), "copy philox")}) {
     if (!s.ok()) return s;
   }

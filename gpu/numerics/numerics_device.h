@@ -14,11 +14,11 @@ namespace gemtb::gpu {
 // Whether a CUDA device of compute capability 9.0 (what this build targets) is present.
 bool HasSm90Device();
 
-// Per input x[i], the codes a kernel computes on the device: bf16 and fp16 (RNE), E4M3 and E5M2
-// (RNE satfinite), bf16 with stochastic rounding from Philox word (seed, stream, i).
+// Per input x[i], the codes a kernel computes on the device: bf16 and fp16 (RNE), E4M3, E5M2, E2M3,
+// E3M2 and E2M1 (RNE satfinite), bf16 with stochastic rounding from Philox word (seed, stream, i).
 struct DeviceCodes {
   std::vector<uint16_t> bf16, fp16, bf16_sr;
-  std::vector<uint8_t> e4m3, e5m2;
+  std::vector<uint8_t> e4m3, e5m2, e2m3, e3m2, e2m1;
   std::vector<uint32_t> philox;  // PhiloxWord(seed, stream, i)
 };
 

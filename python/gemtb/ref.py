@@ -62,17 +62,23 @@ def attention_backward(q, k, v, q_offsets, kv_offsets, do, *, act="softmax", pre
 
 # The formats by their NumPy/ml_dtypes names and by the command line's.
 _FORMATS = {"bfloat16": "bf16", "float16": "fp16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2",
-            "bf16": "bf16", "fp16": "fp16", "e4m3": "e4m3", "e5m2": "e5m2"}
+            "float6_e2m3fn": "e2m3", "float6_e3m2fn": "e3m2", "float4_e2m1fn": "e2m1",
+            "bf16": "bf16", "fp16": "fp16", "e4m3": "e4m3", "e5m2": "e5m2", "e2m3": "e2m3", "e3m2": "e3m2",
+            "e2m1": "e2m1"}
 
 
 def quantize(x, format, *, block=None, axis=-1, scale_mode="rceil", rounding="rne", seed=0, stream=0, rht=0):
     """Quantises `x` (float64, float32, float16 or bfloat16) bit-exactly.
 
-    format: bfloat16|float16|float8_e4m3fn|float8_e5m2 (or bf16|fp16|e4m3|e5m2). block "32" forms MX
-    blocks of 32 along `axis`, "32x32" tiles the last two axes (fp8 only), with E8M0 scales by
-    scale_mode rceil|floor. rounding rne|stochastic (Philox word (seed, stream, flat index));
-    rht 32|64|128 applies the randomized Hadamard transform first. Returns {"codes" (uint16 for
-    16-bit formats, uint8 for fp8), "values" (float64, decoded), "scales" (uint8 E8M0 codes, MX)}.
+    format: bfloat16|float16|float8_e4m3fn|float8_e5m2|float6_e2m3fn|float6_e3m2fn|float4_e2m1fn (or
+    bf16|fp16|e4m3|e5m2|e2m3|e3m2|e2m1). The fp8, fp6 and fp4 formats saturate at their largest
+    value; NaN gives fp8's NaN code, or +max in fp6/fp4, which have no NaN (ml_dtypes gives a zero).
+    block "32" forms MX blocks (MXFP8, MXFP6, MXFP4) of 32 along `axis`, "32x32" tiles the last two
+    axes (fp8/fp6/fp4 only), with E8M0 scales by scale_mode rceil|floor. rounding rne|stochastic
+    (Philox word (seed, stream, flat index)); rht 32|64|128 applies the randomized Hadamard transform
+    first. Returns {"codes" (uint16 for 16-bit formats; uint8 for fp8, fp6 and fp4, one code per byte
+    in its low bits, as ml_dtypes stores them), "values" (float64, decoded), "scales" (uint8 E8M0
+    codes, MX)}.
     """
     if not isinstance(format, str) or format not in _FORMATS:
         raise ValueError(f"format={format!r}: want one of {', '.join(_FORMATS)}")

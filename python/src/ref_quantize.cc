@@ -26,7 +26,7 @@ nb::dict Quantize(const Wire& x, const std::string& format, const std::string& b
   if (std::optional<reference::QuantFormat> f = ParseIn(reference::kQuantFormatNames, format)) {
     o.format = *f;
   } else {
-    Raise(Bad(absl::StrCat("format=", format, ": want bf16|fp16|e4m3|e5m2")));
+    Raise(Bad(absl::StrCat("format=", format, ": want ", reference::kQuantFormatChoices)));
   }
   if (block.empty()) o.block = reference::QuantBlock::kNone;
   else if (block == "32") o.block = reference::QuantBlock::kAxis32;

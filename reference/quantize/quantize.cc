@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/numerics/float_formats.h"
-#include "model/numerics/fp8.h"
 #include "model/numerics/hadamard.h"
 #include "model/numerics/philox.h"
 #include "model/numerics/stochastic_rounding.h"
@@ -12,16 +11,25 @@
 namespace gemtb::reference {
 namespace {
 
-using numerics::Fp8Format;
+using numerics::MxElement;
 
-bool IsFp8(QuantFormat f) { return f == QuantFormat::kE4M3 || f == QuantFormat::kE5M2; }
-Fp8Format ToFp8(QuantFormat f) { return f == QuantFormat::kE4M3 ? Fp8Format::kE4M3 : Fp8Format::kE5M2; }
+// The one-byte formats, which are also the MX element formats.
+bool IsByteFormat(QuantFormat f) { return f != QuantFormat::kBf16 && f != QuantFormat::kFp16; }
+MxElement ToMxElement(QuantFormat f) {
+  switch (f) {
+    case QuantFormat::kE5M2: return MxElement::kE5M2;
+    case QuantFormat::kE2M3: return MxElement::kE2M3;
+    case QuantFormat::kE3M2: return MxElement::kE3M2;
+    case QuantFormat::kE2M1: return MxElement::kE2M1;
+    default: return MxElement::kE4M3;
+  }
+}
 
 uint16_t EncodeRne(double x, QuantFormat f) {
   switch (f) {
     case QuantFormat::kBf16: return numerics::DoubleToBf16BitsRne(x);
     case QuantFormat::kFp16: return numerics::DoubleToFp16BitsRne(x);
-    default: return numerics::DoubleToFp8Rne(x, ToFp8(f));
+    default: return numerics::DoubleToMxElementRne(x, ToMxElement(f));
   }
 }
 
@@ -29,7 +37,7 @@ uint16_t EncodeSr(float x, QuantFormat f, uint16_t r) {
   switch (f) {
     case QuantFormat::kBf16: return numerics::FloatToBf16BitsSr(x, r);
     case QuantFormat::kFp16: return numerics::FloatToFp16BitsSr(x, r);
-    default: return numerics::FloatToFp8Sr(x, ToFp8(f), r);
+    default: return numerics::FloatToMxElementSr(x, ToMxElement(f), r);
   }
 }
 
@@ -37,7 +45,7 @@ double Decode(uint16_t code, QuantFormat f) {
   switch (f) {
     case QuantFormat::kBf16: return numerics::Bf16BitsToFloat(code);
     case QuantFormat::kFp16: return numerics::Fp16BitsToFloat(code);
-    default: return numerics::Fp8ToFloat(static_cast<uint8_t>(code), ToFp8(f));
+    default: return numerics::MxElementToFloat(static_cast<uint8_t>(code), ToMxElement(f));
   }
 }
 
@@ -59,8 +67,8 @@ absl::StatusOr<QuantizeResult> Quantize(absl::Span<const double> x, const std::v
                                         const QuantizeOptions& o) {
   const int rank = static_cast<int>(shape.size());
   const bool mx = o.block != QuantBlock::kNone;
-  if (mx && !IsFp8(o.format)) {
-    return absl::InvalidArgumentError("--block: MX blocks need --format e4m3 or e5m2");
+  if (mx && !IsByteFormat(o.format)) {
+    return absl::InvalidArgumentError("--block: MX blocks need --format e4m3, e5m2, e2m3, e3m2 or e2m1");
   }
   if (o.block == QuantBlock::kSquare32 && rank < 2) {
     return absl::InvalidArgumentError(absl::StrCat("--block=32x32: needs at least 2 dimensions, input has ", rank));
@@ -106,7 +114,7 @@ absl::StatusOr<QuantizeResult> Quantize(absl::Span<const double> x, const std::v
   }
 
   QuantizeResult r;
-  r.code_bits = IsFp8(o.format) ? 8 : 16;
+  r.code_bits = IsByteFormat(o.format) ? 8 : 16;
   r.codes.resize(x.size());
   r.values.resize(x.size());
   auto sr_bits = [&](int64_t element) { return numerics::PhiloxSrBits(o.seed, o.stream, static_cast<uint64_t>(element)); };
@@ -125,7 +133,7 @@ absl::StatusOr<QuantizeResult> Quantize(absl::Span<const double> x, const std::v
 
   // MX: gather each block (32 along the axis, or a 32x32 tile of the last two axes) into a buffer,
   // quantise it as one block, scatter codes back. Elements keep their flat index for SR bits.
-  const Fp8Format f8 = ToFp8(o.format);
+  const MxElement element = ToMxElement(o.format);
   std::vector<float> buf;
   std::vector<int64_t> index;
   std::vector<uint16_t> bits;
@@ -136,11 +144,11 @@ absl::StatusOr<QuantizeResult> Quantize(absl::Span<const double> x, const std::v
     bits.resize(buf.size());
     for (int t = 0; t < n; ++t) bits[t] = sr_bits(index[t]);
     // A block here may be a 32x32 tile (up to 1024 elements); the block math is size-agnostic.
-    const uint8_t scale = numerics::MxQuantizeBlockStrided(buf.data(), n, 1, f8, o.scale_rule, codes.data(), 1,
+    const uint8_t scale = numerics::MxQuantizeBlockStrided(buf.data(), n, 1, element, o.scale_rule, codes.data(), 1,
                                                            o.stochastic ? bits.data() : nullptr);
     for (int t = 0; t < n; ++t) {
       r.codes[index[t]] = codes[t];
-      r.values[index[t]] = numerics::MxDecodeElement(codes[t], scale, f8);
+      r.values[index[t]] = numerics::MxDecodeElement(codes[t], scale, element);
     }
     return scale;
   };

@@ -67,6 +67,25 @@ def main():
     check(r is not None and r["codes"].dtype == np.uint8 and
           list(r["values"]) == [0.0, 1.0, 448.0, 448.0, 448.0, -448.0, 0.0, 2.0 ** -8],
           "e4m3: saturation to 448 and ties of the edge table")
+    # e2m1 / e2m3 / e3m2 (OCP MX fp4/fp6): one code per byte in its low bits, RNE ties to even, saturation
+    # (inf too), signed zero, NaN to +max. Values written from the OCP tables.
+    edges = np.array([0.0, -0.0, 1.25, 1.75, 5.0, 7.0, -100.0, np.inf, np.nan, 0.25, 0.2], dtype=np.float32)
+    for fmt, codes, values in [
+            ("e2m1", [0x0, 0x8, 0x2, 0x4, 0x6, 0x7, 0xF, 0x7, 0x7, 0x0, 0x0],
+             [0.0, -0.0, 1.0, 2.0, 4.0, 6.0, -6.0, 6.0, 6.0, 0.0, 0.0]),
+            ("e2m3", [0x0, 0x20, 0xA, 0xE, 0x1A, 0x1E, 0x3F, 0x1F, 0x1F, 0x2, 0x2],
+             [0.0, -0.0, 1.25, 1.75, 5.0, 7.0, -7.5, 7.5, 7.5, 0.25, 0.25]),
+            ("e3m2", [0x0, 0x20, 0xD, 0xF, 0x15, 0x17, 0x3F, 0x1F, 0x1F, 0x4, 0x3],
+             [0.0, -0.0, 1.25, 1.75, 5.0, 7.0, -28.0, 28.0, 28.0, 0.25, 0.1875])]:
+        _, r = quantize(edges, "--format", fmt)
+        check(r is not None and r["codes"].dtype == np.uint8 and list(r["codes"]) == codes and
+              list(r["values"]) == values and list(np.signbit(r["values"])) == list(np.signbit(values)),
+              f"{fmt}: the OCP table's codes, ties to even, saturation, signed zero, NaN to +max")
+    # MXFP4 with FLOOR: E = floor(log2 amax) - 2, so amax lands in [4, 8) and beyond 6 saturates.
+    x4 = np.array([[7.5, -3.0, 0.75] + [0.0] * 29], dtype=np.float32)
+    _, r = quantize(x4, "--format", "e2m1", "--block", "32", "--scale-mode", "floor")
+    check(r is not None and list(r["scales"].ravel()) == [127] and list(r["values"][0, :3]) == [6.0, -3.0, 1.0],
+          "MXFP4 FLOOR: scale 2^0 for amax 7.5, 7.5 saturates to 6, 0.75 ties to 1")
     # MX along an axis: scale shape, and dequantised values within half a step of the block scale.
     xm = (rng.standard_normal((3, 70, 5)) * 3).astype(np.float32)
     _, r = quantize(xm, "--format", "e4m3", "--block", "32", "--axis", "1")
@@ -107,6 +126,7 @@ def main():
     check(ok, "RHT(32) before fp16 preserves block norms and changes the values")
     # Bad flags: exit 2, one line, nothing written.
     for flags, needle in [(["--format", "int4"], "--format=int4"),
+                          (["--format", "mxfp4"], "--format=mxfp4"),
                           (["--format", "bf16", "--block", "32"], "--block"),
                           (["--format", "e4m3", "--block", "16"], "--block=16"),
                           (["--format", "e4m3", "--rht", "48"], "--rht=48"),

@@ -7,6 +7,7 @@
 
 #include "gpu/numerics/numerics_device.h"
 #include "model/numerics/float_formats.h"
+#include "model/numerics/fp4_fp6.h"
 #include "model/numerics/fp8.h"
 #include "model/numerics/philox.h"
 #include "model/numerics/stochastic_rounding.h"
@@ -37,7 +38,10 @@ TEST(NumericsDevice, EncodersBitwiseEqualOnCpuAndGpu) {
     const bool same = dev->bf16[i] == numerics::FloatToBf16BitsRne(x[i]) &&
                       dev->fp16[i] == numerics::FloatToFp16BitsRne(x[i]) &&
                       dev->e4m3[i] == numerics::FloatToE4m3Rne(x[i]) &&
-                      dev->e5m2[i] == numerics::FloatToE5m2Rne(x[i]) && dev->philox[i] == word &&
+                      dev->e5m2[i] == numerics::FloatToE5m2Rne(x[i]) &&
+                      dev->e2m3[i] == numerics::FloatToE2m3Rne(x[i]) &&
+                      dev->e3m2[i] == numerics::FloatToE3m2Rne(x[i]) &&
+                      dev->e2m1[i] == numerics::FloatToE2m1Rne(x[i]) && dev->philox[i] == word &&
                       dev->bf16_sr[i] == numerics::FloatToBf16BitsSr(x[i], static_cast<uint16_t>(word & 0xFFFFu));
     if (!same) {
       ++mismatches;

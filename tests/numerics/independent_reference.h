@@ -12,19 +12,25 @@
 
 namespace gemtb::numerics::testing {
 
-// A minifloat described by its fields: exp_bits, mant_bits, bias; `e4m3fn` means no inf and only
-// S.1111.111 is NaN (OFP8 E4M3); otherwise IEEE-style specials at the top exponent.
+// Which codes are special: IEEE-style inf/NaN at the top exponent; OFP8 E4M3's (no inf, only
+// S.1111.111 is NaN); or none at all (the OCP MX fp6 and fp4 formats: every code is finite).
+enum class Specials { kIeee, kE4m3fn, kNone };
+
+// A minifloat described by its fields: exp_bits, mant_bits, bias and its special codes.
 struct FieldFormat {
   int exp_bits;
   int mant_bits;
   int bias;
-  bool e4m3fn;
+  Specials specials;
 };
 
-inline constexpr FieldFormat kRefBf16{8, 7, 127, false};
-inline constexpr FieldFormat kRefFp16{5, 10, 15, false};
-inline constexpr FieldFormat kRefE4m3{4, 3, 7, true};
-inline constexpr FieldFormat kRefE5m2{5, 2, 15, false};
+inline constexpr FieldFormat kRefBf16{8, 7, 127, Specials::kIeee};
+inline constexpr FieldFormat kRefFp16{5, 10, 15, Specials::kIeee};
+inline constexpr FieldFormat kRefE4m3{4, 3, 7, Specials::kE4m3fn};
+inline constexpr FieldFormat kRefE5m2{5, 2, 15, Specials::kIeee};
+inline constexpr FieldFormat kRefE2m3{2, 3, 1, Specials::kNone};
+inline constexpr FieldFormat kRefE3m2{3, 2, 3, Specials::kNone};
+inline constexpr FieldFormat kRefE2m1{2, 1, 1, Specials::kNone};
 
 // The value of `code` by definition: (-1)^s · 2^(e-bias) · (1 + f/2^M) for normals,
 // (-1)^s · 2^(1-bias) · f/2^M for subnormals; inf/NaN per the format.
@@ -35,9 +41,9 @@ inline double RefDecode(uint32_t code, const FieldFormat& fmt) {
   const uint32_t f = code & ((1u << fmt.mant_bits) - 1u);
   const uint32_t e_top = (1u << fmt.exp_bits) - 1u;
   const double sign = neg ? -1.0 : 1.0;
-  if (fmt.e4m3fn) {
+  if (fmt.specials == Specials::kE4m3fn) {
     if (e == e_top && f == (1u << fmt.mant_bits) - 1u) return std::numeric_limits<double>::quiet_NaN();
-  } else if (e == e_top) {
+  } else if (fmt.specials == Specials::kIeee && e == e_top) {
     return f == 0 ? sign * std::numeric_limits<double>::infinity()
                   : std::numeric_limits<double>::quiet_NaN();
   }
@@ -50,7 +56,7 @@ inline double RefDecode(uint32_t code, const FieldFormat& fmt) {
 // non-negative finite values are 0..max_code and monotone).
 inline std::vector<double> RefPositiveFiniteTable(const FieldFormat& fmt) {
   std::vector<double> t;
-  for (uint32_t c = 0;; ++c) {
+  for (uint32_t c = 0; c < (1u << (fmt.exp_bits + fmt.mant_bits)); ++c) {
     const double v = RefDecode(c, fmt);
     if (!std::isfinite(v)) break;
     t.push_back(v);

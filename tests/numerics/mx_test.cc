@@ -21,15 +21,51 @@ namespace {
 using testing::RefNearestCode;
 using testing::RefPositiveFiniteTable;
 
-constexpr Fp8Format kFormats[] = {Fp8Format::kE4M3, Fp8Format::kE5M2};
+constexpr MxElement kFormats[] = {MxElement::kE4M3, MxElement::kE5M2, MxElement::kE2M3, MxElement::kE3M2,
+                                  MxElement::kE2M1};
 constexpr MxScaleRule kRules[] = {MxScaleRule::kRceil, MxScaleRule::kFloor};
 
-double MaxOf(Fp8Format f) { return f == Fp8Format::kE4M3 ? 448.0 : 57344.0; }
-int EmaxOf(Fp8Format f) { return f == Fp8Format::kE4M3 ? 8 : 15; }
+// Written from the format definitions (OFP8, OCP MX v1.0), not read from the code under test.
+double MaxOf(MxElement f) {
+  switch (f) {
+    case MxElement::kE4M3: return 448.0;
+    case MxElement::kE5M2: return 57344.0;
+    case MxElement::kE2M3: return 7.5;
+    case MxElement::kE3M2: return 28.0;
+    case MxElement::kE2M1: return 6.0;
+  }
+  return 0.0;
+}
+int EmaxOf(MxElement f) {
+  switch (f) {
+    case MxElement::kE4M3: return 8;
+    case MxElement::kE5M2: return 15;
+    case MxElement::kE2M3: return 2;
+    case MxElement::kE3M2: return 4;
+    case MxElement::kE2M1: return 2;
+  }
+  return 0;
+}
+testing::FieldFormat FieldsOf(MxElement f) {
+  switch (f) {
+    case MxElement::kE4M3: return testing::kRefE4m3;
+    case MxElement::kE5M2: return testing::kRefE5m2;
+    case MxElement::kE2M3: return testing::kRefE2m3;
+    case MxElement::kE3M2: return testing::kRefE3m2;
+    case MxElement::kE2M1: return testing::kRefE2m1;
+  }
+  return testing::kRefE4m3;
+}
+// Whether a code decodes to NaN by the format definition (fp6 and fp4 have no NaN).
+bool IsNanCode(uint8_t code, MxElement f) { return std::isnan(testing::RefDecode(code, FieldsOf(f))); }
+bool HasNan(MxElement f) { return FieldsOf(f).specials != testing::Specials::kNone; }
+// The largest finite magnitude code and the sign bit, by the field layout.
+uint8_t MaxCodeOf(MxElement f) { return static_cast<uint8_t>(RefPositiveFiniteTable(FieldsOf(f)).size() - 1); }
+uint32_t SignBitOf(MxElement f) { return 1u << (FieldsOf(f).exp_bits + FieldsOf(f).mant_bits); }
 
 // Independent scale rules: log2 read with std::frexp (x = m·2^ex, m in [0.5, 1)), not from bits.
 int ClampE(int e) { return std::clamp(e, -127, 127); }
-uint8_t RefRceil(float amax, Fp8Format f) {
+uint8_t RefRceil(float amax, MxElement f) {
   if (!std::isfinite(amax)) return 0xFF;
   const float inv = static_cast<float>(1.0 / MaxOf(f));  // fp32(1/max): see InverseMaxIsTheFp32Reciprocal
   const float r = std::fabs(amax) * inv;
@@ -39,7 +75,7 @@ uint8_t RefRceil(float amax, Fp8Format f) {
   const int ceil_log2 = m > 0.5f ? ex : ex - 1;
   return static_cast<uint8_t>(ClampE(ceil_log2) + 127);
 }
-uint8_t RefFloor(float amax, Fp8Format f) {
+uint8_t RefFloor(float amax, MxElement f) {
   if (!std::isfinite(amax)) return 0xFF;
   if (amax == 0.0f) return 0;
   int ex = 0;
@@ -57,21 +93,23 @@ TEST(Mx, AllE8m0CodesDecode) {
   EXPECT_EQ(std::bit_cast<uint32_t>(E8m0ToFloat(0)), 0x00400000u);  // 2^-127 is an fp32 subnormal
 }
 
-// fp32(1/448), fp32(1/57344): 1/7 = 0.001001…b rounds once in fp64 far from an fp32 tie, so
-// (float)(1.0/max) is the correctly rounded fp32 reciprocal; a runtime fp32 division agrees.
+// fp32(1/max) for max = 448, 57344, 7.5, 28, 6: 1/7, 2/15 and 1/3 are repeating binary fractions
+// that round once in fp64 far from an fp32 tie, so (float)(1.0/max) is the correctly rounded fp32
+// reciprocal; a runtime fp32 division agrees.
 TEST(Mx, InverseMaxIsTheFp32Reciprocal) {
-  volatile float e4 = 448.0f;
-  volatile float e5 = 57344.0f;
-  EXPECT_EQ(MxInvMax(Fp8Format::kE4M3), 1.0f / e4);
-  EXPECT_EQ(MxInvMax(Fp8Format::kE5M2), 1.0f / e5);
-  EXPECT_EQ(MxInvMax(Fp8Format::kE4M3), static_cast<float>(1.0 / 448.0));
+  for (const MxElement f : kFormats) {
+    volatile float max = static_cast<float>(MaxOf(f));
+    EXPECT_EQ(MxInvMax(f), 1.0f / max) << MaxOf(f);
+    EXPECT_EQ(MxInvMax(f), static_cast<float>(1.0 / MaxOf(f))) << MaxOf(f);
+  }
 }
 
-// amax = max·2^k exactly and ±1 ulp. Since 448·fp32(1/448) = 1 + 3·2^-26 rounds to 1 in fp32,
-// RCEIL gives E = k at max·2^k and below, and k+1 one ulp above (r becomes 1 + 2^-23 > 1).
+// amax = max·2^k exactly and ±1 ulp. Since max·fp32(1/max) is 1 + 3·2^-26 (448, 57344, 28),
+// 1 + 7·2^-27 (7.5) or 1 + 2^-25 (6), which round to 1 in fp32, RCEIL gives E = k at max·2^k and
+// below, and k+1 one ulp above (r becomes 1 + 2^-23 > 1).
 // FLOOR gives k for all three (floor(log2) stays emax + k). Hand-derived; valid while r is normal.
 TEST(Mx, ScalesAtMaxTimesPowersOfTwo) {
-  for (const Fp8Format f : kFormats) {
+  for (const MxElement f : kFormats) {
     for (int k = -126; k <= 127; ++k) {
       const double exact = std::ldexp(MaxOf(f), k);
       if (exact > std::numeric_limits<float>::max()) break;
@@ -91,14 +129,14 @@ TEST(Mx, ScalesAtMaxTimesPowersOfTwo) {
         EXPECT_EQ(E8m0ScaleFloor(a, f), RefFloor(a, f)) << k;
       }
       // The block maximum then encodes to max (or saturates to it) and nothing overflows.
-      EXPECT_EQ(MxEncodeElement(amax, E8m0ScaleRceil(amax, f), f), Fp8MaxFiniteCode(f)) << k;
-      EXPECT_EQ(MxEncodeElement(amax, E8m0ScaleFloor(amax, f), f), Fp8MaxFiniteCode(f)) << k;
+      EXPECT_EQ(MxEncodeElement(amax, E8m0ScaleRceil(amax, f), f), MaxCodeOf(f)) << k;
+      EXPECT_EQ(MxEncodeElement(amax, E8m0ScaleFloor(amax, f), f), MaxCodeOf(f)) << k;
     }
   }
 }
 
 TEST(Mx, ZeroAndSubnormalAmax) {
-  for (const Fp8Format f : kFormats) {
+  for (const MxElement f : kFormats) {
     for (const float zero : {0.0f, -0.0f}) {
       EXPECT_EQ(E8m0ScaleRceil(zero, f), 0u);
       EXPECT_EQ(E8m0ScaleFloor(zero, f), 0u);
@@ -124,7 +162,7 @@ TEST(Mx, ZeroAndSubnormalAmax) {
 // Every exponent field with fraction patterns around the RCEIL rounding seams, plus random.
 TEST(Mx, ScalesMatchFrexpReferenceAcrossTheRange) {
   std::mt19937 rng(31);
-  for (const Fp8Format f : kFormats) {
+  for (const MxElement f : kFormats) {
     for (uint32_t be = 0; be < 255; ++be) {
       for (const uint32_t frac : {0u, 1u, 2u, 0x124925u, 0x124926u, 0x3FFFFFu, 0x400000u, 0x400001u,
                                   0x600000u, 0x7FFFFEu, 0x7FFFFFu, static_cast<uint32_t>(rng() & 0x7FFFFFu)}) {
@@ -141,7 +179,7 @@ TEST(Mx, NanOrInfBlockGetsNanScale) {
   const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
                             std::numeric_limits<float>::infinity(),
                             -std::numeric_limits<float>::infinity()};
-  for (const Fp8Format f : kFormats) {
+  for (const MxElement f : kFormats) {
     for (const MxScaleRule rule : kRules) {
       EXPECT_EQ(E8m0Scale(std::numeric_limits<float>::infinity(), f, rule), 0xFFu);
       EXPECT_EQ(E8m0Scale(std::numeric_limits<float>::quiet_NaN(), f, rule), 0xFFu);
@@ -153,7 +191,12 @@ TEST(Mx, NanOrInfBlockGetsNanScale) {
         std::vector<float> back(32);
         MxDequantizeBlock(codes.data(), 32, 0xFF, f, back.data());
         for (int i = 0; i < 32; ++i) {
-          EXPECT_TRUE(Fp8IsNan(codes[i], f));
+          // fp8: the NaN code; fp6/fp4 have none and store +max, which the NaN scale overrides.
+          if (HasNan(f)) {
+            EXPECT_TRUE(IsNanCode(codes[i], f));
+          } else {
+            EXPECT_EQ(codes[i], MaxCodeOf(f));
+          }
           EXPECT_TRUE(std::isnan(back[i]));
         }
       }
@@ -175,10 +218,9 @@ std::vector<float> Fa3Inputs(int n, std::mt19937_64& rng) {
 // the fp8 table; and dequantise(quantise(x)) is within half a step of x (or saturated to max).
 TEST(Mx, ElementsRoundOnceAndDequantizeWithinHalfAStep) {
   std::mt19937_64 rng(41);
-  for (const Fp8Format f : kFormats) {
-    const std::vector<double> table =
-        RefPositiveFiniteTable(f == Fp8Format::kE4M3 ? testing::kRefE4m3 : testing::kRefE5m2);
-    const int mant = f == Fp8Format::kE4M3 ? 3 : 2;
+  for (const MxElement f : kFormats) {
+    const std::vector<double> table = RefPositiveFiniteTable(FieldsOf(f));
+    const int mant = FieldsOf(f).mant_bits;
     const double min_sub = table[1];
     for (const MxScaleRule rule : kRules) {
       for (int blk = 0; blk < 3000; ++blk) {
@@ -197,7 +239,7 @@ TEST(Mx, ElementsRoundOnceAndDequantizeWithinHalfAStep) {
           uint32_t mag = RefNearestCode(std::fabs(scaled), table);
           const bool saturated = mag >= table.size() - 1 && std::fabs(scaled) > table.back();
           if (mag >= table.size()) mag = static_cast<uint32_t>(table.size() - 1);
-          const uint8_t expected = static_cast<uint8_t>(mag | (std::signbit(x[i]) ? 0x80u : 0u));
+          const uint8_t expected = static_cast<uint8_t>(mag | (std::signbit(x[i]) ? SignBitOf(f) : 0u));
           ASSERT_EQ(codes[i], expected) << std::hexfloat << x[i] << " E=" << std::dec << e;
           const double err = std::fabs(static_cast<double>(back[i]) - static_cast<double>(x[i]));
           const double a = std::fabs(static_cast<double>(x[i]));
@@ -212,9 +254,9 @@ TEST(Mx, ElementsRoundOnceAndDequantizeWithinHalfAStep) {
         // RCEIL never saturates by more than its fp32 rounding of r; FLOOR's max element lies in
         // [2^emax, 2^(emax+1)) before saturation. Either way the largest code is near the top.
         uint8_t top = 0;
-        for (int i = 0; i < n; ++i) top = std::max<uint8_t>(top, codes[i] & 0x7Fu);
+        for (int i = 0; i < n; ++i) top = std::max<uint8_t>(top, static_cast<uint8_t>(codes[i] & (SignBitOf(f) - 1)));
         if (n > 0 && std::bit_cast<uint32_t>(MxBlockAmax(x.data(), n, 1)) != 0) {
-          EXPECT_GE(static_cast<double>(Fp8ToFloat(top, f)), MaxOf(f) / 2.0) << "scale too coarse";
+          EXPECT_GE(testing::RefDecode(top, FieldsOf(f)), MaxOf(f) / 2.0) << "scale too coarse";
         }
       }
     }
@@ -223,7 +265,7 @@ TEST(Mx, ElementsRoundOnceAndDequantizeWithinHalfAStep) {
 
 TEST(Mx, PartialBlockTailCountsAsZero) {
   std::mt19937_64 rng(51);
-  for (const Fp8Format f : kFormats) {
+  for (const MxElement f : kFormats) {
     for (const MxScaleRule rule : kRules) {
       for (int n = 0; n <= 32; ++n) {
         std::vector<float> x = Fa3Inputs(32, rng);
@@ -247,9 +289,9 @@ TEST(Mx, StridedBlockEqualsGatheredBlock) {
   for (int i = 0; i < 32; ++i) col[static_cast<size_t>(i)] = m[static_cast<size_t>(i * 7 + 3)];
   std::vector<uint8_t> strided(32 * 7, 0);
   std::vector<uint8_t> gathered(32);
-  const uint8_t s1 = MxQuantizeBlockStrided(m.data() + 3, 32, 7, Fp8Format::kE4M3,
+  const uint8_t s1 = MxQuantizeBlockStrided(m.data() + 3, 32, 7, MxElement::kE4M3,
                                             MxScaleRule::kRceil, strided.data() + 3, 7);
-  const uint8_t s2 = MxQuantizeBlock(col.data(), 32, Fp8Format::kE4M3, MxScaleRule::kRceil,
+  const uint8_t s2 = MxQuantizeBlock(col.data(), 32, MxElement::kE4M3, MxScaleRule::kRceil,
                                      gathered.data());
   EXPECT_EQ(s1, s2);
   for (int i = 0; i < 32; ++i) EXPECT_EQ(strided[static_cast<size_t>(i * 7 + 3)], gathered[static_cast<size_t>(i)]);
@@ -269,7 +311,7 @@ TEST(Mx, SquareBlocksOfTransposeGiveTransposedCodesAndSameScales) {
   for (int i = 0; i < rows; ++i) {
     for (int j = 0; j < cols; ++j) xt[static_cast<size_t>(j * rows + i)] = x[static_cast<size_t>(i * cols + j)];
   }
-  for (const Fp8Format f : kFormats) {
+  for (const MxElement f : kFormats) {
     for (const MxScaleRule rule : kRules) {
       const int nbr = MxNumBlocks(rows);
       const int nbc = MxNumBlocks(cols);
@@ -312,18 +354,18 @@ TEST(Mx, SquareBlocksOfTransposeGiveTransposedCodesAndSameScales) {
   }
 }
 
-// Decoding is exact: code value × 2^E.
+// Decoding is exact: code value (by the format definition) × 2^E.
 TEST(Mx, DecodeIsExactScaling) {
-  for (const Fp8Format f : kFormats) {
+  for (const MxElement f : kFormats) {
     for (const int scale : {0, 1, 20, 127, 130, 200, 254}) {
-      for (uint32_t c = 0; c < 256; ++c) {
-        const float v = Fp8ToFloat(static_cast<uint8_t>(c), f);
+      for (uint32_t c = 0; c < 2 * SignBitOf(f); ++c) {
+        const double v = testing::RefDecode(c, FieldsOf(f));
         const float got = MxDecodeElement(static_cast<uint8_t>(c), static_cast<uint8_t>(scale), f);
         if (std::isnan(v)) {
           EXPECT_TRUE(std::isnan(got));
           continue;
         }
-        const double expected = std::ldexp(static_cast<double>(v), scale - 127);
+        const double expected = std::ldexp(v, scale - 127);
         if (std::fabs(expected) > std::numeric_limits<float>::max()) {
           EXPECT_TRUE(std::isinf(got)) << c << " " << scale;
         } else {
@@ -335,15 +377,15 @@ TEST(Mx, DecodeIsExactScaling) {
   }
 }
 
-// SR element encoding = fp8 SR of x·2^-E (exact here), for all r on a few elements.
+// SR element encoding = the element format's SR of x·2^-E (exact here), for all r on a few elements.
 TEST(Mx, StochasticElementEncodeScalesThenRounds) {
-  for (const Fp8Format f : kFormats) {
+  for (const MxElement f : kFormats) {
     for (const float x : {1.3f, -0.0071f, 300.7f, 3.3e-5f}) {
       for (const int scale : {120, 127, 131}) {
         const float scaled = std::ldexp(x, -(scale - 127));
         for (uint32_t r = 0; r < 65536; r += 7) {
           ASSERT_EQ(MxEncodeElementSr(x, static_cast<uint8_t>(scale), f, static_cast<uint16_t>(r)),
-                    FloatToFp8Sr(scaled, f, static_cast<uint16_t>(r)));
+                    FloatToMxElementSr(scaled, f, static_cast<uint16_t>(r)));
         }
       }
     }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "model/numerics/float_formats.h"
+#include "model/numerics/fp4_fp6.h"
 #include "model/numerics/fp8.h"
 #include "tests/numerics/independent_reference.h"
 
@@ -28,7 +29,7 @@ using testing::RefPositiveFiniteTable;
 struct SrTarget {
   const char* name;
   FieldFormat fields;
-  bool saturates;  // fp8: overflow saturates; bf16/fp16: overflow to inf
+  bool saturates;  // fp8/fp6/fp4: overflow saturates; bf16/fp16: overflow to inf
   std::function<uint32_t(float, uint16_t)> sr;
   int sign_shift;
 };
@@ -39,6 +40,12 @@ std::vector<SrTarget> Targets() {
       {"fp16", testing::kRefFp16, false, [](float x, uint16_t r) { return uint32_t{FloatToFp16BitsSr(x, r)}; }, 15},
       {"e4m3", testing::kRefE4m3, true, [](float x, uint16_t r) { return uint32_t{FloatToE4m3Sr(x, r)}; }, 7},
       {"e5m2", testing::kRefE5m2, true, [](float x, uint16_t r) { return uint32_t{FloatToE5m2Sr(x, r)}; }, 7},
+      {"e2m3", testing::kRefE2m3, true,
+       [](float x, uint16_t r) { return uint32_t{FloatToFp4Fp6Sr(x, Fp4Fp6Format::kE2M3, r)}; }, 5},
+      {"e3m2", testing::kRefE3m2, true,
+       [](float x, uint16_t r) { return uint32_t{FloatToFp4Fp6Sr(x, Fp4Fp6Format::kE3M2, r)}; }, 5},
+      {"e2m1", testing::kRefE2m1, true,
+       [](float x, uint16_t r) { return uint32_t{FloatToFp4Fp6Sr(x, Fp4Fp6Format::kE2M1, r)}; }, 3},
   };
 }
 
@@ -129,6 +136,14 @@ TEST(StochasticRounding, OverflowAndSpecials) {
     EXPECT_TRUE(Fp8IsNan(FloatToE4m3Sr(nan, r), Fp8Format::kE4M3));
     EXPECT_TRUE(Fp8IsNan(FloatToE5m2Sr(nan, r), Fp8Format::kE5M2));
     EXPECT_EQ(FloatToE4m3Sr(-0.0f, r), 0x80u);
+    // fp6/fp4 saturate too; NaN, which they cannot hold, gives +max.
+    EXPECT_EQ(FloatToFp4Fp6Sr(7.9f, Fp4Fp6Format::kE2M1, r), 0x7u);
+    EXPECT_EQ(FloatToFp4Fp6Sr(-inf, Fp4Fp6Format::kE2M1, r), 0xFu);
+    EXPECT_EQ(FloatToFp4Fp6Sr(1e6f, Fp4Fp6Format::kE2M3, r), 0x1Fu);
+    EXPECT_EQ(FloatToFp4Fp6Sr(-31.0f, Fp4Fp6Format::kE3M2, r), 0x3Fu);
+    EXPECT_EQ(FloatToFp4Fp6Sr(nan, Fp4Fp6Format::kE2M1, r), 0x7u);
+    EXPECT_EQ(FloatToFp4Fp6Sr(-nan, Fp4Fp6Format::kE3M2, r), 0x1Fu);
+    EXPECT_EQ(FloatToFp4Fp6Sr(-0.0f, Fp4Fp6Format::kE2M3, r), 0x20u);
   }
   // The last finite step rounds up to inf for exactly f of the r: 65504 + 16 is halfway.
   uint32_t infs = 0;

@@ -65,6 +65,7 @@ def test_backward_do_of_the_wrong_shape():
 @pytest.mark.parametrize("x,kwargs,error,name", [
     (np.zeros(4, dtype=np.int64), {"format": "bf16"}, TypeError, "x: dtype int64"),
     (np.zeros(4), {"format": "int4"}, ValueError, "format='int4'"),
+    (np.zeros(4), {"format": "float4_e2m1"}, ValueError, "format='float4_e2m1'"),
     (np.zeros(4), {"format": "e4m3", "block": 16}, ValueError, "block=16"),
     (np.zeros(64), {"format": "bf16", "block": 32}, ValueError, "^block: MX blocks need format e4m3"),
     (np.zeros(4), {"format": "e4m3", "rht": 32}, ValueError, "^rht=32: axis 0 has length 4"),
@@ -136,7 +137,7 @@ def test_random_quantize_and_embed_calls_never_crash():
 
     for _ in range(200):
         try:
-            gemtb.ref.quantize(arr(side=70), ["bf16", "e4m3", "e5m2", "fp16"][rng.integers(0, 4)],
+            gemtb.ref.quantize(arr(side=70), ["bf16", "e4m3", "e5m2", "fp16", "e2m1", "e3m2"][rng.integers(0, 6)],
                                block=[None, 32, "32x32"][rng.integers(0, 3)], axis=int(rng.integers(-3, 3)),
                                rounding=["rne", "stochastic"][rng.integers(0, 2)], rht=[0, 32, 64, 7][rng.integers(0, 4)])
         except (ValueError, TypeError):

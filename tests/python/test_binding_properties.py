@@ -153,7 +153,8 @@ def quantize_case(draw):
     x = np.ldexp(np.asarray(rng.standard_normal(shape), dtype=np.float32), draw(st.integers(-12, 12)))
     arrays = {"x": np.asarray(x.astype(draw(st.sampled_from(FLOATS))))}  # 0-d stays an array
     arrays, _, how = mutate(draw, arrays, ["x"])
-    options = dict(format=draw(st.sampled_from(["bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "e4m3"])),
+    options = dict(format=draw(st.sampled_from(["bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "e4m3",
+                                                "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn", "e2m1"])),
                    block=draw(st.sampled_from([None, 32, 32, "32x32", 16])), axis=draw(st.integers(-3, 2)),
                    rounding=draw(st.sampled_from(["rne", "stochastic"])),
                    rht=draw(st.sampled_from([0, 0, 0, 32, 64, 128, 7])), seed=draw(st.integers(0, 5)))
@@ -170,9 +171,9 @@ def test_quantize_returns_documented_shapes_or_names_the_argument(case):
         expect_error_naming(e, ["x"] if how != "none" else QUANTIZE_ARGS, how)
         return
     event("returned")
-    fp8 = options["format"] in ("float8_e4m3fn", "float8_e5m2", "e4m3")
+    one_byte = options["format"] not in ("bfloat16", "float16")  # fp8, fp6 and fp4: a code per byte
     assert how == "none", "a wrong dtype or a strided x was accepted"
-    assert out["codes"].shape == x.shape and out["codes"].dtype == (np.uint8 if fp8 else np.uint16)
+    assert out["codes"].shape == x.shape and out["codes"].dtype == (np.uint8 if one_byte else np.uint16)
     assert out["values"].shape == x.shape and out["values"].dtype == np.float64
     block = options["block"]
     if block is None:

@@ -16,8 +16,13 @@ QUANTIZE = [
     ("e5m2", {"block": "32x32", "scale_mode": "floor"}, ["--block", "32x32", "--scale-mode", "floor"]),
     ("e4m3", {"rounding": "stochastic", "seed": 3, "stream": 1}, ["--rounding", "stochastic", "--seed", "3", "--stream", "1"]),
     ("bf16", {"rht": 32, "seed": 9}, ["--rht", "32", "--seed", "9"]),
+    ("float4_e2m1fn", {"block": 32, "scale_mode": "floor"}, ["--block", "32", "--scale-mode", "floor"]),
+    ("float6_e2m3fn", {"block": "32x32"}, ["--block", "32x32"]),
+    ("e3m2", {"rounding": "stochastic", "seed": 5}, ["--rounding", "stochastic", "--seed", "5"]),
+    ("float6_e3m2fn", {}, []),
 ]
-CLI_FORMAT = {"bf16": "bf16", "float16": "fp16", "float8_e4m3fn": "e4m3", "e5m2": "e5m2", "e4m3": "e4m3"}
+CLI_FORMAT = {"bf16": "bf16", "float16": "fp16", "float8_e4m3fn": "e4m3", "e5m2": "e5m2", "e4m3": "e4m3",
+              "float4_e2m1fn": "e2m1", "float6_e2m3fn": "e2m3", "float6_e3m2fn": "e3m2", "e3m2": "e3m2"}
 
 
 @pytest.mark.parametrize("fmt,kwargs,flags", QUANTIZE, ids=[str(i) for i in range(len(QUANTIZE))])
@@ -30,11 +35,12 @@ def test_quantize_bytes_match_cli(cli, save, tmp_path, fmt, kwargs, flags):
         assert same_bytes(want[name], got[name]), name
 
 
-def test_quantize_codes_view_as_ml_dtypes():
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"])
+def test_quantize_codes_view_as_ml_dtypes(fmt):
     x = np.array([1.0, -2.5, 1e-3, 448.0], dtype=np.float32)
-    r = gemtb.ref.quantize(x, "float8_e4m3fn")
+    r = gemtb.ref.quantize(x, fmt)
     assert r["codes"].dtype == np.uint8
-    np.testing.assert_array_equal(r["codes"].view(ml_dtypes.float8_e4m3fn).astype(np.float64), r["values"])
+    np.testing.assert_array_equal(r["codes"].view(getattr(ml_dtypes, fmt)).astype(np.float64), r["values"])
 
 
 SPEC = {

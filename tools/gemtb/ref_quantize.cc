@@ -20,16 +20,20 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   int64_t axis = -1, seed = 0, stream = 0, rht = 0;
   bool force = false;
   FlagSet flags(
-      "gemtb ref quantize --in FILE --format bf16|fp16|e4m3|e5m2 [--block 32|32x32 --axis N "
+      "gemtb ref quantize --in FILE --format bf16|fp16|e4m3|e5m2|e2m3|e3m2|e2m1 [--block 32|32x32 --axis N "
       "--scale-mode rceil|floor] [--rounding rne|stochastic --seed S --stream T] [--rht 32|64|128] --out-dir DIR",
       "Quantises a .npy tensor with the bit-exact codecs (docs/quantize.md) and writes codes.npy\n"
-      "(<u2 for bf16/fp16, |u1 for fp8), scales.npy (E8M0 codes, MX only) and values.npy (the decoded\n"
-      "values, float64; after the RHT when --rht is given). --block 32 forms MX blocks of 32 along\n"
-      "--axis; --block 32x32 tiles the last two axes. Stochastic rounding takes the low 16 bits of\n"
-      "Philox4x32-10 word (seed, stream, flat element index); the RHT's signs come from (seed, stream).");
+      "(<u2 for bf16/fp16, |u1 for fp8, fp6 and fp4: one code per byte, in its low bits), scales.npy\n"
+      "(E8M0 codes, MX only) and values.npy (the decoded values, float64; after the RHT when --rht is\n"
+      "given). e4m3/e5m2 are FP8, e2m3/e3m2 FP6 and e2m1 FP4 (OCP MX v1.0; ml_dtypes' float8_e4m3fn,\n"
+      "float8_e5m2, float6_e2m3fn, float6_e3m2fn, float4_e2m1fn); they saturate at their largest value,\n"
+      "and NaN gives FP8's NaN code, or +max in FP6/FP4, which have no NaN. --block 32 forms MX blocks\n"
+      "(MXFP8, MXFP6, MXFP4) of 32 along --axis; --block 32x32 tiles the last two axes. Stochastic\n"
+      "rounding takes the low 16 bits of Philox4x32-10 word (seed, stream, flat element index); the\n"
+      "RHT's signs come from (seed, stream).");
   flags.String("in", &in_path, "input .npy (<f8, <f4, <f2 or bfloat16 bits <u2)");
-  flags.String("format", &format, "bf16|fp16|e4m3|e5m2");
-  flags.String("block", &block, "MX blocks: 32 (along --axis) or 32x32 (last two axes); fp8 only");
+  flags.String("format", &format, reference::kQuantFormatChoices);
+  flags.String("block", &block, "MX blocks: 32 (along --axis) or 32x32 (last two axes); fp8, fp6, fp4 only");
   flags.Int64("axis", &axis, "block / RHT axis, negative from the end (default -1)");
   flags.String("scale-mode", &scale_mode, "E8M0 scale rule: rceil (default) | floor");
   flags.String("rounding", &rounding, "rne (default) | stochastic");
@@ -51,7 +55,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* help) {
   if (std::optional<reference::QuantFormat> f = ParseIn(reference::kQuantFormatNames, format)) {
     o.format = *f;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("--format=", format, ": want bf16|fp16|e4m3|e5m2"));
+    return absl::InvalidArgumentError(absl::StrCat("--format=", format, ": want ", reference::kQuantFormatChoices));
   }
   if (block.empty()) o.block = reference::QuantBlock::kNone;
   else if (block == "32") o.block = reference::QuantBlock::kAxis32;
