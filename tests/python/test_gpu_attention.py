@@ -8,6 +8,7 @@ gemtb.gpu raises before anything reaches the device run without a GPU (they need
 """
 
 import concurrent.futures
+import contextlib
 import os
 
 import ml_dtypes
@@ -215,3 +216,96 @@ def test_into_functions_check_the_outputs():
         gemtb.gpu.attention_forward_into(a["q"], a["k"], a["v"], a["q_offsets"], a["kv_offsets"], out, lse.double())
     with pytest.raises(ValueError, match="q_offsets: on a device"):
         gemtb.gpu.attention_forward_into(a["q"], a["k"], a["v"], a["q_offsets"].cuda(), a["kv_offsets"], out, lse)
+
+
+# --- the op's PyTorch wiring, with the kernels replaced by a CPU stand-in ---------------------------
+
+@pytest.fixture
+def stand_in(monkeypatch):
+    """The custom op with the kernels replaced: O = 2q, LSE = 1, dQ = 2dO, dK = 0, dV = 3, and the
+    device and stream handling off, so that fake shapes, autograd and torch.compile's tracing of
+    gemtb::attention run on the CPU. Returns the list of binding calls."""
+    from gemtb import _torch_op
+
+    calls = []
+
+    def forward(q, k, v, q_offsets, kv_offsets, kv_index, options, out, lse):
+        calls.append(("forward", options))
+        out.copy_(q[:, :, :v.shape[2]] * 2)
+        if lse is not None:
+            lse.fill_(1.0)
+
+    def backward(q, k, v, q_offsets, kv_offsets, kv_index, options, out, lse, d_out, dq, dk, dv, workspace):
+        calls.append(("backward", options))
+        dq.copy_(d_out * 2)
+        dk.zero_()
+        dv.fill_(3.0)
+
+    class Core:
+        gpu_attention_forward = staticmethod(forward)
+        gpu_attention_backward = staticmethod(backward)
+
+    monkeypatch.setattr(_torch_op, "_core", Core)
+    monkeypatch.setattr(_torch_op, "_check_device", lambda q, k, v: None)
+    monkeypatch.setattr(_torch_op, "_on_default_stream", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(gemtb.gpu, "_require", lambda: None)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    return calls
+
+
+def test_autograd_runs_the_backward_op_and_lse_is_a_constant(stand_in):
+    a = inputs()
+    q, k, v = (a[n].requires_grad_() for n in ("q", "k", "v"))
+    o, lse = gemtb.gpu.attention(q, k, v, a["q_offsets"], a["kv_offsets"], return_lse=True)
+    assert o.shape == (5, 2, 64) and lse.shape == (2, 5) and not lse.requires_grad
+    assert stand_in[-1] == ("forward", dict(act="softmax", mask="none", align="bottom_right", pre_scale=None,
+                                            post_scale=None, window_left=-1, window_right=-1, block=64, max_lq=3,
+                                            max_lk=3, broadcast_q=False, tanh_approx=False))
+    d_o = torch.full_like(o, 0.5)
+    dq, dk, dv = torch.autograd.grad(o, (q, k, v), d_o)
+    assert stand_in[-1][0] == "backward"
+    assert torch.equal(dq, torch.ones_like(q)) and torch.equal(dk, torch.zeros_like(k))
+    assert torch.equal(dv, torch.full_like(v, 3.0))
+
+
+def test_fake_shapes_follow_the_pairing_rule(stand_in):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = torch.empty(4, 2, 64, dtype=torch.bfloat16)
+        k = torch.empty(9, 1, 64, dtype=torch.bfloat16)
+        offsets = torch.empty(4, dtype=torch.int64)
+        for broadcast_q, kv_index, rows in ((False, None, 4), (True, None, 3 * 4),
+                                            (True, torch.empty(5, dtype=torch.int64), 5 * 4)):
+            o, lse = torch.ops.gemtb.attention(q, k, k, torch.empty(2 if broadcast_q else 3, dtype=torch.int64),
+                                               offsets, kv_index, "softmax", "none", "bottom_right", None, None,
+                                               -1, -1, 64, None, None, broadcast_q, False)
+            assert o.shape == (rows, 2, 64) and lse.shape == (2, rows)
+        o, lse = torch.ops.gemtb.attention(q, k, k, offsets, offsets, None, "silu", "none", "bottom_right", None,
+                                           None, -1, -1, 64, None, None, False, False)
+        assert lse.shape == (0,)
+    assert not stand_in  # fake tensors never reach the kernels
+
+
+def test_torch_compile_traces_the_op_without_graph_breaks(stand_in):
+    a = inputs()
+    q, k, v = (a[n].requires_grad_() for n in ("q", "k", "v"))
+
+    def loss(q, k, v, q_offsets, kv_offsets):
+        o = gemtb.gpu.attention(q, k, v, q_offsets, kv_offsets, act="silu", mask="causal", max_lq=3, max_lk=3)
+        return o.float().sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    compiled(q, k, v, a["q_offsets"], a["kv_offsets"]).backward()
+    assert [c[0] for c in stand_in] == ["forward", "backward"]
+    assert torch.equal(q.grad, torch.full_like(q, 2.0))
+    assert torch._dynamo.explain(loss)(q, k, v, a["q_offsets"], a["kv_offsets"]).graph_break_count == 0
+
+
+def test_the_op_schema_and_fake_agree(stand_in):
+    a = inputs()
+    torch.library.opcheck(torch.ops.gemtb.attention.default,
+                          (a["q"], a["k"], a["v"], a["q_offsets"], a["kv_offsets"], None, "softmax", "none",
+                           "bottom_right", None, None, -1, -1, 64, None, None, False, False),
+                          test_utils=("test_schema", "test_faketensor"))
