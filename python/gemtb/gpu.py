@@ -23,6 +23,8 @@ layout, shape or option (checked before anything runs on the device), RuntimeErr
 kernels cannot run here.
 """
 
+import functools
+
 from . import _core
 
 _ACTS = ("softmax", "identity", "gelu", "gelu_tanh", "silu", "relu", "relu_square", "leaky_relu", "hardswish")
@@ -46,8 +48,9 @@ def _built():
     return hasattr(_core, "gpu_attention_forward")
 
 
+@functools.lru_cache(maxsize=None)
 def unavailable_reason():
-    """Why the kernels cannot run here ("" when they can)."""
+    """Why the kernels cannot run here ("" when they can). Asked of the driver once per process."""
     if not _built():
         return "gemtb was built without CUDA (pip install . -C cmake.define.GEMTB_WITH_CUDA=ON)"
     ok, why = _core.gpu_attention_available()
