@@ -113,6 +113,7 @@ def attention_forward_into(q, k, v, q_offsets, kv_offsets, out, lse=None, *, kv_
     _require()
     options = _options(act, mask, window, block, align, pre_scale, post_scale, max_lq, max_lk, broadcast_q,
                        tanh_approx)
+    _check_dlpack(q=q, k=k, v=v, q_offsets=q_offsets, kv_offsets=kv_offsets, kv_index=kv_index, out=out, lse=lse)
     _fill_max_lengths(options, q_offsets, kv_offsets)
     _core.gpu_attention_forward(q, k, v, q_offsets, kv_offsets, kv_index, options, out, lse)
 
@@ -127,9 +128,18 @@ def attention_backward_into(q, k, v, q_offsets, kv_offsets, out, lse, d_out, dq,
     _require()
     options = _options(act, mask, window, block, align, pre_scale, post_scale, max_lq, max_lk, broadcast_q,
                        tanh_approx)
+    _check_dlpack(q=q, k=k, v=v, q_offsets=q_offsets, kv_offsets=kv_offsets, kv_index=kv_index, out=out, lse=lse,
+                  d_out=d_out, dq=dq, dk=dk, dv=dv, workspace=workspace)
     _fill_max_lengths(options, q_offsets, kv_offsets)
     _core.gpu_attention_backward(q, k, v, q_offsets, kv_offsets, kv_index, options, out, lse, d_out, dq, dk, dv,
                                  workspace)
+
+
+def _check_dlpack(**arrays):
+    """Each given array supports DLPack (the binding's own error would not name it)."""
+    for name, x in arrays.items():
+        if x is not None and not hasattr(x, "__dlpack__"):
+            raise TypeError(f"{name}: want a DLPack tensor (PyTorch, CuPy, JAX, NumPy), got {type(x).__name__}")
 
 
 def _fill_max_lengths(options, q_offsets, kv_offsets):
