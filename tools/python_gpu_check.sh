@@ -3,9 +3,9 @@
 # device call (the same dependency carrying as tools/gpu_check.sh; gpu/README.md has the steps):
 #   1. unpacks the Debian packages in .deb/ into a private prefix; builds from .deb/src.tgz (a
 #      `git archive` of the commit in .deb/SOURCE) where it exists, else from the working tree;
-#   2. a venv over the machine's python3 (--system-site-packages: its PyTorch, NumPy, ml_dtypes,
-#      nanobind, scikit-build-core and pytest), topped up from the wheels in .whl/ (no index: the
-#      machine reaches none) where the image lacks one;
+#   2. a venv that sees the machine's python3 packages (its PyTorch, NumPy, ml_dtypes, nanobind,
+#      scikit-build-core and pytest), topped up from the wheels in .whl/ (no index: the machine
+#      reaches none) where the image lacks one;
 #   3. `pip install <src> -C cmake.define.GEMTB_WITH_CUDA=ON` against the unpacked prefix;
 #   4. pytest tests/python/test_gpu_attention.py: GEMTB_GPU_CASES (--cases, default 100) random
 #      cases per family (act x mask) forward and backward through the custom op gemtb::attention,
@@ -52,6 +52,10 @@ stage "venv over python3, topped up from .whl/"
 venv=$scratch/gemtb-python-venv
 [ -x "$venv/bin/python" ] || python3 -m venv --system-site-packages "$venv"
 py=$venv/bin/python
+# python3 there is itself a venv (/opt/torch/.venv), whose packages --system-site-packages does not
+# reach: a .pth file puts its site-packages after ours.
+python3 -c "import site; print('\n'.join(site.getsitepackages()))" \
+  > "$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/gemtb-host-python.pth"
 # Installed ones satisfy these; .whl/ supplies what the image lacks (gpu/README.md: how to fill it).
 if ! "$py" -m pip install -q --disable-pip-version-check --no-index --find-links .whl \
      "scikit-build-core>=0.10" "nanobind>=2.0" numpy ml_dtypes pytest > "$out/build.log" 2>&1; then
