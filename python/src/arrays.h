@@ -54,6 +54,8 @@ void BindAttention(nb::module_& m);
 void BindQuantize(nb::module_& m);
 void BindEmbed(nb::module_& m);
 void BindSimModelData(nb::module_& m);
+void BindTesting(nb::module_& m);
+void BindGpuAttention(nb::module_& m);  // built with CUDA only (gpu_attention.cc)
 
 }  // namespace gemtb::python
 

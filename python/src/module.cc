@@ -7,4 +7,8 @@ NB_MODULE(_core, m) {
   gemtb::python::BindQuantize(m);
   gemtb::python::BindEmbed(m);
   gemtb::python::BindSimModelData(m);
+  gemtb::python::BindTesting(m);
+#if GEMTB_PYTHON_WITH_CUDA
+  gemtb::python::BindGpuAttention(m);
+#endif
 }
