@@ -12,7 +12,10 @@ Conventions that differ (compared to 1 fp32 ulp-scale tolerance, named here):
     written-out Adagrad step takes the correctly rounded one (ieee_sqrt).
   - duplicate ids: gemtb sums a row's gradients in (sample, feature, position) order, embedding_bag's
     backward in its own; the step tests give a row at most two occurrences, where order cannot matter.
-FBGEMM's CPU TBE (fbgemm-gpu-cpu, whose wheel must match the torch build) is not compared yet.
+FBGEMM's CPU TBE is not compared: fbgemm-gpu-cpu's wheels are built against one torch release each,
+and the newest (1.9.0, for torch 2.14) fails to import beside torch 2.15, which the test command
+installs (undefined symbol c10::report_overflow); there is no fbgemm-gpu-cpu release for torch 2.15
+yet, only nightly builds.
 """
 
 import numpy as np
