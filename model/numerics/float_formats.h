@@ -147,6 +147,24 @@ GEMTB_HD inline uint32_t EncodeIeee(const ExactValue& v, BinaryFormat fmt, bool 
   return sign | RoundMagnitude(v.m, v.k, fmt, sr, r);
 }
 
+// Encode an IEEE input (already split) into a format without inf (fp8, fp6, fp4): RNE or SR,
+// satfinite (finite values or ±inf beyond max give ±max, the sign of zero kept), NaN -> nan_code.
+GEMTB_HD inline uint32_t EncodeSatfinite(const ExactValue& v, BinaryFormat fmt, uint32_t nan_code, bool sr,
+                                         uint32_t r) {
+  const uint32_t sign = v.negative ? (1u << fmt.sign_shift) : 0u;
+  switch (v.cls) {
+    case ValueClass::kNaN:
+      return nan_code;
+    case ValueClass::kZero:
+      return sign;
+    case ValueClass::kInf:
+      return sign | fmt.max_finite;
+    case ValueClass::kFinite:
+      break;
+  }
+  return sign | RoundMagnitude(v.m, v.k, fmt, sr, r);
+}
+
 // Exact decode of an IEEE-style code (bf16, fp16) to fp32 bits: the target is wider in both
 // exponent range and precision, so no rounding happens. NaNs keep sign and payload, quiet bit set.
 GEMTB_HD inline uint32_t WidenIeeeToFp32Bits(uint32_t code, BinaryFormat fmt) {

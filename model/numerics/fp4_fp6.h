@@ -35,21 +35,11 @@ GEMTB_HD constexpr BinaryFormat Fp4Fp6BinaryFormat(Fp4Fp6Format f) {
   return f == Fp4Fp6Format::kE2M1 ? E2m1Format() : (f == Fp4Fp6Format::kE2M3 ? E2m3Format() : E3m2Format());
 }
 
-// RNE (sr == false) or stochastic rounding with r (sr == true) of a split IEEE value, satfinite.
+// RNE (sr == false) or stochastic rounding with r (sr == true) of a split IEEE value, satfinite;
+// NaN gives +max.
 GEMTB_HD inline uint8_t EncodeFp4Fp6(const ExactValue& v, Fp4Fp6Format f, bool sr, uint32_t r) {
   const BinaryFormat fmt = Fp4Fp6BinaryFormat(f);
-  const uint32_t sign = v.negative ? (1u << fmt.sign_shift) : 0u;
-  switch (v.cls) {
-    case ValueClass::kNaN:
-      return static_cast<uint8_t>(fmt.max_finite);
-    case ValueClass::kZero:
-      return static_cast<uint8_t>(sign);
-    case ValueClass::kInf:
-      return static_cast<uint8_t>(sign | fmt.max_finite);
-    case ValueClass::kFinite:
-      break;
-  }
-  return static_cast<uint8_t>(sign | RoundMagnitude(v.m, v.k, fmt, sr, r));
+  return static_cast<uint8_t>(EncodeSatfinite(v, fmt, fmt.max_finite, sr, r));
 }
 
 }  // namespace detail

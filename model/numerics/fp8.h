@@ -31,19 +31,7 @@ GEMTB_HD constexpr BinaryFormat Fp8BinaryFormat(Fp8Format f) {
 
 // RNE (sr == false) or stochastic rounding with r (sr == true) of a split IEEE value, satfinite.
 GEMTB_HD inline uint8_t EncodeFp8(const ExactValue& v, Fp8Format f, bool sr, uint32_t r) {
-  const BinaryFormat fmt = Fp8BinaryFormat(f);
-  const uint32_t sign = v.negative ? 0x80u : 0u;
-  switch (v.cls) {
-    case ValueClass::kNaN:
-      return kFp8CanonicalNan;
-    case ValueClass::kZero:
-      return static_cast<uint8_t>(sign);
-    case ValueClass::kInf:
-      return static_cast<uint8_t>(sign | fmt.max_finite);
-    case ValueClass::kFinite:
-      break;
-  }
-  return static_cast<uint8_t>(sign | RoundMagnitude(v.m, v.k, fmt, sr, r));
+  return static_cast<uint8_t>(EncodeSatfinite(v, Fp8BinaryFormat(f), kFp8CanonicalNan, sr, r));
 }
 
 }  // namespace detail
