@@ -34,10 +34,11 @@ EmbedTiming TimeVariant(const LaunchParams& p, int64_t bags, const EmbedBenchOpt
   cudaFuncAttributes attr{};
   Check(CudaOk(cudaFuncGetAttributes(&attr, kernel), "cudaFuncGetAttributes"));
   *regs = attr.numRegs;
-  absl::StatusOr<unsigned> blocks = PoolGrid(kernel, kWarps, bags);
-  Check(blocks.status());
+  const absl::StatusOr<int64_t> resident = ResidentBlocks(kernel, kWarps);
+  Check(resident.status());
+  const unsigned blocks = PoolGrid(bags, kWarps, *resident);
   absl::StatusOr<EmbedTiming> t = TimeEmbedRuns(options, bytes, [&] {
-    kernel<<<*blocks, kWarps * 32>>>(p);
+    kernel<<<blocks, kWarps * 32>>>(p);
     return CudaOk(cudaGetLastError(), "probe launch");
   });
   Check(t.status());

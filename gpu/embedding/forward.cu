@@ -53,9 +53,10 @@ __global__ void __launch_bounds__(kSequenceWarps * 32) SequenceKernel(const Laun
 template <ElementType kDtype, int kLoads, int kWarps, int kMinBlocks>
 absl::Status LaunchPool(const LaunchParams& p, int64_t bags) {
   const auto kernel = PoolKernel<kDtype, kLoads, kMinBlocks, kWarps, kRowLoad>;
-  absl::StatusOr<unsigned> blocks = PoolGrid(kernel, kWarps, bags);
-  if (!blocks.ok()) return blocks.status();
-  kernel<<<*blocks, kWarps * 32>>>(p);
+  // Asked of the runtime once per kernel, not per launch (the GPUs a process uses are alike).
+  static const absl::StatusOr<int64_t> resident = ResidentBlocks(kernel, kWarps);
+  if (!resident.ok()) return resident.status();
+  kernel<<<PoolGrid(bags, kWarps, *resident), kWarps * 32>>>(p);
   return absl::OkStatus();
 }
 

@@ -115,10 +115,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) PoolKernel(const Laun
   }
 }
 
-// The grid of a pool kernel of `warps`-warp blocks over `bags` bags: as many blocks as fit on the
-// GPU at once (each warp then takes several bags), or fewer when there are fewer bags.
+// How many blocks of `kernel` (`warps` warps each) fit on the current GPU at once.
 template <typename Kernel>
-absl::StatusOr<unsigned> PoolGrid(Kernel kernel, int warps, int64_t bags) {
+absl::StatusOr<int64_t> ResidentBlocks(Kernel kernel, int warps) {
   int device = 0, sms = 0, per_sm = 0;
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return CudaOk(e, "cudaGetDevice");
   if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess) {
@@ -127,7 +126,12 @@ absl::StatusOr<unsigned> PoolGrid(Kernel kernel, int warps, int64_t bags) {
   if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, warps * 32, 0); e != cudaSuccess) {
     return CudaOk(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   }
-  const int64_t resident = static_cast<int64_t>(sms) * std::max(per_sm, 1);
+  return static_cast<int64_t>(sms) * std::max(per_sm, 1);
+}
+
+// The grid of a pool kernel of `warps`-warp blocks over `bags` bags: the `resident` blocks that fit
+// on the GPU at once (each warp then takes several bags), or fewer when there are fewer bags.
+inline unsigned PoolGrid(int64_t bags, int warps, int64_t resident) {
   return static_cast<unsigned>(std::min<int64_t>((bags + warps - 1) / warps, resident));
 }
 
