@@ -1,7 +1,8 @@
 // `gemtb bench embed`: effective bandwidth of the embedding kernels on the benchmark shapes
 // (a 10M x 128 table, 32 ids per bag, 64k bags; uniform and Zipf-skewed ids), forward and
 // backward + optimizer, with a copy-ceiling kernel timed in the same process. CUDA events, median
-// of `reps` runs after `warmup`. Effective bytes count what the operation must move at least:
+// of `reps` runs after `warmup`, each after an L2-evicting memset. Effective bytes count what the
+// operation must move at least:
 //   forward:  ids (8 B each) + rows read (ids x D x e_w) + pooled output (B x D x 4);
 //   backward: ids + upstream gradient (B x D x 4) + each touched row read and written
 //             (2 x D x e_w) + its optimizer state read and written (rowwise Adagrad 2 x 4 B,
@@ -9,6 +10,7 @@
 #ifndef GEMTB_GPU_EMBEDDING_EMBED_BENCH_H_
 #define GEMTB_GPU_EMBEDDING_EMBED_BENCH_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -69,7 +71,11 @@ std::vector<int64_t> DrawBenchIds(const EmbedBenchShape& shape, uint64_t seed);
 // The forward's effective bytes on `shape` (see the top of this file).
 double EmbedForwardBytes(const EmbedBenchShape& shape);
 
-// `run` timed with CUDA events: `options.warmup` untimed runs, then the median of `options.reps`;
+// The bytes written before each timed run to evict L2 (H200: 50 MB of L2).
+inline constexpr size_t kL2FlushBytes = size_t{256} << 20;
+
+// `run` timed with CUDA events: `options.warmup` untimed runs, then the median of `options.reps`,
+// each after a kL2FlushBytes memset (a cold L2, and no launch latency inside the window);
 // tbps counts `bytes` per run.
 absl::StatusOr<EmbedTiming> TimeEmbedRuns(const EmbedBenchOptions& options, double bytes,
                                           absl::FunctionRef<absl::Status()> run);

@@ -21,15 +21,22 @@ import statistics
 import sys
 
 
+L2_FLUSH_BYTES = 256 << 20  # as kL2FlushBytes in gpu/embedding/embed_bench.h
+
+
 def timed(fn, reps, warmup):
+    """Median ms of `reps` runs after `warmup`, each after a memset that evicts L2 and keeps the GPU
+    busy while Python enqueues the run (the same method as `gemtb bench embed`)."""
     import torch
     for _ in range(warmup):
         fn()
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
         start = torch.cuda.Event(enable_timing=True)
         stop = torch.cuda.Event(enable_timing=True)
+        flush.zero_()
         start.record()
         fn()
         stop.record()
