@@ -12,7 +12,7 @@
 #      judged by `gemtb check attention`'s criteria; torch.compile(fullgraph=True) of a small model
 #      around the op; the argument errors;
 # everything inside --budget seconds (default 570). Writes under $OUT: summary.txt, build.log,
-# pytest.log, junit.xml, results.json.
+# smoke.log, pytest.log, junit.xml, results.json.
 # Usage: bash tools/python_gpu_check.sh [--cases N] [--seed S] [--budget S]
 # Exit status: 0 everything ran and passed, 1 a test failed or was skipped, 2 the build failed.
 set -uo pipefail
@@ -84,8 +84,30 @@ if ! CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$py" -m pip install -v --disable-pip-v
   stage "build FAILED (build.log)"
   exit 2
 fi
-(cd / && "$py" -c "import gemtb.gpu as g; print('   gemtb.gpu.available():', g.available(), g.unavailable_reason())") \
-  2>&1 | tee -a "$out/summary.txt"
+# A smoke test before pytest: import the package and draw one case, without and then with PyTorch
+# imported first; a crash leaves the libraries the module resolved and, where gdb is installed, the
+# native backtrace in smoke.log.
+stage "smoke: import, one case, gemtb.gpu.available() (smoke.log)"
+core=$(cd / && "$py" -c "import importlib.util as u; print(u.find_spec('gemtb._core').origin)" 2>/dev/null)
+smoke_ok=1
+for first in "" "import torch; "; do
+  code="${first}import gemtb.testing as t; t.attention_case(t.attention_families()[0], 0); \
+import gemtb.gpu as g; print('   gemtb.gpu.available():', g.available(), g.unavailable_reason())"
+  echo "--- $code" >> "$out/smoke.log"
+  if ! (cd / && "$py" -X faulthandler -c "$code") >> "$out/smoke.log" 2>&1; then
+    smoke_ok=0
+    echo "   crashed: ${first:-without PyTorch}" | tee -a "$out/summary.txt"
+    if command -v gdb > /dev/null; then
+      (cd / && gdb -q -batch -ex run -ex bt --args "$py" -c "$code") >> "$out/smoke.log" 2>&1
+    fi
+  fi
+done
+tail -1 "$out/smoke.log" | tee -a "$out/summary.txt"
+if [ $smoke_ok = 0 ]; then
+  { echo "--- ldd $core"; ldd "$core"; echo "--- LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    echo "--- system abseil/TBB"; ldconfig -p | grep -E "absl|tbb" | head -20; ls -d /usr/include/absl /usr/include/tbb 2>&1
+  } >> "$out/smoke.log" 2>&1
+fi
 
 # --- 4. the tests ---------------------------------------------------------------------------------
 stage "pytest tests/python/test_gpu_attention.py ($cases cases per family, seed $seed)"
