@@ -84,15 +84,16 @@ if ! CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$py" -m pip install -v --disable-pip-v
   stage "build FAILED (build.log)"
   exit 2
 fi
-# A smoke test before pytest: import the package and draw one case, without and then with PyTorch
-# imported first; a crash leaves the libraries the module resolved and, where gdb is installed, the
-# native backtrace in smoke.log.
-stage "smoke: import, one case, gemtb.gpu.available() (smoke.log)"
+# A smoke test before pytest: the driver probe and one drawn case, without PyTorch, with PyTorch
+# imported first, and with PyTorch's CUDA context made first; a crash leaves the libraries the
+# module resolved and, where gdb is installed, the native backtrace in smoke.log.
+stage "smoke: probe and one case, with and without PyTorch (smoke.log)"
 core=$(cd / && "$py" -c "import importlib.util as u; print(u.find_spec('gemtb._core').origin)" 2>/dev/null)
 smoke_ok=1
-for first in "" "import torch; "; do
-  code="${first}import gemtb.testing as t; t.attention_case(t.attention_families()[0], 0); \
-import gemtb.gpu as g; print('   gemtb.gpu.available():', g.available(), g.unavailable_reason())"
+probe="from gemtb import _core; print('   probe:', _core.gpu_attention_available()); \
+import gemtb.testing as t; print('   case:', t.attention_case(t.attention_families()[0], 0)['description'][:40])"
+for first in "" "import torch; " "import torch; torch.zeros(1, device='cuda'); "; do
+  code="$first$probe"
   echo "--- $code" >> "$out/smoke.log"
   if ! (cd / && "$py" -X faulthandler -c "$code") >> "$out/smoke.log" 2>&1; then
     smoke_ok=0
@@ -102,7 +103,9 @@ import gemtb.gpu as g; print('   gemtb.gpu.available():', g.available(), g.unava
     fi
   fi
 done
-tail -1 "$out/smoke.log" | tee -a "$out/summary.txt"
+grep "^   " "$out/smoke.log" | tee -a "$out/summary.txt"
+(cd / && "$py" -c "import gemtb.gpu as g; print('   gemtb.gpu.available():', g.available(), g.unavailable_reason())") \
+  2>&1 | tee -a "$out/summary.txt"
 if [ $smoke_ok = 0 ]; then
   { echo "--- ldd $core"; ldd "$core"; echo "--- LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
     echo "--- system abseil/TBB"; ldconfig -p | grep -E "absl|tbb" | head -20; ls -d /usr/include/absl /usr/include/tbb 2>&1
