@@ -6,7 +6,6 @@
 
 #include <filesystem>
 #include <functional>
-#include <future>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -27,24 +26,16 @@ constexpr int kWorld = 4;
 
 CheckpointIdentity Identity(int world = kWorld) { return {world, "config-a", "plan-a"}; }
 
-// Runs `body(rank, store)` on every rank of a fresh store, one thread each; the statuses in rank order.
+// Runs `body(store)` on every rank of a fresh store, one thread each; the statuses in rank order.
 std::vector<absl::Status> OnEveryRank(int world, const std::function<absl::Status(launch::TcpStoreClient&)>& body) {
-  auto server = launch::TcpStoreServer::Start(0, world);
-  EXPECT_TRUE(server.ok()) << server.status();
-  const int port = (*server)->port();
-  std::vector<std::future<absl::Status>> ranks;
-  for (int r = 0; r < world; ++r) {
-    ranks.push_back(std::async(std::launch::async, [&, r]() -> absl::Status {
-      auto store = launch::TcpStoreClient::Connect({"127.0.0.1", port}, r, world, launch::Millis(5000));
-      if (!store.ok()) return store.status();
-      absl::Status s = body(**store);
-      (void)(*store)->Close();
-      return s;
-    }));
-  }
   std::vector<absl::Status> out;
-  for (auto& f : ranks) out.push_back(f.get());
-  (void)(*server)->Shutdown(launch::Millis(5000));
+  for (const absl::StatusOr<bool>& r : testutil::RunOnRanks<bool>(
+           world, [&](launch::TcpStoreClient& store, int) -> absl::StatusOr<bool> {
+             if (absl::Status s = body(store); !s.ok()) return s;
+             return true;
+           })) {
+    out.push_back(r.status());
+  }
   return out;
 }
 
