@@ -101,6 +101,17 @@ for first in "" "import torch; " "import torch; torch.zeros(1, device='cuda'); "
     if command -v gdb > /dev/null; then
       (cd / && gdb -q -batch -ex run -ex bt --args "$py" -c "$code") >> "$out/smoke.log" 2>&1
     fi
+    # Which libraries the module and its own dependencies bound symbols to, besides themselves and
+    # the system's: a library loaded earlier into the global scope that interposes is named here.
+    rm -rf "$scratch/ld-bindings" && mkdir -p "$scratch/ld-bindings"
+    (cd / && LD_DEBUG=bindings LD_DEBUG_OUTPUT="$scratch/ld-bindings/b" "$py" -c "$code") > /dev/null 2>&1
+    echo "--- foreign bindings (count, from -> to symbol)" >> "$out/smoke.log"
+    cat "$scratch"/ld-bindings/b.* 2>/dev/null \
+      | grep -E "binding file [^ ]*(gemtb/_core\\.|/libabsl_|/libtbb)[^ ]* " \
+      | sed -E 's/.*binding file ([^ ]*) \[0\] to ([^ ]*) \[0\]: normal symbol `([^'"'"']*).*/\1 -> \2 \3/' \
+      | sed -E 's#[^ ]*/##; s# [^ ]*/# #' \
+      | grep -vE -- "-> (_core|libabsl|libtbb|libc\.|libm\.|libstdc|libgcc|libpython|libcudart|ld-linux|python)" \
+      | sort | uniq -c | sort -rn | head -60 >> "$out/smoke.log"
   fi
 done
 grep "^   " "$out/smoke.log" | tee -a "$out/summary.txt"
