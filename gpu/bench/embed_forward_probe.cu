@@ -2,7 +2,8 @@
 // several launch parameters (loads in flight, blocks per SM, warps per block, the row load's cache
 // hints) on `gemtb bench embed`'s sum_fp32_uniform and sum_bf16_uniform shapes
 // (their ids, their byte count, its timing), and checks that every variant writes the bytes of the
-// first. It is how forward.cu's parameters were chosen; a line of JSON per variant:
+// first, and, for fp32, a gather without the pooling (what the memory system gives the access
+// pattern). It is how forward.cu's parameters were chosen; a line of JSON per variant:
 //   embed_forward_probe [--reps N]
 #include <cuda_runtime.h>
 
@@ -24,6 +25,37 @@ void Check(const absl::Status& s) {
   if (!s.ok()) {
     std::fprintf(stderr, "embed_forward_probe: %s\n", std::string(s.message()).c_str());
     std::exit(1);
+  }
+}
+
+// The gather alone, as a reference for the pooling kernel: the same bags, ids, rows and output
+// bytes (fp32, D = 128: a lane's 16 bytes of each row), the same warps and loads in flight, but no
+// id checks, weights or ordered sums (the words are xor-ed), so what it reaches is what the memory
+// system gives this access pattern.
+__global__ void __launch_bounds__(64, 18) GatherCeilingKernel(const LaunchParams p) {
+  const int64_t total = p.kjt.batch;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * 2;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const uint32_t* table = static_cast<const uint32_t*>(p.tables[0].weights);
+  for (int64_t bag = static_cast<int64_t>(blockIdx.x) * 2 + threadIdx.x / 32; bag < total; bag += stride) {
+    const int64_t begin = p.kjt.offsets[bag];
+    const int64_t my_row = p.kjt.values[begin + lane];  // the shape's bags hold 32 ids
+    uint32_t x[4] = {0, 0, 0, 0};
+    for (int k0 = 0; k0 < 32; k0 += 4) {
+      uint32_t w[4][4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const uint32_t* a = table + __shfl_sync(kForwardFullMask, my_row, k0 + u) * 128 + lane * 4;
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(w[u][0]), "=r"(w[u][1]), "=r"(w[u][2]), "=r"(w[u][3]) : "l"(a));
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) x[i] ^= w[u][i];
+      }
+    }
+    *reinterpret_cast<uint4*>(p.pooled + bag * 128 + lane * 4) = make_uint4(x[0], x[1], x[2], x[3]);
   }
 }
 
@@ -100,6 +132,8 @@ void ProbeShape(const EmbedBenchShape& shape, const EmbedBenchOptions& options) 
     report("loads " #L ", min blocks " #M ", warps " #W ", " #LOAD, timing, regs);                  \
   }
   GEMTB_PROBE(kFloat32, 4, 18, 2, kNoL1)
+  GEMTB_PROBE(kFloat32, 4, 18, 2, kNoL1EvictFirst)
+  GEMTB_PROBE(kFloat32, 4, 18, 2, kNoL1EvictLast)
   GEMTB_PROBE(kFloat32, 4, 18, 2, kCached)
   GEMTB_PROBE(kFloat32, 4, 9, 4, kNoL1)
   GEMTB_PROBE(kFloat32, 4, 4, 8, kNoL1)
@@ -107,11 +141,25 @@ void ProbeShape(const EmbedBenchShape& shape, const EmbedBenchOptions& options) 
   GEMTB_PROBE(kFloat32, 8, 12, 2, kNoL1)
   GEMTB_PROBE(kFloat32, 2, 6, 8, kNoL1)
   GEMTB_PROBE(kBFloat16, 8, 18, 2, kNoL1)
+  GEMTB_PROBE(kBFloat16, 8, 18, 2, kNoL1EvictLast)
   GEMTB_PROBE(kBFloat16, 8, 18, 2, kCached)
   GEMTB_PROBE(kBFloat16, 8, 4, 8, kNoL1)
   GEMTB_PROBE(kBFloat16, 8, 4, 8, kCached)
   GEMTB_PROBE(kBFloat16, 16, 3, 8, kNoL1)
 #undef GEMTB_PROBE
+  if (shape.dtype == ElementType::kFloat32 && shape.dim == 128 && shape.ids_per_bag == 32) {
+    const absl::StatusOr<int64_t> resident = ResidentBlocks(GatherCeilingKernel, 2);
+    Check(resident.status());
+    const unsigned blocks = PoolGrid(shape.bags, 2, *resident);
+    absl::StatusOr<EmbedTiming> t = TimeEmbedRuns(options, bytes, [&] {
+      GatherCeilingKernel<<<blocks, 64>>>(p);
+      return CudaOk(cudaGetLastError(), "gather ceiling launch");
+    });
+    Check(t.status());
+    std::printf("{\"shape\": \"%s\", \"variant\": \"gather ceiling (xor, no checks)\", \"median_ms\": %.4f, "
+                "\"tbps\": %.3f}\n", shape.name.c_str(), t->median_ms, t->tbps);
+    std::fflush(stdout);
+  }
 }
 
 int Run(int reps) {
