@@ -110,8 +110,8 @@ absl::StatusOr<Problem> Resolve(const AttentionArgs& a, bool values) {
   if (p.heads < 1) return Bad(absl::StrCat("q: H=", p.heads, " must be >= 1"));
   if (p.heads > kMaxHeads) return Bad(absl::StrCat("q: H=", p.heads, " exceeds ", kMaxHeads));
   if (p.kv_heads < 1) return Bad(absl::StrCat("k: Hkv=", p.kv_heads, " must be >= 1"));
-  if (p.d != 64 && p.d != 128) {
-    return Bad(absl::StrCat("q: Dqk=", p.d, " is not supported by the GPU kernels (64 or 128)"));
+  if (!IsKernelHeadDim(p.d)) {
+    return Bad(absl::StrCat("q: Dqk=", p.d, " is not supported by the GPU kernels (16, 32, 64 or 128)"));
   }
   if (a.k.shape[2] != p.d) return Bad(absl::StrCat("k: Dqk=", a.k.shape[2], " differs from q's Dqk=", p.d));
   if (a.v.shape[0] != p.tk || a.v.shape[1] != p.kv_heads) {
@@ -193,15 +193,23 @@ absl::StatusOr<Problem> Resolve(const AttentionArgs& a, bool values) {
   return p;
 }
 
-// Calls f.template operator()<E, D>() for the kernels' (storage type, head dim).
+// Calls f.template operator()<E, D>() for the kernels' (storage type, head dim): one of
+// kKernelHeadDims, as Resolve has checked.
+template <int D, typename F>
+absl::Status DispatchType(ElementType dtype, F& f) {
+  return dtype == ElementType::kBFloat16 ? f.template operator()<ElementType::kBFloat16, D>()
+                                         : f.template operator()<ElementType::kFloat16, D>();
+}
+
 template <typename F>
 absl::Status Dispatch(ElementType dtype, int64_t d, F&& f) {
-  if (dtype == ElementType::kBFloat16) {
-    return d == 64 ? f.template operator()<ElementType::kBFloat16, 64>()
-                   : f.template operator()<ElementType::kBFloat16, 128>();
+  switch (d) {
+    case 16: return DispatchType<16>(dtype, f);
+    case 32: return DispatchType<32>(dtype, f);
+    case 64: return DispatchType<64>(dtype, f);
+    case 128: return DispatchType<128>(dtype, f);
   }
-  return d == 64 ? f.template operator()<ElementType::kFloat16, 64>()
-                 : f.template operator()<ElementType::kFloat16, 128>();
+  return absl::InternalError(absl::StrCat("attention: head dim ", d, " reached the kernel dispatch unchecked"));
 }
 
 absl::Status Finish() {

@@ -5,8 +5,9 @@
 // parameter, never ignored):
 //   * q, k, v (and dO) in bf16 or fp16, given as their 16-bit patterns; fp32 accumulation;
 //     O, dQ, dK, dV in the input type, LSE in fp32;
-//   * Dqk = Dv in {64, 128}; any H, Hkv with H % Hkv == 0 (GQA); asymmetric Lq/Lk; kv_index;
-//     broadcast_q; every activation and every mask and alignment; pre/post scales;
+//   * Dqk = Dv in {16, 32, 64, 128} (params.h kKernelHeadDims); any H, Hkv with H % Hkv == 0
+//     (GQA); asymmetric Lq/Lk; kv_index; broadcast_q; every activation and every mask and
+//     alignment; pre/post scales;
 //   * not yet: dense/rel/time bias, RoPE, Dv != Dqk, other head dims, fp32 inputs.
 // The backward is deterministic (bitwise, run to run): dK/dV and dQ run as separate kernels that
 // each own their output rows, with no atomics.

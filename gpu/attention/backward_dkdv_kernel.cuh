@@ -18,7 +18,7 @@ namespace gemtb::gpu {
 
 template <int D>
 struct DkDvSmem {
-  static_assert(D == 64 || D == 128, "the kernels are built for head dims 64 and 128");
+  static_assert(IsKernelHeadDim(D), "the mma.sync kernels are built for head dims 16, 32, 64 and 128");
   static constexpr int kLd = D + 8;
   static constexpr size_t kTileBytes =
       sizeof(uint16_t) * static_cast<size_t>(kLd) * (2 * kBlockN + 2 * kBwdBlockM);

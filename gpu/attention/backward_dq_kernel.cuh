@@ -17,7 +17,7 @@ namespace gemtb::gpu {
 
 template <int D>
 struct DqSmem {
-  static_assert(D == 64 || D == 128, "the kernels are built for head dims 64 and 128");
+  static_assert(IsKernelHeadDim(D), "the mma.sync kernels are built for head dims 16, 32, 64 and 128");
   static constexpr int kLd = D + 8;
   static constexpr size_t kBytes = sizeof(uint16_t) * static_cast<size_t>(kLd) * (2 * kBlockM + 2 * kBlockN);
 };

@@ -21,6 +21,7 @@ inline constexpr int kDqReduceBatch = 32;
 // blockIdx.x = split tile * kDqReduceCtasPerTile + row group, blockIdx.y = query head.
 template <ElementType E, int D>
 __global__ void __launch_bounds__(kThreads) DqReduceKernel(const BackwardParams p) {
+  static_assert(IsKernelHeadDim(D), "the mma.sync kernels are built for head dims 16, 32, 64 and 128");
   const DqReduce r = p.dq_reduce[blockIdx.x / kDqReduceCtasPerTile];
   const int row0 = static_cast<int>(blockIdx.x % kDqReduceCtasPerTile) * kDqReduceRowsPerCta;
   const int h = static_cast<int>(blockIdx.y);

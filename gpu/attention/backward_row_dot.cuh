@@ -17,6 +17,7 @@ namespace gemtb::gpu {
 
 template <int D>
 struct RowDotSmem {
+  static_assert(IsKernelHeadDim(D), "the mma.sync kernels are built for head dims 16, 32, 64 and 128");
   static constexpr int kLd = D + 8;
   static constexpr size_t kBytes = sizeof(uint16_t) * static_cast<size_t>(kLd) * 2 * kBlockM;
 };

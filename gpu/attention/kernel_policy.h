@@ -15,7 +15,7 @@ namespace gemtb::gpu {
 // The forward kernels.
 enum class ForwardKernelKind {
   kAuto,         // (override only) what ChooseKernels picks
-  kMmaSync,      // forward_kernel.cuh: mma.sync, head dim 64 or 128; the only one without wgmma
+  kMmaSync,      // forward_kernel.cuh: mma.sync, head dim 16, 32, 64 or 128; the only one without wgmma
   kHopperWs,     // forward_hopper_ws_kernel.cuh: warp-specialised, cp.async loads, one CTA per item
   kHopperTma,    // forward_hopper_tma_kernel.cuh: persistent, TMA loads (falls back to kHopperWs
                  // at launch when q, k or v is not 16-byte aligned)

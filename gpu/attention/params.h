@@ -35,6 +35,18 @@ constexpr RowKeyRange ClampedKeys(const AttentionOptions& o, int64_t i, int64_t 
   return {static_cast<int32_t>(begin), static_cast<int32_t>(end)};
 }
 
+// The head dims (Dqk = Dv) of the mma.sync kernels, each instantiated per storage type in
+// instantiations/ (the gem-like model configs use 16, 32 and 64). Every one is a multiple of 16, so
+// that Q Kᵀ runs in whole k-steps of m16n8k16 and a row loads in whole 16-byte chunks; at D = 16
+// a step is one k-step and O is two 8-column tiles.
+inline constexpr int kKernelHeadDims[] = {16, 32, 64, 128};
+constexpr bool IsKernelHeadDim(int64_t d) {
+  for (const int k : kKernelHeadDims) {
+    if (d == k) return true;
+  }
+  return false;
+}
+
 // Tile sizes shared by the host scheduler and the kernels: 4 warps of 16 rows each.
 inline constexpr int kBlockM = 64;       // query rows per forward / dQ tile
 inline constexpr int kBlockN = 64;       // keys per K/V tile

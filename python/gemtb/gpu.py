@@ -6,8 +6,8 @@ The kernels are in the package only when it was built with CUDA
 ``available()`` says whether they can run here and ``unavailable_reason()`` why not.
 
 Tensors: q [TQ,H,D], k and v [TK,Hkv,D] of one dtype, bfloat16 or float16, row-major, on one CUDA
-device; D is 64 or 128 and H a multiple of Hkv. q_offsets, kv_offsets (and kv_index) are int64
-vectors; the kernels' tile lists are built on the host from them, so CPU tensors avoid a copy
+device; D is 16, 32, 64 or 128 and H a multiple of Hkv. q_offsets, kv_offsets (and kv_index) are
+int64 vectors; the kernels' tile lists are built on the host from them, so CPU tensors avoid a copy
 (CUDA ones are copied to the host, which waits for the device). The output O is [TO,H,D] with
 TO = TQ, or B*TQ under broadcast_q (B the number of output sequences); LSE (softmax only) is
 float32 [H,TO]. Options are gemtb.ref.attention's: act, mask, window, block, align, pre/post

@@ -22,8 +22,9 @@ def attention_case(family, index, *, seed=1, max_length=300):
     """Case `index` of `family` ("act/mask") under `seed`, as `gemtb check attention --seed` draws it
     (max_length: its --small-max-length).
 
-    Returns {"case_seed", "description", "arrays": {"q", "k", "v", "do" (bfloat16 or float16), "q_offsets",
-    "kv_offsets", "kv_index" (when the case has one), int64}, "options": keyword arguments of
+    Returns {"case_seed", "description", "arrays": {"q", "k", "v", "do" (bfloat16 or float16; head dim
+    Dqk = Dv one of 16, 32, 64, 128, the GPU kernels' dims), "q_offsets", "kv_offsets", "kv_index" (when
+    the case has one), int64}, "options": keyword arguments of
     gemtb.ref.attention and gemtb.gpu.attention (act, mask, align, pre_scale, post_scale, window, block,
     max_lq, max_lk, broadcast_q)}.
     """

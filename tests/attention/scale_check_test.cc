@@ -4,12 +4,14 @@
 // batch, with single elements perturbed.
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <numeric>
 #include <set>
 #include <vector>
 
 #include <oneapi/tbb/task_arena.h>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/attention/benchmark_lengths.h"
 #include "model/numerics/float_formats.h"
@@ -44,7 +46,7 @@ TEST(ScaleDraw, SizesPairingsAndItemsAreWithinTheTiersBounds) {
       pairings.insert(c.pairing);
       dtypes.insert(c.input_type);
       dims.insert(c.head_dim);
-      EXPECT_TRUE(c.head_dim == 64 || c.head_dim == 128);
+      EXPECT_THAT(check::kCheckHeadDims, ::testing::Contains(c.head_dim));
       EXPECT_LE(c.heads, 8);
       EXPECT_EQ(c.heads % c.kv_heads, 0);
       const int64_t outputs = static_cast<int64_t>(check::PairScaleSequences(c).size());
@@ -66,7 +68,7 @@ TEST(ScaleDraw, SizesPairingsAndItemsAreWithinTheTiersBounds) {
   }
   EXPECT_EQ(pairings.size(), 4u);
   EXPECT_EQ(dtypes.size(), 2u);
-  EXPECT_EQ(dims.size(), 2u);
+  EXPECT_EQ(dims.size(), std::size(check::kCheckHeadDims));
   // Long sequences are drawn, not only the small tier's few hundred keys.
   EXPECT_GT(longest_local, 4096);
   EXPECT_GT(longest_full, 2048);
@@ -90,6 +92,19 @@ TEST(SmallDraw, MaxLengthIsTheLongestSequenceDrawn) {
   }
   EXPECT_LE(longest, 1000);
   EXPECT_GT(longest, 300);  // the small tier used to stop at 300 whatever the flag said
+}
+
+// The small tier draws every head dim the GPU kernels run, and only those, with Dv = Dqk.
+TEST(SmallDraw, HeadDimsAreTheKernelsHeadDims) {
+  std::set<int64_t> dims;
+  for (int64_t i = 0; i < 60; ++i) {
+    const check::AttentionCase c =
+        check::DrawCase(check::CaseSeed(5, 0, i), {Activation::kSoftmax, MaskKind::kCausal}, 300);
+    EXPECT_THAT(check::kCheckHeadDims, ::testing::Contains(c.dqk()));
+    EXPECT_EQ(c.dv(), c.dqk());
+    dims.insert(c.dqk());
+  }
+  EXPECT_EQ(dims, std::set<int64_t>({16, 32, 64, 128}));
 }
 
 TEST(ScaleValues, BitsAreTheValuesOfTheGenerator) {

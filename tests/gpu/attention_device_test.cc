@@ -1,11 +1,12 @@
 // The CUDA attention kernels (gpu/attention/api.h): the GPU criteria on random cases of every
-// family (through `gemtb check attention`'s own code, with the kernels ChooseKernels picks), every
-// kernel an override can name against the mma.sync kernels on the shapes it takes, the kernels
-// that replace each other on a shape against each other (stored dS against the recompute, the fused
-// dQ against the chained recompute, the split and small forwards against the TMA and split ones),
-// bitwise determinism of the backward, AttentionOptions::tanh_approx (through the check, and
-// changing only silu and gelu_tanh), exact outputs of rows without keys, and rejection by name of
-// what the kernels do not run. Tests that need a GPU skip (and show as skipped) without an sm_90
+// family (through `gemtb check attention`'s own code, with the kernels ChooseKernels picks) and on
+// every head dim (16, 32, 64, 128) in both input types, every kernel an override can name against
+// the mma.sync kernels on the shapes it takes, the kernels that replace each other on a shape
+// against each other (stored dS against the recompute, the fused dQ against the chained
+// recompute, the split and small forwards against the TMA and split ones), bitwise determinism of
+// the backward, AttentionOptions::tanh_approx (through the check, and changing only silu and
+// gelu_tanh), exact outputs of rows without keys, and rejection by name of what the kernels do
+// not run. Tests that need a GPU skip (and show as skipped) without an sm_90
 // device; the rejection tests run anywhere.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -17,12 +18,17 @@
 #include <random>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gpu/attention/api.h"
+#include "gpu/attention/params.h"
 #include "model/numerics/float_formats.h"
 #include "tests/testing/attention_cases.h"
 #include "tests/testing/status_matchers.h"
+#include "tools/check/attention_check.h"
+#include "tools/check/attention_gpu.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/gpu_case.h"
 
@@ -53,7 +59,8 @@ check::CaseShape GqaShape(Activation act, MaskKind mask, uint64_t seed, int64_t 
   return shape;
 }
 
-check::AttentionCase SmallCase(uint64_t seed, Activation act, MaskKind mask, int64_t d = 64) {
+// Partial and multi-step tiles, an empty and a one-key sequence, kv_index, GQA.
+check::CaseShape SmallShape(uint64_t seed, Activation act, MaskKind mask, int64_t d) {
   check::CaseShape shape = GqaShape(act, mask, seed, d);
   shape.q_lengths = {5, 70, 0, 130};
   shape.kv_lengths = {9, 1, 64};
@@ -61,7 +68,11 @@ check::AttentionCase SmallCase(uint64_t seed, Activation act, MaskKind mask, int
   shape.options.window_left = 7;
   shape.options.window_right = 3;
   shape.options.block = 16;
-  return check::BuildCase(shape);
+  return shape;
+}
+
+check::AttentionCase SmallCase(uint64_t seed, Activation act, MaskKind mask, int64_t d = 64) {
+  return check::BuildCase(SmallShape(seed, act, mask, d));
 }
 
 // The shape the Hopper kernels' comparison tests share (D = 128, GQA 4/2, bf16, a 150/20 window
@@ -88,6 +99,34 @@ cli::GpuCall CallOf(const check::AttentionCase& c, const std::vector<double>& d_
 TEST(GpuAttention, CheckCommandPassesOnRandomCasesOfEveryFamily) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
   EXPECT_EQ(cli::RunCheckAttention({"--cases", "12", "--seed", "20", "--max-length", "200"}), 0);
+}
+
+// Every head dim the kernels are built for (16 and 32 run only in the mma.sync kernels, 128 in the
+// Hopper ones by default), in both input types, on every mask and on softmax and pointwise acts:
+// the check's criteria against the oracle, on the small shape (partial tiles, an empty and a
+// one-key sequence, GQA, kv_index).
+TEST(GpuAttention, EveryHeadDimPassesTheCriteriaInBothInputTypes) {
+  if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const Activation acts[] = {Activation::kSoftmax, Activation::kSilu, Activation::kGeluTanh, Activation::kIdentity};
+  const MaskKind masks[] = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow, MaskKind::kBlock};
+  uint64_t seed = 70;
+  for (const int d : gpu::kKernelHeadDims) {
+    for (const ElementType type : {ElementType::kBFloat16, ElementType::kFloat16}) {
+      for (const Activation act : acts) {
+        for (const MaskKind mask : masks) {
+          check::CaseShape shape = SmallShape(++seed, act, mask, d);
+          shape.input_type = type;
+          const check::AttentionCase c = check::BuildCase(shape);
+          const std::vector<double> d_o = check::RandomCotangent(c, seed);
+          const check::GpuOutputs got = check::RunGpu(c, d_o);
+          const std::string what = check::Describe(c);
+          ASSERT_TRUE(got.status.ok()) << what << ": " << got.status;
+          const check::CaseResult r = check::Judge(c, d_o, got);
+          EXPECT_TRUE(r.pass && !r.excused) << what << ": " << absl::StrJoin(r.failures, "; ");
+        }
+      }
+    }
+  }
 }
 
 double RelL2Bf16(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b);  // below
@@ -508,57 +547,62 @@ TEST(GpuAttention, FusedDqBackwardMatchesTheChainedBackward) {
 
 TEST(GpuAttention, BackwardIsBitwiseIdenticalAcrossRuns) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
-  for (Activation act : {Activation::kSoftmax, Activation::kSilu}) {
-    const check::AttentionCase c = SmallCase(3, act, MaskKind::kCausal, 128);
-    const std::vector<double> d_o = check::RandomCotangent(c, 4);
-    const cli::GpuCall call = CallOf(c, d_o);
-    absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
-    ASSERT_TRUE(fwd.ok()) << fwd.status();
-    absl::StatusOr<gpu::BackwardResult> first = gpu::Backward(call.args, call.DoView(), *fwd);
-    ASSERT_TRUE(first.ok()) << first.status();
-    for (int rep = 0; rep < 3; ++rep) {
-      absl::StatusOr<gpu::ForwardResult> fwd2 = gpu::Forward(call.args);
-      ASSERT_TRUE(fwd2.ok()) << fwd2.status();
-      EXPECT_EQ(fwd2->o, fwd->o);
-      EXPECT_EQ(fwd2->lse, fwd->lse);
-      absl::StatusOr<gpu::BackwardResult> again = gpu::Backward(call.args, call.DoView(), *fwd);
-      ASSERT_TRUE(again.ok()) << again.status();
-      EXPECT_EQ(again->dq, first->dq);
-      EXPECT_EQ(again->dk, first->dk);
-      EXPECT_EQ(again->dv, first->dv);
+  for (const int d : gpu::kKernelHeadDims) {
+    for (Activation act : {Activation::kSoftmax, Activation::kSilu}) {
+      const check::AttentionCase c = SmallCase(3, act, MaskKind::kCausal, d);
+      const std::string what = absl::StrCat("D=", d, " ", std::string(ActivationName(act)));
+      const std::vector<double> d_o = check::RandomCotangent(c, 4);
+      const cli::GpuCall call = CallOf(c, d_o);
+      absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
+      ASSERT_TRUE(fwd.ok()) << what << ": " << fwd.status();
+      absl::StatusOr<gpu::BackwardResult> first = gpu::Backward(call.args, call.DoView(), *fwd);
+      ASSERT_TRUE(first.ok()) << what << ": " << first.status();
+      for (int rep = 0; rep < 3; ++rep) {
+        absl::StatusOr<gpu::ForwardResult> fwd2 = gpu::Forward(call.args);
+        ASSERT_TRUE(fwd2.ok()) << what << ": " << fwd2.status();
+        EXPECT_EQ(fwd2->o, fwd->o) << what;
+        EXPECT_EQ(fwd2->lse, fwd->lse) << what;
+        absl::StatusOr<gpu::BackwardResult> again = gpu::Backward(call.args, call.DoView(), *fwd);
+        ASSERT_TRUE(again.ok()) << what << ": " << again.status();
+        EXPECT_EQ(again->dq, first->dq) << what;
+        EXPECT_EQ(again->dk, first->dk) << what;
+        EXPECT_EQ(again->dv, first->dv) << what;
+      }
     }
   }
 }
 
 // Causal + bottom_right with Lq > Lk leaves the first Lq - Lk rows without keys: O = 0, LSE = -inf,
-// zero gradients, no NaN (fully masked rows).
+// zero gradients, no NaN (fully masked rows), at every head dim (128 takes the Hopper kernels).
 TEST(GpuAttention, RowsWithoutKeysGiveZeroOutputsAndMinusInfinityLse) {
   if (!HaveGpu()) GTEST_SKIP() << "needs an sm_90 GPU";
-  check::CaseShape shape;
-  shape.q_lengths = {100};
-  shape.kv_lengths = {30};
-  shape.dqk = shape.dv = 64;
-  shape.options.mask = MaskKind::kCausal;
-  shape.input_type = ElementType::kFloat16;
-  shape.value_seed = 9;
-  const check::AttentionCase c = check::BuildCase(shape);
-  const std::vector<double> d_o = check::RandomCotangent(c, 10);
-  const cli::GpuCall call = CallOf(c, d_o);
-  absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
-  ASSERT_TRUE(fwd.ok()) << fwd.status();
-  absl::StatusOr<gpu::BackwardResult> bwd = gpu::Backward(call.args, call.DoView(), *fwd);
-  ASSERT_TRUE(bwd.ok()) << bwd.status();
-  const std::vector<double> o = cli::BitsToValues(fwd->o, c.input_type);
-  const std::vector<double> dq = cli::BitsToValues(bwd->dq, c.input_type);
-  for (int64_t i = 0; i < 100; ++i) {
-    const bool empty = i < 70;
-    EXPECT_EQ(std::isinf(fwd->lse[i]) && fwd->lse[i] < 0, empty) << "row " << i;
-    for (int64_t d = 0; d < 64; ++d) {
-      ASSERT_FALSE(std::isnan(o[i * 64 + d]));
-      ASSERT_FALSE(std::isnan(dq[i * 64 + d]));
-      if (empty) {
-        EXPECT_EQ(o[i * 64 + d], 0.0) << "row " << i;
-        EXPECT_EQ(dq[i * 64 + d], 0.0) << "row " << i;
+  for (const int d : gpu::kKernelHeadDims) {
+    check::CaseShape shape;
+    shape.q_lengths = {100};
+    shape.kv_lengths = {30};
+    shape.dqk = shape.dv = d;
+    shape.options.mask = MaskKind::kCausal;
+    shape.input_type = ElementType::kFloat16;
+    shape.value_seed = 9;
+    const check::AttentionCase c = check::BuildCase(shape);
+    const std::vector<double> d_o = check::RandomCotangent(c, 10);
+    const cli::GpuCall call = CallOf(c, d_o);
+    absl::StatusOr<gpu::ForwardResult> fwd = gpu::Forward(call.args);
+    ASSERT_TRUE(fwd.ok()) << "D=" << d << ": " << fwd.status();
+    absl::StatusOr<gpu::BackwardResult> bwd = gpu::Backward(call.args, call.DoView(), *fwd);
+    ASSERT_TRUE(bwd.ok()) << "D=" << d << ": " << bwd.status();
+    const std::vector<double> o = cli::BitsToValues(fwd->o, c.input_type);
+    const std::vector<double> dq = cli::BitsToValues(bwd->dq, c.input_type);
+    for (int64_t i = 0; i < 100; ++i) {
+      const bool empty = i < 70;
+      EXPECT_EQ(std::isinf(fwd->lse[i]) && fwd->lse[i] < 0, empty) << "D=" << d << " row " << i;
+      for (int64_t e = 0; e < d; ++e) {
+        ASSERT_FALSE(std::isnan(o[i * d + e])) << "D=" << d << " row " << i;
+        ASSERT_FALSE(std::isnan(dq[i * d + e])) << "D=" << d << " row " << i;
+        if (empty) {
+          EXPECT_EQ(o[i * d + e], 0.0) << "D=" << d << " row " << i;
+          EXPECT_EQ(dq[i * d + e], 0.0) << "D=" << d << " row " << i;
+        }
       }
     }
   }
@@ -592,11 +636,28 @@ TEST(GpuAttentionCanRun, RejectsBiasAndRopeByName) {
   }
 }
 
+TEST(GpuAttentionCanRun, AcceptsEveryKernelHeadDimInBothInputTypes) {
+  for (const int d : gpu::kKernelHeadDims) {
+    for (const ElementType type : {ElementType::kBFloat16, ElementType::kFloat16}) {
+      check::CaseShape shape = SmallShape(1, Activation::kSoftmax, MaskKind::kCausal, d);
+      shape.input_type = type;
+      const check::AttentionCase c = check::BuildCase(shape);
+      EXPECT_TRUE(gpu::CanRun(CallOf(c, {}).args).ok()) << "D=" << d << ": " << gpu::CanRun(CallOf(c, {}).args);
+    }
+  }
+}
+
+// The check draws exactly the head dims the kernels run, so that every drawn case runs.
+TEST(GpuAttentionCanRun, TheCheckDrawsTheKernelsHeadDims) {
+  EXPECT_THAT(check::kCheckHeadDims, ::testing::ElementsAreArray(gpu::kKernelHeadDims));
+}
+
 TEST(GpuAttentionCanRun, RejectsUnsupportedDimsAndTypesByName) {
-  {
-    const check::AttentionCase c = SmallCase(1, Activation::kSoftmax, MaskKind::kNone, 32);
+  for (const int d : {8, 48, 96, 256}) {
+    const check::AttentionCase c = SmallCase(1, Activation::kSoftmax, MaskKind::kNone, d);
     EXPECT_THAT(gpu::CanRun(CallOf(c, {}).args),
-                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Dqk=32")));
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         absl::StrCat("q: Dqk=", d, " is not supported by the GPU kernels (16, 32, 64 or 128)")));
   }
   {
     check::CaseShape shape;

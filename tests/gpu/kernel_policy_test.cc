@@ -6,6 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <vector>
+
 #include "tests/testing/status_matchers.h"
 
 namespace gemtb::gpu {
@@ -33,15 +36,26 @@ KernelPlan Choose(const KernelShape& s, const KernelOverride& o = {}) {
   return plan.ok() ? *plan : KernelPlan{};
 }
 
+// Head dims 16, 32 and 64 have no Hopper kernel; the emulation has none at all.
 TEST(KernelPolicy, MmaSyncWithoutTheHopperKernels) {
-  KernelShape d64 = Hopper128();
-  d64.head_dim = 64;
+  std::vector<KernelShape> shapes;
+  for (const int64_t d : {16, 32, 64}) {
+    for (const bool broadcast_q : {false, true}) {
+      KernelShape s = Hopper128();
+      s.head_dim = d;
+      s.broadcast_q = broadcast_q;
+      s.seeds = broadcast_q ? 32 : 0;
+      s.max_tile_rows = broadcast_q ? 32 : 128;
+      shapes.push_back(s);
+    }
+  }
   KernelShape emulation = Hopper128();
   emulation.hopper_built = false;
-  for (const KernelShape& s : {d64, emulation}) {
+  shapes.push_back(emulation);
+  for (const KernelShape& s : shapes) {
     const KernelPlan plan = Choose(s);
-    EXPECT_EQ(plan.forward, ForwardKernelKind::kMmaSync);
-    EXPECT_EQ(plan.backward, BackwardKernelKind::kMmaSync);
+    EXPECT_EQ(plan.forward, ForwardKernelKind::kMmaSync) << "D=" << s.head_dim;
+    EXPECT_EQ(plan.backward, BackwardKernelKind::kMmaSync) << "D=" << s.head_dim;
   }
 }
 

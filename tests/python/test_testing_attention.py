@@ -30,6 +30,15 @@ def test_a_case_is_a_function_of_family_index_and_seed():
     assert a["arrays"]["q"].dtype.name in ("bfloat16", "float16")
 
 
+def test_cases_draw_every_head_dim_of_the_gpu_kernels():
+    dims = set()
+    for index in range(40):
+        a = gemtb.testing.attention_case("silu/causal", index, max_length=40)["arrays"]
+        assert a["q"].shape[2] == a["k"].shape[2] == a["v"].shape[2]
+        dims.add(a["q"].shape[2])
+    assert dims == {16, 32, 64, 128}
+
+
 @pytest.mark.parametrize("family", ["softmax/none", "silu/causal", "relu/block"])
 def test_the_emulate_mode_passes_and_a_perturbed_gradient_fails(family):
     for index in range(3):

@@ -81,7 +81,7 @@ AttentionCase DrawCase(int64_t case_seed, const Family& family, int64_t max_leng
   const int64_t scales[] = {8, 40, 100, 200, max_length};
   config.max_length = std::min(max_length, scales[pick(0, 4)]);
   CaseShape shape = RandomCaseShape(rng, config);
-  shape.dqk = shape.dv = pick(0, 1) ? 128 : 64;
+  shape.dqk = shape.dv = kCheckHeadDims[pick(0, kNumCheckHeadDims - 1)];
   // Softmax scales relative to the default 1/sqrt(Dqk): randn rows of 128 dims with pre = 1.5
   // give logits of standard deviation 17, where even a plain same-precision kernel misses the
   // secondary bound (see Judge).
@@ -201,7 +201,7 @@ CaseResult Judge(const AttentionCase& c, const std::vector<double>& d_o, const G
 void Tally(ElementType dtype, int64_t dqk, const CaseResult& r, FamilyStats& st) {
   ++st.cases;
   st.bf16 += dtype == ElementType::kBFloat16 ? 1 : 0;
-  st.d128 += dqk == 128 ? 1 : 0;
+  for (int i = 0; i < kNumCheckHeadDims; ++i) st.by_dim[i] += dqk == kCheckHeadDims[i] ? 1 : 0;
   st.relaxed += r.relaxed > 0 ? 1 : 0;
   for (int t = 0; t < kNumTensors; ++t) {
     for (int k = 0; k < 2; ++k) st.worst[t][k] = std::max(st.worst[t][k], r.ratio[t][k]);

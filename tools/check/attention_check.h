@@ -28,6 +28,7 @@
 #define GEMTB_TOOLS_CHECK_ATTENTION_CHECK_H_
 
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -58,7 +59,12 @@ absl::StatusOr<std::vector<Family>> ParseFamilies(const std::string& text);
 // bits so that it prints and parses as a flag value.
 int64_t CaseSeed(int64_t seed, size_t family, int64_t index);
 
-// A random case the kernels run: bf16 or fp16, Dqk = Dv in {64, 128}, every pairing (self, cross,
+// The head dims (Dqk = Dv) the cases draw from, uniformly: those the GPU kernels run
+// (gpu/attention/params.h kKernelHeadDims; tests/gpu checks that the two lists agree).
+inline constexpr int64_t kCheckHeadDims[] = {16, 32, 64, 128};
+inline constexpr int kNumCheckHeadDims = static_cast<int>(std::size(kCheckHeadDims));
+
+// A random case the kernels run: bf16 or fp16, Dqk = Dv in kCheckHeadDims, every pairing (self, cross,
 // kv_index, broadcast_q), GQA, both alignments, random window/block parameters and scales; 1 to 3
 // K/V sequences (up to 4 outputs), H <= 4; lengths uniform in [0, scale] with the scale one of
 // 8, 40, 100, 200 (each at most `max_length`) or `max_length`, and a quarter of the cases on edge
@@ -94,7 +100,8 @@ CaseResult Judge(const AttentionCase& c, const std::vector<double>& d_o, const G
 
 // Counts and worst error/bound ratios of one family.
 struct FamilyStats {
-  int64_t cases = 0, pass = 0, fail = 0, excused = 0, relaxed = 0, bf16 = 0, d128 = 0;
+  int64_t cases = 0, pass = 0, fail = 0, excused = 0, relaxed = 0, bf16 = 0;
+  int64_t by_dim[kNumCheckHeadDims] = {};  // cases of each head dim of kCheckHeadDims
   int64_t skipped = 0;  // cases a named kernel (--forward-kernel, --backward-kernel) cannot run
   double worst[kNumTensors][2] = {};
 };

@@ -243,7 +243,7 @@ ScaleCase DrawScaleCase(int64_t case_seed, const Family& family, int64_t max_len
     c.options.act = family.act;
     c.options.mask = family.mask;
     c.input_type = r.Int(0, 1) ? ElementType::kBFloat16 : ElementType::kFloat16;
-    c.head_dim = r.Int(0, 1) ? 128 : 64;
+    c.head_dim = kCheckHeadDims[r.Int(0, kNumCheckHeadDims - 1)];
     c.pairing = pairing ? *pairing : kAllScalePairings[r.Int(0, 3)];
     // A quarter of the other pairings take one head and 64..96 sequences, so that the row budget
     // goes into long sequences (up to the cap) rather than many short ones.

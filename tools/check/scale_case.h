@@ -74,8 +74,9 @@ inline constexpr int64_t kScaleMinItemsPerSm = 4;
 // (MinimumSampleCost in scale_sample.h): about ten seconds of the oracle on one core.
 inline constexpr int64_t kScaleMaxSampleCost = int64_t{1} << 22;
 
-// The scale tier's draw for `family`, a function of `case_seed` alone: bf16 or fp16, D in {64, 128},
-// H in {1, 2, 4, 8} with Hkv dividing H; the pairing (uniform unless `pairing` is given):
+// The scale tier's draw for `family`, a function of `case_seed` alone: bf16 or fp16, D in
+// kCheckHeadDims, H in {1, 2, 4, 8} with Hkv dividing H; the pairing (uniform unless `pairing` is
+// given):
 //   self, cross, kv_index: B in [64, 2048] query sequences, lengths by the benchmark rule with a random
 //     sparsity and a maximum M chosen so that about 2^16..2^18 query rows (tokens x H) result, capped
 //     at 8,192 for window and block masks and 4,096 for none and causal (and at `max_length`); a

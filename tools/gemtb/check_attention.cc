@@ -106,8 +106,10 @@ nlohmann::json Summarise(const std::string& tier, const std::vector<std::string>
                         {"fail", st.fail},         {"kink_excused", st.excused},
                         {"secondary_relaxed_cases", st.relaxed},
                         {"skipped_kernel_cannot_run", st.skipped},
-                        {"bf16_cases", st.bf16},   {"d128_cases", st.d128},
-                        {"worst_error_over_bound", jw}};
+                        {"bf16_cases", st.bf16},   {"worst_error_over_bound", jw}};
+    for (int i = 0; i < check::kNumCheckHeadDims; ++i) {  // "d16_cases" .. "d128_cases"
+      per_family[name][absl::StrCat("d", check::kCheckHeadDims[i], "_cases")] = st.by_dim[i];
+    }
     sum.cases += st.cases;
     sum.pass += st.pass;
     sum.fail += st.fail;
@@ -594,9 +596,10 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   FlagSet flags("gemtb check attention [--tier small|scale|bench|all] [--cases N] [--seed S] [--family F] [--case-seed X]",
                 "Draws random jagged attention cases per family (activation x mask: softmax, silu,\n"
                 "gelu_tanh, gelu, relu, identity x none, causal, window, block), mixing bf16/fp16, head\n"
-                "dims 64/128, pairings (self, cross, kv_index, broadcast_q), GQA, both alignments; runs each\n"
-                "on the GPU kernels (forward and backward), the fp64 oracle and its emulate mode, and applies\n"
-                "the primary and secondary acceptance criteria per tensor (docs/attention-criteria.md). Tiers:\n"
+                "dims 16/32/64/128, pairings (self, cross, kv_index, broadcast_q), GQA, both alignments;\n"
+                "runs each on the GPU kernels (forward and backward), the fp64 oracle and its emulate mode,\n"
+                "and applies the primary and secondary acceptance criteria per tensor\n"
+                "(docs/attention-criteria.md). Tiers:\n"
                 "  small (default): 1-3 K/V sequences (up to 4 outputs), H <= 4, lengths 0..--max-length\n"
                 "    (default 300; a quarter of the cases on edge lengths 0-2, 63-65, 127-129), empty and\n"
                 "    length-1 sequences; judged whole.\n"

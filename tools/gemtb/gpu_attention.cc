@@ -26,7 +26,7 @@ absl::Status Run(const std::vector<std::string>& args) {
                 "Runs the CUDA jagged attention kernels (gpu/attention, H200 / sm_90a) on .npy tensors\n"
                 "(bfloat16 as <u2 bits, or float16) and writes o.npy (input dtype), lse.npy (float32,\n"
                 "softmax) and, with --backward, dq.npy dk.npy dv.npy (input dtype). Options the kernels\n"
-                "do not run (bias, RoPE, Dv != Dqk, head dims other than 64/128) are errors.");
+                "do not run (bias, RoPE, Dv != Dqk, head dims other than 16/32/64/128) are errors.");
   RegisterAttentionCaseFlags(flags, spec);
   flags.String("case", &case_dir, "a case folder (case.json + .npy files) instead of the flags above");
   flags.Bool("backward", &backward, "also run the backward (needs --do)");

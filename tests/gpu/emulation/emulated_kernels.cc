@@ -151,8 +151,12 @@ absl::Status LaunchFill(float* x, int64_t n, float value) {
   template absl::Status LaunchDkDv<E, D>(const BackwardParams&, int64_t);             \
   template absl::Status LaunchDq<E, D>(const BackwardParams&, int64_t);               \
   template absl::Status LaunchDqReduce<E, D>(const BackwardParams&, int64_t);
+GEMTB_EMU_INSTANTIATE(ElementType::kBFloat16, 16)
+GEMTB_EMU_INSTANTIATE(ElementType::kBFloat16, 32)
 GEMTB_EMU_INSTANTIATE(ElementType::kBFloat16, 64)
 GEMTB_EMU_INSTANTIATE(ElementType::kBFloat16, 128)
+GEMTB_EMU_INSTANTIATE(ElementType::kFloat16, 16)
+GEMTB_EMU_INSTANTIATE(ElementType::kFloat16, 32)
 GEMTB_EMU_INSTANTIATE(ElementType::kFloat16, 64)
 GEMTB_EMU_INSTANTIATE(ElementType::kFloat16, 128)
 #undef GEMTB_EMU_INSTANTIATE

@@ -1,0 +1,6 @@
+// One instantiation per file (parallel builds, FA3's hopper/instantiations/ layout).
+#include "gpu/attention/launch_template.cuh"
+
+namespace gemtb::gpu {
+template absl::Status LaunchDkDv<ElementType::kBFloat16, 16>(const BackwardParams&, int64_t);
+}  // namespace gemtb::gpu
