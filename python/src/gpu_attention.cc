@@ -61,6 +61,11 @@ std::string ShapeText(const std::vector<int64_t>& shape) { return absl::StrCat("
 
 // Row-major and dense (strides in elements; a dimension of extent 1 may have any stride).
 bool RowMajor(const AnyArray& a) {
+  // An empty array has no element to address: any strides will do (frameworks give such arrays
+  // strides of their own choosing, e.g. through DLPack).
+  for (size_t i = 0; i < a.ndim(); ++i) {
+    if (a.shape(i) == 0) return true;
+  }
   int64_t expected = 1;
   for (size_t i = a.ndim(); i-- > 0;) {
     if (a.shape(i) != 1 && a.stride(i) != expected) return false;
