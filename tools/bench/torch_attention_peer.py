@@ -192,7 +192,7 @@ def main():
         "what": f"median of {args.reps} runs after a warm-up, wall (GFLOP/s) and CPU seconds of all threads "
                 "(GFLOP_per_cpu_s; for the oracle's compute only at one thread); compute ratios against "
                 "the faster PyTorch version (manual or SDPA); threads for both as given",
-        "commit": commit, "command": " ".join([sys.executable] + sys.argv),
+        "commit": commit, "command": " ".join(["python"] + sys.argv),
         "case": {"batch": int(len(lengths)), "lengths_min_max": [int(lengths.min()), int(lengths.max())],
                  "heads": int(heads), "dim": int(dim), "pairs_per_head": pairs, "forward_flops": fwd_flops},
         "threads": args.threads, "torch": torch.__version__, "numpy": np.__version__,
