@@ -16,6 +16,15 @@ struct Vec {
   static Vec Set1(double s) { return {_mm512_set1_pd(s)}; }
   static Vec Mul(Vec a, Vec b) { return {_mm512_mul_pd(a.x, b.x)}; }
   static Vec Add(Vec a, Vec b) { return {_mm512_add_pd(a.x, b.x)}; }
+  // ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)) of a Dot's eight lanes (one register). The
+  // shuffles are the masked forms with every lane selected: the plain ones pass GCC 12 an undefined
+  // operand that it warns about.
+  static double Tree8(const Vec* lanes) {
+    const __m512d z = lanes[0].x;
+    const __m512d s = _mm512_add_pd(z, _mm512_mask_shuffle_f64x2(z, 0xFF, z, z, 0xEE));  // s_l = l_l + l_(l+4)
+    const __m512d u = _mm512_add_pd(s, _mm512_mask_permute_pd(s, 0xFF, s, 0x55));  // u_0 = s_0 + s_1, u_2 = s_2 + s_3
+    return _mm512_cvtsd_f64(_mm512_add_pd(u, _mm512_mask_shuffle_f64x2(u, 0xFF, u, u, 0x01)));  // u_0 + u_2
+  }
 };
 
 #include "reference/attention/row_kernels_impl.h"

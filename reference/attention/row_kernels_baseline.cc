@@ -19,6 +19,13 @@ struct Vec {
   static Vec Set1(double s) { return {_mm_set1_pd(s)}; }
   static Vec Mul(Vec a, Vec b) { return {_mm_mul_pd(a.x, b.x)}; }
   static Vec Add(Vec a, Vec b) { return {_mm_add_pd(a.x, b.x)}; }
+  // ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)) of a Dot's eight lanes (four registers).
+  static double Tree8(const Vec* lanes) {
+    const __m128d s01 = _mm_add_pd(lanes[0].x, lanes[2].x);  // l0 + l4, l1 + l5
+    const __m128d s23 = _mm_add_pd(lanes[1].x, lanes[3].x);  // l2 + l6, l3 + l7
+    const __m128d t = _mm_add_pd(_mm_unpacklo_pd(s01, s23), _mm_unpackhi_pd(s01, s23));
+    return _mm_cvtsd_f64(_mm_add_sd(t, _mm_unpackhi_pd(t, t)));
+  }
 };
 #else
 struct Vec {
@@ -29,6 +36,7 @@ struct Vec {
   static Vec Set1(double s) { return {s}; }
   static Vec Mul(Vec a, Vec b) { return {a.x * b.x}; }
   static Vec Add(Vec a, Vec b) { return {a.x + b.x}; }
+  static double Tree8(const Vec* l) { return ((l[0].x + l[4].x) + (l[1].x + l[5].x)) + ((l[2].x + l[6].x) + (l[3].x + l[7].x)); }
 };
 #endif
 

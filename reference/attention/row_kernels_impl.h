@@ -2,7 +2,8 @@
 // row_kernels_baseline.cc, row_kernels_avx2.cc and row_kernels_avx512.cc, each inside its own
 // namespace after defining `Vec`: kWidth doubles with Load, Store, Set1, Mul and Add. Every step is an
 // explicit multiply then add on independent values (the eight lanes of a Dot, a block of keys, the
-// elements of y), so the wider levels only do several of the scalar level's operations at once.
+// elements of y), so the wider levels only do several of the scalar level's operations at once;
+// Tree8 adds a Dot's eight lanes in Dot's fixed tree.
 // It includes nothing: the file that includes it provides row_kernels.h, <cstdint> and Vec.
 
 namespace {
@@ -27,6 +28,7 @@ void ForKeyTilesAndGroups(int count, int64_t n, const Group& group) {
 
 // Dot of kernel_utils.h: lane l sums d = l (mod 8) in increasing d, then a fixed tree.
 inline double Finish(const Vec* lanes, const double* a, const double* r, int64_t full, int64_t dim) {
+  if (full == dim) return Vec::Tree8(lanes);  // no tail: the tree in registers
   double acc[8];
   for (int v = 0; v < 8 / kW; ++v) Vec::Store(acc + v * kW, lanes[v]);
   for (int l = 0; full + l < dim; ++l) acc[l] += a[full + l] * r[full + l];
