@@ -2,8 +2,7 @@
 // several launch parameters (loads in flight, blocks per SM, warps per block, the row load's cache
 // hints) on `gemtb bench embed`'s sum_fp32_uniform and sum_bf16_uniform shapes
 // (their ids, their byte count, its timing), and checks that every variant writes the bytes of the
-// first, and, for fp32, a gather without the pooling (what the memory system gives the access
-// pattern). It is how forward.cu's parameters were chosen; a line of JSON per variant:
+// first, and, for fp32, a gather without the pooling (the same bytes, for comparison). It is how forward.cu's parameters were chosen; a line of JSON per variant:
 //   embed_forward_probe [--reps N]
 #include <cuda_runtime.h>
 
@@ -30,8 +29,8 @@ void Check(const absl::Status& s) {
 
 // The gather alone, as a reference for the pooling kernel: the same bags, ids, rows and output
 // bytes (fp32, D = 128: a lane's 16 bytes of each row), the same warps and loads in flight, but no
-// id checks, weights or ordered sums (the words are xor-ed), so what it reaches is what the memory
-// system gives this access pattern.
+// id checks, weights or ordered sums (the words are xor-ed): the gap between the two is what the
+// pooling costs over the bare gather.
 __global__ void __launch_bounds__(64, 18) GatherCeilingKernel(const LaunchParams p) {
   const int64_t total = p.kjt.batch;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * 2;

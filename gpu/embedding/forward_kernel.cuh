@@ -27,8 +27,8 @@ inline constexpr unsigned kForwardFullMask = 0xFFFFFFFFu;
 enum class RowLoad {
   kCached,          // a plain load
   kNoL1,            // ld.global.nc.L1::no_allocate
-  kNoL1EvictFirst,  // ... and L2::evict_first: rows leave L2 before the ids and outputs
-  kNoL1EvictLast,   // ... and L2::evict_last: a row read twice in a batch more often hits L2
+  kNoL1EvictFirst,  // ... with an L2 evict_first policy (probe variant, not yet measured)
+  kNoL1EvictLast,   // ... with an L2 evict_last policy (probe variant, not yet measured)
 };
 
 template <ElementType kDtype, RowLoad kLoad>

@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "gpu/attention/api.h"
 #include "gpu/attention/device_call.h"
+#include "reference/io/attention_case.h"
 #include "python/src/arrays.h"
 
 namespace gemtb::python {
@@ -96,11 +97,12 @@ gpu::HostTensor<int64_t> HostInts(const char* name, const AnyArray& a) {
   return {absl::MakeConstSpan(data, a.shape(0)), {static_cast<int64_t>(a.shape(0))}};
 }
 
+// The attention options travel as a case spec's option fields (io::AttentionOptionsOf parses
+// them as it does for `gemtb gpu attention`), plus what only the GPU call has.
 struct Options {
-  std::string act, mask, align;
-  std::optional<double> pre_scale, post_scale;
-  int64_t window_left, window_right, block, max_lq, max_lk;
-  bool broadcast_q, tanh_approx;
+  io::AttentionCaseSpec spec;
+  int64_t max_lq, max_lk;
+  bool tanh_approx;
 };
 
 // gemtb.gpu passes every option by name in one dict; a missing or mistyped one names its key.
@@ -115,12 +117,20 @@ T Option(const nb::dict& options, const char* key) {
 }
 
 Options ParseOptions(const nb::dict& d) {
-  return {Option<std::string>(d, "act"),          Option<std::string>(d, "mask"),
-          Option<std::string>(d, "align"),        Option<std::optional<double>>(d, "pre_scale"),
-          Option<std::optional<double>>(d, "post_scale"), Option<int64_t>(d, "window_left"),
-          Option<int64_t>(d, "window_right"),     Option<int64_t>(d, "block"),
-          Option<int64_t>(d, "max_lq"),           Option<int64_t>(d, "max_lk"),
-          Option<bool>(d, "broadcast_q"),         Option<bool>(d, "tanh_approx")};
+  Options o;
+  o.spec.act = Option<std::string>(d, "act");
+  o.spec.mask = Option<std::string>(d, "mask");
+  o.spec.align = Option<std::string>(d, "align");
+  o.spec.pre_scale = Option<std::optional<double>>(d, "pre_scale");
+  o.spec.post_scale = Option<std::optional<double>>(d, "post_scale");
+  o.spec.window_left = Option<int64_t>(d, "window_left");
+  o.spec.window_right = Option<int64_t>(d, "window_right");
+  o.spec.block = Option<int64_t>(d, "block");
+  o.spec.broadcast_q = Option<bool>(d, "broadcast_q");
+  o.max_lq = Option<int64_t>(d, "max_lq");
+  o.max_lk = Option<int64_t>(d, "max_lk");
+  o.tanh_approx = Option<bool>(d, "tanh_approx");
+  return o;
 }
 
 // The call's arguments; q, k and v carry shapes only (DeviceCall never reads host values).
@@ -160,23 +170,8 @@ Call MakeCall(const AnyArray& q, const AnyArray& k, const AnyArray& v, const Any
   if (kv_index) c.args.kv_index = HostInts("kv_index", *kv_index);
   c.args.max_lq = o.max_lq;
   c.args.max_lk = o.max_lk;
-  AttentionOptions& opt = c.args.options;
-  const std::optional<Activation> act = ParseActivation(o.act);
-  if (!act) BadValue(absl::StrCat("act=", o.act, ": not an activation"));
-  const std::optional<MaskKind> mask = ParseMaskKind(o.mask);
-  if (!mask) BadValue(absl::StrCat("mask=", o.mask, ": want none|causal|window|block"));
-  const std::optional<Alignment> align = ParseAlignment(o.align);
-  if (!align) BadValue(absl::StrCat("align=", o.align, ": want bottom_right|top_left"));
-  opt.act = *act;
-  opt.mask = *mask;
-  opt.align = *align;
-  opt.pre_scale = o.pre_scale;
-  opt.post_scale = o.post_scale;
-  opt.window_left = o.window_left;
-  opt.window_right = o.window_right;
-  opt.block = o.block;
-  opt.broadcast_q = o.broadcast_q;
-  opt.tanh_approx = o.tanh_approx;
+  c.args.options = Value(io::AttentionOptionsOf(o.spec, ""));
+  c.args.options.tanh_approx = o.tanh_approx;
   c.q = static_cast<const uint16_t*>(q.data());
   c.k = static_cast<const uint16_t*>(k.data());
   c.v = static_cast<const uint16_t*>(v.data());

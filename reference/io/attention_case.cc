@@ -157,6 +157,26 @@ absl::StatusOr<AttentionCaseSpec> ParseCaseFolderJson(const std::string& json_te
   return s;
 }
 
+absl::StatusOr<AttentionOptions> AttentionOptionsOf(const AttentionCaseSpec& s, absl::string_view flag_prefix) {
+  AttentionOptions o;
+  std::optional<Activation> act = ParseActivation(s.act);
+  if (!act) return Bad(absl::StrCat(flag_prefix, "act=", s.act, ": unknown activation"));
+  o.act = *act;
+  std::optional<MaskKind> mask = ParseMaskKind(s.mask);
+  if (!mask) return Bad(absl::StrCat(flag_prefix, "mask=", s.mask, ": want none|causal|window|block"));
+  o.mask = *mask;
+  std::optional<Alignment> align = ParseAlignment(s.align);
+  if (!align) return Bad(absl::StrCat(flag_prefix, "align=", s.align, ": want bottom_right|top_left"));
+  o.align = *align;
+  o.pre_scale = s.pre_scale;
+  o.post_scale = s.post_scale;
+  o.window_left = s.window_left;
+  o.window_right = s.window_right;
+  o.block = s.block;
+  o.broadcast_q = s.broadcast_q;
+  return o;
+}
+
 absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& s) {
   return LoadAttentionCase(s, ArraySource{});  // files, read by LoadFloat / LoadInt themselves
 }
@@ -167,22 +187,9 @@ absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& s, cons
     if (value->empty()) return Bad(absl::StrCat(name, ": required"));
   }
   AttentionCase c;
-  AttentionOptions& o = c.options;
-  std::optional<Activation> act = ParseActivation(s.act);
-  if (!act) return Bad(absl::StrCat("--act=", s.act, ": unknown activation"));
-  o.act = *act;
-  std::optional<MaskKind> mask = ParseMaskKind(s.mask);
-  if (!mask) return Bad(absl::StrCat("--mask=", s.mask, ": want none|causal|window|block"));
-  o.mask = *mask;
-  std::optional<Alignment> align = ParseAlignment(s.align);
-  if (!align) return Bad(absl::StrCat("--align=", s.align, ": want bottom_right|top_left"));
-  o.align = *align;
-  o.pre_scale = s.pre_scale;
-  o.post_scale = s.post_scale;
-  o.window_left = s.window_left;
-  o.window_right = s.window_right;
-  o.block = s.block;
-  o.broadcast_q = s.broadcast_q;
+  absl::StatusOr<AttentionOptions> options = AttentionOptionsOf(s, "--");
+  if (!options.ok()) return options.status();
+  c.options = *options;
 
   reference::AttentionInputs& in = c.inputs;
   NpyDType dk = NpyDType::kFloat64, dv = NpyDType::kFloat64, ddo = NpyDType::kFloat64;
@@ -223,7 +230,7 @@ absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& s, cons
   };
   in.max_lq = s.max_lq.value_or(longest(c.q_offsets));
   in.max_lk = s.max_lk.value_or(longest(c.kv_offsets));
-  GEMTB_RETURN_IF_ERROR(reference::ValidateAttention(in, o));
+  GEMTB_RETURN_IF_ERROR(reference::ValidateAttention(in, c.options));
   return c;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "reference/attention/attention.h"
 #include "reference/io/npy.h"
 
@@ -49,6 +50,11 @@ struct AttentionCase {
   std::vector<int64_t> d_o_shape;
   bool has_d_o = false;
 };
+
+// The options of `spec` (act, mask and align parsed by name; scales, window, block and broadcast_q
+// as given); an unknown name fails as "<flag_prefix><key>=<value>: ...". LoadAttentionCase calls it
+// with "--"; the Python GPU binding, whose keywords have no dashes, with "".
+absl::StatusOr<AttentionOptions> AttentionOptionsOf(const AttentionCaseSpec& spec, absl::string_view flag_prefix);
 
 // Reads every file of `spec`, checks dtypes agree and builds the inputs; then validates the whole
 // call with the oracle's own checks, so an error names the field before anything is computed.
