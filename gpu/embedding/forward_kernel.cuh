@@ -25,10 +25,9 @@ inline constexpr unsigned kForwardFullMask = 0xFFFFFFFFu;
 // (non-coherent) path is safe, and a row of a uniform gather is rarely read again by the same SM,
 // so it need not take L1 space (a hot table's rows do gain from L1: the Zipf shape; NOTES.md).
 enum class RowLoad {
-  kCached,          // a plain load
-  kNoL1,            // ld.global.nc.L1::no_allocate
-  kNoL1EvictFirst,  // ... with an L2 evict_first policy (probe variant, not yet measured)
-  kNoL1EvictLast,   // ... with an L2 evict_last policy (probe variant, not yet measured)
+  kCached,  // a plain load
+  kNoL1,    // ld.global.nc.L1::no_allocate (an L2 evict_first or evict_last policy on top gained
+            // nothing or lost 4%: NOTES.md)
 };
 
 template <ElementType kDtype, RowLoad kLoad>
@@ -37,32 +36,13 @@ __device__ inline StoredChunk<kDtype> LoadRowChunk(const TableParams& t, int64_t
     return LoadStoredChunk<kDtype>(t, row, c);
   } else {
     StoredChunk<kDtype> s;
-    if constexpr (kLoad == RowLoad::kNoL1) {
-      if constexpr (kDtype == ElementType::kFloat32) {
-        const uint32_t* a = static_cast<const uint32_t*>(t.weights) + row * t.dim + c;
-        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-            : "=r"(s.word[0]), "=r"(s.word[1]), "=r"(s.word[2]), "=r"(s.word[3]) : "l"(a));
-      } else {
-        const uint16_t* a = static_cast<const uint16_t*>(t.weights) + row * t.dim + c;
-        asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(s.word[0]), "=r"(s.word[1]) : "l"(a));
-      }
+    if constexpr (kDtype == ElementType::kFloat32) {
+      const uint32_t* a = static_cast<const uint32_t*>(t.weights) + row * t.dim + c;
+      asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+          : "=r"(s.word[0]), "=r"(s.word[1]), "=r"(s.word[2]), "=r"(s.word[3]) : "l"(a));
     } else {
-      // The eviction priority travels as an L2 cache policy (createpolicy) on sm_90.
-      uint64_t policy;
-      if constexpr (kLoad == RowLoad::kNoL1EvictFirst) {
-        asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-      } else {
-        asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-      }
-      if constexpr (kDtype == ElementType::kFloat32) {
-        const uint32_t* a = static_cast<const uint32_t*>(t.weights) + row * t.dim + c;
-        asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-            : "=r"(s.word[0]), "=r"(s.word[1]), "=r"(s.word[2]), "=r"(s.word[3]) : "l"(a), "l"(policy));
-      } else {
-        const uint16_t* a = static_cast<const uint16_t*>(t.weights) + row * t.dim + c;
-        asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
-            : "=r"(s.word[0]), "=r"(s.word[1]) : "l"(a), "l"(policy));
-      }
+      const uint16_t* a = static_cast<const uint16_t*>(t.weights) + row * t.dim + c;
+      asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(s.word[0]), "=r"(s.word[1]) : "l"(a));
     }
     return s;
   }
