@@ -25,6 +25,27 @@ struct Vec {
     const __m512d u = _mm512_add_pd(s, _mm512_mask_permute_pd(s, 0xFF, s, 0x55));  // u_0 = s_0 + s_1, u_2 = s_2 + s_3
     return _mm512_cvtsd_f64(_mm512_add_pd(u, _mm512_mask_shuffle_f64x2(u, 0xFF, u, u, 0x01)));  // u_0 + u_2
   }
+  // out[p] = Tree8(lanes + p) for eight Dots, the same additions in the same order with each
+  // register holding one step of several trees: the first step pairs the low and high halves of two
+  // Dots, the second adds neighbours (unpack), the third the remaining pairs, which leaves
+  // (0, 2, 1, 3, 4, 6, 5, 7) of its inputs in order; so the inputs go in that order.
+  static void Tree8x8(const Vec* const* lanes, double* out) {
+    constexpr int kOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+    __m512d s[4];
+    for (int i = 0; i < 4; ++i) {
+      const __m512d a = lanes[kOrder[2 * i]]->x, b = lanes[kOrder[2 * i + 1]]->x;
+      // low halves of a and b, plus their high halves: (a_l + a_(l+4)) and (b_l + b_(l+4)), l < 4
+      s[i] = _mm512_add_pd(_mm512_mask_shuffle_f64x2(a, 0xFF, a, b, 0x44), _mm512_mask_shuffle_f64x2(a, 0xFF, a, b, 0xEE));
+    }
+    __m512d u[2];
+    for (int i = 0; i < 2; ++i) {  // s_0 + s_1 and s_2 + s_3 of each Dot
+      u[i] = _mm512_add_pd(_mm512_mask_unpacklo_pd(s[2 * i], 0xFF, s[2 * i], s[2 * i + 1]),
+                           _mm512_mask_unpackhi_pd(s[2 * i], 0xFF, s[2 * i], s[2 * i + 1]));
+    }
+    // u_0 + u_2: 128-bit lanes 0 and 2 of u, plus lanes 1 and 3
+    _mm512_storeu_pd(out, _mm512_add_pd(_mm512_mask_shuffle_f64x2(u[0], 0xFF, u[0], u[1], 0x88),
+                                        _mm512_mask_shuffle_f64x2(u[0], 0xFF, u[0], u[1], 0xDD)));
+  }
 };
 
 #include "reference/attention/row_kernels_impl.h"

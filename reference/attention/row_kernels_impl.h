@@ -88,14 +88,26 @@ void AxpyRows(const double* coef, const double* rows, int64_t stride, int64_t n,
   }
 }
 
+// out[p] = Vec::Tree8(lanes[p]) for eight Dots: Vec::Tree8x8 where the level has it (AVX-512: the
+// eight trees at once, the lanes transposed as they are added), else one tree at a time.
+template <typename V = Vec>
+void Trees8(const V* const* lanes, double* out) {
+  if constexpr (requires { V::Tree8x8(lanes, out); }) {
+    V::Tree8x8(lanes, out);
+  } else {
+    for (int p = 0; p < 8; ++p) out[p] = V::Tree8(lanes[p]);
+  }
+}
+
 // Dot products of M vectors a[r] with rows t0 .. t1-1 (out[r][t]), sharing each load of a row. M is
-// a compile-time constant so that every accumulator stays in a register; with one Dot per register
-// (AVX-512) two keys go together, so that eight sums are in flight.
+// a compile-time constant so that every accumulator stays in a register. With one Dot per register
+// (AVX-512) four keys share each load of a vector (4M sums in flight, 32 registers hold them) and,
+// with no tail, the trees of two vectors' four keys go together (Trees8).
 template <int M>
 void DotGroup(const double* const* a, const double* rows, int64_t stride, int64_t t0, int64_t t1, int64_t dim,
               double* const* out) {
   constexpr int kV = 8 / kW;
-  constexpr int kKeys = kV == 1 ? 2 : 1;
+  constexpr int kKeys = kV == 1 ? 4 : 1;
   const int64_t full = dim - dim % 8;
   int64_t t = t0;
   for (; t + kKeys <= t1; t += kKeys) {
@@ -113,6 +125,21 @@ void DotGroup(const double* const* a, const double* rows, int64_t stride, int64_
           const Vec av = Vec::Load(a[r] + d + v * kW);
           for (int e = 0; e < kKeys; ++e) acc[e][r][v] = Vec::Add(acc[e][r][v], Vec::Mul(av, x[e]));
         }
+      }
+    }
+    if constexpr (kKeys == 4 && M % 2 == 0) {
+      if (full == dim) {
+        for (int r = 0; r < M; r += 2) {
+          const Vec* const pairs[8] = {acc[0][r], acc[1][r], acc[2][r], acc[3][r],
+                                       acc[0][r + 1], acc[1][r + 1], acc[2][r + 1], acc[3][r + 1]};
+          double sums[8];
+          Trees8(pairs, sums);
+          for (int e = 0; e < 4; ++e) {
+            out[r][t + e] = sums[e];
+            out[r + 1][t + e] = sums[4 + e];
+          }
+        }
+        continue;
       }
     }
     for (int e = 0; e < kKeys; ++e) {
