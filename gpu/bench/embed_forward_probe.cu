@@ -1,12 +1,15 @@
 // embed_forward_probe: times the embedding forward kernel (gpu/embedding/forward_kernel.cuh) at
 // several launch parameters (loads in flight, blocks per SM, warps per block, the row load's cache
-// hints) on `gemtb bench embed`'s sum_fp32_uniform and sum_bf16_uniform shapes
-// (their ids, their byte count, its timing), and checks that every variant writes the bytes of the
-// first, and, for fp32, a gather without the pooling (the same bytes, for comparison). It is how forward.cu's parameters were chosen; a line of JSON per variant:
+// hints), and the candidate changes to it in pool_kernel_variants.cuh, on `gemtb bench embed`'s
+// sum_fp32_uniform and sum_bf16_uniform shapes (their ids, their byte count, its timing); checks
+// that every variant writes the bytes of the first (forward.cu's own parameters), and, for fp32,
+// times a gather without the pooling (the same bytes, for comparison). It is how forward.cu's
+// parameters were chosen; a line of JSON per variant:
 //   embed_forward_probe [--reps N]
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -14,6 +17,7 @@
 
 #include "gpu/common/device_buffer.h"
 #include "gpu/embedding/embed_bench.h"
+#include "gpu/bench/pool_kernel_variants.cuh"
 #include "gpu/embedding/forward_kernel.cuh"
 
 namespace gemtb::gpu::embedding {
@@ -58,18 +62,20 @@ __global__ void __launch_bounds__(64, 18) GatherCeilingKernel(const LaunchParams
   }
 }
 
-template <ElementType kDtype, int kLoads, int kMinBlocks, int kWarps, RowLoad kLoad>
-EmbedTiming TimeVariant(const LaunchParams& p, int64_t bags, const EmbedBenchOptions& options, double bytes,
-                        int* regs) {
-  auto kernel = PoolKernel<kDtype, kLoads, kMinBlocks, kWarps, kLoad>;
+// Times `kernel` (blocks of `warps` warps, as many as fit at once) after filling the output with
+// NaN bits, so a variant that leaves bags unwritten cannot pass for the first one's bytes.
+template <typename Kernel>
+EmbedTiming TimeKernel(Kernel kernel, int warps, const LaunchParams& p, int64_t bags, const EmbedBenchOptions& options,
+                       double bytes, int* regs) {
   cudaFuncAttributes attr{};
   Check(CudaOk(cudaFuncGetAttributes(&attr, kernel), "cudaFuncGetAttributes"));
   *regs = attr.numRegs;
-  const absl::StatusOr<int64_t> resident = ResidentBlocks(kernel, kWarps);
+  const absl::StatusOr<int64_t> resident = ResidentBlocks(kernel, warps);
   Check(resident.status());
-  const unsigned blocks = PoolGrid(bags, kWarps, *resident);
+  const unsigned blocks = PoolGrid(bags, warps, *resident);
+  Check(CudaOk(cudaMemset(p.pooled, 0xFF, static_cast<size_t>(bags * p.pooled_width) * sizeof(float)), "output fill"));
   absl::StatusOr<EmbedTiming> t = TimeEmbedRuns(options, bytes, [&] {
-    kernel<<<blocks, kWarps * 32>>>(p);
+    kernel<<<blocks, warps * 32>>>(p);
     return CudaOk(cudaGetLastError(), "probe launch");
   });
   Check(t.status());
@@ -127,7 +133,8 @@ void ProbeShape(const EmbedBenchShape& shape, const EmbedBenchOptions& options) 
   int regs = 0;
 #define GEMTB_PROBE(D, L, M, W, LOAD)                                                                \
   if (shape.dtype == ElementType::D) {                                                                \
-    const EmbedTiming timing = TimeVariant<ElementType::D, L, M, W, RowLoad::LOAD>(p, shape.bags, options, bytes, &regs); \
+    const EmbedTiming timing = TimeKernel(PoolKernel<ElementType::D, L, M, W, RowLoad::LOAD>, W, p, shape.bags, \
+                                          options, bytes, &regs);                                      \
     report("loads " #L ", min blocks " #M ", warps " #W ", " #LOAD, timing, regs);                  \
   }
   GEMTB_PROBE(kFloat32, 4, 18, 2, kNoL1)
@@ -143,6 +150,38 @@ void ProbeShape(const EmbedBenchShape& shape, const EmbedBenchOptions& options) 
   GEMTB_PROBE(kBFloat16, 8, 4, 8, kCached)
   GEMTB_PROBE(kBFloat16, 16, 3, 8, kNoL1)
 #undef GEMTB_PROBE
+  // pool_kernel_variants.cuh's candidates at forward.cu's launch parameters (fp32: 4 loads, bf16:
+  // 8; 18 blocks of 2 warps per SM, past L1), "fields in registers" the base of all of them; the
+  // prefetching ones also at 16 blocks per SM (64 registers: at 56 their state spills, per bag).
+  // The lean loop's 32-bit rows need rows < 2^31, dim 128 a table of that dim.
+  using namespace probe;
+  const bool rows32 = shape.rows <= INT32_MAX;
+  const bool dim128 = shape.dim == 128;
+#define GEMTB_PROBE_OPT(D, L, M, W, OPTS, NAME)                                                         \
+  if (shape.dtype == ElementType::D && (((OPTS) & kOptLean) == 0 || rows32) && (((OPTS) & kOptDim128) == 0 || dim128)) { \
+    const EmbedTiming timing = TimeKernel(PoolKernelVariant<ElementType::D, L, M, W, (OPTS)>, W, p, shape.bags, \
+                                          options, bytes, &regs);                                          \
+    report("loads " #L ", min blocks " #M ", warps " #W ", kNoL1, " NAME, timing, regs);                \
+  }
+#define GEMTB_PROBE_OPTS(D, L)                                                                              \
+  GEMTB_PROBE_OPT(D, L, 18, 2, kOptNone, "fields in registers")                                             \
+  GEMTB_PROBE_OPT(D, L, 18, 2, kOptLean, "+ lean loop")                                                     \
+  GEMTB_PROBE_OPT(D, L, 18, 2, kOptNoDivide, "+ no division")                                               \
+  GEMTB_PROBE_OPT(D, L, 18, 2, kOptNoDivide | kOptPrefetch, "+ no division + prefetch")                     \
+  GEMTB_PROBE_OPT(D, L, 18, 2, kOptDim128, "+ dim 128")                                                     \
+  GEMTB_PROBE_OPT(D, L, 18, 2, kOptLean | kOptNegZeroSeed, "+ lean loop + -0 seed")                         \
+  GEMTB_PROBE_OPT(D, L, 18, 2, kOptLean | kOptNoDivide | kOptDim128, "+ lean loop + no division + dim 128")  \
+  GEMTB_PROBE_OPT(D, L, 18, 2, kOptLean | kOptNoDivide | kOptPrefetch | kOptDim128,                          \
+                  "+ lean loop + no division + prefetch + dim 128")                                         \
+  GEMTB_PROBE_OPT(D, L, 18, 2, kOptLean | kOptNoDivide | kOptPrefetch | kOptDim128 | kOptNegZeroSeed,         \
+                  "+ all (lean, no division, prefetch, dim 128, -0 seed)")                                  \
+  GEMTB_PROBE_OPT(D, L, 16, 2, kOptNoDivide | kOptPrefetch, "+ no division + prefetch")                     \
+  GEMTB_PROBE_OPT(D, L, 16, 2, kOptLean | kOptNoDivide | kOptPrefetch | kOptDim128 | kOptNegZeroSeed,         \
+                  "+ all (lean, no division, prefetch, dim 128, -0 seed)")
+  GEMTB_PROBE_OPTS(kFloat32, 4)
+  GEMTB_PROBE_OPTS(kBFloat16, 8)
+#undef GEMTB_PROBE_OPTS
+#undef GEMTB_PROBE_OPT
   if (shape.dtype == ElementType::kFloat32 && shape.dim == 128 && shape.ids_per_bag == 32) {
     const absl::StatusOr<int64_t> resident = ResidentBlocks(GatherCeilingKernel, 2);
     Check(resident.status());
