@@ -218,7 +218,7 @@ void ProbeShape(const EmbedBenchShape& shape, const EmbedBenchOptions& options, 
   GEMTB_PROBE_OPTS(kBFloat16, 8)
 #undef GEMTB_PROBE_OPTS
 #undef GEMTB_PROBE_OPT
-  if (shape.dtype == ElementType::kFloat32 && shape.dim == 128 && shape.ids_per_bag == 32) {
+  if (all_variants && shape.dtype == ElementType::kFloat32 && shape.dim == 128 && shape.ids_per_bag == 32) {
     const absl::StatusOr<int64_t> resident = ResidentBlocks(GatherCeilingKernel, 2);
     Check(resident.status());
     const unsigned blocks = PoolGrid(shape.bags, 2, *resident);
