@@ -12,14 +12,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <random>
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "gpu/bench/pool_kernel_variants.cuh"
 #include "gpu/common/device_buffer.h"
 #include "gpu/embedding/embed_bench.h"
-#include "gpu/bench/pool_kernel_variants.cuh"
 #include "gpu/embedding/forward_kernel.cuh"
 
 namespace gemtb::gpu::embedding {
