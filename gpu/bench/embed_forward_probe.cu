@@ -1,17 +1,23 @@
 // embed_forward_probe: times the embedding forward kernel (gpu/embedding/forward_kernel.cuh) at
 // several launch parameters (loads in flight, blocks per SM, warps per block, the row load's cache
-// hints) on `gemtb bench embed`'s sum_fp32_uniform and sum_bf16_uniform shapes
-// (their ids, their byte count, its timing), and checks that every variant writes the bytes of the
-// first, and, for fp32, a gather without the pooling (the same bytes, for comparison). It is how forward.cu's parameters were chosen; a line of JSON per variant:
+// hints), and the candidate changes to it in pool_kernel_variants.cuh, on `gemtb bench embed`'s
+// sum_fp32_uniform and sum_bf16_uniform shapes (their ids, their byte count, its timing; the
+// candidates also on mean_fp32_uniform and wsum_fp32_uniform, for their bytes), over a table whose
+// rows all differ; checks that every variant writes the bytes of the shape's first (forward.cu's
+// own parameters), and, for sum fp32, times a gather without the pooling (the same bytes, for
+// comparison). It is how forward.cu's parameters were chosen; a line of JSON per variant:
 //   embed_forward_probe [--reps N]
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "gpu/bench/pool_kernel_variants.cuh"
 #include "gpu/common/device_buffer.h"
 #include "gpu/embedding/embed_bench.h"
 #include "gpu/embedding/forward_kernel.cuh"
@@ -58,18 +64,39 @@ __global__ void __launch_bounds__(64, 18) GatherCeilingKernel(const LaunchParams
   }
 }
 
-template <ElementType kDtype, int kLoads, int kMinBlocks, int kWarps, RowLoad kLoad>
-EmbedTiming TimeVariant(const LaunchParams& p, int64_t bags, const EmbedBenchOptions& options, double bytes,
-                        int* regs) {
-  auto kernel = PoolKernel<kDtype, kLoads, kMinBlocks, kWarps, kLoad>;
+// Word i of the table: two halves, each a normal bf16 (sign, exponent 2^-8..2^7, mantissa from a
+// hash of i and the half), so that every row differs and sums depend on their order: a variant that
+// reads another row or adds in another order writes other bytes. As fp32 a word is a normal float
+// of the same range (its low half more mantissa bits).
+__global__ void FillDistinctKernel(uint32_t* words, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint64_t h = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 31, h *= 0xBF58476D1CE4E5B9ull, h ^= h >> 29;
+    uint32_t w = 0;
+    for (int half = 0; half < 2; ++half) {
+      const uint32_t r = static_cast<uint32_t>(h >> (20 * half));
+      const uint32_t bits = (r & 0x8000u) | (0x77u + (r >> 16) % 16u) << 7 | (r & 0x7Fu);
+      w |= bits << (16 * half);
+    }
+    words[i] = w;
+  }
+}
+
+// Times `kernel` (blocks of `warps` warps, as many as fit at once) after filling the output with
+// NaN bits, so a variant that leaves bags unwritten cannot pass for the first one's bytes.
+template <typename Kernel>
+EmbedTiming TimeKernel(Kernel kernel, int warps, const LaunchParams& p, int64_t bags, const EmbedBenchOptions& options,
+                       double bytes, int* regs) {
   cudaFuncAttributes attr{};
   Check(CudaOk(cudaFuncGetAttributes(&attr, kernel), "cudaFuncGetAttributes"));
   *regs = attr.numRegs;
-  const absl::StatusOr<int64_t> resident = ResidentBlocks(kernel, kWarps);
+  const absl::StatusOr<int64_t> resident = ResidentBlocks(kernel, warps);
   Check(resident.status());
-  const unsigned blocks = PoolGrid(bags, kWarps, *resident);
+  const unsigned blocks = PoolGrid(bags, warps, *resident);
+  Check(CudaOk(cudaMemset(p.pooled, 0xFF, static_cast<size_t>(bags * p.pooled_width) * sizeof(float)), "output fill"));
   absl::StatusOr<EmbedTiming> t = TimeEmbedRuns(options, bytes, [&] {
-    kernel<<<blocks, kWarps * 32>>>(p);
+    kernel<<<blocks, warps * 32>>>(p);
     return CudaOk(cudaGetLastError(), "probe launch");
   });
   Check(t.status());
@@ -77,23 +104,33 @@ EmbedTiming TimeVariant(const LaunchParams& p, int64_t bags, const EmbedBenchOpt
 }
 
 // The variants of one shape's storage type; each line reports its registers, time and whether it
-// wrote the first variant's bytes.
-void ProbeShape(const EmbedBenchShape& shape, const EmbedBenchOptions& options) {
+// wrote the first variant's bytes. all_variants: every launch parameter and candidate; otherwise
+// forward.cu's kernel and the candidates only (the mean and weighted shapes: their bytes, for the
+// MEAN count and the weighted path).
+void ProbeShape(const EmbedBenchShape& shape, const EmbedBenchOptions& options, bool all_variants) {
   const std::vector<int64_t> ids = DrawBenchIds(shape, options.seed);
   std::vector<int64_t> offsets(static_cast<size_t>(shape.bags + 1));
   for (int64_t b = 0; b <= shape.bags; ++b) offsets[static_cast<size_t>(b)] = b * shape.ids_per_bag;
   const size_t elements = static_cast<size_t>(shape.rows * shape.dim);
   DeviceArray<int64_t> d_offsets, d_ids;
+  DeviceArray<float> d_bag_weights;  // weighted shapes: a weight per id in [0, 1), as bench embed draws them
   DeviceArray<float> d_out;
   DeviceArray<uint32_t> d_weights;  // fp32 words, or bf16 pairs in the first half
   DeviceArray<TableParams> d_table;
   DeviceArray<FeatureParams> d_feature;
   Check(d_offsets.Upload(offsets, "offsets"));
   Check(d_ids.Upload(ids, "ids"));
+  if (shape.pooling == Pooling::kWeightedSum) {
+    std::mt19937_64 rng(options.seed ^ 0x77);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    std::vector<float> weights(ids.size());
+    for (float& w : weights) w = u(rng);
+    Check(d_bag_weights.Upload(weights, "id weights"));
+  }
   Check(d_out.Allocate(static_cast<size_t>(shape.bags * shape.dim), "output"));
   Check(d_weights.Allocate(elements, "table"));
-  // 0x3E: fp32 words of ~0.186, bf16 halves of ~0.186: finite, normal values of either type.
-  Check(CudaOk(cudaMemset(d_weights.get(), 0x3E, elements * 4), "table fill"));
+  FillDistinctKernel<<<1024, 256>>>(d_weights.get(), static_cast<int64_t>(elements));
+  Check(CudaOk(cudaGetLastError(), "table fill"));
   TableParams t;
   t.weights = d_weights.get();
   t.rows = shape.rows;
@@ -109,6 +146,7 @@ void ProbeShape(const EmbedBenchShape& shape, const EmbedBenchOptions& options) 
   p.num_tables = 1;
   p.kjt.offsets = d_offsets.get();
   p.kjt.values = d_ids.get();
+  p.kjt.weights = d_bag_weights.get();
   p.kjt.batch = shape.bags;
   p.kjt.num_keys = 1;
   p.pooled = d_out.get();
@@ -127,23 +165,60 @@ void ProbeShape(const EmbedBenchShape& shape, const EmbedBenchOptions& options) 
   int regs = 0;
 #define GEMTB_PROBE(D, L, M, W, LOAD)                                                                \
   if (shape.dtype == ElementType::D) {                                                                \
-    const EmbedTiming timing = TimeVariant<ElementType::D, L, M, W, RowLoad::LOAD>(p, shape.bags, options, bytes, &regs); \
+    const EmbedTiming timing = TimeKernel(PoolKernel<ElementType::D, L, M, W, RowLoad::LOAD>, W, p, shape.bags, \
+                                          options, bytes, &regs);                                      \
     report("loads " #L ", min blocks " #M ", warps " #W ", " #LOAD, timing, regs);                  \
   }
   GEMTB_PROBE(kFloat32, 4, 18, 2, kNoL1)
-  GEMTB_PROBE(kFloat32, 4, 18, 2, kCached)
-  GEMTB_PROBE(kFloat32, 4, 9, 4, kNoL1)
-  GEMTB_PROBE(kFloat32, 4, 4, 8, kNoL1)
-  GEMTB_PROBE(kFloat32, 4, 4, 8, kCached)
-  GEMTB_PROBE(kFloat32, 8, 12, 2, kNoL1)
-  GEMTB_PROBE(kFloat32, 2, 6, 8, kNoL1)
+  if (all_variants) {
+    GEMTB_PROBE(kFloat32, 4, 18, 2, kCached)
+    GEMTB_PROBE(kFloat32, 4, 9, 4, kNoL1)
+    GEMTB_PROBE(kFloat32, 4, 4, 8, kNoL1)
+    GEMTB_PROBE(kFloat32, 4, 4, 8, kCached)
+    GEMTB_PROBE(kFloat32, 8, 12, 2, kNoL1)
+    GEMTB_PROBE(kFloat32, 2, 6, 8, kNoL1)
+  }
   GEMTB_PROBE(kBFloat16, 8, 18, 2, kNoL1)
-  GEMTB_PROBE(kBFloat16, 8, 18, 2, kCached)
-  GEMTB_PROBE(kBFloat16, 8, 4, 8, kNoL1)
-  GEMTB_PROBE(kBFloat16, 8, 4, 8, kCached)
-  GEMTB_PROBE(kBFloat16, 16, 3, 8, kNoL1)
+  if (all_variants) {
+    GEMTB_PROBE(kBFloat16, 8, 18, 2, kCached)
+    GEMTB_PROBE(kBFloat16, 8, 4, 8, kNoL1)
+    GEMTB_PROBE(kBFloat16, 8, 4, 8, kCached)
+    GEMTB_PROBE(kBFloat16, 16, 3, 8, kNoL1)
+  }
 #undef GEMTB_PROBE
-  if (shape.dtype == ElementType::kFloat32 && shape.dim == 128 && shape.ids_per_bag == 32) {
+  // pool_kernel_variants.cuh's candidates at forward.cu's launch parameters (fp32: 4 loads, bf16:
+  // 8; 18 blocks of 2 warps per SM, past L1), "fields in registers" the base of all of them; the
+  // prefetching ones also at 16 blocks per SM (64 registers: at 56 their state spills, per bag).
+  // The lean loop's 32-bit rows need rows < 2^31, dim 128 a table of that dim.
+  using namespace probe;
+  const bool rows32 = shape.rows <= INT32_MAX;
+  const bool dim128 = shape.dim == 128;
+#define GEMTB_PROBE_OPT(D, L, M, W, OPTS, NAME)                                                         \
+  if (shape.dtype == ElementType::D && (((OPTS) & kOptLean) == 0 || rows32) && (((OPTS) & kOptDim128) == 0 || dim128)) { \
+    const EmbedTiming timing = TimeKernel(PoolKernelVariant<ElementType::D, L, M, W, (OPTS)>, W, p, shape.bags, \
+                                          options, bytes, &regs);                                          \
+    report("loads " #L ", min blocks " #M ", warps " #W ", kNoL1, " NAME, timing, regs);                \
+  }
+#define GEMTB_PROBE_OPTS(D, L)                                                                              \
+  GEMTB_PROBE_OPT(D, L, 18, 2, kOptNone, "fields in registers")                                             \
+  GEMTB_PROBE_OPT(D, L, 18, 2, kOptLean, "+ lean loop")                                                     \
+  GEMTB_PROBE_OPT(D, L, 18, 2, kOptNoDivide, "+ no division")                                               \
+  GEMTB_PROBE_OPT(D, L, 18, 2, kOptNoDivide | kOptPrefetch, "+ no division + prefetch")                     \
+  GEMTB_PROBE_OPT(D, L, 18, 2, kOptDim128, "+ dim 128")                                                     \
+  GEMTB_PROBE_OPT(D, L, 18, 2, kOptLean | kOptNegZeroSeed, "+ lean loop + -0 seed")                         \
+  GEMTB_PROBE_OPT(D, L, 18, 2, kOptLean | kOptNoDivide | kOptDim128, "+ lean loop + no division + dim 128")  \
+  GEMTB_PROBE_OPT(D, L, 18, 2, kOptLean | kOptNoDivide | kOptPrefetch | kOptDim128,                          \
+                  "+ lean loop + no division + prefetch + dim 128")                                         \
+  GEMTB_PROBE_OPT(D, L, 18, 2, kOptLean | kOptNoDivide | kOptPrefetch | kOptDim128 | kOptNegZeroSeed,         \
+                  "+ all (lean, no division, prefetch, dim 128, -0 seed)")                                  \
+  GEMTB_PROBE_OPT(D, L, 16, 2, kOptNoDivide | kOptPrefetch, "+ no division + prefetch")                     \
+  GEMTB_PROBE_OPT(D, L, 16, 2, kOptLean | kOptNoDivide | kOptPrefetch | kOptDim128 | kOptNegZeroSeed,         \
+                  "+ all (lean, no division, prefetch, dim 128, -0 seed)")
+  GEMTB_PROBE_OPTS(kFloat32, 4)
+  GEMTB_PROBE_OPTS(kBFloat16, 8)
+#undef GEMTB_PROBE_OPTS
+#undef GEMTB_PROBE_OPT
+  if (all_variants && shape.dtype == ElementType::kFloat32 && shape.dim == 128 && shape.ids_per_bag == 32) {
     const absl::StatusOr<int64_t> resident = ResidentBlocks(GatherCeilingKernel, 2);
     Check(resident.status());
     const unsigned blocks = PoolGrid(shape.bags, 2, *resident);
@@ -162,7 +237,8 @@ int Run(int reps) {
   EmbedBenchOptions options;
   options.reps = reps;
   for (const EmbedBenchShape& shape : DefaultEmbedBenchShapes()) {
-    if (shape.name == "sum_fp32_uniform" || shape.name == "sum_bf16_uniform") ProbeShape(shape, options);
+    if (shape.name == "sum_fp32_uniform" || shape.name == "sum_bf16_uniform") ProbeShape(shape, options, true);
+    if (shape.name == "mean_fp32_uniform" || shape.name == "wsum_fp32_uniform") ProbeShape(shape, options, false);
   }
   return 0;
 }
