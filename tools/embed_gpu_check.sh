@@ -10,8 +10,7 @@
 #      the determinism run) and tools/bench/embed_peers.py on the same ids (the ratio table);
 #   5. compute-sanitizer memcheck and racecheck on one small case per family;
 #   with --probe, first gpu/bench/embed_forward_probe (the forward kernel at several launch
-#   parameters, and the candidate variants of gpu/bench/pool_kernel_variants.cuh; its lines go to
-#   summary.txt);
+#   parameters; its lines go to summary.txt);
 # everything inside --budget seconds (default 570). Writes under $OUT (8 files, the most a call
 # brings back): summary.txt, build.log, run.log, check.json, bench_embed.json, peers.json,
 # ratio.json, results.json.

@@ -1,11 +1,10 @@
 // embed_forward_probe: times the embedding forward kernel (gpu/embedding/forward_kernel.cuh) at
 // several launch parameters (loads in flight, blocks per SM, warps per block, the row load's cache
-// hints), and the candidate changes to it in pool_kernel_variants.cuh, on `gemtb bench embed`'s
-// sum_fp32_uniform and sum_bf16_uniform shapes (their ids, their byte count, its timing; the
-// candidates also on mean_fp32_uniform and wsum_fp32_uniform, for their bytes), over a table whose
-// rows all differ; checks that every variant writes the bytes of the shape's first (forward.cu's
-// own parameters), and, for sum fp32, times a gather without the pooling (the same bytes, for
-// comparison). It is how forward.cu's parameters were chosen; a line of JSON per variant:
+// hints, 32- or 64-bit rows) on `gemtb bench embed`'s sum_fp32_uniform and sum_bf16_uniform shapes
+// (their ids, their byte count, its timing), over a table whose rows all differ; checks that every
+// variant writes the bytes of the shape's first (forward.cu's own parameters), and, for sum fp32,
+// times a gather without the pooling (the same bytes, for comparison). It is how forward.cu's
+// parameters were chosen; a line of JSON per variant:
 //   embed_forward_probe [--reps N]
 #include <cuda_runtime.h>
 
@@ -13,11 +12,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <string>
 #include <vector>
 
-#include "gpu/bench/pool_kernel_variants.cuh"
 #include "gpu/common/device_buffer.h"
 #include "gpu/embedding/embed_bench.h"
 #include "gpu/embedding/forward_kernel.cuh"
@@ -104,29 +101,19 @@ EmbedTiming TimeKernel(Kernel kernel, int warps, const LaunchParams& p, int64_t 
 }
 
 // The variants of one shape's storage type; each line reports its registers, time and whether it
-// wrote the first variant's bytes. all_variants: every launch parameter and candidate; otherwise
-// forward.cu's kernel and the candidates only (the mean and weighted shapes: their bytes, for the
-// MEAN count and the weighted path).
-void ProbeShape(const EmbedBenchShape& shape, const EmbedBenchOptions& options, bool all_variants) {
+// wrote the first variant's bytes.
+void ProbeShape(const EmbedBenchShape& shape, const EmbedBenchOptions& options) {
   const std::vector<int64_t> ids = DrawBenchIds(shape, options.seed);
   std::vector<int64_t> offsets(static_cast<size_t>(shape.bags + 1));
   for (int64_t b = 0; b <= shape.bags; ++b) offsets[static_cast<size_t>(b)] = b * shape.ids_per_bag;
   const size_t elements = static_cast<size_t>(shape.rows * shape.dim);
   DeviceArray<int64_t> d_offsets, d_ids;
-  DeviceArray<float> d_bag_weights;  // weighted shapes: a weight per id in [0, 1), as bench embed draws them
   DeviceArray<float> d_out;
   DeviceArray<uint32_t> d_weights;  // fp32 words, or bf16 pairs in the first half
   DeviceArray<TableParams> d_table;
   DeviceArray<FeatureParams> d_feature;
   Check(d_offsets.Upload(offsets, "offsets"));
   Check(d_ids.Upload(ids, "ids"));
-  if (shape.pooling == Pooling::kWeightedSum) {
-    std::mt19937_64 rng(options.seed ^ 0x77);
-    std::uniform_real_distribution<float> u(0.0f, 1.0f);
-    std::vector<float> weights(ids.size());
-    for (float& w : weights) w = u(rng);
-    Check(d_bag_weights.Upload(weights, "id weights"));
-  }
   Check(d_out.Allocate(static_cast<size_t>(shape.bags * shape.dim), "output"));
   Check(d_weights.Allocate(elements, "table"));
   FillDistinctKernel<<<1024, 256>>>(d_weights.get(), static_cast<int64_t>(elements));
@@ -146,7 +133,6 @@ void ProbeShape(const EmbedBenchShape& shape, const EmbedBenchOptions& options, 
   p.num_tables = 1;
   p.kjt.offsets = d_offsets.get();
   p.kjt.values = d_ids.get();
-  p.kjt.weights = d_bag_weights.get();
   p.kjt.batch = shape.bags;
   p.kjt.num_keys = 1;
   p.pooled = d_out.get();
@@ -163,62 +149,27 @@ void ProbeShape(const EmbedBenchShape& shape, const EmbedBenchOptions& options, 
     std::fflush(stdout);
   };
   int regs = 0;
-#define GEMTB_PROBE(D, L, M, W, LOAD)                                                                \
-  if (shape.dtype == ElementType::D) {                                                                \
-    const EmbedTiming timing = TimeKernel(PoolKernel<ElementType::D, L, M, W, RowLoad::LOAD>, W, p, shape.bags, \
-                                          options, bytes, &regs);                                      \
-    report("loads " #L ", min blocks " #M ", warps " #W ", " #LOAD, timing, regs);                  \
+#define GEMTB_PROBE(D, ROW, L, M, W, LOAD)                                                                \
+  if (shape.dtype == ElementType::D) {                                                                     \
+    const EmbedTiming timing = TimeKernel(PoolKernel<ElementType::D, ROW, L, M, W, RowLoad::LOAD>, W, p,   \
+                                          shape.bags, options, bytes, &regs);                             \
+    report(#ROW " rows, loads " #L ", min blocks " #M ", warps " #W ", " #LOAD, timing, regs);           \
   }
-  GEMTB_PROBE(kFloat32, 4, 18, 2, kNoL1)
-  if (all_variants) {
-    GEMTB_PROBE(kFloat32, 4, 18, 2, kCached)
-    GEMTB_PROBE(kFloat32, 4, 9, 4, kNoL1)
-    GEMTB_PROBE(kFloat32, 4, 4, 8, kNoL1)
-    GEMTB_PROBE(kFloat32, 4, 4, 8, kCached)
-    GEMTB_PROBE(kFloat32, 8, 12, 2, kNoL1)
-    GEMTB_PROBE(kFloat32, 2, 6, 8, kNoL1)
-  }
-  GEMTB_PROBE(kBFloat16, 8, 18, 2, kNoL1)
-  if (all_variants) {
-    GEMTB_PROBE(kBFloat16, 8, 18, 2, kCached)
-    GEMTB_PROBE(kBFloat16, 8, 4, 8, kNoL1)
-    GEMTB_PROBE(kBFloat16, 8, 4, 8, kCached)
-    GEMTB_PROBE(kBFloat16, 16, 3, 8, kNoL1)
-  }
+  GEMTB_PROBE(kFloat32, int32_t, 4, 18, 2, kNoL1)
+  GEMTB_PROBE(kFloat32, int64_t, 4, 18, 2, kNoL1)
+  GEMTB_PROBE(kFloat32, int32_t, 4, 18, 2, kCached)
+  GEMTB_PROBE(kFloat32, int32_t, 4, 9, 4, kNoL1)
+  GEMTB_PROBE(kFloat32, int32_t, 4, 4, 8, kNoL1)
+  GEMTB_PROBE(kFloat32, int32_t, 8, 12, 2, kNoL1)
+  GEMTB_PROBE(kFloat32, int32_t, 2, 6, 8, kNoL1)
+  GEMTB_PROBE(kBFloat16, int32_t, 8, 18, 2, kNoL1)
+  GEMTB_PROBE(kBFloat16, int64_t, 8, 18, 2, kNoL1)
+  GEMTB_PROBE(kBFloat16, int32_t, 8, 18, 2, kCached)
+  GEMTB_PROBE(kBFloat16, int32_t, 4, 18, 2, kNoL1)
+  GEMTB_PROBE(kBFloat16, int32_t, 8, 4, 8, kNoL1)
+  GEMTB_PROBE(kBFloat16, int32_t, 16, 12, 2, kNoL1)
 #undef GEMTB_PROBE
-  // pool_kernel_variants.cuh's candidates at forward.cu's launch parameters (fp32: 4 loads, bf16:
-  // 8; 18 blocks of 2 warps per SM, past L1), "fields in registers" the base of all of them; the
-  // prefetching ones also at 16 blocks per SM (64 registers: at 56 their state spills, per bag).
-  // The lean loop's 32-bit rows need rows < 2^31, dim 128 a table of that dim.
-  using namespace probe;
-  const bool rows32 = shape.rows <= INT32_MAX;
-  const bool dim128 = shape.dim == 128;
-#define GEMTB_PROBE_OPT(D, L, M, W, OPTS, NAME)                                                         \
-  if (shape.dtype == ElementType::D && (((OPTS) & kOptLean) == 0 || rows32) && (((OPTS) & kOptDim128) == 0 || dim128)) { \
-    const EmbedTiming timing = TimeKernel(PoolKernelVariant<ElementType::D, L, M, W, (OPTS)>, W, p, shape.bags, \
-                                          options, bytes, &regs);                                          \
-    report("loads " #L ", min blocks " #M ", warps " #W ", kNoL1, " NAME, timing, regs);                \
-  }
-#define GEMTB_PROBE_OPTS(D, L)                                                                              \
-  GEMTB_PROBE_OPT(D, L, 18, 2, kOptNone, "fields in registers")                                             \
-  GEMTB_PROBE_OPT(D, L, 18, 2, kOptLean, "+ lean loop")                                                     \
-  GEMTB_PROBE_OPT(D, L, 18, 2, kOptNoDivide, "+ no division")                                               \
-  GEMTB_PROBE_OPT(D, L, 18, 2, kOptNoDivide | kOptPrefetch, "+ no division + prefetch")                     \
-  GEMTB_PROBE_OPT(D, L, 18, 2, kOptDim128, "+ dim 128")                                                     \
-  GEMTB_PROBE_OPT(D, L, 18, 2, kOptLean | kOptNegZeroSeed, "+ lean loop + -0 seed")                         \
-  GEMTB_PROBE_OPT(D, L, 18, 2, kOptLean | kOptNoDivide | kOptDim128, "+ lean loop + no division + dim 128")  \
-  GEMTB_PROBE_OPT(D, L, 18, 2, kOptLean | kOptNoDivide | kOptPrefetch | kOptDim128,                          \
-                  "+ lean loop + no division + prefetch + dim 128")                                         \
-  GEMTB_PROBE_OPT(D, L, 18, 2, kOptLean | kOptNoDivide | kOptPrefetch | kOptDim128 | kOptNegZeroSeed,         \
-                  "+ all (lean, no division, prefetch, dim 128, -0 seed)")                                  \
-  GEMTB_PROBE_OPT(D, L, 16, 2, kOptNoDivide | kOptPrefetch, "+ no division + prefetch")                     \
-  GEMTB_PROBE_OPT(D, L, 16, 2, kOptLean | kOptNoDivide | kOptPrefetch | kOptDim128 | kOptNegZeroSeed,         \
-                  "+ all (lean, no division, prefetch, dim 128, -0 seed)")
-  GEMTB_PROBE_OPTS(kFloat32, 4)
-  GEMTB_PROBE_OPTS(kBFloat16, 8)
-#undef GEMTB_PROBE_OPTS
-#undef GEMTB_PROBE_OPT
-  if (all_variants && shape.dtype == ElementType::kFloat32 && shape.dim == 128 && shape.ids_per_bag == 32) {
+  if (shape.dtype == ElementType::kFloat32 && shape.dim == 128 && shape.ids_per_bag == 32) {
     const absl::StatusOr<int64_t> resident = ResidentBlocks(GatherCeilingKernel, 2);
     Check(resident.status());
     const unsigned blocks = PoolGrid(shape.bags, 2, *resident);
@@ -237,8 +188,7 @@ int Run(int reps) {
   EmbedBenchOptions options;
   options.reps = reps;
   for (const EmbedBenchShape& shape : DefaultEmbedBenchShapes()) {
-    if (shape.name == "sum_fp32_uniform" || shape.name == "sum_bf16_uniform") ProbeShape(shape, options, true);
-    if (shape.name == "mean_fp32_uniform" || shape.name == "wsum_fp32_uniform") ProbeShape(shape, options, false);
+    if (shape.name == "sum_fp32_uniform" || shape.name == "sum_bf16_uniform") ProbeShape(shape, options);
   }
   return 0;
 }

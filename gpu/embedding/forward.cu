@@ -50,14 +50,21 @@ __global__ void __launch_bounds__(kSequenceWarps * 32) SequenceKernel(const Laun
   GatherSequence(p, fp, p.tables[fp.table], p.kjt.offsets[bag], p.kjt.offsets[bag + 1], lane);
 }
 
-template <ElementType kDtype, int kLoads, int kWarps, int kMinBlocks>
-absl::Status LaunchPool(const LaunchParams& p, int64_t bags) {
-  const auto kernel = PoolKernel<kDtype, kLoads, kMinBlocks, kWarps, kRowLoad>;
+template <ElementType kDtype, typename Row, int kLoads, int kWarps, int kMinBlocks>
+absl::Status LaunchPoolAs(const LaunchParams& p, int64_t bags) {
+  const auto kernel = PoolKernel<kDtype, Row, kLoads, kMinBlocks, kWarps, kRowLoad>;
   // Asked of the runtime once per kernel, not per launch (the GPUs a process uses are alike).
   static const absl::StatusOr<int64_t> resident = ResidentBlocks(kernel, kWarps);
   if (!resident.ok()) return resident.status();
   kernel<<<PoolGrid(bags, kWarps, *resident), kWarps * 32>>>(p);
   return absl::OkStatus();
+}
+
+// Rows indexed in 32 bits unless a table needs more (kForwardWideRows).
+template <ElementType kDtype, int kLoads, int kWarps, int kMinBlocks>
+absl::Status LaunchPool(const LaunchParams& p, int64_t bags) {
+  if (p.forward_kinds & kForwardWideRows) return LaunchPoolAs<kDtype, int64_t, kLoads, kWarps, kMinBlocks>(p, bags);
+  return LaunchPoolAs<kDtype, int32_t, kLoads, kWarps, kMinBlocks>(p, bags);
 }
 
 }  // namespace

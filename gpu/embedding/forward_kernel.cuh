@@ -5,12 +5,23 @@
 // load for fp32, 8 for fp16/bf16) and widens a chunk only when adding it, with the conversion of
 // its storage type (bf16: a shift). forward.cu launches one instantiation per storage type;
 // gpu/bench/embed_forward_probe.cu times others on the benchmark shape (tools/bench/NOTES.md).
+//
+// What the inner loop leaves out, each measured on the H200 (NOTES.md): a bag's table and feature
+// fields are read once into registers (through references the compiler reloads them before every
+// row load, as it may not hoist a load out of a branch); rows are 32-bit where every table has fewer
+// than 2^31 (one shuffle per row, and its address one wide multiply-add); lanes past the bag's end
+// hold row -1, so a row >= 0 is the whole validity test; whether a bag is weighted, and whether its
+// table has D = 128 (one chunk per lane, no column loop), are decided once per bag; a bag's count
+// of valid ids comes from one ballot per 32 ids; and the warp walks (feature, sample) without a
+// 64-bit division per bag.
 #ifndef GEMTB_GPU_EMBEDDING_FORWARD_KERNEL_CUH_
 #define GEMTB_GPU_EMBEDDING_FORWARD_KERNEL_CUH_
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 
 #include "absl/status/statusor.h"
 #include "gpu/common/device_buffer.h"
@@ -30,89 +41,150 @@ enum class RowLoad {
             // nothing or lost 4%: NOTES.md)
 };
 
+// The storage words a row is addressed in: fp32 words, or 16-bit values.
+template <ElementType kDtype>
+using RowWord = std::conditional_t<kDtype == ElementType::kFloat32, uint32_t, uint16_t>;
+
+// One lane's chunk at `a`.
 template <ElementType kDtype, RowLoad kLoad>
-__device__ inline StoredChunk<kDtype> LoadRowChunk(const TableParams& t, int64_t row, int64_t c) {
-  if constexpr (kLoad == RowLoad::kCached) {
-    return LoadStoredChunk<kDtype>(t, row, c);
-  } else {
-    StoredChunk<kDtype> s;
-    if constexpr (kDtype == ElementType::kFloat32) {
-      const uint32_t* a = static_cast<const uint32_t*>(t.weights) + row * t.dim + c;
+__device__ inline StoredChunk<kDtype> LoadRowChunk(const RowWord<kDtype>* a) {
+  StoredChunk<kDtype> s;
+  if constexpr (kDtype == ElementType::kFloat32) {
+    if constexpr (kLoad == RowLoad::kCached) {
+      const uint4 v = *reinterpret_cast<const uint4*>(a);
+      s.word[0] = v.x, s.word[1] = v.y, s.word[2] = v.z, s.word[3] = v.w;
+    } else {
       asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
           : "=r"(s.word[0]), "=r"(s.word[1]), "=r"(s.word[2]), "=r"(s.word[3]) : "l"(a));
+    }
+  } else {
+    if constexpr (kLoad == RowLoad::kCached) {
+      const uint2 v = *reinterpret_cast<const uint2*>(a);
+      s.word[0] = v.x, s.word[1] = v.y;
     } else {
-      const uint16_t* a = static_cast<const uint16_t*>(t.weights) + row * t.dim + c;
       asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(s.word[0]), "=r"(s.word[1]) : "l"(a));
     }
-    return s;
   }
+  return s;
 }
 
-template <ElementType kDtype, int kLoads, RowLoad kLoad>
-inline __device__ void PoolBag(const LaunchParams& p, const FeatureParams& fp, const TableParams& t, int64_t b,
-                        int64_t begin, int64_t end, int lane) {
-  const bool weighted = fp.pooling == Pooling::kWeightedSum;
-  for (int64_t c0 = 0; c0 < t.dim; c0 += 32 * kChunk) {
+// The lane's chunk of row `row` (>= 0) given its chunk of row 0. A 32-bit row: column + row *
+// row_bytes as one wide multiply-add (written in C++, the compiler splits it into a multiply, an
+// or and two address adds). A 64-bit row: the plain product.
+template <typename Word>
+__device__ inline const Word* RowAddress(const Word* column, int32_t row, int64_t dim) {
+  uint64_t a;
+  asm("mad.wide.u32 %0, %1, %2, %3;"
+      : "=l"(a)
+      : "r"(static_cast<uint32_t>(row)), "r"(static_cast<uint32_t>(dim * sizeof(Word))),
+        "l"(reinterpret_cast<uint64_t>(column)));
+  return reinterpret_cast<const Word*>(a);
+}
+template <typename Word>
+__device__ inline const Word* RowAddress(const Word* column, int64_t row, int64_t dim) {
+  return column + row * dim;
+}
+
+// One bag: the seqsum of its valid ids' rows (weighted when kWeighted), finished by `pooling`
+// (SUM, MEAN or weighted SUM) into out[0, D). Row: int32_t or int64_t (every table's rows fit it).
+// kDim: the table's D when known at compile time (128), else 0 (D = t.dim, a multiple of 4).
+template <ElementType kDtype, typename Row, int kDim, bool kWeighted, int kLoads, RowLoad kLoad>
+__device__ inline void PoolBag(const LaunchParams& p, const TableParams& t, Pooling pooling, float* out, int64_t begin,
+                               int64_t end, int lane) {
+  static_assert(32 % kLoads == 0, "the positions k0 + u of a 32-id step stay below 32");
+  const RowWord<kDtype>* const weights = static_cast<const RowWord<kDtype>*>(t.weights);
+  const int64_t dim = kDim != 0 ? kDim : t.dim;
+  for (int64_t c0 = 0; c0 < dim; c0 += 32 * kChunk) {
     const int64_t c = c0 + lane * kChunk;
-    const bool active = c < t.dim;
+    const bool active = (kDim != 0 && kDim % (32 * kChunk) == 0) || c < dim;
+    const RowWord<kDtype>* const column = weights + c;
     SeqSum4 sum;
     int64_t n = 0;
     for (int64_t v0 = begin; v0 < end; v0 += 32) {
-      int64_t my_row = -1;
+      Row my_row = -1;  // also past the bag's end: row >= 0 is the whole validity test below
       float my_weight = 0.0f;
       if (v0 + lane < end) {
-        my_row = ResolveRow(t, p.kjt.values[v0 + lane]);
-        if (weighted) my_weight = p.kjt.weights[v0 + lane];
+        my_row = static_cast<Row>(ResolveRow(t, p.kjt.values[v0 + lane]));
+        if constexpr (kWeighted) my_weight = p.kjt.weights[v0 + lane];
       }
+      n += __popc(__ballot_sync(kForwardFullMask, my_row >= 0));
       const int count = static_cast<int>(std::min<int64_t>(32, end - v0));
       for (int k0 = 0; k0 < count; k0 += kLoads) {
         StoredChunk<kDtype> raw[kLoads];
         unsigned valid = 0;  // bit u: position k0+u exists and its id is valid
 #pragma unroll
         for (int u = 0; u < kLoads; ++u) {
-          const int64_t row = __shfl_sync(kForwardFullMask, my_row, (k0 + u) & 31);
-          if (k0 + u < count && row >= 0) {
+          const Row row = __shfl_sync(kForwardFullMask, my_row, k0 + u);
+          if (row >= 0) {
             valid |= 1u << u;
-            if (active) raw[u] = LoadRowChunk<kDtype, kLoad>(t, row, c);
+            if (active) raw[u] = LoadRowChunk<kDtype, kLoad>(RowAddress(column, row, dim));
           }
         }
 #pragma unroll
         for (int u = 0; u < kLoads; ++u) {
-          const float weight = __shfl_sync(kForwardFullMask, my_weight, (k0 + u) & 31);
-          if ((valid >> u & 1u) == 0) continue;
-          ++n;
-          if (!active) continue;
+          float weight = 0.0f;
+          if constexpr (kWeighted) weight = __shfl_sync(kForwardFullMask, my_weight, k0 + u);
+          if ((valid >> u & 1u) == 0 || !active) continue;
           float e[kChunk];
           WidenChunk(raw[u], e);
-          PoolTerm(fp.pooling, weight, e);
+          PoolTerm(kWeighted ? Pooling::kWeightedSum : Pooling::kSum, weight, e);
           sum.Add(e);
         }
       }
     }
     if (!active) continue;
-    float out[kChunk];
-    FinishPool(fp.pooling, sum, n, out);
-    *reinterpret_cast<float4*>(p.pooled + b * p.pooled_width + fp.out_col + c) = make_float4(out[0], out[1], out[2], out[3]);
+    float pooled[kChunk];
+    FinishPool(pooling, sum, n, pooled);
+    *reinterpret_cast<float4*>(out + c) = make_float4(pooled[0], pooled[1], pooled[2], pooled[3]);
   }
 }
+
+// A warp's walk over bags bag, bag + stride, ... of `batch` samples per feature, carrying (feature,
+// sample) along: the quotient and remainder of the stride are divided out once per warp, not per bag.
+struct BagWalk {
+  int64_t bag, stride, batch;
+  int64_t f = 0, b = 0, df = 0, db = 0;
+
+  __device__ BagWalk(int64_t first, int64_t stride_, int64_t batch_) : bag(first), stride(stride_), batch(batch_) {
+    if (batch > 0) f = bag / batch, b = bag % batch, df = stride / batch, db = stride % batch;
+  }
+  __device__ void Next() {
+    bag += stride;
+    f += df;
+    b += db;
+    if (b >= batch) b -= batch, ++f;
+  }
+};
 
 // One kernel per storage type of the pooled bags (forward.cu has the sequence gathers'): a launch
 // holds only its kind's registers (one kernel for all kinds held the largest of them, at fewer warps
 // per SM). Warp w of a grid of W warps takes bags w, w + W, ..., skipping those of other kinds;
-// PoolGrid sizes the grid to what fits on the GPU at once. kLoads: loads in flight per lane; kWarps:
-// warps per block; kMinBlocks: the blocks per SM that __launch_bounds__ sizes the registers for;
-// kLoad: the row loads' cache hints.
-template <ElementType kDtype, int kLoads, int kMinBlocks, int kWarps, RowLoad kLoad>
+// PoolGrid sizes the grid to what fits on the GPU at once. Row: int32_t when every table has fewer
+// than 2^31 rows, else int64_t; kLoads: loads in flight per lane; kWarps: warps per block;
+// kMinBlocks: the blocks per SM that __launch_bounds__ sizes the registers for; kLoad: the row
+// loads' cache hints.
+template <ElementType kDtype, typename Row, int kLoads, int kMinBlocks, int kWarps, RowLoad kLoad>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) PoolKernel(const LaunchParams p) {
   const int64_t total = p.kjt.num_keys * p.kjt.batch;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
   const int lane = static_cast<int>(threadIdx.x % 32);
-  for (int64_t bag = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; bag < total; bag += stride) {
-    const FeatureParams& fp = p.features[bag / p.kjt.batch];
-    if (fp.pooling == Pooling::kNone) continue;  // warp-uniform
+  for (BagWalk w(static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32, static_cast<int64_t>(gridDim.x) * kWarps,
+                 p.kjt.batch);
+       w.bag < total; w.Next()) {
+    const FeatureParams& fp = p.features[w.f];
+    const Pooling pooling = fp.pooling;
+    if (pooling == Pooling::kNone) continue;  // warp-uniform
     const TableParams& t = p.tables[fp.table];
     if (t.dtype != kDtype) continue;
-    PoolBag<kDtype, kLoads, kLoad>(p, fp, t, bag % p.kjt.batch, p.kjt.offsets[bag], p.kjt.offsets[bag + 1], lane);
+    float* const out = p.pooled + w.b * p.pooled_width + fp.out_col;
+    const int64_t begin = p.kjt.offsets[w.bag], end = p.kjt.offsets[w.bag + 1];
+    const bool weighted = pooling == Pooling::kWeightedSum;
+    if (t.dim == 128) {
+      if (weighted) PoolBag<kDtype, Row, 128, true, kLoads, kLoad>(p, t, pooling, out, begin, end, lane);
+      else PoolBag<kDtype, Row, 128, false, kLoads, kLoad>(p, t, pooling, out, begin, end, lane);
+    } else {
+      if (weighted) PoolBag<kDtype, Row, 0, true, kLoads, kLoad>(p, t, pooling, out, begin, end, lane);
+      else PoolBag<kDtype, Row, 0, false, kLoads, kLoad>(p, t, pooling, out, begin, end, lane);
+    }
   }
 }
 

@@ -67,6 +67,8 @@ inline constexpr uint32_t kForwardSequence = 1u << 0;    // pooling NONE: the ro
 inline constexpr uint32_t kForwardPooledF32 = 1u << 1;   // pooled, fp32 table
 inline constexpr uint32_t kForwardPooledBf16 = 1u << 2;  // pooled, bf16 table
 inline constexpr uint32_t kForwardPooledF16 = 1u << 3;   // pooled, fp16 table
+// Not a kind: a pooled bag's table has 2^31 rows or more, so the pooling kernels index rows in 64 bits.
+inline constexpr uint32_t kForwardWideRows = 1u << 4;
 
 // The kinds of bag of `features` over `tables` (host copies of the launch's parameters).
 inline uint32_t ForwardKindsOf(const FeatureParams* features, int64_t num_keys, const TableParams* tables) {
@@ -76,7 +78,9 @@ inline uint32_t ForwardKindsOf(const FeatureParams* features, int64_t num_keys, 
       kinds |= kForwardSequence;
       continue;
     }
-    switch (tables[features[f].table].dtype) {
+    const TableParams& t = tables[features[f].table];
+    if (t.rows > INT32_MAX) kinds |= kForwardWideRows;
+    switch (t.dtype) {
       case ElementType::kFloat32: kinds |= kForwardPooledF32; break;
       case ElementType::kBFloat16: kinds |= kForwardPooledBf16; break;
       default: kinds |= kForwardPooledF16; break;

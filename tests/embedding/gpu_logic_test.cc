@@ -285,36 +285,19 @@ TEST(EmbeddingGpuLogic, SortKeyOrdersBySampleThenKjtOrder) {
   EXPECT_GT(InvalidSortKey(10, batch), SortKey(9, batch - 1, batch));
 }
 
-// gpu/bench/pool_kernel_variants.cuh's kOptNegZeroSeed: sums that start at -0 and add every term
-// keep SeqSum4's bits (first term as is), signed zeros, subnormals and infinities included, and an
-// empty bag still gives +0 (SeqSum4's, decided by the count). Terms are drawn from a fixed list of
-// bit patterns; every sequence of up to three of them is summed both ways.
-TEST(EmbeddingGpuLogic, SumSeededWithNegativeZeroKeepsSeqSumsBits) {
-  const uint32_t patterns[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x80000001u, 0x007FFFFFu, 0x3F800000u,
-                               0xBF800000u, 0x3E3E3E3Eu, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F800000u, 0xFF800000u,
-                               0x33800000u, 0xB3800000u};
-  const int np = static_cast<int>(std::size(patterns));
-  for (int len = 0; len <= 3; ++len) {
-    int combos = 1;
-    for (int i = 0; i < len; ++i) combos *= np;
-    for (int combo = 0; combo < combos; ++combo) {
-      SeqSum4 want;
-      float seeded[kChunk] = {-0.0f, -0.0f, -0.0f, -0.0f};
-      for (int i = 0, rest = combo; i < len; ++i, rest /= np) {
-        float e[kChunk];
-        for (int k = 0; k < kChunk; ++k) e[k] = numerics::BitsToFloat(patterns[(rest + k) % np]);
-        want.Add(e);
-        for (int k = 0; k < kChunk; ++k) seeded[k] = numerics::AddRn(seeded[k], e[k]);
-      }
-      SeqSum4 got;
-      std::copy(seeded, seeded + kChunk, got.v);
-      got.any = len > 0;  // the count of valid terms decides, as in the variant
-      for (int k = 0; k < kChunk; ++k) {
-        ASSERT_EQ(numerics::FloatToBits(got.Get(k)), numerics::FloatToBits(want.Get(k)))
-            << "terms " << len << ", combination " << combo << ", column " << k;
-      }
-    }
-  }
+// The pooling kernels index rows in 32 bits unless a pooled bag's table has 2^31 rows or more.
+TEST(EmbeddingGpuLogic, WideRowsFlagOnlyForPooledTablesOfTwoToThe31Rows) {
+  TableParams tables[2];
+  tables[0].rows = INT32_MAX;
+  tables[1].rows = int64_t{INT32_MAX} + 1;
+  tables[1].dtype = ElementType::kBFloat16;
+  FeatureParams features[2];
+  features[0].table = 0;
+  features[1].table = 1;
+  EXPECT_EQ(ForwardKindsOf(features, 1, tables), kForwardPooledF32);
+  EXPECT_EQ(ForwardKindsOf(features, 2, tables), kForwardPooledF32 | kForwardPooledBf16 | kForwardWideRows);
+  features[1].pooling = Pooling::kNone;  // the sequence gather indexes rows in 64 bits always
+  EXPECT_EQ(ForwardKindsOf(features, 2, tables), kForwardPooledF32 | kForwardSequence);
 }
 
 // RoundChunk draws a chunk's four SR words as one Philox block; each must be the word the oracle

@@ -2,9 +2,14 @@
 // tables and optimizer state; identical bytes from two backward runs; malformed KJTs rejected with
 // the oracle's named error before any launch. Skipped without an sm_90 GPU, except the host-side
 // checks of CanRun.
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "gpu/common/device_buffer.h"
 #include "gpu/embedding/api.h"
 #include "gpu/embedding/launch.h"
 #include "gtest/gtest.h"
@@ -70,6 +75,93 @@ TEST(EmbeddingDevice, MalformedKjtFailsWithTheOraclesErrorBeforeAnyLaunch) {
     }
   }
   EXPECT_GT(errors, 150);
+}
+
+// The pooling kernels index rows in 32 bits unless a table has 2^31 rows or more
+// (kForwardWideRows). Such a table does not fit a test, so the flag is set on small ones: the
+// 64-bit kernels must write the 32-bit ones' bytes (which the tests above hold to the oracle) on
+// every storage type, pooling, D = 128 and not, and bags of 0 to 80 ids with invalid ones.
+TEST(EmbeddingDevice, WideRowKernelsWriteTheNarrowOnesBytes) {
+  if (absl::Status s = EmbeddingDeviceAvailable(); !s.ok()) GTEST_SKIP() << s.message();
+  struct Table {
+    ElementType dtype;
+    int64_t rows, dim;
+  };
+  const Table kTables[] = {{ElementType::kFloat32, 1000, 128}, {ElementType::kFloat32, 300, 20},
+                           {ElementType::kBFloat16, 700, 128}, {ElementType::kFloat16, 500, 36}};
+  const Pooling kPoolings[] = {Pooling::kSum, Pooling::kMean, Pooling::kWeightedSum};
+  constexpr int64_t kBatch = 97;
+  std::mt19937_64 rng(31);
+  std::deque<DeviceArray<uint32_t>> weights;
+  std::vector<TableParams> tables;
+  for (const Table& tt : kTables) {
+    const size_t words = static_cast<size_t>(tt.rows * tt.dim / (tt.dtype == ElementType::kFloat32 ? 1 : 2));
+    std::vector<uint32_t> host(words);
+    for (uint32_t& w : host) w = static_cast<uint32_t>(rng()) & 0xBFFFBFFFu;  // finite: exponents below the top
+    ASSERT_TRUE(weights.emplace_back().Upload(host, "table").ok());
+    TableParams t;
+    t.weights = weights.back().get();
+    t.rows = tt.rows;
+    t.dim = tt.dim;
+    t.dtype = tt.dtype;
+    t.bounds = BoundsMode::kZero;
+    t.table = static_cast<int>(tables.size());
+    tables.push_back(t);
+  }
+  std::vector<FeatureParams> features;
+  int64_t width = 0;
+  for (size_t t = 0; t < tables.size(); ++t) {
+    for (Pooling pooling : kPoolings) {
+      FeatureParams f;
+      f.table = static_cast<int>(t);
+      f.pooling = pooling;
+      f.out_col = width;
+      width += tables[t].dim;
+      features.push_back(f);
+    }
+  }
+  std::vector<int64_t> offsets = {0}, ids;
+  std::vector<float> id_weights;
+  for (const FeatureParams& f : features) {
+    for (int64_t b = 0; b < kBatch; ++b) {
+      const int64_t len = static_cast<int64_t>(rng() % 81);
+      for (int64_t i = 0; i < len; ++i) {
+        const int64_t rows = tables[static_cast<size_t>(f.table)].rows;
+        ids.push_back(rng() % 10 == 0 ? rows + static_cast<int64_t>(rng() % 5) : static_cast<int64_t>(rng() % rows));
+        id_weights.push_back(static_cast<float>(rng() % 1000) / 997.0f - 0.5f);
+      }
+      offsets.push_back(static_cast<int64_t>(ids.size()));
+    }
+  }
+  DeviceArray<TableParams> d_tables;
+  DeviceArray<FeatureParams> d_features;
+  DeviceArray<int64_t> d_offsets, d_ids;
+  DeviceArray<float> d_id_weights, d_pooled;
+  ASSERT_TRUE(d_tables.Upload(tables, "tables").ok());
+  ASSERT_TRUE(d_features.Upload(features, "features").ok());
+  ASSERT_TRUE(d_offsets.Upload(offsets, "offsets").ok());
+  ASSERT_TRUE(d_ids.Upload(ids, "ids").ok());
+  ASSERT_TRUE(d_id_weights.Upload(id_weights, "id weights").ok());
+  ASSERT_TRUE(d_pooled.Allocate(static_cast<size_t>(kBatch * width), "pooled").ok());
+  LaunchParams p;
+  p.tables = d_tables.get();
+  p.features = d_features.get();
+  p.num_tables = static_cast<int>(tables.size());
+  p.kjt = {d_offsets.get(), d_ids.get(), d_id_weights.get(), kBatch, static_cast<int64_t>(features.size())};
+  p.pooled = d_pooled.get();
+  p.pooled_width = width;
+  p.forward_kinds = ForwardKindsOf(features.data(), static_cast<int64_t>(features.size()), tables.data());
+  ASSERT_EQ(p.forward_kinds & kForwardWideRows, 0u);
+  std::vector<float> narrow, wide;
+  ASSERT_TRUE(LaunchForward(p).ok());
+  ASSERT_TRUE(d_pooled.Download(narrow, "pooled").ok());
+  ASSERT_TRUE(std::any_of(narrow.begin(), narrow.end(), [](float x) { return x != 0.0f; }));
+  ASSERT_TRUE(d_pooled.Zero("pooled").ok());
+  p.forward_kinds |= kForwardWideRows;
+  ASSERT_TRUE(LaunchForward(p).ok());
+  ASSERT_TRUE(d_pooled.Download(wide, "pooled").ok());
+  ASSERT_EQ(narrow.size(), wide.size());
+  EXPECT_EQ(std::memcmp(narrow.data(), wide.data(), narrow.size() * sizeof(float)), 0);
 }
 
 TEST(EmbeddingCanRun, RejectsWhatTheKernelsDoNotTake) {
