@@ -151,7 +151,7 @@ void ProbeShape(const EmbedBenchShape& shape, const EmbedBenchOptions& options) 
   int regs = 0;
 #define GEMTB_PROBE(D, ROW, L, M, W, LOAD)                                                                \
   if (shape.dtype == ElementType::D) {                                                                     \
-    const EmbedTiming timing = TimeKernel(PoolKernel<ElementType::D, ROW, L, M, W, RowLoad::LOAD>, W, p,   \
+    const EmbedTiming timing = TimeKernel(PoolKernel<ElementType::D, 128, ROW, L, M, W, RowLoad::LOAD>, W, p, \
                                           shape.bags, options, bytes, &regs);                             \
     report(#ROW " rows, loads " #L ", min blocks " #M ", warps " #W ", " #LOAD, timing, regs);           \
   }

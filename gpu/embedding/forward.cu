@@ -50,9 +50,9 @@ __global__ void __launch_bounds__(kSequenceWarps * 32) SequenceKernel(const Laun
   GatherSequence(p, fp, p.tables[fp.table], p.kjt.offsets[bag], p.kjt.offsets[bag + 1], lane);
 }
 
-template <ElementType kDtype, typename Row, int kLoads, int kWarps, int kMinBlocks>
+template <ElementType kDtype, int kDim, typename Row, int kLoads, int kWarps, int kMinBlocks>
 absl::Status LaunchPoolAs(const LaunchParams& p, int64_t bags) {
-  const auto kernel = PoolKernel<kDtype, Row, kLoads, kMinBlocks, kWarps, kRowLoad>;
+  const auto kernel = PoolKernel<kDtype, kDim, Row, kLoads, kMinBlocks, kWarps, kRowLoad>;
   // Asked of the runtime once per kernel, not per launch (the GPUs a process uses are alike).
   static const absl::StatusOr<int64_t> resident = ResidentBlocks(kernel, kWarps);
   if (!resident.ok()) return resident.status();
@@ -60,11 +60,20 @@ absl::Status LaunchPoolAs(const LaunchParams& p, int64_t bags) {
   return absl::OkStatus();
 }
 
-// Rows indexed in 32 bits unless a table needs more (kForwardWideRows).
+// The pooled bags of storage type kDtype: the D = 128 kernel and the general one, each when the KJT
+// has their kind of bag, rows indexed in 32 bits unless a table needs more (kForwardWideRows).
 template <ElementType kDtype, int kLoads, int kWarps, int kMinBlocks>
 absl::Status LaunchPool(const LaunchParams& p, int64_t bags) {
-  if (p.forward_kinds & kForwardWideRows) return LaunchPoolAs<kDtype, int64_t, kLoads, kWarps, kMinBlocks>(p, bags);
-  return LaunchPoolAs<kDtype, int32_t, kLoads, kWarps, kMinBlocks>(p, bags);
+  const bool wide = (p.forward_kinds & kForwardWideRows) != 0;
+  if (p.forward_kinds & ForwardPooledKind(kDtype, 128)) {
+    GEMTB_RETURN_IF_ERROR((wide ? LaunchPoolAs<kDtype, 128, int64_t, kLoads, kWarps, kMinBlocks>(p, bags)
+                                : LaunchPoolAs<kDtype, 128, int32_t, kLoads, kWarps, kMinBlocks>(p, bags)));
+  }
+  if (p.forward_kinds & ForwardPooledKind(kDtype, 0)) {
+    GEMTB_RETURN_IF_ERROR((wide ? LaunchPoolAs<kDtype, 0, int64_t, kLoads, kWarps, kMinBlocks>(p, bags)
+                                : LaunchPoolAs<kDtype, 0, int32_t, kLoads, kWarps, kMinBlocks>(p, bags)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -77,15 +86,9 @@ absl::Status LaunchForward(const LaunchParams& p) {
     if (!blocks.ok()) return blocks.status();
     SequenceKernel<<<*blocks, kSequenceWarps * 32>>>(p);
   }
-  if (p.forward_kinds & kForwardPooledF32) {
-    GEMTB_RETURN_IF_ERROR((LaunchPool<ElementType::kFloat32, kF32Loads, kF32Warps, kF32MinBlocks>(p, bags)));
-  }
-  if (p.forward_kinds & kForwardPooledBf16) {
-    GEMTB_RETURN_IF_ERROR((LaunchPool<ElementType::kBFloat16, kHalfLoads, kHalfWarps, kHalfMinBlocks>(p, bags)));
-  }
-  if (p.forward_kinds & kForwardPooledF16) {
-    GEMTB_RETURN_IF_ERROR((LaunchPool<ElementType::kFloat16, kHalfLoads, kHalfWarps, kHalfMinBlocks>(p, bags)));
-  }
+  GEMTB_RETURN_IF_ERROR((LaunchPool<ElementType::kFloat32, kF32Loads, kF32Warps, kF32MinBlocks>(p, bags)));
+  GEMTB_RETURN_IF_ERROR((LaunchPool<ElementType::kBFloat16, kHalfLoads, kHalfWarps, kHalfMinBlocks>(p, bags)));
+  GEMTB_RETURN_IF_ERROR((LaunchPool<ElementType::kFloat16, kHalfLoads, kHalfWarps, kHalfMinBlocks>(p, bags)));
   return CudaOk(cudaGetLastError(), "launch of the embedding forward kernels");
 }
 

@@ -10,8 +10,8 @@
 // fields are read once into registers (through references the compiler reloads them before every
 // row load, as it may not hoist a load out of a branch); rows are 32-bit where every table has fewer
 // than 2^31 (one shuffle per row, and its address one wide multiply-add); lanes past the bag's end
-// hold row -1, so a row >= 0 is the whole validity test; whether a bag is weighted, and whether its
-// table has D = 128 (one chunk per lane, no column loop), are decided once per bag; a bag's count
+// hold row -1, so a row >= 0 is the whole validity test; whether a bag is weighted is decided once
+// per bag, and tables of D = 128 have a kernel of their own (one chunk per lane, no column loop); a bag's count
 // of valid ids comes from one ballot per 32 ids; and the warp walks (feature, sample) without a
 // 64-bit division per bag.
 #ifndef GEMTB_GPU_EMBEDDING_FORWARD_KERNEL_CUH_
@@ -156,15 +156,17 @@ struct BagWalk {
   }
 };
 
-// One kernel per storage type of the pooled bags (forward.cu has the sequence gathers'): a launch
-// holds only its kind's registers (one kernel for all kinds held the largest of them, at fewer warps
-// per SM). Warp w of a grid of W warps takes bags w, w + W, ..., skipping those of other kinds;
-// PoolGrid sizes the grid to what fits on the GPU at once. Row: int32_t when every table has fewer
+// One kernel per kind of pooled bag, its storage type and D = 128 or not (forward.cu has the
+// sequence gathers'): a launch holds only its kind's registers (one kernel for all kinds held the
+// largest of them, at fewer warps per SM or with spills). Warp w of a grid of W warps takes bags w,
+// w + W, ..., skipping those of other kinds; PoolGrid sizes the grid to what fits on the GPU at
+// once. kDim: 128, or 0 for the tables of any other D; Row: int32_t when every table has fewer
 // than 2^31 rows, else int64_t; kLoads: loads in flight per lane; kWarps: warps per block;
 // kMinBlocks: the blocks per SM that __launch_bounds__ sizes the registers for; kLoad: the row
 // loads' cache hints.
-template <ElementType kDtype, typename Row, int kLoads, int kMinBlocks, int kWarps, RowLoad kLoad>
+template <ElementType kDtype, int kDim, typename Row, int kLoads, int kMinBlocks, int kWarps, RowLoad kLoad>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) PoolKernel(const LaunchParams p) {
+  static_assert(kDim == 0 || kDim == 128, "the D = 128 kernel, or the one for any other D");
   const int64_t total = p.kjt.num_keys * p.kjt.batch;
   const int lane = static_cast<int>(threadIdx.x % 32);
   for (BagWalk w(static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32, static_cast<int64_t>(gridDim.x) * kWarps,
@@ -174,17 +176,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) PoolKernel(const Laun
     const Pooling pooling = fp.pooling;
     if (pooling == Pooling::kNone) continue;  // warp-uniform
     const TableParams& t = p.tables[fp.table];
-    if (t.dtype != kDtype) continue;
+    if (t.dtype != kDtype || (t.dim == 128) != (kDim == 128)) continue;
     float* const out = p.pooled + w.b * p.pooled_width + fp.out_col;
     const int64_t begin = p.kjt.offsets[w.bag], end = p.kjt.offsets[w.bag + 1];
-    const bool weighted = pooling == Pooling::kWeightedSum;
-    if (t.dim == 128) {
-      if (weighted) PoolBag<kDtype, Row, 128, true, kLoads, kLoad>(p, t, pooling, out, begin, end, lane);
-      else PoolBag<kDtype, Row, 128, false, kLoads, kLoad>(p, t, pooling, out, begin, end, lane);
-    } else {
-      if (weighted) PoolBag<kDtype, Row, 0, true, kLoads, kLoad>(p, t, pooling, out, begin, end, lane);
-      else PoolBag<kDtype, Row, 0, false, kLoads, kLoad>(p, t, pooling, out, begin, end, lane);
-    }
+    if (pooling == Pooling::kWeightedSum) PoolBag<kDtype, Row, kDim, true, kLoads, kLoad>(p, t, pooling, out, begin, end, lane);
+    else PoolBag<kDtype, Row, kDim, false, kLoads, kLoad>(p, t, pooling, out, begin, end, lane);
   }
 }
 

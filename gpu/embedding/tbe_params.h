@@ -62,13 +62,28 @@ struct LaunchParams {
   uint32_t forward_kinds = 0;           // ForwardKindsOf: which forward kernels have bags to do
 };
 
-// The kinds of bag in a KJT, each run by a forward kernel of its own (forward.cu).
-inline constexpr uint32_t kForwardSequence = 1u << 0;    // pooling NONE: the rows gathered
-inline constexpr uint32_t kForwardPooledF32 = 1u << 1;   // pooled, fp32 table
-inline constexpr uint32_t kForwardPooledBf16 = 1u << 2;  // pooled, bf16 table
-inline constexpr uint32_t kForwardPooledF16 = 1u << 3;   // pooled, fp16 table
+// The kinds of bag in a KJT, each run by a forward kernel of its own (forward.cu): pooled bags by
+// storage type and by whether the table has D = 128 (a kernel with D fixed at compile time: no
+// column loop, and no spills of the general one's registers).
+inline constexpr uint32_t kForwardSequence = 1u << 0;        // pooling NONE: the rows gathered
+inline constexpr uint32_t kForwardPooledF32 = 1u << 1;       // pooled, fp32 table, D != 128
+inline constexpr uint32_t kForwardPooledBf16 = 1u << 2;      // pooled, bf16 table, D != 128
+inline constexpr uint32_t kForwardPooledF16 = 1u << 3;       // pooled, fp16 table, D != 128
+inline constexpr uint32_t kForwardPooledF32D128 = 1u << 4;   // pooled, fp32 table, D = 128
+inline constexpr uint32_t kForwardPooledBf16D128 = 1u << 5;  // pooled, bf16 table, D = 128
+inline constexpr uint32_t kForwardPooledF16D128 = 1u << 6;   // pooled, fp16 table, D = 128
 // Not a kind: a pooled bag's table has 2^31 rows or more, so the pooling kernels index rows in 64 bits.
-inline constexpr uint32_t kForwardWideRows = 1u << 4;
+inline constexpr uint32_t kForwardWideRows = 1u << 7;
+
+// The kind of a pooled bag of a table of `dtype` and `dim` columns.
+inline constexpr uint32_t ForwardPooledKind(ElementType dtype, int64_t dim) {
+  const bool d128 = dim == 128;
+  switch (dtype) {
+    case ElementType::kFloat32: return d128 ? kForwardPooledF32D128 : kForwardPooledF32;
+    case ElementType::kBFloat16: return d128 ? kForwardPooledBf16D128 : kForwardPooledBf16;
+    default: return d128 ? kForwardPooledF16D128 : kForwardPooledF16;
+  }
+}
 
 // The kinds of bag of `features` over `tables` (host copies of the launch's parameters).
 inline uint32_t ForwardKindsOf(const FeatureParams* features, int64_t num_keys, const TableParams* tables) {
@@ -80,11 +95,7 @@ inline uint32_t ForwardKindsOf(const FeatureParams* features, int64_t num_keys, 
     }
     const TableParams& t = tables[features[f].table];
     if (t.rows > INT32_MAX) kinds |= kForwardWideRows;
-    switch (t.dtype) {
-      case ElementType::kFloat32: kinds |= kForwardPooledF32; break;
-      case ElementType::kBFloat16: kinds |= kForwardPooledBf16; break;
-      default: kinds |= kForwardPooledF16; break;
-    }
+    kinds |= ForwardPooledKind(t.dtype, t.dim);
   }
   return kinds;
 }

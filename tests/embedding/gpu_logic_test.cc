@@ -285,8 +285,9 @@ TEST(EmbeddingGpuLogic, SortKeyOrdersBySampleThenKjtOrder) {
   EXPECT_GT(InvalidSortKey(10, batch), SortKey(9, batch - 1, batch));
 }
 
-// The pooling kernels index rows in 32 bits unless a pooled bag's table has 2^31 rows or more.
-TEST(EmbeddingGpuLogic, WideRowsFlagOnlyForPooledTablesOfTwoToThe31Rows) {
+// Pooled bags of D = 128 have kernels of their own; the pooling kernels index rows in 32 bits
+// unless a pooled bag's table has 2^31 rows or more.
+TEST(EmbeddingGpuLogic, PooledKindsByDimAndWideRowsOnlyForTablesOfTwoToThe31Rows) {
   TableParams tables[2];
   tables[0].rows = INT32_MAX;
   tables[1].rows = int64_t{INT32_MAX} + 1;
@@ -298,6 +299,11 @@ TEST(EmbeddingGpuLogic, WideRowsFlagOnlyForPooledTablesOfTwoToThe31Rows) {
   EXPECT_EQ(ForwardKindsOf(features, 2, tables), kForwardPooledF32 | kForwardPooledBf16 | kForwardWideRows);
   features[1].pooling = Pooling::kNone;  // the sequence gather indexes rows in 64 bits always
   EXPECT_EQ(ForwardKindsOf(features, 2, tables), kForwardPooledF32 | kForwardSequence);
+  tables[0].dim = 128;  // a kernel of its own
+  EXPECT_EQ(ForwardKindsOf(features, 2, tables), kForwardPooledF32D128 | kForwardSequence);
+  tables[1].dim = 128;
+  features[1].pooling = Pooling::kMean;
+  EXPECT_EQ(ForwardKindsOf(features, 2, tables), kForwardPooledF32D128 | kForwardPooledBf16D128 | kForwardWideRows);
 }
 
 // RoundChunk draws a chunk's four SR words as one Philox block; each must be the word the oracle
