@@ -5,8 +5,12 @@ The case is attention_oracle_bench's self_softmax (B=32, lengths 1-512 from the 
 H=4, D=128), written by `attention_oracle_bench --write_case=DIR`. Timed, median of --reps runs each
 after one warm-up, all with --threads threads:
   - oracle compute: attention_oracle_bench's BM_OracleForward / BM_OracleBackward (Google Benchmark);
-  - oracle per call: `gemtb ref attention` (read the .npy inputs, compute, write o/lse, and with the
-    backward dq/dk/dv), as a subprocess;
+  - oracle per call, in process: np.load the inputs, gemtb.ref.attention (or attention_backward),
+    np.save o/lse (and dq/dk/dv), as the PyTorch call below does (needs `pip install .` of gemtb in
+    the same environment; the ratios per call compare these two);
+  - oracle per call, as a command: `gemtb ref attention` (read the .npy inputs, compute, write
+    o/lse, and with the backward dq/dk/dv) as a subprocess, its process start and library loading
+    included (reported, not compared: the PyTorch call pays no interpreter start);
   - PyTorch compute: per sequence, S = QK^T * scale, LSE = logsumexp(S), O = exp(S - LSE) V in fp64
     (the outputs the oracle writes), its backward by autograd given dO; and SDPA's forward and
     backward (the ratios compare with the faster of the two);
@@ -14,7 +18,8 @@ after one warm-up, all with --threads threads:
 Rates are GFLOP/s over valid pairs (forward 4*H*D*pairs, backward 2.5x that), as the benchmark counts,
 per wall second and per CPU second (user + system of all threads: the fairer basis on a shared machine).
 
-Usage (PyTorch in a git-ignored venv, e.g. python3 -m venv .venv && .venv/bin/pip install torch numpy):
+Usage (PyTorch and gemtb in a git-ignored venv, e.g. python3 -m venv .venv && .venv/bin/pip install torch
+numpy . ):
   .venv/bin/python tools/bench/torch_attention_peer.py --build build --out tools/bench/results/X.json
 """
 import argparse
@@ -29,6 +34,7 @@ import sys
 import tempfile
 import time
 
+from gemtb import ref as gemtb_ref
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -117,7 +123,21 @@ def main():
                 cpu = b["cpu_time"] * 1e-3 if args.threads == 1 else None
                 rate(f"oracle_compute_{kind}", (b["real_time"] * 1e-3, cpu), fwd_flops if kind == "forward" else bwd_flops)
 
-        # Oracle per call.
+        # Oracle per call, in process: load, compute, save what the command writes.
+        py_out = os.path.join(work, "out_gemtb_py")
+        os.makedirs(py_out, exist_ok=True)
+        def gemtb_py_call(backward):
+            arrays = {n: np.load(f"{work}/{n}.npy") for n in ("q", "k", "v", "q_offsets", "kv_offsets")}
+            if backward:
+                result = gemtb_ref.attention_backward(**arrays, do=np.load(f"{work}/do.npy"), threads=args.threads)
+            else:
+                result = gemtb_ref.attention(**arrays, threads=args.threads)
+            for name, x in result.items():
+                np.save(f"{py_out}/{name}.npy", x)
+        rate("oracle_call_forward", median_time(lambda: gemtb_py_call(False), args.reps), fwd_flops)
+        rate("oracle_call_forward_backward", median_time(lambda: gemtb_py_call(True), args.reps), fwd_flops + bwd_flops)
+
+        # Oracle per call, as a command.
         def gemtb_call(backward):
             cmd = [gemtb, "ref", "attention", "--q", f"{work}/q.npy", "--k", f"{work}/k.npy", "--v", f"{work}/v.npy",
                    "--q-offsets", f"{work}/q_offsets.npy", "--kv-offsets", f"{work}/kv_offsets.npy",
@@ -125,8 +145,13 @@ def main():
             if backward:
                 cmd += ["--do", f"{work}/do.npy", "--backward"]
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        rate("oracle_call_forward", median_time(lambda: gemtb_call(False), args.reps), fwd_flops)
-        rate("oracle_call_forward_backward", median_time(lambda: gemtb_call(True), args.reps), fwd_flops + bwd_flops)
+        rate("oracle_command_forward", median_time(lambda: gemtb_call(False), args.reps), fwd_flops)
+        rate("oracle_command_forward_backward", median_time(lambda: gemtb_call(True), args.reps),
+             fwd_flops + bwd_flops)
+        for name in ("o", "lse", "dq", "dk", "dv"):  # the same bytes both ways
+            a, b = np.load(f"{py_out}/{name}.npy"), np.load(f"{work}/out_gemtb/{name}.npy")
+            if a.dtype != b.dtype or a.shape != b.shape or a.tobytes() != b.tobytes():
+                sys.exit(f"gemtb.ref.attention_backward and `gemtb ref attention` wrote different {name}.npy")
 
         # PyTorch compute.
         q, k, v, d_o = (torch.from_numpy(load(n)) for n in ("q", "k", "v", "do"))
@@ -172,7 +197,9 @@ def main():
         "compute_forward": ("oracle_compute_forward", ["torch_compute_forward", "torch_sdpa_forward"]),
         "compute_backward": ("oracle_compute_backward", ["torch_compute_backward", "torch_sdpa_backward"]),
         "call_forward": ("oracle_call_forward", ["torch_call_forward"]),
+        "command_forward": ("oracle_command_forward", ["torch_call_forward"]),
         "call_forward_backward": ("oracle_call_forward_backward", ["torch_call_forward_backward"]),
+        "command_forward_backward": ("oracle_command_forward_backward", ["torch_call_forward_backward"]),
     }
     ratios = {}
     for name, (ours, peers) in pairs_compared.items():
