@@ -12,9 +12,11 @@ namespace {
 
 // Per storage type: loads in flight per lane, warps per block and the blocks per SM the registers
 // are sized for. More warps with fewer loads each beat fewer warps with more: the gather waits on
-// memory latency. On the H200 (gpu/bench/embed_forward_probe.cu; tools/bench/NOTES.md), 4 fp32 rows
-// in flight per lane in 36 warps of 56 registers (2-warp blocks) moved 3.77 TB/s reading past L1
-// (3.49 through L1), 32 warps of 64 registers 3.66-3.76, 16 warps of 8 rows 3.06.
+// memory latency. On the H200 (gpu/bench/embed_forward_probe.cu; tools/bench/NOTES.md, 2026-12-03),
+// sum fp32 over D = 128: 4 rows in flight per lane in 36 warps of 56 registers (2-warp blocks)
+// moved 3.87 TB/s past L1 (3.63 through L1; a bare gather of the same bytes 3.91), 4-warp blocks
+// the same, 8-warp blocks of 64 registers 3.86, 8 rows 3.83, 2 rows 3.46; bf16: 8 rows 3.48, 4
+// rows 3.33, 16 rows 3.15.
 constexpr int kF32Loads = 4, kF32Warps = 2, kF32MinBlocks = 18;
 constexpr int kHalfLoads = 8, kHalfWarps = 2, kHalfMinBlocks = 18;
 constexpr RowLoad kRowLoad = RowLoad::kNoL1;
