@@ -3,17 +3,18 @@
 // 32 positions resolve in parallel, one per lane, and several rows' loads are in flight before
 // their terms are added in position order. Each lane keeps the raw bits of its loads (16 bytes a
 // load for fp32, 8 for fp16/bf16) and widens a chunk only when adding it, with the conversion of
-// its storage type (bf16: a shift). forward.cu launches one instantiation per storage type;
-// gpu/bench/embed_forward_probe.cu times others on the benchmark shape (tools/bench/NOTES.md).
+// its storage type (bf16: a shift). forward.cu launches one instantiation per kind of bag (storage
+// type, D = 128 or not) at the row width the tables need; gpu/bench/embed_forward_probe.cu times
+// others on the benchmark shape (tools/bench/NOTES.md).
 //
-// What the inner loop leaves out, each measured on the H200 (NOTES.md): a bag's table and feature
-// fields are read once into registers (through references the compiler reloads them before every
-// row load, as it may not hoist a load out of a branch); rows are 32-bit where every table has fewer
-// than 2^31 (one shuffle per row, and its address one wide multiply-add); lanes past the bag's end
-// hold row -1, so a row >= 0 is the whole validity test; whether a bag is weighted is decided once
-// per bag, and tables of D = 128 have a kernel of their own (one chunk per lane, no column loop); a bag's count
-// of valid ids comes from one ballot per 32 ids; and the warp walks (feature, sample) without a
-// 64-bit division per bag.
+// What the inner loop leaves out (measured together on the H200, 32-bit rows also alone: NOTES.md):
+// a bag's table and feature fields are read once into registers (through references the compiler
+// reloads them before every row load, as it may not hoist a load out of a branch); rows are 32-bit
+// where every table has fewer than 2^31 (one shuffle per row, and its address one wide
+// multiply-add); lanes past the bag's end hold row -1, so a row >= 0 is the whole validity test;
+// whether a bag is weighted is decided once per bag, and tables of D = 128 have a kernel of their
+// own (one chunk per lane, no column loop); a bag's count of valid ids comes from one ballot per 32
+// ids; and the warp walks (feature, sample) without a 64-bit division per bag.
 #ifndef GEMTB_GPU_EMBEDDING_FORWARD_KERNEL_CUH_
 #define GEMTB_GPU_EMBEDDING_FORWARD_KERNEL_CUH_
 
