@@ -45,7 +45,6 @@ void BackwardSequence(const PreparedAttention& p, const AttentionInputs& in,
   const AttentionPlan& plan = p.plan;
   const Rounding<kEmulate> round{in.input_type};
   const BiasLocator bias{&plan, &o, in.ts.data.data()};
-  const ScoreRow<kEmulate> scores{plan, in, bias, p.q, p.k, round};
   const OutputSequence& seq = plan.out[b];
   const bool softmax = o.act == Activation::kSoftmax;
   const double pre = round.Acc(plan.pre_scale);
@@ -74,6 +73,9 @@ void BackwardSequence(const PreparedAttention& p, const AttentionInputs& in,
     const int64_t hk = h / (plan.heads / plan.kv_heads);
     const int64_t k_stride = plan.kv_heads * plan.dqk;
     const int64_t v_stride = plan.kv_heads * plan.dv;
+    const ScoreRow<kEmulate> scores{plan, in, bias, round, b, h,
+                                    {p.q + (seq.q_begin * plan.heads + h) * plan.dqk, plan.heads * plan.dqk},
+                                    {p.k + (seq.kv_begin * plan.kv_heads + hk) * plan.dqk, k_stride}};
     // Rows go in blocks of kBackwardRows (as in the forward). Every destination gets its terms in the
     // order of the scalar loop (keys in increasing order for dQ_i; rows i in increasing order for a
     // K/V row and for the bias gradients), so blocking changes no sum's order.
@@ -99,7 +101,7 @@ void BackwardSequence(const PreparedAttention& p, const AttentionInputs& in,
         dq_rows[c] = sc.dq.data() + (row * plan.heads + h) * plan.dqk;
       }
       if (shared) {
-        scores.Block(b, h, i0, count, r[0], s_rows);
+        scores.Block(i0, count, r[0], s_rows);
         if (r[0].end > r[0].begin) {
           kernels.dot_rows_multi(do_rows, count, p.v + ((seq.kv_begin + r[0].begin) * plan.kv_heads + hk) * plan.dv,
                                  v_stride, r[0].end - r[0].begin, plan.dv, dp_rows);
@@ -108,7 +110,7 @@ void BackwardSequence(const PreparedAttention& p, const AttentionInputs& in,
         for (int c = 0; c < count; ++c) {
           const int64_t n = r[c].end - r[c].begin;
           if (n == 0) continue;
-          scores(b, h, i0 + c, r[c], s_rows[c]);
+          scores(i0 + c, r[c], s_rows[c]);
           kernels.dot_rows(do_rows[c], p.v + ((seq.kv_begin + r[c].begin) * plan.kv_heads + hk) * plan.dv, v_stride,
                            n, plan.dv, dp_rows[c]);
         }

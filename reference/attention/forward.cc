@@ -1,9 +1,11 @@
 // Forward pass of the oracle. One oneTBB task per (output sequence, head)
 // owns its O rows and LSE entries; every sum inside runs in a fixed order.
+#include <oneapi/tbb/enumerable_thread_specific.h>
 #include <oneapi/tbb/parallel_for.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <numeric>
 #include <vector>
@@ -34,31 +36,61 @@ std::vector<std::pair<int64_t, int64_t>> HeavyFirstTasks(const AttentionPlan& pl
   return tasks;
 }
 
+// Working memory of one thread, kept across its tasks so that a task touches no fresh pages.
+struct ForwardScratch {
+  std::vector<double> panels;        // the task's Q, K and V rows (PackRows)
+  std::vector<double> s, prob, acc;  // per row of a block: scores, probabilities, P.V
+
+  // Room for n doubles in v, starting on a 64-byte boundary: a 64-byte vector load that straddles two
+  // cache lines costs two (malloc returns 16-byte alignment).
+  static double* Reserve(std::vector<double>& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n + kAlign) v.resize(static_cast<size_t>(n + kAlign));
+    return RoundUp(v.data());
+  }
+  static double* RoundUp(double* p) {
+    const uintptr_t mask = kAlign * sizeof(double) - 1;
+    return reinterpret_cast<double*>((reinterpret_cast<uintptr_t>(p) + mask) & ~mask);
+  }
+  static int64_t RoundUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+  static constexpr int64_t kAlign = 8;  // doubles in 64 bytes
+};
+
 template <bool kEmulate>
 void ForwardBlock(const PreparedAttention& p, const AttentionInputs& in, const AttentionOptions& o,
-                  int64_t b, int64_t h, AttentionForwardResult& out) {
+                  int64_t b, int64_t h, ForwardScratch& scratch, AttentionForwardResult& out) {
   const AttentionPlan& plan = p.plan;
   const Rounding<kEmulate> round{in.input_type};
-  const ScoreRow<kEmulate> scores{plan, in, BiasLocator{&plan, &o, in.ts.data.data()}, p.q, p.k, round};
   const OutputSequence& seq = plan.out[b];
   if (seq.lq == 0) return;  // nothing to write; Dv (maybe backed by no data) must not size scratch
   const int64_t hk = h / (plan.heads / plan.kv_heads);
+  // This head's Q, K and V rows, each contiguous (PackRows says why).
+  const int64_t q_size = ForwardScratch::RoundUp(seq.lq * plan.dqk);
+  const int64_t k_size = ForwardScratch::RoundUp(seq.lk * plan.dqk);
+  double* panels = ForwardScratch::Reserve(scratch.panels, q_size + k_size + seq.lk * plan.dv);
+  const RowPanel q = PackRows(p.q + (seq.q_begin * plan.heads + h) * plan.dqk, plan.heads * plan.dqk, seq.lq,
+                              plan.dqk, panels);
+  const RowPanel k = PackRows(p.k + (seq.kv_begin * plan.kv_heads + hk) * plan.dqk, plan.kv_heads * plan.dqk,
+                              seq.lk, plan.dqk, panels + q_size);
+  const RowPanel v = PackRows(p.v + (seq.kv_begin * plan.kv_heads + hk) * plan.dv, plan.kv_heads * plan.dv, seq.lk,
+                              plan.dv, panels + q_size + k_size);
+  const ScoreRow<kEmulate> scores{plan, in, BiasLocator{&plan, &o, in.ts.data.data()}, round, b, h, q, k};
   const bool softmax = o.act == Activation::kSoftmax;
   const double post = round.Acc(plan.post_scale);
   const RowKernels& kernels = Kernels();
-  const int64_t v_stride = plan.kv_heads * plan.dv;
   // Rows go in blocks of kRowBlock; a block whose rows share their key range computes Q.K and P.V
   // for all of them at once (every value as a row alone would get it).
-  std::vector<double> s(static_cast<size_t>(kRowBlock * seq.lk));
-  std::vector<double> prob(s.size());
-  std::vector<double> acc(static_cast<size_t>(kRowBlock * plan.dv));
+  const int64_t lk_size = ForwardScratch::RoundUp(seq.lk);
+  const int64_t dv_size = ForwardScratch::RoundUp(plan.dv);
+  double* s = ForwardScratch::Reserve(scratch.s, kRowBlock * lk_size);
+  double* prob = ForwardScratch::Reserve(scratch.prob, kRowBlock * lk_size);
+  double* acc = ForwardScratch::Reserve(scratch.acc, kRowBlock * dv_size);
   double* s_rows[kRowBlock];
   double* prob_rows[kRowBlock];
   double* acc_rows[kRowBlock];
   for (int c = 0; c < kRowBlock; ++c) {
-    s_rows[c] = s.data() + c * seq.lk;
-    prob_rows[c] = prob.data() + c * seq.lk;
-    acc_rows[c] = acc.data() + c * plan.dv;
+    s_rows[c] = s + c * lk_size;
+    prob_rows[c] = prob + c * lk_size;
+    acc_rows[c] = acc + c * dv_size;
   }
 
   for (int64_t i0 = 0; i0 < seq.lq; i0 += kRowBlock) {
@@ -70,9 +102,9 @@ void ForwardBlock(const PreparedAttention& p, const AttentionInputs& in, const A
       shared = shared && r[c].begin == r[0].begin && r[c].end == r[0].end;
     }
     if (shared) {
-      scores.Block(b, h, i0, count, r[0], s_rows);
+      scores.Block(i0, count, r[0], s_rows);
     } else {
-      for (int c = 0; c < count; ++c) scores(b, h, i0 + c, r[c], s_rows[c]);
+      for (int c = 0; c < count; ++c) scores(i0 + c, r[c], s_rows[c]);
     }
     double row_sum[kRowBlock];  // softmax normaliser (emulate mode divides at the end)
     double lse[kRowBlock];
@@ -107,15 +139,12 @@ void ForwardBlock(const PreparedAttention& p, const AttentionInputs& in, const A
         }
       }
     }
-    const auto first_v = [&](KeyRange range) {
-      return p.v + ((seq.kv_begin + range.begin) * plan.kv_heads + hk) * plan.dv;
-    };
     if (shared && r[0].end > r[0].begin) {
-      kernels.axpy_rows_multi(prob_rows, count, first_v(r[0]), v_stride, r[0].end - r[0].begin, plan.dv, acc_rows);
+      kernels.axpy_rows_multi(prob_rows, count, v.Row(r[0].begin), v.stride, r[0].end - r[0].begin, plan.dv, acc_rows);
     } else if (!shared) {
       for (int c = 0; c < count; ++c) {
         const int64_t n = r[c].end - r[c].begin;
-        if (n > 0) kernels.axpy_rows(prob_rows[c], first_v(r[c]), v_stride, n, plan.dv, acc_rows[c]);
+        if (n > 0) kernels.axpy_rows(prob_rows[c], v.Row(r[c].begin), v.stride, n, plan.dv, acc_rows[c]);
       }
     }
     for (int c = 0; c < count; ++c) {
@@ -138,11 +167,12 @@ template <bool kEmulate>
 void RunForward(const PreparedAttention& p, const AttentionInputs& in, const AttentionOptions& o,
                 AttentionForwardResult& out) {
   const std::vector<std::pair<int64_t, int64_t>> tasks = HeavyFirstTasks(p.plan);
+  tbb::enumerable_thread_specific<ForwardScratch> scratch;
   tbb::parallel_for(
       tbb::blocked_range<size_t>(0, tasks.size(), 1),
       [&](const tbb::blocked_range<size_t>& range) {
         for (size_t t = range.begin(); t != range.end(); ++t) {
-          ForwardBlock<kEmulate>(p, in, o, tasks[t].first, tasks[t].second, out);
+          ForwardBlock<kEmulate>(p, in, o, tasks[t].first, tasks[t].second, scratch.local(), out);
         }
       },
       tbb::simple_partitioner());

@@ -40,45 +40,54 @@ struct BiasLocator {
 // fewer at a time.
 inline constexpr int kRowBlock = 32;
 
+// Rows of one (sequence, head) as the inner loops read them: row i at first + i * stride.
+struct RowPanel {
+  const double* first = nullptr;
+  int64_t stride = 0;
+  const double* Row(int64_t i) const { return first + i * stride; }
+};
+
+// `rows` rows of `dim` values, row i at first + i * stride, copied next to each other into `dst`.
+// In the inputs the rows of one head lie kv_heads * dim apart (4 KiB for four heads of 128 doubles),
+// so a head's rows fall into a fraction of the cache sets and evict each other before they are
+// reused; copied, they do not. The copy is exact, so it changes no result.
+inline RowPanel PackRows(const double* first, int64_t stride, int64_t rows, int64_t dim, double* dst) {
+  for (int64_t i = 0; i < rows; ++i) std::copy_n(first + i * stride, dim, dst + i * dim);
+  return {dst, dim};
+}
+
+// The scores of output sequence b, head h, whose query rows and keys are q and k.
 template <bool kEmulate>
 struct ScoreRow {
   const AttentionPlan& plan;
   const AttentionInputs& in;
   BiasLocator bias;
-  const double* q;  // rotated Q (or the input)
-  const double* k;  // rotated K (or the input)
   Rounding<kEmulate> round;
+  int64_t b, h;
+  RowPanel q;  // query row i of the sequence
+  RowPanel k;  // key j of the sequence
 
   // s[j - r.begin] for the keys of `r`.
-  void operator()(int64_t b, int64_t h, int64_t i, KeyRange r, double* s) const {
+  void operator()(int64_t i, KeyRange r, double* s) const {
     if (r.end <= r.begin) return;
     // q_i . k_j for every key first (each a Dot), then the per-key terms.
-    Kernels().dot_rows(QRow(b, h, i), FirstKey(b, h, r), KeyStride(), r.end - r.begin, plan.dqk, s);
-    Finish(b, h, i, r, s);
+    Kernels().dot_rows(q.Row(i), k.Row(r.begin), k.stride, r.end - r.begin, plan.dqk, s);
+    Finish(i, r, s);
   }
 
   // The same for rows i0 .. i0 + count - 1 (count <= kRowBlock) that share the key range `r`: s[c]
   // holds row i0 + c. Each dot product is the one operator() computes.
-  void Block(int64_t b, int64_t h, int64_t i0, int count, KeyRange r, double* const* s) const {
+  void Block(int64_t i0, int count, KeyRange r, double* const* s) const {
     if (r.end <= r.begin) return;
     const double* rows[kRowBlock];
-    for (int c = 0; c < count; ++c) rows[c] = QRow(b, h, i0 + c);
-    Kernels().dot_rows_multi(rows, count, FirstKey(b, h, r), KeyStride(), r.end - r.begin, plan.dqk, s);
-    for (int c = 0; c < count; ++c) Finish(b, h, i0 + c, r, s[c]);
+    for (int c = 0; c < count; ++c) rows[c] = q.Row(i0 + c);
+    Kernels().dot_rows_multi(rows, count, k.Row(r.begin), k.stride, r.end - r.begin, plan.dqk, s);
+    for (int c = 0; c < count; ++c) Finish(i0 + c, r, s[c]);
   }
 
  private:
-  const double* QRow(int64_t b, int64_t h, int64_t i) const {
-    return q + ((plan.out[b].q_begin + i) * plan.heads + h) * plan.dqk;
-  }
-  const double* FirstKey(int64_t b, int64_t h, KeyRange r) const {
-    const int64_t hk = h / (plan.heads / plan.kv_heads);
-    return k + ((plan.out[b].kv_begin + r.begin) * plan.kv_heads + hk) * plan.dqk;
-  }
-  int64_t KeyStride() const { return plan.kv_heads * plan.dqk; }
-
   // From the dot products in s to the scores: bias terms, then pre_scale.
-  void Finish(int64_t b, int64_t h, int64_t i, KeyRange r, double* s) const {
+  void Finish(int64_t i, KeyRange r, double* s) const {
     const OutputSequence& seq = plan.out[b];
     const int64_t shift = bias.Shift(seq);
     const double pre = round.Acc(plan.pre_scale);
