@@ -117,8 +117,7 @@ void ForwardBlock(const PreparedAttention& p, const AttentionInputs& in, const A
       lse[c] = kNegInf;
       if (softmax) {
         if (n > 0) {
-          double m = sc[0];
-          for (int64_t t = 1; t < n; ++t) m = std::max(m, sc[t]);
+          const double m = RowMax(sc, n);
           double l = 0.0;
           for (int64_t t = 0; t < n; ++t) {
             pc[t] = round.Acc(std::exp(round.Acc(sc[t] - m)));

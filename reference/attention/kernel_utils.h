@@ -3,6 +3,7 @@
 #ifndef GEMTB_REFERENCE_ATTENTION_KERNEL_UTILS_H_
 #define GEMTB_REFERENCE_ATTENTION_KERNEL_UTILS_H_
 
+#include <algorithm>
 #include <cstdint>
 
 #include "model/common/element_type.h"
@@ -23,6 +24,24 @@ inline double Dot(const double* a, const double* b, int64_t n) {
   }
   for (int l = 0; d + l < n; ++l) acc[l] += a[d + l] * b[d + l];
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+// The softmax row maximum of sc[0 .. n-1], n >= 1: the value of m = sc[0]; m = std::max(m, sc[t])
+// for t = 1, 2, ... (a NaN sc[0] stays, later NaNs are skipped), from four running maxima, since one
+// chain of dependent max instructions is bound by their latency. When the maximum is 0 the lanes may
+// hold the other zero than the chain would, so then the chain decides.
+inline double RowMax(const double* sc, int64_t n) {
+  double lane[4] = {sc[0], sc[0], sc[0], sc[0]};
+  int64_t t = 1;
+  for (; t + 4 <= n; t += 4) {
+    for (int l = 0; l < 4; ++l) lane[l] = std::max(lane[l], sc[t + l]);
+  }
+  for (; t < n; ++t) lane[0] = std::max(lane[0], sc[t]);
+  const double m = std::max(std::max(lane[0], lane[1]), std::max(lane[2], lane[3]));
+  if (m != 0.0) return m;
+  double chain = sc[0];
+  for (t = 1; t < n; ++t) chain = std::max(chain, sc[t]);
+  return chain;
 }
 
 inline double RoundToFloat(double x) { return static_cast<double>(static_cast<float>(x)); }

@@ -3,7 +3,10 @@
 // tail and on values where a fused multiply-add or another summation order would round differently.
 #include "reference/attention/row_kernels.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <limits>
 #include <cstring>
 #include <random>
 #include <string>
@@ -112,6 +115,28 @@ TEST(RowKernelsTest, MultiKernelsGiveTheBitsOfSingleCalls) {
       }
     }
   }
+}
+
+// RowMax against the chain it replaces, bit for bit, on rows mixing NaNs (first or later), infinities,
+// both zeros and repeated values, at every length up to 19 (each tail of the four lanes).
+TEST(RowKernelsTest, RowMaxGivesTheBitsOfTheSequentialMax) {
+  const double kNaN = std::numeric_limits<double>::quiet_NaN();
+  const double kInf = std::numeric_limits<double>::infinity();
+  const double pool[] = {0.0, -0.0, 1.5, -1.5, kInf, -kInf, kNaN, -kNaN, 1e-300, -2.0};
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int> pick(0, std::size(pool) - 1);
+  int zero_maxima = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const int64_t n = 1 + trial % 19;
+    std::vector<double> row(n);
+    for (double& x : row) x = pool[pick(rng)];
+    double want = row[0];
+    for (int64_t t = 1; t < n; ++t) want = std::max(want, row[t]);
+    const double got = RowMax(row.data(), n);
+    zero_maxima += want == 0.0;
+    ASSERT_EQ(std::memcmp(&got, &want, sizeof(double)), 0) << "trial " << trial << " n " << n;
+  }
+  EXPECT_GT(zero_maxima, 100);  // the zero case, where the lanes defer to the chain, was reached
 }
 
 }  // namespace
