@@ -7,11 +7,11 @@
 
 namespace gemtb::python {
 
-absl::StatusOr<io::NpyArray> ToNpy(const std::string& field, const Wire& wire) {
+absl::StatusOr<io::NpyView> ToNpyView(const std::string& field, const Wire& wire) {
   const auto& [dtype_name, shape, bytes] = wire;
   const std::optional<io::NpyDType> dtype = io::ParseNpyDTypeName(dtype_name);
   if (!dtype) return absl::InvalidArgumentError(absl::StrCat(field, ": dtype ", dtype_name, " is not supported"));
-  io::NpyArray a;
+  io::NpyView a;
   a.dtype = *dtype;
   a.shape = shape;
   uint64_t elements = 1;
@@ -25,7 +25,17 @@ absl::StatusOr<io::NpyArray> ToNpy(const std::string& field, const Wire& wire) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": ", bytes.shape(0), " bytes do not hold shape ",
                                                    io::ShapeString(shape), " of ", dtype_name));
   }
-  a.data.assign(bytes.data(), bytes.data() + bytes.shape(0));
+  a.data = absl::MakeConstSpan(bytes.data(), bytes.shape(0));
+  return a;
+}
+
+absl::StatusOr<io::NpyArray> ToNpy(const std::string& field, const Wire& wire) {
+  absl::StatusOr<io::NpyView> view = ToNpyView(field, wire);
+  if (!view.ok()) return view.status();
+  io::NpyArray a;
+  a.dtype = view->dtype;
+  a.shape = std::move(view->shape);
+  a.data.assign(view->data.begin(), view->data.end());
   return a;
 }
 

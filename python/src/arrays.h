@@ -34,8 +34,10 @@ using Bytes = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::
 using Wire = std::tuple<std::string, std::vector<int64_t>, Bytes>;
 using WireMap = std::map<std::string, Wire>;
 
-// The array named `field`; the error names the field.
+// The array named `field`, its bytes copied; the error names the field.
 absl::StatusOr<io::NpyArray> ToNpy(const std::string& field, const Wire& wire);
+// The same without the copy: the view lends the wire's bytes, valid while the wire is.
+absl::StatusOr<io::NpyView> ToNpyView(const std::string& field, const Wire& wire);
 // (dtype name, shape, uint8 ndarray owning the bytes).
 nb::tuple FromNpy(io::NpyArray array);
 

@@ -74,7 +74,7 @@ nb::dict Attention(const WireMap& arrays, const AttentionArgs& a) {
   absl::Status status = [&]() -> absl::Status {
     nb::gil_scoped_release release;
     absl::StatusOr<io::AttentionCase> c = io::LoadAttentionCase(
-        SpecOf(arrays, a), [&](const std::string& key) { return ToNpy(key, arrays.at(key)); });
+        SpecOf(arrays, a), [&](const std::string& key) { return ToNpyView(key, arrays.at(key)); });
     if (!c.ok()) return c.status();
     // Output dtypes as `gemtb ref attention --out-dtype` picks them.
     io::NpyDType out = exec.precision == reference::Precision::kOracle ? io::NpyDType::kFloat64 : c->input_dtype;

@@ -31,7 +31,7 @@ absl::Status LoadFloat(const ArraySource& read, const std::string& path, absl::s
     if (dtype) *dtype = file->header().dtype;
     return absl::OkStatus();
   }
-  absl::StatusOr<NpyArray> array = read(path);
+  absl::StatusOr<NpyView> array = read(path);
   if (!array.ok()) return Bad(absl::StrCat(field, ": ", array.status().message()));
   absl::StatusOr<std::vector<double>> decoded = DecodeFloat(*array, where);
   if (!decoded.ok()) return decoded.status();
@@ -44,7 +44,13 @@ absl::Status LoadFloat(const ArraySource& read, const std::string& path, absl::s
 absl::Status LoadInt(const ArraySource& read, const std::string& path, absl::string_view field,
                      std::vector<int64_t>& values, reference::TensorView<int64_t>& view) {
   if (path.empty()) return absl::OkStatus();
-  absl::StatusOr<NpyArray> array = read ? read(path) : ReadNpy(path);
+  NpyArray file;  // the file's contents, when there is no `read`
+  absl::StatusOr<NpyView> array = read ? read(path) : [&]() -> absl::StatusOr<NpyView> {
+    absl::StatusOr<NpyArray> read_file = ReadNpy(path);
+    if (!read_file.ok()) return read_file.status();
+    file = *std::move(read_file);
+    return file.View();
+  }();
   if (!array.ok()) return Bad(absl::StrCat(field, ": ", array.status().message()));
   if (array->dtype != NpyDType::kInt64) {
     return Bad(absl::StrCat(field, " (", path, "): dtype ", NpyDTypeName(array->dtype),

@@ -60,8 +60,9 @@ absl::StatusOr<AttentionOptions> AttentionOptionsOf(const AttentionCaseSpec& spe
 // call with the oracle's own checks, so an error names the field before anything is computed.
 absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& spec);
 // The same with the arrays taken from `read`, called with each non-empty file field of `spec` (the
-// Python bindings name arrays there instead of files); an empty `read` reads the files.
-using ArraySource = std::function<absl::StatusOr<NpyArray>(const std::string& name)>;
+// Python bindings name arrays there instead of files, and lend their bytes, which must stay valid
+// until the call returns; the loaded case owns copies); an empty `read` reads the files.
+using ArraySource = std::function<absl::StatusOr<NpyView>(const std::string& name)>;
 absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& spec, const ArraySource& read);
 
 ElementType ToElementType(NpyDType dtype);

@@ -152,11 +152,13 @@ bool IsFloating(NpyDType dtype) {
          dtype == NpyDType::kFloat16 || dtype == NpyDType::kBFloat16;
 }
 
-int64_t NpyArray::NumElements() const {
+int64_t NpyView::NumElements() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
 }
+
+int64_t NpyArray::NumElements() const { return View().NumElements(); }
 
 std::string ShapeString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
@@ -329,7 +331,7 @@ std::vector<uint8_t> SerializeNpy(const NpyArray& array) {
   return out;
 }
 
-absl::StatusOr<std::vector<double>> DecodeFloat(const NpyArray& array, absl::string_view name) {
+absl::StatusOr<std::vector<double>> DecodeFloat(const NpyView& array, absl::string_view name) {
   if (!IsFloating(array.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": dtype ", NpyDTypeName(array.dtype),
                                                    " is not floating (want <f8, <f4, <f2 or <u2)"));
@@ -352,7 +354,7 @@ absl::StatusOr<std::vector<double>> DecodeFloat(const NpyArray& array, absl::str
   return out;
 }
 
-absl::StatusOr<std::vector<int64_t>> DecodeInt(const NpyArray& array, absl::string_view name) {
+absl::StatusOr<std::vector<int64_t>> DecodeInt(const NpyView& array, absl::string_view name) {
   if (array.dtype != NpyDType::kInt64 && array.dtype != NpyDType::kInt32) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": dtype ", NpyDTypeName(array.dtype),
                                                    " is not an integer type (want <i8)"));

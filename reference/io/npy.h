@@ -33,12 +33,22 @@ absl::string_view NpyDTypeName(NpyDType dtype);  // "float64", ..., "bfloat16"
 std::optional<NpyDType> ParseNpyDTypeName(absl::string_view name);
 bool IsFloating(NpyDType dtype);
 
+// An array whose bytes live elsewhere (a caller's buffer, or an NpyArray), for reading without a copy.
+struct NpyView {
+  NpyDType dtype = NpyDType::kFloat64;
+  std::vector<int64_t> shape;
+  absl::Span<const uint8_t> data;  // little-endian elements, C order
+
+  int64_t NumElements() const;
+};
+
 struct NpyArray {
   NpyDType dtype = NpyDType::kFloat64;
   std::vector<int64_t> shape;
   std::vector<uint8_t> data;  // little-endian elements, C order
 
   int64_t NumElements() const;
+  NpyView View() const { return {dtype, shape, data}; }
 };
 
 // What the header of a .npy file declares, checked against the file's size.
@@ -87,9 +97,15 @@ std::vector<uint8_t> NpyHeaderBytes(const NpyArray& array);
 std::vector<uint8_t> SerializeNpy(const NpyArray& array);
 
 // Decodes a floating array exactly into fp64 (every supported float format is a subset of fp64).
-absl::StatusOr<std::vector<double>> DecodeFloat(const NpyArray& array, absl::string_view name);
+absl::StatusOr<std::vector<double>> DecodeFloat(const NpyView& array, absl::string_view name);
+inline absl::StatusOr<std::vector<double>> DecodeFloat(const NpyArray& array, absl::string_view name) {
+  return DecodeFloat(array.View(), name);
+}
 // Decodes an integer array (int64 or int32) into int64.
-absl::StatusOr<std::vector<int64_t>> DecodeInt(const NpyArray& array, absl::string_view name);
+absl::StatusOr<std::vector<int64_t>> DecodeInt(const NpyView& array, absl::string_view name);
+inline absl::StatusOr<std::vector<int64_t>> DecodeInt(const NpyArray& array, absl::string_view name) {
+  return DecodeInt(array.View(), name);
+}
 
 // Encodes fp64 values into `dtype`, rounding each value once (round-to-nearest-even).
 NpyArray EncodeFloat(absl::Span<const double> values, std::vector<int64_t> shape, NpyDType dtype);
