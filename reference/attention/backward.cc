@@ -20,6 +20,7 @@
 #include "reference/attention/rope.h"
 #include "reference/attention/row_kernels.h"
 #include "reference/attention/scores.h"
+#include "reference/attention/softmax_exp.h"
 #include "reference/io/npy.h"
 
 namespace gemtb::reference {
@@ -133,7 +134,7 @@ void BackwardSequence(const PreparedAttention& p, const AttentionInputs& in,
           double ds;
           double prob;
           if (softmax) {
-            const double p_hat = round.Acc(std::exp(round.Acc(s_c[t] - lse)));
+            const double p_hat = round.Acc(softmax_exp::Exp(round.Acc(s_c[t] - lse)));
             ds = round.Acc(p_hat * round.Acc(round.Acc(post * dp_t) - d_i));
             prob = round.Store(round.Acc(post * p_hat));
           } else {

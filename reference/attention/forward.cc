@@ -16,6 +16,7 @@
 #include "reference/attention/prepared.h"
 #include "reference/attention/row_kernels.h"
 #include "reference/attention/scores.h"
+#include "reference/attention/softmax_exp.h"
 
 namespace gemtb::reference {
 namespace {
@@ -34,6 +35,32 @@ std::vector<std::pair<int64_t, int64_t>> HeavyFirstTasks(const AttentionPlan& pl
     return a.lq * std::max<int64_t>(a.lk, 1) > c.lq * std::max<int64_t>(c.lk, 1);
   });
   return tasks;
+}
+
+// sum[c] = p[c][0] + p[c][1] + ... + p[c][n[c] - 1], added in that order, for c < count: four rows
+// at a time, so that four chains of dependent additions overlap.
+void SumRows(double* const* p, const int64_t* n, int count, double* sum) {
+  int c = 0;
+  for (; c + 4 <= count; c += 4) {
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    const int64_t common = std::min(std::min(n[c], n[c + 1]), std::min(n[c + 2], n[c + 3]));
+    for (int64_t t = 0; t < common; ++t) {
+      s0 += p[c][t];
+      s1 += p[c + 1][t];
+      s2 += p[c + 2][t];
+      s3 += p[c + 3][t];
+    }
+    double* const partial[4] = {&s0, &s1, &s2, &s3};
+    for (int e = 0; e < 4; ++e) {
+      for (int64_t t = common; t < n[c + e]; ++t) *partial[e] += p[c + e][t];
+      sum[c + e] = *partial[e];
+    }
+  }
+  for (; c < count; ++c) {
+    double s = 0.0;
+    for (int64_t t = 0; t < n[c]; ++t) s += p[c][t];
+    sum[c] = s;
+  }
 }
 
 // Working memory of one thread, kept across its tasks so that a task touches no fresh pages.
@@ -107,53 +134,63 @@ void ForwardBlock(const PreparedAttention& p, const AttentionInputs& in, const A
       for (int c = 0; c < count; ++c) scores(i0 + c, r[c], s_rows[c]);
     }
     double row_sum[kRowBlock];  // softmax normaliser (emulate mode divides at the end)
+    double row_max[kRowBlock];
     double lse[kRowBlock];
+    int64_t n[kRowBlock];
     for (int c = 0; c < count; ++c) {
-      const int64_t n = r[c].end - r[c].begin;
+      n[c] = r[c].end - r[c].begin;
       const double* sc = s_rows[c];
       double* pc = prob_rows[c];
       std::fill(acc_rows[c], acc_rows[c] + plan.dv, 0.0);
-      row_sum[c] = 1.0;
+      row_sum[c] = 0.0;
       lse[c] = kNegInf;
-      if (softmax) {
-        if (n > 0) {
-          const double m = RowMax(sc, n);
-          double l = 0.0;
-          for (int64_t t = 0; t < n; ++t) {
-            pc[t] = round.Acc(std::exp(round.Acc(sc[t] - m)));
-            l = round.Acc(l + pc[t]);
-          }
-          if constexpr (kEmulate) {
-            // FlashAttention order: unnormalised P rounded to the input type for PV, divide at the end.
-            for (int64_t t = 0; t < n; ++t) pc[t] = round.Store(pc[t]);
-            row_sum[c] = l;
-          } else {
-            for (int64_t t = 0; t < n; ++t) pc[t] = post * (pc[t] / l);
-          }
-          lse[c] = round.Acc(m + round.Acc(std::log(l)));
-        }
-      } else {
-        for (int64_t t = 0; t < n; ++t) {
+      if (!softmax) {
+        for (int64_t t = 0; t < n[c]; ++t) {
           pc[t] = round.Store(round.Acc(post * round.Acc(ActivationValue(o.act, sc[t]))));
         }
+      } else if (n[c] > 0) {
+        row_max[c] = RowMax(sc, n[c]);
+        if constexpr (kEmulate) {
+          for (int64_t t = 0; t < n[c]; ++t) {
+            pc[t] = round.Acc(softmax_exp::Exp(round.Acc(sc[t] - row_max[c])));
+            row_sum[c] = round.Acc(row_sum[c] + pc[t]);
+          }
+        } else {
+          kernels.exp_rows(sc, row_max[c], n[c], pc);
+        }
+      }
+    }
+    if (softmax) {
+      if constexpr (!kEmulate) SumRows(prob_rows, n, count, row_sum);
+      for (int c = 0; c < count; ++c) {
+        if (n[c] == 0) continue;
+        double* pc = prob_rows[c];
+        const double l = row_sum[c];
+        if constexpr (kEmulate) {
+          // FlashAttention order: unnormalised P rounded to the input type for PV, divide at the end.
+          for (int64_t t = 0; t < n[c]; ++t) pc[t] = round.Store(pc[t]);
+        } else if (post == 1.0) {  // post * x is x, bit for bit
+          for (int64_t t = 0; t < n[c]; ++t) pc[t] = pc[t] / l;
+        } else {
+          for (int64_t t = 0; t < n[c]; ++t) pc[t] = post * (pc[t] / l);
+        }
+        lse[c] = round.Acc(row_max[c] + round.Acc(std::log(l)));
       }
     }
     if (shared && r[0].end > r[0].begin) {
       kernels.axpy_rows_multi(prob_rows, count, v.Row(r[0].begin), v.stride, r[0].end - r[0].begin, plan.dv, acc_rows);
     } else if (!shared) {
       for (int c = 0; c < count; ++c) {
-        const int64_t n = r[c].end - r[c].begin;
-        if (n > 0) kernels.axpy_rows(prob_rows[c], v.Row(r[c].begin), v.stride, n, plan.dv, acc_rows[c]);
+        if (n[c] > 0) kernels.axpy_rows(prob_rows[c], v.Row(r[c].begin), v.stride, n[c], plan.dv, acc_rows[c]);
       }
     }
     for (int c = 0; c < count; ++c) {
       const int64_t row = seq.out_begin + i0 + c;
-      const int64_t n = r[c].end - r[c].begin;
       double* o_row = out.o.data() + (row * plan.heads + h) * plan.dv;
       for (int64_t d = 0; d < plan.dv; ++d) {
         double value = round.Acc(acc_rows[c][d]);
         if constexpr (kEmulate) {
-          if (softmax) value = n > 0 ? round.Acc(round.Acc(value / row_sum[c]) * post) : 0.0;
+          if (softmax) value = n[c] > 0 ? round.Acc(round.Acc(value / row_sum[c]) * post) : 0.0;
         }
         o_row[d] = round.Store(value);
       }

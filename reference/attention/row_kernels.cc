@@ -22,8 +22,8 @@ std::vector<const RowKernels*> Levels() {
   std::vector<const RowKernels*> levels = {&row_kernels_baseline::kKernels};
 #if defined(GEMTB_ROW_KERNELS_X86)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2")) levels.push_back(&row_kernels_avx2::kKernels);
-  if (__builtin_cpu_supports("avx512f")) levels.push_back(&row_kernels_avx512::kKernels);
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) levels.push_back(&row_kernels_avx2::kKernels);
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) levels.push_back(&row_kernels_avx512::kKernels);
 #endif
   return levels;
 }

@@ -1,7 +1,8 @@
 // The oracle's fp64 inner loops over many rows at once, compiled for three x86-64 levels (baseline,
-// AVX2, AVX-512) and chosen once at run time from the CPU (cpuid). Every level performs the same
-// multiplications and additions in the same order as Dot and Axpy (kernel_utils.h), never fused
-// (-ffp-contract=off): only the vector width differs, so every level gives the same bits.
+// AVX2 with FMA, AVX-512) and chosen once at run time from the CPU (cpuid). Every level performs the
+// same multiplications and additions in the same order as Dot and Axpy (kernel_utils.h), never fused
+// (-ffp-contract=off), and the same fused steps as softmax_exp::Exp: only the vector width differs,
+// so every level gives the same bits.
 #ifndef GEMTB_REFERENCE_ATTENTION_ROW_KERNELS_H_
 #define GEMTB_REFERENCE_ATTENTION_ROW_KERNELS_H_
 
@@ -25,6 +26,8 @@ struct RowKernels {
                           int64_t dim, double* const* y);
   // axpy(coef[r], x[r], y, dim) for r = 0 .. count-1 in this order.
   void (*axpy_multi)(const double* coef, const double* const* x, int count, double* y, int64_t dim);
+  // out[t] = softmax_exp::Exp(x[t] - shift) for t < n (softmax_exp.h).
+  void (*exp_rows)(const double* x, double shift, int64_t n, double* out);
 };
 
 // The kernels of the widest level this CPU runs, chosen on the first call.

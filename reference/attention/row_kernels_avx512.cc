@@ -1,10 +1,12 @@
 // The row kernels on AVX-512 (eight doubles per register, one Dot's lanes); compiled with -mavx512f
-// (reference/CMakeLists.txt).
+// -mfma (reference/CMakeLists.txt).
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "reference/attention/row_kernels.h"
+#include "reference/attention/softmax_exp.h"
 
 namespace gemtb::reference::row_kernels_avx512 {
 
@@ -50,6 +52,47 @@ struct Vec {
 
 #include "reference/attention/row_kernels_impl.h"
 
-extern const RowKernels kKernels = {"avx512", DotRows, AxpyRows, Axpy, DotRowsMulti, AxpyRowsMulti, AxpyMulti};
+// softmax_exp::Exp eight at a time: Core's steps on every lane, then std::exp for lanes outside its
+// range.
+void ExpRows(const double* x, double shift, int64_t n, double* out) {
+  namespace e = softmax_exp;
+  const __m512d sh = _mm512_set1_pd(shift);
+  int64_t t = 0;
+  for (; t + 8 <= n; t += 8) {
+    const __m512d v = _mm512_sub_pd(_mm512_loadu_pd(x + t), sh);
+    const __m512d a = _mm512_abs_pd(v);
+    const __mmask8 fast = _mm512_cmp_pd_mask(a, _mm512_set1_pd(e::kMinAbs), _CMP_GE_OQ) &
+                          _mm512_cmp_pd_mask(a, _mm512_set1_pd(e::kMaxAbs), _CMP_LT_OQ);
+    __m512d kd = _mm512_fmadd_pd(v, _mm512_set1_pd(e::kInvLn2N), _mm512_set1_pd(e::kShift));
+    const __m512i ki = _mm512_castpd_si512(kd);
+    kd = _mm512_sub_pd(kd, _mm512_set1_pd(e::kShift));
+    __m512d r = _mm512_fmadd_pd(kd, _mm512_set1_pd(e::kNegLn2HiN), v);
+    r = _mm512_fmadd_pd(kd, _mm512_set1_pd(e::kNegLn2LoN), r);
+    // The masked forms with every lane selected: the plain shifts and gathers pass GCC 12 an
+    // undefined operand that it warns about.
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i low = _mm512_and_si512(ki, _mm512_set1_epi64(127));
+    const __m512i idx = _mm512_mask_slli_epi64(low, 0xFF, low, 1);
+    const __m512d tail = _mm512_castsi512_pd(_mm512_mask_i64gather_epi64(zero, 0xFF, idx, e::kTable, 8));
+    const __m512i sbits = _mm512_add_epi64(_mm512_mask_i64gather_epi64(zero, 0xFF, idx, e::kTable + 1, 8),
+                                           _mm512_mask_slli_epi64(ki, 0xFF, ki, 45));
+    const __m512d scale = _mm512_castsi512_pd(sbits);
+    const __m512d r2 = _mm512_mul_pd(r, r);
+    __m512d tmp = _mm512_fmadd_pd(_mm512_fmadd_pd(r, _mm512_set1_pd(e::kC3), _mm512_set1_pd(e::kC2)), r2,
+                                  _mm512_add_pd(r, tail));
+    tmp = _mm512_fmadd_pd(_mm512_mul_pd(r2, r2), _mm512_fmadd_pd(r, _mm512_set1_pd(e::kC5), _mm512_set1_pd(e::kC4)),
+                          tmp);
+    _mm512_storeu_pd(out + t, _mm512_fmadd_pd(scale, tmp, scale));
+    if (fast != 0xFF) {
+      for (int l = 0; l < 8; ++l) {
+        if (!(fast >> l & 1)) out[t + l] = std::exp(x[t + l] - shift);
+      }
+    }
+  }
+  for (; t < n; ++t) out[t] = e::Exp(x[t] - shift);
+}
+
+extern const RowKernels kKernels = {"avx512",     DotRows,       AxpyRows,  Axpy,
+                                    DotRowsMulti, AxpyRowsMulti, AxpyMulti, ExpRows};
 
 }  // namespace gemtb::reference::row_kernels_avx512

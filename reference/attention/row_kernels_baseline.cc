@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "reference/attention/row_kernels.h"
+#include "reference/attention/softmax_exp.h"
 
 namespace gemtb::reference::row_kernels_baseline {
 
@@ -42,6 +43,11 @@ struct Vec {
 
 #include "reference/attention/row_kernels_impl.h"
 
-extern const RowKernels kKernels = {"baseline", DotRows, AxpyRows, Axpy, DotRowsMulti, AxpyRowsMulti, AxpyMulti};
+void ExpRows(const double* x, double shift, int64_t n, double* out) {
+  for (int64_t t = 0; t < n; ++t) out[t] = softmax_exp::Exp(x[t] - shift);
+}
+
+extern const RowKernels kKernels = {"baseline", DotRows,       AxpyRows,  Axpy,
+                                    DotRowsMulti, AxpyRowsMulti, AxpyMulti, ExpRows};
 
 }  // namespace gemtb::reference::row_kernels_baseline

@@ -14,6 +14,7 @@
 
 #include "gtest/gtest.h"
 #include "reference/attention/kernel_utils.h"
+#include "reference/attention/softmax_exp.h"
 
 namespace gemtb::reference {
 namespace {
@@ -137,6 +138,50 @@ TEST(RowKernelsTest, RowMaxGivesTheBitsOfTheSequentialMax) {
     ASSERT_EQ(std::memcmp(&got, &want, sizeof(double)), 0) << "trial " << trial << " n " << n;
   }
   EXPECT_GT(zero_maxima, 100);  // the zero case, where the lanes defer to the chain, was reached
+}
+
+// exp_rows on every level gives softmax_exp::Exp's bits, in the fast range and out of it (zeros,
+// tiny and large |x|, subnormal and overflowing results, infinities, NaN), at lengths with and without
+// a vector tail.
+TEST(RowKernelsTest, ExpRowsGiveTheBitsOfSoftmaxExpOnEveryLevel) {
+  const double kInf = std::numeric_limits<double>::infinity();
+  const double special[] = {0.0, -0.0, 0x1p-60, -0x1p-54, 0x1p-54, -511.9, 511.9, -512.0, 512.0, -600.0, -745.1,
+                            -746.0, 709.7, 710.0, -kInf, kInf, std::numeric_limits<double>::quiet_NaN()};
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> wide(-800.0, 800.0), narrow(-40.0, 0.0);
+  for (int64_t n : {0, 1, 5, 8, 13, 64, 301, 200003}) {  // the last: rare roundings where a step unfused differs
+    std::vector<double> x(n);
+    for (int64_t t = 0; t < n; ++t) {
+      x[t] = t % 5 == 0 ? special[(t / 5) % std::size(special)] : (t % 2 ? wide(rng) : narrow(rng));
+    }
+    for (double shift : {0.0, 1.5, -3.25}) {
+      std::vector<double> want(n);
+      for (int64_t t = 0; t < n; ++t) want[t] = softmax_exp::Exp(x[t] - shift);
+      for (int level = 0; level < NumRowKernelLevels(); ++level) {
+        const RowKernels& k = RowKernelLevel(level);
+        std::vector<double> got(n, -1.0);
+        k.exp_rows(x.data(), shift, n, got.data());
+        EXPECT_TRUE(SameBits(got, want)) << k.level << " n " << n << " shift " << shift;
+      }
+    }
+  }
+}
+
+// softmax_exp::Exp is the exp of glibc's FMA build, the one this platform's libm runs on a CPU with
+// FMA: the same bits on a million arguments over the fast range, its edges and beyond.
+TEST(RowKernelsTest, SoftmaxExpGivesTheBitsOfTheSystemExp) {
+  std::mt19937_64 rng(12);
+  std::uniform_real_distribution<double> wide(-760.0, 720.0), unit(-1.0, 1.0);
+  std::uniform_int_distribution<int> exponent(-60, 10);
+  int64_t differ = 0;
+  for (int i = 0; i < 1000000; ++i) {
+    const double x = i % 2 ? wide(rng) : std::ldexp(unit(rng), exponent(rng));
+    const double ours = softmax_exp::Exp(x), system = std::exp(x);
+    if (std::memcmp(&ours, &system, sizeof(double)) != 0 && differ++ < 5) {
+      ADD_FAILURE() << "exp(" << x << "): " << ours << " here, " << system << " from the system";
+    }
+  }
+  EXPECT_EQ(differ, 0);
 }
 
 }  // namespace
