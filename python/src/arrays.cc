@@ -46,6 +46,27 @@ nb::tuple FromNpy(io::NpyArray array) {
   return nb::make_tuple(std::string(io::NpyDTypeName(array.dtype)), array.shape, bytes);
 }
 
+F64Result EncodeResult(std::vector<double>&& values, std::vector<int64_t> shape, io::NpyDType dtype) {
+  F64Result r;
+  if (dtype == io::NpyDType::kFloat64) {
+    r.values = std::move(values);
+    r.shape = std::move(shape);
+    r.is_f64 = true;
+  } else {
+    r.encoded = io::EncodeFloat(values, std::move(shape), dtype);
+  }
+  return r;
+}
+
+nb::tuple FromResult(F64Result result) {
+  if (!result.is_f64) return FromNpy(std::move(result.encoded));
+  auto* data = new std::vector<double>(std::move(result.values));
+  nb::capsule owner(data, [](void* p) noexcept { delete static_cast<std::vector<double>*>(p); });
+  nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>> bytes(reinterpret_cast<uint8_t*>(data->data()),
+                                                     {data->size() * sizeof(double)}, owner);
+  return nb::make_tuple(std::string(io::NpyDTypeName(io::NpyDType::kFloat64)), result.shape, bytes);
+}
+
 void Raise(const absl::Status& status) {
   const std::string message(status.message());
   switch (status.code()) {

@@ -41,6 +41,18 @@ absl::StatusOr<io::NpyView> ToNpyView(const std::string& field, const Wire& wire
 // (dtype name, shape, uint8 ndarray owning the bytes).
 nb::tuple FromNpy(io::NpyArray array);
 
+// A result computed in fp64, before it crosses: kept as it is when it is wanted in float64 (so the
+// values cross without a copy), else encoded into the wanted dtype. Built without the GIL.
+struct F64Result {
+  std::vector<double> values;  // float64 results
+  std::vector<int64_t> shape;
+  io::NpyArray encoded;        // the others
+  bool is_f64 = false;
+};
+F64Result EncodeResult(std::vector<double>&& values, std::vector<int64_t> shape, io::NpyDType dtype);
+// FromNpy's tuple for it (the GIL held).
+nb::tuple FromResult(F64Result result);
+
 // Throws the Python exception for a failed status.
 [[noreturn]] void Raise(const absl::Status& status);
 inline void Check(const absl::Status& status) {

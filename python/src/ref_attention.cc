@@ -70,7 +70,7 @@ nb::dict Attention(const WireMap& arrays, const AttentionArgs& a) {
   exec.threads = a.threads;
   if (a.backward && !arrays.contains("do")) Raise(absl::InvalidArgumentError("do: the backward needs dO"));
 
-  std::map<std::string, io::NpyArray> outputs;
+  std::map<std::string, F64Result> outputs;
   absl::Status status = [&]() -> absl::Status {
     nb::gil_scoped_release release;
     absl::StatusOr<io::AttentionCase> c = io::LoadAttentionCase(
@@ -89,26 +89,29 @@ nb::dict Attention(const WireMap& arrays, const AttentionArgs& a) {
     const io::NpyDType aux = out == io::NpyDType::kFloat64 ? io::NpyDType::kFloat64 : io::NpyDType::kFloat32;
     absl::StatusOr<reference::AttentionForwardResult> fwd = reference::AttentionForward(c->inputs, c->options, exec);
     if (!fwd.ok()) return fwd.status();
-    outputs["o"] = io::EncodeFloat(fwd->o, fwd->o_shape, out);
-    if (!fwd->lse.empty() || c->options.act == Activation::kSoftmax) {
-      outputs["lse"] = io::EncodeFloat(fwd->lse, fwd->lse_shape, aux);
+    const bool has_lse = !fwd->lse.empty() || c->options.act == Activation::kSoftmax;
+    if (a.backward) {
+      const reference::TensorView<double> d_o{c->d_o, c->d_o_shape};
+      absl::StatusOr<reference::AttentionBackwardResult> bwd =
+          reference::AttentionBackward(c->inputs, c->options, d_o, *fwd, exec);
+      if (!bwd.ok()) return bwd.status();
+      outputs["dq"] = EncodeResult(std::move(bwd->dq), bwd->dq_shape, out);
+      outputs["dk"] = EncodeResult(std::move(bwd->dk), bwd->dk_shape, out);
+      outputs["dv"] = EncodeResult(std::move(bwd->dv), bwd->dv_shape, out);
+      if (!bwd->d_bias_dense_shape.empty()) {
+        outputs["ddense"] = EncodeResult(std::move(bwd->d_bias_dense), bwd->d_bias_dense_shape, aux);
+      }
+      if (!bwd->d_bias_rel_shape.empty()) outputs["drel"] = EncodeResult(std::move(bwd->d_bias_rel), bwd->d_bias_rel_shape, aux);
+      if (!bwd->d_bias_ts_shape.empty()) outputs["dts"] = EncodeResult(std::move(bwd->d_bias_ts), bwd->d_bias_ts_shape, aux);
     }
-    if (!a.backward) return absl::OkStatus();
-    const reference::TensorView<double> d_o{c->d_o, c->d_o_shape};
-    absl::StatusOr<reference::AttentionBackwardResult> bwd =
-        reference::AttentionBackward(c->inputs, c->options, d_o, *fwd, exec);
-    if (!bwd.ok()) return bwd.status();
-    outputs["dq"] = io::EncodeFloat(bwd->dq, bwd->dq_shape, out);
-    outputs["dk"] = io::EncodeFloat(bwd->dk, bwd->dk_shape, out);
-    outputs["dv"] = io::EncodeFloat(bwd->dv, bwd->dv_shape, out);
-    if (!bwd->d_bias_dense_shape.empty()) outputs["ddense"] = io::EncodeFloat(bwd->d_bias_dense, bwd->d_bias_dense_shape, aux);
-    if (!bwd->d_bias_rel_shape.empty()) outputs["drel"] = io::EncodeFloat(bwd->d_bias_rel, bwd->d_bias_rel_shape, aux);
-    if (!bwd->d_bias_ts_shape.empty()) outputs["dts"] = io::EncodeFloat(bwd->d_bias_ts, bwd->d_bias_ts_shape, aux);
+    // The forward's outputs last: the backward reads them.
+    outputs["o"] = EncodeResult(std::move(fwd->o), fwd->o_shape, out);
+    if (has_lse) outputs["lse"] = EncodeResult(std::move(fwd->lse), fwd->lse_shape, aux);
     return absl::OkStatus();
   }();
   Check(status);
   nb::dict result;
-  for (auto& [name, array] : outputs) result[name.c_str()] = FromNpy(std::move(array));
+  for (auto& [name, array] : outputs) result[name.c_str()] = FromResult(std::move(array));
   return result;
 }
 

@@ -1,5 +1,7 @@
 #include "reference/io/attention_case.h"
 
+#include <cstdint>
+
 #include <filesystem>
 #include <limits>
 
@@ -17,8 +19,11 @@ absl::Status Bad(const std::string& message) { return absl::InvalidArgumentError
 
 // Reads a floating tensor; `field` names it in errors. Without a source (`read` empty) the file is
 // read straight into `values` (one read, no per-element work for float64).
+// `values` holds the decoded array that `view` views; with `lend`, fp64 arrays from `read` are viewed
+// where they are instead, and `values` stays empty.
 absl::Status LoadFloat(const ArraySource& read, const std::string& path, absl::string_view field,
-                       std::vector<double>& values, reference::TensorView<double>& view, NpyDType* dtype = nullptr) {
+                       std::vector<double>& values, reference::TensorView<double>& view, NpyDType* dtype = nullptr,
+                       bool lend = false) {
   if (path.empty()) return absl::OkStatus();
   const std::string where = absl::StrCat(field, " (", path, ")");
   if (!read) {
@@ -33,6 +38,15 @@ absl::Status LoadFloat(const ArraySource& read, const std::string& path, absl::s
   }
   absl::StatusOr<NpyView> array = read(path);
   if (!array.ok()) return Bad(absl::StrCat(field, ": ", array.status().message()));
+  if (lend && array->dtype == NpyDType::kFloat64 &&
+      reinterpret_cast<uintptr_t>(array->data.data()) % alignof(double) == 0) {
+    // The lender's fp64 bytes are the values: view them (DecodeFloat would copy them unchanged).
+    view = {absl::MakeConstSpan(reinterpret_cast<const double*>(array->data.data()),
+                                static_cast<size_t>(array->NumElements())),
+            array->shape};
+    if (dtype) *dtype = array->dtype;
+    return absl::OkStatus();
+  }
   absl::StatusOr<std::vector<double>> decoded = DecodeFloat(*array, where);
   if (!decoded.ok()) return decoded.status();
   values = *std::move(decoded);
@@ -199,10 +213,11 @@ absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& s, cons
 
   reference::AttentionInputs& in = c.inputs;
   NpyDType dk = NpyDType::kFloat64, dv = NpyDType::kFloat64, ddo = NpyDType::kFloat64;
-  GEMTB_RETURN_IF_ERROR(LoadFloat(read, s.q, "q", c.q, in.q, &c.input_dtype));
-  GEMTB_RETURN_IF_ERROR(LoadFloat(read, s.k, "k", c.k, in.k, &dk));
+  // Q, K and V, the large inputs, are viewed in place when an ArraySource lends them in fp64.
+  GEMTB_RETURN_IF_ERROR(LoadFloat(read, s.q, "q", c.q, in.q, &c.input_dtype, /*lend=*/true));
+  GEMTB_RETURN_IF_ERROR(LoadFloat(read, s.k, "k", c.k, in.k, &dk, /*lend=*/true));
   GEMTB_RETURN_IF_ERROR(SameDType(dk, c.input_dtype, "k"));
-  GEMTB_RETURN_IF_ERROR(LoadFloat(read, s.v, "v", c.v, in.v, &dv));
+  GEMTB_RETURN_IF_ERROR(LoadFloat(read, s.v, "v", c.v, in.v, &dv, /*lend=*/true));
   GEMTB_RETURN_IF_ERROR(SameDType(dv, c.input_dtype, "v"));
   GEMTB_RETURN_IF_ERROR(LoadInt(read, s.q_offsets, "q_offsets", c.q_offsets, in.q_offsets));
   GEMTB_RETURN_IF_ERROR(LoadInt(read, s.kv_offsets, "kv_offsets", c.kv_offsets, in.kv_offsets));

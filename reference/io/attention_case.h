@@ -40,7 +40,8 @@ absl::StatusOr<AttentionCaseSpec> ReadCaseFolder(const std::string& dir);
 // The same from the text of DIR/case.json (ReadCaseFolder reads the file and calls this).
 absl::StatusOr<AttentionCaseSpec> ParseCaseFolderJson(const std::string& json_text, const std::string& dir);
 
-// The loaded case: owns the decoded values that `inputs` views.
+// The loaded case: owns the decoded values that `inputs` views, except fp64 Q, K and V lent by an
+// ArraySource, which `inputs` views where they are (q, k, v then stay empty).
 struct AttentionCase {
   AttentionOptions options;
   reference::AttentionInputs inputs;
@@ -61,7 +62,7 @@ absl::StatusOr<AttentionOptions> AttentionOptionsOf(const AttentionCaseSpec& spe
 absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& spec);
 // The same with the arrays taken from `read`, called with each non-empty file field of `spec` (the
 // Python bindings name arrays there instead of files, and lend their bytes, which must stay valid
-// until the call returns; the loaded case owns copies); an empty `read` reads the files.
+// while the loaded case is used); an empty `read` reads the files.
 using ArraySource = std::function<absl::StatusOr<NpyView>(const std::string& name)>;
 absl::StatusOr<AttentionCase> LoadAttentionCase(const AttentionCaseSpec& spec, const ArraySource& read);
 
