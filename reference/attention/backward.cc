@@ -20,7 +20,6 @@
 #include "reference/attention/rope.h"
 #include "reference/attention/row_kernels.h"
 #include "reference/attention/scores.h"
-#include "reference/attention/softmax_exp.h"
 #include "reference/io/npy.h"
 
 namespace gemtb::reference {
@@ -63,6 +62,7 @@ void BackwardSequence(const PreparedAttention& p, const AttentionInputs& in,
     ds_rows[c] = dp_rows[c] + seq.lk;
     prob_rows[c] = ds_rows[c] + seq.lk;
   }
+  std::vector<double> p_row(static_cast<size_t>(seq.lk));
   const RowKernels& kernels = Kernels();
   // The table is [Hr, 2*maxL-1], or [Hr, 0] when maxL = 0 (as validated).
   if (plan.rel_heads) {
@@ -128,13 +128,15 @@ void BackwardSequence(const PreparedAttention& p, const AttentionInputs& in,
           lse = fwd.lse[h * plan.to + row];
         }
         const double* s_c = s_rows[c];
+        // The oracle's P row at once (the row kernel's exp); emulate mode rounds before and after each.
+        if (softmax && !kEmulate) kernels.exp_rows(s_c, lse, n, p_row.data());
         for (int64_t t = 0; t < n; ++t) {
           const int64_t j = r[c].begin + t;
           const double dp_t = round.Acc(dp_rows[c][t]);
           double ds;
           double prob;
           if (softmax) {
-            const double p_hat = round.Acc(softmax_exp::Exp(round.Acc(s_c[t] - lse)));
+            const double p_hat = kEmulate ? round.Acc(SoftmaxExp(round.Acc(s_c[t] - lse))) : p_row[t];
             ds = round.Acc(p_hat * round.Acc(round.Acc(post * dp_t) - d_i));
             prob = round.Store(round.Acc(post * p_hat));
           } else {

@@ -16,7 +16,6 @@
 #include "reference/attention/prepared.h"
 #include "reference/attention/row_kernels.h"
 #include "reference/attention/scores.h"
-#include "reference/attention/softmax_exp.h"
 
 namespace gemtb::reference {
 namespace {
@@ -152,7 +151,7 @@ void ForwardBlock(const PreparedAttention& p, const AttentionInputs& in, const A
         row_max[c] = RowMax(sc, n[c]);
         if constexpr (kEmulate) {
           for (int64_t t = 0; t < n[c]; ++t) {
-            pc[t] = round.Acc(softmax_exp::Exp(round.Acc(sc[t] - row_max[c])));
+            pc[t] = round.Acc(SoftmaxExp(round.Acc(sc[t] - row_max[c])));
             row_sum[c] = round.Acc(row_sum[c] + pc[t]);
           }
         } else {

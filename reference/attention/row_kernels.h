@@ -32,6 +32,13 @@ struct RowKernels {
 
 // The kernels of the widest level this CPU runs, chosen on the first call.
 const RowKernels& Kernels();
+// softmax_exp::Exp(x) for one value, by the chosen level (whose fused steps are instructions; the
+// baseline build calls libm's fma for them).
+inline double SoftmaxExp(double x) {
+  double y;
+  Kernels().exp_rows(&x, 0.0, 1, &y);  // x - 0.0 is x, -0 included
+  return y;
+}
 // Every level this CPU runs, baseline first (for tests that compare them).
 int NumRowKernelLevels();
 const RowKernels& RowKernelLevel(int index);
