@@ -1,0 +1,213 @@
+#include "gpu/train/linear.h"
+
+#include <cublasLt.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace gemtb::gpu::train {
+
+struct LinearMatmuls::Handles {
+  cublasLtHandle_t lt = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+
+  ~Handles() {
+    if (workspace) cudaFree(workspace);
+    if (lt) cublasLtDestroy(lt);
+  }
+};
+
+namespace {
+
+absl::Status LtStatus(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cublasLtGetStatusName(s), " (", cublasLtGetStatusString(s), ")"));
+}
+
+absl::Status CudaStatus(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+#define GEMTB_LT(expr, what)                          \
+  do {                                                \
+    const absl::Status status_ = LtStatus(expr, what); \
+    if (!status_.ok()) return status_;                \
+  } while (0)
+
+// One column-major product D = op(A) op(B) + beta D, D [m, n], with an epilogue.
+struct Gemm {
+  bool transpose_a = false, transpose_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  void* d = nullptr;
+  int64_t ldd = 0;
+  cudaDataType_t d_type = CUDA_R_16BF;  // A and B are bf16
+  float beta = 0.0f;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+};
+
+// The descriptors of one call, destroyed with it.
+struct Descriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  ~Descriptors() {
+    if (preference) cublasLtMatmulPreferenceDestroy(preference);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+}  // namespace
+
+absl::Status ValidateLinearShape(const LinearShape& s) {
+  constexpr int64_t kMax = int64_t{1} << 31;
+  for (const auto& [name, value] : {std::pair{"n", s.n}, {"in", s.in}, {"out", s.out}}) {
+    if (value < 1 || value >= kMax) {
+      return absl::InvalidArgumentError(absl::StrCat("linear shape ", name, "=", value, ": want 1 .. 2^31-1"));
+    }
+  }
+  for (const auto& [name, value] : {std::pair{"in", s.in}, {"out", s.out}}) {
+    if (value % 8 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("linear shape ", name, "=", value,
+                                                     ": want a multiple of 8 (16-byte bf16 rows)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The handle and workspace a product runs with.
+struct Context {
+  cublasLtHandle_t lt;
+  void* workspace;
+  size_t workspace_bytes;
+};
+
+absl::Status RunGemm(const Context& h, const Gemm& g, cudaStream_t stream) {
+  Descriptors desc;
+  GEMTB_LT(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const cublasOperation_t ta = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  GEMTB_LT(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "TRANSA");
+  GEMTB_LT(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "TRANSB");
+  GEMTB_LT(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epilogue, sizeof(g.epilogue)),
+           "EPILOGUE");
+  if (g.bias) {
+    GEMTB_LT(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)),
+             "BIAS_POINTER");
+  }
+  // Stored shapes: op(A) is [m, k], so A is [k, m] when transposed.
+  GEMTB_LT(cublasLtMatrixLayoutCreate(&desc.a, CUDA_R_16BF, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda),
+           "layout A");
+  GEMTB_LT(cublasLtMatrixLayoutCreate(&desc.b, CUDA_R_16BF, g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n, g.ldb),
+           "layout B");
+  GEMTB_LT(cublasLtMatrixLayoutCreate(&desc.d, g.d_type, g.m, g.n, g.ldd), "layout D");
+  GEMTB_LT(cublasLtMatmulPreferenceCreate(&desc.preference), "cublasLtMatmulPreferenceCreate");
+  GEMTB_LT(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                &h.workspace_bytes, sizeof(h.workspace_bytes)),
+           "MAX_WORKSPACE_BYTES");
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  GEMTB_LT(cublasLtMatmulAlgoGetHeuristic(h.lt, desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference, 1, &result,
+                                          &found),
+           "cublasLtMatmulAlgoGetHeuristic");
+  if (found == 0) {
+    return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k));
+  }
+  const float alpha = 1.0f;
+  GEMTB_LT(cublasLtMatmul(h.lt, desc.op, &alpha, g.a, desc.a, g.b, desc.b, &g.beta, g.d, desc.d, g.d, desc.d,
+                          &result.algo, h.workspace, h.workspace_bytes, stream),
+           "cublasLtMatmul");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+LinearMatmuls::LinearMatmuls(std::unique_ptr<Handles> h) : h_(std::move(h)) {}
+LinearMatmuls::~LinearMatmuls() = default;
+
+absl::StatusOr<std::unique_ptr<LinearMatmuls>> LinearMatmuls::Create(size_t workspace_bytes) {
+  auto h = std::make_unique<Handles>();
+  GEMTB_LT(cublasLtCreate(&h->lt), "cublasLtCreate");
+  if (workspace_bytes > 0) {
+    const absl::Status s = CudaStatus(cudaMalloc(&h->workspace, workspace_bytes), "cudaMalloc (cuBLASLt workspace)");
+    if (!s.ok()) return s;
+  }
+  h->workspace_bytes = workspace_bytes;
+  return std::unique_ptr<LinearMatmuls>(new LinearMatmuls(std::move(h)));
+}
+
+absl::Status LinearMatmuls::Forward(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                                    const __nv_bfloat16* bias, __nv_bfloat16* y, cudaStream_t stream) {
+  if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
+  // y^T [out, n] = W^T [out, in] x^T [in, n]: W's memory is W^T column-major, x's is x^T.
+  Gemm g;
+  g.m = s.out;
+  g.n = s.n;
+  g.k = s.in;
+  g.a = w;
+  g.lda = s.out;
+  g.b = x;
+  g.ldb = s.in;
+  g.d = y;
+  g.ldd = s.out;
+  if (bias) {
+    g.epilogue = CUBLASLT_EPILOGUE_BIAS;  // bias [out], one per row of y^T
+    g.bias = bias;
+  }
+  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream);
+}
+
+absl::Status LinearMatmuls::BackwardInput(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
+                                          __nv_bfloat16* dx, cudaStream_t stream) {
+  if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
+  // dx^T [in, n] = W [in, out] dy^T [out, n]: W is the transpose of W's memory read column-major.
+  Gemm g;
+  g.transpose_a = true;
+  g.m = s.in;
+  g.n = s.n;
+  g.k = s.out;
+  g.a = w;
+  g.lda = s.out;
+  g.b = dy;
+  g.ldb = s.out;
+  g.d = dx;
+  g.ldd = s.in;
+  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream);
+}
+
+absl::Status LinearMatmuls::BackwardWeight(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* dy,
+                                           float* dw, float* dbias, cudaStream_t stream) {
+  if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
+  // dW^T [out, in] += dy^T [out, n] x [n, in]: dW's memory is dW^T column-major, x is the transpose
+  // of x's memory read column-major.
+  Gemm g;
+  g.transpose_b = true;
+  g.m = s.out;
+  g.n = s.in;
+  g.k = s.n;
+  g.a = dy;
+  g.lda = s.out;
+  g.b = x;
+  g.ldb = s.in;
+  g.d = dw;
+  g.ldd = s.out;
+  g.d_type = CUDA_R_32F;
+  g.beta = 1.0f;
+  if (absl::Status r = RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream); !r.ok()) return r;
+  if (dbias) return CudaStatus(LaunchBiasGrad(dy, s.n, s.out, dbias, stream), "bias gradient kernel");
+  return absl::OkStatus();
+}
+
+}  // namespace gemtb::gpu::train

@@ -1,0 +1,64 @@
+// The GPU trainer's linear layers on cuBLASLt, in reference/model/layers.h's convention: row-major
+// x [n, in], W [in, out], y [n, out] = x W + b. Operands in bf16, products accumulated in fp32:
+//   Forward         y = x W (+ b, added in the matmul's epilogue), y in bf16;
+//   BackwardInput   dx = dy W^T, in bf16;
+//   BackwardWeight  dW += x^T dy into fp32 gradients, and db += the column sums of dy (fp32,
+//                   one thread per column adding the rows in order).
+// cuBLASLt works on column-major matrices: a row-major [r, c] array is the column-major [c, r]
+// matrix, its transpose, so each product above is computed transposed (y^T = W^T x^T, ...) with
+// the same memory. All pointers are device memory; calls are asynchronous on `stream`.
+#ifndef GEMTB_GPU_TRAIN_LINEAR_H_
+#define GEMTB_GPU_TRAIN_LINEAR_H_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace gemtb::gpu::train {
+
+struct LinearShape {
+  int64_t n = 0;    // rows (tokens or samples)
+  int64_t in = 0;   // input features
+  int64_t out = 0;  // output features
+};
+
+// Checks that a shape is one the matmuls take: every dimension >= 1 and < 2^31, and in and out
+// multiples of 8 (16-byte rows of bf16, what cuBLASLt's tensor-core kernels need); the error names
+// the field.
+absl::Status ValidateLinearShape(const LinearShape& shape);
+
+class LinearMatmuls {
+ public:
+  // A cuBLASLt handle and a workspace of `workspace_bytes` on the current device.
+  static absl::StatusOr<std::unique_ptr<LinearMatmuls>> Create(size_t workspace_bytes = size_t{32} << 20);
+  ~LinearMatmuls();
+  LinearMatmuls(const LinearMatmuls&) = delete;
+  LinearMatmuls& operator=(const LinearMatmuls&) = delete;
+
+  // bias may be null (no bias).
+  absl::Status Forward(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                       const __nv_bfloat16* bias, __nv_bfloat16* y, cudaStream_t stream);
+  absl::Status BackwardInput(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
+                             __nv_bfloat16* dx, cudaStream_t stream);
+  // dbias may be null (a layer without bias).
+  absl::Status BackwardWeight(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* dy, float* dw,
+                              float* dbias, cudaStream_t stream);
+
+ private:
+  struct Handles;
+  explicit LinearMatmuls(std::unique_ptr<Handles> h);
+  std::unique_ptr<Handles> h_;
+};
+
+// dbias[j] += sum over rows i in increasing order of dy[i * out + j], for j < out (linear_bias_grad.cu).
+cudaError_t LaunchBiasGrad(const __nv_bfloat16* dy, int64_t n, int64_t out, float* dbias, cudaStream_t stream);
+
+}  // namespace gemtb::gpu::train
+
+#endif  // GEMTB_GPU_TRAIN_LINEAR_H_

@@ -1,0 +1,192 @@
+// The trainer's linear layers (gpu/train/linear.h) against an fp64 product of the same bf16 values:
+// forward with and without bias, both backward products, the bias gradient, accumulation into the
+// fp32 gradients, the same bytes on a second run, and shapes refused by name (this part needs no GPU).
+#include "gpu/train/linear.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/numerics/float_formats.h"
+
+namespace gemtb::gpu::train {
+namespace {
+
+bool HaveSm90() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return false;
+  cudaDeviceProp prop{};
+  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
+}
+
+// Random values that bf16 holds exactly, as bits and as doubles.
+struct Bf16Array {
+  std::vector<uint16_t> bits;
+  std::vector<double> values;
+};
+Bf16Array RandomBf16(size_t n, uint64_t seed, double scale) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, scale);
+  Bf16Array a;
+  for (size_t i = 0; i < n; ++i) {
+    a.bits.push_back(numerics::DoubleToBf16BitsRne(normal(rng)));
+    a.values.push_back(numerics::Bf16BitsToFloat(a.bits.back()));
+  }
+  return a;
+}
+
+template <typename T>
+struct DeviceArray {
+  T* ptr = nullptr;
+  explicit DeviceArray(size_t n) { EXPECT_EQ(cudaMalloc(&ptr, n * sizeof(T) + 1), cudaSuccess); }
+  ~DeviceArray() { cudaFree(ptr); }
+};
+
+template <typename T, typename U>
+T* Upload(DeviceArray<T>& d, const std::vector<U>& host) {
+  static_assert(sizeof(T) == sizeof(U));
+  EXPECT_EQ(cudaMemcpy(d.ptr, host.data(), host.size() * sizeof(U), cudaMemcpyHostToDevice), cudaSuccess);
+  return d.ptr;
+}
+
+template <typename U, typename T>
+std::vector<U> Download(const T* ptr, size_t n) {
+  std::vector<U> host(n);
+  EXPECT_EQ(cudaMemcpy(host.data(), ptr, n * sizeof(U), cudaMemcpyDeviceToHost), cudaSuccess);
+  return host;
+}
+
+double Rms(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return std::sqrt(s / static_cast<double>(v.size()));
+}
+
+// |got - want| <= rel * |want| + abs_of_rms * rms(want) for every element.
+void ExpectClose(const std::vector<double>& got, const std::vector<double>& want, double rel, double abs_of_rms,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const double floor = abs_of_rms * Rms(want);
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!(std::fabs(got[i] - want[i]) <= rel * std::fabs(want[i]) + floor) && bad++ < 5) {
+      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << ", want " << want[i];
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+TEST(TrainLinear, ShapesItCannotTakeAreRefusedByName) {
+  EXPECT_TRUE(ValidateLinearShape({4, 16, 8}).ok());
+  const absl::Status zero = ValidateLinearShape({0, 16, 8});
+  EXPECT_NE(zero.message().find("n=0"), std::string::npos) << zero;
+  const absl::Status odd = ValidateLinearShape({4, 12, 8});
+  EXPECT_NE(odd.message().find("in=12"), std::string::npos) << odd;
+  const absl::Status big = ValidateLinearShape({4, 16, int64_t{1} << 31});
+  EXPECT_NE(big.message().find("out=2147483648"), std::string::npos) << big;
+}
+
+TEST(TrainLinear, ForwardAndBackwardMatchAnFp64ProductOfTheSameValues) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  for (const LinearShape s : {LinearShape{300, 256, 192}, LinearShape{1, 8, 8}, LinearShape{1027, 64, 520}}) {
+    const std::string where = "n=" + std::to_string(s.n) + " in=" + std::to_string(s.in) +
+                              " out=" + std::to_string(s.out);
+    const size_t n = s.n, in = s.in, out = s.out;
+    const Bf16Array x = RandomBf16(n * in, 1, 1.0), w = RandomBf16(in * out, 2, 0.1), b = RandomBf16(out, 3, 0.5);
+    const Bf16Array dy = RandomBf16(n * out, 4, 1.0);
+    std::vector<float> dw0(in * out), db0(out);  // gradients already holding something, to be added to
+    for (size_t i = 0; i < dw0.size(); ++i) dw0[i] = 0.25f * static_cast<float>(i % 7);
+    for (size_t j = 0; j < out; ++j) db0[j] = -0.5f * static_cast<float>(j % 3);
+
+    // fp64 references.
+    std::vector<double> y(n * out), y_nobias(n * out), dx(n * in, 0.0), dw(in * out), db(out);
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < out; ++j) {
+        double acc = 0;
+        for (size_t k = 0; k < in; ++k) acc += x.values[i * in + k] * w.values[k * out + j];
+        y_nobias[i * out + j] = acc;
+        y[i * out + j] = acc + b.values[j];
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t k = 0; k < in; ++k) {
+        double acc = 0;
+        for (size_t j = 0; j < out; ++j) acc += dy.values[i * out + j] * w.values[k * out + j];
+        dx[i * in + k] = acc;
+      }
+    }
+    for (size_t k = 0; k < in; ++k) {
+      for (size_t j = 0; j < out; ++j) {
+        double acc = dw0[k * out + j];
+        for (size_t i = 0; i < n; ++i) acc += x.values[i * in + k] * dy.values[i * out + j];
+        dw[k * out + j] = acc;
+      }
+    }
+    for (size_t j = 0; j < out; ++j) {
+      double acc = db0[j];
+      for (size_t i = 0; i < n; ++i) acc += dy.values[i * out + j];
+      db[j] = acc;
+    }
+
+    absl::StatusOr<std::unique_ptr<LinearMatmuls>> mm = LinearMatmuls::Create();
+    ASSERT_TRUE(mm.ok()) << mm.status();
+    DeviceArray<__nv_bfloat16> d_x(n * in), d_w(in * out), d_b(out), d_dy(n * out), d_y(n * out), d_dx(n * in);
+    DeviceArray<float> d_dw(in * out), d_db(out);
+    Upload(d_x, x.bits);
+    Upload(d_w, w.bits);
+    Upload(d_b, b.bits);
+    Upload(d_dy, dy.bits);
+    const auto to_doubles = [](const std::vector<uint16_t>& bits) {
+      std::vector<double> v;
+      for (uint16_t u : bits) v.push_back(numerics::Bf16BitsToFloat(u));
+      return v;
+    };
+    const auto floats_to_doubles = [](const std::vector<float>& f) { return std::vector<double>(f.begin(), f.end()); };
+
+    // bf16 outputs: their rounding (2^-9 relative) on top of fp32 sums; fp32 gradients: the sums'.
+    ASSERT_TRUE((*mm)->Forward(s, d_x.ptr, d_w.ptr, nullptr, d_y.ptr, nullptr).ok());
+    ExpectClose(to_doubles(Download<uint16_t>(d_y.ptr, n * out)), y_nobias, 1.0 / 128, 1e-3, where + " y (no bias)");
+    ASSERT_TRUE((*mm)->Forward(s, d_x.ptr, d_w.ptr, d_b.ptr, d_y.ptr, nullptr).ok());
+    const std::vector<uint16_t> y_bits = Download<uint16_t>(d_y.ptr, n * out);
+    ExpectClose(to_doubles(y_bits), y, 1.0 / 128, 1e-3, where + " y");
+    ASSERT_TRUE((*mm)->BackwardInput(s, d_dy.ptr, d_w.ptr, d_dx.ptr, nullptr).ok());
+    const std::vector<uint16_t> dx_bits = Download<uint16_t>(d_dx.ptr, n * in);
+    ExpectClose(to_doubles(dx_bits), dx, 1.0 / 128, 1e-3, where + " dx");
+    Upload(d_dw, dw0);
+    Upload(d_db, db0);
+    ASSERT_TRUE((*mm)->BackwardWeight(s, d_x.ptr, d_dy.ptr, d_dw.ptr, d_db.ptr, nullptr).ok());
+    const std::vector<float> dw_got = Download<float>(d_dw.ptr, in * out);
+    const std::vector<float> db_got = Download<float>(d_db.ptr, out);
+    ExpectClose(floats_to_doubles(dw_got), dw, 1e-5, 1e-5, where + " dW");
+    ExpectClose(floats_to_doubles(db_got), db, 1e-5, 1e-5, where + " db");
+
+    // The same calls again give the same bytes.
+    ASSERT_TRUE((*mm)->Forward(s, d_x.ptr, d_w.ptr, d_b.ptr, d_y.ptr, nullptr).ok());
+    ASSERT_TRUE((*mm)->BackwardInput(s, d_dy.ptr, d_w.ptr, d_dx.ptr, nullptr).ok());
+    Upload(d_dw, dw0);
+    Upload(d_db, db0);
+    ASSERT_TRUE((*mm)->BackwardWeight(s, d_x.ptr, d_dy.ptr, d_dw.ptr, d_db.ptr, nullptr).ok());
+    EXPECT_EQ(Download<uint16_t>(d_y.ptr, n * out), y_bits) << where;
+    EXPECT_EQ(Download<uint16_t>(d_dx.ptr, n * in), dx_bits) << where;
+    EXPECT_EQ(Download<float>(d_dw.ptr, in * out), dw_got) << where;
+    EXPECT_EQ(Download<float>(d_db.ptr, out), db_got) << where;
+  }
+}
+
+TEST(TrainLinear, CallsWithBadShapesFailWithoutTouchingTheDevice) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  absl::StatusOr<std::unique_ptr<LinearMatmuls>> mm = LinearMatmuls::Create();
+  ASSERT_TRUE(mm.ok()) << mm.status();
+  const absl::Status s = (*mm)->Forward({8, 20, 8}, nullptr, nullptr, nullptr, nullptr, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("in=20"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace gemtb::gpu::train

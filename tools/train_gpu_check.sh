@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One device call on the lent H200 for the GPU trainer's layers (gpu/train/): builds the trainer's
+# GPU tests from .deb/src.tgz (a `git archive` of the commit in .deb/SOURCE), runs them, then runs
+# them again under compute-sanitizer memcheck. Writes $OUT/summary.txt, test.log, memcheck.log.
+#
+# Here, before the call: git archive --format=tar.gz -o .deb/src.tgz HEAD && git rev-parse HEAD > .deb/SOURCE
+# Then run(command: "bash tools/train_gpu_check.sh", carry: [".deb"]).
+# Exit status: 0 all passed, 1 a test or the sanitizer failed, 2 the build failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-$PWD/out}
+mkdir -p "$out"
+source tools/lib/device_build.sh
+unpack_device_deps train_gpu_check require-src
+build=$scratch/gemtb-train-build
+tests=(gpu_train_linear_test)
+start=$SECONDS
+{
+  echo "train_gpu_check: $(cat .deb/SOURCE 2>/dev/null) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+  configure_device_build "$srcdir" "$build" >"$out/build.log" 2>&1 &&
+    cmake --build "$build" --target "${tests[@]}" >>"$out/build.log" 2>&1
+} | tee "$out/summary.txt"
+if [ "${PIPESTATUS[0]}" -ne 0 ] || [ ! -x "$build/bin/${tests[0]}" ]; then
+  echo "build failed; see build.log" | tee -a "$out/summary.txt"
+  tail -30 "$out/build.log"
+  exit 2
+fi
+echo "build: $((SECONDS - start)) s" | tee -a "$out/summary.txt"
+rc=0
+for t in "${tests[@]}"; do
+  "$build/bin/$t" >>"$out/test.log" 2>&1 || rc=1
+  compute-sanitizer --tool memcheck --error-exitcode 1 "$build/bin/$t" >>"$out/memcheck.log" 2>&1 || rc=1
+done
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/test.log" | tee -a "$out/summary.txt"
+grep -E "ERROR SUMMARY" "$out/memcheck.log" | tee -a "$out/summary.txt"
+echo "exit $rc after $((SECONDS - start)) s" | tee -a "$out/summary.txt"
+exit $rc
