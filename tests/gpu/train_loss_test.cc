@@ -1,0 +1,113 @@
+// The trainer's loss kernel (gpu/train/loss.h) against batch_pass.cc's formulas in fp64: per-element
+// gradient, per-sample loss and batch loss, with masked elements, large logits of both signs and an
+// all-masked batch; the same bytes on a second run; bad shapes refused by name.
+#include "gpu/train/loss.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace gemtb::gpu::train {
+namespace {
+
+bool HaveSm90() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return false;
+  cudaDeviceProp prop{};
+  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
+}
+
+template <typename T>
+struct DeviceArray {
+  T* ptr = nullptr;
+  explicit DeviceArray(const std::vector<T>& host) {
+    EXPECT_EQ(cudaMalloc(&ptr, host.size() * sizeof(T) + 8), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~DeviceArray() { cudaFree(ptr); }
+  std::vector<T> Get(size_t n) const {
+    std::vector<T> host(n);
+    EXPECT_EQ(cudaMemcpy(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return host;
+  }
+};
+
+TEST(TrainLoss, ShapesItCannotTakeAreRefusedByName) {
+  EXPECT_TRUE(ValidateLossShape({4, 3}).ok());
+  EXPECT_NE(ValidateLossShape({0, 3}).message().find("samples=0"), std::string::npos);
+  EXPECT_NE(ValidateLossShape({4, 1025}).message().find("tasks=1025"), std::string::npos);
+}
+
+TEST(TrainLoss, MatchesTheReferenceFormulasInFp64) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  for (const auto& [s, all_masked] : {std::pair{LossShape{1000, 3}, false}, {LossShape{1, 1}, false},
+                                      {LossShape{5000, 7}, false}, {LossShape{17, 2}, true}}) {
+    const std::string where = "B=" + std::to_string(s.samples) + " T=" + std::to_string(s.tasks);
+    const size_t n = s.samples * s.tasks;
+    std::mt19937_64 rng(s.samples * 31 + s.tasks);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::vector<float> z(n), y(n), m(n);
+    for (size_t e = 0; e < n; ++e) {
+      z[e] = e % 97 == 0 ? (e % 2 ? 40.0f : -40.0f) : normal(rng);
+      y[e] = static_cast<float>(rng() % 2);
+      m[e] = all_masked ? 0.0f : static_cast<float>(rng() % 5 != 0);
+    }
+    // batch_pass.cc: l = m (max(z,0) - z y + log1p(exp(-|z|))), dz = m (sigmoid(z) - y) / max(1, sum m).
+    double count = 0;
+    for (float v : m) count += v;
+    const double inv = 1.0 / std::max(1.0, count);
+    std::vector<double> dz(n), sample(s.samples, 0.0);
+    double total = 0;
+    for (int64_t b = 0; b < s.samples; ++b) {
+      for (int64_t t = 0; t < s.tasks; ++t) {
+        const size_t e = b * s.tasks + t;
+        const double zz = z[e], sig = 1.0 / (1.0 + std::exp(-zz));
+        sample[b] += m[e] * (std::max(zz, 0.0) - zz * y[e] + std::log1p(std::exp(-std::fabs(zz))));
+        dz[e] = m[e] * (sig - y[e]) * inv;
+      }
+      total += sample[b];
+    }
+    const double loss = total / std::max(1.0, count);
+
+    const std::vector<float> zeros_n(n), zeros_b(s.samples);
+    const std::vector<double> zero(1);
+    DeviceArray<float> d_z(z), d_y(y), d_m(m), d_dz(zeros_n), d_sample(zeros_b);
+    DeviceArray<double> d_loss(zero), d_work(zero);
+    ASSERT_TRUE(BceWithLogitsLoss(s, d_z.ptr, d_y.ptr, d_m.ptr, d_dz.ptr, d_sample.ptr, d_loss.ptr, d_work.ptr, nullptr)
+                    .ok());
+    const std::vector<float> dz_got = d_dz.Get(n), sample_got = d_sample.Get(s.samples);
+    const double loss_got = d_loss.Get(1)[0];
+    int bad = 0;
+    for (size_t e = 0; e < n; ++e) {
+      if (!(std::fabs(dz_got[e] - dz[e]) <= 1e-5 * std::fabs(dz[e]) + 1e-12) && bad++ < 5) {
+        ADD_FAILURE() << where << " dlogits[" << e << "]: " << dz_got[e] << ", want " << dz[e];
+      }
+    }
+    for (int64_t b = 0; b < s.samples; ++b) {
+      if (!(std::fabs(sample_got[b] - sample[b]) <= 1e-5 * std::fabs(sample[b]) + 1e-6) && bad++ < 5) {
+        ADD_FAILURE() << where << " sample_loss[" << b << "]: " << sample_got[b] << ", want " << sample[b];
+      }
+    }
+    EXPECT_EQ(bad, 0) << where;
+    EXPECT_NEAR(loss_got, loss, 1e-5 * std::fabs(loss) + 1e-9) << where;
+    if (all_masked) {
+      EXPECT_EQ(loss_got, 0.0) << where;
+    }
+
+    ASSERT_TRUE(BceWithLogitsLoss(s, d_z.ptr, d_y.ptr, d_m.ptr, d_dz.ptr, d_sample.ptr, d_loss.ptr, d_work.ptr, nullptr)
+                    .ok());
+    EXPECT_EQ(d_dz.Get(n), dz_got) << where;
+    EXPECT_EQ(d_sample.Get(s.samples), sample_got) << where;
+    EXPECT_EQ(d_loss.Get(1)[0], loss_got) << where;
+  }
+}
+
+}  // namespace
+}  // namespace gemtb::gpu::train
