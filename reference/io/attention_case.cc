@@ -1,7 +1,6 @@
 #include "reference/io/attention_case.h"
 
 #include <cstdint>
-
 #include <filesystem>
 #include <limits>
 
