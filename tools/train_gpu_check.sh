@@ -13,7 +13,7 @@ mkdir -p "$out"
 source tools/lib/device_build.sh
 unpack_device_deps train_gpu_check require-src
 build=$scratch/gemtb-train-build
-tests=(gpu_train_linear_test gpu_train_layer_norm_test gpu_train_head_rms_norm_test gpu_train_loss_test
+tests=(gpu_train_linear_test gpu_train_gate_test gpu_train_layer_norm_test gpu_train_head_rms_norm_test gpu_train_loss_test
        gpu_train_dense_adam_test)
 start=$SECONDS
 {

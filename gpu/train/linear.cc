@@ -47,6 +47,7 @@ struct Gemm {
   int64_t ldb = 0;
   void* d = nullptr;
   int64_t ldd = 0;
+  const void* c = nullptr;  // the beta term's matrix (D's layout); D itself when null
   cudaDataType_t d_type = CUDA_R_16BF;  // A and B are bf16
   float beta = 0.0f;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
@@ -126,7 +127,7 @@ absl::Status RunGemm(const Context& h, const Gemm& g, cudaStream_t stream) {
     return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k));
   }
   const float alpha = 1.0f;
-  GEMTB_LT(cublasLtMatmul(h.lt, desc.op, &alpha, g.a, desc.a, g.b, desc.b, &g.beta, g.d, desc.d, g.d, desc.d,
+  GEMTB_LT(cublasLtMatmul(h.lt, desc.op, &alpha, g.a, desc.a, g.b, desc.b, &g.beta, g.c ? g.c : g.d, desc.d, g.d, desc.d,
                           &result.algo, h.workspace, h.workspace_bytes, stream),
            "cublasLtMatmul");
   return absl::OkStatus();
@@ -170,7 +171,7 @@ absl::Status LinearMatmuls::Forward(const LinearShape& s, const __nv_bfloat16* x
 }
 
 absl::Status LinearMatmuls::BackwardInput(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
-                                          __nv_bfloat16* dx, cudaStream_t stream) {
+                                          const __nv_bfloat16* add, __nv_bfloat16* dx, cudaStream_t stream) {
   if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
   // dx^T [in, n] = W [in, out] dy^T [out, n]: W is the transpose of W's memory read column-major.
   Gemm g;
@@ -184,6 +185,10 @@ absl::Status LinearMatmuls::BackwardInput(const LinearShape& s, const __nv_bfloa
   g.ldb = s.out;
   g.d = dx;
   g.ldd = s.in;
+  if (add) {  // dx = dy W^T + add, added to the fp32 product before dx is rounded
+    g.c = add;
+    g.beta = 1.0f;
+  }
   return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream);
 }
 

@@ -1,7 +1,7 @@
 // The GPU trainer's linear layers on cuBLASLt, in reference/model/layers.h's convention: row-major
 // x [n, in], W [in, out], y [n, out] = x W + b. Operands in bf16, products accumulated in fp32:
 //   Forward         y = x W (+ b, added in the matmul's epilogue), y in bf16;
-//   BackwardInput   dx = dy W^T, in bf16;
+//   BackwardInput   dx = dy W^T (+ another gradient of x, added in the epilogue), in bf16;
 //   BackwardWeight  dW += x^T dy into fp32 gradients, and db += the column sums of dy (fp32,
 //                   one thread per column adding the rows in order).
 // cuBLASLt works on column-major matrices: a row-major [r, c] array is the column-major [c, r]
@@ -44,8 +44,10 @@ class LinearMatmuls {
   // bias may be null (no bias).
   absl::Status Forward(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* w,
                        const __nv_bfloat16* bias, __nv_bfloat16* y, cudaStream_t stream);
+  // add may be null; else dx = dy W^T + add (a gradient that reaches x another way, such as a gate's
+  // or a residual's), summed in fp32 before dx is rounded; add may be dx itself.
   absl::Status BackwardInput(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
-                             __nv_bfloat16* dx, cudaStream_t stream);
+                             const __nv_bfloat16* add, __nv_bfloat16* dx, cudaStream_t stream);
   // dbias may be null (a layer without bias).
   absl::Status BackwardWeight(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* dy, float* dw,
                               float* dbias, cudaStream_t stream);

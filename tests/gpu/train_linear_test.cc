@@ -155,7 +155,7 @@ TEST(TrainLinear, ForwardAndBackwardMatchAnFp64ProductOfTheSameValues) {
     ASSERT_TRUE((*mm)->Forward(s, d_x.ptr, d_w.ptr, d_b.ptr, d_y.ptr, nullptr).ok());
     const std::vector<uint16_t> y_bits = Download<uint16_t>(d_y.ptr, n * out);
     ExpectClose(to_doubles(y_bits), y, 1.0 / 128, 1e-3, where + " y");
-    ASSERT_TRUE((*mm)->BackwardInput(s, d_dy.ptr, d_w.ptr, d_dx.ptr, nullptr).ok());
+    ASSERT_TRUE((*mm)->BackwardInput(s, d_dy.ptr, d_w.ptr, nullptr, d_dx.ptr, nullptr).ok());
     const std::vector<uint16_t> dx_bits = Download<uint16_t>(d_dx.ptr, n * in);
     ExpectClose(to_doubles(dx_bits), dx, 1.0 / 128, 1e-3, where + " dx");
     Upload(d_dw, dw0);
@@ -168,7 +168,7 @@ TEST(TrainLinear, ForwardAndBackwardMatchAnFp64ProductOfTheSameValues) {
 
     // The same calls again give the same bytes.
     ASSERT_TRUE((*mm)->Forward(s, d_x.ptr, d_w.ptr, d_b.ptr, d_y.ptr, nullptr).ok());
-    ASSERT_TRUE((*mm)->BackwardInput(s, d_dy.ptr, d_w.ptr, d_dx.ptr, nullptr).ok());
+    ASSERT_TRUE((*mm)->BackwardInput(s, d_dy.ptr, d_w.ptr, nullptr, d_dx.ptr, nullptr).ok());
     Upload(d_dw, dw0);
     Upload(d_db, db0);
     ASSERT_TRUE((*mm)->BackwardWeight(s, d_x.ptr, d_dy.ptr, d_dw.ptr, d_db.ptr, nullptr).ok());

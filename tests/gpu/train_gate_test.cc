@@ -1,0 +1,155 @@
+// The trainer's gate layer, composed as the trainer runs it (gpu/train/gate.h around
+// LinearMatmuls): a = z W + b, y = z sigmoid(a); backward da, dz = da W^T + dy sigmoid(a) through
+// BackwardInput's `add`, dW and db; against layers.h's Gate evaluated in fp64 on the same bf16
+// inputs; the same bytes on a second run; a bad count refused by name.
+#include "gpu/train/gate.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/train/linear.h"
+#include "gtest/gtest.h"
+#include "model/numerics/float_formats.h"
+
+namespace gemtb::gpu::train {
+namespace {
+
+bool HaveSm90() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return false;
+  cudaDeviceProp prop{};
+  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
+}
+
+template <typename T>
+struct DeviceArray {
+  T* ptr = nullptr;
+  explicit DeviceArray(const std::vector<T>& host) {
+    EXPECT_EQ(cudaMalloc(&ptr, host.size() * sizeof(T) + 8), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~DeviceArray() { cudaFree(ptr); }
+  std::vector<T> Get(size_t n) const {
+    std::vector<T> host(n);
+    EXPECT_EQ(cudaMemcpy(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return host;
+  }
+  __nv_bfloat16* bf16() const { return reinterpret_cast<__nv_bfloat16*>(ptr); }
+};
+
+std::vector<uint16_t> RandomBf16(size_t n, uint64_t seed, double scale) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, scale);
+  std::vector<uint16_t> bits(n);
+  for (uint16_t& b : bits) b = numerics::DoubleToBf16BitsRne(normal(rng));
+  return bits;
+}
+std::vector<double> Values(const std::vector<uint16_t>& bits) {
+  std::vector<double> v;
+  for (uint16_t b : bits) v.push_back(numerics::Bf16BitsToFloat(b));
+  return v;
+}
+double Rms(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return std::sqrt(s / static_cast<double>(v.size()));
+}
+void ExpectClose(const std::vector<double>& got, const std::vector<double>& want, double rel, double abs_of_rms,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const double floor = abs_of_rms * Rms(want);
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!(std::fabs(got[i] - want[i]) <= rel * std::fabs(want[i]) + floor) && bad++ < 5) {
+      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << ", want " << want[i];
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+TEST(TrainGate, ABadCountIsRefusedByName) {
+  EXPECT_NE(GateForward(nullptr, nullptr, 0, nullptr, nullptr, nullptr).message().find("count=0"), std::string::npos);
+  EXPECT_NE(GateBackward(nullptr, nullptr, nullptr, -1, nullptr, nullptr, nullptr).message().find("count=-1"),
+            std::string::npos);
+}
+
+TEST(TrainGate, TheComposedLayerMatchesTheReferenceGateInFp64) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const LinearShape s{257, 128, 128};  // the gate's linear is d x d
+  const size_t n = s.n, d = s.in, count = n * d;
+  const std::vector<uint16_t> z_bits = RandomBf16(count, 1, 1.0), w_bits = RandomBf16(d * d, 2, 0.1);
+  const std::vector<uint16_t> b_bits = RandomBf16(d, 3, 0.5), dy_bits = RandomBf16(count, 4, 1.0);
+  const std::vector<double> z = Values(z_bits), w = Values(w_bits), b = Values(b_bits), dy = Values(dy_bits);
+
+  // layers.h's Gate in fp64: a = z W + b, sig = sigmoid(a), y = z sig; da = dy z sig (1 - sig),
+  // dz = dy sig + da W^T, dW = z^T da, db = sum da.
+  std::vector<double> sig(count), y(count), da(count), dz(count), dw(d * d, 0.0), db(d, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < d; ++j) {
+      double a = b[j];
+      for (size_t k = 0; k < d; ++k) a += z[i * d + k] * w[k * d + j];
+      const size_t e = i * d + j;
+      sig[e] = 1.0 / (1.0 + std::exp(-a));
+      y[e] = z[e] * sig[e];
+      da[e] = dy[e] * z[e] * sig[e] * (1.0 - sig[e]);
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t k = 0; k < d; ++k) {
+      double acc = dy[i * d + k] * sig[i * d + k];
+      for (size_t j = 0; j < d; ++j) acc += da[i * d + j] * w[k * d + j];
+      dz[i * d + k] = acc;
+    }
+  }
+  for (size_t k = 0; k < d; ++k) {
+    for (size_t j = 0; j < d; ++j) {
+      for (size_t i = 0; i < n; ++i) dw[k * d + j] += z[i * d + k] * da[i * d + j];
+    }
+  }
+  for (size_t j = 0; j < d; ++j) {
+    for (size_t i = 0; i < n; ++i) db[j] += da[i * d + j];
+  }
+
+  absl::StatusOr<std::unique_ptr<LinearMatmuls>> mm = LinearMatmuls::Create();
+  ASSERT_TRUE(mm.ok()) << mm.status();
+  const std::vector<uint16_t> zeros16(count);
+  const std::vector<float> zeros_sig(count), zeros_w(d * d), zeros_b(d);
+  DeviceArray<uint16_t> d_z(z_bits), d_w(w_bits), d_b(b_bits), d_dy(dy_bits), d_a(zeros16), d_y(zeros16),
+      d_da(zeros16), d_dz(zeros16);
+  DeviceArray<float> d_sig(zeros_sig), d_dw(zeros_w), d_db(zeros_b);
+  const auto run = [&] {
+    ASSERT_TRUE((*mm)->Forward(s, d_z.bf16(), d_w.bf16(), d_b.bf16(), d_a.bf16(), nullptr).ok());
+    ASSERT_TRUE(GateForward(d_z.bf16(), d_a.bf16(), static_cast<int64_t>(count), d_y.bf16(), d_sig.ptr, nullptr).ok());
+    ASSERT_TRUE(GateBackward(d_z.bf16(), d_sig.ptr, d_dy.bf16(), static_cast<int64_t>(count), d_da.bf16(),
+                             d_dz.bf16(), nullptr)
+                    .ok());
+    ASSERT_TRUE((*mm)->BackwardInput(s, d_da.bf16(), d_w.bf16(), d_dz.bf16(), d_dz.bf16(), nullptr).ok());
+    ASSERT_TRUE((*mm)->BackwardWeight(s, d_z.bf16(), d_da.bf16(), d_dw.ptr, d_db.ptr, nullptr).ok());
+  };
+  run();
+  const std::vector<uint16_t> y_got = d_y.Get(count), dz_got = d_dz.Get(count);
+  const std::vector<float> dw_got = d_dw.Get(d * d), db_got = d_db.Get(d);
+  // a and da are rounded to bf16 on the way (2^-9 relative), as a bf16 trainer stores them.
+  ExpectClose(Values(y_got), y, 1.0 / 64, 4e-3, "y");
+  ExpectClose(Values(dz_got), dz, 1.0 / 64, 4e-3, "dz");
+  ExpectClose(std::vector<double>(dw_got.begin(), dw_got.end()), dw, 1.0 / 64, 4e-3, "dW");
+  ExpectClose(std::vector<double>(db_got.begin(), db_got.end()), db, 1.0 / 64, 4e-3, "db");
+
+  // Again, from zeroed gradients: the same bytes.
+  DeviceArray<float> d_dw2(zeros_w), d_db2(zeros_b);
+  std::swap(d_dw.ptr, d_dw2.ptr);
+  std::swap(d_db.ptr, d_db2.ptr);
+  run();
+  EXPECT_EQ(d_y.Get(count), y_got);
+  EXPECT_EQ(d_dz.Get(count), dz_got);
+  EXPECT_EQ(d_dw.Get(d * d), dw_got);
+  EXPECT_EQ(d_db.Get(d), db_got);
+}
+
+}  // namespace
+}  // namespace gemtb::gpu::train
