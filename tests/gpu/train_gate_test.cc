@@ -1,7 +1,8 @@
 // The trainer's gate layer, composed as the trainer runs it (gpu/train/gate.h around
 // LinearMatmuls): a = z W + b, y = z sigmoid(a); backward da, dz = da W^T + dy sigmoid(a) through
-// BackwardInput's `add`, dW and db; against layers.h's Gate evaluated in fp64 on the same bf16
-// inputs; the same bytes on a second run; a bad count refused by name.
+// BackwardInput's `add`, dW and db; each stage against layers.h's Gate formulas evaluated in fp64 on
+// that stage's actual (bf16-rounded) inputs; the same bytes on a second run; a bad count refused by
+// name.
 #include "gpu/train/gate.h"
 
 #include <cuda_runtime.h>
@@ -86,35 +87,6 @@ TEST(TrainGate, TheComposedLayerMatchesTheReferenceGateInFp64) {
   const std::vector<uint16_t> b_bits = RandomBf16(d, 3, 0.5), dy_bits = RandomBf16(count, 4, 1.0);
   const std::vector<double> z = Values(z_bits), w = Values(w_bits), b = Values(b_bits), dy = Values(dy_bits);
 
-  // layers.h's Gate in fp64: a = z W + b, sig = sigmoid(a), y = z sig; da = dy z sig (1 - sig),
-  // dz = dy sig + da W^T, dW = z^T da, db = sum da.
-  std::vector<double> sig(count), y(count), da(count), dz(count), dw(d * d, 0.0), db(d, 0.0);
-  for (size_t i = 0; i < n; ++i) {
-    for (size_t j = 0; j < d; ++j) {
-      double a = b[j];
-      for (size_t k = 0; k < d; ++k) a += z[i * d + k] * w[k * d + j];
-      const size_t e = i * d + j;
-      sig[e] = 1.0 / (1.0 + std::exp(-a));
-      y[e] = z[e] * sig[e];
-      da[e] = dy[e] * z[e] * sig[e] * (1.0 - sig[e]);
-    }
-  }
-  for (size_t i = 0; i < n; ++i) {
-    for (size_t k = 0; k < d; ++k) {
-      double acc = dy[i * d + k] * sig[i * d + k];
-      for (size_t j = 0; j < d; ++j) acc += da[i * d + j] * w[k * d + j];
-      dz[i * d + k] = acc;
-    }
-  }
-  for (size_t k = 0; k < d; ++k) {
-    for (size_t j = 0; j < d; ++j) {
-      for (size_t i = 0; i < n; ++i) dw[k * d + j] += z[i * d + k] * da[i * d + j];
-    }
-  }
-  for (size_t j = 0; j < d; ++j) {
-    for (size_t i = 0; i < n; ++i) db[j] += da[i * d + j];
-  }
-
   absl::StatusOr<std::unique_ptr<LinearMatmuls>> mm = LinearMatmuls::Create();
   ASSERT_TRUE(mm.ok()) << mm.status();
   const std::vector<uint16_t> zeros16(count);
@@ -122,33 +94,84 @@ TEST(TrainGate, TheComposedLayerMatchesTheReferenceGateInFp64) {
   DeviceArray<uint16_t> d_z(z_bits), d_w(w_bits), d_b(b_bits), d_dy(dy_bits), d_a(zeros16), d_y(zeros16),
       d_da(zeros16), d_dz(zeros16);
   DeviceArray<float> d_sig(zeros_sig), d_dw(zeros_w), d_db(zeros_b);
-  const auto run = [&] {
+  // The layer as the trainer runs it, each stage's outputs kept: a bf16 trainer rounds a, da and the
+  // gate's part of dz to bf16 between stages, so each stage is checked against fp64 of its actual
+  // inputs (layers.h's formulas), and the composition by the last stage.
+  struct Stages {
+    std::vector<uint16_t> a, y, da, dz_gate, dz;
+    std::vector<float> sig, dw, db;
+  };
+  const auto run = [&](Stages& st) {
     ASSERT_TRUE((*mm)->Forward(s, d_z.bf16(), d_w.bf16(), d_b.bf16(), d_a.bf16(), nullptr).ok());
     ASSERT_TRUE(GateForward(d_z.bf16(), d_a.bf16(), static_cast<int64_t>(count), d_y.bf16(), d_sig.ptr, nullptr).ok());
     ASSERT_TRUE(GateBackward(d_z.bf16(), d_sig.ptr, d_dy.bf16(), static_cast<int64_t>(count), d_da.bf16(),
                              d_dz.bf16(), nullptr)
                     .ok());
+    st.dz_gate = d_dz.Get(count);
     ASSERT_TRUE((*mm)->BackwardInput(s, d_da.bf16(), d_w.bf16(), d_dz.bf16(), d_dz.bf16(), nullptr).ok());
     ASSERT_TRUE((*mm)->BackwardWeight(s, d_z.bf16(), d_da.bf16(), d_dw.ptr, d_db.ptr, nullptr).ok());
+    st.a = d_a.Get(count);
+    st.y = d_y.Get(count);
+    st.da = d_da.Get(count);
+    st.dz = d_dz.Get(count);
+    st.sig = d_sig.Get(count);
+    st.dw = d_dw.Get(d * d);
+    st.db = d_db.Get(d);
   };
-  run();
-  const std::vector<uint16_t> y_got = d_y.Get(count), dz_got = d_dz.Get(count);
-  const std::vector<float> dw_got = d_dw.Get(d * d), db_got = d_db.Get(d);
-  // a and da are rounded to bf16 on the way (2^-9 relative), as a bf16 trainer stores them.
-  ExpectClose(Values(y_got), y, 1.0 / 64, 4e-3, "y");
-  ExpectClose(Values(dz_got), dz, 1.0 / 64, 4e-3, "dz");
-  ExpectClose(std::vector<double>(dw_got.begin(), dw_got.end()), dw, 1.0 / 64, 4e-3, "dW");
-  ExpectClose(std::vector<double>(db_got.begin(), db_got.end()), db, 1.0 / 64, 4e-3, "db");
+  Stages st;
+  run(st);
+  const std::vector<double> a = Values(st.a), da = Values(st.da), dz_gate = Values(st.dz_gate);
+  std::vector<double> a_want(count), sig_want(count), y_want(count), da_want(count), dz_gate_want(count),
+      dz_want(count), dw_want(d * d, 0.0), db_want(d, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < d; ++j) {
+      double acc = b[j];
+      for (size_t k = 0; k < d; ++k) acc += z[i * d + k] * w[k * d + j];
+      a_want[i * d + j] = acc;
+    }
+  }
+  for (size_t e = 0; e < count; ++e) {
+    sig_want[e] = 1.0 / (1.0 + std::exp(-a[e]));
+    y_want[e] = z[e] * sig_want[e];
+    const double sg = st.sig[e];
+    da_want[e] = dy[e] * z[e] * sg * (1.0 - sg);
+    dz_gate_want[e] = dy[e] * sg;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t k = 0; k < d; ++k) {
+      double acc = dz_gate[i * d + k];
+      for (size_t j = 0; j < d; ++j) acc += da[i * d + j] * w[k * d + j];
+      dz_want[i * d + k] = acc;
+    }
+  }
+  for (size_t k = 0; k < d; ++k) {
+    for (size_t j = 0; j < d; ++j) {
+      for (size_t i = 0; i < n; ++i) dw_want[k * d + j] += z[i * d + k] * da[i * d + j];
+    }
+  }
+  for (size_t j = 0; j < d; ++j) {
+    for (size_t i = 0; i < n; ++i) db_want[j] += da[i * d + j];
+  }
+  // bf16 results within their rounding (2^-9) on top of fp32 sums; fp32 results within the sums'.
+  ExpectClose(a, a_want, 1.0 / 128, 1e-3, "a");
+  ExpectClose(std::vector<double>(st.sig.begin(), st.sig.end()), sig_want, 1e-6, 1e-7, "sigmoid(a)");
+  ExpectClose(Values(st.y), y_want, 1.0 / 128, 1e-6, "y");
+  ExpectClose(da, da_want, 1.0 / 128, 1e-6, "da");
+  ExpectClose(dz_gate, dz_gate_want, 1.0 / 128, 1e-6, "dy sigmoid(a)");
+  ExpectClose(Values(st.dz), dz_want, 1.0 / 128, 1e-3, "dz");
+  ExpectClose(std::vector<double>(st.dw.begin(), st.dw.end()), dw_want, 1e-5, 1e-5, "dW");
+  ExpectClose(std::vector<double>(st.db.begin(), st.db.end()), db_want, 1e-5, 1e-5, "db");
 
   // Again, from zeroed gradients: the same bytes.
   DeviceArray<float> d_dw2(zeros_w), d_db2(zeros_b);
   std::swap(d_dw.ptr, d_dw2.ptr);
   std::swap(d_db.ptr, d_db2.ptr);
-  run();
-  EXPECT_EQ(d_y.Get(count), y_got);
-  EXPECT_EQ(d_dz.Get(count), dz_got);
-  EXPECT_EQ(d_dw.Get(d * d), dw_got);
-  EXPECT_EQ(d_db.Get(d), db_got);
+  Stages again;
+  run(again);
+  EXPECT_EQ(again.y, st.y);
+  EXPECT_EQ(again.dz, st.dz);
+  EXPECT_EQ(again.dw, st.dw);
+  EXPECT_EQ(again.db, st.db);
 }
 
 }  // namespace
