@@ -118,6 +118,13 @@ absl::Status RunGemm(const Context& h, const Gemm& g, cudaStream_t stream) {
   GEMTB_LT(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                 &h.workspace_bytes, sizeof(h.workspace_bytes)),
            "MAX_WORKSPACE_BYTES");
+  // Split-K only with its partial sums kept in fp32 and reduced by a separate pass: reducing in the
+  // output type would round bf16 partials (more than one rounding per element), and reducing in place
+  // orders the partial sums by atomics (not the same bytes every run).
+  const uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  GEMTB_LT(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                &reductions, sizeof(reductions)),
+           "REDUCTION_SCHEME_MASK");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   GEMTB_LT(cublasLtMatmulAlgoGetHeuristic(h.lt, desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference, 1, &result,
