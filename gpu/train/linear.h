@@ -45,7 +45,9 @@ class LinearMatmuls {
   absl::Status Forward(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* w,
                        const __nv_bfloat16* bias, __nv_bfloat16* y, cudaStream_t stream);
   // add may be null; else dx = dy W^T + add (a gradient that reaches x another way, such as a gate's
-  // or a residual's), summed in fp32 before dx is rounded; add may be dx itself.
+  // or a residual's), added by cuBLASLt's epilogue as its beta term; add may be dx itself. On the
+  // H200 that sum is within a bf16 rounding of the product plus one of the result (as if the product
+  // were rounded before the addition), not the single rounding of an fp32 sum.
   absl::Status BackwardInput(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
                              const __nv_bfloat16* add, __nv_bfloat16* dx, cudaStream_t stream);
   // dbias may be null (a layer without bias).

@@ -137,11 +137,13 @@ TEST(TrainGate, TheComposedLayerMatchesTheReferenceGateInFp64) {
     da_want[e] = dy[e] * z[e] * sg * (1.0 - sg);
     dz_gate_want[e] = dy[e] * sg;
   }
+  std::vector<double> product(count);  // da W^T alone
   for (size_t i = 0; i < n; ++i) {
     for (size_t k = 0; k < d; ++k) {
-      double acc = dz_gate[i * d + k];
+      double acc = 0;
       for (size_t j = 0; j < d; ++j) acc += da[i * d + j] * w[k * d + j];
-      dz_want[i * d + k] = acc;
+      product[i * d + k] = acc;
+      dz_want[i * d + k] = dz_gate[i * d + k] + acc;
     }
   }
   for (size_t k = 0; k < d; ++k) {
@@ -158,7 +160,19 @@ TEST(TrainGate, TheComposedLayerMatchesTheReferenceGateInFp64) {
   ExpectClose(Values(st.y), y_want, 1.0 / 128, 1e-6, "y");
   ExpectClose(da, da_want, 1.0 / 128, 1e-6, "da");
   ExpectClose(dz_gate, dz_gate_want, 1.0 / 128, 1e-6, "dy sigmoid(a)");
-  ExpectClose(Values(st.dz), dz_want, 1.0 / 128, 1e-3, "dz");
+  // dz: BackwardInput's added gradient comes in through cuBLASLt's beta term, which rounds like a bf16
+  // product plus a bf16 sum (linear.h): a bf16 rounding of each (2^-8 relative, with room) bounds it.
+  {
+    const std::vector<double> got = Values(st.dz);
+    int bad = 0;
+    for (size_t e = 0; e < count; ++e) {
+      const double bound = (std::fabs(product[e]) + std::fabs(dz_want[e])) / 128 + 1e-6;
+      if (!(std::fabs(got[e] - dz_want[e]) <= bound) && bad++ < 5) {
+        ADD_FAILURE() << "dz[" << e << "]: " << got[e] << ", want " << dz_want[e] << " (product " << product[e] << ")";
+      }
+    }
+    EXPECT_EQ(bad, 0) << "dz";
+  }
   ExpectClose(std::vector<double>(st.dw.begin(), st.dw.end()), dw_want, 1e-5, 1e-5, "dW");
   ExpectClose(std::vector<double>(st.db.begin(), st.db.end()), db_want, 1e-5, 1e-5, "db");
 
