@@ -74,9 +74,9 @@ void BackwardSequence(const PreparedAttention& p, const AttentionInputs& in,
     const int64_t hk = h / (plan.heads / plan.kv_heads);
     const int64_t k_stride = plan.kv_heads * plan.dqk;
     const int64_t v_stride = plan.kv_heads * plan.dv;
-    const ScoreRow<kEmulate> scores{plan, in, bias, round, b, h,
-                                    {p.q + (seq.q_begin * plan.heads + h) * plan.dqk, plan.heads * plan.dqk},
-                                    {p.k + (seq.kv_begin * plan.kv_heads + hk) * plan.dqk, k_stride}};
+    const RowPanel q_panel{RowsAt(p.q, (seq.q_begin * plan.heads + h) * plan.dqk), plan.heads * plan.dqk};
+    const RowPanel k_panel{RowsAt(p.k, (seq.kv_begin * plan.kv_heads + hk) * plan.dqk), k_stride};
+    const ScoreRow<kEmulate> scores{plan, in, bias, round, b, h, q_panel, k_panel};
     // Rows go in blocks of kBackwardRows (as in the forward). Every destination gets its terms in the
     // order of the scalar loop (keys in increasing order for dQ_i; rows i in increasing order for a
     // K/V row and for the bias gradients), so blocking changes no sum's order.

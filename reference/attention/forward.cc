@@ -93,12 +93,14 @@ void ForwardBlock(const PreparedAttention& p, const AttentionInputs& in, const A
   const int64_t q_size = ForwardScratch::RoundUp(seq.lq * plan.dqk);
   const int64_t k_size = ForwardScratch::RoundUp(seq.lk * plan.dqk);
   double* panels = ForwardScratch::Reserve(scratch.panels, q_size + k_size + seq.lk * plan.dv);
-  const RowPanel q = PackRows(p.q + (seq.q_begin * plan.heads + h) * plan.dqk, plan.heads * plan.dqk, seq.lq,
-                              plan.dqk, panels);
-  const RowPanel k = PackRows(p.k + (seq.kv_begin * plan.kv_heads + hk) * plan.dqk, plan.kv_heads * plan.dqk,
-                              seq.lk, plan.dqk, panels + q_size);
-  const RowPanel v = PackRows(p.v + (seq.kv_begin * plan.kv_heads + hk) * plan.dv, plan.kv_heads * plan.dv, seq.lk,
-                              plan.dv, panels + q_size + k_size);
+  const int64_t q_stride = plan.heads * plan.dqk, k_stride = plan.kv_heads * plan.dqk;
+  const int64_t v_stride = plan.kv_heads * plan.dv;
+  const RowPanel q =
+      PackRows(RowsAt(p.q, (seq.q_begin * plan.heads + h) * plan.dqk), q_stride, seq.lq, plan.dqk, panels);
+  const RowPanel k = PackRows(RowsAt(p.k, (seq.kv_begin * plan.kv_heads + hk) * plan.dqk), k_stride, seq.lk,
+                              plan.dqk, panels + q_size);
+  const RowPanel v = PackRows(RowsAt(p.v, (seq.kv_begin * plan.kv_heads + hk) * plan.dv), v_stride, seq.lk, plan.dv,
+                              panels + q_size + k_size);
   const ScoreRow<kEmulate> scores{plan, in, BiasLocator{&plan, &o, in.ts.data.data()}, round, b, h, q, k};
   const bool softmax = o.act == Activation::kSoftmax;
   const double post = round.Acc(plan.post_scale);

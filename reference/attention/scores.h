@@ -47,6 +47,10 @@ struct RowPanel {
   const double* Row(int64_t i) const { return first + i * stride; }
 };
 
+// base + offset, or null where base is null (an empty tensor has no rows to point into, and pointer
+// arithmetic on null is undefined even when nothing is read).
+inline const double* RowsAt(const double* base, int64_t offset) { return base ? base + offset : nullptr; }
+
 // `rows` rows of `dim` values, row i at first + i * stride, copied next to each other into `dst`.
 // In the inputs the rows of one head lie kv_heads * dim apart (4 KiB for four heads of 128 doubles),
 // so a head's rows fall into a fraction of the cache sets and evict each other before they are
