@@ -1,6 +1,7 @@
 #include "gpu/train/gate.h"
 
 #include "absl/strings/str_cat.h"
+#include "gpu/train/kernel_utils.cuh"
 
 namespace gemtb::gpu::train {
 namespace {
@@ -32,33 +33,20 @@ __global__ void GateBackwardKernel(const __nv_bfloat16* z, const float* sig, con
   dz[e] = __float2bfloat16_rn(__fmul_rn(g, s));
 }
 
-absl::Status Check(int64_t count) {
-  if (count < 1 || count >= (int64_t{1} << 40)) {
-    return absl::InvalidArgumentError(absl::StrCat("count=", count, ": want 1 .. 2^40-1"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Launched(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
-}
-
 unsigned Blocks(int64_t count) { return static_cast<unsigned>((count + kThreads - 1) / kThreads); }
 
 }  // namespace
 
 absl::Status GateForward(const __nv_bfloat16* z, const __nv_bfloat16* a, int64_t count, __nv_bfloat16* y, float* sig,
                          cudaStream_t stream) {
-  if (absl::Status v = Check(count); !v.ok()) return v;
+  if (absl::Status v = ValidateCount(count); !v.ok()) return v;
   GateForwardKernel<<<Blocks(count), kThreads, 0, stream>>>(z, a, count, y, sig);
   return Launched("GateForward");
 }
 
 absl::Status GateBackward(const __nv_bfloat16* z, const float* sig, const __nv_bfloat16* dy, int64_t count,
                           __nv_bfloat16* da, __nv_bfloat16* dz, cudaStream_t stream) {
-  if (absl::Status v = Check(count); !v.ok()) return v;
+  if (absl::Status v = ValidateCount(count); !v.ok()) return v;
   GateBackwardKernel<<<Blocks(count), kThreads, 0, stream>>>(z, sig, dy, count, da, dz);
   return Launched("GateBackward");
 }

@@ -1,6 +1,7 @@
 #include "gpu/train/head_rms_norm.h"
 
 #include "absl/strings/str_cat.h"
+#include "gpu/train/kernel_utils.cuh"
 
 namespace gemtb::gpu::train {
 namespace {
@@ -8,11 +9,6 @@ namespace {
 constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 8;  // one warp each
 constexpr float kEps = 1e-6f;
-
-__device__ float WarpSum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
 
 __global__ void HeadRmsNormForwardKernel(const __nv_bfloat16* x, int64_t rows, int dh, __nv_bfloat16* y, float* inv) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
@@ -48,12 +44,6 @@ __global__ void HeadRmsNormBackwardKernel(const __nv_bfloat16* x, const float* i
     const float yv = __fmul_rn(__bfloat162float(xr[i]), r);
     dxr[i] = __float2bfloat16_rn(__fmul_rn(r, __fsub_rn(__bfloat162float(dyr[i]), __fmul_rn(yv, s))));
   }
-}
-
-absl::Status Launched(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
 }
 
 unsigned RowBlocks(int64_t rows) { return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock); }

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "gpu/train/kernel_utils.cuh"
 
 namespace gemtb::gpu::train {
 namespace {
@@ -10,12 +11,6 @@ namespace {
 constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 8;  // one warp each
 constexpr float kEps = 1e-5f;
-
-// The sum of one value per lane, by a fixed butterfly: every lane ends with the same bits.
-__device__ float WarpSum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
 
 __global__ void LayerNormForwardKernel(const __nv_bfloat16* x, const float* gamma, const float* beta, int64_t n,
                                        int width, __nv_bfloat16* y, float* mean_out, float* rstd_out) {
@@ -106,20 +101,7 @@ __global__ void GeluBackwardKernel(const __nv_bfloat16* x, const __nv_bfloat16* 
   dx[e] = __float2bfloat16_rn(__fmul_rn(__bfloat162float(dy[e]), grad));
 }
 
-absl::Status Launched(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
-}
-
 unsigned RowBlocks(int64_t n) { return static_cast<unsigned>((n + kRowsPerBlock - 1) / kRowsPerBlock); }
-
-absl::Status ValidateCount(int64_t count) {
-  if (count < 1 || count >= (int64_t{1} << 40)) {
-    return absl::InvalidArgumentError(absl::StrCat("count=", count, ": want 1 .. 2^40-1"));
-  }
-  return absl::OkStatus();
-}
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 #include "gpu/train/loss.h"
 
 #include "absl/strings/str_cat.h"
+#include "gpu/train/kernel_utils.cuh"
 
 namespace gemtb::gpu::train {
 namespace {
@@ -54,12 +55,6 @@ __global__ void BatchLossKernel(const float* sample_loss, int64_t samples, const
   __shared__ double shared[kSumThreads];
   const double total = BlockSum(sample_loss, samples, shared);
   if (threadIdx.x == 0) *loss = __ddiv_rn(total, fmax(1.0, *count));
-}
-
-absl::Status Launched(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
 }
 
 }  // namespace

@@ -11,35 +11,14 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/gpu/train_test_util.h"
 #include "model/numerics/float_formats.h"
 
 namespace gemtb::gpu::train {
 namespace {
 
-bool HaveSm90() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return false;
-  cudaDeviceProp prop{};
-  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
-}
-
-template <typename T>
-struct DeviceArray {
-  T* ptr = nullptr;
-  explicit DeviceArray(const std::vector<T>& host) {
-    EXPECT_EQ(cudaMalloc(&ptr, host.size() * sizeof(T) + 8), cudaSuccess);
-    Put(host);
-  }
-  ~DeviceArray() { cudaFree(ptr); }
-  void Put(const std::vector<T>& host) {
-    EXPECT_EQ(cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  std::vector<T> Get(size_t n) const {
-    std::vector<T> host(n);
-    EXPECT_EQ(cudaMemcpy(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return host;
-  }
-};
+using test::DeviceArray;
+using test::HaveSm90;
 
 OptimizerConfig Adam(WeightDecayMode decay) {
   OptimizerConfig o;

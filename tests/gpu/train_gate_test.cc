@@ -15,63 +15,17 @@
 
 #include "gpu/train/linear.h"
 #include "gtest/gtest.h"
+#include "tests/gpu/train_test_util.h"
 #include "model/numerics/float_formats.h"
 
 namespace gemtb::gpu::train {
 namespace {
 
-bool HaveSm90() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return false;
-  cudaDeviceProp prop{};
-  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
-}
-
-template <typename T>
-struct DeviceArray {
-  T* ptr = nullptr;
-  explicit DeviceArray(const std::vector<T>& host) {
-    EXPECT_EQ(cudaMalloc(&ptr, host.size() * sizeof(T) + 8), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DeviceArray() { cudaFree(ptr); }
-  std::vector<T> Get(size_t n) const {
-    std::vector<T> host(n);
-    EXPECT_EQ(cudaMemcpy(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return host;
-  }
-  __nv_bfloat16* bf16() const { return reinterpret_cast<__nv_bfloat16*>(ptr); }
-};
-
-std::vector<uint16_t> RandomBf16(size_t n, uint64_t seed, double scale) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, scale);
-  std::vector<uint16_t> bits(n);
-  for (uint16_t& b : bits) b = numerics::DoubleToBf16BitsRne(normal(rng));
-  return bits;
-}
-std::vector<double> Values(const std::vector<uint16_t>& bits) {
-  std::vector<double> v;
-  for (uint16_t b : bits) v.push_back(numerics::Bf16BitsToFloat(b));
-  return v;
-}
-double Rms(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x * x;
-  return std::sqrt(s / static_cast<double>(v.size()));
-}
-void ExpectClose(const std::vector<double>& got, const std::vector<double>& want, double rel, double abs_of_rms,
-                 const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  const double floor = abs_of_rms * Rms(want);
-  int bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!(std::fabs(got[i] - want[i]) <= rel * std::fabs(want[i]) + floor) && bad++ < 5) {
-      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << ", want " << want[i];
-    }
-  }
-  EXPECT_EQ(bad, 0) << what;
-}
+using test::Bf16Values;
+using test::DeviceArray;
+using test::ExpectCloseToRms;
+using test::HaveSm90;
+using test::RandomBf16;
 
 TEST(TrainGate, ABadCountIsRefusedByName) {
   EXPECT_NE(GateForward(nullptr, nullptr, 0, nullptr, nullptr, nullptr).message().find("count=0"), std::string::npos);
@@ -83,9 +37,9 @@ TEST(TrainGate, TheComposedLayerMatchesTheReferenceGateInFp64) {
   if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   const LinearShape s{257, 128, 128};  // the gate's linear is d x d
   const size_t n = s.n, d = s.in, count = n * d;
-  const std::vector<uint16_t> z_bits = RandomBf16(count, 1, 1.0), w_bits = RandomBf16(d * d, 2, 0.1);
-  const std::vector<uint16_t> b_bits = RandomBf16(d, 3, 0.5), dy_bits = RandomBf16(count, 4, 1.0);
-  const std::vector<double> z = Values(z_bits), w = Values(w_bits), b = Values(b_bits), dy = Values(dy_bits);
+  const std::vector<uint16_t> z_bits = RandomBf16(count, 1, 0.0, 1.0), w_bits = RandomBf16(d * d, 2, 0.0, 0.1);
+  const std::vector<uint16_t> b_bits = RandomBf16(d, 3, 0.0, 0.5), dy_bits = RandomBf16(count, 4, 0.0, 1.0);
+  const std::vector<double> z = Bf16Values(z_bits), w = Bf16Values(w_bits), b = Bf16Values(b_bits), dy = Bf16Values(dy_bits);
 
   absl::StatusOr<std::unique_ptr<LinearMatmuls>> mm = LinearMatmuls::Create();
   ASSERT_TRUE(mm.ok()) << mm.status();
@@ -120,7 +74,7 @@ TEST(TrainGate, TheComposedLayerMatchesTheReferenceGateInFp64) {
   };
   Stages st;
   run(st);
-  const std::vector<double> a = Values(st.a), da = Values(st.da), dz_gate = Values(st.dz_gate);
+  const std::vector<double> a = Bf16Values(st.a), da = Bf16Values(st.da), dz_gate = Bf16Values(st.dz_gate);
   std::vector<double> a_want(count), sig_want(count), y_want(count), da_want(count), dz_gate_want(count),
       dz_want(count), dw_want(d * d, 0.0), db_want(d, 0.0);
   for (size_t i = 0; i < n; ++i) {
@@ -155,15 +109,15 @@ TEST(TrainGate, TheComposedLayerMatchesTheReferenceGateInFp64) {
     for (size_t i = 0; i < n; ++i) db_want[j] += da[i * d + j];
   }
   // bf16 results within their rounding (2^-9) on top of fp32 sums; fp32 results within the sums'.
-  ExpectClose(a, a_want, 1.0 / 128, 1e-3, "a");
-  ExpectClose(std::vector<double>(st.sig.begin(), st.sig.end()), sig_want, 1e-6, 1e-7, "sigmoid(a)");
-  ExpectClose(Values(st.y), y_want, 1.0 / 128, 1e-6, "y");
-  ExpectClose(da, da_want, 1.0 / 128, 1e-6, "da");
-  ExpectClose(dz_gate, dz_gate_want, 1.0 / 128, 1e-6, "dy sigmoid(a)");
+  ExpectCloseToRms(a, a_want, 1.0 / 128, 1e-3, "a");
+  ExpectCloseToRms(std::vector<double>(st.sig.begin(), st.sig.end()), sig_want, 1e-6, 1e-7, "sigmoid(a)");
+  ExpectCloseToRms(Bf16Values(st.y), y_want, 1.0 / 128, 1e-6, "y");
+  ExpectCloseToRms(da, da_want, 1.0 / 128, 1e-6, "da");
+  ExpectCloseToRms(dz_gate, dz_gate_want, 1.0 / 128, 1e-6, "dy sigmoid(a)");
   // dz: BackwardInput's added gradient comes in through cuBLASLt's beta term, which rounds like a bf16
   // product plus a bf16 sum (linear.h): a bf16 rounding of each (2^-8 relative, with room) bounds it.
   {
-    const std::vector<double> got = Values(st.dz);
+    const std::vector<double> got = Bf16Values(st.dz);
     int bad = 0;
     for (size_t e = 0; e < count; ++e) {
       const double bound = (std::fabs(product[e]) + std::fabs(dz_want[e])) / 128 + 1e-6;
@@ -173,8 +127,8 @@ TEST(TrainGate, TheComposedLayerMatchesTheReferenceGateInFp64) {
     }
     EXPECT_EQ(bad, 0) << "dz";
   }
-  ExpectClose(std::vector<double>(st.dw.begin(), st.dw.end()), dw_want, 1e-5, 1e-5, "dW");
-  ExpectClose(std::vector<double>(st.db.begin(), st.db.end()), db_want, 1e-5, 1e-5, "db");
+  ExpectCloseToRms(std::vector<double>(st.dw.begin(), st.dw.end()), dw_want, 1e-5, 1e-5, "dW");
+  ExpectCloseToRms(std::vector<double>(st.db.begin(), st.db.end()), db_want, 1e-5, 1e-5, "db");
 
   // Again, from zeroed gradients: the same bytes.
   DeviceArray<float> d_dw2(zeros_w), d_db2(zeros_b);

@@ -13,58 +13,18 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/gpu/train_test_util.h"
 #include "model/numerics/float_formats.h"
 #include "reference/model/layers.h"
 
 namespace gemtb::gpu::train {
 namespace {
 
-bool HaveSm90() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return false;
-  cudaDeviceProp prop{};
-  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
-}
-
-template <typename T>
-struct DeviceArray {
-  T* ptr = nullptr;
-  explicit DeviceArray(const std::vector<T>& host) {
-    EXPECT_EQ(cudaMalloc(&ptr, host.size() * sizeof(T) + 8), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DeviceArray() { cudaFree(ptr); }
-  std::vector<T> Get(size_t n) const {
-    std::vector<T> host(n);
-    EXPECT_EQ(cudaMemcpy(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return host;
-  }
-};
-
-std::vector<uint16_t> RandomBf16(size_t n, uint64_t seed, double scale) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, scale);
-  std::vector<uint16_t> bits(n);
-  for (uint16_t& b : bits) b = numerics::DoubleToBf16BitsRne(normal(rng));
-  return bits;
-}
-std::vector<double> Values(const std::vector<uint16_t>& bits) {
-  std::vector<double> v;
-  for (uint16_t b : bits) v.push_back(numerics::Bf16BitsToFloat(b));
-  return v;
-}
-
-void ExpectClose(const std::vector<double>& got, const std::vector<double>& want, double rel, double abs,
-                 const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!(std::fabs(got[i] - want[i]) <= rel * std::fabs(want[i]) + abs) && bad++ < 5) {
-      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << ", want " << want[i];
-    }
-  }
-  EXPECT_EQ(bad, 0) << what;
-}
+using test::Bf16Values;
+using test::DeviceArray;
+using test::ExpectClose;
+using test::HaveSm90;
+using test::RandomBf16;
 
 TEST(TrainHeadRmsNorm, ShapesItCannotTakeAreRefusedByName) {
   EXPECT_TRUE(ValidateHeadRowsShape({10, 32}).ok());
@@ -78,8 +38,8 @@ TEST(TrainHeadRmsNorm, MatchesTheReferenceLayerInFp64) {
                                 HeadRowsShape{7, 128}, HeadRowsShape{3, 5}}) {
     const std::string where = "rows=" + std::to_string(s.rows) + " dh=" + std::to_string(s.dh);
     const size_t n = s.rows * s.dh;
-    const std::vector<uint16_t> x_bits = RandomBf16(n, 1, 1.5), dy_bits = RandomBf16(n, 2, 1.0);
-    const std::vector<double> x = Values(x_bits), dy = Values(dy_bits);
+    const std::vector<uint16_t> x_bits = RandomBf16(n, 1, 0.0, 1.5), dy_bits = RandomBf16(n, 2, 0.0, 1.0);
+    const std::vector<double> x = Bf16Values(x_bits), dy = Bf16Values(dy_bits);
     // The reference layer, one row per "token" of one head.
     std::vector<double> y(n), inv(s.rows), dx(n, 0.0);
     reference::model::HeadRmsNormForward(x.data(), static_cast<int>(s.rows), 1, static_cast<int>(s.dh), y.data(),
@@ -100,14 +60,14 @@ TEST(TrainHeadRmsNorm, MatchesTheReferenceLayerInFp64) {
     const std::vector<uint16_t> y_got = d_y.Get(n), dx_got = d_dx.Get(n);
     const std::vector<float> inv_got = d_inv.Get(s.rows);
     // y within bf16's rounding; dx as well, plus fp32 cancellation in dy - y mean(dy y) (|dy| ~ 1).
-    ExpectClose(Values(y_got), y, 1.0 / 128, 1e-6, where + " y");
+    ExpectClose(Bf16Values(y_got), y, 1.0 / 128, 1e-6, where + " y");
     ExpectClose(std::vector<double>(inv_got.begin(), inv_got.end()), inv, 1e-5, 0, where + " inv");
     std::vector<double> dx_bound_scale(n);
     for (int64_t r = 0; r < s.rows; ++r) {
       for (int64_t i = 0; i < s.dh; ++i) dx_bound_scale[r * s.dh + i] = inv[r];
     }
     int bad = 0;
-    const std::vector<double> dx_got_v = Values(dx_got);
+    const std::vector<double> dx_got_v = Bf16Values(dx_got);
     for (size_t e = 0; e < n; ++e) {
       if (!(std::fabs(dx_got_v[e] - dx[e]) <= std::fabs(dx[e]) / 128 + 1e-5 * dx_bound_scale[e]) && bad++ < 5) {
         ADD_FAILURE() << where << " dx[" << e << "]: " << dx_got_v[e] << ", want " << dx[e];

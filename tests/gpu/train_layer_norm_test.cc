@@ -12,31 +12,18 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/gpu/train_test_util.h"
 #include "model/numerics/float_formats.h"
 #include "reference/model/ops.h"
 
 namespace gemtb::gpu::train {
 namespace {
 
-bool HaveSm90() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return false;
-  cudaDeviceProp prop{};
-  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
-}
+using test::Bf16Values;
+using test::ExpectCloseToRms;
+using test::HaveSm90;
+using test::RandomBf16;
 
-std::vector<uint16_t> RandomBf16(size_t n, uint64_t seed, double mean, double scale) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(mean, scale);
-  std::vector<uint16_t> bits(n);
-  for (uint16_t& b : bits) b = numerics::DoubleToBf16BitsRne(normal(rng));
-  return bits;
-}
-std::vector<double> Values(const std::vector<uint16_t>& bits) {
-  std::vector<double> v;
-  for (uint16_t b : bits) v.push_back(numerics::Bf16BitsToFloat(b));
-  return v;
-}
 std::vector<float> RandomFloats(size_t n, uint64_t seed, double mean, double scale) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(mean, scale);
@@ -63,25 +50,6 @@ struct DeviceArray {
   }
 };
 
-double Rms(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x * x;
-  return std::sqrt(s / static_cast<double>(v.size()));
-}
-
-void ExpectClose(const std::vector<double>& got, const std::vector<double>& want, double rel, double abs_of_rms,
-                 const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  const double floor = abs_of_rms * Rms(want) + 1e-30;
-  int bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!(std::fabs(got[i] - want[i]) <= rel * std::fabs(want[i]) + floor) && bad++ < 5) {
-      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << ", want " << want[i];
-    }
-  }
-  EXPECT_EQ(bad, 0) << what;
-}
-
 template <typename T>
 std::vector<double> ToDoubles(const std::vector<T>& v) {
   return std::vector<double>(v.begin(), v.end());
@@ -100,7 +68,7 @@ TEST(TrainLayerNorm, ForwardAndBackwardMatchTheReferenceDefinitionsInFp64) {
     const std::string where = "n=" + std::to_string(s.n) + " width=" + std::to_string(s.width);
     const size_t n = s.n, w = s.width;
     const std::vector<uint16_t> x_bits = RandomBf16(n * w, 1, 0.3, 2.0), dy_bits = RandomBf16(n * w, 2, 0.0, 1.0);
-    const std::vector<double> x = Values(x_bits), dy = Values(dy_bits);
+    const std::vector<double> x = Bf16Values(x_bits), dy = Bf16Values(dy_bits);
     const std::vector<float> gamma = RandomFloats(w, 3, 1.0, 0.2), beta = RandomFloats(w, 4, 0.0, 0.5);
     const std::vector<float> dgamma0 = RandomFloats(w, 5, 0.0, 1.0), dbeta0 = RandomFloats(w, 6, 0.0, 1.0);
 
@@ -143,12 +111,12 @@ TEST(TrainLayerNorm, ForwardAndBackwardMatchTheReferenceDefinitionsInFp64) {
                     .ok());
     const std::vector<uint16_t> y_bits = d_y.Get<uint16_t>(n * w), dx_bits = d_dx.Get<uint16_t>(n * w);
     const std::vector<float> dgamma_got = d_dgamma.Get<float>(w), dbeta_got = d_dbeta.Get<float>(w);
-    ExpectClose(Values(y_bits), y, 1.0 / 128, 1e-3, where + " y");
-    ExpectClose(ToDoubles(d_mean.Get<float>(n)), mean, 1e-5, 1e-5, where + " mean");
-    ExpectClose(ToDoubles(d_rstd.Get<float>(n)), rstd, 1e-5, 0, where + " rstd");
-    ExpectClose(Values(dx_bits), dx, 1.0 / 128, 2e-3, where + " dx");
-    ExpectClose(ToDoubles(dgamma_got), dgamma, 1e-4, 1e-4, where + " dgamma");
-    ExpectClose(ToDoubles(dbeta_got), dbeta, 1e-4, 1e-4, where + " dbeta");
+    ExpectCloseToRms(Bf16Values(y_bits), y, 1.0 / 128, 1e-3, where + " y");
+    ExpectCloseToRms(ToDoubles(d_mean.Get<float>(n)), mean, 1e-5, 1e-5, where + " mean");
+    ExpectCloseToRms(ToDoubles(d_rstd.Get<float>(n)), rstd, 1e-5, 0, where + " rstd");
+    ExpectCloseToRms(Bf16Values(dx_bits), dx, 1.0 / 128, 2e-3, where + " dx");
+    ExpectCloseToRms(ToDoubles(dgamma_got), dgamma, 1e-4, 1e-4, where + " dgamma");
+    ExpectCloseToRms(ToDoubles(dbeta_got), dbeta, 1e-4, 1e-4, where + " dbeta");
 
     // Again: the same bytes.
     DeviceArray<float> d_dgamma2(dgamma0), d_dbeta2(dbeta0);
@@ -171,7 +139,7 @@ TEST(TrainLayerNorm, GeluMatchesTheReferenceDefinitionInFp64) {
   x_bits[1] = numerics::DoubleToBf16BitsRne(12.0);
   x_bits[2] = numerics::DoubleToBf16BitsRne(0.0);
   const std::vector<uint16_t> dy_bits = RandomBf16(count, 8, 0.0, 1.0);
-  const std::vector<double> x = Values(x_bits), dy = Values(dy_bits);
+  const std::vector<double> x = Bf16Values(x_bits), dy = Bf16Values(dy_bits);
   std::vector<double> y(count), dx(count);
   for (size_t e = 0; e < count; ++e) {
     y[e] = reference::model::Gelu(x[e]);
@@ -181,8 +149,8 @@ TEST(TrainLayerNorm, GeluMatchesTheReferenceDefinitionInFp64) {
   ASSERT_TRUE(GeluForward(d_x.ptr, static_cast<int64_t>(count), d_y.ptr, nullptr).ok());
   ASSERT_TRUE(GeluBackward(d_x.ptr, d_dy.ptr, static_cast<int64_t>(count), d_dx.ptr, nullptr).ok());
   // bf16 rounding of the result, plus fp32 erfc/exp error where the result is tiny.
-  ExpectClose(Values(d_y.Get<uint16_t>(count)), y, 1.0 / 128, 1e-6, "gelu y");
-  ExpectClose(Values(d_dx.Get<uint16_t>(count)), dx, 1.0 / 128, 1e-6, "gelu dx");
+  ExpectCloseToRms(Bf16Values(d_y.Get<uint16_t>(count)), y, 1.0 / 128, 1e-6, "gelu y");
+  ExpectCloseToRms(Bf16Values(d_dx.Get<uint16_t>(count)), dx, 1.0 / 128, 1e-6, "gelu dx");
 }
 
 }  // namespace

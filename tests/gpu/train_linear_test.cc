@@ -13,17 +13,14 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/gpu/train_test_util.h"
 #include "model/numerics/float_formats.h"
 
 namespace gemtb::gpu::train {
 namespace {
 
-bool HaveSm90() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return false;
-  cudaDeviceProp prop{};
-  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
-}
+using test::ExpectCloseToRms;
+using test::HaveSm90;
 
 // Random values that bf16 holds exactly, as bits and as doubles.
 struct Bf16Array {
@@ -31,13 +28,9 @@ struct Bf16Array {
   std::vector<double> values;
 };
 Bf16Array RandomBf16(size_t n, uint64_t seed, double scale) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, scale);
   Bf16Array a;
-  for (size_t i = 0; i < n; ++i) {
-    a.bits.push_back(numerics::DoubleToBf16BitsRne(normal(rng)));
-    a.values.push_back(numerics::Bf16BitsToFloat(a.bits.back()));
-  }
+  a.bits = test::RandomBf16(n, seed, 0.0, scale);
+  a.values = test::Bf16Values(a.bits);
   return a;
 }
 
@@ -60,26 +53,6 @@ std::vector<U> Download(const T* ptr, size_t n) {
   std::vector<U> host(n);
   EXPECT_EQ(cudaMemcpy(host.data(), ptr, n * sizeof(U), cudaMemcpyDeviceToHost), cudaSuccess);
   return host;
-}
-
-double Rms(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x * x;
-  return std::sqrt(s / static_cast<double>(v.size()));
-}
-
-// |got - want| <= rel * |want| + abs_of_rms * rms(want) for every element.
-void ExpectClose(const std::vector<double>& got, const std::vector<double>& want, double rel, double abs_of_rms,
-                 const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  const double floor = abs_of_rms * Rms(want);
-  int bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!(std::fabs(got[i] - want[i]) <= rel * std::fabs(want[i]) + floor) && bad++ < 5) {
-      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << ", want " << want[i];
-    }
-  }
-  EXPECT_EQ(bad, 0) << what;
 }
 
 TEST(TrainLinear, ShapesItCannotTakeAreRefusedByName) {
@@ -151,20 +124,20 @@ TEST(TrainLinear, ForwardAndBackwardMatchAnFp64ProductOfTheSameValues) {
 
     // bf16 outputs: their rounding (2^-9 relative) on top of fp32 sums; fp32 gradients: the sums'.
     ASSERT_TRUE((*mm)->Forward(s, d_x.ptr, d_w.ptr, nullptr, d_y.ptr, nullptr).ok());
-    ExpectClose(to_doubles(Download<uint16_t>(d_y.ptr, n * out)), y_nobias, 1.0 / 128, 1e-3, where + " y (no bias)");
+    ExpectCloseToRms(to_doubles(Download<uint16_t>(d_y.ptr, n * out)), y_nobias, 1.0 / 128, 1e-3, where + " y (no bias)");
     ASSERT_TRUE((*mm)->Forward(s, d_x.ptr, d_w.ptr, d_b.ptr, d_y.ptr, nullptr).ok());
     const std::vector<uint16_t> y_bits = Download<uint16_t>(d_y.ptr, n * out);
-    ExpectClose(to_doubles(y_bits), y, 1.0 / 128, 1e-3, where + " y");
+    ExpectCloseToRms(to_doubles(y_bits), y, 1.0 / 128, 1e-3, where + " y");
     ASSERT_TRUE((*mm)->BackwardInput(s, d_dy.ptr, d_w.ptr, nullptr, d_dx.ptr, nullptr).ok());
     const std::vector<uint16_t> dx_bits = Download<uint16_t>(d_dx.ptr, n * in);
-    ExpectClose(to_doubles(dx_bits), dx, 1.0 / 128, 1e-3, where + " dx");
+    ExpectCloseToRms(to_doubles(dx_bits), dx, 1.0 / 128, 1e-3, where + " dx");
     Upload(d_dw, dw0);
     Upload(d_db, db0);
     ASSERT_TRUE((*mm)->BackwardWeight(s, d_x.ptr, d_dy.ptr, d_dw.ptr, d_db.ptr, nullptr).ok());
     const std::vector<float> dw_got = Download<float>(d_dw.ptr, in * out);
     const std::vector<float> db_got = Download<float>(d_db.ptr, out);
-    ExpectClose(floats_to_doubles(dw_got), dw, 1e-5, 1e-5, where + " dW");
-    ExpectClose(floats_to_doubles(db_got), db, 1e-5, 1e-5, where + " db");
+    ExpectCloseToRms(floats_to_doubles(dw_got), dw, 1e-5, 1e-5, where + " dW");
+    ExpectCloseToRms(floats_to_doubles(db_got), db, 1e-5, 1e-5, where + " db");
 
     // The same calls again give the same bytes.
     ASSERT_TRUE((*mm)->Forward(s, d_x.ptr, d_w.ptr, d_b.ptr, d_y.ptr, nullptr).ok());

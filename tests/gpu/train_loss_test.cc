@@ -13,31 +13,13 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/gpu/train_test_util.h"
 
 namespace gemtb::gpu::train {
 namespace {
 
-bool HaveSm90() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return false;
-  cudaDeviceProp prop{};
-  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
-}
-
-template <typename T>
-struct DeviceArray {
-  T* ptr = nullptr;
-  explicit DeviceArray(const std::vector<T>& host) {
-    EXPECT_EQ(cudaMalloc(&ptr, host.size() * sizeof(T) + 8), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DeviceArray() { cudaFree(ptr); }
-  std::vector<T> Get(size_t n) const {
-    std::vector<T> host(n);
-    EXPECT_EQ(cudaMemcpy(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return host;
-  }
-};
+using test::DeviceArray;
+using test::HaveSm90;
 
 TEST(TrainLoss, ShapesItCannotTakeAreRefusedByName) {
   EXPECT_TRUE(ValidateLossShape({4, 3}).ok());

@@ -1,0 +1,38 @@
+// What the trainer's elementwise and row kernels share: the launch check every entry point ends
+// with, the element-count check of the elementwise ones, and a warp's fixed-order sum.
+#ifndef GEMTB_GPU_TRAIN_KERNEL_UTILS_CUH_
+#define GEMTB_GPU_TRAIN_KERNEL_UTILS_CUH_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace gemtb::gpu::train {
+
+// The status of the last launch, named `what`.
+inline absl::Status Launched(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+// An elementwise kernel's element count: 1 .. 2^40-1.
+inline absl::Status ValidateCount(int64_t count) {
+  if (count < 1 || count >= (int64_t{1} << 40)) {
+    return absl::InvalidArgumentError(absl::StrCat("count=", count, ": want 1 .. 2^40-1"));
+  }
+  return absl::OkStatus();
+}
+
+// The sum of one value per lane by a fixed butterfly: every lane ends with the same bits.
+__device__ inline float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+}  // namespace gemtb::gpu::train
+
+#endif  // GEMTB_GPU_TRAIN_KERNEL_UTILS_CUH_
