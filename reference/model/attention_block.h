@@ -25,12 +25,12 @@ struct AttnBlock {
   Linear wq, wk, wv, wo;
   int heads = 0, dh = 0;
 
-  static AttnBlock Make(ParamLayout& layout, const std::string& name, int d, int heads) {
+  static AttnBlock Bind(const ParamLayout& layout, const std::string& name, int d, int heads) {
     AttnBlock a;
-    a.wq = Linear::Make(layout, name + ".wq", d, d);
-    a.wk = Linear::Make(layout, name + ".wk", d, d);
-    a.wv = Linear::Make(layout, name + ".wv", d, d);
-    a.wo = Linear::Make(layout, name + ".wo", d, d);
+    a.wq = Linear::Bind(layout, name + ".wq", d, d);
+    a.wk = Linear::Bind(layout, name + ".wk", d, d);
+    a.wv = Linear::Bind(layout, name + ".wv", d, d);
+    a.wo = Linear::Bind(layout, name + ".wo", d, d);
     a.heads = heads;
     a.dh = d / heads;
     return a;

@@ -4,13 +4,12 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "model/description/gem_geometry.h"
 
 namespace gemtb::reference::model {
 namespace {
 
 using gemtb::model::ModelConfig;
-using gemtb::model::RopeKind;
-using gemtb::model::SeqAttentionKind;
 
 template <typename T>
 void Zero(std::vector<T>& v, size_t n) {
@@ -78,116 +77,80 @@ const double* GemModel::Rope<double>() const {
 }
 
 absl::StatusOr<GemModel> GemModel::Create(const ModelConfig& c) {
+  absl::StatusOr<gemtb::model::GemGeometry> geometry = gemtb::model::MakeGemGeometry(c);
+  if (!geometry.ok()) return geometry.status();
+  const gemtb::model::GemGeometry& g = *geometry;
   GemModel m;
-  auto bad = [](const std::string& s) { return absl::InvalidArgumentError(s); };
-  if (c.d <= 0 || c.heads <= 0 || c.d % c.heads != 0 || (c.d / c.heads) % 2 != 0)
-    return bad(absl::StrCat("heads: d ", c.d, " / heads ", c.heads, " must be an even integer head dim"));
-  for (const auto& t : c.tables)
-    if (t.dim != c.d) return bad(absl::StrCat("tables.", t.name, ".dim: ", t.dim, " != d ", c.d));
-  for (const auto& f : c.features)
-    if (f.pooling == Pooling::kNone) return bad(absl::StrCat("features.", f.name, ".pooling: none is not a pooled feature"));
-  if (c.arch.wukong.experts.count != 1)
-    return absl::UnimplementedError(absl::StrCat("arch.wukong.experts.count: ", c.arch.wukong.experts.count,
-                                                 " (the CPU reference model runs one expert)"));
-  if (c.head.widths.size() < 2) return bad("head.widths: needs at least input and output widths");
-  m.d_ = static_cast<int>(c.d);
-  m.heads_ = static_cast<int>(c.heads);
-  m.num_features_ = static_cast<int>(c.features.size());
-  m.dense_m_ = static_cast<int>(c.dense.m);
-  m.n_d_ = static_cast<int>(c.dense.n_d);
-  m.n_x_ = static_cast<int>(c.arch.n_x);
-  m.n_s_ = static_cast<int>(c.arch.n_s);
-  m.k_p_ = static_cast<int>(c.arch.k_p);
-  m.k_r_ = static_cast<int>(c.arch.k_r);
-  m.wk_k_ = static_cast<int>(c.arch.wukong.k);
-  m.n_f_ = static_cast<int>(c.arch.wukong.n_f);
-  m.n_l_ = static_cast<int>(c.arch.wukong.n_l);
-  m.wk_h_ = static_cast<int>(c.arch.wukong.hidden);
-  m.ffn_ = static_cast<int>(c.arch.f * c.d);
-  m.num_tasks_ = static_cast<int>(c.NumTasks());
-  if (m.n_f_ + m.n_l_ != m.n_x_) return bad(absl::StrCat("arch.wukong.n_f + n_l: ", m.n_f_ + m.n_l_, " != n_x ", m.n_x_));
+  m.d_ = g.d;
+  m.heads_ = g.heads;
+  m.num_features_ = g.num_features;
+  m.dense_m_ = g.dense_m;
+  m.n_d_ = g.n_d;
+  m.n_x_ = g.n_x;
+  m.n_s_ = g.n_s;
+  m.k_p_ = g.k_p;
+  m.k_r_ = g.k_r;
+  m.wk_k_ = g.wk_k;
+  m.n_f_ = g.n_f;
+  m.n_l_ = g.n_l;
+  m.wk_h_ = g.wk_h;
+  m.ffn_ = g.ffn;
+  m.num_tasks_ = g.num_tasks;
+  for (const gemtb::model::GemSequenceGeometry& s : g.seqs)
+    m.seqs_.push_back(SeqInfo{s.lmax, s.window, s.block, s.self_post, s.rope});
+  m.layout_ = g.layout;
   const int d = m.d_;
-  const int J = static_cast<int>(c.sequences.size());
-  const int n_sum = m.n_s_ + m.k_p_ + m.k_r_;
-  const int n_z = m.n_x_ + J * n_sum;
-  int max_tokens = 1;
-  for (const auto& s : c.sequences) {
-    SeqInfo info;
-    info.lmax = static_cast<int>(s.lmax);
-    if (s.act != Activation::kSilu)
-      return absl::UnimplementedError(absl::StrCat("sequences.", s.name, ".act: softmax (the reference model runs SiLU GDPA)"));
-    if (s.rope == RopeKind::kLogDt)
-      return absl::UnimplementedError(absl::StrCat("sequences.", s.name, ".rope: log_dt (position RoPE only)"));
-    info.rope = s.rope == RopeKind::kPosition;
-    if (s.attention == SeqAttentionKind::kWindow) {
-      info.window = static_cast<int>(s.window);
-      info.self_post = 1.0 / static_cast<double>(2 * s.window + 1);  // SiLU scale 1/(2w+1)
-    } else {
-      info.block = static_cast<int>(s.block);
-      info.self_post = 1.0 / static_cast<double>(s.block);
-    }
-    max_tokens = std::max(max_tokens, info.lmax + m.n_s_);
-    m.seqs_.push_back(info);
-  }
-  if (c.head.widths.front() != (m.n_s_ + J * n_sum) * d)
-    return bad(absl::StrCat("head.widths[0]: ", c.head.widths.front(), " != ", (m.n_s_ + J * n_sum) * d));
-  if (c.head.widths.back() != m.num_tasks_)
-    return bad(absl::StrCat("head.widths[-1]: ", c.head.widths.back(), " != tasks ", m.num_tasks_));
-
-  ParamLayout& L = m.layout_;
-  m.dense_proj_ = Linear::Make(L, "embed.dense", m.dense_m_, m.n_d_ * d);
-  m.lce_in_ = TokenMix::Make(L, "embed.lce_in", m.num_features_ + m.n_d_, m.n_x_, d);
-  auto make_cross = [&](const std::string& name) {
+  const int J = g.num_sequences();
+  const int n_z = g.n_z();
+  const ParamLayout& L = m.layout_;
+  m.dense_proj_ = Linear::Bind(L, "embed.dense", m.dense_m_, m.n_d_ * d);
+  m.lce_in_ = TokenMix::Bind(L, "embed.lce_in", m.num_features_ + m.n_d_, m.n_x_, d);
+  auto bind_cross = [&](const std::string& name) {
     Cross x;
-    x.lce_s = TokenMix::Make(L, name + ".lce_s", m.n_x_, m.n_s_, d);
-    x.x_gate = Gate::Make(L, name + ".x_gate", d);
+    x.lce_s = TokenMix::Bind(L, name + ".lce_s", m.n_x_, m.n_s_, d);
+    x.x_gate = Gate::Bind(L, name + ".x_gate", d);
     for (int j = 0; j < J; ++j) {
       const std::string sj = absl::StrCat(name, ".seq", j);
-      // Seeds: uniform(-1, 1) (fan_in 1).
-      x.seeds.push_back(L.Add(sj + ".pma.seeds", {m.k_p_, d}, ParamInit::kFanIn, 1));
-      x.pma.push_back(AttnBlock::Make(L, sj + ".pma", d, m.heads_));
-      x.sum_gate.push_back(Gate::Make(L, sj + ".sum_gate", d));
+      x.seeds.push_back(L.Ref(sj + ".pma.seeds", {m.k_p_, d}));
+      x.pma.push_back(AttnBlock::Bind(L, sj + ".pma", d, m.heads_));
+      x.sum_gate.push_back(Gate::Bind(L, sj + ".sum_gate", d));
     }
     return x;
   };
-  for (int l = 0; l < c.arch.layers; ++l) {
+  for (int l = 0; l < g.layers; ++l) {
     const std::string name = absl::StrCat("L", l + 1);
     Layer layer;
-    layer.cross = make_cross(name + ".cross");
+    layer.cross = bind_cross(name + ".cross");
     Wukong& w = layer.wukong;
-    w.y = L.Add(name + ".wukong.y", {n_z, m.wk_k_}, ParamInit::kFanIn, n_z);
-    w.ln_flat = LayerNorm::Make(L, name + ".wukong.ln_flat", n_z * m.wk_k_);
-    w.mlp1 = Linear::Make(L, name + ".wukong.mlp1", n_z * m.wk_k_, m.wk_h_);
-    w.mlp2 = Linear::Make(L, name + ".wukong.mlp2", m.wk_h_, m.n_f_ * d);
-    w.lcb = TokenMix::Make(L, name + ".wukong.lcb", n_z, m.n_l_, d);
-    w.res = TokenMix::Make(L, name + ".wukong.lce_res", n_z, m.n_x_, d);
-    w.ln_out = LayerNorm::Make(L, name + ".wukong.ln_out", d);
-    // CompSkip: (a) on odd layers, (b) on even layers (1-based), as model_config.h documents.
-    if (c.arch.compskip) {
-      layer.do_a = (l % 2) == 0;
-      layer.do_b = !layer.do_a;
-    }
+    w.y = L.Ref(name + ".wukong.y", {n_z, m.wk_k_});
+    w.ln_flat = LayerNorm::Bind(L, name + ".wukong.ln_flat", n_z * m.wk_k_);
+    w.mlp1 = Linear::Bind(L, name + ".wukong.mlp1", n_z * m.wk_k_, m.wk_h_);
+    w.mlp2 = Linear::Bind(L, name + ".wukong.mlp2", m.wk_h_, m.n_f_ * d);
+    w.lcb = TokenMix::Bind(L, name + ".wukong.lcb", n_z, m.n_l_, d);
+    w.res = TokenMix::Bind(L, name + ".wukong.lce_res", n_z, m.n_x_, d);
+    w.ln_out = LayerNorm::Bind(L, name + ".wukong.ln_out", d);
+    layer.do_a = g.DoA(l);
+    layer.do_b = g.DoB(l);
     for (int j = 0; j < J; ++j) {
       const std::string sj = absl::StrCat(name, ".seq", j);
       SeqLayer s;
-      s.ln_a = LayerNorm::Make(L, sj + ".ln_a", d);
-      s.attn_a = AttnBlock::Make(L, sj + ".attn_a", d, m.heads_);
-      s.ln_b = LayerNorm::Make(L, sj + ".ln_b", d);
-      s.attn_b = AttnBlock::Make(L, sj + ".attn_b", d, m.heads_);
-      s.ln_c = LayerNorm::Make(L, sj + ".ln_c", d);
-      s.ffn1 = Linear::Make(L, sj + ".ffn1", d, m.ffn_);
-      s.ffn2 = Linear::Make(L, sj + ".ffn2", m.ffn_, d);
+      s.ln_a = LayerNorm::Bind(L, sj + ".ln_a", d);
+      s.attn_a = AttnBlock::Bind(L, sj + ".attn_a", d, m.heads_);
+      s.ln_b = LayerNorm::Bind(L, sj + ".ln_b", d);
+      s.attn_b = AttnBlock::Bind(L, sj + ".attn_b", d, m.heads_);
+      s.ln_c = LayerNorm::Bind(L, sj + ".ln_c", d);
+      s.ffn1 = Linear::Bind(L, sj + ".ffn1", d, m.ffn_);
+      s.ffn2 = Linear::Bind(L, sj + ".ffn2", m.ffn_, d);
       layer.seq.push_back(s);
     }
     m.layers_.push_back(std::move(layer));
   }
-  m.final_cross_ = make_cross("final.cross");
-  for (size_t i = 0; i + 1 < c.head.widths.size(); ++i)
-    m.head_.push_back(Linear::Make(L, absl::StrCat("head.mlp", i), static_cast<int>(c.head.widths[i]),
-                                   static_cast<int>(c.head.widths[i + 1])));
-  m.rope_rows_ = max_tokens;
-  m.rope_f_ = RopeTable<float>(max_tokens, d / m.heads_);
-  m.rope_d_ = RopeTable<double>(max_tokens, d / m.heads_);
+  m.final_cross_ = bind_cross("final.cross");
+  for (size_t i = 0; i + 1 < g.head_widths.size(); ++i)
+    m.head_.push_back(Linear::Bind(L, absl::StrCat("head.mlp", i), g.head_widths[i], g.head_widths[i + 1]));
+  m.rope_rows_ = g.rope_rows;
+  m.rope_f_ = RopeTable<float>(g.rope_rows, g.dh());
+  m.rope_d_ = RopeTable<double>(g.rope_rows, g.dh());
   return m;
 }
 

@@ -1,6 +1,6 @@
 // The reference model's layers, forward and backward side by side: Linear, LayerNorm,
 // Gate, LCE (token-axis mixing), parameter-free per-head RMSNorm (QK-norm) and GELU. Each layer
-// holds only the slices of the flat parameter array it owns; activations are caller-owned buffers.
+// holds only the slices of the flat parameter array it owns (bound by name, model/description/gem_geometry.h); activations are caller-owned buffers.
 // Backward accumulates into parameter and input gradients with +=.
 #ifndef GEMTB_REFERENCE_MODEL_LAYERS_H_
 #define GEMTB_REFERENCE_MODEL_LAYERS_H_
@@ -19,12 +19,12 @@ struct Linear {
   ParamRef w, b;
   int in = 0, out = 0;
 
-  static Linear Make(ParamLayout& layout, const std::string& name, int in, int out, bool bias = true) {
+  static Linear Bind(const ParamLayout& layout, const std::string& name, int in, int out) {
     Linear l;
     l.in = in;
     l.out = out;
-    l.w = layout.Add(name + ".w", {in, out}, ParamInit::kFanIn, in);
-    if (bias) l.b = layout.Add(name + ".b", {out}, ParamInit::kZero);
+    l.w = layout.Ref(name + ".w", {in, out});
+    l.b = layout.Ref(name + ".b", {out});
     return l;
   }
   template <typename T>
@@ -49,11 +49,11 @@ struct LayerNorm {
   ParamRef gamma, beta;
   int width = 0;
 
-  static LayerNorm Make(ParamLayout& layout, const std::string& name, int width) {
+  static LayerNorm Bind(const ParamLayout& layout, const std::string& name, int width) {
     LayerNorm l;
     l.width = width;
-    l.gamma = layout.Add(name + ".gamma", {width}, ParamInit::kOne);
-    l.beta = layout.Add(name + ".beta", {width}, ParamInit::kZero);
+    l.gamma = layout.Ref(name + ".gamma", {width});
+    l.beta = layout.Ref(name + ".beta", {width});
     return l;
   }
   // xhat [n,width] and rstd [n] are saved for backward.
@@ -107,7 +107,9 @@ struct LayerNorm {
 struct Gate {
   Linear lin;
 
-  static Gate Make(ParamLayout& layout, const std::string& name, int d) { return Gate{Linear::Make(layout, name, d, d)}; }
+  static Gate Bind(const ParamLayout& layout, const std::string& name, int d) {
+    return Gate{Linear::Bind(layout, name, d, d)};
+  }
   // sig [n,d] is saved for backward.
   template <typename T>
   void Forward(const ParamView<T>& p, const T* z, int n, T* y, T* sig) const {
@@ -135,12 +137,12 @@ struct TokenMix {
   ParamRef m;
   int n_in = 0, n_out = 0, d = 0;
 
-  static TokenMix Make(ParamLayout& layout, const std::string& name, int n_in, int n_out, int d) {
+  static TokenMix Bind(const ParamLayout& layout, const std::string& name, int n_in, int n_out, int d) {
     TokenMix l;
     l.n_in = n_in;
     l.n_out = n_out;
     l.d = d;
-    l.m = layout.Add(name + ".m", {n_out, n_in}, ParamInit::kFanIn, n_in);
+    l.m = layout.Ref(name + ".m", {n_out, n_in});
     return l;
   }
   template <typename T>

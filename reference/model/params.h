@@ -1,50 +1,22 @@
-// The dense parameters of the reference model as one flat array with named slices, and their
-// initialisation keyed by (seed, parameter index, element) through Philox ("dense
-// init keyed by (seed, param, element)"), so that the same seed gives the same bits everywhere.
+// How the reference model reads the flat parameter array (model/description/param_layout.h): a
+// view of values and gradients, and the values with 2-D parameters transposed.
 #ifndef GEMTB_REFERENCE_MODEL_PARAMS_H_
 #define GEMTB_REFERENCE_MODEL_PARAMS_H_
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
 #include <vector>
+
+#include "model/description/param_layout.h"
 
 namespace gemtb::reference::model {
 
-// A slice [offset, offset + size) of the flat parameter (and gradient) array.
-struct ParamRef {
-  size_t offset = 0;
-  size_t size = 0;
-};
-
-enum class ParamInit {
-  kZero,        // biases, LayerNorm beta
-  kOne,         // LayerNorm gamma
-  kFanIn,       // uniform in +-1/sqrt(fan_in) (PyTorch's nn.Linear default bound)
-};
-
-struct ParamInfo {
-  std::string name;
-  std::vector<int64_t> shape;
-  ParamInit init = ParamInit::kZero;
-  int64_t fan_in = 1;
-  ParamRef ref;
-};
-
-class ParamLayout {
- public:
-  ParamRef Add(std::string name, std::vector<int64_t> shape, ParamInit init, int64_t fan_in = 1);
-  const std::vector<ParamInfo>& params() const { return params_; }
-  size_t total() const { return total_; }
-
- private:
-  std::vector<ParamInfo> params_;
-  size_t total_ = 0;
-};
-
-// Element e of parameter p: kFanIn draws u = u24(Philox(seed, S(INIT, 2^32 + p, 0), e)) and sets
-// (2u - 1) / sqrt(fan_in), fp32 ops; the 2^32 offset keeps these streams apart from the tables'.
-std::vector<float> InitParams(const ParamLayout& layout, uint64_t seed);
+// The layout and its init are the model's (model/description/param_layout.h).
+using gemtb::model::InitParams;
+using gemtb::model::ParamInfo;
+using gemtb::model::ParamInit;
+using gemtb::model::ParamLayout;
+using gemtb::model::ParamRef;
 
 // Read-only values and the accumulating gradient of one parameter array; optionally `wt`, the same
 // values with every 2-D parameter [a, b] stored transposed [b, a] at its offset (TransposedParams),

@@ -1,12 +1,14 @@
-#include "reference/model/params.h"
+#include "model/description/param_layout.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <utility>
 
 #include "model/numerics/fp32_ops.h"
 #include "model/numerics/philox.h"
 #include "model/random/splitmix64.h"
 
-namespace gemtb::reference::model {
+namespace gemtb::model {
 
 ParamRef ParamLayout::Add(std::string name, std::vector<int64_t> shape, ParamInit init, int64_t fan_in) {
   size_t size = 1;
@@ -20,6 +22,19 @@ ParamRef ParamLayout::Add(std::string name, std::vector<int64_t> shape, ParamIni
   total_ += size;
   params_.push_back(std::move(info));
   return params_.back().ref;
+}
+
+ParamRef ParamLayout::Ref(const std::string& name, const std::vector<int64_t>& shape) const {
+  for (const ParamInfo& info : params_) {
+    if (info.name != name) continue;
+    if (info.shape != shape) {
+      std::fprintf(stderr, "ParamLayout::Ref: %s bound with another shape than the layout's\n", name.c_str());
+      std::abort();
+    }
+    return info.ref;
+  }
+  std::fprintf(stderr, "ParamLayout::Ref: no parameter %s in the layout\n", name.c_str());
+  std::abort();
 }
 
 std::vector<float> InitParams(const ParamLayout& layout, uint64_t seed) {
@@ -51,4 +66,4 @@ std::vector<float> InitParams(const ParamLayout& layout, uint64_t seed) {
   return w;
 }
 
-}  // namespace gemtb::reference::model
+}  // namespace gemtb::model

@@ -1,0 +1,131 @@
+#include "model/description/gem_geometry.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace gemtb::model {
+namespace {
+
+void AddLinear(ParamLayout& L, const std::string& name, int in, int out) {
+  L.Add(name + ".w", {in, out}, ParamInit::kFanIn, in);
+  L.Add(name + ".b", {out}, ParamInit::kZero);
+}
+void AddLayerNorm(ParamLayout& L, const std::string& name, int width) {
+  L.Add(name + ".gamma", {width}, ParamInit::kOne);
+  L.Add(name + ".beta", {width}, ParamInit::kZero);
+}
+void AddTokenMix(ParamLayout& L, const std::string& name, int n_in, int n_out) {
+  L.Add(name + ".m", {n_out, n_in}, ParamInit::kFanIn, n_in);
+}
+void AddAttention(ParamLayout& L, const std::string& name, int d) {
+  for (const char* w : {".wq", ".wk", ".wv", ".wo"}) AddLinear(L, name + w, d, d);
+}
+void AddCross(ParamLayout& L, const GemGeometry& g, const std::string& name) {
+  AddTokenMix(L, name + ".lce_s", g.n_x, g.n_s);
+  AddLinear(L, name + ".x_gate", g.d, g.d);
+  for (int j = 0; j < g.num_sequences(); ++j) {
+    const std::string sj = absl::StrCat(name, ".seq", j);
+    L.Add(sj + ".pma.seeds", {g.k_p, g.d}, ParamInit::kFanIn, 1);  // uniform(-1, 1)
+    AddAttention(L, sj + ".pma", g.d);
+    AddLinear(L, sj + ".sum_gate", g.d, g.d);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<GemGeometry> MakeGemGeometry(const ModelConfig& c) {
+  GemGeometry g;
+  auto bad = [](const std::string& s) { return absl::InvalidArgumentError(s); };
+  if (c.d <= 0 || c.heads <= 0 || c.d % c.heads != 0 || (c.d / c.heads) % 2 != 0)
+    return bad(absl::StrCat("heads: d ", c.d, " / heads ", c.heads, " must be an even integer head dim"));
+  for (const auto& t : c.tables)
+    if (t.dim != c.d) return bad(absl::StrCat("tables.", t.name, ".dim: ", t.dim, " != d ", c.d));
+  for (const auto& f : c.features)
+    if (f.pooling == Pooling::kNone)
+      return bad(absl::StrCat("features.", f.name, ".pooling: none is not a pooled feature"));
+  if (c.arch.wukong.experts.count != 1)
+    return absl::UnimplementedError(absl::StrCat("arch.wukong.experts.count: ", c.arch.wukong.experts.count,
+                                                 " (the GEM-like model's executors run one expert)"));
+  if (c.head.widths.size() < 2) return bad("head.widths: needs at least input and output widths");
+  g.d = static_cast<int>(c.d);
+  g.heads = static_cast<int>(c.heads);
+  g.num_features = static_cast<int>(c.features.size());
+  g.dense_m = static_cast<int>(c.dense.m);
+  g.n_d = static_cast<int>(c.dense.n_d);
+  g.n_x = static_cast<int>(c.arch.n_x);
+  g.n_s = static_cast<int>(c.arch.n_s);
+  g.k_p = static_cast<int>(c.arch.k_p);
+  g.k_r = static_cast<int>(c.arch.k_r);
+  g.wk_k = static_cast<int>(c.arch.wukong.k);
+  g.n_f = static_cast<int>(c.arch.wukong.n_f);
+  g.n_l = static_cast<int>(c.arch.wukong.n_l);
+  g.wk_h = static_cast<int>(c.arch.wukong.hidden);
+  g.ffn = static_cast<int>(c.arch.f * c.d);
+  g.num_tasks = static_cast<int>(c.NumTasks());
+  g.layers = static_cast<int>(c.arch.layers);
+  g.compskip = c.arch.compskip;
+  if (g.n_f + g.n_l != g.n_x)
+    return bad(absl::StrCat("arch.wukong.n_f + n_l: ", g.n_f + g.n_l, " != n_x ", g.n_x));
+  const int d = g.d;
+  int max_tokens = 1;
+  for (const auto& s : c.sequences) {
+    GemSequenceGeometry info;
+    info.lmax = static_cast<int>(s.lmax);
+    if (s.act != Activation::kSilu)
+      return absl::UnimplementedError(
+          absl::StrCat("sequences.", s.name, ".act: softmax (the model's executors run SiLU GDPA)"));
+    if (s.rope == RopeKind::kLogDt)
+      return absl::UnimplementedError(absl::StrCat("sequences.", s.name, ".rope: log_dt (position RoPE only)"));
+    info.rope = s.rope == RopeKind::kPosition;
+    if (s.attention == SeqAttentionKind::kWindow) {
+      info.window = static_cast<int>(s.window);
+      info.self_post = 1.0 / static_cast<double>(2 * s.window + 1);  // SiLU scale 1/(2w+1)
+    } else {
+      info.block = static_cast<int>(s.block);
+      info.self_post = 1.0 / static_cast<double>(s.block);
+    }
+    max_tokens = std::max(max_tokens, info.lmax + g.n_s);
+    g.seqs.push_back(info);
+  }
+  const int J = g.num_sequences();
+  if (c.head.widths.front() != (g.n_s + J * g.n_sum()) * d)
+    return bad(absl::StrCat("head.widths[0]: ", c.head.widths.front(), " != ", (g.n_s + J * g.n_sum()) * d));
+  if (c.head.widths.back() != g.num_tasks)
+    return bad(absl::StrCat("head.widths[-1]: ", c.head.widths.back(), " != tasks ", g.num_tasks));
+  for (auto w : c.head.widths) g.head_widths.push_back(static_cast<int>(w));
+  g.rope_rows = max_tokens;
+
+  ParamLayout& L = g.layout;
+  AddLinear(L, "embed.dense", g.dense_m, g.n_d * d);
+  AddTokenMix(L, "embed.lce_in", g.num_features + g.n_d, g.n_x);
+  const int n_z = g.n_z();
+  for (int l = 0; l < g.layers; ++l) {
+    const std::string name = absl::StrCat("L", l + 1);
+    AddCross(L, g, name + ".cross");
+    L.Add(name + ".wukong.y", {n_z, g.wk_k}, ParamInit::kFanIn, n_z);
+    AddLayerNorm(L, name + ".wukong.ln_flat", n_z * g.wk_k);
+    AddLinear(L, name + ".wukong.mlp1", n_z * g.wk_k, g.wk_h);
+    AddLinear(L, name + ".wukong.mlp2", g.wk_h, g.n_f * d);
+    AddTokenMix(L, name + ".wukong.lcb", n_z, g.n_l);
+    AddTokenMix(L, name + ".wukong.lce_res", n_z, g.n_x);
+    AddLayerNorm(L, name + ".wukong.ln_out", d);
+    for (int j = 0; j < J; ++j) {
+      const std::string sj = absl::StrCat(name, ".seq", j);
+      AddLayerNorm(L, sj + ".ln_a", d);
+      AddAttention(L, sj + ".attn_a", d);
+      AddLayerNorm(L, sj + ".ln_b", d);
+      AddAttention(L, sj + ".attn_b", d);
+      AddLayerNorm(L, sj + ".ln_c", d);
+      AddLinear(L, sj + ".ffn1", d, g.ffn);
+      AddLinear(L, sj + ".ffn2", g.ffn, d);
+    }
+  }
+  AddCross(L, g, "final.cross");
+  for (size_t i = 0; i + 1 < g.head_widths.size(); ++i)
+    AddLinear(L, absl::StrCat("head.mlp", i), g.head_widths[i], g.head_widths[i + 1]);
+  return g;
+}
+
+}  // namespace gemtb::model
