@@ -5,7 +5,9 @@
 #
 # Here, before the call: git archive --format=tar.gz -o .deb/src.tgz HEAD && git rev-parse HEAD > .deb/SOURCE
 # Then run(command: "bash tools/train_gpu_check.sh", carry: [".deb"]).
-# Exit status: 0 all passed, 1 a test or the sanitizer failed, 2 the build failed.
+# With `--check-train STEPS`, it also builds gemtb and runs `gemtb check train --config tiny --steps
+# STEPS` (the GPU trainer against the oracle's), writing check_train.log and check_train.json.
+# Exit status: 0 all passed, 1 a test, the sanitizer or the check failed, 2 the build failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/out}
@@ -13,13 +15,17 @@ mkdir -p "$out"
 source tools/lib/device_build.sh
 unpack_device_deps train_gpu_check require-src
 build=$scratch/gemtb-train-build
-tests=(gpu_train_linear_test gpu_train_gate_test gpu_train_layer_norm_test gpu_train_head_rms_norm_test gpu_train_loss_test
-       gpu_train_dense_adam_test)
+check_steps=0
+if [ "${1:-}" = "--check-train" ]; then check_steps=${2:?--check-train needs a step count}; fi
+tests=(gpu_train_linear_test gpu_train_gemm_test gpu_train_gate_test gpu_train_layer_norm_test gpu_train_head_rms_norm_test
+       gpu_train_loss_test gpu_train_dense_adam_test gpu_train_gdpa_test gpu_train_gem_model_test)
+targets=("${tests[@]}")
+if [ "$check_steps" -gt 0 ]; then targets+=(gemtb); fi
 start=$SECONDS
 {
   echo "train_gpu_check: $(cat .deb/SOURCE 2>/dev/null) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
   configure_device_build "$srcdir" "$build" >"$out/build.log" 2>&1 &&
-    cmake --build "$build" --target "${tests[@]}" >>"$out/build.log" 2>&1
+    cmake --build "$build" --target "${targets[@]}" >>"$out/build.log" 2>&1
 } | tee "$out/summary.txt"
 if [ "${PIPESTATUS[0]}" -ne 0 ] || [ ! -x "$build/bin/${tests[0]}" ]; then
   echo "build failed; see build.log" | tee -a "$out/summary.txt"
@@ -34,5 +40,12 @@ for t in "${tests[@]}"; do
 done
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/test.log" | tee -a "$out/summary.txt"
 grep -E "ERROR SUMMARY" "$out/memcheck.log" | tee -a "$out/summary.txt"
+if [ "$check_steps" -gt 0 ]; then
+  check_start=$SECONDS
+  "$build/bin/gemtb" check train --config tiny --steps "$check_steps" --json "$out/check_train.json" \
+    >"$out/check_train.log" 2>&1 || rc=1
+  { tail -40 "$out/check_train.log"
+    echo "check train: $((SECONDS - check_start)) s"; } | tee -a "$out/summary.txt"
+fi
 echo "exit $rc after $((SECONDS - start)) s" | tee -a "$out/summary.txt"
 exit $rc

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <bit>
+#include <cmath>
 #include <deque>
 #include <limits>
 
@@ -324,6 +325,16 @@ absl::Status DeviceTbe::SetGrads(absl::Span<const float> pooled, absl::Span<cons
   GEMTB_RETURN_IF_ERROR(CopyToDevice(s.in->d_features, s.features, "feature parameters"));
   s.has_grads = true;
   return absl::OkStatus();
+}
+
+absl::Status DeviceTbe::SetLearningRate(float lr) {
+  if (!(std::isfinite(lr) && lr >= 0)) return absl::InvalidArgumentError(absl::StrCat("lr: ", lr, " must be finite and >= 0"));
+  State& s = *s_;
+  for (size_t t = 0; t < s.tables.size(); ++t) {
+    s.tables[t].optimizer.lr = lr;
+    s.config.tables[t].optimizer.lr = lr;
+  }
+  return CopyToDevice(s.d_tables, s.tables, "table parameters");
 }
 
 absl::Status DeviceTbe::BackwardStep(BackwardPhaseTimes* times) {

@@ -76,6 +76,8 @@ class DeviceTbe {
   absl::StatusOr<HostOutput> DownloadOutput() const;
   // Upstream gradients in the forward's output shapes.
   absl::Status SetGrads(absl::Span<const float> pooled, absl::Span<const std::vector<float>> sequence);
+  // Every table's optimizer learning rate from the next BackwardStep on (a trainer's schedule).
+  absl::Status SetLearningRate(float lr);
   // Row gradients in the oracle's order and each table's optimizer; advances the step and Adam's
   // bias products, as the oracle's EmbeddingBackwardStep does. With `times`, the phases are timed
   // with events and the call waits for the step to finish.

@@ -6,7 +6,7 @@ namespace gemtb::gpu::train {
 namespace {
 
 __global__ void DenseAdamKernel(float* w, const float* g, float* m, float* v, int64_t count,
-                                embedding::AdamStep step, OptimizerConfig o, __nv_bfloat16* w_bf16) {
+                                gemtb::embedding::AdamStep step, OptimizerConfig o, __nv_bfloat16* w_bf16) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= count) return;
   embedding::AdamRow(w + e, g + e, 1, m + e, v + e, step, o);
@@ -15,7 +15,7 @@ __global__ void DenseAdamKernel(float* w, const float* g, float* m, float* v, in
 
 }  // namespace
 
-absl::Status DenseAdamStep(float* w, const float* g, float* m, float* v, int64_t count, embedding::AdamStep step,
+absl::Status DenseAdamStep(float* w, const float* g, float* m, float* v, int64_t count, gemtb::embedding::AdamStep step,
                            const OptimizerConfig& optimizer, __nv_bfloat16* w_bf16, cudaStream_t stream) {
   if (count < 1 || count >= (int64_t{1} << 40)) {
     return absl::InvalidArgumentError(absl::StrCat("count=", count, ": want 1 .. 2^40-1"));

@@ -19,7 +19,7 @@ namespace gemtb::gpu::train {
 // w, m, v updated in place for `count` elements with gradient g and this step's bias products
 // (embedding::NextAdamStep of the previous step's); w_bf16, when not null, gets each updated
 // weight rounded to bf16 (to nearest even). count in 1 .. 2^40-1, optimizer kind Adam.
-absl::Status DenseAdamStep(float* w, const float* g, float* m, float* v, int64_t count, embedding::AdamStep step,
+absl::Status DenseAdamStep(float* w, const float* g, float* m, float* v, int64_t count, gemtb::embedding::AdamStep step,
                            const OptimizerConfig& optimizer, __nv_bfloat16* w_bf16, cudaStream_t stream);
 
 }  // namespace gemtb::gpu::train

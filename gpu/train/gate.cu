@@ -15,40 +15,49 @@ __device__ float GateSigmoid(float x) {
   return __fdiv_rn(e, __fadd_rn(1.0f, e));
 }
 
-__global__ void GateForwardKernel(const __nv_bfloat16* z, const __nv_bfloat16* a, int64_t count, __nv_bfloat16* y,
-                                  float* sig) {
+template <typename T>
+__global__ void GateForwardKernel(const T* z, const T* a, int64_t count, T* y, float* sig) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= count) return;
-  const float s = GateSigmoid(__bfloat162float(a[e]));
+  const float s = GateSigmoid(ToFloat(a[e]));
   sig[e] = s;
-  y[e] = __float2bfloat16_rn(__fmul_rn(__bfloat162float(z[e]), s));
+  y[e] = FromFloat<T>(__fmul_rn(ToFloat(z[e]), s));
 }
 
-__global__ void GateBackwardKernel(const __nv_bfloat16* z, const float* sig, const __nv_bfloat16* dy, int64_t count,
-                                   __nv_bfloat16* da, __nv_bfloat16* dz) {
+template <typename T>
+__global__ void GateBackwardKernel(const T* z, const float* sig, const T* dy, int64_t count, T* da, T* dz) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= count) return;
-  const float s = sig[e], g = __bfloat162float(dy[e]);
-  da[e] = __float2bfloat16_rn(__fmul_rn(__fmul_rn(__fmul_rn(g, __bfloat162float(z[e])), s), __fsub_rn(1.0f, s)));
-  dz[e] = __float2bfloat16_rn(__fmul_rn(g, s));
+  const float s = sig[e], g = ToFloat(dy[e]);
+  da[e] = FromFloat<T>(__fmul_rn(__fmul_rn(__fmul_rn(g, ToFloat(z[e])), s), __fsub_rn(1.0f, s)));
+  dz[e] = FromFloat<T>(__fmul_rn(g, s));
 }
 
 unsigned Blocks(int64_t count) { return static_cast<unsigned>((count + kThreads - 1) / kThreads); }
 
 }  // namespace
 
-absl::Status GateForward(const __nv_bfloat16* z, const __nv_bfloat16* a, int64_t count, __nv_bfloat16* y, float* sig,
-                         cudaStream_t stream) {
+template <typename T>
+absl::Status GateForward(const T* z, const T* a, int64_t count, T* y, float* sig, cudaStream_t stream) {
   if (absl::Status v = ValidateCount(count); !v.ok()) return v;
-  GateForwardKernel<<<Blocks(count), kThreads, 0, stream>>>(z, a, count, y, sig);
+  GateForwardKernel<T><<<Blocks(count), kThreads, 0, stream>>>(z, a, count, y, sig);
   return Launched("GateForward");
 }
 
-absl::Status GateBackward(const __nv_bfloat16* z, const float* sig, const __nv_bfloat16* dy, int64_t count,
-                          __nv_bfloat16* da, __nv_bfloat16* dz, cudaStream_t stream) {
+template <typename T>
+absl::Status GateBackward(const T* z, const float* sig, const T* dy, int64_t count, T* da, T* dz,
+                          cudaStream_t stream) {
   if (absl::Status v = ValidateCount(count); !v.ok()) return v;
-  GateBackwardKernel<<<Blocks(count), kThreads, 0, stream>>>(z, sig, dy, count, da, dz);
+  GateBackwardKernel<T><<<Blocks(count), kThreads, 0, stream>>>(z, sig, dy, count, da, dz);
   return Launched("GateBackward");
 }
+
+template absl::Status GateForward<float>(const float*, const float*, int64_t, float*, float*, cudaStream_t);
+template absl::Status GateForward<__nv_bfloat16>(const __nv_bfloat16*, const __nv_bfloat16*, int64_t, __nv_bfloat16*,
+                                                 float*, cudaStream_t);
+template absl::Status GateBackward<float>(const float*, const float*, const float*, int64_t, float*, float*,
+                                          cudaStream_t);
+template absl::Status GateBackward<__nv_bfloat16>(const __nv_bfloat16*, const float*, const __nv_bfloat16*, int64_t,
+                                                  __nv_bfloat16*, __nv_bfloat16*, cudaStream_t);
 
 }  // namespace gemtb::gpu::train

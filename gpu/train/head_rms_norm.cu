@@ -10,39 +10,40 @@ constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 8;  // one warp each
 constexpr float kEps = 1e-6f;
 
-__global__ void HeadRmsNormForwardKernel(const __nv_bfloat16* x, int64_t rows, int dh, __nv_bfloat16* y, float* inv) {
+template <typename T>
+__global__ void HeadRmsNormForwardKernel(const T* x, int64_t rows, int dh, T* y, float* inv) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   if (row >= rows) return;
   const int lane = threadIdx.x % kWarp;
-  const __nv_bfloat16* xr = x + row * dh;
+  const T* xr = x + row * dh;
   float ss = 0.0f;
   for (int i = lane; i < dh; i += kWarp) {
-    const float v = __bfloat162float(xr[i]);
+    const float v = ToFloat(xr[i]);
     ss = __fadd_rn(ss, __fmul_rn(v, v));
   }
   const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(WarpSum(ss), static_cast<float>(dh)), kEps)));
-  __nv_bfloat16* yr = y + row * dh;
-  for (int i = lane; i < dh; i += kWarp) yr[i] = __float2bfloat16_rn(__fmul_rn(__bfloat162float(xr[i]), r));
+  T* yr = y + row * dh;
+  for (int i = lane; i < dh; i += kWarp) yr[i] = FromFloat<T>(__fmul_rn(ToFloat(xr[i]), r));
   if (lane == 0) inv[row] = r;
 }
 
-__global__ void HeadRmsNormBackwardKernel(const __nv_bfloat16* x, const float* inv, const __nv_bfloat16* dy,
-                                          int64_t rows, int dh, __nv_bfloat16* dx) {
+template <typename T>
+__global__ void HeadRmsNormBackwardKernel(const T* x, const float* inv, const T* dy, int64_t rows, int dh, T* dx) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   if (row >= rows) return;
   const int lane = threadIdx.x % kWarp;
-  const __nv_bfloat16* xr = x + row * dh;
-  const __nv_bfloat16* dyr = dy + row * dh;
+  const T* xr = x + row * dh;
+  const T* dyr = dy + row * dh;
   const float r = inv[row];
   float s = 0.0f;
   for (int i = lane; i < dh; i += kWarp) {
-    s = __fadd_rn(s, __fmul_rn(__bfloat162float(dyr[i]), __fmul_rn(__bfloat162float(xr[i]), r)));
+    s = __fadd_rn(s, __fmul_rn(ToFloat(dyr[i]), __fmul_rn(ToFloat(xr[i]), r)));
   }
   s = __fdiv_rn(WarpSum(s), static_cast<float>(dh));
-  __nv_bfloat16* dxr = dx + row * dh;
+  T* dxr = dx + row * dh;
   for (int i = lane; i < dh; i += kWarp) {
-    const float yv = __fmul_rn(__bfloat162float(xr[i]), r);
-    dxr[i] = __float2bfloat16_rn(__fmul_rn(r, __fsub_rn(__bfloat162float(dyr[i]), __fmul_rn(yv, s))));
+    const float yv = __fmul_rn(ToFloat(xr[i]), r);
+    dxr[i] = FromFloat<T>(__fmul_rn(r, __fsub_rn(ToFloat(dyr[i]), __fmul_rn(yv, s))));
   }
 }
 
@@ -58,20 +59,29 @@ absl::Status ValidateHeadRowsShape(const HeadRowsShape& s) {
   return absl::OkStatus();
 }
 
-absl::Status HeadRmsNormForward(const HeadRowsShape& s, const __nv_bfloat16* x, __nv_bfloat16* y, float* inv,
-                                cudaStream_t stream) {
+template <typename T>
+absl::Status HeadRmsNormForward(const HeadRowsShape& s, const T* x, T* y, float* inv, cudaStream_t stream) {
   if (absl::Status v = ValidateHeadRowsShape(s); !v.ok()) return v;
-  HeadRmsNormForwardKernel<<<RowBlocks(s.rows), kRowsPerBlock * kWarp, 0, stream>>>(x, s.rows, static_cast<int>(s.dh),
-                                                                                    y, inv);
+  HeadRmsNormForwardKernel<T><<<RowBlocks(s.rows), kRowsPerBlock * kWarp, 0, stream>>>(
+      x, s.rows, static_cast<int>(s.dh), y, inv);
   return Launched("HeadRmsNormForward");
 }
 
-absl::Status HeadRmsNormBackward(const HeadRowsShape& s, const __nv_bfloat16* x, const float* inv,
-                                 const __nv_bfloat16* dy, __nv_bfloat16* dx, cudaStream_t stream) {
+template <typename T>
+absl::Status HeadRmsNormBackward(const HeadRowsShape& s, const T* x, const float* inv, const T* dy, T* dx,
+                                 cudaStream_t stream) {
   if (absl::Status v = ValidateHeadRowsShape(s); !v.ok()) return v;
-  HeadRmsNormBackwardKernel<<<RowBlocks(s.rows), kRowsPerBlock * kWarp, 0, stream>>>(x, inv, dy, s.rows,
-                                                                                     static_cast<int>(s.dh), dx);
+  HeadRmsNormBackwardKernel<T><<<RowBlocks(s.rows), kRowsPerBlock * kWarp, 0, stream>>>(
+      x, inv, dy, s.rows, static_cast<int>(s.dh), dx);
   return Launched("HeadRmsNormBackward");
 }
+
+template absl::Status HeadRmsNormForward<float>(const HeadRowsShape&, const float*, float*, float*, cudaStream_t);
+template absl::Status HeadRmsNormForward<__nv_bfloat16>(const HeadRowsShape&, const __nv_bfloat16*, __nv_bfloat16*,
+                                                        float*, cudaStream_t);
+template absl::Status HeadRmsNormBackward<float>(const HeadRowsShape&, const float*, const float*, const float*,
+                                                 float*, cudaStream_t);
+template absl::Status HeadRmsNormBackward<__nv_bfloat16>(const HeadRowsShape&, const __nv_bfloat16*, const float*,
+                                                         const __nv_bfloat16*, __nv_bfloat16*, cudaStream_t);
 
 }  // namespace gemtb::gpu::train

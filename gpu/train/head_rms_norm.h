@@ -1,8 +1,8 @@
 // The QK-norm of the GPU trainer, as reference/model/layers.h defines it: a parameter-free RMSNorm of
 // each head's vector, y = x / sqrt(mean(x^2) + 1e-6), over rows of `dh` values (n tokens x heads
-// rows). bf16 activations, fp32 math and saved inverse RMS; one warp per row, its sum by a fixed
-// butterfly, so every run gives the same bytes. Device pointers, asynchronous on `stream`; the shape
-// is checked first (errors name the field).
+// rows). Activations T in fp32 or bf16 (head_rms_norm.cu instantiates both), fp32 math and saved
+// inverse RMS; one warp per row, its sum by a fixed butterfly, so every run gives the same bytes.
+// Device pointers, asynchronous on `stream`; the shape is checked first (errors name the field).
 #ifndef GEMTB_GPU_TRAIN_HEAD_RMS_NORM_H_
 #define GEMTB_GPU_TRAIN_HEAD_RMS_NORM_H_
 
@@ -23,11 +23,12 @@ struct HeadRowsShape {
 absl::Status ValidateHeadRowsShape(const HeadRowsShape& shape);
 
 // y = x * inv per row, inv [rows] kept for the backward.
-absl::Status HeadRmsNormForward(const HeadRowsShape& s, const __nv_bfloat16* x, __nv_bfloat16* y, float* inv,
-                                cudaStream_t stream);
+template <typename T>
+absl::Status HeadRmsNormForward(const HeadRowsShape& s, const T* x, T* y, float* inv, cudaStream_t stream);
 // dx = inv (dy - y mean(dy y)) with y = x * inv recomputed in fp32 (written, not added).
-absl::Status HeadRmsNormBackward(const HeadRowsShape& s, const __nv_bfloat16* x, const float* inv,
-                                 const __nv_bfloat16* dy, __nv_bfloat16* dx, cudaStream_t stream);
+template <typename T>
+absl::Status HeadRmsNormBackward(const HeadRowsShape& s, const T* x, const float* inv, const T* dy, T* dx,
+                                 cudaStream_t stream);
 
 }  // namespace gemtb::gpu::train
 

@@ -1,8 +1,10 @@
 // What the trainer's elementwise and row kernels share: the launch check every entry point ends
-// with, the element-count check of the elementwise ones, and a warp's fixed-order sum.
+// with, the element-count check of the elementwise ones, a warp's fixed-order sum, and the loads and
+// stores of their activations in either type (fp32 or bf16) around fp32 math.
 #ifndef GEMTB_GPU_TRAIN_KERNEL_UTILS_CUH_
 #define GEMTB_GPU_TRAIN_KERNEL_UTILS_CUH_
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -32,6 +34,18 @@ __device__ inline float WarpSum(float v) {
   for (int offset = 16; offset > 0; offset /= 2) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
 }
+
+// An activation as the fp32 the kernels compute in: bf16 widens exactly, fp32 is itself.
+__device__ inline float ToFloat(float v) { return v; }
+__device__ inline float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// An fp32 result stored as the activation type: bf16 rounds to nearest even, fp32 is itself.
+template <typename T>
+__device__ T FromFloat(float v);
+template <>
+__device__ inline float FromFloat<float>(float v) { return v; }
+template <>
+__device__ inline __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 }  // namespace gemtb::gpu::train
 

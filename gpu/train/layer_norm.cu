@@ -12,26 +12,27 @@ constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 8;  // one warp each
 constexpr float kEps = 1e-5f;
 
-__global__ void LayerNormForwardKernel(const __nv_bfloat16* x, const float* gamma, const float* beta, int64_t n,
-                                       int width, __nv_bfloat16* y, float* mean_out, float* rstd_out) {
+template <typename T>
+__global__ void LayerNormForwardKernel(const T* x, const float* gamma, const float* beta, int64_t n, int width, T* y,
+                                       float* mean_out, float* rstd_out) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   if (row >= n) return;
   const int lane = threadIdx.x % kWarp;
-  const __nv_bfloat16* xr = x + row * width;
+  const T* xr = x + row * width;
   float sum = 0.0f;
-  for (int i = lane; i < width; i += kWarp) sum = __fadd_rn(sum, __bfloat162float(xr[i]));
+  for (int i = lane; i < width; i += kWarp) sum = __fadd_rn(sum, ToFloat(xr[i]));
   const float mean = __fdiv_rn(WarpSum(sum), static_cast<float>(width));
   float sq = 0.0f;
   for (int i = lane; i < width; i += kWarp) {
-    const float d = __fsub_rn(__bfloat162float(xr[i]), mean);
+    const float d = __fsub_rn(ToFloat(xr[i]), mean);
     sq = __fadd_rn(sq, __fmul_rn(d, d));
   }
   const float var = __fdiv_rn(WarpSum(sq), static_cast<float>(width));
   const float rstd = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(var, kEps)));
-  __nv_bfloat16* yr = y + row * width;
+  T* yr = y + row * width;
   for (int i = lane; i < width; i += kWarp) {
-    const float h = __fmul_rn(__fsub_rn(__bfloat162float(xr[i]), mean), rstd);
-    yr[i] = __float2bfloat16_rn(__fadd_rn(__fmul_rn(h, gamma[i]), beta[i]));
+    const float h = __fmul_rn(__fsub_rn(ToFloat(xr[i]), mean), rstd);
+    yr[i] = FromFloat<T>(__fadd_rn(__fmul_rn(h, gamma[i]), beta[i]));
   }
   if (lane == 0) {
     mean_out[row] = mean;
@@ -39,42 +40,42 @@ __global__ void LayerNormForwardKernel(const __nv_bfloat16* x, const float* gamm
   }
 }
 
-__global__ void LayerNormBackwardInputKernel(const __nv_bfloat16* x, const float* gamma, const float* mean_in,
-                                             const float* rstd_in, const __nv_bfloat16* dy, int64_t n, int width,
-                                             __nv_bfloat16* dx) {
+template <typename T>
+__global__ void LayerNormBackwardInputKernel(const T* x, const float* gamma, const float* mean_in, const float* rstd_in,
+                                             const T* dy, int64_t n, int width, T* dx) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   if (row >= n) return;
   const int lane = threadIdx.x % kWarp;
-  const __nv_bfloat16* xr = x + row * width;
-  const __nv_bfloat16* dyr = dy + row * width;
+  const T* xr = x + row * width;
+  const T* dyr = dy + row * width;
   const float mean = mean_in[row], rstd = rstd_in[row];
   float sum = 0.0f, sum_h = 0.0f;
   for (int i = lane; i < width; i += kWarp) {
-    const float h = __fmul_rn(__fsub_rn(__bfloat162float(xr[i]), mean), rstd);
-    const float dh = __fmul_rn(__bfloat162float(dyr[i]), gamma[i]);
+    const float h = __fmul_rn(__fsub_rn(ToFloat(xr[i]), mean), rstd);
+    const float dh = __fmul_rn(ToFloat(dyr[i]), gamma[i]);
     sum = __fadd_rn(sum, dh);
     sum_h = __fadd_rn(sum_h, __fmul_rn(dh, h));
   }
   sum = __fdiv_rn(WarpSum(sum), static_cast<float>(width));
   sum_h = __fdiv_rn(WarpSum(sum_h), static_cast<float>(width));
-  __nv_bfloat16* dxr = dx + row * width;
+  T* dxr = dx + row * width;
   for (int i = lane; i < width; i += kWarp) {
-    const float h = __fmul_rn(__fsub_rn(__bfloat162float(xr[i]), mean), rstd);
-    const float dh = __fmul_rn(__bfloat162float(dyr[i]), gamma[i]);
-    dxr[i] = __float2bfloat16_rn(__fmul_rn(rstd, __fsub_rn(__fsub_rn(dh, sum), __fmul_rn(h, sum_h))));
+    const float h = __fmul_rn(__fsub_rn(ToFloat(xr[i]), mean), rstd);
+    const float dh = __fmul_rn(ToFloat(dyr[i]), gamma[i]);
+    dxr[i] = FromFloat<T>(__fmul_rn(rstd, __fsub_rn(__fsub_rn(dh, sum), __fmul_rn(h, sum_h))));
   }
 }
 
 // dgamma[j] += sum_i dy[i,j] xhat[i,j] and dbeta[j] += sum_i dy[i,j], rows in increasing order.
-__global__ void LayerNormBackwardParamsKernel(const __nv_bfloat16* x, const float* mean_in, const float* rstd_in,
-                                              const __nv_bfloat16* dy, int64_t n, int width, float* dgamma,
-                                              float* dbeta) {
+template <typename T>
+__global__ void LayerNormBackwardParamsKernel(const T* x, const float* mean_in, const float* rstd_in, const T* dy,
+                                              int64_t n, int width, float* dgamma, float* dbeta) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= width) return;
   float g = 0.0f, b = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
-    const float d = __bfloat162float(dy[i * width + j]);
-    const float h = __fmul_rn(__fsub_rn(__bfloat162float(x[i * width + j]), mean_in[i]), rstd_in[i]);
+    const float d = ToFloat(dy[i * width + j]);
+    const float h = __fmul_rn(__fsub_rn(ToFloat(x[i * width + j]), mean_in[i]), rstd_in[i]);
     g = __fadd_rn(g, __fmul_rn(d, h));
     b = __fadd_rn(b, d);
   }
@@ -85,20 +86,22 @@ __global__ void LayerNormBackwardParamsKernel(const __nv_bfloat16* x, const floa
 // Phi(x) = erfc(-x / sqrt 2) / 2, as ops.h writes it.
 __device__ float NormalCdf(float x) { return 0.5f * erfcf(__fmul_rn(-x, 0.70710678118654752440f)); }
 
-__global__ void GeluForwardKernel(const __nv_bfloat16* x, int64_t count, __nv_bfloat16* y) {
+template <typename T>
+__global__ void GeluForwardKernel(const T* x, int64_t count, T* y) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= count) return;
-  const float v = __bfloat162float(x[e]);
-  y[e] = __float2bfloat16_rn(__fmul_rn(v, NormalCdf(v)));
+  const float v = ToFloat(x[e]);
+  y[e] = FromFloat<T>(__fmul_rn(v, NormalCdf(v)));
 }
 
-__global__ void GeluBackwardKernel(const __nv_bfloat16* x, const __nv_bfloat16* dy, int64_t count, __nv_bfloat16* dx) {
+template <typename T>
+__global__ void GeluBackwardKernel(const T* x, const T* dy, int64_t count, T* dx) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= count) return;
-  const float v = __bfloat162float(x[e]);
+  const float v = ToFloat(x[e]);
   const float pdf = __fmul_rn(0.39894228040143267794f, expf(__fmul_rn(-0.5f, __fmul_rn(v, v))));
   const float grad = __fadd_rn(NormalCdf(v), __fmul_rn(v, pdf));
-  dx[e] = __float2bfloat16_rn(__fmul_rn(__bfloat162float(dy[e]), grad));
+  dx[e] = FromFloat<T>(__fmul_rn(ToFloat(dy[e]), grad));
 }
 
 unsigned RowBlocks(int64_t n) { return static_cast<unsigned>((n + kRowsPerBlock - 1) / kRowsPerBlock); }
@@ -113,42 +116,60 @@ absl::Status ValidateRowsShape(const RowsShape& s) {
   return absl::OkStatus();
 }
 
-absl::Status LayerNormForward(const RowsShape& s, const __nv_bfloat16* x, const float* gamma, const float* beta,
-                              __nv_bfloat16* y, float* mean, float* rstd, cudaStream_t stream) {
+template <typename T>
+absl::Status LayerNormForward(const RowsShape& s, const T* x, const float* gamma, const float* beta, T* y, float* mean,
+                              float* rstd, cudaStream_t stream) {
   if (absl::Status v = ValidateRowsShape(s); !v.ok()) return v;
-  LayerNormForwardKernel<<<RowBlocks(s.n), kRowsPerBlock * kWarp, 0, stream>>>(x, gamma, beta, s.n,
-                                                                               static_cast<int>(s.width), y, mean, rstd);
+  LayerNormForwardKernel<T><<<RowBlocks(s.n), kRowsPerBlock * kWarp, 0, stream>>>(
+      x, gamma, beta, s.n, static_cast<int>(s.width), y, mean, rstd);
   return Launched("LayerNormForward");
 }
 
-absl::Status LayerNormBackward(const RowsShape& s, const __nv_bfloat16* x, const float* gamma, const float* mean,
-                               const float* rstd, const __nv_bfloat16* dy, __nv_bfloat16* dx, float* dgamma,
-                               float* dbeta, cudaStream_t stream) {
+template <typename T>
+absl::Status LayerNormBackward(const RowsShape& s, const T* x, const float* gamma, const float* mean, const float* rstd,
+                               const T* dy, T* dx, float* dgamma, float* dbeta, cudaStream_t stream) {
   if (absl::Status v = ValidateRowsShape(s); !v.ok()) return v;
   const int width = static_cast<int>(s.width);
-  LayerNormBackwardInputKernel<<<RowBlocks(s.n), kRowsPerBlock * kWarp, 0, stream>>>(x, gamma, mean, rstd, dy, s.n,
-                                                                                     width, dx);
+  LayerNormBackwardInputKernel<T><<<RowBlocks(s.n), kRowsPerBlock * kWarp, 0, stream>>>(x, gamma, mean, rstd, dy, s.n,
+                                                                                        width, dx);
   if (absl::Status l = Launched("LayerNormBackward (dx)"); !l.ok()) return l;
   constexpr int kThreads = 256;
-  LayerNormBackwardParamsKernel<<<(width + kThreads - 1) / kThreads, kThreads, 0, stream>>>(x, mean, rstd, dy, s.n,
-                                                                                          width, dgamma, dbeta);
+  LayerNormBackwardParamsKernel<T><<<(width + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+      x, mean, rstd, dy, s.n, width, dgamma, dbeta);
   return Launched("LayerNormBackward (dgamma, dbeta)");
 }
 
-absl::Status GeluForward(const __nv_bfloat16* x, int64_t count, __nv_bfloat16* y, cudaStream_t stream) {
+template <typename T>
+absl::Status GeluForward(const T* x, int64_t count, T* y, cudaStream_t stream) {
   if (absl::Status v = ValidateCount(count); !v.ok()) return v;
   constexpr int kThreads = 256;
-  GeluForwardKernel<<<static_cast<unsigned>((count + kThreads - 1) / kThreads), kThreads, 0, stream>>>(x, count, y);
+  GeluForwardKernel<T><<<static_cast<unsigned>((count + kThreads - 1) / kThreads), kThreads, 0, stream>>>(x, count,
+                                                                                                        y);
   return Launched("GeluForward");
 }
 
-absl::Status GeluBackward(const __nv_bfloat16* x, const __nv_bfloat16* dy, int64_t count, __nv_bfloat16* dx,
-                          cudaStream_t stream) {
+template <typename T>
+absl::Status GeluBackward(const T* x, const T* dy, int64_t count, T* dx, cudaStream_t stream) {
   if (absl::Status v = ValidateCount(count); !v.ok()) return v;
   constexpr int kThreads = 256;
-  GeluBackwardKernel<<<static_cast<unsigned>((count + kThreads - 1) / kThreads), kThreads, 0, stream>>>(x, dy, count,
-                                                                                                       dx);
+  GeluBackwardKernel<T><<<static_cast<unsigned>((count + kThreads - 1) / kThreads), kThreads, 0, stream>>>(x, dy,
+                                                                                                         count, dx);
   return Launched("GeluBackward");
 }
+
+template absl::Status LayerNormForward<float>(const RowsShape&, const float*, const float*, const float*, float*,
+                                              float*, float*, cudaStream_t);
+template absl::Status LayerNormForward<__nv_bfloat16>(const RowsShape&, const __nv_bfloat16*, const float*,
+                                                      const float*, __nv_bfloat16*, float*, float*, cudaStream_t);
+template absl::Status LayerNormBackward<float>(const RowsShape&, const float*, const float*, const float*, const float*,
+                                               const float*, float*, float*, float*, cudaStream_t);
+template absl::Status LayerNormBackward<__nv_bfloat16>(const RowsShape&, const __nv_bfloat16*, const float*,
+                                                       const float*, const float*, const __nv_bfloat16*,
+                                                       __nv_bfloat16*, float*, float*, cudaStream_t);
+template absl::Status GeluForward<float>(const float*, int64_t, float*, cudaStream_t);
+template absl::Status GeluForward<__nv_bfloat16>(const __nv_bfloat16*, int64_t, __nv_bfloat16*, cudaStream_t);
+template absl::Status GeluBackward<float>(const float*, const float*, int64_t, float*, cudaStream_t);
+template absl::Status GeluBackward<__nv_bfloat16>(const __nv_bfloat16*, const __nv_bfloat16*, int64_t,
+                                                  __nv_bfloat16*, cudaStream_t);
 
 }  // namespace gemtb::gpu::train

@@ -1,8 +1,9 @@
 // LayerNorm and GELU of the GPU trainer, as reference/model/layers.h and ops.h define them: per row
 // of `width`, y = (x - mean) * rstd * gamma + beta with the biased variance and eps 1e-5; GELU in
-// its erf form, x Phi(x). Activations in bf16, statistics and parameters in fp32, math in fp32.
-// Every reduction runs in a fixed order (the same bytes on every run). Device pointers; calls are
-// asynchronous on `stream` and check their shape first (errors name the field).
+// its erf form, x Phi(x). Activations T in fp32 or bf16 (layer_norm.cu instantiates both),
+// statistics and parameters in fp32, math in fp32. Every reduction runs in a fixed order (the same
+// bytes on every run). Device pointers; calls are asynchronous on `stream` and check their shape
+// first (errors name the field).
 #ifndef GEMTB_GPU_TRAIN_LAYER_NORM_H_
 #define GEMTB_GPU_TRAIN_LAYER_NORM_H_
 
@@ -24,18 +25,20 @@ struct RowsShape {
 absl::Status ValidateRowsShape(const RowsShape& shape);
 
 // y = LayerNorm(x); mean and rstd [n] are kept for the backward. One warp per row.
-absl::Status LayerNormForward(const RowsShape& s, const __nv_bfloat16* x, const float* gamma, const float* beta,
-                              __nv_bfloat16* y, float* mean, float* rstd, cudaStream_t stream);
+template <typename T>
+absl::Status LayerNormForward(const RowsShape& s, const T* x, const float* gamma, const float* beta, T* y, float* mean,
+                              float* rstd, cudaStream_t stream);
 // dx = rstd (dy g - mean(dy g) - xhat mean(dy g xhat)) per row (written); dgamma += sum over rows
 // of dy xhat and dbeta += sum of dy (rows in increasing order, one thread per column).
-absl::Status LayerNormBackward(const RowsShape& s, const __nv_bfloat16* x, const float* gamma, const float* mean,
-                               const float* rstd, const __nv_bfloat16* dy, __nv_bfloat16* dx, float* dgamma,
-                               float* dbeta, cudaStream_t stream);
+template <typename T>
+absl::Status LayerNormBackward(const RowsShape& s, const T* x, const float* gamma, const float* mean, const float* rstd,
+                               const T* dy, T* dx, float* dgamma, float* dbeta, cudaStream_t stream);
 
 // y = GELU(x) and dx = dy GELU'(x) (written), elementwise over `count` values.
-absl::Status GeluForward(const __nv_bfloat16* x, int64_t count, __nv_bfloat16* y, cudaStream_t stream);
-absl::Status GeluBackward(const __nv_bfloat16* x, const __nv_bfloat16* dy, int64_t count, __nv_bfloat16* dx,
-                          cudaStream_t stream);
+template <typename T>
+absl::Status GeluForward(const T* x, int64_t count, T* y, cudaStream_t stream);
+template <typename T>
+absl::Status GeluBackward(const T* x, const T* dy, int64_t count, T* dx, cudaStream_t stream);
 
 }  // namespace gemtb::gpu::train
 

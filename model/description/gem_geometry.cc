@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "model/embedding/embedding_math.h"
 
 namespace gemtb::model {
 namespace {
@@ -126,6 +127,46 @@ absl::StatusOr<GemGeometry> MakeGemGeometry(const ModelConfig& c) {
   for (size_t i = 0; i + 1 < g.head_widths.size(); ++i)
     AddLinear(L, absl::StrCat("head.mlp", i), g.head_widths[i], g.head_widths[i + 1]);
   return g;
+}
+
+EmbeddingConfig GemEmbeddingConfig(const ModelConfig& config, float table_lr, uint64_t seed) {
+  EmbeddingConfig e;
+  e.seed = seed;
+  for (size_t t = 0; t < config.tables.size(); ++t) {
+    const TableSpec& spec = config.tables[t];
+    TableConfig tc;
+    tc.name = spec.name;
+    tc.rows = spec.rows;
+    tc.dim = spec.dim;
+    tc.dtype = ElementType::kFloat32;
+    tc.hashing = spec.hashing;
+    tc.bounds = BoundsMode::kError;
+    tc.hash_seed = embedding::DefaultHashSeed(static_cast<int>(t));
+    tc.optimizer.kind = OptimizerKind::kRowwiseAdagrad;
+    tc.optimizer.lr = table_lr;
+    e.tables.push_back(tc);
+  }
+  for (const auto& f : config.features) {
+    FeatureConfig fc;
+    fc.key = f.name;
+    fc.table = f.table_index;
+    fc.pooling = f.pooling;
+    fc.max_len = f.max_len;
+    e.features.push_back(fc);
+  }
+  for (const auto& s : config.sequences) {
+    const int tables[3] = {s.item_table_index, s.action_table_index, s.dt_table_index};
+    const char* parts[3] = {"item", "action", "dt"};
+    for (int k = 0; k < 3; ++k) {
+      FeatureConfig fc;
+      fc.key = absl::StrCat(s.name, ".", parts[k]);
+      fc.table = tables[k];
+      fc.pooling = Pooling::kNone;
+      fc.max_len = s.lmax;
+      e.features.push_back(fc);
+    }
+  }
+  return e;
 }
 
 }  // namespace gemtb::model

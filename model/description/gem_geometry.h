@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "model/description/model_config.h"
 #include "model/description/param_layout.h"
+#include "model/embedding/embedding_config.h"
 
 namespace gemtb::model {
 
@@ -55,6 +56,11 @@ struct GemGeometry {
 // InvalidArgument / Unimplemented naming the config field for what the model does not support
 // (head dims must be even; one Wukong expert; SiLU sequences; position RoPE only; ...).
 absl::StatusOr<GemGeometry> MakeGemGeometry(const ModelConfig& config);
+
+// The model's tables as TBE tables (fp32, the config's hashing, bounds error, rowwise Adagrad with
+// `table_lr`); features: the sparse features in key order (their pooling), then per sequence j the
+// item, action and dt features ("<seq>.item", ...) with NONE pooling. Sequence bags hold at most Lmax ids.
+EmbeddingConfig GemEmbeddingConfig(const ModelConfig& config, float table_lr, uint64_t seed);
 
 }  // namespace gemtb::model
 

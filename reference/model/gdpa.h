@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "model/attention/rope_table.h"
 #include "reference/model/ops.h"
 
 namespace gemtb::reference::model {
@@ -155,21 +156,8 @@ void GdpaBackward(const GdpaShape& s, const T* q, const T* k, const T* v, const 
   gdpa_detail::BackwardImpl<0>(s, q, k, v, do_, dq, dk, dv);
 }
 
-// RoPE table [positions, dh] as the oracle reads it: sin_m in columns [0, dh/2), cos_m in
-// [dh/2, dh), angle_m(p) = p * 10000^(-2m/dh), computed in fp64 and rounded once to T.
-template <typename T>
-std::vector<T> RopeTable(int positions, int dh) {
-  std::vector<T> table(static_cast<size_t>(positions) * dh);
-  const int half = dh / 2;
-  for (int p = 0; p < positions; ++p) {
-    for (int m = 0; m < half; ++m) {
-      const double angle = p * std::pow(10000.0, -2.0 * m / dh);
-      table[static_cast<size_t>(p) * dh + m] = static_cast<T>(std::sin(angle));
-      table[static_cast<size_t>(p) * dh + half + m] = static_cast<T>(std::cos(angle));
-    }
-  }
-  return table;
-}
+// The RoPE table (model/attention/rope_table.h).
+using gemtb::model::RopeTable;
 
 // In place on x [n, H*dh]: token t rotated by table row t (same for all heads).
 template <typename T>

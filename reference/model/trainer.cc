@@ -144,12 +144,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const gemtb::model::Mod
   return t;
 }
 
-float ScheduledRate(float lr, float fraction, int64_t step, int64_t total_steps, bool linear_decay) {
-  if (!linear_decay || total_steps <= 0) return lr;
-  const float done = std::min(1.0f, static_cast<float>(step) / static_cast<float>(total_steps));
-  return lr * (1.0f - fraction * done);
-}
-
 absl::StatusOr<StepResult> Trainer::Step() {
   const int64_t B = options_.batch;
   const float table_lr = ScheduledRate(options_.table_lr, options_.table_decay, state_.step, options_.total_steps,

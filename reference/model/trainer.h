@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/description/model_config.h"
+#include "model/description/train_schedule.h"
 #include "model/sharding/sharding_types.h"
 #include "reference/collectives/collectives.h"
 #include "reference/embedding/tbe.h"
@@ -62,8 +63,8 @@ struct TrainState {
   EmbeddingState tables;
 };
 
-// lr * (1 - fraction * step / total_steps), fp32 ops; constant when decay is off.
-float ScheduledRate(float lr, float fraction, int64_t step, int64_t total_steps, bool linear_decay);
+// The schedule (model/description/train_schedule.h).
+using gemtb::model::ScheduledRate;
 
 struct StepResult {
   int64_t step = 0;       // the step just taken (1-based count after it)

@@ -1,8 +1,9 @@
-// The trainer's gate layer, composed as the trainer runs it (gpu/train/gate.h around
-// LinearMatmuls): a = z W + b, y = z sigmoid(a); backward da, dz = da W^T + dy sigmoid(a) through
-// BackwardInput's `add`, dW and db; each stage against layers.h's Gate formulas evaluated in fp64 on
-// that stage's actual (bf16-rounded) inputs; the same bytes on a second run; a bad count refused by
-// name.
+// The trainer's gate layer, composed as the trainer runs it: on bf16 (gpu/train/gate.h around
+// LinearMatmuls) a = z W + b, y = z sigmoid(a); backward da, dz = da W^T + dy sigmoid(a) through
+// BackwardInput's `add`, dW and db; on fp32 as the check mode runs it, the same around Fp32Matmul
+// (gpu/train/gemm.h; the bias as C's initial value, the gate's part of dz and the gradient dW
+// accumulated through beta = 1). Each stage against layers.h's Gate formulas evaluated in fp64 on
+// that stage's actual (rounded) inputs; the same bytes on a second run; a bad count refused by name.
 #include "gpu/train/gate.h"
 
 #include <cuda_runtime.h>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/train/gemm.h"
 #include "gpu/train/linear.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/train_test_util.h"
@@ -23,13 +25,23 @@ namespace {
 
 using test::Bf16Values;
 using test::DeviceArray;
+using test::ExpectClose;
 using test::ExpectCloseToRms;
+using test::ExpectCloseToScale;
 using test::HaveSm90;
+using test::RandomActivations;
 using test::RandomBf16;
 
 TEST(TrainGate, ABadCountIsRefusedByName) {
-  EXPECT_NE(GateForward(nullptr, nullptr, 0, nullptr, nullptr, nullptr).message().find("count=0"), std::string::npos);
-  EXPECT_NE(GateBackward(nullptr, nullptr, nullptr, -1, nullptr, nullptr, nullptr).message().find("count=-1"),
+  EXPECT_NE(GateForward<__nv_bfloat16>(nullptr, nullptr, 0, nullptr, nullptr, nullptr).message().find("count=0"),
+            std::string::npos);
+  EXPECT_NE(GateBackward<__nv_bfloat16>(nullptr, nullptr, nullptr, -1, nullptr, nullptr, nullptr)
+                .message()
+                .find("count=-1"),
+            std::string::npos);
+  EXPECT_NE(GateForward<float>(nullptr, nullptr, int64_t{1} << 40, nullptr, nullptr, nullptr)
+                .message()
+                .find("count=1099511627776"),
             std::string::npos);
 }
 
@@ -140,6 +152,123 @@ TEST(TrainGate, TheComposedLayerMatchesTheReferenceGateInFp64) {
   EXPECT_EQ(again.dz, st.dz);
   EXPECT_EQ(again.dw, st.dw);
   EXPECT_EQ(again.db, st.db);
+}
+
+// The check mode's gate: fp32 activations around Fp32Matmul. Every product has k <= 129 terms, so
+// it is within 1e-5 of the sum of its terms' magnitudes plus 1e-6 (tests/gpu/train_gemm_test.cc
+// says why); the gate's elementwise results take a few roundings each (expf within 2 ulps), within
+// 1e-5 of themselves.
+TEST(TrainGate, TheFp32LayerOnTheFp32GemmMatchesTheReferenceGateInFp64) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const int64_t n = 129, d = 128;  // dW's products add n terms
+  const size_t count = n * d;
+  const std::vector<float> z = RandomActivations<float>(count, 1, 0.0, 1.0),
+                           w = RandomActivations<float>(d * d, 2, 0.0, 0.1),
+                           b = RandomActivations<float>(d, 3, 0.0, 0.5),
+                           dy = RandomActivations<float>(count, 4, 0.0, 1.0),
+                           dw0 = RandomActivations<float>(d * d, 5, 0.0, 0.01);
+  std::vector<float> bias_rows(count);  // a's initial value: b in every row
+  for (size_t e = 0; e < count; ++e) bias_rows[e] = b[e % d];
+
+  absl::StatusOr<std::unique_ptr<Fp32Matmul>> mm = Fp32Matmul::Create();
+  ASSERT_TRUE(mm.ok()) << mm.status();
+  const std::vector<float> zeros(count);
+  DeviceArray<float> d_z(z), d_w(w), d_dy(dy), d_a(bias_rows), d_y(zeros), d_sig(zeros), d_da(zeros), d_dz(zeros),
+      d_dw(dw0);
+  GemmF32 forward;  // a [n, d] = z [n, d] W [d, d] + a
+  forward.m = n;
+  forward.n = forward.k = d;
+  forward.lda = forward.ldb = forward.ldc = d;
+  forward.beta = 1.0f;
+  GemmF32 input_grad = forward;  // dz [n, d] += da [n, d] W^T (W stored [d, d] as [n, k])
+  input_grad.trans_b = true;
+  GemmF32 weight_grad = forward;  // dW [d, d] += z^T da (z stored [n, d] as [k, m])
+  weight_grad.m = d;
+  weight_grad.k = n;
+  weight_grad.trans_a = true;
+
+  struct Stages {
+    std::vector<float> a, sig, y, da, dz_gate, dz, dw;
+  };
+  const auto run = [&](Stages& st) {
+    d_a.Put(bias_rows);
+    d_dw.Put(dw0);
+    ASSERT_TRUE((*mm)->Run(forward, d_z.ptr, d_w.ptr, d_a.ptr, nullptr).ok());
+    ASSERT_TRUE(GateForward(d_z.ptr, d_a.ptr, static_cast<int64_t>(count), d_y.ptr, d_sig.ptr, nullptr).ok());
+    ASSERT_TRUE(GateBackward(d_z.ptr, d_sig.ptr, d_dy.ptr, static_cast<int64_t>(count), d_da.ptr, d_dz.ptr, nullptr)
+                    .ok());
+    st.dz_gate = d_dz.Get(count);
+    ASSERT_TRUE((*mm)->Run(input_grad, d_da.ptr, d_w.ptr, d_dz.ptr, nullptr).ok());
+    ASSERT_TRUE((*mm)->Run(weight_grad, d_z.ptr, d_da.ptr, d_dw.ptr, nullptr).ok());
+    st.a = d_a.Get(count);
+    st.sig = d_sig.Get(count);
+    st.y = d_y.Get(count);
+    st.da = d_da.Get(count);
+    st.dz = d_dz.Get(count);
+    st.dw = d_dw.Get(d * d);
+  };
+  Stages st;
+  run(st);
+
+  std::vector<double> a_want(count), a_scale(count), sig_want(count), y_want(count), da_want(count),
+      dz_gate_want(count), dz_want(count), dz_scale(count), dw_want(d * d), dw_scale(d * d);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < d; ++j) {
+      double acc = b[j], mag = std::fabs(b[j]);
+      for (int64_t k = 0; k < d; ++k) {
+        acc += static_cast<double>(z[i * d + k]) * w[k * d + j];
+        mag += std::fabs(static_cast<double>(z[i * d + k]) * w[k * d + j]);
+      }
+      a_want[i * d + j] = acc;
+      a_scale[i * d + j] = mag;
+    }
+  }
+  for (size_t e = 0; e < count; ++e) {
+    sig_want[e] = 1.0 / (1.0 + std::exp(-static_cast<double>(st.a[e])));
+    y_want[e] = z[e] * sig_want[e];
+    const double sg = st.sig[e];
+    da_want[e] = dy[e] * static_cast<double>(z[e]) * sg * (1.0 - sg);
+    dz_gate_want[e] = dy[e] * sg;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < d; ++k) {
+      const double gate = st.dz_gate[i * d + k];
+      double acc = gate, mag = std::fabs(gate);
+      for (int64_t j = 0; j < d; ++j) {
+        acc += static_cast<double>(st.da[i * d + j]) * w[k * d + j];
+        mag += std::fabs(static_cast<double>(st.da[i * d + j]) * w[k * d + j]);
+      }
+      dz_want[i * d + k] = acc;
+      dz_scale[i * d + k] = mag;
+    }
+  }
+  for (int64_t k = 0; k < d; ++k) {
+    for (int64_t j = 0; j < d; ++j) {
+      double acc = dw0[k * d + j], mag = std::fabs(dw0[k * d + j]);
+      for (int64_t i = 0; i < n; ++i) {
+        acc += static_cast<double>(z[i * d + k]) * st.da[i * d + j];
+        mag += std::fabs(static_cast<double>(z[i * d + k]) * st.da[i * d + j]);
+      }
+      dw_want[k * d + j] = acc;
+      dw_scale[k * d + j] = mag;
+    }
+  }
+  const auto doubles = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+  ExpectCloseToScale(doubles(st.a), a_want, a_scale, 1e-5, 1e-6, "fp32 a");
+  ExpectClose(doubles(st.sig), sig_want, 1e-5, 1e-6, "fp32 sigmoid(a)");
+  ExpectClose(doubles(st.y), y_want, 1e-5, 1e-6, "fp32 y");
+  ExpectClose(doubles(st.da), da_want, 1e-5, 1e-6, "fp32 da");
+  ExpectClose(doubles(st.dz_gate), dz_gate_want, 1e-5, 1e-6, "fp32 dy sigmoid(a)");
+  ExpectCloseToScale(doubles(st.dz), dz_want, dz_scale, 1e-5, 1e-6, "fp32 dz");
+  ExpectCloseToScale(doubles(st.dw), dw_want, dw_scale, 1e-5, 1e-6, "fp32 dW");
+
+  Stages again;
+  run(again);
+  EXPECT_EQ(again.a, st.a);
+  EXPECT_EQ(again.y, st.y);
+  EXPECT_EQ(again.da, st.da);
+  EXPECT_EQ(again.dz, st.dz);
+  EXPECT_EQ(again.dw, st.dw);
 }
 
 }  // namespace

@@ -1,14 +1,17 @@
 // What the trainer-layer GPU tests (tests/gpu/train_*_test.cc) share: whether an sm_90 GPU is
-// here, device arrays filled from and read back into host vectors, random bf16 inputs, and the
-// element-wise closeness check with the first few misses reported.
+// here, device arrays filled from and read back into host vectors, random bf16 inputs, the
+// activation types of the row kernels (fp32 and bf16) for typed tests, and the element-wise
+// closeness checks with the first few misses reported.
 #ifndef GEMTB_TESTS_GPU_TRAIN_TEST_UTIL_H_
 #define GEMTB_TESTS_GPU_TRAIN_TEST_UTIL_H_
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -46,6 +49,12 @@ struct DeviceArray {
   }
   // The memory as bf16 (for arrays of bf16 bits).
   __nv_bfloat16* bf16() const { return reinterpret_cast<__nv_bfloat16*>(ptr); }
+  // The memory as the device type U that T holds on the host (bf16 for its bits, float for itself).
+  template <typename U>
+  U* As() const {
+    static_assert(sizeof(U) == sizeof(T));
+    return reinterpret_cast<U*>(ptr);
+  }
 };
 
 // n normal(mean, scale) draws rounded to bf16 (their bits).
@@ -61,6 +70,52 @@ inline std::vector<double> Bf16Values(const std::vector<uint16_t>& bits) {
   std::vector<double> v;
   v.reserve(bits.size());
   for (uint16_t b : bits) v.push_back(numerics::Bf16BitsToFloat(b));
+  return v;
+}
+
+// The activation types of the trainer's row kernels as a test holds them on the host: bf16 as its
+// bits, fp32 as itself; Round is the nearest value of the type (ties to even), Value its exact value.
+template <typename T>
+struct Activation;
+template <>
+struct Activation<__nv_bfloat16> {
+  using Host = uint16_t;
+  static constexpr const char* kName = "bf16";
+  static Host Round(double v) { return numerics::DoubleToBf16BitsRne(v); }
+  static double Value(Host h) { return numerics::Bf16BitsToFloat(h); }
+};
+template <>
+struct Activation<float> {
+  using Host = float;
+  static constexpr const char* kName = "fp32";
+  static Host Round(double v) { return static_cast<float>(v); }
+  static double Value(Host h) { return h; }
+};
+
+// For TYPED_TEST_SUITE: both activation types, the tests named by the type.
+using ActivationTypes = ::testing::Types<__nv_bfloat16, float>;
+struct ActivationName {
+  template <typename T>
+  static std::string GetName(int) {
+    return Activation<T>::kName;
+  }
+};
+
+// n normal(mean, scale) draws rounded to T (for bf16 the same bits as RandomBf16's).
+template <typename T>
+std::vector<typename Activation<T>::Host> RandomActivations(size_t n, uint64_t seed, double mean, double scale) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(mean, scale);
+  std::vector<typename Activation<T>::Host> host(n);
+  for (auto& h : host) h = Activation<T>::Round(normal(rng));
+  return host;
+}
+
+template <typename T>
+std::vector<double> ActivationValues(const std::vector<typename Activation<T>::Host>& host) {
+  std::vector<double> v;
+  v.reserve(host.size());
+  for (const auto h : host) v.push_back(Activation<T>::Value(h));
   return v;
 }
 
@@ -81,6 +136,27 @@ inline void ExpectClose(const std::vector<double>& got, const std::vector<double
     }
   }
   EXPECT_EQ(bad, 0) << what;
+}
+
+// |got - want| <= rel * scale + floor per element, scale the magnitude of the terms that want adds up
+// (so that a result that cancels to near 0 is held to its terms' rounding, not to itself). Prints
+// the largest error and its largest fraction of the bound, to show how much room the bound leaves.
+inline void ExpectCloseToScale(const std::vector<double>& got, const std::vector<double>& want,
+                               const std::vector<double>& scale, double rel, double floor, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  ASSERT_EQ(scale.size(), want.size()) << what;
+  int bad = 0;
+  double max_error = 0, max_fraction = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double error = std::fabs(got[i] - want[i]), bound = rel * scale[i] + floor;
+    if (!(error <= bound) && bad++ < 5) {
+      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << ", want " << want[i] << " (scale " << scale[i] << ")";
+    }
+    max_error = std::max(max_error, error);
+    max_fraction = std::max(max_fraction, error / bound);
+  }
+  EXPECT_EQ(bad, 0) << what;
+  std::printf("%s: max |error| %.3g, max error/bound %.3f\n", what.c_str(), max_error, max_fraction);
 }
 
 // The same with the floor a fraction of want's root mean square.

@@ -54,6 +54,7 @@ int RunBenchComm(const std::vector<std::string>& args);         // bench_comm.cc
 int RunBenchAttention(const std::vector<std::string>& args);    // bench_attention.cc
 int RunGpuEmbed(const std::vector<std::string>& args);          // gpu_embed.cc
 int RunCheckEmbed(const std::vector<std::string>& args);        // check_embed.cc
+int RunCheckTrain(const std::vector<std::string>& args);        // check_train.cc
 int RunBenchEmbed(const std::vector<std::string>& args);        // bench_embed.cc
 
 }  // namespace gemtb::cli

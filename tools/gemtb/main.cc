@@ -40,6 +40,7 @@ const Subcommand kSubcommands[] = {
     {{"check", "attention"}, gemtb::cli::RunCheckAttention, "random cases: GPU kernels vs oracle, by the attention criteria"},
     {{"gpu", "embed"}, gemtb::cli::RunGpuEmbed, "the CUDA embedding kernels on the case folder of ref embed"},
     {{"check", "embed"}, gemtb::cli::RunCheckEmbed, "random embedding cases per family: GPU vs oracle, byte for byte"},
+    {{"check", "train"}, gemtb::cli::RunCheckTrain, "the GPU trainer against the oracle's, step by step on the same batches"},
     {{"bench", "embed"}, gemtb::cli::RunBenchEmbed, "embedding kernels: effective TB/s, copy ceiling, determinism"},
 };
 

@@ -1,0 +1,60 @@
+// The GPU trainer's attention, as reference/model/gdpa.h defines it: GDPA (pointwise SiLU scores,
+// post_scale, window or block mask) and interleaved RoPE, forward and backward, on a batch of samples
+// laid out jagged. fp32 throughout, every product and sum rounded explicitly (no FMA contraction) and
+// every output element summing its terms in increasing key (or query) order, as the reference does,
+// with no atomics: every run gives the same bytes. Device pointers, asynchronous on `stream`; the
+// host fields are checked first (errors name the field and the value).
+#ifndef GEMTB_GPU_TRAIN_GDPA_H_
+#define GEMTB_GPU_TRAIN_GDPA_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace gemtb::gpu::train {
+
+// One attention use over a batch: sample b's queries are rows [q_offsets[b], q_offsets[b+1]) of q/o,
+// its keys/values rows [k_offsets[b], k_offsets[b+1]) of k/v; each row holds heads*dh floats,
+// element (row, h, i) at row*heads*dh + h*dh + i (the reference's layout). Query i and key j are
+// indices local to the sample; mask as reference GdpaShape::Keep (window >= 0: |i-j| <= window;
+// block > 0: i/block == j/block; else all). o = sum_j silu(q_i . k_j) * post_scale * v_j.
+//
+// The offsets are not read on the host: they must be nondecreasing, and no sample may have more than
+// max_q queries or max_k keys (rows beyond are not computed). Rows outside every sample are not touched.
+struct GdpaBatch {
+  int64_t batch = 0;          // samples
+  int heads = 0, dh = 0;      // dh in {16, 32, 64}
+  int window = -1, block = 0;
+  float post_scale = 1.0f;
+  const int32_t* q_offsets = nullptr;  // device [batch + 1]
+  const int32_t* k_offsets = nullptr;  // device [batch + 1]
+  int32_t max_q = 0, max_k = 0;        // the largest per-sample query / key count (host values, for grids/shared memory)
+};
+
+// Host-side checks of the host fields: batch 0 .. 2^31-1, heads 1 .. 65535, dh 16/32/64,
+// window -1 .. 2^30, block 0 .. 2^30, post_scale finite, max_q and max_k 0 .. 2^20, offsets non-null
+// where batch > 0.
+absl::Status ValidateGdpaBatch(const GdpaBatch& b);
+
+// o (written) for every query row of every sample; a query with no kept key gets zeros.
+absl::Status GdpaForward(const GdpaBatch& b, const float* q, const float* k, const float* v, float* o,
+                         cudaStream_t stream);
+// dq, dk, dv are WRITTEN (not accumulated); scores recomputed. They must not overlap each other or
+// the inputs.
+absl::Status GdpaBackward(const GdpaBatch& b, const float* q, const float* k, const float* v, const float* d_o,
+                          float* dq, float* dk, float* dv, cudaStream_t stream);
+
+// Interleaved RoPE in place on rows [offsets[b], offsets[b+1]) of x (rows of heads*dh), the row's
+// position being its index within its sample; `table` is the reference RopeTable<float>(rows, dh) layout,
+// uploaded to device, with at least max_rows rows. Backward applies the transpose rotation (in place).
+// batch 0 .. 2^31-1, max_rows 0 .. 2^20, heads 1 .. 65535, dh even 2 .. 1024.
+absl::Status RopeForward(int64_t batch, const int32_t* offsets, int32_t max_rows, int heads, int dh,
+                         const float* table, float* x, cudaStream_t stream);
+absl::Status RopeBackward(int64_t batch, const int32_t* offsets, int32_t max_rows, int heads, int dh,
+                          const float* table, float* x, cudaStream_t stream);
+
+}  // namespace gemtb::gpu::train
+
+#endif  // GEMTB_GPU_TRAIN_GDPA_H_

@@ -1,0 +1,893 @@
+#include "gpu/train/gem_model.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "gpu/train/gate.h"
+#include "gpu/train/gdpa.h"
+#include "gpu/train/gemm.h"
+#include "gpu/train/head_rms_norm.h"
+#include "gpu/train/layer_norm.h"
+#include "gpu/train/loss.h"
+#include "gpu/train/model_kernels.h"
+#include "model/attention/rope_table.h"
+#include "model/common/status_macros.h"
+
+namespace gemtb::gpu::train {
+namespace {
+
+using gemtb::model::GemGeometry;
+using gemtb::model::ParamLayout;
+using gemtb::model::ParamRef;
+
+absl::Status Cuda(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+// Stream-ordered scratch of one pass: every array is freed (stream-ordered) when the pass ends.
+class Scratch {
+ public:
+  explicit Scratch(cudaStream_t stream) : stream_(stream) {}
+  ~Scratch() {
+    for (void* p : ptrs_) cudaFreeAsync(p, stream_);
+  }
+  absl::StatusOr<float*> Floats(int64_t n, bool zero = false) {
+    void* p = nullptr;
+    GEMTB_RETURN_IF_ERROR(Cuda(cudaMallocAsync(&p, std::max<int64_t>(n, 1) * sizeof(float), stream_), "scratch"));
+    ptrs_.push_back(p);
+    if (zero) GEMTB_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(p, 0, n * sizeof(float), stream_), "scratch zero"));
+    return static_cast<float*>(p);
+  }
+  absl::StatusOr<int32_t*> Ints(const std::vector<int32_t>& host) {
+    void* p = nullptr;
+    const size_t bytes = std::max<size_t>(host.size(), 1) * sizeof(int32_t);
+    GEMTB_RETURN_IF_ERROR(Cuda(cudaMallocAsync(&p, bytes, stream_), "scratch"));
+    ptrs_.push_back(p);
+    if (!host.empty())
+      GEMTB_RETURN_IF_ERROR(Cuda(
+          cudaMemcpyAsync(p, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "upload"));
+    // The host vector may go away before the copy runs: pageable copies are staged before the call
+    // returns, so no wait is needed here.
+    return static_cast<int32_t*>(p);
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::vector<void*> ptrs_;
+};
+
+#define GEMTB_ASSIGN(lhs, expr)                     \
+  do {                                              \
+    auto gemtb_value = (expr);                      \
+    if (!gemtb_value.ok()) return gemtb_value.status(); \
+    lhs = *gemtb_value;                             \
+  } while (0)
+
+// [rows] of `width` floats at src (pitch src_ld) copied to dst (pitch dst_ld).
+absl::Status Copy2D(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows, int64_t width,
+                    cudaStream_t stream) {
+  if (rows == 0) return absl::OkStatus();
+  return Cuda(cudaMemcpy2DAsync(dst, dst_ld * sizeof(float), src, src_ld * sizeof(float), width * sizeof(float), rows,
+                                cudaMemcpyDeviceToDevice, stream),
+              "Copy2D");
+}
+
+// Bound parameter slices.
+struct LinearP {
+  ParamRef w, b;
+  int in = 0, out = 0;
+};
+struct NormP {
+  ParamRef gamma, beta;
+  int width = 0;
+};
+struct MixP {
+  ParamRef m;
+  int n_in = 0, n_out = 0;
+};
+struct AttnP {
+  LinearP wq, wk, wv, wo;
+};
+struct CrossP {
+  MixP lce_s;
+  LinearP x_gate;
+  std::vector<ParamRef> seeds;
+  std::vector<AttnP> pma;
+  std::vector<LinearP> sum_gate;
+};
+struct WukongP {
+  ParamRef y;
+  NormP ln_flat, ln_out;
+  LinearP mlp1, mlp2;
+  MixP lcb, res;
+};
+struct SeqP {
+  NormP ln_a, ln_b, ln_c;
+  AttnP attn_a, attn_b;
+  LinearP ffn1, ffn2;
+};
+struct LayerP {
+  CrossP cross;
+  WukongP wukong;
+  std::vector<SeqP> seq;
+};
+
+LinearP BindLinear(const ParamLayout& L, const std::string& n, int in, int out) {
+  return LinearP{L.Ref(n + ".w", {in, out}), L.Ref(n + ".b", {out}), in, out};
+}
+NormP BindNorm(const ParamLayout& L, const std::string& n, int w) {
+  return NormP{L.Ref(n + ".gamma", {w}), L.Ref(n + ".beta", {w}), w};
+}
+MixP BindMix(const ParamLayout& L, const std::string& n, int n_in, int n_out) {
+  return MixP{L.Ref(n + ".m", {n_out, n_in}), n_in, n_out};
+}
+AttnP BindAttn(const ParamLayout& L, const std::string& n, int d) {
+  return AttnP{BindLinear(L, n + ".wq", d, d), BindLinear(L, n + ".wk", d, d), BindLinear(L, n + ".wv", d, d),
+               BindLinear(L, n + ".wo", d, d)};
+}
+
+// One attention use over the batch: rows, offsets and mask.
+struct AttnUse {
+  int64_t batch = 0;
+  int64_t nq = 0, nk = 0;  // query rows, key rows
+  const int32_t* q_off = nullptr;
+  const int32_t* k_off = nullptr;
+  int32_t max_q = 0, max_k = 0;
+  int window = -1, block = 0;
+  float post = 1.0f;
+  bool rope = false;
+};
+struct AttnTape {
+  const float* xq = nullptr;
+  const float* xkv = nullptr;
+  float *q, *k, *v, *q_inv, *k_inv, *qr, *kr, *o;
+};
+
+struct CrossSeqTape {
+  float *pma_q, *pma_q_inv, *pma_qn;  // the seeds' projection [k_p, d], before broadcast
+  AttnTape pma;                        // xq unused; qr is the broadcast [B k_p, d]
+  float *pma_out, *cat, *cat_a, *sig, *s_sum;
+  const float* s_in = nullptr;
+  int32_t* cat_index;  // [B n_sum]: the S_j row each summary row copies (CLS, REC), -1 otherwise
+};
+struct CrossTape {
+  const float* x_in = nullptr;
+  float *xs_pre, *xs_a, *xs_sig, *x_sum;
+  std::vector<CrossSeqTape> seq;
+};
+struct WukongTape {
+  float *z, *a, *bm, *ln_mean, *ln_rstd, *h1, *u1, *g1, *pre, *out_mean, *out_rstd, *x_out;
+};
+struct SeqTape {
+  const float *s_a, *s_b, *s_c;  // S_j entering (a), (b), (c)
+  float *h_a, *mean_a, *rstd_a, *h_b, *mean_b, *rstd_b, *h_c, *mean_c, *rstd_c, *u, *g;
+  AttnTape a, b;
+};
+struct LayerTape {
+  CrossTape cross;
+  WukongTape wukong;
+  std::vector<SeqTape> seq;
+};
+
+}  // namespace
+
+struct GemModelGpu::Impl {
+  GemGeometry g;
+  LinearP dense_proj;
+  MixP lce_in;
+  std::vector<LayerP> layers;
+  CrossP final_cross;
+  std::vector<LinearP> head;
+  std::unique_ptr<Fp32Matmul> mm;
+  float* rope_table = nullptr;  // device RopeTable<float>(rope_rows, dh)
+
+  ~Impl() {
+    if (rope_table) cudaFree(rope_table);
+  }
+
+  // Per pass.
+  const float* w = nullptr;
+  float* gr = nullptr;
+  cudaStream_t st = nullptr;
+  Scratch* mem = nullptr;
+  int64_t B = 0;
+  const float* W(ParamRef r) const { return w + r.offset; }
+  float* G(ParamRef r) const { return gr + r.offset; }
+
+  absl::Status Gemm(const GemmF32& spec, const float* a, const float* b, float* c) { return mm->Run(spec, a, b, c, st); }
+
+  // y[n, out] (+)= x[n, in] W + b, x and y with row strides ldx, ldy.
+  absl::Status LinearFwd(const LinearP& p, int64_t n, const float* x, int64_t ldx, float* y, int64_t ldy,
+                         bool accumulate) {
+    if (n == 0) return absl::OkStatus();
+    if (!accumulate) GEMTB_RETURN_IF_ERROR(BroadcastRows(W(p.b), n, p.out, y, ldy, false, st));
+    GemmF32 s;
+    s.m = n, s.n = p.out, s.k = p.in, s.lda = ldx, s.ldb = p.out, s.ldc = ldy, s.beta = 1.0f;
+    GEMTB_RETURN_IF_ERROR(Gemm(s, x, W(p.w), y));
+    if (accumulate) GEMTB_RETURN_IF_ERROR(BroadcastRows(W(p.b), n, p.out, y, ldy, true, st));
+    return absl::OkStatus();
+  }
+  // dW += x^T dy, db += column sums of dy, dx (+)= dy W^T when dx is set.
+  absl::Status LinearBwd(const LinearP& p, int64_t n, const float* x, int64_t ldx, const float* dy, int64_t ldy,
+                         float* dx, int64_t lddx, bool accumulate_dx) {
+    if (n == 0) return absl::OkStatus();
+    GemmF32 s;
+    s.m = p.in, s.n = p.out, s.k = n, s.trans_a = true, s.lda = ldx, s.ldb = ldy, s.ldc = p.out, s.beta = 1.0f;
+    GEMTB_RETURN_IF_ERROR(Gemm(s, x, dy, G(p.w)));
+    GEMTB_RETURN_IF_ERROR(ColumnSums(dy, n, p.out, ldy, G(p.b), true, st));
+    if (dx) {
+      GemmF32 t;
+      t.m = n, t.n = p.in, t.k = p.out, t.trans_b = true, t.lda = ldy, t.ldb = p.out, t.ldc = lddx;
+      t.beta = accumulate_dx ? 1.0f : 0.0f;
+      GEMTB_RETURN_IF_ERROR(Gemm(t, dy, W(p.w), dx));
+    }
+    return absl::OkStatus();
+  }
+  // Y_b (+)= M X_b for every sample: X_b [n_in, d] at x + b * x_stride, Y_b [n_out, d] at y + b * y_stride.
+  absl::Status MixFwd(const MixP& p, const float* x, int64_t x_stride, float* y, int64_t y_stride, bool accumulate) {
+    GemmF32 s;
+    s.m = p.n_out, s.n = g.d, s.k = p.n_in, s.lda = p.n_in, s.ldb = g.d, s.ldc = g.d;
+    s.stride_a = 0, s.stride_b = x_stride, s.stride_c = y_stride, s.batch = B, s.beta = accumulate ? 1.0f : 0.0f;
+    return Gemm(s, W(p.m), x, y);
+  }
+  // dX_b += M^T dY_b; dM += sum over samples (in order) of dY_b X_b^T.
+  absl::Status MixBwd(const MixP& p, const float* x, int64_t x_stride, const float* dy, int64_t dy_stride, float* dx,
+                      int64_t dx_stride) {
+    GemmF32 s;
+    s.m = p.n_in, s.n = g.d, s.k = p.n_out, s.trans_a = true, s.lda = p.n_in, s.ldb = g.d, s.ldc = g.d;
+    s.stride_a = 0, s.stride_b = dy_stride, s.stride_c = dx_stride, s.batch = B, s.beta = 1.0f;
+    GEMTB_RETURN_IF_ERROR(Gemm(s, W(p.m), dy, dx));
+    const int64_t per = static_cast<int64_t>(p.n_out) * p.n_in;
+    float* part;
+    GEMTB_ASSIGN(part, mem->Floats(B * per));
+    GemmF32 t;
+    t.m = p.n_out, t.n = p.n_in, t.k = g.d, t.trans_b = true, t.lda = g.d, t.ldb = g.d, t.ldc = p.n_in;
+    t.stride_a = dy_stride, t.stride_b = x_stride, t.stride_c = per, t.batch = B;
+    GEMTB_RETURN_IF_ERROR(Gemm(t, dy, x, part));
+    return ColumnSums(part, B, per, per, G(p.m), true, st);
+  }
+  absl::Status NormFwd(const NormP& p, int64_t n, const float* x, float* y, float* mean, float* rstd) {
+    if (n == 0) return absl::OkStatus();
+    return LayerNormForward<float>(RowsShape{n, p.width}, x, W(p.gamma), W(p.beta), y, mean, rstd, st);
+  }
+  // dx += LayerNorm's input gradient (tmp [n, width] scratch).
+  absl::Status NormBwdAdd(const NormP& p, int64_t n, const float* x, const float* mean, const float* rstd,
+                          const float* dy, float* dx) {
+    if (n == 0) return absl::OkStatus();
+    float* tmp;
+    GEMTB_ASSIGN(tmp, mem->Floats(n * p.width));
+    GEMTB_RETURN_IF_ERROR(LayerNormBackward<float>(RowsShape{n, p.width}, x, W(p.gamma), mean, rstd, dy, tmp,
+                                                   G(p.gamma), G(p.beta), st));
+    return AddInto(tmp, n * p.width, dx, st);
+  }
+
+  // Q/K/V projections, QK-norm, RoPE, GDPA and y (+)= Wo o + bo. xq null: the queries are `q_shared`
+  // (the PMA's seeds), already projected and normed per seed and broadcast by the caller into t.qr.
+  absl::Status AttnFwd(const AttnP& p, const AttnUse& u, const float* xq, const float* xkv, AttnTape& t, float* y,
+                       bool accumulate) {
+    const int d = g.d, H = g.heads, dh = g.dh();
+    t.xq = xq;
+    t.xkv = xkv;
+    GEMTB_ASSIGN(t.k, mem->Floats(u.nk * d));
+    GEMTB_ASSIGN(t.v, mem->Floats(u.nk * d));
+    GEMTB_ASSIGN(t.kr, mem->Floats(u.nk * d));
+    GEMTB_ASSIGN(t.k_inv, mem->Floats(u.nk * H));
+    GEMTB_ASSIGN(t.o, mem->Floats(u.nq * d));
+    if (xq) {
+      GEMTB_ASSIGN(t.q, mem->Floats(u.nq * d));
+      GEMTB_ASSIGN(t.qr, mem->Floats(u.nq * d));
+      GEMTB_ASSIGN(t.q_inv, mem->Floats(u.nq * H));
+      GEMTB_RETURN_IF_ERROR(LinearFwd(p.wq, u.nq, xq, d, t.q, d, false));
+      if (u.nq > 0) GEMTB_RETURN_IF_ERROR(HeadRmsNormForward<float>(HeadRowsShape{u.nq * H, dh}, t.q, t.qr, t.q_inv, st));
+    }
+    GEMTB_RETURN_IF_ERROR(LinearFwd(p.wk, u.nk, xkv, d, t.k, d, false));
+    GEMTB_RETURN_IF_ERROR(LinearFwd(p.wv, u.nk, xkv, d, t.v, d, false));
+    if (u.nk > 0) GEMTB_RETURN_IF_ERROR(HeadRmsNormForward<float>(HeadRowsShape{u.nk * H, dh}, t.k, t.kr, t.k_inv, st));
+    if (u.rope) {
+      GEMTB_RETURN_IF_ERROR(RopeForward(u.batch, u.q_off, u.max_q, H, dh, rope_table, t.qr, st));
+      GEMTB_RETURN_IF_ERROR(RopeForward(u.batch, u.k_off, u.max_k, H, dh, rope_table, t.kr, st));
+    }
+    GEMTB_RETURN_IF_ERROR(GdpaForward(Batch(u), t.qr, t.kr, t.v, t.o, st));
+    return LinearFwd(p.wo, u.nq, t.o, d, y, d, accumulate);
+  }
+  GdpaBatch Batch(const AttnUse& u) const {
+    GdpaBatch b;
+    b.batch = u.batch, b.heads = g.heads, b.dh = g.dh(), b.window = u.window, b.block = u.block;
+    b.post_scale = u.post, b.q_offsets = u.q_off, b.k_offsets = u.k_off, b.max_q = u.max_q, b.max_k = u.max_k;
+    return b;
+  }
+  // dxq += (null: *dqr_out gets the gradient of the normed, roped queries instead), dxkv += .
+  absl::Status AttnBwd(const AttnP& p, const AttnUse& u, const AttnTape& t, const float* dy, float* dxq, float* dxkv,
+                       float** dqr_out) {
+    const int d = g.d, H = g.heads, dh = g.dh();
+    float *d_o, *dqr, *dkr, *dv, *dk;
+    GEMTB_ASSIGN(d_o, mem->Floats(u.nq * d));
+    GEMTB_ASSIGN(dqr, mem->Floats(u.nq * d));
+    GEMTB_ASSIGN(dkr, mem->Floats(u.nk * d));
+    GEMTB_ASSIGN(dv, mem->Floats(u.nk * d));
+    GEMTB_ASSIGN(dk, mem->Floats(u.nk * d));
+    GEMTB_RETURN_IF_ERROR(LinearBwd(p.wo, u.nq, t.o, d, dy, d, d_o, d, false));
+    GEMTB_RETURN_IF_ERROR(GdpaBackward(Batch(u), t.qr, t.kr, t.v, d_o, dqr, dkr, dv, st));
+    if (u.rope) {
+      GEMTB_RETURN_IF_ERROR(RopeBackward(u.batch, u.q_off, u.max_q, H, dh, rope_table, dqr, st));
+      GEMTB_RETURN_IF_ERROR(RopeBackward(u.batch, u.k_off, u.max_k, H, dh, rope_table, dkr, st));
+    }
+    if (u.nk > 0) GEMTB_RETURN_IF_ERROR(HeadRmsNormBackward<float>(HeadRowsShape{u.nk * H, dh}, t.k, t.k_inv, dkr, dk, st));
+    if (t.xq) {
+      float* dq;
+      GEMTB_ASSIGN(dq, mem->Floats(u.nq * d));
+      if (u.nq > 0)
+        GEMTB_RETURN_IF_ERROR(HeadRmsNormBackward<float>(HeadRowsShape{u.nq * H, dh}, t.q, t.q_inv, dqr, dq, st));
+      GEMTB_RETURN_IF_ERROR(LinearBwd(p.wq, u.nq, t.xq, d, dq, d, dxq, d, true));
+    } else {
+      *dqr_out = dqr;
+    }
+    GEMTB_RETURN_IF_ERROR(LinearBwd(p.wk, u.nk, t.xkv, d, dk, d, dxkv, d, true));
+    return LinearBwd(p.wv, u.nk, t.xkv, d, dv, d, dxkv, d, true);
+  }
+
+  // Batch geometry of one pass.
+  std::vector<int64_t> rows;             // per j: sum_b (n_s + len_jb)
+  std::vector<int32_t> max_rows;         // per j: max_b (n_s + len_jb)
+  std::vector<int32_t*> s_off;           // per j: device [B + 1] row offsets of S_j
+  std::vector<int32_t*> cls_index;       // per j: device [rows_j]: the X_sum row of a CLS row, -1 for events
+  std::vector<int32_t*> event_index;     // per j: device [rows_j]: the event row of an event row, -1 for CLS
+  std::vector<int32_t*> event_rows;      // per j: device [events_j]: the S_j row of each event
+  std::vector<int64_t> events;           // per j: sum_b len_jb
+  std::vector<std::vector<int32_t>> cat_index_host;  // per j: [B n_sum]
+  int32_t* xsum_off = nullptr;           // [B + 1]: b * n_s
+  int32_t* pma_off = nullptr;            // [B + 1]: b * k_p
+  int32_t* seed_index = nullptr;         // [B k_p]: row r % k_p
+
+  absl::Status Plan(const GemBatchInput& in);
+  absl::Status CrossFwd(const CrossP& p, CrossTape& t, const float* x, std::vector<float*>& s, const GemBatchInput* first);
+  absl::Status CrossBwd(const CrossP& p, const CrossTape& t, float* dx_sum, std::vector<float*>& ds_sum,
+                        std::vector<float*>& ds, float* dx, const GemBatchOutput* first);
+  absl::Status WukongFwd(const WukongP& p, const CrossTape& ct, const float* x, WukongTape& t);
+  absl::Status WukongBwd(const WukongP& p, const WukongTape& t, const float* dout, float* dx,
+                         std::vector<float*>& ds_sum);
+  absl::Status SeqFwd(const SeqP& p, int layer, int j, const float* x_sum, std::vector<float*>& s, SeqTape& t);
+  absl::Status SeqBwd(const SeqP& p, int layer, int j, const SeqTape& t, float* ds, float* dx_sum);
+  AttnUse CrossUse(int j) const {
+    AttnUse u;
+    u.batch = B, u.nq = rows[j], u.nk = B * g.n_s, u.q_off = s_off[j], u.k_off = xsum_off, u.max_q = max_rows[j];
+    u.max_k = g.n_s, u.post = static_cast<float>(1.0 / g.n_s);
+    return u;
+  }
+  AttnUse SelfUse(int j) const {
+    AttnUse u;
+    u.batch = B, u.nq = rows[j], u.nk = rows[j], u.q_off = s_off[j], u.k_off = s_off[j], u.max_q = max_rows[j];
+    u.max_k = max_rows[j], u.window = g.seqs[j].window, u.block = g.seqs[j].block;
+    u.post = static_cast<float>(g.seqs[j].self_post), u.rope = g.seqs[j].rope;
+    return u;
+  }
+  AttnUse PmaUse(int j) const {
+    AttnUse u;
+    u.batch = B, u.nq = B * g.k_p, u.nk = rows[j], u.q_off = pma_off, u.k_off = s_off[j], u.max_q = g.k_p;
+    u.max_k = max_rows[j], u.post = static_cast<float>(1.0 / g.seqs[j].lmax);
+    return u;
+  }
+};
+
+absl::Status GemModelGpu::Impl::Plan(const GemBatchInput& in) {
+  const int J = g.num_sequences(), n_s = g.n_s, k_p = g.k_p, k_r = g.k_r, n_sum = g.n_sum();
+  rows.assign(J, 0), max_rows.assign(J, 0), events.assign(J, 0);
+  s_off.assign(J, nullptr), cls_index.assign(J, nullptr), event_index.assign(J, nullptr), event_rows.assign(J, nullptr);
+  cat_index_host.assign(J, {});
+  for (int j = 0; j < J; ++j) {
+    std::vector<int32_t> off(B + 1, 0), cls, ev, ev_rows;
+    std::vector<int32_t>& cat = cat_index_host[j];
+    cat.assign(static_cast<size_t>(B) * n_sum, -1);
+    int32_t e_at = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      const int len = in.lengths[j][b];
+      const int n = n_s + len;
+      off[b + 1] = off[b] + n;
+      max_rows[j] = std::max(max_rows[j], n);
+      for (int r = 0; r < n_s; ++r) {
+        cls.push_back(static_cast<int32_t>(b * n_s + r));
+        ev.push_back(-1);
+        cat[b * n_sum + r] = off[b] + r;
+      }
+      for (int e = 0; e < len; ++e) {
+        cls.push_back(-1);
+        ev.push_back(e_at + e);
+        ev_rows.push_back(off[b] + n_s + e);
+      }
+      // REC_j: the last K_r events, right-aligned, missing ones (short sequences) left at -1 (zeros).
+      for (int r = 0; r < k_r; ++r) {
+        const int e = len - k_r + r;
+        if (e >= 0) cat[b * n_sum + n_s + k_p + r] = off[b] + n_s + e;
+      }
+      e_at += len;
+    }
+    rows[j] = off[B];
+    events[j] = e_at;
+    GEMTB_ASSIGN(s_off[j], mem->Ints(off));
+    GEMTB_ASSIGN(cls_index[j], mem->Ints(cls));
+    GEMTB_ASSIGN(event_index[j], mem->Ints(ev));
+    GEMTB_ASSIGN(event_rows[j], mem->Ints(ev_rows));
+  }
+  std::vector<int32_t> xo(B + 1), po(B + 1), seeds(static_cast<size_t>(B) * k_p);
+  for (int64_t b = 0; b <= B; ++b) xo[b] = static_cast<int32_t>(b * n_s), po[b] = static_cast<int32_t>(b * k_p);
+  for (size_t r = 0; r < seeds.size(); ++r) seeds[r] = static_cast<int32_t>(r % k_p);
+  GEMTB_ASSIGN(xsum_off, mem->Ints(xo));
+  GEMTB_ASSIGN(pma_off, mem->Ints(po));
+  GEMTB_ASSIGN(seed_index, mem->Ints(seeds));
+  return absl::OkStatus();
+}
+
+absl::Status GemModelGpu::Impl::CrossFwd(const CrossP& p, CrossTape& t, const float* x, std::vector<float*>& s,
+                                         const GemBatchInput* first) {
+  const int d = g.d, n_s = g.n_s, k_p = g.k_p, n_sum = g.n_sum(), H = g.heads, dh = g.dh();
+  const int J = g.num_sequences();
+  t.x_in = x;
+  const int64_t nxs = B * n_s * d;
+  GEMTB_ASSIGN(t.xs_pre, mem->Floats(nxs));
+  GEMTB_ASSIGN(t.xs_a, mem->Floats(nxs));
+  GEMTB_ASSIGN(t.xs_sig, mem->Floats(nxs));
+  GEMTB_ASSIGN(t.x_sum, mem->Floats(nxs));
+  GEMTB_RETURN_IF_ERROR(MixFwd(p.lce_s, x, int64_t{g.n_x} * d, t.xs_pre, int64_t{n_s} * d, false));
+  GEMTB_RETURN_IF_ERROR(LinearFwd(p.x_gate, B * n_s, t.xs_pre, d, t.xs_a, d, false));
+  GEMTB_RETURN_IF_ERROR(GateForward<float>(t.xs_pre, t.xs_a, nxs, t.x_sum, t.xs_sig, st));
+  if (first) {
+    // Layer 1 prepends its X_sum to every sequence as the n_s CLS tokens.
+    for (int j = 0; j < J; ++j) {
+      GEMTB_ASSIGN(s[j], mem->Floats(rows[j] * d));
+      GEMTB_RETURN_IF_ERROR(GatherRows(t.x_sum, cls_index[j], rows[j], d, s[j], false, st));
+      GEMTB_RETURN_IF_ERROR(GatherRows(first->events[j], event_index[j], rows[j], d, s[j], true, st));
+    }
+  }
+  t.seq.resize(J);
+  for (int j = 0; j < J; ++j) {
+    CrossSeqTape& c = t.seq[j];
+    c.s_in = s[j];
+    // PMA: the seeds' queries are the same for every sample; project and norm them once, then
+    // broadcast them to each sample's k_p query rows.
+    GEMTB_ASSIGN(c.pma_q, mem->Floats(int64_t{k_p} * d));
+    GEMTB_ASSIGN(c.pma_qn, mem->Floats(int64_t{k_p} * d));
+    GEMTB_ASSIGN(c.pma_q_inv, mem->Floats(int64_t{k_p} * H));
+    GEMTB_RETURN_IF_ERROR(LinearFwd(p.pma[j].wq, k_p, W(p.seeds[j]), d, c.pma_q, d, false));
+    GEMTB_RETURN_IF_ERROR(HeadRmsNormForward<float>(HeadRowsShape{int64_t{k_p} * H, dh}, c.pma_q, c.pma_qn,
+                                                    c.pma_q_inv, st));
+    const AttnUse u = PmaUse(j);
+    GEMTB_ASSIGN(c.pma.qr, mem->Floats(u.nq * d));
+    GEMTB_RETURN_IF_ERROR(GatherRows(c.pma_qn, seed_index, u.nq, d, c.pma.qr, false, st));
+    GEMTB_ASSIGN(c.pma_out, mem->Floats(u.nq * d));
+    GEMTB_RETURN_IF_ERROR(AttnFwd(p.pma[j], u, nullptr, s[j], c.pma, c.pma_out, false));
+    // S_sum_j = Gate([CLS_j || PMA_j || REC_j]).
+    const int64_t ncat = B * n_sum * d;
+    GEMTB_ASSIGN(c.cat, mem->Floats(ncat));
+    GEMTB_ASSIGN(c.cat_a, mem->Floats(ncat));
+    GEMTB_ASSIGN(c.sig, mem->Floats(ncat));
+    GEMTB_ASSIGN(c.s_sum, mem->Floats(ncat));
+    GEMTB_ASSIGN(c.cat_index, mem->Ints(cat_index_host[j]));
+    GEMTB_RETURN_IF_ERROR(GatherRows(s[j], c.cat_index, B * n_sum, d, c.cat, false, st));
+    GEMTB_RETURN_IF_ERROR(Copy2D(c.pma_out, int64_t{k_p} * d, c.cat + int64_t{n_s} * d, int64_t{n_sum} * d, B,
+                                 int64_t{k_p} * d, st));
+    GEMTB_RETURN_IF_ERROR(LinearFwd(p.sum_gate[j], B * n_sum, c.cat, d, c.cat_a, d, false));
+    GEMTB_RETURN_IF_ERROR(GateForward<float>(c.cat, c.cat_a, ncat, c.s_sum, c.sig, st));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GemModelGpu::Impl::CrossBwd(const CrossP& p, const CrossTape& t, float* dx_sum,
+                                         std::vector<float*>& ds_sum, std::vector<float*>& ds, float* dx,
+                                         const GemBatchOutput* first) {
+  const int d = g.d, n_s = g.n_s, k_p = g.k_p, n_sum = g.n_sum(), H = g.heads, dh = g.dh();
+  const int J = g.num_sequences();
+  for (int j = 0; j < J; ++j) {
+    const CrossSeqTape& c = t.seq[j];
+    const int64_t ncat = B * n_sum * d;
+    float *dcat, *da;
+    GEMTB_ASSIGN(dcat, mem->Floats(ncat));
+    GEMTB_ASSIGN(da, mem->Floats(ncat));
+    GEMTB_RETURN_IF_ERROR(GateBackward<float>(c.cat, c.sig, ds_sum[j], ncat, da, dcat, st));
+    GEMTB_RETURN_IF_ERROR(LinearBwd(p.sum_gate[j], B * n_sum, c.cat, d, da, d, dcat, d, true));
+    // CLS and REC rows back to their S_j rows (distinct rows: race-free).
+    GEMTB_RETURN_IF_ERROR(ScatterAddRows(dcat, c.cat_index, B * n_sum, d, ds[j], st));
+    const AttnUse u = PmaUse(j);
+    float *d_pma, *dqr = nullptr, *dq_sum, *dq;
+    GEMTB_ASSIGN(d_pma, mem->Floats(u.nq * d));
+    GEMTB_RETURN_IF_ERROR(Copy2D(dcat + int64_t{n_s} * d, int64_t{n_sum} * d, d_pma, int64_t{k_p} * d, B,
+                                 int64_t{k_p} * d, st));
+    GEMTB_RETURN_IF_ERROR(AttnBwd(p.pma[j], u, c.pma, d_pma, nullptr, ds[j], &dqr));
+    // The broadcast queries' gradient summed over samples, then the seeds' norm and projection.
+    GEMTB_ASSIGN(dq_sum, mem->Floats(int64_t{k_p} * d));
+    GEMTB_ASSIGN(dq, mem->Floats(int64_t{k_p} * d));
+    GEMTB_RETURN_IF_ERROR(ColumnSums(dqr, B, int64_t{k_p} * d, int64_t{k_p} * d, dq_sum, false, st));
+    GEMTB_RETURN_IF_ERROR(
+        HeadRmsNormBackward<float>(HeadRowsShape{int64_t{k_p} * H, dh}, c.pma_q, c.pma_q_inv, dq_sum, dq, st));
+    GEMTB_RETURN_IF_ERROR(LinearBwd(p.pma[j].wq, k_p, W(p.seeds[j]), d, dq, d, G(p.seeds[j]), d, true));
+  }
+  if (first) {
+    for (int j = 0; j < J; ++j) {
+      // dX_sum += the CLS rows' gradient (sequence by sequence); the events' gradients go to the embeddings.
+      GEMTB_RETURN_IF_ERROR(ScatterAddRows(ds[j], cls_index[j], rows[j], d, dx_sum, st));
+      GEMTB_RETURN_IF_ERROR(GatherRows(ds[j], event_rows[j], events[j], d, first->events_grad[j], false, st));
+    }
+  }
+  const int64_t nxs = B * n_s * d;
+  float *dxs_pre, *da;
+  GEMTB_ASSIGN(dxs_pre, mem->Floats(nxs));
+  GEMTB_ASSIGN(da, mem->Floats(nxs));
+  GEMTB_RETURN_IF_ERROR(GateBackward<float>(t.xs_pre, t.xs_sig, dx_sum, nxs, da, dxs_pre, st));
+  GEMTB_RETURN_IF_ERROR(LinearBwd(p.x_gate, B * n_s, t.xs_pre, d, da, d, dxs_pre, d, true));
+  return MixBwd(p.lce_s, t.x_in, int64_t{g.n_x} * d, dxs_pre, int64_t{n_s} * d, dx, int64_t{g.n_x} * d);
+}
+
+absl::Status GemModelGpu::Impl::WukongFwd(const WukongP& p, const CrossTape& ct, const float* x, WukongTape& t) {
+  const int d = g.d, n_x = g.n_x, k = g.wk_k, n_z = g.n_z(), n_sum = g.n_sum();
+  const int J = g.num_sequences();
+  const int64_t zs = int64_t{n_z} * d;
+  GEMTB_ASSIGN(t.z, mem->Floats(B * zs));
+  GEMTB_RETURN_IF_ERROR(Copy2D(x, int64_t{n_x} * d, t.z, zs, B, int64_t{n_x} * d, st));
+  for (int j = 0; j < J; ++j)
+    GEMTB_RETURN_IF_ERROR(Copy2D(ct.seq[j].s_sum, int64_t{n_sum} * d, t.z + int64_t{n_x + j * n_sum} * d, zs, B,
+                                 int64_t{n_sum} * d, st));
+  // FMB = MLP(LN(flatten(Z (Z^T Y)))): a_b = Z_b^T Y [d, k], bm_b = Z_b a_b [n_z, k].
+  GEMTB_ASSIGN(t.a, mem->Floats(B * d * k));
+  GEMTB_ASSIGN(t.bm, mem->Floats(B * n_z * k));
+  GemmF32 s;
+  s.m = d, s.n = k, s.k = n_z, s.trans_a = true, s.lda = d, s.ldb = k, s.ldc = k;
+  s.stride_a = zs, s.stride_b = 0, s.stride_c = int64_t{d} * k, s.batch = B;
+  GEMTB_RETURN_IF_ERROR(Gemm(s, t.z, W(p.y), t.a));
+  GemmF32 s2;
+  s2.m = n_z, s2.n = k, s2.k = d, s2.lda = d, s2.ldb = k, s2.ldc = k;
+  s2.stride_a = zs, s2.stride_b = int64_t{d} * k, s2.stride_c = int64_t{n_z} * k, s2.batch = B;
+  GEMTB_RETURN_IF_ERROR(Gemm(s2, t.z, t.a, t.bm));
+  const int64_t flat = int64_t{n_z} * k;
+  GEMTB_ASSIGN(t.h1, mem->Floats(B * flat));
+  GEMTB_ASSIGN(t.ln_mean, mem->Floats(B));
+  GEMTB_ASSIGN(t.ln_rstd, mem->Floats(B));
+  GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_flat, B, t.bm, t.h1, t.ln_mean, t.ln_rstd));
+  GEMTB_ASSIGN(t.u1, mem->Floats(B * g.wk_h));
+  GEMTB_ASSIGN(t.g1, mem->Floats(B * g.wk_h));
+  GEMTB_RETURN_IF_ERROR(LinearFwd(p.mlp1, B, t.h1, flat, t.u1, g.wk_h, false));
+  GEMTB_RETURN_IF_ERROR(GeluForward<float>(t.u1, B * g.wk_h, t.g1, st));
+  // pre = [MLP out (n_F tokens) || LCB(Z) (n_L tokens)] + LCE_res(Z).
+  const int64_t xs = int64_t{n_x} * d;
+  GEMTB_ASSIGN(t.pre, mem->Floats(B * xs));
+  GEMTB_RETURN_IF_ERROR(LinearFwd(p.mlp2, B, t.g1, g.wk_h, t.pre, xs, false));
+  GEMTB_RETURN_IF_ERROR(MixFwd(p.lcb, t.z, zs, t.pre + int64_t{g.n_f} * d, xs, false));
+  GEMTB_RETURN_IF_ERROR(MixFwd(p.res, t.z, zs, t.pre, xs, true));
+  GEMTB_ASSIGN(t.x_out, mem->Floats(B * xs));
+  GEMTB_ASSIGN(t.out_mean, mem->Floats(B * n_x));
+  GEMTB_ASSIGN(t.out_rstd, mem->Floats(B * n_x));
+  return NormFwd(p.ln_out, B * n_x, t.pre, t.x_out, t.out_mean, t.out_rstd);
+}
+
+absl::Status GemModelGpu::Impl::WukongBwd(const WukongP& p, const WukongTape& t, const float* dout, float* dx,
+                                          std::vector<float*>& ds_sum) {
+  const int d = g.d, n_x = g.n_x, k = g.wk_k, n_z = g.n_z(), n_sum = g.n_sum();
+  const int J = g.num_sequences();
+  const int64_t zs = int64_t{n_z} * d, xs = int64_t{n_x} * d, flat = int64_t{n_z} * k;
+  float *dpre, *dz, *dg1, *du1, *dh1, *dbm, *da, *part;
+  GEMTB_ASSIGN(dpre, mem->Floats(B * xs, true));
+  GEMTB_ASSIGN(dz, mem->Floats(B * zs, true));
+  GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_out, B * n_x, t.pre, t.out_mean, t.out_rstd, dout, dpre));
+  GEMTB_RETURN_IF_ERROR(MixBwd(p.res, t.z, zs, dpre, xs, dz, zs));
+  GEMTB_RETURN_IF_ERROR(MixBwd(p.lcb, t.z, zs, dpre + int64_t{g.n_f} * d, xs, dz, zs));
+  GEMTB_ASSIGN(dg1, mem->Floats(B * g.wk_h));
+  GEMTB_ASSIGN(du1, mem->Floats(B * g.wk_h));
+  GEMTB_ASSIGN(dh1, mem->Floats(B * flat));
+  GEMTB_ASSIGN(dbm, mem->Floats(B * flat, true));
+  GEMTB_RETURN_IF_ERROR(LinearBwd(p.mlp2, B, t.g1, g.wk_h, dpre, xs, dg1, g.wk_h, false));
+  GEMTB_RETURN_IF_ERROR(GeluBackward<float>(t.u1, dg1, B * g.wk_h, du1, st));
+  GEMTB_RETURN_IF_ERROR(LinearBwd(p.mlp1, B, t.h1, flat, du1, g.wk_h, dh1, flat, false));
+  GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_flat, B, t.bm, t.ln_mean, t.ln_rstd, dh1, dbm));
+  // bm_b = Z_b a_b: dZ_b += dbm_b a_b^T, da_b = Z_b^T dbm_b.
+  GemmF32 s;
+  s.m = n_z, s.n = d, s.k = k, s.trans_b = true, s.lda = k, s.ldb = k, s.ldc = d;
+  s.stride_a = flat, s.stride_b = int64_t{d} * k, s.stride_c = zs, s.batch = B, s.beta = 1.0f;
+  GEMTB_RETURN_IF_ERROR(Gemm(s, dbm, t.a, dz));
+  GEMTB_ASSIGN(da, mem->Floats(B * d * k));
+  GemmF32 s2;
+  s2.m = d, s2.n = k, s2.k = n_z, s2.trans_a = true, s2.lda = d, s2.ldb = k, s2.ldc = k;
+  s2.stride_a = zs, s2.stride_b = flat, s2.stride_c = int64_t{d} * k, s2.batch = B;
+  GEMTB_RETURN_IF_ERROR(Gemm(s2, t.z, dbm, da));
+  // a_b = Z_b^T Y: dZ_b += Y da_b^T, dY += sum over samples of Z_b da_b.
+  GemmF32 s3;
+  s3.m = n_z, s3.n = d, s3.k = k, s3.trans_b = true, s3.lda = k, s3.ldb = k, s3.ldc = d;
+  s3.stride_a = 0, s3.stride_b = int64_t{d} * k, s3.stride_c = zs, s3.batch = B, s3.beta = 1.0f;
+  GEMTB_RETURN_IF_ERROR(Gemm(s3, W(p.y), da, dz));
+  GEMTB_ASSIGN(part, mem->Floats(B * flat));
+  GemmF32 s4;
+  s4.m = n_z, s4.n = k, s4.k = d, s4.lda = d, s4.ldb = k, s4.ldc = k;
+  s4.stride_a = zs, s4.stride_b = int64_t{d} * k, s4.stride_c = flat, s4.batch = B;
+  GEMTB_RETURN_IF_ERROR(Gemm(s4, t.z, da, part));
+  GEMTB_RETURN_IF_ERROR(ColumnSums(part, B, flat, flat, G(p.y), true, st));
+  GEMTB_RETURN_IF_ERROR(Copy2D(dz, zs, dx, xs, B, xs, st));
+  for (int j = 0; j < J; ++j) {
+    GEMTB_ASSIGN(ds_sum[j], mem->Floats(B * n_sum * d));
+    GEMTB_RETURN_IF_ERROR(Copy2D(dz + int64_t{n_x + j * n_sum} * d, zs, ds_sum[j], int64_t{n_sum} * d, B,
+                                 int64_t{n_sum} * d, st));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const float* x_sum, std::vector<float*>& s,
+                                       SeqTape& t) {
+  const int d = g.d;
+  const int64_t n = rows[j], nd = n * d;
+  auto next = [&](const float* cur) -> absl::StatusOr<float*> {
+    float* out;
+    GEMTB_ASSIGN(out, mem->Floats(nd));
+    if (nd > 0) GEMTB_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(out, cur, nd * sizeof(float), cudaMemcpyDeviceToDevice, st), "copy"));
+    return out;
+  };
+  const float* cur = s[j];
+  if (g.DoA(layer)) {
+    t.s_a = cur;
+    GEMTB_ASSIGN(t.h_a, mem->Floats(nd));
+    GEMTB_ASSIGN(t.mean_a, mem->Floats(n));
+    GEMTB_ASSIGN(t.rstd_a, mem->Floats(n));
+    GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_a, n, cur, t.h_a, t.mean_a, t.rstd_a));
+    float* out;
+    GEMTB_ASSIGN(out, next(cur));
+    GEMTB_RETURN_IF_ERROR(AttnFwd(p.attn_a, CrossUse(j), t.h_a, x_sum, t.a, out, true));
+    cur = out;
+  }
+  if (g.DoB(layer)) {
+    t.s_b = cur;
+    GEMTB_ASSIGN(t.h_b, mem->Floats(nd));
+    GEMTB_ASSIGN(t.mean_b, mem->Floats(n));
+    GEMTB_ASSIGN(t.rstd_b, mem->Floats(n));
+    GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_b, n, cur, t.h_b, t.mean_b, t.rstd_b));
+    float* out;
+    GEMTB_ASSIGN(out, next(cur));
+    GEMTB_RETURN_IF_ERROR(AttnFwd(p.attn_b, SelfUse(j), t.h_b, t.h_b, t.b, out, true));
+    cur = out;
+  }
+  t.s_c = cur;
+  GEMTB_ASSIGN(t.h_c, mem->Floats(nd));
+  GEMTB_ASSIGN(t.mean_c, mem->Floats(n));
+  GEMTB_ASSIGN(t.rstd_c, mem->Floats(n));
+  GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_c, n, cur, t.h_c, t.mean_c, t.rstd_c));
+  GEMTB_ASSIGN(t.u, mem->Floats(n * g.ffn));
+  GEMTB_ASSIGN(t.g, mem->Floats(n * g.ffn));
+  GEMTB_RETURN_IF_ERROR(LinearFwd(p.ffn1, n, t.h_c, d, t.u, g.ffn, false));
+  if (n > 0) GEMTB_RETURN_IF_ERROR(GeluForward<float>(t.u, n * g.ffn, t.g, st));
+  float* out;
+  GEMTB_ASSIGN(out, next(cur));
+  GEMTB_RETURN_IF_ERROR(LinearFwd(p.ffn2, n, t.g, g.ffn, out, d, true));
+  s[j] = out;
+  return absl::OkStatus();
+}
+
+absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const SeqTape& t, float* ds, float* dx_sum) {
+  const int d = g.d;
+  const int64_t n = rows[j], nd = n * d;
+  if (n == 0) return absl::OkStatus();
+  float *dg, *du, *dh;
+  GEMTB_ASSIGN(dg, mem->Floats(n * g.ffn));
+  GEMTB_ASSIGN(du, mem->Floats(n * g.ffn));
+  GEMTB_ASSIGN(dh, mem->Floats(nd));
+  GEMTB_RETURN_IF_ERROR(LinearBwd(p.ffn2, n, t.g, g.ffn, ds, d, dg, g.ffn, false));
+  GEMTB_RETURN_IF_ERROR(GeluBackward<float>(t.u, dg, n * g.ffn, du, st));
+  GEMTB_RETURN_IF_ERROR(LinearBwd(p.ffn1, n, t.h_c, d, du, g.ffn, dh, d, false));
+  GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_c, n, t.s_c, t.mean_c, t.rstd_c, dh, ds));
+  if (g.DoB(layer)) {
+    GEMTB_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(dh, 0, nd * sizeof(float), st), "zero"));
+    GEMTB_RETURN_IF_ERROR(AttnBwd(p.attn_b, SelfUse(j), t.b, ds, dh, dh, nullptr));
+    GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_b, n, t.s_b, t.mean_b, t.rstd_b, dh, ds));
+  }
+  if (g.DoA(layer)) {
+    GEMTB_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(dh, 0, nd * sizeof(float), st), "zero"));
+    GEMTB_RETURN_IF_ERROR(AttnBwd(p.attn_a, CrossUse(j), t.a, ds, dh, dx_sum, nullptr));
+    GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_a, n, t.s_a, t.mean_a, t.rstd_a, dh, ds));
+  }
+  return absl::OkStatus();
+}
+
+GemModelGpu::GemModelGpu(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GemModelGpu::~GemModelGpu() = default;
+const gemtb::model::GemGeometry& GemModelGpu::geometry() const { return impl_->g; }
+
+absl::StatusOr<std::unique_ptr<GemModelGpu>> GemModelGpu::Create(const gemtb::model::ModelConfig& config) {
+  absl::StatusOr<GemGeometry> geometry = gemtb::model::MakeGemGeometry(config);
+  if (!geometry.ok()) return geometry.status();
+  auto impl = std::make_unique<Impl>();
+  impl->g = *std::move(geometry);
+  const GemGeometry& g = impl->g;
+  const int dh = g.dh();
+  if (dh != 16 && dh != 32 && dh != 64)
+    return absl::UnimplementedError(
+        absl::StrCat("heads: d ", g.d, " / heads ", g.heads, " = head dim ", dh, " (the GPU attention runs 16, 32, 64)"));
+  const ParamLayout& L = g.layout;
+  const int d = g.d, J = g.num_sequences();
+  impl->dense_proj = BindLinear(L, "embed.dense", g.dense_m, g.n_d * d);
+  impl->lce_in = BindMix(L, "embed.lce_in", g.num_features + g.n_d, g.n_x);
+  auto bind_cross = [&](const std::string& name) {
+    CrossP c;
+    c.lce_s = BindMix(L, name + ".lce_s", g.n_x, g.n_s);
+    c.x_gate = BindLinear(L, name + ".x_gate", d, d);
+    for (int j = 0; j < J; ++j) {
+      const std::string sj = absl::StrCat(name, ".seq", j);
+      c.seeds.push_back(L.Ref(sj + ".pma.seeds", {g.k_p, d}));
+      c.pma.push_back(BindAttn(L, sj + ".pma", d));
+      c.sum_gate.push_back(BindLinear(L, sj + ".sum_gate", d, d));
+    }
+    return c;
+  };
+  const int n_z = g.n_z();
+  for (int l = 0; l < g.layers; ++l) {
+    const std::string name = absl::StrCat("L", l + 1);
+    LayerP layer;
+    layer.cross = bind_cross(name + ".cross");
+    WukongP& w = layer.wukong;
+    w.y = L.Ref(name + ".wukong.y", {n_z, g.wk_k});
+    w.ln_flat = BindNorm(L, name + ".wukong.ln_flat", n_z * g.wk_k);
+    w.mlp1 = BindLinear(L, name + ".wukong.mlp1", n_z * g.wk_k, g.wk_h);
+    w.mlp2 = BindLinear(L, name + ".wukong.mlp2", g.wk_h, g.n_f * d);
+    w.lcb = BindMix(L, name + ".wukong.lcb", n_z, g.n_l);
+    w.res = BindMix(L, name + ".wukong.lce_res", n_z, g.n_x);
+    w.ln_out = BindNorm(L, name + ".wukong.ln_out", d);
+    for (int j = 0; j < J; ++j) {
+      const std::string sj = absl::StrCat(name, ".seq", j);
+      SeqP s;
+      s.ln_a = BindNorm(L, sj + ".ln_a", d);
+      s.attn_a = BindAttn(L, sj + ".attn_a", d);
+      s.ln_b = BindNorm(L, sj + ".ln_b", d);
+      s.attn_b = BindAttn(L, sj + ".attn_b", d);
+      s.ln_c = BindNorm(L, sj + ".ln_c", d);
+      s.ffn1 = BindLinear(L, sj + ".ffn1", d, g.ffn);
+      s.ffn2 = BindLinear(L, sj + ".ffn2", g.ffn, d);
+      layer.seq.push_back(s);
+    }
+    impl->layers.push_back(std::move(layer));
+  }
+  impl->final_cross = bind_cross("final.cross");
+  for (size_t i = 0; i + 1 < g.head_widths.size(); ++i)
+    impl->head.push_back(BindLinear(L, absl::StrCat("head.mlp", i), g.head_widths[i], g.head_widths[i + 1]));
+  absl::StatusOr<std::unique_ptr<Fp32Matmul>> mm = Fp32Matmul::Create();
+  if (!mm.ok()) return mm.status();
+  impl->mm = *std::move(mm);
+  const std::vector<float> table = gemtb::model::RopeTable<float>(g.rope_rows, dh);
+  GEMTB_RETURN_IF_ERROR(Cuda(cudaMalloc(&impl->rope_table, table.size() * sizeof(float)), "rope table"));
+  GEMTB_RETURN_IF_ERROR(Cuda(cudaMemcpy(impl->rope_table, table.data(), table.size() * sizeof(float),
+                                        cudaMemcpyHostToDevice), "rope table"));
+  return std::unique_ptr<GemModelGpu>(new GemModelGpu(std::move(impl)));
+}
+
+absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, const GemBatchOutput& out,
+                              cudaStream_t stream) {
+  Impl& m = *impl_;
+  const GemGeometry& g = m.g;
+  const int d = g.d, J = g.num_sequences(), F = g.num_features, n_s = g.n_s, n_sum = g.n_sum();
+  if (in.batch < 1 || in.batch >= (int64_t{1} << 20))
+    return absl::InvalidArgumentError(absl::StrCat("batch: ", in.batch, " (want 1 .. 2^20-1)"));
+  if (static_cast<int>(in.lengths.size()) != J || static_cast<int>(in.events.size()) != J)
+    return absl::InvalidArgumentError(absl::StrCat("lengths/events: ", in.lengths.size(), "/", in.events.size(),
+                                                   " sequences, the model has ", J));
+  for (int j = 0; j < J; ++j) {
+    if (static_cast<int64_t>(in.lengths[j].size()) != in.batch)
+      return absl::InvalidArgumentError(absl::StrCat("lengths[", j, "]: ", in.lengths[j].size(), " samples != batch ", in.batch));
+    for (int64_t b = 0; b < in.batch; ++b)
+      if (in.lengths[j][b] < 0 || in.lengths[j][b] > g.seqs[j].lmax)
+        return absl::InvalidArgumentError(absl::StrCat("lengths[", j, "][", b, "]: ", in.lengths[j][b], " (want 0 .. Lmax ",
+                                                       g.seqs[j].lmax, ")"));
+  }
+  const bool backward = out.param_grad != nullptr;
+  if (backward && static_cast<int>(out.events_grad.size()) != J)
+    return absl::InvalidArgumentError(absl::StrCat("events_grad: ", out.events_grad.size(), " sequences, the model has ", J));
+  Scratch mem(stream);
+  m.w = params, m.gr = out.param_grad, m.st = stream, m.mem = &mem, m.B = in.batch;
+  const int64_t B = in.batch;
+  GEMTB_RETURN_IF_ERROR(m.Plan(in));
+
+  // Embedding block: X = LCE_in([E || Linear(dense)]).
+  const int64_t z0s = int64_t{F + g.n_d} * d, xs = int64_t{g.n_x} * d;
+  float *dense_out, *z0, *x;
+  GEMTB_ASSIGN(dense_out, mem.Floats(B * g.n_d * d));
+  GEMTB_ASSIGN(z0, mem.Floats(B * z0s));
+  GEMTB_ASSIGN(x, mem.Floats(B * xs));
+  GEMTB_RETURN_IF_ERROR(m.LinearFwd(m.dense_proj, B, in.dense, g.dense_m, dense_out, int64_t{g.n_d} * d, false));
+  GEMTB_RETURN_IF_ERROR(Copy2D(in.pooled, int64_t{F} * d, z0, z0s, B, int64_t{F} * d, stream));
+  GEMTB_RETURN_IF_ERROR(Copy2D(dense_out, int64_t{g.n_d} * d, z0 + int64_t{F} * d, z0s, B, int64_t{g.n_d} * d, stream));
+  GEMTB_RETURN_IF_ERROR(m.MixFwd(m.lce_in, z0, z0s, x, xs, false));
+
+  std::vector<float*> s(J, nullptr);
+  std::vector<LayerTape> tapes(m.layers.size());
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    LayerTape& t = tapes[l];
+    GEMTB_RETURN_IF_ERROR(m.CrossFwd(m.layers[l].cross, t.cross, x, s, l == 0 ? &in : nullptr));
+    GEMTB_RETURN_IF_ERROR(m.WukongFwd(m.layers[l].wukong, t.cross, x, t.wukong));
+    t.seq.resize(J);
+    for (int j = 0; j < J; ++j)
+      GEMTB_RETURN_IF_ERROR(m.SeqFwd(m.layers[l].seq[j], static_cast<int>(l), j, t.cross.x_sum, s, t.seq[j]));
+    x = t.wukong.x_out;
+  }
+  CrossTape final_tape;
+  GEMTB_RETURN_IF_ERROR(m.CrossFwd(m.final_cross, final_tape, x, s, m.layers.empty() ? &in : nullptr));
+
+  // Head: MLP([flatten(X_sum) || flatten(S_sum_1..J)]) -> T logits.
+  const int hw = g.head_widths.front();
+  float* hin;
+  GEMTB_ASSIGN(hin, mem.Floats(B * hw));
+  GEMTB_RETURN_IF_ERROR(Copy2D(final_tape.x_sum, int64_t{n_s} * d, hin, hw, B, int64_t{n_s} * d, stream));
+  for (int j = 0; j < J; ++j)
+    GEMTB_RETURN_IF_ERROR(Copy2D(final_tape.seq[j].s_sum, int64_t{n_sum} * d, hin + int64_t{n_s + j * n_sum} * d, hw, B,
+                                 int64_t{n_sum} * d, stream));
+  const size_t nh = m.head.size();
+  std::vector<float*> head_in(nh), head_u(nh);
+  head_in[0] = hin;
+  for (size_t i = 0; i < nh; ++i) {
+    const LinearP& p = m.head[i];
+    if (i + 1 == nh) {
+      head_u[i] = out.logits;
+    } else {
+      GEMTB_ASSIGN(head_u[i], mem.Floats(B * p.out));
+    }
+    GEMTB_RETURN_IF_ERROR(m.LinearFwd(p, B, head_in[i], p.in, head_u[i], p.out, false));
+    if (i + 1 < nh) {
+      GEMTB_ASSIGN(head_in[i + 1], mem.Floats(B * p.out));
+      GEMTB_RETURN_IF_ERROR(GeluForward<float>(head_u[i], B * p.out, head_in[i + 1], stream));
+    }
+  }
+  const int T = g.num_tasks;
+  float *dlogits, *sample_loss;
+  double* workspace = nullptr;
+  GEMTB_ASSIGN(dlogits, mem.Floats(B * T));
+  GEMTB_ASSIGN(sample_loss, mem.Floats(B));
+  {
+    float* ws;
+    GEMTB_ASSIGN(ws, mem.Floats(2));
+    workspace = reinterpret_cast<double*>(ws);
+  }
+  GEMTB_RETURN_IF_ERROR(BceWithLogitsLoss(LossShape{B, T}, out.logits, in.labels, in.masks, dlogits, sample_loss,
+                                          out.loss, workspace, stream));
+  if (!backward) return absl::OkStatus();
+
+  GEMTB_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(out.param_grad, 0, g.layout.total() * sizeof(float), stream), "zero"));
+  // Head backward.
+  float* da = dlogits;
+  for (size_t i = nh; i-- > 0;) {
+    const LinearP& p = m.head[i];
+    float* du = da;
+    if (i + 1 < nh) {
+      GEMTB_ASSIGN(du, mem.Floats(B * p.out));
+      GEMTB_RETURN_IF_ERROR(GeluBackward<float>(head_u[i], da, B * p.out, du, stream));
+    }
+    float* dprev;
+    GEMTB_ASSIGN(dprev, mem.Floats(B * p.in));
+    GEMTB_RETURN_IF_ERROR(m.LinearBwd(p, B, head_in[i], p.in, du, p.out, dprev, p.in, false));
+    da = dprev;
+  }
+  float* dx_sum;
+  GEMTB_ASSIGN(dx_sum, mem.Floats(B * n_s * d));
+  GEMTB_RETURN_IF_ERROR(Copy2D(da, hw, dx_sum, int64_t{n_s} * d, B, int64_t{n_s} * d, stream));
+  std::vector<float*> ds_sum(J), ds(J);
+  for (int j = 0; j < J; ++j) {
+    GEMTB_ASSIGN(ds_sum[j], mem.Floats(B * n_sum * d));
+    GEMTB_RETURN_IF_ERROR(Copy2D(da + int64_t{n_s + j * n_sum} * d, hw, ds_sum[j], int64_t{n_sum} * d, B,
+                                 int64_t{n_sum} * d, stream));
+    GEMTB_ASSIGN(ds[j], mem.Floats(m.rows[j] * d, true));
+  }
+  float* dx;
+  GEMTB_ASSIGN(dx, mem.Floats(B * xs, true));
+  GEMTB_RETURN_IF_ERROR(m.CrossBwd(m.final_cross, final_tape, dx_sum, ds_sum, ds, dx, m.layers.empty() ? &out : nullptr));
+  for (size_t l = m.layers.size(); l-- > 0;) {
+    const LayerTape& t = tapes[l];
+    GEMTB_ASSIGN(dx_sum, mem.Floats(B * n_s * d, true));
+    for (int j = J; j-- > 0;)
+      GEMTB_RETURN_IF_ERROR(m.SeqBwd(m.layers[l].seq[j], static_cast<int>(l), j, t.seq[j], ds[j], dx_sum));
+    float* dx_in;
+    GEMTB_ASSIGN(dx_in, mem.Floats(B * xs));
+    GEMTB_RETURN_IF_ERROR(m.WukongBwd(m.layers[l].wukong, t.wukong, dx, dx_in, ds_sum));
+    dx = dx_in;
+    GEMTB_RETURN_IF_ERROR(m.CrossBwd(m.layers[l].cross, t.cross, dx_sum, ds_sum, ds, dx, l == 0 ? &out : nullptr));
+  }
+  float *dz0, *ddense;
+  GEMTB_ASSIGN(dz0, mem.Floats(B * z0s, true));
+  GEMTB_ASSIGN(ddense, mem.Floats(B * g.n_d * d));
+  GEMTB_RETURN_IF_ERROR(m.MixBwd(m.lce_in, z0, z0s, dx, xs, dz0, z0s));
+  GEMTB_RETURN_IF_ERROR(Copy2D(dz0, z0s, out.pooled_grad, int64_t{F} * d, B, int64_t{F} * d, stream));
+  GEMTB_RETURN_IF_ERROR(Copy2D(dz0 + int64_t{F} * d, z0s, ddense, int64_t{g.n_d} * d, B, int64_t{g.n_d} * d, stream));
+  return m.LinearBwd(m.dense_proj, B, in.dense, g.dense_m, ddense, int64_t{g.n_d} * d, nullptr, 0, false);
+}
+
+}  // namespace gemtb::gpu::train

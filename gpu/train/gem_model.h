@@ -1,0 +1,72 @@
+// The GEM-like model of model/description/gem_geometry.h on one GPU: forward, loss and backward of
+// a whole batch, in fp32 (the trainer's check precision: every matmul is true fp32 on cuBLAS, every
+// other op an fp32 kernel with explicitly rounded operations), as reference/model/gem_model.cc
+// defines it per sample.
+//
+// Layout: the batch's samples side by side. X, X_sum and the summaries S_sum_j are [B, tokens, d];
+// each sequence's residual stream S_j is jagged, sample b's n_s + len_jb rows after sample b-1's.
+// Token mixing (LCE) is one strided-batched matmul with the mixing matrix shared by every sample;
+// its weight gradient is a per-sample product summed over samples in order. Attention runs on the
+// jagged rows (gdpa.h). Parameters and their gradients are the flat fp32 arrays of the layout
+// (param_layout.h), so they compare element by element with the oracle's.
+#ifndef GEMTB_GPU_TRAIN_GEM_MODEL_H_
+#define GEMTB_GPU_TRAIN_GEM_MODEL_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/description/gem_geometry.h"
+#include "model/description/model_config.h"
+
+namespace gemtb::gpu::train {
+
+// One batch's inputs after the embedding lookup. Host fields describe it; pointers are device memory.
+struct GemBatchInput {
+  int64_t batch = 0;                          // B
+  std::vector<std::vector<int32_t>> lengths;  // per sequence j: [B] events of each sample (<= Lmax_j)
+  const float* pooled = nullptr;              // [B, F, d] non-sequence features, key order
+  const float* dense = nullptr;               // [B, m]
+  std::vector<const float*> events;           // per j: [sum_b len_jb, d]
+  const float* labels = nullptr;              // [B, T] 0/1
+  const float* masks = nullptr;               // [B, T] 0/1
+};
+
+// What a pass writes, device memory owned by the caller.
+struct GemBatchOutput {
+  float* logits = nullptr;              // [B, T]
+  double* loss = nullptr;               // [1] the masked BCE of the batch (loss.h)
+  float* param_grad = nullptr;          // [P] dL/dparams (written); null: forward only
+  float* pooled_grad = nullptr;         // [B, F, d] (written; with param_grad)
+  std::vector<float*> events_grad;      // per j: [sum_b len_jb, d] (written; with param_grad)
+};
+
+class GemModelGpu {
+ public:
+  // InvalidArgument / Unimplemented naming the config field (MakeGemGeometry's rules, and head dims
+  // the attention kernels run: 16, 32, 64).
+  static absl::StatusOr<std::unique_ptr<GemModelGpu>> Create(const gemtb::model::ModelConfig& config);
+  ~GemModelGpu();
+  GemModelGpu(const GemModelGpu&) = delete;
+  GemModelGpu& operator=(const GemModelGpu&) = delete;
+
+  const gemtb::model::GemGeometry& geometry() const;
+
+  // Forward, loss and (when out.param_grad is set) backward of one batch with parameters `params`
+  // [P]; asynchronous on `stream` (its scratch memory is stream-ordered). InvalidArgument naming the
+  // field when the input does not fit the model (sequence count, lengths beyond Lmax, B < 1).
+  absl::Status Run(const float* params, const GemBatchInput& in, const GemBatchOutput& out, cudaStream_t stream);
+
+ private:
+  struct Impl;
+  explicit GemModelGpu(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gemtb::gpu::train
+
+#endif  // GEMTB_GPU_TRAIN_GEM_MODEL_H_

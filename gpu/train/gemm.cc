@@ -1,0 +1,129 @@
+#include "gpu/train/gemm.h"
+
+#include <cublas_v2.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace gemtb::gpu::train {
+
+struct Fp32Matmul::Handles {
+  cublasHandle_t handle = nullptr;
+  void* workspace = nullptr;
+
+  ~Handles() {
+    if (handle) cublasDestroy(handle);
+    if (workspace) cudaFree(workspace);
+  }
+};
+
+namespace {
+
+// cuBLAS's recommended workspace on Hopper; it holds split-K partial sums among others.
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+absl::Status CublasStatus(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cublasGetStatusName(s), " (", cublasGetStatusString(s), ")"));
+}
+
+#define GEMTB_CUBLAS(expr, what)                            \
+  do {                                                      \
+    const absl::Status status_ = CublasStatus(expr, what);  \
+    if (!status_.ok()) return status_;                      \
+  } while (0)
+
+absl::Status Invalid(auto... parts) { return absl::InvalidArgumentError(absl::StrCat("gemm ", parts...)); }
+
+}  // namespace
+
+absl::Status ValidateGemmF32(const GemmF32& g) {
+  constexpr int64_t kMax = int64_t{1} << 31;
+  for (const auto& [name, value] : {std::pair{"m", g.m}, {"n", g.n}, {"k", g.k}, {"batch", g.batch}}) {
+    if (value < 1 || value >= kMax) return Invalid(name, "=", value, ": want 1 .. 2^31-1");
+  }
+  struct Stored {
+    const char* ld_name;
+    int64_t ld;
+    const char* matrix;
+    int64_t rows, width;
+  };
+  const Stored stored[] = {
+      {"lda", g.lda, g.trans_a ? "A (trans_a) is stored [k, m]" : "A is stored [m, k]", g.trans_a ? g.k : g.m,
+       g.trans_a ? g.m : g.k},
+      {"ldb", g.ldb, g.trans_b ? "B (trans_b) is stored [n, k]" : "B is stored [k, n]", g.trans_b ? g.n : g.k,
+       g.trans_b ? g.k : g.n},
+      {"ldc", g.ldc, "C is [m, n]", g.m, g.n},
+  };
+  for (const Stored& s : stored) {
+    if (s.ld < s.width || s.ld >= kMax) {
+      return Invalid(s.ld_name, "=", s.ld, ": want ", s.width, " .. 2^31-1 (", s.matrix, " = [", s.rows, ", ",
+                     s.width, "], rows of ", s.width, ")");
+    }
+  }
+  for (const auto& [name, value] : {std::pair{"stride_a", g.stride_a}, {"stride_b", g.stride_b},
+                                    {"stride_c", g.stride_c}}) {
+    if (value < 0) return Invalid(name, "=", value, ": want >= 0");
+  }
+  // Overlapping C entries would be written by concurrent kernels in no fixed order. Two layouts are
+  // disjoint: one block per entry, or entries side by side within C's rows ([m, batch, n] and the
+  // like). The second is checked by division, so that no product can overflow.
+  if (g.batch > 1) {
+    const int64_t block = (g.m - 1) * g.ldc + g.n;
+    const bool blocks = g.stride_c >= block;
+    const bool interleaved = g.stride_c >= g.n && (g.batch - 1) <= (g.ldc - g.n) / g.stride_c;
+    if (!blocks && !interleaved) {
+      return Invalid("stride_c=", g.stride_c, ": the ", g.batch, " C matrices overlap (m=", g.m, ", n=", g.n,
+                     ", ldc=", g.ldc, "): want >= (m-1)*ldc+n = ", block, ", or n .. (ldc-n)/(batch-1) = ", g.n,
+                     " .. ", (g.ldc - g.n) / (g.batch - 1), " for matrices side by side within C's rows");
+    }
+  }
+  return absl::OkStatus();
+}
+
+Fp32Matmul::Fp32Matmul(std::unique_ptr<Handles> h) : h_(std::move(h)) {}
+Fp32Matmul::~Fp32Matmul() = default;
+
+absl::StatusOr<std::unique_ptr<Fp32Matmul>> Fp32Matmul::Create() {
+  auto h = std::make_unique<Handles>();
+  if (const cudaError_t e = cudaMalloc(&h->workspace, kWorkspaceBytes); e != cudaSuccess) {
+    h->workspace = nullptr;
+    return absl::InternalError(absl::StrCat("cudaMalloc (cuBLAS workspace): ", cudaGetErrorString(e)));
+  }
+  GEMTB_CUBLAS(cublasCreate(&h->handle), "cublasCreate");
+  // Pedantic: fp32 products and sums as IEEE fp32 operations, never TF32 or the bf16x9 emulation
+  // (the compute type in Run says the same; the math mode keeps the handle from allowing them).
+  GEMTB_CUBLAS(cublasSetMathMode(h->handle, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+  // No atomics: results never depend on the order in which blocks finish.
+  GEMTB_CUBLAS(cublasSetAtomicsMode(h->handle, CUBLAS_ATOMICS_NOT_ALLOWED), "cublasSetAtomicsMode");
+  GEMTB_CUBLAS(cublasSetPointerMode(h->handle, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode");
+  return std::unique_ptr<Fp32Matmul>(new Fp32Matmul(std::move(h)));
+}
+
+absl::Status Fp32Matmul::Run(const GemmF32& g, const float* a, const float* b, float* c, cudaStream_t stream) {
+  if (absl::Status v = ValidateGemmF32(g); !v.ok()) return v;
+  for (const auto& [name, ptr] : {std::pair{"a", static_cast<const void*>(a)}, {"b", b}, {"c", c}}) {
+    if (ptr == nullptr) return Invalid(name, ": null device pointer");
+  }
+  GEMTB_CUBLAS(cublasSetStream(h_->handle, stream), "cublasSetStream");
+  // cublasSetStream puts the handle back on cuBLAS's shared workspace pool; this object's own keeps
+  // the choice of kernels independent of what other streams run.
+  GEMTB_CUBLAS(cublasSetWorkspace(h_->handle, h_->workspace, kWorkspaceBytes), "cublasSetWorkspace");
+  // Column-major C^T [n, m] = op(B)^T [n, k] op(A)^T [k, m] (gemm.h): B's memory read column-major
+  // is B^T when B is stored [k, n] (no transpose needed) and op(B) itself when stored [n, k] (so
+  // transposed); likewise A. cuBLAS's leading-dimension rules (>= its stored rows) are then exactly
+  // ValidateGemmF32's row widths.
+  const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  // beta = 0: cuBLAS does not read C (NaN there does not propagate). CUBLAS_GEMM_DEFAULT: the
+  // heuristic's choice, a function of the shape alone.
+  GEMTB_CUBLAS(cublasGemmStridedBatchedEx_64(h_->handle, op_b, op_a, g.n, g.m, g.k, &g.alpha, b, CUDA_R_32F, g.ldb,
+                                             g.stride_b, a, CUDA_R_32F, g.lda, g.stride_a, &g.beta, c, CUDA_R_32F,
+                                             g.ldc, g.stride_c, g.batch, CUBLAS_COMPUTE_32F_PEDANTIC,
+                                             CUBLAS_GEMM_DEFAULT),
+               "cublasGemmStridedBatchedEx");
+  return absl::OkStatus();
+}
+
+}  // namespace gemtb::gpu::train

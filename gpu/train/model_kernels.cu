@@ -1,0 +1,121 @@
+#include "gpu/train/model_kernels.h"
+
+#include "absl/strings/str_cat.h"
+#include "gpu/train/kernel_utils.cuh"
+
+namespace gemtb::gpu::train {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned Blocks(int64_t count) { return static_cast<unsigned>((count + kThreads - 1) / kThreads); }
+
+absl::Status ValidateMatrix(const char* what, int64_t rows, int64_t cols, int64_t ld) {
+  if (rows < 0 || rows >= (int64_t{1} << 31) || cols < 1 || cols >= (int64_t{1} << 31) || ld < cols) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": rows=", rows, " cols=", cols, " ld=", ld,
+                                                   ": want rows 0 .. 2^31-1, cols 1 .. 2^31-1, ld >= cols"));
+  }
+  return absl::OkStatus();
+}
+
+__global__ void BroadcastRowsKernel(const float* v, int64_t rows, int64_t cols, float* y, int64_t ldy,
+                                    bool accumulate) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= rows * cols) return;
+  const int64_t r = e / cols, c = e % cols;
+  float* out = y + r * ldy + c;
+  *out = accumulate ? __fadd_rn(*out, v[c]) : v[c];
+}
+
+__global__ void ColumnSumsKernel(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* out,
+                                 bool accumulate) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float s = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) s = __fadd_rn(s, x[r * ldx + c]);
+  out[c] = accumulate ? __fadd_rn(out[c], s) : s;
+}
+
+__global__ void GatherRowsKernel(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst,
+                                 bool accumulate) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= rows * width) return;
+  const int64_t r = e / width, c = e % width;
+  const int32_t from = index[r];
+  if (accumulate) {
+    if (from >= 0) dst[e] = __fadd_rn(dst[e], src[static_cast<int64_t>(from) * width + c]);
+  } else {
+    dst[e] = from >= 0 ? src[static_cast<int64_t>(from) * width + c] : 0.0f;
+  }
+}
+
+__global__ void ScatterAddRowsKernel(const float* src, const int32_t* index, int64_t rows, int64_t width,
+                                     float* dst) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= rows * width) return;
+  const int64_t r = e / width, c = e % width;
+  const int32_t to = index[r];
+  if (to >= 0) {
+    float* out = dst + static_cast<int64_t>(to) * width + c;
+    *out = __fadd_rn(*out, src[e]);
+  }
+}
+
+__global__ void AddIntoKernel(const float* x, int64_t count, float* y) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e < count) y[e] = __fadd_rn(y[e], x[e]);
+}
+
+__global__ void Sum3Kernel(const float* a, const float* b, const float* c, int64_t count, float* y) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e < count) y[e] = __fadd_rn(__fadd_rn(a[e], b[e]), c[e]);
+}
+
+}  // namespace
+
+absl::Status BroadcastRows(const float* v, int64_t rows, int64_t cols, float* y, int64_t ldy, bool accumulate,
+                           cudaStream_t stream) {
+  if (absl::Status s = ValidateMatrix("BroadcastRows", rows, cols, ldy); !s.ok()) return s;
+  if (rows == 0) return absl::OkStatus();
+  BroadcastRowsKernel<<<Blocks(rows * cols), kThreads, 0, stream>>>(v, rows, cols, y, ldy, accumulate);
+  return Launched("BroadcastRows");
+}
+
+absl::Status ColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
+                        cudaStream_t stream) {
+  if (absl::Status s = ValidateMatrix("ColumnSums", rows, cols, ldx); !s.ok()) return s;
+  ColumnSumsKernel<<<Blocks(cols), kThreads, 0, stream>>>(x, rows, cols, ldx, out, accumulate);
+  return Launched("ColumnSums");
+}
+
+absl::Status GatherRows(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst,
+                        bool accumulate, cudaStream_t stream) {
+  if (absl::Status s = ValidateMatrix("GatherRows", rows, width, width); !s.ok()) return s;
+  if (rows == 0) return absl::OkStatus();
+  GatherRowsKernel<<<Blocks(rows * width), kThreads, 0, stream>>>(src, index, rows, width, dst, accumulate);
+  return Launched("GatherRows");
+}
+
+absl::Status ScatterAddRows(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst,
+                            cudaStream_t stream) {
+  if (absl::Status s = ValidateMatrix("ScatterAddRows", rows, width, width); !s.ok()) return s;
+  if (rows == 0) return absl::OkStatus();
+  ScatterAddRowsKernel<<<Blocks(rows * width), kThreads, 0, stream>>>(src, index, rows, width, dst);
+  return Launched("ScatterAddRows");
+}
+
+absl::Status AddInto(const float* x, int64_t count, float* y, cudaStream_t stream) {
+  if (count == 0) return absl::OkStatus();
+  if (absl::Status v = ValidateCount(count); !v.ok()) return v;
+  AddIntoKernel<<<Blocks(count), kThreads, 0, stream>>>(x, count, y);
+  return Launched("AddInto");
+}
+
+absl::Status Sum3(const float* a, const float* b, const float* c, int64_t count, float* y, cudaStream_t stream) {
+  if (count == 0) return absl::OkStatus();
+  if (absl::Status v = ValidateCount(count); !v.ok()) return v;
+  Sum3Kernel<<<Blocks(count), kThreads, 0, stream>>>(a, b, c, count, y);
+  return Launched("Sum3");
+}
+
+}  // namespace gemtb::gpu::train

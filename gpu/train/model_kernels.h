@@ -1,0 +1,36 @@
+// The small fp32 data-movement kernels the GPU model needs between its layers: bias rows, column
+// sums in a fixed order, row gathers by index, elementwise sums. Deterministic (no atomics); each
+// call is asynchronous on `stream` and validates its sizes first.
+#ifndef GEMTB_GPU_TRAIN_MODEL_KERNELS_H_
+#define GEMTB_GPU_TRAIN_MODEL_KERNELS_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace gemtb::gpu::train {
+
+// y[r, c] = v[c] (accumulate: y[r, c] += v[c]) for r < rows, c < cols; row stride ldy.
+absl::Status BroadcastRows(const float* v, int64_t rows, int64_t cols, float* y, int64_t ldy, bool accumulate,
+                           cudaStream_t stream);
+// out[c] (+)= sum over r = 0, 1, ... rows-1 in that order of x[r * ldx + c].
+absl::Status ColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
+                        cudaStream_t stream);
+// dst[r] (+)= src[index[r]] for rows of `width` floats; index[r] < 0 reads zeros (and adds nothing).
+// index is device memory [rows].
+absl::Status GatherRows(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst,
+                        bool accumulate, cudaStream_t stream);
+// dst[index[r]] += src[r] for index[r] >= 0; the indices must be distinct (no two rows of src add to
+// one row of dst), which is what makes the adds race-free and their result independent of order.
+absl::Status ScatterAddRows(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst,
+                            cudaStream_t stream);
+// y[e] += x[e].
+absl::Status AddInto(const float* x, int64_t count, float* y, cudaStream_t stream);
+// y[e] = (a[e] + b[e]) + c[e] (a sequence event: item + action + dt rows).
+absl::Status Sum3(const float* a, const float* b, const float* c, int64_t count, float* y, cudaStream_t stream);
+
+}  // namespace gemtb::gpu::train
+
+#endif  // GEMTB_GPU_TRAIN_MODEL_KERNELS_H_

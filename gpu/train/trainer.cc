@@ -1,0 +1,243 @@
+#include "gpu/train/trainer.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "gpu/common/device_buffer.h"
+#include "gpu/train/dense_adam.h"
+#include "gpu/train/gem_model.h"
+#include "gpu/train/model_kernels.h"
+#include "model/common/status_macros.h"
+#include "model/data/batch.h"
+#include "model/data/generator.h"
+#include "model/data/shape_from_config.h"
+#include "model/description/gem_geometry.h"
+#include "model/description/train_schedule.h"
+#include "model/embedding/embedding_math.h"
+
+namespace gemtb::gpu::train {
+namespace {
+
+template <typename T>
+using Array = std::unique_ptr<DeviceArray<T>>;
+
+template <typename T>
+absl::StatusOr<Array<T>> Upload(absl::Span<const T> host, const char* what) {
+  auto a = std::make_unique<DeviceArray<T>>();
+  GEMTB_RETURN_IF_ERROR(a->Upload(host, what));
+  return a;
+}
+template <typename T>
+absl::StatusOr<Array<T>> Allocate(size_t n, const char* what) {
+  auto a = std::make_unique<DeviceArray<T>>();
+  GEMTB_RETURN_IF_ERROR(a->Allocate(n, what));
+  return a;
+}
+
+#define GEMTB_TRAINER_ASSIGN(lhs, expr)                \
+  do {                                                 \
+    auto gemtb_value = (expr);                         \
+    if (!gemtb_value.ok()) return gemtb_value.status(); \
+    lhs = *std::move(gemtb_value);                     \
+  } while (0)
+
+absl::Status CudaStatus(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+std::vector<float> ToFloat(const std::vector<uint8_t>& v) { return std::vector<float>(v.begin(), v.end()); }
+
+}  // namespace
+
+struct GpuTrainer::Impl {
+  gemtb::model::ModelConfig config;
+  TrainerOptions options;
+  data::Generator generator;
+  EmbeddingConfig emb;
+  std::unique_ptr<embedding::DeviceTbe> tbe;
+  std::unique_ptr<GemModelGpu> model;
+  int64_t step = 0;
+  float adam_b1 = 1.0f, adam_b2 = 1.0f;
+  Array<float> params, grad, adam_m, adam_v;
+  Array<double> loss;
+
+  explicit Impl(data::Generator g) : generator(std::move(g)) {}
+
+  // One batch through the TBE forward and the model: forward only (predictions) or a training step.
+  absl::StatusOr<TrainerStep> Pass(const data::Batch& batch, bool train) {
+    const int64_t B = batch.size;
+    const gemtb::model::GemGeometry& g = model->geometry();
+    const int J = g.num_sequences(), T = g.num_tasks;
+    embedding::KjtView kjt;
+    kjt.keys = batch.keys;
+    kjt.batch = B;
+    kjt.lengths = batch.lengths;
+    kjt.values = batch.values;
+    GEMTB_RETURN_IF_ERROR(tbe->SetInput(kjt));
+    GEMTB_RETURN_IF_ERROR(tbe->Forward());
+    absl::StatusOr<embedding::HostOutput> emb_out = tbe->DownloadOutput();
+    if (!emb_out.ok()) return emb_out.status();
+    Array<float> pooled, dense, labels, masks, logits, pooled_grad;
+    GEMTB_TRAINER_ASSIGN(pooled, Upload<float>(emb_out->pooled, "pooled"));
+    GEMTB_TRAINER_ASSIGN(dense, Upload<float>(batch.dense, "dense"));
+    const std::vector<float> label_f = ToFloat(batch.label), mask_f = ToFloat(batch.mask);
+    GEMTB_TRAINER_ASSIGN(labels, Upload<float>(label_f, "labels"));
+    GEMTB_TRAINER_ASSIGN(masks, Upload<float>(mask_f, "masks"));
+    GEMTB_TRAINER_ASSIGN(logits, Allocate<float>(static_cast<size_t>(B) * T, "logits"));
+    GemBatchInput in;
+    in.batch = B;
+    in.pooled = pooled->get();
+    in.dense = dense->get();
+    in.labels = labels->get();
+    in.masks = masks->get();
+    std::vector<Array<float>> parts(3 * J), events(J), events_grad(J);
+    for (int j = 0; j < J; ++j) {
+      in.lengths.emplace_back(batch.seq_lengths.begin() + static_cast<long>(j) * B,
+                              batch.seq_lengths.begin() + static_cast<long>(j + 1) * B);
+      for (int k = 0; k < 3; ++k) GEMTB_TRAINER_ASSIGN(parts[3 * j + k], Upload<float>(emb_out->sequence[3 * j + k], "events"));
+      const size_t n = emb_out->sequence[3 * j].size();
+      GEMTB_TRAINER_ASSIGN(events[j], Allocate<float>(n, "events"));
+      // An event's embedding: (item + action) + dt, as the oracle's trainer sums the three rows.
+      GEMTB_RETURN_IF_ERROR(Sum3(parts[3 * j]->get(), parts[3 * j + 1]->get(), parts[3 * j + 2]->get(),
+                                 static_cast<int64_t>(n), events[j]->get(), nullptr));
+      in.events.push_back(events[j]->get());
+    }
+    GemBatchOutput out;
+    out.logits = logits->get();
+    out.loss = loss->get();
+    if (train) {
+      out.param_grad = grad->get();
+      GEMTB_TRAINER_ASSIGN(pooled_grad, Allocate<float>(emb_out->pooled.size(), "pooled grad"));
+      out.pooled_grad = pooled_grad->get();
+      for (int j = 0; j < J; ++j) {
+        GEMTB_TRAINER_ASSIGN(events_grad[j], Allocate<float>(emb_out->sequence[3 * j].size(), "events grad"));
+        out.events_grad.push_back(events_grad[j]->get());
+      }
+    }
+    GEMTB_RETURN_IF_ERROR(model->Run(params->get(), in, out, nullptr));
+    TrainerStep result;
+    GEMTB_RETURN_IF_ERROR(logits->Download(result.logits, "logits"));
+    std::vector<double> loss_host;
+    GEMTB_RETURN_IF_ERROR(loss->Download(loss_host, "loss"));
+    result.loss = loss_host[0];
+    if (!train) return result;
+
+    // Table gradients in the TBE's layout: a sequence event's gradient goes to its item, action and
+    // dt rows.
+    std::vector<float> pooled_g;
+    GEMTB_RETURN_IF_ERROR(pooled_grad->Download(pooled_g, "pooled grad"));
+    std::vector<std::vector<float>> seq_g;
+    for (int j = 0; j < J; ++j) {
+      std::vector<float> e;
+      GEMTB_RETURN_IF_ERROR(events_grad[j]->Download(e, "events grad"));
+      for (int k = 0; k < 3; ++k) seq_g.push_back(e);
+    }
+    const float table_lr = gemtb::model::ScheduledRate(options.table_lr, options.table_decay, step, options.total_steps,
+                                                      options.linear_decay);
+    GEMTB_RETURN_IF_ERROR(tbe->SetLearningRate(table_lr));
+    GEMTB_RETURN_IF_ERROR(tbe->SetGrads(pooled_g, seq_g));
+    GEMTB_RETURN_IF_ERROR(tbe->BackwardStep());
+
+    OptimizerConfig adam;
+    adam.kind = OptimizerKind::kAdam;
+    adam.lr = gemtb::model::ScheduledRate(options.lr, 1.0f, step, options.total_steps, options.linear_decay);
+    adam.beta1 = options.beta1;
+    adam.beta2 = options.beta2;
+    adam.eps = options.eps;
+    const gemtb::embedding::AdamStep bias = gemtb::embedding::NextAdamStep({adam_b1, adam_b2}, adam);
+    adam_b1 = bias.b1;
+    adam_b2 = bias.b2;
+    GEMTB_RETURN_IF_ERROR(DenseAdamStep(params->get(), grad->get(), adam_m->get(), adam_v->get(),
+                                        static_cast<int64_t>(params->size()), bias, adam, nullptr, nullptr));
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "step"));
+    ++step;
+    result.step = step;
+    return result;
+  }
+};
+
+GpuTrainer::GpuTrainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GpuTrainer::~GpuTrainer() = default;
+int64_t GpuTrainer::step() const { return impl_->step; }
+int64_t GpuTrainer::num_params() const { return static_cast<int64_t>(impl_->params->size()); }
+
+absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::model::ModelConfig& config,
+                                                               const TrainerOptions& options) {
+  if (options.batch < 1) return absl::InvalidArgumentError(absl::StrCat("batch: ", options.batch, " must be >= 1"));
+  if (!(std::isfinite(options.lr) && options.lr >= 0))
+    return absl::InvalidArgumentError(absl::StrCat("lr: ", options.lr, " must be finite and >= 0"));
+  if (!(std::isfinite(options.table_lr) && options.table_lr >= 0))
+    return absl::InvalidArgumentError(absl::StrCat("table_lr: ", options.table_lr, " must be finite and >= 0"));
+  if (!(options.beta1 >= 0 && options.beta1 < 1) || !(options.beta2 >= 0 && options.beta2 < 1))
+    return absl::InvalidArgumentError(
+        absl::StrCat("beta1: ", options.beta1, ", beta2: ", options.beta2, ": each must be in [0, 1)"));
+  if (!(std::isfinite(options.eps) && options.eps > 0))
+    return absl::InvalidArgumentError(absl::StrCat("eps: ", options.eps, " must be finite and > 0"));
+  if (options.total_steps < 1)
+    return absl::InvalidArgumentError(absl::StrCat("total_steps: ", options.total_steps, " must be >= 1"));
+  if (!(options.table_decay >= 0 && options.table_decay <= 1))
+    return absl::InvalidArgumentError(absl::StrCat("table_decay: ", options.table_decay, " must be in [0, 1]"));
+  GEMTB_RETURN_IF_ERROR(embedding::EmbeddingDeviceAvailable());
+  absl::StatusOr<std::unique_ptr<GemModelGpu>> model = GemModelGpu::Create(config);
+  if (!model.ok()) return model.status();
+  absl::StatusOr<data::DataParams> params = data::LoadDataParams(options.data.empty() ? config.name : options.data);
+  if (!params.ok()) return params.status();
+  absl::StatusOr<data::Generator> gen = data::Generator::Create(*params, data::ShapeFromConfig(config));
+  if (!gen.ok()) return gen.status();
+  auto impl = std::make_unique<Impl>(*std::move(gen));
+  impl->config = config;
+  impl->options = options;
+  impl->model = *std::move(model);
+  impl->emb = gemtb::model::GemEmbeddingConfig(config, options.table_lr, options.seed);
+  absl::StatusOr<std::unique_ptr<embedding::DeviceTbe>> tbe = embedding::DeviceTbe::Create(impl->emb, {}, 0);
+  if (!tbe.ok()) return tbe.status();
+  impl->tbe = *std::move(tbe);
+  const std::vector<float> init = gemtb::model::InitParams(impl->model->geometry().layout, options.seed);
+  const std::vector<float> zeros(init.size(), 0.0f);
+  GEMTB_TRAINER_ASSIGN(impl->params, Upload<float>(init, "params"));
+  GEMTB_TRAINER_ASSIGN(impl->grad, Upload<float>(zeros, "grad"));
+  GEMTB_TRAINER_ASSIGN(impl->adam_m, Upload<float>(zeros, "adam m"));
+  GEMTB_TRAINER_ASSIGN(impl->adam_v, Upload<float>(zeros, "adam v"));
+  GEMTB_TRAINER_ASSIGN(impl->loss, Allocate<double>(1, "loss"));
+  return std::unique_ptr<GpuTrainer>(new GpuTrainer(std::move(impl)));
+}
+
+absl::StatusOr<TrainerStep> GpuTrainer::Step() {
+  Impl& m = *impl_;
+  const int64_t B = m.options.batch;
+  const data::Batch batch = data::GenerateBatch(m.generator, m.options.data_seed, m.step * B, B);
+  return m.Pass(batch, true);
+}
+
+absl::StatusOr<std::vector<double>> GpuTrainer::Predict(int64_t first_index, int64_t count) {
+  Impl& m = *impl_;
+  constexpr int64_t kChunk = 256;
+  std::vector<double> pred;
+  for (int64_t at = 0; at < count; at += kChunk) {
+    const int64_t n = std::min(kChunk, count - at);
+    const data::Batch batch = data::GenerateBatch(m.generator, m.options.data_seed, first_index + at, n);
+    absl::StatusOr<TrainerStep> r = m.Pass(batch, false);
+    if (!r.ok()) return r.status();
+    for (float z : r->logits) pred.push_back(1.0 / (1.0 + std::exp(-static_cast<double>(z))));
+  }
+  return pred;
+}
+
+absl::StatusOr<TrainerState> GpuTrainer::State() const {
+  const Impl& m = *impl_;
+  TrainerState s;
+  s.step = m.step;
+  s.adam_b1 = m.adam_b1;
+  s.adam_b2 = m.adam_b2;
+  GEMTB_RETURN_IF_ERROR(m.params->Download(s.params, "params"));
+  GEMTB_RETURN_IF_ERROR(m.adam_m->Download(s.adam_m, "adam m"));
+  GEMTB_RETURN_IF_ERROR(m.adam_v->Download(s.adam_v, "adam v"));
+  absl::StatusOr<std::vector<embedding::HostTable>> tables = m.tbe->DownloadTables();
+  if (!tables.ok()) return tables.status();
+  s.tables = *std::move(tables);
+  return s;
+}
+
+}  // namespace gemtb::gpu::train

@@ -1,0 +1,77 @@
+// The GEM-like model trained on one GPU, step for step as the oracle's trainer
+// (reference/model/trainer.h) defines a step: samples [step B, (step + 1) B) of the data seed
+// (model/data's generator), the TBE forward on the device (MEAN pooling, sequences as NONE), the
+// model's forward, loss and backward (gem_model.h, fp32), the tables' fused rowwise Adagrad inside
+// the TBE backward, and dense Adam with fp32 master weights (dense_adam.h); learning rates on the
+// oracle's schedule (model/description/train_schedule.h).
+//
+// The state (parameters, Adam moments and bias products, tables) starts from the oracle's init
+// (model/description/param_layout.h's InitParams; the TBE's Philox init) and can be read back in the
+// oracle's layout for comparison.
+#ifndef GEMTB_GPU_TRAIN_TRAINER_H_
+#define GEMTB_GPU_TRAIN_TRAINER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gpu/embedding/api.h"
+#include "model/description/model_config.h"
+
+namespace gemtb::gpu::train {
+
+// The oracle's TrainOptions, field for field (what both trainers need to take the same steps).
+struct TrainerOptions {
+  std::string data = "";  // data parameters: a built-in name or a JSON path ("" = the config's name)
+  uint64_t seed = 1;       // parameter and table init
+  uint64_t data_seed = 1;  // the generator's seed
+  int64_t batch = 64;
+  float lr = 1e-3f;  // dense Adam
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  float table_lr = 0.2f;  // rowwise Adagrad on every table
+  bool linear_decay = true;
+  float table_decay = 0.0f;
+  int64_t total_steps = 7000;
+};
+
+struct TrainerStep {
+  int64_t step = 0;              // steps taken so far
+  double loss = 0;               // the batch's masked BCE
+  std::vector<float> logits;     // [B, T]
+};
+
+struct TrainerState {
+  int64_t step = 0;
+  std::vector<float> params, adam_m, adam_v;
+  float adam_b1 = 1.0f, adam_b2 = 1.0f;
+  std::vector<embedding::HostTable> tables;
+};
+
+class GpuTrainer {
+ public:
+  // InvalidArgument naming the option or config field; FailedPrecondition without a usable GPU.
+  static absl::StatusOr<std::unique_ptr<GpuTrainer>> Create(const gemtb::model::ModelConfig& config,
+                                                            const TrainerOptions& options);
+  ~GpuTrainer();
+  GpuTrainer(const GpuTrainer&) = delete;
+  GpuTrainer& operator=(const GpuTrainer&) = delete;
+
+  absl::StatusOr<TrainerStep> Step();
+  // Predictions sigmoid(logit) [count, T] of samples [first, first + count) of the data seed's
+  // held-out range (kHeldOutFirstIndex on, as the oracle evaluates), in chunks of 256.
+  absl::StatusOr<std::vector<double>> Predict(int64_t first_index, int64_t count);
+  absl::StatusOr<TrainerState> State() const;
+  int64_t step() const;
+  int64_t num_params() const;
+
+ private:
+  struct Impl;
+  explicit GpuTrainer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gemtb::gpu::train
+
+#endif  // GEMTB_GPU_TRAIN_TRAINER_H_

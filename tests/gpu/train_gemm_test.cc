@@ -1,0 +1,351 @@
+// The check mode's fp32 GEMM (gpu/train/gemm.h) against a double-precision loop over the same fp32
+// values: every transpose, padded rows, a matrix shared by the whole batch (stride 0), batches in
+// blocks and side by side within rows, beta = 1 accumulation, beta = 0 over a C full of NaN, odd
+// sizes; elements outside the matrices neither read nor written; the same bytes on every run; and
+// descriptions it cannot take refused by name (that part needs no GPU).
+//
+// The bound: any order of summing k fp32 products (split-K, FMA or not) is within
+// k u / (1 - k u) sum_p |a||b| of the exact sum (u = 2^-24); scaling by alpha and adding beta C are
+// two more roundings. So |c - ref| <= (k + 2) u (|alpha| sum_p |a||b| + |beta c|), below
+// 1e-5 (...) for k <= 165: the cases keep k <= 130 and the bound is 1e-6 + 1e-5 (...). TF32 would
+// miss it: inputs rounded to 10 mantissa bits err by about 2^-11 sum_p |a||b| / sqrt(k), several
+// times 1e-5 at k = 130.
+#include "gpu/train/gemm.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/gpu/train_test_util.h"
+
+namespace gemtb::gpu::train {
+namespace {
+
+using test::DeviceArray;
+using test::HaveSm90;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kUntouched = 12345.0f;  // C's elements outside the matrices: must stay as they are
+
+// Elements an array of `batch` stored matrices of `rows` rows with row stride `ld` spans.
+size_t Extent(int64_t batch, int64_t stride, int64_t rows, int64_t ld) {
+  return static_cast<size_t>((batch - 1) * stride + rows * ld);
+}
+
+// Where op(A[b])(i, p), op(B[b])(p, j) and C[b](i, j) are.
+size_t AAt(const GemmF32& g, int64_t b, int64_t i, int64_t p) {
+  return static_cast<size_t>(b * g.stride_a + (g.trans_a ? p * g.lda + i : i * g.lda + p));
+}
+size_t BAt(const GemmF32& g, int64_t b, int64_t p, int64_t j) {
+  return static_cast<size_t>(b * g.stride_b + (g.trans_b ? j * g.ldb + p : p * g.ldb + j));
+}
+size_t CAt(const GemmF32& g, int64_t b, int64_t i, int64_t j) {
+  return static_cast<size_t>(b * g.stride_c + i * g.ldc + j);
+}
+
+struct Operands {
+  std::vector<float> a, b, c;
+};
+
+// A and B NaN except in their matrices (a product that read outside them would be NaN); C
+// kUntouched outside its matrices and, inside, normal draws or NaN.
+Operands MakeOperands(const GemmF32& g, uint64_t seed, bool c_nan) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Operands o;
+  o.a.assign(Extent(g.batch, g.stride_a, g.trans_a ? g.k : g.m, g.lda), kNaN);
+  o.b.assign(Extent(g.batch, g.stride_b, g.trans_b ? g.n : g.k, g.ldb), kNaN);
+  o.c.assign(Extent(g.batch, g.stride_c, g.m, g.ldc), kUntouched);
+  for (int64_t b = 0; b < g.batch; ++b) {  // a shared (stride 0) matrix is simply drawn again
+    for (int64_t i = 0; i < g.m; ++i) {
+      for (int64_t p = 0; p < g.k; ++p) o.a[AAt(g, b, i, p)] = normal(rng);
+    }
+    for (int64_t p = 0; p < g.k; ++p) {
+      for (int64_t j = 0; j < g.n; ++j) o.b[BAt(g, b, p, j)] = normal(rng);
+    }
+    for (int64_t i = 0; i < g.m; ++i) {
+      for (int64_t j = 0; j < g.n; ++j) o.c[CAt(g, b, i, j)] = c_nan ? kNaN : normal(rng);
+    }
+  }
+  return o;
+}
+
+absl::StatusOr<std::vector<float>> RunOnDevice(Fp32Matmul& mm, const GemmF32& g, const Operands& o,
+                                               cudaStream_t stream) {
+  DeviceArray<float> a(o.a), b(o.b), c(o.c);
+  if (absl::Status s = mm.Run(g, a.ptr, b.ptr, c.ptr, stream); !s.ok()) return s;
+  if (cudaStreamSynchronize(stream) != cudaSuccess) return absl::InternalError("cudaStreamSynchronize");
+  return c.Get(o.c.size());
+}
+
+// got against the fp64 loop inside the matrices (the bound above), bit for bit outside them.
+void ExpectMatchesFp64(const GemmF32& g, const Operands& o, const std::vector<float>& got, const std::string& what) {
+  ASSERT_EQ(got.size(), o.c.size()) << what;
+  std::vector<bool> inside(got.size(), false);
+  int bad = 0;
+  double max_error = 0, max_fraction = 0;
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t i = 0; i < g.m; ++i) {
+      for (int64_t j = 0; j < g.n; ++j) {
+        double sum = 0, magnitude = 0;
+        for (int64_t p = 0; p < g.k; ++p) {
+          const double term = static_cast<double>(o.a[AAt(g, b, i, p)]) * o.b[BAt(g, b, p, j)];
+          sum += term;
+          magnitude += std::fabs(term);
+        }
+        const size_t e = CAt(g, b, i, j);
+        inside[e] = true;
+        double want = static_cast<double>(g.alpha) * sum;
+        double scale = std::fabs(g.alpha) * magnitude;
+        if (g.beta != 0.0f) {  // beta 0: C is not read, NaN or not
+          want += static_cast<double>(g.beta) * o.c[e];
+          scale += std::fabs(static_cast<double>(g.beta) * o.c[e]);
+        }
+        const double error = std::fabs(got[e] - want), bound = 1e-6 + 1e-5 * scale;
+        if (!(error <= bound) && bad++ < 5) {
+          ADD_FAILURE() << what << " C[" << b << "](" << i << ", " << j << "): " << got[e] << ", want " << want
+                        << " (bound " << bound << ")";
+        }
+        max_error = std::max(max_error, error);
+        max_fraction = std::max(max_fraction, error / bound);
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+  int written = 0;
+  for (size_t e = 0; e < got.size(); ++e) {
+    if (!inside[e] && std::memcmp(&got[e], &kUntouched, sizeof(float)) != 0 && written++ < 5) {
+      ADD_FAILURE() << what << ": element " << e << " outside C's matrices was written (" << got[e] << ")";
+    }
+  }
+  EXPECT_EQ(written, 0) << what;
+  std::printf("%s: max |error| %.3g, max error/bound %.3f\n", what.c_str(), max_error, max_fraction);
+}
+
+// A plain row-major product m x k times k x n, rows unpadded.
+GemmF32 Plain(int64_t m, int64_t n, int64_t k) {
+  GemmF32 g;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.lda = k;
+  g.ldb = n;
+  g.ldc = n;
+  return g;
+}
+
+TEST(TrainGemm, DescriptionsItCannotTakeAreRefusedByName) {
+  const GemmF32 ok = Plain(7, 33, 130);
+  EXPECT_TRUE(ValidateGemmF32(ok).ok());
+  const auto message = [&](auto change) {
+    GemmF32 g = ok;
+    change(g);
+    return std::string(ValidateGemmF32(g).message());
+  };
+  const auto has = [](const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+  };
+  EXPECT_TRUE(has(message([](GemmF32& g) { g.m = 0; }), "m=0"));
+  EXPECT_TRUE(has(message([](GemmF32& g) { g.n = int64_t{1} << 31; }), "n=2147483648"));
+  EXPECT_TRUE(has(message([](GemmF32& g) { g.k = 0; }), "k=0"));
+  EXPECT_TRUE(has(message([](GemmF32& g) { g.batch = 0; }), "batch=0"));
+  EXPECT_TRUE(has(message([](GemmF32& g) { g.lda = 129; }), "lda=129: want 130"));
+  EXPECT_TRUE(ValidateGemmF32([&] {
+                GemmF32 g = ok;
+                g.trans_a = true;
+                g.lda = 7;
+                return g;
+              }())
+                  .ok());
+  EXPECT_TRUE(has(message([](GemmF32& g) {
+                    g.trans_a = true;
+                    g.lda = 6;
+                  }),
+                  "lda=6: want 7"));
+  EXPECT_TRUE(has(message([](GemmF32& g) { g.ldb = 32; }), "ldb=32: want 33"));
+  EXPECT_TRUE(has(message([](GemmF32& g) {
+                    g.trans_b = true;
+                    g.ldb = 129;
+                  }),
+                  "ldb=129: want 130"));
+  EXPECT_TRUE(has(message([](GemmF32& g) { g.ldc = 0; }), "ldc=0"));
+  EXPECT_TRUE(has(message([](GemmF32& g) { g.stride_b = -1; }), "stride_b=-1"));
+  // Batched C entries that overlap (stride 0, or blocks closer than a matrix) are refused...
+  EXPECT_TRUE(has(message([](GemmF32& g) { g.batch = 2; }), "stride_c=0"));
+  EXPECT_TRUE(has(message([](GemmF32& g) {
+                    g.batch = 2;
+                    g.stride_c = 6 * 33 + 32;
+                  }),
+                  "stride_c=230"));
+  // ...blocks and side-by-side entries ([m, batch, n]) are not.
+  EXPECT_TRUE(message([](GemmF32& g) {
+                g.batch = 2;
+                g.stride_c = 6 * 33 + 33;
+              }).empty());
+  EXPECT_TRUE(message([](GemmF32& g) {
+                g.batch = 3;
+                g.ldc = 3 * 33;
+                g.stride_c = 33;
+              }).empty());
+  EXPECT_TRUE(has(message([](GemmF32& g) {
+                    g.batch = 4;
+                    g.ldc = 3 * 33;
+                    g.stride_c = 33;
+                  }),
+                  "stride_c=33"));
+  EXPECT_TRUE(has(message([](GemmF32& g) { g.stride_a = -5; }), "stride_a=-5"));
+}
+
+struct Case {
+  std::string name;
+  GemmF32 g;
+  bool c_nan = false;
+};
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  cases.push_back({"plain", Plain(7, 33, 130)});
+  {
+    Case c{"trans_a", Plain(33, 130, 7)};
+    c.g.trans_a = true;  // A stored [k, m]
+    c.g.lda = 33;
+    cases.push_back(c);
+  }
+  {
+    Case c{"trans_b", Plain(130, 7, 33)};
+    c.g.trans_b = true;  // B stored [n, k]
+    c.g.ldb = 33;
+    cases.push_back(c);
+  }
+  {
+    Case c{"trans_a and trans_b", Plain(7, 33, 130)};
+    c.g.trans_a = c.g.trans_b = true;
+    c.g.lda = 7;
+    c.g.ldb = 130;
+    cases.push_back(c);
+  }
+  {
+    Case c{"padded rows", Plain(33, 7, 130)};
+    c.g.lda = 137;
+    c.g.ldb = 10;
+    c.g.ldc = 12;
+    cases.push_back(c);
+  }
+  {
+    Case c{"padded rows, both transposed", Plain(33, 7, 130)};
+    c.g.trans_a = c.g.trans_b = true;
+    c.g.lda = 40;
+    c.g.ldb = 131;
+    c.g.ldc = 9;
+    cases.push_back(c);
+  }
+  {
+    // A token-mixing matrix [out tokens, in tokens] applied to every sample's [in tokens, d].
+    Case c{"shared A (stride_a 0)", Plain(7, 130, 33)};
+    c.g.batch = 5;
+    c.g.stride_b = 33 * 130;
+    c.g.stride_c = 7 * 130;
+    cases.push_back(c);
+  }
+  {
+    Case c{"batched with gaps, trans_a", Plain(33, 7, 130)};
+    c.g.trans_a = true;
+    c.g.lda = 33;
+    c.g.batch = 3;
+    c.g.stride_a = 130 * 33 + 11;
+    c.g.stride_b = 130 * 7 + 5;
+    c.g.stride_c = 33 * 7 + 3;
+    cases.push_back(c);
+  }
+  {
+    // Per-head products on [tokens, heads, d] arrays: each head's matrix side by side in the rows.
+    Case c{"heads side by side", Plain(33, 16, 130)};
+    c.g.batch = 4;
+    c.g.lda = 4 * 130;
+    c.g.stride_a = 130;
+    c.g.stride_b = 130 * 16;
+    c.g.ldc = 4 * 16;
+    c.g.stride_c = 16;
+    cases.push_back(c);
+  }
+  {
+    Case c{"beta 1 accumulates", Plain(7, 33, 130)};
+    c.g.alpha = 0.5f;
+    c.g.beta = 1.0f;
+    c.g.batch = 2;
+    c.g.stride_a = 7 * 130;
+    c.g.stride_b = 130 * 33;
+    c.g.stride_c = 7 * 33;
+    cases.push_back(c);
+  }
+  {
+    Case c{"beta 0 over NaN", Plain(33, 7, 130)};
+    c.g.alpha = -2.0f;
+    c.c_nan = true;
+    cases.push_back(c);
+  }
+  {
+    Case c{"one by one", Plain(1, 1, 1)};
+    c.g.beta = -0.25f;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+TEST(TrainGemm, MatchesAnFp64LoopOnTheSameFp32Values) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  absl::StatusOr<std::unique_ptr<Fp32Matmul>> mm = Fp32Matmul::Create();
+  ASSERT_TRUE(mm.ok()) << mm.status();
+  uint64_t seed = 1;
+  for (const Case& c : Cases()) {
+    ASSERT_TRUE(ValidateGemmF32(c.g).ok()) << c.name << ": " << ValidateGemmF32(c.g);
+    const Operands o = MakeOperands(c.g, seed++, c.c_nan);
+    absl::StatusOr<std::vector<float>> got = RunOnDevice(**mm, c.g, o, nullptr);
+    ASSERT_TRUE(got.ok()) << c.name << ": " << got.status();
+    ExpectMatchesFp64(c.g, o, *got, c.name);
+  }
+}
+
+TEST(TrainGemm, EveryRunGivesTheSameBytes) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  absl::StatusOr<std::unique_ptr<Fp32Matmul>> first = Fp32Matmul::Create(), second = Fp32Matmul::Create();
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  // A long k with few outputs (where split-K pays) and a larger batched product.
+  GemmF32 long_k = Plain(64, 48, 32768);
+  long_k.trans_a = true;
+  long_k.lda = 64;
+  GemmF32 batched = Plain(513, 257, 1031);
+  batched.trans_b = true;
+  batched.ldb = 1031;
+  batched.batch = 3;
+  batched.stride_a = 513 * 1031;
+  batched.stride_b = 257 * 1031;
+  batched.stride_c = 513 * 257;
+  batched.beta = 1.0f;
+  for (const GemmF32& g : {long_k, batched}) {
+    const Operands o = MakeOperands(g, 99, false);
+    const absl::StatusOr<std::vector<float>> a = RunOnDevice(**first, g, o, nullptr);
+    const absl::StatusOr<std::vector<float>> b = RunOnDevice(**second, g, o, stream);  // another handle and stream
+    const absl::StatusOr<std::vector<float>> c = RunOnDevice(**first, g, o, stream);
+    ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+    ASSERT_EQ(a->size(), b->size());
+    EXPECT_EQ(std::memcmp(a->data(), b->data(), a->size() * sizeof(float)), 0) << "k=" << g.k;
+    EXPECT_EQ(std::memcmp(a->data(), c->data(), a->size() * sizeof(float)), 0) << "k=" << g.k;
+  }
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace gemtb::gpu::train
