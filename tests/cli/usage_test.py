@@ -52,7 +52,7 @@ def main():
         "bench": ["comm", "attention", "embed"],
         "golden": ["verify", "regen"],
         "data": ["generate"],
-        "check": ["attention", "embed"],
+        "check": ["attention", "embed", "train"],
     }
     for group, subcommands in groups.items():
         r = run(gemtb, group)
