@@ -33,6 +33,7 @@ namespace {
 
 constexpr char kCommand[] = "check train";
 
+#if GEMTB_HAVE_CUDA
 struct Diff {
   double max_abs = 0, rel_l2 = 0;
   int64_t outside = 0, count = 0;  // elements beyond 1e-6 + 1e-5 |oracle|
@@ -68,6 +69,7 @@ std::vector<double> NeOf(const std::vector<double>& pred, const std::vector<uint
   }
   return ne;
 }
+#endif
 
 absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   std::string config_name = "tiny", json_path;
@@ -107,6 +109,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig(config_name);
   if (!config.ok()) return config.status();
 #if !GEMTB_HAVE_CUDA
+  (void)loss_bound, (void)param_bound;
   *all_pass = false;
   return absl::FailedPreconditionError("this gemtb was built without CUDA: no GPU trainer to check");
 #else
