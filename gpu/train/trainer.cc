@@ -65,18 +65,36 @@ struct GpuTrainer::Impl {
 
   explicit Impl(data::Generator g) : generator(std::move(g)) {}
 
-  // One batch through the TBE forward and the model: forward only (predictions) or a training step.
-  absl::StatusOr<TrainerStep> Pass(const data::Batch& batch, bool train) {
-    const int64_t B = batch.size;
-    const gemtb::model::GemGeometry& g = model->geometry();
-    const int J = g.num_sequences(), T = g.num_tasks;
+  // A training batch after the forward and backward, waiting for the optimizers: the dense
+  // gradient is in `grad`, the embedding outputs' gradients on the host (the TBE takes them there).
+  struct Backward {
+    TrainerStep result;
+    std::vector<float> pooled_grad;
+    std::vector<std::vector<float>> events_grad;  // per sequence
+  };
+
+  data::Batch StepBatch() const {
+    const int64_t B = options.batch;
+    return data::GenerateBatch(generator, options.data_seed, step * B, B);
+  }
+
+  absl::Status TbeForward(const data::Batch& batch) {
     embedding::KjtView kjt;
     kjt.keys = batch.keys;
-    kjt.batch = B;
+    kjt.batch = batch.size;
     kjt.lengths = batch.lengths;
     kjt.values = batch.values;
     GEMTB_RETURN_IF_ERROR(tbe->SetInput(kjt));
-    GEMTB_RETURN_IF_ERROR(tbe->Forward());
+    return tbe->Forward();
+  }
+
+  // One batch through the TBE forward and the model: forward only (predictions) or forward and
+  // backward (gradients).
+  absl::StatusOr<Backward> Pass(const data::Batch& batch, bool train) {
+    const int64_t B = batch.size;
+    const gemtb::model::GemGeometry& g = model->geometry();
+    const int J = g.num_sequences(), T = g.num_tasks;
+    GEMTB_RETURN_IF_ERROR(TbeForward(batch));
     absl::StatusOr<embedding::HostOutput> emb_out = tbe->DownloadOutput();
     if (!emb_out.ok()) return emb_out.status();
     Array<float> pooled, dense, labels, masks, logits, pooled_grad;
@@ -117,27 +135,30 @@ struct GpuTrainer::Impl {
       }
     }
     GEMTB_RETURN_IF_ERROR(model->Run(params->get(), in, out, nullptr));
-    TrainerStep result;
-    GEMTB_RETURN_IF_ERROR(logits->Download(result.logits, "logits"));
+    Backward b;
+    GEMTB_RETURN_IF_ERROR(logits->Download(b.result.logits, "logits"));
     std::vector<double> loss_host;
     GEMTB_RETURN_IF_ERROR(loss->Download(loss_host, "loss"));
-    result.loss = loss_host[0];
-    if (!train) return result;
+    b.result.loss = loss_host[0];
+    b.result.step = step;
+    if (!train) return b;
+    GEMTB_RETURN_IF_ERROR(pooled_grad->Download(b.pooled_grad, "pooled grad"));
+    b.events_grad.resize(J);
+    for (int j = 0; j < J; ++j) GEMTB_RETURN_IF_ERROR(events_grad[j]->Download(b.events_grad[j], "events grad"));
+    return b;
+  }
 
-    // Table gradients in the TBE's layout: a sequence event's gradient goes to its item, action and
-    // dt rows.
-    std::vector<float> pooled_g;
-    GEMTB_RETURN_IF_ERROR(pooled_grad->Download(pooled_g, "pooled grad"));
+  // The optimizers of the step whose batch the TBE holds, with the dense gradient in `grad`: the
+  // tables' fused rowwise Adagrad (a sequence event's gradient goes to its item, action and dt
+  // rows), then dense Adam.
+  absl::Status Apply(absl::Span<const float> pooled_grad, const std::vector<std::vector<float>>& events_grad) {
     std::vector<std::vector<float>> seq_g;
-    for (int j = 0; j < J; ++j) {
-      std::vector<float> e;
-      GEMTB_RETURN_IF_ERROR(events_grad[j]->Download(e, "events grad"));
+    for (const std::vector<float>& e : events_grad)
       for (int k = 0; k < 3; ++k) seq_g.push_back(e);
-    }
     const float table_lr = gemtb::model::ScheduledRate(options.table_lr, options.table_decay, step, options.total_steps,
                                                       options.linear_decay);
     GEMTB_RETURN_IF_ERROR(tbe->SetLearningRate(table_lr));
-    GEMTB_RETURN_IF_ERROR(tbe->SetGrads(pooled_g, seq_g));
+    GEMTB_RETURN_IF_ERROR(tbe->SetGrads(pooled_grad, seq_g));
     GEMTB_RETURN_IF_ERROR(tbe->BackwardStep());
 
     OptimizerConfig adam;
@@ -153,8 +174,7 @@ struct GpuTrainer::Impl {
                                         static_cast<int64_t>(params->size()), bias, adam, nullptr, nullptr));
     GEMTB_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "step"));
     ++step;
-    result.step = step;
-    return result;
+    return absl::OkStatus();
   }
 };
 
@@ -206,9 +226,81 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
 
 absl::StatusOr<TrainerStep> GpuTrainer::Step() {
   Impl& m = *impl_;
-  const int64_t B = m.options.batch;
-  const data::Batch batch = data::GenerateBatch(m.generator, m.options.data_seed, m.step * B, B);
-  return m.Pass(batch, true);
+  absl::StatusOr<Impl::Backward> b = m.Pass(m.StepBatch(), true);
+  if (!b.ok()) return b.status();
+  GEMTB_RETURN_IF_ERROR(m.Apply(b->pooled_grad, b->events_grad));
+  b->result.step = m.step;
+  return std::move(b->result);
+}
+
+absl::StatusOr<TrainerGradients> GpuTrainer::Gradients() {
+  Impl& m = *impl_;
+  absl::StatusOr<Impl::Backward> b = m.Pass(m.StepBatch(), true);
+  if (!b.ok()) return b.status();
+  TrainerGradients g;
+  g.loss = b->result.loss;
+  GEMTB_RETURN_IF_ERROR(m.grad->Download(g.dense, "grad"));
+  g.pooled = std::move(b->pooled_grad);
+  g.events = std::move(b->events_grad);
+  return g;
+}
+
+absl::Status GpuTrainer::ApplyGradients(const TrainerGradients& grads) {
+  Impl& m = *impl_;
+  const data::Batch batch = m.StepBatch();
+  const gemtb::model::GemGeometry& g = m.model->geometry();
+  const int64_t B = batch.size;
+  if (grads.dense.size() != m.grad->size())
+    return absl::InvalidArgumentError(
+        absl::StrCat("grads.dense: ", grads.dense.size(), " values, the model has ", m.grad->size(), " parameters"));
+  if (static_cast<int64_t>(grads.pooled.size()) != B * m.tbe->pooled_width())
+    return absl::InvalidArgumentError(absl::StrCat("grads.pooled: ", grads.pooled.size(), " values, the batch needs ",
+                                                   B * m.tbe->pooled_width(), " (", B, " x ", m.tbe->pooled_width(), ")"));
+  const int J = g.num_sequences();
+  if (static_cast<int>(grads.events.size()) != J)
+    return absl::InvalidArgumentError(absl::StrCat("grads.events: ", grads.events.size(), " sequences, the model has ", J));
+  for (int j = 0; j < J; ++j) {
+    int64_t events = 0;
+    for (int64_t b = 0; b < B; ++b) events += batch.seq_lengths[static_cast<size_t>(j * B + b)];
+    if (static_cast<int64_t>(grads.events[j].size()) != events * g.d)
+      return absl::InvalidArgumentError(absl::StrCat("grads.events[", j, "]: ", grads.events[j].size(),
+                                                     " values, the batch has ", events, " events of width ", g.d));
+  }
+  GEMTB_RETURN_IF_ERROR(m.TbeForward(batch));
+  GEMTB_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(m.grad->get(), grads.dense.data(), grads.dense.size() * sizeof(float),
+                                              cudaMemcpyHostToDevice),
+                                   "grads.dense upload"));
+  return m.Apply(grads.pooled, grads.events);
+}
+
+absl::Status GpuTrainer::LoadState(const TrainerState& state) {
+  Impl& m = *impl_;
+  const size_t P = m.params->size();
+  if (state.step < 0) return absl::InvalidArgumentError(absl::StrCat("state.step: ", state.step, " must be >= 0"));
+  for (const auto& [name, v] : {std::pair{"params", &state.params}, {"adam_m", &state.adam_m}, {"adam_v", &state.adam_v}})
+    if (v->size() != P)
+      return absl::InvalidArgumentError(absl::StrCat("state.", name, ": ", v->size(), " values, the model has ", P));
+  if (state.tables.size() != m.emb.tables.size())
+    return absl::InvalidArgumentError(
+        absl::StrCat("state.tables: ", state.tables.size(), " tables, the model has ", m.emb.tables.size()));
+  for (size_t t = 0; t < state.tables.size(); ++t) {
+    const TableConfig& tc = m.emb.tables[t];
+    if (static_cast<int64_t>(state.tables[t].weights.size()) != tc.rows * tc.dim ||
+        static_cast<int64_t>(state.tables[t].adagrad.size()) != tc.rows)
+      return absl::InvalidArgumentError(absl::StrCat("state.tables[", t, "] (", tc.name, "): ", state.tables[t].weights.size(),
+                                                     " weights and ", state.tables[t].adagrad.size(), " Adagrad values, the table has ",
+                                                     tc.rows, " x ", tc.dim, " and ", tc.rows));
+  }
+  absl::StatusOr<std::unique_ptr<embedding::DeviceTbe>> tbe = embedding::DeviceTbe::Create(m.emb, state.tables, state.step);
+  if (!tbe.ok()) return tbe.status();
+  GEMTB_RETURN_IF_ERROR(m.params->Upload(state.params, "params"));
+  GEMTB_RETURN_IF_ERROR(m.adam_m->Upload(state.adam_m, "adam m"));
+  GEMTB_RETURN_IF_ERROR(m.adam_v->Upload(state.adam_v, "adam v"));
+  m.tbe = *std::move(tbe);
+  m.step = state.step;
+  m.adam_b1 = state.adam_b1;
+  m.adam_b2 = state.adam_b2;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<double>> GpuTrainer::Predict(int64_t first_index, int64_t count) {
@@ -218,9 +310,9 @@ absl::StatusOr<std::vector<double>> GpuTrainer::Predict(int64_t first_index, int
   for (int64_t at = 0; at < count; at += kChunk) {
     const int64_t n = std::min(kChunk, count - at);
     const data::Batch batch = data::GenerateBatch(m.generator, m.options.data_seed, first_index + at, n);
-    absl::StatusOr<TrainerStep> r = m.Pass(batch, false);
+    absl::StatusOr<Impl::Backward> r = m.Pass(batch, false);
     if (!r.ok()) return r.status();
-    for (float z : r->logits) pred.push_back(1.0 / (1.0 + std::exp(-static_cast<double>(z))));
+    for (float z : r->result.logits) pred.push_back(1.0 / (1.0 + std::exp(-static_cast<double>(z))));
   }
   return pred;
 }

@@ -42,6 +42,14 @@ struct TrainerStep {
   std::vector<float> logits;     // [B, T]
 };
 
+// One step's gradients at the current state, in the oracle's layouts (what Step applies).
+struct TrainerGradients {
+  double loss = 0;                         // the batch's masked BCE
+  std::vector<float> dense;                // [P] in the flat parameter layout
+  std::vector<float> pooled;               // [B, sum_f D_f] the pooled embeddings' gradient
+  std::vector<std::vector<float>> events;  // per sequence, [sum_b len_b, d] the events' gradient
+};
+
 struct TrainerState {
   int64_t step = 0;
   std::vector<float> params, adam_m, adam_v;
@@ -59,6 +67,16 @@ class GpuTrainer {
   GpuTrainer& operator=(const GpuTrainer&) = delete;
 
   absl::StatusOr<TrainerStep> Step();
+  // The next step's gradients at the current state, without taking the step.
+  absl::StatusOr<TrainerGradients> Gradients();
+  // Takes the next step with `grads` in place of the model's own gradients (its loss is ignored):
+  // the tables' fused Adagrad inside the TBE backward and dense Adam, exactly as Step applies them.
+  // `gemtb check train` feeds the oracle's gradients here, so the optimizers are compared alone.
+  // InvalidArgument naming the field whose size does not fit the step's batch.
+  absl::Status ApplyGradients(const TrainerGradients& grads);
+  // Replaces the whole state (a checkpoint's, or the oracle's). InvalidArgument naming the array
+  // whose size does not fit this model, or a negative step.
+  absl::Status LoadState(const TrainerState& state);
   // Predictions sigmoid(logit) [count, T] of samples [first, first + count) of the data seed's
   // held-out range (kHeldOutFirstIndex on, as the oracle evaluates), in chunks of 256.
   absl::StatusOr<std::vector<double>> Predict(int64_t first_index, int64_t count);

@@ -222,6 +222,11 @@ absl::StatusOr<StepResult> Trainer::Step() {
   out.labels = batch.label;
   out.masks = batch.mask;
   out.true_p = batch.prob;
+  if (keep_gradients_) {
+    out.param_grad = std::move(r.param_grad);
+    out.pooled_grad = std::move(grads.pooled);
+    for (int j = 0; j < J; ++j) out.event_grads.push_back(std::move(grads.sequence[static_cast<size_t>(3 * j)]));
+  }
   return out;
 }
 

@@ -72,6 +72,10 @@ struct StepResult {
   std::vector<double> predictions;  // [B, T] sigmoid(logit)
   std::vector<uint8_t> labels, masks;  // [B, T]
   std::vector<double> true_p;          // [B, T] the teacher's probabilities (the oracle predictor)
+  // With KeepGradients(true): the step's gradients as its optimizers took them (the dense [P]; the
+  // pooled embeddings' [B, sum_f D_f]; per sequence the events' [sum_b len_b, d]).
+  std::vector<float> param_grad, pooled_grad;
+  std::vector<std::vector<float>> event_grads;
 };
 
 struct EvalResult {
@@ -109,6 +113,8 @@ class Trainer {
   absl::Status GatherTables();
 
   absl::StatusOr<StepResult> Step();
+  // Whether Step returns its gradients (StepResult::param_grad and the rest); off by default.
+  void KeepGradients(bool keep) { keep_gradients_ = keep; }
   // NE of the model and of the teacher on held-out samples [kHeldOutFirstIndex + first, + count).
   absl::StatusOr<EvalResult> Evaluate(int64_t first, int64_t count);
   // NE of the model on every sample of `set`, and of its probs.npy (NaN without one).
@@ -133,6 +139,7 @@ class Trainer {
   GemModel model_;
   EmbeddingConfig emb_;
   TrainState state_;
+  bool keep_gradients_ = false;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -27,6 +27,9 @@ def main():
     expect(["--batch", "-3"], 2, "--batch=-3")
     expect(["--compare-every", "-1"], 2, "--compare-every=-1")
     expect(["--eval-samples", "-5"], 2, "--eval-samples=-5")
+    expect(["--steps", "60", "--ne-steps", "50"], 2, "--ne-steps=50")
+    expect(["--grad-bound", "0"], 2, "--grad-bound=0")
+    expect(["--param-bound", "-1"], 2, "--param-bound=-1")
     expect(["--config", "no-such-config"], 2, "no-such-config")
     expect(["--nosuch"], 2, "--nosuch")
     # This test runs where CI runs: without a GPU the command must say so, not train.

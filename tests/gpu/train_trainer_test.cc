@@ -1,0 +1,111 @@
+// The GPU trainer's step in parts (gpu/train/trainer.h): Step equals Gradients followed by
+// ApplyGradients of those gradients, byte for byte; a trainer given another's state (LoadState)
+// takes the same next step as the one it came from (what resume and `gemtb check train`'s injected
+// steps rely on); wrong sizes are named errors.
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpu/train/trainer.h"
+#include "gtest/gtest.h"
+#include "model/description/model_config.h"
+#include "tests/gpu/train_test_util.h"
+
+namespace gemtb::gpu::train {
+namespace {
+
+using test::HaveSm90;
+
+std::unique_ptr<GpuTrainer> Tiny() {
+  absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig("tiny");
+  EXPECT_TRUE(config.ok()) << config.status();
+  TrainerOptions options;
+  options.batch = 16;
+  absl::StatusOr<std::unique_ptr<GpuTrainer>> t = GpuTrainer::Create(*config, options);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *std::move(t) : nullptr;
+}
+
+bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+void ExpectSameState(const GpuTrainer& a, const GpuTrainer& b) {
+  absl::StatusOr<TrainerState> sa = a.State(), sb = b.State();
+  ASSERT_TRUE(sa.ok() && sb.ok());
+  EXPECT_EQ(sa->step, sb->step);
+  EXPECT_TRUE(SameBytes(sa->params, sb->params));
+  EXPECT_TRUE(SameBytes(sa->adam_m, sb->adam_m));
+  EXPECT_TRUE(SameBytes(sa->adam_v, sb->adam_v));
+  EXPECT_EQ(sa->adam_b1, sb->adam_b1);
+  EXPECT_EQ(sa->adam_b2, sb->adam_b2);
+  ASSERT_EQ(sa->tables.size(), sb->tables.size());
+  for (size_t t = 0; t < sa->tables.size(); ++t) {
+    EXPECT_TRUE(SameBytes(sa->tables[t].weights, sb->tables[t].weights)) << "table " << t;
+    EXPECT_TRUE(SameBytes(sa->tables[t].adagrad, sb->tables[t].adagrad)) << "table " << t;
+  }
+}
+
+TEST(GpuTrainerTest, StepIsGradientsThenApplyGradients) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  std::unique_ptr<GpuTrainer> whole = Tiny(), parts = Tiny();
+  ASSERT_TRUE(whole && parts);
+  for (int s = 0; s < 3; ++s) {
+    absl::StatusOr<TrainerStep> w = whole->Step();
+    ASSERT_TRUE(w.ok()) << w.status();
+    absl::StatusOr<TrainerGradients> g = parts->Gradients();
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(g->loss, w->loss);
+    ASSERT_TRUE(parts->ApplyGradients(*g).ok());
+  }
+  ExpectSameState(*whole, *parts);
+}
+
+TEST(GpuTrainerTest, LoadedStateTakesTheSameSteps) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  std::unique_ptr<GpuTrainer> a = Tiny(), b = Tiny();
+  ASSERT_TRUE(a && b);
+  for (int s = 0; s < 2; ++s) ASSERT_TRUE(a->Step().ok());
+  absl::StatusOr<TrainerState> state = a->State();
+  ASSERT_TRUE(state.ok());
+  ASSERT_TRUE(b->LoadState(*state).ok());
+  for (int s = 0; s < 2; ++s) {
+    absl::StatusOr<TrainerStep> ra = a->Step(), rb = b->Step();
+    ASSERT_TRUE(ra.ok() && rb.ok());
+    EXPECT_EQ(ra->loss, rb->loss);
+  }
+  ExpectSameState(*a, *b);
+}
+
+TEST(GpuTrainerTest, WrongSizesAreNamed) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  std::unique_ptr<GpuTrainer> t = Tiny();
+  ASSERT_TRUE(t);
+  absl::StatusOr<TrainerGradients> g = t->Gradients();
+  ASSERT_TRUE(g.ok());
+  TrainerGradients bad = *g;
+  bad.dense.pop_back();
+  EXPECT_NE(t->ApplyGradients(bad).message().find("grads.dense"), std::string::npos);
+  bad = *g;
+  bad.pooled.push_back(0);
+  EXPECT_NE(t->ApplyGradients(bad).message().find("grads.pooled"), std::string::npos);
+  bad = *g;
+  bad.events.at(0).push_back(0);
+  EXPECT_NE(t->ApplyGradients(bad).message().find("grads.events[0]"), std::string::npos);
+  EXPECT_EQ(t->step(), 0);  // nothing was applied
+  absl::StatusOr<TrainerState> s = t->State();
+  ASSERT_TRUE(s.ok());
+  TrainerState wrong = *s;
+  wrong.adam_v.resize(3);
+  EXPECT_NE(t->LoadState(wrong).message().find("state.adam_v"), std::string::npos);
+  wrong = *s;
+  wrong.tables.at(1).adagrad.clear();
+  EXPECT_NE(t->LoadState(wrong).message().find("state.tables[1]"), std::string::npos);
+  wrong = *s;
+  wrong.step = -1;
+  EXPECT_NE(t->LoadState(wrong).message().find("state.step"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gemtb::gpu::train
