@@ -59,13 +59,6 @@ class Scratch {
   std::vector<void*> ptrs_;
 };
 
-#define GEMTB_ASSIGN(lhs, expr)                     \
-  do {                                              \
-    auto gemtb_value = (expr);                      \
-    if (!gemtb_value.ok()) return gemtb_value.status(); \
-    lhs = *gemtb_value;                             \
-  } while (0)
-
 // [rows] of `width` floats at src (pitch src_ld) copied to dst (pitch dst_ld).
 absl::Status Copy2D(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows, int64_t width,
                     cudaStream_t stream) {
@@ -242,7 +235,7 @@ struct GemModelGpu::Impl {
     GEMTB_RETURN_IF_ERROR(Gemm(s, W(p.m), dy, dx));
     const int64_t per = static_cast<int64_t>(p.n_out) * p.n_in;
     float* part;
-    GEMTB_ASSIGN(part, mem->Floats(B * per));
+    GEMTB_ASSIGN_OR_RETURN(part, mem->Floats(B * per));
     GemmF32 t;
     t.m = p.n_out, t.n = p.n_in, t.k = g.d, t.trans_b = true, t.lda = g.d, t.ldb = g.d, t.ldc = p.n_in;
     t.stride_a = dy_stride, t.stride_b = x_stride, t.stride_c = per, t.batch = B;
@@ -258,7 +251,7 @@ struct GemModelGpu::Impl {
                           const float* dy, float* dx) {
     if (n == 0) return absl::OkStatus();
     float* tmp;
-    GEMTB_ASSIGN(tmp, mem->Floats(n * p.width));
+    GEMTB_ASSIGN_OR_RETURN(tmp, mem->Floats(n * p.width));
     GEMTB_RETURN_IF_ERROR(LayerNormBackward<float>(RowsShape{n, p.width}, x, W(p.gamma), mean, rstd, dy, tmp,
                                                    G(p.gamma), G(p.beta), st));
     return AddInto(tmp, n * p.width, dx, st);
@@ -271,15 +264,15 @@ struct GemModelGpu::Impl {
     const int d = g.d, H = g.heads, dh = g.dh();
     t.xq = xq;
     t.xkv = xkv;
-    GEMTB_ASSIGN(t.k, mem->Floats(u.nk * d));
-    GEMTB_ASSIGN(t.v, mem->Floats(u.nk * d));
-    GEMTB_ASSIGN(t.kr, mem->Floats(u.nk * d));
-    GEMTB_ASSIGN(t.k_inv, mem->Floats(u.nk * H));
-    GEMTB_ASSIGN(t.o, mem->Floats(u.nq * d));
+    GEMTB_ASSIGN_OR_RETURN(t.k, mem->Floats(u.nk * d));
+    GEMTB_ASSIGN_OR_RETURN(t.v, mem->Floats(u.nk * d));
+    GEMTB_ASSIGN_OR_RETURN(t.kr, mem->Floats(u.nk * d));
+    GEMTB_ASSIGN_OR_RETURN(t.k_inv, mem->Floats(u.nk * H));
+    GEMTB_ASSIGN_OR_RETURN(t.o, mem->Floats(u.nq * d));
     if (xq) {
-      GEMTB_ASSIGN(t.q, mem->Floats(u.nq * d));
-      GEMTB_ASSIGN(t.qr, mem->Floats(u.nq * d));
-      GEMTB_ASSIGN(t.q_inv, mem->Floats(u.nq * H));
+      GEMTB_ASSIGN_OR_RETURN(t.q, mem->Floats(u.nq * d));
+      GEMTB_ASSIGN_OR_RETURN(t.qr, mem->Floats(u.nq * d));
+      GEMTB_ASSIGN_OR_RETURN(t.q_inv, mem->Floats(u.nq * H));
       GEMTB_RETURN_IF_ERROR(LinearFwd(p.wq, u.nq, xq, d, t.q, d, false));
       if (u.nq > 0) GEMTB_RETURN_IF_ERROR(HeadRmsNormForward<float>(HeadRowsShape{u.nq * H, dh}, t.q, t.qr, t.q_inv, st));
     }
@@ -304,11 +297,11 @@ struct GemModelGpu::Impl {
                        float** dqr_out) {
     const int d = g.d, H = g.heads, dh = g.dh();
     float *d_o, *dqr, *dkr, *dv, *dk;
-    GEMTB_ASSIGN(d_o, mem->Floats(u.nq * d));
-    GEMTB_ASSIGN(dqr, mem->Floats(u.nq * d));
-    GEMTB_ASSIGN(dkr, mem->Floats(u.nk * d));
-    GEMTB_ASSIGN(dv, mem->Floats(u.nk * d));
-    GEMTB_ASSIGN(dk, mem->Floats(u.nk * d));
+    GEMTB_ASSIGN_OR_RETURN(d_o, mem->Floats(u.nq * d));
+    GEMTB_ASSIGN_OR_RETURN(dqr, mem->Floats(u.nq * d));
+    GEMTB_ASSIGN_OR_RETURN(dkr, mem->Floats(u.nk * d));
+    GEMTB_ASSIGN_OR_RETURN(dv, mem->Floats(u.nk * d));
+    GEMTB_ASSIGN_OR_RETURN(dk, mem->Floats(u.nk * d));
     GEMTB_RETURN_IF_ERROR(LinearBwd(p.wo, u.nq, t.o, d, dy, d, d_o, d, false));
     GEMTB_RETURN_IF_ERROR(GdpaBackward(Batch(u), t.qr, t.kr, t.v, d_o, dqr, dkr, dv, st));
     if (u.rope) {
@@ -318,7 +311,7 @@ struct GemModelGpu::Impl {
     if (u.nk > 0) GEMTB_RETURN_IF_ERROR(HeadRmsNormBackward<float>(HeadRowsShape{u.nk * H, dh}, t.k, t.k_inv, dkr, dk, st));
     if (t.xq) {
       float* dq;
-      GEMTB_ASSIGN(dq, mem->Floats(u.nq * d));
+      GEMTB_ASSIGN_OR_RETURN(dq, mem->Floats(u.nq * d));
       if (u.nq > 0)
         GEMTB_RETURN_IF_ERROR(HeadRmsNormBackward<float>(HeadRowsShape{u.nq * H, dh}, t.q, t.q_inv, dqr, dq, st));
       GEMTB_RETURN_IF_ERROR(LinearBwd(p.wq, u.nq, t.xq, d, dq, d, dxq, d, true));
@@ -406,17 +399,17 @@ absl::Status GemModelGpu::Impl::Plan(const GemBatchInput& in) {
     }
     rows[j] = off[B];
     events[j] = e_at;
-    GEMTB_ASSIGN(s_off[j], mem->Ints(off));
-    GEMTB_ASSIGN(cls_index[j], mem->Ints(cls));
-    GEMTB_ASSIGN(event_index[j], mem->Ints(ev));
-    GEMTB_ASSIGN(event_rows[j], mem->Ints(ev_rows));
+    GEMTB_ASSIGN_OR_RETURN(s_off[j], mem->Ints(off));
+    GEMTB_ASSIGN_OR_RETURN(cls_index[j], mem->Ints(cls));
+    GEMTB_ASSIGN_OR_RETURN(event_index[j], mem->Ints(ev));
+    GEMTB_ASSIGN_OR_RETURN(event_rows[j], mem->Ints(ev_rows));
   }
   std::vector<int32_t> xo(B + 1), po(B + 1), seeds(static_cast<size_t>(B) * k_p);
   for (int64_t b = 0; b <= B; ++b) xo[b] = static_cast<int32_t>(b * n_s), po[b] = static_cast<int32_t>(b * k_p);
   for (size_t r = 0; r < seeds.size(); ++r) seeds[r] = static_cast<int32_t>(r % k_p);
-  GEMTB_ASSIGN(xsum_off, mem->Ints(xo));
-  GEMTB_ASSIGN(pma_off, mem->Ints(po));
-  GEMTB_ASSIGN(seed_index, mem->Ints(seeds));
+  GEMTB_ASSIGN_OR_RETURN(xsum_off, mem->Ints(xo));
+  GEMTB_ASSIGN_OR_RETURN(pma_off, mem->Ints(po));
+  GEMTB_ASSIGN_OR_RETURN(seed_index, mem->Ints(seeds));
   return absl::OkStatus();
 }
 
@@ -426,17 +419,17 @@ absl::Status GemModelGpu::Impl::CrossFwd(const CrossP& p, CrossTape& t, const fl
   const int J = g.num_sequences();
   t.x_in = x;
   const int64_t nxs = B * n_s * d;
-  GEMTB_ASSIGN(t.xs_pre, mem->Floats(nxs));
-  GEMTB_ASSIGN(t.xs_a, mem->Floats(nxs));
-  GEMTB_ASSIGN(t.xs_sig, mem->Floats(nxs));
-  GEMTB_ASSIGN(t.x_sum, mem->Floats(nxs));
+  GEMTB_ASSIGN_OR_RETURN(t.xs_pre, mem->Floats(nxs));
+  GEMTB_ASSIGN_OR_RETURN(t.xs_a, mem->Floats(nxs));
+  GEMTB_ASSIGN_OR_RETURN(t.xs_sig, mem->Floats(nxs));
+  GEMTB_ASSIGN_OR_RETURN(t.x_sum, mem->Floats(nxs));
   GEMTB_RETURN_IF_ERROR(MixFwd(p.lce_s, x, int64_t{g.n_x} * d, t.xs_pre, int64_t{n_s} * d, false));
   GEMTB_RETURN_IF_ERROR(LinearFwd(p.x_gate, B * n_s, t.xs_pre, d, t.xs_a, d, false));
   GEMTB_RETURN_IF_ERROR(GateForward<float>(t.xs_pre, t.xs_a, nxs, t.x_sum, t.xs_sig, st));
   if (first) {
     // Layer 1 prepends its X_sum to every sequence as the n_s CLS tokens.
     for (int j = 0; j < J; ++j) {
-      GEMTB_ASSIGN(s[j], mem->Floats(rows[j] * d));
+      GEMTB_ASSIGN_OR_RETURN(s[j], mem->Floats(rows[j] * d));
       GEMTB_RETURN_IF_ERROR(GatherRows(t.x_sum, cls_index[j], rows[j], d, s[j], false, st));
       GEMTB_RETURN_IF_ERROR(GatherRows(first->events[j], event_index[j], rows[j], d, s[j], true, st));
     }
@@ -447,24 +440,24 @@ absl::Status GemModelGpu::Impl::CrossFwd(const CrossP& p, CrossTape& t, const fl
     c.s_in = s[j];
     // PMA: the seeds' queries are the same for every sample; project and norm them once, then
     // broadcast them to each sample's k_p query rows.
-    GEMTB_ASSIGN(c.pma_q, mem->Floats(int64_t{k_p} * d));
-    GEMTB_ASSIGN(c.pma_qn, mem->Floats(int64_t{k_p} * d));
-    GEMTB_ASSIGN(c.pma_q_inv, mem->Floats(int64_t{k_p} * H));
+    GEMTB_ASSIGN_OR_RETURN(c.pma_q, mem->Floats(int64_t{k_p} * d));
+    GEMTB_ASSIGN_OR_RETURN(c.pma_qn, mem->Floats(int64_t{k_p} * d));
+    GEMTB_ASSIGN_OR_RETURN(c.pma_q_inv, mem->Floats(int64_t{k_p} * H));
     GEMTB_RETURN_IF_ERROR(LinearFwd(p.pma[j].wq, k_p, W(p.seeds[j]), d, c.pma_q, d, false));
     GEMTB_RETURN_IF_ERROR(HeadRmsNormForward<float>(HeadRowsShape{int64_t{k_p} * H, dh}, c.pma_q, c.pma_qn,
                                                     c.pma_q_inv, st));
     const AttnUse u = PmaUse(j);
-    GEMTB_ASSIGN(c.pma.qr, mem->Floats(u.nq * d));
+    GEMTB_ASSIGN_OR_RETURN(c.pma.qr, mem->Floats(u.nq * d));
     GEMTB_RETURN_IF_ERROR(GatherRows(c.pma_qn, seed_index, u.nq, d, c.pma.qr, false, st));
-    GEMTB_ASSIGN(c.pma_out, mem->Floats(u.nq * d));
+    GEMTB_ASSIGN_OR_RETURN(c.pma_out, mem->Floats(u.nq * d));
     GEMTB_RETURN_IF_ERROR(AttnFwd(p.pma[j], u, nullptr, s[j], c.pma, c.pma_out, false));
     // S_sum_j = Gate([CLS_j || PMA_j || REC_j]).
     const int64_t ncat = B * n_sum * d;
-    GEMTB_ASSIGN(c.cat, mem->Floats(ncat));
-    GEMTB_ASSIGN(c.cat_a, mem->Floats(ncat));
-    GEMTB_ASSIGN(c.sig, mem->Floats(ncat));
-    GEMTB_ASSIGN(c.s_sum, mem->Floats(ncat));
-    GEMTB_ASSIGN(c.cat_index, mem->Ints(cat_index_host[j]));
+    GEMTB_ASSIGN_OR_RETURN(c.cat, mem->Floats(ncat));
+    GEMTB_ASSIGN_OR_RETURN(c.cat_a, mem->Floats(ncat));
+    GEMTB_ASSIGN_OR_RETURN(c.sig, mem->Floats(ncat));
+    GEMTB_ASSIGN_OR_RETURN(c.s_sum, mem->Floats(ncat));
+    GEMTB_ASSIGN_OR_RETURN(c.cat_index, mem->Ints(cat_index_host[j]));
     GEMTB_RETURN_IF_ERROR(GatherRows(s[j], c.cat_index, B * n_sum, d, c.cat, false, st));
     GEMTB_RETURN_IF_ERROR(Copy2D(c.pma_out, int64_t{k_p} * d, c.cat + int64_t{n_s} * d, int64_t{n_sum} * d, B,
                                  int64_t{k_p} * d, st));
@@ -483,21 +476,21 @@ absl::Status GemModelGpu::Impl::CrossBwd(const CrossP& p, const CrossTape& t, fl
     const CrossSeqTape& c = t.seq[j];
     const int64_t ncat = B * n_sum * d;
     float *dcat, *da;
-    GEMTB_ASSIGN(dcat, mem->Floats(ncat));
-    GEMTB_ASSIGN(da, mem->Floats(ncat));
+    GEMTB_ASSIGN_OR_RETURN(dcat, mem->Floats(ncat));
+    GEMTB_ASSIGN_OR_RETURN(da, mem->Floats(ncat));
     GEMTB_RETURN_IF_ERROR(GateBackward<float>(c.cat, c.sig, ds_sum[j], ncat, da, dcat, st));
     GEMTB_RETURN_IF_ERROR(LinearBwd(p.sum_gate[j], B * n_sum, c.cat, d, da, d, dcat, d, true));
     // CLS and REC rows back to their S_j rows (distinct rows: race-free).
     GEMTB_RETURN_IF_ERROR(ScatterAddRows(dcat, c.cat_index, B * n_sum, d, ds[j], st));
     const AttnUse u = PmaUse(j);
     float *d_pma, *dqr = nullptr, *dq_sum, *dq;
-    GEMTB_ASSIGN(d_pma, mem->Floats(u.nq * d));
+    GEMTB_ASSIGN_OR_RETURN(d_pma, mem->Floats(u.nq * d));
     GEMTB_RETURN_IF_ERROR(Copy2D(dcat + int64_t{n_s} * d, int64_t{n_sum} * d, d_pma, int64_t{k_p} * d, B,
                                  int64_t{k_p} * d, st));
     GEMTB_RETURN_IF_ERROR(AttnBwd(p.pma[j], u, c.pma, d_pma, nullptr, ds[j], &dqr));
     // The broadcast queries' gradient summed over samples, then the seeds' norm and projection.
-    GEMTB_ASSIGN(dq_sum, mem->Floats(int64_t{k_p} * d));
-    GEMTB_ASSIGN(dq, mem->Floats(int64_t{k_p} * d));
+    GEMTB_ASSIGN_OR_RETURN(dq_sum, mem->Floats(int64_t{k_p} * d));
+    GEMTB_ASSIGN_OR_RETURN(dq, mem->Floats(int64_t{k_p} * d));
     GEMTB_RETURN_IF_ERROR(ColumnSums(dqr, B, int64_t{k_p} * d, int64_t{k_p} * d, dq_sum, false, st));
     GEMTB_RETURN_IF_ERROR(
         HeadRmsNormBackward<float>(HeadRowsShape{int64_t{k_p} * H, dh}, c.pma_q, c.pma_q_inv, dq_sum, dq, st));
@@ -512,8 +505,8 @@ absl::Status GemModelGpu::Impl::CrossBwd(const CrossP& p, const CrossTape& t, fl
   }
   const int64_t nxs = B * n_s * d;
   float *dxs_pre, *da;
-  GEMTB_ASSIGN(dxs_pre, mem->Floats(nxs));
-  GEMTB_ASSIGN(da, mem->Floats(nxs));
+  GEMTB_ASSIGN_OR_RETURN(dxs_pre, mem->Floats(nxs));
+  GEMTB_ASSIGN_OR_RETURN(da, mem->Floats(nxs));
   GEMTB_RETURN_IF_ERROR(GateBackward<float>(t.xs_pre, t.xs_sig, dx_sum, nxs, da, dxs_pre, st));
   GEMTB_RETURN_IF_ERROR(LinearBwd(p.x_gate, B * n_s, t.xs_pre, d, da, d, dxs_pre, d, true));
   return MixBwd(p.lce_s, t.x_in, int64_t{g.n_x} * d, dxs_pre, int64_t{n_s} * d, dx, int64_t{g.n_x} * d);
@@ -523,14 +516,14 @@ absl::Status GemModelGpu::Impl::WukongFwd(const WukongP& p, const CrossTape& ct,
   const int d = g.d, n_x = g.n_x, k = g.wk_k, n_z = g.n_z(), n_sum = g.n_sum();
   const int J = g.num_sequences();
   const int64_t zs = int64_t{n_z} * d;
-  GEMTB_ASSIGN(t.z, mem->Floats(B * zs));
+  GEMTB_ASSIGN_OR_RETURN(t.z, mem->Floats(B * zs));
   GEMTB_RETURN_IF_ERROR(Copy2D(x, int64_t{n_x} * d, t.z, zs, B, int64_t{n_x} * d, st));
   for (int j = 0; j < J; ++j)
     GEMTB_RETURN_IF_ERROR(Copy2D(ct.seq[j].s_sum, int64_t{n_sum} * d, t.z + int64_t{n_x + j * n_sum} * d, zs, B,
                                  int64_t{n_sum} * d, st));
   // FMB = MLP(LN(flatten(Z (Z^T Y)))): a_b = Z_b^T Y [d, k], bm_b = Z_b a_b [n_z, k].
-  GEMTB_ASSIGN(t.a, mem->Floats(B * d * k));
-  GEMTB_ASSIGN(t.bm, mem->Floats(B * n_z * k));
+  GEMTB_ASSIGN_OR_RETURN(t.a, mem->Floats(B * d * k));
+  GEMTB_ASSIGN_OR_RETURN(t.bm, mem->Floats(B * n_z * k));
   GemmF32 s;
   s.m = d, s.n = k, s.k = n_z, s.trans_a = true, s.lda = d, s.ldb = k, s.ldc = k;
   s.stride_a = zs, s.stride_b = 0, s.stride_c = int64_t{d} * k, s.batch = B;
@@ -540,23 +533,23 @@ absl::Status GemModelGpu::Impl::WukongFwd(const WukongP& p, const CrossTape& ct,
   s2.stride_a = zs, s2.stride_b = int64_t{d} * k, s2.stride_c = int64_t{n_z} * k, s2.batch = B;
   GEMTB_RETURN_IF_ERROR(Gemm(s2, t.z, t.a, t.bm));
   const int64_t flat = int64_t{n_z} * k;
-  GEMTB_ASSIGN(t.h1, mem->Floats(B * flat));
-  GEMTB_ASSIGN(t.ln_mean, mem->Floats(B));
-  GEMTB_ASSIGN(t.ln_rstd, mem->Floats(B));
+  GEMTB_ASSIGN_OR_RETURN(t.h1, mem->Floats(B * flat));
+  GEMTB_ASSIGN_OR_RETURN(t.ln_mean, mem->Floats(B));
+  GEMTB_ASSIGN_OR_RETURN(t.ln_rstd, mem->Floats(B));
   GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_flat, B, t.bm, t.h1, t.ln_mean, t.ln_rstd));
-  GEMTB_ASSIGN(t.u1, mem->Floats(B * g.wk_h));
-  GEMTB_ASSIGN(t.g1, mem->Floats(B * g.wk_h));
+  GEMTB_ASSIGN_OR_RETURN(t.u1, mem->Floats(B * g.wk_h));
+  GEMTB_ASSIGN_OR_RETURN(t.g1, mem->Floats(B * g.wk_h));
   GEMTB_RETURN_IF_ERROR(LinearFwd(p.mlp1, B, t.h1, flat, t.u1, g.wk_h, false));
   GEMTB_RETURN_IF_ERROR(GeluForward<float>(t.u1, B * g.wk_h, t.g1, st));
   // pre = [MLP out (n_F tokens) || LCB(Z) (n_L tokens)] + LCE_res(Z).
   const int64_t xs = int64_t{n_x} * d;
-  GEMTB_ASSIGN(t.pre, mem->Floats(B * xs));
+  GEMTB_ASSIGN_OR_RETURN(t.pre, mem->Floats(B * xs));
   GEMTB_RETURN_IF_ERROR(LinearFwd(p.mlp2, B, t.g1, g.wk_h, t.pre, xs, false));
   GEMTB_RETURN_IF_ERROR(MixFwd(p.lcb, t.z, zs, t.pre + int64_t{g.n_f} * d, xs, false));
   GEMTB_RETURN_IF_ERROR(MixFwd(p.res, t.z, zs, t.pre, xs, true));
-  GEMTB_ASSIGN(t.x_out, mem->Floats(B * xs));
-  GEMTB_ASSIGN(t.out_mean, mem->Floats(B * n_x));
-  GEMTB_ASSIGN(t.out_rstd, mem->Floats(B * n_x));
+  GEMTB_ASSIGN_OR_RETURN(t.x_out, mem->Floats(B * xs));
+  GEMTB_ASSIGN_OR_RETURN(t.out_mean, mem->Floats(B * n_x));
+  GEMTB_ASSIGN_OR_RETURN(t.out_rstd, mem->Floats(B * n_x));
   return NormFwd(p.ln_out, B * n_x, t.pre, t.x_out, t.out_mean, t.out_rstd);
 }
 
@@ -566,15 +559,15 @@ absl::Status GemModelGpu::Impl::WukongBwd(const WukongP& p, const WukongTape& t,
   const int J = g.num_sequences();
   const int64_t zs = int64_t{n_z} * d, xs = int64_t{n_x} * d, flat = int64_t{n_z} * k;
   float *dpre, *dz, *dg1, *du1, *dh1, *dbm, *da, *part;
-  GEMTB_ASSIGN(dpre, mem->Floats(B * xs, true));
-  GEMTB_ASSIGN(dz, mem->Floats(B * zs, true));
+  GEMTB_ASSIGN_OR_RETURN(dpre, mem->Floats(B * xs, true));
+  GEMTB_ASSIGN_OR_RETURN(dz, mem->Floats(B * zs, true));
   GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_out, B * n_x, t.pre, t.out_mean, t.out_rstd, dout, dpre));
   GEMTB_RETURN_IF_ERROR(MixBwd(p.res, t.z, zs, dpre, xs, dz, zs));
   GEMTB_RETURN_IF_ERROR(MixBwd(p.lcb, t.z, zs, dpre + int64_t{g.n_f} * d, xs, dz, zs));
-  GEMTB_ASSIGN(dg1, mem->Floats(B * g.wk_h));
-  GEMTB_ASSIGN(du1, mem->Floats(B * g.wk_h));
-  GEMTB_ASSIGN(dh1, mem->Floats(B * flat));
-  GEMTB_ASSIGN(dbm, mem->Floats(B * flat, true));
+  GEMTB_ASSIGN_OR_RETURN(dg1, mem->Floats(B * g.wk_h));
+  GEMTB_ASSIGN_OR_RETURN(du1, mem->Floats(B * g.wk_h));
+  GEMTB_ASSIGN_OR_RETURN(dh1, mem->Floats(B * flat));
+  GEMTB_ASSIGN_OR_RETURN(dbm, mem->Floats(B * flat, true));
   GEMTB_RETURN_IF_ERROR(LinearBwd(p.mlp2, B, t.g1, g.wk_h, dpre, xs, dg1, g.wk_h, false));
   GEMTB_RETURN_IF_ERROR(GeluBackward<float>(t.u1, dg1, B * g.wk_h, du1, st));
   GEMTB_RETURN_IF_ERROR(LinearBwd(p.mlp1, B, t.h1, flat, du1, g.wk_h, dh1, flat, false));
@@ -584,7 +577,7 @@ absl::Status GemModelGpu::Impl::WukongBwd(const WukongP& p, const WukongTape& t,
   s.m = n_z, s.n = d, s.k = k, s.trans_b = true, s.lda = k, s.ldb = k, s.ldc = d;
   s.stride_a = flat, s.stride_b = int64_t{d} * k, s.stride_c = zs, s.batch = B, s.beta = 1.0f;
   GEMTB_RETURN_IF_ERROR(Gemm(s, dbm, t.a, dz));
-  GEMTB_ASSIGN(da, mem->Floats(B * d * k));
+  GEMTB_ASSIGN_OR_RETURN(da, mem->Floats(B * d * k));
   GemmF32 s2;
   s2.m = d, s2.n = k, s2.k = n_z, s2.trans_a = true, s2.lda = d, s2.ldb = k, s2.ldc = k;
   s2.stride_a = zs, s2.stride_b = flat, s2.stride_c = int64_t{d} * k, s2.batch = B;
@@ -594,7 +587,7 @@ absl::Status GemModelGpu::Impl::WukongBwd(const WukongP& p, const WukongTape& t,
   s3.m = n_z, s3.n = d, s3.k = k, s3.trans_b = true, s3.lda = k, s3.ldb = k, s3.ldc = d;
   s3.stride_a = 0, s3.stride_b = int64_t{d} * k, s3.stride_c = zs, s3.batch = B, s3.beta = 1.0f;
   GEMTB_RETURN_IF_ERROR(Gemm(s3, W(p.y), da, dz));
-  GEMTB_ASSIGN(part, mem->Floats(B * flat));
+  GEMTB_ASSIGN_OR_RETURN(part, mem->Floats(B * flat));
   GemmF32 s4;
   s4.m = n_z, s4.n = k, s4.k = d, s4.lda = d, s4.ldb = k, s4.ldc = k;
   s4.stride_a = zs, s4.stride_b = int64_t{d} * k, s4.stride_c = flat, s4.batch = B;
@@ -602,7 +595,7 @@ absl::Status GemModelGpu::Impl::WukongBwd(const WukongP& p, const WukongTape& t,
   GEMTB_RETURN_IF_ERROR(ColumnSums(part, B, flat, flat, G(p.y), true, st));
   GEMTB_RETURN_IF_ERROR(Copy2D(dz, zs, dx, xs, B, xs, st));
   for (int j = 0; j < J; ++j) {
-    GEMTB_ASSIGN(ds_sum[j], mem->Floats(B * n_sum * d));
+    GEMTB_ASSIGN_OR_RETURN(ds_sum[j], mem->Floats(B * n_sum * d));
     GEMTB_RETURN_IF_ERROR(Copy2D(dz + int64_t{n_x + j * n_sum} * d, zs, ds_sum[j], int64_t{n_sum} * d, B,
                                  int64_t{n_sum} * d, st));
   }
@@ -615,44 +608,44 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const fl
   const int64_t n = rows[j], nd = n * d;
   auto next = [&](const float* cur) -> absl::StatusOr<float*> {
     float* out;
-    GEMTB_ASSIGN(out, mem->Floats(nd));
+    GEMTB_ASSIGN_OR_RETURN(out, mem->Floats(nd));
     if (nd > 0) GEMTB_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(out, cur, nd * sizeof(float), cudaMemcpyDeviceToDevice, st), "copy"));
     return out;
   };
   const float* cur = s[j];
   if (g.DoA(layer)) {
     t.s_a = cur;
-    GEMTB_ASSIGN(t.h_a, mem->Floats(nd));
-    GEMTB_ASSIGN(t.mean_a, mem->Floats(n));
-    GEMTB_ASSIGN(t.rstd_a, mem->Floats(n));
+    GEMTB_ASSIGN_OR_RETURN(t.h_a, mem->Floats(nd));
+    GEMTB_ASSIGN_OR_RETURN(t.mean_a, mem->Floats(n));
+    GEMTB_ASSIGN_OR_RETURN(t.rstd_a, mem->Floats(n));
     GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_a, n, cur, t.h_a, t.mean_a, t.rstd_a));
     float* out;
-    GEMTB_ASSIGN(out, next(cur));
+    GEMTB_ASSIGN_OR_RETURN(out, next(cur));
     GEMTB_RETURN_IF_ERROR(AttnFwd(p.attn_a, CrossUse(j), t.h_a, x_sum, t.a, out, true));
     cur = out;
   }
   if (g.DoB(layer)) {
     t.s_b = cur;
-    GEMTB_ASSIGN(t.h_b, mem->Floats(nd));
-    GEMTB_ASSIGN(t.mean_b, mem->Floats(n));
-    GEMTB_ASSIGN(t.rstd_b, mem->Floats(n));
+    GEMTB_ASSIGN_OR_RETURN(t.h_b, mem->Floats(nd));
+    GEMTB_ASSIGN_OR_RETURN(t.mean_b, mem->Floats(n));
+    GEMTB_ASSIGN_OR_RETURN(t.rstd_b, mem->Floats(n));
     GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_b, n, cur, t.h_b, t.mean_b, t.rstd_b));
     float* out;
-    GEMTB_ASSIGN(out, next(cur));
+    GEMTB_ASSIGN_OR_RETURN(out, next(cur));
     GEMTB_RETURN_IF_ERROR(AttnFwd(p.attn_b, SelfUse(j), t.h_b, t.h_b, t.b, out, true));
     cur = out;
   }
   t.s_c = cur;
-  GEMTB_ASSIGN(t.h_c, mem->Floats(nd));
-  GEMTB_ASSIGN(t.mean_c, mem->Floats(n));
-  GEMTB_ASSIGN(t.rstd_c, mem->Floats(n));
+  GEMTB_ASSIGN_OR_RETURN(t.h_c, mem->Floats(nd));
+  GEMTB_ASSIGN_OR_RETURN(t.mean_c, mem->Floats(n));
+  GEMTB_ASSIGN_OR_RETURN(t.rstd_c, mem->Floats(n));
   GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_c, n, cur, t.h_c, t.mean_c, t.rstd_c));
-  GEMTB_ASSIGN(t.u, mem->Floats(n * g.ffn));
-  GEMTB_ASSIGN(t.g, mem->Floats(n * g.ffn));
+  GEMTB_ASSIGN_OR_RETURN(t.u, mem->Floats(n * g.ffn));
+  GEMTB_ASSIGN_OR_RETURN(t.g, mem->Floats(n * g.ffn));
   GEMTB_RETURN_IF_ERROR(LinearFwd(p.ffn1, n, t.h_c, d, t.u, g.ffn, false));
   if (n > 0) GEMTB_RETURN_IF_ERROR(GeluForward<float>(t.u, n * g.ffn, t.g, st));
   float* out;
-  GEMTB_ASSIGN(out, next(cur));
+  GEMTB_ASSIGN_OR_RETURN(out, next(cur));
   GEMTB_RETURN_IF_ERROR(LinearFwd(p.ffn2, n, t.g, g.ffn, out, d, true));
   s[j] = out;
   return absl::OkStatus();
@@ -663,9 +656,9 @@ absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const Se
   const int64_t n = rows[j], nd = n * d;
   if (n == 0) return absl::OkStatus();
   float *dg, *du, *dh;
-  GEMTB_ASSIGN(dg, mem->Floats(n * g.ffn));
-  GEMTB_ASSIGN(du, mem->Floats(n * g.ffn));
-  GEMTB_ASSIGN(dh, mem->Floats(nd));
+  GEMTB_ASSIGN_OR_RETURN(dg, mem->Floats(n * g.ffn));
+  GEMTB_ASSIGN_OR_RETURN(du, mem->Floats(n * g.ffn));
+  GEMTB_ASSIGN_OR_RETURN(dh, mem->Floats(nd));
   GEMTB_RETURN_IF_ERROR(LinearBwd(p.ffn2, n, t.g, g.ffn, ds, d, dg, g.ffn, false));
   GEMTB_RETURN_IF_ERROR(GeluBackward<float>(t.u, dg, n * g.ffn, du, st));
   GEMTB_RETURN_IF_ERROR(LinearBwd(p.ffn1, n, t.h_c, d, du, g.ffn, dh, d, false));
@@ -782,9 +775,9 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
   // Embedding block: X = LCE_in([E || Linear(dense)]).
   const int64_t z0s = int64_t{F + g.n_d} * d, xs = int64_t{g.n_x} * d;
   float *dense_out, *z0, *x;
-  GEMTB_ASSIGN(dense_out, mem.Floats(B * g.n_d * d));
-  GEMTB_ASSIGN(z0, mem.Floats(B * z0s));
-  GEMTB_ASSIGN(x, mem.Floats(B * xs));
+  GEMTB_ASSIGN_OR_RETURN(dense_out, mem.Floats(B * g.n_d * d));
+  GEMTB_ASSIGN_OR_RETURN(z0, mem.Floats(B * z0s));
+  GEMTB_ASSIGN_OR_RETURN(x, mem.Floats(B * xs));
   GEMTB_RETURN_IF_ERROR(m.LinearFwd(m.dense_proj, B, in.dense, g.dense_m, dense_out, int64_t{g.n_d} * d, false));
   GEMTB_RETURN_IF_ERROR(Copy2D(in.pooled, int64_t{F} * d, z0, z0s, B, int64_t{F} * d, stream));
   GEMTB_RETURN_IF_ERROR(Copy2D(dense_out, int64_t{g.n_d} * d, z0 + int64_t{F} * d, z0s, B, int64_t{g.n_d} * d, stream));
@@ -807,7 +800,7 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
   // Head: MLP([flatten(X_sum) || flatten(S_sum_1..J)]) -> T logits.
   const int hw = g.head_widths.front();
   float* hin;
-  GEMTB_ASSIGN(hin, mem.Floats(B * hw));
+  GEMTB_ASSIGN_OR_RETURN(hin, mem.Floats(B * hw));
   GEMTB_RETURN_IF_ERROR(Copy2D(final_tape.x_sum, int64_t{n_s} * d, hin, hw, B, int64_t{n_s} * d, stream));
   for (int j = 0; j < J; ++j)
     GEMTB_RETURN_IF_ERROR(Copy2D(final_tape.seq[j].s_sum, int64_t{n_sum} * d, hin + int64_t{n_s + j * n_sum} * d, hw, B,
@@ -820,22 +813,22 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
     if (i + 1 == nh) {
       head_u[i] = out.logits;
     } else {
-      GEMTB_ASSIGN(head_u[i], mem.Floats(B * p.out));
+      GEMTB_ASSIGN_OR_RETURN(head_u[i], mem.Floats(B * p.out));
     }
     GEMTB_RETURN_IF_ERROR(m.LinearFwd(p, B, head_in[i], p.in, head_u[i], p.out, false));
     if (i + 1 < nh) {
-      GEMTB_ASSIGN(head_in[i + 1], mem.Floats(B * p.out));
+      GEMTB_ASSIGN_OR_RETURN(head_in[i + 1], mem.Floats(B * p.out));
       GEMTB_RETURN_IF_ERROR(GeluForward<float>(head_u[i], B * p.out, head_in[i + 1], stream));
     }
   }
   const int T = g.num_tasks;
   float *dlogits, *sample_loss;
   double* workspace = nullptr;
-  GEMTB_ASSIGN(dlogits, mem.Floats(B * T));
-  GEMTB_ASSIGN(sample_loss, mem.Floats(B));
+  GEMTB_ASSIGN_OR_RETURN(dlogits, mem.Floats(B * T));
+  GEMTB_ASSIGN_OR_RETURN(sample_loss, mem.Floats(B));
   {
     float* ws;
-    GEMTB_ASSIGN(ws, mem.Floats(2));
+    GEMTB_ASSIGN_OR_RETURN(ws, mem.Floats(2));
     workspace = reinterpret_cast<double*>(ws);
   }
   GEMTB_RETURN_IF_ERROR(BceWithLogitsLoss(LossShape{B, T}, out.logits, in.labels, in.masks, dlogits, sample_loss,
@@ -849,41 +842,41 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
     const LinearP& p = m.head[i];
     float* du = da;
     if (i + 1 < nh) {
-      GEMTB_ASSIGN(du, mem.Floats(B * p.out));
+      GEMTB_ASSIGN_OR_RETURN(du, mem.Floats(B * p.out));
       GEMTB_RETURN_IF_ERROR(GeluBackward<float>(head_u[i], da, B * p.out, du, stream));
     }
     float* dprev;
-    GEMTB_ASSIGN(dprev, mem.Floats(B * p.in));
+    GEMTB_ASSIGN_OR_RETURN(dprev, mem.Floats(B * p.in));
     GEMTB_RETURN_IF_ERROR(m.LinearBwd(p, B, head_in[i], p.in, du, p.out, dprev, p.in, false));
     da = dprev;
   }
   float* dx_sum;
-  GEMTB_ASSIGN(dx_sum, mem.Floats(B * n_s * d));
+  GEMTB_ASSIGN_OR_RETURN(dx_sum, mem.Floats(B * n_s * d));
   GEMTB_RETURN_IF_ERROR(Copy2D(da, hw, dx_sum, int64_t{n_s} * d, B, int64_t{n_s} * d, stream));
   std::vector<float*> ds_sum(J), ds(J);
   for (int j = 0; j < J; ++j) {
-    GEMTB_ASSIGN(ds_sum[j], mem.Floats(B * n_sum * d));
+    GEMTB_ASSIGN_OR_RETURN(ds_sum[j], mem.Floats(B * n_sum * d));
     GEMTB_RETURN_IF_ERROR(Copy2D(da + int64_t{n_s + j * n_sum} * d, hw, ds_sum[j], int64_t{n_sum} * d, B,
                                  int64_t{n_sum} * d, stream));
-    GEMTB_ASSIGN(ds[j], mem.Floats(m.rows[j] * d, true));
+    GEMTB_ASSIGN_OR_RETURN(ds[j], mem.Floats(m.rows[j] * d, true));
   }
   float* dx;
-  GEMTB_ASSIGN(dx, mem.Floats(B * xs, true));
+  GEMTB_ASSIGN_OR_RETURN(dx, mem.Floats(B * xs, true));
   GEMTB_RETURN_IF_ERROR(m.CrossBwd(m.final_cross, final_tape, dx_sum, ds_sum, ds, dx, m.layers.empty() ? &out : nullptr));
   for (size_t l = m.layers.size(); l-- > 0;) {
     const LayerTape& t = tapes[l];
-    GEMTB_ASSIGN(dx_sum, mem.Floats(B * n_s * d, true));
+    GEMTB_ASSIGN_OR_RETURN(dx_sum, mem.Floats(B * n_s * d, true));
     for (int j = J; j-- > 0;)
       GEMTB_RETURN_IF_ERROR(m.SeqBwd(m.layers[l].seq[j], static_cast<int>(l), j, t.seq[j], ds[j], dx_sum));
     float* dx_in;
-    GEMTB_ASSIGN(dx_in, mem.Floats(B * xs));
+    GEMTB_ASSIGN_OR_RETURN(dx_in, mem.Floats(B * xs));
     GEMTB_RETURN_IF_ERROR(m.WukongBwd(m.layers[l].wukong, t.wukong, dx, dx_in, ds_sum));
     dx = dx_in;
     GEMTB_RETURN_IF_ERROR(m.CrossBwd(m.layers[l].cross, t.cross, dx_sum, ds_sum, ds, dx, l == 0 ? &out : nullptr));
   }
   float *dz0, *ddense;
-  GEMTB_ASSIGN(dz0, mem.Floats(B * z0s, true));
-  GEMTB_ASSIGN(ddense, mem.Floats(B * g.n_d * d));
+  GEMTB_ASSIGN_OR_RETURN(dz0, mem.Floats(B * z0s, true));
+  GEMTB_ASSIGN_OR_RETURN(ddense, mem.Floats(B * g.n_d * d));
   GEMTB_RETURN_IF_ERROR(m.MixBwd(m.lce_in, z0, z0s, dx, xs, dz0, z0s));
   GEMTB_RETURN_IF_ERROR(Copy2D(dz0, z0s, out.pooled_grad, int64_t{F} * d, B, int64_t{F} * d, stream));
   GEMTB_RETURN_IF_ERROR(Copy2D(dz0 + int64_t{F} * d, z0s, ddense, int64_t{g.n_d} * d, B, int64_t{g.n_d} * d, stream));

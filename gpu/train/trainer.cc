@@ -35,13 +35,6 @@ absl::StatusOr<Array<T>> Allocate(size_t n, const char* what) {
   return a;
 }
 
-#define GEMTB_TRAINER_ASSIGN(lhs, expr)                \
-  do {                                                 \
-    auto gemtb_value = (expr);                         \
-    if (!gemtb_value.ok()) return gemtb_value.status(); \
-    lhs = *std::move(gemtb_value);                     \
-  } while (0)
-
 absl::Status CudaStatus(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
@@ -98,12 +91,12 @@ struct GpuTrainer::Impl {
     absl::StatusOr<embedding::HostOutput> emb_out = tbe->DownloadOutput();
     if (!emb_out.ok()) return emb_out.status();
     Array<float> pooled, dense, labels, masks, logits, pooled_grad;
-    GEMTB_TRAINER_ASSIGN(pooled, Upload<float>(emb_out->pooled, "pooled"));
-    GEMTB_TRAINER_ASSIGN(dense, Upload<float>(batch.dense, "dense"));
+    GEMTB_ASSIGN_OR_RETURN(pooled, Upload<float>(emb_out->pooled, "pooled"));
+    GEMTB_ASSIGN_OR_RETURN(dense, Upload<float>(batch.dense, "dense"));
     const std::vector<float> label_f = ToFloat(batch.label), mask_f = ToFloat(batch.mask);
-    GEMTB_TRAINER_ASSIGN(labels, Upload<float>(label_f, "labels"));
-    GEMTB_TRAINER_ASSIGN(masks, Upload<float>(mask_f, "masks"));
-    GEMTB_TRAINER_ASSIGN(logits, Allocate<float>(static_cast<size_t>(B) * T, "logits"));
+    GEMTB_ASSIGN_OR_RETURN(labels, Upload<float>(label_f, "labels"));
+    GEMTB_ASSIGN_OR_RETURN(masks, Upload<float>(mask_f, "masks"));
+    GEMTB_ASSIGN_OR_RETURN(logits, Allocate<float>(static_cast<size_t>(B) * T, "logits"));
     GemBatchInput in;
     in.batch = B;
     in.pooled = pooled->get();
@@ -114,9 +107,9 @@ struct GpuTrainer::Impl {
     for (int j = 0; j < J; ++j) {
       in.lengths.emplace_back(batch.seq_lengths.begin() + static_cast<long>(j) * B,
                               batch.seq_lengths.begin() + static_cast<long>(j + 1) * B);
-      for (int k = 0; k < 3; ++k) GEMTB_TRAINER_ASSIGN(parts[3 * j + k], Upload<float>(emb_out->sequence[3 * j + k], "events"));
+      for (int k = 0; k < 3; ++k) GEMTB_ASSIGN_OR_RETURN(parts[3 * j + k], Upload<float>(emb_out->sequence[3 * j + k], "events"));
       const size_t n = emb_out->sequence[3 * j].size();
-      GEMTB_TRAINER_ASSIGN(events[j], Allocate<float>(n, "events"));
+      GEMTB_ASSIGN_OR_RETURN(events[j], Allocate<float>(n, "events"));
       // An event's embedding: (item + action) + dt, as the oracle's trainer sums the three rows.
       GEMTB_RETURN_IF_ERROR(Sum3(parts[3 * j]->get(), parts[3 * j + 1]->get(), parts[3 * j + 2]->get(),
                                  static_cast<int64_t>(n), events[j]->get(), nullptr));
@@ -127,10 +120,10 @@ struct GpuTrainer::Impl {
     out.loss = loss->get();
     if (train) {
       out.param_grad = grad->get();
-      GEMTB_TRAINER_ASSIGN(pooled_grad, Allocate<float>(emb_out->pooled.size(), "pooled grad"));
+      GEMTB_ASSIGN_OR_RETURN(pooled_grad, Allocate<float>(emb_out->pooled.size(), "pooled grad"));
       out.pooled_grad = pooled_grad->get();
       for (int j = 0; j < J; ++j) {
-        GEMTB_TRAINER_ASSIGN(events_grad[j], Allocate<float>(emb_out->sequence[3 * j].size(), "events grad"));
+        GEMTB_ASSIGN_OR_RETURN(events_grad[j], Allocate<float>(emb_out->sequence[3 * j].size(), "events grad"));
         out.events_grad.push_back(events_grad[j]->get());
       }
     }
@@ -216,11 +209,11 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
   impl->tbe = *std::move(tbe);
   const std::vector<float> init = gemtb::model::InitParams(impl->model->geometry().layout, options.seed);
   const std::vector<float> zeros(init.size(), 0.0f);
-  GEMTB_TRAINER_ASSIGN(impl->params, Upload<float>(init, "params"));
-  GEMTB_TRAINER_ASSIGN(impl->grad, Upload<float>(zeros, "grad"));
-  GEMTB_TRAINER_ASSIGN(impl->adam_m, Upload<float>(zeros, "adam m"));
-  GEMTB_TRAINER_ASSIGN(impl->adam_v, Upload<float>(zeros, "adam v"));
-  GEMTB_TRAINER_ASSIGN(impl->loss, Allocate<double>(1, "loss"));
+  GEMTB_ASSIGN_OR_RETURN(impl->params, Upload<float>(init, "params"));
+  GEMTB_ASSIGN_OR_RETURN(impl->grad, Upload<float>(zeros, "grad"));
+  GEMTB_ASSIGN_OR_RETURN(impl->adam_m, Upload<float>(zeros, "adam m"));
+  GEMTB_ASSIGN_OR_RETURN(impl->adam_v, Upload<float>(zeros, "adam v"));
+  GEMTB_ASSIGN_OR_RETURN(impl->loss, Allocate<double>(1, "loss"));
   return std::unique_ptr<GpuTrainer>(new GpuTrainer(std::move(impl)));
 }
 
