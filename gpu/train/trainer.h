@@ -19,22 +19,12 @@
 #include "absl/status/statusor.h"
 #include "gpu/embedding/api.h"
 #include "model/description/model_config.h"
+#include "model/description/train_options.h"
 
 namespace gemtb::gpu::train {
 
-// The oracle's TrainOptions, field for field (what both trainers need to take the same steps).
-struct TrainerOptions {
-  std::string data = "";  // data parameters: a built-in name or a JSON path ("" = the config's name)
-  uint64_t seed = 1;       // parameter and table init
-  uint64_t data_seed = 1;  // the generator's seed
-  int64_t batch = 64;
-  float lr = 1e-3f;  // dense Adam
-  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
-  float table_lr = 0.2f;  // rowwise Adagrad on every table
-  bool linear_decay = true;
-  float table_decay = 0.0f;
-  int64_t total_steps = 7000;
-};
+// The options both trainers share (model/description/train_options.h).
+using TrainerOptions = gemtb::model::TrainOptions;
 
 struct TrainerStep {
   int64_t step = 0;              // steps taken so far

@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/description/model_config.h"
+#include "model/description/train_options.h"
 #include "model/description/train_schedule.h"
 #include "model/sharding/sharding_types.h"
 #include "reference/collectives/collectives.h"
@@ -38,19 +39,8 @@ namespace gemtb::reference::model {
 
 inline constexpr int64_t kHeldOutFirstIndex = int64_t{1} << 40;
 
-struct TrainOptions {
-  std::string data = "";       // data parameters: a built-in name or a JSON path ("" = the config's name)
-  uint64_t seed = 1;           // parameter and table init (Philox key)
-  uint64_t data_seed = 1;      // the generator's seed
-  int64_t batch = 64;
-  float lr = 1e-3f;            // dense Adam
-  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
-  float table_lr = 0.2f;       // rowwise Adagrad on every table
-  // Learning-rate schedule of both optimizers: constant, or linear decay from the full rate at step 0
-  // to 0 at `total_steps` (the step count of the run; part of the numerics, so resume needs the same).
-  bool linear_decay = true;
-  float table_decay = 0.0f;    // the table rate decays by this fraction of the dense rate's decay (0..1)
-  int64_t total_steps = 7000;
+// The shared options (model/description/train_options.h) and the oracle's own.
+struct TrainOptions : gemtb::model::TrainOptions {
   int threads = 0;             // 0 = all; results do not depend on it
   int grad_blocks = 16;        // fixed gradient-sum blocks per batch (numerics, not parallelism)
 };

@@ -183,10 +183,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   ro.seed = static_cast<uint64_t>(seed);
   ro.data_seed = static_cast<uint64_t>(data_seed);
   ro.batch = batch;
-  gpu::train::TrainerOptions go;
-  go.seed = ro.seed, go.data_seed = ro.data_seed, go.batch = batch, go.lr = ro.lr, go.beta1 = ro.beta1;
-  go.beta2 = ro.beta2, go.eps = ro.eps, go.table_lr = ro.table_lr, go.linear_decay = ro.linear_decay;
-  go.table_decay = ro.table_decay, go.total_steps = ro.total_steps;
+  const gpu::train::TrainerOptions go = ro;  // the shared part of the oracle's options
   absl::StatusOr<std::unique_ptr<reference::model::Trainer>> oracle = reference::model::Trainer::Create(*config, ro);
   if (!oracle.ok()) return oracle.status();
   (*oracle)->KeepGradients(true);
