@@ -1,5 +1,6 @@
 #include "gpu/train/trainer.h"
 
+#include <chrono>
 #include <cmath>
 #include <utility>
 
@@ -56,7 +57,14 @@ struct GpuTrainer::Impl {
   Array<float> params, grad, adam_m, adam_v;
   Array<double> loss;
 
+  StepTimes times;  // of the current step's phases, filled as they finish
+
   explicit Impl(data::Generator g) : generator(std::move(g)) {}
+
+  using Clock = std::chrono::steady_clock;
+  static double Ms(Clock::time_point since) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+  }
 
   // A training batch after the forward and backward, waiting for the optimizers: the dense
   // gradient is in `grad`, the embedding outputs' gradients on the host (the TBE takes them there).
@@ -87,9 +95,12 @@ struct GpuTrainer::Impl {
     const int64_t B = batch.size;
     const gemtb::model::GemGeometry& g = model->geometry();
     const int J = g.num_sequences(), T = g.num_tasks;
+    Clock::time_point at = Clock::now();
     GEMTB_RETURN_IF_ERROR(TbeForward(batch));
     absl::StatusOr<embedding::HostOutput> emb_out = tbe->DownloadOutput();
     if (!emb_out.ok()) return emb_out.status();
+    times.embedding_fwd_ms = Ms(at);
+    at = Clock::now();
     Array<float> pooled, dense, labels, masks, logits, pooled_grad;
     GEMTB_ASSIGN_OR_RETURN(pooled, Upload<float>(emb_out->pooled, "pooled"));
     GEMTB_ASSIGN_OR_RETURN(dense, Upload<float>(batch.dense, "dense"));
@@ -134,10 +145,12 @@ struct GpuTrainer::Impl {
     GEMTB_RETURN_IF_ERROR(loss->Download(loss_host, "loss"));
     b.result.loss = loss_host[0];
     b.result.step = step;
-    if (!train) return b;
-    GEMTB_RETURN_IF_ERROR(pooled_grad->Download(b.pooled_grad, "pooled grad"));
-    b.events_grad.resize(J);
-    for (int j = 0; j < J; ++j) GEMTB_RETURN_IF_ERROR(events_grad[j]->Download(b.events_grad[j], "events grad"));
+    if (train) {
+      GEMTB_RETURN_IF_ERROR(pooled_grad->Download(b.pooled_grad, "pooled grad"));
+      b.events_grad.resize(J);
+      for (int j = 0; j < J; ++j) GEMTB_RETURN_IF_ERROR(events_grad[j]->Download(b.events_grad[j], "events grad"));
+    }
+    times.model_ms = Ms(at);
     return b;
   }
 
@@ -150,9 +163,13 @@ struct GpuTrainer::Impl {
       for (int k = 0; k < 3; ++k) seq_g.push_back(e);
     const float table_lr = gemtb::model::ScheduledRate(options.table_lr, options.table_decay, step, options.total_steps,
                                                       options.linear_decay);
+    Clock::time_point at = Clock::now();
     GEMTB_RETURN_IF_ERROR(tbe->SetLearningRate(table_lr));
     GEMTB_RETURN_IF_ERROR(tbe->SetGrads(pooled_grad, seq_g));
     GEMTB_RETURN_IF_ERROR(tbe->BackwardStep());
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "embedding backward"));
+    times.embedding_bwd_ms = Ms(at);
+    at = Clock::now();
 
     OptimizerConfig adam;
     adam.kind = OptimizerKind::kAdam;
@@ -166,6 +183,7 @@ struct GpuTrainer::Impl {
     GEMTB_RETURN_IF_ERROR(DenseAdamStep(params->get(), grad->get(), adam_m->get(), adam_v->get(),
                                         static_cast<int64_t>(params->size()), bias, adam, nullptr, nullptr));
     GEMTB_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "step"));
+    times.optimizer_ms = Ms(at);
     ++step;
     return absl::OkStatus();
   }
@@ -206,10 +224,15 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
 
 absl::StatusOr<TrainerStep> GpuTrainer::Step() {
   Impl& m = *impl_;
-  absl::StatusOr<Impl::Backward> b = m.Pass(m.StepBatch(), true);
+  m.times = StepTimes{};
+  const Impl::Clock::time_point at = Impl::Clock::now();
+  const data::Batch batch = m.StepBatch();
+  m.times.data_ms = Impl::Ms(at);
+  absl::StatusOr<Impl::Backward> b = m.Pass(batch, true);
   if (!b.ok()) return b.status();
   GEMTB_RETURN_IF_ERROR(m.Apply(b->pooled_grad, b->events_grad));
   b->result.step = m.step;
+  b->result.times = m.times;
   return std::move(b->result);
 }
 

@@ -26,10 +26,22 @@ namespace gemtb::gpu::train {
 // The options both trainers share (model/description/train_options.h).
 using TrainerOptions = gemtb::model::TrainOptions;
 
+// Wall time of a step's phases on the host clock; each phase ends with the device idle (the trainer
+// waits for its results), so a phase's time is its device work plus the host's part.
+struct StepTimes {
+  double data_ms = 0;           // the batch from model/data's generator, on the host
+  double embedding_fwd_ms = 0;  // the KJT upload, the TBE forward and its outputs to the host
+  double model_ms = 0;          // inputs up, the model's forward, loss and backward, gradients down
+  double embedding_bwd_ms = 0;  // the gradients up, the TBE backward with fused rowwise Adagrad
+  double optimizer_ms = 0;      // dense Adam
+  double total_ms() const { return data_ms + embedding_fwd_ms + model_ms + embedding_bwd_ms + optimizer_ms; }
+};
+
 struct TrainerStep {
   int64_t step = 0;              // steps taken so far
   double loss = 0;               // the batch's masked BCE
   std::vector<float> logits;     // [B, T]
+  StepTimes times;
 };
 
 // One step's gradients at the current state, in the oracle's layouts (what Step applies).
