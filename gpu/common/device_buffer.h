@@ -57,17 +57,12 @@ class DeviceArray {
   DeviceArray() = default;
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() {
-    if (ptr_ == nullptr) return;
-    if (pooled_) {
-      cudaFreeAsync(ptr_, nullptr);
-    } else {
-      cudaFree(ptr_);
-    }
-  }
+  ~DeviceArray() { Release(); }
 
-  // n elements, uninitialised (a zero-size array holds no memory and a null pointer).
+  // n elements, uninitialised (a zero-size array holds no memory and a null pointer); what the array
+  // held before is freed.
   absl::Status Allocate(size_t n, absl::string_view what) {
+    Release();
     size_ = n;
     if (n == 0) return absl::OkStatus();
     pooled_ = DeviceAllocationMode() == DeviceAllocation::kRetainedPool;
@@ -99,6 +94,17 @@ class DeviceArray {
   size_t size() const { return size_; }
 
  private:
+  void Release() {
+    if (ptr_ == nullptr) return;
+    if (pooled_) {
+      cudaFreeAsync(ptr_, nullptr);
+    } else {
+      cudaFree(ptr_);
+    }
+    ptr_ = nullptr;
+    size_ = 0;
+  }
+
   T* ptr_ = nullptr;
   size_t size_ = 0;
   bool pooled_ = false;

@@ -129,6 +129,7 @@ struct DeviceTbe::State {
     std::deque<DeviceArray<float>> sequence;
   };
   std::unique_ptr<Grads> grads;
+  const float* pooled_grad = nullptr;  // grads->pooled, or the caller's (SetDeviceGrads)
   bool has_input = false;
   bool has_grads = false;
   KjtLayout layout;
@@ -145,7 +146,7 @@ struct DeviceTbe::State {
     p.num_tables = static_cast<int>(tables.size());
     p.kjt = {in->offsets.get(), in->values.get(), in->weights_kjt.get(), batch, static_cast<int64_t>(layout.feature.size())};
     p.pooled = in->pooled.get();
-    p.pooled_grad = grads ? grads->pooled.get() : nullptr;
+    p.pooled_grad = pooled_grad;
     p.pooled_width = pooled_width;
     p.seed = config.seed;
     p.step = step;
@@ -222,6 +223,7 @@ absl::Status DeviceTbe::SetInput(const KjtView& kjt) {
   s.has_input = false;
   s.has_grads = false;
   s.grads.reset();
+  s.pooled_grad = nullptr;
   absl::StatusOr<KjtLayout> layout = CheckKjt(s.config, kjt);
   if (!layout.ok()) return layout.status();
   const int64_t num_values = static_cast<int64_t>(kjt.values.size());
@@ -314,6 +316,7 @@ absl::Status DeviceTbe::SetGrads(absl::Span<const float> pooled, absl::Span<cons
   }
   s.grads = std::make_unique<State::Grads>();
   GEMTB_RETURN_IF_ERROR(s.grads->pooled.Upload(pooled, "pooled gradient"));
+  s.pooled_grad = s.grads->pooled.get();
   s.grads->sequence.resize(sequence.size());
   for (size_t i = 0; i < sequence.size(); ++i) {
     if (sequence[i].size() != s.in->sequence[i].size()) {
@@ -322,6 +325,37 @@ absl::Status DeviceTbe::SetGrads(absl::Span<const float> pooled, absl::Span<cons
     GEMTB_RETURN_IF_ERROR(s.grads->sequence[i].Upload(sequence[i], "sequence gradient"));
     s.features[s.sequence_keys[i]].sequence_grad = s.grads->sequence[i].get();
   }
+  GEMTB_RETURN_IF_ERROR(CopyToDevice(s.in->d_features, s.features, "feature parameters"));
+  s.has_grads = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceOutputView> DeviceTbe::DeviceOutput() const {
+  if (!s_->has_input) return absl::FailedPreconditionError("DeviceOutput: no input (SetInput first)");
+  DeviceOutputView out;
+  out.pooled = s_->in->pooled.get();
+  out.pooled_width = s_->pooled_width;
+  out.sequence_keys = s_->sequence_keys;
+  for (const DeviceArray<float>& a : s_->in->sequence) {
+    out.sequence.push_back(a.get());
+    out.sequence_size.push_back(static_cast<int64_t>(a.size()));
+  }
+  return out;
+}
+
+absl::Status DeviceTbe::SetDeviceGrads(const float* pooled, absl::Span<const float* const> sequence) {
+  State& s = *s_;
+  if (!s.has_input) return absl::FailedPreconditionError("SetDeviceGrads: no input (SetInput first)");
+  if (sequence.size() != s.in->sequence.size()) {
+    return Bad(absl::StrCat("grads.sequence: ", sequence.size(), " arrays, expected one per NONE key (", s.in->sequence.size(), ")"));
+  }
+  if (pooled == nullptr && s.batch * s.pooled_width > 0) return Bad("grads.pooled: null");
+  for (size_t i = 0; i < sequence.size(); ++i) {
+    if (sequence[i] == nullptr && s.in->sequence[i].size() > 0) return Bad(absl::StrCat("grads.sequence[", i, "]: null"));
+  }
+  s.grads.reset();
+  s.pooled_grad = pooled;
+  for (size_t i = 0; i < sequence.size(); ++i) s.features[s.sequence_keys[i]].sequence_grad = sequence[i];
   GEMTB_RETURN_IF_ERROR(CopyToDevice(s.in->d_features, s.features, "feature parameters"));
   s.has_grads = true;
   return absl::OkStatus();

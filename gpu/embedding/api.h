@@ -43,6 +43,16 @@ struct HostOutput {
   std::vector<std::vector<float>> sequence;
 };
 
+// The forward's outputs where they are, on the device (valid until the next SetInput): pooled
+// [B, W] and one [rows_k, dim] array per NONE key, in key order, as HostOutput's.
+struct DeviceOutputView {
+  const float* pooled = nullptr;
+  int64_t pooled_width = 0;
+  std::vector<int> sequence_keys;
+  std::vector<const float*> sequence;
+  std::vector<int64_t> sequence_size;  // elements of each
+};
+
 // Whether the kernels run this module: the oracle's config rules plus dim <= kMaxDim and global
 // row numbers that fit the sort key. The message names the table and field.
 absl::Status CanRun(const EmbeddingConfig& config);
@@ -74,8 +84,12 @@ class DeviceTbe {
   // Pools into device outputs (asynchronous on the legacy stream).
   absl::Status Forward();
   absl::StatusOr<HostOutput> DownloadOutput() const;
+  absl::StatusOr<DeviceOutputView> DeviceOutput() const;
   // Upstream gradients in the forward's output shapes.
   absl::Status SetGrads(absl::Span<const float> pooled, absl::Span<const std::vector<float>> sequence);
+  // The same for gradients already on the device: `pooled` [B, W] and one array per NONE key (keys
+  // may share one), read in place by the next BackwardStep, so they must stay alive until it returns.
+  absl::Status SetDeviceGrads(const float* pooled, absl::Span<const float* const> sequence);
   // Every table's optimizer learning rate from the next BackwardStep on (a trainer's schedule).
   absl::Status SetLearningRate(float lr);
   // Row gradients in the oracle's order and each table's optimizer; advances the step and Adam's

@@ -747,7 +747,7 @@ absl::StatusOr<std::unique_ptr<GemModelGpu>> GemModelGpu::Create(const gemtb::mo
 }
 
 absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, const GemBatchOutput& out,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, RegionTimer* timer) {
   Impl& m = *impl_;
   const GemGeometry& g = m.g;
   const int d = g.d, J = g.num_sequences(), F = g.num_features, n_s = g.n_s, n_sum = g.n_sum();
@@ -771,6 +771,11 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
   m.w = params, m.gr = out.param_grad, m.st = stream, m.mem = &mem, m.B = in.batch;
   const int64_t B = in.batch;
   GEMTB_RETURN_IF_ERROR(m.Plan(in));
+  // Region boundaries for the timer (the model description's region names).
+  auto region = [&](const std::string& name, bool bwd) { return timer ? timer->Begin(name, bwd) : absl::OkStatus(); };
+  auto layer_region = [&](size_t l, const std::string& part, bool bwd) {
+    return region(absl::StrCat("L", l + 1, ".", part), bwd);
+  };
 
   // Embedding block: X = LCE_in([E || Linear(dense)]).
   const int64_t z0s = int64_t{F + g.n_d} * d, xs = int64_t{g.n_x} * d;
@@ -778,6 +783,7 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
   GEMTB_ASSIGN_OR_RETURN(dense_out, mem.Floats(B * g.n_d * d));
   GEMTB_ASSIGN_OR_RETURN(z0, mem.Floats(B * z0s));
   GEMTB_ASSIGN_OR_RETURN(x, mem.Floats(B * xs));
+  GEMTB_RETURN_IF_ERROR(region("E.dense", false));
   GEMTB_RETURN_IF_ERROR(m.LinearFwd(m.dense_proj, B, in.dense, g.dense_m, dense_out, int64_t{g.n_d} * d, false));
   GEMTB_RETURN_IF_ERROR(Copy2D(in.pooled, int64_t{F} * d, z0, z0s, B, int64_t{F} * d, stream));
   GEMTB_RETURN_IF_ERROR(Copy2D(dense_out, int64_t{g.n_d} * d, z0 + int64_t{F} * d, z0s, B, int64_t{g.n_d} * d, stream));
@@ -787,20 +793,26 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
   std::vector<LayerTape> tapes(m.layers.size());
   for (size_t l = 0; l < m.layers.size(); ++l) {
     LayerTape& t = tapes[l];
+    GEMTB_RETURN_IF_ERROR(layer_region(l, "cross", false));
     GEMTB_RETURN_IF_ERROR(m.CrossFwd(m.layers[l].cross, t.cross, x, s, l == 0 ? &in : nullptr));
+    GEMTB_RETURN_IF_ERROR(layer_region(l, "wukong", false));
     GEMTB_RETURN_IF_ERROR(m.WukongFwd(m.layers[l].wukong, t.cross, x, t.wukong));
     t.seq.resize(J);
-    for (int j = 0; j < J; ++j)
+    for (int j = 0; j < J; ++j) {
+      GEMTB_RETURN_IF_ERROR(layer_region(l, absl::StrCat("seq", j), false));
       GEMTB_RETURN_IF_ERROR(m.SeqFwd(m.layers[l].seq[j], static_cast<int>(l), j, t.cross.x_sum, s, t.seq[j]));
+    }
     x = t.wukong.x_out;
   }
   CrossTape final_tape;
+  GEMTB_RETURN_IF_ERROR(region("F.cross", false));
   GEMTB_RETURN_IF_ERROR(m.CrossFwd(m.final_cross, final_tape, x, s, m.layers.empty() ? &in : nullptr));
 
   // Head: MLP([flatten(X_sum) || flatten(S_sum_1..J)]) -> T logits.
   const int hw = g.head_widths.front();
   float* hin;
   GEMTB_ASSIGN_OR_RETURN(hin, mem.Floats(B * hw));
+  GEMTB_RETURN_IF_ERROR(region("head", false));
   GEMTB_RETURN_IF_ERROR(Copy2D(final_tape.x_sum, int64_t{n_s} * d, hin, hw, B, int64_t{n_s} * d, stream));
   for (int j = 0; j < J; ++j)
     GEMTB_RETURN_IF_ERROR(Copy2D(final_tape.seq[j].s_sum, int64_t{n_sum} * d, hin + int64_t{n_s + j * n_sum} * d, hw, B,
@@ -833,8 +845,9 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
   }
   GEMTB_RETURN_IF_ERROR(BceWithLogitsLoss(LossShape{B, T}, out.logits, in.labels, in.masks, dlogits, sample_loss,
                                           out.loss, workspace, stream));
-  if (!backward) return absl::OkStatus();
+  if (!backward) return timer ? timer->End() : absl::OkStatus();
 
+  GEMTB_RETURN_IF_ERROR(region("head", true));
   GEMTB_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(out.param_grad, 0, g.layout.total() * sizeof(float), stream), "zero"));
   // Head backward.
   float* da = dlogits;
@@ -862,25 +875,32 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
   }
   float* dx;
   GEMTB_ASSIGN_OR_RETURN(dx, mem.Floats(B * xs, true));
+  GEMTB_RETURN_IF_ERROR(region("F.cross", true));
   GEMTB_RETURN_IF_ERROR(m.CrossBwd(m.final_cross, final_tape, dx_sum, ds_sum, ds, dx, m.layers.empty() ? &out : nullptr));
   for (size_t l = m.layers.size(); l-- > 0;) {
     const LayerTape& t = tapes[l];
     GEMTB_ASSIGN_OR_RETURN(dx_sum, mem.Floats(B * n_s * d, true));
-    for (int j = J; j-- > 0;)
+    for (int j = J; j-- > 0;) {
+      GEMTB_RETURN_IF_ERROR(layer_region(l, absl::StrCat("seq", j), true));
       GEMTB_RETURN_IF_ERROR(m.SeqBwd(m.layers[l].seq[j], static_cast<int>(l), j, t.seq[j], ds[j], dx_sum));
+    }
     float* dx_in;
     GEMTB_ASSIGN_OR_RETURN(dx_in, mem.Floats(B * xs));
+    GEMTB_RETURN_IF_ERROR(layer_region(l, "wukong", true));
     GEMTB_RETURN_IF_ERROR(m.WukongBwd(m.layers[l].wukong, t.wukong, dx, dx_in, ds_sum));
     dx = dx_in;
+    GEMTB_RETURN_IF_ERROR(layer_region(l, "cross", true));
     GEMTB_RETURN_IF_ERROR(m.CrossBwd(m.layers[l].cross, t.cross, dx_sum, ds_sum, ds, dx, l == 0 ? &out : nullptr));
   }
   float *dz0, *ddense;
   GEMTB_ASSIGN_OR_RETURN(dz0, mem.Floats(B * z0s, true));
   GEMTB_ASSIGN_OR_RETURN(ddense, mem.Floats(B * g.n_d * d));
+  GEMTB_RETURN_IF_ERROR(region("E.dense", true));
   GEMTB_RETURN_IF_ERROR(m.MixBwd(m.lce_in, z0, z0s, dx, xs, dz0, z0s));
   GEMTB_RETURN_IF_ERROR(Copy2D(dz0, z0s, out.pooled_grad, int64_t{F} * d, B, int64_t{F} * d, stream));
   GEMTB_RETURN_IF_ERROR(Copy2D(dz0 + int64_t{F} * d, z0s, ddense, int64_t{g.n_d} * d, B, int64_t{g.n_d} * d, stream));
-  return m.LinearBwd(m.dense_proj, B, in.dense, g.dense_m, ddense, int64_t{g.n_d} * d, nullptr, 0, false);
+  GEMTB_RETURN_IF_ERROR(m.LinearBwd(m.dense_proj, B, in.dense, g.dense_m, ddense, int64_t{g.n_d} * d, nullptr, 0, false));
+  return timer ? timer->End() : absl::OkStatus();
 }
 
 }  // namespace gemtb::gpu::train

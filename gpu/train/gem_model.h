@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "gpu/train/region_timer.h"
 #include "model/description/gem_geometry.h"
 #include "model/description/model_config.h"
 
@@ -58,8 +59,10 @@ class GemModelGpu {
 
   // Forward, loss and (when out.param_grad is set) backward of one batch with parameters `params`
   // [P]; asynchronous on `stream` (its scratch memory is stream-ordered). InvalidArgument naming the
-  // field when the input does not fit the model (sequence count, lengths beyond Lmax, B < 1).
-  absl::Status Run(const float* params, const GemBatchInput& in, const GemBatchOutput& out, cudaStream_t stream);
+  // field when the input does not fit the model (sequence count, lengths beyond Lmax, B < 1). With a
+  // timer, each region's forward and backward is marked on `stream` (region_timer.h).
+  absl::Status Run(const float* params, const GemBatchInput& in, const GemBatchOutput& out, cudaStream_t stream,
+                   RegionTimer* timer = nullptr);
 
  private:
   struct Impl;

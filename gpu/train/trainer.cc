@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -58,6 +59,7 @@ struct GpuTrainer::Impl {
   Array<double> loss;
 
   StepTimes times;  // of the current step's phases, filled as they finish
+  bool time_regions = false;
 
   explicit Impl(data::Generator g) : generator(std::move(g)) {}
 
@@ -67,11 +69,11 @@ struct GpuTrainer::Impl {
   }
 
   // A training batch after the forward and backward, waiting for the optimizers: the dense
-  // gradient is in `grad`, the embedding outputs' gradients on the host (the TBE takes them there).
+  // gradient is in `grad`, the embedding outputs' gradients in these device arrays.
   struct Backward {
     TrainerStep result;
-    std::vector<float> pooled_grad;
-    std::vector<std::vector<float>> events_grad;  // per sequence
+    Array<float> pooled_grad;               // [B, W]
+    std::vector<Array<float>> events_grad;  // per sequence, [events, d]
   };
 
   data::Batch StepBatch() const {
@@ -97,12 +99,12 @@ struct GpuTrainer::Impl {
     const int J = g.num_sequences(), T = g.num_tasks;
     Clock::time_point at = Clock::now();
     GEMTB_RETURN_IF_ERROR(TbeForward(batch));
-    absl::StatusOr<embedding::HostOutput> emb_out = tbe->DownloadOutput();
+    absl::StatusOr<embedding::DeviceOutputView> emb_out = tbe->DeviceOutput();
     if (!emb_out.ok()) return emb_out.status();
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "embedding forward"));
     times.embedding_fwd_ms = Ms(at);
     at = Clock::now();
-    Array<float> pooled, dense, labels, masks, logits, pooled_grad;
-    GEMTB_ASSIGN_OR_RETURN(pooled, Upload<float>(emb_out->pooled, "pooled"));
+    Array<float> dense, labels, masks, logits;
     GEMTB_ASSIGN_OR_RETURN(dense, Upload<float>(batch.dense, "dense"));
     const std::vector<float> label_f = ToFloat(batch.label), mask_f = ToFloat(batch.mask);
     GEMTB_ASSIGN_OR_RETURN(labels, Upload<float>(label_f, "labels"));
@@ -110,46 +112,44 @@ struct GpuTrainer::Impl {
     GEMTB_ASSIGN_OR_RETURN(logits, Allocate<float>(static_cast<size_t>(B) * T, "logits"));
     GemBatchInput in;
     in.batch = B;
-    in.pooled = pooled->get();
+    in.pooled = emb_out->pooled;
     in.dense = dense->get();
     in.labels = labels->get();
     in.masks = masks->get();
-    std::vector<Array<float>> parts(3 * J), events(J), events_grad(J);
+    std::vector<Array<float>> events(J);
     for (int j = 0; j < J; ++j) {
       in.lengths.emplace_back(batch.seq_lengths.begin() + static_cast<long>(j) * B,
                               batch.seq_lengths.begin() + static_cast<long>(j + 1) * B);
-      for (int k = 0; k < 3; ++k) GEMTB_ASSIGN_OR_RETURN(parts[3 * j + k], Upload<float>(emb_out->sequence[3 * j + k], "events"));
-      const size_t n = emb_out->sequence[3 * j].size();
-      GEMTB_ASSIGN_OR_RETURN(events[j], Allocate<float>(n, "events"));
+      const int64_t n = emb_out->sequence_size[3 * j];
+      GEMTB_ASSIGN_OR_RETURN(events[j], Allocate<float>(static_cast<size_t>(n), "events"));
       // An event's embedding: (item + action) + dt, as the oracle's trainer sums the three rows.
-      GEMTB_RETURN_IF_ERROR(Sum3(parts[3 * j]->get(), parts[3 * j + 1]->get(), parts[3 * j + 2]->get(),
-                                 static_cast<int64_t>(n), events[j]->get(), nullptr));
+      GEMTB_RETURN_IF_ERROR(Sum3(emb_out->sequence[3 * j], emb_out->sequence[3 * j + 1], emb_out->sequence[3 * j + 2],
+                                 n, events[j]->get(), nullptr));
       in.events.push_back(events[j]->get());
     }
+    Backward b;
     GemBatchOutput out;
     out.logits = logits->get();
     out.loss = loss->get();
     if (train) {
       out.param_grad = grad->get();
-      GEMTB_ASSIGN_OR_RETURN(pooled_grad, Allocate<float>(emb_out->pooled.size(), "pooled grad"));
-      out.pooled_grad = pooled_grad->get();
+      GEMTB_ASSIGN_OR_RETURN(b.pooled_grad, Allocate<float>(static_cast<size_t>(B * emb_out->pooled_width), "pooled grad"));
+      out.pooled_grad = b.pooled_grad->get();
+      b.events_grad.resize(J);
       for (int j = 0; j < J; ++j) {
-        GEMTB_ASSIGN_OR_RETURN(events_grad[j], Allocate<float>(emb_out->sequence[3 * j].size(), "events grad"));
-        out.events_grad.push_back(events_grad[j]->get());
+        GEMTB_ASSIGN_OR_RETURN(b.events_grad[j], Allocate<float>(events[j]->size(), "events grad"));
+        out.events_grad.push_back(b.events_grad[j]->get());
       }
     }
-    GEMTB_RETURN_IF_ERROR(model->Run(params->get(), in, out, nullptr));
-    Backward b;
+    std::optional<RegionTimer> timer;
+    if (time_regions) timer.emplace(nullptr);
+    GEMTB_RETURN_IF_ERROR(model->Run(params->get(), in, out, nullptr, timer ? &*timer : nullptr));
+    if (timer) GEMTB_ASSIGN_OR_RETURN(b.result.regions, timer->Times());
     GEMTB_RETURN_IF_ERROR(logits->Download(b.result.logits, "logits"));
     std::vector<double> loss_host;
     GEMTB_RETURN_IF_ERROR(loss->Download(loss_host, "loss"));
     b.result.loss = loss_host[0];
     b.result.step = step;
-    if (train) {
-      GEMTB_RETURN_IF_ERROR(pooled_grad->Download(b.pooled_grad, "pooled grad"));
-      b.events_grad.resize(J);
-      for (int j = 0; j < J; ++j) GEMTB_RETURN_IF_ERROR(events_grad[j]->Download(b.events_grad[j], "events grad"));
-    }
     times.model_ms = Ms(at);
     return b;
   }
@@ -157,15 +157,16 @@ struct GpuTrainer::Impl {
   // The optimizers of the step whose batch the TBE holds, with the dense gradient in `grad`: the
   // tables' fused rowwise Adagrad (a sequence event's gradient goes to its item, action and dt
   // rows), then dense Adam.
-  absl::Status Apply(absl::Span<const float> pooled_grad, const std::vector<std::vector<float>>& events_grad) {
-    std::vector<std::vector<float>> seq_g;
-    for (const std::vector<float>& e : events_grad)
-      for (int k = 0; k < 3; ++k) seq_g.push_back(e);
+  absl::Status Apply(const Backward& b) {
+    // Each sequence's gradient serves its item, action and dt keys (3j, 3j + 1, 3j + 2).
+    std::vector<const float*> seq_g;
+    for (const Array<float>& e : b.events_grad)
+      for (int k = 0; k < 3; ++k) seq_g.push_back(e->get());
     const float table_lr = gemtb::model::ScheduledRate(options.table_lr, options.table_decay, step, options.total_steps,
                                                       options.linear_decay);
     Clock::time_point at = Clock::now();
     GEMTB_RETURN_IF_ERROR(tbe->SetLearningRate(table_lr));
-    GEMTB_RETURN_IF_ERROR(tbe->SetGrads(pooled_grad, seq_g));
+    GEMTB_RETURN_IF_ERROR(tbe->SetDeviceGrads(b.pooled_grad->get(), seq_g));
     GEMTB_RETURN_IF_ERROR(tbe->BackwardStep());
     GEMTB_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "embedding backward"));
     times.embedding_bwd_ms = Ms(at);
@@ -192,12 +193,14 @@ struct GpuTrainer::Impl {
 GpuTrainer::GpuTrainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GpuTrainer::~GpuTrainer() = default;
 int64_t GpuTrainer::step() const { return impl_->step; }
+void GpuTrainer::TimeRegions(bool on) { impl_->time_regions = on; }
 int64_t GpuTrainer::num_params() const { return static_cast<int64_t>(impl_->params->size()); }
 
 absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::model::ModelConfig& config,
                                                                const TrainerOptions& options) {
   GEMTB_RETURN_IF_ERROR(gemtb::model::ValidateTrainOptions(options));
   GEMTB_RETURN_IF_ERROR(embedding::EmbeddingDeviceAvailable());
+  GEMTB_RETURN_IF_ERROR(RetainFreedDeviceMemory());
   absl::StatusOr<std::unique_ptr<GemModelGpu>> model = GemModelGpu::Create(config);
   if (!model.ok()) return model.status();
   absl::StatusOr<data::DataParams> params = data::LoadDataParams(options.data.empty() ? config.name : options.data);
@@ -230,7 +233,7 @@ absl::StatusOr<TrainerStep> GpuTrainer::Step() {
   m.times.data_ms = Impl::Ms(at);
   absl::StatusOr<Impl::Backward> b = m.Pass(batch, true);
   if (!b.ok()) return b.status();
-  GEMTB_RETURN_IF_ERROR(m.Apply(b->pooled_grad, b->events_grad));
+  GEMTB_RETURN_IF_ERROR(m.Apply(*b));
   b->result.step = m.step;
   b->result.times = m.times;
   return std::move(b->result);
@@ -243,8 +246,9 @@ absl::StatusOr<TrainerGradients> GpuTrainer::Gradients() {
   TrainerGradients g;
   g.loss = b->result.loss;
   GEMTB_RETURN_IF_ERROR(m.grad->Download(g.dense, "grad"));
-  g.pooled = std::move(b->pooled_grad);
-  g.events = std::move(b->events_grad);
+  GEMTB_RETURN_IF_ERROR(b->pooled_grad->Download(g.pooled, "pooled grad"));
+  g.events.resize(b->events_grad.size());
+  for (size_t j = 0; j < g.events.size(); ++j) GEMTB_RETURN_IF_ERROR(b->events_grad[j]->Download(g.events[j], "events grad"));
   return g;
 }
 
@@ -273,7 +277,13 @@ absl::Status GpuTrainer::ApplyGradients(const TrainerGradients& grads) {
   GEMTB_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(m.grad->get(), grads.dense.data(), grads.dense.size() * sizeof(float),
                                               cudaMemcpyHostToDevice),
                                    "grads.dense upload"));
-  return m.Apply(grads.pooled, grads.events);
+  Impl::Backward b;
+  GEMTB_ASSIGN_OR_RETURN(b.pooled_grad, Upload<float>(grads.pooled, "grads.pooled"));
+  for (const std::vector<float>& e : grads.events) {
+    b.events_grad.emplace_back();
+    GEMTB_ASSIGN_OR_RETURN(b.events_grad.back(), Upload<float>(e, "grads.events"));
+  }
+  return m.Apply(b);
 }
 
 absl::Status GpuTrainer::LoadState(const TrainerState& state) {

@@ -5,6 +5,11 @@
 // the TBE backward, and dense Adam with fp32 master weights (dense_adam.h); learning rates on the
 // oracle's schedule (model/description/train_schedule.h).
 //
+// The batch stays on the device from the TBE's outputs to its gradients (only the KJT, the dense
+// features, labels and masks go up; logits and loss come down). Per-step arrays come from device 0's
+// retained memory pool: Create calls RetainFreedDeviceMemory (gpu/common/device_buffer.h), a
+// process-wide setting, as a training framework's caching allocator would be.
+//
 // The state (parameters, Adam moments and bias products, tables) starts from the oracle's init
 // (model/description/param_layout.h's InitParams; the TBE's Philox init) and can be read back in the
 // oracle's layout for comparison.
@@ -18,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "gpu/embedding/api.h"
+#include "gpu/train/region_timer.h"
 #include "model/description/model_config.h"
 #include "model/description/train_options.h"
 
@@ -42,6 +48,8 @@ struct TrainerStep {
   double loss = 0;               // the batch's masked BCE
   std::vector<float> logits;     // [B, T]
   StepTimes times;
+  // With TimeRegions(true): the model's regions, forward then backward, in ms from the model's start.
+  std::vector<RegionTime> regions;
 };
 
 // One step's gradients at the current state, in the oracle's layouts (what Step applies).
@@ -69,6 +77,8 @@ class GpuTrainer {
   GpuTrainer& operator=(const GpuTrainer&) = delete;
 
   absl::StatusOr<TrainerStep> Step();
+  // Whether Step times the model's regions with CUDA events (TrainerStep::regions); off by default.
+  void TimeRegions(bool on);
   // The next step's gradients at the current state, without taking the step.
   absl::StatusOr<TrainerGradients> Gradients();
   // Takes the next step with `grads` in place of the model's own gradients (its loss is ignored):

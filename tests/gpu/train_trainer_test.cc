@@ -1,15 +1,17 @@
 // The GPU trainer's step in parts (gpu/train/trainer.h): Step equals Gradients followed by
 // ApplyGradients of those gradients, byte for byte; a trainer given another's state (LoadState)
 // takes the same next step as the one it came from (what resume and `gemtb check train`'s injected
-// steps rely on); wrong sizes are named errors.
+// steps rely on); the timed regions are the model description's; wrong sizes are named errors.
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "gpu/train/trainer.h"
 #include "gtest/gtest.h"
 #include "model/description/model_config.h"
+#include "model/description/model_graph.h"
 #include "tests/gpu/train_test_util.h"
 
 namespace gemtb::gpu::train {
@@ -76,6 +78,34 @@ TEST(GpuTrainerTest, LoadedStateTakesTheSameSteps) {
     EXPECT_EQ(ra->loss, rb->loss);
   }
   ExpectSameState(*a, *b);
+}
+
+// The timed regions are the model description's dense regions (its embedding regions E.sparse and
+// E.seq<j> are the TBE's, outside the model), each forward then backward, in increasing time.
+TEST(GpuTrainerTest, TimesTheDescriptionsRegions) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  std::unique_ptr<GpuTrainer> t = Tiny();
+  ASSERT_TRUE(t);
+  t->TimeRegions(true);
+  absl::StatusOr<TrainerStep> r = t->Step();
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig("tiny");
+  ASSERT_TRUE(config.ok());
+  absl::StatusOr<gemtb::model::ModelGraph> graph = gemtb::model::ExpandModel(*config);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  std::set<std::string> described;
+  for (const auto& op : graph->ops)
+    if (op.region.rfind("E.s", 0) != 0) described.insert(op.region);
+  std::set<std::string> fwd, bwd;
+  double last_end = 0;
+  for (const RegionTime& rt : r->regions) {
+    (rt.backward ? bwd : fwd).insert(rt.region);
+    EXPECT_GE(rt.start_ms, last_end - 1e-3) << rt.region;
+    EXPECT_GE(rt.end_ms, rt.start_ms) << rt.region;
+    last_end = rt.end_ms;
+  }
+  EXPECT_EQ(fwd, described);
+  EXPECT_EQ(bwd, described);
 }
 
 TEST(GpuTrainerTest, WrongSizesAreNamed) {
