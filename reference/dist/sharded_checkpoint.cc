@@ -130,6 +130,31 @@ void RemoveEarlierSteps(const std::string& dir, int64_t step) {
   for (const fs::path& p : earlier) fs::remove_all(p, ec);
 }
 
+// Step 1 of a write: this rank's shard, atomically, as its manifest entry (size and SHA-256 of the
+// bytes written) or the write's error.
+absl::StatusOr<ShardEntry> WriteShard(const std::string& step_dir, int rank, const model::NamedArrays& arrays,
+                                      const model::CheckpointWriteOptions& options) {
+  const std::vector<uint8_t> bytes = model::SerializeCheckpoint(arrays);
+  std::error_code ec;
+  fs::create_directories(step_dir, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat(step_dir, ": cannot create: ", ec.message()));
+  const std::string file = ShardName(rank);
+  if (absl::Status s = model::WriteFileAtomically((fs::path(step_dir) / file).string(), bytes, options); !s.ok()) return s;
+  return ShardEntry{rank, file, static_cast<int64_t>(bytes.size()), Sha256Hex(bytes.data(), bytes.size())};
+}
+
+// The commit (rank 0, once every shard is on disk): the manifest, atomically. Returns its text.
+absl::StatusOr<std::string> Commit(const std::string& step_dir, const Manifest& m,
+                                   const model::CheckpointWriteOptions& options) {
+  const std::string text = ManifestText(m);
+  if (absl::Status s = model::WriteFileAtomically(
+          (fs::path(step_dir) / kManifest).string(),
+          absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()), options);
+      !s.ok())
+    return s;
+  return text;
+}
+
 }  // namespace
 
 absl::Status WriteShardedCheckpoint(const std::string& dir, int64_t step, const CheckpointIdentity& identity,
@@ -142,14 +167,9 @@ absl::Status WriteShardedCheckpoint(const std::string& dir, int64_t step, const 
   const int rank = store.rank();
   const std::string step_dir = StepDir(dir, step);
   // 1. This rank's shard, atomically; its size and SHA-256 (of the bytes written) or its error.
-  const std::vector<uint8_t> bytes = model::SerializeCheckpoint(arrays);
-  std::error_code ec;
-  fs::create_directories(step_dir, ec);
-  absl::Status written =
-      ec ? absl::PermissionDeniedError(absl::StrCat(step_dir, ": cannot create: ", ec.message()))
-         : model::WriteFileAtomically((fs::path(step_dir) / ShardName(rank)).string(), bytes, options.shard);
-  const std::string report = written.ok() ? absl::StrCat(kOk, bytes.size(), " ", Sha256Hex(bytes.data(), bytes.size()))
-                                          : absl::StrCat(kError, written.message());
+  const absl::StatusOr<ShardEntry> written = WriteShard(step_dir, rank, arrays, options.shard);
+  const std::string report = written.ok() ? absl::StrCat(kOk, written->bytes, " ", written->sha256)
+                                          : absl::StrCat(kError, written.status().message());
   // 2. Every rank learns every rank's outcome: all written, or the first rank's error everywhere.
   auto reports = launch::StoreAllGather(store, absl::StrCat("checkpoint/", step, "/shard"), report);
   if (!reports.ok()) return reports.status();
@@ -168,19 +188,32 @@ absl::Status WriteShardedCheckpoint(const std::string& dir, int64_t step, const 
   // 3. Rank 0 commits with the manifest; every rank waits for the commit.
   const std::string commit_key = absl::StrCat("checkpoint/", step, "/manifest");
   if (rank == 0) {
-    const std::string text = ManifestText(m);
-    absl::Status s = model::WriteFileAtomically(
-        (fs::path(step_dir) / kManifest).string(),
-        absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()), options.manifest);
-    if (!s.ok()) {
-      store.Fail(absl::StrCat("checkpoint step ", step, ": manifest: ", s.message())).IgnoreError();
-      return s;
+    absl::StatusOr<std::string> text = Commit(step_dir, m, options.manifest);
+    if (!text.ok()) {
+      store.Fail(absl::StrCat("checkpoint step ", step, ": manifest: ", text.status().message())).IgnoreError();
+      return text.status();
     }
-    if (absl::Status set = store.Set(commit_key, Sha256Hex(text)); !set.ok()) return set;
+    if (absl::Status set = store.Set(commit_key, Sha256Hex(*text)); !set.ok()) return set;
     RemoveEarlierSteps(dir, step);
     return absl::OkStatus();
   }
   return store.Get(commit_key).status();
+}
+
+absl::Status WriteOneProcessCheckpoint(const std::string& dir, int64_t step, const CheckpointIdentity& identity,
+                                       const model::NamedArrays& arrays, const ShardedWriteOptions& options) {
+  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("checkpoint step ", step, ": must be >= 0"));
+  if (identity.world_size != 1)
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint world_size ", identity.world_size, ": one process writes world size 1"));
+  const std::string step_dir = StepDir(dir, step);
+  absl::StatusOr<ShardEntry> written = WriteShard(step_dir, 0, arrays, options.shard);
+  if (!written.ok()) return written.status();
+  absl::StatusOr<std::string> text =
+      Commit(step_dir, Manifest{step, 1, identity.config_hash, identity.plan_hash, {*std::move(written)}}, options.manifest);
+  if (!text.ok()) return text.status();
+  RemoveEarlierSteps(dir, step);
+  return absl::OkStatus();
 }
 
 namespace {

@@ -45,6 +45,12 @@ absl::Status WriteShardedCheckpoint(const std::string& dir, int64_t step, const 
                                     const model::NamedArrays& arrays, launch::TcpStoreClient& store,
                                     const ShardedWriteOptions& options = {});
 
+// The same layout written by one process alone (world size 1, no store): the shard, then the
+// manifest, then the earlier steps removed. For a trainer that holds its whole state in one process
+// (`gemtb train`); ReadShardOfNewestCheckpoint(dir, identity, 0) reads it back.
+absl::Status WriteOneProcessCheckpoint(const std::string& dir, int64_t step, const CheckpointIdentity& identity,
+                                       const model::NamedArrays& arrays, const ShardedWriteOptions& options = {});
+
 struct LoadedShard {
   int64_t step = 0;
   model::NamedArrays arrays;    // this rank's (LoadWholeShardedCheckpoint: every rank's)

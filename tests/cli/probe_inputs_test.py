@@ -189,6 +189,7 @@ def main():
         ("ref train --resume", "checkpoint",
          lambda b: ["ref", "train", "--steps", "2", "--batch", "4", "--eval-samples", "16", "--resume", b], False),
         ("model --config", "json", lambda b: ["model", "--config", b], False),
+        ("train --config", "json", lambda b: ["train", "--config", b, "--steps", "2", "--eval-samples", "0"], False),
         ("data generate --data-params", "json",
          lambda b: ["data", "generate", "--samples", "4", "--data-params", b], True),
         ("whatif (scenario)", "json", lambda b: ["whatif", b], True),

@@ -151,5 +151,25 @@ TEST_F(ShardedCheckpoint, NoCheckpointIsNotFound) {
   EXPECT_THAT(ReadShardOfNewestCheckpoint(dir_, Identity(), 0), StatusIs(absl::StatusCode::kNotFound));
 }
 
+// One process alone (gemtb train): the same folder, read back as rank 0 of a world of 1; a failed
+// shard leaves no manifest and the previous step stays the newest.
+TEST_F(ShardedCheckpoint, OneProcessWritesTheSameLayoutWithoutAStore) {
+  const CheckpointIdentity one{1, "config-a", "plan-a"};
+  ASSERT_THAT(WriteOneProcessCheckpoint(dir_, 3, one, testutil::RankArrays(0, 3)), IsOk());
+  ASSERT_THAT(WriteOneProcessCheckpoint(dir_, 6, one, testutil::RankArrays(0, 6)), IsOk());
+  EXPECT_FALSE(fs::exists(fs::path(dir_) / "step-3")) << "earlier steps are removed after a commit";
+  ShardedWriteOptions failing;
+  failing.shard.fail_after_bytes = 40;
+  EXPECT_THAT(WriteOneProcessCheckpoint(dir_, 9, one, testutil::RankArrays(0, 9), failing),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("injected failure")));
+  EXPECT_FALSE(fs::exists(fs::path(dir_) / "step-9" / "manifest.json"));
+  auto loaded = ReadShardOfNewestCheckpoint(dir_, one, 0);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->step, 6);
+  EXPECT_TRUE(testutil::SameArrays(loaded->arrays, testutil::RankArrays(0, 6)));
+  EXPECT_THAT(WriteOneProcessCheckpoint(dir_, 7, Identity(), testutil::RankArrays(0, 7)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("world_size 4")));
+}
+
 }  // namespace
 }  // namespace gemtb::reference::dist

@@ -55,6 +55,7 @@ int RunBenchAttention(const std::vector<std::string>& args);    // bench_attenti
 int RunGpuEmbed(const std::vector<std::string>& args);          // gpu_embed.cc
 int RunCheckEmbed(const std::vector<std::string>& args);        // check_embed.cc
 int RunCheckTrain(const std::vector<std::string>& args);        // check_train.cc
+int RunGpuTrain(const std::vector<std::string>& args);          // gpu_train.cc
 int RunBenchEmbed(const std::vector<std::string>& args);        // bench_embed.cc
 
 }  // namespace gemtb::cli

@@ -41,6 +41,7 @@ const Subcommand kSubcommands[] = {
     {{"gpu", "embed"}, gemtb::cli::RunGpuEmbed, "the CUDA embedding kernels on the case folder of ref embed"},
     {{"check", "embed"}, gemtb::cli::RunCheckEmbed, "random embedding cases per family: GPU vs oracle, byte for byte"},
     {{"check", "train"}, gemtb::cli::RunCheckTrain, "the GPU trainer against the oracle's, step by step on the same batches"},
+    {{"train"}, gemtb::cli::RunGpuTrain, "train the GEM-like model on one GPU (loss, samples/s, NE, checkpoints)"},
     {{"bench", "embed"}, gemtb::cli::RunBenchEmbed, "embedding kernels: effective TB/s, copy ceiling, determinism"},
 };
 

@@ -5,11 +5,8 @@
 // flag and the checkpoint path before the first step; SIGTERM/SIGINT stop after a step, saving first.
 #include <unistd.h>
 
-#include <cfloat>
-#include <charconv>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -19,10 +16,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "model/common/sha256.h"
 #include "model/data/shape_from_config.h"
 #include "model/description/model_config.h"
-#include "model/json/user_file.h"
 #include "model/launch/launch_env.h"
 #include "model/metrics/ne.h"
 #include "reference/model/batch.h"
@@ -32,6 +27,7 @@
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
 #include "tools/gemtb/stop_signals.h"
+#include "tools/gemtb/train_common.h"
 #include "tools/gemtb/train_job.h"
 #include "tools/gemtb/train_plan.h"
 #include "tools/gemtb/train_report.h"
@@ -45,20 +41,6 @@ using reference::model::NpyDataset;
 using reference::model::StepResult;
 using reference::model::Trainer;
 using reference::model::TrainOptions;
-
-// Shortest round-trip form, rounded for display to `digits` significant digits first.
-std::string Num(double v, int digits = 5) {
-  if (std::isnan(v)) return "nan";
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
-  return buf;
-}
-
-// The shortest text that reads back to `v` (a flag's value as given).
-std::string Exact(double v) {
-  char buf[64];
-  return std::string(buf, std::to_chars(buf, buf + sizeof(buf), v).ptr);
-}
 
 struct Flags {
   std::string config = "tiny";
@@ -80,18 +62,6 @@ struct Flags {
   std::optional<int64_t> plan_ranks, gpus_per_host;
   std::string report;
 };
-
-// What a sharded checkpoint of a job must match: the config file's bytes and the plan (the --plan's
-// JSON, or data parallel with the tables replicated).
-absl::StatusOr<reference::dist::CheckpointIdentity> JobIdentity(const std::string& config, int world_size,
-                                                                const std::string& plan) {
-  std::error_code ec;
-  const std::string path = std::filesystem::is_regular_file(config, ec) ? config : gemtb::model::BuiltinConfigPath(config);
-  absl::StatusOr<std::string> text = ReadUserFile(path);
-  if (!text.ok()) return text.status();
-  return reference::dist::CheckpointIdentity{world_size, Sha256Hex(*text),
-                                             Sha256Hex(plan.empty() ? "data parallel, tables replicated" : plan)};
-}
 
 // NE divides by the entropy of the mean label: with no positives or no negatives it is 0 and NE has
 // no meaning (the metric library returns a huge finite number there), so it prints as "undefined".
@@ -116,14 +86,6 @@ std::string EvalLine(const gemtb::model::ModelConfig& config, int64_t step, cons
                     ", positives ", e.positives[t], "/", e.count[t], ")");
   }
   return s;
-}
-
-// A learning-rate-like flag: finite, >= 0 and representable in fp32 (the trainer's precision).
-std::optional<std::string> CheckRate(const char* flag, const std::optional<double>& v) {
-  if (!v) return std::nullopt;
-  if (!std::isfinite(*v) || *v < 0 || *v > FLT_MAX)
-    return absl::StrCat("--", flag, ": ", Exact(*v), " must be finite, >= 0 and within the fp32 range");
-  return std::nullopt;
 }
 
 }  // namespace
@@ -302,7 +264,7 @@ int RunRefTrain(const std::vector<std::string>& args) {
   if (!joined.ok()) return ReportError(kCommand, joined.status());
   TrainJob& job = **joined;
   const bool leader = job.rank() == 0;
-  absl::StatusOr<reference::dist::CheckpointIdentity> identity = JobIdentity(f.config, job.world_size(), plan_text);
+  absl::StatusOr<reference::dist::CheckpointIdentity> identity = TrainCheckpointIdentity(f.config, job.world_size(), plan_text);
   if (several && !identity.ok()) return job.Leave(ReportError(kCommand, identity.status()), store_timeout);
   if (several) {
     if (absl::Status s = trainer.UseDataParallel(job.group()); !s.ok()) return job.Leave(ReportError(kCommand, s), store_timeout);

@@ -1,0 +1,238 @@
+"""gemtb train (the GPU trainer's command) end to end. Run by ctest with the gemtb binary and a part:
+
+  --part cpu  (any machine, CI): bad flags and configs exit 2 naming the flag and write nothing; given
+              to --resume, a checkpoint of `gemtb ref train` (the CPU oracle's trainer), one of another
+              config, one with other options, a truncated or damaged one and an empty folder each exit 2
+              naming the file and field, before the GPU is needed; a valid GPU checkpoint passes those
+              checks (then trains on a GPU, or is refused for the missing GPU); `gemtb ref train`
+              refuses a GPU checkpoint by its options.
+  --part gpu  (exit 77, skipped, without a usable GPU): tiny for 30 steps with checkpoints every 10
+              steps; then ten times a run killed by SIGKILL at a random byte (fixed seed) of the
+              checkpoint write at step 20 leaves the step-10 checkpoint loadable, and --resume to 30
+              ends with a checkpoint whose bytes equal the uninterrupted run's.
+
+The GPU checkpoints of the CPU part are made from the oracle's (the two trainers keep the same arrays;
+only "options" entry 8, the gradient blocks, is 0 for the GPU trainer).
+
+usage: gpu_train_cli_test.py GEMTB --part cpu|gpu
+"""
+import argparse
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+
+GEMTB = None
+# The oracle's run whose arrays the CPU part's checkpoints hold; `gemtb train` flags with the same options.
+ORACLE = ["--config", "tiny", "--batch", "4", "--steps", "2", "--schedule-steps", "2", "--eval-samples", "8",
+          "--threads", "2"]
+GPU = ["--config", "tiny", "--local-batch", "4", "--steps", "3", "--schedule-steps", "2", "--eval-samples", "8"]
+NO_GPU = re.compile(r"built without CUDA|no usable CUDA device|no CUDA device|compute capability")
+
+
+def run(args, expect=None):
+    p = subprocess.run([GEMTB] + args, capture_output=True, text=True)
+    if expect is not None:
+        assert p.returncode == expect, (args, p.returncode, p.stdout, p.stderr)
+    return p
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def write(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def fnv1a64(data):
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def with_options_entry(ckpt, index, value):
+    """The checkpoint file `ckpt` (bytes) with options[index] = value, its checksum renewed."""
+    count = struct.unpack_from("<I", ckpt, 12)[0]
+    off = 16
+    for _ in range(count):
+        (n,) = struct.unpack_from("<I", ckpt, off)
+        name = ckpt[off + 4:off + 4 + n].decode()
+        off += 4 + n
+        (size,) = struct.unpack_from("<Q", ckpt, off)
+        off += 8
+        if name == "options":
+            # A .npy v1 file: magic (6), version (2), u16 header length, header, then the data (<f8 here).
+            assert ckpt[off:off + 8] == b"\x93NUMPY\x01\x00" and b"'<f8'" in ckpt[off:off + 128]
+            (header,) = struct.unpack_from("<H", ckpt, off + 8)
+            body = bytearray(ckpt[:-8])
+            struct.pack_into("<d", body, off + 10 + header + 8 * index, value)
+            return bytes(body) + struct.pack("<Q", fnv1a64(body))
+        off += size
+    raise AssertionError("no options array")
+
+
+def folder(dir, step, shard, config_hash, plan_hash):
+    """DIR/step-<step>/rank-0.ckpt and its manifest, as `gemtb train` writes them."""
+    step_dir = os.path.join(dir, f"step-{step}")
+    os.makedirs(step_dir)
+    write(os.path.join(step_dir, "rank-0.ckpt"), shard)
+    manifest = {"format": "gemtb sharded checkpoint", "version": 1, "step": step, "world_size": 1,
+                "config_hash": config_hash, "plan_hash": plan_hash,
+                "shards": [{"rank": 0, "file": "rank-0.ckpt", "bytes": len(shard),
+                            "sha256": hashlib.sha256(shard).hexdigest()}]}
+    write(os.path.join(step_dir, "manifest.json"), json.dumps(manifest).encode())
+    return dir
+
+
+def refused(args, words):
+    """`gemtb train args` exits 2 with one error line holding every one of `words`."""
+    p = run(["train"] + args, expect=2)
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("gemtb train: error: "), (args, p.stderr)
+    for w in words:
+        assert w in p.stderr, (args, w, p.stderr)
+    assert "step " not in p.stdout, (args, p.stdout)
+    return p.stderr
+
+
+def cpu_part(d):
+    ck = os.path.join(d, "ck")
+    for bad, words in ((["--steps", "-1"], "--steps: -1"), (["--local-batch", "0"], "--local-batch: 0"),
+                       (["--config", "nope"], "--config"), (["--lr", "nan"], "--lr: nan"),
+                       (["--table-lr", "-1"], "--table-lr: -1"), (["--log-every-s", "0"], "--log-every-s: 0"),
+                       (["--eval-samples", "-1"], "--eval-samples: -1"), (["--seed", "-2"], "--seed: -2"),
+                       (["--schedule-steps", "0"], "--schedule-steps: 0"), (["--steps", "x"], "--steps"),
+                       (["--nosuch", "1"], "nosuch"), (["--checkpoint-every", "-1"], "--checkpoint-every: -1"),
+                       (["--report", os.path.join(d, "missing", "r.json")], "--report"),
+                       (["--checkpoint", os.path.join(d, "missing", "ck")], "missing does not exist")):
+        refused(bad + ([] if "--checkpoint" in bad else ["--checkpoint", ck]), [words])
+        assert not os.path.exists(ck), bad
+    refused(["--resume"], ["--resume: needs --checkpoint"])
+    refused(["--checkpoint-every", "5"], ["--checkpoint-every: 5 needs --checkpoint"])
+    refused(["--resume", "--checkpoint", ck], ["--resume", ck, "no such folder"])
+    assert not os.path.exists(ck)
+    empty = os.path.join(d, "empty")
+    os.mkdir(empty)
+    refused(["--resume", "--checkpoint", empty], ["--resume", "no checkpoint"])
+
+    # The oracle's checkpoint: one file, refused as a folder; in the folder layout, refused by its options.
+    oracle_file = os.path.join(d, "oracle.bin")
+    run(["ref", "train"] + ORACLE + ["--checkpoint", oracle_file], expect=0)
+    refused(GPU + ["--resume", "--checkpoint", oracle_file], ["--checkpoint", "is a file, not a folder"])
+    data = re.search(r"^data (.+) \(", run(["--version"], expect=0).stdout, re.M).group(1)
+    config_hash = hashlib.sha256(read(os.path.join(data, "model", "configs", "tiny.json"))).hexdigest()
+    small_hash = hashlib.sha256(read(os.path.join(data, "model", "configs", "small.json"))).hexdigest()
+    plan_hash = hashlib.sha256(b"data parallel, tables replicated").hexdigest()
+    shard = read(oracle_file)
+    oracle = folder(os.path.join(d, "oracle"), 2, shard, config_hash, plan_hash)
+    refused(GPU + ["--resume", "--checkpoint", oracle],
+            ["step-2/rank-0.ckpt", "state.options: grad_blocks 16", "CPU oracle's trainer"])
+
+    # A GPU checkpoint (grad_blocks 0): other options, another config, damaged files are refused by name.
+    gpu_shard = with_options_entry(shard, 8, 0.0)
+    gpu = folder(os.path.join(d, "gpu"), 2, gpu_shard, config_hash, plan_hash)
+    refused(GPU + ["--lr", "0.002", "--resume", "--checkpoint", gpu],
+            ["rank-0.ckpt", "state.options: lr differs: the checkpoint has 0.001, this run 0.002"])
+    refused(GPU[:3] + ["8"] + GPU[4:] + ["--resume", "--checkpoint", gpu], ["batch differs: the checkpoint has 4, this run 8"])
+    refused(["--config", "small"] + GPU[2:] + ["--resume", "--checkpoint", gpu],
+            ["step-2/manifest.json", "config_hash " + config_hash, "a checkpoint of another config"])
+    other = folder(os.path.join(d, "other"), 2, gpu_shard, small_hash, plan_hash)
+    refused(GPU + ["--resume", "--checkpoint", other], ["manifest.json: config_hash " + small_hash, "another config"])
+    cut = gpu_shard[:len(gpu_shard) // 2]
+    truncated = folder(os.path.join(d, "truncated"), 2, gpu_shard, config_hash, plan_hash)
+    write(os.path.join(truncated, "step-2", "rank-0.ckpt"), cut)
+    refused(GPU + ["--resume", "--checkpoint", truncated], ["rank-0.ckpt", f"{len(cut)} bytes", "the manifest says"])
+    # Truncated with a manifest that agrees: the checkpoint reader's own checks name the file.
+    agreeing = folder(os.path.join(d, "agreeing"), 2, cut, config_hash, plan_hash)
+    refused(GPU + ["--resume", "--checkpoint", agreeing], ["--resume", "rank-0.ckpt"])
+    damaged = folder(os.path.join(d, "damaged"), 2, gpu_shard, config_hash, plan_hash)
+    write(os.path.join(damaged, "step-2", "manifest.json"), b"{\"format\": ")
+    refused(GPU + ["--resume", "--checkpoint", damaged], ["manifest.json", "not valid JSON"])
+
+    # The valid GPU checkpoint passes every check: trained on a GPU, else refused for the GPU alone.
+    p = run(["train"] + GPU + ["--resume", "--checkpoint", gpu, "--log-every-s", "1000"])
+    if p.returncode == 0:
+        assert "resumed from " + os.path.join(gpu, "step-2") + " at step 2" in p.stdout, p.stdout
+        assert re.search(r"^step 3 loss \S+ samples/s \S+ step_ms \S+$", p.stdout, re.M), p.stdout
+    else:
+        assert p.returncode == 2 and NO_GPU.search(p.stderr) and p.stderr.count("\n") == 1, (p.returncode, p.stderr)
+
+    # The oracle refuses the GPU trainer's arrays by the same entry.
+    gpu_file = os.path.join(d, "gpu.bin")
+    write(gpu_file, gpu_shard)
+    p = run(["ref", "train"] + ORACLE[:5] + ["4"] + ORACLE[6:] + ["--resume", gpu_file], expect=2)
+    assert "grad_blocks differs: the checkpoint has 0, this run 16" in p.stderr, p.stderr
+    print("cpu part ok")
+    return 0
+
+
+def gpu_part(d):
+    base_flags = ["--config", "tiny", "--schedule-steps", "30", "--checkpoint-every", "10", "--log-every-s", "1000"]
+    probe = run(["train", "--config", "tiny", "--steps", "1", "--local-batch", "4", "--eval-samples", "0"])
+    if probe.returncode == 2 and NO_GPU.search(probe.stderr):
+        print("no usable GPU: skipped (" + probe.stderr.strip() + ")")
+        return 77
+    assert probe.returncode == 0, (probe.returncode, probe.stdout, probe.stderr)
+
+    straight, report = os.path.join(d, "straight"), os.path.join(d, "report.json")
+    p = run(["train"] + base_flags + ["--steps", "30", "--checkpoint", straight, "--eval-samples", "1024",
+                                      "--report", report], expect=0)
+    assert re.search(r"^step 30 loss \S+ samples/s \S+ step_ms \S+$", p.stdout, re.M), p.stdout
+    assert re.search(r"^eval step 30 held-out samples 1024: ctr ne ", p.stdout, re.M), p.stdout
+    assert sorted(os.listdir(straight)) == ["step-30"], os.listdir(straight)
+    rep = json.load(open(report))
+    for key in ("config", "steps", "local_batch", "wall_s", "samples_per_s", "mean_step_ms", "final_loss", "held_out_ne"):
+        assert key in rep, (key, rep)
+    assert rep["steps"] == 30 and rep["local_batch"] == 64 and rep["config"] == "tiny", rep
+    assert [t["task"] for t in rep["held_out_ne"]] == ["ctr", "conversion"], rep
+    final = read(os.path.join(straight, "step-30", "rank-0.ckpt"))
+    manifest = json.load(open(os.path.join(straight, "step-30", "manifest.json")))
+    assert manifest["world_size"] == 1 and manifest["step"] == 30 and manifest["shards"][0]["bytes"] == len(final)
+
+    base = os.path.join(d, "base")
+    run(["train"] + base_flags + ["--steps", "10", "--checkpoint", base, "--eval-samples", "0"], expect=0)
+    base_shard = read(os.path.join(base, "step-10", "rank-0.ckpt"))
+    rng = random.Random(20)
+    for trial in range(10):
+        at = rng.randrange(len(final))  # the step-20 shard has the step-30 shard's size
+        ck = os.path.join(d, f"kill{trial}")
+        shutil.copytree(base, ck)
+        p = run(["train"] + base_flags + ["--steps", "30", "--checkpoint", ck, "--resume", "--eval-samples", "0",
+                                          "--crash-checkpoint-after-bytes", str(at)])
+        assert p.returncode == -signal.SIGKILL, (trial, at, p.returncode, p.stdout, p.stderr)
+        assert not os.path.exists(os.path.join(ck, "step-20", "manifest.json")), (trial, at)
+        assert read(os.path.join(ck, "step-10", "rank-0.ckpt")) == base_shard, (trial, at)
+        p = run(["train"] + base_flags + ["--steps", "30", "--checkpoint", ck, "--resume", "--eval-samples", "0"],
+                expect=0)
+        assert "resumed from " + os.path.join(ck, "step-10") + " at step 10" in p.stdout, p.stdout
+        assert sorted(os.listdir(ck)) == ["step-30"], (trial, os.listdir(ck))
+        assert read(os.path.join(ck, "step-30", "rank-0.ckpt")) == final, (trial, at, "resumed != uninterrupted")
+        print(f"kill {trial} at byte {at} of {len(final)}: step 10 loaded, resumed to the uninterrupted bytes")
+        shutil.rmtree(ck)
+    print("gpu part ok")
+    return 0
+
+
+def main():
+    global GEMTB
+    parser = argparse.ArgumentParser()
+    parser.add_argument("gemtb")
+    parser.add_argument("--part", choices=["cpu", "gpu"], required=True)
+    args = parser.parse_args()
+    GEMTB = args.gemtb
+    with tempfile.TemporaryDirectory() as d:
+        return cpu_part(d) if args.part == "cpu" else gpu_part(d)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

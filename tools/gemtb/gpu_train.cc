@@ -1,0 +1,319 @@
+// gemtb train: trains the GEM-like model on one GPU (gpu/train/trainer.h), printing loss, samples/s
+// and step time per --log-every-s seconds, then held-out NE per task; checkpoints into a folder in
+// the sharded-checkpoint layout of one rank (reference/dist/sharded_checkpoint.h) and resumes from
+// it to the bytes of an uninterrupted run. Every flag, the config and the checkpoint to resume are
+// checked before the GPU is touched, so a build without CUDA checks them too before it refuses.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "model/data/batch.h"
+#include "model/data/generator.h"
+#include "model/data/shape_from_config.h"
+#include "model/description/gem_geometry.h"
+#include "model/description/model_config.h"
+#include "model/metrics/ne.h"
+#include "nlohmann/json.hpp"
+#include "reference/dist/sharded_checkpoint.h"
+#include "reference/model/checkpoint.h"
+#include "reference/model/trainer.h"
+#include "tools/gemtb/command.h"
+#include "tools/gemtb/flags.h"
+#include "tools/gemtb/gpu_train_state.h"
+#include "tools/gemtb/stop_signals.h"
+#include "tools/gemtb/train_common.h"
+
+namespace gemtb::cli {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr char kCommand[] = "train";
+
+struct Flags {
+  std::string config = "tiny";
+  int64_t steps = 1000, local_batch = 64, seed = 1, data_seed = 1, eval_samples = 4096;
+  std::optional<int64_t> schedule_steps;
+  std::optional<double> lr, table_lr, log_every_s;
+  std::string checkpoint, report;
+  int64_t checkpoint_every = 0, crash_checkpoint_after_bytes = -1;
+  bool resume = false;
+};
+
+// What the flags, config and checkpoint resolve to, all checked before any work.
+struct Job {
+  gemtb::model::ModelConfig config;
+  gpu::train::TrainerOptions options;
+  reference::dist::CheckpointIdentity identity;
+  int64_t num_params = 0;
+  double log_every_s = 5;
+  std::optional<gpu::train::TrainerState> resumed;  // with --resume
+  std::string resumed_from;                        // its step folder
+};
+
+absl::Status Bad(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+// `status` prefixed by `what`, with a code of the bad-input exit: whatever keeps a checkpoint from
+// being resumed (a damaged file is the reader's DataLoss) is this run's bad input.
+absl::Status Named(const std::string& what, const absl::Status& status) {
+  const absl::StatusCode code = status.code() == absl::StatusCode::kNotFound ? status.code()
+                                                                              : absl::StatusCode::kFailedPrecondition;
+  return absl::Status(code, absl::StrCat(what, ": ", status.message()));
+}
+
+// --checkpoint DIR: a folder that exists and is writable, or that can be made in a writable folder.
+// Nothing is created here; the first checkpoint creates it.
+absl::Status CheckCheckpointDir(const std::string& dir, bool resume) {
+  std::error_code ec;
+  if (fs::is_directory(dir, ec)) {
+    if (::access(dir.c_str(), W_OK) != 0) return Bad(absl::StrCat("--checkpoint: ", dir, ": folder is not writable"));
+    return absl::OkStatus();
+  }
+  if (fs::exists(dir, ec))
+    return Bad(absl::StrCat("--checkpoint: ", dir, ": is a file, not a folder (gemtb train keeps step-<n> folders "
+                            "in it; a checkpoint of `gemtb ref train` in one process is one file)"));
+  if (resume) return absl::NotFoundError(absl::StrCat("--resume: --checkpoint ", dir, ": no such folder"));
+  if (absl::Status s = reference::model::CheckCheckpointPath(dir); !s.ok()) return Bad(absl::StrCat("--checkpoint: ", s.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Job> Prepare(const Flags& f) {
+  if (f.steps < 0) return Bad(absl::StrCat("--steps: ", f.steps, " must be >= 0"));
+  if (f.local_batch < 1 || f.local_batch > (1 << 20))
+    return Bad(absl::StrCat("--local-batch: ", f.local_batch, " must be in [1, 1048576]"));
+  if (f.seed < 0) return Bad(absl::StrCat("--seed: ", f.seed, " must be >= 0"));
+  if (f.data_seed < 0) return Bad(absl::StrCat("--data-seed: ", f.data_seed, " must be >= 0"));
+  if (std::optional<std::string> m = CheckRate("lr", f.lr)) return Bad(*m);
+  if (std::optional<std::string> m = CheckRate("table-lr", f.table_lr)) return Bad(*m);
+  if (f.schedule_steps && *f.schedule_steps < 1) return Bad(absl::StrCat("--schedule-steps: ", *f.schedule_steps, " must be >= 1"));
+  if (!f.schedule_steps && f.steps < 1) return Bad("--steps: 0 needs --schedule-steps (the learning-rate schedule's length)");
+  if (f.log_every_s && !(std::isfinite(*f.log_every_s) && *f.log_every_s > 0 && *f.log_every_s <= 86400))
+    return Bad(absl::StrCat("--log-every-s: ", Exact(*f.log_every_s), " must be in (0, 86400]"));
+  if (f.eval_samples < 0 || f.eval_samples > (int64_t{1} << 24))
+    return Bad(absl::StrCat("--eval-samples: ", f.eval_samples, " must be in [0, 16777216]"));
+  if (f.checkpoint_every < 0) return Bad(absl::StrCat("--checkpoint-every: ", f.checkpoint_every, " must be >= 0"));
+  if (f.crash_checkpoint_after_bytes < -1)
+    return Bad(absl::StrCat("--crash-checkpoint-after-bytes: ", f.crash_checkpoint_after_bytes, " must be >= -1"));
+  if (f.checkpoint.empty()) {
+    if (f.resume) return Bad("--resume: needs --checkpoint DIR (the folder to resume from)");
+    if (f.checkpoint_every > 0) return Bad(absl::StrCat("--checkpoint-every: ", f.checkpoint_every, " needs --checkpoint DIR"));
+    if (f.crash_checkpoint_after_bytes >= 0) return Bad("--crash-checkpoint-after-bytes: needs --checkpoint DIR");
+  }
+  if (!f.report.empty())
+    if (absl::Status s = reference::model::CheckCheckpointPath(f.report); !s.ok()) return Bad(absl::StrCat("--report: ", s.message()));
+  if (!f.checkpoint.empty())
+    if (absl::Status s = CheckCheckpointDir(f.checkpoint, f.resume); !s.ok()) return s;
+
+  Job job;
+  absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig(f.config);
+  if (!config.ok()) return Bad(absl::StrCat("--config: ", config.status().message()));
+  job.config = *std::move(config);
+  absl::StatusOr<gemtb::model::GemGeometry> geometry = gemtb::model::MakeGemGeometry(job.config);
+  if (!geometry.ok()) return Bad(absl::StrCat("--config ", f.config, ": ", geometry.status().message()));
+  job.num_params = geometry->layout.total();
+  absl::StatusOr<reference::dist::CheckpointIdentity> identity = TrainCheckpointIdentity(f.config, 1, "");
+  if (!identity.ok()) return Bad(absl::StrCat("--config: ", identity.status().message()));
+  job.identity = *std::move(identity);
+  gpu::train::TrainerOptions& o = job.options;
+  o.seed = static_cast<uint64_t>(f.seed);
+  o.data_seed = static_cast<uint64_t>(f.data_seed);
+  o.batch = f.local_batch;
+  if (f.lr) o.lr = static_cast<float>(*f.lr);
+  if (f.table_lr) o.table_lr = static_cast<float>(*f.table_lr);
+  o.total_steps = f.schedule_steps.value_or(f.steps);
+  job.log_every_s = f.log_every_s.value_or(5.0);
+  if (f.resume) {
+    absl::StatusOr<reference::dist::LoadedShard> loaded =
+        reference::dist::ReadShardOfNewestCheckpoint(f.checkpoint, job.identity, 0);
+    if (!loaded.ok()) return Named("--resume", loaded.status());
+    job.resumed_from = (fs::path(f.checkpoint) / absl::StrCat("step-", loaded->step)).string();
+    absl::StatusOr<gpu::train::TrainerState> state = GpuStateFromArrays(job.config, o, loaded->arrays);
+    if (!state.ok()) return Named(absl::StrCat("--resume: ", (fs::path(job.resumed_from) / "rank-0.ckpt").string()), state.status());
+    if (state->step != loaded->step)
+      return Named(absl::StrCat("--resume: ", job.resumed_from),
+                   absl::DataLossError(absl::StrCat("holds step ", state->step, " in the folder of step ", loaded->step)));
+    job.resumed = *std::move(state);
+  }
+  return job;
+}
+
+#if GEMTB_HAVE_CUDA
+// Per task: NE of the model's predictions [n, T] on the held-out samples, null when undefined (no
+// positive or no negative among them), with its positives and count.
+absl::StatusOr<nlohmann::json> HeldOutNe(gpu::train::GpuTrainer& trainer, const Job& job, int64_t n, std::string* line) {
+  absl::StatusOr<std::vector<double>> pred = trainer.Predict(reference::model::kHeldOutFirstIndex, n);
+  if (!pred.ok()) return pred.status();
+  // Labels and masks of the same samples, from the generator the trainer draws them with.
+  absl::StatusOr<data::DataParams> dp = data::LoadDataParams(job.options.data.empty() ? job.config.name : job.options.data);
+  if (!dp.ok()) return dp.status();
+  absl::StatusOr<data::Generator> gen = data::Generator::Create(*dp, data::ShapeFromConfig(job.config));
+  if (!gen.ok()) return gen.status();
+  const data::Batch held = data::GenerateBatch(*gen, job.options.data_seed, reference::model::kHeldOutFirstIndex, n);
+  const int T = static_cast<int>(job.config.NumTasks());
+  nlohmann::json tasks = nlohmann::json::array();
+  for (int t = 0; t < T; ++t) {
+    const metrics::NeUnit unit = metrics::MakeNeUnit(pred->data() + t, held.label.data() + t, held.mask.data() + t, n, T);
+    const metrics::NeResult r = metrics::EvaluateNe(&unit, 1);
+    const bool defined = r.positives > 0 && r.positives < r.count;
+    tasks.push_back({{"task", job.config.tasks[t].name}, {"ne", defined ? nlohmann::json(r.ne) : nlohmann::json()},
+                     {"positives", r.positives}, {"count", r.count}});
+    absl::StrAppend(line, " ", job.config.tasks[t].name, " ne ", defined ? Num(r.ne) : std::string("undefined"),
+                    " (positives ", r.positives, "/", r.count, ")");
+  }
+  return tasks;
+}
+
+int Train(const Flags& f, const Job& job) {
+  using Clock = std::chrono::steady_clock;
+  absl::StatusOr<std::unique_ptr<gpu::train::GpuTrainer>> created = gpu::train::GpuTrainer::Create(job.config, job.options);
+  if (!created.ok()) return ReportError(kCommand, created.status());
+  gpu::train::GpuTrainer& trainer = **created;
+  if (job.resumed) {
+    if (absl::Status s = trainer.LoadState(*job.resumed); !s.ok()) return ReportError(kCommand, Named("--resume", s));
+    std::cout << "resumed from " << job.resumed_from << " at step " << trainer.step() << "\n";
+  }
+  const gpu::train::TrainerOptions& o = job.options;
+  std::cout << "gemtb train: config " << job.config.name << ", " << trainer.num_params() << " dense params, local batch "
+            << o.batch << ", steps " << f.steps << ", lr " << o.lr << ", table lr " << o.table_lr << ", schedule steps "
+            << o.total_steps << ", one GPU (fp32)" << std::endl;
+  auto save = [&]() -> absl::Status {
+    if (f.checkpoint.empty()) return absl::OkStatus();
+    absl::StatusOr<gpu::train::TrainerState> state = trainer.State();
+    if (!state.ok()) return state.status();
+    reference::dist::ShardedWriteOptions write;
+    write.shard.fail_after_bytes = f.crash_checkpoint_after_bytes;
+    write.shard.kill_at_failure = f.crash_checkpoint_after_bytes >= 0;
+    return reference::dist::WriteOneProcessCheckpoint(f.checkpoint, state->step, job.identity,
+                                                      GpuStateArrays(job.config, o, *state), write);
+  };
+  const Clock::time_point start = Clock::now();
+  Clock::time_point interval_start = start;
+  double loss_sum = 0, step_s_sum = 0, run_step_s = 0, last_loss = std::nan("");
+  int64_t interval_steps = 0, run_steps = 0;
+  const StopSignals stop;
+  while (trainer.step() < f.steps) {
+    const Clock::time_point t0 = Clock::now();
+    absl::StatusOr<gpu::train::TrainerStep> r = trainer.Step();
+    if (!r.ok()) return ReportError(kCommand, r.status());
+    const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    last_loss = r->loss;
+    loss_sum += r->loss;
+    step_s_sum += step_s;
+    run_step_s += step_s;
+    ++interval_steps;
+    ++run_steps;
+    const int64_t step = r->step;
+    const double interval_s = std::chrono::duration<double>(Clock::now() - interval_start).count();
+    if (interval_s >= job.log_every_s || step == f.steps) {
+      const double n = static_cast<double>(interval_steps);
+      std::cout << "step " << step << " loss " << Num(loss_sum / n) << " samples/s "
+                << Num(n * static_cast<double>(o.batch) / std::max(interval_s, 1e-9), 4) << " step_ms "
+                << Num(1000 * step_s_sum / n, 4) << std::endl;
+      loss_sum = step_s_sum = 0;
+      interval_steps = 0;
+      interval_start = Clock::now();
+    }
+    if (f.checkpoint_every > 0 && step % f.checkpoint_every == 0 && step != f.steps)
+      if (absl::Status s = save(); !s.ok()) return ReportError(kCommand, s);
+    if (const int signal = stop.received(); signal != 0) {
+      if (f.checkpoint.empty()) {
+        std::cerr << "gemtb " << kCommand << ": stopped by " << SignalName(signal) << " after step " << step
+                  << "; nothing saved (no --checkpoint)\n";
+      } else {
+        if (absl::Status s = save(); !s.ok()) return ReportError(kCommand, s);
+        std::cerr << "gemtb " << kCommand << ": stopped by " << SignalName(signal) << " after step " << step
+                  << "; checkpoint written to " << f.checkpoint << " (continue with --resume --checkpoint "
+                  << f.checkpoint << ")\n";
+      }
+      return 128 + signal;
+    }
+  }
+  if (absl::Status s = save(); !s.ok()) return ReportError(kCommand, s);
+  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  const double samples_per_s = static_cast<double>(run_steps * o.batch) / std::max(wall, 1e-9);
+  const double mean_step_ms = run_steps > 0 ? 1000 * run_step_s / static_cast<double>(run_steps) : std::nan("");
+  nlohmann::json ne = nlohmann::json::array();
+  if (f.eval_samples > 0) {
+    std::string line = absl::StrCat("eval step ", trainer.step(), " held-out samples ", f.eval_samples, ":");
+    absl::StatusOr<nlohmann::json> held = HeldOutNe(trainer, job, f.eval_samples, &line);
+    if (!held.ok()) return ReportError(kCommand, held.status());
+    ne = *std::move(held);
+    std::cout << line << "\n";
+  }
+  std::cout << "final: step " << trainer.step() << ", " << run_steps << " steps in " << Num(wall, 4) << " s, samples/s "
+            << Num(samples_per_s, 4) << ", step_ms " << Num(mean_step_ms, 4)
+            << (f.checkpoint.empty() ? "" : ", checkpoint " + f.checkpoint) << std::endl;
+  if (!f.report.empty()) {
+    auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+    const nlohmann::json report = {
+        {"config", job.config.name},   {"steps", trainer.step()},         {"steps_run", run_steps},
+        {"local_batch", o.batch},      {"wall_s", wall},                  {"samples_per_s", samples_per_s},
+        {"mean_step_ms", number(mean_step_ms)}, {"final_loss", number(last_loss)},
+        {"eval_samples", f.eval_samples},       {"held_out_ne", ne},
+        {"resumed_from_step", job.resumed ? nlohmann::json(job.resumed->step) : nlohmann::json()}};
+    if (absl::Status s = WriteTextAtomically(f.report, report.dump(2) + "\n"); !s.ok())
+      return ReportError(kCommand, absl::Status(s.code(), absl::StrCat("--report: ", s.message())));
+  }
+  return kExitOk;
+}
+#endif
+
+}  // namespace
+
+int RunGpuTrain(const std::vector<std::string>& args) {
+  Flags f;
+  FlagSet flags(
+      "gemtb train [--config tiny] [--steps N] [--local-batch B] [--checkpoint DIR [--resume]] [flags]",
+      "Trains the GEM-like model on one GPU (fp32; Adam for the dense parameters, rowwise Adagrad fused\n"
+      "into the tables' backward) on the planted-teacher generator's samples: step s takes samples\n"
+      "s*B .. s*B+B-1 of --data-seed, as `gemtb ref train` does. Every --log-every-s seconds and at the\n"
+      "end: step, mean loss of the interval, samples/s and mean step time; then NE per task on held-out\n"
+      "samples (from 2^40 on, never trained on).\n"
+      "\n"
+      "--checkpoint DIR saves DIR/step-<s>/rank-0.ckpt and manifest.json (docs/checkpoint.md) every\n"
+      "--checkpoint-every steps and at the end, atomically; earlier steps' folders are removed.\n"
+      "--resume continues from the newest checkpoint in DIR to --steps, to the bytes of a run never\n"
+      "stopped. A checkpoint of another config, of `gemtb ref train` or a damaged one is refused by name.\n"
+      "SIGTERM or SIGINT stops after the current step, saving first (exit 128 + the signal number).\n"
+      "Exit 0; 2 on bad input or without a usable GPU (checked after the flags and the checkpoint).");
+  flags.String("config", &f.config, "model config: tiny | small | path to a JSON (default tiny)");
+  flags.Int64("steps", &f.steps, "total training steps (default 1000; with --resume, the total including resumed)");
+  flags.Int64("local-batch", &f.local_batch, "samples per step on the GPU (default 64)");
+  flags.OptionalInt64("schedule-steps", &f.schedule_steps,
+                      "steps of the learning rates' linear decay (default --steps), e.g. to stop early and resume");
+  flags.OptionalDouble("lr", &f.lr, "dense Adam learning rate (default 1e-3)");
+  flags.OptionalDouble("table-lr", &f.table_lr, "rowwise Adagrad learning rate of every table (default 0.2)");
+  flags.Int64("seed", &f.seed, "parameter and table init seed (default 1)");
+  flags.Int64("data-seed", &f.data_seed, "data generator seed (default 1)");
+  flags.OptionalDouble("log-every-s", &f.log_every_s, "seconds between progress lines (default 5)");
+  flags.Int64("eval-samples", &f.eval_samples, "held-out samples for the final NE (default 4096; 0 skips it)");
+  flags.String("checkpoint", &f.checkpoint, "checkpoint folder, written at the end and every --checkpoint-every steps");
+  flags.Int64("checkpoint-every", &f.checkpoint_every, "steps between checkpoints (default 0: only at the end)");
+  flags.Bool("resume", &f.resume, "continue from the newest checkpoint in --checkpoint DIR (same config and options)");
+  flags.String("report", &f.report, "JSON written at the end: throughput, final loss, held-out NE (docs/commands.md)");
+  flags.Int64("crash-checkpoint-after-bytes", &f.crash_checkpoint_after_bytes,
+              "testing: kill this process (SIGKILL) after N bytes of a checkpoint's shard write (default -1: never)");
+  if (absl::Status s = flags.Parse(args); !s.ok()) return ReportError(kCommand, s);
+  if (flags.help_requested()) {
+    std::cout << flags.Help();
+    return kExitOk;
+  }
+  absl::StatusOr<Job> job = Prepare(f);
+  if (!job.ok()) return ReportError(kCommand, job.status());
+#if GEMTB_HAVE_CUDA
+  return Train(f, *job);
+#else
+  return ReportError(kCommand, absl::FailedPreconditionError(
+                                   "this gemtb was built without CUDA (nvcc not found at configure time): no GPU "
+                                   "trainer (the flags, config and checkpoint are fine)"));
+#endif
+}
+
+}  // namespace gemtb::cli
