@@ -6,7 +6,8 @@
 # Here, before the call: git archive --format=tar.gz -o .deb/src.tgz HEAD && git rev-parse HEAD > .deb/SOURCE
 # Then run(command: "bash tools/train_gpu_check.sh", carry: [".deb"]).
 # With `--check-train STEPS`, it also builds gemtb and runs `gemtb check train --config tiny --steps
-# STEPS` (the GPU trainer against the oracle's), writing check_train.log and check_train.json;
+# STEPS` (the GPU trainer against the oracle's), writing check_train.log and check_train.json, and
+# `gemtb train`'s kill-and-resume test (tests/training/gpu_train_cli_test.py --part gpu, train_kills.log);
 # `--no-memcheck` leaves out the sanitizer pass (when the device time is short).
 # Exit status: 0 all passed, 1 a test, the sanitizer or the check failed, 2 the build failed.
 set -uo pipefail
@@ -57,6 +58,9 @@ if [ "$check_steps" -gt 0 ]; then
     >"$out/check_train.log" 2>&1 || rc=1
   { tail -40 "$out/check_train.log"
     echo "check train: $((SECONDS - check_start)) s"; } | tee -a "$out/summary.txt"
+  kill_start=$SECONDS
+  python3 "$srcdir/tests/training/gpu_train_cli_test.py" "$build/bin/gemtb" --part gpu >"$out/train_kills.log" 2>&1 || rc=1
+  { tail -15 "$out/train_kills.log"; echo "gemtb train kills: $((SECONDS - kill_start)) s"; } | tee -a "$out/summary.txt"
 fi
 echo "exit $rc after $((SECONDS - start)) s" | tee -a "$out/summary.txt"
 exit $rc
