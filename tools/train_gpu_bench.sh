@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call on the lent H200: the GPU trainer (`gemtb train`) on the small config beside the
 # PyTorch peer (its script and inputs in .peers/gem_torch/), timed in the same call. Writes
-# $OUT/summary.txt, build.log, train_small_b<B>.{log,json} (gemtb train's output and report) and
+# $OUT/summary.txt, build.log, train_small_b<B>.{log,json} and trace_small_b<B>.json (gemtb train's output,
+# report and last step's trace) and
 # peer.log (the peer's own log, its SUMMARY line last).
 #
 # Here, before the call:
@@ -46,7 +47,7 @@ rc=0
 for b in $batches; do
   t=$SECONDS
   "$build/bin/gemtb" train --config small --local-batch "$b" --steps "$steps" --eval-samples 0 \
-    --report "$out/train_small_b$b.json" >"$out/train_small_b$b.log" 2>&1 || rc=1
+    --report "$out/train_small_b$b.json" --trace "$out/trace_small_b$b.json" >"$out/train_small_b$b.log" 2>&1 || rc=1
   { echo "gemtb train --config small --local-batch $b --steps $steps: $((SECONDS - t)) s"
     tail -4 "$out/train_small_b$b.log"; } | tee -a "$out/summary.txt"
 done

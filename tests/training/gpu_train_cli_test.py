@@ -114,6 +114,7 @@ def cpu_part(d):
                        (["--schedule-steps", "0"], "--schedule-steps: 0"), (["--steps", "x"], "--steps"),
                        (["--nosuch", "1"], "nosuch"), (["--checkpoint-every", "-1"], "--checkpoint-every: -1"),
                        (["--report", os.path.join(d, "missing", "r.json")], "--report"),
+                       (["--trace", os.path.join(d, "missing", "t.json")], "--trace"),
                        (["--checkpoint", os.path.join(d, "missing", "ck")], "missing does not exist")):
         refused(bad + ([] if "--checkpoint" in bad else ["--checkpoint", ck]), [words])
         assert not os.path.exists(ck), bad
@@ -184,9 +185,9 @@ def gpu_part(d):
         return 77
     assert probe.returncode == 0, (probe.returncode, probe.stdout, probe.stderr)
 
-    straight, report = os.path.join(d, "straight"), os.path.join(d, "report.json")
+    straight, report, trace = os.path.join(d, "straight"), os.path.join(d, "report.json"), os.path.join(d, "trace.json")
     p = run(["train"] + base_flags + ["--steps", "30", "--checkpoint", straight, "--eval-samples", "1024",
-                                      "--report", report], expect=0)
+                                      "--report", report, "--trace", trace], expect=0)
     assert re.search(r"^step 30 loss \S+ samples/s \S+ step_ms \S+$", p.stdout, re.M), p.stdout
     assert re.search(r"^eval step 30 held-out samples 1024: ctr ne ", p.stdout, re.M), p.stdout
     assert sorted(os.listdir(straight)) == ["step-30"], os.listdir(straight)
@@ -195,6 +196,14 @@ def gpu_part(d):
         assert key in rep, (key, rep)
     assert rep["steps"] == 30 and rep["local_batch"] == 64 and rep["config"] == "tiny", rep
     assert [t["task"] for t in rep["held_out_ne"]] == ["ctr", "conversion"], rep
+    assert set(rep["phase_ms_mean"]) == {"data", "embedding_fwd", "model", "embedding_bwd", "optimizer"}, rep
+    passes = {(r["region"], r["pass"]) for r in rep["last_step_regions_ms"]}
+    assert ("L1.cross", "fwd") in passes and ("head", "bwd") in passes and ("E.dense", "bwd") in passes, passes
+    # The trace: rank 0, the GPU's work on "compute" under the simulator's task names.
+    events = json.load(open(trace))["traceEvents"]
+    names = {e["name"] for e in events if e["ph"] == "X" and e["tid"] == 0}
+    assert {"sparse.lookup", "L1.cross.fwd", "L1.cross.bwd", "head.bwd", "sparse.update", "optimizer"} <= names, names
+    assert {"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "compute"}} in events, events[:4]
     final = read(os.path.join(straight, "step-30", "rank-0.ckpt"))
     manifest = json.load(open(os.path.join(straight, "step-30", "manifest.json")))
     assert manifest["world_size"] == 1 and manifest["step"] == 30 and manifest["shards"][0]["bytes"] == len(final)

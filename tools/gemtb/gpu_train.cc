@@ -28,6 +28,7 @@
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
 #include "tools/gemtb/gpu_train_state.h"
+#include "tools/gemtb/step_trace.h"
 #include "tools/gemtb/stop_signals.h"
 #include "tools/gemtb/train_common.h"
 
@@ -42,7 +43,7 @@ struct Flags {
   int64_t steps = 1000, local_batch = 64, seed = 1, data_seed = 1, eval_samples = 4096;
   std::optional<int64_t> schedule_steps;
   std::optional<double> lr, table_lr, log_every_s;
-  std::string checkpoint, report;
+  std::string checkpoint, report, trace;
   int64_t checkpoint_every = 0, crash_checkpoint_after_bytes = -1;
   bool resume = false;
 };
@@ -108,6 +109,8 @@ absl::StatusOr<Job> Prepare(const Flags& f) {
   }
   if (!f.report.empty())
     if (absl::Status s = reference::model::CheckCheckpointPath(f.report); !s.ok()) return Bad(absl::StrCat("--report: ", s.message()));
+  if (!f.trace.empty())
+    if (absl::Status s = reference::model::CheckCheckpointPath(f.trace); !s.ok()) return Bad(absl::StrCat("--trace: ", s.message()));
   if (!f.checkpoint.empty())
     if (absl::Status s = CheckCheckpointDir(f.checkpoint, f.resume); !s.ok()) return s;
 
@@ -147,6 +150,25 @@ absl::StatusOr<Job> Prepare(const Flags& f) {
 #if GEMTB_HAVE_CUDA
 // Per task: NE of the model's predictions [n, T] on the held-out samples, null when undefined (no
 // positive or no negative among them), with its positives and count.
+// A step's phases in the order the trainer runs them, its model regions inside the model phase (their
+// event times, from the model's first region on), under the simulator's task names.
+std::vector<TraceSpan> StepSpans(const gpu::train::TrainerStep& step) {
+  const gpu::train::StepTimes& t = step.times;
+  std::vector<TraceSpan> spans;
+  double at = 0;
+  spans.push_back({"data", "host", "host data", at, t.data_ms});
+  at += t.data_ms;
+  spans.push_back({"sparse.lookup", "compute", "compute", at, t.embedding_fwd_ms});
+  at += t.embedding_fwd_ms;
+  for (const gpu::train::RegionTime& r : step.regions)
+    spans.push_back({r.region + (r.backward ? ".bwd" : ".fwd"), "compute", "compute", at + r.start_ms, r.ms()});
+  at += t.model_ms;
+  spans.push_back({"sparse.update", "compute", "compute", at, t.embedding_bwd_ms});
+  at += t.embedding_bwd_ms;
+  spans.push_back({"optimizer", "compute", "compute", at, t.optimizer_ms});
+  return spans;
+}
+
 absl::StatusOr<nlohmann::json> HeldOutNe(gpu::train::GpuTrainer& trainer, const Job& job, int64_t n, std::string* line) {
   absl::StatusOr<std::vector<double>> pred = trainer.Predict(reference::model::kHeldOutFirstIndex, n);
   if (!pred.ok()) return pred.status();
@@ -198,10 +220,19 @@ int Train(const Flags& f, const Job& job) {
   double loss_sum = 0, step_s_sum = 0, run_step_s = 0, last_loss = std::nan("");
   int64_t interval_steps = 0, run_steps = 0;
   const StopSignals stop;
+  gpu::train::StepTimes phase_sum;
+  gpu::train::TrainerStep last;  // the last step, its model regions timed
   while (trainer.step() < f.steps) {
     const Clock::time_point t0 = Clock::now();
+    trainer.TimeRegions(trainer.step() + 1 == f.steps);
     absl::StatusOr<gpu::train::TrainerStep> r = trainer.Step();
     if (!r.ok()) return ReportError(kCommand, r.status());
+    phase_sum.data_ms += r->times.data_ms;
+    phase_sum.embedding_fwd_ms += r->times.embedding_fwd_ms;
+    phase_sum.model_ms += r->times.model_ms;
+    phase_sum.embedding_bwd_ms += r->times.embedding_bwd_ms;
+    phase_sum.optimizer_ms += r->times.optimizer_ms;
+    if (!r->regions.empty()) last = *r;
     const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
     last_loss = r->loss;
     loss_sum += r->loss;
@@ -250,14 +281,28 @@ int Train(const Flags& f, const Job& job) {
   std::cout << "final: step " << trainer.step() << ", " << run_steps << " steps in " << Num(wall, 4) << " s, samples/s "
             << Num(samples_per_s, 4) << ", step_ms " << Num(mean_step_ms, 4)
             << (f.checkpoint.empty() ? "" : ", checkpoint " + f.checkpoint) << std::endl;
+  if (!f.trace.empty() && !last.regions.empty()) {
+    if (absl::Status s = WriteTextAtomically(f.trace, StepTraceJson(StepSpans(last))); !s.ok())
+      return ReportError(kCommand, absl::Status(s.code(), absl::StrCat("--trace: ", s.message())));
+  }
   if (!f.report.empty()) {
     auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+    const double n = std::max<double>(1, static_cast<double>(run_steps));
+    const nlohmann::json phases = {{"data", phase_sum.data_ms / n},
+                                   {"embedding_fwd", phase_sum.embedding_fwd_ms / n},
+                                   {"model", phase_sum.model_ms / n},
+                                   {"embedding_bwd", phase_sum.embedding_bwd_ms / n},
+                                   {"optimizer", phase_sum.optimizer_ms / n}};
+    nlohmann::json regions = nlohmann::json::array();
+    for (const gpu::train::RegionTime& rt : last.regions)
+      regions.push_back({{"region", rt.region}, {"pass", rt.backward ? "bwd" : "fwd"}, {"ms", rt.ms()}});
     const nlohmann::json report = {
         {"config", job.config.name},   {"steps", trainer.step()},         {"steps_run", run_steps},
         {"local_batch", o.batch},      {"wall_s", wall},                  {"samples_per_s", samples_per_s},
         {"mean_step_ms", number(mean_step_ms)}, {"final_loss", number(last_loss)},
         {"eval_samples", f.eval_samples},       {"held_out_ne", ne},
-        {"resumed_from_step", job.resumed ? nlohmann::json(job.resumed->step) : nlohmann::json()}};
+        {"resumed_from_step", job.resumed ? nlohmann::json(job.resumed->step) : nlohmann::json()},
+        {"phase_ms_mean", phases},     {"last_step_regions_ms", regions}};
     if (absl::Status s = WriteTextAtomically(f.report, report.dump(2) + "\n"); !s.ok())
       return ReportError(kCommand, absl::Status(s.code(), absl::StrCat("--report: ", s.message())));
   }
@@ -297,6 +342,7 @@ int RunGpuTrain(const std::vector<std::string>& args) {
   flags.String("checkpoint", &f.checkpoint, "checkpoint folder, written at the end and every --checkpoint-every steps");
   flags.Int64("checkpoint-every", &f.checkpoint_every, "steps between checkpoints (default 0: only at the end)");
   flags.Bool("resume", &f.resume, "continue from the newest checkpoint in --checkpoint DIR (same config and options)");
+  flags.String("trace", &f.trace, "Chrome/Perfetto trace of the last step (the simulator's track and task names)");
   flags.String("report", &f.report, "JSON written at the end: throughput, final loss, held-out NE (docs/commands.md)");
   flags.Int64("crash-checkpoint-after-bytes", &f.crash_checkpoint_after_bytes,
               "testing: kill this process (SIGKILL) after N bytes of a checkpoint's shard write (default -1: never)");
