@@ -167,6 +167,9 @@ struct LayerTape {
 
 }  // namespace
 
+// Rows of one block of a weight gradient's partitioned sum (WeightGrad).
+constexpr int64_t kWeightGradRows = 8192;
+
 struct GemModelGpu::Impl {
   GemGeometry g;
   LinearP dense_proj;
@@ -203,13 +206,36 @@ struct GemModelGpu::Impl {
     if (accumulate) GEMTB_RETURN_IF_ERROR(BroadcastRows(W(p.b), n, p.out, y, ldy, true, st));
     return absl::OkStatus();
   }
+  // dW += x^T dy over n rows. One GEMM's reduction over many rows runs on the few tiles of a small
+  // [in, out] (cuBLAS splits K only with atomics or workspace it is not given here), so beyond
+  // kWeightGradRows rows each block of rows gets its own product, side by side, and the products are
+  // added in block order (ColumnSums): deterministic, and summed as a partitioned sum.
+  absl::Status WeightGrad(const LinearP& p, int64_t n, const float* x, int64_t ldx, const float* dy, int64_t ldy) {
+    GemmF32 s;
+    s.m = p.in, s.n = p.out, s.trans_a = true, s.lda = ldx, s.ldb = ldy, s.ldc = p.out;
+    if (n <= kWeightGradRows) {
+      s.k = n, s.beta = 1.0f;
+      return Gemm(s, x, dy, G(p.w));
+    }
+    const int64_t full = n / kWeightGradRows, tail = n - full * kWeightGradRows, blocks = full + (tail > 0 ? 1 : 0);
+    const int64_t per = int64_t{p.in} * p.out;
+    float* part;
+    GEMTB_ASSIGN_OR_RETURN(part, mem->Floats(blocks * per));
+    s.k = kWeightGradRows, s.beta = 0.0f, s.batch = full;
+    s.stride_a = kWeightGradRows * ldx, s.stride_b = kWeightGradRows * ldy, s.stride_c = per;
+    GEMTB_RETURN_IF_ERROR(Gemm(s, x, dy, part));
+    if (tail > 0) {
+      GemmF32 t = s;
+      t.k = tail, t.batch = 1, t.stride_a = t.stride_b = t.stride_c = 0;
+      GEMTB_RETURN_IF_ERROR(Gemm(t, x + full * kWeightGradRows * ldx, dy + full * kWeightGradRows * ldy, part + full * per));
+    }
+    return ColumnSums(part, blocks, per, per, G(p.w), true, st);
+  }
   // dW += x^T dy, db += column sums of dy, dx (+)= dy W^T when dx is set.
   absl::Status LinearBwd(const LinearP& p, int64_t n, const float* x, int64_t ldx, const float* dy, int64_t ldy,
                          float* dx, int64_t lddx, bool accumulate_dx) {
     if (n == 0) return absl::OkStatus();
-    GemmF32 s;
-    s.m = p.in, s.n = p.out, s.k = n, s.trans_a = true, s.lda = ldx, s.ldb = ldy, s.ldc = p.out, s.beta = 1.0f;
-    GEMTB_RETURN_IF_ERROR(Gemm(s, x, dy, G(p.w)));
+    GEMTB_RETURN_IF_ERROR(WeightGrad(p, n, x, ldx, dy, ldy));
     GEMTB_RETURN_IF_ERROR(ColumnSums(dy, n, p.out, ldy, G(p.b), true, st));
     if (dx) {
       GemmF32 t;

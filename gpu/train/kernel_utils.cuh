@@ -21,6 +21,12 @@ inline absl::Status Launched(const char* what) {
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
 }
 
+// A CUDA call's status, named `what`.
+inline absl::Status CudaOk(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
 // An elementwise kernel's element count: 1 .. 2^40-1.
 inline absl::Status ValidateCount(int64_t count) {
   if (count < 1 || count >= (int64_t{1} << 40)) {

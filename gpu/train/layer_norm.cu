@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gpu/train/kernel_utils.cuh"
+#include "gpu/train/model_kernels.h"
 
 namespace gemtb::gpu::train {
 namespace {
@@ -66,21 +67,24 @@ __global__ void LayerNormBackwardInputKernel(const T* x, const float* gamma, con
   }
 }
 
-// dgamma[j] += sum_i dy[i,j] xhat[i,j] and dbeta[j] += sum_i dy[i,j], rows in increasing order.
+// Rows [blockIdx.y kColumnSumsBlockRows, + kColumnSumsBlockRows) of sum_i dy[i,j] xhat[i,j] and
+// sum_i dy[i,j], in increasing order, into g_part[blockIdx.y, j] and b_part[blockIdx.y, j].
 template <typename T>
 __global__ void LayerNormBackwardParamsKernel(const T* x, const float* mean_in, const float* rstd_in, const T* dy,
-                                              int64_t n, int width, float* dgamma, float* dbeta) {
+                                              int64_t n, int width, float* g_part, float* b_part) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= width) return;
+  const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kColumnSumsBlockRows;
+  const int64_t i1 = i0 + kColumnSumsBlockRows < n ? i0 + kColumnSumsBlockRows : n;
   float g = 0.0f, b = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = i0; i < i1; ++i) {
     const float d = ToFloat(dy[i * width + j]);
     const float h = __fmul_rn(__fsub_rn(ToFloat(x[i * width + j]), mean_in[i]), rstd_in[i]);
     g = __fadd_rn(g, __fmul_rn(d, h));
     b = __fadd_rn(b, d);
   }
-  dgamma[j] = __fadd_rn(dgamma[j], g);
-  dbeta[j] = __fadd_rn(dbeta[j], b);
+  g_part[blockIdx.y * static_cast<int64_t>(width) + j] = g;
+  b_part[blockIdx.y * static_cast<int64_t>(width) + j] = b;
 }
 
 // Phi(x) = erfc(-x / sqrt 2) / 2, as ops.h writes it.
@@ -133,10 +137,23 @@ absl::Status LayerNormBackward(const RowsShape& s, const T* x, const float* gamm
   LayerNormBackwardInputKernel<T><<<RowBlocks(s.n), kRowsPerBlock * kWarp, 0, stream>>>(x, gamma, mean, rstd, dy, s.n,
                                                                                         width, dx);
   if (absl::Status l = Launched("LayerNormBackward (dx)"); !l.ok()) return l;
+  if (s.n == 0) return absl::OkStatus();
+  // Blocks of rows side by side (ColumnSums' partitioned order), then their sums added in order.
   constexpr int kThreads = 256;
-  LayerNormBackwardParamsKernel<T><<<(width + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
-      x, mean, rstd, dy, s.n, width, dgamma, dbeta);
-  return Launched("LayerNormBackward (dgamma, dbeta)");
+  const int64_t blocks = (s.n + kColumnSumsBlockRows - 1) / kColumnSumsBlockRows;
+  if (blocks > 65535) return absl::InvalidArgumentError(absl::StrCat("LayerNormBackward: n=", s.n, " rows: too many"));
+  float* part = nullptr;
+  if (absl::Status a = CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&part), 2 * blocks * width * sizeof(float), stream),
+                              "LayerNormBackward scratch");
+      !a.ok())
+    return a;
+  LayerNormBackwardParamsKernel<T><<<dim3((width + kThreads - 1) / kThreads, static_cast<unsigned>(blocks)), kThreads, 0,
+                                     stream>>>(x, mean, rstd, dy, s.n, width, part, part + blocks * width);
+  const absl::Status launched = Launched("LayerNormBackward (dgamma, dbeta)");
+  const absl::Status g = launched.ok() ? ColumnSums(part, blocks, width, width, dgamma, true, stream) : launched;
+  const absl::Status b = g.ok() ? ColumnSums(part + blocks * width, blocks, width, width, dbeta, true, stream) : g;
+  const absl::Status freed = CudaOk(cudaFreeAsync(part, stream), "LayerNormBackward scratch");
+  return b.ok() ? freed : b;
 }
 
 template <typename T>

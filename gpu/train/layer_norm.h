@@ -29,7 +29,8 @@ template <typename T>
 absl::Status LayerNormForward(const RowsShape& s, const T* x, const float* gamma, const float* beta, T* y, float* mean,
                               float* rstd, cudaStream_t stream);
 // dx = rstd (dy g - mean(dy g) - xhat mean(dy g xhat)) per row (written); dgamma += sum over rows
-// of dy xhat and dbeta += sum of dy (rows in increasing order, one thread per column).
+// of dy xhat and dbeta += sum of dy (partitioned over blocks of kColumnSumsBlockRows rows, as
+// model_kernels.h's ColumnSums adds; stream-ordered scratch).
 template <typename T>
 absl::Status LayerNormBackward(const RowsShape& s, const T* x, const float* gamma, const float* mean, const float* rstd,
                                const T* dy, T* dx, float* dgamma, float* dbeta, cudaStream_t stream);

@@ -7,6 +7,7 @@ namespace gemtb::gpu::train {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int64_t kColumnBlock = kColumnSumsBlockRows;
 
 unsigned Blocks(int64_t count) { return static_cast<unsigned>((count + kThreads - 1) / kThreads); }
 
@@ -34,6 +35,17 @@ __global__ void ColumnSumsKernel(const float* x, int64_t rows, int64_t cols, int
   float s = 0.0f;
   for (int64_t r = 0; r < rows; ++r) s = __fadd_rn(s, x[r * ldx + c]);
   out[c] = accumulate ? __fadd_rn(out[c], s) : s;
+}
+
+// partial[blockIdx.y, c] = sum of rows [blockIdx.y kColumnBlock, + kColumnBlock) of column c, in order.
+__global__ void ColumnBlockSumsKernel(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* partial) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kColumnBlock;
+  const int64_t r1 = r0 + kColumnBlock < rows ? r0 + kColumnBlock : rows;
+  float s = 0.0f;
+  for (int64_t r = r0; r < r1; ++r) s = __fadd_rn(s, x[r * ldx + c]);
+  partial[blockIdx.y * cols + c] = s;
 }
 
 __global__ void GatherRowsKernel(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst,
@@ -84,8 +96,26 @@ absl::Status BroadcastRows(const float* v, int64_t rows, int64_t cols, float* y,
 absl::Status ColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
                         cudaStream_t stream) {
   if (absl::Status s = ValidateMatrix("ColumnSums", rows, cols, ldx); !s.ok()) return s;
-  ColumnSumsKernel<<<Blocks(cols), kThreads, 0, stream>>>(x, rows, cols, ldx, out, accumulate);
-  return Launched("ColumnSums");
+  if (rows <= kColumnBlock) {
+    ColumnSumsKernel<<<Blocks(cols), kThreads, 0, stream>>>(x, rows, cols, ldx, out, accumulate);
+    return Launched("ColumnSums");
+  }
+  // One thread per column walking all rows leaves the GPU nearly idle (a few blocks, each load
+  // waiting on the last add); the blocks' sums run side by side, then one short walk adds them.
+  const int64_t blocks = (rows + kColumnBlock - 1) / kColumnBlock;
+  if (blocks > 65535) return absl::InvalidArgumentError(absl::StrCat("ColumnSums: rows=", rows, ": want <= 65535 * ", kColumnBlock));
+  float* partial = nullptr;
+  if (absl::Status a = CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&partial), blocks * cols * sizeof(float), stream),
+                              "ColumnSums scratch");
+      !a.ok())
+    return a;
+  ColumnBlockSumsKernel<<<dim3(Blocks(cols), static_cast<unsigned>(blocks)), kThreads, 0, stream>>>(x, rows, cols, ldx,
+                                                                                                    partial);
+  const absl::Status first = Launched("ColumnSums (blocks)");
+  if (first.ok()) ColumnSumsKernel<<<Blocks(cols), kThreads, 0, stream>>>(partial, blocks, cols, cols, out, accumulate);
+  const absl::Status second = first.ok() ? Launched("ColumnSums") : first;
+  const absl::Status freed = CudaOk(cudaFreeAsync(partial, stream), "ColumnSums scratch");
+  return second.ok() ? freed : second;
 }
 
 absl::Status GatherRows(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst,

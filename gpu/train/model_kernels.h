@@ -15,7 +15,11 @@ namespace gemtb::gpu::train {
 // y[r, c] = v[c] (accumulate: y[r, c] += v[c]) for r < rows, c < cols; row stride ldy.
 absl::Status BroadcastRows(const float* v, int64_t rows, int64_t cols, float* y, int64_t ldy, bool accumulate,
                            cudaStream_t stream);
-// out[c] (+)= sum over r = 0, 1, ... rows-1 in that order of x[r * ldx + c].
+// Rows of the partitioned sums below.
+inline constexpr int64_t kColumnSumsBlockRows = 1024;
+// out[c] (+)= the sum over rows of x[r * ldx + c]: up to kColumnSumsBlockRows rows in order r = 0,
+// 1, ...; beyond, a partitioned sum (blocks of kColumnSumsBlockRows rows, each in order, then the
+// block sums in order). Deterministic; stream-ordered scratch for the block sums.
 absl::Status ColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
                         cudaStream_t stream);
 // dst[r] (+)= src[index[r]] for rows of `width` floats; index[r] < 0 reads zeros (and adds nothing).

@@ -44,8 +44,8 @@ TEST(GemModelGpuTest, RejectsBadInputsBeforeTheDevice) {
   EXPECT_NE(m.status().message().find("heads"), std::string::npos) << m.status();
 }
 
-TEST(GemModelGpuTest, MatchesTheOracleBatchPassOnTiny) {
-  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+// One batch of `B` samples against the oracle's batch pass.
+void ExpectMatchesTheOracle(int batch) {
   absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig("tiny");
   ASSERT_TRUE(config.ok()) << config.status();
   absl::StatusOr<reference::model::GemModel> ref = reference::model::GemModel::Create(*config);
@@ -53,7 +53,7 @@ TEST(GemModelGpuTest, MatchesTheOracleBatchPassOnTiny) {
   absl::StatusOr<std::unique_ptr<GemModelGpu>> gpu = GemModelGpu::Create(*config);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   const gemtb::model::GemGeometry& g = (*gpu)->geometry();
-  const int B = 12, d = g.d, F = g.num_features, J = g.num_sequences(), T = g.num_tasks;
+  const int B = batch, d = g.d, F = g.num_features, J = g.num_sequences(), T = g.num_tasks;
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 0.5f);
   auto draw = [&](size_t n) {
@@ -142,6 +142,18 @@ TEST(GemModelGpuTest, MatchesTheOracleBatchPassOnTiny) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(d_grad.Get(params.size()), grad);
   EXPECT_EQ(d_logits.Get(logits.size()), logits);
+}
+
+TEST(GemModelGpuTest, MatchesTheOracleBatchPassOnTiny) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  ExpectMatchesTheOracle(12);
+}
+
+// Enough rows (about 19,000 per sequence) that weight gradients and column sums run as partitioned
+// sums over row blocks (gem_model.cc's WeightGrad, model_kernels.h's ColumnSums).
+TEST(GemModelGpuTest, MatchesTheOracleBatchPassOnALargeBatch) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  ExpectMatchesTheOracle(400);
 }
 
 }  // namespace
