@@ -1,6 +1,7 @@
 #include "gpu/train/trainer.h"
 
 #include <chrono>
+#include <future>
 #include <cmath>
 #include <optional>
 #include <utility>
@@ -79,6 +80,27 @@ struct GpuTrainer::Impl {
   data::Batch StepBatch() const {
     const int64_t B = options.batch;
     return data::GenerateBatch(generator, options.data_seed, step * B, B);
+  }
+
+  // The next step's batch, generated on a host thread while this step runs on the GPU (a batch
+  // depends only on the seed and its sample indices, so where it is made changes no bit).
+  std::optional<std::pair<int64_t, std::future<data::Batch>>> prefetch;
+
+  // Step `step`'s batch: the prefetched one when it is that step's, else made now; then the next
+  // step's batch starts on its thread.
+  data::Batch TakeStepBatch() {
+    data::Batch batch;
+    if (prefetch && prefetch->first == step) {
+      batch = prefetch->second.get();
+    } else {
+      batch = StepBatch();
+    }
+    prefetch.reset();
+    const int64_t B = options.batch, next = step + 1;
+    prefetch.emplace(next, std::async(std::launch::async, [this, B, next] {
+                       return data::GenerateBatch(generator, options.data_seed, next * B, B);
+                     }));
+    return batch;
   }
 
   absl::Status TbeForward(const data::Batch& batch) {
@@ -229,7 +251,7 @@ absl::StatusOr<TrainerStep> GpuTrainer::Step() {
   Impl& m = *impl_;
   m.times = StepTimes{};
   const Impl::Clock::time_point at = Impl::Clock::now();
-  const data::Batch batch = m.StepBatch();
+  const data::Batch batch = m.TakeStepBatch();
   m.times.data_ms = Impl::Ms(at);
   absl::StatusOr<Impl::Backward> b = m.Pass(batch, true);
   if (!b.ok()) return b.status();
@@ -310,6 +332,7 @@ absl::Status GpuTrainer::LoadState(const TrainerState& state) {
   GEMTB_RETURN_IF_ERROR(m.adam_m->Upload(state.adam_m, "adam m"));
   GEMTB_RETURN_IF_ERROR(m.adam_v->Upload(state.adam_v, "adam v"));
   m.tbe = *std::move(tbe);
+  m.prefetch.reset();  // waits for a batch in flight; the next Step makes its own
   m.step = state.step;
   m.adam_b1 = state.adam_b1;
   m.adam_b2 = state.adam_b2;

@@ -5,7 +5,8 @@
 // the TBE backward, and dense Adam with fp32 master weights (dense_adam.h); learning rates on the
 // oracle's schedule (model/description/train_schedule.h).
 //
-// The batch stays on the device from the TBE's outputs to its gradients (only the KJT, the dense
+// Step s + 1's batch is generated on a host thread while step s runs. The batch stays on the device
+// from the TBE's outputs to its gradients (only the KJT, the dense
 // features, labels and masks go up; logits and loss come down). Per-step arrays come from device 0's
 // retained memory pool: Create calls RetainFreedDeviceMemory (gpu/common/device_buffer.h), a
 // process-wide setting, as a training framework's caching allocator would be.
@@ -35,7 +36,8 @@ using TrainerOptions = gemtb::model::TrainOptions;
 // Wall time of a step's phases on the host clock; each phase ends with the device idle (the trainer
 // waits for its results), so a phase's time is its device work plus the host's part.
 struct StepTimes {
-  double data_ms = 0;           // the batch from model/data's generator, on the host
+  double data_ms = 0;           // waiting for the batch (model/data's generator makes each step's batch on a
+                                // host thread during the step before)
   double embedding_fwd_ms = 0;  // the KJT upload, the TBE forward and its outputs to the host
   double model_ms = 0;          // inputs up, the model's forward, loss and backward, gradients down
   double embedding_bwd_ms = 0;  // the gradients up, the TBE backward with fused rowwise Adagrad
