@@ -258,6 +258,7 @@ absl::StatusOr<TrainerStep> GpuTrainer::Step() {
   GEMTB_RETURN_IF_ERROR(m.Apply(*b));
   b->result.step = m.step;
   b->result.times = m.times;
+  b->result.seq_lengths = batch.seq_lengths;
   return std::move(b->result);
 }
 

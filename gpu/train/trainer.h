@@ -50,6 +50,7 @@ struct TrainerStep {
   double loss = 0;               // the batch's masked BCE
   std::vector<float> logits;     // [B, T]
   StepTimes times;
+  std::vector<int32_t> seq_lengths;  // [J * B] the batch's events per sample (sequence-major)
   // With TimeRegions(true): the model's regions, forward then backward, in ms from the model's start.
   std::vector<RegionTime> regions;
 };

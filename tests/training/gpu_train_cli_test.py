@@ -110,6 +110,7 @@ def cpu_part(d):
     for bad, words in ((["--steps", "-1"], "--steps: -1"), (["--local-batch", "0"], "--local-batch: 0"),
                        (["--config", "nope"], "--config"), (["--lr", "nan"], "--lr: nan"),
                        (["--table-lr", "-1"], "--table-lr: -1"), (["--log-every-s", "0"], "--log-every-s: 0"),
+                       (["--peak-tflops", "0"], "--peak-tflops: 0"),
                        (["--eval-samples", "-1"], "--eval-samples: -1"), (["--seed", "-2"], "--seed: -2"),
                        (["--schedule-steps", "0"], "--schedule-steps: 0"), (["--steps", "x"], "--steps"),
                        (["--nosuch", "1"], "nosuch"), (["--checkpoint-every", "-1"], "--checkpoint-every: -1"),
@@ -188,7 +189,7 @@ def gpu_part(d):
     straight, report, trace = os.path.join(d, "straight"), os.path.join(d, "report.json"), os.path.join(d, "trace.json")
     p = run(["train"] + base_flags + ["--steps", "30", "--checkpoint", straight, "--eval-samples", "1024",
                                       "--report", report, "--trace", trace], expect=0)
-    assert re.search(r"^step 30 loss \S+ samples/s \S+ step_ms \S+$", p.stdout, re.M), p.stdout
+    assert re.search(r"^step 30 loss \S+ samples/s \S+ step_ms \S+ mfu \S+%$", p.stdout, re.M), p.stdout
     assert re.search(r"^eval step 30 held-out samples 1024: ctr ne ", p.stdout, re.M), p.stdout
     assert sorted(os.listdir(straight)) == ["step-30"], os.listdir(straight)
     rep = json.load(open(report))
@@ -196,6 +197,7 @@ def gpu_part(d):
         assert key in rep, (key, rep)
     assert rep["steps"] == 30 and rep["local_batch"] == 64 and rep["config"] == "tiny", rep
     assert [t["task"] for t in rep["held_out_ne"]] == ["ctr", "conversion"], rep
+    assert rep["model_flops_per_step_mean"] > 0 and 0 < rep["e2e_mfu"] < 1 and rep["peak_flops"] == 989e12, rep
     assert set(rep["phase_ms_mean"]) == {"data", "embedding_fwd", "model", "embedding_bwd", "optimizer"}, rep
     passes = {(r["region"], r["pass"]) for r in rep["last_step_regions_ms"]}
     assert ("L1.cross", "fwd") in passes and ("head", "bwd") in passes and ("E.dense", "bwd") in passes, passes

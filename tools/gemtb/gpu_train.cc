@@ -18,8 +18,10 @@
 #include "model/data/batch.h"
 #include "model/data/generator.h"
 #include "model/data/shape_from_config.h"
+#include "model/description/batch_flops.h"
 #include "model/description/gem_geometry.h"
 #include "model/description/model_config.h"
+#include "model/description/model_graph.h"
 #include "model/metrics/ne.h"
 #include "nlohmann/json.hpp"
 #include "reference/dist/sharded_checkpoint.h"
@@ -43,6 +45,7 @@ struct Flags {
   int64_t steps = 1000, local_batch = 64, seed = 1, data_seed = 1, eval_samples = 4096;
   std::optional<int64_t> schedule_steps;
   std::optional<double> lr, table_lr, log_every_s;
+  std::optional<double> peak_tflops;  // default 989: the H200's dense bf16 peak
   std::string checkpoint, report, trace;
   int64_t checkpoint_every = 0, crash_checkpoint_after_bytes = -1;
   bool resume = false;
@@ -55,6 +58,7 @@ struct Job {
   reference::dist::CheckpointIdentity identity;
   int64_t num_params = 0;
   double log_every_s = 5;
+  std::optional<gemtb::model::BatchFlops> flops;  // the model FLOPs of a step's batch, for MFU
   std::optional<gpu::train::TrainerState> resumed;  // with --resume
   std::string resumed_from;                        // its step folder
 };
@@ -97,6 +101,8 @@ absl::StatusOr<Job> Prepare(const Flags& f) {
   if (!f.schedule_steps && f.steps < 1) return Bad("--steps: 0 needs --schedule-steps (the learning-rate schedule's length)");
   if (f.log_every_s && !(std::isfinite(*f.log_every_s) && *f.log_every_s > 0 && *f.log_every_s <= 86400))
     return Bad(absl::StrCat("--log-every-s: ", Exact(*f.log_every_s), " must be in (0, 86400]"));
+  if (f.peak_tflops && !(std::isfinite(*f.peak_tflops) && *f.peak_tflops > 0 && *f.peak_tflops <= 1e6))
+    return Bad(absl::StrCat("--peak-tflops: ", Exact(*f.peak_tflops), " must be in (0, 1e6]"));
   if (f.eval_samples < 0 || f.eval_samples > (int64_t{1} << 24))
     return Bad(absl::StrCat("--eval-samples: ", f.eval_samples, " must be in [0, 16777216]"));
   if (f.checkpoint_every < 0) return Bad(absl::StrCat("--checkpoint-every: ", f.checkpoint_every, " must be >= 0"));
@@ -121,6 +127,9 @@ absl::StatusOr<Job> Prepare(const Flags& f) {
   absl::StatusOr<gemtb::model::GemGeometry> geometry = gemtb::model::MakeGemGeometry(job.config);
   if (!geometry.ok()) return Bad(absl::StrCat("--config ", f.config, ": ", geometry.status().message()));
   job.num_params = geometry->layout.total();
+  absl::StatusOr<gemtb::model::ModelGraph> graph = gemtb::model::ExpandModel(job.config);
+  if (!graph.ok()) return Bad(absl::StrCat("--config ", f.config, ": ", graph.status().message()));
+  job.flops = gemtb::model::BatchFlops::Create(*graph);
   absl::StatusOr<reference::dist::CheckpointIdentity> identity = TrainCheckpointIdentity(f.config, 1, "");
   if (!identity.ok()) return Bad(absl::StrCat("--config: ", identity.status().message()));
   job.identity = *std::move(identity);
@@ -218,6 +227,8 @@ int Train(const Flags& f, const Job& job) {
   const Clock::time_point start = Clock::now();
   Clock::time_point interval_start = start;
   double loss_sum = 0, step_s_sum = 0, run_step_s = 0, last_loss = std::nan("");
+  double flops_sum = 0, run_flops = 0;  // model FLOPs of the interval's and the run's batches
+  const double peak = f.peak_tflops.value_or(989) * 1e12;
   int64_t interval_steps = 0, run_steps = 0;
   const StopSignals stop;
   gpu::train::StepTimes phase_sum;
@@ -234,6 +245,10 @@ int Train(const Flags& f, const Job& job) {
     phase_sum.optimizer_ms += r->times.optimizer_ms;
     if (!r->regions.empty()) last = *r;
     const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    absl::StatusOr<double> step_flops = job.flops->Of(r->seq_lengths, o.batch);
+    if (!step_flops.ok()) return ReportError(kCommand, step_flops.status());
+    flops_sum += *step_flops;
+    run_flops += *step_flops;
     last_loss = r->loss;
     loss_sum += r->loss;
     step_s_sum += step_s;
@@ -246,8 +261,9 @@ int Train(const Flags& f, const Job& job) {
       const double n = static_cast<double>(interval_steps);
       std::cout << "step " << step << " loss " << Num(loss_sum / n) << " samples/s "
                 << Num(n * static_cast<double>(o.batch) / std::max(interval_s, 1e-9), 4) << " step_ms "
-                << Num(1000 * step_s_sum / n, 4) << std::endl;
-      loss_sum = step_s_sum = 0;
+                << Num(1000 * step_s_sum / n, 4) << " mfu " << Num(100 * flops_sum / (step_s_sum * peak), 3) << "%"
+                << std::endl;
+      loss_sum = step_s_sum = flops_sum = 0;
       interval_steps = 0;
       interval_start = Clock::now();
     }
@@ -270,6 +286,8 @@ int Train(const Flags& f, const Job& job) {
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
   const double samples_per_s = static_cast<double>(run_steps * o.batch) / std::max(wall, 1e-9);
   const double mean_step_ms = run_steps > 0 ? 1000 * run_step_s / static_cast<double>(run_steps) : std::nan("");
+  // E2E MFU: the model FLOPs of the run's batches over their step time at the peak.
+  const double mfu = run_steps > 0 ? run_flops / (run_step_s * peak) : std::nan("");
   nlohmann::json ne = nlohmann::json::array();
   if (f.eval_samples > 0) {
     std::string line = absl::StrCat("eval step ", trainer.step(), " held-out samples ", f.eval_samples, ":");
@@ -279,7 +297,7 @@ int Train(const Flags& f, const Job& job) {
     std::cout << line << "\n";
   }
   std::cout << "final: step " << trainer.step() << ", " << run_steps << " steps in " << Num(wall, 4) << " s, samples/s "
-            << Num(samples_per_s, 4) << ", step_ms " << Num(mean_step_ms, 4)
+            << Num(samples_per_s, 4) << ", step_ms " << Num(mean_step_ms, 4) << ", mfu " << Num(100 * mfu, 3) << "%"
             << (f.checkpoint.empty() ? "" : ", checkpoint " + f.checkpoint) << std::endl;
   if (!f.trace.empty() && !last.regions.empty()) {
     if (absl::Status s = WriteTextAtomically(f.trace, StepTraceJson(StepSpans(last))); !s.ok())
@@ -302,7 +320,9 @@ int Train(const Flags& f, const Job& job) {
         {"mean_step_ms", number(mean_step_ms)}, {"final_loss", number(last_loss)},
         {"eval_samples", f.eval_samples},       {"held_out_ne", ne},
         {"resumed_from_step", job.resumed ? nlohmann::json(job.resumed->step) : nlohmann::json()},
-        {"phase_ms_mean", phases},     {"last_step_regions_ms", regions}};
+        {"phase_ms_mean", phases},     {"last_step_regions_ms", regions},
+        {"model_flops_per_step_mean", run_steps > 0 ? nlohmann::json(run_flops / static_cast<double>(run_steps)) : nlohmann::json()},
+        {"peak_flops", peak},          {"e2e_mfu", number(mfu)}};
     if (absl::Status s = WriteTextAtomically(f.report, report.dump(2) + "\n"); !s.ok())
       return ReportError(kCommand, absl::Status(s.code(), absl::StrCat("--report: ", s.message())));
   }
@@ -338,6 +358,7 @@ int RunGpuTrain(const std::vector<std::string>& args) {
   flags.Int64("seed", &f.seed, "parameter and table init seed (default 1)");
   flags.Int64("data-seed", &f.data_seed, "data generator seed (default 1)");
   flags.OptionalDouble("log-every-s", &f.log_every_s, "seconds between progress lines (default 5)");
+  flags.OptionalDouble("peak-tflops", &f.peak_tflops, "the GPU's peak TFLOP/s that MFU divides by (default 989: H200 dense bf16)");
   flags.Int64("eval-samples", &f.eval_samples, "held-out samples for the final NE (default 4096; 0 skips it)");
   flags.String("checkpoint", &f.checkpoint, "checkpoint folder, written at the end and every --checkpoint-every steps");
   flags.Int64("checkpoint-every", &f.checkpoint_every, "steps between checkpoints (default 0: only at the end)");
