@@ -43,10 +43,10 @@ namespace {
 
 constexpr char kCommand[] = "check train";
 
+#if GEMTB_HAVE_CUDA
 // The spec's fp32 tolerance per element: |gpu - oracle| <= 1e-6 + 1e-5 |oracle|.
 bool WithinFp32(double gpu, double oracle) { return std::abs(gpu - oracle) <= 1e-6 + 1e-5 * std::abs(oracle); }
 
-#if GEMTB_HAVE_CUDA
 struct Diff {
   double max_abs = 0, rel_l2 = 0;
   int64_t outside = 0, differ = 0, count = 0;  // beyond the fp32 bound; not the same bits
