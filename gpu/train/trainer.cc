@@ -14,6 +14,7 @@
 #include "model/common/status_macros.h"
 #include "model/data/batch.h"
 #include "model/data/generator.h"
+#include "model/data/parallel_batch.h"
 #include "model/data/shape_from_config.h"
 #include "model/description/gem_geometry.h"
 #include "model/description/train_schedule.h"
@@ -79,7 +80,7 @@ struct GpuTrainer::Impl {
 
   data::Batch StepBatch() const {
     const int64_t B = options.batch;
-    return data::GenerateBatch(generator, options.data_seed, step * B, B);
+    return data::GenerateBatchParallel(generator, options.data_seed, step * B, B);
   }
 
   // The next step's batch, generated on a host thread while this step runs on the GPU (a batch
@@ -98,7 +99,7 @@ struct GpuTrainer::Impl {
     prefetch.reset();
     const int64_t B = options.batch, next = step + 1;
     prefetch.emplace(next, std::async(std::launch::async, [this, B, next] {
-                       return data::GenerateBatch(generator, options.data_seed, next * B, B);
+                       return data::GenerateBatchParallel(generator, options.data_seed, next * B, B);
                      }));
     return batch;
   }
@@ -346,7 +347,7 @@ absl::StatusOr<std::vector<double>> GpuTrainer::Predict(int64_t first_index, int
   std::vector<double> pred;
   for (int64_t at = 0; at < count; at += kChunk) {
     const int64_t n = std::min(kChunk, count - at);
-    const data::Batch batch = data::GenerateBatch(m.generator, m.options.data_seed, first_index + at, n);
+    const data::Batch batch = data::GenerateBatchParallel(m.generator, m.options.data_seed, first_index + at, n);
     absl::StatusOr<Impl::Backward> r = m.Pass(batch, false);
     if (!r.ok()) return r.status();
     for (float z : r->result.logits) pred.push_back(1.0 / (1.0 + std::exp(-static_cast<double>(z))));

@@ -13,6 +13,7 @@
 #include "model/common/status_macros.h"
 #include "model/data/batch.h"
 #include "model/data/generator.h"
+#include "model/data/parallel_batch.h"
 #include "model/data/shape_from_config.h"
 #include "model/embedding/embedding_math.h"
 #include "model/metrics/ne.h"
@@ -39,14 +40,8 @@ struct Trainer::Impl {
 
   // Samples [first, first + count) of `seed`, generated in parallel (each is a pure function of its index).
   data::Batch Generate(uint64_t seed, int64_t first, int64_t count) {
-    std::vector<data::Sample> samples(static_cast<size_t>(count));
-    auto run = [&] {
-      tbb::parallel_for(int64_t{0}, count, [&](int64_t b) { generator.Generate(seed, first + b, &samples[b]); });
-    };
-    arena ? arena->execute(run) : run();
-    data::Batch batch;
-    data::AssembleBatch(generator.shape(), samples.data(), count, &batch);
-    return batch;
+    auto run = [&] { return data::GenerateBatchParallel(generator, seed, first, count); };
+    return arena ? arena->execute(run) : run();
   }
 };
 

@@ -14,6 +14,7 @@
 
 #include "model/data/batch.h"
 #include "model/data/data_params_json.h"
+#include "model/data/parallel_batch.h"
 #include "model/data/shape_from_config.h"
 #include "model/metrics/ne.h"
 #include "model/random/splitmix64.h"
@@ -252,6 +253,29 @@ TEST(Batch, KjtLayoutIsKeyMajor) {
   EXPECT_EQ(batch.lengths[0 * 16 + 3], static_cast<int32_t>(s3.sparse[0].size()));
   EXPECT_EQ(batch.seq_lengths[1 * 16 + 3], static_cast<int32_t>(s3.sequences[1].item.size()));
   EXPECT_EQ(batch.lengths[(F + 3 + 2) * 16 + 3], static_cast<int32_t>(s3.sequences[1].dt.size()));
+}
+
+// The trainers' parallel batches: GenerateBatch's bits for any number of threads.
+TEST(Batch, ParallelBatchHasTheBitsOfTheSerialOne) {
+  const Generator& g = Tiny();
+  const Batch serial = GenerateBatch(g, 5, 300, 257);
+  for (const int threads : {1, 2, 7}) {
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
+    const Batch parallel = GenerateBatchParallel(g, 5, 300, 257);
+    EXPECT_EQ(parallel.size, serial.size);
+    EXPECT_EQ(parallel.indices, serial.indices) << threads;
+    EXPECT_EQ(parallel.keys, serial.keys) << threads;
+    EXPECT_EQ(parallel.lengths, serial.lengths) << threads;
+    EXPECT_EQ(parallel.values, serial.values) << threads;
+    EXPECT_EQ(parallel.surface, serial.surface) << threads;
+    EXPECT_EQ(parallel.seq_lengths, serial.seq_lengths) << threads;
+    EXPECT_EQ(parallel.label, serial.label) << threads;
+    EXPECT_EQ(parallel.mask, serial.mask) << threads;
+    ASSERT_EQ(parallel.dense.size(), serial.dense.size());
+    EXPECT_EQ(std::memcmp(parallel.dense.data(), serial.dense.data(), serial.dense.size() * sizeof(float)), 0) << threads;
+    ASSERT_EQ(parallel.prob.size(), serial.prob.size());
+    EXPECT_EQ(std::memcmp(parallel.prob.data(), serial.prob.data(), serial.prob.size() * sizeof(double)), 0) << threads;
+  }
 }
 
 }  // namespace
