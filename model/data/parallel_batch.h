@@ -1,7 +1,7 @@
 // A batch generated on oneTBB's threads: each sample is a pure function of (seed, index), so the
 // batch has GenerateBatch's bits for any thread count. Host only; callers link oneTBB. The trainers
-// (the oracle's and the GPU's) make their steps' batches here: one thread makes about 2,000 `small`
-// samples per second, fewer than a GPU step consumes.
+// (the oracle's and the GPU's) make their steps' batches here: one thread makes fewer than 2,000
+// `small` samples per second (tools/bench/NOTES.md), fewer than a GPU step consumes.
 #pragma once
 
 #include <tbb/parallel_for.h>
