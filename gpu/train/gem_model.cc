@@ -14,6 +14,7 @@
 #include "gpu/train/model_kernels.h"
 #include "model/attention/rope_table.h"
 #include "model/common/status_macros.h"
+#include "model/description/layer_params.h"
 
 namespace gemtb::gpu::train {
 namespace {
@@ -69,21 +70,10 @@ absl::Status Copy2D(const float* src, int64_t src_ld, float* dst, int64_t dst_ld
 }
 
 // Bound parameter slices.
-struct LinearP {
-  ParamRef w, b;
-  int in = 0, out = 0;
-};
-struct NormP {
-  ParamRef gamma, beta;
-  int width = 0;
-};
-struct MixP {
-  ParamRef m;
-  int n_in = 0, n_out = 0;
-};
-struct AttnP {
-  LinearP wq, wk, wv, wo;
-};
+using LinearP = gemtb::model::LinearSlices;
+using NormP = gemtb::model::LayerNormSlices;
+using MixP = gemtb::model::TokenMixSlices;
+using AttnP = gemtb::model::AttentionSlices;
 struct CrossP {
   MixP lce_s;
   LinearP x_gate;
@@ -108,19 +98,12 @@ struct LayerP {
   std::vector<SeqP> seq;
 };
 
-LinearP BindLinear(const ParamLayout& L, const std::string& n, int in, int out) {
-  return LinearP{L.Ref(n + ".w", {in, out}), L.Ref(n + ".b", {out}), in, out};
-}
-NormP BindNorm(const ParamLayout& L, const std::string& n, int w) {
-  return NormP{L.Ref(n + ".gamma", {w}), L.Ref(n + ".beta", {w}), w};
-}
+LinearP BindLinear(const ParamLayout& L, const std::string& n, int in, int out) { return gemtb::model::LinearAt(L, n, in, out); }
+NormP BindNorm(const ParamLayout& L, const std::string& n, int w) { return gemtb::model::LayerNormAt(L, n, w); }
 MixP BindMix(const ParamLayout& L, const std::string& n, int n_in, int n_out) {
-  return MixP{L.Ref(n + ".m", {n_out, n_in}), n_in, n_out};
+  return gemtb::model::TokenMixAt(L, n, n_in, n_out);
 }
-AttnP BindAttn(const ParamLayout& L, const std::string& n, int d) {
-  return AttnP{BindLinear(L, n + ".wq", d, d), BindLinear(L, n + ".wk", d, d), BindLinear(L, n + ".wv", d, d),
-               BindLinear(L, n + ".wo", d, d)};
-}
+AttnP BindAttn(const ParamLayout& L, const std::string& n, int d) { return gemtb::model::AttentionAt(L, n, d); }
 
 // One attention use over the batch: rows, offsets and mask.
 struct AttnUse {

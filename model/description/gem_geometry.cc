@@ -4,25 +4,12 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "model/description/layer_params.h"
 #include "model/embedding/embedding_math.h"
 
 namespace gemtb::model {
 namespace {
 
-void AddLinear(ParamLayout& L, const std::string& name, int in, int out) {
-  L.Add(name + ".w", {in, out}, ParamInit::kFanIn, in);
-  L.Add(name + ".b", {out}, ParamInit::kZero);
-}
-void AddLayerNorm(ParamLayout& L, const std::string& name, int width) {
-  L.Add(name + ".gamma", {width}, ParamInit::kOne);
-  L.Add(name + ".beta", {width}, ParamInit::kZero);
-}
-void AddTokenMix(ParamLayout& L, const std::string& name, int n_in, int n_out) {
-  L.Add(name + ".m", {n_out, n_in}, ParamInit::kFanIn, n_in);
-}
-void AddAttention(ParamLayout& L, const std::string& name, int d) {
-  for (const char* w : {".wq", ".wk", ".wv", ".wo"}) AddLinear(L, name + w, d, d);
-}
 void AddCross(ParamLayout& L, const GemGeometry& g, const std::string& name) {
   AddTokenMix(L, name + ".lce_s", g.n_x, g.n_s);
   AddLinear(L, name + ".x_gate", g.d, g.d);

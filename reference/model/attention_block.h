@@ -26,11 +26,17 @@ struct AttnBlock {
   int heads = 0, dh = 0;
 
   static AttnBlock Bind(const ParamLayout& layout, const std::string& name, int d, int heads) {
+    const gemtb::model::AttentionSlices s = gemtb::model::AttentionAt(layout, name, d);
+    auto linear = [](const gemtb::model::LinearSlices& l) {
+      Linear x;
+      x.w = l.w, x.b = l.b, x.in = l.in, x.out = l.out;
+      return x;
+    };
     AttnBlock a;
-    a.wq = Linear::Bind(layout, name + ".wq", d, d);
-    a.wk = Linear::Bind(layout, name + ".wk", d, d);
-    a.wv = Linear::Bind(layout, name + ".wv", d, d);
-    a.wo = Linear::Bind(layout, name + ".wo", d, d);
+    a.wq = linear(s.wq);
+    a.wk = linear(s.wk);
+    a.wv = linear(s.wv);
+    a.wo = linear(s.wo);
     a.heads = heads;
     a.dh = d / heads;
     return a;

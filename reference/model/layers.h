@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "model/description/layer_params.h"
 #include "reference/model/ops.h"
 #include "reference/model/params.h"
 
@@ -20,11 +21,12 @@ struct Linear {
   int in = 0, out = 0;
 
   static Linear Bind(const ParamLayout& layout, const std::string& name, int in, int out) {
+    const gemtb::model::LinearSlices s = gemtb::model::LinearAt(layout, name, in, out);
     Linear l;
     l.in = in;
     l.out = out;
-    l.w = layout.Ref(name + ".w", {in, out});
-    l.b = layout.Ref(name + ".b", {out});
+    l.w = s.w;
+    l.b = s.b;
     return l;
   }
   template <typename T>
@@ -50,10 +52,11 @@ struct LayerNorm {
   int width = 0;
 
   static LayerNorm Bind(const ParamLayout& layout, const std::string& name, int width) {
+    const gemtb::model::LayerNormSlices s = gemtb::model::LayerNormAt(layout, name, width);
     LayerNorm l;
     l.width = width;
-    l.gamma = layout.Ref(name + ".gamma", {width});
-    l.beta = layout.Ref(name + ".beta", {width});
+    l.gamma = s.gamma;
+    l.beta = s.beta;
     return l;
   }
   // xhat [n,width] and rstd [n] are saved for backward.
@@ -142,7 +145,7 @@ struct TokenMix {
     l.n_in = n_in;
     l.n_out = n_out;
     l.d = d;
-    l.m = layout.Ref(name + ".m", {n_out, n_in});
+    l.m = gemtb::model::TokenMixAt(layout, name, n_in, n_out).m;
     return l;
   }
   template <typename T>
