@@ -78,10 +78,12 @@ struct GpuTrainer::Impl {
     std::vector<Array<float>> events_grad;  // per sequence, [events, d]
   };
 
-  data::Batch StepBatch() const {
+  // Step s's samples [s B, (s + 1) B) of the data seed.
+  data::Batch BatchOf(int64_t s) const {
     const int64_t B = options.batch;
-    return data::GenerateBatchParallel(generator, options.data_seed, step * B, B);
+    return data::GenerateBatchParallel(generator, options.data_seed, s * B, B);
   }
+  data::Batch StepBatch() const { return BatchOf(step); }
 
   // The next step's batch, generated on a host thread while this step runs on the GPU (a batch
   // depends only on the seed and its sample indices, so where it is made changes no bit).
@@ -97,10 +99,8 @@ struct GpuTrainer::Impl {
       batch = StepBatch();
     }
     prefetch.reset();
-    const int64_t B = options.batch, next = step + 1;
-    prefetch.emplace(next, std::async(std::launch::async, [this, B, next] {
-                       return data::GenerateBatchParallel(generator, options.data_seed, next * B, B);
-                     }));
+    const int64_t next = step + 1;
+    prefetch.emplace(next, std::async(std::launch::async, [this, next] { return BatchOf(next); }));
     return batch;
   }
 

@@ -269,18 +269,8 @@ int Train(const Flags& f, const Job& job) {
     }
     if (f.checkpoint_every > 0 && step % f.checkpoint_every == 0 && step != f.steps)
       if (absl::Status s = save(); !s.ok()) return ReportError(kCommand, s);
-    if (const int signal = stop.received(); signal != 0) {
-      if (f.checkpoint.empty()) {
-        std::cerr << "gemtb " << kCommand << ": stopped by " << SignalName(signal) << " after step " << step
-                  << "; nothing saved (no --checkpoint)\n";
-      } else {
-        if (absl::Status s = save(); !s.ok()) return ReportError(kCommand, s);
-        std::cerr << "gemtb " << kCommand << ": stopped by " << SignalName(signal) << " after step " << step
-                  << "; checkpoint written to " << f.checkpoint << " (continue with --resume --checkpoint "
-                  << f.checkpoint << ")\n";
-      }
-      return 128 + signal;
-    }
+    if (const int signal = stop.received(); signal != 0)
+      return StopAfterSignal(kCommand, signal, step, f.checkpoint, "--resume --checkpoint", save);
   }
   if (absl::Status s = save(); !s.ok()) return ReportError(kCommand, s);
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();

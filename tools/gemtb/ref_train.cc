@@ -384,16 +384,7 @@ int RunRefTrain(const std::vector<std::string>& args) {
       if (!agreed_stop.ok()) return ReportError(kCommand, agreed_stop.status());
       if (const int signal = *agreed_stop; signal != 0) {
         if (tty) std::cerr << "\r\033[K" << std::flush;
-        if (f.checkpoint.empty()) {
-          std::cerr << "gemtb " << kCommand << ": stopped by " << SignalName(signal) << " after step " << step
-                    << "; nothing saved (no --checkpoint)\n";
-        } else {
-          if (absl::Status s = save(); !s.ok()) return ReportError(kCommand, s);
-          std::cerr << "gemtb " << kCommand << ": stopped by " << SignalName(signal) << " after step " << step
-                    << "; checkpoint written to " << f.checkpoint << " (continue with --resume " << f.checkpoint
-                    << ")\n";
-        }
-        return 128 + signal;
+        return StopAfterSignal(kCommand, signal, step, f.checkpoint, "--resume", save);
       }
       if (tty) {
         const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();

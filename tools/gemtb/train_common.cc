@@ -5,12 +5,15 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <iostream>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "model/common/sha256.h"
 #include "model/description/model_config.h"
 #include "model/json/user_file.h"
+#include "tools/gemtb/command.h"
+#include "tools/gemtb/stop_signals.h"
 
 namespace gemtb::cli {
 
@@ -41,6 +44,20 @@ std::string Num(double v, int digits) {
 std::string Exact(double v) {
   char buf[64];
   return std::string(buf, std::to_chars(buf, buf + sizeof(buf), v).ptr);
+}
+
+int StopAfterSignal(const char* command, int signal, int64_t step, const std::string& checkpoint,
+                    const std::string& resume_flags, const std::function<absl::Status()>& save) {
+  if (checkpoint.empty()) {
+    std::cerr << "gemtb " << command << ": stopped by " << SignalName(signal) << " after step " << step
+              << "; nothing saved (no --checkpoint)\n";
+  } else {
+    if (absl::Status s = save(); !s.ok()) return ReportError(command, s);
+    std::cerr << "gemtb " << command << ": stopped by " << SignalName(signal) << " after step " << step
+              << "; checkpoint written to " << checkpoint << " (continue with " << resume_flags << " " << checkpoint
+              << ")\n";
+  }
+  return 128 + signal;
 }
 
 }  // namespace gemtb::cli

@@ -4,6 +4,8 @@
 #ifndef GEMTB_TOOLS_GEMTB_TRAIN_COMMON_H_
 #define GEMTB_TOOLS_GEMTB_TRAIN_COMMON_H_
 
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -21,6 +23,12 @@ absl::StatusOr<reference::dist::CheckpointIdentity> TrainCheckpointIdentity(cons
 // A learning-rate-like flag --`flag`: finite, >= 0 and representable in fp32 (the trainers'
 // precision). The error line naming the flag and value, or nullopt when it is fine or absent.
 std::optional<std::string> CheckRate(const char* flag, const std::optional<double>& v);
+
+// After stop signal `signal` at step `step`: with a checkpoint folder, `save` it and say where to
+// resume (`resume_flags` + the folder), else say nothing was saved; on stderr, named by `command`.
+// The exit code: 128 + signal, or the save's error's.
+int StopAfterSignal(const char* command, int signal, int64_t step, const std::string& checkpoint,
+                    const std::string& resume_flags, const std::function<absl::Status()>& save);
 
 // `v` rounded for display to `digits` significant digits ("nan" for NaN).
 std::string Num(double v, int digits = 5);
