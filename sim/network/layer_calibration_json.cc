@@ -39,15 +39,20 @@ absl::Status ParseEntry(const json& j, const std::string& path, MeasuredEfficien
   return absl::OkStatus();
 }
 
-absl::Status ParseTable(const json& j, const std::string& path, bool kinds,
+// What a table's keys name. Op and region names are checked against the model later
+// (CheckLayerCalibration); op kinds are a fixed set and are checked here.
+enum class TableKey { kOpName, kRegion, kOpKind };
+
+absl::Status ParseTable(const json& j, const std::string& path, TableKey key,
                         std::map<std::string, MeasuredEfficiency>* out) {
   if (!j.is_object()) return jr::BadValue(path, j, "must be an object {name: {\"fwd\": e, \"bwd\": e}}");
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string entry_path = jr::JoinPath(path, it.key());
-    if (kinds && !ParseIn(model::kOpKindNames, it.key()).has_value()) {
+    if (key == TableKey::kOpKind && !ParseIn(model::kOpKindNames, it.key()).has_value()) {
       return jr::BadField(entry_path, "is not an op kind (" + NamesOf(model::kOpKindNames) + ")");
     }
-    if (!kinds && it.key().empty()) return jr::BadField(entry_path, "an op name must not be empty");
+    if (key == TableKey::kOpName && it.key().empty()) return jr::BadField(entry_path, "an op name must not be empty");
+    if (key == TableKey::kRegion && it.key().empty()) return jr::BadField(entry_path, "a region name must not be empty");
     GEMTB_RETURN_IF_ERROR(ParseEntry(it.value(), entry_path, &(*out)[it.key()]));
   }
   return absl::OkStatus();
@@ -58,8 +63,8 @@ absl::Status ParseTable(const json& j, const std::string& path, bool kinds,
 absl::StatusOr<LayerCalibration> ParseLayerCalibration(const json& j, std::string_view path_prefix) {
   const std::string path(path_prefix);
   absl::StatusOr<ObjectReader> r =
-      ObjectReader::Open(j, path, {"format", "version", "hardware", "commit", "command", "config", "ops", "kinds",
-                                   "note"});
+      ObjectReader::Open(j, path, {"format", "version", "hardware", "commit", "command", "config", "ops", "layers",
+                                   "kinds", "note"});
   if (!r.ok()) return r.status();
   std::string format;
   GEMTB_RETURN_IF_ERROR(r->Require("format"));
@@ -71,9 +76,18 @@ absl::StatusOr<LayerCalibration> ParseLayerCalibration(const json& j, std::strin
   GEMTB_RETURN_IF_ERROR(NonEmptyText(*r, j, "commit", &cal.commit));
   GEMTB_RETURN_IF_ERROR(NonEmptyText(*r, j, "command", &cal.command));
   GEMTB_RETURN_IF_ERROR(NonEmptyText(*r, j, "config", &cal.config));
-  if (r->Has("ops")) GEMTB_RETURN_IF_ERROR(ParseTable(j.at("ops"), jr::JoinPath(path, "ops"), false, &cal.ops));
-  if (r->Has("kinds")) GEMTB_RETURN_IF_ERROR(ParseTable(j.at("kinds"), jr::JoinPath(path, "kinds"), true, &cal.kinds));
-  if (cal.ops.empty() && cal.kinds.empty()) return jr::BadField(path, "has no efficiency (ops and kinds empty)");
+  if (r->Has("ops")) {
+    GEMTB_RETURN_IF_ERROR(ParseTable(j.at("ops"), jr::JoinPath(path, "ops"), TableKey::kOpName, &cal.ops));
+  }
+  if (r->Has("layers")) {
+    GEMTB_RETURN_IF_ERROR(ParseTable(j.at("layers"), jr::JoinPath(path, "layers"), TableKey::kRegion, &cal.layers));
+  }
+  if (r->Has("kinds")) {
+    GEMTB_RETURN_IF_ERROR(ParseTable(j.at("kinds"), jr::JoinPath(path, "kinds"), TableKey::kOpKind, &cal.kinds));
+  }
+  if (cal.ops.empty() && cal.layers.empty() && cal.kinds.empty()) {
+    return jr::BadField(path, "has no efficiency (ops, layers and kinds empty)");
+  }
   return cal;
 }
 

@@ -1,13 +1,14 @@
 // The per-layer calibration file (docs/layer-calibration.md): efficiencies measured by running each
-// layer alone on one GPU, forward and backward, by op name and by op kind, with where and how they
-// were measured. Parsed strictly: unknown keys, a missing provenance field, an efficiency outside
-// (0, 1] or an unknown op kind fail naming the JSON path and the value.
+// layer alone on one GPU, forward and backward, by op name, by layer (model region) and by op kind,
+// with where and how they were measured. Parsed strictly: unknown keys, a missing provenance field,
+// an efficiency outside (0, 1] or an unknown op kind fail naming the JSON path and the value.
 //
 // {
 //   "format": "gemtb-layer-calibration", "version": 1,
 //   "hardware": "NVIDIA H200 SXM 141GB", "commit": "...", "command": "gemtb bench layers --config small",
 //   "config": "small",
 //   "ops":   {"L1.cross.seq0.pma_q": {"fwd": 0.52, "bwd": 0.47}, ...},   // by op name (model.json)
+//   "layers": {"L1.seq0": {"fwd": 0.012, "bwd": 0.009}, ...},          // by region: of its FLOPs
 //   "kinds": {"linear": {"fwd": 0.5, "bwd": 0.45}, ...},               // by op kind
 //   "note": free-form (not read)
 // }

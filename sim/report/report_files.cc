@@ -111,6 +111,7 @@ Json LayerCalibrationJson(const LayerCalibrationUse& use) {
   j["config"] = use.file.config;
   Json sources;
   sources["measured_op"] = use.counts.measured_op;
+  sources["measured_layer"] = use.counts.measured_layer;
   sources["measured_kind"] = use.counts.measured_kind;
   sources["kind_default"] = use.counts.kind_default;
   j["efficiency_sources"] = sources;
@@ -336,8 +337,9 @@ std::string ConsoleReport(const Study& study) {
   if (study.layer_calibration) {
     const LayerCalibrationUse& use = *study.layer_calibration;
     absl::StrAppend(&out, "layer calibration: ", use.file.config, " on ", use.file.hardware, " (", use.file.command,
-                    ") prices ", use.counts.measured_op, " op passes by op name, ", use.counts.measured_kind,
-                    " by op kind; ", use.counts.kind_default, " keep the cluster's per-kind efficiency\n");
+                    ") prices ", use.counts.measured_op, " op passes by op name, ", use.counts.measured_layer,
+                    " by layer, ", use.counts.measured_kind, " by op kind; ", use.counts.kind_default,
+                    " keep the cluster's per-kind efficiency\n");
   }
   out += "\n";
   char line[256];

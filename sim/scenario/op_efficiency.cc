@@ -35,6 +35,9 @@ std::optional<std::pair<double, EfficiencySource>> FindMeasured(const Calibratio
   if (std::optional<double> e = Measured(cal.layers->ops, op.name, backward)) {
     return std::make_pair(*e, EfficiencySource::kMeasuredOp);
   }
+  if (std::optional<double> e = Measured(cal.layers->layers, op.region, backward)) {
+    return std::make_pair(*e, EfficiencySource::kMeasuredLayer);
+  }
   if (std::optional<double> e = Measured(cal.layers->kinds, std::string(NameIn(model::kOpKindNames, op.kind)), backward)) {
     return std::make_pair(*e, EfficiencySource::kMeasuredKind);
   }
@@ -51,11 +54,14 @@ OpRate ResolveOpRate(const Cluster& cluster, double peak_flops, const Op& op, bo
   const bool mem = MemoryBound(op.kind);
   OpRate r;
   if (const auto measured = FindMeasured(cluster.calibration, op, backward)) {
-    r.rate = mem ? cluster.gpu.hbm_Bps : peak_flops;
+    // A layer's efficiency is of its FLOPs, memory-bound ops' included (op_efficiency.h).
+    r.flops_work = !mem || measured->second == EfficiencySource::kMeasuredLayer;
+    r.rate = r.flops_work ? peak_flops : cluster.gpu.hbm_Bps;
     r.e = measured->first;
     r.source = measured->second;
     return r;
   }
+  r.flops_work = !mem;
   r.rate = mem ? cluster.gpu.hbm_Bps * cluster.calibration.efficiency.e_mem : peak_flops;
   const Curve* curve = mem ? nullptr : KindCurve(cluster.calibration.efficiency, op);
   if (curve != nullptr && curve->points.size() > 1) {
@@ -72,9 +78,10 @@ EfficiencySourceCounts CountEfficiencySources(const model::ModelGraph& model, co
     for (bool backward : {false, true}) {
       const auto measured = FindMeasured(calibration, op, backward);
       const EfficiencySource source = measured ? measured->second : EfficiencySource::kKindDefault;
-      ++(source == EfficiencySource::kMeasuredOp     ? counts.measured_op
-         : source == EfficiencySource::kMeasuredKind ? counts.measured_kind
-                                                     : counts.kind_default);
+      ++(source == EfficiencySource::kMeasuredOp      ? counts.measured_op
+         : source == EfficiencySource::kMeasuredLayer ? counts.measured_layer
+         : source == EfficiencySource::kMeasuredKind  ? counts.measured_kind
+                                                      : counts.kind_default);
     }
   }
   return counts;
@@ -85,12 +92,21 @@ absl::Status CheckLayerCalibration(const model::ModelGraph& model, const LayerCa
     return absl::InvalidArgumentError(absl::StrCat("cluster.calibration.layers.config: \"", layers.config,
                                                    "\" is not the scenario's model config \"", model.config, "\""));
   }
-  std::set<std::string> names;
-  for (const Op& op : model.ops) names.insert(op.name);
+  std::set<std::string> names, regions;
+  for (const Op& op : model.ops) {
+    names.insert(op.name);
+    regions.insert(op.region);
+  }
   for (const auto& [name, e] : layers.ops) {
     if (!names.contains(name)) {
       return absl::InvalidArgumentError(
           absl::StrCat("cluster.calibration.layers.ops.", name, ": is not an op of the model (config \"", model.config, "\")"));
+    }
+  }
+  for (const auto& [region, e] : layers.layers) {
+    if (!regions.contains(region)) {
+      return absl::InvalidArgumentError(absl::StrCat("cluster.calibration.layers.layers.", region,
+                                                     ": is not a region of the model (config \"", model.config, "\")"));
     }
   }
   return absl::OkStatus();

@@ -85,12 +85,16 @@ struct MeasuredEfficiency {
 };
 
 // A per-layer calibration file (docs/layer-calibration.md): efficiencies measured by running each
-// layer alone on one GPU. An op's efficiency comes from `ops` (by op name), then `kinds` (by op
-// kind), then Efficiency (the cluster calibration's per-kind assumption).
+// layer alone on one GPU. An op's efficiency comes from `ops` (by op name), then `layers` (by the
+// op's region), then `kinds` (by op kind), then Efficiency (the cluster calibration's per-kind
+// assumption).
 struct LayerCalibration {
   int version = 1;
   std::string hardware, commit, command, config;  // provenance: where, from which code, how, which model
   std::map<std::string, MeasuredEfficiency> ops;
+  // By region: e = the region's FLOPs (all its ops) / (peak x measured time), so it prices every op
+  // of the region by FLOPs, memory-bound ones included.
+  std::map<std::string, MeasuredEfficiency> layers;
   std::map<std::string, MeasuredEfficiency> kinds;
 };
 

@@ -70,9 +70,11 @@ struct TimeAdder {
   const StatLayout& layout;
   double peak;
   void Add(const Op& op, bool backward, double scale, StatAffine& time, std::vector<CurveTerm>& terms) const {
-    const bool mem = MemoryBound(op.kind);
-    const Affine& work = mem ? (backward ? op.bytes.bwd : op.bytes.fwd) : (backward ? op.flops.bwd : op.flops.fwd);
+    // The rate says which work it prices: bytes for memory-bound ops, except under a measured
+    // layer efficiency, which is of the layer's FLOPs (op_efficiency.h).
     const OpRate r = ResolveOpRate(cluster, peak, op, backward);
+    const Affine& work =
+        r.flops_work ? (backward ? op.flops.bwd : op.flops.fwd) : (backward ? op.bytes.bwd : op.bytes.fwd);
     if (r.curve == nullptr) {
       time.AddScaled(FromAffine(work, op.seq, layout), scale / (r.rate * r.e));
       return;
@@ -280,9 +282,9 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   const int U = static_cast<int>(region_ops.size());
 
   // Model FLOPs and the Local MFU terms (as the GEM article defines it): every op of every
-  // layer run alone on one GPU, forward and backward, at its own efficiency (GEMMs and attention at
-  // e_l, norms, pointwise ops and the loss at HBM bandwidth x e_mem), no recompute and no
-  // communication; the embedding lookup joins below. Local MFU = sum F / (peak x sum t).
+  // layer run alone on one GPU, forward and backward, at its own efficiency (ResolveOpRate: a
+  // measured one, else GEMMs and attention at e_l, norms, pointwise ops and the loss at HBM
+  // bandwidth x e_mem), no recompute and no communication; the embedding lookup joins below. Local MFU = sum F / (peak x sum t).
   t_.model_flops = Zero(layout_);
   t_.local_time = Zero(layout_);
   for (const Op& op : m.ops) {

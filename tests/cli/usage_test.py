@@ -49,7 +49,7 @@ def main():
     groups = {
         "ref": ["train", "attention", "quantize", "compare", "embed"],
         "gpu": ["attention", "embed"],
-        "bench": ["comm", "attention", "embed"],
+        "bench": ["comm", "attention", "embed", "layers"],
         "golden": ["verify", "regen"],
         "data": ["generate"],
         "check": ["attention", "embed", "train"],

@@ -174,8 +174,31 @@ def cpu_part(d):
     write(gpu_file, gpu_shard)
     p = run(["ref", "train"] + ORACLE[:5] + ["4"] + ORACLE[6:] + ["--resume", gpu_file], expect=2)
     assert "grad_blocks differs: the checkpoint has 0, this run 16" in p.stderr, p.stderr
+    bench_layers_bad_input(d)
     print("cpu part ok")
     return 0
+
+
+def bench_layers_bad_input(d):
+    """`gemtb bench layers`: bad flags exit 2 naming the flag and write no --out-dir; without a GPU, the
+    same (before: nothing measured, nothing written)."""
+    out = os.path.join(d, "bl")
+    for bad, words in ((["--steps", "0"], "--steps: 0"), (["--local-batch", "0"], "--local-batch: 0"),
+                       (["--warmup", "-1"], "--warmup: -1"), (["--config", "nope"], "--config"),
+                       (["--peak-tflops", "0"], "--peak-tflops: 0"), (["--hbm-tbps", "nan"], "--hbm-tbps: nan"),
+                       (["--seed", "-1"], "--seed: -1")):
+        p = run(["bench", "layers", "--out-dir", out] + bad, expect=2)
+        assert p.stderr.startswith("gemtb bench layers: error: ") and words in p.stderr, (bad, p.stderr)
+        assert not os.path.exists(out), bad
+    p = run(["bench", "layers"], expect=2)
+    assert "--out-dir: required" in p.stderr, p.stderr
+    p = run(["bench", "layers", "--out-dir", os.path.join(d, "missing", "bl")], expect=2)
+    assert "--out-dir" in p.stderr, p.stderr
+    p = run(["bench", "layers", "--out-dir", out, "--config", "tiny", "--local-batch", "4", "--warmup", "0",
+             "--steps", "1"])
+    if p.returncode != 0:
+        assert p.returncode == 2 and NO_GPU.search(p.stderr) and p.stderr.count("\n") == 1, (p.returncode, p.stderr)
+        assert not os.path.exists(out)
 
 
 def gpu_part(d):
@@ -193,7 +216,8 @@ def gpu_part(d):
     assert re.search(r"^eval step 30 held-out samples 1024: ctr ne ", p.stdout, re.M), p.stdout
     assert sorted(os.listdir(straight)) == ["step-30"], os.listdir(straight)
     rep = json.load(open(report))
-    for key in ("config", "steps", "local_batch", "wall_s", "samples_per_s", "mean_step_ms", "final_loss", "held_out_ne"):
+    for key in ("config", "steps", "local_batch", "wall_s", "samples_per_s", "mean_step_ms", "step_ms_median",
+                "final_loss", "held_out_ne"):
         assert key in rep, (key, rep)
     assert rep["steps"] == 30 and rep["local_batch"] == 64 and rep["config"] == "tiny", rep
     assert [t["task"] for t in rep["held_out_ne"]] == ["ctr", "conversion"], rep
@@ -230,8 +254,47 @@ def gpu_part(d):
         assert read(os.path.join(ck, "step-30", "rank-0.ckpt")) == final, (trial, at, "resumed != uninterrupted")
         print(f"kill {trial} at byte {at} of {len(final)}: step 10 loaded, resumed to the uninterrupted bytes")
         shutil.rmtree(ck)
+    bench_layers_predicted(d)
     print("gpu part ok")
     return 0
+
+
+def bench_layers_predicted(d):
+    """`gemtb bench layers` on tiny: every layer of model.json timed in both passes, the report ranked by
+    lost time, a calibration `gemtb whatif` accepts with every layer priced by it, and the simulator's
+    step on its one-GPU scenario no shorter than the measured layers' sum."""
+    out = os.path.join(d, "layers")
+    run(["bench", "layers", "--out-dir", out, "--config", "tiny", "--local-batch", "64", "--warmup", "2",
+         "--steps", "3"], expect=0)
+    rep = json.load(open(os.path.join(out, "bench_layers.json")))
+    model = os.path.join(d, "tiny_model.json")
+    run(["model", "--config", "tiny", "--emit", model], expect=0)
+    ops = json.load(open(model))["ops"]
+    regions = {op["region"] for op in ops}
+    lookups = {op["region"] for op in ops if op["kind"] == "embedding"} - {op["region"] for op in ops if op["kind"] != "embedding"}
+    assert set(rep["untimed_layers"]) == lookups, (rep["untimed_layers"], lookups)  # the TBE's, in its phases
+    timed = regions - lookups
+    rows = rep["layers"]
+    assert {(r["layer"], r["pass"]) for r in rows} == {(g, p) for g in timed for p in ("fwd", "bwd")}, rows
+    assert all(r["ms"] > 0 and 0 < r["mfu"] < 1 and r["lost_ms"] == r["ms"] - r["roofline_ms"] for r in rows), rows
+    assert [r["lost_ms"] for r in rows] == sorted((r["lost_ms"] for r in rows), reverse=True), rows
+    assert abs(rep["layers_ms"] - sum(r["ms"] for r in rows)) < 1e-9 * rep["layers_ms"], rep
+    assert 0 < rep["local_mfu"] < 1 and rep["e2e_mfu"] < rep["local_mfu"], rep
+    cal = json.load(open(os.path.join(out, "layers.json")))
+    assert cal["format"] == "gemtb-layer-calibration" and cal["config"] == "tiny" and set(cal["layers"]) == timed, cal
+    assert all(0 < e <= 1 for entry in cal["layers"].values() for e in entry.values()), cal
+    w = os.path.join(d, "whatif")
+    run(["whatif", os.path.join(out, "scenario.json"), "--layer-calibration", os.path.join(out, "layers.json"),
+         "--no-sensitivity", "--no-checks", "--no-levers", "--no-attribution", "--quiet", "--out-dir", w], expect=0)
+    summary = json.load(open(os.path.join(w, "summary.json")))
+    sources = summary["layer_calibration"]["efficiency_sources"]
+    assert sources["measured_layer"] > 0 and sources["measured_kind"] == 0, sources
+    # The simulator's step: the layers at their measured rates (on its own draws of the lengths, a few
+    # percent either way) plus what it models beside them.
+    predicted_ms = 1e3 * summary["reference"]["step_time"]["mean_s"]
+    assert 0.9 * rep["layers_ms"] <= predicted_ms <= 1.1 * rep["step_ms_mean"], (predicted_ms, rep)
+    print(f"bench layers: layers {rep['layers_ms']:.3f} ms of a {rep['step_ms_mean']:.3f} ms step, local MFU "
+          f"{100 * rep['local_mfu']:.3f}%; whatif predicts {predicted_ms:.3f} ms")
 
 
 def main():

@@ -57,6 +57,7 @@ int RunCheckEmbed(const std::vector<std::string>& args);        // check_embed.c
 int RunCheckTrain(const std::vector<std::string>& args);        // check_train.cc
 int RunGpuTrain(const std::vector<std::string>& args);          // gpu_train.cc
 int RunBenchEmbed(const std::vector<std::string>& args);        // bench_embed.cc
+int RunBenchLayers(const std::vector<std::string>& args);       // bench_layers.cc
 
 }  // namespace gemtb::cli
 

@@ -5,6 +5,7 @@
 // checked before the GPU is touched, so a build without CUDA checks them too before it refuses.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -232,6 +233,7 @@ int Train(const Flags& f, const Job& job) {
   int64_t interval_steps = 0, run_steps = 0;
   const StopSignals stop;
   gpu::train::StepTimes phase_sum;
+  std::vector<double> step_ms_all;  // every step's wall time, for the median (the first step's allocations aside)
   gpu::train::TrainerStep last;  // the last step, its model regions timed
   while (trainer.step() < f.steps) {
     const Clock::time_point t0 = Clock::now();
@@ -253,6 +255,7 @@ int Train(const Flags& f, const Job& job) {
     loss_sum += r->loss;
     step_s_sum += step_s;
     run_step_s += step_s;
+    step_ms_all.push_back(1000 * step_s);
     ++interval_steps;
     ++run_steps;
     const int64_t step = r->step;
@@ -276,6 +279,12 @@ int Train(const Flags& f, const Job& job) {
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
   const double samples_per_s = static_cast<double>(run_steps * o.batch) / std::max(wall, 1e-9);
   const double mean_step_ms = run_steps > 0 ? 1000 * run_step_s / static_cast<double>(run_steps) : std::nan("");
+  double median_step_ms = std::nan("");
+  if (!step_ms_all.empty()) {
+    std::sort(step_ms_all.begin(), step_ms_all.end());
+    const size_t n = step_ms_all.size();
+    median_step_ms = n % 2 == 1 ? step_ms_all[n / 2] : 0.5 * (step_ms_all[n / 2 - 1] + step_ms_all[n / 2]);
+  }
   // E2E MFU: the model FLOPs of the run's batches over their step time at the peak.
   const double mfu = run_steps > 0 ? run_flops / (run_step_s * peak) : std::nan("");
   nlohmann::json ne = nlohmann::json::array();
@@ -307,7 +316,8 @@ int Train(const Flags& f, const Job& job) {
     const nlohmann::json report = {
         {"config", job.config.name},   {"steps", trainer.step()},         {"steps_run", run_steps},
         {"local_batch", o.batch},      {"wall_s", wall},                  {"samples_per_s", samples_per_s},
-        {"mean_step_ms", number(mean_step_ms)}, {"final_loss", number(last_loss)},
+        {"mean_step_ms", number(mean_step_ms)}, {"step_ms_median", number(median_step_ms)},
+        {"final_loss", number(last_loss)},
         {"eval_samples", f.eval_samples},       {"held_out_ne", ne},
         {"resumed_from_step", job.resumed ? nlohmann::json(job.resumed->step) : nlohmann::json()},
         {"phase_ms_mean", phases},     {"last_step_regions_ms", regions},

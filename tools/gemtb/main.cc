@@ -43,6 +43,7 @@ const Subcommand kSubcommands[] = {
     {{"check", "train"}, gemtb::cli::RunCheckTrain, "the GPU trainer against the oracle's, step by step on the same batches"},
     {{"train"}, gemtb::cli::RunGpuTrain, "train the GEM-like model on one GPU (loss, samples/s, NE, checkpoints)"},
     {{"bench", "embed"}, gemtb::cli::RunBenchEmbed, "embedding kernels: effective TB/s, copy ceiling, determinism"},
+    {{"bench", "layers"}, gemtb::cli::RunBenchLayers, "the trainer's layers on one GPU: per-layer MFU, Local MFU, layer calibration"},
 };
 
 void PrintCommands(std::ostream& out, const std::string& group) {

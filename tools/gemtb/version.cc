@@ -30,4 +30,6 @@ std::string VersionText() {
                       "\ndata ", data.path, " (", OriginText(data.origin), ")\n");
 }
 
+std::string BuildCommit() { return GEMTB_COMMIT; }
+
 }  // namespace gemtb::cli

@@ -8,6 +8,8 @@
 namespace gemtb::cli {
 
 std::string VersionText();
+// The commit this gemtb was built from ("unknown" where the build had no git history).
+std::string BuildCommit();
 
 }  // namespace gemtb::cli
 
