@@ -122,7 +122,6 @@ absl::StatusOr<Measured> Measure(const Flags& f, const gemtb::model::ModelConfig
   }
   return m;
 }
-#endif
 
 // Per layer pass, averaged over the timed steps, with its MFU, roofline and loss against it.
 struct LayerRow {
@@ -217,6 +216,8 @@ nlohmann::json ScenarioJson(const Flags& f, const gemtb::model::ModelConfig& con
           {"batches", {{"local_batch", f.local_batch}, {"features", features}, {"warmup_steps", 1}, {"measured_steps", 4}}},
           {"noise", {{"step_sigma", 0}, {"collective_jitter_sigma", 0}}}};
 }
+
+#endif  // GEMTB_HAVE_CUDA
 
 absl::Status Run(const std::vector<std::string>& args) {
   Flags f;
