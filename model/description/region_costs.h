@@ -3,7 +3,7 @@
 // (graph_costs.h) sample by sample. `gemtb bench layers` divides them by measured layer times to get
 // each layer's MFU, its roofline and the efficiency the simulator prices the layer at.
 //
-// Like BatchFlops, every op's cost is affine in one sequence's tokens and pairs per sample, so the
+// Every op's cost is affine in one sequence's tokens and pairs per sample, so the
 // costs are tabulated once per (region, sequence, length) and a batch costs B x J lookups per region.
 #ifndef GEMTB_MODEL_DESCRIPTION_REGION_COSTS_H_
 #define GEMTB_MODEL_DESCRIPTION_REGION_COSTS_H_
