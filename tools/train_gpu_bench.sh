@@ -7,6 +7,7 @@
 # local batch B (layers_b<B>/: the per-layer report, the layer calibration and a one-GPU scenario) and
 # `gemtb whatif` on that scenario with that calibration (whatif_b<B>/): the simulator's prediction of
 # the step set beside the measured one (`gemtb train`'s mean step at the same batch, when --batches has B).
+# --matmul P and --attention P go to every gemtb train and bench layers (default: theirs, bf16).
 # With --kernels B, Nsight Compute times every kernel of one `gemtb train` step at local batch B
 # (kernels_b<B>.csv) and the summary lists the kernels by total time.
 #
@@ -28,6 +29,7 @@ steps=30
 peer_runs="compile:1024"
 layers_batch=""
 kernels_batch=""
+numerics=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --batches) batches=$2; shift 2 ;;
@@ -35,6 +37,7 @@ while [ $# -gt 0 ]; do
     --peer) peer_runs=$2; shift 2 ;;
     --layers) layers_batch=$2; shift 2 ;;
     --kernels) kernels_batch=$2; shift 2 ;;
+    --matmul|--attention) numerics+=("$1" "$2"); shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -55,7 +58,7 @@ echo "build: $((SECONDS - start)) s" | tee -a "$out/summary.txt"
 rc=0
 for b in $batches; do
   t=$SECONDS
-  "$build/bin/gemtb" train --config small --local-batch "$b" --steps "$steps" --eval-samples 0 \
+  "$build/bin/gemtb" train --config small --local-batch "$b" --steps "$steps" --eval-samples 0 "${numerics[@]}" \
     --report "$out/train_small_b$b.json" --trace "$out/trace_small_b$b.json" >"$out/train_small_b$b.log" 2>&1 || rc=1
   { echo "gemtb train --config small --local-batch $b --steps $steps: $((SECONDS - t)) s"
     tail -4 "$out/train_small_b$b.log"; } | tee -a "$out/summary.txt"
@@ -63,7 +66,7 @@ done
 if [ -n "$layers_batch" ]; then
   t=$SECONDS
   b=$layers_batch
-  "$build/bin/gemtb" bench layers --config small --local-batch "$b" --steps 10 --out-dir "$out/layers_b$b" --force \
+  "$build/bin/gemtb" bench layers --config small --local-batch "$b" --steps 10 --out-dir "$out/layers_b$b" --force "${numerics[@]}" \
     --commit "$(cat .deb/SOURCE 2>/dev/null)" >"$out/layers_b$b.log" 2>&1 || rc=1
   "$build/bin/gemtb" whatif "$out/layers_b$b/scenario.json" --layer-calibration "$out/layers_b$b/layers.json" \
     --no-sensitivity --no-checks --no-levers --no-attribution --quiet --out-dir "$out/whatif_b$b" >"$out/whatif_b$b.log" 2>&1 || rc=1
@@ -86,7 +89,7 @@ if [ -n "$kernels_batch" ]; then
   t=$SECONDS
   b=$kernels_batch
   ncu --metrics gpu__time_duration.sum --csv --print-units base --clock-control none \
-    "$build/bin/gemtb" train --config small --local-batch "$b" --steps 1 --eval-samples 0 --log-every-s 1000 \
+    "$build/bin/gemtb" train --config small --local-batch "$b" --steps 1 --eval-samples 0 --log-every-s 1000 "${numerics[@]}" \
     >"$out/kernels_b$b.csv" 2>"$out/kernels_b$b.log" || rc=1
   { echo "ncu, one step at local batch $b: $((SECONDS - t)) s"
     python3 - "$out/kernels_b$b.csv" <<'PY'

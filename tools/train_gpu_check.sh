@@ -6,7 +6,8 @@
 # Here, before the call: git archive --format=tar.gz -o .deb/src.tgz HEAD && git rev-parse HEAD > .deb/SOURCE
 # Then run(command: "bash tools/train_gpu_check.sh", carry: [".deb"]).
 # With `--check-train STEPS`, it also builds gemtb and runs `gemtb check train --config tiny --steps
-# STEPS` (the GPU trainer against the oracle's), writing check_train.log and check_train.json, and
+# STEPS --matmul P --attention P` (the GPU trainer against the oracle's) for each precision P of
+# `--check-numerics "fp32 bf16"` (default fp32), writing check_train_<P>.log and .json, and
 # `gemtb train`'s kill-and-resume test (tests/training/gpu_train_cli_test.py --part gpu, train_kills.log);
 # `--no-memcheck` leaves out the sanitizer pass (when the device time is short).
 # Exit status: 0 all passed, 1 a test, the sanitizer or the check failed, 2 the build failed.
@@ -18,16 +19,18 @@ source tools/lib/device_build.sh
 unpack_device_deps train_gpu_check require-src
 build=$scratch/gemtb-train-build
 check_steps=0
+check_numerics="fp32"
 memcheck=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --check-train) check_steps=${2:?--check-train needs a step count}; shift 2 ;;
+    --check-numerics) check_numerics=${2:?--check-numerics needs a list}; shift 2 ;;
     --no-memcheck) memcheck=0; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
 tests=(gpu_train_linear_test gpu_train_gemm_test gpu_train_gate_test gpu_train_layer_norm_test gpu_train_head_rms_norm_test
-       gpu_train_loss_test gpu_train_dense_adam_test gpu_train_gdpa_test gpu_train_gem_model_test
+       gpu_train_loss_test gpu_train_dense_adam_test gpu_train_gdpa_test gpu_train_gdpa_tensor_core_test gpu_train_gem_model_test
        gpu_train_trainer_test gpu_train_model_kernels_test)
 targets=("${tests[@]}")
 if [ "$check_steps" -gt 0 ]; then targets+=(gemtb); fi
@@ -53,11 +56,13 @@ done
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/test.log" | tee -a "$out/summary.txt"
 if [ "$memcheck" = 1 ]; then grep -E "ERROR SUMMARY" "$out/memcheck.log" | tee -a "$out/summary.txt"; fi
 if [ "$check_steps" -gt 0 ]; then
-  check_start=$SECONDS
-  "$build/bin/gemtb" check train --config tiny --steps "$check_steps" --json "$out/check_train.json" \
-    >"$out/check_train.log" 2>&1 || rc=1
-  { tail -40 "$out/check_train.log"
-    echo "check train: $((SECONDS - check_start)) s"; } | tee -a "$out/summary.txt"
+  for p in $check_numerics; do
+    check_start=$SECONDS
+    "$build/bin/gemtb" check train --config tiny --steps "$check_steps" --matmul "$p" --attention "$p" \
+      --json "$out/check_train_$p.json" >"$out/check_train_$p.log" 2>&1 || rc=1
+    { tail -25 "$out/check_train_$p.log"
+      echo "check train ($p products): $((SECONDS - check_start)) s"; } | tee -a "$out/summary.txt"
+  done
   kill_start=$SECONDS
   python3 "$srcdir/tests/training/gpu_train_cli_test.py" "$build/bin/gemtb" --part gpu >"$out/train_kills.log" 2>&1 || rc=1
   { tail -15 "$out/train_kills.log"; echo "gemtb train kills: $((SECONDS - kill_start)) s"; } | tee -a "$out/summary.txt"

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "gpu/train/gate.h"
 #include "gpu/train/gdpa.h"
+#include "gpu/train/gdpa_tensor_core.h"
 #include "gpu/train/gemm.h"
 #include "gpu/train/head_rms_norm.h"
 #include "gpu/train/layer_norm.h"
@@ -160,6 +161,7 @@ struct GemModelGpu::Impl {
   std::vector<LayerP> layers;
   CrossP final_cross;
   std::vector<LinearP> head;
+  GemModelOptions options;
   std::unique_ptr<Fp32Matmul> mm;
   float* rope_table = nullptr;  // device RopeTable<float>(rope_rows, dh)
 
@@ -292,7 +294,9 @@ struct GemModelGpu::Impl {
       GEMTB_RETURN_IF_ERROR(RopeForward(u.batch, u.q_off, u.max_q, H, dh, rope_table, t.qr, st));
       GEMTB_RETURN_IF_ERROR(RopeForward(u.batch, u.k_off, u.max_k, H, dh, rope_table, t.kr, st));
     }
-    GEMTB_RETURN_IF_ERROR(GdpaForward(Batch(u), t.qr, t.kr, t.v, t.o, st));
+    GEMTB_RETURN_IF_ERROR(options.attention == AttentionPrecision::kBf16
+                              ? GdpaForwardTensorCore(Batch(u), t.qr, t.kr, t.v, t.o, st)
+                              : GdpaForward(Batch(u), t.qr, t.kr, t.v, t.o, st));
     return LinearFwd(p.wo, u.nq, t.o, d, y, d, accumulate);
   }
   GdpaBatch Batch(const AttnUse& u) const {
@@ -312,7 +316,9 @@ struct GemModelGpu::Impl {
     GEMTB_ASSIGN_OR_RETURN(dv, mem->Floats(u.nk * d));
     GEMTB_ASSIGN_OR_RETURN(dk, mem->Floats(u.nk * d));
     GEMTB_RETURN_IF_ERROR(LinearBwd(p.wo, u.nq, t.o, d, dy, d, d_o, d, false));
-    GEMTB_RETURN_IF_ERROR(GdpaBackward(Batch(u), t.qr, t.kr, t.v, d_o, dqr, dkr, dv, st));
+    GEMTB_RETURN_IF_ERROR(options.attention == AttentionPrecision::kBf16
+                              ? GdpaBackwardTensorCore(Batch(u), t.qr, t.kr, t.v, d_o, dqr, dkr, dv, st)
+                              : GdpaBackward(Batch(u), t.qr, t.kr, t.v, d_o, dqr, dkr, dv, st));
     if (u.rope) {
       GEMTB_RETURN_IF_ERROR(RopeBackward(u.batch, u.q_off, u.max_q, H, dh, rope_table, dqr, st));
       GEMTB_RETURN_IF_ERROR(RopeBackward(u.batch, u.k_off, u.max_k, H, dh, rope_table, dkr, st));
@@ -688,12 +694,15 @@ absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const Se
 GemModelGpu::GemModelGpu(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GemModelGpu::~GemModelGpu() = default;
 const gemtb::model::GemGeometry& GemModelGpu::geometry() const { return impl_->g; }
+const GemModelOptions& GemModelGpu::options() const { return impl_->options; }
 
-absl::StatusOr<std::unique_ptr<GemModelGpu>> GemModelGpu::Create(const gemtb::model::ModelConfig& config) {
+absl::StatusOr<std::unique_ptr<GemModelGpu>> GemModelGpu::Create(const gemtb::model::ModelConfig& config,
+                                                                 const GemModelOptions& options) {
   absl::StatusOr<GemGeometry> geometry = gemtb::model::MakeGemGeometry(config);
   if (!geometry.ok()) return geometry.status();
   auto impl = std::make_unique<Impl>();
   impl->g = *std::move(geometry);
+  impl->options = options;
   const GemGeometry& g = impl->g;
   const int dh = g.dh();
   if (dh != 16 && dh != 32 && dh != 64)
@@ -745,7 +754,7 @@ absl::StatusOr<std::unique_ptr<GemModelGpu>> GemModelGpu::Create(const gemtb::mo
   impl->final_cross = bind_cross("final.cross");
   for (size_t i = 0; i + 1 < g.head_widths.size(); ++i)
     impl->head.push_back(BindLinear(L, absl::StrCat("head.mlp", i), g.head_widths[i], g.head_widths[i + 1]));
-  absl::StatusOr<std::unique_ptr<Fp32Matmul>> mm = Fp32Matmul::Create();
+  absl::StatusOr<std::unique_ptr<Fp32Matmul>> mm = Fp32Matmul::Create(options.matmul);
   if (!mm.ok()) return mm.status();
   impl->mm = *std::move(mm);
   const std::vector<float> table = gemtb::model::RopeTable<float>(g.rope_rows, dh);

@@ -1,7 +1,10 @@
 // The GEM-like model of model/description/gem_geometry.h on one GPU: forward, loss and backward of
-// a whole batch, in fp32 (the trainer's check precision: every matmul is true fp32 on cuBLAS, every
-// other op an fp32 kernel with explicitly rounded operations), as reference/model/gem_model.cc
-// defines it per sample.
+// a whole batch, as reference/model/gem_model.cc defines it per sample. Activations, parameters and
+// gradients are fp32; every op other than the matmuls and attention is an fp32 kernel with
+// explicitly rounded operations. GemModelOptions chooses the matmuls' and attention's precision: by
+// default true fp32 (the trainer's check precision), or the tensor cores with operands rounded to
+// TF32 or bf16 and fp32 accumulation (the training precision). Every choice gives the same bytes on
+// every run.
 //
 // Layout: the batch's samples side by side. X, X_sum and the summaries S_sum_j are [B, tokens, d];
 // each sequence's residual stream S_j is jagged, sample b's n_s + len_jb rows after sample b-1's.
@@ -20,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "gpu/train/numerics.h"
 #include "gpu/train/region_timer.h"
 #include "model/description/gem_geometry.h"
 #include "model/description/model_config.h"
@@ -50,7 +54,9 @@ class GemModelGpu {
  public:
   // InvalidArgument / Unimplemented naming the config field (MakeGemGeometry's rules, and head dims
   // the attention kernels run: 16, 32, 64).
-  static absl::StatusOr<std::unique_ptr<GemModelGpu>> Create(const gemtb::model::ModelConfig& config);
+  static absl::StatusOr<std::unique_ptr<GemModelGpu>> Create(const gemtb::model::ModelConfig& config,
+                                                             const GemModelOptions& options = {});
+  const GemModelOptions& options() const;
   ~GemModelGpu();
   GemModelGpu(const GemModelGpu&) = delete;
   GemModelGpu& operator=(const GemModelGpu&) = delete;

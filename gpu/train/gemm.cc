@@ -82,23 +82,28 @@ absl::Status ValidateGemmF32(const GemmF32& g) {
   return absl::OkStatus();
 }
 
-Fp32Matmul::Fp32Matmul(std::unique_ptr<Handles> h) : h_(std::move(h)) {}
+Fp32Matmul::Fp32Matmul(std::unique_ptr<Handles> h, MatmulPrecision precision)
+    : h_(std::move(h)), precision_(precision) {}
 Fp32Matmul::~Fp32Matmul() = default;
+MatmulPrecision Fp32Matmul::precision() const { return precision_; }
 
-absl::StatusOr<std::unique_ptr<Fp32Matmul>> Fp32Matmul::Create() {
+absl::StatusOr<std::unique_ptr<Fp32Matmul>> Fp32Matmul::Create(MatmulPrecision precision) {
   auto h = std::make_unique<Handles>();
   if (const cudaError_t e = cudaMalloc(&h->workspace, kWorkspaceBytes); e != cudaSuccess) {
     h->workspace = nullptr;
     return absl::InternalError(absl::StrCat("cudaMalloc (cuBLAS workspace): ", cudaGetErrorString(e)));
   }
   GEMTB_CUBLAS(cublasCreate(&h->handle), "cublasCreate");
-  // Pedantic: fp32 products and sums as IEEE fp32 operations, never TF32 or the bf16x9 emulation
-  // (the compute type in Run says the same; the math mode keeps the handle from allowing them).
-  GEMTB_CUBLAS(cublasSetMathMode(h->handle, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+  // kFp32, pedantic: fp32 products and sums as IEEE fp32 operations, never TF32 or the bf16x9
+  // emulation (the compute type in Run says the same; the math mode keeps the handle from allowing
+  // them). The fast precisions' compute types ask for the tensor cores themselves.
+  GEMTB_CUBLAS(cublasSetMathMode(h->handle, precision == MatmulPrecision::kFp32 ? CUBLAS_PEDANTIC_MATH
+                                                                                : CUBLAS_DEFAULT_MATH),
+               "cublasSetMathMode");
   // No atomics: results never depend on the order in which blocks finish.
   GEMTB_CUBLAS(cublasSetAtomicsMode(h->handle, CUBLAS_ATOMICS_NOT_ALLOWED), "cublasSetAtomicsMode");
   GEMTB_CUBLAS(cublasSetPointerMode(h->handle, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode");
-  return std::unique_ptr<Fp32Matmul>(new Fp32Matmul(std::move(h)));
+  return std::unique_ptr<Fp32Matmul>(new Fp32Matmul(std::move(h), precision));
 }
 
 absl::Status Fp32Matmul::Run(const GemmF32& g, const float* a, const float* b, float* c, cudaStream_t stream) {
@@ -117,10 +122,13 @@ absl::Status Fp32Matmul::Run(const GemmF32& g, const float* a, const float* b, f
   const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   // beta = 0: cuBLAS does not read C (NaN there does not propagate). CUBLAS_GEMM_DEFAULT: the
-  // heuristic's choice, a function of the shape alone.
+  // heuristic's choice, a function of the shape and compute type alone.
+  const cublasComputeType_t compute = precision_ == MatmulPrecision::kTf32   ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                      : precision_ == MatmulPrecision::kBf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                                                             : CUBLAS_COMPUTE_32F_PEDANTIC;
   GEMTB_CUBLAS(cublasGemmStridedBatchedEx_64(h_->handle, op_b, op_a, g.n, g.m, g.k, &g.alpha, b, CUDA_R_32F, g.ldb,
                                              g.stride_b, a, CUDA_R_32F, g.lda, g.stride_a, &g.beta, c, CUDA_R_32F,
-                                             g.ldc, g.stride_c, g.batch, CUBLAS_COMPUTE_32F_PEDANTIC,
+                                             g.ldc, g.stride_c, g.batch, compute,
                                              CUBLAS_GEMM_DEFAULT),
                "cublasGemmStridedBatchedEx");
   return absl::OkStatus();

@@ -1,7 +1,8 @@
-// The fp32 GEMM of the trainer's check mode, on cuBLAS: row-major, strided-batched, true fp32
-// arithmetic (every product and sum an IEEE fp32 operation: no TF32, no bf16x9 emulation) and the same
-// bytes on every run. A check-mode trainer runs its matmuls here so that its results differ from the
-// fp64 oracle's by fp32 rounding alone.
+// The GPU model's GEMMs on fp32 arrays, on cuBLAS: row-major, strided-batched, the same bytes on
+// every run, in one of three precisions (MatmulPrecision): true fp32 arithmetic (every product and
+// sum an IEEE fp32 operation: no TF32, no bf16x9 emulation), which the trainer's checks against the
+// fp64 oracle use so that results differ by fp32 rounding alone; or the tensor cores with operands
+// rounded to TF32 or bf16 and fp32 accumulation, for speed.
 //
 // Row-major on cuBLAS (column-major): a row-major [r, c] array with row stride ld is, in the same
 // memory, the column-major [c, r] matrix (its transpose) with leading dimension ld. So instead of
@@ -25,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "gpu/train/numerics.h"
 
 namespace gemtb::gpu::train {
 
@@ -50,7 +52,8 @@ absl::Status ValidateGemmF32(const GemmF32& g);
 class Fp32Matmul {
  public:
   // A cuBLAS handle set up as above and its workspace, on the current device.
-  static absl::StatusOr<std::unique_ptr<Fp32Matmul>> Create();
+  static absl::StatusOr<std::unique_ptr<Fp32Matmul>> Create(MatmulPrecision precision = MatmulPrecision::kFp32);
+  MatmulPrecision precision() const;
   ~Fp32Matmul();
   Fp32Matmul(const Fp32Matmul&) = delete;
   Fp32Matmul& operator=(const Fp32Matmul&) = delete;
@@ -60,8 +63,9 @@ class Fp32Matmul {
 
  private:
   struct Handles;
-  explicit Fp32Matmul(std::unique_ptr<Handles> h);
+  Fp32Matmul(std::unique_ptr<Handles> h, MatmulPrecision precision);
   std::unique_ptr<Handles> h_;
+  MatmulPrecision precision_;
 };
 
 }  // namespace gemtb::gpu::train

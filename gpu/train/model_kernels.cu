@@ -44,6 +44,7 @@ __global__ void ColumnBlockSumsKernel(const float* x, int64_t rows, int64_t cols
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kColumnBlock;
   const int64_t r1 = r0 + kColumnBlock < rows ? r0 + kColumnBlock : rows;
   float s = 0.0f;
+#pragma unroll 16
   for (int64_t r = r0; r < r1; ++r) s = __fadd_rn(s, x[r * ldx + c]);
   partial[blockIdx.y * cols + c] = s;
 }
@@ -100,8 +101,7 @@ absl::Status ColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx,
     ColumnSumsKernel<<<Blocks(cols), kThreads, 0, stream>>>(x, rows, cols, ldx, out, accumulate);
     return Launched("ColumnSums");
   }
-  // One thread per column walking all rows leaves the GPU nearly idle (a few blocks, each load
-  // waiting on the last add); the blocks' sums run side by side, then one short walk adds them.
+  // One level of the tree: the blocks' sums side by side, then the same sum over them.
   const int64_t blocks = (rows + kColumnBlock - 1) / kColumnBlock;
   if (blocks > 65535) return absl::InvalidArgumentError(absl::StrCat("ColumnSums: rows=", rows, ": want <= 65535 * ", kColumnBlock));
   float* partial = nullptr;
@@ -112,8 +112,7 @@ absl::Status ColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx,
   ColumnBlockSumsKernel<<<dim3(Blocks(cols), static_cast<unsigned>(blocks)), kThreads, 0, stream>>>(x, rows, cols, ldx,
                                                                                                     partial);
   const absl::Status first = Launched("ColumnSums (blocks)");
-  if (first.ok()) ColumnSumsKernel<<<Blocks(cols), kThreads, 0, stream>>>(partial, blocks, cols, cols, out, accumulate);
-  const absl::Status second = first.ok() ? Launched("ColumnSums") : first;
+  const absl::Status second = first.ok() ? ColumnSums(partial, blocks, cols, cols, out, accumulate, stream) : first;
   const absl::Status freed = CudaOk(cudaFreeAsync(partial, stream), "ColumnSums scratch");
   return second.ok() ? freed : second;
 }

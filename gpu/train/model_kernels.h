@@ -15,11 +15,13 @@ namespace gemtb::gpu::train {
 // y[r, c] = v[c] (accumulate: y[r, c] += v[c]) for r < rows, c < cols; row stride ldy.
 absl::Status BroadcastRows(const float* v, int64_t rows, int64_t cols, float* y, int64_t ldy, bool accumulate,
                            cudaStream_t stream);
-// Rows of the partitioned sums below.
-inline constexpr int64_t kColumnSumsBlockRows = 1024;
-// out[c] (+)= the sum over rows of x[r * ldx + c]: up to kColumnSumsBlockRows rows in order r = 0,
-// 1, ...; beyond, a partitioned sum (blocks of kColumnSumsBlockRows rows, each in order, then the
-// block sums in order). Deterministic; stream-ordered scratch for the block sums.
+// Rows of one block of the partitioned sums below.
+inline constexpr int64_t kColumnSumsBlockRows = 64;
+// out[c] (+)= the sum over rows of x[r * ldx + c], as a fixed tree: up to kColumnSumsBlockRows rows
+// in order r = 0, 1, ...; beyond, the rows' blocks of kColumnSumsBlockRows (each summed in order)
+// become the rows of the same sum, one level up, until one block is left. Deterministic; stream-
+// ordered scratch for the block sums. Short blocks keep many threads' loads in flight, where one
+// thread walking thousands of rows waits on every load in turn.
 absl::Status ColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
                         cudaStream_t stream);
 // dst[r] (+)= src[index[r]] for rows of `width` floats; index[r] < 0 reads zeros (and adds nothing).

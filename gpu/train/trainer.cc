@@ -219,12 +219,15 @@ int64_t GpuTrainer::step() const { return impl_->step; }
 void GpuTrainer::TimeRegions(bool on) { impl_->time_regions = on; }
 int64_t GpuTrainer::num_params() const { return static_cast<int64_t>(impl_->params->size()); }
 
+const GemModelOptions& GpuTrainer::numerics() const { return impl_->model->options(); }
+
 absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::model::ModelConfig& config,
-                                                               const TrainerOptions& options) {
+                                                               const TrainerOptions& options,
+                                                               const GemModelOptions& numerics) {
   GEMTB_RETURN_IF_ERROR(gemtb::model::ValidateTrainOptions(options));
   GEMTB_RETURN_IF_ERROR(embedding::EmbeddingDeviceAvailable());
   GEMTB_RETURN_IF_ERROR(RetainFreedDeviceMemory());
-  absl::StatusOr<std::unique_ptr<GemModelGpu>> model = GemModelGpu::Create(config);
+  absl::StatusOr<std::unique_ptr<GemModelGpu>> model = GemModelGpu::Create(config, numerics);
   if (!model.ok()) return model.status();
   absl::StatusOr<data::DataParams> params = data::LoadDataParams(options.data.empty() ? config.name : options.data);
   if (!params.ok()) return params.status();

@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "gpu/embedding/api.h"
+#include "gpu/train/numerics.h"
 #include "gpu/train/region_timer.h"
 #include "model/description/model_config.h"
 #include "model/description/train_options.h"
@@ -73,8 +74,11 @@ struct TrainerState {
 class GpuTrainer {
  public:
   // InvalidArgument naming the option or config field; FailedPrecondition without a usable GPU.
+  // `numerics`: the model's matmul and attention precision (numerics.h; default the check precision).
   static absl::StatusOr<std::unique_ptr<GpuTrainer>> Create(const gemtb::model::ModelConfig& config,
-                                                            const TrainerOptions& options);
+                                                            const TrainerOptions& options,
+                                                            const GemModelOptions& numerics = {});
+  const GemModelOptions& numerics() const;
   ~GpuTrainer();
   GpuTrainer(const GpuTrainer&) = delete;
   GpuTrainer& operator=(const GpuTrainer&) = delete;

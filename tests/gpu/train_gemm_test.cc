@@ -1,5 +1,5 @@
-// The check mode's fp32 GEMM (gpu/train/gemm.h) against a double-precision loop over the same fp32
-// values: every transpose, padded rows, a matrix shared by the whole batch (stride 0), batches in
+// The model's GEMM (gpu/train/gemm.h) in each precision against a double-precision loop over the
+// same fp32 values: every transpose, padded rows, a matrix shared by the whole batch (stride 0), batches in
 // blocks and side by side within rows, beta = 1 accumulation, beta = 0 over a C full of NaN, odd
 // sizes; elements outside the matrices neither read nor written; the same bytes on every run; and
 // descriptions it cannot take refused by name (that part needs no GPU).
@@ -10,6 +10,11 @@
 // 1e-5 (...) for k <= 165: the cases keep k <= 130 and the bound is 1e-6 + 1e-5 (...). TF32 would
 // miss it: inputs rounded to 10 mantissa bits err by about 2^-11 sum_p |a||b| / sqrt(k), several
 // times 1e-5 at k = 130.
+//
+// The tensor-core precisions round each operand to p mantissa bits (to nearest, or by truncation:
+// relative error below 2^-p either way), so a product errs by at most 2 * 2^-p + 2^-2p of |a||b|:
+// 2e-3 for TF32 (p = 10), 1.6e-2 for bf16 (p = 7), plus the fp32 bound above. That they do round (and
+// so run on the tensor cores) shows on operands with bits that neither format keeps.
 #include "gpu/train/gemm.h"
 
 #include <cuda_runtime.h>
@@ -22,8 +27,10 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/train_test_util.h"
 
@@ -88,7 +95,8 @@ absl::StatusOr<std::vector<float>> RunOnDevice(Fp32Matmul& mm, const GemmF32& g,
 }
 
 // got against the fp64 loop inside the matrices (the bound above), bit for bit outside them.
-void ExpectMatchesFp64(const GemmF32& g, const Operands& o, const std::vector<float>& got, const std::string& what) {
+void ExpectMatchesFp64(const GemmF32& g, const Operands& o, const std::vector<float>& got, const std::string& what,
+                       double rel = 1e-5) {
   ASSERT_EQ(got.size(), o.c.size()) << what;
   std::vector<bool> inside(got.size(), false);
   int bad = 0;
@@ -110,7 +118,7 @@ void ExpectMatchesFp64(const GemmF32& g, const Operands& o, const std::vector<fl
           want += static_cast<double>(g.beta) * o.c[e];
           scale += std::fabs(static_cast<double>(g.beta) * o.c[e]);
         }
-        const double error = std::fabs(got[e] - want), bound = 1e-6 + 1e-5 * scale;
+        const double error = std::fabs(got[e] - want), bound = 1e-6 + rel * scale;
         if (!(error <= bound) && bad++ < 5) {
           ADD_FAILURE() << what << " C[" << b << "](" << i << ", " << j << "): " << got[e] << ", want " << want
                         << " (bound " << bound << ")";
@@ -312,6 +320,43 @@ TEST(TrainGemm, MatchesAnFp64LoopOnTheSameFp32Values) {
     absl::StatusOr<std::vector<float>> got = RunOnDevice(**mm, c.g, o, nullptr);
     ASSERT_TRUE(got.ok()) << c.name << ": " << got.status();
     ExpectMatchesFp64(c.g, o, *got, c.name);
+  }
+}
+
+TEST(TrainGemm, TensorCorePrecisionsStayWithinTheirOperandRounding) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  for (const auto& [precision, rel] : {std::pair{MatmulPrecision::kTf32, 1e-5 + 2.1e-3},
+                                       std::pair{MatmulPrecision::kBf16, 1e-5 + 1.6e-2}}) {
+    absl::StatusOr<std::unique_ptr<Fp32Matmul>> mm = Fp32Matmul::Create(precision);
+    ASSERT_TRUE(mm.ok()) << mm.status();
+    EXPECT_EQ((*mm)->precision(), precision);
+    uint64_t seed = 1;
+    for (const Case& c : Cases()) {
+      const Operands o = MakeOperands(c.g, seed++, c.c_nan);
+      absl::StatusOr<std::vector<float>> got = RunOnDevice(**mm, c.g, o, nullptr);
+      ASSERT_TRUE(got.ok()) << c.name << ": " << got.status();
+      ExpectMatchesFp64(c.g, o, *got, absl::StrCat(PrecisionName(precision), " ", c.name), rel);
+    }
+  }
+}
+
+TEST(TrainGemm, TensorCorePrecisionsRoundTheOperands) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  // A = 1 + 2^-12 everywhere, B = 1: fp32 keeps the 2^-12, TF32 and bf16 lose it, so every element
+  // of C = A B is k (1 + 2^-12) in fp32 and k in the tensor-core precisions.
+  const GemmF32 g = Plain(256, 256, 256);
+  Operands o = MakeOperands(g, 7, false);
+  std::fill(o.a.begin(), o.a.end(), 1.0f + std::ldexp(1.0f, -12));
+  std::fill(o.b.begin(), o.b.end(), 1.0f);
+  for (const auto& [precision, want] : {std::pair{MatmulPrecision::kFp32, 256.0f * (1.0f + std::ldexp(1.0f, -12))},
+                                        std::pair{MatmulPrecision::kTf32, 256.0f},
+                                        std::pair{MatmulPrecision::kBf16, 256.0f}}) {
+    absl::StatusOr<std::unique_ptr<Fp32Matmul>> mm = Fp32Matmul::Create(precision);
+    ASSERT_TRUE(mm.ok()) << mm.status();
+    absl::StatusOr<std::vector<float>> got = RunOnDevice(**mm, g, o, nullptr);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ((*got)[0], want) << PrecisionName(precision);
+    EXPECT_EQ((*got)[got->size() - 1], want) << PrecisionName(precision);
   }
 }
 

@@ -111,6 +111,7 @@ def cpu_part(d):
                        (["--config", "nope"], "--config"), (["--lr", "nan"], "--lr: nan"),
                        (["--table-lr", "-1"], "--table-lr: -1"), (["--log-every-s", "0"], "--log-every-s: 0"),
                        (["--peak-tflops", "0"], "--peak-tflops: 0"),
+                       (["--matmul", "fp16"], '--matmul: "fp16"'), (["--attention", "tf32"], '--attention: "tf32"'),
                        (["--eval-samples", "-1"], "--eval-samples: -1"), (["--seed", "-2"], "--seed: -2"),
                        (["--schedule-steps", "0"], "--schedule-steps: 0"), (["--steps", "x"], "--steps"),
                        (["--nosuch", "1"], "nosuch"), (["--checkpoint-every", "-1"], "--checkpoint-every: -1"),
@@ -186,7 +187,7 @@ def bench_layers_bad_input(d):
     for bad, words in ((["--steps", "0"], "--steps: 0"), (["--local-batch", "0"], "--local-batch: 0"),
                        (["--warmup", "-1"], "--warmup: -1"), (["--config", "nope"], "--config"),
                        (["--peak-tflops", "0"], "--peak-tflops: 0"), (["--hbm-tbps", "nan"], "--hbm-tbps: nan"),
-                       (["--seed", "-1"], "--seed: -1")):
+                       (["--seed", "-1"], "--seed: -1"), (["--matmul", "x"], '--matmul: "x"')):
         p = run(["bench", "layers", "--out-dir", out] + bad, expect=2)
         assert p.stderr.startswith("gemtb bench layers: error: ") and words in p.stderr, (bad, p.stderr)
         assert not os.path.exists(out), bad

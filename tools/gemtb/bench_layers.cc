@@ -30,6 +30,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
+#include "tools/gemtb/gpu_numerics_flags.h"
 #include "tools/gemtb/output_set.h"
 #include "tools/gemtb/train_common.h"
 #include "tools/gemtb/version.h"
@@ -49,6 +50,7 @@ struct Flags {
   int64_t local_batch = 256, warmup = 3, steps = 10, seed = 1, data_seed = 1;
   std::optional<double> peak_tflops, hbm_tbps;
   bool force = false;
+  NumericsFlags numerics;
 };
 
 // One layer's pass, summed over the timed steps.
@@ -72,7 +74,7 @@ absl::Status Bad(const std::string& message) { return absl::InvalidArgumentError
 
 #if GEMTB_HAVE_CUDA
 absl::StatusOr<Measured> Measure(const Flags& f, const gemtb::model::ModelConfig& config,
-                                 const gemtb::model::RegionCosts& costs) {
+                                 const gemtb::model::RegionCosts& costs, const gpu::train::GemModelOptions& numerics) {
   using Clock = std::chrono::steady_clock;
   gpu::train::TrainerOptions o;
   o.seed = static_cast<uint64_t>(f.seed);
@@ -80,7 +82,7 @@ absl::StatusOr<Measured> Measure(const Flags& f, const gemtb::model::ModelConfig
   o.batch = f.local_batch;
   o.total_steps = f.warmup + f.steps;
   std::unique_ptr<gpu::train::GpuTrainer> trainer;
-  GEMTB_ASSIGN_OR_RETURN(trainer, gpu::train::GpuTrainer::Create(config, o));
+  GEMTB_ASSIGN_OR_RETURN(trainer, gpu::train::GpuTrainer::Create(config, o, numerics));
   Measured m;
   m.hardware = gpu::bench::DeviceDescription();
   m.lengths.resize(config.sequences.size());
@@ -224,7 +226,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   FlagSet flags(
       "gemtb bench layers --out-dir D [--config small] [--local-batch 256] [--steps 10] [flags]",
       "The GEM article's Local MFU on one GPU: the GPU trainer trains --config for --warmup + --steps steps\n"
-      "(fp32, as `gemtb train`) and times every layer (model region), forward and backward, with CUDA events\n"
+      "(in --matmul / --attention precision, as `gemtb train`) and times every layer (model region), forward and backward, with CUDA events\n"
       "over the last --steps. A layer runs alone there: no recompute, no communication. Per layer: mean ms,\n"
       "model FLOPs, MFU, its roofline (FLOPs at --peak-tflops or model.json's HBM bytes at --hbm-tbps,\n"
       "whichever binds) and the time it loses against it; the report ranks layers by that loss. Local MFU =\n"
@@ -243,6 +245,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   flags.Int64("data-seed", &f.data_seed, "data generator seed (default 1)");
   flags.OptionalDouble("peak-tflops", &f.peak_tflops, "peak TFLOP/s for MFU and the roofline (default 989: H200 dense bf16)");
   flags.OptionalDouble("hbm-tbps", &f.hbm_tbps, "HBM bandwidth for the roofline, TB/s (default 4.8: H200)");
+  f.numerics.Register(flags, "bf16");
   flags.String("commit", &f.commit, "the commit recorded in layers.json (default: the one this gemtb was built from)");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
@@ -252,6 +255,8 @@ absl::Status Run(const std::vector<std::string>& args) {
   if (f.out_dir.empty()) return Bad("--out-dir: required");
   if (f.local_batch < 1 || f.local_batch > (1 << 20))
     return Bad(absl::StrCat("--local-batch: ", f.local_batch, " must be in [1, 1048576]"));
+  gpu::train::GemModelOptions numerics;
+  GEMTB_ASSIGN_OR_RETURN(numerics, f.numerics.Resolve());
   if (f.warmup < 0) return Bad(absl::StrCat("--warmup: ", f.warmup, " must be >= 0"));
   if (f.steps < 1) return Bad(absl::StrCat("--steps: ", f.steps, " must be >= 1"));
   if (f.seed < 0) return Bad(absl::StrCat("--seed: ", f.seed, " must be >= 0"));
@@ -272,7 +277,7 @@ absl::Status Run(const std::vector<std::string>& args) {
 #else
   const double peak = f.peak_tflops.value_or(989) * 1e12, hbm = f.hbm_tbps.value_or(4.8) * 1e12;
   Measured m;
-  GEMTB_ASSIGN_OR_RETURN(m, Measure(f, *config, costs));
+  GEMTB_ASSIGN_OR_RETURN(m, Measure(f, *config, costs, numerics));
   std::vector<std::string> untimed;
   std::vector<LayerRow> rows = Rows(m, peak, hbm, &untimed);
   const double n = static_cast<double>(m.steps);
@@ -312,7 +317,8 @@ absl::Status Run(const std::vector<std::string>& args) {
   const std::string commit = f.commit.empty() ? BuildCommit() : f.commit;
   const std::string command = absl::StrCat("gemtb bench layers ", absl::StrJoin(args, " "));
   const nlohmann::json report = {
-      {"config", config->name}, {"local_batch", f.local_batch}, {"warmup", f.warmup}, {"steps", f.steps},
+      {"config", config->name}, {"local_batch", f.local_batch}, {"numerics", NumericsJson(numerics)},
+      {"warmup", f.warmup},     {"steps", f.steps},
       {"hardware", m.hardware}, {"commit", commit},             {"command", command}, {"peak_flops", peak},
       {"hbm_Bps", hbm},         {"step_ms_mean", step_ms},      {"samples_per_s", 1e3 * static_cast<double>(f.local_batch) / step_ms},
       {"phase_ms_mean", phases}, {"layers_ms", layer_ms},       {"local_mfu", local_mfu}, {"e2e_mfu", e2e_mfu},

@@ -12,6 +12,11 @@
 // is compared (relative L2 within --param-bound); the two then train on to --ne-steps, where the
 // trainers' fp32 summation orders have moved them apart (reported, not bounded), and their held-out
 // NEs must agree within 0.2%.
+//
+// --matmul / --attention choose the GPU trainer's product precision (default fp32); with bf16 or tf32
+// products the loss bound is the spec's bf16 one, 1e-3 + 1e-2 |oracle|, and the relative-L2 bounds'
+// defaults widen (gradients 5e-2, arrays 1e-2); the optimizers stay bit-exact given the oracle's
+// gradients, whatever the precision.
 #include <cmath>
 #include <cstring>
 #include <tuple>
@@ -34,6 +39,7 @@
 #include "reference/model/trainer.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
+#include "tools/gemtb/gpu_numerics_flags.h"
 #if GEMTB_HAVE_CUDA
 #include "gpu/train/trainer.h"
 #endif
@@ -46,6 +52,18 @@ constexpr char kCommand[] = "check train";
 #if GEMTB_HAVE_CUDA
 // The spec's fp32 tolerance per element: |gpu - oracle| <= 1e-6 + 1e-5 |oracle|.
 bool WithinFp32(double gpu, double oracle) { return std::abs(gpu - oracle) <= 1e-6 + 1e-5 * std::abs(oracle); }
+
+// The loss's bound: the spec's fp32 tolerance when every matmul and attention product is fp32, its
+// bf16 tolerance (1e-3 + 1e-2 |oracle|) when any runs on the tensor cores with rounded operands.
+struct LossBound {
+  double abs = 1e-6, rel = 1e-5;
+  const char* name = "fp32";
+  double operator()(double oracle) const { return abs + rel * std::abs(oracle); }
+};
+LossBound LossBoundFor(const gpu::train::GemModelOptions& o) {
+  if (o.matmul == gpu::train::MatmulPrecision::kFp32 && o.attention == gpu::train::AttentionPrecision::kFp32) return {};
+  return {1e-3, 1e-2, "bf16"};
+}
 
 struct Diff {
   double max_abs = 0, rel_l2 = 0;
@@ -130,16 +148,17 @@ std::vector<std::tuple<std::string, std::vector<float>, std::vector<float>>> Sta
 absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   std::string config_name = "tiny", json_path;
   int64_t steps = 50, ne_steps = 200, batch = 64, compare_every = 10, eval_samples = 4096, seed = 1, data_seed = 1;
-  double param_bound = 1e-3, grad_bound = 1e-4;
   std::optional<double> param_flag, grad_flag;
+  NumericsFlags numerics_flags;
   FlagSet flags("gemtb check train --config tiny --steps K [--ne-steps N] [--batch B] [--compare-every C]",
                 "Checks the GPU trainer against the CPU oracle's trainer on the same init and batches.\n"
                 "Injected, for steps 1..K: the GPU trainer starts each step from the oracle's state; its\n"
-                "loss must be within the fp32 bound 1e-6 + 1e-5|oracle|, each named parameter's gradient\n"
+                "loss must be within the fp32 bound 1e-6 + 1e-5|oracle| (with --matmul or --attention bf16 or\n"
+                "tf32, the bf16 bound 1e-3 + 1e-2|oracle|), each named parameter's gradient\n"
                 "and the embedding outputs' gradients within --grad-bound (relative L2); then, given the\n"
                 "oracle's gradients, its optimizers must produce the oracle's parameters, Adam moments,\n"
                 "tables and Adagrad states bit for bit. Free-running: a GPU trainer trains on its own\n"
-                "beside the oracle; its loss must be within the fp32 bound for steps 1..K, and every C\n"
+                "beside the oracle; its loss must be within that bound for steps 1..K, and every C\n"
                 "steps every array within --param-bound (relative L2); both train on to step N, where\n"
                 "their held-out NEs must agree within 0.2%. Exit 0 when everything holds, 1 when\n"
                 "something does not, 2 on bad flags or without a GPU.");
@@ -153,17 +172,24 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   flags.Int64("seed", &seed, "init seed (default 1)");
   flags.Int64("data-seed", &data_seed, "data seed (default 1)");
   flags.OptionalDouble("grad-bound", &grad_flag,
-                       "largest relative L2 difference of an injected step's gradient (default 1e-4)");
+                       "largest relative L2 difference of an injected step's gradient (default 1e-4; 5e-2 with "
+                       "bf16 or tf32 products)");
   flags.OptionalDouble("param-bound", &param_flag,
-                       "largest relative L2 difference of a free-running array in steps 1..K (default 1e-3)");
+                       "largest relative L2 difference of a free-running array in steps 1..K (default 1e-3; 1e-2 "
+                       "with bf16 or tf32 products)");
+  numerics_flags.Register(flags, "fp32");
   flags.String("json", &json_path, "also write every step's numbers as JSON to this file");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
     std::cout << flags.Help();
     return absl::OkStatus();
   }
-  if (param_flag) param_bound = *param_flag;
-  if (grad_flag) grad_bound = *grad_flag;
+  gpu::train::GemModelOptions numerics;
+  GEMTB_ASSIGN_OR_RETURN(numerics, numerics_flags.Resolve());
+  const LossBound loss_bound = LossBoundFor(numerics);
+  const bool fp32 = loss_bound.name == std::string("fp32");
+  const double param_bound = param_flag.value_or(fp32 ? 1e-3 : 1e-2);
+  const double grad_bound = grad_flag.value_or(fp32 ? 1e-4 : 5e-2);
   if (steps < 1) return absl::InvalidArgumentError(absl::StrCat("--steps=", steps, ": must be >= 1"));
   if (ne_steps < steps)
     return absl::InvalidArgumentError(absl::StrCat("--ne-steps=", ne_steps, ": must be >= --steps (", steps, ")"));
@@ -187,14 +213,15 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   absl::StatusOr<std::unique_ptr<reference::model::Trainer>> oracle = reference::model::Trainer::Create(*config, ro);
   if (!oracle.ok()) return oracle.status();
   (*oracle)->KeepGradients(true);
-  absl::StatusOr<std::unique_ptr<gpu::train::GpuTrainer>> free = gpu::train::GpuTrainer::Create(*config, go);
+  absl::StatusOr<std::unique_ptr<gpu::train::GpuTrainer>> free = gpu::train::GpuTrainer::Create(*config, go, numerics);
   if (!free.ok()) return free.status();
-  absl::StatusOr<std::unique_ptr<gpu::train::GpuTrainer>> injected = gpu::train::GpuTrainer::Create(*config, go);
+  absl::StatusOr<std::unique_ptr<gpu::train::GpuTrainer>> injected = gpu::train::GpuTrainer::Create(*config, go, numerics);
   if (!injected.ok()) return injected.status();
   absl::StatusOr<gemtb::model::GemGeometry> geometry = gemtb::model::MakeGemGeometry(*config);
   if (!geometry.ok()) return geometry.status();
   nlohmann::json report = {{"config", config->name}, {"steps", steps},           {"ne_steps", ne_steps},
-                           {"batch", batch},         {"grad_bound", grad_bound}, {"param_bound", param_bound}};
+                           {"batch", batch},         {"grad_bound", grad_bound}, {"param_bound", param_bound},
+                           {"numerics", NumericsJson(numerics)}, {"loss_bound", {{"abs", loss_bound.abs}, {"rel", loss_bound.rel}}}};
   bool pass = true;
   std::string first_failure;
   auto fail = [&](const std::string& what) {
@@ -205,7 +232,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   // Injected step s: the gradients at the oracle's state, then the oracle's gradients applied.
   auto injected_step = [&](int64_t s, const reference::model::StepResult& r, const gpu::train::TrainerGradients& g,
                            nlohmann::json& row) -> absl::Status {
-    const bool loss_ok = WithinFp32(g.loss, r.loss);
+    const bool loss_ok = std::abs(g.loss - r.loss) <= loss_bound(r.loss);
     if (!loss_ok) fail(absl::StrCat("step ", s, " injected loss"));
     row["injected_loss"] = {{"gpu", g.loss}, {"oracle", r.loss}};
     double worst = 0;
@@ -253,7 +280,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
     row["exact_not_identical"] = differ;
     std::cout << absl::StrFormat("step %4d  injected: loss |diff|/bound %.3f  worst gradient rel_l2 %.2e (%s)  "
                                  "optimizers %s\n",
-                                 s, std::abs(g.loss - r.loss) / (1e-6 + 1e-5 * std::abs(r.loss)), worst, worst_name,
+                                 s, std::abs(g.loss - r.loss) / loss_bound(r.loss), worst, worst_name,
                                  differ == 0 ? absl::StrCat("bit-exact (", count, " values)")
                                              : absl::StrCat(differ, " values differ, first in ", first_differ));
     return absl::OkStatus();
@@ -278,8 +305,9 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
 
   std::cout << absl::StrFormat(
       "check train: %s, %d samples per step; steps 1..%d injected and free-running, free-running on to %d; "
-      "oracle (CPU fp32) vs GPU trainer (fp32)\n",
-      config->name, batch, steps, ne_steps);
+      "oracle (CPU fp32) vs GPU trainer (matmul %s, attention %s; loss bound %g + %g |oracle|)\n",
+      config->name, batch, steps, ne_steps, gpu::train::PrecisionName(numerics.matmul),
+      gpu::train::PrecisionName(numerics.attention), loss_bound.abs, loss_bound.rel);
   for (int64_t s = 1; s <= ne_steps; ++s) {
     const bool checked = s <= steps;
     nlohmann::json row = {{"step", s}};
@@ -295,10 +323,10 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
     if (checked) GEMTB_RETURN_IF_ERROR(injected_step(s, *r, *g, row));
     absl::StatusOr<gpu::train::TrainerStep> f = (*free)->Step();
     if (!f.ok()) return f.status();
-    const double ratio = std::abs(f->loss - r->loss) / (1e-6 + 1e-5 * std::abs(r->loss));
+    const double ratio = std::abs(f->loss - r->loss) / loss_bound(r->loss);
     const bool ok = !checked || ratio <= 1;
     if (!ok) fail(absl::StrCat("step ", s, " free-running loss"));
-    row["loss"] = {{"oracle", r->loss}, {"gpu", f->loss}, {"diff_over_fp32_bound", ratio}};
+    row["loss"] = {{"oracle", r->loss}, {"gpu", f->loss}, {"diff_over_bound", ratio}};
     report["steps_detail"].push_back(row);
     std::cout << absl::StrFormat("step %4d  free-running: loss oracle %.9f  gpu %.9f  |diff|/bound %.3f%s\n", s, r->loss,
                                  f->loss, ratio, ok ? (checked ? "" : "  (not bounded after --steps)") : "  <- out of bound");

@@ -30,6 +30,7 @@
 #include "reference/model/trainer.h"
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
+#include "tools/gemtb/gpu_numerics_flags.h"
 #include "tools/gemtb/gpu_train_state.h"
 #include "tools/gemtb/step_trace.h"
 #include "tools/gemtb/stop_signals.h"
@@ -50,12 +51,14 @@ struct Flags {
   std::string checkpoint, report, trace;
   int64_t checkpoint_every = 0, crash_checkpoint_after_bytes = -1;
   bool resume = false;
+  NumericsFlags numerics;
 };
 
 // What the flags, config and checkpoint resolve to, all checked before any work.
 struct Job {
   gemtb::model::ModelConfig config;
   gpu::train::TrainerOptions options;
+  gpu::train::GemModelOptions numerics;
   reference::dist::CheckpointIdentity identity;
   int64_t num_params = 0;
   double log_every_s = 5;
@@ -96,6 +99,8 @@ absl::StatusOr<Job> Prepare(const Flags& f) {
     return Bad(absl::StrCat("--local-batch: ", f.local_batch, " must be in [1, 1048576]"));
   if (f.seed < 0) return Bad(absl::StrCat("--seed: ", f.seed, " must be >= 0"));
   if (f.data_seed < 0) return Bad(absl::StrCat("--data-seed: ", f.data_seed, " must be >= 0"));
+  absl::StatusOr<gpu::train::GemModelOptions> numerics = f.numerics.Resolve();
+  if (!numerics.ok()) return numerics.status();
   if (std::optional<std::string> m = CheckRate("lr", f.lr)) return Bad(*m);
   if (std::optional<std::string> m = CheckRate("table-lr", f.table_lr)) return Bad(*m);
   if (f.schedule_steps && *f.schedule_steps < 1) return Bad(absl::StrCat("--schedule-steps: ", *f.schedule_steps, " must be >= 1"));
@@ -122,6 +127,7 @@ absl::StatusOr<Job> Prepare(const Flags& f) {
     if (absl::Status s = CheckCheckpointDir(f.checkpoint, f.resume); !s.ok()) return s;
 
   Job job;
+  job.numerics = *numerics;
   absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig(f.config);
   if (!config.ok()) return Bad(absl::StrCat("--config: ", config.status().message()));
   job.config = *std::move(config);
@@ -204,7 +210,7 @@ absl::StatusOr<nlohmann::json> HeldOutNe(gpu::train::GpuTrainer& trainer, const 
 
 int Train(const Flags& f, const Job& job) {
   using Clock = std::chrono::steady_clock;
-  absl::StatusOr<std::unique_ptr<gpu::train::GpuTrainer>> created = gpu::train::GpuTrainer::Create(job.config, job.options);
+  absl::StatusOr<std::unique_ptr<gpu::train::GpuTrainer>> created = gpu::train::GpuTrainer::Create(job.config, job.options, job.numerics);
   if (!created.ok()) return ReportError(kCommand, created.status());
   gpu::train::GpuTrainer& trainer = **created;
   if (job.resumed) {
@@ -214,7 +220,8 @@ int Train(const Flags& f, const Job& job) {
   const gpu::train::TrainerOptions& o = job.options;
   std::cout << "gemtb train: config " << job.config.name << ", " << trainer.num_params() << " dense params, local batch "
             << o.batch << ", steps " << f.steps << ", lr " << o.lr << ", table lr " << o.table_lr << ", schedule steps "
-            << o.total_steps << ", one GPU (fp32)" << std::endl;
+            << o.total_steps << ", one GPU (matmul " << gpu::train::PrecisionName(job.numerics.matmul) << ", attention "
+            << gpu::train::PrecisionName(job.numerics.attention) << ")" << std::endl;
   auto save = [&]() -> absl::Status {
     if (f.checkpoint.empty()) return absl::OkStatus();
     absl::StatusOr<gpu::train::TrainerState> state = trainer.State();
@@ -315,7 +322,8 @@ int Train(const Flags& f, const Job& job) {
       regions.push_back({{"region", rt.region}, {"pass", rt.backward ? "bwd" : "fwd"}, {"ms", rt.ms()}});
     const nlohmann::json report = {
         {"config", job.config.name},   {"steps", trainer.step()},         {"steps_run", run_steps},
-        {"local_batch", o.batch},      {"wall_s", wall},                  {"samples_per_s", samples_per_s},
+        {"local_batch", o.batch},      {"numerics", NumericsJson(job.numerics)},
+        {"wall_s", wall},              {"samples_per_s", samples_per_s},
         {"mean_step_ms", number(mean_step_ms)}, {"step_ms_median", number(median_step_ms)},
         {"final_loss", number(last_loss)},
         {"eval_samples", f.eval_samples},       {"held_out_ne", ne},
@@ -336,7 +344,8 @@ int RunGpuTrain(const std::vector<std::string>& args) {
   Flags f;
   FlagSet flags(
       "gemtb train [--config tiny] [--steps N] [--local-batch B] [--checkpoint DIR [--resume]] [flags]",
-      "Trains the GEM-like model on one GPU (fp32; Adam for the dense parameters, rowwise Adagrad fused\n"
+      "Trains the GEM-like model on one GPU (fp32 weights, activations and gradients, the matmuls and\n"
+      "attention in --matmul / --attention precision; Adam for the dense parameters, rowwise Adagrad fused\n"
       "into the tables' backward) on the planted-teacher generator's samples: step s takes samples\n"
       "s*B .. s*B+B-1 of --data-seed, as `gemtb ref train` does. Every --log-every-s seconds and at the\n"
       "end: step, mean loss of the interval, samples/s and mean step time; then NE per task on held-out\n"
@@ -362,6 +371,7 @@ int RunGpuTrain(const std::vector<std::string>& args) {
   flags.Int64("eval-samples", &f.eval_samples, "held-out samples for the final NE (default 4096; 0 skips it)");
   flags.String("checkpoint", &f.checkpoint, "checkpoint folder, written at the end and every --checkpoint-every steps");
   flags.Int64("checkpoint-every", &f.checkpoint_every, "steps between checkpoints (default 0: only at the end)");
+  f.numerics.Register(flags, "bf16");
   flags.Bool("resume", &f.resume, "continue from the newest checkpoint in --checkpoint DIR (same config and options)");
   flags.String("trace", &f.trace, "Chrome/Perfetto trace of the last step (the simulator's track and task names)");
   flags.String("report", &f.report, "JSON written at the end: throughput, final loss, held-out NE (docs/commands.md)");

@@ -1,0 +1,30 @@
+// GDPA (gpu/train/gdpa.h's contract: the same GdpaBatch, jagged layout, masks and math) on tensor
+// cores: q, k, v, d_o stay fp32 in global memory and are rounded to bf16 as they are staged in shared
+// memory, as are the score-side tiles (post * silu(s), and its gradient) that multiply v, k or q; every
+// product is summed in fp32 (WMMA 16x16x16 bf16 with fp32 accumulators). Faster than GdpaForward /
+// GdpaBackward, and less exact: bf16 operands give relative errors of order 1e-3 to 1e-2 where those
+// give 1e-6. No atomics and a fixed order of every sum: every run on the same GPU gives the same bytes.
+// Device pointers, asynchronous on `stream`; the host fields are checked first by ValidateGdpaBatch.
+#ifndef GEMTB_GPU_TRAIN_GDPA_TENSOR_CORE_H_
+#define GEMTB_GPU_TRAIN_GDPA_TENSOR_CORE_H_
+
+#include <cuda_runtime.h>
+
+#include "absl/status/status.h"
+#include "gpu/train/gdpa.h"
+
+namespace gemtb::gpu::train {
+
+// o (written) for every query row of every sample; a query with no kept key gets zeros. Rows outside
+// every sample are not touched.
+absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v, float* o,
+                                   cudaStream_t stream);
+
+// dq, dk, dv are WRITTEN (not accumulated); scores recomputed. They must not overlap each other or
+// the inputs. A query (key) that keeps no key (is kept by no query) gets zeros.
+absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v,
+                                    const float* d_o, float* dq, float* dk, float* dv, cudaStream_t stream);
+
+}  // namespace gemtb::gpu::train
+
+#endif  // GEMTB_GPU_TRAIN_GDPA_TENSOR_CORE_H_

@@ -1,0 +1,57 @@
+// The GPU model's precision choices for its two kinds of heavy op, the matmuls and attention. Host
+// code only (no CUDA headers): the CLI parses and reports them on any build.
+#ifndef GEMTB_GPU_TRAIN_NUMERICS_H_
+#define GEMTB_GPU_TRAIN_NUMERICS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+
+namespace gemtb::gpu::train {
+
+// How a matmul's operands are multiplied (gemm.h); C and the accumulation are fp32 in every case.
+enum class MatmulPrecision {
+  kFp32,  // IEEE fp32 products and sums (CUBLAS_COMPUTE_32F_PEDANTIC): fp32 rounding alone
+  kTf32,  // operands rounded to TF32 (10-bit mantissa) on the tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32)
+  kBf16,  // operands rounded to bf16 (7-bit mantissa) on the tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF)
+};
+
+// How GDPA's products are taken.
+enum class AttentionPrecision {
+  kFp32,  // fp32 kernels summing each output's terms in the reference's order (gdpa.h)
+  kBf16,  // the tensor cores, operands rounded to bf16, fp32 accumulation (gdpa_tensor_core.h)
+};
+
+struct GemModelOptions {
+  MatmulPrecision matmul = MatmulPrecision::kFp32;
+  AttentionPrecision attention = AttentionPrecision::kFp32;
+};
+
+inline const char* PrecisionName(MatmulPrecision p) {
+  switch (p) {
+    case MatmulPrecision::kFp32: return "fp32";
+    case MatmulPrecision::kTf32: return "tf32";
+    case MatmulPrecision::kBf16: return "bf16";
+  }
+  return "?";
+}
+inline const char* PrecisionName(AttentionPrecision p) { return p == AttentionPrecision::kBf16 ? "bf16" : "fp32"; }
+
+// The inverses of PrecisionName; InvalidArgument naming `field` and the value otherwise.
+inline absl::StatusOr<MatmulPrecision> ParseMatmulPrecision(const std::string& field, const std::string& name) {
+  for (const MatmulPrecision p : {MatmulPrecision::kFp32, MatmulPrecision::kTf32, MatmulPrecision::kBf16}) {
+    if (name == PrecisionName(p)) return p;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(field, ": \"", name, "\" (want fp32, tf32 or bf16)"));
+}
+inline absl::StatusOr<AttentionPrecision> ParseAttentionPrecision(const std::string& field, const std::string& name) {
+  for (const AttentionPrecision p : {AttentionPrecision::kFp32, AttentionPrecision::kBf16}) {
+    if (name == PrecisionName(p)) return p;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(field, ": \"", name, "\" (want fp32 or bf16)"));
+}
+
+}  // namespace gemtb::gpu::train
+
+#endif  // GEMTB_GPU_TRAIN_NUMERICS_H_

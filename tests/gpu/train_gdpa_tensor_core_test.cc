@@ -1,0 +1,272 @@
+// The tensor-core attention (gpu/train/gdpa_tensor_core.h) against the fp32 kernels of
+// gpu/train/gdpa.h on the same device inputs: the model's three uses scaled down (self-attention with
+// window 64, block 64 or no mask, plus windows and a block that cut 16x16 regions (window 17: a strip's
+// first kept key is the last of a 16-key chunk, the edge of the kernels' chunk skipping); cross-
+// attention to 4 keys; PMA's 4 queries over jagged keys) at heads x dh = 2x16, 4x32, 2x64 on samples of
+// 0, 1, 63, 64, 65, 90, 100, 200 rows (partial tiles of 1 .. 16, 17 .. 32 and 33 .. 48 rows: each warp
+// layout), and the "small" config's shapes at 2052 rows; post_scale != 1.
+//
+// Bound per output tensor (o, dq, dk, dv) over the rows of the samples: relative L2 error
+// ||x - ref|| / ||ref|| <= 1e-2 and every element within 5e-2 max|ref| + 1e-6. q, k, v, do and the
+// score-side factors are rounded to bf16 (relative error 2^-9) and every sum is fp32: a CPU emulation of
+// the kernels' tiling and rounding on these shapes gives relative L2 errors of 3e-3 (o, dv) to 7e-3 (dq,
+// dk) and element errors up to 1.3e-2 max|ref|. A dropped tile or chunk, or a wrong mask, moves whole
+// terms (order 1 of the terms) and fails them. Rows outside every sample keep their sentinel bytes, and the input rows
+// there hold 1e30 (an overflow if any kernel used them). Two runs give the same bytes; bad shapes are
+// refused with InvalidArgument.
+#include "gpu/train/gdpa_tensor_core.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpu/train/gdpa.h"
+#include "gtest/gtest.h"
+#include "tests/gpu/train_test_util.h"
+
+namespace gemtb::gpu::train {
+namespace {
+
+using test::DeviceArray;
+using test::HaveSm90;
+
+constexpr int kLead = 3, kTrail = 5;        // rows before the first sample and after the last
+constexpr uint32_t kSentinel = 0x7fc0dea1;  // a quiet NaN with a payload: what an untouched output row holds
+constexpr float kOutsideInput = 1e30f;      // input rows outside every sample
+
+struct Case {
+  std::string name;
+  int heads = 0, dh = 0, window = -1, block = 0;
+  float post_scale = 1.0f;
+  std::vector<int> lq, lk;  // per sample
+};
+
+struct Inputs {
+  std::vector<int32_t> q_offsets, k_offsets;  // from kLead
+  int32_t max_q = 0, max_k = 0;
+  size_t q_rows = 0, k_rows = 0;  // including the rows outside every sample
+  std::vector<float> q, k, v, d_o;
+};
+
+struct Outputs {
+  std::vector<float> o, dq, dk, dv;
+};
+
+std::vector<int32_t> Offsets(const std::vector<int>& lengths, int32_t* max_len, size_t* rows) {
+  std::vector<int32_t> offsets{kLead};
+  *max_len = 0;
+  for (int n : lengths) {
+    offsets.push_back(offsets.back() + n);
+    *max_len = std::max(*max_len, n);
+  }
+  *rows = static_cast<size_t>(offsets.back()) + kTrail;
+  return offsets;
+}
+
+// Unit normal values in the samples' rows (as the QK-norm leaves q and k), kOutsideInput elsewhere.
+std::vector<float> RandomRows(size_t rows, size_t width, const std::vector<int32_t>& offsets, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<float> x(rows * width, kOutsideInput);
+  for (size_t e = offsets.front() * width; e < offsets.back() * width; ++e) x[e] = static_cast<float>(normal(rng));
+  return x;
+}
+
+Inputs MakeInputs(const Case& c, uint64_t seed) {
+  Inputs in;
+  in.q_offsets = Offsets(c.lq, &in.max_q, &in.q_rows);
+  in.k_offsets = Offsets(c.lk, &in.max_k, &in.k_rows);
+  const size_t width = static_cast<size_t>(c.heads) * c.dh;
+  in.q = RandomRows(in.q_rows, width, in.q_offsets, seed);
+  in.k = RandomRows(in.k_rows, width, in.k_offsets, seed + 1);
+  in.v = RandomRows(in.k_rows, width, in.k_offsets, seed + 2);
+  in.d_o = RandomRows(in.q_rows, width, in.q_offsets, seed + 3);
+  return in;
+}
+
+std::vector<float> Sentinels(size_t n) {
+  float s = 0;
+  std::memcpy(&s, &kSentinel, sizeof(s));
+  return std::vector<float>(n, s);
+}
+
+// Forward and backward by the tensor-core kernels (tensor_core) or the fp32 ones, into outputs that
+// start as sentinels.
+Outputs RunAttention(const Case& c, const Inputs& in, bool tensor_core) {
+  const size_t width = static_cast<size_t>(c.heads) * c.dh;
+  const size_t nq = in.q_rows * width, nk = in.k_rows * width;
+  DeviceArray<int32_t> q_offsets(in.q_offsets), k_offsets(in.k_offsets);
+  DeviceArray<float> q(in.q), k(in.k), v(in.v), d_o(in.d_o);
+  DeviceArray<float> o(Sentinels(nq)), dq(Sentinels(nq)), dk(Sentinels(nk)), dv(Sentinels(nk));
+  GdpaBatch b;
+  b.batch = static_cast<int64_t>(c.lq.size());
+  b.heads = c.heads, b.dh = c.dh, b.window = c.window, b.block = c.block, b.post_scale = c.post_scale;
+  b.q_offsets = q_offsets.ptr, b.k_offsets = k_offsets.ptr, b.max_q = in.max_q, b.max_k = in.max_k;
+  if (tensor_core) {
+    const absl::Status f = GdpaForwardTensorCore(b, q.ptr, k.ptr, v.ptr, o.ptr, nullptr);
+    EXPECT_TRUE(f.ok()) << f;
+    const absl::Status g = GdpaBackwardTensorCore(b, q.ptr, k.ptr, v.ptr, d_o.ptr, dq.ptr, dk.ptr, dv.ptr, nullptr);
+    EXPECT_TRUE(g.ok()) << g;
+  } else {
+    const absl::Status f = GdpaForward(b, q.ptr, k.ptr, v.ptr, o.ptr, nullptr);
+    EXPECT_TRUE(f.ok()) << f;
+    const absl::Status g = GdpaBackward(b, q.ptr, k.ptr, v.ptr, d_o.ptr, dq.ptr, dk.ptr, dv.ptr, nullptr);
+    EXPECT_TRUE(g.ok()) << g;
+  }
+  const cudaError_t e = cudaDeviceSynchronize();
+  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+  return Outputs{o.Get(nq), dq.Get(nq), dk.Get(nk), dv.Get(nk)};
+}
+
+// The bound of the header comment on the samples' rows [offsets.front(), offsets.back()) of `width`
+// values, and the sentinel on the others; prints the relative L2 error and the largest error over
+// max|ref|.
+void Compare(const std::vector<float>& got, const std::vector<float>& want, const std::vector<int32_t>& offsets,
+             size_t width, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const size_t from = offsets.front() * width, to = offsets.back() * width;
+  double max_ref = 0, err2 = 0, ref2 = 0, max_err = 0;
+  for (size_t e = from; e < to; ++e) max_ref = std::max(max_ref, std::fabs(static_cast<double>(want[e])));
+  const double bound = 5e-2 * max_ref + 1e-6;
+  int bad = 0;
+  for (size_t e = from; e < to; ++e) {
+    const double d = std::fabs(static_cast<double>(got[e]) - want[e]);
+    if (!(d <= bound) && bad++ < 5) {
+      ADD_FAILURE() << what << "[row " << e / width << ", " << e % width << "]: " << got[e] << ", want " << want[e]
+                    << " (bound " << bound << ")";
+    }
+    if (std::isfinite(d)) max_err = std::max(max_err, d);
+    err2 += d * d;
+    ref2 += static_cast<double>(want[e]) * want[e];
+  }
+  EXPECT_EQ(bad, 0) << what;
+  const double rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : (err2 > 0 ? INFINITY : 0.0);
+  EXPECT_LE(rel_l2, 1e-2) << what << ": relative L2 error";
+  int touched = 0;
+  for (size_t e = 0; e < got.size(); ++e) {
+    if (e >= from && e < to) continue;
+    uint32_t bits = 0;
+    std::memcpy(&bits, &got[e], sizeof(bits));
+    if (bits != kSentinel && touched++ < 5) {
+      ADD_FAILURE() << what << "[row " << e / width << "] outside the samples written";
+    }
+  }
+  EXPECT_EQ(touched, 0) << what;
+  std::cout << what << ": relative L2 " << rel_l2 << ", max |x-ref|/max|ref| "
+            << (max_ref > 0 ? max_err / max_ref : 0.0) << "\n";
+}
+
+bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+Case Named(const std::string& name, int heads, int dh, float post_scale, std::vector<int> lq, std::vector<int> lk) {
+  Case c;
+  c.name = name + " heads=" + std::to_string(heads) + " dh=" + std::to_string(dh);
+  c.heads = heads, c.dh = dh, c.post_scale = post_scale, c.lq = std::move(lq), c.lk = std::move(lk);
+  return c;
+}
+
+std::vector<Case> Cases() {
+  // Own tiles of every size class: 1 (65), 26 (90), 36 (100: the fourth strip empty), 8 (200), full.
+  const std::vector<int> lengths{0, 1, 63, 64, 65, 90, 100, 200};
+  std::vector<Case> cases;
+  struct HeadShape {
+    int heads, dh;
+  };
+  struct MaskShape {
+    const char* name;
+    int window, block;
+  };
+  for (const HeadShape hs : {HeadShape{2, 16}, HeadShape{4, 32}, HeadShape{2, 64}}) {
+    for (const MaskShape m : {MaskShape{"window=64", 64, 0}, MaskShape{"block=64", 0, 64},
+                              MaskShape{"unmasked", -1, 0}, MaskShape{"window=5", 5, 0},
+                              MaskShape{"window=17", 17, 0}, MaskShape{"block=24", 0, 24}}) {
+      Case c = Named(std::string("self ") + m.name, hs.heads, hs.dh, 1.0f / 16, lengths, lengths);
+      c.window = m.window, c.block = m.block;
+      cases.push_back(c);
+    }
+    // Cross-attention: jagged queries to 4 keys (one sample with queries and no keys: zeros).
+    cases.push_back(Named("cross", hs.heads, hs.dh, 0.25f, lengths, {4, 4, 4, 4, 0, 4, 4, 4}));
+    // PMA: 4 queries over jagged keys (one sample with keys and no queries: zero gradients).
+    cases.push_back(Named("pma", hs.heads, hs.dh, 1.0f / 130, {4, 4, 4, 4, 4, 4, 0, 4}, lengths));
+  }
+  // The "small" config's shapes: heads 4, dh 32, samples up to 2052 rows.
+  const std::vector<int> small{2052, 0, 700, 1, 130};
+  Case self = Named("small self window=64", 4, 32, 1.0f / 16, small, small);
+  self.window = 64;
+  cases.push_back(self);
+  cases.push_back(Named("small cross", 4, 32, 0.25f, small, {4, 4, 4, 4, 4}));
+  cases.push_back(Named("small pma", 4, 32, 1.0f / 130, {4, 4, 4, 4, 4}, small));
+  return cases;
+}
+
+TEST(TrainGdpaTensorCore, MatchesTheFp32KernelsAndRepeatsItsBytes) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  uint64_t seed = 500;
+  for (const Case& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    const Inputs in = MakeInputs(c, seed += 10);
+    const Outputs want = RunAttention(c, in, /*tensor_core=*/false);
+    const Outputs got = RunAttention(c, in, /*tensor_core=*/true);
+    const size_t width = static_cast<size_t>(c.heads) * c.dh;
+    Compare(got.o, want.o, in.q_offsets, width, c.name + " o");
+    Compare(got.dq, want.dq, in.q_offsets, width, c.name + " dq");
+    Compare(got.dk, want.dk, in.k_offsets, width, c.name + " dk");
+    Compare(got.dv, want.dv, in.k_offsets, width, c.name + " dv");
+    const Outputs again = RunAttention(c, in, /*tensor_core=*/true);
+    EXPECT_TRUE(SameBytes(again.o, got.o)) << c.name << " o";
+    EXPECT_TRUE(SameBytes(again.dq, got.dq)) << c.name << " dq";
+    EXPECT_TRUE(SameBytes(again.dk, got.dk)) << c.name << " dk";
+    EXPECT_TRUE(SameBytes(again.dv, got.dv)) << c.name << " dv";
+  }
+}
+
+TEST(TrainGdpaTensorCore, BadShapesAreRefusedAndAnEmptyBatchIsANoOp) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  // Pointers no kernel may read: a refused call must return before any launch.
+  const auto* bogus_offsets = reinterpret_cast<const int32_t*>(uintptr_t{64});
+  auto* bogus = reinterpret_cast<float*>(uintptr_t{128});
+  GdpaBatch good;
+  good.batch = 3, good.heads = 2, good.dh = 16, good.max_q = 4, good.max_k = 130;
+  good.q_offsets = bogus_offsets, good.k_offsets = bogus_offsets;
+  auto refused = [&](const GdpaBatch& b, const std::string& name) {
+    const absl::Status f = GdpaForwardTensorCore(b, bogus, bogus, bogus, bogus, nullptr);
+    EXPECT_EQ(f.code(), absl::StatusCode::kInvalidArgument) << name << ": " << f;
+    EXPECT_NE(f.message().find(name), std::string::npos) << f;
+    const absl::Status g = GdpaBackwardTensorCore(b, bogus, bogus, bogus, bogus, bogus, bogus, bogus, nullptr);
+    EXPECT_EQ(g.code(), absl::StatusCode::kInvalidArgument) << name << ": " << g;
+    EXPECT_NE(g.message().find(name), std::string::npos) << g;
+  };
+  GdpaBatch b = good;
+  b.dh = 24;
+  refused(b, "dh=24");
+  b = good, b.q_offsets = nullptr;
+  refused(b, "q_offsets=null");
+  b = good, b.k_offsets = nullptr;
+  refused(b, "k_offsets=null");
+  b = good, b.heads = 65536;
+  refused(b, "heads=65536");
+  EXPECT_EQ(GdpaForwardTensorCore(good, nullptr, bogus, bogus, bogus, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GdpaBackwardTensorCore(good, bogus, bogus, bogus, bogus, bogus, nullptr, bogus, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  // No samples: nothing is read or written.
+  GdpaBatch empty;
+  empty.heads = 4, empty.dh = 32;
+  EXPECT_TRUE(GdpaForwardTensorCore(empty, nullptr, nullptr, nullptr, nullptr, nullptr).ok());
+  EXPECT_TRUE(
+      GdpaBackwardTensorCore(empty, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr).ok());
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace gemtb::gpu::train

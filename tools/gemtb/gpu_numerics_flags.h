@@ -1,0 +1,53 @@
+// The GPU model's precision flags, shared by `gemtb train`, `gemtb bench layers` and
+// `gemtb check train`: --matmul fp32|tf32|bf16 and --attention fp32|bf16 (gpu/train/numerics.h).
+#ifndef GEMTB_TOOLS_GEMTB_GPU_NUMERICS_FLAGS_H_
+#define GEMTB_TOOLS_GEMTB_GPU_NUMERICS_FLAGS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "gpu/train/numerics.h"
+#include "nlohmann/json.hpp"
+#include "tools/gemtb/flags.h"
+
+namespace gemtb::cli {
+
+struct NumericsFlags {
+  std::string matmul, attention;  // as given; the defaults are the command's
+
+  // Registers both flags; `default_name` ("fp32" or "bf16") is what each means when absent.
+  void Register(FlagSet& flags, const std::string& default_name) {
+    default_ = default_name;
+    flags.String("matmul", &matmul,
+                 "GEMM precision: fp32 (IEEE, the oracle checks' precision) | tf32 | bf16 (tensor cores, fp32 "
+                 "accumulation) (default " + default_name + ")");
+    flags.String("attention", &attention,
+                 "GDPA precision: fp32 (the reference's order of sums) | bf16 (tensor cores, fp32 accumulation) "
+                 "(default " + default_name + ")");
+  }
+  // InvalidArgument naming the flag and value.
+  absl::StatusOr<gpu::train::GemModelOptions> Resolve() const {
+    gpu::train::GemModelOptions o;
+    absl::StatusOr<gpu::train::MatmulPrecision> m =
+        gpu::train::ParseMatmulPrecision("--matmul", matmul.empty() ? default_ : matmul);
+    if (!m.ok()) return m.status();
+    absl::StatusOr<gpu::train::AttentionPrecision> a =
+        gpu::train::ParseAttentionPrecision("--attention", attention.empty() ? default_ : attention);
+    if (!a.ok()) return a.status();
+    o.matmul = *m;
+    o.attention = *a;
+    return o;
+  }
+
+ private:
+  std::string default_ = "fp32";
+};
+
+// {"matmul": "...", "attention": "..."} for reports.
+inline nlohmann::json NumericsJson(const gpu::train::GemModelOptions& o) {
+  return {{"matmul", gpu::train::PrecisionName(o.matmul)}, {"attention", gpu::train::PrecisionName(o.attention)}};
+}
+
+}  // namespace gemtb::cli
+
+#endif  // GEMTB_TOOLS_GEMTB_GPU_NUMERICS_FLAGS_H_
