@@ -29,12 +29,27 @@ absl::Status Cuda(cudaError_t e, const char* what) {
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
 }
 
-// Stream-ordered scratch of one pass: every array is freed (stream-ordered) when the pass ends.
+// Stream-ordered scratch of one pass: every array is freed (stream-ordered) when the pass ends, or
+// earlier by Free, as soon as the work that reads it is enqueued: the backward frees each region's
+// temporaries after the region and each layer's forward tape after the layer's backward, so the peak
+// is the forward's tape plus one region's temporaries, not the sum of every array of the pass.
 class Scratch {
  public:
   explicit Scratch(cudaStream_t stream) : stream_(stream) {}
   ~Scratch() {
-    for (void* p : ptrs_) cudaFreeAsync(p, stream_);
+    for (void* p : ptrs_)
+      if (p) cudaFreeAsync(p, stream_);
+  }
+  // The position of the next array in allocation order.
+  size_t Mark() const { return ptrs_.size(); }
+  // Frees the arrays allocated at positions [begin, end): nothing enqueued after this call may read them.
+  absl::Status Free(size_t begin, size_t end) {
+    for (size_t i = begin; i < end && i < ptrs_.size(); ++i) {
+      if (ptrs_[i] == nullptr) continue;
+      GEMTB_RETURN_IF_ERROR(Cuda(cudaFreeAsync(ptrs_[i], stream_), "scratch free"));
+      ptrs_[i] = nullptr;
+    }
+    return absl::OkStatus();
   }
   absl::StatusOr<float*> Floats(int64_t n, bool zero = false) {
     void* p = nullptr;
@@ -809,8 +824,12 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
 
   std::vector<float*> s(J, nullptr);
   std::vector<LayerTape> tapes(m.layers.size());
+  // tape_at[l]: where layer l's forward arrays start in the scratch's order (they end where layer
+  // l + 1's, or the final cross's, start); nothing allocated before a layer reads them.
+  std::vector<size_t> tape_at(m.layers.size() + 1);
   for (size_t l = 0; l < m.layers.size(); ++l) {
     LayerTape& t = tapes[l];
+    tape_at[l] = mem.Mark();
     GEMTB_RETURN_IF_ERROR(layer_region(l, "cross", false));
     GEMTB_RETURN_IF_ERROR(m.CrossFwd(m.layers[l].cross, t.cross, x, s, l == 0 ? &in : nullptr));
     GEMTB_RETURN_IF_ERROR(layer_region(l, "wukong", false));
@@ -822,6 +841,7 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
     }
     x = t.wukong.x_out;
   }
+  tape_at[m.layers.size()] = mem.Mark();
   CrossTape final_tape;
   GEMTB_RETURN_IF_ERROR(region("F.cross", false));
   GEMTB_RETURN_IF_ERROR(m.CrossFwd(m.final_cross, final_tape, x, s, m.layers.empty() ? &in : nullptr));
@@ -893,22 +913,36 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
   }
   float* dx;
   GEMTB_ASSIGN_OR_RETURN(dx, mem.Floats(B * xs, true));
+  // A region's backward: its temporaries freed once it is enqueued (its outputs are allocated outside).
+  auto scoped = [&](const absl::Status& enqueued, size_t from) -> absl::Status {
+    GEMTB_RETURN_IF_ERROR(enqueued);
+    return mem.Free(from, mem.Mark());
+  };
   GEMTB_RETURN_IF_ERROR(region("F.cross", true));
-  GEMTB_RETURN_IF_ERROR(m.CrossBwd(m.final_cross, final_tape, dx_sum, ds_sum, ds, dx, m.layers.empty() ? &out : nullptr));
+  size_t at = mem.Mark();
+  GEMTB_RETURN_IF_ERROR(
+      scoped(m.CrossBwd(m.final_cross, final_tape, dx_sum, ds_sum, ds, dx, m.layers.empty() ? &out : nullptr), at));
   for (size_t l = m.layers.size(); l-- > 0;) {
     const LayerTape& t = tapes[l];
     GEMTB_ASSIGN_OR_RETURN(dx_sum, mem.Floats(B * n_s * d, true));
     for (int j = J; j-- > 0;) {
       GEMTB_RETURN_IF_ERROR(layer_region(l, absl::StrCat("seq", j), true));
-      GEMTB_RETURN_IF_ERROR(m.SeqBwd(m.layers[l].seq[j], static_cast<int>(l), j, t.seq[j], ds[j], dx_sum));
+      at = mem.Mark();
+      GEMTB_RETURN_IF_ERROR(
+          scoped(m.SeqBwd(m.layers[l].seq[j], static_cast<int>(l), j, t.seq[j], ds[j], dx_sum), at));
     }
     float* dx_in;
     GEMTB_ASSIGN_OR_RETURN(dx_in, mem.Floats(B * xs));
     GEMTB_RETURN_IF_ERROR(layer_region(l, "wukong", true));
-    GEMTB_RETURN_IF_ERROR(m.WukongBwd(m.layers[l].wukong, t.wukong, dx, dx_in, ds_sum));
+    at = mem.Mark();
+    GEMTB_RETURN_IF_ERROR(scoped(m.WukongBwd(m.layers[l].wukong, t.wukong, dx, dx_in, ds_sum), at));
     dx = dx_in;
     GEMTB_RETURN_IF_ERROR(layer_region(l, "cross", true));
-    GEMTB_RETURN_IF_ERROR(m.CrossBwd(m.layers[l].cross, t.cross, dx_sum, ds_sum, ds, dx, l == 0 ? &out : nullptr));
+    at = mem.Mark();
+    GEMTB_RETURN_IF_ERROR(
+        scoped(m.CrossBwd(m.layers[l].cross, t.cross, dx_sum, ds_sum, ds, dx, l == 0 ? &out : nullptr), at));
+    // Layer l's forward arrays: read by nothing after its backward.
+    GEMTB_RETURN_IF_ERROR(mem.Free(tape_at[l], tape_at[l + 1]));
   }
   float *dz0, *ddense;
   GEMTB_ASSIGN_OR_RETURN(dz0, mem.Floats(B * z0s, true));

@@ -219,6 +219,16 @@ int64_t GpuTrainer::step() const { return impl_->step; }
 void GpuTrainer::TimeRegions(bool on) { impl_->time_regions = on; }
 int64_t GpuTrainer::num_params() const { return static_cast<int64_t>(impl_->params->size()); }
 
+absl::StatusOr<int64_t> PeakStepMemoryBytes() {
+  cudaMemPool_t pool = nullptr;
+  if (cudaError_t e = cudaDeviceGetDefaultMemPool(&pool, 0); e != cudaSuccess)
+    return absl::InternalError(absl::StrCat("cudaDeviceGetDefaultMemPool: ", cudaGetErrorString(e)));
+  uint64_t high = 0;
+  if (cudaError_t e = cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high); e != cudaSuccess)
+    return absl::InternalError(absl::StrCat("cudaMemPoolGetAttribute(used high): ", cudaGetErrorString(e)));
+  return static_cast<int64_t>(high);
+}
+
 const GemModelOptions& GpuTrainer::numerics() const { return impl_->model->options(); }
 
 absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::model::ModelConfig& config,

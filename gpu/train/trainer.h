@@ -71,6 +71,10 @@ struct TrainerState {
   std::vector<embedding::HostTable> tables;
 };
 
+// The most device memory the trainer's pool (device 0's default pool, where every step's arrays
+// live) has held at once since the process started, in bytes.
+absl::StatusOr<int64_t> PeakStepMemoryBytes();
+
 class GpuTrainer {
  public:
   // InvalidArgument naming the option or config field; FailedPrecondition without a usable GPU.

@@ -342,21 +342,29 @@ TEST(TrainGemm, TensorCorePrecisionsStayWithinTheirOperandRounding) {
 
 TEST(TrainGemm, TensorCorePrecisionsRoundTheOperands) {
   if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
-  // A = 1 + 2^-12 everywhere, B = 1: fp32 keeps the 2^-12, TF32 and bf16 lose it, so every element
-  // of C = A B is k (1 + 2^-12) in fp32 and k in the tensor-core precisions.
+  // A = 1 + 2^-e everywhere, B = 1, so every element of C = A B is k (1 + 2^-e) if A's operand keeps
+  // the 2^-e and k if it is rounded away (k = 256: both exact in fp32). fp32 keeps 2^-12 and 2^-9,
+  // TF32 (10 mantissa bits) loses 2^-12 but keeps 2^-9, bf16 (7 bits) loses both.
   const GemmF32 g = Plain(256, 256, 256);
-  Operands o = MakeOperands(g, 7, false);
-  std::fill(o.a.begin(), o.a.end(), 1.0f + std::ldexp(1.0f, -12));
-  std::fill(o.b.begin(), o.b.end(), 1.0f);
-  for (const auto& [precision, want] : {std::pair{MatmulPrecision::kFp32, 256.0f * (1.0f + std::ldexp(1.0f, -12))},
-                                        std::pair{MatmulPrecision::kTf32, 256.0f},
-                                        std::pair{MatmulPrecision::kBf16, 256.0f}}) {
-    absl::StatusOr<std::unique_ptr<Fp32Matmul>> mm = Fp32Matmul::Create(precision);
+  struct Expect {
+    MatmulPrecision precision;
+    int exponent;
+    bool kept;
+  };
+  for (const Expect& x : {Expect{MatmulPrecision::kFp32, 12, true}, Expect{MatmulPrecision::kFp32, 9, true},
+                          Expect{MatmulPrecision::kTf32, 12, false}, Expect{MatmulPrecision::kTf32, 9, true},
+                          Expect{MatmulPrecision::kBf16, 12, false}, Expect{MatmulPrecision::kBf16, 9, false}}) {
+    Operands o = MakeOperands(g, 7, false);
+    const float a = 1.0f + std::ldexp(1.0f, -x.exponent);
+    std::fill(o.a.begin(), o.a.end(), a);
+    std::fill(o.b.begin(), o.b.end(), 1.0f);
+    const float want = x.kept ? 256.0f * a : 256.0f;
+    absl::StatusOr<std::unique_ptr<Fp32Matmul>> mm = Fp32Matmul::Create(x.precision);
     ASSERT_TRUE(mm.ok()) << mm.status();
     absl::StatusOr<std::vector<float>> got = RunOnDevice(**mm, g, o, nullptr);
     ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_EQ((*got)[0], want) << PrecisionName(precision);
-    EXPECT_EQ((*got)[got->size() - 1], want) << PrecisionName(precision);
+    EXPECT_EQ((*got)[0], want) << PrecisionName(x.precision) << ", A = 1 + 2^-" << x.exponent;
+    EXPECT_EQ((*got)[got->size() - 1], want) << PrecisionName(x.precision) << ", A = 1 + 2^-" << x.exponent;
   }
 }
 

@@ -67,6 +67,7 @@ struct Measured {
   std::vector<std::map<int32_t, int64_t>> lengths;  // per sequence: events -> samples
   double step_ms = 0, data_ms = 0, embedding_fwd_ms = 0, model_ms = 0, embedding_bwd_ms = 0, optimizer_ms = 0;
   int64_t steps = 0;
+  int64_t peak_memory_bytes = 0;  // the trainer's pool's high-water mark (gpu/train/trainer.h)
   std::string hardware;
 };
 
@@ -122,6 +123,7 @@ absl::StatusOr<Measured> Measure(const Flags& f, const gemtb::model::ModelConfig
     for (size_t j = 0; j < m.lengths.size(); ++j)
       for (int64_t b = 0; b < f.local_batch; ++b) ++m.lengths[j][step.seq_lengths[j * f.local_batch + b]];
   }
+  GEMTB_ASSIGN_OR_RETURN(m.peak_memory_bytes, gpu::train::PeakStepMemoryBytes());
   return m;
 }
 
@@ -308,9 +310,9 @@ absl::Status Run(const std::vector<std::string>& args) {
                                  {"optimizer", m.optimizer_ms / n}};
   std::cout << absl::StrFormat(
       "\nlayers %.3f ms of a %.3f ms step (model phase %.3f, embedding fwd %.3f, bwd+update %.3f, optimizer %.3f, data "
-      "%.3f); Local MFU %.3f%%, E2E MFU %.3f%% (peak %.0f TFLOP/s)\n",
+      "%.3f); Local MFU %.3f%%, E2E MFU %.3f%% (peak %.0f TFLOP/s); peak step memory %.2f GB\n",
       layer_ms, step_ms, m.model_ms / n, m.embedding_fwd_ms / n, m.embedding_bwd_ms / n, m.optimizer_ms / n, m.data_ms / n,
-      100 * local_mfu, 100 * e2e_mfu, peak * 1e-12);
+      100 * local_mfu, 100 * e2e_mfu, peak * 1e-12, static_cast<double>(m.peak_memory_bytes) * 1e-9);
   if (!untimed.empty())
     std::cout << "not timed as layers (the TBE's lookups, inside the embedding phases): " << absl::StrJoin(untimed, ", ")
               << "\n";
@@ -322,7 +324,8 @@ absl::Status Run(const std::vector<std::string>& args) {
       {"hardware", m.hardware}, {"commit", commit},             {"command", command}, {"peak_flops", peak},
       {"hbm_Bps", hbm},         {"step_ms_mean", step_ms},      {"samples_per_s", 1e3 * static_cast<double>(f.local_batch) / step_ms},
       {"phase_ms_mean", phases}, {"layers_ms", layer_ms},       {"local_mfu", local_mfu}, {"e2e_mfu", e2e_mfu},
-      {"layers", layers},       {"untimed_layers", untimed}};
+      {"layers", layers},       {"untimed_layers", untimed},
+      {"peak_step_memory_bytes", m.peak_memory_bytes}};
   output->AddText("bench_layers.json", report.dump(2) + "\n");
   output->AddText("layers.json", CalibrationJson(f, config->name, m.hardware, commit, command, rows).dump(2) + "\n");
   output->AddText("scenario.json", ScenarioJson(f, *config, m).dump(2) + "\n");

@@ -309,6 +309,8 @@ int Train(const Flags& f, const Job& job) {
     if (absl::Status s = WriteTextAtomically(f.trace, StepTraceJson(StepSpans(last))); !s.ok())
       return ReportError(kCommand, absl::Status(s.code(), absl::StrCat("--trace: ", s.message())));
   }
+  const absl::StatusOr<int64_t> peak_memory = gpu::train::PeakStepMemoryBytes();
+  if (peak_memory.ok()) std::cout << "peak step memory " << Num(*peak_memory / 1e9, 4) << " GB" << std::endl;
   if (!f.report.empty()) {
     auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
     const double n = std::max<double>(1, static_cast<double>(run_steps));
@@ -330,7 +332,8 @@ int Train(const Flags& f, const Job& job) {
         {"resumed_from_step", job.resumed ? nlohmann::json(job.resumed->step) : nlohmann::json()},
         {"phase_ms_mean", phases},     {"last_step_regions_ms", regions},
         {"model_flops_per_step_mean", run_steps > 0 ? nlohmann::json(run_flops / static_cast<double>(run_steps)) : nlohmann::json()},
-        {"peak_flops", peak},          {"e2e_mfu", number(mfu)}};
+        {"peak_flops", peak},          {"e2e_mfu", number(mfu)},
+        {"peak_step_memory_bytes", peak_memory.ok() ? nlohmann::json(*peak_memory) : nlohmann::json()}};
     if (absl::Status s = WriteTextAtomically(f.report, report.dump(2) + "\n"); !s.ok())
       return ReportError(kCommand, absl::Status(s.code(), absl::StrCat("--report: ", s.message())));
   }
