@@ -6,8 +6,9 @@
 # Here, before the call: git archive --format=tar.gz -o .deb/src.tgz HEAD && git rev-parse HEAD > .deb/SOURCE
 # Then run(command: "bash tools/train_gpu_check.sh", carry: [".deb"]).
 # With `--check-train STEPS`, it also builds gemtb and runs `gemtb check train --config tiny --steps
-# STEPS --matmul P --attention P` (the GPU trainer against the oracle's) for each precision P of
-# `--check-numerics "fp32 bf16"` (default fp32), writing check_train_<P>.log and .json, and
+# STEPS --matmul M --attention A` (the GPU trainer against the oracle's) for each M/A of
+# `--check-numerics "fp32/fp32 tf32/bf16"` (default fp32/fp32), writing check_train_<M>_<A>.log and
+# .json, and
 # `gemtb train`'s kill-and-resume test (tests/training/gpu_train_cli_test.py --part gpu, train_kills.log);
 # `--no-memcheck` leaves out the sanitizer pass (when the device time is short).
 # Exit status: 0 all passed, 1 a test, the sanitizer or the check failed, 2 the build failed.
@@ -19,7 +20,7 @@ source tools/lib/device_build.sh
 unpack_device_deps train_gpu_check require-src
 build=$scratch/gemtb-train-build
 check_steps=0
-check_numerics="fp32"
+check_numerics="fp32/fp32"
 memcheck=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -57,11 +58,12 @@ grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/test.log" | tee -a
 if [ "$memcheck" = 1 ]; then grep -E "ERROR SUMMARY" "$out/memcheck.log" | tee -a "$out/summary.txt"; fi
 if [ "$check_steps" -gt 0 ]; then
   for p in $check_numerics; do
+    m=${p%/*} a=${p#*/}
     check_start=$SECONDS
-    "$build/bin/gemtb" check train --config tiny --steps "$check_steps" --matmul "$p" --attention "$p" \
-      --json "$out/check_train_$p.json" >"$out/check_train_$p.log" 2>&1 || rc=1
-    { tail -25 "$out/check_train_$p.log"
-      echo "check train ($p products): $((SECONDS - check_start)) s"; } | tee -a "$out/summary.txt"
+    "$build/bin/gemtb" check train --config tiny --steps "$check_steps" --matmul "$m" --attention "$a" \
+      --json "$out/check_train_${m}_$a.json" >"$out/check_train_${m}_$a.log" 2>&1 || rc=1
+    { tail -25 "$out/check_train_${m}_$a.log"
+      echo "check train (matmul $m, attention $a): $((SECONDS - check_start)) s"; } | tee -a "$out/summary.txt"
   done
   kill_start=$SECONDS
   python3 "$srcdir/tests/training/gpu_train_cli_test.py" "$build/bin/gemtb" --part gpu >"$out/train_kills.log" 2>&1 || rc=1

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <mma.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -41,6 +42,20 @@ constexpr int kLdS = kTile + 4;              // fp32 row stride of the score til
 constexpr int kLdP = 2 * kLdS;               // the same rows read as bf16: a region's bf16 result over its fp32 scores
 
 static_assert(kChunks == kWarps, "the warp roles assume one strip per warp in a full tile");
+
+// Split walks. A short own side (PMA's 4 queries for o and dq, cross-attention's 4 keys for dk and dv)
+// over a long other side gives few CTAs, each walking up to ~33 steps in series. Where the host bounds
+// (GdpaBatch's max_q, max_k, window, block) allow a walk longer than kSplitSteps steps and the own side
+// fits one tile, the grid's z index folds (tile, split): split s walks steps [s * kSplitSteps,
+// (s + 1) * kSplitSteps) of its tile's walk, in increasing order, and writes its fp32 partial rows to a
+// workspace; SumSplitsKernel adds a row's partials in increasing split order into the output. Split s > 0
+// of a walk of at most s * kSplitSteps steps writes nothing and is not read (split 0 always writes, zeros
+// for an empty walk). A re-association of the unsplit kernel's fp32 sums of the same chunk terms, in a
+// fixed order: no atomics, the same bytes on every run.
+constexpr int kSplitSteps = 4;
+constexpr int kSplitRows = kSplitSteps * kTile;  // rows of the other side per split
+// The largest workspace (bytes, dk and dv together) a split launch allocates; beyond it the walks stay whole.
+constexpr double kMaxWorkspaceBytes = 512.0 * 1024 * 1024;
 
 // The shared memory of a kernel: kOperands staged tiles of kTile rows of bf16, then the fp32 score
 // tile (which ends as the warps' partial output strips, kDh <= kLdS columns).
@@ -90,6 +105,19 @@ struct Params {
   bool vec;  // every tensor 16-byte aligned: rows move as float4
 };
 
+// How a launch splits its walks. splits == 1: blockIdx.z is the own tile, the CTA walks every step and
+// writes the output rows. splits > 1 (the own side then fits one tile, max_own <= kTile): blockIdx.z =
+// tile * splits + split, and split s writes its partial rows of sample b, head h to
+// part[s * split_stride + (b * max_own + r) * heads * dh + h * dh + c] (r the own row within the sample,
+// part0 for o, dq or dk, part1 for dv); own rows beyond max_own (a broken max_q / max_k) are not computed.
+struct Split {
+  int splits = 1;
+  int max_own = 0;
+  int64_t split_stride = 0;  // batch * max_own * heads * dh
+  float* part0 = nullptr;
+  float* part1 = nullptr;
+};
+
 struct Sample {
   int64_t q_row, k_row;  // first rows
   int lq, lk;
@@ -102,6 +130,45 @@ __device__ Sample LoadSample(const Params& p, int64_t b) {
   s.lq = static_cast<int>(p.q_offsets[b + 1] - s.q_row);
   s.lk = static_cast<int>(p.k_offsets[b + 1] - s.k_row);
   return s;
+}
+
+// The CTA's part of a launch split as `sp` says: its own tile (rows [tile * kTile, ...) of the own side,
+// which has `own` rows in the sample) and its split.
+struct Place {
+  int tile, split, own;
+};
+
+__device__ Place CtaPlace(const Split& sp, int own) {
+  const int z = static_cast<int>(blockIdx.z);
+  return Place{z / sp.splits, z % sp.splits, sp.splits > 1 ? min(own, sp.max_own) : own};
+}
+
+// Rows [*begin, *end) of the tile's walk [lo, hi) that split `split` takes: all of it unsplit, else
+// steps [split * kSplitSteps, (split + 1) * kSplitSteps) of kTile rows from lo. False where a split
+// past the first takes none: it writes nothing (SumSplitsKernel does not read it).
+__device__ bool SplitWalk(const Split& sp, int split, int lo, int hi, int* begin, int* end) {
+  *begin = lo;
+  *end = hi;
+  if (sp.splits == 1) return true;
+  const int64_t first = lo + static_cast<int64_t>(split) * kSplitRows;
+  if (split > 0 && first >= hi) return false;
+  const int64_t last = first + kSplitRows;
+  *begin = static_cast<int>(first);  // split 0: lo
+  *end = static_cast<int>(last < hi ? last : hi);
+  return true;
+}
+
+// Where the CTA's rows [i0, ...) of the own side go: rows first + i0 of `out` (unsplit), or rows
+// b * max_own + i0 of its split's partial rows in `part` (16-byte aligned: float4 stores).
+struct Dest {
+  float* rows;
+  int64_t first;
+  bool vec;
+};
+
+__device__ Dest OutputRows(const Split& sp, int split, float* out, float* part, int64_t first, int i0, bool vec) {
+  if (sp.splits == 1) return Dest{out, first + i0, vec};
+  return Dest{part + split * sp.split_stride, static_cast<int64_t>(blockIdx.x) * sp.max_own + i0, true};
 }
 
 // The overflow-safe sigmoid of reference/model/ops.h: exp of a non-positive argument only.
@@ -249,11 +316,12 @@ __device__ void FinishOutput(const FragC (&acc)[kDh / kFrag], float* ss, const R
   __syncthreads();
 }
 
-// o for the queries of tile blockIdx.z of sample blockIdx.x, head blockIdx.y: the steps walk the
-// tile's kept keys; a region's result is post * silu(q . k) where kept (else 0), times the chunk's v.
+// o for the queries of a tile (CtaPlace) of sample blockIdx.x, head blockIdx.y: the steps walk the
+// tile's kept keys (or the split's part of them); a region's result is post * silu(q . k) where kept
+// (else 0), times the chunk's v.
 template <int kDh>
 __global__ void __launch_bounds__(kThreads)
-    ForwardKernel(Params p, const float* q, const float* k, const float* v, float* o) {
+    ForwardKernel(Params p, Split sp, const float* q, const float* k, const float* v, float* o) {
   using L = Layout<kDh>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
@@ -262,15 +330,17 @@ __global__ void __launch_bounds__(kThreads)
   float* ss = reinterpret_cast<float*>(vs + L::kOperandElems);
   const Sample s = LoadSample(p, blockIdx.x);
   const int h = blockIdx.y, width = p.heads * kDh;
-  const int i0 = blockIdx.z * kTile;
-  if (i0 >= s.lq) return;
-  const int nq = min(kTile, s.lq - i0);
+  const Place place = CtaPlace(sp, s.lq);
+  const int i0 = place.tile * kTile;
+  if (i0 >= place.own) return;
+  const int nq = min(kTile, place.own - i0);
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  StageRows<kDh>(q, s.q_row + i0, nq, width, h, p.vec, qs);
-  // The tile's kept keys, and the warp's strip's: the ranges' bounds grow with i.
-  int klo = 0, khi = 0, slo = 0, shi = 0, unused = 0;
+  // The tile's kept keys (the split's steps of them), and the warp's strip's: the ranges' bounds grow with i.
+  int klo = 0, khi = 0, jb = 0, je = 0, slo = 0, shi = 0, unused = 0;
   p.mask.Range(i0, s.lk, &klo, &unused);
   p.mask.Range(i0 + nq - 1, s.lk, &unused, &khi);
+  if (!SplitWalk(sp, place.split, klo, khi, &jb, &je)) return;
+  StageRows<kDh>(q, s.q_row + i0, nq, width, h, p.vec, qs);
   const Role role = WarpRole(nq);
   p.mask.Range(i0 + role.row0, s.lk, &slo, &unused);
   p.mask.Range(i0 + min(role.row0 + kFrag, nq) - 1, s.lk, &unused, &shi);
@@ -280,7 +350,7 @@ __global__ void __launch_bounds__(kThreads)
   FragC acc[kDh / kFrag];
 #pragma unroll
   for (FragC& a : acc) wmma::fill_fragment(a, 0.0f);
-  for (int j0 = klo; j0 < khi; j0 += kTile) {
+  for (int j0 = jb; j0 < je; j0 += kTile) {
     const int nk = min(kTile, khi - j0);
     __syncthreads();  // the previous step's tiles and regions are read
     StageRows<kDh>(k, s.k_row + j0, nk, width, h, p.vec, ks);
@@ -308,14 +378,15 @@ __global__ void __launch_bounds__(kThreads)
       AddTimesRows<kDh>(w, vs, c * kFrag, acc);
     }
   }
-  FinishOutput<kDh>(acc, ss, role, s.q_row + i0, nq, width, h, p.vec, o);
+  const Dest d = OutputRows(sp, place.split, o, sp.part0, s.q_row, i0, p.vec);
+  FinishOutput<kDh>(acc, ss, role, d.first, nq, width, h, d.vec, d.rows);
 }
 
-// dq for the queries of tile blockIdx.z: the forward's walk with dz = post silu'(q . k) (do . v) where
+// dq for the queries of a tile (CtaPlace): the forward's walk with dz = post silu'(q . k) (do . v) where
 // kept (else 0) as a region's result, times the chunk's k.
 template <int kDh>
-__global__ void __launch_bounds__(kThreads)
-    BackwardDqKernel(Params p, const float* q, const float* k, const float* v, const float* d_o, float* dq) {
+__global__ void __launch_bounds__(kThreads) BackwardDqKernel(Params p, Split sp, const float* q, const float* k,
+                                                             const float* v, const float* d_o, float* dq) {
   using L = Layout<kDh>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
@@ -325,15 +396,17 @@ __global__ void __launch_bounds__(kThreads)
   float* ss = reinterpret_cast<float*>(vs + L::kOperandElems);
   const Sample s = LoadSample(p, blockIdx.x);
   const int h = blockIdx.y, width = p.heads * kDh;
-  const int i0 = blockIdx.z * kTile;
-  if (i0 >= s.lq) return;
-  const int nq = min(kTile, s.lq - i0);
+  const Place place = CtaPlace(sp, s.lq);
+  const int i0 = place.tile * kTile;
+  if (i0 >= place.own) return;
+  const int nq = min(kTile, place.own - i0);
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  StageRows<kDh>(q, s.q_row + i0, nq, width, h, p.vec, qs);
-  StageRows<kDh>(d_o, s.q_row + i0, nq, width, h, p.vec, dos);
-  int klo = 0, khi = 0, slo = 0, shi = 0, unused = 0;
+  int klo = 0, khi = 0, jb = 0, je = 0, slo = 0, shi = 0, unused = 0;
   p.mask.Range(i0, s.lk, &klo, &unused);
   p.mask.Range(i0 + nq - 1, s.lk, &unused, &khi);
+  if (!SplitWalk(sp, place.split, klo, khi, &jb, &je)) return;
+  StageRows<kDh>(q, s.q_row + i0, nq, width, h, p.vec, qs);
+  StageRows<kDh>(d_o, s.q_row + i0, nq, width, h, p.vec, dos);
   const Role role = WarpRole(nq);
   p.mask.Range(i0 + role.row0, s.lk, &slo, &unused);
   p.mask.Range(i0 + min(role.row0 + kFrag, nq) - 1, s.lk, &unused, &shi);
@@ -344,7 +417,7 @@ __global__ void __launch_bounds__(kThreads)
   FragC acc[kDh / kFrag];
 #pragma unroll
   for (FragC& a : acc) wmma::fill_fragment(a, 0.0f);
-  for (int j0 = klo; j0 < khi; j0 += kTile) {
+  for (int j0 = jb; j0 < je; j0 += kTile) {
     const int nk = min(kTile, khi - j0);
     __syncthreads();
     StageRows<kDh>(k, s.k_row + j0, nk, width, h, p.vec, ks);
@@ -374,14 +447,16 @@ __global__ void __launch_bounds__(kThreads)
       AddTimesRows<kDh>(w, ks, c * kFrag, acc);
     }
   }
-  FinishOutput<kDh>(acc, ss, role, s.q_row + i0, nq, width, h, p.vec, dq);
+  const Dest d = OutputRows(sp, place.split, dq, sp.part0, s.q_row, i0, p.vec);
+  FinishOutput<kDh>(acc, ss, role, d.first, nq, width, h, d.vec, d.rows);
 }
 
-// dk, dv for the keys of tile blockIdx.z: a walk over the queries that keep them, in increasing order.
+// dk, dv for the keys of a tile (CtaPlace): a walk over the queries that keep them (or the split's part
+// of them), in increasing order.
 // A region is transposed (keys as rows): s^T = k q^T and dp^T = v do^T; its first 16 bf16 columns get
 // p^T = post silu(s^T) (times the chunk's do into dv), the next 16 dz^T (times the chunk's q into dk).
 template <int kDh>
-__global__ void __launch_bounds__(kThreads) BackwardDkDvKernel(Params p, const float* q, const float* k,
+__global__ void __launch_bounds__(kThreads) BackwardDkDvKernel(Params p, Split sp, const float* q, const float* k,
                                                                const float* v, const float* d_o, float* dk,
                                                                float* dv) {
   using L = Layout<kDh>;
@@ -393,15 +468,17 @@ __global__ void __launch_bounds__(kThreads) BackwardDkDvKernel(Params p, const f
   float* ss = reinterpret_cast<float*>(dos + L::kOperandElems);
   const Sample s = LoadSample(p, blockIdx.x);
   const int h = blockIdx.y, width = p.heads * kDh;
-  const int j0 = blockIdx.z * kTile;
-  if (j0 >= s.lk) return;
-  const int nk = min(kTile, s.lk - j0);
+  const Place place = CtaPlace(sp, s.lk);
+  const int j0 = place.tile * kTile;
+  if (j0 >= place.own) return;
+  const int nk = min(kTile, place.own - j0);
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  StageRows<kDh>(k, s.k_row + j0, nk, width, h, p.vec, ks);
-  StageRows<kDh>(v, s.k_row + j0, nk, width, h, p.vec, vs);
-  int qlo = 0, qhi = 0, slo = 0, shi = 0, unused = 0;
+  int qlo = 0, qhi = 0, ib = 0, ie = 0, slo = 0, shi = 0, unused = 0;
   p.mask.Range(j0, s.lq, &qlo, &unused);
   p.mask.Range(j0 + nk - 1, s.lq, &unused, &qhi);
+  if (!SplitWalk(sp, place.split, qlo, qhi, &ib, &ie)) return;
+  StageRows<kDh>(k, s.k_row + j0, nk, width, h, p.vec, ks);
+  StageRows<kDh>(v, s.k_row + j0, nk, width, h, p.vec, vs);
   const Role role = WarpRole(nk);
   p.mask.Range(j0 + role.row0, s.lq, &slo, &unused);
   p.mask.Range(j0 + min(role.row0 + kFrag, nk) - 1, s.lq, &unused, &shi);
@@ -415,7 +492,7 @@ __global__ void __launch_bounds__(kThreads) BackwardDkDvKernel(Params p, const f
     wmma::fill_fragment(acc_k[n], 0.0f);
     wmma::fill_fragment(acc_v[n], 0.0f);
   }
-  for (int i0 = qlo; i0 < qhi; i0 += kTile) {
+  for (int i0 = ib; i0 < ie; i0 += kTile) {
     const int nq = min(kTile, qhi - i0);
     __syncthreads();
     StageRows<kDh>(q, s.q_row + i0, nq, width, h, p.vec, qs);
@@ -448,8 +525,53 @@ __global__ void __launch_bounds__(kThreads) BackwardDkDvKernel(Params p, const f
       AddTimesRows<kDh>(w + kFrag, qs, c * kFrag, acc_k);
     }
   }
-  FinishOutput<kDh>(acc_k, ss, role, s.k_row + j0, nk, width, h, p.vec, dk);
-  FinishOutput<kDh>(acc_v, ss, role, s.k_row + j0, nk, width, h, p.vec, dv);
+  const Dest dest_k = OutputRows(sp, place.split, dk, sp.part0, s.k_row, j0, p.vec);
+  const Dest dest_v = OutputRows(sp, place.split, dv, sp.part1, s.k_row, j0, p.vec);
+  FinishOutput<kDh>(acc_k, ss, role, dest_k.first, nk, width, h, dest_k.vec, dest_k.rows);
+  FinishOutput<kDh>(acc_v, ss, role, dest_v.first, nk, width, h, dest_v.vec, dest_v.rows);
+}
+
+// The output rows of a split launch (SplitWalk): own row r of sample blockIdx.x (queries, or keys where
+// own_keys), every head, is the sum of the partial rows of the splits that wrote them, in increasing
+// split order; part1 / out1 (dv) too where out1 is not null. Grid (batch, any y): the y blocks stride
+// over the sample's elements.
+__global__ void __launch_bounds__(kThreads)
+    SumSplitsKernel(Params p, Split sp, int dh, bool own_keys, float* out0, float* out1) {
+  const Sample s = LoadSample(p, blockIdx.x);
+  const int own = min(own_keys ? s.lk : s.lq, sp.max_own), other = own_keys ? s.lq : s.lk;
+  const int64_t first = own_keys ? s.k_row : s.q_row;
+  const int64_t part_row0 = static_cast<int64_t>(blockIdx.x) * sp.max_own;
+  const int width = p.heads * dh, per_row = p.vec ? width / 4 : width;  // float4s or floats
+  const int64_t units = static_cast<int64_t>(own) * per_row;
+  for (int64_t e = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x; e < units;
+       e += static_cast<int64_t>(gridDim.y) * kThreads) {
+    const int r = static_cast<int>(e / per_row), c = static_cast<int>(e % per_row) * (p.vec ? 4 : 1);
+    // The splits of r's tile's walk that wrote partial rows: as SplitWalk decides them.
+    const int i0 = r / kTile * kTile, n = min(kTile, own - i0);
+    int lo = 0, hi = 0, unused = 0;
+    p.mask.Range(i0, other, &lo, &unused);
+    p.mask.Range(i0 + n - 1, other, &unused, &hi);
+    const int64_t walked = (static_cast<int64_t>(hi) - lo + kSplitRows - 1) / kSplitRows;
+    const int used = static_cast<int>(walked < 1 ? 1 : walked < sp.splits ? walked : sp.splits);
+    const int64_t at = (part_row0 + r) * width + c, to = (first + r) * width + c;
+    for (int t = 0; t < 2; ++t) {
+      const float* part = t == 0 ? sp.part0 : sp.part1;
+      float* out = t == 0 ? out0 : out1;
+      if (out == nullptr) continue;
+      if (p.vec) {
+        float4 sum = *reinterpret_cast<const float4*>(part + at);
+        for (int split = 1; split < used; ++split) {
+          const float4 x = *reinterpret_cast<const float4*>(part + split * sp.split_stride + at);
+          sum.x += x.x, sum.y += x.y, sum.z += x.z, sum.w += x.w;
+        }
+        *reinterpret_cast<float4*>(out + to) = sum;
+      } else {
+        float sum = part[at];
+        for (int split = 1; split < used; ++split) sum += part[split * sp.split_stride + at];
+        out[to] = sum;
+      }
+    }
+  }
 }
 
 // The first null pointer of `pointers`, by name.
@@ -473,9 +595,62 @@ Params MakeParams(const GdpaBatch& b, bool vec) {
   return Params{b.q_offsets, b.k_offsets, b.heads, Mask{b.window, b.block}, b.post_scale, vec};
 }
 
-dim3 Grid(const GdpaBatch& b, int32_t rows) {
+// (sample, head, tile of the own side's `rows` x split).
+dim3 Grid(const GdpaBatch& b, int32_t rows, int splits) {
   return dim3(static_cast<unsigned>(b.batch), static_cast<unsigned>(b.heads),
-              static_cast<unsigned>((rows + kTile - 1) / kTile));
+              static_cast<unsigned>((rows + kTile - 1) / kTile * splits));
+}
+
+// The splits of the walks of a launch whose own side has at most max_own rows per sample, the other
+// side at most max_other, with `outputs` output tensors: 1 (whole walks: the unsplit path) unless the
+// own side fits one tile (a longer one has tiles enough for the GPU) and the host bounds let a tile's
+// walk pass kSplitSteps steps, and the workspace stays within kMaxWorkspaceBytes. A tile of n <= kTile
+// rows keeps at most n + 2 * window (window mask) or n + 2 * block - 2 (block mask) rows of the other
+// side, and at most max_other.
+int SplitsFor(const GdpaBatch& b, int32_t max_own, int32_t max_other, int outputs) {
+  if (max_own > kTile) return 1;
+  int64_t walk = max_other;
+  if (b.block > 0) {
+    walk = std::min<int64_t>(walk, kTile + 2 * static_cast<int64_t>(b.block));
+  } else if (b.window >= 0) {
+    walk = std::min<int64_t>(walk, kTile + 2 * static_cast<int64_t>(b.window));
+  }
+  const int64_t splits = (walk + kSplitRows - 1) / kSplitRows;  // <= 2^20 / kSplitRows: z fits
+  if (splits <= 1) return 1;
+  const double bytes = static_cast<double>(outputs) * static_cast<double>(splits) * static_cast<double>(b.batch) *
+                       max_own * b.heads * b.dh * sizeof(float);
+  return bytes <= kMaxWorkspaceBytes ? static_cast<int>(splits) : 1;
+}
+
+// A split launch: the workspace (`outputs` = 1 or 2 sets of partial rows, stream-ordered), launch(sp)
+// (the kernel writing it), SumSplitsKernel into out0 (and out1), the workspace freed.
+template <typename Launch>
+absl::Status SplitLaunch(const GdpaBatch& b, const Params& p, int splits, int32_t max_own, bool own_keys,
+                         float* out0, float* out1, const char* what, cudaStream_t stream, Launch launch) {
+  Split sp;
+  sp.splits = splits;
+  sp.max_own = max_own;
+  sp.split_stride = b.batch * max_own * b.heads * b.dh;
+  const int64_t per_output = splits * sp.split_stride;
+  const int64_t floats = (out1 != nullptr ? 2 : 1) * per_output;
+  float* part = nullptr;
+  if (absl::Status a = CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&part), floats * sizeof(float), stream), what);
+      !a.ok()) {
+    return a;
+  }
+  sp.part0 = part;
+  sp.part1 = out1 != nullptr ? part + per_output : nullptr;
+  launch(sp);
+  const absl::Status partials = Launched(what);
+  if (partials.ok()) {
+    const int64_t units = static_cast<int64_t>(max_own) * (p.vec ? b.heads * b.dh / 4 : b.heads * b.dh);
+    const int64_t blocks = std::min<int64_t>(65535, (units + kThreads - 1) / kThreads);
+    SumSplitsKernel<<<dim3(static_cast<unsigned>(b.batch), static_cast<unsigned>(blocks)), kThreads, 0, stream>>>(
+        p, sp, b.dh, own_keys, out0, out1);
+  }
+  const absl::Status summed = partials.ok() ? Launched(what) : partials;
+  const absl::Status freed = CudaOk(cudaFreeAsync(part, stream), what);
+  return summed.ok() ? freed : summed;
 }
 
 // Lets `kernel` take `bytes` of dynamic shared memory (beyond the default 48 KB where needed).
@@ -491,8 +666,15 @@ absl::Status LaunchForward(const GdpaBatch& b, const float* q, const float* k, c
   constexpr size_t kBytes = Layout<kDh>::Bytes(3);
   if (absl::Status s = AllowSharedMemory(ForwardKernel<kDh>, kBytes, "GdpaForwardTensorCore"); !s.ok()) return s;
   const Params p = MakeParams(b, Aligned16({q, k, v, o}));
-  ForwardKernel<kDh><<<Grid(b, b.max_q), kThreads, kBytes, stream>>>(p, q, k, v, o);
-  return Launched("GdpaForwardTensorCore");
+  const int splits = SplitsFor(b, b.max_q, b.max_k, 1);
+  if (splits == 1) {
+    ForwardKernel<kDh><<<Grid(b, b.max_q, 1), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, o);
+    return Launched("GdpaForwardTensorCore");
+  }
+  return SplitLaunch(b, p, splits, b.max_q, /*own_keys=*/false, o, nullptr, "GdpaForwardTensorCore (split)", stream,
+                     [&](const Split& sp) {
+                       ForwardKernel<kDh><<<Grid(b, b.max_q, splits), kThreads, kBytes, stream>>>(p, sp, q, k, v, o);
+                     });
 }
 
 template <int kDh>
@@ -504,16 +686,38 @@ absl::Status LaunchBackward(const GdpaBatch& b, const float* q, const float* k, 
     if (absl::Status s = AllowSharedMemory(BackwardDqKernel<kDh>, kBytes, "GdpaBackwardTensorCore dq"); !s.ok()) {
       return s;
     }
-    BackwardDqKernel<kDh><<<Grid(b, b.max_q), kThreads, kBytes, stream>>>(p, q, k, v, d_o, dq);
-    if (absl::Status s = Launched("GdpaBackwardTensorCore dq"); !s.ok()) return s;
+    const int splits = SplitsFor(b, b.max_q, b.max_k, 1);
+    if (splits == 1) {
+      BackwardDqKernel<kDh><<<Grid(b, b.max_q, 1), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, d_o, dq);
+      if (absl::Status s = Launched("GdpaBackwardTensorCore dq"); !s.ok()) return s;
+    } else if (absl::Status s = SplitLaunch(
+                   b, p, splits, b.max_q, /*own_keys=*/false, dq, nullptr, "GdpaBackwardTensorCore dq (split)", stream,
+                   [&](const Split& sp) {
+                     BackwardDqKernel<kDh><<<Grid(b, b.max_q, splits), kThreads, kBytes, stream>>>(p, sp, q, k, v,
+                                                                                                   d_o, dq);
+                   });
+               !s.ok()) {
+      return s;
+    }
   }
   if (b.max_k > 0) {
     if (absl::Status s = AllowSharedMemory(BackwardDkDvKernel<kDh>, kBytes, "GdpaBackwardTensorCore dk dv");
         !s.ok()) {
       return s;
     }
-    BackwardDkDvKernel<kDh><<<Grid(b, b.max_k), kThreads, kBytes, stream>>>(p, q, k, v, d_o, dk, dv);
-    if (absl::Status s = Launched("GdpaBackwardTensorCore dk dv"); !s.ok()) return s;
+    const int splits = SplitsFor(b, b.max_k, b.max_q, 2);
+    if (splits == 1) {
+      BackwardDkDvKernel<kDh><<<Grid(b, b.max_k, 1), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, d_o, dk, dv);
+      if (absl::Status s = Launched("GdpaBackwardTensorCore dk dv"); !s.ok()) return s;
+    } else if (absl::Status s = SplitLaunch(b, p, splits, b.max_k, /*own_keys=*/true, dk, dv,
+                                            "GdpaBackwardTensorCore dk dv (split)", stream,
+                                            [&](const Split& sp) {
+                                              BackwardDkDvKernel<kDh><<<Grid(b, b.max_k, splits), kThreads, kBytes,
+                                                                        stream>>>(p, sp, q, k, v, d_o, dk, dv);
+                                            });
+               !s.ok()) {
+      return s;
+    }
   }
   return absl::OkStatus();
 }

@@ -5,6 +5,10 @@
 // GdpaBackward, and less exact: bf16 operands give relative errors of order 1e-3 to 1e-2 where those
 // give 1e-6. No atomics and a fixed order of every sum: every run on the same GPU gives the same bytes.
 // Device pointers, asynchronous on `stream`; the host fields are checked first by ValidateGdpaBatch.
+// Where one side has at most 64 rows per sample and the other may have more than 256 (PMA's queries,
+// cross-attention's keys), the walks over the long side are split across CTAs, their fp32 partial sums
+// kept in a stream-ordered workspace (cudaMallocAsync / cudaFreeAsync on `stream`, at most 512 MiB)
+// and added in a fixed order by a second kernel.
 #ifndef GEMTB_GPU_TRAIN_GDPA_TENSOR_CORE_H_
 #define GEMTB_GPU_TRAIN_GDPA_TENSOR_CORE_H_
 

@@ -195,16 +195,20 @@ struct GemModelGpu::Impl {
 
   absl::Status Gemm(const GemmF32& spec, const float* a, const float* b, float* c) { return mm->Run(spec, a, b, c, st); }
 
-  // y[n, out] (+)= x[n, in] W + b, x and y with row strides ldx, ldy.
+  // y[n, out] = (residual +) b + x[n, in] W, x and y with row strides ldx, ldy; residual (null: none)
+  // [n, out] with row stride ldy. The bias (and residual) rows are written first, the product added
+  // by the GEMM's beta: one pass over y before the GEMM's.
   absl::Status LinearFwd(const LinearP& p, int64_t n, const float* x, int64_t ldx, float* y, int64_t ldy,
-                         bool accumulate) {
+                         const float* residual) {
     if (n == 0) return absl::OkStatus();
-    if (!accumulate) GEMTB_RETURN_IF_ERROR(BroadcastRows(W(p.b), n, p.out, y, ldy, false, st));
+    if (residual) {
+      GEMTB_RETURN_IF_ERROR(AddRowVector(residual, W(p.b), n, p.out, y, ldy, st));
+    } else {
+      GEMTB_RETURN_IF_ERROR(BroadcastRows(W(p.b), n, p.out, y, ldy, false, st));
+    }
     GemmF32 s;
     s.m = n, s.n = p.out, s.k = p.in, s.lda = ldx, s.ldb = p.out, s.ldc = ldy, s.beta = 1.0f;
-    GEMTB_RETURN_IF_ERROR(Gemm(s, x, W(p.w), y));
-    if (accumulate) GEMTB_RETURN_IF_ERROR(BroadcastRows(W(p.b), n, p.out, y, ldy, true, st));
-    return absl::OkStatus();
+    return Gemm(s, x, W(p.w), y);
   }
   // dW += x^T dy over n rows. One GEMM's reduction over many rows runs on the few tiles of a small
   // [in, out] (cuBLAS splits K only with atomics or workspace it is not given here), so beyond
@@ -272,21 +276,18 @@ struct GemModelGpu::Impl {
     if (n == 0) return absl::OkStatus();
     return LayerNormForward<float>(RowsShape{n, p.width}, x, W(p.gamma), W(p.beta), y, mean, rstd, st);
   }
-  // dx += LayerNorm's input gradient (tmp [n, width] scratch).
+  // dx += LayerNorm's input gradient.
   absl::Status NormBwdAdd(const NormP& p, int64_t n, const float* x, const float* mean, const float* rstd,
                           const float* dy, float* dx) {
     if (n == 0) return absl::OkStatus();
-    float* tmp;
-    GEMTB_ASSIGN_OR_RETURN(tmp, mem->Floats(n * p.width));
-    GEMTB_RETURN_IF_ERROR(LayerNormBackward<float>(RowsShape{n, p.width}, x, W(p.gamma), mean, rstd, dy, tmp,
-                                                   G(p.gamma), G(p.beta), st));
-    return AddInto(tmp, n * p.width, dx, st);
+    return LayerNormBackward<float>(RowsShape{n, p.width}, x, W(p.gamma), mean, rstd, dy, dx, G(p.gamma), G(p.beta),
+                                    st, /*accumulate_dx=*/true);
   }
 
   // Q/K/V projections, QK-norm, RoPE, GDPA and y (+)= Wo o + bo. xq null: the queries are `q_shared`
   // (the PMA's seeds), already projected and normed per seed and broadcast by the caller into t.qr.
   absl::Status AttnFwd(const AttnP& p, const AttnUse& u, const float* xq, const float* xkv, AttnTape& t, float* y,
-                       bool accumulate) {
+                       const float* residual) {
     const int d = g.d, H = g.heads, dh = g.dh();
     t.xq = xq;
     t.xkv = xkv;
@@ -299,11 +300,11 @@ struct GemModelGpu::Impl {
       GEMTB_ASSIGN_OR_RETURN(t.q, mem->Floats(u.nq * d));
       GEMTB_ASSIGN_OR_RETURN(t.qr, mem->Floats(u.nq * d));
       GEMTB_ASSIGN_OR_RETURN(t.q_inv, mem->Floats(u.nq * H));
-      GEMTB_RETURN_IF_ERROR(LinearFwd(p.wq, u.nq, xq, d, t.q, d, false));
+      GEMTB_RETURN_IF_ERROR(LinearFwd(p.wq, u.nq, xq, d, t.q, d, nullptr));
       if (u.nq > 0) GEMTB_RETURN_IF_ERROR(HeadRmsNormForward<float>(HeadRowsShape{u.nq * H, dh}, t.q, t.qr, t.q_inv, st));
     }
-    GEMTB_RETURN_IF_ERROR(LinearFwd(p.wk, u.nk, xkv, d, t.k, d, false));
-    GEMTB_RETURN_IF_ERROR(LinearFwd(p.wv, u.nk, xkv, d, t.v, d, false));
+    GEMTB_RETURN_IF_ERROR(LinearFwd(p.wk, u.nk, xkv, d, t.k, d, nullptr));
+    GEMTB_RETURN_IF_ERROR(LinearFwd(p.wv, u.nk, xkv, d, t.v, d, nullptr));
     if (u.nk > 0) GEMTB_RETURN_IF_ERROR(HeadRmsNormForward<float>(HeadRowsShape{u.nk * H, dh}, t.k, t.kr, t.k_inv, st));
     if (u.rope) {
       GEMTB_RETURN_IF_ERROR(RopeForward(u.batch, u.q_off, u.max_q, H, dh, rope_table, t.qr, st));
@@ -312,7 +313,7 @@ struct GemModelGpu::Impl {
     GEMTB_RETURN_IF_ERROR(options.attention == AttentionPrecision::kBf16
                               ? GdpaForwardTensorCore(Batch(u), t.qr, t.kr, t.v, t.o, st)
                               : GdpaForward(Batch(u), t.qr, t.kr, t.v, t.o, st));
-    return LinearFwd(p.wo, u.nq, t.o, d, y, d, accumulate);
+    return LinearFwd(p.wo, u.nq, t.o, d, y, d, residual);
   }
   GdpaBatch Batch(const AttnUse& u) const {
     GdpaBatch b;
@@ -454,7 +455,7 @@ absl::Status GemModelGpu::Impl::CrossFwd(const CrossP& p, CrossTape& t, const fl
   GEMTB_ASSIGN_OR_RETURN(t.xs_sig, mem->Floats(nxs));
   GEMTB_ASSIGN_OR_RETURN(t.x_sum, mem->Floats(nxs));
   GEMTB_RETURN_IF_ERROR(MixFwd(p.lce_s, x, int64_t{g.n_x} * d, t.xs_pre, int64_t{n_s} * d, false));
-  GEMTB_RETURN_IF_ERROR(LinearFwd(p.x_gate, B * n_s, t.xs_pre, d, t.xs_a, d, false));
+  GEMTB_RETURN_IF_ERROR(LinearFwd(p.x_gate, B * n_s, t.xs_pre, d, t.xs_a, d, nullptr));
   GEMTB_RETURN_IF_ERROR(GateForward<float>(t.xs_pre, t.xs_a, nxs, t.x_sum, t.xs_sig, st));
   if (first) {
     // Layer 1 prepends its X_sum to every sequence as the n_s CLS tokens.
@@ -473,14 +474,14 @@ absl::Status GemModelGpu::Impl::CrossFwd(const CrossP& p, CrossTape& t, const fl
     GEMTB_ASSIGN_OR_RETURN(c.pma_q, mem->Floats(int64_t{k_p} * d));
     GEMTB_ASSIGN_OR_RETURN(c.pma_qn, mem->Floats(int64_t{k_p} * d));
     GEMTB_ASSIGN_OR_RETURN(c.pma_q_inv, mem->Floats(int64_t{k_p} * H));
-    GEMTB_RETURN_IF_ERROR(LinearFwd(p.pma[j].wq, k_p, W(p.seeds[j]), d, c.pma_q, d, false));
+    GEMTB_RETURN_IF_ERROR(LinearFwd(p.pma[j].wq, k_p, W(p.seeds[j]), d, c.pma_q, d, nullptr));
     GEMTB_RETURN_IF_ERROR(HeadRmsNormForward<float>(HeadRowsShape{int64_t{k_p} * H, dh}, c.pma_q, c.pma_qn,
                                                     c.pma_q_inv, st));
     const AttnUse u = PmaUse(j);
     GEMTB_ASSIGN_OR_RETURN(c.pma.qr, mem->Floats(u.nq * d));
     GEMTB_RETURN_IF_ERROR(GatherRows(c.pma_qn, seed_index, u.nq, d, c.pma.qr, false, st));
     GEMTB_ASSIGN_OR_RETURN(c.pma_out, mem->Floats(u.nq * d));
-    GEMTB_RETURN_IF_ERROR(AttnFwd(p.pma[j], u, nullptr, s[j], c.pma, c.pma_out, false));
+    GEMTB_RETURN_IF_ERROR(AttnFwd(p.pma[j], u, nullptr, s[j], c.pma, c.pma_out, nullptr));
     // S_sum_j = Gate([CLS_j || PMA_j || REC_j]).
     const int64_t ncat = B * n_sum * d;
     GEMTB_ASSIGN_OR_RETURN(c.cat, mem->Floats(ncat));
@@ -491,7 +492,7 @@ absl::Status GemModelGpu::Impl::CrossFwd(const CrossP& p, CrossTape& t, const fl
     GEMTB_RETURN_IF_ERROR(GatherRows(s[j], c.cat_index, B * n_sum, d, c.cat, false, st));
     GEMTB_RETURN_IF_ERROR(Copy2D(c.pma_out, int64_t{k_p} * d, c.cat + int64_t{n_s} * d, int64_t{n_sum} * d, B,
                                  int64_t{k_p} * d, st));
-    GEMTB_RETURN_IF_ERROR(LinearFwd(p.sum_gate[j], B * n_sum, c.cat, d, c.cat_a, d, false));
+    GEMTB_RETURN_IF_ERROR(LinearFwd(p.sum_gate[j], B * n_sum, c.cat, d, c.cat_a, d, nullptr));
     GEMTB_RETURN_IF_ERROR(GateForward<float>(c.cat, c.cat_a, ncat, c.s_sum, c.sig, st));
   }
   return absl::OkStatus();
@@ -569,12 +570,12 @@ absl::Status GemModelGpu::Impl::WukongFwd(const WukongP& p, const CrossTape& ct,
   GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_flat, B, t.bm, t.h1, t.ln_mean, t.ln_rstd));
   GEMTB_ASSIGN_OR_RETURN(t.u1, mem->Floats(B * g.wk_h));
   GEMTB_ASSIGN_OR_RETURN(t.g1, mem->Floats(B * g.wk_h));
-  GEMTB_RETURN_IF_ERROR(LinearFwd(p.mlp1, B, t.h1, flat, t.u1, g.wk_h, false));
+  GEMTB_RETURN_IF_ERROR(LinearFwd(p.mlp1, B, t.h1, flat, t.u1, g.wk_h, nullptr));
   GEMTB_RETURN_IF_ERROR(GeluForward<float>(t.u1, B * g.wk_h, t.g1, st));
   // pre = [MLP out (n_F tokens) || LCB(Z) (n_L tokens)] + LCE_res(Z).
   const int64_t xs = int64_t{n_x} * d;
   GEMTB_ASSIGN_OR_RETURN(t.pre, mem->Floats(B * xs));
-  GEMTB_RETURN_IF_ERROR(LinearFwd(p.mlp2, B, t.g1, g.wk_h, t.pre, xs, false));
+  GEMTB_RETURN_IF_ERROR(LinearFwd(p.mlp2, B, t.g1, g.wk_h, t.pre, xs, nullptr));
   GEMTB_RETURN_IF_ERROR(MixFwd(p.lcb, t.z, zs, t.pre + int64_t{g.n_f} * d, xs, false));
   GEMTB_RETURN_IF_ERROR(MixFwd(p.res, t.z, zs, t.pre, xs, true));
   GEMTB_ASSIGN_OR_RETURN(t.x_out, mem->Floats(B * xs));
@@ -624,8 +625,9 @@ absl::Status GemModelGpu::Impl::WukongBwd(const WukongP& p, const WukongTape& t,
   GEMTB_RETURN_IF_ERROR(Gemm(s4, t.z, da, part));
   GEMTB_RETURN_IF_ERROR(ColumnSums(part, B, flat, flat, G(p.y), true, st));
   GEMTB_RETURN_IF_ERROR(Copy2D(dz, zs, dx, xs, B, xs, st));
+  // The summaries' gradients overwrite the caller's ds_sum arrays (the next cross's inputs; the
+  // previous cross's backward has read them already).
   for (int j = 0; j < J; ++j) {
-    GEMTB_ASSIGN_OR_RETURN(ds_sum[j], mem->Floats(B * n_sum * d));
     GEMTB_RETURN_IF_ERROR(Copy2D(dz + int64_t{n_x + j * n_sum} * d, zs, ds_sum[j], int64_t{n_sum} * d, B,
                                  int64_t{n_sum} * d, st));
   }
@@ -636,12 +638,8 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const fl
                                        SeqTape& t) {
   const int d = g.d;
   const int64_t n = rows[j], nd = n * d;
-  auto next = [&](const float* cur) -> absl::StatusOr<float*> {
-    float* out;
-    GEMTB_ASSIGN_OR_RETURN(out, mem->Floats(nd));
-    if (nd > 0) GEMTB_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(out, cur, nd * sizeof(float), cudaMemcpyDeviceToDevice, st), "copy"));
-    return out;
-  };
+  // Each block writes a new residual stream (the tape keeps the old one): cur + the block's output.
+  auto next = [&](const float*) -> absl::StatusOr<float*> { return mem->Floats(nd); };
   const float* cur = s[j];
   if (g.DoA(layer)) {
     t.s_a = cur;
@@ -651,7 +649,7 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const fl
     GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_a, n, cur, t.h_a, t.mean_a, t.rstd_a));
     float* out;
     GEMTB_ASSIGN_OR_RETURN(out, next(cur));
-    GEMTB_RETURN_IF_ERROR(AttnFwd(p.attn_a, CrossUse(j), t.h_a, x_sum, t.a, out, true));
+    GEMTB_RETURN_IF_ERROR(AttnFwd(p.attn_a, CrossUse(j), t.h_a, x_sum, t.a, out, cur));
     cur = out;
   }
   if (g.DoB(layer)) {
@@ -662,7 +660,7 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const fl
     GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_b, n, cur, t.h_b, t.mean_b, t.rstd_b));
     float* out;
     GEMTB_ASSIGN_OR_RETURN(out, next(cur));
-    GEMTB_RETURN_IF_ERROR(AttnFwd(p.attn_b, SelfUse(j), t.h_b, t.h_b, t.b, out, true));
+    GEMTB_RETURN_IF_ERROR(AttnFwd(p.attn_b, SelfUse(j), t.h_b, t.h_b, t.b, out, cur));
     cur = out;
   }
   t.s_c = cur;
@@ -672,11 +670,11 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const fl
   GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_c, n, cur, t.h_c, t.mean_c, t.rstd_c));
   GEMTB_ASSIGN_OR_RETURN(t.u, mem->Floats(n * g.ffn));
   GEMTB_ASSIGN_OR_RETURN(t.g, mem->Floats(n * g.ffn));
-  GEMTB_RETURN_IF_ERROR(LinearFwd(p.ffn1, n, t.h_c, d, t.u, g.ffn, false));
+  GEMTB_RETURN_IF_ERROR(LinearFwd(p.ffn1, n, t.h_c, d, t.u, g.ffn, nullptr));
   if (n > 0) GEMTB_RETURN_IF_ERROR(GeluForward<float>(t.u, n * g.ffn, t.g, st));
   float* out;
   GEMTB_ASSIGN_OR_RETURN(out, next(cur));
-  GEMTB_RETURN_IF_ERROR(LinearFwd(p.ffn2, n, t.g, g.ffn, out, d, true));
+  GEMTB_RETURN_IF_ERROR(LinearFwd(p.ffn2, n, t.g, g.ffn, out, d, cur));
   s[j] = out;
   return absl::OkStatus();
 }
@@ -817,7 +815,7 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
   GEMTB_ASSIGN_OR_RETURN(z0, mem.Floats(B * z0s));
   GEMTB_ASSIGN_OR_RETURN(x, mem.Floats(B * xs));
   GEMTB_RETURN_IF_ERROR(region("E.dense", false));
-  GEMTB_RETURN_IF_ERROR(m.LinearFwd(m.dense_proj, B, in.dense, g.dense_m, dense_out, int64_t{g.n_d} * d, false));
+  GEMTB_RETURN_IF_ERROR(m.LinearFwd(m.dense_proj, B, in.dense, g.dense_m, dense_out, int64_t{g.n_d} * d, nullptr));
   GEMTB_RETURN_IF_ERROR(Copy2D(in.pooled, int64_t{F} * d, z0, z0s, B, int64_t{F} * d, stream));
   GEMTB_RETURN_IF_ERROR(Copy2D(dense_out, int64_t{g.n_d} * d, z0 + int64_t{F} * d, z0s, B, int64_t{g.n_d} * d, stream));
   GEMTB_RETURN_IF_ERROR(m.MixFwd(m.lce_in, z0, z0s, x, xs, false));
@@ -865,7 +863,7 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
     } else {
       GEMTB_ASSIGN_OR_RETURN(head_u[i], mem.Floats(B * p.out));
     }
-    GEMTB_RETURN_IF_ERROR(m.LinearFwd(p, B, head_in[i], p.in, head_u[i], p.out, false));
+    GEMTB_RETURN_IF_ERROR(m.LinearFwd(p, B, head_in[i], p.in, head_u[i], p.out, nullptr));
     if (i + 1 < nh) {
       GEMTB_ASSIGN_OR_RETURN(head_in[i + 1], mem.Floats(B * p.out));
       GEMTB_RETURN_IF_ERROR(GeluForward<float>(head_u[i], B * p.out, head_in[i + 1], stream));

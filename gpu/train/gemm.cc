@@ -123,9 +123,8 @@ absl::Status Fp32Matmul::Run(const GemmF32& g, const float* a, const float* b, f
   const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   // beta = 0: cuBLAS does not read C (NaN there does not propagate). CUBLAS_GEMM_DEFAULT: the
   // heuristic's choice, a function of the shape and compute type alone.
-  const cublasComputeType_t compute = precision_ == MatmulPrecision::kTf32   ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                      : precision_ == MatmulPrecision::kBf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
-                                                                             : CUBLAS_COMPUTE_32F_PEDANTIC;
+  const cublasComputeType_t compute =
+      precision_ == MatmulPrecision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC;
   GEMTB_CUBLAS(cublasGemmStridedBatchedEx_64(h_->handle, op_b, op_a, g.n, g.m, g.k, &g.alpha, b, CUDA_R_32F, g.ldb,
                                              g.stride_b, a, CUDA_R_32F, g.lda, g.stride_a, &g.beta, c, CUDA_R_32F,
                                              g.ldc, g.stride_c, g.batch, compute,

@@ -1,8 +1,8 @@
 // The GPU model's GEMMs on fp32 arrays, on cuBLAS: row-major, strided-batched, the same bytes on
-// every run, in one of three precisions (MatmulPrecision): true fp32 arithmetic (every product and
+// every run, in one of two precisions (MatmulPrecision): true fp32 arithmetic (every product and
 // sum an IEEE fp32 operation: no TF32, no bf16x9 emulation), which the trainer's checks against the
 // fp64 oracle use so that results differ by fp32 rounding alone; or the tensor cores with operands
-// rounded to TF32 or bf16 and fp32 accumulation, for speed.
+// rounded to TF32 and fp32 accumulation, for speed.
 //
 // Row-major on cuBLAS (column-major): a row-major [r, c] array with row stride ld is, in the same
 // memory, the column-major [c, r] matrix (its transpose) with leading dimension ld. So instead of

@@ -1,7 +1,8 @@
 // The QK-norm of the GPU trainer, as reference/model/layers.h defines it: a parameter-free RMSNorm of
 // each head's vector, y = x / sqrt(mean(x^2) + 1e-6), over rows of `dh` values (n tokens x heads
 // rows). Activations T in fp32 or bf16 (head_rms_norm.cu instantiates both), fp32 math and saved
-// inverse RMS; one warp per row, its sum by a fixed butterfly, so every run gives the same bytes.
+// inverse RMS; 8 lanes per row (head dims up to 64) or a warp, its sum by a fixed butterfly, so every
+// run gives the same bytes.
 // Device pointers, asynchronous on `stream`; the shape is checked first (errors name the field).
 #ifndef GEMTB_GPU_TRAIN_HEAD_RMS_NORM_H_
 #define GEMTB_GPU_TRAIN_HEAD_RMS_NORM_H_

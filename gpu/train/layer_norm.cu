@@ -43,7 +43,7 @@ __global__ void LayerNormForwardKernel(const T* x, const float* gamma, const flo
 
 template <typename T>
 __global__ void LayerNormBackwardInputKernel(const T* x, const float* gamma, const float* mean_in, const float* rstd_in,
-                                             const T* dy, int64_t n, int width, T* dx) {
+                                             const T* dy, int64_t n, int width, T* dx, bool accumulate) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   if (row >= n) return;
   const int lane = threadIdx.x % kWarp;
@@ -63,7 +63,8 @@ __global__ void LayerNormBackwardInputKernel(const T* x, const float* gamma, con
   for (int i = lane; i < width; i += kWarp) {
     const float h = __fmul_rn(__fsub_rn(ToFloat(xr[i]), mean), rstd);
     const float dh = __fmul_rn(ToFloat(dyr[i]), gamma[i]);
-    dxr[i] = FromFloat<T>(__fmul_rn(rstd, __fsub_rn(__fsub_rn(dh, sum), __fmul_rn(h, sum_h))));
+    const float g = __fmul_rn(rstd, __fsub_rn(__fsub_rn(dh, sum), __fmul_rn(h, sum_h)));
+    dxr[i] = FromFloat<T>(accumulate ? __fadd_rn(ToFloat(dxr[i]), g) : g);
   }
 }
 
@@ -131,11 +132,12 @@ absl::Status LayerNormForward(const RowsShape& s, const T* x, const float* gamma
 
 template <typename T>
 absl::Status LayerNormBackward(const RowsShape& s, const T* x, const float* gamma, const float* mean, const float* rstd,
-                               const T* dy, T* dx, float* dgamma, float* dbeta, cudaStream_t stream) {
+                               const T* dy, T* dx, float* dgamma, float* dbeta, cudaStream_t stream,
+                               bool accumulate_dx) {
   if (absl::Status v = ValidateRowsShape(s); !v.ok()) return v;
   const int width = static_cast<int>(s.width);
   LayerNormBackwardInputKernel<T><<<RowBlocks(s.n), kRowsPerBlock * kWarp, 0, stream>>>(x, gamma, mean, rstd, dy, s.n,
-                                                                                        width, dx);
+                                                                                        width, dx, accumulate_dx);
   if (absl::Status l = Launched("LayerNormBackward (dx)"); !l.ok()) return l;
   if (s.n == 0) return absl::OkStatus();
   // Blocks of rows side by side (ColumnSums' partitioned order), then their sums added in order.
@@ -179,10 +181,10 @@ template absl::Status LayerNormForward<float>(const RowsShape&, const float*, co
 template absl::Status LayerNormForward<__nv_bfloat16>(const RowsShape&, const __nv_bfloat16*, const float*,
                                                       const float*, __nv_bfloat16*, float*, float*, cudaStream_t);
 template absl::Status LayerNormBackward<float>(const RowsShape&, const float*, const float*, const float*, const float*,
-                                               const float*, float*, float*, float*, cudaStream_t);
+                                               const float*, float*, float*, float*, cudaStream_t, bool);
 template absl::Status LayerNormBackward<__nv_bfloat16>(const RowsShape&, const __nv_bfloat16*, const float*,
                                                        const float*, const float*, const __nv_bfloat16*,
-                                                       __nv_bfloat16*, float*, float*, cudaStream_t);
+                                                       __nv_bfloat16*, float*, float*, cudaStream_t, bool);
 template absl::Status GeluForward<float>(const float*, int64_t, float*, cudaStream_t);
 template absl::Status GeluForward<__nv_bfloat16>(const __nv_bfloat16*, int64_t, __nv_bfloat16*, cudaStream_t);
 template absl::Status GeluBackward<float>(const float*, const float*, int64_t, float*, cudaStream_t);

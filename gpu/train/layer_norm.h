@@ -28,12 +28,14 @@ absl::Status ValidateRowsShape(const RowsShape& shape);
 template <typename T>
 absl::Status LayerNormForward(const RowsShape& s, const T* x, const float* gamma, const float* beta, T* y, float* mean,
                               float* rstd, cudaStream_t stream);
-// dx = rstd (dy g - mean(dy g) - xhat mean(dy g xhat)) per row (written); dgamma += sum over rows
-// of dy xhat and dbeta += sum of dy (partitioned over blocks of kColumnSumsBlockRows rows, as
-// model_kernels.h's ColumnSums adds; stream-ordered scratch).
+// dx = rstd (dy g - mean(dy g) - xhat mean(dy g xhat)) per row (written; with accumulate_dx added to
+// dx, one fp32 rounding, so that a residual's gradient needs no second array); dgamma += sum over
+// rows of dy xhat and dbeta += sum of dy (the tree of model_kernels.h's ColumnSums; stream-ordered
+// scratch).
 template <typename T>
 absl::Status LayerNormBackward(const RowsShape& s, const T* x, const float* gamma, const float* mean, const float* rstd,
-                               const T* dy, T* dx, float* dgamma, float* dbeta, cudaStream_t stream);
+                               const T* dy, T* dx, float* dgamma, float* dbeta, cudaStream_t stream,
+                               bool accumulate_dx = false);
 
 // y = GELU(x) and dx = dy GELU'(x) (written), elementwise over `count` values.
 template <typename T>

@@ -19,13 +19,31 @@ absl::Status ValidateMatrix(const char* what, int64_t rows, int64_t cols, int64_
   return absl::OkStatus();
 }
 
+// Row kernels: one warp per row (kRowsPerBlock rows per block), its lanes walking the row's columns
+// 32 at a time. No index division per element: a flat index split into row and column by / and %
+// on 64-bit integers costs more than the memory traffic of these kernels.
+constexpr int kWarp = 32;
+constexpr int kRowsPerBlock = kThreads / kWarp;
+
+__device__ int64_t WarpRow() { return static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.y; }
+
+unsigned RowBlocks(int64_t rows) { return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
+const dim3 kRowBlock(kWarp, kRowsPerBlock);
+
 __global__ void BroadcastRowsKernel(const float* v, int64_t rows, int64_t cols, float* y, int64_t ldy,
                                     bool accumulate) {
-  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= rows * cols) return;
-  const int64_t r = e / cols, c = e % cols;
-  float* out = y + r * ldy + c;
-  *out = accumulate ? __fadd_rn(*out, v[c]) : v[c];
+  const int64_t r = WarpRow();
+  if (r >= rows) return;
+  float* out = y + r * ldy;
+  for (int64_t c = threadIdx.x; c < cols; c += kWarp) out[c] = accumulate ? __fadd_rn(out[c], v[c]) : v[c];
+}
+
+__global__ void AddRowVectorKernel(const float* x, const float* v, int64_t rows, int64_t cols, float* y, int64_t ldy) {
+  const int64_t r = WarpRow();
+  if (r >= rows) return;
+  const float* in = x + r * ldy;
+  float* out = y + r * ldy;
+  for (int64_t c = threadIdx.x; c < cols; c += kWarp) out[c] = __fadd_rn(in[c], v[c]);
 }
 
 __global__ void ColumnSumsKernel(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* out,
@@ -51,27 +69,28 @@ __global__ void ColumnBlockSumsKernel(const float* x, int64_t rows, int64_t cols
 
 __global__ void GatherRowsKernel(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst,
                                  bool accumulate) {
-  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= rows * width) return;
-  const int64_t r = e / width, c = e % width;
+  const int64_t r = WarpRow();
+  if (r >= rows) return;
   const int32_t from = index[r];
-  if (accumulate) {
-    if (from >= 0) dst[e] = __fadd_rn(dst[e], src[static_cast<int64_t>(from) * width + c]);
-  } else {
-    dst[e] = from >= 0 ? src[static_cast<int64_t>(from) * width + c] : 0.0f;
+  float* out = dst + r * width;
+  if (from < 0) {
+    if (!accumulate)
+      for (int64_t c = threadIdx.x; c < width; c += kWarp) out[c] = 0.0f;
+    return;
   }
+  const float* in = src + static_cast<int64_t>(from) * width;
+  for (int64_t c = threadIdx.x; c < width; c += kWarp) out[c] = accumulate ? __fadd_rn(out[c], in[c]) : in[c];
 }
 
 __global__ void ScatterAddRowsKernel(const float* src, const int32_t* index, int64_t rows, int64_t width,
                                      float* dst) {
-  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= rows * width) return;
-  const int64_t r = e / width, c = e % width;
+  const int64_t r = WarpRow();
+  if (r >= rows) return;
   const int32_t to = index[r];
-  if (to >= 0) {
-    float* out = dst + static_cast<int64_t>(to) * width + c;
-    *out = __fadd_rn(*out, src[e]);
-  }
+  if (to < 0) return;
+  float* out = dst + static_cast<int64_t>(to) * width;
+  const float* in = src + r * width;
+  for (int64_t c = threadIdx.x; c < width; c += kWarp) out[c] = __fadd_rn(out[c], in[c]);
 }
 
 __global__ void AddIntoKernel(const float* x, int64_t count, float* y) {
@@ -90,8 +109,16 @@ absl::Status BroadcastRows(const float* v, int64_t rows, int64_t cols, float* y,
                            cudaStream_t stream) {
   if (absl::Status s = ValidateMatrix("BroadcastRows", rows, cols, ldy); !s.ok()) return s;
   if (rows == 0) return absl::OkStatus();
-  BroadcastRowsKernel<<<Blocks(rows * cols), kThreads, 0, stream>>>(v, rows, cols, y, ldy, accumulate);
+  BroadcastRowsKernel<<<RowBlocks(rows), kRowBlock, 0, stream>>>(v, rows, cols, y, ldy, accumulate);
   return Launched("BroadcastRows");
+}
+
+absl::Status AddRowVector(const float* x, const float* v, int64_t rows, int64_t cols, float* y, int64_t ldy,
+                          cudaStream_t stream) {
+  if (absl::Status s = ValidateMatrix("AddRowVector", rows, cols, ldy); !s.ok()) return s;
+  if (rows == 0) return absl::OkStatus();
+  AddRowVectorKernel<<<RowBlocks(rows), kRowBlock, 0, stream>>>(x, v, rows, cols, y, ldy);
+  return Launched("AddRowVector");
 }
 
 absl::Status ColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
@@ -121,7 +148,7 @@ absl::Status GatherRows(const float* src, const int32_t* index, int64_t rows, in
                         bool accumulate, cudaStream_t stream) {
   if (absl::Status s = ValidateMatrix("GatherRows", rows, width, width); !s.ok()) return s;
   if (rows == 0) return absl::OkStatus();
-  GatherRowsKernel<<<Blocks(rows * width), kThreads, 0, stream>>>(src, index, rows, width, dst, accumulate);
+  GatherRowsKernel<<<RowBlocks(rows), kRowBlock, 0, stream>>>(src, index, rows, width, dst, accumulate);
   return Launched("GatherRows");
 }
 
@@ -129,7 +156,7 @@ absl::Status ScatterAddRows(const float* src, const int32_t* index, int64_t rows
                             cudaStream_t stream) {
   if (absl::Status s = ValidateMatrix("ScatterAddRows", rows, width, width); !s.ok()) return s;
   if (rows == 0) return absl::OkStatus();
-  ScatterAddRowsKernel<<<Blocks(rows * width), kThreads, 0, stream>>>(src, index, rows, width, dst);
+  ScatterAddRowsKernel<<<RowBlocks(rows), kRowBlock, 0, stream>>>(src, index, rows, width, dst);
   return Launched("ScatterAddRows");
 }
 

@@ -15,6 +15,9 @@ namespace gemtb::gpu::train {
 // y[r, c] = v[c] (accumulate: y[r, c] += v[c]) for r < rows, c < cols; row stride ldy.
 absl::Status BroadcastRows(const float* v, int64_t rows, int64_t cols, float* y, int64_t ldy, bool accumulate,
                            cudaStream_t stream);
+// y[r, c] = x[r, c] + v[c] for r < rows, c < cols; x and y with row stride ldy (y may be x).
+absl::Status AddRowVector(const float* x, const float* v, int64_t rows, int64_t cols, float* y, int64_t ldy,
+                          cudaStream_t stream);
 // Rows of one block of the partitioned sums below.
 inline constexpr int64_t kColumnSumsBlockRows = 64;
 // out[c] (+)= the sum over rows of x[r * ldx + c], as a fixed tree: up to kColumnSumsBlockRows rows

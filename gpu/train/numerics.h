@@ -14,8 +14,9 @@ namespace gemtb::gpu::train {
 enum class MatmulPrecision {
   kFp32,  // IEEE fp32 products and sums (CUBLAS_COMPUTE_32F_PEDANTIC): fp32 rounding alone
   kTf32,  // operands rounded to TF32 (10-bit mantissa) on the tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32)
-  kBf16,  // operands rounded to bf16 (7-bit mantissa) on the tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF)
 };
+// (No bf16 choice for fp32 arrays: cuBLAS answers CUBLAS_COMPUTE_32F_FAST_16BF on the H200 with the
+// same TF32 kernels, and bf16 operands would need a converting pass over every array first.)
 
 // How GDPA's products are taken.
 enum class AttentionPrecision {
@@ -32,7 +33,6 @@ inline const char* PrecisionName(MatmulPrecision p) {
   switch (p) {
     case MatmulPrecision::kFp32: return "fp32";
     case MatmulPrecision::kTf32: return "tf32";
-    case MatmulPrecision::kBf16: return "bf16";
   }
   return "?";
 }
@@ -40,10 +40,10 @@ inline const char* PrecisionName(AttentionPrecision p) { return p == AttentionPr
 
 // The inverses of PrecisionName; InvalidArgument naming `field` and the value otherwise.
 inline absl::StatusOr<MatmulPrecision> ParseMatmulPrecision(const std::string& field, const std::string& name) {
-  for (const MatmulPrecision p : {MatmulPrecision::kFp32, MatmulPrecision::kTf32, MatmulPrecision::kBf16}) {
+  for (const MatmulPrecision p : {MatmulPrecision::kFp32, MatmulPrecision::kTf32}) {
     if (name == PrecisionName(p)) return p;
   }
-  return absl::InvalidArgumentError(absl::StrCat(field, ": \"", name, "\" (want fp32, tf32 or bf16)"));
+  return absl::InvalidArgumentError(absl::StrCat(field, ": \"", name, "\" (want fp32 or tf32)"));
 }
 inline absl::StatusOr<AttentionPrecision> ParseAttentionPrecision(const std::string& field, const std::string& name) {
   for (const AttentionPrecision p : {AttentionPrecision::kFp32, AttentionPrecision::kBf16}) {

@@ -6,6 +6,16 @@
 // 0, 1, 63, 64, 65, 90, 100, 200 rows (partial tiles of 1 .. 16, 17 .. 32 and 33 .. 48 rows: each warp
 // layout), and the "small" config's shapes at 2052 rows; post_scale != 1.
 //
+// Split walks: where the own side (queries for o and dq, keys for dk and dv) fits one 64-row tile and
+// the host bounds let a tile's walk over the other side pass 4 steps of 64 rows (256 rows), the kernels
+// split the walk into 4-step pieces on separate CTAs and add the pieces' fp32 partials in a second
+// kernel. The PMA and cross cases with 2052-row samples (max 2052: 33 steps, 9 splits; a 300-row sample
+// uses 2 of them, 256 or fewer rows 1, 0 rows none but the zeros of the first) split; those with 200
+// rows at most (4 steps: no split) and the self-attention ones (own side > 64 rows, or window 64: a
+// 192-row walk at most) do not. Split cases also cover jagged own sides (0 .. 64 rows: every warp
+// layout), and window 250 / block 1000 masks whose walks split (a window-250 tile of 64 queries keeps
+// up to 314 keys: 5 steps, 2 of its 3 splits; block 1000: 16 steps, 4 of 9 splits).
+//
 // Bound per output tensor (o, dq, dk, dv) over the rows of the samples: relative L2 error
 // ||x - ref|| / ||ref|| <= 1e-2 and every element within 5e-2 max|ref| + 1e-6. q, k, v, do and the
 // score-side factors are rounded to bf16 (relative error 2^-9) and every sum is fp32: a CPU emulation of
@@ -198,6 +208,27 @@ std::vector<Case> Cases() {
     cases.push_back(Named("cross", hs.heads, hs.dh, 0.25f, lengths, {4, 4, 4, 4, 0, 4, 4, 4}));
     // PMA: 4 queries over jagged keys (one sample with keys and no queries: zero gradients).
     cases.push_back(Named("pma", hs.heads, hs.dh, 1.0f / 130, {4, 4, 4, 4, 4, 4, 0, 4}, lengths));
+  }
+  // Split walks (see the header comment): PMA's 4 queries over keys of 0 .. 2052 rows and cross-
+  // attention's queries of those lengths to 4 keys, then jagged own sides of 0 .. 64 rows.
+  const std::vector<int> split_lengths{0, 1, 63, 64, 65, 300, 2052, 257, 256};
+  const std::vector<int> four(split_lengths.size(), 4);
+  const std::vector<int> jagged_own{4, 1, 17, 0, 33, 64, 40, 4, 16};
+  for (const HeadShape hs : {HeadShape{2, 16}, HeadShape{4, 32}, HeadShape{2, 64}}) {
+    cases.push_back(Named("pma split", hs.heads, hs.dh, 1.0f / 130, four, split_lengths));
+    cases.push_back(Named("cross split", hs.heads, hs.dh, 0.25f, split_lengths, four));
+    cases.push_back(Named("pma split jagged", hs.heads, hs.dh, 1.0f / 130, jagged_own, split_lengths));
+    cases.push_back(Named("cross split jagged", hs.heads, hs.dh, 0.25f, split_lengths, jagged_own));
+  }
+  // Masks whose walks split: queries (o, dq split) or keys (dk, dv split) of at most 64 rows.
+  const std::vector<int> long_side{2052, 700, 300, 5, 260, 0}, short_side{64, 40, 4, 0, 17, 3};
+  for (const MaskShape m : {MaskShape{"window=250", 250, 0}, MaskShape{"block=1000", 0, 1000}}) {
+    Case few_queries = Named(std::string("split queries ") + m.name, 4, 32, 1.0f / 16, short_side, long_side);
+    few_queries.window = m.window, few_queries.block = m.block;
+    cases.push_back(few_queries);
+    Case few_keys = Named(std::string("split keys ") + m.name, 2, 64, 1.0f / 16, long_side, short_side);
+    few_keys.window = m.window, few_keys.block = m.block;
+    cases.push_back(few_keys);
   }
   // The "small" config's shapes: heads 4, dh 32, samples up to 2052 rows.
   const std::vector<int> small{2052, 0, 700, 1, 130};

@@ -174,6 +174,25 @@ TYPED_TEST(TrainLayerNormOn, ForwardAndBackwardMatchTheReferenceDefinitionsInFp6
     EXPECT_EQ(d_dx.Get(n * w), dx_got) << where;
     EXPECT_EQ(d_dgamma2.Get(w), dgamma_got) << where;
     EXPECT_EQ(d_dbeta2.Get(w), dbeta_got) << where;
+
+    // accumulate_dx: dx (holding y) gets y + the written gradient, one rounding per element.
+    const std::vector<Host> before = d_y.Get(n * w);
+    DeviceArray<Host> d_acc(before);
+    DeviceArray<float> d_dgamma3(dgamma0), d_dbeta3(dbeta0);
+    ASSERT_TRUE(LayerNormBackward(s, tx, d_gamma.ptr, d_mean.ptr, d_rstd.ptr, tdy, d_acc.template As<T>(),
+                                  d_dgamma3.ptr, d_dbeta3.ptr, nullptr, /*accumulate_dx=*/true)
+                    .ok());
+    const std::vector<double> acc = ActivationValues<T>(d_acc.Get(n * w)), base = ActivationValues<T>(before),
+                              grad = ActivationValues<T>(dx_got);
+    for (size_t e = 0; e < acc.size(); ++e) {
+      const float want = static_cast<float>(base[e]) + static_cast<float>(grad[e]);
+      if constexpr (std::is_same_v<T, float>) {
+        ASSERT_EQ(static_cast<float>(acc[e]), want) << where << " element " << e;
+      } else {  // dx's bf16 value is the fp32 gradient rounded, so compare within one bf16 rounding of each
+        ASSERT_NEAR(acc[e], want, (std::fabs(base[e]) + std::fabs(grad[e])) / 128 + 1e-30) << where << " element " << e;
+      }
+    }
+    EXPECT_EQ(d_dgamma3.Get(w), dgamma_got) << where;
   }
 }
 

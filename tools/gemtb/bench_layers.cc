@@ -247,7 +247,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   flags.Int64("data-seed", &f.data_seed, "data generator seed (default 1)");
   flags.OptionalDouble("peak-tflops", &f.peak_tflops, "peak TFLOP/s for MFU and the roofline (default 989: H200 dense bf16)");
   flags.OptionalDouble("hbm-tbps", &f.hbm_tbps, "HBM bandwidth for the roofline, TB/s (default 4.8: H200)");
-  f.numerics.Register(flags, "bf16");
+  f.numerics.Register(flags, "tf32", "bf16");
   flags.String("commit", &f.commit, "the commit recorded in layers.json (default: the one this gemtb was built from)");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {

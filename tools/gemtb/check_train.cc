@@ -54,7 +54,8 @@ constexpr char kCommand[] = "check train";
 bool WithinFp32(double gpu, double oracle) { return std::abs(gpu - oracle) <= 1e-6 + 1e-5 * std::abs(oracle); }
 
 // The loss's bound: the spec's fp32 tolerance when every matmul and attention product is fp32, its
-// bf16 tolerance (1e-3 + 1e-2 |oracle|) when any runs on the tensor cores with rounded operands.
+// bf16 tolerance (1e-3 + 1e-2 |oracle|) when any runs on the tensor cores with rounded operands
+// (TF32 GEMMs, bf16 attention).
 struct LossBound {
   double abs = 1e-6, rel = 1e-5;
   const char* name = "fp32";
@@ -153,8 +154,8 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   FlagSet flags("gemtb check train --config tiny --steps K [--ne-steps N] [--batch B] [--compare-every C]",
                 "Checks the GPU trainer against the CPU oracle's trainer on the same init and batches.\n"
                 "Injected, for steps 1..K: the GPU trainer starts each step from the oracle's state; its\n"
-                "loss must be within the fp32 bound 1e-6 + 1e-5|oracle| (with --matmul or --attention bf16 or\n"
-                "tf32, the bf16 bound 1e-3 + 1e-2|oracle|), each named parameter's gradient\n"
+                "loss must be within the fp32 bound 1e-6 + 1e-5|oracle| (with --matmul tf32 or --attention\n"
+                "bf16, the bf16 bound 1e-3 + 1e-2|oracle|), each named parameter's gradient\n"
                 "and the embedding outputs' gradients within --grad-bound (relative L2); then, given the\n"
                 "oracle's gradients, its optimizers must produce the oracle's parameters, Adam moments,\n"
                 "tables and Adagrad states bit for bit. Free-running: a GPU trainer trains on its own\n"
@@ -173,11 +174,11 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   flags.Int64("data-seed", &data_seed, "data seed (default 1)");
   flags.OptionalDouble("grad-bound", &grad_flag,
                        "largest relative L2 difference of an injected step's gradient (default 1e-4; 5e-2 with "
-                       "bf16 or tf32 products)");
+                       "tf32 or bf16 products)");
   flags.OptionalDouble("param-bound", &param_flag,
                        "largest relative L2 difference of a free-running array in steps 1..K (default 1e-3; 1e-2 "
-                       "with bf16 or tf32 products)");
-  numerics_flags.Register(flags, "fp32");
+                       "with tf32 or bf16 products)");
+  numerics_flags.Register(flags, "fp32", "fp32");
   flags.String("json", &json_path, "also write every step's numbers as JSON to this file");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {

@@ -1,5 +1,5 @@
 // The GPU model's precision flags, shared by `gemtb train`, `gemtb bench layers` and
-// `gemtb check train`: --matmul fp32|tf32|bf16 and --attention fp32|bf16 (gpu/train/numerics.h).
+// `gemtb check train`: --matmul fp32|tf32 and --attention fp32|bf16 (gpu/train/numerics.h).
 #ifndef GEMTB_TOOLS_GEMTB_GPU_NUMERICS_FLAGS_H_
 #define GEMTB_TOOLS_GEMTB_GPU_NUMERICS_FLAGS_H_
 
@@ -15,24 +15,25 @@ namespace gemtb::cli {
 struct NumericsFlags {
   std::string matmul, attention;  // as given; the defaults are the command's
 
-  // Registers both flags; `default_name` ("fp32" or "bf16") is what each means when absent.
-  void Register(FlagSet& flags, const std::string& default_name) {
-    default_ = default_name;
+  // Registers both flags and what each means when absent.
+  void Register(FlagSet& flags, const std::string& matmul_default, const std::string& attention_default) {
+    matmul_default_ = matmul_default;
+    attention_default_ = attention_default;
     flags.String("matmul", &matmul,
-                 "GEMM precision: fp32 (IEEE, the oracle checks' precision) | tf32 | bf16 (tensor cores, fp32 "
-                 "accumulation) (default " + default_name + ")");
+                 "GEMM precision: fp32 (IEEE, the oracle checks' precision) | tf32 (tensor cores, fp32 "
+                 "accumulation) (default " + matmul_default + ")");
     flags.String("attention", &attention,
                  "GDPA precision: fp32 (the reference's order of sums) | bf16 (tensor cores, fp32 accumulation) "
-                 "(default " + default_name + ")");
+                 "(default " + attention_default + ")");
   }
   // InvalidArgument naming the flag and value.
   absl::StatusOr<gpu::train::GemModelOptions> Resolve() const {
     gpu::train::GemModelOptions o;
     absl::StatusOr<gpu::train::MatmulPrecision> m =
-        gpu::train::ParseMatmulPrecision("--matmul", matmul.empty() ? default_ : matmul);
+        gpu::train::ParseMatmulPrecision("--matmul", matmul.empty() ? matmul_default_ : matmul);
     if (!m.ok()) return m.status();
     absl::StatusOr<gpu::train::AttentionPrecision> a =
-        gpu::train::ParseAttentionPrecision("--attention", attention.empty() ? default_ : attention);
+        gpu::train::ParseAttentionPrecision("--attention", attention.empty() ? attention_default_ : attention);
     if (!a.ok()) return a.status();
     o.matmul = *m;
     o.attention = *a;
@@ -40,7 +41,7 @@ struct NumericsFlags {
   }
 
  private:
-  std::string default_ = "fp32";
+  std::string matmul_default_ = "fp32", attention_default_ = "fp32";
 };
 
 // {"matmul": "...", "attention": "..."} for reports.

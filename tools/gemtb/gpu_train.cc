@@ -374,7 +374,7 @@ int RunGpuTrain(const std::vector<std::string>& args) {
   flags.Int64("eval-samples", &f.eval_samples, "held-out samples for the final NE (default 4096; 0 skips it)");
   flags.String("checkpoint", &f.checkpoint, "checkpoint folder, written at the end and every --checkpoint-every steps");
   flags.Int64("checkpoint-every", &f.checkpoint_every, "steps between checkpoints (default 0: only at the end)");
-  f.numerics.Register(flags, "bf16");
+  f.numerics.Register(flags, "tf32", "bf16");
   flags.Bool("resume", &f.resume, "continue from the newest checkpoint in --checkpoint DIR (same config and options)");
   flags.String("trace", &f.trace, "Chrome/Perfetto trace of the last step (the simulator's track and task names)");
   flags.String("report", &f.report, "JSON written at the end: throughput, final loss, held-out NE (docs/commands.md)");
