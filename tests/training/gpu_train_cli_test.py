@@ -282,7 +282,13 @@ def bench_layers_predicted(d):
     assert abs(rep["layers_ms"] - sum(r["ms"] for r in rows)) < 1e-9 * rep["layers_ms"], rep
     assert 0 < rep["local_mfu"] < 1 and rep["e2e_mfu"] < rep["local_mfu"], rep
     cal = json.load(open(os.path.join(out, "layers.json")))
-    assert cal["format"] == "gemtb-layer-calibration" and cal["config"] == "tiny" and set(cal["layers"]) == timed, cal
+    assert cal["format"] == "gemtb-layer-calibration" and cal["config"] == "tiny" and set(cal["layers"]) == regions, cal
+    # The lookups' regions: priced from the embedding phases, their passes' times summing to the phases'.
+    phase = rep["embedding_phase_layers"]
+    for p, key in (("fwd", "embedding_fwd"), ("bwd", "embedding_bwd")):
+        got = sum(r["ms"] for r in phase if r["pass"] == p)
+        assert abs(got - rep["phase_ms_mean"][key]) <= 1e-9 * got, (p, got, rep["phase_ms_mean"])
+    assert {r["layer"] for r in phase} == lookups, phase
     assert all(0 < e <= 1 for entry in cal["layers"].values() for e in entry.values()), cal
     w = os.path.join(d, "whatif")
     run(["whatif", os.path.join(out, "scenario.json"), "--layer-calibration", os.path.join(out, "layers.json"),

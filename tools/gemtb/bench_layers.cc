@@ -169,12 +169,46 @@ std::vector<LayerRow> Rows(const Measured& m, double peak, double hbm, std::vect
 
 std::string PassName(bool backward) { return backward ? "bwd" : "fwd"; }
 
+// The `untimed` regions (the TBE's lookups) priced from the embedding phases they run in: the forward
+// phase's mean time (the KJT upload, the lookups, their outputs to the host) shared among their
+// forward passes, the backward phase's (the gradients up, the backward with its fused optimizer)
+// among their backward passes, each in proportion to its model.json bytes. Their efficiencies let the
+// simulator's step carry what those phases cost this trainer.
+std::vector<LayerRow> PhaseRows(const Measured& m, const std::vector<std::string>& untimed, double peak) {
+  const double n = static_cast<double>(m.steps);
+  std::vector<LayerRow> rows;
+  for (const bool backward : {false, true}) {
+    const double phase_ms = (backward ? m.embedding_bwd_ms : m.embedding_fwd_ms) / n;
+    double total_bytes = 0;
+    for (const LayerPass& p : m.passes)
+      if (p.backward == backward && std::find(untimed.begin(), untimed.end(), p.region) != untimed.end())
+        total_bytes += p.cost.bytes;
+    if (!(total_bytes > 0) || !(phase_ms > 0)) continue;
+    for (const LayerPass& p : m.passes) {
+      if (p.backward != backward || std::find(untimed.begin(), untimed.end(), p.region) == untimed.end()) continue;
+      LayerRow r;
+      r.region = p.region;
+      r.backward = backward;
+      r.ms = phase_ms * p.cost.bytes / total_bytes;
+      r.flops = p.cost.flops / n;
+      r.model_flops = p.cost.model_flops / n;
+      r.bytes = p.cost.bytes / n;
+      r.efficiency = r.ms > 0 ? r.flops / (peak * r.ms * 1e-3) : 0;
+      rows.push_back(r);
+    }
+  }
+  return rows;
+}
+
 // The layer calibration (docs/layer-calibration.md): per layer and pass, the efficiency at which the
 // simulator's pricing of the layer's ops by FLOPs gives the measured time.
 nlohmann::json CalibrationJson(const Flags& f, const std::string& config_name, const std::string& hardware,
-                               const std::string& commit, const std::string& command, const std::vector<LayerRow>& rows) {
+                               const std::string& commit, const std::string& command, const std::vector<LayerRow>& rows,
+                               const std::vector<LayerRow>& phase_rows) {
   nlohmann::json layers = nlohmann::json::object();
-  for (const LayerRow& r : rows) {
+  std::vector<LayerRow> all = rows;
+  all.insert(all.end(), phase_rows.begin(), phase_rows.end());
+  for (const LayerRow& r : all) {
     if (!(r.flops > 0) || !(r.efficiency > 0)) continue;
     // A layer faster than the peak allows (impossible, barring a timing fault) is priced at the peak.
     layers[r.region][PassName(r.backward)] = std::min(1.0, r.efficiency);
@@ -188,7 +222,8 @@ nlohmann::json CalibrationJson(const Flags& f, const std::string& config_name, c
           {"layers", layers},
           {"note", absl::StrCat("measured by the GPU trainer at local batch ", f.local_batch, " over ", f.steps,
                                 " steps after ", f.warmup, " warm-up steps; a layer's efficiency is the FLOPs of all its ops "
-                                "(model.json) over peak x its measured time")}};
+                                "(model.json) over peak x its measured time; the embedding lookups' regions take "
+                                "the embedding phases' times, shared by their bytes")}};
 }
 
 // --config as the scenario names its model: a built-in name as it is, a file by its absolute path
@@ -282,6 +317,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   GEMTB_ASSIGN_OR_RETURN(m, Measure(f, *config, costs, numerics));
   std::vector<std::string> untimed;
   std::vector<LayerRow> rows = Rows(m, peak, hbm, &untimed);
+  const std::vector<LayerRow> phase_rows = PhaseRows(m, untimed, peak);
   const double n = static_cast<double>(m.steps);
   double layer_ms = 0, layer_model_flops = 0;
   for (const LayerRow& r : rows) {
@@ -314,8 +350,13 @@ absl::Status Run(const std::vector<std::string>& args) {
       layer_ms, step_ms, m.model_ms / n, m.embedding_fwd_ms / n, m.embedding_bwd_ms / n, m.optimizer_ms / n, m.data_ms / n,
       100 * local_mfu, 100 * e2e_mfu, peak * 1e-12, static_cast<double>(m.peak_memory_bytes) * 1e-9);
   if (!untimed.empty())
-    std::cout << "not timed as layers (the TBE's lookups, inside the embedding phases): " << absl::StrJoin(untimed, ", ")
-              << "\n";
+    std::cout << "not timed as layers (the TBE's lookups, inside the embedding phases; calibrated from those "
+                 "phases' times): "
+              << absl::StrJoin(untimed, ", ") << "\n";
+  nlohmann::json phase_layers = nlohmann::json::array();
+  for (const LayerRow& r : phase_rows)
+    phase_layers.push_back({{"layer", r.region}, {"pass", PassName(r.backward)}, {"ms", r.ms}, {"flops", r.flops},
+                            {"bytes", r.bytes}, {"efficiency", r.efficiency}});
   const std::string commit = f.commit.empty() ? BuildCommit() : f.commit;
   const std::string command = absl::StrCat("gemtb bench layers ", absl::StrJoin(args, " "));
   const nlohmann::json report = {
@@ -324,10 +365,10 @@ absl::Status Run(const std::vector<std::string>& args) {
       {"hardware", m.hardware}, {"commit", commit},             {"command", command}, {"peak_flops", peak},
       {"hbm_Bps", hbm},         {"step_ms_mean", step_ms},      {"samples_per_s", 1e3 * static_cast<double>(f.local_batch) / step_ms},
       {"phase_ms_mean", phases}, {"layers_ms", layer_ms},       {"local_mfu", local_mfu}, {"e2e_mfu", e2e_mfu},
-      {"layers", layers},       {"untimed_layers", untimed},
+      {"layers", layers},       {"untimed_layers", untimed}, {"embedding_phase_layers", phase_layers},
       {"peak_step_memory_bytes", m.peak_memory_bytes}};
   output->AddText("bench_layers.json", report.dump(2) + "\n");
-  output->AddText("layers.json", CalibrationJson(f, config->name, m.hardware, commit, command, rows).dump(2) + "\n");
+  output->AddText("layers.json", CalibrationJson(f, config->name, m.hardware, commit, command, rows, phase_rows).dump(2) + "\n");
   output->AddText("scenario.json", ScenarioJson(f, *config, m).dump(2) + "\n");
   GEMTB_RETURN_IF_ERROR(output->Commit());
   std::cout << "wrote " << f.out_dir << "/bench_layers.json, layers.json, scenario.json\n";
