@@ -44,6 +44,15 @@ struct StepTimes {
   double embedding_bwd_ms = 0;  // the gradients up, the TBE backward with fused rowwise Adagrad
   double optimizer_ms = 0;      // dense Adam
   double total_ms() const { return data_ms + embedding_fwd_ms + model_ms + embedding_bwd_ms + optimizer_ms; }
+  // Phase by phase: sums over steps, and their means.
+  StepTimes& operator+=(const StepTimes& o) {
+    data_ms += o.data_ms, embedding_fwd_ms += o.embedding_fwd_ms, model_ms += o.model_ms;
+    embedding_bwd_ms += o.embedding_bwd_ms, optimizer_ms += o.optimizer_ms;
+    return *this;
+  }
+  StepTimes Over(double steps) const {
+    return {data_ms / steps, embedding_fwd_ms / steps, model_ms / steps, embedding_bwd_ms / steps, optimizer_ms / steps};
+  }
 };
 
 struct TrainerStep {

@@ -11,17 +11,12 @@
 #include "gtest/gtest.h"
 #include "model/description/graph_costs.h"
 #include "model/description/model_config.h"
+#include "tests/testing/builtin_graph.h"
 
 namespace gemtb::model {
 namespace {
 
-ModelGraph Graph(const std::string& name) {
-  absl::StatusOr<ModelConfig> config = LoadModelConfig(name);
-  EXPECT_TRUE(config.ok()) << config.status();
-  absl::StatusOr<ModelGraph> graph = ExpandModel(*config);
-  EXPECT_TRUE(graph.ok()) << graph.status();
-  return *graph;
-}
+using gemtb::testing::BuiltinGraph;
 
 double ModelFlops(const ModelGraph& g, int64_t batch, const std::vector<int64_t>& lengths) {
   const GraphTotals t = EvaluateGraph(g, batch, lengths);
@@ -30,7 +25,7 @@ double ModelFlops(const ModelGraph& g, int64_t batch, const std::vector<int64_t>
 
 TEST(BatchFlopsTest, EqualSamplesCostWhatEvaluateGraphSays) {
   for (const char* name : {"tiny", "small"}) {
-    const ModelGraph g = Graph(name);
+    const ModelGraph g = BuiltinGraph(name);
     const BatchFlops f = BatchFlops::Create(g);
     for (const double sparsity : {0.0, 0.3, 1.0}) {
       const std::vector<int64_t> l = LengthsAtSparsity(g, sparsity);
@@ -46,7 +41,7 @@ TEST(BatchFlopsTest, EqualSamplesCostWhatEvaluateGraphSays) {
 }
 
 TEST(BatchFlopsTest, DifferentSamplesAddUpWithTheConstantsOnce) {
-  const ModelGraph g = Graph("small");
+  const ModelGraph g = BuiltinGraph("small");
   const BatchFlops f = BatchFlops::Create(g);
   const size_t J = g.sequences.size();
   std::mt19937 rng(5);
@@ -67,7 +62,7 @@ TEST(BatchFlopsTest, DifferentSamplesAddUpWithTheConstantsOnce) {
 }
 
 TEST(BatchFlopsTest, BadSizesAndLengthsAreNamed) {
-  const ModelGraph g = Graph("tiny");
+  const ModelGraph g = BuiltinGraph("tiny");
   const BatchFlops f = BatchFlops::Create(g);
   const size_t J = g.sequences.size();
   std::vector<int32_t> lengths(J * 2, 0);

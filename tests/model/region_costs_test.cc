@@ -12,20 +12,15 @@
 #include "gtest/gtest.h"
 #include "model/description/graph_costs.h"
 #include "model/description/model_config.h"
+#include "tests/testing/builtin_graph.h"
 
 namespace gemtb::model {
 namespace {
 
-ModelGraph Graph(const std::string& name) {
-  absl::StatusOr<ModelConfig> config = LoadModelConfig(name);
-  EXPECT_TRUE(config.ok()) << config.status();
-  absl::StatusOr<ModelGraph> graph = ExpandModel(*config);
-  EXPECT_TRUE(graph.ok()) << graph.status();
-  return *graph;
-}
+using gemtb::testing::BuiltinGraph;
 
 TEST(RegionCostsTest, RegionsOfDifferentSamplesAreTheSumOfTheirOps) {
-  const ModelGraph g = Graph("small");
+  const ModelGraph g = BuiltinGraph("small");
   const RegionCosts costs = RegionCosts::Create(g);
   const size_t J = g.sequences.size();
   std::mt19937 rng(11);
@@ -90,7 +85,7 @@ TEST(RegionCostsTest, RegionsOfDifferentSamplesAreTheSumOfTheirOps) {
 }
 
 TEST(RegionCostsTest, EqualSamplesAddUpToEvaluateGraph) {
-  const ModelGraph g = Graph("tiny");
+  const ModelGraph g = BuiltinGraph("tiny");
   const RegionCosts costs = RegionCosts::Create(g);
   const std::vector<int64_t> l = LengthsAtSparsity(g, 0.4);
   const int64_t B = 13;
@@ -111,7 +106,7 @@ TEST(RegionCostsTest, EqualSamplesAddUpToEvaluateGraph) {
 }
 
 TEST(RegionCostsTest, BadSizesAndLengthsAreNamed) {
-  const ModelGraph g = Graph("tiny");
+  const ModelGraph g = BuiltinGraph("tiny");
   const RegionCosts costs = RegionCosts::Create(g);
   const size_t J = g.sequences.size();
   std::vector<int32_t> lengths(J * 2, 0);

@@ -31,6 +31,7 @@
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
 #include "tools/gemtb/gpu_numerics_flags.h"
+#include "tools/gemtb/step_times_json.h"
 #include "tools/gemtb/output_set.h"
 #include "tools/gemtb/train_common.h"
 #include "tools/gemtb/version.h"
@@ -65,7 +66,8 @@ struct LayerPass {
 struct Measured {
   std::vector<LayerPass> passes;                 // regions in model order, forward then backward
   std::vector<std::map<int32_t, int64_t>> lengths;  // per sequence: events -> samples
-  double step_ms = 0, data_ms = 0, embedding_fwd_ms = 0, model_ms = 0, embedding_bwd_ms = 0, optimizer_ms = 0;
+  double step_ms = 0;
+  gpu::train::StepTimes phases;  // summed over the timed steps
   int64_t steps = 0;
   int64_t peak_memory_bytes = 0;  // the trainer's pool's high-water mark (gpu/train/trainer.h)
   std::string hardware;
@@ -103,11 +105,7 @@ absl::StatusOr<Measured> Measure(const Flags& f, const gemtb::model::ModelConfig
     if (!timed) continue;
     ++m.steps;
     m.step_ms += step_ms;
-    m.data_ms += step.times.data_ms;
-    m.embedding_fwd_ms += step.times.embedding_fwd_ms;
-    m.model_ms += step.times.model_ms;
-    m.embedding_bwd_ms += step.times.embedding_bwd_ms;
-    m.optimizer_ms += step.times.optimizer_ms;
+    m.phases += step.times;
     std::vector<gemtb::model::RegionCost> rc;
     GEMTB_ASSIGN_OR_RETURN(rc, costs.Of(step.seq_lengths, f.local_batch));
     for (const gemtb::model::RegionCost& c : rc) {
@@ -178,7 +176,7 @@ std::vector<LayerRow> PhaseRows(const Measured& m, const std::vector<std::string
   const double n = static_cast<double>(m.steps);
   std::vector<LayerRow> rows;
   for (const bool backward : {false, true}) {
-    const double phase_ms = (backward ? m.embedding_bwd_ms : m.embedding_fwd_ms) / n;
+    const double phase_ms = (backward ? m.phases.embedding_bwd_ms : m.phases.embedding_fwd_ms) / n;
     double total_bytes = 0;
     for (const LayerPass& p : m.passes)
       if (p.backward == backward && std::find(untimed.begin(), untimed.end(), p.region) != untimed.end())
@@ -341,13 +339,12 @@ absl::Status Run(const std::vector<std::string>& args) {
                       {"roofline_ms", r.roofline_ms}, {"bound", r.bytes_bound ? "bytes" : "flops"},
                       {"lost_ms", r.lost_ms()}});
   }
-  const nlohmann::json phases = {{"data", m.data_ms / n},         {"embedding_fwd", m.embedding_fwd_ms / n},
-                                 {"model", m.model_ms / n},       {"embedding_bwd", m.embedding_bwd_ms / n},
-                                 {"optimizer", m.optimizer_ms / n}};
+  const gpu::train::StepTimes mean = m.phases.Over(n);
+  const nlohmann::json phases = StepTimesJson(mean);
   std::cout << absl::StrFormat(
       "\nlayers %.3f ms of a %.3f ms step (model phase %.3f, embedding fwd %.3f, bwd+update %.3f, optimizer %.3f, data "
       "%.3f); Local MFU %.3f%%, E2E MFU %.3f%% (peak %.0f TFLOP/s); peak step memory %.2f GB\n",
-      layer_ms, step_ms, m.model_ms / n, m.embedding_fwd_ms / n, m.embedding_bwd_ms / n, m.optimizer_ms / n, m.data_ms / n,
+      layer_ms, step_ms, mean.model_ms, mean.embedding_fwd_ms, mean.embedding_bwd_ms, mean.optimizer_ms, mean.data_ms,
       100 * local_mfu, 100 * e2e_mfu, peak * 1e-12, static_cast<double>(m.peak_memory_bytes) * 1e-9);
   if (!untimed.empty())
     std::cout << "not timed as layers (the TBE's lookups, inside the embedding phases; calibrated from those "

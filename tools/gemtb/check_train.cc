@@ -49,10 +49,6 @@ namespace {
 
 constexpr char kCommand[] = "check train";
 
-#if GEMTB_HAVE_CUDA
-// The spec's fp32 tolerance per element: |gpu - oracle| <= 1e-6 + 1e-5 |oracle|.
-bool WithinFp32(double gpu, double oracle) { return std::abs(gpu - oracle) <= 1e-6 + 1e-5 * std::abs(oracle); }
-
 // The loss's bound: the spec's fp32 tolerance when every matmul and attention product is fp32, its
 // bf16 tolerance (1e-3 + 1e-2 |oracle|) when any runs on the tensor cores with rounded operands
 // (TF32 GEMMs, bf16 attention).
@@ -65,6 +61,10 @@ LossBound LossBoundFor(const gpu::train::GemModelOptions& o) {
   if (o.matmul == gpu::train::MatmulPrecision::kFp32 && o.attention == gpu::train::AttentionPrecision::kFp32) return {};
   return {1e-3, 1e-2, "bf16"};
 }
+
+#if GEMTB_HAVE_CUDA
+// The spec's fp32 tolerance per element: |gpu - oracle| <= 1e-6 + 1e-5 |oracle|.
+bool WithinFp32(double gpu, double oracle) { return std::abs(gpu - oracle) <= 1e-6 + 1e-5 * std::abs(oracle); }
 
 struct Diff {
   double max_abs = 0, rel_l2 = 0;

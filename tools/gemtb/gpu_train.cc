@@ -31,6 +31,7 @@
 #include "tools/gemtb/command.h"
 #include "tools/gemtb/flags.h"
 #include "tools/gemtb/gpu_numerics_flags.h"
+#include "tools/gemtb/step_times_json.h"
 #include "tools/gemtb/gpu_train_state.h"
 #include "tools/gemtb/step_trace.h"
 #include "tools/gemtb/stop_signals.h"
@@ -247,11 +248,7 @@ int Train(const Flags& f, const Job& job) {
     trainer.TimeRegions(trainer.step() + 1 == f.steps);
     absl::StatusOr<gpu::train::TrainerStep> r = trainer.Step();
     if (!r.ok()) return ReportError(kCommand, r.status());
-    phase_sum.data_ms += r->times.data_ms;
-    phase_sum.embedding_fwd_ms += r->times.embedding_fwd_ms;
-    phase_sum.model_ms += r->times.model_ms;
-    phase_sum.embedding_bwd_ms += r->times.embedding_bwd_ms;
-    phase_sum.optimizer_ms += r->times.optimizer_ms;
+    phase_sum += r->times;
     if (!r->regions.empty()) last = *r;
     const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
     absl::StatusOr<double> step_flops = job.flops->Of(r->seq_lengths, o.batch);
@@ -314,11 +311,7 @@ int Train(const Flags& f, const Job& job) {
   if (!f.report.empty()) {
     auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
     const double n = std::max<double>(1, static_cast<double>(run_steps));
-    const nlohmann::json phases = {{"data", phase_sum.data_ms / n},
-                                   {"embedding_fwd", phase_sum.embedding_fwd_ms / n},
-                                   {"model", phase_sum.model_ms / n},
-                                   {"embedding_bwd", phase_sum.embedding_bwd_ms / n},
-                                   {"optimizer", phase_sum.optimizer_ms / n}};
+    const nlohmann::json phases = StepTimesJson(phase_sum.Over(n));
     nlohmann::json regions = nlohmann::json::array();
     for (const gpu::train::RegionTime& rt : last.regions)
       regions.push_back({{"region", rt.region}, {"pass", rt.backward ? "bwd" : "fwd"}, {"ms", rt.ms()}});
