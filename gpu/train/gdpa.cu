@@ -5,10 +5,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "gpu/train/gdpa_rows.cuh"
 #include "gpu/train/kernel_utils.cuh"
 
 namespace gemtb::gpu::train {
 namespace {
+
+using gdpa::LoadSample;
+using gdpa::Mask;
+using gdpa::Sample;
 
 // A block takes one (sample, head, tile of kTile rows) and walks the other side in steps of kTile
 // rows through shared memory, so that in a step lane l owns the score of the step's row l; each
@@ -25,24 +30,6 @@ constexpr int kMaxHeads = 65535;        // a grid's y
 constexpr int kRopeRows = 32;           // rows of one sample per RoPE block
 constexpr int kRopeThreads = 256;
 
-// GdpaShape::KeyRange of the reference with the sample's key count n, every bound clamped to
-// [0, n]. Both masks are symmetric in i and j, so the queries that keep key j are Range(j, lq).
-struct Mask {
-  int window = -1, block = 0;
-  __device__ void Range(int i, int n, int* lo, int* hi) const {
-    if (block > 0) {
-      *lo = min(n, i / block * block);
-      *hi = min(n, (i / block + 1) * block);
-    } else if (window >= 0) {
-      *lo = min(n, max(0, i - window));
-      *hi = max(*lo, min(n, i + window + 1));
-    } else {
-      *lo = 0;
-      *hi = n;
-    }
-  }
-};
-
 struct Params {
   const int32_t* q_offsets;
   const int32_t* k_offsets;
@@ -51,19 +38,6 @@ struct Params {
   float post_scale;
 };
 
-struct Sample {
-  int64_t q_row, k_row;  // first rows
-  int lq, lk;
-};
-
-__device__ Sample LoadSample(const Params& p, int64_t b) {
-  Sample s;
-  s.q_row = p.q_offsets[b];
-  s.k_row = p.k_offsets[b];
-  s.lq = static_cast<int>(p.q_offsets[b + 1] - s.q_row);
-  s.lk = static_cast<int>(p.k_offsets[b + 1] - s.k_row);
-  return s;
-}
 
 // q . k summed over c = 0 .. kDh-1 in order from 0, as the reference's Scores.
 template <int kDh>

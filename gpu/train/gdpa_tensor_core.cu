@@ -10,10 +10,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "gpu/train/gdpa_rows.cuh"
 #include "gpu/train/kernel_utils.cuh"
 
 namespace gemtb::gpu::train {
 namespace {
+
+using gdpa::LoadSample;
+using gdpa::Mask;
+using gdpa::Sample;
 
 namespace wmma = nvcuda::wmma;
 using bf16 = __nv_bfloat16;
@@ -77,25 +82,6 @@ using FragB = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, bf16, wmma::ro
 using FragBT = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, bf16, wmma::col_major>;
 using FragC = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
 
-// gdpa.cu's mask: GdpaShape::KeyRange of the reference with the sample's key count n, every bound
-// clamped to [0, n]. Both masks are symmetric in i and j, so the queries that keep key j are
-// Range(j, lq). lo and hi are nondecreasing in i.
-struct Mask {
-  int window = -1, block = 0;
-  __device__ void Range(int i, int n, int* lo, int* hi) const {
-    if (block > 0) {
-      *lo = min(n, i / block * block);
-      *hi = min(n, (i / block + 1) * block);
-    } else if (window >= 0) {
-      *lo = min(n, max(0, i - window));
-      *hi = max(*lo, min(n, i + window + 1));
-    } else {
-      *lo = 0;
-      *hi = n;
-    }
-  }
-};
-
 struct Params {
   const int32_t* q_offsets;
   const int32_t* k_offsets;
@@ -118,19 +104,6 @@ struct Split {
   float* part1 = nullptr;
 };
 
-struct Sample {
-  int64_t q_row, k_row;  // first rows
-  int lq, lk;
-};
-
-__device__ Sample LoadSample(const Params& p, int64_t b) {
-  Sample s;
-  s.q_row = p.q_offsets[b];
-  s.k_row = p.k_offsets[b];
-  s.lq = static_cast<int>(p.q_offsets[b + 1] - s.q_row);
-  s.lk = static_cast<int>(p.k_offsets[b + 1] - s.k_row);
-  return s;
-}
 
 // The CTA's part of a launch split as `sp` says: its own tile (rows [tile * kTile, ...) of the own side,
 // which has `own` rows in the sample) and its split.

@@ -201,11 +201,7 @@ struct GemModelGpu::Impl {
   absl::Status LinearFwd(const LinearP& p, int64_t n, const float* x, int64_t ldx, float* y, int64_t ldy,
                          const float* residual) {
     if (n == 0) return absl::OkStatus();
-    if (residual) {
-      GEMTB_RETURN_IF_ERROR(AddRowVector(residual, W(p.b), n, p.out, y, ldy, st));
-    } else {
-      GEMTB_RETURN_IF_ERROR(BroadcastRows(W(p.b), n, p.out, y, ldy, false, st));
-    }
+    GEMTB_RETURN_IF_ERROR(BiasRows(residual, W(p.b), n, p.out, y, ldy, st));
     GemmF32 s;
     s.m = n, s.n = p.out, s.k = p.in, s.lda = ldx, s.ldb = p.out, s.ldc = ldy, s.beta = 1.0f;
     return Gemm(s, x, W(p.w), y);
@@ -638,8 +634,7 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const fl
                                        SeqTape& t) {
   const int d = g.d;
   const int64_t n = rows[j], nd = n * d;
-  // Each block writes a new residual stream (the tape keeps the old one): cur + the block's output.
-  auto next = [&](const float*) -> absl::StatusOr<float*> { return mem->Floats(nd); };
+  // Each block writes a new residual stream, cur + the block's output (the tape keeps cur).
   const float* cur = s[j];
   if (g.DoA(layer)) {
     t.s_a = cur;
@@ -648,7 +643,7 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const fl
     GEMTB_ASSIGN_OR_RETURN(t.rstd_a, mem->Floats(n));
     GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_a, n, cur, t.h_a, t.mean_a, t.rstd_a));
     float* out;
-    GEMTB_ASSIGN_OR_RETURN(out, next(cur));
+    GEMTB_ASSIGN_OR_RETURN(out, mem->Floats(nd));
     GEMTB_RETURN_IF_ERROR(AttnFwd(p.attn_a, CrossUse(j), t.h_a, x_sum, t.a, out, cur));
     cur = out;
   }
@@ -659,7 +654,7 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const fl
     GEMTB_ASSIGN_OR_RETURN(t.rstd_b, mem->Floats(n));
     GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_b, n, cur, t.h_b, t.mean_b, t.rstd_b));
     float* out;
-    GEMTB_ASSIGN_OR_RETURN(out, next(cur));
+    GEMTB_ASSIGN_OR_RETURN(out, mem->Floats(nd));
     GEMTB_RETURN_IF_ERROR(AttnFwd(p.attn_b, SelfUse(j), t.h_b, t.h_b, t.b, out, cur));
     cur = out;
   }
@@ -673,7 +668,7 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const fl
   GEMTB_RETURN_IF_ERROR(LinearFwd(p.ffn1, n, t.h_c, d, t.u, g.ffn, nullptr));
   if (n > 0) GEMTB_RETURN_IF_ERROR(GeluForward<float>(t.u, n * g.ffn, t.g, st));
   float* out;
-  GEMTB_ASSIGN_OR_RETURN(out, next(cur));
+  GEMTB_ASSIGN_OR_RETURN(out, mem->Floats(nd));
   GEMTB_RETURN_IF_ERROR(LinearFwd(p.ffn2, n, t.g, g.ffn, out, d, cur));
   s[j] = out;
   return absl::OkStatus();
@@ -707,7 +702,6 @@ absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const Se
 GemModelGpu::GemModelGpu(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GemModelGpu::~GemModelGpu() = default;
 const gemtb::model::GemGeometry& GemModelGpu::geometry() const { return impl_->g; }
-const GemModelOptions& GemModelGpu::options() const { return impl_->options; }
 
 absl::StatusOr<std::unique_ptr<GemModelGpu>> GemModelGpu::Create(const gemtb::model::ModelConfig& config,
                                                                  const GemModelOptions& options) {

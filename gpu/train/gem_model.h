@@ -56,7 +56,6 @@ class GemModelGpu {
   // the attention kernels run: 16, 32, 64).
   static absl::StatusOr<std::unique_ptr<GemModelGpu>> Create(const gemtb::model::ModelConfig& config,
                                                              const GemModelOptions& options = {});
-  const GemModelOptions& options() const;
   ~GemModelGpu();
   GemModelGpu(const GemModelGpu&) = delete;
   GemModelGpu& operator=(const GemModelGpu&) = delete;

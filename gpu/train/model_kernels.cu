@@ -30,20 +30,17 @@ __device__ int64_t WarpRow() { return static_cast<int64_t>(blockIdx.x) * kRowsPe
 unsigned RowBlocks(int64_t rows) { return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
 const dim3 kRowBlock(kWarp, kRowsPerBlock);
 
-__global__ void BroadcastRowsKernel(const float* v, int64_t rows, int64_t cols, float* y, int64_t ldy,
-                                    bool accumulate) {
+__global__ void BiasRowsKernel(const float* residual, const float* v, int64_t rows, int64_t cols, float* y,
+                               int64_t ldy) {
   const int64_t r = WarpRow();
   if (r >= rows) return;
   float* out = y + r * ldy;
-  for (int64_t c = threadIdx.x; c < cols; c += kWarp) out[c] = accumulate ? __fadd_rn(out[c], v[c]) : v[c];
-}
-
-__global__ void AddRowVectorKernel(const float* x, const float* v, int64_t rows, int64_t cols, float* y, int64_t ldy) {
-  const int64_t r = WarpRow();
-  if (r >= rows) return;
-  const float* in = x + r * ldy;
-  float* out = y + r * ldy;
-  for (int64_t c = threadIdx.x; c < cols; c += kWarp) out[c] = __fadd_rn(in[c], v[c]);
+  if (residual) {
+    const float* in = residual + r * ldy;
+    for (int64_t c = threadIdx.x; c < cols; c += kWarp) out[c] = __fadd_rn(in[c], v[c]);
+  } else {
+    for (int64_t c = threadIdx.x; c < cols; c += kWarp) out[c] = v[c];
+  }
 }
 
 __global__ void ColumnSumsKernel(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* out,
@@ -93,11 +90,6 @@ __global__ void ScatterAddRowsKernel(const float* src, const int32_t* index, int
   for (int64_t c = threadIdx.x; c < width; c += kWarp) out[c] = __fadd_rn(out[c], in[c]);
 }
 
-__global__ void AddIntoKernel(const float* x, int64_t count, float* y) {
-  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e < count) y[e] = __fadd_rn(y[e], x[e]);
-}
-
 __global__ void Sum3Kernel(const float* a, const float* b, const float* c, int64_t count, float* y) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e < count) y[e] = __fadd_rn(__fadd_rn(a[e], b[e]), c[e]);
@@ -105,20 +97,12 @@ __global__ void Sum3Kernel(const float* a, const float* b, const float* c, int64
 
 }  // namespace
 
-absl::Status BroadcastRows(const float* v, int64_t rows, int64_t cols, float* y, int64_t ldy, bool accumulate,
-                           cudaStream_t stream) {
-  if (absl::Status s = ValidateMatrix("BroadcastRows", rows, cols, ldy); !s.ok()) return s;
+absl::Status BiasRows(const float* residual, const float* v, int64_t rows, int64_t cols, float* y, int64_t ldy,
+                      cudaStream_t stream) {
+  if (absl::Status s = ValidateMatrix("BiasRows", rows, cols, ldy); !s.ok()) return s;
   if (rows == 0) return absl::OkStatus();
-  BroadcastRowsKernel<<<RowBlocks(rows), kRowBlock, 0, stream>>>(v, rows, cols, y, ldy, accumulate);
-  return Launched("BroadcastRows");
-}
-
-absl::Status AddRowVector(const float* x, const float* v, int64_t rows, int64_t cols, float* y, int64_t ldy,
-                          cudaStream_t stream) {
-  if (absl::Status s = ValidateMatrix("AddRowVector", rows, cols, ldy); !s.ok()) return s;
-  if (rows == 0) return absl::OkStatus();
-  AddRowVectorKernel<<<RowBlocks(rows), kRowBlock, 0, stream>>>(x, v, rows, cols, y, ldy);
-  return Launched("AddRowVector");
+  BiasRowsKernel<<<RowBlocks(rows), kRowBlock, 0, stream>>>(residual, v, rows, cols, y, ldy);
+  return Launched("BiasRows");
 }
 
 absl::Status ColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
@@ -158,13 +142,6 @@ absl::Status ScatterAddRows(const float* src, const int32_t* index, int64_t rows
   if (rows == 0) return absl::OkStatus();
   ScatterAddRowsKernel<<<RowBlocks(rows), kRowBlock, 0, stream>>>(src, index, rows, width, dst);
   return Launched("ScatterAddRows");
-}
-
-absl::Status AddInto(const float* x, int64_t count, float* y, cudaStream_t stream) {
-  if (count == 0) return absl::OkStatus();
-  if (absl::Status v = ValidateCount(count); !v.ok()) return v;
-  AddIntoKernel<<<Blocks(count), kThreads, 0, stream>>>(x, count, y);
-  return Launched("AddInto");
 }
 
 absl::Status Sum3(const float* a, const float* b, const float* c, int64_t count, float* y, cudaStream_t stream) {

@@ -1,5 +1,5 @@
-// The small fp32 data-movement kernels the GPU model needs between its layers: bias rows, column
-// sums in a fixed order, row gathers by index, elementwise sums. Deterministic (no atomics); each
+// The small fp32 data-movement kernels the GPU model needs between its layers: bias rows (with a
+// residual), column sums in a fixed order, row gathers by index, scatter-adds, elementwise sums. Deterministic (no atomics); each
 // call is asynchronous on `stream` and validates its sizes first.
 #ifndef GEMTB_GPU_TRAIN_MODEL_KERNELS_H_
 #define GEMTB_GPU_TRAIN_MODEL_KERNELS_H_
@@ -12,12 +12,10 @@
 
 namespace gemtb::gpu::train {
 
-// y[r, c] = v[c] (accumulate: y[r, c] += v[c]) for r < rows, c < cols; row stride ldy.
-absl::Status BroadcastRows(const float* v, int64_t rows, int64_t cols, float* y, int64_t ldy, bool accumulate,
-                           cudaStream_t stream);
-// y[r, c] = x[r, c] + v[c] for r < rows, c < cols; x and y with row stride ldy (y may be x).
-absl::Status AddRowVector(const float* x, const float* v, int64_t rows, int64_t cols, float* y, int64_t ldy,
-                          cudaStream_t stream);
+// y[r, c] = v[c], or residual[r, c] + v[c] when residual is not null, for r < rows, c < cols;
+// residual and y with row stride ldy (y may be residual).
+absl::Status BiasRows(const float* residual, const float* v, int64_t rows, int64_t cols, float* y, int64_t ldy,
+                      cudaStream_t stream);
 // Rows of one block of the partitioned sums below.
 inline constexpr int64_t kColumnSumsBlockRows = 64;
 // out[c] (+)= the sum over rows of x[r * ldx + c], as a fixed tree: up to kColumnSumsBlockRows rows
@@ -35,8 +33,6 @@ absl::Status GatherRows(const float* src, const int32_t* index, int64_t rows, in
 // one row of dst), which is what makes the adds race-free and their result independent of order.
 absl::Status ScatterAddRows(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst,
                             cudaStream_t stream);
-// y[e] += x[e].
-absl::Status AddInto(const float* x, int64_t count, float* y, cudaStream_t stream);
 // y[e] = (a[e] + b[e]) + c[e] (a sequence event: item + action + dt rows).
 absl::Status Sum3(const float* a, const float* b, const float* c, int64_t count, float* y, cudaStream_t stream);
 

@@ -229,8 +229,6 @@ absl::StatusOr<int64_t> PeakStepMemoryBytes() {
   return static_cast<int64_t>(high);
 }
 
-const GemModelOptions& GpuTrainer::numerics() const { return impl_->model->options(); }
-
 absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::model::ModelConfig& config,
                                                                const TrainerOptions& options,
                                                                const GemModelOptions& numerics) {

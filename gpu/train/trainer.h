@@ -91,7 +91,6 @@ class GpuTrainer {
   static absl::StatusOr<std::unique_ptr<GpuTrainer>> Create(const gemtb::model::ModelConfig& config,
                                                             const TrainerOptions& options,
                                                             const GemModelOptions& numerics = {});
-  const GemModelOptions& numerics() const;
   ~GpuTrainer();
   GpuTrainer(const GpuTrainer&) = delete;
   GpuTrainer& operator=(const GpuTrainer&) = delete;

@@ -174,23 +174,25 @@ std::string PassName(bool backward) { return backward ? "bwd" : "fwd"; }
 // simulator's step carry what those phases cost this trainer.
 std::vector<LayerRow> PhaseRows(const Measured& m, const std::vector<std::string>& untimed, double peak) {
   const double n = static_cast<double>(m.steps);
+  std::vector<const LayerPass*> lookups;
+  for (const LayerPass& p : m.passes)
+    if (std::find(untimed.begin(), untimed.end(), p.region) != untimed.end()) lookups.push_back(&p);
   std::vector<LayerRow> rows;
   for (const bool backward : {false, true}) {
     const double phase_ms = (backward ? m.phases.embedding_bwd_ms : m.phases.embedding_fwd_ms) / n;
     double total_bytes = 0;
-    for (const LayerPass& p : m.passes)
-      if (p.backward == backward && std::find(untimed.begin(), untimed.end(), p.region) != untimed.end())
-        total_bytes += p.cost.bytes;
+    for (const LayerPass* p : lookups)
+      if (p->backward == backward) total_bytes += p->cost.bytes;
     if (!(total_bytes > 0) || !(phase_ms > 0)) continue;
-    for (const LayerPass& p : m.passes) {
-      if (p.backward != backward || std::find(untimed.begin(), untimed.end(), p.region) == untimed.end()) continue;
+    for (const LayerPass* p : lookups) {
+      if (p->backward != backward) continue;
       LayerRow r;
-      r.region = p.region;
+      r.region = p->region;
       r.backward = backward;
-      r.ms = phase_ms * p.cost.bytes / total_bytes;
-      r.flops = p.cost.flops / n;
-      r.model_flops = p.cost.model_flops / n;
-      r.bytes = p.cost.bytes / n;
+      r.ms = phase_ms * p->cost.bytes / total_bytes;
+      r.flops = p->cost.flops / n;
+      r.model_flops = p->cost.model_flops / n;
+      r.bytes = p->cost.bytes / n;
       r.efficiency = r.ms > 0 ? r.flops / (peak * r.ms * 1e-3) : 0;
       rows.push_back(r);
     }
