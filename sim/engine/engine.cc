@@ -147,7 +147,7 @@ class Engine {
     double comm = 0;
   };
   HugeVector<double> cur_stats_;   // [rank][width]: the compute step's batch statistics
-  HugeVector<uint64_t> cur_ckpt_;  // [rank][ckpt_words_]: its checkpointed regions
+  HugeVector<uint64_t> cur_ckpt_;  // [rank][ckpt_words_]: its dropped checkpoint pieces
   int ckpt_words_ = 1;
   HugeVector<RankState> rs_;
   HugeVector<uint8_t> pending_;     // [slot][task][rank]: unfinished dependencies
@@ -253,11 +253,11 @@ void Engine::EnterComputeStep(int r, int step) {
   st.noise = in_.noise != nullptr ? (*in_.noise)[static_cast<size_t>(step) * R_ + r] : 1.0;
   std::copy_n(Stats(step, r), width_, cur_stats_.data() + static_cast<size_t>(r) * width_);
   if (in_.checkpointed != nullptr) {
-    const size_t regions = tpl_.regions.size();
-    const uint8_t* ck = in_.checkpointed->data() + (static_cast<size_t>(step) * R_ + r) * regions;
+    const size_t pieces = tpl_.pieces.size();
+    const uint8_t* ck = in_.checkpointed->data() + (static_cast<size_t>(step) * R_ + r) * pieces;
     uint64_t* bits = cur_ckpt_.data() + static_cast<size_t>(r) * ckpt_words_;
     std::fill_n(bits, ckpt_words_, 0);
-    for (size_t u = 0; u < regions; ++u) if (ck[u]) bits[u / 64] |= uint64_t{1} << (u % 64);
+    for (size_t p = 0; p < pieces; ++p) if (ck[p]) bits[p / 64] |= uint64_t{1} << (p % 64);
   }
 }
 
@@ -272,10 +272,11 @@ void Engine::StartCompute(int r, int i, int step) {
   x.main = EvalTime(t.time, t.curve_terms, stats);
   x.rec = 0;
   if (t.recompute_region >= 0 && in_.checkpointed != nullptr) {
-    const uint64_t word = cur_ckpt_[static_cast<size_t>(r) * ckpt_words_ + t.recompute_region / 64];
-    if ((word >> (t.recompute_region % 64)) & 1) {
-      const RegionTemplate& reg = tpl_.regions[t.recompute_region];
-      x.rec = EvalTime(reg.fwd_time, reg.fwd_curve_terms, stats);
+    // The region's dropped pieces are rebuilt before its backward.
+    const RegionTemplate& reg = tpl_.regions[t.recompute_region];
+    const uint64_t* bits = cur_ckpt_.data() + static_cast<size_t>(r) * ckpt_words_;
+    for (int p = reg.piece_begin; p < reg.piece_end; ++p) {
+      if ((bits[p / 64] >> (p % 64)) & 1) x.rec += EvalTime(tpl_.pieces[p].fwd_time, tpl_.pieces[p].fwd_curve_terms, stats);
     }
   }
   x.base = (x.main + x.rec) * rs_[r].noise;
@@ -610,7 +611,7 @@ absl::StatusOr<EngineOutput> Engine::Run() {
   if (in_.steps > 32000) return absl::InvalidArgumentError("batches: more than 32000 steps");
   rs_.assign(R_, RankState{});
   cur_stats_.assign(static_cast<size_t>(R_) * width_, 0.0);
-  ckpt_words_ = static_cast<int>((tpl_.regions.size() + 63) / 64) + 1;
+  ckpt_words_ = static_cast<int>((tpl_.pieces.size() + 63) / 64) + 1;
   cur_ckpt_.assign(static_cast<size_t>(R_) * ckpt_words_, 0);
   for (int i = 0; i < T_; ++i) {
     if (tpl_.tasks[i].deps.size() + tpl_.tasks[i].prev_deps.size() > 255) {

@@ -25,7 +25,7 @@ struct EngineInput {
   int steps = 1;    // W + M
   int warmup = 0;   // W
   const std::vector<double>* stats = nullptr;          // [step][rank][layout.size()]
-  const std::vector<uint8_t>* checkpointed = nullptr;  // [step][rank][region], 1 = recompute; may be null
+  const std::vector<uint8_t>* checkpointed = nullptr;  // [step][rank][piece], 1 = rebuilt in backward; may be null
   const std::vector<double>* noise = nullptr;          // [step][rank] compute slowdown; may be null
   // Per CollectiveOp: compute slows by 1 + kappa on a rank while one collective of that op runs
   // there (SMs taken by an SM-based library; HBM bandwidth taken by the copy engine); 0: none.

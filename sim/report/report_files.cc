@@ -172,12 +172,16 @@ Json SummaryJson(const Study& study) {
       Json grid;
       grid["a"] = study.assumptions[static_cast<size_t>(g.a)].name;
       grid["b"] = study.assumptions[static_cast<size_t>(g.b)].name;
-      grid["values_a"] = std::vector<double>(g.values_a, g.values_a + 3);
-      grid["values_b"] = std::vector<double>(g.values_b, g.values_b + 3);
+      const std::vector<int> rows_a = SensitivityGrid::Shown(g.values_a), cols_b = SensitivityGrid::Shown(g.values_b);
+      Json values_a = Json::array(), values_b = Json::array();
+      for (int i : rows_a) values_a.push_back(g.values_a[i]);
+      for (int k : cols_b) values_b.push_back(g.values_b[k]);
+      grid["values_a"] = values_a;
+      grid["values_b"] = values_b;
       Json sr = Json::array();
-      for (int i = 0; i < 3; ++i) {
+      for (int i : rows_a) {
         Json row = Json::array();
-        for (int k = 0; k < 3; ++k) row.push_back(g.ok[i][k] ? Json(g.scaling_ratio[i][k]) : Json(nullptr));
+        for (int k : cols_b) row.push_back(g.ok[i][k] ? Json(g.scaling_ratio[i][k]) : Json(nullptr));
         sr.push_back(row);
       }
       grid["scaling_ratio"] = sr;
@@ -471,18 +475,20 @@ std::string ConsoleReport(const Study& study) {
       const SensitivityGrid& g = *study.grid;
       const std::string& na = study.assumptions[static_cast<size_t>(g.a)].name;
       const std::string& nb = study.assumptions[static_cast<size_t>(g.b)].name;
-      absl::StrAppend(&out, "  SR on the 3 x 3 grid of the two most influential (rows: ", na, ", columns: ", nb, "):\n");
+      const std::vector<int> rows_a = SensitivityGrid::Shown(g.values_a), cols_b = SensitivityGrid::Shown(g.values_b);
+      absl::StrAppend(&out, "  SR on the ", rows_a.size(), " x ", cols_b.size(), " grid of the two most influential (rows: ", na,
+                      ", columns: ", nb, "):\n");
       std::snprintf(line, sizeof(line), "  %14s", "");
       out += line;
-      for (int j = 0; j < 3; ++j) {
+      for (int j : cols_b) {
         std::snprintf(line, sizeof(line), " %10s", FormatShort(g.values_b[j], 4).c_str());
         out += line;
       }
       out += "\n";
-      for (int i = 0; i < 3; ++i) {
+      for (int i : rows_a) {
         std::snprintf(line, sizeof(line), "  %14s", FormatShort(g.values_a[i], 4).c_str());
         out += line;
-        for (int j = 0; j < 3; ++j) {
+        for (int j : cols_b) {
           std::snprintf(line, sizeof(line), " %10s", g.ok[i][j] ? FormatShort(g.scaling_ratio[i][j], 4).c_str() : "-");
           out += line;
         }

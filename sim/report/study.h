@@ -88,9 +88,18 @@ struct SensitivityRow {
 // SR on the 3 x 3 grid (low, value, high) of the two assumptions that moved SR most.
 struct SensitivityGrid {
   int a = 0, b = 0;  // rows of Study::sensitivity
-  double values_a[3] = {}, values_b[3] = {};
+  double values_a[3] = {}, values_b[3] = {};  // low, the scenario's value, high
   double scaling_ratio[3][3] = {};  // [i over a][j over b]
   bool ok[3][3] = {};
+  // The indices worth showing: the centre, and low and high where they differ from it (an assumption
+  // whose low is its value, e.g. no hot-id skew, would repeat the centre's row).
+  static std::vector<int> Shown(const double (&values)[3]) {
+    std::vector<int> shown;
+    for (int i = 0; i < 3; ++i) {
+      if (i == 1 || values[i] != values[1]) shown.push_back(i);
+    }
+    return shown;
+  }
 };
 
 // The checks at the reference size, each beside the GEM article's published figure.

@@ -345,13 +345,28 @@ absl::StatusOr<StepTemplate> Builder::Build() {
     r.name = m.ops[region_ops[u][0]].region;
     r.fwd_time = Zero(layout_);
     r.saved_bytes = Zero(layout_);
+    r.piece_begin = static_cast<int>(t_.pieces.size());
+    std::map<model::RecomputeClass, int> piece_of;  // recompute class -> its piece in t_.pieces
     for (int i : region_ops[u]) {
       const Op& op = m.ops[i];
       if (op.expert.has_value() && E > 1 && *op.expert != 0) continue;
       const double scale = (op.expert.has_value() && E > 1) ? E : 1.0;
       adder.Add(op, false, scale, r.fwd_time, r.fwd_curve_terms);
-      r.saved_bytes.AddScaled(FromAffine(op.saved.bytes, op.seq, layout_), scale * q_act);
+      const StatAffine saved = FromAffine(op.saved.bytes, op.seq, layout_);
+      r.saved_bytes.AddScaled(saved, scale * q_act);
+      auto [it, inserted] = piece_of.emplace(op.saved.recompute, static_cast<int>(t_.pieces.size()));
+      if (inserted) {
+        CheckpointPiece& piece = t_.pieces.emplace_back();
+        piece.region = u;
+        piece.recompute = op.saved.recompute;
+        piece.fwd_time = Zero(layout_);
+        piece.saved_bytes = Zero(layout_);
+      }
+      CheckpointPiece& piece = t_.pieces[it->second];
+      adder.Add(op, false, scale, piece.fwd_time, piece.fwd_curve_terms);
+      piece.saved_bytes.AddScaled(saved, scale * q_act);
     }
+    r.piece_end = static_cast<int>(t_.pieces.size());
   }
 
   // Dense forward.
@@ -568,6 +583,11 @@ absl::StatusOr<StepTemplate> Builder::Build() {
     r.fwd_time.Compact();
     r.saved_bytes.Compact();
     for (CurveTerm& c : r.fwd_curve_terms) { c.flops.Compact(); c.tokens.Compact(); }
+  }
+  for (CheckpointPiece& p : t_.pieces) {
+    p.fwd_time.Compact();
+    p.saved_bytes.Compact();
+    for (CurveTerm& c : p.fwd_curve_terms) { c.flops.Compact(); c.tokens.Compact(); }
   }
   t_.model_flops.Compact();
   t_.batch_static_bytes.Compact();

@@ -84,17 +84,31 @@ struct SiteTraffic {
   std::vector<PositionShares> shares;  // the same tables' shares
 };
 
+// The ops of one region that share a recompute class (model.json `saved.recompute`): the unit the
+// per_region policy checkpoints. Dropping a piece frees its ops' saved activations and costs their
+// forward again in the region's backward, so cheap pieces (pointwise ops, norms) go before GEMMs
+// and attention, as selective activation checkpointing does.
+struct CheckpointPiece {
+  int region = 0;
+  model::RecomputeClass recompute = model::RecomputeClass::kNone;
+  StatAffine fwd_time;              // constant-efficiency part of the pieces' forward
+  std::vector<CurveTerm> fwd_curve_terms;
+  StatAffine saved_bytes;           // saved activations (act_quant applied)
+};
+
 struct RegionTemplate {
   std::string name;
   StatAffine fwd_time;              // constant-efficiency part of the region's forward
   std::vector<CurveTerm> fwd_curve_terms;
   StatAffine saved_bytes;           // saved activations (act_quant applied)
+  int piece_begin = 0, piece_end = 0;  // its pieces in StepTemplate::pieces, one per recompute class present
 };
 
 struct StepTemplate {
   StatLayout layout;
   std::vector<TaskTemplate> tasks;
   std::vector<RegionTemplate> regions;
+  std::vector<CheckpointPiece> pieces;                // every region's, region by region
   std::vector<std::vector<int>> stream_tasks;         // per stream, its tasks in issue order
   std::vector<std::vector<int>> dependents;           // same-step dependents of each task
   std::vector<std::vector<int>> next_step_dependents; // dependents in the next step

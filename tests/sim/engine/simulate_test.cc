@@ -10,6 +10,8 @@
 
 #include "gtest/gtest.h"
 #include "sim/engine/memory_model.h"
+#include "sim/workload/rank_groups.h"
+#include "sim/workload/step_template.h"
 #include "tests/sim/engine/test_scenario.h"
 
 namespace gemtb::sim {
@@ -281,6 +283,84 @@ TEST(SimulateTest, MissingModelIsANamedError) {
 // The checkpoint order (memory_model.h) is the stable sort's, whatever order it starts from:
 // regions with equal ratios (repeated values, zero bytes, zero seconds floored at 1e-30) keep index
 // order, and a start that is sorted, reversed or shuffled gives the same result.
+// Two regions, each a GEMM (few saved bytes per second of recompute) and a pointwise op that saves
+// three times the GEMM's bytes and costs almost nothing to re-run.
+std::shared_ptr<model::ModelGraph> GemmAndPointwiseModel() {
+  auto model = ToyModel(2, 1e9, 1000, /*saved_per_token=*/100);
+  std::vector<model::Op> ops;
+  for (model::Op op : model->ops) {
+    op.saved.recompute = model::RecomputeClass::kLinear;
+    ops.push_back(op);
+    model::Op pw = op;
+    pw.name = op.region + ".act";
+    pw.kind = model::OpKind::kPointwise;
+    pw.params = 0;
+    pw.local_mfu = false;
+    pw.flops.fwd = {0, 0, 1, 0};
+    pw.flops.bwd = {0, 0, 1, 0};
+    pw.bytes.fwd = {0, 0, 8, 0};
+    pw.bytes.bwd = {0, 0, 16, 0};
+    pw.saved.bytes = {0, 0, 300, 0};
+    pw.saved.recompute = model::RecomputeClass::kPointwise;
+    ops.push_back(pw);
+  }
+  model->ops = ops;
+  return model;
+}
+
+TEST(MemoryPlanTest, PerRegionDropsCheapPiecesFirstAndUniformWholeRegions) {
+  Scenario s = ToyScenario(1, 1, GemmAndPointwiseModel());
+  absl::StatusOr<RankGroups> groups = BuildRankGroups(s.plan, 1);
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  absl::StatusOr<StepTemplate> tpl = BuildStepTemplate(s, *groups);
+  ASSERT_TRUE(tpl.ok()) << tpl.status();
+  ASSERT_EQ(tpl->regions.size(), 2u);
+  ASSERT_EQ(tpl->pieces.size(), 4u);  // per region: the GEMM's piece and the pointwise op's
+  constexpr double N = 1000;  // saved: GEMM 1e5, pointwise 3e5 bytes per region; 8e5 in all
+  std::vector<double> stats(tpl->layout.size(), 0.0);
+  stats[StatLayout::kOne] = 1;
+  stats[StatLayout::kB] = 1;
+  stats[tpl->layout.N(0)] = N;
+  // A budget of 6.5e5: dropping one pointwise piece leaves 5e5 kept + 3e5 rebuilt, still over;
+  // dropping both leaves 2e5 + 3e5. Whole regions: 4e5 + 4e5, then 0 + 4e5.
+  s.cluster.gpu.hbm_bytes = s.plan.memory.reserve_bytes + tpl->static_bytes + 6.5e5;
+  for (const std::string policy : {"per_region", "uniform"}) {
+    s.plan.memory.budget_policy = policy;
+    const MemoryPlanOutput mem = PlanMemory(*tpl, s, stats, 1, 1, false);
+    ASSERT_EQ(mem.checkpointed.size(), 4u);
+    EXPECT_TRUE(mem.fit.fits) << policy;
+    for (size_t p = 0; p < tpl->pieces.size(); ++p) {
+      const bool pointwise = tpl->pieces[p].recompute == model::RecomputeClass::kPointwise;
+      EXPECT_EQ(mem.checkpointed[p], policy == "uniform" || pointwise ? 1 : 0) << policy << " piece " << p;
+    }
+    EXPECT_DOUBLE_EQ(mem.peak_activation_bytes[0], policy == "uniform" ? 4e5 : 5e5) << policy;
+    EXPECT_DOUBLE_EQ(mem.fit.recomputed_fraction, policy == "uniform" ? 1.0 : 0.75) << policy;
+  }
+}
+
+TEST(SimulateTest, DroppingCheapPiecesCostsLessThanWholeRegions) {
+  Scenario s = ToyScenario(8, 16, GemmAndPointwiseModel());
+  s.batches.measured_steps = 2;
+  s.plan.memory.budget_policy = "none";
+  absl::StatusOr<SimResult> free_run = Simulate(s, Counterfactuals{}, NoTrace());
+  ASSERT_TRUE(free_run.ok()) << free_run.status();
+  double most = 0;
+  for (const RankStats& x : free_run->ranks) most = std::max(most, x.peak_activation_bytes);
+  ASSERT_GT(most, 0);
+  // Room for 70% of the heaviest rank-step's saved bytes: the pointwise pieces (75%) cover it.
+  s.cluster.gpu.hbm_bytes = s.plan.memory.reserve_bytes + free_run->memory.static_bytes + 0.7 * most;
+  s.plan.memory.budget_policy = "per_region";
+  absl::StatusOr<SimResult> per_region = Simulate(s, Counterfactuals{}, NoTrace());
+  s.plan.memory.budget_policy = "uniform";
+  absl::StatusOr<SimResult> uniform = Simulate(s, Counterfactuals{}, NoTrace());
+  ASSERT_TRUE(per_region.ok() && uniform.ok());
+  EXPECT_TRUE(per_region->memory.fits);
+  EXPECT_TRUE(uniform->memory.fits);
+  EXPECT_GT(per_region->step_mean_s, free_run->step_mean_s);  // the pointwise ops run again
+  // The GEMMs' forward (1e9 FLOPs per token) dwarfs the pointwise ops' (8 bytes per token).
+  EXPECT_LT(per_region->step_mean_s - free_run->step_mean_s, 0.01 * (uniform->step_mean_s - free_run->step_mean_s));
+}
+
 TEST(MemoryPlanTest, CheckpointOrderIsTheStableSortFromAnyStart) {
   std::mt19937_64 rng(20261201);
   const double values[] = {0.0, 1.0, 2.0, 3.0, 0.5, 1e-40};

@@ -393,6 +393,13 @@ TEST(Study, SensitivityRanksAssumptionsAndGridsTheTopTwo) {
   EXPECT_EQ(study->grid->scaling_ratio[2][1], ra.high.scaling_ratio);
 }
 
+TEST(Study, GridShowsLowAndHighOnlyWhereTheyDifferFromTheScenariosValue) {
+  // No hot-id skew is both the scenario's value and the low case: its row would repeat the centre.
+  EXPECT_THAT(SensitivityGrid::Shown({0, 0, 1.05}), ::testing::ElementsAre(1, 2));
+  EXPECT_THAT(SensitivityGrid::Shown({25, 50, 100}), ::testing::ElementsAre(0, 1, 2));
+  EXPECT_THAT(SensitivityGrid::Shown({1, 2, 2}), ::testing::ElementsAre(0, 1));
+}
+
 TEST(Study, ChecksCompareRandomWithBbsAndSmBasedWithSmFree) {
   StudyOptions o;
   o.gpus = {4096};
