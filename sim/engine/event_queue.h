@@ -22,7 +22,6 @@ enum class EventType : uint8_t {
 
 struct Event {
   double time = 0;
-  uint64_t seq = 0;
   EventType type = EventType::kTaskEnd;
   int32_t a = 0, b = 0;
   uint32_t version = 0;
@@ -51,8 +50,7 @@ class EventQueue {
     const uint64_t bits = std::max(TimeBits(time), last_);
     const int k = BucketOf(bits);
     std::vector<Entry>& v = buckets_[k];
-    v.push_back(Entry{bits, next_seq_, a, b, version, static_cast<int16_t>(step), type});
-    ++next_seq_;
+    v.push_back(Entry{bits, a, b, version, static_cast<int16_t>(step), type});
     ++size_;
     if (k == 0) return;
     nonempty_ |= uint64_t{1} << (k - 1);
@@ -84,17 +82,18 @@ class EventQueue {
   }
 
  private:
+  // No sequence number: push order is each bucket's order (above), so an entry is 24 bytes and a
+  // redistribution moves a quarter less than with one.
   struct Entry {
     uint64_t time_bits;
-    uint64_t seq;
     int32_t a, b;
     uint32_t version;
     int16_t step;  // steps are < 32000 (the engine checks)
     EventType type;
   };
-  static_assert(sizeof(Entry) == 32);
+  static_assert(sizeof(Entry) == 24);
   static Event ToEvent(const Entry& e) {
-    return Event{std::bit_cast<double>(e.time_bits), e.seq, e.type, e.a, e.b, e.version, e.step};
+    return Event{std::bit_cast<double>(e.time_bits), e.type, e.a, e.b, e.version, e.step};
   }
   // A non-negative double's bits order as the double does (event times are never negative; adding
   // 0.0 turns a -0.0 into +0.0).
@@ -137,7 +136,6 @@ class EventQueue {
   int min_bucket_ = 0;
   size_t min_index_ = 0;
   size_t size_ = 0;
-  uint64_t next_seq_ = 0;
 };
 
 }  // namespace gemtb::sim
