@@ -6,25 +6,34 @@
 # Usage: bash tools/bench/run_cpu_bench.sh attention_oracle_bench|embedding_oracle_bench|sim_step_bench [flags]
 #   e.g. a smoke run: bash tools/bench/run_cpu_bench.sh sim_step_bench --benchmark_filter='SimStep/64/' --benchmark_repetitions=1
 # Later flags override the default --benchmark_repetitions=3. GEMTB_BUILD_DIR picks the build folder
-# (default build).
+# (default build). For a copy of the sources without git (tools/bench/sim_speed_on_device.sh):
+# GEMTB_COMMIT names the commit, GEMTB_RESULTS_DIR where the JSON goes (default tools/bench/results),
+# GEMTB_CMAKE_ARGS adds configure arguments, GEMTB_BENCH_PREFIX runs the benchmark under a command
+# (e.g. "taskset -c 3": one pinned core).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bench=${1:?usage: run_cpu_bench.sh BENCHMARK [flags]}
 shift
 build=${GEMTB_BUILD_DIR:-build}
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMTB_BUILD_BENCHMARKS=ON >/dev/null
+# shellcheck disable=SC2086  # GEMTB_CMAKE_ARGS is a list of arguments
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMTB_BUILD_BENCHMARKS=ON ${GEMTB_CMAKE_ARGS:-} >/dev/null
 cmake --build "$build" --target "$bench" >/dev/null
-commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- reference model sim tools/bench || echo "-dirty")
+if [ -n "${GEMTB_COMMIT:-}" ]; then
+  commit=$GEMTB_COMMIT
+else
+  commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- reference model sim tools/bench || echo "-dirty")
+fi
 raw=$(mktemp)
-cmd="$build/bin/$bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true $*"
+cmd="${GEMTB_BENCH_PREFIX:+$GEMTB_BENCH_PREFIX }$build/bin/$bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true $*"
 $cmd --benchmark_out="$raw" --benchmark_out_format=json
 if [ ! -s "$raw" ]; then
   rm -f "$raw"
   echo "run_cpu_bench.sh: no benchmark ran (check --benchmark_filter); nothing written" >&2
   exit 1
 fi
-mkdir -p tools/bench/results
-out="tools/bench/results/${bench}_$(date -u +%Y%m%d)_${commit}.json"
+results=${GEMTB_RESULTS_DIR:-tools/bench/results}
+mkdir -p "$results"
+out="$results/${bench}_$(date -u +%Y%m%d)_${commit}.json"
 /usr/bin/python3 - "$raw" "$out" "$commit" "$cmd" "$bench" <<'PY'
 import json, platform, sys
 raw, out, commit, cmd, bench = sys.argv[1:]
