@@ -135,7 +135,6 @@ class Engine {
   };
   struct RankState {
     Running run;
-    std::array<int16_t, kOps> sm{};  // collectives running that hold kappa > 0, per op
     int32_t last_task = -1;  // the collective that completed last (blocker accounting)
     double idle_since = 0;   // compute stream idle since (-1: busy)
     double last_arr = 0, last_start = 0;
@@ -146,6 +145,15 @@ class Engine {
     RankStats acc;
     double comm = 0;
   };
+  // Per rank, the collectives running that hold kappa > 0, per op, and whether a compute task runs:
+  // apart from the rank state, so that a collective's start and end, which update every member's
+  // counts, touch one small record per member (four to a cache line) and the rank state only of a
+  // member whose running task changes rate.
+  struct alignas(16) SmState {
+    std::array<int16_t, kOps> n{};
+    uint8_t computing = 0;
+  };
+  HugeVector<SmState> sm_;
   HugeVector<double> cur_stats_;   // [rank][width]: the compute step's batch statistics
   HugeVector<uint64_t> cur_ckpt_;  // [rank][ckpt_words_]: its dropped checkpoint pieces
   int ckpt_words_ = 1;
@@ -282,7 +290,8 @@ void Engine::StartCompute(int r, int i, int step) {
   x.base = (x.main + x.rec) * rs_[r].noise;
   x.work_left = x.base;
   x.last_t = now_;
-  x.c = Contention(rs_[r].sm);
+  sm_[r].computing = 1;
+  x.c = Contention(sm_[r].n);
   x.contended = x.c > 1.0;
   ++x.version;
   x.end = now_ + x.work_left * x.c;
@@ -306,11 +315,13 @@ void Engine::StartCompute(int r, int i, int step) {
 }
 
 void Engine::SetSm(int r, int op, int delta) {
-  const double c_old = Contention(rs_[r].sm);
-  rs_[r].sm[op] = static_cast<int16_t>(rs_[r].sm[op] + delta);
-  const double c_new = Contention(rs_[r].sm);
+  SmState& sm = sm_[r];
+  const double c_old = Contention(sm.n);
+  sm.n[op] = static_cast<int16_t>(sm.n[op] + delta);
+  if (!sm.computing) return;
+  const double c_new = Contention(sm.n);
+  if (c_new == c_old) return;
   Running& x = rs_[r].run;
-  if (c_new == c_old || x.task < 0) return;
   // Reschedule the running task's remaining work at the new rate.
   x.work_left -= (now_ - x.last_t) / x.c;
   if (x.work_left < 0) x.work_left = 0;
@@ -581,6 +592,7 @@ void Engine::OnComputeEnd(int r, uint32_t version) {
   }
   const int i = x.task, step = x.step;
   x.task = -1;
+  sm_[r].computing = 0;
   Complete(r, i, step);
 }
 
@@ -610,6 +622,7 @@ void Engine::Complete(int r, int i, int step) {
 absl::StatusOr<EngineOutput> Engine::Run() {
   if (in_.steps > 32000) return absl::InvalidArgumentError("batches: more than 32000 steps");
   rs_.assign(R_, RankState{});
+  sm_.assign(R_, SmState{});
   cur_stats_.assign(static_cast<size_t>(R_) * width_, 0.0);
   ckpt_words_ = static_cast<int>((tpl_.pieces.size() + 63) / 64) + 1;
   cur_ckpt_.assign(static_cast<size_t>(R_) * ckpt_words_, 0);
