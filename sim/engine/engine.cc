@@ -316,9 +316,12 @@ void Engine::StartCompute(int r, int i, int step) {
 
 void Engine::SetSm(int r, int op, int delta) {
   SmState& sm = sm_[r];
+  if (!sm.computing) {  // nothing runs at the old or the new rate
+    sm.n[op] = static_cast<int16_t>(sm.n[op] + delta);
+    return;
+  }
   const double c_old = Contention(sm.n);
   sm.n[op] = static_cast<int16_t>(sm.n[op] + delta);
-  if (!sm.computing) return;
   const double c_new = Contention(sm.n);
   if (c_new == c_old) return;
   Running& x = rs_[r].run;

@@ -52,22 +52,16 @@ class EventQueue {
     std::vector<Entry>& v = buckets_[k];
     v.push_back(Entry{bits, a, b, version, static_cast<int16_t>(step), type});
     ++size_;
-    if (k == 0) return;
-    nonempty_ |= uint64_t{1} << (k - 1);
-    // Keep the cached minimum of the lowest non-empty bucket (if known) current.
-    if (min_known_ && (k < min_bucket_ || (k == min_bucket_ && bits < buckets_[k][min_index_].time_bits))) {
-      min_bucket_ = k;
-      min_index_ = v.size() - 1;
-    }
+    if (k > 0) Noted(k, bits, v.size() - 1);
   }
   bool Empty() const { return size_ == 0; }
   size_t Size() const { return size_; }
   // The next event to pop (the queue must not be empty). Does not move events: pushes after it may
   // still come before it.
-  Event Top() {
+  Event Top() const {
     if (head0_ < buckets_[0].size()) return ToEvent(buckets_[0][head0_]);
-    FindMin();
-    return ToEvent(buckets_[min_bucket_][min_index_]);
+    const int k = LowestBucket();
+    return ToEvent(buckets_[k][min_index_[k]]);
   }
   Event Pop() {
     if (head0_ == buckets_[0].size()) Refill();
@@ -102,39 +96,39 @@ class EventQueue {
     const uint64_t diff = bits ^ last_;
     return diff == 0 ? 0 : 64 - std::countl_zero(diff);
   }
-  // Finds the lowest non-empty bucket above 0 and its least-time event (the first such: push order).
-  void FindMin() {
-    if (min_known_) return;
-    min_bucket_ = std::countr_zero(nonempty_) + 1;
-    const std::vector<Entry>& v = buckets_[min_bucket_];
-    size_t best = 0;
-    for (size_t j = 1; j < v.size(); ++j) best = v[j].time_bits < v[best].time_bits ? j : best;
-    min_index_ = best;
-    min_known_ = true;
+  int LowestBucket() const { return std::countr_zero(nonempty_) + 1; }
+  // Entry j of bucket k >= 1 was appended: it is the bucket's least-time event if it is its first or
+  // strictly earlier than the least so far (a tie keeps the earlier push).
+  void Noted(int k, uint64_t bits, size_t j) {
+    const uint64_t bit = uint64_t{1} << (k - 1);
+    if (!(nonempty_ & bit) || bits < min_bits_[k]) {
+      min_bits_[k] = bits;
+      min_index_[k] = j;
+    }
+    nonempty_ |= bit;
   }
   // Bucket 0 is empty: the lowest non-empty bucket's minimum becomes last_, and that bucket's events
-  // move, in order, to the (empty) buckets below it.
+  // move, in order, to the (empty) buckets below it. Each bucket's minimum is kept as events are
+  // appended, so no pass searches for it.
   void Refill() {
-    FindMin();
-    const int from = min_bucket_;
-    last_ = buckets_[from][min_index_].time_bits;
+    const int from = LowestBucket();
+    last_ = min_bits_[from];
     std::vector<Entry>& v = buckets_[from];
+    nonempty_ &= ~(uint64_t{1} << (from - 1));
     for (const Entry& e : v) {
       const int k = BucketOf(e.time_bits);
-      buckets_[k].push_back(e);
-      if (k > 0) nonempty_ |= uint64_t{1} << (k - 1);
+      std::vector<Entry>& to = buckets_[k];
+      to.push_back(e);
+      if (k > 0) Noted(k, e.time_bits, to.size() - 1);
     }
     v.clear();
-    nonempty_ &= ~(uint64_t{1} << (from - 1));
-    min_known_ = false;
   }
   std::array<std::vector<Entry>, 65> buckets_;
+  std::array<uint64_t, 65> min_bits_{};  // per bucket >= 1 while non-empty: its least time bits
+  std::array<size_t, 65> min_index_{};   // and the first entry with them
   size_t head0_ = 0;         // bucket 0 pops from here (it is cleared when drained)
   uint64_t last_ = 0;        // the time bits of bucket 0 (the last popped time once popping starts)
   uint64_t nonempty_ = 0;    // bit b - 1: bucket b >= 1 is non-empty
-  bool min_known_ = false;   // min_bucket_ / min_index_ are current
-  int min_bucket_ = 0;
-  size_t min_index_ = 0;
   size_t size_ = 0;
 };
 
