@@ -10,7 +10,8 @@ void CheckpointOrder(const std::vector<double>& saved, const std::vector<double>
     const double fa = saved[a] * std::max(secs[b], 1e-30), fb = saved[b] * std::max(secs[a], 1e-30);
     return fa > fb || (!(fb > fa) && a < b);
   };
-  // Insertion sort: few moves when `order` is nearly sorted already.
+  // Insertion sort, called once per run: its guarded scan stays inside the array even where rounding
+  // makes the cross-product comparison intransitive, which std::sort does not promise.
   for (size_t q = 1; q < order.size(); ++q) {
     const int v = order[q];
     size_t w = q;

@@ -343,7 +343,6 @@ absl::StatusOr<StepTemplate> Builder::Build() {
   for (int u = 0; u < U; ++u) {
     RegionTemplate& r = t_.regions[u];
     r.name = m.ops[region_ops[u][0]].region;
-    r.fwd_time = Zero(layout_);
     r.saved_bytes = Zero(layout_);
     r.piece_begin = static_cast<int>(t_.pieces.size());
     std::map<model::RecomputeClass, int> piece_of;  // recompute class -> its piece in t_.pieces
@@ -351,7 +350,6 @@ absl::StatusOr<StepTemplate> Builder::Build() {
       const Op& op = m.ops[i];
       if (op.expert.has_value() && E > 1 && *op.expert != 0) continue;
       const double scale = (op.expert.has_value() && E > 1) ? E : 1.0;
-      adder.Add(op, false, scale, r.fwd_time, r.fwd_curve_terms);
       const StatAffine saved = FromAffine(op.saved.bytes, op.seq, layout_);
       r.saved_bytes.AddScaled(saved, scale * q_act);
       auto [it, inserted] = piece_of.emplace(op.saved.recompute, static_cast<int>(t_.pieces.size()));
@@ -579,11 +577,7 @@ absl::StatusOr<StepTemplate> Builder::Build() {
     task.bytes.Compact();
     for (CurveTerm& c : task.curve_terms) { c.flops.Compact(); c.tokens.Compact(); }
   }
-  for (RegionTemplate& r : t_.regions) {
-    r.fwd_time.Compact();
-    r.saved_bytes.Compact();
-    for (CurveTerm& c : r.fwd_curve_terms) { c.flops.Compact(); c.tokens.Compact(); }
-  }
+  for (RegionTemplate& r : t_.regions) r.saved_bytes.Compact();
   for (CheckpointPiece& p : t_.pieces) {
     p.fwd_time.Compact();
     p.saved_bytes.Compact();

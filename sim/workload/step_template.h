@@ -96,11 +96,11 @@ struct CheckpointPiece {
   StatAffine saved_bytes;           // saved activations (act_quant applied)
 };
 
+// A region's forward is the sum of its pieces'; its saved bytes are kept summed as well, so that a
+// rank-step's total costs one evaluation per region, not one per piece.
 struct RegionTemplate {
   std::string name;
-  StatAffine fwd_time;              // constant-efficiency part of the region's forward
-  std::vector<CurveTerm> fwd_curve_terms;
-  StatAffine saved_bytes;           // saved activations (act_quant applied)
+  StatAffine saved_bytes;           // saved activations (act_quant applied): its pieces' sum
   int piece_begin = 0, piece_end = 0;  // its pieces in StepTemplate::pieces, one per recompute class present
 };
 

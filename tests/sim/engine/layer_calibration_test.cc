@@ -142,7 +142,10 @@ double RegionForwardTime(const Scenario& s, const std::string& name, double B, d
   stats[t->layout.N(0)] = N;
   stats[t->layout.P(0)] = P;
   for (const RegionTemplate& r : t->regions) {
-    if (r.name == name) return EvalTime(r.fwd_time, r.fwd_curve_terms, stats);
+    if (r.name != name) continue;
+    double time = 0;  // the region's forward: its pieces'
+    for (int p = r.piece_begin; p < r.piece_end; ++p) time += EvalTime(t->pieces[p].fwd_time, t->pieces[p].fwd_curve_terms, stats);
+    return time;
   }
   ADD_FAILURE() << "no region " << name;
   return 0;
