@@ -905,34 +905,31 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
   }
   float* dx;
   GEMTB_ASSIGN_OR_RETURN(dx, mem.Floats(B * xs, true));
-  // A region's backward: its temporaries freed once it is enqueued (its outputs are allocated outside).
-  auto scoped = [&](const absl::Status& enqueued, size_t from) -> absl::Status {
-    GEMTB_RETURN_IF_ERROR(enqueued);
+  // A region's backward, enqueued, then its temporaries freed (its outputs are allocated outside).
+  auto scoped = [&](auto&& enqueue) -> absl::Status {
+    const size_t from = mem.Mark();
+    GEMTB_RETURN_IF_ERROR(enqueue());
     return mem.Free(from, mem.Mark());
   };
   GEMTB_RETURN_IF_ERROR(region("F.cross", true));
-  size_t at = mem.Mark();
-  GEMTB_RETURN_IF_ERROR(
-      scoped(m.CrossBwd(m.final_cross, final_tape, dx_sum, ds_sum, ds, dx, m.layers.empty() ? &out : nullptr), at));
+  GEMTB_RETURN_IF_ERROR(scoped(
+      [&] { return m.CrossBwd(m.final_cross, final_tape, dx_sum, ds_sum, ds, dx, m.layers.empty() ? &out : nullptr); }));
   for (size_t l = m.layers.size(); l-- > 0;) {
     const LayerTape& t = tapes[l];
     GEMTB_ASSIGN_OR_RETURN(dx_sum, mem.Floats(B * n_s * d, true));
     for (int j = J; j-- > 0;) {
       GEMTB_RETURN_IF_ERROR(layer_region(l, absl::StrCat("seq", j), true));
-      at = mem.Mark();
       GEMTB_RETURN_IF_ERROR(
-          scoped(m.SeqBwd(m.layers[l].seq[j], static_cast<int>(l), j, t.seq[j], ds[j], dx_sum), at));
+          scoped([&] { return m.SeqBwd(m.layers[l].seq[j], static_cast<int>(l), j, t.seq[j], ds[j], dx_sum); }));
     }
     float* dx_in;
     GEMTB_ASSIGN_OR_RETURN(dx_in, mem.Floats(B * xs));
     GEMTB_RETURN_IF_ERROR(layer_region(l, "wukong", true));
-    at = mem.Mark();
-    GEMTB_RETURN_IF_ERROR(scoped(m.WukongBwd(m.layers[l].wukong, t.wukong, dx, dx_in, ds_sum), at));
+    GEMTB_RETURN_IF_ERROR(scoped([&] { return m.WukongBwd(m.layers[l].wukong, t.wukong, dx, dx_in, ds_sum); }));
     dx = dx_in;
     GEMTB_RETURN_IF_ERROR(layer_region(l, "cross", true));
-    at = mem.Mark();
     GEMTB_RETURN_IF_ERROR(
-        scoped(m.CrossBwd(m.layers[l].cross, t.cross, dx_sum, ds_sum, ds, dx, l == 0 ? &out : nullptr), at));
+        scoped([&] { return m.CrossBwd(m.layers[l].cross, t.cross, dx_sum, ds_sum, ds, dx, l == 0 ? &out : nullptr); }));
     // Layer l's forward arrays: read by nothing after its backward.
     GEMTB_RETURN_IF_ERROR(mem.Free(tape_at[l], tape_at[l + 1]));
   }
