@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 
 #include "absl/status/status.h"
@@ -194,6 +195,12 @@ class Engine {
   // inside an end's pass over its members can let one in twice, which Reshare makes harmless).
   std::vector<int64_t> share_touched_, share_end_touched_;
   std::vector<int32_t> inst_task_;      // per instance: its task
+  // Per task: the cost of the last bytes it was costed for (the cost is a function of the bytes).
+  struct CostMemo {
+    double bytes = -1;
+    CollectiveCost cost;
+  };
+  std::vector<CostMemo> cost_memo_;
   // Per layout: the port its collectives load, 0 (NVLink) for a group on one host, else 1 (the
   // NIC, which in-zone and cross-zone traffic share; the zone uplink's smaller share is the
   // oversubscription already in the cross-zone bandwidth).
@@ -221,6 +228,17 @@ class Engine {
     int32_t stream;
   };
   std::vector<HotTask> hot_;
+  // GroupLayout::GroupOf without its two divisions where stride and size are powers of two (every
+  // layout of a power-of-two world): a rank's arrival is the hottest caller.
+  struct GroupOfRank {
+    GroupLayout l;
+    int shift_block = -1, shift_stride = -1;  // log2(stride * size), log2(stride); -1: not a power of two
+    int Of(int r) const {
+      if (shift_block < 0) return l.GroupOf(r);
+      return ((r >> shift_block) << shift_stride) + (r & ((1 << shift_stride) - 1));
+    }
+  };
+  std::vector<GroupOfRank> group_of_;
   std::vector<DepRef> deps_;
   int64_t tasks_per_step_ = 0;                    // R_ * T_: a step's completions
   std::array<uint8_t*, 2> slot_base_{};           // where each slot starts
@@ -341,7 +359,7 @@ void Engine::SetSm(int r, int op, int delta) {
 void Engine::Arrive(int r, int i, int step) {
   const HotTask& t = hot_[i];
   const GroupLayout& l = tpl_.layouts[t.layout];
-  const int g = l.GroupOf(r);
+  const int g = group_of_[t.layout].Of(r);
   const int64_t k = coll_off_[i] + g;
   rs_[r].st[t.stream].arrival = now_;
   // The compute stream's copy of this step's statistics is likely in cache (a collective usually
@@ -362,7 +380,12 @@ void Engine::StartCollective(int i, int g, int step) {
   const int64_t k = coll_off_[i] + g;
   arrived_[k] = 0;
   const double bytes = max_bytes_[k];
-  const CollectiveCost cost = in_.timing->Cost(t.layout, t.op, bytes, t.a2av);
+  CostMemo& memo = cost_memo_[i];
+  if (memo.bytes != bytes) {  // most call sites move the same bytes every step (weights, fixed shapes)
+    memo.bytes = bytes;
+    memo.cost = in_.timing->Cost(t.layout, t.op, bytes, t.a2av);
+  }
+  const CollectiveCost& cost = memo.cost;
   double dur = cost.duration_s;
   double jitter = 1.0;
   if (in_.jitter_sigma > 0 && dur > 0) {
@@ -386,7 +409,18 @@ void Engine::StartCollective(int i, int g, int step) {
     return;
   }
   if (holds_sms) {
-    for (int p = 0; p < l.size; ++p) SetSm(l.Member(g, p), static_cast<int>(t.op), +1);
+    // A member's SmState and, when it computes, its running task are likely cache misses: load
+    // them a few members ahead.
+    constexpr int kAhead = 8;
+    const int base = l.BaseOf(g);
+    for (int p = 0; p < l.size; ++p) {
+      if (p + kAhead < l.size) {
+        const int ahead = base + (p + kAhead) * l.stride;
+        __builtin_prefetch(&sm_[ahead]);
+        __builtin_prefetch(&rs_[ahead].run);
+      }
+      SetSm(base + p * l.stride, static_cast<int>(t.op), +1);
+    }
   }
   if (Measured(step)) {
     EngineOutput::CollSite& s = out_.sites[i];
@@ -690,6 +724,7 @@ absl::StatusOr<EngineOutput> Engine::Run() {
   share_ver_.assign(total, 0);
   share_mark_.assign(total, 0);
   inst_task_.assign(total, -1);
+  cost_memo_.assign(T_, CostMemo{});
   if (in_.processor_sharing) {
     share_hist_.resize(total);
     ports_.assign(static_cast<size_t>(R_) * kPorts, PortState{});
@@ -699,6 +734,16 @@ absl::StatusOr<EngineOutput> Engine::Run() {
   for (int i = 0; i < T_; ++i) {
     if (coll_off_[i] < 0) continue;
     std::fill_n(inst_task_.begin() + coll_off_[i], tpl_.layouts[tpl_.tasks[i].layout].count, i);
+  }
+  group_of_.clear();
+  for (const GroupLayout& l : tpl_.layouts) {
+    GroupOfRank f{l};
+    const int64_t block = static_cast<int64_t>(l.stride) * l.size;
+    if (l.stride > 0 && std::has_single_bit(static_cast<uint64_t>(l.stride)) && std::has_single_bit(static_cast<uint64_t>(block))) {
+      f.shift_block = std::countr_zero(static_cast<uint64_t>(block));
+      f.shift_stride = std::countr_zero(static_cast<uint64_t>(l.stride));
+    }
+    group_of_.push_back(f);
   }
   layout_port_.assign(tpl_.layouts.size(), 0);
   for (size_t j = 0; j < tpl_.layouts.size(); ++j) {
@@ -724,8 +769,8 @@ absl::StatusOr<EngineOutput> Engine::Run() {
     const Event e = q_.Pop();
     now_ = e.time;
     // The next event's rank state is a likely cache miss: start loading it now.
-    if (!q_.Empty() && q_.Top().type == EventType::kTaskEnd) {
-      const Event top = q_.Top();
+    const Event top = q_.Empty() ? Event{} : q_.Top();
+    if (!q_.Empty() && top.type == EventType::kTaskEnd) {
       const int next = top.a;
       const uint8_t* col = PendingColumn(next, top.step);
       for (int q = hot_[top.b].dep_begin; q < hot_[top.b].dep_end; ++q) __builtin_prefetch(col + deps_[q].off);

@@ -11,6 +11,7 @@
 #include "model/numerics/philox.h"
 #include "model/numerics/philox_blocks.h"
 #include "model/random/splitmix64.h"
+#include "oneapi/tbb/blocked_range.h"
 #include "oneapi/tbb/parallel_for.h"
 #include "oneapi/tbb/task_arena.h"
 
@@ -487,30 +488,34 @@ absl::StatusOr<std::vector<double>> DrawBatchStats(const BatchDrawConfig& config
     const int G = policy == "bbs" ? std::max(1, batches.assignment.pool_factor) : 1;
     std::vector<absl::Status> errors(R);
     arena.execute([&] {
-      tbb::parallel_for(0, R, [&](int r) {
+      // Each range of ranks reuses one set of scratch buffers (a rank's draws do not depend on the
+      // range it falls in).
+      tbb::parallel_for(tbb::blocked_range<int>(0, R), [&](const tbb::blocked_range<int>& ranks) {
         std::vector<int64_t> lengths, loads;
         std::vector<SubBatchSums> pool;
         std::vector<int32_t> plan;
         data::PlanScratch scratch;
-        for (int block = 0; block * G < config.steps; ++block) {
-          const int64_t first = static_cast<int64_t>(block) * G * k;
-          pool.resize(static_cast<size_t>(G * k));
-          loads.resize(pool.size());
-          plan.resize(pool.size());
-          for (int64_t i = 0; i < G * k; ++i) {
-            drawer.Sum(r, first + i, pool[i], lengths);
-            loads[i] = static_cast<int64_t>(pool[i].load);
-          }
-          // model/data's plans: plan[g * k + s] is the s-th sub-batch of step g of the block.
-          const absl::Status st = G == 1 ? data::RandomPlanInto(loads, 1, absl::MakeSpan(plan))
-                                         : data::BbsPlanInto(loads, G, absl::MakeSpan(plan), scratch);
-          if (!st.ok()) {
-            errors[r] = st;
-            return;
-          }
-          for (size_t i = 0; i < plan.size(); ++i) {
-            const int step = block * G + static_cast<int>(i / k);
-            if (step < config.steps) drawer.Add(pool[plan[i]], row(step, r));
+        for (int r = ranks.begin(); r < ranks.end(); ++r) {
+          for (int block = 0; block * G < config.steps; ++block) {
+            const int64_t first = static_cast<int64_t>(block) * G * k;
+            pool.resize(static_cast<size_t>(G * k));
+            loads.resize(pool.size());
+            plan.resize(pool.size());
+            for (int64_t i = 0; i < G * k; ++i) {
+              drawer.Sum(r, first + i, pool[i], lengths);
+              loads[i] = static_cast<int64_t>(pool[i].load);
+            }
+            // model/data's plans: plan[g * k + s] is the s-th sub-batch of step g of the block.
+            const absl::Status st = G == 1 ? data::RandomPlanInto(loads, 1, absl::MakeSpan(plan))
+                                           : data::BbsPlanInto(loads, G, absl::MakeSpan(plan), scratch);
+            if (!st.ok()) {
+              errors[r] = st;
+              return;  // the range's later ranks cannot hold an earlier error than this one
+            }
+            for (size_t i = 0; i < plan.size(); ++i) {
+              const int step = block * G + static_cast<int>(i / k);
+              if (step < config.steps) drawer.Add(pool[plan[i]], row(step, r));
+            }
           }
         }
       });
