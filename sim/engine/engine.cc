@@ -52,18 +52,17 @@ class Engine {
   // the share f_o = kappa_o / (1 + kappa_o) of what compute runs on (SMs; HBM bandwidth for the copy
   // engine), so with several c = 1 / (1 - sum f). Compute keeps at least the smallest running share
   // (NCCL channels queue beyond that).
-  double Contention(const std::array<int16_t, kOps>& n) const {
-    int total = 0, only = -1;
-    for (int o = 0; o < kOps; ++o) {
-      if (n[o] > 0) { total += n[o]; only = o; }
-    }
-    if (total == 0) return 1.0;
-    if (total == 1) return 1.0 + in_.kappa[only];
+  // The counts' total and the mask of ops with a count give the common cases (none, one) without a
+  // pass over the ops; the general case adds the shares in op order.
+  struct SmState;
+  double Contention(const SmState& s) const {
+    if (s.total == 0) return 1.0;
+    if (s.total == 1) return 1.0 + in_.kappa[std::countr_zero(s.mask)];
     double sum = 0, least = 1;
-    for (int o = 0; o < kOps; ++o) {
-      if (n[o] == 0) continue;
+    for (unsigned m = s.mask; m != 0; m &= m - 1) {
+      const int o = std::countr_zero(m);
       const double f = in_.kappa[o] / (1.0 + in_.kappa[o]);
-      sum += n[o] * f;
+      sum += s.n[o] * f;
       least = std::min(least, f);
     }
     return 1.0 / std::max(1.0 - sum, least);
@@ -153,6 +152,13 @@ class Engine {
   struct alignas(16) SmState {
     std::array<int16_t, kOps> n{};
     uint8_t computing = 0;
+    uint8_t total = 0;  // sum of n (at most one collective per stream)
+    uint8_t mask = 0;   // bit o: n[o] > 0
+    void Add(int op, int delta) {
+      n[op] = static_cast<int16_t>(n[op] + delta);
+      total = static_cast<uint8_t>(total + delta);
+      mask = static_cast<uint8_t>(n[op] > 0 ? mask | (1u << op) : mask & ~(1u << op));
+    }
   };
   HugeVector<SmState> sm_;
   HugeVector<double> cur_stats_;   // [rank][width]: the compute step's batch statistics
@@ -309,7 +315,7 @@ void Engine::StartCompute(int r, int i, int step) {
   x.work_left = x.base;
   x.last_t = now_;
   sm_[r].computing = 1;
-  x.c = Contention(sm_[r].n);
+  x.c = Contention(sm_[r]);
   x.contended = x.c > 1.0;
   ++x.version;
   x.end = now_ + x.work_left * x.c;
@@ -335,12 +341,12 @@ void Engine::StartCompute(int r, int i, int step) {
 void Engine::SetSm(int r, int op, int delta) {
   SmState& sm = sm_[r];
   if (!sm.computing) {  // nothing runs at the old or the new rate
-    sm.n[op] = static_cast<int16_t>(sm.n[op] + delta);
+    sm.Add(op, delta);
     return;
   }
-  const double c_old = Contention(sm.n);
-  sm.n[op] = static_cast<int16_t>(sm.n[op] + delta);
-  const double c_new = Contention(sm.n);
+  const double c_old = Contention(sm);
+  sm.Add(op, delta);
+  const double c_new = Contention(sm);
   if (c_new == c_old) return;
   Running& x = rs_[r].run;
   // Reschedule the running task's remaining work at the new rate.
