@@ -70,7 +70,21 @@ class EventQueue {
     return ToEvent(buckets_[k][min_index_[k]]);
   }
   Event Pop() {
-    if (head0_ == buckets_[0].size()) Refill();
+    if (head0_ == buckets_[0].size()) {
+      const int from = LowestBucket();
+      std::vector<Entry>& v = buckets_[from];
+      if (v.size() == 1) {
+        // A lone event (most refills at the bottom levels): it pops from where it is, and last_
+        // moves to its time as a refill would.
+        last_ = v[0].time_bits;
+        const Event top = ToEvent(v[0]);
+        v.clear();
+        Emptied(from);
+        --size_;
+        return top;
+      }
+      Refill(from);
+    }
     const Event top = ToEvent(buckets_[0][head0_]);
     ++head0_;
     --size_;
@@ -132,16 +146,13 @@ class EventQueue {
       min_index_[k] = j;
     }
   }
-  // Bucket 0 is empty: the lowest non-empty bucket's minimum becomes last_, and that bucket's events
-  // move, in order, to the (empty) buckets below it. Each bucket's minimum is kept as events are
+  // Bucket 0 is empty and `from`, the lowest non-empty bucket, holds more than one event: its
+  // minimum becomes last_, and its events move, in order, to the (empty) buckets below it. Each bucket's minimum is kept as events are
   // appended, so no pass searches for it.
-  void Refill() {
-    const int from = LowestBucket();
+  void Refill(int from) {
     last_ = min_bits_[from];
     std::vector<Entry>& v = buckets_[from];
-    uint64_t& word = nonempty_[(from - 1) / 64];
-    word &= ~(uint64_t{1} << ((from - 1) % 64));
-    if (word == 0) nonempty_words_ &= ~(uint64_t{1} << ((from - 1) / 64));
+    Emptied(from);
     for (const Entry& e : v) {
       const int k = BucketOf(e.time_bits);
       std::vector<Entry>& to = buckets_[k];
@@ -149,6 +160,12 @@ class EventQueue {
       if (k > 0) Noted(k, e.time_bits, to.size() - 1);
     }
     v.clear();
+  }
+  // Bucket k >= 1 no longer counts as non-empty.
+  void Emptied(int k) {
+    uint64_t& word = nonempty_[(k - 1) / 64];
+    word &= ~(uint64_t{1} << ((k - 1) % 64));
+    if (word == 0) nonempty_words_ &= ~(uint64_t{1} << ((k - 1) / 64));
   }
   std::array<std::vector<Entry>, kBuckets> buckets_;
   std::array<uint64_t, kBuckets> min_bits_{};  // per bucket >= 1 while non-empty: its least time bits
