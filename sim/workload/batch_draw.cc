@@ -177,12 +177,7 @@ struct LengthClass {
 struct MergedClasses {
   size_t classes = 0;
   std::vector<uint64_t> threshold;  // range k holds the words below threshold[k] (and not below k - 1's)
-  // [range][class][length, pairs], then the range's load (sum over classes of length x sequences).
-  // Every entry is an integer, so the sums a draw makes are exact while they stay below 2^53 (a
-  // sub-batch of lengths below 2^20 stays far below): adding a sample's load as one number gives the
-  // bits that adding its classes' terms one by one gives.
-  std::vector<double> rows;
-  size_t RowStride() const { return 2 * classes + 1; }
+  std::vector<double> rows;         // [range][class][length, pairs]
   std::vector<uint32_t> bucket;     // first candidate range per bucket (kPure: the only one)
   std::vector<uint16_t> bucket16;   // the same in half the bytes when fewer than 2^15 ranges
   std::vector<double> seqs;         // per class: its sequence count (load weight)
@@ -201,15 +196,13 @@ struct MergedClasses {
     threshold.erase(std::unique(threshold.begin(), threshold.end()), threshold.end());
     // A threshold of 0 names an empty range (no word is below it): drop it.
     threshold.erase(std::remove(threshold.begin(), threshold.end(), uint64_t{0}), threshold.end());
-    rows.assign(threshold.size() * RowStride(), 0.0);
+    rows.assign(threshold.size() * 2 * classes, 0.0);
     uint64_t lo = 0;
     for (size_t k = 0; k < threshold.size(); ++k) {
       for (size_t c = 0; c < classes; ++c) {
         const uint32_t i = cls[c].Lookup(static_cast<uint32_t>(lo));
-        double* row = rows.data() + k * RowStride();
-        row[2 * c] = static_cast<double>(cls[c].law.min + i);
-        row[2 * c + 1] = cls[c].pairs[i];
-        row[2 * classes] += row[2 * c] * seqs[c];
+        rows[(k * classes + c) * 2] = static_cast<double>(cls[c].law.min + i);
+        rows[(k * classes + c) * 2 + 1] = cls[c].pairs[i];
       }
       lo = threshold[k];
     }
@@ -314,6 +307,7 @@ class Drawer {
     constexpr int64_t kChunk = 32;
     static_assert(kChunk % 4 == 0, "a chunk is whole Philox blocks");
     const size_t C = kC > 0 ? static_cast<size_t>(kC) : classes_.size();
+    const double* seqs_per_class = merged_.seqs.data();
     // The tables as plain pointers, the bucket width fixed by kNarrow: the per-sample lookups test
     // nothing but the bucket's own flag.
     const uint16_t* bucket16 = merged_.bucket16.data();
@@ -351,9 +345,9 @@ class Drawer {
         if (!pure) {
           while (w >= threshold[e]) ++e;
         }
-        rows[k] = row_base + static_cast<size_t>(e) * (2 * C + 1);
+        rows[k] = row_base + static_cast<size_t>(e) * 2 * C;
         __builtin_prefetch(rows[k]);
-        __builtin_prefetch(rows[k] + 2 * C);  // a row may straddle two lines
+        __builtin_prefetch(rows[k] + 2 * C - 1);  // a row may straddle two lines
       }
       for (int64_t k = 0; k < n; ++k) {
         const double* row = rows[k];
@@ -366,8 +360,8 @@ class Drawer {
             t_acc[c] += len;
             p_acc[c] += row[2 * c + 1];
           }
+          ld += len * seqs_per_class[c];
         }
-        ld += row[2 * C];
       }
     }
     if constexpr (kC > 0) {
