@@ -33,7 +33,7 @@ class Engine {
  public:
   explicit Engine(const EngineInput& in)
       : in_(in), tpl_(*in.tpl), R_(in.world), T_(static_cast<int>(tpl_.tasks.size())),
-        width_(tpl_.layout.size()) {}
+        width_(tpl_.layout.size()), steps_(in.steps) {}
 
   absl::StatusOr<EngineOutput> Run();
 
@@ -92,7 +92,7 @@ class Engine {
   // check stays inline, and only a start pays for a call.
   void TryStart(int r, int stream) {
     const StreamState& ss = rs_[r].st[stream];
-    if (ss.busy || ss.step >= in_.steps) return;
+    if (ss.busy || ss.step >= steps_) return;
     const int* list = stream_list_[stream];
     if (list == nullptr) return;
     const int i = list[ss.pos];
@@ -121,7 +121,7 @@ class Engine {
 
   const EngineInput& in_;
   const StepTemplate& tpl_;
-  const int R_, T_, width_;
+  const int R_, T_, width_, steps_;
   EventQueue q_;
   double now_ = 0;
   EngineOutput out_;
@@ -643,7 +643,8 @@ void Engine::OnComputeEnd(int r, int task, int step, uint32_t version) {
   rs_[r].cur_work += actual;
   if (Measured(x.step)) {
     RankStats& s = rs_[r].acc;
-    const double share = x.base > 0 ? actual / x.base : 1.0;
+    // Uncontended, actual is base: the share is exactly 1 without the division.
+    const double share = !x.contended ? 1.0 : x.base > 0 ? actual / x.base : 1.0;
     const double noise_share = (x.main + x.rec) > 0 ? x.base / (x.main + x.rec) : 1.0;
     s.work_s += actual;
     if (x.contended) s.contention_s += actual - x.base;
@@ -679,7 +680,7 @@ void Engine::Complete(int r, int i, int step) {
   for (int q = t.dep_begin; q < t.dep_end; ++q) {
     if (--col[deps_[q].off] == 0) TryStart(r, deps_[q].stream);
   }
-  if (t.next_begin < t.next_end && step + 1 < in_.steps) {
+  if (t.next_begin < t.next_end && step + 1 < steps_) {
     uint8_t* const next_col = PendingColumn(r, step + 1);
     for (int q = t.next_begin; q < t.next_end; ++q) {
       if (--next_col[deps_[q].off] == 0) TryStart(r, deps_[q].stream);
