@@ -133,7 +133,8 @@ class Engine {
     int16_t step = 0;    // the head's step
     uint8_t busy = 0;
   };
-  struct RankState {
+  // One rank's state starts on a cache line (the loop prefetches it line by line).
+  struct alignas(64) RankState {
     Running run;
     int32_t last_task = -1;  // the collective that completed last (blocker accounting)
     double idle_since = 0;   // compute stream idle since (-1: busy)
