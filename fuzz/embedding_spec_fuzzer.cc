@@ -29,14 +29,22 @@ using nlohmann::json;
 constexpr int64_t kMaxTableElements = 1 << 12;
 constexpr int64_t kMaxBatch = 64;
 
-// The JSON integer at j[key] equals `kept` (absent keys are not checked).
+// The JSON integer at j[key] equals `kept` (absent keys are not checked). The loader reads a float
+// literal with an integral value (1e4, 2048.0) as that integer, so such a literal must equal `kept`
+// exactly; 1.5 must not have been accepted at all.
 template <typename T>
 void SameInteger(const json& j, const char* key, T kept, const std::string& path) {
   if (!j.is_object() || !j.contains(key)) return;
   const json& v = j[key];
-  const bool same = v.is_number_unsigned()
-                        ? kept >= 0 && static_cast<uint64_t>(kept) == v.get<uint64_t>()
-                        : v.is_number_integer() && static_cast<int64_t>(kept) == v.get<int64_t>();
+  bool same = false;
+  if (v.is_number_unsigned()) {
+    same = kept >= 0 && static_cast<uint64_t>(kept) == v.get<uint64_t>();
+  } else if (v.is_number_integer()) {
+    same = static_cast<int64_t>(kept) == v.get<int64_t>();
+  } else if (v.is_number_float()) {
+    const double d = v.get<double>();
+    same = d == std::floor(d) && std::fabs(d) <= 9.0e15 && static_cast<double>(kept) == d;
+  }
   if (!same) Fail(absl::StrCat(path, ".", key, ": JSON ", v.dump(), " was accepted as ", kept));
 }
 
