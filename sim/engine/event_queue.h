@@ -147,8 +147,8 @@ class EventQueue {
     }
   }
   // Bucket 0 is empty and `from`, the lowest non-empty bucket, holds more than one event: its
-  // minimum becomes last_, and its events move, in order, to the (empty) buckets below it. Each bucket's minimum is kept as events are
-  // appended, so no pass searches for it.
+  // minimum becomes last_, and its events move, in order, to the (empty) buckets below it. Each
+  // bucket's minimum is kept as events are appended, so no pass searches for it.
   void Refill(int from) {
     last_ = min_bits_[from];
     std::vector<Entry>& v = buckets_[from];

@@ -219,6 +219,30 @@ struct MergedClasses {
     }
   }
   static uint32_t BucketOf(uint32_t w) { return w >> (32 - kBucketBits); }
+  void PrefetchBucket(uint32_t w) const {
+    if (!bucket16.empty()) {
+      __builtin_prefetch(&bucket16[BucketOf(w)]);
+    } else {
+      __builtin_prefetch(&bucket[BucketOf(w)]);
+    }
+  }
+  const double* Row(uint32_t w) const {
+    uint32_t e;
+    bool pure;
+    if (!bucket16.empty()) {
+      const uint16_t v = bucket16[BucketOf(w)];
+      e = v & 0x7FFFu;
+      pure = (v & 0x8000u) != 0;
+    } else {
+      const uint32_t v = bucket[BucketOf(w)];
+      e = v & ~kPure;
+      pure = (v & kPure) != 0;
+    }
+    if (!pure) {
+      while (w >= threshold[e]) ++e;
+    }
+    return rows.data() + static_cast<size_t>(e) * 2 * classes;
+  }
 };
 
 class Drawer {
@@ -302,18 +326,12 @@ class Drawer {
   // then the sums in sample order. The bucket table alone is 512 KiB, and one sample's loads depend
   // on each other, so a sample at a time waited for two loads in a row; a chunk's loads are
   // independent and overlap (prefetched), and the sums run in the same order as before.
-  template <int kC, bool kNarrow>
+  template <int kC>
   void SumRows(uint64_t stream, int64_t size, double* t_acc, double* p_acc, double& load) const {
     constexpr int64_t kChunk = 32;
     static_assert(kChunk % 4 == 0, "a chunk is whole Philox blocks");
     const size_t C = kC > 0 ? static_cast<size_t>(kC) : classes_.size();
     const double* seqs_per_class = merged_.seqs.data();
-    // The tables as plain pointers, the bucket width fixed by kNarrow: the per-sample lookups test
-    // nothing but the bucket's own flag.
-    const uint16_t* bucket16 = merged_.bucket16.data();
-    const uint32_t* bucket32 = merged_.bucket.data();
-    const uint64_t* threshold = merged_.threshold.data();
-    const double* row_base = merged_.rows.data();
     double t[kC > 0 ? kC : 1] = {}, p[kC > 0 ? kC : 1] = {};
     double ld = 0;
     uint32_t words[kChunk];
@@ -322,30 +340,9 @@ class Drawer {
       const int64_t n = std::min(kChunk, size - s0);
       // s0 is a multiple of 4: the chunk starts on a Philox block (kChunk words hold its blocks).
       numerics::PhiloxBlocks(c_.seed, stream, static_cast<uint64_t>(s0 / 4), static_cast<int>((n + 3) / 4), words);
+      for (int64_t k = 0; k < n; ++k) merged_.PrefetchBucket(words[k]);
       for (int64_t k = 0; k < n; ++k) {
-        const uint32_t b = MergedClasses::BucketOf(words[k]);
-        if constexpr (kNarrow) {
-          __builtin_prefetch(bucket16 + b);
-        } else {
-          __builtin_prefetch(bucket32 + b);
-        }
-      }
-      for (int64_t k = 0; k < n; ++k) {
-        const uint32_t w = words[k];
-        const uint32_t b = MergedClasses::BucketOf(w);
-        uint32_t e;
-        bool pure;
-        if constexpr (kNarrow) {
-          e = bucket16[b] & 0x7FFFu;
-          pure = (bucket16[b] & 0x8000u) != 0;
-        } else {
-          e = bucket32[b] & ~MergedClasses::kPure;
-          pure = (bucket32[b] & MergedClasses::kPure) != 0;
-        }
-        if (!pure) {
-          while (w >= threshold[e]) ++e;
-        }
-        rows[k] = row_base + static_cast<size_t>(e) * 2 * C;
+        rows[k] = merged_.Row(words[k]);
         __builtin_prefetch(rows[k]);
         __builtin_prefetch(rows[k] + 2 * C - 1);  // a row may straddle two lines
       }
@@ -387,13 +384,12 @@ class Drawer {
       p_acc = prs_v.data();
     }
     double load = 0;
-    const bool narrow = !merged_.bucket16.empty();
     if (C == 2) {
-      narrow ? SumRows<2, true>(stream, size, t_acc, p_acc, load) : SumRows<2, false>(stream, size, t_acc, p_acc, load);
+      SumRows<2>(stream, size, t_acc, p_acc, load);
     } else if (C == 1) {
-      narrow ? SumRows<1, true>(stream, size, t_acc, p_acc, load) : SumRows<1, false>(stream, size, t_acc, p_acc, load);
+      SumRows<1>(stream, size, t_acc, p_acc, load);
     } else {
-      narrow ? SumRows<0, true>(stream, size, t_acc, p_acc, load) : SumRows<0, false>(stream, size, t_acc, p_acc, load);
+      SumRows<0>(stream, size, t_acc, p_acc, load);
     }
     for (size_t c = 0; c < C; ++c) {
       const LengthClass& cl = classes_[c];
