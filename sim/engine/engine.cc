@@ -808,24 +808,25 @@ absl::StatusOr<EngineOutput> Engine::Run() {
   while (!q_.Empty()) {
     const Event e = q_.Pop();
     now_ = e.time;
-    // The next event's rank state is a likely cache miss: start loading it now.
-    const Event top = q_.Empty() ? Event{} : q_.Top();
-    // A compute end that is stale or early touches only its SmState (checked here, the records are
-    // small enough to stay near the cache): only a real end loads the rank state.
-    const bool completes = !q_.Empty() && top.type == EventType::kTaskEnd &&
-                           (top.version == UINT32_MAX || (sm_[top.a].computing && sm_[top.a].version == top.version &&
-                                                          top.time >= sm_[top.a].end));
-    if (completes) {
-      const int next = top.a;
-      const uint8_t* col = PendingColumn(next, top.step);
-      for (int q = hot_[top.b].dep_begin; q < hot_[top.b].dep_end; ++q) __builtin_prefetch(col + deps_[q].off);
-      __builtin_prefetch(&Pending(next, hot_[top.b].stream_next, top.step + hot_[top.b].wraps));
-      // The whole rank state (a task end touches most of it) and the statistics row.
-      const char* state = reinterpret_cast<const char*>(&rs_[next]);
-      for (size_t off = 0; off < sizeof(RankState); off += 64) __builtin_prefetch(state + off);
-      const double* stats_row = cur_stats_.data() + static_cast<size_t>(next) * width_;
-      for (int off = 0; off < width_; off += 8) __builtin_prefetch(stats_row + off);
-      __builtin_prefetch(cur_ckpt_.data() + static_cast<size_t>(next) * ckpt_words_);
+    // The next event's state is a likely cache miss: start loading it now. For a compute end, its
+    // SmState and the rank's state whether it completes or not (a stale or early end touches only
+    // the SmState, but reading that here to decide would wait for the miss this is meant to hide).
+    // (`top` lives in the queue: read before this event's pushes.)
+    if (!q_.Empty()) {
+      const Event& top = q_.Top();
+      if (top.type == EventType::kTaskEnd) {
+        const int next = top.a;
+        __builtin_prefetch(&sm_[next]);
+        const uint8_t* col = PendingColumn(next, top.step);
+        for (int q = hot_[top.b].dep_begin; q < hot_[top.b].dep_end; ++q) __builtin_prefetch(col + deps_[q].off);
+        __builtin_prefetch(&Pending(next, hot_[top.b].stream_next, top.step + hot_[top.b].wraps));
+        // The whole rank state (a task end touches most of it) and the statistics row.
+        const char* state = reinterpret_cast<const char*>(&rs_[next]);
+        for (size_t off = 0; off < sizeof(RankState); off += 64) __builtin_prefetch(state + off);
+        const double* stats_row = cur_stats_.data() + static_cast<size_t>(next) * width_;
+        for (int off = 0; off < width_; off += 8) __builtin_prefetch(stats_row + off);
+        __builtin_prefetch(cur_ckpt_.data() + static_cast<size_t>(next) * ckpt_words_);
+      }
     }
     ++events;
     switch (e.type) {

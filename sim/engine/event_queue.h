@@ -20,13 +20,17 @@ enum class EventType : uint8_t {
   kMemberSmRelease,  // ideal network, per_rank: that member stops holding SMs (a = rank)
 };
 
+// The queue stores events as they are (24 bytes): a pop copies a stored record whole, so the
+// engine's reads of its fields come from one store each (an event assembled field by field and then
+// copied out in 16-byte halves stalled every pop on a failed store-to-load forward).
 struct Event {
   double time = 0;
-  EventType type = EventType::kTaskEnd;
   int32_t a = 0, b = 0;
   uint32_t version = 0;
-  int32_t step = 0;  // kTaskEnd of a compute task: its step (lets the loop prefetch what it touches)
+  int16_t step = 0;  // kTaskEnd of a compute task: its step (lets the loop prefetch what it touches); < 32000
+  EventType type = EventType::kTaskEnd;
 };
+static_assert(sizeof(Event) == 24);
 
 // A radix heap (Ahuja, Mehlhorn, Orlin, Tarjan) over the bits of the event time, with radix 256. A
 // discrete-event simulation never schedules before the present (every push is at or after the last
@@ -55,29 +59,29 @@ class EventQueue {
   void Push(double time, EventType type, int32_t a, int32_t b, uint32_t version = 0, int32_t step = 0) {
     const uint64_t bits = std::max(TimeBits(time), last_);
     const int k = BucketOf(bits);
-    std::vector<Entry>& v = buckets_[k];
-    v.push_back(Entry{bits, a, b, version, static_cast<int16_t>(step), type});
+    std::vector<Event>& v = buckets_[k];
+    v.push_back(Event{std::bit_cast<double>(bits), a, b, version, static_cast<int16_t>(step), type});
     ++size_;
     if (k > 0) Noted(k, bits, v.size() - 1);
   }
   bool Empty() const { return size_ == 0; }
   size_t Size() const { return size_; }
-  // The next event to pop (the queue must not be empty). Does not move events: pushes after it may
-  // still come before it.
-  Event Top() const {
-    if (head0_ < buckets_[0].size()) return ToEvent(buckets_[0][head0_]);
+  // The next event to pop (the queue must not be empty), valid until the next push or pop. Does not
+  // move events: pushes after it may still come before it.
+  const Event& Top() const {
+    if (head0_ < buckets_[0].size()) return buckets_[0][head0_];
     const int k = LowestBucket();
-    return ToEvent(buckets_[k][min_index_[k]]);
+    return buckets_[k][min_index_[k]];
   }
   Event Pop() {
     if (head0_ == buckets_[0].size()) {
       const int from = LowestBucket();
-      std::vector<Entry>& v = buckets_[from];
+      std::vector<Event>& v = buckets_[from];
       if (v.size() == 1) {
         // A lone event (most refills at the bottom levels): it pops from where it is, and last_
         // moves to its time as a refill would.
-        last_ = v[0].time_bits;
-        const Event top = ToEvent(v[0]);
+        last_ = StoredBits(v[0].time);
+        const Event top = v[0];
         v.clear();
         Emptied(from);
         --size_;
@@ -85,7 +89,7 @@ class EventQueue {
       }
       Refill(from);
     }
-    const Event top = ToEvent(buckets_[0][head0_]);
+    const Event top = buckets_[0][head0_];
     ++head0_;
     --size_;
     if (head0_ == buckets_[0].size()) {
@@ -102,22 +106,13 @@ class EventQueue {
   static constexpr int kBuckets = 1 + kLevels * kDigits;  // bucket 0, then (L, d) at 1 + L * 256 + d
   static constexpr int kMaskWords = (kBuckets - 1 + 63) / 64;
   static_assert(kMaskWords <= 64, "one summary word");
-  // No sequence number: push order is each bucket's order (above), so an entry is 24 bytes and a
-  // redistribution moves a quarter less than with one.
-  struct Entry {
-    uint64_t time_bits;
-    int32_t a, b;
-    uint32_t version;
-    int16_t step;  // steps are < 32000 (the engine checks)
-    EventType type;
-  };
-  static_assert(sizeof(Entry) == 24);
-  static Event ToEvent(const Entry& e) {
-    return Event{std::bit_cast<double>(e.time_bits), e.type, e.a, e.b, e.version, e.step};
-  }
+  // No sequence number: push order is each bucket's order (above), so a stored event is 24 bytes
+  // and a redistribution moves a quarter less than with one.
   // A non-negative double's bits order as the double does (event times are never negative; adding
   // 0.0 turns a -0.0 into +0.0).
   static uint64_t TimeBits(double t) { return std::bit_cast<uint64_t>(t + 0.0); }
+  // A stored time is never -0.0 (it was pushed through TimeBits).
+  static uint64_t StoredBits(double t) { return std::bit_cast<uint64_t>(t); }
   int BucketOf(uint64_t bits) const {
     const uint64_t diff = bits ^ last_;
     if (diff == 0) return 0;
@@ -131,7 +126,7 @@ class EventQueue {
     if (w >= kMaskWords) __builtin_unreachable();  // callers hold a non-empty queue
     return 1 + w * 64 + std::countr_zero(nonempty_[w]);
   }
-  // Entry j of bucket k >= 1 was appended: it is the bucket's least-time event if it is its first or
+  // Event j of bucket k >= 1 was appended: it is the bucket's least-time event if it is its first or
   // strictly earlier than the least so far (a tie keeps the earlier push).
   void Noted(int k, uint64_t bits, size_t j) {
     uint64_t& word = nonempty_[(k - 1) / 64];
@@ -151,13 +146,14 @@ class EventQueue {
   // bucket's minimum is kept as events are appended, so no pass searches for it.
   void Refill(int from) {
     last_ = min_bits_[from];
-    std::vector<Entry>& v = buckets_[from];
+    std::vector<Event>& v = buckets_[from];
     Emptied(from);
-    for (const Entry& e : v) {
-      const int k = BucketOf(e.time_bits);
-      std::vector<Entry>& to = buckets_[k];
+    for (const Event& e : v) {
+      const uint64_t bits = StoredBits(e.time);
+      const int k = BucketOf(bits);
+      std::vector<Event>& to = buckets_[k];
       to.push_back(e);
-      if (k > 0) Noted(k, e.time_bits, to.size() - 1);
+      if (k > 0) Noted(k, bits, to.size() - 1);
     }
     v.clear();
   }
@@ -167,7 +163,7 @@ class EventQueue {
     word &= ~(uint64_t{1} << ((k - 1) % 64));
     if (word == 0) nonempty_words_ &= ~(uint64_t{1} << ((k - 1) / 64));
   }
-  std::array<std::vector<Entry>, kBuckets> buckets_;
+  std::array<std::vector<Event>, kBuckets> buckets_;
   std::array<uint64_t, kBuckets> min_bits_{};  // per bucket >= 1 while non-empty: its least time bits
   std::array<size_t, kBuckets> min_index_{};   // and the first entry with them
   size_t head0_ = 0;         // bucket 0 pops from here (it is cleared when drained)

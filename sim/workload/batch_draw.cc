@@ -275,6 +275,12 @@ class Drawer {
     }
     for (LengthClass& cl : classes_) cl.Build();
     merged_.Build(classes_);
+    // The largest load a sub-batch can sum: every sample at every class's longest length.
+    double most = 0;
+    for (const LengthClass& cl : classes_) {
+      most += static_cast<double>(sub_) * static_cast<double>(cl.law.max) * static_cast<double>(cl.seqs.size());
+    }
+    load_exact_ = most < 9007199254740992.0;  // 2^53
   }
   int64_t k() const { return k_; }
   StatLayout layout() const { return layout_; }
@@ -320,13 +326,17 @@ class Drawer {
 
  private:
   // Per sample: one Philox word (4 samples per block) and every class's (length, pairs) from one
-  // merged row; the same values added in the same order as one lookup per class. kC > 0 fixes the
+  // merged row; the same values added in the same order as one lookup per class. The load (tokens
+  // weighted by each class's sequence count) is the classes' token sums times their counts, added
+  // once at the end: every term is an integer and every sum stays below 2^53, so the doubles add
+  // exactly and the result is the per-sample sum's, bit for bit. (Where a sub-batch's load could
+  // reach 2^53, kLoadPerSample keeps the per-sample sum.) kC > 0 fixes the
   // class count at compile time, so the sums stay in registers (gem-default has two classes).
   // Samples go in chunks of kChunk: first every word and bucket entry of the chunk, then every row,
   // then the sums in sample order. The bucket table alone is 512 KiB, and one sample's loads depend
   // on each other, so a sample at a time waited for two loads in a row; a chunk's loads are
   // independent and overlap (prefetched), and the sums run in the same order as before.
-  template <int kC>
+  template <int kC, bool kLoadPerSample = false>
   void SumRows(uint64_t stream, int64_t size, double* t_acc, double* p_acc, double& load) const {
     constexpr int64_t kChunk = 32;
     static_assert(kChunk % 4 == 0, "a chunk is whole Philox blocks");
@@ -349,15 +359,14 @@ class Drawer {
       for (int64_t k = 0; k < n; ++k) {
         const double* row = rows[k];
         for (size_t c = 0; c < C; ++c) {
-          const double len = row[2 * c];
           if constexpr (kC > 0) {
-            t[c] += len;
+            t[c] += row[2 * c];
             p[c] += row[2 * c + 1];
           } else {
-            t_acc[c] += len;
+            t_acc[c] += row[2 * c];
             p_acc[c] += row[2 * c + 1];
           }
-          ld += len * seqs_per_class[c];
+          if constexpr (kLoadPerSample) ld += row[2 * c] * seqs_per_class[c];
         }
       }
     }
@@ -366,6 +375,9 @@ class Drawer {
         t_acc[c] = t[c];
         p_acc[c] = p[c];
       }
+    }
+    if constexpr (!kLoadPerSample) {
+      for (size_t c = 0; c < C; ++c) ld += t_acc[c] * seqs_per_class[c];
     }
     load = ld;
   }
@@ -384,7 +396,9 @@ class Drawer {
       p_acc = prs_v.data();
     }
     double load = 0;
-    if (C == 2) {
+    if (!load_exact_) {
+      SumRows<0, true>(stream, size, t_acc, p_acc, load);
+    } else if (C == 2) {
       SumRows<2>(stream, size, t_acc, p_acc, load);
     } else if (C == 1) {
       SumRows<1>(stream, size, t_acc, p_acc, load);
@@ -408,6 +422,7 @@ class Drawer {
   StatLayout layout_;
   int64_t sub_ = 128, k_ = 1;
   bool fast_ = false;
+  bool load_exact_ = true;  // a sub-batch's load sums exactly in any order (below 2^53)
   std::vector<LengthClass> classes_;
   MergedClasses merged_;
 };
