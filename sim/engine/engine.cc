@@ -4,6 +4,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <memory>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -878,8 +879,9 @@ absl::StatusOr<EngineOutput> RunEngine(const EngineInput& in) {
   if (in.tpl == nullptr || in.timing == nullptr || in.stats == nullptr) {
     return absl::InvalidArgumentError("sim engine: missing template, timing or stats");
   }
-  Engine e(in);
-  return e.Run();
+  // On the heap: the event queue's per-bucket arrays are ~130 KiB, too much for a worker's stack.
+  auto e = std::make_unique<Engine>(in);
+  return e->Run();
 }
 
 }  // namespace gemtb::sim
