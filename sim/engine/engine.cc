@@ -41,10 +41,10 @@ class Engine {
  private:
   // The running compute task's work and accounting (its end and version are in SmState).
   struct Running {
-    int task = -1, step = 0;
+    int32_t task = -1, step = 0;
     double start = 0, base = 0, rec = 0, main = 0, work_left = 0, last_t = 0, c = 1;
-    bool contended = false;  // ran at c > 1 for some time
   };
+  static_assert(sizeof(Running) == 64);
   const double* Stats(int step, int r) const {
     return in_.stats->data() + (static_cast<size_t>(step) * R_ + r) * width_;
   }
@@ -134,19 +134,27 @@ class Engine {
     int16_t step = 0;    // the head's step
     uint8_t busy = 0;
   };
-  // One rank's state starts on a cache line (the loop prefetches it line by line).
+  // What the loop adds up per rank (the engine's part of RankStats).
+  struct Accumulated {
+    double compute_s = 0, exposed_comm_s = 0, wait_s = 0, recompute_s = 0, contention_s = 0, nonlayer_compute_s = 0,
+           work_s = 0;
+  };
+  // One rank's state: five cache lines from a line start, every field one the loop uses (a task end
+  // and the next start touch most of them; the loop prefetches it line by line).
   struct alignas(64) RankState {
     Running run;
     int32_t last_task = -1;  // the collective that completed last (blocker accounting)
+    int16_t cur_step = -1;   // the compute stream's step
+    uint8_t contended = 0;   // the running task ran at c > 1 for some time
     double idle_since = 0;   // compute stream idle since (-1: busy)
     double last_arr = 0, last_start = 0;
-    int32_t cur_step = -1;   // the compute stream's step
     double cur_work = 0;     // its compute time so far
     double noise = 1;        // its noise factor
-    StreamState st[kNumStreams];
-    RankStats acc;
     double comm = 0;
+    StreamState st[kNumStreams];
+    Accumulated acc;
   };
+  static_assert(sizeof(RankState) == 320);
   // Per rank, the collectives running that hold kappa > 0, per op, whether a compute task runs, and
   // that task's end key: apart from the rank state, so that a collective's start and end, which
   // update every member's counts, touch one small record per member (two to a cache line) and the
@@ -257,12 +265,14 @@ class Engine {
   int64_t tasks_per_step_ = 0;                    // R_ * T_: a step's completions
   std::array<uint8_t*, 2> slot_base_{};           // where each slot starts
   std::array<const int*, kNumStreams> stream_list_{};  // per stream: its tasks (null when none)
-  // Prefetches what Complete(r, i, step) will read for rank r (its stream state, the counters of
-  // the stream's next task and of i's first dependents): the members of a group are far apart in
+  // Prefetches what a member's end of call i reads for rank r: its SmState (the call gives back its
+  // share of the rank's compute), and what Complete(r, i, step) reads (its stream state, the counters
+  // of the stream's next task and of i's first dependents). The members of a group are far apart in
   // memory and each would otherwise be a cache miss.
   void PrefetchCompletion(int r, int i, int step) {
     const HotTask& t = hot_[i];
     __builtin_prefetch(&rs_[r].st[t.stream]);
+    __builtin_prefetch(&sm_[r]);
     __builtin_prefetch(&Pending(r, t.stream_next, step + t.wraps));
     if (t.dep_begin < t.dep_end) __builtin_prefetch(PendingColumn(r, step) + deps_[t.dep_begin].off);
   }
@@ -288,7 +298,7 @@ void Engine::EnterComputeStep(int r, int step) {
   // step's inputs next to the rank's state, so each compute task reads them from one place.
   RankState& st = rs_[r];
   if (st.cur_step >= 0) out_.step_work_s[static_cast<size_t>(st.cur_step) * R_ + r] += st.cur_work;
-  st.cur_step = step;
+  st.cur_step = static_cast<int16_t>(step);
   st.cur_work = 0;
   st.noise = in_.noise != nullptr ? (*in_.noise)[static_cast<size_t>(step) * R_ + r] : 1.0;
   std::copy_n(Stats(step, r), width_, cur_stats_.data() + static_cast<size_t>(r) * width_);
@@ -342,7 +352,7 @@ void Engine::StartCompute(int r, int i, int step) {
   SmState& sm = sm_[r];
   sm.computing = 1;
   x.c = Contention(sm);
-  x.contended = x.c > 1.0;
+  rs_[r].contended = x.c > 1.0;
   ++sm.version;
   sm.end = now_ + x.work_left * x.c;
   sm.queued = sm.end;
@@ -380,7 +390,7 @@ void Engine::SetSm(int r, int op, int delta) {
   if (x.work_left < 0) x.work_left = 0;
   x.last_t = now_;
   x.c = c_new;
-  x.contended = x.contended || c_new > 1.0;
+  rs_[r].contended = rs_[r].contended || c_new > 1.0;
   sm.end = now_ + x.work_left * x.c;
   if (sm.end >= sm.queued) return;  // the queued event fires first and re-queues at sm.end
   ++sm.version;
@@ -641,15 +651,16 @@ void Engine::OnComputeEnd(int r, int task, int step, uint32_t version) {
   Running& x = rs_[r].run;
   const HotTask& t = hot_[x.task];
   // Uncontended, a task takes exactly its base time (not end - start, which rounds per rank).
-  const double actual = x.contended ? now_ - x.start : x.base;
+  const bool contended = rs_[r].contended;
+  const double actual = contended ? now_ - x.start : x.base;
   rs_[r].cur_work += actual;
   if (Measured(x.step)) {
-    RankStats& s = rs_[r].acc;
+    Accumulated& s = rs_[r].acc;
     // Uncontended, actual is base: the share is exactly 1 without the division.
-    const double share = !x.contended ? 1.0 : x.base > 0 ? actual / x.base : 1.0;
+    const double share = !contended ? 1.0 : x.base > 0 ? actual / x.base : 1.0;
     const double noise_share = (x.main + x.rec) > 0 ? x.base / (x.main + x.rec) : 1.0;
     s.work_s += actual;
-    if (x.contended) s.contention_s += actual - x.base;
+    if (contended) s.contention_s += actual - x.base;
     if (t.nonlayer) {
       s.nonlayer_compute_s += actual;
     } else {
@@ -861,7 +872,15 @@ absl::StatusOr<EngineOutput> Engine::Run() {
   out_.events = events;
   for (int r = 0; r < R_; ++r) {
     if (rs_[r].cur_step >= 0) out_.step_work_s[static_cast<size_t>(rs_[r].cur_step) * R_ + r] += rs_[r].cur_work;
-    out_.ranks[r] = rs_[r].acc;
+    const Accumulated& a = rs_[r].acc;
+    RankStats& o = out_.ranks[r];
+    o.compute_s = a.compute_s;
+    o.exposed_comm_s = a.exposed_comm_s;
+    o.wait_s = a.wait_s;
+    o.recompute_s = a.recompute_s;
+    o.contention_s = a.contention_s;
+    o.nonlayer_compute_s = a.nonlayer_compute_s;
+    o.work_s = a.work_s;
     out_.comm_s[r] = rs_[r].comm;
   }
   for (int s = 0; s < in_.steps; ++s) {
