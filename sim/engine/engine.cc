@@ -4,6 +4,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <map>
 #include <memory>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -178,6 +179,17 @@ class Engine {
   static_assert(sizeof(SmState) == 32);
   HugeVector<SmState> sm_;
   HugeVector<double> cur_stats_;   // [rank][width]: the compute step's batch statistics
+  // Compute tasks with the same time function (the same layer in every block, say: gem-default's
+  // 199 compute tasks have 59) take the same time on a rank-step. Each distinct function is evaluated
+  // once per rank-step, when the compute stream enters the step, into form_time_ [rank][form]: a
+  // task's start reads one value (one line) instead of the statistics row (three) and a dependent
+  // chain of multiply-adds. Every task's value is its own EvalTime's: the same function of the same
+  // row.
+  std::vector<int32_t> form_of_;    // per task: its form (-1: a collective)
+  std::vector<int32_t> form_task_;  // per form: the task whose time function it evaluates
+  int forms_ = 0;
+  HugeVector<double> form_time_;
+  const double* FormTimes(int r) const { return form_time_.data() + static_cast<size_t>(r) * forms_; }
   HugeVector<uint64_t> cur_ckpt_;  // [rank][ckpt_words_]: its dropped checkpoint pieces
   int ckpt_words_ = 1;
   HugeVector<RankState> rs_;
@@ -244,6 +256,7 @@ class Engine {
     int32_t stream_next = 0;  // the task after it on its stream (the stream wraps to the next step)
     uint8_t collective = 0, a2av = 0, nonlayer = 0, full_count = 0, full_count_first = 0;
     uint8_t wraps = 0;        // stream_next is the next step's
+    uint8_t recompute = 0;    // a compute task with a recompute region (reads the statistics row)
   };
   struct DepRef {
     size_t off;  // dependent * R_: its counter's offset from the rank's column
@@ -302,6 +315,14 @@ void Engine::EnterComputeStep(int r, int step) {
   st.cur_work = 0;
   st.noise = in_.noise != nullptr ? (*in_.noise)[static_cast<size_t>(step) * R_ + r] : 1.0;
   std::copy_n(Stats(step, r), width_, cur_stats_.data() + static_cast<size_t>(r) * width_);
+  {
+    const absl::Span<const double> stats(cur_stats_.data() + static_cast<size_t>(r) * width_, width_);
+    double* times = form_time_.data() + static_cast<size_t>(r) * forms_;
+    for (int f = 0; f < forms_; ++f) {
+      const TaskTemplate& t = tpl_.tasks[form_task_[f]];
+      times[f] = EvalTime(t.time, t.curve_terms, stats);
+    }
+  }
   if (in_.checkpointed != nullptr) {
     const size_t pieces = tpl_.pieces.size();
     const uint8_t* ck = in_.checkpointed->data() + (static_cast<size_t>(step) * R_ + r) * pieces;
@@ -329,7 +350,7 @@ void Engine::StartCompute(int r, int i, int step) {
   x.task = i;
   x.step = step;
   x.start = now_;
-  x.main = EvalTime(t.time, t.curve_terms, stats);
+  x.main = FormTimes(r)[form_of_[i]];
   x.rec = 0;
   if (t.recompute_region >= 0 && in_.checkpointed != nullptr) {
     // The region's dropped pieces are rebuilt before its backward.
@@ -707,6 +728,35 @@ absl::StatusOr<EngineOutput> Engine::Run() {
   rs_.assign(R_, RankState{});
   sm_.assign(R_, SmState{});
   cur_stats_.assign(static_cast<size_t>(R_) * width_, 0.0);
+  {
+    // Forms: compute tasks keyed by the bits of their time function (a constant-efficiency part and
+    // curve terms).
+    std::map<std::vector<uint64_t>, int32_t> seen;
+    form_of_.assign(T_, -1);
+    form_task_.clear();
+    std::vector<uint64_t> key;
+    const auto add = [&key](const StatAffine& a) {
+      key.push_back(a.coef.size());
+      for (double c : a.coef) key.push_back(std::bit_cast<uint64_t>(c));
+    };
+    for (int i = 0; i < T_; ++i) {
+      const TaskTemplate& t = tpl_.tasks[i];
+      if (t.collective) continue;
+      key.clear();
+      add(t.time);
+      for (const CurveTerm& c : t.curve_terms) {
+        add(c.flops);
+        add(c.tokens);
+        key.push_back(reinterpret_cast<uintptr_t>(c.curve));
+        key.push_back(std::bit_cast<uint64_t>(c.rate));
+      }
+      const auto [it, fresh] = seen.emplace(key, static_cast<int32_t>(form_task_.size()));
+      if (fresh) form_task_.push_back(i);
+      form_of_[i] = it->second;
+    }
+    forms_ = static_cast<int>(form_task_.size());
+    form_time_.assign(static_cast<size_t>(R_) * forms_, 0.0);
+  }
   ckpt_words_ = static_cast<int>((tpl_.pieces.size() + 63) / 64) + 1;
   cur_ckpt_.assign(static_cast<size_t>(R_) * ckpt_words_, 0);
   for (int i = 0; i < T_; ++i) {
@@ -741,6 +791,7 @@ absl::StatusOr<EngineOutput> Engine::Run() {
     h.collective = t.collective;
     h.a2av = t.a2av;
     h.nonlayer = t.nonlayer;
+    h.recompute = t.recompute_region >= 0 ? 1 : 0;
     h.full_count = static_cast<uint8_t>(t.deps.size() + t.prev_deps.size());
     h.full_count_first = static_cast<uint8_t>(t.deps.size());
     h.dep_begin = static_cast<int32_t>(deps_.size());
@@ -832,12 +883,18 @@ absl::StatusOr<EngineOutput> Engine::Run() {
         const uint8_t* col = PendingColumn(next, top.step);
         for (int q = hot_[top.b].dep_begin; q < hot_[top.b].dep_end; ++q) __builtin_prefetch(col + deps_[q].off);
         __builtin_prefetch(&Pending(next, hot_[top.b].stream_next, top.step + hot_[top.b].wraps));
-        // The whole rank state (a task end touches most of it) and the statistics row.
+        // The whole rank state (a task end touches most of it); the time of the stream's next task;
+        // the statistics row and checkpoint flags only where that task reads them (a region's
+        // recompute) or the event is not a compute end (a no-op's stream arrives at a collective).
         const char* state = reinterpret_cast<const char*>(&rs_[next]);
         for (size_t off = 0; off < sizeof(RankState); off += 64) __builtin_prefetch(state + off);
-        const double* stats_row = cur_stats_.data() + static_cast<size_t>(next) * width_;
-        for (int off = 0; off < width_; off += 8) __builtin_prefetch(stats_row + off);
-        __builtin_prefetch(cur_ckpt_.data() + static_cast<size_t>(next) * ckpt_words_);
+        const int following = hot_[top.b].stream_next;
+        if (form_of_[following] >= 0) __builtin_prefetch(FormTimes(next) + form_of_[following]);
+        if (top.version == UINT32_MAX || hot_[following].recompute) {
+          const double* stats_row = cur_stats_.data() + static_cast<size_t>(next) * width_;
+          for (int off = 0; off < width_; off += 8) __builtin_prefetch(stats_row + off);
+          __builtin_prefetch(cur_ckpt_.data() + static_cast<size_t>(next) * ckpt_words_);
+        }
       }
     }
     ++events;
