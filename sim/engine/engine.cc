@@ -184,7 +184,8 @@ class Engine {
   // once per rank-step, when the compute stream enters the step, into form_time_ [rank][form]: a
   // task's start reads one value (one line) instead of the statistics row (three) and a dependent
   // chain of multiply-adds. Every task's value is its own EvalTime's: the same function of the same
-  // row.
+  // row. The table costs 8 bytes per function per rank (gem-default: 472 bytes a rank, 62 MB at
+  // 131,072 ranks).
   std::vector<int32_t> form_of_;    // per task: its form (-1: a collective)
   std::vector<int32_t> form_task_;  // per form: the task whose time function it evaluates
   int forms_ = 0;
