@@ -185,8 +185,9 @@ class Engine {
   // task's start reads one value (one line) instead of the statistics row (three) and a dependent
   // chain of multiply-adds. Every task's value is its own EvalTime's: the same function of the same
   // row. The table costs 8 bytes per function per rank (gem-default: 472 bytes a rank, 62 MB at
-  // 131,072 ranks).
-  std::vector<int32_t> form_of_;    // per task: its form (-1: a collective)
+  // 131,072 ranks), so it holds at most EngineInput::time_table_functions of them; a task of another
+  // evaluates its own.
+  std::vector<int32_t> form_of_;    // per task: its form (-1: a collective, or not tabled)
   std::vector<int32_t> form_task_;  // per form: the task whose time function it evaluates
   int forms_ = 0;
   HugeVector<double> form_time_;
@@ -349,9 +350,12 @@ void Engine::StartCompute(int r, int i, int step) {
   const absl::Span<const double> stats(cur_stats_.data() + static_cast<size_t>(r) * width_, width_);
   Running& x = rs_[r].run;
   x.task = i;
+  const int form = form_of_[i];
   x.step = step;
   x.start = now_;
-  x.main = FormTimes(r)[form_of_[i]];
+  x.main = form >= 0 ? FormTimes(r)[form]
+                    : EvalTime(t.time, t.curve_terms,
+                               absl::Span<const double>(cur_stats_.data() + static_cast<size_t>(r) * width_, width_));
   x.rec = 0;
   if (t.recompute_region >= 0 && in_.checkpointed != nullptr) {
     // The region's dropped pieces are rebuilt before its backward.
@@ -751,9 +755,14 @@ absl::StatusOr<EngineOutput> Engine::Run() {
         key.push_back(reinterpret_cast<uintptr_t>(c.curve));
         key.push_back(std::bit_cast<uint64_t>(c.rate));
       }
-      const auto [it, fresh] = seen.emplace(key, static_cast<int32_t>(form_task_.size()));
-      if (fresh) form_task_.push_back(i);
-      form_of_[i] = it->second;
+      const auto found = seen.find(key);
+      if (found != seen.end()) {
+        form_of_[i] = found->second;
+      } else if (static_cast<int>(form_task_.size()) < in_.time_table_functions) {
+        form_of_[i] = static_cast<int32_t>(form_task_.size());
+        seen.emplace(key, form_of_[i]);
+        form_task_.push_back(i);
+      }
     }
     forms_ = static_cast<int>(form_task_.size());
     form_time_.assign(static_cast<size_t>(R_) * forms_, 0.0);
@@ -886,12 +895,12 @@ absl::StatusOr<EngineOutput> Engine::Run() {
         __builtin_prefetch(&Pending(next, hot_[top.b].stream_next, top.step + hot_[top.b].wraps));
         // The whole rank state (a task end touches most of it); the time of the stream's next task;
         // the statistics row and checkpoint flags only where that task reads them (a region's
-        // recompute) or the event is not a compute end (a no-op's stream arrives at a collective).
+        // recompute, a time not in the table) or is a collective (a no-op's stream arrives at one).
         const char* state = reinterpret_cast<const char*>(&rs_[next]);
         for (size_t off = 0; off < sizeof(RankState); off += 64) __builtin_prefetch(state + off);
         const int following = hot_[top.b].stream_next;
         if (form_of_[following] >= 0) __builtin_prefetch(FormTimes(next) + form_of_[following]);
-        if (top.version == UINT32_MAX || hot_[following].recompute) {
+        if (hot_[following].recompute || form_of_[following] < 0) {
           const double* stats_row = cur_stats_.data() + static_cast<size_t>(next) * width_;
           for (int off = 0; off < width_; off += 8) __builtin_prefetch(stats_row + off);
           __builtin_prefetch(cur_ckpt_.data() + static_cast<size_t>(next) * ckpt_words_);

@@ -440,5 +440,71 @@ TEST(EngineTest, ComputeUnderConcurrentSmBasedCollectivesLosesEachOnesSms) {
   EXPECT_NEAR(slowdown(2), 132.0 / 84.0, 1e-9);
 }
 
+// A compute task's time comes from a per-rank-step table of the distinct time functions, holding at
+// most time_table_functions of them; a task of another evaluates its own. The table is a cache:
+// every output is the same bytes with all, some or none of the functions in it (three steps, two
+// distinct functions over three compute tasks, per-rank batches and noise, a copy-engine kappa so
+// that rates change mid-task).
+TEST(EngineTest, TimeTableSizeChangesNoOutput) {
+  const int p = 8, steps = 3;
+  const Cluster cluster = testing::TestCluster(p);
+  StepTemplate t = OneCollective(p, CollectiveOp::kAllGather, 4e6);
+  TaskTemplate other;
+  other.time.coef = {2e-4, 3e-4, 0.0};
+  AddPostTask(t, other);
+  AddPostTask(t, t.tasks[0]);  // the same function as "pre"
+  auto timing = CollectiveTiming::Create(cluster, RingAllGather(), t.layouts);
+  ASSERT_TRUE(timing.ok()) << timing.status();
+  std::vector<double> stats, noise;
+  for (int s = 0; s < steps; ++s) {
+    for (int r = 0; r < p; ++r) {
+      stats.insert(stats.end(), {1.0, 0.5 + 0.37 * ((r * 7 + s * 3) % 5), 0.0});
+      noise.push_back(1.0 + 0.01 * ((r + 2 * s) % 3));
+    }
+  }
+  auto run = [&](int functions) {
+    EngineInput in;
+    in.tpl = &t;
+    in.timing = &*timing;
+    in.world = p;
+    in.steps = steps;
+    in.warmup = 1;
+    in.stats = &stats;
+    in.noise = &noise;
+    in.kappa.fill(0.06);
+    in.copy_engine = true;
+    in.traced.assign(p, 1);
+    in.trace_step = 1;
+    in.time_table_functions = functions;
+    auto out = RunEngine(in);
+    EXPECT_TRUE(out.ok()) << out.status();
+    return *std::move(out);
+  };
+  const EngineOutput all = run(128);
+  for (int functions : {1, 0}) {
+    SCOPED_TRACE(functions);
+    const EngineOutput some = run(functions);
+    EXPECT_EQ(some.events, all.events);
+    EXPECT_EQ(some.step_end_s, all.step_end_s);
+    EXPECT_EQ(some.step_work_s, all.step_work_s);
+    EXPECT_EQ(some.comm_s, all.comm_s);
+    ASSERT_EQ(some.ranks.size(), all.ranks.size());
+    for (size_t r = 0; r < all.ranks.size(); ++r) {
+      EXPECT_EQ(some.ranks[r].compute_s, all.ranks[r].compute_s);
+      EXPECT_EQ(some.ranks[r].contention_s, all.ranks[r].contention_s);
+      EXPECT_EQ(some.ranks[r].work_s, all.ranks[r].work_s);
+      EXPECT_EQ(some.ranks[r].exposed_comm_s, all.ranks[r].exposed_comm_s);
+    }
+    ASSERT_EQ(some.trace.size(), all.trace.size());
+    for (size_t k = 0; k < all.trace.size(); ++k) {
+      EXPECT_EQ(some.trace[k].start_s, all.trace[k].start_s);
+      EXPECT_EQ(some.trace[k].duration_s, all.trace[k].duration_s);
+    }
+  }
+  // The batches differ per rank and the kappa moved ends: the comparison saw distinct values.
+  EXPECT_NE(all.ranks[0].compute_s, all.ranks[1].compute_s);
+  EXPECT_GT(all.ranks[0].contention_s, 0.0);
+}
+
 }  // namespace
 }  // namespace gemtb::sim
