@@ -350,12 +350,10 @@ void Engine::StartCompute(int r, int i, int step) {
   const absl::Span<const double> stats(cur_stats_.data() + static_cast<size_t>(r) * width_, width_);
   Running& x = rs_[r].run;
   x.task = i;
-  const int form = form_of_[i];
   x.step = step;
   x.start = now_;
-  x.main = form >= 0 ? FormTimes(r)[form]
-                    : EvalTime(t.time, t.curve_terms,
-                               absl::Span<const double>(cur_stats_.data() + static_cast<size_t>(r) * width_, width_));
+  const int form = form_of_[i];
+  x.main = form >= 0 ? FormTimes(r)[form] : EvalTime(t.time, t.curve_terms, stats);
   x.rec = 0;
   if (t.recompute_region >= 0 && in_.checkpointed != nullptr) {
     // The region's dropped pieces are rebuilt before its backward.
