@@ -494,6 +494,9 @@ TEST(EngineTest, TimeTableSizeChangesNoOutput) {
       EXPECT_EQ(some.ranks[r].contention_s, all.ranks[r].contention_s);
       EXPECT_EQ(some.ranks[r].work_s, all.ranks[r].work_s);
       EXPECT_EQ(some.ranks[r].exposed_comm_s, all.ranks[r].exposed_comm_s);
+      EXPECT_EQ(some.ranks[r].wait_s, all.ranks[r].wait_s);
+      EXPECT_EQ(some.ranks[r].recompute_s, all.ranks[r].recompute_s);
+      EXPECT_EQ(some.ranks[r].nonlayer_compute_s, all.ranks[r].nonlayer_compute_s);
     }
     ASSERT_EQ(some.trace.size(), all.trace.size());
     for (size_t k = 0; k < all.trace.size(); ++k) {
