@@ -23,6 +23,14 @@ namespace {
 constexpr int kOps = 5;  // CollectiveOp values (kappa per op)
 constexpr uint64_t kPurposeJitter = 0x4A495454;  // "JITT"
 
+// A collective's bytes are one constant when no statistic has a coefficient (weights, fixed shapes).
+bool ConstantBytes(const TaskTemplate& t) {
+  for (size_t k = 1; k < t.bytes.coef.size(); ++k) {
+    if (t.bytes.coef[k] != 0.0) return false;
+  }
+  return true;
+}
+
 double StdNormal(uint64_t seed, uint64_t stream, uint64_t element) {
   const numerics::Philox4x32 w = numerics::PhiloxBlock(seed, stream, element);
   const double u1 = (static_cast<double>((static_cast<uint64_t>(w.v[0]) << 21) ^ w.v[1]) + 1.0) *
@@ -184,10 +192,12 @@ class Engine {
   // once per rank-step, when the compute stream enters the step, into form_time_ [rank][form]: a
   // task's start reads one value (one line) instead of the statistics row (three) and a dependent
   // chain of multiply-adds. Every task's value is its own EvalTime's: the same function of the same
-  // row. The table costs 8 bytes per function per rank (gem-default: 472 bytes a rank, 62 MB at
-  // 131,072 ranks), so it holds at most EngineInput::time_table_functions of them; a task of another
-  // evaluates its own.
-  std::vector<int32_t> form_of_;    // per task: its form (-1: a collective, or not tabled)
+  // row. The same table holds the bytes of the collectives whose bytes depend on the batch (an
+  // arrival read them from the statistics row, out of cache since compute starts stopped reading
+  // it); a collective of constant bytes reads bytes_const_. The table costs 8 bytes per function per
+  // rank (gem-default: 59 times and 5 byte counts, 512 bytes a rank, 67 MB at 131,072 ranks), so it
+  // holds at most EngineInput::time_table_functions of them; a task of another evaluates its own.
+  std::vector<int32_t> form_of_;    // per task: its form (-1: constant bytes, or not tabled)
   std::vector<int32_t> form_task_;  // per form: the task whose time function it evaluates
   int forms_ = 0;
   HugeVector<double> form_time_;
@@ -259,12 +269,16 @@ class Engine {
     uint8_t collective = 0, a2av = 0, nonlayer = 0, full_count = 0, full_count_first = 0;
     uint8_t wraps = 0;        // stream_next is the next step's
     uint8_t recompute = 0;    // a compute task with a recompute region (reads the statistics row)
+    uint8_t const_bytes = 0;  // a collective whose bytes are one constant (bytes_const_)
+    uint8_t reads_stats = 0;  // its start reads the statistics row (a recompute, or no table entry)
   };
   struct DepRef {
     size_t off;  // dependent * R_: its counter's offset from the rank's column
     int32_t stream;
+    int32_t bytes_form;  // a collective dependent's bytes in the rank-step table (-1: none)
   };
   std::vector<HotTask> hot_;
+  std::vector<double> bytes_const_;  // per collective task with const_bytes: its bytes
   // GroupLayout::GroupOf without its two divisions where stride and size are powers of two (every
   // layout of a power-of-two world): a rank's arrival is the hottest caller.
   struct GroupOfRank {
@@ -322,7 +336,7 @@ void Engine::EnterComputeStep(int r, int step) {
     double* times = form_time_.data() + static_cast<size_t>(r) * forms_;
     for (int f = 0; f < forms_; ++f) {
       const TaskTemplate& t = tpl_.tasks[form_task_[f]];
-      times[f] = EvalTime(t.time, t.curve_terms, stats);
+      times[f] = t.collective ? t.bytes.Eval(stats) : EvalTime(t.time, t.curve_terms, stats);
     }
   }
   if (in_.checkpointed != nullptr) {
@@ -345,19 +359,25 @@ void Engine::EnterComputeStep(int r, int step) {
 }
 
 void Engine::StartCompute(int r, int i, int step) {
-  const TaskTemplate& t = tpl_.tasks[i];
   if (rs_[r].cur_step != step) EnterComputeStep(r, step);
   const absl::Span<const double> stats(cur_stats_.data() + static_cast<size_t>(r) * width_, width_);
   Running& x = rs_[r].run;
   x.task = i;
   x.step = step;
   x.start = now_;
+  // The task's template (hundreds of bytes, often out of cache) only where the table has no value
+  // or a region recomputes.
   const int form = form_of_[i];
-  x.main = form >= 0 ? FormTimes(r)[form] : EvalTime(t.time, t.curve_terms, stats);
+  if (form >= 0) {
+    x.main = FormTimes(r)[form];
+  } else {
+    const TaskTemplate& t = tpl_.tasks[i];
+    x.main = EvalTime(t.time, t.curve_terms, stats);
+  }
   x.rec = 0;
-  if (t.recompute_region >= 0 && in_.checkpointed != nullptr) {
+  if (hot_[i].recompute && in_.checkpointed != nullptr) {
     // The region's dropped pieces are rebuilt before its backward.
-    const RegionTemplate& reg = tpl_.regions[t.recompute_region];
+    const RegionTemplate& reg = tpl_.regions[tpl_.tasks[i].recompute_region];
     const uint64_t* bits = cur_ckpt_.data() + static_cast<size_t>(r) * ckpt_words_;
     // The region's flags at once (a region has at most one piece per recompute class, far fewer
     // than 64): most regions drop none, and a dropped one is found without testing the others.
@@ -428,10 +448,17 @@ void Engine::Arrive(int r, int i, int step) {
   const int g = group_of_[t.layout].Of(r);
   const int64_t k = coll_off_[i] + g;
   rs_[r].st[t.stream].arrival = now_;
-  // The compute stream's copy of this step's statistics is likely in cache (a collective usually
-  // arrives right after the compute task it waits for); the full table is not.
-  const double* stats = rs_[r].cur_step == step ? cur_stats_.data() + static_cast<size_t>(r) * width_ : Stats(step, r);
-  const double bytes = tpl_.tasks[i].bytes.Eval(absl::Span<const double>(stats, width_));
+  // Bytes from the task's constant, or the rank-step's table (the compute stream's step, nearly
+  // always), or else the statistics.
+  double bytes;
+  if (t.const_bytes) {
+    bytes = bytes_const_[i];
+  } else if (form_of_[i] >= 0 && rs_[r].cur_step == step) {
+    bytes = FormTimes(r)[form_of_[i]];
+  } else {
+    const double* stats = rs_[r].cur_step == step ? cur_stats_.data() + static_cast<size_t>(r) * width_ : Stats(step, r);
+    bytes = tpl_.tasks[i].bytes.Eval(absl::Span<const double>(stats, width_));
+  }
   if (in_.a2av_per_rank && t.a2av) MemberSlot(a2av_bytes_, r, t.stream) = bytes;
   if (arrived_[k] == 0 || bytes > max_bytes_[k]) max_bytes_[k] = bytes;
   if (++arrived_[k] == l.size) {
@@ -733,7 +760,7 @@ absl::StatusOr<EngineOutput> Engine::Run() {
   cur_stats_.assign(static_cast<size_t>(R_) * width_, 0.0);
   {
     // Forms: compute tasks keyed by the bits of their time function (a constant-efficiency part and
-    // curve terms).
+    // curve terms), collectives of batch-dependent bytes by their bytes function.
     std::map<std::vector<uint64_t>, int32_t> seen;
     form_of_.assign(T_, -1);
     form_task_.clear();
@@ -744,14 +771,19 @@ absl::StatusOr<EngineOutput> Engine::Run() {
     };
     for (int i = 0; i < T_; ++i) {
       const TaskTemplate& t = tpl_.tasks[i];
-      if (t.collective) continue;
       key.clear();
-      add(t.time);
-      for (const CurveTerm& c : t.curve_terms) {
-        add(c.flops);
-        add(c.tokens);
-        key.push_back(reinterpret_cast<uintptr_t>(c.curve));
-        key.push_back(std::bit_cast<uint64_t>(c.rate));
+      key.push_back(t.collective);
+      if (t.collective) {
+        if (ConstantBytes(t)) continue;
+        add(t.bytes);
+      } else {
+        add(t.time);
+        for (const CurveTerm& c : t.curve_terms) {
+          add(c.flops);
+          add(c.tokens);
+          key.push_back(reinterpret_cast<uintptr_t>(c.curve));
+          key.push_back(std::bit_cast<uint64_t>(c.rate));
+        }
       }
       const auto found = seen.find(key);
       if (found != seen.end()) {
@@ -788,6 +820,15 @@ absl::StatusOr<EngineOutput> Engine::Run() {
                           : nullptr;
   }
   hot_.assign(T_, HotTask{});
+  bytes_const_.assign(T_, 0.0);
+  {
+    // Eval of a constant is its constant term, whatever the row (the others add 0 * x = +0).
+    std::vector<double> unit(static_cast<size_t>(width_), 0.0);
+    unit[StatLayout::kOne] = 1.0;
+    for (int i = 0; i < T_; ++i) {
+      if (tpl_.tasks[i].collective && ConstantBytes(tpl_.tasks[i])) bytes_const_[i] = tpl_.tasks[i].bytes.Eval(unit);
+    }
+  }
   deps_.clear();
   for (int i = 0; i < T_; ++i) {
     const TaskTemplate& t = tpl_.tasks[i];
@@ -800,12 +841,16 @@ absl::StatusOr<EngineOutput> Engine::Run() {
     h.a2av = t.a2av;
     h.nonlayer = t.nonlayer;
     h.recompute = t.recompute_region >= 0 ? 1 : 0;
+    h.const_bytes = t.collective && ConstantBytes(t) ? 1 : 0;
+    h.reads_stats = h.recompute || (!h.const_bytes && form_of_[i] < 0) ? 1 : 0;
     h.full_count = static_cast<uint8_t>(t.deps.size() + t.prev_deps.size());
     h.full_count_first = static_cast<uint8_t>(t.deps.size());
     h.dep_begin = static_cast<int32_t>(deps_.size());
-    for (int d : tpl_.dependents[i]) deps_.push_back(DepRef{static_cast<size_t>(d) * R_, tpl_.tasks[d].stream});
+    for (int d : tpl_.dependents[i]) {
+      deps_.push_back(DepRef{static_cast<size_t>(d) * R_, tpl_.tasks[d].stream, tpl_.tasks[d].collective ? form_of_[d] : -1});
+    }
     h.dep_end = h.next_begin = static_cast<int32_t>(deps_.size());
-    for (int d : tpl_.next_step_dependents[i]) deps_.push_back(DepRef{static_cast<size_t>(d) * R_, tpl_.tasks[d].stream});
+    for (int d : tpl_.next_step_dependents[i]) deps_.push_back(DepRef{static_cast<size_t>(d) * R_, tpl_.tasks[d].stream, -1});
     h.next_end = static_cast<int32_t>(deps_.size());
   }
   for (const std::vector<int>& list : tpl_.stream_tasks) {
@@ -889,7 +934,11 @@ absl::StatusOr<EngineOutput> Engine::Run() {
         const int next = top.a;
         __builtin_prefetch(&sm_[next]);
         const uint8_t* col = PendingColumn(next, top.step);
-        for (int q = hot_[top.b].dep_begin; q < hot_[top.b].dep_end; ++q) __builtin_prefetch(col + deps_[q].off);
+        for (int q = hot_[top.b].dep_begin; q < hot_[top.b].dep_end; ++q) {
+          __builtin_prefetch(col + deps_[q].off);
+          // A collective it readies arrives with bytes from the table.
+          if (deps_[q].bytes_form >= 0) __builtin_prefetch(FormTimes(next) + deps_[q].bytes_form);
+        }
         __builtin_prefetch(&Pending(next, hot_[top.b].stream_next, top.step + hot_[top.b].wraps));
         // The whole rank state (a task end touches most of it); the time of the stream's next task;
         // the statistics row and checkpoint flags only where that task reads them (a region's
@@ -898,7 +947,7 @@ absl::StatusOr<EngineOutput> Engine::Run() {
         for (size_t off = 0; off < sizeof(RankState); off += 64) __builtin_prefetch(state + off);
         const int following = hot_[top.b].stream_next;
         if (form_of_[following] >= 0) __builtin_prefetch(FormTimes(next) + form_of_[following]);
-        if (hot_[following].recompute || form_of_[following] < 0) {
+        if (hot_[following].reads_stats) {
           const double* stats_row = cur_stats_.data() + static_cast<size_t>(next) * width_;
           for (int off = 0; off < width_; off += 8) __builtin_prefetch(stats_row + off);
           __builtin_prefetch(cur_ckpt_.data() + static_cast<size_t>(next) * ckpt_words_);

@@ -44,8 +44,9 @@ struct EngineInput {
   // reschedules its end. Off ("none"): every collective runs at its lone cost. All-to-allvs under
   // a2av_per_rank do not share.
   bool processor_sharing = true;
-  // Distinct compute time functions whose values the engine tables per rank-step (8 bytes each per
-  // rank); tasks of further functions evaluate their own. Outputs do not depend on it.
+  // Distinct functions whose values the engine tables per rank-step (compute times and collectives'
+  // batch-dependent bytes, 8 bytes each per rank); tasks of further functions evaluate their own.
+  // Outputs do not depend on it.
   int time_table_functions = 128;
   uint64_t seed = 0;
   std::vector<uint8_t> traced;  // per rank: record its trace events of trace_step

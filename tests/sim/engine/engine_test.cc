@@ -440,15 +440,17 @@ TEST(EngineTest, ComputeUnderConcurrentSmBasedCollectivesLosesEachOnesSms) {
   EXPECT_NEAR(slowdown(2), 132.0 / 84.0, 1e-9);
 }
 
-// A compute task's time comes from a per-rank-step table of the distinct time functions, holding at
-// most time_table_functions of them; a task of another evaluates its own. The table is a cache:
-// every output is the same bytes with all, some or none of the functions in it (three steps, two
-// distinct functions over three compute tasks, per-rank batches and noise, a copy-engine kappa so
-// that rates change mid-task).
+// A compute task's time, and a collective's batch-dependent bytes, come from a per-rank-step table
+// of the distinct functions, holding at most time_table_functions of them; a task of another
+// evaluates its own. The table is a cache: every output is the same bytes with all, some or none of
+// the functions in it (three steps, two distinct time functions over three compute tasks, a
+// collective whose bytes follow the batch, per-rank batches and noise, a copy-engine kappa so that
+// rates change mid-task).
 TEST(EngineTest, TimeTableSizeChangesNoOutput) {
   const int p = 8, steps = 3;
   const Cluster cluster = testing::TestCluster(p);
   StepTemplate t = OneCollective(p, CollectiveOp::kAllGather, 4e6);
+  t.tasks[1].bytes.coef = {4e6, 3e6, 0.0};  // the all-gather's bytes grow with the rank's batch
   TaskTemplate other;
   other.time.coef = {2e-4, 3e-4, 0.0};
   AddPostTask(t, other);
@@ -503,10 +505,17 @@ TEST(EngineTest, TimeTableSizeChangesNoOutput) {
       EXPECT_EQ(some.trace[k].start_s, all.trace[k].start_s);
       EXPECT_EQ(some.trace[k].duration_s, all.trace[k].duration_s);
     }
+    ASSERT_EQ(some.sites.size(), all.sites.size());
+    for (size_t k = 0; k < all.sites.size(); ++k) {
+      EXPECT_EQ(some.sites[k].bytes, all.sites[k].bytes);
+      EXPECT_EQ(some.sites[k].duration_s, all.sites[k].duration_s);
+      EXPECT_EQ(some.sites[k].exposed_s, all.sites[k].exposed_s);
+    }
   }
   // The batches differ per rank and the kappa moved ends: the comparison saw distinct values.
   EXPECT_NE(all.ranks[0].compute_s, all.ranks[1].compute_s);
   EXPECT_GT(all.ranks[0].contention_s, 0.0);
+  EXPECT_GT(all.sites[1].bytes, all.sites[1].calls * 4e6);  // the batch term counted
 }
 
 }  // namespace
