@@ -219,17 +219,23 @@ struct MergedClasses {
     }
   }
   static uint32_t BucketOf(uint32_t w) { return w >> (32 - kBucketBits); }
+  // Which table a lookup reads is fixed per draw: kNarrow = bucket16 (a template argument, so the
+  // per-sample lookup does not test it).
+  bool Narrow() const { return !bucket16.empty(); }
+  template <bool kNarrow>
   void PrefetchBucket(uint32_t w) const {
-    if (!bucket16.empty()) {
-      __builtin_prefetch(&bucket16[BucketOf(w)]);
+    if constexpr (kNarrow) {
+      __builtin_prefetch(bucket16.data() + BucketOf(w));
     } else {
-      __builtin_prefetch(&bucket[BucketOf(w)]);
+      __builtin_prefetch(bucket.data() + BucketOf(w));
     }
   }
-  const double* Row(uint32_t w) const {
+  // The range of word w: its row starts at rows[range * 2 * classes].
+  template <bool kNarrow>
+  uint32_t RangeOf(uint32_t w) const {
     uint32_t e;
     bool pure;
-    if (!bucket16.empty()) {
+    if constexpr (kNarrow) {
       const uint16_t v = bucket16[BucketOf(w)];
       e = v & 0x7FFFu;
       pure = (v & 0x8000u) != 0;
@@ -241,7 +247,7 @@ struct MergedClasses {
     if (!pure) {
       while (w >= threshold[e]) ++e;
     }
-    return rows.data() + static_cast<size_t>(e) * 2 * classes;
+    return e;
   }
 };
 
@@ -336,12 +342,13 @@ class Drawer {
   // then the sums in sample order. The bucket table alone is 512 KiB, and one sample's loads depend
   // on each other, so a sample at a time waited for two loads in a row; a chunk's loads are
   // independent and overlap (prefetched), and the sums run in the same order as before.
-  template <int kC, bool kLoadPerSample = false>
+  template <int kC, bool kNarrow, bool kLoadPerSample = false>
   void SumRows(uint64_t stream, int64_t size, double* t_acc, double* p_acc, double& load) const {
     constexpr int64_t kChunk = 32;
     static_assert(kChunk % 4 == 0, "a chunk is whole Philox blocks");
     const size_t C = kC > 0 ? static_cast<size_t>(kC) : classes_.size();
     const double* seqs_per_class = merged_.seqs.data();
+    const double* const all_rows = merged_.rows.data();
     double t[kC > 0 ? kC : 1] = {}, p[kC > 0 ? kC : 1] = {};
     double ld = 0;
     uint32_t words[kChunk];
@@ -350,9 +357,9 @@ class Drawer {
       const int64_t n = std::min(kChunk, size - s0);
       // s0 is a multiple of 4: the chunk starts on a Philox block (kChunk words hold its blocks).
       numerics::PhiloxBlocks(c_.seed, stream, static_cast<uint64_t>(s0 / 4), static_cast<int>((n + 3) / 4), words);
-      for (int64_t k = 0; k < n; ++k) merged_.PrefetchBucket(words[k]);
+      for (int64_t k = 0; k < n; ++k) merged_.PrefetchBucket<kNarrow>(words[k]);
       for (int64_t k = 0; k < n; ++k) {
-        rows[k] = merged_.Row(words[k]);
+        rows[k] = all_rows + static_cast<size_t>(merged_.RangeOf<kNarrow>(words[k])) * (2 * C);
         __builtin_prefetch(rows[k]);
         __builtin_prefetch(rows[k] + 2 * C - 1);  // a row may straddle two lines
       }
@@ -396,14 +403,21 @@ class Drawer {
       p_acc = prs_v.data();
     }
     double load = 0;
-    if (!load_exact_) {
-      SumRows<0, true>(stream, size, t_acc, p_acc, load);
-    } else if (C == 2) {
-      SumRows<2>(stream, size, t_acc, p_acc, load);
-    } else if (C == 1) {
-      SumRows<1>(stream, size, t_acc, p_acc, load);
+    const auto sum = [&]<bool kNarrow>() {
+      if (!load_exact_) {
+        SumRows<0, kNarrow, true>(stream, size, t_acc, p_acc, load);
+      } else if (C == 2) {
+        SumRows<2, kNarrow>(stream, size, t_acc, p_acc, load);
+      } else if (C == 1) {
+        SumRows<1, kNarrow>(stream, size, t_acc, p_acc, load);
+      } else {
+        SumRows<0, kNarrow>(stream, size, t_acc, p_acc, load);
+      }
+    };
+    if (merged_.Narrow()) {
+      sum.template operator()<true>();
     } else {
-      SumRows<0>(stream, size, t_acc, p_acc, load);
+      sum.template operator()<false>();
     }
     for (size_t c = 0; c < C; ++c) {
       const LengthClass& cl = classes_[c];
