@@ -4,6 +4,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <memory>
 #if defined(__SSE2__)
@@ -199,7 +200,7 @@ class Engine {
   HugeVector<double> cur_stats_;   // [rank][width]: the compute step's batch statistics
   // Compute tasks with the same time function (the same layer in every block, say: gem-default's
   // 199 compute tasks have 59) take the same time on a rank-step. Each distinct function is evaluated
-  // once per rank-step, when the compute stream enters the step, into form_time_ [rank][form]: a
+  // once per rank-step, when the compute stream enters the step, into form_time_ [form][rank]: a
   // task's start reads one value (one line) instead of the statistics row (three) and a dependent
   // chain of multiply-adds. Every task's value is its own EvalTime's: the same function of the same
   // row. The same table holds the bytes of the collectives whose bytes depend on the batch (an
@@ -211,9 +212,15 @@ class Engine {
   std::vector<int32_t> form_task_;  // per form: the task whose time function it evaluates
   int forms_ = 0;
   HugeVector<double> form_time_;
-  const double* FormTimes(int r) const { return form_time_.data() + static_cast<size_t>(r) * forms_; }
-  HugeVector<uint64_t> cur_ckpt_;  // [rank][ckpt_words_]: its dropped checkpoint pieces
+  // Form f's value for rank r: [form][rank], so that a line holds 8 neighbouring ranks' values of
+  // one form (they run the same task at about the same time, as the pending counters' layout).
+  double& FormTime(int r, int f) { return form_time_[static_cast<size_t>(f) * R_ + r]; }
+  const double* FormTimePtr(int r, int f) const { return form_time_.data() + static_cast<size_t>(f) * R_ + r; }
+  // [word][rank]: the compute step's dropped checkpoint pieces, bit p % 64 of word p / 64 (word-major
+  // like form_time_: a region's word of 8 neighbouring ranks on one line).
+  HugeVector<uint64_t> cur_ckpt_;
   int ckpt_words_ = 1;
+  uint64_t& CkptWord(int r, int w) { return cur_ckpt_[static_cast<size_t>(w) * R_ + r]; }
   HugeVector<RankState> rs_;
   HugeVector<uint8_t> pending_;     // [slot][task][rank]: unfinished dependencies
   std::vector<int64_t> coll_off_;   // per task: offset into the per-group state
@@ -281,6 +288,7 @@ class Engine {
     uint8_t recompute = 0;    // a compute task with a recompute region (reads the statistics row)
     uint8_t const_bytes = 0;  // a collective whose bytes are one constant (bytes_const_)
     uint8_t reads_stats = 0;  // its start reads the statistics row (a recompute, or no table entry)
+    int16_t ckpt_word = 0;    // a recompute's first checkpoint word
   };
   struct DepRef {
     size_t off;  // dependent * R_: its counter's offset from the rank's column
@@ -345,17 +353,15 @@ __attribute__((noinline)) void Engine::EnterComputeStep(int r, int step) {
   std::copy_n(Stats(step, r), width_, cur_stats_.data() + static_cast<size_t>(r) * width_);
   {
     const absl::Span<const double> stats(cur_stats_.data() + static_cast<size_t>(r) * width_, width_);
-    double* times = form_time_.data() + static_cast<size_t>(r) * forms_;
     for (int f = 0; f < forms_; ++f) {
       const TaskTemplate& t = tpl_.tasks[form_task_[f]];
-      times[f] = t.collective ? t.bytes.Eval(stats) : EvalTime(t.time, t.curve_terms, stats);
+      FormTime(r, f) = t.collective ? t.bytes.Eval(stats) : EvalTime(t.time, t.curve_terms, stats);
     }
   }
   if (in_.checkpointed != nullptr) {
     const size_t pieces = tpl_.pieces.size();
     const uint8_t* ck = in_.checkpointed->data() + (static_cast<size_t>(step) * R_ + r) * pieces;
-    uint64_t* bits = cur_ckpt_.data() + static_cast<size_t>(r) * ckpt_words_;
-    std::fill_n(bits, ckpt_words_, 0);
+    for (int w = 0; w < ckpt_words_; ++w) CkptWord(r, w) = 0;
     size_t p = 0;
 #if defined(__SSE2__)
     // 16 flags (0 or 1 bytes) to 16 bits at a time; 16 divides 64, so a group never straddles words.
@@ -363,10 +369,10 @@ __attribute__((noinline)) void Engine::EnterComputeStep(int r, int step) {
     for (; p + 16 <= pieces; p += 16) {
       const __m128i flags = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ck + p));
       const uint64_t set = static_cast<uint16_t>(~_mm_movemask_epi8(_mm_cmpeq_epi8(flags, zero)));
-      bits[p / 64] |= set << (p % 64);
+      CkptWord(r, static_cast<int>(p / 64)) |= set << (p % 64);
     }
 #endif
-    for (; p < pieces; ++p) if (ck[p]) bits[p / 64] |= uint64_t{1} << (p % 64);
+    for (; p < pieces; ++p) if (ck[p]) CkptWord(r, static_cast<int>(p / 64)) |= uint64_t{1} << (p % 64);
   }
 }
 
@@ -381,7 +387,7 @@ void Engine::StartCompute(int r, int i, int step) {
   // or a region recomputes.
   const int form = form_of_[i];
   if (form >= 0) {
-    x.main = FormTimes(r)[form];
+    x.main = FormTime(r, form);
   } else {
     const TaskTemplate& t = tpl_.tasks[i];
     x.main = EvalTime(t.time, t.curve_terms, stats);
@@ -390,12 +396,11 @@ void Engine::StartCompute(int r, int i, int step) {
   if (hot_[i].recompute && in_.checkpointed != nullptr) {
     // The region's dropped pieces are rebuilt before its backward.
     const RegionTemplate& reg = tpl_.regions[tpl_.tasks[i].recompute_region];
-    const uint64_t* bits = cur_ckpt_.data() + static_cast<size_t>(r) * ckpt_words_;
     // The region's flags at once (a region has at most one piece per recompute class, far fewer
     // than 64): most regions drop none, and a dropped one is found without testing the others.
     const int first = reg.piece_begin, n = reg.piece_end - reg.piece_begin, off = first % 64;
-    uint64_t dropped = bits[first / 64] >> off;
-    if (off + n > 64) dropped |= bits[first / 64 + 1] << (64 - off);
+    uint64_t dropped = CkptWord(r, first / 64) >> off;
+    if (off + n > 64) dropped |= CkptWord(r, first / 64 + 1) << (64 - off);
     dropped &= (uint64_t{1} << n) - 1;
     for (; dropped != 0; dropped &= dropped - 1) {
       const int p = first + std::countr_zero(dropped);
@@ -461,7 +466,7 @@ void Engine::Arrive(int r, int i, int step) {
   if (t.const_bytes) {
     bytes = bytes_const_[i];
   } else if (form_of_[i] >= 0 && rs_[r].cur_step == step) {
-    bytes = FormTimes(r)[form_of_[i]];
+    bytes = FormTime(r, form_of_[i]);
   } else {
     const double* stats = rs_[r].cur_step == step ? cur_stats_.data() + static_cast<size_t>(r) * width_ : Stats(step, r);
     bytes = tpl_.tasks[i].bytes.Eval(absl::Span<const double>(stats, width_));
@@ -813,6 +818,10 @@ absl::StatusOr<EngineOutput> Engine::Run() {
       return absl::InvalidArgumentError(absl::StrCat("sim engine: task ", tpl_.tasks[i].name, " has more than 255 dependencies"));
     }
   }
+  if (ckpt_words_ > INT16_MAX) {  // HotTask::ckpt_word
+    return absl::InternalError(absl::StrCat("sim engine: ", tpl_.pieces.size(), " checkpoint pieces (at most ",
+                                            64 * (INT16_MAX - 1), ")"));
+  }
   for (const RegionTemplate& reg : tpl_.regions) {
     if (reg.piece_end - reg.piece_begin >= 64) {  // StartCompute reads a region's flags as one word
       return absl::InternalError(absl::StrCat("sim engine: region ", reg.name, " has ", reg.piece_end - reg.piece_begin,
@@ -850,6 +859,7 @@ absl::StatusOr<EngineOutput> Engine::Run() {
     h.a2av = t.a2av;
     h.nonlayer = t.nonlayer;
     h.recompute = t.recompute_region >= 0 ? 1 : 0;
+    h.ckpt_word = static_cast<int16_t>(h.recompute ? tpl_.regions[t.recompute_region].piece_begin / 64 : 0);
     h.const_bytes = t.collective && ConstantBytes(t) ? 1 : 0;
     h.reads_stats = h.recompute || (!h.const_bytes && form_of_[i] < 0) ? 1 : 0;
     h.full_count = static_cast<uint8_t>(t.deps.size() + t.prev_deps.size());
@@ -946,7 +956,7 @@ absl::StatusOr<EngineOutput> Engine::Run() {
         for (int q = hot_[top.b].dep_begin; q < hot_[top.b].dep_end; ++q) {
           __builtin_prefetch(col + deps_[q].off);
           // A collective it readies arrives with bytes from the table.
-          if (deps_[q].bytes_form >= 0) __builtin_prefetch(FormTimes(next) + deps_[q].bytes_form);
+          if (deps_[q].bytes_form >= 0) __builtin_prefetch(FormTimePtr(next, deps_[q].bytes_form));
         }
         __builtin_prefetch(&Pending(next, hot_[top.b].stream_next, top.step + hot_[top.b].wraps));
         // The whole rank state (a task end touches most of it); the time of the stream's next task;
@@ -955,11 +965,11 @@ absl::StatusOr<EngineOutput> Engine::Run() {
         const char* state = reinterpret_cast<const char*>(&rs_[next]);
         for (size_t off = 0; off < sizeof(RankState); off += 64) __builtin_prefetch(state + off);
         const int following = hot_[top.b].stream_next;
-        if (form_of_[following] >= 0) __builtin_prefetch(FormTimes(next) + form_of_[following]);
+        if (form_of_[following] >= 0) __builtin_prefetch(FormTimePtr(next, form_of_[following]));
         if (hot_[following].reads_stats) {
           const double* stats_row = cur_stats_.data() + static_cast<size_t>(next) * width_;
           for (int off = 0; off < width_; off += 8) __builtin_prefetch(stats_row + off);
-          __builtin_prefetch(cur_ckpt_.data() + static_cast<size_t>(next) * ckpt_words_);
+          __builtin_prefetch(&CkptWord(next, hot_[following].ckpt_word));
         }
       }
     }
