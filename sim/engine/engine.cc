@@ -211,6 +211,28 @@ class Engine {
   std::vector<int32_t> form_of_;    // per task: its form (-1: constant bytes, or not tabled)
   std::vector<int32_t> form_task_;  // per form: the task whose time function it evaluates
   int forms_ = 0;
+  // A function without curve terms as one flat program (StatAffine::Program, the same sum in the
+  // same order): evaluating it reads two small arrays, not the template's vectors scattered over the
+  // heap. The forms' and the checkpoint pieces' forwards (a recompute adds its dropped pieces').
+  struct FlatFn {
+    double start = 0;
+    int32_t begin = 0, end = -1;  // end < 0: has curve terms (EvalTime on the template)
+  };
+  std::vector<FlatFn> form_flat_, piece_flat_;
+  std::vector<int32_t> flat_idx_;
+  std::vector<double> flat_val_;
+  FlatFn Flatten(const StatAffine& a) {
+    FlatFn f;
+    f.begin = static_cast<int32_t>(flat_idx_.size());
+    f.start = a.Program(flat_idx_, flat_val_);
+    f.end = static_cast<int32_t>(flat_idx_.size());
+    return f;
+  }
+  double EvalFlat(const FlatFn& f, const double* stats) const {
+    double v = f.start;
+    for (int32_t k = f.begin; k < f.end; ++k) v += flat_val_[k] * stats[flat_idx_[k]];
+    return v;
+  }
   HugeVector<double> form_time_;
   // Form f's value for rank r: [form][rank], so that a line holds 8 neighbouring ranks' values of
   // one form (they run the same task at about the same time, as the pending counters' layout).
@@ -354,8 +376,12 @@ __attribute__((noinline)) void Engine::EnterComputeStep(int r, int step) {
   {
     const absl::Span<const double> stats(cur_stats_.data() + static_cast<size_t>(r) * width_, width_);
     for (int f = 0; f < forms_; ++f) {
-      const TaskTemplate& t = tpl_.tasks[form_task_[f]];
-      FormTime(r, f) = t.collective ? t.bytes.Eval(stats) : EvalTime(t.time, t.curve_terms, stats);
+      if (form_flat_[f].end >= 0) {
+        FormTime(r, f) = EvalFlat(form_flat_[f], stats.data());
+      } else {
+        const TaskTemplate& t = tpl_.tasks[form_task_[f]];
+        FormTime(r, f) = EvalTime(t.time, t.curve_terms, stats);
+      }
     }
   }
   if (in_.checkpointed != nullptr) {
@@ -404,7 +430,8 @@ void Engine::StartCompute(int r, int i, int step) {
     dropped &= (uint64_t{1} << n) - 1;
     for (; dropped != 0; dropped &= dropped - 1) {
       const int p = first + std::countr_zero(dropped);
-      x.rec += EvalTime(tpl_.pieces[p].fwd_time, tpl_.pieces[p].fwd_curve_terms, stats);
+      x.rec += piece_flat_[p].end >= 0 ? EvalFlat(piece_flat_[p], stats.data())
+                                       : EvalTime(tpl_.pieces[p].fwd_time, tpl_.pieces[p].fwd_curve_terms, stats);
     }
   }
   x.base = (x.main + x.rec) * rs_[r].noise;
@@ -809,6 +836,21 @@ absl::StatusOr<EngineOutput> Engine::Run() {
       }
     }
     forms_ = static_cast<int>(form_task_.size());
+    flat_idx_.clear();
+    flat_val_.clear();
+    form_flat_.assign(forms_, FlatFn{});
+    for (int f = 0; f < forms_; ++f) {
+      const TaskTemplate& t = tpl_.tasks[form_task_[f]];
+      if (t.collective) {
+        form_flat_[f] = Flatten(t.bytes);
+      } else if (t.curve_terms.empty()) {
+        form_flat_[f] = Flatten(t.time);
+      }
+    }
+    piece_flat_.assign(tpl_.pieces.size(), FlatFn{});
+    for (size_t p = 0; p < tpl_.pieces.size(); ++p) {
+      if (tpl_.pieces[p].fwd_curve_terms.empty()) piece_flat_[p] = Flatten(tpl_.pieces[p].fwd_time);
+    }
     form_time_.assign(static_cast<size_t>(R_) * forms_, 0.0);
   }
   ckpt_words_ = static_cast<int>((tpl_.pieces.size() + 63) / 64) + 1;

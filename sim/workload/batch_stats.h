@@ -6,6 +6,7 @@
 #ifndef GEMTB_SIM_WORKLOAD_BATCH_STATS_H_
 #define GEMTB_SIM_WORKLOAD_BATCH_STATS_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -35,6 +36,20 @@ struct StatAffine {
     }
     for (size_t i = 0; i < coef.size(); ++i) v += coef[i] * stats[i];
     return v;
+  }
+  // Eval as a start value and terms (index, coefficient) added in order: Eval(stats) is exactly
+  // start + val[0] * stats[idx[0]] + val[1] * stats[idx[1]] + ..., left to right. Appends the terms.
+  double Program(std::vector<int32_t>& idx, std::vector<double>& val) const {
+    if (compact_) {
+      idx.insert(idx.end(), nz_index_.begin(), nz_index_.end());
+      val.insert(val.end(), nz_value_.begin(), nz_value_.end());
+      return constant_;
+    }
+    for (size_t i = 0; i < coef.size(); ++i) {
+      idx.push_back(static_cast<int32_t>(i));
+      val.push_back(coef[i]);
+    }
+    return 0.0;
   }
   void AddScaled(const StatAffine& o, double s) {
     if (coef.size() < o.coef.size()) coef.resize(o.coef.size(), 0.0);
@@ -69,7 +84,7 @@ struct StatAffine {
  private:
   bool compact_ = false;
   double constant_ = 0.0;
-  std::vector<int> nz_index_;
+  std::vector<int32_t> nz_index_;
   std::vector<double> nz_value_;
 };
 

@@ -1,5 +1,7 @@
 // sim/workload: process-group layouts, batch draws.
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <set>
 #include <string>
@@ -8,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "sim/workload/batch_draw.h"
+#include "sim/workload/batch_stats.h"
 #include "sim/workload/batch_stats_cache.h"
 #include "sim/workload/rank_groups.h"
 
@@ -124,6 +127,34 @@ BatchDrawConfig TestConfig(int steps) {
   AttentionMask block{MaskKind::kBlock, -1, -1, 64};
   c.sequences = {{16, block, 1024}, {16, block, 16384}};
   return c;
+}
+
+// StatAffine::Program is Eval as a start value and terms added left to right: replaying it gives
+// Eval's bits, compacted or not (signed zeros, cancelling terms, many magnitudes).
+TEST(StatAffineTest, ProgramReplaysEvalBitForBit) {
+  const std::vector<std::vector<double>> coefs = {
+      {}, {-0.0}, {3.5}, {0.0, 1e-3, 0.0, -2.5e-9, 0.0, 7.0}, {-1e300, 1e300, 1.0, 0.0, -0.0, 1e-300},
+      {0.1, 0.2, 0.3, 0.4, 0.5, 0.6}};
+  const std::vector<std::vector<double>> rows = {
+      {1.0, 1024, 3.3e7, 1.5e6, 7.7e9, 12.0}, {1.0, 0.0, -0.0, 1e-20, 1e20, 3.0}, {1.0, 3.0, 5.0, 7.0, 11.0, 13.0}};
+  for (bool compact : {false, true}) {
+    for (const std::vector<double>& coef : coefs) {
+      StatAffine a;
+      a.coef = coef;
+      if (compact) a.Compact();
+      std::vector<int32_t> idx = {99};  // appended after what is there
+      std::vector<double> val = {-1.0};
+      const double start = a.Program(idx, val);
+      ASSERT_EQ(idx.size(), val.size());
+      for (const std::vector<double>& row : rows) {
+        double v = start;
+        for (size_t k = 1; k < idx.size(); ++k) v += val[k] * row[idx[k]];
+        const double want = a.Eval(row);
+        EXPECT_EQ(std::bit_cast<uint64_t>(v), std::bit_cast<uint64_t>(want))
+            << "compact " << compact << " terms " << coef.size() << ": " << v << " vs " << want;
+      }
+    }
+  }
 }
 
 TEST(BatchDrawTest, StatisticsDoNotDependOnThreadCount) {
