@@ -228,6 +228,8 @@ class Engine {
     f.end = static_cast<int32_t>(flat_idx_.size());
     return f;
   }
+  // A flat program's value (f.end >= 0). Callers test for one themselves: resolving a template
+  // function for the other case costs the hot callers instructions they mostly do not need.
   double EvalFlat(const FlatFn& f, const double* stats) const {
     double v = f.start;
     for (int32_t k = f.begin; k < f.end; ++k) v += flat_val_[k] * stats[flat_idx_[k]];
@@ -378,7 +380,7 @@ __attribute__((noinline)) void Engine::EnterComputeStep(int r, int step) {
     for (int f = 0; f < forms_; ++f) {
       if (form_flat_[f].end >= 0) {
         FormTime(r, f) = EvalFlat(form_flat_[f], stats.data());
-      } else {
+      } else {  // a time with curve terms (a collective's bytes are always flat)
         const TaskTemplate& t = tpl_.tasks[form_task_[f]];
         FormTime(r, f) = EvalTime(t.time, t.curve_terms, stats);
       }
@@ -1001,9 +1003,9 @@ absl::StatusOr<EngineOutput> Engine::Run() {
           if (deps_[q].bytes_form >= 0) __builtin_prefetch(FormTimePtr(next, deps_[q].bytes_form));
         }
         __builtin_prefetch(&Pending(next, hot_[top.b].stream_next, top.step + hot_[top.b].wraps));
-        // The whole rank state (a task end touches most of it); the time of the stream's next task;
-        // the statistics row and checkpoint flags only where that task reads them (a region's
-        // recompute, a time not in the table) or is a collective (a no-op's stream arrives at one).
+        // The whole rank state (a task end touches most of it); the table entry of the stream's next
+        // task (its time, or a collective's bytes); the statistics row and checkpoint flags only
+        // where that task reads them (a region's recompute, a function not in the table).
         const char* state = reinterpret_cast<const char*>(&rs_[next]);
         for (size_t off = 0; off < sizeof(RankState); off += 64) __builtin_prefetch(state + off);
         const int following = hot_[top.b].stream_next;
