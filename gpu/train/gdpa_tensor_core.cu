@@ -1,7 +1,6 @@
 #include "gpu/train/gdpa_tensor_core.h"
 
 #include <cuda_bf16.h>
-#include <mma.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -10,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "gpu/common/mma.cuh"
 #include "gpu/train/gdpa_rows.cuh"
 #include "gpu/train/kernel_utils.cuh"
 
@@ -20,15 +20,20 @@ using gdpa::LoadSample;
 using gdpa::Mask;
 using gdpa::Sample;
 
-namespace wmma = nvcuda::wmma;
 using bf16 = __nv_bfloat16;
+using gemtb::gpu::CToA;
+using gemtb::gpu::Lane;
+using gemtb::gpu::LaneCoords;
+using gemtb::gpu::LoadA;
+using gemtb::gpu::Mma16816;
 
 // A CTA takes one (sample, head, tile of kTile rows of its own side: queries for o and dq, keys for
 // dk and dv) and walks the other side's kept rows in steps of kTile rows staged in shared memory as
-// bf16. Its 16-row strips and each step's 16-row chunks cut the step's scores into 16x16 regions; a
-// region's scores go from a WMMA accumulator through the fp32 score tile to the threads, which apply
-// the mask and the pointwise function and write the bf16 result back over the region, the A operand of
-// the WMMA that adds the region's terms to the warp's strip of the output.
+// bf16. Its 16-row strips and each step's 16-row chunks cut the step's scores into 16x16 regions. A
+// region stays in registers (mma.sync m16n8k16, gpu/common/mma.cuh): its two fp32 C tiles get the mask
+// and the pointwise function lane by lane and, rounded to bf16, are the A fragment of the products
+// that add the region's terms to the warp's strip of the output. The strip's own rows are loaded as A
+// fragments once; the chunk's rows come from shared memory by ldmatrix.
 //
 // Warp roles: with n real rows in the own tile, `strips` = 1, 2 or 4 warps (n <= 16, <= 32, else) take
 // one strip each, and the kWarps / strips groups of them split every step's chunks (group g takes
@@ -39,12 +44,9 @@ constexpr int kWarp = 32;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarp;
 constexpr int kTile = 64;
-constexpr int kFrag = 16;                    // WMMA's m = n = k
+constexpr int kFrag = 16;                    // a region's rows and columns: mma.sync's m and k
 constexpr int kChunks = kTile / kFrag;       // 16-row strips (chunks) of a tile
-constexpr int kPerLane = kFrag * kFrag / kWarp;  // a region's elements per lane
-constexpr int kRowStep = kWarp / kFrag;      // lane l owns rows l / 16 + 2t, column l % 16 of a region
-constexpr int kLdS = kTile + 4;              // fp32 row stride of the score tile (a multiple of 4, as WMMA wants)
-constexpr int kLdP = 2 * kLdS;               // the same rows read as bf16: a region's bf16 result over its fp32 scores
+constexpr int kLdS = kTile + 4;              // fp32 row stride of the output tile (float4 rows)
 
 static_assert(kChunks == kWarps, "the warp roles assume one strip per warp in a full tile");
 
@@ -62,25 +64,19 @@ constexpr int kSplitRows = kSplitSteps * kTile;  // rows of the other side per s
 // The largest workspace (bytes, dk and dv together) a split launch allocates; beyond it the walks stay whole.
 constexpr double kMaxWorkspaceBytes = 512.0 * 1024 * 1024;
 
-// The shared memory of a kernel: kOperands staged tiles of kTile rows of bf16, then the fp32 score
-// tile (which ends as the warps' partial output strips, kDh <= kLdS columns).
+// The shared memory of a kernel: kOperands staged tiles of kTile rows of bf16, then the fp32 output
+// tile (the warps' partial output strips, kDh <= kLdS columns, added there in a fixed order).
 template <int kDh>
 struct Layout {
-  // bf16 row stride: rows 16 bytes apart modulo 128, so that WMMA's 8-row loads hit distinct banks.
+  // bf16 row stride: rows 16 bytes apart modulo 128, so that ldmatrix's 8-row loads hit distinct banks.
   static constexpr int kLd = kDh + 8;
   static constexpr size_t kOperandElems = static_cast<size_t>(kTile) * kLd;
   static constexpr size_t Bytes(int operands) {
     return sizeof(bf16) * kOperandElems * operands + sizeof(float) * kTile * kLdS;
   }
-  static_assert(kDh % kFrag == 0 && kDh <= kLdS, "dh: a multiple of 16 that fits the score tile's rows");
+  static_assert(kDh % kFrag == 0 && kDh <= kLdS, "dh: a multiple of 16 that fits the output tile's rows");
   static_assert(sizeof(bf16) * kOperandElems % 128 == 0, "every staged tile 128-byte aligned");
 };
-
-using FragA = wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, bf16, wmma::row_major>;
-using FragB = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, bf16, wmma::row_major>;
-// B = X^T read from rows of X: X's row-major rows are B's columns.
-using FragBT = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, bf16, wmma::col_major>;
-using FragC = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
 
 struct Params {
   const int32_t* q_offsets;
@@ -179,72 +175,148 @@ __device__ Role WarpRole(int n) {
   return r;
 }
 
-// Rows [row0, row0 + n) of head h of x (rows of `width` floats) rounded to bf16 into rows 0 .. n-1 of
-// the staged tile s, rows n .. kTile-1 zero: a partial tile's padding adds nothing and is never NaN.
+// One thread's share of a tile being staged: rows [row0, row0 + n) of head h of x (rows of `width`
+// floats) held as fp32 in registers between Fetch and Put, so that the next step's global loads are
+// in flight while the warps compute on the current one. Thread `tid` holds the four columns at
+// quad (tid + i * kThreads) of the tile for every i.
+template <int kDh>
+struct StagedRows {
+  static constexpr int kQuadsPerRow = kDh / 4;
+  static constexpr int kQuads = kTile * kQuadsPerRow / kThreads;
+  static_assert(kTile * kQuadsPerRow % kThreads == 0, "a tile's quads split evenly over the threads");
+  float4 x[kQuads];
+
+  // Rows past n read as zero: a partial tile's padding adds nothing and is never NaN. vec: 16-byte
+  // loads; else four 4-byte loads.
+  __device__ void Fetch(const float* src, int64_t row0, int n, int width, int h, bool vec) {
+#pragma unroll
+    for (int i = 0; i < kQuads; ++i) {
+      const int e = static_cast<int>(threadIdx.x) + i * kThreads, r = e / kQuadsPerRow, c = e % kQuadsPerRow * 4;
+      x[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (r >= n) continue;
+      const float* at = src + (row0 + r) * width + h * kDh + c;
+      x[i] = vec ? __ldg(reinterpret_cast<const float4*>(at))
+                 : make_float4(__ldg(at), __ldg(at + 1), __ldg(at + 2), __ldg(at + 3));
+    }
+  }
+  // The held rows rounded to bf16 into rows 0 .. kTile-1 of the staged tile s.
+  __device__ void Put(bf16* s) const {
+#pragma unroll
+    for (int i = 0; i < kQuads; ++i) {
+      const int e = static_cast<int>(threadIdx.x) + i * kThreads, r = e / kQuadsPerRow, c = e % kQuadsPerRow * 4;
+      auto* d = reinterpret_cast<__nv_bfloat162*>(s + r * Layout<kDh>::kLd + c);
+      d[0] = __floats2bfloat162_rn(x[i].x, x[i].y);
+      d[1] = __floats2bfloat162_rn(x[i].z, x[i].w);
+    }
+  }
+};
+
+// Rows [row0, row0 + n) of head h of x rounded to bf16 into the staged tile s at once (StagedRows).
 template <int kDh>
 __device__ void StageRows(const float* x, int64_t row0, int n, int width, int h, bool vec, bf16* s) {
-  constexpr int kLd = Layout<kDh>::kLd;
-  if (vec) {
-    constexpr int kQuads = kDh / 4;
-    for (int e = threadIdx.x; e < kTile * kQuads; e += kThreads) {
-      const int r = e / kQuads, c = e % kQuads * 4;
-      float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (r < n) f = *reinterpret_cast<const float4*>(x + (row0 + r) * width + h * kDh + c);
-      auto* d = reinterpret_cast<__nv_bfloat162*>(s + r * kLd + c);
-      d[0] = __floats2bfloat162_rn(f.x, f.y);
-      d[1] = __floats2bfloat162_rn(f.z, f.w);
-    }
-  } else {
-    for (int e = threadIdx.x; e < kTile * kDh; e += kThreads) {
-      const int r = e / kDh, c = e % kDh;
-      s[r * kLd + c] = __float2bfloat16_rn(r < n ? x[(row0 + r) * width + h * kDh + c] : 0.0f);
-    }
-  }
+  StagedRows<kDh> rows;
+  rows.Fetch(x, row0, n, width, h, vec);
+  rows.Put(s);
 }
 
-// The A operands of rows [row0, row0 + 16) of the staged tile s, one per 16 columns.
+// Where a lane's score-side values sit (gpu/common/mma.cuh's fragment layouts): lane 4g + t holds
+// rows g and g + 8 of the strip, columns 2t, 2t + 1 of each 8-column tile. The mask range of each of
+// its two rows, [lo, hi) of the other side (empty for a row past the tile's n real rows).
+struct LaneRows {
+  int lo[2], hi[2];
+  __device__ bool Keep(int half, int j) const { return j >= lo[half] && j < hi[half]; }
+};
+
+// The lane's rows of the strip whose first row is own row `first` (sample-local), `left` real rows
+// from it, over an other side of `other` rows.
+__device__ LaneRows StripRows(const Mask& mask, int first, int left, int other) {
+  const int g = Lane().g;
+  LaneRows r;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    r.lo[half] = r.hi[half] = 0;
+    if (g + 8 * half < left) mask.Range(first + g + 8 * half, other, &r.lo[half], &r.hi[half]);
+  }
+  return r;
+}
+
+__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// The A fragments of strip rows [row0, row0 + 16) of the staged tile s, one per 16 columns: loaded
+// once per CTA and kept in registers for the whole walk.
 template <int kDh>
-__device__ void LoadStrip(const bf16* s, int row0, FragA (&a)[kDh / kFrag]) {
+__device__ void LoadStrip(const bf16* s, int row0, uint32_t (&a)[kDh / kFrag][4]) {
 #pragma unroll
   for (int kk = 0; kk < kDh / kFrag; ++kk) {
-    wmma::load_matrix_sync(a[kk], s + row0 * Layout<kDh>::kLd + kk * kFrag, Layout<kDh>::kLd);
+    LoadA(reinterpret_cast<const uint16_t*>(s), Layout<kDh>::kLd, row0, kk * kFrag, a[kk]);
   }
 }
 
-// acc = A X^T: A the strip's rows (a), X rows [r0, r0 + 16) of the staged tile s.
+// The B fragments of two 8-column tiles (n0 and n0 + 8) over the k-slice [k0, k0 + 16), where
+// B[k][n] = X[n][k] is read from rows of the staged tile X (keys in q k^T): one ldmatrix.x4.
+__device__ __forceinline__ void LoadBPairFromRows(const bf16* x, int ld, int n0, int k0, uint32_t (&lo)[2],
+                                                  uint32_t (&hi)[2]) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp, m = lane / 8, r = lane % 8;
+  const bf16* p = x + (n0 + (m / 2) * 8 + r) * ld + k0 + (m % 2) * 8;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(lo[0]), "=r"(lo[1]), "=r"(hi[0]), "=r"(hi[1])
+               : "r"(SharedAddress(p)));
+}
+
+// The same for B[k][n] = X[k][n], X's rows being B's rows (v in p v): ldmatrix.x4.trans.
+__device__ __forceinline__ void LoadBPairFromCols(const bf16* x, int ld, int k0, int n0, uint32_t (&lo)[2],
+                                                  uint32_t (&hi)[2]) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp, m = lane / 8, r = lane % 8;
+  const bf16* p = x + (k0 + (m % 2) * 8 + r) * ld + n0 + (m / 2) * 8;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(lo[0]), "=r"(lo[1]), "=r"(hi[0]), "=r"(hi[1])
+               : "r"(SharedAddress(p)));
+}
+
+// The strip's 16 x 16 products a X^T with the chunk's rows [r0, r0 + 16) of the staged tile X, as two
+// 8-column C tiles (columns 0-7 in lo, 8-15 in hi), summed in fp32 over the head's dh columns.
 template <int kDh>
-__device__ void TimesRowsT(const FragA (&a)[kDh / kFrag], const bf16* s, int r0, FragC& acc) {
-  wmma::fill_fragment(acc, 0.0f);
+__device__ void TimesRowsT(const uint32_t (&a)[kDh / kFrag][4], const bf16* x, int r0, float (&lo)[4],
+                           float (&hi)[4]) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) lo[e] = hi[e] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < kDh / kFrag; ++kk) {
-    FragBT b;
-    wmma::load_matrix_sync(b, s + r0 * Layout<kDh>::kLd + kk * kFrag, Layout<kDh>::kLd);
-    wmma::mma_sync(acc, a[kk], b, acc);
+    uint32_t b_lo[2], b_hi[2];
+    LoadBPairFromRows(x, Layout<kDh>::kLd, r0, kk * kFrag, b_lo, b_hi);
+    Mma16816<ElementType::kBFloat16>(lo, a[kk], b_lo);
+    Mma16816<ElementType::kBFloat16>(hi, a[kk], b_hi);
   }
 }
 
-// acc += W X: W the 16x16 bf16 region at w (row stride kLdP), X rows [r0, r0 + 16) of the staged tile s.
+// acc += W X: W the 16 x 16 bf16 A fragment of a region (the chunk's 16 rows of the other side as its
+// columns), X the chunk's rows [r0, r0 + 16) of the staged tile.
 template <int kDh>
-__device__ void AddTimesRows(const bf16* w, const bf16* s, int r0, FragC (&acc)[kDh / kFrag]) {
-  FragA a;
-  wmma::load_matrix_sync(a, w, kLdP);
+__device__ void AddTimesRows(const uint32_t (&w)[4], const bf16* x, int r0, float (&acc)[kDh / 8][4]) {
 #pragma unroll
-  for (int n = 0; n < kDh / kFrag; ++n) {
-    FragB b;
-    wmma::load_matrix_sync(b, s + r0 * Layout<kDh>::kLd + n * kFrag, Layout<kDh>::kLd);
-    wmma::mma_sync(acc[n], a, b, acc[n]);
+  for (int n = 0; n < kDh / 8; n += 2) {
+    uint32_t b_lo[2], b_hi[2];
+    LoadBPairFromCols(x, Layout<kDh>::kLd, r0, n * 8, b_lo, b_hi);
+    Mma16816<ElementType::kBFloat16>(acc[n], w, b_lo);
+    Mma16816<ElementType::kBFloat16>(acc[n + 1], w, b_hi);
   }
 }
 
-// acc through the warp's region of the score tile into the lane's values (rows lane / 16 + 2t,
-// column lane % 16). The region is free again on return.
-__device__ void RegionValues(const FragC& acc, float* region, float (&x)[kPerLane]) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  wmma::store_matrix_sync(region, acc, kLdS, wmma::mem_row_major);
-  __syncwarp();
+// f applied to the region's values where the lane's row keeps other-side row jc + column (else 0),
+// then rounded to bf16 as an A fragment. f(half, e) reads the value at element e of tile `half`'s C.
+template <typename F>
+__device__ void RegionOperand(const LaneRows& rows, int jc, F f, uint32_t (&w)[4]) {
+  const int t = Lane().t;
+  float lo[4], hi[4];
 #pragma unroll
-  for (int t = 0; t < kPerLane; ++t) x[t] = region[(lane / kFrag + kRowStep * t) * kLdS + lane % kFrag];
-  __syncwarp();
+  for (int e = 0; e < 4; ++e) {
+    const int j = jc + 2 * t + e % 2;
+    lo[e] = rows.Keep(e / 2, j) ? f(0, e) : 0.0f;
+    hi[e] = rows.Keep(e / 2, j + 8) ? f(1, e) : 0.0f;
+  }
+  CToA<ElementType::kBFloat16>(lo, hi, w);
 }
 
 // The CTA's output rows [first, first + n) of head h: own row r is the sum of the groups' partial
@@ -275,15 +347,19 @@ __device__ void StoreOutput(const float* part, int strips, int64_t first, int n,
   }
 }
 
-// The warp's accumulators as its partial strip (rows 16 * warp of the score tile), then the CTA's
-// rows [first, first + n) of out. Starts and ends with a barrier: the score tile is free on return.
+// The warp's accumulators as its partial strip (rows 16 * warp of the output tile), then the CTA's
+// rows [first, first + n) of out. Starts and ends with a barrier: the output tile is free on return.
 template <int kDh>
-__device__ void FinishOutput(const FragC (&acc)[kDh / kFrag], float* ss, const Role& role, int64_t first, int n,
+__device__ void FinishOutput(const float (&acc)[kDh / 8][4], float* ss, const Role& role, int64_t first, int n,
                              int width, int h, bool vec, float* out) {
   __syncthreads();
+  const LaneCoords l = Lane();
   float* part = ss + static_cast<int>(threadIdx.x) / kWarp * kFrag * kLdS;
 #pragma unroll
-  for (int c = 0; c < kDh / kFrag; ++c) wmma::store_matrix_sync(part + c * kFrag, acc[c], kLdS, wmma::mem_row_major);
+  for (int c = 0; c < kDh / 8; ++c) {
+    *reinterpret_cast<float2*>(part + l.g * kLdS + c * 8 + 2 * l.t) = make_float2(acc[c][0], acc[c][1]);
+    *reinterpret_cast<float2*>(part + (l.g + 8) * kLdS + c * 8 + 2 * l.t) = make_float2(acc[c][2], acc[c][3]);
+  }
   __syncthreads();
   StoreOutput<kDh>(ss, role.strips, first, n, width, h, vec, out);
   __syncthreads();
@@ -307,7 +383,6 @@ __global__ void __launch_bounds__(kThreads)
   const int i0 = place.tile * kTile;
   if (i0 >= place.own) return;
   const int nq = min(kTile, place.own - i0);
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
   // The tile's kept keys (the split's steps of them), and the warp's strip's: the ranges' bounds grow with i.
   int klo = 0, khi = 0, jb = 0, je = 0, slo = 0, shi = 0, unused = 0;
   p.mask.Range(i0, s.lk, &klo, &unused);
@@ -317,37 +392,33 @@ __global__ void __launch_bounds__(kThreads)
   const Role role = WarpRole(nq);
   p.mask.Range(i0 + role.row0, s.lk, &slo, &unused);
   p.mask.Range(i0 + min(role.row0 + kFrag, nq) - 1, s.lk, &unused, &shi);
+  const LaneRows rows = StripRows(p.mask, i0 + role.row0, nq - role.row0, s.lk);
   __syncthreads();
-  FragA qf[kDh / kFrag];
-  LoadStrip<kDh>(qs, role.row0, qf);
-  FragC acc[kDh / kFrag];
-#pragma unroll
-  for (FragC& a : acc) wmma::fill_fragment(a, 0.0f);
+  uint32_t qa[kDh / kFrag][4];
+  LoadStrip<kDh>(qs, role.row0, qa);
+  float acc[kDh / 8][4] = {};
+  // Step j0's keys and values, fetched while the step before it is computed.
+  StagedRows<kDh> next_k, next_v;
+  const auto fetch = [&](int j0) {
+    next_k.Fetch(k, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
+    next_v.Fetch(v, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
+  };
+  if (jb < je) fetch(jb);
   for (int j0 = jb; j0 < je; j0 += kTile) {
-    const int nk = min(kTile, khi - j0);
-    __syncthreads();  // the previous step's tiles and regions are read
-    StageRows<kDh>(k, s.k_row + j0, nk, width, h, p.vec, ks);
-    StageRows<kDh>(v, s.k_row + j0, nk, width, h, p.vec, vs);
+    __syncthreads();  // the previous step's tiles are read
+    next_k.Put(ks);
+    next_v.Put(vs);
     __syncthreads();
+    if (j0 + kTile < je) fetch(j0 + kTile);
     if (!role.active) continue;
     for (int c = role.group; c < kChunks; c += role.groups) {
       const int jc = j0 + c * kFrag;
       if (jc >= shi || jc + kFrag <= slo) continue;  // no key of the chunk kept by the strip
-      float* region = ss + role.row0 * kLdS + c * kFrag;
-      FragC sf;
-      TimesRowsT<kDh>(qf, ks, c * kFrag, sf);
-      float z[kPerLane];
-      RegionValues(sf, region, z);
-      bf16* w = reinterpret_cast<bf16*>(region);
-#pragma unroll
-      for (int t = 0; t < kPerLane; ++t) {
-        const int r = lane / kFrag + kRowStep * t, j = jc + lane % kFrag;
-        int lo = 0, hi = 0;
-        p.mask.Range(i0 + role.row0 + r, s.lk, &lo, &hi);
-        const bool keep = role.row0 + r < nq && j >= lo && j < hi;
-        w[r * kLdP + lane % kFrag] = __float2bfloat16_rn(keep ? Weight(z[t], p.post_scale) : 0.0f);
-      }
-      __syncwarp();
+      float z_lo[4], z_hi[4];
+      TimesRowsT<kDh>(qa, ks, c * kFrag, z_lo, z_hi);
+      uint32_t w[4];
+      RegionOperand(
+          rows, jc, [&](int half, int e) { return Weight(half == 0 ? z_lo[e] : z_hi[e], p.post_scale); }, w);
       AddTimesRows<kDh>(w, vs, c * kFrag, acc);
     }
   }
@@ -373,7 +444,6 @@ __global__ void __launch_bounds__(kThreads) BackwardDqKernel(Params p, Split sp,
   const int i0 = place.tile * kTile;
   if (i0 >= place.own) return;
   const int nq = min(kTile, place.own - i0);
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
   int klo = 0, khi = 0, jb = 0, je = 0, slo = 0, shi = 0, unused = 0;
   p.mask.Range(i0, s.lk, &klo, &unused);
   p.mask.Range(i0 + nq - 1, s.lk, &unused, &khi);
@@ -383,40 +453,39 @@ __global__ void __launch_bounds__(kThreads) BackwardDqKernel(Params p, Split sp,
   const Role role = WarpRole(nq);
   p.mask.Range(i0 + role.row0, s.lk, &slo, &unused);
   p.mask.Range(i0 + min(role.row0 + kFrag, nq) - 1, s.lk, &unused, &shi);
+  const LaneRows rows = StripRows(p.mask, i0 + role.row0, nq - role.row0, s.lk);
   __syncthreads();
-  FragA qf[kDh / kFrag], dof[kDh / kFrag];
-  LoadStrip<kDh>(qs, role.row0, qf);
-  LoadStrip<kDh>(dos, role.row0, dof);
-  FragC acc[kDh / kFrag];
-#pragma unroll
-  for (FragC& a : acc) wmma::fill_fragment(a, 0.0f);
+  uint32_t qa[kDh / kFrag][4], doa[kDh / kFrag][4];
+  LoadStrip<kDh>(qs, role.row0, qa);
+  LoadStrip<kDh>(dos, role.row0, doa);
+  float acc[kDh / 8][4] = {};
+  // Step j0's keys and values, fetched while the step before it is computed.
+  StagedRows<kDh> next_k, next_v;
+  const auto fetch = [&](int j0) {
+    next_k.Fetch(k, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
+    next_v.Fetch(v, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
+  };
+  if (jb < je) fetch(jb);
   for (int j0 = jb; j0 < je; j0 += kTile) {
-    const int nk = min(kTile, khi - j0);
+    __syncthreads();  // the previous step's tiles are read
+    next_k.Put(ks);
+    next_v.Put(vs);
     __syncthreads();
-    StageRows<kDh>(k, s.k_row + j0, nk, width, h, p.vec, ks);
-    StageRows<kDh>(v, s.k_row + j0, nk, width, h, p.vec, vs);
-    __syncthreads();
+    if (j0 + kTile < je) fetch(j0 + kTile);
     if (!role.active) continue;
     for (int c = role.group; c < kChunks; c += role.groups) {
       const int jc = j0 + c * kFrag;
       if (jc >= shi || jc + kFrag <= slo) continue;
-      float* region = ss + role.row0 * kLdS + c * kFrag;
-      FragC f;
-      float z[kPerLane], dp[kPerLane];
-      TimesRowsT<kDh>(qf, ks, c * kFrag, f);
-      RegionValues(f, region, z);
-      TimesRowsT<kDh>(dof, vs, c * kFrag, f);
-      RegionValues(f, region, dp);
-      bf16* w = reinterpret_cast<bf16*>(region);
-#pragma unroll
-      for (int t = 0; t < kPerLane; ++t) {
-        const int r = lane / kFrag + kRowStep * t, j = jc + lane % kFrag;
-        int lo = 0, hi = 0;
-        p.mask.Range(i0 + role.row0 + r, s.lk, &lo, &hi);
-        const bool keep = role.row0 + r < nq && j >= lo && j < hi;
-        w[r * kLdP + lane % kFrag] = __float2bfloat16_rn(keep ? ScoreGrad(z[t], dp[t], p.post_scale) : 0.0f);
-      }
-      __syncwarp();
+      float z_lo[4], z_hi[4], dp_lo[4], dp_hi[4];
+      TimesRowsT<kDh>(qa, ks, c * kFrag, z_lo, z_hi);
+      TimesRowsT<kDh>(doa, vs, c * kFrag, dp_lo, dp_hi);
+      uint32_t w[4];
+      RegionOperand(
+          rows, jc,
+          [&](int half, int e) {
+            return half == 0 ? ScoreGrad(z_lo[e], dp_lo[e], p.post_scale) : ScoreGrad(z_hi[e], dp_hi[e], p.post_scale);
+          },
+          w);
       AddTimesRows<kDh>(w, ks, c * kFrag, acc);
     }
   }
@@ -426,8 +495,8 @@ __global__ void __launch_bounds__(kThreads) BackwardDqKernel(Params p, Split sp,
 
 // dk, dv for the keys of a tile (CtaPlace): a walk over the queries that keep them (or the split's part
 // of them), in increasing order.
-// A region is transposed (keys as rows): s^T = k q^T and dp^T = v do^T; its first 16 bf16 columns get
-// p^T = post silu(s^T) (times the chunk's do into dv), the next 16 dz^T (times the chunk's q into dk).
+// A region is transposed (keys as rows): s^T = k q^T and dp^T = v do^T give p^T = post silu(s^T) (times
+// the chunk's do into dv) and dz^T (times the chunk's q into dk).
 template <int kDh>
 __global__ void __launch_bounds__(kThreads) BackwardDkDvKernel(Params p, Split sp, const float* q, const float* k,
                                                                const float* v, const float* d_o, float* dk,
@@ -445,7 +514,6 @@ __global__ void __launch_bounds__(kThreads) BackwardDkDvKernel(Params p, Split s
   const int j0 = place.tile * kTile;
   if (j0 >= place.own) return;
   const int nk = min(kTile, place.own - j0);
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
   int qlo = 0, qhi = 0, ib = 0, ie = 0, slo = 0, shi = 0, unused = 0;
   p.mask.Range(j0, s.lq, &qlo, &unused);
   p.mask.Range(j0 + nk - 1, s.lq, &unused, &qhi);
@@ -455,47 +523,43 @@ __global__ void __launch_bounds__(kThreads) BackwardDkDvKernel(Params p, Split s
   const Role role = WarpRole(nk);
   p.mask.Range(j0 + role.row0, s.lq, &slo, &unused);
   p.mask.Range(j0 + min(role.row0 + kFrag, nk) - 1, s.lq, &unused, &shi);
+  const LaneRows rows = StripRows(p.mask, j0 + role.row0, nk - role.row0, s.lq);
   __syncthreads();
-  FragA kf[kDh / kFrag], vf[kDh / kFrag];
-  LoadStrip<kDh>(ks, role.row0, kf);
-  LoadStrip<kDh>(vs, role.row0, vf);
-  FragC acc_k[kDh / kFrag], acc_v[kDh / kFrag];
-#pragma unroll
-  for (int n = 0; n < kDh / kFrag; ++n) {
-    wmma::fill_fragment(acc_k[n], 0.0f);
-    wmma::fill_fragment(acc_v[n], 0.0f);
-  }
+  uint32_t ka[kDh / kFrag][4], va[kDh / kFrag][4];
+  LoadStrip<kDh>(ks, role.row0, ka);
+  LoadStrip<kDh>(vs, role.row0, va);
+  float acc_k[kDh / 8][4] = {}, acc_v[kDh / 8][4] = {};
+  // Step i0's queries and output gradients, fetched while the step before it is computed.
+  StagedRows<kDh> next_q, next_do;
+  const auto fetch = [&](int i0) {
+    next_q.Fetch(q, s.q_row + i0, min(kTile, qhi - i0), width, h, p.vec);
+    next_do.Fetch(d_o, s.q_row + i0, min(kTile, qhi - i0), width, h, p.vec);
+  };
+  if (ib < ie) fetch(ib);
   for (int i0 = ib; i0 < ie; i0 += kTile) {
-    const int nq = min(kTile, qhi - i0);
+    __syncthreads();  // the previous step's tiles are read
+    next_q.Put(qs);
+    next_do.Put(dos);
     __syncthreads();
-    StageRows<kDh>(q, s.q_row + i0, nq, width, h, p.vec, qs);
-    StageRows<kDh>(d_o, s.q_row + i0, nq, width, h, p.vec, dos);
-    __syncthreads();
+    if (i0 + kTile < ie) fetch(i0 + kTile);
     if (!role.active) continue;
     for (int c = role.group; c < kChunks; c += role.groups) {
       const int ic = i0 + c * kFrag;
       if (ic >= shi || ic + kFrag <= slo) continue;  // no query of the chunk keeps a key of the strip
-      float* region = ss + role.row0 * kLdS + c * kFrag;
-      FragC f;
-      float z[kPerLane], dp[kPerLane];
-      TimesRowsT<kDh>(kf, qs, c * kFrag, f);
-      RegionValues(f, region, z);
-      TimesRowsT<kDh>(vf, dos, c * kFrag, f);
-      RegionValues(f, region, dp);
-      bf16* w = reinterpret_cast<bf16*>(region);  // p^T in columns 0 .. 15, dz^T in 16 .. 31
-#pragma unroll
-      for (int t = 0; t < kPerLane; ++t) {
-        const int r = lane / kFrag + kRowStep * t, i = ic + lane % kFrag;
-        int lo = 0, hi = 0;
-        p.mask.Range(j0 + role.row0 + r, s.lq, &lo, &hi);
-        const bool keep = role.row0 + r < nk && i >= lo && i < hi;
-        w[r * kLdP + lane % kFrag] = __float2bfloat16_rn(keep ? Weight(z[t], p.post_scale) : 0.0f);
-        w[r * kLdP + kFrag + lane % kFrag] =
-            __float2bfloat16_rn(keep ? ScoreGrad(z[t], dp[t], p.post_scale) : 0.0f);
-      }
-      __syncwarp();
-      AddTimesRows<kDh>(w, dos, c * kFrag, acc_v);
-      AddTimesRows<kDh>(w + kFrag, qs, c * kFrag, acc_k);
+      float z_lo[4], z_hi[4], dp_lo[4], dp_hi[4];
+      TimesRowsT<kDh>(ka, qs, c * kFrag, z_lo, z_hi);
+      TimesRowsT<kDh>(va, dos, c * kFrag, dp_lo, dp_hi);
+      uint32_t pt[4], dzt[4];
+      RegionOperand(
+          rows, ic, [&](int half, int e) { return Weight(half == 0 ? z_lo[e] : z_hi[e], p.post_scale); }, pt);
+      RegionOperand(
+          rows, ic,
+          [&](int half, int e) {
+            return half == 0 ? ScoreGrad(z_lo[e], dp_lo[e], p.post_scale) : ScoreGrad(z_hi[e], dp_hi[e], p.post_scale);
+          },
+          dzt);
+      AddTimesRows<kDh>(pt, dos, c * kFrag, acc_v);
+      AddTimesRows<kDh>(dzt, qs, c * kFrag, acc_k);
     }
   }
   const Dest dest_k = OutputRows(sp, place.split, dk, sp.part0, s.k_row, j0, p.vec);
@@ -503,7 +567,6 @@ __global__ void __launch_bounds__(kThreads) BackwardDkDvKernel(Params p, Split s
   FinishOutput<kDh>(acc_k, ss, role, dest_k.first, nk, width, h, dest_k.vec, dest_k.rows);
   FinishOutput<kDh>(acc_v, ss, role, dest_v.first, nk, width, h, dest_v.vec, dest_v.rows);
 }
-
 // The output rows of a split launch (SplitWalk): own row r of sample blockIdx.x (queries, or keys where
 // own_keys), every head, is the sum of the partial rows of the splits that wrote them, in increasing
 // split order; part1 / out1 (dv) too where out1 is not null. Grid (batch, any y): the y blocks stride

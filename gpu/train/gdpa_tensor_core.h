@@ -1,7 +1,7 @@
 // GDPA (gpu/train/gdpa.h's contract: the same GdpaBatch, jagged layout, masks and math) on tensor
 // cores: q, k, v, d_o stay fp32 in global memory and are rounded to bf16 as they are staged in shared
 // memory, as are the score-side tiles (post * silu(s), and its gradient) that multiply v, k or q; every
-// product is summed in fp32 (WMMA 16x16x16 bf16 with fp32 accumulators). Faster than GdpaForward /
+// product is summed in fp32 (mma.sync m16n8k16, bf16 operands, fp32 accumulators). Faster than GdpaForward /
 // GdpaBackward, and less exact: bf16 operands give relative errors of order 1e-3 to 1e-2 where those
 // give 1e-6. No atomics and a fixed order of every sum: every run on the same GPU gives the same bytes.
 // Device pointers, asynchronous on `stream`; the host fields are checked first by ValidateGdpaBatch.

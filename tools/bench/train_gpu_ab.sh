@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# One device call: `gemtb train --config small` of several source trees side by side on the lent H200,
+# in turns (A B A B ...), so that a change to the trainer is timed against its base in the same call.
+# Optionally runs test binaries of every variant first and times the kernels of one step of each
+# under Nsight Compute.
+#
+# Here, before the call: one `git archive` per variant in .deb/variants/NAME.tgz, e.g.
+#   mkdir -p .deb/variants && git archive --format=tar.gz -o .deb/variants/a_base.tgz HEAD~1 \
+#     && git archive --format=tar.gz -o .deb/variants/b_new.tgz HEAD
+# (`git stash create` gives a commit of uncommitted work to archive). Then
+# run(command: "bash tools/bench/train_gpu_ab.sh", carry: [".deb"]).
+# Environment: BATCHES (local batches, default "256 1024"), TURNS (default 2), STEPS per run (default
+# 20), TESTS (test targets built and run for every variant, default none), KERNELS (a local batch:
+# ncu times every kernel whose name matches KERNEL_REGEX, default all, in one step of each variant).
+# Writes $OUT/ab_summary.txt: every run's median step and samples/s, then per variant and batch the
+# median over the turns; tests_NAME.log, kernels_NAME.csv. Exit status: 0 the runs happened, 1 a test
+# or a run failed, 2 a build failed.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-$PWD/out}
+mkdir -p "$out"
+source tools/lib/device_build.sh
+unpack_device_deps train_gpu_ab
+batches=${BATCHES:-256 1024}
+turns=${TURNS:-2}
+steps=${STEPS:-20}
+tests=${TESTS:-}
+kernels=${KERNELS:-}
+kernel_regex=${KERNEL_REGEX:-.}
+shopt -s nullglob
+variants=()
+for tgz in .deb/variants/*.tgz; do variants+=("$(basename "$tgz" .tgz)"); done
+if [ ${#variants[@]} -eq 0 ]; then
+  echo "train_gpu_ab: .deb/variants/ holds no .tgz" | tee -a "$out/ab_summary.txt"
+  exit 2
+fi
+start=$SECONDS
+build_one() {  # NAME: unpack and build gemtb (and the TESTS)
+  local name=$1 src=$scratch/ab-src-$1 build=$scratch/ab-build-$1
+  mkdir -p "$src" && tar -xzf ".deb/variants/$name.tgz" -C "$src"
+  # shellcheck disable=SC2086
+  configure_device_build "$src" "$build" >"$out/build_$name.log" 2>&1 &&
+    cmake --build "$build" --target gemtb $tests >>"$out/build_$name.log" 2>&1
+}
+pids=()
+for v in "${variants[@]}"; do build_one "$v" & pids+=($!); done
+failed=0
+for i in "${!pids[@]}"; do
+  if ! wait "${pids[$i]}"; then
+    echo "train_gpu_ab: the build of ${variants[$i]} failed (build_${variants[$i]}.log)" | tee -a "$out/ab_summary.txt"
+    tail -20 "$out/build_${variants[$i]}.log"
+    failed=1
+  fi
+done
+[ "$failed" -eq 0 ] || exit 2
+echo "train_gpu_ab: ${variants[*]} on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader);" \
+  "builds $((SECONDS - start)) s" | tee -a "$out/ab_summary.txt"
+rc=0
+for v in "${variants[@]}"; do
+  for t in $tests; do
+    "$scratch/ab-build-$v/bin/$t" >>"$out/tests_$v.log" 2>&1 || rc=1
+  done
+  [ -n "$tests" ] && grep -E "^\[  (PASSED|FAILED) " "$out/tests_$v.log" | sed "s/^/$v: /" | tee -a "$out/ab_summary.txt"
+done
+if [ -n "$kernels" ]; then
+  for v in "${variants[@]}"; do
+    ncu --metrics gpu__time_duration.sum --csv --print-units base --clock-control none -k "regex:$kernel_regex" \
+      "$scratch/ab-build-$v/bin/gemtb" train --config small --local-batch "$kernels" --steps 1 --eval-samples 0 \
+      --log-every-s 1000 >"$out/kernels_$v.csv" 2>"$out/kernels_$v.log" || rc=1
+    /usr/bin/python3 - "$out/kernels_$v.csv" "$v" <<'PY' | tee -a "$out/ab_summary.txt"
+import collections, csv, sys
+rows = [l for l in open(sys.argv[1]) if l.startswith('"')]
+total, count = collections.Counter(), collections.Counter()
+for r in csv.DictReader(rows):
+    if r.get("Metric Name") != "gpu__time_duration.sum":
+        continue
+    name = r["Kernel Name"].split("(")[0][:90]
+    total[name] += float(r["Metric Value"].replace(",", "")) * 1e-6
+    count[name] += 1
+print(f"{sys.argv[2]}: {sum(count.values())} launches, {sum(total.values()):.3f} ms of kernel time")
+for name, ms in total.most_common(12):
+    print(f"{sys.argv[2]}: {ms:10.3f} ms {count[name]:6d}x  {name}")
+PY
+  done
+fi
+for turn in $(seq "$turns"); do
+  for b in $batches; do
+    for v in "${variants[@]}"; do
+      report=$out/train_${v}_b${b}_t$turn.json
+      "$scratch/ab-build-$v/bin/gemtb" train --config small --local-batch "$b" --steps "$steps" --eval-samples 0 \
+        --log-every-s 1000 --report "$report" >"$out/train_${v}_b${b}_t$turn.log" 2>&1 || rc=1
+      /usr/bin/python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f\"run {sys.argv[2]} {sys.argv[3]} {sys.argv[4]} {r['step_ms_median']:.3f} {r['samples_per_s']:.1f}\")" \
+        "$report" "$b" "$turn" "$v" 2>/dev/null | tee -a "$out/ab_summary.txt" || echo "run $b $turn $v error" |
+        tee -a "$out/ab_summary.txt"
+    done
+  done
+done
+/usr/bin/python3 - "$out/ab_summary.txt" <<'PY' | tee -a "$out/ab_summary.txt"
+import collections, statistics, sys
+runs = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) == 6 and f[0] == "run":
+        runs[(int(f[1]), f[3])].append((float(f[4]), float(f[5])))
+for (b, v), s in sorted(runs.items()):
+    print(f"batch {b} {v}: median step {statistics.median(x[0] for x in s):.3f} ms, "
+          f"samples/s {statistics.median(x[1] for x in s):.1f} (median of {len(s)} runs)")
+PY
+echo "train_gpu_ab: exit $rc after $((SECONDS - start)) s" | tee -a "$out/ab_summary.txt"
+exit $rc
