@@ -140,18 +140,15 @@ __device__ Dest OutputRows(const Split& sp, int split, float* out, float* part, 
   return Dest{part + split * sp.split_stride, static_cast<int64_t>(blockIdx.x) * sp.max_own + i0, true};
 }
 
-// The overflow-safe sigmoid of reference/model/ops.h: exp of a non-positive argument only.
-__device__ float Sigmoid(float x) {
-  if (x >= 0.0f) return 1.0f / (1.0f + __expf(-x));
-  const float e = __expf(x);
-  return e / (1.0f + e);
-}
+// sigmoid(x) from one exp and one fast division, without a branch: below x = -88 exp(-x) is inf and
+// the quotient 0, the limit. The few ulp these intrinsics lose vanish in the bf16 rounding of the
+// products the result enters.
+__device__ __forceinline__ float Sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
 
-// post * silu(z).
-__device__ float Weight(float z, float post) { return post * z * Sigmoid(z); }
+// post * silu(z), given sg = sigmoid(z).
+__device__ __forceinline__ float Weight(float z, float sg, float post) { return post * z * sg; }
 // dL/dz = post * silu'(z) * dp, silu'(z) = sg (1 + z (1 - sg)).
-__device__ float ScoreGrad(float z, float dp, float post) {
-  const float sg = Sigmoid(z);
+__device__ __forceinline__ float ScoreGrad(float z, float sg, float dp, float post) {
   return post * sg * (1.0f + z * (1.0f - sg)) * dp;
 }
 
@@ -204,9 +201,9 @@ struct StagedRows {
 #pragma unroll
     for (int i = 0; i < kQuads; ++i) {
       const int e = static_cast<int>(threadIdx.x) + i * kThreads, r = e / kQuadsPerRow, c = e % kQuadsPerRow * 4;
-      auto* d = reinterpret_cast<__nv_bfloat162*>(s + r * Layout<kDh>::kLd + c);
-      d[0] = __floats2bfloat162_rn(x[i].x, x[i].y);
-      d[1] = __floats2bfloat162_rn(x[i].z, x[i].w);
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(x[i].x, x[i].y), hi = __floats2bfloat162_rn(x[i].z, x[i].w);
+      *reinterpret_cast<uint2*>(s + r * Layout<kDh>::kLd + c) =
+          make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
     }
   }
 };
@@ -304,19 +301,19 @@ __device__ void AddTimesRows(const uint32_t (&w)[4], const bf16* x, int r0, floa
   }
 }
 
-// f applied to the region's values where the lane's row keeps other-side row jc + column (else 0),
-// then rounded to bf16 as an A fragment. f(half, e) reads the value at element e of tile `half`'s C.
-template <typename F>
-__device__ void RegionOperand(const LaneRows& rows, int jc, F f, uint32_t (&w)[4]) {
+// A region's values (two C tiles: columns 0-7 in lo, 8-15 in hi) where the lane's row keeps
+// other-side row jc + column, else 0, rounded to bf16 as an A fragment.
+__device__ __forceinline__ void RegionOperand(const LaneRows& rows, int jc, const float (&lo)[4], const float (&hi)[4],
+                                              uint32_t (&w)[4]) {
   const int t = Lane().t;
-  float lo[4], hi[4];
+  float klo[4], khi[4];
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     const int j = jc + 2 * t + e % 2;
-    lo[e] = rows.Keep(e / 2, j) ? f(0, e) : 0.0f;
-    hi[e] = rows.Keep(e / 2, j + 8) ? f(1, e) : 0.0f;
+    klo[e] = rows.Keep(e / 2, j) ? lo[e] : 0.0f;
+    khi[e] = rows.Keep(e / 2, j + 8) ? hi[e] : 0.0f;
   }
-  CToA<ElementType::kBFloat16>(lo, hi, w);
+  CToA<ElementType::kBFloat16>(klo, khi, w);
 }
 
 // The CTA's output rows [first, first + n) of head h: own row r is the sum of the groups' partial
@@ -416,9 +413,13 @@ __global__ void __launch_bounds__(kThreads)
       if (jc >= shi || jc + kFrag <= slo) continue;  // no key of the chunk kept by the strip
       float z_lo[4], z_hi[4];
       TimesRowsT<kDh>(qa, ks, c * kFrag, z_lo, z_hi);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        z_lo[e] = Weight(z_lo[e], Sigmoid(z_lo[e]), p.post_scale);
+        z_hi[e] = Weight(z_hi[e], Sigmoid(z_hi[e]), p.post_scale);
+      }
       uint32_t w[4];
-      RegionOperand(
-          rows, jc, [&](int half, int e) { return Weight(half == 0 ? z_lo[e] : z_hi[e], p.post_scale); }, w);
+      RegionOperand(rows, jc, z_lo, z_hi, w);
       AddTimesRows<kDh>(w, vs, c * kFrag, acc);
     }
   }
@@ -479,13 +480,13 @@ __global__ void __launch_bounds__(kThreads) BackwardDqKernel(Params p, Split sp,
       float z_lo[4], z_hi[4], dp_lo[4], dp_hi[4];
       TimesRowsT<kDh>(qa, ks, c * kFrag, z_lo, z_hi);
       TimesRowsT<kDh>(doa, vs, c * kFrag, dp_lo, dp_hi);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        dp_lo[e] = ScoreGrad(z_lo[e], Sigmoid(z_lo[e]), dp_lo[e], p.post_scale);
+        dp_hi[e] = ScoreGrad(z_hi[e], Sigmoid(z_hi[e]), dp_hi[e], p.post_scale);
+      }
       uint32_t w[4];
-      RegionOperand(
-          rows, jc,
-          [&](int half, int e) {
-            return half == 0 ? ScoreGrad(z_lo[e], dp_lo[e], p.post_scale) : ScoreGrad(z_hi[e], dp_hi[e], p.post_scale);
-          },
-          w);
+      RegionOperand(rows, jc, dp_lo, dp_hi, w);
       AddTimesRows<kDh>(w, ks, c * kFrag, acc);
     }
   }
@@ -549,15 +550,18 @@ __global__ void __launch_bounds__(kThreads) BackwardDkDvKernel(Params p, Split s
       float z_lo[4], z_hi[4], dp_lo[4], dp_hi[4];
       TimesRowsT<kDh>(ka, qs, c * kFrag, z_lo, z_hi);
       TimesRowsT<kDh>(va, dos, c * kFrag, dp_lo, dp_hi);
+      float w_lo[4], w_hi[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float sg_lo = Sigmoid(z_lo[e]), sg_hi = Sigmoid(z_hi[e]);
+        w_lo[e] = Weight(z_lo[e], sg_lo, p.post_scale);
+        w_hi[e] = Weight(z_hi[e], sg_hi, p.post_scale);
+        dp_lo[e] = ScoreGrad(z_lo[e], sg_lo, dp_lo[e], p.post_scale);
+        dp_hi[e] = ScoreGrad(z_hi[e], sg_hi, dp_hi[e], p.post_scale);
+      }
       uint32_t pt[4], dzt[4];
-      RegionOperand(
-          rows, ic, [&](int half, int e) { return Weight(half == 0 ? z_lo[e] : z_hi[e], p.post_scale); }, pt);
-      RegionOperand(
-          rows, ic,
-          [&](int half, int e) {
-            return half == 0 ? ScoreGrad(z_lo[e], dp_lo[e], p.post_scale) : ScoreGrad(z_hi[e], dp_hi[e], p.post_scale);
-          },
-          dzt);
+      RegionOperand(rows, ic, w_lo, w_hi, pt);
+      RegionOperand(rows, ic, dp_lo, dp_hi, dzt);
       AddTimesRows<kDh>(pt, dos, c * kFrag, acc_v);
       AddTimesRows<kDh>(dzt, qs, c * kFrag, acc_k);
     }
