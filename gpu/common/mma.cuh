@@ -26,9 +26,10 @@ namespace gemtb::gpu {
 
 #ifndef __CUDACC__
 // Host compilations of the kernels (the CPU emulation in tests/gpu/emulation) define the warp's
-// collective m16n8k16 with the fragment layouts described above.
+// collective m16n8k16 with the fragment layouts described above, and ldmatrix's x4 loads.
 template <ElementType E>
 void HostMma16816(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
+void HostLdMatrixX4(const uint16_t* row, bool trans, uint32_t (&r)[4]);
 #endif
 
 // The device type of a 16-bit storage format, and its conversions.
@@ -144,6 +145,29 @@ __device__ __forceinline__ void LoadBFromCols(const uint16_t* s, int ld, int k0,
   const uint16_t* p = s + (k0 + 2 * l.t) * ld + n0 + l.g;
   b[0] = PackHalves(p[0], p[ld]);
   b[1] = PackHalves(p[8 * ld], p[9 * ld]);
+}
+
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lanes 8m .. 8m+7 give the addresses of the rows
+// of 8x8 matrix m (16 bytes each, in shared memory), and r[m] gets that matrix's fragment: without
+// .trans the lane's elements (g, 2t), (g, 2t+1), with .trans (2t, g), (2t+1, g).
+__device__ __forceinline__ void LdMatrixX4(const uint16_t* row, uint32_t (&r)[4]) {
+#ifdef __CUDACC__
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(row))));
+#else
+  HostLdMatrixX4(row, false, r);
+#endif
+}
+
+__device__ __forceinline__ void LdMatrixX4Trans(const uint16_t* row, uint32_t (&r)[4]) {
+#ifdef __CUDACC__
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(row))));
+#else
+  HostLdMatrixX4(row, true, r);
+#endif
 }
 
 // The A fragment of a 16x16 block held as two C tiles (columns 0-7 in `lo`, 8-15 in `hi`), rounded

@@ -1,6 +1,7 @@
-// Lets a host C++ compiler build the attention kernels' headers (gpu/attention/*_kernel.cuh) for
-// the fiber emulation: CUDA's qualifiers become no-ops, threadIdx/blockIdx read the running fiber,
-// __syncthreads and __shfl_xor_sync are collectives of fiber_block.h. Include it first, and never
+// Lets a host C++ compiler build the kernels' headers (gpu/attention/*_kernel.cuh,
+// gpu/train/gdpa_tensor_core_kernels.cuh) for the fiber emulation: CUDA's qualifiers become no-ops,
+// threadIdx/blockIdx read the running fiber, __syncthreads and __shfl_xor_sync are collectives of
+// fiber_block.h, and the vector types and intrinsics the kernels use are plain C++. Include it first, and never
 // together with the CUDA runtime headers (their vector types would clash).
 #ifndef GEMTB_TESTS_GPU_EMULATION_CUDA_SHIM_H_
 #define GEMTB_TESTS_GPU_EMULATION_CUDA_SHIM_H_
@@ -25,6 +26,7 @@
 #define __align__(n)
 #define threadIdx (::gemtb::emu::ThreadIdx())
 #define blockIdx (::gemtb::emu::BlockIdx())
+#define gridDim (::gemtb::emu::GridDim())
 
 namespace gemtb::gpu {
 
@@ -35,6 +37,27 @@ struct uint4 {
   uint32_t x, y, z, w;
 };
 inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return {x, y, z, w}; }
+struct uint2 {
+  uint32_t x, y;
+};
+inline uint2 make_uint2(uint32_t x, uint32_t y) { return {x, y}; }
+struct alignas(8) float2 {
+  float x, y;
+};
+inline float2 make_float2(float x, float y) { return {x, y}; }
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+
+// Read-only loads are plain loads; the fast intrinsics are the library functions (the emulation checks
+// logic, not the last ulp).
+template <typename T>
+inline T __ldg(const T* p) {
+  return *p;
+}
+inline float __expf(float x) { return expf(x); }
+inline float __fdividef(float x, float y) { return x / y; }
 
 inline void __syncthreads() { emu::Barrier(); }
 

@@ -31,45 +31,6 @@ void RunGrid(unsigned blocks_x, unsigned blocks_y, size_t smem_bytes, const Body
 
 }  // namespace
 
-template <ElementType E>
-void HostMma16816(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  struct Fragments {
-    uint32_t a[4], b[2];
-  };
-  const Fragments mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
-  Fragments all[32];
-  emu::WarpExchange(&mine, sizeof(mine), all);
-  auto lo = [](uint32_t w) { return Storage<E>::ToFloat(static_cast<uint16_t>(w & 0xFFFFu)); };
-  auto hi = [](uint32_t w) { return Storage<E>::ToFloat(static_cast<uint16_t>(w >> 16)); };
-  // The PTX fragment layouts of m16n8k16 (see gpu/common/mma.cuh), independent of the kernels.
-  float am[16][16], bm[16][8];
-  for (int lane = 0; lane < 32; ++lane) {
-    const int g = lane >> 2, t = lane & 3;
-    const Fragments& f = all[lane];
-    am[g][2 * t] = lo(f.a[0]);
-    am[g][2 * t + 1] = hi(f.a[0]);
-    am[g + 8][2 * t] = lo(f.a[1]);
-    am[g + 8][2 * t + 1] = hi(f.a[1]);
-    am[g][2 * t + 8] = lo(f.a[2]);
-    am[g][2 * t + 9] = hi(f.a[2]);
-    am[g + 8][2 * t + 8] = lo(f.a[3]);
-    am[g + 8][2 * t + 9] = hi(f.a[3]);
-    bm[2 * t][g] = lo(f.b[0]);
-    bm[2 * t + 1][g] = hi(f.b[0]);
-    bm[2 * t + 8][g] = lo(f.b[1]);
-    bm[2 * t + 9][g] = hi(f.b[1]);
-  }
-  const int lane = static_cast<int>(emu::ThreadIdx().x & 31u);
-  const int g = lane >> 2, t = lane & 3;
-  const int rows[4] = {g, g, g + 8, g + 8};
-  const int cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
-  for (int e = 0; e < 4; ++e) {
-    float acc = c[e];
-    for (int k = 0; k < 16; ++k) acc += am[rows[e]][k] * bm[k][cols[e]];  // products exact in fp32
-    c[e] = acc;
-  }
-}
-
 template <ElementType E, int D>
 absl::Status LaunchForward(const ForwardParams& params, int64_t num_tiles) {
   RunGrid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.problem.heads),

@@ -39,10 +39,15 @@ constexpr size_t kStackBytes = size_t{256} << 10;
 constexpr size_t kMaxExchangeBytes = 64;
 constexpr int kMaxThreads = 1024;
 
+// What a fiber waits for after it yielded at a collective.
+enum class Wait { kNothing, kBarrier, kWarp };
+
 struct Fiber {
   void* sp = nullptr;
   Dim thread;
-  int64_t collectives = 0;
+  int64_t barriers = 0;          // block-wide barriers passed
+  int64_t warp_collectives = 0;  // warp exchanges passed
+  Wait wait = Wait::kNothing;
   bool done = false;
 };
 
@@ -53,7 +58,7 @@ struct Block {
   int current = -1;
   Dim block;
   const std::function<void()>* body = nullptr;
-  // [round parity][thread][bytes]
+  // [parity of the warp's exchange count][thread][bytes]
   unsigned char exchange[2][kMaxThreads][kMaxExchangeBytes];
 };
 
@@ -92,8 +97,16 @@ void* InitialStack(std::vector<unsigned char>& stack) {
 const Dim& ThreadIdx() { return Me().thread; }
 const Dim& BlockIdx() { return State().block; }
 
+namespace {
+Dim grid_dim;
+}  // namespace
+
+void SetGridDim(Dim grid) { grid_dim = grid; }
+const Dim& GridDim() { return grid_dim; }
+
 void Barrier() {
-  ++Me().collectives;
+  ++Me().barriers;
+  Me().wait = Wait::kBarrier;
   Yield();
 }
 
@@ -103,10 +116,12 @@ void WarpExchange(const void* mine, size_t bytes, void* out) {
     std::abort();
   }
   Fiber& me = Me();
-  const int parity = static_cast<int>(me.collectives & 1);
+  const int parity = static_cast<int>(me.warp_collectives & 1);
   const unsigned t = me.thread.x;
   std::memcpy(State().exchange[parity][t], mine, bytes);
-  Barrier();
+  ++me.warp_collectives;
+  me.wait = Wait::kWarp;
+  Yield();
   const unsigned warp0 = t & ~31u;
   for (unsigned l = 0; l < 32; ++l) {
     std::memcpy(static_cast<unsigned char*>(out) + l * bytes, State().exchange[parity][warp0 + l], bytes);
@@ -127,23 +142,49 @@ void RunBlock(Dim block, int threads, const std::function<void()>& body) {
     b.fibers[i].thread = {static_cast<unsigned>(i), 0, 0};
     b.fibers[i].sp = InitialStack(b.stacks[i]);
   }
-  for (bool any = true; any;) {
-    any = false;
+  // Every runnable fiber runs to its next collective; then the warps whose lanes all wait at a warp
+  // exchange pass it, and when none does, a block barrier that every unfinished fiber waits at.
+  const auto fail = [&](const char* what) {
+    std::fprintf(stderr, "emulation: block (%u,%u,%u): %s\n", block.x, block.y, block.z, what);
+    std::abort();
+  };
+  for (;;) {
+    bool ran = false;
     for (int i = 0; i < threads; ++i) {
-      if (b.fibers[i].done) continue;
-      any = true;
+      if (b.fibers[i].done || b.fibers[i].wait != Wait::kNothing) continue;
+      ran = true;
       b.current = i;
       gemtb_emu_switch_stack(&b.scheduler_sp, b.fibers[i].sp);
     }
+    if (ran) continue;
+    bool released = false, unfinished = false;
+    for (int w = 0; w < threads; w += 32) {
+      int at_exchange = 0;
+      for (int i = w; i < w + 32; ++i) at_exchange += b.fibers[i].wait == Wait::kWarp ? 1 : 0;
+      if (at_exchange == 0) continue;
+      if (at_exchange != 32) fail("a warp exchange that not every lane of the warp reaches (divergent lanes)");
+      for (int i = w; i < w + 32; ++i) b.fibers[i].wait = Wait::kNothing;
+      released = true;
+    }
+    if (released) continue;
+    for (int i = 0; i < threads; ++i) {
+      if (b.fibers[i].done) continue;
+      unfinished = true;
+      if (b.fibers[i].wait != Wait::kBarrier) fail("a fiber that neither runs nor waits");
+    }
+    if (!unfinished) break;
+    for (Fiber& f : b.fibers) f.wait = Wait::kNothing;
   }
   b.current = -1;
   for (int i = 1; i < threads; ++i) {
-    if (b.fibers[i].collectives != b.fibers[0].collectives) {
+    const Fiber& lead = b.fibers[i & ~31];
+    if (b.fibers[i].barriers != b.fibers[0].barriers || b.fibers[i].warp_collectives != lead.warp_collectives) {
       std::fprintf(stderr,
-                   "emulation: block (%u,%u): thread %d passed %lld collectives, thread 0 %lld: a "
-                   "barrier or warp collective is divergent\n",
-                   block.x, block.y, i, static_cast<long long>(b.fibers[i].collectives),
-                   static_cast<long long>(b.fibers[0].collectives));
+                   "emulation: block (%u,%u,%u): thread %d passed %lld barriers and %lld warp collectives, thread 0 "
+                   "%lld barriers, its warp's lane 0 %lld warp collectives: a barrier or warp collective is divergent\n",
+                   block.x, block.y, block.z, i, static_cast<long long>(b.fibers[i].barriers),
+                   static_cast<long long>(b.fibers[i].warp_collectives), static_cast<long long>(b.fibers[0].barriers),
+                   static_cast<long long>(lead.warp_collectives));
       std::abort();
     }
   }

@@ -1,10 +1,12 @@
-// A CPU stand-in for one CUDA thread block, so that the attention kernels' own source can run (and
-// be debugged) on a machine without a GPU. Each CUDA thread is a fiber on one OS thread; fibers run
-// round-robin and switch only at collective operations (__syncthreads, warp shuffles, mma.sync).
-// Every fiber of the block must pass the same sequence of collectives, which is what CUDA requires
-// of __syncthreads and what the kernels do for the warp collectives too (they never diverge around
-// one); RunBlock checks it. Between two collectives a fiber runs alone, so a round of the scheduler
-// is a barrier, and data exchanged at a collective (WarpExchange) is double-buffered by round.
+// A CPU stand-in for one CUDA thread block, so that the kernels' own source can run (and be
+// debugged) on a machine without a GPU. Each CUDA thread is a fiber on one OS thread; fibers switch
+// only at collective operations: block barriers (__syncthreads) and warp exchanges (shuffles,
+// mma.sync, ldmatrix). A warp exchange waits for the 32 lanes of its warp only, so warps may pass
+// different numbers of them (as a kernel whose warps take different numbers of chunks does); a
+// barrier waits for every fiber of the block that has not returned. Lanes of a warp must pass the
+// same warp exchanges, and all fibers the same barriers, which is what CUDA requires; RunBlock
+// checks it. Between two collectives a fiber runs alone; data exchanged at a warp exchange
+// (WarpExchange) is double-buffered by the parity of the warp's exchange count.
 //
 // x86-64 System V only (a few lines of assembly switch the stacks).
 #ifndef GEMTB_TESTS_GPU_EMULATION_FIBER_BLOCK_H_
@@ -23,7 +25,11 @@ struct Dim {
 const Dim& ThreadIdx();
 const Dim& BlockIdx();
 
-// A block-wide barrier (every collective is one).
+// gridDim: the grid of the blocks that RunBlock runs, as the emulated launch sets it.
+void SetGridDim(Dim grid);
+const Dim& GridDim();
+
+// A block-wide barrier.
 void Barrier();
 
 // Lane `l` of the caller's warp gets the `bytes` that lane l passed in `mine`: out[l*bytes..).

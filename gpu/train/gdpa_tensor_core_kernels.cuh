@@ -1,0 +1,618 @@
+// The tensor-core GDPA kernels of gdpa_tensor_core.h and what they share: device code only, built by
+// nvcc for the GPU (gdpa_tensor_core.cu launches them) and by a host compiler for the CPU emulation
+// (tests/gpu/emulation, through its cuda_shim.h), so that their logic is checked where no GPU is.
+#ifndef GEMTB_GPU_TRAIN_GDPA_TENSOR_CORE_KERNELS_CUH_
+#define GEMTB_GPU_TRAIN_GDPA_TENSOR_CORE_KERNELS_CUH_
+
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#endif
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gpu/common/mma.cuh"
+#include "gpu/train/gdpa_rows.cuh"
+#include "model/common/element_type.h"
+
+namespace gemtb::gpu::train::tc {
+
+using gdpa::LoadSample;
+using gdpa::Mask;
+using gdpa::Sample;
+
+using bf16 = uint16_t;  // staged tiles hold bf16 bit patterns
+
+// Two fp32 values rounded (RNE) to bf16 and packed, lo in the low half: one cvt.rn.bf16x2 on the GPU.
+__device__ __forceinline__ uint32_t PackBf16x2(float lo, float hi) {
+#ifdef __CUDACC__
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+#else
+  return PackRounded<ElementType::kBFloat16>(lo, hi);
+#endif
+}
+
+// A CTA takes one (sample, head, tile of kTile rows of its own side: queries for o and dq, keys for
+// dk and dv) and walks the other side's kept rows in steps of kTile rows staged in shared memory as
+// bf16. Its 16-row strips and each step's 16-row chunks cut the step's scores into 16x16 regions. A
+// region stays in registers (mma.sync m16n8k16, gpu/common/mma.cuh): its two fp32 C tiles get the mask
+// and the pointwise function lane by lane and, rounded to bf16, are the A fragment of the products
+// that add the region's terms to the warp's strip of the output. The strip's own rows are loaded as A
+// fragments once; the chunk's rows come from shared memory by ldmatrix.
+//
+// Warp roles: with n real rows in the own tile, `strips` = 1, 2 or 4 warps (n <= 16, <= 32, else) take
+// one strip each, and the kWarps / strips groups of them split every step's chunks (group g takes
+// chunks g, g + groups, ...), so that a tile of a few rows (PMA's 4 queries, cross-attention's 4 keys)
+// still keeps every warp busy. Each warp sums its chunks in increasing order; the groups' partial
+// strips are added in increasing group order at the end: no atomics, a fixed order of every sum.
+constexpr int kWarp = 32;
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * kWarp;
+constexpr int kTile = 64;
+constexpr int kFrag = 16;                    // a region's rows and columns: mma.sync's m and k
+constexpr int kChunks = kTile / kFrag;       // 16-row strips (chunks) of a tile
+constexpr int kLdS = kTile + 4;              // fp32 row stride of the output tile (float4 rows)
+
+static_assert(kChunks == kWarps, "the warp roles assume one strip per warp in a full tile");
+
+// Split walks. A short own side (PMA's 4 queries for o and dq, cross-attention's 4 keys for dk and dv)
+// over a long other side gives few CTAs, each walking up to ~33 steps in series. Where the host bounds
+// (GdpaBatch's max_q, max_k, window, block) allow a walk longer than kSplitSteps steps and the own side
+// fits one tile, the grid's z index folds (tile, split): split s walks steps [s * kSplitSteps,
+// (s + 1) * kSplitSteps) of its tile's walk, in increasing order, and writes its fp32 partial rows to a
+// workspace; SumSplitsKernel adds a row's partials in increasing split order into the output. Split s > 0
+// of a walk of at most s * kSplitSteps steps writes nothing and is not read (split 0 always writes, zeros
+// for an empty walk). A re-association of the unsplit kernel's fp32 sums of the same chunk terms, in a
+// fixed order: no atomics, the same bytes on every run.
+constexpr int kSplitSteps = 4;
+constexpr int kSplitRows = kSplitSteps * kTile;  // rows of the other side per split
+// The largest workspace (bytes, dk and dv together) a split launch allocates; beyond it the walks stay whole.
+constexpr double kMaxWorkspaceBytes = 512.0 * 1024 * 1024;
+
+// The shared memory of a kernel: kOperands staged tiles of kTile rows of bf16, then the fp32 output
+// tile (the warps' partial output strips, kDh <= kLdS columns, added there in a fixed order).
+template <int kDh>
+struct Layout {
+  // bf16 row stride: rows 16 bytes apart modulo 128, so that ldmatrix's 8-row loads hit distinct banks.
+  static constexpr int kLd = kDh + 8;
+  static constexpr size_t kOperandElems = static_cast<size_t>(kTile) * kLd;
+  static constexpr size_t Bytes(int operands) {
+    return sizeof(bf16) * kOperandElems * operands + sizeof(float) * kTile * kLdS;
+  }
+  static_assert(kDh % kFrag == 0 && kDh <= kLdS, "dh: a multiple of 16 that fits the output tile's rows");
+  static_assert(sizeof(bf16) * kOperandElems % 128 == 0, "every staged tile 128-byte aligned");
+};
+
+struct Params {
+  const int32_t* q_offsets;
+  const int32_t* k_offsets;
+  int heads;
+  Mask mask;
+  float post_scale;
+  bool vec;  // every tensor 16-byte aligned: rows move as float4
+};
+
+// How a launch splits its walks. splits == 1: blockIdx.z is the own tile, the CTA walks every step and
+// writes the output rows. splits > 1 (the own side then fits one tile, max_own <= kTile): blockIdx.z =
+// tile * splits + split, and split s writes its partial rows of sample b, head h to
+// part[s * split_stride + (b * max_own + r) * heads * dh + h * dh + c] (r the own row within the sample,
+// part0 for o, dq or dk, part1 for dv); own rows beyond max_own (a broken max_q / max_k) are not computed.
+struct Split {
+  int splits = 1;
+  int max_own = 0;
+  int64_t split_stride = 0;  // batch * max_own * heads * dh
+  float* part0 = nullptr;
+  float* part1 = nullptr;
+};
+
+
+// The CTA's part of a launch split as `sp` says: its own tile (rows [tile * kTile, ...) of the own side,
+// which has `own` rows in the sample) and its split.
+struct Place {
+  int tile, split, own;
+};
+
+__device__ inline Place CtaPlace(const Split& sp, int own) {
+  const int z = static_cast<int>(blockIdx.z);
+  return Place{z / sp.splits, z % sp.splits, sp.splits > 1 ? min(own, sp.max_own) : own};
+}
+
+// Rows [*begin, *end) of the tile's walk [lo, hi) that split `split` takes: all of it unsplit, else
+// steps [split * kSplitSteps, (split + 1) * kSplitSteps) of kTile rows from lo. False where a split
+// past the first takes none: it writes nothing (SumSplitsKernel does not read it).
+__device__ inline bool SplitWalk(const Split& sp, int split, int lo, int hi, int* begin, int* end) {
+  *begin = lo;
+  *end = hi;
+  if (sp.splits == 1) return true;
+  const int64_t first = lo + static_cast<int64_t>(split) * kSplitRows;
+  if (split > 0 && first >= hi) return false;
+  const int64_t last = first + kSplitRows;
+  *begin = static_cast<int>(first);  // split 0: lo
+  *end = static_cast<int>(last < hi ? last : hi);
+  return true;
+}
+
+// Where the CTA's rows [i0, ...) of the own side go: rows first + i0 of `out` (unsplit), or rows
+// b * max_own + i0 of its split's partial rows in `part` (16-byte aligned: float4 stores).
+struct Dest {
+  float* rows;
+  int64_t first;
+  bool vec;
+};
+
+__device__ inline Dest OutputRows(const Split& sp, int split, float* out, float* part, int64_t first, int i0, bool vec) {
+  if (sp.splits == 1) return Dest{out, first + i0, vec};
+  return Dest{part + split * sp.split_stride, static_cast<int64_t>(blockIdx.x) * sp.max_own + i0, true};
+}
+
+// sigmoid(x) from one exp and one fast division, without a branch: below x = -88 exp(-x) is inf and
+// the quotient 0, the limit. The few ulp these intrinsics lose vanish in the bf16 rounding of the
+// products the result enters.
+__device__ __forceinline__ float Sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
+
+// post * silu(z), given sg = sigmoid(z).
+__device__ __forceinline__ float Weight(float z, float sg, float post) { return post * z * sg; }
+// dL/dz = post * silu'(z) * dp, silu'(z) = sg (1 + z (1 - sg)).
+__device__ __forceinline__ float ScoreGrad(float z, float sg, float dp, float post) {
+  return post * sg * (1.0f + z * (1.0f - sg)) * dp;
+}
+
+// The warp's part of a CTA whose own tile has n (1 .. kTile) real rows: own rows [row0, row0 + 16)
+// (strip `strip`), chunks group, group + groups, ... of every step; inactive when the strip holds
+// no real row (n = 33 .. 48 leaves the fourth strip empty).
+struct Role {
+  int strips, groups, strip, group, row0;
+  bool active;
+};
+
+__device__ inline Role WarpRole(int n) {
+  Role r;
+  r.strips = n <= kFrag ? 1 : n <= 2 * kFrag ? 2 : kWarps;
+  r.groups = kWarps / r.strips;
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  r.strip = warp % r.strips;
+  r.group = warp / r.strips;
+  r.row0 = r.strip * kFrag;
+  r.active = r.row0 < n;
+  return r;
+}
+
+// One thread's share of a tile being staged: rows [row0, row0 + n) of head h of x (rows of `width`
+// floats) held as fp32 in registers between Fetch and Put, so that the next step's global loads are
+// in flight while the warps compute on the current one. Thread `tid` holds the four columns at
+// quad (tid + i * kThreads) of the tile for every i.
+template <int kDh>
+struct StagedRows {
+  static constexpr int kQuadsPerRow = kDh / 4;
+  static constexpr int kQuads = kTile * kQuadsPerRow / kThreads;
+  static_assert(kTile * kQuadsPerRow % kThreads == 0, "a tile's quads split evenly over the threads");
+  float4 x[kQuads];
+
+  // Rows past n read as zero: a partial tile's padding adds nothing and is never NaN. vec: 16-byte
+  // loads; else four 4-byte loads.
+  __device__ void Fetch(const float* src, int64_t row0, int n, int width, int h, bool vec) {
+#pragma unroll
+    for (int i = 0; i < kQuads; ++i) {
+      const int e = static_cast<int>(threadIdx.x) + i * kThreads, r = e / kQuadsPerRow, c = e % kQuadsPerRow * 4;
+      x[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (r >= n) continue;
+      const float* at = src + (row0 + r) * width + h * kDh + c;
+      x[i] = vec ? __ldg(reinterpret_cast<const float4*>(at))
+                 : make_float4(__ldg(at), __ldg(at + 1), __ldg(at + 2), __ldg(at + 3));
+    }
+  }
+  // The held rows rounded to bf16 into rows 0 .. kTile-1 of the staged tile s.
+  __device__ void Put(bf16* s) const {
+#pragma unroll
+    for (int i = 0; i < kQuads; ++i) {
+      const int e = static_cast<int>(threadIdx.x) + i * kThreads, r = e / kQuadsPerRow, c = e % kQuadsPerRow * 4;
+      *reinterpret_cast<uint2*>(s + r * Layout<kDh>::kLd + c) =
+          make_uint2(PackBf16x2(x[i].x, x[i].y), PackBf16x2(x[i].z, x[i].w));
+    }
+  }
+};
+
+// Rows [row0, row0 + n) of head h of x rounded to bf16 into the staged tile s at once (StagedRows).
+template <int kDh>
+__device__ void StageRows(const float* x, int64_t row0, int n, int width, int h, bool vec, bf16* s) {
+  StagedRows<kDh> rows;
+  rows.Fetch(x, row0, n, width, h, vec);
+  rows.Put(s);
+}
+
+// Where a lane's score-side values sit (gpu/common/mma.cuh's fragment layouts): lane 4g + t holds
+// rows g and g + 8 of the strip, columns 2t, 2t + 1 of each 8-column tile. The mask range of each of
+// its two rows, [lo, hi) of the other side (empty for a row past the tile's n real rows).
+struct LaneRows {
+  int lo[2], hi[2];
+  __device__ bool Keep(int half, int j) const { return j >= lo[half] && j < hi[half]; }
+};
+
+// The lane's rows of the strip whose first row is own row `first` (sample-local), `left` real rows
+// from it, over an other side of `other` rows.
+__device__ inline LaneRows StripRows(const Mask& mask, int first, int left, int other) {
+  const int g = Lane().g;
+  LaneRows r;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    r.lo[half] = r.hi[half] = 0;
+    if (g + 8 * half < left) mask.Range(first + g + 8 * half, other, &r.lo[half], &r.hi[half]);
+  }
+  return r;
+}
+
+// The A fragments of strip rows [row0, row0 + 16) of the staged tile s, one per 16 columns: loaded
+// once per CTA and kept in registers for the whole walk.
+template <int kDh>
+__device__ void LoadStrip(const bf16* s, int row0, uint32_t (&a)[kDh / kFrag][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kDh / kFrag; ++kk) {
+    LoadA(s, Layout<kDh>::kLd, row0, kk * kFrag, a[kk]);
+  }
+}
+
+// The B fragments of two 8-column tiles (n0 and n0 + 8) over the k-slice [k0, k0 + 16), where
+// B[k][n] = X[n][k] is read from rows of the staged tile X (keys in q k^T): one ldmatrix.x4.
+__device__ __forceinline__ void LoadBPairFromRows(const bf16* x, int ld, int n0, int k0, uint32_t (&lo)[2],
+                                                  uint32_t (&hi)[2]) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp, m = lane / 8, r = lane % 8;
+  uint32_t f[4];
+  LdMatrixX4(x + (n0 + (m / 2) * 8 + r) * ld + k0 + (m % 2) * 8, f);
+  lo[0] = f[0], lo[1] = f[1], hi[0] = f[2], hi[1] = f[3];
+}
+
+// The same for B[k][n] = X[k][n], X's rows being B's rows (v in p v): ldmatrix.x4.trans.
+__device__ __forceinline__ void LoadBPairFromCols(const bf16* x, int ld, int k0, int n0, uint32_t (&lo)[2],
+                                                  uint32_t (&hi)[2]) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp, m = lane / 8, r = lane % 8;
+  uint32_t f[4];
+  LdMatrixX4Trans(x + (k0 + (m % 2) * 8 + r) * ld + n0 + (m / 2) * 8, f);
+  lo[0] = f[0], lo[1] = f[1], hi[0] = f[2], hi[1] = f[3];
+}
+
+// The strip's 16 x 16 products a X^T with the chunk's rows [r0, r0 + 16) of the staged tile X, as two
+// 8-column C tiles (columns 0-7 in lo, 8-15 in hi), summed in fp32 over the head's dh columns.
+template <int kDh>
+__device__ void TimesRowsT(const uint32_t (&a)[kDh / kFrag][4], const bf16* x, int r0, float (&lo)[4],
+                           float (&hi)[4]) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) lo[e] = hi[e] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < kDh / kFrag; ++kk) {
+    uint32_t b_lo[2], b_hi[2];
+    LoadBPairFromRows(x, Layout<kDh>::kLd, r0, kk * kFrag, b_lo, b_hi);
+    Mma16816<ElementType::kBFloat16>(lo, a[kk], b_lo);
+    Mma16816<ElementType::kBFloat16>(hi, a[kk], b_hi);
+  }
+}
+
+// acc += W X: W the 16 x 16 bf16 A fragment of a region (the chunk's 16 rows of the other side as its
+// columns), X the chunk's rows [r0, r0 + 16) of the staged tile.
+template <int kDh>
+__device__ void AddTimesRows(const uint32_t (&w)[4], const bf16* x, int r0, float (&acc)[kDh / 8][4]) {
+#pragma unroll
+  for (int n = 0; n < kDh / 8; n += 2) {
+    uint32_t b_lo[2], b_hi[2];
+    LoadBPairFromCols(x, Layout<kDh>::kLd, r0, n * 8, b_lo, b_hi);
+    Mma16816<ElementType::kBFloat16>(acc[n], w, b_lo);
+    Mma16816<ElementType::kBFloat16>(acc[n + 1], w, b_hi);
+  }
+}
+
+// A region's values (two C tiles: columns 0-7 in lo, 8-15 in hi) where the lane's row keeps
+// other-side row jc + column, else 0, rounded to bf16 as an A fragment.
+__device__ __forceinline__ void RegionOperand(const LaneRows& rows, int jc, const float (&lo)[4], const float (&hi)[4],
+                                              uint32_t (&w)[4]) {
+  const int t = Lane().t;
+  float klo[4], khi[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int j = jc + 2 * t + e % 2;
+    klo[e] = rows.Keep(e / 2, j) ? lo[e] : 0.0f;
+    khi[e] = rows.Keep(e / 2, j + 8) ? hi[e] : 0.0f;
+  }
+  CToA<ElementType::kBFloat16>(klo, khi, w);
+}
+
+// The CTA's output rows [first, first + n) of head h: own row r is the sum of the groups' partial
+// rows g * strips * 16 + r of `part` (warp g * strips + s wrote its strip s at rows 16 * warp), in
+// increasing g.
+template <int kDh>
+__device__ void StoreOutput(const float* part, int strips, int64_t first, int n, int width, int h, bool vec,
+                            float* out) {
+  const int groups = kWarps / strips, group_rows = strips * kFrag;
+  if (vec) {
+    constexpr int kQuads = kDh / 4;
+    for (int e = threadIdx.x; e < n * kQuads; e += kThreads) {
+      const int r = e / kQuads, c = e % kQuads * 4;
+      float4 sum = *reinterpret_cast<const float4*>(part + r * kLdS + c);
+      for (int g = 1; g < groups; ++g) {
+        const float4 x = *reinterpret_cast<const float4*>(part + (g * group_rows + r) * kLdS + c);
+        sum.x += x.x, sum.y += x.y, sum.z += x.z, sum.w += x.w;
+      }
+      *reinterpret_cast<float4*>(out + (first + r) * width + h * kDh + c) = sum;
+    }
+  } else {
+    for (int e = threadIdx.x; e < n * kDh; e += kThreads) {
+      const int r = e / kDh, c = e % kDh;
+      float sum = part[r * kLdS + c];
+      for (int g = 1; g < groups; ++g) sum += part[(g * group_rows + r) * kLdS + c];
+      out[(first + r) * width + h * kDh + c] = sum;
+    }
+  }
+}
+
+// The warp's accumulators as its partial strip (rows 16 * warp of the output tile), then the CTA's
+// rows [first, first + n) of out. Starts and ends with a barrier: the output tile is free on return.
+template <int kDh>
+__device__ void FinishOutput(const float (&acc)[kDh / 8][4], float* ss, const Role& role, int64_t first, int n,
+                             int width, int h, bool vec, float* out) {
+  __syncthreads();
+  const LaneCoords l = Lane();
+  float* part = ss + static_cast<int>(threadIdx.x) / kWarp * kFrag * kLdS;
+#pragma unroll
+  for (int c = 0; c < kDh / 8; ++c) {
+    *reinterpret_cast<float2*>(part + l.g * kLdS + c * 8 + 2 * l.t) = make_float2(acc[c][0], acc[c][1]);
+    *reinterpret_cast<float2*>(part + (l.g + 8) * kLdS + c * 8 + 2 * l.t) = make_float2(acc[c][2], acc[c][3]);
+  }
+  __syncthreads();
+  StoreOutput<kDh>(ss, role.strips, first, n, width, h, vec, out);
+  __syncthreads();
+}
+
+// o for the queries of a tile (CtaPlace) of sample blockIdx.x, head blockIdx.y: the steps walk the
+// tile's kept keys (or the split's part of them); a region's result is post * silu(q . k) where kept
+// (else 0), times the chunk's v.
+template <int kDh>
+__global__ void __launch_bounds__(kThreads)
+    ForwardKernel(Params p, Split sp, const float* q, const float* k, const float* v, float* o) {
+  using L = Layout<kDh>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* qs = reinterpret_cast<bf16*>(smem);
+  bf16* ks = qs + L::kOperandElems;
+  bf16* vs = ks + L::kOperandElems;
+  float* ss = reinterpret_cast<float*>(vs + L::kOperandElems);
+  const Sample s = LoadSample(p, blockIdx.x);
+  const int h = blockIdx.y, width = p.heads * kDh;
+  const Place place = CtaPlace(sp, s.lq);
+  const int i0 = place.tile * kTile;
+  if (i0 >= place.own) return;
+  const int nq = min(kTile, place.own - i0);
+  // The tile's kept keys (the split's steps of them), and the warp's strip's: the ranges' bounds grow with i.
+  int klo = 0, khi = 0, jb = 0, je = 0, slo = 0, shi = 0, unused = 0;
+  p.mask.Range(i0, s.lk, &klo, &unused);
+  p.mask.Range(i0 + nq - 1, s.lk, &unused, &khi);
+  if (!SplitWalk(sp, place.split, klo, khi, &jb, &je)) return;
+  StageRows<kDh>(q, s.q_row + i0, nq, width, h, p.vec, qs);
+  const Role role = WarpRole(nq);
+  p.mask.Range(i0 + role.row0, s.lk, &slo, &unused);
+  p.mask.Range(i0 + min(role.row0 + kFrag, nq) - 1, s.lk, &unused, &shi);
+  const LaneRows rows = StripRows(p.mask, i0 + role.row0, nq - role.row0, s.lk);
+  __syncthreads();
+  uint32_t qa[kDh / kFrag][4];
+  LoadStrip<kDh>(qs, role.row0, qa);
+  float acc[kDh / 8][4] = {};
+  // Step j0's keys and values, fetched while the step before it is computed.
+  StagedRows<kDh> next_k, next_v;
+  const auto fetch = [&](int j0) {
+    next_k.Fetch(k, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
+    next_v.Fetch(v, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
+  };
+  if (jb < je) fetch(jb);
+  for (int j0 = jb; j0 < je; j0 += kTile) {
+    __syncthreads();  // the previous step's tiles are read
+    next_k.Put(ks);
+    next_v.Put(vs);
+    __syncthreads();
+    if (j0 + kTile < je) fetch(j0 + kTile);
+    if (!role.active) continue;
+    for (int c = role.group; c < kChunks; c += role.groups) {
+      const int jc = j0 + c * kFrag;
+      if (jc >= shi || jc + kFrag <= slo) continue;  // no key of the chunk kept by the strip
+      float z_lo[4], z_hi[4];
+      TimesRowsT<kDh>(qa, ks, c * kFrag, z_lo, z_hi);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        z_lo[e] = Weight(z_lo[e], Sigmoid(z_lo[e]), p.post_scale);
+        z_hi[e] = Weight(z_hi[e], Sigmoid(z_hi[e]), p.post_scale);
+      }
+      uint32_t w[4];
+      RegionOperand(rows, jc, z_lo, z_hi, w);
+      AddTimesRows<kDh>(w, vs, c * kFrag, acc);
+    }
+  }
+  const Dest d = OutputRows(sp, place.split, o, sp.part0, s.q_row, i0, p.vec);
+  FinishOutput<kDh>(acc, ss, role, d.first, nq, width, h, d.vec, d.rows);
+}
+
+// dq for the queries of a tile (CtaPlace): the forward's walk with dz = post silu'(q . k) (do . v) where
+// kept (else 0) as a region's result, times the chunk's k.
+template <int kDh>
+__global__ void __launch_bounds__(kThreads) BackwardDqKernel(Params p, Split sp, const float* q, const float* k,
+                                                             const float* v, const float* d_o, float* dq) {
+  using L = Layout<kDh>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* qs = reinterpret_cast<bf16*>(smem);
+  bf16* dos = qs + L::kOperandElems;
+  bf16* ks = dos + L::kOperandElems;
+  bf16* vs = ks + L::kOperandElems;
+  float* ss = reinterpret_cast<float*>(vs + L::kOperandElems);
+  const Sample s = LoadSample(p, blockIdx.x);
+  const int h = blockIdx.y, width = p.heads * kDh;
+  const Place place = CtaPlace(sp, s.lq);
+  const int i0 = place.tile * kTile;
+  if (i0 >= place.own) return;
+  const int nq = min(kTile, place.own - i0);
+  int klo = 0, khi = 0, jb = 0, je = 0, slo = 0, shi = 0, unused = 0;
+  p.mask.Range(i0, s.lk, &klo, &unused);
+  p.mask.Range(i0 + nq - 1, s.lk, &unused, &khi);
+  if (!SplitWalk(sp, place.split, klo, khi, &jb, &je)) return;
+  StageRows<kDh>(q, s.q_row + i0, nq, width, h, p.vec, qs);
+  StageRows<kDh>(d_o, s.q_row + i0, nq, width, h, p.vec, dos);
+  const Role role = WarpRole(nq);
+  p.mask.Range(i0 + role.row0, s.lk, &slo, &unused);
+  p.mask.Range(i0 + min(role.row0 + kFrag, nq) - 1, s.lk, &unused, &shi);
+  const LaneRows rows = StripRows(p.mask, i0 + role.row0, nq - role.row0, s.lk);
+  __syncthreads();
+  uint32_t qa[kDh / kFrag][4], doa[kDh / kFrag][4];
+  LoadStrip<kDh>(qs, role.row0, qa);
+  LoadStrip<kDh>(dos, role.row0, doa);
+  float acc[kDh / 8][4] = {};
+  // Step j0's keys and values, fetched while the step before it is computed.
+  StagedRows<kDh> next_k, next_v;
+  const auto fetch = [&](int j0) {
+    next_k.Fetch(k, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
+    next_v.Fetch(v, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
+  };
+  if (jb < je) fetch(jb);
+  for (int j0 = jb; j0 < je; j0 += kTile) {
+    __syncthreads();  // the previous step's tiles are read
+    next_k.Put(ks);
+    next_v.Put(vs);
+    __syncthreads();
+    if (j0 + kTile < je) fetch(j0 + kTile);
+    if (!role.active) continue;
+    for (int c = role.group; c < kChunks; c += role.groups) {
+      const int jc = j0 + c * kFrag;
+      if (jc >= shi || jc + kFrag <= slo) continue;
+      float z_lo[4], z_hi[4], dp_lo[4], dp_hi[4];
+      TimesRowsT<kDh>(qa, ks, c * kFrag, z_lo, z_hi);
+      TimesRowsT<kDh>(doa, vs, c * kFrag, dp_lo, dp_hi);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        dp_lo[e] = ScoreGrad(z_lo[e], Sigmoid(z_lo[e]), dp_lo[e], p.post_scale);
+        dp_hi[e] = ScoreGrad(z_hi[e], Sigmoid(z_hi[e]), dp_hi[e], p.post_scale);
+      }
+      uint32_t w[4];
+      RegionOperand(rows, jc, dp_lo, dp_hi, w);
+      AddTimesRows<kDh>(w, ks, c * kFrag, acc);
+    }
+  }
+  const Dest d = OutputRows(sp, place.split, dq, sp.part0, s.q_row, i0, p.vec);
+  FinishOutput<kDh>(acc, ss, role, d.first, nq, width, h, d.vec, d.rows);
+}
+
+// dk, dv for the keys of a tile (CtaPlace): a walk over the queries that keep them (or the split's part
+// of them), in increasing order.
+// A region is transposed (keys as rows): s^T = k q^T and dp^T = v do^T give p^T = post silu(s^T) (times
+// the chunk's do into dv) and dz^T (times the chunk's q into dk).
+template <int kDh>
+__global__ void __launch_bounds__(kThreads) BackwardDkDvKernel(Params p, Split sp, const float* q, const float* k,
+                                                               const float* v, const float* d_o, float* dk,
+                                                               float* dv) {
+  using L = Layout<kDh>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* ks = reinterpret_cast<bf16*>(smem);
+  bf16* vs = ks + L::kOperandElems;
+  bf16* qs = vs + L::kOperandElems;
+  bf16* dos = qs + L::kOperandElems;
+  float* ss = reinterpret_cast<float*>(dos + L::kOperandElems);
+  const Sample s = LoadSample(p, blockIdx.x);
+  const int h = blockIdx.y, width = p.heads * kDh;
+  const Place place = CtaPlace(sp, s.lk);
+  const int j0 = place.tile * kTile;
+  if (j0 >= place.own) return;
+  const int nk = min(kTile, place.own - j0);
+  int qlo = 0, qhi = 0, ib = 0, ie = 0, slo = 0, shi = 0, unused = 0;
+  p.mask.Range(j0, s.lq, &qlo, &unused);
+  p.mask.Range(j0 + nk - 1, s.lq, &unused, &qhi);
+  if (!SplitWalk(sp, place.split, qlo, qhi, &ib, &ie)) return;
+  StageRows<kDh>(k, s.k_row + j0, nk, width, h, p.vec, ks);
+  StageRows<kDh>(v, s.k_row + j0, nk, width, h, p.vec, vs);
+  const Role role = WarpRole(nk);
+  p.mask.Range(j0 + role.row0, s.lq, &slo, &unused);
+  p.mask.Range(j0 + min(role.row0 + kFrag, nk) - 1, s.lq, &unused, &shi);
+  const LaneRows rows = StripRows(p.mask, j0 + role.row0, nk - role.row0, s.lq);
+  __syncthreads();
+  uint32_t ka[kDh / kFrag][4], va[kDh / kFrag][4];
+  LoadStrip<kDh>(ks, role.row0, ka);
+  LoadStrip<kDh>(vs, role.row0, va);
+  float acc_k[kDh / 8][4] = {}, acc_v[kDh / 8][4] = {};
+  // Step i0's queries and output gradients, fetched while the step before it is computed.
+  StagedRows<kDh> next_q, next_do;
+  const auto fetch = [&](int i0) {
+    next_q.Fetch(q, s.q_row + i0, min(kTile, qhi - i0), width, h, p.vec);
+    next_do.Fetch(d_o, s.q_row + i0, min(kTile, qhi - i0), width, h, p.vec);
+  };
+  if (ib < ie) fetch(ib);
+  for (int i0 = ib; i0 < ie; i0 += kTile) {
+    __syncthreads();  // the previous step's tiles are read
+    next_q.Put(qs);
+    next_do.Put(dos);
+    __syncthreads();
+    if (i0 + kTile < ie) fetch(i0 + kTile);
+    if (!role.active) continue;
+    for (int c = role.group; c < kChunks; c += role.groups) {
+      const int ic = i0 + c * kFrag;
+      if (ic >= shi || ic + kFrag <= slo) continue;  // no query of the chunk keeps a key of the strip
+      float z_lo[4], z_hi[4], dp_lo[4], dp_hi[4];
+      TimesRowsT<kDh>(ka, qs, c * kFrag, z_lo, z_hi);
+      TimesRowsT<kDh>(va, dos, c * kFrag, dp_lo, dp_hi);
+      float w_lo[4], w_hi[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float sg_lo = Sigmoid(z_lo[e]), sg_hi = Sigmoid(z_hi[e]);
+        w_lo[e] = Weight(z_lo[e], sg_lo, p.post_scale);
+        w_hi[e] = Weight(z_hi[e], sg_hi, p.post_scale);
+        dp_lo[e] = ScoreGrad(z_lo[e], sg_lo, dp_lo[e], p.post_scale);
+        dp_hi[e] = ScoreGrad(z_hi[e], sg_hi, dp_hi[e], p.post_scale);
+      }
+      uint32_t pt[4], dzt[4];
+      RegionOperand(rows, ic, w_lo, w_hi, pt);
+      RegionOperand(rows, ic, dp_lo, dp_hi, dzt);
+      AddTimesRows<kDh>(pt, dos, c * kFrag, acc_v);
+      AddTimesRows<kDh>(dzt, qs, c * kFrag, acc_k);
+    }
+  }
+  const Dest dest_k = OutputRows(sp, place.split, dk, sp.part0, s.k_row, j0, p.vec);
+  const Dest dest_v = OutputRows(sp, place.split, dv, sp.part1, s.k_row, j0, p.vec);
+  FinishOutput<kDh>(acc_k, ss, role, dest_k.first, nk, width, h, dest_k.vec, dest_k.rows);
+  FinishOutput<kDh>(acc_v, ss, role, dest_v.first, nk, width, h, dest_v.vec, dest_v.rows);
+}
+// The output rows of a split launch (SplitWalk): own row r of sample blockIdx.x (queries, or keys where
+// own_keys), every head, is the sum of the partial rows of the splits that wrote them, in increasing
+// split order; part1 / out1 (dv) too where out1 is not null. Grid (batch, any y): the y blocks stride
+// over the sample's elements.
+inline __global__ void __launch_bounds__(kThreads)
+    SumSplitsKernel(Params p, Split sp, int dh, bool own_keys, float* out0, float* out1) {
+  const Sample s = LoadSample(p, blockIdx.x);
+  const int own = min(own_keys ? s.lk : s.lq, sp.max_own), other = own_keys ? s.lq : s.lk;
+  const int64_t first = own_keys ? s.k_row : s.q_row;
+  const int64_t part_row0 = static_cast<int64_t>(blockIdx.x) * sp.max_own;
+  const int width = p.heads * dh, per_row = p.vec ? width / 4 : width;  // float4s or floats
+  const int64_t units = static_cast<int64_t>(own) * per_row;
+  for (int64_t e = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x; e < units;
+       e += static_cast<int64_t>(gridDim.y) * kThreads) {
+    const int r = static_cast<int>(e / per_row), c = static_cast<int>(e % per_row) * (p.vec ? 4 : 1);
+    // The splits of r's tile's walk that wrote partial rows: as SplitWalk decides them.
+    const int i0 = r / kTile * kTile, n = min(kTile, own - i0);
+    int lo = 0, hi = 0, unused = 0;
+    p.mask.Range(i0, other, &lo, &unused);
+    p.mask.Range(i0 + n - 1, other, &unused, &hi);
+    const int64_t walked = (static_cast<int64_t>(hi) - lo + kSplitRows - 1) / kSplitRows;
+    const int used = static_cast<int>(walked < 1 ? 1 : walked < sp.splits ? walked : sp.splits);
+    const int64_t at = (part_row0 + r) * width + c, to = (first + r) * width + c;
+    for (int t = 0; t < 2; ++t) {
+      const float* part = t == 0 ? sp.part0 : sp.part1;
+      float* out = t == 0 ? out0 : out1;
+      if (out == nullptr) continue;
+      if (p.vec) {
+        float4 sum = *reinterpret_cast<const float4*>(part + at);
+        for (int split = 1; split < used; ++split) {
+          const float4 x = *reinterpret_cast<const float4*>(part + split * sp.split_stride + at);
+          sum.x += x.x, sum.y += x.y, sum.z += x.z, sum.w += x.w;
+        }
+        *reinterpret_cast<float4*>(out + to) = sum;
+      } else {
+        float sum = part[at];
+        for (int split = 1; split < used; ++split) sum += part[split * sp.split_stride + at];
+        out[to] = sum;
+      }
+    }
+  }
+}
+
+}  // namespace gemtb::gpu::train::tc
+
+#endif  // GEMTB_GPU_TRAIN_GDPA_TENSOR_CORE_KERNELS_CUH_

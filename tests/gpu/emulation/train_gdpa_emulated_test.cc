@@ -1,0 +1,256 @@
+// The trainer's tensor-core GDPA kernels (gpu/train/gdpa_tensor_core_kernels.cuh) run on the CPU by
+// the fiber emulation, against GDPA evaluated here in fp64 from its definition (gpu/train/gdpa.h):
+// self-attention unmasked, with windows 5 and 17 (a strip's first kept key the last of a 16-key chunk)
+// and block 24; cross-attention to 4 keys; PMA's 4 queries over jagged keys; and walks split over CTAs
+// (PMA over 300 keys, cross-attention from 300 queries) with their partial rows added by
+// SumSplitsKernel. Head dims 16, 32 and 64; samples of 0, 1, 17, 64, 65 and 100 rows (partial tiles,
+// every warp layout); 16-byte rows (float4) and, once, unaligned ones.
+//
+// The kernels' own source runs, so this checks their indexing, masks, warp roles, splits, fragment
+// layouts (mma.sync and ldmatrix as the PTX ISA defines them) and synchronisation counts, not the
+// tensor cores' rounding: the same bounds as the device test (tests/gpu/train_gdpa_tensor_core_test.cc),
+// relative L2 <= 1e-2 and every element within 5e-2 max|ref|, hold for bf16 operands. Rows outside
+// every sample must keep their sentinel bytes.
+#include "tests/gpu/emulation/cuda_shim.h"
+// The shim must come first.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gpu/train/gdpa_tensor_core_kernels.cuh"
+#include "gtest/gtest.h"
+
+namespace gemtb::gpu::train::tc {
+
+alignas(128) unsigned char smem[size_t{1} << 16];  // the kernels' `extern __shared__` array
+
+namespace {
+
+constexpr int kLead = 3, kTrail = 5;        // rows before the first sample and after the last
+constexpr uint32_t kSentinel = 0x7fc0dea1;  // a quiet NaN with a payload: an untouched output row
+
+struct Case {
+  std::string name;
+  int heads = 2, window = -1, block = 0;
+  float post_scale = 1.0f;
+  std::vector<int> lq, lk;
+  bool vec = true;
+};
+
+// Rows [kLead, kLead + sum) hold the samples; every row holds heads * dh floats.
+struct Side {
+  std::vector<int32_t> offsets;
+  int64_t rows = 0;
+  int32_t max = 0;
+};
+
+Side Offsets(const std::vector<int>& lengths) {
+  Side s;
+  s.offsets.push_back(kLead);
+  for (int l : lengths) {
+    s.offsets.push_back(s.offsets.back() + l);
+    s.max = std::max(s.max, l);
+  }
+  s.rows = s.offsets.back() + kTrail;
+  return s;
+}
+
+bool Keep(const Case& c, int i, int j) {
+  if (c.block > 0) return i / c.block == j / c.block;
+  if (c.window >= 0) return std::abs(i - j) <= c.window;
+  return true;
+}
+
+struct Grads {
+  std::vector<double> o, dq, dk, dv;
+};
+
+// GDPA and its gradients in fp64 from the definition.
+Grads Reference(const Case& c, int dh, const Side& qs, const Side& ks, const std::vector<float>& q, const std::vector<float>& k,
+                const std::vector<float>& v, const std::vector<float>& d_o) {
+  const int width = c.heads * dh;
+  Grads g;
+  g.o.assign(q.size(), 0.0), g.dq.assign(q.size(), 0.0), g.dk.assign(k.size(), 0.0), g.dv.assign(v.size(), 0.0);
+  for (size_t b = 0; b + 1 < qs.offsets.size(); ++b) {
+    const int lq = qs.offsets[b + 1] - qs.offsets[b], lk = ks.offsets[b + 1] - ks.offsets[b];
+    for (int h = 0; h < c.heads; ++h) {
+      for (int i = 0; i < lq; ++i) {
+        const int64_t qi = (qs.offsets[b] + i) * int64_t{width} + h * dh;
+        for (int j = 0; j < lk; ++j) {
+          if (!Keep(c, i, j)) continue;
+          const int64_t kj = (ks.offsets[b] + j) * int64_t{width} + h * dh;
+          double z = 0, dp = 0;
+          for (int x = 0; x < dh; ++x) z += double{q[qi + x]} * k[kj + x], dp += double{d_o[qi + x]} * v[kj + x];
+          const double sg = 1.0 / (1.0 + std::exp(-z));
+          const double w = c.post_scale * z * sg, dz = c.post_scale * sg * (1.0 + z * (1.0 - sg)) * dp;
+          for (int x = 0; x < dh; ++x) {
+            g.o[qi + x] += w * v[kj + x];
+            g.dv[kj + x] += w * d_o[qi + x];
+            g.dq[qi + x] += dz * k[kj + x];
+            g.dk[kj + x] += dz * q[qi + x];
+          }
+        }
+      }
+    }
+  }
+  return g;
+}
+
+// Runs kernel(p, sp) on every block of grid (x, y, z) as 128 fibers, shared memory poisoned first.
+template <typename Body>
+void RunGrid(unsigned x, unsigned y, unsigned z, const Body& body) {
+  emu::SetGridDim({x, y, z});
+  for (unsigned bz = 0; bz < z; ++bz) {
+    for (unsigned by = 0; by < y; ++by) {
+      for (unsigned bx = 0; bx < x; ++bx) {
+        std::memset(smem, 0xFF, sizeof(smem));
+        emu::RunBlock({bx, by, bz}, kThreads, body);
+      }
+    }
+  }
+}
+
+// The splits a walk of up to `other` rows takes when the own side fits one tile (as the launcher
+// decides them, without its workspace cap).
+int Splits(int32_t max_own, int32_t max_other) {
+  if (max_own > kTile) return 1;
+  return std::max(1, (max_other + kSplitRows - 1) / kSplitRows);
+}
+
+std::vector<float> Sentinels(int64_t n) {
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& f : x) std::memcpy(&f, &kSentinel, sizeof(f));
+  return x;
+}
+
+// Launches `launch(sp, out0, out1)` split as Splits says: unsplit into out0/out1, or into a workspace
+// whose partial rows SumSplitsKernel adds into them.
+template <typename Launch>
+void SplitRun(const Params& p, int64_t batch, int heads, int dh, int32_t max_own, int32_t max_other, bool own_keys,
+              float* out0, float* out1, const Launch& launch) {
+  Split sp;
+  sp.splits = Splits(max_own, max_other);
+  const unsigned tiles = static_cast<unsigned>((max_own + kTile - 1) / kTile * sp.splits);
+  if (sp.splits == 1) {
+    RunGrid(static_cast<unsigned>(batch), static_cast<unsigned>(heads), tiles, [&] { launch(sp, out0, out1); });
+    return;
+  }
+  sp.max_own = max_own;
+  sp.split_stride = batch * max_own * heads * dh;
+  std::vector<float> part(static_cast<size_t>((out1 != nullptr ? 2 : 1) * sp.splits * sp.split_stride),
+                          std::nanf(""));
+  sp.part0 = part.data();
+  sp.part1 = out1 != nullptr ? part.data() + sp.splits * sp.split_stride : nullptr;
+  RunGrid(static_cast<unsigned>(batch), static_cast<unsigned>(heads), tiles, [&] { launch(sp, out0, out1); });
+  RunGrid(static_cast<unsigned>(batch), 1, 1, [&] { SumSplitsKernel(p, sp, dh, own_keys, out0, out1); });
+}
+
+// Rows of the samples within the bounds; rows outside them still sentinels.
+void ExpectClose(const std::string& what, const Side& side, int width, const std::vector<float>& got,
+                 const std::vector<double>& ref) {
+  const int64_t first = side.offsets.front(), last = side.offsets.back();
+  double err2 = 0, ref2 = 0, ref_max = 0, err_max = 0;
+  for (int64_t r = 0; r < side.rows; ++r) {
+    for (int x = 0; x < width; ++x) {
+      const size_t e = static_cast<size_t>(r * width + x);
+      if (r < first || r >= last) {
+        uint32_t bits = 0;
+        std::memcpy(&bits, &got[e], sizeof(bits));
+        ASSERT_EQ(bits, kSentinel) << what << ": row " << r << " outside every sample was written";
+        continue;
+      }
+      const double d = got[e] - ref[e];
+      err2 += d * d, ref2 += ref[e] * ref[e];
+      ref_max = std::max(ref_max, std::abs(ref[e]));
+      err_max = std::max(err_max, std::abs(d));
+    }
+  }
+  if (ref2 == 0) {
+    EXPECT_EQ(err_max, 0.0) << what;
+    return;
+  }
+  EXPECT_LE(std::sqrt(err2 / ref2), 1e-2) << what;
+  EXPECT_LE(err_max, 5e-2 * ref_max + 1e-6) << what;
+}
+
+template <int kDh>
+void RunCase(const Case& c) {
+  const Side qs = Offsets(c.lq), ks = Offsets(c.lk);
+  const int width = c.heads * kDh;
+  // Unaligned rows: every array one float past a 16-byte boundary.
+  const int shift = c.vec ? 0 : 1;
+  std::mt19937 rng(static_cast<uint32_t>(c.name.size() * 131 + kDh));
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  // Rows outside every sample hold 1e30: a kernel that used one would overflow the results.
+  auto filled = [&](const Side& side) {
+    std::vector<float> x(static_cast<size_t>(side.rows * width + shift), 1e30f);
+    for (int64_t e = side.offsets.front() * width; e < side.offsets.back() * width; ++e) x[e + shift] = normal(rng);
+    return x;
+  };
+  std::vector<float> q = filled(qs), d_o = filled(qs), k = filled(ks), v = filled(ks);
+  const Grads ref = Reference(c, kDh, qs, ks, std::vector<float>(q.begin() + shift, q.end()),
+                              std::vector<float>(k.begin() + shift, k.end()),
+                              std::vector<float>(v.begin() + shift, v.end()),
+                              std::vector<float>(d_o.begin() + shift, d_o.end()));
+  std::vector<float> o = Sentinels(qs.rows * width + shift), dq = o, dk = Sentinels(ks.rows * width + shift), dv = dk;
+  const Params p{qs.offsets.data(), ks.offsets.data(), c.heads, Mask{c.window, c.block}, c.post_scale, c.vec};
+  const int64_t batch = static_cast<int64_t>(c.lq.size());
+  const float *qp = q.data() + shift, *kp = k.data() + shift, *vp = v.data() + shift, *dop = d_o.data() + shift;
+  SplitRun(p, batch, c.heads, kDh, qs.max, ks.max, false, o.data() + shift, nullptr,
+           [&](const Split& sp, float* out, float*) { ForwardKernel<kDh>(p, sp, qp, kp, vp, out); });
+  SplitRun(p, batch, c.heads, kDh, qs.max, ks.max, false, dq.data() + shift, nullptr,
+           [&](const Split& sp, float* out, float*) { BackwardDqKernel<kDh>(p, sp, qp, kp, vp, dop, out); });
+  SplitRun(p, batch, c.heads, kDh, ks.max, qs.max, true, dk.data() + shift, dv.data() + shift,
+           [&](const Split& sp, float* out0, float* out1) {
+             BackwardDkDvKernel<kDh>(p, sp, qp, kp, vp, dop, out0, out1);
+           });
+  auto unshift = [&](const std::vector<float>& x) { return std::vector<float>(x.begin() + shift, x.end()); };
+  const std::string name = c.name + " dh=" + std::to_string(kDh);
+  ExpectClose(name + " o", qs, width, unshift(o), ref.o);
+  ExpectClose(name + " dq", qs, width, unshift(dq), ref.dq);
+  ExpectClose(name + " dk", ks, width, unshift(dk), ref.dk);
+  ExpectClose(name + " dv", ks, width, unshift(dv), ref.dv);
+}
+
+std::vector<Case> Cases() {
+  const std::vector<int> lengths = {0, 1, 17, 64, 65, 100};
+  std::vector<Case> cases;
+  for (auto [name, window, block] : {std::tuple{"self unmasked", -1, 0}, std::tuple{"self window=5", 5, 0},
+                                     std::tuple{"self window=17", 17, 0}, std::tuple{"self block=24", -1, 24}}) {
+    Case c;
+    c.name = name, c.window = window, c.block = block, c.post_scale = 1.0f / 16, c.lq = lengths, c.lk = lengths;
+    cases.push_back(c);
+  }
+  Case cross;
+  cross.name = "cross", cross.post_scale = 0.25f, cross.lq = lengths, cross.lk = {4, 4, 0, 4, 4, 4};
+  cases.push_back(cross);
+  Case pma;
+  pma.name = "pma", pma.post_scale = 1.0f / 130, pma.lq = {4, 4, 4, 0, 4, 4}, pma.lk = lengths;
+  cases.push_back(pma);
+  Case pma_split = pma;
+  pma_split.name = "pma split", pma_split.lq = {4, 3, 0}, pma_split.lk = {300, 40, 290};
+  cases.push_back(pma_split);
+  Case cross_split = cross;
+  cross_split.name = "cross split", cross_split.lq = {300, 40, 290}, cross_split.lk = {4, 3, 0};
+  cases.push_back(cross_split);
+  Case unaligned = cases[1];
+  unaligned.name = "self window=5 unaligned rows", unaligned.vec = false;
+  cases.push_back(unaligned);
+  return cases;
+}
+
+TEST(TrainGdpaEmulated, KernelsMatchTheDefinitionInFp64) {
+  for (const Case& c : Cases()) {
+    RunCase<16>(c);
+    RunCase<32>(c);
+    RunCase<64>(c);
+    if (HasFatalFailure()) return;
+  }
+}
+
+}  // namespace
+}  // namespace gemtb::gpu::train::tc
