@@ -29,6 +29,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -240,26 +241,37 @@ std::vector<Case> Cases() {
   return cases;
 }
 
-TEST(TrainGdpaTensorCore, MatchesTheFp32KernelsAndRepeatsItsBytes) {
+// One test per case, named after it, so that a run (compute-sanitizer's racecheck, say) can take a
+// subset with --gtest_filter.
+class TrainGdpaTensorCoreCase : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(TrainGdpaTensorCoreCase, MatchesTheFp32KernelsAndRepeatsItsBytes) {
   if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
-  uint64_t seed = 500;
-  for (const Case& c : Cases()) {
-    SCOPED_TRACE(c.name);
-    const Inputs in = MakeInputs(c, seed += 10);
-    const Outputs want = RunAttention(c, in, /*tensor_core=*/false);
-    const Outputs got = RunAttention(c, in, /*tensor_core=*/true);
-    const size_t width = static_cast<size_t>(c.heads) * c.dh;
-    Compare(got.o, want.o, in.q_offsets, width, c.name + " o");
-    Compare(got.dq, want.dq, in.q_offsets, width, c.name + " dq");
-    Compare(got.dk, want.dk, in.k_offsets, width, c.name + " dk");
-    Compare(got.dv, want.dv, in.k_offsets, width, c.name + " dv");
-    const Outputs again = RunAttention(c, in, /*tensor_core=*/true);
-    EXPECT_TRUE(SameBytes(again.o, got.o)) << c.name << " o";
-    EXPECT_TRUE(SameBytes(again.dq, got.dq)) << c.name << " dq";
-    EXPECT_TRUE(SameBytes(again.dk, got.dk)) << c.name << " dk";
-    EXPECT_TRUE(SameBytes(again.dv, got.dv)) << c.name << " dv";
-  }
+  const std::vector<Case> cases = Cases();
+  const Case& c = cases[GetParam()];
+  const Inputs in = MakeInputs(c, 510 + 10 * GetParam());
+  const Outputs want = RunAttention(c, in, /*tensor_core=*/false);
+  const Outputs got = RunAttention(c, in, /*tensor_core=*/true);
+  const size_t width = static_cast<size_t>(c.heads) * c.dh;
+  Compare(got.o, want.o, in.q_offsets, width, c.name + " o");
+  Compare(got.dq, want.dq, in.q_offsets, width, c.name + " dq");
+  Compare(got.dk, want.dk, in.k_offsets, width, c.name + " dk");
+  Compare(got.dv, want.dv, in.k_offsets, width, c.name + " dv");
+  const Outputs again = RunAttention(c, in, /*tensor_core=*/true);
+  EXPECT_TRUE(SameBytes(again.o, got.o)) << c.name << " o";
+  EXPECT_TRUE(SameBytes(again.dq, got.dq)) << c.name << " dq";
+  EXPECT_TRUE(SameBytes(again.dk, got.dk)) << c.name << " dk";
+  EXPECT_TRUE(SameBytes(again.dv, got.dv)) << c.name << " dv";
 }
+
+INSTANTIATE_TEST_SUITE_P(Cases, TrainGdpaTensorCoreCase, ::testing::Range<size_t>(0, Cases().size()),
+                         [](const ::testing::TestParamInfo<size_t>& param) {
+                           std::string name = Cases()[param.param].name;
+                           for (char& ch : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return name;
+                         });
 
 TEST(TrainGdpaTensorCore, BadShapesAreRefusedAndAnEmptyBatchIsANoOp) {
   if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
