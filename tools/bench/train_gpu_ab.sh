@@ -14,7 +14,9 @@
 # ncu times every kernel whose name matches KERNEL_REGEX, default all, in one step of each variant).
 # Writes $OUT/ab_summary.txt: every run's median step and samples/s, then per variant and batch the
 # median over the turns; tests_NAME.log, kernels_NAME.csv. Exit status: 0 the runs happened, 1 a test
-# or a run failed, 2 a build failed.
+# or a run failed, 2 a build failed. The builds stay in $TMPDIR (else /tmp) as ab-build-NAME for the
+# rest of the call; a command after this script that runs them needs the unpacked packages' libraries:
+#   export LD_LIBRARY_PATH=${TMPDIR:-/tmp}/gemtb-deps/usr/lib/x86_64-linux-gnu
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-$PWD/out}
