@@ -92,21 +92,7 @@ if [ -n "$kernels_batch" ]; then
     "$build/bin/gemtb" train --config small --local-batch "$b" --steps 1 --eval-samples 0 --log-every-s 1000 "${numerics[@]}" \
     >"$out/kernels_b$b.csv" 2>"$out/kernels_b$b.log" || rc=1
   { echo "ncu, one step at local batch $b: $((SECONDS - t)) s"
-    python3 - "$out/kernels_b$b.csv" <<'PY'
-import collections, csv, sys
-rows = [l for l in open(sys.argv[1]) if l.startswith('"')]
-total, count = collections.Counter(), collections.Counter()
-for r in csv.DictReader(rows):
-    if r.get("Metric Name") != "gpu__time_duration.sum":
-        continue
-    name = r["Kernel Name"].split("(")[0][:90]
-    total[name] += float(r["Metric Value"].replace(",", "")) * 1e-6
-    count[name] += 1
-all_ms = sum(total.values())
-print(f"{len(total)} kernels, {sum(count.values())} launches, {all_ms:.3f} ms of kernel time")
-for name, ms in total.most_common(25):
-    print(f"{ms:10.3f} ms {100 * ms / all_ms:5.1f}% {count[name]:6d}x  {name}")
-PY
+    python3 tools/lib/ncu_kernel_table.py "$out/kernels_b$b.csv" 25
   } | tee -a "$out/summary.txt"
 fi
 if [ -n "$peer_runs" ]; then

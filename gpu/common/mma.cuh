@@ -149,24 +149,22 @@ __device__ __forceinline__ void LoadBFromCols(const uint16_t* s, int ld, int k0,
 
 // ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lanes 8m .. 8m+7 give the addresses of the rows
 // of 8x8 matrix m (16 bytes each, in shared memory), and r[m] gets that matrix's fragment: without
-// .trans the lane's elements (g, 2t), (g, 2t+1), with .trans (2t, g), (2t+1, g).
+// .trans (kTrans false) the lane's elements (g, 2t), (g, 2t+1), with it (2t, g), (2t+1, g).
+template <bool kTrans>
 __device__ __forceinline__ void LdMatrixX4(const uint16_t* row, uint32_t (&r)[4]) {
 #ifdef __CUDACC__
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(row))));
+  const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  if constexpr (kTrans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at));
+  }
 #else
-  HostLdMatrixX4(row, false, r);
-#endif
-}
-
-__device__ __forceinline__ void LdMatrixX4Trans(const uint16_t* row, uint32_t (&r)[4]) {
-#ifdef __CUDACC__
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(row))));
-#else
-  HostLdMatrixX4(row, true, r);
+  HostLdMatrixX4(row, kTrans, r);
 #endif
 }
 

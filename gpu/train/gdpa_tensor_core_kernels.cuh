@@ -258,7 +258,7 @@ __device__ __forceinline__ void LoadBPairFromRows(const bf16* x, int ld, int n0,
                                                   uint32_t (&hi)[2]) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp, m = lane / 8, r = lane % 8;
   uint32_t f[4];
-  LdMatrixX4(x + (n0 + (m / 2) * 8 + r) * ld + k0 + (m % 2) * 8, f);
+  LdMatrixX4<false>(x + (n0 + (m / 2) * 8 + r) * ld + k0 + (m % 2) * 8, f);
   lo[0] = f[0], lo[1] = f[1], hi[0] = f[2], hi[1] = f[3];
 }
 
@@ -267,7 +267,7 @@ __device__ __forceinline__ void LoadBPairFromCols(const bf16* x, int ld, int k0,
                                                   uint32_t (&hi)[2]) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp, m = lane / 8, r = lane % 8;
   uint32_t f[4];
-  LdMatrixX4Trans(x + (k0 + (m % 2) * 8 + r) * ld + n0 + (m / 2) * 8, f);
+  LdMatrixX4<true>(x + (k0 + (m % 2) * 8 + r) * ld + n0 + (m / 2) * 8, f);
   lo[0] = f[0], lo[1] = f[1], hi[0] = f[2], hi[1] = f[3];
 }
 

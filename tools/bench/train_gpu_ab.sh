@@ -69,20 +69,7 @@ if [ -n "$kernels" ]; then
     ncu --metrics gpu__time_duration.sum --csv --print-units base --clock-control none -k "regex:$kernel_regex" \
       "$scratch/ab-build-$v/bin/gemtb" train --config small --local-batch "$kernels" --steps 1 --eval-samples 0 \
       --log-every-s 1000 >"$out/kernels_$v.csv" 2>"$out/kernels_$v.log" || rc=1
-    /usr/bin/python3 - "$out/kernels_$v.csv" "$v" <<'PY' | tee -a "$out/ab_summary.txt"
-import collections, csv, sys
-rows = [l for l in open(sys.argv[1]) if l.startswith('"')]
-total, count = collections.Counter(), collections.Counter()
-for r in csv.DictReader(rows):
-    if r.get("Metric Name") != "gpu__time_duration.sum":
-        continue
-    name = r["Kernel Name"].split("(")[0][:90]
-    total[name] += float(r["Metric Value"].replace(",", "")) * 1e-6
-    count[name] += 1
-print(f"{sys.argv[2]}: {sum(count.values())} launches, {sum(total.values()):.3f} ms of kernel time")
-for name, ms in total.most_common(12):
-    print(f"{sys.argv[2]}: {ms:10.3f} ms {count[name]:6d}x  {name}")
-PY
+    /usr/bin/python3 tools/lib/ncu_kernel_table.py "$out/kernels_$v.csv" 12 "$v: " | tee -a "$out/ab_summary.txt"
   done
 fi
 for turn in $(seq "$turns"); do

@@ -100,7 +100,7 @@ Grads Reference(const Case& c, int dh, const Side& qs, const Side& ks, const std
   return g;
 }
 
-// Runs kernel(p, sp) on every block of grid (x, y, z) as 128 fibers, shared memory poisoned first.
+// Runs body on every block of grid (x, y, z) as kThreads fibers, shared memory poisoned first.
 template <typename Body>
 void RunGrid(unsigned x, unsigned y, unsigned z, const Body& body) {
   emu::SetGridDim({x, y, z});
