@@ -1,0 +1,92 @@
+// A group of ranks talking over NCCL, one GPU per rank, with every wait bounded: the trainer's
+// collectives across processes and hosts.
+//
+// Rendezvous: rank 0 of the job's TCP store (model/launch/tcp_store.h) makes NCCL's unique id and
+// sets it under "<name>/nccl_id"; every rank reads it and creates its communicator on the current
+// device. Communicators are non-blocking (ncclConfig_t::blocking = 0): the host never sits inside
+// NCCL, so a rank that died or stopped calling shows up as a deadline passing in Synchronize (or in
+// Create), after which the communicator is aborted and the error names the group, the operation and
+// the timeout. An error NCCL reports itself (a peer's connection lost) ends the same way, with
+// NCCL's message. Sub-groups (FSDP's shard and replica groups, the sparse side's MP groups) come
+// from Split, which every rank of the parent calls.
+//
+// The collectives are NCCL's, in stream order on the stream given; they return once enqueued. Sums
+// are in the order NCCL's algorithm picks (not fixed): results agree with the oracle within the
+// tolerance of a reduction, not bit for bit.
+#ifndef GEMTB_GPU_COMM_NCCL_GROUP_H_
+#define GEMTB_GPU_COMM_NCCL_GROUP_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/common/dtype.h"
+#include "model/launch/tcp_store.h"
+
+namespace gemtb::gpu::comm {
+
+enum class ReduceOp { kSum, kAvg };
+
+class NcclGroup {
+ public:
+  // Every rank of the store's world calls it with the same `name`, its GPU current. NVLink SHARP
+  // stays off (NCCL_NVLS_ENABLE=0 unless the environment sets it). DeadlineExceeded after `timeout`
+  // naming the ranks' init; the store's own errors (a rank gone) as the store reports them.
+  static absl::StatusOr<std::unique_ptr<NcclGroup>> Create(launch::TcpStoreClient& store, std::string_view name,
+                                                           launch::Millis timeout);
+  ~NcclGroup();  // aborts the communicator if a wait failed, else destroys it
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+
+  // The ranks of this group with the same `color`, ranked by `key` (then by rank): every rank of this
+  // group calls it. `name` labels the new group in errors.
+  absl::StatusOr<std::unique_ptr<NcclGroup>> Split(int color, int key, std::string_view name);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& name() const { return name_; }
+
+  // `count` elements of `dtype` per rank: recv holds size() * count, rank r's at r * count.
+  absl::Status AllGather(const void* send, void* recv, int64_t count, Dtype dtype, cudaStream_t stream);
+  // send holds size() * count; rank r receives the reduction of every rank's block r.
+  absl::Status ReduceScatter(const void* send, void* recv, int64_t count, Dtype dtype, ReduceOp op,
+                             cudaStream_t stream);
+  absl::Status AllReduce(const void* send, void* recv, int64_t count, Dtype dtype, ReduceOp op, cudaStream_t stream);
+  absl::Status Broadcast(const void* send, void* recv, int64_t count, Dtype dtype, int root, cudaStream_t stream);
+  // Variable all-to-all: send_counts[r] elements from send + send_offsets[r] go to rank r, which
+  // receives them at recv + recv_offsets[me]; every vector has size() entries (elements, not bytes).
+  absl::Status AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
+                         const std::vector<int64_t>& send_offsets, void* recv, const std::vector<int64_t>& recv_counts,
+                         const std::vector<int64_t>& recv_offsets, Dtype dtype, cudaStream_t stream);
+
+  // Waits until `stream`'s work so far is done, at most the group's timeout. On a deadline or an
+  // error NCCL reports, aborts the communicator (every later call fails) and returns
+  // DeadlineExceeded / Unavailable naming `what`, the group and the timeout.
+  absl::Status Synchronize(cudaStream_t stream, std::string_view what);
+  // Whether a failed wait aborted the communicator.
+  bool aborted() const { return aborted_; }
+
+ private:
+  NcclGroup() = default;
+  // Waits while NCCL reports ncclInProgress for the last call, at most until `deadline_ms`.
+  absl::Status Settle(std::string_view what);
+  absl::Status Fail(absl::Status status);
+
+  void* comm_ = nullptr;  // ncclComm_t (nccl.h stays out of this header)
+  int rank_ = 0;
+  int size_ = 1;
+  std::string name_;
+  launch::Millis timeout_{0};
+  bool aborted_ = false;
+  cudaEvent_t sync_event_ = nullptr;
+};
+
+}  // namespace gemtb::gpu::comm
+
+#endif  // GEMTB_GPU_COMM_NCCL_GROUP_H_
