@@ -7,7 +7,8 @@
 #      $scratch/gemtb-src, so that uncommitted work of others in the copied tree cannot break the build;
 #   2. builds `gemtb` there (CUDA on);
 #   3. runs `gemtb bench comm` on all GPUs: every op, 1 KiB .. 1 GiB x2, with NCCL choosing (auto,
-#      plus the interference probe: a GEMM beside an SM-based and beside a copy-engine copy), with
+#      plus the copy-engine all-gather's sweep and the interference probe: a GEMM beside an SM-based
+#      all-gather and beside the copy-engine one), with
 #      NCCL_ALGO=Ring (all_reduce, all_gather, reduce_scatter) and NCCL_ALGO=allreduce:Tree
 #      (all_reduce); NCCL_NVLS_ENABLE=0 throughout. --gemm-only runs the interference probe alone
 #      (one GPU is enough: it then needs no collective), for `gemtb bench comm --fit`;
@@ -86,7 +87,7 @@ if [ "$gemm_only" = 1 ]; then
   stage "done: status $status"
   exit $status
 fi
-run auto "$gemtb" bench comm --gemm --label "NCCL auto"
+run auto "$gemtb" bench comm --gemm --copy-engine --label "NCCL auto and the copy-engine all-gather"
 run ring NCCL_ALGO=Ring "$gemtb" bench comm --ops all_reduce,all_gather,reduce_scatter --label "NCCL_ALGO=Ring"
 run tree NCCL_ALGO=allreduce:Tree "$gemtb" bench comm --ops all_reduce --label "NCCL_ALGO=allreduce:Tree"
 stage "NCCL tuning table (NCCL_DEBUG_SUBSYS=TUNING)"

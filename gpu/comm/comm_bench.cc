@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "gpu/comm/copy_engine_all_gather.h"
 
 namespace gemtb::gpu::comm {
 namespace {
@@ -92,6 +93,13 @@ class Bench {
     std::vector<ncclComm_t> comms(n);
     COMM_NCCL(ncclCommInitAll(comms.data(), n, devs.data()));
     for (int i = 0; i < n; ++i) ranks_[i].comm = comms[i];
+    if (n >= 2) {
+      // The copy-engine all-gather's windows: one slot per GPU of S / p at the largest S.
+      absl::StatusOr<std::vector<std::unique_ptr<CopyEngineAllGather>>> ce =
+          CopyEngineAllGather::CreateInProcess(devs, max_bytes / n);
+      if (!ce.ok()) return ce.status();
+      copy_engine_ = *std::move(ce);
+    }
     return absl::OkStatus();
   }
 
@@ -99,8 +107,19 @@ class Bench {
   std::vector<Rank>& ranks() { return ranks_; }
 
   // Enqueues one collective of S bytes on every rank's comm stream (one NCCL group).
+  // "all_gather_ce" is the copy-engine all-gather (S the gathered size), no NCCL involved.
   absl::Status Enqueue(const std::string& op, int64_t bytes, ncclDataType_t type, size_t elem, bool on_comm = true) {
     const int p = size();
+    if (op == "all_gather_ce") {
+      if (copy_engine_.empty()) return absl::InvalidArgumentError("the copy-engine all-gather needs 2 GPUs or more");
+      for (int i = 0; i < p; ++i) {
+        Rank& r = ranks_[i];
+        if (absl::Status s = copy_engine_[i]->AllGather(r.send, bytes / p, on_comm ? r.stream : r.compute); !s.ok()) {
+          return s;
+        }
+      }
+      return absl::OkStatus();
+    }
     COMM_NCCL(ncclGroupStart());
     for (int i = 0; i < p; ++i) {
       Rank& r = ranks_[i];
@@ -137,6 +156,7 @@ class Bench {
 
  private:
   std::vector<Rank> ranks_;
+  std::vector<std::unique_ptr<CopyEngineAllGather>> copy_engine_;  // >= 2 GPUs
 };
 
 // Times `iters` calls: events around each call on every GPU; a call's time is the slowest GPU's.
@@ -199,16 +219,10 @@ absl::Status EnqueueBackground(Bench& bench, Background kind, cublasHandle_t cop
     return absl::OkStatus();
   }
   if (kind == Background::kCopyEngine) {
-    for (int i = 0; i < p; ++i) {
-      Rank& r = bench.ranks()[i];
-      COMM_CUDA(cudaSetDevice(r.device));
-      if (p >= 2) {
-        Rank& next = bench.ranks()[(i + 1) % p];
-        COMM_CUDA(cudaMemcpyPeerAsync(next.recv, next.device, r.send, r.device, static_cast<size_t>(bytes), r.stream));
-      } else {
-        COMM_CUDA(cudaMemcpyAsync(r.recv, r.send, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, r.stream));
-      }
-    }
+    if (p >= 2) return bench.Enqueue("all_gather_ce", bytes, ncclBfloat16, 2);
+    Rank& r = bench.ranks()[0];
+    COMM_CUDA(cudaSetDevice(r.device));
+    COMM_CUDA(cudaMemcpyAsync(r.recv, r.send, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, r.stream));
   }
   return absl::OkStatus();
 }
@@ -217,7 +231,7 @@ std::string BackgroundHow(Background kind, int p) {
   if (kind == Background::kSmBased) {
     return p >= 2 ? absl::StrCat("NCCL all_gather on ", p, " GPUs") : "cuBLAS copy kernel (cublasScopy) on GPU 0";
   }
-  return p >= 2 ? absl::StrCat("cudaMemcpyPeerAsync from each of ", p, " GPUs to the next")
+  return p >= 2 ? absl::StrCat("copy-engine all_gather on ", p, " GPUs")
                 : "cudaMemcpyAsync device-to-device on GPU 0";
 }
 
@@ -302,16 +316,6 @@ absl::Status GemmProbeRun(Bench& bench, const CommBenchOptions& o, GemmProbe* ou
   cublasSetStream(copy_handle, r0.stream);
   const int p = bench.size();
   const int64_t bytes = o.gemm_copy_bytes / (2 * p) * (2 * p);  // whole bf16 chunks per rank
-  // Peer copies go GPU to GPU over NVLink only with peer access on (NCCL may have turned it on).
-  for (int i = 0; p >= 2 && i < p; ++i) {
-    COMM_CUDA(cudaSetDevice(bench.ranks()[i].device));
-    const cudaError_t e = cudaDeviceEnablePeerAccess(bench.ranks()[(i + 1) % p].device, 0);
-    if (e == cudaErrorPeerAccessAlreadyEnabled) {
-      cudaGetLastError();  // clear it
-    } else if (e != cudaSuccess) {
-      return CudaError("cudaDeviceEnablePeerAccess", e);
-    }
-  }
   COMM_CUDA(cudaSetDevice(r0.device));
   const int n = 20;
   absl::Status status = absl::OkStatus();
@@ -389,25 +393,31 @@ absl::StatusOr<CommBenchResult> RunCommBench(const CommBenchOptions& o) {
   result.device = prop.name;
   result.sm_count = prop.multiProcessorCount;
 
-  for (const std::string& op : o.ops) {
+  if (o.copy_engine && p < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("--copy-engine: needs 2 GPUs or more; ", p, " in use"));
+  }
+  std::vector<std::string> sweeps = o.ops;
+  if (o.copy_engine) sweeps.push_back("all_gather_ce");
+  for (const std::string& op : sweeps) {
     for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
       // Every rank's chunk must be a whole number of elements (nccl-tests rounds the same way).
       const int64_t unit = static_cast<int64_t>(elem) * (op == "all_reduce" || op == "broadcast" ? 1 : p);
+      const bool ce = op == "all_gather_ce";
       const int64_t s_bytes = bytes / unit * unit;
       if (s_bytes == 0) continue;
       absl::StatusOr<std::vector<double>> times = TimeCalls(bench, op, s_bytes, type, elem, o.warmup, o.iters);
       if (!times.ok()) return times.status();
       CommMeasurement m;
-      m.op = op;
+      m.op = ce ? "all_gather" : op;
       m.bytes = s_bytes;
       m.count = op == "all_reduce" || op == "broadcast" ? s_bytes / elem : s_bytes / (elem * p);
       m.time_us = Median(*times);
       m.time_us_min = *std::min_element(times->begin(), times->end());
       m.time_us_max = *std::max_element(times->begin(), times->end());
       m.algbw_GBps = s_bytes / (m.time_us * 1e3);
-      m.busbw_GBps = m.algbw_GBps * CommBusBwFactor(op, p);
+      m.busbw_GBps = m.algbw_GBps * CommBusBwFactor(m.op, p);
       m.iters = o.iters;
-      result.results.push_back(m);
+      (ce ? result.copy_engine_results : result.results).push_back(m);
     }
   }
 

@@ -4,11 +4,13 @@
 // nccl-tests' convention (S is the buffer for all-reduce/broadcast, the full gathered size
 // for all-gather/reduce-scatter, the bytes one rank sends for all-to-all), timing each call with CUDA
 // events on every GPU (a call's time: the slowest GPU's; reported: the median over iterations).
+// With copy_engine, the same sweep of the SM-free all-gather (copy_engine_all_gather.h) on >= 2 GPUs,
+// in the same convention (S the full gathered size, busbw = algbw (p - 1) / p).
 // Plus the interference probe (the simulator's κ), on one GPU or more: a cuBLAS bf16 GEMM on GPU 0 alone,
 // beside an SM-based copy of the same bytes (an NCCL all-gather on >= 2 GPUs; on one GPU cuBLAS's
-// copy kernel, which runs on the SMs) and beside a copy-engine copy of the same bytes
-// (cudaMemcpyPeerAsync from each GPU to the next on >= 2 GPUs; cudaMemcpyAsync device-to-device on
-// one GPU, which the copy engine carries); κ = median GEMM time beside / alone − 1 for each.
+// copy kernel, which runs on the SMs) and beside a copy-engine copy of the same bytes (the copy-engine
+// all-gather on >= 2 GPUs; cudaMemcpyAsync device-to-device on one GPU, which the copy engine
+// carries); κ = median GEMM time beside / alone − 1 for each.
 //
 // NVLink SHARP stays off (NCCL_NVLS_ENABLE=0 is set before the communicators exist). NCCL_ALGO /
 // NCCL_PROTO are taken from the environment as NCCL reads them at init, and recorded.
@@ -33,6 +35,7 @@ struct CommBenchOptions {
   int warmup = 5;
   int iters = 20;
   int gpus = 0;                // 0: every visible GPU
+  bool copy_engine = false;    // also sweep the copy-engine all-gather (needs >= 2 GPUs)
   bool gemm = false;           // run the interference probe
   int gemm_dim = 8192;         // M = N = K
   int64_t gemm_copy_bytes = int64_t{256} << 20;  // bytes per background call (S of the all-gather)
@@ -80,6 +83,7 @@ struct CommBenchResult {
   int warmup = 0;
   int iters = 0;
   std::vector<CommMeasurement> results;
+  std::vector<CommMeasurement> copy_engine_results;  // op "all_gather", the copy-engine all-gather
   bool has_gemm = false;
   GemmProbe gemm;
 };

@@ -1,6 +1,7 @@
 // gemtb bench comm: the NCCL collective benchmark (gpu/comm) on every visible GPU of this host:
-// time, algbw and busbw per op and size in nccl-tests' convention, the GEMM slowdown beside an
-// SM-based and beside a copy-engine copy (kappa, --gemm; works on one GPU), and the NCCL version;
+// time, algbw and busbw per op and size in nccl-tests' convention, the same for the copy-engine
+// all-gather (--copy-engine), the GEMM slowdown beside an SM-based and beside a copy-engine copy
+// (kappa, --gemm; works on one GPU), and the NCCL version;
 // --json writes the record that `gemtb whatif calibrate` reads. NCCL_ALGO / NCCL_PROTO in the
 // environment pin the algorithm. --fit RECORD --out CAL writes the record's kappas into a calibration
 // (sim/network/kappa_fit.h); it needs no GPU.
@@ -66,16 +67,18 @@ absl::Status Run(const std::vector<std::string>& args) {
   std::string min_text = "1K", max_text = "1G", dtype = "bf16", json_path, label, fit_path, base_path, out_path;
   std::string gemm_bytes_text = "256M";
   int64_t factor = 2, warmup = 5, iters = 20, gpus = 0, gemm_dim = 8192;
-  bool gemm = false;
+  bool gemm = false, copy_engine = false;
   FlagSet flags("gemtb bench comm [--ops LIST] [--min-bytes 1K] [--max-bytes 1G] [--dtype bf16|fp32] [--json F]",
                 "Times NCCL collectives on every visible GPU of this host (one process, ncclCommInitAll,\n"
                 "one stream per GPU, group calls): sizes min..max x factor in nccl-tests' convention (S =\n"
                 "buffer for all_reduce/broadcast, full gathered size for all_gather/reduce_scatter, bytes\n"
                 "one rank sends for all_to_all). Prints time (median of --iters, slowest GPU), algbw and\n"
                 "busbw. NVLink SHARP is switched off (NCCL_NVLS_ENABLE=0); NCCL_ALGO/NCCL_PROTO from the\n"
-                "environment pin the algorithm and are recorded. --gemm adds the interference probe: a bf16\n"
-                "GEMM alone, beside an SM-based copy (NCCL all-gather; cuBLAS's copy kernel on one GPU) and\n"
-                "beside a copy-engine copy (peer copies; device-to-device on one GPU) of --gemm-bytes.\n"
+                "environment pin the algorithm and are recorded. --copy-engine (2 GPUs or more) also sweeps\n"
+                "the SM-free all-gather: copy engines moving each GPU's slot to every peer, no kernel.\n"
+                "--gemm adds the interference probe: a bf16 GEMM alone, beside an SM-based copy (NCCL\n"
+                "all-gather; cuBLAS's copy kernel on one GPU) and beside a copy-engine copy (the copy-engine\n"
+                "all-gather; device-to-device on one GPU) of --gemm-bytes.\n"
                 "--fit RECORD.json --out CAL.json [--base CAL.json]: writes the record's kappas into a\n"
                 "calibration (no GPU needed).");
   flags.String("ops", &ops, "comma-separated ops (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast)");
@@ -86,6 +89,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   flags.Int64("warmup", &warmup, "warm-up calls per size (default 5)");
   flags.Int64("iters", &iters, "timed calls per size (default 20)");
   flags.Int64("gpus", &gpus, "GPUs to use (default 0: all visible)");
+  flags.Bool("copy-engine", &copy_engine, "also time the copy-engine all-gather over the same sizes (2+ GPUs)");
   flags.Bool("gemm", &gemm, "also measure a bf16 GEMM alone, beside an SM-based and beside a copy-engine copy (kappa)");
   flags.Int64("gemm-dim", &gemm_dim, "GEMM M = N = K (default 8192)");
   flags.String("gemm-bytes", &gemm_bytes_text, "bytes per background copy call (default 256M)");
@@ -116,6 +120,7 @@ absl::Status Run(const std::vector<std::string>& args) {
 #if !defined(GEMTB_HAVE_NCCL_COMM)
   (void)gemm;
   (void)gemm_dim;
+  (void)copy_engine;
   return absl::FailedPreconditionError(
       "this gemtb was built without CUDA/NCCL (nvcc or nccl.h not found at configure time): no benchmark");
 #else
@@ -130,6 +135,7 @@ absl::Status Run(const std::vector<std::string>& args) {
   o.warmup = static_cast<int>(warmup);
   o.iters = static_cast<int>(iters);
   o.gpus = static_cast<int>(gpus);
+  o.copy_engine = copy_engine;
   o.gemm = gemm;
   o.gemm_dim = static_cast<int>(gemm_dim);
   o.gemm_copy_bytes = *gemm_bytes;
@@ -140,14 +146,19 @@ absl::Status Run(const std::vector<std::string>& args) {
               r->nccl_algo_env.empty() ? "(auto)" : r->nccl_algo_env.c_str(),
               r->nccl_proto_env.empty() ? "(auto)" : r->nccl_proto_env.c_str(), r->nvls_enable_env.c_str());
   std::printf("%-15s %12s %12s %10s %10s\n", "op", "size(B)", "time(us)", "algbw", "busbw");
-  nlohmann::json rows = nlohmann::json::array();
-  for (const auto& m : r->results) {
-    std::printf("%-15s %12lld %12.2f %10.2f %10.2f\n", m.op.c_str(), static_cast<long long>(m.bytes), m.time_us,
-                m.algbw_GBps, m.busbw_GBps);
-    rows.push_back({{"op", m.op}, {"bytes", m.bytes}, {"count", m.count}, {"time_us", m.time_us},
-                    {"time_us_min", m.time_us_min}, {"time_us_max", m.time_us_max}, {"algbw_GBps", m.algbw_GBps},
-                    {"busbw_GBps", m.busbw_GBps}, {"iters", m.iters}});
-  }
+  auto table = [](const std::vector<gpu::comm::CommMeasurement>& ms, const char* suffix) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& m : ms) {
+      std::printf("%-15s %12lld %12.2f %10.2f %10.2f\n", (m.op + suffix).c_str(), static_cast<long long>(m.bytes),
+                  m.time_us, m.algbw_GBps, m.busbw_GBps);
+      rows.push_back({{"op", m.op}, {"bytes", m.bytes}, {"count", m.count}, {"time_us", m.time_us},
+                      {"time_us_min", m.time_us_min}, {"time_us_max", m.time_us_max}, {"algbw_GBps", m.algbw_GBps},
+                      {"busbw_GBps", m.busbw_GBps}, {"iters", m.iters}});
+    }
+    return rows;
+  };
+  const nlohmann::json rows = table(r->results, "");
+  const nlohmann::json ce_rows = table(r->copy_engine_results, "(ce)");
   nlohmann::json out = {{"tool", "gemtb bench comm"},
                         {"label", label},
                         {"nccl_version", r->nccl_version},
@@ -163,6 +174,8 @@ absl::Status Run(const std::vector<std::string>& args) {
                         {"iters", r->iters},
                         {"timing", "CUDA events around each call on every GPU; time = slowest GPU; median over iters"},
                         {"results", rows}};
+  // Apart from "results", which `gemtb whatif calibrate` fits as NCCL's.
+  if (copy_engine) out["copy_engine_results"] = ce_rows;
   if (r->has_gemm) {
     const auto& g = r->gemm;
     std::printf("gemm %d^3 bf16: alone %.3f ms; copies of %lld B\n", g.dim, g.alone_ms,
