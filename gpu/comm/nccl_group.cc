@@ -228,6 +228,34 @@ absl::Status NcclGroup::Broadcast(const void* send, void* recv, int64_t count, D
   return absl::OkStatus();
 }
 
+absl::Status NcclGroup::AllGatherV(void* data, const std::vector<int64_t>& counts,
+                                   const std::vector<int64_t>& offsets, Dtype dtype, cudaStream_t stream) {
+  const size_t p = static_cast<size_t>(size_);
+  for (const auto& [v, field] : {std::pair{&counts, "counts"}, std::pair{&offsets, "offsets"}}) {
+    if (v->size() != p) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": ", v->size(), " entries for a group of ", size_));
+    }
+    for (int64_t x : *v) GROUP_RETURN_IF_ERROR(CheckCount(x, field));
+  }
+  absl::StatusOr<ncclDataType_t> type = NcclType(dtype);
+  if (!type.ok()) return type.status();
+  const size_t elem = static_cast<size_t>(InfoOf(dtype).element_bits / 8);
+  if (aborted_) return absl::FailedPreconditionError(absl::StrCat("NCCL group \"", name_, "\" was aborted"));
+  ncclResult_t r = ncclGroupStart();
+  for (size_t root = 0; r == ncclSuccess && root < p; ++root) {
+    if (counts[root] == 0) continue;
+    char* at = static_cast<char*>(data) + offsets[root] * elem;
+    r = ncclBroadcast(at, at, static_cast<size_t>(counts[root]), *type, static_cast<int>(root), Comm(comm_), stream);
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  if (r == ncclSuccess) r = end;
+  if (r != ncclSuccess && r != ncclInProgress) {
+    return Fail(absl::UnavailableError(absl::StrCat("NCCL group \"", name_, "\": all_gather_v: ", ncclGetErrorString(r),
+                                                    "; communicator aborted")));
+  }
+  return Settle("all_gather_v");
+}
+
 absl::Status NcclGroup::AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
                                   const std::vector<int64_t>& send_offsets, void* recv,
                                   const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_offsets,

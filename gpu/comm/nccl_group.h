@@ -59,6 +59,10 @@ class NcclGroup {
                              cudaStream_t stream);
   absl::Status AllReduce(const void* send, void* recv, int64_t count, Dtype dtype, ReduceOp op, cudaStream_t stream);
   absl::Status Broadcast(const void* send, void* recv, int64_t count, Dtype dtype, int root, cudaStream_t stream);
+  // Variable all-gather, in place: rank r's counts[r] elements at data + offsets[r] reach every
+  // rank (one NCCL group of broadcasts, rank r the root of its part).
+  absl::Status AllGatherV(void* data, const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets,
+                          Dtype dtype, cudaStream_t stream);
   // Variable all-to-all: send_counts[r] elements from send + send_offsets[r] go to rank r, which
   // receives them at recv + recv_offsets[me]; every vector has size() entries (elements, not bytes).
   absl::Status AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
@@ -69,7 +73,9 @@ class NcclGroup {
   // error NCCL reports, aborts the communicator (every later call fails) and returns
   // DeadlineExceeded / Unavailable naming `what`, the group and the timeout.
   absl::Status Synchronize(cudaStream_t stream, std::string_view what);
-  // Whether a failed wait aborted the communicator.
+  // Aborts the communicator now (what a rank does to its other groups once one wait failed).
+  void Abort() { (void)Fail(absl::OkStatus()); }
+  // Whether a failed wait (or Abort) aborted the communicator.
   bool aborted() const { return aborted_; }
 
  private:

@@ -873,7 +873,7 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
     GEMTB_ASSIGN_OR_RETURN(ws, mem.Floats(2));
     workspace = reinterpret_cast<double*>(ws);
   }
-  GEMTB_RETURN_IF_ERROR(BceWithLogitsLoss(LossShape{B, T}, out.logits, in.labels, in.masks, dlogits, sample_loss,
+  GEMTB_RETURN_IF_ERROR(BceWithLogitsLoss(LossShape{B, T, in.mask_count}, out.logits, in.labels, in.masks, dlogits, sample_loss,
                                           out.loss, workspace, stream));
   if (!backward) return timer ? timer->End() : absl::OkStatus();
 

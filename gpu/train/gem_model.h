@@ -39,6 +39,9 @@ struct GemBatchInput {
   std::vector<const float*> events;           // per j: [sum_b len_jb, d]
   const float* labels = nullptr;              // [B, T] 0/1
   const float* masks = nullptr;               // [B, T] 0/1
+  // The loss's denominator (loss.h): < 0 counts these masks; a rank of a data-parallel job gives
+  // the global batch's count, so that its gradients are its samples' share of the global ones.
+  double mask_count = -1;
 };
 
 // What a pass writes, device memory owned by the caller.

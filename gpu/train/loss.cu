@@ -28,6 +28,8 @@ __global__ void MaskCountKernel(const float* masks, int64_t n, double* count) {
   if (threadIdx.x == 0) *count = total;
 }
 
+__global__ void SetCountKernel(double value, double* count) { *count = value; }
+
 // Overflow-safe sigmoid, as ops.h's: exp of a non-positive argument only.
 __device__ float Sigmoid(float z) {
   if (z >= 0.0f) return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
@@ -64,6 +66,9 @@ absl::Status ValidateLossShape(const LossShape& s) {
     return absl::InvalidArgumentError(absl::StrCat("samples=", s.samples, ": want 1 .. 2^31-1"));
   }
   if (s.tasks < 1 || s.tasks > 1024) return absl::InvalidArgumentError(absl::StrCat("tasks=", s.tasks, ": want 1 .. 1024"));
+  if (!(s.mask_count < 0) && !(s.mask_count <= 1e300)) {
+    return absl::InvalidArgumentError(absl::StrCat("mask_count=", s.mask_count, ": want a finite value (< 0: count)"));
+  }
   return absl::OkStatus();
 }
 
@@ -71,7 +76,11 @@ absl::Status BceWithLogitsLoss(const LossShape& s, const float* logits, const fl
                                float* dlogits, float* sample_loss, double* loss, double* workspace,
                                cudaStream_t stream) {
   if (absl::Status v = ValidateLossShape(s); !v.ok()) return v;
-  MaskCountKernel<<<1, kSumThreads, 0, stream>>>(masks, s.samples * s.tasks, workspace);
+  if (s.mask_count < 0) {
+    MaskCountKernel<<<1, kSumThreads, 0, stream>>>(masks, s.samples * s.tasks, workspace);
+  } else {
+    SetCountKernel<<<1, 1, 0, stream>>>(s.mask_count, workspace);
+  }
   if (absl::Status l = Launched("mask count"); !l.ok()) return l;
   constexpr int kThreads = 256;
   SampleLossKernel<<<static_cast<unsigned>((s.samples + kThreads - 1) / kThreads), kThreads, 0, stream>>>(

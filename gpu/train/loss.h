@@ -3,6 +3,9 @@
 //   l = m (max(z, 0) - z y + log1p(exp(-|z|))),   dl/dz = m (sigmoid(z) - y) / max(1, sum m),
 // and the batch loss sum_b sum_t l / max(1, sum m). The mask count and the batch sum are fp64 sums in
 // a fixed order; a sample's loss sums its tasks in order; so every run gives the same bytes.
+// A rank of a data-parallel job gives the global batch's mask count (LossShape::mask_count): its
+// samples' dlogits are then the single process's bytes, and its loss the share of the global loss
+// its samples carry.
 #ifndef GEMTB_GPU_TRAIN_LOSS_H_
 #define GEMTB_GPU_TRAIN_LOSS_H_
 
@@ -17,6 +20,7 @@ namespace gemtb::gpu::train {
 struct LossShape {
   int64_t samples = 0;  // B, 1 .. 2^31-1
   int64_t tasks = 0;    // T, 1 .. 1024
+  double mask_count = -1;  // sum m of the denominator: < 0 counts this batch's masks; else a finite value
 };
 
 absl::Status ValidateLossShape(const LossShape& shape);

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "gpu/common/device_buffer.h"
 #include "gpu/train/dense_adam.h"
 #include "gpu/train/gem_model.h"
@@ -57,8 +58,54 @@ struct GpuTrainer::Impl {
   std::unique_ptr<GemModelGpu> model;
   int64_t step = 0;
   float adam_b1 = 1.0f, adam_b2 = 1.0f;
-  Array<float> params, grad, adam_m, adam_v;
+  int64_t num_params = 0;  // P of the layout
+  // One GPU: params, adam_m, adam_v and grad hold all P values. In a job (`dist`): params, adam_m,
+  // adam_v and grad_shard hold this rank's shard (shard_count values), grad the rank's whole
+  // gradient (shard_group_size * shard_count, zeros past P), and the model reads the parameters
+  // gathered into the collectives' buffer.
+  Array<float> params, grad, adam_m, adam_v, grad_shard;
   Array<double> loss;
+  TrainerCollectives* dist = nullptr;
+  int64_t shard_count = 0;
+  int shard_member = 0;                // q: this rank's place in its shard group
+  const float* model_params = nullptr;  // what the model reads
+
+  // This rank's shard of a whole array of P values (zeros past P).
+  std::vector<float> Shard(const std::vector<float>& whole) const {
+    std::vector<float> shard(static_cast<size_t>(shard_count), 0.0f);
+    const int64_t first = shard_member * shard_count;
+    for (int64_t k = 0; k < shard_count && first + k < static_cast<int64_t>(whole.size()); ++k) {
+      shard[k] = whole[first + k];
+    }
+    return shard;
+  }
+  // A whole array of P values from every member's shard (a collective in the shard group).
+  absl::StatusOr<std::vector<float>> Whole(const DeviceArray<float>& shard, const char* what) const {
+    std::vector<float> whole;
+    if (dist == nullptr) {
+      GEMTB_RETURN_IF_ERROR(shard.Download(whole, what));
+      return whole;
+    }
+    Array<float> full;
+    GEMTB_ASSIGN_OR_RETURN(full, Allocate<float>(static_cast<size_t>(shard_count * dist->shard_group_size()), what));
+    GEMTB_RETURN_IF_ERROR(dist->GatherShards(shard.get(), full->get(), shard_count, nullptr));
+    GEMTB_RETURN_IF_ERROR(dist->Synchronize(nullptr, what));
+    GEMTB_RETURN_IF_ERROR(full->Download(whole, what));
+    whole.resize(static_cast<size_t>(num_params));
+    return whole;
+  }
+
+  // The whole parameter array is current in model_params (a collective in a job).
+  absl::Status GatherParams() {
+    if (dist == nullptr) return absl::OkStatus();
+    return dist->GatherParams(params->get(), shard_count, nullptr);
+  }
+  // Waits for the device; in a job first for the collectives, within the job's timeout (the device-wide
+  // wait after it then cannot hang on a rank that is gone).
+  absl::Status Synchronize(const char* what) {
+    if (dist != nullptr) GEMTB_RETURN_IF_ERROR(dist->Synchronize(nullptr, what));
+    return CudaStatus(cudaDeviceSynchronize(), what);
+  }
 
   StepTimes times;  // of the current step's phases, filled as they finish
   bool time_regions = false;
@@ -120,53 +167,94 @@ struct GpuTrainer::Impl {
     const int64_t B = batch.size;
     const gemtb::model::GemGeometry& g = model->geometry();
     const int J = g.num_sequences(), T = g.num_tasks;
+    // In a job's training step this rank runs the model on its samples [b0, b0 + Bl) of the batch.
+    const bool split = dist != nullptr && train;
+    const int R = split ? dist->world_size() : 1, r = split ? dist->rank() : 0;
+    const int64_t Bl = B / R, b0 = r * Bl;
     Clock::time_point at = Clock::now();
+    GEMTB_RETURN_IF_ERROR(GatherParams());
     GEMTB_RETURN_IF_ERROR(TbeForward(batch));
     absl::StatusOr<embedding::DeviceOutputView> emb_out = tbe->DeviceOutput();
     if (!emb_out.ok()) return emb_out.status();
-    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "embedding forward"));
+    GEMTB_RETURN_IF_ERROR(Synchronize("embedding forward"));
     times.embedding_fwd_ms = Ms(at);
     at = Clock::now();
+    const int64_t W = emb_out->pooled_width, m_dense = static_cast<int64_t>(batch.dense.size()) / B;
     Array<float> dense, labels, masks, logits;
-    GEMTB_ASSIGN_OR_RETURN(dense, Upload<float>(batch.dense, "dense"));
+    GEMTB_ASSIGN_OR_RETURN(dense, Upload<float>(absl::MakeConstSpan(batch.dense).subspan(b0 * m_dense, Bl * m_dense),
+                                                "dense"));
     const std::vector<float> label_f = ToFloat(batch.label), mask_f = ToFloat(batch.mask);
-    GEMTB_ASSIGN_OR_RETURN(labels, Upload<float>(label_f, "labels"));
-    GEMTB_ASSIGN_OR_RETURN(masks, Upload<float>(mask_f, "masks"));
+    GEMTB_ASSIGN_OR_RETURN(labels, Upload<float>(absl::MakeConstSpan(label_f).subspan(b0 * T, Bl * T), "labels"));
+    GEMTB_ASSIGN_OR_RETURN(masks, Upload<float>(absl::MakeConstSpan(mask_f).subspan(b0 * T, Bl * T), "masks"));
     GEMTB_ASSIGN_OR_RETURN(logits, Allocate<float>(static_cast<size_t>(B) * T, "logits"));
     GemBatchInput in;
-    in.batch = B;
-    in.pooled = emb_out->pooled;
+    in.batch = Bl;
+    in.pooled = emb_out->pooled + b0 * W;
     in.dense = dense->get();
     in.labels = labels->get();
     in.masks = masks->get();
+    if (split) {
+      double count = 0;  // 0/1 values: exact in any order
+      for (float v : mask_f) count += v;
+      in.mask_count = count;
+    }
+    // Per sequence: where each rank's events start (elements), for the slices and the all-gathers.
+    std::vector<std::vector<int64_t>> event_offsets(J, std::vector<int64_t>(R + 1, 0));
     std::vector<Array<float>> events(J);
     for (int j = 0; j < J; ++j) {
-      in.lengths.emplace_back(batch.seq_lengths.begin() + static_cast<long>(j) * B,
-                              batch.seq_lengths.begin() + static_cast<long>(j + 1) * B);
-      const int64_t n = emb_out->sequence_size[3 * j];
+      const auto lengths = batch.seq_lengths.begin() + static_cast<long>(j) * B;
+      for (int q = 0; q < R; ++q) {
+        int64_t n = 0;
+        for (int64_t b = q * Bl; b < (q + 1) * Bl; ++b) n += lengths[b];
+        event_offsets[j][q + 1] = event_offsets[j][q] + n * g.d;
+      }
+      in.lengths.emplace_back(lengths + b0, lengths + b0 + Bl);
+      const int64_t first = event_offsets[j][r], n = event_offsets[j][r + 1] - first;
       GEMTB_ASSIGN_OR_RETURN(events[j], Allocate<float>(static_cast<size_t>(n), "events"));
       // An event's embedding: (item + action) + dt, as the oracle's trainer sums the three rows.
-      GEMTB_RETURN_IF_ERROR(Sum3(emb_out->sequence[3 * j], emb_out->sequence[3 * j + 1], emb_out->sequence[3 * j + 2],
-                                 n, events[j]->get(), nullptr));
+      GEMTB_RETURN_IF_ERROR(Sum3(emb_out->sequence[3 * j] + first, emb_out->sequence[3 * j + 1] + first,
+                                 emb_out->sequence[3 * j + 2] + first, n, events[j]->get(), nullptr));
       in.events.push_back(events[j]->get());
     }
     Backward b;
     GemBatchOutput out;
-    out.logits = logits->get();
+    out.logits = logits->get() + b0 * T;
     out.loss = loss->get();
     if (train) {
       out.param_grad = grad->get();
-      GEMTB_ASSIGN_OR_RETURN(b.pooled_grad, Allocate<float>(static_cast<size_t>(B * emb_out->pooled_width), "pooled grad"));
-      out.pooled_grad = b.pooled_grad->get();
+      GEMTB_ASSIGN_OR_RETURN(b.pooled_grad, Allocate<float>(static_cast<size_t>(B * W), "pooled grad"));
+      out.pooled_grad = b.pooled_grad->get() + b0 * W;
       b.events_grad.resize(J);
       for (int j = 0; j < J; ++j) {
-        GEMTB_ASSIGN_OR_RETURN(b.events_grad[j], Allocate<float>(events[j]->size(), "events grad"));
-        out.events_grad.push_back(b.events_grad[j]->get());
+        GEMTB_ASSIGN_OR_RETURN(b.events_grad[j], Allocate<float>(static_cast<size_t>(event_offsets[j][R]), "events grad"));
+        out.events_grad.push_back(b.events_grad[j]->get() + event_offsets[j][r]);
       }
     }
     std::optional<RegionTimer> timer;
     if (time_regions) timer.emplace(nullptr);
-    GEMTB_RETURN_IF_ERROR(model->Run(params->get(), in, out, nullptr, timer ? &*timer : nullptr));
+    GEMTB_RETURN_IF_ERROR(model->Run(model_params, in, out, nullptr, timer ? &*timer : nullptr));
+    if (split) {
+      // The rank's parts become the step's: its samples' logits, loss share and embedding gradients
+      // to every rank; the dense gradient summed into this rank's shard.
+      auto even = [&](int64_t per_rank) {
+        std::vector<int64_t> counts(R, per_rank), offsets(R);
+        for (int q = 0; q < R; ++q) offsets[q] = q * per_rank;
+        return std::pair{counts, offsets};
+      };
+      auto [lc, lo] = even(Bl * T);
+      GEMTB_RETURN_IF_ERROR(dist->AllGatherV(logits->get(), lc, lo, nullptr));
+      GEMTB_RETURN_IF_ERROR(dist->AllReduceSum(loss->get(), 1, nullptr));
+      auto [pc, po] = even(Bl * W);
+      GEMTB_RETURN_IF_ERROR(dist->AllGatherV(b.pooled_grad->get(), pc, po, nullptr));
+      for (int j = 0; j < J; ++j) {
+        std::vector<int64_t> counts(R), offsets(event_offsets[j].begin(), event_offsets[j].end() - 1);
+        for (int q = 0; q < R; ++q) counts[q] = event_offsets[j][q + 1] - event_offsets[j][q];
+        GEMTB_RETURN_IF_ERROR(dist->AllGatherV(b.events_grad[j]->get(), counts, offsets, nullptr));
+      }
+      GEMTB_RETURN_IF_ERROR(dist->ReduceScatterGrads(grad->get(), grad_shard->get(), shard_count, nullptr));
+      GEMTB_RETURN_IF_ERROR(dist->AllReduceReplicas(grad_shard->get(), shard_count, nullptr));
+    }
+    GEMTB_RETURN_IF_ERROR(Synchronize("model step"));
     if (timer) GEMTB_ASSIGN_OR_RETURN(b.result.regions, timer->Times());
     GEMTB_RETURN_IF_ERROR(logits->Download(b.result.logits, "logits"));
     std::vector<double> loss_host;
@@ -204,7 +292,9 @@ struct GpuTrainer::Impl {
     const gemtb::embedding::AdamStep bias = gemtb::embedding::NextAdamStep({adam_b1, adam_b2}, adam);
     adam_b1 = bias.b1;
     adam_b2 = bias.b2;
-    GEMTB_RETURN_IF_ERROR(DenseAdamStep(params->get(), grad->get(), adam_m->get(), adam_v->get(),
+    // In a job: this rank's shard, with the gradient summed over every rank.
+    float* dense_grad = dist != nullptr ? grad_shard->get() : grad->get();
+    GEMTB_RETURN_IF_ERROR(DenseAdamStep(params->get(), dense_grad, adam_m->get(), adam_v->get(),
                                         static_cast<int64_t>(params->size()), bias, adam, nullptr, nullptr));
     GEMTB_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "step"));
     times.optimizer_ms = Ms(at);
@@ -217,7 +307,7 @@ GpuTrainer::GpuTrainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GpuTrainer::~GpuTrainer() = default;
 int64_t GpuTrainer::step() const { return impl_->step; }
 void GpuTrainer::TimeRegions(bool on) { impl_->time_regions = on; }
-int64_t GpuTrainer::num_params() const { return static_cast<int64_t>(impl_->params->size()); }
+int64_t GpuTrainer::num_params() const { return impl_->num_params; }
 
 absl::StatusOr<int64_t> PeakStepMemoryBytes() {
   cudaMemPool_t pool = nullptr;
@@ -231,8 +321,19 @@ absl::StatusOr<int64_t> PeakStepMemoryBytes() {
 
 absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::model::ModelConfig& config,
                                                                const TrainerOptions& options,
-                                                               const GemModelOptions& numerics) {
+                                                               const GemModelOptions& numerics,
+                                                               TrainerCollectives* collectives) {
   GEMTB_RETURN_IF_ERROR(gemtb::model::ValidateTrainOptions(options));
+  if (collectives != nullptr) {
+    const int R = collectives->world_size(), s = collectives->shard_group_size();
+    if (options.batch % R != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("batch: ", options.batch, " (the global batch) does not divide into ",
+                                                     R, " ranks' local batches"));
+    }
+    if (s < 1 || R % s != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("shard group of ", s, " ranks does not divide the world of ", R));
+    }
+  }
   GEMTB_RETURN_IF_ERROR(embedding::EmbeddingDeviceAvailable());
   GEMTB_RETURN_IF_ERROR(RetainFreedDeviceMemory());
   absl::StatusOr<std::unique_ptr<GemModelGpu>> model = GemModelGpu::Create(config, numerics);
@@ -250,12 +351,31 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
   if (!tbe.ok()) return tbe.status();
   impl->tbe = *std::move(tbe);
   const std::vector<float> init = gemtb::model::InitParams(impl->model->geometry().layout, options.seed);
-  const std::vector<float> zeros(init.size(), 0.0f);
-  GEMTB_ASSIGN_OR_RETURN(impl->params, Upload<float>(init, "params"));
-  GEMTB_ASSIGN_OR_RETURN(impl->grad, Upload<float>(zeros, "grad"));
-  GEMTB_ASSIGN_OR_RETURN(impl->adam_m, Upload<float>(zeros, "adam m"));
-  GEMTB_ASSIGN_OR_RETURN(impl->adam_v, Upload<float>(zeros, "adam v"));
+  impl->num_params = static_cast<int64_t>(init.size());
   GEMTB_ASSIGN_OR_RETURN(impl->loss, Allocate<double>(1, "loss"));
+  if (collectives == nullptr) {
+    const std::vector<float> zeros(init.size(), 0.0f);
+    GEMTB_ASSIGN_OR_RETURN(impl->params, Upload<float>(init, "params"));
+    GEMTB_ASSIGN_OR_RETURN(impl->grad, Upload<float>(zeros, "grad"));
+    GEMTB_ASSIGN_OR_RETURN(impl->adam_m, Upload<float>(zeros, "adam m"));
+    GEMTB_ASSIGN_OR_RETURN(impl->adam_v, Upload<float>(zeros, "adam v"));
+    impl->model_params = impl->params->get();
+    return std::unique_ptr<GpuTrainer>(new GpuTrainer(std::move(impl)));
+  }
+  const int s = collectives->shard_group_size();
+  impl->dist = collectives;
+  impl->shard_count = (impl->num_params + s - 1) / s;
+  impl->shard_member = collectives->rank() % s;
+  absl::StatusOr<float*> buffer = collectives->ParamsBuffer(impl->shard_count);
+  if (!buffer.ok()) return buffer.status();
+  impl->model_params = *buffer;
+  const std::vector<float> zeros(static_cast<size_t>(impl->shard_count * s), 0.0f);
+  GEMTB_ASSIGN_OR_RETURN(impl->grad, Upload<float>(zeros, "grad"));
+  const std::vector<float> zero_shard(static_cast<size_t>(impl->shard_count), 0.0f);
+  GEMTB_ASSIGN_OR_RETURN(impl->grad_shard, Upload<float>(zero_shard, "grad shard"));
+  GEMTB_ASSIGN_OR_RETURN(impl->adam_m, Upload<float>(zero_shard, "adam m"));
+  GEMTB_ASSIGN_OR_RETURN(impl->adam_v, Upload<float>(zero_shard, "adam v"));
+  GEMTB_ASSIGN_OR_RETURN(impl->params, Upload<float>(impl->Shard(init), "params"));
   return std::unique_ptr<GpuTrainer>(new GpuTrainer(std::move(impl)));
 }
 
@@ -276,6 +396,7 @@ absl::StatusOr<TrainerStep> GpuTrainer::Step() {
 
 absl::StatusOr<TrainerGradients> GpuTrainer::Gradients() {
   Impl& m = *impl_;
+  if (m.dist != nullptr) return absl::FailedPreconditionError("Gradients: one GPU only (this trainer is a rank of a job)");
   absl::StatusOr<Impl::Backward> b = m.Pass(m.StepBatch(), true);
   if (!b.ok()) return b.status();
   TrainerGradients g;
@@ -289,6 +410,9 @@ absl::StatusOr<TrainerGradients> GpuTrainer::Gradients() {
 
 absl::Status GpuTrainer::ApplyGradients(const TrainerGradients& grads) {
   Impl& m = *impl_;
+  if (m.dist != nullptr) {
+    return absl::FailedPreconditionError("ApplyGradients: one GPU only (this trainer is a rank of a job)");
+  }
   const data::Batch batch = m.StepBatch();
   const gemtb::model::GemGeometry& g = m.model->geometry();
   const int64_t B = batch.size;
@@ -323,7 +447,7 @@ absl::Status GpuTrainer::ApplyGradients(const TrainerGradients& grads) {
 
 absl::Status GpuTrainer::LoadState(const TrainerState& state) {
   Impl& m = *impl_;
-  const size_t P = m.params->size();
+  const size_t P = static_cast<size_t>(m.num_params);
   if (state.step < 0) return absl::InvalidArgumentError(absl::StrCat("state.step: ", state.step, " must be >= 0"));
   for (const auto& [name, v] : {std::pair{"params", &state.params}, {"adam_m", &state.adam_m}, {"adam_v", &state.adam_v}})
     if (v->size() != P)
@@ -341,9 +465,9 @@ absl::Status GpuTrainer::LoadState(const TrainerState& state) {
   }
   absl::StatusOr<std::unique_ptr<embedding::DeviceTbe>> tbe = embedding::DeviceTbe::Create(m.emb, state.tables, state.step);
   if (!tbe.ok()) return tbe.status();
-  GEMTB_RETURN_IF_ERROR(m.params->Upload(state.params, "params"));
-  GEMTB_RETURN_IF_ERROR(m.adam_m->Upload(state.adam_m, "adam m"));
-  GEMTB_RETURN_IF_ERROR(m.adam_v->Upload(state.adam_v, "adam v"));
+  GEMTB_RETURN_IF_ERROR(m.params->Upload(m.dist ? m.Shard(state.params) : state.params, "params"));
+  GEMTB_RETURN_IF_ERROR(m.adam_m->Upload(m.dist ? m.Shard(state.adam_m) : state.adam_m, "adam m"));
+  GEMTB_RETURN_IF_ERROR(m.adam_v->Upload(m.dist ? m.Shard(state.adam_v) : state.adam_v, "adam v"));
   m.tbe = *std::move(tbe);
   m.prefetch.reset();  // waits for a batch in flight; the next Step makes its own
   m.step = state.step;
@@ -372,9 +496,9 @@ absl::StatusOr<TrainerState> GpuTrainer::State() const {
   s.step = m.step;
   s.adam_b1 = m.adam_b1;
   s.adam_b2 = m.adam_b2;
-  GEMTB_RETURN_IF_ERROR(m.params->Download(s.params, "params"));
-  GEMTB_RETURN_IF_ERROR(m.adam_m->Download(s.adam_m, "adam m"));
-  GEMTB_RETURN_IF_ERROR(m.adam_v->Download(s.adam_v, "adam v"));
+  GEMTB_ASSIGN_OR_RETURN(s.params, m.Whole(*m.params, "params"));
+  GEMTB_ASSIGN_OR_RETURN(s.adam_m, m.Whole(*m.adam_m, "adam m"));
+  GEMTB_ASSIGN_OR_RETURN(s.adam_v, m.Whole(*m.adam_v, "adam v"));
   absl::StatusOr<std::vector<embedding::HostTable>> tables = m.tbe->DownloadTables();
   if (!tables.ok()) return tables.status();
   s.tables = *std::move(tables);

@@ -14,6 +14,16 @@
 // The state (parameters, Adam moments and bias products, tables) starts from the oracle's init
 // (model/description/param_layout.h's InitParams; the TBE's Philox init) and can be read back in the
 // oracle's layout for comparison.
+//
+// As one rank of a multi-GPU job (Create with TrainerCollectives, trainer_collectives.h), a step
+// takes the same global batch of options.batch samples and rank r of R runs the model on samples
+// [r B/R, (r + 1) B/R) of it, with the global batch's mask count in the loss (loss.h), so that its
+// samples' gradients are the single process's. Dense parameters are 2D FSDP: each rank keeps its
+// shard of the fp32 master weights and of Adam's moments, gathers the whole array in its shard group
+// before the forward, reduce-scatters the gradient in the shard group and sums its shard across the
+// replica group before its Adam step. The tables are replicated: every rank looks up the whole
+// batch, the ranks all-gather the embedding outputs' gradients (rank order is sample order), and every
+// rank applies the same fused Adagrad to the same gradients, so the tables stay identical on every rank.
 #ifndef GEMTB_GPU_TRAIN_TRAINER_H_
 #define GEMTB_GPU_TRAIN_TRAINER_H_
 
@@ -26,6 +36,7 @@
 #include "gpu/embedding/api.h"
 #include "gpu/train/numerics.h"
 #include "gpu/train/region_timer.h"
+#include "gpu/train/trainer_collectives.h"
 #include "model/description/model_config.h"
 #include "model/description/train_options.h"
 
@@ -88,9 +99,12 @@ class GpuTrainer {
  public:
   // InvalidArgument naming the option or config field; FailedPrecondition without a usable GPU.
   // `numerics`: the model's matmul and attention precision (numerics.h; default the check precision).
+  // `collectives` (outliving the trainer): train as one rank of a job; options.batch is the global
+  // batch and must divide into world_size() local batches (InvalidArgument naming both).
   static absl::StatusOr<std::unique_ptr<GpuTrainer>> Create(const gemtb::model::ModelConfig& config,
                                                             const TrainerOptions& options,
-                                                            const GemModelOptions& numerics = {});
+                                                            const GemModelOptions& numerics = {},
+                                                            TrainerCollectives* collectives = nullptr);
   ~GpuTrainer();
   GpuTrainer(const GpuTrainer&) = delete;
   GpuTrainer& operator=(const GpuTrainer&) = delete;
@@ -98,7 +112,8 @@ class GpuTrainer {
   absl::StatusOr<TrainerStep> Step();
   // Whether Step times the model's regions with CUDA events (TrainerStep::regions); off by default.
   void TimeRegions(bool on);
-  // The next step's gradients at the current state, without taking the step.
+  // The next step's gradients at the current state, without taking the step. One GPU only (as
+  // ApplyGradients): FailedPrecondition as a rank of a job.
   absl::StatusOr<TrainerGradients> Gradients();
   // Takes the next step with `grads` in place of the model's own gradients (its loss is ignored):
   // the tables' fused Adagrad inside the TBE backward and dense Adam, exactly as Step applies them.
@@ -109,8 +124,10 @@ class GpuTrainer {
   // whose size does not fit this model, or a negative step.
   absl::Status LoadState(const TrainerState& state);
   // Predictions sigmoid(logit) [count, T] of samples [first, first + count) of the data seed's
-  // held-out range (kHeldOutFirstIndex on, as the oracle evaluates), in chunks of 256.
+  // held-out range (kHeldOutFirstIndex on, as the oracle evaluates), in chunks of 256. In a job every
+  // rank calls it (the parameters are gathered first) and computes all of them.
   absl::StatusOr<std::vector<double>> Predict(int64_t first_index, int64_t count);
+  // The whole state; in a job a collective (the shards are gathered), which every rank calls.
   absl::StatusOr<TrainerState> State() const;
   int64_t step() const;
   int64_t num_params() const;

@@ -25,6 +25,46 @@ TEST(TrainLoss, ShapesItCannotTakeAreRefusedByName) {
   EXPECT_TRUE(ValidateLossShape({4, 3}).ok());
   EXPECT_NE(ValidateLossShape({0, 3}).message().find("samples=0"), std::string::npos);
   EXPECT_NE(ValidateLossShape({4, 1025}).message().find("tasks=1025"), std::string::npos);
+  EXPECT_TRUE(ValidateLossShape({4, 3, 12.0}).ok());
+  EXPECT_NE(ValidateLossShape({4, 3, std::nan("")}).message().find("mask_count=nan"), std::string::npos);
+  EXPECT_NE(ValidateLossShape({4, 3, HUGE_VAL}).message().find("mask_count=inf"), std::string::npos);
+}
+
+// A data-parallel rank's share: with the whole batch's mask count given, each half of a batch gives
+// the whole batch's dlogits bytes for its samples, and the halves' losses add up to the whole's.
+TEST(TrainLoss, GivenMaskCountSplitsTheBatchIntoShares) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const int64_t B = 600, T = 3, half = B / 2;
+  const size_t n = B * T;
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> z(n), y(n), m(n);
+  for (size_t e = 0; e < n; ++e) {
+    z[e] = normal(rng);
+    y[e] = static_cast<float>(rng() % 2);
+    m[e] = static_cast<float>(rng() % 4 != 0);
+  }
+  double count = 0;
+  for (float v : m) count += v;
+  const std::vector<float> zeros_n(n), zeros_b(B);
+  const std::vector<double> zero(1);
+  DeviceArray<float> d_z(z), d_y(y), d_m(m), d_dz(zeros_n), d_sample(zeros_b);
+  DeviceArray<double> d_loss(zero), d_work(zero);
+  ASSERT_TRUE(BceWithLogitsLoss({B, T}, d_z.ptr, d_y.ptr, d_m.ptr, d_dz.ptr, d_sample.ptr, d_loss.ptr, d_work.ptr,
+                                nullptr)
+                  .ok());
+  const std::vector<float> whole_dz = d_dz.Get(n);
+  const double whole_loss = d_loss.Get(1)[0];
+  double shares = 0;
+  for (int64_t part = 0; part < 2; ++part) {
+    const size_t at = part * half * T;
+    ASSERT_TRUE(BceWithLogitsLoss({half, T, count}, d_z.ptr + at, d_y.ptr + at, d_m.ptr + at, d_dz.ptr + at,
+                                  d_sample.ptr + part * half, d_loss.ptr, d_work.ptr, nullptr)
+                    .ok());
+    shares += d_loss.Get(1)[0];
+  }
+  EXPECT_EQ(d_dz.Get(n), whole_dz);
+  EXPECT_NEAR(shares, whole_loss, 1e-12 * whole_loss);
 }
 
 TEST(TrainLoss, MatchesTheReferenceFormulasInFp64) {

@@ -1,0 +1,127 @@
+// NcclTrainerCollectives: the trainer's collectives on NCCL groups (see nccl_trainer_collectives.h).
+#include "gpu/comm/nccl_trainer_collectives.h"
+
+#include <unistd.h>
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace gemtb::gpu::comm {
+
+const char* ParamGatherName(ParamGather g) { return g == ParamGather::kCopyEngine ? "copy_engine" : "nccl"; }
+
+absl::StatusOr<std::unique_ptr<NcclTrainerCollectives>> NcclTrainerCollectives::Create(
+    launch::TcpStoreClient& store, const TrainerCollectivesOptions& options) {
+  const int R = store.world_size(), s = options.shard_group;
+  if (s < 1 || R % s != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard_group: ", s, " does not divide the job's world size ", R));
+  }
+  auto c = std::unique_ptr<NcclTrainerCollectives>(new NcclTrainerCollectives());
+  c->store_ = &store;
+  c->options_ = options;
+  absl::StatusOr<std::unique_ptr<NcclGroup>> world = NcclGroup::Create(store, "world", options.timeout);
+  if (!world.ok()) return world.status();
+  c->world_ = *std::move(world);
+  const int r = store.rank(), g = r / s, q = r % s;
+  absl::StatusOr<std::unique_ptr<NcclGroup>> shard = c->world_->Split(g, q, absl::StrCat("shard", g));
+  if (!shard.ok()) return shard.status();
+  c->shard_ = *std::move(shard);
+  absl::StatusOr<std::unique_ptr<NcclGroup>> replica = c->world_->Split(q, g, absl::StrCat("replica", q));
+  if (!replica.ok()) return replica.status();
+  c->replica_ = *std::move(replica);
+  if (options.param_gather == ParamGather::kCopyEngine) {
+    // CUDA IPC reaches GPUs of this host only: every member of the shard group must be here.
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    absl::StatusOr<std::vector<std::string>> hosts = launch::StoreAllGather(store, "trainer/hosts", host);
+    if (!hosts.ok()) return hosts.status();
+    for (int k = g * s; k < (g + 1) * s; ++k) {
+      if ((*hosts)[k] != (*hosts)[g * s]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "param_gather: copy_engine needs each shard group on one host; shard group ", g, " has rank ", g * s,
+            " on ", (*hosts)[g * s], " and rank ", k, " on ", (*hosts)[k]));
+      }
+    }
+  }
+  return c;
+}
+
+NcclTrainerCollectives::~NcclTrainerCollectives() {
+  if (copy_engine_ == nullptr && params_ != nullptr) cudaFree(params_);
+}
+
+absl::StatusOr<float*> NcclTrainerCollectives::ParamsBuffer(int64_t shard_count) {
+  if (params_ != nullptr) return absl::FailedPreconditionError("ParamsBuffer: called twice");
+  if (shard_count < 1) return absl::InvalidArgumentError(absl::StrCat("shard_count: ", shard_count, " must be >= 1"));
+  shard_count_ = shard_count;
+  const int s = options_.shard_group;
+  if (options_.param_gather == ParamGather::kCopyEngine) {
+    std::vector<int> members;
+    const int g = rank() / s;
+    for (int k = g * s; k < (g + 1) * s; ++k) members.push_back(k);
+    absl::StatusOr<std::unique_ptr<CopyEngineAllGather>> ce = CopyEngineAllGather::CreateAcrossProcesses(
+        *store_, absl::StrCat("trainer/params_ce", g), members, shard_count * static_cast<int64_t>(sizeof(float)));
+    if (!ce.ok()) return ce.status();
+    copy_engine_ = *std::move(ce);
+    params_ = static_cast<float*>(copy_engine_->window());
+    return params_;
+  }
+  void* p = nullptr;
+  if (cudaError_t e = cudaMalloc(&p, static_cast<size_t>(shard_count * s) * sizeof(float)); e != cudaSuccess) {
+    return absl::ResourceExhaustedError(absl::StrCat("the gathered parameters (", shard_count * s,
+                                                     " floats): ", cudaGetErrorString(e)));
+  }
+  params_ = static_cast<float*>(p);
+  return params_;
+}
+
+absl::Status NcclTrainerCollectives::GatherParams(const float* shard, int64_t shard_count, cudaStream_t stream) {
+  if (params_ == nullptr || shard_count != shard_count_) {
+    return absl::FailedPreconditionError(absl::StrCat("GatherParams: shard_count ", shard_count,
+                                                      " is not ParamsBuffer's ", shard_count_));
+  }
+  if (copy_engine_ != nullptr) {
+    return copy_engine_->AllGather(shard, shard_count * static_cast<int64_t>(sizeof(float)), stream);
+  }
+  return shard_->AllGather(shard, params_, shard_count, Dtype::kFp32, stream);
+}
+
+absl::Status NcclTrainerCollectives::GatherShards(const float* shard, float* full, int64_t shard_count,
+                                                  cudaStream_t stream) {
+  return shard_->AllGather(shard, full, shard_count, Dtype::kFp32, stream);
+}
+
+absl::Status NcclTrainerCollectives::ReduceScatterGrads(const float* full, float* shard, int64_t count,
+                                                        cudaStream_t stream) {
+  return shard_->ReduceScatter(full, shard, count, Dtype::kFp32, ReduceOp::kSum, stream);
+}
+
+absl::Status NcclTrainerCollectives::AllReduceReplicas(float* shard, int64_t count, cudaStream_t stream) {
+  if (replica_->size() == 1) return absl::OkStatus();
+  return replica_->AllReduce(shard, shard, count, Dtype::kFp32, ReduceOp::kSum, stream);
+}
+
+absl::Status NcclTrainerCollectives::AllGatherV(float* data, const std::vector<int64_t>& counts,
+                                                const std::vector<int64_t>& offsets, cudaStream_t stream) {
+  return world_->AllGatherV(data, counts, offsets, Dtype::kFp32, stream);
+}
+
+absl::Status NcclTrainerCollectives::AllReduceSum(double* data, int64_t count, cudaStream_t stream) {
+  return world_->AllReduce(data, data, count, Dtype::kFp64, ReduceOp::kSum, stream);
+}
+
+absl::Status NcclTrainerCollectives::Synchronize(cudaStream_t stream, std::string_view what) {
+  // One event covers every group's work on the stream; the world group's wait bounds it, and a
+  // failure aborts all three groups (a rank gone leaves none of them usable).
+  absl::Status s = world_->Synchronize(stream, what);
+  if (!s.ok()) {
+    shard_->Abort();
+    replica_->Abort();
+  }
+  return s;
+}
+
+}  // namespace gemtb::gpu::comm

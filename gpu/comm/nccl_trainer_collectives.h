@@ -1,0 +1,64 @@
+// The trainer's collectives (gpu/train/trainer_collectives.h) on NCCL: a world group over the job's
+// TCP store, split into the 2D FSDP shard groups (consecutive ranks) and replica groups. The
+// parameters' all-gather in the shard group runs on NCCL or, where chosen, on the copy engines
+// (copy_engine_all_gather.h), which needs the shard group's ranks on one host.
+#ifndef GEMTB_GPU_COMM_NCCL_TRAINER_COLLECTIVES_H_
+#define GEMTB_GPU_COMM_NCCL_TRAINER_COLLECTIVES_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "gpu/comm/copy_engine_all_gather.h"
+#include "gpu/comm/nccl_group.h"
+#include "gpu/train/trainer_collectives.h"
+#include "model/launch/tcp_store.h"
+
+namespace gemtb::gpu::comm {
+
+// Who moves the parameters' all-gather: NCCL's kernels, or the copy engines (no SM).
+enum class ParamGather { kNccl, kCopyEngine };
+// "nccl", "copy_engine".
+const char* ParamGatherName(ParamGather g);
+
+struct TrainerCollectivesOptions {
+  int shard_group = 1;  // s: ranks sharing one copy of the dense parameters; divides the world size
+  ParamGather param_gather = ParamGather::kNccl;
+  launch::Millis timeout{300000};  // every wait of a collective
+};
+
+class NcclTrainerCollectives : public train::TrainerCollectives {
+ public:
+  // Every rank calls it with its GPU current and the same options. InvalidArgument naming the option
+  // when s does not divide the world, or (copy_engine) when a shard group spans hosts (naming them).
+  static absl::StatusOr<std::unique_ptr<NcclTrainerCollectives>> Create(launch::TcpStoreClient& store,
+                                                                         const TrainerCollectivesOptions& options);
+  ~NcclTrainerCollectives() override;
+
+  int rank() const override { return world_->rank(); }
+  int world_size() const override { return world_->size(); }
+  int shard_group_size() const override { return options_.shard_group; }
+  absl::StatusOr<float*> ParamsBuffer(int64_t shard_count) override;
+  absl::Status GatherParams(const float* shard, int64_t shard_count, cudaStream_t stream) override;
+  absl::Status GatherShards(const float* shard, float* full, int64_t shard_count, cudaStream_t stream) override;
+  absl::Status ReduceScatterGrads(const float* full, float* shard, int64_t count, cudaStream_t stream) override;
+  absl::Status AllReduceReplicas(float* shard, int64_t count, cudaStream_t stream) override;
+  absl::Status AllGatherV(float* data, const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets,
+                          cudaStream_t stream) override;
+  absl::Status AllReduceSum(double* data, int64_t count, cudaStream_t stream) override;
+  absl::Status Synchronize(cudaStream_t stream, std::string_view what) override;
+
+ private:
+  NcclTrainerCollectives() = default;
+
+  launch::TcpStoreClient* store_ = nullptr;
+  TrainerCollectivesOptions options_;
+  std::unique_ptr<NcclGroup> world_, shard_, replica_;
+  std::unique_ptr<CopyEngineAllGather> copy_engine_;
+  float* params_ = nullptr;  // NCCL gather: owned; copy engine: its window
+  int64_t shard_count_ = 0;
+};
+
+}  // namespace gemtb::gpu::comm
+
+#endif  // GEMTB_GPU_COMM_NCCL_TRAINER_COLLECTIVES_H_

@@ -1,0 +1,57 @@
+// What a rank of a multi-GPU job gives the trainer (trainer.h): its place in the job and the
+// collectives its step calls, in stream order on the stream given. The trainer does not know who
+// carries them: gpu/comm's NCCL groups (with the copy-engine all-gather for the parameters where
+// chosen), or anything else that keeps these contracts.
+//
+// Ranks form 2D FSDP groups of s = shard_group_size() ranks: shard group g is ranks [g s, (g + 1) s)
+// (consecutive ranks: one host when s divides the GPUs per host), replica group q is ranks
+// {q, q + s, q + 2 s, ...}. Member q of a shard group owns the q-th of s equal pieces of the flat
+// parameter array (padded with zeros to a multiple of s).
+#ifndef GEMTB_GPU_TRAIN_TRAINER_COLLECTIVES_H_
+#define GEMTB_GPU_TRAIN_TRAINER_COLLECTIVES_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace gemtb::gpu::train {
+
+class TrainerCollectives {
+ public:
+  virtual ~TrainerCollectives() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual int shard_group_size() const = 0;  // s, dividing world_size()
+
+  // The buffer GatherParams fills: s * shard_count floats on this rank's GPU, owned by the
+  // collectives (a copy-engine all-gather writes only into its registered window). Called once.
+  virtual absl::StatusOr<float*> ParamsBuffer(int64_t shard_count) = 0;
+  // In the shard group: every member's `shard` (shard_count floats) into ParamsBuffer, member q's at
+  // q * shard_count.
+  virtual absl::Status GatherParams(const float* shard, int64_t shard_count, cudaStream_t stream) = 0;
+  // In the shard group, into a buffer of the caller's (optimizer states for a checkpoint).
+  virtual absl::Status GatherShards(const float* shard, float* full, int64_t shard_count, cudaStream_t stream) = 0;
+  // In the shard group: member q receives the sum over members of full[q * count, (q + 1) * count).
+  virtual absl::Status ReduceScatterGrads(const float* full, float* shard, int64_t count, cudaStream_t stream) = 0;
+  // In the replica group: `shard` becomes the sum of every replica's, in place.
+  virtual absl::Status AllReduceReplicas(float* shard, int64_t count, cudaStream_t stream) = 0;
+  // In the world, in place: rank r's counts[r] floats at data + offsets[r] reach every rank (each
+  // vector has world_size() entries).
+  virtual absl::Status AllGatherV(float* data, const std::vector<int64_t>& counts,
+                                  const std::vector<int64_t>& offsets, cudaStream_t stream) = 0;
+  // In the world, in place: the sum of every rank's `count` doubles.
+  virtual absl::Status AllReduceSum(double* data, int64_t count, cudaStream_t stream) = 0;
+  // Waits for `stream`'s work so far within the job's timeout: DeadlineExceeded / Unavailable naming
+  // `what` when a rank is gone or stopped calling (the collectives are then unusable).
+  virtual absl::Status Synchronize(cudaStream_t stream, std::string_view what) = 0;
+};
+
+}  // namespace gemtb::gpu::train
+
+#endif  // GEMTB_GPU_TRAIN_TRAINER_COLLECTIVES_H_
