@@ -36,11 +36,15 @@ inline DeviceAllocation& DeviceAllocationMode() {
   return mode;
 }
 
-// Sets device 0's default memory pool to keep freed memory (release threshold: unlimited) and
-// makes DeviceArrays allocate from it (process-wide; for single-stream tools such as the bench).
+// Sets the current device's default memory pool to keep freed memory (release threshold: unlimited)
+// and makes DeviceArrays allocate from it (process-wide; for single-stream tools such as the bench).
 inline absl::Status RetainFreedDeviceMemory() {
   cudaMemPool_t pool = nullptr;
-  if (cudaError_t e = cudaDeviceGetDefaultMemPool(&pool, 0); e != cudaSuccess) {
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("cudaGetDevice: ", cudaGetErrorString(e)));
+  }
+  if (cudaError_t e = cudaDeviceGetDefaultMemPool(&pool, device); e != cudaSuccess) {
     return absl::InternalError(absl::StrCat("cudaDeviceGetDefaultMemPool: ", cudaGetErrorString(e)));
   }
   uint64_t keep = ~uint64_t{0};

@@ -37,10 +37,12 @@ absl::Status FindEmbeddingDevice() {
     return absl::FailedPreconditionError(absl::StrCat("no usable CUDA device: ", cudaGetErrorString(e)));
   }
   if (count == 0) return absl::FailedPreconditionError("no CUDA device on this machine");
+  int device = 0;
+  GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetDevice(&device), "cudaGetDevice"));
   cudaDeviceProp prop{};
-  GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties"));
+  GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
   if (prop.major != 9) {
-    return absl::FailedPreconditionError(absl::StrCat("device 0 (", prop.name, ") has compute capability ", prop.major,
+    return absl::FailedPreconditionError(absl::StrCat("device ", device, " (", prop.name, ") has compute capability ", prop.major,
                                                       ".", prop.minor, "; the kernels are built for sm_90a"));
   }
   return absl::OkStatus();

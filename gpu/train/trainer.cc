@@ -311,7 +311,10 @@ int64_t GpuTrainer::num_params() const { return impl_->num_params; }
 
 absl::StatusOr<int64_t> PeakStepMemoryBytes() {
   cudaMemPool_t pool = nullptr;
-  if (cudaError_t e = cudaDeviceGetDefaultMemPool(&pool, 0); e != cudaSuccess)
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
+    return absl::InternalError(absl::StrCat("cudaGetDevice: ", cudaGetErrorString(e)));
+  if (cudaError_t e = cudaDeviceGetDefaultMemPool(&pool, device); e != cudaSuccess)
     return absl::InternalError(absl::StrCat("cudaDeviceGetDefaultMemPool: ", cudaGetErrorString(e)));
   uint64_t high = 0;
   if (cudaError_t e = cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high); e != cudaSuccess)

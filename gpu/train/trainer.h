@@ -7,7 +7,7 @@
 //
 // Step s + 1's batch is generated on a host thread while step s runs. The batch stays on the device
 // from the TBE's outputs to its gradients (only the KJT, the dense
-// features, labels and masks go up; logits and loss come down). Per-step arrays come from device 0's
+// features, labels and masks go up; logits and loss come down). Per-step arrays come from the current device's
 // retained memory pool: Create calls RetainFreedDeviceMemory (gpu/common/device_buffer.h), a
 // process-wide setting, as a training framework's caching allocator would be.
 //
@@ -91,8 +91,8 @@ struct TrainerState {
   std::vector<embedding::HostTable> tables;
 };
 
-// The most device memory the trainer's pool (device 0's default pool, where every step's arrays
-// live) has held at once since the process started, in bytes.
+// The most device memory the trainer's pool (the current device's default pool, where every step's
+// arrays live) has held at once since the process started, in bytes.
 absl::StatusOr<int64_t> PeakStepMemoryBytes();
 
 class GpuTrainer {

@@ -1,8 +1,11 @@
-// gemtb train: trains the GEM-like model on one GPU (gpu/train/trainer.h), printing loss, samples/s
-// and step time per --log-every-s seconds, then held-out NE per task; checkpoints into a folder in
-// the sharded-checkpoint layout of one rank (reference/dist/sharded_checkpoint.h) and resumes from
-// it to the bytes of an uninterrupted run. Every flag, the config and the checkpoint to resume are
-// checked before the GPU is touched, so a build without CUDA checks them too before it refuses.
+// gemtb train: trains the GEM-like model on one GPU (gpu/train/trainer.h), or as one rank per GPU of
+// a job started by torchrun, mpirun or srun (the launcher's variables, model/launch/launch_env.h;
+// NCCL groups through the job's store, gpu/comm/nccl_trainer_collectives.h), printing loss,
+// samples/s and step time per --log-every-s seconds, then held-out NE per task; checkpoints into a
+// folder in the sharded-checkpoint layout (reference/dist/sharded_checkpoint.h: one rank's file, or
+// every rank's part of the state and rank 0's manifest last) and resumes from it to the bytes of an
+// uninterrupted run. Every flag, the config and a one-process checkpoint to resume are checked before
+// the GPU is touched, so a build without CUDA checks them too before it refuses.
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "model/data/batch.h"
 #include "model/data/generator.h"
 #include "model/data/shape_from_config.h"
@@ -23,6 +27,7 @@
 #include "model/description/gem_geometry.h"
 #include "model/description/model_config.h"
 #include "model/description/model_graph.h"
+#include "model/launch/launch_env.h"
 #include "model/metrics/ne.h"
 #include "nlohmann/json.hpp"
 #include "reference/dist/sharded_checkpoint.h"
@@ -36,6 +41,13 @@
 #include "tools/gemtb/step_trace.h"
 #include "tools/gemtb/stop_signals.h"
 #include "tools/gemtb/train_common.h"
+#include "tools/gemtb/train_job.h"
+#if GEMTB_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+#if defined(GEMTB_HAVE_NCCL_COMM)
+#include "gpu/comm/nccl_trainer_collectives.h"
+#endif
 
 namespace gemtb::cli {
 namespace {
@@ -53,10 +65,16 @@ struct Flags {
   int64_t checkpoint_every = 0, crash_checkpoint_after_bytes = -1;
   bool resume = false;
   NumericsFlags numerics;
+  // A job of several ranks: the dense parameters' shard group and who gathers them.
+  std::optional<int64_t> shard_group;
+  std::string param_gather = "nccl";
+  int64_t store_timeout = 300;
 };
 
 // What the flags, config and checkpoint resolve to, all checked before any work.
 struct Job {
+  launch::LaunchInfo launch;  // who this process is (one process: rank 0 of 1)
+  int shard_group = 1;
   gemtb::model::ModelConfig config;
   gpu::train::TrainerOptions options;
   gpu::train::GemModelOptions numerics;
@@ -64,8 +82,9 @@ struct Job {
   int64_t num_params = 0;
   double log_every_s = 5;
   std::optional<gemtb::model::BatchFlops> flops;  // the model FLOPs of a step's batch, for MFU
-  std::optional<gpu::train::TrainerState> resumed;  // with --resume
+  std::optional<gpu::train::TrainerState> resumed;  // with --resume, one process (a job reads it after joining)
   std::string resumed_from;                        // its step folder
+  bool several() const { return launch.world_size > 1; }
 };
 
 absl::Status Bad(const std::string& message) { return absl::InvalidArgumentError(message); }
@@ -94,7 +113,8 @@ absl::Status CheckCheckpointDir(const std::string& dir, bool resume) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Job> Prepare(const Flags& f) {
+absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
+  const int R = launch.world_size;
   if (f.steps < 0) return Bad(absl::StrCat("--steps: ", f.steps, " must be >= 0"));
   if (f.local_batch < 1 || f.local_batch > (1 << 20))
     return Bad(absl::StrCat("--local-batch: ", f.local_batch, " must be in [1, 1048576]"));
@@ -115,6 +135,17 @@ absl::StatusOr<Job> Prepare(const Flags& f) {
   if (f.checkpoint_every < 0) return Bad(absl::StrCat("--checkpoint-every: ", f.checkpoint_every, " must be >= 0"));
   if (f.crash_checkpoint_after_bytes < -1)
     return Bad(absl::StrCat("--crash-checkpoint-after-bytes: ", f.crash_checkpoint_after_bytes, " must be >= -1"));
+  if (f.store_timeout < 1 || f.store_timeout > 86400)
+    return Bad(absl::StrCat("--store-timeout: ", f.store_timeout, " must be in [1, 86400]"));
+  if (f.param_gather != "nccl" && f.param_gather != "copy_engine")
+    return Bad(absl::StrCat("--param-gather: '", f.param_gather, "' is not nccl or copy_engine"));
+  const int64_t shard_group = f.shard_group.value_or(R);
+  if (shard_group < 1 || R % shard_group != 0)
+    return Bad(absl::StrCat("--shard-group: ", shard_group, " does not divide the job's ", R, " ranks"));
+  if (R > 1 && f.crash_checkpoint_after_bytes >= 0)
+    return Bad("--crash-checkpoint-after-bytes: a single process only (kill a rank from outside instead)");
+  if (f.local_batch * R > (1 << 20))
+    return Bad(absl::StrCat("--local-batch: ", f.local_batch, " on ", R, " ranks is a global batch over 1048576"));
   if (f.checkpoint.empty()) {
     if (f.resume) return Bad("--resume: needs --checkpoint DIR (the folder to resume from)");
     if (f.checkpoint_every > 0) return Bad(absl::StrCat("--checkpoint-every: ", f.checkpoint_every, " needs --checkpoint DIR"));
@@ -128,6 +159,8 @@ absl::StatusOr<Job> Prepare(const Flags& f) {
     if (absl::Status s = CheckCheckpointDir(f.checkpoint, f.resume); !s.ok()) return s;
 
   Job job;
+  job.launch = launch;
+  job.shard_group = static_cast<int>(shard_group);
   job.numerics = *numerics;
   absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig(f.config);
   if (!config.ok()) return Bad(absl::StrCat("--config: ", config.status().message()));
@@ -138,18 +171,18 @@ absl::StatusOr<Job> Prepare(const Flags& f) {
   absl::StatusOr<gemtb::model::ModelGraph> graph = gemtb::model::ExpandModel(job.config);
   if (!graph.ok()) return Bad(absl::StrCat("--config ", f.config, ": ", graph.status().message()));
   job.flops = gemtb::model::BatchFlops::Create(*graph);
-  absl::StatusOr<reference::dist::CheckpointIdentity> identity = TrainCheckpointIdentity(f.config, 1, "");
+  absl::StatusOr<reference::dist::CheckpointIdentity> identity = TrainCheckpointIdentity(f.config, R, "");
   if (!identity.ok()) return Bad(absl::StrCat("--config: ", identity.status().message()));
   job.identity = *std::move(identity);
   gpu::train::TrainerOptions& o = job.options;
   o.seed = static_cast<uint64_t>(f.seed);
   o.data_seed = static_cast<uint64_t>(f.data_seed);
-  o.batch = f.local_batch;
+  o.batch = f.local_batch * R;  // the global batch: every rank's local batch of it
   if (f.lr) o.lr = static_cast<float>(*f.lr);
   if (f.table_lr) o.table_lr = static_cast<float>(*f.table_lr);
   o.total_steps = f.schedule_steps.value_or(f.steps);
   job.log_every_s = f.log_every_s.value_or(5.0);
-  if (f.resume) {
+  if (f.resume && R == 1) {
     absl::StatusOr<reference::dist::LoadedShard> loaded =
         reference::dist::ReadShardOfNewestCheckpoint(f.checkpoint, job.identity, 0);
     if (!loaded.ok()) return Named("--resume", loaded.status());
@@ -209,128 +242,219 @@ absl::StatusOr<nlohmann::json> HeldOutNe(gpu::train::GpuTrainer& trainer, const 
   return tasks;
 }
 
-int Train(const Flags& f, const Job& job) {
+// Per rank, what the job's report aggregates: its mean step and phase times and its wall time.
+nlohmann::json RankTimes(int rank, double mean_step_ms, double wall_s, const gpu::train::StepTimes& mean) {
+  return {{"rank", rank}, {"mean_step_ms", mean_step_ms}, {"wall_s", wall_s}, {"phase_ms_mean", StepTimesJson(mean)}};
+}
+
+int Train(const Flags& f, Job& job, const std::string& fingerprint) {
   using Clock = std::chrono::steady_clock;
-  absl::StatusOr<std::unique_ptr<gpu::train::GpuTrainer>> created = gpu::train::GpuTrainer::Create(job.config, job.options, job.numerics);
-  if (!created.ok()) return ReportError(kCommand, created.status());
-  gpu::train::GpuTrainer& trainer = **created;
-  if (job.resumed) {
-    if (absl::Status s = trainer.LoadState(*job.resumed); !s.ok()) return ReportError(kCommand, Named("--resume", s));
-    std::cout << "resumed from " << job.resumed_from << " at step " << trainer.step() << "\n";
+  const bool several = job.several();
+  const launch::Millis store_timeout(f.store_timeout * 1000);
+  // Each rank takes the GPU of its local rank before anything touches one.
+  int devices = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0)
+    return ReportError(kCommand, absl::FailedPreconditionError(absl::StrCat(
+                                     "no usable CUDA device: ", e != cudaSuccess ? cudaGetErrorString(e) : "none visible")));
+  if (job.launch.local_rank >= devices)
+    return ReportError(kCommand, absl::FailedPreconditionError(absl::StrCat(
+                                     "local rank ", job.launch.local_rank, ": only ", devices, " CUDA devices visible")));
+  if (cudaError_t e = cudaSetDevice(job.launch.local_rank); e != cudaSuccess)
+    return ReportError(kCommand, absl::FailedPreconditionError(absl::StrCat(
+                                     "local rank ", job.launch.local_rank, ": cudaSetDevice: ", cudaGetErrorString(e))));
+  absl::StatusOr<std::unique_ptr<TrainJob>> joined = TrainJob::Join(job.launch, store_timeout, fingerprint, kCommand);
+  if (!joined.ok()) return ReportError(kCommand, joined.status());
+  TrainJob& rank_job = **joined;
+  const bool leader = rank_job.rank() == 0;
+  if (several && !leader) std::cout.setstate(std::ios::failbit);  // rank 0 prints; the others print only errors
+  gpu::train::TrainerCollectives* collectives = nullptr;
+#if defined(GEMTB_HAVE_NCCL_COMM)
+  std::unique_ptr<gpu::comm::NcclTrainerCollectives> nccl;
+  if (several) {
+    gpu::comm::TrainerCollectivesOptions co;
+    co.shard_group = job.shard_group;
+    co.param_gather = f.param_gather == "copy_engine" ? gpu::comm::ParamGather::kCopyEngine : gpu::comm::ParamGather::kNccl;
+    co.timeout = store_timeout;
+    absl::StatusOr<std::unique_ptr<gpu::comm::NcclTrainerCollectives>> made =
+        gpu::comm::NcclTrainerCollectives::Create(*rank_job.store(), co);
+    if (!made.ok()) return rank_job.Leave(ReportError(kCommand, made.status()), store_timeout);
+    nccl = *std::move(made);
+    collectives = nccl.get();
   }
-  const gpu::train::TrainerOptions& o = job.options;
-  std::cout << "gemtb train: config " << job.config.name << ", " << trainer.num_params() << " dense params, local batch "
-            << o.batch << ", steps " << f.steps << ", lr " << o.lr << ", table lr " << o.table_lr << ", schedule steps "
-            << o.total_steps << ", one GPU (matmul " << gpu::train::PrecisionName(job.numerics.matmul) << ", attention "
-            << gpu::train::PrecisionName(job.numerics.attention) << ")" << std::endl;
-  auto save = [&]() -> absl::Status {
-    if (f.checkpoint.empty()) return absl::OkStatus();
-    absl::StatusOr<gpu::train::TrainerState> state = trainer.State();
-    if (!state.ok()) return state.status();
-    reference::dist::ShardedWriteOptions write;
-    write.shard.fail_after_bytes = f.crash_checkpoint_after_bytes;
-    write.shard.kill_at_failure = f.crash_checkpoint_after_bytes >= 0;
-    return reference::dist::WriteOneProcessCheckpoint(f.checkpoint, state->step, job.identity,
-                                                      GpuStateArrays(job.config, o, *state), write);
-  };
-  const Clock::time_point start = Clock::now();
-  Clock::time_point interval_start = start;
-  double loss_sum = 0, step_s_sum = 0, run_step_s = 0, last_loss = std::nan("");
-  double flops_sum = 0, run_flops = 0;  // model FLOPs of the interval's and the run's batches
-  const double peak = f.peak_tflops.value_or(989) * 1e12;
-  int64_t interval_steps = 0, run_steps = 0;
-  const StopSignals stop;
-  gpu::train::StepTimes phase_sum;
-  std::vector<double> step_ms_all;  // every step's wall time, for the median (the first step's allocations aside)
-  gpu::train::TrainerStep last;  // the last step, its model regions timed
-  while (trainer.step() < f.steps) {
-    const Clock::time_point t0 = Clock::now();
-    trainer.TimeRegions(trainer.step() + 1 == f.steps);
-    absl::StatusOr<gpu::train::TrainerStep> r = trainer.Step();
-    if (!r.ok()) return ReportError(kCommand, r.status());
-    phase_sum += r->times;
-    if (!r->regions.empty()) last = *r;
-    const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    absl::StatusOr<double> step_flops = job.flops->Of(r->seq_lengths, o.batch);
-    if (!step_flops.ok()) return ReportError(kCommand, step_flops.status());
-    flops_sum += *step_flops;
-    run_flops += *step_flops;
-    last_loss = r->loss;
-    loss_sum += r->loss;
-    step_s_sum += step_s;
-    run_step_s += step_s;
-    step_ms_all.push_back(1000 * step_s);
-    ++interval_steps;
-    ++run_steps;
-    const int64_t step = r->step;
-    const double interval_s = std::chrono::duration<double>(Clock::now() - interval_start).count();
-    if (interval_s >= job.log_every_s || step == f.steps) {
-      const double n = static_cast<double>(interval_steps);
-      std::cout << "step " << step << " loss " << Num(loss_sum / n) << " samples/s "
-                << Num(n * static_cast<double>(o.batch) / std::max(interval_s, 1e-9), 4) << " step_ms "
-                << Num(1000 * step_s_sum / n, 4) << " mfu " << Num(100 * flops_sum / (step_s_sum * peak), 3) << "%"
-                << std::endl;
-      loss_sum = step_s_sum = flops_sum = 0;
-      interval_steps = 0;
-      interval_start = Clock::now();
+#else
+  if (several)
+    return rank_job.Leave(ReportError(kCommand, absl::FailedPreconditionError(
+                                                    "this gemtb was built without NCCL (nccl.h not found at configure "
+                                                    "time): one GPU only")),
+                          store_timeout);
+#endif
+  auto body = [&]() -> int {
+    absl::StatusOr<std::unique_ptr<gpu::train::GpuTrainer>> created =
+        gpu::train::GpuTrainer::Create(job.config, job.options, job.numerics, collectives);
+    if (!created.ok()) return ReportError(kCommand, created.status());
+    gpu::train::GpuTrainer& trainer = **created;
+    if (several && f.resume) {
+      absl::StatusOr<reference::model::NamedArrays> arrays = rank_job.Load(f.checkpoint, job.identity);
+      if (!arrays.ok()) return ReportError(kCommand, Named("--resume", arrays.status()));
+      absl::StatusOr<gpu::train::TrainerState> state = GpuStateFromArrays(job.config, job.options, *arrays);
+      if (!state.ok()) return ReportError(kCommand, Named("--resume", state.status()));
+      job.resumed_from = f.checkpoint;
+      job.resumed = *std::move(state);
     }
-    if (f.checkpoint_every > 0 && step % f.checkpoint_every == 0 && step != f.steps)
-      if (absl::Status s = save(); !s.ok()) return ReportError(kCommand, s);
-    if (const int signal = stop.received(); signal != 0)
-      return StopAfterSignal(kCommand, signal, step, f.checkpoint, "--resume --checkpoint", save);
-  }
-  if (absl::Status s = save(); !s.ok()) return ReportError(kCommand, s);
-  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
-  const double samples_per_s = static_cast<double>(run_steps * o.batch) / std::max(wall, 1e-9);
-  const double mean_step_ms = run_steps > 0 ? 1000 * run_step_s / static_cast<double>(run_steps) : std::nan("");
-  double median_step_ms = std::nan("");
-  if (!step_ms_all.empty()) {
-    std::sort(step_ms_all.begin(), step_ms_all.end());
-    const size_t n = step_ms_all.size();
-    median_step_ms = n % 2 == 1 ? step_ms_all[n / 2] : 0.5 * (step_ms_all[n / 2 - 1] + step_ms_all[n / 2]);
-  }
-  // E2E MFU: the model FLOPs of the run's batches over their step time at the peak.
-  const double mfu = run_steps > 0 ? run_flops / (run_step_s * peak) : std::nan("");
-  nlohmann::json ne = nlohmann::json::array();
-  if (f.eval_samples > 0) {
-    std::string line = absl::StrCat("eval step ", trainer.step(), " held-out samples ", f.eval_samples, ":");
-    absl::StatusOr<nlohmann::json> held = HeldOutNe(trainer, job, f.eval_samples, &line);
-    if (!held.ok()) return ReportError(kCommand, held.status());
-    ne = *std::move(held);
-    std::cout << line << "\n";
-  }
-  std::cout << "final: step " << trainer.step() << ", " << run_steps << " steps in " << Num(wall, 4) << " s, samples/s "
-            << Num(samples_per_s, 4) << ", step_ms " << Num(mean_step_ms, 4) << ", mfu " << Num(100 * mfu, 3) << "%"
-            << (f.checkpoint.empty() ? "" : ", checkpoint " + f.checkpoint) << std::endl;
-  if (!f.trace.empty() && !last.regions.empty()) {
-    if (absl::Status s = WriteTextAtomically(f.trace, StepTraceJson(StepSpans(last))); !s.ok())
-      return ReportError(kCommand, absl::Status(s.code(), absl::StrCat("--trace: ", s.message())));
-  }
-  const absl::StatusOr<int64_t> peak_memory = gpu::train::PeakStepMemoryBytes();
-  if (peak_memory.ok()) std::cout << "peak step memory " << Num(*peak_memory / 1e9, 4) << " GB" << std::endl;
-  if (!f.report.empty()) {
-    auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
-    const double n = std::max<double>(1, static_cast<double>(run_steps));
-    const nlohmann::json phases = StepTimesJson(phase_sum.Over(n));
-    nlohmann::json regions = nlohmann::json::array();
-    for (const gpu::train::RegionTime& rt : last.regions)
-      regions.push_back({{"region", rt.region}, {"pass", rt.backward ? "bwd" : "fwd"}, {"ms", rt.ms()}});
-    const nlohmann::json report = {
-        {"config", job.config.name},   {"steps", trainer.step()},         {"steps_run", run_steps},
-        {"local_batch", o.batch},      {"numerics", NumericsJson(job.numerics)},
-        {"wall_s", wall},              {"samples_per_s", samples_per_s},
-        {"mean_step_ms", number(mean_step_ms)}, {"step_ms_median", number(median_step_ms)},
-        {"final_loss", number(last_loss)},
-        {"eval_samples", f.eval_samples},       {"held_out_ne", ne},
-        {"resumed_from_step", job.resumed ? nlohmann::json(job.resumed->step) : nlohmann::json()},
-        {"phase_ms_mean", phases},     {"last_step_regions_ms", regions},
-        {"model_flops_per_step_mean", run_steps > 0 ? nlohmann::json(run_flops / static_cast<double>(run_steps)) : nlohmann::json()},
-        {"peak_flops", peak},          {"e2e_mfu", number(mfu)},
-        {"peak_step_memory_bytes", peak_memory.ok() ? nlohmann::json(*peak_memory) : nlohmann::json()}};
-    if (absl::Status s = WriteTextAtomically(f.report, report.dump(2) + "\n"); !s.ok())
-      return ReportError(kCommand, absl::Status(s.code(), absl::StrCat("--report: ", s.message())));
-  }
-  return kExitOk;
+    if (job.resumed) {
+      if (absl::Status s = trainer.LoadState(*job.resumed); !s.ok()) return ReportError(kCommand, Named("--resume", s));
+      std::cout << "resumed from " << job.resumed_from << " at step " << trainer.step() << "\n";
+    }
+    const gpu::train::TrainerOptions& o = job.options;
+    const int R = job.launch.world_size;
+    std::cout << "gemtb train: config " << job.config.name << ", " << trainer.num_params() << " dense params, local batch "
+              << o.batch / R << ", steps " << f.steps << ", lr " << o.lr << ", table lr " << o.table_lr
+              << ", schedule steps " << o.total_steps << ", "
+              << (several ? absl::StrCat(R, " GPUs (", launch::LauncherName(job.launch.launcher), "; global batch ",
+                                         o.batch, ", FSDP shard group ", job.shard_group, ", parameters gathered by ",
+                                         f.param_gather, ")")
+                          : std::string("one GPU"))
+              << " (matmul " << gpu::train::PrecisionName(job.numerics.matmul) << ", attention "
+              << gpu::train::PrecisionName(job.numerics.attention) << ")" << std::endl;
+    auto save = [&]() -> absl::Status {
+      if (f.checkpoint.empty()) return absl::OkStatus();
+      absl::StatusOr<gpu::train::TrainerState> state = trainer.State();  // a collective in a job
+      if (!state.ok()) return state.status();
+      if (several) return rank_job.Save(f.checkpoint, state->step, job.identity, GpuStateArrays(job.config, o, *state));
+      reference::dist::ShardedWriteOptions write;
+      write.shard.fail_after_bytes = f.crash_checkpoint_after_bytes;
+      write.shard.kill_at_failure = f.crash_checkpoint_after_bytes >= 0;
+      return reference::dist::WriteOneProcessCheckpoint(f.checkpoint, state->step, job.identity,
+                                                        GpuStateArrays(job.config, o, *state), write);
+    };
+    const Clock::time_point start = Clock::now();
+    Clock::time_point interval_start = start;
+    double loss_sum = 0, step_s_sum = 0, run_step_s = 0, last_loss = std::nan("");
+    double flops_sum = 0, run_flops = 0;  // model FLOPs of the interval's and the run's global batches
+    // E2E MFU divides by every GPU's peak.
+    const double peak = f.peak_tflops.value_or(989) * 1e12 * R;
+    int64_t interval_steps = 0, run_steps = 0;
+    const StopSignals stop;
+    gpu::train::StepTimes phase_sum;
+    std::vector<double> step_ms_all;  // every step's wall time, for the median (the first step's allocations aside)
+    gpu::train::TrainerStep last;     // the last step, its model regions timed
+    while (trainer.step() < f.steps) {
+      const Clock::time_point t0 = Clock::now();
+      trainer.TimeRegions(trainer.step() + 1 == f.steps);
+      absl::StatusOr<gpu::train::TrainerStep> r = trainer.Step();
+      if (!r.ok()) return ReportError(kCommand, r.status());
+      phase_sum += r->times;
+      if (!r->regions.empty()) last = *r;
+      const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
+      absl::StatusOr<double> step_flops = job.flops->Of(r->seq_lengths, o.batch);
+      if (!step_flops.ok()) return ReportError(kCommand, step_flops.status());
+      flops_sum += *step_flops;
+      run_flops += *step_flops;
+      last_loss = r->loss;
+      loss_sum += r->loss;
+      step_s_sum += step_s;
+      run_step_s += step_s;
+      step_ms_all.push_back(1000 * step_s);
+      ++interval_steps;
+      ++run_steps;
+      const int64_t step = r->step;
+      const double interval_s = std::chrono::duration<double>(Clock::now() - interval_start).count();
+      if (interval_s >= job.log_every_s || step == f.steps) {
+        const double n = static_cast<double>(interval_steps);
+        std::cout << "step " << step << " loss " << Num(loss_sum / n) << " samples/s "
+                  << Num(n * static_cast<double>(o.batch) / std::max(interval_s, 1e-9), 4) << " step_ms "
+                  << Num(1000 * step_s_sum / n, 4) << " mfu " << Num(100 * flops_sum / (step_s_sum * peak), 3) << "%"
+                  << std::endl;
+        loss_sum = step_s_sum = flops_sum = 0;
+        interval_steps = 0;
+        interval_start = Clock::now();
+      }
+      if (f.checkpoint_every > 0 && step % f.checkpoint_every == 0 && step != f.steps)
+        if (absl::Status s = save(); !s.ok()) return ReportError(kCommand, s);
+      // Every rank stops after the same step when any of them got a signal.
+      absl::StatusOr<int> signal = rank_job.AgreeOnStop(stop.received());
+      if (!signal.ok()) return ReportError(kCommand, signal.status());
+      if (*signal != 0) return StopAfterSignal(kCommand, *signal, step, f.checkpoint, "--resume --checkpoint", save);
+    }
+    if (absl::Status s = save(); !s.ok()) return ReportError(kCommand, s);
+    const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+    const double samples_per_s = static_cast<double>(run_steps * o.batch) / std::max(wall, 1e-9);
+    const double mean_step_ms = run_steps > 0 ? 1000 * run_step_s / static_cast<double>(run_steps) : std::nan("");
+    double median_step_ms = std::nan("");
+    if (!step_ms_all.empty()) {
+      std::sort(step_ms_all.begin(), step_ms_all.end());
+      const size_t n = step_ms_all.size();
+      median_step_ms = n % 2 == 1 ? step_ms_all[n / 2] : 0.5 * (step_ms_all[n / 2 - 1] + step_ms_all[n / 2]);
+    }
+    // E2E MFU: the model FLOPs of the run's batches over their step time at the peak of every GPU.
+    const double mfu = run_steps > 0 ? run_flops / (run_step_s * peak) : std::nan("");
+    nlohmann::json ne = nlohmann::json::array();
+    if (f.eval_samples > 0) {  // every rank predicts (the parameters are gathered); rank 0 prints
+      std::string line = absl::StrCat("eval step ", trainer.step(), " held-out samples ", f.eval_samples, ":");
+      absl::StatusOr<nlohmann::json> held = HeldOutNe(trainer, job, f.eval_samples, &line);
+      if (!held.ok()) return ReportError(kCommand, held.status());
+      ne = *std::move(held);
+      std::cout << line << "\n";
+    }
+    const double n_steps = std::max<double>(1, static_cast<double>(run_steps));
+    // Every rank's times, for the slowest rank and the imbalance.
+    nlohmann::json ranks = nlohmann::json::array({RankTimes(rank_job.rank(), mean_step_ms, wall, phase_sum.Over(n_steps))});
+    if (several) {
+      absl::StatusOr<std::vector<std::string>> all =
+          launch::StoreAllGather(*rank_job.store(), "train/rank_times", ranks[0].dump());
+      if (!all.ok()) return ReportError(kCommand, all.status());
+      ranks = nlohmann::json::array();
+      for (const std::string& text : *all) ranks.push_back(nlohmann::json::parse(text));
+    }
+    std::cout << "final: step " << trainer.step() << ", " << run_steps << " steps in " << Num(wall, 4)
+              << " s, samples/s " << Num(samples_per_s, 4) << ", step_ms " << Num(mean_step_ms, 4) << ", mfu "
+              << Num(100 * mfu, 3) << "%" << (f.checkpoint.empty() ? "" : ", checkpoint " + f.checkpoint) << std::endl;
+    if (leader && !f.trace.empty() && !last.regions.empty()) {
+      if (absl::Status s = WriteTextAtomically(f.trace, StepTraceJson(StepSpans(last))); !s.ok())
+        return ReportError(kCommand, absl::Status(s.code(), absl::StrCat("--trace: ", s.message())));
+    }
+    const absl::StatusOr<int64_t> peak_memory = gpu::train::PeakStepMemoryBytes();
+    if (peak_memory.ok()) std::cout << "peak step memory " << Num(*peak_memory / 1e9, 4) << " GB" << std::endl;
+    if (leader && !f.report.empty()) {
+      auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+      const nlohmann::json phases = StepTimesJson(phase_sum.Over(n_steps));
+      nlohmann::json regions = nlohmann::json::array();
+      for (const gpu::train::RegionTime& rt : last.regions)
+        regions.push_back({{"region", rt.region}, {"pass", rt.backward ? "bwd" : "fwd"}, {"ms", rt.ms()}});
+      double slowest = 0, mean = 0;
+      for (const nlohmann::json& rk : ranks) {
+        const double ms = rk["mean_step_ms"].is_number() ? rk["mean_step_ms"].get<double>() : 0;
+        slowest = std::max(slowest, ms);
+        mean += ms / static_cast<double>(ranks.size());
+      }
+      const nlohmann::json report = {
+          {"config", job.config.name},   {"steps", trainer.step()},         {"steps_run", run_steps},
+          {"local_batch", o.batch / R},  {"world_size", R},                 {"global_batch", o.batch},
+          {"launcher", launch::LauncherName(job.launch.launcher)},
+          {"shard_group", job.shard_group}, {"param_gather", several ? f.param_gather : std::string("none")},
+          {"numerics", NumericsJson(job.numerics)},
+          {"wall_s", wall},              {"samples_per_s", samples_per_s},
+          {"mean_step_ms", number(mean_step_ms)}, {"step_ms_median", number(median_step_ms)},
+          {"final_loss", number(last_loss)},
+          {"eval_samples", f.eval_samples},       {"held_out_ne", ne},
+          {"resumed_from_step", job.resumed ? nlohmann::json(job.resumed->step) : nlohmann::json()},
+          {"phase_ms_mean", phases},     {"last_step_regions_ms", regions},
+          {"ranks", ranks},
+          {"slowest_rank_step_ms", slowest},
+          {"rank_imbalance", mean > 0 ? nlohmann::json(slowest / mean) : nlohmann::json()},
+          {"model_flops_per_step_mean", run_steps > 0 ? nlohmann::json(run_flops / static_cast<double>(run_steps)) : nlohmann::json()},
+          {"peak_flops", peak},          {"e2e_mfu", number(mfu)},
+          {"peak_step_memory_bytes", peak_memory.ok() ? nlohmann::json(*peak_memory) : nlohmann::json()}};
+      if (absl::Status s = WriteTextAtomically(f.report, report.dump(2) + "\n"); !s.ok())
+        return ReportError(kCommand, absl::Status(s.code(), absl::StrCat("--report: ", s.message())));
+    }
+    return kExitOk;
+  };
+  const int code = body();
+#if defined(GEMTB_HAVE_NCCL_COMM)
+  nccl.reset();  // the communicators before the store: a rank that failed aborts them
+#endif
+  return rank_job.Leave(code, store_timeout);
 }
 #endif
 
@@ -340,7 +464,7 @@ int RunGpuTrain(const std::vector<std::string>& args) {
   Flags f;
   FlagSet flags(
       "gemtb train [--config tiny] [--steps N] [--local-batch B] [--checkpoint DIR [--resume]] [flags]",
-      "Trains the GEM-like model on one GPU (fp32 weights, activations and gradients, the matmuls and\n"
+      "Trains the GEM-like model on one GPU or several (fp32 weights, activations and gradients, the matmuls and\n"
       "attention in --matmul / --attention precision; Adam for the dense parameters, rowwise Adagrad fused\n"
       "into the tables' backward) on the planted-teacher generator's samples: step s takes samples\n"
       "s*B .. s*B+B-1 of --data-seed, as `gemtb ref train` does. Every --log-every-s seconds and at the\n"
@@ -352,6 +476,15 @@ int RunGpuTrain(const std::vector<std::string>& args) {
       "--resume continues from the newest checkpoint in DIR to --steps, to the bytes of a run never\n"
       "stopped. A checkpoint of another config, of `gemtb ref train` or a damaged one is refused by name.\n"
       "SIGTERM or SIGINT stops after the current step, saving first (exit 128 + the signal number).\n"
+      "\n"
+      "Several GPUs: one process per GPU, started by torchrun (--no-python), mpirun or srun; rank, world\n"
+      "size, local rank (the GPU) and MASTER_ADDR/MASTER_PORT come from the launcher's variables, NCCL's\n"
+      "id through a TCP store on rank 0. --local-batch is then per GPU (the global batch R times it,\n"
+      "split in rank order); dense parameters are 2D FSDP over --shard-group ranks, gathered by NCCL or\n"
+      "the copy engines (--param-gather); the tables are replicated and updated with every rank's\n"
+      "gradients. Rank 0 prints and writes the report and the checkpoint's manifest; every rank writes\n"
+      "its part of a checkpoint. A rank that dies or stops answering ends every rank with a named error\n"
+      "within --store-timeout seconds.\n"
       "Exit 0; 2 on bad input or without a usable GPU (checked after the flags and the checkpoint).");
   flags.String("config", &f.config, "model config: tiny | small | path to a JSON (default tiny)");
   flags.Int64("steps", &f.steps, "total training steps (default 1000; with --resume, the total including resumed)");
@@ -371,6 +504,12 @@ int RunGpuTrain(const std::vector<std::string>& args) {
   flags.Bool("resume", &f.resume, "continue from the newest checkpoint in --checkpoint DIR (same config and options)");
   flags.String("trace", &f.trace, "Chrome/Perfetto trace of the last step (the simulator's track and task names)");
   flags.String("report", &f.report, "JSON written at the end: throughput, final loss, held-out NE (docs/commands.md)");
+  flags.OptionalInt64("shard-group", &f.shard_group,
+                      "in a job: ranks sharing one copy of the dense parameters (2D FSDP; default every rank)");
+  flags.String("param-gather", &f.param_gather,
+               "in a job: who gathers the parameters in a shard group, nccl (default) or copy_engine (no SM; one host)");
+  flags.Int64("store-timeout", &f.store_timeout,
+              "in a job: seconds any wait for other ranks may take before every rank stops with an error (default 300)");
   flags.Int64("crash-checkpoint-after-bytes", &f.crash_checkpoint_after_bytes,
               "testing: kill this process (SIGKILL) after N bytes of a checkpoint's shard write (default -1: never)");
   if (absl::Status s = flags.Parse(args); !s.ok()) return ReportError(kCommand, s);
@@ -378,10 +517,13 @@ int RunGpuTrain(const std::vector<std::string>& args) {
     std::cout << flags.Help();
     return kExitOk;
   }
-  absl::StatusOr<Job> job = Prepare(f);
+  // The launcher's variables are read here, once: who this process is in the job.
+  absl::StatusOr<launch::LaunchInfo> launch_info = launch::ParseLaunchEnvironment(launch::ProcessEnvironment());
+  if (!launch_info.ok()) return ReportError(kCommand, launch_info.status());
+  absl::StatusOr<Job> job = Prepare(f, *launch_info);
   if (!job.ok()) return ReportError(kCommand, job.status());
 #if GEMTB_HAVE_CUDA
-  return Train(f, *job);
+  return Train(f, *job, absl::StrJoin(args, "\n"));
 #else
   return ReportError(kCommand, absl::FailedPreconditionError(
                                    "this gemtb was built without CUDA (nvcc not found at configure time): no GPU "

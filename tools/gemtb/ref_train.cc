@@ -260,7 +260,7 @@ int RunRefTrain(const std::vector<std::string>& args) {
   // The ranks agree on the flags and on the plan's content (its file may differ by working folder).
   const std::string plan_text = plan ? plan->text : std::string();
   absl::StatusOr<std::unique_ptr<TrainJob>> joined =
-      TrainJob::Join(*launch_info, store_timeout, absl::StrCat(absl::StrJoin(args, "\n"), "\n", plan_text));
+      TrainJob::Join(*launch_info, store_timeout, absl::StrCat(absl::StrJoin(args, "\n"), "\n", plan_text), kCommand);
   if (!joined.ok()) return ReportError(kCommand, joined.status());
   TrainJob& job = **joined;
   const bool leader = job.rank() == 0;

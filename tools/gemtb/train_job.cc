@@ -8,9 +8,10 @@
 namespace gemtb::cli {
 
 absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Join(const launch::LaunchInfo& info, launch::Millis timeout,
-                                                         const std::string& fingerprint) {
+                                                         const std::string& fingerprint, const std::string& command) {
   std::unique_ptr<TrainJob> job(new TrainJob());
   job->info_ = info;
+  job->command_ = command;
   if (info.world_size == 1) return job;
   absl::StatusOr<launch::Rendezvous> where = launch::RequireRendezvous(info);
   if (!where.ok()) return where.status();
@@ -69,7 +70,7 @@ int TrainJob::Leave(int exit_code, launch::Millis timeout) {
   absl::Status s = store_->Close();
   if (s.ok() && server_) s = server_->Shutdown(timeout);
   if (s.ok()) return exit_code;
-  std::cerr << "gemtb ref train: error: rank " << rank() << ": " << s.message() << "\n";
+  std::cerr << "gemtb " << command_ << ": error: rank " << rank() << ": " << s.message() << "\n";
   return 1;
 }
 

@@ -1,8 +1,9 @@
-// The job a `gemtb ref train` process runs in: one process, or one rank of a job started by
-// torchrun, mpirun or srun (model/launch/launch_env.h). For several ranks it holds the rendezvous
-// store (rank 0 serves it), checks that every rank was started with the same flags, gives the
-// trainer its data-parallel group and its sharded tables' collectives, and saves and loads the job's
-// sharded checkpoint folder.
+// The job a `gemtb ref train` or `gemtb train` process runs in: one process, or one rank of a job
+// started by torchrun, mpirun or srun (model/launch/launch_env.h). For several ranks it holds the
+// rendezvous store (rank 0 serves it), checks that every rank was started with the same flags, gives
+// the CPU trainer its data-parallel group and its sharded tables' collectives (the GPU trainer's
+// NCCL groups rendezvous through the same store), and saves and loads the job's sharded checkpoint
+// folder.
 #ifndef GEMTB_TOOLS_GEMTB_TRAIN_JOB_H_
 #define GEMTB_TOOLS_GEMTB_TRAIN_JOB_H_
 
@@ -24,12 +25,15 @@ class TrainJob {
  public:
   // Joins the job: for several ranks, connects to the store (rank 0 starts it) and compares
   // `fingerprint` (the flags) across ranks: FailedPrecondition naming the rank that differs.
+  // `command` ("ref train", "train") names the command in Leave's error line.
   static absl::StatusOr<std::unique_ptr<TrainJob>> Join(const launch::LaunchInfo& info, launch::Millis timeout,
-                                                        const std::string& fingerprint);
+                                                        const std::string& fingerprint, const std::string& command);
 
   bool several() const { return store_ != nullptr; }
   int rank() const { return info_.rank; }
   int world_size() const { return info_.world_size; }
+  // The rendezvous store (null for one process).
+  launch::TcpStoreClient* store() { return store_.get(); }
   reference::dist::StoreDataParallelGroup* group() { return group_.get(); }
   // The sharded tables' collectives (null for one process).
   reference::dist::StoreCollectives* collectives() { return collectives_.get(); }
@@ -51,6 +55,7 @@ class TrainJob {
 
  private:
   launch::LaunchInfo info_;
+  std::string command_;
   std::unique_ptr<launch::TcpStoreServer> server_;
   std::unique_ptr<launch::TcpStoreClient> store_;
   std::unique_ptr<reference::dist::StoreDataParallelGroup> group_;
