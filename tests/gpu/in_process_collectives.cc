@@ -1,0 +1,137 @@
+#include "tests/gpu/in_process_collectives.h"
+
+#include <cuda_runtime.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace gemtb::gpu::train::test {
+namespace {
+
+absl::Status Cuda(cudaError_t e, const char* what) {
+  return e == cudaSuccess ? absl::OkStatus() : absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+#define IPC_RETURN_IF_ERROR(expr)                      \
+  do {                                                 \
+    if (absl::Status s_ = (expr); !s_.ok()) return s_; \
+  } while (false)
+
+}  // namespace
+
+InProcessJob::InProcessJob(int world_size_in, int shard_group_in)
+    : world_size(world_size_in), shard_group(shard_group_in), barrier(world_size_in), published(world_size_in) {}
+
+InProcessCollectives::~InProcessCollectives() {
+  if (params_ != nullptr) cudaFree(params_);
+}
+
+std::vector<const void*> InProcessCollectives::Exchange(const void* p, cudaStream_t stream) {
+  cudaStreamSynchronize(stream);
+  cudaDeviceSynchronize();  // every rank's earlier work, whatever stream it used
+  job_.barrier.arrive_and_wait();  // the previous collective's readers are done
+  job_.published[rank_] = p;
+  job_.barrier.arrive_and_wait();
+  return job_.published;
+}
+
+std::vector<int> InProcessCollectives::ShardGroup() const {
+  const int s = job_.shard_group, g = rank_ / s;
+  std::vector<int> ranks;
+  for (int k = g * s; k < (g + 1) * s; ++k) ranks.push_back(k);
+  return ranks;
+}
+
+std::vector<int> InProcessCollectives::ReplicaGroup() const {
+  std::vector<int> ranks;
+  for (int k = rank_ % job_.shard_group; k < job_.world_size; k += job_.shard_group) ranks.push_back(k);
+  return ranks;
+}
+
+absl::StatusOr<std::vector<float>> InProcessCollectives::Sum(const std::vector<const void*>& all,
+                                                             const std::vector<int>& ranks, int64_t offset,
+                                                             int64_t count) const {
+  std::vector<float> sum(static_cast<size_t>(count), 0.0f), part(static_cast<size_t>(count));
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const float* src = static_cast<const float*>(all[ranks[i]]) + offset;
+    IPC_RETURN_IF_ERROR(Cuda(cudaMemcpy(part.data(), src, count * sizeof(float), cudaMemcpyDeviceToHost), "sum read"));
+    for (int64_t k = 0; k < count; ++k) sum[k] = i == 0 ? part[k] : sum[k] + part[k];
+  }
+  return sum;
+}
+
+absl::StatusOr<float*> InProcessCollectives::ParamsBuffer(int64_t shard_count) {
+  void* p = nullptr;
+  IPC_RETURN_IF_ERROR(Cuda(cudaMalloc(&p, shard_count * job_.shard_group * sizeof(float)), "params buffer"));
+  params_ = static_cast<float*>(p);
+  return params_;
+}
+
+absl::Status InProcessCollectives::GatherParams(const float* shard, int64_t shard_count, cudaStream_t stream) {
+  return GatherShards(shard, params_, shard_count, stream);
+}
+
+absl::Status InProcessCollectives::GatherShards(const float* shard, float* full, int64_t shard_count,
+                                                cudaStream_t stream) {
+  const std::vector<const void*> all = Exchange(shard, stream);
+  const std::vector<int> group = ShardGroup();
+  for (size_t q = 0; q < group.size(); ++q) {
+    IPC_RETURN_IF_ERROR(Cuda(cudaMemcpy(full + q * shard_count, all[group[q]], shard_count * sizeof(float),
+                                        cudaMemcpyDeviceToDevice),
+                             "gather"));
+  }
+  job_.barrier.arrive_and_wait();
+  return absl::OkStatus();
+}
+
+absl::Status InProcessCollectives::ReduceScatterGrads(const float* full, float* shard, int64_t count,
+                                                      cudaStream_t stream) {
+  const std::vector<const void*> all = Exchange(full, stream);
+  const int q = rank_ % job_.shard_group;
+  absl::StatusOr<std::vector<float>> sum = Sum(all, ShardGroup(), q * count, count);
+  job_.barrier.arrive_and_wait();  // every member has read every full gradient
+  if (!sum.ok()) return sum.status();
+  return Cuda(cudaMemcpy(shard, sum->data(), count * sizeof(float), cudaMemcpyHostToDevice), "reduce-scatter write");
+}
+
+absl::Status InProcessCollectives::AllReduceReplicas(float* shard, int64_t count, cudaStream_t stream) {
+  const std::vector<const void*> all = Exchange(shard, stream);
+  absl::StatusOr<std::vector<float>> sum = Sum(all, ReplicaGroup(), 0, count);
+  job_.barrier.arrive_and_wait();  // every replica has read every shard before any is overwritten
+  if (!sum.ok()) return sum.status();
+  return Cuda(cudaMemcpy(shard, sum->data(), count * sizeof(float), cudaMemcpyHostToDevice), "all-reduce write");
+}
+
+absl::Status InProcessCollectives::AllGatherV(float* data, const std::vector<int64_t>& counts,
+                                              const std::vector<int64_t>& offsets, cudaStream_t stream) {
+  if (static_cast<int>(counts.size()) != job_.world_size || static_cast<int>(offsets.size()) != job_.world_size) {
+    return absl::InvalidArgumentError("counts/offsets: one entry per rank");
+  }
+  const std::vector<const void*> all = Exchange(data, stream);
+  for (int r = 0; r < job_.world_size; ++r) {
+    if (r == rank_ || counts[r] == 0) continue;
+    IPC_RETURN_IF_ERROR(Cuda(cudaMemcpy(data + offsets[r], static_cast<const float*>(all[r]) + offsets[r],
+                                        counts[r] * sizeof(float), cudaMemcpyDeviceToDevice),
+                             "all-gather-v"));
+  }
+  job_.barrier.arrive_and_wait();
+  return absl::OkStatus();
+}
+
+absl::Status InProcessCollectives::AllReduceSum(double* data, int64_t count, cudaStream_t stream) {
+  const std::vector<const void*> all = Exchange(data, stream);
+  std::vector<double> sum(static_cast<size_t>(count), 0.0), part(static_cast<size_t>(count));
+  absl::Status status;
+  for (int r = 0; r < job_.world_size && status.ok(); ++r) {
+    status = Cuda(cudaMemcpy(part.data(), all[r], count * sizeof(double), cudaMemcpyDeviceToHost), "sum read");
+    for (int64_t k = 0; k < count; ++k) sum[k] += part[k];
+  }
+  job_.barrier.arrive_and_wait();
+  IPC_RETURN_IF_ERROR(status);
+  return Cuda(cudaMemcpy(data, sum.data(), count * sizeof(double), cudaMemcpyHostToDevice), "all-reduce write");
+}
+
+absl::Status InProcessCollectives::Synchronize(cudaStream_t stream, std::string_view what) {
+  return Cuda(cudaStreamSynchronize(stream), "synchronize");
+}
+
+}  // namespace gemtb::gpu::train::test

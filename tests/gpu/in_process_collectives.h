@@ -1,0 +1,62 @@
+// TrainerCollectives (gpu/train/trainer_collectives.h) for R virtual ranks in one process, every
+// rank a GpuTrainer on its own host thread, all on the current GPU: the tests' way to run the
+// trainer's job mode on one GPU (NCCL refuses two ranks on one device). Each collective waits for the
+// rank's stream, meets the other ranks at a host barrier, and moves or sums their device arrays;
+// sums are taken on the host in fp32 in rank (member) order, so results are deterministic and two
+// layouts that add the same terms in the same order give the same bytes.
+#ifndef GEMTB_TESTS_GPU_IN_PROCESS_COLLECTIVES_H_
+#define GEMTB_TESTS_GPU_IN_PROCESS_COLLECTIVES_H_
+
+#include <barrier>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "gpu/train/trainer_collectives.h"
+
+namespace gemtb::gpu::train::test {
+
+// What the ranks of one virtual job share.
+struct InProcessJob {
+  InProcessJob(int world_size, int shard_group);
+  int world_size, shard_group;
+  std::barrier<> barrier;
+  std::vector<const void*> published;  // per rank, the pointer of the collective in progress
+};
+
+class InProcessCollectives : public TrainerCollectives {
+ public:
+  InProcessCollectives(InProcessJob& job, int rank) : job_(job), rank_(rank) {}
+  ~InProcessCollectives() override;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return job_.world_size; }
+  int shard_group_size() const override { return job_.shard_group; }
+  absl::StatusOr<float*> ParamsBuffer(int64_t shard_count) override;
+  absl::Status GatherParams(const float* shard, int64_t shard_count, cudaStream_t stream) override;
+  absl::Status GatherShards(const float* shard, float* full, int64_t shard_count, cudaStream_t stream) override;
+  absl::Status ReduceScatterGrads(const float* full, float* shard, int64_t count, cudaStream_t stream) override;
+  absl::Status AllReduceReplicas(float* shard, int64_t count, cudaStream_t stream) override;
+  absl::Status AllGatherV(float* data, const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets,
+                          cudaStream_t stream) override;
+  absl::Status AllReduceSum(double* data, int64_t count, cudaStream_t stream) override;
+  absl::Status Synchronize(cudaStream_t stream, std::string_view what) override;
+
+ private:
+  // Publishes `p`, waits for every rank's, and returns them (valid until the closing barrier).
+  std::vector<const void*> Exchange(const void* p, cudaStream_t stream);
+  // The ranks of this rank's shard group and replica group, in member order.
+  std::vector<int> ShardGroup() const;
+  std::vector<int> ReplicaGroup() const;
+  // The sum in `ranks` order of every member's `count` floats at their published pointer + `offset`.
+  absl::StatusOr<std::vector<float>> Sum(const std::vector<const void*>& all, const std::vector<int>& ranks,
+                                         int64_t offset, int64_t count) const;
+
+  InProcessJob& job_;
+  int rank_;
+  float* params_ = nullptr;
+};
+
+}  // namespace gemtb::gpu::train::test
+
+#endif  // GEMTB_TESTS_GPU_IN_PROCESS_COLLECTIVES_H_

@@ -1,0 +1,212 @@
+// The GPU trainer as ranks of a job (trainer.h, TrainerCollectives), on one GPU:
+// - a one-rank NCCL job (NcclTrainerCollectives over a real TCP store) takes the one-GPU trainer's
+//   steps byte for byte (every collective of one rank is a copy);
+// - virtual ranks in one process (in_process_collectives.h, sums in rank order): 2D FSDP with a shard
+//   group of 2 equals plain data parallelism (shard group 1) byte for byte on 2 ranks, as shard groups
+//   4 and 1 do on 4 ranks (the same sums in the same order), and every rank ends with the same state;
+// - a job's steps follow the one-GPU trainer's on the same global batch within a reduction's rounding
+//   (losses, dense parameters and tables after the steps).
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu/train/trainer.h"
+#include "gtest/gtest.h"
+#include "model/description/model_config.h"
+#include "tests/gpu/in_process_collectives.h"
+#include "tests/gpu/train_test_util.h"
+#if defined(GEMTB_HAVE_NCCL_COMM)
+#include "gpu/comm/nccl_trainer_collectives.h"
+#include "model/launch/tcp_store.h"
+#endif
+
+namespace gemtb::gpu::train {
+namespace {
+
+using test::HaveSm90;
+
+constexpr int64_t kGlobalBatch = 32;
+constexpr int kSteps = 3;
+
+gemtb::model::ModelConfig TinyConfig() {
+  absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig("tiny");
+  EXPECT_TRUE(config.ok()) << config.status();
+  return *config;
+}
+
+TrainerOptions Options() {
+  TrainerOptions o;
+  o.batch = kGlobalBatch;
+  return o;
+}
+
+struct RankRun {
+  std::vector<double> losses;
+  TrainerState state;
+};
+
+bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+void ExpectSameBytes(const RankRun& a, const RankRun& b, const std::string& what) {
+  EXPECT_EQ(a.losses, b.losses) << what;
+  EXPECT_TRUE(SameBytes(a.state.params, b.state.params)) << what << ": params";
+  EXPECT_TRUE(SameBytes(a.state.adam_m, b.state.adam_m)) << what << ": adam m";
+  EXPECT_TRUE(SameBytes(a.state.adam_v, b.state.adam_v)) << what << ": adam v";
+  ASSERT_EQ(a.state.tables.size(), b.state.tables.size());
+  for (size_t t = 0; t < a.state.tables.size(); ++t) {
+    EXPECT_TRUE(SameBytes(a.state.tables[t].weights, b.state.tables[t].weights)) << what << ": table " << t;
+    EXPECT_TRUE(SameBytes(a.state.tables[t].adagrad, b.state.tables[t].adagrad)) << what << ": table " << t;
+  }
+}
+
+// At most one element in a thousand outside |a - b| <= 1e-5 + 1e-4 |b| (Adam's first steps move a
+// parameter by about lr times the sign of its gradient, which a gradient at rounding level can flip).
+void ExpectClose(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  size_t outside = 0;
+  for (size_t k = 0; k < a.size(); ++k) {
+    if (!(std::fabs(a[k] - b[k]) <= 1e-5 + 1e-4 * std::fabs(b[k]))) ++outside;
+  }
+  EXPECT_LE(outside, std::max<size_t>(1, a.size() / 1000)) << what << ": " << outside << " of " << a.size();
+}
+
+RankRun OneGpu() {
+  RankRun run;
+  absl::StatusOr<std::unique_ptr<GpuTrainer>> t = GpuTrainer::Create(TinyConfig(), Options());
+  EXPECT_TRUE(t.ok()) << t.status();
+  if (!t.ok()) return run;
+  for (int s = 0; s < kSteps; ++s) {
+    absl::StatusOr<TrainerStep> r = (*t)->Step();
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return run;
+    run.losses.push_back(r->loss);
+  }
+  absl::StatusOr<TrainerState> st = (*t)->State();
+  EXPECT_TRUE(st.ok()) << st.status();
+  if (st.ok()) run.state = *std::move(st);
+  return run;
+}
+
+// R virtual ranks with a shard group of `shard_group`; every rank's run.
+std::vector<RankRun> InProcessJob(int R, int shard_group) {
+  test::InProcessJob job(R, shard_group);
+  std::vector<std::unique_ptr<test::InProcessCollectives>> collectives;
+  std::vector<std::unique_ptr<GpuTrainer>> trainers;
+  for (int r = 0; r < R; ++r) {
+    collectives.push_back(std::make_unique<test::InProcessCollectives>(job, r));
+    absl::StatusOr<std::unique_ptr<GpuTrainer>> t = GpuTrainer::Create(TinyConfig(), Options(), {}, collectives[r].get());
+    EXPECT_TRUE(t.ok()) << t.status();
+    if (!t.ok()) return {};
+    trainers.push_back(*std::move(t));
+  }
+  std::vector<RankRun> runs(R);
+  std::vector<std::string> errors(R);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < R; ++r) {
+    threads.emplace_back([&, r] {
+      cudaSetDevice(0);
+      for (int s = 0; s < kSteps; ++s) {
+        absl::StatusOr<TrainerStep> step = trainers[r]->Step();
+        if (!step.ok()) {
+          errors[r] = step.status().ToString();
+          std::abort();  // the other ranks would wait at the barrier forever
+        }
+        runs[r].losses.push_back(step->loss);
+      }
+      absl::StatusOr<TrainerState> st = trainers[r]->State();
+      if (!st.ok()) {
+        errors[r] = st.status().ToString();
+        std::abort();
+      }
+      runs[r].state = *std::move(st);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < R; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  return runs;
+}
+
+TEST(GpuTrainJob, ShardGroupsThatAddTheSameTermsGiveTheSameBytes) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const std::vector<RankRun> dp2 = InProcessJob(2, 1), fsdp2 = InProcessJob(2, 2);
+  ASSERT_EQ(dp2.size(), 2u);
+  ASSERT_EQ(fsdp2.size(), 2u);
+  ExpectSameBytes(fsdp2[0], dp2[0], "2 ranks: shard group 2 vs 1");
+  ExpectSameBytes(fsdp2[1], fsdp2[0], "2 ranks, shard group 2: rank 1 vs rank 0");
+  ExpectSameBytes(dp2[1], dp2[0], "2 ranks, shard group 1: rank 1 vs rank 0");
+  const std::vector<RankRun> dp4 = InProcessJob(4, 1), fsdp4 = InProcessJob(4, 4), grid4 = InProcessJob(4, 2);
+  ASSERT_EQ(dp4.size(), 4u);
+  ASSERT_EQ(fsdp4.size(), 4u);
+  ASSERT_EQ(grid4.size(), 4u);
+  ExpectSameBytes(fsdp4[0], dp4[0], "4 ranks: shard group 4 vs 1");
+  for (int r = 1; r < 4; ++r) ExpectSameBytes(grid4[r], grid4[0], "4 ranks, shard group 2: rank " + std::to_string(r));
+  // (g0 + g1) + (g2 + g3) against ((g0 + g1) + g2) + g3: a reduction's rounding apart.
+  ExpectClose(grid4[0].state.params, dp4[0].state.params, "4 ranks: shard group 2 vs 1");
+}
+
+TEST(GpuTrainJob, JobFollowsTheOneGpuTrainerOnTheSameGlobalBatch) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const RankRun one = OneGpu();
+  for (const auto& [R, s] : {std::pair{2, 2}, std::pair{4, 2}}) {
+    const std::string what = std::to_string(R) + " ranks, shard group " + std::to_string(s);
+    const std::vector<RankRun> job = InProcessJob(R, s);
+    ASSERT_EQ(job.size(), static_cast<size_t>(R));
+    ASSERT_EQ(job[0].losses.size(), one.losses.size());
+    for (size_t k = 0; k < one.losses.size(); ++k) {
+      EXPECT_NEAR(job[0].losses[k], one.losses[k], 1e-5 * std::fabs(one.losses[k])) << what << " step " << k;
+    }
+    ExpectClose(job[0].state.params, one.state.params, what + ": params");
+    ASSERT_EQ(job[0].state.tables.size(), one.state.tables.size());
+    for (size_t t = 0; t < one.state.tables.size(); ++t) {
+      ExpectClose(job[0].state.tables[t].weights, one.state.tables[t].weights, what + ": table " + std::to_string(t));
+    }
+  }
+}
+
+TEST(GpuTrainJob, RefusesABatchThatDoesNotSplit) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  test::InProcessJob job(3, 1);
+  test::InProcessCollectives c(job, 0);
+  absl::StatusOr<std::unique_ptr<GpuTrainer>> t = GpuTrainer::Create(TinyConfig(), Options(), {}, &c);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("batch: 32"), std::string::npos) << t.status();
+}
+
+#if defined(GEMTB_HAVE_NCCL_COMM)
+TEST(GpuTrainJob, OneRankNcclJobTakesTheOneGpuSteps) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  cudaSetDevice(0);
+  auto server = launch::TcpStoreServer::Start(0, 1);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto store = launch::TcpStoreClient::Connect({"127.0.0.1", (*server)->port()}, 0, 1, launch::Millis(60000));
+  ASSERT_TRUE(store.ok()) << store.status();
+  RankRun nccl;
+  {
+    absl::StatusOr<std::unique_ptr<comm::NcclTrainerCollectives>> c =
+        comm::NcclTrainerCollectives::Create(**store, comm::TrainerCollectivesOptions{});
+    ASSERT_TRUE(c.ok()) << c.status();
+    absl::StatusOr<std::unique_ptr<GpuTrainer>> t = GpuTrainer::Create(TinyConfig(), Options(), {}, c->get());
+    ASSERT_TRUE(t.ok()) << t.status();
+    for (int s = 0; s < kSteps; ++s) {
+      absl::StatusOr<TrainerStep> r = (*t)->Step();
+      ASSERT_TRUE(r.ok()) << r.status();
+      nccl.losses.push_back(r->loss);
+    }
+    absl::StatusOr<TrainerState> st = (*t)->State();
+    ASSERT_TRUE(st.ok()) << st.status();
+    nccl.state = *std::move(st);
+    EXPECT_EQ((*t)->Gradients().status().code(), absl::StatusCode::kFailedPrecondition);
+  }
+  ExpectSameBytes(nccl, OneGpu(), "one-rank NCCL job vs one GPU");
+  ASSERT_TRUE((*store)->Close().ok());
+  ASSERT_TRUE((*server)->Shutdown(launch::Millis(5000)).ok());
+}
+#endif
+
+}  // namespace
+}  // namespace gemtb::gpu::train
