@@ -95,10 +95,42 @@ struct GpuTrainer::Impl {
     return whole;
   }
 
+  // A job step's collectives, each between two events on the trainer's stream.
+  struct TimedCollective {
+    CollectiveTime what;
+    cudaEvent_t begin = nullptr, end = nullptr;
+  };
+  std::vector<TimedCollective> timed;
+  template <typename Fn>
+  absl::Status Timed(const char* name, const char* group, bool before_model, Fn&& fn) {
+    TimedCollective t;
+    t.what = {name, group, 0, before_model};
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&t.begin), "cudaEventCreate"));
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&t.end), "cudaEventCreate"));
+    timed.push_back(t);
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(t.begin, nullptr), "cudaEventRecord"));
+    GEMTB_RETURN_IF_ERROR(fn());
+    return CudaStatus(cudaEventRecord(t.end, nullptr), "cudaEventRecord");
+  }
+  // The step's collective times (after the stream is done), and the events freed.
+  std::vector<CollectiveTime> TakeCollectiveTimes() {
+    std::vector<CollectiveTime> out;
+    for (TimedCollective& t : timed) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, t.begin, t.end) == cudaSuccess) t.what.ms = ms;
+      out.push_back(t.what);
+      cudaEventDestroy(t.begin);
+      cudaEventDestroy(t.end);
+    }
+    timed.clear();
+    return out;
+  }
+
   // The whole parameter array is current in model_params (a collective in a job).
   absl::Status GatherParams() {
     if (dist == nullptr) return absl::OkStatus();
-    return dist->GatherParams(params->get(), shard_count, nullptr);
+    return Timed("params.all_gather", "dense-shard", true,
+                 [&] { return dist->GatherParams(params->get(), shard_count, nullptr); });
   }
   // Waits for the device; in a job first for the collectives, within the job's timeout (the device-wide
   // wait after it then cannot hang on a rank that is gone).
@@ -242,19 +274,28 @@ struct GpuTrainer::Impl {
         return std::pair{counts, offsets};
       };
       auto [lc, lo] = even(Bl * T);
-      GEMTB_RETURN_IF_ERROR(dist->AllGatherV(logits->get(), lc, lo, nullptr));
-      GEMTB_RETURN_IF_ERROR(dist->AllReduceSum(loss->get(), 1, nullptr));
       auto [pc, po] = even(Bl * W);
-      GEMTB_RETURN_IF_ERROR(dist->AllGatherV(b.pooled_grad->get(), pc, po, nullptr));
-      for (int j = 0; j < J; ++j) {
-        std::vector<int64_t> counts(R), offsets(event_offsets[j].begin(), event_offsets[j].end() - 1);
-        for (int q = 0; q < R; ++q) counts[q] = event_offsets[j][q + 1] - event_offsets[j][q];
-        GEMTB_RETURN_IF_ERROR(dist->AllGatherV(b.events_grad[j]->get(), counts, offsets, nullptr));
-      }
-      GEMTB_RETURN_IF_ERROR(dist->ReduceScatterGrads(grad->get(), grad_shard->get(), shard_count, nullptr));
-      GEMTB_RETURN_IF_ERROR(dist->AllReduceReplicas(grad_shard->get(), shard_count, nullptr));
+      auto outputs = [&]() -> absl::Status {
+        GEMTB_RETURN_IF_ERROR(dist->AllGatherV(logits->get(), lc, lo, nullptr));
+        GEMTB_RETURN_IF_ERROR(dist->AllReduceSum(loss->get(), 1, nullptr));
+        GEMTB_RETURN_IF_ERROR(dist->AllGatherV(b.pooled_grad->get(), pc, po, nullptr));
+        for (int j = 0; j < J; ++j) {
+          std::vector<int64_t> counts(R), offsets(event_offsets[j].begin(), event_offsets[j].end() - 1);
+          for (int q = 0; q < R; ++q) counts[q] = event_offsets[j][q + 1] - event_offsets[j][q];
+          GEMTB_RETURN_IF_ERROR(dist->AllGatherV(b.events_grad[j]->get(), counts, offsets, nullptr));
+        }
+        return absl::OkStatus();
+      };
+      GEMTB_RETURN_IF_ERROR(Timed("outputs.all_gather", "sparse-mp", false, outputs));
+      GEMTB_RETURN_IF_ERROR(Timed("grads.reduce_scatter", "dense-shard", false, [&] {
+        return dist->ReduceScatterGrads(grad->get(), grad_shard->get(), shard_count, nullptr);
+      }));
+      GEMTB_RETURN_IF_ERROR(Timed("grads.all_reduce", "dense-replica", false, [&] {
+        return dist->AllReduceReplicas(grad_shard->get(), shard_count, nullptr);
+      }));
     }
     GEMTB_RETURN_IF_ERROR(Synchronize("model step"));
+    b.result.collectives = TakeCollectiveTimes();
     if (timer) GEMTB_ASSIGN_OR_RETURN(b.result.regions, timer->Times());
     GEMTB_RETURN_IF_ERROR(logits->Download(b.result.logits, "logits"));
     std::vector<double> loss_host;

@@ -66,6 +66,17 @@ struct StepTimes {
   }
 };
 
+// One collective of a job's step: its name ("params.all_gather", "grads.reduce_scatter", ...), the
+// simulator's group class of the ranks it spans ("dense-shard", "dense-replica", "sparse-mp"), and
+// its device time from CUDA events around it on the trainer's stream. Nothing computes beside the
+// collectives in this trainer, so all of it is exposed.
+struct CollectiveTime {
+  std::string name;
+  std::string group;
+  double ms = 0;
+  bool before_model = false;  // in the embedding phase, before the lookups (else after the model)
+};
+
 struct TrainerStep {
   int64_t step = 0;              // steps taken so far
   double loss = 0;               // the batch's masked BCE
@@ -74,6 +85,8 @@ struct TrainerStep {
   std::vector<int32_t> seq_lengths;  // [J * B] the batch's events per sample (sequence-major)
   // With TimeRegions(true): the model's regions, forward then backward, in ms from the model's start.
   std::vector<RegionTime> regions;
+  // In a job: the step's collectives in issue order.
+  std::vector<CollectiveTime> collectives;
 };
 
 // One step's gradients at the current state, in the oracle's layouts (what Step applies).

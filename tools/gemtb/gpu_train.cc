@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -208,7 +209,17 @@ std::vector<TraceSpan> StepSpans(const gpu::train::TrainerStep& step) {
   double at = 0;
   spans.push_back({"data", "host", "host data", at, t.data_ms});
   at += t.data_ms;
-  spans.push_back({"sparse.lookup", "compute", "compute", at, t.embedding_fwd_ms});
+  // A job's collectives: the parameters' gather at the start of the lookup phase, the rest (issued
+  // after the model's backward) ending with the model phase, each on its group class's track.
+  double gather_ms = 0, after_ms = 0;
+  for (const gpu::train::CollectiveTime& c : step.collectives) (c.before_model ? gather_ms : after_ms) += c.ms;
+  double before_at = at, after_at = at + t.embedding_fwd_ms + t.model_ms - after_ms;
+  for (const gpu::train::CollectiveTime& c : step.collectives) {
+    double& where = c.before_model ? before_at : after_at;
+    spans.push_back({c.name, "comm", c.group, where, c.ms});
+    where += c.ms;
+  }
+  spans.push_back({"sparse.lookup", "compute", "compute", at + gather_ms, t.embedding_fwd_ms - gather_ms});
   at += t.embedding_fwd_ms;
   for (const gpu::train::RegionTime& r : step.regions)
     spans.push_back({r.region + (r.backward ? ".bwd" : ".fwd"), "compute", "compute", at + r.start_ms, r.ms()});
@@ -242,9 +253,30 @@ absl::StatusOr<nlohmann::json> HeldOutNe(gpu::train::GpuTrainer& trainer, const 
   return tasks;
 }
 
-// Per rank, what the job's report aggregates: its mean step and phase times and its wall time.
-nlohmann::json RankTimes(int rank, double mean_step_ms, double wall_s, const gpu::train::StepTimes& mean) {
-  return {{"rank", rank}, {"mean_step_ms", mean_step_ms}, {"wall_s", wall_s}, {"phase_ms_mean", StepTimesJson(mean)}};
+// Per rank, what the job's report aggregates: its mean step and phase times, its collectives' mean
+// device times (name -> ms, and their sum: the exposed communication) and its wall time.
+nlohmann::json RankTimes(int rank, double mean_step_ms, double wall_s, const gpu::train::StepTimes& mean,
+                         const std::map<std::string, double>& collectives_mean) {
+  double exposed = 0;
+  for (const auto& [name, ms] : collectives_mean) exposed += ms;
+  return {{"rank", rank},
+          {"mean_step_ms", mean_step_ms},
+          {"wall_s", wall_s},
+          {"phase_ms_mean", StepTimesJson(mean)},
+          {"collectives_ms_mean", collectives_mean},
+          {"exposed_comm_ms_mean", exposed}};
+}
+
+nlohmann::json SpansJson(const std::vector<TraceSpan>& spans) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const TraceSpan& s : spans) out.push_back({s.name, s.category, s.track, s.start_ms, s.dur_ms});
+  return out;
+}
+
+std::vector<TraceSpan> SpansFromJson(const nlohmann::json& j) {
+  std::vector<TraceSpan> spans;
+  for (const nlohmann::json& s : j) spans.push_back({s[0], s[1], s[2], s[3], s[4]});
+  return spans;
 }
 
 int Train(const Flags& f, Job& job, const std::string& fingerprint) {
@@ -336,6 +368,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
     int64_t interval_steps = 0, run_steps = 0;
     const StopSignals stop;
     gpu::train::StepTimes phase_sum;
+    std::map<std::string, double> collectives_sum;  // device ms per collective, summed over steps
     std::vector<double> step_ms_all;  // every step's wall time, for the median (the first step's allocations aside)
     gpu::train::TrainerStep last;     // the last step, its model regions timed
     while (trainer.step() < f.steps) {
@@ -344,6 +377,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
       absl::StatusOr<gpu::train::TrainerStep> r = trainer.Step();
       if (!r.ok()) return ReportError(kCommand, r.status());
       phase_sum += r->times;
+      for (const gpu::train::CollectiveTime& c : r->collectives) collectives_sum[c.name] += c.ms;
       if (!r->regions.empty()) last = *r;
       const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
       absl::StatusOr<double> step_flops = job.flops->Of(r->seq_lengths, o.batch);
@@ -398,7 +432,10 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
     }
     const double n_steps = std::max<double>(1, static_cast<double>(run_steps));
     // Every rank's times, for the slowest rank and the imbalance.
-    nlohmann::json ranks = nlohmann::json::array({RankTimes(rank_job.rank(), mean_step_ms, wall, phase_sum.Over(n_steps))});
+    std::map<std::string, double> collectives_mean;
+    for (const auto& [name, ms] : collectives_sum) collectives_mean[name] = ms / n_steps;
+    nlohmann::json ranks = nlohmann::json::array(
+        {RankTimes(rank_job.rank(), mean_step_ms, wall, phase_sum.Over(n_steps), collectives_mean)});
     if (several) {
       absl::StatusOr<std::vector<std::string>> all =
           launch::StoreAllGather(*rank_job.store(), "train/rank_times", ranks[0].dump());
@@ -409,9 +446,20 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
     std::cout << "final: step " << trainer.step() << ", " << run_steps << " steps in " << Num(wall, 4)
               << " s, samples/s " << Num(samples_per_s, 4) << ", step_ms " << Num(mean_step_ms, 4) << ", mfu "
               << Num(100 * mfu, 3) << "%" << (f.checkpoint.empty() ? "" : ", checkpoint " + f.checkpoint) << std::endl;
-    if (leader && !f.trace.empty() && !last.regions.empty()) {
-      if (absl::Status s = WriteTextAtomically(f.trace, StepTraceJson(StepSpans(last))); !s.ok())
-        return ReportError(kCommand, absl::Status(s.code(), absl::StrCat("--trace: ", s.message())));
+    if (!f.trace.empty() && !last.regions.empty()) {
+      // Every rank's last step, one process each.
+      std::vector<std::vector<TraceSpan>> rank_spans = {StepSpans(last)};
+      if (several) {
+        absl::StatusOr<std::vector<std::string>> all =
+            launch::StoreAllGather(*rank_job.store(), "train/trace_spans", SpansJson(rank_spans[0]).dump());
+        if (!all.ok()) return ReportError(kCommand, all.status());
+        rank_spans.clear();
+        for (const std::string& text : *all) rank_spans.push_back(SpansFromJson(nlohmann::json::parse(text)));
+      }
+      if (leader) {
+        if (absl::Status s = WriteTextAtomically(f.trace, StepTraceJson(rank_spans)); !s.ok())
+          return ReportError(kCommand, absl::Status(s.code(), absl::StrCat("--trace: ", s.message())));
+      }
     }
     const absl::StatusOr<int64_t> peak_memory = gpu::train::PeakStepMemoryBytes();
     if (peak_memory.ok()) std::cout << "peak step memory " << Num(*peak_memory / 1e9, 4) << " GB" << std::endl;
@@ -439,6 +487,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
           {"eval_samples", f.eval_samples},       {"held_out_ne", ne},
           {"resumed_from_step", job.resumed ? nlohmann::json(job.resumed->step) : nlohmann::json()},
           {"phase_ms_mean", phases},     {"last_step_regions_ms", regions},
+          {"collectives_ms_mean", collectives_mean},
           {"ranks", ranks},
           {"slowest_rank_step_ms", slowest},
           {"rank_imbalance", mean > 0 ? nlohmann::json(slowest / mean) : nlohmann::json()},
