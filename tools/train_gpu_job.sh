@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# One device call for the GPU trainer as a job of several ranks (gemtb train under torchrun), on
+# every GPU of the lent host:
+#   1. builds gemtb and the job's GPU tests from .deb/src.tgz (a `git archive` of the commit in
+#      .deb/SOURCE) and runs them: gpu_comm_collectives_test (the copy-engine all-gather, a one-rank
+#      NCCL group) and gpu_train_job_test (virtual ranks on one GPU, a one-rank NCCL job); one GPU is
+#      enough for these;
+#   2. for each N of --gpus (default "1 2 4", those not above the visible count): the tiny config in
+#      the check precision (fp32 matmul and attention) at a
+#      fixed global batch (--tiny-batch, split over the N ranks) for --tiny-steps steps under
+#      `torchrun --standalone --nproc-per-node N --no-python gemtb train`, its report and trace, and
+#      its per-step losses against the one-GPU run's (tools/lib/compare_train_logs.py: every logged
+#      loss within 1e-4 relative, as a reduction's rounding moves them);
+#   3. for each N: the small config at a fixed local batch (--small-batch per GPU, --small-steps
+#      steps), samples/s and step times from the reports, and the scaling ratio against N = 1;
+#   4. on 2 GPUs or more: `gemtb bench comm --copy-engine --gemm` (NCCL's and the copy-engine
+#      all-gather's busbw, the GEMM beside each).
+# Writes $OUT/summary.txt, build.log, tests.log, job_<config>_<N>.{log,json}, trace_tiny_<N>.json,
+# comm.json and comm.log. --param-gather copy_engine gathers the dense parameters on the copy engines.
+#
+# Here, before the call: git archive --format=tar.gz -o .deb/src.tgz HEAD && git rev-parse HEAD > .deb/SOURCE
+# Then run(command: "bash tools/train_gpu_job.sh", carry: [".deb"]).
+# Exit status: 0 all passed, 1 a test, a run or a comparison failed, 2 the build failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-$PWD/out}
+mkdir -p "$out"
+source tools/lib/device_build.sh
+unpack_device_deps train_gpu_job require-src
+build=$scratch/gemtb-job-build
+gpus_list="1 2 4"
+tiny_batch=64 tiny_steps=50
+small_batch=256 small_steps=20
+param_gather=nccl
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --gpus) gpus_list=${2:?}; shift 2 ;;
+    --tiny-batch) tiny_batch=${2:?}; shift 2 ;;
+    --tiny-steps) tiny_steps=${2:?}; shift 2 ;;
+    --small-batch) small_batch=${2:?}; shift 2 ;;
+    --small-steps) small_steps=${2:?}; shift 2 ;;
+    --param-gather) param_gather=${2:?}; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+visible=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
+tests=(gpu_comm_collectives_test gpu_train_job_test)
+start=$SECONDS
+{
+  echo "train_gpu_job: $(cat .deb/SOURCE 2>/dev/null) on $visible x $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+  configure_device_build "$srcdir" "$build" >"$out/build.log" 2>&1 &&
+    cmake --build "$build" --target gemtb "${tests[@]}" >>"$out/build.log" 2>&1
+} | tee "$out/summary.txt"
+if [ "${PIPESTATUS[0]}" -ne 0 ] || [ ! -x "$build/bin/gemtb" ]; then
+  echo "build failed; see build.log" | tee -a "$out/summary.txt"
+  tail -30 "$out/build.log"
+  exit 2
+fi
+echo "build: $((SECONDS - start)) s" | tee -a "$out/summary.txt"
+rc=0
+for t in "${tests[@]}"; do "$build/bin/$t" >>"$out/tests.log" 2>&1 || rc=1; done
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/tests.log" | tee -a "$out/summary.txt"
+
+gemtb=$build/bin/gemtb
+run_job() {  # run_job N NAME gemtb-train-flags...
+  local n=$1 name=$2
+  shift 2
+  local t0=$SECONDS
+  if ! timeout 400 torchrun --standalone --nproc-per-node "$n" --no-python "$gemtb" train --param-gather "$param_gather" \
+       --log-every-s 0.001 --report "$out/$name.json" "$@" >"$out/$name.log" 2>&1; then
+    rc=1
+    echo "$name: FAILED" | tee -a "$out/summary.txt"
+    tail -8 "$out/$name.log" | tee -a "$out/summary.txt"
+    return 1
+  fi
+  echo "$name: $(grep '^final:' "$out/$name.log") ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
+}
+for n in $gpus_list; do
+  [ "$n" -le "$visible" ] || continue
+  run_job "$n" "job_tiny_$n" --config tiny --local-batch $((tiny_batch / n)) --steps "$tiny_steps" --matmul fp32 --attention fp32 \
+    --eval-samples 1024 --trace "$out/trace_tiny_$n.json"
+  if [ "$n" -gt 1 ] && [ -f "$out/job_tiny_1.log" ]; then
+    python3 tools/lib/compare_train_logs.py "$out/job_tiny_1.log" "$out/job_tiny_$n.log" --rel 1e-4 \
+      | tee -a "$out/summary.txt" || rc=1
+  fi
+done
+for n in $gpus_list; do
+  [ "$n" -le "$visible" ] || continue
+  run_job "$n" "job_small_$n" --config small --local-batch "$small_batch" --steps "$small_steps" --eval-samples 0
+done
+python3 - "$out" $gpus_list <<'EOF' | tee -a "$out/summary.txt"
+import json, os, sys
+out, ns = sys.argv[1], sys.argv[2:]
+base = None
+for n in ns:
+    p = os.path.join(out, f"job_small_{n}.json")
+    if not os.path.exists(p):
+        continue
+    r = json.load(open(p))
+    if base is None:
+        base = (int(n), r["samples_per_s"])
+    sr = r["samples_per_s"] / (base[1] * int(n) / base[0])
+    print(f"small, local batch {r['local_batch']}: {n} GPUs {r['samples_per_s']:.1f} samples/s, median step "
+          f"{r['step_ms_median']:.2f} ms, slowest rank {r['slowest_rank_step_ms']:.2f} ms, exposed comm "
+          f"{sum(r['collectives_ms_mean'].values()):.2f} ms, e2e MFU {100 * r['e2e_mfu']:.2f}%, scaling vs "
+          f"{base[0]} GPU: {sr:.3f}")
+EOF
+if [ "$visible" -ge 2 ]; then
+  timeout 300 "$gemtb" bench comm --copy-engine --gemm --ops all_gather,reduce_scatter,all_reduce --min-bytes 1M \
+    --json "$out/comm.json" >"$out/comm.log" 2>&1 || rc=1
+  grep -E "^(all_gather|gemm|#)" "$out/comm.log" | tee -a "$out/summary.txt"
+fi
+echo "exit $rc after $((SECONDS - start)) s" | tee -a "$out/summary.txt"
+exit $rc
