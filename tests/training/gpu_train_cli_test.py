@@ -5,7 +5,9 @@
               config, one with other options, a truncated or damaged one and an empty folder each exit 2
               naming the file and field, before the GPU is needed; a valid GPU checkpoint passes those
               checks (then trains on a GPU, or is refused for the missing GPU); `gemtb ref train`
-              refuses a GPU checkpoint by its options.
+              refuses a GPU checkpoint by its options; as a rank of a job (the launcher's variables
+              set), flags that cannot run across ranks exit 2 naming the flag, and two real ranks
+              without a GPU both exit 2 promptly, neither waiting for the other.
   --part gpu  (exit 77, skipped, without a usable GPU): tiny for 30 steps with checkpoints every 10
               steps; then ten times a run killed by SIGKILL at a random byte (fixed seed) of the
               checkpoint write at step 20 leaves the step-10 checkpoint loadable, and --resume to 30
@@ -37,8 +39,9 @@ GPU = ["--config", "tiny", "--local-batch", "4", "--steps", "3", "--schedule-ste
 NO_GPU = re.compile(r"built without CUDA|no usable CUDA device|no CUDA device|compute capability")
 
 
-def run(args, expect=None):
-    p = subprocess.run([GEMTB] + args, capture_output=True, text=True)
+def run(args, expect=None, env=None):
+    p = subprocess.run([GEMTB] + args, capture_output=True, text=True,
+                       env=None if env is None else dict(os.environ, **env))
     if expect is not None:
         assert p.returncode == expect, (args, p.returncode, p.stdout, p.stderr)
     return p
@@ -176,8 +179,51 @@ def cpu_part(d):
     p = run(["ref", "train"] + ORACLE[:5] + ["4"] + ORACLE[6:] + ["--resume", gpu_file], expect=2)
     assert "grad_blocks differs: the checkpoint has 0, this run 16" in p.stderr, p.stderr
     bench_layers_bad_input(d)
+    job_bad_input(d)
     print("cpu part ok")
     return 0
+
+
+def torchrun_env(rank, world, port):
+    return {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world),
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+
+
+def job_bad_input(d):
+    """`gemtb train` as rank 0 of 2 (torchrun's variables): flags a job cannot run exit 2 naming the
+    flag before any rank waits; launcher variables that contradict each other are named; two ranks
+    started together on a machine without a GPU both exit 2 within seconds."""
+    env = torchrun_env(0, 2, 29650)
+    ck = os.path.join(d, "job_ck")
+    for bad, words in ((["--shard-group", "3"], "--shard-group: 3 does not divide the job's 2 ranks"),
+                       (["--shard-group", "0"], "--shard-group: 0"),
+                       (["--param-gather", "sm"], "--param-gather: 'sm' is not nccl or copy_engine"),
+                       (["--store-timeout", "0"], "--store-timeout: 0"),
+                       (["--checkpoint", ck, "--crash-checkpoint-after-bytes", "10"],
+                        "--crash-checkpoint-after-bytes: a single process only"),
+                       (None, "--local-batch: 600000 on 2 ranks")):
+        flags = GPU + bad if bad else GPU[:3] + ["600000"] + GPU[4:]
+        p = run(["train"] + flags, expect=2, env=env)
+        assert p.stderr.startswith("gemtb train: error: ") and words in p.stderr, (bad, p.stderr)
+        assert not os.path.exists(ck), bad
+    p = run(["train"] + GPU, expect=2, env=torchrun_env(2, 2, 29650))
+    assert "RANK" in p.stderr and p.stderr.count("\n") == 1, p.stderr
+    # Two ranks at once: without a GPU each stops before the rendezvous (no rank waits for the other);
+    # with one GPU, rank 1 has none and rank 0's wait for it ends at --store-timeout naming it; with two,
+    # they train. No outcome may hang.
+    procs = [subprocess.Popen([GEMTB, "train"] + GPU + ["--store-timeout", "20"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=dict(os.environ, **torchrun_env(r, 2, 29652)))
+             for r in range(2)]
+    for r, proc in enumerate(procs):
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise AssertionError(f"rank {r} of a two-rank job did not end within 120 s")
+        if proc.returncode != 0:
+            assert (proc.returncode == 2 and (NO_GPU.search(err) or "CUDA devices visible" in err)) or \
+                re.search(r"rank.*1.*(not connected|gone|closed|died)|connect", err), (r, proc.returncode, err)
 
 
 def bench_layers_bad_input(d):
