@@ -27,8 +27,6 @@ constexpr int kMaxRows = 1 << 20;       // per sample: kMaxRows / kTile tiles fi
 constexpr int kMaxMask = 1 << 30;       // window / block: i + window + 1 stays an int
 constexpr int64_t kMaxBatch = (int64_t{1} << 31) - 1;  // a grid's x
 constexpr int kMaxHeads = 65535;        // a grid's y
-constexpr int kRopeRows = 32;           // rows of one sample per RoPE block
-constexpr int kRopeThreads = 256;
 
 struct Params {
   const int32_t* q_offsets;
@@ -254,32 +252,6 @@ __global__ void __launch_bounds__(kThreads) GdpaBackwardDkDvKernel(Params p, con
   StoreRows<kDh>(acc_v, s.k_row + j0, nk, width, h, dv);
 }
 
-// RoPE on rows [blockIdx.y * kRopeRows, + kRopeRows) of sample blockIdx.x, as the reference's
-// RopeForward (kTranspose false) or RopeBackward (true).
-template <bool kTranspose>
-__global__ void __launch_bounds__(kRopeThreads)
-    RopeKernel(const int32_t* offsets, int heads, int dh, const float* table, float* x) {
-  const int64_t b = blockIdx.x;
-  const int64_t row0 = offsets[b];
-  const int n = static_cast<int>(offsets[b + 1] - row0);
-  const int t0 = blockIdx.y * kRopeRows;
-  if (t0 >= n) return;
-  const int rows = min(kRopeRows, n - t0), half = dh / 2, per_row = heads * half;
-  for (int e = threadIdx.x; e < rows * per_row; e += kRopeThreads) {
-    const int t = t0 + e / per_row, h = e % per_row / half, m = e % half;
-    const float sn = table[static_cast<int64_t>(t) * dh + m], cs = table[static_cast<int64_t>(t) * dh + half + m];
-    float* xr = x + ((row0 + t) * heads + h) * dh;
-    const float a = xr[2 * m], bv = xr[2 * m + 1];
-    if (kTranspose) {
-      xr[2 * m] = __fadd_rn(__fmul_rn(a, cs), __fmul_rn(bv, sn));
-      xr[2 * m + 1] = __fsub_rn(__fmul_rn(bv, cs), __fmul_rn(a, sn));
-    } else {
-      xr[2 * m] = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(bv, sn));
-      xr[2 * m + 1] = __fadd_rn(__fmul_rn(bv, cs), __fmul_rn(a, sn));
-    }
-  }
-}
-
 // The first null pointer of `pointers`, by name.
 absl::Status NotNull(std::initializer_list<std::pair<const void*, const char*>> pointers) {
   for (const auto& [ptr, name] : pointers) {
@@ -328,27 +300,6 @@ void LaunchBackward(const GdpaBatch& b, const float* q, const float* k, const fl
   if (b.max_k > 0) {
     GdpaBackwardDkDvKernel<kDh><<<Grid(b, b.max_k), kThreads, 0, stream>>>(MakeParams(b), q, k, v, d_o, dk, dv);
   }
-}
-
-absl::Status ValidateRope(int64_t batch, const int32_t* offsets, int32_t max_rows, int heads, int dh,
-                          const float* table, const float* x) {
-  if (absl::Status s = ValidateBatchAndHeads(batch, heads); !s.ok()) return s;
-  if (absl::Status s = ValidateRows("max_rows", max_rows); !s.ok()) return s;
-  if (dh < 2 || dh > 1024 || dh % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("dh=", dh, ": want an even number 2 .. 1024"));
-  }
-  if (batch == 0 || max_rows == 0) return absl::OkStatus();
-  return NotNull({{offsets, "offsets"}, {table, "table"}, {x, "x"}});
-}
-
-template <bool kTranspose>
-absl::Status Rope(int64_t batch, const int32_t* offsets, int32_t max_rows, int heads, int dh, const float* table,
-                  float* x, cudaStream_t stream, const char* what) {
-  if (absl::Status s = ValidateRope(batch, offsets, max_rows, heads, dh, table, x); !s.ok()) return s;
-  if (batch == 0 || max_rows == 0) return absl::OkStatus();
-  const dim3 grid(static_cast<unsigned>(batch), static_cast<unsigned>((max_rows + kRopeRows - 1) / kRopeRows));
-  RopeKernel<kTranspose><<<grid, kRopeThreads, 0, stream>>>(offsets, heads, dh, table, x);
-  return Launched(what);
 }
 
 }  // namespace
@@ -409,14 +360,6 @@ absl::Status GdpaBackward(const GdpaBatch& b, const float* q, const float* k, co
   return Launched("GdpaBackward");
 }
 
-absl::Status RopeForward(int64_t batch, const int32_t* offsets, int32_t max_rows, int heads, int dh,
-                         const float* table, float* x, cudaStream_t stream) {
-  return Rope<false>(batch, offsets, max_rows, heads, dh, table, x, stream, "RopeForward");
-}
 
-absl::Status RopeBackward(int64_t batch, const int32_t* offsets, int32_t max_rows, int heads, int dh,
-                          const float* table, float* x, cudaStream_t stream) {
-  return Rope<true>(batch, offsets, max_rows, heads, dh, table, x, stream, "RopeBackward");
-}
 
 }  // namespace gemtb::gpu::train

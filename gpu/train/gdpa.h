@@ -1,6 +1,6 @@
 // The GPU trainer's attention, as reference/model/gdpa.h defines it: GDPA (pointwise SiLU scores,
-// post_scale, window or block mask) and interleaved RoPE, forward and backward, on a batch of samples
-// laid out jagged. fp32 throughout, every product and sum rounded explicitly (no FMA contraction) and
+// post_scale, window or block mask), forward and backward, on a batch of samples laid out jagged (the
+// QK-norm and RoPE before it: head_rms_norm.h, qk_norm_rope.h). fp32 throughout, every product and sum rounded explicitly (no FMA contraction) and
 // every output element summing its terms in increasing key (or query) order, as the reference does,
 // with no atomics: every run gives the same bytes. Device pointers, asynchronous on `stream`; the
 // host fields are checked first (errors name the field and the value).
@@ -45,15 +45,6 @@ absl::Status GdpaForward(const GdpaBatch& b, const float* q, const float* k, con
 // the inputs.
 absl::Status GdpaBackward(const GdpaBatch& b, const float* q, const float* k, const float* v, const float* d_o,
                           float* dq, float* dk, float* dv, cudaStream_t stream);
-
-// Interleaved RoPE in place on rows [offsets[b], offsets[b+1]) of x (rows of heads*dh), the row's
-// position being its index within its sample; `table` is the reference RopeTable<float>(rows, dh) layout,
-// uploaded to device, with at least max_rows rows. Backward applies the transpose rotation (in place).
-// batch 0 .. 2^31-1, max_rows 0 .. 2^20, heads 1 .. 65535, dh even 2 .. 1024.
-absl::Status RopeForward(int64_t batch, const int32_t* offsets, int32_t max_rows, int heads, int dh,
-                         const float* table, float* x, cudaStream_t stream);
-absl::Status RopeBackward(int64_t batch, const int32_t* offsets, int32_t max_rows, int heads, int dh,
-                          const float* table, float* x, cudaStream_t stream);
 
 }  // namespace gemtb::gpu::train
 

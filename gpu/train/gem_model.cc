@@ -12,6 +12,7 @@
 #include "gpu/train/head_rms_norm.h"
 #include "gpu/train/layer_norm.h"
 #include "gpu/train/loss.h"
+#include "gpu/train/qk_norm_rope.h"
 #include "gpu/train/model_kernels.h"
 #include "model/attention/rope_table.h"
 #include "model/common/status_macros.h"
@@ -292,24 +293,37 @@ struct GemModelGpu::Impl {
     GEMTB_ASSIGN_OR_RETURN(t.kr, mem->Floats(u.nk * d));
     GEMTB_ASSIGN_OR_RETURN(t.k_inv, mem->Floats(u.nk * H));
     GEMTB_ASSIGN_OR_RETURN(t.o, mem->Floats(u.nq * d));
+    // With RoPE (self-attention: q and k rows are the samples' rows) the QK-norm and the rotation are
+    // one pass (qk_norm_rope.h); without, the norm alone.
     if (xq) {
       GEMTB_ASSIGN_OR_RETURN(t.q, mem->Floats(u.nq * d));
       GEMTB_ASSIGN_OR_RETURN(t.qr, mem->Floats(u.nq * d));
       GEMTB_ASSIGN_OR_RETURN(t.q_inv, mem->Floats(u.nq * H));
       GEMTB_RETURN_IF_ERROR(LinearFwd(p.wq, u.nq, xq, d, t.q, d, nullptr));
-      if (u.nq > 0) GEMTB_RETURN_IF_ERROR(HeadRmsNormForward<float>(HeadRowsShape{u.nq * H, dh}, t.q, t.qr, t.q_inv, st));
+      if (u.rope) {
+        GEMTB_RETURN_IF_ERROR(QkNormRopeForward(QRows(u), t.q, t.qr, t.q_inv, st));
+      } else if (u.nq > 0) {
+        GEMTB_RETURN_IF_ERROR(HeadRmsNormForward<float>(HeadRowsShape{u.nq * H, dh}, t.q, t.qr, t.q_inv, st));
+      }
     }
     GEMTB_RETURN_IF_ERROR(LinearFwd(p.wk, u.nk, xkv, d, t.k, d, nullptr));
     GEMTB_RETURN_IF_ERROR(LinearFwd(p.wv, u.nk, xkv, d, t.v, d, nullptr));
-    if (u.nk > 0) GEMTB_RETURN_IF_ERROR(HeadRmsNormForward<float>(HeadRowsShape{u.nk * H, dh}, t.k, t.kr, t.k_inv, st));
     if (u.rope) {
-      GEMTB_RETURN_IF_ERROR(RopeForward(u.batch, u.q_off, u.max_q, H, dh, rope_table, t.qr, st));
-      GEMTB_RETURN_IF_ERROR(RopeForward(u.batch, u.k_off, u.max_k, H, dh, rope_table, t.kr, st));
+      GEMTB_RETURN_IF_ERROR(QkNormRopeForward(KRows(u), t.k, t.kr, t.k_inv, st));
+    } else if (u.nk > 0) {
+      GEMTB_RETURN_IF_ERROR(HeadRmsNormForward<float>(HeadRowsShape{u.nk * H, dh}, t.k, t.kr, t.k_inv, st));
     }
     GEMTB_RETURN_IF_ERROR(options.attention == AttentionPrecision::kBf16
                               ? GdpaForwardTensorCore(Batch(u), t.qr, t.kr, t.v, t.o, st)
                               : GdpaForward(Batch(u), t.qr, t.kr, t.v, t.o, st));
     return LinearFwd(p.wo, u.nq, t.o, d, y, d, residual);
+  }
+  // The rows of q and k under RoPE, for qk_norm_rope.h.
+  RopeRows QRows(const AttnUse& u) const {
+    return RopeRows{u.batch, u.q_off, u.max_q, g.heads, g.dh(), rope_table};
+  }
+  RopeRows KRows(const AttnUse& u) const {
+    return RopeRows{u.batch, u.k_off, u.max_k, g.heads, g.dh(), rope_table};
   }
   GdpaBatch Batch(const AttnUse& u) const {
     GdpaBatch b;
@@ -332,18 +346,21 @@ struct GemModelGpu::Impl {
                               ? GdpaBackwardTensorCore(Batch(u), t.qr, t.kr, t.v, d_o, dqr, dkr, dv, st)
                               : GdpaBackward(Batch(u), t.qr, t.kr, t.v, d_o, dqr, dkr, dv, st));
     if (u.rope) {
-      GEMTB_RETURN_IF_ERROR(RopeBackward(u.batch, u.q_off, u.max_q, H, dh, rope_table, dqr, st));
-      GEMTB_RETURN_IF_ERROR(RopeBackward(u.batch, u.k_off, u.max_k, H, dh, rope_table, dkr, st));
+      GEMTB_RETURN_IF_ERROR(QkNormRopeBackward(KRows(u), t.k, t.k_inv, dkr, dk, st));
+    } else if (u.nk > 0) {
+      GEMTB_RETURN_IF_ERROR(HeadRmsNormBackward<float>(HeadRowsShape{u.nk * H, dh}, t.k, t.k_inv, dkr, dk, st));
     }
-    if (u.nk > 0) GEMTB_RETURN_IF_ERROR(HeadRmsNormBackward<float>(HeadRowsShape{u.nk * H, dh}, t.k, t.k_inv, dkr, dk, st));
     if (t.xq) {
       float* dq;
       GEMTB_ASSIGN_OR_RETURN(dq, mem->Floats(u.nq * d));
-      if (u.nq > 0)
+      if (u.rope) {
+        GEMTB_RETURN_IF_ERROR(QkNormRopeBackward(QRows(u), t.q, t.q_inv, dqr, dq, st));
+      } else if (u.nq > 0) {
         GEMTB_RETURN_IF_ERROR(HeadRmsNormBackward<float>(HeadRowsShape{u.nq * H, dh}, t.q, t.q_inv, dqr, dq, st));
+      }
       GEMTB_RETURN_IF_ERROR(LinearBwd(p.wq, u.nq, t.xq, d, dq, d, dxq, d, true));
     } else {
-      *dqr_out = dqr;
+      *dqr_out = dqr;  // the PMA's seeds: no RoPE (the caller's own norm backward follows)
     }
     GEMTB_RETURN_IF_ERROR(LinearBwd(p.wk, u.nk, t.xkv, d, dk, d, dxkv, d, true));
     return LinearBwd(p.wv, u.nk, t.xkv, d, dv, d, dxkv, d, true);

@@ -1,5 +1,7 @@
 // The trainer's attention (gpu/train/gdpa.h) against the reference model's own GdpaForward /
-// GdpaBackward and RoPE (reference/model/gdpa.h) evaluated per sample in fp64 on the same fp32 inputs:
+// GdpaBackward (reference/model/gdpa.h) evaluated per sample in fp64 on the same fp32 inputs, RoPE
+// applied around both (on the host in fp32 for the GPU's inputs and gradients; the GPU's own RoPE,
+// fused with the QK-norm, is train_qk_norm_rope_test.cc's):
 // the model's three uses (PMA's few seeds over jagged keys, cross-attention to n_s keys, windowed /
 // block / unmasked self-attention with RoPE) at heads x dh = 2x16, 4x32, 2x64, batches with empty
 // samples and one 2050-row sample, and the GEM shape at 4096 samples; the same bytes on a second run;
@@ -12,7 +14,7 @@
 // elements that cancel to near 0 fail any bound relative to themselves alone (hence the floor). On
 // the H200 the largest error is 0.49 of this bound (PMA's dk at dh 64: two terms, each scaled by
 // 64-term fp32 dot products), 0.35 or less elsewhere; relative L2 errors are below 1e-6. RoPE's
-// rotated q and k: 1e-6 |ref| + 1e-6 rms (three rounded operations).
+// rotated q and k (the host's fp32 RoPE): 1e-6 |ref| + 1e-6 rms (three rounded operations).
 #include "gpu/train/gdpa.h"
 
 #include <cuda_runtime.h>
@@ -126,12 +128,32 @@ struct DeviceRun {
   bool ok = true;
 };
 
+// RoPE (or its transpose) in fp32 on the host, per sample, in place on rows of heads x dh.
+void HostRope(const Case& c, const Inputs& in, const std::vector<int32_t>& offsets, bool transpose,
+              std::vector<float>& x) {
+  const size_t width = static_cast<size_t>(c.heads) * c.dh;
+  for (size_t b = 0; b + 1 < offsets.size(); ++b) {
+    float* at = x.data() + offsets[b] * width;
+    const int n = offsets[b + 1] - offsets[b];
+    if (transpose) {
+      reference::model::RopeBackward(in.table.data(), n, c.heads, c.dh, at);
+    } else {
+      reference::model::RopeForward(in.table.data(), n, c.heads, c.dh, at);
+    }
+  }
+}
+
 DeviceRun RunGpu(const Case& c, const Inputs& in) {
   const size_t nq = in.q.size(), nk = in.k.size();
   const std::vector<float> nan_q(nq, std::numeric_limits<float>::quiet_NaN());
   const std::vector<float> nan_k(nk, std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> q_in = in.q, k_in = in.k;
+  if (c.rope) {
+    HostRope(c, in, in.q_offsets, false, q_in);
+    HostRope(c, in, in.k_offsets, false, k_in);
+  }
   DeviceArray<int32_t> q_offsets(in.q_offsets), k_offsets(in.k_offsets);
-  DeviceArray<float> q(in.q), k(in.k), v(in.v), d_o(in.d_o), table(in.table);
+  DeviceArray<float> q(q_in), k(k_in), v(in.v), d_o(in.d_o);
   DeviceArray<float> o(nan_q), dq(nan_q), dk(nan_k), dv(nan_k);
   GdpaBatch b;
   b.batch = static_cast<int64_t>(c.lq.size());
@@ -142,16 +164,8 @@ DeviceRun RunGpu(const Case& c, const Inputs& in) {
     EXPECT_TRUE(s.ok()) << what << ": " << s;
     run.ok = run.ok && s.ok();
   };
-  if (c.rope) {
-    check(RopeForward(b.batch, q_offsets.ptr, in.max_q, c.heads, c.dh, table.ptr, q.ptr, nullptr), "RopeForward q");
-    check(RopeForward(b.batch, k_offsets.ptr, in.max_k, c.heads, c.dh, table.ptr, k.ptr, nullptr), "RopeForward k");
-  }
   check(GdpaForward(b, q.ptr, k.ptr, v.ptr, o.ptr, nullptr), "GdpaForward");
   check(GdpaBackward(b, q.ptr, k.ptr, v.ptr, d_o.ptr, dq.ptr, dk.ptr, dv.ptr, nullptr), "GdpaBackward");
-  if (c.rope) {
-    check(RopeBackward(b.batch, q_offsets.ptr, in.max_q, c.heads, c.dh, table.ptr, dq.ptr, nullptr), "RopeBackward dq");
-    check(RopeBackward(b.batch, k_offsets.ptr, in.max_k, c.heads, c.dh, table.ptr, dk.ptr, nullptr), "RopeBackward dk");
-  }
   const cudaError_t e = cudaDeviceSynchronize();
   EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
   run.ok = run.ok && e == cudaSuccess;
@@ -161,6 +175,10 @@ DeviceRun RunGpu(const Case& c, const Inputs& in) {
   run.out.dq = dq.Get(nq);
   run.out.dk = dk.Get(nk);
   run.out.dv = dv.Get(nk);
+  if (c.rope) {
+    HostRope(c, in, in.q_offsets, true, run.out.dq);
+    HostRope(c, in, in.k_offsets, true, run.out.dk);
+  }
   return run;
 }
 
@@ -313,24 +331,6 @@ TEST(TrainGdpa, ShapesItCannotTakeAreRefusedByNameBeforeTouchingTheDevice) {
             std::string::npos);
   EXPECT_NE(GdpaBackward(good, bogus, bogus, bogus, bogus, bogus, nullptr, bogus, nullptr).message().find("dk=null"),
             std::string::npos);
-  // RoPE's shape.
-  auto rope_refused = [&](int64_t batch, const int32_t* offsets, int32_t max_rows, int heads, int dh,
-                          const float* table, float* x, const std::string& name) {
-    const absl::Status f = RopeForward(batch, offsets, max_rows, heads, dh, table, x, nullptr);
-    EXPECT_EQ(f.code(), absl::StatusCode::kInvalidArgument) << name;
-    EXPECT_NE(f.message().find(name), std::string::npos) << f;
-    EXPECT_NE(RopeBackward(batch, offsets, max_rows, heads, dh, table, x, nullptr).message().find(name),
-              std::string::npos)
-        << name;
-  };
-  rope_refused(-1, bogus_offsets, 10, 2, 16, bogus, bogus, "batch=-1");
-  rope_refused(3, bogus_offsets, -1, 2, 16, bogus, bogus, "max_rows=-1");
-  rope_refused(3, bogus_offsets, 10, 0, 16, bogus, bogus, "heads=0");
-  rope_refused(3, bogus_offsets, 10, 2, 15, bogus, bogus, "dh=15");
-  rope_refused(3, bogus_offsets, 10, 2, 0, bogus, bogus, "dh=0");
-  rope_refused(3, nullptr, 10, 2, 16, bogus, bogus, "offsets=null");
-  rope_refused(3, bogus_offsets, 10, 2, 16, nullptr, bogus, "table=null");
-  rope_refused(3, bogus_offsets, 10, 2, 16, bogus, nullptr, "x=null");
 }
 
 TEST(TrainGdpa, MatchesTheReferenceInFp64AndRepeatsItsBytes) {

@@ -1,5 +1,5 @@
 // Lets a host C++ compiler build the kernels' headers (gpu/attention/*_kernel.cuh,
-// gpu/train/gdpa_tensor_core_kernels.cuh) for the fiber emulation: CUDA's qualifiers become no-ops,
+// gpu/train/gdpa_tensor_core_kernels.cuh, gpu/train/qk_norm_rope_kernels.cuh) for the fiber emulation: CUDA's qualifiers become no-ops,
 // threadIdx/blockIdx read the running fiber, __syncthreads and __shfl_xor_sync are collectives of
 // fiber_block.h, and the vector types and intrinsics the kernels use are plain C++. Include it first, and never
 // together with the CUDA runtime headers (their vector types would clash).
@@ -58,6 +58,13 @@ inline T __ldg(const T* p) {
 }
 inline float __expf(float x) { return expf(x); }
 inline float __fdividef(float x, float y) { return x / y; }
+// The explicitly rounded operations are the host's IEEE fp32 operations (round to nearest even; the
+// build contracts no FMA), so kernels built of them give the device's bytes here.
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float a) { return sqrtf(a); }
 
 inline void __syncthreads() { emu::Barrier(); }
 

@@ -1,0 +1,102 @@
+// The kernel of qk_norm_rope.h, device code only: qk_norm_rope.cu launches it, and the CPU fiber
+// emulation (tests/gpu/emulation/) builds it too, where the explicitly rounded operations are the
+// host's own IEEE fp32 operations, so the emulated bytes are the device's.
+#ifndef GEMTB_GPU_TRAIN_QK_NORM_ROPE_KERNELS_CUH_
+#define GEMTB_GPU_TRAIN_QK_NORM_ROPE_KERNELS_CUH_
+
+#include <cstdint>
+
+namespace gemtb::gpu::train::qkr {
+
+// head_rms_norm.cu's layout for head dims up to 64: a head's row to a group of 8 lanes, lane g holding
+// elements g, g + 8, ... (at most 8 of them). A RoPE pair (2m, 2m + 1) then sits in lanes g and g ^ 1
+// of the same group at the same step, one shuffle apart.
+constexpr int kLanes = 8;
+constexpr int kMaxPerLane = 8;
+constexpr int kThreads = 256;
+constexpr int kGroups = kThreads / kLanes;  // head rows a block takes at a time
+constexpr int kRowsPerBlock = 32;           // rows of one sample per block
+constexpr float kEps = 1e-6f;
+
+__device__ inline float GroupSum(float v) {
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// The head rows of rows [blockIdx.y * kRowsPerBlock, + kRowsPerBlock) of sample blockIdx.x. Every lane
+// of a warp runs the same steps (head rows past the end compute on the block's first and write
+// nothing), so the shuffles always see the whole warp.
+template <bool kBackward>
+__global__ void __launch_bounds__(kThreads)
+    QkNormRopeKernel(const int32_t* offsets, int heads, int dh, const float* table, const float* x, const float* dy,
+                     const float* inv_in, float* out, float* inv_out) {
+  const int64_t row0 = offsets[blockIdx.x];
+  const int n = static_cast<int>(offsets[blockIdx.x + 1] - row0);
+  const int t0 = blockIdx.y * kRowsPerBlock;
+  if (t0 >= n) return;  // the whole block leaves together
+  const int head_rows = min(kRowsPerBlock, n - t0) * heads, half = dh / 2;
+  const int g = threadIdx.x % kLanes;
+  for (int base = 0; base < head_rows; base += kGroups) {
+    const int hr = base + threadIdx.x / kLanes;
+    const bool real = hr < head_rows;
+    const int t = t0 + (real ? hr : 0) / heads;
+    const int64_t at = ((row0 + t0) * heads + (real ? hr : 0)) * dh;
+    const float* trow = table + static_cast<int64_t>(t) * dh;
+    float xs[kMaxPerLane];
+#pragma unroll
+    for (int k = 0; k < kMaxPerLane; ++k) {
+      const int i = g + kLanes * k;
+      xs[k] = i < dh ? x[at + i] : 0.0f;
+    }
+    if (!kBackward) {
+      float ss = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kMaxPerLane; ++k) {
+        if (g + kLanes * k < dh) ss = __fadd_rn(ss, __fmul_rn(xs[k], xs[k]));
+      }
+      const float r =
+          __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(GroupSum(ss), static_cast<float>(dh)), kEps)));
+#pragma unroll
+      for (int k = 0; k < kMaxPerLane; ++k) {
+        const int i = g + kLanes * k;
+        const float y = __fmul_rn(xs[k], r);
+        const float partner = __shfl_xor_sync(0xffffffffu, y, 1);
+        if (!real || i >= dh) continue;
+        const int m = i / 2;
+        const float sn = trow[m], cs = trow[half + m];
+        out[at + i] = (i % 2 == 0) ? __fsub_rn(__fmul_rn(y, cs), __fmul_rn(partner, sn))
+                                   : __fadd_rn(__fmul_rn(y, cs), __fmul_rn(partner, sn));
+      }
+      if (real && g == 0) inv_out[at / dh] = r;
+    } else {
+      const float r = inv_in[at / dh];
+      float gs[kMaxPerLane];
+      float s = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kMaxPerLane; ++k) {
+        const int i = g + kLanes * k;
+        const float d = i < dh ? dy[at + i] : 0.0f;
+        const float partner = __shfl_xor_sync(0xffffffffu, d, 1);
+        // RoPE's transpose, as the reference's RopeBackward: (a cs + b sn, b cs - a sn).
+        const int m = i / 2;
+        const float sn = i < dh ? trow[m] : 0.0f, cs = i < dh ? trow[half + m] : 0.0f;
+        gs[k] = (i % 2 == 0) ? __fadd_rn(__fmul_rn(d, cs), __fmul_rn(partner, sn))
+                             : __fsub_rn(__fmul_rn(d, cs), __fmul_rn(partner, sn));
+        if (i < dh) s = __fadd_rn(s, __fmul_rn(gs[k], __fmul_rn(xs[k], r)));
+      }
+      s = __fdiv_rn(GroupSum(s), static_cast<float>(dh));
+      if (!real) continue;
+#pragma unroll
+      for (int k = 0; k < kMaxPerLane; ++k) {
+        const int i = g + kLanes * k;
+        if (i >= dh) continue;
+        const float yv = __fmul_rn(xs[k], r);
+        out[at + i] = __fmul_rn(r, __fsub_rn(gs[k], __fmul_rn(yv, s)));
+      }
+    }
+  }
+}
+
+}  // namespace gemtb::gpu::train::qkr
+
+#endif  // GEMTB_GPU_TRAIN_QK_NORM_ROPE_KERNELS_CUH_

@@ -1,0 +1,89 @@
+// The fused QK-norm and RoPE kernel (gpu/train/qk_norm_rope_kernels.cuh) run on the CPU by the fiber
+// emulation: its bytes equal the host model of the two passes it replaces
+// (tests/gpu/qk_norm_rope_host_model.h), forward (y and the inverse RMS) and backward in place over
+// dy, at head dims 16, 32 and 64 with 2 and 6 heads, on jagged samples (empty ones, one longer than a
+// block's 32 rows); rows outside the samples keep their bytes. The shim's explicitly rounded
+// operations are the host's IEEE ones, so equality here is the device's arithmetic, lane order and
+// shuffles; the device test (tests/gpu/train_qk_norm_rope_test.cc) checks the same on the GPU.
+#include "tests/gpu/emulation/cuda_shim.h"
+// The shim must come first.
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/train/qk_norm_rope_kernels.cuh"
+#include "gtest/gtest.h"
+#include "model/attention/rope_table.h"
+#include "tests/gpu/qk_norm_rope_host_model.h"
+
+namespace gemtb::gpu::train::qkr {
+namespace {
+
+struct Shape {
+  int heads, dh;
+  std::vector<int32_t> lengths;
+};
+
+template <typename Body>
+void RunGrid(unsigned x, unsigned y, const Body& body) {
+  emu::SetGridDim({x, y, 1});
+  for (unsigned by = 0; by < y; ++by) {
+    for (unsigned bx = 0; bx < x; ++bx) emu::RunBlock({bx, by, 0}, kThreads, body);
+  }
+}
+
+bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(QkNormRopeEmulated, KernelGivesTheHostModelsBytes) {
+  const std::vector<Shape> shapes = {{2, 16, {5, 0, 33, 1, 70}}, {6, 32, {40, 0, 0, 12}}, {2, 64, {1, 65, 31, 32}},
+                                     {6, 16, {100}}};
+  uint64_t seed = 5;
+  for (const Shape& s : shapes) {
+    const std::string where = "heads " + std::to_string(s.heads) + " dh " + std::to_string(s.dh);
+    std::vector<int32_t> off = {0};
+    int32_t max_rows = 0;
+    for (int32_t n : s.lengths) off.push_back(off.back() + n), max_rows = std::max(max_rows, n);
+    const int64_t rows = off.back(), width = int64_t{s.heads} * s.dh, head_rows = rows * s.heads;
+    const size_t n = static_cast<size_t>((rows + 2) * width);  // two spare rows past the samples
+    std::mt19937_64 rng(seed++);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    std::vector<float> x(n), dy(n);
+    for (float& v : x) v = normal(rng);
+    for (float& v : dy) v = normal(rng);
+    const std::vector<float> table = gemtb::model::RopeTable<float>(std::max(1, max_rows), s.dh);
+
+    std::vector<float> want_y(n, 7.0f), want_inv(static_cast<size_t>(head_rows + 2 * s.heads), 7.0f), want_dx = dy;
+    for (size_t b = 0; b + 1 < off.size(); ++b) {
+      for (int32_t t = 0; t < off[b + 1] - off[b]; ++t) {
+        for (int h = 0; h < s.heads; ++h) {
+          const int64_t hr = (off[b] + t) * int64_t{s.heads} + h;
+          const float* trow = table.data() + static_cast<size_t>(t) * s.dh;
+          test::HostForward(x.data() + hr * s.dh, s.dh, trow, want_y.data() + hr * s.dh, &want_inv[hr]);
+          test::HostBackward(x.data() + hr * s.dh, want_inv[hr], dy.data() + hr * s.dh, s.dh, trow,
+                             want_dx.data() + hr * s.dh);
+        }
+      }
+    }
+    std::vector<float> y(n, 7.0f), inv(want_inv.size(), 7.0f), dx = dy;
+    const unsigned gx = static_cast<unsigned>(s.lengths.size());
+    const unsigned gy = static_cast<unsigned>((max_rows + kRowsPerBlock - 1) / kRowsPerBlock);
+    RunGrid(gx, gy, [&] {
+      QkNormRopeKernel<false>(off.data(), s.heads, s.dh, table.data(), x.data(), nullptr, nullptr, y.data(),
+                              inv.data());
+    });
+    RunGrid(gx, gy, [&] {
+      QkNormRopeKernel<true>(off.data(), s.heads, s.dh, table.data(), x.data(), dx.data(), inv.data(), dx.data(),
+                             nullptr);
+    });
+    EXPECT_TRUE(SameBytes(y, want_y)) << where << ": y";
+    EXPECT_TRUE(SameBytes(inv, want_inv)) << where << ": inv";
+    EXPECT_TRUE(SameBytes(dx, want_dx)) << where << ": dx";
+  }
+}
+
+}  // namespace
+}  // namespace gemtb::gpu::train::qkr
