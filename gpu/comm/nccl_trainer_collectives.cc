@@ -113,6 +113,12 @@ absl::Status NcclTrainerCollectives::AllReduceSum(double* data, int64_t count, c
   return world_->AllReduce(data, data, count, Dtype::kFp64, ReduceOp::kSum, stream);
 }
 
+void NcclTrainerCollectives::AbortAll() {
+  for (NcclGroup* g : {world_.get(), shard_.get(), replica_.get()}) {
+    if (g != nullptr) g->Abort();
+  }
+}
+
 absl::Status NcclTrainerCollectives::Synchronize(cudaStream_t stream, std::string_view what) {
   // One event covers every group's work on the stream; the world group's wait bounds it, and a
   // failure aborts all three groups (a rank gone leaves none of them usable).

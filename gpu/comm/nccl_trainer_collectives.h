@@ -47,6 +47,9 @@ class NcclTrainerCollectives : public train::TrainerCollectives {
                           cudaStream_t stream) override;
   absl::Status AllReduceSum(double* data, int64_t count, cudaStream_t stream) override;
   absl::Status Synchronize(cudaStream_t stream, std::string_view what) override;
+  // Aborts every group now: what a rank that stops on an error does, so that its exit does not wait
+  // for the other ranks (destroying a healthy group waits until every rank has finished with it).
+  void AbortAll();
 
  private:
   NcclTrainerCollectives() = default;

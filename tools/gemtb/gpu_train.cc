@@ -501,7 +501,9 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
   };
   const int code = body();
 #if defined(GEMTB_HAVE_NCCL_COMM)
-  nccl.reset();  // the communicators before the store: a rank that failed aborts them
+  // The communicators before the store; a rank that failed aborts them rather than wait for the others.
+  if (nccl != nullptr && code != kExitOk) nccl->AbortAll();
+  nccl.reset();
 #endif
   return rank_job.Leave(code, store_timeout);
 }
