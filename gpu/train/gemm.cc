@@ -1,6 +1,10 @@
 #include "gpu/train/gemm.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
+
+#include <algorithm>
+#include <cstdint>
 
 #include <utility>
 
@@ -10,10 +14,12 @@ namespace gemtb::gpu::train {
 
 struct Fp32Matmul::Handles {
   cublasHandle_t handle = nullptr;
+  cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;
 
   ~Handles() {
     if (handle) cublasDestroy(handle);
+    if (lt) cublasLtDestroy(lt);
     if (workspace) cudaFree(workspace);
   }
 };
@@ -36,7 +42,41 @@ absl::Status CublasStatus(cublasStatus_t s, const char* what) {
 
 absl::Status Invalid(auto... parts) { return absl::InvalidArgumentError(absl::StrCat("gemm ", parts...)); }
 
+// The largest power of two up to 256 that divides the address: what the heuristic may assume.
+uint32_t AlignmentBytes(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
+// The descriptors of one cuBLASLt call, destroyed with it.
+struct LtDescriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  ~LtDescriptors() {
+    if (preference) cublasLtMatmulPreferenceDestroy(preference);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
 }  // namespace
+
+absl::Status ValidateLinearF32(const LinearF32& s) {
+  constexpr int64_t kMax = int64_t{1} << 31;
+  for (const auto& [name, value] : {std::pair{"n", s.n}, {"in", s.in}, {"out", s.out}}) {
+    if (value < 1 || value >= kMax) return Invalid("linear ", name, "=", value, ": want 1 .. 2^31-1");
+  }
+  if (s.ldx < s.in || s.ldx >= kMax) return Invalid("linear ldx=", s.ldx, ": want ", s.in, " .. 2^31-1 (x rows of in)");
+  if (s.ldy < s.out || s.ldy >= kMax) {
+    return Invalid("linear ldy=", s.ldy, ": want ", s.out, " .. 2^31-1 (y rows of out)");
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateGemmF32(const GemmF32& g) {
   constexpr int64_t kMax = int64_t{1} << 31;
@@ -94,6 +134,7 @@ absl::StatusOr<std::unique_ptr<Fp32Matmul>> Fp32Matmul::Create(MatmulPrecision p
     return absl::InternalError(absl::StrCat("cudaMalloc (cuBLAS workspace): ", cudaGetErrorString(e)));
   }
   GEMTB_CUBLAS(cublasCreate(&h->handle), "cublasCreate");
+  GEMTB_CUBLAS(cublasLtCreate(&h->lt), "cublasLtCreate");
   // kFp32, pedantic: fp32 products and sums as IEEE fp32 operations, never TF32 or the bf16x9
   // emulation (the compute type in Run says the same; the math mode keeps the handle from allowing
   // them). The fast precisions' compute types ask for the tensor cores themselves.
@@ -130,6 +171,73 @@ absl::Status Fp32Matmul::Run(const GemmF32& g, const float* a, const float* b, f
                                              g.ldc, g.stride_c, g.batch, compute,
                                              CUBLAS_GEMM_DEFAULT),
                "cublasGemmStridedBatchedEx");
+  return absl::OkStatus();
+}
+
+absl::Status Fp32Matmul::Linear(const LinearF32& s, const float* x, const float* w, const float* bias,
+                                const float* residual, float* y, cudaStream_t stream) {
+  if (absl::Status v = ValidateLinearF32(s); !v.ok()) return v;
+  for (const auto& [name, ptr] : {std::pair{"x", static_cast<const void*>(x)}, {"w", w}, {"y", y}}) {
+    if (ptr == nullptr) return Invalid("linear ", name, ": null device pointer");
+  }
+  if (bias != nullptr && AlignmentBytes(bias) < 16) {
+    return Invalid("linear bias: not 16-byte aligned (address ", reinterpret_cast<uintptr_t>(bias), ")");
+  }
+  // Column-major y^T [out, n] = W^T [out, in] x^T [in, n]: W's packed memory is W^T with leading
+  // dimension out, x's is x^T with ldx, y's is y^T with ldy; the residual, in y's layout, is C.
+  LtDescriptors d;
+  // cuBLASLt takes the compute type as the whole choice (it has no math mode): 32F is IEEE fp32
+  // arithmetic, FAST_TF32 the tensor cores on TF32-rounded operands.
+  const cublasComputeType_t compute =
+      precision_ == MatmulPrecision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  GEMTB_CUBLAS(cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const cublasLtEpilogue_t epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  GEMTB_CUBLAS(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
+               "EPILOGUE");
+  if (bias != nullptr) {
+    const cudaDataType_t bias_type = CUDA_R_32F;
+    GEMTB_CUBLAS(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                sizeof(bias_type)),
+                 "BIAS_DATA_TYPE");
+    GEMTB_CUBLAS(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+                 "BIAS_POINTER");
+  }
+  GEMTB_CUBLAS(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_32F, s.out, s.in, s.out), "layout W");
+  GEMTB_CUBLAS(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_32F, s.in, s.n, s.ldx), "layout x");
+  GEMTB_CUBLAS(cublasLtMatrixLayoutCreate(&d.d, CUDA_R_32F, s.out, s.n, s.ldy), "layout y");
+  GEMTB_CUBLAS(cublasLtMatmulPreferenceCreate(&d.preference), "cublasLtMatmulPreferenceCreate");
+  const size_t workspace = kWorkspaceBytes;
+  GEMTB_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &workspace, sizeof(workspace)),
+               "MAX_WORKSPACE_BYTES");
+  // Split-K only with fp32 partial sums reduced by a separate pass (never atomics: the same bytes
+  // every run).
+  const uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  GEMTB_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                    &reductions, sizeof(reductions)),
+               "REDUCTION_SCHEME_MASK");
+  // The heuristic may assume only the alignments the pointers have (offsets into jagged arrays and
+  // the flat parameter array are not 256-byte aligned).
+  const float* c = residual != nullptr ? residual : y;
+  for (const auto& [attr, ptr] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<const void*>(w)},
+                                  {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, x},
+                                  {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c},
+                                  {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, y}}) {
+    const uint32_t align = AlignmentBytes(ptr);
+    GEMTB_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.preference, attr, &align, sizeof(align)), "MIN_ALIGNMENT");
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  GEMTB_CUBLAS(cublasLtMatmulAlgoGetHeuristic(h_->lt, d.op, d.a, d.b, d.d, d.d, d.preference, 1, &result, &found),
+               "cublasLtMatmulAlgoGetHeuristic");
+  if (found == 0) {
+    return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for the linear product n=", s.n, " in=", s.in,
+                                            " out=", s.out));
+  }
+  const float alpha = 1.0f, beta = residual != nullptr ? 1.0f : 0.0f;
+  GEMTB_CUBLAS(cublasLtMatmul(h_->lt, d.op, &alpha, w, d.a, x, d.b, &beta, c, d.d, y, d.d, &result.algo,
+                              h_->workspace, kWorkspaceBytes, stream),
+               "cublasLtMatmul");
   return absl::OkStatus();
 }
 

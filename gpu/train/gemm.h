@@ -1,4 +1,5 @@
-// The GPU model's GEMMs on fp32 arrays, on cuBLAS: row-major, strided-batched, the same bytes on
+// The GPU model's GEMMs on fp32 arrays, on cuBLAS (and the linear layers' forward on cuBLASLt, for
+// its epilogue): row-major, strided-batched, the same bytes on
 // every run, in one of two precisions (MatmulPrecision): true fp32 arithmetic (every product and
 // sum an IEEE fp32 operation: no TF32, no bf16x9 emulation), which the trainer's checks against the
 // fp64 oracle use so that results differ by fp32 rounding alone; or the tensor cores with operands
@@ -30,6 +31,16 @@
 
 namespace gemtb::gpu::train {
 
+// A linear layer's forward product in reference/model/layers.h's convention, row-major: x [n, in]
+// (row stride ldx), W [in, out] (packed), y [n, out] (row stride ldy).
+struct LinearF32 {
+  int64_t n = 0, in = 0, out = 0;
+  int64_t ldx = 0, ldy = 0;
+};
+
+// n, in, out in 1 .. 2^31-1, ldx >= in, ldy >= out; errors name the field.
+absl::Status ValidateLinearF32(const LinearF32& s);
+
 // C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b] for b < batch, all row-major fp32 device arrays:
 // op(A) is [m, k] (A stored [m, k] with row stride lda, or [k, m] when trans_a), op(B) is [k, n]
 // (B stored [k, n], or [n, k] when trans_b), C [m, n] with row stride ldc; stride_* = elements
@@ -60,6 +71,17 @@ class Fp32Matmul {
 
   // Checks g (and that a, b, c are not null), then enqueues the product on `stream`.
   absl::Status Run(const GemmF32& g, const float* a, const float* b, float* c, cudaStream_t stream);
+
+  // y = x W + bias + residual as one cuBLASLt product in this object's precision (TF32 operands on
+  // the tensor cores, or IEEE fp32): the bias (null: none) is added by the epilogue and the residual
+  // (null: none; it may be y itself, in y's layout) as the beta term, so y is written once and read
+  // never, where a bias pass before the product writes it once and the product reads it again. The
+  // bias must be 16-byte aligned (cuBLASLt's epilogue reads it in vectors): InvalidArgument naming
+  // it otherwise, so callers with an unaligned bias use Run. The same bytes on every run: the
+  // heuristic's choice for the shape, the pointers' alignments and this object's workspace, with
+  // split-K only where its partial sums are reduced in fp32 by a separate pass.
+  absl::Status Linear(const LinearF32& s, const float* x, const float* w, const float* bias, const float* residual,
+                      float* y, cudaStream_t stream);
 
  private:
   struct Handles;

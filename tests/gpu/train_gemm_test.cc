@@ -2,7 +2,8 @@
 // same fp32 values: every transpose, padded rows, a matrix shared by the whole batch (stride 0), batches in
 // blocks and side by side within rows, beta = 1 accumulation, beta = 0 over a C full of NaN, odd
 // sizes; elements outside the matrices neither read nor written; the same bytes on every run; and
-// descriptions it cannot take refused by name (that part needs no GPU).
+// descriptions it cannot take refused by name (that part needs no GPU). At the end, the linear
+// layer's product with its bias and residual in cuBLASLt's epilogue (Fp32Matmul::Linear).
 //
 // The bound: any order of summing k fp32 products (split-K, FMA or not) is within
 // k u / (1 - k u) sum_p |a||b| of the exact sum (u = 2^-24); scaling by alpha and adding beta C are
@@ -396,6 +397,120 @@ TEST(TrainGemm, EveryRunGivesTheSameBytes) {
     EXPECT_EQ(std::memcmp(a->data(), c->data(), a->size() * sizeof(float)), 0) << "k=" << g.k;
   }
   EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace gemtb::gpu::train
+
+namespace gemtb::gpu::train {
+namespace {
+
+// The linear product y = x W + bias + residual (Fp32Matmul::Linear, cuBLASLt with the bias and the
+// residual in its epilogue) against an fp64 loop on the same values, in both precisions: with and
+// without bias and residual, the residual as y itself, padded rows (ldx > in, ldy > out; the padding
+// neither read into y nor written), x at an offset that is 4- but not 16-byte aligned, an output of 3
+// columns (the model's last head layer), and the same bytes on a second run. Bound: fp32 as the GEMM
+// test's, (k + 3) u (sum |x||w| + |b| + |r|) (one more rounding for the bias), loosened to 1e-5 + 1e-6;
+// TF32 within 2.1e-3 sum |x||w| plus that.
+
+struct LinearCase {
+  int64_t n, in, out, pad_x, pad_y;
+  bool bias, residual, in_place;
+  int64_t x_offset;  // floats before x in its allocation
+};
+
+void RunLinearCase(MatmulPrecision precision, const LinearCase& c, uint64_t seed) {
+  const std::string where = absl::StrCat("n=", c.n, " in=", c.in, " out=", c.out, " pad ", c.pad_x, "/", c.pad_y,
+                                         c.bias ? " bias" : "", c.residual ? (c.in_place ? " residual=y" : " residual") : "",
+                                         " x+", c.x_offset, " ", precision == MatmulPrecision::kTf32 ? "tf32" : "fp32");
+  const int64_t ldx = c.in + c.pad_x, ldy = c.out + c.pad_y;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(c.x_offset + c.n * ldx)), w(static_cast<size_t>(c.in * c.out)),
+      b(static_cast<size_t>(std::max<int64_t>(c.out, 4))), r(static_cast<size_t>(c.n * ldy), kUntouched);
+  for (float& v : x) v = u(rng);
+  for (float& v : w) v = u(rng);
+  for (float& v : b) v = u(rng);
+  for (int64_t i = 0; i < c.n; ++i)
+    for (int64_t j = 0; j < c.out; ++j) r[i * ldy + j] = u(rng);
+  // y starts as the residual when in place, else NaN inside the rows and kUntouched in the padding.
+  std::vector<float> y0(r.size(), kUntouched);
+  for (int64_t i = 0; i < c.n; ++i)
+    for (int64_t j = 0; j < c.out; ++j) y0[i * ldy + j] = c.in_place ? r[i * ldy + j] : kNaN;
+  absl::StatusOr<std::unique_ptr<Fp32Matmul>> mm = Fp32Matmul::Create(precision);
+  ASSERT_TRUE(mm.ok()) << mm.status();
+  DeviceArray<float> dx(x), dw(w), db(b), dr(r), dy(y0);
+  const float* resid = !c.residual ? nullptr : (c.in_place ? dy.ptr : dr.ptr);
+  std::vector<float> first;
+  for (int run = 0; run < 2; ++run) {
+    dy.Put(y0);
+    ASSERT_TRUE((*mm)->Linear(LinearF32{c.n, c.in, c.out, ldx, ldy}, dx.ptr + c.x_offset, dw.ptr,
+                              c.bias ? db.ptr : nullptr, resid, dy.ptr, nullptr)
+                    .ok())
+        << where;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << where;
+    const std::vector<float> got = dy.Get(y0.size());
+    if (run == 1) {
+      EXPECT_EQ(std::memcmp(got.data(), first.data(), got.size() * sizeof(float)), 0) << where << ": second run";
+      break;
+    }
+    first = got;
+    int bad = 0;
+    for (int64_t i = 0; i < c.n; ++i) {
+      for (int64_t j = 0; j < ldy; ++j) {
+        const float g = got[i * ldy + j];
+        if (j >= c.out) {
+          if (g != kUntouched && bad++ < 5) ADD_FAILURE() << where << ": padding y[" << i << "][" << j << "] written";
+          continue;
+        }
+        double ref = 0, mag = 0;
+        for (int64_t p = 0; p < c.in; ++p) {
+          const double prod = double{x[c.x_offset + i * ldx + p]} * w[p * c.out + j];
+          ref += prod, mag += std::fabs(prod);
+        }
+        if (c.bias) ref += b[j], mag += std::fabs(b[j]);
+        if (c.residual) ref += r[i * ldy + j], mag += std::fabs(r[i * ldy + j]);
+        const double bound = precision == MatmulPrecision::kTf32 ? 2.1e-3 * mag + 1e-5 * mag + 1e-6 : 1e-5 * mag + 1e-6;
+        if (!(std::fabs(g - ref) <= bound) && bad++ < 5) {
+          ADD_FAILURE() << where << ": y[" << i << "][" << j << "] = " << g << ", want " << ref << " within " << bound;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0) << where;
+  }
+}
+
+TEST(TrainLinearF32, ShapesItCannotTakeAreRefusedByName) {
+  EXPECT_TRUE(ValidateLinearF32({4, 8, 3, 8, 3}).ok());
+  EXPECT_NE(ValidateLinearF32({0, 8, 3, 8, 3}).message().find("n=0"), std::string::npos);
+  EXPECT_NE(ValidateLinearF32({4, 8, 3, 7, 3}).message().find("ldx=7"), std::string::npos);
+  EXPECT_NE(ValidateLinearF32({4, 8, 3, 8, 2}).message().find("ldy=2"), std::string::npos);
+  EXPECT_NE(ValidateLinearF32({4, -1, 3, 8, 3}).message().find("in=-1"), std::string::npos);
+}
+
+TEST(TrainLinearF32, MatchesAnFp64LoopWithBiasAndResidualInTheEpilogue) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const std::vector<LinearCase> cases = {
+      {300, 128, 128, 0, 0, true, false, false, 0},  {257, 128, 512, 0, 0, true, false, false, 0},
+      {100, 512, 128, 0, 0, true, true, false, 0},   {100, 128, 128, 0, 0, true, true, true, 0},
+      {50, 64, 96, 8, 32, true, true, false, 1},     {33, 128, 3, 0, 0, true, false, false, 0},
+      {70, 96, 64, 0, 0, false, false, false, 3},    {70, 96, 64, 4, 0, false, true, true, 0},
+  };
+  uint64_t seed = 11;
+  for (MatmulPrecision precision : {MatmulPrecision::kFp32, MatmulPrecision::kTf32}) {
+    for (const LinearCase& c : cases) RunLinearCase(precision, c, seed++);
+  }
+}
+
+TEST(TrainLinearF32, RefusesAnUnalignedBias) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  absl::StatusOr<std::unique_ptr<Fp32Matmul>> mm = Fp32Matmul::Create(MatmulPrecision::kTf32);
+  ASSERT_TRUE(mm.ok()) << mm.status();
+  DeviceArray<float> x(std::vector<float>(64, 1.0f)), w(std::vector<float>(64, 1.0f)), b(std::vector<float>(16)),
+      y(std::vector<float>(64));
+  const absl::Status s = (*mm)->Linear(LinearF32{8, 8, 8, 8, 8}, x.ptr, w.ptr, b.ptr + 1, nullptr, y.ptr, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("bias"), std::string::npos) << s;
 }
 
 }  // namespace
