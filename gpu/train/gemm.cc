@@ -4,7 +4,9 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <map>
 
 #include <utility>
 
@@ -16,6 +18,10 @@ struct Fp32Matmul::Handles {
   cublasHandle_t handle = nullptr;
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;
+  // The heuristic's choice per linear product's description (shape, strides, bias and residual, the
+  // four alignments): asked once per description, as a step repeats each shape several times (q, k
+  // and v of one block share theirs).
+  std::map<std::array<int64_t, 11>, cublasLtMatmulAlgo_t> linear_algos;
 
   ~Handles() {
     if (handle) cublasDestroy(handle);
@@ -219,23 +225,32 @@ absl::Status Fp32Matmul::Linear(const LinearF32& s, const float* x, const float*
   // The heuristic may assume only the alignments the pointers have (offsets into jagged arrays and
   // the flat parameter array are not 256-byte aligned).
   const float* c = residual != nullptr ? residual : y;
-  for (const auto& [attr, ptr] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<const void*>(w)},
-                                  {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, x},
-                                  {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c},
-                                  {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, y}}) {
-    const uint32_t align = AlignmentBytes(ptr);
-    GEMTB_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.preference, attr, &align, sizeof(align)), "MIN_ALIGNMENT");
-  }
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  GEMTB_CUBLAS(cublasLtMatmulAlgoGetHeuristic(h_->lt, d.op, d.a, d.b, d.d, d.d, d.preference, 1, &result, &found),
-               "cublasLtMatmulAlgoGetHeuristic");
-  if (found == 0) {
-    return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for the linear product n=", s.n, " in=", s.in,
-                                            " out=", s.out));
+  const uint32_t aligns[4] = {AlignmentBytes(w), AlignmentBytes(x), AlignmentBytes(c), AlignmentBytes(y)};
+  const std::array<int64_t, 11> key = {s.n,        s.in,      s.out,     s.ldx,     s.ldy,    bias != nullptr,
+                                       residual != nullptr, aligns[0], aligns[1], aligns[2], aligns[3]};
+  auto cached = h_->linear_algos.find(key);
+  if (cached == h_->linear_algos.end()) {
+    const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; ++i) {
+      GEMTB_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.preference, attrs[i], &aligns[i], sizeof(aligns[i])),
+                   "MIN_ALIGNMENT");
+    }
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    GEMTB_CUBLAS(cublasLtMatmulAlgoGetHeuristic(h_->lt, d.op, d.a, d.b, d.d, d.d, d.preference, 1, &result, &found),
+                 "cublasLtMatmulAlgoGetHeuristic");
+    if (found == 0) {
+      return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for the linear product n=", s.n,
+                                              " in=", s.in, " out=", s.out));
+    }
+    // Row counts change from batch to batch (jagged sequences): keep the map from growing without end.
+    if (h_->linear_algos.size() >= 4096) h_->linear_algos.clear();
+    cached = h_->linear_algos.emplace(key, result.algo).first;
   }
   const float alpha = 1.0f, beta = residual != nullptr ? 1.0f : 0.0f;
-  GEMTB_CUBLAS(cublasLtMatmul(h_->lt, d.op, &alpha, w, d.a, x, d.b, &beta, c, d.d, y, d.d, &result.algo,
+  GEMTB_CUBLAS(cublasLtMatmul(h_->lt, d.op, &alpha, w, d.a, x, d.b, &beta, c, d.d, y, d.d, &cached->second,
                               h_->workspace, kWorkspaceBytes, stream),
                "cublasLtMatmul");
   return absl::OkStatus();
