@@ -338,9 +338,12 @@ struct GemModelGpu::Impl {
     b.post_scale = u.post, b.q_offsets = u.q_off, b.k_offsets = u.k_off, b.max_q = u.max_q, b.max_k = u.max_k;
     return b;
   }
-  // dxq += (null: *dqr_out gets the gradient of the normed, roped queries instead), dxkv += .
+  // dxq += (null: *dqr_out gets the gradient of the normed, roped queries instead), dxkv += . With
+  // dxq_fresh, dxq's old values are not read: the query projection's gradient is written, not added
+  // (the first term of a sum that the caller would otherwise zero first), before dxkv's terms are
+  // added, so dxq may also be dxkv.
   absl::Status AttnBwd(const AttnP& p, const AttnUse& u, const AttnTape& t, const float* dy, float* dxq, float* dxkv,
-                       float** dqr_out) {
+                       float** dqr_out, bool dxq_fresh = false) {
     const int d = g.d, H = g.heads, dh = g.dh();
     float *d_o, *dqr, *dkr, *dv, *dk;
     GEMTB_ASSIGN_OR_RETURN(d_o, mem->Floats(u.nq * d));
@@ -365,7 +368,7 @@ struct GemModelGpu::Impl {
       } else if (u.nq > 0) {
         GEMTB_RETURN_IF_ERROR(HeadRmsNormBackward<float>(HeadRowsShape{u.nq * H, dh}, t.q, t.q_inv, dqr, dq, st));
       }
-      GEMTB_RETURN_IF_ERROR(LinearBwd(p.wq, u.nq, t.xq, d, dq, d, dxq, d, true));
+      GEMTB_RETURN_IF_ERROR(LinearBwd(p.wq, u.nq, t.xq, d, dq, d, dxq, d, /*accumulate_dx=*/!dxq_fresh));
     } else {
       *dqr_out = dqr;  // the PMA's seeds: no RoPE (the caller's own norm backward follows)
     }
@@ -710,14 +713,13 @@ absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const Se
   GEMTB_RETURN_IF_ERROR(GeluBackward<float>(t.u, dg, n * g.ffn, du, st));
   GEMTB_RETURN_IF_ERROR(LinearBwd(p.ffn1, n, t.h_c, d, du, g.ffn, dh, d, false));
   GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_c, n, t.s_c, t.mean_c, t.rstd_c, dh, ds));
+  // dh is each block's input gradient, written by its query projection's backward (no zeroing pass).
   if (g.DoB(layer)) {
-    GEMTB_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(dh, 0, nd * sizeof(float), st), "zero"));
-    GEMTB_RETURN_IF_ERROR(AttnBwd(p.attn_b, SelfUse(j), t.b, ds, dh, dh, nullptr));
+    GEMTB_RETURN_IF_ERROR(AttnBwd(p.attn_b, SelfUse(j), t.b, ds, dh, dh, nullptr, /*dxq_fresh=*/true));
     GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_b, n, t.s_b, t.mean_b, t.rstd_b, dh, ds));
   }
   if (g.DoA(layer)) {
-    GEMTB_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(dh, 0, nd * sizeof(float), st), "zero"));
-    GEMTB_RETURN_IF_ERROR(AttnBwd(p.attn_a, CrossUse(j), t.a, ds, dh, dx_sum, nullptr));
+    GEMTB_RETURN_IF_ERROR(AttnBwd(p.attn_a, CrossUse(j), t.a, ds, dh, dx_sum, nullptr, /*dxq_fresh=*/true));
     GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_a, n, t.s_a, t.mean_a, t.rstd_a, dh, ds));
   }
   return absl::OkStatus();
