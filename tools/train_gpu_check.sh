@@ -31,8 +31,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 tests=(gpu_train_linear_test gpu_train_gemm_test gpu_train_gate_test gpu_train_layer_norm_test gpu_train_head_rms_norm_test
-       gpu_train_loss_test gpu_train_dense_adam_test gpu_train_gdpa_test gpu_train_gdpa_tensor_core_test gpu_train_gem_model_test
-       gpu_train_trainer_test gpu_train_model_kernels_test)
+       gpu_train_qk_norm_rope_test gpu_train_loss_test gpu_train_dense_adam_test gpu_train_gdpa_test
+       gpu_train_gdpa_tensor_core_test gpu_train_gem_model_test gpu_train_trainer_test gpu_train_model_kernels_test
+       gpu_train_job_test gpu_comm_collectives_test)
 targets=("${tests[@]}")
 if [ "$check_steps" -gt 0 ]; then targets+=(gemtb); fi
 start=$SECONDS
