@@ -192,10 +192,11 @@ absl::Status Fp32Matmul::Linear(const LinearF32& s, const float* x, const float*
   // Column-major y^T [out, n] = W^T [out, in] x^T [in, n]: W's packed memory is W^T with leading
   // dimension out, x's is x^T with ldx, y's is y^T with ldy; the residual, in y's layout, is C.
   LtDescriptors d;
-  // cuBLASLt takes the compute type as the whole choice (it has no math mode): 32F is IEEE fp32
-  // arithmetic, FAST_TF32 the tensor cores on TF32-rounded operands.
+  // cuBLASLt takes the compute type as the whole choice (it has no math mode): PEDANTIC is IEEE fp32
+  // arithmetic (never TF32, never the bf16x9 emulation that the default 32F may pick where it is
+  // faster), FAST_TF32 the tensor cores on TF32-rounded operands; as Run's.
   const cublasComputeType_t compute =
-      precision_ == MatmulPrecision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      precision_ == MatmulPrecision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC;
   GEMTB_CUBLAS(cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
   const cublasLtEpilogue_t epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   GEMTB_CUBLAS(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
