@@ -1,6 +1,8 @@
 #include "gpu/train/trainer.h"
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <future>
 #include <cmath>
 #include <optional>
@@ -66,6 +68,7 @@ struct GpuTrainer::Impl {
   Array<float> params, grad, adam_m, adam_v, grad_shard;
   Array<double> loss;
   TrainerCollectives* dist = nullptr;
+  JobOptions job;
   int64_t shard_count = 0;
   int shard_member = 0;                // q: this rank's place in its shard group
   const float* model_params = nullptr;  // what the model reads
@@ -157,10 +160,30 @@ struct GpuTrainer::Impl {
     std::vector<Array<float>> events_grad;  // per sequence, [events, d]
   };
 
-  // Step s's samples [s B, (s + 1) B) of the data seed.
+  // Step s's samples [s B, (s + 1) B) of the data seed; in a job, ordered by its batch split.
   data::Batch BatchOf(int64_t s) const {
     const int64_t B = options.batch;
-    return data::GenerateBatchParallel(generator, options.data_seed, s * B, B);
+    data::Batch batch = data::GenerateBatchParallel(generator, options.data_seed, s * B, B);
+    if (dist == nullptr || job.split == data::RankSplit::kContiguous) return batch;
+    absl::StatusOr<std::vector<int64_t>> order =
+        data::RankSampleOrder(batch, job.split, dist->world_size(), job.sub_batch);
+    if (!order.ok()) {  // an invariant: Create checked that the batch splits this way
+      std::fprintf(stderr, "GpuTrainer: %s\n", std::string(order.status().message()).c_str());
+      std::abort();
+    }
+    return data::PermuteBatch(batch, *order);
+  }
+  // `v` [B, w] of a batch taken in the job's order, back in generator order (sample b of the batch is
+  // the data seed's sample indices[b], the step's first being step * B).
+  template <typename T>
+  std::vector<T> GeneratorOrder(const data::Batch& batch, const std::vector<T>& v, int64_t w, int64_t first) const {
+    if (dist == nullptr || job.split == data::RankSplit::kContiguous) return v;
+    std::vector<T> out(v.size());
+    for (int64_t b = 0; b < batch.size; ++b) {
+      const int64_t p = batch.indices[static_cast<size_t>(b)] - first;
+      std::copy(v.begin() + b * w, v.begin() + (b + 1) * w, out.begin() + p * w);
+    }
+    return out;
   }
   data::Batch StepBatch() const { return BatchOf(step); }
 
@@ -366,13 +389,19 @@ absl::StatusOr<int64_t> PeakStepMemoryBytes() {
 absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::model::ModelConfig& config,
                                                                const TrainerOptions& options,
                                                                const GemModelOptions& numerics,
-                                                               TrainerCollectives* collectives) {
+                                                               TrainerCollectives* collectives,
+                                                               const JobOptions& job) {
   GEMTB_RETURN_IF_ERROR(gemtb::model::ValidateTrainOptions(options));
   if (collectives != nullptr) {
     const int R = collectives->world_size(), s = collectives->shard_group_size();
     if (options.batch % R != 0) {
       return absl::InvalidArgumentError(absl::StrCat("batch: ", options.batch, " (the global batch) does not divide into ",
                                                      R, " ranks' local batches"));
+    }
+    if (job.split != data::RankSplit::kContiguous && (job.sub_batch < 1 || (options.batch / R) % job.sub_batch != 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("sub_batch: ", job.sub_batch, " samples do not divide a rank's ",
+                                                     options.batch / R, " (batch split ",
+                                                     data::RankSplitName(job.split), ")"));
     }
     if (s < 1 || R % s != 0) {
       return absl::InvalidArgumentError(absl::StrCat("shard group of ", s, " ranks does not divide the world of ", R));
@@ -408,6 +437,7 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
   }
   const int s = collectives->shard_group_size();
   impl->dist = collectives;
+  impl->job = job;
   impl->shard_count = (impl->num_params + s - 1) / s;
   impl->shard_member = collectives->rank() % s;
   absl::StatusOr<float*> buffer = collectives->ParamsBuffer(impl->shard_count);
@@ -434,7 +464,17 @@ absl::StatusOr<TrainerStep> GpuTrainer::Step() {
   GEMTB_RETURN_IF_ERROR(m.Apply(*b));
   b->result.step = m.step;
   b->result.times = m.times;
-  b->result.seq_lengths = batch.seq_lengths;
+  const int64_t first = (m.step - 1) * batch.size;  // the step just taken
+  b->result.logits = m.GeneratorOrder(batch, b->result.logits, b->result.logits.size() / batch.size, first);
+  // [J, B] sequence-major: each sequence's lengths back in generator order.
+  const int64_t J = static_cast<int64_t>(batch.seq_lengths.size()) / batch.size;
+  b->result.seq_lengths.resize(batch.seq_lengths.size());
+  for (int64_t j = 0; j < J; ++j) {
+    const std::vector<int32_t> lengths(batch.seq_lengths.begin() + j * batch.size,
+                                       batch.seq_lengths.begin() + (j + 1) * batch.size);
+    const std::vector<int32_t> back = m.GeneratorOrder(batch, lengths, 1, first);
+    std::copy(back.begin(), back.end(), b->result.seq_lengths.begin() + j * batch.size);
+  }
   return std::move(b->result);
 }
 

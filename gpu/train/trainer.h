@@ -16,9 +16,10 @@
 // oracle's layout for comparison.
 //
 // As one rank of a multi-GPU job (Create with TrainerCollectives, trainer_collectives.h), a step
-// takes the same global batch of options.batch samples and rank r of R runs the model on samples
-// [r B/R, (r + 1) B/R) of it, with the global batch's mask count in the loss (loss.h), so that its
-// samples' gradients are the single process's. Dense parameters are 2D FSDP: each rank keeps its
+// takes the same global batch of options.batch samples, ordered by the job's batch split (JobOptions;
+// contiguous: generator order), and rank r of R runs the model on samples [r B/R, (r + 1) B/R) of it,
+// with the global batch's mask count in the loss (loss.h), so that its samples' gradients are the
+// single process's. (The step's logits and lengths come back in generator order.) Dense parameters are 2D FSDP: each rank keeps its
 // shard of the fp32 master weights and of Adam's moments, gathers the whole array in its shard group
 // before the forward, reduce-scatters the gradient in the shard group and sums its shard across the
 // replica group before its Adam step. The tables are replicated: every rank looks up the whole
@@ -37,6 +38,7 @@
 #include "gpu/train/numerics.h"
 #include "gpu/train/region_timer.h"
 #include "gpu/train/trainer_collectives.h"
+#include "model/data/rank_split.h"
 #include "model/description/model_config.h"
 #include "model/description/train_options.h"
 
@@ -44,6 +46,13 @@ namespace gemtb::gpu::train {
 
 // The options both trainers share (model/description/train_options.h).
 using TrainerOptions = gemtb::model::TrainOptions;
+
+// How a job splits each step's global batch among its ranks (model/data/rank_split.h): contiguous
+// parts, or sub-batches of `sub_batch` samples dealt by BBS or by least load.
+struct JobOptions {
+  gemtb::data::RankSplit split = gemtb::data::RankSplit::kContiguous;
+  int64_t sub_batch = 128;
+};
 
 // Wall time of a step's phases on the host clock; each phase ends with the device idle (the trainer
 // waits for its results), so a phase's time is its device work plus the host's part.
@@ -113,11 +122,13 @@ class GpuTrainer {
   // InvalidArgument naming the option or config field; FailedPrecondition without a usable GPU.
   // `numerics`: the model's matmul and attention precision (numerics.h; default the check precision).
   // `collectives` (outliving the trainer): train as one rank of a job; options.batch is the global
-  // batch and must divide into world_size() local batches (InvalidArgument naming both).
+  // batch and must divide into world_size() local batches (InvalidArgument naming both), and under
+  // `job`'s bbs or balance split into whole sub-batches.
   static absl::StatusOr<std::unique_ptr<GpuTrainer>> Create(const gemtb::model::ModelConfig& config,
                                                             const TrainerOptions& options,
                                                             const GemModelOptions& numerics = {},
-                                                            TrainerCollectives* collectives = nullptr);
+                                                            TrainerCollectives* collectives = nullptr,
+                                                            const JobOptions& job = {});
   ~GpuTrainer();
   GpuTrainer(const GpuTrainer&) = delete;
   GpuTrainer& operator=(const GpuTrainer&) = delete;

@@ -5,7 +5,8 @@
 //   group of 2 equals plain data parallelism (shard group 1) byte for byte on 2 ranks, as shard groups
 //   4 and 1 do on 4 ranks (the same sums in the same order), and every rank ends with the same state;
 // - a job's steps follow the one-GPU trainer's on the same global batch within a reduction's rounding
-//   (losses, dense parameters and tables after the steps).
+//   (losses, dense parameters and tables after the steps), with contiguous, BBS and least-load batch
+//   splits alike.
 #include <cstring>
 #include <memory>
 #include <string>
@@ -92,13 +93,14 @@ RankRun OneGpu() {
 }
 
 // R virtual ranks with a shard group of `shard_group`; every rank's run.
-std::vector<RankRun> InProcessJob(int R, int shard_group) {
+std::vector<RankRun> InProcessJob(int R, int shard_group, const JobOptions& split = {}) {
   test::InProcessJob job(R, shard_group);
   std::vector<std::unique_ptr<test::InProcessCollectives>> collectives;
   std::vector<std::unique_ptr<GpuTrainer>> trainers;
   for (int r = 0; r < R; ++r) {
     collectives.push_back(std::make_unique<test::InProcessCollectives>(job, r));
-    absl::StatusOr<std::unique_ptr<GpuTrainer>> t = GpuTrainer::Create(TinyConfig(), Options(), {}, collectives[r].get());
+    absl::StatusOr<std::unique_ptr<GpuTrainer>> t =
+        GpuTrainer::Create(TinyConfig(), Options(), {}, collectives[r].get(), split);
     EXPECT_TRUE(t.ok()) << t.status();
     if (!t.ok()) return {};
     trainers.push_back(*std::move(t));
@@ -167,6 +169,25 @@ TEST(GpuTrainJob, JobFollowsTheOneGpuTrainerOnTheSameGlobalBatch) {
   }
 }
 
+// Sub-batches of 4 dealt by BBS or by least load: the ranks' samples change, the step's do not.
+TEST(GpuTrainJob, BalancedSplitsFollowTheOneGpuTrainer) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const RankRun one = OneGpu();
+  for (const data::RankSplit split : {data::RankSplit::kBbs, data::RankSplit::kBalance}) {
+    const std::string what = std::string("4 ranks, ") + data::RankSplitName(split);
+    const std::vector<RankRun> job = InProcessJob(4, 2, JobOptions{split, 4});
+    ASSERT_EQ(job.size(), 4u);
+    for (size_t k = 0; k < one.losses.size(); ++k) {
+      EXPECT_NEAR(job[0].losses[k], one.losses[k], 1e-5 * std::fabs(one.losses[k])) << what << " step " << k;
+    }
+    ExpectClose(job[0].state.params, one.state.params, what + ": params");
+    for (size_t t = 0; t < one.state.tables.size(); ++t) {
+      ExpectClose(job[0].state.tables[t].weights, one.state.tables[t].weights, what + ": table " + std::to_string(t));
+    }
+    for (int r = 1; r < 4; ++r) ExpectSameBytes(job[r], job[0], what + ": rank " + std::to_string(r));
+  }
+}
+
 TEST(GpuTrainJob, RefusesABatchThatDoesNotSplit) {
   if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   test::InProcessJob job(3, 1);
@@ -175,6 +196,12 @@ TEST(GpuTrainJob, RefusesABatchThatDoesNotSplit) {
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(t.status().message().find("batch: 32"), std::string::npos) << t.status();
+  test::InProcessJob two(2, 1);
+  test::InProcessCollectives c2(two, 0);
+  absl::StatusOr<std::unique_ptr<GpuTrainer>> u =
+      GpuTrainer::Create(TinyConfig(), Options(), {}, &c2, JobOptions{data::RankSplit::kBbs, 5});
+  ASSERT_FALSE(u.ok());
+  EXPECT_NE(u.status().message().find("sub_batch: 5"), std::string::npos) << u.status();
 }
 
 #if defined(GEMTB_HAVE_NCCL_COMM)

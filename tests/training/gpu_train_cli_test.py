@@ -199,6 +199,8 @@ def job_bad_input(d):
                        (["--shard-group", "0"], "--shard-group: 0"),
                        (["--param-gather", "sm"], "--param-gather: 'sm' is not nccl or copy_engine"),
                        (["--store-timeout", "0"], "--store-timeout: 0"),
+                       (["--batch-split", "random"], "--batch-split: 'random' is not contiguous, bbs or balance"),
+                       (["--batch-split", "bbs", "--sub-batch", "3"], "--sub-batch: 3 does not divide --local-batch 4"),
                        (["--checkpoint", ck, "--crash-checkpoint-after-bytes", "10"],
                         "--crash-checkpoint-after-bytes: a single process only"),
                        (None, "--local-batch: 600000 on 2 ranks")):

@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "model/data/batch.h"
 #include "model/data/generator.h"
+#include "model/data/rank_split.h"
 #include "model/data/shape_from_config.h"
 #include "model/description/batch_flops.h"
 #include "model/description/gem_geometry.h"
@@ -69,6 +70,8 @@ struct Flags {
   // A job of several ranks: the dense parameters' shard group and who gathers them.
   std::optional<int64_t> shard_group;
   std::string param_gather = "nccl";
+  std::string batch_split = "contiguous";
+  int64_t sub_batch = 128;
   int64_t store_timeout = 300;
 };
 
@@ -76,6 +79,7 @@ struct Flags {
 struct Job {
   launch::LaunchInfo launch;  // who this process is (one process: rank 0 of 1)
   int shard_group = 1;
+  gpu::train::JobOptions split;  // how each step's global batch is split among the ranks
   gemtb::model::ModelConfig config;
   gpu::train::TrainerOptions options;
   gpu::train::GemModelOptions numerics;
@@ -140,6 +144,11 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
     return Bad(absl::StrCat("--store-timeout: ", f.store_timeout, " must be in [1, 86400]"));
   if (f.param_gather != "nccl" && f.param_gather != "copy_engine")
     return Bad(absl::StrCat("--param-gather: '", f.param_gather, "' is not nccl or copy_engine"));
+  const std::optional<data::RankSplit> split = data::RankSplitFromName(f.batch_split);
+  if (!split) return Bad(absl::StrCat("--batch-split: '", f.batch_split, "' is not contiguous, bbs or balance"));
+  if (*split != data::RankSplit::kContiguous && (f.sub_batch < 1 || f.local_batch % f.sub_batch != 0))
+    return Bad(absl::StrCat("--sub-batch: ", f.sub_batch, " does not divide --local-batch ", f.local_batch,
+                            " (--batch-split ", f.batch_split, " deals whole sub-batches)"));
   const int64_t shard_group = f.shard_group.value_or(R);
   if (shard_group < 1 || R % shard_group != 0)
     return Bad(absl::StrCat("--shard-group: ", shard_group, " does not divide the job's ", R, " ranks"));
@@ -162,6 +171,7 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
   Job job;
   job.launch = launch;
   job.shard_group = static_cast<int>(shard_group);
+  job.split = {*split, f.sub_batch};
   job.numerics = *numerics;
   absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig(f.config);
   if (!config.ok()) return Bad(absl::StrCat("--config: ", config.status().message()));
@@ -322,7 +332,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
 #endif
   auto body = [&]() -> int {
     absl::StatusOr<std::unique_ptr<gpu::train::GpuTrainer>> created =
-        gpu::train::GpuTrainer::Create(job.config, job.options, job.numerics, collectives);
+        gpu::train::GpuTrainer::Create(job.config, job.options, job.numerics, collectives, job.split);
     if (!created.ok()) return ReportError(kCommand, created.status());
     gpu::train::GpuTrainer& trainer = **created;
     if (several && f.resume) {
@@ -343,8 +353,8 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
               << o.batch / R << ", steps " << f.steps << ", lr " << o.lr << ", table lr " << o.table_lr
               << ", schedule steps " << o.total_steps << ", "
               << (several ? absl::StrCat(R, " GPUs (", launch::LauncherName(job.launch.launcher), "; global batch ",
-                                         o.batch, ", FSDP shard group ", job.shard_group, ", parameters gathered by ",
-                                         f.param_gather, ")")
+                                         o.batch, " split ", f.batch_split, ", FSDP shard group ", job.shard_group,
+                                         ", parameters gathered by ", f.param_gather, ")")
                           : std::string("one GPU"))
               << " (matmul " << gpu::train::PrecisionName(job.numerics.matmul) << ", attention "
               << gpu::train::PrecisionName(job.numerics.attention) << ")" << std::endl;
@@ -480,6 +490,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
           {"local_batch", o.batch / R},  {"world_size", R},                 {"global_batch", o.batch},
           {"launcher", launch::LauncherName(job.launch.launcher)},
           {"shard_group", job.shard_group}, {"param_gather", several ? f.param_gather : std::string("none")},
+          {"batch_split", f.batch_split}, {"sub_batch", f.sub_batch},
           {"numerics", NumericsJson(job.numerics)},
           {"wall_s", wall},              {"samples_per_s", samples_per_s},
           {"mean_step_ms", number(mean_step_ms)}, {"step_ms_median", number(median_step_ms)},
@@ -531,9 +542,9 @@ int RunGpuTrain(const std::vector<std::string>& args) {
       "Several GPUs: one process per GPU, started by torchrun (--no-python), mpirun or srun; rank, world\n"
       "size, local rank (the GPU) and MASTER_ADDR/MASTER_PORT come from the launcher's variables, NCCL's\n"
       "id through a TCP store on rank 0. --local-batch is then per GPU (the global batch R times it,\n"
-      "split in rank order); dense parameters are 2D FSDP over --shard-group ranks, gathered by NCCL or\n"
-      "the copy engines (--param-gather); the tables are replicated and updated with every rank's\n"
-      "gradients. Rank 0 prints and writes the report and the checkpoint's manifest; every rank writes\n"
+      "split among the ranks by --batch-split); dense parameters are 2D FSDP over --shard-group ranks,\n"
+      "gathered by NCCL or the copy engines (--param-gather); the tables are replicated and updated\n"
+      "with every rank's gradients. Rank 0 prints and writes the report and the checkpoint's manifest; every rank writes\n"
       "its part of a checkpoint. A rank that dies or stops answering ends every rank with a named error\n"
       "within --store-timeout seconds.\n"
       "Exit 0; 2 on bad input or without a usable GPU (checked after the flags and the checkpoint).");
@@ -559,6 +570,9 @@ int RunGpuTrain(const std::vector<std::string>& args) {
                       "in a job: ranks sharing one copy of the dense parameters (2D FSDP; default every rank)");
   flags.String("param-gather", &f.param_gather,
                "in a job: who gathers the parameters in a shard group, nccl (default) or copy_engine (no SM; one host)");
+  flags.String("batch-split", &f.batch_split,
+               "in a job: how a step's global batch is split among the ranks: contiguous (default), bbs or balance");
+  flags.Int64("sub-batch", &f.sub_batch, "samples per sub-batch that bbs and balance deal (default 128)");
   flags.Int64("store-timeout", &f.store_timeout,
               "in a job: seconds any wait for other ranks may take before every rank stops with an error (default 300)");
   flags.Int64("crash-checkpoint-after-bytes", &f.crash_checkpoint_after_bytes,
