@@ -199,14 +199,16 @@ struct GemModelGpu::Impl {
   // y[n, out] = (residual +) b + x[n, in] W, x and y with row strides ldx, ldy; residual (null: none)
   // [n, out] with row stride ldy. The bias (and residual) rows are written first, the product added
   // by the GEMM's beta: one pass over y before the GEMM's.
-  // y = x W + b (+ residual): one cuBLASLt product with the bias and the residual in its epilogue;
-  // where the bias's place in the parameter array is not 16-byte aligned (the epilogue reads it in
-  // vectors), a bias pass writes y = residual + b and the product adds x W to it.
+  // y = x W + b (+ residual). In the training precision (TF32), one cuBLASLt product with the bias and
+  // the residual in its epilogue. In the check precision, and where the bias's place in the parameter
+  // array is not 16-byte aligned (the epilogue reads it in vectors), a bias pass writes
+  // y = residual + b and cuBLAS's product adds x W to it: the check precision stays on the pedantic
+  // SGEMM that its bounds against the oracle were set on.
   absl::Status LinearFwd(const LinearP& p, int64_t n, const float* x, int64_t ldx, float* y, int64_t ldy,
                          const float* residual) {
     if (n == 0) return absl::OkStatus();
     const float* bias = W(p.b);
-    if (reinterpret_cast<uintptr_t>(bias) % 16 == 0) {
+    if (options.matmul == MatmulPrecision::kTf32 && reinterpret_cast<uintptr_t>(bias) % 16 == 0) {
       return mm->Linear(LinearF32{n, p.in, p.out, ldx, ldy}, x, W(p.w), bias, residual, y, st);
     }
     GEMTB_RETURN_IF_ERROR(BiasRows(residual, bias, n, p.out, y, ldy, st));
