@@ -11,6 +11,7 @@
 #include "gpu/train/gemm.h"
 #include "gpu/train/head_rms_norm.h"
 #include "gpu/train/layer_norm.h"
+#include "gpu/train/linear.h"
 #include "gpu/train/loss.h"
 #include "gpu/train/qk_norm_rope.h"
 #include "gpu/train/model_kernels.h"
@@ -157,6 +158,9 @@ struct WukongTape {
 struct SeqTape {
   const float *s_a, *s_b, *s_c;  // S_j entering (a), (b), (c)
   float *h_a, *mean_a, *rstd_a, *h_b, *mean_b, *rstd_b, *h_c, *mean_c, *rstd_c, *u, *g;
+  // FfnPrecision::kBf16: the feed-forward block's input, hidden arrays and weights in bf16 (instead of
+  // h_c, u and g).
+  __nv_bfloat16 *h_c16 = nullptr, *u16 = nullptr, *g16 = nullptr, *w1_16 = nullptr, *w2_16 = nullptr;
   AttnTape a, b;
 };
 struct LayerTape {
@@ -179,6 +183,7 @@ struct GemModelGpu::Impl {
   std::vector<LinearP> head;
   GemModelOptions options;
   std::unique_ptr<Fp32Matmul> mm;
+  std::unique_ptr<LinearMatmuls> lin;  // the bf16 feed-forward block's matmuls (FfnPrecision::kBf16)
   float* rope_table = nullptr;  // device RopeTable<float>(rope_rows, dh)
 
   ~Impl() {
@@ -195,6 +200,21 @@ struct GemModelGpu::Impl {
   float* G(ParamRef r) const { return gr + r.offset; }
 
   absl::Status Gemm(const GemmF32& spec, const float* a, const float* b, float* c) { return mm->Run(spec, a, b, c, st); }
+  // Stream-ordered scratch of n bf16 values.
+  absl::StatusOr<__nv_bfloat16*> Bf16s(int64_t n) {
+    float* f;
+    GEMTB_ASSIGN_OR_RETURN(f, mem->Floats((n + 1) / 2));
+    return reinterpret_cast<__nv_bfloat16*>(f);
+  }
+  // A parameter slice rounded to bf16 into scratch.
+  absl::StatusOr<__nv_bfloat16*> Bf16Param(ParamRef r) {
+    __nv_bfloat16* out;
+    GEMTB_ASSIGN_OR_RETURN(out, Bf16s(static_cast<int64_t>(r.size)));
+    GEMTB_RETURN_IF_ERROR(ToBf16(W(r), static_cast<int64_t>(r.size), out, st));
+    return out;
+  }
+  absl::Status FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out);
+  absl::Status FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh);
 
   // y[n, out] = (residual +) b + x[n, in] W, x and y with row strides ldx, ldy; residual (null: none)
   // [n, out] with row stride ldy. The bias (and residual) rows are written first, the product added
@@ -688,9 +708,16 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const fl
     cur = out;
   }
   t.s_c = cur;
-  GEMTB_ASSIGN_OR_RETURN(t.h_c, mem->Floats(nd));
   GEMTB_ASSIGN_OR_RETURN(t.mean_c, mem->Floats(n));
   GEMTB_ASSIGN_OR_RETURN(t.rstd_c, mem->Floats(n));
+  if (options.ffn == FfnPrecision::kBf16 && n > 0) {
+    float* out;
+    GEMTB_ASSIGN_OR_RETURN(out, mem->Floats(nd));
+    GEMTB_RETURN_IF_ERROR(FfnFwdBf16(p, n, cur, t, out));
+    s[j] = out;
+    return absl::OkStatus();
+  }
+  GEMTB_ASSIGN_OR_RETURN(t.h_c, mem->Floats(nd));
   GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_c, n, cur, t.h_c, t.mean_c, t.rstd_c));
   GEMTB_ASSIGN_OR_RETURN(t.u, mem->Floats(n * g.ffn));
   GEMTB_ASSIGN_OR_RETURN(t.g, mem->Floats(n * g.ffn));
@@ -703,17 +730,64 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const fl
   return absl::OkStatus();
 }
 
+// The feed-forward block in bf16 (FfnPrecision::kBf16): LayerNorm writes bf16 rows; the first
+// linear (bias in the epilogue) writes the hidden pre-activation u in bf16, GELU reads it and writes g
+// in bf16; the second linear reads g and writes the fp32 residual stream, its bias and the residual
+// in the epilogue. The weights are rounded to bf16 for the step; every product accumulates in fp32.
+absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out) {
+  const int d = g.d;
+  GEMTB_ASSIGN_OR_RETURN(t.h_c16, Bf16s(n * d));
+  GEMTB_RETURN_IF_ERROR(LayerNormForward(RowsShape{n, p.ln_c.width}, cur, W(p.ln_c.gamma), W(p.ln_c.beta), t.h_c16,
+                                         t.mean_c, t.rstd_c, st));
+  GEMTB_ASSIGN_OR_RETURN(t.w1_16, Bf16Param(p.ffn1.w));
+  GEMTB_ASSIGN_OR_RETURN(t.w2_16, Bf16Param(p.ffn2.w));
+  __nv_bfloat16* b1;
+  GEMTB_ASSIGN_OR_RETURN(b1, Bf16Param(p.ffn1.b));
+  GEMTB_ASSIGN_OR_RETURN(t.u16, Bf16s(n * g.ffn));
+  GEMTB_RETURN_IF_ERROR(lin->Forward(LinearShape{n, d, g.ffn}, t.h_c16, t.w1_16, b1, t.u16, st));
+  GEMTB_ASSIGN_OR_RETURN(t.g16, Bf16s(n * g.ffn));
+  GEMTB_RETURN_IF_ERROR(GeluForward<__nv_bfloat16>(t.u16, n * g.ffn, t.g16, st));
+  return lin->ForwardToFp32(LinearShape{n, g.ffn, d}, t.g16, t.w2_16, W(p.ffn2.b), cur, out, st);
+}
+
+// Its backward: the residual stream's gradient ds rounded to bf16 feeds the second linear's products
+// (its bias gradient sums ds itself, in fp32); GELU's backward in bf16; the first linear's input
+// gradient dh comes out in fp32 for the LayerNorm's backward. Bias gradients in model_kernels.h's
+// tree of column sums.
+absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh) {
+  const int d = g.d;
+  __nv_bfloat16 *ds16, *dg16, *du16;
+  GEMTB_ASSIGN_OR_RETURN(ds16, Bf16s(n * d));
+  GEMTB_RETURN_IF_ERROR(ToBf16(ds, n * d, ds16, st));
+  GEMTB_ASSIGN_OR_RETURN(dg16, Bf16s(n * g.ffn));
+  const LinearShape second{n, g.ffn, d}, first{n, d, g.ffn};
+  GEMTB_RETURN_IF_ERROR(lin->BackwardInput(second, ds16, t.w2_16, nullptr, dg16, st));
+  GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(second, t.g16, ds16, G(p.ffn2.w), nullptr, st));
+  GEMTB_RETURN_IF_ERROR(ColumnSums(ds, n, d, d, G(p.ffn2.b), true, st));
+  GEMTB_ASSIGN_OR_RETURN(du16, Bf16s(n * g.ffn));
+  GEMTB_RETURN_IF_ERROR(GeluBackward<__nv_bfloat16>(t.u16, dg16, n * g.ffn, du16, st));
+  GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(first, du16, t.w1_16, dh, st));
+  GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(first, t.h_c16, du16, G(p.ffn1.w), nullptr, st));
+  return ColumnSums(du16, n, g.ffn, g.ffn, G(p.ffn1.b), true, st);
+}
+
 absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const SeqTape& t, float* ds, float* dx_sum) {
   const int d = g.d;
   const int64_t n = rows[j], nd = n * d;
   if (n == 0) return absl::OkStatus();
-  float *dg, *du, *dh;
-  GEMTB_ASSIGN_OR_RETURN(dg, mem->Floats(n * g.ffn));
-  GEMTB_ASSIGN_OR_RETURN(du, mem->Floats(n * g.ffn));
+  float *dg = nullptr, *du = nullptr, *dh;
+  if (options.ffn == FfnPrecision::kFp32) {
+    GEMTB_ASSIGN_OR_RETURN(dg, mem->Floats(n * g.ffn));
+    GEMTB_ASSIGN_OR_RETURN(du, mem->Floats(n * g.ffn));
+  }
   GEMTB_ASSIGN_OR_RETURN(dh, mem->Floats(nd));
-  GEMTB_RETURN_IF_ERROR(LinearBwd(p.ffn2, n, t.g, g.ffn, ds, d, dg, g.ffn, false));
-  GEMTB_RETURN_IF_ERROR(GeluBackward<float>(t.u, dg, n * g.ffn, du, st));
-  GEMTB_RETURN_IF_ERROR(LinearBwd(p.ffn1, n, t.h_c, d, du, g.ffn, dh, d, false));
+  if (options.ffn == FfnPrecision::kBf16) {
+    GEMTB_RETURN_IF_ERROR(FfnBwdBf16(p, n, t, ds, dh));
+  } else {
+    GEMTB_RETURN_IF_ERROR(LinearBwd(p.ffn2, n, t.g, g.ffn, ds, d, dg, g.ffn, false));
+    GEMTB_RETURN_IF_ERROR(GeluBackward<float>(t.u, dg, n * g.ffn, du, st));
+    GEMTB_RETURN_IF_ERROR(LinearBwd(p.ffn1, n, t.h_c, d, du, g.ffn, dh, d, false));
+  }
   GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_c, n, t.s_c, t.mean_c, t.rstd_c, dh, ds));
   // dh is each block's input gradient, written by its query projection's backward (no zeroing pass).
   if (g.DoB(layer)) {
@@ -792,6 +866,14 @@ absl::StatusOr<std::unique_ptr<GemModelGpu>> GemModelGpu::Create(const gemtb::mo
   absl::StatusOr<std::unique_ptr<Fp32Matmul>> mm = Fp32Matmul::Create(options.matmul);
   if (!mm.ok()) return mm.status();
   impl->mm = *std::move(mm);
+  if (options.ffn == FfnPrecision::kBf16) {
+    if (absl::Status v = ValidateLinearShape(LinearShape{1, g.d, g.ffn}); !v.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("ffn bf16: d ", g.d, " and ffn ", g.ffn, ": ", v.message()));
+    }
+    absl::StatusOr<std::unique_ptr<LinearMatmuls>> lin = LinearMatmuls::Create();
+    if (!lin.ok()) return lin.status();
+    impl->lin = *std::move(lin);
+  }
   const std::vector<float> table = gemtb::model::RopeTable<float>(g.rope_rows, dh);
   GEMTB_RETURN_IF_ERROR(Cuda(cudaMalloc(&impl->rope_table, table.size() * sizeof(float)), "rope table"));
   GEMTB_RETURN_IF_ERROR(Cuda(cudaMemcpy(impl->rope_table, table.data(), table.size() * sizeof(float),

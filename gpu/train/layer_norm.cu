@@ -13,8 +13,8 @@ constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 8;  // one warp each
 constexpr float kEps = 1e-5f;
 
-template <typename T>
-__global__ void LayerNormForwardKernel(const T* x, const float* gamma, const float* beta, int64_t n, int width, T* y,
+template <typename T, typename TOut = T>
+__global__ void LayerNormForwardKernel(const T* x, const float* gamma, const float* beta, int64_t n, int width, TOut* y,
                                        float* mean_out, float* rstd_out) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   if (row >= n) return;
@@ -30,10 +30,10 @@ __global__ void LayerNormForwardKernel(const T* x, const float* gamma, const flo
   }
   const float var = __fdiv_rn(WarpSum(sq), static_cast<float>(width));
   const float rstd = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(var, kEps)));
-  T* yr = y + row * width;
+  TOut* yr = y + row * width;
   for (int i = lane; i < width; i += kWarp) {
     const float h = __fmul_rn(__fsub_rn(ToFloat(xr[i]), mean), rstd);
-    yr[i] = FromFloat<T>(__fadd_rn(__fmul_rn(h, gamma[i]), beta[i]));
+    yr[i] = FromFloat<TOut>(__fadd_rn(__fmul_rn(h, gamma[i]), beta[i]));
   }
   if (lane == 0) {
     mean_out[row] = mean;
@@ -126,6 +126,14 @@ absl::Status LayerNormForward(const RowsShape& s, const T* x, const float* gamma
                               float* rstd, cudaStream_t stream) {
   if (absl::Status v = ValidateRowsShape(s); !v.ok()) return v;
   LayerNormForwardKernel<T><<<RowBlocks(s.n), kRowsPerBlock * kWarp, 0, stream>>>(
+      x, gamma, beta, s.n, static_cast<int>(s.width), y, mean, rstd);
+  return Launched("LayerNormForward");
+}
+
+absl::Status LayerNormForward(const RowsShape& s, const float* x, const float* gamma, const float* beta,
+                              __nv_bfloat16* y, float* mean, float* rstd, cudaStream_t stream) {
+  if (absl::Status v = ValidateRowsShape(s); !v.ok()) return v;
+  LayerNormForwardKernel<float, __nv_bfloat16><<<RowBlocks(s.n), kRowsPerBlock * kWarp, 0, stream>>>(
       x, gamma, beta, s.n, static_cast<int>(s.width), y, mean, rstd);
   return Launched("LayerNormForward");
 }

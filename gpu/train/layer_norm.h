@@ -28,6 +28,9 @@ absl::Status ValidateRowsShape(const RowsShape& shape);
 template <typename T>
 absl::Status LayerNormForward(const RowsShape& s, const T* x, const float* gamma, const float* beta, T* y, float* mean,
                               float* rstd, cudaStream_t stream);
+// The same from fp32 rows into bf16 ones (the statistics and math fp32; y rounded once, to nearest).
+absl::Status LayerNormForward(const RowsShape& s, const float* x, const float* gamma, const float* beta,
+                              __nv_bfloat16* y, float* mean, float* rstd, cudaStream_t stream);
 // dx = rstd (dy g - mean(dy g) - xhat mean(dy g xhat)) per row (written; with accumulate_dx added to
 // dx, one fp32 rounding, so that a residual's gradient needs no second array); dgamma += sum over
 // rows of dy xhat and dbeta += sum of dy (the tree of model_kernels.h's ColumnSums; stream-ordered

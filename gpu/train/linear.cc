@@ -2,6 +2,7 @@
 
 #include <cublasLt.h>
 
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -125,6 +126,17 @@ absl::Status RunGemm(const Context& h, const Gemm& g, cudaStream_t stream) {
   GEMTB_LT(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                 &reductions, sizeof(reductions)),
            "REDUCTION_SCHEME_MASK");
+  // The heuristic may assume only the alignments the pointers have (a gradient's place in the flat
+  // parameter array is 16-byte aligned, not 256).
+  const void* c = g.c ? g.c : g.d;
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*> aligned[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.a}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, g.d}};
+  for (const auto& [attr, ptr] : aligned) {
+    uint32_t align = 256;
+    while (align > 1 && reinterpret_cast<uintptr_t>(ptr) % align != 0) align /= 2;
+    GEMTB_LT(cublasLtMatmulPreferenceSetAttribute(desc.preference, attr, &align, sizeof(align)), "MIN_ALIGNMENT");
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   GEMTB_LT(cublasLtMatmulAlgoGetHeuristic(h.lt, desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference, 1, &result,
@@ -196,6 +208,51 @@ absl::Status LinearMatmuls::BackwardInput(const LinearShape& s, const __nv_bfloa
     g.c = add;
     g.beta = 1.0f;
   }
+  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream);
+}
+
+absl::Status LinearMatmuls::ForwardToFp32(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                                          const float* bias, const float* residual, float* y, cudaStream_t stream) {
+  if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
+  // As Forward, into fp32: y^T [out, n] = W^T x^T (+ bias per row of y^T) + residual^T.
+  Gemm g;
+  g.m = s.out;
+  g.n = s.n;
+  g.k = s.in;
+  g.a = w;
+  g.lda = s.out;
+  g.b = x;
+  g.ldb = s.in;
+  g.d = y;
+  g.ldd = s.out;
+  g.d_type = CUDA_R_32F;
+  if (bias) {
+    g.epilogue = CUBLASLT_EPILOGUE_BIAS;  // fp32, as D
+    g.bias = bias;
+  }
+  if (residual) {
+    g.c = residual;
+    g.beta = 1.0f;
+  }
+  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream);
+}
+
+absl::Status LinearMatmuls::BackwardInputToFp32(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
+                                                float* dx, cudaStream_t stream) {
+  if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
+  // As BackwardInput, into fp32, written.
+  Gemm g;
+  g.transpose_a = true;
+  g.m = s.in;
+  g.n = s.n;
+  g.k = s.out;
+  g.a = w;
+  g.lda = s.out;
+  g.b = dy;
+  g.ldb = s.out;
+  g.d = dx;
+  g.ldd = s.in;
+  g.d_type = CUDA_R_32F;
   return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream);
 }
 

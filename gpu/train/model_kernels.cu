@@ -1,5 +1,7 @@
 #include "gpu/train/model_kernels.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "gpu/train/kernel_utils.cuh"
 
@@ -43,24 +45,25 @@ __global__ void BiasRowsKernel(const float* residual, const float* v, int64_t ro
   }
 }
 
-__global__ void ColumnSumsKernel(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* out,
-                                 bool accumulate) {
+template <typename T>
+__global__ void ColumnSumsKernel(const T* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
   float s = 0.0f;
-  for (int64_t r = 0; r < rows; ++r) s = __fadd_rn(s, x[r * ldx + c]);
+  for (int64_t r = 0; r < rows; ++r) s = __fadd_rn(s, ToFloat(x[r * ldx + c]));
   out[c] = accumulate ? __fadd_rn(out[c], s) : s;
 }
 
 // partial[blockIdx.y, c] = sum of rows [blockIdx.y kColumnBlock, + kColumnBlock) of column c, in order.
-__global__ void ColumnBlockSumsKernel(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* partial) {
+template <typename T>
+__global__ void ColumnBlockSumsKernel(const T* x, int64_t rows, int64_t cols, int64_t ldx, float* partial) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kColumnBlock;
   const int64_t r1 = r0 + kColumnBlock < rows ? r0 + kColumnBlock : rows;
   float s = 0.0f;
 #pragma unroll 16
-  for (int64_t r = r0; r < r1; ++r) s = __fadd_rn(s, x[r * ldx + c]);
+  for (int64_t r = r0; r < r1; ++r) s = __fadd_rn(s, ToFloat(x[r * ldx + c]));
   partial[blockIdx.y * cols + c] = s;
 }
 
@@ -105,11 +108,15 @@ absl::Status BiasRows(const float* residual, const float* v, int64_t rows, int64
   return Launched("BiasRows");
 }
 
-absl::Status ColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
-                        cudaStream_t stream) {
+namespace {
+
+// ColumnSums for fp32 or bf16 rows (the tree's upper levels are fp32 block sums).
+template <typename T>
+absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
+                          cudaStream_t stream) {
   if (absl::Status s = ValidateMatrix("ColumnSums", rows, cols, ldx); !s.ok()) return s;
   if (rows <= kColumnBlock) {
-    ColumnSumsKernel<<<Blocks(cols), kThreads, 0, stream>>>(x, rows, cols, ldx, out, accumulate);
+    ColumnSumsKernel<T><<<Blocks(cols), kThreads, 0, stream>>>(x, rows, cols, ldx, out, accumulate);
     return Launched("ColumnSums");
   }
   // One level of the tree: the blocks' sums side by side, then the same sum over them.
@@ -120,12 +127,39 @@ absl::Status ColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx,
                               "ColumnSums scratch");
       !a.ok())
     return a;
-  ColumnBlockSumsKernel<<<dim3(Blocks(cols), static_cast<unsigned>(blocks)), kThreads, 0, stream>>>(x, rows, cols, ldx,
-                                                                                                    partial);
+  ColumnBlockSumsKernel<T><<<dim3(Blocks(cols), static_cast<unsigned>(blocks)), kThreads, 0, stream>>>(x, rows, cols,
+                                                                                                       ldx, partial);
   const absl::Status first = Launched("ColumnSums (blocks)");
-  const absl::Status second = first.ok() ? ColumnSums(partial, blocks, cols, cols, out, accumulate, stream) : first;
+  const absl::Status second = first.ok() ? ColumnSumsOf<float>(partial, blocks, cols, cols, out, accumulate, stream) : first;
   const absl::Status freed = CudaOk(cudaFreeAsync(partial, stream), "ColumnSums scratch");
   return second.ok() ? freed : second;
+}
+
+__global__ void ToBf16Kernel(const float* x, int64_t count, __nv_bfloat16* y) {
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    y[e] = __float2bfloat16_rn(x[e]);
+  }
+}
+
+}  // namespace
+
+absl::Status ColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
+                        cudaStream_t stream) {
+  return ColumnSumsOf(x, rows, cols, ldx, out, accumulate, stream);
+}
+
+absl::Status ColumnSums(const __nv_bfloat16* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
+                        cudaStream_t stream) {
+  return ColumnSumsOf(x, rows, cols, ldx, out, accumulate, stream);
+}
+
+absl::Status ToBf16(const float* x, int64_t count, __nv_bfloat16* y, cudaStream_t stream) {
+  if (count == 0) return absl::OkStatus();
+  if (count < 0) return absl::InvalidArgumentError(absl::StrCat("ToBf16: count=", count, ": want >= 0"));
+  const int64_t blocks = std::min<int64_t>((count + kThreads - 1) / kThreads, 65535);
+  ToBf16Kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, count, y);
+  return Launched("ToBf16");
 }
 
 absl::Status GatherRows(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst,

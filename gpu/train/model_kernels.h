@@ -1,9 +1,11 @@
 // The small fp32 data-movement kernels the GPU model needs between its layers: bias rows (with a
-// residual), column sums in a fixed order, row gathers by index, scatter-adds, elementwise sums. Deterministic (no atomics); each
+// residual), column sums in a fixed order (of fp32 or bf16 rows), row gathers by index, scatter-adds,
+// elementwise sums, rounding to bf16. Deterministic (no atomics); each
 // call is asynchronous on `stream` and validates its sizes first.
 #ifndef GEMTB_GPU_TRAIN_MODEL_KERNELS_H_
 #define GEMTB_GPU_TRAIN_MODEL_KERNELS_H_
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -25,6 +27,11 @@ inline constexpr int64_t kColumnSumsBlockRows = 64;
 // thread walking thousands of rows waits on every load in turn.
 absl::Status ColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
                         cudaStream_t stream);
+// The same over bf16 rows (each value widened exactly; the sums fp32, in the same tree).
+absl::Status ColumnSums(const __nv_bfloat16* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
+                        cudaStream_t stream);
+// y[e] = x[e] rounded to bf16 (to nearest, ties to even), e < count.
+absl::Status ToBf16(const float* x, int64_t count, __nv_bfloat16* y, cudaStream_t stream);
 // dst[r] (+)= src[index[r]] for rows of `width` floats; index[r] < 0 reads zeros (and adds nothing).
 // index is device memory [rows].
 absl::Status GatherRows(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst,

@@ -16,7 +16,17 @@ enum class MatmulPrecision {
   kTf32,  // operands rounded to TF32 (10-bit mantissa) on the tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32)
 };
 // (No bf16 choice for fp32 arrays: cuBLAS answers CUBLAS_COMPUTE_32F_FAST_16BF on the H200 with the
-// same TF32 kernels, and bf16 operands would need a converting pass over every array first.)
+// same TF32 kernels, and bf16 operands would need a converting pass over every array first. Arrays
+// kept in bf16 are FfnPrecision's.)
+
+// How the sequence layers' feed-forward block keeps its arrays. Its hidden arrays are 4d wide, the
+// widest of a sequence layer, so their bytes are a large share of the layer's.
+enum class FfnPrecision {
+  kFp32,  // fp32 arrays, the matmuls in MatmulPrecision
+  kBf16,  // the LayerNorm's output, the hidden arrays and their gradients in bf16, the weights rounded
+          // to bf16, the matmuls on the tensor cores with fp32 accumulation (linear.h); the block's
+          // output and its input gradient fp32
+};
 
 // How GDPA's products are taken.
 enum class AttentionPrecision {
@@ -27,6 +37,7 @@ enum class AttentionPrecision {
 struct GemModelOptions {
   MatmulPrecision matmul = MatmulPrecision::kFp32;
   AttentionPrecision attention = AttentionPrecision::kFp32;
+  FfnPrecision ffn = FfnPrecision::kFp32;
 };
 
 inline const char* PrecisionName(MatmulPrecision p) {
@@ -37,6 +48,7 @@ inline const char* PrecisionName(MatmulPrecision p) {
   return "?";
 }
 inline const char* PrecisionName(AttentionPrecision p) { return p == AttentionPrecision::kBf16 ? "bf16" : "fp32"; }
+inline const char* PrecisionName(FfnPrecision p) { return p == FfnPrecision::kBf16 ? "bf16" : "fp32"; }
 
 // The inverses of PrecisionName; InvalidArgument naming `field` and the value otherwise.
 inline absl::StatusOr<MatmulPrecision> ParseMatmulPrecision(const std::string& field, const std::string& name) {
@@ -47,6 +59,13 @@ inline absl::StatusOr<MatmulPrecision> ParseMatmulPrecision(const std::string& f
 }
 inline absl::StatusOr<AttentionPrecision> ParseAttentionPrecision(const std::string& field, const std::string& name) {
   for (const AttentionPrecision p : {AttentionPrecision::kFp32, AttentionPrecision::kBf16}) {
+    if (name == PrecisionName(p)) return p;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(field, ": \"", name, "\" (want fp32 or bf16)"));
+}
+
+inline absl::StatusOr<FfnPrecision> ParseFfnPrecision(const std::string& field, const std::string& name) {
+  for (const FfnPrecision p : {FfnPrecision::kFp32, FfnPrecision::kBf16}) {
     if (name == PrecisionName(p)) return p;
   }
   return absl::InvalidArgumentError(absl::StrCat(field, ": \"", name, "\" (want fp32 or bf16)"));

@@ -140,8 +140,8 @@ void ExpectMatchesTheOracle(int batch, const GemModelOptions& numerics = {}, con
     if (!(e <= bounds.grads) && shown++ < 20) ADD_FAILURE() << "gradient of " << p.name << ": rel-L2 " << e;
     if (e > worst) worst = e, worst_name = p.name;
   }
-  std::printf("matmul %s, attention %s, batch %d: logits rel-L2 %.3g, worst gradient rel-L2 %.3g (%s)\n",
-              PrecisionName(numerics.matmul), PrecisionName(numerics.attention), batch,
+  std::printf("matmul %s, attention %s, ffn %s, batch %d: logits rel-L2 %.3g, worst gradient rel-L2 %.3g (%s)\n",
+              PrecisionName(numerics.matmul), PrecisionName(numerics.attention), PrecisionName(numerics.ffn), batch,
               RelL2(logits, want.logits.data(), logits.size()), worst, worst_name.c_str());
   std::vector<float> want_pooled;
   for (int b = 0; b < B; ++b) want_pooled.insert(want_pooled.end(), want.input_grads[b].pooled.begin(), want.input_grads[b].pooled.end());
@@ -179,6 +179,15 @@ TEST(GemModelGpuTest, TensorCorePrecisionsStayWithinTheBf16Bounds) {
     ExpectMatchesTheOracle(12, GemModelOptions{MatmulPrecision::kTf32, attention}, kBf16Bounds);
   }
   ExpectMatchesTheOracle(400, GemModelOptions{MatmulPrecision::kTf32, AttentionPrecision::kBf16}, kBf16Bounds);
+}
+
+// The feed-forward block in bf16 (its input, hidden arrays, gradients and weights rounded to bf16,
+// the products accumulated in fp32) within the same bounds, with the rest in the training precision.
+TEST(GemModelGpuTest, Bf16FeedForwardStaysWithinTheBf16Bounds) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  const GemModelOptions bf16_ffn{MatmulPrecision::kTf32, AttentionPrecision::kBf16, FfnPrecision::kBf16};
+  ExpectMatchesTheOracle(12, bf16_ffn, kBf16Bounds);
+  ExpectMatchesTheOracle(400, bf16_ffn, kBf16Bounds);
 }
 
 }  // namespace

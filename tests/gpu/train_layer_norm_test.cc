@@ -1,7 +1,8 @@
 // The trainer's LayerNorm and GELU kernels (gpu/train/layer_norm.h), on bf16 and on fp32
 // activations, against fp64 evaluations of the reference model's definitions on the same inputs:
 // forward, saved statistics, backward, the parameter gradients added to, and the same bytes on a
-// second run; bad shapes refused by name.
+// second run; bad shapes refused by name. The forward from fp32 rows into bf16 ones writes the fp32
+// forward's values rounded to bf16, and the same statistics, bit for bit.
 //
 // bf16 results are held to bf16's rounding. fp32 results are held to 1e-5 (168 ulps of 2^-24) of the
 // magnitude of the terms they are made of, plus 1e-6: a row's sums run in chunks of width/32 values
@@ -234,6 +235,36 @@ TYPED_TEST(TrainLayerNormOn, GeluMatchesTheReferenceDefinitionInFp64) {
     ExpectCloseToScale(ActivationValues<T>(d_y.Get(count)), y, y_scale, 1e-5, 1e-6, name + " gelu y");
     ExpectCloseToScale(ActivationValues<T>(d_dx.Get(count)), dx, dx_scale, 1e-5, 1e-6, name + " gelu dx");
   }
+}
+
+TEST(TrainLayerNorm, Fp32RowsIntoBf16AreTheFp32ForwardRounded) {
+  if (!test::HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const RowsShape s{257, 128};
+  std::mt19937_64 rng(21);
+  std::normal_distribution<float> normal(0.3f, 2.0f);
+  std::vector<float> x(static_cast<size_t>(s.n * s.width)), gamma(128), beta(128);
+  for (float& v : x) v = normal(rng);
+  for (float& v : gamma) v = 1.0f + 0.1f * normal(rng);
+  for (float& v : beta) v = 0.1f * normal(rng);
+  const std::vector<float> zeros_y(x.size()), zeros_n(static_cast<size_t>(s.n));
+  test::DeviceArray<float> d_x(x), d_gamma(gamma), d_beta(beta), d_y(zeros_y), d_mean(zeros_n), d_rstd(zeros_n),
+      d_mean16(zeros_n), d_rstd16(zeros_n);
+  test::DeviceArray<uint16_t> d_y16(std::vector<uint16_t>(x.size()));
+  ASSERT_TRUE(LayerNormForward<float>(s, d_x.ptr, d_gamma.ptr, d_beta.ptr, d_y.ptr, d_mean.ptr, d_rstd.ptr, nullptr).ok());
+  ASSERT_TRUE(LayerNormForward(s, d_x.ptr, d_gamma.ptr, d_beta.ptr, d_y16.As<__nv_bfloat16>(), d_mean16.ptr,
+                               d_rstd16.ptr, nullptr)
+                  .ok());
+  const std::vector<float> y = d_y.Get(x.size());
+  const std::vector<uint16_t> y16 = d_y16.Get(x.size());
+  int bad = 0;
+  for (size_t e = 0; e < y.size(); ++e) {
+    if (y16[e] != numerics::DoubleToBf16BitsRne(static_cast<double>(y[e])) && bad++ < 5) {
+      ADD_FAILURE() << "y[" << e << "]: bf16 bits " << y16[e] << " for the fp32 forward's " << y[e];
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(d_mean16.Get(zeros_n.size()), d_mean.Get(zeros_n.size()));
+  EXPECT_EQ(d_rstd16.Get(zeros_n.size()), d_rstd.Get(zeros_n.size()));
 }
 
 }  // namespace

@@ -152,6 +152,56 @@ TEST(TrainLinear, ForwardAndBackwardMatchAnFp64ProductOfTheSameValues) {
   }
 }
 
+// The fp32-output forms: y = x W + b + residual (the residual in place as y too) and dx = dy W^T,
+// within fp32 sums' rounding of fp64 products of the same bf16 values; the gradient's place in a larger
+// array at a 16-byte (not 256-byte) offset, as a gradient's place in the flat parameter array is.
+TEST(TrainLinear, Fp32OutputFormsMatchAnFp64Product) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  for (const LinearShape s : {LinearShape{300, 128, 512}, LinearShape{1027, 512, 128}}) {
+    const std::string where = "n=" + std::to_string(s.n) + " in=" + std::to_string(s.in) + " out=" + std::to_string(s.out);
+    const size_t n = s.n, in = s.in, out = s.out;
+    const Bf16Array x = RandomBf16(n * in, 11, 1.0), w = RandomBf16(in * out, 12, 0.1), dy = RandomBf16(n * out, 13, 1.0);
+    std::vector<float> b(out), r(n * out);
+    for (size_t j = 0; j < out; ++j) b[j] = 0.01f * static_cast<float>(j % 17) - 0.05f;
+    for (size_t e = 0; e < r.size(); ++e) r[e] = 0.5f - 0.001f * static_cast<float>(e % 997);
+    std::vector<double> y(n * out), dx(n * in);
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < out; ++j) {
+        double acc = 0;
+        for (size_t k = 0; k < in; ++k) acc += x.values[i * in + k] * w.values[k * out + j];
+        y[i * out + j] = acc + b[j] + r[i * out + j];
+      }
+      for (size_t k = 0; k < in; ++k) {
+        double acc = 0;
+        for (size_t j = 0; j < out; ++j) acc += dy.values[i * out + j] * w.values[k * out + j];
+        dx[i * in + k] = acc;
+      }
+    }
+    absl::StatusOr<std::unique_ptr<LinearMatmuls>> mm = LinearMatmuls::Create();
+    ASSERT_TRUE(mm.ok()) << mm.status();
+    DeviceArray<__nv_bfloat16> d_x(n * in), d_w(in * out), d_dy(n * out);
+    DeviceArray<float> d_b(out), d_r(n * out), d_y(n * out), d_dx(n * in + 4);
+    Upload(d_x, x.bits);
+    Upload(d_w, w.bits);
+    Upload(d_dy, dy.bits);
+    Upload(d_b, b);
+    Upload(d_r, r);
+    const auto doubles = [](const std::vector<float>& f) { return std::vector<double>(f.begin(), f.end()); };
+    ASSERT_TRUE((*mm)->ForwardToFp32(s, d_x.ptr, d_w.ptr, d_b.ptr, d_r.ptr, d_y.ptr, nullptr).ok()) << where;
+    const std::vector<float> y_got = Download<float>(d_y.ptr, n * out);
+    ExpectCloseToRms(doubles(y_got), y, 1e-5, 1e-5, where + " y (residual apart)");
+    Upload(d_y, r);  // the residual in place
+    ASSERT_TRUE((*mm)->ForwardToFp32(s, d_x.ptr, d_w.ptr, d_b.ptr, d_y.ptr, d_y.ptr, nullptr).ok()) << where;
+    ExpectCloseToRms(doubles(Download<float>(d_y.ptr, n * out)), y, 1e-5, 1e-5, where + " y (residual = y)");
+    float* dx_at = d_dx.ptr + 4;  // 16 bytes into the allocation
+    ASSERT_TRUE((*mm)->BackwardInputToFp32(s, d_dy.ptr, d_w.ptr, dx_at, nullptr).ok()) << where;
+    const std::vector<float> dx_got = Download<float>(dx_at, n * in);
+    ExpectCloseToRms(doubles(dx_got), dx, 1e-5, 1e-5, where + " dx");
+    ASSERT_TRUE((*mm)->BackwardInputToFp32(s, d_dy.ptr, d_w.ptr, dx_at, nullptr).ok());
+    EXPECT_EQ(Download<float>(dx_at, n * in), dx_got) << where << ": second run";
+  }
+}
+
 TEST(TrainLinear, CallsWithBadShapesFailWithoutTouchingTheDevice) {
   if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   absl::StatusOr<std::unique_ptr<LinearMatmuls>> mm = LinearMatmuls::Create();

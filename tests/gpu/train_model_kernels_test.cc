@@ -1,6 +1,8 @@
 // ColumnSums (gpu/train/model_kernels.h) against the host's fp32 sums in the stated order: rows in
 // order up to kColumnSumsBlockRows, beyond that a tree of blocks of kColumnSumsBlockRows rows each
-// summed in order; the same bits, at and around the block size and over one, two and three levels.
+// summed in order; the same bits, at and around the block size and over one, two and three levels,
+// for fp32 rows and for bf16 rows (each value widened exactly). ToBf16 rounds as the host's
+// round-to-nearest-even does, ties and overflow to infinity included.
 #include <algorithm>
 #include <cstdint>
 #include <random>
@@ -59,6 +61,44 @@ TEST(ModelKernelsTest, ColumnSumsAddInTheStatedOrder) {
       EXPECT_EQ(d_out.Get(out.size()), HostColumnSums(x, rows, cols, out)) << rows << " x " << cols;
     }
   }
+}
+
+TEST(ModelKernelsTest, Bf16ColumnSumsAddTheWidenedValuesInTheStatedOrder) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  for (const int64_t rows : {int64_t{1}, kColumnSumsBlockRows + 1, int64_t{5000}}) {
+    const int64_t cols = 130;
+    const std::vector<uint16_t> bits = test::RandomBf16(static_cast<size_t>(rows * cols), 7 + rows, 0.0, 1.0);
+    std::vector<float> x(bits.size()), out(static_cast<size_t>(cols), 0.5f);
+    for (size_t e = 0; e < bits.size(); ++e) x[e] = numerics::Bf16BitsToFloat(bits[e]);
+    DeviceArray<uint16_t> d_x(bits);
+    DeviceArray<float> d_out(out);
+    ASSERT_TRUE(ColumnSums(d_x.As<__nv_bfloat16>(), rows, cols, cols, d_out.ptr, true, nullptr).ok());
+    EXPECT_EQ(d_out.Get(out.size()), HostColumnSums(x, rows, cols, out)) << rows << " x " << cols;
+  }
+}
+
+TEST(ModelKernelsTest, ToBf16RoundsToNearestEven) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 100.0f);
+  std::vector<float> x(70001);
+  for (float& v : x) v = normal(rng);
+  x[0] = 1.00390625f;           // 1 + 2^-8: a tie, to even (1)
+  x[1] = 1.01171875f;           // 1 + 3 * 2^-8: a tie, to even (1 + 2^-6)
+  x[2] = 3.4e38f;               // rounds past the largest bf16: infinity
+  x[3] = -0.0f;
+  DeviceArray<float> d_x(x);
+  DeviceArray<uint16_t> d_y(std::vector<uint16_t>(x.size()));
+  ASSERT_TRUE(ToBf16(d_x.ptr, static_cast<int64_t>(x.size()), d_y.As<__nv_bfloat16>(), nullptr).ok());
+  const std::vector<uint16_t> got = d_y.Get(x.size());
+  int bad = 0;
+  for (size_t e = 0; e < x.size(); ++e) {
+    const uint16_t want = numerics::DoubleToBf16BitsRne(static_cast<double>(x[e]));
+    if (got[e] != want && bad++ < 5) ADD_FAILURE() << "x[" << e << "] = " << x[e] << ": " << got[e] << ", want " << want;
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_TRUE(ToBf16(d_x.ptr, 0, d_y.As<__nv_bfloat16>(), nullptr).ok());
+  EXPECT_EQ(ToBf16(d_x.ptr, -1, d_y.As<__nv_bfloat16>(), nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -357,7 +357,8 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
                                          ", parameters gathered by ", f.param_gather, ")")
                           : std::string("one GPU"))
               << " (matmul " << gpu::train::PrecisionName(job.numerics.matmul) << ", attention "
-              << gpu::train::PrecisionName(job.numerics.attention) << ")" << std::endl;
+              << gpu::train::PrecisionName(job.numerics.attention) << ", ffn "
+              << gpu::train::PrecisionName(job.numerics.ffn) << ")" << std::endl;
     auto save = [&]() -> absl::Status {
       if (f.checkpoint.empty()) return absl::OkStatus();
       absl::StatusOr<gpu::train::TrainerState> state = trainer.State();  // a collective in a job
