@@ -7,7 +7,9 @@
 # Here, before the call: one `git archive` per variant in .deb/variants/NAME.tgz, e.g.
 #   mkdir -p .deb/variants && git archive --format=tar.gz -o .deb/variants/a_base.tgz HEAD~1 \
 #     && git archive --format=tar.gz -o .deb/variants/b_new.tgz HEAD
-# (`git stash create` gives a commit of uncommitted work to archive). Then
+# (`git stash create` gives a commit of uncommitted work to archive). A file .deb/variants/NAME.flags
+# holds further `gemtb train` flags of that variant (e.g. "--ffn bf16", to time a precision choice
+# of one tree against the same tree's default). Then
 # run(command: "bash tools/bench/train_gpu_ab.sh", carry: [".deb"]).
 # Environment: BATCHES (local batches, default "256 1024"), TURNS (default 2), STEPS per run (default
 # 20), TESTS (test targets built and run for every variant, default none), KERNELS (a local batch:
@@ -58,6 +60,11 @@ done
 echo "train_gpu_ab: ${variants[*]} on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader);" \
   "builds $((SECONDS - start)) s" | tee -a "$out/ab_summary.txt"
 rc=0
+# Each variant's further train flags.
+declare -A vflags
+for v in "${variants[@]}"; do
+  vflags[$v]=$(cat ".deb/variants/$v.flags" 2>/dev/null || true)
+done
 for v in "${variants[@]}"; do
   for t in $tests; do
     "$scratch/ab-build-$v/bin/$t" >>"$out/tests_$v.log" 2>&1 || rc=1
@@ -68,7 +75,7 @@ if [ -n "$kernels" ]; then
   for v in "${variants[@]}"; do
     ncu --metrics gpu__time_duration.sum --csv --print-units base --clock-control none -k "regex:$kernel_regex" \
       "$scratch/ab-build-$v/bin/gemtb" train --config small --local-batch "$kernels" --steps 1 --eval-samples 0 \
-      --log-every-s 1000 >"$out/kernels_$v.csv" 2>"$out/kernels_$v.log" || rc=1
+      --log-every-s 1000 ${vflags[$v]} >"$out/kernels_$v.csv" 2>"$out/kernels_$v.log" || rc=1
     /usr/bin/python3 tools/lib/ncu_kernel_table.py "$out/kernels_$v.csv" 12 "$v: " | tee -a "$out/ab_summary.txt"
   done
 fi
@@ -77,7 +84,7 @@ for turn in $(seq "$turns"); do
     for v in "${variants[@]}"; do
       report=$out/train_${v}_b${b}_t$turn.json
       "$scratch/ab-build-$v/bin/gemtb" train --config small --local-batch "$b" --steps "$steps" --eval-samples 0 \
-        --log-every-s 1000 --report "$report" >"$out/train_${v}_b${b}_t$turn.log" 2>&1 || rc=1
+        --log-every-s 1000 --report "$report" ${vflags[$v]} >"$out/train_${v}_b${b}_t$turn.log" 2>&1 || rc=1
       /usr/bin/python3 -c "
 import json, sys
 r = json.load(open(sys.argv[1]))
