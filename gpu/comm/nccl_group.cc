@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <initializer_list>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -34,6 +35,26 @@ ncclRedOp_t NcclOp(ReduceOp op) { return op == ReduceOp::kAvg ? ncclAvg : ncclSu
 
 absl::Status CheckCount(int64_t count, std::string_view field) {
   if (count < 0) return absl::InvalidArgumentError(absl::StrCat(std::string(field), ": ", count, " is negative"));
+  return absl::OkStatus();
+}
+
+// A collective's element count and NCCL's type for `dtype`, or the InvalidArgument naming the bad one.
+absl::StatusOr<ncclDataType_t> CountAndType(int64_t count, Dtype dtype) {
+  if (absl::Status s = CheckCount(count, "count"); !s.ok()) return s;
+  return NcclType(dtype);
+}
+
+// Each of `vectors` has `size` entries, none negative; InvalidArgument naming the first that does not.
+absl::Status CheckPerRank(std::initializer_list<std::pair<const std::vector<int64_t>*, const char*>> vectors,
+                          int size) {
+  for (const auto& [v, field] : vectors) {
+    if (v->size() != static_cast<size_t>(size)) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": ", v->size(), " entries for a group of ", size));
+    }
+    for (int64_t x : *v) {
+      if (absl::Status s = CheckCount(x, field); !s.ok()) return s;
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -189,8 +210,7 @@ absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Split(int color, int key, 
   } while (false)
 
 absl::Status NcclGroup::AllGather(const void* send, void* recv, int64_t count, Dtype dtype, cudaStream_t stream) {
-  GROUP_RETURN_IF_ERROR(CheckCount(count, "count"));
-  absl::StatusOr<ncclDataType_t> type = NcclType(dtype);
+  absl::StatusOr<ncclDataType_t> type = CountAndType(count, dtype);
   if (!type.ok()) return type.status();
   GROUP_NCCL("all_gather", ncclAllGather(send, recv, static_cast<size_t>(count), *type, Comm(comm_), stream));
   return absl::OkStatus();
@@ -198,8 +218,7 @@ absl::Status NcclGroup::AllGather(const void* send, void* recv, int64_t count, D
 
 absl::Status NcclGroup::ReduceScatter(const void* send, void* recv, int64_t count, Dtype dtype, ReduceOp op,
                                       cudaStream_t stream) {
-  GROUP_RETURN_IF_ERROR(CheckCount(count, "count"));
-  absl::StatusOr<ncclDataType_t> type = NcclType(dtype);
+  absl::StatusOr<ncclDataType_t> type = CountAndType(count, dtype);
   if (!type.ok()) return type.status();
   GROUP_NCCL("reduce_scatter",
              ncclReduceScatter(send, recv, static_cast<size_t>(count), *type, NcclOp(op), Comm(comm_), stream));
@@ -208,8 +227,7 @@ absl::Status NcclGroup::ReduceScatter(const void* send, void* recv, int64_t coun
 
 absl::Status NcclGroup::AllReduce(const void* send, void* recv, int64_t count, Dtype dtype, ReduceOp op,
                                   cudaStream_t stream) {
-  GROUP_RETURN_IF_ERROR(CheckCount(count, "count"));
-  absl::StatusOr<ncclDataType_t> type = NcclType(dtype);
+  absl::StatusOr<ncclDataType_t> type = CountAndType(count, dtype);
   if (!type.ok()) return type.status();
   GROUP_NCCL("all_reduce",
              ncclAllReduce(send, recv, static_cast<size_t>(count), *type, NcclOp(op), Comm(comm_), stream));
@@ -218,25 +236,30 @@ absl::Status NcclGroup::AllReduce(const void* send, void* recv, int64_t count, D
 
 absl::Status NcclGroup::Broadcast(const void* send, void* recv, int64_t count, Dtype dtype, int root,
                                   cudaStream_t stream) {
-  GROUP_RETURN_IF_ERROR(CheckCount(count, "count"));
   if (root < 0 || root >= size_) {
     return absl::InvalidArgumentError(absl::StrCat("root: ", root, " is not a rank of a group of ", size_));
   }
-  absl::StatusOr<ncclDataType_t> type = NcclType(dtype);
+  absl::StatusOr<ncclDataType_t> type = CountAndType(count, dtype);
   if (!type.ok()) return type.status();
   GROUP_NCCL("broadcast", ncclBroadcast(send, recv, static_cast<size_t>(count), *type, root, Comm(comm_), stream));
   return absl::OkStatus();
 }
 
+absl::Status NcclGroup::EndGroupCall(int first_error, std::string_view what) {
+  ncclResult_t r = static_cast<ncclResult_t>(first_error);
+  const ncclResult_t end = ncclGroupEnd();
+  if (r == ncclSuccess) r = end;
+  if (r != ncclSuccess && r != ncclInProgress) {
+    return Fail(absl::UnavailableError(absl::StrCat("NCCL group \"", name_, "\": ", std::string(what), ": ",
+                                                    ncclGetErrorString(r), "; communicator aborted")));
+  }
+  return Settle(what);
+}
+
 absl::Status NcclGroup::AllGatherV(void* data, const std::vector<int64_t>& counts,
                                    const std::vector<int64_t>& offsets, Dtype dtype, cudaStream_t stream) {
   const size_t p = static_cast<size_t>(size_);
-  for (const auto& [v, field] : {std::pair{&counts, "counts"}, std::pair{&offsets, "offsets"}}) {
-    if (v->size() != p) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ": ", v->size(), " entries for a group of ", size_));
-    }
-    for (int64_t x : *v) GROUP_RETURN_IF_ERROR(CheckCount(x, field));
-  }
+  GROUP_RETURN_IF_ERROR(CheckPerRank({{&counts, "counts"}, {&offsets, "offsets"}}, size_));
   absl::StatusOr<ncclDataType_t> type = NcclType(dtype);
   if (!type.ok()) return type.status();
   const size_t elem = static_cast<size_t>(InfoOf(dtype).element_bits / 8);
@@ -247,13 +270,7 @@ absl::Status NcclGroup::AllGatherV(void* data, const std::vector<int64_t>& count
     char* at = static_cast<char*>(data) + offsets[root] * elem;
     r = ncclBroadcast(at, at, static_cast<size_t>(counts[root]), *type, static_cast<int>(root), Comm(comm_), stream);
   }
-  const ncclResult_t end = ncclGroupEnd();
-  if (r == ncclSuccess) r = end;
-  if (r != ncclSuccess && r != ncclInProgress) {
-    return Fail(absl::UnavailableError(absl::StrCat("NCCL group \"", name_, "\": all_gather_v: ", ncclGetErrorString(r),
-                                                    "; communicator aborted")));
-  }
-  return Settle("all_gather_v");
+  return EndGroupCall(r, "all_gather_v");
 }
 
 absl::Status NcclGroup::AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
@@ -261,13 +278,11 @@ absl::Status NcclGroup::AllToAllV(const void* send, const std::vector<int64_t>& 
                                   const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_offsets,
                                   Dtype dtype, cudaStream_t stream) {
   const size_t p = static_cast<size_t>(size_);
-  for (const auto& [v, field] : {std::pair{&send_counts, "send_counts"}, std::pair{&send_offsets, "send_offsets"},
-                                 std::pair{&recv_counts, "recv_counts"}, std::pair{&recv_offsets, "recv_offsets"}}) {
-    if (v->size() != p) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ": ", v->size(), " entries for a group of ", size_));
-    }
-    for (int64_t x : *v) GROUP_RETURN_IF_ERROR(CheckCount(x, field));
-  }
+  GROUP_RETURN_IF_ERROR(CheckPerRank({{&send_counts, "send_counts"},
+                                      {&send_offsets, "send_offsets"},
+                                      {&recv_counts, "recv_counts"},
+                                      {&recv_offsets, "recv_offsets"}},
+                                     size_));
   absl::StatusOr<ncclDataType_t> type = NcclType(dtype);
   if (!type.ok()) return type.status();
   const size_t elem = static_cast<size_t>(InfoOf(dtype).element_bits / 8);
@@ -283,13 +298,7 @@ absl::Status NcclGroup::AllToAllV(const void* send, const std::vector<int64_t>& 
                    static_cast<int>(peer), Comm(comm_), stream);
     }
   }
-  const ncclResult_t end = ncclGroupEnd();
-  if (r == ncclSuccess) r = end;
-  if (r != ncclSuccess && r != ncclInProgress) {
-    return Fail(absl::UnavailableError(absl::StrCat("NCCL group \"", name_, "\": all_to_all_v: ", ncclGetErrorString(r),
-                                                    "; communicator aborted")));
-  }
-  return Settle("all_to_all_v");
+  return EndGroupCall(r, "all_to_all_v");
 }
 
 absl::Status NcclGroup::Synchronize(cudaStream_t stream, std::string_view what) {

@@ -83,6 +83,8 @@ class NcclGroup {
   // Waits while NCCL reports ncclInProgress for the last call, at most until `deadline_ms`.
   absl::Status Settle(std::string_view what);
   absl::Status Fail(absl::Status status);
+  // Ends an NCCL group call whose calls inside returned `first_error` (an ncclResult_t) and settles it.
+  absl::Status EndGroupCall(int first_error, std::string_view what);
 
   void* comm_ = nullptr;  // ncclComm_t (nccl.h stays out of this header)
   int rank_ = 0;

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "gpu/train/lt_descriptors.h"
 
 namespace gemtb::gpu::train {
 
@@ -47,28 +48,6 @@ absl::Status CublasStatus(cublasStatus_t s, const char* what) {
   } while (0)
 
 absl::Status Invalid(auto... parts) { return absl::InvalidArgumentError(absl::StrCat("gemm ", parts...)); }
-
-// The largest power of two up to 256 that divides the address: what the heuristic may assume.
-uint32_t AlignmentBytes(const void* p) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  uint32_t align = 256;
-  while (align > 1 && a % align != 0) align /= 2;
-  return align;
-}
-
-// The descriptors of one cuBLASLt call, destroyed with it.
-struct LtDescriptors {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t preference = nullptr;
-  ~LtDescriptors() {
-    if (preference) cublasLtMatmulPreferenceDestroy(preference);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "gpu/train/lt_descriptors.h"
 
 namespace gemtb::gpu::train {
 
@@ -55,19 +56,6 @@ struct Gemm {
   const void* bias = nullptr;
 };
 
-// The descriptors of one call, destroyed with it.
-struct Descriptors {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t preference = nullptr;
-  ~Descriptors() {
-    if (preference) cublasLtMatmulPreferenceDestroy(preference);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
 
 }  // namespace
 
@@ -97,7 +85,7 @@ struct Context {
 };
 
 absl::Status RunGemm(const Context& h, const Gemm& g, cudaStream_t stream) {
-  Descriptors desc;
+  LtDescriptors desc;
   GEMTB_LT(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   const cublasOperation_t ta = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -133,8 +121,7 @@ absl::Status RunGemm(const Context& h, const Gemm& g, cudaStream_t stream) {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.a}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.b},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, g.d}};
   for (const auto& [attr, ptr] : aligned) {
-    uint32_t align = 256;
-    while (align > 1 && reinterpret_cast<uintptr_t>(ptr) % align != 0) align /= 2;
+    const uint32_t align = AlignmentBytes(ptr);
     GEMTB_LT(cublasLtMatmulPreferenceSetAttribute(desc.preference, attr, &align, sizeof(align)), "MIN_ALIGNMENT");
   }
   cublasLtMatmulHeuristicResult_t result{};
@@ -168,10 +155,12 @@ absl::StatusOr<std::unique_ptr<LinearMatmuls>> LinearMatmuls::Create(size_t work
   return std::unique_ptr<LinearMatmuls>(new LinearMatmuls(std::move(h)));
 }
 
-absl::Status LinearMatmuls::Forward(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* w,
-                                    const __nv_bfloat16* bias, __nv_bfloat16* y, cudaStream_t stream) {
-  if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
-  // y^T [out, n] = W^T [out, in] x^T [in, n]: W's memory is W^T column-major, x's is x^T.
+namespace {
+
+// y^T [out, n] = W^T [out, in] x^T [in, n] (+ bias per row of y^T) (+ residual^T): W's memory is W^T
+// column-major, x's is x^T. y of type d_type (bias of the same type), residual in y's layout.
+Gemm ForwardGemm(const LinearShape& s, const void* x, const void* w, const void* bias, const void* residual, void* y,
+                 cudaDataType_t d_type) {
   Gemm g;
   g.m = s.out;
   g.n = s.n;
@@ -182,78 +171,69 @@ absl::Status LinearMatmuls::Forward(const LinearShape& s, const __nv_bfloat16* x
   g.ldb = s.in;
   g.d = y;
   g.ldd = s.out;
+  g.d_type = d_type;
   if (bias) {
     g.epilogue = CUBLASLT_EPILOGUE_BIAS;  // bias [out], one per row of y^T
     g.bias = bias;
   }
-  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream);
+  if (residual) {  // added to the fp32 product before y is rounded
+    g.c = residual;
+    g.beta = 1.0f;
+  }
+  return g;
+}
+
+// dx^T [in, n] = W [in, out] dy^T [out, n] (+ add^T): W is the transpose of W's memory read
+// column-major. dx of type d_type, add in dx's layout.
+Gemm BackwardInputGemm(const LinearShape& s, const void* dy, const void* w, const void* add, void* dx,
+                       cudaDataType_t d_type) {
+  Gemm g;
+  g.transpose_a = true;
+  g.m = s.in;
+  g.n = s.n;
+  g.k = s.out;
+  g.a = w;
+  g.lda = s.out;
+  g.b = dy;
+  g.ldb = s.out;
+  g.d = dx;
+  g.ldd = s.in;
+  g.d_type = d_type;
+  if (add) {  // dx = dy W^T + add, added to the fp32 product before dx is rounded
+    g.c = add;
+    g.beta = 1.0f;
+  }
+  return g;
+}
+
+}  // namespace
+
+absl::Status LinearMatmuls::Forward(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                                    const __nv_bfloat16* bias, __nv_bfloat16* y, cudaStream_t stream) {
+  if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
+  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, ForwardGemm(s, x, w, bias, nullptr, y, CUDA_R_16BF),
+                 stream);
 }
 
 absl::Status LinearMatmuls::BackwardInput(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
                                           const __nv_bfloat16* add, __nv_bfloat16* dx, cudaStream_t stream) {
   if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
-  // dx^T [in, n] = W [in, out] dy^T [out, n]: W is the transpose of W's memory read column-major.
-  Gemm g;
-  g.transpose_a = true;
-  g.m = s.in;
-  g.n = s.n;
-  g.k = s.out;
-  g.a = w;
-  g.lda = s.out;
-  g.b = dy;
-  g.ldb = s.out;
-  g.d = dx;
-  g.ldd = s.in;
-  if (add) {  // dx = dy W^T + add, added to the fp32 product before dx is rounded
-    g.c = add;
-    g.beta = 1.0f;
-  }
-  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream);
+  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes},
+                 BackwardInputGemm(s, dy, w, add, dx, CUDA_R_16BF), stream);
 }
 
 absl::Status LinearMatmuls::ForwardToFp32(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* w,
                                           const float* bias, const float* residual, float* y, cudaStream_t stream) {
   if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
-  // As Forward, into fp32: y^T [out, n] = W^T x^T (+ bias per row of y^T) + residual^T.
-  Gemm g;
-  g.m = s.out;
-  g.n = s.n;
-  g.k = s.in;
-  g.a = w;
-  g.lda = s.out;
-  g.b = x;
-  g.ldb = s.in;
-  g.d = y;
-  g.ldd = s.out;
-  g.d_type = CUDA_R_32F;
-  if (bias) {
-    g.epilogue = CUBLASLT_EPILOGUE_BIAS;  // fp32, as D
-    g.bias = bias;
-  }
-  if (residual) {
-    g.c = residual;
-    g.beta = 1.0f;
-  }
-  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream);
+  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, ForwardGemm(s, x, w, bias, residual, y, CUDA_R_32F),
+                 stream);
 }
 
 absl::Status LinearMatmuls::BackwardInputToFp32(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
                                                 float* dx, cudaStream_t stream) {
   if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
-  // As BackwardInput, into fp32, written.
-  Gemm g;
-  g.transpose_a = true;
-  g.m = s.in;
-  g.n = s.n;
-  g.k = s.out;
-  g.a = w;
-  g.lda = s.out;
-  g.b = dy;
-  g.ldb = s.out;
-  g.d = dx;
-  g.ldd = s.in;
-  g.d_type = CUDA_R_32F;
-  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream);
+  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes},
+                 BackwardInputGemm(s, dy, w, nullptr, dx, CUDA_R_32F), stream);
 }
 
 absl::Status LinearMatmuls::BackwardWeight(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* dy,
