@@ -216,19 +216,21 @@ struct GemModelGpu::Impl {
   absl::Status FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out);
   absl::Status FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh);
 
-  // y[n, out] = (residual +) b + x[n, in] W, x and y with row strides ldx, ldy; residual (null: none)
-  // [n, out] with row stride ldy. The bias (and residual) rows are written first, the product added
-  // by the GEMM's beta: one pass over y before the GEMM's.
-  // y = x W + b (+ residual). In the training precision (TF32), one cuBLASLt product with the bias and
-  // the residual in its epilogue. In the check precision, and where the bias's place in the parameter
-  // array is not 16-byte aligned (the epilogue reads it in vectors), a bias pass writes
-  // y = residual + b and cuBLAS's product adds x W to it: the check precision stays on the pedantic
-  // SGEMM that its bounds against the oracle were set on.
+  // y[n, out] = x[n, in] W + b (+ residual), x and y with row strides ldx, ldy; residual (null: none)
+  // [n, out] with row stride ldy. In the training precision (TF32), one cuBLASLt product with the bias
+  // and the residual in its epilogue, where every operand is in 16-byte vectors (rows and strides of
+  // whole vectors, 16-byte aligned bases: what the tensor-core kernels load; the head's last layer,
+  // 2 or 3 wide, is not). Otherwise, and in the check precision, a bias pass writes y = residual + b
+  // and cuBLAS's product adds x W to it: the check precision stays on the pedantic SGEMM that its
+  // bounds against the oracle were set on.
   absl::Status LinearFwd(const LinearP& p, int64_t n, const float* x, int64_t ldx, float* y, int64_t ldy,
                          const float* residual) {
     if (n == 0) return absl::OkStatus();
     const float* bias = W(p.b);
-    if (options.matmul == MatmulPrecision::kTf32 && reinterpret_cast<uintptr_t>(bias) % 16 == 0) {
+    auto vec = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+    const bool vectors = p.in % 4 == 0 && p.out % 4 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && vec(x) && vec(y) &&
+                         vec(bias) && vec(W(p.w)) && (residual == nullptr || vec(residual));
+    if (options.matmul == MatmulPrecision::kTf32 && vectors) {
       return mm->Linear(LinearF32{n, p.in, p.out, ldx, ldy}, x, W(p.w), bias, residual, y, st);
     }
     GEMTB_RETURN_IF_ERROR(BiasRows(residual, bias, n, p.out, y, ldy, st));
