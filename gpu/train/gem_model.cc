@@ -749,7 +749,16 @@ absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float
   GEMTB_RETURN_IF_ERROR(lin->Forward(LinearShape{n, d, g.ffn}, t.h_c16, t.w1_16, b1, t.u16, st));
   GEMTB_ASSIGN_OR_RETURN(t.g16, Bf16s(n * g.ffn));
   GEMTB_RETURN_IF_ERROR(GeluForward<__nv_bfloat16>(t.u16, n * g.ffn, t.g16, st));
-  return lin->ForwardToFp32(LinearShape{n, g.ffn, d}, t.g16, t.w2_16, W(p.ffn2.b), cur, out, st);
+  // The epilogue reads the bias in 16-byte vectors: a bias whose place in the parameter array is not
+  // 16-byte aligned goes through an aligned copy.
+  const float* b2 = W(p.ffn2.b);
+  if (reinterpret_cast<uintptr_t>(b2) % 16 != 0) {
+    float* copy;
+    GEMTB_ASSIGN_OR_RETURN(copy, mem->Floats(d));
+    GEMTB_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(copy, b2, d * sizeof(float), cudaMemcpyDeviceToDevice, st), "bias copy"));
+    b2 = copy;
+  }
+  return lin->ForwardToFp32(LinearShape{n, g.ffn, d}, t.g16, t.w2_16, b2, cur, out, st);
 }
 
 // Its backward: the residual stream's gradient ds rounded to bf16 feeds the second linear's products
