@@ -171,7 +171,7 @@ struct GpuTrainer::Impl {
       std::fprintf(stderr, "GpuTrainer: %s\n", std::string(order.status().message()).c_str());
       std::abort();
     }
-    return data::PermuteBatch(batch, *order);
+    return data::SelectSamples(batch, *order);
   }
   // `v` [B, w] of a batch taken in the job's order, back in generator order (sample b of the batch is
   // the data seed's sample indices[b], the step's first being step * B).
@@ -206,13 +206,16 @@ struct GpuTrainer::Impl {
     return batch;
   }
 
-  absl::Status TbeForward(const data::Batch& batch) {
+  absl::Status TbeInput(const data::Batch& batch) {
     embedding::KjtView kjt;
     kjt.keys = batch.keys;
     kjt.batch = batch.size;
     kjt.lengths = batch.lengths;
     kjt.values = batch.values;
-    GEMTB_RETURN_IF_ERROR(tbe->SetInput(kjt));
+    return tbe->SetInput(kjt);
+  }
+  absl::Status TbeForward(const data::Batch& batch) {
+    GEMTB_RETURN_IF_ERROR(TbeInput(batch));
     return tbe->Forward();
   }
 
@@ -228,7 +231,14 @@ struct GpuTrainer::Impl {
     const int64_t Bl = B / R, b0 = r * Bl;
     Clock::time_point at = Clock::now();
     GEMTB_RETURN_IF_ERROR(GatherParams());
-    GEMTB_RETURN_IF_ERROR(TbeForward(batch));
+    // A job's rank looks up its own samples only (the TBE backward later takes the whole batch).
+    if (split) {
+      std::vector<int64_t> mine(static_cast<size_t>(Bl));
+      for (int64_t b = 0; b < Bl; ++b) mine[static_cast<size_t>(b)] = b0 + b;
+      GEMTB_RETURN_IF_ERROR(TbeForward(data::SelectSamples(batch, mine)));
+    } else {
+      GEMTB_RETURN_IF_ERROR(TbeForward(batch));
+    }
     absl::StatusOr<embedding::DeviceOutputView> emb_out = tbe->DeviceOutput();
     if (!emb_out.ok()) return emb_out.status();
     GEMTB_RETURN_IF_ERROR(Synchronize("embedding forward"));
@@ -244,7 +254,7 @@ struct GpuTrainer::Impl {
     GEMTB_ASSIGN_OR_RETURN(logits, Allocate<float>(static_cast<size_t>(B) * T, "logits"));
     GemBatchInput in;
     in.batch = Bl;
-    in.pooled = emb_out->pooled + b0 * W;
+    in.pooled = emb_out->pooled;  // the rank's own samples' lookups
     in.dense = dense->get();
     in.labels = labels->get();
     in.masks = masks->get();
@@ -264,11 +274,11 @@ struct GpuTrainer::Impl {
         event_offsets[j][q + 1] = event_offsets[j][q] + n * g.d;
       }
       in.lengths.emplace_back(lengths + b0, lengths + b0 + Bl);
-      const int64_t first = event_offsets[j][r], n = event_offsets[j][r + 1] - first;
+      const int64_t n = event_offsets[j][r + 1] - event_offsets[j][r];
       GEMTB_ASSIGN_OR_RETURN(events[j], Allocate<float>(static_cast<size_t>(n), "events"));
       // An event's embedding: (item + action) + dt, as the oracle's trainer sums the three rows.
-      GEMTB_RETURN_IF_ERROR(Sum3(emb_out->sequence[3 * j] + first, emb_out->sequence[3 * j + 1] + first,
-                                 emb_out->sequence[3 * j + 2] + first, n, events[j]->get(), nullptr));
+      GEMTB_RETURN_IF_ERROR(Sum3(emb_out->sequence[3 * j], emb_out->sequence[3 * j + 1], emb_out->sequence[3 * j + 2], n,
+                                 events[j]->get(), nullptr));
       in.events.push_back(events[j]->get());
     }
     Backward b;
@@ -461,6 +471,8 @@ absl::StatusOr<TrainerStep> GpuTrainer::Step() {
   m.times.data_ms = Impl::Ms(at);
   absl::StatusOr<Impl::Backward> b = m.Pass(batch, true);
   if (!b.ok()) return b.status();
+  // A job's rank looked up its own samples; the tables' update takes every sample's gradient.
+  if (m.dist != nullptr) GEMTB_RETURN_IF_ERROR(m.TbeInput(batch));
   GEMTB_RETURN_IF_ERROR(m.Apply(*b));
   b->result.step = m.step;
   b->result.times = m.times;

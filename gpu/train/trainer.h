@@ -22,9 +22,10 @@
 // single process's. (The step's logits and lengths come back in generator order.) Dense parameters are 2D FSDP: each rank keeps its
 // shard of the fp32 master weights and of Adam's moments, gathers the whole array in its shard group
 // before the forward, reduce-scatters the gradient in the shard group and sums its shard across the
-// replica group before its Adam step. The tables are replicated: every rank looks up the whole
-// batch, the ranks all-gather the embedding outputs' gradients (rank order is sample order), and every
-// rank applies the same fused Adagrad to the same gradients, so the tables stay identical on every rank.
+// replica group before its Adam step. The tables are replicated: a rank looks up its own samples,
+// the ranks all-gather the embedding outputs' gradients (rank order is sample order), and every rank
+// runs the TBE backward of the whole batch, the same fused Adagrad on the same gradients, so the
+// tables stay identical on every rank.
 #ifndef GEMTB_GPU_TRAIN_TRAINER_H_
 #define GEMTB_GPU_TRAIN_TRAINER_H_
 

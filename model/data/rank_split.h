@@ -86,13 +86,14 @@ inline absl::StatusOr<std::vector<int64_t>> RankSampleOrder(const Batch& batch, 
   return order;
 }
 
-// The batch whose sample b is `batch`'s sample order[b] (order a permutation of [0, B)).
-inline Batch PermuteBatch(const Batch& batch, absl::Span<const int64_t> order) {
-  const size_t B = static_cast<size_t>(batch.size);
-  const size_t K = batch.keys.size(), J = batch.seq_lengths.size() / std::max<size_t>(B, 1);
-  const size_t m = batch.dense.size() / std::max<size_t>(B, 1), T = batch.label.size() / std::max<size_t>(B, 1);
+// The batch whose sample b is `batch`'s sample order[b], b < order.size(): a permutation of the
+// batch (RankSampleOrder's), or a rank's part of it (its samples [r B/R, (r + 1) B/R)).
+inline Batch SelectSamples(const Batch& batch, absl::Span<const int64_t> order) {
+  const size_t B0 = static_cast<size_t>(batch.size), B = order.size();
+  const size_t K = batch.keys.size(), J = batch.seq_lengths.size() / std::max<size_t>(B0, 1);
+  const size_t m = batch.dense.size() / std::max<size_t>(B0, 1), T = batch.label.size() / std::max<size_t>(B0, 1);
   Batch out;
-  out.size = batch.size;
+  out.size = static_cast<int64_t>(B);
   out.keys = batch.keys;
   out.indices.resize(B);
   out.lengths.resize(K * B);
@@ -104,11 +105,11 @@ inline Batch PermuteBatch(const Batch& batch, absl::Span<const int64_t> order) {
   out.label.resize(B * T);
   out.mask.resize(B * T);
   // Where each (key, sample)'s ids start in the values.
-  std::vector<size_t> start(K * B + 1, 0);
-  for (size_t i = 0; i < K * B; ++i) start[i + 1] = start[i] + static_cast<size_t>(batch.lengths[i]);
+  std::vector<size_t> start(K * B0 + 1, 0);
+  for (size_t i = 0; i < K * B0; ++i) start[i + 1] = start[i] + static_cast<size_t>(batch.lengths[i]);
   for (size_t k = 0; k < K; ++k) {
     for (size_t b = 0; b < B; ++b) {
-      const size_t src = k * B + static_cast<size_t>(order[b]);
+      const size_t src = k * B0 + static_cast<size_t>(order[b]);
       out.lengths[k * B + b] = batch.lengths[src];
       out.values.insert(out.values.end(), batch.values.begin() + static_cast<ptrdiff_t>(start[src]),
                         batch.values.begin() + static_cast<ptrdiff_t>(start[src + 1]));
@@ -118,7 +119,7 @@ inline Batch PermuteBatch(const Batch& batch, absl::Span<const int64_t> order) {
     const size_t src = static_cast<size_t>(order[b]);
     out.indices[b] = batch.indices[src];
     out.surface[b] = batch.surface[src];
-    for (size_t j = 0; j < J; ++j) out.seq_lengths[j * B + b] = batch.seq_lengths[j * B + src];
+    for (size_t j = 0; j < J; ++j) out.seq_lengths[j * B + b] = batch.seq_lengths[j * B0 + src];
     for (size_t c = 0; c < m; ++c) out.dense[b * m + c] = batch.dense[src * m + c];
     for (size_t t = 0; t < T; ++t) {
       out.prob[b * T + t] = batch.prob[src * T + t];

@@ -2,8 +2,8 @@
 // generator: every policy's order is a permutation whose ranks take whole sub-batches; contiguous is
 // generator order; bbs deals sub-batches in snake order by load and balance gives each to the
 // least-loaded rank, so that the heaviest rank carries no more events than under contiguous (and
-// less on a batch built to be skewed); PermuteBatch moves every field of a sample together, and
-// permuting back gives the batch's bytes; splits that do not fit are refused by name.
+// less on a batch built to be skewed); SelectSamples moves every field of a sample together,
+// permuting back gives the batch's bytes, and a rank's part is the generator's batch of its samples; splits that do not fit are refused by name.
 #include "model/data/rank_split.h"
 
 #include <gtest/gtest.h>
@@ -21,14 +21,14 @@
 namespace gemtb::data {
 namespace {
 
-Batch TinyBatch(int64_t count) {
+Batch TinyBatch(int64_t count, int64_t first = 0) {
   absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig("tiny");
   EXPECT_TRUE(config.ok()) << config.status();
   absl::StatusOr<DataParams> params = LoadDataParams("tiny");
   EXPECT_TRUE(params.ok()) << params.status();
   absl::StatusOr<Generator> g = Generator::Create(*params, ShapeFromConfig(*config));
   EXPECT_TRUE(g.ok()) << g.status();
-  return GenerateBatch(*g, 3, 0, count);
+  return GenerateBatch(*g, 3, first, count);
 }
 
 // The events each rank carries under `order`.
@@ -86,25 +86,33 @@ TEST(RankSplit, BalancingLowersTheHeaviestRank) {
   }
 }
 
-TEST(RankSplit, PermuteBatchMovesWholeSamplesAndPermutesBack) {
+TEST(RankSplit, SelectSamplesMovesWholeSamplesAndPermutesBack) {
   const Batch batch = TinyBatch(24);
   absl::StatusOr<std::vector<int64_t>> order = RankSampleOrder(batch, RankSplit::kBalance, 3, 4);
   ASSERT_TRUE(order.ok()) << order.status();
-  const Batch moved = PermuteBatch(batch, *order);
+  const Batch moved = SelectSamples(batch, *order);
   for (size_t b = 0; b < 24; ++b) {
-    const Batch one = PermuteBatch(batch, std::vector<int64_t>(24, (*order)[b]));  // every slot sample order[b]
+    const Batch one = SelectSamples(batch, std::vector<int64_t>(24, (*order)[b]));  // every slot sample order[b]
     EXPECT_EQ(moved.indices[b], batch.indices[static_cast<size_t>((*order)[b])]);
     EXPECT_EQ(moved.indices[b], one.indices[0]);
   }
   std::vector<int64_t> inverse(24);
   for (size_t b = 0; b < 24; ++b) inverse[static_cast<size_t>((*order)[b])] = static_cast<int64_t>(b);
-  EXPECT_TRUE(SameBatch(PermuteBatch(moved, inverse), batch));
+  EXPECT_TRUE(SameBatch(SelectSamples(moved, inverse), batch));
   std::vector<int64_t> identity(24);
   std::iota(identity.begin(), identity.end(), 0);
-  EXPECT_TRUE(SameBatch(PermuteBatch(batch, identity), batch));
+  EXPECT_TRUE(SameBatch(SelectSamples(batch, identity), batch));
   // A sample's ids travel with it: the item ids of sample order[0] lead the moved batch's first sequence key.
   const size_t item_key = batch.keys.size() - 3 * (batch.seq_lengths.size() / 24);
   EXPECT_EQ(moved.lengths[item_key * 24], batch.lengths[item_key * 24 + static_cast<size_t>((*order)[0])]);
+}
+
+// A rank's contiguous part is the batch the generator makes of those samples alone.
+TEST(RankSplit, SelectingARanksPartGivesTheGeneratorsBatchOfIt) {
+  const Batch batch = TinyBatch(24);
+  std::vector<int64_t> part(8);
+  std::iota(part.begin(), part.end(), 8);
+  EXPECT_TRUE(SameBatch(SelectSamples(batch, part), TinyBatch(8, 8)));
 }
 
 TEST(RankSplit, SplitsThatDoNotFitAreRefusedByName) {
