@@ -38,7 +38,10 @@ namespace gemtb::gpu::comm {
 class CopyEngineAllGather {
  public:
   // One process driving every member: member i on devices[i]. A device may appear more than once
-  // (its members then copy within that GPU, which the tests use on one GPU). Peer access is turned on
+  // (its members then copy within that GPU, which the tests use on one GPU); each member takes
+  // `members` streams of its device, and where a device's streams outnumber its hardware queues
+  // (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default) a flag wait can hold back a stream that shares its
+  // queue, so a device should carry at most two members. Peer access is turned on
   // between the distinct devices; FailedPrecondition when two of them cannot reach each other.
   static absl::StatusOr<std::vector<std::unique_ptr<CopyEngineAllGather>>> CreateInProcess(
       const std::vector<int>& devices, int64_t slot_bytes);

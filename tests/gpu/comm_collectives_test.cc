@@ -1,5 +1,5 @@
 // The trainer's collectives on the GPUs of this machine: the copy-engine all-gather (members on
-// distinct GPUs where there are several, else three members on GPU 0) against the expected
+// distinct GPUs where there are several, else two members on GPU 0) against the expected
 // concatenation over calls of different sizes, in place and not; an NCCL group of one rank through a
 // real TCP store (every collective, a split, the argument checks). Skipped without a GPU.
 #include <cuda_runtime.h>
@@ -36,7 +36,10 @@ TEST(CopyEngineAllGather, GathersEveryMembersBytesOverRepeatedCalls) {
   if (gpus >= 2) {
     for (int d = 0; d < std::min(gpus, 4); ++d) devices.push_back(d);
   } else {
-    devices = {0, 0, 0};
+    // Two members on one GPU: 4 streams, each its own hardware queue (CUDA_DEVICE_MAX_CONNECTIONS is 8
+    // by default). More streams would share queues, and one blocked in a flag wait could hold back
+    // the member on its queue that was to set the flag.
+    devices = {0, 0};
   }
   const int p = static_cast<int>(devices.size());
   const int64_t slot = 1 << 20;
