@@ -301,12 +301,14 @@ absl::Status NcclGroup::AllToAllV(const void* send, const std::vector<int64_t>& 
   return EndGroupCall(r, "all_to_all_v");
 }
 
-absl::Status NcclGroup::Synchronize(cudaStream_t stream, std::string_view what) {
+absl::Status NcclGroup::Synchronize(cudaStream_t stream, std::string_view what,
+                                    const std::function<absl::Status()>& job) {
   if (aborted_) return absl::FailedPreconditionError(absl::StrCat("NCCL group \"", name_, "\" was aborted"));
   if (cudaError_t e = cudaEventRecord(sync_event_, stream); e != cudaSuccess) {
     return absl::InternalError(absl::StrCat("cudaEventRecord: ", cudaGetErrorString(e)));
   }
   const Clock::time_point deadline = Clock::now() + timeout_;
+  Clock::time_point next_job_check = Clock::now() + std::chrono::milliseconds(100);
   for (int spins = 0;; ++spins) {
     const cudaError_t e = cudaEventQuery(sync_event_);
     if (e == cudaSuccess) return absl::OkStatus();
@@ -322,6 +324,13 @@ absl::Status NcclGroup::Synchronize(cudaStream_t stream, std::string_view what) 
       return Fail(absl::DeadlineExceededError(absl::StrCat("NCCL group \"", name_, "\": ", std::string(what), " not done after ",
                                                            timeout_.count(), " ms (a rank died or stopped calling); "
                                                            "communicator aborted")));
+    }
+    if (job && Clock::now() >= next_job_check) {
+      if (absl::Status s = job(); !s.ok()) {
+        return Fail(absl::Status(s.code(), absl::StrCat("NCCL group \"", name_, "\": ", std::string(what),
+                                                        " abandoned: ", s.message(), "; communicator aborted")));
+      }
+      next_job_check = Clock::now() + std::chrono::milliseconds(100);
     }
     if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }

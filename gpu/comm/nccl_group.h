@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -71,8 +72,11 @@ class NcclGroup {
 
   // Waits until `stream`'s work so far is done, at most the group's timeout. On a deadline or an
   // error NCCL reports, aborts the communicator (every later call fails) and returns
-  // DeadlineExceeded / Unavailable naming `what`, the group and the timeout.
-  absl::Status Synchronize(cudaStream_t stream, std::string_view what);
+  // DeadlineExceeded / Unavailable naming `what`, the group and the timeout. `job`, when set, is
+  // asked every 100 ms how the job stands (the store's JobStatus): its error ends the wait at once
+  // the same way (a rank that died shows there before any NCCL timeout).
+  absl::Status Synchronize(cudaStream_t stream, std::string_view what,
+                           const std::function<absl::Status()>& job = nullptr);
   // Aborts the communicator now (what a rank does to its other groups once one wait failed).
   void Abort() { (void)Fail(absl::OkStatus()); }
   // Whether a failed wait (or Abort) aborted the communicator.

@@ -122,7 +122,8 @@ void NcclTrainerCollectives::AbortAll() {
 absl::Status NcclTrainerCollectives::Synchronize(cudaStream_t stream, std::string_view what) {
   // One event covers every group's work on the stream; the world group's wait bounds it, and a
   // failure aborts all three groups (a rank gone leaves none of them usable).
-  absl::Status s = world_->Synchronize(stream, what);
+  // The store is asked along the way: a rank that died ends the wait at once, not at the timeout.
+  absl::Status s = world_->Synchronize(stream, what, [this] { return store_->JobStatus(); });
   if (!s.ok()) {
     shard_->Abort();
     replica_->Abort();

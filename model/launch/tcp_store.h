@@ -92,6 +92,10 @@ class TcpStoreClient {
   absl::Status Erase(std::string_view key);
   // Reports this rank's error: every rank's waits end with it (as Aborted naming this rank).
   absl::Status Fail(std::string_view message);
+  // The job's failure as the store knows it (a rank gone, a rank's reported error), or OK; answers at
+  // once. A rank waiting on something other than the store (a GPU collective) polls it, so that it
+  // learns of a dead rank without waiting for its own timeout.
+  absl::Status JobStatus();
   // Says goodbye and closes.
   absl::Status Close();
 

@@ -154,6 +154,8 @@ absl::Status TcpStoreClient::Erase(std::string_view key) { return Call(wire::kEr
 
 absl::Status TcpStoreClient::Fail(std::string_view message) { return Call(wire::kFail, "", message).status(); }
 
+absl::Status TcpStoreClient::JobStatus() { return Call(wire::kCheck, "", "").status(); }
+
 absl::Status TcpStoreClient::Close() {
   absl::Status s = Call(wire::kBye, "", "").status();
   if (fd_ >= 0) ::close(fd_);

@@ -164,6 +164,13 @@ void TcpStoreServer::Serve(int fd) {
           values_.erase(request->key);
         }
         break;
+      case wire::kCheck:  // the job's failure, or OK, without waiting
+        if (rank < 0) {
+          status = absl::FailedPreconditionError("store: check before hello");
+        } else {
+          status = failure_;
+        }
+        break;
       case wire::kFail:
         if (rank < 0) {
           status = absl::FailedPreconditionError("store: fail before hello");

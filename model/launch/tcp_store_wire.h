@@ -15,7 +15,7 @@ namespace gemtb::launch::wire {
 
 using Clock = std::chrono::steady_clock;
 
-enum Op : uint8_t { kHello = 1, kSet = 2, kGet = 3, kFail = 4, kBye = 5, kErase = 6 };
+enum Op : uint8_t { kHello = 1, kSet = 2, kGet = 3, kFail = 4, kBye = 5, kErase = 6, kCheck = 7 };
 
 // Keys and values larger than this are refused (they would be a bug, not a payload).
 constexpr uint64_t kMaxValueBytes = uint64_t{1} << 30;

@@ -1,5 +1,6 @@
 // The rendezvous TCP store: values move between ranks, every wait ends within its timeout, and a
-// dead rank, a wrong world size or a rank's own error end every rank's waits with a named error.
+// dead rank, a wrong world size or a rank's own error end every rank's waits with a named error (and
+// show in JobStatus, which answers at once).
 // Ranks are threads here, except where a process must die (fork, then SIGKILL).
 #include "model/launch/tcp_store.h"
 
@@ -137,6 +138,7 @@ TEST(TcpStore, ARanksReportedErrorEndsEveryRanksWait) {
   EXPECT_THAT(r2->Fail("checkpoint step 7: config hash differs"), IsOk());
   EXPECT_THAT(w0.get(), StatusIs(absl::StatusCode::kAborted, HasSubstr("rank 2: checkpoint step 7")));
   EXPECT_THAT(w1.get(), StatusIs(absl::StatusCode::kAborted, HasSubstr("rank 2: checkpoint step 7")));
+  EXPECT_THAT(r1->JobStatus(), StatusIs(absl::StatusCode::kAborted, HasSubstr("rank 2: checkpoint step 7")));
   EXPECT_THAT(r0->Set("k", "v"), StatusIs(absl::StatusCode::kAborted));
   for (auto* c : {r0.get(), r1.get(), r2.get()}) EXPECT_THAT(c->Close(), IsOk());
   EXPECT_THAT((*server)->Shutdown(kTimeout), StatusIs(absl::StatusCode::kAborted, HasSubstr("rank 2")));
@@ -160,6 +162,7 @@ TEST(TcpStore, AKilledRankEndsEveryOtherRanksWaitWithinTheTimeout) {
   auto r0 = MustConnect(port, 0, 3, Millis(20000));
   auto r2 = MustConnect(port, 2, 3, Millis(20000));
   ASSERT_THAT(r0->Get("rank 1 up"), IsOk());
+  EXPECT_THAT(r0->JobStatus(), IsOk());  // a healthy job: OK, at once
   auto w2 = std::async(std::launch::async, [&] { return r2->Get("never"); });
   const auto t0 = Clock::now();
   ::kill(child, SIGKILL);
@@ -168,6 +171,7 @@ TEST(TcpStore, AKilledRankEndsEveryOtherRanksWaitWithinTheTimeout) {
   EXPECT_TRUE(WIFSIGNALED(status));
   EXPECT_THAT(r0->Get("never"), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rank 1: its connection to the store closed without a goodbye")));
   EXPECT_THAT(w2.get(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rank 1")));
+  EXPECT_THAT(r0->JobStatus(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rank 1")));
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
   r0->Close().IgnoreError();
   r2->Close().IgnoreError();

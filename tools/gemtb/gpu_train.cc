@@ -546,8 +546,8 @@ int RunGpuTrain(const std::vector<std::string>& args) {
       "split among the ranks by --batch-split); dense parameters are 2D FSDP over --shard-group ranks,\n"
       "gathered by NCCL or the copy engines (--param-gather); the tables are replicated and updated\n"
       "with every rank's gradients. Rank 0 prints and writes the report and the checkpoint's manifest; every rank writes\n"
-      "its part of a checkpoint. A rank that dies or stops answering ends every rank with a named error\n"
-      "within --store-timeout seconds.\n"
+      "its part of a checkpoint. A rank that dies ends every rank with a named error at once; one that\n"
+      "stops answering, within --store-timeout seconds.\n"
       "Exit 0; 2 on bad input or without a usable GPU (checked after the flags and the checkpoint).");
   flags.String("config", &f.config, "model config: tiny | small | path to a JSON (default tiny)");
   flags.Int64("steps", &f.steps, "total training steps (default 1000; with --resume, the total including resumed)");
