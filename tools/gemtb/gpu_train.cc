@@ -545,13 +545,13 @@ int RunGpuTrain(const std::vector<std::string>& args) {
       "id through a TCP store on rank 0. --local-batch is then per GPU (the global batch R times it,\n"
       "split among the ranks by --batch-split); dense parameters are 2D FSDP over --shard-group ranks,\n"
       "gathered by NCCL or the copy engines (--param-gather); the tables are replicated and updated\n"
-      "with every rank's gradients. Rank 0 prints and writes the report and the checkpoint's manifest; every rank writes\n"
-      "its part of a checkpoint. A rank that dies ends every rank with a named error at once; one that\n"
-      "stops answering, within --store-timeout seconds.\n"
+      "with every rank's gradients. Rank 0 prints and writes the report and the checkpoint's\n"
+      "manifest; every rank writes its part of a checkpoint. A rank that dies ends every rank with a\n"
+      "named error at once; one that stops answering, within --store-timeout seconds.\n"
       "Exit 0; 2 on bad input or without a usable GPU (checked after the flags and the checkpoint).");
   flags.String("config", &f.config, "model config: tiny | small | path to a JSON (default tiny)");
   flags.Int64("steps", &f.steps, "total training steps (default 1000; with --resume, the total including resumed)");
-  flags.Int64("local-batch", &f.local_batch, "samples per step on the GPU (default 64)");
+  flags.Int64("local-batch", &f.local_batch, "samples per step on each GPU (default 64)");
   flags.OptionalInt64("schedule-steps", &f.schedule_steps,
                       "steps of the learning rates' linear decay (default --steps), e.g. to stop early and resume");
   flags.OptionalDouble("lr", &f.lr, "dense Adam learning rate (default 1e-3)");
