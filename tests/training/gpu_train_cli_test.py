@@ -235,7 +235,8 @@ def bench_layers_bad_input(d):
     for bad, words in ((["--steps", "0"], "--steps: 0"), (["--local-batch", "0"], "--local-batch: 0"),
                        (["--warmup", "-1"], "--warmup: -1"), (["--config", "nope"], "--config"),
                        (["--peak-tflops", "0"], "--peak-tflops: 0"), (["--hbm-tbps", "nan"], "--hbm-tbps: nan"),
-                       (["--seed", "-1"], "--seed: -1"), (["--matmul", "x"], '--matmul: "x"')):
+                       (["--seed", "-1"], "--seed: -1"), (["--matmul", "x"], '--matmul: "x"'),
+                       (["--ffn", "fp16"], '--ffn: "fp16"')):
         p = run(["bench", "layers", "--out-dir", out] + bad, expect=2)
         assert p.stderr.startswith("gemtb bench layers: error: ") and words in p.stderr, (bad, p.stderr)
         assert not os.path.exists(out), bad
