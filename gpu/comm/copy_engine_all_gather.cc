@@ -9,17 +9,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gpu/comm/stream_flags.h"
+#include "gpu/common/device_buffer.h"
 
 namespace gemtb::gpu::comm {
 namespace {
 
-absl::Status CudaError(const char* what, cudaError_t e) {
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
-}
-
 #define CE_CUDA(call)                                                              \
   do {                                                                             \
-    if (cudaError_t e_ = (call); e_ != cudaSuccess) return CudaError(#call, e_);   \
+    if (cudaError_t e_ = (call); e_ != cudaSuccess) return CudaOk(e_, #call);      \
   } while (false)
 #define CE_RETURN_IF_ERROR(expr)                                                   \
   do {                                                                             \
@@ -52,21 +49,26 @@ absl::Status CheckSlotBytes(int64_t slot_bytes) {
   return absl::OkStatus();
 }
 
-// The window's allocation: slots, then the two flag arrays (zeroed).
-absl::StatusOr<char*> AllocateWindow(int members, int64_t slot_bytes) {
-  const int64_t slots = members * slot_bytes;
-  const int64_t padded = (slots + 255) / 256 * 256;
-  void* p = nullptr;
-  CE_CUDA(cudaMalloc(&p, static_cast<size_t>(padded + CopyEngineFlagBytes(members))));
-  CE_CUDA(cudaMemset(static_cast<char*>(p) + padded, 0, static_cast<size_t>(CopyEngineFlagBytes(members))));
-  return static_cast<char*>(p);
-}
-
+// Where a window of `members` slots keeps its flags: after the slots, 256-byte aligned.
 int64_t FlagOffset(int members, int64_t slot_bytes) { return (members * slot_bytes + 255) / 256 * 256; }
 
 }  // namespace
 
 int64_t CopyEngineFlagBytes(int members) { return (int64_t{8} * members + 255) / 256 * 256; }
+
+absl::Status CopyEngineAllGather::AllocateWindow(int members) {
+  const int64_t flags = FlagOffset(members, slot_bytes_);
+  void* p = nullptr;
+  CE_CUDA(cudaMalloc(&p, static_cast<size_t>(flags + CopyEngineFlagBytes(members))));
+  window_ = static_cast<char*>(p);
+  CE_CUDA(cudaMemset(window_ + flags, 0, static_cast<size_t>(CopyEngineFlagBytes(members))));
+  return absl::OkStatus();
+}
+
+uint32_t* CopyEngineAllGather::Arrived(int j) const {
+  return reinterpret_cast<uint32_t*>(peer_windows_[j] + FlagOffset(members(), slot_bytes_));
+}
+uint32_t* CopyEngineAllGather::Free(int j) const { return Arrived(j) + members(); }
 
 absl::Status CopyEngineAllGather::MakeStreams() {
   const int p = members();
@@ -108,7 +110,7 @@ absl::StatusOr<std::vector<std::unique_ptr<CopyEngineAllGather>>> CopyEngineAllG
       if (e == cudaErrorPeerAccessAlreadyEnabled) {
         cudaGetLastError();  // clear it
       } else if (e != cudaSuccess) {
-        return CudaError("cudaDeviceEnablePeerAccess", e);
+        return CudaOk(e, "cudaDeviceEnablePeerAccess");
       }
     }
   }
@@ -119,20 +121,12 @@ absl::StatusOr<std::vector<std::unique_ptr<CopyEngineAllGather>>> CopyEngineAllG
     m->device_ = devices[i];
     m->slot_bytes_ = slot_bytes;
     DeviceScope scope(m->device_);
-    absl::StatusOr<char*> w = AllocateWindow(p, slot_bytes);
-    if (!w.ok()) return w.status();
-    m->window_ = *w;
-    m->arrived_ = reinterpret_cast<uint32_t*>(m->window_ + FlagOffset(p, slot_bytes));
-    m->free_ = m->arrived_ + p;
+    CE_RETURN_IF_ERROR(m->AllocateWindow(p));
     all.push_back(std::move(m));
   }
   for (int i = 0; i < p; ++i) {
     CopyEngineAllGather& m = *all[i];
-    for (int j = 0; j < p; ++j) {
-      m.peer_windows_.push_back(all[j]->window_);
-      m.peer_arrived_.push_back(all[j]->arrived_);
-      m.peer_free_.push_back(all[j]->free_);
-    }
+    for (int j = 0; j < p; ++j) m.peer_windows_.push_back(all[j]->window_);
     DeviceScope scope(m.device_);
     CE_RETURN_IF_ERROR(m.MakeStreams());
     CE_CUDA(cudaDeviceSynchronize());  // the zeroed flags before any member writes them
@@ -160,11 +154,7 @@ absl::StatusOr<std::unique_ptr<CopyEngineAllGather>> CopyEngineAllGather::Create
   m->slot_bytes_ = slot_bytes;
   m->ipc_ = true;
   CE_CUDA(cudaGetDevice(&m->device_));
-  absl::StatusOr<char*> w = AllocateWindow(p, slot_bytes);
-  if (!w.ok()) return w.status();
-  m->window_ = *w;
-  m->arrived_ = reinterpret_cast<uint32_t*>(m->window_ + FlagOffset(p, slot_bytes));
-  m->free_ = m->arrived_ + p;
+  CE_RETURN_IF_ERROR(m->AllocateWindow(p));
   CE_CUDA(cudaDeviceSynchronize());  // the zeroed flags before the handle is out
 
   // What every member must agree on, then the handle.
@@ -179,8 +169,6 @@ absl::StatusOr<std::unique_ptr<CopyEngineAllGather>> CopyEngineAllGather::Create
   for (int j = 0; j < p; ++j) {
     if (j == m->member_) {
       m->peer_windows_.push_back(m->window_);
-      m->peer_arrived_.push_back(m->arrived_);
-      m->peer_free_.push_back(m->free_);
       continue;
     }
     absl::StatusOr<std::string> got = store.Get(absl::StrCat(prefix, member_ranks[j]));
@@ -197,11 +185,7 @@ absl::StatusOr<std::unique_ptr<CopyEngineAllGather>> CopyEngineAllGather::Create
     std::memcpy(&peer, got->data() + zero + 1, sizeof(peer));
     void* mapped = nullptr;
     CE_CUDA(cudaIpcOpenMemHandle(&mapped, peer, cudaIpcMemLazyEnablePeerAccess));
-    char* pw = static_cast<char*>(mapped);
-    uint32_t* pa = reinterpret_cast<uint32_t*>(pw + FlagOffset(p, slot_bytes));
-    m->peer_windows_.push_back(pw);
-    m->peer_arrived_.push_back(pa);
-    m->peer_free_.push_back(pa + p);
+    m->peer_windows_.push_back(static_cast<char*>(mapped));
   }
   CE_RETURN_IF_ERROR(m->MakeStreams());
   return m;
@@ -232,22 +216,22 @@ absl::Status CopyEngineAllGather::AllGather(const void* input, int64_t bytes, cu
   char* own_slot = window_ + i * bytes;
   // This window may take call n's slots: `stream`'s earlier readers of it are done.
   for (int j = 0; j < p; ++j) {
-    if (j != i) CE_RETURN_IF_ERROR(StreamWriteFlag(stream, peer_free_[j] + i, n));
+    if (j != i) CE_RETURN_IF_ERROR(StreamWriteFlag(stream, Free(j) + i, n));
   }
   CE_CUDA(cudaEventRecord(input_ready_, stream));
   // Peers in the order i+1, i+2, ...: at any moment the members push to different windows.
   for (int k = 1; k < p; ++k) {
     const int j = (i + k) % p;
     CE_CUDA(cudaStreamWaitEvent(side_[j], input_ready_, 0));
-    CE_RETURN_IF_ERROR(StreamWaitFlag(side_[j], free_ + j, n));
+    CE_RETURN_IF_ERROR(StreamWaitFlag(side_[j], Free(i) + j, n));
     CE_CUDA(cudaMemcpyAsync(peer_windows_[j] + i * bytes, input, b, cudaMemcpyDefault, side_[j]));
-    CE_RETURN_IF_ERROR(StreamWriteFlag(side_[j], peer_arrived_[j] + i, n));
+    CE_RETURN_IF_ERROR(StreamWriteFlag(side_[j], Arrived(j) + i, n));
     CE_CUDA(cudaEventRecord(side_done_[j], side_[j]));
   }
   if (input != own_slot) CE_CUDA(cudaMemcpyAsync(own_slot, input, b, cudaMemcpyDefault, stream));
   for (int j = 0; j < p; ++j) {
     if (j == i) continue;
-    CE_RETURN_IF_ERROR(StreamWaitFlag(stream, arrived_ + j, n));
+    CE_RETURN_IF_ERROR(StreamWaitFlag(stream, Arrived(i) + j, n));
     CE_CUDA(cudaStreamWaitEvent(stream, side_done_[j], 0));
   }
   return absl::OkStatus();

@@ -1,7 +1,7 @@
 // An all-gather among the GPUs of one host that no SM takes part in: the copy engines move the
 // bytes (cudaMemcpyAsync between device memories over NVLink) and the GPUs' front ends order them
-// (stream_flags.h), so the SMs stay with the model's kernels. NCCL's all-gather runs as kernels on
-// ~16-32 SMs; this one runs on none.
+// (stream_flags.h), so the SMs stay with the model's kernels, where NCCL's all-gather runs as
+// kernels on SMs of its own.
 //
 // Each member owns a window: the gathered output, `members` slots of up to `slot_bytes`, with member
 // i's input at byte i * bytes of a call of `bytes` (contiguous, as NCCL's all-gather writes). Every
@@ -72,17 +72,18 @@ class CopyEngineAllGather {
  private:
   CopyEngineAllGather() = default;
   absl::Status MakeStreams();
+  // Allocates this member's window for `members` slots of slot_bytes_, its flags zeroed.
+  absl::Status AllocateWindow(int members);
+  // Member j's flag arrays, as this member addresses them (they follow the slots in j's window).
+  uint32_t* Arrived(int j) const;
+  uint32_t* Free(int j) const;
 
   int member_ = 0;
   int device_ = 0;
   int64_t slot_bytes_ = 0;
   uint32_t calls_ = 0;
-  char* window_ = nullptr;       // owned: members * slot_bytes, then arrived[members], free[members]
-  uint32_t* arrived_ = nullptr;  // in window_'s allocation
-  uint32_t* free_ = nullptr;
-  std::vector<char*> peer_windows_;       // member j's window as this member addresses it (j == member_: own)
-  std::vector<uint32_t*> peer_arrived_;   // member j's arrived array
-  std::vector<uint32_t*> peer_free_;      // member j's free array
+  char* window_ = nullptr;            // owned: members * slot_bytes, then arrived[members], free[members]
+  std::vector<char*> peer_windows_;  // member j's window as this member addresses it (j == member_: own)
   std::vector<cudaStream_t> side_;        // one per peer (the copies to different peers run side by side)
   std::vector<cudaEvent_t> side_done_;
   cudaEvent_t input_ready_ = nullptr;
