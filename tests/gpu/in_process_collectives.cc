@@ -3,13 +3,12 @@
 #include <cuda_runtime.h>
 
 #include "absl/strings/str_cat.h"
+#include "gpu/common/device_buffer.h"
 
 namespace gemtb::gpu::train::test {
 namespace {
 
-absl::Status Cuda(cudaError_t e, const char* what) {
-  return e == cudaSuccess ? absl::OkStatus() : absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
-}
+using gpu::CudaOk;
 
 #define IPC_RETURN_IF_ERROR(expr)                      \
   do {                                                 \
@@ -53,7 +52,7 @@ absl::StatusOr<std::vector<float>> InProcessCollectives::Sum(const std::vector<c
   std::vector<float> sum(static_cast<size_t>(count), 0.0f), part(static_cast<size_t>(count));
   for (size_t i = 0; i < ranks.size(); ++i) {
     const float* src = static_cast<const float*>(all[ranks[i]]) + offset;
-    IPC_RETURN_IF_ERROR(Cuda(cudaMemcpy(part.data(), src, count * sizeof(float), cudaMemcpyDeviceToHost), "sum read"));
+    IPC_RETURN_IF_ERROR(CudaOk(cudaMemcpy(part.data(), src, count * sizeof(float), cudaMemcpyDeviceToHost), "sum read"));
     for (int64_t k = 0; k < count; ++k) sum[k] = i == 0 ? part[k] : sum[k] + part[k];
   }
   return sum;
@@ -61,7 +60,7 @@ absl::StatusOr<std::vector<float>> InProcessCollectives::Sum(const std::vector<c
 
 absl::StatusOr<float*> InProcessCollectives::ParamsBuffer(int64_t shard_count) {
   void* p = nullptr;
-  IPC_RETURN_IF_ERROR(Cuda(cudaMalloc(&p, shard_count * job_.shard_group * sizeof(float)), "params buffer"));
+  IPC_RETURN_IF_ERROR(CudaOk(cudaMalloc(&p, shard_count * job_.shard_group * sizeof(float)), "params buffer"));
   params_ = static_cast<float*>(p);
   return params_;
 }
@@ -75,7 +74,7 @@ absl::Status InProcessCollectives::GatherShards(const float* shard, float* full,
   const std::vector<const void*> all = Exchange(shard, stream);
   const std::vector<int> group = ShardGroup();
   for (size_t q = 0; q < group.size(); ++q) {
-    IPC_RETURN_IF_ERROR(Cuda(cudaMemcpy(full + q * shard_count, all[group[q]], shard_count * sizeof(float),
+    IPC_RETURN_IF_ERROR(CudaOk(cudaMemcpy(full + q * shard_count, all[group[q]], shard_count * sizeof(float),
                                         cudaMemcpyDeviceToDevice),
                              "gather"));
   }
@@ -90,7 +89,7 @@ absl::Status InProcessCollectives::ReduceScatterGrads(const float* full, float* 
   absl::StatusOr<std::vector<float>> sum = Sum(all, ShardGroup(), q * count, count);
   job_.barrier.arrive_and_wait();  // every member has read every full gradient
   if (!sum.ok()) return sum.status();
-  return Cuda(cudaMemcpy(shard, sum->data(), count * sizeof(float), cudaMemcpyHostToDevice), "reduce-scatter write");
+  return CudaOk(cudaMemcpy(shard, sum->data(), count * sizeof(float), cudaMemcpyHostToDevice), "reduce-scatter write");
 }
 
 absl::Status InProcessCollectives::AllReduceReplicas(float* shard, int64_t count, cudaStream_t stream) {
@@ -98,7 +97,7 @@ absl::Status InProcessCollectives::AllReduceReplicas(float* shard, int64_t count
   absl::StatusOr<std::vector<float>> sum = Sum(all, ReplicaGroup(), 0, count);
   job_.barrier.arrive_and_wait();  // every replica has read every shard before any is overwritten
   if (!sum.ok()) return sum.status();
-  return Cuda(cudaMemcpy(shard, sum->data(), count * sizeof(float), cudaMemcpyHostToDevice), "all-reduce write");
+  return CudaOk(cudaMemcpy(shard, sum->data(), count * sizeof(float), cudaMemcpyHostToDevice), "all-reduce write");
 }
 
 absl::Status InProcessCollectives::AllGatherV(float* data, const std::vector<int64_t>& counts,
@@ -109,7 +108,7 @@ absl::Status InProcessCollectives::AllGatherV(float* data, const std::vector<int
   const std::vector<const void*> all = Exchange(data, stream);
   for (int r = 0; r < job_.world_size; ++r) {
     if (r == rank_ || counts[r] == 0) continue;
-    IPC_RETURN_IF_ERROR(Cuda(cudaMemcpy(data + offsets[r], static_cast<const float*>(all[r]) + offsets[r],
+    IPC_RETURN_IF_ERROR(CudaOk(cudaMemcpy(data + offsets[r], static_cast<const float*>(all[r]) + offsets[r],
                                         counts[r] * sizeof(float), cudaMemcpyDeviceToDevice),
                              "all-gather-v"));
   }
@@ -122,16 +121,16 @@ absl::Status InProcessCollectives::AllReduceSum(double* data, int64_t count, cud
   std::vector<double> sum(static_cast<size_t>(count), 0.0), part(static_cast<size_t>(count));
   absl::Status status;
   for (int r = 0; r < job_.world_size && status.ok(); ++r) {
-    status = Cuda(cudaMemcpy(part.data(), all[r], count * sizeof(double), cudaMemcpyDeviceToHost), "sum read");
+    status = CudaOk(cudaMemcpy(part.data(), all[r], count * sizeof(double), cudaMemcpyDeviceToHost), "sum read");
     for (int64_t k = 0; k < count; ++k) sum[k] += part[k];
   }
   job_.barrier.arrive_and_wait();
   IPC_RETURN_IF_ERROR(status);
-  return Cuda(cudaMemcpy(data, sum.data(), count * sizeof(double), cudaMemcpyHostToDevice), "all-reduce write");
+  return CudaOk(cudaMemcpy(data, sum.data(), count * sizeof(double), cudaMemcpyHostToDevice), "all-reduce write");
 }
 
 absl::Status InProcessCollectives::Synchronize(cudaStream_t stream, std::string_view what) {
-  return Cuda(cudaStreamSynchronize(stream), "synchronize");
+  return CudaOk(cudaStreamSynchronize(stream), "synchronize");
 }
 
 }  // namespace gemtb::gpu::train::test
