@@ -1,5 +1,6 @@
 #include "gpu/train/trainer.h"
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -98,35 +99,37 @@ struct GpuTrainer::Impl {
     return whole;
   }
 
-  // A job step's collectives, each between two events on the trainer's stream.
-  struct TimedCollective {
-    CollectiveTime what;
-    cudaEvent_t begin = nullptr, end = nullptr;
-  };
-  std::vector<TimedCollective> timed;
+  // A job step's collectives, each between two events on the trainer's stream. The events are made
+  // once and serve every step (the k-th collective of a step takes the k-th pair).
+  std::vector<CollectiveTime> timed;
+  std::vector<std::array<cudaEvent_t, 2>> timing_events;
   template <typename Fn>
   absl::Status Timed(const char* name, const char* group, bool before_model, Fn&& fn) {
-    TimedCollective t;
-    t.what = {name, group, 0, before_model};
-    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&t.begin), "cudaEventCreate"));
-    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&t.end), "cudaEventCreate"));
-    timed.push_back(t);
-    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(t.begin, nullptr), "cudaEventRecord"));
-    GEMTB_RETURN_IF_ERROR(fn());
-    return CudaStatus(cudaEventRecord(t.end, nullptr), "cudaEventRecord");
-  }
-  // The step's collective times (after the stream is done), and the events freed.
-  std::vector<CollectiveTime> TakeCollectiveTimes() {
-    std::vector<CollectiveTime> out;
-    for (TimedCollective& t : timed) {
-      float ms = 0;
-      if (cudaEventElapsedTime(&ms, t.begin, t.end) == cudaSuccess) t.what.ms = ms;
-      out.push_back(t.what);
-      cudaEventDestroy(t.begin);
-      cudaEventDestroy(t.end);
+    if (timed.size() == timing_events.size()) {
+      std::array<cudaEvent_t, 2> pair{};
+      GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&pair[0]), "cudaEventCreate"));
+      GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&pair[1]), "cudaEventCreate"));
+      timing_events.push_back(pair);
     }
-    timed.clear();
-    return out;
+    const std::array<cudaEvent_t, 2>& pair = timing_events[timed.size()];
+    timed.push_back({name, group, 0, before_model});
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(pair[0], nullptr), "cudaEventRecord"));
+    GEMTB_RETURN_IF_ERROR(fn());
+    return CudaStatus(cudaEventRecord(pair[1], nullptr), "cudaEventRecord");
+  }
+  // The step's collective times (after the stream is done).
+  std::vector<CollectiveTime> TakeCollectiveTimes() {
+    for (size_t k = 0; k < timed.size(); ++k) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, timing_events[k][0], timing_events[k][1]) == cudaSuccess) timed[k].ms = ms;
+    }
+    return std::exchange(timed, {});
+  }
+  ~Impl() {
+    for (const std::array<cudaEvent_t, 2>& pair : timing_events) {
+      cudaEventDestroy(pair[0]);
+      cudaEventDestroy(pair[1]);
+    }
   }
 
   // The whole parameter array is current in model_params (a collective in a job).
