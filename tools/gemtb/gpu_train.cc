@@ -277,6 +277,17 @@ nlohmann::json RankTimes(int rank, double mean_step_ms, double wall_s, const gpu
           {"exposed_comm_ms_mean", exposed}};
 }
 
+// Every rank's `mine` in rank order (through the job's store; just `mine` for one process).
+absl::StatusOr<std::vector<nlohmann::json>> FromEveryRank(TrainJob& job, const std::string& key,
+                                                          const nlohmann::json& mine) {
+  if (!job.several()) return std::vector<nlohmann::json>{mine};
+  absl::StatusOr<std::vector<std::string>> all = launch::StoreAllGather(*job.store(), key, mine.dump());
+  if (!all.ok()) return all.status();
+  std::vector<nlohmann::json> out;
+  for (const std::string& text : *all) out.push_back(nlohmann::json::parse(text));
+  return out;
+}
+
 nlohmann::json SpansJson(const std::vector<TraceSpan>& spans) {
   nlohmann::json out = nlohmann::json::array();
   for (const TraceSpan& s : spans) out.push_back({s.name, s.category, s.track, s.start_ms, s.dur_ms});
@@ -445,28 +456,21 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
     // Every rank's times, for the slowest rank and the imbalance.
     std::map<std::string, double> collectives_mean;
     for (const auto& [name, ms] : collectives_sum) collectives_mean[name] = ms / n_steps;
-    nlohmann::json ranks = nlohmann::json::array(
-        {RankTimes(rank_job.rank(), mean_step_ms, wall, phase_sum.Over(n_steps), collectives_mean)});
-    if (several) {
-      absl::StatusOr<std::vector<std::string>> all =
-          launch::StoreAllGather(*rank_job.store(), "train/rank_times", ranks[0].dump());
-      if (!all.ok()) return ReportError(kCommand, all.status());
-      ranks = nlohmann::json::array();
-      for (const std::string& text : *all) ranks.push_back(nlohmann::json::parse(text));
-    }
+    absl::StatusOr<std::vector<nlohmann::json>> every_rank = FromEveryRank(
+        rank_job, "train/rank_times", RankTimes(rank_job.rank(), mean_step_ms, wall, phase_sum.Over(n_steps),
+                                                collectives_mean));
+    if (!every_rank.ok()) return ReportError(kCommand, every_rank.status());
+    const nlohmann::json ranks = *every_rank;
     std::cout << "final: step " << trainer.step() << ", " << run_steps << " steps in " << Num(wall, 4)
               << " s, samples/s " << Num(samples_per_s, 4) << ", step_ms " << Num(mean_step_ms, 4) << ", mfu "
               << Num(100 * mfu, 3) << "%" << (f.checkpoint.empty() ? "" : ", checkpoint " + f.checkpoint) << std::endl;
     if (!f.trace.empty() && !last.regions.empty()) {
       // Every rank's last step, one process each.
-      std::vector<std::vector<TraceSpan>> rank_spans = {StepSpans(last)};
-      if (several) {
-        absl::StatusOr<std::vector<std::string>> all =
-            launch::StoreAllGather(*rank_job.store(), "train/trace_spans", SpansJson(rank_spans[0]).dump());
-        if (!all.ok()) return ReportError(kCommand, all.status());
-        rank_spans.clear();
-        for (const std::string& text : *all) rank_spans.push_back(SpansFromJson(nlohmann::json::parse(text)));
-      }
+      absl::StatusOr<std::vector<nlohmann::json>> spans =
+          FromEveryRank(rank_job, "train/trace_spans", SpansJson(StepSpans(last)));
+      if (!spans.ok()) return ReportError(kCommand, spans.status());
+      std::vector<std::vector<TraceSpan>> rank_spans;
+      for (const nlohmann::json& j : *spans) rank_spans.push_back(SpansFromJson(j));
       if (leader) {
         if (absl::Status s = WriteTextAtomically(f.trace, StepTraceJson(rank_spans)); !s.ok())
           return ReportError(kCommand, absl::Status(s.code(), absl::StrCat("--trace: ", s.message())));
