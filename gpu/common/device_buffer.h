@@ -22,9 +22,9 @@ inline absl::Status CudaOk(cudaError_t err, absl::string_view what) {
 }
 
 // Where DeviceArrays allocate. kDriver (the default): cudaMalloc / cudaFree, memory goes back to the
-// driver when freed. kRetainedPool: cudaMallocAsync / cudaFreeAsync on the legacy stream from device
-// 0's default pool, which RetainFreedDeviceMemory keeps from giving freed memory back, as the caching
-// allocators of training frameworks do. Why a benchmark wants that: on the H200, a memory-bound
+// driver when freed. kRetainedPool: cudaMallocAsync / cudaFreeAsync on the legacy stream from the
+// current device's default pool, which RetainFreedDeviceMemory keeps from giving freed memory back,
+// as the caching allocators of training frameworks do. Why a benchmark wants that: on the H200, a memory-bound
 // kernel (pma's forward) timed right after an earlier case in the same process had freed GBs with
 // cudaFree ran 8% slower than alone (0.327-0.331 against 0.303-0.307 ms), and with the retained pool
 // it does not (0.304-0.308 in the whole table). What the driver does with returned memory that
