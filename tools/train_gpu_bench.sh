@@ -45,16 +45,7 @@ source tools/lib/device_build.sh
 unpack_device_deps train_gpu_bench require-src
 build=$scratch/gemtb-train-build
 start=$SECONDS
-{
-  echo "train_gpu_bench: $(cat .deb/SOURCE 2>/dev/null) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
-  configure_device_build "$srcdir" "$build" >"$out/build.log" 2>&1 && cmake --build "$build" --target gemtb >>"$out/build.log" 2>&1
-} | tee "$out/summary.txt"
-if [ "${PIPESTATUS[0]}" -ne 0 ] || [ ! -x "$build/bin/gemtb" ]; then
-  echo "build failed; see build.log" | tee -a "$out/summary.txt"
-  tail -30 "$out/build.log"
-  exit 2
-fi
-echo "build: $((SECONDS - start)) s" | tee -a "$out/summary.txt"
+build_device_targets train_gpu_bench "$build" gemtb gemtb
 rc=0
 for b in $batches; do
   t=$SECONDS

@@ -37,17 +37,7 @@ tests=(gpu_train_linear_test gpu_train_gemm_test gpu_train_gate_test gpu_train_l
 targets=("${tests[@]}")
 if [ "$check_steps" -gt 0 ]; then targets+=(gemtb); fi
 start=$SECONDS
-{
-  echo "train_gpu_check: $(cat .deb/SOURCE 2>/dev/null) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
-  configure_device_build "$srcdir" "$build" >"$out/build.log" 2>&1 &&
-    cmake --build "$build" --target "${targets[@]}" >>"$out/build.log" 2>&1
-} | tee "$out/summary.txt"
-if [ "${PIPESTATUS[0]}" -ne 0 ] || [ ! -x "$build/bin/${tests[0]}" ]; then
-  echo "build failed; see build.log" | tee -a "$out/summary.txt"
-  tail -30 "$out/build.log"
-  exit 2
-fi
-echo "build: $((SECONDS - start)) s" | tee -a "$out/summary.txt"
+build_device_targets train_gpu_check "$build" "${tests[0]}" "${targets[@]}"
 rc=0
 for t in "${tests[@]}"; do
   "$build/bin/$t" >>"$out/test.log" 2>&1 || rc=1

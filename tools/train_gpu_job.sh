@@ -46,17 +46,8 @@ done
 visible=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
 tests=(gpu_comm_collectives_test gpu_train_job_test)
 start=$SECONDS
-{
-  echo "train_gpu_job: $(cat .deb/SOURCE 2>/dev/null) on $visible x $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
-  configure_device_build "$srcdir" "$build" >"$out/build.log" 2>&1 &&
-    cmake --build "$build" --target gemtb "${tests[@]}" >>"$out/build.log" 2>&1
-} | tee "$out/summary.txt"
-if [ "${PIPESTATUS[0]}" -ne 0 ] || [ ! -x "$build/bin/gemtb" ]; then
-  echo "build failed; see build.log" | tee -a "$out/summary.txt"
-  tail -30 "$out/build.log"
-  exit 2
-fi
-echo "build: $((SECONDS - start)) s" | tee -a "$out/summary.txt"
+build_device_targets train_gpu_job "$build" gemtb gemtb "${tests[@]}"
+echo "GPUs visible: $visible" | tee -a "$out/summary.txt"
 rc=0
 for t in "${tests[@]}"; do "$build/bin/$t" >>"$out/tests.log" 2>&1 || rc=1; done
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/tests.log" | tee -a "$out/summary.txt"

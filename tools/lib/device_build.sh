@@ -48,3 +48,23 @@ configure_device_build() {
     -DGEMTB_BUILD_BENCHMARKS=OFF -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
     -DCMAKE_CUDA_COMPILER_LAUNCHER="$launcher" "$@"
 }
+
+# build_device_targets NAME BUILD CHECK TARGET...: configures $srcdir into BUILD and builds the
+# TARGETs (log: $out/build.log). $out/summary.txt starts with NAME, the commit and the GPU; without
+# BUILD/bin/CHECK afterwards the build failed: the log's tail, then exit 2. Ends with the build's time.
+build_device_targets() {
+  local name=$1 build=$2 check=$3
+  shift 3
+  local t0=$SECONDS
+  {
+    echo "$name: $(cat .deb/SOURCE 2>/dev/null) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+    configure_device_build "$srcdir" "$build" >"$out/build.log" 2>&1 &&
+      cmake --build "$build" --target "$@" >>"$out/build.log" 2>&1
+  } | tee "$out/summary.txt"
+  if [ "${PIPESTATUS[0]}" -ne 0 ] || [ ! -x "$build/bin/$check" ]; then
+    echo "build failed; see build.log" | tee -a "$out/summary.txt"
+    tail -30 "$out/build.log"
+    exit 2
+  fi
+  echo "build: $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
+}
