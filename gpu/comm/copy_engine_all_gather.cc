@@ -49,19 +49,21 @@ absl::Status CheckSlotBytes(int64_t slot_bytes) {
   return absl::OkStatus();
 }
 
+// The bytes a window needs beside its slots: two flag arrays of `members` 32-bit words, rounded to 256.
+int64_t FlagBytes(int members) { return (int64_t{8} * members + 255) / 256 * 256; }
+
 // Where a window of `members` slots keeps its flags: after the slots, 256-byte aligned.
 int64_t FlagOffset(int members, int64_t slot_bytes) { return (members * slot_bytes + 255) / 256 * 256; }
 
 }  // namespace
 
-int64_t CopyEngineFlagBytes(int members) { return (int64_t{8} * members + 255) / 256 * 256; }
 
 absl::Status CopyEngineAllGather::AllocateWindow(int members) {
   const int64_t flags = FlagOffset(members, slot_bytes_);
   void* p = nullptr;
-  CE_CUDA(cudaMalloc(&p, static_cast<size_t>(flags + CopyEngineFlagBytes(members))));
+  CE_CUDA(cudaMalloc(&p, static_cast<size_t>(flags + FlagBytes(members))));
   window_ = static_cast<char*>(p);
-  CE_CUDA(cudaMemset(window_ + flags, 0, static_cast<size_t>(CopyEngineFlagBytes(members))));
+  CE_CUDA(cudaMemset(window_ + flags, 0, static_cast<size_t>(FlagBytes(members))));
   return absl::OkStatus();
 }
 

@@ -90,9 +90,6 @@ class CopyEngineAllGather {
   bool ipc_ = false;                      // peer windows are IPC mappings to close
 };
 
-// The bytes a window needs beside its slots: two flag arrays of `members` 32-bit words, rounded to 256.
-int64_t CopyEngineFlagBytes(int members);
-
 }  // namespace gemtb::gpu::comm
 
 #endif  // GEMTB_GPU_COMM_COPY_ENGINE_ALL_GATHER_H_

@@ -273,34 +273,6 @@ absl::Status NcclGroup::AllGatherV(void* data, const std::vector<int64_t>& count
   return EndGroupCall(r, "all_gather_v");
 }
 
-absl::Status NcclGroup::AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
-                                  const std::vector<int64_t>& send_offsets, void* recv,
-                                  const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_offsets,
-                                  Dtype dtype, cudaStream_t stream) {
-  const size_t p = static_cast<size_t>(size_);
-  GROUP_RETURN_IF_ERROR(CheckPerRank({{&send_counts, "send_counts"},
-                                      {&send_offsets, "send_offsets"},
-                                      {&recv_counts, "recv_counts"},
-                                      {&recv_offsets, "recv_offsets"}},
-                                     size_));
-  absl::StatusOr<ncclDataType_t> type = NcclType(dtype);
-  if (!type.ok()) return type.status();
-  const size_t elem = static_cast<size_t>(InfoOf(dtype).element_bits / 8);
-  if (aborted_) return absl::FailedPreconditionError(absl::StrCat("NCCL group \"", name_, "\" was aborted"));
-  ncclResult_t r = ncclGroupStart();
-  for (size_t peer = 0; r == ncclSuccess && peer < p; ++peer) {
-    if (send_counts[peer] > 0) {
-      r = ncclSend(static_cast<const char*>(send) + send_offsets[peer] * elem, static_cast<size_t>(send_counts[peer]),
-                   *type, static_cast<int>(peer), Comm(comm_), stream);
-    }
-    if (r == ncclSuccess && recv_counts[peer] > 0) {
-      r = ncclRecv(static_cast<char*>(recv) + recv_offsets[peer] * elem, static_cast<size_t>(recv_counts[peer]), *type,
-                   static_cast<int>(peer), Comm(comm_), stream);
-    }
-  }
-  return EndGroupCall(r, "all_to_all_v");
-}
-
 absl::Status NcclGroup::Synchronize(cudaStream_t stream, std::string_view what,
                                     const std::function<absl::Status()>& job) {
   if (aborted_) return absl::FailedPreconditionError(absl::StrCat("NCCL group \"", name_, "\" was aborted"));

@@ -64,16 +64,10 @@ class NcclGroup {
   // rank (one NCCL group of broadcasts, rank r the root of its part).
   absl::Status AllGatherV(void* data, const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets,
                           Dtype dtype, cudaStream_t stream);
-  // Variable all-to-all: send_counts[r] elements from send + send_offsets[r] go to rank r, which
-  // receives them at recv + recv_offsets[me]; every vector has size() entries (elements, not bytes).
-  absl::Status AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
-                         const std::vector<int64_t>& send_offsets, void* recv, const std::vector<int64_t>& recv_counts,
-                         const std::vector<int64_t>& recv_offsets, Dtype dtype, cudaStream_t stream);
-
   // Waits until `stream`'s work so far is done, at most the group's timeout. On a deadline or an
   // error NCCL reports, aborts the communicator (every later call fails) and returns
   // DeadlineExceeded / Unavailable naming `what`, the group and the timeout. `job`, when set, is
-  // asked every 100 ms how the job stands (the store's JobStatus): its error ends the wait at once
+  // asked every 100 ms how the job stands (the store's JobStatus): its error ends the wait
   // the same way (a rank that died shows there before any NCCL timeout).
   absl::Status Synchronize(cudaStream_t stream, std::string_view what,
                            const std::function<absl::Status()>& job = nullptr);

@@ -10,8 +10,6 @@
 
 namespace gemtb::gpu::comm {
 
-const char* ParamGatherName(ParamGather g) { return g == ParamGather::kCopyEngine ? "copy_engine" : "nccl"; }
-
 absl::StatusOr<std::unique_ptr<NcclTrainerCollectives>> NcclTrainerCollectives::Create(
     launch::TcpStoreClient& store, const TrainerCollectivesOptions& options) {
   const int R = store.world_size(), s = options.shard_group;

@@ -18,8 +18,6 @@ namespace gemtb::gpu::comm {
 
 // Who moves the parameters' all-gather: NCCL's kernels, or the copy engines (no SM).
 enum class ParamGather { kNccl, kCopyEngine };
-// "nccl", "copy_engine".
-const char* ParamGatherName(ParamGather g);
 
 struct TrainerCollectivesOptions {
   int shard_group = 1;  // s: ranks sharing one copy of the dense parameters; divides the world size
