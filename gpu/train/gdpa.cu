@@ -252,14 +252,6 @@ __global__ void __launch_bounds__(kThreads) GdpaBackwardDkDvKernel(Params p, con
   StoreRows<kDh>(acc_v, s.k_row + j0, nk, width, h, dv);
 }
 
-// The first null pointer of `pointers`, by name.
-absl::Status NotNull(std::initializer_list<std::pair<const void*, const char*>> pointers) {
-  for (const auto& [ptr, name] : pointers) {
-    if (ptr == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, "=null: want a device pointer"));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ValidateRows(const char* name, int64_t rows) {
   if (rows < 0 || rows > kMaxRows) {
     return absl::InvalidArgumentError(absl::StrCat(name, "=", rows, ": want 0 .. ", kMaxRows));

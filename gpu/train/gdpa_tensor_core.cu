@@ -26,14 +26,6 @@ using tc::Params;
 using tc::Split;
 using tc::SumSplitsKernel;
 
-// The first null pointer of `pointers`, by name.
-absl::Status NotNull(std::initializer_list<std::pair<const void*, const char*>> pointers) {
-  for (const auto& [ptr, name] : pointers) {
-    if (ptr == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, "=null: want a device pointer"));
-  }
-  return absl::OkStatus();
-}
-
 // Whether every pointer is 16-byte aligned (null counts as aligned): then, rows being multiples of 16
 // floats, every row of every head starts on a float4.
 bool Aligned16(std::initializer_list<const void*> pointers) {

@@ -1,5 +1,5 @@
 // What the trainer's elementwise and row kernels share: the launch check every entry point ends
-// with, the element-count check of the elementwise ones, a warp's fixed-order sum, and the loads and
+// with, the null-pointer and element-count checks of their arguments, a warp's fixed-order sum, and the loads and
 // stores of their activations in either type (fp32 or bf16) around fp32 math.
 #ifndef GEMTB_GPU_TRAIN_KERNEL_UTILS_CUH_
 #define GEMTB_GPU_TRAIN_KERNEL_UTILS_CUH_
@@ -8,6 +8,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -25,6 +27,14 @@ inline absl::Status Launched(const char* what) {
 inline absl::Status CudaOk(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+// The first null pointer of `pointers`, by name: InvalidArgument "<name>=null: want a device pointer".
+inline absl::Status NotNull(std::initializer_list<std::pair<const void*, const char*>> pointers) {
+  for (const auto& [ptr, name] : pointers) {
+    if (ptr == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, "=null: want a device pointer"));
+  }
+  return absl::OkStatus();
 }
 
 // An elementwise kernel's element count: 1 .. 2^40-1.

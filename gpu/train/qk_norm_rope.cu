@@ -15,13 +15,6 @@ using qkr::kThreads;
 using qkr::QkNormRopeKernel;
 
 
-absl::Status NotNull(std::initializer_list<std::pair<const void*, const char*>> pointers) {
-  for (const auto& [ptr, name] : pointers) {
-    if (ptr == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, "=null: want a device pointer"));
-  }
-  return absl::OkStatus();
-}
-
 dim3 Grid(const RopeRows& r) {
   return dim3(static_cast<unsigned>(r.batch), static_cast<unsigned>((r.max_rows + kRowsPerBlock - 1) / kRowsPerBlock));
 }
