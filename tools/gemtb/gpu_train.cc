@@ -551,7 +551,8 @@ int RunGpuTrain(const std::vector<std::string>& args) {
       "gathered by NCCL or the copy engines (--param-gather); the tables are replicated and updated\n"
       "with every rank's gradients. Rank 0 prints and writes the report and the checkpoint's\n"
       "manifest; every rank writes its part of a checkpoint. A rank that dies ends every rank with a\n"
-      "named error at once; one that stops answering, within --store-timeout seconds.\n"
+      "named error (ranks in an NCCL wait ask the store every 100 ms); one that stops answering, within\n"
+      "--store-timeout seconds.\n"
       "Exit 0; 2 on bad input or without a usable GPU (checked after the flags and the checkpoint).");
   flags.String("config", &f.config, "model config: tiny | small | path to a JSON (default tiny)");
   flags.Int64("steps", &f.steps, "total training steps (default 1000; with --resume, the total including resumed)");
