@@ -104,8 +104,35 @@ absl::Status EmbeddingDeviceAvailable() {
   return available;
 }
 
+// The options' rules: a placement per table inside its whole table, on 4-column boundaries.
+absl::Status CheckOptions(const EmbeddingConfig& config, const TbeOptions& o) {
+  if (o.batch_block < 0) return Bad(absl::StrCat("options.batch_block=", o.batch_block, ": must be >= 0"));
+  if (o.placement.empty()) return absl::OkStatus();
+  if (o.placement.size() != config.tables.size()) {
+    return Bad(absl::StrCat("options.placement: ", o.placement.size(), " given, the config has ", config.tables.size(), " tables"));
+  }
+  for (size_t t = 0; t < o.placement.size(); ++t) {
+    const ShardPlacement& sp = o.placement[t];
+    const TableConfig& c = config.tables[t];
+    const std::string name = absl::StrCat("options.placement[", t, "] (table '", c.name, "')");
+    if (sp.table < 0) return Bad(absl::StrCat(name, ": table=", sp.table, " must be >= 0"));
+    if (sp.row_begin < 0 || sp.row_begin + c.rows > sp.rows) {
+      return Bad(absl::StrCat(name, ": rows [", sp.row_begin, ", ", sp.row_begin + c.rows, ") are not inside the whole table's ", sp.rows));
+    }
+    if (sp.col_begin < 0 || sp.col_begin % 4 != 0 || sp.dim % 4 != 0 || sp.col_begin + c.dim > sp.dim) {
+      return Bad(absl::StrCat(name, ": columns [", sp.col_begin, ", ", sp.col_begin + c.dim, ") are not 4-aligned inside the whole table's D=", sp.dim));
+    }
+    if (sp.norm_dim < c.dim || sp.norm_dim > sp.dim) {
+      return Bad(absl::StrCat(name, ": norm_dim=", sp.norm_dim, " must be in [", c.dim, ", ", sp.dim, "]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 struct DeviceTbe::State {
   EmbeddingConfig config;
+  TbeOptions options;
+  bool awaiting_apply = false;  // a split BackwardStep ran; ApplyRows is next
   int64_t step = 0;
   int64_t total_rows = 0;
   int64_t max_dim = 4;
@@ -124,6 +151,7 @@ struct DeviceTbe::State {
     DeviceArray<int64_t> order_in, order_out, value_bag, run_start;
     DeviceArray<int32_t> bag_count, run_head, run_index, num_runs, hot_runs, num_hot_runs;
     DeviceArray<uint8_t> cub_temp;
+    DeviceArray<float> run_grads, run_square_sums;  // split update only
   };
   std::unique_ptr<Input> in;
   struct Grads {
@@ -155,6 +183,37 @@ struct DeviceTbe::State {
     p.forward_kinds = ForwardKindsOf(features.data(), static_cast<int64_t>(features.size()), tables.data());
     return p;
   }
+
+  BackwardBuffers Buffers() const {
+    BackwardBuffers b;
+    b.keys_in = in->keys_in.get();
+    b.keys_out = in->keys_out.get();
+    b.order_in = in->order_in.get();
+    b.order_out = in->order_out.get();
+    b.value_bag = in->value_bag.get();
+    b.bag_count = in->bag_count.get();
+    b.run_head = in->run_head.get();
+    b.run_index = in->run_index.get();
+    b.run_start = in->run_start.get();
+    b.num_runs = in->num_runs.get();
+    b.cub_temp = in->cub_temp.get();
+    b.cub_temp_bytes = in->cub_temp.size();
+    b.total_rows = total_rows;
+    b.key_samples = SortKeySamples(features.data(), static_cast<int64_t>(features.size()), static_cast<int>(tables.size()), batch);
+    b.sort_end_bit = BitsFor(static_cast<uint64_t>(total_rows) * static_cast<uint64_t>(b.key_samples));
+    b.max_dim = max_dim;
+    b.hot_runs = in->hot_runs.get();
+    b.num_hot_runs = in->num_hot_runs.get();
+    if (options.batch_block > 0) {
+      b.batch_block = options.batch_block;
+      b.num_batch_blocks = batch / options.batch_block;
+    }
+    if (options.split_update) {
+      b.run_grads = in->run_grads.get();
+      b.run_square_sums = in->run_square_sums.get();
+    }
+    return b;
+  }
 };
 
 DeviceTbe::DeviceTbe(std::unique_ptr<State> state) : s_(std::move(state)) {}
@@ -164,8 +223,10 @@ int64_t DeviceTbe::pooled_width() const { return s_->pooled_width; }
 int64_t DeviceTbe::num_values() const { return s_->num_values; }
 
 absl::StatusOr<std::unique_ptr<DeviceTbe>> DeviceTbe::Create(const EmbeddingConfig& config,
-                                                             absl::Span<const HostTable> tables, int64_t step) {
+                                                             absl::Span<const HostTable> tables, int64_t step,
+                                                             const TbeOptions& options) {
   GEMTB_RETURN_IF_ERROR(CanRun(config));
+  GEMTB_RETURN_IF_ERROR(CheckOptions(config, options));
   if (!tables.empty() && tables.size() != config.tables.size()) {
     return Bad(absl::StrCat("tables: ", tables.size(), " given, the config has ", config.tables.size()));
   }
@@ -173,6 +234,7 @@ absl::StatusOr<std::unique_ptr<DeviceTbe>> DeviceTbe::Create(const EmbeddingConf
   GEMTB_RETURN_IF_ERROR(EmbeddingDeviceAvailable());
   auto s = std::make_unique<State>();
   s->config = config;
+  s->options = options;
   s->step = step;
   const size_t num_tables = config.tables.size();
   s->weights.resize(num_tables);
@@ -186,6 +248,15 @@ absl::StatusOr<std::unique_ptr<DeviceTbe>> DeviceTbe::Create(const EmbeddingConf
     const HostTable* prior = tables.empty() ? nullptr : &tables[t];
     absl::StatusOr<TableParams> p = TableParamsOf(c, static_cast<int>(t), s->total_rows, prior);
     if (!p.ok()) return p.status();
+    if (!options.placement.empty()) {
+      const ShardPlacement& sp = options.placement[t];
+      p->table = sp.table;
+      p->global_rows = sp.rows;
+      p->global_dim = sp.dim;
+      p->row_base = sp.row_begin;
+      p->col_base = sp.col_begin;
+      p->norm_dim = sp.norm_dim;
+    }
     s->total_rows += c.rows;
     s->max_dim = std::max(s->max_dim, c.dim);
     if (prior == nullptr) {
@@ -224,8 +295,12 @@ absl::Status DeviceTbe::SetInput(const KjtView& kjt) {
   State& s = *s_;
   s.has_input = false;
   s.has_grads = false;
+  s.awaiting_apply = false;
   s.grads.reset();
   s.pooled_grad = nullptr;
+  if (s.options.batch_block > 0 && kjt.batch % s.options.batch_block != 0) {
+    return Bad(absl::StrCat("batch B=", kjt.batch, ": not a multiple of options.batch_block=", s.options.batch_block));
+  }
   absl::StatusOr<KjtLayout> layout = CheckKjt(s.config, kjt);
   if (!layout.ok()) return layout.status();
   const int64_t num_values = static_cast<int64_t>(kjt.values.size());
@@ -285,6 +360,10 @@ absl::Status DeviceTbe::SetInput(const KjtView& kjt) {
   absl::StatusOr<size_t> temp = BackwardTempBytes(num_values);
   if (!temp.ok()) return temp.status();
   GEMTB_RETURN_IF_ERROR(s.in->cub_temp.Allocate(*temp, "sort scratch"));
+  if (s.options.split_update) {
+    GEMTB_RETURN_IF_ERROR(s.in->run_grads.Allocate(n * static_cast<size_t>(s.max_dim), "row gradients of the split update"));
+    GEMTB_RETURN_IF_ERROR(s.in->run_square_sums.Allocate(std::max<size_t>(n, 1), "partial square sums"));
+  }
   s.has_input = true;
   return absl::OkStatus();
 }
@@ -379,33 +458,43 @@ absl::Status DeviceTbe::BackwardStep(BackwardPhaseTimes* times) {
   if (AdvanceAdamSteps(s.config, s.tables)) {
     GEMTB_RETURN_IF_ERROR(CopyToDevice(s.d_tables, s.tables, "table parameters"));
   }
-  BackwardBuffers b;
-  b.keys_in = s.in->keys_in.get();
-  b.keys_out = s.in->keys_out.get();
-  b.order_in = s.in->order_in.get();
-  b.order_out = s.in->order_out.get();
-  b.value_bag = s.in->value_bag.get();
-  b.bag_count = s.in->bag_count.get();
-  b.run_head = s.in->run_head.get();
-  b.run_index = s.in->run_index.get();
-  b.run_start = s.in->run_start.get();
-  b.num_runs = s.in->num_runs.get();
-  b.cub_temp = s.in->cub_temp.get();
-  b.cub_temp_bytes = s.in->cub_temp.size();
-  b.total_rows = s.total_rows;
-  b.key_samples = SortKeySamples(s.features.data(), static_cast<int64_t>(s.features.size()),
-                                 static_cast<int>(s.tables.size()), s.batch);
-  b.sort_end_bit = BitsFor(static_cast<uint64_t>(s.total_rows) * static_cast<uint64_t>(b.key_samples));
-  b.max_dim = s.max_dim;
-  b.hot_runs = s.in->hot_runs.get();
-  b.num_hot_runs = s.in->num_hot_runs.get();
+  if (s.awaiting_apply) return absl::FailedPreconditionError("BackwardStep: the split update's ApplyRows has not run");
+  const BackwardBuffers b = s.Buffers();
   if (times == nullptr) {
     GEMTB_RETURN_IF_ERROR(LaunchBackward(s.Params(), s.num_values, b));
   } else {
     GEMTB_RETURN_IF_ERROR(TimedBackward(s.Params(), s.num_values, b, *times));
   }
+  if (s.options.split_update) {
+    s.awaiting_apply = true;
+  } else {
+    ++s.step;
+  }
+  return absl::OkStatus();
+}
+
+int64_t DeviceTbe::RunCapacity() const { return s_->has_input ? std::max<int64_t>(s_->num_values, 1) : 0; }
+
+absl::StatusOr<const float*> DeviceTbe::RunSquareSums() const {
+  if (!s_->awaiting_apply) return absl::FailedPreconditionError("RunSquareSums: no split BackwardStep is waiting for ApplyRows");
+  return s_->in->run_square_sums.get();
+}
+
+absl::Status DeviceTbe::ApplyRows(const float* whole_square_sums) {
+  State& s = *s_;
+  if (!s.awaiting_apply) return absl::FailedPreconditionError("ApplyRows: no split BackwardStep is waiting");
+  if (whole_square_sums == nullptr) return Bad("ApplyRows: whole_square_sums is null");
+  GEMTB_RETURN_IF_ERROR(LaunchApplyRows(s.Params(), s.num_values, s.Buffers(), whole_square_sums));
+  s.awaiting_apply = false;
   ++s.step;
   return absl::OkStatus();
+}
+
+absl::StatusOr<void*> DeviceTbe::DeviceWeights(int table) const {
+  if (table < 0 || table >= static_cast<int>(s_->tables.size())) {
+    return Bad(absl::StrCat("table=", table, ": the module has ", s_->tables.size(), " tables"));
+  }
+  return s_->tables[static_cast<size_t>(table)].weights;
 }
 
 absl::StatusOr<std::vector<HostTable>> DeviceTbe::DownloadTables() const {

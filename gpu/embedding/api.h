@@ -69,12 +69,38 @@ struct BackwardPhaseTimes {
   float hot_rows_ms = 0;     // a block per hot row (runs of >= 256 occurrences)
 };
 
+// Where a table of a DeviceTbe sits when it is one shard (a rectangle of rows and columns) of a
+// larger table: a sharded module's holder (gpu/embedding/sharded_tbe.h). Init values and
+// stochastic-rounding words are the whole table's at global indices, so a shard holds the bytes the
+// whole table holds there.
+struct ShardPlacement {
+  int table = 0;          // the whole table's index in its module (keys the init and SR streams)
+  int64_t rows = 0;       // the whole table's rows and D
+  int64_t dim = 0;
+  int64_t row_begin = 0;  // the shard's first row and column in it
+  int64_t col_begin = 0;
+  int64_t norm_dim = 0;   // rowwise Adagrad's D: the whole row's when column shards share the state, else the shard's
+};
+
+struct TbeOptions {
+  // One per table of the config, or empty: every table whole.
+  std::vector<ShardPlacement> placement;
+  // G_r's sum over samples in blocks of this many consecutive samples, each block's seqsum then
+  // the blocks' seqsum (a holder's batch: one block per source rank's local batch, the oracle's
+  // SumPartition::batch_blocks); 0 = one block. Must divide every batch.
+  int64_t batch_block = 0;
+  // Column shards that share rowwise-Adagrad state: BackwardStep stops after the row gradients and
+  // their partial square sums (RunSquareSums); ApplyRows then updates with the whole rows' sums.
+  bool split_update = false;
+};
+
 class DeviceTbe {
  public:
   // `tables` empty: the Philox init on the device (zero optimizer state); else one per
   // table. `step` is the optimizer step s of the next BackwardStep (it keys stochastic rounding).
   static absl::StatusOr<std::unique_ptr<DeviceTbe>> Create(const EmbeddingConfig& config,
-                                                           absl::Span<const HostTable> tables, int64_t step);
+                                                           absl::Span<const HostTable> tables, int64_t step,
+                                                           const TbeOptions& options = {});
   ~DeviceTbe();
   DeviceTbe(const DeviceTbe&) = delete;
   DeviceTbe& operator=(const DeviceTbe&) = delete;
@@ -96,6 +122,16 @@ class DeviceTbe {
   // bias products, as the oracle's EmbeddingBackwardStep does. With `times`, the phases are timed
   // with events and the call waits for the step to finish.
   absl::Status BackwardStep(BackwardPhaseTimes* times = nullptr);
+  // Split update only (TbeOptions::split_update), after BackwardStep: each touched row's (run's)
+  // seqsum of g~^2 over this DeviceTbe's columns, [RunCapacity()] on the device, runs in ascending
+  // global row order (the same list on every column shard of the same ids); then ApplyRows with
+  // the whole rows' sums (same layout) updates the rows and advances the step.
+  absl::StatusOr<const float*> RunSquareSums() const;
+  int64_t RunCapacity() const;
+  absl::Status ApplyRows(const float* whole_square_sums);
+  // Table `table`'s storage on the device ([rows, dim] of its dtype), for collectives that move
+  // whole shards (fully sharded 2D's gathers and scatters).
+  absl::StatusOr<void*> DeviceWeights(int table) const;
   absl::StatusOr<std::vector<HostTable>> DownloadTables() const;
 
   int64_t step() const;

@@ -107,6 +107,7 @@ struct Contribution {
   float weight = 0.0f;
   int32_t n = 0;
   Pooling pooling = Pooling::kSum;
+  int32_t block = 0;  // the sample's block of G's partitioned sum
 };
 
 __device__ Contribution ContributionOf(const LaunchParams& p, const BackwardBuffers& b, int64_t v) {
@@ -121,14 +122,33 @@ __device__ Contribution ContributionOf(const LaunchParams& p, const BackwardBuff
   }
   if (fp.pooling == Pooling::kWeightedSum) c.weight = p.kjt.weights[v];
   if (fp.pooling == Pooling::kMean) c.n = b.bag_count[bag];
+  if (b.batch_block > 0) c.block = static_cast<int32_t>((bag % p.kjt.batch) / b.batch_block);
   return c;
 }
 
+// The row gradient's running sum: one seqsum, or with batch blocks (kBlocked) the seqsum of each
+// block's seqsum.
+template <bool kBlocked>
+struct RowSum;
+template <>
+struct RowSum<false> {
+  SeqSum4 sum;
+  __device__ void Add(int32_t, const float x[kChunk]) { sum.Add(x); }
+  __device__ SeqSum4 Finish(int64_t) const { return sum; }
+};
+template <>
+struct RowSum<true> {
+  BlockSeqSum4 sum;
+  __device__ void Add(int32_t block, const float x[kChunk]) { sum.Add(block, x); }
+  __device__ SeqSum4 Finish(int64_t num_blocks) const { return sum.Finish(num_blocks); }
+};
+
 // G_r for the chunk at column c: the seqsum of the run's contributions in sorted order. The
 // lanes fetch 32 occurrences' metadata in parallel; the sum itself stays sequential.
+template <bool kBlocked>
 __device__ SeqSum4 RowGradientChunk(const LaunchParams& p, const BackwardBuffers& b, int64_t start, int64_t end,
                                     int64_t c, bool active, int lane) {
-  SeqSum4 sum;
+  RowSum<kBlocked> sum;
   Contribution mine;
   if (start + lane < end) mine = ContributionOf(p, b, b.order_out[start + lane]);
   for (int64_t i0 = start; i0 < end; i0 += 32) {
@@ -142,6 +162,7 @@ __device__ SeqSum4 RowGradientChunk(const LaunchParams& p, const BackwardBuffers
       float g[kLoadsInFlight][kChunk];
       float weight[kLoadsInFlight];
       int32_t n[kLoadsInFlight];
+      int32_t block[kLoadsInFlight];
       Pooling pooling[kLoadsInFlight];
 #pragma unroll
       for (int u = 0; u < kLoadsInFlight; ++u) {
@@ -149,6 +170,7 @@ __device__ SeqSum4 RowGradientChunk(const LaunchParams& p, const BackwardBuffers
             __shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(mine.grad), k0 + u));
         weight[u] = __shfl_sync(kFullMask, mine.weight, k0 + u);
         n[u] = __shfl_sync(kFullMask, mine.n, k0 + u);
+        block[u] = kBlocked ? __shfl_sync(kFullMask, mine.block, k0 + u) : 0;
         pooling[u] = static_cast<Pooling>(__shfl_sync(kFullMask, static_cast<int>(mine.pooling), k0 + u));
         if (active && k0 + u < count) {
           const float4 g4 = *reinterpret_cast<const float4*>(grad + c);
@@ -159,21 +181,25 @@ __device__ SeqSum4 RowGradientChunk(const LaunchParams& p, const BackwardBuffers
       for (int u = 0; u < kLoadsInFlight; ++u) {
         if (!active || k0 + u >= count) continue;
         ContributionTerm(pooling[u], weight[u], n[u], g[u]);
-        sum.Add(g[u]);
+        sum.Add(block[u], g[u]);
       }
     }
     mine = next;
   }
-  return sum;
+  return sum.Finish(b.num_batch_blocks);
 }
 
 // The optimizer on one row, a warp: G in s_grad and the row's weights in s_w (widened storage),
 // the row's Adagrad state before the step; rounds and stores the row and the state.
+// `whole_square_sum`: the square sum over the whole row when column shards share the state (the
+// split step), else null (this row's columns are the whole row).
 __device__ void ApplyRowUpdate(const LaunchParams& p, const TableParams& t, int64_t row, const float* s_grad,
-                               const float* s_w, float state_before, int lane) {
+                               const float* s_w, float state_before, const float* whole_square_sum, int lane) {
   const bool adagrad = t.optimizer.kind == OptimizerKind::kRowwiseAdagrad;
   float square_sum = 0.0f, state_after = 0.0f;
-  if (adagrad) {
+  if (adagrad && whole_square_sum != nullptr) {
+    square_sum = *whole_square_sum;
+  } else if (adagrad) {
     // The norm is one seqsum over all D columns in order: one lane adds, then broadcasts.
     if (lane == 0) square_sum = em::RowwiseAdagradSquareSum(s_w, s_grad, t.dim, t.optimizer);
     square_sum = __shfl_sync(kFullMask, square_sum, 0);
@@ -242,8 +268,21 @@ __device__ RowJob BroadcastRowJob(const RowJob& mine, int j) {
   return job;
 }
 
+// The split step's output for one run (b.run_grads set): G [max_dim] and the partial square sum
+// over this shard's columns, in place of the update.
+__device__ void StoreRunGradient(const TableParams& t, const BackwardBuffers& b, int64_t run, const float* s_grad,
+                                 const float* s_w, int lane) {
+  for (int64_t c = lane; c < t.dim; c += 32) b.run_grads[run * b.max_dim + c] = s_grad[c];
+  if (lane == 0) {
+    b.run_square_sums[run] = t.optimizer.kind == OptimizerKind::kRowwiseAdagrad
+                                 ? em::RowwiseAdagradSquareSum(s_w, s_grad, t.dim, t.optimizer)
+                                 : 0.0f;
+  }
+}
+
 // A warp per 32 consecutive runs: the lanes resolve one run each, then the warp sums and updates
 // the rows one after another (a row's columns across the lanes, as before).
+template <bool kBlocked>
 __global__ void __launch_bounds__(kRowWarps * 32, kRowBlocksPerSm) RowUpdateKernel(const LaunchParams p,
                                                                                  const BackwardBuffers b) {
   extern __shared__ float shared[];  // per warp: G [max_dim], then w [max_dim]
@@ -270,10 +309,14 @@ __global__ void __launch_bounds__(kRowWarps * 32, kRowBlocksPerSm) RowUpdateKern
         const float4 g4 = *reinterpret_cast<const float4*>(job.single.grad + c);
         g[0] = g4.x, g[1] = g4.y, g[2] = g4.z, g[3] = g4.w;
         ContributionTerm(job.single.pooling, job.single.weight, job.single.n, g);
+        // One block holds the occurrence, the others add +0 (BlockSeqSum4).
+        if (kBlocked) {
+          for (int k = 0; k < kChunk; ++k) g[k] = numerics::AddRn(g[k], 0.0f);
+        }
       } else {
         // The row is requested first: it arrives while G is summed.
         if (active) LoadChunk(t, job.row, c, w);
-        const SeqSum4 sum = RowGradientChunk(p, b, job.start, job.end, c, active, lane);
+        const SeqSum4 sum = RowGradientChunk<kBlocked>(p, b, job.start, job.end, c, active, lane);
         if (!active) continue;
         for (int k = 0; k < kChunk; ++k) g[k] = sum.Get(k);
       }
@@ -283,7 +326,11 @@ __global__ void __launch_bounds__(kRowWarps * 32, kRowBlocksPerSm) RowUpdateKern
       }
     }
     __syncwarp();
-    ApplyRowUpdate(p, t, job.row, s_grad, s_w, job.state_before, lane);
+    if (b.run_grads != nullptr) {
+      StoreRunGradient(t, b, first_run + j, s_grad, s_w, lane);
+    } else {
+      ApplyRowUpdate(p, t, job.row, s_grad, s_w, job.state_before, nullptr, lane);
+    }
     __syncwarp();  // every lane has read this row's G and w before the next row's are written
   }
 }
@@ -314,7 +361,12 @@ __global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p
   const int64_t row = global_row - t.row_offset;
   const int64_t chunks_per_row = t.dim / kChunk;
   const int64_t per_tile = kHotTileFloats / t.dim;  // >= 16 occurrences (dim <= 1024)
-  float acc = 0.0f;  // thread tid < dim: column tid's seqsum so far
+  // Thread tid < dim: column tid's seqsum so far (with batch blocks: of the finished blocks, and
+  // `inner` of the current one).
+  float acc = 0.0f, inner = 0.0f;
+  bool any = false, inner_any = false;
+  int32_t block = -1;
+  int64_t blocks_seen = 0;
   for (int64_t m0 = start; m0 < end; m0 += kHotThreads) {
     const int64_t batch_count = min(static_cast<int64_t>(kHotThreads), end - m0);
     if (tid < batch_count) meta[tid] = ContributionOf(p, b, b.order_out[m0 + tid]);
@@ -332,14 +384,30 @@ __global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p
         *reinterpret_cast<float4*>(tile + k * t.dim + c) = make_float4(g[0], g[1], g[2], g[3]);
       }
       __syncthreads();
-      if (tid < t.dim) {
-        const bool first_tile = m0 == start && k0 == 0;
+      if (tid < t.dim && b.num_batch_blocks == 1) {
         int64_t k = 0;
-        if (first_tile) acc = tile[tid], k = 1;  // seqsum: the first term as is
+        if (!any) acc = tile[tid], k = 1, any = true;  // seqsum: the first term as is
         for (; k < tile_count; ++k) acc = numerics::AddRn(acc, tile[k * t.dim + tid]);
+      } else if (tid < t.dim) {
+        for (int64_t k = 0; k < tile_count; ++k) {
+          const int32_t kb = meta[k0 + k].block;
+          if (kb != block) {  // a block ends: its seqsum joins the outer one (BlockSeqSum4)
+            if (inner_any) acc = any ? numerics::AddRn(acc, inner) : inner, any = true;
+            inner_any = false;
+            block = kb;
+            ++blocks_seen;
+          }
+          const float x = tile[k * t.dim + tid];
+          inner = inner_any ? numerics::AddRn(inner, x) : x;
+          inner_any = true;
+        }
       }
       __syncthreads();
     }
+  }
+  if (tid < t.dim && b.num_batch_blocks > 1) {
+    if (inner_any) acc = any ? numerics::AddRn(acc, inner) : inner;
+    if (blocks_seen < b.num_batch_blocks) acc = numerics::AddRn(acc, 0.0f);
   }
   if (tid < t.dim) s_grad[tid] = acc;
   if (tid < 32) {
@@ -351,8 +419,39 @@ __global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p
   }
   __syncthreads();
   if (tid >= 32) return;
+  if (b.run_grads != nullptr) {
+    StoreRunGradient(t, b, run, s_grad, s_w, tid);
+    return;
+  }
   const float state_before = t.optimizer.kind == OptimizerKind::kRowwiseAdagrad ? t.adagrad[row] : 0.0f;
-  ApplyRowUpdate(p, t, row, s_grad, s_w, state_before, tid);
+  ApplyRowUpdate(p, t, row, s_grad, s_w, state_before, nullptr, tid);
+}
+
+// The split step's update: a warp per run, G from b.run_grads, the whole row's square sum given.
+__global__ void __launch_bounds__(kRowWarps * 32) ApplyRowsKernel(const LaunchParams p, const BackwardBuffers b,
+                                                                  const float* square_sums) {
+  extern __shared__ float shared[];  // per warp: G [max_dim], then w [max_dim]
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t run = static_cast<int64_t>(blockIdx.x) * kRowWarps + warp;
+  if (run >= *b.num_runs) return;
+  const int64_t global_row = RowOfKey(b, b.run_start[run]);
+  if (global_row >= b.total_rows) return;  // the run of invalid occurrences
+  const TableParams& t = p.tables[TableOfRow(p.tables, p.num_tables, global_row)];
+  const int64_t row = global_row - t.row_offset;
+  float* s_grad = shared + warp * 2 * b.max_dim;
+  float* s_w = s_grad + b.max_dim;
+  for (int64_t c = lane * kChunk; c < t.dim; c += 32 * kChunk) {
+    float w[kChunk];
+    LoadChunk(t, row, c, w);
+    for (int k = 0; k < kChunk; ++k) {
+      s_grad[c + k] = b.run_grads[run * b.max_dim + c + k];
+      s_w[c + k] = w[k];
+    }
+  }
+  __syncwarp();
+  const float state_before = t.optimizer.kind == OptimizerKind::kRowwiseAdagrad ? t.adagrad[row] : 0.0f;
+  ApplyRowUpdate(p, t, row, s_grad, s_w, state_before, square_sums + run, lane);
 }
 
 // Records phase boundary `i` when the caller times the phases.
@@ -408,7 +507,11 @@ absl::Status LaunchBackward(const LaunchParams& p, int64_t num_values, const Bac
   // At most one run per occurrence: warps past the device-side run count return at once, so the
   // host never waits for that count (nor for the hot-run count below).
   const size_t shared_bytes = static_cast<size_t>(kRowWarps) * 2 * b.max_dim * sizeof(float);
-  RowUpdateKernel<<<Blocks(Blocks(n, 32), kRowWarps), kRowWarps * 32, shared_bytes>>>(p, b);
+  if (b.num_batch_blocks > 1) {
+    RowUpdateKernel<true><<<Blocks(Blocks(n, 32), kRowWarps), kRowWarps * 32, shared_bytes>>>(p, b);
+  } else {
+    RowUpdateKernel<false><<<Blocks(Blocks(n, 32), kRowWarps), kRowWarps * 32, shared_bytes>>>(p, b);
+  }
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the row update kernel"));
   MarkPhase(b, 4);
   const size_t hot_bytes = HotSharedBytes(b.max_dim);
@@ -419,6 +522,14 @@ absl::Status LaunchBackward(const LaunchParams& p, int64_t num_values, const Bac
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the hot-row kernel"));
   MarkPhase(b, 5);
   return absl::OkStatus();
+}
+
+absl::Status LaunchApplyRows(const LaunchParams& p, int64_t num_values, const BackwardBuffers& b,
+                             const float* square_sums) {
+  if (p.kjt.num_keys * p.kjt.batch == 0 || num_values == 0) return absl::OkStatus();
+  const size_t shared_bytes = static_cast<size_t>(kRowWarps) * 2 * b.max_dim * sizeof(float);
+  ApplyRowsKernel<<<Blocks(num_values, kRowWarps), kRowWarps * 32, shared_bytes>>>(p, b, square_sums);
+  return CudaOk(cudaGetLastError(), "launch of the apply-rows kernel");
 }
 
 }  // namespace gemtb::gpu::embedding

@@ -57,6 +57,9 @@ absl::StatusOr<TableParams> TableParamsOf(const TableConfig& c, int table, int64
   p.stochastic_rounding = c.stochastic_rounding && c.dtype != ElementType::kFloat32;
   p.table = table;
   p.optimizer = c.optimizer;
+  p.global_rows = c.rows;
+  p.global_dim = c.dim;
+  p.norm_dim = c.dim;
   if (prior == nullptr) return p;
   const std::string name = absl::StrCat("table '", c.name, "'");
   const size_t elements = static_cast<size_t>(c.rows * c.dim);

@@ -15,7 +15,7 @@ __global__ void InitTableKernel(const TableParams t, uint64_t seed) {
     const int64_t c = (i % (t.dim / kChunk)) * kChunk;
     float w[kChunk];
     for (int k = 0; k < kChunk; ++k) {
-      w[k] = em::StoreRne(em::InitValue(seed, t.table, t.rows, t.dim, row, c + k), t.dtype);
+      w[k] = em::StoreRne(em::InitValue(seed, t.table, t.global_rows, t.global_dim, t.row_base + row, t.col_base + c + k), t.dtype);
     }
     StoreChunk(t, row, c, w);
   }

@@ -41,6 +41,16 @@ struct BackwardBuffers {
   int64_t max_dim = 4;
   int32_t* hot_runs = nullptr;     // [HotRunCapacity] indices of runs of >= kHotRun occurrences
   int32_t* num_hot_runs = nullptr; // [1]
+  // G_r's sum partitioned into blocks of `batch_block` consecutive samples (BlockSeqSum4; a sharded
+  // module's holder: one block per source's local batch), `num_batch_blocks` of them; 0 = one block.
+  int64_t batch_block = 0;
+  int64_t num_batch_blocks = 1;
+  // The split step of column shards that share rowwise-Adagrad state: the row kernels write each
+  // run's G here ([num_values][max_dim]) and its partial square sum over this shard's columns
+  // ([num_values]) and leave the rows alone; LaunchApplyRows updates them once the whole rows' sums
+  // are known. Null: sum and update in one pass.
+  float* run_grads = nullptr;
+  float* run_square_sums = nullptr;
   // Null, or kBackwardPhases + 1 events recorded at the phase boundaries (bench embed's timing).
   CUevent_st* const* phase_events = nullptr;
 };
@@ -60,6 +70,11 @@ absl::StatusOr<size_t> BackwardTempBytes(int64_t num_values);
 // Occurrences -> stable radix sort by (global row, sample) -> runs -> per-row seqsum of the
 // contributions and the table's optimizer, a warp per touched row.
 absl::Status LaunchBackward(const LaunchParams& p, int64_t num_values, const BackwardBuffers& b);
+
+// After a split LaunchBackward (b.run_grads set): each run's row updated with its G from
+// b.run_grads and `square_sums[run]`, the seqsum of g~^2 over the whole row (rowwise Adagrad).
+absl::Status LaunchApplyRows(const LaunchParams& p, int64_t num_values, const BackwardBuffers& b,
+                             const float* square_sums);
 
 }  // namespace gemtb::gpu::embedding
 

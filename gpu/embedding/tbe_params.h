@@ -27,6 +27,14 @@ struct TableParams {
   float* adam_m = nullptr;   // [rows, dim] (Adam)
   float* adam_v = nullptr;   // [rows, dim] (Adam)
   gemtb::embedding::AdamStep adam_step;  // this step's bias products (already advanced)
+  // Where these rows and columns sit in the whole table when this is one shard of it (a sharded
+  // module's holder, gpu/embedding/sharded_tbe.h): the init values, stochastic-rounding words and
+  // rowwise Adagrad's mean over D are those of the whole table. A whole table: itself.
+  int64_t global_rows = 0;  // the whole table's rows (InitValue)
+  int64_t global_dim = 0;   // its D (InitValue, SR words)
+  int64_t row_base = 0;     // this shard's first global row
+  int64_t col_base = 0;     // its first global column
+  int64_t norm_dim = 0;     // rowwise Adagrad's D: the whole row's when column shards share state
 };
 
 // One KJT key: which table and pooling, and where its output and upstream gradient live.

@@ -135,6 +135,35 @@ struct SeqSum4 {
   GEMTB_HD float Get(int k) const { return any ? v[k] : 0.0f; }
 };
 
+// G_r's sum when the samples are partitioned into blocks (a sharded module's holder: one block per
+// source rank's local batch; the oracle's SumPartition::batch_blocks): the seqsum over all
+// `num_blocks` blocks of each block's seqsum, an empty block adding +0. Terms come in sample
+// order, so each block's are consecutive. Adding +0 changes only a -0 (to +0) and commutes with
+// the other additions, so the empty blocks are one +0 at the end, whatever their places.
+struct BlockSeqSum4 {
+  SeqSum4 outer, inner;
+  int64_t block = -1;
+  int64_t blocks_seen = 0;
+  GEMTB_HD void Add(int64_t b, const float x[kChunk]) {
+    if (b != block) {
+      if (inner.any) outer.Add(inner.v);
+      inner = SeqSum4{};
+      block = b;
+      ++blocks_seen;
+    }
+    inner.Add(x);
+  }
+  GEMTB_HD SeqSum4 Finish(int64_t num_blocks) const {
+    SeqSum4 out = outer;
+    if (inner.any) out.Add(inner.v);
+    if (blocks_seen < num_blocks) {
+      const float zero[kChunk] = {0.0f, 0.0f, 0.0f, 0.0f};
+      out.Add(zero);
+    }
+    return out;
+  }
+};
+
 // The forward term of one valid id: e (SUM, MEAN) or w*e (weighted SUM).
 GEMTB_HD inline void PoolTerm(Pooling pooling, float weight, float e[kChunk]) {
   if (pooling != Pooling::kWeightedSum) return;
@@ -197,24 +226,25 @@ GEMTB_HD inline void ElementwiseUpdate(const TableParams& t, int64_t row, int64_
   }
 }
 
-// Rowwise Adagrad on a chunk, given the row's seqsum of g~^2 over all D columns (computed once per
-// row) and the row's state before the step; returns the state after it (the same for every chunk).
+// Rowwise Adagrad on a chunk, given the row's seqsum of g~^2 over all norm_dim columns (computed once per
+// row, summed over the column shards that share the state) and the row's state before the step; returns the state after it (the same for every chunk).
 GEMTB_HD inline float AdagradChunkUpdate(const TableParams& t, float square_sum, float state_before,
                                          float w[kChunk], const float g[kChunk]) {
   float state = state_before;
-  em::RowwiseAdagradApply(w, g, kChunk, square_sum, t.dim, &state, t.optimizer);
+  em::RowwiseAdagradApply(w, g, kChunk, square_sum, t.norm_dim, &state, t.optimizer);
   return state;
 }
 
-// Rounds the updated chunk to storage: SR with the oracle's Philox word for (t, s, r, j), else RNE.
-// The chunk's first element r*D + c is a multiple of 4, so its four words are one Philox block.
+// Rounds the updated chunk to storage: SR with the oracle's Philox word for (t, s, r, j) of the
+// whole table, else RNE. The chunk's first element r*D + c is a multiple of 4 (D, a shard's first
+// column and c all are), so its four words are one Philox block.
 GEMTB_HD inline void RoundChunk(const TableParams& t, uint64_t seed, int64_t step, int64_t row, int64_t c,
                                 float w[kChunk]) {
   if (!t.stochastic_rounding) {
     for (int k = 0; k < kChunk; ++k) w[k] = em::StoreUpdated(w[k], t.dtype, false, 0);
     return;
   }
-  const numerics::Philox4x32 words = em::SrBlock(seed, t.table, step, t.dim, row, c);
+  const numerics::Philox4x32 words = em::SrBlock(seed, t.table, step, t.global_dim, t.row_base + row, t.col_base + c);
   for (int k = 0; k < kChunk; ++k) w[k] = em::StoreUpdated(w[k], t.dtype, true, static_cast<uint16_t>(words.v[k]));
 }
 

@@ -4,6 +4,8 @@
 // order, the stable sort by SortKey, runs of one row, the fused optimizer per chunk), reproduce the
 // oracle bit for bit on random cases of every family.
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <iterator>
 #include <numeric>
 #include <vector>
@@ -36,8 +38,9 @@ KjtView ViewOf(const reference::KeyedJaggedTensor& k) {
   return v;
 }
 
-// The kernels' algorithm, sequentially, through the same functions the kernels call.
-EmbedRun RunKernelOrderOnCpu(const EmbedCase& c) {
+// The kernels' algorithm, sequentially, through the same functions the kernels call; G_r's sum in
+// blocks of `batch_block` samples when it is > 0 (BackwardBuffers::batch_block).
+EmbedRun RunKernelOrderOnCpu(const EmbedCase& c, int64_t batch_block = 0) {
   EmbedRun run;
   absl::StatusOr<KjtLayout> layout = CheckKjt(c.config, ViewOf(c.kjt));
   if (!layout.ok()) {
@@ -151,7 +154,7 @@ EmbedRun RunKernelOrderOnCpu(const EmbedCase& c) {
       const int64_t row = static_cast<int64_t>(global_row) - t.row_offset;
       std::vector<float> g_row(static_cast<size_t>(t.dim)), w_row(static_cast<size_t>(t.dim));
       for (int64_t c0 = 0; c0 < t.dim; c0 += kChunk) {
-        SeqSum4 sum;
+        BlockSeqSum4 sum;
         for (size_t i = start; i < end; ++i) {
           const int64_t v = order[i];
           const int64_t bag = bag_of[v];
@@ -163,12 +166,13 @@ EmbedRun RunKernelOrderOnCpu(const EmbedCase& c) {
           std::copy(grad + c0, grad + c0 + kChunk, g);
           ContributionTerm(fp.pooling, fp.pooling == Pooling::kWeightedSum ? c.kjt.weights[v] : 0.0f,
                            static_cast<int32_t>(bag_count[bag]), g);
-          sum.Add(g);
+          sum.Add(batch_block > 0 ? (bag % batch) / batch_block : 0, g);
         }
         float w[kChunk];
         LoadChunk(t, row, c0, w);
+        const SeqSum4 total = sum.Finish(batch_block > 0 ? batch / batch_block : 1);
         for (int k = 0; k < kChunk; ++k) {
-          g_row[c0 + k] = sum.Get(k);
+          g_row[c0 + k] = total.Get(k);
           w_row[c0 + k] = w[k];
         }
       }
@@ -274,6 +278,57 @@ TEST(EmbeddingGpuLogic, KernelOrderIsBitIdenticalToTheOracleInEveryFamily) {
       EXPECT_TRUE(d.Identical()) << c.description << ": " << (d.messages.empty() ? "" : d.messages[0]);
     }
   }
+}
+
+// With G_r summed in blocks of samples (a sharded holder's batch: one block per source), the kernel
+// order equals the oracle under the same SumPartition; and the partition matters in these cases
+// (a block's sum first, empty blocks' +0), so the comparison can fail.
+TEST(EmbeddingGpuLogic, BatchBlocksGiveTheOraclesPartitionedSums) {
+  const std::vector<check::EmbedFamily> families = check::AllEmbedFamilies();
+  int differs_from_one_block = 0, cases = 0;
+  for (size_t fi = 0; fi < families.size(); ++fi) {
+    for (int64_t i = 0; i < 3; ++i) {
+      const EmbedCase c = check::DrawEmbedCase(check::EmbedCaseSeed(29, fi, i), families[fi]);
+      const int64_t batch = c.kjt.stride;
+      for (int64_t block : {int64_t{1}, int64_t{2}, int64_t{3}}) {
+        if (batch % block != 0 || batch / block < 2) continue;
+        reference::SumPartition partition;
+        partition.batch_blocks.assign(static_cast<size_t>(batch / block), block);
+        const EmbedRun want = check::RunEmbedOracle(c, partition);
+        ASSERT_TRUE(want.error.empty()) << c.description << ": " << want.error;
+        const check::EmbedDiff d = check::CompareEmbedRuns(want, RunKernelOrderOnCpu(c, block));
+        EXPECT_TRUE(d.Identical()) << c.description << ", blocks of " << block << ": "
+                                   << (d.messages.empty() ? "" : d.messages[0]);
+        ++cases;
+        if (!check::CompareEmbedRuns(check::RunEmbedOracle(c), want).Identical()) ++differs_from_one_block;
+      }
+    }
+  }
+  EXPECT_GT(cases, 10);
+  EXPECT_GT(differs_from_one_block, 0);
+}
+
+// BlockSeqSum4 on hand-made terms: a block's sum first, and an empty block turns -0 into +0.
+TEST(EmbeddingGpuLogic, BlockSeqSumAddsBlocksInOrderAndEmptyBlocksAsPlusZero) {
+  auto chunk = [](float x) {
+    std::array<float, kChunk> a;
+    a.fill(x);
+    return a;
+  };
+  // 1 + (2^-24 + 2^-24): the block's sum is 2^-23 and survives; one seqsum would round it away.
+  BlockSeqSum4 blocked;
+  blocked.Add(0, chunk(1.0f).data());
+  blocked.Add(1, chunk(0x1p-24f).data());
+  blocked.Add(1, chunk(0x1p-24f).data());
+  EXPECT_EQ(blocked.Finish(2).Get(0), 1.0f + 0x1p-23f);
+  SeqSum4 flat;
+  for (float x : {1.0f, 0x1p-24f, 0x1p-24f}) flat.Add(chunk(x).data());
+  EXPECT_EQ(flat.Get(0), 1.0f);
+  // -0 alone in one block of two: the other block adds +0.
+  BlockSeqSum4 negative_zero;
+  negative_zero.Add(1, chunk(-0.0f).data());
+  EXPECT_FALSE(std::signbit(negative_zero.Finish(2).Get(0)));
+  EXPECT_TRUE(std::signbit(negative_zero.Finish(1).Get(0)));
 }
 
 // The key's order: global row first, then sample b; the row comes back by division.

@@ -42,10 +42,49 @@ TEST(EmbeddingDevice, HotRowsBitIdenticalToTheOracle) {
       ++hot;
       const check::EmbedDiff d = check::CompareEmbedRuns(check::RunEmbedOracle(c), check::RunEmbedGpu(c));
       EXPECT_TRUE(d.Identical()) << c.description << ": " << (d.messages.empty() ? "" : d.messages[0]);
+      // The hot-row kernel's batch blocks (a holder's sources) and its split update.
+      if (c.kjt.stride % 2 == 0) {
+        reference::SumPartition partition;
+        partition.batch_blocks.assign(2, c.kjt.stride / 2);
+        check::EmbedGpuOptions options;
+        options.batch_block = c.kjt.stride / 2;
+        options.split_update = fi % 2 == 0;
+        const check::EmbedDiff db = check::CompareEmbedRuns(check::RunEmbedOracle(c, partition), check::RunEmbedGpu(c, options));
+        EXPECT_TRUE(db.Identical()) << c.description << ", two blocks: " << (db.messages.empty() ? "" : db.messages[0]);
+      }
       break;
     }
   }
   EXPECT_GT(hot, 250);
+}
+
+// A sharded holder's options: G_r summed in blocks of samples equals the oracle under the same
+// partition; the split update with a table's own square sums equals the one-pass update.
+TEST(EmbeddingDevice, BatchBlocksAndTheSplitUpdateBitIdenticalToTheOracle) {
+  if (absl::Status s = EmbeddingDeviceAvailable(); !s.ok()) GTEST_SKIP() << s.message();
+  const std::vector<check::EmbedFamily> families = check::AllEmbedFamilies();
+  int blocked = 0;
+  for (size_t fi = 0; fi < families.size(); ++fi) {
+    for (int64_t i = 0; i < 2; ++i) {
+      const check::EmbedCase c = check::DrawEmbedCase(check::EmbedCaseSeed(31, fi, i), families[fi]);
+      const int64_t batch = c.kjt.stride;
+      for (int64_t block : {int64_t{1}, int64_t{2}, int64_t{3}}) {
+        if (batch % block != 0 || batch / block < 2) continue;
+        reference::SumPartition partition;
+        partition.batch_blocks.assign(static_cast<size_t>(batch / block), block);
+        check::EmbedGpuOptions options;
+        options.batch_block = block;
+        const check::EmbedDiff d = check::CompareEmbedRuns(check::RunEmbedOracle(c, partition), check::RunEmbedGpu(c, options));
+        EXPECT_TRUE(d.Identical()) << c.description << ", blocks of " << block << ": " << (d.messages.empty() ? "" : d.messages[0]);
+        ++blocked;
+      }
+      check::EmbedGpuOptions split;
+      split.split_update = true;
+      const check::EmbedDiff d = check::CompareEmbedRuns(check::RunEmbedOracle(c), check::RunEmbedGpu(c, split));
+      EXPECT_TRUE(d.Identical()) << c.description << ", split update: " << (d.messages.empty() ? "" : d.messages[0]);
+    }
+  }
+  EXPECT_GT(blocked, 10);
 }
 
 TEST(EmbeddingDevice, TwoBackwardRunsGiveIdenticalBytes) {

@@ -65,19 +65,19 @@ EmbedRun EmbedRunOf(const EmbeddingConfig& config, const reference::EmbeddingOut
   return run;
 }
 
-EmbedRun RunEmbedOracle(const EmbedCase& c) {
+EmbedRun RunEmbedOracle(const EmbedCase& c, const reference::SumPartition& partition) {
   EmbedRun run;
   if (absl::Status s = reference::ValidateKjt(c.kjt, c.config, nullptr); !s.ok()) {
     run.error = std::string(s.message());
     return run;
   }
-  absl::StatusOr<reference::EmbeddingOutput> out = reference::EmbeddingForward(c.config, c.state, c.kjt, {}, 1);
+  absl::StatusOr<reference::EmbeddingOutput> out = reference::EmbeddingForward(c.config, c.state, c.kjt, partition, 1);
   if (!out.ok()) {
     run.error = std::string(out.status().message());
     return run;
   }
   reference::EmbeddingState state = c.state;
-  if (absl::Status s = reference::EmbeddingBackwardStep(c.config, state, c.kjt, c.grads, {}, 1); !s.ok()) {
+  if (absl::Status s = reference::EmbeddingBackwardStep(c.config, state, c.kjt, c.grads, partition, 1); !s.ok()) {
     run.error = std::string(s.message());
     return run;
   }

@@ -26,8 +26,8 @@ struct EmbedRun {
 EmbedRun EmbedRunOf(const EmbeddingConfig& config, const reference::EmbeddingOutput& output,
                     const reference::EmbeddingState& after);
 
-// The oracle (reference/embedding/tbe.h) on the case.
-EmbedRun RunEmbedOracle(const EmbedCase& c);
+// The oracle (reference/embedding/tbe.h) on the case, its split sums partitioned by `partition`.
+EmbedRun RunEmbedOracle(const EmbedCase& c, const reference::SumPartition& partition = {});
 
 // A table's widened values in storage bytes (fp32, fp16 or bf16 bits, little-endian).
 std::vector<uint8_t> StorageBytes(const std::vector<float>& widened, ElementType dtype);

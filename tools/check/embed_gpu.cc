@@ -28,13 +28,16 @@ absl::Status ValidateEmbedKjtOnGpuHost(const EmbedCase& c) {
   return layout.ok() ? absl::OkStatus() : layout.status();
 }
 
-absl::StatusOr<EmbedGpuResult> RunEmbedGpuCase(const EmbedCase& c, bool step) {
+absl::StatusOr<EmbedGpuResult> RunEmbedGpuCase(const EmbedCase& c, bool step, const EmbedGpuOptions& options) {
   std::vector<ge::HostTable> tables(c.state.tables.size());
   for (size_t t = 0; t < tables.size(); ++t) {
     const reference::TableState& ts = c.state.tables[t];
     tables[t] = {ts.weights, ts.adagrad, ts.adam_m, ts.adam_v, ts.adam_step};
   }
-  absl::StatusOr<std::unique_ptr<ge::DeviceTbe>> tbe = ge::DeviceTbe::Create(c.config, tables, c.state.step);
+  ge::TbeOptions tbe_options;
+  tbe_options.batch_block = options.batch_block;
+  tbe_options.split_update = options.split_update;
+  absl::StatusOr<std::unique_ptr<ge::DeviceTbe>> tbe = ge::DeviceTbe::Create(c.config, tables, c.state.step, tbe_options);
   if (!tbe.ok()) return tbe.status();
   GEMTB_RETURN_IF_ERROR((*tbe)->SetInput(KjtViewOf(c.kjt)));
   GEMTB_RETURN_IF_ERROR((*tbe)->Forward());
@@ -49,6 +52,11 @@ absl::StatusOr<EmbedGpuResult> RunEmbedGpuCase(const EmbedCase& c, bool step) {
   if (!step) return r;
   GEMTB_RETURN_IF_ERROR((*tbe)->SetGrads(c.grads.pooled, c.grads.sequence));
   GEMTB_RETURN_IF_ERROR((*tbe)->BackwardStep());
+  if (options.split_update) {
+    absl::StatusOr<const float*> sums = (*tbe)->RunSquareSums();
+    if (!sums.ok()) return sums.status();
+    GEMTB_RETURN_IF_ERROR((*tbe)->ApplyRows(*sums));
+  }
   absl::StatusOr<std::vector<ge::HostTable>> after = (*tbe)->DownloadTables();
   if (!after.ok()) return after.status();
   for (size_t t = 0; t < after->size(); ++t) {
@@ -64,9 +72,9 @@ absl::StatusOr<EmbedGpuResult> RunEmbedGpuCase(const EmbedCase& c, bool step) {
   return r;
 }
 
-EmbedRun RunEmbedGpu(const EmbedCase& c) {
+EmbedRun RunEmbedGpu(const EmbedCase& c, const EmbedGpuOptions& options) {
   EmbedRun run;
-  absl::StatusOr<EmbedGpuResult> r = RunEmbedGpuCase(c, true);
+  absl::StatusOr<EmbedGpuResult> r = RunEmbedGpuCase(c, true, options);
   if (!r.ok()) {
     const absl::Status& s = r.status();
     run.error = s.code() == absl::StatusCode::kInvalidArgument ? std::string(s.message())
