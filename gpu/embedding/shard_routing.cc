@@ -1,0 +1,396 @@
+#include "gpu/embedding/shard_routing.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "model/embedding/embedding_math.h"
+
+namespace gemtb::gpu::embedding {
+namespace {
+
+absl::Status Bad(const std::string& m) { return absl::InvalidArgumentError(m); }
+
+// The row an id reads, or -1 when it reads nothing: the oracle's rule (bounds error ids never get
+// here: the requester's KJT was validated).
+int64_t RowOf(const TableConfig& t, int64_t id) {
+  int64_t row = 0;
+  if (gemtb::embedding::IdToRow(id, t.hashing, t.rows, t.hash_seed, &row)) return row;
+  return t.bounds == BoundsMode::kRemap0 ? 0 : -1;
+}
+
+template <typename T>
+void AppendRaw(std::vector<uint8_t>& out, const T* data, size_t n) {
+  const size_t at = out.size();
+  out.resize(at + n * sizeof(T));
+  if (n > 0) std::memcpy(out.data() + at, data, n * sizeof(T));
+}
+
+// One table's ids from one source, as the wire carries them.
+struct TableIds {
+  std::vector<int32_t> lengths;  // [F_t * b], feature-major
+  std::vector<int64_t> values;
+  std::vector<float> weights;
+};
+
+}  // namespace
+
+absl::StatusOr<ShardRouting> ShardRouting::Create(const EmbeddingConfig& config, const ShardingPlanSpec& plan,
+                                                  int world_size, int gpus_per_host, int position,
+                                                  int64_t local_batch) {
+  if (plan.mp_group != 0 && plan.mp_group != world_size) {
+    return absl::UnimplementedError(absl::StrCat("plan.mp_group=", plan.mp_group,
+                                                 ": the GPU's sharded module runs 1D plans (mp_group = world size ",
+                                                 world_size, ")"));
+  }
+  if (local_batch < 1) return Bad(absl::StrCat("local_batch=", local_batch, ": must be >= 1"));
+  absl::StatusOr<GroupLayout> layout = BuildGroupLayout(plan, config, world_size, gpus_per_host);
+  if (!layout.ok()) return layout.status();
+  if (position < 0 || position >= layout->size) {
+    return Bad(absl::StrCat("position=", position, ": the MP group has ", layout->size, " positions"));
+  }
+  ShardRouting r;
+  r.config_ = config;
+  r.layout_ = *std::move(layout);
+  r.position_ = position;
+  r.local_batch_ = local_batch;
+  const size_t num_tables = config.tables.size();
+  r.tables_.resize(num_tables);
+  r.holders_.resize(num_tables);
+  for (size_t f = 0; f < config.features.size(); ++f) {
+    const FeatureConfig& fc = config.features[f];
+    RoutedTable& t = r.tables_[static_cast<size_t>(fc.table)];
+    t.keys.push_back(static_cast<int>(f));
+    r.weighted_ |= fc.pooling == Pooling::kWeightedSum;
+    if (fc.pooling == Pooling::kNone) {
+      t.pooled_index.push_back(-1);
+      t.output_col.push_back(-1);
+      t.output_sequence.push_back(static_cast<int>(r.sequence_keys_.size()));
+      r.sequence_keys_.push_back(static_cast<int>(f));
+      r.sequence_dim_.push_back(config.tables[static_cast<size_t>(fc.table)].dim);
+    } else {
+      t.pooled_index.push_back(t.num_pooled++);
+      t.output_col.push_back(r.pooled_width_);
+      t.output_sequence.push_back(-1);
+      r.pooled_width_ += config.tables[static_cast<size_t>(fc.table)].dim;
+    }
+  }
+  for (size_t t = 0; t < num_tables; ++t) {
+    const TableLayout& tl = r.layout_.tables[t];
+    if (tl.type == ShardingType::kDataParallel) {
+      return absl::UnimplementedError(absl::StrCat("plan.tables[", t, "] (table '", config.tables[t].name,
+                                                   "'): DP tables are not run by the GPU's sharded module"));
+    }
+    const int64_t cols = config.tables[t].dim / tl.col_shards;
+    if (cols % 4 != 0) {
+      return Bad(absl::StrCat("plan.tables[", t, "] (table '", config.tables[t].name, "'): ", tl.col_shards,
+                              " column shards of ", cols, " columns; the GPU kernels take multiples of 4"));
+    }
+    r.holders_[t] = r.layout_.Holders(static_cast<int>(t));
+  }
+  // The shards this position holds, in group order, each a one-table module.
+  for (size_t s = 0; s < r.layout_.shards.size(); ++s) {
+    const Shard& sh = r.layout_.shards[s];
+    if (sh.position != position) continue;
+    const TableConfig& tc = config.tables[static_cast<size_t>(sh.table)];
+    const TableLayout& tl = r.layout_.tables[static_cast<size_t>(sh.table)];
+    HeldShard h;
+    h.shard = static_cast<int>(s);
+    h.table = sh.table;
+    TableConfig shard_table = tc;
+    shard_table.name = absl::StrCat(tc.name, "#", s);
+    shard_table.rows = std::max<int64_t>(sh.rows(), 1);  // a trailing empty row block holds no rows
+    shard_table.dim = sh.cols();
+    shard_table.hashing = Hashing::kIdentity;
+    shard_table.bounds = BoundsMode::kZero;
+    h.config.tables.push_back(shard_table);
+    h.config.seed = config.seed;
+    for (int f : r.tables_[static_cast<size_t>(sh.table)].keys) {
+      FeatureConfig fc = config.features[static_cast<size_t>(f)];
+      fc.table = 0;
+      if (fc.pooling == Pooling::kMean) fc.pooling = Pooling::kSum;
+      h.config.features.push_back(fc);
+    }
+    const bool shared = plan.cw_state == CwState::kShared && tl.col_shards > 1 &&
+                        tc.optimizer.kind == OptimizerKind::kRowwiseAdagrad;
+    h.placement = {sh.table, tc.rows, tc.dim, sh.row_begin, sh.col_begin, shared ? tc.dim : sh.cols()};
+    if (sh.rows() == 0) {
+      // An empty row block (rows < M blocks): one placeholder row that no id reads.
+      h.placement.row_begin = 0;
+    }
+    if (shared) {
+      h.split_update = true;
+      for (int other : tl.shards) {
+        const Shard& o = r.layout_.shards[static_cast<size_t>(other)];
+        if (o.row_block != sh.row_block) continue;
+        if (o.position == position && other != static_cast<int>(s)) {
+          return absl::UnimplementedError(
+              absl::StrCat("plan.tables[", sh.table, "] (table '", tc.name, "'): position ", position,
+                           " holds two column shards of one row block with shared rowwise-Adagrad state"));
+        }
+        h.norm_group.push_back(o.position);
+      }
+    }
+    r.held_.push_back(std::move(h));
+  }
+  return r;
+}
+
+absl::StatusOr<RequesterStep> ShardRouting::RouteIds(const KjtView& kjt, const KjtLayout& kl) const {
+  const int64_t b = local_batch_;
+  const int m = layout_.size;
+  if (kjt.batch != b) return Bad(absl::StrCat("kjt.batch=", kjt.batch, ": the module's local batch is ", b));
+  if (kl.feature.size() != config_.features.size()) {
+    return Bad(absl::StrCat("kjt: ", kl.feature.size(), " keys, the module has ", config_.features.size(), " features"));
+  }
+  for (size_t f = 0; f < kl.feature.size(); ++f) {
+    if (kl.feature[f] != static_cast<int>(f)) {
+      return Bad(absl::StrCat("kjt.keys[", f, "]='", kjt.keys[f], "': the module's key ", f, " is '",
+                              config_.features[f].key, "'"));
+    }
+  }
+  if (weighted_ && kjt.weights.size() != kjt.values.size()) {
+    return Bad(absl::StrCat("kjt.weights: ", kjt.weights.size(), " for ", kjt.values.size(), " ids (weighted features need one each)"));
+  }
+  RequesterStep out;
+  out.id_bytes.assign(static_cast<size_t>(m), {});
+  out.exchange_counts.assign(static_cast<size_t>(m), 0);
+  const int64_t num_keys = static_cast<int64_t>(config_.features.size());
+  out.bag_counts.assign(static_cast<size_t>(num_keys * b), 0);
+  for (int64_t f = 0; f < num_keys; ++f) {
+    const TableConfig& tc = config_.tables[static_cast<size_t>(config_.features[static_cast<size_t>(f)].table)];
+    for (int64_t i = 0; i < b; ++i) {
+      const int64_t bag = f * b + i;
+      int32_t n = 0;
+      for (int64_t v = kl.offsets[bag]; v < kl.offsets[bag + 1]; ++v) n += RowOf(tc, kjt.values[v]) >= 0 ? 1 : 0;
+      out.bag_counts[static_cast<size_t>(bag)] = n;
+    }
+  }
+  // Ids per (table, holder): the wire's bytes and, for the NONE rows coming back, the value indices.
+  // sent[t][q]: value indices sent to position q, in KJT order.
+  std::vector<std::vector<std::vector<int64_t>>> sent(config_.tables.size(),
+                                                      std::vector<std::vector<int64_t>>(static_cast<size_t>(m)));
+  for (size_t t = 0; t < config_.tables.size(); ++t) {
+    const RoutedTable& rt = tables_[t];
+    if (rt.keys.empty()) continue;
+    const TableConfig& tc = config_.tables[t];
+    const TableLayout& tl = layout_.tables[t];
+    for (int q : holders_[t]) {
+      const Shard& first = layout_.shards[static_cast<size_t>(layout_.ShardsOn(static_cast<int>(t), q)[0])];
+      TableIds ids;
+      for (int f : rt.keys) {
+        for (int64_t i = 0; i < b; ++i) {
+          const int64_t bag = f * b + i;
+          int32_t len = 0;
+          for (int64_t v = kl.offsets[bag]; v < kl.offsets[bag + 1]; ++v) {
+            if (tl.block_rows > 0) {
+              const int64_t row = RowOf(tc, kjt.values[v]);
+              if (row < first.row_begin || row >= first.row_end) continue;
+            }
+            ids.values.push_back(kjt.values[v]);
+            if (weighted_) ids.weights.push_back(kjt.weights[v]);
+            sent[t][static_cast<size_t>(q)].push_back(v);
+            ++len;
+          }
+          ids.lengths.push_back(len);
+        }
+      }
+      std::vector<uint8_t>& bytes = out.id_bytes[static_cast<size_t>(q)];
+      AppendRaw(bytes, ids.lengths.data(), ids.lengths.size());
+      AppendRaw(bytes, ids.values.data(), ids.values.size());
+      AppendRaw(bytes, ids.weights.data(), ids.weights.size());
+    }
+  }
+  // The embeddings' message from each holder q: its shards' pooled rows, then their NONE rows.
+  std::vector<int64_t> pooled_at(layout_.shards.size(), 0);  // a shard's pooled part in its holder's message
+  std::vector<int64_t> pooled_size(static_cast<size_t>(m), 0), none_size(static_cast<size_t>(m), 0);
+  // The value indices of key f among those sent for its table to position q.
+  auto sent_of_key = [&](int t, int q, int f) {
+    std::vector<int64_t> out_v;
+    for (int64_t v : sent[static_cast<size_t>(t)][static_cast<size_t>(q)]) {
+      if (v >= kl.offsets[f * b] && v < kl.offsets[(f + 1) * b]) out_v.push_back(v);
+    }
+    return out_v;
+  };
+  for (size_t s = 0; s < layout_.shards.size(); ++s) {
+    const Shard& sh = layout_.shards[s];
+    const RoutedTable& rt = tables_[static_cast<size_t>(sh.table)];
+    const size_t q = static_cast<size_t>(sh.position);
+    pooled_at[s] = pooled_size[q];
+    pooled_size[q] += b * rt.num_pooled * sh.cols();
+    for (size_t fi = 0; fi < rt.keys.size(); ++fi) {
+      if (rt.output_sequence[fi] >= 0) {
+        none_size[q] += static_cast<int64_t>(sent_of_key(sh.table, sh.position, rt.keys[fi]).size()) * sh.cols();
+      }
+    }
+  }
+  std::vector<int64_t> message_begin(static_cast<size_t>(m), 0), sequence_at(static_cast<size_t>(m), 0);
+  for (int q = 0; q < m; ++q) {
+    const size_t qq = static_cast<size_t>(q);
+    out.exchange_counts[qq] = pooled_size[qq] + none_size[qq];
+    if (q > 0) message_begin[qq] = message_begin[qq - 1] + out.exchange_counts[qq - 1];
+    sequence_at[qq] = message_begin[qq] + pooled_size[qq];
+  }
+  for (size_t s = 0; s < layout_.shards.size(); ++s) {
+    const Shard& sh = layout_.shards[s];
+    const RoutedTable& rt = tables_[static_cast<size_t>(sh.table)];
+    for (size_t fi = 0; fi < rt.keys.size(); ++fi) {
+      const int seq = rt.output_sequence[fi];
+      if (seq < 0) continue;
+      const int f = rt.keys[fi];
+      for (int64_t v : sent_of_key(sh.table, sh.position, f)) {
+        int64_t& at = sequence_at[static_cast<size_t>(sh.position)];
+        out.sequence_runs.push_back(
+            {0, 1 + seq, at, (v - kl.offsets[f * b]) * sequence_dim_[static_cast<size_t>(seq)] + sh.col_begin, sh.cols()});
+        at += sh.cols();
+      }
+    }
+  }
+  // Pooled segments: per pooled feature and column shard, one piece per row block in order.
+  for (size_t t = 0; t < config_.tables.size(); ++t) {
+    const RoutedTable& rt = tables_[t];
+    if (rt.num_pooled == 0) continue;
+    const TableLayout& tl = layout_.tables[t];
+    for (size_t fi = 0; fi < rt.keys.size(); ++fi) {
+      if (rt.pooled_index[fi] < 0) continue;
+      const int f = rt.keys[fi];
+      for (int i = 0; i < tl.col_shards; ++i) {
+        PooledSegment seg;
+        const Shard& first = layout_.shards[static_cast<size_t>(tl.shards[static_cast<size_t>(i * tl.row_blocks)])];
+        seg.out_col = rt.output_col[fi] + first.col_begin;
+        seg.width = first.cols();
+        seg.mean_key = config_.features[static_cast<size_t>(f)].pooling == Pooling::kMean ? f : -1;
+        seg.first_piece = static_cast<int>(out.pieces.size());
+        for (int k = 0; k < tl.row_blocks; ++k) {
+          const int s = tl.shards[static_cast<size_t>(i * tl.row_blocks + k)];
+          const Shard& sh = layout_.shards[static_cast<size_t>(s)];
+          const int64_t stride = rt.num_pooled * sh.cols();
+          out.pieces.push_back({message_begin[static_cast<size_t>(sh.position)] + pooled_at[static_cast<size_t>(s)] +
+                                    rt.pooled_index[fi] * sh.cols(),
+                                stride});
+        }
+        seg.num_pieces = tl.row_blocks;
+        out.segments.push_back(seg);
+      }
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<HolderStep> ShardRouting::ReceiveIds(absl::Span<const std::vector<uint8_t>> received) const {
+  const int m = layout_.size;
+  const int64_t b = local_batch_;
+  if (static_cast<int>(received.size()) != m) {
+    return Bad(absl::StrCat("received: ", received.size(), " messages, the MP group has ", m, " positions"));
+  }
+  // Parse every source's message: the tables this position holds, in config order.
+  std::vector<std::vector<TableIds>> ids(static_cast<size_t>(m), std::vector<TableIds>(config_.tables.size()));
+  for (int p = 0; p < m; ++p) {
+    const std::vector<uint8_t>& msg = received[static_cast<size_t>(p)];
+    size_t at = 0;
+    auto take = [&](void* dst, size_t bytes, size_t t, const char* what) -> absl::Status {
+      if (at + bytes > msg.size()) {
+        return absl::DataLossError(absl::StrCat("ids from position ", p, ", table '", config_.tables[t].name, "': ",
+                                                what, " end past the message's ", msg.size(), " bytes"));
+      }
+      if (bytes > 0) std::memcpy(dst, msg.data() + at, bytes);
+      at += bytes;
+      return absl::OkStatus();
+    };
+    for (size_t t = 0; t < config_.tables.size(); ++t) {
+      const RoutedTable& rt = tables_[t];
+      const std::vector<int>& h = holders_[t];
+      if (rt.keys.empty() || std::find(h.begin(), h.end(), position_) == h.end()) continue;
+      TableIds& ti = ids[static_cast<size_t>(p)][t];
+      ti.lengths.resize(rt.keys.size() * static_cast<size_t>(b));
+      if (absl::Status s = take(ti.lengths.data(), ti.lengths.size() * sizeof(int32_t), t, "lengths"); !s.ok()) return s;
+      int64_t nu = 0;
+      for (int32_t len : ti.lengths) {
+        if (len < 0) return absl::DataLossError(absl::StrCat("ids from position ", p, ", table '", config_.tables[t].name, "': negative length ", len));
+        nu += len;
+      }
+      ti.values.resize(static_cast<size_t>(nu));
+      if (absl::Status s = take(ti.values.data(), ti.values.size() * sizeof(int64_t), t, "ids"); !s.ok()) return s;
+      if (weighted_) {
+        ti.weights.resize(static_cast<size_t>(nu));
+        if (absl::Status s = take(ti.weights.data(), ti.weights.size() * sizeof(float), t, "weights"); !s.ok()) return s;
+      }
+    }
+    if (at != msg.size()) {
+      return absl::DataLossError(absl::StrCat("ids from position ", p, ": ", msg.size() - at, " bytes left over"));
+    }
+  }
+  HolderStep out;
+  out.exchange_counts.assign(static_cast<size_t>(m), 0);
+  // Per held shard: its KJT, and where each source's NONE rows start in its NONE arrays.
+  // none_rows[i][j][p]: first row of source p in held shard i's j-th NONE feature, then the count.
+  std::vector<std::vector<std::vector<std::pair<int64_t, int64_t>>>> none_rows(held_.size());
+  int next_array = 1 + static_cast<int>(held_.size());
+  std::vector<int> first_none_array(held_.size());
+  for (size_t i = 0; i < held_.size(); ++i) {
+    const HeldShard& h = held_[i];
+    const Shard& sh = layout_.shards[static_cast<size_t>(h.shard)];
+    const TableConfig& tc = config_.tables[static_cast<size_t>(h.table)];
+    const RoutedTable& rt = tables_[static_cast<size_t>(h.table)];
+    HolderStep::ShardInput in;
+    in.weighted = weighted_;
+    first_none_array[i] = next_array;
+    for (size_t fi = 0; fi < rt.keys.size(); ++fi) {
+      in.keys.push_back(config_.features[static_cast<size_t>(rt.keys[fi])].key);
+      const bool none = rt.output_sequence[fi] >= 0;
+      if (none) {
+        none_rows[i].emplace_back(static_cast<size_t>(m));
+        ++next_array;
+      }
+      int64_t rows_of_feature = 0;
+      for (int p = 0; p < m; ++p) {
+        const TableIds& ti = ids[static_cast<size_t>(p)][static_cast<size_t>(h.table)];
+        // Value offset of feature fi's bags in source p's message.
+        int64_t v = 0;
+        for (size_t j = 0; j < fi * static_cast<size_t>(b); ++j) v += ti.lengths[j];
+        const int64_t first_row = rows_of_feature;
+        for (int64_t s = 0; s < b; ++s) {
+          const int32_t len = ti.lengths[fi * static_cast<size_t>(b) + static_cast<size_t>(s)];
+          in.lengths.push_back(len);
+          for (int32_t k = 0; k < len; ++k, ++v) {
+            const int64_t row = RowOf(tc, ti.values[static_cast<size_t>(v)]);
+            in.values.push_back(row >= sh.row_begin && row < sh.row_end ? row - sh.row_begin : -1);
+            if (weighted_) in.weights.push_back(ti.weights[static_cast<size_t>(v)]);
+          }
+          rows_of_feature += len;
+        }
+        if (none) none_rows[i].back()[static_cast<size_t>(p)] = {first_row, rows_of_feature - first_row};
+      }
+    }
+    out.inputs.push_back(std::move(in));
+  }
+  // The embeddings' message to each source p: every held shard's pooled rows of p, then every held
+  // shard's NONE rows of p (features in key order).
+  int64_t begin = 0;
+  for (int p = 0; p < m; ++p) {
+    int64_t at = begin;
+    for (size_t i = 0; i < held_.size(); ++i) {
+      const HeldShard& h = held_[i];
+      const RoutedTable& rt = tables_[static_cast<size_t>(h.table)];
+      if (rt.keys.empty()) continue;
+      const int64_t width = rt.num_pooled * layout_.shards[static_cast<size_t>(h.shard)].cols();
+      if (width > 0) out.runs.push_back({1 + static_cast<int32_t>(i), 0, p * b * width, at, b * width});
+      at += b * width;
+    }
+    for (size_t i = 0; i < held_.size(); ++i) {
+      const int64_t cols = layout_.shards[static_cast<size_t>(held_[i].shard)].cols();
+      for (size_t j = 0; j < none_rows[i].size(); ++j) {
+        const auto [first, count] = none_rows[i][j][static_cast<size_t>(p)];
+        if (count > 0) {
+          out.runs.push_back({first_none_array[i] + static_cast<int32_t>(j), 0, first * cols, at, count * cols});
+        }
+        at += count * cols;
+      }
+    }
+    out.exchange_counts[static_cast<size_t>(p)] = at - begin;
+    begin = at;
+  }
+  return out;
+}
+
+}  // namespace gemtb::gpu::embedding
