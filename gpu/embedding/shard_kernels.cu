@@ -1,0 +1,100 @@
+// The sharded module's data movement and the requester's sums (shard_launch.h): plain loops, the
+// sums in the oracle's order with explicitly rounded adds and divides.
+#include "gpu/common/device_buffer.h"
+#include "gpu/embedding/shard_launch.h"
+#include "model/numerics/fp32_ops.h"
+
+namespace gemtb::gpu::embedding {
+namespace {
+
+constexpr int kThreads = 256;
+
+// A warp per run.
+__global__ void CopyRunsKernel(float* const* arrays, const CopyRun* runs, int64_t num_runs, bool reverse) {
+  const int64_t run = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (run >= num_runs) return;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const CopyRun r = runs[run];
+  const float* src = arrays[reverse ? r.dst_array : r.src_array] + (reverse ? r.dst : r.src);
+  float* dst = arrays[reverse ? r.src_array : r.dst_array] + (reverse ? r.src : r.dst);
+  for (int64_t i = lane; i < r.count; i += 32) dst[i] = src[i];
+}
+
+// A block per (segment, sample), threads over the segment's columns.
+__global__ void PooledGatherKernel(const PooledSegment* segments, const PooledPiece* pieces, const float* exchange,
+                                   const int32_t* bag_counts, int64_t batch, int64_t width, float* pooled) {
+  const PooledSegment seg = segments[blockIdx.x];
+  const int64_t b = blockIdx.y;
+  for (int64_t j = threadIdx.x; j < seg.width; j += blockDim.x) {
+    float acc = 0.0f;
+    for (int k = 0; k < seg.num_pieces; ++k) {
+      const PooledPiece pc = pieces[seg.first_piece + k];
+      const float x = exchange[pc.offset + b * pc.stride + j];
+      acc = k == 0 ? x : numerics::AddRn(acc, x);
+    }
+    if (seg.mean_key >= 0) {
+      const int32_t n = bag_counts[seg.mean_key * batch + b];
+      acc = n == 0 ? 0.0f : numerics::DivRn(acc, static_cast<float>(n));
+    }
+    pooled[b * width + seg.out_col + j] = acc;
+  }
+}
+
+__global__ void PooledScatterKernel(const PooledSegment* segments, const PooledPiece* pieces, const float* pooled_grad,
+                                    const int32_t* bag_counts, int64_t batch, int64_t width, float* exchange) {
+  const PooledSegment seg = segments[blockIdx.x];
+  const int64_t b = blockIdx.y;
+  const int32_t n = seg.mean_key >= 0 ? bag_counts[seg.mean_key * batch + b] : 0;
+  for (int64_t j = threadIdx.x; j < seg.width; j += blockDim.x) {
+    float g = pooled_grad[b * width + seg.out_col + j];
+    if (n > 0) g = numerics::DivRn(g, static_cast<float>(n));
+    for (int k = 0; k < seg.num_pieces; ++k) {
+      const PooledPiece pc = pieces[seg.first_piece + k];
+      exchange[pc.offset + b * pc.stride + j] = g;
+    }
+  }
+}
+
+__global__ void SumPartialsKernel(const float* gathered, int groups, int64_t count, float* total) {
+  const int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (u >= count) return;
+  float acc = gathered[u];
+  for (int g = 1; g < groups; ++g) acc = numerics::AddRn(acc, gathered[g * count + u]);
+  total[u] = acc;
+}
+
+unsigned Blocks(int64_t items, int64_t per_block) { return static_cast<unsigned>((items + per_block - 1) / per_block); }
+
+}  // namespace
+
+absl::Status LaunchCopyRuns(float* const* arrays, const CopyRun* runs, int64_t num_runs, bool reverse) {
+  if (num_runs == 0) return absl::OkStatus();
+  CopyRunsKernel<<<Blocks(num_runs * 32, kThreads), kThreads>>>(arrays, runs, num_runs, reverse);
+  return CudaOk(cudaGetLastError(), "launch of the shard copy kernel");
+}
+
+absl::Status LaunchPooledGather(const PooledSegment* segments, int64_t num_segments, const PooledPiece* pieces,
+                                const float* exchange, const int32_t* bag_counts, int64_t batch, int64_t width,
+                                float* pooled) {
+  if (num_segments == 0 || batch == 0) return absl::OkStatus();
+  PooledGatherKernel<<<dim3(static_cast<unsigned>(num_segments), static_cast<unsigned>(batch)), 128>>>(
+      segments, pieces, exchange, bag_counts, batch, width, pooled);
+  return CudaOk(cudaGetLastError(), "launch of the pooled gather kernel");
+}
+
+absl::Status LaunchPooledScatter(const PooledSegment* segments, int64_t num_segments, const PooledPiece* pieces,
+                                 const float* pooled_grad, const int32_t* bag_counts, int64_t batch, int64_t width,
+                                 float* exchange) {
+  if (num_segments == 0 || batch == 0) return absl::OkStatus();
+  PooledScatterKernel<<<dim3(static_cast<unsigned>(num_segments), static_cast<unsigned>(batch)), 128>>>(
+      segments, pieces, pooled_grad, bag_counts, batch, width, exchange);
+  return CudaOk(cudaGetLastError(), "launch of the pooled scatter kernel");
+}
+
+absl::Status LaunchSumPartials(const float* gathered, int groups, int64_t count, float* total) {
+  if (count == 0) return absl::OkStatus();
+  SumPartialsKernel<<<Blocks(count, kThreads), kThreads>>>(gathered, groups, count, total);
+  return CudaOk(cudaGetLastError(), "launch of the partial-sum kernel");
+}
+
+}  // namespace gemtb::gpu::embedding

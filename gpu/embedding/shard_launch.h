@@ -1,0 +1,34 @@
+// The kernels behind sharded_tbe.cc (shard_kernels.cu): the routing's plans (shard_routing.h)
+// executed on the device, on the legacy stream. Every pointer is device memory.
+#ifndef GEMTB_GPU_EMBEDDING_SHARD_LAUNCH_H_
+#define GEMTB_GPU_EMBEDDING_SHARD_LAUNCH_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "gpu/embedding/shard_routing.h"
+
+namespace gemtb::gpu::embedding {
+
+// Every run's floats from arrays[src_array] to arrays[dst_array] (`reverse`: from dst to src).
+absl::Status LaunchCopyRuns(float* const* arrays, const CopyRun* runs, int64_t num_runs, bool reverse);
+
+// The requester's pooled output [b, width] from the exchange buffer: each segment's columns the
+// seqsum of its pieces in order, a MEAN key's divided by its bag's n (+0 when n = 0).
+absl::Status LaunchPooledGather(const PooledSegment* segments, int64_t num_segments, const PooledPiece* pieces,
+                                const float* exchange, const int32_t* bag_counts, int64_t batch, int64_t width,
+                                float* pooled);
+
+// The gradients' way back: each segment's columns of `pooled_grad` [b, width] (a MEAN key's
+// divided by n when n > 0) into every piece of the exchange buffer.
+absl::Status LaunchPooledScatter(const PooledSegment* segments, int64_t num_segments, const PooledPiece* pieces,
+                                 const float* pooled_grad, const int32_t* bag_counts, int64_t batch, int64_t width,
+                                 float* exchange);
+
+// total[u] = seqsum over g < groups of gathered[g * count + u] (column shards' partial square sums
+// in column-shard order).
+absl::Status LaunchSumPartials(const float* gathered, int groups, int64_t count, float* total);
+
+}  // namespace gemtb::gpu::embedding
+
+#endif  // GEMTB_GPU_EMBEDDING_SHARD_LAUNCH_H_

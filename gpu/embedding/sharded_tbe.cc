@@ -1,0 +1,339 @@
+#include "gpu/embedding/sharded_tbe.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+#include "gpu/common/device_buffer.h"
+#include "gpu/embedding/shard_launch.h"
+#include "model/common/status_macros.h"
+
+namespace gemtb::gpu::embedding {
+namespace {
+
+std::vector<int64_t> Offsets(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> out(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i) out[i] = out[i - 1] + counts[i - 1];
+  return out;
+}
+
+int64_t Total(const std::vector<int64_t>& counts) {
+  int64_t t = 0;
+  for (int64_t c : counts) t += c;
+  return t;
+}
+
+std::vector<int64_t> Scaled(const std::vector<int64_t>& counts, int64_t factor) {
+  std::vector<int64_t> out(counts);
+  for (int64_t& c : out) c *= factor;
+  return out;
+}
+
+}  // namespace
+
+std::vector<HostTable> SliceShards(const EmbeddingConfig& config, const ShardRouting& routing,
+                                   absl::Span<const HostTable> whole_tables) {
+  std::vector<HostTable> out;
+  for (const HeldShard& h : routing.held()) {
+    const Shard& s = routing.layout().shards[static_cast<size_t>(h.shard)];
+    const TableConfig& tc = config.tables[static_cast<size_t>(h.table)];
+    const HostTable& whole = whole_tables[static_cast<size_t>(h.table)];
+    const int64_t rows = h.config.tables[0].rows, cols = s.cols();
+    auto slice = [&](const std::vector<float>& a, bool per_row) {
+      if (a.empty()) return std::vector<float>{};
+      const int64_t width = per_row ? 1 : cols;
+      std::vector<float> o(static_cast<size_t>(rows * width), 0.0f);
+      for (int64_t r = 0; r < s.rows(); ++r) {
+        for (int64_t c = 0; c < width; ++c) {
+          o[static_cast<size_t>(r * width + c)] =
+              per_row ? a[static_cast<size_t>(s.row_begin + r)]
+                      : a[static_cast<size_t>((s.row_begin + r) * tc.dim + s.col_begin + c)];
+        }
+      }
+      return o;
+    };
+    out.push_back({slice(whole.weights, false), slice(whole.adagrad, true), slice(whole.adam_m, false),
+                   slice(whole.adam_v, false), whole.adam_step});
+  }
+  return out;
+}
+
+struct ShardedDeviceTbe::State {
+  EmbeddingConfig config;
+  ShardRouting routing;
+  ShardExchange* exchange = nullptr;
+  int64_t local_batch = 0;
+  std::vector<std::unique_ptr<DeviceTbe>> shards;  // one per held shard
+  // The last Forward's plans and buffers (valid until the next Forward).
+  bool has_output = false;
+  RequesterStep req;
+  HolderStep hold;
+  DeviceArray<CopyRun> d_req_runs, d_hold_runs;
+  DeviceArray<PooledSegment> d_segments;
+  DeviceArray<PooledPiece> d_pieces;
+  DeviceArray<int32_t> d_bag_counts;
+  DeviceArray<float> pooled;                  // [b, W]
+  std::deque<DeviceArray<float>> sequence;    // per NONE key [len, D]
+  // The backward's holder-side gradients (alive until the next step).
+  std::deque<DeviceArray<float>> shard_grads;
+  // The copy kernels' tables of array pointers (alive until the step's last launch has run).
+  std::deque<DeviceArray<float*>> pointer_tables;
+
+  explicit State(ShardRouting r) : routing(std::move(r)) {}
+
+  absl::StatusOr<DeviceArray<float*>*> PointerTable(const std::vector<float*>& ptrs) {
+    pointer_tables.emplace_back();
+    GEMTB_RETURN_IF_ERROR(pointer_tables.back().Upload(ptrs, "array table"));
+    return &pointer_tables.back();
+  }
+};
+
+ShardedDeviceTbe::ShardedDeviceTbe(std::unique_ptr<State> state) : s_(std::move(state)) {}
+ShardedDeviceTbe::~ShardedDeviceTbe() = default;
+const ShardRouting& ShardedDeviceTbe::routing() const { return s_->routing; }
+int64_t ShardedDeviceTbe::step() const { return s_->shards.empty() ? 0 : s_->shards[0]->step(); }
+
+absl::StatusOr<std::unique_ptr<ShardedDeviceTbe>> ShardedDeviceTbe::Create(
+    const EmbeddingConfig& config, const ShardingPlanSpec& plan, int gpus_per_host, int64_t local_batch,
+    ShardExchange* exchange, absl::Span<const HostTable> whole_tables, int64_t step) {
+  if (exchange == nullptr) return absl::InvalidArgumentError("exchange: null");
+  GEMTB_RETURN_IF_ERROR(CanRun(config));
+  if (!whole_tables.empty() && whole_tables.size() != config.tables.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("whole_tables: ", whole_tables.size(), " given, the config has ", config.tables.size()));
+  }
+  absl::StatusOr<ShardRouting> routing = ShardRouting::Create(config, plan, exchange->group_size(), gpus_per_host,
+                                                              exchange->position(), local_batch);
+  if (!routing.ok()) return routing.status();
+  auto s = std::make_unique<State>(*std::move(routing));
+  s->config = config;
+  s->exchange = exchange;
+  s->local_batch = local_batch;
+  const std::vector<HostTable> sliced =
+      whole_tables.empty() ? std::vector<HostTable>{} : SliceShards(config, s->routing, whole_tables);
+  for (size_t i = 0; i < s->routing.held().size(); ++i) {
+    const HeldShard& h = s->routing.held()[i];
+    TbeOptions options;
+    options.placement = {h.placement};
+    options.batch_block = local_batch;
+    options.split_update = h.split_update;
+    absl::StatusOr<std::unique_ptr<DeviceTbe>> tbe = DeviceTbe::Create(
+        h.config, sliced.empty() ? absl::Span<const HostTable>{} : absl::MakeConstSpan(&sliced[i], 1), step, options);
+    if (!tbe.ok()) return tbe.status();
+    s->shards.push_back(*std::move(tbe));
+  }
+  return std::unique_ptr<ShardedDeviceTbe>(new ShardedDeviceTbe(std::move(s)));
+}
+
+absl::Status ShardedDeviceTbe::Forward(const KjtView& kjt) {
+  State& s = *s_;
+  s.has_output = false;
+  absl::StatusOr<KjtLayout> layout = CheckKjt(s.config, kjt);
+  if (!layout.ok()) return layout.status();
+  absl::StatusOr<RequesterStep> req = s.routing.RouteIds(kjt, *layout);
+  if (!req.ok()) return req.status();
+  s.req = *std::move(req);
+  const int m = s.routing.group_size();
+  // Ids: the byte counts first (each holder learns what every source sends), then the bytes.
+  std::vector<int64_t> send_bytes(static_cast<size_t>(m));
+  std::vector<uint8_t> send;
+  for (int q = 0; q < m; ++q) {
+    send_bytes[static_cast<size_t>(q)] = static_cast<int64_t>(s.req.id_bytes[static_cast<size_t>(q)].size());
+    send.insert(send.end(), s.req.id_bytes[static_cast<size_t>(q)].begin(), s.req.id_bytes[static_cast<size_t>(q)].end());
+  }
+  DeviceArray<int64_t> d_counts_send, d_counts_recv;
+  GEMTB_RETURN_IF_ERROR(d_counts_send.Upload(send_bytes, "id byte counts"));
+  GEMTB_RETURN_IF_ERROR(d_counts_recv.Allocate(static_cast<size_t>(m), "received id byte counts"));
+  const std::vector<int64_t> eight(static_cast<size_t>(m), 8);
+  const std::vector<int64_t> eight_offsets = Offsets(eight);
+  GEMTB_RETURN_IF_ERROR(s.exchange->AllToAllV(d_counts_send.get(), eight, eight_offsets, d_counts_recv.get(), eight,
+                                              eight_offsets, nullptr));
+  GEMTB_RETURN_IF_ERROR(s.exchange->Synchronize(nullptr, "the ids' counts all-to-all"));
+  std::vector<int64_t> recv_bytes;
+  GEMTB_RETURN_IF_ERROR(d_counts_recv.Download(recv_bytes, "received id byte counts"));
+  DeviceArray<uint8_t> d_ids_send, d_ids_recv;
+  GEMTB_RETURN_IF_ERROR(d_ids_send.Upload(send, "ids to send"));
+  GEMTB_RETURN_IF_ERROR(d_ids_recv.Allocate(static_cast<size_t>(Total(recv_bytes)), "received ids"));
+  GEMTB_RETURN_IF_ERROR(s.exchange->AllToAllV(d_ids_send.get(), send_bytes, Offsets(send_bytes), d_ids_recv.get(),
+                                              recv_bytes, Offsets(recv_bytes), nullptr));
+  GEMTB_RETURN_IF_ERROR(s.exchange->Synchronize(nullptr, "the ids all-to-all"));
+  std::vector<uint8_t> received_flat;
+  GEMTB_RETURN_IF_ERROR(d_ids_recv.Download(received_flat, "received ids"));
+  std::vector<std::vector<uint8_t>> received(static_cast<size_t>(m));
+  {
+    int64_t at = 0;
+    for (int p = 0; p < m; ++p) {
+      const int64_t n = recv_bytes[static_cast<size_t>(p)];
+      received[static_cast<size_t>(p)].assign(received_flat.begin() + at, received_flat.begin() + at + n);
+      at += n;
+    }
+  }
+  absl::StatusOr<HolderStep> hold = s.routing.ReceiveIds(received);
+  if (!hold.ok()) return hold.status();
+  s.hold = *std::move(hold);
+  // Lookups on every held shard, then the embeddings' message to each requester.
+  std::vector<float*> holder_arrays = {nullptr};
+  std::vector<float*> holder_none;
+  for (size_t i = 0; i < s.shards.size(); ++i) {
+    const HolderStep::ShardInput& in = s.hold.inputs[i];
+    KjtView v;
+    v.keys = in.keys;
+    v.batch = static_cast<int64_t>(m) * s.local_batch;
+    v.lengths = in.lengths;
+    v.values = in.values;
+    v.weights = in.weights;
+    v.has_weights = in.weighted;
+    GEMTB_RETURN_IF_ERROR(s.shards[i]->SetInput(v));
+    GEMTB_RETURN_IF_ERROR(s.shards[i]->Forward());
+    absl::StatusOr<DeviceOutputView> out = s.shards[i]->DeviceOutput();
+    if (!out.ok()) return out.status();
+    holder_arrays.push_back(const_cast<float*>(out->pooled));
+    for (const float* seq : out->sequence) holder_none.push_back(const_cast<float*>(seq));
+  }
+  holder_arrays.insert(holder_arrays.end(), holder_none.begin(), holder_none.end());
+  DeviceArray<float> embed_send, embed_recv;
+  GEMTB_RETURN_IF_ERROR(embed_send.Allocate(static_cast<size_t>(std::max<int64_t>(Total(s.hold.exchange_counts), 1)), "embeddings to send"));
+  GEMTB_RETURN_IF_ERROR(embed_recv.Allocate(static_cast<size_t>(std::max<int64_t>(Total(s.req.exchange_counts), 1)), "embeddings received"));
+  holder_arrays[0] = embed_send.get();
+  absl::StatusOr<DeviceArray<float*>*> holder_table = s.PointerTable(holder_arrays);
+  if (!holder_table.ok()) return holder_table.status();
+  GEMTB_RETURN_IF_ERROR(s.d_hold_runs.Upload(s.hold.runs, "holder copy runs"));
+  GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*holder_table)->get(), s.d_hold_runs.get(), static_cast<int64_t>(s.hold.runs.size()), false));
+  GEMTB_RETURN_IF_ERROR(s.exchange->AllToAllV(embed_send.get(), Scaled(s.hold.exchange_counts, 4),
+                                              Scaled(Offsets(s.hold.exchange_counts), 4), embed_recv.get(),
+                                              Scaled(s.req.exchange_counts, 4), Scaled(Offsets(s.req.exchange_counts), 4),
+                                              nullptr));
+  // The requester's output: pooled sums of the row blocks, NONE rows placed (+0 where no holder
+  // sends one: ids that read nothing).
+  const int64_t b = s.local_batch, w = s.routing.pooled_width();
+  GEMTB_RETURN_IF_ERROR(s.pooled.Allocate(static_cast<size_t>(b * w), "pooled output"));
+  s.sequence.clear();
+  std::vector<float*> req_arrays = {embed_recv.get()};
+  for (size_t k = 0; k < s.routing.sequence_keys().size(); ++k) {
+    const int key = s.routing.sequence_keys()[k];
+    const int64_t dim = s.config.tables[static_cast<size_t>(s.config.features[static_cast<size_t>(key)].table)].dim;
+    const int64_t n = layout->offsets[static_cast<size_t>((key + 1) * b)] - layout->offsets[static_cast<size_t>(key * b)];
+    s.sequence.emplace_back();
+    GEMTB_RETURN_IF_ERROR(s.sequence.back().Allocate(static_cast<size_t>(std::max<int64_t>(n * dim, 1)), "sequence output"));
+    GEMTB_RETURN_IF_ERROR(s.sequence.back().Zero("sequence output"));
+    req_arrays.push_back(s.sequence.back().get());
+  }
+  GEMTB_RETURN_IF_ERROR(s.d_segments.Upload(s.req.segments, "pooled segments"));
+  GEMTB_RETURN_IF_ERROR(s.d_pieces.Upload(s.req.pieces, "pooled pieces"));
+  GEMTB_RETURN_IF_ERROR(s.d_bag_counts.Upload(s.req.bag_counts, "bag counts"));
+  GEMTB_RETURN_IF_ERROR(LaunchPooledGather(s.d_segments.get(), static_cast<int64_t>(s.req.segments.size()),
+                                           s.d_pieces.get(), embed_recv.get(), s.d_bag_counts.get(), b, w, s.pooled.get()));
+  absl::StatusOr<DeviceArray<float*>*> req_table = s.PointerTable(req_arrays);
+  if (!req_table.ok()) return req_table.status();
+  GEMTB_RETURN_IF_ERROR(s.d_req_runs.Upload(s.req.sequence_runs, "requester copy runs"));
+  GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*req_table)->get(), s.d_req_runs.get(), static_cast<int64_t>(s.req.sequence_runs.size()), false));
+  GEMTB_RETURN_IF_ERROR(s.exchange->Synchronize(nullptr, "the embeddings all-to-all"));
+  s.pointer_tables.clear();
+  s.has_output = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceOutputView> ShardedDeviceTbe::DeviceOutput() const {
+  if (!s_->has_output) return absl::FailedPreconditionError("DeviceOutput: no forward has run");
+  DeviceOutputView out;
+  out.pooled = s_->pooled.get();
+  out.pooled_width = s_->routing.pooled_width();
+  out.sequence_keys = s_->routing.sequence_keys();
+  for (const DeviceArray<float>& a : s_->sequence) {
+    out.sequence.push_back(a.get());
+    out.sequence_size.push_back(static_cast<int64_t>(a.size()));
+  }
+  return out;
+}
+
+absl::Status ShardedDeviceTbe::Backward(const float* pooled_grad, absl::Span<const float* const> sequence_grads) {
+  State& s = *s_;
+  if (!s.has_output) return absl::FailedPreconditionError("Backward: no forward has run");
+  if (sequence_grads.size() != s.sequence.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence_grads: ", sequence_grads.size(),
+                                                   " arrays, expected one per NONE key (", s.sequence.size(), ")"));
+  }
+  const int64_t b = s.local_batch, w = s.routing.pooled_width();
+  if (pooled_grad == nullptr && b * w > 0) return absl::InvalidArgumentError("pooled_grad: null");
+  // The requester's gradients into the exchange layout.
+  DeviceArray<float> grad_send, grad_recv;
+  GEMTB_RETURN_IF_ERROR(grad_send.Allocate(static_cast<size_t>(std::max<int64_t>(Total(s.req.exchange_counts), 1)), "gradients to send"));
+  GEMTB_RETURN_IF_ERROR(grad_recv.Allocate(static_cast<size_t>(std::max<int64_t>(Total(s.hold.exchange_counts), 1)), "gradients received"));
+  GEMTB_RETURN_IF_ERROR(LaunchPooledScatter(s.d_segments.get(), static_cast<int64_t>(s.req.segments.size()),
+                                            s.d_pieces.get(), pooled_grad, s.d_bag_counts.get(), b, w, grad_send.get()));
+  std::vector<float*> req_arrays = {grad_send.get()};
+  for (const float* g : sequence_grads) req_arrays.push_back(const_cast<float*>(g));
+  absl::StatusOr<DeviceArray<float*>*> req_table = s.PointerTable(req_arrays);
+  if (!req_table.ok()) return req_table.status();
+  GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*req_table)->get(), s.d_req_runs.get(), static_cast<int64_t>(s.req.sequence_runs.size()), true));
+  GEMTB_RETURN_IF_ERROR(s.exchange->AllToAllV(grad_send.get(), Scaled(s.req.exchange_counts, 4),
+                                              Scaled(Offsets(s.req.exchange_counts), 4), grad_recv.get(),
+                                              Scaled(s.hold.exchange_counts, 4), Scaled(Offsets(s.hold.exchange_counts), 4),
+                                              nullptr));
+  // The holder's gradients per held shard, in its output's shapes.
+  s.shard_grads.clear();
+  std::vector<float*> holder_arrays = {grad_recv.get()};
+  std::vector<std::vector<const float*>> shard_none(s.shards.size());
+  std::vector<float*> holder_none;
+  for (size_t i = 0; i < s.shards.size(); ++i) {
+    absl::StatusOr<DeviceOutputView> out = s.shards[i]->DeviceOutput();
+    if (!out.ok()) return out.status();
+    s.shard_grads.emplace_back();
+    const int64_t pooled_size = static_cast<int64_t>(s.routing.group_size()) * b * out->pooled_width;
+    GEMTB_RETURN_IF_ERROR(s.shard_grads.back().Allocate(static_cast<size_t>(std::max<int64_t>(pooled_size, 1)), "shard pooled gradient"));
+    holder_arrays.push_back(s.shard_grads.back().get());
+    for (int64_t n : out->sequence_size) {
+      s.shard_grads.emplace_back();
+      GEMTB_RETURN_IF_ERROR(s.shard_grads.back().Allocate(static_cast<size_t>(std::max<int64_t>(n, 1)), "shard sequence gradient"));
+      holder_none.push_back(s.shard_grads.back().get());
+      shard_none[i].push_back(s.shard_grads.back().get());
+    }
+  }
+  holder_arrays.insert(holder_arrays.end(), holder_none.begin(), holder_none.end());
+  absl::StatusOr<DeviceArray<float*>*> holder_table = s.PointerTable(holder_arrays);
+  if (!holder_table.ok()) return holder_table.status();
+  GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*holder_table)->get(), s.d_hold_runs.get(), static_cast<int64_t>(s.hold.runs.size()), true));
+  for (size_t i = 0; i < s.shards.size(); ++i) {
+    GEMTB_RETURN_IF_ERROR(s.shards[i]->SetDeviceGrads(holder_arrays[1 + i], shard_none[i]));
+    GEMTB_RETURN_IF_ERROR(s.shards[i]->BackwardStep());
+  }
+  // Column shards sharing rowwise-Adagrad state: the whole rows' square sums, then the update.
+  // Every member of a norm group calls in the same (held-shard) order: shards are numbered table
+  // by table, so the groups' order is the tables' on every member.
+  for (size_t i = 0; i < s.shards.size(); ++i) {
+    const HeldShard& h = s.routing.held()[i];
+    if (!h.split_update) continue;
+    absl::StatusOr<const float*> partial = s.shards[i]->RunSquareSums();
+    if (!partial.ok()) return partial.status();
+    const int64_t cap = s.shards[i]->RunCapacity();
+    DeviceArray<float>& gathered = s.shard_grads.emplace_back();
+    GEMTB_RETURN_IF_ERROR(gathered.Allocate(static_cast<size_t>(cap) * h.norm_group.size(), "gathered square sums"));
+    DeviceArray<float>& total = s.shard_grads.emplace_back();
+    GEMTB_RETURN_IF_ERROR(total.Allocate(static_cast<size_t>(cap), "whole-row square sums"));
+    GEMTB_RETURN_IF_ERROR(s.exchange->AllGatherAmong(h.norm_group, *partial, cap, gathered.get(), nullptr));
+    GEMTB_RETURN_IF_ERROR(LaunchSumPartials(gathered.get(), static_cast<int>(h.norm_group.size()), cap, total.get()));
+    GEMTB_RETURN_IF_ERROR(s.shards[i]->ApplyRows(total.get()));
+  }
+  GEMTB_RETURN_IF_ERROR(s.exchange->Synchronize(nullptr, "the sharded embeddings' backward"));
+  s.pointer_tables.clear();
+  return absl::OkStatus();
+}
+
+absl::Status ShardedDeviceTbe::SetLearningRate(float lr) {
+  for (auto& t : s_->shards) GEMTB_RETURN_IF_ERROR(t->SetLearningRate(lr));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<HostTable>> ShardedDeviceTbe::DownloadShards() const {
+  std::vector<HostTable> out;
+  for (const auto& t : s_->shards) {
+    absl::StatusOr<std::vector<HostTable>> one = t->DownloadTables();
+    if (!one.ok()) return one.status();
+    out.push_back(std::move((*one)[0]));
+  }
+  return out;
+}
+
+}  // namespace gemtb::gpu::embedding

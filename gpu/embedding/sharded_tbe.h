@@ -1,0 +1,72 @@
+// A sharded embedding module on GPUs: one rank of a 1D sharding plan's MP group (TW, RW, CW,
+// TWRW, GRID; model/sharding), holding its shards, each a DeviceTbe of one table placed in its whole
+// table (ShardPlacement: init values and stochastic-rounding words of the whole table). A step:
+//   Forward   ids to the holders (shard_routing.h: an all-to-all of counts, then of the bytes),
+//             every held shard's lookups on the sources' samples in rank order, embeddings back
+//             (one all-to-all of floats), and on the requester the row blocks' sums in block order and
+//             MEAN's division (shard_kernels.cu);
+//   Backward  gradients to the holders the same way, every held shard's G_r summed in blocks of the
+//             sources' samples and its fused optimizer; column shards sharing rowwise-Adagrad state
+//             all-gather their partial square sums among a row block's holders and add them in
+//             column-shard order before the update.
+// Bit-identical to the oracle's sharded executor (reference/sharding) of the same plan and batches.
+// The ids' routing runs on the host: the trainer's batches are made on the host.
+#ifndef GEMTB_GPU_EMBEDDING_SHARDED_TBE_H_
+#define GEMTB_GPU_EMBEDDING_SHARDED_TBE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "gpu/embedding/api.h"
+#include "gpu/embedding/kjt_check.h"
+#include "gpu/embedding/shard_exchange.h"
+#include "gpu/embedding/shard_routing.h"
+#include "model/embedding/embedding_config.h"
+#include "model/sharding/sharding_types.h"
+
+namespace gemtb::gpu::embedding {
+
+class ShardedDeviceTbe {
+ public:
+  // This rank (exchange->position()) of the plan's MP group, `local_batch` samples a step.
+  // `whole_tables` empty: every shard Philox-initialised on the device as its part of the whole
+  // table; else one HostTable per table of the config, sliced. `step`: the next update's SR step.
+  static absl::StatusOr<std::unique_ptr<ShardedDeviceTbe>> Create(const EmbeddingConfig& config,
+                                                                  const ShardingPlanSpec& plan, int gpus_per_host,
+                                                                  int64_t local_batch, ShardExchange* exchange,
+                                                                  absl::Span<const HostTable> whole_tables,
+                                                                  int64_t step);
+  ~ShardedDeviceTbe();
+  ShardedDeviceTbe(const ShardedDeviceTbe&) = delete;
+  ShardedDeviceTbe& operator=(const ShardedDeviceTbe&) = delete;
+
+  // The forward of this rank's local batch (keys: the config's features, in order); collective.
+  absl::Status Forward(const KjtView& kjt);
+  // The last Forward's output on the device: pooled [b, W] and one [len, D] array per NONE key.
+  absl::StatusOr<DeviceOutputView> DeviceOutput() const;
+  // Upstream gradients of that output on the device, then every held shard's step; collective.
+  absl::Status Backward(const float* pooled_grad, absl::Span<const float* const> sequence_grads);
+  absl::Status SetLearningRate(float lr);
+
+  // The held shards' tables and optimizer state, in the routing's held order ([shard rows, cols];
+  // a trailing empty row block has one placeholder row).
+  absl::StatusOr<std::vector<HostTable>> DownloadShards() const;
+  const ShardRouting& routing() const;
+  int64_t step() const;
+
+ private:
+  struct State;
+  explicit ShardedDeviceTbe(std::unique_ptr<State> state);
+  std::unique_ptr<State> s_;
+};
+
+// Every held shard of `routing` cut from the whole tables (a HostTable per table of the config).
+std::vector<HostTable> SliceShards(const EmbeddingConfig& config, const ShardRouting& routing,
+                                   absl::Span<const HostTable> whole_tables);
+
+}  // namespace gemtb::gpu::embedding
+
+#endif  // GEMTB_GPU_EMBEDDING_SHARDED_TBE_H_
