@@ -3,6 +3,7 @@
 
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <initializer_list>
 #include <cstdlib>
@@ -271,6 +272,58 @@ absl::Status NcclGroup::AllGatherV(void* data, const std::vector<int64_t>& count
     r = ncclBroadcast(at, at, static_cast<size_t>(counts[root]), *type, static_cast<int>(root), Comm(comm_), stream);
   }
   return EndGroupCall(r, "all_gather_v");
+}
+
+absl::Status NcclGroup::AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
+                                  const std::vector<int64_t>& send_offsets, void* recv,
+                                  const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_offsets,
+                                  cudaStream_t stream) {
+  GROUP_RETURN_IF_ERROR(CheckPerRank({{&send_counts, "send_counts"}, {&send_offsets, "send_offsets"},
+                                      {&recv_counts, "recv_counts"}, {&recv_offsets, "recv_offsets"}},
+                                     size_));
+  if (aborted_) return absl::FailedPreconditionError(absl::StrCat("NCCL group \"", name_, "\" was aborted"));
+  ncclResult_t r = ncclGroupStart();
+  for (int q = 0; r == ncclSuccess && q < size_; ++q) {
+    const size_t i = static_cast<size_t>(q);
+    if (send_counts[i] > 0) {
+      r = ncclSend(static_cast<const char*>(send) + send_offsets[i], static_cast<size_t>(send_counts[i]), ncclUint8, q,
+                   Comm(comm_), stream);
+    }
+    if (r == ncclSuccess && recv_counts[i] > 0) {
+      r = ncclRecv(static_cast<char*>(recv) + recv_offsets[i], static_cast<size_t>(recv_counts[i]), ncclUint8, q,
+                   Comm(comm_), stream);
+    }
+  }
+  return EndGroupCall(r, "all_to_all_v");
+}
+
+absl::Status NcclGroup::AllGatherAmong(const std::vector<int>& members, const void* in, int64_t bytes, void* out,
+                                       cudaStream_t stream) {
+  GROUP_RETURN_IF_ERROR(CheckCount(bytes, "bytes"));
+  const auto self = std::find(members.begin(), members.end(), rank_);
+  if (self == members.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("members: rank ", rank_, " is not among them"));
+  }
+  for (int q : members) {
+    if (q < 0 || q >= size_) return absl::InvalidArgumentError(absl::StrCat("members: rank ", q, " is not in a group of ", size_));
+  }
+  if (aborted_) return absl::FailedPreconditionError(absl::StrCat("NCCL group \"", name_, "\" was aborted"));
+  if (bytes == 0) return absl::OkStatus();
+  char* own = static_cast<char*>(out) + (self - members.begin()) * bytes;
+  if (cudaError_t e = cudaMemcpyAsync(own, in, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream);
+      e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("NCCL group \"", name_, "\": all_gather_among's own part: ", cudaGetErrorString(e)));
+  }
+  ncclResult_t r = ncclGroupStart();
+  for (size_t i = 0; r == ncclSuccess && i < members.size(); ++i) {
+    if (members[i] == rank_) continue;
+    r = ncclSend(in, static_cast<size_t>(bytes), ncclUint8, members[i], Comm(comm_), stream);
+    if (r == ncclSuccess) {
+      r = ncclRecv(static_cast<char*>(out) + static_cast<int64_t>(i) * bytes, static_cast<size_t>(bytes), ncclUint8,
+                   members[i], Comm(comm_), stream);
+    }
+  }
+  return EndGroupCall(r, "all_gather_among");
 }
 
 absl::Status NcclGroup::Synchronize(cudaStream_t stream, std::string_view what,

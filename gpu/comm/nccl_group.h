@@ -64,6 +64,16 @@ class NcclGroup {
   // rank (one NCCL group of broadcasts, rank r the root of its part).
   absl::Status AllGatherV(void* data, const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets,
                           Dtype dtype, cudaStream_t stream);
+  // All-to-all of bytes by grouped sends and receives: send_counts[q] bytes at send + send_offsets[q]
+  // to rank q, recv_counts[p] bytes from rank p into recv + recv_offsets[p] (what a rank sends to
+  // another is what that rank expects; zero moves nothing).
+  absl::Status AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
+                         const std::vector<int64_t>& send_offsets, void* recv, const std::vector<int64_t>& recv_counts,
+                         const std::vector<int64_t>& recv_offsets, cudaStream_t stream);
+  // Among the ranks `members` (distinct, this one among them): each member's `bytes` at `in` into
+  // out + i * bytes for members[i], by grouped sends and receives (the own part by a device copy).
+  absl::Status AllGatherAmong(const std::vector<int>& members, const void* in, int64_t bytes, void* out,
+                              cudaStream_t stream);
   // Waits until `stream`'s work so far is done, at most the group's timeout. On a deadline or an
   // error NCCL reports, aborts the communicator (every later call fails) and returns
   // DeadlineExceeded / Unavailable naming `what`, the group and the timeout. `job`, when set, is

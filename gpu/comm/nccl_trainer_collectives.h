@@ -45,12 +45,36 @@ class NcclTrainerCollectives : public train::TrainerCollectives {
                           cudaStream_t stream) override;
   absl::Status AllReduceSum(double* data, int64_t count, cudaStream_t stream) override;
   absl::Status Synchronize(cudaStream_t stream, std::string_view what) override;
+  embedding::ShardExchange* sparse_exchange() override { return &sparse_; }
   // Aborts every group now: what a rank that stops on an error does, so that its exit does not wait
   // for the other ranks (destroying a healthy group waits until every rank has finished with it).
   void AbortAll();
 
  private:
-  NcclTrainerCollectives() = default;
+  NcclTrainerCollectives() : sparse_(this) {}
+
+  // The sparse tables' exchange on the world group, its waits those of Synchronize.
+  class WorldExchange : public embedding::ShardExchange {
+   public:
+    explicit WorldExchange(NcclTrainerCollectives* owner) : owner_(owner) {}
+    int position() const override { return owner_->world_->rank(); }
+    int group_size() const override { return owner_->world_->size(); }
+    absl::Status AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
+                           const std::vector<int64_t>& send_offsets, void* recv, const std::vector<int64_t>& recv_counts,
+                           const std::vector<int64_t>& recv_offsets, CUstream_st* stream) override {
+      return owner_->world_->AllToAllV(send, send_counts, send_offsets, recv, recv_counts, recv_offsets, stream);
+    }
+    absl::Status AllGatherAmong(const std::vector<int>& members, const float* in, int64_t count, float* out,
+                                CUstream_st* stream) override {
+      return owner_->world_->AllGatherAmong(members, in, count * static_cast<int64_t>(sizeof(float)), out, stream);
+    }
+    absl::Status Synchronize(CUstream_st* stream, std::string_view what) override {
+      return owner_->Synchronize(stream, what);
+    }
+
+   private:
+    NcclTrainerCollectives* owner_;
+  };
 
   launch::TcpStoreClient* store_ = nullptr;
   TrainerCollectivesOptions options_;
@@ -58,6 +82,7 @@ class NcclTrainerCollectives : public train::TrainerCollectives {
   std::unique_ptr<CopyEngineAllGather> copy_engine_;
   float* params_ = nullptr;  // NCCL gather: owned; copy engine: its window
   int64_t shard_count_ = 0;
+  WorldExchange sparse_;
 };
 
 }  // namespace gemtb::gpu::comm

@@ -86,6 +86,23 @@ absl::StatusOr<ShardRouting> ShardRouting::Create(const EmbeddingConfig& config,
       return Bad(absl::StrCat("plan.tables[", t, "] (table '", config.tables[t].name, "'): ", tl.col_shards,
                               " column shards of ", cols, " columns; the GPU kernels take multiples of 4"));
     }
+    // Column shards sharing Adagrad state meet once per row block; one rank holding two of them would
+    // have to send two partial sums in that one meeting (every rank checks every table, so all fail alike).
+    if (plan.cw_state == CwState::kShared && tl.col_shards > 1 &&
+        config.tables[t].optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
+      for (size_t i = 0; i < tl.shards.size(); ++i) {
+        for (size_t j = 0; j < i; ++j) {
+          const Shard& a = r.layout_.shards[static_cast<size_t>(tl.shards[i])];
+          const Shard& c = r.layout_.shards[static_cast<size_t>(tl.shards[j])];
+          if (a.row_block == c.row_block && a.position == c.position) {
+            return absl::UnimplementedError(absl::StrCat(
+                "plan.tables[", t, "] (table '", config.tables[t].name, "'): position ", a.position,
+                " holds two column shards of one row block with shared rowwise-Adagrad state (use fewer shards or cw_state "
+                "per_shard)"));
+          }
+        }
+      }
+    }
     r.holders_[t] = r.layout_.Holders(static_cast<int>(t));
   }
   // The shards this position holds, in group order, each a one-table module.
@@ -122,13 +139,7 @@ absl::StatusOr<ShardRouting> ShardRouting::Create(const EmbeddingConfig& config,
       h.split_update = true;
       for (int other : tl.shards) {
         const Shard& o = r.layout_.shards[static_cast<size_t>(other)];
-        if (o.row_block != sh.row_block) continue;
-        if (o.position == position && other != static_cast<int>(s)) {
-          return absl::UnimplementedError(
-              absl::StrCat("plan.tables[", sh.table, "] (table '", tc.name, "'): position ", position,
-                           " holds two column shards of one row block with shared rowwise-Adagrad state"));
-        }
-        h.norm_group.push_back(o.position);
+        if (o.row_block == sh.row_block) h.norm_group.push_back(o.position);
       }
     }
     r.held_.push_back(std::move(h));

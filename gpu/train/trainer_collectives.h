@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "gpu/embedding/shard_exchange.h"
 
 namespace gemtb::gpu::train {
 
@@ -50,6 +51,9 @@ class TrainerCollectives {
   // Waits for `stream`'s work so far within the job's timeout: DeadlineExceeded / Unavailable naming
   // `what` when a rank is gone or stopped calling (the collectives are then unusable).
   virtual absl::Status Synchronize(cudaStream_t stream, std::string_view what) = 0;
+  // The all-to-alls and gathers of sharded embedding tables (gpu/embedding/sharded_tbe.h) over the
+  // world as one MP group (1D plans); null where these collectives carry none.
+  virtual embedding::ShardExchange* sparse_exchange() { return nullptr; }
 };
 
 }  // namespace gemtb::gpu::train

@@ -1,0 +1,285 @@
+// The sharded embedding module on the GPU (gpu/embedding/sharded_tbe.h) against the oracle's
+// sharded executor: M virtual positions on one GPU, each a host thread with its own module, the
+// all-to-alls carried by device copies between them. Every position's output and, after each step,
+// every shard's table and optimizer state equal the oracle's byte for byte, for TW, RW, CW (shared
+// and per-shard Adagrad state), TWRW and GRID, over fp32, bf16 and fp16 tables with stochastic
+// rounding. Skipped without an sm_90 GPU.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <barrier>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu/common/device_buffer.h"
+#include "gpu/embedding/api.h"
+#include "gpu/embedding/sharded_tbe.h"
+#include "gtest/gtest.h"
+#include "model/sharding/sharding_plan_json.h"
+#include "reference/sharding/sharded_executor.h"
+#include "tests/embedding/sharding_cases.h"
+
+namespace gemtb::gpu::embedding {
+namespace {
+
+using reference::sharding_cases::Batch;
+using reference::sharding_cases::MakeBatch;
+using reference::sharding_cases::MakeConfig;
+using reference::sharding_cases::SubBatch;
+
+constexpr int64_t kLocalBatch = 4;
+constexpr int kSteps = 2;
+
+// The positions of one virtual MP group: an all-to-all publishes its pointers, meets the others
+// at a barrier, copies what it receives, and meets them again before anyone reuses a buffer. A
+// gather among some positions meets only those: the n-th gather of one member list is one meeting.
+struct VirtualGroup {
+  explicit VirtualGroup(int m) : size(m), barrier(m), send(static_cast<size_t>(m)), offsets(static_cast<size_t>(m)) {}
+  int size;
+  std::barrier<> barrier;
+  std::vector<const char*> send;
+  std::vector<const std::vector<int64_t>*> offsets;
+  struct Meeting {
+    std::vector<const float*> in;
+    int arrived = 0;
+    int left = 0;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::string, Meeting> meetings;
+  std::map<std::pair<int, std::string>, int> calls;  // (position, member list) -> gathers so far
+};
+
+class VirtualExchange : public ShardExchange {
+ public:
+  VirtualExchange(VirtualGroup& g, int position) : g_(g), position_(position) {}
+  int position() const override { return position_; }
+  int group_size() const override { return g_.size; }
+  absl::Status AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
+                         const std::vector<int64_t>& send_offsets, void* recv, const std::vector<int64_t>& recv_counts,
+                         const std::vector<int64_t>& recv_offsets, CUstream_st*) override {
+    (void)send_counts;
+    if (cudaDeviceSynchronize() != cudaSuccess) return absl::InternalError("cudaDeviceSynchronize");
+    g_.send[static_cast<size_t>(position_)] = static_cast<const char*>(send);
+    g_.offsets[static_cast<size_t>(position_)] = &send_offsets;
+    g_.barrier.arrive_and_wait();
+    absl::Status status;
+    for (int p = 0; p < g_.size; ++p) {
+      const size_t pp = static_cast<size_t>(p);
+      if (recv_counts[pp] == 0) continue;
+      const char* src = g_.send[pp] + (*g_.offsets[pp])[static_cast<size_t>(position_)];
+      if (cudaMemcpy(static_cast<char*>(recv) + recv_offsets[pp], src, static_cast<size_t>(recv_counts[pp]),
+                     cudaMemcpyDeviceToDevice) != cudaSuccess) {
+        status = absl::InternalError("all-to-all copy");
+      }
+    }
+    g_.barrier.arrive_and_wait();
+    return status;
+  }
+  absl::Status AllGatherAmong(const std::vector<int>& members, const float* in, int64_t count, float* out,
+                              CUstream_st*) override {
+    if (cudaDeviceSynchronize() != cudaSuccess) return absl::InternalError("cudaDeviceSynchronize");
+    std::string list;
+    for (int q : members) list += std::to_string(q) + ",";
+    std::unique_lock<std::mutex> lock(g_.mu);
+    const std::string key = list + "#" + std::to_string(g_.calls[{position_, list}]++);
+    VirtualGroup::Meeting& meeting = g_.meetings[key];
+    meeting.in.resize(members.size());
+    const size_t self = static_cast<size_t>(std::find(members.begin(), members.end(), position_) - members.begin());
+    meeting.in[self] = in;
+    ++meeting.arrived;
+    g_.cv.notify_all();
+    g_.cv.wait(lock, [&] { return meeting.arrived == static_cast<int>(members.size()); });
+    absl::Status status;
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (cudaMemcpy(out + static_cast<int64_t>(i) * count, meeting.in[i], static_cast<size_t>(count) * sizeof(float),
+                     cudaMemcpyDeviceToDevice) != cudaSuccess) {
+        status = absl::InternalError("all-gather copy");
+      }
+    }
+    // The last to leave ends the meeting; nobody's input is reused before then.
+    if (++meeting.left == static_cast<int>(members.size())) {
+      g_.meetings.erase(key);
+      g_.cv.notify_all();
+    } else {
+      g_.cv.wait(lock, [&] { return g_.meetings.count(key) == 0; });
+    }
+    return status;
+  }
+  absl::Status Synchronize(CUstream_st*, std::string_view what) override {
+    return cudaDeviceSynchronize() == cudaSuccess ? absl::OkStatus() : absl::InternalError(std::string(what));
+  }
+
+ private:
+  VirtualGroup& g_;
+  int position_;
+};
+
+ShardingPlanSpec Plan(const EmbeddingConfig& config, const std::string& type, const char* cw_state, int m, int gph) {
+  nlohmann::json plan;
+  for (size_t t = 0; t < config.tables.size(); ++t) {
+    nlohmann::json e = {{"type", type}};
+    if (type == "CW" || type == "GRID") e["shards"] = std::min<int64_t>(config.tables[t].dim / 4, 3);
+    plan["tables"][config.tables[t].name] = e;
+  }
+  plan["cw_state"] = cw_state;
+  absl::StatusOr<ShardingPlanSpec> spec = ParseShardingPlan(plan, PlanTablesOf(config), m, gph);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : ShardingPlanSpec{};
+}
+
+bool SameBits(const std::vector<float>& a, const float* b) {
+  return std::memcmp(a.data(), b, a.size() * sizeof(float)) == 0;
+}
+
+// Runs kSteps steps on the oracle and on M virtual positions and compares everything.
+void ExpectModuleMatchesOracle(const EmbeddingConfig& config, const ShardingPlanSpec& plan, int m, int gph,
+                               const std::string& what) {
+  SCOPED_TRACE(what);
+  const reference::EmbeddingState initial = reference::InitEmbeddingState(config);
+  absl::StatusOr<std::unique_ptr<reference::ShardedExecutor>> oracle =
+      reference::ShardedExecutor::Create(config, plan, m, gph, initial);
+  ASSERT_TRUE(oracle.ok()) << oracle.status();
+  std::vector<Batch> batches;
+  for (int s = 0; s < kSteps; ++s) batches.push_back(MakeBatch(config, m * kLocalBatch, 7000 + 10 * s + m));
+  std::vector<reference::EmbeddingOutput> want_out;
+  for (const Batch& batch : batches) {
+    absl::StatusOr<reference::EmbeddingOutput> out = (*oracle)->Forward(batch.kjt);
+    ASSERT_TRUE(out.ok()) << out.status();
+    want_out.push_back(*std::move(out));
+    ASSERT_TRUE((*oracle)->Backward(batch.grads).ok());
+  }
+  absl::StatusOr<reference::ShardedRun> want = (*oracle)->Result();
+  ASSERT_TRUE(want.ok()) << want.status();
+
+  VirtualGroup group(m);
+  std::vector<std::string> errors(static_cast<size_t>(m));
+  std::vector<std::vector<HostTable>> shards(static_cast<size_t>(m));
+  std::vector<std::unique_ptr<ShardedDeviceTbe>> modules(static_cast<size_t>(m));
+  std::vector<std::thread> threads;
+  for (int p = 0; p < m; ++p) {
+    threads.emplace_back([&, p] {
+      VirtualExchange exchange(group, p);
+      std::string& error = errors[static_cast<size_t>(p)];
+      absl::StatusOr<std::unique_ptr<ShardedDeviceTbe>> module =
+          ShardedDeviceTbe::Create(config, plan, gph, kLocalBatch, &exchange, {}, initial.step);
+      if (!module.ok()) {
+        error = module.status().ToString();
+        return;  // every position fails the same way (the same plan): nobody waits at a barrier
+      }
+      for (int s = 0; s < kSteps; ++s) {
+        std::vector<int64_t> samples;
+        for (int64_t i = 0; i < kLocalBatch; ++i) samples.push_back(p * kLocalBatch + i);
+        const Batch local = SubBatch(config, batches[static_cast<size_t>(s)], samples);
+        KjtView v;
+        v.keys = local.kjt.keys;
+        v.batch = kLocalBatch;
+        v.lengths = local.kjt.lengths;
+        v.values = local.kjt.values;
+        v.weights = local.kjt.weights;
+        v.has_weights = true;
+        if (absl::Status st = (*module)->Forward(v); !st.ok()) {
+          error = st.ToString();
+          return;
+        }
+        absl::StatusOr<DeviceOutputView> out = (*module)->DeviceOutput();
+        std::vector<float> pooled(static_cast<size_t>(kLocalBatch * out->pooled_width));
+        cudaMemcpy(pooled.data(), out->pooled, pooled.size() * sizeof(float), cudaMemcpyDeviceToHost);
+        const reference::EmbeddingOutput& w = want_out[static_cast<size_t>(s)];
+        if (!SameBits(pooled, w.pooled.data() + p * kLocalBatch * out->pooled_width)) {
+          error += "pooled output differs at step " + std::to_string(s) + "; ";
+        }
+        // Gradients: this position's rows of the global ones, uploaded.
+        DeviceArray<float> d_pooled;
+        std::deque<DeviceArray<float>> d_seq;
+        std::vector<const float*> seq_ptrs;
+        (void)d_pooled.Upload(local.grads.pooled, "pooled gradient");
+        for (const std::vector<float>& g : local.grads.sequence) {
+          d_seq.emplace_back();
+          (void)d_seq.back().Upload(g, "sequence gradient");
+          seq_ptrs.push_back(d_seq.back().get());
+        }
+        if (absl::Status st = (*module)->Backward(d_pooled.get(), seq_ptrs); !st.ok()) {
+          error = st.ToString();
+          return;
+        }
+      }
+      absl::StatusOr<std::vector<HostTable>> down = (*module)->DownloadShards();
+      if (!down.ok()) {
+        error = down.status().ToString();
+        return;
+      }
+      shards[static_cast<size_t>(p)] = *std::move(down);
+      modules[static_cast<size_t>(p)] = *std::move(module);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int p = 0; p < m; ++p) ASSERT_TRUE(errors[static_cast<size_t>(p)].empty()) << "position " << p << ": " << errors[static_cast<size_t>(p)];
+  // Every shard's rectangle against the oracle's reassembled tables.
+  for (int p = 0; p < m; ++p) {
+    const ShardRouting& routing = modules[static_cast<size_t>(p)]->routing();
+    for (size_t i = 0; i < routing.held().size(); ++i) {
+      const HeldShard& h = routing.held()[i];
+      const Shard& s = routing.layout().shards[static_cast<size_t>(h.shard)];
+      const TableConfig& tc = config.tables[static_cast<size_t>(h.table)];
+      const reference::TableState& e = want->state.tables[static_cast<size_t>(h.table)];
+      const HostTable& got = shards[static_cast<size_t>(p)][i];
+      for (int64_t r = 0; r < s.rows(); ++r) {
+        for (int64_t c = 0; c < s.cols(); ++c) {
+          const size_t wi = static_cast<size_t>((s.row_begin + r) * tc.dim + s.col_begin + c);
+          const size_t gi = static_cast<size_t>(r * s.cols() + c);
+          EXPECT_EQ(std::memcmp(&got.weights[gi], &e.weights[wi], 4), 0)
+              << "table " << h.table << " row " << s.row_begin + r << " column " << s.col_begin + c;
+          if (!e.adam_m.empty()) {
+            EXPECT_EQ(std::memcmp(&got.adam_m[gi], &e.adam_m[wi], 4), 0) << "Adam m, table " << h.table;
+            EXPECT_EQ(std::memcmp(&got.adam_v[gi], &e.adam_v[wi], 4), 0) << "Adam v, table " << h.table;
+          }
+        }
+        if (!got.adagrad.empty()) {
+          const std::vector<float>& per_shard = want->per_shard_adagrad.empty()
+                                                    ? std::vector<float>{}
+                                                    : want->per_shard_adagrad[static_cast<size_t>(h.table)];
+          const float expect = per_shard.empty() ? e.adagrad[static_cast<size_t>(s.row_begin + r)]
+                                                 : per_shard[static_cast<size_t>(s.col_shard * tc.rows + s.row_begin + r)];
+          EXPECT_EQ(std::memcmp(&got.adagrad[static_cast<size_t>(r)], &expect, 4), 0)
+              << "Adagrad, table " << h.table << " row " << s.row_begin + r;
+        }
+      }
+    }
+  }
+}
+
+TEST(EmbeddingSharded, EveryOneDimensionalTypeEqualsTheOraclesShardedExecutor) {
+  if (absl::Status s = EmbeddingDeviceAvailable(); !s.ok()) GTEST_SKIP() << s.message();
+  const EmbeddingConfig config = MakeConfig();
+  for (const char* type : {"TW", "RW", "CW", "TWRW", "GRID"}) {
+    for (int m : {2, 4}) {
+      ExpectModuleMatchesOracle(config, Plan(config, type, "per_shard", m, 2), m, 2,
+                                std::string(type) + " per_shard M=" + std::to_string(m));
+    }
+  }
+  // Shared Adagrad state: no position holds two column shards of one row block (c <= M; GRID: c <= hosts).
+  ExpectModuleMatchesOracle(config, Plan(config, "CW", "shared", 4, 2), 4, 2, "CW shared M=4");
+  ExpectModuleMatchesOracle(config, Plan(config, "CW", "shared", 3, 1), 3, 1, "CW shared M=3");
+  ExpectModuleMatchesOracle(config, Plan(config, "GRID", "shared", 4, 1), 4, 1, "GRID shared M=4 hosts of 1");
+}
+
+// A plan the module does not run is a named error before anything moves.
+TEST(EmbeddingSharded, PlansItDoesNotRunAreNamedErrors) {
+  const EmbeddingConfig config = MakeConfig();
+  absl::StatusOr<ShardRouting> cw = ShardRouting::Create(config, Plan(config, "CW", "shared", 2, 2), 2, 2, 0, 4);
+  ASSERT_FALSE(cw.ok());
+  EXPECT_NE(cw.status().message().find("two column shards"), std::string::npos) << cw.status();
+  absl::StatusOr<ShardRouting> dp = ShardRouting::Create(config, Plan(config, "DP", "shared", 2, 2), 2, 2, 0, 4);
+  ASSERT_FALSE(dp.ok());
+  EXPECT_NE(dp.status().message().find("DP"), std::string::npos) << dp.status();
+}
+
+}  // namespace
+}  // namespace gemtb::gpu::embedding
