@@ -97,13 +97,9 @@ int64_t ShardedDeviceTbe::step() const { return s_->shards.empty() ? 0 : s_->sha
 
 absl::StatusOr<std::unique_ptr<ShardedDeviceTbe>> ShardedDeviceTbe::Create(
     const EmbeddingConfig& config, const ShardingPlanSpec& plan, int gpus_per_host, int64_t local_batch,
-    ShardExchange* exchange, absl::Span<const HostTable> whole_tables, int64_t step) {
+    ShardExchange* exchange, absl::Span<const HostTable> held_tables, int64_t step) {
   if (exchange == nullptr) return absl::InvalidArgumentError("exchange: null");
   GEMTB_RETURN_IF_ERROR(CanRun(config));
-  if (!whole_tables.empty() && whole_tables.size() != config.tables.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("whole_tables: ", whole_tables.size(), " given, the config has ", config.tables.size()));
-  }
   absl::StatusOr<ShardRouting> routing = ShardRouting::Create(config, plan, exchange->group_size(), gpus_per_host,
                                                               exchange->position(), local_batch);
   if (!routing.ok()) return routing.status();
@@ -111,8 +107,10 @@ absl::StatusOr<std::unique_ptr<ShardedDeviceTbe>> ShardedDeviceTbe::Create(
   s->config = config;
   s->exchange = exchange;
   s->local_batch = local_batch;
-  const std::vector<HostTable> sliced =
-      whole_tables.empty() ? std::vector<HostTable>{} : SliceShards(config, s->routing, whole_tables);
+  if (!held_tables.empty() && held_tables.size() != s->routing.held().size()) {
+    return absl::InvalidArgumentError(absl::StrCat("held_tables: ", held_tables.size(), " given, position ",
+                                                   exchange->position(), " holds ", s->routing.held().size(), " shards"));
+  }
   for (size_t i = 0; i < s->routing.held().size(); ++i) {
     const HeldShard& h = s->routing.held()[i];
     TbeOptions options;
@@ -120,7 +118,7 @@ absl::StatusOr<std::unique_ptr<ShardedDeviceTbe>> ShardedDeviceTbe::Create(
     options.batch_block = local_batch;
     options.split_update = h.split_update;
     absl::StatusOr<std::unique_ptr<DeviceTbe>> tbe = DeviceTbe::Create(
-        h.config, sliced.empty() ? absl::Span<const HostTable>{} : absl::MakeConstSpan(&sliced[i], 1), step, options);
+        h.config, held_tables.empty() ? absl::Span<const HostTable>{} : held_tables.subspan(i, 1), step, options);
     if (!tbe.ok()) return tbe.status();
     s->shards.push_back(*std::move(tbe));
   }

@@ -32,12 +32,13 @@ namespace gemtb::gpu::embedding {
 class ShardedDeviceTbe {
  public:
   // This rank (exchange->position()) of the plan's MP group, `local_batch` samples a step.
-  // `whole_tables` empty: every shard Philox-initialised on the device as its part of the whole
-  // table; else one HostTable per table of the config, sliced. `step`: the next update's SR step.
+  // `held_tables` empty: every held shard Philox-initialised on the device as its part of the whole
+  // table; else one per held shard in the routing's order (SliceShards cuts them from whole tables;
+  // DownloadShards gives them back). `step`: the next update's SR step.
   static absl::StatusOr<std::unique_ptr<ShardedDeviceTbe>> Create(const EmbeddingConfig& config,
                                                                   const ShardingPlanSpec& plan, int gpus_per_host,
                                                                   int64_t local_batch, ShardExchange* exchange,
-                                                                  absl::Span<const HostTable> whole_tables,
+                                                                  absl::Span<const HostTable> held_tables,
                                                                   int64_t step);
   ~ShardedDeviceTbe();
   ShardedDeviceTbe(const ShardedDeviceTbe&) = delete;

@@ -58,6 +58,7 @@ struct GpuTrainer::Impl {
   data::Generator generator;
   EmbeddingConfig emb;
   std::unique_ptr<embedding::DeviceTbe> tbe;
+  std::unique_ptr<embedding::ShardedDeviceTbe> sharded;  // a job's tables sharded by a plan, else null
   std::unique_ptr<GemModelGpu> model;
   int64_t step = 0;
   float adam_b1 = 1.0f, adam_b2 = 1.0f;
@@ -218,8 +219,19 @@ struct GpuTrainer::Impl {
     return tbe->SetInput(kjt);
   }
   absl::Status TbeForward(const data::Batch& batch) {
+    if (sharded != nullptr) {
+      embedding::KjtView kjt;
+      kjt.keys = batch.keys;
+      kjt.batch = batch.size;
+      kjt.lengths = batch.lengths;
+      kjt.values = batch.values;
+      return sharded->Forward(kjt);
+    }
     GEMTB_RETURN_IF_ERROR(TbeInput(batch));
     return tbe->Forward();
+  }
+  absl::StatusOr<embedding::DeviceOutputView> TbeOutput() const {
+    return sharded != nullptr ? sharded->DeviceOutput() : tbe->DeviceOutput();
   }
 
   // One batch through the TBE forward and the model: forward only (predictions) or forward and
@@ -228,13 +240,18 @@ struct GpuTrainer::Impl {
     const int64_t B = batch.size;
     const gemtb::model::GemGeometry& g = model->geometry();
     const int J = g.num_sequences(), T = g.num_tasks;
-    // In a job's training step this rank runs the model on its samples [b0, b0 + Bl) of the batch.
-    const bool split = dist != nullptr && train;
+    // In a job's training step (with sharded tables: every pass) this rank runs the model on its
+    // samples [b0, b0 + Bl) of the batch.
+    const bool split = dist != nullptr && (train || sharded != nullptr);
+    // With sharded tables the embeddings' gradients stay with the rank's samples: the module sends
+    // them to the shards' holders.
+    const bool local_grads = sharded != nullptr;
     const int R = split ? dist->world_size() : 1, r = split ? dist->rank() : 0;
     const int64_t Bl = B / R, b0 = r * Bl;
     Clock::time_point at = Clock::now();
     GEMTB_RETURN_IF_ERROR(GatherParams());
-    // A job's rank looks up its own samples only (the TBE backward later takes the whole batch).
+    // A job's rank looks up its own samples only (replicated tables: the TBE backward later takes
+    // the whole batch).
     if (split) {
       std::vector<int64_t> mine(static_cast<size_t>(Bl));
       for (int64_t b = 0; b < Bl; ++b) mine[static_cast<size_t>(b)] = b0 + b;
@@ -242,7 +259,7 @@ struct GpuTrainer::Impl {
     } else {
       GEMTB_RETURN_IF_ERROR(TbeForward(batch));
     }
-    absl::StatusOr<embedding::DeviceOutputView> emb_out = tbe->DeviceOutput();
+    absl::StatusOr<embedding::DeviceOutputView> emb_out = TbeOutput();
     if (!emb_out.ok()) return emb_out.status();
     GEMTB_RETURN_IF_ERROR(Synchronize("embedding forward"));
     times.embedding_fwd_ms = Ms(at);
@@ -290,12 +307,14 @@ struct GpuTrainer::Impl {
     out.loss = loss->get();
     if (train) {
       out.param_grad = grad->get();
-      GEMTB_ASSIGN_OR_RETURN(b.pooled_grad, Allocate<float>(static_cast<size_t>(B * W), "pooled grad"));
-      out.pooled_grad = b.pooled_grad->get() + b0 * W;
+      GEMTB_ASSIGN_OR_RETURN(b.pooled_grad, Allocate<float>(static_cast<size_t>((local_grads ? Bl : B) * W), "pooled grad"));
+      out.pooled_grad = b.pooled_grad->get() + (local_grads ? 0 : b0 * W);
       b.events_grad.resize(J);
       for (int j = 0; j < J; ++j) {
-        GEMTB_ASSIGN_OR_RETURN(b.events_grad[j], Allocate<float>(static_cast<size_t>(event_offsets[j][R]), "events grad"));
-        out.events_grad.push_back(b.events_grad[j]->get() + event_offsets[j][r]);
+        const int64_t mine = event_offsets[j][r + 1] - event_offsets[j][r];
+        GEMTB_ASSIGN_OR_RETURN(b.events_grad[j],
+                               Allocate<float>(static_cast<size_t>(local_grads ? mine : event_offsets[j][R]), "events grad"));
+        out.events_grad.push_back(b.events_grad[j]->get() + (local_grads ? 0 : event_offsets[j][r]));
       }
     }
     std::optional<RegionTimer> timer;
@@ -314,6 +333,7 @@ struct GpuTrainer::Impl {
       auto outputs = [&]() -> absl::Status {
         GEMTB_RETURN_IF_ERROR(dist->AllGatherV(logits->get(), lc, lo, nullptr));
         GEMTB_RETURN_IF_ERROR(dist->AllReduceSum(loss->get(), 1, nullptr));
+        if (!train || local_grads) return absl::OkStatus();
         GEMTB_RETURN_IF_ERROR(dist->AllGatherV(b.pooled_grad->get(), pc, po, nullptr));
         for (int j = 0; j < J; ++j) {
           std::vector<int64_t> counts(R), offsets(event_offsets[j].begin(), event_offsets[j].end() - 1);
@@ -323,12 +343,14 @@ struct GpuTrainer::Impl {
         return absl::OkStatus();
       };
       GEMTB_RETURN_IF_ERROR(Timed("outputs.all_gather", "sparse-mp", false, outputs));
-      GEMTB_RETURN_IF_ERROR(Timed("grads.reduce_scatter", "dense-shard", false, [&] {
-        return dist->ReduceScatterGrads(grad->get(), grad_shard->get(), shard_count, nullptr);
-      }));
-      GEMTB_RETURN_IF_ERROR(Timed("grads.all_reduce", "dense-replica", false, [&] {
-        return dist->AllReduceReplicas(grad_shard->get(), shard_count, nullptr);
-      }));
+      if (train) {
+        GEMTB_RETURN_IF_ERROR(Timed("grads.reduce_scatter", "dense-shard", false, [&] {
+          return dist->ReduceScatterGrads(grad->get(), grad_shard->get(), shard_count, nullptr);
+        }));
+        GEMTB_RETURN_IF_ERROR(Timed("grads.all_reduce", "dense-replica", false, [&] {
+          return dist->AllReduceReplicas(grad_shard->get(), shard_count, nullptr);
+        }));
+      }
     }
     GEMTB_RETURN_IF_ERROR(Synchronize("model step"));
     b.result.collectives = TakeCollectiveTimes();
@@ -353,9 +375,14 @@ struct GpuTrainer::Impl {
     const float table_lr = gemtb::model::ScheduledRate(options.table_lr, options.table_decay, step, options.total_steps,
                                                       options.linear_decay);
     Clock::time_point at = Clock::now();
-    GEMTB_RETURN_IF_ERROR(tbe->SetLearningRate(table_lr));
-    GEMTB_RETURN_IF_ERROR(tbe->SetDeviceGrads(b.pooled_grad->get(), seq_g));
-    GEMTB_RETURN_IF_ERROR(tbe->BackwardStep());
+    if (sharded != nullptr) {
+      GEMTB_RETURN_IF_ERROR(sharded->SetLearningRate(table_lr));
+      GEMTB_RETURN_IF_ERROR(sharded->Backward(b.pooled_grad->get(), seq_g));
+    } else {
+      GEMTB_RETURN_IF_ERROR(tbe->SetLearningRate(table_lr));
+      GEMTB_RETURN_IF_ERROR(tbe->SetDeviceGrads(b.pooled_grad->get(), seq_g));
+      GEMTB_RETURN_IF_ERROR(tbe->BackwardStep());
+    }
     GEMTB_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "embedding backward"));
     times.embedding_bwd_ms = Ms(at);
     at = Clock::now();
@@ -463,6 +490,17 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
   GEMTB_ASSIGN_OR_RETURN(impl->adam_m, Upload<float>(zero_shard, "adam m"));
   GEMTB_ASSIGN_OR_RETURN(impl->adam_v, Upload<float>(zero_shard, "adam v"));
   GEMTB_ASSIGN_OR_RETURN(impl->params, Upload<float>(impl->Shard(init), "params"));
+  if (job.sparse_plan) {
+    if (collectives->sparse_exchange() == nullptr) {
+      return absl::InvalidArgumentError("sparse_plan: these collectives carry no sparse exchange");
+    }
+    absl::StatusOr<std::unique_ptr<embedding::ShardedDeviceTbe>> sharded = embedding::ShardedDeviceTbe::Create(
+        impl->emb, *job.sparse_plan, job.gpus_per_host, options.batch / collectives->world_size(),
+        collectives->sparse_exchange(), {}, 0);
+    if (!sharded.ok()) return sharded.status();
+    impl->sharded = *std::move(sharded);
+    impl->tbe.reset();
+  }
   return std::unique_ptr<GpuTrainer>(new GpuTrainer(std::move(impl)));
 }
 
@@ -474,8 +512,8 @@ absl::StatusOr<TrainerStep> GpuTrainer::Step() {
   m.times.data_ms = Impl::Ms(at);
   absl::StatusOr<Impl::Backward> b = m.Pass(batch, true);
   if (!b.ok()) return b.status();
-  // A job's rank looked up its own samples; the tables' update takes every sample's gradient.
-  if (m.dist != nullptr) GEMTB_RETURN_IF_ERROR(m.TbeInput(batch));
+  // A job's rank looked up its own samples; replicated tables' update takes every sample's gradient.
+  if (m.dist != nullptr && m.sharded == nullptr) GEMTB_RETURN_IF_ERROR(m.TbeInput(batch));
   GEMTB_RETURN_IF_ERROR(m.Apply(*b));
   b->result.step = m.step;
   b->result.times = m.times;
@@ -551,6 +589,33 @@ absl::Status GpuTrainer::LoadState(const TrainerState& state) {
   for (const auto& [name, v] : {std::pair{"params", &state.params}, {"adam_m", &state.adam_m}, {"adam_v", &state.adam_v}})
     if (v->size() != P)
       return absl::InvalidArgumentError(absl::StrCat("state.", name, ": ", v->size(), " values, the model has ", P));
+  if (m.sharded != nullptr) {
+    // This rank's shards, in its routing's order.
+    const std::vector<embedding::HeldShard>& held = m.sharded->routing().held();
+    if (state.table_shards.size() != held.size())
+      return absl::InvalidArgumentError(absl::StrCat("state.table_shards: ", state.table_shards.size(), " shards, rank ",
+                                                     m.dist->rank(), " holds ", held.size()));
+    for (size_t i = 0; i < held.size(); ++i) {
+      const TableConfig& tc = held[i].config.tables[0];
+      if (static_cast<int64_t>(state.table_shards[i].weights.size()) != tc.rows * tc.dim)
+        return absl::InvalidArgumentError(absl::StrCat("state.table_shards[", i, "] (", tc.name, "): ",
+                                                       state.table_shards[i].weights.size(), " weights, the shard has ",
+                                                       tc.rows, " x ", tc.dim));
+    }
+    absl::StatusOr<std::unique_ptr<embedding::ShardedDeviceTbe>> sharded = embedding::ShardedDeviceTbe::Create(
+        m.emb, *m.job.sparse_plan, m.job.gpus_per_host, m.options.batch / m.dist->world_size(),
+        m.dist->sparse_exchange(), state.table_shards, state.step);
+    if (!sharded.ok()) return sharded.status();
+    GEMTB_RETURN_IF_ERROR(m.params->Upload(m.Shard(state.params), "params"));
+    GEMTB_RETURN_IF_ERROR(m.adam_m->Upload(m.Shard(state.adam_m), "adam m"));
+    GEMTB_RETURN_IF_ERROR(m.adam_v->Upload(m.Shard(state.adam_v), "adam v"));
+    m.sharded = *std::move(sharded);
+    m.prefetch.reset();
+    m.step = state.step;
+    m.adam_b1 = state.adam_b1;
+    m.adam_b2 = state.adam_b2;
+    return absl::OkStatus();
+  }
   if (state.tables.size() != m.emb.tables.size())
     return absl::InvalidArgumentError(
         absl::StrCat("state.tables: ", state.tables.size(), " tables, the model has ", m.emb.tables.size()));
@@ -577,14 +642,20 @@ absl::Status GpuTrainer::LoadState(const TrainerState& state) {
 
 absl::StatusOr<std::vector<double>> GpuTrainer::Predict(int64_t first_index, int64_t count) {
   Impl& m = *impl_;
-  constexpr int64_t kChunk = 256;
+  // Sharded tables look up whole global batches (each rank its part): chunks of the batch size, the
+  // last one filled up with the next samples, whose predictions are dropped.
+  const int64_t chunk = m.sharded != nullptr ? m.options.batch : 256;
+  const int64_t T = m.model->geometry().num_tasks;
   std::vector<double> pred;
-  for (int64_t at = 0; at < count; at += kChunk) {
-    const int64_t n = std::min(kChunk, count - at);
-    const data::Batch batch = data::GenerateBatchParallel(m.generator, m.options.data_seed, first_index + at, n);
+  for (int64_t at = 0; at < count; at += chunk) {
+    const int64_t n = std::min(chunk, count - at);
+    const data::Batch batch = data::GenerateBatchParallel(m.generator, m.options.data_seed, first_index + at,
+                                                          m.sharded != nullptr ? chunk : n);
     absl::StatusOr<Impl::Backward> r = m.Pass(batch, false);
     if (!r.ok()) return r.status();
-    for (float z : r->result.logits) pred.push_back(1.0 / (1.0 + std::exp(-static_cast<double>(z))));
+    for (int64_t i = 0; i < n * T; ++i) {
+      pred.push_back(1.0 / (1.0 + std::exp(-static_cast<double>(r->result.logits[static_cast<size_t>(i)]))));
+    }
   }
   return pred;
 }
@@ -598,6 +669,12 @@ absl::StatusOr<TrainerState> GpuTrainer::State() const {
   GEMTB_ASSIGN_OR_RETURN(s.params, m.Whole(*m.params, "params"));
   GEMTB_ASSIGN_OR_RETURN(s.adam_m, m.Whole(*m.adam_m, "adam m"));
   GEMTB_ASSIGN_OR_RETURN(s.adam_v, m.Whole(*m.adam_v, "adam v"));
+  if (m.sharded != nullptr) {
+    absl::StatusOr<std::vector<embedding::HostTable>> shards = m.sharded->DownloadShards();
+    if (!shards.ok()) return shards.status();
+    s.table_shards = *std::move(shards);
+    return s;
+  }
   absl::StatusOr<std::vector<embedding::HostTable>> tables = m.tbe->DownloadTables();
   if (!tables.ok()) return tables.status();
   s.tables = *std::move(tables);

@@ -25,23 +25,29 @@
 // replica group before its Adam step. The tables are replicated: a rank looks up its own samples,
 // the ranks all-gather the embedding outputs' gradients (rank order is sample order), and every rank
 // runs the TBE backward of the whole batch, the same fused Adagrad on the same gradients, so the
-// tables stay identical on every rank.
+// tables stay identical on every rank. Or they are sharded by a plan (JobOptions::sparse_plan): a
+// rank sends its samples' ids to the shards' holders and gets its embeddings back, and its
+// gradients go back to the holders, which update their shards (gpu/embedding/sharded_tbe.h); each
+// rank's state then holds its own shards.
 #ifndef GEMTB_GPU_TRAIN_TRAINER_H_
 #define GEMTB_GPU_TRAIN_TRAINER_H_
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "gpu/embedding/api.h"
+#include "gpu/embedding/sharded_tbe.h"
 #include "gpu/train/numerics.h"
 #include "gpu/train/region_timer.h"
 #include "gpu/train/trainer_collectives.h"
 #include "model/data/rank_split.h"
 #include "model/description/model_config.h"
 #include "model/description/train_options.h"
+#include "model/sharding/sharding_types.h"
 
 namespace gemtb::gpu::train {
 
@@ -50,9 +56,13 @@ using TrainerOptions = gemtb::model::TrainOptions;
 
 // How a job splits each step's global batch among its ranks (model/data/rank_split.h): contiguous
 // parts, or sub-batches of `sub_batch` samples dealt by BBS or by least load.
+// The tables are replicated unless `sparse_plan` shards them (gpu/embedding/sharded_tbe.h; a 1D
+// plan: the world is the MP group), TWRW and GRID placed on hosts of `gpus_per_host` ranks.
 struct JobOptions {
   gemtb::data::RankSplit split = gemtb::data::RankSplit::kContiguous;
   int64_t sub_batch = 128;
+  std::optional<gemtb::ShardingPlanSpec> sparse_plan;
+  int gpus_per_host = 8;
 };
 
 // Wall time of a step's phases on the host clock; each phase ends with the device idle (the trainer
@@ -112,6 +122,8 @@ struct TrainerState {
   std::vector<float> params, adam_m, adam_v;
   float adam_b1 = 1.0f, adam_b2 = 1.0f;
   std::vector<embedding::HostTable> tables;
+  // With sharded tables: this rank's shards in its routing's order (sharded_tbe.h), `tables` empty.
+  std::vector<embedding::HostTable> table_shards;
 };
 
 // The most device memory the trainer's pool (the current device's default pool, where every step's

@@ -6,11 +6,6 @@
 // rounding. Skipped without an sm_90 GPU.
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
-#include <barrier>
-#include <condition_variable>
-#include <map>
-#include <mutex>
 #include <cstring>
 #include <deque>
 #include <string>
@@ -24,6 +19,7 @@
 #include "model/sharding/sharding_plan_json.h"
 #include "reference/sharding/sharded_executor.h"
 #include "tests/embedding/sharding_cases.h"
+#include "tests/gpu/in_process_shard_exchange.h"
 
 namespace gemtb::gpu::embedding {
 namespace {
@@ -35,91 +31,6 @@ using reference::sharding_cases::SubBatch;
 
 constexpr int64_t kLocalBatch = 4;
 constexpr int kSteps = 2;
-
-// The positions of one virtual MP group: an all-to-all publishes its pointers, meets the others
-// at a barrier, copies what it receives, and meets them again before anyone reuses a buffer. A
-// gather among some positions meets only those: the n-th gather of one member list is one meeting.
-struct VirtualGroup {
-  explicit VirtualGroup(int m) : size(m), barrier(m), send(static_cast<size_t>(m)), offsets(static_cast<size_t>(m)) {}
-  int size;
-  std::barrier<> barrier;
-  std::vector<const char*> send;
-  std::vector<const std::vector<int64_t>*> offsets;
-  struct Meeting {
-    std::vector<const float*> in;
-    int arrived = 0;
-    int left = 0;
-  };
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<std::string, Meeting> meetings;
-  std::map<std::pair<int, std::string>, int> calls;  // (position, member list) -> gathers so far
-};
-
-class VirtualExchange : public ShardExchange {
- public:
-  VirtualExchange(VirtualGroup& g, int position) : g_(g), position_(position) {}
-  int position() const override { return position_; }
-  int group_size() const override { return g_.size; }
-  absl::Status AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
-                         const std::vector<int64_t>& send_offsets, void* recv, const std::vector<int64_t>& recv_counts,
-                         const std::vector<int64_t>& recv_offsets, CUstream_st*) override {
-    (void)send_counts;
-    if (cudaDeviceSynchronize() != cudaSuccess) return absl::InternalError("cudaDeviceSynchronize");
-    g_.send[static_cast<size_t>(position_)] = static_cast<const char*>(send);
-    g_.offsets[static_cast<size_t>(position_)] = &send_offsets;
-    g_.barrier.arrive_and_wait();
-    absl::Status status;
-    for (int p = 0; p < g_.size; ++p) {
-      const size_t pp = static_cast<size_t>(p);
-      if (recv_counts[pp] == 0) continue;
-      const char* src = g_.send[pp] + (*g_.offsets[pp])[static_cast<size_t>(position_)];
-      if (cudaMemcpy(static_cast<char*>(recv) + recv_offsets[pp], src, static_cast<size_t>(recv_counts[pp]),
-                     cudaMemcpyDeviceToDevice) != cudaSuccess) {
-        status = absl::InternalError("all-to-all copy");
-      }
-    }
-    g_.barrier.arrive_and_wait();
-    return status;
-  }
-  absl::Status AllGatherAmong(const std::vector<int>& members, const float* in, int64_t count, float* out,
-                              CUstream_st*) override {
-    if (cudaDeviceSynchronize() != cudaSuccess) return absl::InternalError("cudaDeviceSynchronize");
-    std::string list;
-    for (int q : members) list += std::to_string(q) + ",";
-    std::unique_lock<std::mutex> lock(g_.mu);
-    const std::string key = list + "#" + std::to_string(g_.calls[{position_, list}]++);
-    VirtualGroup::Meeting& meeting = g_.meetings[key];
-    meeting.in.resize(members.size());
-    const size_t self = static_cast<size_t>(std::find(members.begin(), members.end(), position_) - members.begin());
-    meeting.in[self] = in;
-    ++meeting.arrived;
-    g_.cv.notify_all();
-    g_.cv.wait(lock, [&] { return meeting.arrived == static_cast<int>(members.size()); });
-    absl::Status status;
-    for (size_t i = 0; i < members.size(); ++i) {
-      if (cudaMemcpy(out + static_cast<int64_t>(i) * count, meeting.in[i], static_cast<size_t>(count) * sizeof(float),
-                     cudaMemcpyDeviceToDevice) != cudaSuccess) {
-        status = absl::InternalError("all-gather copy");
-      }
-    }
-    // The last to leave ends the meeting; nobody's input is reused before then.
-    if (++meeting.left == static_cast<int>(members.size())) {
-      g_.meetings.erase(key);
-      g_.cv.notify_all();
-    } else {
-      g_.cv.wait(lock, [&] { return g_.meetings.count(key) == 0; });
-    }
-    return status;
-  }
-  absl::Status Synchronize(CUstream_st*, std::string_view what) override {
-    return cudaDeviceSynchronize() == cudaSuccess ? absl::OkStatus() : absl::InternalError(std::string(what));
-  }
-
- private:
-  VirtualGroup& g_;
-  int position_;
-};
 
 ShardingPlanSpec Plan(const EmbeddingConfig& config, const std::string& type, const char* cw_state, int m, int gph) {
   nlohmann::json plan;
@@ -158,14 +69,14 @@ void ExpectModuleMatchesOracle(const EmbeddingConfig& config, const ShardingPlan
   absl::StatusOr<reference::ShardedRun> want = (*oracle)->Result();
   ASSERT_TRUE(want.ok()) << want.status();
 
-  VirtualGroup group(m);
+  gpu::test::InProcessShardGroup group(m);
   std::vector<std::string> errors(static_cast<size_t>(m));
   std::vector<std::vector<HostTable>> shards(static_cast<size_t>(m));
   std::vector<std::unique_ptr<ShardedDeviceTbe>> modules(static_cast<size_t>(m));
   std::vector<std::thread> threads;
   for (int p = 0; p < m; ++p) {
     threads.emplace_back([&, p] {
-      VirtualExchange exchange(group, p);
+      gpu::test::InProcessShardExchange exchange(group, p);
       std::string& error = errors[static_cast<size_t>(p)];
       absl::StatusOr<std::unique_ptr<ShardedDeviceTbe>> module =
           ShardedDeviceTbe::Create(config, plan, gph, kLocalBatch, &exchange, {}, initial.step);

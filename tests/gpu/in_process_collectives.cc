@@ -18,7 +18,11 @@ using gpu::CudaOk;
 }  // namespace
 
 InProcessJob::InProcessJob(int world_size_in, int shard_group_in)
-    : world_size(world_size_in), shard_group(shard_group_in), barrier(world_size_in), published(world_size_in) {}
+    : world_size(world_size_in),
+      shard_group(shard_group_in),
+      barrier(world_size_in),
+      published(world_size_in),
+      sparse(world_size_in) {}
 
 InProcessCollectives::~InProcessCollectives() {
   if (params_ != nullptr) cudaFree(params_);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpu/train/trainer_collectives.h"
+#include "tests/gpu/in_process_shard_exchange.h"
 
 namespace gemtb::gpu::train::test {
 
@@ -22,11 +23,12 @@ struct InProcessJob {
   int world_size, shard_group;
   std::barrier<> barrier;
   std::vector<const void*> published;  // per rank, the pointer of the collective in progress
+  gpu::test::InProcessShardGroup sparse;          // the sharded tables' MP group: the world
 };
 
 class InProcessCollectives : public TrainerCollectives {
  public:
-  InProcessCollectives(InProcessJob& job, int rank) : job_(job), rank_(rank) {}
+  InProcessCollectives(InProcessJob& job, int rank) : job_(job), rank_(rank), sparse_(job.sparse, rank) {}
   ~InProcessCollectives() override;
 
   int rank() const override { return rank_; }
@@ -41,6 +43,7 @@ class InProcessCollectives : public TrainerCollectives {
                           cudaStream_t stream) override;
   absl::Status AllReduceSum(double* data, int64_t count, cudaStream_t stream) override;
   absl::Status Synchronize(cudaStream_t stream, std::string_view what) override;
+  embedding::ShardExchange* sparse_exchange() override { return &sparse_; }
 
  private:
   // Publishes `p`, waits for every rank's, and returns them (valid until the closing barrier).
@@ -55,6 +58,7 @@ class InProcessCollectives : public TrainerCollectives {
   InProcessJob& job_;
   int rank_;
   float* params_ = nullptr;
+  gpu::test::InProcessShardExchange sparse_;
 };
 
 }  // namespace gemtb::gpu::train::test

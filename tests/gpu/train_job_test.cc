@@ -6,14 +6,17 @@
 //   4 and 1 do on 4 ranks (the same sums in the same order), and every rank ends with the same state;
 // - a job's steps follow the one-GPU trainer's on the same global batch within a reduction's rounding
 //   (losses, dense parameters and tables after the steps), with contiguous, BBS and least-load batch
-//   splits alike.
+//   splits alike, and with the tables sharded by a TW/RW/CW plan.
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "gpu/embedding/shard_routing.h"
 #include "gpu/train/trainer.h"
+#include "model/description/gem_geometry.h"
 #include "gtest/gtest.h"
 #include "model/description/model_config.h"
 #include "tests/gpu/in_process_collectives.h"
@@ -25,6 +28,13 @@
 
 namespace gemtb::gpu::train {
 namespace {
+
+JobOptions SplitJob(data::RankSplit split, int64_t sub_batch) {
+  JobOptions job;
+  job.split = split;
+  job.sub_batch = sub_batch;
+  return job;
+}
 
 using test::HaveSm90;
 
@@ -175,7 +185,7 @@ TEST(GpuTrainJob, BalancedSplitsFollowTheOneGpuTrainer) {
   const RankRun one = OneGpu();
   for (const data::RankSplit split : {data::RankSplit::kBbs, data::RankSplit::kBalance}) {
     const std::string what = std::string("4 ranks, ") + data::RankSplitName(split);
-    const std::vector<RankRun> job = InProcessJob(4, 2, JobOptions{split, 4});
+    const std::vector<RankRun> job = InProcessJob(4, 2, SplitJob(split, 4));
     ASSERT_EQ(job.size(), 4u);
     for (size_t k = 0; k < one.losses.size(); ++k) {
       EXPECT_NEAR(job[0].losses[k], one.losses[k], 1e-5 * std::fabs(one.losses[k])) << what << " step " << k;
@@ -185,6 +195,69 @@ TEST(GpuTrainJob, BalancedSplitsFollowTheOneGpuTrainer) {
       ExpectClose(job[0].state.tables[t].weights, one.state.tables[t].weights, what + ": table " + std::to_string(t));
     }
     for (int r = 1; r < 4; ++r) ExpectSameBytes(job[r], job[0], what + ": rank " + std::to_string(r));
+  }
+}
+
+// The tiny config's tables under a 1D plan: TW, RW and CW (shared Adagrad state) by turns.
+ShardingPlanSpec MixedPlan() {
+  ShardingPlanSpec plan;
+  const gemtb::model::ModelConfig config = TinyConfig();
+  const EmbeddingConfig emb = gemtb::model::GemEmbeddingConfig(config, Options().table_lr, Options().seed);
+  for (size_t t = 0; t < emb.tables.size(); ++t) {
+    TableSharding ts;
+    ts.type = t % 3 == 0 ? ShardingType::kTableWise : t % 3 == 1 ? ShardingType::kRowWise : ShardingType::kColumnWise;
+    if (ts.type == ShardingType::kColumnWise) ts.shards = 2;
+    plan.tables.push_back(ts);
+  }
+  return plan;
+}
+
+// Every rank's shards put back into whole tables (weights only).
+std::vector<std::vector<float>> WholeTables(const std::vector<RankRun>& job, const ShardingPlanSpec& plan, int R) {
+  const EmbeddingConfig emb = gemtb::model::GemEmbeddingConfig(TinyConfig(), Options().table_lr, Options().seed);
+  std::vector<std::vector<float>> whole;
+  for (const TableConfig& tc : emb.tables) whole.emplace_back(static_cast<size_t>(tc.rows * tc.dim), std::nanf(""));
+  for (int r = 0; r < R; ++r) {
+    absl::StatusOr<embedding::ShardRouting> routing =
+        embedding::ShardRouting::Create(emb, plan, R, 8, r, kGlobalBatch / R);
+    EXPECT_TRUE(routing.ok()) << routing.status();
+    if (!routing.ok()) return whole;
+    for (size_t i = 0; i < routing->held().size(); ++i) {
+      const Shard& s = routing->layout().shards[static_cast<size_t>(routing->held()[i].shard)];
+      const int64_t dim = emb.tables[static_cast<size_t>(s.table)].dim;
+      for (int64_t row = 0; row < s.rows(); ++row) {
+        for (int64_t c = 0; c < s.cols(); ++c) {
+          whole[static_cast<size_t>(s.table)][static_cast<size_t>((s.row_begin + row) * dim + s.col_begin + c)] =
+              job[static_cast<size_t>(r)].state.table_shards[i].weights[static_cast<size_t>(row * s.cols() + c)];
+        }
+      }
+    }
+  }
+  return whole;
+}
+
+// Sharded tables: each rank's ids go to the shards' holders, which sum a row's gradient per source
+// rank's samples first; the steps follow the one-GPU trainer within a reduction's rounding, every
+// rank sees the same loss, and the shards together cover every table.
+TEST(GpuTrainJob, ShardedTablesFollowTheOneGpuTrainer) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const RankRun one = OneGpu();
+  for (int R : {2, 4}) {
+    const std::string what = std::to_string(R) + " ranks, TW/RW/CW tables";
+    JobOptions options;
+    options.sparse_plan = MixedPlan();
+    const std::vector<RankRun> job = InProcessJob(R, 2, options);
+    ASSERT_EQ(job.size(), static_cast<size_t>(R));
+    for (size_t k = 0; k < one.losses.size(); ++k) {
+      EXPECT_NEAR(job[0].losses[k], one.losses[k], 1e-5 * std::fabs(one.losses[k])) << what << " step " << k;
+      for (int r = 1; r < R; ++r) EXPECT_EQ(job[static_cast<size_t>(r)].losses[k], job[0].losses[k]) << what;
+    }
+    ExpectClose(job[0].state.params, one.state.params, what + ": params");
+    EXPECT_TRUE(job[0].state.tables.empty()) << what << ": a rank of sharded tables holds its shards only";
+    const std::vector<std::vector<float>> whole = WholeTables(job, *options.sparse_plan, R);
+    for (size_t t = 0; t < one.state.tables.size(); ++t) {
+      ExpectClose(whole[t], one.state.tables[t].weights, what + ": table " + std::to_string(t));
+    }
   }
 }
 
@@ -199,7 +272,7 @@ TEST(GpuTrainJob, RefusesABatchThatDoesNotSplit) {
   test::InProcessJob two(2, 1);
   test::InProcessCollectives c2(two, 0);
   absl::StatusOr<std::unique_ptr<GpuTrainer>> u =
-      GpuTrainer::Create(TinyConfig(), Options(), {}, &c2, JobOptions{data::RankSplit::kBbs, 5});
+      GpuTrainer::Create(TinyConfig(), Options(), {}, &c2, SplitJob(data::RankSplit::kBbs, 5));
   ASSERT_FALSE(u.ok());
   EXPECT_NE(u.status().message().find("sub_batch: 5"), std::string::npos) << u.status();
 }

@@ -44,6 +44,7 @@
 #include "tools/gemtb/stop_signals.h"
 #include "tools/gemtb/train_common.h"
 #include "tools/gemtb/train_job.h"
+#include "tools/gemtb/train_plan.h"
 #if GEMTB_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -73,6 +74,8 @@ struct Flags {
   std::string batch_split = "contiguous";
   int64_t sub_batch = 128;
   int64_t store_timeout = 300;
+  std::string plan;  // the tables' sharding plan (a job only); empty: replicated
+  std::optional<int64_t> gpus_per_host;
 };
 
 // What the flags, config and checkpoint resolve to, all checked before any work.
@@ -89,6 +92,7 @@ struct Job {
   std::optional<gemtb::model::BatchFlops> flops;  // the model FLOPs of a step's batch, for MFU
   std::optional<gpu::train::TrainerState> resumed;  // with --resume, one process (a job reads it after joining)
   std::string resumed_from;                        // its step folder
+  std::optional<TrainPlan> plan;                   // --plan: the tables sharded
   bool several() const { return launch.world_size > 1; }
 };
 
@@ -168,10 +172,17 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
   if (!f.checkpoint.empty())
     if (absl::Status s = CheckCheckpointDir(f.checkpoint, f.resume); !s.ok()) return s;
 
+  if (f.plan.empty() && f.gpus_per_host) return Bad("--gpus-per-host: needs --plan");
+  if (!f.plan.empty() && R == 1)
+    return Bad("--plan: shards the tables over a job's ranks; one process keeps them whole (start several ranks)");
+  if (f.gpus_per_host && (*f.gpus_per_host < 1 || *f.gpus_per_host > 4096))
+    return Bad(absl::StrCat("--gpus-per-host: ", *f.gpus_per_host, " must be in [1, 4096]"));
+
   Job job;
   job.launch = launch;
   job.shard_group = static_cast<int>(shard_group);
-  job.split = {*split, f.sub_batch};
+  job.split.split = *split;
+  job.split.sub_batch = f.sub_batch;
   job.numerics = *numerics;
   absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig(f.config);
   if (!config.ok()) return Bad(absl::StrCat("--config: ", config.status().message()));
@@ -182,7 +193,17 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
   absl::StatusOr<gemtb::model::ModelGraph> graph = gemtb::model::ExpandModel(job.config);
   if (!graph.ok()) return Bad(absl::StrCat("--config ", f.config, ": ", graph.status().message()));
   job.flops = gemtb::model::BatchFlops::Create(*graph);
-  absl::StatusOr<reference::dist::CheckpointIdentity> identity = TrainCheckpointIdentity(f.config, R, "");
+  if (!f.plan.empty()) {
+    const int gpus_per_host = static_cast<int>(f.gpus_per_host.value_or(R));
+    absl::StatusOr<TrainPlan> plan =
+        LoadTrainPlan(f.plan, gemtb::model::GemEmbeddingConfig(job.config, 0.0f, 0), R, gpus_per_host);
+    if (!plan.ok()) return plan.status();
+    job.plan = *std::move(plan);
+    job.split.sparse_plan = job.plan->spec;
+    job.split.gpus_per_host = gpus_per_host;
+  }
+  absl::StatusOr<reference::dist::CheckpointIdentity> identity =
+      TrainCheckpointIdentity(f.config, R, job.plan ? job.plan->text : "");
   if (!identity.ok()) return Bad(absl::StrCat("--config: ", identity.status().message()));
   job.identity = *std::move(identity);
   gpu::train::TrainerOptions& o = job.options;
@@ -209,6 +230,26 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
 }
 
 #if GEMTB_HAVE_CUDA
+// With --plan: the table shards `rank` holds, as its checkpoint names them; else none.
+std::optional<std::vector<GpuShardKey>> ShardKeysOf(const Job& job, int rank) {
+  if (!job.plan) return std::nullopt;
+  const EmbeddingConfig emb = gemtb::model::GemEmbeddingConfig(job.config, job.options.table_lr, job.options.seed);
+  absl::StatusOr<gpu::embedding::ShardRouting> routing =
+      gpu::embedding::ShardRouting::Create(emb, job.plan->spec, job.launch.world_size, job.split.gpus_per_host, rank,
+                                           job.options.batch / job.launch.world_size);
+  std::vector<GpuShardKey> keys;
+  if (!routing.ok()) return keys;  // the trainer's Create reports the same plan's error first
+  for (const gpu::embedding::HeldShard& h : routing->held()) {
+    keys.push_back({h.table, h.shard, h.config.tables[0].rows, h.config.tables[0].dim});
+  }
+  return keys;
+}
+
+std::vector<GpuShardKey> ShardKeysOrNone(const Job& job, int rank) {
+  std::optional<std::vector<GpuShardKey>> keys = ShardKeysOf(job, rank);
+  return keys ? *keys : std::vector<GpuShardKey>{};
+}
+
 // Per task: NE of the model's predictions [n, T] on the held-out samples, null when undefined (no
 // positive or no negative among them), with its positives and count.
 // A step's phases in the order the trainer runs them, its model regions inside the model phase (their
@@ -349,7 +390,8 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
     if (several && f.resume) {
       absl::StatusOr<reference::model::NamedArrays> arrays = rank_job.Load(f.checkpoint, job.identity);
       if (!arrays.ok()) return ReportError(kCommand, Named("--resume", arrays.status()));
-      absl::StatusOr<gpu::train::TrainerState> state = GpuStateFromArrays(job.config, job.options, *arrays);
+      absl::StatusOr<gpu::train::TrainerState> state =
+          GpuStateFromArrays(job.config, job.options, *arrays, ShardKeysOf(job, rank_job.rank()));
       if (!state.ok()) return ReportError(kCommand, Named("--resume", state.status()));
       job.resumed_from = f.checkpoint;
       job.resumed = *std::move(state);
@@ -374,7 +416,11 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
       if (f.checkpoint.empty()) return absl::OkStatus();
       absl::StatusOr<gpu::train::TrainerState> state = trainer.State();  // a collective in a job
       if (!state.ok()) return state.status();
-      if (several) return rank_job.Save(f.checkpoint, state->step, job.identity, GpuStateArrays(job.config, o, *state));
+      if (several) {
+        // Dense arrays dealt over the ranks; a rank's table shards written by that rank.
+        return rank_job.Save(f.checkpoint, state->step, job.identity, GpuStateArrays(job.config, o, *state),
+                             GpuShardArrays(job.config, o, *state, ShardKeysOrNone(job, rank_job.rank())));
+      }
       reference::dist::ShardedWriteOptions write;
       write.shard.fail_after_bytes = f.crash_checkpoint_after_bytes;
       write.shard.kill_at_failure = f.crash_checkpoint_after_bytes >= 0;
@@ -496,6 +542,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
           {"launcher", launch::LauncherName(job.launch.launcher)},
           {"shard_group", job.shard_group}, {"param_gather", several ? f.param_gather : std::string("none")},
           {"batch_split", f.batch_split}, {"sub_batch", f.sub_batch},
+          {"plan", job.plan ? nlohmann::json::parse(job.plan->text) : nlohmann::json()},
           {"numerics", NumericsJson(job.numerics)},
           {"wall_s", wall},              {"samples_per_s", samples_per_s},
           {"mean_step_ms", number(mean_step_ms)}, {"step_ms_median", number(median_step_ms)},
@@ -549,7 +596,8 @@ int RunGpuTrain(const std::vector<std::string>& args) {
       "id through a TCP store on rank 0. --local-batch is then per GPU (the global batch R times it,\n"
       "split among the ranks by --batch-split); dense parameters are 2D FSDP over --shard-group ranks,\n"
       "gathered by NCCL or the copy engines (--param-gather); the tables are replicated and updated\n"
-      "with every rank's gradients. Rank 0 prints and writes the report and the checkpoint's\n"
+      "with every rank's gradients, or sharded by --plan (ids sent to each shard's holder, embeddings\n"
+      "and gradients back and forth by NCCL all-to-alls; each rank checkpoints its own shards). Rank 0 prints and writes the report and the checkpoint's\n"
       "manifest; every rank writes its part of a checkpoint. A rank that dies ends every rank with a\n"
       "named error (ranks in an NCCL wait ask the store every 100 ms); one that stops answering, within\n"
       "--store-timeout seconds.\n"
@@ -579,6 +627,11 @@ int RunGpuTrain(const std::vector<std::string>& args) {
   flags.String("batch-split", &f.batch_split,
                "in a job: how a step's global batch is split among the ranks: contiguous (default), bbs or balance");
   flags.Int64("sub-batch", &f.sub_batch, "samples per sub-batch that bbs and balance deal (default 128)");
+  flags.String("plan", &f.plan,
+               "in a job: shard the tables by a sharding plan, a JSON file (docs/embedding-spec.md) or TW | RW | TWRW for\n"
+               "every table (default: tables replicated); 1D plans, every rank in the MP group");
+  flags.OptionalInt64("gpus-per-host", &f.gpus_per_host,
+                 "with --plan: consecutive ranks per host, for TWRW and GRID placement (default: all ranks on one host)");
   flags.Int64("store-timeout", &f.store_timeout,
               "in a job: seconds any wait for other ranks may take before every rank stops with an error (default 300)");
   flags.Int64("crash-checkpoint-after-bytes", &f.crash_checkpoint_after_bytes,

@@ -119,9 +119,23 @@ NamedArrays GpuStateArrays(const gemtb::model::ModelConfig& config, const gpu::t
   return out;
 }
 
+NamedArrays GpuShardArrays(const gemtb::model::ModelConfig& config, const gpu::train::TrainerOptions& options,
+                           const gpu::train::TrainerState& state, const std::vector<GpuShardKey>& keys) {
+  const EmbeddingConfig emb = gemtb::model::GemEmbeddingConfig(config, options.table_lr, options.seed);
+  NamedArrays out;
+  for (size_t i = 0; i < keys.size() && i < state.table_shards.size(); ++i) {
+    const GpuShardKey& k = keys[i];
+    const std::string name = absl::StrCat("table.", emb.tables[static_cast<size_t>(k.table)].name, ".shard", k.shard);
+    out.emplace_back(name + ".weights", io::EncodeFloat32(state.table_shards[i].weights, {k.rows, k.cols}));
+    out.emplace_back(name + ".adagrad", io::EncodeFloat32(state.table_shards[i].adagrad, {k.rows}));
+  }
+  return out;
+}
+
 absl::StatusOr<gpu::train::TrainerState> GpuStateFromArrays(const gemtb::model::ModelConfig& config,
                                                             const gpu::train::TrainerOptions& options,
-                                                            const NamedArrays& arrays) {
+                                                            const NamedArrays& arrays,
+                                                            const std::optional<std::vector<GpuShardKey>>& shards) {
   absl::StatusOr<gemtb::model::GemGeometry> geometry = gemtb::model::MakeGemGeometry(config);
   if (!geometry.ok()) return geometry.status();
   const int64_t P = geometry->layout.total();
@@ -145,6 +159,20 @@ absl::StatusOr<gpu::train::TrainerState> GpuStateFromArrays(const gemtb::model::
   state.adam_b1 = (*bias)[0];
   state.adam_b2 = (*bias)[1];
   const EmbeddingConfig emb = gemtb::model::GemEmbeddingConfig(config, options.table_lr, options.seed);
+  if (shards) {
+    for (const GpuShardKey& k : *shards) {
+      const std::string name = absl::StrCat("table.", emb.tables[static_cast<size_t>(k.table)].name, ".shard", k.shard);
+      gpu::embedding::HostTable table;
+      absl::StatusOr<std::vector<float>> w = Floats(arrays, name + ".weights", {k.rows, k.cols});
+      if (!w.ok()) return w.status();
+      absl::StatusOr<std::vector<float>> g = Floats(arrays, name + ".adagrad", {k.rows});
+      if (!g.ok()) return g.status();
+      table.weights = *std::move(w);
+      table.adagrad = *std::move(g);
+      state.table_shards.push_back(std::move(table));
+    }
+    return state;
+  }
   for (const TableConfig& tc : emb.tables) {
     gpu::embedding::HostTable table;
     absl::StatusOr<std::vector<float>> w = Floats(arrays, absl::StrCat("table.", tc.name, ".weights"), {tc.rows, tc.dim});

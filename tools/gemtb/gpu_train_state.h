@@ -9,6 +9,7 @@
 #define GEMTB_TOOLS_GEMTB_GPU_TRAIN_STATE_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,12 +28,30 @@ reference::model::NamedArrays GpuStateArrays(const gemtb::model::ModelConfig& co
                                              const gpu::train::TrainerOptions& options,
                                              const gpu::train::TrainerState& state);
 
+// One table shard a rank of a job with sharded tables holds (gpu/embedding/shard_routing.h): its
+// table, its index in the plan's layout (model/sharding/shard_layout.h), its rows and columns.
+struct GpuShardKey {
+  int table = 0;
+  int shard = 0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// A rank's table shards (state.table_shards, described by `keys` in the same order) as arrays
+// "table.<name>.shard<k>.weights" [rows, cols] and ".adagrad" [rows]: the arrays that rank writes.
+reference::model::NamedArrays GpuShardArrays(const gemtb::model::ModelConfig& config,
+                                             const gpu::train::TrainerOptions& options,
+                                             const gpu::train::TrainerState& state, const std::vector<GpuShardKey>& keys);
+
 // The state the arrays hold, for a trainer of `config` and `options`. FailedPrecondition naming the
 // array (and for "options" the entry and both values) when one is missing, has another dtype or
 // shape, or was made with other options; an oracle's checkpoint is refused as such.
+// With `shards` (a rank of a job with sharded tables): its table shards from their arrays instead
+// of the whole tables.
 absl::StatusOr<gpu::train::TrainerState> GpuStateFromArrays(const gemtb::model::ModelConfig& config,
                                                             const gpu::train::TrainerOptions& options,
-                                                            const reference::model::NamedArrays& arrays);
+                                                            const reference::model::NamedArrays& arrays,
+                                                            const std::optional<std::vector<GpuShardKey>>& shards = std::nullopt);
 
 }  // namespace gemtb::cli
 

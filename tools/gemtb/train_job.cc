@@ -36,10 +36,11 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Join(const launch::LaunchInf
 }
 
 absl::Status TrainJob::Save(const std::string& dir, int64_t step, const reference::dist::CheckpointIdentity& identity,
-                            const reference::model::NamedArrays& arrays) {
+                            const reference::model::NamedArrays& arrays, const reference::model::NamedArrays& own) {
   reference::model::NamedArrays mine;
   for (size_t i = 0; i < arrays.size(); ++i)
     if (static_cast<int>(i % static_cast<size_t>(world_size())) == rank()) mine.push_back(arrays[i]);
+  mine.insert(mine.end(), own.begin(), own.end());
   return reference::dist::WriteShardedCheckpoint(dir, step, identity, mine, *store_);
 }
 

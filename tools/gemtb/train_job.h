@@ -38,9 +38,10 @@ class TrainJob {
   // The sharded tables' collectives (null for one process).
   reference::dist::StoreCollectives* collectives() { return collectives_.get(); }
 
-  // The job's checkpoint: rank r saves the state arrays i with i mod R = r; every rank loads all.
+  // The job's checkpoint: rank r saves the state arrays i with i mod R = r, and `own` (what only
+  // this rank holds: its table shards); every rank loads all.
   absl::Status Save(const std::string& dir, int64_t step, const reference::dist::CheckpointIdentity& identity,
-                    const reference::model::NamedArrays& arrays);
+                    const reference::model::NamedArrays& arrays, const reference::model::NamedArrays& own = {});
   absl::StatusOr<reference::model::NamedArrays> Load(const std::string& dir,
                                                      const reference::dist::CheckpointIdentity& identity);
 
