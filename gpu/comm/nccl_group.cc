@@ -274,24 +274,56 @@ absl::Status NcclGroup::AllGatherV(void* data, const std::vector<int64_t>& count
   return EndGroupCall(r, "all_gather_v");
 }
 
-absl::Status NcclGroup::AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
-                                  const std::vector<int64_t>& send_offsets, void* recv,
-                                  const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_offsets,
-                                  cudaStream_t stream) {
+// The members' checks shared by the point-to-point collectives: distinct ranks of this group,
+// this one among them; its index.
+absl::StatusOr<size_t> NcclGroup::MemberIndex(const std::vector<int>& members) const {
+  size_t self = members.size();
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i] < 0 || members[i] >= size_) {
+      return absl::InvalidArgumentError(absl::StrCat("members: rank ", members[i], " is not in a group of ", size_));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (members[j] == members[i]) return absl::InvalidArgumentError(absl::StrCat("members: rank ", members[i], " twice"));
+    }
+    if (members[i] == rank_) self = i;
+  }
+  if (self == members.size()) return absl::InvalidArgumentError(absl::StrCat("members: rank ", rank_, " is not among them"));
+  return self;
+}
+
+absl::Status NcclGroup::AllToAllV(const std::vector<int>& members, const void* send,
+                                  const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_offsets,
+                                  void* recv, const std::vector<int64_t>& recv_counts,
+                                  const std::vector<int64_t>& recv_offsets, cudaStream_t stream) {
+  const int n = static_cast<int>(members.size());
   GROUP_RETURN_IF_ERROR(CheckPerRank({{&send_counts, "send_counts"}, {&send_offsets, "send_offsets"},
                                       {&recv_counts, "recv_counts"}, {&recv_offsets, "recv_offsets"}},
-                                     size_));
+                                     n));
+  absl::StatusOr<size_t> self = MemberIndex(members);
+  if (!self.ok()) return self.status();
   if (aborted_) return absl::FailedPreconditionError(absl::StrCat("NCCL group \"", name_, "\" was aborted"));
+  if (recv_counts[*self] != send_counts[*self]) {
+    return absl::InvalidArgumentError(absl::StrCat("all_to_all_v: ", send_counts[*self], " bytes to itself, ",
+                                                   recv_counts[*self], " expected"));
+  }
+  if (send_counts[*self] > 0) {
+    if (cudaError_t e = cudaMemcpyAsync(static_cast<char*>(recv) + recv_offsets[*self],
+                                        static_cast<const char*>(send) + send_offsets[*self],
+                                        static_cast<size_t>(send_counts[*self]), cudaMemcpyDeviceToDevice, stream);
+        e != cudaSuccess) {
+      return absl::InternalError(absl::StrCat("NCCL group \"", name_, "\": all_to_all_v's own part: ", cudaGetErrorString(e)));
+    }
+  }
   ncclResult_t r = ncclGroupStart();
-  for (int q = 0; r == ncclSuccess && q < size_; ++q) {
-    const size_t i = static_cast<size_t>(q);
+  for (size_t i = 0; r == ncclSuccess && i < members.size(); ++i) {
+    if (i == *self) continue;
     if (send_counts[i] > 0) {
-      r = ncclSend(static_cast<const char*>(send) + send_offsets[i], static_cast<size_t>(send_counts[i]), ncclUint8, q,
-                   Comm(comm_), stream);
+      r = ncclSend(static_cast<const char*>(send) + send_offsets[i], static_cast<size_t>(send_counts[i]), ncclUint8,
+                   members[i], Comm(comm_), stream);
     }
     if (r == ncclSuccess && recv_counts[i] > 0) {
-      r = ncclRecv(static_cast<char*>(recv) + recv_offsets[i], static_cast<size_t>(recv_counts[i]), ncclUint8, q,
-                   Comm(comm_), stream);
+      r = ncclRecv(static_cast<char*>(recv) + recv_offsets[i], static_cast<size_t>(recv_counts[i]), ncclUint8,
+                   members[i], Comm(comm_), stream);
     }
   }
   return EndGroupCall(r, "all_to_all_v");
@@ -300,16 +332,11 @@ absl::Status NcclGroup::AllToAllV(const void* send, const std::vector<int64_t>& 
 absl::Status NcclGroup::AllGatherAmong(const std::vector<int>& members, const void* in, int64_t bytes, void* out,
                                        cudaStream_t stream) {
   GROUP_RETURN_IF_ERROR(CheckCount(bytes, "bytes"));
-  const auto self = std::find(members.begin(), members.end(), rank_);
-  if (self == members.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("members: rank ", rank_, " is not among them"));
-  }
-  for (int q : members) {
-    if (q < 0 || q >= size_) return absl::InvalidArgumentError(absl::StrCat("members: rank ", q, " is not in a group of ", size_));
-  }
+  absl::StatusOr<size_t> self = MemberIndex(members);
+  if (!self.ok()) return self.status();
   if (aborted_) return absl::FailedPreconditionError(absl::StrCat("NCCL group \"", name_, "\" was aborted"));
   if (bytes == 0) return absl::OkStatus();
-  char* own = static_cast<char*>(out) + (self - members.begin()) * bytes;
+  char* own = static_cast<char*>(out) + static_cast<int64_t>(*self) * bytes;
   if (cudaError_t e = cudaMemcpyAsync(own, in, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream);
       e != cudaSuccess) {
     return absl::InternalError(absl::StrCat("NCCL group \"", name_, "\": all_gather_among's own part: ", cudaGetErrorString(e)));

@@ -64,10 +64,11 @@ class NcclGroup {
   // rank (one NCCL group of broadcasts, rank r the root of its part).
   absl::Status AllGatherV(void* data, const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets,
                           Dtype dtype, cudaStream_t stream);
-  // All-to-all of bytes by grouped sends and receives: send_counts[q] bytes at send + send_offsets[q]
-  // to rank q, recv_counts[p] bytes from rank p into recv + recv_offsets[p] (what a rank sends to
-  // another is what that rank expects; zero moves nothing).
-  absl::Status AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
+  // All-to-all of bytes among the ranks `members` (distinct, this one among them) by grouped sends
+  // and receives: send_counts[i] bytes at send + send_offsets[i] to members[i], recv_counts[i]
+  // bytes from members[i] into recv + recv_offsets[i] (what a rank sends to another is what that
+  // rank expects; zero moves nothing; the own part by a device copy).
+  absl::Status AllToAllV(const std::vector<int>& members, const void* send, const std::vector<int64_t>& send_counts,
                          const std::vector<int64_t>& send_offsets, void* recv, const std::vector<int64_t>& recv_counts,
                          const std::vector<int64_t>& recv_offsets, cudaStream_t stream);
   // Among the ranks `members` (distinct, this one among them): each member's `bytes` at `in` into
@@ -91,6 +92,8 @@ class NcclGroup {
   // Waits while NCCL reports ncclInProgress for the last call, at most until `deadline_ms`.
   absl::Status Settle(std::string_view what);
   absl::Status Fail(absl::Status status);
+  // The index of this rank in `members`, after checking they are distinct ranks of this group.
+  absl::StatusOr<size_t> MemberIndex(const std::vector<int>& members) const;
   // Ends an NCCL group call whose calls inside returned `first_error` (an ncclResult_t) and settles it.
   absl::Status EndGroupCall(int first_error, std::string_view what);
 

@@ -57,16 +57,16 @@ class NcclTrainerCollectives : public train::TrainerCollectives {
   class WorldExchange : public embedding::ShardExchange {
    public:
     explicit WorldExchange(NcclTrainerCollectives* owner) : owner_(owner) {}
-    int position() const override { return owner_->world_->rank(); }
-    int group_size() const override { return owner_->world_->size(); }
-    absl::Status AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
+    int rank() const override { return owner_->world_->rank(); }
+    int world_size() const override { return owner_->world_->size(); }
+    absl::Status AllToAllV(const std::vector<int>& ranks, const void* send, const std::vector<int64_t>& send_counts,
                            const std::vector<int64_t>& send_offsets, void* recv, const std::vector<int64_t>& recv_counts,
                            const std::vector<int64_t>& recv_offsets, CUstream_st* stream) override {
-      return owner_->world_->AllToAllV(send, send_counts, send_offsets, recv, recv_counts, recv_offsets, stream);
+      return owner_->world_->AllToAllV(ranks, send, send_counts, send_offsets, recv, recv_counts, recv_offsets, stream);
     }
-    absl::Status AllGatherAmong(const std::vector<int>& members, const float* in, int64_t count, float* out,
+    absl::Status AllGatherAmong(const std::vector<int>& ranks, const void* in, int64_t bytes, void* out,
                                 CUstream_st* stream) override {
-      return owner_->world_->AllGatherAmong(members, in, count * static_cast<int64_t>(sizeof(float)), out, stream);
+      return owner_->world_->AllGatherAmong(ranks, in, bytes, out, stream);
     }
     absl::Status Synchronize(CUstream_st* stream, std::string_view what) override {
       return owner_->Synchronize(stream, what);

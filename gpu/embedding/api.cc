@@ -490,6 +490,14 @@ absl::Status DeviceTbe::ApplyRows(const float* whole_square_sums) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<float*>> DeviceTbe::DeviceOptimizerState(int table) const {
+  if (table < 0 || table >= static_cast<int>(s_->tables.size())) {
+    return Bad(absl::StrCat("table=", table, ": the module has ", s_->tables.size(), " tables"));
+  }
+  const TableParams& t = s_->tables[static_cast<size_t>(table)];
+  return std::vector<float*>{t.adagrad, t.adam_m, t.adam_v};
+}
+
 absl::StatusOr<void*> DeviceTbe::DeviceWeights(int table) const {
   if (table < 0 || table >= static_cast<int>(s_->tables.size())) {
     return Bad(absl::StrCat("table=", table, ": the module has ", s_->tables.size(), " tables"));

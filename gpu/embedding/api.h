@@ -132,6 +132,9 @@ class DeviceTbe {
   // Table `table`'s storage on the device ([rows, dim] of its dtype), for collectives that move
   // whole shards (fully sharded 2D's gathers and scatters).
   absl::StatusOr<void*> DeviceWeights(int table) const;
+  // Its optimizer state on the device: rowwise Adagrad [rows], Adam m and v [rows, dim], each null
+  // where the table's optimizer keeps none (replicas average them, sharded_tbe.h).
+  absl::StatusOr<std::vector<float*>> DeviceOptimizerState(int table) const;
   absl::StatusOr<std::vector<HostTable>> DownloadTables() const;
 
   int64_t step() const;

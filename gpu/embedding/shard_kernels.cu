@@ -2,6 +2,8 @@
 // sums in the oracle's order with explicitly rounded adds and divides.
 #include "gpu/common/device_buffer.h"
 #include "gpu/embedding/shard_launch.h"
+#include "gpu/embedding/tbe_row_ops.h"
+#include "model/embedding/embedding_math.h"
 #include "model/numerics/fp32_ops.h"
 
 namespace gemtb::gpu::embedding {
@@ -63,6 +65,43 @@ __global__ void SumPartialsKernel(const float* gathered, int groups, int64_t cou
   total[u] = acc;
 }
 
+// Storage seen as one row of n values, a thread per 4-value chunk.
+TableParams FlatTable(const void* storage, ElementType dtype, int64_t n) {
+  TableParams t;
+  t.weights = const_cast<void*>(storage);
+  t.rows = 1;
+  t.dim = n;
+  t.dtype = dtype;
+  return t;
+}
+
+__global__ void WidenKernel(const TableParams t, float* out) {
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kChunk;
+  if (c >= t.dim) return;
+  float w[kChunk];
+  LoadChunk(t, 0, c, w);
+  for (int k = 0; k < kChunk; ++k) out[c + k] = w[k];
+}
+
+__global__ void NarrowKernel(const float* in, const TableParams t) {
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kChunk;
+  if (c >= t.dim) return;
+  float w[kChunk];
+  for (int k = 0; k < kChunk; ++k) w[k] = in[c + k];
+  StoreChunk(t, 0, c, w);
+}
+
+__global__ void ReplicaMeanKernel(const float* pieces, int replicas, int64_t count, bool round, ElementType dtype,
+                                  float* out) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= count) return;
+  float acc = pieces[e];
+  for (int r = 1; r < replicas; ++r) acc = numerics::AddRn(acc, pieces[r * count + e]);
+  float v = numerics::DivRn(acc, static_cast<float>(replicas));
+  if (round) v = gemtb::embedding::StoreRne(v, dtype);
+  out[e] = v;
+}
+
 unsigned Blocks(int64_t items, int64_t per_block) { return static_cast<unsigned>((items + per_block - 1) / per_block); }
 
 }  // namespace
@@ -95,6 +134,25 @@ absl::Status LaunchSumPartials(const float* gathered, int groups, int64_t count,
   if (count == 0) return absl::OkStatus();
   SumPartialsKernel<<<Blocks(count, kThreads), kThreads>>>(gathered, groups, count, total);
   return CudaOk(cudaGetLastError(), "launch of the partial-sum kernel");
+}
+
+absl::Status LaunchWiden(const void* storage, ElementType dtype, int64_t n, float* out) {
+  if (n == 0) return absl::OkStatus();
+  WidenKernel<<<Blocks(n / kChunk, kThreads), kThreads>>>(FlatTable(storage, dtype, n), out);
+  return CudaOk(cudaGetLastError(), "launch of the widen kernel");
+}
+
+absl::Status LaunchNarrow(const float* in, int64_t n, ElementType dtype, void* storage) {
+  if (n == 0) return absl::OkStatus();
+  NarrowKernel<<<Blocks(n / kChunk, kThreads), kThreads>>>(in, FlatTable(storage, dtype, n));
+  return CudaOk(cudaGetLastError(), "launch of the narrow kernel");
+}
+
+absl::Status LaunchReplicaMean(const float* pieces, int replicas, int64_t count, bool round, ElementType dtype,
+                               float* out) {
+  if (count == 0) return absl::OkStatus();
+  ReplicaMeanKernel<<<Blocks(count, kThreads), kThreads>>>(pieces, replicas, count, round, dtype, out);
+  return CudaOk(cudaGetLastError(), "launch of the replica-mean kernel");
 }
 
 }  // namespace gemtb::gpu::embedding

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "gpu/embedding/shard_routing.h"
+#include "model/common/element_type.h"
 
 namespace gemtb::gpu::embedding {
 
@@ -28,6 +29,16 @@ absl::Status LaunchPooledScatter(const PooledSegment* segments, int64_t num_segm
 // total[u] = seqsum over g < groups of gathered[g * count + u] (column shards' partial square sums
 // in column-shard order).
 absl::Status LaunchSumPartials(const float* gathered, int groups, int64_t count, float* total);
+
+// Replicas (2D plans): `n` storage values (a multiple of 4) widened exactly to fp32, and back
+// (values already representable in the storage type).
+absl::Status LaunchWiden(const void* storage, ElementType dtype, int64_t n, float* out);
+absl::Status LaunchNarrow(const float* in, int64_t n, ElementType dtype, void* storage);
+
+// out[e] = seqsum over r < replicas of pieces[r * count + e], divided by `replicas`; with `round`,
+// rounded to `dtype` by RNE (the replicas' mean of weights; optimizer state stays fp32).
+absl::Status LaunchReplicaMean(const float* pieces, int replicas, int64_t count, bool round, ElementType dtype,
+                               float* out);
 
 }  // namespace gemtb::gpu::embedding
 

@@ -118,8 +118,9 @@ struct HolderStep {
 
 class ShardRouting {
  public:
-  // Position `position` of a 1D plan's MP group (mp_group = world_size); the module's KJTs have the
-  // config's features as keys, in order, and `local_batch` samples.
+  // Position `position` of the plan's MP group (M = mp_group, or world_size for 1D; 2D plans run one
+  // such group per replica); the module's KJTs have the config's features as keys, in order, and
+  // `local_batch` samples.
   static absl::StatusOr<ShardRouting> Create(const EmbeddingConfig& config, const ShardingPlanSpec& plan,
                                              int world_size, int gpus_per_host, int position, int64_t local_batch);
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gpu/common/device_buffer.h"
+#include "gpu/embedding/host_tables.h"
 #include "gpu/embedding/shard_launch.h"
 #include "model/common/status_macros.h"
 
@@ -62,9 +63,17 @@ std::vector<HostTable> SliceShards(const EmbeddingConfig& config, const ShardRou
 
 struct ShardedDeviceTbe::State {
   EmbeddingConfig config;
+  ShardingPlanSpec plan;
   ShardRouting routing;
   ShardExchange* exchange = nullptr;
   int64_t local_batch = 0;
+  int replicas = 1;                 // N
+  int rho = 0;                      // this rank's replica
+  std::vector<int> mp_ranks;        // the MP group's ranks by position: m*N + rho
+  std::vector<int> replica_ranks;   // this position's replicas: m*N + r
+  int64_t steps_run = 0;            // updates since Create (V2's sync period counts them)
+  // V3: per held shard, this rank's sub-block of the weights in storage bytes.
+  std::deque<DeviceArray<uint8_t>> stored;
   std::vector<std::unique_ptr<DeviceTbe>> shards;  // one per held shard
   // The last Forward's plans and buffers (valid until the next Forward).
   bool has_output = false;
@@ -83,6 +92,120 @@ struct ShardedDeviceTbe::State {
 
   explicit State(ShardRouting r) : routing(std::move(r)) {}
 
+  const Shard& ShardOf(size_t i) const { return routing.layout().shards[static_cast<size_t>(routing.held()[i].shard)]; }
+  int64_t SubRows(size_t i) const { return (ShardOf(i).rows() + replicas - 1) / replicas; }
+  // Rows [first, end) of held shard i's sub-block r (the last ones may be short or empty).
+  std::pair<int64_t, int64_t> SubBlock(size_t i, int r) const {
+    const int64_t rows = ShardOf(i).rows(), sub = SubRows(i);
+    return {std::min(rows, r * sub), std::min(rows, (r + 1) * sub)};
+  }
+  int64_t ElementSize(size_t i) const { return ElementBytes(routing.held()[i].config.tables[0].dtype); }
+
+  // V3: every held shard's sub-blocks gathered from the replicas into its DeviceTbe.
+  absl::Status GatherShards() {
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const int64_t cols = ShardOf(i).cols(), rows = ShardOf(i).rows();
+      const int64_t bytes = SubRows(i) * cols * ElementSize(i);
+      DeviceArray<uint8_t> all;
+      GEMTB_RETURN_IF_ERROR(all.Allocate(static_cast<size_t>(std::max<int64_t>(bytes * replicas, 1)), "gathered sub-blocks"));
+      GEMTB_RETURN_IF_ERROR(exchange->AllGatherAmong(replica_ranks, stored[i].get(), bytes, all.get(), nullptr));
+      absl::StatusOr<void*> weights = shards[i]->DeviceWeights(0);
+      if (!weights.ok()) return weights.status();
+      // Sub-blocks are consecutive rows in replica order: the first rows*cols values are the shard.
+      GEMTB_RETURN_IF_ERROR(CudaOk(cudaMemcpy(*weights, all.get(), static_cast<size_t>(rows * cols * ElementSize(i)),
+                                              cudaMemcpyDeviceToDevice),
+                                   "the gathered shard into its table"));
+    }
+    return absl::OkStatus();
+  }
+
+  // The replicas' mean of `count` = rows*cols fp32 values per row of held shard i (`values`, fp32):
+  // each rank receives every replica's rows of its own sub-block and adds them in replica order
+  // (an all-to-all); returns the mean of its sub-block's rows, rounded to `dtype` when `round`.
+  absl::Status SubBlockMean(size_t i, const float* values, int64_t width, bool round, ElementType dtype,
+                            DeviceArray<float>& mean) {
+    std::vector<int64_t> send_counts(static_cast<size_t>(replicas)), send_offsets(static_cast<size_t>(replicas));
+    for (int r = 0; r < replicas; ++r) {
+      const auto [r0, r1] = SubBlock(i, r);
+      send_counts[static_cast<size_t>(r)] = (r1 - r0) * width * 4;
+      send_offsets[static_cast<size_t>(r)] = r0 * width * 4;
+    }
+    const auto [m0, m1] = SubBlock(i, rho);
+    const int64_t mine = (m1 - m0) * width;
+    std::vector<int64_t> recv_counts(static_cast<size_t>(replicas), mine * 4), recv_offsets(static_cast<size_t>(replicas));
+    for (int r = 0; r < replicas; ++r) recv_offsets[static_cast<size_t>(r)] = r * mine * 4;
+    DeviceArray<float> pieces;
+    GEMTB_RETURN_IF_ERROR(pieces.Allocate(static_cast<size_t>(std::max<int64_t>(mine * replicas, 1)), "replicas' sub-blocks"));
+    GEMTB_RETURN_IF_ERROR(mean.Allocate(static_cast<size_t>(std::max<int64_t>(mine, 1)), "replicas' mean"));
+    GEMTB_RETURN_IF_ERROR(exchange->AllToAllV(replica_ranks, values, send_counts, send_offsets, pieces.get(),
+                                              recv_counts, recv_offsets, nullptr));
+    GEMTB_RETURN_IF_ERROR(LaunchReplicaMean(pieces.get(), replicas, mine, round, dtype, mean.get()));
+    return exchange->Synchronize(nullptr, "the replicas' sub-block all-to-all");
+  }
+
+  // V3 after an update: each rank keeps the replicas' mean of its sub-block, rounded to storage.
+  absl::Status ScatterUpdated() {
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const int64_t cols = ShardOf(i).cols(), rows = ShardOf(i).rows();
+      const ElementType dtype = routing.held()[i].config.tables[0].dtype;
+      absl::StatusOr<void*> weights = shards[i]->DeviceWeights(0);
+      if (!weights.ok()) return weights.status();
+      DeviceArray<float> wide;
+      GEMTB_RETURN_IF_ERROR(wide.Allocate(static_cast<size_t>(std::max<int64_t>(rows * cols, 1)), "updated copy"));
+      GEMTB_RETURN_IF_ERROR(LaunchWiden(*weights, dtype, rows * cols, wide.get()));
+      DeviceArray<float> mean;
+      GEMTB_RETURN_IF_ERROR(SubBlockMean(i, wide.get(), cols, true, dtype, mean));
+      const auto [m0, m1] = SubBlock(i, rho);
+      GEMTB_RETURN_IF_ERROR(LaunchNarrow(mean.get(), (m1 - m0) * cols, dtype, stored[i].get()));
+    }
+    return absl::OkStatus();
+  }
+
+  // V2 every sync_period-th update: the replicas' mean of every shard (and of its rowwise-Adagrad or
+  // Adam state with state_sync) on every replica.
+  absl::Status SyncReplicas() {
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const int64_t cols = ShardOf(i).cols(), rows = ShardOf(i).rows();
+      if (rows == 0) continue;
+      const TableConfig& tc = routing.held()[i].config.tables[0];
+      absl::StatusOr<void*> weights = shards[i]->DeviceWeights(0);
+      if (!weights.ok()) return weights.status();
+      DeviceArray<float> wide;
+      GEMTB_RETURN_IF_ERROR(wide.Allocate(static_cast<size_t>(rows * cols), "shard copy"));
+      GEMTB_RETURN_IF_ERROR(LaunchWiden(*weights, tc.dtype, rows * cols, wide.get()));
+      GEMTB_RETURN_IF_ERROR(AverageInPlace(i, wide.get(), cols, true, tc.dtype));
+      GEMTB_RETURN_IF_ERROR(LaunchNarrow(wide.get(), rows * cols, tc.dtype, *weights));
+      if (!plan.state_sync) continue;
+      absl::StatusOr<std::vector<float*>> states = shards[i]->DeviceOptimizerState(0);
+      if (!states.ok()) return states.status();
+      const int64_t widths[3] = {1, cols, cols};  // rowwise Adagrad [rows]; Adam m, v [rows, cols]
+      for (size_t k = 0; k < states->size(); ++k) {
+        if ((*states)[k] == nullptr) continue;
+        GEMTB_RETURN_IF_ERROR(AverageInPlace(i, (*states)[k], widths[k], false, ElementType::kFloat32));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // `values` [rows, width] fp32 becomes the replicas' mean: the sub-blocks' means, all-gathered.
+  absl::Status AverageInPlace(size_t i, float* values, int64_t width, bool round, ElementType dtype) {
+    DeviceArray<float> mean;
+    GEMTB_RETURN_IF_ERROR(SubBlockMean(i, values, width, round, dtype, mean));
+    const int64_t sub = SubRows(i) * width;
+    DeviceArray<float> padded, all;
+    GEMTB_RETURN_IF_ERROR(padded.Allocate(static_cast<size_t>(std::max<int64_t>(sub, 1)), "padded mean"));
+    GEMTB_RETURN_IF_ERROR(all.Allocate(static_cast<size_t>(std::max<int64_t>(sub * replicas, 1)), "gathered means"));
+    const auto [m0, m1] = SubBlock(i, rho);
+    if (m1 > m0) {
+      GEMTB_RETURN_IF_ERROR(CudaOk(cudaMemcpy(padded.get(), mean.get(), static_cast<size_t>((m1 - m0) * width) * 4,
+                                              cudaMemcpyDeviceToDevice),
+                                   "the mean into its padded block"));
+    }
+    GEMTB_RETURN_IF_ERROR(exchange->AllGatherAmong(replica_ranks, padded.get(), sub * 4, all.get(), nullptr));
+    return CudaOk(cudaMemcpy(values, all.get(), static_cast<size_t>(ShardOf(i).rows() * width) * 4, cudaMemcpyDeviceToDevice),
+                  "the gathered means");
+  }
+
   absl::StatusOr<DeviceArray<float*>*> PointerTable(const std::vector<float*>& ptrs) {
     pointer_tables.emplace_back();
     GEMTB_RETURN_IF_ERROR(pointer_tables.back().Upload(ptrs, "array table"));
@@ -100,16 +223,25 @@ absl::StatusOr<std::unique_ptr<ShardedDeviceTbe>> ShardedDeviceTbe::Create(
     ShardExchange* exchange, absl::Span<const HostTable> held_tables, int64_t step) {
   if (exchange == nullptr) return absl::InvalidArgumentError("exchange: null");
   GEMTB_RETURN_IF_ERROR(CanRun(config));
-  absl::StatusOr<ShardRouting> routing = ShardRouting::Create(config, plan, exchange->group_size(), gpus_per_host,
-                                                              exchange->position(), local_batch);
+  const int world = exchange->world_size(), m = MpGroupSize(plan, world);
+  if (m < 1 || world % m != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("plan.mp_group=", plan.mp_group, ": does not divide the world of ", world));
+  }
+  const int n = world / m, position = exchange->rank() / n;
+  absl::StatusOr<ShardRouting> routing = ShardRouting::Create(config, plan, world, gpus_per_host, position, local_batch);
   if (!routing.ok()) return routing.status();
   auto s = std::make_unique<State>(*std::move(routing));
   s->config = config;
+  s->plan = plan;
   s->exchange = exchange;
   s->local_batch = local_batch;
+  s->replicas = n;
+  s->rho = exchange->rank() % n;
+  for (int q = 0; q < m; ++q) s->mp_ranks.push_back(q * n + s->rho);
+  for (int r = 0; r < n; ++r) s->replica_ranks.push_back(position * n + r);
   if (!held_tables.empty() && held_tables.size() != s->routing.held().size()) {
     return absl::InvalidArgumentError(absl::StrCat("held_tables: ", held_tables.size(), " given, position ",
-                                                   exchange->position(), " holds ", s->routing.held().size(), " shards"));
+                                                   exchange->rank(), " holds ", s->routing.held().size(), " shards"));
   }
   for (size_t i = 0; i < s->routing.held().size(); ++i) {
     const HeldShard& h = s->routing.held()[i];
@@ -121,6 +253,23 @@ absl::StatusOr<std::unique_ptr<ShardedDeviceTbe>> ShardedDeviceTbe::Create(
         h.config, held_tables.empty() ? absl::Span<const HostTable>{} : held_tables.subspan(i, 1), step, options);
     if (!tbe.ok()) return tbe.status();
     s->shards.push_back(*std::move(tbe));
+  }
+  if (plan.fully_sharded) {
+    // V3: this rank keeps its sub-block of each shard (cut from the full copy it starts with).
+    for (size_t i = 0; i < s->shards.size(); ++i) {
+      const int64_t cols = s->ShardOf(i).cols(), e = s->ElementSize(i);
+      const auto [r0, r1] = s->SubBlock(i, s->rho);
+      DeviceArray<uint8_t>& stored = s->stored.emplace_back();
+      GEMTB_RETURN_IF_ERROR(stored.Allocate(static_cast<size_t>(std::max<int64_t>(s->SubRows(i) * cols * e, 1)), "stored sub-block"));
+      GEMTB_RETURN_IF_ERROR(stored.Zero("stored sub-block"));
+      absl::StatusOr<void*> weights = s->shards[i]->DeviceWeights(0);
+      if (!weights.ok()) return weights.status();
+      if (r1 > r0) {
+        GEMTB_RETURN_IF_ERROR(CudaOk(cudaMemcpy(stored.get(), static_cast<const uint8_t*>(*weights) + r0 * cols * e,
+                                                static_cast<size_t>((r1 - r0) * cols * e), cudaMemcpyDeviceToDevice),
+                                     "the stored sub-block"));
+      }
+    }
   }
   return std::unique_ptr<ShardedDeviceTbe>(new ShardedDeviceTbe(std::move(s)));
 }
@@ -134,6 +283,7 @@ absl::Status ShardedDeviceTbe::Forward(const KjtView& kjt) {
   if (!req.ok()) return req.status();
   s.req = *std::move(req);
   const int m = s.routing.group_size();
+  if (s.plan.fully_sharded) GEMTB_RETURN_IF_ERROR(s.GatherShards());
   // Ids: the byte counts first (each holder learns what every source sends), then the bytes.
   std::vector<int64_t> send_bytes(static_cast<size_t>(m));
   std::vector<uint8_t> send;
@@ -146,7 +296,7 @@ absl::Status ShardedDeviceTbe::Forward(const KjtView& kjt) {
   GEMTB_RETURN_IF_ERROR(d_counts_recv.Allocate(static_cast<size_t>(m), "received id byte counts"));
   const std::vector<int64_t> eight(static_cast<size_t>(m), 8);
   const std::vector<int64_t> eight_offsets = Offsets(eight);
-  GEMTB_RETURN_IF_ERROR(s.exchange->AllToAllV(d_counts_send.get(), eight, eight_offsets, d_counts_recv.get(), eight,
+  GEMTB_RETURN_IF_ERROR(s.exchange->AllToAllV(s.mp_ranks, d_counts_send.get(), eight, eight_offsets, d_counts_recv.get(), eight,
                                               eight_offsets, nullptr));
   GEMTB_RETURN_IF_ERROR(s.exchange->Synchronize(nullptr, "the ids' counts all-to-all"));
   std::vector<int64_t> recv_bytes;
@@ -154,7 +304,7 @@ absl::Status ShardedDeviceTbe::Forward(const KjtView& kjt) {
   DeviceArray<uint8_t> d_ids_send, d_ids_recv;
   GEMTB_RETURN_IF_ERROR(d_ids_send.Upload(send, "ids to send"));
   GEMTB_RETURN_IF_ERROR(d_ids_recv.Allocate(static_cast<size_t>(Total(recv_bytes)), "received ids"));
-  GEMTB_RETURN_IF_ERROR(s.exchange->AllToAllV(d_ids_send.get(), send_bytes, Offsets(send_bytes), d_ids_recv.get(),
+  GEMTB_RETURN_IF_ERROR(s.exchange->AllToAllV(s.mp_ranks, d_ids_send.get(), send_bytes, Offsets(send_bytes), d_ids_recv.get(),
                                               recv_bytes, Offsets(recv_bytes), nullptr));
   GEMTB_RETURN_IF_ERROR(s.exchange->Synchronize(nullptr, "the ids all-to-all"));
   std::vector<uint8_t> received_flat;
@@ -199,7 +349,7 @@ absl::Status ShardedDeviceTbe::Forward(const KjtView& kjt) {
   if (!holder_table.ok()) return holder_table.status();
   GEMTB_RETURN_IF_ERROR(s.d_hold_runs.Upload(s.hold.runs, "holder copy runs"));
   GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*holder_table)->get(), s.d_hold_runs.get(), static_cast<int64_t>(s.hold.runs.size()), false));
-  GEMTB_RETURN_IF_ERROR(s.exchange->AllToAllV(embed_send.get(), Scaled(s.hold.exchange_counts, 4),
+  GEMTB_RETURN_IF_ERROR(s.exchange->AllToAllV(s.mp_ranks, embed_send.get(), Scaled(s.hold.exchange_counts, 4),
                                               Scaled(Offsets(s.hold.exchange_counts), 4), embed_recv.get(),
                                               Scaled(s.req.exchange_counts, 4), Scaled(Offsets(s.req.exchange_counts), 4),
                                               nullptr));
@@ -266,7 +416,7 @@ absl::Status ShardedDeviceTbe::Backward(const float* pooled_grad, absl::Span<con
   absl::StatusOr<DeviceArray<float*>*> req_table = s.PointerTable(req_arrays);
   if (!req_table.ok()) return req_table.status();
   GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*req_table)->get(), s.d_req_runs.get(), static_cast<int64_t>(s.req.sequence_runs.size()), true));
-  GEMTB_RETURN_IF_ERROR(s.exchange->AllToAllV(grad_send.get(), Scaled(s.req.exchange_counts, 4),
+  GEMTB_RETURN_IF_ERROR(s.exchange->AllToAllV(s.mp_ranks, grad_send.get(), Scaled(s.req.exchange_counts, 4),
                                               Scaled(Offsets(s.req.exchange_counts), 4), grad_recv.get(),
                                               Scaled(s.hold.exchange_counts, 4), Scaled(Offsets(s.hold.exchange_counts), 4),
                                               nullptr));
@@ -293,6 +443,8 @@ absl::Status ShardedDeviceTbe::Backward(const float* pooled_grad, absl::Span<con
   absl::StatusOr<DeviceArray<float*>*> holder_table = s.PointerTable(holder_arrays);
   if (!holder_table.ok()) return holder_table.status();
   GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*holder_table)->get(), s.d_hold_runs.get(), static_cast<int64_t>(s.hold.runs.size()), true));
+  // V3 gathers the shards again for the update (the forward's copy is not kept unless asked).
+  if (s.plan.fully_sharded && !s.plan.keep_gathered) GEMTB_RETURN_IF_ERROR(s.GatherShards());
   for (size_t i = 0; i < s.shards.size(); ++i) {
     GEMTB_RETURN_IF_ERROR(s.shards[i]->SetDeviceGrads(holder_arrays[1 + i], shard_none[i]));
     GEMTB_RETURN_IF_ERROR(s.shards[i]->BackwardStep());
@@ -310,12 +462,17 @@ absl::Status ShardedDeviceTbe::Backward(const float* pooled_grad, absl::Span<con
     GEMTB_RETURN_IF_ERROR(gathered.Allocate(static_cast<size_t>(cap) * h.norm_group.size(), "gathered square sums"));
     DeviceArray<float>& total = s.shard_grads.emplace_back();
     GEMTB_RETURN_IF_ERROR(total.Allocate(static_cast<size_t>(cap), "whole-row square sums"));
-    GEMTB_RETURN_IF_ERROR(s.exchange->AllGatherAmong(h.norm_group, *partial, cap, gathered.get(), nullptr));
+    std::vector<int> norm_ranks;
+    for (int q : h.norm_group) norm_ranks.push_back(s.mp_ranks[static_cast<size_t>(q)]);
+    GEMTB_RETURN_IF_ERROR(s.exchange->AllGatherAmong(norm_ranks, *partial, cap * 4, gathered.get(), nullptr));
     GEMTB_RETURN_IF_ERROR(LaunchSumPartials(gathered.get(), static_cast<int>(h.norm_group.size()), cap, total.get()));
     GEMTB_RETURN_IF_ERROR(s.shards[i]->ApplyRows(total.get()));
   }
   GEMTB_RETURN_IF_ERROR(s.exchange->Synchronize(nullptr, "the sharded embeddings' backward"));
   s.pointer_tables.clear();
+  ++s.steps_run;
+  if (s.plan.fully_sharded) return s.ScatterUpdated();
+  if (s.replicas > 1 && s.steps_run % s.plan.sync_period == 0) return s.SyncReplicas();
   return absl::OkStatus();
 }
 
@@ -324,7 +481,8 @@ absl::Status ShardedDeviceTbe::SetLearningRate(float lr) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<HostTable>> ShardedDeviceTbe::DownloadShards() const {
+absl::StatusOr<std::vector<HostTable>> ShardedDeviceTbe::DownloadShards() {
+  if (s_->plan.fully_sharded) GEMTB_RETURN_IF_ERROR(s_->GatherShards());
   std::vector<HostTable> out;
   for (const auto& t : s_->shards) {
     absl::StatusOr<std::vector<HostTable>> one = t->DownloadTables();

@@ -1,6 +1,16 @@
-// A sharded embedding module on GPUs: one rank of a 1D sharding plan's MP group (TW, RW, CW,
-// TWRW, GRID; model/sharding), holding its shards, each a DeviceTbe of one table placed in its whole
-// table (ShardPlacement: init values and stochastic-rounding words of the whole table). A step:
+// A sharded embedding module on GPUs: one rank of a sharding plan (TW, RW, CW, TWRW, GRID;
+// model/sharding), holding the shards of its MP-group position, each a DeviceTbe of one table placed
+// in its whole table (ShardPlacement: init values and stochastic-rounding words of the whole table).
+// 1D: the world is the MP group. 2D (mp_group M < R, N = R/M replicas, rank = m*N + rho): MP group
+// rho is ranks {m*N + rho}, and the N ranks of position m hold copies of its shards:
+//   V2       every sync_period-th step the replicas average their shards (and, with state_sync,
+//            the optimizer state): seqsum over replicas in order, / N, weights rounded to storage;
+//   V3       (fully_sharded) a rank keeps sub-block rho (ceil(rows/N) rows) of each shard and the
+//            whole shard's optimizer state; the replicas gather the sub-blocks before the forward
+//            and again before the backward (unless keep_gathered), update the gathered copy, and
+//            keep the replicas' mean of their sub-block, rounded to storage.
+// The replicas' sums move by an all-to-all of sub-blocks (each rank sums its own in replica order)
+// and, for V2, an all-gather of the means: a ring all-reduce's bytes, in the oracle's order. A step:
 //   Forward   ids to the holders (shard_routing.h: an all-to-all of counts, then of the bytes),
 //             every held shard's lookups on the sources' samples in rank order, embeddings back
 //             (one all-to-all of floats), and on the requester the row blocks' sums in block order and
@@ -31,7 +41,7 @@ namespace gemtb::gpu::embedding {
 
 class ShardedDeviceTbe {
  public:
-  // This rank (exchange->position()) of the plan's MP group, `local_batch` samples a step.
+  // This rank (exchange->rank()) of the plan, `local_batch` samples a step.
   // `held_tables` empty: every held shard Philox-initialised on the device as its part of the whole
   // table; else one per held shard in the routing's order (SliceShards cuts them from whole tables;
   // DownloadShards gives them back). `step`: the next update's SR step.
@@ -53,8 +63,9 @@ class ShardedDeviceTbe {
   absl::Status SetLearningRate(float lr);
 
   // The held shards' tables and optimizer state, in the routing's held order ([shard rows, cols];
-  // a trailing empty row block has one placeholder row).
-  absl::StatusOr<std::vector<HostTable>> DownloadShards() const;
+  // a trailing empty row block has one placeholder row). V3: a collective of the replicas (the
+  // sub-blocks are gathered first).
+  absl::StatusOr<std::vector<HostTable>> DownloadShards();
   const ShardRouting& routing() const;
   int64_t step() const;
 

@@ -32,11 +32,18 @@ using reference::sharding_cases::SubBatch;
 constexpr int64_t kLocalBatch = 4;
 constexpr int kSteps = 2;
 
-ShardingPlanSpec Plan(const EmbeddingConfig& config, const std::string& type, const char* cw_state, int m, int gph) {
-  nlohmann::json plan;
+// Column shards of a multiple of 4 columns, at most `max_shards` (shared Adagrad state needs no
+// more shards than positions).
+ShardingPlanSpec Plan(const EmbeddingConfig& config, const std::string& type, const char* cw_state, int m, int gph,
+                      const nlohmann::json& extra = nlohmann::json::object(), int64_t max_shards = 3) {
+  nlohmann::json plan = extra;
   for (size_t t = 0; t < config.tables.size(); ++t) {
     nlohmann::json e = {{"type", type}};
-    if (type == "CW" || type == "GRID") e["shards"] = std::min<int64_t>(config.tables[t].dim / 4, 3);
+    if (type == "CW" || type == "GRID") {
+      int64_t c = max_shards;
+      while (c > 1 && config.tables[t].dim % (4 * c) != 0) --c;
+      e["shards"] = c;
+    }
     plan["tables"][config.tables[t].name] = e;
   }
   plan["cw_state"] = cw_state;
@@ -49,7 +56,8 @@ bool SameBits(const std::vector<float>& a, const float* b) {
   return std::memcmp(a.data(), b, a.size() * sizeof(float)) == 0;
 }
 
-// Runs kSteps steps on the oracle and on M virtual positions and compares everything.
+// Runs kSteps steps on the oracle and on m virtual ranks and compares everything: each rank's output
+// rows, and each rank's shards against its replica's state in the oracle (1D: the one replica).
 void ExpectModuleMatchesOracle(const EmbeddingConfig& config, const ShardingPlanSpec& plan, int m, int gph,
                                const std::string& what) {
   SCOPED_TRACE(what);
@@ -132,14 +140,17 @@ void ExpectModuleMatchesOracle(const EmbeddingConfig& config, const ShardingPlan
   }
   for (std::thread& t : threads) t.join();
   for (int p = 0; p < m; ++p) ASSERT_TRUE(errors[static_cast<size_t>(p)].empty()) << "position " << p << ": " << errors[static_cast<size_t>(p)];
-  // Every shard's rectangle against the oracle's reassembled tables.
+  // Every shard's rectangle against the oracle's reassembled tables of the rank's replica.
+  const int replicas = m / MpGroupSize(plan, m);
+  ASSERT_EQ(want->replica_states.size(), static_cast<size_t>(replicas));
   for (int p = 0; p < m; ++p) {
     const ShardRouting& routing = modules[static_cast<size_t>(p)]->routing();
+    const reference::EmbeddingState& replica = want->replica_states[static_cast<size_t>(p % replicas)];
     for (size_t i = 0; i < routing.held().size(); ++i) {
       const HeldShard& h = routing.held()[i];
       const Shard& s = routing.layout().shards[static_cast<size_t>(h.shard)];
       const TableConfig& tc = config.tables[static_cast<size_t>(h.table)];
-      const reference::TableState& e = want->state.tables[static_cast<size_t>(h.table)];
+      const reference::TableState& e = replica.tables[static_cast<size_t>(h.table)];
       const HostTable& got = shards[static_cast<size_t>(p)][i];
       for (int64_t r = 0; r < s.rows(); ++r) {
         for (int64_t c = 0; c < s.cols(); ++c) {
@@ -181,6 +192,26 @@ TEST(EmbeddingSharded, EveryOneDimensionalTypeEqualsTheOraclesShardedExecutor) {
   ExpectModuleMatchesOracle(config, Plan(config, "GRID", "shared", 4, 1), 4, 1, "GRID shared M=4 hosts of 1");
 }
 
+// 2D plans on 4 ranks (M = 2 positions, N = 2 replicas): V2 syncing every step and every second
+// step (with and without the optimizer state), and V3 (fully sharded) with and without the
+// forward's gathered copy kept.
+TEST(EmbeddingSharded, TwoDimensionalPlansEqualTheOraclesShardedExecutor) {
+  if (absl::Status s = EmbeddingDeviceAvailable(); !s.ok()) GTEST_SKIP() << s.message();
+  const EmbeddingConfig config = MakeConfig();
+  const std::vector<std::pair<std::string, nlohmann::json>> modes = {
+      {"V2 k=1", {{"mp_group", 2}}},
+      {"V2 k=2 no state sync", {{"mp_group", 2}, {"sync_period", 2}, {"state_sync", false}}},
+      {"V3", {{"mp_group", 2}, {"fully_sharded", true}}},
+      {"V3 keep_gathered", {{"mp_group", 2}, {"fully_sharded", true}, {"keep_gathered", true}}},
+  };
+  for (const auto& [name, extra] : modes) {
+    for (const char* type : {"TW", "RW", "CW"}) {
+      ExpectModuleMatchesOracle(config, Plan(config, type, "shared", 4, 2, extra, 2), 4, 2,
+                                std::string(type) + " " + name);
+    }
+  }
+}
+
 // A plan the module does not run is a named error before anything moves.
 TEST(EmbeddingSharded, PlansItDoesNotRunAreNamedErrors) {
   const EmbeddingConfig config = MakeConfig();
@@ -190,6 +221,15 @@ TEST(EmbeddingSharded, PlansItDoesNotRunAreNamedErrors) {
   absl::StatusOr<ShardRouting> dp = ShardRouting::Create(config, Plan(config, "DP", "shared", 2, 2), 2, 2, 0, 4);
   ASSERT_FALSE(dp.ok());
   EXPECT_NE(dp.status().message().find("DP"), std::string::npos) << dp.status();
+  const nlohmann::json touched = {{"mp_group", 2}, {"fully_sharded", true}, {"gather", "touched"}};
+  absl::StatusOr<ShardRouting> v3 = ShardRouting::Create(config, Plan(config, "RW", "shared", 4, 2, touched), 4, 2, 0, 4);
+  ASSERT_FALSE(v3.ok());
+  EXPECT_NE(v3.status().message().find("touched"), std::string::npos) << v3.status();
+  // What it runs: every 2D mode of the test below is a valid routing.
+  for (const nlohmann::json& extra : {nlohmann::json{{"mp_group", 2}}, nlohmann::json{{"mp_group", 2}, {"fully_sharded", true}}}) {
+    absl::StatusOr<ShardRouting> ok = ShardRouting::Create(config, Plan(config, "CW", "shared", 4, 2, extra, 2), 4, 2, 1, 4);
+    EXPECT_TRUE(ok.ok()) << ok.status();
+  }
 }
 
 }  // namespace

@@ -1,13 +1,12 @@
-// embedding::ShardExchange (gpu/embedding/shard_exchange.h) for M virtual positions in one process,
-// each a host thread, all on the current GPU: the tests' way to run sharded embedding modules on one
-// GPU. Every call waits for the device first, then moves the bytes by device copies.
+// embedding::ShardExchange (gpu/embedding/shard_exchange.h) for the ranks of a virtual job in one
+// process, each a host thread, all on the current GPU: the tests' way to run sharded embedding
+// modules on one GPU. A collective among a list of ranks is a meeting of those ranks only (the n-th
+// call of one list is one meeting): each waits for the device, publishes its pointers, and once all
+// have come copies what it receives; the last to leave ends the meeting, so no buffer is reused
+// while another rank reads it.
 #ifndef GEMTB_TESTS_GPU_IN_PROCESS_SHARD_EXCHANGE_H_
 #define GEMTB_TESTS_GPU_IN_PROCESS_SHARD_EXCHANGE_H_
 
-#include <cuda_runtime_api.h>
-
-#include <algorithm>
-#include <barrier>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -20,89 +19,42 @@
 
 namespace gemtb::gpu::test {
 
-// The positions of one virtual MP group: an all-to-all publishes its pointers, meets the others
-// at a barrier, copies what it receives, and meets them again before anyone reuses a buffer. A
-// gather among some positions meets only those: the n-th gather of one member list is one meeting.
+// What the ranks of one virtual job share.
 struct InProcessShardGroup {
-  explicit InProcessShardGroup(int m) : size(m), barrier(m), send(static_cast<size_t>(m)), offsets(static_cast<size_t>(m)) {}
+  explicit InProcessShardGroup(int world_size) : size(world_size) {}
   int size;
-  std::barrier<> barrier;
-  std::vector<const char*> send;
-  std::vector<const std::vector<int64_t>*> offsets;
   struct Meeting {
-    std::vector<const float*> in;
+    std::vector<const char*> send;                      // per member: its send buffer (or input)
+    std::vector<const std::vector<int64_t>*> offsets;   // per member: its send offsets (all-to-all)
     int arrived = 0;
     int left = 0;
   };
   std::mutex mu;
   std::condition_variable cv;
   std::map<std::string, Meeting> meetings;
-  std::map<std::pair<int, std::string>, int> calls;  // (position, member list) -> gathers so far
+  std::map<std::pair<int, std::string>, int> calls;  // (rank, member list) -> calls so far
 };
 
 class InProcessShardExchange : public embedding::ShardExchange {
  public:
-  InProcessShardExchange(InProcessShardGroup& g, int position) : g_(g), position_(position) {}
-  int position() const override { return position_; }
-  int group_size() const override { return g_.size; }
-  absl::Status AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
+  InProcessShardExchange(InProcessShardGroup& g, int rank) : g_(g), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int world_size() const override { return g_.size; }
+  absl::Status AllToAllV(const std::vector<int>& ranks, const void* send, const std::vector<int64_t>& send_counts,
                          const std::vector<int64_t>& send_offsets, void* recv, const std::vector<int64_t>& recv_counts,
-                         const std::vector<int64_t>& recv_offsets, CUstream_st*) override {
-    (void)send_counts;
-    if (cudaDeviceSynchronize() != cudaSuccess) return absl::InternalError("cudaDeviceSynchronize");
-    g_.send[static_cast<size_t>(position_)] = static_cast<const char*>(send);
-    g_.offsets[static_cast<size_t>(position_)] = &send_offsets;
-    g_.barrier.arrive_and_wait();
-    absl::Status status;
-    for (int p = 0; p < g_.size; ++p) {
-      const size_t pp = static_cast<size_t>(p);
-      if (recv_counts[pp] == 0) continue;
-      const char* src = g_.send[pp] + (*g_.offsets[pp])[static_cast<size_t>(position_)];
-      if (cudaMemcpy(static_cast<char*>(recv) + recv_offsets[pp], src, static_cast<size_t>(recv_counts[pp]),
-                     cudaMemcpyDeviceToDevice) != cudaSuccess) {
-        status = absl::InternalError("all-to-all copy");
-      }
-    }
-    g_.barrier.arrive_and_wait();
-    return status;
-  }
-  absl::Status AllGatherAmong(const std::vector<int>& members, const float* in, int64_t count, float* out,
-                              CUstream_st*) override {
-    if (cudaDeviceSynchronize() != cudaSuccess) return absl::InternalError("cudaDeviceSynchronize");
-    std::string list;
-    for (int q : members) list += std::to_string(q) + ",";
-    std::unique_lock<std::mutex> lock(g_.mu);
-    const std::string key = list + "#" + std::to_string(g_.calls[{position_, list}]++);
-    InProcessShardGroup::Meeting& meeting = g_.meetings[key];
-    meeting.in.resize(members.size());
-    const size_t self = static_cast<size_t>(std::find(members.begin(), members.end(), position_) - members.begin());
-    meeting.in[self] = in;
-    ++meeting.arrived;
-    g_.cv.notify_all();
-    g_.cv.wait(lock, [&] { return meeting.arrived == static_cast<int>(members.size()); });
-    absl::Status status;
-    for (size_t i = 0; i < members.size(); ++i) {
-      if (cudaMemcpy(out + static_cast<int64_t>(i) * count, meeting.in[i], static_cast<size_t>(count) * sizeof(float),
-                     cudaMemcpyDeviceToDevice) != cudaSuccess) {
-        status = absl::InternalError("all-gather copy");
-      }
-    }
-    // The last to leave ends the meeting; nobody's input is reused before then.
-    if (++meeting.left == static_cast<int>(members.size())) {
-      g_.meetings.erase(key);
-      g_.cv.notify_all();
-    } else {
-      g_.cv.wait(lock, [&] { return g_.meetings.count(key) == 0; });
-    }
-    return status;
-  }
-  absl::Status Synchronize(CUstream_st*, std::string_view what) override {
-    return cudaDeviceSynchronize() == cudaSuccess ? absl::OkStatus() : absl::InternalError(std::string(what));
-  }
+                         const std::vector<int64_t>& recv_offsets, CUstream_st* stream) override;
+  absl::Status AllGatherAmong(const std::vector<int>& ranks, const void* in, int64_t bytes, void* out,
+                              CUstream_st* stream) override;
+  absl::Status Synchronize(CUstream_st* stream, std::string_view what) override;
 
  private:
+  // Joins this call's meeting with `send` (and `offsets`), waits for every member, runs `copy`
+  // with the meeting, then waits until every member has copied.
+  template <typename Copy>
+  absl::Status Meet(const std::vector<int>& ranks, const void* send, const std::vector<int64_t>* offsets, Copy copy);
+
   InProcessShardGroup& g_;
-  int position_;
+  int rank_;
 };
 
 }  // namespace gemtb::gpu::test
