@@ -212,14 +212,15 @@ ShardingPlanSpec MixedPlan() {
   return plan;
 }
 
-// Every rank's shards put back into whole tables (weights only).
+// Replica 0's shards put back into whole tables (weights only).
 std::vector<std::vector<float>> WholeTables(const std::vector<RankRun>& job, const ShardingPlanSpec& plan, int R) {
   const EmbeddingConfig emb = gemtb::model::GemEmbeddingConfig(TinyConfig(), Options().table_lr, Options().seed);
   std::vector<std::vector<float>> whole;
   for (const TableConfig& tc : emb.tables) whole.emplace_back(static_cast<size_t>(tc.rows * tc.dim), std::nanf(""));
-  for (int r = 0; r < R; ++r) {
+  const int n = R / MpGroupSize(plan, R);
+  for (int r = 0; r < R; r += n) {
     absl::StatusOr<embedding::ShardRouting> routing =
-        embedding::ShardRouting::Create(emb, plan, R, 8, r, kGlobalBatch / R);
+        embedding::ShardRouting::Create(emb, plan, R, 8, r / n, kGlobalBatch / R);
     EXPECT_TRUE(routing.ok()) << routing.status();
     if (!routing.ok()) return whole;
     for (size_t i = 0; i < routing->held().size(); ++i) {
@@ -236,16 +237,21 @@ std::vector<std::vector<float>> WholeTables(const std::vector<RankRun>& job, con
   return whole;
 }
 
-// Sharded tables: each rank's ids go to the shards' holders, which sum a row's gradient per source
-// rank's samples first; the steps follow the one-GPU trainer within a reduction's rounding, every
-// rank sees the same loss, and the shards together cover every table.
+// Sharded tables (1D, and fully sharded 2D on 4 ranks): each rank's ids go to the shards' holders,
+// which sum a row's gradient per source rank's samples first; the steps follow the one-GPU trainer
+// within a reduction's rounding (the fully sharded replicas' mean too), every rank sees the same
+// loss, and the shards together cover every table.
 TEST(GpuTrainJob, ShardedTablesFollowTheOneGpuTrainer) {
   if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   const RankRun one = OneGpu();
-  for (int R : {2, 4}) {
-    const std::string what = std::to_string(R) + " ranks, TW/RW/CW tables";
+  for (const auto& [R, v3] : {std::pair{2, false}, std::pair{4, false}, std::pair{4, true}}) {
+    const std::string what = std::to_string(R) + " ranks, TW/RW/CW tables" + (v3 ? ", fully sharded 2D (M = 2)" : "");
     JobOptions options;
     options.sparse_plan = MixedPlan();
+    if (v3) {
+      options.sparse_plan->mp_group = 2;
+      options.sparse_plan->fully_sharded = true;
+    }
     const std::vector<RankRun> job = InProcessJob(R, 2, options);
     ASSERT_EQ(job.size(), static_cast<size_t>(R));
     for (size_t k = 0; k < one.losses.size(); ++k) {

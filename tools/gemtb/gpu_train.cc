@@ -233,14 +233,15 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
 // With --plan: the table shards `rank` holds, as its checkpoint names them; else none.
 std::optional<std::vector<GpuShardKey>> ShardKeysOf(const Job& job, int rank) {
   if (!job.plan) return std::nullopt;
+  const int R = job.launch.world_size;
+  const int n = R / MpGroupSize(job.plan->spec, R);  // replicas of each MP-group position (2D plans)
   const EmbeddingConfig emb = gemtb::model::GemEmbeddingConfig(job.config, job.options.table_lr, job.options.seed);
-  absl::StatusOr<gpu::embedding::ShardRouting> routing =
-      gpu::embedding::ShardRouting::Create(emb, job.plan->spec, job.launch.world_size, job.split.gpus_per_host, rank,
-                                           job.options.batch / job.launch.world_size);
+  absl::StatusOr<gpu::embedding::ShardRouting> routing = gpu::embedding::ShardRouting::Create(
+      emb, job.plan->spec, R, job.split.gpus_per_host, rank / n, job.options.batch / R);
   std::vector<GpuShardKey> keys;
   if (!routing.ok()) return keys;  // the trainer's Create reports the same plan's error first
   for (const gpu::embedding::HeldShard& h : routing->held()) {
-    keys.push_back({h.table, h.shard, h.config.tables[0].rows, h.config.tables[0].dim});
+    keys.push_back({h.table, h.shard, n > 1 ? rank % n : -1, h.config.tables[0].rows, h.config.tables[0].dim});
   }
   return keys;
 }
@@ -596,8 +597,9 @@ int RunGpuTrain(const std::vector<std::string>& args) {
       "id through a TCP store on rank 0. --local-batch is then per GPU (the global batch R times it,\n"
       "split among the ranks by --batch-split); dense parameters are 2D FSDP over --shard-group ranks,\n"
       "gathered by NCCL or the copy engines (--param-gather); the tables are replicated and updated\n"
-      "with every rank's gradients, or sharded by --plan (ids sent to each shard's holder, embeddings\n"
-      "and gradients back and forth by NCCL all-to-alls; each rank checkpoints its own shards). Rank 0 prints and writes the report and the checkpoint's\n"
+      "with every rank's gradients, or sharded by --plan (the plan JSON of docs/embedding-spec.md, 1D or\n"
+      "2D; ids go to each shard's holder, embeddings and gradients back and forth by NCCL all-to-alls;\n"
+      "each rank checkpoints its own shards). Rank 0 prints and writes the report and the checkpoint's\n"
       "manifest; every rank writes its part of a checkpoint. A rank that dies ends every rank with a\n"
       "named error (ranks in an NCCL wait ask the store every 100 ms); one that stops answering, within\n"
       "--store-timeout seconds.\n"
@@ -628,8 +630,7 @@ int RunGpuTrain(const std::vector<std::string>& args) {
                "in a job: how a step's global batch is split among the ranks: contiguous (default), bbs or balance");
   flags.Int64("sub-batch", &f.sub_batch, "samples per sub-batch that bbs and balance deal (default 128)");
   flags.String("plan", &f.plan,
-               "in a job: shard the tables by a sharding plan, a JSON file (docs/embedding-spec.md) or TW | RW | TWRW for\n"
-               "every table (default: tables replicated); 1D plans, every rank in the MP group");
+               "in a job: shard the tables by a sharding plan, a JSON file or TW | RW | TWRW (default: replicated)");
   flags.OptionalInt64("gpus-per-host", &f.gpus_per_host,
                  "with --plan: consecutive ranks per host, for TWRW and GRID placement (default: all ranks on one host)");
   flags.Int64("store-timeout", &f.store_timeout,

@@ -90,6 +90,13 @@ absl::Status CompareOptions(const NamedArrays& arrays, const std::vector<double>
   return absl::OkStatus();
 }
 
+// "table.<name>.shard<k>", with ".replica<r>" in a 2D plan.
+std::string ShardArrayName(const EmbeddingConfig& emb, const GpuShardKey& k) {
+  std::string name = absl::StrCat("table.", emb.tables[static_cast<size_t>(k.table)].name, ".shard", k.shard);
+  if (k.replica >= 0) absl::StrAppend(&name, ".replica", k.replica);
+  return name;
+}
+
 }  // namespace
 
 std::vector<double> GpuTrainOptionsEntries(const gpu::train::TrainerOptions& o, int64_t num_params) {
@@ -125,7 +132,7 @@ NamedArrays GpuShardArrays(const gemtb::model::ModelConfig& config, const gpu::t
   NamedArrays out;
   for (size_t i = 0; i < keys.size() && i < state.table_shards.size(); ++i) {
     const GpuShardKey& k = keys[i];
-    const std::string name = absl::StrCat("table.", emb.tables[static_cast<size_t>(k.table)].name, ".shard", k.shard);
+    const std::string name = ShardArrayName(emb, k);
     out.emplace_back(name + ".weights", io::EncodeFloat32(state.table_shards[i].weights, {k.rows, k.cols}));
     out.emplace_back(name + ".adagrad", io::EncodeFloat32(state.table_shards[i].adagrad, {k.rows}));
   }
@@ -161,7 +168,7 @@ absl::StatusOr<gpu::train::TrainerState> GpuStateFromArrays(const gemtb::model::
   const EmbeddingConfig emb = gemtb::model::GemEmbeddingConfig(config, options.table_lr, options.seed);
   if (shards) {
     for (const GpuShardKey& k : *shards) {
-      const std::string name = absl::StrCat("table.", emb.tables[static_cast<size_t>(k.table)].name, ".shard", k.shard);
+      const std::string name = ShardArrayName(emb, k);
       gpu::embedding::HostTable table;
       absl::StatusOr<std::vector<float>> w = Floats(arrays, name + ".weights", {k.rows, k.cols});
       if (!w.ok()) return w.status();

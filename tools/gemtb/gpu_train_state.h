@@ -29,16 +29,19 @@ reference::model::NamedArrays GpuStateArrays(const gemtb::model::ModelConfig& co
                                              const gpu::train::TrainerState& state);
 
 // One table shard a rank of a job with sharded tables holds (gpu/embedding/shard_routing.h): its
-// table, its index in the plan's layout (model/sharding/shard_layout.h), its rows and columns.
+// table, its index in the plan's layout (model/sharding/shard_layout.h), the rank's replica of it
+// (2D plans; -1 for 1D), its rows and columns.
 struct GpuShardKey {
   int table = 0;
   int shard = 0;
+  int replica = -1;
   int64_t rows = 0;
   int64_t cols = 0;
 };
 
 // A rank's table shards (state.table_shards, described by `keys` in the same order) as arrays
-// "table.<name>.shard<k>.weights" [rows, cols] and ".adagrad" [rows]: the arrays that rank writes.
+// "table.<name>.shard<k>.weights" [rows, cols] and ".adagrad" [rows] (2D: "...shard<k>.replica<r>..."):
+// the arrays that rank writes.
 reference::model::NamedArrays GpuShardArrays(const gemtb::model::ModelConfig& config,
                                              const gpu::train::TrainerOptions& options,
                                              const gpu::train::TrainerState& state, const std::vector<GpuShardKey>& keys);
