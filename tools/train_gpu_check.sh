@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One device call on the lent H200 for the GPU trainer's layers (gpu/train/): builds the trainer's
-# GPU tests from .deb/src.tgz (a `git archive` of the commit in .deb/SOURCE), runs them, then runs
-# them again under compute-sanitizer memcheck. Writes $OUT/summary.txt, test.log, memcheck.log.
+# One device call on the lent H200 for the GPU trainer's layers (gpu/train/) and the embedding
+# modules it runs (gpu/embedding/: the TBE, the sharded modules): builds their GPU tests from
+# .deb/src.tgz (a `git archive` of the commit in .deb/SOURCE), runs them, then runs them again under
+# compute-sanitizer memcheck. Writes $OUT/summary.txt, test.log, memcheck.log.
 #
 # Here, before the call: git archive --format=tar.gz -o .deb/src.tgz HEAD && git rev-parse HEAD > .deb/SOURCE
 # Then run(command: "bash tools/train_gpu_check.sh", carry: [".deb"]).
@@ -33,7 +34,7 @@ done
 tests=(gpu_train_linear_test gpu_train_gemm_test gpu_train_gate_test gpu_train_layer_norm_test gpu_train_head_rms_norm_test
        gpu_train_qk_norm_rope_test gpu_train_loss_test gpu_train_dense_adam_test gpu_train_gdpa_test
        gpu_train_gdpa_tensor_core_test gpu_train_gem_model_test gpu_train_trainer_test gpu_train_model_kernels_test
-       gpu_train_job_test gpu_comm_collectives_test)
+       gpu_train_job_test gpu_comm_collectives_test gpu_embedding_test gpu_embedding_sharded_test)
 targets=("${tests[@]}")
 if [ "$check_steps" -gt 0 ]; then targets+=(gemtb); fi
 start=$SECONDS

@@ -3,16 +3,20 @@
 # every GPU of the lent host:
 #   1. builds gemtb and the job's GPU tests from .deb/src.tgz (a `git archive` of the commit in
 #      .deb/SOURCE) and runs them: gpu_comm_collectives_test (the copy-engine all-gather, a one-rank
-#      NCCL group) and gpu_train_job_test (virtual ranks on one GPU, a one-rank NCCL job); one GPU is
-#      enough for these;
+#      NCCL group), gpu_embedding_sharded_test (sharded tables on virtual ranks against the oracle's
+#      sharded executor, 1D and 2D) and gpu_train_job_test (virtual ranks on one GPU, replicated and
+#      sharded tables, a one-rank NCCL job); one GPU is enough for these;
 #   2. for each N of --gpus (default "1 2 4", those not above the visible count): the tiny config in
 #      the check precision (fp32 matmul and attention) at a
 #      fixed global batch (--tiny-batch, split over the N ranks) for --tiny-steps steps under
 #      `torchrun --standalone --nproc-per-node N --no-python gemtb train`, its report and trace, and
 #      its per-step losses against the one-GPU run's (tools/lib/compare_train_logs.py: every logged
-#      loss within 1e-4 relative, as a reduction's rounding moves them);
+#      loss within 1e-4 relative, as a reduction's rounding moves them); on 2 GPUs or more the same
+#      with the tables sharded by tools/bench/plans/tiny_mixed_1d.json and, on 4,
+#      tiny_fully_sharded_2d.json (M = 2 positions, 2 replicas), against the same one-GPU run;
 #   3. for each N: the small config at a fixed local batch (--small-batch per GPU, --small-steps
-#      steps), samples/s and step times from the reports, and the scaling ratio against N = 1;
+#      steps), samples/s and step times from the reports, and the scaling ratio against N = 1; on 2
+#      GPUs or more also with row-wise sharded tables (--plan RW), the job `gemtb whatif` describes;
 #   4. on 2 GPUs or more: `gemtb bench comm --copy-engine --gemm` (NCCL's and the copy-engine
 #      all-gather's busbw, the GEMM beside each).
 # Writes $OUT/summary.txt, build.log, tests.log, job_<config>_<N>.{log,json}, trace_tiny_<N>.json,
@@ -44,7 +48,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 visible=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
-tests=(gpu_comm_collectives_test gpu_train_job_test)
+tests=(gpu_comm_collectives_test gpu_embedding_sharded_test gpu_train_job_test)
 start=$SECONDS
 build_device_targets train_gpu_job "$build" gemtb gemtb "${tests[@]}"
 echo "GPUs visible: $visible" | tee -a "$out/summary.txt"
@@ -73,28 +77,42 @@ for n in $gpus_list; do
   if [ "$n" -gt 1 ] && [ -f "$out/job_tiny_1.log" ]; then
     python3 tools/lib/compare_train_logs.py "$out/job_tiny_1.log" "$out/job_tiny_$n.log" --rel 1e-4 \
       | tee -a "$out/summary.txt" || rc=1
+    plans=(tiny_mixed_1d)
+    [ "$n" -ge 4 ] && plans+=(tiny_fully_sharded_2d)
+    for plan in "${plans[@]}"; do
+      run_job "$n" "job_tiny_${plan}_$n" --config tiny --local-batch $((tiny_batch / n)) --steps "$tiny_steps" \
+        --matmul fp32 --attention fp32 --eval-samples 1024 --plan "tools/bench/plans/$plan.json" \
+        --trace "$out/trace_tiny_${plan}_$n.json" \
+        && python3 tools/lib/compare_train_logs.py "$out/job_tiny_1.log" "$out/job_tiny_${plan}_$n.log" --rel 1e-4 \
+        | tee -a "$out/summary.txt" || rc=1
+    done
   fi
 done
 for n in $gpus_list; do
   [ "$n" -le "$visible" ] || continue
   run_job "$n" "job_small_$n" --config small --local-batch "$small_batch" --steps "$small_steps" --eval-samples 0
+  if [ "$n" -gt 1 ]; then
+    run_job "$n" "job_small_rw_$n" --config small --local-batch "$small_batch" --steps "$small_steps" --eval-samples 0 \
+      --plan RW
+  fi
 done
 python3 - "$out" $gpus_list <<'EOF' | tee -a "$out/summary.txt"
 import json, os, sys
 out, ns = sys.argv[1], sys.argv[2:]
 base = None
-for n in ns:
-    p = os.path.join(out, f"job_small_{n}.json")
-    if not os.path.exists(p):
-        continue
-    r = json.load(open(p))
-    if base is None:
-        base = (int(n), r["samples_per_s"])
-    sr = r["samples_per_s"] / (base[1] * int(n) / base[0])
-    print(f"small, local batch {r['local_batch']}: {n} GPUs {r['samples_per_s']:.1f} samples/s, median step "
-          f"{r['step_ms_median']:.2f} ms, slowest rank {r['slowest_rank_step_ms']:.2f} ms, exposed comm "
-          f"{sum(r['collectives_ms_mean'].values()):.2f} ms, e2e MFU {100 * r['e2e_mfu']:.2f}%, scaling vs "
-          f"{base[0]} GPU: {sr:.3f}")
+for tables, prefix in (("replicated", "job_small_"), ("sharded RW", "job_small_rw_")):
+    for n in ns:
+        p = os.path.join(out, f"{prefix}{n}.json")
+        if not os.path.exists(p):
+            continue
+        r = json.load(open(p))
+        if base is None:
+            base = (int(n), r["samples_per_s"])
+        sr = r["samples_per_s"] / (base[1] * int(n) / base[0])
+        print(f"small, tables {tables}, local batch {r['local_batch']}: {n} GPUs {r['samples_per_s']:.1f} samples/s, "
+              f"median step {r['step_ms_median']:.2f} ms, slowest rank {r['slowest_rank_step_ms']:.2f} ms, exposed "
+              f"comm {sum(r['collectives_ms_mean'].values()):.2f} ms, e2e MFU {100 * r['e2e_mfu']:.2f}%, scaling vs "
+              f"{base[0]} GPU: {sr:.3f}")
 EOF
 if [ "$visible" -ge 2 ]; then
   timeout 300 "$gemtb" bench comm --copy-engine --gemm --ops all_gather,reduce_scatter,all_reduce --min-bytes 1M \

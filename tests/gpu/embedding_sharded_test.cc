@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +17,8 @@
 #include "gpu/embedding/api.h"
 #include "gpu/embedding/sharded_tbe.h"
 #include "gtest/gtest.h"
+#include "model/description/gem_geometry.h"
+#include "model/description/model_config.h"
 #include "model/sharding/sharding_plan_json.h"
 #include "reference/sharding/sharded_executor.h"
 #include "tests/embedding/sharding_cases.h"
@@ -229,6 +232,27 @@ TEST(EmbeddingSharded, PlansItDoesNotRunAreNamedErrors) {
   for (const nlohmann::json& extra : {nlohmann::json{{"mp_group", 2}}, nlohmann::json{{"mp_group", 2}, {"fully_sharded", true}}}) {
     absl::StatusOr<ShardRouting> ok = ShardRouting::Create(config, Plan(config, "CW", "shared", 4, 2, extra, 2), 4, 2, 1, 4);
     EXPECT_TRUE(ok.ok()) << ok.status();
+  }
+}
+
+// The plans the device scripts run (tools/bench/plans) route the tiny config's tables on 2 and 4 ranks.
+TEST(EmbeddingSharded, TheDeviceScriptsPlansRouteTheTinyConfig) {
+  absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig("tiny");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const EmbeddingConfig emb = gemtb::model::GemEmbeddingConfig(*config, 0.01f, 1);
+  for (const char* name : {"tiny_mixed_1d", "tiny_fully_sharded_2d"}) {
+    const std::string path = std::string(GEMTB_SOURCE_DIR) + "/tools/bench/plans/" + name + ".json";
+    std::ifstream in(path);
+    ASSERT_TRUE(in) << path;
+    const nlohmann::json json = nlohmann::json::parse(in);
+    for (int world : {2, 4}) {
+      absl::StatusOr<ShardingPlanSpec> plan = ParseShardingPlan(json, PlanTablesOf(emb), world, world);
+      ASSERT_TRUE(plan.ok()) << name << ": " << plan.status();
+      for (int p = 0; p < MpGroupSize(*plan, world); ++p) {
+        absl::StatusOr<ShardRouting> routing = ShardRouting::Create(emb, *plan, world, world, p, 16);
+        EXPECT_TRUE(routing.ok()) << name << " on " << world << " ranks, position " << p << ": " << routing.status();
+      }
+    }
   }
 }
 

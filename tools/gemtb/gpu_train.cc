@@ -201,6 +201,15 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
     job.plan = *std::move(plan);
     job.split.sparse_plan = job.plan->spec;
     job.split.gpus_per_host = gpus_per_host;
+#if GEMTB_HAVE_CUDA
+    // What the GPU's sharded tables do not run is refused here, by name, before any GPU work.
+    const EmbeddingConfig emb = gemtb::model::GemEmbeddingConfig(job.config, 0.0f, 0);
+    for (int p = 0; p < MpGroupSize(job.plan->spec, R); ++p) {
+      absl::StatusOr<gpu::embedding::ShardRouting> routing =
+          gpu::embedding::ShardRouting::Create(emb, job.plan->spec, R, gpus_per_host, p, f.local_batch);
+      if (!routing.ok()) return Bad(absl::StrCat("--plan: ", routing.status().message()));
+    }
+#endif
   }
   absl::StatusOr<reference::dist::CheckpointIdentity> identity =
       TrainCheckpointIdentity(f.config, R, job.plan ? job.plan->text : "");
