@@ -505,17 +505,27 @@ absl::StatusOr<void*> DeviceTbe::DeviceWeights(int table) const {
   return s_->tables[static_cast<size_t>(table)].weights;
 }
 
-absl::StatusOr<std::vector<HostTable>> DeviceTbe::DownloadTables() const {
+absl::StatusOr<HostTable> DeviceTbe::DownloadTable(int table) const {
   const State& s = *s_;
-  std::vector<HostTable> out(s.tables.size());
-  for (size_t t = 0; t < s.tables.size(); ++t) {
-    std::vector<uint8_t> bytes;
-    std::vector<float> adagrad, adam_m, adam_v;
-    GEMTB_RETURN_IF_ERROR(s.weights[t].Download(bytes, "table weights"));
-    GEMTB_RETURN_IF_ERROR(s.adagrad[t].Download(adagrad, "Adagrad state"));
-    GEMTB_RETURN_IF_ERROR(s.adam_m[t].Download(adam_m, "Adam m"));
-    GEMTB_RETURN_IF_ERROR(s.adam_v[t].Download(adam_v, "Adam v"));
-    out[t] = HostTableOf(s.tables[t], bytes, std::move(adagrad), std::move(adam_m), std::move(adam_v));
+  if (table < 0 || table >= static_cast<int>(s.tables.size())) {
+    return Bad(absl::StrCat("table=", table, ": the module has ", s.tables.size(), " tables"));
+  }
+  const size_t t = static_cast<size_t>(table);
+  std::vector<uint8_t> bytes;
+  std::vector<float> adagrad, adam_m, adam_v;
+  GEMTB_RETURN_IF_ERROR(s.weights[t].Download(bytes, "table weights"));
+  GEMTB_RETURN_IF_ERROR(s.adagrad[t].Download(adagrad, "Adagrad state"));
+  GEMTB_RETURN_IF_ERROR(s.adam_m[t].Download(adam_m, "Adam m"));
+  GEMTB_RETURN_IF_ERROR(s.adam_v[t].Download(adam_v, "Adam v"));
+  return HostTableOf(s.tables[t], bytes, std::move(adagrad), std::move(adam_m), std::move(adam_v));
+}
+
+absl::StatusOr<std::vector<HostTable>> DeviceTbe::DownloadTables() const {
+  std::vector<HostTable> out;
+  for (size_t t = 0; t < s_->tables.size(); ++t) {
+    absl::StatusOr<HostTable> one = DownloadTable(static_cast<int>(t));
+    if (!one.ok()) return one.status();
+    out.push_back(*std::move(one));
   }
   return out;
 }

@@ -136,6 +136,7 @@ class DeviceTbe {
   // where the table's optimizer keeps none (replicas average them, sharded_tbe.h).
   absl::StatusOr<std::vector<float*>> DeviceOptimizerState(int table) const;
   absl::StatusOr<std::vector<HostTable>> DownloadTables() const;
+  absl::StatusOr<HostTable> DownloadTable(int table) const;
 
   int64_t step() const;
   int64_t pooled_width() const;

@@ -1,5 +1,6 @@
 #include "gpu/train/trainer.h"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -658,6 +659,38 @@ absl::StatusOr<std::vector<double>> GpuTrainer::Predict(int64_t first_index, int
     }
   }
   return pred;
+}
+
+absl::StatusOr<TrainerRankState> GpuTrainer::RankState() const {
+  const Impl& m = *impl_;
+  if (m.dist == nullptr) return absl::FailedPreconditionError("RankState: a rank of a job only (one GPU: State)");
+  TrainerRankState s;
+  s.step = m.step;
+  s.adam_b1 = m.adam_b1;
+  s.adam_b2 = m.adam_b2;
+  const int rank = m.dist->rank(), R = m.dist->world_size();
+  if (rank < m.dist->shard_group_size()) {
+    s.dense_part = m.shard_member;
+    s.dense_first = m.shard_member * m.shard_count;
+    const int64_t size = std::clamp<int64_t>(m.num_params - s.dense_first, 0, m.shard_count);
+    for (auto [array, dst] : {std::pair{&m.params, &s.params}, {&m.adam_m, &s.adam_m}, {&m.adam_v, &s.adam_v}}) {
+      GEMTB_RETURN_IF_ERROR((*array)->Download(*dst, "dense shard"));
+      dst->resize(static_cast<size_t>(size));
+    }
+  }
+  if (m.sharded != nullptr) {
+    absl::StatusOr<std::vector<embedding::HostTable>> shards = m.sharded->DownloadShards();
+    if (!shards.ok()) return shards.status();
+    s.table_shards = *std::move(shards);
+    return s;
+  }
+  for (int t = rank; t < static_cast<int>(m.emb.tables.size()); t += R) {
+    absl::StatusOr<embedding::HostTable> table = m.tbe->DownloadTable(t);
+    if (!table.ok()) return table.status();
+    s.table_index.push_back(t);
+    s.tables.push_back(*std::move(table));
+  }
+  return s;
 }
 
 absl::StatusOr<TrainerState> GpuTrainer::State() const {

@@ -126,6 +126,21 @@ struct TrainerState {
   std::vector<embedding::HostTable> table_shards;
 };
 
+// What one rank of a job holds of the state and writes in a checkpoint, nothing gathered: its
+// dense shard if it is in shard group 0 (the other groups hold the same shards), values
+// [dense_first, dense_first + size) of the flat arrays; the replicated tables t with t mod R = rank
+// (every rank holds them all); or its table shards (sharded tables, in its routing's order).
+struct TrainerRankState {
+  int64_t step = 0;
+  float adam_b1 = 1.0f, adam_b2 = 1.0f;
+  int64_t dense_first = 0;
+  int dense_part = -1;  // q, its place in shard group 0; -1 when it writes no dense shard
+  std::vector<float> params, adam_m, adam_v;
+  std::vector<int> table_index;
+  std::vector<embedding::HostTable> tables;
+  std::vector<embedding::HostTable> table_shards;
+};
+
 // The most device memory the trainer's pool (the current device's default pool, where every step's
 // arrays live) has held at once since the process started, in bytes.
 absl::StatusOr<int64_t> PeakStepMemoryBytes();
@@ -166,6 +181,9 @@ class GpuTrainer {
   absl::StatusOr<std::vector<double>> Predict(int64_t first_index, int64_t count);
   // The whole state; in a job a collective (the shards are gathered), which every rank calls.
   absl::StatusOr<TrainerState> State() const;
+  // A job's rank: its own part of the state (a collective of the replicas only for fully sharded
+  // 2D tables, whose sub-blocks are gathered). FailedPrecondition on one GPU.
+  absl::StatusOr<TrainerRankState> RankState() const;
   int64_t step() const;
   int64_t num_params() const;
 

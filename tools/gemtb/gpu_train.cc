@@ -424,13 +424,15 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
               << gpu::train::PrecisionName(job.numerics.ffn) << ")" << std::endl;
     auto save = [&]() -> absl::Status {
       if (f.checkpoint.empty()) return absl::OkStatus();
-      absl::StatusOr<gpu::train::TrainerState> state = trainer.State();  // a collective in a job
-      if (!state.ok()) return state.status();
       if (several) {
-        // Dense arrays dealt over the ranks; a rank's table shards written by that rank.
-        return rank_job.Save(f.checkpoint, state->step, job.identity, GpuStateArrays(job.config, o, *state),
-                             GpuShardArrays(job.config, o, *state, ShardKeysOrNone(job, rank_job.rank())));
+        // Every rank writes what it holds (its dense shard, its tables or table shards), nothing gathered.
+        absl::StatusOr<gpu::train::TrainerRankState> mine = trainer.RankState();
+        if (!mine.ok()) return mine.status();
+        return rank_job.Save(f.checkpoint, mine->step, job.identity, {},
+                             GpuRankArrays(job.config, o, rank_job.rank(), *mine, ShardKeysOrNone(job, rank_job.rank())));
       }
+      absl::StatusOr<gpu::train::TrainerState> state = trainer.State();
+      if (!state.ok()) return state.status();
       reference::dist::ShardedWriteOptions write;
       write.shard.fail_after_bytes = f.crash_checkpoint_after_bytes;
       write.shard.kill_at_failure = f.crash_checkpoint_after_bytes >= 0;
@@ -609,7 +611,7 @@ int RunGpuTrain(const std::vector<std::string>& args) {
       "with every rank's gradients, or sharded by --plan (the plan JSON of docs/embedding-spec.md, 1D or\n"
       "2D; ids go to each shard's holder, embeddings and gradients back and forth by NCCL all-to-alls;\n"
       "each rank checkpoints its own shards). Rank 0 prints and writes the report and the checkpoint's\n"
-      "manifest; every rank writes its part of a checkpoint. A rank that dies ends every rank with a\n"
+      "manifest; every rank writes what it holds of a checkpoint. A rank that dies ends every rank with a\n"
       "named error (ranks in an NCCL wait ask the store every 100 ms); one that stops answering, within\n"
       "--store-timeout seconds.\n"
       "Exit 0; 2 on bad input or without a usable GPU (checked after the flags and the checkpoint).");

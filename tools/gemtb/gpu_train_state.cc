@@ -139,6 +139,66 @@ NamedArrays GpuShardArrays(const gemtb::model::ModelConfig& config, const gpu::t
   return out;
 }
 
+NamedArrays GpuRankArrays(const gemtb::model::ModelConfig& config, const gpu::train::TrainerOptions& options, int rank,
+                          const gpu::train::TrainerRankState& state, const std::vector<GpuShardKey>& keys) {
+  NamedArrays out;
+  if (rank == 0) {
+    const int64_t P = gemtb::model::MakeGemGeometry(config).value().layout.total();
+    const std::vector<double> opts = GpuTrainOptionsEntries(options, P);
+    out.emplace_back("step", io::EncodeInt64(std::vector<int64_t>{state.step}, {1}));
+    out.emplace_back("options", io::EncodeFloat(opts, {static_cast<int64_t>(opts.size())}, io::NpyDType::kFloat64));
+    out.emplace_back("adam.bias_products", io::EncodeFloat32({state.adam_b1, state.adam_b2}, {2}));
+    out.emplace_back("tables.step", io::EncodeInt64(std::vector<int64_t>{state.step}, {1}));
+  }
+  if (state.dense_part >= 0) {
+    const int64_t n = static_cast<int64_t>(state.params.size());
+    out.emplace_back(absl::StrCat("params.part", state.dense_part), io::EncodeFloat32(state.params, {n}));
+    out.emplace_back(absl::StrCat("adam.m.part", state.dense_part), io::EncodeFloat32(state.adam_m, {n}));
+    out.emplace_back(absl::StrCat("adam.v.part", state.dense_part), io::EncodeFloat32(state.adam_v, {n}));
+  }
+  const EmbeddingConfig emb = gemtb::model::GemEmbeddingConfig(config, options.table_lr, options.seed);
+  for (size_t i = 0; i < state.table_index.size(); ++i) {
+    const TableConfig& tc = emb.tables[static_cast<size_t>(state.table_index[i])];
+    out.emplace_back(absl::StrCat("table.", tc.name, ".weights"), io::EncodeFloat32(state.tables[i].weights, {tc.rows, tc.dim}));
+    out.emplace_back(absl::StrCat("table.", tc.name, ".adagrad"), io::EncodeFloat32(state.tables[i].adagrad, {tc.rows}));
+  }
+  gpu::train::TrainerState shards;
+  shards.table_shards = state.table_shards;
+  NamedArrays mine = GpuShardArrays(config, options, shards, keys);
+  out.insert(out.end(), std::make_move_iterator(mine.begin()), std::make_move_iterator(mine.end()));
+  return out;
+}
+
+namespace {
+
+// A dense array whole, or from a job's parts "<name>.part0", "<name>.part1", ... (P values together).
+absl::StatusOr<std::vector<float>> DenseArray(const NamedArrays& arrays, const std::string& name, int64_t P) {
+  if (Find(arrays, name) != nullptr || Find(arrays, name + ".part0") == nullptr) return Floats(arrays, name, {P});
+  std::vector<float> whole;
+  for (int q = 0; static_cast<int64_t>(whole.size()) < P; ++q) {
+    const std::string part = absl::StrCat(name, ".part", q);
+    const io::NpyArray* a = Find(arrays, part);
+    if (a == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat("state: array '", part, "' is missing (the parts so far hold ",
+                                                        whole.size(), " of ", P, " values)"));
+    }
+    absl::StatusOr<std::vector<float>> v = Floats(arrays, part, a->shape);
+    if (!v.ok()) return v.status();
+    if (a->shape.size() != 1 || v->empty()) {
+      return absl::FailedPreconditionError(absl::StrCat("state: array '", part, "' is ", io::ShapeString(a->shape),
+                                                        ", a dense part is a non-empty float32 vector"));
+    }
+    whole.insert(whole.end(), v->begin(), v->end());
+  }
+  if (static_cast<int64_t>(whole.size()) != P) {
+    return absl::FailedPreconditionError(absl::StrCat("state: the parts of '", name, "' hold ", whole.size(),
+                                                      " values, this model's is ", P));
+  }
+  return whole;
+}
+
+}  // namespace
+
 absl::StatusOr<gpu::train::TrainerState> GpuStateFromArrays(const gemtb::model::ModelConfig& config,
                                                             const gpu::train::TrainerOptions& options,
                                                             const NamedArrays& arrays,
@@ -157,7 +217,7 @@ absl::StatusOr<gpu::train::TrainerState> GpuStateFromArrays(const gemtb::model::
                                                       " (the GPU trainer's tables step with every training step)"));
   state.step = *step;
   for (auto [name, dst] : {std::pair{"params", &state.params}, {"adam.m", &state.adam_m}, {"adam.v", &state.adam_v}}) {
-    absl::StatusOr<std::vector<float>> v = Floats(arrays, name, {P});
+    absl::StatusOr<std::vector<float>> v = DenseArray(arrays, name, P);
     if (!v.ok()) return v.status();
     *dst = *std::move(v);
   }

@@ -46,7 +46,17 @@ reference::model::NamedArrays GpuShardArrays(const gemtb::model::ModelConfig& co
                                              const gpu::train::TrainerOptions& options,
                                              const gpu::train::TrainerState& state, const std::vector<GpuShardKey>& keys);
 
-// The state the arrays hold, for a trainer of `config` and `options`. FailedPrecondition naming the
+// What rank `rank` of a job writes of its part of the state (TrainerRankState), no array twice in
+// the job: rank 0 "step", "options", "adam.bias_products", "tables.step"; a rank of shard group 0
+// its dense shard as "params.part<q>", "adam.m.part<q>", "adam.v.part<q>" (float32 [its values]);
+// the replicated tables it holds under their whole names, or its table shards (GpuShardArrays).
+reference::model::NamedArrays GpuRankArrays(const gemtb::model::ModelConfig& config,
+                                            const gpu::train::TrainerOptions& options, int rank,
+                                            const gpu::train::TrainerRankState& state,
+                                            const std::vector<GpuShardKey>& keys);
+
+// The state the arrays hold, for a trainer of `config` and `options`. The dense arrays whole
+// ("params", ...) or as a job's parts ("params.part0", "params.part1", ... in order, together P values). FailedPrecondition naming the
 // array (and for "options" the entry and both values) when one is missing, has another dtype or
 // shape, or was made with other options; an oracle's checkpoint is refused as such.
 // With `shards` (a rank of a job with sharded tables): its table shards from their arrays instead
