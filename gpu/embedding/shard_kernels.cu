@@ -102,6 +102,15 @@ __global__ void ReplicaMeanKernel(const float* pieces, int replicas, int64_t cou
   out[e] = v;
 }
 
+// A block per row, threads over its 32-bit words.
+__global__ void CopyRowsKernel(const uint32_t* src, const int64_t* src_rows, int64_t src_base, uint32_t* dst,
+                               const int64_t* dst_rows, int64_t dst_base, int64_t row_words) {
+  const int64_t j = blockIdx.x;
+  const int64_t from = src_rows != nullptr ? src_rows[j] - src_base : j;
+  const int64_t to = dst_rows != nullptr ? dst_rows[j] - dst_base : j;
+  for (int64_t w = threadIdx.x; w < row_words; w += blockDim.x) dst[to * row_words + w] = src[from * row_words + w];
+}
+
 unsigned Blocks(int64_t items, int64_t per_block) { return static_cast<unsigned>((items + per_block - 1) / per_block); }
 
 }  // namespace
@@ -134,6 +143,15 @@ absl::Status LaunchSumPartials(const float* gathered, int groups, int64_t count,
   if (count == 0) return absl::OkStatus();
   SumPartialsKernel<<<Blocks(count, kThreads), kThreads>>>(gathered, groups, count, total);
   return CudaOk(cudaGetLastError(), "launch of the partial-sum kernel");
+}
+
+absl::Status LaunchCopyRows(const void* src, const int64_t* src_rows, int64_t src_base, void* dst,
+                            const int64_t* dst_rows, int64_t dst_base, int64_t n, int64_t row_bytes) {
+  if (n == 0 || row_bytes == 0) return absl::OkStatus();
+  if (row_bytes % 4 != 0) return absl::InvalidArgumentError("row_bytes: not a multiple of 4");
+  CopyRowsKernel<<<static_cast<unsigned>(n), 128>>>(static_cast<const uint32_t*>(src), src_rows, src_base,
+                                                     static_cast<uint32_t*>(dst), dst_rows, dst_base, row_bytes / 4);
+  return CudaOk(cudaGetLastError(), "launch of the row copy kernel");
 }
 
 absl::Status LaunchWiden(const void* storage, ElementType dtype, int64_t n, float* out) {

@@ -35,6 +35,11 @@ absl::Status LaunchSumPartials(const float* gathered, int groups, int64_t count,
 absl::Status LaunchWiden(const void* storage, ElementType dtype, int64_t n, float* out);
 absl::Status LaunchNarrow(const float* in, int64_t n, ElementType dtype, void* storage);
 
+// Rows of `row_bytes` bytes (a multiple of 4): dst row (dst_rows ? dst_rows[j] - dst_base : j) takes
+// src row (src_rows ? src_rows[j] - src_base : j), for j < n (fully sharded 2D's touched rows).
+absl::Status LaunchCopyRows(const void* src, const int64_t* src_rows, int64_t src_base, void* dst,
+                            const int64_t* dst_rows, int64_t dst_base, int64_t n, int64_t row_bytes);
+
 // out[e] = seqsum over r < replicas of pieces[r * count + e], divided by `replicas`; with `round`,
 // rounded to `dtype` by RNE (the replicas' mean of weights; optimizer state stays fp32).
 absl::Status LaunchReplicaMean(const float* pieces, int replicas, int64_t count, bool round, ElementType dtype,

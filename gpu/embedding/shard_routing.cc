@@ -38,9 +38,6 @@ struct TableIds {
 absl::StatusOr<ShardRouting> ShardRouting::Create(const EmbeddingConfig& config, const ShardingPlanSpec& plan,
                                                   int world_size, int gpus_per_host, int position,
                                                   int64_t local_batch) {
-  if (plan.fully_sharded && plan.gather == GatherMode::kTouched) {
-    return absl::UnimplementedError("plan.gather=touched: the GPU's sharded module gathers every row of a shard (all)");
-  }
   if (local_batch < 1) return Bad(absl::StrCat("local_batch=", local_batch, ": must be >= 1"));
   absl::StatusOr<GroupLayout> layout = BuildGroupLayout(plan, config, world_size, gpus_per_host);
   if (!layout.ok()) return layout.status();

@@ -74,6 +74,11 @@ struct ShardedDeviceTbe::State {
   int64_t steps_run = 0;            // updates since Create (V2's sync period counts them)
   // V3: per held shard, this rank's sub-block of the weights in storage bytes.
   std::deque<DeviceArray<uint8_t>> stored;
+  // V3 gather=touched: per held shard, this step's rows that any replica reads or updates (the
+  // replicas' union, ascending), on the host and the device.
+  bool touched_mode = false;
+  std::vector<std::vector<int64_t>> touched_rows;
+  std::deque<DeviceArray<int64_t>> d_touched_rows;
   std::vector<std::unique_ptr<DeviceTbe>> shards;  // one per held shard
   // The last Forward's plans and buffers (valid until the next Forward).
   bool has_output = false;
@@ -101,36 +106,126 @@ struct ShardedDeviceTbe::State {
   }
   int64_t ElementSize(size_t i) const { return ElementBytes(routing.held()[i].config.tables[0].dtype); }
 
-  // V3: every held shard's sub-blocks gathered from the replicas into its DeviceTbe.
-  absl::Status GatherShards() {
-    for (size_t i = 0; i < shards.size(); ++i) {
-      const int64_t cols = ShardOf(i).cols(), rows = ShardOf(i).rows();
-      const int64_t bytes = SubRows(i) * cols * ElementSize(i);
-      DeviceArray<uint8_t> all;
-      GEMTB_RETURN_IF_ERROR(all.Allocate(static_cast<size_t>(std::max<int64_t>(bytes * replicas, 1)), "gathered sub-blocks"));
-      GEMTB_RETURN_IF_ERROR(exchange->AllGatherAmong(replica_ranks, stored[i].get(), bytes, all.get(), nullptr));
-      absl::StatusOr<void*> weights = shards[i]->DeviceWeights(0);
-      if (!weights.ok()) return weights.status();
-      // Sub-blocks are consecutive rows in replica order: the first rows*cols values are the shard.
-      GEMTB_RETURN_IF_ERROR(CudaOk(cudaMemcpy(*weights, all.get(), static_cast<size_t>(rows * cols * ElementSize(i)),
-                                              cudaMemcpyDeviceToDevice),
-                                   "the gathered shard into its table"));
+  // The rows of held shard i the replicas move this step (V3 touched: touched_rows[i]; else every
+  // row, by index): the range [lo, hi) of them that lies in replica r's sub-block.
+  std::pair<int64_t, int64_t> MovedRange(size_t i, int r) const {
+    const auto [r0, r1] = SubBlock(i, r);
+    if (!touched_mode) return {r0, r1};
+    const std::vector<int64_t>& u = touched_rows[i];
+    return {std::lower_bound(u.begin(), u.end(), r0) - u.begin(), std::lower_bound(u.begin(), u.end(), r1) - u.begin()};
+  }
+  int64_t MovedRows(size_t i) const { return touched_mode ? static_cast<int64_t>(touched_rows[i].size()) : ShardOf(i).rows(); }
+
+  // V3 gather=touched: the replicas' union of the rows this step's ids reach in each held shard.
+  absl::Status UnionTouched() {
+    const size_t h = shards.size();
+    std::vector<std::vector<int64_t>> mine(h);
+    std::vector<int64_t> counts(h);
+    for (size_t i = 0; i < h; ++i) {
+      for (int64_t v : hold.inputs[i].values)
+        if (v >= 0) mine[i].push_back(v);
+      std::sort(mine[i].begin(), mine[i].end());
+      mine[i].erase(std::unique(mine[i].begin(), mine[i].end()), mine[i].end());
+      counts[i] = static_cast<int64_t>(mine[i].size());
+    }
+    DeviceArray<int64_t> d_counts, d_all_counts;
+    GEMTB_RETURN_IF_ERROR(d_counts.Upload(counts, "touched row counts"));
+    GEMTB_RETURN_IF_ERROR(d_all_counts.Allocate(std::max<size_t>(h * static_cast<size_t>(replicas), 1), "every replica's counts"));
+    GEMTB_RETURN_IF_ERROR(exchange->AllGatherAmong(replica_ranks, d_counts.get(), static_cast<int64_t>(h) * 8,
+                                                   d_all_counts.get(), nullptr));
+    GEMTB_RETURN_IF_ERROR(exchange->Synchronize(nullptr, "the touched rows' counts"));
+    std::vector<int64_t> all_counts;
+    GEMTB_RETURN_IF_ERROR(d_all_counts.Download(all_counts, "every replica's counts"));
+    int64_t widest = 1;
+    for (int r = 0; r < replicas; ++r) {
+      int64_t total = 0;
+      for (size_t i = 0; i < h; ++i) total += all_counts[static_cast<size_t>(r) * h + i];
+      widest = std::max(widest, total);
+    }
+    std::vector<int64_t> packed(static_cast<size_t>(widest), -1);
+    size_t at = 0;
+    for (size_t i = 0; i < h; ++i) {
+      std::copy(mine[i].begin(), mine[i].end(), packed.begin() + static_cast<int64_t>(at));
+      at += mine[i].size();
+    }
+    DeviceArray<int64_t> d_packed, d_all;
+    GEMTB_RETURN_IF_ERROR(d_packed.Upload(packed, "touched rows"));
+    GEMTB_RETURN_IF_ERROR(d_all.Allocate(static_cast<size_t>(widest * replicas), "every replica's touched rows"));
+    GEMTB_RETURN_IF_ERROR(exchange->AllGatherAmong(replica_ranks, d_packed.get(), widest * 8, d_all.get(), nullptr));
+    GEMTB_RETURN_IF_ERROR(exchange->Synchronize(nullptr, "the touched rows"));
+    std::vector<int64_t> all;
+    GEMTB_RETURN_IF_ERROR(d_all.Download(all, "every replica's touched rows"));
+    touched_rows.assign(h, {});
+    d_touched_rows.clear();
+    for (int r = 0; r < replicas; ++r) {
+      int64_t k = static_cast<int64_t>(r) * widest;
+      for (size_t i = 0; i < h; ++i) {
+        const int64_t n = all_counts[static_cast<size_t>(r) * h + i];
+        touched_rows[i].insert(touched_rows[i].end(), all.begin() + k, all.begin() + k + n);
+        k += n;
+      }
+    }
+    for (size_t i = 0; i < h; ++i) {
+      std::vector<int64_t>& u = touched_rows[i];
+      std::sort(u.begin(), u.end());
+      u.erase(std::unique(u.begin(), u.end()), u.end());
+      GEMTB_RETURN_IF_ERROR(d_touched_rows.emplace_back().Upload(u.empty() ? std::vector<int64_t>{0} : u, "touched rows"));
     }
     return absl::OkStatus();
   }
 
-  // The replicas' mean of `count` = rows*cols fp32 values per row of held shard i (`values`, fp32):
-  // each rank receives every replica's rows of its own sub-block and adds them in replica order
-  // (an all-to-all); returns the mean of its sub-block's rows, rounded to `dtype` when `round`.
+  // V3: every held shard's sub-blocks gathered from the replicas into its DeviceTbe (`touched`: only
+  // this step's touched rows; the others keep what they held, which no id reads).
+  absl::Status GatherShards(bool touched) {
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const int64_t cols = ShardOf(i).cols(), rows = ShardOf(i).rows(), row_bytes = cols * ElementSize(i);
+      absl::StatusOr<void*> weights = shards[i]->DeviceWeights(0);
+      if (!weights.ok()) return weights.status();
+      if (!touched) {
+        const int64_t bytes = SubRows(i) * row_bytes;
+        DeviceArray<uint8_t> all;
+        GEMTB_RETURN_IF_ERROR(all.Allocate(static_cast<size_t>(std::max<int64_t>(bytes * replicas, 1)), "gathered sub-blocks"));
+        GEMTB_RETURN_IF_ERROR(exchange->AllGatherAmong(replica_ranks, stored[i].get(), bytes, all.get(), nullptr));
+        // Sub-blocks are consecutive rows in replica order: the first rows*cols values are the shard.
+        GEMTB_RETURN_IF_ERROR(CudaOk(cudaMemcpy(*weights, all.get(), static_cast<size_t>(rows * row_bytes), cudaMemcpyDeviceToDevice),
+                                     "the gathered shard into its table"));
+        continue;
+      }
+      // Each replica sends every other its touched rows (those in its sub-block), in row order.
+      const auto [lo, hi] = MovedRange(i, rho);
+      const int64_t r0 = SubBlock(i, rho).first;
+      DeviceArray<uint8_t> send, recv;
+      GEMTB_RETURN_IF_ERROR(send.Allocate(static_cast<size_t>(std::max<int64_t>((hi - lo) * row_bytes, 1)), "touched rows to send"));
+      GEMTB_RETURN_IF_ERROR(recv.Allocate(static_cast<size_t>(std::max<int64_t>(MovedRows(i) * row_bytes, 1)), "touched rows"));
+      GEMTB_RETURN_IF_ERROR(LaunchCopyRows(stored[i].get(), d_touched_rows[i].get() + lo, r0, send.get(), nullptr, 0, hi - lo, row_bytes));
+      std::vector<int64_t> send_counts(static_cast<size_t>(replicas), (hi - lo) * row_bytes),
+          send_offsets(static_cast<size_t>(replicas), 0), recv_counts(static_cast<size_t>(replicas)),
+          recv_offsets(static_cast<size_t>(replicas));
+      for (int r = 0; r < replicas; ++r) {
+        const auto [a, z] = MovedRange(i, r);
+        recv_counts[static_cast<size_t>(r)] = (z - a) * row_bytes;
+        recv_offsets[static_cast<size_t>(r)] = a * row_bytes;
+      }
+      GEMTB_RETURN_IF_ERROR(exchange->AllToAllV(replica_ranks, send.get(), send_counts, send_offsets, recv.get(),
+                                                recv_counts, recv_offsets, nullptr));
+      GEMTB_RETURN_IF_ERROR(LaunchCopyRows(recv.get(), nullptr, 0, *weights, d_touched_rows[i].get(), 0, MovedRows(i), row_bytes));
+      GEMTB_RETURN_IF_ERROR(exchange->Synchronize(nullptr, "the touched rows' gather"));
+    }
+    return absl::OkStatus();
+  }
+
+  // The replicas' mean of held shard i's moved rows (`values`: [MovedRows(i), width] fp32): each rank
+  // receives every replica's rows of its own sub-block and adds them in replica order (an
+  // all-to-all); `mean` gets its sub-block's moved rows' mean, rounded to `dtype` when `round`.
   absl::Status SubBlockMean(size_t i, const float* values, int64_t width, bool round, ElementType dtype,
                             DeviceArray<float>& mean) {
     std::vector<int64_t> send_counts(static_cast<size_t>(replicas)), send_offsets(static_cast<size_t>(replicas));
     for (int r = 0; r < replicas; ++r) {
-      const auto [r0, r1] = SubBlock(i, r);
+      const auto [r0, r1] = MovedRange(i, r);
       send_counts[static_cast<size_t>(r)] = (r1 - r0) * width * 4;
       send_offsets[static_cast<size_t>(r)] = r0 * width * 4;
     }
-    const auto [m0, m1] = SubBlock(i, rho);
+    const auto [m0, m1] = MovedRange(i, rho);
     const int64_t mine = (m1 - m0) * width;
     std::vector<int64_t> recv_counts(static_cast<size_t>(replicas), mine * 4), recv_offsets(static_cast<size_t>(replicas));
     for (int r = 0; r < replicas; ++r) recv_offsets[static_cast<size_t>(r)] = r * mine * 4;
@@ -154,9 +249,22 @@ struct ShardedDeviceTbe::State {
       GEMTB_RETURN_IF_ERROR(wide.Allocate(static_cast<size_t>(std::max<int64_t>(rows * cols, 1)), "updated copy"));
       GEMTB_RETURN_IF_ERROR(LaunchWiden(*weights, dtype, rows * cols, wide.get()));
       DeviceArray<float> mean;
-      GEMTB_RETURN_IF_ERROR(SubBlockMean(i, wide.get(), cols, true, dtype, mean));
-      const auto [m0, m1] = SubBlock(i, rho);
-      GEMTB_RETURN_IF_ERROR(LaunchNarrow(mean.get(), (m1 - m0) * cols, dtype, stored[i].get()));
+      const auto [m0, m1] = MovedRange(i, rho);
+      if (!touched_mode) {
+        GEMTB_RETURN_IF_ERROR(SubBlockMean(i, wide.get(), cols, true, dtype, mean));
+        GEMTB_RETURN_IF_ERROR(LaunchNarrow(mean.get(), (m1 - m0) * cols, dtype, stored[i].get()));
+        continue;
+      }
+      // Touched rows only: packed in row order, averaged, and put back at their places in the sub-block.
+      DeviceArray<float> packed;
+      DeviceArray<uint8_t> narrow;
+      GEMTB_RETURN_IF_ERROR(packed.Allocate(static_cast<size_t>(std::max<int64_t>(MovedRows(i) * cols, 1)), "touched rows"));
+      GEMTB_RETURN_IF_ERROR(LaunchCopyRows(wide.get(), d_touched_rows[i].get(), 0, packed.get(), nullptr, 0, MovedRows(i), cols * 4));
+      GEMTB_RETURN_IF_ERROR(SubBlockMean(i, packed.get(), cols, true, dtype, mean));
+      GEMTB_RETURN_IF_ERROR(narrow.Allocate(static_cast<size_t>(std::max<int64_t>((m1 - m0) * cols * ElementSize(i), 1)), "touched means"));
+      GEMTB_RETURN_IF_ERROR(LaunchNarrow(mean.get(), (m1 - m0) * cols, dtype, narrow.get()));
+      GEMTB_RETURN_IF_ERROR(LaunchCopyRows(narrow.get(), nullptr, 0, stored[i].get(), d_touched_rows[i].get() + m0,
+                                           SubBlock(i, rho).first, m1 - m0, cols * ElementSize(i)));
     }
     return absl::OkStatus();
   }
@@ -237,6 +345,7 @@ absl::StatusOr<std::unique_ptr<ShardedDeviceTbe>> ShardedDeviceTbe::Create(
   s->local_batch = local_batch;
   s->replicas = n;
   s->rho = exchange->rank() % n;
+  s->touched_mode = plan.fully_sharded && plan.gather == GatherMode::kTouched;
   for (int q = 0; q < m; ++q) s->mp_ranks.push_back(q * n + s->rho);
   for (int r = 0; r < n; ++r) s->replica_ranks.push_back(position * n + r);
   if (!held_tables.empty() && held_tables.size() != s->routing.held().size()) {
@@ -283,7 +392,7 @@ absl::Status ShardedDeviceTbe::Forward(const KjtView& kjt) {
   if (!req.ok()) return req.status();
   s.req = *std::move(req);
   const int m = s.routing.group_size();
-  if (s.plan.fully_sharded) GEMTB_RETURN_IF_ERROR(s.GatherShards());
+  if (s.plan.fully_sharded && !s.touched_mode) GEMTB_RETURN_IF_ERROR(s.GatherShards(false));
   // Ids: the byte counts first (each holder learns what every source sends), then the bytes.
   std::vector<int64_t> send_bytes(static_cast<size_t>(m));
   std::vector<uint8_t> send;
@@ -321,6 +430,11 @@ absl::Status ShardedDeviceTbe::Forward(const KjtView& kjt) {
   absl::StatusOr<HolderStep> hold = s.routing.ReceiveIds(received);
   if (!hold.ok()) return hold.status();
   s.hold = *std::move(hold);
+  if (s.touched_mode) {
+    // V3 gather=touched: the ids first, then the rows they reach.
+    GEMTB_RETURN_IF_ERROR(s.UnionTouched());
+    GEMTB_RETURN_IF_ERROR(s.GatherShards(true));
+  }
   // Lookups on every held shard, then the embeddings' message to each requester.
   std::vector<float*> holder_arrays = {nullptr};
   std::vector<float*> holder_none;
@@ -444,7 +558,7 @@ absl::Status ShardedDeviceTbe::Backward(const float* pooled_grad, absl::Span<con
   if (!holder_table.ok()) return holder_table.status();
   GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*holder_table)->get(), s.d_hold_runs.get(), static_cast<int64_t>(s.hold.runs.size()), true));
   // V3 gathers the shards again for the update (the forward's copy is not kept unless asked).
-  if (s.plan.fully_sharded && !s.plan.keep_gathered) GEMTB_RETURN_IF_ERROR(s.GatherShards());
+  if (s.plan.fully_sharded && !s.plan.keep_gathered) GEMTB_RETURN_IF_ERROR(s.GatherShards(s.touched_mode));
   for (size_t i = 0; i < s.shards.size(); ++i) {
     GEMTB_RETURN_IF_ERROR(s.shards[i]->SetDeviceGrads(holder_arrays[1 + i], shard_none[i]));
     GEMTB_RETURN_IF_ERROR(s.shards[i]->BackwardStep());
@@ -482,7 +596,7 @@ absl::Status ShardedDeviceTbe::SetLearningRate(float lr) {
 }
 
 absl::StatusOr<std::vector<HostTable>> ShardedDeviceTbe::DownloadShards() {
-  if (s_->plan.fully_sharded) GEMTB_RETURN_IF_ERROR(s_->GatherShards());
+  if (s_->plan.fully_sharded) GEMTB_RETURN_IF_ERROR(s_->GatherShards(false));
   std::vector<HostTable> out;
   for (const auto& t : s_->shards) {
     absl::StatusOr<std::vector<HostTable>> one = t->DownloadTables();

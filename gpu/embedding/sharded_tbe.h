@@ -8,7 +8,9 @@
 //   V3       (fully_sharded) a rank keeps sub-block rho (ceil(rows/N) rows) of each shard and the
 //            whole shard's optimizer state; the replicas gather the sub-blocks before the forward
 //            and again before the backward (unless keep_gathered), update the gathered copy, and
-//            keep the replicas' mean of their sub-block, rounded to storage.
+//            keep the replicas' mean of their sub-block, rounded to storage. gather=touched moves
+//            only the rows some replica's ids reach this step (the replicas' union of their
+//            holders' rows, exchanged after the ids).
 // The replicas' sums move by an all-to-all of sub-blocks (each rank sums its own in replica order)
 // and, for V2, an all-gather of the means: a ring all-reduce's bytes, in the oracle's order. A step:
 //   Forward   ids to the holders (shard_routing.h: an all-to-all of counts, then of the bytes),
