@@ -17,7 +17,11 @@
 #   3. for each N: the small config at a fixed local batch (--small-batch per GPU, --small-steps
 #      steps), samples/s and step times from the reports, and the scaling ratio against N = 1; on 2
 #      GPUs or more also with row-wise sharded tables (--plan RW), the job `gemtb whatif` describes;
-#   4. on 2 GPUs or more: `gemtb bench comm --copy-engine --gemm` (NCCL's and the copy-engine
+#   4. `gemtb bench layers` on one GPU at the small batch (the per-layer calibration and a one-GPU
+#      scenario), then `gemtb whatif` on that scenario for each N with the tables row-wise sharded and
+#      the dense parameters in one FSDP group of N: the predicted step beside the measured
+#      job_small_rw_<N> (issue 29's table: within 10% at each size);
+#   5. on 2 GPUs or more: `gemtb bench comm --copy-engine --gemm` (NCCL's and the copy-engine
 #      all-gather's busbw, the GEMM beside each).
 # Writes $OUT/summary.txt, build.log, tests.log, job_<config>_<N>.{log,json}, trace_tiny_<N>.json,
 # comm.json and comm.log. --param-gather copy_engine gathers the dense parameters on the copy engines.
@@ -114,6 +118,42 @@ for tables, prefix in (("replicated", "job_small_"), ("sharded RW", "job_small_r
               f"comm {sum(r['collectives_ms_mean'].values()):.2f} ms, e2e MFU {100 * r['e2e_mfu']:.2f}%, scaling vs "
               f"{base[0]} GPU: {sr:.3f}")
 EOF
+# The simulator on the same jobs: one GPU's per-layer calibration, then each N with RW tables.
+if timeout 300 "$gemtb" bench layers --config small --local-batch "$small_batch" --steps 5 --out-dir "$out/layers" --force \
+     >"$out/layers.log" 2>&1; then
+  for n in $gpus_list; do
+    [ "$n" -le "$visible" ] || continue
+    python3 - "$out/layers/scenario.json" "$n" "$out/scenario_rw_$n.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+n = int(sys.argv[2])
+s["name"] = f"{s['name']}-rw-{n}"
+s["overrides"]["cluster.world_size"] = n
+if n > 1:
+    s["plan"] = {"dense": {"fsdp_shard_group": n}, "sparse": {"default": {"type": "RW"}}}
+json.dump(s, open(sys.argv[3], "w"), indent=2)
+PY
+    timeout 200 "$gemtb" whatif "$out/scenario_rw_$n.json" --layer-calibration "$out/layers/layers.json" --no-sensitivity \
+      --no-checks --no-levers --no-attribution --quiet --out-dir "$out/whatif_rw_$n" >"$out/whatif_rw_$n.log" 2>&1 || rc=1
+  done
+  python3 - "$out" $gpus_list <<'PY' | tee -a "$out/summary.txt"
+import json, os, sys
+out, ns = sys.argv[1], sys.argv[2:]
+for n in ns:
+    w = os.path.join(out, f"whatif_rw_{n}", "summary.json")
+    m = os.path.join(out, f"job_small_rw_{n}.json" if int(n) > 1 else "job_small_1.json")
+    if not (os.path.exists(w) and os.path.exists(m)):
+        continue
+    pred = 1e3 * json.load(open(w))["reference"]["step_time"]["mean_s"]
+    meas = json.load(open(m))["step_ms_median"]
+    print(f"small, {n} GPUs{' RW tables' if int(n) > 1 else ''}: whatif {pred:.2f} ms, measured median {meas:.2f} ms, "
+          f"error {100 * (pred - meas) / meas:+.1f}%")
+PY
+else
+  rc=1
+  echo "bench layers: FAILED" | tee -a "$out/summary.txt"
+  tail -5 "$out/layers.log" | tee -a "$out/summary.txt"
+fi
 if [ "$visible" -ge 2 ]; then
   timeout 300 "$gemtb" bench comm --copy-engine --gemm --ops all_gather,reduce_scatter,all_reduce --min-bytes 1M \
     --json "$out/comm.json" >"$out/comm.log" 2>&1 || rc=1
