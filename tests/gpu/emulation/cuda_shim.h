@@ -1,5 +1,6 @@
 // Lets a host C++ compiler build the kernels' headers (gpu/attention/*_kernel.cuh,
-// gpu/train/gdpa_tensor_core_kernels.cuh, gpu/train/qk_norm_rope_kernels.cuh) for the fiber emulation: CUDA's qualifiers become no-ops,
+// gpu/train/gdpa_tensor_core_kernels.cuh, gpu/train/qk_norm_rope_kernels.cuh,
+// gpu/embedding/backward_kernels.cuh) for the fiber emulation: CUDA's qualifiers become no-ops,
 // threadIdx/blockIdx read the running fiber, __syncthreads and __shfl_xor_sync are collectives of
 // fiber_block.h, and the vector types and intrinsics the kernels use are plain C++. Include it first, and never
 // together with the CUDA runtime headers (their vector types would clash).
@@ -27,6 +28,7 @@
 #define threadIdx (::gemtb::emu::ThreadIdx())
 #define blockIdx (::gemtb::emu::BlockIdx())
 #define gridDim (::gemtb::emu::GridDim())
+#define blockDim (::gemtb::emu::BlockDim())
 
 namespace gemtb::gpu {
 
@@ -72,6 +74,34 @@ inline float __shfl_xor_sync(unsigned /*mask*/, float value, int lane_mask) {
   float all[32];
   emu::WarpExchange(&value, sizeof(value), all);
   return all[(emu::ThreadIdx().x & 31u) ^ static_cast<unsigned>(lane_mask)];
+}
+
+// Lane `src`'s value, for any trivially copyable T (every lane of the warp takes part, as the
+// kernels call it).
+template <typename T>
+inline T __shfl_sync(unsigned /*mask*/, T value, int src) {
+  T all[32];
+  emu::WarpExchange(&value, sizeof(value), all);
+  return all[static_cast<unsigned>(src) & 31u];
+}
+inline unsigned __ballot_sync(unsigned /*mask*/, bool predicate) {
+  bool all[32];
+  emu::WarpExchange(&predicate, sizeof(predicate), all);
+  unsigned bits = 0;
+  for (unsigned k = 0; k < 32; ++k) bits |= all[k] ? 1u << k : 0u;
+  return bits;
+}
+inline void __syncwarp(unsigned /*mask*/ = 0xFFFFFFFFu) {
+  char mine = 0, all[32];
+  emu::WarpExchange(&mine, 1, all);
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+// Fibers switch only at the collectives above, so a read-modify-write is atomic here.
+template <typename T>
+inline T atomicAdd(T* p, T v) {
+  const T old = *p;
+  *p = old + v;
+  return old;
 }
 
 }  // namespace gemtb::gpu

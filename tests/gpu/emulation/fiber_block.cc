@@ -57,6 +57,7 @@ struct Block {
   void* scheduler_sp = nullptr;
   int current = -1;
   Dim block;
+  Dim block_dim;
   const std::function<void()>* body = nullptr;
   // [parity of the warp's exchange count][thread][bytes]
   unsigned char exchange[2][kMaxThreads][kMaxExchangeBytes];
@@ -96,6 +97,7 @@ void* InitialStack(std::vector<unsigned char>& stack) {
 
 const Dim& ThreadIdx() { return Me().thread; }
 const Dim& BlockIdx() { return State().block; }
+const Dim& BlockDim() { return State().block_dim; }
 
 namespace {
 Dim grid_dim;
@@ -135,6 +137,7 @@ void RunBlock(Dim block, int threads, const std::function<void()>& body) {
     std::abort();
   }
   b.block = block;
+  b.block_dim = {static_cast<unsigned>(threads), 1, 1};
   b.body = &body;
   b.fibers.assign(threads, Fiber{});
   if (static_cast<int>(b.stacks.size()) < threads) b.stacks.resize(threads, std::vector<unsigned char>(kStackBytes));

@@ -21,9 +21,10 @@ struct Dim {
   unsigned x = 0, y = 0, z = 0;
 };
 
-// The running fiber's threadIdx / blockIdx.
+// The running fiber's threadIdx / blockIdx, and blockDim (RunBlock's threads, in x).
 const Dim& ThreadIdx();
 const Dim& BlockIdx();
+const Dim& BlockDim();
 
 // gridDim: the grid of the blocks that RunBlock runs, as the emulated launch sets it.
 void SetGridDim(Dim grid);

@@ -1,0 +1,459 @@
+// The kernels of the backward fused with the optimizers ("Backward", "Fused
+// optimizers"), in the oracle's fixed order and without atomics:
+//   1. a warp per bag writes each valid occurrence's sort key (global row, sample b) and the
+//      bag's count of valid ids (MEAN's n);
+//   2. CUB's stable radix sort orders the occurrences by key; KJT order (key, position) is kept
+//      inside equal keys, so each row's occurrences come in the oracle's (b, key, p) order (when no
+//      table is read by two keys, the key is the row alone: KJT order is then (b, p) already);
+//   3. run heads and a scan give each touched row's range of occurrences;
+//   4. a warp per 32 touched rows: each lane resolves one row (its run, table, row, optimizer
+//      state and, for a row touched once, that occurrence's contribution), then the warp sums each
+//      row's contributions per column as a seqsum in that order (G_r) and applies the table's
+//      optimizer and rounding to the row in the same kernel;
+//   5. a hot row (a run of >= kHotRun occurrences, e.g. the head of a Zipf distribution) gets a
+//      whole block instead: the seqsum fixes the order of the additions within each column, so
+//      the run cannot be split into partial sums, but its columns are independent and its
+//      contributions can be fetched and formed (w*gamma, gamma/n) in any order. The block stages
+//      tiles of contributions in shared memory, many loads in flight, and one thread per column
+//      folds the tile in sorted order; then one warp applies the optimizer as in 4.
+// Phase 4's time is the chain of dependent loads per row (run start, key, occurrence, bag,
+// gradient, row): a uniform batch touches ~1.9 M rows about once each, so a warp that walked the
+// chain row after row waited on memory most of the time. Resolved 32 rows at a time, one per lane,
+// the chains overlap and each row then costs its two independent loads (its weights, its
+// gradient). The kernel is held to 64 registers a thread, 8 blocks of 4 warps per SM (32 warps),
+// with 2 gradient loads in flight in the rows touched more than once (tools/bench/NOTES.md).
+//
+// The kernels live in this header, apart from their launches (backward.cu), so that the CPU
+// emulation (tests/gpu/emulation) runs the same code.
+#ifndef GEMTB_GPU_EMBEDDING_BACKWARD_KERNELS_CUH_
+#define GEMTB_GPU_EMBEDDING_BACKWARD_KERNELS_CUH_
+
+#include <cstdint>
+
+#include "gpu/embedding/launch.h"
+#include "gpu/embedding/tbe_row_ops.h"
+
+namespace gemtb::gpu::embedding::backward_kernels {
+
+constexpr unsigned kFullMask = 0xFFFFFFFFu;
+constexpr int kBagWarps = 8;
+constexpr int kRowWarps = 4;
+constexpr int kRowBlocksPerSm = 8;
+constexpr int kThreads = 256;
+constexpr int kLoadsInFlight = 2;
+constexpr int kHotThreads = 1024;
+constexpr int64_t kHotTileFloats = 16384;  // one tile of staged contributions, 64 KiB
+
+__global__ void __launch_bounds__(kBagWarps * 32) OccurrenceKernel(const LaunchParams p, BackwardBuffers b) {
+  const int64_t bag = static_cast<int64_t>(blockIdx.x) * kBagWarps + threadIdx.x / 32;
+  if (bag >= p.kjt.num_keys * p.kjt.batch) return;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t batch = p.kjt.batch;
+  const TableParams& t = p.tables[p.features[bag / batch].table];
+  const int64_t begin = p.kjt.offsets[bag], end = p.kjt.offsets[bag + 1];
+  int32_t valid = 0;
+  for (int64_t v0 = begin; v0 < end; v0 += 32) {
+    const int64_t v = v0 + lane;
+    bool ok = false;
+    if (v < end) {
+      const int64_t row = ResolveRow(t, p.kjt.values[v]);
+      ok = row >= 0;
+      b.keys_in[v] = ok ? SortKey(t.row_offset + row, b.key_samples == 1 ? 0 : bag % batch, b.key_samples)
+                        : InvalidSortKey(b.total_rows, b.key_samples);
+      b.order_in[v] = v;
+      b.value_bag[v] = bag;
+    }
+    valid += __popc(__ballot_sync(kFullMask, ok));
+  }
+  if (lane == 0) b.bag_count[bag] = valid;
+}
+
+// The global row of a sorted occurrence.
+__device__ int64_t RowOfKey(const BackwardBuffers& b, int64_t i) {
+  return static_cast<int64_t>(b.keys_out[i] / static_cast<uint64_t>(b.key_samples));
+}
+
+__global__ void RunHeadKernel(const BackwardBuffers b, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  b.run_head[i] = i == 0 || RowOfKey(b, i) != RowOfKey(b, i - 1) ? 1 : 0;
+}
+
+__global__ void RunStartKernel(const BackwardBuffers b, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  if (b.run_head[i]) b.run_start[b.run_index[i]] = i;
+  if (i == n - 1) {
+    const int32_t runs = b.run_index[i] + b.run_head[i];
+    *b.num_runs = runs;
+    b.run_start[runs] = n;
+  }
+}
+
+// Appends each hot run (a valid row with >= kHotRun occurrences) to the hot-run list. The list's
+// order varies from call to call; each run is summed and updated on its own, so results do not.
+__global__ void HotRunListKernel(const BackwardBuffers b) {
+  const int64_t run = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (run >= *b.num_runs) return;
+  const int64_t start = b.run_start[run], end = b.run_start[run + 1];
+  if (end - start < kHotRun) return;
+  if (RowOfKey(b, start) >= b.total_rows) return;
+  b.hot_runs[atomicAdd(b.num_hot_runs, 1)] = static_cast<int32_t>(run);
+}
+
+// Where occurrence `v`'s upstream gradient row starts, and its scalar (weight or n).
+struct Contribution {
+  const float* grad = nullptr;
+  float weight = 0.0f;
+  int32_t n = 0;
+  Pooling pooling = Pooling::kSum;
+  int32_t block = 0;  // the sample's block of G's partitioned sum
+};
+
+__device__ Contribution ContributionOf(const LaunchParams& p, const BackwardBuffers& b, int64_t v) {
+  const int64_t bag = b.value_bag[v];
+  const FeatureParams& fp = p.features[bag / p.kjt.batch];
+  Contribution c;
+  c.pooling = fp.pooling;
+  if (fp.pooling == Pooling::kNone) {
+    c.grad = fp.sequence_grad + (v - fp.value_begin) * p.tables[fp.table].dim;
+  } else {
+    c.grad = p.pooled_grad + (bag % p.kjt.batch) * p.pooled_width + fp.out_col;
+  }
+  if (fp.pooling == Pooling::kWeightedSum) c.weight = p.kjt.weights[v];
+  if (fp.pooling == Pooling::kMean) c.n = b.bag_count[bag];
+  if (b.batch_block > 0) c.block = static_cast<int32_t>((bag % p.kjt.batch) / b.batch_block);
+  return c;
+}
+
+// The row gradient's running sum: one seqsum, or with batch blocks (kBlocked) the seqsum of each
+// block's seqsum.
+template <bool kBlocked>
+struct RowSum;
+template <>
+struct RowSum<false> {
+  SeqSum4 sum;
+  __device__ void Add(int32_t, const float x[kChunk]) { sum.Add(x); }
+  __device__ SeqSum4 Finish(int64_t) const { return sum; }
+};
+template <>
+struct RowSum<true> {
+  BlockSeqSum4 sum;
+  __device__ void Add(int32_t block, const float x[kChunk]) { sum.Add(block, x); }
+  __device__ SeqSum4 Finish(int64_t num_blocks) const { return sum.Finish(num_blocks); }
+};
+
+// G_r for the chunk at column c: the seqsum of the run's contributions in sorted order. The
+// lanes fetch 32 occurrences' metadata in parallel; the sum itself stays sequential.
+template <bool kBlocked>
+__device__ SeqSum4 RowGradientChunk(const LaunchParams& p, const BackwardBuffers& b, int64_t start, int64_t end,
+                                    int64_t c, bool active, int lane) {
+  RowSum<kBlocked> sum;
+  Contribution mine;
+  if (start + lane < end) mine = ContributionOf(p, b, b.order_out[start + lane]);
+  for (int64_t i0 = start; i0 < end; i0 += 32) {
+    // The next 32 occurrences' metadata (a chain of dependent loads) is requested before this
+    // batch is summed, so a long run does not wait for it batch after batch.
+    Contribution next;
+    if (i0 + 32 + lane < end) next = ContributionOf(p, b, b.order_out[i0 + 32 + lane]);
+    const int count = static_cast<int>(min(static_cast<int64_t>(32), end - i0));
+    // kLoadsInFlight occurrences' gradient loads in flight, then their terms in order.
+    for (int k0 = 0; k0 < count; k0 += kLoadsInFlight) {
+      float g[kLoadsInFlight][kChunk];
+      float weight[kLoadsInFlight];
+      int32_t n[kLoadsInFlight];
+      int32_t block[kLoadsInFlight];
+      Pooling pooling[kLoadsInFlight];
+#pragma unroll
+      for (int u = 0; u < kLoadsInFlight; ++u) {
+        const float* grad = reinterpret_cast<const float*>(
+            __shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(mine.grad), k0 + u));
+        weight[u] = __shfl_sync(kFullMask, mine.weight, k0 + u);
+        n[u] = __shfl_sync(kFullMask, mine.n, k0 + u);
+        block[u] = kBlocked ? __shfl_sync(kFullMask, mine.block, k0 + u) : 0;
+        pooling[u] = static_cast<Pooling>(__shfl_sync(kFullMask, static_cast<int>(mine.pooling), k0 + u));
+        if (active && k0 + u < count) {
+          const float4 g4 = *reinterpret_cast<const float4*>(grad + c);
+          g[u][0] = g4.x, g[u][1] = g4.y, g[u][2] = g4.z, g[u][3] = g4.w;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kLoadsInFlight; ++u) {
+        if (!active || k0 + u >= count) continue;
+        ContributionTerm(pooling[u], weight[u], n[u], g[u]);
+        sum.Add(block[u], g[u]);
+      }
+    }
+    mine = next;
+  }
+  return sum.Finish(b.num_batch_blocks);
+}
+
+// The optimizer on one row, a warp: G in s_grad and the row's weights in s_w (widened storage),
+// the row's Adagrad state before the step; rounds and stores the row and the state.
+// `whole_square_sum`: the square sum over the whole row when column shards share the state (the
+// split step), else null (this row's columns are the whole row).
+__device__ void ApplyRowUpdate(const LaunchParams& p, const TableParams& t, int64_t row, const float* s_grad,
+                               const float* s_w, float state_before, const float* whole_square_sum, int lane) {
+  const bool adagrad = t.optimizer.kind == OptimizerKind::kRowwiseAdagrad;
+  float square_sum = 0.0f, state_after = 0.0f;
+  if (adagrad && whole_square_sum != nullptr) {
+    square_sum = *whole_square_sum;
+  } else if (adagrad) {
+    // The norm is one seqsum over all D columns in order: one lane adds, then broadcasts.
+    if (lane == 0) square_sum = em::RowwiseAdagradSquareSum(s_w, s_grad, t.dim, t.optimizer);
+    square_sum = __shfl_sync(kFullMask, square_sum, 0);
+  }
+  for (int64_t c = lane * kChunk; c < t.dim; c += 32 * kChunk) {
+    float w[kChunk], g[kChunk];
+    for (int k = 0; k < kChunk; ++k) {
+      w[k] = s_w[c + k];
+      g[k] = s_grad[c + k];
+    }
+    if (adagrad) {
+      state_after = AdagradChunkUpdate(t, square_sum, state_before, w, g);
+    } else {
+      ElementwiseUpdate(t, row, c, w, g);
+    }
+    RoundChunk(t, p.seed, p.step, row, c, w);
+    StoreChunk(t, row, c, w);
+  }
+  // Every lane has read the state before lane 0 overwrites it.
+  __syncwarp();
+  if (adagrad && lane == 0) t.adagrad[row] = state_after;
+}
+
+// What a lane finds out about one touched row of its warp's 32 before the warp updates them one
+// by one: the row's sorted occurrences, table and row, its Adagrad state, and, for a row touched
+// once (most rows of a uniform batch), that occurrence's contribution. The 32 chains of dependent
+// loads (run start, key, occurrence, bag, gradient row) then run side by side, not row after row.
+struct RowJob {
+  int32_t start = 0;
+  int32_t end = 0;
+  int32_t table = -1;  // -1: nothing to do here (past the last run, a hot run, invalid ids)
+  int64_t row = 0;
+  float state_before = 0.0f;
+  Contribution single;  // when end - start == 1
+};
+
+__device__ RowJob ResolveRowJob(const LaunchParams& p, const BackwardBuffers& b, int64_t run, int32_t num_runs) {
+  RowJob job;
+  if (run >= num_runs) return job;
+  job.start = static_cast<int32_t>(b.run_start[run]);
+  job.end = static_cast<int32_t>(b.run_start[run + 1]);
+  if (job.end - job.start >= kHotRun) return job;  // HotRowKernel's
+  const int64_t global_row = RowOfKey(b, job.start);
+  if (global_row >= b.total_rows) return job;  // the run of invalid occurrences (bounds mode zero)
+  job.table = TableOfRow(p.tables, p.num_tables, global_row);
+  const TableParams& t = p.tables[job.table];
+  job.row = global_row - t.row_offset;
+  if (t.optimizer.kind == OptimizerKind::kRowwiseAdagrad) job.state_before = t.adagrad[job.row];
+  if (job.end - job.start == 1) job.single = ContributionOf(p, b, b.order_out[job.start]);
+  return job;
+}
+
+// Lane j's job, on every lane.
+__device__ RowJob BroadcastRowJob(const RowJob& mine, int j) {
+  RowJob job;
+  job.start = __shfl_sync(kFullMask, mine.start, j);
+  job.end = __shfl_sync(kFullMask, mine.end, j);
+  job.table = __shfl_sync(kFullMask, mine.table, j);
+  job.row = __shfl_sync(kFullMask, mine.row, j);
+  job.state_before = __shfl_sync(kFullMask, mine.state_before, j);
+  job.single.grad = reinterpret_cast<const float*>(
+      __shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(mine.single.grad), j));
+  job.single.weight = __shfl_sync(kFullMask, mine.single.weight, j);
+  job.single.n = __shfl_sync(kFullMask, mine.single.n, j);
+  job.single.pooling = static_cast<Pooling>(__shfl_sync(kFullMask, static_cast<int>(mine.single.pooling), j));
+  return job;
+}
+
+// The split step's output for one run (b.run_grads set): G [max_dim] and the partial square sum
+// over this shard's columns, in place of the update.
+__device__ void StoreRunGradient(const TableParams& t, const BackwardBuffers& b, int64_t run, const float* s_grad,
+                                 const float* s_w, int lane) {
+  for (int64_t c = lane; c < t.dim; c += 32) b.run_grads[run * b.max_dim + c] = s_grad[c];
+  if (lane == 0) {
+    b.run_square_sums[run] = t.optimizer.kind == OptimizerKind::kRowwiseAdagrad
+                                 ? em::RowwiseAdagradSquareSum(s_w, s_grad, t.dim, t.optimizer)
+                                 : 0.0f;
+  }
+}
+
+// A warp per 32 consecutive runs: the lanes resolve one run each, then the warp sums and updates
+// the rows one after another (a row's columns across the lanes, as before).
+template <bool kBlocked>
+__global__ void __launch_bounds__(kRowWarps * 32, kRowBlocksPerSm) RowUpdateKernel(const LaunchParams p,
+                                                                                 const BackwardBuffers b) {
+  extern __shared__ float shared[];  // per warp: G [max_dim], then w [max_dim]
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t first_run = (static_cast<int64_t>(blockIdx.x) * kRowWarps + warp) * 32;
+  const int32_t num_runs = *b.num_runs;
+  if (first_run >= num_runs) return;  // whole warps leave together
+  const RowJob mine = ResolveRowJob(p, b, first_run + lane, num_runs);
+  float* s_grad = shared + warp * 2 * b.max_dim;
+  float* s_w = s_grad + b.max_dim;
+  for (int j = 0; j < 32; ++j) {
+    const RowJob job = BroadcastRowJob(mine, j);
+    if (job.table < 0) continue;
+    const TableParams& t = p.tables[job.table];
+    for (int64_t c0 = 0; c0 < t.dim; c0 += 32 * kChunk) {
+      const int64_t c = c0 + lane * kChunk;
+      const bool active = c < t.dim;
+      float w[kChunk], g[kChunk];
+      if (job.end - job.start == 1) {
+        if (!active) continue;
+        // The row and its one contribution: two independent loads.
+        LoadChunk(t, job.row, c, w);
+        const float4 g4 = *reinterpret_cast<const float4*>(job.single.grad + c);
+        g[0] = g4.x, g[1] = g4.y, g[2] = g4.z, g[3] = g4.w;
+        ContributionTerm(job.single.pooling, job.single.weight, job.single.n, g);
+        // One block holds the occurrence, the others add +0 (BlockSeqSum4).
+        if (kBlocked) {
+          for (int k = 0; k < kChunk; ++k) g[k] = numerics::AddRn(g[k], 0.0f);
+        }
+      } else {
+        // The row is requested first: it arrives while G is summed.
+        if (active) LoadChunk(t, job.row, c, w);
+        const SeqSum4 sum = RowGradientChunk<kBlocked>(p, b, job.start, job.end, c, active, lane);
+        if (!active) continue;
+        for (int k = 0; k < kChunk; ++k) g[k] = sum.Get(k);
+      }
+      for (int k = 0; k < kChunk; ++k) {
+        s_grad[c + k] = g[k];
+        s_w[c + k] = w[k];
+      }
+    }
+    __syncwarp();
+    if (b.run_grads != nullptr) {
+      StoreRunGradient(t, b, first_run + j, s_grad, s_w, lane);
+    } else {
+      ApplyRowUpdate(p, t, job.row, s_grad, s_w, job.state_before, nullptr, lane);
+    }
+    __syncwarp();  // every lane has read this row's G and w before the next row's are written
+  }
+}
+
+// Shared memory of HotRowKernel: the contributions' metadata of up to kHotThreads occurrences, a
+// tile of formed contributions, then G and w of the row.
+size_t HotSharedBytes(int64_t max_dim) {
+  return kHotThreads * sizeof(Contribution) + (kHotTileFloats + 2 * max_dim) * sizeof(float);
+}
+
+// A block per hot run. Per batch of kHotThreads occurrences: each thread fetches one occurrence's
+// metadata; per tile of the batch: all threads load and form 4-column chunks of contributions
+// (independent loads), then thread j folds column j over the tile's occurrences in sorted order,
+// continuing the seqsum across tiles and batches: the same additions, in the same order, as the
+// warp path and the oracle.
+__global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p, const BackwardBuffers b) {
+  if (static_cast<int32_t>(blockIdx.x) >= *b.num_hot_runs) return;  // the whole block leaves together
+  extern __shared__ __align__(16) unsigned char hot_shared[];
+  Contribution* meta = reinterpret_cast<Contribution*>(hot_shared);
+  float* tile = reinterpret_cast<float*>(hot_shared + kHotThreads * sizeof(Contribution));
+  float* s_grad = tile + kHotTileFloats;
+  float* s_w = s_grad + b.max_dim;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int64_t run = b.hot_runs[blockIdx.x];
+  const int64_t start = b.run_start[run], end = b.run_start[run + 1];
+  const int64_t global_row = RowOfKey(b, start);
+  const TableParams& t = p.tables[TableOfRow(p.tables, p.num_tables, global_row)];
+  const int64_t row = global_row - t.row_offset;
+  const int64_t chunks_per_row = t.dim / kChunk;
+  const int64_t per_tile = kHotTileFloats / t.dim;  // >= 16 occurrences (dim <= 1024)
+  // Thread tid < dim: column tid's seqsum so far (with batch blocks: of the finished blocks, and
+  // `inner` of the current one).
+  float acc = 0.0f, inner = 0.0f;
+  bool any = false, inner_any = false;
+  int32_t block = -1;
+  int64_t blocks_seen = 0;
+  for (int64_t m0 = start; m0 < end; m0 += kHotThreads) {
+    const int64_t batch_count = min(static_cast<int64_t>(kHotThreads), end - m0);
+    if (tid < batch_count) meta[tid] = ContributionOf(p, b, b.order_out[m0 + tid]);
+    __syncthreads();
+    for (int64_t k0 = 0; k0 < batch_count; k0 += per_tile) {
+      const int64_t tile_count = min(per_tile, batch_count - k0);
+#pragma unroll 4
+      for (int64_t q = tid; q < tile_count * chunks_per_row; q += kHotThreads) {
+        const int64_t k = q / chunks_per_row;
+        const int64_t c = (q % chunks_per_row) * kChunk;
+        const Contribution& mc = meta[k0 + k];
+        const float4 g4 = *reinterpret_cast<const float4*>(mc.grad + c);
+        float g[kChunk] = {g4.x, g4.y, g4.z, g4.w};
+        ContributionTerm(mc.pooling, mc.weight, mc.n, g);
+        *reinterpret_cast<float4*>(tile + k * t.dim + c) = make_float4(g[0], g[1], g[2], g[3]);
+      }
+      __syncthreads();
+      if (tid < t.dim && b.num_batch_blocks == 1) {
+        int64_t k = 0;
+        if (!any) acc = tile[tid], k = 1, any = true;  // seqsum: the first term as is
+        for (; k < tile_count; ++k) acc = numerics::AddRn(acc, tile[k * t.dim + tid]);
+      } else if (tid < t.dim) {
+        for (int64_t k = 0; k < tile_count; ++k) {
+          const int32_t kb = meta[k0 + k].block;
+          if (kb != block) {  // a block ends: its seqsum joins the outer one (BlockSeqSum4)
+            if (inner_any) acc = any ? numerics::AddRn(acc, inner) : inner, any = true;
+            inner_any = false;
+            block = kb;
+            ++blocks_seen;
+          }
+          const float x = tile[k * t.dim + tid];
+          inner = inner_any ? numerics::AddRn(inner, x) : x;
+          inner_any = true;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  if (tid < t.dim && b.num_batch_blocks > 1) {
+    if (inner_any) acc = any ? numerics::AddRn(acc, inner) : inner;
+    if (blocks_seen < b.num_batch_blocks) acc = numerics::AddRn(acc, 0.0f);
+  }
+  if (tid < t.dim) s_grad[tid] = acc;
+  if (tid < 32) {
+    for (int64_t c = tid * kChunk; c < t.dim; c += 32 * kChunk) {
+      float w[kChunk];
+      LoadChunk(t, row, c, w);
+      for (int k = 0; k < kChunk; ++k) s_w[c + k] = w[k];
+    }
+  }
+  __syncthreads();
+  if (tid >= 32) return;
+  if (b.run_grads != nullptr) {
+    StoreRunGradient(t, b, run, s_grad, s_w, tid);
+    return;
+  }
+  const float state_before = t.optimizer.kind == OptimizerKind::kRowwiseAdagrad ? t.adagrad[row] : 0.0f;
+  ApplyRowUpdate(p, t, row, s_grad, s_w, state_before, nullptr, tid);
+}
+
+// The split step's update: a warp per run, G from b.run_grads, the whole row's square sum given.
+__global__ void __launch_bounds__(kRowWarps * 32) ApplyRowsKernel(const LaunchParams p, const BackwardBuffers b,
+                                                                  const float* square_sums) {
+  extern __shared__ float shared[];  // per warp: G [max_dim], then w [max_dim]
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t run = static_cast<int64_t>(blockIdx.x) * kRowWarps + warp;
+  if (run >= *b.num_runs) return;
+  const int64_t global_row = RowOfKey(b, b.run_start[run]);
+  if (global_row >= b.total_rows) return;  // the run of invalid occurrences
+  const TableParams& t = p.tables[TableOfRow(p.tables, p.num_tables, global_row)];
+  const int64_t row = global_row - t.row_offset;
+  float* s_grad = shared + warp * 2 * b.max_dim;
+  float* s_w = s_grad + b.max_dim;
+  for (int64_t c = lane * kChunk; c < t.dim; c += 32 * kChunk) {
+    float w[kChunk];
+    LoadChunk(t, row, c, w);
+    for (int k = 0; k < kChunk; ++k) {
+      s_grad[c + k] = b.run_grads[run * b.max_dim + c + k];
+      s_w[c + k] = w[k];
+    }
+  }
+  __syncwarp();
+  const float state_before = t.optimizer.kind == OptimizerKind::kRowwiseAdagrad ? t.adagrad[row] : 0.0f;
+  ApplyRowUpdate(p, t, row, s_grad, s_w, state_before, square_sums + run, lane);
+}
+
+}  // namespace gemtb::gpu::embedding::backward_kernels
+
+#endif  // GEMTB_GPU_EMBEDDING_BACKWARD_KERNELS_CUH_

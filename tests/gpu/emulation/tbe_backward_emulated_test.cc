@@ -1,0 +1,232 @@
+// The TBE backward's kernels (gpu/embedding/backward_kernels.cuh) run on the CPU by the fiber
+// emulation, the sort and the scan done on the host as CUB does them (stable, exclusive): the
+// updated tables and optimizer state equal the oracle's byte for byte on drawn cases of every
+// family, with one block of samples and with G_r summed in blocks of samples (a sharded holder's
+// sources; the oracle under the same SumPartition), in one pass and as the split update of column
+// shards sharing Adagrad state, on the warp-per-row path and the block-per-hot-row path. The shim's
+// explicitly rounded operations are the host's IEEE ones, so equality here is the kernels' order of
+// operations, lane work and shuffles; tests/gpu/embedding_device_test.cc checks the same on the GPU.
+#include "tests/gpu/emulation/cuda_shim.h"
+// The shim must come first.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "gpu/embedding/backward_kernels.cuh"
+#include "gpu/embedding/host_tables.h"
+#include "gpu/embedding/kjt_check.h"
+#include "gtest/gtest.h"
+#include "reference/embedding/kjt.h"
+#include "reference/embedding/tbe.h"
+#include "tools/check/embed_cases.h"
+#include "tools/check/embed_compare.h"
+
+namespace gemtb::gpu::embedding::backward_kernels {
+
+// The kernels' `extern __shared__` arrays (blocks run one after another).
+alignas(16) float shared[kRowWarps * 2 * kMaxDim];
+alignas(16) unsigned char hot_shared[size_t{1} << 17];
+
+namespace {
+
+template <typename Body>
+void RunGrid(int64_t blocks, int threads, const Body& body) {
+  emu::SetGridDim({static_cast<unsigned>(blocks), 1, 1});
+  for (int64_t bx = 0; bx < blocks; ++bx) emu::RunBlock({static_cast<unsigned>(bx), 0, 0}, threads, body);
+}
+
+int64_t Blocks(int64_t items, int64_t per_block) { return (items + per_block - 1) / per_block; }
+
+KjtView ViewOf(const reference::KeyedJaggedTensor& k) {
+  KjtView v;
+  v.keys = k.keys;
+  v.batch = k.stride;
+  v.lengths = k.lengths;
+  v.values = k.values;
+  v.weights = k.weights;
+  v.has_weights = k.has_weights;
+  v.offsets = k.offsets;
+  return v;
+}
+
+// The tables and state after one backward step run by the kernels.
+struct Tables {
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<std::vector<float>> adagrad, adam_m, adam_v;
+};
+
+Tables RunKernels(const check::EmbedCase& c, int64_t batch_block, bool split) {
+  const EmbeddingConfig& config = c.config;
+  const KjtLayout layout = CheckKjt(config, ViewOf(c.kjt)).value();
+  const int64_t batch = c.kjt.stride, num_keys = static_cast<int64_t>(c.kjt.keys.size());
+  const int64_t n = static_cast<int64_t>(c.kjt.values.size());
+  Tables out;
+  std::vector<TableParams> tables;
+  int64_t total_rows = 0, max_dim = 4;
+  for (size_t t = 0; t < config.tables.size(); ++t) {
+    const TableConfig& tc = config.tables[t];
+    out.bytes.push_back(ToStorage(c.state.tables[t].weights, tc.dtype));
+    out.adagrad.push_back(c.state.tables[t].adagrad);
+    out.adam_m.push_back(c.state.tables[t].adam_m);
+    out.adam_v.push_back(c.state.tables[t].adam_v);
+    TableParams p = TableParamsOf(tc, static_cast<int>(t), total_rows, nullptr).value();
+    p.adam_step = c.state.tables[t].adam_step;
+    if (tc.optimizer.kind == OptimizerKind::kAdam) p.adam_step = gemtb::embedding::NextAdamStep(p.adam_step, tc.optimizer);
+    total_rows += tc.rows;
+    max_dim = std::max(max_dim, tc.dim);
+    tables.push_back(p);
+  }
+  for (size_t t = 0; t < tables.size(); ++t) {
+    tables[t].weights = out.bytes[t].data();
+    tables[t].adagrad = out.adagrad[t].data();
+    tables[t].adam_m = out.adam_m[t].data();
+    tables[t].adam_v = out.adam_v[t].data();
+  }
+  std::vector<FeatureParams> features;
+  int64_t width = 0;
+  size_t seq = 0;
+  for (int64_t f = 0; f < num_keys; ++f) {
+    const FeatureConfig& fc = config.features[static_cast<size_t>(layout.feature[static_cast<size_t>(f)])];
+    FeatureParams fp;
+    fp.table = fc.table;
+    fp.pooling = fc.pooling;
+    fp.value_begin = layout.offsets[static_cast<size_t>(f * batch)];
+    if (fc.pooling == Pooling::kNone) {
+      fp.sequence_grad = c.grads.sequence[seq++].data();
+    } else {
+      fp.out_col = width;
+      width += config.tables[static_cast<size_t>(fc.table)].dim;
+    }
+    features.push_back(fp);
+  }
+  LaunchParams p;
+  p.tables = tables.data();
+  p.features = features.data();
+  p.num_tables = static_cast<int>(tables.size());
+  p.kjt = {layout.offsets.data(), c.kjt.values.data(), c.kjt.weights.empty() ? nullptr : c.kjt.weights.data(), batch,
+           num_keys};
+  p.pooled_grad = c.grads.pooled.data();
+  p.pooled_width = width;
+  p.seed = config.seed;
+  p.step = c.state.step;
+
+  std::vector<uint64_t> keys_in(static_cast<size_t>(n)), keys_out(static_cast<size_t>(n));
+  std::vector<int64_t> order_in(static_cast<size_t>(n)), order_out(static_cast<size_t>(n)), value_bag(static_cast<size_t>(n));
+  std::vector<int64_t> run_start(static_cast<size_t>(n) + 1);
+  std::vector<int32_t> bag_count(static_cast<size_t>(num_keys * batch)), run_head(static_cast<size_t>(n)),
+      run_index(static_cast<size_t>(n)), hot_runs(static_cast<size_t>(HotRunCapacity(n)));
+  int32_t num_runs = 0, num_hot_runs = 0;
+  std::vector<float> run_grads(split ? static_cast<size_t>(n * max_dim) : 0), run_square_sums(split ? static_cast<size_t>(n) : 0);
+  BackwardBuffers b;
+  b.keys_in = keys_in.data();
+  b.keys_out = keys_out.data();
+  b.order_in = order_in.data();
+  b.order_out = order_out.data();
+  b.value_bag = value_bag.data();
+  b.bag_count = bag_count.data();
+  b.run_head = run_head.data();
+  b.run_index = run_index.data();
+  b.run_start = run_start.data();
+  b.num_runs = &num_runs;
+  b.total_rows = total_rows;
+  b.key_samples = SortKeySamples(features.data(), num_keys, static_cast<int>(tables.size()), batch);
+  b.max_dim = max_dim;
+  b.hot_runs = hot_runs.data();
+  b.num_hot_runs = &num_hot_runs;
+  if (batch_block > 0) {
+    b.batch_block = batch_block;
+    b.num_batch_blocks = batch / batch_block;
+  }
+  if (split) {
+    b.run_grads = run_grads.data();
+    b.run_square_sums = run_square_sums.data();
+  }
+  if (num_keys * batch == 0 || n == 0) return out;
+  // The launches of LaunchBackward, with CUB's sort and scan on the host.
+  RunGrid(Blocks(num_keys * batch, kBagWarps), kBagWarps * 32, [&] { OccurrenceKernel(p, b); });
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int64_t x, int64_t y) { return keys_in[static_cast<size_t>(x)] < keys_in[static_cast<size_t>(y)]; });
+  for (int64_t i = 0; i < n; ++i) {
+    keys_out[static_cast<size_t>(i)] = keys_in[static_cast<size_t>(idx[static_cast<size_t>(i)])];
+    order_out[static_cast<size_t>(i)] = order_in[static_cast<size_t>(idx[static_cast<size_t>(i)])];
+  }
+  RunGrid(Blocks(n, kThreads), kThreads, [&] { RunHeadKernel(b, n); });
+  std::exclusive_scan(run_head.begin(), run_head.end(), run_index.begin(), 0);
+  RunGrid(Blocks(n, kThreads), kThreads, [&] { RunStartKernel(b, n); });
+  RunGrid(Blocks(n, kThreads), kThreads, [&] { HotRunListKernel(b); });
+  const LaunchParams pc = p;
+  const BackwardBuffers bc = b;
+  if (b.num_batch_blocks > 1) {
+    RunGrid(Blocks(Blocks(n, 32), kRowWarps), kRowWarps * 32, [&] { RowUpdateKernel<true>(pc, bc); });
+  } else {
+    RunGrid(Blocks(Blocks(n, 32), kRowWarps), kRowWarps * 32, [&] { RowUpdateKernel<false>(pc, bc); });
+  }
+  EXPECT_LE(HotSharedBytes(max_dim), sizeof(hot_shared));
+  RunGrid(HotRunCapacity(n), kHotThreads, [&] { HotRowKernel(pc, bc); });
+  if (split) {
+    // One shard: its partial square sums are the whole rows'.
+    RunGrid(Blocks(n, kRowWarps), kRowWarps * 32, [&] { ApplyRowsKernel(pc, bc, run_square_sums.data()); });
+  }
+  return out;
+}
+
+bool SameBytes(const void* a, const void* b, size_t n) { return n == 0 || std::memcmp(a, b, n) == 0; }
+
+// The kernels' tables against the oracle's under the partition of `batch_block`.
+void ExpectOraclesTables(const check::EmbedCase& c, int64_t batch_block, bool split, const std::string& what) {
+  reference::SumPartition partition;
+  if (batch_block > 0) partition.batch_blocks.assign(static_cast<size_t>(c.kjt.stride / batch_block), batch_block);
+  reference::EmbeddingState want = c.state;
+  ASSERT_TRUE(reference::EmbeddingBackwardStep(c.config, want, c.kjt, c.grads, partition, 1).ok()) << what;
+  const Tables got = RunKernels(c, batch_block, split);
+  for (size_t t = 0; t < c.config.tables.size(); ++t) {
+    const std::vector<uint8_t> bytes = ToStorage(want.tables[t].weights, c.config.tables[t].dtype);
+    EXPECT_TRUE(bytes == got.bytes[t]) << what << ": table " << t << " weights";
+    const auto& w = want.tables[t];
+    EXPECT_TRUE(w.adagrad.size() == got.adagrad[t].size() && SameBytes(w.adagrad.data(), got.adagrad[t].data(), 4 * w.adagrad.size()))
+        << what << ": table " << t << " Adagrad";
+    EXPECT_TRUE(w.adam_m.size() == got.adam_m[t].size() && SameBytes(w.adam_m.data(), got.adam_m[t].data(), 4 * w.adam_m.size()))
+        << what << ": table " << t << " Adam m";
+    EXPECT_TRUE(w.adam_v.size() == got.adam_v[t].size() && SameBytes(w.adam_v.data(), got.adam_v[t].data(), 4 * w.adam_v.size()))
+        << what << ": table " << t << " Adam v";
+  }
+}
+
+TEST(TbeBackwardEmulated, KernelsGiveTheOraclesTablesInEveryFamily) {
+  const std::vector<check::EmbedFamily> families = check::AllEmbedFamilies();
+  int blocked = 0;
+  for (size_t fi = 0; fi < families.size(); fi += 3) {  // a third of the families: the emulation is slow
+    const check::EmbedCase c = check::DrawEmbedCase(check::EmbedCaseSeed(41, fi, 0), families[fi]);
+    const std::string what = c.description;
+    ExpectOraclesTables(c, 0, false, what + ", one block");
+    ExpectOraclesTables(c, 0, true, what + ", one block, split update");
+    for (int64_t block : {int64_t{1}, int64_t{2}}) {
+      if (c.kjt.stride % block != 0 || c.kjt.stride / block < 2) continue;
+      ExpectOraclesTables(c, block, fi % 2 == 0, what + ", blocks of " + std::to_string(block));
+      ++blocked;
+    }
+  }
+  EXPECT_GT(blocked, 20);
+}
+
+TEST(TbeBackwardEmulated, HotRowsGiveTheOraclesTables) {
+  const std::vector<check::EmbedFamily> families = check::AllEmbedFamilies();
+  int hot = 0;
+  for (size_t fi = 0; fi < families.size() && hot < 6; fi += 7) {
+    for (int64_t i = 0; i < 100; ++i) {
+      const check::EmbedCase c = check::DrawEmbedCase(check::EmbedCaseSeed(24, fi, i), families[fi]);
+      if (check::LongestRowRun(c) < kHotRun) continue;
+      ++hot;
+      ExpectOraclesTables(c, 0, false, c.description + ", hot");
+      if (c.kjt.stride % 2 == 0) ExpectOraclesTables(c, c.kjt.stride / 2, hot % 2 == 0, c.description + ", hot, two blocks");
+      break;
+    }
+  }
+  EXPECT_GE(hot, 3);
+}
+
+}  // namespace
+}  // namespace gemtb::gpu::embedding::backward_kernels
