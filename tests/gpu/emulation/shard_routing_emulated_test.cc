@@ -1,17 +1,22 @@
-// The GPU sharded module's routing (gpu/embedding/shard_routing.h) on the CPU, without a GPU: every
-// position routes its local batch's ids, each held shard runs as a one-table module on the oracle's
-// unsharded TBE (G_r summed in the sources' blocks of samples), and embeddings and gradients travel by
-// the routing's copy and sum plans through a simulated all-to-all. Outputs and the tables after a step
-// equal the oracle's sharded executor's byte for byte for TW, RW, CW (per-shard state), TWRW and
-// GRID on 2 to 4 positions. Tables are fp32 here: the oracle's one-table module would key stochastic
-// rounding by the shard's own indices where the device uses the whole table's (ShardPlacement), and
-// column shards sharing Adagrad state need the device's split update; tests/gpu checks both.
+// The GPU sharded module's routing (gpu/embedding/shard_routing.h) and its kernels
+// (gpu/embedding/shard_kernels.cuh, run by the CPU fiber emulation), without a GPU: every position
+// routes its local batch's ids, each held shard runs as a one-table module on the oracle's unsharded
+// TBE (G_r summed in the sources' blocks of samples), and embeddings and gradients travel by the
+// routing's plans, executed by the module's copy, gather-sum and scatter kernels, through a
+// simulated all-to-all. Outputs and the tables after a step equal the oracle's sharded executor's
+// byte for byte for TW, RW, CW (per-shard state), TWRW and GRID on 2 to 4 positions. Tables are
+// fp32 here: the oracle's one-table module would key stochastic rounding by the shard's own indices
+// where the device uses the whole table's (ShardPlacement), and column shards sharing Adagrad state
+// need the device's split update; tests/gpu/embedding_sharded_test.cc checks both on a GPU.
+#include "tests/gpu/emulation/cuda_shim.h"
+// The shim must come first.
 #include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "gpu/embedding/kjt_check.h"
+#include "gpu/embedding/shard_kernels.cuh"
 #include "gpu/embedding/shard_routing.h"
 #include "gtest/gtest.h"
 #include "model/embedding/embedding_math.h"
@@ -63,13 +68,31 @@ KjtView ViewOf(const reference::KeyedJaggedTensor& k) {
   return v;
 }
 
-void Copy(const std::vector<std::vector<float>*>& arrays, const CopyRun& r, bool reverse) {
-  const std::vector<float>& src = *arrays[static_cast<size_t>(reverse ? r.dst_array : r.src_array)];
-  std::vector<float>& dst = *arrays[static_cast<size_t>(reverse ? r.src_array : r.dst_array)];
-  const int64_t from = reverse ? r.dst : r.src, to = reverse ? r.src : r.dst;
-  ASSERT_LE(from + r.count, static_cast<int64_t>(src.size()));
-  ASSERT_LE(to + r.count, static_cast<int64_t>(dst.size()));
-  std::copy(src.begin() + from, src.begin() + from + r.count, dst.begin() + to);
+// Every run of `runs` by the module's copy kernel, arrays by number.
+void CopyAll(const std::vector<std::vector<float>*>& arrays, const std::vector<CopyRun>& runs, bool reverse) {
+  for (const CopyRun& r : runs) {  // what the kernel may touch, checked first
+    const std::vector<float>& src = *arrays[static_cast<size_t>(reverse ? r.dst_array : r.src_array)];
+    const std::vector<float>& dst = *arrays[static_cast<size_t>(reverse ? r.src_array : r.dst_array)];
+    ASSERT_LE((reverse ? r.dst : r.src) + r.count, static_cast<int64_t>(src.size()));
+    ASSERT_LE((reverse ? r.src : r.dst) + r.count, static_cast<int64_t>(dst.size()));
+  }
+  std::vector<float*> table;
+  for (std::vector<float>* a : arrays) table.push_back(a->data());
+  const int64_t n = static_cast<int64_t>(runs.size());
+  const unsigned blocks = static_cast<unsigned>((n * 32 + 255) / 256);
+  emu::SetGridDim({blocks, 1, 1});
+  for (unsigned bx = 0; bx < blocks; ++bx) {
+    emu::RunBlock({bx, 0, 0}, 256, [&] { shard_kernels::CopyRunsKernel(table.data(), runs.data(), n, reverse); });
+  }
+}
+
+// A block per (segment, sample), as the launches run the pooled kernels.
+template <typename Body>
+void RunSegments(size_t segments, int64_t batch, const Body& body) {
+  emu::SetGridDim({static_cast<unsigned>(segments), static_cast<unsigned>(batch), 1});
+  for (unsigned by = 0; by < batch; ++by) {
+    for (unsigned bx = 0; bx < segments; ++bx) emu::RunBlock({bx, by, 0}, 128, body);
+  }
 }
 
 // One held shard's rectangle of the whole tables' state.
@@ -169,7 +192,7 @@ void ExpectRoutedStepMatchesOracle(const EmbeddingConfig& config, const Sharding
     for (std::vector<float>& a : none_arrays) arrays.push_back(std::move(a));
     std::vector<std::vector<float>*> ptrs;
     for (auto& a : arrays) ptrs.push_back(&a);
-    for (const CopyRun& r : hs.runs) Copy(ptrs, r, false);
+    CopyAll(ptrs, hs.runs, false);
     holder_send[static_cast<size_t>(q)] = std::move(arrays[0]);
   }
   // The all-to-all: requester p's buffer is every holder's message to p, in holder order.
@@ -187,26 +210,13 @@ void ExpectRoutedStepMatchesOracle(const EmbeddingConfig& config, const Sharding
       const std::vector<float> part = message(hold[static_cast<size_t>(q)].exchange_counts, holder_send[static_cast<size_t>(q)], p);
       recv.insert(recv.end(), part.begin(), part.end());
     }
-    // Assembly: pooled segments (row blocks in order, MEAN divided), NONE rows.
+    // Assembly by the module's kernels: pooled segments (row blocks in order, MEAN divided), NONE rows.
     const int64_t w = routing[static_cast<size_t>(p)].pooled_width();
     std::vector<float> pooled(static_cast<size_t>(b * w), -7.0f);
-    for (const PooledSegment& seg : rs.segments) {
-      for (int64_t i = 0; i < b; ++i) {
-        for (int64_t j = 0; j < seg.width; ++j) {
-          float acc = 0.0f;
-          for (int k = 0; k < seg.num_pieces; ++k) {
-            const PooledPiece& pc = rs.pieces[static_cast<size_t>(seg.first_piece + k)];
-            const float x = recv[static_cast<size_t>(pc.offset + i * pc.stride + j)];
-            acc = k == 0 ? x : gemtb::embedding::AddRn(acc, x);
-          }
-          if (seg.mean_key >= 0) {
-            const int32_t n = rs.bag_counts[static_cast<size_t>(seg.mean_key * b + i)];
-            acc = n == 0 ? 0.0f : gemtb::embedding::DivRn(acc, static_cast<float>(n));
-          }
-          pooled[static_cast<size_t>(i * w + seg.out_col + j)] = acc;
-        }
-      }
-    }
+    RunSegments(rs.segments.size(), b, [&] {
+      shard_kernels::PooledGatherKernel(rs.segments.data(), rs.pieces.data(), recv.data(), rs.bag_counts.data(), b, w,
+                                        pooled.data());
+    });
     ASSERT_TRUE(SameBits(pooled.data(), want->output.pooled.data() + p * b * w, b * w)) << "pooled output of position " << p;
     std::vector<std::vector<float>> arrays(1 + local[static_cast<size_t>(p)].grads.sequence.size());
     arrays[0] = recv;
@@ -215,7 +225,7 @@ void ExpectRoutedStepMatchesOracle(const EmbeddingConfig& config, const Sharding
     }
     std::vector<std::vector<float>*> ptrs;
     for (auto& a : arrays) ptrs.push_back(&a);
-    for (const CopyRun& r : rs.sequence_runs) Copy(ptrs, r, false);
+    CopyAll(ptrs, rs.sequence_runs, false);
     for (size_t k = 1; k < arrays.size(); ++k) {
       const int key = routing[0].sequence_keys()[k - 1];
       const int64_t dim = config.tables[static_cast<size_t>(config.features[static_cast<size_t>(key)].table)].dim;
@@ -238,24 +248,13 @@ void ExpectRoutedStepMatchesOracle(const EmbeddingConfig& config, const Sharding
     std::vector<std::vector<float>> arrays(1 + lb.grads.sequence.size());
     arrays[0].assign(static_cast<size_t>(total), -3.0f);
     for (size_t k = 0; k < lb.grads.sequence.size(); ++k) arrays[k + 1] = lb.grads.sequence[k];
-    for (const PooledSegment& seg : rs.segments) {
-      for (int64_t i = 0; i < b; ++i) {
-        for (int64_t j = 0; j < seg.width; ++j) {
-          float g = lb.grads.pooled[static_cast<size_t>(i * w + seg.out_col + j)];
-          if (seg.mean_key >= 0) {
-            const int32_t n = rs.bag_counts[static_cast<size_t>(seg.mean_key * b + i)];
-            if (n > 0) g = gemtb::embedding::DivRn(g, static_cast<float>(n));
-          }
-          for (int k = 0; k < seg.num_pieces; ++k) {
-            const PooledPiece& pc = rs.pieces[static_cast<size_t>(seg.first_piece + k)];
-            arrays[0][static_cast<size_t>(pc.offset + i * pc.stride + j)] = g;
-          }
-        }
-      }
-    }
+    RunSegments(rs.segments.size(), b, [&] {
+      shard_kernels::PooledScatterKernel(rs.segments.data(), rs.pieces.data(), lb.grads.pooled.data(),
+                                         rs.bag_counts.data(), b, w, arrays[0].data());
+    });
     std::vector<std::vector<float>*> ptrs;
     for (auto& a : arrays) ptrs.push_back(&a);
-    for (const CopyRun& r : rs.sequence_runs) Copy(ptrs, r, true);
+    CopyAll(ptrs, rs.sequence_runs, true);
     req_send[static_cast<size_t>(p)] = std::move(arrays[0]);
   }
   std::vector<reference::EmbeddingState> after = {initial};
@@ -277,7 +276,7 @@ void ExpectRoutedStepMatchesOracle(const EmbeddingConfig& config, const Sharding
     }
     std::vector<std::vector<float>*> ptrs;
     for (auto& a : arrays) ptrs.push_back(&a);
-    for (const CopyRun& r : hs.runs) Copy(ptrs, r, true);
+    CopyAll(ptrs, hs.runs, true);
     size_t next_none = 1 + held.size();
     for (size_t i = 0; i < held.size(); ++i) {
       reference::EmbeddingGrads g;
