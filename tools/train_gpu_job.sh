@@ -13,7 +13,9 @@
 #      its per-step losses against the one-GPU run's (tools/lib/compare_train_logs.py: every logged
 #      loss within 1e-4 relative, as a reduction's rounding moves them); on 2 GPUs or more the same
 #      with the tables sharded by tools/bench/plans/tiny_mixed_1d.json and, on 4,
-#      tiny_fully_sharded_2d.json (M = 2 positions, 2 replicas), against the same one-GPU run;
+#      tiny_fully_sharded_2d.json (M = 2 positions, 2 replicas), against the same one-GPU run and
+#      against `gemtb ref train` with the same plan on N virtual ranks (the oracle's sharded
+#      execution, on this host's CPU; every loss within 1e-5 relative);
 #   3. for each N: the small config at a fixed local batch (--small-batch per GPU, --small-steps
 #      steps), samples/s and step times from the reports, and the scaling ratio against N = 1; on 2
 #      GPUs or more also with row-wise sharded tables (--plan RW), the job `gemtb whatif` describes;
@@ -89,6 +91,12 @@ for n in $gpus_list; do
         --trace "$out/trace_tiny_${plan}_$n.json" \
         && python3 tools/lib/compare_train_logs.py "$out/job_tiny_1.log" "$out/job_tiny_${plan}_$n.log" --rel 1e-4 \
         | tee -a "$out/summary.txt" || rc=1
+      # The oracle's sharded execution of the same plan on N virtual ranks (the CPU of this host):
+      # every step's loss within the spec's fp32 bound (1e-5 relative) of the GPU job's.
+      timeout 300 "$gemtb" ref train --config tiny --batch "$tiny_batch" --steps "$tiny_steps" --plan "tools/bench/plans/$plan.json" \
+        --plan-ranks "$n" --log-every 1 --eval-samples 1024 >"$out/ref_tiny_${plan}_$n.log" 2>&1 \
+        && python3 tools/lib/compare_train_logs.py "$out/ref_tiny_${plan}_$n.log" "$out/job_tiny_${plan}_$n.log" --rel 1e-5 \
+        | sed 's/^/oracle vs GPU job: /' | tee -a "$out/summary.txt" || rc=1
     done
   fi
 done
