@@ -118,7 +118,7 @@ reference::TableState SliceState(const reference::TableState& whole, const Table
   return out;
 }
 
-bool SameBits(const float* a, const float* b, int64_t n) { return std::memcmp(a, b, static_cast<size_t>(n) * 4) == 0; }
+bool SameBits(const float* a, const float* b, int64_t n) { return n == 0 || std::memcmp(a, b, static_cast<size_t>(n) * 4) == 0; }
 
 // The routing's whole step on the CPU, compared with the oracle's sharded executor.
 void ExpectRoutedStepMatchesOracle(const EmbeddingConfig& config, const ShardingPlanSpec& plan, int m, int gph,
