@@ -211,23 +211,18 @@ struct GpuTrainer::Impl {
     return batch;
   }
 
-  absl::Status TbeInput(const data::Batch& batch) {
+  // The batch's ids as the TBE takes them (unweighted).
+  static embedding::KjtView KjtOf(const data::Batch& batch) {
     embedding::KjtView kjt;
     kjt.keys = batch.keys;
     kjt.batch = batch.size;
     kjt.lengths = batch.lengths;
     kjt.values = batch.values;
-    return tbe->SetInput(kjt);
+    return kjt;
   }
+  absl::Status TbeInput(const data::Batch& batch) { return tbe->SetInput(KjtOf(batch)); }
   absl::Status TbeForward(const data::Batch& batch) {
-    if (sharded != nullptr) {
-      embedding::KjtView kjt;
-      kjt.keys = batch.keys;
-      kjt.batch = batch.size;
-      kjt.lengths = batch.lengths;
-      kjt.values = batch.values;
-      return sharded->Forward(kjt);
-    }
+    if (sharded != nullptr) return sharded->Forward(KjtOf(batch));
     GEMTB_RETURN_IF_ERROR(TbeInput(batch));
     return tbe->Forward();
   }

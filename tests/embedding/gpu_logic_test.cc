@@ -18,6 +18,7 @@
 #include "reference/embedding/kjt.h"
 #include "reference/embedding/tbe.h"
 #include "tools/check/embed_cases.h"
+#include "tools/check/kjt_view.h"
 #include "tools/check/embed_compare.h"
 
 namespace gemtb::gpu::embedding {
@@ -26,23 +27,12 @@ namespace {
 using check::EmbedCase;
 using check::EmbedRun;
 
-KjtView ViewOf(const reference::KeyedJaggedTensor& k) {
-  KjtView v;
-  v.keys = k.keys;
-  v.batch = k.stride;
-  v.lengths = k.lengths;
-  v.values = k.values;
-  v.weights = k.weights;
-  v.has_weights = k.has_weights;
-  v.offsets = k.offsets;
-  return v;
-}
 
 // The kernels' algorithm, sequentially, through the same functions the kernels call; G_r's sum in
 // blocks of `batch_block` samples when it is > 0 (BackwardBuffers::batch_block).
 EmbedRun RunKernelOrderOnCpu(const EmbedCase& c, int64_t batch_block = 0) {
   EmbedRun run;
-  absl::StatusOr<KjtLayout> layout = CheckKjt(c.config, ViewOf(c.kjt));
+  absl::StatusOr<KjtLayout> layout = CheckKjt(c.config, check::KjtViewOf(c.kjt));
   if (!layout.ok()) {
     run.error = std::string(layout.status().message());
     return run;
@@ -215,7 +205,7 @@ TEST(EmbeddingGpuLogic, KjtCheckGivesTheOraclesErrorForEveryDefect) {
     const EmbedCase c = check::DrawMalformedEmbedCase(check::EmbedCaseSeed(11, 0, i));
     reference::KjtLayout want_layout;
     const absl::Status want = reference::ValidateKjt(c.kjt, c.config, &want_layout);
-    const absl::StatusOr<KjtLayout> got = CheckKjt(c.config, ViewOf(c.kjt));
+    const absl::StatusOr<KjtLayout> got = CheckKjt(c.config, check::KjtViewOf(c.kjt));
     ASSERT_EQ(got.ok(), want.ok()) << c.description << ": oracle " << want;
     if (!want.ok()) {
       ++errors;
@@ -261,7 +251,7 @@ TEST(EmbeddingGpuLogic, ValidKjtPassesWithTheOraclesLayout) {
     const EmbedCase c = check::DrawEmbedCase(check::EmbedCaseSeed(12, 0, i), family);
     reference::KjtLayout want;
     ASSERT_TRUE(reference::ValidateKjt(c.kjt, c.config, &want).ok()) << c.description;
-    const absl::StatusOr<KjtLayout> got = CheckKjt(c.config, ViewOf(c.kjt));
+    const absl::StatusOr<KjtLayout> got = CheckKjt(c.config, check::KjtViewOf(c.kjt));
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(got->offsets, want.offsets);
   }

@@ -1,6 +1,7 @@
 #include "tools/check/embed_gpu.h"
 
 #include "gpu/embedding/api.h"
+#include "tools/check/kjt_view.h"
 #include "model/common/status_macros.h"
 
 namespace gemtb::check {
@@ -9,17 +10,6 @@ namespace {
 
 namespace ge = gpu::embedding;
 
-ge::KjtView KjtViewOf(const reference::KeyedJaggedTensor& k) {
-  ge::KjtView v;
-  v.keys = k.keys;
-  v.batch = k.stride;
-  v.lengths = k.lengths;
-  v.values = k.values;
-  v.weights = k.weights;
-  v.has_weights = k.has_weights;
-  v.offsets = k.offsets;
-  return v;
-}
 
 }  // namespace
 

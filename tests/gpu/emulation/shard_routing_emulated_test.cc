@@ -25,6 +25,7 @@
 #include "reference/embedding/tbe.h"
 #include "reference/sharding/sharded_executor.h"
 #include "tests/embedding/sharding_cases.h"
+#include "tools/check/kjt_view.h"
 
 namespace gemtb::gpu::embedding {
 namespace {
@@ -57,16 +58,6 @@ ShardingPlanSpec UniformPlan(const EmbeddingConfig& config, const std::string& t
   return spec.ok() ? *spec : ShardingPlanSpec{};
 }
 
-KjtView ViewOf(const reference::KeyedJaggedTensor& k) {
-  KjtView v;
-  v.keys = k.keys;
-  v.batch = k.stride;
-  v.lengths = k.lengths;
-  v.values = k.values;
-  v.weights = k.weights;
-  v.has_weights = k.has_weights || !k.weights.empty();
-  return v;
-}
 
 // Every run of `runs` by the module's copy kernel, arrays by number.
 void CopyAll(const std::vector<std::vector<float>*>& arrays, const std::vector<CopyRun>& runs, bool reverse) {
@@ -143,9 +134,9 @@ void ExpectRoutedStepMatchesOracle(const EmbeddingConfig& config, const Sharding
     std::vector<int64_t> samples;
     for (int64_t i = 0; i < b; ++i) samples.push_back(p * b + i);
     local.push_back(SubBatch(config, global, samples));
-    absl::StatusOr<KjtLayout> kl = CheckKjt(config, ViewOf(local.back().kjt));
+    absl::StatusOr<KjtLayout> kl = CheckKjt(config, check::KjtViewOf(local.back().kjt));
     ASSERT_TRUE(kl.ok()) << kl.status();
-    absl::StatusOr<RequesterStep> step = routing.back().RouteIds(ViewOf(local.back().kjt), *kl);
+    absl::StatusOr<RequesterStep> step = routing.back().RouteIds(check::KjtViewOf(local.back().kjt), *kl);
     ASSERT_TRUE(step.ok()) << step.status();
     req.push_back(*std::move(step));
   }

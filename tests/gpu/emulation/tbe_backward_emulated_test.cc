@@ -21,6 +21,7 @@
 #include "reference/embedding/kjt.h"
 #include "reference/embedding/tbe.h"
 #include "tools/check/embed_cases.h"
+#include "tools/check/kjt_view.h"
 #include "tools/check/embed_compare.h"
 
 namespace gemtb::gpu::embedding::backward_kernels {
@@ -39,17 +40,6 @@ void RunGrid(int64_t blocks, int threads, const Body& body) {
 
 int64_t Blocks(int64_t items, int64_t per_block) { return (items + per_block - 1) / per_block; }
 
-KjtView ViewOf(const reference::KeyedJaggedTensor& k) {
-  KjtView v;
-  v.keys = k.keys;
-  v.batch = k.stride;
-  v.lengths = k.lengths;
-  v.values = k.values;
-  v.weights = k.weights;
-  v.has_weights = k.has_weights;
-  v.offsets = k.offsets;
-  return v;
-}
 
 // The tables and state after one backward step run by the kernels.
 struct Tables {
@@ -59,7 +49,7 @@ struct Tables {
 
 Tables RunKernels(const check::EmbedCase& c, int64_t batch_block, bool split) {
   const EmbeddingConfig& config = c.config;
-  const KjtLayout layout = CheckKjt(config, ViewOf(c.kjt)).value();
+  const KjtLayout layout = CheckKjt(config, check::KjtViewOf(c.kjt)).value();
   const int64_t batch = c.kjt.stride, num_keys = static_cast<int64_t>(c.kjt.keys.size());
   const int64_t n = static_cast<int64_t>(c.kjt.values.size());
   Tables out;
