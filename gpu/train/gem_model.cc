@@ -222,7 +222,7 @@ struct GemModelGpu::Impl {
   // whole vectors, 16-byte aligned bases: what the tensor-core kernels load; the head's last layer,
   // 2 or 3 wide, is not). Otherwise, and in the check precision, a bias pass writes y = residual + b
   // and cuBLAS's product adds x W to it: the check precision stays on the pedantic SGEMM that its
-  // bounds against the oracle were set on.
+  // bounds against the oracle were set on. A setup cuBLASLt has no algorithm for takes that path too.
   absl::Status LinearFwd(const LinearP& p, int64_t n, const float* x, int64_t ldx, float* y, int64_t ldy,
                          const float* residual) {
     if (n == 0) return absl::OkStatus();
@@ -231,7 +231,8 @@ struct GemModelGpu::Impl {
     const bool vectors = p.in % 4 == 0 && p.out % 4 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && vec(x) && vec(y) &&
                          vec(bias) && vec(W(p.w)) && (residual == nullptr || vec(residual));
     if (options.matmul == MatmulPrecision::kTf32 && vectors) {
-      return mm->Linear(LinearF32{n, p.in, p.out, ldx, ldy}, x, W(p.w), bias, residual, y, st);
+      const absl::Status fused = mm->Linear(LinearF32{n, p.in, p.out, ldx, ldy}, x, W(p.w), bias, residual, y, st);
+      if (!absl::IsUnimplemented(fused)) return fused;
     }
     GEMTB_RETURN_IF_ERROR(BiasRows(residual, bias, n, p.out, y, ldy, st));
     GemmF32 s;

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <set>
 
 #include <utility>
 
@@ -23,6 +24,7 @@ struct Fp32Matmul::Handles {
   // four alignments): asked once per description, as a step repeats each shape several times (q, k
   // and v of one block share theirs).
   std::map<std::array<int64_t, 11>, cublasLtMatmulAlgo_t> linear_algos;
+  std::set<std::array<int64_t, 11>> linear_unsupported;  // setups the heuristic had no algorithm for
 
   ~Handles() {
     if (handle) cublasDestroy(handle);
@@ -208,6 +210,10 @@ absl::Status Fp32Matmul::Linear(const LinearF32& s, const float* x, const float*
   const uint32_t aligns[4] = {AlignmentBytes(w), AlignmentBytes(x), AlignmentBytes(c), AlignmentBytes(y)};
   const std::array<int64_t, 11> key = {s.n,        s.in,      s.out,     s.ldx,     s.ldy,    bias != nullptr,
                                        residual != nullptr, aligns[0], aligns[1], aligns[2], aligns[3]};
+  if (h_->linear_unsupported.count(key) != 0) {
+    return absl::UnimplementedError(absl::StrCat("cuBLASLt has no algorithm for the linear product n=", s.n,
+                                                 " in=", s.in, " out=", s.out));
+  }
   auto cached = h_->linear_algos.find(key);
   if (cached == h_->linear_algos.end()) {
     const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
@@ -222,8 +228,10 @@ absl::Status Fp32Matmul::Linear(const LinearF32& s, const float* x, const float*
     GEMTB_CUBLAS(cublasLtMatmulAlgoGetHeuristic(h_->lt, d.op, d.a, d.b, d.d, d.d, d.preference, 1, &result, &found),
                  "cublasLtMatmulAlgoGetHeuristic");
     if (found == 0) {
-      return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for the linear product n=", s.n,
-                                              " in=", s.in, " out=", s.out));
+      if (h_->linear_unsupported.size() >= 4096) h_->linear_unsupported.clear();
+      h_->linear_unsupported.insert(key);
+      return absl::UnimplementedError(absl::StrCat("cuBLASLt has no algorithm for the linear product n=", s.n,
+                                                   " in=", s.in, " out=", s.out));
     }
     // Row counts change from batch to batch (jagged sequences): keep the map from growing without end.
     if (h_->linear_algos.size() >= 4096) h_->linear_algos.clear();

@@ -79,7 +79,8 @@ class Fp32Matmul {
   // bias must be 16-byte aligned (cuBLASLt's epilogue reads it in vectors): InvalidArgument naming
   // it otherwise, so callers with an unaligned bias use Run. The same bytes on every run: the
   // heuristic's choice for the shape, the pointers' alignments and this object's workspace, with
-  // split-K only where its partial sums are reduced in fp32 by a separate pass.
+  // split-K only where its partial sums are reduced in fp32 by a separate pass. Unimplemented when
+  // cuBLASLt offers no algorithm for the setup (then the caller's bias pass and Run do the work).
   absl::Status Linear(const LinearF32& s, const float* x, const float* w, const float* bias, const float* residual,
                       float* y, cudaStream_t stream);
 
