@@ -24,10 +24,10 @@ class ShardExchange {
   // Among the job's ranks `ranks` (distinct, this one among them, the same list on each, in the
   // same order of calls): send_counts[i] bytes at send + send_offsets[i] to ranks[i], recv_counts[i]
   // bytes from ranks[i] into recv + recv_offsets[i] (both sides agree on every count).
-  virtual absl::Status AllToAllV(const std::vector<int>& ranks, const void* send, const std::vector<int64_t>& send_counts,
-                                 const std::vector<int64_t>& send_offsets, void* recv,
-                                 const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_offsets,
-                                 CUstream_st* stream) = 0;
+  virtual absl::Status AllToAllV(const std::vector<int>& ranks, const void* send,
+                                 const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_offsets,
+                                 void* recv, const std::vector<int64_t>& recv_counts,
+                                 const std::vector<int64_t>& recv_offsets, CUstream_st* stream) = 0;
   // Among `ranks` (as above): every member's `bytes` at `in` into out + i * bytes for ranks[i].
   virtual absl::Status AllGatherAmong(const std::vector<int>& ranks, const void* in, int64_t bytes, void* out,
                                       CUstream_st* stream) = 0;

@@ -47,7 +47,7 @@ absl::Status LaunchCopyRows(const void* src, const int64_t* src_rows, int64_t sr
   if (n == 0 || row_bytes == 0) return absl::OkStatus();
   if (row_bytes % 4 != 0) return absl::InvalidArgumentError("row_bytes: not a multiple of 4");
   CopyRowsKernel<<<static_cast<unsigned>(n), 128>>>(static_cast<const uint32_t*>(src), src_rows, src_base,
-                                                     static_cast<uint32_t*>(dst), dst_rows, dst_base, row_bytes / 4);
+                                                    static_cast<uint32_t*>(dst), dst_rows, dst_base, row_bytes / 4);
   return CudaOk(cudaGetLastError(), "launch of the row copy kernel");
 }
 

@@ -90,10 +90,11 @@ absl::StatusOr<ShardRouting> ShardRouting::Create(const EmbeddingConfig& config,
           const Shard& a = r.layout_.shards[static_cast<size_t>(tl.shards[i])];
           const Shard& c = r.layout_.shards[static_cast<size_t>(tl.shards[j])];
           if (a.row_block == c.row_block && a.position == c.position) {
-            return absl::UnimplementedError(absl::StrCat(
-                "plan.tables[", t, "] (table '", config.tables[t].name, "'): position ", a.position,
-                " holds two column shards of one row block with shared rowwise-Adagrad state (use fewer shards or cw_state "
-                "per_shard)"));
+            return absl::UnimplementedError(absl::StrCat("plan.tables[", t, "] (table '", config.tables[t].name,
+                                                         "'): position ", a.position,
+                                                         " holds two column shards of one row block with shared "
+                                                         "rowwise-Adagrad state (use fewer shards or cw_state "
+                                                         "per_shard)"));
           }
         }
       }
@@ -123,8 +124,8 @@ absl::StatusOr<ShardRouting> ShardRouting::Create(const EmbeddingConfig& config,
       if (fc.pooling == Pooling::kMean) fc.pooling = Pooling::kSum;
       h.config.features.push_back(fc);
     }
-    const bool shared = plan.cw_state == CwState::kShared && tl.col_shards > 1 &&
-                        tc.optimizer.kind == OptimizerKind::kRowwiseAdagrad;
+    const bool shared =
+        plan.cw_state == CwState::kShared && tl.col_shards > 1 && tc.optimizer.kind == OptimizerKind::kRowwiseAdagrad;
     h.placement = {sh.table, tc.rows, tc.dim, sh.row_begin, sh.col_begin, shared ? tc.dim : sh.cols()};
     if (sh.rows() == 0) {
       // An empty row block (rows < M blocks): one placeholder row that no id reads.
@@ -147,7 +148,8 @@ absl::StatusOr<RequesterStep> ShardRouting::RouteIds(const KjtView& kjt, const K
   const int m = layout_.size;
   if (kjt.batch != b) return Bad(absl::StrCat("kjt.batch=", kjt.batch, ": the module's local batch is ", b));
   if (kl.feature.size() != config_.features.size()) {
-    return Bad(absl::StrCat("kjt: ", kl.feature.size(), " keys, the module has ", config_.features.size(), " features"));
+    return Bad(
+        absl::StrCat("kjt: ", kl.feature.size(), " keys, the module has ", config_.features.size(), " features"));
   }
   for (size_t f = 0; f < kl.feature.size(); ++f) {
     if (kl.feature[f] != static_cast<int>(f)) {
@@ -156,7 +158,8 @@ absl::StatusOr<RequesterStep> ShardRouting::RouteIds(const KjtView& kjt, const K
     }
   }
   if (weighted_ && kjt.weights.size() != kjt.values.size()) {
-    return Bad(absl::StrCat("kjt.weights: ", kjt.weights.size(), " for ", kjt.values.size(), " ids (weighted features need one each)"));
+    return Bad(absl::StrCat("kjt.weights: ", kjt.weights.size(), " for ", kjt.values.size(),
+                            " ids (weighted features need one each)"));
   }
   RequesterStep out;
   out.id_bytes.assign(static_cast<size_t>(m), {});
@@ -246,8 +249,9 @@ absl::StatusOr<RequesterStep> ShardRouting::RouteIds(const KjtView& kjt, const K
       const int f = rt.keys[fi];
       for (int64_t v : sent_of_key(sh.table, sh.position, f)) {
         int64_t& at = sequence_at[static_cast<size_t>(sh.position)];
-        out.sequence_runs.push_back(
-            {0, 1 + seq, at, (v - kl.offsets[f * b]) * sequence_dim_[static_cast<size_t>(seq)] + sh.col_begin, sh.cols()});
+        out.sequence_runs.push_back({0, 1 + seq, at,
+                                     (v - kl.offsets[f * b]) * sequence_dim_[static_cast<size_t>(seq)] + sh.col_begin,
+                                     sh.cols()});
         at += sh.cols();
       }
     }
@@ -296,8 +300,8 @@ absl::StatusOr<HolderStep> ShardRouting::ReceiveIds(absl::Span<const std::vector
     size_t at = 0;
     auto take = [&](void* dst, size_t bytes, size_t t, const char* what) -> absl::Status {
       if (at + bytes > msg.size()) {
-        return absl::DataLossError(absl::StrCat("ids from position ", p, ", table '", config_.tables[t].name, "': ",
-                                                what, " end past the message's ", msg.size(), " bytes"));
+        return absl::DataLossError(absl::StrCat("ids from position ", p, ", table '", config_.tables[t].name,
+                                                "': ", what, " end past the message's ", msg.size(), " bytes"));
       }
       if (bytes > 0) std::memcpy(dst, msg.data() + at, bytes);
       at += bytes;
@@ -309,17 +313,21 @@ absl::StatusOr<HolderStep> ShardRouting::ReceiveIds(absl::Span<const std::vector
       if (rt.keys.empty() || std::find(h.begin(), h.end(), position_) == h.end()) continue;
       TableIds& ti = ids[static_cast<size_t>(p)][t];
       ti.lengths.resize(rt.keys.size() * static_cast<size_t>(b));
-      if (absl::Status s = take(ti.lengths.data(), ti.lengths.size() * sizeof(int32_t), t, "lengths"); !s.ok()) return s;
+      if (absl::Status s = take(ti.lengths.data(), ti.lengths.size() * sizeof(int32_t), t, "lengths"); !s.ok())
+        return s;
       int64_t nu = 0;
       for (int32_t len : ti.lengths) {
-        if (len < 0) return absl::DataLossError(absl::StrCat("ids from position ", p, ", table '", config_.tables[t].name, "': negative length ", len));
+        if (len < 0)
+          return absl::DataLossError(
+              absl::StrCat("ids from position ", p, ", table '", config_.tables[t].name, "': negative length ", len));
         nu += len;
       }
       ti.values.resize(static_cast<size_t>(nu));
       if (absl::Status s = take(ti.values.data(), ti.values.size() * sizeof(int64_t), t, "ids"); !s.ok()) return s;
       if (weighted_) {
         ti.weights.resize(static_cast<size_t>(nu));
-        if (absl::Status s = take(ti.weights.data(), ti.weights.size() * sizeof(float), t, "weights"); !s.ok()) return s;
+        if (absl::Status s = take(ti.weights.data(), ti.weights.size() * sizeof(float), t, "weights"); !s.ok())
+          return s;
       }
     }
     if (at != msg.size()) {

@@ -38,10 +38,10 @@ namespace gemtb::gpu::embedding {
 
 // One table's features in the module's KJT (whose keys are the config's features, in order).
 struct RoutedTable {
-  std::vector<int> keys;            // feature indices, in key order
-  std::vector<int> pooled_index;    // per feature: ordinal among the table's pooled features, or -1
-  std::vector<int64_t> output_col;  // pooled features: first column in the requester's [b, W] output
-  std::vector<int> output_sequence; // NONE features: index among the module's NONE keys, else -1
+  std::vector<int> keys;             // feature indices, in key order
+  std::vector<int> pooled_index;     // per feature: ordinal among the table's pooled features, or -1
+  std::vector<int64_t> output_col;   // pooled features: first column in the requester's [b, W] output
+  std::vector<int> output_sequence;  // NONE features: index among the module's NONE keys, else -1
   int num_pooled = 0;
 };
 

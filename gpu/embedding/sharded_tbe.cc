@@ -67,11 +67,11 @@ struct ShardedDeviceTbe::State {
   ShardRouting routing;
   ShardExchange* exchange = nullptr;
   int64_t local_batch = 0;
-  int replicas = 1;                 // N
-  int rho = 0;                      // this rank's replica
-  std::vector<int> mp_ranks;        // the MP group's ranks by position: m*N + rho
-  std::vector<int> replica_ranks;   // this position's replicas: m*N + r
-  int64_t steps_run = 0;            // updates since Create (V2's sync period counts them)
+  int replicas = 1;                // N
+  int rho = 0;                     // this rank's replica
+  std::vector<int> mp_ranks;       // the MP group's ranks by position: m*N + rho
+  std::vector<int> replica_ranks;  // this position's replicas: m*N + r
+  int64_t steps_run = 0;           // updates since Create (V2's sync period counts them)
   // V3: per held shard, this rank's sub-block of the weights in storage bytes.
   std::deque<DeviceArray<uint8_t>> stored;
   // V3 gather=touched: per held shard, this step's rows that any replica reads or updates (the
@@ -88,14 +88,19 @@ struct ShardedDeviceTbe::State {
   DeviceArray<PooledSegment> d_segments;
   DeviceArray<PooledPiece> d_pieces;
   DeviceArray<int32_t> d_bag_counts;
-  DeviceArray<float> pooled;                  // [b, W]
-  std::deque<DeviceArray<float>> sequence;    // per NONE key [len, D]
+  DeviceArray<float> pooled;                // [b, W]
+  std::deque<DeviceArray<float>> sequence;  // per NONE key [len, D]
   // The backward's holder-side gradients (alive until the next step).
   std::deque<DeviceArray<float>> shard_grads;
   // The copy kernels' tables of array pointers (alive until the step's last launch has run).
   std::deque<DeviceArray<float*>> pointer_tables;
 
   explicit State(ShardRouting r) : routing(std::move(r)) {}
+
+  ShardedDeviceTbe::CollectiveHook hook;
+  absl::Status Collective(const char* name, const char* group, const std::function<absl::Status()>& call) {
+    return hook ? hook(name, group, call) : call();
+  }
 
   const Shard& ShardOf(size_t i) const { return routing.layout().shards[static_cast<size_t>(routing.held()[i].shard)]; }
   int64_t SubRows(size_t i) const { return (ShardOf(i).rows() + replicas - 1) / replicas; }
@@ -114,7 +119,9 @@ struct ShardedDeviceTbe::State {
     const std::vector<int64_t>& u = touched_rows[i];
     return {std::lower_bound(u.begin(), u.end(), r0) - u.begin(), std::lower_bound(u.begin(), u.end(), r1) - u.begin()};
   }
-  int64_t MovedRows(size_t i) const { return touched_mode ? static_cast<int64_t>(touched_rows[i].size()) : ShardOf(i).rows(); }
+  int64_t MovedRows(size_t i) const {
+    return touched_mode ? static_cast<int64_t>(touched_rows[i].size()) : ShardOf(i).rows();
+  }
 
   // V3 gather=touched: the replicas' union of the rows this step's ids reach in each held shard.
   absl::Status UnionTouched() {
@@ -130,9 +137,12 @@ struct ShardedDeviceTbe::State {
     }
     DeviceArray<int64_t> d_counts, d_all_counts;
     GEMTB_RETURN_IF_ERROR(d_counts.Upload(counts, "touched row counts"));
-    GEMTB_RETURN_IF_ERROR(d_all_counts.Allocate(std::max<size_t>(h * static_cast<size_t>(replicas), 1), "every replica's counts"));
-    GEMTB_RETURN_IF_ERROR(exchange->AllGatherAmong(replica_ranks, d_counts.get(), static_cast<int64_t>(h) * 8,
-                                                   d_all_counts.get(), nullptr));
+    GEMTB_RETURN_IF_ERROR(
+        d_all_counts.Allocate(std::max<size_t>(h * static_cast<size_t>(replicas), 1), "every replica's counts"));
+    GEMTB_RETURN_IF_ERROR(Collective("touched_rows.counts_all_gather", "sparse-intra", [&] {
+      return exchange->AllGatherAmong(replica_ranks, d_counts.get(), static_cast<int64_t>(h) * 8, d_all_counts.get(),
+                                      nullptr);
+    }));
     GEMTB_RETURN_IF_ERROR(exchange->Synchronize(nullptr, "the touched rows' counts"));
     std::vector<int64_t> all_counts;
     GEMTB_RETURN_IF_ERROR(d_all_counts.Download(all_counts, "every replica's counts"));
@@ -151,7 +161,9 @@ struct ShardedDeviceTbe::State {
     DeviceArray<int64_t> d_packed, d_all;
     GEMTB_RETURN_IF_ERROR(d_packed.Upload(packed, "touched rows"));
     GEMTB_RETURN_IF_ERROR(d_all.Allocate(static_cast<size_t>(widest * replicas), "every replica's touched rows"));
-    GEMTB_RETURN_IF_ERROR(exchange->AllGatherAmong(replica_ranks, d_packed.get(), widest * 8, d_all.get(), nullptr));
+    GEMTB_RETURN_IF_ERROR(Collective("touched_rows.all_gather", "sparse-intra", [&] {
+      return exchange->AllGatherAmong(replica_ranks, d_packed.get(), widest * 8, d_all.get(), nullptr);
+    }));
     GEMTB_RETURN_IF_ERROR(exchange->Synchronize(nullptr, "the touched rows"));
     std::vector<int64_t> all;
     GEMTB_RETURN_IF_ERROR(d_all.Download(all, "every replica's touched rows"));
@@ -169,7 +181,8 @@ struct ShardedDeviceTbe::State {
       std::vector<int64_t>& u = touched_rows[i];
       std::sort(u.begin(), u.end());
       u.erase(std::unique(u.begin(), u.end()), u.end());
-      GEMTB_RETURN_IF_ERROR(d_touched_rows.emplace_back().Upload(u.empty() ? std::vector<int64_t>{0} : u, "touched rows"));
+      GEMTB_RETURN_IF_ERROR(
+          d_touched_rows.emplace_back().Upload(u.empty() ? std::vector<int64_t>{0} : u, "touched rows"));
     }
     return absl::OkStatus();
   }
@@ -184,20 +197,27 @@ struct ShardedDeviceTbe::State {
       if (!touched) {
         const int64_t bytes = SubRows(i) * row_bytes;
         DeviceArray<uint8_t> all;
-        GEMTB_RETURN_IF_ERROR(all.Allocate(static_cast<size_t>(std::max<int64_t>(bytes * replicas, 1)), "gathered sub-blocks"));
-        GEMTB_RETURN_IF_ERROR(exchange->AllGatherAmong(replica_ranks, stored[i].get(), bytes, all.get(), nullptr));
+        GEMTB_RETURN_IF_ERROR(
+            all.Allocate(static_cast<size_t>(std::max<int64_t>(bytes * replicas, 1)), "gathered sub-blocks"));
+        GEMTB_RETURN_IF_ERROR(Collective("shards.all_gather", "sparse-intra", [&] {
+          return exchange->AllGatherAmong(replica_ranks, stored[i].get(), bytes, all.get(), nullptr);
+        }));
         // Sub-blocks are consecutive rows in replica order: the first rows*cols values are the shard.
-        GEMTB_RETURN_IF_ERROR(CudaOk(cudaMemcpy(*weights, all.get(), static_cast<size_t>(rows * row_bytes), cudaMemcpyDeviceToDevice),
-                                     "the gathered shard into its table"));
+        GEMTB_RETURN_IF_ERROR(
+            CudaOk(cudaMemcpy(*weights, all.get(), static_cast<size_t>(rows * row_bytes), cudaMemcpyDeviceToDevice),
+                   "the gathered shard into its table"));
         continue;
       }
       // Each replica sends every other its touched rows (those in its sub-block), in row order.
       const auto [lo, hi] = MovedRange(i, rho);
       const int64_t r0 = SubBlock(i, rho).first;
       DeviceArray<uint8_t> send, recv;
-      GEMTB_RETURN_IF_ERROR(send.Allocate(static_cast<size_t>(std::max<int64_t>((hi - lo) * row_bytes, 1)), "touched rows to send"));
-      GEMTB_RETURN_IF_ERROR(recv.Allocate(static_cast<size_t>(std::max<int64_t>(MovedRows(i) * row_bytes, 1)), "touched rows"));
-      GEMTB_RETURN_IF_ERROR(LaunchCopyRows(stored[i].get(), d_touched_rows[i].get() + lo, r0, send.get(), nullptr, 0, hi - lo, row_bytes));
+      GEMTB_RETURN_IF_ERROR(
+          send.Allocate(static_cast<size_t>(std::max<int64_t>((hi - lo) * row_bytes, 1)), "touched rows to send"));
+      GEMTB_RETURN_IF_ERROR(
+          recv.Allocate(static_cast<size_t>(std::max<int64_t>(MovedRows(i) * row_bytes, 1)), "touched rows"));
+      GEMTB_RETURN_IF_ERROR(LaunchCopyRows(stored[i].get(), d_touched_rows[i].get() + lo, r0, send.get(), nullptr, 0,
+                                           hi - lo, row_bytes));
       std::vector<int64_t> send_counts(static_cast<size_t>(replicas), (hi - lo) * row_bytes),
           send_offsets(static_cast<size_t>(replicas), 0), recv_counts(static_cast<size_t>(replicas)),
           recv_offsets(static_cast<size_t>(replicas));
@@ -206,9 +226,12 @@ struct ShardedDeviceTbe::State {
         recv_counts[static_cast<size_t>(r)] = (z - a) * row_bytes;
         recv_offsets[static_cast<size_t>(r)] = a * row_bytes;
       }
-      GEMTB_RETURN_IF_ERROR(exchange->AllToAllV(replica_ranks, send.get(), send_counts, send_offsets, recv.get(),
-                                                recv_counts, recv_offsets, nullptr));
-      GEMTB_RETURN_IF_ERROR(LaunchCopyRows(recv.get(), nullptr, 0, *weights, d_touched_rows[i].get(), 0, MovedRows(i), row_bytes));
+      GEMTB_RETURN_IF_ERROR(Collective("shards.gather_touched", "sparse-intra", [&] {
+        return exchange->AllToAllV(replica_ranks, send.get(), send_counts, send_offsets, recv.get(), recv_counts,
+                                   recv_offsets, nullptr);
+      }));
+      GEMTB_RETURN_IF_ERROR(
+          LaunchCopyRows(recv.get(), nullptr, 0, *weights, d_touched_rows[i].get(), 0, MovedRows(i), row_bytes));
       GEMTB_RETURN_IF_ERROR(exchange->Synchronize(nullptr, "the touched rows' gather"));
     }
     return absl::OkStatus();
@@ -227,13 +250,17 @@ struct ShardedDeviceTbe::State {
     }
     const auto [m0, m1] = MovedRange(i, rho);
     const int64_t mine = (m1 - m0) * width;
-    std::vector<int64_t> recv_counts(static_cast<size_t>(replicas), mine * 4), recv_offsets(static_cast<size_t>(replicas));
+    std::vector<int64_t> recv_counts(static_cast<size_t>(replicas), mine * 4),
+        recv_offsets(static_cast<size_t>(replicas));
     for (int r = 0; r < replicas; ++r) recv_offsets[static_cast<size_t>(r)] = r * mine * 4;
     DeviceArray<float> pieces;
-    GEMTB_RETURN_IF_ERROR(pieces.Allocate(static_cast<size_t>(std::max<int64_t>(mine * replicas, 1)), "replicas' sub-blocks"));
+    GEMTB_RETURN_IF_ERROR(
+        pieces.Allocate(static_cast<size_t>(std::max<int64_t>(mine * replicas, 1)), "replicas' sub-blocks"));
     GEMTB_RETURN_IF_ERROR(mean.Allocate(static_cast<size_t>(std::max<int64_t>(mine, 1)), "replicas' mean"));
-    GEMTB_RETURN_IF_ERROR(exchange->AllToAllV(replica_ranks, values, send_counts, send_offsets, pieces.get(),
-                                              recv_counts, recv_offsets, nullptr));
+    GEMTB_RETURN_IF_ERROR(Collective("replicas.sub_block_all_to_all", "sparse-intra", [&] {
+      return exchange->AllToAllV(replica_ranks, values, send_counts, send_offsets, pieces.get(), recv_counts,
+                                 recv_offsets, nullptr);
+    }));
     GEMTB_RETURN_IF_ERROR(LaunchReplicaMean(pieces.get(), replicas, mine, round, dtype, mean.get()));
     return exchange->Synchronize(nullptr, "the replicas' sub-block all-to-all");
   }
@@ -258,10 +285,13 @@ struct ShardedDeviceTbe::State {
       // Touched rows only: packed in row order, averaged, and put back at their places in the sub-block.
       DeviceArray<float> packed;
       DeviceArray<uint8_t> narrow;
-      GEMTB_RETURN_IF_ERROR(packed.Allocate(static_cast<size_t>(std::max<int64_t>(MovedRows(i) * cols, 1)), "touched rows"));
-      GEMTB_RETURN_IF_ERROR(LaunchCopyRows(wide.get(), d_touched_rows[i].get(), 0, packed.get(), nullptr, 0, MovedRows(i), cols * 4));
+      GEMTB_RETURN_IF_ERROR(
+          packed.Allocate(static_cast<size_t>(std::max<int64_t>(MovedRows(i) * cols, 1)), "touched rows"));
+      GEMTB_RETURN_IF_ERROR(
+          LaunchCopyRows(wide.get(), d_touched_rows[i].get(), 0, packed.get(), nullptr, 0, MovedRows(i), cols * 4));
       GEMTB_RETURN_IF_ERROR(SubBlockMean(i, packed.get(), cols, true, dtype, mean));
-      GEMTB_RETURN_IF_ERROR(narrow.Allocate(static_cast<size_t>(std::max<int64_t>((m1 - m0) * cols * ElementSize(i), 1)), "touched means"));
+      GEMTB_RETURN_IF_ERROR(narrow.Allocate(
+          static_cast<size_t>(std::max<int64_t>((m1 - m0) * cols * ElementSize(i), 1)), "touched means"));
       GEMTB_RETURN_IF_ERROR(LaunchNarrow(mean.get(), (m1 - m0) * cols, dtype, narrow.get()));
       GEMTB_RETURN_IF_ERROR(LaunchCopyRows(narrow.get(), nullptr, 0, stored[i].get(), d_touched_rows[i].get() + m0,
                                            SubBlock(i, rho).first, m1 - m0, cols * ElementSize(i)));
@@ -305,13 +335,16 @@ struct ShardedDeviceTbe::State {
     GEMTB_RETURN_IF_ERROR(all.Allocate(static_cast<size_t>(std::max<int64_t>(sub * replicas, 1)), "gathered means"));
     const auto [m0, m1] = SubBlock(i, rho);
     if (m1 > m0) {
-      GEMTB_RETURN_IF_ERROR(CudaOk(cudaMemcpy(padded.get(), mean.get(), static_cast<size_t>((m1 - m0) * width) * 4,
-                                              cudaMemcpyDeviceToDevice),
-                                   "the mean into its padded block"));
+      GEMTB_RETURN_IF_ERROR(CudaOk(
+          cudaMemcpy(padded.get(), mean.get(), static_cast<size_t>((m1 - m0) * width) * 4, cudaMemcpyDeviceToDevice),
+          "the mean into its padded block"));
     }
-    GEMTB_RETURN_IF_ERROR(exchange->AllGatherAmong(replica_ranks, padded.get(), sub * 4, all.get(), nullptr));
-    return CudaOk(cudaMemcpy(values, all.get(), static_cast<size_t>(ShardOf(i).rows() * width) * 4, cudaMemcpyDeviceToDevice),
-                  "the gathered means");
+    GEMTB_RETURN_IF_ERROR(Collective("replicas.mean_all_gather", "sparse-replica", [&] {
+      return exchange->AllGatherAmong(replica_ranks, padded.get(), sub * 4, all.get(), nullptr);
+    }));
+    return CudaOk(
+        cudaMemcpy(values, all.get(), static_cast<size_t>(ShardOf(i).rows() * width) * 4, cudaMemcpyDeviceToDevice),
+        "the gathered means");
   }
 
   absl::StatusOr<DeviceArray<float*>*> PointerTable(const std::vector<float*>& ptrs) {
@@ -333,10 +366,12 @@ absl::StatusOr<std::unique_ptr<ShardedDeviceTbe>> ShardedDeviceTbe::Create(
   GEMTB_RETURN_IF_ERROR(CanRun(config));
   const int world = exchange->world_size(), m = MpGroupSize(plan, world);
   if (m < 1 || world % m != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("plan.mp_group=", plan.mp_group, ": does not divide the world of ", world));
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan.mp_group=", plan.mp_group, ": does not divide the world of ", world));
   }
   const int n = world / m, position = exchange->rank() / n;
-  absl::StatusOr<ShardRouting> routing = ShardRouting::Create(config, plan, world, gpus_per_host, position, local_batch);
+  absl::StatusOr<ShardRouting> routing =
+      ShardRouting::Create(config, plan, world, gpus_per_host, position, local_batch);
   if (!routing.ok()) return routing.status();
   auto s = std::make_unique<State>(*std::move(routing));
   s->config = config;
@@ -369,7 +404,8 @@ absl::StatusOr<std::unique_ptr<ShardedDeviceTbe>> ShardedDeviceTbe::Create(
       const int64_t cols = s->ShardOf(i).cols(), e = s->ElementSize(i);
       const auto [r0, r1] = s->SubBlock(i, s->rho);
       DeviceArray<uint8_t>& stored = s->stored.emplace_back();
-      GEMTB_RETURN_IF_ERROR(stored.Allocate(static_cast<size_t>(std::max<int64_t>(s->SubRows(i) * cols * e, 1)), "stored sub-block"));
+      GEMTB_RETURN_IF_ERROR(
+          stored.Allocate(static_cast<size_t>(std::max<int64_t>(s->SubRows(i) * cols * e, 1)), "stored sub-block"));
       GEMTB_RETURN_IF_ERROR(stored.Zero("stored sub-block"));
       absl::StatusOr<void*> weights = s->shards[i]->DeviceWeights(0);
       if (!weights.ok()) return weights.status();
@@ -398,23 +434,28 @@ absl::Status ShardedDeviceTbe::Forward(const KjtView& kjt) {
   std::vector<uint8_t> send;
   for (int q = 0; q < m; ++q) {
     send_bytes[static_cast<size_t>(q)] = static_cast<int64_t>(s.req.id_bytes[static_cast<size_t>(q)].size());
-    send.insert(send.end(), s.req.id_bytes[static_cast<size_t>(q)].begin(), s.req.id_bytes[static_cast<size_t>(q)].end());
+    send.insert(send.end(), s.req.id_bytes[static_cast<size_t>(q)].begin(),
+                s.req.id_bytes[static_cast<size_t>(q)].end());
   }
   DeviceArray<int64_t> d_counts_send, d_counts_recv;
   GEMTB_RETURN_IF_ERROR(d_counts_send.Upload(send_bytes, "id byte counts"));
   GEMTB_RETURN_IF_ERROR(d_counts_recv.Allocate(static_cast<size_t>(m), "received id byte counts"));
   const std::vector<int64_t> eight(static_cast<size_t>(m), 8);
   const std::vector<int64_t> eight_offsets = Offsets(eight);
-  GEMTB_RETURN_IF_ERROR(s.exchange->AllToAllV(s.mp_ranks, d_counts_send.get(), eight, eight_offsets, d_counts_recv.get(), eight,
-                                              eight_offsets, nullptr));
+  GEMTB_RETURN_IF_ERROR(s.Collective("ids.counts_all_to_all", "sparse-mp", [&] {
+    return s.exchange->AllToAllV(s.mp_ranks, d_counts_send.get(), eight, eight_offsets, d_counts_recv.get(), eight,
+                                 eight_offsets, nullptr);
+  }));
   GEMTB_RETURN_IF_ERROR(s.exchange->Synchronize(nullptr, "the ids' counts all-to-all"));
   std::vector<int64_t> recv_bytes;
   GEMTB_RETURN_IF_ERROR(d_counts_recv.Download(recv_bytes, "received id byte counts"));
   DeviceArray<uint8_t> d_ids_send, d_ids_recv;
   GEMTB_RETURN_IF_ERROR(d_ids_send.Upload(send, "ids to send"));
   GEMTB_RETURN_IF_ERROR(d_ids_recv.Allocate(static_cast<size_t>(Total(recv_bytes)), "received ids"));
-  GEMTB_RETURN_IF_ERROR(s.exchange->AllToAllV(s.mp_ranks, d_ids_send.get(), send_bytes, Offsets(send_bytes), d_ids_recv.get(),
-                                              recv_bytes, Offsets(recv_bytes), nullptr));
+  GEMTB_RETURN_IF_ERROR(s.Collective("ids.all_to_all", "sparse-mp", [&] {
+    return s.exchange->AllToAllV(s.mp_ranks, d_ids_send.get(), send_bytes, Offsets(send_bytes), d_ids_recv.get(),
+                                 recv_bytes, Offsets(recv_bytes), nullptr);
+  }));
   GEMTB_RETURN_IF_ERROR(s.exchange->Synchronize(nullptr, "the ids all-to-all"));
   std::vector<uint8_t> received_flat;
   GEMTB_RETURN_IF_ERROR(d_ids_recv.Download(received_flat, "received ids"));
@@ -456,17 +497,21 @@ absl::Status ShardedDeviceTbe::Forward(const KjtView& kjt) {
   }
   holder_arrays.insert(holder_arrays.end(), holder_none.begin(), holder_none.end());
   DeviceArray<float> embed_send, embed_recv;
-  GEMTB_RETURN_IF_ERROR(embed_send.Allocate(static_cast<size_t>(std::max<int64_t>(Total(s.hold.exchange_counts), 1)), "embeddings to send"));
-  GEMTB_RETURN_IF_ERROR(embed_recv.Allocate(static_cast<size_t>(std::max<int64_t>(Total(s.req.exchange_counts), 1)), "embeddings received"));
+  GEMTB_RETURN_IF_ERROR(embed_send.Allocate(static_cast<size_t>(std::max<int64_t>(Total(s.hold.exchange_counts), 1)),
+                                            "embeddings to send"));
+  GEMTB_RETURN_IF_ERROR(embed_recv.Allocate(static_cast<size_t>(std::max<int64_t>(Total(s.req.exchange_counts), 1)),
+                                            "embeddings received"));
   holder_arrays[0] = embed_send.get();
   absl::StatusOr<DeviceArray<float*>*> holder_table = s.PointerTable(holder_arrays);
   if (!holder_table.ok()) return holder_table.status();
   GEMTB_RETURN_IF_ERROR(s.d_hold_runs.Upload(s.hold.runs, "holder copy runs"));
-  GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*holder_table)->get(), s.d_hold_runs.get(), static_cast<int64_t>(s.hold.runs.size()), false));
-  GEMTB_RETURN_IF_ERROR(s.exchange->AllToAllV(s.mp_ranks, embed_send.get(), Scaled(s.hold.exchange_counts, 4),
-                                              Scaled(Offsets(s.hold.exchange_counts), 4), embed_recv.get(),
-                                              Scaled(s.req.exchange_counts, 4), Scaled(Offsets(s.req.exchange_counts), 4),
-                                              nullptr));
+  GEMTB_RETURN_IF_ERROR(
+      LaunchCopyRuns((*holder_table)->get(), s.d_hold_runs.get(), static_cast<int64_t>(s.hold.runs.size()), false));
+  GEMTB_RETURN_IF_ERROR(s.Collective("embeddings.all_to_all", "sparse-mp", [&] {
+    return s.exchange->AllToAllV(s.mp_ranks, embed_send.get(), Scaled(s.hold.exchange_counts, 4),
+                                 Scaled(Offsets(s.hold.exchange_counts), 4), embed_recv.get(),
+                                 Scaled(s.req.exchange_counts, 4), Scaled(Offsets(s.req.exchange_counts), 4), nullptr);
+  }));
   // The requester's output: pooled sums of the row blocks, NONE rows placed (+0 where no holder
   // sends one: ids that read nothing).
   const int64_t b = s.local_batch, w = s.routing.pooled_width();
@@ -476,9 +521,11 @@ absl::Status ShardedDeviceTbe::Forward(const KjtView& kjt) {
   for (size_t k = 0; k < s.routing.sequence_keys().size(); ++k) {
     const int key = s.routing.sequence_keys()[k];
     const int64_t dim = s.config.tables[static_cast<size_t>(s.config.features[static_cast<size_t>(key)].table)].dim;
-    const int64_t n = layout->offsets[static_cast<size_t>((key + 1) * b)] - layout->offsets[static_cast<size_t>(key * b)];
+    const int64_t n =
+        layout->offsets[static_cast<size_t>((key + 1) * b)] - layout->offsets[static_cast<size_t>(key * b)];
     s.sequence.emplace_back();
-    GEMTB_RETURN_IF_ERROR(s.sequence.back().Allocate(static_cast<size_t>(std::max<int64_t>(n * dim, 1)), "sequence output"));
+    GEMTB_RETURN_IF_ERROR(
+        s.sequence.back().Allocate(static_cast<size_t>(std::max<int64_t>(n * dim, 1)), "sequence output"));
     GEMTB_RETURN_IF_ERROR(s.sequence.back().Zero("sequence output"));
     req_arrays.push_back(s.sequence.back().get());
   }
@@ -486,11 +533,13 @@ absl::Status ShardedDeviceTbe::Forward(const KjtView& kjt) {
   GEMTB_RETURN_IF_ERROR(s.d_pieces.Upload(s.req.pieces, "pooled pieces"));
   GEMTB_RETURN_IF_ERROR(s.d_bag_counts.Upload(s.req.bag_counts, "bag counts"));
   GEMTB_RETURN_IF_ERROR(LaunchPooledGather(s.d_segments.get(), static_cast<int64_t>(s.req.segments.size()),
-                                           s.d_pieces.get(), embed_recv.get(), s.d_bag_counts.get(), b, w, s.pooled.get()));
+                                           s.d_pieces.get(), embed_recv.get(), s.d_bag_counts.get(), b, w,
+                                           s.pooled.get()));
   absl::StatusOr<DeviceArray<float*>*> req_table = s.PointerTable(req_arrays);
   if (!req_table.ok()) return req_table.status();
   GEMTB_RETURN_IF_ERROR(s.d_req_runs.Upload(s.req.sequence_runs, "requester copy runs"));
-  GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*req_table)->get(), s.d_req_runs.get(), static_cast<int64_t>(s.req.sequence_runs.size()), false));
+  GEMTB_RETURN_IF_ERROR(
+      LaunchCopyRuns((*req_table)->get(), s.d_req_runs.get(), static_cast<int64_t>(s.req.sequence_runs.size()), false));
   GEMTB_RETURN_IF_ERROR(s.exchange->Synchronize(nullptr, "the embeddings all-to-all"));
   s.pointer_tables.clear();
   s.has_output = true;
@@ -521,19 +570,24 @@ absl::Status ShardedDeviceTbe::Backward(const float* pooled_grad, absl::Span<con
   if (pooled_grad == nullptr && b * w > 0) return absl::InvalidArgumentError("pooled_grad: null");
   // The requester's gradients into the exchange layout.
   DeviceArray<float> grad_send, grad_recv;
-  GEMTB_RETURN_IF_ERROR(grad_send.Allocate(static_cast<size_t>(std::max<int64_t>(Total(s.req.exchange_counts), 1)), "gradients to send"));
-  GEMTB_RETURN_IF_ERROR(grad_recv.Allocate(static_cast<size_t>(std::max<int64_t>(Total(s.hold.exchange_counts), 1)), "gradients received"));
+  GEMTB_RETURN_IF_ERROR(
+      grad_send.Allocate(static_cast<size_t>(std::max<int64_t>(Total(s.req.exchange_counts), 1)), "gradients to send"));
+  GEMTB_RETURN_IF_ERROR(grad_recv.Allocate(static_cast<size_t>(std::max<int64_t>(Total(s.hold.exchange_counts), 1)),
+                                           "gradients received"));
   GEMTB_RETURN_IF_ERROR(LaunchPooledScatter(s.d_segments.get(), static_cast<int64_t>(s.req.segments.size()),
-                                            s.d_pieces.get(), pooled_grad, s.d_bag_counts.get(), b, w, grad_send.get()));
+                                            s.d_pieces.get(), pooled_grad, s.d_bag_counts.get(), b, w,
+                                            grad_send.get()));
   std::vector<float*> req_arrays = {grad_send.get()};
   for (const float* g : sequence_grads) req_arrays.push_back(const_cast<float*>(g));
   absl::StatusOr<DeviceArray<float*>*> req_table = s.PointerTable(req_arrays);
   if (!req_table.ok()) return req_table.status();
-  GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*req_table)->get(), s.d_req_runs.get(), static_cast<int64_t>(s.req.sequence_runs.size()), true));
-  GEMTB_RETURN_IF_ERROR(s.exchange->AllToAllV(s.mp_ranks, grad_send.get(), Scaled(s.req.exchange_counts, 4),
-                                              Scaled(Offsets(s.req.exchange_counts), 4), grad_recv.get(),
-                                              Scaled(s.hold.exchange_counts, 4), Scaled(Offsets(s.hold.exchange_counts), 4),
-                                              nullptr));
+  GEMTB_RETURN_IF_ERROR(
+      LaunchCopyRuns((*req_table)->get(), s.d_req_runs.get(), static_cast<int64_t>(s.req.sequence_runs.size()), true));
+  GEMTB_RETURN_IF_ERROR(s.Collective("embedding_grads.all_to_all", "sparse-mp", [&] {
+    return s.exchange->AllToAllV(
+        s.mp_ranks, grad_send.get(), Scaled(s.req.exchange_counts, 4), Scaled(Offsets(s.req.exchange_counts), 4),
+        grad_recv.get(), Scaled(s.hold.exchange_counts, 4), Scaled(Offsets(s.hold.exchange_counts), 4), nullptr);
+  }));
   // The holder's gradients per held shard, in its output's shapes.
   s.shard_grads.clear();
   std::vector<float*> holder_arrays = {grad_recv.get()};
@@ -544,11 +598,13 @@ absl::Status ShardedDeviceTbe::Backward(const float* pooled_grad, absl::Span<con
     if (!out.ok()) return out.status();
     s.shard_grads.emplace_back();
     const int64_t pooled_size = static_cast<int64_t>(s.routing.group_size()) * b * out->pooled_width;
-    GEMTB_RETURN_IF_ERROR(s.shard_grads.back().Allocate(static_cast<size_t>(std::max<int64_t>(pooled_size, 1)), "shard pooled gradient"));
+    GEMTB_RETURN_IF_ERROR(
+        s.shard_grads.back().Allocate(static_cast<size_t>(std::max<int64_t>(pooled_size, 1)), "shard pooled gradient"));
     holder_arrays.push_back(s.shard_grads.back().get());
     for (int64_t n : out->sequence_size) {
       s.shard_grads.emplace_back();
-      GEMTB_RETURN_IF_ERROR(s.shard_grads.back().Allocate(static_cast<size_t>(std::max<int64_t>(n, 1)), "shard sequence gradient"));
+      GEMTB_RETURN_IF_ERROR(
+          s.shard_grads.back().Allocate(static_cast<size_t>(std::max<int64_t>(n, 1)), "shard sequence gradient"));
       holder_none.push_back(s.shard_grads.back().get());
       shard_none[i].push_back(s.shard_grads.back().get());
     }
@@ -556,7 +612,8 @@ absl::Status ShardedDeviceTbe::Backward(const float* pooled_grad, absl::Span<con
   holder_arrays.insert(holder_arrays.end(), holder_none.begin(), holder_none.end());
   absl::StatusOr<DeviceArray<float*>*> holder_table = s.PointerTable(holder_arrays);
   if (!holder_table.ok()) return holder_table.status();
-  GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*holder_table)->get(), s.d_hold_runs.get(), static_cast<int64_t>(s.hold.runs.size()), true));
+  GEMTB_RETURN_IF_ERROR(
+      LaunchCopyRuns((*holder_table)->get(), s.d_hold_runs.get(), static_cast<int64_t>(s.hold.runs.size()), true));
   // V3 gathers the shards again for the update (the forward's copy is not kept unless asked).
   if (s.plan.fully_sharded && !s.plan.keep_gathered) GEMTB_RETURN_IF_ERROR(s.GatherShards(s.touched_mode));
   for (size_t i = 0; i < s.shards.size(); ++i) {
@@ -578,7 +635,9 @@ absl::Status ShardedDeviceTbe::Backward(const float* pooled_grad, absl::Span<con
     GEMTB_RETURN_IF_ERROR(total.Allocate(static_cast<size_t>(cap), "whole-row square sums"));
     std::vector<int> norm_ranks;
     for (int q : h.norm_group) norm_ranks.push_back(s.mp_ranks[static_cast<size_t>(q)]);
-    GEMTB_RETURN_IF_ERROR(s.exchange->AllGatherAmong(norm_ranks, *partial, cap * 4, gathered.get(), nullptr));
+    GEMTB_RETURN_IF_ERROR(s.Collective("adagrad_norms.all_gather", "sparse-mp", [&] {
+      return s.exchange->AllGatherAmong(norm_ranks, *partial, cap * 4, gathered.get(), nullptr);
+    }));
     GEMTB_RETURN_IF_ERROR(LaunchSumPartials(gathered.get(), static_cast<int>(h.norm_group.size()), cap, total.get()));
     GEMTB_RETURN_IF_ERROR(s.shards[i]->ApplyRows(total.get()));
   }
@@ -589,6 +648,8 @@ absl::Status ShardedDeviceTbe::Backward(const float* pooled_grad, absl::Span<con
   if (s.replicas > 1 && s.steps_run % s.plan.sync_period == 0) return s.SyncReplicas();
   return absl::OkStatus();
 }
+
+void ShardedDeviceTbe::SetCollectiveHook(CollectiveHook hook) { s_->hook = std::move(hook); }
 
 absl::Status ShardedDeviceTbe::SetLearningRate(float lr) {
   for (auto& t : s_->shards) GEMTB_RETURN_IF_ERROR(t->SetLearningRate(lr));

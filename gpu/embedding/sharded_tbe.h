@@ -27,6 +27,7 @@
 #define GEMTB_GPU_EMBEDDING_SHARDED_TBE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -63,6 +64,12 @@ class ShardedDeviceTbe {
   // Upstream gradients of that output on the device, then every held shard's step; collective.
   absl::Status Backward(const float* pooled_grad, absl::Span<const float* const> sequence_grads);
   absl::Status SetLearningRate(float lr);
+  // Called around every collective the module issues, with its name ("ids.all_to_all", ...) and
+  // the simulator's group class of its ranks ("sparse-mp", "sparse-intra", "sparse-replica"), so a
+  // trainer can time it; `call` issues it. Without a hook the module calls directly.
+  using CollectiveHook =
+      std::function<absl::Status(const char* name, const char* group, const std::function<absl::Status()>& call)>;
+  void SetCollectiveHook(CollectiveHook hook);
 
   // The held shards' tables and optimizer state, in the routing's held order ([shard rows, cols];
   // a trailing empty row block has one placeholder row). V3: a collective of the replicas (the

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <future>
 #include <cmath>
 #include <optional>
@@ -106,7 +107,7 @@ struct GpuTrainer::Impl {
   std::vector<CollectiveTime> timed;
   std::vector<std::array<cudaEvent_t, 2>> timing_events;
   template <typename Fn>
-  absl::Status Timed(const char* name, const char* group, bool before_model, Fn&& fn) {
+  absl::Status Timed(const char* name, const char* group, bool before_model, Fn&& fn, bool in_update = false) {
     if (timed.size() == timing_events.size()) {
       std::array<cudaEvent_t, 2> pair{};
       GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&pair[0]), "cudaEventCreate"));
@@ -114,7 +115,7 @@ struct GpuTrainer::Impl {
       timing_events.push_back(pair);
     }
     const std::array<cudaEvent_t, 2>& pair = timing_events[timed.size()];
-    timed.push_back({name, group, 0, before_model});
+    timed.push_back({name, group, 0, before_model, in_update});
     GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(pair[0], nullptr), "cudaEventRecord"));
     GEMTB_RETURN_IF_ERROR(fn());
     return CudaStatus(cudaEventRecord(pair[1], nullptr), "cudaEventRecord");
@@ -132,6 +133,15 @@ struct GpuTrainer::Impl {
       cudaEventDestroy(pair[0]);
       cudaEventDestroy(pair[1]);
     }
+  }
+
+  // The sharded tables' collectives join the step's timed ones (before the model in the forward,
+  // after it in the update).
+  bool sparse_before_model = true;
+  void TimeSparseCollectives() {
+    sharded->SetCollectiveHook([this](const char* name, const char* group, const std::function<absl::Status()>& call) {
+      return Timed(name, group, sparse_before_model, call, !sparse_before_model);
+    });
   }
 
   // The whole parameter array is current in model_params (a collective in a job).
@@ -222,6 +232,7 @@ struct GpuTrainer::Impl {
   }
   absl::Status TbeInput(const data::Batch& batch) { return tbe->SetInput(KjtOf(batch)); }
   absl::Status TbeForward(const data::Batch& batch) {
+    sparse_before_model = true;
     if (sharded != nullptr) return sharded->Forward(KjtOf(batch));
     GEMTB_RETURN_IF_ERROR(TbeInput(batch));
     return tbe->Forward();
@@ -372,6 +383,7 @@ struct GpuTrainer::Impl {
                                                       options.linear_decay);
     Clock::time_point at = Clock::now();
     if (sharded != nullptr) {
+      sparse_before_model = false;
       GEMTB_RETURN_IF_ERROR(sharded->SetLearningRate(table_lr));
       GEMTB_RETURN_IF_ERROR(sharded->Backward(b.pooled_grad->get(), seq_g));
     } else {
@@ -496,6 +508,7 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
     if (!sharded.ok()) return sharded.status();
     impl->sharded = *std::move(sharded);
     impl->tbe.reset();
+    impl->TimeSparseCollectives();
   }
   return std::unique_ptr<GpuTrainer>(new GpuTrainer(std::move(impl)));
 }
@@ -511,6 +524,8 @@ absl::StatusOr<TrainerStep> GpuTrainer::Step() {
   // A job's rank looked up its own samples; replicated tables' update takes every sample's gradient.
   if (m.dist != nullptr && m.sharded == nullptr) GEMTB_RETURN_IF_ERROR(m.TbeInput(batch));
   GEMTB_RETURN_IF_ERROR(m.Apply(*b));
+  // Sharded tables: their update's collectives, after the step's others (Apply waited for them).
+  for (CollectiveTime& c : m.TakeCollectiveTimes()) b->result.collectives.push_back(std::move(c));
   b->result.step = m.step;
   b->result.times = m.times;
   const int64_t first = (m.step - 1) * batch.size;  // the step just taken
@@ -606,6 +621,7 @@ absl::Status GpuTrainer::LoadState(const TrainerState& state) {
     GEMTB_RETURN_IF_ERROR(m.adam_m->Upload(m.Shard(state.adam_m), "adam m"));
     GEMTB_RETURN_IF_ERROR(m.adam_v->Upload(m.Shard(state.adam_v), "adam v"));
     m.sharded = *std::move(sharded);
+    m.TimeSparseCollectives();
     m.prefetch.reset();
     m.step = state.step;
     m.adam_b1 = state.adam_b1;

@@ -95,6 +95,7 @@ struct CollectiveTime {
   std::string group;
   double ms = 0;
   bool before_model = false;  // in the embedding phase, before the lookups (else after the model)
+  bool in_update = false;     // in the tables' update phase (sharded tables' backward exchanges)
 };
 
 struct TrainerStep {

@@ -47,7 +47,8 @@ TEST(GpuTrainState, EveryRanksArraysTogetherLoadAsTheWholeState) {
     for (int tb = r; tb < static_cast<int>(t.emb.tables.size()); tb += R) {
       const TableConfig& tc = t.emb.tables[static_cast<size_t>(tb)];
       s.table_index.push_back(tb);
-      s.tables.push_back({Ramp(tc.rows * tc.dim, static_cast<float>(tb)), Ramp(tc.rows, -static_cast<float>(tb)), {}, {}, {}});
+      s.tables.push_back(
+          {Ramp(tc.rows * tc.dim, static_cast<float>(tb)), Ramp(tc.rows, -static_cast<float>(tb)), {}, {}, {}});
     }
     reference::model::NamedArrays mine = GpuRankArrays(t.config, t.options, r, s, {});
     all.insert(all.end(), mine.begin(), mine.end());
@@ -79,7 +80,8 @@ TEST(GpuTrainState, TableShardsLoadByTheirKeys) {
   gpu::train::TrainerRankState s;
   s.step = 3;
   const std::vector<GpuShardKey> keys = {{0, 0, -1, 2048, 32}, {9, 14, 1, 4096, 32}};
-  for (const GpuShardKey& k : keys) s.table_shards.push_back({Ramp(k.rows * k.cols, static_cast<float>(k.shard)), Ramp(k.rows, 1), {}, {}, {}});
+  for (const GpuShardKey& k : keys)
+    s.table_shards.push_back({Ramp(k.rows * k.cols, static_cast<float>(k.shard)), Ramp(k.rows, 1), {}, {}, {}});
   s.dense_part = 0;
   s.params = Ramp(t.P, 0);
   s.adam_m = s.params;

@@ -142,7 +142,8 @@ void ExpectModuleMatchesOracle(const EmbeddingConfig& config, const ShardingPlan
     });
   }
   for (std::thread& t : threads) t.join();
-  for (int p = 0; p < m; ++p) ASSERT_TRUE(errors[static_cast<size_t>(p)].empty()) << "position " << p << ": " << errors[static_cast<size_t>(p)];
+  for (int p = 0; p < m; ++p)
+    ASSERT_TRUE(errors[static_cast<size_t>(p)].empty()) << "position " << p << ": " << errors[static_cast<size_t>(p)];
   // Every shard's rectangle against the oracle's reassembled tables of the rank's replica.
   const int replicas = m / MpGroupSize(plan, m);
   ASSERT_EQ(want->replica_states.size(), static_cast<size_t>(replicas));
@@ -170,8 +171,9 @@ void ExpectModuleMatchesOracle(const EmbeddingConfig& config, const ShardingPlan
           const std::vector<float>& per_shard = want->per_shard_adagrad.empty()
                                                     ? std::vector<float>{}
                                                     : want->per_shard_adagrad[static_cast<size_t>(h.table)];
-          const float expect = per_shard.empty() ? e.adagrad[static_cast<size_t>(s.row_begin + r)]
-                                                 : per_shard[static_cast<size_t>(s.col_shard * tc.rows + s.row_begin + r)];
+          const float expect = per_shard.empty()
+                                   ? e.adagrad[static_cast<size_t>(s.row_begin + r)]
+                                   : per_shard[static_cast<size_t>(s.col_shard * tc.rows + s.row_begin + r)];
           EXPECT_EQ(std::memcmp(&got.adagrad[static_cast<size_t>(r)], &expect, 4), 0)
               << "Adagrad, table " << h.table << " row " << s.row_begin + r;
         }
@@ -226,8 +228,10 @@ TEST(EmbeddingSharded, PlansItDoesNotRunAreNamedErrors) {
   ASSERT_FALSE(dp.ok());
   EXPECT_NE(dp.status().message().find("DP"), std::string::npos) << dp.status();
   // What it runs: every 2D mode of the test below is a valid routing.
-  for (const nlohmann::json& extra : {nlohmann::json{{"mp_group", 2}}, nlohmann::json{{"mp_group", 2}, {"fully_sharded", true}}}) {
-    absl::StatusOr<ShardRouting> ok = ShardRouting::Create(config, Plan(config, "CW", "shared", 4, 2, extra, 2), 4, 2, 1, 4);
+  for (const nlohmann::json& extra :
+       {nlohmann::json{{"mp_group", 2}}, nlohmann::json{{"mp_group", 2}, {"fully_sharded", true}}}) {
+    absl::StatusOr<ShardRouting> ok =
+        ShardRouting::Create(config, Plan(config, "CW", "shared", 4, 2, extra, 2), 4, 2, 1, 4);
     EXPECT_TRUE(ok.ok()) << ok.status();
   }
 }

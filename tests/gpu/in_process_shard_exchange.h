@@ -24,8 +24,8 @@ struct InProcessShardGroup {
   explicit InProcessShardGroup(int world_size) : size(world_size) {}
   int size;
   struct Meeting {
-    std::vector<const char*> send;                      // per member: its send buffer (or input)
-    std::vector<const std::vector<int64_t>*> offsets;   // per member: its send offsets (all-to-all)
+    std::vector<const char*> send;                     // per member: its send buffer (or input)
+    std::vector<const std::vector<int64_t>*> offsets;  // per member: its send offsets (all-to-all)
     int arrived = 0;
     int left = 0;
   };

@@ -270,13 +270,18 @@ std::vector<TraceSpan> StepSpans(const gpu::train::TrainerStep& step) {
   double at = 0;
   spans.push_back({"data", "host", "host data", at, t.data_ms});
   at += t.data_ms;
-  // A job's collectives: the parameters' gather at the start of the lookup phase, the rest (issued
-  // after the model's backward) ending with the model phase, each on its group class's track.
+  // A job's collectives: the parameters' gather (and sharded tables' forward exchanges) from the
+  // start of the lookup phase, the dense rest (issued after the model's backward) ending with the
+  // model phase, each on its group class's track.
+  // Sharded tables' update exchanges open the update phase.
   double gather_ms = 0, after_ms = 0;
-  for (const gpu::train::CollectiveTime& c : step.collectives) (c.before_model ? gather_ms : after_ms) += c.ms;
-  double before_at = at, after_at = at + t.embedding_fwd_ms + t.model_ms - after_ms;
   for (const gpu::train::CollectiveTime& c : step.collectives) {
-    double& where = c.before_model ? before_at : after_at;
+    if (!c.in_update) (c.before_model ? gather_ms : after_ms) += c.ms;
+  }
+  double before_at = at, after_at = at + t.embedding_fwd_ms + t.model_ms - after_ms,
+         update_at = at + t.embedding_fwd_ms + t.model_ms;
+  for (const gpu::train::CollectiveTime& c : step.collectives) {
+    double& where = c.in_update ? update_at : c.before_model ? before_at : after_at;
     spans.push_back({c.name, "comm", c.group, where, c.ms});
     where += c.ms;
   }

@@ -58,7 +58,6 @@ ShardingPlanSpec UniformPlan(const EmbeddingConfig& config, const std::string& t
   return spec.ok() ? *spec : ShardingPlanSpec{};
 }
 
-
 // Every run of `runs` by the module's copy kernel, arrays by number.
 void CopyAll(const std::vector<std::vector<float>*>& arrays, const std::vector<CopyRun>& runs, bool reverse) {
   for (const CopyRun& r : runs) {  // what the kernel may touch, checked first
@@ -109,7 +108,9 @@ reference::TableState SliceState(const reference::TableState& whole, const Table
   return out;
 }
 
-bool SameBits(const float* a, const float* b, int64_t n) { return n == 0 || std::memcmp(a, b, static_cast<size_t>(n) * 4) == 0; }
+bool SameBits(const float* a, const float* b, int64_t n) {
+  return n == 0 || std::memcmp(a, b, static_cast<size_t>(n) * 4) == 0;
+}
 
 // The routing's whole step on the CPU, compared with the oracle's sharded executor.
 void ExpectRoutedStepMatchesOracle(const EmbeddingConfig& config, const ShardingPlanSpec& plan, int m, int gph,
@@ -163,7 +164,8 @@ void ExpectRoutedStepMatchesOracle(const EmbeddingConfig& config, const Sharding
       const HeldShard& sh = held[i];
       const Shard& s = routing[0].layout().shards[static_cast<size_t>(sh.shard)];
       reference::EmbeddingState st;
-      st.tables.push_back(SliceState(initial.tables[static_cast<size_t>(sh.table)], config.tables[static_cast<size_t>(sh.table)], s));
+      st.tables.push_back(
+          SliceState(initial.tables[static_cast<size_t>(sh.table)], config.tables[static_cast<size_t>(sh.table)], s));
       st.step = initial.step;
       reference::KeyedJaggedTensor k;
       k.keys = hs.inputs[i].keys;
@@ -196,9 +198,11 @@ void ExpectRoutedStepMatchesOracle(const EmbeddingConfig& config, const Sharding
     const RequesterStep& rs = req[static_cast<size_t>(p)];
     std::vector<float> recv;
     for (int q = 0; q < m; ++q) {
-      ASSERT_EQ(rs.exchange_counts[static_cast<size_t>(q)], hold[static_cast<size_t>(q)].exchange_counts[static_cast<size_t>(p)])
+      ASSERT_EQ(rs.exchange_counts[static_cast<size_t>(q)],
+                hold[static_cast<size_t>(q)].exchange_counts[static_cast<size_t>(p)])
           << "floats from holder " << q << " to requester " << p;
-      const std::vector<float> part = message(hold[static_cast<size_t>(q)].exchange_counts, holder_send[static_cast<size_t>(q)], p);
+      const std::vector<float> part =
+          message(hold[static_cast<size_t>(q)].exchange_counts, holder_send[static_cast<size_t>(q)], p);
       recv.insert(recv.end(), part.begin(), part.end());
     }
     // Assembly by the module's kernels: pooled segments (row blocks in order, MEAN divided), NONE rows.
@@ -208,7 +212,8 @@ void ExpectRoutedStepMatchesOracle(const EmbeddingConfig& config, const Sharding
       shard_kernels::PooledGatherKernel(rs.segments.data(), rs.pieces.data(), recv.data(), rs.bag_counts.data(), b, w,
                                         pooled.data());
     });
-    ASSERT_TRUE(SameBits(pooled.data(), want->output.pooled.data() + p * b * w, b * w)) << "pooled output of position " << p;
+    ASSERT_TRUE(SameBits(pooled.data(), want->output.pooled.data() + p * b * w, b * w))
+        << "pooled output of position " << p;
     std::vector<std::vector<float>> arrays(1 + local[static_cast<size_t>(p)].grads.sequence.size());
     arrays[0] = recv;
     for (size_t k = 0; k < local[static_cast<size_t>(p)].grads.sequence.size(); ++k) {
@@ -254,7 +259,8 @@ void ExpectRoutedStepMatchesOracle(const EmbeddingConfig& config, const Sharding
     const HolderStep& hs = hold[static_cast<size_t>(q)];
     std::vector<float> recv;
     for (int p = 0; p < m; ++p) {
-      const std::vector<float> part = message(req[static_cast<size_t>(p)].exchange_counts, req_send[static_cast<size_t>(p)], q);
+      const std::vector<float> part =
+          message(req[static_cast<size_t>(p)].exchange_counts, req_send[static_cast<size_t>(p)], q);
       recv.insert(recv.end(), part.begin(), part.end());
     }
     const std::vector<HeldShard>& held = routing[static_cast<size_t>(q)].held();
@@ -276,7 +282,9 @@ void ExpectRoutedStepMatchesOracle(const EmbeddingConfig& config, const Sharding
       reference::SumPartition partition;
       partition.batch_blocks.assign(static_cast<size_t>(m), b);
       reference::EmbeddingState& st = shard_state[static_cast<size_t>(q)][i];
-      ASSERT_TRUE(reference::EmbeddingBackwardStep(held[i].config, st, shard_kjt[static_cast<size_t>(q)][i], g, partition).ok());
+      ASSERT_TRUE(
+          reference::EmbeddingBackwardStep(held[i].config, st, shard_kjt[static_cast<size_t>(q)][i], g, partition)
+              .ok());
       // Back into the whole tables (per-shard Adagrad state: compared per column shard below).
       const Shard& s = routing[0].layout().shards[static_cast<size_t>(held[i].shard)];
       const TableConfig& tc = config.tables[static_cast<size_t>(held[i].table)];
@@ -292,10 +300,12 @@ void ExpectRoutedStepMatchesOracle(const EmbeddingConfig& config, const Sharding
         if (!part.adagrad.empty()) {
           const float a = part.adagrad[static_cast<size_t>(r)];
           if (s.col_shard == 0) whole.adagrad[static_cast<size_t>(s.row_begin + r)] = a;
-          if (!want->per_shard_adagrad.empty() && !want->per_shard_adagrad[static_cast<size_t>(held[i].table)].empty()) {
+          if (!want->per_shard_adagrad.empty() &&
+              !want->per_shard_adagrad[static_cast<size_t>(held[i].table)].empty()) {
             const std::vector<float>& per_shard = want->per_shard_adagrad[static_cast<size_t>(held[i].table)];
             EXPECT_EQ(std::memcmp(&a, &per_shard[static_cast<size_t>(s.col_shard * tc.rows + s.row_begin + r)], 4), 0)
-                << "Adagrad state of table " << held[i].table << " column shard " << s.col_shard << " row " << s.row_begin + r;
+                << "Adagrad state of table " << held[i].table << " column shard " << s.col_shard << " row "
+                << s.row_begin + r;
           }
         }
       }
@@ -305,10 +315,14 @@ void ExpectRoutedStepMatchesOracle(const EmbeddingConfig& config, const Sharding
   for (size_t t = 0; t < config.tables.size(); ++t) {
     const reference::TableState& a = got.tables[t];
     const reference::TableState& e = want->state.tables[t];
-    EXPECT_TRUE(SameBits(a.weights.data(), e.weights.data(), static_cast<int64_t>(e.weights.size()))) << "weights of table " << t;
-    EXPECT_TRUE(SameBits(a.adagrad.data(), e.adagrad.data(), static_cast<int64_t>(e.adagrad.size()))) << "Adagrad of table " << t;
-    EXPECT_TRUE(SameBits(a.adam_m.data(), e.adam_m.data(), static_cast<int64_t>(e.adam_m.size()))) << "Adam m of table " << t;
-    EXPECT_TRUE(SameBits(a.adam_v.data(), e.adam_v.data(), static_cast<int64_t>(e.adam_v.size()))) << "Adam v of table " << t;
+    EXPECT_TRUE(SameBits(a.weights.data(), e.weights.data(), static_cast<int64_t>(e.weights.size())))
+        << "weights of table " << t;
+    EXPECT_TRUE(SameBits(a.adagrad.data(), e.adagrad.data(), static_cast<int64_t>(e.adagrad.size())))
+        << "Adagrad of table " << t;
+    EXPECT_TRUE(SameBits(a.adam_m.data(), e.adam_m.data(), static_cast<int64_t>(e.adam_m.size())))
+        << "Adam m of table " << t;
+    EXPECT_TRUE(SameBits(a.adam_v.data(), e.adam_v.data(), static_cast<int64_t>(e.adam_v.size())))
+        << "Adam v of table " << t;
     EXPECT_EQ(a.adam_step.b1, e.adam_step.b1) << "table " << t;
   }
 }

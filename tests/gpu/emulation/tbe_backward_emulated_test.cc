@@ -21,8 +21,8 @@
 #include "reference/embedding/kjt.h"
 #include "reference/embedding/tbe.h"
 #include "tools/check/embed_cases.h"
-#include "tools/check/kjt_view.h"
 #include "tools/check/embed_compare.h"
+#include "tools/check/kjt_view.h"
 
 namespace gemtb::gpu::embedding::backward_kernels {
 
@@ -39,7 +39,6 @@ void RunGrid(int64_t blocks, int threads, const Body& body) {
 }
 
 int64_t Blocks(int64_t items, int64_t per_block) { return (items + per_block - 1) / per_block; }
-
 
 // The tables and state after one backward step run by the kernels.
 struct Tables {
@@ -63,7 +62,8 @@ Tables RunKernels(const check::EmbedCase& c, int64_t batch_block, bool split) {
     out.adam_v.push_back(c.state.tables[t].adam_v);
     TableParams p = TableParamsOf(tc, static_cast<int>(t), total_rows, nullptr).value();
     p.adam_step = c.state.tables[t].adam_step;
-    if (tc.optimizer.kind == OptimizerKind::kAdam) p.adam_step = gemtb::embedding::NextAdamStep(p.adam_step, tc.optimizer);
+    if (tc.optimizer.kind == OptimizerKind::kAdam)
+      p.adam_step = gemtb::embedding::NextAdamStep(p.adam_step, tc.optimizer);
     total_rows += tc.rows;
     max_dim = std::max(max_dim, tc.dim);
     tables.push_back(p);
@@ -103,12 +103,14 @@ Tables RunKernels(const check::EmbedCase& c, int64_t batch_block, bool split) {
   p.step = c.state.step;
 
   std::vector<uint64_t> keys_in(static_cast<size_t>(n)), keys_out(static_cast<size_t>(n));
-  std::vector<int64_t> order_in(static_cast<size_t>(n)), order_out(static_cast<size_t>(n)), value_bag(static_cast<size_t>(n));
+  std::vector<int64_t> order_in(static_cast<size_t>(n)), order_out(static_cast<size_t>(n)),
+      value_bag(static_cast<size_t>(n));
   std::vector<int64_t> run_start(static_cast<size_t>(n) + 1);
   std::vector<int32_t> bag_count(static_cast<size_t>(num_keys * batch)), run_head(static_cast<size_t>(n)),
       run_index(static_cast<size_t>(n)), hot_runs(static_cast<size_t>(HotRunCapacity(n)));
   int32_t num_runs = 0, num_hot_runs = 0;
-  std::vector<float> run_grads(split ? static_cast<size_t>(n * max_dim) : 0), run_square_sums(split ? static_cast<size_t>(n) : 0);
+  std::vector<float> run_grads(split ? static_cast<size_t>(n * max_dim) : 0),
+      run_square_sums(split ? static_cast<size_t>(n) : 0);
   BackwardBuffers b;
   b.keys_in = keys_in.data();
   b.keys_out = keys_out.data();
@@ -138,7 +140,9 @@ Tables RunKernels(const check::EmbedCase& c, int64_t batch_block, bool split) {
   RunGrid(Blocks(num_keys * batch, kBagWarps), kBagWarps * 32, [&] { OccurrenceKernel(p, b); });
   std::vector<int64_t> idx(static_cast<size_t>(n));
   std::iota(idx.begin(), idx.end(), 0);
-  std::stable_sort(idx.begin(), idx.end(), [&](int64_t x, int64_t y) { return keys_in[static_cast<size_t>(x)] < keys_in[static_cast<size_t>(y)]; });
+  std::stable_sort(idx.begin(), idx.end(), [&](int64_t x, int64_t y) {
+    return keys_in[static_cast<size_t>(x)] < keys_in[static_cast<size_t>(y)];
+  });
   for (int64_t i = 0; i < n; ++i) {
     keys_out[static_cast<size_t>(i)] = keys_in[static_cast<size_t>(idx[static_cast<size_t>(i)])];
     order_out[static_cast<size_t>(i)] = order_in[static_cast<size_t>(idx[static_cast<size_t>(i)])];
@@ -176,11 +180,14 @@ void ExpectOraclesTables(const check::EmbedCase& c, int64_t batch_block, bool sp
     const std::vector<uint8_t> bytes = ToStorage(want.tables[t].weights, c.config.tables[t].dtype);
     EXPECT_TRUE(bytes == got.bytes[t]) << what << ": table " << t << " weights";
     const auto& w = want.tables[t];
-    EXPECT_TRUE(w.adagrad.size() == got.adagrad[t].size() && SameBytes(w.adagrad.data(), got.adagrad[t].data(), 4 * w.adagrad.size()))
+    EXPECT_TRUE(w.adagrad.size() == got.adagrad[t].size() &&
+                SameBytes(w.adagrad.data(), got.adagrad[t].data(), 4 * w.adagrad.size()))
         << what << ": table " << t << " Adagrad";
-    EXPECT_TRUE(w.adam_m.size() == got.adam_m[t].size() && SameBytes(w.adam_m.data(), got.adam_m[t].data(), 4 * w.adam_m.size()))
+    EXPECT_TRUE(w.adam_m.size() == got.adam_m[t].size() &&
+                SameBytes(w.adam_m.data(), got.adam_m[t].data(), 4 * w.adam_m.size()))
         << what << ": table " << t << " Adam m";
-    EXPECT_TRUE(w.adam_v.size() == got.adam_v[t].size() && SameBytes(w.adam_v.data(), got.adam_v[t].data(), 4 * w.adam_v.size()))
+    EXPECT_TRUE(w.adam_v.size() == got.adam_v[t].size() &&
+                SameBytes(w.adam_v.data(), got.adam_v[t].data(), 4 * w.adam_v.size()))
         << what << ": table " << t << " Adam v";
   }
 }
@@ -211,7 +218,8 @@ TEST(TbeBackwardEmulated, HotRowsGiveTheOraclesTables) {
       if (check::LongestRowRun(c) < kHotRun) continue;
       ++hot;
       ExpectOraclesTables(c, 0, false, c.description + ", hot");
-      if (c.kjt.stride % 2 == 0) ExpectOraclesTables(c, c.kjt.stride / 2, hot % 2 == 0, c.description + ", hot, two blocks");
+      if (c.kjt.stride % 2 == 0)
+        ExpectOraclesTables(c, c.kjt.stride / 2, hot % 2 == 0, c.description + ", hot, two blocks");
       break;
     }
   }
