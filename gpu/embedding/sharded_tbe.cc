@@ -202,6 +202,7 @@ struct ShardedDeviceTbe::State {
         GEMTB_RETURN_IF_ERROR(Collective("shards.all_gather", "sparse-intra", [&] {
           return exchange->AllGatherAmong(replica_ranks, stored[i].get(), bytes, all.get(), nullptr);
         }));
+        GEMTB_RETURN_IF_ERROR(exchange->Synchronize(nullptr, "the shards' all-gather"));
         // Sub-blocks are consecutive rows in replica order: the first rows*cols values are the shard.
         GEMTB_RETURN_IF_ERROR(
             CudaOk(cudaMemcpy(*weights, all.get(), static_cast<size_t>(rows * row_bytes), cudaMemcpyDeviceToDevice),
@@ -342,6 +343,7 @@ struct ShardedDeviceTbe::State {
     GEMTB_RETURN_IF_ERROR(Collective("replicas.mean_all_gather", "sparse-replica", [&] {
       return exchange->AllGatherAmong(replica_ranks, padded.get(), sub * 4, all.get(), nullptr);
     }));
+    GEMTB_RETURN_IF_ERROR(exchange->Synchronize(nullptr, "the replicas' means"));
     return CudaOk(
         cudaMemcpy(values, all.get(), static_cast<size_t>(ShardOf(i).rows() * width) * 4, cudaMemcpyDeviceToDevice),
         "the gathered means");
@@ -512,6 +514,9 @@ absl::Status ShardedDeviceTbe::Forward(const KjtView& kjt) {
                                  Scaled(Offsets(s.hold.exchange_counts), 4), embed_recv.get(),
                                  Scaled(s.req.exchange_counts, 4), Scaled(Offsets(s.req.exchange_counts), 4), nullptr);
   }));
+  // A bounded wait before anything that could block the host behind the all-to-all (a dead rank
+  // must end this one with a named error, not hang a copy).
+  GEMTB_RETURN_IF_ERROR(s.exchange->Synchronize(nullptr, "the embeddings all-to-all"));
   // The requester's output: pooled sums of the row blocks, NONE rows placed (+0 where no holder
   // sends one: ids that read nothing).
   const int64_t b = s.local_batch, w = s.routing.pooled_width();
@@ -540,7 +545,7 @@ absl::Status ShardedDeviceTbe::Forward(const KjtView& kjt) {
   GEMTB_RETURN_IF_ERROR(s.d_req_runs.Upload(s.req.sequence_runs, "requester copy runs"));
   GEMTB_RETURN_IF_ERROR(
       LaunchCopyRuns((*req_table)->get(), s.d_req_runs.get(), static_cast<int64_t>(s.req.sequence_runs.size()), false));
-  GEMTB_RETURN_IF_ERROR(s.exchange->Synchronize(nullptr, "the embeddings all-to-all"));
+  GEMTB_RETURN_IF_ERROR(s.exchange->Synchronize(nullptr, "the embeddings' assembly"));
   s.pointer_tables.clear();
   s.has_output = true;
   return absl::OkStatus();
@@ -588,6 +593,7 @@ absl::Status ShardedDeviceTbe::Backward(const float* pooled_grad, absl::Span<con
         s.mp_ranks, grad_send.get(), Scaled(s.req.exchange_counts, 4), Scaled(Offsets(s.req.exchange_counts), 4),
         grad_recv.get(), Scaled(s.hold.exchange_counts, 4), Scaled(Offsets(s.hold.exchange_counts), 4), nullptr);
   }));
+  GEMTB_RETURN_IF_ERROR(s.exchange->Synchronize(nullptr, "the embedding gradients' all-to-all"));
   // The holder's gradients per held shard, in its output's shapes.
   s.shard_grads.clear();
   std::vector<float*> holder_arrays = {grad_recv.get()};
