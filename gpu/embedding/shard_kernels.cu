@@ -12,9 +12,11 @@ unsigned Blocks(int64_t items, int64_t per_block) { return static_cast<unsigned>
 
 }  // namespace
 
-absl::Status LaunchCopyRuns(float* const* arrays, const CopyRun* runs, int64_t num_runs, bool reverse) {
-  if (num_runs == 0) return absl::OkStatus();
-  CopyRunsKernel<<<Blocks(num_runs * 32, kThreads), kThreads>>>(arrays, runs, num_runs, reverse);
+absl::Status LaunchCopyRuns(float* const* arrays, const CopyRun* runs, int64_t num_runs, int64_t total_rows,
+                            const int64_t* row_offsets, bool reverse) {
+  if (num_runs == 0 || total_rows == 0) return absl::OkStatus();
+  CopyRunsKernel<<<Blocks(total_rows * 32, kThreads), kThreads>>>(arrays, runs, num_runs, total_rows, row_offsets,
+                                                                  reverse);
   return CudaOk(cudaGetLastError(), "launch of the shard copy kernel");
 }
 

@@ -16,14 +16,28 @@ namespace gemtb::gpu::embedding::shard_kernels {
 
 constexpr int kThreads = 256;
 
-// A warp per run.
-__global__ void CopyRunsKernel(float* const* arrays, const CopyRun* runs, int64_t num_runs, bool reverse) {
-  const int64_t run = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  if (run >= num_runs) return;
+// A warp per row of the runs: the row's run by binary search over the runs' first rows; a run
+// with dst_rows >= 0 places its rows (on the dst side) at row_offsets[dst_rows + k].
+__global__ void CopyRunsKernel(float* const* arrays, const CopyRun* runs, int64_t num_runs, int64_t total_rows,
+                               const int64_t* row_offsets, bool reverse) {
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (row >= total_rows) return;
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const CopyRun r = runs[run];
-  const float* src = arrays[reverse ? r.dst_array : r.src_array] + (reverse ? r.dst : r.src);
-  float* dst = arrays[reverse ? r.src_array : r.dst_array] + (reverse ? r.src : r.dst);
+  int64_t lo = 0, hi = num_runs;  // the last run whose first row is <= row
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (runs[mid].first_row <= row) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  const CopyRun r = runs[lo];
+  const int64_t k = row - r.first_row;
+  const int64_t src_at = r.src + k * r.src_stride;
+  const int64_t dst_at = r.dst_rows >= 0 ? row_offsets[r.dst_rows + k] : r.dst + k * r.dst_stride;
+  const float* src = arrays[reverse ? r.dst_array : r.src_array] + (reverse ? dst_at : src_at);
+  float* dst = arrays[reverse ? r.src_array : r.dst_array] + (reverse ? src_at : dst_at);
   for (int64_t i = lane; i < r.count; i += 32) dst[i] = src[i];
 }
 

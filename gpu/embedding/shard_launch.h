@@ -11,8 +11,11 @@
 
 namespace gemtb::gpu::embedding {
 
-// Every run's floats from arrays[src_array] to arrays[dst_array] (`reverse`: from dst to src).
-absl::Status LaunchCopyRuns(float* const* arrays, const CopyRun* runs, int64_t num_runs, bool reverse);
+// Every run's rows from arrays[src_array] to arrays[dst_array] (`reverse`: from dst to src); the
+// runs numbered by NumberRows, `total_rows` of them; `row_offsets` the plan's (null if no run has
+// dst_rows).
+absl::Status LaunchCopyRuns(float* const* arrays, const CopyRun* runs, int64_t num_runs, int64_t total_rows,
+                            const int64_t* row_offsets, bool reverse);
 
 // The requester's pooled output [b, width] from the exchange buffer: each segment's columns the
 // seqsum of its pieces in order, a MEAN key's divided by its bag's n (+0 when n = 0).

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <oneapi/tbb/parallel_for.h>
+
 #include "absl/strings/str_cat.h"
 #include "model/embedding/embedding_math.h"
 
@@ -26,6 +28,21 @@ void AppendRaw(std::vector<uint8_t>& out, const T* data, size_t n) {
   if (n > 0) std::memcpy(out.data() + at, data, n * sizeof(T));
 }
 
+// `rows` rows of `width` floats, dense on both sides, from array `array` at `src` to the exchange
+// buffer (array 0) at `dst`.
+CopyRun Rows(int32_t array, int64_t src, int64_t dst, int64_t width, int64_t rows) {
+  CopyRun r;
+  r.src_array = array;
+  r.dst_array = 0;
+  r.src = src;
+  r.dst = dst;
+  r.count = width;
+  r.rows = rows;
+  r.src_stride = width;
+  r.dst_stride = width;
+  return r;
+}
+
 // One table's ids from one source, as the wire carries them.
 struct TableIds {
   std::vector<int32_t> lengths;  // [F_t * b], feature-major
@@ -34,6 +51,15 @@ struct TableIds {
 };
 
 }  // namespace
+
+int64_t NumberRows(std::vector<CopyRun>& runs) {
+  int64_t rows = 0;
+  for (CopyRun& r : runs) {
+    r.first_row = rows;
+    rows += r.rows;
+  }
+  return rows;
+}
 
 absl::StatusOr<ShardRouting> ShardRouting::Create(const EmbeddingConfig& config, const ShardingPlanSpec& plan,
                                                   int world_size, int gpus_per_host, int position,
@@ -165,62 +191,83 @@ absl::StatusOr<RequesterStep> ShardRouting::RouteIds(const KjtView& kjt, const K
   out.id_bytes.assign(static_cast<size_t>(m), {});
   out.exchange_counts.assign(static_cast<size_t>(m), 0);
   const int64_t num_keys = static_cast<int64_t>(config_.features.size());
+  // Every id's row once where needed: MEAN's counts n (bag_counts, 0 for other keys) and the
+  // row-wise types' buckets.
+  std::vector<int64_t> row_of(kjt.values.size());
   out.bag_counts.assign(static_cast<size_t>(num_keys * b), 0);
-  for (int64_t f = 0; f < num_keys; ++f) {
-    const TableConfig& tc = config_.tables[static_cast<size_t>(config_.features[static_cast<size_t>(f)].table)];
-    for (int64_t i = 0; i < b; ++i) {
-      const int64_t bag = f * b + i;
-      int32_t n = 0;
-      for (int64_t v = kl.offsets[bag]; v < kl.offsets[bag + 1]; ++v) n += RowOf(tc, kjt.values[v]) >= 0 ? 1 : 0;
-      out.bag_counts[static_cast<size_t>(bag)] = n;
+  tbb::parallel_for(int64_t{0}, num_keys * b, [&](int64_t bag) {
+    const int64_t f = bag / b;
+    const FeatureConfig& fc = config_.features[static_cast<size_t>(f)];
+    // Rows only where used (a division each under mod hashing): MEAN's n, and row-split buckets.
+    if (fc.pooling != Pooling::kMean && layout_.tables[static_cast<size_t>(fc.table)].block_rows == 0) return;
+    const TableConfig& tc = config_.tables[static_cast<size_t>(fc.table)];
+    int32_t n = 0;
+    for (int64_t v = kl.offsets[bag]; v < kl.offsets[bag + 1]; ++v) {
+      row_of[static_cast<size_t>(v)] = RowOf(tc, kjt.values[v]);
+      n += row_of[static_cast<size_t>(v)] >= 0 ? 1 : 0;
     }
-  }
-  // Ids per (table, holder): the wire's bytes and, for the NONE rows coming back, the value indices.
-  // sent[t][q]: value indices sent to position q, in KJT order.
-  std::vector<std::vector<std::vector<int64_t>>> sent(config_.tables.size(),
-                                                      std::vector<std::vector<int64_t>>(static_cast<size_t>(m)));
+    out.bag_counts[static_cast<size_t>(bag)] = n;
+  });
+  // Ids per (table, holder): the wire's bytes and, for the NONE rows coming back, which ids went.
+  // A table split by rows sends each holder its block's valid ids (none_sent[q][f]: the value indices
+  // of NONE key f sent to q); one not split sends every id of its keys to each holder.
+  std::vector<std::vector<std::vector<int64_t>>> none_sent(
+      static_cast<size_t>(m), std::vector<std::vector<int64_t>>(static_cast<size_t>(num_keys)));
+  std::vector<std::pair<int, int>> pairs;  // (table, holder), each built on its own
   for (size_t t = 0; t < config_.tables.size(); ++t) {
-    const RoutedTable& rt = tables_[t];
-    if (rt.keys.empty()) continue;
-    const TableConfig& tc = config_.tables[t];
-    const TableLayout& tl = layout_.tables[t];
-    for (int q : holders_[t]) {
-      const Shard& first = layout_.shards[static_cast<size_t>(layout_.ShardsOn(static_cast<int>(t), q)[0])];
-      TableIds ids;
-      for (int f : rt.keys) {
-        for (int64_t i = 0; i < b; ++i) {
-          const int64_t bag = f * b + i;
-          int32_t len = 0;
-          for (int64_t v = kl.offsets[bag]; v < kl.offsets[bag + 1]; ++v) {
-            if (tl.block_rows > 0) {
-              const int64_t row = RowOf(tc, kjt.values[v]);
-              if (row < first.row_begin || row >= first.row_end) continue;
-            }
-            ids.values.push_back(kjt.values[v]);
-            if (weighted_) ids.weights.push_back(kjt.weights[v]);
-            sent[t][static_cast<size_t>(q)].push_back(v);
-            ++len;
-          }
-          ids.lengths.push_back(len);
-        }
-      }
-      std::vector<uint8_t>& bytes = out.id_bytes[static_cast<size_t>(q)];
-      AppendRaw(bytes, ids.lengths.data(), ids.lengths.size());
-      AppendRaw(bytes, ids.values.data(), ids.values.size());
-      AppendRaw(bytes, ids.weights.data(), ids.weights.size());
-    }
+    if (tables_[t].keys.empty()) continue;
+    for (int q : holders_[t]) pairs.emplace_back(static_cast<int>(t), q);
   }
+  std::vector<TableIds> pair_ids(pairs.size());
+  tbb::parallel_for(size_t{0}, pairs.size(), [&](size_t k) {
+    const auto [t, q] = pairs[k];
+    const RoutedTable& rt = tables_[static_cast<size_t>(t)];
+    const TableLayout& tl = layout_.tables[static_cast<size_t>(t)];
+    const Shard& first = layout_.shards[static_cast<size_t>(layout_.ShardsOn(t, q)[0])];
+    TableIds& ids = pair_ids[k];
+    for (size_t fi = 0; fi < rt.keys.size(); ++fi) {
+      const int f = rt.keys[fi];
+      const int64_t v0 = kl.offsets[f * b], v1 = kl.offsets[(f + 1) * b];
+      if (tl.block_rows == 0) {
+        ids.lengths.insert(ids.lengths.end(), kjt.lengths.begin() + f * b, kjt.lengths.begin() + (f + 1) * b);
+        ids.values.insert(ids.values.end(), kjt.values.begin() + v0, kjt.values.begin() + v1);
+        if (weighted_) ids.weights.insert(ids.weights.end(), kjt.weights.begin() + v0, kjt.weights.begin() + v1);
+        continue;
+      }
+      // (table, holder) pairs are distinct, so each key's list has one writer.
+      std::vector<int64_t>* sent =
+          rt.output_sequence[fi] >= 0 ? &none_sent[static_cast<size_t>(q)][static_cast<size_t>(f)] : nullptr;
+      for (int64_t i = 0; i < b; ++i) {
+        const int64_t bag = f * b + i;
+        int32_t len = 0;
+        for (int64_t v = kl.offsets[bag]; v < kl.offsets[bag + 1]; ++v) {
+          const int64_t row = row_of[static_cast<size_t>(v)];
+          if (row < first.row_begin || row >= first.row_end) continue;
+          ids.values.push_back(kjt.values[v]);
+          if (weighted_) ids.weights.push_back(kjt.weights[v]);
+          if (sent != nullptr) sent->push_back(v);
+          ++len;
+        }
+        ids.lengths.push_back(len);
+      }
+    }
+  });
+  for (size_t k = 0; k < pairs.size(); ++k) {  // tables in config order within each holder's bytes
+    const TableIds& ids = pair_ids[k];
+    std::vector<uint8_t>& bytes = out.id_bytes[static_cast<size_t>(pairs[k].second)];
+    AppendRaw(bytes, ids.lengths.data(), ids.lengths.size());
+    AppendRaw(bytes, ids.values.data(), ids.values.size());
+    AppendRaw(bytes, ids.weights.data(), ids.weights.size());
+  }
+  // The rows of NONE key f that a holder q returns: every id (tables not split by rows) or those sent.
+  auto none_rows = [&](int t, int q, int f) {
+    return layout_.tables[static_cast<size_t>(t)].block_rows == 0
+               ? kl.offsets[(f + 1) * b] - kl.offsets[f * b]
+               : static_cast<int64_t>(none_sent[static_cast<size_t>(q)][static_cast<size_t>(f)].size());
+  };
   // The embeddings' message from each holder q: its shards' pooled rows, then their NONE rows.
   std::vector<int64_t> pooled_at(layout_.shards.size(), 0);  // a shard's pooled part in its holder's message
   std::vector<int64_t> pooled_size(static_cast<size_t>(m), 0), none_size(static_cast<size_t>(m), 0);
-  // The value indices of key f among those sent for its table to position q.
-  auto sent_of_key = [&](int t, int q, int f) {
-    std::vector<int64_t> out_v;
-    for (int64_t v : sent[static_cast<size_t>(t)][static_cast<size_t>(q)]) {
-      if (v >= kl.offsets[f * b] && v < kl.offsets[(f + 1) * b]) out_v.push_back(v);
-    }
-    return out_v;
-  };
   for (size_t s = 0; s < layout_.shards.size(); ++s) {
     const Shard& sh = layout_.shards[s];
     const RoutedTable& rt = tables_[static_cast<size_t>(sh.table)];
@@ -228,9 +275,7 @@ absl::StatusOr<RequesterStep> ShardRouting::RouteIds(const KjtView& kjt, const K
     pooled_at[s] = pooled_size[q];
     pooled_size[q] += b * rt.num_pooled * sh.cols();
     for (size_t fi = 0; fi < rt.keys.size(); ++fi) {
-      if (rt.output_sequence[fi] >= 0) {
-        none_size[q] += static_cast<int64_t>(sent_of_key(sh.table, sh.position, rt.keys[fi]).size()) * sh.cols();
-      }
+      if (rt.output_sequence[fi] >= 0) none_size[q] += none_rows(sh.table, sh.position, rt.keys[fi]) * sh.cols();
     }
   }
   std::vector<int64_t> message_begin(static_cast<size_t>(m), 0), sequence_at(static_cast<size_t>(m), 0);
@@ -240,6 +285,8 @@ absl::StatusOr<RequesterStep> ShardRouting::RouteIds(const KjtView& kjt, const K
     if (q > 0) message_begin[qq] = message_begin[qq - 1] + out.exchange_counts[qq - 1];
     sequence_at[qq] = message_begin[qq] + pooled_size[qq];
   }
+  // One run per (shard, NONE key): a key's every row (consecutive rows of the output), or the rows
+  // of the ids a row block got, placed through sequence_row_offsets.
   for (size_t s = 0; s < layout_.shards.size(); ++s) {
     const Shard& sh = layout_.shards[s];
     const RoutedTable& rt = tables_[static_cast<size_t>(sh.table)];
@@ -247,13 +294,28 @@ absl::StatusOr<RequesterStep> ShardRouting::RouteIds(const KjtView& kjt, const K
       const int seq = rt.output_sequence[fi];
       if (seq < 0) continue;
       const int f = rt.keys[fi];
-      for (int64_t v : sent_of_key(sh.table, sh.position, f)) {
-        int64_t& at = sequence_at[static_cast<size_t>(sh.position)];
-        out.sequence_runs.push_back({0, 1 + seq, at,
-                                     (v - kl.offsets[f * b]) * sequence_dim_[static_cast<size_t>(seq)] + sh.col_begin,
-                                     sh.cols()});
-        at += sh.cols();
+      const int64_t dim = sequence_dim_[static_cast<size_t>(seq)];
+      const int64_t rows = none_rows(sh.table, sh.position, f);
+      int64_t& at = sequence_at[static_cast<size_t>(sh.position)];
+      if (rows == 0) continue;
+      CopyRun run;
+      run.src_array = 0;
+      run.dst_array = 1 + seq;
+      run.src = at;
+      run.count = sh.cols();
+      run.rows = rows;
+      run.src_stride = sh.cols();
+      run.dst_stride = dim;
+      if (layout_.tables[static_cast<size_t>(sh.table)].block_rows == 0) {
+        run.dst = sh.col_begin;
+      } else {
+        run.dst_rows = static_cast<int64_t>(out.sequence_row_offsets.size());
+        for (int64_t v : none_sent[static_cast<size_t>(sh.position)][static_cast<size_t>(f)]) {
+          out.sequence_row_offsets.push_back((v - kl.offsets[f * b]) * dim + sh.col_begin);
+        }
       }
+      out.sequence_runs.push_back(run);
+      at += rows * sh.cols();
     }
   }
   // Pooled segments: per pooled feature and column shard, one piece per row block in order.
@@ -284,6 +346,7 @@ absl::StatusOr<RequesterStep> ShardRouting::RouteIds(const KjtView& kjt, const K
       }
     }
   }
+  out.sequence_rows = NumberRows(out.sequence_runs);
   return out;
 }
 
@@ -336,26 +399,29 @@ absl::StatusOr<HolderStep> ShardRouting::ReceiveIds(absl::Span<const std::vector
   }
   HolderStep out;
   out.exchange_counts.assign(static_cast<size_t>(m), 0);
-  // Per held shard: its KJT, and where each source's NONE rows start in its NONE arrays.
-  // none_rows[i][j][p]: first row of source p in held shard i's j-th NONE feature, then the count.
+  // Per held shard (each built on its own): its KJT, and where each source's NONE rows start in its
+  // NONE arrays. none_rows[i][j][p]: first row of source p in held shard i's j-th NONE feature, then
+  // the count.
   std::vector<std::vector<std::vector<std::pair<int64_t, int64_t>>>> none_rows(held_.size());
-  int next_array = 1 + static_cast<int>(held_.size());
   std::vector<int> first_none_array(held_.size());
+  int next_array = 1 + static_cast<int>(held_.size());
   for (size_t i = 0; i < held_.size(); ++i) {
+    first_none_array[i] = next_array;
+    const RoutedTable& rt = tables_[static_cast<size_t>(held_[i].table)];
+    for (int seq : rt.output_sequence) next_array += seq >= 0 ? 1 : 0;
+  }
+  out.inputs.resize(held_.size());
+  tbb::parallel_for(size_t{0}, held_.size(), [&](size_t i) {
     const HeldShard& h = held_[i];
     const Shard& sh = layout_.shards[static_cast<size_t>(h.shard)];
     const TableConfig& tc = config_.tables[static_cast<size_t>(h.table)];
     const RoutedTable& rt = tables_[static_cast<size_t>(h.table)];
-    HolderStep::ShardInput in;
+    HolderStep::ShardInput& in = out.inputs[i];
     in.weighted = weighted_;
-    first_none_array[i] = next_array;
     for (size_t fi = 0; fi < rt.keys.size(); ++fi) {
       in.keys.push_back(config_.features[static_cast<size_t>(rt.keys[fi])].key);
       const bool none = rt.output_sequence[fi] >= 0;
-      if (none) {
-        none_rows[i].emplace_back(static_cast<size_t>(m));
-        ++next_array;
-      }
+      if (none) none_rows[i].emplace_back(static_cast<size_t>(m));
       int64_t rows_of_feature = 0;
       for (int p = 0; p < m; ++p) {
         const TableIds& ti = ids[static_cast<size_t>(p)][static_cast<size_t>(h.table)];
@@ -363,8 +429,8 @@ absl::StatusOr<HolderStep> ShardRouting::ReceiveIds(absl::Span<const std::vector
         int64_t v = 0;
         for (size_t j = 0; j < fi * static_cast<size_t>(b); ++j) v += ti.lengths[j];
         const int64_t first_row = rows_of_feature;
-        for (int64_t s = 0; s < b; ++s) {
-          const int32_t len = ti.lengths[fi * static_cast<size_t>(b) + static_cast<size_t>(s)];
+        for (int64_t smp = 0; smp < b; ++smp) {
+          const int32_t len = ti.lengths[fi * static_cast<size_t>(b) + static_cast<size_t>(smp)];
           in.lengths.push_back(len);
           for (int32_t k = 0; k < len; ++k, ++v) {
             const int64_t row = RowOf(tc, ti.values[static_cast<size_t>(v)]);
@@ -376,8 +442,7 @@ absl::StatusOr<HolderStep> ShardRouting::ReceiveIds(absl::Span<const std::vector
         if (none) none_rows[i].back()[static_cast<size_t>(p)] = {first_row, rows_of_feature - first_row};
       }
     }
-    out.inputs.push_back(std::move(in));
-  }
+  });
   // The embeddings' message to each source p: every held shard's pooled rows of p, then every held
   // shard's NONE rows of p (features in key order).
   int64_t begin = 0;
@@ -388,7 +453,7 @@ absl::StatusOr<HolderStep> ShardRouting::ReceiveIds(absl::Span<const std::vector
       const RoutedTable& rt = tables_[static_cast<size_t>(h.table)];
       if (rt.keys.empty()) continue;
       const int64_t width = rt.num_pooled * layout_.shards[static_cast<size_t>(h.shard)].cols();
-      if (width > 0) out.runs.push_back({1 + static_cast<int32_t>(i), 0, p * b * width, at, b * width});
+      if (width > 0) out.runs.push_back(Rows(1 + static_cast<int32_t>(i), p * b * width, at, width, b));
       at += b * width;
     }
     for (size_t i = 0; i < held_.size(); ++i) {
@@ -396,7 +461,7 @@ absl::StatusOr<HolderStep> ShardRouting::ReceiveIds(absl::Span<const std::vector
       for (size_t j = 0; j < none_rows[i].size(); ++j) {
         const auto [first, count] = none_rows[i][j][static_cast<size_t>(p)];
         if (count > 0) {
-          out.runs.push_back({first_none_array[i] + static_cast<int32_t>(j), 0, first * cols, at, count * cols});
+          out.runs.push_back(Rows(first_none_array[i] + static_cast<int32_t>(j), first * cols, at, cols, count));
         }
         at += count * cols;
       }
@@ -404,6 +469,7 @@ absl::StatusOr<HolderStep> ShardRouting::ReceiveIds(absl::Span<const std::vector
     out.exchange_counts[static_cast<size_t>(p)] = at - begin;
     begin = at;
   }
+  out.run_rows = NumberRows(out.runs);
   return out;
 }
 

@@ -59,15 +59,26 @@ struct HeldShard {
   std::vector<int> norm_group;
 };
 
-// A run of `count` floats copied from array `src_array` at `src` to `dst_array` at `dst` (arrays
-// are numbered by the plan that makes the run).
+// `rows` rows of `count` floats copied from array `src_array` at `src` to `dst_array` at `dst`,
+// row r at src + r * src_stride and dst + r * dst_stride, or, with dst_rows >= 0, at the plan's
+// row offsets[dst_rows + r] (arrays are numbered by the plan that makes the run). `first_row`
+// numbers the rows of a plan's runs consecutively (NumberRows), so a kernel gives each row of every
+// run a warp.
 struct CopyRun {
   int32_t src_array = 0;
   int32_t dst_array = 0;
   int64_t src = 0;
   int64_t dst = 0;
   int64_t count = 0;
+  int64_t rows = 1;
+  int64_t src_stride = 0;
+  int64_t dst_stride = 0;
+  int64_t dst_rows = -1;
+  int64_t first_row = 0;
 };
+
+// Sets every run's first_row; returns the rows of all of them.
+int64_t NumberRows(std::vector<CopyRun>& runs);
 
 // The requester's pooled output [b, W] from (forward) or into (backward) the exchange buffer of
 // embeddings: `width` columns at `out_col` are the seqsum over `pieces` (row blocks in order) of
@@ -93,8 +104,12 @@ struct RequesterStep {
   std::vector<PooledSegment> segments;
   std::vector<PooledPiece> pieces;
   // NONE rows between the exchange buffer (array 0) and the module's NONE outputs or gradients
-  // (array 1 + index among the NONE keys), each `cols` floats at the holder's column offset.
+  // (array 1 + index among the NONE keys), each `cols` floats at the holder's column offset: one
+  // run per (holder shard, key), its rows placed through sequence_row_offsets where a row block got
+  // only some of the key's ids. `sequence_rows`: their rows.
   std::vector<CopyRun> sequence_runs;
+  std::vector<int64_t> sequence_row_offsets;
+  int64_t sequence_rows = 0;
 };
 
 // What one step's holder side builds from the ids it received.
@@ -113,7 +128,9 @@ struct HolderStep {
   // Between the held shards' outputs (forward) or gradients (backward) and the exchange buffer
   // (array 0): array 1 + i is held shard i's pooled [M*b, F_pooled * cols]; then come the held
   // shards' NONE features, shard by shard and in key order within one, each [values][cols].
+  // `run_rows`: their rows.
   std::vector<CopyRun> runs;
+  int64_t run_rows = 0;
 };
 
 class ShardRouting {

@@ -85,6 +85,7 @@ struct ShardedDeviceTbe::State {
   RequesterStep req;
   HolderStep hold;
   DeviceArray<CopyRun> d_req_runs, d_hold_runs;
+  DeviceArray<int64_t> d_req_row_offsets;
   DeviceArray<PooledSegment> d_segments;
   DeviceArray<PooledPiece> d_pieces;
   DeviceArray<int32_t> d_bag_counts;
@@ -507,8 +508,8 @@ absl::Status ShardedDeviceTbe::Forward(const KjtView& kjt) {
   absl::StatusOr<DeviceArray<float*>*> holder_table = s.PointerTable(holder_arrays);
   if (!holder_table.ok()) return holder_table.status();
   GEMTB_RETURN_IF_ERROR(s.d_hold_runs.Upload(s.hold.runs, "holder copy runs"));
-  GEMTB_RETURN_IF_ERROR(
-      LaunchCopyRuns((*holder_table)->get(), s.d_hold_runs.get(), static_cast<int64_t>(s.hold.runs.size()), false));
+  GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*holder_table)->get(), s.d_hold_runs.get(),
+                                       static_cast<int64_t>(s.hold.runs.size()), s.hold.run_rows, nullptr, false));
   GEMTB_RETURN_IF_ERROR(s.Collective("embeddings.all_to_all", "sparse-mp", [&] {
     return s.exchange->AllToAllV(s.mp_ranks, embed_send.get(), Scaled(s.hold.exchange_counts, 4),
                                  Scaled(Offsets(s.hold.exchange_counts), 4), embed_recv.get(),
@@ -543,8 +544,10 @@ absl::Status ShardedDeviceTbe::Forward(const KjtView& kjt) {
   absl::StatusOr<DeviceArray<float*>*> req_table = s.PointerTable(req_arrays);
   if (!req_table.ok()) return req_table.status();
   GEMTB_RETURN_IF_ERROR(s.d_req_runs.Upload(s.req.sequence_runs, "requester copy runs"));
-  GEMTB_RETURN_IF_ERROR(
-      LaunchCopyRuns((*req_table)->get(), s.d_req_runs.get(), static_cast<int64_t>(s.req.sequence_runs.size()), false));
+  GEMTB_RETURN_IF_ERROR(s.d_req_row_offsets.Upload(s.req.sequence_row_offsets, "requester row offsets"));
+  GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*req_table)->get(), s.d_req_runs.get(),
+                                       static_cast<int64_t>(s.req.sequence_runs.size()), s.req.sequence_rows,
+                                       s.d_req_row_offsets.get(), false));
   GEMTB_RETURN_IF_ERROR(s.exchange->Synchronize(nullptr, "the embeddings' assembly"));
   s.pointer_tables.clear();
   s.has_output = true;
@@ -586,8 +589,9 @@ absl::Status ShardedDeviceTbe::Backward(const float* pooled_grad, absl::Span<con
   for (const float* g : sequence_grads) req_arrays.push_back(const_cast<float*>(g));
   absl::StatusOr<DeviceArray<float*>*> req_table = s.PointerTable(req_arrays);
   if (!req_table.ok()) return req_table.status();
-  GEMTB_RETURN_IF_ERROR(
-      LaunchCopyRuns((*req_table)->get(), s.d_req_runs.get(), static_cast<int64_t>(s.req.sequence_runs.size()), true));
+  GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*req_table)->get(), s.d_req_runs.get(),
+                                       static_cast<int64_t>(s.req.sequence_runs.size()), s.req.sequence_rows,
+                                       s.d_req_row_offsets.get(), true));
   GEMTB_RETURN_IF_ERROR(s.Collective("embedding_grads.all_to_all", "sparse-mp", [&] {
     return s.exchange->AllToAllV(
         s.mp_ranks, grad_send.get(), Scaled(s.req.exchange_counts, 4), Scaled(Offsets(s.req.exchange_counts), 4),
@@ -618,8 +622,8 @@ absl::Status ShardedDeviceTbe::Backward(const float* pooled_grad, absl::Span<con
   holder_arrays.insert(holder_arrays.end(), holder_none.begin(), holder_none.end());
   absl::StatusOr<DeviceArray<float*>*> holder_table = s.PointerTable(holder_arrays);
   if (!holder_table.ok()) return holder_table.status();
-  GEMTB_RETURN_IF_ERROR(
-      LaunchCopyRuns((*holder_table)->get(), s.d_hold_runs.get(), static_cast<int64_t>(s.hold.runs.size()), true));
+  GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*holder_table)->get(), s.d_hold_runs.get(),
+                                       static_cast<int64_t>(s.hold.runs.size()), s.hold.run_rows, nullptr, true));
   // V3 gathers the shards again for the update (the forward's copy is not kept unless asked).
   if (s.plan.fully_sharded && !s.plan.keep_gathered) GEMTB_RETURN_IF_ERROR(s.GatherShards(s.touched_mode));
   for (size_t i = 0; i < s.shards.size(); ++i) {

@@ -59,20 +59,33 @@ ShardingPlanSpec UniformPlan(const EmbeddingConfig& config, const std::string& t
 }
 
 // Every run of `runs` by the module's copy kernel, arrays by number.
-void CopyAll(const std::vector<std::vector<float>*>& arrays, const std::vector<CopyRun>& runs, bool reverse) {
+void CopyAll(const std::vector<std::vector<float>*>& arrays, const std::vector<CopyRun>& runs, bool reverse,
+             const std::vector<int64_t>& row_offsets = {}) {
+  int64_t rows = 0;
   for (const CopyRun& r : runs) {  // what the kernel may touch, checked first
+    ASSERT_EQ(r.first_row, rows);
+    rows += r.rows;
     const std::vector<float>& src = *arrays[static_cast<size_t>(reverse ? r.dst_array : r.src_array)];
     const std::vector<float>& dst = *arrays[static_cast<size_t>(reverse ? r.src_array : r.dst_array)];
-    ASSERT_LE((reverse ? r.dst : r.src) + r.count, static_cast<int64_t>(src.size()));
-    ASSERT_LE((reverse ? r.src : r.dst) + r.count, static_cast<int64_t>(dst.size()));
+    // The last row of each side (indexed rows: the largest offset).
+    int64_t dst_last = r.dst + (r.rows - 1) * r.dst_stride;
+    if (r.dst_rows >= 0) {
+      ASSERT_LE(r.dst_rows + r.rows, static_cast<int64_t>(row_offsets.size()));
+      dst_last = *std::max_element(row_offsets.begin() + r.dst_rows, row_offsets.begin() + r.dst_rows + r.rows);
+    }
+    const int64_t src_last = r.src + (r.rows - 1) * r.src_stride;
+    ASSERT_LE((reverse ? dst_last : src_last) + r.count, static_cast<int64_t>(src.size()));
+    ASSERT_LE((reverse ? src_last : dst_last) + r.count, static_cast<int64_t>(dst.size()));
   }
   std::vector<float*> table;
   for (std::vector<float>* a : arrays) table.push_back(a->data());
   const int64_t n = static_cast<int64_t>(runs.size());
-  const unsigned blocks = static_cast<unsigned>((n * 32 + 255) / 256);
+  const unsigned blocks = static_cast<unsigned>((rows * 32 + 255) / 256);
   emu::SetGridDim({blocks, 1, 1});
   for (unsigned bx = 0; bx < blocks; ++bx) {
-    emu::RunBlock({bx, 0, 0}, 256, [&] { shard_kernels::CopyRunsKernel(table.data(), runs.data(), n, reverse); });
+    emu::RunBlock({bx, 0, 0}, 256, [&] {
+      shard_kernels::CopyRunsKernel(table.data(), runs.data(), n, rows, row_offsets.data(), reverse);
+    });
   }
 }
 
@@ -221,7 +234,7 @@ void ExpectRoutedStepMatchesOracle(const EmbeddingConfig& config, const Sharding
     }
     std::vector<std::vector<float>*> ptrs;
     for (auto& a : arrays) ptrs.push_back(&a);
-    CopyAll(ptrs, rs.sequence_runs, false);
+    CopyAll(ptrs, rs.sequence_runs, false, rs.sequence_row_offsets);
     for (size_t k = 1; k < arrays.size(); ++k) {
       const int key = routing[0].sequence_keys()[k - 1];
       const int64_t dim = config.tables[static_cast<size_t>(config.features[static_cast<size_t>(key)].table)].dim;
@@ -250,7 +263,7 @@ void ExpectRoutedStepMatchesOracle(const EmbeddingConfig& config, const Sharding
     });
     std::vector<std::vector<float>*> ptrs;
     for (auto& a : arrays) ptrs.push_back(&a);
-    CopyAll(ptrs, rs.sequence_runs, true);
+    CopyAll(ptrs, rs.sequence_runs, true, rs.sequence_row_offsets);
     req_send[static_cast<size_t>(p)] = std::move(arrays[0]);
   }
   std::vector<reference::EmbeddingState> after = {initial};
