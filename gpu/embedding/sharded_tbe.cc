@@ -422,14 +422,31 @@ absl::StatusOr<std::unique_ptr<ShardedDeviceTbe>> ShardedDeviceTbe::Create(
   return std::unique_ptr<ShardedDeviceTbe>(new ShardedDeviceTbe(std::move(s)));
 }
 
+absl::StatusOr<ShardedDeviceTbe::RoutedBatch> ShardedDeviceTbe::Route(const KjtView& kjt) const {
+  RoutedBatch routed;
+  absl::StatusOr<KjtLayout> layout = CheckKjt(s_->config, kjt);
+  if (!layout.ok()) return layout.status();
+  routed.layout = *std::move(layout);
+  absl::StatusOr<RequesterStep> step = s_->routing.RouteIds(kjt, routed.layout);
+  if (!step.ok()) return step.status();
+  routed.step = *std::move(step);
+  return routed;
+}
+
 absl::Status ShardedDeviceTbe::Forward(const KjtView& kjt) {
+  absl::StatusOr<RoutedBatch> routed = Route(kjt);
+  if (!routed.ok()) return routed.status();
+  return Forward(*std::move(routed));
+}
+
+absl::Status ShardedDeviceTbe::Forward(RoutedBatch routed) {
   State& s = *s_;
   s.has_output = false;
-  absl::StatusOr<KjtLayout> layout = CheckKjt(s.config, kjt);
-  if (!layout.ok()) return layout.status();
-  absl::StatusOr<RequesterStep> req = s.routing.RouteIds(kjt, *layout);
-  if (!req.ok()) return req.status();
-  s.req = *std::move(req);
+  if (routed.step.id_bytes.size() != static_cast<size_t>(s.routing.group_size())) {
+    return absl::InvalidArgumentError("routed: not a batch routed by this module");
+  }
+  const KjtLayout* layout = &routed.layout;
+  s.req = std::move(routed.step);
   const int m = s.routing.group_size();
   if (s.plan.fully_sharded && !s.touched_mode) GEMTB_RETURN_IF_ERROR(s.GatherShards(false));
   // Ids: the byte counts first (each holder learns what every source sends), then the bytes.

@@ -57,8 +57,17 @@ class ShardedDeviceTbe {
   ShardedDeviceTbe(const ShardedDeviceTbe&) = delete;
   ShardedDeviceTbe& operator=(const ShardedDeviceTbe&) = delete;
 
+  // A local batch's ids routed on the host: what Forward sends and how it assembles the output.
+  // Needs nothing of the device and changes nothing, so a trainer may route the next batch on
+  // another thread while this one runs.
+  struct RoutedBatch {
+    KjtLayout layout;
+    RequesterStep step;
+  };
+  absl::StatusOr<RoutedBatch> Route(const KjtView& kjt) const;
   // The forward of this rank's local batch (keys: the config's features, in order); collective.
   absl::Status Forward(const KjtView& kjt);
+  absl::Status Forward(RoutedBatch routed);
   // The last Forward's output on the device: pooled [b, W] and one [len, D] array per NONE key.
   absl::StatusOr<DeviceOutputView> DeviceOutput() const;
   // Upstream gradients of that output on the device, then every held shard's step; collective.

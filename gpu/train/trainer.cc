@@ -203,22 +203,45 @@ struct GpuTrainer::Impl {
   data::Batch StepBatch() const { return BatchOf(step); }
 
   // The next step's batch, generated on a host thread while this step runs on the GPU (a batch
-  // depends only on the seed and its sample indices, so where it is made changes no bit).
-  std::optional<std::pair<int64_t, std::future<data::Batch>>> prefetch;
+  // depends only on the seed and its sample indices, so where it is made changes no bit); with
+  // sharded tables, this rank's samples' ids routed there too (Route reads only the batch).
+  struct Prefetched {
+    data::Batch batch;
+    std::optional<embedding::ShardedDeviceTbe::RoutedBatch> routed;
+  };
+  std::optional<std::pair<int64_t, std::future<absl::StatusOr<Prefetched>>>> prefetch;
+  // The routing of the batch TakeStepBatch returned last (used by that step's Pass).
+  std::optional<embedding::ShardedDeviceTbe::RoutedBatch> step_routed;
+
+  // This rank's samples of a training batch: [r B/R, (r + 1) B/R).
+  data::Batch RankSamples(const data::Batch& batch) const {
+    const int R = dist->world_size(), r = dist->rank();
+    const int64_t Bl = batch.size / R;
+    std::vector<int64_t> mine(static_cast<size_t>(Bl));
+    for (int64_t b = 0; b < Bl; ++b) mine[static_cast<size_t>(b)] = r * Bl + b;
+    return data::SelectSamples(batch, mine);
+  }
+  absl::StatusOr<Prefetched> MakeStep(int64_t s) const {
+    Prefetched p;
+    p.batch = BatchOf(s);
+    if (sharded != nullptr) {
+      absl::StatusOr<embedding::ShardedDeviceTbe::RoutedBatch> routed = sharded->Route(KjtOf(RankSamples(p.batch)));
+      if (!routed.ok()) return routed.status();
+      p.routed = *std::move(routed);
+    }
+    return p;
+  }
 
   // Step `step`'s batch: the prefetched one when it is that step's, else made now; then the next
   // step's batch starts on its thread.
-  data::Batch TakeStepBatch() {
-    data::Batch batch;
-    if (prefetch && prefetch->first == step) {
-      batch = prefetch->second.get();
-    } else {
-      batch = StepBatch();
-    }
+  absl::StatusOr<data::Batch> TakeStepBatch() {
+    absl::StatusOr<Prefetched> p = prefetch && prefetch->first == step ? prefetch->second.get() : MakeStep(step);
     prefetch.reset();
+    if (!p.ok()) return p.status();
     const int64_t next = step + 1;
-    prefetch.emplace(next, std::async(std::launch::async, [this, next] { return BatchOf(next); }));
-    return batch;
+    prefetch.emplace(next, std::async(std::launch::async, [this, next] { return MakeStep(next); }));
+    step_routed = std::move(p->routed);
+    return std::move(p->batch);
   }
 
   // The batch's ids as the TBE takes them (unweighted).
@@ -258,11 +281,13 @@ struct GpuTrainer::Impl {
     Clock::time_point at = Clock::now();
     GEMTB_RETURN_IF_ERROR(GatherParams());
     // A job's rank looks up its own samples only (replicated tables: the TBE backward later takes
-    // the whole batch).
-    if (split) {
-      std::vector<int64_t> mine(static_cast<size_t>(Bl));
-      for (int64_t b = 0; b < Bl; ++b) mine[static_cast<size_t>(b)] = b0 + b;
-      GEMTB_RETURN_IF_ERROR(TbeForward(data::SelectSamples(batch, mine)));
+    // the whole batch); sharded tables' training batches were routed on the prefetch thread.
+    if (split && sharded != nullptr && train && step_routed) {
+      sparse_before_model = true;
+      GEMTB_RETURN_IF_ERROR(sharded->Forward(*std::move(step_routed)));
+      step_routed.reset();
+    } else if (split) {
+      GEMTB_RETURN_IF_ERROR(TbeForward(RankSamples(batch)));
     } else {
       GEMTB_RETURN_IF_ERROR(TbeForward(batch));
     }
@@ -517,7 +542,9 @@ absl::StatusOr<TrainerStep> GpuTrainer::Step() {
   Impl& m = *impl_;
   m.times = StepTimes{};
   const Impl::Clock::time_point at = Impl::Clock::now();
-  const data::Batch batch = m.TakeStepBatch();
+  absl::StatusOr<data::Batch> taken = m.TakeStepBatch();
+  if (!taken.ok()) return taken.status();
+  const data::Batch batch = *std::move(taken);
   m.times.data_ms = Impl::Ms(at);
   absl::StatusOr<Impl::Backward> b = m.Pass(batch, true);
   if (!b.ok()) return b.status();
@@ -613,6 +640,8 @@ absl::Status GpuTrainer::LoadState(const TrainerState& state) {
                                                        state.table_shards[i].weights.size(), " weights, the shard has ",
                                                        tc.rows, " x ", tc.dim));
     }
+    m.prefetch.reset();  // its thread may be routing on the module this replaces
+    m.step_routed.reset();
     absl::StatusOr<std::unique_ptr<embedding::ShardedDeviceTbe>> sharded = embedding::ShardedDeviceTbe::Create(
         m.emb, *m.job.sparse_plan, m.job.gpus_per_host, m.options.batch / m.dist->world_size(),
         m.dist->sparse_exchange(), state.table_shards, state.step);
@@ -622,7 +651,6 @@ absl::Status GpuTrainer::LoadState(const TrainerState& state) {
     GEMTB_RETURN_IF_ERROR(m.adam_v->Upload(m.Shard(state.adam_v), "adam v"));
     m.sharded = *std::move(sharded);
     m.TimeSparseCollectives();
-    m.prefetch.reset();
     m.step = state.step;
     m.adam_b1 = state.adam_b1;
     m.adam_b2 = state.adam_b2;

@@ -69,7 +69,7 @@ struct JobOptions {
 // waits for its results), so a phase's time is its device work plus the host's part.
 struct StepTimes {
   double data_ms = 0;           // waiting for the batch (model/data's generator makes each step's batch on a
-                                // host thread during the step before)
+                                // host thread during the step before; sharded tables' ids are routed there too)
   double embedding_fwd_ms = 0;  // the KJT upload, the TBE forward and its outputs to the host
   double model_ms = 0;          // inputs up, the model's forward, loss and backward, gradients down
   double embedding_bwd_ms = 0;  // the gradients up, the TBE backward with fused rowwise Adagrad
