@@ -34,33 +34,6 @@ std::vector<int64_t> Scaled(const std::vector<int64_t>& counts, int64_t factor) 
 
 }  // namespace
 
-std::vector<HostTable> SliceShards(const EmbeddingConfig& config, const ShardRouting& routing,
-                                   absl::Span<const HostTable> whole_tables) {
-  std::vector<HostTable> out;
-  for (const HeldShard& h : routing.held()) {
-    const Shard& s = routing.layout().shards[static_cast<size_t>(h.shard)];
-    const TableConfig& tc = config.tables[static_cast<size_t>(h.table)];
-    const HostTable& whole = whole_tables[static_cast<size_t>(h.table)];
-    const int64_t rows = h.config.tables[0].rows, cols = s.cols();
-    auto slice = [&](const std::vector<float>& a, bool per_row) {
-      if (a.empty()) return std::vector<float>{};
-      const int64_t width = per_row ? 1 : cols;
-      std::vector<float> o(static_cast<size_t>(rows * width), 0.0f);
-      for (int64_t r = 0; r < s.rows(); ++r) {
-        for (int64_t c = 0; c < width; ++c) {
-          o[static_cast<size_t>(r * width + c)] =
-              per_row ? a[static_cast<size_t>(s.row_begin + r)]
-                      : a[static_cast<size_t>((s.row_begin + r) * tc.dim + s.col_begin + c)];
-        }
-      }
-      return o;
-    };
-    out.push_back({slice(whole.weights, false), slice(whole.adagrad, true), slice(whole.adam_m, false),
-                   slice(whole.adam_v, false), whole.adam_step});
-  }
-  return out;
-}
-
 struct ShardedDeviceTbe::State {
   EmbeddingConfig config;
   ShardingPlanSpec plan;

@@ -46,8 +46,8 @@ class ShardedDeviceTbe {
  public:
   // This rank (exchange->rank()) of the plan, `local_batch` samples a step.
   // `held_tables` empty: every held shard Philox-initialised on the device as its part of the whole
-  // table; else one per held shard in the routing's order (SliceShards cuts them from whole tables;
-  // DownloadShards gives them back). `step`: the next update's SR step.
+  // table; else one per held shard in the routing's order (as DownloadShards gives them). `step`:
+  // the next update's SR step.
   static absl::StatusOr<std::unique_ptr<ShardedDeviceTbe>> Create(const EmbeddingConfig& config,
                                                                   const ShardingPlanSpec& plan, int gpus_per_host,
                                                                   int64_t local_batch, ShardExchange* exchange,
@@ -92,10 +92,6 @@ class ShardedDeviceTbe {
   explicit ShardedDeviceTbe(std::unique_ptr<State> state);
   std::unique_ptr<State> s_;
 };
-
-// Every held shard of `routing` cut from the whole tables (a HostTable per table of the config).
-std::vector<HostTable> SliceShards(const EmbeddingConfig& config, const ShardRouting& routing,
-                                   absl::Span<const HostTable> whole_tables);
 
 }  // namespace gemtb::gpu::embedding
 
