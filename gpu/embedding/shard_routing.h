@@ -11,8 +11,8 @@
 //
 // What moves, per step, inside one MP group of M positions with local batch b:
 //   ids         one all-to-all of bytes: to each holder, per table it holds (config order), the
-//               table's slice of the local KJT (int32 lengths [F_t * b], int64 ids, fp32 weights if
-//               weighted), bucketed by row block for RW, TWRW and GRID: the oracle's kappa;
+//               table's slice of the local KJT (int32 lengths [F_t * b], int64 ids, fp32 weights when
+//               a feature is weighted), bucketed by row block for RW, TWRW and GRID: the oracle's kappa;
 //   embeddings  one all-to-all of floats, holder q to requester p: per held shard (group order) its
 //               pooled rows of p's samples [b, F_pooled * cols], then per held shard and NONE feature
 //               the rows of the ids p sent;
