@@ -140,7 +140,7 @@ TEST(NcclGroup, OneRankRunsEveryCollectiveAndSplits) {
   ASSERT_EQ(cudaMalloc(&b, n * sizeof(float)), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(a, host.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
   NcclGroup& g = **group;
-  for (int op = 0; op < 5; ++op) {
+  for (int op = 0; op < 7; ++op) {
     // The in-place all-gather (op 4) starts from the rank's own part; the others from zeros.
     ASSERT_EQ(op == 4 ? cudaMemcpy(b, a, n * sizeof(float), cudaMemcpyDeviceToDevice) : cudaMemset(b, 0, n * sizeof(float)),
               cudaSuccess);
@@ -151,6 +151,13 @@ TEST(NcclGroup, OneRankRunsEveryCollectiveAndSplits) {
       case 2: s = g.ReduceScatter(a, b, n, Dtype::kFp32, ReduceOp::kAvg, stream); break;
       case 3: s = g.Broadcast(a, b, n, Dtype::kFp32, 0, stream); break;
       case 4: s = g.AllGatherV(b, {int64_t(n)}, {0}, Dtype::kFp32, stream); break;
+      // The sharded tables' point-to-point collectives: with one rank, its own part copied.
+      case 5: {
+        const std::vector<int64_t> bytes = {int64_t(n * sizeof(float))}, at = {0};
+        s = g.AllToAllV({0}, a, bytes, at, b, bytes, at, stream);
+        break;
+      }
+      case 6: s = g.AllGatherAmong({0}, a, int64_t(n * sizeof(float)), b, stream); break;
     }
     ASSERT_TRUE(s.ok()) << "op " << op << ": " << s;
     ASSERT_TRUE(g.Synchronize(stream, "test op").ok());
@@ -167,6 +174,9 @@ TEST(NcclGroup, OneRankRunsEveryCollectiveAndSplits) {
   EXPECT_EQ(g.AllGather(a, b, -1, Dtype::kFp32, stream).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(g.Broadcast(a, b, n, Dtype::kFp32, 1, stream).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(g.AllGatherV(a, {1, 1}, {0, 1}, Dtype::kFp32, stream).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(g.AllGatherAmong({1}, a, 4, b, stream).code(), absl::StatusCode::kInvalidArgument);  // not in the group
+  EXPECT_EQ(g.AllGatherAmong({0, 0}, a, 4, b, stream).code(), absl::StatusCode::kInvalidArgument);  // twice
+  EXPECT_EQ(g.AllToAllV({0}, a, {4}, {0}, b, {8}, {0}, stream).code(), absl::StatusCode::kInvalidArgument);  // 4 != 8
   EXPECT_FALSE(g.aborted());
   cudaFree(a);
   cudaFree(b);
