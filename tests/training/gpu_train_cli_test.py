@@ -203,11 +203,18 @@ def job_bad_input(d):
                        (["--batch-split", "bbs", "--sub-batch", "3"], "--sub-batch: 3 does not divide --local-batch 4"),
                        (["--checkpoint", ck, "--crash-checkpoint-after-bytes", "10"],
                         "--crash-checkpoint-after-bytes: a single process only"),
+                       (["--plan", "DP"], "--plan: plan.tables[0] (table 'user'): DP tables are not run by the GPU"),
+                       (["--plan", "RW", "--gpus-per-host", "0"], "--gpus-per-host: 0"),
                        (None, "--local-batch: 600000 on 2 ranks")):
         flags = GPU + bad if bad else GPU[:3] + ["600000"] + GPU[4:]
         p = run(["train"] + flags, expect=2, env=env)
         assert p.stderr.startswith("gemtb train: error: ") and words in p.stderr, (bad, p.stderr)
         assert not os.path.exists(ck), bad
+    # A plan shards over a job's ranks; one process keeps its tables whole.
+    p = run(["train"] + GPU + ["--plan", "RW"], expect=2)
+    assert "--plan: shards the tables over a job's ranks" in p.stderr, p.stderr
+    p = run(["train"] + GPU + ["--gpus-per-host", "2"], expect=2)
+    assert "--gpus-per-host: needs --plan" in p.stderr, p.stderr
     p = run(["train"] + GPU, expect=2, env=torchrun_env(2, 2, 29650))
     assert "RANK" in p.stderr and p.stderr.count("\n") == 1, p.stderr
     # Two ranks at once: without a GPU each stops before the rendezvous (no rank waits for the other);
