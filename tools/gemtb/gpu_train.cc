@@ -422,7 +422,9 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
               << ", schedule steps " << o.total_steps << ", "
               << (several ? absl::StrCat(R, " GPUs (", launch::LauncherName(job.launch.launcher), "; global batch ",
                                          o.batch, " split ", f.batch_split, ", FSDP shard group ", job.shard_group,
-                                         ", parameters gathered by ", f.param_gather, ")")
+                                         ", parameters gathered by ", f.param_gather, ", tables ",
+                                         job.plan ? absl::StrCat("sharded by --plan ", f.plan) : std::string("replicated"),
+                                         ")")
                           : std::string("one GPU"))
               << " (matmul " << gpu::train::PrecisionName(job.numerics.matmul) << ", attention "
               << gpu::train::PrecisionName(job.numerics.attention) << ", ffn "
