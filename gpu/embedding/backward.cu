@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "gpu/common/device_buffer.h"
+#include "gpu/embedding/api.h"
 #include "gpu/embedding/backward_kernels.cuh"
 #include "gpu/embedding/launch.h"
 #include "model/common/status_macros.h"
@@ -76,8 +77,11 @@ absl::Status LaunchBackward(const LaunchParams& p, int64_t num_values, const Bac
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the row update kernel"));
   MarkPhase(b, 4);
   const size_t hot_bytes = HotSharedBytes(b.max_dim);
+  // The kernel's limit is a process-wide attribute: set to the widest table's need, the same value
+  // whoever sets it, so modules of other widths launching from other threads cannot lower it
+  // between another's setting and launch ("too many resources requested", seen on the H200).
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaFuncSetAttribute(HotRowKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    static_cast<int>(hot_bytes)),
+                                                    static_cast<int>(HotSharedBytes(kMaxDim))),
                                "shared memory of the hot-row kernel"));
   HotRowKernel<<<static_cast<unsigned>(HotRunCapacity(n)), kHotThreads, hot_bytes>>>(p, b);
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the hot-row kernel"));
