@@ -143,7 +143,6 @@ class ShardRouting {
 
   int position() const { return position_; }
   int group_size() const { return layout_.size; }
-  int64_t local_batch() const { return local_batch_; }
   int64_t pooled_width() const { return pooled_width_; }
   const std::vector<int>& sequence_keys() const { return sequence_keys_; }
   const GroupLayout& layout() const { return layout_; }

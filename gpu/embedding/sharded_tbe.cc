@@ -333,7 +333,6 @@ struct ShardedDeviceTbe::State {
 ShardedDeviceTbe::ShardedDeviceTbe(std::unique_ptr<State> state) : s_(std::move(state)) {}
 ShardedDeviceTbe::~ShardedDeviceTbe() = default;
 const ShardRouting& ShardedDeviceTbe::routing() const { return s_->routing; }
-int64_t ShardedDeviceTbe::step() const { return s_->shards.empty() ? 0 : s_->shards[0]->step(); }
 
 absl::StatusOr<std::unique_ptr<ShardedDeviceTbe>> ShardedDeviceTbe::Create(
     const EmbeddingConfig& config, const ShardingPlanSpec& plan, int gpus_per_host, int64_t local_batch,

@@ -85,7 +85,6 @@ class ShardedDeviceTbe {
   // sub-blocks are gathered first).
   absl::StatusOr<std::vector<HostTable>> DownloadShards();
   const ShardRouting& routing() const;
-  int64_t step() const;
 
  private:
   struct State;
