@@ -11,7 +11,8 @@
 # `--check-numerics "fp32/fp32 tf32/bf16"` (default fp32/fp32), writing check_train_<M>_<A>.log and
 # .json, and
 # `gemtb train`'s kill-and-resume test (tests/training/gpu_train_cli_test.py --part gpu, train_kills.log);
-# `--no-memcheck` leaves out the sanitizer pass (when the device time is short).
+# `--no-memcheck` leaves out the sanitizer pass (when the device time is short). Environment:
+# TEST_TIMEOUT, seconds each test binary may run (default 150; four times that under memcheck).
 # Exit status: 0 all passed, 1 a test, the sanitizer or the check failed, 2 the build failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,10 +41,18 @@ if [ "$check_steps" -gt 0 ]; then targets+=(gemtb); fi
 start=$SECONDS
 build_device_targets train_gpu_check "$build" "${tests[0]}" "${targets[@]}"
 rc=0
+# A test binary that hangs (e.g. virtual ranks waiting for one that failed) is killed after
+# TEST_TIMEOUT seconds (default 150) so that the binaries after it still run.
+test_timeout=${TEST_TIMEOUT:-150}
 for t in "${tests[@]}"; do
-  "$build/bin/$t" >>"$out/test.log" 2>&1 || rc=1
+  t_start=$SECONDS
+  timeout --signal=KILL "$test_timeout" "$build/bin/$t" >>"$out/test.log" 2>&1
+  t_rc=$?
+  echo "$t: exit $t_rc after $((SECONDS - t_start)) s" | tee -a "$out/summary.txt"
+  [ "$t_rc" = 0 ] || rc=1
   if [ "$memcheck" = 1 ]; then
-    compute-sanitizer --tool memcheck --error-exitcode 1 "$build/bin/$t" >>"$out/memcheck.log" 2>&1 || rc=1
+    timeout --signal=KILL "$((4 * test_timeout))" compute-sanitizer --tool memcheck --error-exitcode 1 \
+      "$build/bin/$t" >>"$out/memcheck.log" 2>&1 || rc=1
   fi
 done
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/test.log" | tee -a "$out/summary.txt"
