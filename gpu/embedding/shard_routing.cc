@@ -418,6 +418,8 @@ absl::StatusOr<HolderStep> ShardRouting::ReceiveIds(absl::Span<const std::vector
     const RoutedTable& rt = tables_[static_cast<size_t>(h.table)];
     HolderStep::ShardInput& in = out.inputs[i];
     in.weighted = weighted_;
+    // Per source: where the current feature's ids start among the table's ids it sent (key order).
+    std::vector<int64_t> value_at(static_cast<size_t>(m), 0);
     for (size_t fi = 0; fi < rt.keys.size(); ++fi) {
       in.keys.push_back(config_.features[static_cast<size_t>(rt.keys[fi])].key);
       const bool none = rt.output_sequence[fi] >= 0;
@@ -425,9 +427,7 @@ absl::StatusOr<HolderStep> ShardRouting::ReceiveIds(absl::Span<const std::vector
       int64_t rows_of_feature = 0;
       for (int p = 0; p < m; ++p) {
         const TableIds& ti = ids[static_cast<size_t>(p)][static_cast<size_t>(h.table)];
-        // Value offset of feature fi's bags in source p's message.
-        int64_t v = 0;
-        for (size_t j = 0; j < fi * static_cast<size_t>(b); ++j) v += ti.lengths[j];
+        int64_t& v = value_at[static_cast<size_t>(p)];
         const int64_t first_row = rows_of_feature;
         for (int64_t smp = 0; smp < b; ++smp) {
           const int32_t len = ti.lengths[fi * static_cast<size_t>(b) + static_cast<size_t>(smp)];
