@@ -21,11 +21,11 @@ int64_t RowOf(const TableConfig& t, int64_t id) {
   return t.bounds == BoundsMode::kRemap0 ? 0 : -1;
 }
 
+// Copies `data`'s bytes to `out`; returns the end of what it wrote.
 template <typename T>
-void AppendRaw(std::vector<uint8_t>& out, const T* data, size_t n) {
-  const size_t at = out.size();
-  out.resize(at + n * sizeof(T));
-  if (n > 0) std::memcpy(out.data() + at, data, n * sizeof(T));
+uint8_t* WriteRaw(uint8_t* out, const std::vector<T>& data) {
+  if (!data.empty()) std::memcpy(out, data.data(), data.size() * sizeof(T));
+  return out + data.size() * sizeof(T);
 }
 
 // `rows` rows of `width` floats, dense on both sides, from array `array` at `src` to the exchange
@@ -48,9 +48,21 @@ struct TableIds {
   std::vector<int32_t> lengths;  // [F_t * b], feature-major
   std::vector<int64_t> values;
   std::vector<float> weights;
+
+  int64_t bytes() const {
+    return static_cast<int64_t>(lengths.size() * sizeof(int32_t) + values.size() * sizeof(int64_t) +
+                                weights.size() * sizeof(float));
+  }
 };
 
 }  // namespace
+
+absl::Span<const uint8_t> RequesterStep::IdBytesTo(int q) const {
+  int64_t at = 0;
+  for (int p = 0; p < q; ++p) at += id_counts[static_cast<size_t>(p)];
+  return absl::MakeConstSpan(id_bytes).subspan(static_cast<size_t>(at),
+                                               static_cast<size_t>(id_counts[static_cast<size_t>(q)]));
+}
 
 int64_t NumberRows(std::vector<CopyRun>& runs) {
   int64_t rows = 0;
@@ -188,7 +200,6 @@ absl::StatusOr<RequesterStep> ShardRouting::RouteIds(const KjtView& kjt, const K
                             " ids (weighted features need one each)"));
   }
   RequesterStep out;
-  out.id_bytes.assign(static_cast<size_t>(m), {});
   out.exchange_counts.assign(static_cast<size_t>(m), 0);
   const int64_t num_keys = static_cast<int64_t>(config_.features.size());
   // Every id's row once where needed: MEAN's counts n (bag_counts, 0 for other keys) and the
@@ -252,12 +263,21 @@ absl::StatusOr<RequesterStep> ShardRouting::RouteIds(const KjtView& kjt, const K
       }
     }
   });
-  for (size_t k = 0; k < pairs.size(); ++k) {  // tables in config order within each holder's bytes
+  // The wire's bytes: holders in position order, tables in config order within each holder's bytes.
+  out.id_counts.assign(static_cast<size_t>(m), 0);
+  for (size_t k = 0; k < pairs.size(); ++k) out.id_counts[static_cast<size_t>(pairs[k].second)] += pair_ids[k].bytes();
+  std::vector<int64_t> id_at(static_cast<size_t>(m), 0);  // where each holder's next table goes
+  int64_t id_total = 0;
+  for (size_t q = 0; q < id_at.size(); ++q) {
+    id_at[q] = id_total;
+    id_total += out.id_counts[q];
+  }
+  out.id_bytes.resize(static_cast<size_t>(id_total));
+  for (size_t k = 0; k < pairs.size(); ++k) {
     const TableIds& ids = pair_ids[k];
-    std::vector<uint8_t>& bytes = out.id_bytes[static_cast<size_t>(pairs[k].second)];
-    AppendRaw(bytes, ids.lengths.data(), ids.lengths.size());
-    AppendRaw(bytes, ids.values.data(), ids.values.size());
-    AppendRaw(bytes, ids.weights.data(), ids.weights.size());
+    int64_t& at = id_at[static_cast<size_t>(pairs[k].second)];
+    uint8_t* end = WriteRaw(WriteRaw(WriteRaw(out.id_bytes.data() + at, ids.lengths), ids.values), ids.weights);
+    at = end - out.id_bytes.data();
   }
   // The rows of NONE key f that a holder q returns: every id (tables not split by rows) or those sent.
   auto none_rows = [&](int t, int q, int f) {
@@ -350,7 +370,7 @@ absl::StatusOr<RequesterStep> ShardRouting::RouteIds(const KjtView& kjt, const K
   return out;
 }
 
-absl::StatusOr<HolderStep> ShardRouting::ReceiveIds(absl::Span<const std::vector<uint8_t>> received) const {
+absl::StatusOr<HolderStep> ShardRouting::ReceiveIds(absl::Span<const absl::Span<const uint8_t>> received) const {
   const int m = layout_.size;
   const int64_t b = local_batch_;
   if (static_cast<int>(received.size()) != m) {
@@ -359,7 +379,7 @@ absl::StatusOr<HolderStep> ShardRouting::ReceiveIds(absl::Span<const std::vector
   // Parse every source's message: the tables this position holds, in config order.
   std::vector<std::vector<TableIds>> ids(static_cast<size_t>(m), std::vector<TableIds>(config_.tables.size()));
   for (int p = 0; p < m; ++p) {
-    const std::vector<uint8_t>& msg = received[static_cast<size_t>(p)];
+    const absl::Span<const uint8_t> msg = received[static_cast<size_t>(p)];
     size_t at = 0;
     auto take = [&](void* dst, size_t bytes, size_t t, const char* what) -> absl::Status {
       if (at + bytes > msg.size()) {

@@ -97,7 +97,10 @@ struct PooledSegment {
 
 // What one step's requester side knows after routing its ids.
 struct RequesterStep {
-  std::vector<std::vector<uint8_t>> id_bytes;  // per destination position
+  // The ids' all-to-all as it sends them: every destination's bytes, in position order, and the
+  // byte counts per destination.
+  std::vector<uint8_t> id_bytes;
+  std::vector<int64_t> id_counts;
   std::vector<int32_t> bag_counts;             // [num_keys * b]: valid ids per bag (MEAN's n)
   // Embeddings exchange: floats from (forward) / to (backward) each holder position.
   std::vector<int64_t> exchange_counts;
@@ -110,6 +113,9 @@ struct RequesterStep {
   std::vector<CopyRun> sequence_runs;
   std::vector<int64_t> sequence_row_offsets;
   int64_t sequence_rows = 0;
+
+  // The bytes to destination position `q`.
+  absl::Span<const uint8_t> IdBytesTo(int q) const;
 };
 
 // What one step's holder side builds from the ids it received.
@@ -153,7 +159,7 @@ class ShardRouting {
   absl::StatusOr<RequesterStep> RouteIds(const KjtView& kjt, const KjtLayout& layout) const;
   // Holder: the held shards' KJTs from the bytes each source sent (position order), and the plans
   // between their outputs and the exchange buffer. Names the source and table of a malformed message.
-  absl::StatusOr<HolderStep> ReceiveIds(absl::Span<const std::vector<uint8_t>> received) const;
+  absl::StatusOr<HolderStep> ReceiveIds(absl::Span<const absl::Span<const uint8_t>> received) const;
 
  private:
   ShardRouting() = default;

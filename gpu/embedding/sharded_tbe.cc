@@ -414,7 +414,7 @@ absl::Status ShardedDeviceTbe::Forward(const KjtView& kjt) {
 absl::Status ShardedDeviceTbe::Forward(RoutedBatch routed) {
   State& s = *s_;
   s.has_output = false;
-  if (routed.step.id_bytes.size() != static_cast<size_t>(s.routing.group_size())) {
+  if (routed.step.id_counts.size() != static_cast<size_t>(s.routing.group_size())) {
     return absl::InvalidArgumentError("routed: not a batch routed by this module");
   }
   const KjtLayout* layout = &routed.layout;
@@ -422,13 +422,7 @@ absl::Status ShardedDeviceTbe::Forward(RoutedBatch routed) {
   const int m = s.routing.group_size();
   if (s.plan.fully_sharded && !s.touched_mode) GEMTB_RETURN_IF_ERROR(s.GatherShards(false));
   // Ids: the byte counts first (each holder learns what every source sends), then the bytes.
-  std::vector<int64_t> send_bytes(static_cast<size_t>(m));
-  std::vector<uint8_t> send;
-  for (int q = 0; q < m; ++q) {
-    send_bytes[static_cast<size_t>(q)] = static_cast<int64_t>(s.req.id_bytes[static_cast<size_t>(q)].size());
-    send.insert(send.end(), s.req.id_bytes[static_cast<size_t>(q)].begin(),
-                s.req.id_bytes[static_cast<size_t>(q)].end());
-  }
+  const std::vector<int64_t>& send_bytes = s.req.id_counts;
   DeviceArray<int64_t> d_counts_send, d_counts_recv;
   GEMTB_RETURN_IF_ERROR(d_counts_send.Upload(send_bytes, "id byte counts"));
   GEMTB_RETURN_IF_ERROR(d_counts_recv.Allocate(static_cast<size_t>(m), "received id byte counts"));
@@ -442,7 +436,7 @@ absl::Status ShardedDeviceTbe::Forward(RoutedBatch routed) {
   std::vector<int64_t> recv_bytes;
   GEMTB_RETURN_IF_ERROR(d_counts_recv.Download(recv_bytes, "received id byte counts"));
   DeviceArray<uint8_t> d_ids_send, d_ids_recv;
-  GEMTB_RETURN_IF_ERROR(d_ids_send.Upload(send, "ids to send"));
+  GEMTB_RETURN_IF_ERROR(d_ids_send.Upload(s.req.id_bytes, "ids to send"));
   GEMTB_RETURN_IF_ERROR(d_ids_recv.Allocate(static_cast<size_t>(Total(recv_bytes)), "received ids"));
   GEMTB_RETURN_IF_ERROR(s.Collective("ids.all_to_all", "sparse-mp", [&] {
     return s.exchange->AllToAllV(s.mp_ranks, d_ids_send.get(), send_bytes, Offsets(send_bytes), d_ids_recv.get(),
@@ -451,12 +445,12 @@ absl::Status ShardedDeviceTbe::Forward(RoutedBatch routed) {
   GEMTB_RETURN_IF_ERROR(s.exchange->Synchronize(nullptr, "the ids all-to-all"));
   std::vector<uint8_t> received_flat;
   GEMTB_RETURN_IF_ERROR(d_ids_recv.Download(received_flat, "received ids"));
-  std::vector<std::vector<uint8_t>> received(static_cast<size_t>(m));
+  std::vector<absl::Span<const uint8_t>> received(static_cast<size_t>(m));  // each source's bytes
   {
-    int64_t at = 0;
+    size_t at = 0;
     for (int p = 0; p < m; ++p) {
-      const int64_t n = recv_bytes[static_cast<size_t>(p)];
-      received[static_cast<size_t>(p)].assign(received_flat.begin() + at, received_flat.begin() + at + n);
+      const size_t n = static_cast<size_t>(recv_bytes[static_cast<size_t>(p)]);
+      received[static_cast<size_t>(p)] = absl::MakeConstSpan(received_flat).subspan(at, n);
       at += n;
     }
   }

@@ -77,12 +77,14 @@ BENCHMARK(BM_RouteIds)->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
 // Holder 0's ReceiveIds of every rank's ids.
 void BM_ReceiveIds(benchmark::State& state) {
   const Setup s = MakeSetup(kTypes[state.range(0)]);
-  std::vector<std::vector<uint8_t>> received;
+  std::vector<ge::RequesterStep> sent;
+  std::vector<absl::Span<const uint8_t>> received;
   for (int r = 0; r < kRanks; ++r) {
     const ge::ShardRouting routing = ge::ShardRouting::Create(s.emb, s.plan, kRanks, kRanks, r, kLocalBatch).value();
     const ge::KjtLayout layout = ge::CheckKjt(s.emb, ViewOf(s.local[static_cast<size_t>(r)])).value();
-    received.push_back(routing.RouteIds(ViewOf(s.local[static_cast<size_t>(r)]), layout).value().id_bytes[0]);
+    sent.push_back(routing.RouteIds(ViewOf(s.local[static_cast<size_t>(r)]), layout).value());
   }
+  for (const ge::RequesterStep& step : sent) received.push_back(step.IdBytesTo(0));
   const ge::ShardRouting holder = ge::ShardRouting::Create(s.emb, s.plan, kRanks, kRanks, 0, kLocalBatch).value();
   for (auto _ : state) {
     const ge::HolderStep step = holder.ReceiveIds(received).value();

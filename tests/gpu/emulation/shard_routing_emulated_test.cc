@@ -161,8 +161,8 @@ void ExpectRoutedStepMatchesOracle(const EmbeddingConfig& config, const Sharding
   std::vector<std::vector<reference::EmbeddingOutput>> shard_out(static_cast<size_t>(m));  // shapes for the backward
   std::vector<std::vector<float>> holder_send(static_cast<size_t>(m));
   for (int q = 0; q < m; ++q) {
-    std::vector<std::vector<uint8_t>> received;
-    for (int p = 0; p < m; ++p) received.push_back(req[static_cast<size_t>(p)].id_bytes[static_cast<size_t>(q)]);
+    std::vector<absl::Span<const uint8_t>> received;
+    for (int p = 0; p < m; ++p) received.push_back(req[static_cast<size_t>(p)].IdBytesTo(q));
     absl::StatusOr<HolderStep> h = routing[static_cast<size_t>(q)].ReceiveIds(received);
     ASSERT_TRUE(h.ok()) << h.status();
     hold.push_back(*std::move(h));
