@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gpu/embedding/kjt_check.h"
+#include "gpu/embedding/kjt_of_batch.h"
 #include "gpu/embedding/shard_routing.h"
 #include "model/data/data_params_json.h"
 #include "model/data/generator.h"
@@ -47,15 +48,6 @@ Setup MakeSetup(const std::string& type) {
   return s;
 }
 
-ge::KjtView ViewOf(const data::Batch& b) {
-  ge::KjtView v;
-  v.keys = b.keys;
-  v.batch = b.size;
-  v.lengths = b.lengths;
-  v.values = b.values;
-  return v;
-}
-
 const char* kTypes[] = {"TW", "RW", "CW"};
 
 // Rank 0's RouteIds (after validating its batch, as the module does).
@@ -64,8 +56,8 @@ void BM_RouteIds(benchmark::State& state) {
   const ge::ShardRouting routing = ge::ShardRouting::Create(s.emb, s.plan, kRanks, kRanks, 0, kLocalBatch).value();
   int64_t ids = 0;
   for (auto _ : state) {
-    const ge::KjtLayout layout = ge::CheckKjt(s.emb, ViewOf(s.local[0])).value();
-    const ge::RequesterStep step = routing.RouteIds(ViewOf(s.local[0]), layout).value();
+    const ge::KjtLayout layout = ge::CheckKjt(s.emb, ge::KjtViewOfBatch(s.local[0])).value();
+    const ge::RequesterStep step = routing.RouteIds(ge::KjtViewOfBatch(s.local[0]), layout).value();
     benchmark::DoNotOptimize(step.sequence_runs.data());
     ids = static_cast<int64_t>(s.local[0].values.size());
   }
@@ -81,8 +73,8 @@ void BM_ReceiveIds(benchmark::State& state) {
   std::vector<absl::Span<const uint8_t>> received;
   for (int r = 0; r < kRanks; ++r) {
     const ge::ShardRouting routing = ge::ShardRouting::Create(s.emb, s.plan, kRanks, kRanks, r, kLocalBatch).value();
-    const ge::KjtLayout layout = ge::CheckKjt(s.emb, ViewOf(s.local[static_cast<size_t>(r)])).value();
-    sent.push_back(routing.RouteIds(ViewOf(s.local[static_cast<size_t>(r)]), layout).value());
+    const ge::KjtLayout layout = ge::CheckKjt(s.emb, ge::KjtViewOfBatch(s.local[static_cast<size_t>(r)])).value();
+    sent.push_back(routing.RouteIds(ge::KjtViewOfBatch(s.local[static_cast<size_t>(r)]), layout).value());
   }
   for (const ge::RequesterStep& step : sent) received.push_back(step.IdBytesTo(0));
   const ge::ShardRouting holder = ge::ShardRouting::Create(s.emb, s.plan, kRanks, kRanks, 0, kLocalBatch).value();
