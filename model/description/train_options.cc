@@ -6,6 +6,14 @@
 
 namespace gemtb::model {
 
+std::string_view SparsePipelineName(SparsePipeline p) { return p == SparsePipeline::kSemiSync ? "semi-sync" : "sync"; }
+
+absl::StatusOr<SparsePipeline> ParseSparsePipeline(std::string_view text, std::string_view field) {
+  if (text == "sync") return SparsePipeline::kSync;
+  if (text == "semi-sync") return SparsePipeline::kSemiSync;
+  return absl::InvalidArgumentError(absl::StrCat(std::string(field), ": '", std::string(text), "' is not sync or semi-sync"));
+}
+
 absl::Status ValidateTrainOptions(const TrainOptions& options) {
   if (options.batch < 1) return absl::InvalidArgumentError(absl::StrCat("batch: ", options.batch, " must be >= 1"));
   if (!(std::isfinite(options.lr) && options.lr >= 0))

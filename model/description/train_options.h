@@ -6,10 +6,25 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace gemtb::model {
+
+// When a step looks up its embeddings. kSync: step s reads the tables after s updates. kSemiSync
+// (TorchRec's semi-synchronous pipeline): step s + 1's lookup runs during step s, after its dense
+// backward and before its table update, so step s reads the tables after max(s - 1, 0) updates
+// (steps 0 and 1 both read the init); the update of step s still applies its own gradients to the
+// tables as they are then. What it buys: the next batch's lookup and embedding all-to-all beside
+// this batch's dense work.
+enum class SparsePipeline { kSync, kSemiSync };
+
+// "sync" | "semi-sync".
+std::string_view SparsePipelineName(SparsePipeline p);
+// InvalidArgument naming `field` and the text when it is not one of the names.
+absl::StatusOr<SparsePipeline> ParseSparsePipeline(std::string_view text, std::string_view field);
 
 struct TrainOptions {
   std::string data = "";       // data parameters: a built-in name or a JSON path ("" = the config's name)
@@ -24,6 +39,7 @@ struct TrainOptions {
   bool linear_decay = true;
   float table_decay = 0.0f;    // the table rate decays by this fraction of the dense rate's decay (0..1)
   int64_t total_steps = 7000;
+  SparsePipeline pipeline = SparsePipeline::kSync;
 };
 
 // InvalidArgument naming the first field out of range and its value.

@@ -37,6 +37,20 @@ struct Trainer::Impl {
   int plan_world = 1, plan_gpus_per_host = 1;
   Collectives* plan_collectives = nullptr;
   std::unique_ptr<ShardedExecutor> sharded;
+  // The semi-synchronous pipeline's next step: its batch and lookups, made during the step before
+  // (or loaded from a checkpoint, `routed` false: a sharded executor has not seen the batch yet).
+  struct Pending {
+    int64_t step = 0;
+    data::Batch batch;
+    EmbeddingOutput output;
+    bool routed = true;
+  };
+  std::optional<Pending> pending;
+
+  data::Batch StepBatch(const TrainOptions& options, int64_t step) {
+    return training_set ? DatasetBatch(*training_set, step * options.batch, options.batch)
+                        : Generate(options.data_seed, step * options.batch, options.batch);
+  }
 
   // Samples [first, first + count) of `seed`, generated in parallel (each is a pure function of its index).
   data::Batch Generate(uint64_t seed, int64_t first, int64_t count) {
@@ -131,23 +145,39 @@ absl::StatusOr<StepResult> Trainer::Step() {
   const float table_lr = ScheduledRate(options_.table_lr, options_.table_decay, state_.step, options_.total_steps,
                                        options_.linear_decay);
   for (TableConfig& t : emb_.tables) t.optimizer.lr = table_lr;
-  const data::Batch batch = impl_->training_set ? DatasetBatch(*impl_->training_set, state_.step * B, B)
-                                                : impl_->Generate(options_.data_seed, state_.step * B, B);
-  const KeyedJaggedTensor kjt = KjtOf(batch);
   Impl& im = *impl_;
+  const bool semi_sync = options_.pipeline == gemtb::model::SparsePipeline::kSemiSync;
   if (im.plan && !im.sharded) {
     absl::StatusOr<std::unique_ptr<ShardedExecutor>> e = ShardedExecutor::Create(
         emb_, *im.plan, im.plan_world, im.plan_gpus_per_host, state_.tables, im.plan_collectives);
     if (!e.ok()) return e.status();
     im.sharded = *std::move(e);
   }
-  auto forward = [&]() -> absl::StatusOr<EmbeddingOutput> {
-    if (im.sharded) return im.sharded->Forward(kjt);
-    return EmbeddingForward(emb_, state_.tables, kjt, {}, options_.threads);
+  auto forward = [&](const KeyedJaggedTensor& kjt) -> absl::StatusOr<EmbeddingOutput> {
+    auto run = [&]() -> absl::StatusOr<EmbeddingOutput> {
+      if (im.sharded) return im.sharded->Forward(kjt);
+      return EmbeddingForward(emb_, state_.tables, kjt, {}, options_.threads);
+    };
+    return im.arena ? im.arena->execute(run) : run();
   };
-  absl::StatusOr<EmbeddingOutput> emb = im.arena ? im.arena->execute(forward) : forward();
-  if (!emb.ok()) return emb.status();
-  const FloatInputs in = MakeInputs(config_, batch, *emb);
+  // The step's batch and lookups: made during the last step under the semi-synchronous pipeline.
+  std::optional<Impl::Pending> pending;
+  if (im.pending && im.pending->step == state_.step) pending = std::move(im.pending);
+  im.pending.reset();
+  const data::Batch batch = pending ? std::move(pending->batch) : im.StepBatch(options_, state_.step);
+  const KeyedJaggedTensor kjt = KjtOf(batch);
+  EmbeddingOutput emb_out;
+  if (pending) {
+    emb_out = std::move(pending->output);
+    // A checkpoint's lookups: the executor takes the batch again for its backward's routing (the
+    // lookups it returns now read updated tables; the checkpoint's are the step's).
+    if (!pending->routed && im.sharded) GEMTB_RETURN_IF_ERROR(forward(kjt).status());
+  } else {
+    absl::StatusOr<EmbeddingOutput> emb = forward(kjt);
+    if (!emb.ok()) return emb.status();
+    emb_out = *std::move(emb);
+  }
+  const FloatInputs in = MakeInputs(config_, batch, emb_out);
   const std::vector<float> labels = ToFloat(batch.label), masks = ToFloat(batch.mask);
   BatchPassOptions pass;
   pass.threads = options_.threads;
@@ -156,6 +186,17 @@ absl::StatusOr<StepResult> Trainer::Step() {
   if (dp != nullptr) std::tie(pass.block_begin, pass.block_end) = RankBlocks(options_.grad_blocks, dp->rank(), dp->world_size());
   BatchPassResult<float> r = RunBatch(model_, state_.params.data(), in.inputs, labels, masks, pass);
   if (dp != nullptr) GEMTB_RETURN_IF_ERROR(CombineDataParallel(config_, batch, options_.grad_blocks, *dp, r));
+
+  // The semi-synchronous pipeline: the next step's lookups, before this step's table update.
+  if (semi_sync) {
+    Impl::Pending next;
+    next.step = state_.step + 1;
+    next.batch = im.StepBatch(options_, next.step);
+    absl::StatusOr<EmbeddingOutput> emb = forward(KjtOf(next.batch));
+    if (!emb.ok()) return emb.status();
+    next.output = *std::move(emb);
+    im.pending = std::move(next);
+  }
 
   // Table gradients in the TBE's layout; a sequence event's gradient goes to its item, action and dt rows.
   const int d = static_cast<int>(config_.d);
@@ -172,6 +213,7 @@ absl::StatusOr<StepResult> Trainer::Step() {
     for (int k = 0; k < 3; ++k) grads.sequence.push_back(g);
   }
   if (im.sharded) {
+    // The executor's backward takes its oldest outstanding forward: this step's batch.
     absl::Status s =
         im.arena ? im.arena->execute([&] { return im.sharded->Backward(grads); }) : im.sharded->Backward(grads);
     GEMTB_RETURN_IF_ERROR(s);
@@ -230,6 +272,10 @@ absl::Status Trainer::UseShardedTables(const ShardingPlanSpec& plan, int world_s
   if (options_.batch % world_size != 0)
     return absl::InvalidArgumentError(
         absl::StrCat("--batch: ", options_.batch, " is not divisible by the plan's world size ", world_size));
+  if (options_.pipeline == gemtb::model::SparsePipeline::kSemiSync && plan.fully_sharded)
+    return absl::InvalidArgumentError(
+        "plan.fully_sharded: the semi-synchronous pipeline does not run with fully sharded 2D tables (the next "
+        "batch's gather would precede this batch's update of the gathered copy); use a 1D or 2D (V2) plan");
   impl_->plan = plan;
   impl_->plan_world = world_size;
   impl_->plan_gpus_per_host = gpus_per_host;
@@ -375,6 +421,17 @@ std::vector<std::pair<std::string, io::NpyArray>> Trainer::StateArrays() const {
     out.emplace_back(absl::StrCat("table.", tc.name, ".adagrad"),
                      io::EncodeFloat32(state_.tables.tables[t].adagrad, {tc.rows}));
   }
+  if (impl_->pending) {
+    const Impl::Pending& p = *impl_->pending;
+    const int64_t W = p.output.pooled_width;
+    out.emplace_back("pipeline.pooled", io::EncodeFloat32(p.output.pooled, {p.batch.size, W}));
+    for (size_t k = 0; k < p.output.sequence.size(); ++k) {
+      const int key = p.output.sequence_keys[k];
+      const int64_t D = emb_.tables[emb_.features[key].table].dim;
+      out.emplace_back(absl::StrCat("pipeline.sequence.", p.batch.keys[key]),
+                       io::EncodeFloat32(p.output.sequence[k], {static_cast<int64_t>(p.output.sequence[k].size()) / D, D}));
+    }
+  }
   return out;
 }
 
@@ -416,7 +473,37 @@ absl::Status Trainer::LoadStateArrays(const std::vector<std::pair<std::string, i
     GEMTB_RETURN_IF_ERROR(load(w, static_cast<size_t>(tc.rows * tc.dim), &s.tables.tables[t].weights));
     GEMTB_RETURN_IF_ERROR(load(g, static_cast<size_t>(tc.rows), &s.tables.tables[t].adagrad));
   }
+  // The semi-synchronous pipeline's lookups of the next step, made before the last update.
+  std::optional<Impl::Pending> pending;
+  const bool semi_sync = options_.pipeline == gemtb::model::SparsePipeline::kSemiSync;
+  const io::NpyArray* pooled = find("pipeline.pooled");
+  if (pooled != nullptr && !semi_sync)
+    return absl::FailedPreconditionError(
+        "state: holds the semi-synchronous pipeline's next lookups (pipeline.*); this run is synchronous (resume it "
+        "with the semi-synchronous pipeline)");
+  if (semi_sync && s.step > 0) {
+    if (pooled == nullptr)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "state: array 'pipeline.pooled' is missing: step ", s.step,
+          " of a semi-synchronous run needs the lookups made before its last update (a synchronous run's checkpoint?)"));
+    Impl::Pending p;
+    p.step = s.step;
+    p.routed = false;
+    p.batch = impl_->StepBatch(options_, s.step);
+    absl::StatusOr<EmbeddingOutput> shape = EmbeddingForward(emb_, s.tables, KjtOf(p.batch), {}, options_.threads);
+    if (!shape.ok()) return shape.status();
+    p.output = *std::move(shape);
+    GEMTB_ASSIGN_OR_RETURN(p.output.pooled, AsF32(*pooled, "pipeline.pooled", p.output.pooled.size()));
+    for (size_t k = 0; k < p.output.sequence.size(); ++k) {
+      const std::string name = absl::StrCat("pipeline.sequence.", p.batch.keys[p.output.sequence_keys[k]]);
+      const io::NpyArray* a = find(name);
+      if (a == nullptr) return absl::FailedPreconditionError(absl::StrCat("state: array '", name, "' is missing"));
+      GEMTB_ASSIGN_OR_RETURN(p.output.sequence[k], AsF32(*a, name, p.output.sequence[k].size()));
+    }
+    pending = std::move(p);
+  }
   state_ = std::move(s);
+  impl_->pending = std::move(pending);
   impl_->sharded.reset();  // re-placed from the loaded tables at the next Step
   return absl::OkStatus();
 }

@@ -12,7 +12,15 @@
 // one file and golden/ can freeze:
 //   "step" int64 [1]; "params" f32 [P]; "adam.m", "adam.v" f32 [P]; "adam.bias_products" f32 [2];
 //   "table.<name>.weights" f32 [rows, dim]; "table.<name>.adagrad" f32 [rows];
-//   "tables.step" int64 [1]; "options" f64 [...] (what must match on resume: seeds, batch, lrs).
+//   "tables.step" int64 [1]; "options" f64 [...] (what must match on resume: seeds, batch, lrs);
+//   under the semi-synchronous pipeline (TrainOptions::pipeline) after step 0 also the next step's
+//   lookups, made before the last table update: "pipeline.pooled" f32 [B, W] and per sequence key
+//   "pipeline.sequence.<key>" f32 [ids, D].
+//
+// The semi-synchronous pipeline (model/description/train_options.h): a step looks up the next
+// step's batch after its dense backward and before its table update; with sharded tables the
+// executor then holds two batches between forward and backward (1D and 2D V2 plans; fully sharded
+// plans are refused).
 #ifndef GEMTB_REFERENCE_MODEL_TRAINER_H_
 #define GEMTB_REFERENCE_MODEL_TRAINER_H_
 

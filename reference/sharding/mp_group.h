@@ -80,13 +80,17 @@ class MpGroup {
   // received ids reference, or for a DP copy those of every member's ids. In-process only.
   std::vector<int64_t> NeededRows(int shard) const;
 
- private:
   // The forward's traffic of one table, kept for the backward.
   struct TableTraffic {
     std::vector<int> holders;                             // positions
     std::vector<std::vector<std::vector<int64_t>>> sent;  // [source][holder index]: KJT value indices
     std::vector<std::vector<TableIds>> received;          // [holder index][source]
   };
+  // The last forward's traffic of every table, which its backward routes by; a runner with two
+  // batches outstanding swaps it with the other batch's.
+  std::vector<TableTraffic>& traffic() { return traffic_; }
+
+ private:
 
   std::vector<int> Ranks(const std::vector<int>& positions) const;
   // Whether this process holds the member at `position` (every member, in one process).

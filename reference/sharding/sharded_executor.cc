@@ -5,6 +5,7 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <utility>
@@ -174,6 +175,41 @@ class Runner {
       for (size_t i = 0; i < rd.kjt.lengths.size(); ++i)
         rd.layout.offsets[i + 1] = rd.layout.offsets[i] + rd.kjt.lengths[i];
     }
+  }
+
+  // What a batch leaves between its forward and its backward: each rank's local batch and output,
+  // each group's traffic, the batch's layout. With two batches outstanding, the runner holds one
+  // and `aside` the other; SwapBatch exchanges them.
+  struct BatchContext {
+    std::vector<KeyedJaggedTensor> kjt;
+    std::vector<KjtLayout> layout;
+    std::vector<EmbeddingOutput> output;
+    std::vector<std::vector<MpGroup::TableTraffic>> traffic;
+    std::vector<TableFeatures> features;
+    int64_t pooled_width = 0, local_batch = 0, batch_stride = 0;
+    bool weighted = false;
+    KjtLayout batch_layout;
+  };
+  void SwapBatch(BatchContext& aside) {
+    aside.kjt.resize(world_);
+    aside.layout.resize(world_);
+    aside.output.resize(world_);
+    aside.traffic.resize(groups_.size());
+    for (int r = 0; r < world_; ++r) {
+      std::swap(ranks_[r].kjt, aside.kjt[r]);
+      std::swap(ranks_[r].layout, aside.layout[r]);
+      std::swap(ranks_[r].output, aside.output[r]);
+    }
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (aside.traffic[g].empty()) aside.traffic[g].resize(config_.tables.size());  // a group's is per table
+      std::swap(groups_[g]->traffic(), aside.traffic[g]);
+    }
+    std::swap(env_.features, aside.features);
+    std::swap(env_.pooled_width, aside.pooled_width);
+    std::swap(env_.local_batch, aside.local_batch);
+    std::swap(env_.weighted, aside.weighted);
+    std::swap(batch_stride_, aside.batch_stride);
+    std::swap(batch_layout_, aside.batch_layout);
   }
 
   // The upstream gradients of the batch (global layout): each held rank takes its local batch's.
@@ -568,13 +604,15 @@ class Runner {
 
 struct ShardedExecutor::Impl {
   const EmbeddingConfig* config = nullptr;
+  const ShardingPlanSpec* plan = nullptr;
   int world_size = 0;
   std::unique_ptr<Runner> runner;
   int64_t forwards = 0;  // Forward calls so far: the step of the next one
-  int64_t updates = 0;   // Backward calls so far
-  bool forward_pending = false;
-  KeyedJaggedTensor kjt;  // the last Forward's batch
-  KjtLayout layout;
+  int64_t updates = 0;   // Backward calls so far: the step of the oldest outstanding forward
+  // The outstanding forwards' batches, oldest first (at most two); the runner holds the newest's
+  // context and `aside` the older one's.
+  std::deque<std::pair<KeyedJaggedTensor, KjtLayout>> outstanding;
+  Runner::BatchContext aside;
 };
 
 ShardedExecutor::~ShardedExecutor() = default;
@@ -597,6 +635,7 @@ absl::StatusOr<std::unique_ptr<ShardedExecutor>> ShardedExecutor::Create(const E
   std::unique_ptr<ShardedExecutor> e(new ShardedExecutor());
   e->impl_ = std::make_unique<Impl>();
   e->impl_->config = &config;
+  e->impl_->plan = &plan;
   e->impl_->world_size = world_size;
   e->impl_->runner = std::make_unique<Runner>(config, plan, *std::move(group), world_size, collectives);
   e->impl_->runner->Place(initial);
@@ -610,26 +649,38 @@ absl::StatusOr<EmbeddingOutput> ShardedExecutor::Forward(const KeyedJaggedTensor
   if (global_kjt.stride % im.world_size != 0) {
     return Bad(absl::StrCat("kjt.stride: B=", global_kjt.stride, " is not divisible by world_size ", im.world_size));
   }
+  if (im.outstanding.size() == 2)
+    return absl::FailedPreconditionError("sharded executor: a third Forward before the first one's Backward");
+  if (im.outstanding.size() == 1) {
+    if (im.plan->fully_sharded)
+      return absl::FailedPreconditionError(
+          "sharded executor: a second Forward before a Backward under a fully sharded plan (its backward would "
+          "update a gathered copy of the newer batch's rows)");
+    im.runner->SwapBatch(im.aside);
+  }
   im.runner->SetBatch(global_kjt, layout);
-  im.kjt = global_kjt;
-  im.layout = std::move(layout);
+  im.outstanding.emplace_back(global_kjt, std::move(layout));
   GEMTB_RETURN_IF_ERROR(im.runner->Forward(im.forwards));
   ++im.forwards;
-  im.forward_pending = true;
   return im.runner->Output();
 }
 
 absl::Status ShardedExecutor::Backward(const EmbeddingGrads& global_grads) {
   Impl& im = *impl_;
-  if (!im.forward_pending)
+  if (im.outstanding.empty())
     return absl::FailedPreconditionError("sharded executor: Backward without a Forward before it");
+  const auto& [kjt, layout] = im.outstanding.front();
   int64_t width = 0;
-  CollectTableFeatures(*im.config, im.layout, &width);
-  GEMTB_RETURN_IF_ERROR(CheckGrads(*im.config, im.kjt, im.layout, width, global_grads));
+  CollectTableFeatures(*im.config, layout, &width);
+  GEMTB_RETURN_IF_ERROR(CheckGrads(*im.config, kjt, layout, width, global_grads));
+  const bool older = im.outstanding.size() == 2;
+  if (older) im.runner->SwapBatch(im.aside);  // the runner holds the oldest batch
   im.runner->SetGrads(global_grads);
-  GEMTB_RETURN_IF_ERROR(im.runner->Backward(im.forwards - 1));
+  absl::Status s = im.runner->Backward(im.updates);
+  if (older) im.runner->SwapBatch(im.aside);  // and the newest again
+  GEMTB_RETURN_IF_ERROR(s);
   ++im.updates;
-  im.forward_pending = false;
+  im.outstanding.pop_front();
   return absl::OkStatus();
 }
 

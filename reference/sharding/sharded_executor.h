@@ -78,9 +78,13 @@ class ShardedExecutor {
 
   // The forward of one global batch (stride divisible by world_size); returns the global output.
   // Across processes every process gets the whole output (gathered from the ranks that computed it).
+  // Up to two forwards may await their backward (the semi-synchronous pipeline looks up step s + 1
+  // before step s's update), except under fully sharded plans, whose backward regathers the
+  // sub-blocks its forward gathered: FailedPrecondition there.
   absl::StatusOr<EmbeddingOutput> Forward(const KeyedJaggedTensor& global_kjt);
-  // The backward of the last Forward's batch with its upstream gradients (global layout; a process
-  // reads only its ranks' samples) and the fused optimizer at SR step initial.step + updates so far.
+  // The backward of the oldest Forward without one, with its upstream gradients (global layout; a
+  // process reads only its ranks' samples) and the fused optimizer at SR step initial.step +
+  // updates so far.
   absl::Status Backward(const EmbeddingGrads& global_grads);
   // The tables and states reassembled from every rank's shards (gathered across processes), the last
   // Forward's output and the report so far.

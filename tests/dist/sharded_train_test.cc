@@ -1,11 +1,15 @@
 // The CPU trainer with its tables sharded by a plan across ranks (threads here, each with its own
 // trainer, store connection and store-backed collectives, holding only its shards) ends with the
 // state of the single-process trainer whose sharded executor runs the same ranks virtually, bit for
-// bit: a plan mixing the 1D types on 2 and 4 ranks, fully sharded 2D and 2D with replica syncs.
+// bit: a plan mixing the 1D types on 2 and 4 ranks, fully sharded 2D and 2D with replica syncs;
+// and under the semi-synchronous pipeline, whose lookups read the shards before the last update.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 
+#include "model/data/batch.h"
+#include "model/data/shape_from_config.h"
 #include "model/description/model_config.h"
 #include "model/sharding/sharding_plan_json.h"
 #include "nlohmann/json.hpp"
@@ -13,6 +17,7 @@
 #include "reference/dist/store_group.h"
 #include "reference/model/batch.h"
 #include "reference/model/trainer.h"
+#include "reference/sharding/sharded_executor.h"
 #include "tests/dist/dist_test_util.h"
 #include "tests/testing/status_matchers.h"
 
@@ -33,8 +38,9 @@ constexpr char kReplicas[] = R"({"default": {"type": "TW"}, "tables": {"items": 
   "mp_group": 2, "sync_period": 2})";
 constexpr int kGpusPerHost = 2;
 
-model::TrainOptions Options() {
+model::TrainOptions Options(gemtb::model::SparsePipeline pipeline = gemtb::model::SparsePipeline::kSync) {
   model::TrainOptions o;
+  o.pipeline = pipeline;
   o.batch = 16;
   o.grad_blocks = 4;
   o.total_steps = 10;
@@ -52,8 +58,9 @@ ShardingPlanSpec Plan(const gemtb::model::ModelConfig& config, const char* json,
 }
 
 absl::StatusOr<model::NamedArrays> TrainAlone(const gemtb::model::ModelConfig& config, const ShardingPlanSpec& plan,
-                                              int world, int steps) {
-  auto trainer = model::Trainer::Create(config, Options());
+                                              int world, int steps,
+                                              const model::TrainOptions& options = Options()) {
+  auto trainer = model::Trainer::Create(config, options);
   if (!trainer.ok()) return trainer.status();
   if (absl::Status s = (*trainer)->UseShardedTables(plan, world, kGpusPerHost, nullptr); !s.ok()) return s;
   for (int s = 0; s < steps; ++s)
@@ -63,10 +70,10 @@ absl::StatusOr<model::NamedArrays> TrainAlone(const gemtb::model::ModelConfig& c
 }
 
 std::vector<model::NamedArrays> TrainOnRanks(const gemtb::model::ModelConfig& config, const ShardingPlanSpec& plan,
-                                             int world, int steps) {
+                                             int world, int steps, const model::TrainOptions& options = Options()) {
   return testutil::ArraysOrEmpty(testutil::RunOnRanks<model::NamedArrays>(
       world, [&](launch::TcpStoreClient& store, int) -> absl::StatusOr<model::NamedArrays> {
-        auto trainer = model::Trainer::Create(config, Options());
+        auto trainer = model::Trainer::Create(config, options);
         if (!trainer.ok()) return trainer.status();
         StoreDataParallelGroup group(store);
         StoreCollectives collectives(store);
@@ -79,13 +86,13 @@ std::vector<model::NamedArrays> TrainOnRanks(const gemtb::model::ModelConfig& co
       }));
 }
 
-void ExpectRanksEqualAlone(const char* json, int world, int steps) {
+void ExpectRanksEqualAlone(const char* json, int world, int steps, const model::TrainOptions& options = Options()) {
   auto config = gemtb::model::LoadModelConfig("tiny");
   ASSERT_TRUE(config.ok());
   const ShardingPlanSpec plan = Plan(*config, json, world);
-  auto alone = TrainAlone(*config, plan, world, steps);
+  auto alone = TrainAlone(*config, plan, world, steps, options);
   ASSERT_TRUE(alone.ok()) << alone.status();
-  std::vector<model::NamedArrays> ranks = TrainOnRanks(*config, plan, world, steps);
+  std::vector<model::NamedArrays> ranks = TrainOnRanks(*config, plan, world, steps, options);
   for (int r = 0; r < world; ++r)
     EXPECT_TRUE(testutil::SameArrays(ranks[r], *alone)) << "world " << world << " rank " << r;
 }
@@ -94,6 +101,92 @@ TEST(ShardedTrain, MixedPlanOnTwoRanksEqualsTheVirtualRanksBitForBit) { ExpectRa
 TEST(ShardedTrain, MixedPlanOnFourRanksEqualsTheVirtualRanksBitForBit) { ExpectRanksEqualAlone(kMixed, 4, 2); }
 TEST(ShardedTrain, FullySharded2DEqualsTheVirtualRanksBitForBit) { ExpectRanksEqualAlone(kFullySharded, 4, 2); }
 TEST(ShardedTrain, ReplicasSyncedEverySecondStepEqualTheVirtualRanks) { ExpectRanksEqualAlone(kReplicas, 4, 2); }
+
+// The semi-synchronous pipeline: each step's executor holds two batches between forward and
+// backward (the next one's lookups come before this one's update); the pending lookups are in the
+// state arrays compared.
+TEST(ShardedTrain, SemiSyncMixedPlanOnTwoRanksEqualsTheVirtualRanksBitForBit) {
+  ExpectRanksEqualAlone(kMixed, 2, 3, Options(gemtb::model::SparsePipeline::kSemiSync));
+}
+TEST(ShardedTrain, SemiSyncReplicasEqualTheVirtualRanks) {
+  ExpectRanksEqualAlone(kReplicas, 4, 3, Options(gemtb::model::SparsePipeline::kSemiSync));
+}
+
+TEST(ShardedTrain, SemiSyncLookupsReadTheShardsBeforeTheLastUpdate) {
+  // After s + 1 steps the pending lookups are step s + 1's batch through an executor placed from
+  // the tables after s steps; the synchronous run reads them after s + 1 updates.
+  auto config = gemtb::model::LoadModelConfig("tiny");
+  ASSERT_TRUE(config.ok());
+  const model::TrainOptions o = Options(gemtb::model::SparsePipeline::kSemiSync);
+  const ShardingPlanSpec plan = Plan(*config, kMixed, 2);
+  const EmbeddingConfig emb = model::ModelEmbeddingConfig(*config, o.table_lr, o.seed);
+  for (int s = 0; s < 2; ++s) {
+    auto trainer = model::Trainer::Create(*config, o);
+    ASSERT_TRUE(trainer.ok());
+    ASSERT_TRUE((*trainer)->UseShardedTables(plan, 2, kGpusPerHost, nullptr).ok());
+    for (int k = 0; k < s; ++k) ASSERT_TRUE((*trainer)->Step().ok());
+    ASSERT_TRUE((*trainer)->GatherTables().ok());
+    const EmbeddingState before = (*trainer)->state().tables;
+    ASSERT_TRUE((*trainer)->Step().ok());
+    auto gen = data::MakeGenerator("tiny");
+    ASSERT_TRUE(gen.ok());
+    const data::Batch next = data::GenerateBatch(*gen, o.data_seed, (s + 1) * o.batch, o.batch);
+    KeyedJaggedTensor kjt;
+    kjt.keys = next.keys;
+    kjt.stride = next.size;
+    kjt.lengths = next.lengths;
+    kjt.values = next.values;
+    auto executor = ShardedExecutor::Create(emb, plan, 2, kGpusPerHost, before, nullptr);
+    ASSERT_TRUE(executor.ok()) << executor.status();
+    auto want = (*executor)->Forward(kjt);
+    ASSERT_TRUE(want.ok()) << want.status();
+    const model::NamedArrays arrays = (*trainer)->StateArrays();
+    const io::NpyArray* pooled = nullptr;
+    for (const auto& [name, a] : arrays)
+      if (name == "pipeline.pooled") pooled = &a;
+    ASSERT_NE(pooled, nullptr);
+    std::vector<float> got(want->pooled.size());
+    ASSERT_EQ(pooled->NumElements(), static_cast<int64_t>(got.size()));
+    std::memcpy(got.data(), pooled->data.data(), got.size() * sizeof(float));
+    EXPECT_EQ(got, want->pooled) << "step " << s;
+    // Not vacuous: the step's update changed what the next batch reads.
+    ASSERT_TRUE((*trainer)->GatherTables().ok());
+    auto updated = ShardedExecutor::Create(emb, plan, 2, kGpusPerHost, (*trainer)->state().tables, nullptr);
+    ASSERT_TRUE(updated.ok()) << updated.status();
+    auto later = (*updated)->Forward(kjt);
+    ASSERT_TRUE(later.ok()) << later.status();
+    EXPECT_NE(later->pooled, want->pooled) << "step " << s;
+  }
+}
+
+TEST(ShardedTrain, SemiSyncResumeEqualsTheUninterruptedRun) {
+  // The checkpoint's pending lookups are the resumed step's; its executor routes that batch again
+  // for the backward.
+  auto config = gemtb::model::LoadModelConfig("tiny");
+  ASSERT_TRUE(config.ok());
+  const model::TrainOptions o = Options(gemtb::model::SparsePipeline::kSemiSync);
+  const ShardingPlanSpec plan = Plan(*config, kMixed, 2);
+  auto straight = TrainAlone(*config, plan, 2, 4, o);
+  auto half = TrainAlone(*config, plan, 2, 2, o);
+  ASSERT_TRUE(straight.ok() && half.ok());
+  auto trainer = model::Trainer::Create(*config, o);
+  ASSERT_TRUE(trainer.ok());
+  ASSERT_TRUE((*trainer)->LoadStateArrays(*half).ok());
+  ASSERT_TRUE((*trainer)->UseShardedTables(plan, 2, kGpusPerHost, nullptr).ok());
+  for (int s = 0; s < 2; ++s) ASSERT_TRUE((*trainer)->Step().ok());
+  ASSERT_TRUE((*trainer)->GatherTables().ok());
+  EXPECT_TRUE(testutil::SameArrays((*trainer)->StateArrays(), *straight));
+}
+
+TEST(ShardedTrain, SemiSyncUnderAFullyShardedPlanIsNamed) {
+  auto config = gemtb::model::LoadModelConfig("tiny");
+  ASSERT_TRUE(config.ok());
+  auto trainer = model::Trainer::Create(*config, Options(gemtb::model::SparsePipeline::kSemiSync));
+  ASSERT_TRUE(trainer.ok());
+  EXPECT_THAT((*trainer)->UseShardedTables(Plan(*config, kFullySharded, 4), 4, kGpusPerHost, nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("plan.fully_sharded: the semi-synchronous pipeline does not run")));
+}
 
 TEST(ShardedTrain, TheShardedRunMovesTheTables) {
   // Not vacuous: two steps change the tables, and a plan's run is not the unsharded one's bits
