@@ -13,6 +13,8 @@
 
 #include "gtest/gtest.h"
 #include "model/embedding/embedding_math.h"
+#include "model/sharding/sharding_plan_json.h"
+#include "nlohmann/json.hpp"
 #include "reference/embedding/kjt.h"
 #include "reference/embedding/tbe.h"
 
@@ -66,6 +68,30 @@ inline EmbeddingConfig MakeConfig() {
                 feature("f_ctx", 3, Pooling::kSum),   feature("f_page", 4, Pooling::kMean),
                 feature("f_pseq", 4, Pooling::kNone), feature("f_geo", 5, Pooling::kWeightedSum)};
   return c;
+}
+
+// The plan JSON's "tables" with every table under `type`, as the GPU sharded module's tests run
+// them: CW and GRID tables in the most column shards, at most `max_shards`, whose columns are a
+// multiple of 4 (the GPU kernels' rule). Callers add owners and the plan-wide fields.
+inline nlohmann::json UniformPlanJson(const EmbeddingConfig& config, const std::string& type, int64_t max_shards = 3) {
+  nlohmann::json plan;
+  for (const TableConfig& t : config.tables) {
+    nlohmann::json e = {{"type", type}};
+    if (type == "CW" || type == "GRID") {
+      int64_t c = max_shards;
+      while (c > 1 && t.dim % (4 * c) != 0) --c;
+      e["shards"] = c;
+    }
+    plan["tables"][t.name] = e;
+  }
+  return plan;
+}
+
+// `plan` parsed for `r` ranks on hosts of `gph`; a parse error fails the test (and gives an empty plan).
+inline ShardingPlanSpec ParsePlan(const EmbeddingConfig& config, const nlohmann::json& plan, int r, int gph) {
+  absl::StatusOr<ShardingPlanSpec> spec = ParseShardingPlan(plan, PlanTablesOf(config), r, gph);
+  EXPECT_TRUE(spec.ok()) << spec.status() << " in " << plan.dump();
+  return spec.ok() ? *spec : ShardingPlanSpec{};
 }
 
 struct Batch {

@@ -30,7 +30,9 @@ namespace {
 using reference::sharding_cases::Batch;
 using reference::sharding_cases::MakeBatch;
 using reference::sharding_cases::MakeConfig;
+using reference::sharding_cases::ParsePlan;
 using reference::sharding_cases::SubBatch;
+using reference::sharding_cases::UniformPlanJson;
 
 constexpr int64_t kLocalBatch = 4;
 constexpr int kSteps = 2;
@@ -40,19 +42,9 @@ constexpr int kSteps = 2;
 ShardingPlanSpec Plan(const EmbeddingConfig& config, const std::string& type, const char* cw_state, int m, int gph,
                       const nlohmann::json& extra = nlohmann::json::object(), int64_t max_shards = 3) {
   nlohmann::json plan = extra;
-  for (size_t t = 0; t < config.tables.size(); ++t) {
-    nlohmann::json e = {{"type", type}};
-    if (type == "CW" || type == "GRID") {
-      int64_t c = max_shards;
-      while (c > 1 && config.tables[t].dim % (4 * c) != 0) --c;
-      e["shards"] = c;
-    }
-    plan["tables"][config.tables[t].name] = e;
-  }
+  plan.update(UniformPlanJson(config, type, max_shards));
   plan["cw_state"] = cw_state;
-  absl::StatusOr<ShardingPlanSpec> spec = ParseShardingPlan(plan, PlanTablesOf(config), m, gph);
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return spec.ok() ? *spec : ShardingPlanSpec{};
+  return ParsePlan(config, plan, m, gph);
 }
 
 bool SameBits(const std::vector<float>& a, const float* b) {

@@ -33,7 +33,9 @@ namespace {
 using reference::sharding_cases::Batch;
 using reference::sharding_cases::MakeBatch;
 using reference::sharding_cases::MakeConfig;
+using reference::sharding_cases::ParsePlan;
 using reference::sharding_cases::SubBatch;
+using reference::sharding_cases::UniformPlanJson;
 
 constexpr int64_t kLocalBatch = 3;
 
@@ -43,19 +45,13 @@ EmbeddingConfig Fp32Config() {
   return c;
 }
 
+// Every table under `type` (column shards: 3 of 12 columns, 2 of 8, 1 of 4), table 2 of TW on the
+// last position, column shards with their own Adagrad state.
 ShardingPlanSpec UniformPlan(const EmbeddingConfig& config, const std::string& type, int m, int gph) {
-  nlohmann::json plan;
-  for (size_t t = 0; t < config.tables.size(); ++t) {
-    nlohmann::json e = {{"type", type}};
-    // Column shards of a multiple of 4 columns (the kernels' rule): 3 of 12, 2 of 8, 1 of 4.
-    if (type == "CW" || type == "GRID") e["shards"] = std::min<int64_t>(config.tables[t].dim / 4, 3);
-    if (type == "TW" && t == 2) e["owner"] = m - 1;
-    plan["tables"][config.tables[t].name] = e;
-  }
+  nlohmann::json plan = UniformPlanJson(config, type);
+  if (type == "TW") plan["tables"][config.tables[2].name]["owner"] = m - 1;
   if (type == "CW" || type == "GRID") plan["cw_state"] = "per_shard";
-  absl::StatusOr<ShardingPlanSpec> spec = ParseShardingPlan(plan, PlanTablesOf(config), m, gph);
-  EXPECT_TRUE(spec.ok()) << spec.status() << " in " << plan.dump();
-  return spec.ok() ? *spec : ShardingPlanSpec{};
+  return ParsePlan(config, plan, m, gph);
 }
 
 // Every run of `runs` by the module's copy kernel, arrays by number.
