@@ -1,6 +1,6 @@
 """gemtb ref train end to end (run by ctest with the gemtb binary as its argument): bad flags exit 2
 and write nothing; a short run prints loss, train NE, samples/s and held-out NE beside the oracle NE;
-2 steps + resume 2 == 4 straight, byte for byte; a SIGKILL in the middle of a checkpoint write
+2 steps + resume 2 == 4 straight, byte for byte (also under --pipeline semi-sync); a SIGKILL in the middle of a checkpoint write
 (--crash-checkpoint-after-bytes) leaves the previous checkpoint intact and loadable; non-finite or
 negative rates and an unwritable --checkpoint fail before the first step; a refused --resume names
 the option and both values; an NE without positives prints as undefined; SIGTERM saves a checkpoint
@@ -33,6 +33,7 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         ck = os.path.join(d, "c.bin")
         for bad in (["--steps", "-1"], ["--batch", "0"], ["--config", "nope"], ["--schedule", "cosine"],
+                    ["--pipeline", "async"],
                     ["--schedule-steps", "0"], ["--resume", os.path.join(d, "missing.bin")]):
             p = run(SMALL + bad + ["--checkpoint", ck], expect=2)
             assert p.stderr.count("\n") == 1 and "error" in p.stderr, p.stderr
@@ -69,6 +70,19 @@ def main():
         assert "data_seed differs: the checkpoint has 1, this run 7" in p.stderr, p.stderr
         run(SMALL + ["--steps", "4", "--resume", half, "--checkpoint", resumed])
         assert read(resumed) == read(straight), "2 + resume 2 must equal 4 straight"
+
+        # The semi-synchronous pipeline: its own bits, resumed to them; a synchronous checkpoint is refused.
+        semi = ["--pipeline", "semi-sync"]
+        semi_straight, semi_half = os.path.join(d, "semi_straight.bin"), os.path.join(d, "semi_half.bin")
+        p = run(SMALL + semi + ["--steps", "4", "--checkpoint", semi_straight])
+        assert "pipeline semi-sync" in p.stdout, p.stdout
+        assert read(semi_straight) != read(straight), "the pipeline changes what steps 2.. read"
+        run(SMALL + semi + ["--steps", "2", "--checkpoint", semi_half])
+        semi_resumed = os.path.join(d, "semi_resumed.bin")
+        p = run(SMALL + semi + ["--steps", "4", "--resume", half, "--checkpoint", semi_resumed], expect=2)
+        assert "'pipeline.pooled' is missing" in p.stderr, p.stderr
+        run(SMALL + semi + ["--steps", "4", "--resume", semi_half, "--checkpoint", semi_resumed])
+        assert read(semi_resumed) == read(semi_straight), "semi-sync: 2 + resume 2 must equal 4 straight"
 
         # Crash while overwriting `half` with the step-4 state: the step-2 checkpoint stays.
         p = subprocess.run([GEMTB, "ref", "train"] + SMALL + ["--steps", "4", "--resume", half, "--checkpoint", half,

@@ -51,6 +51,7 @@ struct Flags {
   std::string schedule = "linear";
   std::optional<double> table_decay;
   std::optional<int64_t> schedule_steps;
+  std::string pipeline = "sync";
   int64_t seed = 1, data_seed = 1, threads = 0, grad_blocks = 16;
   int64_t log_every = 100, eval_every = 0, eval_samples = 32768, eval_first = 0, ne_window = 100;
   std::string checkpoint, resume;
@@ -137,6 +138,9 @@ int RunRefTrain(const std::vector<std::string>& args) {
   flags.String("schedule", &f.schedule, "learning rates: linear (decay to 0 at --steps, default) | constant");
   flags.OptionalInt64("schedule-steps", &f.schedule_steps, "steps of the linear decay (default --steps), e.g. to stop early and resume");
   flags.OptionalDouble("table-decay", &f.table_decay, "fraction of the linear decay the table rate follows (default 0: Adagrad anneals each row by itself)");
+  flags.String("pipeline", &f.pipeline,
+               "when a step looks up its embeddings: sync (default) | semi-sync (TorchRec's semi-synchronous "
+               "pipeline: the next step's lookups after this step's dense backward, before its table update)");
   flags.Int64("seed", &f.seed, "parameter init seed (default 1)");
   flags.Int64("data-seed", &f.data_seed, "data generator seed (default 1)");
   flags.Int64("threads", &f.threads, "oneTBB threads, 0 = all (results do not depend on it)");
@@ -253,6 +257,9 @@ int RunRefTrain(const std::vector<std::string>& args) {
   o.total_steps = f.schedule_steps.value_or(f.steps);
   if (o.total_steps < 1) return bad(absl::StrCat("--schedule-steps: ", o.total_steps, " must be >= 1"));
   o.grad_blocks = static_cast<int>(f.grad_blocks);
+  absl::StatusOr<gemtb::model::SparsePipeline> pipeline = gemtb::model::ParseSparsePipeline(f.pipeline, "--pipeline");
+  if (!pipeline.ok()) return bad(std::string(pipeline.status().message()));
+  o.pipeline = *pipeline;
   absl::StatusOr<std::unique_ptr<Trainer>> created = Trainer::Create(*config, o);
   if (!created.ok()) return ReportError(kCommand, absl::InvalidArgumentError(created.status().message()));
   Trainer& trainer = **created;
@@ -321,7 +328,8 @@ int RunRefTrain(const std::vector<std::string>& args) {
     const int T = static_cast<int>(config->NumTasks());
     std::cout << "gemtb ref train: config " << config->name << ", " << trainer.model().layout().total()
               << " dense params, batch " << o.batch << ", steps " << f.steps << ", lr " << o.lr << ", table lr "
-              << o.table_lr << " (decay fraction " << o.table_decay << "), schedule " << f.schedule << ", threads "
+              << o.table_lr << " (decay fraction " << o.table_decay << "), schedule " << f.schedule << ", pipeline "
+              << f.pipeline << ", threads "
               << (o.threads ? absl::StrCat(o.threads) : std::string("all"))
               << (several ? absl::StrCat(", ", job.world_size(), " ranks data-parallel (",
                                          launch::LauncherName(launch_info->launcher), ")")
