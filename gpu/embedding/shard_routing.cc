@@ -73,11 +73,59 @@ int64_t NumberRows(std::vector<CopyRun>& runs) {
   return rows;
 }
 
+absl::StatusOr<GroupLayout> ShardRouting::CheckedLayout(const EmbeddingConfig& config, const ShardingPlanSpec& plan,
+                                                        int world_size, int gpus_per_host) {
+  absl::StatusOr<GroupLayout> layout = BuildGroupLayout(plan, config, world_size, gpus_per_host);
+  if (!layout.ok()) return layout.status();
+  for (size_t t = 0; t < config.tables.size(); ++t) {
+    const TableLayout& tl = layout->tables[t];
+    if (tl.type == ShardingType::kDataParallel) {
+      return absl::UnimplementedError(absl::StrCat("plan.tables[", t, "] (table '", config.tables[t].name,
+                                                   "'): DP tables are not run by the GPU's sharded module"));
+    }
+    const int64_t cols = config.tables[t].dim / tl.col_shards;
+    if (cols % 4 != 0) {
+      return Bad(absl::StrCat("plan.tables[", t, "] (table '", config.tables[t].name, "'): ", tl.col_shards,
+                              " column shards of ", cols, " columns; the GPU kernels take multiples of 4"));
+    }
+    // Column shards sharing Adagrad state meet once per row block; one rank holding two of them would
+    // have to send two partial sums in that one meeting (every rank checks every table, so all fail alike).
+    if (plan.cw_state == CwState::kShared && tl.col_shards > 1 &&
+        config.tables[t].optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
+      for (size_t i = 0; i < tl.shards.size(); ++i) {
+        for (size_t j = 0; j < i; ++j) {
+          const Shard& a = layout->shards[static_cast<size_t>(tl.shards[i])];
+          const Shard& c = layout->shards[static_cast<size_t>(tl.shards[j])];
+          if (a.row_block == c.row_block && a.position == c.position) {
+            return absl::UnimplementedError(absl::StrCat("plan.tables[", t, "] (table '", config.tables[t].name,
+                                                         "'): position ", a.position,
+                                                         " holds two column shards of one row block with shared "
+                                                         "rowwise-Adagrad state (use fewer shards or cw_state "
+                                                         "per_shard)"));
+          }
+        }
+      }
+    }
+  }
+  return layout;
+}
+
+std::vector<HeldShardShape> ShardRouting::HeldShapes(const GroupLayout& layout, int position) {
+  std::vector<HeldShardShape> held;
+  for (size_t s = 0; s < layout.shards.size(); ++s) {
+    const Shard& sh = layout.shards[s];
+    if (sh.position != position) continue;
+    // A trailing empty row block holds no rows: one placeholder row that no id reads.
+    held.push_back({static_cast<int>(s), sh.table, std::max<int64_t>(sh.rows(), 1), sh.cols()});
+  }
+  return held;
+}
+
 absl::StatusOr<ShardRouting> ShardRouting::Create(const EmbeddingConfig& config, const ShardingPlanSpec& plan,
                                                   int world_size, int gpus_per_host, int position,
                                                   int64_t local_batch) {
   if (local_batch < 1) return Bad(absl::StrCat("local_batch=", local_batch, ": must be >= 1"));
-  absl::StatusOr<GroupLayout> layout = BuildGroupLayout(plan, config, world_size, gpus_per_host);
+  absl::StatusOr<GroupLayout> layout = CheckedLayout(config, plan, world_size, gpus_per_host);
   if (!layout.ok()) return layout.status();
   if (position < 0 || position >= layout->size) {
     return Bad(absl::StrCat("position=", position, ": the MP group has ", layout->size, " positions"));
@@ -108,50 +156,19 @@ absl::StatusOr<ShardRouting> ShardRouting::Create(const EmbeddingConfig& config,
       r.pooled_width_ += config.tables[static_cast<size_t>(fc.table)].dim;
     }
   }
-  for (size_t t = 0; t < num_tables; ++t) {
-    const TableLayout& tl = r.layout_.tables[t];
-    if (tl.type == ShardingType::kDataParallel) {
-      return absl::UnimplementedError(absl::StrCat("plan.tables[", t, "] (table '", config.tables[t].name,
-                                                   "'): DP tables are not run by the GPU's sharded module"));
-    }
-    const int64_t cols = config.tables[t].dim / tl.col_shards;
-    if (cols % 4 != 0) {
-      return Bad(absl::StrCat("plan.tables[", t, "] (table '", config.tables[t].name, "'): ", tl.col_shards,
-                              " column shards of ", cols, " columns; the GPU kernels take multiples of 4"));
-    }
-    // Column shards sharing Adagrad state meet once per row block; one rank holding two of them would
-    // have to send two partial sums in that one meeting (every rank checks every table, so all fail alike).
-    if (plan.cw_state == CwState::kShared && tl.col_shards > 1 &&
-        config.tables[t].optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
-      for (size_t i = 0; i < tl.shards.size(); ++i) {
-        for (size_t j = 0; j < i; ++j) {
-          const Shard& a = r.layout_.shards[static_cast<size_t>(tl.shards[i])];
-          const Shard& c = r.layout_.shards[static_cast<size_t>(tl.shards[j])];
-          if (a.row_block == c.row_block && a.position == c.position) {
-            return absl::UnimplementedError(absl::StrCat("plan.tables[", t, "] (table '", config.tables[t].name,
-                                                         "'): position ", a.position,
-                                                         " holds two column shards of one row block with shared "
-                                                         "rowwise-Adagrad state (use fewer shards or cw_state "
-                                                         "per_shard)"));
-          }
-        }
-      }
-    }
-    r.holders_[t] = r.layout_.Holders(static_cast<int>(t));
-  }
+  for (size_t t = 0; t < num_tables; ++t) r.holders_[t] = r.layout_.Holders(static_cast<int>(t));
   // The shards this position holds, in group order, each a one-table module.
-  for (size_t s = 0; s < r.layout_.shards.size(); ++s) {
-    const Shard& sh = r.layout_.shards[s];
-    if (sh.position != position) continue;
+  for (const HeldShardShape& shape : HeldShapes(r.layout_, position)) {
+    const Shard& sh = r.layout_.shards[static_cast<size_t>(shape.shard)];
     const TableConfig& tc = config.tables[static_cast<size_t>(sh.table)];
     const TableLayout& tl = r.layout_.tables[static_cast<size_t>(sh.table)];
     HeldShard h;
-    h.shard = static_cast<int>(s);
+    h.shard = shape.shard;
     h.table = sh.table;
     TableConfig shard_table = tc;
-    shard_table.name = absl::StrCat(tc.name, "#", s);
-    shard_table.rows = std::max<int64_t>(sh.rows(), 1);  // a trailing empty row block holds no rows
-    shard_table.dim = sh.cols();
+    shard_table.name = absl::StrCat(tc.name, "#", shape.shard);
+    shard_table.rows = shape.rows;
+    shard_table.dim = shape.cols;
     shard_table.hashing = Hashing::kIdentity;
     shard_table.bounds = BoundsMode::kZero;
     h.config.tables.push_back(shard_table);

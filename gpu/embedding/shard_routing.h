@@ -59,6 +59,15 @@ struct HeldShard {
   std::vector<int> norm_group;
 };
 
+// Where a held shard sits and the size of its one-table module: the shard's rows (one placeholder
+// row for a trailing empty row block) and columns.
+struct HeldShardShape {
+  int shard = 0;  // index into GroupLayout::shards
+  int table = 0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
 // `rows` rows of `count` floats copied from array `src_array` at `src` to `dst_array` at `dst`,
 // row r at src + r * src_stride and dst + r * dst_stride, or, with dst_rows >= 0, at the plan's
 // row offsets[dst_rows + r] (arrays are numbered by the plan that makes the run). `first_row`
@@ -146,6 +155,14 @@ class ShardRouting {
   // `local_batch` samples.
   static absl::StatusOr<ShardRouting> Create(const EmbeddingConfig& config, const ShardingPlanSpec& plan,
                                              int world_size, int gpus_per_host, int position, int64_t local_batch);
+  // The plan's MP-group layout, checked for what the module runs (no DP table, column shards of a
+  // multiple of 4 columns, no position holding two column shards of one row block that share
+  // rowwise-Adagrad state): Create's errors for the plan, without building a routing.
+  static absl::StatusOr<GroupLayout> CheckedLayout(const EmbeddingConfig& config, const ShardingPlanSpec& plan,
+                                                   int world_size, int gpus_per_host);
+  // The shards position `position` of `layout` holds, in held()'s order (group order), as Create
+  // runs them.
+  static std::vector<HeldShardShape> HeldShapes(const GroupLayout& layout, int position);
 
   int position() const { return position_; }
   int group_size() const { return layout_.size; }

@@ -219,12 +219,24 @@ TEST(EmbeddingSharded, PlansItDoesNotRunAreNamedErrors) {
   absl::StatusOr<ShardRouting> dp = ShardRouting::Create(config, Plan(config, "DP", "shared", 2, 2), 2, 2, 0, 4);
   ASSERT_FALSE(dp.ok());
   EXPECT_NE(dp.status().message().find("DP"), std::string::npos) << dp.status();
+  // The plan's check alone gives the same errors.
+  EXPECT_EQ(ShardRouting::CheckedLayout(config, Plan(config, "CW", "shared", 2, 2), 2, 2).status(), cw.status());
+  EXPECT_EQ(ShardRouting::CheckedLayout(config, Plan(config, "DP", "shared", 2, 2), 2, 2).status(), dp.status());
   // What it runs: every 2D mode of the test below is a valid routing.
   for (const nlohmann::json& extra :
        {nlohmann::json{{"mp_group", 2}}, nlohmann::json{{"mp_group", 2}, {"fully_sharded", true}}}) {
     absl::StatusOr<ShardRouting> ok =
         ShardRouting::Create(config, Plan(config, "CW", "shared", 4, 2, extra, 2), 4, 2, 1, 4);
-    EXPECT_TRUE(ok.ok()) << ok.status();
+    ASSERT_TRUE(ok.ok()) << ok.status();
+    // What a checkpoint names a position's shards by: its held shards' places and sizes.
+    const std::vector<HeldShardShape> shapes = ShardRouting::HeldShapes(ok->layout(), 1);
+    ASSERT_EQ(shapes.size(), ok->held().size());
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      EXPECT_EQ(shapes[i].shard, ok->held()[i].shard);
+      EXPECT_EQ(shapes[i].table, ok->held()[i].table);
+      EXPECT_EQ(shapes[i].rows, ok->held()[i].config.tables[0].rows);
+      EXPECT_EQ(shapes[i].cols, ok->held()[i].config.tables[0].dim);
+    }
   }
 }
 

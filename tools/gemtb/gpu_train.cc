@@ -204,11 +204,9 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
 #if GEMTB_HAVE_CUDA
     // What the GPU's sharded tables do not run is refused here, by name, before any GPU work.
     const EmbeddingConfig emb = gemtb::model::GemEmbeddingConfig(job.config, 0.0f, 0);
-    for (int p = 0; p < MpGroupSize(job.plan->spec, R); ++p) {
-      absl::StatusOr<gpu::embedding::ShardRouting> routing =
-          gpu::embedding::ShardRouting::Create(emb, job.plan->spec, R, gpus_per_host, p, f.local_batch);
-      if (!routing.ok()) return Bad(absl::StrCat("--plan: ", routing.status().message()));
-    }
+    absl::StatusOr<GroupLayout> layout =
+        gpu::embedding::ShardRouting::CheckedLayout(emb, job.plan->spec, R, gpus_per_host);
+    if (!layout.ok()) return Bad(absl::StrCat("--plan: ", layout.status().message()));
 #endif
   }
   absl::StatusOr<reference::dist::CheckpointIdentity> identity =
@@ -245,12 +243,12 @@ std::optional<std::vector<GpuShardKey>> ShardKeysOf(const Job& job, int rank) {
   const int R = job.launch.world_size;
   const int n = R / MpGroupSize(job.plan->spec, R);  // replicas of each MP-group position (2D plans)
   const EmbeddingConfig emb = gemtb::model::GemEmbeddingConfig(job.config, job.options.table_lr, job.options.seed);
-  absl::StatusOr<gpu::embedding::ShardRouting> routing = gpu::embedding::ShardRouting::Create(
-      emb, job.plan->spec, R, job.split.gpus_per_host, rank / n, job.options.batch / R);
+  absl::StatusOr<GroupLayout> layout =
+      gpu::embedding::ShardRouting::CheckedLayout(emb, job.plan->spec, R, job.split.gpus_per_host);
   std::vector<GpuShardKey> keys;
-  if (!routing.ok()) return keys;  // the trainer's Create reports the same plan's error first
-  for (const gpu::embedding::HeldShard& h : routing->held()) {
-    keys.push_back({h.table, h.shard, n > 1 ? rank % n : -1, h.config.tables[0].rows, h.config.tables[0].dim});
+  if (!layout.ok()) return keys;  // Prepare reports the same plan's error first
+  for (const gpu::embedding::HeldShardShape& h : gpu::embedding::ShardRouting::HeldShapes(*layout, rank / n)) {
+    keys.push_back({h.table, h.shard, n > 1 ? rank % n : -1, h.rows, h.cols});
   }
   return keys;
 }
