@@ -8,8 +8,8 @@
 # Then run(command: "bash tools/train_gpu_check.sh", carry: [".deb"]).
 # With `--check-train STEPS`, it also builds gemtb and runs `gemtb check train --config tiny --steps
 # STEPS --matmul M --attention A` (the GPU trainer against the oracle's) for each M/A of
-# `--check-numerics "fp32/fp32 tf32/bf16"` (default fp32/fp32), writing check_train_<M>_<A>.log and
-# .json, and
+# `--check-numerics "fp32/fp32 tf32/bf16"` (default fp32/fp32) and pipeline of `--check-pipelines
+# "sync semi-sync"` (default sync), writing check_train_<pipeline>_<M>_<A>.log and .json, and
 # `gemtb train`'s kill-and-resume test (tests/training/gpu_train_cli_test.py --part gpu, train_kills.log);
 # `--no-memcheck` leaves out the sanitizer pass (when the device time is short). Environment:
 # TEST_TIMEOUT, seconds each test binary may run (default 150; four times that under memcheck).
@@ -23,11 +23,13 @@ unpack_device_deps train_gpu_check require-src
 build=$scratch/gemtb-train-build
 check_steps=0
 check_numerics="fp32/fp32"
+check_pipelines="sync"
 memcheck=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --check-train) check_steps=${2:?--check-train needs a step count}; shift 2 ;;
     --check-numerics) check_numerics=${2:?--check-numerics needs a list}; shift 2 ;;
+    --check-pipelines) check_pipelines=${2:?--check-pipelines needs a list}; shift 2 ;;
     --no-memcheck) memcheck=0; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -58,13 +60,16 @@ done
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/test.log" | tee -a "$out/summary.txt"
 if [ "$memcheck" = 1 ]; then grep -E "ERROR SUMMARY" "$out/memcheck.log" | tee -a "$out/summary.txt"; fi
 if [ "$check_steps" -gt 0 ]; then
-  for p in $check_numerics; do
-    m=${p%/*} a=${p#*/}
-    check_start=$SECONDS
-    "$build/bin/gemtb" check train --config tiny --steps "$check_steps" --matmul "$m" --attention "$a" \
-      --json "$out/check_train_${m}_$a.json" >"$out/check_train_${m}_$a.log" 2>&1 || rc=1
-    { tail -25 "$out/check_train_${m}_$a.log"
-      echo "check train (matmul $m, attention $a): $((SECONDS - check_start)) s"; } | tee -a "$out/summary.txt"
+  for pipe in $check_pipelines; do
+    for p in $check_numerics; do
+      m=${p%/*} a=${p#*/}
+      check_start=$SECONDS
+      name=check_train_${pipe}_${m}_$a
+      "$build/bin/gemtb" check train --config tiny --steps "$check_steps" --matmul "$m" --attention "$a" \
+        --pipeline "$pipe" --json "$out/$name.json" >"$out/$name.log" 2>&1 || rc=1
+      { tail -25 "$out/$name.log"
+        echo "check train (pipeline $pipe, matmul $m, attention $a): $((SECONDS - check_start)) s"; } | tee -a "$out/summary.txt"
+    done
   done
   kill_start=$SECONDS
   python3 "$srcdir/tests/training/gpu_train_cli_test.py" "$build/bin/gemtb" --part gpu >"$out/train_kills.log" 2>&1 || rc=1

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "gpu/common/device_buffer.h"
+#include "gpu/embedding/kjt_of_batch.h"
 #include "gpu/train/dense_adam.h"
 #include "gpu/train/gem_model.h"
 #include "gpu/train/model_kernels.h"
@@ -133,6 +134,9 @@ struct GpuTrainer::Impl {
       cudaEventDestroy(pair[0]);
       cudaEventDestroy(pair[1]);
     }
+    if (model_done != nullptr) cudaEventDestroy(model_done);
+    if (lookups_ready != nullptr) cudaEventDestroy(lookups_ready);
+    if (model_stream != nullptr) cudaStreamDestroy(model_stream);
   }
 
   // The sharded tables' collectives join the step's timed ones (before the model in the forward,
@@ -213,6 +217,67 @@ struct GpuTrainer::Impl {
   // The routing of the batch TakeStepBatch returned last (used by that step's Pass).
   std::optional<embedding::ShardedDeviceTbe::RoutedBatch> step_routed;
 
+  // The semi-synchronous pipeline (options.pipeline): step `step`'s lookups of this trainer's
+  // samples (a job's rank: its own), made during the step before, ahead of its table update.
+  struct Lookups {
+    int64_t step = 0;
+    Array<float> pooled;                  // [b, W]
+    std::vector<Array<float>> sequence;   // per NONE key, [ids, D]
+    embedding::DeviceOutputView view;     // of the arrays above
+  };
+  std::optional<Lookups> pending;
+  bool semi_sync() const { return options.pipeline == gemtb::model::SparsePipeline::kSemiSync; }
+  // The model's stream under the semi-synchronous pipeline: non-blocking, so that the next step's
+  // lookups on the TBE's (legacy) stream run beside this step's model; null otherwise.
+  cudaStream_t model_stream = nullptr;
+  cudaEvent_t model_done = nullptr, lookups_ready = nullptr;
+
+  // Copies the TBE's current output (this trainer's `b` samples of step `s`) into a pending Lookups,
+  // which the model may read while the TBE takes its next input.
+  absl::Status KeepLookups(int64_t s, int64_t b) {
+    absl::StatusOr<embedding::DeviceOutputView> out = tbe->DeviceOutput();
+    if (!out.ok()) return out.status();
+    Lookups l;
+    l.step = s;
+    const size_t pooled_size = static_cast<size_t>(out->pooled_width) * static_cast<size_t>(b);
+    GEMTB_ASSIGN_OR_RETURN(l.pooled, Allocate<float>(pooled_size, "pending pooled lookups"));
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(l.pooled->get(), out->pooled, pooled_size * sizeof(float),
+                                                     cudaMemcpyDeviceToDevice, nullptr),
+                                     "pending pooled lookups"));
+    l.view.pooled = l.pooled->get();
+    l.view.pooled_width = out->pooled_width;
+    l.view.sequence_keys = out->sequence_keys;
+    l.view.sequence_size = out->sequence_size;
+    for (size_t k = 0; k < out->sequence.size(); ++k) {
+      const size_t n = static_cast<size_t>(out->sequence_size[k]);
+      l.sequence.emplace_back();
+      GEMTB_ASSIGN_OR_RETURN(l.sequence.back(), Allocate<float>(n, "pending sequence lookups"));
+      GEMTB_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(l.sequence.back()->get(), out->sequence[k], n * sizeof(float),
+                                                       cudaMemcpyDeviceToDevice, nullptr),
+                                       "pending sequence lookups"));
+      l.view.sequence.push_back(l.sequence.back()->get());
+    }
+    pending = std::move(l);
+    return absl::OkStatus();
+  }
+
+  // Under the semi-synchronous pipeline, while the model of step `step` runs on model_stream: the
+  // next step's batch (from the prefetch thread, kept for it) and its lookups on the TBE's stream,
+  // before this step's table update.
+  absl::Status LookAhead() {
+    const int64_t next = step + 1;
+    absl::StatusOr<Prefetched> p = prefetch && prefetch->first == next ? prefetch->second.get() : MakeStep(next);
+    if (!p.ok()) return p.status();
+    const data::Batch mine = dist != nullptr ? RankSamples(p->batch) : p->batch;
+    GEMTB_RETURN_IF_ERROR(TbeInput(mine));
+    GEMTB_RETURN_IF_ERROR(tbe->Forward());
+    GEMTB_RETURN_IF_ERROR(KeepLookups(next, mine.size));
+    std::promise<absl::StatusOr<Prefetched>> ready;
+    ready.set_value(*std::move(p));
+    prefetch.emplace(next, ready.get_future());
+    return absl::OkStatus();
+  }
+
   // This rank's samples of a training batch: [r B/R, (r + 1) B/R).
   data::Batch RankSamples(const data::Batch& batch) const {
     const int R = dist->world_size(), r = dist->rank();
@@ -225,7 +290,7 @@ struct GpuTrainer::Impl {
     Prefetched p;
     p.batch = BatchOf(s);
     if (sharded != nullptr) {
-      absl::StatusOr<embedding::ShardedDeviceTbe::RoutedBatch> routed = sharded->Route(KjtOf(RankSamples(p.batch)));
+      absl::StatusOr<embedding::ShardedDeviceTbe::RoutedBatch> routed = sharded->Route(embedding::KjtViewOfBatch(RankSamples(p.batch)));
       if (!routed.ok()) return routed.status();
       p.routed = *std::move(routed);
     }
@@ -244,19 +309,10 @@ struct GpuTrainer::Impl {
     return std::move(p->batch);
   }
 
-  // The batch's ids as the TBE takes them (unweighted).
-  static embedding::KjtView KjtOf(const data::Batch& batch) {
-    embedding::KjtView kjt;
-    kjt.keys = batch.keys;
-    kjt.batch = batch.size;
-    kjt.lengths = batch.lengths;
-    kjt.values = batch.values;
-    return kjt;
-  }
-  absl::Status TbeInput(const data::Batch& batch) { return tbe->SetInput(KjtOf(batch)); }
+  absl::Status TbeInput(const data::Batch& batch) { return tbe->SetInput(embedding::KjtViewOfBatch(batch)); }
   absl::Status TbeForward(const data::Batch& batch) {
     sparse_before_model = true;
-    if (sharded != nullptr) return sharded->Forward(KjtOf(batch));
+    if (sharded != nullptr) return sharded->Forward(embedding::KjtViewOfBatch(batch));
     GEMTB_RETURN_IF_ERROR(TbeInput(batch));
     return tbe->Forward();
   }
@@ -282,7 +338,12 @@ struct GpuTrainer::Impl {
     GEMTB_RETURN_IF_ERROR(GatherParams());
     // A job's rank looks up its own samples only (replicated tables: the TBE backward later takes
     // the whole batch); sharded tables' training batches were routed on the prefetch thread.
-    if (split && sharded != nullptr && train && step_routed) {
+    // The semi-synchronous pipeline's training step reads the lookups made during the step before.
+    const bool semi = train && semi_sync();
+    const bool looked_ahead = semi && pending && pending->step == step;
+    if (looked_ahead) {
+      // nothing to look up
+    } else if (split && sharded != nullptr && train && step_routed) {
       sparse_before_model = true;
       GEMTB_RETURN_IF_ERROR(sharded->Forward(*std::move(step_routed)));
       step_routed.reset();
@@ -291,7 +352,12 @@ struct GpuTrainer::Impl {
     } else {
       GEMTB_RETURN_IF_ERROR(TbeForward(batch));
     }
-    absl::StatusOr<embedding::DeviceOutputView> emb_out = TbeOutput();
+    // The model of a semi-synchronous step reads a copy of its lookups (the TBE takes the next
+    // step's input while it runs), kept alive until the model is done.
+    if (semi && !looked_ahead) GEMTB_RETURN_IF_ERROR(KeepLookups(step, Bl));
+    std::optional<Lookups> lookups;
+    if (semi) lookups = std::exchange(pending, std::nullopt);
+    absl::StatusOr<embedding::DeviceOutputView> emb_out = lookups ? lookups->view : TbeOutput();
     if (!emb_out.ok()) return emb_out.status();
     GEMTB_RETURN_IF_ERROR(Synchronize("embedding forward"));
     times.embedding_fwd_ms = Ms(at);
@@ -349,9 +415,23 @@ struct GpuTrainer::Impl {
         out.events_grad.push_back(b.events_grad[j]->get() + (local_grads ? 0 : event_offsets[j][r]));
       }
     }
+    // Under the semi-synchronous pipeline a training step's model runs on its own stream, after the
+    // inputs made on the legacy stream, beside the next step's lookups; the step's collectives wait
+    // for it again.
+    const bool overlap = semi;
+    cudaStream_t stream = overlap ? model_stream : nullptr;
+    if (overlap) {
+      GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(lookups_ready, nullptr), "cudaEventRecord"));
+      GEMTB_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(model_stream, lookups_ready, 0), "cudaStreamWaitEvent"));
+    }
     std::optional<RegionTimer> timer;
-    if (time_regions) timer.emplace(nullptr);
-    GEMTB_RETURN_IF_ERROR(model->Run(model_params, in, out, nullptr, timer ? &*timer : nullptr));
+    if (time_regions) timer.emplace(stream);
+    GEMTB_RETURN_IF_ERROR(model->Run(model_params, in, out, stream, timer ? &*timer : nullptr));
+    if (overlap) {
+      GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(model_done, model_stream), "cudaEventRecord"));
+      GEMTB_RETURN_IF_ERROR(LookAhead());
+      GEMTB_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(nullptr, model_done, 0), "cudaStreamWaitEvent"));
+    }
     if (split) {
       // The rank's parts become the step's: its samples' logits, loss share and embedding gradients
       // to every rank; the dense gradient summed into this rank's shard.
@@ -488,9 +568,19 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
   if (!params.ok()) return params.status();
   absl::StatusOr<data::Generator> gen = data::Generator::Create(*params, data::ShapeFromConfig(config));
   if (!gen.ok()) return gen.status();
+  if (options.pipeline == gemtb::model::SparsePipeline::kSemiSync && job.sparse_plan)
+    return absl::InvalidArgumentError(
+        "pipeline: semi-sync with sharded tables (a sparse plan) does not run on the GPU trainer; the oracle's "
+        "trainer runs it (gemtb ref train --plan --pipeline semi-sync)");
   auto impl = std::make_unique<Impl>(*std::move(gen));
   impl->config = config;
   impl->options = options;
+  if (impl->semi_sync()) {
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&impl->model_stream, cudaStreamNonBlocking),
+                                     "cudaStreamCreateWithFlags (model stream)"));
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&impl->model_done, cudaEventDisableTiming), "cudaEventCreate"));
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&impl->lookups_ready, cudaEventDisableTiming), "cudaEventCreate"));
+  }
   impl->model = *std::move(model);
   impl->emb = gemtb::model::GemEmbeddingConfig(config, options.table_lr, options.seed);
   absl::StatusOr<std::unique_ptr<embedding::DeviceTbe>> tbe = embedding::DeviceTbe::Create(impl->emb, {}, 0);
@@ -549,7 +639,8 @@ absl::StatusOr<TrainerStep> GpuTrainer::Step() {
   absl::StatusOr<Impl::Backward> b = m.Pass(batch, true);
   if (!b.ok()) return b.status();
   // A job's rank looked up its own samples; replicated tables' update takes every sample's gradient.
-  if (m.dist != nullptr && m.sharded == nullptr) GEMTB_RETURN_IF_ERROR(m.TbeInput(batch));
+  // Under the semi-synchronous pipeline the TBE holds the next step's input by now.
+  if ((m.dist != nullptr && m.sharded == nullptr) || m.semi_sync()) GEMTB_RETURN_IF_ERROR(m.TbeInput(batch));
   GEMTB_RETURN_IF_ERROR(m.Apply(*b));
   // Sharded tables: their update's collectives, after the step's others (Apply waited for them).
   for (CollectiveTime& c : m.TakeCollectiveTimes()) b->result.collectives.push_back(std::move(c));
@@ -572,6 +663,7 @@ absl::StatusOr<TrainerStep> GpuTrainer::Step() {
 absl::StatusOr<TrainerGradients> GpuTrainer::Gradients() {
   Impl& m = *impl_;
   if (m.dist != nullptr) return absl::FailedPreconditionError("Gradients: one GPU only (this trainer is a rank of a job)");
+  if (m.semi_sync()) return absl::FailedPreconditionError("Gradients: the synchronous pipeline only");
   absl::StatusOr<Impl::Backward> b = m.Pass(m.StepBatch(), true);
   if (!b.ok()) return b.status();
   TrainerGradients g;
@@ -588,6 +680,7 @@ absl::Status GpuTrainer::ApplyGradients(const TrainerGradients& grads) {
   if (m.dist != nullptr) {
     return absl::FailedPreconditionError("ApplyGradients: one GPU only (this trainer is a rank of a job)");
   }
+  if (m.semi_sync()) return absl::FailedPreconditionError("ApplyGradients: the synchronous pipeline only");
   const data::Batch batch = m.StepBatch();
   const gemtb::model::GemGeometry& g = m.model->geometry();
   const int64_t B = batch.size;
@@ -667,12 +760,55 @@ absl::Status GpuTrainer::LoadState(const TrainerState& state) {
                                                      " weights and ", state.tables[t].adagrad.size(), " Adagrad values, the table has ",
                                                      tc.rows, " x ", tc.dim, " and ", tc.rows));
   }
+  const bool lookups = !state.pipeline_pooled.empty() || !state.pipeline_sequence.empty();
+  if (lookups && !m.semi_sync())
+    return absl::InvalidArgumentError(
+        "state.pipeline_pooled: holds the semi-synchronous pipeline's lookups; this trainer is synchronous");
+  if (!lookups && m.semi_sync() && state.step > 0)
+    return absl::InvalidArgumentError(absl::StrCat("state.pipeline_pooled: empty; step ", state.step,
+                                                   " of a semi-synchronous run needs the lookups made before its "
+                                                   "last table update"));
   absl::StatusOr<std::unique_ptr<embedding::DeviceTbe>> tbe = embedding::DeviceTbe::Create(m.emb, state.tables, state.step);
   if (!tbe.ok()) return tbe.status();
+  std::optional<Impl::Lookups> pending;
+  if (lookups) {
+    // Shaped by the step's batch of this trainer's samples, then filled from the state.
+    const data::Batch batch = m.BatchOf(state.step);
+    GEMTB_RETURN_IF_ERROR((*tbe)->SetInput(embedding::KjtViewOfBatch(m.dist != nullptr ? m.RankSamples(batch) : batch)));
+    absl::StatusOr<embedding::DeviceOutputView> shape = (*tbe)->DeviceOutput();
+    if (!shape.ok()) return shape.status();
+    const int64_t b = m.dist != nullptr ? batch.size / m.dist->world_size() : batch.size;
+    if (static_cast<int64_t>(state.pipeline_pooled.size()) != b * shape->pooled_width)
+      return absl::InvalidArgumentError(absl::StrCat("state.pipeline_pooled: ", state.pipeline_pooled.size(),
+                                                     " values, step ", state.step, "'s lookups have ", b, " x ",
+                                                     shape->pooled_width));
+    if (state.pipeline_sequence.size() != shape->sequence.size())
+      return absl::InvalidArgumentError(absl::StrCat("state.pipeline_sequence: ", state.pipeline_sequence.size(),
+                                                     " arrays, the model has ", shape->sequence.size(),
+                                                     " sequence keys"));
+    Impl::Lookups l;
+    l.step = state.step;
+    GEMTB_ASSIGN_OR_RETURN(l.pooled, Upload<float>(state.pipeline_pooled, "pending pooled lookups"));
+    l.view.pooled = l.pooled->get();
+    l.view.pooled_width = shape->pooled_width;
+    l.view.sequence_keys = shape->sequence_keys;
+    l.view.sequence_size = shape->sequence_size;
+    for (size_t k = 0; k < shape->sequence.size(); ++k) {
+      if (static_cast<int64_t>(state.pipeline_sequence[k].size()) != shape->sequence_size[k])
+        return absl::InvalidArgumentError(absl::StrCat("state.pipeline_sequence[", k, "]: ",
+                                                       state.pipeline_sequence[k].size(), " values, step ", state.step,
+                                                       "'s lookups have ", shape->sequence_size[k]));
+      l.sequence.emplace_back();
+      GEMTB_ASSIGN_OR_RETURN(l.sequence.back(), Upload<float>(state.pipeline_sequence[k], "pending sequence lookups"));
+      l.view.sequence.push_back(l.sequence.back()->get());
+    }
+    pending = std::move(l);
+  }
   GEMTB_RETURN_IF_ERROR(m.params->Upload(m.dist ? m.Shard(state.params) : state.params, "params"));
   GEMTB_RETURN_IF_ERROR(m.adam_m->Upload(m.dist ? m.Shard(state.adam_m) : state.adam_m, "adam m"));
   GEMTB_RETURN_IF_ERROR(m.adam_v->Upload(m.dist ? m.Shard(state.adam_v) : state.adam_v, "adam v"));
   m.tbe = *std::move(tbe);
+  m.pending = std::move(pending);
   m.prefetch.reset();  // waits for a batch in flight; the next Step makes its own
   m.step = state.step;
   m.adam_b1 = state.adam_b1;
@@ -703,6 +839,10 @@ absl::StatusOr<std::vector<double>> GpuTrainer::Predict(int64_t first_index, int
 absl::StatusOr<TrainerRankState> GpuTrainer::RankState() const {
   const Impl& m = *impl_;
   if (m.dist == nullptr) return absl::FailedPreconditionError("RankState: a rank of a job only (one GPU: State)");
+  if (m.pending)
+    return absl::FailedPreconditionError(
+        "RankState: a job's checkpoint under the semi-synchronous pipeline (each rank's pending lookups) is not "
+        "written; run the job synchronously to checkpoint it");
   TrainerRankState s;
   s.step = m.step;
   s.adam_b1 = m.adam_b1;
@@ -750,6 +890,13 @@ absl::StatusOr<TrainerState> GpuTrainer::State() const {
   absl::StatusOr<std::vector<embedding::HostTable>> tables = m.tbe->DownloadTables();
   if (!tables.ok()) return tables.status();
   s.tables = *std::move(tables);
+  if (m.pending) {
+    GEMTB_RETURN_IF_ERROR(m.pending->pooled->Download(s.pipeline_pooled, "pending pooled lookups"));
+    for (const Array<float>& a : m.pending->sequence) {
+      s.pipeline_sequence.emplace_back();
+      GEMTB_RETURN_IF_ERROR(a->Download(s.pipeline_sequence.back(), "pending sequence lookups"));
+    }
+  }
   return s;
 }
 

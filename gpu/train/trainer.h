@@ -11,6 +11,10 @@
 // retained memory pool: Create calls RetainFreedDeviceMemory (gpu/common/device_buffer.h), a
 // process-wide setting, as a training framework's caching allocator would be.
 //
+// Under the semi-synchronous pipeline (options.pipeline, replicated tables only) a step's model
+// runs on its own stream while the next step's lookups run on the TBE's, before this step's table
+// update: the oracle's semi-synchronous step (reference/model/trainer.h).
+//
 // The state (parameters, Adam moments and bias products, tables) starts from the oracle's init
 // (model/description/param_layout.h's InitParams; the TBE's Philox init) and can be read back in the
 // oracle's layout for comparison.
@@ -125,6 +129,11 @@ struct TrainerState {
   std::vector<embedding::HostTable> tables;
   // With sharded tables: this rank's shards in its routing's order (sharded_tbe.h), `tables` empty.
   std::vector<embedding::HostTable> table_shards;
+  // Under the semi-synchronous pipeline after step 0: step `step`'s lookups, made before the last
+  // table update, of the trainer's samples (a job's rank: its own): pooled [b, W] and one [ids, D]
+  // array per NONE key in key order. Empty otherwise.
+  std::vector<float> pipeline_pooled;
+  std::vector<std::vector<float>> pipeline_sequence;
 };
 
 // What one rank of a job holds of the state and writes in a checkpoint, nothing gathered: its

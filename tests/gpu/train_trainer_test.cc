@@ -1,7 +1,8 @@
 // The GPU trainer's step in parts (gpu/train/trainer.h): Step equals Gradients followed by
 // ApplyGradients of those gradients, byte for byte; a trainer given another's state (LoadState)
 // takes the same next step as the one it came from (what resume and `gemtb check train`'s injected
-// steps rely on); the timed regions are the model description's; wrong sizes are named errors.
+// steps rely on); the semi-synchronous pipeline resumes exactly and is the synchronous run when the
+// tables do not move; the timed regions are the model description's; wrong sizes are named errors.
 #include <cstring>
 #include <memory>
 #include <set>
@@ -19,11 +20,14 @@ namespace {
 
 using test::HaveSm90;
 
-std::unique_ptr<GpuTrainer> Tiny() {
+std::unique_ptr<GpuTrainer> Tiny(gemtb::model::SparsePipeline pipeline = gemtb::model::SparsePipeline::kSync,
+                                 float table_lr = 0.2f) {
   absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig("tiny");
   EXPECT_TRUE(config.ok()) << config.status();
   TrainerOptions options;
   options.batch = 16;
+  options.pipeline = pipeline;
+  options.table_lr = table_lr;
   absl::StatusOr<std::unique_ptr<GpuTrainer>> t = GpuTrainer::Create(*config, options);
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? *std::move(t) : nullptr;
@@ -78,6 +82,50 @@ TEST(GpuTrainerTest, LoadedStateTakesTheSameSteps) {
     EXPECT_EQ(ra->loss, rb->loss);
   }
   ExpectSameState(*a, *b);
+}
+
+// The semi-synchronous pipeline: the model on its own stream beside the next step's lookups. A
+// loaded state (with the pending lookups) takes the same steps; without table updates the steps are
+// the synchronous ones byte for byte (the lookups of either pipeline read the same tables), and with
+// them they are not (step 1 on reads the tables before the last update).
+TEST(GpuTrainerTest, SemiSyncLoadedStateTakesTheSameSteps) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  const auto semi = gemtb::model::SparsePipeline::kSemiSync;
+  std::unique_ptr<GpuTrainer> a = Tiny(semi), b = Tiny(semi);
+  ASSERT_TRUE(a && b);
+  for (int s = 0; s < 2; ++s) ASSERT_TRUE(a->Step().ok());
+  absl::StatusOr<TrainerState> state = a->State();
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_FALSE(state->pipeline_pooled.empty());
+  ASSERT_TRUE(b->LoadState(*state).ok());
+  for (int s = 0; s < 3; ++s) {
+    absl::StatusOr<TrainerStep> ra = a->Step(), rb = b->Step();
+    ASSERT_TRUE(ra.ok() && rb.ok());
+    EXPECT_EQ(ra->loss, rb->loss);
+  }
+  ExpectSameState(*a, *b);
+  std::unique_ptr<GpuTrainer> sync = Tiny();
+  ASSERT_NE(sync, nullptr);
+  EXPECT_EQ(sync->LoadState(*state).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(a->Gradients().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(GpuTrainerTest, SemiSyncWithoutTableUpdatesIsTheSynchronousRun) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  const auto semi = gemtb::model::SparsePipeline::kSemiSync, sync = gemtb::model::SparsePipeline::kSync;
+  std::unique_ptr<GpuTrainer> a = Tiny(sync, 0.0f), b = Tiny(semi, 0.0f), c = Tiny(sync), d = Tiny(semi);
+  ASSERT_TRUE(a && b && c && d);
+  std::vector<double> moved_sync, moved_semi;
+  for (int s = 0; s < 4; ++s) {
+    absl::StatusOr<TrainerStep> ra = a->Step(), rb = b->Step(), rc = c->Step(), rd = d->Step();
+    ASSERT_TRUE(ra.ok() && rb.ok() && rc.ok() && rd.ok());
+    EXPECT_EQ(ra->loss, rb->loss) << "step " << s;
+    moved_sync.push_back(rc->loss);
+    moved_semi.push_back(rd->loss);
+  }
+  ExpectSameState(*a, *b);
+  EXPECT_EQ(moved_sync[0], moved_semi[0]);
+  EXPECT_NE(moved_sync[2], moved_semi[2]);
 }
 
 // The timed regions are the model description's dense regions (its embedding regions E.sparse and

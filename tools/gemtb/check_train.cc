@@ -143,7 +143,7 @@ std::vector<std::tuple<std::string, std::vector<float>, std::vector<float>>> Sta
 #endif
 
 absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
-  std::string config_name = "tiny", json_path;
+  std::string config_name = "tiny", json_path, pipeline_name = "sync";
   int64_t steps = 50, ne_steps = 200, batch = 64, compare_every = 10, eval_samples = 4096, seed = 1, data_seed = 1;
   std::optional<double> param_flag, grad_flag;
   NumericsFlags numerics_flags;
@@ -157,8 +157,10 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
                 "tables and Adagrad states bit for bit. Free-running: a GPU trainer trains on its own\n"
                 "beside the oracle; its loss must be within that bound for steps 1..K, and every C\n"
                 "steps every array within --param-bound (relative L2); both train on to step N, where\n"
-                "their held-out NEs must agree within 0.2%. Exit 0 when everything holds, 1 when\n"
-                "something does not, 2 on bad flags or without a GPU.");
+                "their held-out NEs must agree within 0.2%. With --pipeline semi-sync both trainers run the\n"
+                "semi-synchronous pipeline and only the free-running check is made (injection takes the\n"
+                "synchronous step's gradients). Exit 0 when everything holds, 1 when something does not,\n"
+                "2 on bad flags or without a GPU.");
   flags.String("config", &config_name, "model config: tiny (default), small, or a JSON path");
   flags.Int64("steps", &steps, "steps checked step by step, injected and free-running (default 50)");
   flags.Int64("ne-steps", &ne_steps, "free-running steps before the NE comparison (default 200; >= --steps)");
@@ -175,6 +177,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
                        "largest relative L2 difference of a free-running array in steps 1..K (default 1e-3; 1e-2 "
                        "with tf32 or bf16 products)");
   numerics_flags.Register(flags, "fp32", "fp32");
+  flags.String("pipeline", &pipeline_name, "both trainers' pipeline: sync (default) | semi-sync");
   flags.String("json", &json_path, "also write every step's numbers as JSON to this file");
   GEMTB_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
@@ -189,6 +192,10 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   const LossBound loss_bound = fp32 ? LossBound{} : kBf16LossBound;
   const double param_bound = param_flag.value_or(fp32 ? 1e-3 : 1e-2);
   const double grad_bound = grad_flag.value_or(fp32 ? 1e-4 : 5e-2);
+  const absl::StatusOr<gemtb::model::SparsePipeline> parsed = gemtb::model::ParseSparsePipeline(pipeline_name, "--pipeline");
+  if (!parsed.ok()) return parsed.status();
+  const gemtb::model::SparsePipeline pipeline = *parsed;
+  const bool inject = pipeline == gemtb::model::SparsePipeline::kSync;
   if (steps < 1) return absl::InvalidArgumentError(absl::StrCat("--steps=", steps, ": must be >= 1"));
   if (ne_steps < steps)
     return absl::InvalidArgumentError(absl::StrCat("--ne-steps=", ne_steps, ": must be >= --steps (", steps, ")"));
@@ -202,6 +209,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
 #if !GEMTB_HAVE_CUDA
   (void)json_path;
   (void)loss_bound;
+  (void)inject;
   *all_pass = false;
   return absl::FailedPreconditionError("this gemtb was built without CUDA: no GPU trainer to check");
 #else
@@ -209,17 +217,20 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   ro.seed = static_cast<uint64_t>(seed);
   ro.data_seed = static_cast<uint64_t>(data_seed);
   ro.batch = batch;
+  ro.pipeline = pipeline;
   const gpu::train::TrainerOptions go = ro;  // the shared part of the oracle's options
   absl::StatusOr<std::unique_ptr<reference::model::Trainer>> oracle = reference::model::Trainer::Create(*config, ro);
   if (!oracle.ok()) return oracle.status();
   (*oracle)->KeepGradients(true);
   absl::StatusOr<std::unique_ptr<gpu::train::GpuTrainer>> free = gpu::train::GpuTrainer::Create(*config, go, numerics);
   if (!free.ok()) return free.status();
-  absl::StatusOr<std::unique_ptr<gpu::train::GpuTrainer>> injected = gpu::train::GpuTrainer::Create(*config, go, numerics);
+  // The injected trainer runs the synchronous pipeline's steps only (it is handed their gradients).
+  absl::StatusOr<std::unique_ptr<gpu::train::GpuTrainer>> injected = nullptr;
+  if (inject) injected = gpu::train::GpuTrainer::Create(*config, go, numerics);
   if (!injected.ok()) return injected.status();
   absl::StatusOr<gemtb::model::GemGeometry> geometry = gemtb::model::MakeGemGeometry(*config);
   if (!geometry.ok()) return geometry.status();
-  nlohmann::json report = {{"config", config->name}, {"steps", steps},           {"ne_steps", ne_steps},
+  nlohmann::json report = {{"config", config->name}, {"pipeline", pipeline_name}, {"steps", steps}, {"ne_steps", ne_steps},
                            {"batch", batch},         {"grad_bound", grad_bound}, {"param_bound", param_bound},
                            {"numerics", NumericsJson(numerics)}, {"loss_bound", {{"abs", loss_bound.abs}, {"rel", loss_bound.rel}}}};
   bool pass = true;
@@ -304,16 +315,17 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   };
 
   std::cout << absl::StrFormat(
-      "check train: %s, %d samples per step; steps 1..%d injected and free-running, free-running on to %d; "
+      "check train: %s, %d samples per step, pipeline %s; steps 1..%d %s, free-running on to %d; "
       "oracle (CPU fp32) vs GPU trainer (matmul %s, attention %s, ffn %s; loss bound %g + %g |oracle|)\n",
-      config->name, batch, steps, ne_steps, gpu::train::PrecisionName(numerics.matmul),
+      config->name, batch, pipeline_name, steps, inject ? "injected and free-running" : "free-running", ne_steps,
+      gpu::train::PrecisionName(numerics.matmul),
       gpu::train::PrecisionName(numerics.attention), gpu::train::PrecisionName(numerics.ffn), loss_bound.abs,
       loss_bound.rel);
   for (int64_t s = 1; s <= ne_steps; ++s) {
     const bool checked = s <= steps;
     nlohmann::json row = {{"step", s}};
     std::optional<gpu::train::TrainerGradients> g;
-    if (checked) {
+    if (checked && inject) {
       GEMTB_RETURN_IF_ERROR((*injected)->LoadState(GpuStateOf((*oracle)->state())));
       absl::StatusOr<gpu::train::TrainerGradients> gg = (*injected)->Gradients();
       if (!gg.ok()) return gg.status();
@@ -321,7 +333,7 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
     }
     absl::StatusOr<reference::model::StepResult> r = (*oracle)->Step();
     if (!r.ok()) return r.status();
-    if (checked) GEMTB_RETURN_IF_ERROR(injected_step(s, *r, *g, row));
+    if (checked && inject) GEMTB_RETURN_IF_ERROR(injected_step(s, *r, *g, row));
     absl::StatusOr<gpu::train::TrainerStep> f = (*free)->Step();
     if (!f.ok()) return f.status();
     const double ratio = std::abs(f->loss - r->loss) / loss_bound(r->loss);

@@ -62,6 +62,7 @@ struct Flags {
   std::string config = "tiny";
   int64_t steps = 1000, local_batch = 64, seed = 1, data_seed = 1, eval_samples = 4096;
   std::optional<int64_t> schedule_steps;
+  std::string pipeline = "sync";
   std::optional<double> lr, table_lr, log_every_s;
   std::optional<double> peak_tflops;  // default 989: the H200's dense bf16 peak
   std::string checkpoint, report, trace;
@@ -172,6 +173,16 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
   if (!f.checkpoint.empty())
     if (absl::Status s = CheckCheckpointDir(f.checkpoint, f.resume); !s.ok()) return s;
 
+  absl::StatusOr<gemtb::model::SparsePipeline> pipeline = gemtb::model::ParseSparsePipeline(f.pipeline, "--pipeline");
+  if (!pipeline.ok()) return Bad(std::string(pipeline.status().message()));
+  if (*pipeline == gemtb::model::SparsePipeline::kSemiSync) {
+    if (!f.plan.empty())
+      return Bad("--pipeline: semi-sync with --plan does not run on the GPU trainer (gemtb ref train runs it)");
+    if (R > 1 && !f.checkpoint.empty())
+      return Bad("--pipeline: semi-sync in a job writes no checkpoint (each rank's pending lookups); leave out "
+                 "--checkpoint or run synchronously");
+  }
+
   if (f.plan.empty() && f.gpus_per_host) return Bad("--gpus-per-host: needs --plan");
   if (!f.plan.empty() && R == 1)
     return Bad("--plan: shards the tables over a job's ranks; one process keeps them whole (start several ranks)");
@@ -220,6 +231,7 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
   if (f.lr) o.lr = static_cast<float>(*f.lr);
   if (f.table_lr) o.table_lr = static_cast<float>(*f.table_lr);
   o.total_steps = f.schedule_steps.value_or(f.steps);
+  o.pipeline = *pipeline;
   job.log_every_s = f.log_every_s.value_or(5.0);
   if (f.resume && R == 1) {
     absl::StatusOr<reference::dist::LoadedShard> loaded =
@@ -417,7 +429,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
     const int R = job.launch.world_size;
     std::cout << "gemtb train: config " << job.config.name << ", " << trainer.num_params() << " dense params, local batch "
               << o.batch / R << ", steps " << f.steps << ", lr " << o.lr << ", table lr " << o.table_lr
-              << ", schedule steps " << o.total_steps << ", "
+              << ", schedule steps " << o.total_steps << ", pipeline " << f.pipeline << ", "
               << (several ? absl::StrCat(R, " GPUs (", launch::LauncherName(job.launch.launcher), "; global batch ",
                                          o.batch, " split ", f.batch_split, ", FSDP shard group ", job.shard_group,
                                          ", parameters gathered by ", f.param_gather, ", tables ",
@@ -627,6 +639,9 @@ int RunGpuTrain(const std::vector<std::string>& args) {
                       "steps of the learning rates' linear decay (default --steps), e.g. to stop early and resume");
   flags.OptionalDouble("lr", &f.lr, "dense Adam learning rate (default 1e-3)");
   flags.OptionalDouble("table-lr", &f.table_lr, "rowwise Adagrad learning rate of every table (default 0.2)");
+  flags.String("pipeline", &f.pipeline,
+               "sync (default) | semi-sync: the next step's lookups beside this step's model, before its table "
+               "update (replicated tables; a job writes no checkpoint then)");
   flags.Int64("seed", &f.seed, "parameter and table init seed (default 1)");
   flags.Int64("data-seed", &f.data_seed, "data generator seed (default 1)");
   flags.OptionalDouble("log-every-s", &f.log_every_s, "seconds between progress lines (default 5)");
