@@ -47,9 +47,10 @@ gemtb::model::ModelConfig TinyConfig() {
   return *config;
 }
 
-TrainerOptions Options() {
+TrainerOptions Options(gemtb::model::SparsePipeline pipeline = gemtb::model::SparsePipeline::kSync) {
   TrainerOptions o;
   o.batch = kGlobalBatch;
+  o.pipeline = pipeline;
   return o;
 }
 
@@ -85,9 +86,9 @@ void ExpectClose(const std::vector<float>& a, const std::vector<float>& b, const
   EXPECT_LE(outside, std::max<size_t>(1, a.size() / 1000)) << what << ": " << outside << " of " << a.size();
 }
 
-RankRun OneGpu() {
+RankRun OneGpu(const TrainerOptions& options = Options()) {
   RankRun run;
-  absl::StatusOr<std::unique_ptr<GpuTrainer>> t = GpuTrainer::Create(TinyConfig(), Options());
+  absl::StatusOr<std::unique_ptr<GpuTrainer>> t = GpuTrainer::Create(TinyConfig(), options);
   EXPECT_TRUE(t.ok()) << t.status();
   if (!t.ok()) return run;
   for (int s = 0; s < kSteps; ++s) {
@@ -103,14 +104,15 @@ RankRun OneGpu() {
 }
 
 // R virtual ranks with a shard group of `shard_group`; every rank's run.
-std::vector<RankRun> InProcessJob(int R, int shard_group, const JobOptions& split = {}) {
+std::vector<RankRun> InProcessJob(int R, int shard_group, const JobOptions& split = {},
+                                  const TrainerOptions& options = Options()) {
   test::InProcessJob job(R, shard_group);
   std::vector<std::unique_ptr<test::InProcessCollectives>> collectives;
   std::vector<std::unique_ptr<GpuTrainer>> trainers;
   for (int r = 0; r < R; ++r) {
     collectives.push_back(std::make_unique<test::InProcessCollectives>(job, r));
     absl::StatusOr<std::unique_ptr<GpuTrainer>> t =
-        GpuTrainer::Create(TinyConfig(), Options(), {}, collectives[r].get(), split);
+        GpuTrainer::Create(TinyConfig(), options, {}, collectives[r].get(), split);
     EXPECT_TRUE(t.ok()) << t.status();
     if (!t.ok()) return {};
     trainers.push_back(*std::move(t));
@@ -177,6 +179,26 @@ TEST(GpuTrainJob, JobFollowsTheOneGpuTrainerOnTheSameGlobalBatch) {
       ExpectClose(job[0].state.tables[t].weights, one.state.tables[t].weights, what + ": table " + std::to_string(t));
     }
   }
+}
+
+// The semi-synchronous pipeline in a job: each rank looks ahead at its own samples, and the steps
+// are the one GPU's semi-synchronous ones (not its synchronous ones: the test is not vacuous).
+TEST(GpuTrainJob, SemiSyncJobFollowsTheOneGpuSemiSyncTrainer) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const TrainerOptions semi = Options(gemtb::model::SparsePipeline::kSemiSync);
+  const RankRun one = OneGpu(semi), sync = OneGpu();
+  const std::vector<RankRun> job = InProcessJob(2, 2, {}, semi);
+  ASSERT_EQ(job.size(), 2u);
+  ASSERT_EQ(job[0].losses.size(), one.losses.size());
+  for (size_t k = 0; k < one.losses.size(); ++k) {
+    EXPECT_NEAR(job[0].losses[k], one.losses[k], 1e-5 * std::fabs(one.losses[k])) << "step " << k;
+  }
+  EXPECT_NE(one.losses.back(), sync.losses.back());
+  ExpectClose(job[0].state.params, one.state.params, "semi-sync, 2 ranks: params");
+  for (size_t t = 0; t < one.state.tables.size(); ++t) {
+    ExpectClose(job[0].state.tables[t].weights, one.state.tables[t].weights, "semi-sync: table " + std::to_string(t));
+  }
+  ExpectSameBytes(job[1], job[0], "semi-sync: rank 1 vs rank 0");
 }
 
 // Sub-batches of 4 dealt by BBS or by least load: the ranks' samples change, the step's do not.
