@@ -1,6 +1,8 @@
 #include "model/description/gem_geometry.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -154,6 +156,45 @@ EmbeddingConfig GemEmbeddingConfig(const ModelConfig& config, float table_lr, ui
     }
   }
   return e;
+}
+
+namespace {
+
+// An invariant of the layout this file builds: a message and abort when it does not hold.
+void Invariant(bool holds, const std::string& what) {
+  if (holds) return;
+  std::fprintf(stderr, "ParamUnits: %s\n", what.c_str());
+  std::abort();
+}
+
+// The region a parameter of the layout belongs to, from its name (the layout's naming above).
+std::string RegionOfParam(const std::string& name) {
+  const size_t dot = name.find('.');
+  const std::string head = name.substr(0, dot);
+  if (head == "embed") return "E.dense";
+  if (head == "final") return "F.cross";
+  if (head == "head") return "head";
+  const size_t second = name.find('.', dot + 1);
+  Invariant(head.size() > 1 && head[0] == 'L' && dot != std::string::npos, "parameter " + name + " has no region");
+  return name.substr(0, second);
+}
+
+}  // namespace
+
+std::vector<ParamUnit> ParamUnits(const GemGeometry& g) {
+  std::vector<ParamUnit> units;
+  for (const ParamInfo& p : g.layout.params()) {
+    const std::string region = RegionOfParam(p.name);
+    const int64_t first = static_cast<int64_t>(p.ref.offset), count = static_cast<int64_t>(p.ref.size);
+    if (!units.empty() && units.back().region == region) {
+      Invariant(units.back().first + units.back().count == first, "parameter " + p.name + " leaves a gap");
+      units.back().count += count;
+      continue;
+    }
+    for (const ParamUnit& u : units) Invariant(u.region != region, "region " + region + " is not contiguous");
+    units.push_back({region, first, count});
+  }
+  return units;
 }
 
 }  // namespace gemtb::model

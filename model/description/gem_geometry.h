@@ -17,6 +17,7 @@
 #define GEMTB_MODEL_DESCRIPTION_GEM_GEOMETRY_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -56,6 +57,18 @@ struct GemGeometry {
 // InvalidArgument / Unimplemented naming the config field for what the model does not support
 // (head dims must be even; one Wukong expert; SiLU sequences; position RoPE only; ...).
 absl::StatusOr<GemGeometry> MakeGemGeometry(const ModelConfig& config);
+
+// One FSDP unit of the dense parameters: a checkpoint region of the model description ("E.dense",
+// "L<l>.cross", "L<l>.wukong", "L<l>.seq<j>", "F.cross", "head") and the contiguous slice
+// [first, first + count) of the flat layout that its parameters occupy (embed.* is E.dense,
+// L<l>.<arch>.* is L<l>.<arch>, final.cross.* is F.cross, head.* is head).
+struct ParamUnit {
+  std::string region;
+  int64_t first = 0, count = 0;
+};
+// The units in layout order, which is the forward's order of the regions; together they cover the
+// layout once.
+std::vector<ParamUnit> ParamUnits(const GemGeometry& g);
 
 // The model's tables as TBE tables (fp32, the config's hashing, bounds error, rowwise Adagrad with
 // `table_lr`); features: the sparse features in key order (their pooling), then per sequence j the
