@@ -210,12 +210,29 @@ absl::Status CopyEngineAllGather::AllGather(const void* input, int64_t bytes, cu
   if (bytes < 1 || bytes > slot_bytes_) {
     return absl::InvalidArgumentError(absl::StrCat("bytes: ", bytes, " is not in [1, slot_bytes=", slot_bytes_, "]"));
   }
+  return Put(input, member_ * bytes, bytes, stream);
+}
+
+absl::Status CopyEngineAllGather::AllGatherPieces(const void* input, int64_t offset, int64_t bytes,
+                                                  cudaStream_t stream) {
+  const int64_t window_bytes = static_cast<int64_t>(members()) * slot_bytes_;
+  if (offset < 0 || offset > window_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("offset: ", offset, " is not in [0, ", window_bytes, "]"));
+  }
+  if (bytes < 0 || offset + bytes > window_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bytes: ", bytes, " at offset ", offset, " reach past the window's ", window_bytes));
+  }
+  return Put(input, offset, bytes, stream);
+}
+
+absl::Status CopyEngineAllGather::Put(const void* input, int64_t offset, int64_t bytes, cudaStream_t stream) {
   DeviceScope scope(device_);
   const int p = members();
   const int i = member_;
   const uint32_t n = ++calls_;
   const size_t b = static_cast<size_t>(bytes);
-  char* own_slot = window_ + i * bytes;
+  char* own_slot = window_ + offset;
   // This window may take call n's slots: `stream`'s earlier readers of it are done.
   for (int j = 0; j < p; ++j) {
     if (j != i) CE_RETURN_IF_ERROR(StreamWriteFlag(stream, Free(j) + i, n));
@@ -226,11 +243,11 @@ absl::Status CopyEngineAllGather::AllGather(const void* input, int64_t bytes, cu
     const int j = (i + k) % p;
     CE_CUDA(cudaStreamWaitEvent(side_[j], input_ready_, 0));
     CE_RETURN_IF_ERROR(StreamWaitFlag(side_[j], Free(i) + j, n));
-    CE_CUDA(cudaMemcpyAsync(peer_windows_[j] + i * bytes, input, b, cudaMemcpyDefault, side_[j]));
+    if (b > 0) CE_CUDA(cudaMemcpyAsync(peer_windows_[j] + offset, input, b, cudaMemcpyDefault, side_[j]));
     CE_RETURN_IF_ERROR(StreamWriteFlag(side_[j], Arrived(j) + i, n));
     CE_CUDA(cudaEventRecord(side_done_[j], side_[j]));
   }
-  if (input != own_slot) CE_CUDA(cudaMemcpyAsync(own_slot, input, b, cudaMemcpyDefault, stream));
+  if (b > 0 && input != own_slot) CE_CUDA(cudaMemcpyAsync(own_slot, input, b, cudaMemcpyDefault, stream));
   for (int j = 0; j < p; ++j) {
     if (j == i) continue;
     CE_RETURN_IF_ERROR(StreamWaitFlag(stream, Arrived(i) + j, n));

@@ -68,9 +68,16 @@ class CopyEngineAllGather {
   // own slot, window() + member() * bytes) from every member into every window, in stream order on
   // `stream` (see above). InvalidArgument naming `bytes` when out of range.
   absl::Status AllGather(const void* input, int64_t bytes, cudaStream_t stream);
+  // The same protocol with pieces at places of the caller's: this member's `bytes` (0 .. the
+  // window) of `input` land at byte `offset` of every window; the members' pieces of one call do
+  // not overlap (one FSDP unit's parameters, each member sending what its shard holds of them).
+  // InvalidArgument naming `offset` or `bytes` when the piece is not inside the window.
+  absl::Status AllGatherPieces(const void* input, int64_t offset, int64_t bytes, cudaStream_t stream);
 
  private:
   CopyEngineAllGather() = default;
+  // One call of the protocol: this member's `bytes` of `input` to byte `offset` of every window.
+  absl::Status Put(const void* input, int64_t offset, int64_t bytes, cudaStream_t stream);
   absl::Status MakeStreams();
   // Allocates this member's window for `members` slots of slot_bytes_, its flags zeroed.
   absl::Status AllocateWindow(int members);

@@ -87,6 +87,41 @@ absl::Status NcclTrainerCollectives::GatherParams(const float* shard, int64_t sh
   return shard_->AllGather(shard, params_, shard_count, Dtype::kFp32, stream);
 }
 
+absl::Status NcclTrainerCollectives::GatherParamRange(const float* shard, int64_t shard_count, int64_t first,
+                                                      int64_t count, cudaStream_t stream) {
+  if (params_ == nullptr || shard_count != shard_count_) {
+    return absl::FailedPreconditionError(absl::StrCat("GatherParamRange: shard_count ", shard_count,
+                                                      " is not ParamsBuffer's ", shard_count_));
+  }
+  const int s = options_.shard_group, q = rank() % s;
+  if (first < 0 || count < 0 || first + count > shard_count * s) {
+    return absl::InvalidArgumentError(absl::StrCat("GatherParamRange: [", first, ", ", first + count,
+                                                   ") is not inside the ", shard_count * s, " gathered values"));
+  }
+  const train::ParamPiece mine = train::ParamPieceOf(q, shard_count, first, count);
+  if (copy_engine_ != nullptr) {
+    return copy_engine_->AllGatherPieces(shard + (mine.begin - q * shard_count),
+                                         mine.begin * static_cast<int64_t>(sizeof(float)),
+                                         mine.size() * static_cast<int64_t>(sizeof(float)), stream);
+  }
+  // NCCL's variable all-gather is in place: the own piece first goes to its place.
+  if (mine.size() > 0) {
+    if (cudaError_t e = cudaMemcpyAsync(params_ + mine.begin, shard + (mine.begin - q * shard_count),
+                                        static_cast<size_t>(mine.size()) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                        stream);
+        e != cudaSuccess) {
+      return absl::InternalError(absl::StrCat("GatherParamRange's own piece: ", cudaGetErrorString(e)));
+    }
+  }
+  std::vector<int64_t> counts(static_cast<size_t>(s)), offsets(static_cast<size_t>(s));
+  for (int m = 0; m < s; ++m) {
+    const train::ParamPiece p = train::ParamPieceOf(m, shard_count, first, count);
+    counts[static_cast<size_t>(m)] = p.size();
+    offsets[static_cast<size_t>(m)] = p.begin;
+  }
+  return shard_->AllGatherV(params_, counts, offsets, Dtype::kFp32, stream);
+}
+
 absl::Status NcclTrainerCollectives::GatherShards(const float* shard, float* full, int64_t shard_count,
                                                   cudaStream_t stream) {
   return shard_->AllGather(shard, full, shard_count, Dtype::kFp32, stream);

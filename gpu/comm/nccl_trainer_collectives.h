@@ -38,6 +38,8 @@ class NcclTrainerCollectives : public train::TrainerCollectives {
   int shard_group_size() const override { return options_.shard_group; }
   absl::StatusOr<float*> ParamsBuffer(int64_t shard_count) override;
   absl::Status GatherParams(const float* shard, int64_t shard_count, cudaStream_t stream) override;
+  absl::Status GatherParamRange(const float* shard, int64_t shard_count, int64_t first, int64_t count,
+                                cudaStream_t stream) override;
   absl::Status GatherShards(const float* shard, float* full, int64_t shard_count, cudaStream_t stream) override;
   absl::Status ReduceScatterGrads(const float* full, float* shard, int64_t count, cudaStream_t stream) override;
   absl::Status AllReduceReplicas(float* shard, int64_t count, cudaStream_t stream) override;

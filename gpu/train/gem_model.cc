@@ -176,6 +176,7 @@ constexpr int64_t kWeightGradRows = 8192;
 
 struct GemModelGpu::Impl {
   GemGeometry g;
+  RegionHook region_hook;
   LinearP dense_proj;
   MixP lce_in;
   std::vector<LayerP> layers;
@@ -816,6 +817,7 @@ absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const Se
 GemModelGpu::GemModelGpu(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GemModelGpu::~GemModelGpu() = default;
 const gemtb::model::GemGeometry& GemModelGpu::geometry() const { return impl_->g; }
+void GemModelGpu::SetRegionHook(RegionHook hook) { impl_->region_hook = std::move(hook); }
 
 absl::StatusOr<std::unique_ptr<GemModelGpu>> GemModelGpu::Create(const gemtb::model::ModelConfig& config,
                                                                  const GemModelOptions& options) {
@@ -919,7 +921,10 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
   const int64_t B = in.batch;
   GEMTB_RETURN_IF_ERROR(m.Plan(in));
   // Region boundaries for the timer (the model description's region names).
-  auto region = [&](const std::string& name, bool bwd) { return timer ? timer->Begin(name, bwd) : absl::OkStatus(); };
+  auto region = [&](const std::string& name, bool bwd) -> absl::Status {
+    if (timer) GEMTB_RETURN_IF_ERROR(timer->Begin(name, bwd));
+    return m.region_hook ? m.region_hook(name, bwd, stream) : absl::OkStatus();
+  };
   auto layer_region = [&](size_t l, const std::string& part, bool bwd) {
     return region(absl::StrCat("L", l + 1, ".", part), bwd);
   };

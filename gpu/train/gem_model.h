@@ -18,7 +18,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -71,6 +73,12 @@ class GemModelGpu {
   // timer, each region's forward and backward is marked on `stream` (region_timer.h).
   absl::Status Run(const float* params, const GemBatchInput& in, const GemBatchOutput& out, cudaStream_t stream,
                    RegionTimer* timer = nullptr);
+
+  // Called by every later Run as each region's forward and backward begins (after the timer's mark,
+  // before the region's first kernel), with its name and Run's stream: a trainer gathering the
+  // parameters unit by unit makes the stream wait for the region's unit there. Its error ends Run.
+  using RegionHook = std::function<absl::Status(const std::string& region, bool backward, cudaStream_t stream)>;
+  void SetRegionHook(RegionHook hook);
 
  private:
   struct Impl;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <future>
 #include <cmath>
 #include <optional>
@@ -108,7 +109,8 @@ struct GpuTrainer::Impl {
   std::vector<CollectiveTime> timed;
   std::vector<std::array<cudaEvent_t, 2>> timing_events;
   template <typename Fn>
-  absl::Status Timed(const char* name, const char* group, bool before_model, Fn&& fn, bool in_update = false) {
+  absl::Status Timed(const char* name, const char* group, bool before_model, Fn&& fn, bool in_update = false,
+                     cudaStream_t stream = nullptr) {
     if (timed.size() == timing_events.size()) {
       std::array<cudaEvent_t, 2> pair{};
       GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&pair[0]), "cudaEventCreate"));
@@ -116,10 +118,10 @@ struct GpuTrainer::Impl {
       timing_events.push_back(pair);
     }
     const std::array<cudaEvent_t, 2>& pair = timing_events[timed.size()];
-    timed.push_back({name, group, 0, before_model, in_update});
-    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(pair[0], nullptr), "cudaEventRecord"));
+    timed.push_back({name, group, 0, before_model, in_update, stream != nullptr});
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(pair[0], stream), "cudaEventRecord"));
     GEMTB_RETURN_IF_ERROR(fn());
-    return CudaStatus(cudaEventRecord(pair[1], nullptr), "cudaEventRecord");
+    return CudaStatus(cudaEventRecord(pair[1], stream), "cudaEventRecord");
   }
   // The step's collective times (after the stream is done).
   std::vector<CollectiveTime> TakeCollectiveTimes() {
@@ -134,6 +136,9 @@ struct GpuTrainer::Impl {
       cudaEventDestroy(pair[0]);
       cudaEventDestroy(pair[1]);
     }
+    for (cudaEvent_t e : unit_ready) cudaEventDestroy(e);
+    if (shards_current != nullptr) cudaEventDestroy(shards_current);
+    if (param_stream != nullptr) cudaStreamDestroy(param_stream);
     if (model_done != nullptr) cudaEventDestroy(model_done);
     if (lookups_ready != nullptr) cudaEventDestroy(lookups_ready);
     if (model_stream != nullptr) cudaStreamDestroy(model_stream);
@@ -148,11 +153,51 @@ struct GpuTrainer::Impl {
     });
   }
 
-  // The whole parameter array is current in model_params (a collective in a job).
+  // Per-unit gathers (JobOptions::param_prefetch): the units, their stream, an event per unit
+  // marking it gathered, the unit of each region, and the mark that the shards are current.
+  std::vector<gemtb::model::ParamUnit> units;
+  std::map<std::string, size_t> unit_of_region;
+  cudaStream_t param_stream = nullptr;
+  std::vector<cudaEvent_t> unit_ready;
+  cudaEvent_t shards_current = nullptr;
+  bool waited_all_units = false;
+
+  // The whole parameter array is current in model_params (a collective in a job); with per-unit
+  // gathers, once each unit's event has passed.
   absl::Status GatherParams() {
     if (dist == nullptr) return absl::OkStatus();
-    return Timed("params.all_gather", "dense-shard", true,
-                 [&] { return dist->GatherParams(params->get(), shard_count, nullptr); });
+    if (units.empty()) {
+      return Timed("params.all_gather", "dense-shard", true,
+                   [&] { return dist->GatherParams(params->get(), shard_count, nullptr); });
+    }
+    // After the last step's optimizer (and the model's last reads of the gathered array).
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(shards_current, nullptr), "cudaEventRecord"));
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(param_stream, shards_current, 0), "cudaStreamWaitEvent"));
+    waited_all_units = false;
+    return Timed(
+        "params.all_gather", "dense-shard", true,
+        [&]() -> absl::Status {
+          for (size_t u = 0; u < units.size(); ++u) {
+            GEMTB_RETURN_IF_ERROR(
+                dist->GatherParamRange(params->get(), shard_count, units[u].first, units[u].count, param_stream));
+            GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(unit_ready[u], param_stream), "cudaEventRecord"));
+          }
+          return absl::OkStatus();
+        },
+        false, param_stream);
+  }
+  // The model's region hook under per-unit gathers: a region's forward waits for its unit; the
+  // first backward region for all of them (the backward reads every unit; the optimizer after it
+  // rewrites the shards the gathers read).
+  absl::Status WaitForUnit(const std::string& region, bool backward, cudaStream_t stream) {
+    if (backward) {
+      if (waited_all_units) return absl::OkStatus();
+      waited_all_units = true;
+      return CudaStatus(cudaStreamWaitEvent(stream, unit_ready.back(), 0), "cudaStreamWaitEvent");
+    }
+    const auto it = unit_of_region.find(region);
+    if (it == unit_of_region.end()) return absl::OkStatus();  // a region without parameters
+    return CudaStatus(cudaStreamWaitEvent(stream, unit_ready[it->second], 0), "cudaStreamWaitEvent");
   }
   // Waits for the device; in a job first for the collectives, within the job's timeout (the device-wide
   // wait after it then cannot hang on a rank that is gone).
@@ -613,6 +658,22 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
   GEMTB_ASSIGN_OR_RETURN(impl->adam_m, Upload<float>(zero_shard, "adam m"));
   GEMTB_ASSIGN_OR_RETURN(impl->adam_v, Upload<float>(zero_shard, "adam v"));
   GEMTB_ASSIGN_OR_RETURN(impl->params, Upload<float>(impl->Shard(init), "params"));
+  if (job.param_prefetch) {
+    Impl& m = *impl;
+    m.units = gemtb::model::ParamUnits(m.model->geometry());
+    for (size_t u = 0; u < m.units.size(); ++u) {
+      m.unit_of_region[m.units[u].region] = u;
+      m.unit_ready.emplace_back();
+      GEMTB_RETURN_IF_ERROR(
+          CudaStatus(cudaEventCreateWithFlags(&m.unit_ready.back(), cudaEventDisableTiming), "cudaEventCreate"));
+    }
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&m.shards_current, cudaEventDisableTiming), "cudaEventCreate"));
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&m.param_stream, cudaStreamNonBlocking),
+                                     "cudaStreamCreateWithFlags (parameter stream)"));
+    m.model->SetRegionHook([&m](const std::string& region, bool backward, cudaStream_t stream) {
+      return m.WaitForUnit(region, backward, stream);
+    });
+  }
   if (job.sparse_plan) {
     if (collectives->sparse_exchange() == nullptr) {
       return absl::InvalidArgumentError("sparse_plan: these collectives carry no sparse exchange");

@@ -62,9 +62,14 @@ using TrainerOptions = gemtb::model::TrainOptions;
 // parts, or sub-batches of `sub_batch` samples dealt by BBS or by least load.
 // The tables are replicated unless `sparse_plan` shards them (gpu/embedding/sharded_tbe.h; a 1D
 // plan: the world is the MP group), TWRW and GRID placed on hosts of `gpus_per_host` ranks.
+// With `param_prefetch` the dense parameters are gathered unit by unit (model/description's
+// ParamUnits: a region's slice of the layout) on a stream of their own as the step begins, and each
+// region's forward waits for its own unit only: the later units' all-gathers run beside the
+// embedding lookups and the earlier regions' forward. The gathered units are kept for the backward.
 struct JobOptions {
   gemtb::data::RankSplit split = gemtb::data::RankSplit::kContiguous;
   int64_t sub_batch = 128;
+  bool param_prefetch = false;
   std::optional<gemtb::ShardingPlanSpec> sparse_plan;
   int gpus_per_host = 8;
 };
@@ -92,14 +97,18 @@ struct StepTimes {
 
 // One collective of a job's step: its name ("params.all_gather", "grads.reduce_scatter", ...), the
 // simulator's group class of the ranks it spans ("dense-shard", "dense-replica", "sparse-mp"), and
-// its device time from CUDA events around it on the trainer's stream. Nothing computes beside the
-// collectives in this trainer, so all of it is exposed.
+// its device time from CUDA events around it on the stream it ran on. Only the per-unit parameter
+// gathers (beside_compute) run beside compute; the others are exposed.
 struct CollectiveTime {
   std::string name;
   std::string group;
   double ms = 0;
   bool before_model = false;  // in the embedding phase, before the lookups (else after the model)
   bool in_update = false;     // in the tables' update phase (sharded tables' backward exchanges)
+  // Issued on a stream of its own beside the step's compute (the per-unit parameter gathers of
+  // JobOptions::param_prefetch): its time is not all exposed; the model's waits for it are in the
+  // model phase.
+  bool beside_compute = false;
 };
 
 struct TrainerStep {

@@ -12,6 +12,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,17 @@
 #include "gpu/embedding/shard_exchange.h"
 
 namespace gemtb::gpu::train {
+
+// What member q of a shard group holds of values [first, first + count) of the whole array:
+// [begin, end), empty when begin == end.
+struct ParamPiece {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+inline ParamPiece ParamPieceOf(int q, int64_t shard_count, int64_t first, int64_t count) {
+  const int64_t lo = std::max(first, q * shard_count), hi = std::min(first + count, (q + 1) * shard_count);
+  return hi > lo ? ParamPiece{lo, hi} : ParamPiece{lo, lo};
+}
 
 class TrainerCollectives {
  public:
@@ -36,6 +48,11 @@ class TrainerCollectives {
   // In the shard group: every member's `shard` (shard_count floats) into ParamsBuffer, member q's at
   // q * shard_count.
   virtual absl::Status GatherParams(const float* shard, int64_t shard_count, cudaStream_t stream) = 0;
+  // In the shard group: values [first, first + count) of the whole array into ParamsBuffer at
+  // their places, each member sending what its shard holds of them (ParamPieceOf): one FSDP unit
+  // gathered alone (the trainer's per-unit prefetch).
+  virtual absl::Status GatherParamRange(const float* shard, int64_t shard_count, int64_t first, int64_t count,
+                                        cudaStream_t stream) = 0;
   // In the shard group, into a buffer of the caller's (optimizer states for a checkpoint).
   virtual absl::Status GatherShards(const float* shard, float* full, int64_t shard_count, cudaStream_t stream) = 0;
   // In the shard group: member q receives the sum over members of full[q * count, (q + 1) * count).

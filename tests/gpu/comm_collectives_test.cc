@@ -90,6 +90,64 @@ TEST(CopyEngineAllGather, GathersEveryMembersBytesOverRepeatedCalls) {
   }
 }
 
+// Pieces at the caller's places (one FSDP unit of a member-contiguous array): each member sends
+// what its part holds of a byte range, possibly nothing; every window holds the range afterwards
+// and is untouched outside it.
+TEST(CopyEngineAllGather, PiecesLandAtTheirPlaces) {
+  const int gpus = VisibleGpus();
+  if (gpus == 0) GTEST_SKIP() << "needs a GPU";
+  std::vector<int> devices = gpus >= 2 ? std::vector<int>{0, 1} : std::vector<int>{0, 0};
+  const int p = 2;
+  const int64_t slot = 1 << 16;  // member i holds bytes [i slot, (i + 1) slot) of the whole array
+  auto members = CopyEngineAllGather::CreateInProcess(devices, slot);
+  ASSERT_TRUE(members.ok()) << members.status();
+  std::vector<cudaStream_t> streams(p);
+  std::vector<void*> parts(p);
+  for (int i = 0; i < p; ++i) {
+    ASSERT_EQ(cudaSetDevice(devices[i]), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&parts[i], slot), cudaSuccess);
+    const std::vector<uint8_t> part = Input(i, 0, slot);
+    ASSERT_EQ(cudaMemcpy(parts[i], part.data(), slot, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemset((*members)[i]->window(), 0xAB, p * slot), cudaSuccess);
+  }
+  // A range across both parts, then one inside member 0's part (member 1 sends nothing).
+  for (const auto& [first, end] : {std::pair<int64_t, int64_t>{slot - 1000, slot + 3000}, {100, 612}}) {
+    for (int i = 0; i < p; ++i) {
+      ASSERT_EQ(cudaSetDevice(devices[i]), cudaSuccess);
+      const int64_t lo = std::max(first, i * slot), hi = std::max(lo, std::min(end, (i + 1) * slot));
+      ASSERT_TRUE((*members)[i]->AllGatherPieces(static_cast<char*>(parts[i]) + (lo - i * slot), lo, hi - lo,
+                                                 streams[i]).ok());
+    }
+    for (int i = 0; i < p; ++i) {
+      ASSERT_EQ(cudaSetDevice(devices[i]), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(streams[i]), cudaSuccess);
+    }
+  }
+  std::vector<uint8_t> whole;
+  for (int i = 0; i < p; ++i) {
+    const std::vector<uint8_t> part = Input(i, 0, slot);
+    whole.insert(whole.end(), part.begin(), part.end());
+  }
+  for (int i = 0; i < p; ++i) {
+    ASSERT_EQ(cudaSetDevice(devices[i]), cudaSuccess);
+    std::vector<uint8_t> got(static_cast<size_t>(p * slot));
+    ASSERT_EQ(cudaMemcpy(got.data(), (*members)[i]->window(), got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int64_t k = 0; k < p * slot; ++k) {
+      const bool inside = (k >= slot - 1000 && k < slot + 3000) || (k >= 100 && k < 612);
+      ASSERT_EQ(got[k], inside ? whole[k] : 0xAB) << "member " << i << "'s window, byte " << k;
+    }
+  }
+  EXPECT_EQ((*members)[0]->AllGatherPieces(parts[0], p * slot - 10, 11, streams[0]).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*members)[0]->AllGatherPieces(parts[0], -1, 1, streams[0]).code(), absl::StatusCode::kInvalidArgument);
+  for (int i = 0; i < p; ++i) {
+    cudaSetDevice(devices[i]);
+    cudaStreamDestroy(streams[i]);
+    cudaFree(parts[i]);
+  }
+}
+
 TEST(CopyEngineAllGather, RejectsBadArguments) {
   if (VisibleGpus() == 0) GTEST_SKIP() << "needs a GPU";
   EXPECT_EQ(CopyEngineAllGather::CreateInProcess({}, 1024).status().code(), absl::StatusCode::kInvalidArgument);

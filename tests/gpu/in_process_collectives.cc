@@ -73,6 +73,21 @@ absl::Status InProcessCollectives::GatherParams(const float* shard, int64_t shar
   return GatherShards(shard, params_, shard_count, stream);
 }
 
+absl::Status InProcessCollectives::GatherParamRange(const float* shard, int64_t shard_count, int64_t first,
+                                                    int64_t count, cudaStream_t stream) {
+  const std::vector<const void*> all = Exchange(shard, stream);
+  const std::vector<int> group = ShardGroup();
+  for (size_t q = 0; q < group.size(); ++q) {
+    const ParamPiece p = ParamPieceOf(static_cast<int>(q), shard_count, first, count);
+    if (p.size() == 0) continue;
+    const float* src = static_cast<const float*>(all[group[q]]) + (p.begin - static_cast<int64_t>(q) * shard_count);
+    IPC_RETURN_IF_ERROR(CudaOk(cudaMemcpy(params_ + p.begin, src, p.size() * sizeof(float), cudaMemcpyDeviceToDevice),
+                               "gather range"));
+  }
+  job_.barrier.arrive_and_wait();
+  return absl::OkStatus();
+}
+
 absl::Status InProcessCollectives::GatherShards(const float* shard, float* full, int64_t shard_count,
                                                 cudaStream_t stream) {
   const std::vector<const void*> all = Exchange(shard, stream);

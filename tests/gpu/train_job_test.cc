@@ -162,6 +162,20 @@ TEST(GpuTrainJob, ShardGroupsThatAddTheSameTermsGiveTheSameBytes) {
   ExpectClose(grid4[0].state.params, dp4[0].state.params, "4 ranks: shard group 2 vs 1");
 }
 
+// Parameters gathered unit by unit (JobOptions::param_prefetch) are the same array: the same bytes
+// as the whole gather, on 2 and 4 ranks.
+TEST(GpuTrainJob, PrefetchedUnitsGiveTheWholeGathersBytes) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  JobOptions prefetch;
+  prefetch.param_prefetch = true;
+  for (const auto& [R, s] : {std::pair{2, 2}, std::pair{4, 2}}) {
+    const std::string what = std::to_string(R) + " ranks, shard group " + std::to_string(s) + ", units prefetched";
+    const std::vector<RankRun> whole = InProcessJob(R, s), units = InProcessJob(R, s, prefetch);
+    ASSERT_EQ(units.size(), static_cast<size_t>(R));
+    for (int r = 0; r < R; ++r) ExpectSameBytes(units[r], whole[r], what + ": rank " + std::to_string(r));
+  }
+}
+
 TEST(GpuTrainJob, JobFollowsTheOneGpuTrainerOnTheSameGlobalBatch) {
   if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   const RankRun one = OneGpu();
@@ -306,8 +320,9 @@ TEST(GpuTrainJob, RefusesABatchThatDoesNotSplit) {
 }
 
 #if defined(GEMTB_HAVE_NCCL_COMM)
-TEST(GpuTrainJob, OneRankNcclJobTakesTheOneGpuSteps) {
-  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+// One rank through NCCL, its parameters gathered whole or unit by unit on their own stream (each
+// region's forward waiting for its unit's event): the one GPU's bytes either way.
+void ExpectOneRankNcclJobTakesTheOneGpuSteps(bool param_prefetch) {
   cudaSetDevice(0);
   auto server = launch::TcpStoreServer::Start(0, 1);
   ASSERT_TRUE(server.ok()) << server.status();
@@ -318,7 +333,9 @@ TEST(GpuTrainJob, OneRankNcclJobTakesTheOneGpuSteps) {
     absl::StatusOr<std::unique_ptr<comm::NcclTrainerCollectives>> c =
         comm::NcclTrainerCollectives::Create(**store, comm::TrainerCollectivesOptions{});
     ASSERT_TRUE(c.ok()) << c.status();
-    absl::StatusOr<std::unique_ptr<GpuTrainer>> t = GpuTrainer::Create(TinyConfig(), Options(), {}, c->get());
+    JobOptions job;
+    job.param_prefetch = param_prefetch;
+    absl::StatusOr<std::unique_ptr<GpuTrainer>> t = GpuTrainer::Create(TinyConfig(), Options(), {}, c->get(), job);
     ASSERT_TRUE(t.ok()) << t.status();
     for (int s = 0; s < kSteps; ++s) {
       absl::StatusOr<TrainerStep> r = (*t)->Step();
@@ -330,9 +347,19 @@ TEST(GpuTrainJob, OneRankNcclJobTakesTheOneGpuSteps) {
     nccl.state = *std::move(st);
     EXPECT_EQ((*t)->Gradients().status().code(), absl::StatusCode::kFailedPrecondition);
   }
-  ExpectSameBytes(nccl, OneGpu(), "one-rank NCCL job vs one GPU");
+  ExpectSameBytes(nccl, OneGpu(), param_prefetch ? "one-rank NCCL job, units prefetched, vs one GPU"
+                                                 : "one-rank NCCL job vs one GPU");
   ASSERT_TRUE((*store)->Close().ok());
   ASSERT_TRUE((*server)->Shutdown(launch::Millis(5000)).ok());
+}
+
+TEST(GpuTrainJob, OneRankNcclJobTakesTheOneGpuSteps) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  ExpectOneRankNcclJobTakesTheOneGpuSteps(false);
+}
+TEST(GpuTrainJob, OneRankNcclJobWithPrefetchedUnitsTakesTheOneGpuSteps) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  ExpectOneRankNcclJobTakesTheOneGpuSteps(true);
 }
 #endif
 

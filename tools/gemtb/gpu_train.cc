@@ -15,6 +15,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -72,6 +73,7 @@ struct Flags {
   // A job of several ranks: the dense parameters' shard group and who gathers them.
   std::optional<int64_t> shard_group;
   std::string param_gather = "nccl";
+  bool param_prefetch = false;
   std::string batch_split = "contiguous";
   int64_t sub_batch = 128;
   int64_t store_timeout = 300;
@@ -149,6 +151,7 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
     return Bad(absl::StrCat("--store-timeout: ", f.store_timeout, " must be in [1, 86400]"));
   if (f.param_gather != "nccl" && f.param_gather != "copy_engine")
     return Bad(absl::StrCat("--param-gather: '", f.param_gather, "' is not nccl or copy_engine"));
+  if (f.param_prefetch && R == 1) return Bad("--param-prefetch: a job's option (one process gathers no parameters)");
   const std::optional<data::RankSplit> split = data::RankSplitFromName(f.batch_split);
   if (!split) return Bad(absl::StrCat("--batch-split: '", f.batch_split, "' is not contiguous, bbs or balance"));
   if (*split != data::RankSplit::kContiguous && (f.sub_batch < 1 || f.local_batch % f.sub_batch != 0))
@@ -194,6 +197,7 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
   job.shard_group = static_cast<int>(shard_group);
   job.split.split = *split;
   job.split.sub_batch = f.sub_batch;
+  job.split.param_prefetch = f.param_prefetch;
   job.numerics = *numerics;
   absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig(f.config);
   if (!config.ok()) return Bad(absl::StrCat("--config: ", config.status().message()));
@@ -284,13 +288,18 @@ std::vector<TraceSpan> StepSpans(const gpu::train::TrainerStep& step) {
   // start of the lookup phase, the dense rest (issued after the model's backward) ending with the
   // model phase, each on its group class's track.
   // Sharded tables' update exchanges open the update phase.
+  // Gathers beside compute (--param-prefetch) start with the lookup phase and overlap it.
   double gather_ms = 0, after_ms = 0;
   for (const gpu::train::CollectiveTime& c : step.collectives) {
-    if (!c.in_update) (c.before_model ? gather_ms : after_ms) += c.ms;
+    if (!c.in_update && !c.beside_compute) (c.before_model ? gather_ms : after_ms) += c.ms;
   }
   double before_at = at, after_at = at + t.embedding_fwd_ms + t.model_ms - after_ms,
          update_at = at + t.embedding_fwd_ms + t.model_ms;
   for (const gpu::train::CollectiveTime& c : step.collectives) {
+    if (c.beside_compute) {
+      spans.push_back({c.name, "comm", c.group, at, c.ms});
+      continue;
+    }
     double& where = c.in_update ? update_at : c.before_model ? before_at : after_at;
     spans.push_back({c.name, "comm", c.group, where, c.ms});
     where += c.ms;
@@ -330,16 +339,20 @@ absl::StatusOr<nlohmann::json> HeldOutNe(gpu::train::GpuTrainer& trainer, const 
 }
 
 // Per rank, what the job's report aggregates: its mean step and phase times, its collectives' mean
-// device times (name -> ms, and their sum: the exposed communication) and its wall time.
+// device times (name -> ms, and the sum of those not beside compute: the exposed communication) and
+// its wall time.
 nlohmann::json RankTimes(int rank, double mean_step_ms, double wall_s, const gpu::train::StepTimes& mean,
-                         const std::map<std::string, double>& collectives_mean) {
+                         const std::map<std::string, double>& collectives_mean,
+                         const std::set<std::string>& beside_compute) {
   double exposed = 0;
-  for (const auto& [name, ms] : collectives_mean) exposed += ms;
+  for (const auto& [name, ms] : collectives_mean)
+    if (!beside_compute.contains(name)) exposed += ms;
   return {{"rank", rank},
           {"mean_step_ms", mean_step_ms},
           {"wall_s", wall_s},
           {"phase_ms_mean", StepTimesJson(mean)},
           {"collectives_ms_mean", collectives_mean},
+          {"collectives_beside_compute", beside_compute},
           {"exposed_comm_ms_mean", exposed}};
 }
 
@@ -432,7 +445,8 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
               << ", schedule steps " << o.total_steps << ", pipeline " << f.pipeline << ", "
               << (several ? absl::StrCat(R, " GPUs (", launch::LauncherName(job.launch.launcher), "; global batch ",
                                          o.batch, " split ", f.batch_split, ", FSDP shard group ", job.shard_group,
-                                         ", parameters gathered by ", f.param_gather, ", tables ",
+                                         ", parameters gathered by ", f.param_gather,
+                                         f.param_prefetch ? " unit by unit, prefetched" : "", ", tables ",
                                          job.plan ? absl::StrCat("sharded by --plan ", f.plan) : std::string("replicated"),
                                          ")")
                           : std::string("one GPU"))
@@ -466,6 +480,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
     const StopSignals stop;
     gpu::train::StepTimes phase_sum;
     std::map<std::string, double> collectives_sum;  // device ms per collective, summed over steps
+    std::set<std::string> beside_compute;             // those issued beside compute (not all exposed)
     std::vector<double> step_ms_all;  // every step's wall time, for the median (the first step's allocations aside)
     gpu::train::TrainerStep last;     // the last step, its model regions timed
     while (trainer.step() < f.steps) {
@@ -474,7 +489,10 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
       absl::StatusOr<gpu::train::TrainerStep> r = trainer.Step();
       if (!r.ok()) return ReportError(kCommand, r.status());
       phase_sum += r->times;
-      for (const gpu::train::CollectiveTime& c : r->collectives) collectives_sum[c.name] += c.ms;
+      for (const gpu::train::CollectiveTime& c : r->collectives) {
+        collectives_sum[c.name] += c.ms;
+        if (c.beside_compute) beside_compute.insert(c.name);
+      }
       if (!r->regions.empty()) last = *r;
       const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
       absl::StatusOr<double> step_flops = job.flops->Of(r->seq_lengths, o.batch);
@@ -533,7 +551,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
     for (const auto& [name, ms] : collectives_sum) collectives_mean[name] = ms / n_steps;
     absl::StatusOr<std::vector<nlohmann::json>> every_rank = FromEveryRank(
         rank_job, "train/rank_times", RankTimes(rank_job.rank(), mean_step_ms, wall, phase_sum.Over(n_steps),
-                                                collectives_mean));
+                                                collectives_mean, beside_compute));
     if (!every_rank.ok()) return ReportError(kCommand, every_rank.status());
     const nlohmann::json ranks = *every_rank;
     std::cout << "final: step " << trainer.step() << ", " << run_steps << " steps in " << Num(wall, 4)
@@ -570,6 +588,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
           {"local_batch", o.batch / R},  {"world_size", R},                 {"global_batch", o.batch},
           {"launcher", launch::LauncherName(job.launch.launcher)},
           {"shard_group", job.shard_group}, {"param_gather", several ? f.param_gather : std::string("none")},
+          {"param_prefetch", f.param_prefetch},
           {"batch_split", f.batch_split}, {"sub_batch", f.sub_batch},
           {"plan", job.plan ? nlohmann::json::parse(job.plan->text) : nlohmann::json()},
           {"numerics", NumericsJson(job.numerics)},
@@ -657,6 +676,9 @@ int RunGpuTrain(const std::vector<std::string>& args) {
                       "in a job: ranks sharing one copy of the dense parameters (2D FSDP; default every rank)");
   flags.String("param-gather", &f.param_gather,
                "in a job: who gathers the parameters in a shard group, nccl (default) or copy_engine (no SM; one host)");
+  flags.Bool("param-prefetch", &f.param_prefetch,
+             "in a job: gather the parameters unit by unit (the model's regions) on a stream of their own, each "
+             "region's forward waiting for its unit only (default: the whole array before the forward)");
   flags.String("batch-split", &f.batch_split,
                "in a job: how a step's global batch is split among the ranks: contiguous (default), bbs or balance");
   flags.Int64("sub-batch", &f.sub_batch, "samples per sub-batch that bbs and balance deal (default 128)");
