@@ -12,7 +12,8 @@
 # "sync semi-sync"` (default sync), writing check_train_<pipeline>_<M>_<A>.log and .json, and
 # `gemtb train`'s kill-and-resume test (tests/training/gpu_train_cli_test.py --part gpu, train_kills.log);
 # `--no-memcheck` leaves out the sanitizer pass (when the device time is short). Environment:
-# TEST_TIMEOUT, seconds each test binary may run (default 150; four times that under memcheck).
+# TEST_TIMEOUT, seconds each test binary may run (default 150; four times that under memcheck);
+# TESTS, the test binaries to build and run (default: all of the above).
 # Exit status: 0 all passed, 1 a test, the sanitizer or the check failed, 2 the build failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -34,10 +35,11 @@ while [ $# -gt 0 ]; do
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
-tests=(gpu_train_linear_test gpu_train_gemm_test gpu_train_gate_test gpu_train_layer_norm_test gpu_train_head_rms_norm_test
+default_tests=(gpu_train_linear_test gpu_train_gemm_test gpu_train_gate_test gpu_train_layer_norm_test gpu_train_head_rms_norm_test
        gpu_train_qk_norm_rope_test gpu_train_loss_test gpu_train_dense_adam_test gpu_train_gdpa_test
        gpu_train_gdpa_tensor_core_test gpu_train_gem_model_test gpu_train_trainer_test gpu_train_model_kernels_test
        gpu_train_job_test gpu_comm_collectives_test gpu_embedding_test gpu_embedding_sharded_test)
+read -r -a tests <<<"${TESTS:-${default_tests[*]}}"
 targets=("${tests[@]}")
 if [ "$check_steps" -gt 0 ]; then targets+=(gemtb); fi
 start=$SECONDS
