@@ -274,6 +274,25 @@ absl::Status NcclGroup::AllGatherV(void* data, const std::vector<int64_t>& count
   return EndGroupCall(r, "all_gather_v");
 }
 
+absl::Status NcclGroup::ReduceScatterV(const void* send, void* recv, const std::vector<int64_t>& counts,
+                                       const std::vector<int64_t>& offsets, Dtype dtype, ReduceOp op,
+                                       cudaStream_t stream) {
+  const size_t p = static_cast<size_t>(size_);
+  GROUP_RETURN_IF_ERROR(CheckPerRank({{&counts, "counts"}, {&offsets, "offsets"}}, size_));
+  absl::StatusOr<ncclDataType_t> type = NcclType(dtype);
+  if (!type.ok()) return type.status();
+  const size_t elem = static_cast<size_t>(InfoOf(dtype).element_bits / 8);
+  if (aborted_) return absl::FailedPreconditionError(absl::StrCat("NCCL group \"", name_, "\" was aborted"));
+  ncclResult_t r = ncclGroupStart();
+  for (size_t root = 0; r == ncclSuccess && root < p; ++root) {
+    if (counts[root] == 0) continue;
+    const char* at = static_cast<const char*>(send) + offsets[root] * elem;
+    r = ncclReduce(at, recv, static_cast<size_t>(counts[root]), *type, NcclOp(op), static_cast<int>(root), Comm(comm_),
+                   stream);
+  }
+  return EndGroupCall(r, "reduce_scatter_v");
+}
+
 // The members' checks shared by the point-to-point collectives: distinct ranks of this group,
 // this one among them; its index.
 absl::StatusOr<size_t> NcclGroup::MemberIndex(const std::vector<int>& members) const {

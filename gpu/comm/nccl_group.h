@@ -64,6 +64,11 @@ class NcclGroup {
   // rank (one NCCL group of broadcasts, rank r the root of its part).
   absl::Status AllGatherV(void* data, const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets,
                           Dtype dtype, cudaStream_t stream);
+  // Variable reduce-scatter: rank r receives into `recv` the sum (`op`) over ranks of their
+  // counts[r] elements at send + offsets[r] (one NCCL group of reduces, rank r the root of its
+  // part; zero counts move nothing).
+  absl::Status ReduceScatterV(const void* send, void* recv, const std::vector<int64_t>& counts,
+                              const std::vector<int64_t>& offsets, Dtype dtype, ReduceOp op, cudaStream_t stream);
   // All-to-all of bytes among the ranks `members` (distinct, this one among them) by grouped sends
   // and receives: send_counts[i] bytes at send + send_offsets[i] to members[i], recv_counts[i]
   // bytes from members[i] into recv + recv_offsets[i] (what a rank sends to another is what that

@@ -132,6 +132,24 @@ absl::Status NcclTrainerCollectives::ReduceScatterGrads(const float* full, float
   return shard_->ReduceScatter(full, shard, count, Dtype::kFp32, ReduceOp::kSum, stream);
 }
 
+absl::Status NcclTrainerCollectives::ReduceScatterGradRange(const float* full, float* shard, int64_t shard_count,
+                                                            int64_t first, int64_t count, cudaStream_t stream) {
+  const int s = options_.shard_group, q = rank() % s;
+  if (shard_count < 1 || first < 0 || count < 0 || first + count > shard_count * s) {
+    return absl::InvalidArgumentError(absl::StrCat("ReduceScatterGradRange: [", first, ", ", first + count,
+                                                   ") is not inside ", s, " shards of ", shard_count));
+  }
+  std::vector<int64_t> counts(static_cast<size_t>(s)), offsets(static_cast<size_t>(s));
+  for (int m = 0; m < s; ++m) {
+    const train::ParamPiece p = train::ParamPieceOf(m, shard_count, first, count);
+    counts[static_cast<size_t>(m)] = p.size();
+    offsets[static_cast<size_t>(m)] = p.begin;
+  }
+  const train::ParamPiece mine = train::ParamPieceOf(q, shard_count, first, count);
+  return shard_->ReduceScatterV(full, shard + (mine.begin - q * shard_count), counts, offsets, Dtype::kFp32,
+                                ReduceOp::kSum, stream);
+}
+
 absl::Status NcclTrainerCollectives::AllReduceReplicas(float* shard, int64_t count, cudaStream_t stream) {
   if (replica_->size() == 1) return absl::OkStatus();
   return replica_->AllReduce(shard, shard, count, Dtype::kFp32, ReduceOp::kSum, stream);

@@ -138,6 +138,7 @@ struct GpuTrainer::Impl {
     }
     for (cudaEvent_t e : unit_ready) cudaEventDestroy(e);
     if (shards_current != nullptr) cudaEventDestroy(shards_current);
+    if (grads_ready != nullptr) cudaEventDestroy(grads_ready);
     if (param_stream != nullptr) cudaStreamDestroy(param_stream);
     if (model_done != nullptr) cudaEventDestroy(model_done);
     if (lookups_ready != nullptr) cudaEventDestroy(lookups_ready);
@@ -161,6 +162,24 @@ struct GpuTrainer::Impl {
   std::vector<cudaEvent_t> unit_ready;
   cudaEvent_t shards_current = nullptr;
   bool waited_all_units = false;
+  // The backward's side of the units: the mark on the model's stream that a unit's gradient is
+  // final, and the unit whose region's backward the model is running.
+  cudaEvent_t grads_ready = nullptr;
+  std::optional<size_t> unit_in_backward;
+
+  // Unit u's gradient is final on the model's `stream`: its reduce-scatter in the shard group on
+  // the parameter stream, beside the rest of the backward.
+  absl::Status ReduceScatterUnit(size_t u, cudaStream_t stream) {
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(grads_ready, stream), "cudaEventRecord"));
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(param_stream, grads_ready, 0), "cudaStreamWaitEvent"));
+    return Timed(
+        "grads.reduce_scatter", "dense-shard", false,
+        [&] {
+          return dist->ReduceScatterGradRange(grad->get(), grad_shard->get(), shard_count, units[u].first,
+                                              units[u].count, param_stream);
+        },
+        false, param_stream);
+  }
 
   // The whole parameter array is current in model_params (a collective in a job); with per-unit
   // gathers, once each unit's event has passed.
@@ -174,6 +193,7 @@ struct GpuTrainer::Impl {
     GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(shards_current, nullptr), "cudaEventRecord"));
     GEMTB_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(param_stream, shards_current, 0), "cudaStreamWaitEvent"));
     waited_all_units = false;
+    unit_in_backward.reset();
     return Timed(
         "params.all_gather", "dense-shard", true,
         [&]() -> absl::Status {
@@ -191,9 +211,15 @@ struct GpuTrainer::Impl {
   // rewrites the shards the gathers read).
   absl::Status WaitForUnit(const std::string& region, bool backward, cudaStream_t stream) {
     if (backward) {
-      if (waited_all_units) return absl::OkStatus();
-      waited_all_units = true;
-      return CudaStatus(cudaStreamWaitEvent(stream, unit_ready.back(), 0), "cudaStreamWaitEvent");
+      if (!waited_all_units) {
+        waited_all_units = true;
+        GEMTB_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(stream, unit_ready.back(), 0), "cudaStreamWaitEvent"));
+      }
+      // The region whose backward just ended has its unit's gradient.
+      if (unit_in_backward) GEMTB_RETURN_IF_ERROR(ReduceScatterUnit(*unit_in_backward, stream));
+      const auto it = unit_of_region.find(region);
+      unit_in_backward = it == unit_of_region.end() ? std::nullopt : std::optional<size_t>(it->second);
+      return absl::OkStatus();
     }
     const auto it = unit_of_region.find(region);
     if (it == unit_of_region.end()) return absl::OkStatus();  // a region without parameters
@@ -500,10 +526,17 @@ struct GpuTrainer::Impl {
         return absl::OkStatus();
       };
       GEMTB_RETURN_IF_ERROR(Timed("outputs.all_gather", "sparse-mp", false, outputs));
-      if (train) {
+      if (train && !units.empty()) {
+        // Per unit: the last region's (E.dense's) reduce-scatter, then the replicas wait for all.
+        if (unit_in_backward) GEMTB_RETURN_IF_ERROR(ReduceScatterUnit(*std::exchange(unit_in_backward, std::nullopt), stream));
+        GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(grads_ready, param_stream), "cudaEventRecord"));
+        GEMTB_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(nullptr, grads_ready, 0), "cudaStreamWaitEvent"));
+      } else if (train) {
         GEMTB_RETURN_IF_ERROR(Timed("grads.reduce_scatter", "dense-shard", false, [&] {
           return dist->ReduceScatterGrads(grad->get(), grad_shard->get(), shard_count, nullptr);
         }));
+      }
+      if (train) {
         GEMTB_RETURN_IF_ERROR(Timed("grads.all_reduce", "dense-replica", false, [&] {
           return dist->AllReduceReplicas(grad_shard->get(), shard_count, nullptr);
         }));
@@ -668,6 +701,7 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
           CudaStatus(cudaEventCreateWithFlags(&m.unit_ready.back(), cudaEventDisableTiming), "cudaEventCreate"));
     }
     GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&m.shards_current, cudaEventDisableTiming), "cudaEventCreate"));
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&m.grads_ready, cudaEventDisableTiming), "cudaEventCreate"));
     GEMTB_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&m.param_stream, cudaStreamNonBlocking),
                                      "cudaStreamCreateWithFlags (parameter stream)"));
     m.model->SetRegionHook([&m](const std::string& region, bool backward, cudaStream_t stream) {

@@ -65,7 +65,9 @@ using TrainerOptions = gemtb::model::TrainOptions;
 // With `param_prefetch` the dense parameters are gathered unit by unit (model/description's
 // ParamUnits: a region's slice of the layout) on a stream of their own as the step begins, and each
 // region's forward waits for its own unit only: the later units' all-gathers run beside the
-// embedding lookups and the earlier regions' forward. The gathered units are kept for the backward.
+// embedding lookups and the earlier regions' forward. The gathered units are kept for the backward,
+// and each unit's gradient is reduce-scattered on that stream as its region's backward ends, beside
+// the rest of the backward.
 struct JobOptions {
   gemtb::data::RankSplit split = gemtb::data::RankSplit::kContiguous;
   int64_t sub_batch = 128;

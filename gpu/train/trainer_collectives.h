@@ -57,6 +57,11 @@ class TrainerCollectives {
   virtual absl::Status GatherShards(const float* shard, float* full, int64_t shard_count, cudaStream_t stream) = 0;
   // In the shard group: member q receives the sum over members of full[q * count, (q + 1) * count).
   virtual absl::Status ReduceScatterGrads(const float* full, float* shard, int64_t count, cudaStream_t stream) = 0;
+  // In the shard group: of values [first, first + count) of every member's `full` gradient, member q
+  // receives the sum over members of its piece (ParamPieceOf) into its shard at the piece's place
+  // (shard + piece.begin - q * shard_count): one FSDP unit's gradient reduce-scattered alone.
+  virtual absl::Status ReduceScatterGradRange(const float* full, float* shard, int64_t shard_count, int64_t first,
+                                              int64_t count, cudaStream_t stream) = 0;
   // In the replica group: `shard` becomes the sum of every replica's, in place.
   virtual absl::Status AllReduceReplicas(float* shard, int64_t count, cudaStream_t stream) = 0;
   // In the world, in place: rank r's counts[r] floats at data + offsets[r] reach every rank (each

@@ -111,6 +111,20 @@ absl::Status InProcessCollectives::ReduceScatterGrads(const float* full, float* 
   return CudaOk(cudaMemcpy(shard, sum->data(), count * sizeof(float), cudaMemcpyHostToDevice), "reduce-scatter write");
 }
 
+absl::Status InProcessCollectives::ReduceScatterGradRange(const float* full, float* shard, int64_t shard_count,
+                                                          int64_t first, int64_t count, cudaStream_t stream) {
+  const std::vector<const void*> all = Exchange(full, stream);
+  const int q = rank_ % job_.shard_group;
+  const ParamPiece p = ParamPieceOf(q, shard_count, first, count);
+  absl::StatusOr<std::vector<float>> sum = Sum(all, ShardGroup(), p.begin, p.size());
+  job_.barrier.arrive_and_wait();  // every member has read every full gradient
+  if (!sum.ok()) return sum.status();
+  if (p.size() == 0) return absl::OkStatus();
+  return CudaOk(cudaMemcpy(shard + (p.begin - q * shard_count), sum->data(), p.size() * sizeof(float),
+                           cudaMemcpyHostToDevice),
+                "reduce-scatter range write");
+}
+
 absl::Status InProcessCollectives::AllReduceReplicas(float* shard, int64_t count, cudaStream_t stream) {
   const std::vector<const void*> all = Exchange(shard, stream);
   absl::StatusOr<std::vector<float>> sum = Sum(all, ReplicaGroup(), 0, count);

@@ -40,6 +40,8 @@ class InProcessCollectives : public TrainerCollectives {
                                 cudaStream_t stream) override;
   absl::Status GatherShards(const float* shard, float* full, int64_t shard_count, cudaStream_t stream) override;
   absl::Status ReduceScatterGrads(const float* full, float* shard, int64_t count, cudaStream_t stream) override;
+  absl::Status ReduceScatterGradRange(const float* full, float* shard, int64_t shard_count, int64_t first,
+                                      int64_t count, cudaStream_t stream) override;
   absl::Status AllReduceReplicas(float* shard, int64_t count, cudaStream_t stream) override;
   absl::Status AllGatherV(float* data, const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets,
                           cudaStream_t stream) override;

@@ -163,8 +163,8 @@ TEST(GpuTrainJob, ShardGroupsThatAddTheSameTermsGiveTheSameBytes) {
   ExpectClose(grid4[0].state.params, dp4[0].state.params, "4 ranks: shard group 2 vs 1");
 }
 
-// Parameters gathered unit by unit (JobOptions::param_prefetch) are the same array: the same bytes
-// as the whole gather, on 2 and 4 ranks.
+// Parameters gathered and gradients reduce-scattered unit by unit (JobOptions::param_prefetch) are
+// the same arrays and sums: the whole collectives' bytes, on 2 and 4 ranks.
 TEST(GpuTrainJob, PrefetchedUnitsGiveTheWholeGathersBytes) {
   if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   JobOptions prefetch;

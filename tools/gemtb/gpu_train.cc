@@ -678,7 +678,8 @@ int RunGpuTrain(const std::vector<std::string>& args) {
                "in a job: who gathers the parameters in a shard group, nccl (default) or copy_engine (no SM; one host)");
   flags.Bool("param-prefetch", &f.param_prefetch,
              "in a job: gather the parameters unit by unit (the model's regions) on a stream of their own, each "
-             "region's forward waiting for its unit only (default: the whole array before the forward)");
+             "region's forward waiting for its unit only, and reduce-scatter each unit's gradient as its "
+             "region's backward ends (default: the whole array before the forward and after the backward)");
   flags.String("batch-split", &f.batch_split,
                "in a job: how a step's global batch is split among the ranks: contiguous (default), bbs or balance");
   flags.Int64("sub-batch", &f.sub_batch, "samples per sub-batch that bbs and balance deal (default 128)");
