@@ -20,11 +20,13 @@
 #      steps straight: the same losses after the resume and the same step-20 checkpoint bytes;
 #   3. for each N: the small config at a fixed local batch (--small-batch per GPU, --small-steps
 #      steps), samples/s and step times from the reports, and the scaling ratio against N = 1; on 2
-#      GPUs or more also with row-wise sharded tables (--plan RW), the job `gemtb whatif` describes;
+#      GPUs or more also with row-wise sharded tables (--plan RW), the job `gemtb whatif` describes,
+#      and the same with --param-prefetch (2D FSDP by units, its collectives beside compute);
 #   4. `gemtb bench layers` on one GPU at the small batch (the per-layer calibration and a one-GPU
 #      scenario), then `gemtb whatif` on that scenario for each N with the tables row-wise sharded and
 #      the dense parameters in one FSDP group of N: the predicted step beside the measured
-#      job_small_rw_<N> (issue 29's table: within 10% at each size);
+#      job_small_rw_<N> (issue 29's table: within 10% at each size), and with every unit's gather
+#      ahead (prefetch depth beyond the unit count) beside job_small_rw_prefetch_<N>;
 #   5. on 2 GPUs or more: `gemtb bench comm --copy-engine --gemm` (NCCL's and the copy-engine
 #      all-gather's busbw, the GEMM beside each).
 # Writes $OUT/summary.txt, build.log, tests.log, job_<config>_<N>.{log,json}, trace_tiny_<N>.json,
@@ -134,13 +136,17 @@ for n in $gpus_list; do
   if [ "$n" -gt 1 ]; then
     run_job "$n" "job_small_rw_$n" --config small --local-batch "$small_batch" --steps "$small_steps" --eval-samples 0 \
       --plan RW
+    # The same with 2D FSDP by units: gathers and reduce-scatters beside compute.
+    run_job "$n" "job_small_rw_prefetch_$n" --config small --local-batch "$small_batch" --steps "$small_steps" \
+      --eval-samples 0 --plan RW --param-prefetch
   fi
 done
 python3 - "$out" $gpus_list <<'EOF' | tee -a "$out/summary.txt"
 import json, os, sys
 out, ns = sys.argv[1], sys.argv[2:]
 base = None
-for tables, prefix in (("replicated", "job_small_"), ("sharded RW", "job_small_rw_")):
+for tables, prefix in (("replicated", "job_small_"), ("sharded RW", "job_small_rw_"),
+                       ("sharded RW, --param-prefetch", "job_small_rw_prefetch_")):
     for n in ns:
         p = os.path.join(out, f"{prefix}{n}.json")
         if not os.path.exists(p):
@@ -151,7 +157,7 @@ for tables, prefix in (("replicated", "job_small_"), ("sharded RW", "job_small_r
         sr = r["samples_per_s"] / (base[1] * int(n) / base[0])
         print(f"small, tables {tables}, local batch {r['local_batch']}: {n} GPUs {r['samples_per_s']:.1f} samples/s, "
               f"median step {r['step_ms_median']:.2f} ms, slowest rank {r['slowest_rank_step_ms']:.2f} ms, exposed "
-              f"comm {sum(r['collectives_ms_mean'].values()):.2f} ms, e2e MFU {100 * r['e2e_mfu']:.2f}%, scaling vs "
+              f"comm {max(k['exposed_comm_ms_mean'] for k in r['ranks']):.2f} ms, e2e MFU {100 * r['e2e_mfu']:.2f}%, scaling vs "
               f"{base[0]} GPU: {sr:.3f}")
 EOF
 # The simulator on the same jobs: one GPU's per-layer calibration, then each N with RW tables.
@@ -159,30 +165,42 @@ if timeout 300 "$gemtb" bench layers --config small --local-batch "$small_batch"
      >"$out/layers.log" 2>&1; then
   for n in $gpus_list; do
     [ "$n" -le "$visible" ] || continue
-    python3 - "$out/layers/scenario.json" "$n" "$out/scenario_rw_$n.json" <<'PY'
+    # The trainer's whole gather keeps the parameters for the backward and gathers before the
+    # forward; --param-prefetch issues every unit's gather at the step's start: no reshard, every
+    # unit ahead.
+    for kind in rw rw_prefetch; do
+      python3 - "$out/layers/scenario.json" "$n" "$out/scenario_${kind}_$n.json" "$kind" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
-n = int(sys.argv[2])
-s["name"] = f"{s['name']}-rw-{n}"
+n, kind = int(sys.argv[2]), sys.argv[4]
+s["name"] = f"{s['name']}-{kind}-{n}"
 s["overrides"]["cluster.world_size"] = n
 if n > 1:
-    s["plan"] = {"dense": {"fsdp_shard_group": n}, "sparse": {"default": {"type": "RW"}}}
+    dense = {"fsdp_shard_group": n, "reshard_after_forward": False}
+    if kind == "rw_prefetch":
+        dense["prefetch_depth"] = 1000
+    s["plan"] = {"dense": dense, "sparse": {"default": {"type": "RW"}}}
 json.dump(s, open(sys.argv[3], "w"), indent=2)
 PY
-    timeout 200 "$gemtb" whatif "$out/scenario_rw_$n.json" --layer-calibration "$out/layers/layers.json" --no-sensitivity \
-      --no-checks --no-levers --no-attribution --quiet --out-dir "$out/whatif_rw_$n" >"$out/whatif_rw_$n.log" 2>&1 || rc=1
+      timeout 200 "$gemtb" whatif "$out/scenario_${kind}_$n.json" --layer-calibration "$out/layers/layers.json" \
+        --no-sensitivity --no-checks --no-levers --no-attribution --quiet --out-dir "$out/whatif_${kind}_$n" \
+        >"$out/whatif_${kind}_$n.log" 2>&1 || rc=1
+      [ "$n" -gt 1 ] || break
+    done
   done
   python3 - "$out" $gpus_list <<'PY' | tee -a "$out/summary.txt"
 import json, os, sys
 out, ns = sys.argv[1], sys.argv[2:]
 for n in ns:
-    w = os.path.join(out, f"whatif_rw_{n}", "summary.json")
-    m = os.path.join(out, f"job_small_rw_{n}.json" if int(n) > 1 else "job_small_1.json")
+  for kind in ("rw", "rw_prefetch"):
+    w = os.path.join(out, f"whatif_{kind}_{n}", "summary.json")
+    m = os.path.join(out, f"job_small_{kind}_{n}.json" if int(n) > 1 else "job_small_1.json")
     if not (os.path.exists(w) and os.path.exists(m)):
         continue
     pred = 1e3 * json.load(open(w))["reference"]["step_time"]["mean_s"]
     meas = json.load(open(m))["step_ms_median"]
-    print(f"small, {n} GPUs{' RW tables' if int(n) > 1 else ''}: whatif {pred:.2f} ms, measured median {meas:.2f} ms, "
+    what = {"rw": " RW tables", "rw_prefetch": " RW tables, --param-prefetch"}[kind] if int(n) > 1 else ""
+    print(f"small, {n} GPUs{what}: whatif {pred:.2f} ms, measured median {meas:.2f} ms, "
           f"error {100 * (pred - meas) / meas:+.1f}%")
 PY
 else
