@@ -257,40 +257,39 @@ absl::Status NcclGroup::EndGroupCall(int first_error, std::string_view what) {
   return Settle(what);
 }
 
-absl::Status NcclGroup::AllGatherV(void* data, const std::vector<int64_t>& counts,
-                                   const std::vector<int64_t>& offsets, Dtype dtype, cudaStream_t stream) {
-  const size_t p = static_cast<size_t>(size_);
+absl::Status NcclGroup::PerRootGroup(std::string_view what, const std::vector<int64_t>& counts,
+                                     const std::vector<int64_t>& offsets, Dtype dtype,
+                                     const std::function<int(int root, int64_t byte_offset, int type)>& call) {
   GROUP_RETURN_IF_ERROR(CheckPerRank({{&counts, "counts"}, {&offsets, "offsets"}}, size_));
   absl::StatusOr<ncclDataType_t> type = NcclType(dtype);
   if (!type.ok()) return type.status();
-  const size_t elem = static_cast<size_t>(InfoOf(dtype).element_bits / 8);
+  const int64_t elem = InfoOf(dtype).element_bits / 8;
   if (aborted_) return absl::FailedPreconditionError(absl::StrCat("NCCL group \"", name_, "\" was aborted"));
   ncclResult_t r = ncclGroupStart();
-  for (size_t root = 0; r == ncclSuccess && root < p; ++root) {
-    if (counts[root] == 0) continue;
-    char* at = static_cast<char*>(data) + offsets[root] * elem;
-    r = ncclBroadcast(at, at, static_cast<size_t>(counts[root]), *type, static_cast<int>(root), Comm(comm_), stream);
+  for (int root = 0; r == ncclSuccess && root < size_; ++root) {
+    if (counts[static_cast<size_t>(root)] == 0) continue;
+    r = static_cast<ncclResult_t>(call(root, offsets[static_cast<size_t>(root)] * elem, static_cast<int>(*type)));
   }
-  return EndGroupCall(r, "all_gather_v");
+  return EndGroupCall(r, what);
+}
+
+absl::Status NcclGroup::AllGatherV(void* data, const std::vector<int64_t>& counts,
+                                   const std::vector<int64_t>& offsets, Dtype dtype, cudaStream_t stream) {
+  return PerRootGroup("all_gather_v", counts, offsets, dtype, [&](int root, int64_t byte_offset, int type) {
+    char* at = static_cast<char*>(data) + byte_offset;
+    return static_cast<int>(ncclBroadcast(at, at, static_cast<size_t>(counts[static_cast<size_t>(root)]),
+                                          static_cast<ncclDataType_t>(type), root, Comm(comm_), stream));
+  });
 }
 
 absl::Status NcclGroup::ReduceScatterV(const void* send, void* recv, const std::vector<int64_t>& counts,
                                        const std::vector<int64_t>& offsets, Dtype dtype, ReduceOp op,
                                        cudaStream_t stream) {
-  const size_t p = static_cast<size_t>(size_);
-  GROUP_RETURN_IF_ERROR(CheckPerRank({{&counts, "counts"}, {&offsets, "offsets"}}, size_));
-  absl::StatusOr<ncclDataType_t> type = NcclType(dtype);
-  if (!type.ok()) return type.status();
-  const size_t elem = static_cast<size_t>(InfoOf(dtype).element_bits / 8);
-  if (aborted_) return absl::FailedPreconditionError(absl::StrCat("NCCL group \"", name_, "\" was aborted"));
-  ncclResult_t r = ncclGroupStart();
-  for (size_t root = 0; r == ncclSuccess && root < p; ++root) {
-    if (counts[root] == 0) continue;
-    const char* at = static_cast<const char*>(send) + offsets[root] * elem;
-    r = ncclReduce(at, recv, static_cast<size_t>(counts[root]), *type, NcclOp(op), static_cast<int>(root), Comm(comm_),
-                   stream);
-  }
-  return EndGroupCall(r, "reduce_scatter_v");
+  return PerRootGroup("reduce_scatter_v", counts, offsets, dtype, [&](int root, int64_t byte_offset, int type) {
+    const char* at = static_cast<const char*>(send) + byte_offset;
+    return static_cast<int>(ncclReduce(at, recv, static_cast<size_t>(counts[static_cast<size_t>(root)]),
+                                       static_cast<ncclDataType_t>(type), NcclOp(op), root, Comm(comm_), stream));
+  });
 }
 
 // The members' checks shared by the point-to-point collectives: distinct ranks of this group,

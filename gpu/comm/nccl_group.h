@@ -101,6 +101,12 @@ class NcclGroup {
   absl::StatusOr<size_t> MemberIndex(const std::vector<int>& members) const;
   // Ends an NCCL group call whose calls inside returned `first_error` (an ncclResult_t) and settles it.
   absl::Status EndGroupCall(int first_error, std::string_view what);
+  // The variable collectives: after checking one count and offset per rank, one NCCL group of
+  // `call(root, byte offset of its part, ncclDataType_t)` for each rank with a non-zero count,
+  // returning an ncclResult_t.
+  absl::Status PerRootGroup(std::string_view what, const std::vector<int64_t>& counts,
+                            const std::vector<int64_t>& offsets, Dtype dtype,
+                            const std::function<int(int root, int64_t byte_offset, int type)>& call);
 
   void* comm_ = nullptr;  // ncclComm_t (nccl.h stays out of this header)
   int rank_ = 0;

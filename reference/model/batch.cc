@@ -9,6 +9,15 @@ EmbeddingConfig ModelEmbeddingConfig(const gemtb::model::ModelConfig& config, fl
   return gemtb::model::GemEmbeddingConfig(config, table_lr, seed);
 }
 
+KeyedJaggedTensor KjtOfBatch(const data::Batch& batch) {
+  KeyedJaggedTensor kjt;
+  kjt.keys = batch.keys;
+  kjt.stride = batch.size;
+  kjt.lengths = batch.lengths;
+  kjt.values = batch.values;
+  return kjt;
+}
+
 KeyedJaggedTensor BatchKjt(const gemtb::model::ModelConfig& config, const TrainBatch& batch) {
   KeyedJaggedTensor kjt;
   const int64_t B = batch.size;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "model/data/batch.h"
 #include "model/description/model_config.h"
 #include "model/embedding/embedding_config.h"
 #include "reference/embedding/kjt.h"
@@ -29,6 +30,10 @@ EmbeddingConfig ModelEmbeddingConfig(const gemtb::model::ModelConfig& config, fl
 
 // The batch as one KJT over ModelEmbeddingConfig's features.
 KeyedJaggedTensor BatchKjt(const gemtb::model::ModelConfig& config, const TrainBatch& batch);
+
+// A batch of model/data's generator as one KJT over the same features: its keys, lengths and ids
+// (the generator's features are unweighted).
+KeyedJaggedTensor KjtOfBatch(const data::Batch& batch);
 
 }  // namespace gemtb::reference::model
 

@@ -61,15 +61,6 @@ struct Trainer::Impl {
 
 namespace {
 
-KeyedJaggedTensor KjtOf(const data::Batch& batch) {
-  KeyedJaggedTensor kjt;
-  kjt.keys = batch.keys;
-  kjt.stride = batch.size;
-  kjt.lengths = batch.lengths;
-  kjt.values = batch.values;
-  return kjt;
-}
-
 // The model's inputs from the TBE output: pooled rows as they are, events = (item + action) + dt.
 struct FloatInputs {
   std::vector<std::vector<float>> events;  // per j: [sum_b len, d]
@@ -165,7 +156,7 @@ absl::StatusOr<StepResult> Trainer::Step() {
   if (im.pending && im.pending->step == state_.step) pending = std::move(im.pending);
   im.pending.reset();
   const data::Batch batch = pending ? std::move(pending->batch) : im.StepBatch(options_, state_.step);
-  const KeyedJaggedTensor kjt = KjtOf(batch);
+  const KeyedJaggedTensor kjt = KjtOfBatch(batch);
   EmbeddingOutput emb_out;
   if (pending) {
     emb_out = std::move(pending->output);
@@ -192,7 +183,7 @@ absl::StatusOr<StepResult> Trainer::Step() {
     Impl::Pending next;
     next.step = state_.step + 1;
     next.batch = im.StepBatch(options_, next.step);
-    absl::StatusOr<EmbeddingOutput> emb = forward(KjtOf(next.batch));
+    absl::StatusOr<EmbeddingOutput> emb = forward(KjtOfBatch(next.batch));
     if (!emb.ok()) return emb.status();
     next.output = *std::move(emb);
     im.pending = std::move(next);
@@ -313,7 +304,7 @@ absl::StatusOr<EvalResult> Trainer::EvaluateBatches(int64_t count,
   for (int64_t at = 0; at < count; at += kChunk) {
     const int64_t n = std::min(kChunk, count - at);
     const data::Batch batch = batch_at(at, n);
-    absl::StatusOr<EmbeddingOutput> emb = EmbeddingForward(emb_, state_.tables, KjtOf(batch), {}, options_.threads);
+    absl::StatusOr<EmbeddingOutput> emb = EmbeddingForward(emb_, state_.tables, KjtOfBatch(batch), {}, options_.threads);
     if (!emb.ok()) return emb.status();
     const FloatInputs in = MakeInputs(config_, batch, *emb);
     BatchPassOptions pass;
@@ -490,7 +481,7 @@ absl::Status Trainer::LoadStateArrays(const std::vector<std::pair<std::string, i
     p.step = s.step;
     p.routed = false;
     p.batch = impl_->StepBatch(options_, s.step);
-    absl::StatusOr<EmbeddingOutput> shape = EmbeddingForward(emb_, s.tables, KjtOf(p.batch), {}, options_.threads);
+    absl::StatusOr<EmbeddingOutput> shape = EmbeddingForward(emb_, s.tables, KjtOfBatch(p.batch), {}, options_.threads);
     if (!shape.ok()) return shape.status();
     p.output = *std::move(shape);
     GEMTB_ASSIGN_OR_RETURN(p.output.pooled, AsF32(*pooled, "pipeline.pooled", p.output.pooled.size()));

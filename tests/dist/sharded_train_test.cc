@@ -131,11 +131,7 @@ TEST(ShardedTrain, SemiSyncLookupsReadTheShardsBeforeTheLastUpdate) {
     auto gen = data::MakeGenerator("tiny");
     ASSERT_TRUE(gen.ok());
     const data::Batch next = data::GenerateBatch(*gen, o.data_seed, (s + 1) * o.batch, o.batch);
-    KeyedJaggedTensor kjt;
-    kjt.keys = next.keys;
-    kjt.stride = next.size;
-    kjt.lengths = next.lengths;
-    kjt.values = next.values;
+    const KeyedJaggedTensor kjt = model::KjtOfBatch(next);
     auto executor = ShardedExecutor::Create(emb, plan, 2, kGpusPerHost, before, nullptr);
     ASSERT_TRUE(executor.ok()) << executor.status();
     auto want = (*executor)->Forward(kjt);

@@ -84,11 +84,7 @@ TEST(SemiSync, LookupsReadTheTablesBeforeTheLastUpdate) {
     const EmbeddingState before = t->state().tables;
     ASSERT_TRUE(t->Step().ok());
     const data::Batch next = data::GenerateBatch(*gen, o.data_seed, (s + 1) * o.batch, o.batch);
-    KeyedJaggedTensor kjt;
-    kjt.keys = next.keys;
-    kjt.stride = next.size;
-    kjt.lengths = next.lengths;
-    kjt.values = next.values;
+    const KeyedJaggedTensor kjt = KjtOfBatch(next);
     absl::StatusOr<EmbeddingOutput> want = EmbeddingForward(emb, before, kjt, {}, 1);
     ASSERT_TRUE(want.ok()) << want.status();
     absl::StatusOr<EmbeddingOutput> after = EmbeddingForward(emb, t->state().tables, kjt, {}, 1);
