@@ -96,6 +96,12 @@ class DeviceArray {
 
   T* get() const { return ptr_; }
   size_t size() const { return size_; }
+  // Exchanges the arrays (nothing is copied or freed).
+  void Swap(DeviceArray& other) noexcept {
+    std::swap(ptr_, other.ptr_);
+    std::swap(size_, other.size_);
+    std::swap(pooled_, other.pooled_);
+  }
 
  private:
   void Release() {

@@ -168,6 +168,31 @@ struct DeviceTbe::State {
   int64_t pooled_width = 0;
   std::vector<int> sequence_keys;
   std::vector<FeatureParams> features;
+  // The input held aside by SwapInput: the fields above from `in` on.
+  struct Aside {
+    std::unique_ptr<Input> in;
+    std::unique_ptr<Grads> grads;
+    const float* pooled_grad = nullptr;
+    bool has_input = false, has_grads = false, awaiting_apply = false;
+    KjtLayout layout;
+    int64_t batch = 0, num_values = 0, pooled_width = 0;
+    std::vector<int> sequence_keys;
+    std::vector<FeatureParams> features;
+  } aside;
+  void SwapInput() {
+    std::swap(in, aside.in);
+    std::swap(grads, aside.grads);
+    std::swap(pooled_grad, aside.pooled_grad);
+    std::swap(has_input, aside.has_input);
+    std::swap(has_grads, aside.has_grads);
+    std::swap(awaiting_apply, aside.awaiting_apply);
+    std::swap(layout, aside.layout);
+    std::swap(batch, aside.batch);
+    std::swap(num_values, aside.num_values);
+    std::swap(pooled_width, aside.pooled_width);
+    std::swap(sequence_keys, aside.sequence_keys);
+    std::swap(features, aside.features);
+  }
 
   LaunchParams Params() const {
     LaunchParams p;
@@ -290,6 +315,8 @@ absl::StatusOr<std::unique_ptr<DeviceTbe>> DeviceTbe::Create(const EmbeddingConf
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaDeviceSynchronize(), "table setup"));
   return std::unique_ptr<DeviceTbe>(new DeviceTbe(std::move(s)));
 }
+
+void DeviceTbe::SwapInput() { s_->SwapInput(); }
 
 absl::Status DeviceTbe::SetInput(const KjtView& kjt) {
   State& s = *s_;

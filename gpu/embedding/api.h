@@ -107,6 +107,10 @@ class DeviceTbe {
 
   // Validates the KJT (CheckKjt) and uploads it; nothing launches when it is malformed.
   absl::Status SetInput(const KjtView& kjt);
+  // Exchanges the input, with its outputs and gradients, for a second one held aside (none at
+  // first): a trainer looks up the next batch (SetInput, Forward) between this batch's forward and
+  // its backward, then swaps this one back (the semi-synchronous pipeline).
+  void SwapInput();
   // Pools into device outputs (asynchronous on the legacy stream).
   absl::Status Forward();
   absl::StatusOr<HostOutput> DownloadOutput() const;

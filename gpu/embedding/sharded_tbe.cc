@@ -64,6 +64,34 @@ struct ShardedDeviceTbe::State {
   DeviceArray<int32_t> d_bag_counts;
   DeviceArray<float> pooled;                // [b, W]
   std::deque<DeviceArray<float>> sequence;  // per NONE key [len, D]
+  // A second batch between its forward and its backward (the semi-synchronous pipeline), the
+  // fields above from has_output on; SwapBatch exchanges them and every held shard's input.
+  struct Batch {
+    bool has_output = false;
+    RequesterStep req;
+    HolderStep hold;
+    DeviceArray<CopyRun> d_req_runs, d_hold_runs;
+    DeviceArray<int64_t> d_req_row_offsets;
+    DeviceArray<PooledSegment> d_segments;
+    DeviceArray<PooledPiece> d_pieces;
+    DeviceArray<int32_t> d_bag_counts;
+    DeviceArray<float> pooled;
+    std::deque<DeviceArray<float>> sequence;
+  } aside;
+  void SwapBatch() {
+    std::swap(has_output, aside.has_output);
+    std::swap(req, aside.req);
+    std::swap(hold, aside.hold);
+    d_req_runs.Swap(aside.d_req_runs);
+    d_hold_runs.Swap(aside.d_hold_runs);
+    d_req_row_offsets.Swap(aside.d_req_row_offsets);
+    d_segments.Swap(aside.d_segments);
+    d_pieces.Swap(aside.d_pieces);
+    d_bag_counts.Swap(aside.d_bag_counts);
+    pooled.Swap(aside.pooled);
+    sequence.swap(aside.sequence);
+    for (const std::unique_ptr<DeviceTbe>& t : shards) t->SwapInput();
+  }
   // The backward's holder-side gradients (alive until the next step).
   std::deque<DeviceArray<float>> shard_grads;
   // The copy kernels' tables of array pointers (alive until the step's last launch has run).
@@ -639,6 +667,15 @@ absl::Status ShardedDeviceTbe::Backward(const float* pooled_grad, absl::Span<con
   ++s.steps_run;
   if (s.plan.fully_sharded) return s.ScatterUpdated();
   if (s.replicas > 1 && s.steps_run % s.plan.sync_period == 0) return s.SyncReplicas();
+  return absl::OkStatus();
+}
+
+absl::Status ShardedDeviceTbe::SwapBatch() {
+  if (s_->plan.fully_sharded)
+    return absl::FailedPreconditionError(
+        "SwapBatch: a fully sharded plan's backward updates the copy its forward gathered; a second batch between "
+        "them is not run");
+  s_->SwapBatch();
   return absl::OkStatus();
 }
 

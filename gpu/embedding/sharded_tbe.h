@@ -73,6 +73,11 @@ class ShardedDeviceTbe {
   // Upstream gradients of that output on the device, then every held shard's step; collective.
   absl::Status Backward(const float* pooled_grad, absl::Span<const float* const> sequence_grads);
   absl::Status SetLearningRate(float lr);
+  // Exchanges the last Forward's batch (its routing, exchange plans, outputs and every held shard's
+  // input) for a second one held aside (none at first): the semi-synchronous pipeline forwards the
+  // next batch between this batch's forward and backward. FailedPrecondition under a fully sharded
+  // plan (its backward updates the copy its forward gathered).
+  absl::Status SwapBatch();
   // Called around every collective the module issues, with its name ("ids.all_to_all", ...) and
   // the simulator's group class of its ranks ("sparse-mp", "sparse-intra", "sparse-replica"), so a
   // trainer can time it; `call` issues it. Without a hook the module calls directly.

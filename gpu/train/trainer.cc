@@ -110,7 +110,7 @@ struct GpuTrainer::Impl {
   std::vector<std::array<cudaEvent_t, 2>> timing_events;
   template <typename Fn>
   absl::Status Timed(const char* name, const char* group, bool before_model, Fn&& fn, bool in_update = false,
-                     cudaStream_t stream = nullptr) {
+                     cudaStream_t stream = nullptr, bool beside_compute = false) {
     if (timed.size() == timing_events.size()) {
       std::array<cudaEvent_t, 2> pair{};
       GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&pair[0]), "cudaEventCreate"));
@@ -118,7 +118,7 @@ struct GpuTrainer::Impl {
       timing_events.push_back(pair);
     }
     const std::array<cudaEvent_t, 2>& pair = timing_events[timed.size()];
-    timed.push_back({name, group, 0, before_model, in_update, stream != nullptr});
+    timed.push_back({name, group, 0, before_model, in_update, beside_compute || stream != nullptr});
     GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(pair[0], stream), "cudaEventRecord"));
     GEMTB_RETURN_IF_ERROR(fn());
     return CudaStatus(cudaEventRecord(pair[1], stream), "cudaEventRecord");
@@ -146,10 +146,12 @@ struct GpuTrainer::Impl {
   }
 
   // The sharded tables' collectives join the step's timed ones (before the model in the forward,
-  // after it in the update).
+  // after it in the update; beside the model for the semi-synchronous pipeline's next lookups).
   bool sparse_before_model = true;
+  bool sparse_beside_model = false;
   void TimeSparseCollectives() {
     sharded->SetCollectiveHook([this](const char* name, const char* group, const std::function<absl::Status()>& call) {
+      if (sparse_beside_model) return Timed(name, group, false, call, false, nullptr, true);
       return Timed(name, group, sparse_before_model, call, !sparse_before_model);
     });
   }
@@ -306,7 +308,7 @@ struct GpuTrainer::Impl {
   // Copies the TBE's current output (this trainer's `b` samples of step `s`) into a pending Lookups,
   // which the model may read while the TBE takes its next input.
   absl::Status KeepLookups(int64_t s, int64_t b) {
-    absl::StatusOr<embedding::DeviceOutputView> out = tbe->DeviceOutput();
+    absl::StatusOr<embedding::DeviceOutputView> out = TbeOutput();
     if (!out.ok()) return out.status();
     Lookups l;
     l.step = s;
@@ -340,9 +342,22 @@ struct GpuTrainer::Impl {
     absl::StatusOr<Prefetched> p = prefetch && prefetch->first == next ? prefetch->second.get() : MakeStep(next);
     if (!p.ok()) return p.status();
     const data::Batch mine = dist != nullptr ? RankSamples(p->batch) : p->batch;
-    GEMTB_RETURN_IF_ERROR(TbeInput(mine));
-    GEMTB_RETURN_IF_ERROR(tbe->Forward());
-    GEMTB_RETURN_IF_ERROR(KeepLookups(next, mine.size));
+    if (sharded != nullptr) {
+      // The next batch's exchanges and lookups beside this step's model; this step's batch stays
+      // aside in the module for its backward, and comes back after.
+      if (!p->routed) return absl::InternalError("LookAhead: the next batch was not routed");
+      GEMTB_RETURN_IF_ERROR(sharded->SwapBatch());
+      sparse_beside_model = true;
+      absl::Status forward = sharded->Forward(*std::exchange(p->routed, std::nullopt));
+      sparse_beside_model = false;
+      GEMTB_RETURN_IF_ERROR(forward);
+      GEMTB_RETURN_IF_ERROR(KeepLookups(next, mine.size));
+      GEMTB_RETURN_IF_ERROR(sharded->SwapBatch());
+    } else {
+      GEMTB_RETURN_IF_ERROR(TbeInput(mine));
+      GEMTB_RETURN_IF_ERROR(tbe->Forward());
+      GEMTB_RETURN_IF_ERROR(KeepLookups(next, mine.size));
+    }
     std::promise<absl::StatusOr<Prefetched>> ready;
     ready.set_value(*std::move(p));
     prefetch.emplace(next, ready.get_future());
@@ -413,7 +428,9 @@ struct GpuTrainer::Impl {
     const bool semi = train && semi_sync();
     const bool looked_ahead = semi && pending && pending->step == step;
     if (looked_ahead) {
-      // nothing to look up
+      // Looked up during the last step; a sharded module holds that batch aside for its backward.
+      if (sharded != nullptr) GEMTB_RETURN_IF_ERROR(sharded->SwapBatch());
+      step_routed.reset();
     } else if (split && sharded != nullptr && train && step_routed) {
       sparse_before_model = true;
       GEMTB_RETURN_IF_ERROR(sharded->Forward(*std::move(step_routed)));
@@ -646,10 +663,10 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
   if (!params.ok()) return params.status();
   absl::StatusOr<data::Generator> gen = data::Generator::Create(*params, data::ShapeFromConfig(config));
   if (!gen.ok()) return gen.status();
-  if (options.pipeline == gemtb::model::SparsePipeline::kSemiSync && job.sparse_plan)
+  if (options.pipeline == gemtb::model::SparsePipeline::kSemiSync && job.sparse_plan && job.sparse_plan->fully_sharded)
     return absl::InvalidArgumentError(
-        "pipeline: semi-sync with sharded tables (a sparse plan) does not run on the GPU trainer; the oracle's "
-        "trainer runs it (gemtb ref train --plan --pipeline semi-sync)");
+        "sparse_plan.fully_sharded: the semi-synchronous pipeline does not run with fully sharded 2D tables (the "
+        "next batch's gather would precede this batch's update of the gathered copy)");
   auto impl = std::make_unique<Impl>(*std::move(gen));
   impl->config = config;
   impl->options = options;
@@ -735,7 +752,7 @@ absl::StatusOr<TrainerStep> GpuTrainer::Step() {
   if (!b.ok()) return b.status();
   // A job's rank looked up its own samples; replicated tables' update takes every sample's gradient.
   // Under the semi-synchronous pipeline the TBE holds the next step's input by now.
-  if ((m.dist != nullptr && m.sharded == nullptr) || m.semi_sync()) GEMTB_RETURN_IF_ERROR(m.TbeInput(batch));
+  if (m.sharded == nullptr && (m.dist != nullptr || m.semi_sync())) GEMTB_RETURN_IF_ERROR(m.TbeInput(batch));
   GEMTB_RETURN_IF_ERROR(m.Apply(*b));
   // Sharded tables: their update's collectives, after the step's others (Apply waited for them).
   for (CollectiveTime& c : m.TakeCollectiveTimes()) b->result.collectives.push_back(std::move(c));
@@ -828,8 +845,12 @@ absl::Status GpuTrainer::LoadState(const TrainerState& state) {
                                                        state.table_shards[i].weights.size(), " weights, the shard has ",
                                                        tc.rows, " x ", tc.dim));
     }
+    if (m.semi_sync() && state.step > 0)
+      return absl::FailedPreconditionError(
+          "LoadState: sharded tables under the semi-synchronous pipeline keep no pending lookups in a state");
     m.prefetch.reset();  // its thread may be routing on the module this replaces
     m.step_routed.reset();
+    m.pending.reset();
     absl::StatusOr<std::unique_ptr<embedding::ShardedDeviceTbe>> sharded = embedding::ShardedDeviceTbe::Create(
         m.emb, *m.job.sparse_plan, m.job.gpus_per_host, m.options.batch / m.dist->world_size(),
         m.dist->sparse_exchange(), state.table_shards, state.step);

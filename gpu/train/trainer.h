@@ -11,9 +11,10 @@
 // retained memory pool: Create calls RetainFreedDeviceMemory (gpu/common/device_buffer.h), a
 // process-wide setting, as a training framework's caching allocator would be.
 //
-// Under the semi-synchronous pipeline (options.pipeline, replicated tables only) a step's model
-// runs on its own stream while the next step's lookups run on the TBE's, before this step's table
-// update: the oracle's semi-synchronous step (reference/model/trainer.h).
+// Under the semi-synchronous pipeline (options.pipeline) a step's model runs on its own stream while
+// the next step's lookups (with sharded tables: its id and embedding all-to-alls too) run on the
+// TBE's, before this step's table update: the oracle's semi-synchronous step
+// (reference/model/trainer.h). Not with fully sharded 2D tables.
 //
 // The state (parameters, Adam moments and bias products, tables) starts from the oracle's init
 // (model/description/param_layout.h's InitParams; the TBE's Philox init) and can be read back in the

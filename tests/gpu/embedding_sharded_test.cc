@@ -53,8 +53,10 @@ bool SameBits(const std::vector<float>& a, const float* b) {
 
 // Runs kSteps steps on the oracle and on m virtual ranks and compares everything: each rank's output
 // rows, and each rank's shards against its replica's state in the oracle (1D: the one replica).
+// With `semi_sync`, batch s + 1's forward comes between batch s's forward and backward (the
+// semi-synchronous pipeline): the oracle's executor holds two batches, the module swaps them.
 void ExpectModuleMatchesOracle(const EmbeddingConfig& config, const ShardingPlanSpec& plan, int m, int gph,
-                               const std::string& what) {
+                               const std::string& what, bool semi_sync = false) {
   SCOPED_TRACE(what);
   const reference::EmbeddingState initial = reference::InitEmbeddingState(config);
   absl::StatusOr<std::unique_ptr<reference::ShardedExecutor>> oracle =
@@ -63,11 +65,16 @@ void ExpectModuleMatchesOracle(const EmbeddingConfig& config, const ShardingPlan
   std::vector<Batch> batches;
   for (int s = 0; s < kSteps; ++s) batches.push_back(MakeBatch(config, m * kLocalBatch, 7000 + 10 * s + m));
   std::vector<reference::EmbeddingOutput> want_out;
-  for (const Batch& batch : batches) {
-    absl::StatusOr<reference::EmbeddingOutput> out = (*oracle)->Forward(batch.kjt);
+  auto oracle_forward = [&](int s) {
+    absl::StatusOr<reference::EmbeddingOutput> out = (*oracle)->Forward(batches[static_cast<size_t>(s)].kjt);
     ASSERT_TRUE(out.ok()) << out.status();
     want_out.push_back(*std::move(out));
-    ASSERT_TRUE((*oracle)->Backward(batch.grads).ok());
+  };
+  if (semi_sync) oracle_forward(0);
+  for (int s = 0; s < kSteps; ++s) {
+    if (!semi_sync) oracle_forward(s);
+    if (semi_sync && s + 1 < kSteps) oracle_forward(s + 1);
+    ASSERT_TRUE((*oracle)->Backward(batches[static_cast<size_t>(s)].grads).ok());
   }
   absl::StatusOr<reference::ShardedRun> want = (*oracle)->Result();
   ASSERT_TRUE(want.ok()) << want.status();
@@ -87,10 +94,13 @@ void ExpectModuleMatchesOracle(const EmbeddingConfig& config, const ShardingPlan
         error = module.status().ToString();
         return;  // every position fails the same way (the same plan): nobody waits at a barrier
       }
-      for (int s = 0; s < kSteps; ++s) {
+      auto local_batch = [&](int s) {
         std::vector<int64_t> samples;
         for (int64_t i = 0; i < kLocalBatch; ++i) samples.push_back(p * kLocalBatch + i);
-        const Batch local = SubBatch(config, batches[static_cast<size_t>(s)], samples);
+        return SubBatch(config, batches[static_cast<size_t>(s)], samples);
+      };
+      auto forward = [&](int s) -> bool {
+        const Batch local = local_batch(s);
         KjtView v;
         v.keys = local.kjt.keys;
         v.batch = kLocalBatch;
@@ -100,7 +110,7 @@ void ExpectModuleMatchesOracle(const EmbeddingConfig& config, const ShardingPlan
         v.has_weights = true;
         if (absl::Status st = (*module)->Forward(v); !st.ok()) {
           error = st.ToString();
-          return;
+          return false;
         }
         absl::StatusOr<DeviceOutputView> out = (*module)->DeviceOutput();
         std::vector<float> pooled(static_cast<size_t>(kLocalBatch * out->pooled_width));
@@ -109,7 +119,11 @@ void ExpectModuleMatchesOracle(const EmbeddingConfig& config, const ShardingPlan
         if (!SameBits(pooled, w.pooled.data() + p * kLocalBatch * out->pooled_width)) {
           error += "pooled output differs at step " + std::to_string(s) + "; ";
         }
+        return true;
+      };
+      auto backward = [&](int s) -> bool {
         // Gradients: this position's rows of the global ones, uploaded.
+        const Batch local = local_batch(s);
         DeviceArray<float> d_pooled;
         std::deque<DeviceArray<float>> d_seq;
         std::vector<const float*> seq_ptrs;
@@ -121,8 +135,24 @@ void ExpectModuleMatchesOracle(const EmbeddingConfig& config, const ShardingPlan
         }
         if (absl::Status st = (*module)->Backward(d_pooled.get(), seq_ptrs); !st.ok()) {
           error = st.ToString();
-          return;
+          return false;
         }
+        return true;
+      };
+      auto swap = [&]() -> bool {
+        if (absl::Status st = (*module)->SwapBatch(); !st.ok()) {
+          error = st.ToString();
+          return false;
+        }
+        return true;
+      };
+      if (semi_sync && !forward(0)) return;
+      for (int s = 0; s < kSteps; ++s) {
+        if (!semi_sync && !forward(s)) return;
+        const bool ahead = semi_sync && s + 1 < kSteps;
+        if (ahead && !(swap() && forward(s + 1) && swap())) return;
+        if (!backward(s)) return;
+        if (ahead && !swap()) return;
       }
       absl::StatusOr<std::vector<HostTable>> down = (*module)->DownloadShards();
       if (!down.ok()) {
@@ -187,6 +217,20 @@ TEST(EmbeddingSharded, EveryOneDimensionalTypeEqualsTheOraclesShardedExecutor) {
   ExpectModuleMatchesOracle(config, Plan(config, "CW", "shared", 4, 2), 4, 2, "CW shared M=4");
   ExpectModuleMatchesOracle(config, Plan(config, "CW", "shared", 3, 1), 3, 1, "CW shared M=3");
   ExpectModuleMatchesOracle(config, Plan(config, "GRID", "shared", 4, 1), 4, 1, "GRID shared M=4 hosts of 1");
+}
+
+// The semi-synchronous pipeline's order (the next batch forwarded between a batch's forward and
+// backward, the module swapping them) under 1D plans and V2; V3 refuses the swap.
+TEST(EmbeddingSharded, SemiSynchronousOrderEqualsTheOraclesShardedExecutor) {
+  if (absl::Status s = EmbeddingDeviceAvailable(); !s.ok()) GTEST_SKIP() << s.message();
+  const EmbeddingConfig config = MakeConfig();
+  for (const char* type : {"TW", "RW", "CW", "TWRW"}) {
+    ExpectModuleMatchesOracle(config, Plan(config, type, "per_shard", 4, 2), 4, 2,
+                              std::string(type) + " per_shard M=4, semi-sync", true);
+  }
+  ExpectModuleMatchesOracle(config, Plan(config, "CW", "shared", 4, 2), 4, 2, "CW shared M=4, semi-sync", true);
+  ExpectModuleMatchesOracle(config, Plan(config, "RW", "shared", 4, 2, {{"mp_group", 2}}, 2), 4, 2,
+                            "RW V2 k=1, semi-sync", true);
 }
 
 // 2D plans on 4 ranks (M = 2 positions, N = 2 replicas): V2 syncing every step and every second

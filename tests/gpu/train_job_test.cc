@@ -276,10 +276,10 @@ std::vector<std::vector<float>> WholeTables(const std::vector<RankRun>& job, con
 
 // The oracle's trainer with its tables sharded by `plan` over R virtual ranks (its sharded
 // executor): losses per step, the dense parameters and replica 0's tables.
-RankRun OracleSharded(const ShardingPlanSpec& plan, int R) {
+RankRun OracleSharded(const ShardingPlanSpec& plan, int R, const TrainerOptions& options = Options()) {
   RankRun run;
   reference::model::TrainOptions o;
-  static_cast<gemtb::model::TrainOptions&>(o) = Options();
+  static_cast<gemtb::model::TrainOptions&>(o) = options;
   absl::StatusOr<std::unique_ptr<reference::model::Trainer>> t = reference::model::Trainer::Create(TinyConfig(), o);
   EXPECT_TRUE(t.ok()) << t.status();
   if (!t.ok()) return run;
@@ -339,6 +339,36 @@ TEST(GpuTrainJob, ShardedTablesFollowTheOneGpuTrainer) {
   v3.sparse_plan->mp_group = 2;
   v3.sparse_plan->fully_sharded = true;
   EXPECT_NE(OracleSharded(*v3.sparse_plan, 4).losses.back(), one.losses.back());
+}
+
+// The semi-synchronous pipeline with sharded tables: the next batch's exchanges and lookups run
+// beside the model while this batch's stay aside in the module for its backward; the steps follow
+// the oracle's semi-synchronous trainer sharded by the same plan.
+TEST(GpuTrainJob, SemiSyncShardedTablesFollowTheOraclesSemiSyncTrainer) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const TrainerOptions semi = Options(gemtb::model::SparsePipeline::kSemiSync);
+  JobOptions options;
+  options.sparse_plan = MixedPlan();
+  const RankRun want = OracleSharded(*options.sparse_plan, 2, semi);
+  std::vector<RankRun> job = InProcessJob(2, 2, options, semi);
+  ASSERT_EQ(job.size(), 2u);
+  ASSERT_EQ(job[0].losses.size(), want.losses.size());
+  for (size_t k = 0; k < want.losses.size(); ++k) {
+    EXPECT_NEAR(job[0].losses[k], want.losses[k], 1e-5 * std::fabs(want.losses[k])) << "step " << k;
+    EXPECT_EQ(job[1].losses[k], job[0].losses[k]);
+  }
+  EXPECT_NE(want.losses.back(), OracleSharded(*options.sparse_plan, 2).losses.back());  // not the synchronous run
+  ExpectClose(job[0].state.params, want.state.params, "semi-sync sharded: params");
+  const std::vector<std::vector<float>> whole = WholeTables(job, *options.sparse_plan, 2);
+  for (size_t t = 0; t < want.state.tables.size(); ++t) {
+    ExpectClose(whole[t], want.state.tables[t].weights, "semi-sync sharded: table " + std::to_string(t));
+  }
+  JobOptions v3 = options;
+  v3.sparse_plan->mp_group = 2;
+  v3.sparse_plan->fully_sharded = true;
+  test::InProcessJob refused(4, 2);
+  test::InProcessCollectives c(refused, 0);
+  EXPECT_EQ(GpuTrainer::Create(TinyConfig(), semi, {}, &c, v3).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(GpuTrainJob, RefusesABatchThatDoesNotSplit) {

@@ -179,8 +179,6 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
   absl::StatusOr<gemtb::model::SparsePipeline> pipeline = gemtb::model::ParseSparsePipeline(f.pipeline, "--pipeline");
   if (!pipeline.ok()) return Bad(std::string(pipeline.status().message()));
   if (*pipeline == gemtb::model::SparsePipeline::kSemiSync) {
-    if (!f.plan.empty())
-      return Bad("--pipeline: semi-sync with --plan does not run on the GPU trainer (gemtb ref train runs it)");
     if (R > 1 && !f.checkpoint.empty())
       return Bad("--pipeline: semi-sync in a job writes no checkpoint (each rank's pending lookups); leave out "
                  "--checkpoint or run synchronously");
@@ -213,6 +211,9 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
     absl::StatusOr<TrainPlan> plan =
         LoadTrainPlan(f.plan, gemtb::model::GemEmbeddingConfig(job.config, 0.0f, 0), R, gpus_per_host);
     if (!plan.ok()) return plan.status();
+    if (*pipeline == gemtb::model::SparsePipeline::kSemiSync && plan->spec.fully_sharded)
+      return Bad("--pipeline: semi-sync does not run with a fully sharded 2D plan (the next batch's gather would "
+                 "precede this batch's update of the gathered copy)");
     job.plan = *std::move(plan);
     job.split.sparse_plan = job.plan->spec;
     job.split.gpus_per_host = gpus_per_host;
@@ -659,8 +660,9 @@ int RunGpuTrain(const std::vector<std::string>& args) {
   flags.OptionalDouble("lr", &f.lr, "dense Adam learning rate (default 1e-3)");
   flags.OptionalDouble("table-lr", &f.table_lr, "rowwise Adagrad learning rate of every table (default 0.2)");
   flags.String("pipeline", &f.pipeline,
-               "sync (default) | semi-sync: the next step's lookups beside this step's model, before its table "
-               "update (replicated tables; a job writes no checkpoint then)");
+               "sync (default) | semi-sync: the next step's lookups (and with --plan its all-to-alls) beside this "
+               "step's model, before its table update (not with fully sharded 2D plans; a job writes no "
+               "checkpoint then)");
   flags.Int64("seed", &f.seed, "parameter and table init seed (default 1)");
   flags.Int64("data-seed", &f.data_seed, "data generator seed (default 1)");
   flags.OptionalDouble("log-every-s", &f.log_every_s, "seconds between progress lines (default 5)");
