@@ -10,15 +10,10 @@
 #include "model/sharding/sharding_plan_json.h"
 #include "nlohmann/json.hpp"
 #include "reference/sharding/sharded_executor.h"
+#include "tests/embedding/sharding_cases.h"
 
 namespace gemtb::reference {
 namespace {
-
-ShardingPlanSpec Parse(const EmbeddingConfig& config, const nlohmann::json& plan, int r, int gph) {
-  absl::StatusOr<ShardingPlanSpec> spec = ParseShardingPlan(plan, PlanTablesOf(config), r, gph);
-  EXPECT_TRUE(spec.ok()) << spec.status() << " in " << plan.dump();
-  return spec.ok() ? *spec : ShardingPlanSpec{};
-}
 
 // Two tables over R = 4, M = 2, N = 2 (groups {0, 2} and {1, 3}), B = 8 (local batch 2):
 //   a: 6 rows x 4, fp32, rowwise Adagrad, TW on position 1; feature fa (SUM)
@@ -92,7 +87,7 @@ TEST(ShardingReport, TwoDPlanMovesTheBytesOfThePattern) {
   const nlohmann::json json = {{"default", {{"type", "TW"}}},
                                {"tables", {{"a", {{"type", "TW"}, {"owner", 1}}}, {"b", {{"type", "RW"}}}}},
                                {"mp_group", 2}};
-  const ShardingPlanSpec plan = Parse(h.config, json, 4, 8);
+  const ShardingPlanSpec plan = sharding_cases::ParsePlan(h.config, json, 4, 8);
   absl::StatusOr<ShardedRun> run = RunSharded(h.config, plan, 4, 8, InitEmbeddingState(h.config), h.kjt, &h.grads, 1);
   ASSERT_TRUE(run.ok()) << run.status();
   std::vector<CollectiveRecord> want = HandGroupTraffic();
@@ -118,7 +113,7 @@ TEST(ShardingReport, FullyShardedPlanAddsTheReplicaGatherAndScatter) {
   const nlohmann::json json = {{"tables", {{"a", {{"type", "TW"}, {"owner", 1}}}, {"b", {{"type", "RW"}}}}},
                                {"mp_group", 2},
                                {"fully_sharded", true}};
-  const ShardingPlanSpec plan = Parse(h.config, json, 4, 8);
+  const ShardingPlanSpec plan = sharding_cases::ParsePlan(h.config, json, 4, 8);
   absl::StatusOr<ShardedRun> run = RunSharded(h.config, plan, 4, 8, InitEmbeddingState(h.config), h.kjt, &h.grads, 1);
   ASSERT_TRUE(run.ok()) << run.status();
   // AG(N=2) of sub-blocks (ceil(rows/2) rows) in the replica groups, e_w bytes per element:

@@ -80,12 +80,6 @@ std::vector<TablePlan> Mixed(int m) {
   return {{"DP"}, {"CW", 3}, {"RW"}, {"TWRW"}, {"GRID", 2}, {"TW", 0, m - 1}, {"RW"}};
 }
 
-ShardingPlanSpec Parse(const EmbeddingConfig& config, const nlohmann::json& plan, int r, int gph) {
-  absl::StatusOr<ShardingPlanSpec> spec = ParseShardingPlan(plan, PlanTablesOf(config), r, gph);
-  EXPECT_TRUE(spec.ok()) << spec.status() << " in " << plan.dump();
-  return spec.ok() ? *spec : ShardingPlanSpec{};
-}
-
 ShardedRun RunPlan(const EmbeddingConfig& config, const ShardingPlanSpec& plan, int r, int gph, const Batch& batch,
                    int threads = 0, int steps = kSteps) {
   absl::StatusOr<ShardedRun> run =
@@ -106,7 +100,7 @@ void ExpectSameRun(const ShardedRun& a, const ShardedRun& b, const std::string& 
 void Expect1DMatchesOracle(const EmbeddingConfig& config, const std::vector<TablePlan>& tables, int r, int gph,
                            const std::string& what) {
   const Batch batch = MakeBatch(config, kLocalBatch * r, 1000 + r);
-  const ShardingPlanSpec plan = Parse(config, PlanJson(config, tables), r, gph);
+  const ShardingPlanSpec plan = ParsePlan(config, PlanJson(config, tables), r, gph);
   const ShardedRun run = RunPlan(config, plan, r, gph, batch);
   const Reference ref = RunReference(config, InitEmbeddingState(config), batch, r, r,
                                      HandPartition(config, tables, r, std::min(gph, r)), kSteps, 0, false);
@@ -151,7 +145,7 @@ TEST(Sharding1D, ComparisonSeesTheInducedPartition) {
   const int r = 4;
   const std::vector<TablePlan> tables = Uniform(config, "GRID", r);
   const Batch batch = MakeBatch(config, kLocalBatch * r, 1000 + r);
-  const ShardedRun run = RunPlan(config, Parse(config, PlanJson(config, tables), r, 2), r, 2, batch);
+  const ShardedRun run = RunPlan(config, ParsePlan(config, PlanJson(config, tables), r, 2), r, 2, batch);
   const Reference plain =
       RunReference(config, InitEmbeddingState(config), batch, r, r, SumPartition{}, kSteps, 0, false);
   bool differs = !SameBytes(run.output.pooled, plain.output.pooled);
@@ -166,7 +160,7 @@ TEST(Sharding1D, ForwardOnlyMatchesOracleAndLeavesStateAlone) {
   for (int r : {1, 3, 8}) {
     const std::vector<TablePlan> tables = Mixed(r);
     const Batch batch = MakeBatch(config, kLocalBatch * r, 7 + r);
-    const ShardingPlanSpec plan = Parse(config, PlanJson(config, tables), r, HostSize(r));
+    const ShardingPlanSpec plan = ParsePlan(config, PlanJson(config, tables), r, HostSize(r));
     const EmbeddingState initial = InitEmbeddingState(config);
     absl::StatusOr<ShardedRun> run = RunSharded(config, plan, r, HostSize(r), initial, batch.kjt, nullptr, 2);
     ASSERT_TRUE(run.ok()) << run.status();
@@ -188,7 +182,7 @@ TEST(Sharding1D, RankWithoutAnyIdMatchesOracle) {
   const Batch batch = EmptySamples(config, full, rank1);
   for (const char* type : {"DP", "TW", "CW", "RW", "TWRW", "GRID"}) {
     const std::vector<TablePlan> tables = Uniform(config, type, r);
-    const ShardedRun run = RunPlan(config, Parse(config, PlanJson(config, tables), r, 2), r, 2, batch);
+    const ShardedRun run = RunPlan(config, ParsePlan(config, PlanJson(config, tables), r, 2), r, 2, batch);
     const Reference ref = RunReference(config, InitEmbeddingState(config), batch, r, r,
                                        HandPartition(config, tables, r, 2), kSteps, 0, false);
     ExpectSameOutput(run.output, ref.output, type);
@@ -205,7 +199,7 @@ TEST(Sharding1D, CwPerShardStateMatchesShardLocalAdagrad) {
     nlohmann::json json = PlanJson(config, tables);
     json["cw_state"] = "per_shard";
     const Batch batch = MakeBatch(config, kLocalBatch * r, 300 + r);
-    const ShardedRun run = RunPlan(config, Parse(config, json, r, 1), r, 1, batch);
+    const ShardedRun run = RunPlan(config, ParsePlan(config, json, r, 1), r, 1, batch);
     SumPartition part = HandPartition(config, tables, r, 1);
     part.norm_col_shards.clear();
     EmbeddingState state = InitEmbeddingState(config);
@@ -276,7 +270,7 @@ void ExpectTwoDMatchesReplicas(const EmbeddingConfig& config, const std::vector<
   json["sync_period"] = k;
   json["state_sync"] = state_sync;
   const Batch batch = MakeBatch(config, kLocalBatch * r, 500 + r * 10 + m);
-  const ShardedRun run = RunPlan(config, Parse(config, json, r, gph), r, gph, batch);
+  const ShardedRun run = RunPlan(config, ParsePlan(config, json, r, gph), r, gph, batch);
   const Reference ref = RunReference(config, InitEmbeddingState(config), batch, r, m,
                                      HandPartition(config, tables, m, per_host), kSteps, k, state_sync);
   ExpectSameOutput(run.output, ref.output, what);
@@ -333,7 +327,7 @@ TEST(Sharding2D, RowsNoReplicaTouchesStayIdenticalForTwoAndFourReplicas) {
     nlohmann::json json = PlanJson(config, Mixed(m));
     json["mp_group"] = m;
     const Batch batch = MakeBatch(config, r, 77 + r);  // one sample per rank leaves rows untouched
-    const ShardedRun run = RunPlan(config, Parse(config, json, r, HostSize2D(r, m)), r, HostSize2D(r, m), batch);
+    const ShardedRun run = RunPlan(config, ParsePlan(config, json, r, HostSize2D(r, m)), r, HostSize2D(r, m), batch);
     const EmbeddingState initial = InitEmbeddingState(config);
     KjtLayout layout;
     ASSERT_TRUE(ValidateKjt(batch.kjt, config, &layout).ok());
@@ -377,8 +371,8 @@ void ExpectFullyShardedMatches(const EmbeddingConfig& config, int r, int m, cons
   v3["gather"] = gather;
   v3["keep_gathered"] = keep;
   const Batch batch = MakeBatch(config, kLocalBatch * r, 900 + r * 10 + m);
-  const ShardedRun run3 = RunPlan(config, Parse(config, v3, r, gph), r, gph, batch);
-  const ShardedRun run2 = RunPlan(config, Parse(config, v2, r, gph), r, gph, batch);
+  const ShardedRun run3 = RunPlan(config, ParsePlan(config, v3, r, gph), r, gph, batch);
+  const ShardedRun run2 = RunPlan(config, ParsePlan(config, v2, r, gph), r, gph, batch);
   ExpectSameRun(run3, run2, what + " vs V2");
   const Reference ref = RunReference(config, InitEmbeddingState(config), batch, r, m,
                                      HandPartition(config, tables, m, gph / (r / m)), kSteps, 1, false);
@@ -425,7 +419,7 @@ TEST(Sharding, BitsDoNotDependOnThreadCount) {
   plans.back()["gather"] = "touched";
   const int gph[] = {2, 4, 8};
   for (size_t i = 0; i < plans.size(); ++i) {
-    const ShardingPlanSpec plan = Parse(config, plans[i], r, gph[i]);
+    const ShardingPlanSpec plan = ParsePlan(config, plans[i], r, gph[i]);
     const ShardedRun one = RunPlan(config, plan, r, gph[i], batch, 1);
     for (int threads : {2, 7, 16}) {
       const ShardedRun many = RunPlan(config, plan, r, gph[i], batch, threads);
@@ -438,13 +432,13 @@ TEST(Sharding, BitsDoNotDependOnThreadCount) {
 TEST(Sharding, BatchNotDivisibleByWorldSizeIsRejected) {
   const EmbeddingConfig config = MakeConfig();
   const Batch batch = MakeBatch(config, 10, 5);
-  const ShardingPlanSpec plan = Parse(config, PlanJson(config, Uniform(config, "RW", 4)), 4, 1);
+  const ShardingPlanSpec plan = ParsePlan(config, PlanJson(config, Uniform(config, "RW", 4)), 4, 1);
   EXPECT_THAT(
       RunSharded(config, plan, 4, 1, InitEmbeddingState(config), batch.kjt, &batch.grads),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("kjt.stride: B=10 is not divisible by world_size 4")));
   EmbeddingGrads short_grads = batch.grads;
   short_grads.pooled.pop_back();
-  const ShardingPlanSpec plan2 = Parse(config, PlanJson(config, Uniform(config, "RW", 2)), 2, 1);
+  const ShardingPlanSpec plan2 = ParsePlan(config, PlanJson(config, Uniform(config, "RW", 2)), 2, 1);
   EXPECT_THAT(RunSharded(config, plan2, 2, 1, InitEmbeddingState(config), batch.kjt, &short_grads),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("grads.pooled")));
 }
