@@ -129,36 +129,32 @@ absl::Status CheckOptions(const EmbeddingConfig& config, const TbeOptions& o) {
   return absl::OkStatus();
 }
 
-struct DeviceTbe::State {
-  EmbeddingConfig config;
-  TbeOptions options;
+namespace {
+
+// The input, its outputs and gradients, and the backward's scratch: replaced as a whole by
+// SetInput (device arrays are not reassignable).
+struct TbeInput {
+  DeviceArray<FeatureParams> d_features;
+  DeviceArray<int64_t> offsets, values;
+  DeviceArray<float> weights_kjt, pooled;
+  std::deque<DeviceArray<float>> sequence;
+  DeviceArray<uint64_t> keys_in, keys_out;
+  DeviceArray<int64_t> order_in, order_out, value_bag, run_start;
+  DeviceArray<int32_t> bag_count, run_head, run_index, num_runs, hot_runs, num_hot_runs;
+  DeviceArray<uint8_t> cub_temp;
+  DeviceArray<float> run_grads, run_square_sums;  // split update only
+};
+struct TbeGrads {
+  DeviceArray<float> pooled;
+  std::deque<DeviceArray<float>> sequence;
+};
+
+// What belongs to one input (batch) of a DeviceTbe: a second one waits aside between its forward
+// and its backward under the semi-synchronous pipeline (SwapInput).
+struct InputBound {
   bool awaiting_apply = false;  // a split BackwardStep ran; ApplyRows is next
-  int64_t step = 0;
-  int64_t total_rows = 0;
-  int64_t max_dim = 4;
-  std::vector<TableParams> tables;  // host copies; pointers into the arrays below
-  std::deque<DeviceArray<uint8_t>> weights;
-  std::deque<DeviceArray<float>> adagrad, adam_m, adam_v;
-  DeviceArray<TableParams> d_tables;
-  // The input, its outputs and gradients, and the backward's scratch: replaced as a whole by
-  // SetInput (device arrays are not reassignable).
-  struct Input {
-    DeviceArray<FeatureParams> d_features;
-    DeviceArray<int64_t> offsets, values;
-    DeviceArray<float> weights_kjt, pooled;
-    std::deque<DeviceArray<float>> sequence;
-    DeviceArray<uint64_t> keys_in, keys_out;
-    DeviceArray<int64_t> order_in, order_out, value_bag, run_start;
-    DeviceArray<int32_t> bag_count, run_head, run_index, num_runs, hot_runs, num_hot_runs;
-    DeviceArray<uint8_t> cub_temp;
-    DeviceArray<float> run_grads, run_square_sums;  // split update only
-  };
-  std::unique_ptr<Input> in;
-  struct Grads {
-    DeviceArray<float> pooled;
-    std::deque<DeviceArray<float>> sequence;
-  };
-  std::unique_ptr<Grads> grads;
+  std::unique_ptr<TbeInput> in;
+  std::unique_ptr<TbeGrads> grads;
   const float* pooled_grad = nullptr;  // grads->pooled, or the caller's (SetDeviceGrads)
   bool has_input = false;
   bool has_grads = false;
@@ -168,31 +164,24 @@ struct DeviceTbe::State {
   int64_t pooled_width = 0;
   std::vector<int> sequence_keys;
   std::vector<FeatureParams> features;
-  // The input held aside by SwapInput: the fields above from `in` on.
-  struct Aside {
-    std::unique_ptr<Input> in;
-    std::unique_ptr<Grads> grads;
-    const float* pooled_grad = nullptr;
-    bool has_input = false, has_grads = false, awaiting_apply = false;
-    KjtLayout layout;
-    int64_t batch = 0, num_values = 0, pooled_width = 0;
-    std::vector<int> sequence_keys;
-    std::vector<FeatureParams> features;
-  } aside;
-  void SwapInput() {
-    std::swap(in, aside.in);
-    std::swap(grads, aside.grads);
-    std::swap(pooled_grad, aside.pooled_grad);
-    std::swap(has_input, aside.has_input);
-    std::swap(has_grads, aside.has_grads);
-    std::swap(awaiting_apply, aside.awaiting_apply);
-    std::swap(layout, aside.layout);
-    std::swap(batch, aside.batch);
-    std::swap(num_values, aside.num_values);
-    std::swap(pooled_width, aside.pooled_width);
-    std::swap(sequence_keys, aside.sequence_keys);
-    std::swap(features, aside.features);
-  }
+};
+
+}  // namespace
+
+struct DeviceTbe::State : InputBound {
+  using Input = TbeInput;
+  using Grads = TbeGrads;
+  EmbeddingConfig config;
+  TbeOptions options;
+  int64_t step = 0;
+  int64_t total_rows = 0;
+  int64_t max_dim = 4;
+  std::vector<TableParams> tables;  // host copies; pointers into the arrays below
+  std::deque<DeviceArray<uint8_t>> weights;
+  std::deque<DeviceArray<float>> adagrad, adam_m, adam_v;
+  DeviceArray<TableParams> d_tables;
+  InputBound aside;  // the input held aside by SwapInput
+  void SwapInput() { std::swap(static_cast<InputBound&>(*this), aside); }
 
   LaunchParams Params() const {
     LaunchParams p;

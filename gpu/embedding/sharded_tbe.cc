@@ -53,19 +53,8 @@ struct ShardedDeviceTbe::State {
   std::vector<std::vector<int64_t>> touched_rows;
   std::deque<DeviceArray<int64_t>> d_touched_rows;
   std::vector<std::unique_ptr<DeviceTbe>> shards;  // one per held shard
-  // The last Forward's plans and buffers (valid until the next Forward).
-  bool has_output = false;
-  RequesterStep req;
-  HolderStep hold;
-  DeviceArray<CopyRun> d_req_runs, d_hold_runs;
-  DeviceArray<int64_t> d_req_row_offsets;
-  DeviceArray<PooledSegment> d_segments;
-  DeviceArray<PooledPiece> d_pieces;
-  DeviceArray<int32_t> d_bag_counts;
-  DeviceArray<float> pooled;                // [b, W]
-  std::deque<DeviceArray<float>> sequence;  // per NONE key [len, D]
-  // A second batch between its forward and its backward (the semi-synchronous pipeline), the
-  // fields above from has_output on; SwapBatch exchanges them and every held shard's input.
+  // A forward's plans and buffers, which its backward uses: the last Forward's (`batch`), and a
+  // second one between its forward and backward (the semi-synchronous pipeline's) held `aside`.
   struct Batch {
     bool has_output = false;
     RequesterStep req;
@@ -75,21 +64,25 @@ struct ShardedDeviceTbe::State {
     DeviceArray<PooledSegment> d_segments;
     DeviceArray<PooledPiece> d_pieces;
     DeviceArray<int32_t> d_bag_counts;
-    DeviceArray<float> pooled;
-    std::deque<DeviceArray<float>> sequence;
-  } aside;
+    DeviceArray<float> pooled;                // [b, W]
+    std::deque<DeviceArray<float>> sequence;  // per NONE key [len, D]
+    void Swap(Batch& o) {
+      std::swap(has_output, o.has_output);
+      std::swap(req, o.req);
+      std::swap(hold, o.hold);
+      d_req_runs.Swap(o.d_req_runs);
+      d_hold_runs.Swap(o.d_hold_runs);
+      d_req_row_offsets.Swap(o.d_req_row_offsets);
+      d_segments.Swap(o.d_segments);
+      d_pieces.Swap(o.d_pieces);
+      d_bag_counts.Swap(o.d_bag_counts);
+      pooled.Swap(o.pooled);
+      sequence.swap(o.sequence);
+    }
+  } batch, aside;
+  // Exchanges the two, with every held shard's input.
   void SwapBatch() {
-    std::swap(has_output, aside.has_output);
-    std::swap(req, aside.req);
-    std::swap(hold, aside.hold);
-    d_req_runs.Swap(aside.d_req_runs);
-    d_hold_runs.Swap(aside.d_hold_runs);
-    d_req_row_offsets.Swap(aside.d_req_row_offsets);
-    d_segments.Swap(aside.d_segments);
-    d_pieces.Swap(aside.d_pieces);
-    d_bag_counts.Swap(aside.d_bag_counts);
-    pooled.Swap(aside.pooled);
-    sequence.swap(aside.sequence);
+    batch.Swap(aside);
     for (const std::unique_ptr<DeviceTbe>& t : shards) t->SwapInput();
   }
   // The backward's holder-side gradients (alive until the next step).
@@ -131,7 +124,7 @@ struct ShardedDeviceTbe::State {
     std::vector<std::vector<int64_t>> mine(h);
     std::vector<int64_t> counts(h);
     for (size_t i = 0; i < h; ++i) {
-      for (int64_t v : hold.inputs[i].values)
+      for (int64_t v : batch.hold.inputs[i].values)
         if (v >= 0) mine[i].push_back(v);
       std::sort(mine[i].begin(), mine[i].end());
       mine[i].erase(std::unique(mine[i].begin(), mine[i].end()), mine[i].end());
@@ -441,16 +434,16 @@ absl::Status ShardedDeviceTbe::Forward(const KjtView& kjt) {
 
 absl::Status ShardedDeviceTbe::Forward(RoutedBatch routed) {
   State& s = *s_;
-  s.has_output = false;
+  s.batch.has_output = false;
   if (routed.step.id_counts.size() != static_cast<size_t>(s.routing.group_size())) {
     return absl::InvalidArgumentError("routed: not a batch routed by this module");
   }
   const KjtLayout* layout = &routed.layout;
-  s.req = std::move(routed.step);
+  s.batch.req = std::move(routed.step);
   const int m = s.routing.group_size();
   if (s.plan.fully_sharded && !s.touched_mode) GEMTB_RETURN_IF_ERROR(s.GatherShards(false));
   // Ids: the byte counts first (each holder learns what every source sends), then the bytes.
-  const std::vector<int64_t>& send_bytes = s.req.id_counts;
+  const std::vector<int64_t>& send_bytes = s.batch.req.id_counts;
   DeviceArray<int64_t> d_counts_send, d_counts_recv;
   GEMTB_RETURN_IF_ERROR(d_counts_send.Upload(send_bytes, "id byte counts"));
   GEMTB_RETURN_IF_ERROR(d_counts_recv.Allocate(static_cast<size_t>(m), "received id byte counts"));
@@ -464,7 +457,7 @@ absl::Status ShardedDeviceTbe::Forward(RoutedBatch routed) {
   std::vector<int64_t> recv_bytes;
   GEMTB_RETURN_IF_ERROR(d_counts_recv.Download(recv_bytes, "received id byte counts"));
   DeviceArray<uint8_t> d_ids_send, d_ids_recv;
-  GEMTB_RETURN_IF_ERROR(d_ids_send.Upload(s.req.id_bytes, "ids to send"));
+  GEMTB_RETURN_IF_ERROR(d_ids_send.Upload(s.batch.req.id_bytes, "ids to send"));
   GEMTB_RETURN_IF_ERROR(d_ids_recv.Allocate(static_cast<size_t>(Total(recv_bytes)), "received ids"));
   GEMTB_RETURN_IF_ERROR(s.Collective("ids.all_to_all", "sparse-mp", [&] {
     return s.exchange->AllToAllV(s.mp_ranks, d_ids_send.get(), send_bytes, Offsets(send_bytes), d_ids_recv.get(),
@@ -484,7 +477,7 @@ absl::Status ShardedDeviceTbe::Forward(RoutedBatch routed) {
   }
   absl::StatusOr<HolderStep> hold = s.routing.ReceiveIds(received);
   if (!hold.ok()) return hold.status();
-  s.hold = *std::move(hold);
+  s.batch.hold = *std::move(hold);
   if (s.touched_mode) {
     // V3 gather=touched: the ids first, then the rows they reach.
     GEMTB_RETURN_IF_ERROR(s.UnionTouched());
@@ -494,7 +487,7 @@ absl::Status ShardedDeviceTbe::Forward(RoutedBatch routed) {
   std::vector<float*> holder_arrays = {nullptr};
   std::vector<float*> holder_none;
   for (size_t i = 0; i < s.shards.size(); ++i) {
-    const HolderStep::ShardInput& in = s.hold.inputs[i];
+    const HolderStep::ShardInput& in = s.batch.hold.inputs[i];
     KjtView v;
     v.keys = in.keys;
     v.batch = static_cast<int64_t>(m) * s.local_batch;
@@ -511,20 +504,20 @@ absl::Status ShardedDeviceTbe::Forward(RoutedBatch routed) {
   }
   holder_arrays.insert(holder_arrays.end(), holder_none.begin(), holder_none.end());
   DeviceArray<float> embed_send, embed_recv;
-  GEMTB_RETURN_IF_ERROR(embed_send.Allocate(static_cast<size_t>(std::max<int64_t>(Total(s.hold.exchange_counts), 1)),
+  GEMTB_RETURN_IF_ERROR(embed_send.Allocate(static_cast<size_t>(std::max<int64_t>(Total(s.batch.hold.exchange_counts), 1)),
                                             "embeddings to send"));
-  GEMTB_RETURN_IF_ERROR(embed_recv.Allocate(static_cast<size_t>(std::max<int64_t>(Total(s.req.exchange_counts), 1)),
+  GEMTB_RETURN_IF_ERROR(embed_recv.Allocate(static_cast<size_t>(std::max<int64_t>(Total(s.batch.req.exchange_counts), 1)),
                                             "embeddings received"));
   holder_arrays[0] = embed_send.get();
   absl::StatusOr<DeviceArray<float*>*> holder_table = s.PointerTable(holder_arrays);
   if (!holder_table.ok()) return holder_table.status();
-  GEMTB_RETURN_IF_ERROR(s.d_hold_runs.Upload(s.hold.runs, "holder copy runs"));
-  GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*holder_table)->get(), s.d_hold_runs.get(),
-                                       static_cast<int64_t>(s.hold.runs.size()), s.hold.run_rows, nullptr, false));
+  GEMTB_RETURN_IF_ERROR(s.batch.d_hold_runs.Upload(s.batch.hold.runs, "holder copy runs"));
+  GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*holder_table)->get(), s.batch.d_hold_runs.get(),
+                                       static_cast<int64_t>(s.batch.hold.runs.size()), s.batch.hold.run_rows, nullptr, false));
   GEMTB_RETURN_IF_ERROR(s.Collective("embeddings.all_to_all", "sparse-mp", [&] {
-    return s.exchange->AllToAllV(s.mp_ranks, embed_send.get(), Scaled(s.hold.exchange_counts, 4),
-                                 Scaled(Offsets(s.hold.exchange_counts), 4), embed_recv.get(),
-                                 Scaled(s.req.exchange_counts, 4), Scaled(Offsets(s.req.exchange_counts), 4), nullptr);
+    return s.exchange->AllToAllV(s.mp_ranks, embed_send.get(), Scaled(s.batch.hold.exchange_counts, 4),
+                                 Scaled(Offsets(s.batch.hold.exchange_counts), 4), embed_recv.get(),
+                                 Scaled(s.batch.req.exchange_counts, 4), Scaled(Offsets(s.batch.req.exchange_counts), 4), nullptr);
   }));
   // A bounded wait before anything that could block the host behind the all-to-all (a dead rank
   // must end this one with a named error, not hang a copy).
@@ -532,46 +525,46 @@ absl::Status ShardedDeviceTbe::Forward(RoutedBatch routed) {
   // The requester's output: pooled sums of the row blocks, NONE rows placed (+0 where no holder
   // sends one: ids that read nothing).
   const int64_t b = s.local_batch, w = s.routing.pooled_width();
-  GEMTB_RETURN_IF_ERROR(s.pooled.Allocate(static_cast<size_t>(b * w), "pooled output"));
-  s.sequence.clear();
+  GEMTB_RETURN_IF_ERROR(s.batch.pooled.Allocate(static_cast<size_t>(b * w), "pooled output"));
+  s.batch.sequence.clear();
   std::vector<float*> req_arrays = {embed_recv.get()};
   for (size_t k = 0; k < s.routing.sequence_keys().size(); ++k) {
     const int key = s.routing.sequence_keys()[k];
     const int64_t dim = s.config.tables[static_cast<size_t>(s.config.features[static_cast<size_t>(key)].table)].dim;
     const int64_t n =
         layout->offsets[static_cast<size_t>((key + 1) * b)] - layout->offsets[static_cast<size_t>(key * b)];
-    s.sequence.emplace_back();
+    s.batch.sequence.emplace_back();
     GEMTB_RETURN_IF_ERROR(
-        s.sequence.back().Allocate(static_cast<size_t>(std::max<int64_t>(n * dim, 1)), "sequence output"));
-    GEMTB_RETURN_IF_ERROR(s.sequence.back().Zero("sequence output"));
-    req_arrays.push_back(s.sequence.back().get());
+        s.batch.sequence.back().Allocate(static_cast<size_t>(std::max<int64_t>(n * dim, 1)), "sequence output"));
+    GEMTB_RETURN_IF_ERROR(s.batch.sequence.back().Zero("sequence output"));
+    req_arrays.push_back(s.batch.sequence.back().get());
   }
-  GEMTB_RETURN_IF_ERROR(s.d_segments.Upload(s.req.segments, "pooled segments"));
-  GEMTB_RETURN_IF_ERROR(s.d_pieces.Upload(s.req.pieces, "pooled pieces"));
-  GEMTB_RETURN_IF_ERROR(s.d_bag_counts.Upload(s.req.bag_counts, "bag counts"));
-  GEMTB_RETURN_IF_ERROR(LaunchPooledGather(s.d_segments.get(), static_cast<int64_t>(s.req.segments.size()),
-                                           s.d_pieces.get(), embed_recv.get(), s.d_bag_counts.get(), b, w,
-                                           s.pooled.get()));
+  GEMTB_RETURN_IF_ERROR(s.batch.d_segments.Upload(s.batch.req.segments, "pooled segments"));
+  GEMTB_RETURN_IF_ERROR(s.batch.d_pieces.Upload(s.batch.req.pieces, "pooled pieces"));
+  GEMTB_RETURN_IF_ERROR(s.batch.d_bag_counts.Upload(s.batch.req.bag_counts, "bag counts"));
+  GEMTB_RETURN_IF_ERROR(LaunchPooledGather(s.batch.d_segments.get(), static_cast<int64_t>(s.batch.req.segments.size()),
+                                           s.batch.d_pieces.get(), embed_recv.get(), s.batch.d_bag_counts.get(), b, w,
+                                           s.batch.pooled.get()));
   absl::StatusOr<DeviceArray<float*>*> req_table = s.PointerTable(req_arrays);
   if (!req_table.ok()) return req_table.status();
-  GEMTB_RETURN_IF_ERROR(s.d_req_runs.Upload(s.req.sequence_runs, "requester copy runs"));
-  GEMTB_RETURN_IF_ERROR(s.d_req_row_offsets.Upload(s.req.sequence_row_offsets, "requester row offsets"));
-  GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*req_table)->get(), s.d_req_runs.get(),
-                                       static_cast<int64_t>(s.req.sequence_runs.size()), s.req.sequence_rows,
-                                       s.d_req_row_offsets.get(), false));
+  GEMTB_RETURN_IF_ERROR(s.batch.d_req_runs.Upload(s.batch.req.sequence_runs, "requester copy runs"));
+  GEMTB_RETURN_IF_ERROR(s.batch.d_req_row_offsets.Upload(s.batch.req.sequence_row_offsets, "requester row offsets"));
+  GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*req_table)->get(), s.batch.d_req_runs.get(),
+                                       static_cast<int64_t>(s.batch.req.sequence_runs.size()), s.batch.req.sequence_rows,
+                                       s.batch.d_req_row_offsets.get(), false));
   GEMTB_RETURN_IF_ERROR(s.exchange->Synchronize(nullptr, "the embeddings' assembly"));
   s.pointer_tables.clear();
-  s.has_output = true;
+  s.batch.has_output = true;
   return absl::OkStatus();
 }
 
 absl::StatusOr<DeviceOutputView> ShardedDeviceTbe::DeviceOutput() const {
-  if (!s_->has_output) return absl::FailedPreconditionError("DeviceOutput: no forward has run");
+  if (!s_->batch.has_output) return absl::FailedPreconditionError("DeviceOutput: no forward has run");
   DeviceOutputView out;
-  out.pooled = s_->pooled.get();
+  out.pooled = s_->batch.pooled.get();
   out.pooled_width = s_->routing.pooled_width();
   out.sequence_keys = s_->routing.sequence_keys();
-  for (const DeviceArray<float>& a : s_->sequence) {
+  for (const DeviceArray<float>& a : s_->batch.sequence) {
     out.sequence.push_back(a.get());
     out.sequence_size.push_back(static_cast<int64_t>(a.size()));
   }
@@ -580,33 +573,33 @@ absl::StatusOr<DeviceOutputView> ShardedDeviceTbe::DeviceOutput() const {
 
 absl::Status ShardedDeviceTbe::Backward(const float* pooled_grad, absl::Span<const float* const> sequence_grads) {
   State& s = *s_;
-  if (!s.has_output) return absl::FailedPreconditionError("Backward: no forward has run");
-  if (sequence_grads.size() != s.sequence.size()) {
+  if (!s.batch.has_output) return absl::FailedPreconditionError("Backward: no forward has run");
+  if (sequence_grads.size() != s.batch.sequence.size()) {
     return absl::InvalidArgumentError(absl::StrCat("sequence_grads: ", sequence_grads.size(),
-                                                   " arrays, expected one per NONE key (", s.sequence.size(), ")"));
+                                                   " arrays, expected one per NONE key (", s.batch.sequence.size(), ")"));
   }
   const int64_t b = s.local_batch, w = s.routing.pooled_width();
   if (pooled_grad == nullptr && b * w > 0) return absl::InvalidArgumentError("pooled_grad: null");
   // The requester's gradients into the exchange layout.
   DeviceArray<float> grad_send, grad_recv;
   GEMTB_RETURN_IF_ERROR(
-      grad_send.Allocate(static_cast<size_t>(std::max<int64_t>(Total(s.req.exchange_counts), 1)), "gradients to send"));
-  GEMTB_RETURN_IF_ERROR(grad_recv.Allocate(static_cast<size_t>(std::max<int64_t>(Total(s.hold.exchange_counts), 1)),
+      grad_send.Allocate(static_cast<size_t>(std::max<int64_t>(Total(s.batch.req.exchange_counts), 1)), "gradients to send"));
+  GEMTB_RETURN_IF_ERROR(grad_recv.Allocate(static_cast<size_t>(std::max<int64_t>(Total(s.batch.hold.exchange_counts), 1)),
                                            "gradients received"));
-  GEMTB_RETURN_IF_ERROR(LaunchPooledScatter(s.d_segments.get(), static_cast<int64_t>(s.req.segments.size()),
-                                            s.d_pieces.get(), pooled_grad, s.d_bag_counts.get(), b, w,
+  GEMTB_RETURN_IF_ERROR(LaunchPooledScatter(s.batch.d_segments.get(), static_cast<int64_t>(s.batch.req.segments.size()),
+                                            s.batch.d_pieces.get(), pooled_grad, s.batch.d_bag_counts.get(), b, w,
                                             grad_send.get()));
   std::vector<float*> req_arrays = {grad_send.get()};
   for (const float* g : sequence_grads) req_arrays.push_back(const_cast<float*>(g));
   absl::StatusOr<DeviceArray<float*>*> req_table = s.PointerTable(req_arrays);
   if (!req_table.ok()) return req_table.status();
-  GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*req_table)->get(), s.d_req_runs.get(),
-                                       static_cast<int64_t>(s.req.sequence_runs.size()), s.req.sequence_rows,
-                                       s.d_req_row_offsets.get(), true));
+  GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*req_table)->get(), s.batch.d_req_runs.get(),
+                                       static_cast<int64_t>(s.batch.req.sequence_runs.size()), s.batch.req.sequence_rows,
+                                       s.batch.d_req_row_offsets.get(), true));
   GEMTB_RETURN_IF_ERROR(s.Collective("embedding_grads.all_to_all", "sparse-mp", [&] {
     return s.exchange->AllToAllV(
-        s.mp_ranks, grad_send.get(), Scaled(s.req.exchange_counts, 4), Scaled(Offsets(s.req.exchange_counts), 4),
-        grad_recv.get(), Scaled(s.hold.exchange_counts, 4), Scaled(Offsets(s.hold.exchange_counts), 4), nullptr);
+        s.mp_ranks, grad_send.get(), Scaled(s.batch.req.exchange_counts, 4), Scaled(Offsets(s.batch.req.exchange_counts), 4),
+        grad_recv.get(), Scaled(s.batch.hold.exchange_counts, 4), Scaled(Offsets(s.batch.hold.exchange_counts), 4), nullptr);
   }));
   GEMTB_RETURN_IF_ERROR(s.exchange->Synchronize(nullptr, "the embedding gradients' all-to-all"));
   // The holder's gradients per held shard, in its output's shapes.
@@ -633,8 +626,8 @@ absl::Status ShardedDeviceTbe::Backward(const float* pooled_grad, absl::Span<con
   holder_arrays.insert(holder_arrays.end(), holder_none.begin(), holder_none.end());
   absl::StatusOr<DeviceArray<float*>*> holder_table = s.PointerTable(holder_arrays);
   if (!holder_table.ok()) return holder_table.status();
-  GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*holder_table)->get(), s.d_hold_runs.get(),
-                                       static_cast<int64_t>(s.hold.runs.size()), s.hold.run_rows, nullptr, true));
+  GEMTB_RETURN_IF_ERROR(LaunchCopyRuns((*holder_table)->get(), s.batch.d_hold_runs.get(),
+                                       static_cast<int64_t>(s.batch.hold.runs.size()), s.batch.hold.run_rows, nullptr, true));
   // V3 gathers the shards again for the update (the forward's copy is not kept unless asked).
   if (s.plan.fully_sharded && !s.plan.keep_gathered) GEMTB_RETURN_IF_ERROR(s.GatherShards(s.touched_mode));
   for (size_t i = 0; i < s.shards.size(); ++i) {
