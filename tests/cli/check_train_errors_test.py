@@ -32,6 +32,7 @@ def main():
     expect(["--param-bound", "-1"], 2, "--param-bound=-1")
     expect(["--config", "no-such-config"], 2, "no-such-config")
     expect(["--nosuch"], 2, "--nosuch")
+    expect(["--pipeline", "async"], 2, "--pipeline: 'async' is not sync or semi-sync")
     # This test runs where CI runs: without a GPU the command must say so, not train.
     p = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True) if shutil.which("nvidia-smi") else None
     if p is None or p.returncode != 0:

@@ -117,6 +117,8 @@ def cpu_part(d):
                        (["--matmul", "fp16"], '--matmul: "fp16"'), (["--attention", "tf32"], '--attention: "tf32"'),
                        (["--eval-samples", "-1"], "--eval-samples: -1"), (["--seed", "-2"], "--seed: -2"),
                        (["--schedule-steps", "0"], "--schedule-steps: 0"), (["--steps", "x"], "--steps"),
+                       (["--pipeline", "async"], "--pipeline: 'async' is not sync or semi-sync"),
+                       (["--param-prefetch"], "--param-prefetch: a job's option"),
                        (["--nosuch", "1"], "nosuch"), (["--checkpoint-every", "-1"], "--checkpoint-every: -1"),
                        (["--report", os.path.join(d, "missing", "r.json")], "--report"),
                        (["--trace", os.path.join(d, "missing", "t.json")], "--trace"),
@@ -205,6 +207,8 @@ def job_bad_input(d):
                         "--crash-checkpoint-after-bytes: a single process only"),
                        (["--plan", "DP"], "--plan: plan.tables[0] (table 'user'): DP tables are not run by the GPU"),
                        (["--plan", "RW", "--gpus-per-host", "0"], "--gpus-per-host: 0"),
+                       (["--pipeline", "semi-sync", "--checkpoint", ck],
+                        "--pipeline: semi-sync in a job writes no checkpoint"),
                        (None, "--local-batch: 600000 on 2 ranks")):
         flags = GPU + bad if bad else GPU[:3] + ["600000"] + GPU[4:]
         p = run(["train"] + flags, expect=2, env=env)
