@@ -83,6 +83,14 @@ def main():
         ranks.assert_ok(ranks.run_job(BASE + plan + ["--checkpoint", folder], 2, kind="mpi"))
         assert ranks.arrays_of_folder(folder) == (3, expected2)
 
+        # The semi-synchronous pipeline: 2 processes == 2 virtual ranks, and not the synchronous run.
+        semi = ["--pipeline", "semi-sync"]
+        expected_semi, _ = alone(plan + semi + ["--plan-ranks", "2"], os.path.join(d, "alone2_semi.bin"))
+        assert expected_semi != expected2
+        folder = os.path.join(d, "two_semi")
+        ranks.assert_ok(ranks.run_job(BASE + plan + semi + ["--checkpoint", folder], 2))
+        assert ranks.arrays_of_folder(folder) == (3, expected_semi)
+
         # Fully sharded 2D (mp_group 2 of 4 ranks) across processes == its virtual run.
         expected_fs, _ = alone(["--plan", fully, "--plan-ranks", "4"], os.path.join(d, "alone_fs.bin"))
         folder = os.path.join(d, "fully")
@@ -143,6 +151,8 @@ def main():
         fails(["--plan", "TW", "--plan-ranks", "32"], "--batch: 16 is not divisible by the plan's world size 32")
         fails(["--plan", fully, "--plan-ranks", "4", "--resume", os.path.join(d, "alone_fs.bin")], "--resume: the plan is 2D")
         fails(["--plan", "TW", "--plan-ranks", "4"], "--plan-ranks: 4 is not the job's world size 2", world=2)
+        fails(["--plan", fully, "--plan-ranks", "4", "--pipeline", "semi-sync"],
+              "plan.fully_sharded: the semi-synchronous pipeline does not run")
     print("ok")
     return 0
 
