@@ -12,10 +12,12 @@
 #      `torchrun --standalone --nproc-per-node N --no-python gemtb train`, its report and trace, and
 #      its per-step losses against the one-GPU run's (tools/lib/compare_train_logs.py: every logged
 #      loss within 1e-4 relative, as a reduction's rounding moves them); on 2 GPUs or more the same
-#      with the tables sharded by tools/bench/plans/tiny_mixed_1d.json and, on 4,
-#      tiny_fully_sharded_2d.json (M = 2 positions, 2 replicas), against the same one-GPU run and
-#      against `gemtb ref train` with the same plan on N virtual ranks (the oracle's sharded
-#      execution, on this host's CPU; every loss within 1e-5 relative);
+#      with --param-prefetch (the dense collectives unit by unit), and with the tables sharded by
+#      tools/bench/plans/tiny_mixed_1d.json (against the same one-GPU run) and, on 4,
+#      tiny_fully_sharded_2d.json (M = 2 positions, 2 replicas; not one model), each against
+#      `gemtb ref train` with the same plan on N virtual ranks (the oracle's sharded execution, on
+#      this host's CPU; every loss within 1e-5 relative), and the 1D plan under --pipeline semi-sync
+#      against the oracle's semi-synchronous run of it;
 #   2b. on 2 GPUs: a sharded tiny job's checkpoint and resume (10 steps, resume to 20) against 20
 #      steps straight: the same losses after the resume and the same step-20 checkpoint bytes;
 #   3. for each N: the small config at a fixed local batch (--small-batch per GPU, --small-steps
@@ -87,14 +89,23 @@ for n in $gpus_list; do
   if [ "$n" -gt 1 ] && [ -f "$out/job_tiny_1.log" ]; then
     python3 tools/lib/compare_train_logs.py "$out/job_tiny_1.log" "$out/job_tiny_$n.log" --rel 1e-4 \
       | tee -a "$out/summary.txt" || rc=1
+    # The dense collectives unit by unit: the same steps within a reduction's rounding.
+    run_job "$n" "job_tiny_prefetch_$n" --config tiny --local-batch $((tiny_batch / n)) --steps "$tiny_steps" \
+      --matmul fp32 --attention fp32 --eval-samples 1024 --param-prefetch \
+      && python3 tools/lib/compare_train_logs.py "$out/job_tiny_1.log" "$out/job_tiny_prefetch_$n.log" --rel 1e-4 \
+      | sed 's/^/--param-prefetch: /' | tee -a "$out/summary.txt" || rc=1
     plans=(tiny_mixed_1d)
     [ "$n" -ge 4 ] && plans+=(tiny_fully_sharded_2d)
     for plan in "${plans[@]}"; do
       run_job "$n" "job_tiny_${plan}_$n" --config tiny --local-batch $((tiny_batch / n)) --steps "$tiny_steps" \
         --matmul fp32 --attention fp32 --eval-samples 1024 --plan "tools/bench/plans/$plan.json" \
-        --trace "$out/trace_tiny_${plan}_$n.json" \
-        && python3 tools/lib/compare_train_logs.py "$out/job_tiny_1.log" "$out/job_tiny_${plan}_$n.log" --rel 1e-4 \
-        | tee -a "$out/summary.txt" || rc=1
+        --trace "$out/trace_tiny_${plan}_$n.json" || rc=1
+      # A 1D plan is one model: the one-GPU run's steps. Fully sharded 2D averages its replica groups'
+      # copies: only the oracle's sharded run of the same plan (below) is its reference.
+      if [ "$plan" = tiny_mixed_1d ] && [ -f "$out/job_tiny_${plan}_$n.log" ]; then
+        python3 tools/lib/compare_train_logs.py "$out/job_tiny_1.log" "$out/job_tiny_${plan}_$n.log" --rel 1e-4 \
+          | tee -a "$out/summary.txt" || rc=1
+      fi
       # The oracle's sharded execution of the same plan on N virtual ranks (the CPU of this host):
       # every step's loss within the spec's fp32 bound (1e-5 relative) of the GPU job's.
       timeout 300 "$gemtb" ref train --config tiny --batch "$tiny_batch" --steps "$tiny_steps" --plan "tools/bench/plans/$plan.json" \
@@ -102,6 +113,14 @@ for n in $gpus_list; do
         && python3 tools/lib/compare_train_logs.py "$out/ref_tiny_${plan}_$n.log" "$out/job_tiny_${plan}_$n.log" --rel 1e-5 \
         | sed 's/^/oracle vs GPU job: /' | tee -a "$out/summary.txt" || rc=1
     done
+    # The semi-synchronous pipeline with the 1D plan's sharded tables against the oracle's.
+    run_job "$n" "job_tiny_semi_$n" --config tiny --local-batch $((tiny_batch / n)) --steps "$tiny_steps" \
+      --matmul fp32 --attention fp32 --eval-samples 1024 --plan tools/bench/plans/tiny_mixed_1d.json --pipeline semi-sync \
+      && timeout 300 "$gemtb" ref train --config tiny --batch "$tiny_batch" --steps "$tiny_steps" \
+        --plan tools/bench/plans/tiny_mixed_1d.json --plan-ranks "$n" --pipeline semi-sync --log-every 1 \
+        --eval-samples 1024 >"$out/ref_tiny_semi_$n.log" 2>&1 \
+      && python3 tools/lib/compare_train_logs.py "$out/ref_tiny_semi_$n.log" "$out/job_tiny_semi_$n.log" --rel 1e-5 \
+      | sed 's/^/semi-sync, oracle vs GPU job: /' | tee -a "$out/summary.txt" || rc=1
   fi
 done
 # A sharded job's checkpoint and resume on 2 GPUs: 20 steps straight, against 10 steps, a checkpoint
