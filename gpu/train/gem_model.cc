@@ -823,6 +823,9 @@ absl::StatusOr<std::unique_ptr<GemModelGpu>> GemModelGpu::Create(const gemtb::mo
                                                                  const GemModelOptions& options) {
   absl::StatusOr<GemGeometry> geometry = gemtb::model::MakeGemGeometry(config);
   if (!geometry.ok()) return geometry.status();
+  if (geometry->experts != 1)
+    return absl::UnimplementedError(absl::StrCat("arch.wukong.experts.count: ", geometry->experts,
+                                                 " (the GPU model runs one Wukong expert; the oracle runs more)"));
   auto impl = std::make_unique<Impl>();
   impl->g = *std::move(geometry);
   impl->options = options;

@@ -35,9 +35,6 @@ absl::StatusOr<GemGeometry> MakeGemGeometry(const ModelConfig& c) {
   for (const auto& f : c.features)
     if (f.pooling == Pooling::kNone)
       return bad(absl::StrCat("features.", f.name, ".pooling: none is not a pooled feature"));
-  if (c.arch.wukong.experts.count != 1)
-    return absl::UnimplementedError(absl::StrCat("arch.wukong.experts.count: ", c.arch.wukong.experts.count,
-                                                 " (the GEM-like model's executors run one expert)"));
   if (c.head.widths.size() < 2) return bad("head.widths: needs at least input and output widths");
   g.d = static_cast<int>(c.d);
   g.heads = static_cast<int>(c.heads);
@@ -52,6 +49,7 @@ absl::StatusOr<GemGeometry> MakeGemGeometry(const ModelConfig& c) {
   g.n_f = static_cast<int>(c.arch.wukong.n_f);
   g.n_l = static_cast<int>(c.arch.wukong.n_l);
   g.wk_h = static_cast<int>(c.arch.wukong.hidden);
+  g.experts = static_cast<int>(c.arch.wukong.experts.count);  // dividing H (model_config.cc checks it)
   g.ffn = static_cast<int>(c.arch.f * c.d);
   g.num_tasks = static_cast<int>(c.NumTasks());
   g.layers = static_cast<int>(c.arch.layers);
@@ -96,8 +94,18 @@ absl::StatusOr<GemGeometry> MakeGemGeometry(const ModelConfig& c) {
     AddCross(L, g, name + ".cross");
     L.Add(name + ".wukong.y", {n_z, g.wk_k}, ParamInit::kFanIn, n_z);
     AddLayerNorm(L, name + ".wukong.ln_flat", n_z * g.wk_k);
-    AddLinear(L, name + ".wukong.mlp1", n_z * g.wk_k, g.wk_h);
-    AddLinear(L, name + ".wukong.mlp2", g.wk_h, g.n_f * d);
+    if (g.experts == 1) {
+      AddLinear(L, name + ".wukong.mlp1", n_z * g.wk_k, g.wk_h);
+      AddLinear(L, name + ".wukong.mlp2", g.wk_h, g.n_f * d);
+    } else {
+      // y = sum_e MLP_e(x), each H / E wide, with one output bias.
+      const int he = g.wk_h / g.experts;
+      for (int e = 0; e < g.experts; ++e) {
+        AddLinear(L, absl::StrCat(name, ".wukong.mlp1.e", e), n_z * g.wk_k, he);
+        L.Add(absl::StrCat(name, ".wukong.mlp2.e", e, ".w"), {he, g.n_f * d}, ParamInit::kFanIn, he);
+      }
+      L.Add(name + ".wukong.mlp2.b", {g.n_f * d}, ParamInit::kZero);
+    }
     AddTokenMix(L, name + ".wukong.lcb", n_z, g.n_l);
     AddTokenMix(L, name + ".wukong.lce_res", n_z, g.n_x);
     AddLayerNorm(L, name + ".wukong.ln_out", d);

@@ -10,7 +10,8 @@
 //   Attention "<p>":  the Linears <p>.wq, .wk, .wv, .wo [d, d]
 // in this order: embed.dense (Linear m -> n_d d), embed.lce_in (TokenMix F + n_d -> n_x); per layer
 // l = 1..L: L<l>.cross (see AddCross), L<l>.wukong.{y [n_z, k], ln_flat, mlp1, mlp2, lcb, lce_res,
-// ln_out}, per sequence j: L<l>.seq<j>.{ln_a, attn_a, ln_b, attn_b, ln_c, ffn1, ffn2}; final.cross;
+// ln_out} (with E > 1 experts, in place of mlp1 and mlp2: per expert e the Linear mlp1.e<e>
+// [n_z k, H/E] and the weight mlp2.e<e>.w [H/E, n_F d], then the shared bias mlp2.b), per sequence j: L<l>.seq<j>.{ln_a, attn_a, ln_b, attn_b, ln_c, ffn1, ffn2}; final.cross;
 // head.mlp<i>. A cross "<c>": <c>.lce_s (TokenMix n_x -> n_s), <c>.x_gate, per j: <c>.seq<j>.pma.seeds
 // [k_p, d] (fan-in 1), <c>.seq<j>.pma (Attention), <c>.seq<j>.sum_gate.
 #ifndef GEMTB_MODEL_DESCRIPTION_GEM_GEOMETRY_H_
@@ -38,6 +39,7 @@ struct GemGeometry {
   int d = 0, heads = 0, num_features = 0, dense_m = 0, n_d = 0;
   int n_x = 0, n_s = 0, k_p = 0, k_r = 0, wk_k = 0, n_f = 0, n_l = 0, wk_h = 0, ffn = 0;
   int num_tasks = 0, layers = 0;
+  int experts = 1;  // E: the FMB MLP is sum_e MLP_e, each wk_h / E wide
   bool compskip = false;
   std::vector<GemSequenceGeometry> seqs;
   std::vector<int> head_widths;  // the head MLP's widths, input first
@@ -55,7 +57,7 @@ struct GemGeometry {
 };
 
 // InvalidArgument / Unimplemented naming the config field for what the model does not support
-// (head dims must be even; one Wukong expert; SiLU sequences; position RoPE only; ...).
+// (head dims must be even; SiLU sequences; position RoPE only; ...).
 absl::StatusOr<GemGeometry> MakeGemGeometry(const ModelConfig& config);
 
 // One FSDP unit of the dense parameters: a checkpoint region of the model description ("E.dense",

@@ -124,8 +124,21 @@ absl::StatusOr<GemModel> GemModel::Create(const ModelConfig& c) {
     Wukong& w = layer.wukong;
     w.y = L.Ref(name + ".wukong.y", {n_z, m.wk_k_});
     w.ln_flat = LayerNorm::Bind(L, name + ".wukong.ln_flat", n_z * m.wk_k_);
-    w.mlp1 = Linear::Bind(L, name + ".wukong.mlp1", n_z * m.wk_k_, m.wk_h_);
-    w.mlp2 = Linear::Bind(L, name + ".wukong.mlp2", m.wk_h_, m.n_f_ * d);
+    if (g.experts == 1) {
+      w.mlp1.push_back(Linear::Bind(L, name + ".wukong.mlp1", n_z * m.wk_k_, m.wk_h_));
+      w.mlp2.push_back(Linear::Bind(L, name + ".wukong.mlp2", m.wk_h_, m.n_f_ * d));
+    } else {
+      const int he = m.wk_h_ / g.experts;
+      for (int e = 0; e < g.experts; ++e) {
+        w.mlp1.push_back(Linear::Bind(L, absl::StrCat(name, ".wukong.mlp1.e", e), n_z * m.wk_k_, he));
+        Linear second;
+        second.in = he;
+        second.out = m.n_f_ * d;
+        second.w = L.Ref(absl::StrCat(name, ".wukong.mlp2.e", e, ".w"), {he, m.n_f_ * d});
+        w.mlp2.push_back(second);  // no bias: the experts share mlp2_bias
+      }
+      w.mlp2_bias = L.Ref(name + ".wukong.mlp2.b", {m.n_f_ * d});
+    }
     w.lcb = TokenMix::Bind(L, name + ".wukong.lcb", n_z, m.n_l_, d);
     w.res = TokenMix::Bind(L, name + ".wukong.lce_res", n_z, m.n_x_, d);
     w.ln_out = LayerNorm::Bind(L, name + ".wukong.ln_out", d);
@@ -269,12 +282,24 @@ class Pass {
     wt.flat_rstd.resize(1);
     wt.h1.resize(wt.bm.size());
     w.ln_flat.Forward(p_, wt.bm.data(), 1, wt.h1.data(), wt.flat_hat.data(), wt.flat_rstd.data());
+    // Expert e's hidden units at [e H/E, (e + 1) H/E) of u1 and g1.
     wt.u1.resize(m_.wk_h_);
     wt.g1.resize(m_.wk_h_);
-    w.mlp1.Forward(p_, wt.h1.data(), 1, wt.u1.data());
+    for (size_t e = 0; e < w.mlp1.size(); ++e) w.mlp1[e].Forward(p_, wt.h1.data(), 1, wt.u1.data() + e * w.mlp1[e].out);
     GeluForward(wt.u1.data(), wt.u1.size(), wt.g1.data());
     wt.pre.resize(static_cast<size_t>(n_x) * d);
-    w.mlp2.Forward(p_, wt.g1.data(), 1, wt.pre.data());
+    if (w.mlp2.size() == 1) {
+      w.mlp2[0].Forward(p_, wt.g1.data(), 1, wt.pre.data());
+    } else {
+      // ((b + y_0) + y_1) + ...: the shared bias, then each expert's output in expert order.
+      const size_t nf = static_cast<size_t>(m_.n_f_) * d;
+      std::copy(p_.W(w.mlp2_bias), p_.W(w.mlp2_bias) + nf, wt.pre.begin());
+      std::vector<T> y(nf);
+      for (size_t e = 0; e < w.mlp2.size(); ++e) {
+        w.mlp2[e].Forward(p_, wt.g1.data() + e * w.mlp2[e].in, 1, y.data());
+        AddInto(y.data(), nf, wt.pre.data());
+      }
+    }
     // LCB = W_L Z, then + LCE_res(Z).
     w.lcb.Forward(p_, wt.z.data(), wt.pre.data() + static_cast<size_t>(m_.n_f_) * d);
     std::vector<T> res(static_cast<size_t>(n_x) * d);
@@ -299,9 +324,19 @@ class Pass {
     w.res.Backward(p_, wt.z.data(), dpre.data(), dz.data());
     w.lcb.Backward(p_, wt.z.data(), dpre.data() + static_cast<size_t>(m_.n_f_) * d, dz.data());
     std::vector<T> dg1(m_.wk_h_, T(0)), du1(m_.wk_h_, T(0)), dh1(wt.bm.size(), T(0)), dbm(wt.bm.size(), T(0));
-    w.mlp2.Backward(p_, wt.g1.data(), dpre.data(), 1, dg1.data(), t_.scratch);
+    if (w.mlp2.size() > 1) {
+      // The shared bias takes the first n_F d rows' gradient once.
+      AddInto(dpre.data(), static_cast<size_t>(m_.n_f_) * d, p_.G(w.mlp2_bias));
+    }
+    for (size_t e = 0; e < w.mlp2.size(); ++e) {
+      w.mlp2[e].Backward(p_, wt.g1.data() + e * w.mlp2[e].in, dpre.data(), 1, dg1.data() + e * w.mlp2[e].in,
+                         t_.scratch);
+    }
     GeluBackward(wt.u1.data(), dg1.data(), du1.size(), du1.data());
-    w.mlp1.Backward(p_, wt.h1.data(), du1.data(), 1, dh1.data(), t_.scratch);
+    // dh1 = sum_e du1_e W1_e^T, added in expert order.
+    for (size_t e = 0; e < w.mlp1.size(); ++e) {
+      w.mlp1[e].Backward(p_, wt.h1.data(), du1.data() + e * w.mlp1[e].out, 1, dh1.data(), t_.scratch);
+    }
     w.ln_flat.Backward(p_, wt.flat_hat.data(), wt.flat_rstd.data(), dh1.data(), 1, dbm.data());
     // bm = z a: dz += dbm a^T, da = z^T dbm.
     std::vector<T> da(static_cast<size_t>(d) * k, T(0));

@@ -80,7 +80,10 @@ class GemModel {
   struct Wukong {
     ParamRef y;        // [n_z, k]
     LayerNorm ln_flat; // over n_z * k
-    Linear mlp1, mlp2; // n_z k -> H -> n_F d
+    // Per expert e: n_z k -> H/E -> n_F d (one expert: the whole MLP with its output bias; more:
+    // the experts' second layers without one, their outputs summed in expert order onto mlp2_bias).
+    std::vector<Linear> mlp1, mlp2;
+    ParamRef mlp2_bias;
     TokenMix lcb, res; // n_z -> n_L, n_z -> n_x
     LayerNorm ln_out;  // over d
   };

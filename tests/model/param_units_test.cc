@@ -1,6 +1,6 @@
 // The dense parameters' FSDP units (ParamUnits, gem_geometry.h): they cover the flat layout once in
 // order, one per checkpoint region of the model description that holds parameters, and each holds
-// exactly the parameters the op graph counts for its region.
+// exactly the parameters the op graph counts for its region (with one Wukong expert or two).
 #include <map>
 #include <string>
 
@@ -11,9 +11,10 @@
 namespace gemtb::model {
 namespace {
 
-void ExpectUnitsAreTheGraphsRegions(const std::string& name) {
+void ExpectUnitsAreTheGraphsRegions(const std::string& name, int64_t experts = 1) {
   absl::StatusOr<ModelConfig> config = LoadModelConfig(name);
   ASSERT_TRUE(config.ok()) << config.status();
+  config->arch.wukong.experts.count = experts;
   absl::StatusOr<GemGeometry> g = MakeGemGeometry(*config);
   ASSERT_TRUE(g.ok()) << g.status();
   absl::StatusOr<ModelGraph> graph = ExpandModel(*config);
@@ -39,6 +40,9 @@ void ExpectUnitsAreTheGraphsRegions(const std::string& name) {
 
 TEST(ParamUnits, AreTheGraphsRegionsInForwardOrderOnTiny) { ExpectUnitsAreTheGraphsRegions("tiny"); }
 TEST(ParamUnits, AreTheGraphsRegionsInForwardOrderOnSmall) { ExpectUnitsAreTheGraphsRegions("small"); }
+// Two Wukong experts: their layers and the shared output bias are the graph's fmb_mlp*.e<e> and
+// fmb_expert_sum parameters.
+TEST(ParamUnits, AreTheGraphsRegionsWithTwoWukongExperts) { ExpectUnitsAreTheGraphsRegions("tiny", 2); }
 
 }  // namespace
 }  // namespace gemtb::model

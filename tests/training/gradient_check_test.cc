@@ -1,8 +1,10 @@
 // row 6: fp64 central differences (h = 1e-6) of the whole tiny model, random directions,
 // relative error <= 1e-6. The model is smooth everywhere (GELU, SiLU, sigmoid gates, LayerNorm,
 // RMS QK-norm, BCE with logits), so the smooth variant is the model itself.
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -28,9 +30,11 @@ struct Problem {
   std::vector<std::vector<double>> tables;
 };
 
-Problem MakeProblem(uint64_t seed) {
+// `experts` > 1: tiny's Wukong MLP as that many experts (H split among them).
+Problem MakeProblem(uint64_t seed, int64_t experts = 1) {
   absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig("tiny");
   EXPECT_TRUE(config.ok()) << config.status();
+  config->arch.wukong.experts.count = experts;
   absl::StatusOr<GemModel> model = GemModel::Create(*config);
   EXPECT_TRUE(model.ok()) << model.status();
   Problem p{*config, *model, ModelEmbeddingConfig(*config, 0.1f, seed), {}, {}, {}};
@@ -114,6 +118,75 @@ TEST(GradientCheck, WholeTinyModelMatchesCentralDifferencesInRandomDirections) {
     const double err = RelativeError(p, g, up, ut, &analytic);
     EXPECT_LE(err, kTolerance) << "trial " << trial << " analytic " << analytic;
   }
+}
+
+// Two Wukong experts (y = sum_e MLP_e(x) with one output bias): every parameter tensor, the experts'
+// own included, against central differences.
+TEST(GradientCheck, TwoWukongExpertsMatchCentralDifferences) {
+  const Problem p = MakeProblem(13, 2);
+  const Gradient g = Grad(p);
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<std::vector<double>> zero_tables;
+  for (const auto& t : p.tables) zero_tables.emplace_back(t.size(), 0.0);
+  int expert_tensors = 0;
+  for (const ParamInfo& info : p.model.layout().params()) {
+    if (info.name.find(".wukong.mlp") == std::string::npos) continue;
+    ++expert_tensors;
+    std::vector<double> up(p.params.size(), 0.0);
+    for (size_t e = 0; e < info.ref.size; ++e) up[info.ref.offset + e] = normal(rng);
+    double analytic = 0;
+    const double err = RelativeError(p, g, up, zero_tables, &analytic, 1e-3);
+    EXPECT_LE(err, kTolerance) << info.name << " analytic " << analytic;
+  }
+  // Per layer: mlp1.e0 (w, b), mlp2.e0.w, mlp1.e1 (w, b), mlp2.e1.w, mlp2.b.
+  EXPECT_EQ(expert_tensors, 7 * static_cast<int>(p.config.arch.layers));
+  std::vector<double> up(p.params.size());
+  for (double& x : up) x = normal(rng);
+  EXPECT_LE(RelativeError(p, g, up, zero_tables), kTolerance);
+}
+
+// y = sum_e MLP_e(x): two experts holding the halves of one MLP's hidden units (the first layer's
+// columns and biases, the second layer's rows, its bias shared) compute the one-expert model.
+TEST(GradientCheck, TwoExpertsHoldingHalvesOfTheMlpAreTheOneExpertModel) {
+  const Problem one = MakeProblem(17), two = MakeProblem(17, 2);
+  const ParamLayout& l1 = one.model.layout();
+  auto slice = [&](const std::string& name) {
+    for (const ParamInfo& info : l1.params())
+      if (info.name == name) return info;
+    ADD_FAILURE() << "no " << name;
+    return ParamInfo{};
+  };
+  std::vector<double> params(two.params.size(), 0.0);
+  const int64_t H = one.config.arch.wukong.hidden, he = H / 2;
+  for (const ParamInfo& info : two.model.layout().params()) {
+    double* dst = params.data() + info.ref.offset;
+    const size_t e_at = info.name.find(".e");
+    const bool expert = info.name.find(".wukong.mlp") != std::string::npos && e_at != std::string::npos;
+    if (!expert) {  // the same parameter (mlp2.b is the one MLP's output bias)
+      const ParamInfo& src = slice(info.name);
+      std::copy_n(one.params.data() + src.ref.offset, info.ref.size, dst);
+      continue;
+    }
+    const int e = info.name[e_at + 2] - '0';
+    const std::string base = info.name.substr(0, e_at);  // "L<l>.wukong.mlp1" or ".mlp2"
+    const std::string part = info.name.substr(info.name.rfind('.'));  // ".w" or ".b"
+    const ParamInfo& src = slice(base + part);
+    const double* from = one.params.data() + src.ref.offset;
+    if (base.ends_with("mlp1") && part == ".w") {  // [in, H]: columns [e he, (e + 1) he)
+      const int64_t in = info.shape[0];
+      for (int64_t i = 0; i < in; ++i)
+        for (int64_t c = 0; c < he; ++c) dst[i * he + c] = from[i * H + e * he + c];
+    } else if (base.ends_with("mlp1")) {  // bias [H]
+      std::copy_n(from + e * he, he, dst);
+    } else {  // mlp2 weight [H, out]: rows [e he, (e + 1) he)
+      const int64_t out = info.shape[1];
+      std::copy_n(from + e * he * out, he * out, dst);
+    }
+  }
+  const double a = Loss(one, one.params, one.tables), b = Loss(two, params, one.tables);
+  EXPECT_NEAR(a, b, 1e-12 * std::abs(a));
+  EXPECT_NE(a, Loss(two, two.params, one.tables));  // not vacuous: the experts' own init differs
 }
 
 // The same per parameter tensor (and per table), so a failure names the layer. Some tensors move the
