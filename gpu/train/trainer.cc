@@ -305,32 +305,40 @@ struct GpuTrainer::Impl {
   cudaStream_t model_stream = nullptr;
   cudaEvent_t model_done = nullptr, lookups_ready = nullptr;
 
+  // Lookups of step `s` for `b` samples in the shapes of `shape` (a TBE output), unfilled.
+  static absl::StatusOr<Lookups> AllocateLookups(int64_t s, int64_t b, const embedding::DeviceOutputView& shape) {
+    Lookups l;
+    l.step = s;
+    GEMTB_ASSIGN_OR_RETURN(l.pooled, Allocate<float>(static_cast<size_t>(shape.pooled_width * b), "pending pooled lookups"));
+    l.view.pooled = l.pooled->get();
+    l.view.pooled_width = shape.pooled_width;
+    l.view.sequence_keys = shape.sequence_keys;
+    l.view.sequence_size = shape.sequence_size;
+    for (int64_t n : shape.sequence_size) {
+      l.sequence.emplace_back();
+      GEMTB_ASSIGN_OR_RETURN(l.sequence.back(), Allocate<float>(static_cast<size_t>(n), "pending sequence lookups"));
+      l.view.sequence.push_back(l.sequence.back()->get());
+    }
+    return l;
+  }
+
   // Copies the TBE's current output (this trainer's `b` samples of step `s`) into a pending Lookups,
   // which the model may read while the TBE takes its next input.
   absl::Status KeepLookups(int64_t s, int64_t b) {
     absl::StatusOr<embedding::DeviceOutputView> out = TbeOutput();
     if (!out.ok()) return out.status();
-    Lookups l;
-    l.step = s;
-    const size_t pooled_size = static_cast<size_t>(out->pooled_width) * static_cast<size_t>(b);
-    GEMTB_ASSIGN_OR_RETURN(l.pooled, Allocate<float>(pooled_size, "pending pooled lookups"));
-    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(l.pooled->get(), out->pooled, pooled_size * sizeof(float),
+    absl::StatusOr<Lookups> l = AllocateLookups(s, b, *out);
+    if (!l.ok()) return l.status();
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(l->pooled->get(), out->pooled, l->pooled->size() * sizeof(float),
                                                      cudaMemcpyDeviceToDevice, nullptr),
                                      "pending pooled lookups"));
-    l.view.pooled = l.pooled->get();
-    l.view.pooled_width = out->pooled_width;
-    l.view.sequence_keys = out->sequence_keys;
-    l.view.sequence_size = out->sequence_size;
     for (size_t k = 0; k < out->sequence.size(); ++k) {
-      const size_t n = static_cast<size_t>(out->sequence_size[k]);
-      l.sequence.emplace_back();
-      GEMTB_ASSIGN_OR_RETURN(l.sequence.back(), Allocate<float>(n, "pending sequence lookups"));
-      GEMTB_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(l.sequence.back()->get(), out->sequence[k], n * sizeof(float),
+      GEMTB_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(l->sequence[k]->get(), out->sequence[k],
+                                                       l->sequence[k]->size() * sizeof(float),
                                                        cudaMemcpyDeviceToDevice, nullptr),
                                        "pending sequence lookups"));
-      l.view.sequence.push_back(l.sequence.back()->get());
     }
-    pending = std::move(l);
+    pending = *std::move(l);
     return absl::OkStatus();
   }
 
@@ -430,7 +438,6 @@ struct GpuTrainer::Impl {
     if (looked_ahead) {
       // Looked up during the last step; a sharded module holds that batch aside for its backward.
       if (sharded != nullptr) GEMTB_RETURN_IF_ERROR(sharded->SwapBatch());
-      step_routed.reset();
     } else if (split && sharded != nullptr && train && step_routed) {
       sparse_before_model = true;
       GEMTB_RETURN_IF_ERROR(sharded->Forward(*std::move(step_routed)));
@@ -506,16 +513,15 @@ struct GpuTrainer::Impl {
     // Under the semi-synchronous pipeline a training step's model runs on its own stream, after the
     // inputs made on the legacy stream, beside the next step's lookups; the step's collectives wait
     // for it again.
-    const bool overlap = semi;
-    cudaStream_t stream = overlap ? model_stream : nullptr;
-    if (overlap) {
+    cudaStream_t stream = semi ? model_stream : nullptr;
+    if (semi) {
       GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(lookups_ready, nullptr), "cudaEventRecord"));
       GEMTB_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(model_stream, lookups_ready, 0), "cudaStreamWaitEvent"));
     }
     std::optional<RegionTimer> timer;
     if (time_regions) timer.emplace(stream);
     GEMTB_RETURN_IF_ERROR(model->Run(model_params, in, out, stream, timer ? &*timer : nullptr));
-    if (overlap) {
+    if (semi) {
       GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(model_done, model_stream), "cudaEventRecord"));
       GEMTB_RETURN_IF_ERROR(LookAhead());
       GEMTB_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(nullptr, model_done, 0), "cudaStreamWaitEvent"));
@@ -902,23 +908,25 @@ absl::Status GpuTrainer::LoadState(const TrainerState& state) {
       return absl::InvalidArgumentError(absl::StrCat("state.pipeline_sequence: ", state.pipeline_sequence.size(),
                                                      " arrays, the model has ", shape->sequence.size(),
                                                      " sequence keys"));
-    Impl::Lookups l;
-    l.step = state.step;
-    GEMTB_ASSIGN_OR_RETURN(l.pooled, Upload<float>(state.pipeline_pooled, "pending pooled lookups"));
-    l.view.pooled = l.pooled->get();
-    l.view.pooled_width = shape->pooled_width;
-    l.view.sequence_keys = shape->sequence_keys;
-    l.view.sequence_size = shape->sequence_size;
     for (size_t k = 0; k < shape->sequence.size(); ++k) {
       if (static_cast<int64_t>(state.pipeline_sequence[k].size()) != shape->sequence_size[k])
         return absl::InvalidArgumentError(absl::StrCat("state.pipeline_sequence[", k, "]: ",
                                                        state.pipeline_sequence[k].size(), " values, step ", state.step,
                                                        "'s lookups have ", shape->sequence_size[k]));
-      l.sequence.emplace_back();
-      GEMTB_ASSIGN_OR_RETURN(l.sequence.back(), Upload<float>(state.pipeline_sequence[k], "pending sequence lookups"));
-      l.view.sequence.push_back(l.sequence.back()->get());
     }
-    pending = std::move(l);
+    absl::StatusOr<Impl::Lookups> l = Impl::AllocateLookups(state.step, b, *shape);
+    if (!l.ok()) return l.status();
+    // Into the arrays the view points at (an Upload would reallocate them).
+    GEMTB_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(l->pooled->get(), state.pipeline_pooled.data(),
+                                                state.pipeline_pooled.size() * sizeof(float), cudaMemcpyHostToDevice),
+                                     "pending pooled lookups"));
+    for (size_t k = 0; k < state.pipeline_sequence.size(); ++k) {
+      GEMTB_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(l->sequence[k]->get(), state.pipeline_sequence[k].data(),
+                                                  state.pipeline_sequence[k].size() * sizeof(float),
+                                                  cudaMemcpyHostToDevice),
+                                       "pending sequence lookups"));
+    }
+    pending = *std::move(l);
   }
   GEMTB_RETURN_IF_ERROR(m.params->Upload(m.dist ? m.Shard(state.params) : state.params, "params"));
   GEMTB_RETURN_IF_ERROR(m.adam_m->Upload(m.dist ? m.Shard(state.adam_m) : state.adam_m, "adam m"));

@@ -6,8 +6,6 @@
 
 namespace gemtb::model {
 
-std::string_view SparsePipelineName(SparsePipeline p) { return p == SparsePipeline::kSemiSync ? "semi-sync" : "sync"; }
-
 absl::StatusOr<SparsePipeline> ParseSparsePipeline(std::string_view text, std::string_view field) {
   if (text == "sync") return SparsePipeline::kSync;
   if (text == "semi-sync") return SparsePipeline::kSemiSync;

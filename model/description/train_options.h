@@ -21,9 +21,7 @@ namespace gemtb::model {
 // this batch's dense work.
 enum class SparsePipeline { kSync, kSemiSync };
 
-// "sync" | "semi-sync".
-std::string_view SparsePipelineName(SparsePipeline p);
-// InvalidArgument naming `field` and the text when it is not one of the names.
+// "sync" | "semi-sync" as the enum; InvalidArgument naming `field` and the text otherwise.
 absl::StatusOr<SparsePipeline> ParseSparsePipeline(std::string_view text, std::string_view field);
 
 struct TrainOptions {

@@ -54,6 +54,32 @@ int64_t PooledWidth(const EmbeddingConfig& config, const KjtLayout& layout) {
   return w;
 }
 
+// The forward's output of a validated KJT, zero-filled; per key its first pooled column (`col`) or
+// its index among the NONE keys' arrays (`seq_index`, -1 for pooled keys).
+EmbeddingOutput ZeroOutput(const EmbeddingConfig& config, const KjtLayout& layout, int64_t batch,
+                           std::vector<int64_t>* col, std::vector<int64_t>* seq_index) {
+  const int64_t num_keys = static_cast<int64_t>(layout.feature.size());
+  EmbeddingOutput out;
+  out.pooled_width = PooledWidth(config, layout);
+  out.pooled.assign(static_cast<size_t>(batch * out.pooled_width), 0.0f);
+  col->assign(static_cast<size_t>(num_keys), 0);
+  seq_index->assign(static_cast<size_t>(num_keys), -1);
+  int64_t c = 0;
+  for (int64_t f = 0; f < num_keys; ++f) {
+    const FeatureConfig& fc = config.features[layout.feature[f]];
+    const int64_t dim = config.tables[fc.table].dim;
+    if (fc.pooling == Pooling::kNone) {
+      (*seq_index)[f] = static_cast<int64_t>(out.sequence.size());
+      out.sequence_keys.push_back(static_cast<int>(f));
+      out.sequence.emplace_back(static_cast<size_t>((layout.offsets[(f + 1) * batch] - layout.offsets[f * batch]) * dim), 0.0f);
+    } else {
+      (*col)[f] = c;
+      c += dim;
+    }
+  }
+  return out;
+}
+
 // The row of value v of a bag, or -1 when it contributes nothing (invalid id under `zero`).
 int64_t RowOf(const TableConfig& t, int64_t id) {
   int64_t row = 0;
@@ -148,6 +174,14 @@ EmbeddingState InitEmbeddingState(const EmbeddingConfig& config) {
   return s;
 }
 
+absl::StatusOr<EmbeddingOutput> EmbeddingOutputShape(const EmbeddingConfig& config, const KeyedJaggedTensor& kjt) {
+  GEMTB_RETURN_IF_ERROR(ValidateEmbeddingConfig(config));
+  KjtLayout layout;
+  GEMTB_RETURN_IF_ERROR(ValidateKjt(kjt, config, &layout));
+  std::vector<int64_t> col, seq_index;
+  return ZeroOutput(config, layout, kjt.stride, &col, &seq_index);
+}
+
 absl::StatusOr<EmbeddingOutput> EmbeddingForward(const EmbeddingConfig& config, const EmbeddingState& state,
                                                  const KeyedJaggedTensor& kjt, const SumPartition& partition,
                                                  int threads) {
@@ -157,24 +191,8 @@ absl::StatusOr<EmbeddingOutput> EmbeddingForward(const EmbeddingConfig& config, 
   GEMTB_RETURN_IF_ERROR(CheckPartition(config, partition, kjt.stride));
   const int64_t batch = kjt.stride;
   const int64_t num_keys = kjt.NumKeys();
-  EmbeddingOutput out;
-  out.pooled_width = PooledWidth(config, layout);
-  out.pooled.assign(static_cast<size_t>(batch * out.pooled_width), 0.0f);
-  std::vector<int64_t> col(static_cast<size_t>(num_keys), 0);
-  std::vector<int64_t> seq_index(static_cast<size_t>(num_keys), -1);
-  int64_t c = 0;
-  for (int64_t f = 0; f < num_keys; ++f) {
-    const FeatureConfig& fc = config.features[layout.feature[f]];
-    const int64_t dim = config.tables[fc.table].dim;
-    if (fc.pooling == Pooling::kNone) {
-      seq_index[f] = static_cast<int64_t>(out.sequence.size());
-      out.sequence_keys.push_back(static_cast<int>(f));
-      out.sequence.emplace_back(static_cast<size_t>((layout.offsets[(f + 1) * batch] - layout.offsets[f * batch]) * dim), 0.0f);
-    } else {
-      col[f] = c;
-      c += dim;
-    }
-  }
+  std::vector<int64_t> col, seq_index;
+  EmbeddingOutput out = ZeroOutput(config, layout, batch, &col, &seq_index);
   // One task per (key, sample): it owns that bag's output slice.
   InArena(threads, [&] {
     tbb::parallel_for(int64_t{0}, num_keys * batch, [&](int64_t bag) {

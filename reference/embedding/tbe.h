@@ -68,6 +68,10 @@ struct EmbeddingGrads {
   std::vector<std::vector<float>> sequence;
 };
 
+// The shapes of EmbeddingForward's output on `kjt`, zero-filled, after the same validation (a
+// caller filling the output from elsewhere, e.g. a checkpoint's lookups).
+absl::StatusOr<EmbeddingOutput> EmbeddingOutputShape(const EmbeddingConfig& config, const KeyedJaggedTensor& kjt);
+
 absl::StatusOr<EmbeddingOutput> EmbeddingForward(const EmbeddingConfig& config, const EmbeddingState& state,
                                                  const KeyedJaggedTensor& kjt, const SumPartition& partition = {},
                                                  int threads = 0);

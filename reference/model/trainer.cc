@@ -481,7 +481,7 @@ absl::Status Trainer::LoadStateArrays(const std::vector<std::pair<std::string, i
     p.step = s.step;
     p.routed = false;
     p.batch = impl_->StepBatch(options_, s.step);
-    absl::StatusOr<EmbeddingOutput> shape = EmbeddingForward(emb_, s.tables, KjtOfBatch(p.batch), {}, options_.threads);
+    absl::StatusOr<EmbeddingOutput> shape = EmbeddingOutputShape(emb_, KjtOfBatch(p.batch));
     if (!shape.ok()) return shape.status();
     p.output = *std::move(shape);
     GEMTB_ASSIGN_OR_RETURN(p.output.pooled, AsF32(*pooled, "pipeline.pooled", p.output.pooled.size()));
