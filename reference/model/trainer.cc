@@ -21,6 +21,7 @@
 #include "oneapi/tbb/parallel_for.h"
 #include "oneapi/tbb/task_arena.h"
 #include "reference/model/batch.h"
+#include "reference/model/pipeline_arrays.h"
 #include "reference/model/batch_pass.h"
 #include "reference/sharding/sharded_executor.h"
 
@@ -414,14 +415,7 @@ std::vector<std::pair<std::string, io::NpyArray>> Trainer::StateArrays() const {
   }
   if (impl_->pending) {
     const Impl::Pending& p = *impl_->pending;
-    const int64_t W = p.output.pooled_width;
-    out.emplace_back("pipeline.pooled", io::EncodeFloat32(p.output.pooled, {p.batch.size, W}));
-    for (size_t k = 0; k < p.output.sequence.size(); ++k) {
-      const int key = p.output.sequence_keys[k];
-      const int64_t D = emb_.tables[emb_.features[key].table].dim;
-      out.emplace_back(absl::StrCat("pipeline.sequence.", p.batch.keys[key]),
-                       io::EncodeFloat32(p.output.sequence[k], {static_cast<int64_t>(p.output.sequence[k].size()) / D, D}));
-    }
+    AppendPipelineArrays(emb_, p.batch.size, {p.output.pooled, p.output.sequence}, &out);
   }
   return out;
 }
@@ -465,18 +459,11 @@ absl::Status Trainer::LoadStateArrays(const std::vector<std::pair<std::string, i
     GEMTB_RETURN_IF_ERROR(load(g, static_cast<size_t>(tc.rows), &s.tables.tables[t].adagrad));
   }
   // The semi-synchronous pipeline's lookups of the next step, made before the last update.
+  absl::StatusOr<std::optional<PipelineLookups>> lookups =
+      ReadPipelineArrays(arrays, emb_, options_.pipeline == gemtb::model::SparsePipeline::kSemiSync, s.step);
+  if (!lookups.ok()) return lookups.status();
   std::optional<Impl::Pending> pending;
-  const bool semi_sync = options_.pipeline == gemtb::model::SparsePipeline::kSemiSync;
-  const io::NpyArray* pooled = find("pipeline.pooled");
-  if (pooled != nullptr && !semi_sync)
-    return absl::FailedPreconditionError(
-        "state: holds the semi-synchronous pipeline's next lookups (pipeline.*); this run is synchronous (resume it "
-        "with the semi-synchronous pipeline)");
-  if (semi_sync && s.step > 0) {
-    if (pooled == nullptr)
-      return absl::FailedPreconditionError(absl::StrCat(
-          "state: array 'pipeline.pooled' is missing: step ", s.step,
-          " of a semi-synchronous run needs the lookups made before its last update (a synchronous run's checkpoint?)"));
+  if (*lookups) {
     Impl::Pending p;
     p.step = s.step;
     p.routed = false;
@@ -484,13 +471,18 @@ absl::Status Trainer::LoadStateArrays(const std::vector<std::pair<std::string, i
     absl::StatusOr<EmbeddingOutput> shape = EmbeddingOutputShape(emb_, KjtOfBatch(p.batch));
     if (!shape.ok()) return shape.status();
     p.output = *std::move(shape);
-    GEMTB_ASSIGN_OR_RETURN(p.output.pooled, AsF32(*pooled, "pipeline.pooled", p.output.pooled.size()));
+    PipelineLookups& l = **lookups;
+    if (l.pooled.size() != p.output.pooled.size())
+      return absl::FailedPreconditionError(absl::StrCat("state: array 'pipeline.pooled' holds ", l.pooled.size(),
+                                                        " values, step ", s.step, "'s lookups ", p.output.pooled.size()));
     for (size_t k = 0; k < p.output.sequence.size(); ++k) {
-      const std::string name = absl::StrCat("pipeline.sequence.", p.batch.keys[p.output.sequence_keys[k]]);
-      const io::NpyArray* a = find(name);
-      if (a == nullptr) return absl::FailedPreconditionError(absl::StrCat("state: array '", name, "' is missing"));
-      GEMTB_ASSIGN_OR_RETURN(p.output.sequence[k], AsF32(*a, name, p.output.sequence[k].size()));
+      if (l.sequence[k].size() != p.output.sequence[k].size())
+        return absl::FailedPreconditionError(
+            absl::StrCat("state: array 'pipeline.sequence.", p.batch.keys[p.output.sequence_keys[k]], "' holds ",
+                         l.sequence[k].size(), " values, step ", s.step, "'s lookups ", p.output.sequence[k].size()));
     }
+    p.output.pooled = std::move(l.pooled);
+    p.output.sequence = std::move(l.sequence);
     pending = std::move(p);
   }
   state_ = std::move(s);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/description/gem_geometry.h"
 #include "reference/io/npy.h"
+#include "reference/model/pipeline_arrays.h"
 #include "tools/gemtb/train_common.h"
 
 namespace gemtb::cli {
@@ -123,20 +124,9 @@ NamedArrays GpuStateArrays(const gemtb::model::ModelConfig& config, const gpu::t
     out.emplace_back(absl::StrCat("table.", tc.name, ".weights"), io::EncodeFloat32(state.tables[t].weights, {tc.rows, tc.dim}));
     out.emplace_back(absl::StrCat("table.", tc.name, ".adagrad"), io::EncodeFloat32(state.tables[t].adagrad, {tc.rows}));
   }
-  // The semi-synchronous pipeline's pending lookups, as the oracle's trainer names them.
-  if (!state.pipeline_pooled.empty()) {
-    const int64_t B = options.batch;
-    out.emplace_back("pipeline.pooled", io::EncodeFloat32(state.pipeline_pooled,
-                                                          {B, static_cast<int64_t>(state.pipeline_pooled.size()) / B}));
-    size_t k = 0;
-    for (const FeatureConfig& f : emb.features) {
-      if (f.pooling != Pooling::kNone || k >= state.pipeline_sequence.size()) continue;
-      const int64_t D = emb.tables[f.table].dim;
-      const std::vector<float>& v = state.pipeline_sequence[k++];
-      out.emplace_back(absl::StrCat("pipeline.sequence.", f.key),
-                       io::EncodeFloat32(v, {static_cast<int64_t>(v.size()) / D, D}));
-    }
-  }
+  // The semi-synchronous pipeline's pending lookups, as the oracle's trainer writes them.
+  if (!state.pipeline_pooled.empty())
+    reference::model::AppendPipelineArrays(emb, options.batch, {state.pipeline_pooled, state.pipeline_sequence}, &out);
   return out;
 }
 
@@ -254,29 +244,12 @@ absl::StatusOr<gpu::train::TrainerState> GpuStateFromArrays(const gemtb::model::
     }
     return state;
   }
-  const io::NpyArray* pooled = Find(arrays, "pipeline.pooled");
-  const bool has_lookups = pooled != nullptr;
-  if (has_lookups && options.pipeline != gemtb::model::SparsePipeline::kSemiSync)
-    return absl::FailedPreconditionError(
-        "state: holds the semi-synchronous pipeline's next lookups (pipeline.*); this run is synchronous (resume it "
-        "with --pipeline semi-sync)");
-  if (!has_lookups && options.pipeline == gemtb::model::SparsePipeline::kSemiSync && state.step > 0)
-    return absl::FailedPreconditionError(absl::StrCat(
-        "state: array 'pipeline.pooled' is missing: step ", state.step,
-        " of a semi-synchronous run needs the lookups made before its last update (a synchronous run's checkpoint?)"));
-  if (has_lookups) {
-    absl::StatusOr<std::vector<float>> p = Floats(arrays, "pipeline.pooled", pooled->shape);
-    if (!p.ok()) return p.status();
-    state.pipeline_pooled = *std::move(p);
-    for (const FeatureConfig& f : emb.features) {
-      if (f.pooling != Pooling::kNone) continue;
-      const std::string name = absl::StrCat("pipeline.sequence.", f.key);
-      const io::NpyArray* a = Find(arrays, name);
-      if (a == nullptr) return absl::FailedPreconditionError(absl::StrCat("state: array '", name, "' is missing"));
-      absl::StatusOr<std::vector<float>> v = Floats(arrays, name, a->shape);
-      if (!v.ok()) return v.status();
-      state.pipeline_sequence.push_back(*std::move(v));
-    }
+  absl::StatusOr<std::optional<reference::model::PipelineLookups>> lookups = reference::model::ReadPipelineArrays(
+      arrays, emb, options.pipeline == gemtb::model::SparsePipeline::kSemiSync, state.step);
+  if (!lookups.ok()) return lookups.status();
+  if (*lookups) {
+    state.pipeline_pooled = std::move((*lookups)->pooled);
+    state.pipeline_sequence = std::move((*lookups)->sequence);
   }
   for (const TableConfig& tc : emb.tables) {
     gpu::embedding::HostTable table;
