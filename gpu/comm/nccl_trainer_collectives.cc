@@ -113,12 +113,8 @@ absl::Status NcclTrainerCollectives::GatherParamRange(const float* shard, int64_
       return absl::InternalError(absl::StrCat("GatherParamRange's own piece: ", cudaGetErrorString(e)));
     }
   }
-  std::vector<int64_t> counts(static_cast<size_t>(s)), offsets(static_cast<size_t>(s));
-  for (int m = 0; m < s; ++m) {
-    const train::ParamPiece p = train::ParamPieceOf(m, shard_count, first, count);
-    counts[static_cast<size_t>(m)] = p.size();
-    offsets[static_cast<size_t>(m)] = p.begin;
-  }
+  std::vector<int64_t> counts, offsets;
+  train::ParamPieces(s, shard_count, first, count, &counts, &offsets);
   return shard_->AllGatherV(params_, counts, offsets, Dtype::kFp32, stream);
 }
 
@@ -139,12 +135,8 @@ absl::Status NcclTrainerCollectives::ReduceScatterGradRange(const float* full, f
     return absl::InvalidArgumentError(absl::StrCat("ReduceScatterGradRange: [", first, ", ", first + count,
                                                    ") is not inside ", s, " shards of ", shard_count));
   }
-  std::vector<int64_t> counts(static_cast<size_t>(s)), offsets(static_cast<size_t>(s));
-  for (int m = 0; m < s; ++m) {
-    const train::ParamPiece p = train::ParamPieceOf(m, shard_count, first, count);
-    counts[static_cast<size_t>(m)] = p.size();
-    offsets[static_cast<size_t>(m)] = p.begin;
-  }
+  std::vector<int64_t> counts, offsets;
+  train::ParamPieces(s, shard_count, first, count, &counts, &offsets);
   const train::ParamPiece mine = train::ParamPieceOf(q, shard_count, first, count);
   return shard_->ReduceScatterV(full, shard + (mine.begin - q * shard_count), counts, offsets, Dtype::kFp32,
                                 ReduceOp::kSum, stream);

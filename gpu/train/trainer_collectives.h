@@ -34,6 +34,19 @@ inline ParamPiece ParamPieceOf(int q, int64_t shard_count, int64_t first, int64_
   return hi > lo ? ParamPiece{lo, hi} : ParamPiece{lo, lo};
 }
 
+// Every member's piece of [first, first + count) in a shard group of `s`: counts and offsets (into
+// the whole array) per member, as the variable collectives take them.
+inline void ParamPieces(int s, int64_t shard_count, int64_t first, int64_t count, std::vector<int64_t>* counts,
+                        std::vector<int64_t>* offsets) {
+  counts->resize(static_cast<size_t>(s));
+  offsets->resize(static_cast<size_t>(s));
+  for (int m = 0; m < s; ++m) {
+    const ParamPiece p = ParamPieceOf(m, shard_count, first, count);
+    (*counts)[static_cast<size_t>(m)] = p.size();
+    (*offsets)[static_cast<size_t>(m)] = p.begin;
+  }
+}
+
 class TrainerCollectives {
  public:
   virtual ~TrainerCollectives() = default;

@@ -178,11 +178,9 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
 
   absl::StatusOr<gemtb::model::SparsePipeline> pipeline = gemtb::model::ParseSparsePipeline(f.pipeline, "--pipeline");
   if (!pipeline.ok()) return Bad(std::string(pipeline.status().message()));
-  if (*pipeline == gemtb::model::SparsePipeline::kSemiSync) {
-    if (R > 1 && !f.checkpoint.empty())
-      return Bad("--pipeline: semi-sync in a job writes no checkpoint (each rank's pending lookups); leave out "
-                 "--checkpoint or run synchronously");
-  }
+  if (*pipeline == gemtb::model::SparsePipeline::kSemiSync && R > 1 && !f.checkpoint.empty())
+    return Bad("--pipeline: semi-sync in a job writes no checkpoint (each rank's pending lookups); leave out "
+               "--checkpoint or run synchronously");
 
   if (f.plan.empty() && f.gpus_per_host) return Bad("--gpus-per-host: needs --plan");
   if (!f.plan.empty() && R == 1)
