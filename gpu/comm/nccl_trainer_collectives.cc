@@ -17,6 +17,11 @@ absl::StatusOr<std::unique_ptr<NcclTrainerCollectives>> NcclTrainerCollectives::
     return absl::InvalidArgumentError(
         absl::StrCat("shard_group: ", s, " does not divide the job's world size ", R));
   }
+  const int D = options.expert_degree;
+  if (D < 1 || R % D != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expert_degree: ", D, " does not divide the job's world size ", R));
+  }
   auto c = std::unique_ptr<NcclTrainerCollectives>(new NcclTrainerCollectives());
   c->store_ = &store;
   c->options_ = options;
@@ -30,6 +35,11 @@ absl::StatusOr<std::unique_ptr<NcclTrainerCollectives>> NcclTrainerCollectives::
   absl::StatusOr<std::unique_ptr<NcclGroup>> replica = c->world_->Split(q, g, absl::StrCat("replica", q));
   if (!replica.ok()) return replica.status();
   c->replica_ = *std::move(replica);
+  if (D > 1) {
+    absl::StatusOr<std::unique_ptr<NcclGroup>> expert = c->world_->Split(r / D, r % D, absl::StrCat("expert", r / D));
+    if (!expert.ok()) return expert.status();
+    c->expert_ = *std::move(expert);
+  }
   if (options.param_gather == ParamGather::kCopyEngine) {
     // CUDA IPC reaches GPUs of this host only: every member of the shard group must be here.
     char host[256] = {};
@@ -157,19 +167,20 @@ absl::Status NcclTrainerCollectives::AllReduceSum(double* data, int64_t count, c
 }
 
 void NcclTrainerCollectives::AbortAll() {
-  for (NcclGroup* g : {world_.get(), shard_.get(), replica_.get()}) {
+  for (NcclGroup* g : {world_.get(), shard_.get(), replica_.get(), expert_.get()}) {
     if (g != nullptr) g->Abort();
   }
 }
 
 absl::Status NcclTrainerCollectives::Synchronize(cudaStream_t stream, std::string_view what) {
   // One event covers every group's work on the stream; the world group's wait bounds it, and a
-  // failure aborts all three groups (a rank gone leaves none of them usable).
+  // failure aborts every group (a rank gone leaves none of them usable).
   // The store is asked along the way: a rank that died ends the wait at once, not at the timeout.
   absl::Status s = world_->Synchronize(stream, what, [this] { return store_->JobStatus(); });
   if (!s.ok()) {
     shard_->Abort();
     replica_->Abort();
+    if (expert_) expert_->Abort();
   }
   return s;
 }

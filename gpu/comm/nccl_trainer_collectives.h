@@ -1,5 +1,6 @@
 // The trainer's collectives (gpu/train/trainer_collectives.h) on NCCL: a world group over the job's
-// TCP store, split into the 2D FSDP shard groups (consecutive ranks) and replica groups. The
+// TCP store, split into the 2D FSDP shard groups (consecutive ranks) and replica groups, and, under
+// expert parallelism, into EP groups (consecutive ranks, on NVLink where D divides a host). The
 // parameters' all-gather in the shard group runs on NCCL or, where chosen, on the copy engines
 // (copy_engine_all_gather.h), which needs the shard group's ranks on one host.
 #ifndef GEMTB_GPU_COMM_NCCL_TRAINER_COLLECTIVES_H_
@@ -21,6 +22,7 @@ enum class ParamGather { kNccl, kCopyEngine };
 
 struct TrainerCollectivesOptions {
   int shard_group = 1;  // s: ranks sharing one copy of the dense parameters; divides the world size
+  int expert_degree = 1;  // D: ranks of an EP group (1: every rank runs every Wukong expert); divides the world size
   ParamGather param_gather = ParamGather::kNccl;
   launch::Millis timeout{300000};  // every wait of a collective
 };
@@ -50,12 +52,30 @@ class NcclTrainerCollectives : public train::TrainerCollectives {
   absl::Status AllReduceSum(double* data, int64_t count, cudaStream_t stream) override;
   absl::Status Synchronize(cudaStream_t stream, std::string_view what) override;
   embedding::ShardExchange* sparse_exchange() override { return &sparse_; }
+  train::ExpertExchange* expert_exchange() override { return expert_ ? &experts_ : nullptr; }
   // Aborts every group now: what a rank that stops on an error does, so that its exit does not wait
   // for the other ranks (destroying a healthy group waits until every rank has finished with it).
   void AbortAll();
 
  private:
-  NcclTrainerCollectives() : sparse_(this) {}
+  NcclTrainerCollectives() : sparse_(this), experts_(this) {}
+
+  // The EP group's all-gather and reduce-scatter, fp32 sums.
+  class ExpertGroup : public train::ExpertExchange {
+   public:
+    explicit ExpertGroup(NcclTrainerCollectives* owner) : owner_(owner) {}
+    int degree() const override { return owner_->expert_->size(); }
+    int member() const override { return owner_->expert_->rank(); }
+    absl::Status AllGather(const float* mine, float* all, int64_t count, cudaStream_t stream) override {
+      return owner_->expert_->AllGather(mine, all, count, Dtype::kFp32, stream);
+    }
+    absl::Status ReduceScatter(const float* all, float* mine, int64_t count, cudaStream_t stream) override {
+      return owner_->expert_->ReduceScatter(all, mine, count, Dtype::kFp32, ReduceOp::kSum, stream);
+    }
+
+   private:
+    NcclTrainerCollectives* owner_;
+  };
 
   // The sparse tables' exchange on the world group, its waits those of Synchronize.
   class WorldExchange : public embedding::ShardExchange {
@@ -82,11 +102,12 @@ class NcclTrainerCollectives : public train::TrainerCollectives {
 
   launch::TcpStoreClient* store_ = nullptr;
   TrainerCollectivesOptions options_;
-  std::unique_ptr<NcclGroup> world_, shard_, replica_;
+  std::unique_ptr<NcclGroup> world_, shard_, replica_, expert_;  // expert_: null without expert parallelism
   std::unique_ptr<CopyEngineAllGather> copy_engine_;
   float* params_ = nullptr;  // NCCL gather: owned; copy engine: its window
   int64_t shard_count_ = 0;
   WorldExchange sparse_;
+  ExpertGroup experts_;
 };
 
 }  // namespace gemtb::gpu::comm

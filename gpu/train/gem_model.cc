@@ -99,10 +99,18 @@ struct CrossP {
   std::vector<AttnP> pma;
   std::vector<LinearP> sum_gate;
 };
+// One Wukong expert of several: its first Linear and its second layer's weight (the experts share
+// one output bias).
+struct ExpertP {
+  LinearP mlp1;
+  ParamRef w2;
+};
 struct WukongP {
   ParamRef y;
   NormP ln_flat, ln_out;
-  LinearP mlp1, mlp2;
+  LinearP mlp1, mlp2;          // one expert: the FMB MLP
+  std::vector<ExpertP> experts;  // several: in place of mlp1 and mlp2's weight
+  ParamRef mlp2_bias;            // several: their shared output bias
   MixP lcb, res;
 };
 struct SeqP {
@@ -154,6 +162,10 @@ struct CrossTape {
 };
 struct WukongTape {
   float *z, *a, *bm, *ln_mean, *ln_rstd, *h1, *u1, *g1, *pre, *out_mean, *out_rstd, *x_out;
+  // Several experts: the rows they ran on (the EP group's samples, or h1 without an exchange), and
+  // u1 and g1 hold the rank's experts' hidden units side by side, expert by expert.
+  const float* h1_all = nullptr;
+  int64_t rows_all = 0;
 };
 struct SeqTape {
   const float *s_a, *s_b, *s_c;  // S_j entering (a), (b), (c)
@@ -197,6 +209,7 @@ struct GemModelGpu::Impl {
   cudaStream_t st = nullptr;
   Scratch* mem = nullptr;
   int64_t B = 0;
+  ExpertExchange* ex = nullptr;  // the pass's expert exchange (null: every expert here)
   const float* W(ParamRef r) const { return w + r.offset; }
   float* G(ParamRef r) const { return gr + r.offset; }
 
@@ -422,6 +435,13 @@ struct GemModelGpu::Impl {
   absl::Status WukongFwd(const WukongP& p, const CrossTape& ct, const float* x, WukongTape& t);
   absl::Status WukongBwd(const WukongP& p, const WukongTape& t, const float* dout, float* dx,
                          std::vector<float*>& ds_sum);
+  absl::Status ExpertsFwd(const WukongP& p, WukongTape& t);
+  absl::Status ExpertsBwd(const WukongP& p, const WukongTape& t, const float* dpre, float* dh1);
+  // The experts this pass runs (all of them without an exchange), and their hidden width side by side.
+  std::vector<int> MyExperts() const {
+    return ex ? gemtb::model::ExpertsOfMember(g.experts, ex->degree(), ex->member())
+              : gemtb::model::ExpertsOfMember(g.experts, 1, 0);
+  }
   absl::Status SeqFwd(const SeqP& p, int layer, int j, const float* x_sum, std::vector<float*>& s, SeqTape& t);
   absl::Status SeqBwd(const SeqP& p, int layer, int j, const SeqTape& t, float* ds, float* dx_sum);
   AttnUse CrossUse(int j) const {
@@ -617,14 +637,18 @@ absl::Status GemModelGpu::Impl::WukongFwd(const WukongP& p, const CrossTape& ct,
   GEMTB_ASSIGN_OR_RETURN(t.ln_mean, mem->Floats(B));
   GEMTB_ASSIGN_OR_RETURN(t.ln_rstd, mem->Floats(B));
   GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_flat, B, t.bm, t.h1, t.ln_mean, t.ln_rstd));
-  GEMTB_ASSIGN_OR_RETURN(t.u1, mem->Floats(B * g.wk_h));
-  GEMTB_ASSIGN_OR_RETURN(t.g1, mem->Floats(B * g.wk_h));
-  GEMTB_RETURN_IF_ERROR(LinearFwd(p.mlp1, B, t.h1, flat, t.u1, g.wk_h, nullptr));
-  GEMTB_RETURN_IF_ERROR(GeluForward<float>(t.u1, B * g.wk_h, t.g1, st));
   // pre = [MLP out (n_F tokens) || LCB(Z) (n_L tokens)] + LCE_res(Z).
   const int64_t xs = int64_t{n_x} * d;
   GEMTB_ASSIGN_OR_RETURN(t.pre, mem->Floats(B * xs));
-  GEMTB_RETURN_IF_ERROR(LinearFwd(p.mlp2, B, t.g1, g.wk_h, t.pre, xs, nullptr));
+  if (p.experts.empty()) {
+    GEMTB_ASSIGN_OR_RETURN(t.u1, mem->Floats(B * g.wk_h));
+    GEMTB_ASSIGN_OR_RETURN(t.g1, mem->Floats(B * g.wk_h));
+    GEMTB_RETURN_IF_ERROR(LinearFwd(p.mlp1, B, t.h1, flat, t.u1, g.wk_h, nullptr));
+    GEMTB_RETURN_IF_ERROR(GeluForward<float>(t.u1, B * g.wk_h, t.g1, st));
+    GEMTB_RETURN_IF_ERROR(LinearFwd(p.mlp2, B, t.g1, g.wk_h, t.pre, xs, nullptr));
+  } else {
+    GEMTB_RETURN_IF_ERROR(ExpertsFwd(p, t));
+  }
   GEMTB_RETURN_IF_ERROR(MixFwd(p.lcb, t.z, zs, t.pre + int64_t{g.n_f} * d, xs, false));
   GEMTB_RETURN_IF_ERROR(MixFwd(p.res, t.z, zs, t.pre, xs, true));
   GEMTB_ASSIGN_OR_RETURN(t.x_out, mem->Floats(B * xs));
@@ -644,13 +668,17 @@ absl::Status GemModelGpu::Impl::WukongBwd(const WukongP& p, const WukongTape& t,
   GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_out, B * n_x, t.pre, t.out_mean, t.out_rstd, dout, dpre));
   GEMTB_RETURN_IF_ERROR(MixBwd(p.res, t.z, zs, dpre, xs, dz, zs));
   GEMTB_RETURN_IF_ERROR(MixBwd(p.lcb, t.z, zs, dpre + int64_t{g.n_f} * d, xs, dz, zs));
-  GEMTB_ASSIGN_OR_RETURN(dg1, mem->Floats(B * g.wk_h));
-  GEMTB_ASSIGN_OR_RETURN(du1, mem->Floats(B * g.wk_h));
   GEMTB_ASSIGN_OR_RETURN(dh1, mem->Floats(B * flat));
   GEMTB_ASSIGN_OR_RETURN(dbm, mem->Floats(B * flat, true));
-  GEMTB_RETURN_IF_ERROR(LinearBwd(p.mlp2, B, t.g1, g.wk_h, dpre, xs, dg1, g.wk_h, false));
-  GEMTB_RETURN_IF_ERROR(GeluBackward<float>(t.u1, dg1, B * g.wk_h, du1, st));
-  GEMTB_RETURN_IF_ERROR(LinearBwd(p.mlp1, B, t.h1, flat, du1, g.wk_h, dh1, flat, false));
+  if (p.experts.empty()) {
+    GEMTB_ASSIGN_OR_RETURN(dg1, mem->Floats(B * g.wk_h));
+    GEMTB_ASSIGN_OR_RETURN(du1, mem->Floats(B * g.wk_h));
+    GEMTB_RETURN_IF_ERROR(LinearBwd(p.mlp2, B, t.g1, g.wk_h, dpre, xs, dg1, g.wk_h, false));
+    GEMTB_RETURN_IF_ERROR(GeluBackward<float>(t.u1, dg1, B * g.wk_h, du1, st));
+    GEMTB_RETURN_IF_ERROR(LinearBwd(p.mlp1, B, t.h1, flat, du1, g.wk_h, dh1, flat, false));
+  } else {
+    GEMTB_RETURN_IF_ERROR(ExpertsBwd(p, t, dpre, dh1));
+  }
   GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_flat, B, t.bm, t.ln_mean, t.ln_rstd, dh1, dbm));
   // bm_b = Z_b a_b: dZ_b += dbm_b a_b^T, da_b = Z_b^T dbm_b.
   GemmF32 s;
@@ -680,6 +708,95 @@ absl::Status GemModelGpu::Impl::WukongBwd(const WukongP& p, const WukongTape& t,
     GEMTB_RETURN_IF_ERROR(Copy2D(dz + int64_t{n_x + j * n_sum} * d, zs, ds_sum[j], int64_t{n_sum} * d, B,
                                  int64_t{n_sum} * d, st));
   }
+  return absl::OkStatus();
+}
+
+// Several experts: y = sum_e g1_e W2_e (expert by expert, each product added to the last), then
+// the shared bias, into the first n_F d columns of pre. Under expert parallelism the rank's experts
+// run on the EP group's samples (h1 all-gathered, member order) and the group's outputs are summed
+// back to each member's own samples (reduce-scatter) before the bias.
+absl::Status GemModelGpu::Impl::ExpertsFwd(const WukongP& p, WukongTape& t) {
+  const int64_t flat = int64_t{g.n_z()} * g.wk_k, nf = int64_t{g.n_f} * g.d, xs = int64_t{g.n_x} * g.d;
+  const int D = ex ? ex->degree() : 1;
+  t.rows_all = D * B;
+  t.h1_all = t.h1;
+  if (D > 1) {
+    float* all;
+    GEMTB_ASSIGN_OR_RETURN(all, mem->Floats(t.rows_all * flat));
+    GEMTB_RETURN_IF_ERROR(ex->AllGather(t.h1, all, B * flat, st));
+    t.h1_all = all;
+  }
+  const std::vector<int> mine = MyExperts();
+  const int64_t he = g.wk_h / g.experts, width = static_cast<int64_t>(mine.size()) * he;
+  GEMTB_ASSIGN_OR_RETURN(t.u1, mem->Floats(t.rows_all * width));
+  GEMTB_ASSIGN_OR_RETURN(t.g1, mem->Floats(t.rows_all * width));
+  for (size_t k = 0; k < mine.size(); ++k)
+    GEMTB_RETURN_IF_ERROR(
+        LinearFwd(p.experts[static_cast<size_t>(mine[k])].mlp1, t.rows_all, t.h1_all, flat, t.u1 + k * he, width, nullptr));
+  GEMTB_RETURN_IF_ERROR(GeluForward<float>(t.u1, t.rows_all * width, t.g1, st));
+  // Without an exchange the sum lands in pre directly; with one, in the group's rows first.
+  float* y = t.pre;
+  int64_t ldy = xs;
+  if (D > 1) {
+    GEMTB_ASSIGN_OR_RETURN(y, mem->Floats(t.rows_all * nf));
+    ldy = nf;
+  }
+  for (size_t k = 0; k < mine.size(); ++k) {
+    GemmF32 s;
+    s.m = t.rows_all, s.n = nf, s.k = he, s.lda = width, s.ldb = nf, s.ldc = ldy, s.beta = k == 0 ? 0.0f : 1.0f;
+    GEMTB_RETURN_IF_ERROR(Gemm(s, t.g1 + k * he, W(p.experts[static_cast<size_t>(mine[k])].w2), y));
+  }
+  if (D > 1) {
+    float* summed;
+    GEMTB_ASSIGN_OR_RETURN(summed, mem->Floats(B * nf));
+    GEMTB_RETURN_IF_ERROR(ex->ReduceScatter(y, summed, B * nf, st));
+    GEMTB_RETURN_IF_ERROR(Copy2D(summed, nf, t.pre, xs, B, nf, st));
+  }
+  return BiasRows(t.pre, W(p.mlp2_bias), B, nf, t.pre, xs, st);
+}
+
+// The experts' backward from dpre's first n_F d columns: the shared bias's gradient from this
+// rank's samples; under expert parallelism the output gradients all-gathered in the EP group, and
+// the input gradients of every member's samples reduce-scattered back to them. dh1 [B, flat] is
+// written.
+absl::Status GemModelGpu::Impl::ExpertsBwd(const WukongP& p, const WukongTape& t, const float* dpre, float* dh1) {
+  const int64_t flat = int64_t{g.n_z()} * g.wk_k, nf = int64_t{g.n_f} * g.d, xs = int64_t{g.n_x} * g.d;
+  const int D = ex ? ex->degree() : 1;
+  GEMTB_RETURN_IF_ERROR(ColumnSums(dpre, B, nf, xs, G(p.mlp2_bias), true, st));
+  const float* dy = dpre;
+  int64_t lddy = xs;
+  if (D > 1) {
+    float *own, *all;
+    GEMTB_ASSIGN_OR_RETURN(own, mem->Floats(B * nf));
+    GEMTB_ASSIGN_OR_RETURN(all, mem->Floats(t.rows_all * nf));
+    GEMTB_RETURN_IF_ERROR(Copy2D(dpre, xs, own, nf, B, nf, st));
+    GEMTB_RETURN_IF_ERROR(ex->AllGather(own, all, B * nf, st));
+    dy = all;
+    lddy = nf;
+  }
+  const std::vector<int> mine = MyExperts();
+  const int64_t he = g.wk_h / g.experts, width = static_cast<int64_t>(mine.size()) * he;
+  float *dg1, *du1;
+  GEMTB_ASSIGN_OR_RETURN(dg1, mem->Floats(t.rows_all * width));
+  GEMTB_ASSIGN_OR_RETURN(du1, mem->Floats(t.rows_all * width));
+  for (size_t k = 0; k < mine.size(); ++k) {
+    const ExpertP& e = p.experts[static_cast<size_t>(mine[k])];
+    LinearP second;  // the expert's weight alone (WeightGrad reads w, in, out)
+    second.w = e.w2, second.in = static_cast<int>(he), second.out = static_cast<int>(nf);
+    GEMTB_RETURN_IF_ERROR(WeightGrad(second, t.rows_all, t.g1 + k * he, width, dy, lddy));
+    GemmF32 s;
+    s.m = t.rows_all, s.n = he, s.k = nf, s.trans_b = true, s.lda = lddy, s.ldb = nf, s.ldc = width;
+    GEMTB_RETURN_IF_ERROR(Gemm(s, dy, W(e.w2), dg1 + k * he));
+  }
+  GEMTB_RETURN_IF_ERROR(GeluBackward<float>(t.u1, dg1, t.rows_all * width, du1, st));
+  float* dh1_all = dh1;
+  if (D > 1) {
+    GEMTB_ASSIGN_OR_RETURN(dh1_all, mem->Floats(t.rows_all * flat));
+  }
+  for (size_t k = 0; k < mine.size(); ++k)
+    GEMTB_RETURN_IF_ERROR(LinearBwd(p.experts[static_cast<size_t>(mine[k])].mlp1, t.rows_all, t.h1_all, flat,
+                                    du1 + k * he, width, dh1_all, flat, /*accumulate_dx=*/k > 0));
+  if (D > 1) GEMTB_RETURN_IF_ERROR(ex->ReduceScatter(dh1_all, dh1, B * flat, st));
   return absl::OkStatus();
 }
 
@@ -823,9 +940,6 @@ absl::StatusOr<std::unique_ptr<GemModelGpu>> GemModelGpu::Create(const gemtb::mo
                                                                  const GemModelOptions& options) {
   absl::StatusOr<GemGeometry> geometry = gemtb::model::MakeGemGeometry(config);
   if (!geometry.ok()) return geometry.status();
-  if (geometry->experts != 1)
-    return absl::UnimplementedError(absl::StrCat("arch.wukong.experts.count: ", geometry->experts,
-                                                 " (the GPU model runs one Wukong expert; the oracle runs more)"));
   auto impl = std::make_unique<Impl>();
   impl->g = *std::move(geometry);
   impl->options = options;
@@ -858,8 +972,19 @@ absl::StatusOr<std::unique_ptr<GemModelGpu>> GemModelGpu::Create(const gemtb::mo
     WukongP& w = layer.wukong;
     w.y = L.Ref(name + ".wukong.y", {n_z, g.wk_k});
     w.ln_flat = BindNorm(L, name + ".wukong.ln_flat", n_z * g.wk_k);
-    w.mlp1 = BindLinear(L, name + ".wukong.mlp1", n_z * g.wk_k, g.wk_h);
-    w.mlp2 = BindLinear(L, name + ".wukong.mlp2", g.wk_h, g.n_f * d);
+    if (g.experts == 1) {
+      w.mlp1 = BindLinear(L, name + ".wukong.mlp1", n_z * g.wk_k, g.wk_h);
+      w.mlp2 = BindLinear(L, name + ".wukong.mlp2", g.wk_h, g.n_f * d);
+    } else {
+      const int he = g.wk_h / g.experts;
+      for (int e = 0; e < g.experts; ++e) {
+        ExpertP x;
+        x.mlp1 = BindLinear(L, absl::StrCat(name, ".wukong.mlp1.e", e), n_z * g.wk_k, he);
+        x.w2 = L.Ref(absl::StrCat(name, ".wukong.mlp2.e", e, ".w"), {he, g.n_f * d});
+        w.experts.push_back(x);
+      }
+      w.mlp2_bias = L.Ref(name + ".wukong.mlp2.b", {g.n_f * d});
+    }
     w.lcb = BindMix(L, name + ".wukong.lcb", n_z, g.n_l);
     w.res = BindMix(L, name + ".wukong.lce_res", n_z, g.n_x);
     w.ln_out = BindNorm(L, name + ".wukong.ln_out", d);
@@ -916,11 +1041,19 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
         return absl::InvalidArgumentError(absl::StrCat("lengths[", j, "][", b, "]: ", in.lengths[j][b], " (want 0 .. Lmax ",
                                                        g.seqs[j].lmax, ")"));
   }
+  if (in.experts != nullptr) {
+    if (absl::Status s = gemtb::model::CheckExpertDegree(g, in.experts->degree(), "experts (the exchange's degree)");
+        !s.ok())
+      return s;
+    if (in.experts->member() < 0 || in.experts->member() >= in.experts->degree())
+      return absl::InvalidArgumentError(absl::StrCat("experts: member ", in.experts->member(), " of a group of ",
+                                                     in.experts->degree()));
+  }
   const bool backward = out.param_grad != nullptr;
   if (backward && static_cast<int>(out.events_grad.size()) != J)
     return absl::InvalidArgumentError(absl::StrCat("events_grad: ", out.events_grad.size(), " sequences, the model has ", J));
   Scratch mem(stream);
-  m.w = params, m.gr = out.param_grad, m.st = stream, m.mem = &mem, m.B = in.batch;
+  m.w = params, m.gr = out.param_grad, m.st = stream, m.mem = &mem, m.B = in.batch, m.ex = in.experts;
   const int64_t B = in.batch;
   GEMTB_RETURN_IF_ERROR(m.Plan(in));
   // Region boundaries for the timer (the model description's region names).

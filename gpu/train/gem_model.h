@@ -32,6 +32,20 @@
 
 namespace gemtb::gpu::train {
 
+// Expert parallelism's collectives in one EP group (gem_geometry.h's ExpertsOfMember: member i runs
+// the Wukong experts e with e mod degree() == i), in stream order on the stream given. Every member
+// calls them in the same order with the same count (each member's batch holds as many samples).
+class ExpertExchange {
+ public:
+  virtual ~ExpertExchange() = default;
+  virtual int degree() const = 0;  // D, the group's members
+  virtual int member() const = 0;  // this rank's place in the group
+  // Every member's `count` floats at `mine` into all + i * count for member i.
+  virtual absl::Status AllGather(const float* mine, float* all, int64_t count, cudaStream_t stream) = 0;
+  // Member i receives into `mine` the sum over members of their all[i * count, (i + 1) * count).
+  virtual absl::Status ReduceScatter(const float* all, float* mine, int64_t count, cudaStream_t stream) = 0;
+};
+
 // One batch's inputs after the embedding lookup. Host fields describe it; pointers are device memory.
 struct GemBatchInput {
   int64_t batch = 0;                          // B
@@ -44,6 +58,10 @@ struct GemBatchInput {
   // The loss's denominator (loss.h): < 0 counts these masks; a rank of a data-parallel job gives
   // the global batch's count, so that its gradients are its samples' share of the global ones.
   double mask_count = -1;
+  // Expert parallelism: this batch is the rank's share of its EP group's samples, and the rank runs
+  // only its experts, on every member's samples (the members run the same pass). Null: every expert
+  // runs here on this batch (one GPU, or a pass whose samples every rank holds alike).
+  ExpertExchange* experts = nullptr;
 };
 
 // What a pass writes, device memory owned by the caller.
@@ -58,7 +76,8 @@ struct GemBatchOutput {
 class GemModelGpu {
  public:
   // InvalidArgument / Unimplemented naming the config field (MakeGemGeometry's rules, and head dims
-  // the attention kernels run: 16, 32, 64).
+  // the attention kernels run: 16, 32, 64). With E > 1 Wukong experts the FMB MLP is the sum of the
+  // experts' MLPs plus one shared output bias, as the oracle defines it.
   static absl::StatusOr<std::unique_ptr<GemModelGpu>> Create(const gemtb::model::ModelConfig& config,
                                                              const GemModelOptions& options = {});
   ~GemModelGpu();
@@ -69,7 +88,10 @@ class GemModelGpu {
 
   // Forward, loss and (when out.param_grad is set) backward of one batch with parameters `params`
   // [P]; asynchronous on `stream` (its scratch memory is stream-ordered). InvalidArgument naming the
-  // field when the input does not fit the model (sequence count, lengths beyond Lmax, B < 1). With a
+  // field when the input does not fit the model (sequence count, lengths beyond Lmax, B < 1, an
+  // expert exchange whose degree does not divide the experts). Under expert parallelism the
+  // gradients of the experts this rank does not run stay zero: summing the ranks' gradients (the
+  // FSDP reduce-scatter) gives every expert its gradient over the group's samples. With a
   // timer, each region's forward and backward is marked on `stream` (region_timer.h).
   absl::Status Run(const float* params, const GemBatchInput& in, const GemBatchOutput& out, cudaStream_t stream,
                    RegionTimer* timer = nullptr);

@@ -471,6 +471,8 @@ struct GpuTrainer::Impl {
     in.dense = dense->get();
     in.labels = labels->get();
     in.masks = masks->get();
+    // Expert parallelism where every rank runs the pass on its own samples.
+    if (split) in.experts = dist->expert_exchange();
     if (split) {
       double count = 0;  // 0/1 values: exact in any order
       for (float v : mask_f) count += v;
@@ -665,6 +667,13 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
   GEMTB_RETURN_IF_ERROR(RetainFreedDeviceMemory());
   absl::StatusOr<std::unique_ptr<GemModelGpu>> model = GemModelGpu::Create(config, numerics);
   if (!model.ok()) return model.status();
+  if (collectives != nullptr && collectives->expert_exchange() != nullptr) {
+    const ExpertExchange& ep = *collectives->expert_exchange();
+    GEMTB_RETURN_IF_ERROR(gemtb::model::CheckExpertDegree((*model)->geometry(), ep.degree(), "expert degree"));
+    if (collectives->world_size() % ep.degree() != 0)
+      return absl::InvalidArgumentError(absl::StrCat("expert degree: ", ep.degree(), " does not divide the world of ",
+                                                     collectives->world_size()));
+  }
   absl::StatusOr<data::DataParams> params = data::LoadDataParams(options.data.empty() ? config.name : options.data);
   if (!params.ok()) return params.status();
   absl::StatusOr<data::Generator> gen = data::Generator::Create(*params, data::ShapeFromConfig(config));

@@ -6,7 +6,9 @@
 // Ranks form 2D FSDP groups of s = shard_group_size() ranks: shard group g is ranks [g s, (g + 1) s)
 // (consecutive ranks: one host when s divides the GPUs per host), replica group q is ranks
 // {q, q + s, q + 2 s, ...}. Member q of a shard group owns the q-th of s equal pieces of the flat
-// parameter array (padded with zeros to a multiple of s).
+// parameter array (padded with zeros to a multiple of s). Under expert parallelism of degree D, EP
+// group g is ranks [g D, (g + 1) D), each member running its share of the Wukong experts
+// (gem_model.h's ExpertExchange); the experts' parameters are sharded with the others.
 #ifndef GEMTB_GPU_TRAIN_TRAINER_COLLECTIVES_H_
 #define GEMTB_GPU_TRAIN_TRAINER_COLLECTIVES_H_
 
@@ -20,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "gpu/embedding/shard_exchange.h"
+#include "gpu/train/gem_model.h"
 
 namespace gemtb::gpu::train {
 
@@ -89,6 +92,9 @@ class TrainerCollectives {
   // The all-to-alls and gathers of sharded embedding tables (gpu/embedding/sharded_tbe.h) over the
   // world as one MP group (1D plans); null where these collectives carry none.
   virtual embedding::ShardExchange* sparse_exchange() { return nullptr; }
+  // This rank's EP group, when the job runs the Wukong experts expert-parallel; null where every
+  // rank runs every expert.
+  virtual ExpertExchange* expert_exchange() { return nullptr; }
 };
 
 }  // namespace gemtb::gpu::train

@@ -54,8 +54,7 @@ absl::StatusOr<GemGeometry> MakeGemGeometry(const ModelConfig& c) {
   g.num_tasks = static_cast<int>(c.NumTasks());
   g.layers = static_cast<int>(c.arch.layers);
   g.compskip = c.arch.compskip;
-  if (g.n_f + g.n_l != g.n_x)
-    return bad(absl::StrCat("arch.wukong.n_f + n_l: ", g.n_f + g.n_l, " != n_x ", g.n_x));
+  if (g.n_f + g.n_l != g.n_x) return bad(absl::StrCat("arch.wukong.n_f + n_l: ", g.n_f + g.n_l, " != n_x ", g.n_x));
   const int d = g.d;
   int max_tokens = 1;
   for (const auto& s : c.sequences) {
@@ -203,6 +202,20 @@ std::vector<ParamUnit> ParamUnits(const GemGeometry& g) {
     units.push_back({region, first, count});
   }
   return units;
+}
+
+std::vector<int> ExpertsOfMember(int experts, int degree, int member) {
+  std::vector<int> mine;
+  for (int e = member; e < experts; e += degree) mine.push_back(e);
+  return mine;
+}
+
+absl::Status CheckExpertDegree(const GemGeometry& g, int degree, const std::string& field) {
+  if (degree < 1 || g.experts % degree != 0)
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", degree, " does not divide the model's ", g.experts,
+                                                   g.experts == 1 ? " Wukong expert" : " Wukong experts",
+                                                   " (arch.wukong.experts.count)"));
+  return absl::OkStatus();
 }
 
 }  // namespace gemtb::model

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "model/description/model_config.h"
 #include "model/description/param_layout.h"
@@ -71,6 +72,13 @@ struct ParamUnit {
 // The units in layout order, which is the forward's order of the regions; together they cover the
 // layout once.
 std::vector<ParamUnit> ParamUnits(const GemGeometry& g);
+
+// Expert parallelism of degree D (spec: e = r mod D): an EP group is D consecutive ranks, and its
+// member i runs the Wukong experts {e : e mod D == i} on every member's samples (gathered), the
+// experts' outputs summed back to each member's own samples. Ascending.
+std::vector<int> ExpertsOfMember(int experts, int degree, int member);
+// InvalidArgument naming `field` and both values unless 1 <= D and D divides the model's E experts.
+absl::Status CheckExpertDegree(const GemGeometry& g, int degree, const std::string& field);
 
 // The model's tables as TBE tables (fp32, the config's hashing, bounds error, rowwise Adagrad with
 // `table_lr`); features: the sparse features in key order (their pooling), then per sequence j the

@@ -17,9 +17,10 @@ using gpu::CudaOk;
 
 }  // namespace
 
-InProcessJob::InProcessJob(int world_size_in, int shard_group_in)
+InProcessJob::InProcessJob(int world_size_in, int shard_group_in, int expert_degree_in)
     : world_size(world_size_in),
       shard_group(shard_group_in),
+      expert_degree(expert_degree_in),
       barrier(world_size_in),
       published(world_size_in),
       sparse(world_size_in) {}
@@ -60,6 +61,36 @@ absl::StatusOr<std::vector<float>> InProcessCollectives::Sum(const std::vector<c
     for (int64_t k = 0; k < count; ++k) sum[k] = i == 0 ? part[k] : sum[k] + part[k];
   }
   return sum;
+}
+
+std::vector<int> InProcessCollectives::Experts::Group() const {
+  const int D = degree(), g = owner_->rank_ / D;
+  std::vector<int> ranks;
+  for (int k = g * D; k < (g + 1) * D; ++k) ranks.push_back(k);
+  return ranks;
+}
+
+absl::Status InProcessCollectives::Experts::AllGather(const float* mine, float* all, int64_t count,
+                                                      cudaStream_t stream) {
+  ++owner_->job_.expert_collectives;
+  const std::vector<const void*> published = owner_->Exchange(mine, stream);
+  const std::vector<int> group = Group();
+  absl::Status status;
+  for (size_t i = 0; i < group.size() && status.ok(); ++i)
+    status = CudaOk(cudaMemcpy(all + i * count, published[group[i]], count * sizeof(float), cudaMemcpyDeviceToDevice),
+                    "expert all-gather");
+  owner_->job_.barrier.arrive_and_wait();  // every member has read every input
+  return status;
+}
+
+absl::Status InProcessCollectives::Experts::ReduceScatter(const float* all, float* mine, int64_t count,
+                                                          cudaStream_t stream) {
+  ++owner_->job_.expert_collectives;
+  const std::vector<const void*> published = owner_->Exchange(all, stream);
+  absl::StatusOr<std::vector<float>> sum = owner_->Sum(published, Group(), member() * count, count);
+  owner_->job_.barrier.arrive_and_wait();  // every member has read every input
+  if (!sum.ok()) return sum.status();
+  return CudaOk(cudaMemcpy(mine, sum->data(), count * sizeof(float), cudaMemcpyHostToDevice), "expert reduce-scatter");
 }
 
 absl::StatusOr<float*> InProcessCollectives::ParamsBuffer(int64_t shard_count) {

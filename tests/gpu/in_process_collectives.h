@@ -7,6 +7,7 @@
 #ifndef GEMTB_TESTS_GPU_IN_PROCESS_COLLECTIVES_H_
 #define GEMTB_TESTS_GPU_IN_PROCESS_COLLECTIVES_H_
 
+#include <atomic>
 #include <barrier>
 #include <cstdint>
 #include <memory>
@@ -17,10 +18,12 @@
 
 namespace gemtb::gpu::train::test {
 
-// What the ranks of one virtual job share.
+// What the ranks of one virtual job share. expert_degree > 1: EP groups of that many consecutive
+// ranks (expert_exchange), fp32 sums in member order.
 struct InProcessJob {
-  InProcessJob(int world_size, int shard_group);
-  int world_size, shard_group;
+  InProcessJob(int world_size, int shard_group, int expert_degree = 1);
+  int world_size, shard_group, expert_degree;
+  std::atomic<int64_t> expert_collectives{0};  // the EP collectives every rank has run
   std::barrier<> barrier;
   std::vector<const void*> published;  // per rank, the pointer of the collective in progress
   gpu::test::InProcessShardGroup sparse;          // the sharded tables' MP group: the world
@@ -28,7 +31,8 @@ struct InProcessJob {
 
 class InProcessCollectives : public TrainerCollectives {
  public:
-  InProcessCollectives(InProcessJob& job, int rank) : job_(job), rank_(rank), sparse_(job.sparse, rank) {}
+  InProcessCollectives(InProcessJob& job, int rank)
+      : job_(job), rank_(rank), sparse_(job.sparse, rank), experts_(this) {}
   ~InProcessCollectives() override;
 
   int rank() const override { return rank_; }
@@ -48,8 +52,22 @@ class InProcessCollectives : public TrainerCollectives {
   absl::Status AllReduceSum(double* data, int64_t count, cudaStream_t stream) override;
   absl::Status Synchronize(cudaStream_t stream, std::string_view what) override;
   embedding::ShardExchange* sparse_exchange() override { return &sparse_; }
+  ExpertExchange* expert_exchange() override { return job_.expert_degree > 1 ? &experts_ : nullptr; }
 
  private:
+  class Experts : public ExpertExchange {
+   public:
+    explicit Experts(InProcessCollectives* owner) : owner_(owner) {}
+    int degree() const override { return owner_->job_.expert_degree; }
+    int member() const override { return owner_->rank_ % owner_->job_.expert_degree; }
+    absl::Status AllGather(const float* mine, float* all, int64_t count, cudaStream_t stream) override;
+    absl::Status ReduceScatter(const float* all, float* mine, int64_t count, cudaStream_t stream) override;
+
+   private:
+    std::vector<int> Group() const;
+    InProcessCollectives* owner_;
+  };
+
   // Publishes `p`, waits for every rank's, and returns them (valid until the closing barrier).
   std::vector<const void*> Exchange(const void* p, cudaStream_t stream);
   // The ranks of this rank's shard group and replica group, in member order.
@@ -63,6 +81,7 @@ class InProcessCollectives : public TrainerCollectives {
   int rank_;
   float* params_ = nullptr;
   gpu::test::InProcessShardExchange sparse_;
+  Experts experts_;
 };
 
 }  // namespace gemtb::gpu::train::test

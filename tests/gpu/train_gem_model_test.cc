@@ -1,5 +1,5 @@
 // The GPU model (gpu/train/gem_model.h) against the oracle's batch pass (reference/model/batch_pass.h)
-// on the tiny config: one batch of random inputs (jagged sequences, an empty one and a full one),
+// on the tiny config (with one Wukong expert and with two): one batch of random inputs (jagged sequences, an empty one and a full one),
 // the logits, the loss, every named parameter's gradient and the input gradients, each compared by
 // its relative L2 distance. Both run fp32; they differ only in summation orders (cuBLAS matmuls,
 // one sum over the batch instead of the oracle's 16 sample blocks), so each array must agree to a
@@ -55,10 +55,12 @@ struct Bounds {
 constexpr Bounds kFp32Bounds;
 constexpr Bounds kBf16Bounds{1e-2, 5e-2, 1e-3, 1e-2};
 
-// One batch of `B` samples against the oracle's batch pass.
-void ExpectMatchesTheOracle(int batch, const GemModelOptions& numerics = {}, const Bounds& bounds = kFp32Bounds) {
+// One batch of `B` samples against the oracle's batch pass; `experts` Wukong experts.
+void ExpectMatchesTheOracle(int batch, const GemModelOptions& numerics = {}, const Bounds& bounds = kFp32Bounds,
+                            int experts = 1) {
   absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig("tiny");
   ASSERT_TRUE(config.ok()) << config.status();
+  config->arch.wukong.experts.count = experts;
   absl::StatusOr<reference::model::GemModel> ref = reference::model::GemModel::Create(*config);
   ASSERT_TRUE(ref.ok()) << ref.status();
   absl::StatusOr<std::unique_ptr<GemModelGpu>> gpu = GemModelGpu::Create(*config, numerics);
@@ -171,6 +173,15 @@ TEST(GemModelGpuTest, MatchesTheOracleBatchPassOnTiny) {
 TEST(GemModelGpuTest, MatchesTheOracleBatchPassOnALargeBatch) {
   if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
   ExpectMatchesTheOracle(400);
+}
+
+// Two Wukong experts (each half of the FMB MLP's hidden width, one shared output bias), every expert
+// run on this GPU: the experts' gradients and everything downstream as closely as one expert's.
+TEST(GemModelGpuTest, MatchesTheOracleWithTwoWukongExperts) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  ExpectMatchesTheOracle(12, {}, kFp32Bounds, 2);
+  ExpectMatchesTheOracle(400, {}, kFp32Bounds, 2);
+  ExpectMatchesTheOracle(12, GemModelOptions{MatmulPrecision::kTf32, AttentionPrecision::kBf16}, kBf16Bounds, 2);
 }
 
 TEST(GemModelGpuTest, TensorCorePrecisionsStayWithinTheBf16Bounds) {

@@ -6,7 +6,8 @@
 //   4 and 1 do on 4 ranks (the same sums in the same order), and every rank ends with the same state;
 // - a job's steps follow the one-GPU trainer's on the same global batch within a reduction's rounding
 //   (losses, dense parameters and tables after the steps), with contiguous, BBS and least-load batch
-//   splits alike, and with the tables sharded by a TW/RW/CW plan.
+//   splits alike, with the tables sharded by a TW/RW/CW plan, and with two Wukong experts run
+//   expert-parallel.
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -87,9 +88,9 @@ void ExpectClose(const std::vector<float>& a, const std::vector<float>& b, const
   EXPECT_LE(outside, std::max<size_t>(1, a.size() / 1000)) << what << ": " << outside << " of " << a.size();
 }
 
-RankRun OneGpu(const TrainerOptions& options = Options()) {
+RankRun OneGpu(const TrainerOptions& options = Options(), const gemtb::model::ModelConfig& config = TinyConfig()) {
   RankRun run;
-  absl::StatusOr<std::unique_ptr<GpuTrainer>> t = GpuTrainer::Create(TinyConfig(), options);
+  absl::StatusOr<std::unique_ptr<GpuTrainer>> t = GpuTrainer::Create(config, options);
   EXPECT_TRUE(t.ok()) << t.status();
   if (!t.ok()) return run;
   for (int s = 0; s < kSteps; ++s) {
@@ -104,16 +105,23 @@ RankRun OneGpu(const TrainerOptions& options = Options()) {
   return run;
 }
 
+// What a virtual job runs beyond its shard group: EP groups of `expert_degree` ranks and the model.
+struct JobModel {
+  int expert_degree = 1;
+  gemtb::model::ModelConfig config = TinyConfig();
+  int64_t* expert_collectives = nullptr;  // set: the EP collectives the job ran
+};
+
 // R virtual ranks with a shard group of `shard_group`; every rank's run.
 std::vector<RankRun> InProcessJob(int R, int shard_group, const JobOptions& split = {},
-                                  const TrainerOptions& options = Options()) {
-  test::InProcessJob job(R, shard_group);
+                                  const TrainerOptions& options = Options(), const JobModel& model = {}) {
+  test::InProcessJob job(R, shard_group, model.expert_degree);
   std::vector<std::unique_ptr<test::InProcessCollectives>> collectives;
   std::vector<std::unique_ptr<GpuTrainer>> trainers;
   for (int r = 0; r < R; ++r) {
     collectives.push_back(std::make_unique<test::InProcessCollectives>(job, r));
     absl::StatusOr<std::unique_ptr<GpuTrainer>> t =
-        GpuTrainer::Create(TinyConfig(), options, {}, collectives[r].get(), split);
+        GpuTrainer::Create(model.config, options, {}, collectives[r].get(), split);
     EXPECT_TRUE(t.ok()) << t.status();
     if (!t.ok()) return {};
     trainers.push_back(*std::move(t));
@@ -142,6 +150,7 @@ std::vector<RankRun> InProcessJob(int R, int shard_group, const JobOptions& spli
   }
   for (std::thread& t : threads) t.join();
   for (int r = 0; r < R; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  if (model.expert_collectives) *model.expert_collectives = job.expert_collectives.load();
   return runs;
 }
 
@@ -193,6 +202,35 @@ TEST(GpuTrainJob, JobFollowsTheOneGpuTrainerOnTheSameGlobalBatch) {
     for (size_t t = 0; t < one.state.tables.size(); ++t) {
       ExpectClose(job[0].state.tables[t].weights, one.state.tables[t].weights, what + ": table " + std::to_string(t));
     }
+  }
+}
+
+// Expert parallelism: tiny with two Wukong experts, each member of an EP group of 2 running one of
+// them on both members' samples (activations all-gathered, outputs reduce-scattered), on 2 ranks and
+// on 4 (two EP groups, shard groups of 2), follows the one GPU running both experts; the ranks end
+// with the same state. The EP collectives must have run (a job that ran every expert everywhere
+// would pass the comparison too).
+TEST(GpuTrainJob, ExpertParallelJobFollowsTheOneGpuTrainer) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  gemtb::model::ModelConfig two = TinyConfig();
+  two.arch.wukong.experts.count = 2;
+  const RankRun one = OneGpu(Options(), two);
+  for (const int R : {2, 4}) {
+    const std::string what = std::to_string(R) + " ranks, 2 experts, EP degree 2";
+    int64_t calls = 0;
+    const std::vector<RankRun> job = InProcessJob(R, 2, {}, Options(), JobModel{2, two, &calls});
+    ASSERT_EQ(job.size(), static_cast<size_t>(R));
+    // Per step and Wukong layer: 2 forward and 2 backward collectives on each rank.
+    const int64_t layers = two.arch.layers;
+    EXPECT_EQ(calls, int64_t{R} * kSteps * layers * 4) << what;
+    for (size_t k = 0; k < one.losses.size(); ++k) {
+      EXPECT_NEAR(job[0].losses[k], one.losses[k], 1e-5 * std::fabs(one.losses[k])) << what << " step " << k;
+    }
+    ExpectClose(job[0].state.params, one.state.params, what + ": params");
+    for (size_t t = 0; t < one.state.tables.size(); ++t) {
+      ExpectClose(job[0].state.tables[t].weights, one.state.tables[t].weights, what + ": table " + std::to_string(t));
+    }
+    for (int r = 1; r < R; ++r) ExpectSameBytes(job[static_cast<size_t>(r)], job[0], what + ": rank " + std::to_string(r));
   }
 }
 

@@ -199,6 +199,8 @@ def job_bad_input(d):
     ck = os.path.join(d, "job_ck")
     for bad, words in ((["--shard-group", "3"], "--shard-group: 3 does not divide the job's 2 ranks"),
                        (["--shard-group", "0"], "--shard-group: 0"),
+                       (["--ep-degree", "4"], "--ep-degree: 4 does not divide the job's 2 ranks"),
+                       (["--ep-degree", "2"], "--ep-degree: 2 does not divide the model's 1 Wukong expert"),
                        (["--param-gather", "sm"], "--param-gather: 'sm' is not nccl or copy_engine"),
                        (["--store-timeout", "0"], "--store-timeout: 0"),
                        (["--batch-split", "random"], "--batch-split: 'random' is not contiguous, bbs or balance"),
@@ -222,6 +224,8 @@ def job_bad_input(d):
     assert "--plan: shards the tables over a job's ranks" in p.stderr, p.stderr
     p = run(["train"] + GPU + ["--gpus-per-host", "2"], expect=2)
     assert "--gpus-per-host: needs --plan" in p.stderr, p.stderr
+    p = run(["train"] + GPU + ["--ep-degree", "2"], expect=2)
+    assert "--ep-degree: 2 does not divide the job's 1 rank" in p.stderr, p.stderr
     p = run(["train"] + GPU, expect=2, env=torchrun_env(2, 2, 29650))
     assert "RANK" in p.stderr and p.stderr.count("\n") == 1, p.stderr
     # Two ranks at once: without a GPU each stops before the rendezvous (no rank waits for the other);

@@ -72,6 +72,7 @@ struct Flags {
   NumericsFlags numerics;
   // A job of several ranks: the dense parameters' shard group and who gathers them.
   std::optional<int64_t> shard_group;
+  int64_t ep_degree = 1;
   std::string param_gather = "nccl";
   bool param_prefetch = false;
   std::string batch_split = "contiguous";
@@ -85,6 +86,7 @@ struct Flags {
 struct Job {
   launch::LaunchInfo launch;  // who this process is (one process: rank 0 of 1)
   int shard_group = 1;
+  int ep_degree = 1;
   gpu::train::JobOptions split;  // how each step's global batch is split among the ranks
   gemtb::model::ModelConfig config;
   gpu::train::TrainerOptions options;
@@ -160,6 +162,8 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
   const int64_t shard_group = f.shard_group.value_or(R);
   if (shard_group < 1 || R % shard_group != 0)
     return Bad(absl::StrCat("--shard-group: ", shard_group, " does not divide the job's ", R, " ranks"));
+  if (f.ep_degree < 1 || R % f.ep_degree != 0)
+    return Bad(absl::StrCat("--ep-degree: ", f.ep_degree, " does not divide the job's ", R, " rank", R == 1 ? "" : "s"));
   if (R > 1 && f.crash_checkpoint_after_bytes >= 0)
     return Bad("--crash-checkpoint-after-bytes: a single process only (kill a rank from outside instead)");
   if (f.local_batch * R > (1 << 20))
@@ -201,6 +205,9 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
   absl::StatusOr<gemtb::model::GemGeometry> geometry = gemtb::model::MakeGemGeometry(job.config);
   if (!geometry.ok()) return Bad(absl::StrCat("--config ", f.config, ": ", geometry.status().message()));
   job.num_params = geometry->layout.total();
+  if (absl::Status s = gemtb::model::CheckExpertDegree(*geometry, static_cast<int>(f.ep_degree), "--ep-degree"); !s.ok())
+    return Bad(std::string(s.message()));
+  job.ep_degree = static_cast<int>(f.ep_degree);
   absl::StatusOr<gemtb::model::ModelGraph> graph = gemtb::model::ExpandModel(job.config);
   if (!graph.ok()) return Bad(absl::StrCat("--config ", f.config, ": ", graph.status().message()));
   job.flops = gemtb::model::BatchFlops::Create(*graph);
@@ -404,6 +411,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
   if (several) {
     gpu::comm::TrainerCollectivesOptions co;
     co.shard_group = job.shard_group;
+    co.expert_degree = job.ep_degree;
     co.param_gather = f.param_gather == "copy_engine" ? gpu::comm::ParamGather::kCopyEngine : gpu::comm::ParamGather::kNccl;
     co.timeout = store_timeout;
     absl::StatusOr<std::unique_ptr<gpu::comm::NcclTrainerCollectives>> made =
@@ -444,6 +452,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
               << ", schedule steps " << o.total_steps << ", pipeline " << f.pipeline << ", "
               << (several ? absl::StrCat(R, " GPUs (", launch::LauncherName(job.launch.launcher), "; global batch ",
                                          o.batch, " split ", f.batch_split, ", FSDP shard group ", job.shard_group,
+                                         job.ep_degree > 1 ? absl::StrCat(", EP degree ", job.ep_degree) : "",
                                          ", parameters gathered by ", f.param_gather,
                                          f.param_prefetch ? " unit by unit, prefetched" : "", ", tables ",
                                          job.plan ? absl::StrCat("sharded by --plan ", f.plan) : std::string("replicated"),
@@ -586,7 +595,8 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
           {"config", job.config.name},   {"steps", trainer.step()},         {"steps_run", run_steps},
           {"local_batch", o.batch / R},  {"world_size", R},                 {"global_batch", o.batch},
           {"launcher", launch::LauncherName(job.launch.launcher)},
-          {"shard_group", job.shard_group}, {"param_gather", several ? f.param_gather : std::string("none")},
+          {"shard_group", job.shard_group}, {"ep_degree", job.ep_degree},
+          {"param_gather", several ? f.param_gather : std::string("none")},
           {"param_prefetch", f.param_prefetch},
           {"batch_split", f.batch_split}, {"sub_batch", f.sub_batch},
           {"plan", job.plan ? nlohmann::json::parse(job.plan->text) : nlohmann::json()},
@@ -642,7 +652,8 @@ int RunGpuTrain(const std::vector<std::string>& args) {
       "size, local rank (the GPU) and MASTER_ADDR/MASTER_PORT come from the launcher's variables, NCCL's\n"
       "id through a TCP store on rank 0. --local-batch is then per GPU (the global batch R times it,\n"
       "split among the ranks by --batch-split); dense parameters are 2D FSDP over --shard-group ranks,\n"
-      "gathered by NCCL or the copy engines (--param-gather); the tables are replicated and updated\n"
+      "gathered by NCCL or the copy engines (--param-gather); with --ep-degree D, each of D consecutive\n"
+      "ranks runs its share of the Wukong experts on all D ranks' samples; the tables are replicated and updated\n"
       "with every rank's gradients, or sharded by --plan (the plan JSON of docs/embedding-spec.md, 1D or\n"
       "2D; ids go to each shard's holder, embeddings and gradients back and forth by NCCL all-to-alls;\n"
       "each rank checkpoints its own shards). Rank 0 prints and writes the report and the checkpoint's\n"
@@ -674,6 +685,10 @@ int RunGpuTrain(const std::vector<std::string>& args) {
   flags.String("report", &f.report, "JSON written at the end: throughput, final loss, held-out NE (docs/commands.md)");
   flags.OptionalInt64("shard-group", &f.shard_group,
                       "in a job: ranks sharing one copy of the dense parameters (2D FSDP; default every rank)");
+  flags.Int64("ep-degree", &f.ep_degree,
+              "in a job: expert parallelism over D consecutive ranks, member i running the Wukong experts e with "
+              "e mod D = i on the D ranks' samples (activations all-gathered, outputs reduce-scattered); D divides "
+              "the ranks and the config's experts (default 1: every rank runs every expert)");
   flags.String("param-gather", &f.param_gather,
                "in a job: who gathers the parameters in a shard group, nccl (default) or copy_engine (no SM; one host)");
   flags.Bool("param-prefetch", &f.param_prefetch,
