@@ -11,6 +11,8 @@
 # `--check-numerics "fp32/fp32 tf32/bf16"` (default fp32/fp32) and pipeline of `--check-pipelines
 # "sync semi-sync"` (default sync), writing check_train_<pipeline>_<M>_<A>.log and .json, and
 # `gemtb train`'s kill-and-resume test (tests/training/gpu_train_cli_test.py --part gpu, train_kills.log);
+# `--check-experts` adds the same check, synchronous and in the first numerics, on tiny with two
+# Wukong experts (check_train_experts.log and .json);
 # `--no-memcheck` leaves out the sanitizer pass (when the device time is short). Environment:
 # TEST_TIMEOUT, seconds each test binary may run (default 150; four times that under memcheck);
 # TESTS, the test binaries to build and run (default: all of the above).
@@ -25,12 +27,14 @@ build=$scratch/gemtb-train-build
 check_steps=0
 check_numerics="fp32/fp32"
 check_pipelines="sync"
+check_experts=0
 memcheck=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --check-train) check_steps=${2:?--check-train needs a step count}; shift 2 ;;
     --check-numerics) check_numerics=${2:?--check-numerics needs a list}; shift 2 ;;
     --check-pipelines) check_pipelines=${2:?--check-pipelines needs a list}; shift 2 ;;
+    --check-experts) check_experts=1; shift ;;
     --no-memcheck) memcheck=0; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -73,6 +77,15 @@ if [ "$check_steps" -gt 0 ]; then
         echo "check train (pipeline $pipe, matmul $m, attention $a): $((SECONDS - check_start)) s"; } | tee -a "$out/summary.txt"
     done
   done
+  if [ "$check_experts" = 1 ]; then
+    # Tiny with two Wukong experts (the config's name kept: the data generator is tiny's).
+    python3 "$srcdir/tools/lib/config_with_experts.py" "$srcdir/model/configs/tiny.json" "$out/tiny_2_experts.json" 2
+    p=${check_numerics%% *} check_start=$SECONDS
+    "$build/bin/gemtb" check train --config "$out/tiny_2_experts.json" --steps "$check_steps" --matmul "${p%/*}" \
+      --attention "${p#*/}" --json "$out/check_train_experts.json" >"$out/check_train_experts.log" 2>&1 || rc=1
+    { tail -25 "$out/check_train_experts.log"
+      echo "check train (2 Wukong experts, matmul ${p%/*}, attention ${p#*/}): $((SECONDS - check_start)) s"; } | tee -a "$out/summary.txt"
+  fi
   kill_start=$SECONDS
   python3 "$srcdir/tests/training/gpu_train_cli_test.py" "$build/bin/gemtb" --part gpu >"$out/train_kills.log" 2>&1 || rc=1
   { tail -15 "$out/train_kills.log"; echo "gemtb train kills: $((SECONDS - kill_start)) s"; } | tee -a "$out/summary.txt"

@@ -18,6 +18,8 @@
 #      `gemtb ref train` with the same plan on N virtual ranks (the oracle's sharded execution, on
 #      this host's CPU; every loss within 1e-5 relative), and the 1D plan under --pipeline semi-sync
 #      against the oracle's semi-synchronous run of it;
+#   2a. for each N: tiny with two Wukong experts, on one GPU both, on N >= 2 with --ep-degree 2 (each
+#      pair of ranks splits the experts): every logged loss within 1e-4 relative of the one GPU's;
 #   2b. on 2 GPUs: a sharded tiny job's checkpoint and resume (10 steps, resume to 20) against 20
 #      steps straight: the same losses after the resume and the same step-20 checkpoint bytes;
 #   3. for each N: the small config at a fixed local batch (--small-batch per GPU, --small-steps
@@ -82,8 +84,20 @@ run_job() {  # run_job N NAME gemtb-train-flags...
   fi
   echo "$name: $(grep '^final:' "$out/$name.log") ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
 }
+# Tiny with two Wukong experts (the config's name kept: the data generator is tiny's).
+python3 tools/lib/config_with_experts.py model/configs/tiny.json "$out/tiny_2_experts.json" 2
 for n in $gpus_list; do
   [ "$n" -le "$visible" ] || continue
+  # Two experts: one GPU runs both; a job with --ep-degree 2, one each on a pair of ranks, the
+  # activations all-gathered and the outputs reduce-scattered in the pair: the one GPU's steps.
+  ep=()
+  [ "$n" -gt 1 ] && ep=(--ep-degree 2)
+  run_job "$n" "job_tiny_experts_$n" --config "$out/tiny_2_experts.json" --local-batch $((tiny_batch / n)) \
+    --steps "$tiny_steps" --matmul fp32 --attention fp32 --eval-samples 1024 "${ep[@]}" || rc=1
+  if [ "$n" -gt 1 ] && [ -f "$out/job_tiny_experts_1.log" ] && [ -f "$out/job_tiny_experts_$n.log" ]; then
+    python3 tools/lib/compare_train_logs.py "$out/job_tiny_experts_1.log" "$out/job_tiny_experts_$n.log" --rel 1e-4 \
+      | sed 's/^/2 experts, --ep-degree 2: /' | tee -a "$out/summary.txt" || rc=1
+  fi
   run_job "$n" "job_tiny_$n" --config tiny --local-batch $((tiny_batch / n)) --steps "$tiny_steps" --matmul fp32 --attention fp32 \
     --eval-samples 1024 --trace "$out/trace_tiny_$n.json"
   if [ "$n" -gt 1 ] && [ -f "$out/job_tiny_1.log" ]; then
