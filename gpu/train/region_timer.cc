@@ -60,4 +60,11 @@ absl::StatusOr<std::vector<RegionTime>> RegionTimer::Times() const {
   return out;
 }
 
+absl::StatusOr<double> RegionTimer::Since(cudaEvent_t event) const {
+  if (events_.empty()) return absl::FailedPreconditionError("region timer: Since before any region");
+  float ms = 0;
+  if (absl::Status s = Cuda(cudaEventElapsedTime(&ms, events_.front(), event), "cudaEventElapsedTime"); !s.ok()) return s;
+  return static_cast<double>(ms);
+}
+
 }  // namespace gemtb::gpu::train

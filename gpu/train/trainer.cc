@@ -104,13 +104,14 @@ struct GpuTrainer::Impl {
     return whole;
   }
 
-  // A job step's collectives, each between two events on the trainer's stream. The events are made
+  // A job step's collectives, each between two events on the stream it runs on. The events are made
   // once and serve every step (the k-th collective of a step takes the k-th pair).
   std::vector<CollectiveTime> timed;
   std::vector<std::array<cudaEvent_t, 2>> timing_events;
+  // Where a collective runs in the step (CollectiveTime's flags).
+  enum class Where { kBeforeModel, kAfterModel, kInModel, kInUpdate, kBesideCompute };
   template <typename Fn>
-  absl::Status Timed(const char* name, const char* group, bool before_model, Fn&& fn, bool in_update = false,
-                     cudaStream_t stream = nullptr, bool beside_compute = false) {
+  absl::Status Timed(const char* name, const char* group, Where where, Fn&& fn, cudaStream_t stream = nullptr) {
     if (timed.size() == timing_events.size()) {
       std::array<cudaEvent_t, 2> pair{};
       GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&pair[0]), "cudaEventCreate"));
@@ -118,19 +119,46 @@ struct GpuTrainer::Impl {
       timing_events.push_back(pair);
     }
     const std::array<cudaEvent_t, 2>& pair = timing_events[timed.size()];
-    timed.push_back({name, group, 0, before_model, in_update, beside_compute || stream != nullptr});
+    CollectiveTime c;
+    c.name = name, c.group = group;
+    c.before_model = where == Where::kBeforeModel, c.in_model = where == Where::kInModel;
+    c.in_update = where == Where::kInUpdate, c.beside_compute = where == Where::kBesideCompute;
+    timed.push_back(std::move(c));
     GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(pair[0], stream), "cudaEventRecord"));
     GEMTB_RETURN_IF_ERROR(fn());
     return CudaStatus(cudaEventRecord(pair[1], stream), "cudaEventRecord");
   }
-  // The step's collective times (after the stream is done).
-  std::vector<CollectiveTime> TakeCollectiveTimes() {
+  // The step's collective times (after the streams are done); with the model's region timer, the
+  // start of those inside the model after its first region's.
+  absl::StatusOr<std::vector<CollectiveTime>> TakeCollectiveTimes(const RegionTimer* timer = nullptr) {
     for (size_t k = 0; k < timed.size(); ++k) {
       float ms = 0;
       if (cudaEventElapsedTime(&ms, timing_events[k][0], timing_events[k][1]) == cudaSuccess) timed[k].ms = ms;
+      if (timed[k].in_model && timer != nullptr) GEMTB_ASSIGN_OR_RETURN(timed[k].model_start_ms, timer->Since(timing_events[k][0]));
     }
     return std::exchange(timed, {});
   }
+
+  // The EP group's collectives as the model calls them, timed on the model's stream.
+  class TimedExperts : public ExpertExchange {
+   public:
+    TimedExperts(Impl* m, ExpertExchange* inner) : m_(m), inner_(inner) {}
+    int degree() const override { return inner_->degree(); }
+    int member() const override { return inner_->member(); }
+    absl::Status AllGather(const float* mine, float* all, int64_t count, cudaStream_t stream) override {
+      return m_->Timed("experts.all_gather", "ep", Where::kInModel,
+                       [&] { return inner_->AllGather(mine, all, count, stream); }, stream);
+    }
+    absl::Status ReduceScatter(const float* all, float* mine, int64_t count, cudaStream_t stream) override {
+      return m_->Timed("experts.reduce_scatter", "ep", Where::kInModel,
+                       [&] { return inner_->ReduceScatter(all, mine, count, stream); }, stream);
+    }
+
+   private:
+    Impl* m_;
+    ExpertExchange* inner_;
+  };
+  std::optional<TimedExperts> experts;  // a job under expert parallelism
   ~Impl() {
     for (const std::array<cudaEvent_t, 2>& pair : timing_events) {
       cudaEventDestroy(pair[0]);
@@ -151,8 +179,8 @@ struct GpuTrainer::Impl {
   bool sparse_beside_model = false;
   void TimeSparseCollectives() {
     sharded->SetCollectiveHook([this](const char* name, const char* group, const std::function<absl::Status()>& call) {
-      if (sparse_beside_model) return Timed(name, group, false, call, false, nullptr, true);
-      return Timed(name, group, sparse_before_model, call, !sparse_before_model);
+      if (sparse_beside_model) return Timed(name, group, Where::kBesideCompute, call);
+      return Timed(name, group, sparse_before_model ? Where::kBeforeModel : Where::kInUpdate, call);
     });
   }
 
@@ -175,12 +203,12 @@ struct GpuTrainer::Impl {
     GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(grads_ready, stream), "cudaEventRecord"));
     GEMTB_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(param_stream, grads_ready, 0), "cudaStreamWaitEvent"));
     return Timed(
-        "grads.reduce_scatter", "dense-shard", false,
+        "grads.reduce_scatter", "dense-shard", Where::kBesideCompute,
         [&] {
           return dist->ReduceScatterGradRange(grad->get(), grad_shard->get(), shard_count, units[u].first,
                                               units[u].count, param_stream);
         },
-        false, param_stream);
+        param_stream);
   }
 
   // The whole parameter array is current in model_params (a collective in a job); with per-unit
@@ -188,7 +216,7 @@ struct GpuTrainer::Impl {
   absl::Status GatherParams() {
     if (dist == nullptr) return absl::OkStatus();
     if (units.empty()) {
-      return Timed("params.all_gather", "dense-shard", true,
+      return Timed("params.all_gather", "dense-shard", Where::kBeforeModel,
                    [&] { return dist->GatherParams(params->get(), shard_count, nullptr); });
     }
     // After the last step's optimizer (and the model's last reads of the gathered array).
@@ -197,7 +225,7 @@ struct GpuTrainer::Impl {
     waited_all_units = false;
     unit_in_backward.reset();
     return Timed(
-        "params.all_gather", "dense-shard", true,
+        "params.all_gather", "dense-shard", Where::kBesideCompute,
         [&]() -> absl::Status {
           for (size_t u = 0; u < units.size(); ++u) {
             GEMTB_RETURN_IF_ERROR(
@@ -206,7 +234,7 @@ struct GpuTrainer::Impl {
           }
           return absl::OkStatus();
         },
-        false, param_stream);
+        param_stream);
   }
   // The model's region hook under per-unit gathers: a region's forward waits for its unit; the
   // first backward region for all of them (the backward reads every unit; the optimizer after it
@@ -472,7 +500,7 @@ struct GpuTrainer::Impl {
     in.labels = labels->get();
     in.masks = masks->get();
     // Expert parallelism where every rank runs the pass on its own samples.
-    if (split) in.experts = dist->expert_exchange();
+    if (split && experts) in.experts = &*experts;
     if (split) {
       double count = 0;  // 0/1 values: exact in any order
       for (float v : mask_f) count += v;
@@ -550,25 +578,25 @@ struct GpuTrainer::Impl {
         }
         return absl::OkStatus();
       };
-      GEMTB_RETURN_IF_ERROR(Timed("outputs.all_gather", "sparse-mp", false, outputs));
+      GEMTB_RETURN_IF_ERROR(Timed("outputs.all_gather", "sparse-mp", Where::kAfterModel, outputs));
       if (train && !units.empty()) {
         // Per unit: the last region's (E.dense's) reduce-scatter, then the replicas wait for all.
         if (unit_in_backward) GEMTB_RETURN_IF_ERROR(ReduceScatterUnit(*std::exchange(unit_in_backward, std::nullopt), stream));
         GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(grads_ready, param_stream), "cudaEventRecord"));
         GEMTB_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(nullptr, grads_ready, 0), "cudaStreamWaitEvent"));
       } else if (train) {
-        GEMTB_RETURN_IF_ERROR(Timed("grads.reduce_scatter", "dense-shard", false, [&] {
+        GEMTB_RETURN_IF_ERROR(Timed("grads.reduce_scatter", "dense-shard", Where::kAfterModel, [&] {
           return dist->ReduceScatterGrads(grad->get(), grad_shard->get(), shard_count, nullptr);
         }));
       }
       if (train) {
-        GEMTB_RETURN_IF_ERROR(Timed("grads.all_reduce", "dense-replica", false, [&] {
+        GEMTB_RETURN_IF_ERROR(Timed("grads.all_reduce", "dense-replica", Where::kAfterModel, [&] {
           return dist->AllReduceReplicas(grad_shard->get(), shard_count, nullptr);
         }));
       }
     }
     GEMTB_RETURN_IF_ERROR(Synchronize("model step"));
-    b.result.collectives = TakeCollectiveTimes();
+    GEMTB_ASSIGN_OR_RETURN(b.result.collectives, TakeCollectiveTimes(timer ? &*timer : nullptr));
     if (timer) GEMTB_ASSIGN_OR_RETURN(b.result.regions, timer->Times());
     GEMTB_RETURN_IF_ERROR(logits->Download(b.result.logits, "logits"));
     std::vector<double> loss_host;
@@ -667,8 +695,9 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
   GEMTB_RETURN_IF_ERROR(RetainFreedDeviceMemory());
   absl::StatusOr<std::unique_ptr<GemModelGpu>> model = GemModelGpu::Create(config, numerics);
   if (!model.ok()) return model.status();
-  if (collectives != nullptr && collectives->expert_exchange() != nullptr) {
-    const ExpertExchange& ep = *collectives->expert_exchange();
+  ExpertExchange* const ep_group = collectives != nullptr ? collectives->expert_exchange() : nullptr;
+  if (ep_group != nullptr) {
+    const ExpertExchange& ep = *ep_group;
     GEMTB_RETURN_IF_ERROR(gemtb::model::CheckExpertDegree((*model)->geometry(), ep.degree(), "expert degree"));
     if (collectives->world_size() % ep.degree() != 0)
       return absl::InvalidArgumentError(absl::StrCat("expert degree: ", ep.degree(), " does not divide the world of ",
@@ -711,6 +740,7 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
   const int s = collectives->shard_group_size();
   impl->dist = collectives;
   impl->job = job;
+  if (ep_group != nullptr) impl->experts.emplace(impl.get(), ep_group);
   impl->shard_count = (impl->num_params + s - 1) / s;
   impl->shard_member = collectives->rank() % s;
   absl::StatusOr<float*> buffer = collectives->ParamsBuffer(impl->shard_count);
@@ -770,7 +800,9 @@ absl::StatusOr<TrainerStep> GpuTrainer::Step() {
   if (m.sharded == nullptr && (m.dist != nullptr || m.semi_sync())) GEMTB_RETURN_IF_ERROR(m.TbeInput(batch));
   GEMTB_RETURN_IF_ERROR(m.Apply(*b));
   // Sharded tables: their update's collectives, after the step's others (Apply waited for them).
-  for (CollectiveTime& c : m.TakeCollectiveTimes()) b->result.collectives.push_back(std::move(c));
+  absl::StatusOr<std::vector<CollectiveTime>> update = m.TakeCollectiveTimes();
+  if (!update.ok()) return update.status();
+  for (CollectiveTime& c : *update) b->result.collectives.push_back(std::move(c));
   b->result.step = m.step;
   b->result.times = m.times;
   const int64_t first = (m.step - 1) * batch.size;  // the step just taken

@@ -99,15 +99,19 @@ struct StepTimes {
 };
 
 // One collective of a job's step: its name ("params.all_gather", "grads.reduce_scatter", ...), the
-// simulator's group class of the ranks it spans ("dense-shard", "dense-replica", "sparse-mp"), and
+// simulator's group class of the ranks it spans ("dense-shard", "dense-replica", "sparse-mp", "ep"), and
 // its device time from CUDA events around it on the stream it ran on. Only the per-unit parameter
-// gathers (beside_compute) run beside compute; the others are exposed.
+// collectives (beside_compute) run beside compute; the others are exposed.
 struct CollectiveTime {
   std::string name;
   std::string group;
   double ms = 0;
   bool before_model = false;  // in the embedding phase, before the lookups (else after the model)
   bool in_update = false;     // in the tables' update phase (sharded tables' backward exchanges)
+  // Inside the model, on its stream (expert parallelism's exchanges in the Wukong regions): part of
+  // the model phase's time, exposed; with region times, its start after the model's first region's.
+  bool in_model = false;
+  double model_start_ms = -1;
   // Issued on a stream of its own beside the step's compute (the per-unit parameter gathers of
   // JobOptions::param_prefetch): its time is not all exposed; the model's waits for it are in the
   // model phase.
