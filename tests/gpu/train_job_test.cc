@@ -59,6 +59,7 @@ TrainerOptions Options(gemtb::model::SparsePipeline pipeline = gemtb::model::Spa
 struct RankRun {
   std::vector<double> losses;
   TrainerState state;
+  std::vector<CollectiveTime> last_collectives;  // a job's last step's
 };
 
 bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
@@ -139,6 +140,7 @@ std::vector<RankRun> InProcessJob(int R, int shard_group, const JobOptions& spli
           std::abort();  // the other ranks would wait at the barrier forever
         }
         runs[r].losses.push_back(step->loss);
+        runs[r].last_collectives = step->collectives;
       }
       absl::StatusOr<TrainerState> st = trainers[r]->State();
       if (!st.ok()) {
@@ -223,6 +225,16 @@ TEST(GpuTrainJob, ExpertParallelJobFollowsTheOneGpuTrainer) {
     // Per step and Wukong layer: 2 forward and 2 backward collectives on each rank.
     const int64_t layers = two.arch.layers;
     EXPECT_EQ(calls, int64_t{R} * kSteps * layers * 4) << what;
+    // The step reports them as exposed collectives of the ep group class inside the model.
+    int64_t gathers = 0, scatters = 0;
+    for (const CollectiveTime& c : job[0].last_collectives) {
+      if (c.group != "ep") continue;
+      EXPECT_TRUE(c.in_model && !c.beside_compute && !c.before_model && !c.in_update) << what << ": " << c.name;
+      gathers += c.name == "experts.all_gather";
+      scatters += c.name == "experts.reduce_scatter";
+    }
+    EXPECT_EQ(gathers, 2 * layers) << what;
+    EXPECT_EQ(scatters, 2 * layers) << what;
     for (size_t k = 0; k < one.losses.size(); ++k) {
       EXPECT_NEAR(job[0].losses[k], one.losses[k], 1e-5 * std::fabs(one.losses[k])) << what << " step " << k;
     }
