@@ -62,9 +62,14 @@ absl::StatusOr<std::vector<RegionTime>> RegionTimer::Times() const {
 
 absl::StatusOr<double> RegionTimer::Since(cudaEvent_t event) const {
   if (events_.empty()) return absl::FailedPreconditionError("region timer: Since before any region");
-  float ms = 0;
-  if (absl::Status s = Cuda(cudaEventElapsedTime(&ms, events_.front(), event), "cudaEventElapsedTime"); !s.ok()) return s;
-  return static_cast<double>(ms);
+  // Measured from the earlier of the two, so that the elapsed time is never asked backwards.
+  float after = 0, before = 0;
+  if (absl::Status s = Cuda(cudaEventElapsedTime(&after, events_.front(), event), "cudaEventElapsedTime"); !s.ok())
+    return s;
+  if (after >= 0) return static_cast<double>(after);
+  if (absl::Status s = Cuda(cudaEventElapsedTime(&before, event, events_.front()), "cudaEventElapsedTime"); !s.ok())
+    return s;
+  return -static_cast<double>(before);
 }
 
 }  // namespace gemtb::gpu::train

@@ -34,7 +34,8 @@ class RegionTimer {
   absl::Status End();
   // Waits for the stream's last recorded event and returns every closed region in order.
   absl::StatusOr<std::vector<RegionTime>> Times() const;
-  // Ms from the pass's first event to `event` (recorded on any stream, after it and done).
+  // Ms from the pass's first event to `event` (recorded on any stream of the device, done),
+  // negative when `event` came first.
   absl::StatusOr<double> Since(cudaEvent_t event) const;
 
  private:

@@ -129,12 +129,13 @@ struct GpuTrainer::Impl {
     return CudaStatus(cudaEventRecord(pair[1], stream), "cudaEventRecord");
   }
   // The step's collective times (after the streams are done); with the model's region timer, the
-  // start of those inside the model after its first region's.
+  // start of those inside the model or beside compute relative to its first region's.
   absl::StatusOr<std::vector<CollectiveTime>> TakeCollectiveTimes(const RegionTimer* timer = nullptr) {
     for (size_t k = 0; k < timed.size(); ++k) {
       float ms = 0;
       if (cudaEventElapsedTime(&ms, timing_events[k][0], timing_events[k][1]) == cudaSuccess) timed[k].ms = ms;
-      if (timed[k].in_model && timer != nullptr) GEMTB_ASSIGN_OR_RETURN(timed[k].model_start_ms, timer->Since(timing_events[k][0]));
+      if ((timed[k].in_model || timed[k].beside_compute) && timer != nullptr)
+        GEMTB_ASSIGN_OR_RETURN(timed[k].model_start_ms, timer->Since(timing_events[k][0]));
     }
     return std::exchange(timed, {});
   }

@@ -109,9 +109,11 @@ struct CollectiveTime {
   bool before_model = false;  // in the embedding phase, before the lookups (else after the model)
   bool in_update = false;     // in the tables' update phase (sharded tables' backward exchanges)
   // Inside the model, on its stream (expert parallelism's exchanges in the Wukong regions): part of
-  // the model phase's time, exposed; with region times, its start after the model's first region's.
+  // the model phase's time, exposed.
   bool in_model = false;
-  double model_start_ms = -1;
+  // With region times, for those inside the model or beside compute: its start in ms after the
+  // model's first region's (negative: before the model, such as per-unit gathers).
+  std::optional<double> model_start_ms;
   // Issued on a stream of its own beside the step's compute (the per-unit parameter gathers of
   // JobOptions::param_prefetch): its time is not all exposed; the model's waits for it are in the
   // model phase.

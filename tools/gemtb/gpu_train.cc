@@ -294,8 +294,9 @@ std::vector<TraceSpan> StepSpans(const gpu::train::TrainerStep& step) {
   // start of the lookup phase, the dense rest (issued after the model's backward) ending with the
   // model phase, each on its group class's track.
   // Sharded tables' update exchanges open the update phase.
-  // Gathers beside compute (--param-prefetch) start with the lookup phase and overlap it.
-  // Expert parallelism's exchanges sit inside the model phase where they ran.
+  // Collectives beside compute (--param-prefetch's, the semi-synchronous pipeline's next lookups)
+  // and expert parallelism's inside the model sit where they ran, measured from the model's first
+  // region (without region times, those beside compute start with the lookup phase).
   double gather_ms = 0, after_ms = 0;
   for (const gpu::train::CollectiveTime& c : step.collectives) {
     if (!c.in_update && !c.beside_compute && !c.in_model) (c.before_model ? gather_ms : after_ms) += c.ms;
@@ -303,12 +304,14 @@ std::vector<TraceSpan> StepSpans(const gpu::train::TrainerStep& step) {
   double before_at = at, after_at = at + t.embedding_fwd_ms + t.model_ms - after_ms,
          update_at = at + t.embedding_fwd_ms + t.model_ms;
   for (const gpu::train::CollectiveTime& c : step.collectives) {
-    if (c.beside_compute) {
-      spans.push_back({c.name, "comm", c.group, at, c.ms});
+    // Measured against the model's first region where the step timed its regions.
+    if (c.model_start_ms) {
+      spans.push_back({c.name, "comm", c.group, at + t.embedding_fwd_ms + *c.model_start_ms, c.ms});
       continue;
     }
-    if (c.in_model) {
-      if (c.model_start_ms >= 0) spans.push_back({c.name, "comm", c.group, at + t.embedding_fwd_ms + c.model_start_ms, c.ms});
+    if (c.in_model) continue;
+    if (c.beside_compute) {
+      spans.push_back({c.name, "comm", c.group, at, c.ms});
       continue;
     }
     double& where = c.in_update ? update_at : c.before_model ? before_at : after_at;
