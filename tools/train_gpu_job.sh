@@ -20,8 +20,9 @@
 #      against the oracle's semi-synchronous run of it;
 #   2a. for each N: tiny with two Wukong experts, on one GPU both, on N >= 2 with --ep-degree 2 (each
 #      pair of ranks splits the experts): every logged loss within 1e-4 relative of the one GPU's;
-#   2b. on 2 GPUs: a sharded tiny job's checkpoint and resume (10 steps, resume to 20) against 20
-#      steps straight: the same losses after the resume and the same step-20 checkpoint bytes;
+#   2b. on 2 GPUs: a tiny job's checkpoint and resume (10 steps, resume to 20) against 20 steps
+#      straight, with sharded tables and with two experts under --ep-degree 2: the same losses after
+#      the resume and the same step-20 checkpoint bytes;
 #   3. for each N: the small config at a fixed local batch (--small-batch per GPU, --small-steps
 #      steps), samples/s and step times from the reports, and the scaling ratio against N = 1; on 2
 #      GPUs or more also with row-wise sharded tables (--plan RW), the job `gemtb whatif` describes,
@@ -137,31 +138,38 @@ for n in $gpus_list; do
       | sed 's/^/semi-sync, oracle vs GPU job: /' | tee -a "$out/summary.txt" || rc=1
   fi
 done
-# A sharded job's checkpoint and resume on 2 GPUs: 20 steps straight, against 10 steps, a checkpoint
-# written rank by rank, and a resume to 20: the same losses after the resume, the same checkpoint
-# bytes at step 20.
+# A job's checkpoint and resume on 2 GPUs, with sharded tables and with two experts under
+# --ep-degree 2: 20 steps straight, against 10 steps, a checkpoint written rank by rank, and a resume
+# to 20: the same losses after the resume, the same checkpoint bytes at step 20.
 if [ "$visible" -ge 2 ]; then
-  plan=tools/bench/plans/tiny_mixed_1d.json
-  common=(--config tiny --local-batch 16 --schedule-steps 20 --eval-samples 0 --matmul fp32 --attention fp32 --plan "$plan")
-  run_job 2 job_resume_straight "${common[@]}" --steps 20 --checkpoint "$out/ck_straight" \
-    && run_job 2 job_resume_first "${common[@]}" --steps 10 --checkpoint "$out/ck_resumed" \
-    && run_job 2 job_resume_second "${common[@]}" --steps 20 --checkpoint "$out/ck_resumed" --resume \
-    && python3 - "$out" <<'PY' | tee -a "$out/summary.txt" || rc=1
+  for kind in sharded experts; do
+    common=(--local-batch 16 --schedule-steps 20 --eval-samples 0 --matmul fp32 --attention fp32)
+    if [ "$kind" = sharded ]; then
+      common+=(--config tiny --plan tools/bench/plans/tiny_mixed_1d.json)
+    else
+      common+=(--config "$out/tiny_2_experts.json" --ep-degree 2)
+    fi
+    run_job 2 "job_resume_${kind}_straight" "${common[@]}" --steps 20 --checkpoint "$out/ck_${kind}_straight" \
+      && run_job 2 "job_resume_${kind}_first" "${common[@]}" --steps 10 --checkpoint "$out/ck_${kind}_resumed" \
+      && run_job 2 "job_resume_${kind}_second" "${common[@]}" --steps 20 --checkpoint "$out/ck_${kind}_resumed" --resume \
+      && python3 - "$out" "$kind" <<'PY' | tee -a "$out/summary.txt" || rc=1
 import filecmp, os, re, sys
-out = sys.argv[1]
+out, kind = sys.argv[1], sys.argv[2]
 def losses(name):
     return {int(m.group(1)): m.group(2) for m in (re.match(r"^step (\d+) loss (\S+) ", l) for l in open(os.path.join(out, name)))
             if m}
-straight, resumed = losses("job_resume_straight.log"), losses("job_resume_second.log")
+straight, resumed = losses(f"job_resume_{kind}_straight.log"), losses(f"job_resume_{kind}_second.log")
 after = {s: l for s, l in straight.items() if s > 10}
 same_losses = after and all(resumed.get(s) == l for s, l in after.items())
-a, b = os.path.join(out, "ck_straight", "step-20"), os.path.join(out, "ck_resumed", "step-20")
+a, b = os.path.join(out, f"ck_{kind}_straight", "step-20"), os.path.join(out, f"ck_{kind}_resumed", "step-20")
 files = sorted(f for f in os.listdir(a) if f.startswith("rank-"))
 same_bytes = files and all(filecmp.cmp(os.path.join(a, f), os.path.join(b, f), shallow=False) for f in files)
-print(f"sharded job resume (2 GPUs, tiny, tiny_mixed_1d): losses of steps 11-20 "
+what = {"sharded": "tiny, tiny_mixed_1d", "experts": "tiny with 2 experts, --ep-degree 2"}[kind]
+print(f"job resume (2 GPUs, {what}): losses of steps 11-20 "
       f"{'equal' if same_losses else 'DIFFER'}, step-20 shards {'equal' if same_bytes else 'DIFFER'} ({len(files)} files)")
 sys.exit(0 if same_losses and same_bytes else 1)
 PY
+  done
 fi
 for n in $gpus_list; do
   [ "$n" -le "$visible" ] || continue

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "model/description/expert_params.h"
 
 namespace gemtb::gpu::comm {
 
@@ -21,6 +22,13 @@ absl::StatusOr<std::unique_ptr<NcclTrainerCollectives>> NcclTrainerCollectives::
   if (D < 1 || R % D != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("expert_degree: ", D, " does not divide the job's world size ", R));
+  }
+  if (D > 1) {
+    if (absl::Status v = gemtb::model::CheckExpertShardGroup(R, D, options.expert_shard_group); !v.ok()) return v;
+    if (options.param_gather == ParamGather::kCopyEngine)
+      return absl::InvalidArgumentError(
+          "param_gather: copy_engine does not run with expert parallelism (its window holds the dense parameters "
+          "only; the experts' are gathered by NCCL)");
   }
   auto c = std::unique_ptr<NcclTrainerCollectives>(new NcclTrainerCollectives());
   c->store_ = &store;
@@ -39,6 +47,16 @@ absl::StatusOr<std::unique_ptr<NcclTrainerCollectives>> NcclTrainerCollectives::
     absl::StatusOr<std::unique_ptr<NcclGroup>> expert = c->world_->Split(r / D, r % D, absl::StrCat("expert", r / D));
     if (!expert.ok()) return expert.status();
     c->expert_ = *std::move(expert);
+    // The ranks that run this member's experts: place m = r / D among them (expert_params.h).
+    const int S = options.expert_shard_group, i = r % D, m = r / D, places = R / D;
+    absl::StatusOr<std::unique_ptr<NcclGroup>> eshard =
+        c->world_->Split(i * (places / S) + m / S, m % S, absl::StrCat("expert_shard", i, ".", m / S));
+    if (!eshard.ok()) return eshard.status();
+    c->expert_shard_ = *std::move(eshard);
+    absl::StatusOr<std::unique_ptr<NcclGroup>> ereplica =
+        c->world_->Split(i * S + m % S, m / S, absl::StrCat("expert_replica", i, ".", m % S));
+    if (!ereplica.ok()) return ereplica.status();
+    c->expert_replica_ = *std::move(ereplica);
   }
   if (options.param_gather == ParamGather::kCopyEngine) {
     // CUDA IPC reaches GPUs of this host only: every member of the shard group must be here.
@@ -61,9 +79,11 @@ NcclTrainerCollectives::~NcclTrainerCollectives() {
   if (copy_engine_ == nullptr && params_ != nullptr) cudaFree(params_);
 }
 
-absl::StatusOr<float*> NcclTrainerCollectives::ParamsBuffer(int64_t shard_count) {
+absl::StatusOr<float*> NcclTrainerCollectives::ParamsBuffer(int64_t shard_count, int64_t tail) {
   if (params_ != nullptr) return absl::FailedPreconditionError("ParamsBuffer: called twice");
   if (shard_count < 1) return absl::InvalidArgumentError(absl::StrCat("shard_count: ", shard_count, " must be >= 1"));
+  if (tail < 0 || (tail > 0 && options_.param_gather == ParamGather::kCopyEngine))
+    return absl::InvalidArgumentError(absl::StrCat("tail: ", tail, " (none past a copy-engine window)"));
   shard_count_ = shard_count;
   const int s = options_.shard_group;
   if (options_.param_gather == ParamGather::kCopyEngine) {
@@ -78,8 +98,8 @@ absl::StatusOr<float*> NcclTrainerCollectives::ParamsBuffer(int64_t shard_count)
     return params_;
   }
   void* p = nullptr;
-  if (cudaError_t e = cudaMalloc(&p, static_cast<size_t>(shard_count * s) * sizeof(float)); e != cudaSuccess) {
-    return absl::ResourceExhaustedError(absl::StrCat("the gathered parameters (", shard_count * s,
+  if (cudaError_t e = cudaMalloc(&p, static_cast<size_t>(shard_count * s + tail) * sizeof(float)); e != cudaSuccess) {
+    return absl::ResourceExhaustedError(absl::StrCat("the gathered parameters (", shard_count * s + tail,
                                                      " floats): ", cudaGetErrorString(e)));
   }
   params_ = static_cast<float*>(p);
@@ -166,8 +186,26 @@ absl::Status NcclTrainerCollectives::AllReduceSum(double* data, int64_t count, c
   return world_->AllReduce(data, data, count, Dtype::kFp64, ReduceOp::kSum, stream);
 }
 
+absl::Status NcclTrainerCollectives::GatherExpertShards(const float* shard, float* full, int64_t count,
+                                                        cudaStream_t stream) {
+  if (!expert_shard_) return train::TrainerCollectives::GatherExpertShards(shard, full, count, stream);
+  return expert_shard_->AllGather(shard, full, count, Dtype::kFp32, stream);
+}
+
+absl::Status NcclTrainerCollectives::ReduceScatterExpertGrads(const float* full, float* shard, int64_t count,
+                                                              cudaStream_t stream) {
+  if (!expert_shard_) return train::TrainerCollectives::ReduceScatterExpertGrads(full, shard, count, stream);
+  return expert_shard_->ReduceScatter(full, shard, count, Dtype::kFp32, ReduceOp::kSum, stream);
+}
+
+absl::Status NcclTrainerCollectives::AllReduceExpertReplicas(float* shard, int64_t count, cudaStream_t stream) {
+  if (!expert_replica_) return train::TrainerCollectives::AllReduceExpertReplicas(shard, count, stream);
+  return expert_replica_->AllReduce(shard, shard, count, Dtype::kFp32, ReduceOp::kSum, stream);
+}
+
 void NcclTrainerCollectives::AbortAll() {
-  for (NcclGroup* g : {world_.get(), shard_.get(), replica_.get(), expert_.get()}) {
+  for (NcclGroup* g : {world_.get(), shard_.get(), replica_.get(), expert_.get(), expert_shard_.get(),
+                       expert_replica_.get()}) {
     if (g != nullptr) g->Abort();
   }
 }
@@ -180,7 +218,8 @@ absl::Status NcclTrainerCollectives::Synchronize(cudaStream_t stream, std::strin
   if (!s.ok()) {
     shard_->Abort();
     replica_->Abort();
-    if (expert_) expert_->Abort();
+    for (NcclGroup* g : {expert_.get(), expert_shard_.get(), expert_replica_.get()})
+      if (g != nullptr) g->Abort();
   }
   return s;
 }

@@ -23,6 +23,7 @@ enum class ParamGather { kNccl, kCopyEngine };
 struct TrainerCollectivesOptions {
   int shard_group = 1;  // s: ranks sharing one copy of the dense parameters; divides the world size
   int expert_degree = 1;  // D: ranks of an EP group (1: every rank runs every Wukong expert); divides the world size
+  int expert_shard_group = 1;  // S_E: ranks that run the same experts and shard their parameters; divides R / D
   ParamGather param_gather = ParamGather::kNccl;
   launch::Millis timeout{300000};  // every wait of a collective
 };
@@ -38,7 +39,7 @@ class NcclTrainerCollectives : public train::TrainerCollectives {
   int rank() const override { return world_->rank(); }
   int world_size() const override { return world_->size(); }
   int shard_group_size() const override { return options_.shard_group; }
-  absl::StatusOr<float*> ParamsBuffer(int64_t shard_count) override;
+  absl::StatusOr<float*> ParamsBuffer(int64_t shard_count, int64_t tail = 0) override;
   absl::Status GatherParams(const float* shard, int64_t shard_count, cudaStream_t stream) override;
   absl::Status GatherParamRange(const float* shard, int64_t shard_count, int64_t first, int64_t count,
                                 cudaStream_t stream) override;
@@ -53,6 +54,10 @@ class NcclTrainerCollectives : public train::TrainerCollectives {
   absl::Status Synchronize(cudaStream_t stream, std::string_view what) override;
   embedding::ShardExchange* sparse_exchange() override { return &sparse_; }
   train::ExpertExchange* expert_exchange() override { return expert_ ? &experts_ : nullptr; }
+  int expert_shard_group_size() const override { return expert_ ? options_.expert_shard_group : 1; }
+  absl::Status GatherExpertShards(const float* shard, float* full, int64_t count, cudaStream_t stream) override;
+  absl::Status ReduceScatterExpertGrads(const float* full, float* shard, int64_t count, cudaStream_t stream) override;
+  absl::Status AllReduceExpertReplicas(float* shard, int64_t count, cudaStream_t stream) override;
   // Aborts every group now: what a rank that stops on an error does, so that its exit does not wait
   // for the other ranks (destroying a healthy group waits until every rank has finished with it).
   void AbortAll();
@@ -102,7 +107,8 @@ class NcclTrainerCollectives : public train::TrainerCollectives {
 
   launch::TcpStoreClient* store_ = nullptr;
   TrainerCollectivesOptions options_;
-  std::unique_ptr<NcclGroup> world_, shard_, replica_, expert_;  // expert_: null without expert parallelism
+  // expert_ (the EP group), expert_shard_, expert_replica_: null without expert parallelism.
+  std::unique_ptr<NcclGroup> world_, shard_, replica_, expert_, expert_shard_, expert_replica_;
   std::unique_ptr<CopyEngineAllGather> copy_engine_;
   float* params_ = nullptr;  // NCCL gather: owned; copy engine: its window
   int64_t shard_count_ = 0;

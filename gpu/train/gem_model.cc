@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gpu/train/gate.h"
 #include "gpu/train/gdpa.h"
 #include "gpu/train/gdpa_tensor_core.h"
@@ -188,6 +189,8 @@ constexpr int64_t kWeightGradRows = 8192;
 
 struct GemModelGpu::Impl {
   GemGeometry g;
+  size_t param_total = 0;      // the parameter and gradient arrays' size (the placement's layout)
+  std::vector<int> placed;     // with a placement: the experts it holds (others are not bound)
   RegionHook region_hook;
   LinearP dense_proj;
   MixP lce_in;
@@ -937,7 +940,8 @@ const gemtb::model::GemGeometry& GemModelGpu::geometry() const { return impl_->g
 void GemModelGpu::SetRegionHook(RegionHook hook) { impl_->region_hook = std::move(hook); }
 
 absl::StatusOr<std::unique_ptr<GemModelGpu>> GemModelGpu::Create(const gemtb::model::ModelConfig& config,
-                                                                 const GemModelOptions& options) {
+                                                                 const GemModelOptions& options,
+                                                                 const GemModelPlacement* placement) {
   absl::StatusOr<GemGeometry> geometry = gemtb::model::MakeGemGeometry(config);
   if (!geometry.ok()) return geometry.status();
   auto impl = std::make_unique<Impl>();
@@ -948,7 +952,17 @@ absl::StatusOr<std::unique_ptr<GemModelGpu>> GemModelGpu::Create(const gemtb::mo
   if (dh != 16 && dh != 32 && dh != 64)
     return absl::UnimplementedError(
         absl::StrCat("heads: d ", g.d, " / heads ", g.heads, " = head dim ", dh, " (the GPU attention runs 16, 32, 64)"));
-  const ParamLayout& L = g.layout;
+  if (placement != nullptr) {
+    if (g.experts == 1 || placement->experts.empty())
+      return absl::InvalidArgumentError(absl::StrCat("placement: ", placement->experts.size(), " experts placed, the model has ",
+                                                     g.experts, " (a placement is expert parallelism's)"));
+    for (int e : placement->experts)
+      if (e < 0 || e >= g.experts)
+        return absl::InvalidArgumentError(absl::StrCat("placement.experts: ", e, " is not one of the ", g.experts));
+    impl->placed = placement->experts;
+  }
+  const ParamLayout& L = placement != nullptr ? placement->layout : g.layout;
+  impl->param_total = L.total();
   const int d = g.d, J = g.num_sequences();
   impl->dense_proj = BindLinear(L, "embed.dense", g.dense_m, g.n_d * d);
   impl->lce_in = BindMix(L, "embed.lce_in", g.num_features + g.n_d, g.n_x);
@@ -978,9 +992,13 @@ absl::StatusOr<std::unique_ptr<GemModelGpu>> GemModelGpu::Create(const gemtb::mo
     } else {
       const int he = g.wk_h / g.experts;
       for (int e = 0; e < g.experts; ++e) {
-        ExpertP x;
-        x.mlp1 = BindLinear(L, absl::StrCat(name, ".wukong.mlp1.e", e), n_z * g.wk_k, he);
-        x.w2 = L.Ref(absl::StrCat(name, ".wukong.mlp2.e", e, ".w"), {he, g.n_f * d});
+        ExpertP x;  // left unbound where a placement holds no such expert
+        const bool bound = impl->placed.empty() ||
+                           std::find(impl->placed.begin(), impl->placed.end(), e) != impl->placed.end();
+        if (bound) {
+          x.mlp1 = BindLinear(L, absl::StrCat(name, ".wukong.mlp1.e", e), n_z * g.wk_k, he);
+          x.w2 = L.Ref(absl::StrCat(name, ".wukong.mlp2.e", e, ".w"), {he, g.n_f * d});
+        }
         w.experts.push_back(x);
       }
       w.mlp2_bias = L.Ref(name + ".wukong.mlp2.b", {g.n_f * d});
@@ -1049,6 +1067,15 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
       return absl::InvalidArgumentError(absl::StrCat("experts: member ", in.experts->member(), " of a group of ",
                                                      in.experts->degree()));
   }
+  if (!m.placed.empty() &&
+      (in.experts == nullptr ||
+       gemtb::model::ExpertsOfMember(g.experts, in.experts->degree(), in.experts->member()) != m.placed))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "experts: this model holds the experts {", absl::StrJoin(m.placed, ", "),
+        "} of an EP member; the pass must run them under that member's exchange (",
+        in.experts == nullptr ? std::string("none given")
+                              : absl::StrCat("member ", in.experts->member(), " of ", in.experts->degree()),
+        ")"));
   const bool backward = out.param_grad != nullptr;
   if (backward && static_cast<int>(out.events_grad.size()) != J)
     return absl::InvalidArgumentError(absl::StrCat("events_grad: ", out.events_grad.size(), " sequences, the model has ", J));
@@ -1141,7 +1168,7 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
   if (!backward) return timer ? timer->End() : absl::OkStatus();
 
   GEMTB_RETURN_IF_ERROR(region("head", true));
-  GEMTB_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(out.param_grad, 0, g.layout.total() * sizeof(float), stream), "zero"));
+  GEMTB_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(out.param_grad, 0, m.param_total * sizeof(float), stream), "zero"));
   // Head backward.
   float* da = dlogits;
   for (size_t i = nh; i-- > 0;) {

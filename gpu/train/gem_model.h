@@ -46,6 +46,14 @@ class ExpertExchange {
   virtual absl::Status ReduceScatter(const float* all, float* mine, int64_t count, cudaStream_t stream) = 0;
 };
 
+// Where a rank of expert parallelism holds its parameters (model/description/expert_params.h): the
+// layout its parameter and gradient arrays follow (MemberLayout) and the experts it runs (its EP
+// member's, ascending).
+struct GemModelPlacement {
+  gemtb::model::ParamLayout layout;
+  std::vector<int> experts;
+};
+
 // One batch's inputs after the embedding lookup. Host fields describe it; pointers are device memory.
 struct GemBatchInput {
   int64_t batch = 0;                          // B
@@ -77,9 +85,12 @@ class GemModelGpu {
  public:
   // InvalidArgument / Unimplemented naming the config field (MakeGemGeometry's rules, and head dims
   // the attention kernels run: 16, 32, 64). With E > 1 Wukong experts the FMB MLP is the sum of the
-  // experts' MLPs plus one shared output bias, as the oracle defines it.
+  // experts' MLPs plus one shared output bias, as the oracle defines it. With a placement the
+  // parameter and gradient arrays follow its layout, and every pass runs its experts under an
+  // expert exchange of their member (InvalidArgument otherwise); geometry() stays the model's.
   static absl::StatusOr<std::unique_ptr<GemModelGpu>> Create(const gemtb::model::ModelConfig& config,
-                                                             const GemModelOptions& options = {});
+                                                             const GemModelOptions& options = {},
+                                                             const GemModelPlacement* placement = nullptr);
   ~GemModelGpu();
   GemModelGpu(const GemModelGpu&) = delete;
   GemModelGpu& operator=(const GemModelGpu&) = delete;
@@ -87,7 +98,7 @@ class GemModelGpu {
   const gemtb::model::GemGeometry& geometry() const;
 
   // Forward, loss and (when out.param_grad is set) backward of one batch with parameters `params`
-  // [P]; asynchronous on `stream` (its scratch memory is stream-ordered). InvalidArgument naming the
+  // [P] (with a placement, its layout's total); asynchronous on `stream` (its scratch memory is stream-ordered). InvalidArgument naming the
   // field when the input does not fit the model (sequence count, lengths beyond Lmax, B < 1, an
   // expert exchange whose degree does not divide the experts). Under expert parallelism the
   // gradients of the experts this rank does not run stay zero: summing the ranks' gradients (the

@@ -24,6 +24,7 @@
 #include "model/data/generator.h"
 #include "model/data/parallel_batch.h"
 #include "model/data/shape_from_config.h"
+#include "model/description/expert_params.h"
 #include "model/description/gem_geometry.h"
 #include "model/description/train_schedule.h"
 #include "model/embedding/embedding_math.h"
@@ -70,7 +71,12 @@ struct GpuTrainer::Impl {
   // One GPU: params, adam_m, adam_v and grad hold all P values. In a job (`dist`): params, adam_m,
   // adam_v and grad_shard hold this rank's shard (shard_count values), grad the rank's whole
   // gradient (shard_group_size * shard_count, zeros past P), and the model reads the parameters
-  // gathered into the collectives' buffer.
+  // gathered into the collectives' buffer. Under expert parallelism (ep_params) the dense array is
+  // the parameters that are no expert's, packed in layout order, and this rank's EP member's
+  // experts' parameters (packed) are a second array: its shard (expert_shard_count values) follows
+  // the dense shard in params, adam_m, adam_v and grad_shard, and its gathered values
+  // (expert_shard_group_size * expert_shard_count) follow the dense ones in the model's buffer and
+  // in grad, where the model's layout (GemModelPlacement) puts them.
   Array<float> params, grad, adam_m, adam_v, grad_shard;
   Array<double> loss;
   TrainerCollectives* dist = nullptr;
@@ -78,17 +84,29 @@ struct GpuTrainer::Impl {
   int64_t shard_count = 0;
   int shard_member = 0;                // q: this rank's place in its shard group
   const float* model_params = nullptr;  // what the model reads
+  float* gathered = nullptr;            // in a job: the collectives' buffer the model reads
+  std::optional<gemtb::model::MemberParams> ep_params;
+  int64_t expert_shard_count = 0;
+  int expert_member = 0;  // this rank's place in its expert shard group
 
-  // This rank's shard of a whole array of P values (zeros past P).
+  // Piece q of `count` values of `a` (zeros past its end).
+  static std::vector<float> Piece(const std::vector<float>& a, int q, int64_t count) {
+    std::vector<float> piece(static_cast<size_t>(count), 0.0f);
+    const int64_t first = q * count;
+    for (int64_t k = 0; k < count && first + k < static_cast<int64_t>(a.size()); ++k) piece[k] = a[first + k];
+    return piece;
+  }
+  // This rank's shard of a whole array of P values (in layout order).
   std::vector<float> Shard(const std::vector<float>& whole) const {
-    std::vector<float> shard(static_cast<size_t>(shard_count), 0.0f);
-    const int64_t first = shard_member * shard_count;
-    for (int64_t k = 0; k < shard_count && first + k < static_cast<int64_t>(whole.size()); ++k) {
-      shard[k] = whole[first + k];
-    }
+    if (!ep_params) return Piece(whole, shard_member, shard_count);
+    std::vector<float> shard = Piece(gemtb::model::PackRanges(whole, ep_params->dense), shard_member, shard_count);
+    const std::vector<float> experts =
+        Piece(gemtb::model::PackRanges(whole, ep_params->experts), expert_member, expert_shard_count);
+    shard.insert(shard.end(), experts.begin(), experts.end());
     return shard;
   }
-  // A whole array of P values from every member's shard (a collective in the shard group).
+  // A whole array of P values from every member's shard (a collective in the shard group; under
+  // expert parallelism also in the expert shard group and the EP group).
   absl::StatusOr<std::vector<float>> Whole(const DeviceArray<float>& shard, const char* what) const {
     std::vector<float> whole;
     if (dist == nullptr) {
@@ -98,9 +116,32 @@ struct GpuTrainer::Impl {
     Array<float> full;
     GEMTB_ASSIGN_OR_RETURN(full, Allocate<float>(static_cast<size_t>(shard_count * dist->shard_group_size()), what));
     GEMTB_RETURN_IF_ERROR(dist->GatherShards(shard.get(), full->get(), shard_count, nullptr));
+    if (!ep_params) {
+      GEMTB_RETURN_IF_ERROR(dist->Synchronize(nullptr, what));
+      GEMTB_RETURN_IF_ERROR(full->Download(whole, what));
+      whole.resize(static_cast<size_t>(num_params));
+      return whole;
+    }
+    // Every EP member's experts: its expert shard group's gather, then the members' arrays side by side.
+    ExpertExchange& ep = *dist->expert_exchange();
+    const int64_t per_member = expert_shard_count * dist->expert_shard_group_size();
+    Array<float> experts, members;
+    GEMTB_ASSIGN_OR_RETURN(experts, Allocate<float>(static_cast<size_t>(per_member), what));
+    GEMTB_ASSIGN_OR_RETURN(members, Allocate<float>(static_cast<size_t>(per_member * ep.degree()), what));
+    GEMTB_RETURN_IF_ERROR(dist->GatherExpertShards(shard.get() + shard_count, experts->get(), expert_shard_count, nullptr));
+    GEMTB_RETURN_IF_ERROR(ep.AllGather(experts->get(), members->get(), per_member, nullptr));
     GEMTB_RETURN_IF_ERROR(dist->Synchronize(nullptr, what));
-    GEMTB_RETURN_IF_ERROR(full->Download(whole, what));
-    whole.resize(static_cast<size_t>(num_params));
+    std::vector<float> dense, all;
+    GEMTB_RETURN_IF_ERROR(full->Download(dense, what));
+    GEMTB_RETURN_IF_ERROR(members->Download(all, what));
+    whole.assign(static_cast<size_t>(num_params), 0.0f);
+    dense.resize(static_cast<size_t>(ep_params->dense_count()));
+    gemtb::model::UnpackRanges(dense, ep_params->dense, whole);
+    for (int i = 0; i < ep.degree(); ++i) {
+      const gemtb::model::MemberParams held = gemtb::model::MemberParamsOf(model->geometry(), ep.degree(), i);
+      const auto from = all.begin() + static_cast<long>(i * per_member);
+      gemtb::model::UnpackRanges(std::vector<float>(from, from + held.expert_count()), held.experts, whole);
+    }
     return whole;
   }
 
@@ -159,7 +200,7 @@ struct GpuTrainer::Impl {
     Impl* m_;
     ExpertExchange* inner_;
   };
-  std::optional<TimedExperts> experts;  // a job under expert parallelism
+  std::optional<TimedExperts> timed_experts;  // a job under expert parallelism
   ~Impl() {
     for (const std::array<cudaEvent_t, 2>& pair : timing_events) {
       cudaEventDestroy(pair[0]);
@@ -217,8 +258,13 @@ struct GpuTrainer::Impl {
   absl::Status GatherParams() {
     if (dist == nullptr) return absl::OkStatus();
     if (units.empty()) {
-      return Timed("params.all_gather", "dense-shard", Where::kBeforeModel,
-                   [&] { return dist->GatherParams(params->get(), shard_count, nullptr); });
+      GEMTB_RETURN_IF_ERROR(Timed("params.all_gather", "dense-shard", Where::kBeforeModel,
+                                  [&] { return dist->GatherParams(params->get(), shard_count, nullptr); }));
+      if (!ep_params) return absl::OkStatus();
+      return Timed("expert_params.all_gather", "expert-shard", Where::kBeforeModel, [&] {
+        return dist->GatherExpertShards(params->get() + shard_count,
+                                        gathered + shard_count * dist->shard_group_size(), expert_shard_count, nullptr);
+      });
     }
     // After the last step's optimizer (and the model's last reads of the gathered array).
     GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(shards_current, nullptr), "cudaEventRecord"));
@@ -500,8 +546,8 @@ struct GpuTrainer::Impl {
     in.dense = dense->get();
     in.labels = labels->get();
     in.masks = masks->get();
-    // Expert parallelism where every rank runs the pass on its own samples.
-    if (split && experts) in.experts = &*experts;
+    // Expert parallelism: every rank of a job runs every pass (each its own samples, or all alike).
+    if (timed_experts) in.experts = &*timed_experts;
     if (split) {
       double count = 0;  // 0/1 values: exact in any order
       for (float v : mask_f) count += v;
@@ -589,11 +635,22 @@ struct GpuTrainer::Impl {
         GEMTB_RETURN_IF_ERROR(Timed("grads.reduce_scatter", "dense-shard", Where::kAfterModel, [&] {
           return dist->ReduceScatterGrads(grad->get(), grad_shard->get(), shard_count, nullptr);
         }));
+        if (ep_params) {
+          GEMTB_RETURN_IF_ERROR(Timed("expert_grads.reduce_scatter", "expert-shard", Where::kAfterModel, [&] {
+            return dist->ReduceScatterExpertGrads(grad->get() + shard_count * dist->shard_group_size(),
+                                                  grad_shard->get() + shard_count, expert_shard_count, nullptr);
+          }));
+        }
       }
       if (train) {
         GEMTB_RETURN_IF_ERROR(Timed("grads.all_reduce", "dense-replica", Where::kAfterModel, [&] {
           return dist->AllReduceReplicas(grad_shard->get(), shard_count, nullptr);
         }));
+        if (ep_params) {
+          GEMTB_RETURN_IF_ERROR(Timed("expert_grads.all_reduce", "dense-replica", Where::kAfterModel, [&] {
+            return dist->AllReduceExpertReplicas(grad_shard->get() + shard_count, expert_shard_count, nullptr);
+          }));
+        }
       }
     }
     GEMTB_RETURN_IF_ERROR(Synchronize("model step"));
@@ -694,16 +751,34 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
   }
   GEMTB_RETURN_IF_ERROR(embedding::EmbeddingDeviceAvailable());
   GEMTB_RETURN_IF_ERROR(RetainFreedDeviceMemory());
-  absl::StatusOr<std::unique_ptr<GemModelGpu>> model = GemModelGpu::Create(config, numerics);
-  if (!model.ok()) return model.status();
+  // Under expert parallelism this rank holds the parameters that are no expert's and its EP
+  // member's experts', each array sharded over its own group (model/description/expert_params.h).
   ExpertExchange* const ep_group = collectives != nullptr ? collectives->expert_exchange() : nullptr;
+  std::optional<GemModelPlacement> placement;
+  std::optional<gemtb::model::MemberParams> ep_params;
+  int64_t dense_shard_count = 0, expert_shard_count = 0;
   if (ep_group != nullptr) {
     const ExpertExchange& ep = *ep_group;
-    GEMTB_RETURN_IF_ERROR(gemtb::model::CheckExpertDegree((*model)->geometry(), ep.degree(), "expert degree"));
-    if (collectives->world_size() % ep.degree() != 0)
-      return absl::InvalidArgumentError(absl::StrCat("expert degree: ", ep.degree(), " does not divide the world of ",
-                                                     collectives->world_size()));
+    absl::StatusOr<gemtb::model::GemGeometry> g = gemtb::model::MakeGemGeometry(config);
+    if (!g.ok()) return g.status();
+    GEMTB_RETURN_IF_ERROR(gemtb::model::CheckExpertDegree(*g, ep.degree(), "expert degree"));
+    GEMTB_RETURN_IF_ERROR(gemtb::model::CheckExpertShardGroup(collectives->world_size(), ep.degree(),
+                                                              collectives->expert_shard_group_size()));
+    if (job.param_prefetch)
+      return absl::InvalidArgumentError(
+          "param_prefetch: not with expert parallelism (the units' ranges are the whole layout's; the experts' "
+          "parameters are gathered whole in their own group)");
+    const int64_t s = collectives->shard_group_size(), se = collectives->expert_shard_group_size();
+    ep_params = gemtb::model::MemberParamsOf(*g, ep.degree(), ep.member());
+    dense_shard_count = (ep_params->dense_count() + s - 1) / s;
+    expert_shard_count = (ep_params->expert_count() + se - 1) / se;
+    placement.emplace();
+    placement->layout = gemtb::model::MemberLayout(*g, ep.degree(), ep.member(), dense_shard_count * s);
+    placement->experts = gemtb::model::ExpertsOfMember(g->experts, ep.degree(), ep.member());
   }
+  absl::StatusOr<std::unique_ptr<GemModelGpu>> model =
+      GemModelGpu::Create(config, numerics, placement ? &*placement : nullptr);
+  if (!model.ok()) return model.status();
   absl::StatusOr<data::DataParams> params = data::LoadDataParams(options.data.empty() ? config.name : options.data);
   if (!params.ok()) return params.status();
   absl::StatusOr<data::Generator> gen = data::Generator::Create(*params, data::ShapeFromConfig(config));
@@ -741,15 +816,26 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
   const int s = collectives->shard_group_size();
   impl->dist = collectives;
   impl->job = job;
-  if (ep_group != nullptr) impl->experts.emplace(impl.get(), ep_group);
   impl->shard_count = (impl->num_params + s - 1) / s;
   impl->shard_member = collectives->rank() % s;
-  absl::StatusOr<float*> buffer = collectives->ParamsBuffer(impl->shard_count);
+  int64_t experts_gathered = 0;  // the experts' gathered values after the dense ones
+  if (ep_group != nullptr) {
+    impl->timed_experts.emplace(impl.get(), ep_group);
+    impl->ep_params = std::move(ep_params);
+    impl->shard_count = dense_shard_count;
+    impl->expert_shard_count = expert_shard_count;
+    impl->expert_member = gemtb::model::ExpertGroupsOf(collectives->rank(), collectives->world_size(), ep_group->degree(),
+                                                       collectives->expert_shard_group_size())
+                              .shard_member;
+    experts_gathered = expert_shard_count * collectives->expert_shard_group_size();
+  }
+  absl::StatusOr<float*> buffer = collectives->ParamsBuffer(impl->shard_count, experts_gathered);
   if (!buffer.ok()) return buffer.status();
+  impl->gathered = *buffer;
   impl->model_params = *buffer;
-  const std::vector<float> zeros(static_cast<size_t>(impl->shard_count * s), 0.0f);
+  const std::vector<float> zeros(static_cast<size_t>(impl->shard_count * s + experts_gathered), 0.0f);
   GEMTB_ASSIGN_OR_RETURN(impl->grad, Upload<float>(zeros, "grad"));
-  const std::vector<float> zero_shard(static_cast<size_t>(impl->shard_count), 0.0f);
+  const std::vector<float> zero_shard(static_cast<size_t>(impl->shard_count + impl->expert_shard_count), 0.0f);
   GEMTB_ASSIGN_OR_RETURN(impl->grad_shard, Upload<float>(zero_shard, "grad shard"));
   GEMTB_ASSIGN_OR_RETURN(impl->adam_m, Upload<float>(zero_shard, "adam m"));
   GEMTB_ASSIGN_OR_RETURN(impl->adam_v, Upload<float>(zero_shard, "adam v"));
@@ -1013,12 +1099,24 @@ absl::StatusOr<TrainerRankState> GpuTrainer::RankState() const {
   s.step = m.step;
   s.adam_b1 = m.adam_b1;
   s.adam_b2 = m.adam_b2;
-  const int rank = m.dist->rank(), R = m.dist->world_size();
-  if (rank < m.dist->shard_group_size()) {
+  const int rank = m.dist->rank(), R = m.dist->world_size(), sg = m.dist->shard_group_size();
+  const auto arrays = {std::pair{&m.params, &s.params}, {&m.adam_m, &s.adam_m}, {&m.adam_v, &s.adam_v}};
+  if (m.ep_params) {
+    // Under expert parallelism a shard holds packed arrays: the checkpoint's parts are cut from the
+    // whole arrays (collectives every rank joins), as the shards of a job without it would be.
+    const int64_t per = (m.num_params + sg - 1) / sg;
+    for (auto [array, dst] : arrays) {
+      absl::StatusOr<std::vector<float>> whole = m.Whole(**array, "dense state");
+      if (!whole.ok()) return whole.status();
+      if (rank < sg) *dst = Impl::Piece(*whole, m.shard_member, per);
+      dst->resize(static_cast<size_t>(rank < sg ? std::clamp<int64_t>(m.num_params - m.shard_member * per, 0, per) : 0));
+    }
+    if (rank < sg) s.dense_part = m.shard_member, s.dense_first = m.shard_member * per;
+  } else if (rank < sg) {
     s.dense_part = m.shard_member;
     s.dense_first = m.shard_member * m.shard_count;
     const int64_t size = std::clamp<int64_t>(m.num_params - s.dense_first, 0, m.shard_count);
-    for (auto [array, dst] : {std::pair{&m.params, &s.params}, {&m.adam_m, &s.adam_m}, {&m.adam_v, &s.adam_v}}) {
+    for (auto [array, dst] : arrays) {
       GEMTB_RETURN_IF_ERROR((*array)->Download(*dst, "dense shard"));
       dst->resize(static_cast<size_t>(size));
     }

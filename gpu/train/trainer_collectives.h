@@ -8,7 +8,9 @@
 // {q, q + s, q + 2 s, ...}. Member q of a shard group owns the q-th of s equal pieces of the flat
 // parameter array (padded with zeros to a multiple of s). Under expert parallelism of degree D, EP
 // group g is ranks [g D, (g + 1) D), each member running its share of the Wukong experts
-// (gem_model.h's ExpertExchange); the experts' parameters are sharded with the others.
+// (gem_model.h's ExpertExchange); then the dense array holds the parameters that are no expert's,
+// and the member's experts' parameters are a second array, sharded over the expert shard group and
+// summed over its replicas (model/description/expert_params.h says which ranks).
 #ifndef GEMTB_GPU_TRAIN_TRAINER_COLLECTIVES_H_
 #define GEMTB_GPU_TRAIN_TRAINER_COLLECTIVES_H_
 
@@ -59,8 +61,9 @@ class TrainerCollectives {
   virtual int shard_group_size() const = 0;  // s, dividing world_size()
 
   // The buffer GatherParams fills: s * shard_count floats on this rank's GPU, owned by the
-  // collectives (a copy-engine all-gather writes only into its registered window). Called once.
-  virtual absl::StatusOr<float*> ParamsBuffer(int64_t shard_count) = 0;
+  // collectives (a copy-engine all-gather writes only into its registered window), then `tail`
+  // floats more (the gathered experts' parameters under expert parallelism). Called once.
+  virtual absl::StatusOr<float*> ParamsBuffer(int64_t shard_count, int64_t tail = 0) = 0;
   // In the shard group: every member's `shard` (shard_count floats) into ParamsBuffer, member q's at
   // q * shard_count.
   virtual absl::Status GatherParams(const float* shard, int64_t shard_count, cudaStream_t stream) = 0;
@@ -95,6 +98,20 @@ class TrainerCollectives {
   // This rank's EP group, when the job runs the Wukong experts expert-parallel; null where every
   // rank runs every expert.
   virtual ExpertExchange* expert_exchange() { return nullptr; }
+  // With an EP group: the experts' parameters' collectives. The expert shard group's S_E members
+  // each hold a piece of their experts' array: every member's `shard` (count floats) into `full`,
+  // member q's at q * count; member q receives the sum over members of full[q * count, (q + 1) *
+  // count); the expert replica group's sum of `shard`, in place.
+  virtual int expert_shard_group_size() const { return 1; }
+  virtual absl::Status GatherExpertShards(const float* shard, float* full, int64_t count, cudaStream_t stream) {
+    return absl::FailedPreconditionError("GatherExpertShards: these collectives run no expert parallelism");
+  }
+  virtual absl::Status ReduceScatterExpertGrads(const float* full, float* shard, int64_t count, cudaStream_t stream) {
+    return absl::FailedPreconditionError("ReduceScatterExpertGrads: these collectives run no expert parallelism");
+  }
+  virtual absl::Status AllReduceExpertReplicas(float* shard, int64_t count, cudaStream_t stream) {
+    return absl::FailedPreconditionError("AllReduceExpertReplicas: these collectives run no expert parallelism");
+  }
 };
 
 }  // namespace gemtb::gpu::train

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gpu/common/device_buffer.h"
+#include "model/description/expert_params.h"
 
 namespace gemtb::gpu::train::test {
 namespace {
@@ -17,10 +18,11 @@ using gpu::CudaOk;
 
 }  // namespace
 
-InProcessJob::InProcessJob(int world_size_in, int shard_group_in, int expert_degree_in)
+InProcessJob::InProcessJob(int world_size_in, int shard_group_in, int expert_degree_in, int expert_shard_group_in)
     : world_size(world_size_in),
       shard_group(shard_group_in),
       expert_degree(expert_degree_in),
+      expert_shard_group(expert_shard_group_in),
       barrier(world_size_in),
       published(world_size_in),
       sparse(world_size_in) {}
@@ -93,9 +95,46 @@ absl::Status InProcessCollectives::Experts::ReduceScatter(const float* all, floa
   return CudaOk(cudaMemcpy(mine, sum->data(), count * sizeof(float), cudaMemcpyHostToDevice), "expert reduce-scatter");
 }
 
-absl::StatusOr<float*> InProcessCollectives::ParamsBuffer(int64_t shard_count) {
+absl::Status InProcessCollectives::GatherExpertShards(const float* shard, float* full, int64_t count,
+                                                     cudaStream_t stream) {
+  const std::vector<const void*> all = Exchange(shard, stream);
+  const gemtb::model::ExpertGroups groups =
+      gemtb::model::ExpertGroupsOf(rank_, job_.world_size, job_.expert_degree, job_.expert_shard_group);
+  absl::Status status;
+  for (size_t q = 0; q < groups.shard.size() && status.ok(); ++q)
+    status = CudaOk(cudaMemcpy(full + q * count, all[groups.shard[q]], count * sizeof(float), cudaMemcpyDeviceToDevice),
+                    "expert gather");
+  job_.barrier.arrive_and_wait();
+  return status;
+}
+
+absl::Status InProcessCollectives::ReduceScatterExpertGrads(const float* full, float* shard, int64_t count,
+                                                           cudaStream_t stream) {
+  const std::vector<const void*> all = Exchange(full, stream);
+  const gemtb::model::ExpertGroups groups =
+      gemtb::model::ExpertGroupsOf(rank_, job_.world_size, job_.expert_degree, job_.expert_shard_group);
+  absl::StatusOr<std::vector<float>> sum = Sum(all, groups.shard, groups.shard_member * count, count);
+  job_.barrier.arrive_and_wait();  // every member has read every full gradient
+  if (!sum.ok()) return sum.status();
+  return CudaOk(cudaMemcpy(shard, sum->data(), count * sizeof(float), cudaMemcpyHostToDevice),
+                "expert reduce-scatter write");
+}
+
+absl::Status InProcessCollectives::AllReduceExpertReplicas(float* shard, int64_t count, cudaStream_t stream) {
+  const std::vector<const void*> all = Exchange(shard, stream);
+  const gemtb::model::ExpertGroups groups =
+      gemtb::model::ExpertGroupsOf(rank_, job_.world_size, job_.expert_degree, job_.expert_shard_group);
+  absl::StatusOr<std::vector<float>> sum = Sum(all, groups.replica, 0, count);
+  job_.barrier.arrive_and_wait();  // every replica has read every shard before any is overwritten
+  if (!sum.ok()) return sum.status();
+  return CudaOk(cudaMemcpy(shard, sum->data(), count * sizeof(float), cudaMemcpyHostToDevice),
+                "expert all-reduce write");
+}
+
+absl::StatusOr<float*> InProcessCollectives::ParamsBuffer(int64_t shard_count, int64_t tail) {
   void* p = nullptr;
-  IPC_RETURN_IF_ERROR(CudaOk(cudaMalloc(&p, shard_count * job_.shard_group * sizeof(float)), "params buffer"));
+  IPC_RETURN_IF_ERROR(
+      CudaOk(cudaMalloc(&p, (shard_count * job_.shard_group + tail) * sizeof(float)), "params buffer"));
   params_ = static_cast<float*>(p);
   return params_;
 }

@@ -19,10 +19,11 @@
 namespace gemtb::gpu::train::test {
 
 // What the ranks of one virtual job share. expert_degree > 1: EP groups of that many consecutive
-// ranks (expert_exchange), fp32 sums in member order.
+// ranks (expert_exchange), the experts' parameters sharded over expert_shard_group ranks
+// (model/description/expert_params.h), fp32 sums in member order.
 struct InProcessJob {
-  InProcessJob(int world_size, int shard_group, int expert_degree = 1);
-  int world_size, shard_group, expert_degree;
+  InProcessJob(int world_size, int shard_group, int expert_degree = 1, int expert_shard_group = 1);
+  int world_size, shard_group, expert_degree, expert_shard_group;
   std::atomic<int64_t> expert_collectives{0};  // the EP collectives every rank has run
   std::barrier<> barrier;
   std::vector<const void*> published;  // per rank, the pointer of the collective in progress
@@ -38,7 +39,7 @@ class InProcessCollectives : public TrainerCollectives {
   int rank() const override { return rank_; }
   int world_size() const override { return job_.world_size; }
   int shard_group_size() const override { return job_.shard_group; }
-  absl::StatusOr<float*> ParamsBuffer(int64_t shard_count) override;
+  absl::StatusOr<float*> ParamsBuffer(int64_t shard_count, int64_t tail = 0) override;
   absl::Status GatherParams(const float* shard, int64_t shard_count, cudaStream_t stream) override;
   absl::Status GatherParamRange(const float* shard, int64_t shard_count, int64_t first, int64_t count,
                                 cudaStream_t stream) override;
@@ -53,6 +54,10 @@ class InProcessCollectives : public TrainerCollectives {
   absl::Status Synchronize(cudaStream_t stream, std::string_view what) override;
   embedding::ShardExchange* sparse_exchange() override { return &sparse_; }
   ExpertExchange* expert_exchange() override { return job_.expert_degree > 1 ? &experts_ : nullptr; }
+  int expert_shard_group_size() const override { return job_.expert_degree > 1 ? job_.expert_shard_group : 1; }
+  absl::Status GatherExpertShards(const float* shard, float* full, int64_t count, cudaStream_t stream) override;
+  absl::Status ReduceScatterExpertGrads(const float* full, float* shard, int64_t count, cudaStream_t stream) override;
+  absl::Status AllReduceExpertReplicas(float* shard, int64_t count, cudaStream_t stream) override;
 
  private:
   class Experts : public ExpertExchange {

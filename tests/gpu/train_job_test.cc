@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,6 +61,7 @@ struct RankRun {
   std::vector<double> losses;
   TrainerState state;
   std::vector<CollectiveTime> last_collectives;  // a job's last step's
+  std::optional<TrainerRankState> rank_state;     // JobModel::rank_states: the rank's checkpoint part
 };
 
 bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
@@ -109,14 +111,16 @@ RankRun OneGpu(const TrainerOptions& options = Options(), const gemtb::model::Mo
 // What a virtual job runs beyond its shard group: EP groups of `expert_degree` ranks and the model.
 struct JobModel {
   int expert_degree = 1;
+  int expert_shard_group = 1;
   gemtb::model::ModelConfig config = TinyConfig();
   int64_t* expert_collectives = nullptr;  // set: the EP collectives the job ran
+  bool rank_states = false;               // also every rank's RankState after the steps
 };
 
 // R virtual ranks with a shard group of `shard_group`; every rank's run.
 std::vector<RankRun> InProcessJob(int R, int shard_group, const JobOptions& split = {},
                                   const TrainerOptions& options = Options(), const JobModel& model = {}) {
-  test::InProcessJob job(R, shard_group, model.expert_degree);
+  test::InProcessJob job(R, shard_group, model.expert_degree, model.expert_shard_group);
   std::vector<std::unique_ptr<test::InProcessCollectives>> collectives;
   std::vector<std::unique_ptr<GpuTrainer>> trainers;
   for (int r = 0; r < R; ++r) {
@@ -148,6 +152,14 @@ std::vector<RankRun> InProcessJob(int R, int shard_group, const JobOptions& spli
         std::abort();
       }
       runs[r].state = *std::move(st);
+      if (model.rank_states) {
+        absl::StatusOr<TrainerRankState> rs = trainers[r]->RankState();
+        if (!rs.ok()) {
+          errors[r] = rs.status().ToString();
+          std::abort();
+        }
+        runs[r].rank_state = *std::move(rs);
+      }
     });
   }
   for (std::thread& t : threads) t.join();
@@ -208,19 +220,21 @@ TEST(GpuTrainJob, JobFollowsTheOneGpuTrainerOnTheSameGlobalBatch) {
 }
 
 // Expert parallelism: tiny with two Wukong experts, each member of an EP group of 2 running one of
-// them on both members' samples (activations all-gathered, outputs reduce-scattered), on 2 ranks and
-// on 4 (two EP groups, shard groups of 2), follows the one GPU running both experts; the ranks end
-// with the same state. The EP collectives must have run (a job that ran every expert everywhere
-// would pass the comparison too).
+// them on both members' samples (activations all-gathered, outputs reduce-scattered), each expert's
+// parameters on the ranks that run it (sharded over S_E of them, summed over the others), on 2
+// ranks and on 4 (two EP groups, shard groups of 2, S_E of 1 and 2), follows the one GPU running
+// both experts; the ranks end with the same state, and the checkpoint parts of shard group 0 are
+// that state's. The EP collectives must have run (a job that ran every expert everywhere would
+// pass the comparison too).
 TEST(GpuTrainJob, ExpertParallelJobFollowsTheOneGpuTrainer) {
   if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   gemtb::model::ModelConfig two = TinyConfig();
   two.arch.wukong.experts.count = 2;
   const RankRun one = OneGpu(Options(), two);
-  for (const int R : {2, 4}) {
-    const std::string what = std::to_string(R) + " ranks, 2 experts, EP degree 2";
+  for (const auto& [R, se] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{4, 2}}) {
+    const std::string what = std::to_string(R) + " ranks, 2 experts, EP degree 2, S_E " + std::to_string(se);
     int64_t calls = 0;
-    const std::vector<RankRun> job = InProcessJob(R, 2, {}, Options(), JobModel{2, two, &calls});
+    const std::vector<RankRun> job = InProcessJob(R, 2, {}, Options(), JobModel{2, se, two, &calls, true});
     ASSERT_EQ(job.size(), static_cast<size_t>(R));
     // Per step and Wukong layer: 2 forward and 2 backward collectives on each rank.
     const int64_t layers = two.arch.layers;
@@ -235,6 +249,28 @@ TEST(GpuTrainJob, ExpertParallelJobFollowsTheOneGpuTrainer) {
     }
     EXPECT_EQ(gathers, 2 * layers) << what;
     EXPECT_EQ(scatters, 2 * layers) << what;
+    // The experts' parameters in their own groups, once a step each.
+    for (const auto& [name, group] : {std::pair{"expert_params.all_gather", "expert-shard"},
+                                      {"expert_grads.reduce_scatter", "expert-shard"},
+                                      {"expert_grads.all_reduce", "dense-replica"}}) {
+      int64_t n = 0;
+      for (const CollectiveTime& c : job[0].last_collectives) n += c.name == name && c.group == group;
+      EXPECT_EQ(n, 1) << what << ": " << name;
+    }
+    // Shard group 0's checkpoint parts, in order, are the whole state.
+    std::vector<float> params, m, v;
+    for (int r = 0; r < 2; ++r) {
+      const TrainerRankState& rs = *job[static_cast<size_t>(r)].rank_state;
+      ASSERT_EQ(rs.dense_part, r) << what;
+      EXPECT_EQ(rs.dense_first, static_cast<int64_t>(params.size())) << what;
+      params.insert(params.end(), rs.params.begin(), rs.params.end());
+      m.insert(m.end(), rs.adam_m.begin(), rs.adam_m.end());
+      v.insert(v.end(), rs.adam_v.begin(), rs.adam_v.end());
+    }
+    for (int r = 2; r < R; ++r) EXPECT_EQ(job[static_cast<size_t>(r)].rank_state->dense_part, -1) << what;
+    EXPECT_TRUE(SameBytes(params, job[0].state.params)) << what << ": checkpoint params";
+    EXPECT_TRUE(SameBytes(m, job[0].state.adam_m)) << what << ": checkpoint adam m";
+    EXPECT_TRUE(SameBytes(v, job[0].state.adam_v)) << what << ": checkpoint adam v";
     for (size_t k = 0; k < one.losses.size(); ++k) {
       EXPECT_NEAR(job[0].losses[k], one.losses[k], 1e-5 * std::fabs(one.losses[k])) << what << " step " << k;
     }

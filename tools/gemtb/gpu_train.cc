@@ -73,6 +73,7 @@ struct Flags {
   // A job of several ranks: the dense parameters' shard group and who gathers them.
   std::optional<int64_t> shard_group;
   int64_t ep_degree = 1;
+  std::optional<int64_t> expert_shard_group;
   std::string param_gather = "nccl";
   bool param_prefetch = false;
   std::string batch_split = "contiguous";
@@ -87,6 +88,7 @@ struct Job {
   launch::LaunchInfo launch;  // who this process is (one process: rank 0 of 1)
   int shard_group = 1;
   int ep_degree = 1;
+  int expert_shard_group = 1;
   gpu::train::JobOptions split;  // how each step's global batch is split among the ranks
   gemtb::model::ModelConfig config;
   gpu::train::TrainerOptions options;
@@ -164,6 +166,16 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
     return Bad(absl::StrCat("--shard-group: ", shard_group, " does not divide the job's ", R, " ranks"));
   if (f.ep_degree < 1 || R % f.ep_degree != 0)
     return Bad(absl::StrCat("--ep-degree: ", f.ep_degree, " does not divide the job's ", R, " rank", R == 1 ? "" : "s"));
+  const int64_t expert_shard_group = f.expert_shard_group.value_or(R / f.ep_degree);
+  if (f.expert_shard_group && f.ep_degree == 1) return Bad("--expert-shard-group: needs --ep-degree 2 or more");
+  if (f.ep_degree > 1) {
+    if (expert_shard_group < 1 || (R / f.ep_degree) % expert_shard_group != 0)
+      return Bad(absl::StrCat("--expert-shard-group: ", expert_shard_group, " does not divide the ", R / f.ep_degree,
+                              " ranks that run each expert (", R, " ranks / --ep-degree ", f.ep_degree, ")"));
+    if (f.param_prefetch) return Bad("--param-prefetch: not with --ep-degree (the experts' parameters are gathered whole)");
+    if (f.param_gather == "copy_engine")
+      return Bad("--param-gather: copy_engine does not run with --ep-degree (the experts' parameters are gathered by NCCL)");
+  }
   if (R > 1 && f.crash_checkpoint_after_bytes >= 0)
     return Bad("--crash-checkpoint-after-bytes: a single process only (kill a rank from outside instead)");
   if (f.local_batch * R > (1 << 20))
@@ -208,6 +220,7 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
   if (absl::Status s = gemtb::model::CheckExpertDegree(*geometry, static_cast<int>(f.ep_degree), "--ep-degree"); !s.ok())
     return Bad(std::string(s.message()));
   job.ep_degree = static_cast<int>(f.ep_degree);
+  job.expert_shard_group = f.ep_degree > 1 ? static_cast<int>(expert_shard_group) : 1;
   absl::StatusOr<gemtb::model::ModelGraph> graph = gemtb::model::ExpandModel(job.config);
   if (!graph.ok()) return Bad(absl::StrCat("--config ", f.config, ": ", graph.status().message()));
   job.flops = gemtb::model::BatchFlops::Create(*graph);
@@ -420,6 +433,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
     gpu::comm::TrainerCollectivesOptions co;
     co.shard_group = job.shard_group;
     co.expert_degree = job.ep_degree;
+    co.expert_shard_group = job.expert_shard_group;
     co.param_gather = f.param_gather == "copy_engine" ? gpu::comm::ParamGather::kCopyEngine : gpu::comm::ParamGather::kNccl;
     co.timeout = store_timeout;
     absl::StatusOr<std::unique_ptr<gpu::comm::NcclTrainerCollectives>> made =
@@ -460,7 +474,9 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
               << ", schedule steps " << o.total_steps << ", pipeline " << f.pipeline << ", "
               << (several ? absl::StrCat(R, " GPUs (", launch::LauncherName(job.launch.launcher), "; global batch ",
                                          o.batch, " split ", f.batch_split, ", FSDP shard group ", job.shard_group,
-                                         job.ep_degree > 1 ? absl::StrCat(", EP degree ", job.ep_degree) : "",
+                                         job.ep_degree > 1 ? absl::StrCat(", EP degree ", job.ep_degree,
+                                                                          ", expert shard group ", job.expert_shard_group)
+                                                           : "",
                                          ", parameters gathered by ", f.param_gather,
                                          f.param_prefetch ? " unit by unit, prefetched" : "", ", tables ",
                                          job.plan ? absl::StrCat("sharded by --plan ", f.plan) : std::string("replicated"),
@@ -472,7 +488,8 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
     auto save = [&]() -> absl::Status {
       if (f.checkpoint.empty()) return absl::OkStatus();
       if (several) {
-        // Every rank writes what it holds (its dense shard, its tables or table shards), nothing gathered.
+        // Every rank writes what it holds (its dense shard, its tables or table shards), nothing gathered
+        // (under --ep-degree the dense parts are cut from the whole arrays, gathered by every rank).
         absl::StatusOr<gpu::train::TrainerRankState> mine = trainer.RankState();
         if (!mine.ok()) return mine.status();
         return rank_job.Save(f.checkpoint, mine->step, job.identity, {},
@@ -604,6 +621,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
           {"local_batch", o.batch / R},  {"world_size", R},                 {"global_batch", o.batch},
           {"launcher", launch::LauncherName(job.launch.launcher)},
           {"shard_group", job.shard_group}, {"ep_degree", job.ep_degree},
+          {"expert_shard_group", job.expert_shard_group},
           {"param_gather", several ? f.param_gather : std::string("none")},
           {"param_prefetch", f.param_prefetch},
           {"batch_split", f.batch_split}, {"sub_batch", f.sub_batch},
@@ -661,7 +679,8 @@ int RunGpuTrain(const std::vector<std::string>& args) {
       "id through a TCP store on rank 0. --local-batch is then per GPU (the global batch R times it,\n"
       "split among the ranks by --batch-split); dense parameters are 2D FSDP over --shard-group ranks,\n"
       "gathered by NCCL or the copy engines (--param-gather); with --ep-degree D, each of D consecutive\n"
-      "ranks runs its share of the Wukong experts on all D ranks' samples; the tables are replicated and updated\n"
+      "ranks runs its share of the Wukong experts on all D ranks' samples, their parameters sharded over\n"
+      "--expert-shard-group of the ranks that run them; the tables are replicated and updated\n"
       "with every rank's gradients, or sharded by --plan (the plan JSON of docs/embedding-spec.md, 1D or\n"
       "2D; ids go to each shard's holder, embeddings and gradients back and forth by NCCL all-to-alls;\n"
       "each rank checkpoints its own shards). Rank 0 prints and writes the report and the checkpoint's\n"
@@ -697,6 +716,9 @@ int RunGpuTrain(const std::vector<std::string>& args) {
               "in a job: expert parallelism over D consecutive ranks, member i running the Wukong experts e with "
               "e mod D = i on the D ranks' samples (activations all-gathered, outputs reduce-scattered); D divides "
               "the ranks and the config's experts (default 1: every rank runs every expert)");
+  flags.OptionalInt64("expert-shard-group", &f.expert_shard_group,
+                      "with --ep-degree D: ranks that run the same experts and shard their parameters (S_E; the "
+                      "others hold replicas), dividing R / D (default R / D)");
   flags.String("param-gather", &f.param_gather,
                "in a job: who gathers the parameters in a shard group, nccl (default) or copy_engine (no SM; one host)");
   flags.Bool("param-prefetch", &f.param_prefetch,
