@@ -271,6 +271,18 @@ struct GpuTrainer::Impl {
     GEMTB_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(param_stream, shards_current, 0), "cudaStreamWaitEvent"));
     waited_all_units = false;
     unit_in_backward.reset();
+    // Under expert parallelism the experts' parameters first, whole, on the same stream: every
+    // unit's event then marks them gathered too.
+    if (ep_params) {
+      GEMTB_RETURN_IF_ERROR(Timed(
+          "expert_params.all_gather", "expert-shard", Where::kBesideCompute,
+          [&] {
+            return dist->GatherExpertShards(params->get() + shard_count,
+                                            gathered + shard_count * dist->shard_group_size(), expert_shard_count,
+                                            param_stream);
+          },
+          param_stream));
+    }
     return Timed(
         "params.all_gather", "dense-shard", Where::kBesideCompute,
         [&]() -> absl::Status {
@@ -635,12 +647,12 @@ struct GpuTrainer::Impl {
         GEMTB_RETURN_IF_ERROR(Timed("grads.reduce_scatter", "dense-shard", Where::kAfterModel, [&] {
           return dist->ReduceScatterGrads(grad->get(), grad_shard->get(), shard_count, nullptr);
         }));
-        if (ep_params) {
-          GEMTB_RETURN_IF_ERROR(Timed("expert_grads.reduce_scatter", "expert-shard", Where::kAfterModel, [&] {
-            return dist->ReduceScatterExpertGrads(grad->get() + shard_count * dist->shard_group_size(),
-                                                  grad_shard->get() + shard_count, expert_shard_count, nullptr);
-          }));
-        }
+      }
+      if (train && ep_params) {
+        GEMTB_RETURN_IF_ERROR(Timed("expert_grads.reduce_scatter", "expert-shard", Where::kAfterModel, [&] {
+          return dist->ReduceScatterExpertGrads(grad->get() + shard_count * dist->shard_group_size(),
+                                                grad_shard->get() + shard_count, expert_shard_count, nullptr);
+        }));
       }
       if (train) {
         GEMTB_RETURN_IF_ERROR(Timed("grads.all_reduce", "dense-replica", Where::kAfterModel, [&] {
@@ -764,10 +776,6 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
     GEMTB_RETURN_IF_ERROR(gemtb::model::CheckExpertDegree(*g, ep.degree(), "expert degree"));
     GEMTB_RETURN_IF_ERROR(gemtb::model::CheckExpertShardGroup(collectives->world_size(), ep.degree(),
                                                               collectives->expert_shard_group_size()));
-    if (job.param_prefetch)
-      return absl::InvalidArgumentError(
-          "param_prefetch: not with expert parallelism (the units' ranges are the whole layout's; the experts' "
-          "parameters are gathered whole in their own group)");
     const int64_t s = collectives->shard_group_size(), se = collectives->expert_shard_group_size();
     ep_params = gemtb::model::MemberParamsOf(*g, ep.degree(), ep.member());
     dense_shard_count = (ep_params->dense_count() + s - 1) / s;
@@ -843,6 +851,9 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
   if (job.param_prefetch) {
     Impl& m = *impl;
     m.units = gemtb::model::ParamUnits(m.model->geometry());
+    // Under expert parallelism the units are ranges of the packed dense array (their experts'
+    // parameters are gathered whole, ahead of them).
+    if (m.ep_params) m.units = gemtb::model::PackedUnits(m.units, m.ep_params->dense);
     for (size_t u = 0; u < m.units.size(); ++u) {
       m.unit_of_region[m.units[u].region] = u;
       m.unit_ready.emplace_back();

@@ -58,6 +58,29 @@ MemberParams MemberParamsOf(const GemGeometry& g, int degree, int member) {
   return m;
 }
 
+std::vector<ParamUnit> PackedUnits(const std::vector<ParamUnit>& units, const std::vector<ParamRange>& ranges) {
+  std::vector<ParamUnit> packed;
+  for (const ParamUnit& u : units) {
+    ParamUnit p{u.region, 0, 0};
+    int64_t at = 0;  // packed place of the current range's first value
+    bool found = false;
+    for (const ParamRange& r : ranges) {
+      const int64_t lo = std::max(u.first, r.first), hi = std::min(u.first + u.count, r.first + r.count);
+      if (hi > lo) {
+        if (!found) p.first = at + (lo - r.first), found = true;
+        p.count += hi - lo;
+      } else if (!found && r.first >= u.first + u.count) {
+        p.first = at;  // none inside: the place where the unit would start
+        found = true;
+      }
+      at += r.count;
+    }
+    if (!found) p.first = at;
+    packed.push_back(std::move(p));
+  }
+  return packed;
+}
+
 std::vector<float> PackRanges(const std::vector<float>& whole, const std::vector<ParamRange>& ranges) {
   std::vector<float> packed;
   packed.reserve(static_cast<size_t>(Count(ranges)));

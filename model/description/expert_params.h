@@ -39,6 +39,11 @@ struct MemberParams {
 };
 MemberParams MemberParamsOf(const GemGeometry& g, int degree, int member);
 
+// Each unit's values among `ranges`, as a range of the packed array (PackRanges): the FSDP units of
+// an EP member's dense array (a unit's parameters that are no expert's are adjacent there). A unit
+// with none of them gets an empty range at its place.
+std::vector<ParamUnit> PackedUnits(const std::vector<ParamUnit>& units, const std::vector<ParamRange>& ranges);
+
 // The values of `ranges` of `whole`, one after the other; and back (`whole` keeps its other values).
 std::vector<float> PackRanges(const std::vector<float>& whole, const std::vector<ParamRange>& ranges);
 void UnpackRanges(const std::vector<float>& packed, const std::vector<ParamRange>& ranges, std::vector<float>& whole);

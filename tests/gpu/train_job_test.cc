@@ -224,7 +224,7 @@ TEST(GpuTrainJob, JobFollowsTheOneGpuTrainerOnTheSameGlobalBatch) {
 // parameters on the ranks that run it (sharded over S_E of them, summed over the others), on 2
 // ranks and on 4 (two EP groups, shard groups of 2, S_E of 1 and 2), follows the one GPU running
 // both experts; the ranks end with the same state, and the checkpoint parts of shard group 0 are
-// that state's. The EP collectives must have run (a job that ran every expert everywhere would
+// that state's; per-unit gathers give the same bytes. The EP collectives must have run (a job that ran every expert everywhere would
 // pass the comparison too).
 TEST(GpuTrainJob, ExpertParallelJobFollowsTheOneGpuTrainer) {
   if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
@@ -271,6 +271,14 @@ TEST(GpuTrainJob, ExpertParallelJobFollowsTheOneGpuTrainer) {
     EXPECT_TRUE(SameBytes(params, job[0].state.params)) << what << ": checkpoint params";
     EXPECT_TRUE(SameBytes(m, job[0].state.adam_m)) << what << ": checkpoint adam m";
     EXPECT_TRUE(SameBytes(v, job[0].state.adam_v)) << what << ": checkpoint adam v";
+    // Unit by unit (the packed dense array's units, the experts' parameters whole ahead of them): the
+    // same sums, the same bytes.
+    JobOptions prefetch;
+    prefetch.param_prefetch = true;
+    const std::vector<RankRun> units = InProcessJob(R, 2, prefetch, Options(), JobModel{2, se, two});
+    ASSERT_EQ(units.size(), static_cast<size_t>(R));
+    for (int r = 0; r < R; ++r)
+      ExpectSameBytes(units[static_cast<size_t>(r)], job[static_cast<size_t>(r)], what + ", units prefetched: rank " + std::to_string(r));
     for (size_t k = 0; k < one.losses.size(); ++k) {
       EXPECT_NEAR(job[0].losses[k], one.losses[k], 1e-5 * std::fabs(one.losses[k])) << what << " step " << k;
     }

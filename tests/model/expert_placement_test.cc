@@ -129,6 +129,36 @@ TEST(ExpertPlacement, MembersHoldTheDenseParametersAndTheirExpertsOnce) {
   }
 }
 
+// A member's dense array, unit by unit: the units tile it in order, each holding its parameters
+// that are no expert's.
+TEST(ExpertPlacement, PackedUnitsTileTheDenseArray) {
+  for (const auto& [experts, degree] : {std::pair{2, 2}, std::pair{4, 2}, std::pair{2, 1}}) {
+    const GemGeometry g = TinyWith(experts);
+    std::vector<float> whole(g.layout.total());
+    std::iota(whole.begin(), whole.end(), 0.0f);
+    const MemberParams m = MemberParamsOf(g, degree, degree - 1);
+    const std::vector<float> packed = PackRanges(whole, m.dense);
+    const std::vector<ParamUnit> units = ParamUnits(g), mine = PackedUnits(units, m.dense);
+    ASSERT_EQ(mine.size(), units.size());
+    int64_t at = 0;
+    for (size_t u = 0; u < units.size(); ++u) {
+      EXPECT_EQ(mine[u].region, units[u].region);
+      EXPECT_EQ(mine[u].first, at) << units[u].region;
+      std::vector<float> want;  // the unit's values that are no expert's, in layout order
+      for (const ParamInfo& p : g.layout.params()) {
+        const int64_t o = static_cast<int64_t>(p.ref.offset);
+        if (o < units[u].first || o >= units[u].first + units[u].count || ExpertOfParam(p.name)) continue;
+        for (size_t k = 0; k < p.ref.size; ++k) want.push_back(whole[p.ref.offset + k]);
+      }
+      EXPECT_EQ(std::vector<float>(packed.begin() + mine[u].first, packed.begin() + mine[u].first + mine[u].count),
+                want)
+          << units[u].region;
+      at += mine[u].count;
+    }
+    EXPECT_EQ(at, m.dense_count());
+  }
+}
+
 TEST(ExpertPlacement, ExpertGroupsPartitionTheRanksOfEachMember) {
   for (const auto& [R, D, S] :
        {std::tuple{8, 2, 2}, std::tuple{8, 2, 4}, std::tuple{8, 4, 1}, std::tuple{4, 2, 2}, std::tuple{2, 2, 1}}) {

@@ -204,7 +204,6 @@ def job_bad_input(d):
                        (["--ep-degree", "2", "--expert-shard-group", "2"],
                         "--expert-shard-group: 2 does not divide the 1 ranks that run each expert"),
                        (["--expert-shard-group", "1"], "--expert-shard-group: needs --ep-degree 2 or more"),
-                       (["--ep-degree", "2", "--param-prefetch"], "--param-prefetch: not with --ep-degree"),
                        (["--ep-degree", "2", "--param-gather", "copy_engine"],
                         "--param-gather: copy_engine does not run with --ep-degree"),
                        (["--param-gather", "sm"], "--param-gather: 'sm' is not nccl or copy_engine"),

@@ -172,7 +172,6 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
     if (expert_shard_group < 1 || (R / f.ep_degree) % expert_shard_group != 0)
       return Bad(absl::StrCat("--expert-shard-group: ", expert_shard_group, " does not divide the ", R / f.ep_degree,
                               " ranks that run each expert (", R, " ranks / --ep-degree ", f.ep_degree, ")"));
-    if (f.param_prefetch) return Bad("--param-prefetch: not with --ep-degree (the experts' parameters are gathered whole)");
     if (f.param_gather == "copy_engine")
       return Bad("--param-gather: copy_engine does not run with --ep-degree (the experts' parameters are gathered by NCCL)");
   }
