@@ -16,6 +16,14 @@ using gpu::CudaOk;
     if (absl::Status s_ = (expr); !s_.ok()) return s_; \
   } while (false)
 
+// `values` into `dst` in `stream`'s order (the caller's later work on a non-blocking stream must not
+// pass it), done before returning.
+absl::Status WriteOn(cudaStream_t stream, float* dst, const std::vector<float>& values, const char* what) {
+  IPC_RETURN_IF_ERROR(
+      CudaOk(cudaMemcpyAsync(dst, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice, stream), what));
+  return CudaOk(cudaStreamSynchronize(stream), what);
+}
+
 }  // namespace
 
 InProcessJob::InProcessJob(int world_size_in, int shard_group_in, int expert_degree_in, int expert_shard_group_in)
@@ -79,8 +87,10 @@ absl::Status InProcessCollectives::Experts::AllGather(const float* mine, float* 
   const std::vector<int> group = Group();
   absl::Status status;
   for (size_t i = 0; i < group.size() && status.ok(); ++i)
-    status = CudaOk(cudaMemcpy(all + i * count, published[group[i]], count * sizeof(float), cudaMemcpyDeviceToDevice),
+    status = CudaOk(cudaMemcpyAsync(all + i * count, published[group[i]], count * sizeof(float),
+                                    cudaMemcpyDeviceToDevice, stream),
                     "expert all-gather");
+  if (status.ok()) status = CudaOk(cudaStreamSynchronize(stream), "expert all-gather");
   owner_->job_.barrier.arrive_and_wait();  // every member has read every input
   return status;
 }
@@ -92,7 +102,7 @@ absl::Status InProcessCollectives::Experts::ReduceScatter(const float* all, floa
   absl::StatusOr<std::vector<float>> sum = owner_->Sum(published, Group(), member() * count, count);
   owner_->job_.barrier.arrive_and_wait();  // every member has read every input
   if (!sum.ok()) return sum.status();
-  return CudaOk(cudaMemcpy(mine, sum->data(), count * sizeof(float), cudaMemcpyHostToDevice), "expert reduce-scatter");
+  return WriteOn(stream, mine, *sum, "expert reduce-scatter");
 }
 
 absl::Status InProcessCollectives::GatherExpertShards(const float* shard, float* full, int64_t count,
@@ -102,8 +112,10 @@ absl::Status InProcessCollectives::GatherExpertShards(const float* shard, float*
       gemtb::model::ExpertGroupsOf(rank_, job_.world_size, job_.expert_degree, job_.expert_shard_group);
   absl::Status status;
   for (size_t q = 0; q < groups.shard.size() && status.ok(); ++q)
-    status = CudaOk(cudaMemcpy(full + q * count, all[groups.shard[q]], count * sizeof(float), cudaMemcpyDeviceToDevice),
+    status = CudaOk(cudaMemcpyAsync(full + q * count, all[groups.shard[q]], count * sizeof(float),
+                                    cudaMemcpyDeviceToDevice, stream),
                     "expert gather");
+  if (status.ok()) status = CudaOk(cudaStreamSynchronize(stream), "expert gather");
   job_.barrier.arrive_and_wait();
   return status;
 }
@@ -116,8 +128,7 @@ absl::Status InProcessCollectives::ReduceScatterExpertGrads(const float* full, f
   absl::StatusOr<std::vector<float>> sum = Sum(all, groups.shard, groups.shard_member * count, count);
   job_.barrier.arrive_and_wait();  // every member has read every full gradient
   if (!sum.ok()) return sum.status();
-  return CudaOk(cudaMemcpy(shard, sum->data(), count * sizeof(float), cudaMemcpyHostToDevice),
-                "expert reduce-scatter write");
+  return WriteOn(stream, shard, *sum, "expert reduce-scatter write");
 }
 
 absl::Status InProcessCollectives::AllReduceExpertReplicas(float* shard, int64_t count, cudaStream_t stream) {
@@ -127,8 +138,7 @@ absl::Status InProcessCollectives::AllReduceExpertReplicas(float* shard, int64_t
   absl::StatusOr<std::vector<float>> sum = Sum(all, groups.replica, 0, count);
   job_.barrier.arrive_and_wait();  // every replica has read every shard before any is overwritten
   if (!sum.ok()) return sum.status();
-  return CudaOk(cudaMemcpy(shard, sum->data(), count * sizeof(float), cudaMemcpyHostToDevice),
-                "expert all-reduce write");
+  return WriteOn(stream, shard, *sum, "expert all-reduce write");
 }
 
 absl::StatusOr<float*> InProcessCollectives::ParamsBuffer(int64_t shard_count, int64_t tail) {

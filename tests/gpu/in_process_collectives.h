@@ -3,7 +3,8 @@
 // trainer's job mode on one GPU (NCCL refuses two ranks on one device). Each collective waits for the
 // rank's stream, meets the other ranks at a host barrier, and moves or sums their device arrays;
 // sums are taken on the host in fp32 in rank (member) order, so results are deterministic and two
-// layouts that add the same terms in the same order give the same bytes.
+// layouts that add the same terms in the same order give the same bytes. The expert-parallel ones
+// write in the order of the stream they are given (the model's may be a non-blocking stream).
 #ifndef GEMTB_TESTS_GPU_IN_PROCESS_COLLECTIVES_H_
 #define GEMTB_TESTS_GPU_IN_PROCESS_COLLECTIVES_H_
 

@@ -224,7 +224,8 @@ TEST(GpuTrainJob, JobFollowsTheOneGpuTrainerOnTheSameGlobalBatch) {
 // parameters on the ranks that run it (sharded over S_E of them, summed over the others), on 2
 // ranks and on 4 (two EP groups, shard groups of 2, S_E of 1 and 2), follows the one GPU running
 // both experts; the ranks end with the same state, and the checkpoint parts of shard group 0 are
-// that state's; per-unit gathers give the same bytes. The EP collectives must have run (a job that ran every expert everywhere would
+// that state's; per-unit gathers give the same bytes; under the semi-synchronous pipeline it follows
+// the one GPU's semi-synchronous steps. The EP collectives must have run (a job that ran every expert everywhere would
 // pass the comparison too).
 TEST(GpuTrainJob, ExpertParallelJobFollowsTheOneGpuTrainer) {
   if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
@@ -288,6 +289,18 @@ TEST(GpuTrainJob, ExpertParallelJobFollowsTheOneGpuTrainer) {
     }
     for (int r = 1; r < R; ++r) ExpectSameBytes(job[static_cast<size_t>(r)], job[0], what + ": rank " + std::to_string(r));
   }
+  // Under the semi-synchronous pipeline (the exchanges on the model's stream beside the next
+  // lookups): the one GPU's semi-synchronous steps.
+  const TrainerOptions semi = Options(gemtb::model::SparsePipeline::kSemiSync);
+  const RankRun one_semi = OneGpu(semi, two);
+  const std::vector<RankRun> job = InProcessJob(2, 2, {}, semi, JobModel{2, 1, two});
+  ASSERT_EQ(job.size(), 2u);
+  for (size_t k = 0; k < one_semi.losses.size(); ++k) {
+    EXPECT_NEAR(job[0].losses[k], one_semi.losses[k], 1e-5 * std::fabs(one_semi.losses[k]))
+        << "semi-sync, EP, step " << k;
+  }
+  ExpectClose(job[0].state.params, one_semi.state.params, "semi-sync, EP: params");
+  ExpectSameBytes(job[1], job[0], "semi-sync, EP: rank 1 vs rank 0");
 }
 
 // The semi-synchronous pipeline in a job: each rank looks ahead at its own samples, and the steps
