@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call for the GPU trainer as a job of several ranks (gemtb train under torchrun), on
+# The device calls for the GPU trainer as a job of several ranks (gemtb train under torchrun), on
 # every GPU of the lent host:
 #   1. builds gemtb and the job's GPU tests from .deb/src.tgz (a `git archive` of the commit in
 #      .deb/SOURCE) and runs them: gpu_comm_collectives_test (the copy-engine all-gather, a one-rank
@@ -34,6 +34,8 @@
 #      ahead (prefetch depth beyond the unit count) beside job_small_rw_prefetch_<N>;
 #   5. on 2 GPUs or more: `gemtb bench comm --copy-engine --gemm` (NCCL's and the copy-engine
 #      all-gather's busbw, the GEMM beside each).
+# `--parts "tests tiny resume small comm"` (default all) runs only those steps (1, 2, 2b, 3 and 4,
+# 5): a device call is at most 10 minutes, and the build stays on a warm machine between calls.
 # Writes $OUT/summary.txt, build.log, tests.log, job_<config>_<N>.{log,json}, trace_tiny_<N>.json,
 # comm.json and comm.log. --param-gather copy_engine gathers the dense parameters on the copy engines.
 #
@@ -51,6 +53,7 @@ gpus_list="1 2 4"
 tiny_batch=64 tiny_steps=50
 small_batch=256 small_steps=20
 param_gather=nccl
+parts="tests tiny resume small comm"
 while [ $# -gt 0 ]; do
   case "$1" in
     --gpus) gpus_list=${2:?}; shift 2 ;;
@@ -59,17 +62,21 @@ while [ $# -gt 0 ]; do
     --small-batch) small_batch=${2:?}; shift 2 ;;
     --small-steps) small_steps=${2:?}; shift 2 ;;
     --param-gather) param_gather=${2:?}; shift 2 ;;
+    --parts) parts=${2:?}; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
+part() { [[ " $parts " == *" $1 "* ]]; }  # part NAME: whether --parts holds NAME
 visible=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
 tests=(gpu_comm_collectives_test gpu_embedding_sharded_test gpu_train_job_test)
 start=$SECONDS
 build_device_targets train_gpu_job "$build" gemtb gemtb "${tests[@]}"
 echo "GPUs visible: $visible" | tee -a "$out/summary.txt"
 rc=0
-for t in "${tests[@]}"; do "$build/bin/$t" >>"$out/tests.log" 2>&1 || rc=1; done
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/tests.log" | tee -a "$out/summary.txt"
+if part tests; then
+  for t in "${tests[@]}"; do "$build/bin/$t" >>"$out/tests.log" 2>&1 || rc=1; done
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/tests.log" | tee -a "$out/summary.txt"
+fi
 
 gemtb=$build/bin/gemtb
 run_job() {  # run_job N NAME gemtb-train-flags...
@@ -88,6 +95,7 @@ run_job() {  # run_job N NAME gemtb-train-flags...
 # Tiny with two Wukong experts (the config's name kept: the data generator is tiny's).
 python3 tools/lib/config_with_experts.py model/configs/tiny.json "$out/tiny_2_experts.json" 2
 for n in $gpus_list; do
+  part tiny || break
   [ "$n" -le "$visible" ] || continue
   # Two experts: one GPU runs both; a job with --ep-degree 2, one each on a pair of ranks, the
   # activations all-gathered and the outputs reduce-scattered in the pair: the one GPU's steps.
@@ -141,7 +149,7 @@ done
 # A job's checkpoint and resume on 2 GPUs, with sharded tables and with two experts under
 # --ep-degree 2: 20 steps straight, against 10 steps, a checkpoint written rank by rank, and a resume
 # to 20: the same losses after the resume, the same checkpoint bytes at step 20.
-if [ "$visible" -ge 2 ]; then
+if part resume && [ "$visible" -ge 2 ]; then
   for kind in sharded experts; do
     common=(--local-batch 16 --schedule-steps 20 --eval-samples 0 --matmul fp32 --attention fp32)
     if [ "$kind" = sharded ]; then
@@ -172,6 +180,7 @@ PY
   done
 fi
 for n in $gpus_list; do
+  part small || break
   [ "$n" -le "$visible" ] || continue
   run_job "$n" "job_small_$n" --config small --local-batch "$small_batch" --steps "$small_steps" --eval-samples 0
   if [ "$n" -gt 1 ]; then
@@ -182,7 +191,7 @@ for n in $gpus_list; do
       --eval-samples 0 --plan RW --param-prefetch
   fi
 done
-python3 - "$out" $gpus_list <<'EOF' | tee -a "$out/summary.txt"
+part small && python3 - "$out" $gpus_list <<'EOF' | tee -a "$out/summary.txt"
 import json, os, sys
 out, ns = sys.argv[1], sys.argv[2:]
 base = None
@@ -202,7 +211,9 @@ for tables, prefix in (("replicated", "job_small_"), ("sharded RW", "job_small_r
               f"{base[0]} GPU: {sr:.3f}")
 EOF
 # The simulator on the same jobs: one GPU's per-layer calibration, then each N with RW tables.
-if timeout 300 "$gemtb" bench layers --config small --local-batch "$small_batch" --steps 5 --out-dir "$out/layers" --force \
+if ! part small; then
+  :
+elif timeout 300 "$gemtb" bench layers --config small --local-batch "$small_batch" --steps 5 --out-dir "$out/layers" --force \
      >"$out/layers.log" 2>&1; then
   for n in $gpus_list; do
     [ "$n" -le "$visible" ] || continue
@@ -249,7 +260,7 @@ else
   echo "bench layers: FAILED" | tee -a "$out/summary.txt"
   tail -5 "$out/layers.log" | tee -a "$out/summary.txt"
 fi
-if [ "$visible" -ge 2 ]; then
+if part comm && [ "$visible" -ge 2 ]; then
   timeout 300 "$gemtb" bench comm --copy-engine --gemm --ops all_gather,reduce_scatter,all_reduce --min-bytes 1M \
     --json "$out/comm.json" >"$out/comm.log" 2>&1 || rc=1
   grep -E "^(all_gather|gemm|#)" "$out/comm.log" | tee -a "$out/summary.txt"
