@@ -24,7 +24,9 @@ absl::StatusOr<std::unique_ptr<NcclTrainerCollectives>> NcclTrainerCollectives::
         absl::StrCat("expert_degree: ", D, " does not divide the job's world size ", R));
   }
   if (D > 1) {
-    if (absl::Status v = gemtb::model::CheckExpertShardGroup(R, D, options.expert_shard_group); !v.ok()) return v;
+    if (absl::Status v = gemtb::model::CheckExpertShardGroup(R, D, options.expert_shard_group, "expert_shard_group");
+        !v.ok())
+      return v;
     if (options.param_gather == ParamGather::kCopyEngine)
       return absl::InvalidArgumentError(
           "param_gather: copy_engine does not run with expert parallelism (its window holds the dense parameters "
@@ -47,14 +49,14 @@ absl::StatusOr<std::unique_ptr<NcclTrainerCollectives>> NcclTrainerCollectives::
     absl::StatusOr<std::unique_ptr<NcclGroup>> expert = c->world_->Split(r / D, r % D, absl::StrCat("expert", r / D));
     if (!expert.ok()) return expert.status();
     c->expert_ = *std::move(expert);
-    // The ranks that run this member's experts: place m = r / D among them (expert_params.h).
-    const int S = options.expert_shard_group, i = r % D, m = r / D, places = R / D;
-    absl::StatusOr<std::unique_ptr<NcclGroup>> eshard =
-        c->world_->Split(i * (places / S) + m / S, m % S, absl::StrCat("expert_shard", i, ".", m / S));
+    // The experts' groups of expert_params.h: each split by its first rank, members in rank order.
+    const gemtb::model::ExpertGroups groups = gemtb::model::ExpertGroupsOf(r, R, D, options.expert_shard_group);
+    absl::StatusOr<std::unique_ptr<NcclGroup>> eshard = c->world_->Split(
+        groups.shard.front(), groups.shard_member, absl::StrCat("expert_shard", groups.shard.front()));
     if (!eshard.ok()) return eshard.status();
     c->expert_shard_ = *std::move(eshard);
     absl::StatusOr<std::unique_ptr<NcclGroup>> ereplica =
-        c->world_->Split(i * S + m % S, m / S, absl::StrCat("expert_replica", i, ".", m % S));
+        c->world_->Split(groups.replica.front(), r, absl::StrCat("expert_replica", groups.replica.front()));
     if (!ereplica.ok()) return ereplica.status();
     c->expert_replica_ = *std::move(ereplica);
   }

@@ -213,6 +213,7 @@ struct GemModelGpu::Impl {
   Scratch* mem = nullptr;
   int64_t B = 0;
   ExpertExchange* ex = nullptr;  // the pass's expert exchange (null: every expert here)
+  std::vector<int> running;      // the Wukong experts the pass runs here (with E > 1)
   const float* W(ParamRef r) const { return w + r.offset; }
   float* G(ParamRef r) const { return gr + r.offset; }
 
@@ -440,11 +441,6 @@ struct GemModelGpu::Impl {
                          std::vector<float*>& ds_sum);
   absl::Status ExpertsFwd(const WukongP& p, WukongTape& t);
   absl::Status ExpertsBwd(const WukongP& p, const WukongTape& t, const float* dpre, float* dh1);
-  // The experts this pass runs (all of them without an exchange), and their hidden width side by side.
-  std::vector<int> MyExperts() const {
-    return ex ? gemtb::model::ExpertsOfMember(g.experts, ex->degree(), ex->member())
-              : gemtb::model::ExpertsOfMember(g.experts, 1, 0);
-  }
   absl::Status SeqFwd(const SeqP& p, int layer, int j, const float* x_sum, std::vector<float*>& s, SeqTape& t);
   absl::Status SeqBwd(const SeqP& p, int layer, int j, const SeqTape& t, float* ds, float* dx_sum);
   AttnUse CrossUse(int j) const {
@@ -729,7 +725,7 @@ absl::Status GemModelGpu::Impl::ExpertsFwd(const WukongP& p, WukongTape& t) {
     GEMTB_RETURN_IF_ERROR(ex->AllGather(t.h1, all, B * flat, st));
     t.h1_all = all;
   }
-  const std::vector<int> mine = MyExperts();
+  const std::vector<int>& mine = running;
   const int64_t he = g.wk_h / g.experts, width = static_cast<int64_t>(mine.size()) * he;
   GEMTB_ASSIGN_OR_RETURN(t.u1, mem->Floats(t.rows_all * width));
   GEMTB_ASSIGN_OR_RETURN(t.g1, mem->Floats(t.rows_all * width));
@@ -777,7 +773,7 @@ absl::Status GemModelGpu::Impl::ExpertsBwd(const WukongP& p, const WukongTape& t
     dy = all;
     lddy = nf;
   }
-  const std::vector<int> mine = MyExperts();
+  const std::vector<int>& mine = running;
   const int64_t he = g.wk_h / g.experts, width = static_cast<int64_t>(mine.size()) * he;
   float *dg1, *du1;
   GEMTB_ASSIGN_OR_RETURN(dg1, mem->Floats(t.rows_all * width));
@@ -1067,9 +1063,10 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
       return absl::InvalidArgumentError(absl::StrCat("experts: member ", in.experts->member(), " of a group of ",
                                                      in.experts->degree()));
   }
-  if (!m.placed.empty() &&
-      (in.experts == nullptr ||
-       gemtb::model::ExpertsOfMember(g.experts, in.experts->degree(), in.experts->member()) != m.placed))
+  const std::vector<int> running = in.experts ? gemtb::model::ExpertsOfMember(g.experts, in.experts->degree(),
+                                                                              in.experts->member())
+                                              : gemtb::model::ExpertsOfMember(g.experts, 1, 0);
+  if (!m.placed.empty() && (in.experts == nullptr || running != m.placed))
     return absl::InvalidArgumentError(absl::StrCat(
         "experts: this model holds the experts {", absl::StrJoin(m.placed, ", "),
         "} of an EP member; the pass must run them under that member's exchange (",
@@ -1081,6 +1078,7 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
     return absl::InvalidArgumentError(absl::StrCat("events_grad: ", out.events_grad.size(), " sequences, the model has ", J));
   Scratch mem(stream);
   m.w = params, m.gr = out.param_grad, m.st = stream, m.mem = &mem, m.B = in.batch, m.ex = in.experts;
+  m.running = running;
   const int64_t B = in.batch;
   GEMTB_RETURN_IF_ERROR(m.Plan(in));
   // Region boundaries for the timer (the model description's region names).

@@ -83,12 +83,15 @@ struct GpuTrainer::Impl {
   JobOptions job;
   int64_t shard_count = 0;
   int shard_member = 0;                // q: this rank's place in its shard group
-  const float* model_params = nullptr;  // what the model reads
-  float* gathered = nullptr;            // in a job: the collectives' buffer the model reads
+  float* gathered = nullptr;  // in a job: the collectives' buffer the parameters are gathered into
+  // What the model reads: one GPU's params (wherever LoadState's upload put them), or the gathered buffer.
+  float* ModelParams() const { return dist != nullptr ? gathered : params->get(); }
   std::optional<gemtb::model::MemberParams> ep_params;
   int64_t expert_shard_count = 0;
   int expert_member = 0;  // this rank's place in its expert shard group
 
+  // Where the experts' gathered values start in the model's buffer and in grad.
+  int64_t ExpertsAt() const { return shard_count * dist->shard_group_size(); }
   // Piece q of `count` values of `a` (zeros past its end).
   static std::vector<float> Piece(const std::vector<float>& a, int q, int64_t count) {
     std::vector<float> piece(static_cast<size_t>(count), 0.0f);
@@ -149,8 +152,7 @@ struct GpuTrainer::Impl {
   // once and serve every step (the k-th collective of a step takes the k-th pair).
   std::vector<CollectiveTime> timed;
   std::vector<std::array<cudaEvent_t, 2>> timing_events;
-  // Where a collective runs in the step (CollectiveTime's flags).
-  enum class Where { kBeforeModel, kAfterModel, kInModel, kInUpdate, kBesideCompute };
+  using Where = CollectivePlace;
   template <typename Fn>
   absl::Status Timed(const char* name, const char* group, Where where, Fn&& fn, cudaStream_t stream = nullptr) {
     if (timed.size() == timing_events.size()) {
@@ -160,11 +162,7 @@ struct GpuTrainer::Impl {
       timing_events.push_back(pair);
     }
     const std::array<cudaEvent_t, 2>& pair = timing_events[timed.size()];
-    CollectiveTime c;
-    c.name = name, c.group = group;
-    c.before_model = where == Where::kBeforeModel, c.in_model = where == Where::kInModel;
-    c.in_update = where == Where::kInUpdate, c.beside_compute = where == Where::kBesideCompute;
-    timed.push_back(std::move(c));
+    timed.push_back({name, group, 0, where, std::nullopt});
     GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(pair[0], stream), "cudaEventRecord"));
     GEMTB_RETURN_IF_ERROR(fn());
     return CudaStatus(cudaEventRecord(pair[1], stream), "cudaEventRecord");
@@ -175,7 +173,7 @@ struct GpuTrainer::Impl {
     for (size_t k = 0; k < timed.size(); ++k) {
       float ms = 0;
       if (cudaEventElapsedTime(&ms, timing_events[k][0], timing_events[k][1]) == cudaSuccess) timed[k].ms = ms;
-      if ((timed[k].in_model || timed[k].beside_compute) && timer != nullptr)
+      if ((timed[k].place == Where::kInModel || timed[k].place == Where::kBesideCompute) && timer != nullptr)
         GEMTB_ASSIGN_OR_RETURN(timed[k].model_start_ms, timer->Since(timing_events[k][0]));
     }
     return std::exchange(timed, {});
@@ -253,36 +251,33 @@ struct GpuTrainer::Impl {
         param_stream);
   }
 
-  // The whole parameter array is current in model_params (a collective in a job); with per-unit
+  // The whole parameter array is current in ModelParams() (a collective in a job); with per-unit
   // gathers, once each unit's event has passed.
   absl::Status GatherParams() {
     if (dist == nullptr) return absl::OkStatus();
+    // Under expert parallelism the experts' parameters are gathered whole, in their own group.
+    auto gather_experts = [&](Where where, cudaStream_t stream) {
+      return Timed(
+          "expert_params.all_gather", "expert-shard", where,
+          [&] {
+            return dist->GatherExpertShards(params->get() + shard_count, gathered + ExpertsAt(),
+                                            expert_shard_count, stream);
+          },
+          stream);
+    };
     if (units.empty()) {
       GEMTB_RETURN_IF_ERROR(Timed("params.all_gather", "dense-shard", Where::kBeforeModel,
                                   [&] { return dist->GatherParams(params->get(), shard_count, nullptr); }));
-      if (!ep_params) return absl::OkStatus();
-      return Timed("expert_params.all_gather", "expert-shard", Where::kBeforeModel, [&] {
-        return dist->GatherExpertShards(params->get() + shard_count,
-                                        gathered + shard_count * dist->shard_group_size(), expert_shard_count, nullptr);
-      });
+      return ep_params ? gather_experts(Where::kBeforeModel, nullptr) : absl::OkStatus();
     }
     // After the last step's optimizer (and the model's last reads of the gathered array).
     GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(shards_current, nullptr), "cudaEventRecord"));
     GEMTB_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(param_stream, shards_current, 0), "cudaStreamWaitEvent"));
     waited_all_units = false;
     unit_in_backward.reset();
-    // Under expert parallelism the experts' parameters first, whole, on the same stream: every
-    // unit's event then marks them gathered too.
-    if (ep_params) {
-      GEMTB_RETURN_IF_ERROR(Timed(
-          "expert_params.all_gather", "expert-shard", Where::kBesideCompute,
-          [&] {
-            return dist->GatherExpertShards(params->get() + shard_count,
-                                            gathered + shard_count * dist->shard_group_size(), expert_shard_count,
-                                            param_stream);
-          },
-          param_stream));
-    }
+    // The experts' parameters first, on the same stream: every unit's event then marks them
+    // gathered too.
+    if (ep_params) GEMTB_RETURN_IF_ERROR(gather_experts(Where::kBesideCompute, param_stream));
     return Timed(
         "params.all_gather", "dense-shard", Where::kBesideCompute,
         [&]() -> absl::Status {
@@ -609,7 +604,7 @@ struct GpuTrainer::Impl {
     }
     std::optional<RegionTimer> timer;
     if (time_regions) timer.emplace(stream);
-    GEMTB_RETURN_IF_ERROR(model->Run(model_params, in, out, stream, timer ? &*timer : nullptr));
+    GEMTB_RETURN_IF_ERROR(model->Run(ModelParams(), in, out, stream, timer ? &*timer : nullptr));
     if (semi) {
       GEMTB_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(model_done, model_stream), "cudaEventRecord"));
       GEMTB_RETURN_IF_ERROR(LookAhead());
@@ -650,8 +645,8 @@ struct GpuTrainer::Impl {
       }
       if (train && ep_params) {
         GEMTB_RETURN_IF_ERROR(Timed("expert_grads.reduce_scatter", "expert-shard", Where::kAfterModel, [&] {
-          return dist->ReduceScatterExpertGrads(grad->get() + shard_count * dist->shard_group_size(),
-                                                grad_shard->get() + shard_count, expert_shard_count, nullptr);
+          return dist->ReduceScatterExpertGrads(grad->get() + ExpertsAt(), grad_shard->get() + shard_count,
+                                                expert_shard_count, nullptr);
         }));
       }
       if (train) {
@@ -775,7 +770,8 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
     if (!g.ok()) return g.status();
     GEMTB_RETURN_IF_ERROR(gemtb::model::CheckExpertDegree(*g, ep.degree(), "expert degree"));
     GEMTB_RETURN_IF_ERROR(gemtb::model::CheckExpertShardGroup(collectives->world_size(), ep.degree(),
-                                                              collectives->expert_shard_group_size()));
+                                                              collectives->expert_shard_group_size(),
+                                                              "expert shard group"));
     const int64_t s = collectives->shard_group_size(), se = collectives->expert_shard_group_size();
     ep_params = gemtb::model::MemberParamsOf(*g, ep.degree(), ep.member());
     dense_shard_count = (ep_params->dense_count() + s - 1) / s;
@@ -818,7 +814,6 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
     GEMTB_ASSIGN_OR_RETURN(impl->grad, Upload<float>(zeros, "grad"));
     GEMTB_ASSIGN_OR_RETURN(impl->adam_m, Upload<float>(zeros, "adam m"));
     GEMTB_ASSIGN_OR_RETURN(impl->adam_v, Upload<float>(zeros, "adam v"));
-    impl->model_params = impl->params->get();
     return std::unique_ptr<GpuTrainer>(new GpuTrainer(std::move(impl)));
   }
   const int s = collectives->shard_group_size();
@@ -840,7 +835,6 @@ absl::StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const gemtb::mode
   absl::StatusOr<float*> buffer = collectives->ParamsBuffer(impl->shard_count, experts_gathered);
   if (!buffer.ok()) return buffer.status();
   impl->gathered = *buffer;
-  impl->model_params = *buffer;
   const std::vector<float> zeros(static_cast<size_t>(impl->shard_count * s + experts_gathered), 0.0f);
   GEMTB_ASSIGN_OR_RETURN(impl->grad, Upload<float>(zeros, "grad"));
   const std::vector<float> zero_shard(static_cast<size_t>(impl->shard_count + impl->expert_shard_count), 0.0f);
@@ -1111,27 +1105,22 @@ absl::StatusOr<TrainerRankState> GpuTrainer::RankState() const {
   s.adam_b1 = m.adam_b1;
   s.adam_b2 = m.adam_b2;
   const int rank = m.dist->rank(), R = m.dist->world_size(), sg = m.dist->shard_group_size();
-  const auto arrays = {std::pair{&m.params, &s.params}, {&m.adam_m, &s.adam_m}, {&m.adam_v, &s.adam_v}};
-  if (m.ep_params) {
-    // Under expert parallelism a shard holds packed arrays: the checkpoint's parts are cut from the
-    // whole arrays (collectives every rank joins), as the shards of a job without it would be.
-    const int64_t per = (m.num_params + sg - 1) / sg;
-    for (auto [array, dst] : arrays) {
+  // Shard group 0 writes part q of sg equal parts of the flat arrays: its shards, or under expert
+  // parallelism (whose shards hold packed arrays) the same part cut from the whole arrays, which
+  // every rank joins in gathering.
+  const int64_t per = (m.num_params + sg - 1) / sg, first = m.shard_member * per;
+  const int64_t size = std::clamp<int64_t>(m.num_params - first, 0, per);
+  for (auto [array, dst] : {std::pair{&m.params, &s.params}, {&m.adam_m, &s.adam_m}, {&m.adam_v, &s.adam_v}}) {
+    if (m.ep_params) {
       absl::StatusOr<std::vector<float>> whole = m.Whole(**array, "dense state");
       if (!whole.ok()) return whole.status();
       if (rank < sg) *dst = Impl::Piece(*whole, m.shard_member, per);
-      dst->resize(static_cast<size_t>(rank < sg ? std::clamp<int64_t>(m.num_params - m.shard_member * per, 0, per) : 0));
-    }
-    if (rank < sg) s.dense_part = m.shard_member, s.dense_first = m.shard_member * per;
-  } else if (rank < sg) {
-    s.dense_part = m.shard_member;
-    s.dense_first = m.shard_member * m.shard_count;
-    const int64_t size = std::clamp<int64_t>(m.num_params - s.dense_first, 0, m.shard_count);
-    for (auto [array, dst] : arrays) {
+    } else if (rank < sg) {
       GEMTB_RETURN_IF_ERROR((*array)->Download(*dst, "dense shard"));
-      dst->resize(static_cast<size_t>(size));
     }
+    if (rank < sg) dst->resize(static_cast<size_t>(size));
   }
+  if (rank < sg) s.dense_part = m.shard_member, s.dense_first = first;
   if (m.sharded != nullptr) {
     absl::StatusOr<std::vector<embedding::HostTable>> shards = m.sharded->DownloadShards();
     if (!shards.ok()) return shards.status();

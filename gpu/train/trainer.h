@@ -100,24 +100,25 @@ struct StepTimes {
 
 // One collective of a job's step: its name ("params.all_gather", "grads.reduce_scatter", ...), the
 // simulator's group class of the ranks it spans ("dense-shard", "dense-replica", "sparse-mp", "ep"), and
-// its device time from CUDA events around it on the stream it ran on. Only the per-unit parameter
-// collectives (beside_compute) run beside compute; the others are exposed.
+// its device time from CUDA events around it on the stream it ran on. Only those beside compute
+// are not all exposed.
+enum class CollectivePlace {
+  kBeforeModel,    // in the embedding phase, before the lookups
+  kAfterModel,     // after the model's backward, before the tables' update
+  kInModel,        // inside the model, on its stream (expert parallelism's exchanges): exposed
+  kInUpdate,       // in the tables' update phase (sharded tables' backward exchanges)
+  kBesideCompute,  // on a stream of its own beside the step's compute (JobOptions::param_prefetch's
+                   // per-unit collectives, the semi-synchronous pipeline's next lookups); the
+                   // model's waits for it are in the model phase
+};
 struct CollectiveTime {
   std::string name;
   std::string group;
   double ms = 0;
-  bool before_model = false;  // in the embedding phase, before the lookups (else after the model)
-  bool in_update = false;     // in the tables' update phase (sharded tables' backward exchanges)
-  // Inside the model, on its stream (expert parallelism's exchanges in the Wukong regions): part of
-  // the model phase's time, exposed.
-  bool in_model = false;
+  CollectivePlace place = CollectivePlace::kAfterModel;
   // With region times, for those inside the model or beside compute: its start in ms after the
   // model's first region's (negative: before the model, such as per-unit gathers).
   std::optional<double> model_start_ms;
-  // Issued on a stream of its own beside the step's compute (the per-unit parameter gathers of
-  // JobOptions::param_prefetch): its time is not all exposed; the model's waits for it are in the
-  // model phase.
-  bool beside_compute = false;
 };
 
 struct TrainerStep {

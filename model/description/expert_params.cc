@@ -59,24 +59,16 @@ MemberParams MemberParamsOf(const GemGeometry& g, int degree, int member) {
 }
 
 std::vector<ParamUnit> PackedUnits(const std::vector<ParamUnit>& units, const std::vector<ParamRange>& ranges) {
+  // The packed place of layout offset x: the ranges' values before it.
+  auto packed_at = [&](int64_t x) {
+    int64_t n = 0;
+    for (const ParamRange& r : ranges) n += std::clamp<int64_t>(x - r.first, 0, r.count);
+    return n;
+  };
   std::vector<ParamUnit> packed;
   for (const ParamUnit& u : units) {
-    ParamUnit p{u.region, 0, 0};
-    int64_t at = 0;  // packed place of the current range's first value
-    bool found = false;
-    for (const ParamRange& r : ranges) {
-      const int64_t lo = std::max(u.first, r.first), hi = std::min(u.first + u.count, r.first + r.count);
-      if (hi > lo) {
-        if (!found) p.first = at + (lo - r.first), found = true;
-        p.count += hi - lo;
-      } else if (!found && r.first >= u.first + u.count) {
-        p.first = at;  // none inside: the place where the unit would start
-        found = true;
-      }
-      at += r.count;
-    }
-    if (!found) p.first = at;
-    packed.push_back(std::move(p));
+    const int64_t first = packed_at(u.first);
+    packed.push_back({u.region, first, packed_at(u.first + u.count) - first});
   }
   return packed;
 }
@@ -115,11 +107,11 @@ ParamLayout MemberLayout(const GemGeometry& g, int degree, int member, int64_t e
   return L;
 }
 
-absl::Status CheckExpertShardGroup(int world_size, int degree, int expert_shard_group) {
+absl::Status CheckExpertShardGroup(int world_size, int degree, int expert_shard_group, const std::string& field) {
   if (degree < 1 || world_size % degree != 0)
     return absl::InvalidArgumentError(absl::StrCat("EP degree ", degree, " does not divide the world of ", world_size));
   if (expert_shard_group < 1 || (world_size / degree) % expert_shard_group != 0)
-    return absl::InvalidArgumentError(absl::StrCat("expert shard group: ", expert_shard_group, " does not divide the ",
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", expert_shard_group, " does not divide the ",
                                                    world_size / degree, " ranks that run each expert (world ",
                                                    world_size, " / EP degree ", degree, ")"));
   return absl::OkStatus();

@@ -59,8 +59,8 @@ struct ExpertGroups {
   std::vector<int> shard, replica;
   int shard_member = 0;  // this rank's place in `shard`
 };
-// InvalidArgument naming the value unless D divides R and S_E divides R / D.
-absl::Status CheckExpertShardGroup(int world_size, int degree, int expert_shard_group);
+// InvalidArgument naming the value unless D divides R and S_E divides R / D (`field` names S_E).
+absl::Status CheckExpertShardGroup(int world_size, int degree, int expert_shard_group, const std::string& field);
 ExpertGroups ExpertGroupsOf(int rank, int world_size, int degree, int expert_shard_group);
 
 }  // namespace gemtb::model

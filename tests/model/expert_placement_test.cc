@@ -15,9 +15,19 @@
 #include "gtest/gtest.h"
 #include "model/description/expert_params.h"
 #include "model/description/gem_geometry.h"
+#include "tests/testing/builtin_graph.h"
 
 namespace gemtb::model {
 namespace {
+
+// The tiny config's geometry with `experts` Wukong experts.
+GemGeometry TinyWith(int experts) {
+  ModelConfig config = gemtb::testing::BuiltinConfig("tiny");
+  config.arch.wukong.experts.count = experts;
+  absl::StatusOr<GemGeometry> g = MakeGemGeometry(config);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? *std::move(g) : GemGeometry{};
+}
 
 TEST(ExpertPlacement, MembersRunEveryExpertOnce) {
   for (int experts : {1, 2, 4, 6, 8}) {
@@ -40,18 +50,14 @@ TEST(ExpertPlacement, MembersRunEveryExpertOnce) {
 }
 
 TEST(ExpertPlacement, RefusesADegreeThatDoesNotDivideTheExperts) {
-  absl::StatusOr<ModelConfig> config = LoadModelConfig("tiny");
-  ASSERT_TRUE(config.ok()) << config.status();
-  config->arch.wukong.experts.count = 2;
-  absl::StatusOr<GemGeometry> g = MakeGemGeometry(*config);
-  ASSERT_TRUE(g.ok()) << g.status();
-  EXPECT_TRUE(CheckExpertDegree(*g, 1, "--ep-degree").ok());
-  EXPECT_TRUE(CheckExpertDegree(*g, 2, "--ep-degree").ok());
-  const absl::Status three = CheckExpertDegree(*g, 3, "--ep-degree");
+  const GemGeometry g = TinyWith(2);
+  EXPECT_TRUE(CheckExpertDegree(g, 1, "--ep-degree").ok());
+  EXPECT_TRUE(CheckExpertDegree(g, 2, "--ep-degree").ok());
+  const absl::Status three = CheckExpertDegree(g, 3, "--ep-degree");
   EXPECT_EQ(three.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(three.message().find("--ep-degree: 3 does not divide the model's 2 Wukong experts"), std::string::npos)
       << three;
-  const absl::Status zero = CheckExpertDegree(*g, 0, "--ep-degree");
+  const absl::Status zero = CheckExpertDegree(g, 0, "--ep-degree");
   EXPECT_NE(zero.message().find("--ep-degree: 0 does not divide"), std::string::npos) << zero;
 }
 
@@ -63,15 +69,6 @@ TEST(ExpertPlacement, NamesTheExpertOfAParameter) {
   EXPECT_EQ(ExpertOfParam("L1.wukong.mlp1.w"), std::nullopt);
   EXPECT_EQ(ExpertOfParam("L1.wukong.mlp1.e.w"), std::nullopt);
   EXPECT_EQ(ExpertOfParam("L1.seq0.ffn1.w"), std::nullopt);
-}
-
-GemGeometry TinyWith(int experts) {
-  absl::StatusOr<ModelConfig> config = LoadModelConfig("tiny");
-  EXPECT_TRUE(config.ok()) << config.status();
-  config->arch.wukong.experts.count = experts;
-  absl::StatusOr<GemGeometry> g = MakeGemGeometry(*config);
-  EXPECT_TRUE(g.ok()) << g.status();
-  return *g;
 }
 
 TEST(ExpertPlacement, MembersHoldTheDenseParametersAndTheirExpertsOnce) {
@@ -162,7 +159,7 @@ TEST(ExpertPlacement, PackedUnitsTileTheDenseArray) {
 TEST(ExpertPlacement, ExpertGroupsPartitionTheRanksOfEachMember) {
   for (const auto& [R, D, S] :
        {std::tuple{8, 2, 2}, std::tuple{8, 2, 4}, std::tuple{8, 4, 1}, std::tuple{4, 2, 2}, std::tuple{2, 2, 1}}) {
-    ASSERT_TRUE(CheckExpertShardGroup(R, D, S).ok());
+    ASSERT_TRUE(CheckExpertShardGroup(R, D, S, "expert shard group").ok());
     std::set<std::vector<int>> shards, replicas;
     for (int r = 0; r < R; ++r) {
       const ExpertGroups groups = ExpertGroupsOf(r, R, D, S);
@@ -183,10 +180,10 @@ TEST(ExpertPlacement, ExpertGroupsPartitionTheRanksOfEachMember) {
   }
   EXPECT_EQ(ExpertGroupsOf(5, 8, 2, 2).shard, (std::vector<int>{5, 7}));
   EXPECT_EQ(ExpertGroupsOf(5, 8, 2, 2).replica, (std::vector<int>{1, 5}));
-  const absl::Status bad = CheckExpertShardGroup(8, 2, 3);
+  const absl::Status bad = CheckExpertShardGroup(8, 2, 3, "expert shard group");
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.message().find("expert shard group: 3 does not divide the 4 ranks"), std::string::npos) << bad;
-  EXPECT_FALSE(CheckExpertShardGroup(6, 4, 1).ok());
+  EXPECT_FALSE(CheckExpertShardGroup(6, 4, 1, "expert shard group").ok());
 }
 
 }  // namespace

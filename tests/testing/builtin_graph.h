@@ -1,5 +1,5 @@
-// The model graph of a built-in config (tiny, small, ...), for tests of model/description: a load or
-// expansion error is a test failure (and an empty graph is returned).
+// A built-in config (tiny, small, ...) and its model graph, for tests: a load or expansion error is a
+// test failure (and an empty config or graph is returned).
 #ifndef GEMTB_TESTS_TESTING_BUILTIN_GRAPH_H_
 #define GEMTB_TESTS_TESTING_BUILTIN_GRAPH_H_
 
@@ -12,6 +12,12 @@
 #include "model/description/model_config.h"
 
 namespace gemtb::testing {
+
+inline gemtb::model::ModelConfig BuiltinConfig(const std::string& name) {
+  absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig(name);
+  EXPECT_TRUE(config.ok()) << name << ": " << config.status();
+  return config.ok() ? *std::move(config) : gemtb::model::ModelConfig{};
+}
 
 inline gemtb::model::ModelGraph BuiltinGraph(const std::string& name) {
   absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig(name);

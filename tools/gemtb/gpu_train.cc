@@ -27,6 +27,7 @@
 #include "model/data/rank_split.h"
 #include "model/data/shape_from_config.h"
 #include "model/description/batch_flops.h"
+#include "model/description/expert_params.h"
 #include "model/description/gem_geometry.h"
 #include "model/description/model_config.h"
 #include "model/description/model_graph.h"
@@ -169,9 +170,10 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
   const int64_t expert_shard_group = f.expert_shard_group.value_or(R / f.ep_degree);
   if (f.expert_shard_group && f.ep_degree == 1) return Bad("--expert-shard-group: needs --ep-degree 2 or more");
   if (f.ep_degree > 1) {
-    if (expert_shard_group < 1 || (R / f.ep_degree) % expert_shard_group != 0)
-      return Bad(absl::StrCat("--expert-shard-group: ", expert_shard_group, " does not divide the ", R / f.ep_degree,
-                              " ranks that run each expert (", R, " ranks / --ep-degree ", f.ep_degree, ")"));
+    if (absl::Status s = gemtb::model::CheckExpertShardGroup(R, static_cast<int>(f.ep_degree),
+                                                             static_cast<int>(expert_shard_group), "--expert-shard-group");
+        !s.ok())
+      return s;
     if (f.param_gather == "copy_engine")
       return Bad("--param-gather: copy_engine does not run with --ep-degree (the experts' parameters are gathered by NCCL)");
   }
@@ -297,6 +299,7 @@ std::vector<GpuShardKey> ShardKeysOrNone(const Job& job, int rank) {
 // A step's phases in the order the trainer runs them, its model regions inside the model phase (their
 // event times, from the model's first region on), under the simulator's task names.
 std::vector<TraceSpan> StepSpans(const gpu::train::TrainerStep& step) {
+  using Place = gpu::train::CollectivePlace;
   const gpu::train::StepTimes& t = step.times;
   std::vector<TraceSpan> spans;
   double at = 0;
@@ -311,7 +314,8 @@ std::vector<TraceSpan> StepSpans(const gpu::train::TrainerStep& step) {
   // region (without region times, those beside compute start with the lookup phase).
   double gather_ms = 0, after_ms = 0;
   for (const gpu::train::CollectiveTime& c : step.collectives) {
-    if (!c.in_update && !c.beside_compute && !c.in_model) (c.before_model ? gather_ms : after_ms) += c.ms;
+    if (c.place == Place::kBeforeModel) gather_ms += c.ms;
+    if (c.place == Place::kAfterModel) after_ms += c.ms;
   }
   double before_at = at, after_at = at + t.embedding_fwd_ms + t.model_ms - after_ms,
          update_at = at + t.embedding_fwd_ms + t.model_ms;
@@ -321,12 +325,12 @@ std::vector<TraceSpan> StepSpans(const gpu::train::TrainerStep& step) {
       spans.push_back({c.name, "comm", c.group, at + t.embedding_fwd_ms + *c.model_start_ms, c.ms});
       continue;
     }
-    if (c.in_model) continue;
-    if (c.beside_compute) {
+    if (c.place == Place::kInModel) continue;
+    if (c.place == Place::kBesideCompute) {
       spans.push_back({c.name, "comm", c.group, at, c.ms});
       continue;
     }
-    double& where = c.in_update ? update_at : c.before_model ? before_at : after_at;
+    double& where = c.place == Place::kInUpdate ? update_at : c.place == Place::kBeforeModel ? before_at : after_at;
     spans.push_back({c.name, "comm", c.group, where, c.ms});
     where += c.ms;
   }
@@ -523,7 +527,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
       phase_sum += r->times;
       for (const gpu::train::CollectiveTime& c : r->collectives) {
         collectives_sum[c.name] += c.ms;
-        if (c.beside_compute) beside_compute.insert(c.name);
+        if (c.place == gpu::train::CollectivePlace::kBesideCompute) beside_compute.insert(c.name);
       }
       if (!r->regions.empty()) last = *r;
       const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
