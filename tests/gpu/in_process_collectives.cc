@@ -73,72 +73,73 @@ absl::StatusOr<std::vector<float>> InProcessCollectives::Sum(const std::vector<c
   return sum;
 }
 
-std::vector<int> InProcessCollectives::Experts::Group() const {
-  const int D = degree(), g = owner_->rank_ / D;
+absl::Status InProcessCollectives::GatherIn(const std::vector<int>& group, const float* mine, float* full,
+                                            int64_t count, cudaStream_t stream) {
+  const std::vector<const void*> all = Exchange(mine, stream);
+  absl::Status status;
+  for (size_t i = 0; i < group.size() && status.ok(); ++i)
+    status = CudaOk(cudaMemcpyAsync(full + i * count, all[group[i]], count * sizeof(float), cudaMemcpyDeviceToDevice,
+                                    stream),
+                    "gather");
+  if (status.ok()) status = CudaOk(cudaStreamSynchronize(stream), "gather");
+  job_.barrier.arrive_and_wait();  // every member has read every input
+  return status;
+}
+
+absl::Status InProcessCollectives::ReduceScatterIn(const std::vector<int>& group, int member, const float* full,
+                                                   float* mine, int64_t count, cudaStream_t stream) {
+  const std::vector<const void*> all = Exchange(full, stream);
+  absl::StatusOr<std::vector<float>> sum = Sum(all, group, member * count, count);
+  job_.barrier.arrive_and_wait();  // every member has read every input
+  if (!sum.ok()) return sum.status();
+  return WriteOn(stream, mine, *sum, "reduce-scatter write");
+}
+
+absl::Status InProcessCollectives::AllReduceIn(const std::vector<int>& group, float* data, int64_t count,
+                                               cudaStream_t stream) {
+  const std::vector<const void*> all = Exchange(data, stream);
+  absl::StatusOr<std::vector<float>> sum = Sum(all, group, 0, count);
+  job_.barrier.arrive_and_wait();  // every member has read every input before any is overwritten
+  if (!sum.ok()) return sum.status();
+  return WriteOn(stream, data, *sum, "all-reduce write");
+}
+
+std::vector<int> InProcessCollectives::EpGroup() const {
+  const int D = job_.expert_degree, g = rank_ / D;
   std::vector<int> ranks;
   for (int k = g * D; k < (g + 1) * D; ++k) ranks.push_back(k);
   return ranks;
 }
 
+gemtb::model::ExpertGroups InProcessCollectives::MyExpertGroups() const {
+  return gemtb::model::ExpertGroupsOf(rank_, job_.world_size, job_.expert_degree, job_.expert_shard_group);
+}
+
 absl::Status InProcessCollectives::Experts::AllGather(const float* mine, float* all, int64_t count,
                                                       cudaStream_t stream) {
   ++owner_->job_.expert_collectives;
-  const std::vector<const void*> published = owner_->Exchange(mine, stream);
-  const std::vector<int> group = Group();
-  absl::Status status;
-  for (size_t i = 0; i < group.size() && status.ok(); ++i)
-    status = CudaOk(cudaMemcpyAsync(all + i * count, published[group[i]], count * sizeof(float),
-                                    cudaMemcpyDeviceToDevice, stream),
-                    "expert all-gather");
-  if (status.ok()) status = CudaOk(cudaStreamSynchronize(stream), "expert all-gather");
-  owner_->job_.barrier.arrive_and_wait();  // every member has read every input
-  return status;
+  return owner_->GatherIn(owner_->EpGroup(), mine, all, count, stream);
 }
 
 absl::Status InProcessCollectives::Experts::ReduceScatter(const float* all, float* mine, int64_t count,
                                                           cudaStream_t stream) {
   ++owner_->job_.expert_collectives;
-  const std::vector<const void*> published = owner_->Exchange(all, stream);
-  absl::StatusOr<std::vector<float>> sum = owner_->Sum(published, Group(), member() * count, count);
-  owner_->job_.barrier.arrive_and_wait();  // every member has read every input
-  if (!sum.ok()) return sum.status();
-  return WriteOn(stream, mine, *sum, "expert reduce-scatter");
+  return owner_->ReduceScatterIn(owner_->EpGroup(), member(), all, mine, count, stream);
 }
 
 absl::Status InProcessCollectives::GatherExpertShards(const float* shard, float* full, int64_t count,
                                                      cudaStream_t stream) {
-  const std::vector<const void*> all = Exchange(shard, stream);
-  const gemtb::model::ExpertGroups groups =
-      gemtb::model::ExpertGroupsOf(rank_, job_.world_size, job_.expert_degree, job_.expert_shard_group);
-  absl::Status status;
-  for (size_t q = 0; q < groups.shard.size() && status.ok(); ++q)
-    status = CudaOk(cudaMemcpyAsync(full + q * count, all[groups.shard[q]], count * sizeof(float),
-                                    cudaMemcpyDeviceToDevice, stream),
-                    "expert gather");
-  if (status.ok()) status = CudaOk(cudaStreamSynchronize(stream), "expert gather");
-  job_.barrier.arrive_and_wait();
-  return status;
+  return GatherIn(MyExpertGroups().shard, shard, full, count, stream);
 }
 
 absl::Status InProcessCollectives::ReduceScatterExpertGrads(const float* full, float* shard, int64_t count,
                                                            cudaStream_t stream) {
-  const std::vector<const void*> all = Exchange(full, stream);
-  const gemtb::model::ExpertGroups groups =
-      gemtb::model::ExpertGroupsOf(rank_, job_.world_size, job_.expert_degree, job_.expert_shard_group);
-  absl::StatusOr<std::vector<float>> sum = Sum(all, groups.shard, groups.shard_member * count, count);
-  job_.barrier.arrive_and_wait();  // every member has read every full gradient
-  if (!sum.ok()) return sum.status();
-  return WriteOn(stream, shard, *sum, "expert reduce-scatter write");
+  const gemtb::model::ExpertGroups groups = MyExpertGroups();
+  return ReduceScatterIn(groups.shard, groups.shard_member, full, shard, count, stream);
 }
 
 absl::Status InProcessCollectives::AllReduceExpertReplicas(float* shard, int64_t count, cudaStream_t stream) {
-  const std::vector<const void*> all = Exchange(shard, stream);
-  const gemtb::model::ExpertGroups groups =
-      gemtb::model::ExpertGroupsOf(rank_, job_.world_size, job_.expert_degree, job_.expert_shard_group);
-  absl::StatusOr<std::vector<float>> sum = Sum(all, groups.replica, 0, count);
-  job_.barrier.arrive_and_wait();  // every replica has read every shard before any is overwritten
-  if (!sum.ok()) return sum.status();
-  return WriteOn(stream, shard, *sum, "expert all-reduce write");
+  return AllReduceIn(MyExpertGroups().replica, shard, count, stream);
 }
 
 absl::StatusOr<float*> InProcessCollectives::ParamsBuffer(int64_t shard_count, int64_t tail) {
@@ -170,25 +171,12 @@ absl::Status InProcessCollectives::GatherParamRange(const float* shard, int64_t 
 
 absl::Status InProcessCollectives::GatherShards(const float* shard, float* full, int64_t shard_count,
                                                 cudaStream_t stream) {
-  const std::vector<const void*> all = Exchange(shard, stream);
-  const std::vector<int> group = ShardGroup();
-  for (size_t q = 0; q < group.size(); ++q) {
-    IPC_RETURN_IF_ERROR(CudaOk(cudaMemcpy(full + q * shard_count, all[group[q]], shard_count * sizeof(float),
-                                        cudaMemcpyDeviceToDevice),
-                             "gather"));
-  }
-  job_.barrier.arrive_and_wait();
-  return absl::OkStatus();
+  return GatherIn(ShardGroup(), shard, full, shard_count, stream);
 }
 
 absl::Status InProcessCollectives::ReduceScatterGrads(const float* full, float* shard, int64_t count,
                                                       cudaStream_t stream) {
-  const std::vector<const void*> all = Exchange(full, stream);
-  const int q = rank_ % job_.shard_group;
-  absl::StatusOr<std::vector<float>> sum = Sum(all, ShardGroup(), q * count, count);
-  job_.barrier.arrive_and_wait();  // every member has read every full gradient
-  if (!sum.ok()) return sum.status();
-  return CudaOk(cudaMemcpy(shard, sum->data(), count * sizeof(float), cudaMemcpyHostToDevice), "reduce-scatter write");
+  return ReduceScatterIn(ShardGroup(), rank_ % job_.shard_group, full, shard, count, stream);
 }
 
 absl::Status InProcessCollectives::ReduceScatterGradRange(const float* full, float* shard, int64_t shard_count,
@@ -206,11 +194,7 @@ absl::Status InProcessCollectives::ReduceScatterGradRange(const float* full, flo
 }
 
 absl::Status InProcessCollectives::AllReduceReplicas(float* shard, int64_t count, cudaStream_t stream) {
-  const std::vector<const void*> all = Exchange(shard, stream);
-  absl::StatusOr<std::vector<float>> sum = Sum(all, ReplicaGroup(), 0, count);
-  job_.barrier.arrive_and_wait();  // every replica has read every shard before any is overwritten
-  if (!sum.ok()) return sum.status();
-  return CudaOk(cudaMemcpy(shard, sum->data(), count * sizeof(float), cudaMemcpyHostToDevice), "all-reduce write");
+  return AllReduceIn(ReplicaGroup(), shard, count, stream);
 }
 
 absl::Status InProcessCollectives::AllGatherV(float* data, const std::vector<int64_t>& counts,

@@ -3,8 +3,8 @@
 // trainer's job mode on one GPU (NCCL refuses two ranks on one device). Each collective waits for the
 // rank's stream, meets the other ranks at a host barrier, and moves or sums their device arrays;
 // sums are taken on the host in fp32 in rank (member) order, so results are deterministic and two
-// layouts that add the same terms in the same order give the same bytes. The expert-parallel ones
-// write in the order of the stream they are given (the model's may be a non-blocking stream).
+// layouts that add the same terms in the same order give the same bytes. The gathers, reduce-scatters
+// and all-reduces write in the order of the stream they are given (the model's may be non-blocking).
 #ifndef GEMTB_TESTS_GPU_IN_PROCESS_COLLECTIVES_H_
 #define GEMTB_TESTS_GPU_IN_PROCESS_COLLECTIVES_H_
 
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gpu/train/trainer_collectives.h"
+#include "model/description/expert_params.h"
 #include "tests/gpu/in_process_shard_exchange.h"
 
 namespace gemtb::gpu::train::test {
@@ -70,15 +71,26 @@ class InProcessCollectives : public TrainerCollectives {
     absl::Status ReduceScatter(const float* all, float* mine, int64_t count, cudaStream_t stream) override;
 
    private:
-    std::vector<int> Group() const;
     InProcessCollectives* owner_;
   };
 
   // Publishes `p`, waits for every rank's, and returns them (valid until the closing barrier).
   std::vector<const void*> Exchange(const void* p, cudaStream_t stream);
-  // The ranks of this rank's shard group and replica group, in member order.
+  // The collectives in `group` (ranks in member order), writing in `stream`'s order: every member's
+  // `count` floats at `mine` into full + i * count for member i; member `member` receives the sum
+  // over members of full[member * count, (member + 1) * count); every member's `count` floats
+  // summed, in place.
+  absl::Status GatherIn(const std::vector<int>& group, const float* mine, float* full, int64_t count,
+                        cudaStream_t stream);
+  absl::Status ReduceScatterIn(const std::vector<int>& group, int member, const float* full, float* mine,
+                               int64_t count, cudaStream_t stream);
+  absl::Status AllReduceIn(const std::vector<int>& group, float* data, int64_t count, cudaStream_t stream);
+  // The ranks of this rank's shard group, replica group and EP group, in member order; its expert
+  // shard and replica groups.
   std::vector<int> ShardGroup() const;
   std::vector<int> ReplicaGroup() const;
+  std::vector<int> EpGroup() const;
+  gemtb::model::ExpertGroups MyExpertGroups() const;
   // The sum in `ranks` order of every member's `count` floats at their published pointer + `offset`.
   absl::StatusOr<std::vector<float>> Sum(const std::vector<const void*>& all, const std::vector<int>& ranks,
                                          int64_t offset, int64_t count) const;

@@ -18,20 +18,16 @@
 #include "reference/model/batch.h"
 #include "reference/model/checkpoint.h"
 #include "reference/model/trainer.h"
+#include "tests/testing/builtin_graph.h"
 #include "tests/testing/status_matchers.h"
 
 namespace gemtb::reference::model {
 namespace {
 
 using ::gemtb::model::SparsePipeline;
+using ::gemtb::testing::BuiltinConfig;
 using ::gemtb::testing::StatusIs;
 using ::testing::HasSubstr;
-
-gemtb::model::ModelConfig Tiny() {
-  absl::StatusOr<gemtb::model::ModelConfig> c = gemtb::model::LoadModelConfig("tiny");
-  EXPECT_TRUE(c.ok()) << c.status();
-  return *c;
-}
 
 TrainOptions Options(SparsePipeline pipeline) {
   TrainOptions o;
@@ -45,7 +41,7 @@ TrainOptions Options(SparsePipeline pipeline) {
 }
 
 std::unique_ptr<Trainer> Make(const TrainOptions& o) {
-  absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(Tiny(), o);
+  absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(BuiltinConfig("tiny"), o);
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? *std::move(t) : nullptr;
 }
@@ -78,7 +74,7 @@ TEST(SemiSync, LookupsReadTheTablesBeforeTheLastUpdate) {
   ASSERT_NE(t, nullptr);
   absl::StatusOr<data::Generator> gen = data::MakeGenerator("tiny");
   ASSERT_TRUE(gen.ok()) << gen.status();
-  const EmbeddingConfig emb = ModelEmbeddingConfig(Tiny(), o.table_lr, o.seed);
+  const EmbeddingConfig emb = ModelEmbeddingConfig(BuiltinConfig("tiny"), o.table_lr, o.seed);
   for (int s = 0; s < 3; ++s) {
     // The tables after s updates; step s + 1's lookups are made during step s, before its update.
     const EmbeddingState before = t->state().tables;
