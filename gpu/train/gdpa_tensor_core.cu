@@ -68,9 +68,9 @@ int SplitsFor(const GdpaBatch& b, int32_t max_own, int32_t max_other, int output
 
 // A split launch: the workspace (`outputs` = 1 or 2 sets of partial rows, stream-ordered), launch(sp)
 // (the kernel writing it), SumSplitsKernel into out0 (and out1), the workspace freed.
-template <typename Launch>
-absl::Status SplitLaunch(const GdpaBatch& b, const Params& p, int splits, int32_t max_own, bool own_keys,
-                         float* out0, float* out1, const char* what, cudaStream_t stream, Launch launch) {
+template <typename T, typename Launch>
+absl::Status SplitLaunch(const GdpaBatch& b, const Params& p, int splits, int32_t max_own, bool own_keys, T* out0,
+                         T* out1, const char* what, cudaStream_t stream, Launch launch) {
   Split sp;
   sp.splits = splits;
   sp.max_own = max_own;
@@ -89,7 +89,7 @@ absl::Status SplitLaunch(const GdpaBatch& b, const Params& p, int splits, int32_
   if (partials.ok()) {
     const int64_t units = static_cast<int64_t>(max_own) * (p.vec ? b.heads * b.dh / 4 : b.heads * b.dh);
     const int64_t blocks = std::min<int64_t>(65535, (units + kThreads - 1) / kThreads);
-    SumSplitsKernel<<<dim3(static_cast<unsigned>(b.batch), static_cast<unsigned>(blocks)), kThreads, 0, stream>>>(
+    SumSplitsKernel<T><<<dim3(static_cast<unsigned>(b.batch), static_cast<unsigned>(blocks)), kThreads, 0, stream>>>(
         p, sp, b.dh, own_keys, out0, out1);
   }
   const absl::Status summed = partials.ok() ? Launched(what) : partials;
@@ -104,40 +104,39 @@ absl::Status AllowSharedMemory(Kernel* kernel, size_t bytes, const char* what) {
                 what);
 }
 
-template <int kDh>
-absl::Status LaunchForward(const GdpaBatch& b, const float* q, const float* k, const float* v, float* o,
-                           cudaStream_t stream) {
+template <int kDh, typename T>
+absl::Status LaunchForward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* o, cudaStream_t stream) {
   constexpr size_t kBytes = Layout<kDh>::Bytes(3);
-  if (absl::Status s = AllowSharedMemory(ForwardKernel<kDh>, kBytes, "GdpaForwardTensorCore"); !s.ok()) return s;
+  if (absl::Status s = AllowSharedMemory(ForwardKernel<kDh, T>, kBytes, "GdpaForwardTensorCore"); !s.ok()) return s;
   const Params p = MakeParams(b, Aligned16({q, k, v, o}));
   const int splits = SplitsFor(b, b.max_q, b.max_k, 1);
   if (splits == 1) {
-    ForwardKernel<kDh><<<Grid(b, b.max_q, 1), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, o);
+    ForwardKernel<kDh, T><<<Grid(b, b.max_q, 1), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, o);
     return Launched("GdpaForwardTensorCore");
   }
-  return SplitLaunch(b, p, splits, b.max_q, /*own_keys=*/false, o, nullptr, "GdpaForwardTensorCore (split)", stream,
+  return SplitLaunch(b, p, splits, b.max_q, /*own_keys=*/false, o, static_cast<T*>(nullptr), "GdpaForwardTensorCore (split)", stream,
                      [&](const Split& sp) {
-                       ForwardKernel<kDh><<<Grid(b, b.max_q, splits), kThreads, kBytes, stream>>>(p, sp, q, k, v, o);
+                       ForwardKernel<kDh, T><<<Grid(b, b.max_q, splits), kThreads, kBytes, stream>>>(p, sp, q, k, v, o);
                      });
 }
 
-template <int kDh>
-absl::Status LaunchBackward(const GdpaBatch& b, const float* q, const float* k, const float* v, const float* d_o,
-                            float* dq, float* dk, float* dv, cudaStream_t stream) {
+template <int kDh, typename T>
+absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T* v, const T* d_o, T* dq, T* dk, T* dv,
+                            cudaStream_t stream) {
   constexpr size_t kBytes = Layout<kDh>::Bytes(4);
   const Params p = MakeParams(b, Aligned16({q, k, v, d_o, dq, dk, dv}));
   if (b.max_q > 0) {
-    if (absl::Status s = AllowSharedMemory(BackwardDqKernel<kDh>, kBytes, "GdpaBackwardTensorCore dq"); !s.ok()) {
+    if (absl::Status s = AllowSharedMemory(BackwardDqKernel<kDh, T>, kBytes, "GdpaBackwardTensorCore dq"); !s.ok()) {
       return s;
     }
     const int splits = SplitsFor(b, b.max_q, b.max_k, 1);
     if (splits == 1) {
-      BackwardDqKernel<kDh><<<Grid(b, b.max_q, 1), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, d_o, dq);
+      BackwardDqKernel<kDh, T><<<Grid(b, b.max_q, 1), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, d_o, dq);
       if (absl::Status s = Launched("GdpaBackwardTensorCore dq"); !s.ok()) return s;
     } else if (absl::Status s = SplitLaunch(
-                   b, p, splits, b.max_q, /*own_keys=*/false, dq, nullptr, "GdpaBackwardTensorCore dq (split)", stream,
+                   b, p, splits, b.max_q, /*own_keys=*/false, dq, static_cast<T*>(nullptr), "GdpaBackwardTensorCore dq (split)", stream,
                    [&](const Split& sp) {
-                     BackwardDqKernel<kDh><<<Grid(b, b.max_q, splits), kThreads, kBytes, stream>>>(p, sp, q, k, v,
+                     BackwardDqKernel<kDh, T><<<Grid(b, b.max_q, splits), kThreads, kBytes, stream>>>(p, sp, q, k, v,
                                                                                                    d_o, dq);
                    });
                !s.ok()) {
@@ -145,18 +144,18 @@ absl::Status LaunchBackward(const GdpaBatch& b, const float* q, const float* k, 
     }
   }
   if (b.max_k > 0) {
-    if (absl::Status s = AllowSharedMemory(BackwardDkDvKernel<kDh>, kBytes, "GdpaBackwardTensorCore dk dv");
+    if (absl::Status s = AllowSharedMemory(BackwardDkDvKernel<kDh, T>, kBytes, "GdpaBackwardTensorCore dk dv");
         !s.ok()) {
       return s;
     }
     const int splits = SplitsFor(b, b.max_k, b.max_q, 2);
     if (splits == 1) {
-      BackwardDkDvKernel<kDh><<<Grid(b, b.max_k, 1), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, d_o, dk, dv);
+      BackwardDkDvKernel<kDh, T><<<Grid(b, b.max_k, 1), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, d_o, dk, dv);
       if (absl::Status s = Launched("GdpaBackwardTensorCore dk dv"); !s.ok()) return s;
     } else if (absl::Status s = SplitLaunch(b, p, splits, b.max_k, /*own_keys=*/true, dk, dv,
                                             "GdpaBackwardTensorCore dk dv (split)", stream,
                                             [&](const Split& sp) {
-                                              BackwardDkDvKernel<kDh><<<Grid(b, b.max_k, splits), kThreads, kBytes,
+                                              BackwardDkDvKernel<kDh, T><<<Grid(b, b.max_k, splits), kThreads, kBytes,
                                                                         stream>>>(p, sp, q, k, v, d_o, dk, dv);
                                             });
                !s.ok()) {
@@ -166,10 +165,8 @@ absl::Status LaunchBackward(const GdpaBatch& b, const float* q, const float* k, 
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v, float* o,
-                                   cudaStream_t stream) {
+template <typename T>
+absl::Status Forward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* o, cudaStream_t stream) {
   if (absl::Status s = ValidateGdpaBatch(b); !s.ok()) return s;
   if (b.batch == 0 || b.max_q == 0) return absl::OkStatus();
   // Keys are read only where some sample has one.
@@ -184,8 +181,9 @@ absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const float* q, const flo
   }
 }
 
-absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v,
-                                    const float* d_o, float* dq, float* dk, float* dv, cudaStream_t stream) {
+template <typename T>
+absl::Status Backward(const GdpaBatch& b, const T* q, const T* k, const T* v, const T* d_o, T* dq, T* dk, T* dv,
+                      cudaStream_t stream) {
   if (absl::Status s = ValidateGdpaBatch(b); !s.ok()) return s;
   if (b.batch == 0 || (b.max_q == 0 && b.max_k == 0)) return absl::OkStatus();
   // q, d_o, dq are used only where some sample has queries; k, v, dk, dv only where some has keys.
@@ -200,6 +198,33 @@ absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const float* q, const fl
     case 32: return LaunchBackward<32>(b, q, k, v, d_o, dq, dk, dv, stream);
     default: return LaunchBackward<64>(b, q, k, v, d_o, dq, dk, dv, stream);
   }
+}
+
+// The kernels' bf16 tensors are bit patterns.
+const tc::bf16* Bits(const __nv_bfloat16* x) { return reinterpret_cast<const tc::bf16*>(x); }
+tc::bf16* Bits(__nv_bfloat16* x) { return reinterpret_cast<tc::bf16*>(x); }
+
+}  // namespace
+
+absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v, float* o,
+                                   cudaStream_t stream) {
+  return Forward(b, q, k, v, o, stream);
+}
+
+absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                   const __nv_bfloat16* v, __nv_bfloat16* o, cudaStream_t stream) {
+  return Forward(b, Bits(q), Bits(k), Bits(v), Bits(o), stream);
+}
+
+absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v,
+                                    const float* d_o, float* dq, float* dk, float* dv, cudaStream_t stream) {
+  return Backward(b, q, k, v, d_o, dq, dk, dv, stream);
+}
+
+absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                    const __nv_bfloat16* v, const __nv_bfloat16* d_o, __nv_bfloat16* dq,
+                                    __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t stream) {
+  return Backward(b, Bits(q), Bits(k), Bits(v), Bits(d_o), Bits(dq), Bits(dk), Bits(dv), stream);
 }
 
 }  // namespace gemtb::gpu::train

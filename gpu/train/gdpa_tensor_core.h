@@ -1,9 +1,12 @@
 // GDPA (gpu/train/gdpa.h's contract: the same GdpaBatch, jagged layout, masks and math) on tensor
-// cores: q, k, v, d_o stay fp32 in global memory and are rounded to bf16 as they are staged in shared
-// memory, as are the score-side tiles (post * silu(s), and its gradient) that multiply v, k or q; every
-// product is summed in fp32 (mma.sync m16n8k16, bf16 operands, fp32 accumulators). Faster than GdpaForward /
-// GdpaBackward, and less exact: bf16 operands give relative errors of order 1e-3 to 1e-2 where those
-// give 1e-6. No atomics and a fixed order of every sum: every run on the same GPU gives the same bytes.
+// cores. The tensors are fp32 or bf16 in global memory (one overload each): fp32 q, k, v, d_o are
+// rounded to bf16 as they are staged in shared memory, bf16 ones staged as they are, so bf16 inputs
+// holding the fp32 inputs rounded (RNE) give the fp32 outputs rounded (RNE), bit for bit, from half
+// the bytes. The score-side tiles (post * silu(s), and its gradient) that multiply v, k or q are
+// rounded to bf16 too; every product is summed in fp32 (mma.sync m16n8k16, bf16 operands, fp32
+// accumulators). Faster than GdpaForward / GdpaBackward, and less exact: bf16 operands give relative
+// errors of order 1e-3 to 1e-2 where those give 1e-6. No atomics and a fixed order of every sum:
+// every run on the same GPU gives the same bytes.
 // Device pointers, asynchronous on `stream`; the host fields are checked first by ValidateGdpaBatch.
 // Where one side has at most 64 rows per sample and the other may have more than 256 (PMA's queries,
 // cross-attention's keys), the walks over the long side are split across CTAs, their fp32 partial sums
@@ -12,6 +15,7 @@
 #ifndef GEMTB_GPU_TRAIN_GDPA_TENSOR_CORE_H_
 #define GEMTB_GPU_TRAIN_GDPA_TENSOR_CORE_H_
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "absl/status/status.h"
@@ -23,11 +27,16 @@ namespace gemtb::gpu::train {
 // every sample are not touched.
 absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v, float* o,
                                    cudaStream_t stream);
+absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                   const __nv_bfloat16* v, __nv_bfloat16* o, cudaStream_t stream);
 
 // dq, dk, dv are WRITTEN (not accumulated); scores recomputed. They must not overlap each other or
 // the inputs. A query (key) that keeps no key (is kept by no query) gets zeros.
 absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v,
                                     const float* d_o, float* dq, float* dk, float* dv, cudaStream_t stream);
+absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                    const __nv_bfloat16* v, const __nv_bfloat16* d_o, __nv_bfloat16* dq,
+                                    __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t stream);
 
 }  // namespace gemtb::gpu::train
 

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "gpu/common/mma.cuh"
 #include "gpu/train/gdpa_rows.cuh"
@@ -21,7 +22,7 @@ using gdpa::LoadSample;
 using gdpa::Mask;
 using gdpa::Sample;
 
-using bf16 = uint16_t;  // staged tiles hold bf16 bit patterns
+using bf16 = uint16_t;  // staged tiles, and bf16 tensors in global memory, hold bf16 bit patterns
 
 // Two fp32 values rounded (RNE) to bf16 and packed, lo in the low half: one cvt.rn.bf16x2 on the GPU.
 __device__ __forceinline__ uint32_t PackBf16x2(float lo, float hi) {
@@ -90,7 +91,7 @@ struct Params {
   int heads;
   Mask mask;
   float post_scale;
-  bool vec;  // every tensor 16-byte aligned: rows move as float4
+  bool vec;  // every tensor 16-byte aligned: rows move as quads (float4, or four bf16)
 };
 
 // How a launch splits its walks. splits == 1: blockIdx.z is the own tile, the CTA walks every step and
@@ -133,19 +134,6 @@ __device__ inline bool SplitWalk(const Split& sp, int split, int lo, int hi, int
   return true;
 }
 
-// Where the CTA's rows [i0, ...) of the own side go: rows first + i0 of `out` (unsplit), or rows
-// b * max_own + i0 of its split's partial rows in `part` (16-byte aligned: float4 stores).
-struct Dest {
-  float* rows;
-  int64_t first;
-  bool vec;
-};
-
-__device__ inline Dest OutputRows(const Split& sp, int split, float* out, float* part, int64_t first, int i0, bool vec) {
-  if (sp.splits == 1) return Dest{out, first + i0, vec};
-  return Dest{part + split * sp.split_stride, static_cast<int64_t>(blockIdx.x) * sp.max_own + i0, true};
-}
-
 // sigmoid(x) from one exp and one fast division, without a branch: below x = -88 exp(-x) is inf and
 // the quotient 0, the limit. The few ulp these intrinsics lose vanish in the bf16 rounding of the
 // products the result enters.
@@ -178,45 +166,72 @@ __device__ inline Role WarpRole(int n) {
   return r;
 }
 
+// The kernels read q, k, v, d_o and write o, dq, dk, dv as T: fp32 (rounded to bf16 as they are
+// staged) or bf16 (staged as they are). Both stage the same bf16 tiles from the same values, so the
+// bf16 tensors' results are the fp32 tensors' results rounded to bf16, bit for bit.
+template <typename T>
+inline constexpr bool kIoType = std::is_same_v<T, float> || std::is_same_v<T, bf16>;
+
+// Four consecutive values of a row: a float4, or four bf16 in a uint2.
+template <typename T>
+using Quad = std::conditional_t<std::is_same_v<T, float>, float4, uint2>;
+
+__device__ __forceinline__ void StoreQuad(float* at, const float4& v) { *reinterpret_cast<float4*>(at) = v; }
+__device__ __forceinline__ void StoreQuad(bf16* at, const float4& v) {
+  *reinterpret_cast<uint2*>(at) = make_uint2(PackBf16x2(v.x, v.y), PackBf16x2(v.z, v.w));
+}
+__device__ __forceinline__ void StoreOne(float* at, float v) { *at = v; }
+__device__ __forceinline__ void StoreOne(bf16* at, float v) { *at = Storage<ElementType::kBFloat16>::FromFloat(v); }
+
 // One thread's share of a tile being staged: rows [row0, row0 + n) of head h of x (rows of `width`
-// floats) held as fp32 in registers between Fetch and Put, so that the next step's global loads are
-// in flight while the warps compute on the current one. Thread `tid` holds the four columns at
-// quad (tid + i * kThreads) of the tile for every i.
-template <int kDh>
+// values) held in registers between Fetch and Put, so that the next step's global loads are in
+// flight while the warps compute on the current one. Thread `tid` holds the four columns at quad
+// (tid + i * kThreads) of the tile for every i.
+template <int kDh, typename T>
 struct StagedRows {
+  static_assert(kIoType<T>, "fp32 or bf16 rows");
   static constexpr int kQuadsPerRow = kDh / 4;
   static constexpr int kQuads = kTile * kQuadsPerRow / kThreads;
   static_assert(kTile * kQuadsPerRow % kThreads == 0, "a tile's quads split evenly over the threads");
-  float4 x[kQuads];
+  Quad<T> x[kQuads];
 
-  // Rows past n read as zero: a partial tile's padding adds nothing and is never NaN. vec: 16-byte
-  // loads; else four 4-byte loads.
-  __device__ void Fetch(const float* src, int64_t row0, int n, int width, int h, bool vec) {
+  // Rows past n read as zero: a partial tile's padding adds nothing and is never NaN. vec: one 16-byte
+  // (fp32) or 8-byte (bf16) load per quad; else four scalar loads.
+  __device__ void Fetch(const T* src, int64_t row0, int n, int width, int h, bool vec) {
 #pragma unroll
     for (int i = 0; i < kQuads; ++i) {
       const int e = static_cast<int>(threadIdx.x) + i * kThreads, r = e / kQuadsPerRow, c = e % kQuadsPerRow * 4;
-      x[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      x[i] = Quad<T>{};
       if (r >= n) continue;
-      const float* at = src + (row0 + r) * width + h * kDh + c;
-      x[i] = vec ? __ldg(reinterpret_cast<const float4*>(at))
-                 : make_float4(__ldg(at), __ldg(at + 1), __ldg(at + 2), __ldg(at + 3));
+      const T* at = src + (row0 + r) * width + h * kDh + c;
+      if (vec) {
+        x[i] = __ldg(reinterpret_cast<const Quad<T>*>(at));
+      } else if constexpr (std::is_same_v<T, float>) {
+        x[i] = make_float4(__ldg(at), __ldg(at + 1), __ldg(at + 2), __ldg(at + 3));
+      } else {
+        x[i] = make_uint2(PackHalves(__ldg(at), __ldg(at + 1)), PackHalves(__ldg(at + 2), __ldg(at + 3)));
+      }
     }
   }
-  // The held rows rounded to bf16 into rows 0 .. kTile-1 of the staged tile s.
+  // The held rows (rounded to bf16 where fp32) into rows 0 .. kTile-1 of the staged tile s.
   __device__ void Put(bf16* s) const {
 #pragma unroll
     for (int i = 0; i < kQuads; ++i) {
       const int e = static_cast<int>(threadIdx.x) + i * kThreads, r = e / kQuadsPerRow, c = e % kQuadsPerRow * 4;
-      *reinterpret_cast<uint2*>(s + r * Layout<kDh>::kLd + c) =
-          make_uint2(PackBf16x2(x[i].x, x[i].y), PackBf16x2(x[i].z, x[i].w));
+      if constexpr (std::is_same_v<T, float>) {
+        *reinterpret_cast<uint2*>(s + r * Layout<kDh>::kLd + c) =
+            make_uint2(PackBf16x2(x[i].x, x[i].y), PackBf16x2(x[i].z, x[i].w));
+      } else {
+        *reinterpret_cast<uint2*>(s + r * Layout<kDh>::kLd + c) = x[i];
+      }
     }
   }
 };
 
-// Rows [row0, row0 + n) of head h of x rounded to bf16 into the staged tile s at once (StagedRows).
-template <int kDh>
-__device__ void StageRows(const float* x, int64_t row0, int n, int width, int h, bool vec, bf16* s) {
-  StagedRows<kDh> rows;
+// Rows [row0, row0 + n) of head h of x into the staged tile s at once (StagedRows).
+template <int kDh, typename T>
+__device__ void StageRows(const T* x, int64_t row0, int n, int width, int h, bool vec, bf16* s) {
+  StagedRows<kDh, T> rows;
   rows.Fetch(x, row0, n, width, h, vec);
   rows.Put(s);
 }
@@ -317,10 +332,10 @@ __device__ __forceinline__ void RegionOperand(const LaneRows& rows, int jc, cons
 
 // The CTA's output rows [first, first + n) of head h: own row r is the sum of the groups' partial
 // rows g * strips * 16 + r of `part` (warp g * strips + s wrote its strip s at rows 16 * warp), in
-// increasing g.
-template <int kDh>
+// increasing g, written as Out (fp32, or rounded to bf16).
+template <int kDh, typename Out>
 __device__ void StoreOutput(const float* part, int strips, int64_t first, int n, int width, int h, bool vec,
-                            float* out) {
+                            Out* out) {
   const int groups = kWarps / strips, group_rows = strips * kFrag;
   if (vec) {
     constexpr int kQuads = kDh / 4;
@@ -331,23 +346,23 @@ __device__ void StoreOutput(const float* part, int strips, int64_t first, int n,
         const float4 x = *reinterpret_cast<const float4*>(part + (g * group_rows + r) * kLdS + c);
         sum.x += x.x, sum.y += x.y, sum.z += x.z, sum.w += x.w;
       }
-      *reinterpret_cast<float4*>(out + (first + r) * width + h * kDh + c) = sum;
+      StoreQuad(out + (first + r) * width + h * kDh + c, sum);
     }
   } else {
     for (int e = threadIdx.x; e < n * kDh; e += kThreads) {
       const int r = e / kDh, c = e % kDh;
       float sum = part[r * kLdS + c];
       for (int g = 1; g < groups; ++g) sum += part[(g * group_rows + r) * kLdS + c];
-      out[(first + r) * width + h * kDh + c] = sum;
+      StoreOne(out + (first + r) * width + h * kDh + c, sum);
     }
   }
 }
 
 // The warp's accumulators as its partial strip (rows 16 * warp of the output tile), then the CTA's
 // rows [first, first + n) of out. Starts and ends with a barrier: the output tile is free on return.
-template <int kDh>
+template <int kDh, typename Out>
 __device__ void FinishOutput(const float (&acc)[kDh / 8][4], float* ss, const Role& role, int64_t first, int n,
-                             int width, int h, bool vec, float* out) {
+                             int width, int h, bool vec, Out* out) {
   __syncthreads();
   const LaneCoords l = Lane();
   float* part = ss + static_cast<int>(threadIdx.x) / kWarp * kFrag * kLdS;
@@ -361,12 +376,26 @@ __device__ void FinishOutput(const float (&acc)[kDh / 8][4], float* ss, const Ro
   __syncthreads();
 }
 
+// The CTA's own rows [i0, i0 + n) of sample row `first` on: unsplit, rows first + i0 of `out`; split,
+// rows blockIdx.x * max_own + i0 of its split's fp32 partial rows in `part` (16-byte aligned: float4
+// stores). The same branch for the whole CTA (FinishOutput's barriers).
+template <int kDh, typename T>
+__device__ void WriteOwnRows(const float (&acc)[kDh / 8][4], float* ss, const Role& role, const Split& sp, int split,
+                             int64_t first, int i0, int n, int width, int h, bool vec, T* out, float* part) {
+  if (sp.splits == 1) {
+    FinishOutput<kDh>(acc, ss, role, first + i0, n, width, h, vec, out);
+  } else {
+    FinishOutput<kDh>(acc, ss, role, static_cast<int64_t>(blockIdx.x) * sp.max_own + i0, n, width, h, true,
+                      part + split * sp.split_stride);
+  }
+}
+
 // o for the queries of a tile (CtaPlace) of sample blockIdx.x, head blockIdx.y: the steps walk the
 // tile's kept keys (or the split's part of them); a region's result is post * silu(q . k) where kept
 // (else 0), times the chunk's v.
-template <int kDh>
+template <int kDh, typename T>
 __global__ void __launch_bounds__(kThreads)
-    ForwardKernel(Params p, Split sp, const float* q, const float* k, const float* v, float* o) {
+    ForwardKernel(Params p, Split sp, const T* q, const T* k, const T* v, T* o) {
   using L = Layout<kDh>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
@@ -384,7 +413,7 @@ __global__ void __launch_bounds__(kThreads)
   p.mask.Range(i0, s.lk, &klo, &unused);
   p.mask.Range(i0 + nq - 1, s.lk, &unused, &khi);
   if (!SplitWalk(sp, place.split, klo, khi, &jb, &je)) return;
-  StageRows<kDh>(q, s.q_row + i0, nq, width, h, p.vec, qs);
+  StageRows<kDh, T>(q, s.q_row + i0, nq, width, h, p.vec, qs);
   const Role role = WarpRole(nq);
   p.mask.Range(i0 + role.row0, s.lk, &slo, &unused);
   p.mask.Range(i0 + min(role.row0 + kFrag, nq) - 1, s.lk, &unused, &shi);
@@ -394,7 +423,7 @@ __global__ void __launch_bounds__(kThreads)
   LoadStrip<kDh>(qs, role.row0, qa);
   float acc[kDh / 8][4] = {};
   // Step j0's keys and values, fetched while the step before it is computed.
-  StagedRows<kDh> next_k, next_v;
+  StagedRows<kDh, T> next_k, next_v;
   const auto fetch = [&](int j0) {
     next_k.Fetch(k, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
     next_v.Fetch(v, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
@@ -422,15 +451,14 @@ __global__ void __launch_bounds__(kThreads)
       AddTimesRows<kDh>(w, vs, c * kFrag, acc);
     }
   }
-  const Dest d = OutputRows(sp, place.split, o, sp.part0, s.q_row, i0, p.vec);
-  FinishOutput<kDh>(acc, ss, role, d.first, nq, width, h, d.vec, d.rows);
+  WriteOwnRows<kDh>(acc, ss, role, sp, place.split, s.q_row, i0, nq, width, h, p.vec, o, sp.part0);
 }
 
 // dq for the queries of a tile (CtaPlace): the forward's walk with dz = post silu'(q . k) (do . v) where
 // kept (else 0) as a region's result, times the chunk's k.
-template <int kDh>
-__global__ void __launch_bounds__(kThreads) BackwardDqKernel(Params p, Split sp, const float* q, const float* k,
-                                                             const float* v, const float* d_o, float* dq) {
+template <int kDh, typename T>
+__global__ void __launch_bounds__(kThreads) BackwardDqKernel(Params p, Split sp, const T* q, const T* k, const T* v,
+                                                             const T* d_o, T* dq) {
   using L = Layout<kDh>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
@@ -448,8 +476,8 @@ __global__ void __launch_bounds__(kThreads) BackwardDqKernel(Params p, Split sp,
   p.mask.Range(i0, s.lk, &klo, &unused);
   p.mask.Range(i0 + nq - 1, s.lk, &unused, &khi);
   if (!SplitWalk(sp, place.split, klo, khi, &jb, &je)) return;
-  StageRows<kDh>(q, s.q_row + i0, nq, width, h, p.vec, qs);
-  StageRows<kDh>(d_o, s.q_row + i0, nq, width, h, p.vec, dos);
+  StageRows<kDh, T>(q, s.q_row + i0, nq, width, h, p.vec, qs);
+  StageRows<kDh, T>(d_o, s.q_row + i0, nq, width, h, p.vec, dos);
   const Role role = WarpRole(nq);
   p.mask.Range(i0 + role.row0, s.lk, &slo, &unused);
   p.mask.Range(i0 + min(role.row0 + kFrag, nq) - 1, s.lk, &unused, &shi);
@@ -460,7 +488,7 @@ __global__ void __launch_bounds__(kThreads) BackwardDqKernel(Params p, Split sp,
   LoadStrip<kDh>(dos, role.row0, doa);
   float acc[kDh / 8][4] = {};
   // Step j0's keys and values, fetched while the step before it is computed.
-  StagedRows<kDh> next_k, next_v;
+  StagedRows<kDh, T> next_k, next_v;
   const auto fetch = [&](int j0) {
     next_k.Fetch(k, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
     next_v.Fetch(v, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
@@ -489,18 +517,16 @@ __global__ void __launch_bounds__(kThreads) BackwardDqKernel(Params p, Split sp,
       AddTimesRows<kDh>(w, ks, c * kFrag, acc);
     }
   }
-  const Dest d = OutputRows(sp, place.split, dq, sp.part0, s.q_row, i0, p.vec);
-  FinishOutput<kDh>(acc, ss, role, d.first, nq, width, h, d.vec, d.rows);
+  WriteOwnRows<kDh>(acc, ss, role, sp, place.split, s.q_row, i0, nq, width, h, p.vec, dq, sp.part0);
 }
 
 // dk, dv for the keys of a tile (CtaPlace): a walk over the queries that keep them (or the split's part
 // of them), in increasing order.
 // A region is transposed (keys as rows): s^T = k q^T and dp^T = v do^T give p^T = post silu(s^T) (times
 // the chunk's do into dv) and dz^T (times the chunk's q into dk).
-template <int kDh>
-__global__ void __launch_bounds__(kThreads) BackwardDkDvKernel(Params p, Split sp, const float* q, const float* k,
-                                                               const float* v, const float* d_o, float* dk,
-                                                               float* dv) {
+template <int kDh, typename T>
+__global__ void __launch_bounds__(kThreads) BackwardDkDvKernel(Params p, Split sp, const T* q, const T* k, const T* v,
+                                                               const T* d_o, T* dk, T* dv) {
   using L = Layout<kDh>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* ks = reinterpret_cast<bf16*>(smem);
@@ -518,8 +544,8 @@ __global__ void __launch_bounds__(kThreads) BackwardDkDvKernel(Params p, Split s
   p.mask.Range(j0, s.lq, &qlo, &unused);
   p.mask.Range(j0 + nk - 1, s.lq, &unused, &qhi);
   if (!SplitWalk(sp, place.split, qlo, qhi, &ib, &ie)) return;
-  StageRows<kDh>(k, s.k_row + j0, nk, width, h, p.vec, ks);
-  StageRows<kDh>(v, s.k_row + j0, nk, width, h, p.vec, vs);
+  StageRows<kDh, T>(k, s.k_row + j0, nk, width, h, p.vec, ks);
+  StageRows<kDh, T>(v, s.k_row + j0, nk, width, h, p.vec, vs);
   const Role role = WarpRole(nk);
   p.mask.Range(j0 + role.row0, s.lq, &slo, &unused);
   p.mask.Range(j0 + min(role.row0 + kFrag, nk) - 1, s.lq, &unused, &shi);
@@ -530,7 +556,7 @@ __global__ void __launch_bounds__(kThreads) BackwardDkDvKernel(Params p, Split s
   LoadStrip<kDh>(vs, role.row0, va);
   float acc_k[kDh / 8][4] = {}, acc_v[kDh / 8][4] = {};
   // Step i0's queries and output gradients, fetched while the step before it is computed.
-  StagedRows<kDh> next_q, next_do;
+  StagedRows<kDh, T> next_q, next_do;
   const auto fetch = [&](int i0) {
     next_q.Fetch(q, s.q_row + i0, min(kTile, qhi - i0), width, h, p.vec);
     next_do.Fetch(d_o, s.q_row + i0, min(kTile, qhi - i0), width, h, p.vec);
@@ -565,17 +591,16 @@ __global__ void __launch_bounds__(kThreads) BackwardDkDvKernel(Params p, Split s
       AddTimesRows<kDh>(dzt, qs, c * kFrag, acc_k);
     }
   }
-  const Dest dest_k = OutputRows(sp, place.split, dk, sp.part0, s.k_row, j0, p.vec);
-  const Dest dest_v = OutputRows(sp, place.split, dv, sp.part1, s.k_row, j0, p.vec);
-  FinishOutput<kDh>(acc_k, ss, role, dest_k.first, nk, width, h, dest_k.vec, dest_k.rows);
-  FinishOutput<kDh>(acc_v, ss, role, dest_v.first, nk, width, h, dest_v.vec, dest_v.rows);
+  WriteOwnRows<kDh>(acc_k, ss, role, sp, place.split, s.k_row, j0, nk, width, h, p.vec, dk, sp.part0);
+  WriteOwnRows<kDh>(acc_v, ss, role, sp, place.split, s.k_row, j0, nk, width, h, p.vec, dv, sp.part1);
 }
 // The output rows of a split launch (SplitWalk): own row r of sample blockIdx.x (queries, or keys where
 // own_keys), every head, is the sum of the partial rows of the splits that wrote them, in increasing
-// split order; part1 / out1 (dv) too where out1 is not null. Grid (batch, any y): the y blocks stride
-// over the sample's elements.
-inline __global__ void __launch_bounds__(kThreads)
-    SumSplitsKernel(Params p, Split sp, int dh, bool own_keys, float* out0, float* out1) {
+// split order; part1 / out1 (dv) too where out1 is not null; written as T. Grid (batch, any y): the y
+// blocks stride over the sample's elements.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    SumSplitsKernel(Params p, Split sp, int dh, bool own_keys, T* out0, T* out1) {
   const Sample s = LoadSample(p, blockIdx.x);
   const int own = min(own_keys ? s.lk : s.lq, sp.max_own), other = own_keys ? s.lq : s.lk;
   const int64_t first = own_keys ? s.k_row : s.q_row;
@@ -595,7 +620,7 @@ inline __global__ void __launch_bounds__(kThreads)
     const int64_t at = (part_row0 + r) * width + c, to = (first + r) * width + c;
     for (int t = 0; t < 2; ++t) {
       const float* part = t == 0 ? sp.part0 : sp.part1;
-      float* out = t == 0 ? out0 : out1;
+      T* out = t == 0 ? out0 : out1;
       if (out == nullptr) continue;
       if (p.vec) {
         float4 sum = *reinterpret_cast<const float4*>(part + at);
@@ -603,11 +628,11 @@ inline __global__ void __launch_bounds__(kThreads)
           const float4 x = *reinterpret_cast<const float4*>(part + split * sp.split_stride + at);
           sum.x += x.x, sum.y += x.y, sum.z += x.z, sum.w += x.w;
         }
-        *reinterpret_cast<float4*>(out + to) = sum;
+        StoreQuad(out + to, sum);
       } else {
         float sum = part[at];
         for (int split = 1; split < used; ++split) sum += part[split * sp.split_stride + at];
-        out[to] = sum;
+        StoreOne(out + to, sum);
       }
     }
   }

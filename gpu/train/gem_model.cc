@@ -895,7 +895,7 @@ absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTa
   GEMTB_RETURN_IF_ERROR(ColumnSums(ds, n, d, d, G(p.ffn2.b), true, st));
   GEMTB_ASSIGN_OR_RETURN(du16, Bf16s(n * g.ffn));
   GEMTB_RETURN_IF_ERROR(GeluBackward<__nv_bfloat16>(t.u16, dg16, n * g.ffn, du16, st));
-  GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(first, du16, t.w1_16, dh, st));
+  GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(first, du16, t.w1_16, nullptr, dh, st));
   GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(first, t.h_c16, du16, G(p.ffn1.w), nullptr, st));
   return ColumnSums(du16, n, g.ffn, g.ffn, G(p.ffn1.b), true, st);
 }

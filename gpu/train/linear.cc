@@ -230,10 +230,10 @@ absl::Status LinearMatmuls::ForwardToFp32(const LinearShape& s, const __nv_bfloa
 }
 
 absl::Status LinearMatmuls::BackwardInputToFp32(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
-                                                float* dx, cudaStream_t stream) {
+                                                const float* add, float* dx, cudaStream_t stream) {
   if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
-  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes},
-                 BackwardInputGemm(s, dy, w, nullptr, dx, CUDA_R_32F), stream);
+  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, BackwardInputGemm(s, dy, w, add, dx, CUDA_R_32F),
+                 stream);
 }
 
 absl::Status LinearMatmuls::BackwardWeight(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* dy,

@@ -52,11 +52,11 @@ class LinearMatmuls {
                              const __nv_bfloat16* add, __nv_bfloat16* dx, cudaStream_t stream);
   // The same two products with fp32 results, for a bf16 block between fp32 ones: y = x W + bias +
   // residual (bias fp32 [out] and residual fp32 in y's layout, either may be null; residual may be y),
-  // and dx = dy W^T (written).
+  // and dx = dy W^T + add (add fp32 in dx's layout, null: written; add may be dx itself, to accumulate).
   absl::Status ForwardToFp32(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* w, const float* bias,
                              const float* residual, float* y, cudaStream_t stream);
-  absl::Status BackwardInputToFp32(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w, float* dx,
-                                   cudaStream_t stream);
+  absl::Status BackwardInputToFp32(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
+                                   const float* add, float* dx, cudaStream_t stream);
   // dbias may be null (a layer without bias).
   absl::Status BackwardWeight(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* dy, float* dw,
                               float* dbias, cudaStream_t stream);

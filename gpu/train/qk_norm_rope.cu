@@ -40,23 +40,51 @@ absl::Status ValidateRopeRows(const RopeRows& r) {
   return NotNull({{r.offsets, "offsets"}, {r.table, "table"}});
 }
 
-absl::Status QkNormRopeForward(const RopeRows& rows, const float* x, float* y, float* inv, cudaStream_t stream) {
+namespace {
+
+template <typename T>
+absl::Status Forward(const RopeRows& rows, const T* x, T* y, float* inv, cudaStream_t stream) {
   if (absl::Status s = ValidateRopeRows(rows); !s.ok()) return s;
   if (Empty(rows)) return absl::OkStatus();
   if (absl::Status s = NotNull({{x, "x"}, {y, "y"}, {inv, "inv"}}); !s.ok()) return s;
-  QkNormRopeKernel<false><<<Grid(rows), kThreads, 0, stream>>>(rows.offsets, rows.heads, rows.dh, rows.table, x,
-                                                               nullptr, nullptr, y, inv);
+  QkNormRopeKernel<false, T><<<Grid(rows), kThreads, 0, stream>>>(rows.offsets, rows.heads, rows.dh, rows.table, x,
+                                                                  nullptr, nullptr, y, inv);
   return Launched("QkNormRopeForward");
+}
+
+template <typename T>
+absl::Status Backward(const RopeRows& rows, const T* x, const float* inv, const T* dy, T* dx, cudaStream_t stream) {
+  if (absl::Status s = ValidateRopeRows(rows); !s.ok()) return s;
+  if (Empty(rows)) return absl::OkStatus();
+  if (absl::Status s = NotNull({{x, "x"}, {inv, "inv"}, {dy, "dy"}, {dx, "dx"}}); !s.ok()) return s;
+  QkNormRopeKernel<true, T><<<Grid(rows), kThreads, 0, stream>>>(rows.offsets, rows.heads, rows.dh, rows.table, x, dy,
+                                                                 inv, dx, nullptr);
+  return Launched("QkNormRopeBackward");
+}
+
+// The kernel's bf16 rows are bit patterns.
+const uint16_t* Bits(const __nv_bfloat16* x) { return reinterpret_cast<const uint16_t*>(x); }
+uint16_t* Bits(__nv_bfloat16* x) { return reinterpret_cast<uint16_t*>(x); }
+
+}  // namespace
+
+absl::Status QkNormRopeForward(const RopeRows& rows, const float* x, float* y, float* inv, cudaStream_t stream) {
+  return Forward(rows, x, y, inv, stream);
+}
+
+absl::Status QkNormRopeForward(const RopeRows& rows, const __nv_bfloat16* x, __nv_bfloat16* y, float* inv,
+                               cudaStream_t stream) {
+  return Forward(rows, Bits(x), Bits(y), inv, stream);
 }
 
 absl::Status QkNormRopeBackward(const RopeRows& rows, const float* x, const float* inv, const float* dy, float* dx,
                                 cudaStream_t stream) {
-  if (absl::Status s = ValidateRopeRows(rows); !s.ok()) return s;
-  if (Empty(rows)) return absl::OkStatus();
-  if (absl::Status s = NotNull({{x, "x"}, {inv, "inv"}, {dy, "dy"}, {dx, "dx"}}); !s.ok()) return s;
-  QkNormRopeKernel<true><<<Grid(rows), kThreads, 0, stream>>>(rows.offsets, rows.heads, rows.dh, rows.table, x, dy,
-                                                              inv, dx, nullptr);
-  return Launched("QkNormRopeBackward");
+  return Backward(rows, x, inv, dy, dx, stream);
+}
+
+absl::Status QkNormRopeBackward(const RopeRows& rows, const __nv_bfloat16* x, const float* inv,
+                                const __nv_bfloat16* dy, __nv_bfloat16* dx, cudaStream_t stream) {
+  return Backward(rows, Bits(x), inv, Bits(dy), Bits(dx), stream);
 }
 
 }  // namespace gemtb::gpu::train

@@ -5,11 +5,13 @@
 // dx = NormBackward(x, inv, RoPE_tᵀ(dy)). Each element takes exactly the operations of
 // head_rms_norm.h's 8-lane row followed by the reference's RoPE (explicitly rounded fp32, the same
 // lane order and butterfly), so the bytes are those of the two separate passes, from one read and one
-// write of the rows instead of two of each.
+// write of the rows instead of two of each. Rows in fp32 or bf16 (one overload each; bf16 rows widen
+// exactly, the math is the same fp32, and y or dx is rounded once as it is stored).
 // Device pointers, asynchronous on `stream`; the shape is checked first (errors name the field).
 #ifndef GEMTB_GPU_TRAIN_QK_NORM_ROPE_H_
 #define GEMTB_GPU_TRAIN_QK_NORM_ROPE_H_
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -19,7 +21,7 @@
 namespace gemtb::gpu::train {
 
 // Rows of `batch` samples, sample b's rows [offsets[b], offsets[b + 1]) (device), each of heads x dh
-// fp32 values; `table` [max_rows, dh] on the device.
+// values (fp32 or bf16); `table` [max_rows, dh] on the device.
 struct RopeRows {
   int64_t batch = 0;              // 0 .. 2^31-1
   const int32_t* offsets = nullptr;
@@ -33,9 +35,13 @@ absl::Status ValidateRopeRows(const RopeRows& rows);
 
 // y [rows, heads, dh] and inv [rows, heads] from x (y may not alias x).
 absl::Status QkNormRopeForward(const RopeRows& rows, const float* x, float* y, float* inv, cudaStream_t stream);
+absl::Status QkNormRopeForward(const RopeRows& rows, const __nv_bfloat16* x, __nv_bfloat16* y, float* inv,
+                               cudaStream_t stream);
 // dx from the gradient dy of y, x and the forward's inv (dx may alias dy).
 absl::Status QkNormRopeBackward(const RopeRows& rows, const float* x, const float* inv, const float* dy, float* dx,
                                 cudaStream_t stream);
+absl::Status QkNormRopeBackward(const RopeRows& rows, const __nv_bfloat16* x, const float* inv,
+                                const __nv_bfloat16* dy, __nv_bfloat16* dx, cudaStream_t stream);
 
 }  // namespace gemtb::gpu::train
 

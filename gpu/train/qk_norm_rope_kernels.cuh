@@ -1,10 +1,14 @@
 // The kernel of qk_norm_rope.h, device code only: qk_norm_rope.cu launches it, and the CPU fiber
 // emulation (tests/gpu/emulation/) builds it too, where the explicitly rounded operations are the
-// host's own IEEE fp32 operations, so the emulated bytes are the device's.
+// host's own IEEE fp32 operations, so the emulated bytes are the device's. Rows are fp32 or bf16 (T:
+// float, or uint16_t holding bf16 bits): bf16 values widen exactly, every operation is fp32 as for
+// fp32 rows, and the outputs round (RNE) once as they are stored.
 #ifndef GEMTB_GPU_TRAIN_QK_NORM_ROPE_KERNELS_CUH_
 #define GEMTB_GPU_TRAIN_QK_NORM_ROPE_KERNELS_CUH_
 
 #include <cstdint>
+
+#include "gpu/common/mma.cuh"
 
 namespace gemtb::gpu::train::qkr {
 
@@ -18,6 +22,11 @@ constexpr int kGroups = kThreads / kLanes;  // head rows a block takes at a time
 constexpr int kRowsPerBlock = 32;           // rows of one sample per block
 constexpr float kEps = 1e-6f;
 
+__device__ __forceinline__ float Load(const float* at) { return *at; }
+__device__ __forceinline__ float Load(const uint16_t* at) { return Storage<ElementType::kBFloat16>::ToFloat(*at); }
+__device__ __forceinline__ void Store(float* at, float v) { *at = v; }
+__device__ __forceinline__ void Store(uint16_t* at, float v) { *at = Storage<ElementType::kBFloat16>::FromFloat(v); }
+
 __device__ inline float GroupSum(float v) {
   for (int offset = kLanes / 2; offset > 0; offset /= 2) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
@@ -26,10 +35,10 @@ __device__ inline float GroupSum(float v) {
 // The head rows of rows [blockIdx.y * kRowsPerBlock, + kRowsPerBlock) of sample blockIdx.x. Every lane
 // of a warp runs the same steps (head rows past the end compute on the block's first and write
 // nothing), so the shuffles always see the whole warp.
-template <bool kBackward>
+template <bool kBackward, typename T>
 __global__ void __launch_bounds__(kThreads)
-    QkNormRopeKernel(const int32_t* offsets, int heads, int dh, const float* table, const float* x, const float* dy,
-                     const float* inv_in, float* out, float* inv_out) {
+    QkNormRopeKernel(const int32_t* offsets, int heads, int dh, const float* table, const T* x, const T* dy,
+                     const float* inv_in, T* out, float* inv_out) {
   const int64_t row0 = offsets[blockIdx.x];
   const int n = static_cast<int>(offsets[blockIdx.x + 1] - row0);
   const int t0 = blockIdx.y * kRowsPerBlock;
@@ -46,7 +55,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < kMaxPerLane; ++k) {
       const int i = g + kLanes * k;
-      xs[k] = i < dh ? x[at + i] : 0.0f;
+      xs[k] = i < dh ? Load(x + at + i) : 0.0f;
     }
     if (!kBackward) {
       float ss = 0.0f;
@@ -64,8 +73,8 @@ __global__ void __launch_bounds__(kThreads)
         if (!real || i >= dh) continue;
         const int m = i / 2;
         const float sn = trow[m], cs = trow[half + m];
-        out[at + i] = (i % 2 == 0) ? __fsub_rn(__fmul_rn(y, cs), __fmul_rn(partner, sn))
-                                   : __fadd_rn(__fmul_rn(y, cs), __fmul_rn(partner, sn));
+        Store(out + at + i, (i % 2 == 0) ? __fsub_rn(__fmul_rn(y, cs), __fmul_rn(partner, sn))
+                                         : __fadd_rn(__fmul_rn(y, cs), __fmul_rn(partner, sn)));
       }
       if (real && g == 0) inv_out[at / dh] = r;
     } else {
@@ -75,7 +84,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k = 0; k < kMaxPerLane; ++k) {
         const int i = g + kLanes * k;
-        const float d = i < dh ? dy[at + i] : 0.0f;
+        const float d = i < dh ? Load(dy + at + i) : 0.0f;
         const float partner = __shfl_xor_sync(0xffffffffu, d, 1);
         // RoPE's transpose, as the reference's RopeBackward: (a cs + b sn, b cs - a sn).
         const int m = i / 2;
@@ -91,7 +100,7 @@ __global__ void __launch_bounds__(kThreads)
         const int i = g + kLanes * k;
         if (i >= dh) continue;
         const float yv = __fmul_rn(xs[k], r);
-        out[at + i] = __fmul_rn(r, __fsub_rn(gs[k], __fmul_rn(yv, s)));
+        Store(out + at + i, __fmul_rn(r, __fsub_rn(gs[k], __fmul_rn(yv, s))));
       }
     }
   }

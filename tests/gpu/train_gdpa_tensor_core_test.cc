@@ -23,7 +23,8 @@
 // dk) and element errors up to 1.3e-2 max|ref|. A dropped tile or chunk, or a wrong mask, moves whole
 // terms (order 1 of the terms) and fails them. Rows outside every sample keep their sentinel bytes, and the input rows
 // there hold 1e30 (an overflow if any kernel used them). Two runs give the same bytes; bad shapes are
-// refused with InvalidArgument.
+// refused with InvalidArgument. On bf16 tensors holding the inputs rounded, the kernels give the fp32
+// tensors' results rounded, bit for bit (the same bf16 tiles are staged either way).
 #include "gpu/train/gdpa_tensor_core.h"
 
 #include <cuda_runtime.h>
@@ -135,6 +136,57 @@ Outputs RunAttention(const Case& c, const Inputs& in, bool tensor_core) {
   const cudaError_t e = cudaDeviceSynchronize();
   EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
   return Outputs{o.Get(nq), dq.Get(nq), dk.Get(nk), dv.Get(nk)};
+}
+
+// Forward and backward by the tensor-core kernels on bf16 tensors holding the inputs rounded (RNE),
+// into bf16 outputs that start as sentinels (their bits).
+struct Bf16Outputs {
+  std::vector<uint16_t> o, dq, dk, dv;
+};
+
+constexpr uint16_t kBf16Sentinel = 0x7fc1;
+
+std::vector<uint16_t> RoundedBits(const std::vector<float>& x) {
+  std::vector<uint16_t> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = numerics::FloatToBf16BitsRne(x[i]);
+  return r;
+}
+
+Bf16Outputs RunBf16Attention(const Case& c, const Inputs& in) {
+  const size_t width = static_cast<size_t>(c.heads) * c.dh;
+  const size_t nq = in.q_rows * width, nk = in.k_rows * width;
+  DeviceArray<int32_t> q_offsets(in.q_offsets), k_offsets(in.k_offsets);
+  DeviceArray<uint16_t> q(RoundedBits(in.q)), k(RoundedBits(in.k)), v(RoundedBits(in.v)), d_o(RoundedBits(in.d_o));
+  const std::vector<uint16_t> sq(nq, kBf16Sentinel), sk(nk, kBf16Sentinel);
+  DeviceArray<uint16_t> o(sq), dq(sq), dk(sk), dv(sk);
+  GdpaBatch b;
+  b.batch = static_cast<int64_t>(c.lq.size());
+  b.heads = c.heads, b.dh = c.dh, b.window = c.window, b.block = c.block, b.post_scale = c.post_scale;
+  b.q_offsets = q_offsets.ptr, b.k_offsets = k_offsets.ptr, b.max_q = in.max_q, b.max_k = in.max_k;
+  const absl::Status f = GdpaForwardTensorCore(b, q.bf16(), k.bf16(), v.bf16(), o.bf16(), nullptr);
+  EXPECT_TRUE(f.ok()) << f;
+  const absl::Status g =
+      GdpaBackwardTensorCore(b, q.bf16(), k.bf16(), v.bf16(), d_o.bf16(), dq.bf16(), dk.bf16(), dv.bf16(), nullptr);
+  EXPECT_TRUE(g.ok()) << g;
+  const cudaError_t e = cudaDeviceSynchronize();
+  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+  return Bf16Outputs{o.Get(nq), dq.Get(nq), dk.Get(nk), dv.Get(nk)};
+}
+
+// got holds want rounded to bf16 in the samples' rows and the sentinel elsewhere; the first few
+// misses are reported.
+void ExpectRounded(const std::vector<uint16_t>& got, const std::vector<float>& want,
+                   const std::vector<int32_t>& offsets, size_t width, const std::string& what) {
+  const size_t first = offsets.front() * width, last = offsets.back() * width;
+  int misses = 0;
+  for (size_t e = 0; e < got.size(); ++e) {
+    const uint16_t expect = e < first || e >= last ? kBf16Sentinel : numerics::FloatToBf16BitsRne(want[e]);
+    if (got[e] != expect && ++misses <= 5) {
+      ADD_FAILURE() << what << ": element " << e << " (row " << e / width << ") holds 0x" << std::hex << got[e]
+                    << ", want 0x" << expect << std::dec;
+    }
+  }
+  EXPECT_EQ(misses, 0) << what;
 }
 
 // The bound of the header comment on the samples' rows [offsets.front(), offsets.back()) of `width`
@@ -264,6 +316,20 @@ TEST_P(TrainGdpaTensorCoreCase, MatchesTheFp32KernelsAndRepeatsItsBytes) {
   EXPECT_TRUE(SameBytes(again.dv, got.dv)) << c.name << " dv";
 }
 
+TEST_P(TrainGdpaTensorCoreCase, Bf16TensorsGiveTheFp32TensorsResultsRounded) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const std::vector<Case> cases = Cases();
+  const Case& c = cases[GetParam()];
+  const Inputs in = MakeInputs(c, 510 + 10 * GetParam());
+  const Outputs fp32 = RunAttention(c, in, /*tensor_core=*/true);
+  const Bf16Outputs got = RunBf16Attention(c, in);
+  const size_t width = static_cast<size_t>(c.heads) * c.dh;
+  ExpectRounded(got.o, fp32.o, in.q_offsets, width, c.name + " o");
+  ExpectRounded(got.dq, fp32.dq, in.q_offsets, width, c.name + " dq");
+  ExpectRounded(got.dk, fp32.dk, in.k_offsets, width, c.name + " dk");
+  ExpectRounded(got.dv, fp32.dv, in.k_offsets, width, c.name + " dv");
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, TrainGdpaTensorCoreCase, ::testing::Range<size_t>(0, Cases().size()),
                          [](const ::testing::TestParamInfo<size_t>& param) {
                            std::string name = Cases()[param.param].name;
@@ -305,9 +371,16 @@ TEST(TrainGdpaTensorCore, BadShapesAreRefusedAndAnEmptyBatchIsANoOp) {
   // No samples: nothing is read or written.
   GdpaBatch empty;
   empty.heads = 4, empty.dh = 32;
-  EXPECT_TRUE(GdpaForwardTensorCore(empty, nullptr, nullptr, nullptr, nullptr, nullptr).ok());
-  EXPECT_TRUE(
-      GdpaBackwardTensorCore(empty, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr).ok());
+  float* none = nullptr;
+  __nv_bfloat16* none16 = nullptr;
+  EXPECT_TRUE(GdpaForwardTensorCore(empty, none, none, none, none, nullptr).ok());
+  EXPECT_TRUE(GdpaBackwardTensorCore(empty, none, none, none, none, none, none, none, nullptr).ok());
+  EXPECT_TRUE(GdpaForwardTensorCore(empty, none16, none16, none16, none16, nullptr).ok());
+  EXPECT_TRUE(GdpaBackwardTensorCore(empty, none16, none16, none16, none16, none16, none16, none16, nullptr).ok());
+  // bf16 tensors are checked as the fp32 ones are.
+  __nv_bfloat16* bogus16 = reinterpret_cast<__nv_bfloat16*>(bogus);
+  EXPECT_EQ(GdpaForwardTensorCore(good, none16, bogus16, bogus16, bogus16, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 

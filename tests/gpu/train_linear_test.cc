@@ -152,9 +152,10 @@ TEST(TrainLinear, ForwardAndBackwardMatchAnFp64ProductOfTheSameValues) {
   }
 }
 
-// The fp32-output forms: y = x W + b + residual (the residual in place as y too) and dx = dy W^T,
-// within fp32 sums' rounding of fp64 products of the same bf16 values; the gradient's place in a larger
-// array at a 16-byte (not 256-byte) offset, as a gradient's place in the flat parameter array is.
+// The fp32-output forms: y = x W + b + residual (the residual in place as y too), dx = dy W^T and
+// dx += dy W^T in place, within fp32 sums' rounding of fp64 products of the same bf16 values; the
+// gradient's place in a larger array at a 16-byte (not 256-byte) offset, as a gradient's place in the
+// flat parameter array is.
 TEST(TrainLinear, Fp32OutputFormsMatchAnFp64Product) {
   if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   for (const LinearShape s : {LinearShape{300, 128, 512}, LinearShape{1027, 512, 128}}) {
@@ -194,11 +195,16 @@ TEST(TrainLinear, Fp32OutputFormsMatchAnFp64Product) {
     ASSERT_TRUE((*mm)->ForwardToFp32(s, d_x.ptr, d_w.ptr, d_b.ptr, d_y.ptr, d_y.ptr, nullptr).ok()) << where;
     ExpectCloseToRms(doubles(Download<float>(d_y.ptr, n * out)), y, 1e-5, 1e-5, where + " y (residual = y)");
     float* dx_at = d_dx.ptr + 4;  // 16 bytes into the allocation
-    ASSERT_TRUE((*mm)->BackwardInputToFp32(s, d_dy.ptr, d_w.ptr, dx_at, nullptr).ok()) << where;
+    ASSERT_TRUE((*mm)->BackwardInputToFp32(s, d_dy.ptr, d_w.ptr, nullptr, dx_at, nullptr).ok()) << where;
     const std::vector<float> dx_got = Download<float>(dx_at, n * in);
     ExpectCloseToRms(doubles(dx_got), dx, 1e-5, 1e-5, where + " dx");
-    ASSERT_TRUE((*mm)->BackwardInputToFp32(s, d_dy.ptr, d_w.ptr, dx_at, nullptr).ok());
+    ASSERT_TRUE((*mm)->BackwardInputToFp32(s, d_dy.ptr, d_w.ptr, nullptr, dx_at, nullptr).ok());
     EXPECT_EQ(Download<float>(dx_at, n * in), dx_got) << where << ": second run";
+    // Accumulated in place: dx = dy W^T + dx, twice the product.
+    ASSERT_TRUE((*mm)->BackwardInputToFp32(s, d_dy.ptr, d_w.ptr, dx_at, dx_at, nullptr).ok()) << where;
+    std::vector<double> twice(dx);
+    for (double& v : twice) v *= 2;
+    ExpectCloseToRms(doubles(Download<float>(dx_at, n * in)), twice, 1e-5, 1e-5, where + " dx accumulated");
   }
 }
 

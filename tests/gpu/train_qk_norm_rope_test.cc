@@ -8,6 +8,8 @@
 // - at head dims 16, 32 and 64 (the configs'), 2 and 6 heads, on jagged samples with empty ones and
 //   one longer than a block's 32 rows, the same bytes on a second run, rows outside the samples
 //   untouched, dx written in place over dy;
+// - on bf16 rows holding x and dy rounded: the host model's y and dx of those values rounded, the
+//   same inverse RMS;
 // - shapes it cannot take refused by name.
 #include "gpu/train/qk_norm_rope.h"
 
@@ -148,6 +150,36 @@ TEST(QkNormRope, IsTheTwoPassesBitForBitAndTheModelsFunction) {
       EXPECT_TRUE(SameBytes(d_inv.Get(want_inv.size()), want_inv)) << where << " inv, run " << run;
       EXPECT_TRUE(SameBytes(d_dy.Get(dy.size()), want_dx)) << where << " dx, run " << run;
     }
+
+    // bf16 rows holding x and dy rounded: the host model on their values, y and dx rounded once.
+    auto rounded = [](const std::vector<float>& v) {
+      std::vector<uint16_t> r(v.size());
+      for (size_t i = 0; i < v.size(); ++i) r[i] = numerics::FloatToBf16BitsRne(v[i]);
+      return r;
+    };
+    const std::vector<uint16_t> x16 = rounded(x), dy16 = rounded(dy);
+    std::vector<float> xw(n), dyw(n);
+    for (size_t i = 0; i < n; ++i) xw[i] = numerics::Bf16BitsToFloat(x16[i]), dyw[i] = numerics::Bf16BitsToFloat(dy16[i]);
+    std::vector<float> want_y16(n, 7.0f), want_inv16(want_inv.size(), 7.0f), want_dx16 = dyw;
+    for (size_t b = 0; b + 1 < off.size(); ++b) {
+      for (int32_t t = 0; t < off[b + 1] - off[b]; ++t) {
+        for (int h = 0; h < s.heads; ++h) {
+          const int64_t hr = (off[b] + t) * int64_t{s.heads} + h;
+          const float* trow = table.data() + static_cast<size_t>(t) * s.dh;
+          HostForward(xw.data() + hr * s.dh, s.dh, trow, want_y16.data() + hr * s.dh, &want_inv16[hr]);
+          HostBackward(xw.data() + hr * s.dh, want_inv16[hr], dyw.data() + hr * s.dh, s.dh, trow,
+                       want_dx16.data() + hr * s.dh);
+        }
+      }
+    }
+    DeviceArray<uint16_t> d_x16(x16), d_y16(rounded(sevens)), d_dy16(dy16);
+    DeviceArray<float> d_inv16(sevens_inv);
+    ASSERT_TRUE(QkNormRopeForward(rr, d_x16.bf16(), d_y16.bf16(), d_inv16.ptr, nullptr).ok());
+    ASSERT_TRUE(QkNormRopeBackward(rr, d_x16.bf16(), d_inv16.ptr, d_dy16.bf16(), d_dy16.bf16(), nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(d_y16.Get(n), rounded(want_y16)) << where << " bf16 y";
+    EXPECT_TRUE(SameBytes(d_inv16.Get(want_inv.size()), want_inv16)) << where << " bf16 inv";
+    EXPECT_EQ(d_dy16.Get(n), rounded(want_dx16)) << where << " bf16 dx";
   }
 }
 

@@ -4,7 +4,8 @@
 // dy, at head dims 16, 32 and 64 with 2 and 6 heads, on jagged samples (empty ones, one longer than a
 // block's 32 rows); rows outside the samples keep their bytes. The shim's explicitly rounded
 // operations are the host's IEEE ones, so equality here is the device's arithmetic, lane order and
-// shuffles; the device test (tests/gpu/train_qk_norm_rope_test.cc) checks the same on the GPU.
+// shuffles. On bf16 rows holding x and dy rounded, the kernel gives the host model's y and dx of
+// those values rounded; the device test (tests/gpu/train_qk_norm_rope_test.cc) checks the same on the GPU.
 #include "tests/gpu/emulation/cuda_shim.h"
 // The shim must come first.
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include "gpu/train/qk_norm_rope_kernels.cuh"
 #include "gtest/gtest.h"
 #include "model/attention/rope_table.h"
+#include "model/numerics/float_formats.h"
 #include "tests/gpu/qk_norm_rope_host_model.h"
 
 namespace gemtb::gpu::train::qkr {
@@ -72,16 +74,55 @@ TEST(QkNormRopeEmulated, KernelGivesTheHostModelsBytes) {
     const unsigned gx = static_cast<unsigned>(s.lengths.size());
     const unsigned gy = static_cast<unsigned>((max_rows + kRowsPerBlock - 1) / kRowsPerBlock);
     RunGrid(gx, gy, [&] {
-      QkNormRopeKernel<false>(off.data(), s.heads, s.dh, table.data(), x.data(), nullptr, nullptr, y.data(),
+      QkNormRopeKernel<false, float>(off.data(), s.heads, s.dh, table.data(), x.data(), nullptr, nullptr, y.data(),
                               inv.data());
     });
     RunGrid(gx, gy, [&] {
-      QkNormRopeKernel<true>(off.data(), s.heads, s.dh, table.data(), x.data(), dx.data(), inv.data(), dx.data(),
+      QkNormRopeKernel<true, float>(off.data(), s.heads, s.dh, table.data(), x.data(), dx.data(), inv.data(), dx.data(),
                              nullptr);
     });
     EXPECT_TRUE(SameBytes(y, want_y)) << where << ": y";
     EXPECT_TRUE(SameBytes(inv, want_inv)) << where << ": inv";
     EXPECT_TRUE(SameBytes(dx, want_dx)) << where << ": dx";
+
+    // bf16 rows holding x and dy rounded: the host model on their values, its y and dx rounded.
+    auto rounded = [](const std::vector<float>& v) {
+      std::vector<uint16_t> r(v.size());
+      for (size_t i = 0; i < v.size(); ++i) r[i] = numerics::FloatToBf16BitsRne(v[i]);
+      return r;
+    };
+    auto widened = [](const std::vector<uint16_t>& v) {
+      std::vector<float> r(v.size());
+      for (size_t i = 0; i < v.size(); ++i) r[i] = numerics::Bf16BitsToFloat(v[i]);
+      return r;
+    };
+    const std::vector<uint16_t> x16 = rounded(x), dy16 = rounded(dy);
+    const std::vector<float> xw = widened(x16), dyw = widened(dy16);
+    std::vector<float> want_y16(n, 7.0f), want_inv16(want_inv.size(), 7.0f), want_dx16 = dyw;
+    for (size_t b = 0; b + 1 < off.size(); ++b) {
+      for (int32_t t = 0; t < off[b + 1] - off[b]; ++t) {
+        for (int h = 0; h < s.heads; ++h) {
+          const int64_t hr = (off[b] + t) * int64_t{s.heads} + h;
+          const float* trow = table.data() + static_cast<size_t>(t) * s.dh;
+          test::HostForward(xw.data() + hr * s.dh, s.dh, trow, want_y16.data() + hr * s.dh, &want_inv16[hr]);
+          test::HostBackward(xw.data() + hr * s.dh, want_inv16[hr], dyw.data() + hr * s.dh, s.dh, trow,
+                             want_dx16.data() + hr * s.dh);
+        }
+      }
+    }
+    std::vector<uint16_t> y16(n, numerics::FloatToBf16BitsRne(7.0f)), dx16 = dy16;
+    std::vector<float> inv16(want_inv.size(), 7.0f);
+    RunGrid(gx, gy, [&] {
+      QkNormRopeKernel<false, uint16_t>(off.data(), s.heads, s.dh, table.data(), x16.data(), nullptr, nullptr,
+                                        y16.data(), inv16.data());
+    });
+    RunGrid(gx, gy, [&] {
+      QkNormRopeKernel<true, uint16_t>(off.data(), s.heads, s.dh, table.data(), x16.data(), dx16.data(),
+                                       inv16.data(), dx16.data(), nullptr);
+    });
+    EXPECT_EQ(y16, rounded(want_y16)) << where << ": bf16 y";
+    EXPECT_TRUE(SameBytes(inv16, want_inv16)) << where << ": bf16 inv";
+    EXPECT_EQ(dx16, rounded(want_dx16)) << where << ": bf16 dx";
   }
 }
 

@@ -4,7 +4,8 @@
 // and block 24; cross-attention to 4 keys; PMA's 4 queries over jagged keys; and walks split over CTAs
 // (PMA over 300 keys, cross-attention from 300 queries) with their partial rows added by
 // SumSplitsKernel. Head dims 16, 32 and 64; samples of 0, 1, 17, 64, 65 and 100 rows (partial tiles,
-// every warp layout); 16-byte rows (float4) and, once, unaligned ones.
+// every warp layout); 16-byte rows (float4) and, once, unaligned ones. The same kernels on bf16
+// tensors holding the fp32 inputs rounded give the fp32 kernels' outputs rounded, bit for bit.
 //
 // The kernels' own source runs, so this checks their indexing, masks, warp roles, splits, fragment
 // layouts (mma.sync and ldmatrix as the PTX ISA defines them) and synchronisation counts, not the
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "gpu/train/gdpa_tensor_core_kernels.cuh"
+#include "model/numerics/float_formats.h"
 #include "gtest/gtest.h"
 
 namespace gemtb::gpu::train::tc {
@@ -129,9 +131,9 @@ std::vector<float> Sentinels(int64_t n) {
 
 // Launches `launch(sp, out0, out1)` split as Splits says: unsplit into out0/out1, or into a workspace
 // whose partial rows SumSplitsKernel adds into them.
-template <typename Launch>
+template <typename T, typename Launch>
 void SplitRun(const Params& p, int64_t batch, int heads, int dh, int32_t max_own, int32_t max_other, bool own_keys,
-              float* out0, float* out1, const Launch& launch) {
+              T* out0, T* out1, const Launch& launch) {
   Split sp;
   sp.splits = Splits(max_own, max_other);
   const unsigned tiles = static_cast<unsigned>((max_own + kTile - 1) / kTile * sp.splits);
@@ -146,7 +148,21 @@ void SplitRun(const Params& p, int64_t batch, int heads, int dh, int32_t max_own
   sp.part0 = part.data();
   sp.part1 = out1 != nullptr ? part.data() + sp.splits * sp.split_stride : nullptr;
   RunGrid(static_cast<unsigned>(batch), static_cast<unsigned>(heads), tiles, [&] { launch(sp, out0, out1); });
-  RunGrid(static_cast<unsigned>(batch), 1, 1, [&] { SumSplitsKernel(p, sp, dh, own_keys, out0, out1); });
+  RunGrid(static_cast<unsigned>(batch), 1, 1, [&] { SumSplitsKernel<T>(p, sp, dh, own_keys, out0, out1); });
+}
+
+// The four kernels of one case on q, k, v, d_o (fp32 or bf16 rows): o, dq, dk, dv written as T.
+template <int kDh, typename T>
+void RunKernels(const Case& c, const Side& qs, const Side& ks, const T* q, const T* k, const T* v, const T* d_o, T* o,
+                T* dq, T* dk, T* dv) {
+  const Params p{qs.offsets.data(), ks.offsets.data(), c.heads, Mask{c.window, c.block}, c.post_scale, c.vec};
+  const int64_t batch = static_cast<int64_t>(c.lq.size());
+  SplitRun(p, batch, c.heads, kDh, qs.max, ks.max, false, o, static_cast<T*>(nullptr),
+           [&](const Split& sp, T* out, T*) { ForwardKernel<kDh, T>(p, sp, q, k, v, out); });
+  SplitRun(p, batch, c.heads, kDh, qs.max, ks.max, false, dq, static_cast<T*>(nullptr),
+           [&](const Split& sp, T* out, T*) { BackwardDqKernel<kDh, T>(p, sp, q, k, v, d_o, out); });
+  SplitRun(p, batch, c.heads, kDh, ks.max, qs.max, true, dk, dv,
+           [&](const Split& sp, T* out0, T* out1) { BackwardDkDvKernel<kDh, T>(p, sp, q, k, v, d_o, out0, out1); });
 }
 
 // Rows of the samples within the bounds; rows outside them still sentinels.
@@ -177,43 +193,104 @@ void ExpectClose(const std::string& what, const Side& side, int width, const std
   EXPECT_LE(err_max, 5e-2 * ref_max + 1e-6) << what;
 }
 
+// A case's inputs: rows outside every sample hold 1e30 (a kernel that used one would overflow the
+// results); unaligned rows: every array one element past a 16-byte boundary.
+struct Inputs {
+  int shift = 0;
+  std::vector<float> q, k, v, d_o;
+};
+
+template <int kDh>
+Inputs MakeInputs(const Case& c, const Side& qs, const Side& ks) {
+  const int width = c.heads * kDh;
+  Inputs in;
+  in.shift = c.vec ? 0 : 1;
+  std::mt19937 rng(static_cast<uint32_t>(c.name.size() * 131 + kDh));
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  auto filled = [&](const Side& side) {
+    std::vector<float> x(static_cast<size_t>(side.rows * width + in.shift), 1e30f);
+    for (int64_t e = side.offsets.front() * width; e < side.offsets.back() * width; ++e) x[e + in.shift] = normal(rng);
+    return x;
+  };
+  in.q = filled(qs), in.d_o = filled(qs), in.k = filled(ks), in.v = filled(ks);
+  return in;
+}
+
+struct Outputs {
+  std::vector<float> o, dq, dk, dv;
+};
+
+template <int kDh>
+Outputs RunFp32(const Case& c, const Side& qs, const Side& ks, const Inputs& in) {
+  const int width = c.heads * kDh, shift = in.shift;
+  Outputs out;
+  out.o = Sentinels(qs.rows * width + shift), out.dq = out.o, out.dk = Sentinels(ks.rows * width + shift);
+  out.dv = out.dk;
+  RunKernels<kDh, float>(c, qs, ks, in.q.data() + shift, in.k.data() + shift, in.v.data() + shift,
+                         in.d_o.data() + shift, out.o.data() + shift, out.dq.data() + shift, out.dk.data() + shift,
+                         out.dv.data() + shift);
+  auto unshift = [&](std::vector<float>& x) { x.erase(x.begin(), x.begin() + shift); };
+  unshift(out.o), unshift(out.dq), unshift(out.dk), unshift(out.dv);
+  return out;
+}
+
 template <int kDh>
 void RunCase(const Case& c) {
   const Side qs = Offsets(c.lq), ks = Offsets(c.lk);
   const int width = c.heads * kDh;
-  // Unaligned rows: every array one float past a 16-byte boundary.
-  const int shift = c.vec ? 0 : 1;
-  std::mt19937 rng(static_cast<uint32_t>(c.name.size() * 131 + kDh));
-  std::normal_distribution<float> normal(0.0f, 0.5f);
-  // Rows outside every sample hold 1e30: a kernel that used one would overflow the results.
-  auto filled = [&](const Side& side) {
-    std::vector<float> x(static_cast<size_t>(side.rows * width + shift), 1e30f);
-    for (int64_t e = side.offsets.front() * width; e < side.offsets.back() * width; ++e) x[e + shift] = normal(rng);
-    return x;
-  };
-  std::vector<float> q = filled(qs), d_o = filled(qs), k = filled(ks), v = filled(ks);
-  const Grads ref = Reference(c, kDh, qs, ks, std::vector<float>(q.begin() + shift, q.end()),
-                              std::vector<float>(k.begin() + shift, k.end()),
-                              std::vector<float>(v.begin() + shift, v.end()),
-                              std::vector<float>(d_o.begin() + shift, d_o.end()));
-  std::vector<float> o = Sentinels(qs.rows * width + shift), dq = o, dk = Sentinels(ks.rows * width + shift), dv = dk;
-  const Params p{qs.offsets.data(), ks.offsets.data(), c.heads, Mask{c.window, c.block}, c.post_scale, c.vec};
-  const int64_t batch = static_cast<int64_t>(c.lq.size());
-  const float *qp = q.data() + shift, *kp = k.data() + shift, *vp = v.data() + shift, *dop = d_o.data() + shift;
-  SplitRun(p, batch, c.heads, kDh, qs.max, ks.max, false, o.data() + shift, nullptr,
-           [&](const Split& sp, float* out, float*) { ForwardKernel<kDh>(p, sp, qp, kp, vp, out); });
-  SplitRun(p, batch, c.heads, kDh, qs.max, ks.max, false, dq.data() + shift, nullptr,
-           [&](const Split& sp, float* out, float*) { BackwardDqKernel<kDh>(p, sp, qp, kp, vp, dop, out); });
-  SplitRun(p, batch, c.heads, kDh, ks.max, qs.max, true, dk.data() + shift, dv.data() + shift,
-           [&](const Split& sp, float* out0, float* out1) {
-             BackwardDkDvKernel<kDh>(p, sp, qp, kp, vp, dop, out0, out1);
-           });
-  auto unshift = [&](const std::vector<float>& x) { return std::vector<float>(x.begin() + shift, x.end()); };
+  const Inputs in = MakeInputs<kDh>(c, qs, ks);
+  auto unshift = [&](const std::vector<float>& x) { return std::vector<float>(x.begin() + in.shift, x.end()); };
+  const Grads ref = Reference(c, kDh, qs, ks, unshift(in.q), unshift(in.k), unshift(in.v), unshift(in.d_o));
+  const Outputs got = RunFp32<kDh>(c, qs, ks, in);
   const std::string name = c.name + " dh=" + std::to_string(kDh);
-  ExpectClose(name + " o", qs, width, unshift(o), ref.o);
-  ExpectClose(name + " dq", qs, width, unshift(dq), ref.dq);
-  ExpectClose(name + " dk", ks, width, unshift(dk), ref.dk);
-  ExpectClose(name + " dv", ks, width, unshift(dv), ref.dv);
+  ExpectClose(name + " o", qs, width, got.o, ref.o);
+  ExpectClose(name + " dq", qs, width, got.dq, ref.dq);
+  ExpectClose(name + " dk", ks, width, got.dk, ref.dk);
+  ExpectClose(name + " dv", ks, width, got.dv, ref.dv);
+}
+
+constexpr uint16_t kBf16Sentinel = 0x7fc1;  // a bf16 quiet NaN with a payload
+
+std::vector<uint16_t> RoundedBits(const std::vector<float>& x) {
+  std::vector<uint16_t> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = numerics::FloatToBf16BitsRne(x[i]);
+  return r;
+}
+
+// Every row of a sample holds the fp32 kernels' value rounded (RNE) to bf16, bit for bit; rows
+// outside every sample keep the sentinel.
+void ExpectRoundedBits(const std::string& what, const Side& side, int width, const std::vector<uint16_t>& got,
+                       const std::vector<float>& fp32) {
+  const int64_t first = side.offsets.front(), last = side.offsets.back();
+  for (int64_t r = 0; r < side.rows; ++r) {
+    for (int x = 0; x < width; ++x) {
+      const size_t e = static_cast<size_t>(r * width + x);
+      const uint16_t want = r < first || r >= last ? kBf16Sentinel : numerics::FloatToBf16BitsRne(fp32[e]);
+      ASSERT_EQ(got[e], want) << what << ": row " << r << " column " << x;
+    }
+  }
+}
+
+// The kernels on bf16 rows holding the fp32 inputs rounded: the fp32 kernels' outputs rounded.
+template <int kDh>
+void RunBf16Case(const Case& c) {
+  const Side qs = Offsets(c.lq), ks = Offsets(c.lk);
+  const int width = c.heads * kDh;
+  const Inputs in = MakeInputs<kDh>(c, qs, ks);
+  const Outputs fp32 = RunFp32<kDh>(c, qs, ks, in);
+  const std::vector<uint16_t> q = RoundedBits(in.q), k = RoundedBits(in.k), v = RoundedBits(in.v),
+                              d_o = RoundedBits(in.d_o);
+  const int shift = in.shift;
+  std::vector<uint16_t> o(static_cast<size_t>(qs.rows * width + shift), kBf16Sentinel), dq = o;
+  std::vector<uint16_t> dk(static_cast<size_t>(ks.rows * width + shift), kBf16Sentinel), dv = dk;
+  RunKernels<kDh, bf16>(c, qs, ks, q.data() + shift, k.data() + shift, v.data() + shift, d_o.data() + shift,
+                        o.data() + shift, dq.data() + shift, dk.data() + shift, dv.data() + shift);
+  auto unshift = [&](const std::vector<uint16_t>& x) { return std::vector<uint16_t>(x.begin() + shift, x.end()); };
+  const std::string name = c.name + " dh=" + std::to_string(kDh) + " bf16";
+  ExpectRoundedBits(name + " o", qs, width, unshift(o), fp32.o);
+  ExpectRoundedBits(name + " dq", qs, width, unshift(dq), fp32.dq);
+  ExpectRoundedBits(name + " dk", ks, width, unshift(dk), fp32.dk);
+  ExpectRoundedBits(name + " dv", ks, width, unshift(dv), fp32.dv);
 }
 
 std::vector<Case> Cases() {
@@ -248,6 +325,15 @@ TEST(TrainGdpaEmulated, KernelsMatchTheDefinitionInFp64) {
     RunCase<16>(c);
     RunCase<32>(c);
     RunCase<64>(c);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(TrainGdpaEmulated, Bf16TensorsGiveTheFp32TensorsResultsRounded) {
+  for (const Case& c : Cases()) {
+    RunBf16Case<16>(c);
+    RunBf16Case<32>(c);
+    RunBf16Case<64>(c);
     if (HasFatalFailure()) return;
   }
 }
