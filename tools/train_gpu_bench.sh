@@ -7,7 +7,8 @@
 # local batch B (layers_b<B>/: the per-layer report, the layer calibration and a one-GPU scenario) and
 # `gemtb whatif` on that scenario with that calibration (whatif_b<B>/): the simulator's prediction of
 # the step set beside the measured one (`gemtb train`'s mean step at the same batch, when --batches has B).
-# --matmul P, --attention P and --ffn P go to every gemtb train and bench layers (default: theirs).
+# --matmul P, --attention P, --ffn P and --attention-blocks P go to every gemtb train and bench layers
+# (default: theirs).
 # With --kernels B, Nsight Compute times every kernel of one `gemtb train` step at local batch B
 # (kernels_b<B>.csv) and the summary lists the kernels by total time.
 #
@@ -37,7 +38,7 @@ while [ $# -gt 0 ]; do
     --peer) peer_runs=$2; shift 2 ;;
     --layers) layers_batch=$2; shift 2 ;;
     --kernels) kernels_batch=$2; shift 2 ;;
-    --matmul|--attention|--ffn) numerics+=("$1" "$2"); shift 2 ;;
+    --matmul|--attention|--ffn|--attention-blocks) numerics+=("$1" "$2"); shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done

@@ -114,7 +114,8 @@ absl::Status LaunchForward(const GdpaBatch& b, const T* q, const T* k, const T* 
     ForwardKernel<kDh, T><<<Grid(b, b.max_q, 1), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, o);
     return Launched("GdpaForwardTensorCore");
   }
-  return SplitLaunch(b, p, splits, b.max_q, /*own_keys=*/false, o, static_cast<T*>(nullptr), "GdpaForwardTensorCore (split)", stream,
+  T* const no_second = nullptr;  // one output
+  return SplitLaunch(b, p, splits, b.max_q, /*own_keys=*/false, o, no_second, "GdpaForwardTensorCore (split)", stream,
                      [&](const Split& sp) {
                        ForwardKernel<kDh, T><<<Grid(b, b.max_q, splits), kThreads, kBytes, stream>>>(p, sp, q, k, v, o);
                      });
@@ -125,6 +126,7 @@ absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T*
                             cudaStream_t stream) {
   constexpr size_t kBytes = Layout<kDh>::Bytes(4);
   const Params p = MakeParams(b, Aligned16({q, k, v, d_o, dq, dk, dv}));
+  T* const no_second = nullptr;  // dq's split launch has one output
   if (b.max_q > 0) {
     if (absl::Status s = AllowSharedMemory(BackwardDqKernel<kDh, T>, kBytes, "GdpaBackwardTensorCore dq"); !s.ok()) {
       return s;
@@ -134,8 +136,8 @@ absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T*
       BackwardDqKernel<kDh, T><<<Grid(b, b.max_q, 1), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, d_o, dq);
       if (absl::Status s = Launched("GdpaBackwardTensorCore dq"); !s.ok()) return s;
     } else if (absl::Status s = SplitLaunch(
-                   b, p, splits, b.max_q, /*own_keys=*/false, dq, static_cast<T*>(nullptr), "GdpaBackwardTensorCore dq (split)", stream,
-                   [&](const Split& sp) {
+                   b, p, splits, b.max_q, /*own_keys=*/false, dq, no_second, "GdpaBackwardTensorCore dq (split)",
+                   stream, [&](const Split& sp) {
                      BackwardDqKernel<kDh, T><<<Grid(b, b.max_q, splits), kThreads, kBytes, stream>>>(p, sp, q, k, v,
                                                                                                    d_o, dq);
                    });

@@ -168,6 +168,13 @@ struct WukongTape {
   const float* h1_all = nullptr;
   int64_t rows_all = 0;
 };
+// An attention block in bf16 (AttentionBlockPrecision::kBf16): the projections' inputs, the weights
+// rounded for the step, and the block's bf16 arrays; the inverse RMS of the QK-norm fp32.
+struct AttnTape16 {
+  const __nv_bfloat16 *xq = nullptr, *xkv = nullptr;
+  __nv_bfloat16 *wq, *wk, *wv, *wo, *q, *k, *v, *qr, *kr, *o;
+  float *q_inv, *k_inv;
+};
 struct SeqTape {
   const float *s_a, *s_b, *s_c;  // S_j entering (a), (b), (c)
   float *h_a, *mean_a, *rstd_a, *h_b, *mean_b, *rstd_b, *h_c, *mean_c, *rstd_c, *u, *g;
@@ -175,6 +182,10 @@ struct SeqTape {
   // h_c, u and g).
   __nv_bfloat16 *h_c16 = nullptr, *u16 = nullptr, *g16 = nullptr, *w1_16 = nullptr, *w2_16 = nullptr;
   AttnTape a, b;
+  // AttentionBlockPrecision::kBf16: the blocks' LayerNorm outputs and tapes in bf16 (instead of h_a,
+  // h_b, a and b).
+  __nv_bfloat16 *h_a16 = nullptr, *h_b16 = nullptr;
+  AttnTape16 a16, b16;
 };
 struct LayerTape {
   CrossTape cross;
@@ -199,7 +210,7 @@ struct GemModelGpu::Impl {
   std::vector<LinearP> head;
   GemModelOptions options;
   std::unique_ptr<Fp32Matmul> mm;
-  std::unique_ptr<LinearMatmuls> lin;  // the bf16 feed-forward block's matmuls (FfnPrecision::kBf16)
+  std::unique_ptr<LinearMatmuls> lin;  // the bf16 blocks' matmuls (FfnPrecision, AttentionBlockPrecision)
   float* rope_table = nullptr;  // device RopeTable<float>(rope_rows, dh)
 
   ~Impl() {
@@ -231,8 +242,23 @@ struct GemModelGpu::Impl {
     GEMTB_RETURN_IF_ERROR(ToBf16(W(r), static_cast<int64_t>(r.size), out, st));
     return out;
   }
+  // A bias for cuBLASLt's fp32 epilogue, which reads it in 16-byte vectors: the parameter slice, or
+  // an aligned copy in scratch where its place in the parameter array is not 16-byte aligned.
+  absl::StatusOr<const float*> AlignedBias(ParamRef r) {
+    const float* b = W(r);
+    if (reinterpret_cast<uintptr_t>(b) % 16 == 0) return b;
+    float* copy;
+    GEMTB_ASSIGN_OR_RETURN(copy, mem->Floats(static_cast<int64_t>(r.size)));
+    GEMTB_RETURN_IF_ERROR(
+        Cuda(cudaMemcpyAsync(copy, b, r.size * sizeof(float), cudaMemcpyDeviceToDevice, st), "bias copy"));
+    return copy;
+  }
   absl::Status FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out);
   absl::Status FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh);
+  absl::Status AttnFwdBf16(const AttnP& p, const AttnUse& u, const __nv_bfloat16* xq, const __nv_bfloat16* xkv,
+                           AttnTape16& t, float* y, const float* residual);
+  absl::Status AttnBwdBf16(const AttnP& p, const AttnUse& u, const AttnTape16& t, const float* dy, float* dxq,
+                           float* dxkv);
 
   // y[n, out] = x[n, in] W + b (+ residual), x and y with row strides ldx, ldy; residual (null: none)
   // [n, out] with row stride ldy. In the training precision (TF32), one cuBLASLt product with the bias
@@ -322,6 +348,11 @@ struct GemModelGpu::Impl {
   absl::Status NormFwd(const NormP& p, int64_t n, const float* x, float* y, float* mean, float* rstd) {
     if (n == 0) return absl::OkStatus();
     return LayerNormForward<float>(RowsShape{n, p.width}, x, W(p.gamma), W(p.beta), y, mean, rstd, st);
+  }
+  // The same with the normalized rows rounded to bf16 (mean and rstd fp32).
+  absl::Status NormFwd16(const NormP& p, int64_t n, const float* x, __nv_bfloat16* y, float* mean, float* rstd) {
+    if (n == 0) return absl::OkStatus();
+    return LayerNormForward(RowsShape{n, p.width}, x, W(p.gamma), W(p.beta), y, mean, rstd, st);
   }
   // dx += LayerNorm's input gradient.
   absl::Status NormBwdAdd(const NormP& p, int64_t n, const float* x, const float* mean, const float* rstd,
@@ -805,26 +836,44 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const fl
   const int64_t n = rows[j], nd = n * d;
   // Each block writes a new residual stream, cur + the block's output (the tape keeps cur).
   const float* cur = s[j];
+  const bool bf16_blocks = options.attention_blocks == AttentionBlockPrecision::kBf16;
   if (g.DoA(layer)) {
     t.s_a = cur;
-    GEMTB_ASSIGN_OR_RETURN(t.h_a, mem->Floats(nd));
     GEMTB_ASSIGN_OR_RETURN(t.mean_a, mem->Floats(n));
     GEMTB_ASSIGN_OR_RETURN(t.rstd_a, mem->Floats(n));
-    GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_a, n, cur, t.h_a, t.mean_a, t.rstd_a));
     float* out;
     GEMTB_ASSIGN_OR_RETURN(out, mem->Floats(nd));
-    GEMTB_RETURN_IF_ERROR(AttnFwd(p.attn_a, CrossUse(j), t.h_a, x_sum, t.a, out, cur));
+    if (bf16_blocks) {
+      // The keys' side is X_sum, B n_s rows: rounded to bf16 here for the block's products.
+      __nv_bfloat16* x_sum16;
+      const int64_t nxs = B * g.n_s * d;
+      GEMTB_ASSIGN_OR_RETURN(x_sum16, Bf16s(nxs));
+      GEMTB_RETURN_IF_ERROR(ToBf16(x_sum, nxs, x_sum16, st));
+      GEMTB_ASSIGN_OR_RETURN(t.h_a16, Bf16s(nd));
+      GEMTB_RETURN_IF_ERROR(NormFwd16(p.ln_a, n, cur, t.h_a16, t.mean_a, t.rstd_a));
+      GEMTB_RETURN_IF_ERROR(AttnFwdBf16(p.attn_a, CrossUse(j), t.h_a16, x_sum16, t.a16, out, cur));
+    } else {
+      GEMTB_ASSIGN_OR_RETURN(t.h_a, mem->Floats(nd));
+      GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_a, n, cur, t.h_a, t.mean_a, t.rstd_a));
+      GEMTB_RETURN_IF_ERROR(AttnFwd(p.attn_a, CrossUse(j), t.h_a, x_sum, t.a, out, cur));
+    }
     cur = out;
   }
   if (g.DoB(layer)) {
     t.s_b = cur;
-    GEMTB_ASSIGN_OR_RETURN(t.h_b, mem->Floats(nd));
     GEMTB_ASSIGN_OR_RETURN(t.mean_b, mem->Floats(n));
     GEMTB_ASSIGN_OR_RETURN(t.rstd_b, mem->Floats(n));
-    GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_b, n, cur, t.h_b, t.mean_b, t.rstd_b));
     float* out;
     GEMTB_ASSIGN_OR_RETURN(out, mem->Floats(nd));
-    GEMTB_RETURN_IF_ERROR(AttnFwd(p.attn_b, SelfUse(j), t.h_b, t.h_b, t.b, out, cur));
+    if (bf16_blocks) {
+      GEMTB_ASSIGN_OR_RETURN(t.h_b16, Bf16s(nd));
+      GEMTB_RETURN_IF_ERROR(NormFwd16(p.ln_b, n, cur, t.h_b16, t.mean_b, t.rstd_b));
+      GEMTB_RETURN_IF_ERROR(AttnFwdBf16(p.attn_b, SelfUse(j), t.h_b16, t.h_b16, t.b16, out, cur));
+    } else {
+      GEMTB_ASSIGN_OR_RETURN(t.h_b, mem->Floats(nd));
+      GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_b, n, cur, t.h_b, t.mean_b, t.rstd_b));
+      GEMTB_RETURN_IF_ERROR(AttnFwd(p.attn_b, SelfUse(j), t.h_b, t.h_b, t.b, out, cur));
+    }
     cur = out;
   }
   t.s_c = cur;
@@ -867,15 +916,8 @@ absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float
   GEMTB_RETURN_IF_ERROR(lin->Forward(LinearShape{n, d, g.ffn}, t.h_c16, t.w1_16, b1, t.u16, st));
   GEMTB_ASSIGN_OR_RETURN(t.g16, Bf16s(n * g.ffn));
   GEMTB_RETURN_IF_ERROR(GeluForward<__nv_bfloat16>(t.u16, n * g.ffn, t.g16, st));
-  // The epilogue reads the bias in 16-byte vectors: a bias whose place in the parameter array is not
-  // 16-byte aligned goes through an aligned copy.
-  const float* b2 = W(p.ffn2.b);
-  if (reinterpret_cast<uintptr_t>(b2) % 16 != 0) {
-    float* copy;
-    GEMTB_ASSIGN_OR_RETURN(copy, mem->Floats(d));
-    GEMTB_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(copy, b2, d * sizeof(float), cudaMemcpyDeviceToDevice, st), "bias copy"));
-    b2 = copy;
-  }
+  const float* b2;
+  GEMTB_ASSIGN_OR_RETURN(b2, AlignedBias(p.ffn2.b));
   return lin->ForwardToFp32(LinearShape{n, g.ffn, d}, t.g16, t.w2_16, b2, cur, out, st);
 }
 
@@ -900,6 +942,94 @@ absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTa
   return ColumnSums(du16, n, g.ffn, g.ffn, G(p.ffn1.b), true, st);
 }
 
+// An attention block in bf16 (AttentionBlockPrecision::kBf16), the same ops as AttnFwd: the three
+// projections from bf16 inputs write bf16 q, k, v (bias in the epilogue), the QK-norm (with RoPE)
+// writes the normed q and k in bf16, GDPA's tensor cores read and write bf16, and the output
+// projection writes the fp32 residual stream, its bias and the residual in the epilogue.
+absl::Status GemModelGpu::Impl::AttnFwdBf16(const AttnP& p, const AttnUse& u, const __nv_bfloat16* xq,
+                                            const __nv_bfloat16* xkv, AttnTape16& t, float* y,
+                                            const float* residual) {
+  const int d = g.d, H = g.heads, dh = g.dh();
+  t.xq = xq;
+  t.xkv = xkv;
+  GEMTB_ASSIGN_OR_RETURN(t.wq, Bf16Param(p.wq.w));
+  GEMTB_ASSIGN_OR_RETURN(t.wk, Bf16Param(p.wk.w));
+  GEMTB_ASSIGN_OR_RETURN(t.wv, Bf16Param(p.wv.w));
+  GEMTB_ASSIGN_OR_RETURN(t.wo, Bf16Param(p.wo.w));
+  __nv_bfloat16 *bq, *bk, *bv;
+  GEMTB_ASSIGN_OR_RETURN(bq, Bf16Param(p.wq.b));
+  GEMTB_ASSIGN_OR_RETURN(bk, Bf16Param(p.wk.b));
+  GEMTB_ASSIGN_OR_RETURN(bv, Bf16Param(p.wv.b));
+  GEMTB_ASSIGN_OR_RETURN(t.q, Bf16s(u.nq * d));
+  GEMTB_ASSIGN_OR_RETURN(t.qr, Bf16s(u.nq * d));
+  GEMTB_ASSIGN_OR_RETURN(t.o, Bf16s(u.nq * d));
+  GEMTB_ASSIGN_OR_RETURN(t.q_inv, mem->Floats(u.nq * H));
+  GEMTB_ASSIGN_OR_RETURN(t.k, Bf16s(u.nk * d));
+  GEMTB_ASSIGN_OR_RETURN(t.kr, Bf16s(u.nk * d));
+  GEMTB_ASSIGN_OR_RETURN(t.v, Bf16s(u.nk * d));
+  GEMTB_ASSIGN_OR_RETURN(t.k_inv, mem->Floats(u.nk * H));
+  const LinearShape qs{u.nq, d, d}, ks{u.nk, d, d};
+  if (u.nk > 0) {
+    GEMTB_RETURN_IF_ERROR(lin->Forward(ks, xkv, t.wk, bk, t.k, st));
+    GEMTB_RETURN_IF_ERROR(lin->Forward(ks, xkv, t.wv, bv, t.v, st));
+    GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeForward(KRows(u), t.k, t.kr, t.k_inv, st)
+                                 : HeadRmsNormForward<__nv_bfloat16>(HeadRowsShape{u.nk * H, dh}, t.k, t.kr,
+                                                                     t.k_inv, st));
+  }
+  if (u.nq == 0) return absl::OkStatus();
+  GEMTB_RETURN_IF_ERROR(lin->Forward(qs, xq, t.wq, bq, t.q, st));
+  GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeForward(QRows(u), t.q, t.qr, t.q_inv, st)
+                               : HeadRmsNormForward<__nv_bfloat16>(HeadRowsShape{u.nq * H, dh}, t.q, t.qr, t.q_inv,
+                                                                   st));
+  GEMTB_RETURN_IF_ERROR(GdpaForwardTensorCore(Batch(u), t.qr, t.kr, t.v, t.o, st));
+  const float* bo;
+  GEMTB_ASSIGN_OR_RETURN(bo, AlignedBias(p.wo.b));
+  return lin->ForwardToFp32(qs, t.o, t.wo, bo, residual, y, st);
+}
+
+// Its backward: the residual stream's gradient dy rounded to bf16 feeds the output projection's
+// products (its bias gradient sums dy itself, in fp32); GDPA and the QK-norm's backward in bf16; the
+// projections' input gradients in fp32, dxq written (the first term of the block's input gradient)
+// and then dxkv added to (dxkv may be dxq: self-attention).
+absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, const AttnTape16& t, const float* dy,
+                                            float* dxq, float* dxkv) {
+  const int d = g.d, H = g.heads, dh = g.dh();
+  const LinearShape qs{u.nq, d, d}, ks{u.nk, d, d};
+  __nv_bfloat16 *dy16, *d_o, *dqr, *dq, *dkr, *dk, *dv;
+  GEMTB_ASSIGN_OR_RETURN(dy16, Bf16s(u.nq * d));
+  GEMTB_ASSIGN_OR_RETURN(d_o, Bf16s(u.nq * d));
+  GEMTB_ASSIGN_OR_RETURN(dqr, Bf16s(u.nq * d));
+  GEMTB_ASSIGN_OR_RETURN(dq, Bf16s(u.nq * d));
+  GEMTB_ASSIGN_OR_RETURN(dkr, Bf16s(u.nk * d));
+  GEMTB_ASSIGN_OR_RETURN(dk, Bf16s(u.nk * d));
+  GEMTB_ASSIGN_OR_RETURN(dv, Bf16s(u.nk * d));
+  if (u.nq > 0) {
+    GEMTB_RETURN_IF_ERROR(ToBf16(dy, u.nq * d, dy16, st));
+    GEMTB_RETURN_IF_ERROR(lin->BackwardInput(qs, dy16, t.wo, nullptr, d_o, st));
+    GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(qs, t.o, dy16, G(p.wo.w), nullptr, st));
+    GEMTB_RETURN_IF_ERROR(ColumnSums(dy, u.nq, d, d, G(p.wo.b), true, st));
+  }
+  GEMTB_RETURN_IF_ERROR(GdpaBackwardTensorCore(Batch(u), t.qr, t.kr, t.v, d_o, dqr, dkr, dv, st));
+  if (u.nq > 0) {
+    GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeBackward(QRows(u), t.q, t.q_inv, dqr, dq, st)
+                                 : HeadRmsNormBackward<__nv_bfloat16>(HeadRowsShape{u.nq * H, dh}, t.q, t.q_inv, dqr,
+                                                                      dq, st));
+    GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(qs, t.xq, dq, G(p.wq.w), nullptr, st));
+    GEMTB_RETURN_IF_ERROR(ColumnSums(dq, u.nq, d, d, G(p.wq.b), true, st));
+    GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(qs, dq, t.wq, nullptr, dxq, st));
+  }
+  if (u.nk == 0) return absl::OkStatus();
+  GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeBackward(KRows(u), t.k, t.k_inv, dkr, dk, st)
+                               : HeadRmsNormBackward<__nv_bfloat16>(HeadRowsShape{u.nk * H, dh}, t.k, t.k_inv, dkr,
+                                                                    dk, st));
+  GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(ks, t.xkv, dk, G(p.wk.w), nullptr, st));
+  GEMTB_RETURN_IF_ERROR(ColumnSums(dk, u.nk, d, d, G(p.wk.b), true, st));
+  GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(ks, dk, t.wk, dxkv, dxkv, st));
+  GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(ks, t.xkv, dv, G(p.wv.w), nullptr, st));
+  GEMTB_RETURN_IF_ERROR(ColumnSums(dv, u.nk, d, d, G(p.wv.b), true, st));
+  return lin->BackwardInputToFp32(ks, dv, t.wv, dxkv, dxkv, st);
+}
+
 absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const SeqTape& t, float* ds, float* dx_sum) {
   const int d = g.d;
   const int64_t n = rows[j], nd = n * d;
@@ -919,12 +1049,17 @@ absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const Se
   }
   GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_c, n, t.s_c, t.mean_c, t.rstd_c, dh, ds));
   // dh is each block's input gradient, written by its query projection's backward (no zeroing pass).
+  const bool bf16_blocks = options.attention_blocks == AttentionBlockPrecision::kBf16;
   if (g.DoB(layer)) {
-    GEMTB_RETURN_IF_ERROR(AttnBwd(p.attn_b, SelfUse(j), t.b, ds, dh, dh, nullptr, /*dxq_fresh=*/true));
+    GEMTB_RETURN_IF_ERROR(bf16_blocks
+                              ? AttnBwdBf16(p.attn_b, SelfUse(j), t.b16, ds, dh, dh)
+                              : AttnBwd(p.attn_b, SelfUse(j), t.b, ds, dh, dh, nullptr, /*dxq_fresh=*/true));
     GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_b, n, t.s_b, t.mean_b, t.rstd_b, dh, ds));
   }
   if (g.DoA(layer)) {
-    GEMTB_RETURN_IF_ERROR(AttnBwd(p.attn_a, CrossUse(j), t.a, ds, dh, dx_sum, nullptr, /*dxq_fresh=*/true));
+    GEMTB_RETURN_IF_ERROR(bf16_blocks
+                              ? AttnBwdBf16(p.attn_a, CrossUse(j), t.a16, ds, dh, dx_sum)
+                              : AttnBwd(p.attn_a, CrossUse(j), t.a, ds, dh, dx_sum, nullptr, /*dxq_fresh=*/true));
     GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_a, n, t.s_a, t.mean_a, t.rstd_a, dh, ds));
   }
   return absl::OkStatus();
@@ -948,6 +1083,21 @@ absl::StatusOr<std::unique_ptr<GemModelGpu>> GemModelGpu::Create(const gemtb::mo
   if (dh != 16 && dh != 32 && dh != 64)
     return absl::UnimplementedError(
         absl::StrCat("heads: d ", g.d, " / heads ", g.heads, " = head dim ", dh, " (the GPU attention runs 16, 32, 64)"));
+  if (options.ffn == FfnPrecision::kBf16) {
+    if (absl::Status v = ValidateLinearShape(LinearShape{1, g.d, g.ffn}); !v.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("ffn bf16: d ", g.d, " and ffn ", g.ffn, ": ", v.message()));
+    }
+  }
+  if (options.attention_blocks == AttentionBlockPrecision::kBf16) {
+    // GDPA on bf16 tensors is the tensor-core kernels'; the fp32 kernels sum in the reference's order.
+    if (options.attention != AttentionPrecision::kBf16) {
+      return absl::InvalidArgumentError(absl::StrCat("attention blocks bf16: needs attention bf16 (attention is ",
+                                                     PrecisionName(options.attention), ")"));
+    }
+    if (absl::Status v = ValidateLinearShape(LinearShape{1, g.d, g.d}); !v.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("attention blocks bf16: d ", g.d, ": ", v.message()));
+    }
+  }
   if (placement != nullptr) {
     if (g.experts == 1 || placement->experts.empty())
       return absl::InvalidArgumentError(absl::StrCat("placement: ", placement->experts.size(), " experts placed, the model has ",
@@ -1022,10 +1172,7 @@ absl::StatusOr<std::unique_ptr<GemModelGpu>> GemModelGpu::Create(const gemtb::mo
   absl::StatusOr<std::unique_ptr<Fp32Matmul>> mm = Fp32Matmul::Create(options.matmul);
   if (!mm.ok()) return mm.status();
   impl->mm = *std::move(mm);
-  if (options.ffn == FfnPrecision::kBf16) {
-    if (absl::Status v = ValidateLinearShape(LinearShape{1, g.d, g.ffn}); !v.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("ffn bf16: d ", g.d, " and ffn ", g.ffn, ": ", v.message()));
-    }
+  if (options.ffn == FfnPrecision::kBf16 || options.attention_blocks == AttentionBlockPrecision::kBf16) {
     absl::StatusOr<std::unique_ptr<LinearMatmuls>> lin = LinearMatmuls::Create();
     if (!lin.ok()) return lin.status();
     impl->lin = *std::move(lin);

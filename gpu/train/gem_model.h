@@ -1,9 +1,10 @@
 // The GEM-like model of model/description/gem_geometry.h on one GPU: forward, loss and backward of
-// a whole batch, as reference/model/gem_model.cc defines it per sample. Activations, parameters and
-// gradients are fp32; every op other than the matmuls and attention is an fp32 kernel with
-// explicitly rounded operations. GemModelOptions chooses the matmuls' and attention's precision: by
-// default true fp32 (the trainer's check precision), or the tensor cores with operands rounded to
-// TF32 or bf16 and fp32 accumulation (the training precision). Every choice gives the same bytes on
+// a whole batch, as reference/model/gem_model.cc defines it per sample. Parameters and gradients are
+// fp32, as are activations by default; every op other than the matmuls and attention is a kernel
+// with explicitly rounded operations. GemModelOptions chooses the matmuls' and attention's precision:
+// by default true fp32 (the trainer's check precision), or the tensor cores with operands rounded to
+// TF32 or bf16 and fp32 accumulation (the training precision); and whether the sequence layers'
+// feed-forward and attention blocks keep their arrays in bf16. Every choice gives the same bytes on
 // every run.
 //
 // Layout: the batch's samples side by side. X, X_sum and the summaries S_sum_j are [B, tokens, d];

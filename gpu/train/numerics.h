@@ -17,7 +17,7 @@ enum class MatmulPrecision {
 };
 // (No bf16 choice for fp32 arrays: cuBLAS answers CUBLAS_COMPUTE_32F_FAST_16BF on the H200 with the
 // same TF32 kernels, and bf16 operands would need a converting pass over every array first. Arrays
-// kept in bf16 are FfnPrecision's.)
+// kept in bf16 are FfnPrecision's and AttentionBlockPrecision's.)
 
 // How the sequence layers' feed-forward block keeps its arrays. Its hidden arrays are 4d wide, the
 // widest of a sequence layer, so their bytes are a large share of the layer's.
@@ -26,6 +26,18 @@ enum class FfnPrecision {
   kBf16,  // the LayerNorm's output, the hidden arrays and their gradients in bf16, the weights rounded
           // to bf16, the matmuls on the tensor cores with fp32 accumulation (linear.h); the block's
           // output and its input gradient fp32
+};
+
+// How the sequence layers' two attention blocks (cross-attention to the summaries, windowed
+// self-attention) keep their arrays. Their projections' inputs and outputs (q, k, v, the normed q and
+// k, GDPA's output) are n x d arrays each, six of a block's; GDPA's tensor cores take bf16 operands
+// either way.
+enum class AttentionBlockPrecision {
+  kFp32,  // fp32 arrays, the projections in MatmulPrecision
+  kBf16,  // the LayerNorm's output, q, k, v, the normed q and k, GDPA's output and their gradients in
+          // bf16, the projections' weights and biases rounded to bf16 for the step, their products on
+          // the tensor cores with fp32 accumulation (linear.h); the block's output (the residual
+          // stream) and its input gradients fp32. Needs AttentionPrecision::kBf16.
 };
 
 // How GDPA's products are taken.
@@ -38,6 +50,7 @@ struct GemModelOptions {
   MatmulPrecision matmul = MatmulPrecision::kFp32;
   AttentionPrecision attention = AttentionPrecision::kFp32;
   FfnPrecision ffn = FfnPrecision::kFp32;
+  AttentionBlockPrecision attention_blocks = AttentionBlockPrecision::kFp32;
 };
 
 inline const char* PrecisionName(MatmulPrecision p) {
@@ -49,6 +62,9 @@ inline const char* PrecisionName(MatmulPrecision p) {
 }
 inline const char* PrecisionName(AttentionPrecision p) { return p == AttentionPrecision::kBf16 ? "bf16" : "fp32"; }
 inline const char* PrecisionName(FfnPrecision p) { return p == FfnPrecision::kBf16 ? "bf16" : "fp32"; }
+inline const char* PrecisionName(AttentionBlockPrecision p) {
+  return p == AttentionBlockPrecision::kBf16 ? "bf16" : "fp32";
+}
 
 // The inverses of PrecisionName; InvalidArgument naming `field` and the value otherwise.
 inline absl::StatusOr<MatmulPrecision> ParseMatmulPrecision(const std::string& field, const std::string& name) {
@@ -66,6 +82,14 @@ inline absl::StatusOr<AttentionPrecision> ParseAttentionPrecision(const std::str
 
 inline absl::StatusOr<FfnPrecision> ParseFfnPrecision(const std::string& field, const std::string& name) {
   for (const FfnPrecision p : {FfnPrecision::kFp32, FfnPrecision::kBf16}) {
+    if (name == PrecisionName(p)) return p;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(field, ": \"", name, "\" (want fp32 or bf16)"));
+}
+
+inline absl::StatusOr<AttentionBlockPrecision> ParseAttentionBlockPrecision(const std::string& field,
+                                                                            const std::string& name) {
+  for (const AttentionBlockPrecision p : {AttentionBlockPrecision::kFp32, AttentionBlockPrecision::kBf16}) {
     if (name == PrecisionName(p)) return p;
   }
   return absl::InvalidArgumentError(absl::StrCat(field, ": \"", name, "\" (want fp32 or bf16)"));

@@ -46,6 +46,13 @@ TEST(GemModelGpuTest, RejectsBadInputsBeforeTheDevice) {
   absl::StatusOr<std::unique_ptr<GemModelGpu>> m = GemModelGpu::Create(odd);
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("heads"), std::string::npos) << m.status();
+  // bf16 attention blocks need GDPA's tensor cores (the fp32 kernels take fp32 tensors).
+  GemModelOptions blocks;
+  blocks.attention_blocks = AttentionBlockPrecision::kBf16;
+  m = GemModelGpu::Create(*config, blocks);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("attention blocks bf16: needs attention bf16"), std::string::npos) << m.status();
 }
 
 // What one precision must hold to: the arrays' rel-L2 and the loss's bound.
@@ -142,8 +149,10 @@ void ExpectMatchesTheOracle(int batch, const GemModelOptions& numerics = {}, con
     if (!(e <= bounds.grads) && shown++ < 20) ADD_FAILURE() << "gradient of " << p.name << ": rel-L2 " << e;
     if (e > worst) worst = e, worst_name = p.name;
   }
-  std::printf("matmul %s, attention %s, ffn %s, batch %d: logits rel-L2 %.3g, worst gradient rel-L2 %.3g (%s)\n",
-              PrecisionName(numerics.matmul), PrecisionName(numerics.attention), PrecisionName(numerics.ffn), batch,
+  std::printf("matmul %s, attention %s, ffn %s, attention blocks %s, batch %d: logits rel-L2 %.3g, worst gradient "
+              "rel-L2 %.3g (%s)\n",
+              PrecisionName(numerics.matmul), PrecisionName(numerics.attention), PrecisionName(numerics.ffn),
+              PrecisionName(numerics.attention_blocks), batch,
               RelL2(logits, want.logits.data(), logits.size()), worst, worst_name.c_str());
   std::vector<float> want_pooled;
   for (int b = 0; b < B; ++b) want_pooled.insert(want_pooled.end(), want.input_grads[b].pooled.begin(), want.input_grads[b].pooled.end());
@@ -199,6 +208,21 @@ TEST(GemModelGpuTest, Bf16FeedForwardStaysWithinTheBf16Bounds) {
   const GemModelOptions bf16_ffn{MatmulPrecision::kTf32, AttentionPrecision::kBf16, FfnPrecision::kBf16};
   ExpectMatchesTheOracle(12, bf16_ffn, kBf16Bounds);
   ExpectMatchesTheOracle(400, bf16_ffn, kBf16Bounds);
+}
+
+// The attention blocks in bf16 (q, k, v, the normed q and k, GDPA's output, their gradients and the
+// projections' weights rounded to bf16, the products accumulated in fp32), alone and with the bf16
+// feed-forward block, within the same bounds; with two Wukong experts too.
+TEST(GemModelGpuTest, Bf16AttentionBlocksStayWithinTheBf16Bounds) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  GemModelOptions blocks{MatmulPrecision::kTf32, AttentionPrecision::kBf16};
+  blocks.attention_blocks = AttentionBlockPrecision::kBf16;
+  ExpectMatchesTheOracle(12, blocks, kBf16Bounds);
+  ExpectMatchesTheOracle(400, blocks, kBf16Bounds);
+  GemModelOptions both = blocks;
+  both.ffn = FfnPrecision::kBf16;
+  ExpectMatchesTheOracle(400, both, kBf16Bounds);
+  ExpectMatchesTheOracle(12, both, kBf16Bounds, 2);
 }
 
 }  // namespace

@@ -259,7 +259,10 @@ def bench_layers_bad_input(d):
                        (["--warmup", "-1"], "--warmup: -1"), (["--config", "nope"], "--config"),
                        (["--peak-tflops", "0"], "--peak-tflops: 0"), (["--hbm-tbps", "nan"], "--hbm-tbps: nan"),
                        (["--seed", "-1"], "--seed: -1"), (["--matmul", "x"], '--matmul: "x"'),
-                       (["--ffn", "fp16"], '--ffn: "fp16"')):
+                       (["--ffn", "fp16"], '--ffn: "fp16"'),
+                       (["--attention-blocks", "fp8"], '--attention-blocks: "fp8"'),
+                       (["--attention", "fp32", "--attention-blocks", "bf16"],
+                        "--attention-blocks bf16: needs --attention bf16")):
         p = run(["bench", "layers", "--out-dir", out] + bad, expect=2)
         assert p.stderr.startswith("gemtb bench layers: error: ") and words in p.stderr, (bad, p.stderr)
         assert not os.path.exists(out), bad

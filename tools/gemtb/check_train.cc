@@ -150,9 +150,9 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   FlagSet flags("gemtb check train --config tiny --steps K [--ne-steps N] [--batch B] [--compare-every C]",
                 "Checks the GPU trainer against the CPU oracle's trainer on the same init and batches.\n"
                 "Injected, for steps 1..K: the GPU trainer starts each step from the oracle's state; its\n"
-                "loss must be within the fp32 bound 1e-6 + 1e-5|oracle| (with --matmul tf32, --attention or --ffn\n"
-                "bf16, the bf16 bound 1e-3 + 1e-2|oracle|), each named parameter's gradient\n"
-                "and the embedding outputs' gradients within --grad-bound (relative L2); then, given the\n"
+                "loss must be within the fp32 bound 1e-6 + 1e-5|oracle| (with --matmul tf32, or --attention,\n"
+                "--ffn or --attention-blocks bf16, the bf16 bound 1e-3 + 1e-2|oracle|), each named parameter's\n"
+                "gradient and the embedding outputs' gradients within --grad-bound (relative L2); then, given the\n"
                 "oracle's gradients, its optimizers must produce the oracle's parameters, Adam moments,\n"
                 "tables and Adagrad states bit for bit. Free-running: a GPU trainer trains on its own\n"
                 "beside the oracle; its loss must be within that bound for steps 1..K, and every C\n"
@@ -188,7 +188,8 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
   GEMTB_ASSIGN_OR_RETURN(numerics, numerics_flags.Resolve());
   const bool fp32 = numerics.matmul == gpu::train::MatmulPrecision::kFp32 &&
                     numerics.attention == gpu::train::AttentionPrecision::kFp32 &&
-                    numerics.ffn == gpu::train::FfnPrecision::kFp32;
+                    numerics.ffn == gpu::train::FfnPrecision::kFp32 &&
+                    numerics.attention_blocks == gpu::train::AttentionBlockPrecision::kFp32;
   const LossBound loss_bound = fp32 ? LossBound{} : kBf16LossBound;
   const double param_bound = param_flag.value_or(fp32 ? 1e-3 : 1e-2);
   const double grad_bound = grad_flag.value_or(fp32 ? 1e-4 : 5e-2);
@@ -316,10 +317,11 @@ absl::Status Run(const std::vector<std::string>& args, bool* all_pass) {
 
   std::cout << absl::StrFormat(
       "check train: %s, %d samples per step, pipeline %s; steps 1..%d %s, free-running on to %d; "
-      "oracle (CPU fp32) vs GPU trainer (matmul %s, attention %s, ffn %s; loss bound %g + %g |oracle|)\n",
+      "oracle (CPU fp32) vs GPU trainer (matmul %s, attention %s, ffn %s, attention blocks %s; loss bound %g + "
+      "%g |oracle|)\n",
       config->name, batch, pipeline_name, steps, inject ? "injected and free-running" : "free-running", ne_steps,
-      gpu::train::PrecisionName(numerics.matmul),
-      gpu::train::PrecisionName(numerics.attention), gpu::train::PrecisionName(numerics.ffn), loss_bound.abs,
+      gpu::train::PrecisionName(numerics.matmul), gpu::train::PrecisionName(numerics.attention),
+      gpu::train::PrecisionName(numerics.ffn), gpu::train::PrecisionName(numerics.attention_blocks), loss_bound.abs,
       loss_bound.rel);
   for (int64_t s = 1; s <= ne_steps; ++s) {
     const bool checked = s <= steps;

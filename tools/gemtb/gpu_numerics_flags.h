@@ -1,12 +1,13 @@
 // The GPU model's precision flags, shared by `gemtb train`, `gemtb bench layers` and
-// `gemtb check train`: --matmul fp32|tf32, --attention fp32|bf16 and --ffn fp32|bf16
-// (gpu/train/numerics.h).
+// `gemtb check train`: --matmul fp32|tf32, --attention fp32|bf16, --ffn fp32|bf16 and
+// --attention-blocks fp32|bf16 (gpu/train/numerics.h).
 #ifndef GEMTB_TOOLS_GEMTB_GPU_NUMERICS_FLAGS_H_
 #define GEMTB_TOOLS_GEMTB_GPU_NUMERICS_FLAGS_H_
 
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "gpu/train/numerics.h"
 #include "nlohmann/json.hpp"
 #include "tools/gemtb/flags.h"
@@ -14,7 +15,8 @@
 namespace gemtb::cli {
 
 struct NumericsFlags {
-  std::string matmul, attention, ffn;  // as given; the defaults are the command's (--ffn: fp32)
+  // As given; the defaults are the command's (--ffn and --attention-blocks: fp32).
+  std::string matmul, attention, ffn, attention_blocks;
 
   // Registers both flags and what each means when absent.
   void Register(FlagSet& flags, const std::string& matmul_default, const std::string& attention_default) {
@@ -29,6 +31,9 @@ struct NumericsFlags {
     flags.String("ffn", &ffn,
                  "the sequence layers' feed-forward arrays: fp32 | bf16 (bf16 hidden arrays and gradients, bf16 "
                  "matmuls with fp32 accumulation) (default fp32)");
+    flags.String("attention-blocks", &attention_blocks,
+                 "the sequence layers' attention blocks' arrays: fp32 | bf16 (bf16 q, k, v, GDPA output and "
+                 "gradients, bf16 projections with fp32 accumulation; needs --attention bf16) (default fp32)");
   }
   // InvalidArgument naming the flag and value.
   absl::StatusOr<gpu::train::GemModelOptions> Resolve() const {
@@ -41,9 +46,17 @@ struct NumericsFlags {
     if (!a.ok()) return a.status();
     absl::StatusOr<gpu::train::FfnPrecision> f = gpu::train::ParseFfnPrecision("--ffn", ffn.empty() ? "fp32" : ffn);
     if (!f.ok()) return f.status();
+    absl::StatusOr<gpu::train::AttentionBlockPrecision> b = gpu::train::ParseAttentionBlockPrecision(
+        "--attention-blocks", attention_blocks.empty() ? "fp32" : attention_blocks);
+    if (!b.ok()) return b.status();
+    if (*b == gpu::train::AttentionBlockPrecision::kBf16 && *a != gpu::train::AttentionPrecision::kBf16) {
+      return absl::InvalidArgumentError(absl::StrCat("--attention-blocks bf16: needs --attention bf16 (it is ",
+                                                     gpu::train::PrecisionName(*a), ")"));
+    }
     o.matmul = *m;
     o.attention = *a;
     o.ffn = *f;
+    o.attention_blocks = *b;
     return o;
   }
 
@@ -51,11 +64,12 @@ struct NumericsFlags {
   std::string matmul_default_ = "fp32", attention_default_ = "fp32";
 };
 
-// {"matmul": "...", "attention": "...", "ffn": "..."} for reports.
+// {"matmul": "...", "attention": "...", "ffn": "...", "attention_blocks": "..."} for reports.
 inline nlohmann::json NumericsJson(const gpu::train::GemModelOptions& o) {
   return {{"matmul", gpu::train::PrecisionName(o.matmul)},
           {"attention", gpu::train::PrecisionName(o.attention)},
-          {"ffn", gpu::train::PrecisionName(o.ffn)}};
+          {"ffn", gpu::train::PrecisionName(o.ffn)},
+          {"attention_blocks", gpu::train::PrecisionName(o.attention_blocks)}};
 }
 
 }  // namespace gemtb::cli

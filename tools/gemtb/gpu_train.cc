@@ -487,7 +487,8 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
                           : std::string("one GPU"))
               << " (matmul " << gpu::train::PrecisionName(job.numerics.matmul) << ", attention "
               << gpu::train::PrecisionName(job.numerics.attention) << ", ffn "
-              << gpu::train::PrecisionName(job.numerics.ffn) << ")" << std::endl;
+              << gpu::train::PrecisionName(job.numerics.ffn) << ", attention blocks "
+              << gpu::train::PrecisionName(job.numerics.attention_blocks) << ")" << std::endl;
     auto save = [&]() -> absl::Status {
       if (f.checkpoint.empty()) return absl::OkStatus();
       if (several) {
