@@ -149,9 +149,19 @@ struct AttnTape {
   float *q, *k, *v, *q_inv, *k_inv, *qr, *kr, *o;
 };
 
+// An attention block in bf16 (AttentionBlockPrecision::kBf16): the projections' inputs, the weights
+// rounded for the step, and the block's bf16 arrays; the inverse RMS of the QK-norm fp32. The PMA's
+// has no xq, wq, q: its qr is the seeds' normed queries broadcast.
+struct AttnTape16 {
+  const __nv_bfloat16 *xq = nullptr, *xkv = nullptr;
+  __nv_bfloat16 *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr, *q = nullptr, *k = nullptr, *v = nullptr,
+                *qr = nullptr, *kr = nullptr, *o = nullptr;
+  float *q_inv = nullptr, *k_inv = nullptr;
+};
 struct CrossSeqTape {
   float *pma_q, *pma_q_inv, *pma_qn;  // the seeds' projection [k_p, d], before broadcast
   AttnTape pma;                        // xq unused; qr is the broadcast [B k_p, d]
+  AttnTape16 pma16;                    // AttentionBlockPrecision::kBf16: in place of pma
   float *pma_out, *cat, *cat_a, *sig, *s_sum;
   const float* s_in = nullptr;
   int32_t* cat_index;  // [B n_sum]: the S_j row each summary row copies (CLS, REC), -1 otherwise
@@ -167,13 +177,6 @@ struct WukongTape {
   // u1 and g1 hold the rank's experts' hidden units side by side, expert by expert.
   const float* h1_all = nullptr;
   int64_t rows_all = 0;
-};
-// An attention block in bf16 (AttentionBlockPrecision::kBf16): the projections' inputs, the weights
-// rounded for the step, and the block's bf16 arrays; the inverse RMS of the QK-norm fp32.
-struct AttnTape16 {
-  const __nv_bfloat16 *xq = nullptr, *xkv = nullptr;
-  __nv_bfloat16 *wq, *wk, *wv, *wo, *q, *k, *v, *qr, *kr, *o;
-  float *q_inv, *k_inv;
 };
 struct SeqTape {
   const float *s_a, *s_b, *s_c;  // S_j entering (a), (b), (c)
@@ -258,7 +261,7 @@ struct GemModelGpu::Impl {
   absl::Status AttnFwdBf16(const AttnP& p, const AttnUse& u, const __nv_bfloat16* xq, const __nv_bfloat16* xkv,
                            AttnTape16& t, float* y, const float* residual);
   absl::Status AttnBwdBf16(const AttnP& p, const AttnUse& u, const AttnTape16& t, const float* dy, float* dxq,
-                           float* dxkv);
+                           float* dxkv, __nv_bfloat16** dqr_out = nullptr);
 
   // y[n, out] = x[n, in] W + b (+ residual), x and y with row strides ldx, ldy; residual (null: none)
   // [n, out] with row stride ldy. In the training precision (TF32), one cuBLASLt product with the bias
@@ -580,7 +583,17 @@ absl::Status GemModelGpu::Impl::CrossFwd(const CrossP& p, CrossTape& t, const fl
     GEMTB_ASSIGN_OR_RETURN(c.pma.qr, mem->Floats(u.nq * d));
     GEMTB_RETURN_IF_ERROR(GatherRows(c.pma_qn, seed_index, u.nq, d, c.pma.qr, false, st));
     GEMTB_ASSIGN_OR_RETURN(c.pma_out, mem->Floats(u.nq * d));
-    GEMTB_RETURN_IF_ERROR(AttnFwd(p.pma[j], u, nullptr, s[j], c.pma, c.pma_out, nullptr));
+    if (options.attention_blocks == AttentionBlockPrecision::kBf16) {
+      // The broadcast queries (B k_p rows) and the keys' side S_j rounded to bf16 for the block.
+      __nv_bfloat16* s16;
+      GEMTB_ASSIGN_OR_RETURN(c.pma16.qr, Bf16s(u.nq * d));
+      GEMTB_RETURN_IF_ERROR(ToBf16(c.pma.qr, u.nq * d, c.pma16.qr, st));
+      GEMTB_ASSIGN_OR_RETURN(s16, Bf16s(u.nk * d));
+      GEMTB_RETURN_IF_ERROR(ToBf16(s[j], u.nk * d, s16, st));
+      GEMTB_RETURN_IF_ERROR(AttnFwdBf16(p.pma[j], u, nullptr, s16, c.pma16, c.pma_out, nullptr));
+    } else {
+      GEMTB_RETURN_IF_ERROR(AttnFwd(p.pma[j], u, nullptr, s[j], c.pma, c.pma_out, nullptr));
+    }
     // S_sum_j = Gate([CLS_j || PMA_j || REC_j]).
     const int64_t ncat = B * n_sum * d;
     GEMTB_ASSIGN_OR_RETURN(c.cat, mem->Floats(ncat));
@@ -617,11 +630,17 @@ absl::Status GemModelGpu::Impl::CrossBwd(const CrossP& p, const CrossTape& t, fl
     GEMTB_ASSIGN_OR_RETURN(d_pma, mem->Floats(u.nq * d));
     GEMTB_RETURN_IF_ERROR(Copy2D(dcat + int64_t{n_s} * d, int64_t{n_sum} * d, d_pma, int64_t{k_p} * d, B,
                                  int64_t{k_p} * d, st));
-    GEMTB_RETURN_IF_ERROR(AttnBwd(p.pma[j], u, c.pma, d_pma, nullptr, ds[j], &dqr));
     // The broadcast queries' gradient summed over samples, then the seeds' norm and projection.
     GEMTB_ASSIGN_OR_RETURN(dq_sum, mem->Floats(int64_t{k_p} * d));
     GEMTB_ASSIGN_OR_RETURN(dq, mem->Floats(int64_t{k_p} * d));
-    GEMTB_RETURN_IF_ERROR(ColumnSums(dqr, B, int64_t{k_p} * d, int64_t{k_p} * d, dq_sum, false, st));
+    if (options.attention_blocks == AttentionBlockPrecision::kBf16) {
+      __nv_bfloat16* dqr16 = nullptr;
+      GEMTB_RETURN_IF_ERROR(AttnBwdBf16(p.pma[j], u, c.pma16, d_pma, nullptr, ds[j], &dqr16));
+      GEMTB_RETURN_IF_ERROR(ColumnSums(dqr16, B, int64_t{k_p} * d, int64_t{k_p} * d, dq_sum, false, st));
+    } else {
+      GEMTB_RETURN_IF_ERROR(AttnBwd(p.pma[j], u, c.pma, d_pma, nullptr, ds[j], &dqr));
+      GEMTB_RETURN_IF_ERROR(ColumnSums(dqr, B, int64_t{k_p} * d, int64_t{k_p} * d, dq_sum, false, st));
+    }
     GEMTB_RETURN_IF_ERROR(
         HeadRmsNormBackward<float>(HeadRowsShape{int64_t{k_p} * H, dh}, c.pma_q, c.pma_q_inv, dq_sum, dq, st));
     GEMTB_RETURN_IF_ERROR(LinearBwd(p.pma[j].wq, k_p, W(p.seeds[j]), d, dq, d, G(p.seeds[j]), d, true));
@@ -945,25 +964,29 @@ absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTa
 // An attention block in bf16 (AttentionBlockPrecision::kBf16), the same ops as AttnFwd: the three
 // projections from bf16 inputs write bf16 q, k, v (bias in the epilogue), the QK-norm (with RoPE)
 // writes the normed q and k in bf16, GDPA's tensor cores read and write bf16, and the output
-// projection writes the fp32 residual stream, its bias and the residual in the epilogue.
+// projection writes fp32 (the residual stream, with the residual in the epilogue, or the PMA's
+// output), its bias in the epilogue. xq null: the queries are t.qr, set by the caller (the PMA's
+// seeds, projected, normed and broadcast).
 absl::Status GemModelGpu::Impl::AttnFwdBf16(const AttnP& p, const AttnUse& u, const __nv_bfloat16* xq,
                                             const __nv_bfloat16* xkv, AttnTape16& t, float* y,
                                             const float* residual) {
   const int d = g.d, H = g.heads, dh = g.dh();
   t.xq = xq;
   t.xkv = xkv;
-  GEMTB_ASSIGN_OR_RETURN(t.wq, Bf16Param(p.wq.w));
   GEMTB_ASSIGN_OR_RETURN(t.wk, Bf16Param(p.wk.w));
   GEMTB_ASSIGN_OR_RETURN(t.wv, Bf16Param(p.wv.w));
   GEMTB_ASSIGN_OR_RETURN(t.wo, Bf16Param(p.wo.w));
-  __nv_bfloat16 *bq, *bk, *bv;
-  GEMTB_ASSIGN_OR_RETURN(bq, Bf16Param(p.wq.b));
+  __nv_bfloat16 *bq = nullptr, *bk, *bv;
   GEMTB_ASSIGN_OR_RETURN(bk, Bf16Param(p.wk.b));
   GEMTB_ASSIGN_OR_RETURN(bv, Bf16Param(p.wv.b));
-  GEMTB_ASSIGN_OR_RETURN(t.q, Bf16s(u.nq * d));
-  GEMTB_ASSIGN_OR_RETURN(t.qr, Bf16s(u.nq * d));
+  if (xq) {
+    GEMTB_ASSIGN_OR_RETURN(t.wq, Bf16Param(p.wq.w));
+    GEMTB_ASSIGN_OR_RETURN(bq, Bf16Param(p.wq.b));
+    GEMTB_ASSIGN_OR_RETURN(t.q, Bf16s(u.nq * d));
+    GEMTB_ASSIGN_OR_RETURN(t.qr, Bf16s(u.nq * d));
+    GEMTB_ASSIGN_OR_RETURN(t.q_inv, mem->Floats(u.nq * H));
+  }
   GEMTB_ASSIGN_OR_RETURN(t.o, Bf16s(u.nq * d));
-  GEMTB_ASSIGN_OR_RETURN(t.q_inv, mem->Floats(u.nq * H));
   GEMTB_ASSIGN_OR_RETURN(t.k, Bf16s(u.nk * d));
   GEMTB_ASSIGN_OR_RETURN(t.kr, Bf16s(u.nk * d));
   GEMTB_ASSIGN_OR_RETURN(t.v, Bf16s(u.nk * d));
@@ -977,22 +1000,25 @@ absl::Status GemModelGpu::Impl::AttnFwdBf16(const AttnP& p, const AttnUse& u, co
                                                                      t.k_inv, st));
   }
   if (u.nq == 0) return absl::OkStatus();
-  GEMTB_RETURN_IF_ERROR(lin->Forward(qs, xq, t.wq, bq, t.q, st));
-  GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeForward(QRows(u), t.q, t.qr, t.q_inv, st)
-                               : HeadRmsNormForward<__nv_bfloat16>(HeadRowsShape{u.nq * H, dh}, t.q, t.qr, t.q_inv,
-                                                                   st));
+  if (xq) {
+    GEMTB_RETURN_IF_ERROR(lin->Forward(qs, xq, t.wq, bq, t.q, st));
+    GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeForward(QRows(u), t.q, t.qr, t.q_inv, st)
+                                 : HeadRmsNormForward<__nv_bfloat16>(HeadRowsShape{u.nq * H, dh}, t.q, t.qr, t.q_inv,
+                                                                     st));
+  }
   GEMTB_RETURN_IF_ERROR(GdpaForwardTensorCore(Batch(u), t.qr, t.kr, t.v, t.o, st));
   const float* bo;
   GEMTB_ASSIGN_OR_RETURN(bo, AlignedBias(p.wo.b));
   return lin->ForwardToFp32(qs, t.o, t.wo, bo, residual, y, st);
 }
 
-// Its backward: the residual stream's gradient dy rounded to bf16 feeds the output projection's
-// products (its bias gradient sums dy itself, in fp32); GDPA and the QK-norm's backward in bf16; the
-// projections' input gradients in fp32, dxq written (the first term of the block's input gradient)
-// and then dxkv added to (dxkv may be dxq: self-attention).
+// Its backward: the output's gradient dy rounded to bf16 feeds the output projection's products (its
+// bias gradient sums dy itself, in fp32); GDPA and the QK-norm's backward in bf16; the projections'
+// input gradients in fp32, dxq written (the first term of the block's input gradient) and then dxkv
+// added to (dxkv may be dxq: self-attention). Without xq (the PMA) *dqr_out gets the gradient of the
+// broadcast queries instead (bf16, [nq, d]).
 absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, const AttnTape16& t, const float* dy,
-                                            float* dxq, float* dxkv) {
+                                            float* dxq, float* dxkv, __nv_bfloat16** dqr_out) {
   const int d = g.d, H = g.heads, dh = g.dh();
   const LinearShape qs{u.nq, d, d}, ks{u.nk, d, d};
   __nv_bfloat16 *dy16, *d_o, *dqr, *dq, *dkr, *dk, *dv;
@@ -1010,7 +1036,9 @@ absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, co
     GEMTB_RETURN_IF_ERROR(ColumnSums(dy, u.nq, d, d, G(p.wo.b), true, st));
   }
   GEMTB_RETURN_IF_ERROR(GdpaBackwardTensorCore(Batch(u), t.qr, t.kr, t.v, d_o, dqr, dkr, dv, st));
-  if (u.nq > 0) {
+  if (!t.xq) {
+    *dqr_out = dqr;  // the PMA's seeds: the caller sums the broadcast rows' gradient
+  } else if (u.nq > 0) {
     GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeBackward(QRows(u), t.q, t.q_inv, dqr, dq, st)
                                  : HeadRmsNormBackward<__nv_bfloat16>(HeadRowsShape{u.nq * H, dh}, t.q, t.q_inv, dqr,
                                                                       dq, st));

@@ -28,16 +28,18 @@ enum class FfnPrecision {
           // output and its input gradient fp32
 };
 
-// How the sequence layers' two attention blocks (cross-attention to the summaries, windowed
-// self-attention) keep their arrays. Their projections' inputs and outputs (q, k, v, the normed q and
-// k, GDPA's output) are n x d arrays each, six of a block's; GDPA's tensor cores take bf16 operands
+// How the attention blocks over the sequences' rows keep their arrays: the sequence layers' two
+// (cross-attention to the summaries, windowed self-attention) and the summaries' PMA. Their
+// projections' inputs and outputs (q, k, v, the normed q and k, GDPA's output) are arrays of the
+// sequences' n rows (the PMA's q and output of B k_p rows); GDPA's tensor cores take bf16 operands
 // either way.
 enum class AttentionBlockPrecision {
   kFp32,  // fp32 arrays, the projections in MatmulPrecision
-  kBf16,  // the LayerNorm's output, q, k, v, the normed q and k, GDPA's output and their gradients in
+  kBf16,  // the projections' inputs (the LayerNorm's output, or S_j and the seeds' broadcast queries
+          // rounded for the PMA), q, k, v, the normed q and k, GDPA's output and their gradients in
           // bf16, the projections' weights and biases rounded to bf16 for the step, their products on
           // the tensor cores with fp32 accumulation (linear.h); the block's output (the residual
-          // stream) and its input gradients fp32. Needs AttentionPrecision::kBf16.
+          // stream, or the PMA's output) and its input gradients fp32. Needs AttentionPrecision::kBf16.
 };
 
 // How GDPA's products are taken.

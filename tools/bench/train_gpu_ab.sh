@@ -9,7 +9,8 @@
 #     && git archive --format=tar.gz -o .deb/variants/b_new.tgz HEAD
 # (`git stash create` gives a commit of uncommitted work to archive). A file .deb/variants/NAME.flags
 # holds further `gemtb train` flags of that variant (e.g. "--ffn bf16", to time a precision choice
-# of one tree against the same tree's default). Then
+# of one tree against the same tree's default). A variant of flags alone runs another variant's build:
+# .deb/variants/NAME.base names that variant (its .tgz), NAME.flags its flags, and no NAME.tgz. Then
 # run(command: "bash tools/bench/train_gpu_ab.sh", carry: [".deb"]).
 # Environment: BATCHES (local batches, default "256 1024"), TURNS (default 2), STEPS per run (default
 # 20), TESTS (test targets built and run for every variant, default none), KERNELS (a local batch:
@@ -32,12 +33,29 @@ tests=${TESTS:-}
 kernels=${KERNELS:-}
 kernel_regex=${KERNEL_REGEX:-.}
 shopt -s nullglob
-variants=()
-for tgz in .deb/variants/*.tgz; do variants+=("$(basename "$tgz" .tgz)"); done
-if [ ${#variants[@]} -eq 0 ]; then
+variants=()  # every variant timed
+builds=()    # the variants with a tree of their own (.tgz)
+declare -A tree  # variant -> the variant whose build it runs
+for tgz in .deb/variants/*.tgz; do
+  v=$(basename "$tgz" .tgz)
+  variants+=("$v") builds+=("$v")
+  tree[$v]=$v
+done
+if [ ${#builds[@]} -eq 0 ]; then
   echo "train_gpu_ab: .deb/variants/ holds no .tgz" | tee -a "$out/ab_summary.txt"
   exit 2
 fi
+for base in .deb/variants/*.base; do
+  v=$(basename "$base" .base)
+  [ -f ".deb/variants/$v.tgz" ] && continue
+  b=$(cat "$base")
+  if [ ! -f ".deb/variants/$b.tgz" ]; then
+    echo "train_gpu_ab: $v.base names $b, which has no .tgz" | tee -a "$out/ab_summary.txt"
+    exit 2
+  fi
+  variants+=("$v")
+  tree[$v]=$b
+done
 start=$SECONDS
 build_one() {  # NAME: unpack and build gemtb (and the TESTS)
   local name=$1 src=$scratch/ab-src-$1 build=$scratch/ab-build-$1
@@ -47,12 +65,12 @@ build_one() {  # NAME: unpack and build gemtb (and the TESTS)
     cmake --build "$build" --target gemtb $tests >>"$out/build_$name.log" 2>&1
 }
 pids=()
-for v in "${variants[@]}"; do build_one "$v" & pids+=($!); done
+for v in "${builds[@]}"; do build_one "$v" & pids+=($!); done
 failed=0
 for i in "${!pids[@]}"; do
   if ! wait "${pids[$i]}"; then
-    echo "train_gpu_ab: the build of ${variants[$i]} failed (build_${variants[$i]}.log)" | tee -a "$out/ab_summary.txt"
-    tail -20 "$out/build_${variants[$i]}.log"
+    echo "train_gpu_ab: the build of ${builds[$i]} failed (build_${builds[$i]}.log)" | tee -a "$out/ab_summary.txt"
+    tail -20 "$out/build_${builds[$i]}.log"
     failed=1
   fi
 done
@@ -65,7 +83,7 @@ declare -A vflags
 for v in "${variants[@]}"; do
   vflags[$v]=$(cat ".deb/variants/$v.flags" 2>/dev/null || true)
 done
-for v in "${variants[@]}"; do
+for v in "${builds[@]}"; do
   for t in $tests; do
     "$scratch/ab-build-$v/bin/$t" >>"$out/tests_$v.log" 2>&1 || rc=1
   done
@@ -74,7 +92,7 @@ done
 if [ -n "$kernels" ]; then
   for v in "${variants[@]}"; do
     ncu --metrics gpu__time_duration.sum --csv --print-units base --clock-control none -k "regex:$kernel_regex" \
-      "$scratch/ab-build-$v/bin/gemtb" train --config small --local-batch "$kernels" --steps 1 --eval-samples 0 \
+      "$scratch/ab-build-${tree[$v]}/bin/gemtb" train --config small --local-batch "$kernels" --steps 1 --eval-samples 0 \
       --log-every-s 1000 ${vflags[$v]} >"$out/kernels_$v.csv" 2>"$out/kernels_$v.log" || rc=1
     /usr/bin/python3 tools/lib/ncu_kernel_table.py "$out/kernels_$v.csv" 12 "$v: " | tee -a "$out/ab_summary.txt"
   done
@@ -83,7 +101,7 @@ for turn in $(seq "$turns"); do
   for b in $batches; do
     for v in "${variants[@]}"; do
       report=$out/train_${v}_b${b}_t$turn.json
-      "$scratch/ab-build-$v/bin/gemtb" train --config small --local-batch "$b" --steps "$steps" --eval-samples 0 \
+      "$scratch/ab-build-${tree[$v]}/bin/gemtb" train --config small --local-batch "$b" --steps "$steps" --eval-samples 0 \
         --log-every-s 1000 --report "$report" ${vflags[$v]} >"$out/train_${v}_b${b}_t$turn.log" 2>&1 || rc=1
       /usr/bin/python3 -c "
 import json, sys

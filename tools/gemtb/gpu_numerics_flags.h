@@ -32,8 +32,9 @@ struct NumericsFlags {
                  "the sequence layers' feed-forward arrays: fp32 | bf16 (bf16 hidden arrays and gradients, bf16 "
                  "matmuls with fp32 accumulation) (default fp32)");
     flags.String("attention-blocks", &attention_blocks,
-                 "the sequence layers' attention blocks' arrays: fp32 | bf16 (bf16 q, k, v, GDPA output and "
-                 "gradients, bf16 projections with fp32 accumulation; needs --attention bf16) (default fp32)");
+                 "the attention blocks' arrays (the sequence layers' cross and self attention, the PMA): fp32 | "
+                 "bf16 (bf16 q, k, v, GDPA output and gradients, bf16 projections with fp32 accumulation; needs "
+                 "--attention bf16) (default fp32)");
   }
   // InvalidArgument naming the flag and value.
   absl::StatusOr<gpu::train::GemModelOptions> Resolve() const {
