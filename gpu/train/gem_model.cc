@@ -258,6 +258,14 @@ struct GemModelGpu::Impl {
   }
   absl::Status FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out);
   absl::Status FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh);
+  // One bf16 projection's backward: dW += x^T dy, db += the column sums of dy, and its input gradient
+  // dx = dy W^T (+ add) in fp32 (w16: the weight rounded for the step).
+  absl::Status ProjectionBwdBf16(const LinearP& p, const LinearShape& s, const __nv_bfloat16* x,
+                                 const __nv_bfloat16* dy, const __nv_bfloat16* w16, const float* add, float* dx) {
+    GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(s, x, dy, G(p.w), nullptr, st));
+    GEMTB_RETURN_IF_ERROR(ColumnSums(dy, s.n, s.out, s.out, G(p.b), true, st));
+    return lin->BackwardInputToFp32(s, dy, w16, add, dx, st);
+  }
   absl::Status AttnFwdBf16(const AttnP& p, const AttnUse& u, const __nv_bfloat16* xq, const __nv_bfloat16* xkv,
                            AttnTape16& t, float* y, const float* residual);
   absl::Status AttnBwdBf16(const AttnP& p, const AttnUse& u, const AttnTape16& t, const float* dy, float* dxq,
@@ -1042,20 +1050,14 @@ absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, co
     GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeBackward(QRows(u), t.q, t.q_inv, dqr, dq, st)
                                  : HeadRmsNormBackward<__nv_bfloat16>(HeadRowsShape{u.nq * H, dh}, t.q, t.q_inv, dqr,
                                                                       dq, st));
-    GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(qs, t.xq, dq, G(p.wq.w), nullptr, st));
-    GEMTB_RETURN_IF_ERROR(ColumnSums(dq, u.nq, d, d, G(p.wq.b), true, st));
-    GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(qs, dq, t.wq, nullptr, dxq, st));
+    GEMTB_RETURN_IF_ERROR(ProjectionBwdBf16(p.wq, qs, t.xq, dq, t.wq, nullptr, dxq));
   }
   if (u.nk == 0) return absl::OkStatus();
   GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeBackward(KRows(u), t.k, t.k_inv, dkr, dk, st)
                                : HeadRmsNormBackward<__nv_bfloat16>(HeadRowsShape{u.nk * H, dh}, t.k, t.k_inv, dkr,
                                                                     dk, st));
-  GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(ks, t.xkv, dk, G(p.wk.w), nullptr, st));
-  GEMTB_RETURN_IF_ERROR(ColumnSums(dk, u.nk, d, d, G(p.wk.b), true, st));
-  GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(ks, dk, t.wk, dxkv, dxkv, st));
-  GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(ks, t.xkv, dv, G(p.wv.w), nullptr, st));
-  GEMTB_RETURN_IF_ERROR(ColumnSums(dv, u.nk, d, d, G(p.wv.b), true, st));
-  return lin->BackwardInputToFp32(ks, dv, t.wv, dxkv, dxkv, st);
+  GEMTB_RETURN_IF_ERROR(ProjectionBwdBf16(p.wk, ks, t.xkv, dk, t.wk, dxkv, dxkv));
+  return ProjectionBwdBf16(p.wv, ks, t.xkv, dv, t.wv, dxkv, dxkv);
 }
 
 absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const SeqTape& t, float* ds, float* dx_sum) {

@@ -6,6 +6,7 @@
 #define GEMTB_TESTS_GPU_QK_NORM_ROPE_HOST_MODEL_H_
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 namespace gemtb::gpu::train::test {
@@ -50,6 +51,24 @@ inline void HostBackward(const float* x, float r, const float* dy, int dh, const
     for (int i = g; i < dh; i += 8) part[g] = part[g] + gr[i] * (x[i] * r);
   const float s = Butterfly(part) / static_cast<float>(dh);
   for (int i = 0; i < dh; ++i) dx[i] = r * (gr[i] - (x[i] * r) * s);
+}
+
+// The host model over jagged samples (sample b's rows [off[b], off[b + 1]), heads x dh values each,
+// row t of a sample rotated by table row t): y, inv and dx (from dy) of every head row of the samples;
+// the arrays' other elements are left as they are.
+inline void HostRows(const std::vector<int32_t>& off, int heads, int dh, const std::vector<float>& table,
+                     const std::vector<float>& x, const std::vector<float>& dy, std::vector<float>& y,
+                     std::vector<float>& inv, std::vector<float>& dx) {
+  for (size_t b = 0; b + 1 < off.size(); ++b) {
+    for (int32_t t = 0; t < off[b + 1] - off[b]; ++t) {
+      for (int h = 0; h < heads; ++h) {
+        const int64_t hr = (off[b] + t) * int64_t{heads} + h;
+        const float* trow = table.data() + static_cast<size_t>(t) * dh;
+        HostForward(x.data() + hr * dh, dh, trow, y.data() + hr * dh, &inv[hr]);
+        HostBackward(x.data() + hr * dh, inv[hr], dy.data() + hr * dh, dh, trow, dx.data() + hr * dh);
+      }
+    }
+  }
 }
 
 }  // namespace gemtb::gpu::train::test

@@ -34,8 +34,7 @@ namespace {
 
 using test::DeviceArray;
 using test::HaveSm90;
-using test::HostBackward;
-using test::HostForward;
+using test::HostRows;
 
 struct Shape {
   int heads, dh;
@@ -108,16 +107,7 @@ TEST(QkNormRope, IsTheTwoPassesBitForBitAndTheModelsFunction) {
     // The host model.
     std::vector<float> want_y(x.size(), 7.0f), want_inv(static_cast<size_t>(head_rows + 2 * s.heads), 7.0f);
     std::vector<float> want_dx = dy;
-    for (size_t b = 0; b + 1 < off.size(); ++b) {
-      for (int32_t t = 0; t < off[b + 1] - off[b]; ++t) {
-        for (int h = 0; h < s.heads; ++h) {
-          const int64_t hr = (off[b] + t) * int64_t{s.heads} + h;
-          const float* trow = table.data() + static_cast<size_t>(t) * s.dh;
-          HostForward(x.data() + hr * s.dh, s.dh, trow, want_y.data() + hr * s.dh, &want_inv[hr]);
-          HostBackward(x.data() + hr * s.dh, want_inv[hr], dy.data() + hr * s.dh, s.dh, trow, want_dx.data() + hr * s.dh);
-        }
-      }
-    }
+    HostRows(off, s.heads, s.dh, table, x, dy, want_y, want_inv, want_dx);
     // The reference model's functions in fp64, sample by sample.
     std::vector<double> ref_y(static_cast<size_t>(rows * width)), ref_inv(static_cast<size_t>(head_rows));
     const std::vector<double> table64(table.begin(), table.end());
@@ -161,17 +151,7 @@ TEST(QkNormRope, IsTheTwoPassesBitForBitAndTheModelsFunction) {
     std::vector<float> xw(n), dyw(n);
     for (size_t i = 0; i < n; ++i) xw[i] = numerics::Bf16BitsToFloat(x16[i]), dyw[i] = numerics::Bf16BitsToFloat(dy16[i]);
     std::vector<float> want_y16(n, 7.0f), want_inv16(want_inv.size(), 7.0f), want_dx16 = dyw;
-    for (size_t b = 0; b + 1 < off.size(); ++b) {
-      for (int32_t t = 0; t < off[b + 1] - off[b]; ++t) {
-        for (int h = 0; h < s.heads; ++h) {
-          const int64_t hr = (off[b] + t) * int64_t{s.heads} + h;
-          const float* trow = table.data() + static_cast<size_t>(t) * s.dh;
-          HostForward(xw.data() + hr * s.dh, s.dh, trow, want_y16.data() + hr * s.dh, &want_inv16[hr]);
-          HostBackward(xw.data() + hr * s.dh, want_inv16[hr], dyw.data() + hr * s.dh, s.dh, trow,
-                       want_dx16.data() + hr * s.dh);
-        }
-      }
-    }
+    HostRows(off, s.heads, s.dh, table, xw, dyw, want_y16, want_inv16, want_dx16);
     DeviceArray<uint16_t> d_x16(x16), d_y16(rounded(sevens)), d_dy16(dy16);
     DeviceArray<float> d_inv16(sevens_inv);
     ASSERT_TRUE(QkNormRopeForward(rr, d_x16.bf16(), d_y16.bf16(), d_inv16.ptr, nullptr).ok());

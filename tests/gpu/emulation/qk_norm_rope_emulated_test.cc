@@ -59,17 +59,7 @@ TEST(QkNormRopeEmulated, KernelGivesTheHostModelsBytes) {
     const std::vector<float> table = gemtb::model::RopeTable<float>(std::max(1, max_rows), s.dh);
 
     std::vector<float> want_y(n, 7.0f), want_inv(static_cast<size_t>(head_rows + 2 * s.heads), 7.0f), want_dx = dy;
-    for (size_t b = 0; b + 1 < off.size(); ++b) {
-      for (int32_t t = 0; t < off[b + 1] - off[b]; ++t) {
-        for (int h = 0; h < s.heads; ++h) {
-          const int64_t hr = (off[b] + t) * int64_t{s.heads} + h;
-          const float* trow = table.data() + static_cast<size_t>(t) * s.dh;
-          test::HostForward(x.data() + hr * s.dh, s.dh, trow, want_y.data() + hr * s.dh, &want_inv[hr]);
-          test::HostBackward(x.data() + hr * s.dh, want_inv[hr], dy.data() + hr * s.dh, s.dh, trow,
-                             want_dx.data() + hr * s.dh);
-        }
-      }
-    }
+    test::HostRows(off, s.heads, s.dh, table, x, dy, want_y, want_inv, want_dx);
     std::vector<float> y(n, 7.0f), inv(want_inv.size(), 7.0f), dx = dy;
     const unsigned gx = static_cast<unsigned>(s.lengths.size());
     const unsigned gy = static_cast<unsigned>((max_rows + kRowsPerBlock - 1) / kRowsPerBlock);
@@ -99,17 +89,7 @@ TEST(QkNormRopeEmulated, KernelGivesTheHostModelsBytes) {
     const std::vector<uint16_t> x16 = rounded(x), dy16 = rounded(dy);
     const std::vector<float> xw = widened(x16), dyw = widened(dy16);
     std::vector<float> want_y16(n, 7.0f), want_inv16(want_inv.size(), 7.0f), want_dx16 = dyw;
-    for (size_t b = 0; b + 1 < off.size(); ++b) {
-      for (int32_t t = 0; t < off[b + 1] - off[b]; ++t) {
-        for (int h = 0; h < s.heads; ++h) {
-          const int64_t hr = (off[b] + t) * int64_t{s.heads} + h;
-          const float* trow = table.data() + static_cast<size_t>(t) * s.dh;
-          test::HostForward(xw.data() + hr * s.dh, s.dh, trow, want_y16.data() + hr * s.dh, &want_inv16[hr]);
-          test::HostBackward(xw.data() + hr * s.dh, want_inv16[hr], dyw.data() + hr * s.dh, s.dh, trow,
-                             want_dx16.data() + hr * s.dh);
-        }
-      }
-    }
+    test::HostRows(off, s.heads, s.dh, table, xw, dyw, want_y16, want_inv16, want_dx16);
     std::vector<uint16_t> y16(n, numerics::FloatToBf16BitsRne(7.0f)), dx16 = dy16;
     std::vector<float> inv16(want_inv.size(), 7.0f);
     RunGrid(gx, gy, [&] {
