@@ -1,9 +1,11 @@
 #include "gpu/train/layer_norm.h"
 
 #include <string>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "gpu/train/kernel_utils.cuh"
+#include "gpu/train/layer_norm_kernels.cuh"
 #include "gpu/train/model_kernels.h"
 
 namespace gemtb::gpu::train {
@@ -111,6 +113,30 @@ __global__ void GeluBackwardKernel(const T* x, const T* dy, int64_t count, T* dx
 
 unsigned RowBlocks(int64_t n) { return static_cast<unsigned>((n + kRowsPerBlock - 1) / kRowsPerBlock); }
 
+static_assert(ln::kBlockRows == kColumnSumsBlockRows, "the fused kernel's partial rows are ColumnSums' blocks");
+
+// The fused backward (layer_norm_kernels.cuh) with kCols columns per lane into part [2, blocks, width].
+template <int kCols>
+absl::Status LaunchFusedBackward(const RowsShape& s, const float* x, const float* gamma, const float* mean,
+                                 const float* rstd, const float* dy, float* dx, bool accumulate_dx, int64_t blocks,
+                                 float* part, cudaStream_t stream) {
+  const int width = static_cast<int>(s.width);
+  ln::BackwardFusedKernel<kCols><<<static_cast<unsigned>(blocks), ln::kThreads, ln::FusedSharedBytes(width), stream>>>(
+      x, gamma, mean, rstd, dy, s.n, width, dx, accumulate_dx, part, part + blocks * width);
+  return Launched("LayerNormBackward (fused)");
+}
+
+// dx and the parameters' partial rows of fp32 rows in one pass, where the row fits the fused kernel.
+absl::Status FusedBackward(const RowsShape& s, const float* x, const float* gamma, const float* mean, const float* rstd,
+                           const float* dy, float* dx, bool accumulate_dx, int64_t blocks, float* part,
+                           cudaStream_t stream) {
+  if (s.width <= 4 * ln::kWarp)
+    return LaunchFusedBackward<4>(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, part, stream);
+  if (s.width <= 8 * ln::kWarp)
+    return LaunchFusedBackward<8>(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, part, stream);
+  return LaunchFusedBackward<16>(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, part, stream);
+}
+
 }  // namespace
 
 absl::Status ValidateRowsShape(const RowsShape& s) {
@@ -144,22 +170,31 @@ absl::Status LayerNormBackward(const RowsShape& s, const T* x, const float* gamm
                                bool accumulate_dx) {
   if (absl::Status v = ValidateRowsShape(s); !v.ok()) return v;
   const int width = static_cast<int>(s.width);
-  LayerNormBackwardInputKernel<T><<<RowBlocks(s.n), kRowsPerBlock * kWarp, 0, stream>>>(x, gamma, mean, rstd, dy, s.n,
-                                                                                        width, dx, accumulate_dx);
-  if (absl::Status l = Launched("LayerNormBackward (dx)"); !l.ok()) return l;
-  if (s.n == 0) return absl::OkStatus();
   // Blocks of rows side by side (ColumnSums' partitioned order), then their sums added in order.
-  constexpr int kThreads = 256;
   const int64_t blocks = (s.n + kColumnSumsBlockRows - 1) / kColumnSumsBlockRows;
-  if (blocks > 65535) return absl::InvalidArgumentError(absl::StrCat("LayerNormBackward: n=", s.n, " rows: too many"));
+  // fp32 rows that fit the fused kernel: dx and the blocks' partial rows in one pass over x and dy.
+  const bool fused = std::is_same_v<T, float> && width <= ln::kFusedMaxWidth;
+  if (!fused && blocks > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("LayerNormBackward: n=", s.n, " rows: too many"));
+  }
   float* part = nullptr;
   if (absl::Status a = CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&part), 2 * blocks * width * sizeof(float), stream),
                               "LayerNormBackward scratch");
       !a.ok())
     return a;
-  LayerNormBackwardParamsKernel<T><<<dim3((width + kThreads - 1) / kThreads, static_cast<unsigned>(blocks)), kThreads, 0,
-                                     stream>>>(x, mean, rstd, dy, s.n, width, part, part + blocks * width);
-  const absl::Status launched = Launched("LayerNormBackward (dgamma, dbeta)");
+  const absl::Status launched = [&]() -> absl::Status {
+    if constexpr (std::is_same_v<T, float>) {
+      if (fused) return FusedBackward(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, part, stream);
+    }
+    LayerNormBackwardInputKernel<T><<<RowBlocks(s.n), kRowsPerBlock * kWarp, 0, stream>>>(x, gamma, mean, rstd, dy,
+                                                                                          s.n, width, dx, accumulate_dx);
+    if (absl::Status l = Launched("LayerNormBackward (dx)"); !l.ok()) return l;
+    constexpr int kThreads = 256;
+    LayerNormBackwardParamsKernel<T><<<dim3((width + kThreads - 1) / kThreads, static_cast<unsigned>(blocks)),
+                                       kThreads, 0, stream>>>(x, mean, rstd, dy, s.n, width, part,
+                                                              part + blocks * width);
+    return Launched("LayerNormBackward (dgamma, dbeta)");
+  }();
   const absl::Status g = launched.ok() ? ColumnSums(part, blocks, width, width, dgamma, true, stream) : launched;
   const absl::Status b = g.ok() ? ColumnSums(part + blocks * width, blocks, width, width, dbeta, true, stream) : g;
   const absl::Status freed = CudaOk(cudaFreeAsync(part, stream), "LayerNormBackward scratch");

@@ -33,8 +33,10 @@ absl::Status LayerNormForward(const RowsShape& s, const float* x, const float* g
                               __nv_bfloat16* y, float* mean, float* rstd, cudaStream_t stream);
 // dx = rstd (dy g - mean(dy g) - xhat mean(dy g xhat)) per row (written; with accumulate_dx added to
 // dx, one fp32 rounding, so that a residual's gradient needs no second array); dgamma += sum over
-// rows of dy xhat and dbeta += sum of dy (the tree of model_kernels.h's ColumnSums; stream-ordered
-// scratch).
+// rows of dy xhat and dbeta += sum of dy (the tree of model_kernels.h's ColumnSums over blocks of 64
+// rows; stream-ordered scratch). fp32 rows of at most 512 values take one pass over x and dy for both
+// (layer_norm_kernels.cuh: the same dx, each block's rows summed in eight groups of eight); others a
+// pass for dx and one for the parameters.
 template <typename T>
 absl::Status LayerNormBackward(const RowsShape& s, const T* x, const float* gamma, const float* mean, const float* rstd,
                                const T* dy, T* dx, float* dgamma, float* dbeta, cudaStream_t stream,
