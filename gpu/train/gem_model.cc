@@ -245,6 +245,34 @@ struct GemModelGpu::Impl {
     GEMTB_RETURN_IF_ERROR(ToBf16(W(r), static_cast<int64_t>(r.size), out, st));
     return out;
   }
+  // Parameter slices rounded to bf16 for the step, in the order given. A block's parameters lie side
+  // by side in the layout, so one rounding pass over the span that holds them replaces one launch per
+  // slice, where the span is at most twice the slices and every slice starts a whole 16 bytes into it
+  // (what cuBLASLt's fast kernels load); else one pass per slice.
+  absl::StatusOr<std::vector<__nv_bfloat16*>> Bf16Params(const std::vector<ParamRef>& refs) {
+    size_t lo = param_total, hi = 0, total = 0;
+    for (const ParamRef& r : refs) {
+      lo = std::min(lo, r.offset);
+      hi = std::max(hi, r.offset + r.size);
+      total += r.size;
+    }
+    bool aligned = true;
+    for (const ParamRef& r : refs) aligned = aligned && (r.offset - lo) % 8 == 0;
+    std::vector<__nv_bfloat16*> out;
+    if (!refs.empty() && aligned && hi - lo <= 2 * total) {
+      __nv_bfloat16* span;
+      GEMTB_ASSIGN_OR_RETURN(span, Bf16s(static_cast<int64_t>(hi - lo)));
+      GEMTB_RETURN_IF_ERROR(ToBf16(w + lo, static_cast<int64_t>(hi - lo), span, st));
+      for (const ParamRef& r : refs) out.push_back(span + (r.offset - lo));
+      return out;
+    }
+    for (const ParamRef& r : refs) {
+      __nv_bfloat16* one;
+      GEMTB_ASSIGN_OR_RETURN(one, Bf16Param(r));
+      out.push_back(one);
+    }
+    return out;
+  }
   // A bias for cuBLASLt's fp32 epilogue, which reads it in 16-byte vectors: the parameter slice, or
   // an aligned copy in scratch where its place in the parameter array is not 16-byte aligned.
   absl::StatusOr<const float*> AlignedBias(ParamRef r) {
@@ -935,10 +963,11 @@ absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float
   GEMTB_ASSIGN_OR_RETURN(t.h_c16, Bf16s(n * d));
   GEMTB_RETURN_IF_ERROR(LayerNormForward(RowsShape{n, p.ln_c.width}, cur, W(p.ln_c.gamma), W(p.ln_c.beta), t.h_c16,
                                          t.mean_c, t.rstd_c, st));
-  GEMTB_ASSIGN_OR_RETURN(t.w1_16, Bf16Param(p.ffn1.w));
-  GEMTB_ASSIGN_OR_RETURN(t.w2_16, Bf16Param(p.ffn2.w));
-  __nv_bfloat16* b1;
-  GEMTB_ASSIGN_OR_RETURN(b1, Bf16Param(p.ffn1.b));
+  std::vector<__nv_bfloat16*> w16;
+  GEMTB_ASSIGN_OR_RETURN(w16, Bf16Params({p.ffn1.w, p.ffn1.b, p.ffn2.w}));
+  t.w1_16 = w16[0];
+  __nv_bfloat16* const b1 = w16[1];
+  t.w2_16 = w16[2];
   GEMTB_ASSIGN_OR_RETURN(t.u16, Bf16s(n * g.ffn));
   GEMTB_RETURN_IF_ERROR(lin->Forward(LinearShape{n, d, g.ffn}, t.h_c16, t.w1_16, b1, t.u16, st));
   GEMTB_ASSIGN_OR_RETURN(t.g16, Bf16s(n * g.ffn));
@@ -981,15 +1010,15 @@ absl::Status GemModelGpu::Impl::AttnFwdBf16(const AttnP& p, const AttnUse& u, co
   const int d = g.d, H = g.heads, dh = g.dh();
   t.xq = xq;
   t.xkv = xkv;
-  GEMTB_ASSIGN_OR_RETURN(t.wk, Bf16Param(p.wk.w));
-  GEMTB_ASSIGN_OR_RETURN(t.wv, Bf16Param(p.wv.w));
-  GEMTB_ASSIGN_OR_RETURN(t.wo, Bf16Param(p.wo.w));
-  __nv_bfloat16 *bq = nullptr, *bk, *bv;
-  GEMTB_ASSIGN_OR_RETURN(bk, Bf16Param(p.wk.b));
-  GEMTB_ASSIGN_OR_RETURN(bv, Bf16Param(p.wv.b));
+  // The block's weights and biases (the query projection's too where the queries are projected here).
+  std::vector<ParamRef> refs = {p.wk.w, p.wk.b, p.wv.w, p.wv.b, p.wo.w};
+  if (xq) refs.insert(refs.end(), {p.wq.w, p.wq.b});
+  std::vector<__nv_bfloat16*> w16;
+  GEMTB_ASSIGN_OR_RETURN(w16, Bf16Params(refs));
+  t.wk = w16[0], t.wv = w16[2], t.wo = w16[4];
+  __nv_bfloat16 *const bk = w16[1], *const bv = w16[3], *const bq = xq ? w16[6] : nullptr;
   if (xq) {
-    GEMTB_ASSIGN_OR_RETURN(t.wq, Bf16Param(p.wq.w));
-    GEMTB_ASSIGN_OR_RETURN(bq, Bf16Param(p.wq.b));
+    t.wq = w16[5];
     GEMTB_ASSIGN_OR_RETURN(t.q, Bf16s(u.nq * d));
     GEMTB_ASSIGN_OR_RETURN(t.qr, Bf16s(u.nq * d));
     GEMTB_ASSIGN_OR_RETURN(t.q_inv, mem->Floats(u.nq * H));
