@@ -169,6 +169,9 @@ struct CrossSeqTape {
 struct CrossTape {
   const float* x_in = nullptr;
   float *xs_pre, *xs_a, *xs_sig, *x_sum;
+  // AttentionBlockPrecision::kBf16, a layer's: X_sum rounded once for every sequence's
+  // cross-attention keys.
+  __nv_bfloat16* x_sum16 = nullptr;
   std::vector<CrossSeqTape> seq;
 };
 struct WukongTape {
@@ -511,7 +514,7 @@ struct GemModelGpu::Impl {
                          std::vector<float*>& ds_sum);
   absl::Status ExpertsFwd(const WukongP& p, WukongTape& t);
   absl::Status ExpertsBwd(const WukongP& p, const WukongTape& t, const float* dpre, float* dh1);
-  absl::Status SeqFwd(const SeqP& p, int layer, int j, const float* x_sum, std::vector<float*>& s, SeqTape& t);
+  absl::Status SeqFwd(const SeqP& p, int layer, int j, const CrossTape& ct, std::vector<float*>& s, SeqTape& t);
   absl::Status SeqBwd(const SeqP& p, int layer, int j, const SeqTape& t, float* ds, float* dx_sum);
   AttnUse CrossUse(int j) const {
     AttnUse u;
@@ -885,7 +888,7 @@ absl::Status GemModelGpu::Impl::ExpertsBwd(const WukongP& p, const WukongTape& t
   return absl::OkStatus();
 }
 
-absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const float* x_sum, std::vector<float*>& s,
+absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const CrossTape& ct, std::vector<float*>& s,
                                        SeqTape& t) {
   const int d = g.d;
   const int64_t n = rows[j], nd = n * d;
@@ -899,18 +902,13 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const fl
     float* out;
     GEMTB_ASSIGN_OR_RETURN(out, mem->Floats(nd));
     if (bf16_blocks) {
-      // The keys' side is X_sum, B n_s rows: rounded to bf16 here for the block's products.
-      __nv_bfloat16* x_sum16;
-      const int64_t nxs = B * g.n_s * d;
-      GEMTB_ASSIGN_OR_RETURN(x_sum16, Bf16s(nxs));
-      GEMTB_RETURN_IF_ERROR(ToBf16(x_sum, nxs, x_sum16, st));
       GEMTB_ASSIGN_OR_RETURN(t.h_a16, Bf16s(nd));
       GEMTB_RETURN_IF_ERROR(NormFwd16(p.ln_a, n, cur, t.h_a16, t.mean_a, t.rstd_a));
-      GEMTB_RETURN_IF_ERROR(AttnFwdBf16(p.attn_a, CrossUse(j), t.h_a16, x_sum16, t.a16, out, cur));
+      GEMTB_RETURN_IF_ERROR(AttnFwdBf16(p.attn_a, CrossUse(j), t.h_a16, ct.x_sum16, t.a16, out, cur));
     } else {
       GEMTB_ASSIGN_OR_RETURN(t.h_a, mem->Floats(nd));
       GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_a, n, cur, t.h_a, t.mean_a, t.rstd_a));
-      GEMTB_RETURN_IF_ERROR(AttnFwd(p.attn_a, CrossUse(j), t.h_a, x_sum, t.a, out, cur));
+      GEMTB_RETURN_IF_ERROR(AttnFwd(p.attn_a, CrossUse(j), t.h_a, ct.x_sum, t.a, out, cur));
     }
     cur = out;
   }
@@ -1318,12 +1316,17 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
     tape_at[l] = mem.Mark();
     GEMTB_RETURN_IF_ERROR(layer_region(l, "cross", false));
     GEMTB_RETURN_IF_ERROR(m.CrossFwd(m.layers[l].cross, t.cross, x, s, l == 0 ? &in : nullptr));
+    if (m.options.attention_blocks == AttentionBlockPrecision::kBf16) {
+      const int64_t nxs = m.B * n_s * d;
+      GEMTB_ASSIGN_OR_RETURN(t.cross.x_sum16, m.Bf16s(nxs));
+      GEMTB_RETURN_IF_ERROR(ToBf16(t.cross.x_sum, nxs, t.cross.x_sum16, stream));
+    }
     GEMTB_RETURN_IF_ERROR(layer_region(l, "wukong", false));
     GEMTB_RETURN_IF_ERROR(m.WukongFwd(m.layers[l].wukong, t.cross, x, t.wukong));
     t.seq.resize(J);
     for (int j = 0; j < J; ++j) {
       GEMTB_RETURN_IF_ERROR(layer_region(l, absl::StrCat("seq", j), false));
-      GEMTB_RETURN_IF_ERROR(m.SeqFwd(m.layers[l].seq[j], static_cast<int>(l), j, t.cross.x_sum, s, t.seq[j]));
+      GEMTB_RETURN_IF_ERROR(m.SeqFwd(m.layers[l].seq[j], static_cast<int>(l), j, t.cross, s, t.seq[j]));
     }
     x = t.wukong.x_out;
   }

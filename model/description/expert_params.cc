@@ -25,8 +25,6 @@ int64_t Count(const std::vector<ParamRange>& ranges) {
   return n;
 }
 
-bool Mine(int expert, int degree, int member) { return expert % degree == member; }
-
 }  // namespace
 
 std::optional<int> ExpertOfParam(const std::string& name) {
@@ -51,7 +49,7 @@ MemberParams MemberParamsOf(const GemGeometry& g, int degree, int member) {
     const std::optional<int> e = ExpertOfParam(p.name);
     if (!e) {
       Append(m.dense, p.ref);
-    } else if (Mine(*e, degree, member)) {
+    } else if (MemberRunsExpert(*e, degree, member)) {
       Append(m.experts, p.ref);
     }
   }
@@ -102,7 +100,7 @@ ParamLayout MemberLayout(const GemGeometry& g, int degree, int member, int64_t e
   if (pad > 0) L.Add("(the gathered dense array's padding)", {pad}, ParamInit::kZero);
   for (const ParamInfo& p : g.layout.params()) {
     const std::optional<int> e = ExpertOfParam(p.name);
-    if (e && Mine(*e, degree, member)) L.Add(p.name, p.shape, p.init, p.fan_in);
+    if (e && MemberRunsExpert(*e, degree, member)) L.Add(p.name, p.shape, p.init, p.fan_in);
   }
   return L;
 }

@@ -206,7 +206,8 @@ std::vector<ParamUnit> ParamUnits(const GemGeometry& g) {
 
 std::vector<int> ExpertsOfMember(int experts, int degree, int member) {
   std::vector<int> mine;
-  for (int e = member; e < experts; e += degree) mine.push_back(e);
+  for (int e = 0; e < experts; ++e)
+    if (MemberRunsExpert(e, degree, member)) mine.push_back(e);
   return mine;
 }
 

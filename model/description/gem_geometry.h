@@ -77,6 +77,8 @@ std::vector<ParamUnit> ParamUnits(const GemGeometry& g);
 // member i runs the Wukong experts {e : e mod D == i} on every member's samples (gathered), the
 // experts' outputs summed back to each member's own samples. Ascending.
 std::vector<int> ExpertsOfMember(int experts, int degree, int member);
+// Whether that member runs expert e: the rule ExpertsOfMember lists.
+inline bool MemberRunsExpert(int expert, int degree, int member) { return expert % degree == member; }
 // InvalidArgument naming `field` and both values unless 1 <= D and D divides the model's E experts.
 absl::Status CheckExpertDegree(const GemGeometry& g, int degree, const std::string& field);
 
