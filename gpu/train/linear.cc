@@ -14,8 +14,11 @@ struct LinearMatmuls::Handles {
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  float* bias_grad = nullptr;  // BackwardWeight's bias gradient before it is added, bias_grad_size floats
+  int64_t bias_grad_size = 0;
 
   ~Handles() {
+    if (bias_grad) cudaFree(bias_grad);
     if (workspace) cudaFree(workspace);
     if (lt) cublasLtDestroy(lt);
   }
@@ -53,7 +56,8 @@ struct Gemm {
   cudaDataType_t d_type = CUDA_R_16BF;  // A and B are bf16
   float beta = 0.0f;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  const void* bias = nullptr;
+  const void* bias = nullptr;  // the bias added, or (BGRADA) the bias gradient written; D's type
+  const void* aux = nullptr;   // GELU_AUX / DGELU: the pre-activation written / read, D's layout and type
 };
 
 
@@ -96,6 +100,13 @@ absl::Status RunGemm(const Context& h, const Gemm& g, cudaStream_t stream) {
   if (g.bias) {
     GEMTB_LT(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)),
              "BIAS_POINTER");
+  }
+  if (g.aux) {
+    GEMTB_LT(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)),
+             "EPILOGUE_AUX_POINTER");
+    const int64_t aux_ld = g.ldd;
+    GEMTB_LT(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)),
+             "EPILOGUE_AUX_LD");
   }
   // Stored shapes: op(A) is [m, k], so A is [k, m] when transposed.
   GEMTB_LT(cublasLtMatrixLayoutCreate(&desc.a, CUDA_R_16BF, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda),
@@ -215,6 +226,25 @@ absl::Status LinearMatmuls::Forward(const LinearShape& s, const __nv_bfloat16* x
                  stream);
 }
 
+absl::Status LinearMatmuls::ForwardGelu(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                                        const __nv_bfloat16* bias, __nv_bfloat16* u, __nv_bfloat16* y,
+                                        cudaStream_t stream) {
+  if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
+  Gemm g = ForwardGemm(s, x, w, bias, nullptr, y, CUDA_R_16BF);
+  g.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  g.aux = u;
+  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream);
+}
+
+absl::Status LinearMatmuls::BackwardInputGelu(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
+                                              const __nv_bfloat16* u, __nv_bfloat16* du, cudaStream_t stream) {
+  if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
+  Gemm g = BackwardInputGemm(s, dy, w, nullptr, du, CUDA_R_16BF);
+  g.epilogue = CUBLASLT_EPILOGUE_DGELU;
+  g.aux = u;
+  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream);
+}
+
 absl::Status LinearMatmuls::BackwardInput(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
                                           const __nv_bfloat16* add, __nv_bfloat16* dx, cudaStream_t stream) {
   if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
@@ -254,8 +284,27 @@ absl::Status LinearMatmuls::BackwardWeight(const LinearShape& s, const __nv_bflo
   g.ldd = s.out;
   g.d_type = CUDA_R_32F;
   g.beta = 1.0f;
+  if (dbias) {  // the column sums of dy (A) over the product's k = n rows, one per row of dW^T
+    if (h_->bias_grad_size < s.out) {  // stream-ordered: earlier calls' use of the old buffer comes first
+      if (h_->bias_grad) {
+        if (absl::Status f = CudaStatus(cudaFreeAsync(h_->bias_grad, stream), "cudaFreeAsync (bias gradient)");
+            !f.ok())
+          return f;
+        h_->bias_grad = nullptr;
+        h_->bias_grad_size = 0;
+      }
+      if (absl::Status a = CudaStatus(
+              cudaMallocAsync(reinterpret_cast<void**>(&h_->bias_grad), s.out * sizeof(float), stream),
+              "cudaMallocAsync (bias gradient)");
+          !a.ok())
+        return a;
+      h_->bias_grad_size = s.out;
+    }
+    g.epilogue = CUBLASLT_EPILOGUE_BGRADA;
+    g.bias = h_->bias_grad;
+  }
   if (absl::Status r = RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream); !r.ok()) return r;
-  if (dbias) return CudaStatus(LaunchBiasGrad(dy, s.n, s.out, dbias, stream), "bias gradient kernel");
+  if (dbias) return CudaStatus(LaunchAddInto(h_->bias_grad, s.out, dbias, stream), "bias gradient add");
   return absl::OkStatus();
 }
 

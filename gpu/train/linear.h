@@ -2,8 +2,8 @@
 // x [n, in], W [in, out], y [n, out] = x W + b. Operands in bf16, products accumulated in fp32:
 //   Forward         y = x W (+ b, added in the matmul's epilogue), y in bf16;
 //   BackwardInput   dx = dy W^T (+ another gradient of x, added in the epilogue), in bf16;
-//   BackwardWeight  dW += x^T dy into fp32 gradients, and db += the column sums of dy (fp32,
-//                   one thread per column adding the rows in order).
+//   BackwardWeight  dW += x^T dy into fp32 gradients, and db += the column sums of dy (fp32, summed
+//                   by the same product's epilogue).
 // cuBLASLt works on column-major matrices: a row-major [r, c] array is the column-major [c, r]
 // matrix, its transpose, so each product above is computed transposed (y^T = W^T x^T, ...) with
 // the same memory. All pointers are device memory; calls are asynchronous on `stream`.
@@ -44,6 +44,21 @@ class LinearMatmuls {
   // bias may be null (no bias).
   absl::Status Forward(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* w,
                        const __nv_bfloat16* bias, __nv_bfloat16* y, cudaStream_t stream);
+  // A linear layer followed by GELU, in one product (cuBLASLt's GELU_AUX_BIAS epilogue): u = x W + bias
+  // (the pre-activation, kept for the backward) and y = GELU(u), both in bf16, GELU applied to the
+  // fp32 u before either is rounded. cuBLASLt evaluates GELU in its tanh form,
+  // 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))): within 4.8e-4 of the erf form that
+  // reference/model/ops.h defines (a thirtieth of the bf16 spacing where they differ most, near u = 2.7),
+  // its derivative within 8.7e-4 (near u = 2, where the derivative is 1.08).
+  // bias may be null.
+  absl::Status ForwardGelu(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                           const __nv_bfloat16* bias, __nv_bfloat16* u, __nv_bfloat16* y, cudaStream_t stream);
+  // The gradient through that GELU from the layer after it (shape s, its input the GELU's output):
+  // du = (dy W^T) * GELU'(u) in bf16, the product and GELU's derivative (tanh form) in fp32, one
+  // rounding (cuBLASLt's DGELU epilogue); u is ForwardGelu's. The first layer's bias gradient is then
+  // BackwardWeight's (cuBLASLt's DGELU_BGRAD would sum du here, but only into a bf16 vector).
+  absl::Status BackwardInputGelu(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
+                                 const __nv_bfloat16* u, __nv_bfloat16* du, cudaStream_t stream);
   // add may be null; else dx = dy W^T + add (a gradient that reaches x another way, such as a gate's
   // or a residual's), added by cuBLASLt's epilogue as its beta term; add may be dx itself. On the
   // H200 that sum is within a bf16 rounding of the product plus one of the result (as if the product
@@ -57,7 +72,9 @@ class LinearMatmuls {
                              const float* residual, float* y, cudaStream_t stream);
   absl::Status BackwardInputToFp32(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
                                    const float* add, float* dx, cudaStream_t stream);
-  // dbias may be null (a layer without bias).
+  // dbias may be null (a layer without bias); else the column sums of dy, which cuBLASLt's BGRADA
+  // epilogue forms in fp32 while it reads dy for the product (written into a buffer of this object,
+  // then added to dbias). Calls share that buffer and the workspace: one stream at a time.
   absl::Status BackwardWeight(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* dy, float* dw,
                               float* dbias, cudaStream_t stream);
 
@@ -67,8 +84,8 @@ class LinearMatmuls {
   std::unique_ptr<Handles> h_;
 };
 
-// dbias[j] += sum over rows i in increasing order of dy[i * out + j], for j < out (linear_bias_grad.cu).
-cudaError_t LaunchBiasGrad(const __nv_bfloat16* dy, int64_t n, int64_t out, float* dbias, cudaStream_t stream);
+// dst[j] += src[j] for j < count (linear_bias_grad.cu).
+cudaError_t LaunchAddInto(const float* src, int64_t count, float* dst, cudaStream_t stream);
 
 }  // namespace gemtb::gpu::train
 

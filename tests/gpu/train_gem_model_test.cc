@@ -132,7 +132,8 @@ void ExpectMatchesTheOracle(int batch, const GemModelOptions& numerics = {}, con
     in.events.push_back(d_events[j]->ptr);
     out.events_grad.push_back(d_events_grad[j]->ptr);
   }
-  ASSERT_TRUE((*gpu)->Run(d_params.ptr, in, out, nullptr).ok());
+  const absl::Status ran = (*gpu)->Run(d_params.ptr, in, out, nullptr);
+  ASSERT_TRUE(ran.ok()) << ran;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<float> logits = d_logits.Get(static_cast<size_t>(B) * T);
   const std::vector<double> loss = d_loss.Get(1);
@@ -166,7 +167,8 @@ void ExpectMatchesTheOracle(int batch, const GemModelOptions& numerics = {}, con
   }
 
   // Determinism: a second pass writes the same bytes.
-  ASSERT_TRUE((*gpu)->Run(d_params.ptr, in, out, nullptr).ok());
+  const absl::Status run = (*gpu)->Run(d_params.ptr, in, out, nullptr);
+  ASSERT_TRUE(run.ok()) << run;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(d_grad.Get(params.size()), grad);
   EXPECT_EQ(d_logits.Get(logits.size()), logits);

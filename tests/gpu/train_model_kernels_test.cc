@@ -88,15 +88,24 @@ TEST(ModelKernelsTest, ToBf16RoundsToNearestEven) {
   x[2] = 3.4e38f;               // rounds past the largest bf16: infinity
   x[3] = -0.0f;
   DeviceArray<float> d_x(x);
-  DeviceArray<uint16_t> d_y(std::vector<uint16_t>(x.size()));
-  ASSERT_TRUE(ToBf16(d_x.ptr, static_cast<int64_t>(x.size()), d_y.As<__nv_bfloat16>(), nullptr).ok());
-  const std::vector<uint16_t> got = d_y.Get(x.size());
-  int bad = 0;
-  for (size_t e = 0; e < x.size(); ++e) {
-    const uint16_t want = numerics::DoubleToBf16BitsRne(static_cast<double>(x[e]));
-    if (got[e] != want && bad++ < 5) ADD_FAILURE() << "x[" << e << "] = " << x[e] << ": " << got[e] << ", want " << want;
+  // From offset 0 and 4 the kernel takes four values a thread (16-byte x, 8-byte y), from 1 and 2 one;
+  // 70,001 values leave a tail of one past the last four.
+  for (const size_t offset : {0, 1, 2, 4}) {
+    DeviceArray<uint16_t> d_y(std::vector<uint16_t>(x.size(), 0x7FC1));
+    ASSERT_TRUE(ToBf16(d_x.ptr + offset, static_cast<int64_t>(x.size() - offset), d_y.As<__nv_bfloat16>() + offset,
+                       nullptr)
+                    .ok());
+    const std::vector<uint16_t> got = d_y.Get(x.size());
+    int bad = 0;
+    for (size_t e = 0; e < x.size(); ++e) {
+      const uint16_t want = e < offset ? uint16_t{0x7FC1} : numerics::DoubleToBf16BitsRne(static_cast<double>(x[e]));
+      if (got[e] != want && bad++ < 5) {
+        ADD_FAILURE() << "offset " << offset << ": x[" << e << "] = " << x[e] << ": " << got[e] << ", want " << want;
+      }
+    }
+    EXPECT_EQ(bad, 0) << "offset " << offset;
   }
-  EXPECT_EQ(bad, 0);
+  DeviceArray<uint16_t> d_y(std::vector<uint16_t>(x.size()));
   EXPECT_TRUE(ToBf16(d_x.ptr, 0, d_y.As<__nv_bfloat16>(), nullptr).ok());
   EXPECT_EQ(ToBf16(d_x.ptr, -1, d_y.As<__nv_bfloat16>(), nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
