@@ -290,8 +290,8 @@ struct GemModelGpu::Impl {
   absl::Status FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out);
   absl::Status FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh);
   // One bf16 projection's backward: dW += x^T dy, db += the column sums of dy (the same product's
-  // epilogue), and its input gradient
-  // dx = dy W^T (+ add) in fp32 (w16: the weight rounded for the step).
+  // epilogue), and its input gradient dx = dy W^T (+ add) in fp32 (w16: the weight rounded for the
+  // step).
   absl::Status ProjectionBwdBf16(const LinearP& p, const LinearShape& s, const __nv_bfloat16* x,
                                  const __nv_bfloat16* dy, const __nv_bfloat16* w16, const float* add, float* dx) {
     GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(s, x, dy, G(p.w), G(p.b), st));
@@ -953,10 +953,9 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const Cr
 }
 
 // The feed-forward block in bf16 (FfnPrecision::kBf16): LayerNorm writes bf16 rows; the first
-// linear writes the hidden pre-activation u and g = GELU(u) in bf16 from one product (bias and GELU in
-// cuBLASLt's epilogue, GELU in its tanh form: linear.h says how close it is to the erf form); the
-// second linear reads g and writes the fp32 residual stream, its bias and the residual in the
-// epilogue. The weights are rounded to bf16 for the step; every product accumulates in fp32.
+// linear (bias in the epilogue) writes the hidden pre-activation u in bf16, GELU reads it and writes g
+// in bf16; the second linear reads g and writes the fp32 residual stream, its bias and the residual
+// in the epilogue. The weights are rounded to bf16 for the step; every product accumulates in fp32.
 absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out) {
   const int d = g.d;
   GEMTB_ASSIGN_OR_RETURN(t.h_c16, Bf16s(n * d));
@@ -968,28 +967,30 @@ absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float
   __nv_bfloat16* const b1 = w16[1];
   t.w2_16 = w16[2];
   GEMTB_ASSIGN_OR_RETURN(t.u16, Bf16s(n * g.ffn));
+  GEMTB_RETURN_IF_ERROR(lin->Forward(LinearShape{n, d, g.ffn}, t.h_c16, t.w1_16, b1, t.u16, st));
   GEMTB_ASSIGN_OR_RETURN(t.g16, Bf16s(n * g.ffn));
-  GEMTB_RETURN_IF_ERROR(lin->ForwardGelu(LinearShape{n, d, g.ffn}, t.h_c16, t.w1_16, b1, t.u16, t.g16, st));
+  GEMTB_RETURN_IF_ERROR(GeluForward<__nv_bfloat16>(t.u16, n * g.ffn, t.g16, st));
   const float* b2;
   GEMTB_ASSIGN_OR_RETURN(b2, AlignedBias(p.ffn2.b));
   return lin->ForwardToFp32(LinearShape{n, g.ffn, d}, t.g16, t.w2_16, b2, cur, out, st);
 }
 
 // Its backward: the residual stream's gradient ds rounded to bf16 feeds the second linear's products
-// (its bias gradient sums ds itself, in fp32, in model_kernels.h's tree of column sums); the second
-// linear's input gradient goes through GELU's derivative in the same product's epilogue (du in bf16);
-// the first linear's bias gradient is summed by its weight gradient's product; its input gradient dh
-// comes out in fp32 for the LayerNorm's backward.
+// (its bias gradient sums ds itself, in fp32, in model_kernels.h's tree of column sums); GELU's
+// backward in bf16; the first linear's bias gradient is summed by its weight gradient's product; its
+// input gradient dh comes out in fp32 for the LayerNorm's backward.
 absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh) {
   const int d = g.d;
-  __nv_bfloat16 *ds16, *du16;
+  __nv_bfloat16 *ds16, *dg16, *du16;
   GEMTB_ASSIGN_OR_RETURN(ds16, Bf16s(n * d));
   GEMTB_RETURN_IF_ERROR(ToBf16(ds, n * d, ds16, st));
+  GEMTB_ASSIGN_OR_RETURN(dg16, Bf16s(n * g.ffn));
   const LinearShape second{n, g.ffn, d}, first{n, d, g.ffn};
+  GEMTB_RETURN_IF_ERROR(lin->BackwardInput(second, ds16, t.w2_16, nullptr, dg16, st));
   GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(second, t.g16, ds16, G(p.ffn2.w), nullptr, st));
   GEMTB_RETURN_IF_ERROR(ColumnSums(ds, n, d, d, G(p.ffn2.b), true, st));
   GEMTB_ASSIGN_OR_RETURN(du16, Bf16s(n * g.ffn));
-  GEMTB_RETURN_IF_ERROR(lin->BackwardInputGelu(second, ds16, t.w2_16, t.u16, du16, st));
+  GEMTB_RETURN_IF_ERROR(GeluBackward<__nv_bfloat16>(t.u16, dg16, n * g.ffn, du16, st));
   GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(first, du16, t.w1_16, nullptr, dh, st));
   return lin->BackwardWeight(first, t.h_c16, du16, G(p.ffn1.w), G(p.ffn1.b), st);
 }

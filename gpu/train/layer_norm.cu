@@ -1,5 +1,6 @@
 #include "gpu/train/layer_norm.h"
 
+#include <cstdint>
 #include <string>
 #include <type_traits>
 
@@ -93,23 +94,61 @@ __global__ void LayerNormBackwardParamsKernel(const T* x, const float* mean_in, 
 // Phi(x) = erfc(-x / sqrt 2) / 2, as ops.h writes it.
 __device__ float NormalCdf(float x) { return 0.5f * erfcf(__fmul_rn(-x, 0.70710678118654752440f)); }
 
+__device__ float GeluOf(float v) { return __fmul_rn(v, NormalCdf(v)); }
+__device__ float GeluGradOf(float v) {
+  const float pdf = __fmul_rn(0.39894228040143267794f, expf(__fmul_rn(-0.5f, __fmul_rn(v, v))));
+  return __fadd_rn(NormalCdf(v), __fmul_rn(v, pdf));
+}
+
+// GELU's elementwise kernels take 16 bytes a thread (8 bf16 or 4 fp32 values: one load and one
+// store each where one value a thread took eight of each, which kept these kernels at a third of the
+// HBM bandwidth) when every pointer is 16-byte aligned, else the same values one at a time; each
+// value gets the same operations either way.
 template <typename T>
-__global__ void GeluForwardKernel(const T* x, int64_t count, T* y) {
-  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= count) return;
-  const float v = ToFloat(x[e]);
-  y[e] = FromFloat<T>(__fmul_rn(v, NormalCdf(v)));
+constexpr int kGeluVector = 16 / sizeof(T);
+
+template <typename T>
+__global__ void GeluForwardKernel(const T* x, int64_t count, T* y, bool vector) {
+  constexpr int kN = kGeluVector<T>;
+  const int64_t chunk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t e0 = chunk * kN;
+  if (e0 >= count) return;
+  if (vector && e0 + kN <= count) {
+    const uint4 in = reinterpret_cast<const uint4*>(x)[chunk];
+    const T* xs = reinterpret_cast<const T*>(&in);
+    uint4 out;
+    T* ys = reinterpret_cast<T*>(&out);
+#pragma unroll
+    for (int i = 0; i < kN; ++i) ys[i] = FromFloat<T>(GeluOf(ToFloat(xs[i])));
+    reinterpret_cast<uint4*>(y)[chunk] = out;
+    return;
+  }
+  for (int64_t e = e0; e < e0 + kN && e < count; ++e) y[e] = FromFloat<T>(GeluOf(ToFloat(x[e])));
 }
 
 template <typename T>
-__global__ void GeluBackwardKernel(const T* x, const T* dy, int64_t count, T* dx) {
-  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= count) return;
-  const float v = ToFloat(x[e]);
-  const float pdf = __fmul_rn(0.39894228040143267794f, expf(__fmul_rn(-0.5f, __fmul_rn(v, v))));
-  const float grad = __fadd_rn(NormalCdf(v), __fmul_rn(v, pdf));
-  dx[e] = FromFloat<T>(__fmul_rn(ToFloat(dy[e]), grad));
+__global__ void GeluBackwardKernel(const T* x, const T* dy, int64_t count, T* dx, bool vector) {
+  constexpr int kN = kGeluVector<T>;
+  const int64_t chunk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t e0 = chunk * kN;
+  if (e0 >= count) return;
+  if (vector && e0 + kN <= count) {
+    const uint4 in = reinterpret_cast<const uint4*>(x)[chunk], din = reinterpret_cast<const uint4*>(dy)[chunk];
+    const T* xs = reinterpret_cast<const T*>(&in);
+    const T* dys = reinterpret_cast<const T*>(&din);
+    uint4 out;
+    T* dxs = reinterpret_cast<T*>(&out);
+#pragma unroll
+    for (int i = 0; i < kN; ++i) dxs[i] = FromFloat<T>(__fmul_rn(ToFloat(dys[i]), GeluGradOf(ToFloat(xs[i]))));
+    reinterpret_cast<uint4*>(dx)[chunk] = out;
+    return;
+  }
+  for (int64_t e = e0; e < e0 + kN && e < count; ++e) {
+    dx[e] = FromFloat<T>(__fmul_rn(ToFloat(dy[e]), GeluGradOf(ToFloat(x[e]))));
+  }
 }
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 unsigned RowBlocks(int64_t n) { return static_cast<unsigned>((n + kRowsPerBlock - 1) / kRowsPerBlock); }
 
@@ -204,18 +243,18 @@ absl::Status LayerNormBackward(const RowsShape& s, const T* x, const float* gamm
 template <typename T>
 absl::Status GeluForward(const T* x, int64_t count, T* y, cudaStream_t stream) {
   if (absl::Status v = ValidateCount(count); !v.ok()) return v;
-  constexpr int kThreads = 256;
-  GeluForwardKernel<T><<<static_cast<unsigned>((count + kThreads - 1) / kThreads), kThreads, 0, stream>>>(x, count,
-                                                                                                        y);
+  constexpr int64_t kThreads = 256, kPerBlock = kThreads * kGeluVector<T>;
+  GeluForwardKernel<T><<<static_cast<unsigned>((count + kPerBlock - 1) / kPerBlock), kThreads, 0, stream>>>(
+      x, count, y, Aligned16(x) && Aligned16(y));
   return Launched("GeluForward");
 }
 
 template <typename T>
 absl::Status GeluBackward(const T* x, const T* dy, int64_t count, T* dx, cudaStream_t stream) {
   if (absl::Status v = ValidateCount(count); !v.ok()) return v;
-  constexpr int kThreads = 256;
-  GeluBackwardKernel<T><<<static_cast<unsigned>((count + kThreads - 1) / kThreads), kThreads, 0, stream>>>(x, dy,
-                                                                                                         count, dx);
+  constexpr int64_t kThreads = 256, kPerBlock = kThreads * kGeluVector<T>;
+  GeluBackwardKernel<T><<<static_cast<unsigned>((count + kPerBlock - 1) / kPerBlock), kThreads, 0, stream>>>(
+      x, dy, count, dx, Aligned16(x) && Aligned16(dy) && Aligned16(dx));
   return Launched("GeluBackward");
 }
 

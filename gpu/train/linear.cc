@@ -57,7 +57,6 @@ struct Gemm {
   float beta = 0.0f;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;  // the bias added, or (BGRADA) the bias gradient written; D's type
-  const void* aux = nullptr;   // GELU_AUX / DGELU: the pre-activation written / read, D's layout and type
 };
 
 
@@ -100,13 +99,6 @@ absl::Status RunGemm(const Context& h, const Gemm& g, cudaStream_t stream) {
   if (g.bias) {
     GEMTB_LT(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)),
              "BIAS_POINTER");
-  }
-  if (g.aux) {
-    GEMTB_LT(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)),
-             "EPILOGUE_AUX_POINTER");
-    const int64_t aux_ld = g.ldd;
-    GEMTB_LT(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)),
-             "EPILOGUE_AUX_LD");
   }
   // Stored shapes: op(A) is [m, k], so A is [k, m] when transposed.
   GEMTB_LT(cublasLtMatrixLayoutCreate(&desc.a, CUDA_R_16BF, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda),
@@ -224,25 +216,6 @@ absl::Status LinearMatmuls::Forward(const LinearShape& s, const __nv_bfloat16* x
   if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
   return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, ForwardGemm(s, x, w, bias, nullptr, y, CUDA_R_16BF),
                  stream);
-}
-
-absl::Status LinearMatmuls::ForwardGelu(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* w,
-                                        const __nv_bfloat16* bias, __nv_bfloat16* u, __nv_bfloat16* y,
-                                        cudaStream_t stream) {
-  if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
-  Gemm g = ForwardGemm(s, x, w, bias, nullptr, y, CUDA_R_16BF);
-  g.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-  g.aux = u;
-  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream);
-}
-
-absl::Status LinearMatmuls::BackwardInputGelu(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
-                                              const __nv_bfloat16* u, __nv_bfloat16* du, cudaStream_t stream) {
-  if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
-  Gemm g = BackwardInputGemm(s, dy, w, nullptr, du, CUDA_R_16BF);
-  g.epilogue = CUBLASLT_EPILOGUE_DGELU;
-  g.aux = u;
-  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream);
 }
 
 absl::Status LinearMatmuls::BackwardInput(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,

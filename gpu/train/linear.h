@@ -44,21 +44,6 @@ class LinearMatmuls {
   // bias may be null (no bias).
   absl::Status Forward(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* w,
                        const __nv_bfloat16* bias, __nv_bfloat16* y, cudaStream_t stream);
-  // A linear layer followed by GELU, in one product (cuBLASLt's GELU_AUX_BIAS epilogue): u = x W + bias
-  // (the pre-activation, kept for the backward) and y = GELU(u), both in bf16, GELU applied to the
-  // fp32 u before either is rounded. cuBLASLt evaluates GELU in its tanh form,
-  // 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))): within 4.8e-4 of the erf form that
-  // reference/model/ops.h defines (a thirtieth of the bf16 spacing where they differ most, near u = 2.7),
-  // its derivative within 8.7e-4 (near u = 2, where the derivative is 1.08).
-  // bias may be null.
-  absl::Status ForwardGelu(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* w,
-                           const __nv_bfloat16* bias, __nv_bfloat16* u, __nv_bfloat16* y, cudaStream_t stream);
-  // The gradient through that GELU from the layer after it (shape s, its input the GELU's output):
-  // du = (dy W^T) * GELU'(u) in bf16, the product and GELU's derivative (tanh form) in fp32, one
-  // rounding (cuBLASLt's DGELU epilogue); u is ForwardGelu's. The first layer's bias gradient is then
-  // BackwardWeight's (cuBLASLt's DGELU_BGRAD would sum du here, but only into a bf16 vector).
-  absl::Status BackwardInputGelu(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
-                                 const __nv_bfloat16* u, __nv_bfloat16* du, cudaStream_t stream);
   // add may be null; else dx = dy W^T + add (a gradient that reaches x another way, such as a gate's
   // or a residual's), added by cuBLASLt's epilogue as its beta term; add may be dx itself. On the
   // H200 that sum is within a bf16 rounding of the product plus one of the result (as if the product

@@ -25,8 +25,7 @@ enum class FfnPrecision {
   kFp32,  // fp32 arrays, the matmuls in MatmulPrecision
   kBf16,  // the LayerNorm's output, the hidden arrays and their gradients in bf16, the weights rounded
           // to bf16, the matmuls on the tensor cores with fp32 accumulation (linear.h); the block's
-          // output and its input gradient fp32. GELU and its derivative are applied in the products'
-          // epilogues, in cuBLASLt's tanh form (within 4.8e-4 of the erf form; linear.h).
+          // output and its input gradient fp32
 };
 
 // How the attention blocks over the sequences' rows keep their arrays: the sequence layers' two

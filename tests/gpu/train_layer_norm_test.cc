@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -239,6 +240,18 @@ TYPED_TEST(TrainLayerNormOn, GeluMatchesTheReferenceDefinitionInFp64) {
     ExpectCloseToScale(ActivationValues<T>(d_y.Get(count)), y, y_scale, 1e-5, 1e-6, name + " gelu y");
     ExpectCloseToScale(ActivationValues<T>(d_dx.Get(count)), dx, dx_scale, 1e-5, 1e-6, name + " gelu dx");
   }
+  // One element in, no pointer is 16-byte aligned: the kernels take one value a thread, with the same
+  // bytes as the 16-byte path above.
+  DeviceArray<Host> d_y1(x_host), d_dx1(x_host);
+  const int64_t rest = static_cast<int64_t>(count) - 1;
+  ASSERT_TRUE(GeluForward(d_x.template As<T>() + 1, rest, d_y1.template As<T>() + 1, nullptr).ok());
+  ASSERT_TRUE(GeluBackward(d_x.template As<T>() + 1, d_dy.template As<T>() + 1, rest, d_dx1.template As<T>() + 1,
+                           nullptr)
+                  .ok());
+  const std::vector<Host> y_aligned = d_y.Get(count), y_shifted = d_y1.Get(count);
+  const std::vector<Host> dx_aligned = d_dx.Get(count), dx_shifted = d_dx1.Get(count);
+  EXPECT_EQ(std::memcmp(y_aligned.data() + 1, y_shifted.data() + 1, rest * sizeof(Host)), 0) << name << " gelu y";
+  EXPECT_EQ(std::memcmp(dx_aligned.data() + 1, dx_shifted.data() + 1, rest * sizeof(Host)), 0) << name << " gelu dx";
 }
 
 TEST(TrainLayerNorm, Fp32RowsIntoBf16AreTheFp32ForwardRounded) {
