@@ -976,19 +976,19 @@ absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float
 }
 
 // Its backward: the residual stream's gradient ds rounded to bf16 feeds the second linear's products
-// (its bias gradient sums ds itself, in fp32, in model_kernels.h's tree of column sums); GELU's
+// (its bias gradient sums ds itself, in fp32, in model_kernels.h's tree of column sums, in the pass
+// that rounds it); GELU's
 // backward in bf16; the first linear's bias gradient is summed by its weight gradient's product; its
 // input gradient dh comes out in fp32 for the LayerNorm's backward.
 absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh) {
   const int d = g.d;
   __nv_bfloat16 *ds16, *dg16, *du16;
   GEMTB_ASSIGN_OR_RETURN(ds16, Bf16s(n * d));
-  GEMTB_RETURN_IF_ERROR(ToBf16(ds, n * d, ds16, st));
+  GEMTB_RETURN_IF_ERROR(ToBf16WithColumnSums(ds, n, d, ds16, G(p.ffn2.b), true, st));
   GEMTB_ASSIGN_OR_RETURN(dg16, Bf16s(n * g.ffn));
   const LinearShape second{n, g.ffn, d}, first{n, d, g.ffn};
   GEMTB_RETURN_IF_ERROR(lin->BackwardInput(second, ds16, t.w2_16, nullptr, dg16, st));
   GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(second, t.g16, ds16, G(p.ffn2.w), nullptr, st));
-  GEMTB_RETURN_IF_ERROR(ColumnSums(ds, n, d, d, G(p.ffn2.b), true, st));
   GEMTB_ASSIGN_OR_RETURN(du16, Bf16s(n * g.ffn));
   GEMTB_RETURN_IF_ERROR(GeluBackward<__nv_bfloat16>(t.u16, dg16, n * g.ffn, du16, st));
   GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(first, du16, t.w1_16, nullptr, dh, st));
@@ -1047,9 +1047,9 @@ absl::Status GemModelGpu::Impl::AttnFwdBf16(const AttnP& p, const AttnUse& u, co
 }
 
 // Its backward: the output's gradient dy rounded to bf16 feeds the output projection's products (its
-// bias gradient sums dy itself, in fp32); GDPA and the QK-norm's backward in bf16; the projections'
-// input gradients in fp32, dxq written (the first term of the block's input gradient) and then dxkv
-// added to (dxkv may be dxq: self-attention). Without xq (the PMA) *dqr_out gets the gradient of the
+// bias gradient sums dy itself, in fp32, in the pass that rounds it); GDPA and the QK-norm's backward
+// in bf16; the projections' input gradients in fp32, dxq written (the first term of the block's input
+// gradient) and then dxkv added to (dxkv may be dxq: self-attention). Without xq (the PMA) *dqr_out gets the gradient of the
 // broadcast queries instead (bf16, [nq, d]).
 absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, const AttnTape16& t, const float* dy,
                                             float* dxq, float* dxkv, __nv_bfloat16** dqr_out) {
@@ -1064,10 +1064,9 @@ absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, co
   GEMTB_ASSIGN_OR_RETURN(dk, Bf16s(u.nk * d));
   GEMTB_ASSIGN_OR_RETURN(dv, Bf16s(u.nk * d));
   if (u.nq > 0) {
-    GEMTB_RETURN_IF_ERROR(ToBf16(dy, u.nq * d, dy16, st));
+    GEMTB_RETURN_IF_ERROR(ToBf16WithColumnSums(dy, u.nq, d, dy16, G(p.wo.b), true, st));
     GEMTB_RETURN_IF_ERROR(lin->BackwardInput(qs, dy16, t.wo, nullptr, d_o, st));
     GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(qs, t.o, dy16, G(p.wo.w), nullptr, st));
-    GEMTB_RETURN_IF_ERROR(ColumnSums(dy, u.nq, d, d, G(p.wo.b), true, st));
   }
   GEMTB_RETURN_IF_ERROR(GdpaBackwardTensorCore(Batch(u), t.qr, t.kr, t.v, d_o, dqr, dkr, dv, st));
   if (!t.xq) {

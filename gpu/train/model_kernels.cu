@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "gpu/train/column_sums_kernels.cuh"
 #include "gpu/train/kernel_utils.cuh"
 
 namespace gemtb::gpu::train {
@@ -54,19 +55,6 @@ __global__ void ColumnSumsKernel(const T* x, int64_t rows, int64_t cols, int64_t
   out[c] = accumulate ? __fadd_rn(out[c], s) : s;
 }
 
-// partial[blockIdx.y, c] = sum of rows [blockIdx.y kColumnBlock, + kColumnBlock) of column c, in order.
-template <typename T>
-__global__ void ColumnBlockSumsKernel(const T* x, int64_t rows, int64_t cols, int64_t ldx, float* partial) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kColumnBlock;
-  const int64_t r1 = r0 + kColumnBlock < rows ? r0 + kColumnBlock : rows;
-  float s = 0.0f;
-#pragma unroll 16
-  for (int64_t r = r0; r < r1; ++r) s = __fadd_rn(s, ToFloat(x[r * ldx + c]));
-  partial[blockIdx.y * cols + c] = s;
-}
-
 __global__ void GatherRowsKernel(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst,
                                  bool accumulate) {
   const int64_t r = WarpRow();
@@ -110,12 +98,27 @@ absl::Status BiasRows(const float* residual, const float* v, int64_t rows, int64
 
 namespace {
 
-// ColumnSums for fp32 or bf16 rows (the tree's upper levels are fp32 block sums).
+static_assert(colsum::kBlockRows == kColumnBlock, "column_sums_kernels.cuh's blocks are ColumnSums' blocks");
+
+// The block kernel's row type: bf16 rows as their bits.
+template <typename T>
+struct BlockRows {
+  using type = T;
+};
+template <>
+struct BlockRows<__nv_bfloat16> {
+  using type = uint16_t;
+};
+
+// ColumnSums for fp32 or bf16 rows (the tree's upper levels are fp32 block sums). With `rounded`
+// (fp32 rows with ldx = cols), the first level also writes the rows rounded to bf16; a single level
+// then goes through the block kernel too, whose one block sum is the sum the direct kernel forms (both
+// start from +0 and add in row order, so the second level's 0 + sum is that sum, bit for bit).
 template <typename T>
 absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, __nv_bfloat16* rounded = nullptr) {
   if (absl::Status s = ValidateMatrix("ColumnSums", rows, cols, ldx); !s.ok()) return s;
-  if (rows <= kColumnBlock) {
+  if (rows <= kColumnBlock && (rounded == nullptr || rows == 0)) {
     ColumnSumsKernel<T><<<Blocks(cols), kThreads, 0, stream>>>(x, rows, cols, ldx, out, accumulate);
     return Launched("ColumnSums");
   }
@@ -127,8 +130,9 @@ absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, f
                               "ColumnSums scratch");
       !a.ok())
     return a;
-  ColumnBlockSumsKernel<T><<<dim3(Blocks(cols), static_cast<unsigned>(blocks)), kThreads, 0, stream>>>(x, rows, cols,
-                                                                                                       ldx, partial);
+  using Rows = typename BlockRows<T>::type;
+  colsum::ColumnBlockSumsKernel<Rows><<<dim3(Blocks(cols), static_cast<unsigned>(blocks)), kThreads, 0, stream>>>(
+      reinterpret_cast<const Rows*>(x), rows, cols, ldx, partial, reinterpret_cast<uint16_t*>(rounded));
   const absl::Status first = Launched("ColumnSums (blocks)");
   const absl::Status second = first.ok() ? ColumnSumsOf<float>(partial, blocks, cols, cols, out, accumulate, stream) : first;
   const absl::Status freed = CudaOk(cudaFreeAsync(partial, stream), "ColumnSums scratch");
@@ -167,6 +171,11 @@ absl::Status ColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx,
 absl::Status ColumnSums(const __nv_bfloat16* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
                         cudaStream_t stream) {
   return ColumnSumsOf(x, rows, cols, ldx, out, accumulate, stream);
+}
+
+absl::Status ToBf16WithColumnSums(const float* x, int64_t rows, int64_t cols, __nv_bfloat16* y, float* out,
+                                  bool accumulate, cudaStream_t stream) {
+  return ColumnSumsOf(x, rows, cols, cols, out, accumulate, stream, y);
 }
 
 absl::Status ToBf16(const float* x, int64_t count, __nv_bfloat16* y, cudaStream_t stream) {

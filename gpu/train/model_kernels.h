@@ -30,6 +30,11 @@ absl::Status ColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx,
 // The same over bf16 rows (each value widened exactly; the sums fp32, in the same tree).
 absl::Status ColumnSums(const __nv_bfloat16* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
                         cudaStream_t stream);
+// Both of the above in one read of x [rows, cols] (rows contiguous): y = x rounded to bf16 (ToBf16's
+// bytes) and out (+)= x's column sums (ColumnSums' tree and bytes). For a gradient that a bf16 product
+// reads and whose column sums are a bias's gradient.
+absl::Status ToBf16WithColumnSums(const float* x, int64_t rows, int64_t cols, __nv_bfloat16* y, float* out,
+                                  bool accumulate, cudaStream_t stream);
 // y[e] = x[e] rounded to bf16 (to nearest, ties to even), e < count.
 absl::Status ToBf16(const float* x, int64_t count, __nv_bfloat16* y, cudaStream_t stream);
 // dst[r] (+)= src[index[r]] for rows of `width` floats; index[r] < 0 reads zeros (and adds nothing).

@@ -2,10 +2,12 @@
 // order up to kColumnSumsBlockRows, beyond that a tree of blocks of kColumnSumsBlockRows rows each
 // summed in order; the same bits, at and around the block size and over one, two and three levels,
 // for fp32 rows and for bf16 rows (each value widened exactly). ToBf16 rounds as the host's
-// round-to-nearest-even does, ties and overflow to infinity included.
+// round-to-nearest-even does, ties and overflow to infinity included; ToBf16WithColumnSums gives
+// both in one pass.
 #include <algorithm>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -74,6 +76,36 @@ TEST(ModelKernelsTest, Bf16ColumnSumsAddTheWidenedValuesInTheStatedOrder) {
     DeviceArray<float> d_out(out);
     ASSERT_TRUE(ColumnSums(d_x.As<__nv_bfloat16>(), rows, cols, cols, d_out.ptr, true, nullptr).ok());
     EXPECT_EQ(d_out.Get(out.size()), HostColumnSums(x, rows, cols, out)) << rows << " x " << cols;
+  }
+}
+
+// ToBf16WithColumnSums: ToBf16's bytes and ColumnSums' sums (accumulated and written) from one pass,
+// with rows that fit one block, a block and one, and three levels of the tree.
+TEST(ModelKernelsTest, ToBf16WithColumnSumsIsToBf16AndColumnSumsInOnePass) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const int64_t rows : {int64_t{1}, kColumnSumsBlockRows, kColumnSumsBlockRows + 1,
+                             kColumnSumsBlockRows * kColumnSumsBlockRows * 2 + 3}) {
+    for (const int64_t cols : {int64_t{8}, int64_t{128}, int64_t{300}}) {
+      for (const bool accumulate : {true, false}) {
+        std::vector<float> x(static_cast<size_t>(rows * cols)), out(static_cast<size_t>(cols));
+        for (float& v : x) v = normal(rng);
+        for (float& v : out) v = normal(rng);
+        DeviceArray<float> d_x(x), d_out(out);
+        DeviceArray<uint16_t> d_y(std::vector<uint16_t>(x.size())), d_y_apart(std::vector<uint16_t>(x.size()));
+        ASSERT_TRUE(ToBf16WithColumnSums(d_x.ptr, rows, cols, d_y.As<__nv_bfloat16>(), d_out.ptr, accumulate, nullptr)
+                        .ok());
+        ASSERT_TRUE(ToBf16(d_x.ptr, rows * cols, d_y_apart.As<__nv_bfloat16>(), nullptr).ok());
+        std::vector<float> want = HostColumnSums(x, rows, cols, std::vector<float>(out.size(), 0.0f));
+        // Written: the tree's sum; added: out + that sum, one rounding.
+        if (accumulate)
+          for (size_t c = 0; c < out.size(); ++c) want[c] = out[c] + want[c];
+        const std::string where = std::to_string(rows) + " x " + std::to_string(cols) + (accumulate ? " added" : " written");
+        EXPECT_EQ(d_out.Get(out.size()), want) << where;
+        EXPECT_EQ(d_y.Get(x.size()), d_y_apart.Get(x.size())) << where;
+      }
+    }
   }
 }
 

@@ -1,0 +1,101 @@
+// The first level of the column-sum tree (gpu/train/column_sums_kernels.cuh) run on the CPU by the
+// fiber emulation, against a host model of its fp32 adds in the same order: each block's partial row
+// the in-order sum of its 64 rows, bit for bit, over fp32 and bf16 rows (a row stride wider than the
+// row too); with `rounded`, the rows rounded to bf16 (to nearest, ties to even) next to the same
+// partial rows. Row counts leave a partial block and column counts a partial thread block; what lies
+// past the rows and columns stays as it was.
+#include "tests/gpu/emulation/cuda_shim.h"
+// The shim must come first.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/train/column_sums_kernels.cuh"
+#include "gtest/gtest.h"
+#include "model/numerics/float_formats.h"
+
+namespace gemtb::gpu::train::colsum {
+namespace {
+
+constexpr int kThreads = 256;  // model_kernels.cu's block
+
+bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The kernel over every block of the grid model_kernels.cu launches.
+template <typename T>
+void Run(const T* x, int64_t rows, int64_t cols, int64_t ldx, float* partial, uint16_t* rounded) {
+  const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+  const unsigned col_blocks = static_cast<unsigned>((cols + kThreads - 1) / kThreads);
+  emu::SetGridDim({col_blocks, static_cast<unsigned>(blocks), 1});
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (unsigned cb = 0; cb < col_blocks; ++cb) {
+      emu::RunBlock({cb, static_cast<unsigned>(b), 0}, kThreads,
+                    [&] { ColumnBlockSumsKernel<T>(x, rows, cols, ldx, partial, rounded); });
+    }
+  }
+}
+
+void RunCase(int64_t rows, int64_t cols, uint64_t seed) {
+  const std::string where = std::to_string(rows) + " x " + std::to_string(cols);
+  const int64_t ldx = cols + 3, blocks = (rows + kBlockRows - 1) / kBlockRows;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(rows * ldx));
+  for (float& v : x) v = normal(rng);
+  std::vector<uint16_t> x16(x.size());
+  for (size_t e = 0; e < x.size(); ++e) x16[e] = numerics::FloatToBf16BitsRne(x[e]);
+
+  // Host model: each block's rows added in order from +0.
+  const auto model = [&](auto value) {
+    std::vector<float> p(static_cast<size_t>(blocks * cols));
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int64_t c = 0; c < cols; ++c) {
+        float s = 0.0f;
+        for (int64_t r = b * kBlockRows; r < std::min(rows, (b + 1) * kBlockRows); ++r) s = s + value(r * ldx + c);
+        p[static_cast<size_t>(b * cols + c)] = s;
+      }
+    }
+    return p;
+  };
+  const std::vector<float> want32 = model([&](int64_t e) { return x[e]; });
+  const std::vector<float> want16 = model([&](int64_t e) { return numerics::Bf16BitsToFloat(x16[e]); });
+
+  std::vector<float> part(want32.size(), std::nanf(""));
+  Run<float>(x.data(), rows, cols, ldx, part.data(), nullptr);
+  EXPECT_TRUE(SameBytes(part, want32)) << where << ": fp32 rows";
+  std::fill(part.begin(), part.end(), std::nanf(""));
+  Run<uint16_t>(x16.data(), rows, cols, ldx, part.data(), nullptr);
+  EXPECT_TRUE(SameBytes(part, want16)) << where << ": bf16 rows";
+
+  // Rounding in the same pass: contiguous rows (ldx = cols), a spare row past the end untouched.
+  std::vector<float> dense(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dense[static_cast<size_t>(r * cols + c)] = x[static_cast<size_t>(r * ldx + c)];
+  constexpr uint16_t kUntouched = 0x7FC1;
+  std::vector<uint16_t> rounded(dense.size() + static_cast<size_t>(cols), kUntouched);
+  std::fill(part.begin(), part.end(), std::nanf(""));
+  Run<float>(dense.data(), rows, cols, cols, part.data(), rounded.data());
+  EXPECT_TRUE(SameBytes(part, want32)) << where << ": fp32 rows, rounded in the same pass";
+  int bad = 0;
+  for (size_t e = 0; e < rounded.size(); ++e) {
+    const uint16_t want = e < dense.size() ? numerics::FloatToBf16BitsRne(dense[e]) : kUntouched;
+    if (rounded[e] != want && bad++ < 5)
+      ADD_FAILURE() << where << ": rounded[" << e << "] " << rounded[e] << ", want " << want;
+  }
+  EXPECT_EQ(bad, 0) << where;
+}
+
+TEST(ColumnSumsEmulated, BlockSumsAddEachBlocksRowsInOrderAndRoundInTheSamePass) {
+  RunCase(1, 8, 1);      // one row
+  RunCase(64, 128, 2);   // one full block
+  RunCase(200, 130, 3);  // a partial block of 8 rows; a second thread block of 2 columns
+  RunCase(129, 300, 4);  // a partial block of one row; columns past a thread block
+}
+
+}  // namespace
+}  // namespace gemtb::gpu::train::colsum
