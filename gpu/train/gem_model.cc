@@ -977,9 +977,8 @@ absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float
 
 // Its backward: the residual stream's gradient ds rounded to bf16 feeds the second linear's products
 // (its bias gradient sums ds itself, in fp32, in model_kernels.h's tree of column sums, in the pass
-// that rounds it); GELU's
-// backward in bf16; the first linear's bias gradient is summed by its weight gradient's product; its
-// input gradient dh comes out in fp32 for the LayerNorm's backward.
+// that rounds it); GELU's backward in bf16; the first linear's bias gradient is summed by its weight
+// gradient's product; its input gradient dh comes out in fp32 for the LayerNorm's backward.
 absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh) {
   const int d = g.d;
   __nv_bfloat16 *ds16, *dg16, *du16;
@@ -1049,8 +1048,8 @@ absl::Status GemModelGpu::Impl::AttnFwdBf16(const AttnP& p, const AttnUse& u, co
 // Its backward: the output's gradient dy rounded to bf16 feeds the output projection's products (its
 // bias gradient sums dy itself, in fp32, in the pass that rounds it); GDPA and the QK-norm's backward
 // in bf16; the projections' input gradients in fp32, dxq written (the first term of the block's input
-// gradient) and then dxkv added to (dxkv may be dxq: self-attention). Without xq (the PMA) *dqr_out gets the gradient of the
-// broadcast queries instead (bf16, [nq, d]).
+// gradient) and then dxkv added to (dxkv may be dxq: self-attention). Without xq (the PMA) *dqr_out
+// gets the gradient of the broadcast queries instead (bf16, [nq, d]).
 absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, const AttnTape16& t, const float* dy,
                                             float* dxq, float* dxkv, __nv_bfloat16** dqr_out) {
   const int d = g.d, H = g.heads, dh = g.dh();

@@ -101,9 +101,8 @@ __device__ float GeluGradOf(float v) {
 }
 
 // GELU's elementwise kernels take 16 bytes a thread (8 bf16 or 4 fp32 values: one load and one
-// store each where one value a thread took eight of each, which kept these kernels at a third of the
-// HBM bandwidth) when every pointer is 16-byte aligned, else the same values one at a time; each
-// value gets the same operations either way.
+// store of each array instead of one per value) when every pointer is 16-byte aligned, else the same
+// values one at a time; each value gets the same operations either way.
 template <typename T>
 constexpr int kGeluVector = 16 / sizeof(T);
 

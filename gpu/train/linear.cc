@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gpu/train/lt_descriptors.h"
+#include "gpu/train/model_kernels.h"
 
 namespace gemtb::gpu::train {
 
@@ -14,11 +15,8 @@ struct LinearMatmuls::Handles {
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
-  float* bias_grad = nullptr;  // BackwardWeight's bias gradient before it is added, bias_grad_size floats
-  int64_t bias_grad_size = 0;
 
   ~Handles() {
-    if (bias_grad) cudaFree(bias_grad);
     if (workspace) cudaFree(workspace);
     if (lt) cublasLtDestroy(lt);
   }
@@ -257,28 +255,20 @@ absl::Status LinearMatmuls::BackwardWeight(const LinearShape& s, const __nv_bflo
   g.ldd = s.out;
   g.d_type = CUDA_R_32F;
   g.beta = 1.0f;
-  if (dbias) {  // the column sums of dy (A) over the product's k = n rows, one per row of dW^T
-    if (h_->bias_grad_size < s.out) {  // stream-ordered: earlier calls' use of the old buffer comes first
-      if (h_->bias_grad) {
-        if (absl::Status f = CudaStatus(cudaFreeAsync(h_->bias_grad, stream), "cudaFreeAsync (bias gradient)");
-            !f.ok())
-          return f;
-        h_->bias_grad = nullptr;
-        h_->bias_grad_size = 0;
-      }
-      if (absl::Status a = CudaStatus(
-              cudaMallocAsync(reinterpret_cast<void**>(&h_->bias_grad), s.out * sizeof(float), stream),
-              "cudaMallocAsync (bias gradient)");
-          !a.ok())
-        return a;
-      h_->bias_grad_size = s.out;
-    }
-    g.epilogue = CUBLASLT_EPILOGUE_BGRADA;
-    g.bias = h_->bias_grad;
-  }
-  if (absl::Status r = RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream); !r.ok()) return r;
-  if (dbias) return CudaStatus(LaunchAddInto(h_->bias_grad, s.out, dbias, stream), "bias gradient add");
-  return absl::OkStatus();
+  if (!dbias) return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream);
+  // The column sums of dy (A) over the product's k = n rows, one per row of dW^T, written by the
+  // epilogue into stream-ordered scratch and then added to the accumulated gradient.
+  float* sums = nullptr;
+  if (absl::Status a = CudaStatus(cudaMallocAsync(reinterpret_cast<void**>(&sums), s.out * sizeof(float), stream),
+                                  "cudaMallocAsync (bias gradient)");
+      !a.ok())
+    return a;
+  g.epilogue = CUBLASLT_EPILOGUE_BGRADA;
+  g.bias = sums;
+  absl::Status r = RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream);
+  if (r.ok()) r = ColumnSums(sums, 1, s.out, s.out, dbias, /*accumulate=*/true, stream);
+  const absl::Status freed = CudaStatus(cudaFreeAsync(sums, stream), "cudaFreeAsync (bias gradient)");
+  return r.ok() ? freed : r;
 }
 
 }  // namespace gemtb::gpu::train

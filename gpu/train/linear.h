@@ -58,8 +58,7 @@ class LinearMatmuls {
   absl::Status BackwardInputToFp32(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
                                    const float* add, float* dx, cudaStream_t stream);
   // dbias may be null (a layer without bias); else the column sums of dy, which cuBLASLt's BGRADA
-  // epilogue forms in fp32 while it reads dy for the product (written into a buffer of this object,
-  // then added to dbias). Calls share that buffer and the workspace: one stream at a time.
+  // epilogue forms in fp32 while it reads dy for the product, are added to dbias.
   absl::Status BackwardWeight(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* dy, float* dw,
                               float* dbias, cudaStream_t stream);
 
@@ -68,9 +67,6 @@ class LinearMatmuls {
   explicit LinearMatmuls(std::unique_ptr<Handles> h);
   std::unique_ptr<Handles> h_;
 };
-
-// dst[j] += src[j] for j < count (linear_bias_grad.cu).
-cudaError_t LaunchAddInto(const float* src, int64_t count, float* dst, cudaStream_t stream);
 
 }  // namespace gemtb::gpu::train
 

@@ -140,8 +140,7 @@ absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, f
 }
 
 // Four values a thread where x and y allow 16- and 8-byte accesses (one load and one store instead
-// of four each: the scalar loop moved a third of the bytes per second that this one does), else one;
-// the same rounding either way.
+// of four each), else one; the same rounding either way.
 __global__ void ToBf16Kernel(const float* x, int64_t count, __nv_bfloat16* y) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
