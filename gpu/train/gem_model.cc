@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "gpu/train/ffn_fused.h"
 #include "gpu/train/gate.h"
 #include "gpu/train/gdpa.h"
 #include "gpu/train/gdpa_tensor_core.h"
@@ -287,6 +288,8 @@ struct GemModelGpu::Impl {
         Cuda(cudaMemcpyAsync(copy, b, r.size * sizeof(float), cudaMemcpyDeviceToDevice, st), "bias copy"));
     return copy;
   }
+  // Whether the bf16 feed-forward block runs on ffn_fused.h's kernels (its widths are ones they take).
+  bool FusedFfn() const { return ValidateFfnShape(FfnShape{1, g.d, g.ffn}).ok(); }
   absl::Status FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out);
   absl::Status FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh);
   // One bf16 projection's backward: dW += x^T dy, db += the column sums of dy (the same product's
@@ -953,9 +956,12 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const Cr
 }
 
 // The feed-forward block in bf16 (FfnPrecision::kBf16): LayerNorm writes bf16 rows; the first
-// linear (bias in the epilogue) writes the hidden pre-activation u in bf16, GELU reads it and writes g
-// in bf16; the second linear reads g and writes the fp32 residual stream, its bias and the residual
-// in the epilogue. The weights are rounded to bf16 for the step; every product accumulates in fp32.
+// linear's pre-activation u = h W1 + b1 and g = GELU(u) are bf16 arrays (the backward reads both); the
+// second linear writes the fp32 residual stream, g W2 + b2 + the residual. The weights are rounded to
+// bf16 for the step; every product accumulates in fp32. Where ffn_fused.h takes the widths (d 32, 64
+// or 128) the two products and GELU are one kernel that keeps each row's hidden values on chip between
+// them; else a cuBLASLt product (bias in its epilogue), GELU's elementwise kernel and a second product
+// (bias and residual in its epilogue), with the same roundings.
 absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out) {
   const int d = g.d;
   GEMTB_ASSIGN_OR_RETURN(t.h_c16, Bf16s(n * d));
@@ -967,30 +973,40 @@ absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float
   __nv_bfloat16* const b1 = w16[1];
   t.w2_16 = w16[2];
   GEMTB_ASSIGN_OR_RETURN(t.u16, Bf16s(n * g.ffn));
-  GEMTB_RETURN_IF_ERROR(lin->Forward(LinearShape{n, d, g.ffn}, t.h_c16, t.w1_16, b1, t.u16, st));
   GEMTB_ASSIGN_OR_RETURN(t.g16, Bf16s(n * g.ffn));
-  GEMTB_RETURN_IF_ERROR(GeluForward<__nv_bfloat16>(t.u16, n * g.ffn, t.g16, st));
   const float* b2;
   GEMTB_ASSIGN_OR_RETURN(b2, AlignedBias(p.ffn2.b));
+  if (FusedFfn()) {
+    return FfnForwardFused(FfnShape{n, d, g.ffn}, t.h_c16, t.w1_16, b1, t.w2_16, b2, cur, t.u16, t.g16, out, st);
+  }
+  GEMTB_RETURN_IF_ERROR(lin->Forward(LinearShape{n, d, g.ffn}, t.h_c16, t.w1_16, b1, t.u16, st));
+  GEMTB_RETURN_IF_ERROR(GeluForward<__nv_bfloat16>(t.u16, n * g.ffn, t.g16, st));
   return lin->ForwardToFp32(LinearShape{n, g.ffn, d}, t.g16, t.w2_16, b2, cur, out, st);
 }
 
 // Its backward: the residual stream's gradient ds rounded to bf16 feeds the second linear's products
 // (its bias gradient sums ds itself, in fp32, in model_kernels.h's tree of column sums, in the pass
-// that rounds it); GELU's backward in bf16; the first linear's bias gradient is summed by its weight
-// gradient's product; its input gradient dh comes out in fp32 for the LayerNorm's backward.
+// that rounds it); dg = ds W2^T rounded to bf16 and du = dg GELU'(u) in bf16, then dh = du W1^T in
+// fp32 for the LayerNorm's backward: one fused kernel where the forward's was, else a product, GELU's
+// elementwise backward and a product. The first linear's bias gradient is summed by its weight
+// gradient's product.
 absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh) {
   const int d = g.d;
-  __nv_bfloat16 *ds16, *dg16, *du16;
+  __nv_bfloat16 *ds16, *du16;
   GEMTB_ASSIGN_OR_RETURN(ds16, Bf16s(n * d));
   GEMTB_RETURN_IF_ERROR(ToBf16WithColumnSums(ds, n, d, ds16, G(p.ffn2.b), true, st));
-  GEMTB_ASSIGN_OR_RETURN(dg16, Bf16s(n * g.ffn));
   const LinearShape second{n, g.ffn, d}, first{n, d, g.ffn};
-  GEMTB_RETURN_IF_ERROR(lin->BackwardInput(second, ds16, t.w2_16, nullptr, dg16, st));
   GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(second, t.g16, ds16, G(p.ffn2.w), nullptr, st));
   GEMTB_ASSIGN_OR_RETURN(du16, Bf16s(n * g.ffn));
-  GEMTB_RETURN_IF_ERROR(GeluBackward<__nv_bfloat16>(t.u16, dg16, n * g.ffn, du16, st));
-  GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(first, du16, t.w1_16, nullptr, dh, st));
+  if (FusedFfn()) {
+    GEMTB_RETURN_IF_ERROR(FfnBackwardInputFused(FfnShape{n, d, g.ffn}, ds16, t.w2_16, t.u16, t.w1_16, du16, dh, st));
+  } else {
+    __nv_bfloat16* dg16;
+    GEMTB_ASSIGN_OR_RETURN(dg16, Bf16s(n * g.ffn));
+    GEMTB_RETURN_IF_ERROR(lin->BackwardInput(second, ds16, t.w2_16, nullptr, dg16, st));
+    GEMTB_RETURN_IF_ERROR(GeluBackward<__nv_bfloat16>(t.u16, dg16, n * g.ffn, du16, st));
+    GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(first, du16, t.w1_16, nullptr, dh, st));
+  }
   return lin->BackwardWeight(first, t.h_c16, du16, G(p.ffn1.w), G(p.ffn1.b), st);
 }
 

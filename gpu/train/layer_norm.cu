@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "gpu/train/gelu.cuh"
 #include "gpu/train/kernel_utils.cuh"
 #include "gpu/train/layer_norm_kernels.cuh"
 #include "gpu/train/model_kernels.h"
@@ -89,15 +90,6 @@ __global__ void LayerNormBackwardParamsKernel(const T* x, const float* mean_in, 
   }
   g_part[blockIdx.y * static_cast<int64_t>(width) + j] = g;
   b_part[blockIdx.y * static_cast<int64_t>(width) + j] = b;
-}
-
-// Phi(x) = erfc(-x / sqrt 2) / 2, as ops.h writes it.
-__device__ float NormalCdf(float x) { return 0.5f * erfcf(__fmul_rn(-x, 0.70710678118654752440f)); }
-
-__device__ float GeluOf(float v) { return __fmul_rn(v, NormalCdf(v)); }
-__device__ float GeluGradOf(float v) {
-  const float pdf = __fmul_rn(0.39894228040143267794f, expf(__fmul_rn(-0.5f, __fmul_rn(v, v))));
-  return __fadd_rn(NormalCdf(v), __fmul_rn(v, pdf));
 }
 
 // GELU's elementwise kernels take 16 bytes a thread (8 bf16 or 4 fp32 values: one load and one
