@@ -1,161 +1,157 @@
-#include "gpu/train/ffn_fused.h"
-
 #include <cstdint>
 #include <initializer_list>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "gpu/train/ffn_fused.h"
 #include "gpu/train/ffn_fused_kernels.cuh"
 #include "gpu/train/kernel_utils.cuh"
+#include "gpu/train/model_kernels.h"
 
 namespace gemtb::gpu::train {
 namespace {
 
 using ffn::bf16;
 
-const bf16 *Bits(const __nv_bfloat16 *p) {
-  return reinterpret_cast<const bf16 *>(p);
-}
-bf16 *Bits(__nv_bfloat16 *p) { return reinterpret_cast<bf16 *>(p); }
+const bf16* Bits(const __nv_bfloat16* p) { return reinterpret_cast<const bf16*>(p); }
+bf16* Bits(__nv_bfloat16* p) { return reinterpret_cast<bf16*>(p); }
 
-absl::Status
-Aligned(std::initializer_list<std::pair<const void *, const char *>> pointers) {
-  for (const auto &[ptr, name] : pointers) {
-    if (ptr != nullptr && reinterpret_cast<uintptr_t>(ptr) % 16 != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": want a 16-byte aligned pointer"));
+absl::Status Aligned(std::initializer_list<std::pair<const void*, const char*>> pointers) {
+  for (const auto& [ptr, name] : pointers) {
+    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": want a 16-byte aligned pointer"));
     }
   }
   return absl::OkStatus();
 }
 
 template <int kD, bool kForward>
-absl::Status Launch(const ffn::Params &p, cudaStream_t stream,
-                    const char *what) {
+absl::Status Launch(const ffn::Params& p, cudaStream_t stream, const char* what) {
   constexpr size_t kBytes = ffn::Layout<kD>::kBytes;
-  auto *kernel = ffn::FfnChainKernel<kD, kForward>;
-  if (absl::Status s =
-          CudaOk(cudaFuncSetAttribute(
-                     kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                     static_cast<int>(kBytes)),
-                 what);
+  auto* kernel = ffn::FfnChainKernel<kD, kForward>;
+  if (absl::Status s = CudaOk(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)), what);
       !s.ok()) {
     return s;
   }
-  const auto blocks =
-      static_cast<unsigned>((p.n + ffn::kRows - 1) / ffn::kRows);
+  const auto blocks = static_cast<unsigned>((p.n + ffn::kRows - 1) / ffn::kRows);
   kernel<<<blocks, ffn::kThreads, kBytes, stream>>>(p);
   return Launched(what);
 }
 
 template <bool kForward>
-absl::Status LaunchFor(int d, const ffn::Params &p, cudaStream_t stream,
-                       const char *what) {
+absl::Status LaunchFor(int d, const ffn::Params& p, cudaStream_t stream, const char* what) {
   switch (d) {
-  case 32:
-    return Launch<32, kForward>(p, stream, what);
-  case 64:
-    return Launch<64, kForward>(p, stream, what);
-  default:
-    return Launch<128, kForward>(p, stream, what);
+    case 32:
+      return Launch<32, kForward>(p, stream, what);
+    case 64:
+      return Launch<64, kForward>(p, stream, what);
+    default:
+      return Launch<128, kForward>(p, stream, what);
   }
 }
 
-} // namespace
+absl::Status CheckWeights(const FfnWeights& w, bool forward) {
+  if (absl::Status v = NotNull({{w.gamma, "gamma"}, {w.w1, "w1"}, {w.w2, "w2"}}); !v.ok()) return v;
+  if (forward) {
+    if (absl::Status v = NotNull({{w.beta, "beta"}, {w.b1, "b1"}}); !v.ok()) return v;
+  }
+  return Aligned({{w.w1, "w1"}, {w.w2, "w2"}});
+}
 
-absl::Status ValidateFfnShape(const FfnShape &s) {
+}  // namespace
+
+absl::Status ValidateFfnShape(const FfnShape& s) {
   if (s.n < 1 || s.n >= (int64_t{1} << 31)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ffn shape n=", s.n, ": want 1 .. 2^31-1"));
+    return absl::InvalidArgumentError(absl::StrCat("ffn shape n=", s.n, ": want 1 .. 2^31-1"));
   }
   if (s.d != 32 && s.d != 64 && s.d != 128) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ffn shape d=", s.d, ": want 32, 64 or 128"));
+    return absl::InvalidArgumentError(absl::StrCat("ffn shape d=", s.d, ": want 32, 64 or 128"));
   }
-  if (s.hidden < ffn::kChunk || s.hidden % ffn::kChunk != 0 ||
-      s.hidden > (1 << 20)) {
+  if (s.hidden < ffn::kChunk || s.hidden % ffn::kChunk != 0 || s.hidden > (1 << 20)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("ffn shape hidden=", s.hidden, ": want a multiple of ",
-                     ffn::kChunk, " up to 2^20"));
+        absl::StrCat("ffn shape hidden=", s.hidden, ": want a multiple of ", ffn::kChunk, " up to 2^20"));
   }
   return absl::OkStatus();
 }
 
-absl::Status FfnForwardFused(const FfnShape &s, const __nv_bfloat16 *h,
-                             const __nv_bfloat16 *w1, const __nv_bfloat16 *b1,
-                             const __nv_bfloat16 *w2, const float *b2,
-                             const float *residual, __nv_bfloat16 *u,
-                             __nv_bfloat16 *g, float *y, cudaStream_t stream) {
-  if (absl::Status v = ValidateFfnShape(s); !v.ok())
-    return v;
-  if (absl::Status v = NotNull({{h, "h"},
-                                {w1, "w1"},
-                                {b1, "b1"},
-                                {w2, "w2"},
-                                {u, "u"},
-                                {g, "g"},
-                                {y, "y"}});
+absl::Status FfnForwardFused(const FfnShape& s, const float* x, const FfnWeights& w, const FfnTape& tape, float* y,
+                             cudaStream_t stream) {
+  if (absl::Status v = ValidateFfnShape(s); !v.ok()) return v;
+  if (absl::Status v = NotNull(
+          {{x, "x"}, {tape.h, "h"}, {tape.mean, "mean"}, {tape.rstd, "rstd"}, {tape.u, "u"}, {tape.g, "g"}, {y, "y"}});
       !v.ok()) {
     return v;
   }
-  if (absl::Status v = Aligned({{h, "h"},
-                                {w1, "w1"},
-                                {w2, "w2"},
-                                {u, "u"},
-                                {g, "g"},
-                                {y, "y"},
-                                {residual, "residual"}});
-      !v.ok()) {
-    return v;
-  }
+  if (absl::Status v = CheckWeights(w, /*forward=*/true); !v.ok()) return v;
+  if (absl::Status v = Aligned({{x, "x"}, {tape.h, "h"}, {tape.u, "u"}, {tape.g, "g"}, {y, "y"}}); !v.ok()) return v;
+  if (x == y) return absl::InvalidArgumentError("FfnForwardFused: y may not alias x");
   ffn::Params p;
   p.n = s.n;
   p.hidden = s.hidden;
-  p.x = Bits(h);
-  p.w1 = Bits(w1);
-  p.w2 = Bits(w2);
-  p.b1 = Bits(b1);
-  p.b2 = b2;
-  p.residual = residual;
-  p.u = Bits(u);
-  p.g = Bits(g);
-  p.out = y;
+  p.w1 = Bits(w.w1);
+  p.w2 = Bits(w.w2);
+  p.x = x;
+  p.gamma = w.gamma;
+  p.mean = tape.mean;
+  p.rstd = tape.rstd;
+  p.beta = w.beta;
+  p.b1 = Bits(w.b1);
+  p.b2 = w.b2;
+  p.h = Bits(tape.h);
+  p.u = Bits(tape.u);
+  p.g = Bits(tape.g);
+  p.y = y;
   return LaunchFor<true>(s.d, p, stream, "FfnForwardFused");
 }
 
-absl::Status FfnBackwardInputFused(const FfnShape &s, const __nv_bfloat16 *ds,
-                                   const __nv_bfloat16 *w2,
-                                   const __nv_bfloat16 *u,
-                                   const __nv_bfloat16 *w1, __nv_bfloat16 *du,
-                                   float *dh, cudaStream_t stream) {
-  if (absl::Status v = ValidateFfnShape(s); !v.ok())
-    return v;
+absl::Status FfnBackwardFused(const FfnShape& s, const __nv_bfloat16* ds, const float* x, const FfnWeights& w,
+                              const FfnTape& tape, __nv_bfloat16* du, float* dx, float* dgamma, float* dbeta,
+                              cudaStream_t stream) {
+  if (absl::Status v = ValidateFfnShape(s); !v.ok()) return v;
   if (absl::Status v = NotNull({{ds, "ds"},
-                                {w2, "w2"},
-                                {u, "u"},
-                                {w1, "w1"},
+                                {x, "x"},
+                                {tape.mean, "mean"},
+                                {tape.rstd, "rstd"},
+                                {tape.u, "u"},
                                 {du, "du"},
-                                {dh, "dh"}});
-      !v.ok())
+                                {dx, "dx"},
+                                {dgamma, "dgamma"},
+                                {dbeta, "dbeta"}});
+      !v.ok()) {
     return v;
-  if (absl::Status v = Aligned({{ds, "ds"},
-                                {w2, "w2"},
-                                {u, "u"},
-                                {w1, "w1"},
-                                {du, "du"},
-                                {dh, "dh"}});
-      !v.ok())
-    return v;
+  }
+  if (absl::Status v = CheckWeights(w, /*forward=*/false); !v.ok()) return v;
+  if (absl::Status v = Aligned({{ds, "ds"}, {tape.u, "u"}, {du, "du"}}); !v.ok()) return v;
+  const int64_t blocks = (s.n + ln::kBlockRows - 1) / ln::kBlockRows;
+  float* part = nullptr;
+  if (absl::Status a =
+          CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&part), 2 * blocks * s.d * sizeof(float), stream),
+                 "FfnBackwardFused scratch");
+      !a.ok()) {
+    return a;
+  }
   ffn::Params p;
   p.n = s.n;
   p.hidden = s.hidden;
-  p.x = Bits(ds);
-  p.w1 = Bits(w1);
-  p.w2 = Bits(w2);
-  p.u_in = Bits(u);
+  p.w1 = Bits(w.w1);
+  p.w2 = Bits(w.w2);
+  p.x = x;
+  p.gamma = w.gamma;
+  p.mean = tape.mean;
+  p.rstd = tape.rstd;
+  p.ds = Bits(ds);
+  p.u_in = Bits(tape.u);
   p.du = Bits(du);
-  p.out = dh;
-  return LaunchFor<false>(s.d, p, stream, "FfnBackwardInputFused");
+  p.dx = dx;
+  p.g_part = part;
+  p.b_part = part + blocks * s.d;
+  const absl::Status launched = LaunchFor<false>(s.d, p, stream, "FfnBackwardFused");
+  // The blocks' partial rows added in block order, as LayerNormBackward adds its own.
+  const absl::Status g = launched.ok() ? ColumnSums(part, blocks, s.d, s.d, dgamma, true, stream) : launched;
+  const absl::Status b = g.ok() ? ColumnSums(part + blocks * s.d, blocks, s.d, s.d, dbeta, true, stream) : g;
+  const absl::Status freed = CudaOk(cudaFreeAsync(part, stream), "FfnBackwardFused scratch");
+  return b.ok() ? freed : b;
 }
 
-} // namespace gemtb::gpu::train
+}  // namespace gemtb::gpu::train

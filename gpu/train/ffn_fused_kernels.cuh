@@ -1,25 +1,27 @@
-// The feed-forward block's two products chained in one kernel, with the hidden
-// array kept on chip between them: device code only, launched by ffn_fused.cu
-// and compiled by a host compiler for the CPU emulation (tests/gpu/emulation,
-// through its cuda_shim.h).
+// The feed-forward block y = x + FFN(LayerNorm(x)) in one kernel each way, with the hidden array kept
+// on chip between the two products: device code only, launched by ffn_fused.cu and compiled by a host
+// compiler for the CPU emulation (tests/gpu/emulation, through its cuda_shim.h).
 //
-// Both directions are the same chain X [n, kD] -> H [n, hidden] -> [n, kD]:
-//   forward   u = bf16(x W1 + b1), g = bf16(GELU(u)), y = (g W2 + b2) +
-//   residual   (u and g stored) backward  dg = bf16(ds W2^T), du = bf16(dg
-//   GELU'(u)), dh = du W1^T             (du stored)
-// with the same rounding points as the chain of separate kernels (cuBLASLt
-// products, then GELU's elementwise kernels): only the order of each product's
-// fp32 sums differs.
+// Both directions are the same chain X [n, kD] -> H [n, hidden] -> [n, kD], the LayerNorm at its x end:
+//   forward   h = bf16(LayerNorm(x)), u = bf16(h W1 + b1), g = bf16(GELU(u)), y = (g W2 + b2) + x
+//             (h, the row statistics, u and g stored for the backward);
+//   backward  dg = bf16(ds W2^T), du = bf16(dg GELU'(u)) (stored), dh = du W1^T, then LayerNorm's
+//             backward of dh added to dx and its parameters' partial sums per 64-row block written.
+// Every value is rounded where the separate kernels round it (LayerNorm's kernels, cuBLASLt products,
+// GELU's elementwise kernels); the LayerNorm parts are layer_norm_kernels.cuh's own row functions,
+// so given the same dh they give LayerNormBackward's bytes. Only the order of each product's fp32
+// sums differs from cuBLASLt's.
 //
-// A CTA takes kRows rows of X, staged once in shared memory; each of its kWarps
-// warps owns 16 of them. The hidden dimension is walked in chunks of kChunk
-// columns: the CTA stages the chunk's columns of W1 and rows of W2 (both
-// directions use the same two slices), each warp forms its 16 x kChunk block of
-// the first product in registers (mma.sync m16n8k16), applies the pointwise
-// step lane by lane, stores the block's bf16 values, and feeds them, as the A
-// fragments they already are, into its 16 x kD accumulator of the second
-// product. Every sum runs in a fixed order (k in increasing steps within a
-// product, chunks in increasing order across it): the same bytes on every run.
+// A CTA takes kRows rows of X, staged once in shared memory (forward: each warp normalises its own 16
+// rows into it); each of its kWarps warps owns 16 of them. The hidden dimension is walked in chunks of
+// kChunk columns: the CTA stages the chunk's columns of W1 and rows of W2 (both directions use the
+// same two slices), each warp forms its 16 x kChunk block of the first product in registers
+// (mma.sync m16n8k16), applies the pointwise step lane by lane, stores the block's bf16 values and
+// feeds them, as the A fragments they already are, into its 16 x kD accumulator of the second
+// product. The backward then stages the accumulators (dh) in shared memory, where its warps take the
+// rows as LayerNorm's fused backward does (blocks of ln::kBlockRows rows, ln::kRowsPerWarp a warp).
+// Every sum runs in a fixed order (k in increasing steps within a product, chunks in increasing order
+// across it): the same bytes on every run.
 #ifndef GEMTB_GPU_TRAIN_FFN_FUSED_KERNELS_CUH_
 #define GEMTB_GPU_TRAIN_FFN_FUSED_KERNELS_CUH_
 
@@ -29,64 +31,73 @@
 #include "gpu/common/mma.cuh"
 #include "gpu/common/tile_io.cuh"
 #include "gpu/train/gelu.cuh"
+#include "gpu/train/layer_norm_kernels.cuh"
 #include "model/common/element_type.h"
 
 namespace gemtb::gpu::train::ffn {
 
-using bf16 = uint16_t; // bf16 bit patterns, in global and shared memory
+using bf16 = uint16_t;  // bf16 bit patterns, in global and shared memory
 
 constexpr int kWarp = 32;
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * kWarp;
-constexpr int kRows = 16 * kWarps; // rows of X per CTA
-constexpr int kChunk = 64;         // hidden columns per step
+constexpr int kRows = 16 * kWarps;  // rows of X per CTA
+constexpr int kChunk = 64;          // hidden columns per step
 
-// Shared memory: the X tile [kRows][kLdX], W1's chunk of columns [kD][kLdW1],
-// W2's chunk of rows [kChunk][kLdX]. The row strides (kD + 8 and kChunk + 8
-// elements) put the eight 16-byte rows of an ldmatrix load, and the eight rows
-// of a lane group's 32-bit A loads, in distinct banks.
-template <int kD> struct Layout {
+// Shared memory: the X tile [kRows][kLdX], W1's chunk of columns [kD][kLdW1], W2's chunk of rows
+// [kChunk][kLdX]. The row strides (kD + 8 and kChunk + 8 elements) put the eight 16-byte rows of an
+// ldmatrix load, and the eight rows of a lane group's 32-bit A loads, in distinct banks. The
+// backward's epilogue reuses the memory for dh [kRows][kLdDh] (fp32) and LayerNorm's warp sums.
+template <int kD>
+struct Layout {
   static constexpr int kLdX = kD + 8;
   static constexpr int kLdW1 = kChunk + 8;
+  static constexpr int kLdDh = kD + 8;
   static constexpr size_t kXElems = static_cast<size_t>(kRows) * kLdX;
   static constexpr size_t kW1Elems = static_cast<size_t>(kD) * kLdW1;
   static constexpr size_t kW2Elems = static_cast<size_t>(kChunk) * kLdX;
-  static constexpr size_t kBytes =
-      sizeof(bf16) * (kXElems + kW1Elems + kW2Elems);
-  static_assert(kD % 16 == 0, "kD: a multiple of 16 (mma.sync's k)");
-  static_assert(sizeof(bf16) * kXElems % 16 == 0 &&
-                    sizeof(bf16) * kW1Elems % 16 == 0,
-                "16-byte aligned tiles");
+  static constexpr size_t kChainBytes = sizeof(bf16) * (kXElems + kW1Elems + kW2Elems);
+  static constexpr size_t kEpilogueBytes = sizeof(float) * kRows * kLdDh + ln::FusedSharedBytes(kD);
+  static constexpr size_t kBytes = kChainBytes > kEpilogueBytes ? kChainBytes : kEpilogueBytes;
+  static_assert(kD % kWarp == 0, "kD: a multiple of 32 (mma.sync's k; LayerNorm's lanes)");
+  static_assert(sizeof(bf16) * kXElems % 16 == 0 && sizeof(bf16) * kW1Elems % 16 == 0, "16-byte aligned tiles");
+  static_assert(kRows % ln::kBlockRows == 0 && ln::kWarps == kWarps, "a CTA's rows are whole LayerNorm blocks");
 };
 
 struct Params {
-  int64_t n = 0;            // rows
-  int hidden = 0;           // a multiple of kChunk
-  const bf16 *x = nullptr;  // [n, kD]: the LayerNorm output h (forward) or the
-                            // output gradient ds (backward)
-  const bf16 *w1 = nullptr; // [kD, hidden]
-  const bf16 *w2 = nullptr; // [hidden, kD]
+  int64_t n = 0;             // rows
+  int hidden = 0;            // a multiple of kChunk
+  const bf16* w1 = nullptr;  // [kD, hidden]
+  const bf16* w2 = nullptr;  // [hidden, kD]
+  // The block's input x [n, kD] (fp32), its LayerNorm's gamma [kD], and the row statistics mean and
+  // rstd [n] (the forward writes them, the backward reads them).
+  const float* x = nullptr;
+  const float* gamma = nullptr;
+  float* mean = nullptr;
+  float* rstd = nullptr;
   // Forward.
-  const bf16 *b1 = nullptr;        // [hidden]
-  const float *b2 = nullptr;       // [kD], or null
-  const float *residual = nullptr; // [n, kD], or null
-  bf16 *u = nullptr;               // [n, hidden]
-  bf16 *g = nullptr;               // [n, hidden]
+  const float* beta = nullptr;  // [kD]
+  const bf16* b1 = nullptr;     // [hidden]
+  const float* b2 = nullptr;    // [kD], or null
+  bf16* h = nullptr;            // [n, kD]: LayerNorm's output
+  bf16* u = nullptr;            // [n, hidden]
+  bf16* g = nullptr;            // [n, hidden]
+  float* y = nullptr;           // [n, kD]
   // Backward.
-  const bf16 *u_in = nullptr; // [n, hidden]: the forward's u
-  bf16 *du = nullptr;         // [n, hidden]
-  // Forward: y; backward: dh. [n, kD], fp32.
-  float *out = nullptr;
+  const bf16* ds = nullptr;    // [n, kD]: y's gradient, in bf16
+  const bf16* u_in = nullptr;  // [n, hidden]: the forward's u
+  bf16* du = nullptr;          // [n, hidden]
+  float* dx = nullptr;         // [n, kD]: LayerNorm's input gradient is added to it
+  float* g_part = nullptr;     // [ceil(n / ln::kBlockRows), kD]: the blocks' sums of dh xhat
+  float* b_part = nullptr;     // and of dh
 };
 
-// The two B fragments (n-tiles n0 and n0 + 8, k-step k0) of a product whose
-// right operand B [k][n] lies in shared memory either as stored [k][n]
-// (kTransposed: B's rows are the tile's rows; ldmatrix .trans) or as [n][k]
-// (B's columns are the tile's rows; plain ldmatrix). Matrix m of the x4 load
+// The two B fragments (n-tiles n0 and n0 + 8, k-step k0) of a product whose right operand B [k][n]
+// lies in shared memory either as stored [k][n] (kStoredKN: B's rows are the tile's rows; ldmatrix
+// .trans) or as [n][k] (B's columns are the tile's rows; plain ldmatrix). Matrix m of the x4 load
 // covers k rows (m & 1) * 8 and n columns (m >> 1) * 8 of the 16 x 16 block.
 template <bool kStoredKN>
-__device__ __forceinline__ void LoadB2(const bf16 *s, int ld, int k0, int n0,
-                                       uint32_t (&lo)[2], uint32_t (&hi)[2]) {
+__device__ __forceinline__ void LoadB2(const bf16* s, int ld, int k0, int n0, uint32_t (&lo)[2], uint32_t (&hi)[2]) {
   const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
   const int m = lane >> 3, r = lane & 7;
   const int k = k0 + (m & 1) * 8, n = n0 + (m >> 1) * 8;
@@ -102,31 +113,57 @@ __device__ __forceinline__ void LoadB2(const bf16 *s, int ld, int k0, int n0,
   hi[1] = f[3];
 }
 
-__device__ __forceinline__ float Bf16Value(bf16 bits) {
-  return Storage<ElementType::kBFloat16>::ToFloat(bits);
-}
-__device__ __forceinline__ bf16 Bf16Of(float v) {
-  return Storage<ElementType::kBFloat16>::FromFloat(v);
+__device__ __forceinline__ float Bf16Value(bf16 bits) { return Storage<ElementType::kBFloat16>::ToFloat(bits); }
+__device__ __forceinline__ bf16 Bf16Of(float v) { return Storage<ElementType::kBFloat16>::FromFloat(v); }
+
+// The forward's X tile: LayerNorm of rows [warp * 16, + 16) by the warp, a row at a time, with
+// LayerNormForward's operations; into the tile and h (and the statistics), zeros past n.
+template <int kD>
+__device__ __forceinline__ void NormalizeRows(const Params& p, int64_t tile0, int warp, bf16* xs) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  for (int r = warp * 16; r < warp * 16 + 16; ++r) {
+    bf16* xrow = xs + r * Layout<kD>::kLdX;
+    const int64_t row = tile0 + r;
+    if (row >= p.n) {
+      for (int i = lane; i < kD; i += kWarp) xrow[i] = 0;
+      continue;
+    }
+    const float* xr = p.x + row * kD;
+    float mean, rstd;
+    ln::RowStats(
+        kD, lane, [&](int i) { return xr[i]; }, mean, rstd);
+    for (int i = lane; i < kD; i += kWarp) {
+      const bf16 v = Bf16Of(ln::Normalized(xr[i], mean, rstd, p.gamma[i], p.beta[i]));
+      xrow[i] = v;
+      p.h[row * kD + i] = v;
+    }
+    if (lane == 0) {
+      p.mean[row] = mean;
+      p.rstd[row] = rstd;
+    }
+  }
 }
 
 template <int kD, bool kForward>
 __global__ void __launch_bounds__(kThreads, 2) FfnChainKernel(const Params p) {
   using L = Layout<kD>;
   constexpr ElementType kBf16 = ElementType::kBFloat16;
-  constexpr int kHiddenTiles =
-      kChunk / 8;                   // n-tiles of the first product per chunk
-  constexpr int kOutTiles = kD / 8; // n-tiles of the second product
+  constexpr int kHiddenTiles = kChunk / 8;  // n-tiles of the first product per chunk
+  constexpr int kOutTiles = kD / 8;         // n-tiles of the second product
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16 *xs = reinterpret_cast<bf16 *>(smem);
-  bf16 *w1s = xs + L::kXElems;
-  bf16 *w2s = w1s + L::kW1Elems;
+  bf16* xs = reinterpret_cast<bf16*>(smem);
+  bf16* w1s = xs + L::kXElems;
+  bf16* w2s = w1s + L::kW1Elems;
 
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
   const LaneCoords lane = Lane();
   const int64_t tile0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const int valid = static_cast<int>(p.n - tile0 < kRows ? p.n - tile0 : kRows);
-  LoadRowsZeroFill<kRows, kD, kThreads>(xs, L::kLdX, p.x + tile0 * kD, kD,
-                                        valid);
+  if constexpr (kForward) {
+    NormalizeRows<kD>(p, tile0, warp, xs);
+  } else {
+    LoadRowsZeroFill<kRows, kD, kThreads>(xs, L::kLdX, p.ds + tile0 * kD, kD, valid);
+  }
   // The lane's two rows in the C layout, within the tile and in X.
   const int r_lo = warp * 16 + lane.g, r_hi = r_lo + 8;
   const bool in_lo = r_lo < valid, in_hi = r_hi < valid;
@@ -134,28 +171,22 @@ __global__ void __launch_bounds__(kThreads, 2) FfnChainKernel(const Params p) {
 
   float acc[kOutTiles][4] = {};
   for (int c0 = 0; c0 < p.hidden; c0 += kChunk) {
-    __syncthreads(); // every warp is done with the previous chunk's weights
-                     // (and the X tile is in)
-    for (int i = static_cast<int>(threadIdx.x); i < kD * (kChunk / 8);
-         i += kThreads) {
+    __syncthreads();  // every warp is done with the previous chunk's weights (and the X tile is in)
+    for (int i = static_cast<int>(threadIdx.x); i < kD * (kChunk / 8); i += kThreads) {
       const int r = i / (kChunk / 8), c = i % (kChunk / 8);
-      *reinterpret_cast<uint4 *>(w1s + r * L::kLdW1 + c * 8) =
-          *reinterpret_cast<const uint4 *>(
-              p.w1 + static_cast<int64_t>(r) * p.hidden + c0 + c * 8);
+      *reinterpret_cast<uint4*>(w1s + r * L::kLdW1 + c * 8) =
+          *reinterpret_cast<const uint4*>(p.w1 + static_cast<int64_t>(r) * p.hidden + c0 + c * 8);
     }
-    for (int i = static_cast<int>(threadIdx.x); i < kChunk * (kD / 8);
-         i += kThreads) {
+    for (int i = static_cast<int>(threadIdx.x); i < kChunk * (kD / 8); i += kThreads) {
       const int r = i / (kD / 8), c = i % (kD / 8);
-      *reinterpret_cast<uint4 *>(w2s + r * L::kLdX + c * 8) =
-          *reinterpret_cast<const uint4 *>(
-              p.w2 + static_cast<int64_t>(c0 + r) * kD + c * 8);
+      *reinterpret_cast<uint4*>(w2s + r * L::kLdX + c * 8) =
+          *reinterpret_cast<const uint4*>(p.w2 + static_cast<int64_t>(c0 + r) * kD + c * 8);
     }
     __syncthreads();
 
-    // First product, the warp's 16 x kChunk block: forward x W1[:, chunk] (W1's
-    // chunk stored [k][n]); backward ds W2[chunk, :]^T (W2's chunk stored
-    // [n][k]).
-    float h[kHiddenTiles][4] = {};
+    // First product, the warp's 16 x kChunk block: forward h W1[:, chunk] (W1's chunk stored [k][n]);
+    // backward ds W2[chunk, :]^T (W2's chunk stored [n][k]).
+    float hid[kHiddenTiles][4] = {};
 #pragma unroll
     for (int k0 = 0; k0 < kD; k0 += 16) {
       uint32_t a[4];
@@ -168,68 +199,54 @@ __global__ void __launch_bounds__(kThreads, 2) FfnChainKernel(const Params p) {
         } else {
           LoadB2<false>(w2s, L::kLdX, k0, t * 8, b_lo, b_hi);
         }
-        Mma16816<kBf16>(h[t], a, b_lo);
-        Mma16816<kBf16>(h[t + 1], a, b_hi);
+        Mma16816<kBf16>(hid[t], a, b_lo);
+        Mma16816<kBf16>(hid[t + 1], a, b_hi);
       }
     }
 
-    // The pointwise step on the lane's values (rows r_lo, r_hi; columns 2
-    // lane.t, +1 of each n-tile), its bf16 results stored and packed as the
-    // second product's A fragments: n-tiles 2j and 2j + 1 are k-step j's
-    // columns 0-7 and 8-15.
+    // The pointwise step on the lane's values (rows r_lo, r_hi; columns 2 lane.t, +1 of each n-tile),
+    // its bf16 results stored and packed as the second product's A fragments: n-tiles 2j and 2j + 1
+    // are k-step j's columns 0-7 and 8-15.
     uint32_t a2[kHiddenTiles / 2][4];
 #pragma unroll
     for (int t = 0; t < kHiddenTiles; ++t) {
       const int col = c0 + t * 8 + 2 * lane.t;
       bf16 v[4];
       if constexpr (kForward) {
-        const float bias0 = Bf16Value(p.b1[col]),
-                    bias1 = Bf16Value(p.b1[col + 1]);
+        const float bias0 = Bf16Value(p.b1[col]), bias1 = Bf16Value(p.b1[col + 1]);
         bf16 u[4];
+#pragma unroll
         for (int e = 0; e < 4; ++e) {
-          u[e] = Bf16Of(__fadd_rn(h[t][e], e % 2 == 0 ? bias0 : bias1));
+          u[e] = Bf16Of(__fadd_rn(hid[t][e], e % 2 == 0 ? bias0 : bias1));
           v[e] = Bf16Of(GeluOf(Bf16Value(u[e])));
         }
         if (in_lo) {
-          *reinterpret_cast<uint32_t *>(p.u + row_lo * p.hidden + col) =
-              PackHalves(u[0], u[1]);
-          *reinterpret_cast<uint32_t *>(p.g + row_lo * p.hidden + col) =
-              PackHalves(v[0], v[1]);
+          *reinterpret_cast<uint32_t*>(p.u + row_lo * p.hidden + col) = PackHalves(u[0], u[1]);
+          *reinterpret_cast<uint32_t*>(p.g + row_lo * p.hidden + col) = PackHalves(v[0], v[1]);
         }
         if (in_hi) {
-          *reinterpret_cast<uint32_t *>(p.u + row_hi * p.hidden + col) =
-              PackHalves(u[2], u[3]);
-          *reinterpret_cast<uint32_t *>(p.g + row_hi * p.hidden + col) =
-              PackHalves(v[2], v[3]);
+          *reinterpret_cast<uint32_t*>(p.u + row_hi * p.hidden + col) = PackHalves(u[2], u[3]);
+          *reinterpret_cast<uint32_t*>(p.g + row_hi * p.hidden + col) = PackHalves(v[2], v[3]);
         }
       } else {
-        const uint32_t u_lo = in_lo ? *reinterpret_cast<const uint32_t *>(
-                                          p.u_in + row_lo * p.hidden + col)
-                                    : 0u;
-        const uint32_t u_hi = in_hi ? *reinterpret_cast<const uint32_t *>(
-                                          p.u_in + row_hi * p.hidden + col)
-                                    : 0u;
-        const bf16 u[4] = {
-            static_cast<bf16>(u_lo & 0xFFFFu), static_cast<bf16>(u_lo >> 16),
-            static_cast<bf16>(u_hi & 0xFFFFu), static_cast<bf16>(u_hi >> 16)};
+        const uint32_t u_lo = in_lo ? *reinterpret_cast<const uint32_t*>(p.u_in + row_lo * p.hidden + col) : 0u;
+        const uint32_t u_hi = in_hi ? *reinterpret_cast<const uint32_t*>(p.u_in + row_hi * p.hidden + col) : 0u;
+        const bf16 u[4] = {static_cast<bf16>(u_lo & 0xFFFFu), static_cast<bf16>(u_lo >> 16),
+                           static_cast<bf16>(u_hi & 0xFFFFu), static_cast<bf16>(u_hi >> 16)};
+#pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float dg = Bf16Value(Bf16Of(h[t][e]));
+          const float dg = Bf16Value(Bf16Of(hid[t][e]));
           v[e] = Bf16Of(__fmul_rn(dg, GeluGradOf(Bf16Value(u[e]))));
         }
-        if (in_lo)
-          *reinterpret_cast<uint32_t *>(p.du + row_lo * p.hidden + col) =
-              PackHalves(v[0], v[1]);
-        if (in_hi)
-          *reinterpret_cast<uint32_t *>(p.du + row_hi * p.hidden + col) =
-              PackHalves(v[2], v[3]);
+        if (in_lo) *reinterpret_cast<uint32_t*>(p.du + row_lo * p.hidden + col) = PackHalves(v[0], v[1]);
+        if (in_hi) *reinterpret_cast<uint32_t*>(p.du + row_hi * p.hidden + col) = PackHalves(v[2], v[3]);
       }
       a2[t / 2][(t % 2) * 2] = PackHalves(v[0], v[1]);
       a2[t / 2][(t % 2) * 2 + 1] = PackHalves(v[2], v[3]);
     }
 
-    // Second product: the block times the chunk's rows of B [hidden][kD]:
-    // forward W2 (W2's chunk stored [k][n]); backward W1^T (W1's chunk stored
-    // [n][k]).
+    // Second product: the block times the chunk's rows of B [hidden][kD]: forward W2 (W2's chunk
+    // stored [k][n]); backward W1^T (W1's chunk stored [n][k]).
 #pragma unroll
     for (int j = 0; j < kHiddenTiles / 2; ++j) {
 #pragma unroll
@@ -246,38 +263,61 @@ __global__ void __launch_bounds__(kThreads, 2) FfnChainKernel(const Params p) {
     }
   }
 
-  // Epilogue: forward (acc + b2) + residual, backward acc; fp32 pairs.
+  if constexpr (kForward) {
+    // y = (acc + b2) + x, fp32 pairs.
 #pragma unroll
-  for (int t = 0; t < kOutTiles; ++t) {
-    const int col = t * 8 + 2 * lane.t;
-    float lo0 = acc[t][0], lo1 = acc[t][1], hi0 = acc[t][2], hi1 = acc[t][3];
-    if constexpr (kForward) {
+    for (int t = 0; t < kOutTiles; ++t) {
+      const int col = t * 8 + 2 * lane.t;
+      float lo0 = acc[t][0], lo1 = acc[t][1], hi0 = acc[t][2], hi1 = acc[t][3];
       if (p.b2 != nullptr) {
         lo0 = __fadd_rn(lo0, p.b2[col]);
         lo1 = __fadd_rn(lo1, p.b2[col + 1]);
         hi0 = __fadd_rn(hi0, p.b2[col]);
         hi1 = __fadd_rn(hi1, p.b2[col + 1]);
       }
-      if (p.residual != nullptr) {
-        if (in_lo) {
-          lo0 = __fadd_rn(lo0, p.residual[row_lo * kD + col]);
-          lo1 = __fadd_rn(lo1, p.residual[row_lo * kD + col + 1]);
-        }
-        if (in_hi) {
-          hi0 = __fadd_rn(hi0, p.residual[row_hi * kD + col]);
-          hi1 = __fadd_rn(hi1, p.residual[row_hi * kD + col + 1]);
-        }
+      if (in_lo) {
+        const float* xr = p.x + row_lo * kD + col;
+        *reinterpret_cast<float2*>(p.y + row_lo * kD + col) = make_float2(__fadd_rn(lo0, xr[0]), __fadd_rn(lo1, xr[1]));
+      }
+      if (in_hi) {
+        const float* xr = p.x + row_hi * kD + col;
+        *reinterpret_cast<float2*>(p.y + row_hi * kD + col) = make_float2(__fadd_rn(hi0, xr[0]), __fadd_rn(hi1, xr[1]));
       }
     }
-    if (in_lo)
-      *reinterpret_cast<float2 *>(p.out + row_lo * kD + col) =
-          make_float2(lo0, lo1);
-    if (in_hi)
-      *reinterpret_cast<float2 *>(p.out + row_hi * kD + col) =
-          make_float2(hi0, hi1);
+  } else {
+    // dh into shared memory (once every warp is done with the weights and the X tile), then LayerNorm's
+    // backward over it, one block of ln::kBlockRows rows at a time.
+    __syncthreads();
+    float* dh = reinterpret_cast<float*>(smem);
+    float* sums = dh + kRows * L::kLdDh;
+#pragma unroll
+    for (int t = 0; t < kOutTiles; ++t) {
+      const int col = t * 8 + 2 * lane.t;
+      *reinterpret_cast<float2*>(dh + r_lo * L::kLdDh + col) = make_float2(acc[t][0], acc[t][1]);
+      *reinterpret_cast<float2*>(dh + r_hi * L::kLdDh + col) = make_float2(acc[t][2], acc[t][3]);
+    }
+    constexpr int kCols = kD / kWarp;
+    const int l = static_cast<int>(threadIdx.x) % kWarp;
+    for (int block = 0; block < kRows / ln::kBlockRows; ++block) {
+      const int64_t first = tile0 + block * ln::kBlockRows;
+      if (first >= p.n) break;  // the same for the whole CTA
+      __syncthreads();          // dh is complete
+      float g_acc[kCols], b_acc[kCols];
+#pragma unroll
+      for (int k = 0; k < kCols; ++k) g_acc[k] = b_acc[k] = 0.0f;
+      for (int r = 0; r < ln::kRowsPerWarp; ++r) {
+        const int tr = block * ln::kBlockRows + warp * ln::kRowsPerWarp + r;
+        const int64_t row = tile0 + tr;
+        if (row >= p.n) break;
+        ln::BackwardRow<kCols>(p.x + row * kD, p.gamma, p.mean[row], p.rstd[row], dh + tr * L::kLdDh, kD, l,
+                               p.dx + row * kD, /*accumulate=*/true, g_acc, b_acc);
+      }
+      const int64_t part = first / ln::kBlockRows;
+      ln::BlockPartials<kCols>(sums, kD, warp, l, g_acc, b_acc, p.g_part + part * kD, p.b_part + part * kD);
+    }
   }
 }
 
-} // namespace gemtb::gpu::train::ffn
+}  // namespace gemtb::gpu::train::ffn
 
-#endif // GEMTB_GPU_TRAIN_FFN_FUSED_KERNELS_CUH_
+#endif  // GEMTB_GPU_TRAIN_FFN_FUSED_KERNELS_CUH_

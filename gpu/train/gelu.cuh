@@ -11,20 +11,15 @@
 namespace gemtb::gpu::train {
 
 // Phi(x) = erfc(-x / sqrt 2) / 2, as ops.h writes it.
-__device__ __forceinline__ float NormalCdf(float x) {
-  return 0.5f * erfcf(__fmul_rn(-x, 0.70710678118654752440f));
-}
+__device__ __forceinline__ float NormalCdf(float x) { return 0.5f * erfcf(__fmul_rn(-x, 0.70710678118654752440f)); }
 
-__device__ __forceinline__ float GeluOf(float v) {
-  return __fmul_rn(v, NormalCdf(v));
-}
+__device__ __forceinline__ float GeluOf(float v) { return __fmul_rn(v, NormalCdf(v)); }
 
 __device__ __forceinline__ float GeluGradOf(float v) {
-  const float pdf = __fmul_rn(0.39894228040143267794f,
-                              expf(__fmul_rn(-0.5f, __fmul_rn(v, v))));
+  const float pdf = __fmul_rn(0.39894228040143267794f, expf(__fmul_rn(-0.5f, __fmul_rn(v, v))));
   return __fadd_rn(NormalCdf(v), __fmul_rn(v, pdf));
 }
 
-} // namespace gemtb::gpu::train
+}  // namespace gemtb::gpu::train
 
-#endif // GEMTB_GPU_TRAIN_GELU_CUH_
+#endif  // GEMTB_GPU_TRAIN_GELU_CUH_

@@ -290,6 +290,11 @@ struct GemModelGpu::Impl {
   }
   // Whether the bf16 feed-forward block runs on ffn_fused.h's kernels (its widths are ones they take).
   bool FusedFfn() const { return ValidateFfnShape(FfnShape{1, g.d, g.ffn}).ok(); }
+  // The fused kernels' view of a block's parameters (b1 and b2: the step's rounded and aligned biases,
+  // which only the forward reads).
+  FfnWeights FfnBf16Weights(const SeqP& p, const SeqTape& t, const __nv_bfloat16* b1, const float* b2) {
+    return FfnWeights{W(p.ln_c.gamma), W(p.ln_c.beta), t.w1_16, b1, t.w2_16, b2};
+  }
   absl::Status FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out);
   absl::Status FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh);
   // One bf16 projection's backward: dW += x^T dy, db += the column sums of dy (the same product's
@@ -955,41 +960,43 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const Cr
   return absl::OkStatus();
 }
 
-// The feed-forward block in bf16 (FfnPrecision::kBf16): LayerNorm writes bf16 rows; the first
-// linear's pre-activation u = h W1 + b1 and g = GELU(u) are bf16 arrays (the backward reads both); the
-// second linear writes the fp32 residual stream, g W2 + b2 + the residual. The weights are rounded to
-// bf16 for the step; every product accumulates in fp32. Where ffn_fused.h takes the widths (d 32, 64
-// or 128) the two products and GELU are one kernel that keeps each row's hidden values on chip between
-// them; else a cuBLASLt product (bias in its epilogue), GELU's elementwise kernel and a second product
-// (bias and residual in its epilogue), with the same roundings.
+// The feed-forward block in bf16 (FfnPrecision::kBf16): out = cur + FFN(LayerNorm(cur)). LayerNorm
+// writes bf16 rows h; the first linear's pre-activation u = h W1 + b1 and g = GELU(u) are bf16 arrays
+// (the backward reads both); the second linear writes the fp32 residual stream, g W2 + b2 + cur. The
+// weights are rounded to bf16 for the step; every product accumulates in fp32. Where ffn_fused.h takes
+// the widths (d 32, 64 or 128) all of it is one kernel that keeps each row's hidden values on chip
+// between the products; else LayerNorm's kernel, a cuBLASLt product (bias in its epilogue), GELU's
+// elementwise kernel and a second product (bias and residual in its epilogue), with the same roundings.
 absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out) {
   const int d = g.d;
-  GEMTB_ASSIGN_OR_RETURN(t.h_c16, Bf16s(n * d));
-  GEMTB_RETURN_IF_ERROR(LayerNormForward(RowsShape{n, p.ln_c.width}, cur, W(p.ln_c.gamma), W(p.ln_c.beta), t.h_c16,
-                                         t.mean_c, t.rstd_c, st));
   std::vector<__nv_bfloat16*> w16;
   GEMTB_ASSIGN_OR_RETURN(w16, Bf16Params({p.ffn1.w, p.ffn1.b, p.ffn2.w}));
   t.w1_16 = w16[0];
   __nv_bfloat16* const b1 = w16[1];
   t.w2_16 = w16[2];
+  GEMTB_ASSIGN_OR_RETURN(t.h_c16, Bf16s(n * d));
   GEMTB_ASSIGN_OR_RETURN(t.u16, Bf16s(n * g.ffn));
   GEMTB_ASSIGN_OR_RETURN(t.g16, Bf16s(n * g.ffn));
   const float* b2;
   GEMTB_ASSIGN_OR_RETURN(b2, AlignedBias(p.ffn2.b));
   if (FusedFfn()) {
-    return FfnForwardFused(FfnShape{n, d, g.ffn}, t.h_c16, t.w1_16, b1, t.w2_16, b2, cur, t.u16, t.g16, out, st);
+    return FfnForwardFused(FfnShape{n, d, g.ffn}, cur, FfnBf16Weights(p, t, b1, b2),
+                           FfnTape{t.h_c16, t.mean_c, t.rstd_c, t.u16, t.g16}, out, st);
   }
+  GEMTB_RETURN_IF_ERROR(LayerNormForward(RowsShape{n, p.ln_c.width}, cur, W(p.ln_c.gamma), W(p.ln_c.beta), t.h_c16,
+                                         t.mean_c, t.rstd_c, st));
   GEMTB_RETURN_IF_ERROR(lin->Forward(LinearShape{n, d, g.ffn}, t.h_c16, t.w1_16, b1, t.u16, st));
   GEMTB_RETURN_IF_ERROR(GeluForward<__nv_bfloat16>(t.u16, n * g.ffn, t.g16, st));
   return lin->ForwardToFp32(LinearShape{n, g.ffn, d}, t.g16, t.w2_16, b2, cur, out, st);
 }
 
-// Its backward: the residual stream's gradient ds rounded to bf16 feeds the second linear's products
-// (its bias gradient sums ds itself, in fp32, in model_kernels.h's tree of column sums, in the pass
-// that rounds it); dg = ds W2^T rounded to bf16 and du = dg GELU'(u) in bf16, then dh = du W1^T in
-// fp32 for the LayerNorm's backward: one fused kernel where the forward's was, else a product, GELU's
-// elementwise backward and a product. The first linear's bias gradient is summed by its weight
-// gradient's product.
+// Its backward, adding the block's input gradient to the residual stream's gradient ds: ds rounded to
+// bf16 feeds the second linear's products (its bias gradient sums ds itself, in fp32, in model_kernels.h's
+// tree of column sums, in the pass that rounds it); dg = ds W2^T rounded to bf16, du = dg GELU'(u) in
+// bf16, dh = du W1^T in fp32 and LayerNorm's backward of dh: one fused kernel where the forward's was
+// (dh stays on chip), else a product, GELU's elementwise backward, a product into dh (scratch) and
+// LayerNorm's kernels. The linears' weight gradients (and the first bias's, in the same product) come
+// from linear.h's products over every row.
 absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh) {
   const int d = g.d;
   __nv_bfloat16 *ds16, *du16;
@@ -999,13 +1006,16 @@ absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTa
   GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(second, t.g16, ds16, G(p.ffn2.w), nullptr, st));
   GEMTB_ASSIGN_OR_RETURN(du16, Bf16s(n * g.ffn));
   if (FusedFfn()) {
-    GEMTB_RETURN_IF_ERROR(FfnBackwardInputFused(FfnShape{n, d, g.ffn}, ds16, t.w2_16, t.u16, t.w1_16, du16, dh, st));
+    GEMTB_RETURN_IF_ERROR(FfnBackwardFused(FfnShape{n, d, g.ffn}, ds16, t.s_c, FfnBf16Weights(p, t, nullptr, nullptr),
+                                           FfnTape{t.h_c16, t.mean_c, t.rstd_c, t.u16, t.g16}, du16, ds,
+                                           G(p.ln_c.gamma), G(p.ln_c.beta), st));
   } else {
     __nv_bfloat16* dg16;
     GEMTB_ASSIGN_OR_RETURN(dg16, Bf16s(n * g.ffn));
     GEMTB_RETURN_IF_ERROR(lin->BackwardInput(second, ds16, t.w2_16, nullptr, dg16, st));
     GEMTB_RETURN_IF_ERROR(GeluBackward<__nv_bfloat16>(t.u16, dg16, n * g.ffn, du16, st));
     GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(first, du16, t.w1_16, nullptr, dh, st));
+    GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_c, n, t.s_c, t.mean_c, t.rstd_c, dh, ds));
   }
   return lin->BackwardWeight(first, t.h_c16, du16, G(p.ffn1.w), G(p.ffn1.b), st);
 }
@@ -1116,8 +1126,8 @@ absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const Se
     GEMTB_RETURN_IF_ERROR(LinearBwd(p.ffn2, n, t.g, g.ffn, ds, d, dg, g.ffn, false));
     GEMTB_RETURN_IF_ERROR(GeluBackward<float>(t.u, dg, n * g.ffn, du, st));
     GEMTB_RETURN_IF_ERROR(LinearBwd(p.ffn1, n, t.h_c, d, du, g.ffn, dh, d, false));
+    GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_c, n, t.s_c, t.mean_c, t.rstd_c, dh, ds));
   }
-  GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_c, n, t.s_c, t.mean_c, t.rstd_c, dh, ds));
   // dh is each block's input gradient, written by its query projection's backward (no zeroing pass).
   const bool bf16_blocks = options.attention_blocks == AttentionBlockPrecision::kBf16;
   if (g.DoB(layer)) {

@@ -15,7 +15,6 @@ namespace {
 
 constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 8;  // one warp each
-constexpr float kEps = 1e-5f;
 
 template <typename T, typename TOut = T>
 __global__ void LayerNormForwardKernel(const T* x, const float* gamma, const float* beta, int64_t n, int width, TOut* y,
@@ -24,20 +23,11 @@ __global__ void LayerNormForwardKernel(const T* x, const float* gamma, const flo
   if (row >= n) return;
   const int lane = threadIdx.x % kWarp;
   const T* xr = x + row * width;
-  float sum = 0.0f;
-  for (int i = lane; i < width; i += kWarp) sum = __fadd_rn(sum, ToFloat(xr[i]));
-  const float mean = __fdiv_rn(WarpSum(sum), static_cast<float>(width));
-  float sq = 0.0f;
-  for (int i = lane; i < width; i += kWarp) {
-    const float d = __fsub_rn(ToFloat(xr[i]), mean);
-    sq = __fadd_rn(sq, __fmul_rn(d, d));
-  }
-  const float var = __fdiv_rn(WarpSum(sq), static_cast<float>(width));
-  const float rstd = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(var, kEps)));
+  float mean, rstd;
+  ln::RowStats(width, lane, [&](int i) { return ToFloat(xr[i]); }, mean, rstd);
   TOut* yr = y + row * width;
   for (int i = lane; i < width; i += kWarp) {
-    const float h = __fmul_rn(__fsub_rn(ToFloat(xr[i]), mean), rstd);
-    yr[i] = FromFloat<TOut>(__fadd_rn(__fmul_rn(h, gamma[i]), beta[i]));
+    yr[i] = FromFloat<TOut>(ln::Normalized(ToFloat(xr[i]), mean, rstd, gamma[i], beta[i]));
   }
   if (lane == 0) {
     mean_out[row] = mean;

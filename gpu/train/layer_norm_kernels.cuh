@@ -1,7 +1,8 @@
-// The fused backward of layer_norm.h's LayerNorm over fp32 rows of at most kFusedMaxWidth values:
-// device code only, launched by layer_norm.cu and built by a host compiler for the CPU fiber
-// emulation (tests/gpu/emulation), where the explicitly rounded operations are the host's own IEEE
-// fp32 operations.
+// layer_norm.h's LayerNorm as rows of one warp: the forward's statistics and normalised values, and
+// the fused backward over fp32 rows of at most kFusedMaxWidth values. Device code only, launched by
+// layer_norm.cu, also inside the fused feed-forward kernels (ffn_fused_kernels.cuh, whose LayerNorm is
+// then these bytes), and built by a host compiler for the CPU fiber emulation (tests/gpu/emulation),
+// where the explicitly rounded operations are the host's own IEEE fp32 operations.
 //
 // One pass reads x and dy once for both gradients: a block takes kBlockRows rows, each of its warps
 // kRowsPerWarp consecutive ones. Per row the warp computes dx exactly as the unfused input kernel
@@ -34,6 +35,92 @@ __device__ inline float LaneSum(float v) {
   return v;
 }
 
+constexpr float kEps = 1e-5f;
+
+// LayerNorm's forward statistics of one row of `width` values (x(i) gives value i), as one warp takes
+// them: lane l sums columns l, l + 32, ... in order, the 32 lanes' sums meet by the butterfly; then the
+// same for the squared deviations. Every lane ends with the same mean and rstd.
+template <typename Load>
+__device__ inline void RowStats(int width, int lane, const Load& x, float& mean, float& rstd) {
+  float sum = 0.0f;
+  for (int i = lane; i < width; i += kWarp) sum = __fadd_rn(sum, x(i));
+  mean = __fdiv_rn(LaneSum(sum), static_cast<float>(width));
+  float sq = 0.0f;
+  for (int i = lane; i < width; i += kWarp) {
+    const float d = __fsub_rn(x(i), mean);
+    sq = __fadd_rn(sq, __fmul_rn(d, d));
+  }
+  const float var = __fdiv_rn(LaneSum(sq), static_cast<float>(width));
+  rstd = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(var, kEps)));
+}
+
+// One normalised value: (x - mean) rstd gamma + beta, each operation rounded.
+__device__ inline float Normalized(float x, float mean, float rstd, float gamma, float beta) {
+  return __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(x, mean), rstd), gamma), beta);
+}
+
+// The backward of one row by one warp (lane l takes columns l, l + 32, ...; width <= kCols * kWarp):
+// dx (written, or added to with accumulate) as the unfused input kernel computes it, and the row's
+// dy xhat and dy added to the lane's running column sums. dyr may be global or shared memory.
+template <int kCols>
+__device__ inline void BackwardRow(const float* xr, const float* gamma, float mean, float rstd, const float* dyr,
+                                   int width, int lane, float* dxr, bool accumulate, float (&g_acc)[kCols],
+                                   float (&b_acc)[kCols]) {
+  float sum = 0.0f, sum_h = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kCols; ++k) {
+    const int i = lane + k * kWarp;
+    if (i >= width) continue;
+    const float d = dyr[i];
+    const float h = __fmul_rn(__fsub_rn(xr[i], mean), rstd);
+    const float dh = __fmul_rn(d, gamma[i]);
+    sum = __fadd_rn(sum, dh);
+    sum_h = __fadd_rn(sum_h, __fmul_rn(dh, h));
+    g_acc[k] = __fadd_rn(g_acc[k], __fmul_rn(d, h));
+    b_acc[k] = __fadd_rn(b_acc[k], d);
+  }
+  sum = __fdiv_rn(LaneSum(sum), static_cast<float>(width));
+  sum_h = __fdiv_rn(LaneSum(sum_h), static_cast<float>(width));
+#pragma unroll
+  for (int k = 0; k < kCols; ++k) {
+    const int i = lane + k * kWarp;
+    if (i >= width) continue;
+    const float h = __fmul_rn(__fsub_rn(xr[i], mean), rstd);
+    const float dh = __fmul_rn(dyr[i], gamma[i]);
+    const float g = __fmul_rn(rstd, __fsub_rn(__fsub_rn(dh, sum), __fmul_rn(h, sum_h)));
+    dxr[i] = accumulate ? __fadd_rn(dxr[i], g) : g;
+  }
+}
+
+// A block's partial rows from its kWarps warps' column sums: the warps' sums meet in shared memory
+// (`sums`, FusedSharedBytes(width)) and are added in warp order into g_row and b_row [width]. Every
+// thread of the block calls it; it begins and ends with a barrier, so that `sums` may be used again.
+template <int kCols>
+__device__ inline void BlockPartials(float* sums, int width, int warp, int lane, const float (&g_acc)[kCols],
+                                     const float (&b_acc)[kCols], float* g_row, float* b_row) {
+  float* g_sums = sums;
+  float* b_sums = sums + kWarps * width;
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < kCols; ++k) {
+    const int i = lane + k * kWarp;
+    if (i >= width) continue;
+    g_sums[warp * width + i] = g_acc[k];
+    b_sums[warp * width + i] = b_acc[k];
+  }
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < width; i += kThreads) {
+    float g = g_sums[i], b = b_sums[i];
+    for (int w = 1; w < kWarps; ++w) {
+      g = __fadd_rn(g, g_sums[w * width + i]);
+      b = __fadd_rn(b, b_sums[w * width + i]);
+    }
+    g_row[i] = g;
+    b_row[i] = b;
+  }
+  __syncthreads();
+}
+
 // dx (written, or added to with accumulate) for rows [blockIdx.x * kBlockRows, + kBlockRows) of n, and
 // the block's partial sums over them of dy xhat and dy into g_part and b_part [gridDim.x, width].
 // width <= kCols * kWarp.
@@ -49,54 +136,11 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kBlockRows + warp * kRowsPerWarp;
   for (int r = 0; r < kRowsPerWarp && first + r < n; ++r) {
     const int64_t row = first + r;
-    const float* xr = x + row * width;
-    const float* dyr = dy + row * width;
-    const float mean = mean_in[row], rstd = rstd_in[row];
-    float sum = 0.0f, sum_h = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kCols; ++k) {
-      const int i = lane + k * kWarp;
-      if (i >= width) continue;
-      const float d = dyr[i];
-      const float h = __fmul_rn(__fsub_rn(xr[i], mean), rstd);
-      const float dh = __fmul_rn(d, gamma[i]);
-      sum = __fadd_rn(sum, dh);
-      sum_h = __fadd_rn(sum_h, __fmul_rn(dh, h));
-      g_acc[k] = __fadd_rn(g_acc[k], __fmul_rn(d, h));
-      b_acc[k] = __fadd_rn(b_acc[k], d);
-    }
-    sum = __fdiv_rn(LaneSum(sum), static_cast<float>(width));
-    sum_h = __fdiv_rn(LaneSum(sum_h), static_cast<float>(width));
-    float* dxr = dx + row * width;
-#pragma unroll
-    for (int k = 0; k < kCols; ++k) {
-      const int i = lane + k * kWarp;
-      if (i >= width) continue;
-      const float h = __fmul_rn(__fsub_rn(xr[i], mean), rstd);
-      const float dh = __fmul_rn(dyr[i], gamma[i]);
-      const float g = __fmul_rn(rstd, __fsub_rn(__fsub_rn(dh, sum), __fmul_rn(h, sum_h)));
-      dxr[i] = accumulate ? __fadd_rn(dxr[i], g) : g;
-    }
+    BackwardRow<kCols>(x + row * width, gamma, mean_in[row], rstd_in[row], dy + row * width, width, lane,
+                       dx + row * width, accumulate, g_acc, b_acc);
   }
-  float* g_sums = sums;
-  float* b_sums = sums + kWarps * width;
-#pragma unroll
-  for (int k = 0; k < kCols; ++k) {
-    const int i = lane + k * kWarp;
-    if (i >= width) continue;
-    g_sums[warp * width + i] = g_acc[k];
-    b_sums[warp * width + i] = b_acc[k];
-  }
-  __syncthreads();
-  for (int i = static_cast<int>(threadIdx.x); i < width; i += kThreads) {
-    float g = g_sums[i], b = b_sums[i];
-    for (int w = 1; w < kWarps; ++w) {
-      g = __fadd_rn(g, g_sums[w * width + i]);
-      b = __fadd_rn(b, b_sums[w * width + i]);
-    }
-    g_part[static_cast<int64_t>(blockIdx.x) * width + i] = g;
-    b_part[static_cast<int64_t>(blockIdx.x) * width + i] = b;
-  }
+  BlockPartials<kCols>(sums, width, warp, lane, g_acc, b_acc, g_part + static_cast<int64_t>(blockIdx.x) * width,
+                       b_part + static_cast<int64_t>(blockIdx.x) * width);
 }
 
 }  // namespace gemtb::gpu::train::ln

@@ -16,79 +16,13 @@
 
 #include "gpu/train/layer_norm_kernels.cuh"
 #include "gtest/gtest.h"
+#include "tests/gpu/emulation/layer_norm_host_model.h"
 
 namespace gemtb::gpu::train::ln {
 
 float sums[2 * kWarps * kFusedMaxWidth];  // the kernel's `extern __shared__` array
 
 namespace {
-
-// The 32 lanes' partial sums by the kernel's butterfly (offsets 16, 8, 4, 2, 1): lane 0's result.
-float Butterfly(std::vector<float> p) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    std::vector<float> next(kWarp);
-    for (int l = 0; l < kWarp; ++l) next[l] = p[l] + p[l ^ offset];
-    p = next;
-  }
-  return p[0];
-}
-
-struct Host {
-  std::vector<float> dx, g_part, b_part;
-};
-
-Host HostModel(const std::vector<float>& x, const std::vector<float>& gamma, const std::vector<float>& mean,
-               const std::vector<float>& rstd, const std::vector<float>& dy, int64_t n, int width,
-               std::vector<float> dx, bool accumulate) {
-  const int64_t blocks = (n + kBlockRows - 1) / kBlockRows;
-  Host h;
-  h.g_part.assign(static_cast<size_t>(blocks * width), 0.0f);
-  h.b_part = h.g_part;
-  for (int64_t row = 0; row < n; ++row) {
-    const float* xr = x.data() + row * width;
-    const float* dyr = dy.data() + row * width;
-    std::vector<float> lane_sum(kWarp, 0.0f), lane_sum_h(kWarp, 0.0f);
-    for (int l = 0; l < kWarp; ++l) {
-      for (int i = l; i < width; i += kWarp) {
-        const float hv = (xr[i] - mean[row]) * rstd[row];
-        const float dh = dyr[i] * gamma[i];
-        lane_sum[l] = lane_sum[l] + dh;
-        lane_sum_h[l] = lane_sum_h[l] + dh * hv;
-      }
-    }
-    const float sum = Butterfly(lane_sum) / static_cast<float>(width);
-    const float sum_h = Butterfly(lane_sum_h) / static_cast<float>(width);
-    for (int i = 0; i < width; ++i) {
-      const float hv = (xr[i] - mean[row]) * rstd[row];
-      const float dh = dyr[i] * gamma[i];
-      const float g = rstd[row] * ((dh - sum) - hv * sum_h);
-      float& out = dx[static_cast<size_t>(row * width + i)];
-      out = accumulate ? out + g : g;
-    }
-  }
-  for (int64_t b = 0; b < blocks; ++b) {
-    for (int i = 0; i < width; ++i) {
-      float g = 0.0f, bs = 0.0f;
-      for (int w = 0; w < kWarps; ++w) {
-        float gw = 0.0f, bw = 0.0f;
-        for (int r = 0; r < kRowsPerWarp; ++r) {
-          const int64_t row = b * kBlockRows + w * kRowsPerWarp + r;
-          if (row >= n) break;
-          const float d = dy[static_cast<size_t>(row * width + i)];
-          const float hv = (x[static_cast<size_t>(row * width + i)] - mean[row]) * rstd[row];
-          gw = gw + d * hv;
-          bw = bw + d;
-        }
-        g = w == 0 ? gw : g + gw;
-        bs = w == 0 ? bw : bs + bw;
-      }
-      h.g_part[static_cast<size_t>(b * width + i)] = g;
-      h.b_part[static_cast<size_t>(b * width + i)] = bs;
-    }
-  }
-  h.dx = std::move(dx);
-  return h;
-}
 
 bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -116,7 +50,7 @@ void RunCase(int64_t n, int width, bool accumulate, uint64_t seed) {
   // Two spare rows past n: the kernel must leave them as they are.
   std::vector<float> dx0(cells + 2 * width);
   for (float& v : dx0) v = normal(rng);
-  const Host want = HostModel(x, gamma, mean, rstd, dy, n, width, dx0, accumulate);
+  const host::Backward want = host::LayerNormBackward(x, gamma, mean, rstd, dy, n, width, dx0, accumulate);
 
   const int64_t blocks = (n + kBlockRows - 1) / kBlockRows;
   std::vector<float> dx = dx0, part(static_cast<size_t>(2 * blocks * width), std::nanf(""));
