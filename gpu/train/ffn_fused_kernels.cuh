@@ -18,8 +18,7 @@
 // same two slices), each warp forms its 16 x kChunk block of the first product in registers
 // (mma.sync m16n8k16), applies the pointwise step lane by lane, stores the block's bf16 values and
 // feeds them, as the A fragments they already are, into its 16 x kD accumulator of the second
-// product. The backward then stages the accumulators (dh) in shared memory, where its warps take the
-// rows as LayerNorm's fused backward does (blocks of ln::kBlockRows rows, ln::kRowsPerWarp a warp).
+// product. The backward ends with LayerNorm's backward of those accumulators (dh), layer_norm_tile.cuh.
 // Every sum runs in a fixed order (k in increasing steps within a product, chunks in increasing order
 // across it): the same bytes on every run.
 #ifndef GEMTB_GPU_TRAIN_FFN_FUSED_KERNELS_CUH_
@@ -32,6 +31,7 @@
 #include "gpu/common/tile_io.cuh"
 #include "gpu/train/gelu.cuh"
 #include "gpu/train/layer_norm_kernels.cuh"
+#include "gpu/train/layer_norm_tile.cuh"
 #include "model/common/element_type.h"
 
 namespace gemtb::gpu::train::ffn {
@@ -47,17 +47,16 @@ constexpr int kChunk = 64;          // hidden columns per step
 // Shared memory: the X tile [kRows][kLdX], W1's chunk of columns [kD][kLdW1], W2's chunk of rows
 // [kChunk][kLdX]. The row strides (kD + 8 and kChunk + 8 elements) put the eight 16-byte rows of an
 // ldmatrix load, and the eight rows of a lane group's 32-bit A loads, in distinct banks. The
-// backward's epilogue reuses the memory for dh [kRows][kLdDh] (fp32) and LayerNorm's warp sums.
+// backward's epilogue (layer_norm_tile.cuh) reuses the memory.
 template <int kD>
 struct Layout {
   static constexpr int kLdX = kD + 8;
   static constexpr int kLdW1 = kChunk + 8;
-  static constexpr int kLdDh = kD + 8;
   static constexpr size_t kXElems = static_cast<size_t>(kRows) * kLdX;
   static constexpr size_t kW1Elems = static_cast<size_t>(kD) * kLdW1;
   static constexpr size_t kW2Elems = static_cast<size_t>(kChunk) * kLdX;
   static constexpr size_t kChainBytes = sizeof(bf16) * (kXElems + kW1Elems + kW2Elems);
-  static constexpr size_t kEpilogueBytes = sizeof(float) * kRows * kLdDh + ln::FusedSharedBytes(kD);
+  static constexpr size_t kEpilogueBytes = lnt::kBytes<kD, kRows>;
   static constexpr size_t kBytes = kChainBytes > kEpilogueBytes ? kChainBytes : kEpilogueBytes;
   static_assert(kD % kWarp == 0, "kD: a multiple of 32 (mma.sync's k; LayerNorm's lanes)");
   static_assert(sizeof(bf16) * kXElems % 16 == 0 && sizeof(bf16) * kW1Elems % 16 == 0, "16-byte aligned tiles");
@@ -285,36 +284,18 @@ __global__ void __launch_bounds__(kThreads, 2) FfnChainKernel(const Params p) {
       }
     }
   } else {
-    // dh into shared memory (once every warp is done with the weights and the X tile), then LayerNorm's
-    // backward over it, one block of ln::kBlockRows rows at a time.
-    __syncthreads();
-    float* dh = reinterpret_cast<float*>(smem);
-    float* sums = dh + kRows * L::kLdDh;
-#pragma unroll
-    for (int t = 0; t < kOutTiles; ++t) {
-      const int col = t * 8 + 2 * lane.t;
-      *reinterpret_cast<float2*>(dh + r_lo * L::kLdDh + col) = make_float2(acc[t][0], acc[t][1]);
-      *reinterpret_cast<float2*>(dh + r_hi * L::kLdDh + col) = make_float2(acc[t][2], acc[t][3]);
-    }
-    constexpr int kCols = kD / kWarp;
-    const int l = static_cast<int>(threadIdx.x) % kWarp;
-    for (int block = 0; block < kRows / ln::kBlockRows; ++block) {
-      const int64_t first = tile0 + block * ln::kBlockRows;
-      if (first >= p.n) break;  // the same for the whole CTA
-      __syncthreads();          // dh is complete
-      float g_acc[kCols], b_acc[kCols];
-#pragma unroll
-      for (int k = 0; k < kCols; ++k) g_acc[k] = b_acc[k] = 0.0f;
-      for (int r = 0; r < ln::kRowsPerWarp; ++r) {
-        const int tr = block * ln::kBlockRows + warp * ln::kRowsPerWarp + r;
-        const int64_t row = tile0 + tr;
-        if (row >= p.n) break;
-        ln::BackwardRow<kCols>(p.x + row * kD, p.gamma, p.mean[row], p.rstd[row], dh + tr * L::kLdDh, kD, l,
-                               p.dx + row * kD, /*accumulate=*/true, g_acc, b_acc);
-      }
-      const int64_t part = first / ln::kBlockRows;
-      ln::BlockPartials<kCols>(sums, kD, warp, l, g_acc, b_acc, p.g_part + part * kD, p.b_part + part * kD);
-    }
+    // LayerNorm's backward of dh, the accumulators (the memory is the epilogue's once every warp is
+    // done with the weights and the X tile).
+    lnt::Args a;
+    a.n = p.n;
+    a.x = p.x;
+    a.gamma = p.gamma;
+    a.mean = p.mean;
+    a.rstd = p.rstd;
+    a.dx = p.dx;
+    a.g_part = p.g_part;
+    a.b_part = p.b_part;
+    lnt::LayerNormBackwardOfTile<kD, kRows>(acc, tile0, a, smem);
   }
 }
 

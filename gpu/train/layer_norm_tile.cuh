@@ -1,0 +1,78 @@
+// LayerNorm's backward over a CTA's tile of rows whose gradient dh sits in its warps' mma.sync
+// accumulators (warp w holding rows [16 w, 16 w + 16) as kD / 8 C tiles): the epilogue of the fused
+// kernels whose last product is the input of a LayerNorm (ffn_fused_kernels.cuh,
+// projection_backward_kernels.cuh). dh is staged in shared memory and taken as
+// layer_norm_kernels.cuh's fused backward takes its rows (blocks of ln::kBlockRows rows, ln::kRowsPerWarp
+// rows a warp, the same row functions): given the same dh, LayerNormBackward's bytes. Device code, also
+// compiled by a host compiler for the CPU emulation.
+#ifndef GEMTB_GPU_TRAIN_LAYER_NORM_TILE_CUH_
+#define GEMTB_GPU_TRAIN_LAYER_NORM_TILE_CUH_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gpu/common/mma.cuh"
+#include "gpu/train/layer_norm_kernels.cuh"
+
+namespace gemtb::gpu::train::lnt {
+
+// The LayerNorm whose backward the tile feeds: its input x [n, kD] and gamma [kD], the forward's row
+// statistics [n]; dx [n, kD] is added to, and each block of ln::kBlockRows rows writes its partial rows
+// of dgamma's and dbeta's sums (g_part, b_part [ceil(n / ln::kBlockRows), kD]).
+struct Args {
+  int64_t n = 0;
+  const float* x = nullptr;
+  const float* gamma = nullptr;
+  const float* mean = nullptr;
+  const float* rstd = nullptr;
+  float* dx = nullptr;
+  float* g_part = nullptr;
+  float* b_part = nullptr;
+};
+
+// Shared memory the epilogue takes: dh [kRows][kD + 8] fp32, then the warps' column sums.
+template <int kD, int kRows>
+constexpr size_t kBytes = sizeof(float) * kRows * (kD + 8) + ln::FusedSharedBytes(kD);
+
+// Called by every thread of the CTA (ln::kWarps warps) once its warps are done with `smem`'s other use;
+// the tile's rows are [tile0, tile0 + kRows) of n.
+template <int kD, int kRows>
+__device__ __forceinline__ void LayerNormBackwardOfTile(const float (&acc)[kD / 8][4], int64_t tile0, const Args& a,
+                                                        unsigned char* smem) {
+  static_assert(kD % 32 == 0 && kRows % ln::kBlockRows == 0, "whole lanes of columns, whole blocks of rows");
+  constexpr int kLd = kD + 8;
+  constexpr int kCols = kD / 32;
+  float* dh = reinterpret_cast<float*>(smem);
+  float* sums = dh + kRows * kLd;
+  const int warp = static_cast<int>(threadIdx.x) / 32, l = static_cast<int>(threadIdx.x) % 32;
+  const LaneCoords lane = Lane();
+  const int r_lo = warp * 16 + lane.g, r_hi = r_lo + 8;
+  __syncthreads();  // every warp is done with the memory's other use
+#pragma unroll
+  for (int t = 0; t < kD / 8; ++t) {
+    const int col = t * 8 + 2 * lane.t;
+    *reinterpret_cast<float2*>(dh + r_lo * kLd + col) = make_float2(acc[t][0], acc[t][1]);
+    *reinterpret_cast<float2*>(dh + r_hi * kLd + col) = make_float2(acc[t][2], acc[t][3]);
+  }
+  for (int block = 0; block < kRows / ln::kBlockRows; ++block) {
+    const int64_t first = tile0 + block * ln::kBlockRows;
+    if (first >= a.n) break;  // the same for the whole CTA
+    __syncthreads();          // dh is complete
+    float g_acc[kCols], b_acc[kCols];
+#pragma unroll
+    for (int k = 0; k < kCols; ++k) g_acc[k] = b_acc[k] = 0.0f;
+    for (int r = 0; r < ln::kRowsPerWarp; ++r) {
+      const int tr = block * ln::kBlockRows + warp * ln::kRowsPerWarp + r;
+      const int64_t row = tile0 + tr;
+      if (row >= a.n) break;
+      ln::BackwardRow<kCols>(a.x + row * kD, a.gamma, a.mean[row], a.rstd[row], dh + tr * kLd, kD, l, a.dx + row * kD,
+                             /*accumulate=*/true, g_acc, b_acc);
+    }
+    const int64_t part = first / ln::kBlockRows;
+    ln::BlockPartials<kCols>(sums, kD, warp, l, g_acc, b_acc, a.g_part + part * kD, a.b_part + part * kD);
+  }
+}
+
+}  // namespace gemtb::gpu::train::lnt
+
+#endif  // GEMTB_GPU_TRAIN_LAYER_NORM_TILE_CUH_
