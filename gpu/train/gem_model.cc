@@ -17,6 +17,7 @@
 #include "gpu/train/loss.h"
 #include "gpu/train/qk_norm_rope.h"
 #include "gpu/train/model_kernels.h"
+#include "gpu/train/projection_backward.h"
 #include "model/attention/rope_table.h"
 #include "model/common/status_macros.h"
 #include "model/description/layer_params.h"
@@ -307,8 +308,19 @@ struct GemModelGpu::Impl {
   }
   absl::Status AttnFwdBf16(const AttnP& p, const AttnUse& u, const __nv_bfloat16* xq, const __nv_bfloat16* xkv,
                            AttnTape16& t, float* y, const float* residual);
+  // ln: the LayerNorm whose output the queries (and, when t.xkv is t.xq, the keys and values) read; its
+  // backward then runs with the projections' input gradient in one kernel (projection_backward.h),
+  // adding to ln->dx, and dxq (and such a dxkv) is not written.
   absl::Status AttnBwdBf16(const AttnP& p, const AttnUse& u, const AttnTape16& t, const float* dy, float* dxq,
-                           float* dxkv, __nv_bfloat16** dqr_out = nullptr);
+                           float* dxkv, __nv_bfloat16** dqr_out = nullptr, const LayerNormGrads* ln = nullptr);
+  // Whether the bf16 attention blocks' input gradients run with their LayerNorm's backward in one
+  // kernel (projection_backward.h takes the width).
+  bool FusedProjections() const { return ValidateProjectionsShape(1, g.d).ok(); }
+  // A sequence layer's LayerNorm before a block, as projection_backward.h's backward takes it (adding
+  // its input gradient to ds).
+  LayerNormGrads NormGrads(const NormP& p, const float* x, const float* mean, const float* rstd, float* ds) {
+    return LayerNormGrads{x, W(p.gamma), mean, rstd, ds, G(p.gamma), G(p.beta)};
+  }
 
   // y[n, out] = x[n, in] W + b (+ residual), x and y with row strides ldx, ldy; residual (null: none)
   // [n, out] with row stride ldy. In the training precision (TF32), one cuBLASLt product with the bias
@@ -1077,7 +1089,8 @@ absl::Status GemModelGpu::Impl::AttnFwdBf16(const AttnP& p, const AttnUse& u, co
 // gradient) and then dxkv added to (dxkv may be dxq: self-attention). Without xq (the PMA) *dqr_out
 // gets the gradient of the broadcast queries instead (bf16, [nq, d]).
 absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, const AttnTape16& t, const float* dy,
-                                            float* dxq, float* dxkv, __nv_bfloat16** dqr_out) {
+                                            float* dxq, float* dxkv, __nv_bfloat16** dqr_out,
+                                            const LayerNormGrads* ln) {
   const int d = g.d, H = g.heads, dh = g.dh();
   const LinearShape qs{u.nq, d, d}, ks{u.nk, d, d};
   __nv_bfloat16 *dy16, *d_o, *dqr, *dq, *dkr, *dk, *dv;
@@ -1094,7 +1107,26 @@ absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, co
     GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(qs, t.o, dy16, G(p.wo.w), nullptr, st));
   }
   GEMTB_RETURN_IF_ERROR(GdpaBackwardTensorCore(Batch(u), t.qr, t.kr, t.v, d_o, dqr, dkr, dv, st));
-  if (!t.xq) {
+  if (ln != nullptr && u.nq > 0) {
+    // The projections' weight gradients here, their input gradient with the LayerNorm's backward.
+    GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeBackward(QRows(u), t.q, t.q_inv, dqr, dq, st)
+                                 : HeadRmsNormBackward<__nv_bfloat16>(HeadRowsShape{u.nq * H, dh}, t.q, t.q_inv, dqr,
+                                                                      dq, st));
+    GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(qs, t.xq, dq, G(p.wq.w), G(p.wq.b), st));
+    std::vector<ProjectionGrad> sources = {{dq, t.wq}};
+    const bool self = t.xkv == t.xq;
+    if (self) {
+      GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeBackward(KRows(u), t.k, t.k_inv, dkr, dk, st)
+                                   : HeadRmsNormBackward<__nv_bfloat16>(HeadRowsShape{u.nk * H, dh}, t.k, t.k_inv,
+                                                                        dkr, dk, st));
+      GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(ks, t.xkv, dk, G(p.wk.w), G(p.wk.b), st));
+      GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(ks, t.xkv, dv, G(p.wv.w), G(p.wv.b), st));
+      sources.push_back({dk, t.wk});
+      sources.push_back({dv, t.wv});
+    }
+    GEMTB_RETURN_IF_ERROR(ProjectionsLayerNormBackward(u.nq, d, sources, *ln, st));
+    if (self || u.nk == 0) return absl::OkStatus();
+  } else if (!t.xq) {
     *dqr_out = dqr;  // the PMA's seeds: the caller sums the broadcast rows' gradient
   } else if (u.nq > 0) {
     GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeBackward(QRows(u), t.q, t.q_inv, dqr, dq, st)
@@ -1130,17 +1162,30 @@ absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const Se
   }
   // dh is each block's input gradient, written by its query projection's backward (no zeroing pass).
   const bool bf16_blocks = options.attention_blocks == AttentionBlockPrecision::kBf16;
+  // With the bf16 blocks at a width projection_backward.h takes, a block's LayerNorm backward runs with
+  // its projections' input gradient (adding to ds) and dh is not used.
+  const bool fused = bf16_blocks && FusedProjections();
   if (g.DoB(layer)) {
-    GEMTB_RETURN_IF_ERROR(bf16_blocks
-                              ? AttnBwdBf16(p.attn_b, SelfUse(j), t.b16, ds, dh, dh)
-                              : AttnBwd(p.attn_b, SelfUse(j), t.b, ds, dh, dh, nullptr, /*dxq_fresh=*/true));
-    GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_b, n, t.s_b, t.mean_b, t.rstd_b, dh, ds));
+    if (fused) {
+      const LayerNormGrads ln = NormGrads(p.ln_b, t.s_b, t.mean_b, t.rstd_b, ds);
+      GEMTB_RETURN_IF_ERROR(AttnBwdBf16(p.attn_b, SelfUse(j), t.b16, ds, nullptr, nullptr, nullptr, &ln));
+    } else {
+      GEMTB_RETURN_IF_ERROR(bf16_blocks
+                                ? AttnBwdBf16(p.attn_b, SelfUse(j), t.b16, ds, dh, dh)
+                                : AttnBwd(p.attn_b, SelfUse(j), t.b, ds, dh, dh, nullptr, /*dxq_fresh=*/true));
+      GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_b, n, t.s_b, t.mean_b, t.rstd_b, dh, ds));
+    }
   }
   if (g.DoA(layer)) {
-    GEMTB_RETURN_IF_ERROR(bf16_blocks
-                              ? AttnBwdBf16(p.attn_a, CrossUse(j), t.a16, ds, dh, dx_sum)
-                              : AttnBwd(p.attn_a, CrossUse(j), t.a, ds, dh, dx_sum, nullptr, /*dxq_fresh=*/true));
-    GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_a, n, t.s_a, t.mean_a, t.rstd_a, dh, ds));
+    if (fused) {
+      const LayerNormGrads ln = NormGrads(p.ln_a, t.s_a, t.mean_a, t.rstd_a, ds);
+      GEMTB_RETURN_IF_ERROR(AttnBwdBf16(p.attn_a, CrossUse(j), t.a16, ds, nullptr, dx_sum, nullptr, &ln));
+    } else {
+      GEMTB_RETURN_IF_ERROR(bf16_blocks
+                                ? AttnBwdBf16(p.attn_a, CrossUse(j), t.a16, ds, dh, dx_sum)
+                                : AttnBwd(p.attn_a, CrossUse(j), t.a, ds, dh, dx_sum, nullptr, /*dxq_fresh=*/true));
+      GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_a, n, t.s_a, t.mean_a, t.rstd_a, dh, ds));
+    }
   }
   return absl::OkStatus();
 }

@@ -32,7 +32,7 @@ struct Args {
 
 // Shared memory the epilogue takes: dh [kRows][kD + 8] fp32, then the warps' column sums.
 template <int kD, int kRows>
-constexpr size_t kBytes = sizeof(float) * kRows * (kD + 8) + ln::FusedSharedBytes(kD);
+constexpr size_t kBytes = sizeof(float) * kRows*(kD + 8) + ln::FusedSharedBytes(kD);
 
 // Called by every thread of the CTA (ln::kWarps warps) once its warps are done with `smem`'s other use;
 // the tile's rows are [tile0, tile0 + kRows) of n.

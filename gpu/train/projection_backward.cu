@@ -1,0 +1,94 @@
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gpu/train/kernel_utils.cuh"
+#include "gpu/train/model_kernels.h"
+#include "gpu/train/projection_backward.h"
+#include "gpu/train/projection_backward_kernels.cuh"
+
+namespace gemtb::gpu::train {
+namespace {
+
+template <int kD>
+absl::Status Launch(const proj::Params& p, cudaStream_t stream) {
+  constexpr size_t kBytes = proj::Layout<kD>::kBytes;
+  auto* kernel = proj::ProjectionsBackwardKernel<kD>;
+  if (absl::Status s =
+          CudaOk(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)),
+                 "ProjectionsLayerNormBackward");
+      !s.ok()) {
+    return s;
+  }
+  const auto blocks = static_cast<unsigned>((p.ln.n + proj::kRows - 1) / proj::kRows);
+  kernel<<<blocks, proj::kThreads, kBytes, stream>>>(p);
+  return Launched("ProjectionsLayerNormBackward");
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+absl::Status ValidateProjectionsShape(int64_t n, int d) {
+  if (n < 1 || n >= (int64_t{1} << 31)) {
+    return absl::InvalidArgumentError(absl::StrCat("projections n=", n, ": want 1 .. 2^31-1"));
+  }
+  if (d != 32 && d != 64 && d != 128) {
+    return absl::InvalidArgumentError(absl::StrCat("projections d=", d, ": want 32, 64 or 128"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ProjectionsLayerNormBackward(int64_t n, int d, const std::vector<ProjectionGrad>& sources,
+                                          const LayerNormGrads& ln, cudaStream_t stream) {
+  if (absl::Status v = ValidateProjectionsShape(n, d); !v.ok()) return v;
+  if (sources.empty() || sources.size() > proj::kMaxSources) {
+    return absl::InvalidArgumentError(absl::StrCat("projections sources=", sources.size(), ": want 1 .. 3"));
+  }
+  proj::Params p;
+  p.sources = static_cast<int>(sources.size());
+  for (size_t s = 0; s < sources.size(); ++s) {
+    const std::string dy = absl::StrCat("sources[", s, "].dy"), w = absl::StrCat("sources[", s, "].w");
+    if (absl::Status v = NotNull({{sources[s].dy, dy.c_str()}, {sources[s].w, w.c_str()}}); !v.ok()) return v;
+    if (!Aligned16(sources[s].dy) || !Aligned16(sources[s].w)) {
+      return absl::InvalidArgumentError(absl::StrCat("projections sources[", s, "]: want 16-byte aligned pointers"));
+    }
+    p.dy[s] = reinterpret_cast<const proj::bf16*>(sources[s].dy);
+    p.w[s] = reinterpret_cast<const proj::bf16*>(sources[s].w);
+  }
+  if (absl::Status v = NotNull({{ln.x, "x"},
+                                {ln.gamma, "gamma"},
+                                {ln.mean, "mean"},
+                                {ln.rstd, "rstd"},
+                                {ln.dx, "dx"},
+                                {ln.dgamma, "dgamma"},
+                                {ln.dbeta, "dbeta"}});
+      !v.ok()) {
+    return v;
+  }
+  const int64_t blocks = (n + ln::kBlockRows - 1) / ln::kBlockRows;
+  float* part = nullptr;
+  if (absl::Status a = CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&part), 2 * blocks * d * sizeof(float), stream),
+                              "ProjectionsLayerNormBackward scratch");
+      !a.ok()) {
+    return a;
+  }
+  p.ln.n = n;
+  p.ln.x = ln.x;
+  p.ln.gamma = ln.gamma;
+  p.ln.mean = ln.mean;
+  p.ln.rstd = ln.rstd;
+  p.ln.dx = ln.dx;
+  p.ln.g_part = part;
+  p.ln.b_part = part + blocks * d;
+  const absl::Status launched = d == 32   ? Launch<32>(p, stream)
+                                : d == 64 ? Launch<64>(p, stream)
+                                          : Launch<128>(p, stream);
+  // The blocks' partial rows added in block order, as LayerNormBackward adds its own.
+  const absl::Status g = launched.ok() ? ColumnSums(part, blocks, d, d, ln.dgamma, true, stream) : launched;
+  const absl::Status b = g.ok() ? ColumnSums(part + blocks * d, blocks, d, d, ln.dbeta, true, stream) : g;
+  const absl::Status freed = CudaOk(cudaFreeAsync(part, stream), "ProjectionsLayerNormBackward scratch");
+  return b.ok() ? freed : b;
+}
+
+}  // namespace gemtb::gpu::train
