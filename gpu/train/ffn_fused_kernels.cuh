@@ -115,34 +115,6 @@ __device__ __forceinline__ void LoadB2(const bf16* s, int ld, int k0, int n0, ui
 __device__ __forceinline__ float Bf16Value(bf16 bits) { return Storage<ElementType::kBFloat16>::ToFloat(bits); }
 __device__ __forceinline__ bf16 Bf16Of(float v) { return Storage<ElementType::kBFloat16>::FromFloat(v); }
 
-// The forward's X tile: LayerNorm of rows [warp * 16, + 16) by the warp, a row at a time, with
-// LayerNormForward's operations; into the tile and h (and the statistics), zeros past n.
-template <int kD>
-__device__ __forceinline__ void NormalizeRows(const Params& p, int64_t tile0, int warp, bf16* xs) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  for (int r = warp * 16; r < warp * 16 + 16; ++r) {
-    bf16* xrow = xs + r * Layout<kD>::kLdX;
-    const int64_t row = tile0 + r;
-    if (row >= p.n) {
-      for (int i = lane; i < kD; i += kWarp) xrow[i] = 0;
-      continue;
-    }
-    const float* xr = p.x + row * kD;
-    float mean, rstd;
-    ln::RowStats(
-        kD, lane, [&](int i) { return xr[i]; }, mean, rstd);
-    for (int i = lane; i < kD; i += kWarp) {
-      const bf16 v = Bf16Of(ln::Normalized(xr[i], mean, rstd, p.gamma[i], p.beta[i]));
-      xrow[i] = v;
-      p.h[row * kD + i] = v;
-    }
-    if (lane == 0) {
-      p.mean[row] = mean;
-      p.rstd[row] = rstd;
-    }
-  }
-}
-
 template <int kD, bool kForward>
 __global__ void __launch_bounds__(kThreads, 2) FfnChainKernel(const Params p) {
   using L = Layout<kD>;
@@ -159,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, 2) FfnChainKernel(const Params p) {
   const int64_t tile0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const int valid = static_cast<int>(p.n - tile0 < kRows ? p.n - tile0 : kRows);
   if constexpr (kForward) {
-    NormalizeRows<kD>(p, tile0, warp, xs);
+    lnt::NormalizeRowsToTile<kD>(p.x, p.gamma, p.beta, p.n, tile0, xs, L::kLdX, p.h, p.mean, p.rstd);
   } else {
     LoadRowsZeroFill<kRows, kD, kThreads>(xs, L::kLdX, p.ds + tile0 * kD, kD, valid);
   }

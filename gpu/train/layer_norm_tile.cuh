@@ -1,7 +1,8 @@
-// LayerNorm's backward over a CTA's tile of rows whose gradient dh sits in its warps' mma.sync
-// accumulators (warp w holding rows [16 w, 16 w + 16) as kD / 8 C tiles): the epilogue of the fused
-// kernels whose last product is the input of a LayerNorm (ffn_fused_kernels.cuh,
-// projection_backward_kernels.cuh). dh is staged in shared memory and taken as
+// LayerNorm at the ends of the fused kernels that take a CTA's tile of rows through products on
+// mma.sync (ffn_fused_kernels.cuh, attention_input_kernels.cuh, projection_backward_kernels.cuh):
+// forward, the rows normalised into the tile of bf16 rows the first product reads (LayerNormForward's
+// operations and bytes); backward, over a tile whose gradient dh sits in the warps' accumulators
+// (warp w holding rows [16 w, 16 w + 16) as kD / 8 C tiles). dh is staged in shared memory and taken as
 // layer_norm_kernels.cuh's fused backward takes its rows (blocks of ln::kBlockRows rows, ln::kRowsPerWarp
 // rows a warp, the same row functions): given the same dh, LayerNormBackward's bytes. Device code, also
 // compiled by a host compiler for the CPU emulation.
@@ -13,8 +14,40 @@
 
 #include "gpu/common/mma.cuh"
 #include "gpu/train/layer_norm_kernels.cuh"
+#include "model/common/element_type.h"
 
 namespace gemtb::gpu::train::lnt {
+
+// Rows [tile0 + 16 warp, + 16) of x [n, kD] normalised by the warp, a row at a time (RowStats and
+// Normalized: LayerNormForward's bytes), rounded to bf16 into rows 16 warp .. of the tile `xs` (rows
+// ld elements apart) and into h [n, kD], the statistics into mean and rstd [n]; rows past n are zeros
+// in the tile.
+template <int kD>
+__device__ __forceinline__ void NormalizeRowsToTile(const float* x, const float* gamma, const float* beta, int64_t n,
+                                                    int64_t tile0, uint16_t* xs, int ld, uint16_t* h, float* mean,
+                                                    float* rstd) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  for (int r = warp * 16; r < warp * 16 + 16; ++r) {
+    uint16_t* xrow = xs + r * ld;
+    const int64_t row = tile0 + r;
+    if (row >= n) {
+      for (int i = lane; i < kD; i += 32) xrow[i] = 0;
+      continue;
+    }
+    const float* xr = x + row * kD;
+    float m, s;
+    ln::RowStats(kD, lane, [&](int i) { return xr[i]; }, m, s);
+    for (int i = lane; i < kD; i += 32) {
+      const uint16_t v = Storage<ElementType::kBFloat16>::FromFloat(ln::Normalized(xr[i], m, s, gamma[i], beta[i]));
+      xrow[i] = v;
+      h[row * kD + i] = v;
+    }
+    if (lane == 0) {
+      mean[row] = m;
+      rstd[row] = s;
+    }
+  }
+}
 
 // The LayerNorm whose backward the tile feeds: its input x [n, kD] and gamma [kD], the forward's row
 // statistics [n]; dx [n, kD] is added to, and each block of ln::kBlockRows rows writes its partial rows
