@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "gpu/train/attention_input.h"
 #include "gpu/train/ffn_fused.h"
 #include "gpu/train/gate.h"
 #include "gpu/train/gdpa.h"
@@ -306,8 +307,15 @@ struct GemModelGpu::Impl {
     GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(s, x, dy, G(p.w), G(p.b), st));
     return lin->BackwardInputToFp32(s, dy, w16, add, dx, st);
   }
+  // norm: the LayerNorm whose output xq is (norm->h == xq), run here: with the query projection (and,
+  // when xkv is xq, the key and value projections) and their QK-norms in one kernel
+  // (attention_input.h); null: xq is already there.
   absl::Status AttnFwdBf16(const AttnP& p, const AttnUse& u, const __nv_bfloat16* xq, const __nv_bfloat16* xkv,
-                           AttnTape16& t, float* y, const float* residual);
+                           AttnTape16& t, float* y, const float* residual, const AttentionNorm* norm = nullptr);
+  // Whether the bf16 attention blocks' input side runs as one kernel (attention_input.h takes the widths).
+  bool FusedAttentionInput() const {
+    return ValidateAttentionInputShape(AttentionInputShape{1, g.d, g.dh()}).ok();
+  }
   // ln: the LayerNorm whose output the queries (and, when t.xkv is t.xq, the keys and values) read; its
   // backward then runs with the projections' input gradient in one kernel (projection_backward.h),
   // adding to ln->dx, and dxq (and such a dxkv) is not written.
@@ -921,7 +929,11 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const Cr
     GEMTB_ASSIGN_OR_RETURN(t.rstd_a, mem->Floats(n));
     float* out;
     GEMTB_ASSIGN_OR_RETURN(out, mem->Floats(nd));
-    if (bf16_blocks) {
+    if (bf16_blocks && FusedAttentionInput()) {
+      GEMTB_ASSIGN_OR_RETURN(t.h_a16, Bf16s(nd));
+      const AttentionNorm norm{cur, W(p.ln_a.gamma), W(p.ln_a.beta), t.h_a16, t.mean_a, t.rstd_a};
+      GEMTB_RETURN_IF_ERROR(AttnFwdBf16(p.attn_a, CrossUse(j), t.h_a16, ct.x_sum16, t.a16, out, cur, &norm));
+    } else if (bf16_blocks) {
       GEMTB_ASSIGN_OR_RETURN(t.h_a16, Bf16s(nd));
       GEMTB_RETURN_IF_ERROR(NormFwd16(p.ln_a, n, cur, t.h_a16, t.mean_a, t.rstd_a));
       GEMTB_RETURN_IF_ERROR(AttnFwdBf16(p.attn_a, CrossUse(j), t.h_a16, ct.x_sum16, t.a16, out, cur));
@@ -938,7 +950,11 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const Cr
     GEMTB_ASSIGN_OR_RETURN(t.rstd_b, mem->Floats(n));
     float* out;
     GEMTB_ASSIGN_OR_RETURN(out, mem->Floats(nd));
-    if (bf16_blocks) {
+    if (bf16_blocks && FusedAttentionInput()) {
+      GEMTB_ASSIGN_OR_RETURN(t.h_b16, Bf16s(nd));
+      const AttentionNorm norm{cur, W(p.ln_b.gamma), W(p.ln_b.beta), t.h_b16, t.mean_b, t.rstd_b};
+      GEMTB_RETURN_IF_ERROR(AttnFwdBf16(p.attn_b, SelfUse(j), t.h_b16, t.h_b16, t.b16, out, cur, &norm));
+    } else if (bf16_blocks) {
       GEMTB_ASSIGN_OR_RETURN(t.h_b16, Bf16s(nd));
       GEMTB_RETURN_IF_ERROR(NormFwd16(p.ln_b, n, cur, t.h_b16, t.mean_b, t.rstd_b));
       GEMTB_RETURN_IF_ERROR(AttnFwdBf16(p.attn_b, SelfUse(j), t.h_b16, t.h_b16, t.b16, out, cur));
@@ -1040,7 +1056,7 @@ absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTa
 // seeds, projected, normed and broadcast).
 absl::Status GemModelGpu::Impl::AttnFwdBf16(const AttnP& p, const AttnUse& u, const __nv_bfloat16* xq,
                                             const __nv_bfloat16* xkv, AttnTape16& t, float* y,
-                                            const float* residual) {
+                                            const float* residual, const AttentionNorm* norm) {
   const int d = g.d, H = g.heads, dh = g.dh();
   t.xq = xq;
   t.xkv = xkv;
@@ -1063,7 +1079,14 @@ absl::Status GemModelGpu::Impl::AttnFwdBf16(const AttnP& p, const AttnUse& u, co
   GEMTB_ASSIGN_OR_RETURN(t.v, Bf16s(u.nk * d));
   GEMTB_ASSIGN_OR_RETURN(t.k_inv, mem->Floats(u.nk * H));
   const LinearShape qs{u.nq, d, d}, ks{u.nk, d, d};
-  if (u.nk > 0) {
+  const bool self = xkv == xq;
+  if (norm != nullptr && u.nq > 0) {
+    std::vector<AttentionProjection> projections = {{t.wq, bq, t.q, t.qr, t.q_inv}};
+    if (self) projections.insert(projections.end(), {{t.wk, bk, t.k, t.kr, t.k_inv}, {t.wv, bv, t.v, nullptr, nullptr}});
+    const AttentionRope rope = u.rope ? AttentionRope{rope_table, u.q_off, u.batch} : AttentionRope{};
+    GEMTB_RETURN_IF_ERROR(AttentionInputForward(AttentionInputShape{u.nq, d, dh}, *norm, projections, rope, st));
+  }
+  if (u.nk > 0 && !(norm != nullptr && self)) {
     GEMTB_RETURN_IF_ERROR(lin->Forward(ks, xkv, t.wk, bk, t.k, st));
     GEMTB_RETURN_IF_ERROR(lin->Forward(ks, xkv, t.wv, bv, t.v, st));
     GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeForward(KRows(u), t.k, t.kr, t.k_inv, st)
@@ -1071,7 +1094,7 @@ absl::Status GemModelGpu::Impl::AttnFwdBf16(const AttnP& p, const AttnUse& u, co
                                                                      t.k_inv, st));
   }
   if (u.nq == 0) return absl::OkStatus();
-  if (xq) {
+  if (xq && norm == nullptr) {
     GEMTB_RETURN_IF_ERROR(lin->Forward(qs, xq, t.wq, bq, t.q, st));
     GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeForward(QRows(u), t.q, t.qr, t.q_inv, st)
                                  : HeadRmsNormForward<__nv_bfloat16>(HeadRowsShape{u.nq * H, dh}, t.q, t.qr, t.q_inv,

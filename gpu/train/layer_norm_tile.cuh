@@ -36,7 +36,8 @@ __device__ __forceinline__ void NormalizeRowsToTile(const float* x, const float*
     }
     const float* xr = x + row * kD;
     float m, s;
-    ln::RowStats(kD, lane, [&](int i) { return xr[i]; }, m, s);
+    ln::RowStats(
+        kD, lane, [&](int i) { return xr[i]; }, m, s);
     for (int i = lane; i < kD; i += 32) {
       const uint16_t v = Storage<ElementType::kBFloat16>::FromFloat(ln::Normalized(xr[i], m, s, gamma[i], beta[i]));
       xrow[i] = v;
