@@ -290,8 +290,11 @@ struct GemModelGpu::Impl {
         Cuda(cudaMemcpyAsync(copy, b, r.size * sizeof(float), cudaMemcpyDeviceToDevice, st), "bias copy"));
     return copy;
   }
-  // Whether the bf16 feed-forward block runs on ffn_fused.h's kernels (its widths are ones they take).
-  bool FusedFfn() const { return ValidateFfnShape(FfnShape{1, g.d, g.ffn}).ok(); }
+  // Whether the bf16 feed-forward block runs on ffn_fused.h's kernels (BlockKernels::kFused, and its
+  // widths are ones they take).
+  bool FusedFfn() const {
+    return options.block_kernels == BlockKernels::kFused && ValidateFfnShape(FfnShape{1, g.d, g.ffn}).ok();
+  }
   // The fused kernels' view of a block's parameters (b1 and b2: the step's rounded and aligned biases,
   // which only the forward reads).
   FfnWeights FfnBf16Weights(const SeqP& p, const SeqTape& t, const __nv_bfloat16* b1, const float* b2) {
@@ -312,9 +315,11 @@ struct GemModelGpu::Impl {
   // (attention_input.h); null: xq is already there.
   absl::Status AttnFwdBf16(const AttnP& p, const AttnUse& u, const __nv_bfloat16* xq, const __nv_bfloat16* xkv,
                            AttnTape16& t, float* y, const float* residual, const AttentionNorm* norm = nullptr);
-  // Whether the bf16 attention blocks' input side runs as one kernel (attention_input.h takes the widths).
+  // Whether the bf16 attention blocks' input side runs as one kernel (BlockKernels::kFused, at widths
+  // attention_input.h takes).
   bool FusedAttentionInput() const {
-    return ValidateAttentionInputShape(AttentionInputShape{1, g.d, g.dh()}).ok();
+    return options.block_kernels == BlockKernels::kFused &&
+           ValidateAttentionInputShape(AttentionInputShape{1, g.d, g.dh()}).ok();
   }
   // ln: the LayerNorm whose output the queries (and, when t.xkv is t.xq, the keys and values) read; its
   // backward then runs with the projections' input gradient in one kernel (projection_backward.h),
@@ -323,7 +328,9 @@ struct GemModelGpu::Impl {
                            float* dxkv, __nv_bfloat16** dqr_out = nullptr, const LayerNormGrads* ln = nullptr);
   // Whether the bf16 attention blocks' input gradients run with their LayerNorm's backward in one
   // kernel (projection_backward.h takes the width).
-  bool FusedProjections() const { return ValidateProjectionsShape(1, g.d).ok(); }
+  bool FusedProjections() const {
+    return options.block_kernels == BlockKernels::kFused && ValidateProjectionsShape(1, g.d).ok();
+  }
   // A sequence layer's LayerNorm before a block, as projection_backward.h's backward takes it (adding
   // its input gradient to ds).
   LayerNormGrads NormGrads(const NormP& p, const float* x, const float* mean, const float* rstd, float* ds) {

@@ -1,5 +1,6 @@
-// The GPU model's precision choices for its two kinds of heavy op, the matmuls and attention. Host
-// code only (no CUDA headers): the CLI parses and reports them on any build.
+// The GPU model's precision choices for its two kinds of heavy op, the matmuls and attention, the
+// arrays of its blocks, and how its bf16 blocks' ops are grouped into kernels. Host code only (no CUDA
+// headers): the CLI parses and reports them on any build.
 #ifndef GEMTB_GPU_TRAIN_NUMERICS_H_
 #define GEMTB_GPU_TRAIN_NUMERICS_H_
 
@@ -42,6 +43,15 @@ enum class AttentionBlockPrecision {
           // stream, or the PMA's output) and its input gradients fp32. Needs AttentionPrecision::kBf16.
 };
 
+// How the bf16 blocks (FfnPrecision::kBf16, AttentionBlockPrecision::kBf16) run their ops. The
+// same roundings either way; only the order of the products' fp32 sums differs.
+enum class BlockKernels {
+  kFused,     // where the block's widths allow (d 32, 64 or 128): a block's LayerNorm, products and
+              // pointwise steps in one kernel each way (ffn_fused.h, attention_input.h,
+              // projection_backward.h), the weight gradients in linear.h's products
+  kSeparate,  // one kernel per op: LayerNorm's, linear.h's products, the elementwise and norm kernels
+};
+
 // How GDPA's products are taken.
 enum class AttentionPrecision {
   kFp32,  // fp32 kernels summing each output's terms in the reference's order (gdpa.h)
@@ -53,6 +63,7 @@ struct GemModelOptions {
   AttentionPrecision attention = AttentionPrecision::kFp32;
   FfnPrecision ffn = FfnPrecision::kFp32;
   AttentionBlockPrecision attention_blocks = AttentionBlockPrecision::kFp32;
+  BlockKernels block_kernels = BlockKernels::kFused;
 };
 
 inline const char* PrecisionName(MatmulPrecision p) {
@@ -68,7 +79,10 @@ inline const char* PrecisionName(AttentionBlockPrecision p) {
   return p == AttentionBlockPrecision::kBf16 ? "bf16" : "fp32";
 }
 
-// The inverses of PrecisionName; InvalidArgument naming `field` and the value otherwise.
+inline const char* BlockKernelsName(BlockKernels k) { return k == BlockKernels::kFused ? "fused" : "separate"; }
+
+// The inverses of PrecisionName and BlockKernelsName; InvalidArgument naming `field` and the value
+// otherwise.
 inline absl::StatusOr<MatmulPrecision> ParseMatmulPrecision(const std::string& field, const std::string& name) {
   for (const MatmulPrecision p : {MatmulPrecision::kFp32, MatmulPrecision::kTf32}) {
     if (name == PrecisionName(p)) return p;
@@ -95,6 +109,13 @@ inline absl::StatusOr<AttentionBlockPrecision> ParseAttentionBlockPrecision(cons
     if (name == PrecisionName(p)) return p;
   }
   return absl::InvalidArgumentError(absl::StrCat(field, ": \"", name, "\" (want fp32 or bf16)"));
+}
+
+inline absl::StatusOr<BlockKernels> ParseBlockKernels(const std::string& field, const std::string& name) {
+  for (const BlockKernels k : {BlockKernels::kFused, BlockKernels::kSeparate}) {
+    if (name == BlockKernelsName(k)) return k;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(field, ": \"", name, "\" (want fused or separate)"));
 }
 
 }  // namespace gemtb::gpu::train

@@ -150,10 +150,10 @@ void ExpectMatchesTheOracle(int batch, const GemModelOptions& numerics = {}, con
     if (!(e <= bounds.grads) && shown++ < 20) ADD_FAILURE() << "gradient of " << p.name << ": rel-L2 " << e;
     if (e > worst) worst = e, worst_name = p.name;
   }
-  std::printf("matmul %s, attention %s, ffn %s, attention blocks %s, batch %d: logits rel-L2 %.3g, worst gradient "
-              "rel-L2 %.3g (%s)\n",
+  std::printf("matmul %s, attention %s, ffn %s, attention blocks %s, %s kernels, batch %d: logits rel-L2 %.3g, "
+              "worst gradient rel-L2 %.3g (%s)\n",
               PrecisionName(numerics.matmul), PrecisionName(numerics.attention), PrecisionName(numerics.ffn),
-              PrecisionName(numerics.attention_blocks), batch,
+              PrecisionName(numerics.attention_blocks), BlockKernelsName(numerics.block_kernels), batch,
               RelL2(logits, want.logits.data(), logits.size()), worst, worst_name.c_str());
   std::vector<float> want_pooled;
   for (int b = 0; b < B; ++b) want_pooled.insert(want_pooled.end(), want.input_grads[b].pooled.begin(), want.input_grads[b].pooled.end());
@@ -214,7 +214,8 @@ TEST(GemModelGpuTest, Bf16FeedForwardStaysWithinTheBf16Bounds) {
 
 // The attention blocks in bf16 (q, k, v, the normed q and k, GDPA's output, their gradients and the
 // projections' weights rounded to bf16, the products accumulated in fp32), alone and with the bf16
-// feed-forward block, within the same bounds; with two Wukong experts too.
+// feed-forward block, within the same bounds; with two Wukong experts too; with the blocks' fused kernels
+// (the default) and with one kernel per op.
 TEST(GemModelGpuTest, Bf16AttentionBlocksStayWithinTheBf16Bounds) {
   if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
   GemModelOptions blocks{MatmulPrecision::kTf32, AttentionPrecision::kBf16};
@@ -225,6 +226,10 @@ TEST(GemModelGpuTest, Bf16AttentionBlocksStayWithinTheBf16Bounds) {
   both.ffn = FfnPrecision::kBf16;
   ExpectMatchesTheOracle(400, both, kBf16Bounds);
   ExpectMatchesTheOracle(12, both, kBf16Bounds, 2);
+  // The same blocks with one kernel per op (at tiny's widths the default runs the fused kernels).
+  GemModelOptions separate = both;
+  separate.block_kernels = BlockKernels::kSeparate;
+  ExpectMatchesTheOracle(400, separate, kBf16Bounds);
 }
 
 }  // namespace

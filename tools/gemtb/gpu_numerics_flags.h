@@ -1,6 +1,6 @@
 // The GPU model's precision flags, shared by `gemtb train`, `gemtb bench layers` and
-// `gemtb check train`: --matmul fp32|tf32, --attention fp32|bf16, --ffn fp32|bf16 and
-// --attention-blocks fp32|bf16 (gpu/train/numerics.h).
+// `gemtb check train`: --matmul fp32|tf32, --attention fp32|bf16, --ffn fp32|bf16,
+// --attention-blocks fp32|bf16 and --block-kernels fused|separate (gpu/train/numerics.h).
 #ifndef GEMTB_TOOLS_GEMTB_GPU_NUMERICS_FLAGS_H_
 #define GEMTB_TOOLS_GEMTB_GPU_NUMERICS_FLAGS_H_
 
@@ -15,8 +15,8 @@
 namespace gemtb::cli {
 
 struct NumericsFlags {
-  // As given; the defaults are the command's (--ffn and --attention-blocks: fp32).
-  std::string matmul, attention, ffn, attention_blocks;
+  // As given; the defaults are the command's (--ffn and --attention-blocks: fp32; --block-kernels: fused).
+  std::string matmul, attention, ffn, attention_blocks, block_kernels;
 
   // Registers both flags and what each means when absent.
   void Register(FlagSet& flags, const std::string& matmul_default, const std::string& attention_default) {
@@ -35,6 +35,9 @@ struct NumericsFlags {
                  "the attention blocks' arrays (the sequence layers' cross and self attention, the PMA): fp32 | "
                  "bf16 (bf16 q, k, v, GDPA output and gradients, bf16 projections with fp32 accumulation; needs "
                  "--attention bf16) (default fp32)");
+    flags.String("block-kernels", &block_kernels,
+                 "the bf16 blocks' kernels: fused (a block's LayerNorm, products and pointwise steps in one kernel "
+                 "each way, at widths 32, 64 and 128) | separate (one kernel per op) (default fused)");
   }
   // InvalidArgument naming the flag and value.
   absl::StatusOr<gpu::train::GemModelOptions> Resolve() const {
@@ -54,6 +57,10 @@ struct NumericsFlags {
       return absl::InvalidArgumentError(absl::StrCat("--attention-blocks bf16: needs --attention bf16 (it is ",
                                                      gpu::train::PrecisionName(*a), ")"));
     }
+    absl::StatusOr<gpu::train::BlockKernels> k =
+        gpu::train::ParseBlockKernels("--block-kernels", block_kernels.empty() ? "fused" : block_kernels);
+    if (!k.ok()) return k.status();
+    o.block_kernels = *k;
     o.matmul = *m;
     o.attention = *a;
     o.ffn = *f;
@@ -65,12 +72,14 @@ struct NumericsFlags {
   std::string matmul_default_ = "fp32", attention_default_ = "fp32";
 };
 
-// {"matmul": "...", "attention": "...", "ffn": "...", "attention_blocks": "..."} for reports.
+// {"matmul": "...", "attention": "...", "ffn": "...", "attention_blocks": "...", "block_kernels": "..."}
+// for reports.
 inline nlohmann::json NumericsJson(const gpu::train::GemModelOptions& o) {
   return {{"matmul", gpu::train::PrecisionName(o.matmul)},
           {"attention", gpu::train::PrecisionName(o.attention)},
           {"ffn", gpu::train::PrecisionName(o.ffn)},
-          {"attention_blocks", gpu::train::PrecisionName(o.attention_blocks)}};
+          {"attention_blocks", gpu::train::PrecisionName(o.attention_blocks)},
+          {"block_kernels", gpu::train::BlockKernelsName(o.block_kernels)}};
 }
 
 }  // namespace gemtb::cli

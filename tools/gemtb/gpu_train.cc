@@ -488,7 +488,8 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
               << " (matmul " << gpu::train::PrecisionName(job.numerics.matmul) << ", attention "
               << gpu::train::PrecisionName(job.numerics.attention) << ", ffn "
               << gpu::train::PrecisionName(job.numerics.ffn) << ", attention blocks "
-              << gpu::train::PrecisionName(job.numerics.attention_blocks) << ")" << std::endl;
+              << gpu::train::PrecisionName(job.numerics.attention_blocks) << ", "
+              << gpu::train::BlockKernelsName(job.numerics.block_kernels) << " block kernels)" << std::endl;
     auto save = [&]() -> absl::Status {
       if (f.checkpoint.empty()) return absl::OkStatus();
       if (several) {
