@@ -168,33 +168,21 @@ void RunCase(int64_t n, int d, int hidden) {
   // dx0; the parameter gradients added to theirs. The kernel's dh is an fp32 sum of `hidden` terms
   // and the backward's own operations are fp32: 1e-4 of the gradient's root mean square leaves room
   // for both, and a misplaced row or column is off by the gradient's size.
-  std::vector<double> dx_got(nd), dx_want(nd), dx_term(nd), dgamma_want(d), dbeta_want(d), dgamma_got(d), dbeta_got(d);
-  for (int j = 0; j < d; ++j) dgamma_want[j] = dgamma0[j], dbeta_want[j] = dbeta0[j];
+  std::vector<double> dh(nd);
   for (int64_t r = 0; r < n; ++r) {
-    std::vector<double> dh(d), xhat(d);
-    double m1 = 0, m2 = 0;
     for (int j = 0; j < d; ++j) {
       for (int c = 0; c < hidden; ++c) {
-        dh[j] += numerics::Bf16BitsToFloat(du[r * hidden + c]) * w1v[static_cast<size_t>(j) * hidden + c];
+        dh[r * d + j] += numerics::Bf16BitsToFloat(du[r * hidden + c]) * w1v[static_cast<size_t>(j) * hidden + c];
       }
-      xhat[j] = (double{x[r * d + j]} - mean[r]) * rstd[r];
-      m1 += dh[j] * gamma[j] / d;
-      m2 += dh[j] * gamma[j] * xhat[j] / d;
-      dgamma_want[j] += dh[j] * xhat[j];
-      dbeta_want[j] += dh[j];
-    }
-    for (int j = 0; j < d; ++j) {
-      const size_t e = static_cast<size_t>(r) * d + j;
-      dx_term[e] = rstd[r] * (dh[j] * gamma[j] - m1 - xhat[j] * m2);
-      dx_want[e] = dx0[e] + dx_term[e];
-      dx_got[e] = dx[e];
     }
   }
-  const double dx_floor = 1e-4 * test::Rms(dx_term);
-  ExpectClose(dx_got, dx_want, 2 * kU, dx_floor, where + " dx");
-  for (int j = 0; j < d; ++j) dgamma_got[j] = dgamma[j], dbeta_got[j] = dbeta[j];
-  ExpectClose(dgamma_got, dgamma_want, 1e-5, 1e-4 * test::Rms(dgamma_want), where + " dgamma");
-  ExpectClose(dbeta_got, dbeta_want, 1e-5, 1e-4 * test::Rms(dbeta_want), where + " dbeta");
+  const test::LayerNormBackward64 want = test::LayerNormBackwardFp64(x, gamma, mean, rstd, dh, n, d, dgamma0, dbeta0);
+  std::vector<double> dx_got(dx.begin(), dx.end()), dx_want(nd);
+  for (size_t e = 0; e < nd; ++e) dx_want[e] = dx0[e] + want.dx[e];
+  const std::vector<double> dgamma_got(dgamma.begin(), dgamma.end()), dbeta_got(dbeta.begin(), dbeta.end());
+  ExpectClose(dx_got, dx_want, 2 * kU, 1e-4 * test::Rms(want.dx), where + " dx");
+  ExpectClose(dgamma_got, want.dgamma, 1e-5, 1e-4 * test::Rms(want.dgamma), where + " dgamma");
+  ExpectClose(dbeta_got, want.dbeta, 1e-5, 1e-4 * test::Rms(want.dbeta), where + " dbeta");
 
   // The same bytes again.
   run();

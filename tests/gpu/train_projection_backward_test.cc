@@ -82,35 +82,25 @@ void RunCase(int64_t n, int d, int sources) {
   run();
   const std::vector<float> dx = dx_d.Get(nd), dgamma = dgamma_d.Get(d), dbeta = dbeta_d.Get(d);
 
-  std::vector<double> dx_got(nd), dx_want(nd), dx_term(nd), dgamma_want(d), dbeta_want(d), dgamma_got(d), dbeta_got(d);
-  for (int j = 0; j < d; ++j) dgamma_want[j] = dgamma0[j], dbeta_want[j] = dbeta0[j];
+  std::vector<double> dh(nd);
   for (int64_t r = 0; r < n; ++r) {
-    std::vector<double> dh(d), xhat(d);
-    double m1 = 0, m2 = 0;
     for (int j = 0; j < d; ++j) {
       for (int s = 0; s < sources; ++s) {
         for (int k = 0; k < d; ++k) {
-          dh[j] += double{numerics::Bf16BitsToFloat(dy[s][r * d + k])} *
-                   numerics::Bf16BitsToFloat(w[s][static_cast<size_t>(j) * d + k]);
+          dh[r * d + j] += double{numerics::Bf16BitsToFloat(dy[s][r * d + k])} *
+                           numerics::Bf16BitsToFloat(w[s][static_cast<size_t>(j) * d + k]);
         }
       }
-      xhat[j] = (double{x[r * d + j]} - mean[r]) * rstd[r];
-      m1 += dh[j] * gamma[j] / d;
-      m2 += dh[j] * gamma[j] * xhat[j] / d;
-      dgamma_want[j] += dh[j] * xhat[j];
-      dbeta_want[j] += dh[j];
-    }
-    for (int j = 0; j < d; ++j) {
-      const size_t e = static_cast<size_t>(r) * d + j;
-      dx_term[e] = rstd[r] * (dh[j] * gamma[j] - m1 - xhat[j] * m2);
-      dx_want[e] = dx0[e] + dx_term[e];
-      dx_got[e] = dx[e];
     }
   }
-  ExpectClose(dx_got, dx_want, 2.0 / (1 << 24), 1e-4 * test::Rms(dx_term), where + " dx");
-  for (int j = 0; j < d; ++j) dgamma_got[j] = dgamma[j], dbeta_got[j] = dbeta[j];
-  ExpectClose(dgamma_got, dgamma_want, 1e-5, 1e-4 * test::Rms(dgamma_want), where + " dgamma");
-  ExpectClose(dbeta_got, dbeta_want, 1e-5, 1e-4 * test::Rms(dbeta_want), where + " dbeta");
+  const test::LayerNormBackward64 want = test::LayerNormBackwardFp64(x, gamma, mean, rstd, dh, n, d, dgamma0, dbeta0);
+  std::vector<double> dx_got(dx.begin(), dx.end()), dx_want(nd);
+  for (size_t e = 0; e < nd; ++e) dx_want[e] = dx0[e] + want.dx[e];
+  ExpectClose(dx_got, dx_want, 2.0 / (1 << 24), 1e-4 * test::Rms(want.dx), where + " dx");
+  ExpectClose(std::vector<double>(dgamma.begin(), dgamma.end()), want.dgamma, 1e-5, 1e-4 * test::Rms(want.dgamma),
+              where + " dgamma");
+  ExpectClose(std::vector<double>(dbeta.begin(), dbeta.end()), want.dbeta, 1e-5, 1e-4 * test::Rms(want.dbeta),
+              where + " dbeta");
 
   run();
   EXPECT_EQ(std::memcmp(dx_d.Get(nd).data(), dx.data(), nd * sizeof(float)), 0) << where << ": dx again";

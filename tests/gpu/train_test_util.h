@@ -165,6 +165,36 @@ inline void ExpectCloseToRms(const std::vector<double>& got, const std::vector<d
   ExpectClose(got, want, rel, of_rms * Rms(want), what);
 }
 
+// LayerNorm's backward in fp64 (reference/model/layers.h's definition) of row gradients dh [n, d],
+// with the forward's row statistics: each row's input-gradient terms (dx [n, d], to be added to the
+// residual's gradient) and the parameters' gradients summed over the rows onto dgamma0 and dbeta0.
+struct LayerNormBackward64 {
+  std::vector<double> dx, dgamma, dbeta;
+};
+inline LayerNormBackward64 LayerNormBackwardFp64(const std::vector<float>& x, const std::vector<float>& gamma,
+                                                 const std::vector<float>& mean, const std::vector<float>& rstd,
+                                                 const std::vector<double>& dh, int64_t n, int d,
+                                                 const std::vector<float>& dgamma0, const std::vector<float>& dbeta0) {
+  LayerNormBackward64 b;
+  b.dx.resize(static_cast<size_t>(n) * d);
+  b.dgamma.assign(dgamma0.begin(), dgamma0.end());
+  b.dbeta.assign(dbeta0.begin(), dbeta0.end());
+  std::vector<double> xhat(d);
+  for (int64_t r = 0; r < n; ++r) {
+    double m1 = 0, m2 = 0;
+    for (int j = 0; j < d; ++j) {
+      const double g = dh[r * d + j];
+      xhat[j] = (double{x[r * d + j]} - mean[r]) * rstd[r];
+      m1 += g * gamma[j] / d;
+      m2 += g * gamma[j] * xhat[j] / d;
+      b.dgamma[j] += g * xhat[j];
+      b.dbeta[j] += g;
+    }
+    for (int j = 0; j < d; ++j) b.dx[r * d + j] = rstd[r] * (dh[r * d + j] * gamma[j] - m1 - xhat[j] * m2);
+  }
+  return b;
+}
+
 }  // namespace gemtb::gpu::train::test
 
 #endif  // GEMTB_TESTS_GPU_TRAIN_TEST_UTIL_H_

@@ -18,6 +18,7 @@
 #include "gpu/train/attention_input_kernels.cuh"
 #include "gtest/gtest.h"
 #include "model/numerics/float_formats.h"
+#include "tests/gpu/emulation/emulated_test_util.h"
 #include "tests/gpu/emulation/layer_norm_host_model.h"
 #include "tests/gpu/qk_norm_rope_host_model.h"
 
@@ -27,19 +28,10 @@ alignas(128) unsigned char smem[Layout<128>::kBytes];  // the kernel's `extern _
 
 namespace {
 
-float B(uint16_t bits) { return numerics::Bf16BitsToFloat(bits); }
-uint16_t R(float v) { return numerics::FloatToBf16BitsRne(v); }
-
-template <typename T>
-bool SameBytes(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-template <typename T>
-std::vector<T> Guarded(std::vector<T> v, size_t extra, T fill) {
-  v.resize(v.size() + extra, fill);
-  return v;
-}
+using emu::test::Guarded;
+using emu::test::SameBytes;
+constexpr auto B = emu::test::Bf16;
+constexpr auto R = emu::test::Rounded;
 
 // lengths: the samples' rows (their sum is n).
 template <int kD, int kDh>

@@ -19,6 +19,7 @@
 #include "gpu/train/ffn_fused_kernels.cuh"
 #include "gtest/gtest.h"
 #include "model/numerics/float_formats.h"
+#include "tests/gpu/emulation/emulated_test_util.h"
 #include "tests/gpu/emulation/layer_norm_host_model.h"
 
 namespace gemtb::gpu::train::ffn {
@@ -27,25 +28,11 @@ alignas(128) unsigned char smem[Layout<128>::kBytes];  // the kernels' `extern _
 
 namespace {
 
-float B(uint16_t bits) { return numerics::Bf16BitsToFloat(bits); }
-uint16_t R(float v) { return numerics::FloatToBf16BitsRne(v); }
-
-template <typename T>
-bool SameBytes(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-// The first element where two arrays' bytes differ, for the failure message.
-template <typename T>
-std::string FirstDifference(const std::vector<T>& got, const std::vector<T>& want) {
-  for (size_t e = 0; e < got.size() && e < want.size(); ++e) {
-    if (std::memcmp(&got[e], &want[e], sizeof(T)) != 0) {
-      return "element " + std::to_string(e) + ": " + std::to_string(static_cast<double>(got[e])) + ", want " +
-             std::to_string(static_cast<double>(want[e]));
-    }
-  }
-  return "sizes " + std::to_string(got.size()) + " and " + std::to_string(want.size());
-}
+using emu::test::FirstDifference;
+using emu::test::Guarded;
+using emu::test::SameBytes;
+constexpr auto B = emu::test::Bf16;
+constexpr auto R = emu::test::Rounded;
 
 template <int kD, bool kForward>
 void RunGridOf(const Params& p) {
@@ -68,13 +55,6 @@ std::vector<float> RandomFloats(size_t count, float mean, float scale, std::mt19
   std::normal_distribution<float> normal(mean, scale);
   std::vector<float> v(count);
   for (float& e : v) e = normal(rng);
-  return v;
-}
-
-// `v` followed by `extra` copies of `fill`: an output array with its untouched guard.
-template <typename T>
-std::vector<T> Guarded(std::vector<T> v, size_t extra, T fill) {
-  v.resize(v.size() + extra, fill);
   return v;
 }
 

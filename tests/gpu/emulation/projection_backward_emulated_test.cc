@@ -16,6 +16,7 @@
 #include "gpu/train/projection_backward_kernels.cuh"
 #include "gtest/gtest.h"
 #include "model/numerics/float_formats.h"
+#include "tests/gpu/emulation/emulated_test_util.h"
 #include "tests/gpu/emulation/layer_norm_host_model.h"
 
 namespace gemtb::gpu::train::proj {
@@ -24,11 +25,8 @@ alignas(128) unsigned char smem[Layout<128>::kBytes];  // the kernel's `extern _
 
 namespace {
 
-float B(uint16_t bits) { return numerics::Bf16BitsToFloat(bits); }
-
-bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using emu::test::SameBytes;
+constexpr auto B = emu::test::Bf16;
 
 template <int kD>
 void RunCase(int64_t n, int sources, uint64_t seed) {
