@@ -204,32 +204,35 @@ TEST(GemModelGpuTest, TensorCorePrecisionsStayWithinTheBf16Bounds) {
 }
 
 // The feed-forward block in bf16 (its input, hidden arrays, gradients and weights rounded to bf16,
-// the products accumulated in fp32) within the same bounds, with the rest in the training precision.
+// the products accumulated in fp32) within the same bounds, with the rest in the training precision; with
+// one kernel per op and with the fused block kernels.
 TEST(GemModelGpuTest, Bf16FeedForwardStaysWithinTheBf16Bounds) {
   if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
-  const GemModelOptions bf16_ffn{MatmulPrecision::kTf32, AttentionPrecision::kBf16, FfnPrecision::kBf16};
-  ExpectMatchesTheOracle(12, bf16_ffn, kBf16Bounds);
-  ExpectMatchesTheOracle(400, bf16_ffn, kBf16Bounds);
+  GemModelOptions bf16_ffn{MatmulPrecision::kTf32, AttentionPrecision::kBf16, FfnPrecision::kBf16};
+  for (const BlockKernels kernels : {BlockKernels::kSeparate, BlockKernels::kFused}) {
+    bf16_ffn.block_kernels = kernels;
+    ExpectMatchesTheOracle(12, bf16_ffn, kBf16Bounds);
+    ExpectMatchesTheOracle(400, bf16_ffn, kBf16Bounds);
+  }
 }
 
 // The attention blocks in bf16 (q, k, v, the normed q and k, GDPA's output, their gradients and the
 // projections' weights rounded to bf16, the products accumulated in fp32), alone and with the bf16
-// feed-forward block, within the same bounds; with two Wukong experts too; with the blocks' fused kernels
-// (the default) and with one kernel per op.
+// feed-forward block, within the same bounds; with two Wukong experts too; with one kernel per op and
+// with the blocks' fused kernels (tiny's widths are ones they take).
 TEST(GemModelGpuTest, Bf16AttentionBlocksStayWithinTheBf16Bounds) {
   if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
-  GemModelOptions blocks{MatmulPrecision::kTf32, AttentionPrecision::kBf16};
-  blocks.attention_blocks = AttentionBlockPrecision::kBf16;
-  ExpectMatchesTheOracle(12, blocks, kBf16Bounds);
-  ExpectMatchesTheOracle(400, blocks, kBf16Bounds);
-  GemModelOptions both = blocks;
-  both.ffn = FfnPrecision::kBf16;
-  ExpectMatchesTheOracle(400, both, kBf16Bounds);
-  ExpectMatchesTheOracle(12, both, kBf16Bounds, 2);
-  // The same blocks with one kernel per op (at tiny's widths the default runs the fused kernels).
-  GemModelOptions separate = both;
-  separate.block_kernels = BlockKernels::kSeparate;
-  ExpectMatchesTheOracle(400, separate, kBf16Bounds);
+  for (const BlockKernels kernels : {BlockKernels::kSeparate, BlockKernels::kFused}) {
+    GemModelOptions blocks{MatmulPrecision::kTf32, AttentionPrecision::kBf16};
+    blocks.attention_blocks = AttentionBlockPrecision::kBf16;
+    blocks.block_kernels = kernels;
+    ExpectMatchesTheOracle(12, blocks, kBf16Bounds);
+    ExpectMatchesTheOracle(400, blocks, kBf16Bounds);
+    GemModelOptions both = blocks;
+    both.ffn = FfnPrecision::kBf16;
+    ExpectMatchesTheOracle(400, both, kBf16Bounds);
+    ExpectMatchesTheOracle(12, both, kBf16Bounds, 2);
+  }
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The GPU model's precision flags, shared by `gemtb train`, `gemtb bench layers` and
 // `gemtb check train`: --matmul fp32|tf32, --attention fp32|bf16, --ffn fp32|bf16,
-// --attention-blocks fp32|bf16 and --block-kernels fused|separate (gpu/train/numerics.h).
+// --attention-blocks fp32|bf16 and --block-kernels separate|fused (gpu/train/numerics.h).
 #ifndef GEMTB_TOOLS_GEMTB_GPU_NUMERICS_FLAGS_H_
 #define GEMTB_TOOLS_GEMTB_GPU_NUMERICS_FLAGS_H_
 
@@ -15,7 +15,7 @@
 namespace gemtb::cli {
 
 struct NumericsFlags {
-  // As given; the defaults are the command's (--ffn and --attention-blocks: fp32; --block-kernels: fused).
+  // As given; the defaults are the command's (--ffn and --attention-blocks: fp32; --block-kernels: separate).
   std::string matmul, attention, ffn, attention_blocks, block_kernels;
 
   // Registers both flags and what each means when absent.
@@ -36,8 +36,9 @@ struct NumericsFlags {
                  "bf16 (bf16 q, k, v, GDPA output and gradients, bf16 projections with fp32 accumulation; needs "
                  "--attention bf16) (default fp32)");
     flags.String("block-kernels", &block_kernels,
-                 "the bf16 blocks' kernels: fused (a block's LayerNorm, products and pointwise steps in one kernel "
-                 "each way, at widths 32, 64 and 128) | separate (one kernel per op) (default fused)");
+                 "the bf16 blocks' kernels: separate (one kernel per op) | fused (a block's LayerNorm, products and "
+                 "pointwise steps in one kernel each way, at widths 32, 64 and 128; not yet run on a GPU) (default "
+                 "separate)");
   }
   // InvalidArgument naming the flag and value.
   absl::StatusOr<gpu::train::GemModelOptions> Resolve() const {
@@ -58,7 +59,7 @@ struct NumericsFlags {
                                                      gpu::train::PrecisionName(*a), ")"));
     }
     absl::StatusOr<gpu::train::BlockKernels> k =
-        gpu::train::ParseBlockKernels("--block-kernels", block_kernels.empty() ? "fused" : block_kernels);
+        gpu::train::ParseBlockKernels("--block-kernels", block_kernels.empty() ? "separate" : block_kernels);
     if (!k.ok()) return k.status();
     o.block_kernels = *k;
     o.matmul = *m;
