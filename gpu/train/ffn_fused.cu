@@ -59,6 +59,20 @@ absl::Status CheckWeights(const FfnWeights& w, bool forward) {
   return Aligned({{w.w1, "w1"}, {w.w2, "w2"}});
 }
 
+// What both directions read: the shape, the weights, the block's input and LayerNorm's statistics.
+ffn::Params Shared(const FfnShape& s, const float* x, const FfnWeights& w, const FfnTape& tape) {
+  ffn::Params p;
+  p.n = s.n;
+  p.hidden = s.hidden;
+  p.w1 = Bits(w.w1);
+  p.w2 = Bits(w.w2);
+  p.x = x;
+  p.gamma = w.gamma;
+  p.mean = tape.mean;
+  p.rstd = tape.rstd;
+  return p;
+}
+
 }  // namespace
 
 absl::Status ValidateFfnShape(const FfnShape& s) {
@@ -86,15 +100,7 @@ absl::Status FfnForwardFused(const FfnShape& s, const float* x, const FfnWeights
   if (absl::Status v = CheckWeights(w, /*forward=*/true); !v.ok()) return v;
   if (absl::Status v = Aligned({{x, "x"}, {tape.h, "h"}, {tape.u, "u"}, {tape.g, "g"}, {y, "y"}}); !v.ok()) return v;
   if (x == y) return absl::InvalidArgumentError("FfnForwardFused: y may not alias x");
-  ffn::Params p;
-  p.n = s.n;
-  p.hidden = s.hidden;
-  p.w1 = Bits(w.w1);
-  p.w2 = Bits(w.w2);
-  p.x = x;
-  p.gamma = w.gamma;
-  p.mean = tape.mean;
-  p.rstd = tape.rstd;
+  ffn::Params p = Shared(s, x, w, tape);
   p.beta = w.beta;
   p.b1 = Bits(w.b1);
   p.b2 = w.b2;
@@ -131,15 +137,7 @@ absl::Status FfnBackwardFused(const FfnShape& s, const __nv_bfloat16* ds, const 
       !a.ok()) {
     return a;
   }
-  ffn::Params p;
-  p.n = s.n;
-  p.hidden = s.hidden;
-  p.w1 = Bits(w.w1);
-  p.w2 = Bits(w.w2);
-  p.x = x;
-  p.gamma = w.gamma;
-  p.mean = tape.mean;
-  p.rstd = tape.rstd;
+  ffn::Params p = Shared(s, x, w, tape);
   p.ds = Bits(ds);
   p.u_in = Bits(tape.u);
   p.du = Bits(du);
