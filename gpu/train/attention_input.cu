@@ -13,12 +13,7 @@ template <int kD, int kDh>
 absl::Status Launch(const ain::Params& p, cudaStream_t stream) {
   constexpr size_t kBytes = ain::Layout<kD>::kBytes;
   auto* kernel = ain::AttentionInputKernel<kD, kDh>;
-  if (absl::Status s =
-          CudaOk(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)),
-                 "AttentionInputForward");
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = AllowSharedMemory(kernel, kBytes, "AttentionInputForward"); !s.ok()) return s;
   const auto blocks = static_cast<unsigned>((p.n + ain::kRows - 1) / ain::kRows);
   kernel<<<blocks, ain::kThreads, kBytes, stream>>>(p);
   return Launched("AttentionInputForward");
@@ -32,8 +27,6 @@ absl::Status LaunchD(int dh, const ain::Params& p, cudaStream_t stream) {
   if (dh == 32) return Launch<kD, 32>(p, stream);
   return Launch<kD, 16>(p, stream);
 }
-
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
@@ -90,7 +83,7 @@ absl::Status AttentionInputForward(const AttentionInputShape& s, const Attention
       return absl::InvalidArgumentError(
           absl::StrCat("projections[", i, "]: normed and inv go together (one is null, the other not)"));
     }
-    if (!Aligned16(pr.w) || !Aligned16(pr.y) || !Aligned16(pr.normed)) {
+    if (!Aligned16({pr.w, pr.y, pr.normed})) {
       return absl::InvalidArgumentError(absl::StrCat("projections[", i, "]: want 16-byte aligned pointers"));
     }
     p.proj[i] = ain::Projection{reinterpret_cast<const ain::bf16*>(pr.w), reinterpret_cast<const ain::bf16*>(pr.bias),

@@ -1,6 +1,4 @@
 #include <cstdint>
-#include <initializer_list>
-#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "gpu/train/ffn_fused.h"
@@ -16,24 +14,11 @@ using ffn::bf16;
 const bf16* Bits(const __nv_bfloat16* p) { return reinterpret_cast<const bf16*>(p); }
 bf16* Bits(__nv_bfloat16* p) { return reinterpret_cast<bf16*>(p); }
 
-absl::Status Aligned(std::initializer_list<std::pair<const void*, const char*>> pointers) {
-  for (const auto& [ptr, name] : pointers) {
-    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": want a 16-byte aligned pointer"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 template <int kD, bool kForward>
 absl::Status Launch(const ffn::Params& p, cudaStream_t stream, const char* what) {
   constexpr size_t kBytes = ffn::Layout<kD>::kBytes;
   auto* kernel = ffn::FfnChainKernel<kD, kForward>;
-  if (absl::Status s = CudaOk(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)), what);
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = AllowSharedMemory(kernel, kBytes, what); !s.ok()) return s;
   const auto blocks = static_cast<unsigned>((p.n + ffn::kRows - 1) / ffn::kRows);
   kernel<<<blocks, ffn::kThreads, kBytes, stream>>>(p);
   return Launched(what);
@@ -56,7 +41,7 @@ absl::Status CheckWeights(const FfnWeights& w, bool forward) {
   if (forward) {
     if (absl::Status v = NotNull({{w.beta, "beta"}, {w.b1, "b1"}}); !v.ok()) return v;
   }
-  return Aligned({{w.w1, "w1"}, {w.w2, "w2"}});
+  return CheckAligned16({{w.w1, "w1"}, {w.w2, "w2"}});
 }
 
 // What both directions read: the shape, the weights, the block's input and LayerNorm's statistics.
@@ -98,7 +83,7 @@ absl::Status FfnForwardFused(const FfnShape& s, const float* x, const FfnWeights
     return v;
   }
   if (absl::Status v = CheckWeights(w, /*forward=*/true); !v.ok()) return v;
-  if (absl::Status v = Aligned({{x, "x"}, {tape.h, "h"}, {tape.u, "u"}, {tape.g, "g"}, {y, "y"}}); !v.ok()) return v;
+  if (absl::Status v = CheckAligned16({{x, "x"}, {tape.h, "h"}, {tape.u, "u"}, {tape.g, "g"}, {y, "y"}}); !v.ok()) return v;
   if (x == y) return absl::InvalidArgumentError("FfnForwardFused: y may not alias x");
   ffn::Params p = Shared(s, x, w, tape);
   p.beta = w.beta;
@@ -128,7 +113,7 @@ absl::Status FfnBackwardFused(const FfnShape& s, const __nv_bfloat16* ds, const 
     return v;
   }
   if (absl::Status v = CheckWeights(w, /*forward=*/false); !v.ok()) return v;
-  if (absl::Status v = Aligned({{ds, "ds"}, {tape.u, "u"}, {du, "du"}}); !v.ok()) return v;
+  if (absl::Status v = CheckAligned16({{ds, "ds"}, {tape.u, "u"}, {du, "du"}}); !v.ok()) return v;
   const int64_t blocks = (s.n + ln::kBlockRows - 1) / ln::kBlockRows;
   float* part = nullptr;
   if (absl::Status a =

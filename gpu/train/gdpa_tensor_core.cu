@@ -26,15 +26,8 @@ using tc::Params;
 using tc::Split;
 using tc::SumSplitsKernel;
 
-// Whether every pointer is 16-byte aligned (null counts as aligned): then, rows being multiples of 16
-// floats, every row of every head starts on a float4.
-bool Aligned16(std::initializer_list<const void*> pointers) {
-  for (const void* ptr : pointers) {
-    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
-  }
-  return true;
-}
-
+// vec: every tensor 16-byte aligned; then, rows being multiples of 16 floats, every row of every head
+// starts on a float4.
 Params MakeParams(const GdpaBatch& b, bool vec) {
   return Params{b.q_offsets, b.k_offsets, b.heads, Mask{b.window, b.block}, b.post_scale, vec};
 }
@@ -95,13 +88,6 @@ absl::Status SplitLaunch(const GdpaBatch& b, const Params& p, int splits, int32_
   const absl::Status summed = partials.ok() ? Launched(what) : partials;
   const absl::Status freed = CudaOk(cudaFreeAsync(part, stream), what);
   return summed.ok() ? freed : summed;
-}
-
-// Lets `kernel` take `bytes` of dynamic shared memory (beyond the default 48 KB where needed).
-template <typename Kernel>
-absl::Status AllowSharedMemory(Kernel* kernel, size_t bytes, const char* what) {
-  return CudaOk(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
-                what);
 }
 
 template <int kDh, typename T>

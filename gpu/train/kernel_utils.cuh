@@ -1,12 +1,14 @@
-// What the trainer's elementwise and row kernels share: the launch check every entry point ends
-// with, the null-pointer and element-count checks of their arguments, a warp's fixed-order sum, and the loads and
-// stores of their activations in either type (fp32 or bf16) around fp32 math.
+// What the trainer's kernels' entry points share: the launch check every entry point ends with, the
+// null-pointer, alignment and element-count checks of their arguments, the dynamic shared memory a
+// kernel may take, a warp's fixed-order sum, and the loads and stores of their activations in either
+// type (fp32 or bf16) around fp32 math.
 #ifndef GEMTB_GPU_TRAIN_KERNEL_UTILS_CUH_
 #define GEMTB_GPU_TRAIN_KERNEL_UTILS_CUH_
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <utility>
@@ -35,6 +37,31 @@ inline absl::Status NotNull(std::initializer_list<std::pair<const void*, const c
     if (ptr == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, "=null: want a device pointer"));
   }
   return absl::OkStatus();
+}
+
+// Whether every pointer is 16-byte aligned (null counts as aligned): where a kernel may move 16 bytes
+// at a time.
+inline bool Aligned16(std::initializer_list<const void*> pointers) {
+  for (const void* ptr : pointers) {
+    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
+  }
+  return true;
+}
+
+// The first pointer of `pointers` that is not 16-byte aligned, by name: InvalidArgument "<name>: want a
+// 16-byte aligned pointer" (null counts as aligned).
+inline absl::Status CheckAligned16(std::initializer_list<std::pair<const void*, const char*>> pointers) {
+  for (const auto& [ptr, name] : pointers) {
+    if (!Aligned16({ptr})) return absl::InvalidArgumentError(absl::StrCat(name, ": want a 16-byte aligned pointer"));
+  }
+  return absl::OkStatus();
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory (beyond the default 48 KB where needed).
+template <typename Kernel>
+absl::Status AllowSharedMemory(Kernel* kernel, size_t bytes, const char* what) {
+  return CudaOk(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+                what);
 }
 
 // An elementwise kernel's element count: 1 .. 2^40-1.

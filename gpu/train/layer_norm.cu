@@ -129,8 +129,6 @@ __global__ void GeluBackwardKernel(const T* x, const T* dy, int64_t count, T* dx
   }
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 unsigned RowBlocks(int64_t n) { return static_cast<unsigned>((n + kRowsPerBlock - 1) / kRowsPerBlock); }
 
 static_assert(ln::kBlockRows == kColumnSumsBlockRows, "the fused kernel's partial rows are ColumnSums' blocks");
@@ -226,7 +224,7 @@ absl::Status GeluForward(const T* x, int64_t count, T* y, cudaStream_t stream) {
   if (absl::Status v = ValidateCount(count); !v.ok()) return v;
   constexpr int64_t kThreads = 256, kPerBlock = kThreads * kGeluVector<T>;
   GeluForwardKernel<T><<<static_cast<unsigned>((count + kPerBlock - 1) / kPerBlock), kThreads, 0, stream>>>(
-      x, count, y, Aligned16(x) && Aligned16(y));
+      x, count, y, Aligned16({x, y}));
   return Launched("GeluForward");
 }
 
@@ -235,7 +233,7 @@ absl::Status GeluBackward(const T* x, const T* dy, int64_t count, T* dx, cudaStr
   if (absl::Status v = ValidateCount(count); !v.ok()) return v;
   constexpr int64_t kThreads = 256, kPerBlock = kThreads * kGeluVector<T>;
   GeluBackwardKernel<T><<<static_cast<unsigned>((count + kPerBlock - 1) / kPerBlock), kThreads, 0, stream>>>(
-      x, dy, count, dx, Aligned16(x) && Aligned16(dy) && Aligned16(dx));
+      x, dy, count, dx, Aligned16({x, dy, dx}));
   return Launched("GeluBackward");
 }
 

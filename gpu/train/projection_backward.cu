@@ -14,18 +14,11 @@ template <int kD>
 absl::Status Launch(const proj::Params& p, cudaStream_t stream) {
   constexpr size_t kBytes = proj::Layout<kD>::kBytes;
   auto* kernel = proj::ProjectionsBackwardKernel<kD>;
-  if (absl::Status s =
-          CudaOk(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)),
-                 "ProjectionsLayerNormBackward");
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = AllowSharedMemory(kernel, kBytes, "ProjectionsLayerNormBackward"); !s.ok()) return s;
   const auto blocks = static_cast<unsigned>((p.ln.n + proj::kRows - 1) / proj::kRows);
   kernel<<<blocks, proj::kThreads, kBytes, stream>>>(p);
   return Launched("ProjectionsLayerNormBackward");
 }
-
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
@@ -50,7 +43,7 @@ absl::Status ProjectionsLayerNormBackward(int64_t n, int d, const std::vector<Pr
   for (size_t s = 0; s < sources.size(); ++s) {
     const std::string dy = absl::StrCat("sources[", s, "].dy"), w = absl::StrCat("sources[", s, "].w");
     if (absl::Status v = NotNull({{sources[s].dy, dy.c_str()}, {sources[s].w, w.c_str()}}); !v.ok()) return v;
-    if (!Aligned16(sources[s].dy) || !Aligned16(sources[s].w)) {
+    if (!Aligned16({sources[s].dy, sources[s].w})) {
       return absl::InvalidArgumentError(absl::StrCat("projections sources[", s, "]: want 16-byte aligned pointers"));
     }
     p.dy[s] = reinterpret_cast<const proj::bf16*>(sources[s].dy);
