@@ -168,6 +168,28 @@ __device__ __forceinline__ void LdMatrixX4(const uint16_t* row, uint32_t (&r)[4]
 #endif
 }
 
+// The B fragments of two 8-column tiles (n0 and n0 + 8) over the k-slice [k0, k0 + 16), where
+// B[k][n] = X[n][k] is read from rows of a shared-memory tile X whose rows are `ld` elements apart
+// (X's rows are B's columns: K in Q·Kᵀ, a weight [out][in] times its input): one ldmatrix.x4,
+// matrix m covering B's columns (m / 2) * 8 and k (m % 2) * 8 of the 16 x 16 block.
+__device__ __forceinline__ void LoadBPairFromRows(const uint16_t* x, int ld, int n0, int k0, uint32_t (&lo)[2],
+                                                  uint32_t (&hi)[2]) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, m = lane / 8, r = lane % 8;
+  uint32_t f[4];
+  LdMatrixX4<false>(x + (n0 + (m / 2) * 8 + r) * ld + k0 + (m % 2) * 8, f);
+  lo[0] = f[0], lo[1] = f[1], hi[0] = f[2], hi[1] = f[3];
+}
+
+// The same for B[k][n] = X[k][n], X's rows being B's rows (V in P·V, a weight [in][out]):
+// ldmatrix.x4.trans.
+__device__ __forceinline__ void LoadBPairFromCols(const uint16_t* x, int ld, int k0, int n0, uint32_t (&lo)[2],
+                                                  uint32_t (&hi)[2]) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, m = lane / 8, r = lane % 8;
+  uint32_t f[4];
+  LdMatrixX4<true>(x + (k0 + (m % 2) * 8 + r) * ld + n0 + (m / 2) * 8, f);
+  lo[0] = f[0], lo[1] = f[1], hi[0] = f[2], hi[1] = f[3];
+}
+
 // The A fragment of a 16x16 block held as two C tiles (columns 0-7 in `lo`, 8-15 in `hi`), rounded
 // to the storage type.
 template <ElementType E>

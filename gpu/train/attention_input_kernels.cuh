@@ -138,7 +138,6 @@ __global__ void __launch_bounds__(kThreads, 2) AttentionInputKernel(const Params
   bf16* xs = reinterpret_cast<bf16*>(smem);
   bf16* ws = xs + L::kXElems;
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const LaneCoords lc = Lane();
   const int64_t tile0 = static_cast<int64_t>(blockIdx.x) * kRows;
   lnt::NormalizeRowsToTile<kD>(p.x, p.gamma, p.beta, p.n, tile0, xs, L::kLd, p.h, p.mean, p.rstd);
@@ -162,14 +161,11 @@ __global__ void __launch_bounds__(kThreads, 2) AttentionInputKernel(const Params
     for (int k0 = 0; k0 < kD; k0 += 16) {
       uint32_t a[4];
       LoadA(xs, L::kLd, warp * 16, k0, a);
-      // The weight stored [k][n] (B's rows are its rows): matrix m of the x4 .trans load covers k rows
-      // (m & 1) * 8 and n columns (m >> 1) * 8.
-      const int m = lane >> 3, r = lane & 7;
+      // The weight stored [in][out] = [k][n]: its rows are B's rows.
 #pragma unroll
       for (int t = 0; t < kD / 8; t += 2) {
-        uint32_t f[4];
-        LdMatrixX4<true>(ws + (k0 + (m & 1) * 8 + r) * L::kLd + t * 8 + (m >> 1) * 8, f);
-        const uint32_t b_lo[2] = {f[0], f[1]}, b_hi[2] = {f[2], f[3]};
+        uint32_t b_lo[2], b_hi[2];
+        LoadBPairFromCols(ws, L::kLd, k0, t * 8, b_lo, b_hi);
         Mma16816<kBf16>(acc[t], a, b_lo);
         Mma16816<kBf16>(acc[t + 1], a, b_hi);
       }

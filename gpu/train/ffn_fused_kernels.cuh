@@ -91,27 +91,6 @@ struct Params {
   float* b_part = nullptr;     // and of dh
 };
 
-// The two B fragments (n-tiles n0 and n0 + 8, k-step k0) of a product whose right operand B [k][n]
-// lies in shared memory either as stored [k][n] (kStoredKN: B's rows are the tile's rows; ldmatrix
-// .trans) or as [n][k] (B's columns are the tile's rows; plain ldmatrix). Matrix m of the x4 load
-// covers k rows (m & 1) * 8 and n columns (m >> 1) * 8 of the 16 x 16 block.
-template <bool kStoredKN>
-__device__ __forceinline__ void LoadB2(const bf16* s, int ld, int k0, int n0, uint32_t (&lo)[2], uint32_t (&hi)[2]) {
-  const int lane = static_cast<int>(threadIdx.x) & (kWarp - 1);
-  const int m = lane >> 3, r = lane & 7;
-  const int k = k0 + (m & 1) * 8, n = n0 + (m >> 1) * 8;
-  uint32_t f[4];
-  if constexpr (kStoredKN) {
-    LdMatrixX4<true>(s + (k + r) * ld + n, f);
-  } else {
-    LdMatrixX4<false>(s + (n + r) * ld + k, f);
-  }
-  lo[0] = f[0];
-  lo[1] = f[1];
-  hi[0] = f[2];
-  hi[1] = f[3];
-}
-
 __device__ __forceinline__ float Bf16Value(bf16 bits) { return Storage<ElementType::kBFloat16>::ToFloat(bits); }
 __device__ __forceinline__ bf16 Bf16Of(float v) { return Storage<ElementType::kBFloat16>::FromFloat(v); }
 
@@ -166,9 +145,9 @@ __global__ void __launch_bounds__(kThreads, 2) FfnChainKernel(const Params p) {
       for (int t = 0; t < kHiddenTiles; t += 2) {
         uint32_t b_lo[2], b_hi[2];
         if constexpr (kForward) {
-          LoadB2<true>(w1s, L::kLdW1, k0, t * 8, b_lo, b_hi);
+          LoadBPairFromCols(w1s, L::kLdW1, k0, t * 8, b_lo, b_hi);
         } else {
-          LoadB2<false>(w2s, L::kLdX, k0, t * 8, b_lo, b_hi);
+          LoadBPairFromRows(w2s, L::kLdX, t * 8, k0, b_lo, b_hi);
         }
         Mma16816<kBf16>(hid[t], a, b_lo);
         Mma16816<kBf16>(hid[t + 1], a, b_hi);
@@ -224,9 +203,9 @@ __global__ void __launch_bounds__(kThreads, 2) FfnChainKernel(const Params p) {
       for (int t = 0; t < kOutTiles; t += 2) {
         uint32_t b_lo[2], b_hi[2];
         if constexpr (kForward) {
-          LoadB2<true>(w2s, L::kLdX, j * 16, t * 8, b_lo, b_hi);
+          LoadBPairFromCols(w2s, L::kLdX, j * 16, t * 8, b_lo, b_hi);
         } else {
-          LoadB2<false>(w1s, L::kLdW1, j * 16, t * 8, b_lo, b_hi);
+          LoadBPairFromRows(w1s, L::kLdW1, t * 8, j * 16, b_lo, b_hi);
         }
         Mma16816<kBf16>(acc[t], a2[j], b_lo);
         Mma16816<kBf16>(acc[t + 1], a2[j], b_hi);

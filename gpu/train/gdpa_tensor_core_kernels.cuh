@@ -267,25 +267,6 @@ __device__ void LoadStrip(const bf16* s, int row0, uint32_t (&a)[kDh / kFrag][4]
   }
 }
 
-// The B fragments of two 8-column tiles (n0 and n0 + 8) over the k-slice [k0, k0 + 16), where
-// B[k][n] = X[n][k] is read from rows of the staged tile X (keys in q k^T): one ldmatrix.x4.
-__device__ __forceinline__ void LoadBPairFromRows(const bf16* x, int ld, int n0, int k0, uint32_t (&lo)[2],
-                                                  uint32_t (&hi)[2]) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarp, m = lane / 8, r = lane % 8;
-  uint32_t f[4];
-  LdMatrixX4<false>(x + (n0 + (m / 2) * 8 + r) * ld + k0 + (m % 2) * 8, f);
-  lo[0] = f[0], lo[1] = f[1], hi[0] = f[2], hi[1] = f[3];
-}
-
-// The same for B[k][n] = X[k][n], X's rows being B's rows (v in p v): ldmatrix.x4.trans.
-__device__ __forceinline__ void LoadBPairFromCols(const bf16* x, int ld, int k0, int n0, uint32_t (&lo)[2],
-                                                  uint32_t (&hi)[2]) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarp, m = lane / 8, r = lane % 8;
-  uint32_t f[4];
-  LdMatrixX4<true>(x + (k0 + (m % 2) * 8 + r) * ld + n0 + (m / 2) * 8, f);
-  lo[0] = f[0], lo[1] = f[1], hi[0] = f[2], hi[1] = f[3];
-}
-
 // The strip's 16 x 16 products a X^T with the chunk's rows [r0, r0 + 16) of the staged tile X, as two
 // 8-column C tiles (columns 0-7 in lo, 8-15 in hi), summed in fp32 over the head's dh columns.
 template <int kDh>

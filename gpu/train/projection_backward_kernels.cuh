@@ -59,7 +59,6 @@ __global__ void __launch_bounds__(kThreads, 2) ProjectionsBackwardKernel(const P
   bf16* dys = reinterpret_cast<bf16*>(smem);
   bf16* ws = dys + L::kDyElems;
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int64_t tile0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const int valid = static_cast<int>(p.ln.n - tile0 < kRows ? p.ln.n - tile0 : kRows);
 
@@ -73,13 +72,11 @@ __global__ void __launch_bounds__(kThreads, 2) ProjectionsBackwardKernel(const P
     for (int k0 = 0; k0 < kD; k0 += 16) {
       uint32_t a[4];
       LoadA(dys, L::kLd, warp * 16, k0, a);
-      // W_s's rows are B's columns: matrix m of the x4 load covers columns (m >> 1) * 8 and k (m & 1) * 8.
-      const int m = lane >> 3, r = lane & 7;
+      // W_s's rows are B's columns (B[k][n] = W_s[n][k]).
 #pragma unroll
       for (int t = 0; t < kD / 8; t += 2) {
-        uint32_t f[4];
-        LdMatrixX4<false>(ws + (t * 8 + (m >> 1) * 8 + r) * L::kLd + k0 + (m & 1) * 8, f);
-        const uint32_t b_lo[2] = {f[0], f[1]}, b_hi[2] = {f[2], f[3]};
+        uint32_t b_lo[2], b_hi[2];
+        LoadBPairFromRows(ws, L::kLd, t * 8, k0, b_lo, b_hi);
         Mma16816<kBf16>(acc[t], a, b_lo);
         Mma16816<kBf16>(acc[t + 1], a, b_hi);
       }
