@@ -302,14 +302,6 @@ struct GemModelGpu::Impl {
   }
   absl::Status FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out);
   absl::Status FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh);
-  // One bf16 projection's backward: dW += x^T dy, db += the column sums of dy (the same product's
-  // epilogue), and its input gradient dx = dy W^T (+ add) in fp32 (w16: the weight rounded for the
-  // step).
-  absl::Status ProjectionBwdBf16(const LinearP& p, const LinearShape& s, const __nv_bfloat16* x,
-                                 const __nv_bfloat16* dy, const __nv_bfloat16* w16, const float* add, float* dx) {
-    GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(s, x, dy, G(p.w), G(p.b), st));
-    return lin->BackwardInputToFp32(s, dy, w16, add, dx, st);
-  }
   // norm: the LayerNorm whose output xq is (norm->h == xq), run here: with the query projection (and,
   // when xkv is xq, the key and value projections) and their QK-norms in one kernel
   // (attention_input.h); null: xq is already there.
@@ -331,10 +323,34 @@ struct GemModelGpu::Impl {
   bool FusedProjections() const {
     return options.block_kernels == BlockKernels::kFused && ValidateProjectionsShape(1, g.d).ok();
   }
-  // A sequence layer's LayerNorm before a block, as projection_backward.h's backward takes it (adding
-  // its input gradient to ds).
-  LayerNormGrads NormGrads(const NormP& p, const float* x, const float* mean, const float* rstd, float* ds) {
-    return LayerNormGrads{x, W(p.gamma), mean, rstd, ds, G(p.gamma), G(p.beta)};
+  // A sequence layer's bf16 attention block with its LayerNorm: h16 = LayerNorm(x) (a new bf16 array;
+  // mean, rstd its statistics), then AttnFwdBf16 with queries h16 and keys xkv (null: h16, the
+  // self-attention), out = x + the block. With FusedAttentionInput the LayerNorm runs in the block's
+  // input kernel.
+  absl::Status NormAttnFwdBf16(const NormP& ln, const AttnP& attn, const AttnUse& u, const float* x,
+                               const __nv_bfloat16* xkv, __nv_bfloat16*& h16, float* mean, float* rstd,
+                               AttnTape16& t, float* out) {
+    GEMTB_ASSIGN_OR_RETURN(h16, Bf16s(u.nq * g.d));
+    const __nv_bfloat16* keys = xkv != nullptr ? xkv : h16;
+    if (FusedAttentionInput()) {
+      const AttentionNorm norm{x, W(ln.gamma), W(ln.beta), h16, mean, rstd};
+      return AttnFwdBf16(attn, u, h16, keys, t, out, x, &norm);
+    }
+    GEMTB_RETURN_IF_ERROR(NormFwd16(ln, u.nq, x, h16, mean, rstd));
+    return AttnFwdBf16(attn, u, h16, keys, t, out, x);
+  }
+  // Its backward, adding the block's input gradient (through the LayerNorm) to ds; dxkv gets the keys'
+  // and values' input gradient (null: the self-attention's, part of the block's). dh: scratch for the
+  // separate kernels' path; with FusedProjections the LayerNorm's backward runs in the projections'.
+  absl::Status NormAttnBwdBf16(const NormP& ln, const AttnP& attn, const AttnUse& u, const AttnTape16& t,
+                               const float* x, const float* mean, const float* rstd, float* ds, float* dh,
+                               float* dxkv) {
+    if (FusedProjections()) {
+      const LayerNormGrads grads{x, W(ln.gamma), mean, rstd, ds, G(ln.gamma), G(ln.beta)};
+      return AttnBwdBf16(attn, u, t, ds, nullptr, dxkv, nullptr, &grads);
+    }
+    GEMTB_RETURN_IF_ERROR(AttnBwdBf16(attn, u, t, ds, dh, dxkv != nullptr ? dxkv : dh));
+    return NormBwdAdd(ln, u.nq, x, mean, rstd, dh, ds);
   }
 
   // y[n, out] = x[n, in] W + b (+ residual), x and y with row strides ldx, ldy; residual (null: none)
@@ -936,14 +952,9 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const Cr
     GEMTB_ASSIGN_OR_RETURN(t.rstd_a, mem->Floats(n));
     float* out;
     GEMTB_ASSIGN_OR_RETURN(out, mem->Floats(nd));
-    if (bf16_blocks && FusedAttentionInput()) {
-      GEMTB_ASSIGN_OR_RETURN(t.h_a16, Bf16s(nd));
-      const AttentionNorm norm{cur, W(p.ln_a.gamma), W(p.ln_a.beta), t.h_a16, t.mean_a, t.rstd_a};
-      GEMTB_RETURN_IF_ERROR(AttnFwdBf16(p.attn_a, CrossUse(j), t.h_a16, ct.x_sum16, t.a16, out, cur, &norm));
-    } else if (bf16_blocks) {
-      GEMTB_ASSIGN_OR_RETURN(t.h_a16, Bf16s(nd));
-      GEMTB_RETURN_IF_ERROR(NormFwd16(p.ln_a, n, cur, t.h_a16, t.mean_a, t.rstd_a));
-      GEMTB_RETURN_IF_ERROR(AttnFwdBf16(p.attn_a, CrossUse(j), t.h_a16, ct.x_sum16, t.a16, out, cur));
+    if (bf16_blocks) {
+      GEMTB_RETURN_IF_ERROR(
+          NormAttnFwdBf16(p.ln_a, p.attn_a, CrossUse(j), cur, ct.x_sum16, t.h_a16, t.mean_a, t.rstd_a, t.a16, out));
     } else {
       GEMTB_ASSIGN_OR_RETURN(t.h_a, mem->Floats(nd));
       GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_a, n, cur, t.h_a, t.mean_a, t.rstd_a));
@@ -957,14 +968,9 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const Cr
     GEMTB_ASSIGN_OR_RETURN(t.rstd_b, mem->Floats(n));
     float* out;
     GEMTB_ASSIGN_OR_RETURN(out, mem->Floats(nd));
-    if (bf16_blocks && FusedAttentionInput()) {
-      GEMTB_ASSIGN_OR_RETURN(t.h_b16, Bf16s(nd));
-      const AttentionNorm norm{cur, W(p.ln_b.gamma), W(p.ln_b.beta), t.h_b16, t.mean_b, t.rstd_b};
-      GEMTB_RETURN_IF_ERROR(AttnFwdBf16(p.attn_b, SelfUse(j), t.h_b16, t.h_b16, t.b16, out, cur, &norm));
-    } else if (bf16_blocks) {
-      GEMTB_ASSIGN_OR_RETURN(t.h_b16, Bf16s(nd));
-      GEMTB_RETURN_IF_ERROR(NormFwd16(p.ln_b, n, cur, t.h_b16, t.mean_b, t.rstd_b));
-      GEMTB_RETURN_IF_ERROR(AttnFwdBf16(p.attn_b, SelfUse(j), t.h_b16, t.h_b16, t.b16, out, cur));
+    if (bf16_blocks) {
+      GEMTB_RETURN_IF_ERROR(
+          NormAttnFwdBf16(p.ln_b, p.attn_b, SelfUse(j), cur, nullptr, t.h_b16, t.mean_b, t.rstd_b, t.b16, out));
     } else {
       GEMTB_ASSIGN_OR_RETURN(t.h_b, mem->Floats(nd));
       GEMTB_RETURN_IF_ERROR(NormFwd(p.ln_b, n, cur, t.h_b, t.mean_b, t.rstd_b));
@@ -1137,39 +1143,35 @@ absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, co
     GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(qs, t.o, dy16, G(p.wo.w), nullptr, st));
   }
   GEMTB_RETURN_IF_ERROR(GdpaBackwardTensorCore(Batch(u), t.qr, t.kr, t.v, d_o, dqr, dkr, dv, st));
-  if (ln != nullptr && u.nq > 0) {
-    // The projections' weight gradients here, their input gradient with the LayerNorm's backward.
+  // The QK-norms' backward and the projections' weight gradients.
+  const bool queries = t.xq != nullptr && u.nq > 0, self = t.xkv == t.xq;
+  if (!t.xq) *dqr_out = dqr;  // the PMA's seeds: the caller sums the broadcast rows' gradient
+  if (queries) {
     GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeBackward(QRows(u), t.q, t.q_inv, dqr, dq, st)
                                  : HeadRmsNormBackward<__nv_bfloat16>(HeadRowsShape{u.nq * H, dh}, t.q, t.q_inv, dqr,
                                                                       dq, st));
     GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(qs, t.xq, dq, G(p.wq.w), G(p.wq.b), st));
-    std::vector<ProjectionGrad> sources = {{dq, t.wq}};
-    const bool self = t.xkv == t.xq;
-    if (self) {
-      GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeBackward(KRows(u), t.k, t.k_inv, dkr, dk, st)
-                                   : HeadRmsNormBackward<__nv_bfloat16>(HeadRowsShape{u.nk * H, dh}, t.k, t.k_inv,
-                                                                        dkr, dk, st));
-      GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(ks, t.xkv, dk, G(p.wk.w), G(p.wk.b), st));
-      GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(ks, t.xkv, dv, G(p.wv.w), G(p.wv.b), st));
-      sources.push_back({dk, t.wk});
-      sources.push_back({dv, t.wv});
-    }
-    GEMTB_RETURN_IF_ERROR(ProjectionsLayerNormBackward(u.nq, d, sources, *ln, st));
-    if (self || u.nk == 0) return absl::OkStatus();
-  } else if (!t.xq) {
-    *dqr_out = dqr;  // the PMA's seeds: the caller sums the broadcast rows' gradient
-  } else if (u.nq > 0) {
-    GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeBackward(QRows(u), t.q, t.q_inv, dqr, dq, st)
-                                 : HeadRmsNormBackward<__nv_bfloat16>(HeadRowsShape{u.nq * H, dh}, t.q, t.q_inv, dqr,
-                                                                      dq, st));
-    GEMTB_RETURN_IF_ERROR(ProjectionBwdBf16(p.wq, qs, t.xq, dq, t.wq, nullptr, dxq));
   }
-  if (u.nk == 0) return absl::OkStatus();
-  GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeBackward(KRows(u), t.k, t.k_inv, dkr, dk, st)
-                               : HeadRmsNormBackward<__nv_bfloat16>(HeadRowsShape{u.nk * H, dh}, t.k, t.k_inv, dkr,
-                                                                    dk, st));
-  GEMTB_RETURN_IF_ERROR(ProjectionBwdBf16(p.wk, ks, t.xkv, dk, t.wk, dxkv, dxkv));
-  return ProjectionBwdBf16(p.wv, ks, t.xkv, dv, t.wv, dxkv, dxkv);
+  if (u.nk > 0) {
+    GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeBackward(KRows(u), t.k, t.k_inv, dkr, dk, st)
+                                 : HeadRmsNormBackward<__nv_bfloat16>(HeadRowsShape{u.nk * H, dh}, t.k, t.k_inv, dkr,
+                                                                      dk, st));
+    GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(ks, t.xkv, dk, G(p.wk.w), G(p.wk.b), st));
+    GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(ks, t.xkv, dv, G(p.wv.w), G(p.wv.b), st));
+  }
+  // The input gradients: with `ln`, the projections that read xq in one kernel with the LayerNorm's
+  // backward; else dxq written, then dxkv added to (dxkv may be dxq: self-attention).
+  const bool fused_kv = ln != nullptr && self;
+  if (queries && ln != nullptr) {
+    std::vector<ProjectionGrad> sources = {{dq, t.wq}};
+    if (fused_kv) sources.insert(sources.end(), {{dk, t.wk}, {dv, t.wv}});
+    GEMTB_RETURN_IF_ERROR(ProjectionsLayerNormBackward(u.nq, d, sources, *ln, st));
+  } else if (queries) {
+    GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(qs, dq, t.wq, nullptr, dxq, st));
+  }
+  if (u.nk == 0 || fused_kv) return absl::OkStatus();
+  GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(ks, dk, t.wk, dxkv, dxkv, st));
+  return lin->BackwardInputToFp32(ks, dv, t.wv, dxkv, dxkv, st);
 }
 
 absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const SeqTape& t, float* ds, float* dx_sum) {
@@ -1192,28 +1194,21 @@ absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const Se
   }
   // dh is each block's input gradient, written by its query projection's backward (no zeroing pass).
   const bool bf16_blocks = options.attention_blocks == AttentionBlockPrecision::kBf16;
-  // With the bf16 blocks at a width projection_backward.h takes, a block's LayerNorm backward runs with
-  // its projections' input gradient (adding to ds) and dh is not used.
-  const bool fused = bf16_blocks && FusedProjections();
   if (g.DoB(layer)) {
-    if (fused) {
-      const LayerNormGrads ln = NormGrads(p.ln_b, t.s_b, t.mean_b, t.rstd_b, ds);
-      GEMTB_RETURN_IF_ERROR(AttnBwdBf16(p.attn_b, SelfUse(j), t.b16, ds, nullptr, nullptr, nullptr, &ln));
+    if (bf16_blocks) {
+      GEMTB_RETURN_IF_ERROR(
+          NormAttnBwdBf16(p.ln_b, p.attn_b, SelfUse(j), t.b16, t.s_b, t.mean_b, t.rstd_b, ds, dh, nullptr));
     } else {
-      GEMTB_RETURN_IF_ERROR(bf16_blocks
-                                ? AttnBwdBf16(p.attn_b, SelfUse(j), t.b16, ds, dh, dh)
-                                : AttnBwd(p.attn_b, SelfUse(j), t.b, ds, dh, dh, nullptr, /*dxq_fresh=*/true));
+      GEMTB_RETURN_IF_ERROR(AttnBwd(p.attn_b, SelfUse(j), t.b, ds, dh, dh, nullptr, /*dxq_fresh=*/true));
       GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_b, n, t.s_b, t.mean_b, t.rstd_b, dh, ds));
     }
   }
   if (g.DoA(layer)) {
-    if (fused) {
-      const LayerNormGrads ln = NormGrads(p.ln_a, t.s_a, t.mean_a, t.rstd_a, ds);
-      GEMTB_RETURN_IF_ERROR(AttnBwdBf16(p.attn_a, CrossUse(j), t.a16, ds, nullptr, dx_sum, nullptr, &ln));
+    if (bf16_blocks) {
+      GEMTB_RETURN_IF_ERROR(
+          NormAttnBwdBf16(p.ln_a, p.attn_a, CrossUse(j), t.a16, t.s_a, t.mean_a, t.rstd_a, ds, dh, dx_sum));
     } else {
-      GEMTB_RETURN_IF_ERROR(bf16_blocks
-                                ? AttnBwdBf16(p.attn_a, CrossUse(j), t.a16, ds, dh, dx_sum)
-                                : AttnBwd(p.attn_a, CrossUse(j), t.a, ds, dh, dx_sum, nullptr, /*dxq_fresh=*/true));
+      GEMTB_RETURN_IF_ERROR(AttnBwd(p.attn_a, CrossUse(j), t.a, ds, dh, dx_sum, nullptr, /*dxq_fresh=*/true));
       GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_a, n, t.s_a, t.mean_a, t.rstd_a, dh, ds));
     }
   }
