@@ -3,8 +3,35 @@
 #define GEMTB_GPU_COMMON_TILE_IO_CUH_
 
 #include <cstdint>
+#include <cstring>
 
 namespace gemtb::gpu {
+
+// Asynchronous 16-byte copies from global to shared memory (cp.async.cg: through L2, past L1), so a
+// CTA can stage its next tile while it computes on the current one. A thread commits the copies it
+// issued as a group and waits until at most kPending of its groups are still in flight; a
+// __syncthreads after the wait makes every thread's copies visible to the CTA. The CPU emulation
+// copies at once (commit and wait do nothing).
+__device__ __forceinline__ void CopyAsync16(void* dst, const void* src) {
+#ifdef __CUDACC__
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src)
+               : "memory");
+#else
+  std::memcpy(dst, src, 16);
+#endif
+}
+__device__ __forceinline__ void CopyAsyncCommit() {
+#ifdef __CUDACC__
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int kPending>
+__device__ __forceinline__ void CopyAsyncWait() {
+#ifdef __CUDACC__
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
 
 // Copies rows [0, valid_rows) of a [kRows, kCols] tile of 16-bit elements from `src` (rows
 // `src_stride` elements apart) into `dst` (rows `ld` elements apart) and zero-fills rows

@@ -15,7 +15,7 @@
 // A CTA takes kRows rows of X, staged once in shared memory (forward: each warp normalises its own 16
 // rows into it); each of its kWarps warps owns 16 of them. The hidden dimension is walked in chunks of
 // kChunk columns: the CTA stages the chunk's columns of W1 and rows of W2 (both directions use the
-// same two slices), each warp forms its 16 x kChunk block of the first product in registers
+// same two slices; cp.async, the next chunk's while the warps compute on this one's), each warp forms its 16 x kChunk block of the first product in registers
 // (mma.sync m16n8k16), applies the pointwise step lane by lane, stores the block's bf16 values and
 // feeds them, as the A fragments they already are, into its 16 x kD accumulator of the second
 // product. The backward ends with LayerNorm's backward of those accumulators (dh), layer_norm_tile.cuh.
@@ -44,10 +44,11 @@ constexpr int kThreads = kWarps * kWarp;
 constexpr int kRows = 16 * kWarps;  // rows of X per CTA
 constexpr int kChunk = 64;          // hidden columns per step
 
-// Shared memory: the X tile [kRows][kLdX], W1's chunk of columns [kD][kLdW1], W2's chunk of rows
-// [kChunk][kLdX]. The row strides (kD + 8 and kChunk + 8 elements) put the eight 16-byte rows of an
-// ldmatrix load, and the eight rows of a lane group's 32-bit A loads, in distinct banks. The
-// backward's epilogue (layer_norm_tile.cuh) reuses the memory.
+// Shared memory: the X tile [kRows][kLdX], then two stages, each W1's chunk of columns [kD][kLdW1]
+// and W2's chunk of rows [kChunk][kLdX]: the next chunk's weights are copied (cp.async) while the
+// warps compute on the current one's. The row strides (kD + 8 and kChunk + 8 elements) put the
+// eight 16-byte rows of an ldmatrix load, and the eight rows of a lane group's 32-bit A loads, in
+// distinct banks. The backward's epilogue (layer_norm_tile.cuh) reuses the memory.
 template <int kD>
 struct Layout {
   static constexpr int kLdX = kD + 8;
@@ -55,11 +56,14 @@ struct Layout {
   static constexpr size_t kXElems = static_cast<size_t>(kRows) * kLdX;
   static constexpr size_t kW1Elems = static_cast<size_t>(kD) * kLdW1;
   static constexpr size_t kW2Elems = static_cast<size_t>(kChunk) * kLdX;
-  static constexpr size_t kChainBytes = sizeof(bf16) * (kXElems + kW1Elems + kW2Elems);
+  static constexpr size_t kStageElems = kW1Elems + kW2Elems;
+  static constexpr size_t kChainBytes = sizeof(bf16) * (kXElems + 2 * kStageElems);
   static constexpr size_t kEpilogueBytes = lnt::kBytes<kD, kRows>;
   static constexpr size_t kBytes = kChainBytes > kEpilogueBytes ? kChainBytes : kEpilogueBytes;
   static_assert(kD % kWarp == 0, "kD: a multiple of 32 (mma.sync's k; LayerNorm's lanes)");
-  static_assert(sizeof(bf16) * kXElems % 16 == 0 && sizeof(bf16) * kW1Elems % 16 == 0, "16-byte aligned tiles");
+  static_assert(sizeof(bf16) * kXElems % 16 == 0 && sizeof(bf16) * kW1Elems % 16 == 0 &&
+                    sizeof(bf16) * kStageElems % 16 == 0,
+                "16-byte aligned tiles");
   static_assert(kRows % ln::kBlockRows == 0 && ln::kWarps == kWarps, "a CTA's rows are whole LayerNorm blocks");
 };
 
@@ -102,13 +106,26 @@ __global__ void __launch_bounds__(kThreads, 2) FfnChainKernel(const Params p) {
   constexpr int kOutTiles = kD / 8;         // n-tiles of the second product
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* xs = reinterpret_cast<bf16*>(smem);
-  bf16* w1s = xs + L::kXElems;
-  bf16* w2s = w1s + L::kW1Elems;
 
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
   const LaneCoords lane = Lane();
   const int64_t tile0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const int valid = static_cast<int>(p.n - tile0 < kRows ? p.n - tile0 : kRows);
+  // Chunk c's weights go to stage c % 2: chunk c + 1's copies are in flight while chunk c is used.
+  const auto stage = [&](int c0) {
+    bf16* w1s = xs + L::kXElems + ((c0 / kChunk) % 2) * L::kStageElems;
+    bf16* w2s = w1s + L::kW1Elems;
+    for (int i = static_cast<int>(threadIdx.x); i < kD * (kChunk / 8); i += kThreads) {
+      const int r = i / (kChunk / 8), c = i % (kChunk / 8);
+      CopyAsync16(w1s + r * L::kLdW1 + c * 8, p.w1 + static_cast<int64_t>(r) * p.hidden + c0 + c * 8);
+    }
+    for (int i = static_cast<int>(threadIdx.x); i < kChunk * (kD / 8); i += kThreads) {
+      const int r = i / (kD / 8), c = i % (kD / 8);
+      CopyAsync16(w2s + r * L::kLdX + c * 8, p.w2 + static_cast<int64_t>(c0 + r) * kD + c * 8);
+    }
+    CopyAsyncCommit();
+  };
+  stage(0);  // the first chunk's weights load while the X tile is formed
   if constexpr (kForward) {
     lnt::NormalizeRowsToTile<kD>(p.x, p.gamma, p.beta, p.n, tile0, xs, L::kLdX, p.h, p.mean, p.rstd);
   } else {
@@ -121,18 +138,13 @@ __global__ void __launch_bounds__(kThreads, 2) FfnChainKernel(const Params p) {
 
   float acc[kOutTiles][4] = {};
   for (int c0 = 0; c0 < p.hidden; c0 += kChunk) {
-    __syncthreads();  // every warp is done with the previous chunk's weights (and the X tile is in)
-    for (int i = static_cast<int>(threadIdx.x); i < kD * (kChunk / 8); i += kThreads) {
-      const int r = i / (kChunk / 8), c = i % (kChunk / 8);
-      *reinterpret_cast<uint4*>(w1s + r * L::kLdW1 + c * 8) =
-          *reinterpret_cast<const uint4*>(p.w1 + static_cast<int64_t>(r) * p.hidden + c0 + c * 8);
-    }
-    for (int i = static_cast<int>(threadIdx.x); i < kChunk * (kD / 8); i += kThreads) {
-      const int r = i / (kD / 8), c = i % (kD / 8);
-      *reinterpret_cast<uint4*>(w2s + r * L::kLdX + c * 8) =
-          *reinterpret_cast<const uint4*>(p.w2 + static_cast<int64_t>(c0 + r) * kD + c * 8);
-    }
+    CopyAsyncWait<0>();  // this thread's copies of chunk c0 have landed
+    // Every thread's copies of the chunk (and the X tile) are in, and every warp is done with the last
+    // chunk, whose stage the next chunk's copies take.
     __syncthreads();
+    if (c0 + kChunk < p.hidden) stage(c0 + kChunk);
+    const bf16* w1s = xs + L::kXElems + ((c0 / kChunk) % 2) * L::kStageElems;
+    const bf16* w2s = w1s + L::kW1Elems;
 
     // First product, the warp's 16 x kChunk block: forward h W1[:, chunk] (W1's chunk stored [k][n]);
     // backward ds W2[chunk, :]^T (W2's chunk stored [n][k]).
