@@ -186,6 +186,7 @@ __global__ void __launch_bounds__(kThreads, 2) AttentionInputKernel(const Params
       }
     }
     if (pr.normed == nullptr) continue;  // the same for the whole CTA
+#pragma unroll  // v[i] in registers: a run-time index would put v in local memory
     for (int i = 0; i < 2; ++i) {
       const int64_t row = in[i] ? rows[i] : 0;
       NormRow<kD, kDh>(v[i], trow[i], in[i], pr.normed + row * kD, pr.inv + row * kHeads);

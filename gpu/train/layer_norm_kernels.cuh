@@ -59,20 +59,20 @@ __device__ inline float Normalized(float x, float mean, float rstd, float gamma,
   return __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(x, mean), rstd), gamma), beta);
 }
 
-// The backward of one row by one warp (lane l takes columns l, l + 32, ...; width <= kCols * kWarp):
-// dx (written, or added to with accumulate) as the unfused input kernel computes it, and the row's
-// dy xhat and dy added to the lane's running column sums. dyr may be global or shared memory.
-template <int kCols>
-__device__ inline void BackwardRow(const float* xr, const float* gamma, float mean, float rstd, const float* dyr,
-                                   int width, int lane, float* dxr, bool accumulate, float (&g_acc)[kCols],
-                                   float (&b_acc)[kCols]) {
+// The backward of one row by one warp (lane l takes columns i = l + 32 k, k < kCols, those below
+// `width`): x(k, i) and dy(k, i) give the row's values (from memory or the caller's registers), and
+// dx(k, i, g) takes each input gradient g as the unfused input kernel computes it; the row's dy xhat
+// and dy are added to the lane's running column sums.
+template <int kCols, typename X, typename Dy, typename Dx>
+__device__ inline void BackwardRowOf(const X& x, const float* gamma, float mean, float rstd, const Dy& dy, int width,
+                                     int lane, const Dx& dx, float (&g_acc)[kCols], float (&b_acc)[kCols]) {
   float sum = 0.0f, sum_h = 0.0f;
 #pragma unroll
   for (int k = 0; k < kCols; ++k) {
     const int i = lane + k * kWarp;
     if (i >= width) continue;
-    const float d = dyr[i];
-    const float h = __fmul_rn(__fsub_rn(xr[i], mean), rstd);
+    const float d = dy(k, i);
+    const float h = __fmul_rn(__fsub_rn(x(k, i), mean), rstd);
     const float dh = __fmul_rn(d, gamma[i]);
     sum = __fadd_rn(sum, dh);
     sum_h = __fadd_rn(sum_h, __fmul_rn(dh, h));
@@ -85,11 +85,21 @@ __device__ inline void BackwardRow(const float* xr, const float* gamma, float me
   for (int k = 0; k < kCols; ++k) {
     const int i = lane + k * kWarp;
     if (i >= width) continue;
-    const float h = __fmul_rn(__fsub_rn(xr[i], mean), rstd);
-    const float dh = __fmul_rn(dyr[i], gamma[i]);
-    const float g = __fmul_rn(rstd, __fsub_rn(__fsub_rn(dh, sum), __fmul_rn(h, sum_h)));
-    dxr[i] = accumulate ? __fadd_rn(dxr[i], g) : g;
+    const float h = __fmul_rn(__fsub_rn(x(k, i), mean), rstd);
+    const float dh = __fmul_rn(dy(k, i), gamma[i]);
+    dx(k, i, __fmul_rn(rstd, __fsub_rn(__fsub_rn(dh, sum), __fmul_rn(h, sum_h))));
   }
+}
+
+// The same for a row in memory (width <= kCols * kWarp): dx written, or added to with accumulate. dyr
+// may be global or shared memory.
+template <int kCols>
+__device__ inline void BackwardRow(const float* xr, const float* gamma, float mean, float rstd, const float* dyr,
+                                   int width, int lane, float* dxr, bool accumulate, float (&g_acc)[kCols],
+                                   float (&b_acc)[kCols]) {
+  BackwardRowOf<kCols>([&](int, int i) { return xr[i]; }, gamma, mean, rstd, [&](int, int i) { return dyr[i]; }, width,
+                       lane, [&](int, int i, float g) { dxr[i] = accumulate ? __fadd_rn(dxr[i], g) : g; }, g_acc,
+                       b_acc);
 }
 
 // A block's partial rows from its kWarps warps' column sums: the warps' sums meet in shared memory

@@ -18,34 +18,53 @@
 
 namespace gemtb::gpu::train::lnt {
 
-// Rows [tile0 + 16 warp, + 16) of x [n, kD] normalised by the warp, a row at a time (RowStats and
-// Normalized: LayerNormForward's bytes), rounded to bf16 into rows 16 warp .. of the tile `xs` (rows
-// ld elements apart) and into h [n, kD], the statistics into mean and rstd [n]; rows past n are zeros
-// in the tile.
+// The row functions below take a warp's rows kRowGroup at a time, their loads issued before any of
+// them is reduced: a fused kernel's CTA holds few warps (two CTAs of 8 an SM), and one row at a time
+// would leave each warp waiting on its loads. Larger groups spill the d = 128 feed-forward kernels.
+constexpr int kRowGroup = 2;
+static_assert(16 % kRowGroup == 0 && ln::kRowsPerWarp % kRowGroup == 0, "whole groups of rows");
+
+// Rows [tile0 + 16 warp, + 16) of x [n, kD] normalised by the warp (RowStats and Normalized, per row:
+// LayerNormForward's bytes), rounded to bf16 into rows 16 warp .. of the tile `xs` (rows ld elements
+// apart) and into h [n, kD], the statistics into mean and rstd [n]; rows past n are zeros in the tile.
+// The warp loads kRowGroup rows before it reduces any of them.
 template <int kD>
 __device__ __forceinline__ void NormalizeRowsToTile(const float* x, const float* gamma, const float* beta, int64_t n,
                                                     int64_t tile0, uint16_t* xs, int ld, uint16_t* h, float* mean,
                                                     float* rstd) {
+  constexpr int kCols = kD / 32;  // lane l holds columns l, l + 32, ...
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  for (int r = warp * 16; r < warp * 16 + 16; ++r) {
-    uint16_t* xrow = xs + r * ld;
-    const int64_t row = tile0 + r;
-    if (row >= n) {
-      for (int i = lane; i < kD; i += 32) xrow[i] = 0;
-      continue;
+  for (int r0 = warp * 16; r0 < warp * 16 + 16; r0 += kRowGroup) {
+    float v[kRowGroup][kCols];
+#pragma unroll
+    for (int j = 0; j < kRowGroup; ++j) {
+      const int64_t row = tile0 + r0 + j;
+#pragma unroll
+      for (int k = 0; k < kCols; ++k) v[j][k] = row < n ? x[row * kD + lane + 32 * k] : 0.0f;
     }
-    const float* xr = x + row * kD;
-    float m, s;
-    ln::RowStats(
-        kD, lane, [&](int i) { return xr[i]; }, m, s);
-    for (int i = lane; i < kD; i += 32) {
-      const uint16_t v = Storage<ElementType::kBFloat16>::FromFloat(ln::Normalized(xr[i], m, s, gamma[i], beta[i]));
-      xrow[i] = v;
-      h[row * kD + i] = v;
-    }
-    if (lane == 0) {
-      mean[row] = m;
-      rstd[row] = s;
+#pragma unroll
+    for (int j = 0; j < kRowGroup; ++j) {
+      uint16_t* xrow = xs + (r0 + j) * ld;
+      const int64_t row = tile0 + r0 + j;
+      if (row >= n) {
+#pragma unroll
+        for (int k = 0; k < kCols; ++k) xrow[lane + 32 * k] = 0;
+        continue;
+      }
+      float m, s;
+      ln::RowStats(
+          kD, lane, [&](int i) { return v[j][(i - lane) / 32]; }, m, s);
+#pragma unroll
+      for (int k = 0; k < kCols; ++k) {
+        const uint16_t e = Storage<ElementType::kBFloat16>::FromFloat(
+            ln::Normalized(v[j][k], m, s, gamma[lane + 32 * k], beta[lane + 32 * k]));
+        xrow[lane + 32 * k] = e;
+        h[row * kD + lane + 32 * k] = e;
+      }
+      if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+      }
     }
   }
 }
@@ -95,12 +114,31 @@ __device__ __forceinline__ void LayerNormBackwardOfTile(const float (&acc)[kD / 
     float g_acc[kCols], b_acc[kCols];
 #pragma unroll
     for (int k = 0; k < kCols; ++k) g_acc[k] = b_acc[k] = 0.0f;
-    for (int r = 0; r < ln::kRowsPerWarp; ++r) {
-      const int tr = block * ln::kBlockRows + warp * ln::kRowsPerWarp + r;
-      const int64_t row = tile0 + tr;
-      if (row >= a.n) break;
-      ln::BackwardRow<kCols>(a.x + row * kD, a.gamma, a.mean[row], a.rstd[row], dh + tr * kLd, kD, l, a.dx + row * kD,
-                             /*accumulate=*/true, g_acc, b_acc);
+    // The warp's rows in groups of kRowGroup, each row then as BackwardRow.
+    for (int r0 = 0; r0 < ln::kRowsPerWarp; r0 += kRowGroup) {
+      float x[kRowGroup][kCols], dx_in[kRowGroup][kCols], m[kRowGroup], s[kRowGroup];
+#pragma unroll
+      for (int j = 0; j < kRowGroup; ++j) {
+        const int64_t row = tile0 + block * ln::kBlockRows + warp * ln::kRowsPerWarp + r0 + j;
+        const bool in = row < a.n;
+        m[j] = in ? a.mean[row] : 0.0f;
+        s[j] = in ? a.rstd[row] : 0.0f;
+#pragma unroll
+        for (int k = 0; k < kCols; ++k) {
+          x[j][k] = in ? a.x[row * kD + l + 32 * k] : 0.0f;
+          dx_in[j][k] = in ? a.dx[row * kD + l + 32 * k] : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kRowGroup; ++j) {
+        const int tr = block * ln::kBlockRows + warp * ln::kRowsPerWarp + r0 + j;
+        const int64_t row = tile0 + tr;
+        if (row < a.n) {
+          ln::BackwardRowOf<kCols>(
+              [&](int k, int) { return x[j][k]; }, a.gamma, m[j], s[j], [&](int, int i) { return dh[tr * kLd + i]; },
+              kD, l, [&](int k, int i, float g) { a.dx[row * kD + i] = __fadd_rn(dx_in[j][k], g); }, g_acc, b_acc);
+        }
+      }
     }
     const int64_t part = first / ln::kBlockRows;
     ln::BlockPartials<kCols>(sums, kD, warp, l, g_acc, b_acc, a.g_part + part * kD, a.b_part + part * kD);
