@@ -14,48 +14,25 @@ using ffn::bf16;
 const bf16* Bits(const __nv_bfloat16* p) { return reinterpret_cast<const bf16*>(p); }
 bf16* Bits(__nv_bfloat16* p) { return reinterpret_cast<bf16*>(p); }
 
-template <int kD, bool kForward>
-absl::Status Launch(const ffn::Params& p, cudaStream_t stream, const char* what) {
+template <int kD>
+absl::Status Launch(const ffn::Params& p, cudaStream_t stream) {
   constexpr size_t kBytes = ffn::Layout<kD>::kBytes;
-  auto* kernel = ffn::FfnChainKernel<kD, kForward>;
-  if (absl::Status s = AllowSharedMemory(kernel, kBytes, what); !s.ok()) return s;
+  auto* kernel = ffn::FfnBackwardKernel<kD>;
+  if (absl::Status s = AllowSharedMemory(kernel, kBytes, "FfnBackwardFused"); !s.ok()) return s;
   const auto blocks = static_cast<unsigned>((p.n + ffn::kRows - 1) / ffn::kRows);
   kernel<<<blocks, ffn::kThreads, kBytes, stream>>>(p);
-  return Launched(what);
+  return Launched("FfnBackwardFused");
 }
 
-template <bool kForward>
-absl::Status LaunchFor(int d, const ffn::Params& p, cudaStream_t stream, const char* what) {
+absl::Status LaunchFor(int d, const ffn::Params& p, cudaStream_t stream) {
   switch (d) {
     case 32:
-      return Launch<32, kForward>(p, stream, what);
+      return Launch<32>(p, stream);
     case 64:
-      return Launch<64, kForward>(p, stream, what);
+      return Launch<64>(p, stream);
     default:
-      return Launch<128, kForward>(p, stream, what);
+      return Launch<128>(p, stream);
   }
-}
-
-absl::Status CheckWeights(const FfnWeights& w, bool forward) {
-  if (absl::Status v = NotNull({{w.gamma, "gamma"}, {w.w1, "w1"}, {w.w2, "w2"}}); !v.ok()) return v;
-  if (forward) {
-    if (absl::Status v = NotNull({{w.beta, "beta"}, {w.b1, "b1"}}); !v.ok()) return v;
-  }
-  return CheckAligned16({{w.w1, "w1"}, {w.w2, "w2"}});
-}
-
-// What both directions read: the shape, the weights, the block's input and LayerNorm's statistics.
-ffn::Params Shared(const FfnShape& s, const float* x, const FfnWeights& w, const FfnTape& tape) {
-  ffn::Params p;
-  p.n = s.n;
-  p.hidden = s.hidden;
-  p.w1 = Bits(w.w1);
-  p.w2 = Bits(w.w2);
-  p.x = x;
-  p.gamma = w.gamma;
-  p.mean = tape.mean;
-  p.rstd = tape.rstd;
-  return p;
 }
 
 }  // namespace
@@ -74,28 +51,6 @@ absl::Status ValidateFfnShape(const FfnShape& s) {
   return absl::OkStatus();
 }
 
-absl::Status FfnForwardFused(const FfnShape& s, const float* x, const FfnWeights& w, const FfnTape& tape, float* y,
-                             cudaStream_t stream) {
-  if (absl::Status v = ValidateFfnShape(s); !v.ok()) return v;
-  if (absl::Status v = NotNull(
-          {{x, "x"}, {tape.h, "h"}, {tape.mean, "mean"}, {tape.rstd, "rstd"}, {tape.u, "u"}, {tape.g, "g"}, {y, "y"}});
-      !v.ok()) {
-    return v;
-  }
-  if (absl::Status v = CheckWeights(w, /*forward=*/true); !v.ok()) return v;
-  if (absl::Status v = CheckAligned16({{x, "x"}, {tape.h, "h"}, {tape.u, "u"}, {tape.g, "g"}, {y, "y"}}); !v.ok()) return v;
-  if (x == y) return absl::InvalidArgumentError("FfnForwardFused: y may not alias x");
-  ffn::Params p = Shared(s, x, w, tape);
-  p.beta = w.beta;
-  p.b1 = Bits(w.b1);
-  p.b2 = w.b2;
-  p.h = Bits(tape.h);
-  p.u = Bits(tape.u);
-  p.g = Bits(tape.g);
-  p.y = y;
-  return LaunchFor<true>(s.d, p, stream, "FfnForwardFused");
-}
-
 absl::Status FfnBackwardFused(const FfnShape& s, const __nv_bfloat16* ds, const float* x, const FfnWeights& w,
                               const FfnTape& tape, __nv_bfloat16* du, float* dx, float* dgamma, float* dbeta,
                               cudaStream_t stream) {
@@ -112,8 +67,10 @@ absl::Status FfnBackwardFused(const FfnShape& s, const __nv_bfloat16* ds, const 
       !v.ok()) {
     return v;
   }
-  if (absl::Status v = CheckWeights(w, /*forward=*/false); !v.ok()) return v;
-  if (absl::Status v = CheckAligned16({{ds, "ds"}, {tape.u, "u"}, {du, "du"}}); !v.ok()) return v;
+  if (absl::Status v = NotNull({{w.gamma, "gamma"}, {w.w1, "w1"}, {w.w2, "w2"}}); !v.ok()) return v;
+  if (absl::Status v = CheckAligned16({{w.w1, "w1"}, {w.w2, "w2"}, {ds, "ds"}, {tape.u, "u"}, {du, "du"}}); !v.ok()) {
+    return v;
+  }
   const int64_t blocks = (s.n + ln::kBlockRows - 1) / ln::kBlockRows;
   float* part = nullptr;
   if (absl::Status a =
@@ -122,14 +79,23 @@ absl::Status FfnBackwardFused(const FfnShape& s, const __nv_bfloat16* ds, const 
       !a.ok()) {
     return a;
   }
-  ffn::Params p = Shared(s, x, w, tape);
+  ffn::Params p;
+  p.n = s.n;
+  p.hidden = s.hidden;
+  p.w1 = Bits(w.w1);
+  p.w2 = Bits(w.w2);
   p.ds = Bits(ds);
-  p.u_in = Bits(tape.u);
+  p.u = Bits(tape.u);
   p.du = Bits(du);
-  p.dx = dx;
-  p.g_part = part;
-  p.b_part = part + blocks * s.d;
-  const absl::Status launched = LaunchFor<false>(s.d, p, stream, "FfnBackwardFused");
+  p.ln.n = s.n;
+  p.ln.x = x;
+  p.ln.gamma = w.gamma;
+  p.ln.mean = tape.mean;
+  p.ln.rstd = tape.rstd;
+  p.ln.dx = dx;
+  p.ln.g_part = part;
+  p.ln.b_part = part + blocks * s.d;
+  const absl::Status launched = LaunchFor(s.d, p, stream);
   // The blocks' partial rows added in block order, as LayerNormBackward adds its own.
   const absl::Status g = launched.ok() ? ColumnSums(part, blocks, s.d, s.d, dgamma, true, stream) : launched;
   const absl::Status b = g.ok() ? ColumnSums(part + blocks * s.d, blocks, s.d, s.d, dbeta, true, stream) : g;

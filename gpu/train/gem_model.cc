@@ -290,15 +290,10 @@ struct GemModelGpu::Impl {
         Cuda(cudaMemcpyAsync(copy, b, r.size * sizeof(float), cudaMemcpyDeviceToDevice, st), "bias copy"));
     return copy;
   }
-  // Whether the bf16 feed-forward block runs on ffn_fused.h's kernels (BlockKernels::kFused, and its
-  // widths are ones they take).
+  // Whether the bf16 feed-forward block's backward runs on ffn_fused.h's kernel (BlockKernels::kFused,
+  // and its widths are ones it takes).
   bool FusedFfn() const {
     return options.block_kernels == BlockKernels::kFused && ValidateFfnShape(FfnShape{1, g.d, g.ffn}).ok();
-  }
-  // The fused kernels' view of a block's parameters (b1 and b2: the step's rounded and aligned biases,
-  // which only the forward reads).
-  FfnWeights FfnBf16Weights(const SeqP& p, const SeqTape& t, const __nv_bfloat16* b1, const float* b2) {
-    return FfnWeights{W(p.ln_c.gamma), W(p.ln_c.beta), t.w1_16, b1, t.w2_16, b2};
   }
   absl::Status FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out);
   absl::Status FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh);
@@ -1004,10 +999,9 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const Cr
 // The feed-forward block in bf16 (FfnPrecision::kBf16): out = cur + FFN(LayerNorm(cur)). LayerNorm
 // writes bf16 rows h; the first linear's pre-activation u = h W1 + b1 and g = GELU(u) are bf16 arrays
 // (the backward reads both); the second linear writes the fp32 residual stream, g W2 + b2 + cur. The
-// weights are rounded to bf16 for the step; every product accumulates in fp32. Where ffn_fused.h takes
-// the widths (d 32, 64 or 128) all of it is one kernel that keeps each row's hidden values on chip
-// between the products; else LayerNorm's kernel, a cuBLASLt product (bias in its epilogue), GELU's
-// elementwise kernel and a second product (bias and residual in its epilogue), with the same roundings.
+// weights are rounded to bf16 for the step; every product accumulates in fp32: LayerNorm's kernel, a
+// cuBLASLt product (bias in its epilogue), GELU's elementwise kernel and a second product (bias and
+// residual in its epilogue).
 absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out) {
   const int d = g.d;
   std::vector<__nv_bfloat16*> w16;
@@ -1020,10 +1014,6 @@ absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float
   GEMTB_ASSIGN_OR_RETURN(t.g16, Bf16s(n * g.ffn));
   const float* b2;
   GEMTB_ASSIGN_OR_RETURN(b2, AlignedBias(p.ffn2.b));
-  if (FusedFfn()) {
-    return FfnForwardFused(FfnShape{n, d, g.ffn}, cur, FfnBf16Weights(p, t, b1, b2),
-                           FfnTape{t.h_c16, t.mean_c, t.rstd_c, t.u16, t.g16}, out, st);
-  }
   GEMTB_RETURN_IF_ERROR(LayerNormForward(RowsShape{n, p.ln_c.width}, cur, W(p.ln_c.gamma), W(p.ln_c.beta), t.h_c16,
                                          t.mean_c, t.rstd_c, st));
   GEMTB_RETURN_IF_ERROR(lin->Forward(LinearShape{n, d, g.ffn}, t.h_c16, t.w1_16, b1, t.u16, st));
@@ -1034,8 +1024,8 @@ absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float
 // Its backward, adding the block's input gradient to the residual stream's gradient ds: ds rounded to
 // bf16 feeds the second linear's products (its bias gradient sums ds itself, in fp32, in model_kernels.h's
 // tree of column sums, in the pass that rounds it); dg = ds W2^T rounded to bf16, du = dg GELU'(u) in
-// bf16, dh = du W1^T in fp32 and LayerNorm's backward of dh: one fused kernel where the forward's was
-// (dh stays on chip), else a product, GELU's elementwise backward, a product into dh (scratch) and
+// bf16, dh = du W1^T in fp32 and LayerNorm's backward of dh: one kernel with FusedFfn (dh stays on
+// chip), else a product, GELU's elementwise backward, a product into dh (scratch) and
 // LayerNorm's kernels. The linears' weight gradients (and the first bias's, in the same product) come
 // from linear.h's products over every row.
 absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh) {
@@ -1047,9 +1037,10 @@ absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTa
   GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(second, t.g16, ds16, G(p.ffn2.w), nullptr, st));
   GEMTB_ASSIGN_OR_RETURN(du16, Bf16s(n * g.ffn));
   if (FusedFfn()) {
-    GEMTB_RETURN_IF_ERROR(FfnBackwardFused(FfnShape{n, d, g.ffn}, ds16, t.s_c, FfnBf16Weights(p, t, nullptr, nullptr),
-                                           FfnTape{t.h_c16, t.mean_c, t.rstd_c, t.u16, t.g16}, du16, ds,
-                                           G(p.ln_c.gamma), G(p.ln_c.beta), st));
+    GEMTB_RETURN_IF_ERROR(FfnBackwardFused(FfnShape{n, d, g.ffn}, ds16, t.s_c,
+                                           FfnWeights{W(p.ln_c.gamma), t.w1_16, t.w2_16},
+                                           FfnTape{t.mean_c, t.rstd_c, t.u16}, du16, ds, G(p.ln_c.gamma),
+                                           G(p.ln_c.beta), st));
   } else {
     __nv_bfloat16* dg16;
     GEMTB_ASSIGN_OR_RETURN(dg16, Bf16s(n * g.ffn));

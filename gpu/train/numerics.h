@@ -47,10 +47,12 @@ enum class AttentionBlockPrecision {
 // same roundings either way; only the order of the products' fp32 sums differs.
 enum class BlockKernels {
   kSeparate,  // one kernel per op: LayerNorm's, linear.h's products, the elementwise and norm kernels
-  kFused,     // where the block's widths allow (d 32, 64 or 128): a block's LayerNorm, products and
-              // pointwise steps in one kernel each way (ffn_fused.h, attention_input.h,
-              // projection_backward.h), the weight gradients in linear.h's products. Checked in the
-              // CPU emulation; not yet run on a GPU, hence not the default.
+  kFused,     // where the block's widths allow (d 32, 64 or 128): the feed-forward block's backward up
+              // to its input gradient (ffn_fused.h), an attention block's LayerNorm, projections and
+              // QK-norm (attention_input.h) and its projections' input gradient with the LayerNorm's
+              // backward (projection_backward.h) one kernel each; the feed-forward forward stays the
+              // separate kernels (a fused one measured slower), the weight gradients linear.h's
+              // products.
 };
 
 // How GDPA's products are taken.

@@ -36,9 +36,9 @@ struct NumericsFlags {
                  "bf16 (bf16 q, k, v, GDPA output and gradients, bf16 projections with fp32 accumulation; needs "
                  "--attention bf16) (default fp32)");
     flags.String("block-kernels", &block_kernels,
-                 "the bf16 blocks' kernels: separate (one kernel per op) | fused (a block's LayerNorm, products and "
-                 "pointwise steps in one kernel each way, at widths 32, 64 and 128; not yet run on a GPU) (default "
-                 "separate)");
+                 "the bf16 blocks' kernels: separate (one kernel per op) | fused (at widths 32, 64 and 128: the "
+                 "feed-forward backward, an attention block's LayerNorm, projections and QK-norm, and its "
+                 "projections' input gradient with the LayerNorm's backward, one kernel each) (default separate)");
   }
   // InvalidArgument naming the flag and value.
   absl::StatusOr<gpu::train::GemModelOptions> Resolve() const {
