@@ -14,9 +14,8 @@ namespace gemtb::gpu {
 // copies at once (commit and wait do nothing).
 __device__ __forceinline__ void CopyAsync16(void* dst, const void* src) {
 #ifdef __CUDACC__
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src)
-               : "memory");
+  const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(at), "l"(src) : "memory");
 #else
   std::memcpy(dst, src, 16);
 #endif

@@ -71,8 +71,8 @@ void RunCase(int64_t n, int d, int hidden) {
   const std::vector<uint16_t> ds = test::RandomBf16(nd, 5, 0.0, 1.0);
   const std::vector<double> w1v = test::Bf16Values(w1), w2v = test::Bf16Values(w2), dsv = test::Bf16Values(ds);
 
-  DeviceArray<float> x_d(x), gamma_d(gamma), beta_d(beta), mean_d{std::vector<float>(n)},
-      rstd_d{std::vector<float>(n)}, dx_d(dx0), dgamma_d(dgamma0), dbeta_d(dbeta0);
+  DeviceArray<float> x_d(x), gamma_d(gamma), beta_d(beta), mean_d{std::vector<float>(n)}, rstd_d{std::vector<float>(n)},
+      dx_d(dx0), dgamma_d(dgamma0), dbeta_d(dbeta0);
   DeviceArray<uint16_t> w1_d(w1), u_d(u), w2_d(w2), ds_d(ds), h_d{std::vector<uint16_t>(nd)},
       du_d{std::vector<uint16_t>(nh)};
   // The row statistics the forward's LayerNorm kernel keeps.

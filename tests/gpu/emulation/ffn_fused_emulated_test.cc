@@ -59,8 +59,8 @@ std::vector<float> RandomFloats(size_t count, float mean, float scale, std::mt19
 
 template <int kD>
 void RunCase(int64_t n, int hidden, uint64_t seed) {
-  const std::string where = "n " + std::to_string(n) + ", d " + std::to_string(kD) + ", hidden " +
-                            std::to_string(hidden);
+  const std::string where =
+      "n " + std::to_string(n) + ", d " + std::to_string(kD) + ", hidden " + std::to_string(hidden);
   std::mt19937_64 rng(seed);
   const size_t nd = static_cast<size_t>(n) * kD, nh = static_cast<size_t>(n) * hidden;
   const std::vector<float> x = RandomFloats(nd, 0.3f, 1.0f, rng);
