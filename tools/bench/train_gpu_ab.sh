@@ -14,10 +14,14 @@
 # run(command: "bash tools/bench/train_gpu_ab.sh", carry: [".deb"]).
 # Environment: BATCHES (local batches, default "256 1024"), TURNS (default 2), STEPS per run (default
 # 20), TESTS (test targets built and run for every variant, default none), KERNELS (a local batch:
-# ncu times every kernel whose name matches KERNEL_REGEX, default all, in one step of each variant).
-# Writes $OUT/ab_summary.txt: every run's median step and samples/s, then per variant and batch the
-# median over the turns; tests_NAME.log, kernels_NAME.csv. Exit status: 0 the runs happened, 1 a test
-# or a run failed, 2 a build failed. The builds stay in $TMPDIR (else /tmp) as ab-build-NAME for the
+# ncu times every kernel whose name matches KERNEL_REGEX, default all, in one step of each variant),
+# SECTIONS (a kernel-name regex: ncu's speed-of-light, warp-state, scheduler, memory, occupancy and
+# source-level sections of one launch of it, the first after SECTIONS_SKIP matching launches, default
+# 0, in a b256 step of each variant).
+# Writes $OUT/ab_summary.txt: the tests' results and failures, every run's median step and samples/s,
+# then per variant and batch the median over the turns; kernels_NAME.csv, sections_NAME.txt; and
+# everything else (each run's report and log, the build and test logs) in runs.tgz, so that a call
+# brings back a few files. Exit status: 0 the runs happened, 1 a test or a run failed, 2 a build failed. The builds stay in $TMPDIR (else /tmp) as ab-build-NAME for the
 # rest of the call; a command after this script that runs them needs the unpacked packages' libraries:
 #   export LD_LIBRARY_PATH=${TMPDIR:-/tmp}/gemtb-deps/usr/lib/x86_64-linux-gnu
 set -uo pipefail
@@ -32,6 +36,8 @@ steps=${STEPS:-20}
 tests=${TESTS:-}
 kernels=${KERNELS:-}
 kernel_regex=${KERNEL_REGEX:-.}
+sections=${SECTIONS:-}
+sections_skip=${SECTIONS_SKIP:-0}
 shopt -s nullglob
 variants=()  # every variant timed
 builds=()    # the variants with a tree of their own (.tgz)
@@ -87,7 +93,8 @@ for v in "${builds[@]}"; do
   for t in $tests; do
     "$scratch/ab-build-$v/bin/$t" >>"$out/tests_$v.log" 2>&1 || rc=1
   done
-  [ -n "$tests" ] && grep -E "^\[  (PASSED|FAILED) " "$out/tests_$v.log" | sed "s/^/$v: /" | tee -a "$out/ab_summary.txt"
+  [ -n "$tests" ] && grep -E "^\[  (PASSED|FAILED) |Failure$|^\[  FAILED  \]" "$out/tests_$v.log" | sed "s/^/$v: /" |
+    tee -a "$out/ab_summary.txt"
 done
 if [ -n "$kernels" ]; then
   for v in "${variants[@]}"; do
@@ -95,6 +102,15 @@ if [ -n "$kernels" ]; then
       "$scratch/ab-build-${tree[$v]}/bin/gemtb" train --config small --local-batch "$kernels" --steps 1 --eval-samples 0 \
       --log-every-s 1000 ${vflags[$v]} >"$out/kernels_$v.csv" 2>"$out/kernels_$v.log" || rc=1
     /usr/bin/python3 tools/lib/ncu_kernel_table.py "$out/kernels_$v.csv" 12 "$v: " | tee -a "$out/ab_summary.txt"
+  done
+fi
+if [ -n "$sections" ]; then
+  for v in "${variants[@]}"; do
+    ncu --kernel-name "regex:$sections" --launch-skip "$sections_skip" --launch-count 1 --clock-control none \
+      --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+      --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis --section SourceCounters \
+      "$scratch/ab-build-${tree[$v]}/bin/gemtb" train --config small --local-batch 256 --steps 1 --eval-samples 0 \
+      --log-every-s 1000 ${vflags[$v]} >"$out/sections_$v.txt" 2>&1 || rc=1
   done
 fi
 for turn in $(seq "$turns"); do
@@ -124,4 +140,6 @@ for (b, v), s in sorted(runs.items()):
           f"samples/s {statistics.median(x[1] for x in s):.1f} (median of {len(s)} runs)")
 PY
 echo "train_gpu_ab: exit $rc after $((SECONDS - start)) s" | tee -a "$out/ab_summary.txt"
+(cd "$out" && tar czf runs.tgz -- train_* build_*.log tests_*.log kernels_*.log 2>/dev/null &&
+  rm -f -- train_* build_*.log tests_*.log kernels_*.log)
 exit $rc
