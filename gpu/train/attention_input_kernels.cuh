@@ -30,10 +30,10 @@ namespace gemtb::gpu::train::ain {
 
 using bf16 = uint16_t;  // bf16 bit patterns
 
-constexpr int kWarp = 32;
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * kWarp;
-constexpr int kRows = 16 * kWarps;
+using lnt::kRows;  // the CTA shape: layer_norm_tile.cuh's
+using lnt::kThreads;
+using lnt::kWarp;
+using lnt::kWarps;
 constexpr int kMaxProjections = 3;
 constexpr float kEps = 1e-6f;  // the QK-norm's
 

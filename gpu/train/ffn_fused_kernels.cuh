@@ -36,10 +36,10 @@ namespace gemtb::gpu::train::ffn {
 
 using bf16 = uint16_t;  // bf16 bit patterns, in global and shared memory
 
-constexpr int kWarp = 32;
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * kWarp;
-constexpr int kRows = 16 * kWarps;  // rows per CTA
+using lnt::kRows;  // the CTA shape: layer_norm_tile.cuh's
+using lnt::kThreads;
+using lnt::kWarp;
+using lnt::kWarps;
 constexpr int kChunk = 64;          // hidden columns per step
 
 // Shared memory: the ds tile [kRows][kLdX], then two stages, each W1's chunk of columns [kD][kLdW1]
@@ -56,13 +56,12 @@ struct Layout {
   static constexpr size_t kW2Elems = static_cast<size_t>(kChunk) * kLdX;
   static constexpr size_t kStageElems = kW1Elems + kW2Elems;
   static constexpr size_t kChainBytes = sizeof(bf16) * (kXElems + 2 * kStageElems);
-  static constexpr size_t kEpilogueBytes = lnt::kBytes<kD, kRows>;
+  static constexpr size_t kEpilogueBytes = lnt::kBytes<kD>;
   static constexpr size_t kBytes = kChainBytes > kEpilogueBytes ? kChainBytes : kEpilogueBytes;
   static_assert(kD % kWarp == 0, "kD: a multiple of 32 (mma.sync's k; LayerNorm's lanes)");
   static_assert(sizeof(bf16) * kXElems % 16 == 0 && sizeof(bf16) * kW1Elems % 16 == 0 &&
                     sizeof(bf16) * kStageElems % 16 == 0,
                 "16-byte aligned tiles");
-  static_assert(kRows % ln::kBlockRows == 0 && ln::kWarps == kWarps, "a CTA's rows are whole LayerNorm blocks");
 };
 
 struct Params {
@@ -176,7 +175,7 @@ __global__ void __launch_bounds__(kThreads, 2) FfnBackwardKernel(const Params p)
 
   // LayerNorm's backward of dh, the accumulators (the memory is the epilogue's once every warp is done
   // with the weights and the ds tile).
-  lnt::LayerNormBackwardOfTile<kD, kRows>(acc, tile0, p.ln, smem);
+  lnt::LayerNormBackwardOfTile<kD>(acc, tile0, p.ln, smem);
 }
 
 }  // namespace gemtb::gpu::train::ffn

@@ -18,6 +18,14 @@
 
 namespace gemtb::gpu::train::lnt {
 
+// The CTA shape of the kernels these functions end (and begin): kWarps warps, LayerNorm's block of
+// warps, each owning 16 rows of the CTA's kRows (one m16 tile of mma.sync).
+constexpr int kWarp = 32;
+constexpr int kWarps = ln::kWarps;
+constexpr int kThreads = kWarps * kWarp;
+constexpr int kRows = 16 * kWarps;
+static_assert(kRows % ln::kBlockRows == 0, "a CTA's rows are whole LayerNorm blocks");
+
 // The row functions below take a warp's rows kRowGroup at a time, their loads issued before any of
 // them is reduced: a fused kernel's CTA holds few warps (two CTAs of 8 an SM), and one row at a time
 // would leave each warp waiting on its loads. Larger groups spill the d = 128 feed-forward kernels.
@@ -84,15 +92,15 @@ struct Args {
 };
 
 // Shared memory the epilogue takes: dh [kRows][kD + 8] fp32, then the warps' column sums.
-template <int kD, int kRows>
-constexpr size_t kBytes = sizeof(float) * kRows*(kD + 8) + ln::FusedSharedBytes(kD);
+template <int kD>
+constexpr size_t kBytes = sizeof(float) * kRows * (kD + 8) + ln::FusedSharedBytes(kD);
 
 // Called by every thread of the CTA (ln::kWarps warps) once its warps are done with `smem`'s other use;
 // the tile's rows are [tile0, tile0 + kRows) of n.
-template <int kD, int kRows>
+template <int kD>
 __device__ __forceinline__ void LayerNormBackwardOfTile(const float (&acc)[kD / 8][4], int64_t tile0, const Args& a,
                                                         unsigned char* smem) {
-  static_assert(kD % 32 == 0 && kRows % ln::kBlockRows == 0, "whole lanes of columns, whole blocks of rows");
+  static_assert(kD % 32 == 0, "whole lanes of columns");
   constexpr int kLd = kD + 8;
   constexpr int kCols = kD / 32;
   float* dh = reinterpret_cast<float*>(smem);

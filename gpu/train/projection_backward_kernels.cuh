@@ -24,10 +24,10 @@ namespace gemtb::gpu::train::proj {
 
 using bf16 = uint16_t;  // bf16 bit patterns
 
-constexpr int kWarp = 32;
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * kWarp;
-constexpr int kRows = 16 * kWarps;
+using lnt::kRows;  // the CTA shape: layer_norm_tile.cuh's
+using lnt::kThreads;
+using lnt::kWarp;
+using lnt::kWarps;
 constexpr int kMaxSources = 3;
 
 // Shared memory: the rows of dy_s [kRows][kLd] and W_s [kD][kLd] (kLd = kD + 8: ldmatrix's and the
@@ -38,7 +38,7 @@ struct Layout {
   static constexpr size_t kDyElems = static_cast<size_t>(kRows) * kLd;
   static constexpr size_t kWElems = static_cast<size_t>(kD) * kLd;
   static constexpr size_t kMainBytes = sizeof(bf16) * (kDyElems + kWElems);
-  static constexpr size_t kEpilogueBytes = lnt::kBytes<kD, kRows>;
+  static constexpr size_t kEpilogueBytes = lnt::kBytes<kD>;
   static constexpr size_t kBytes = kMainBytes > kEpilogueBytes ? kMainBytes : kEpilogueBytes;
   static_assert(kD % 32 == 0, "kD: a multiple of 32");
   static_assert(sizeof(bf16) * kDyElems % 16 == 0, "16-byte aligned tiles");
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kThreads, 2) ProjectionsBackwardKernel(const P
       }
     }
   }
-  lnt::LayerNormBackwardOfTile<kD, kRows>(acc, tile0, p.ln, smem);
+  lnt::LayerNormBackwardOfTile<kD>(acc, tile0, p.ln, smem);
 }
 
 }  // namespace gemtb::gpu::train::proj
