@@ -6,7 +6,9 @@
 //
 // A CTA takes kRows rows; each warp normalises its 16 rows into the CTA's tile of bf16 rows
 // (layer_norm_tile.cuh: LayerNormForward's bytes) and owns them through the products. Per projection
-// the CTA stages its weight [kD][kD] in shared memory, each warp forms its rows' 16 x kD product in
+// the CTA stages its weight [kD][kD] in shared memory (cp.async, into one of two stages: the next
+// projection's weight loads while the warps compute this one's, the first while the rows are
+// normalised), each warp forms its rows' 16 x kD product in
 // mma.sync accumulators (k in increasing steps), adds the bias and rounds to bf16: y, stored. Where
 // the projection is normed, the lane's own values of each head then give the head's RMS norm and
 // RoPE with qk_norm_rope_kernels.cuh's operations in its order: that kernel's lane g of a head's
@@ -37,12 +39,13 @@ using lnt::kWarps;
 constexpr int kMaxProjections = 3;
 constexpr float kEps = 1e-6f;  // the QK-norm's
 
-// Shared memory: the normalised rows [kRows][kLd] and one weight [kD][kLd], kLd = kD + 8.
+// Shared memory: the normalised rows [kRows][kLd] and two stages of a weight [kD][kLd], kLd = kD + 8.
 template <int kD>
 struct Layout {
   static constexpr int kLd = kD + 8;
   static constexpr size_t kXElems = static_cast<size_t>(kRows) * kLd;
-  static constexpr size_t kBytes = sizeof(bf16) * (kXElems + static_cast<size_t>(kD) * kLd);
+  static constexpr size_t kWElems = static_cast<size_t>(kD) * kLd;
+  static constexpr size_t kBytes = sizeof(bf16) * (kXElems + 2 * kWElems);
   static_assert(kD % 32 == 0, "kD: a multiple of 32");
 };
 
@@ -136,7 +139,17 @@ __global__ void __launch_bounds__(kThreads, 2) AttentionInputKernel(const Params
   constexpr ElementType kBf16 = ElementType::kBFloat16;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* xs = reinterpret_cast<bf16*>(smem);
-  bf16* ws = xs + L::kXElems;
+  // Projection s's weight goes to stage s % 2.
+  const auto stage = [&](int j) {
+    bf16* ws = xs + L::kXElems + (j % 2) * L::kWElems;
+    const bf16* w = p.proj[j].w;
+    for (int i = static_cast<int>(threadIdx.x); i < kD * (kD / 8); i += kThreads) {
+      const int r = i / (kD / 8), c = i % (kD / 8);
+      CopyAsync16(ws + r * L::kLd + c * 8, w + r * kD + c * 8);
+    }
+    CopyAsyncCommit();
+  };
+  stage(0);
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
   const LaneCoords lc = Lane();
   const int64_t tile0 = static_cast<int64_t>(blockIdx.x) * kRows;
@@ -153,9 +166,12 @@ __global__ void __launch_bounds__(kThreads, 2) AttentionInputKernel(const Params
 
   for (int s = 0; s < p.projections; ++s) {
     const Projection& pr = p.proj[s];
-    __syncthreads();  // the tile is complete; every warp is done with the last weight
-    LoadRowsZeroFill<kD, kD, kThreads>(ws, L::kLd, pr.w, kD, kD);
+    CopyAsyncWait<0>();  // this thread's copies of the weight have landed
+    // Every thread's copies are in (and the tile is complete), and every warp is done with the last
+    // projection, whose stage the next weight's copies take.
     __syncthreads();
+    if (s + 1 < p.projections) stage(s + 1);
+    const bf16* ws = xs + L::kXElems + (s % 2) * L::kWElems;
     float acc[kD / 8][4] = {};
 #pragma unroll
     for (int k0 = 0; k0 < kD; k0 += 16) {
