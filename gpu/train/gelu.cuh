@@ -1,6 +1,6 @@
 // GELU in its erf form (reference/model/ops.h) and its derivative, per value in
 // fp32: what the elementwise GELU kernels (layer_norm.cu) and the fused
-// feed-forward kernels (ffn_fused_kernels.cuh) both evaluate, so that the two
+// feed-forward backward (ffn_fused_kernels.cuh) both evaluate, so that the two
 // give the same bits. Device code, also compiled by a host compiler for the CPU
 // emulation (tests/gpu/emulation, through its cuda_shim.h).
 #ifndef GEMTB_GPU_TRAIN_GELU_CUH_

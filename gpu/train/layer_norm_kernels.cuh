@@ -1,7 +1,7 @@
 // layer_norm.h's LayerNorm as rows of one warp: the forward's statistics and normalised values, and
 // the fused backward over fp32 rows of at most kFusedMaxWidth values. Device code only, launched by
-// layer_norm.cu, also inside the fused feed-forward kernels (ffn_fused_kernels.cuh, whose LayerNorm is
-// then these bytes), and built by a host compiler for the CPU fiber emulation (tests/gpu/emulation),
+// layer_norm.cu, also inside the fused row-tile kernels (layer_norm_tile.cuh, whose LayerNorm is then
+// these bytes), and built by a host compiler for the CPU fiber emulation (tests/gpu/emulation),
 // where the explicitly rounded operations are the host's own IEEE fp32 operations.
 //
 // One pass reads x and dy once for both gradients: a block takes kBlockRows rows, each of its warps
