@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     load_kv(tile, kv_slot);
     load_rows(rows_of(cur, tile), q_slot);
   }
-  wgmma::CpAsyncCommit();
+  CopyAsyncCommit();
 
   float dk[64], dv[64];
 #pragma unroll
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     const DkvTile tile = p.dkv_tiles[cur.t];
     const int k_rows = min(64, tile.lk - tile.j0);
     const int key[2] = {tile.j0 + warp * 16 + ln.g, tile.j0 + warp * 16 + ln.g + 8};  // rows of c0/c1, c2/c3
-    wgmma::CpAsyncWait<0>();
+    CopyAsyncWait<0>();
     wgmma::FenceProxyAsync();
     // A step is full when every pair of its 64 x 64 block is valid (as in the one-tile kernel): rows 0..63 vote from
     // their key ranges (written by this same thread when the slot was loaded), the barrier that
@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
         }
       }
     }
-    wgmma::CpAsyncCommit();
+    CopyAsyncCommit();
     float(&st4)[8][4] = *reinterpret_cast<float(*)[8][4]>(&st);
     uint32_t pa[4][4], dsa[4][4];
     const auto form_p = [&](auto masked) {
@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
         // The next tile's first Q/dO rows load into the K/V slot while dK and dV are stored.
         rows_slot = kv_slot;
         load_rows(rows_of(plan.next, p.dkv_tiles[plan.next.t]), rows_slot);
-        wgmma::CpAsyncCommit();
+        CopyAsyncCommit();
       }
       // dK, then dV, leave through the slot nobody needs now (the old K/V one when the rows stay,
       // else the old Q/dO one) as whole 16-byte chunks of whole rows: from the accumulator layout a

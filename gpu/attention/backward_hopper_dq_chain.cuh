@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     load_kv(cur, tile, 0);
     load_do(tile, 0);
   }
-  wgmma::CpAsyncCommit();
+  CopyAsyncCommit();
 
   const int row[2] = {warp * 16 + ln.g, warp * 16 + ln.g + 8};
   float dq[64];
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
   for (int stage = 0; cur.t < t_end; stage ^= 1) {
     const DqTile tile = p.dq_tiles[cur.t];
     const int q_rows = min(64, first_seq(tile).lq - tile.i0);
-    wgmma::CpAsyncWait<0>();
+    CopyAsyncWait<0>();
     wgmma::FenceProxyAsync();
     __syncthreads();
     // The one-tile kernel's step: S and dP; P̂ (or act') from S while dP runs; dS; dQ += dS K. The MMAs are issued
@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
         if (next.ri != cur.ri) load_do(tile, next.ri);
       }
     }
-    wgmma::CpAsyncCommit();
+    CopyAsyncCommit();
     const DqReader rd = reader(tile, cur.ri);
     if (row_reader != cur.ri) {
       row_reader = cur.ri;
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
       const DqTile next_tile = p.dq_tiles[next.t];
       load_q(next_tile);
       load_do(next_tile, 0);
-      wgmma::CpAsyncCommit();
+      CopyAsyncCommit();
     }
     uint32_t dsa[4][4];
     float ds4[4];

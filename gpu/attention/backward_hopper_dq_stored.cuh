@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqStoredDsPipelinedHoppe
       load_step(load, s);
       load = advance(load);
     }
-    wgmma::CpAsyncCommit();
+    CopyAsyncCommit();
   }
 
   const int row[2] = {warp * 16 + ln.g, warp * 16 + ln.g + 8};
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqStoredDsPipelinedHoppe
       for (int r = 0; r < 2; ++r) keys[r] = RowKeys(pr.options, tile.i0 + row[r], seq.lq, seq.lk);
     }
     const bool meets = DsBlockMeetsRows(row, q_rows, keys, cur.j0);
-    wgmma::CpAsyncWait<kStages - 2>();  // this step's group is in
+    CopyAsyncWait<kStages - 2>();  // this step's group is in
     wgmma::FenceProxyAsync();
     // Every thread is done with the previous step's stage, which the next load refills.
     const bool any = __syncthreads_or(meets ? 1 : 0) != 0;
@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqStoredDsPipelinedHoppe
       load_step(load, stage == 0 ? kStages - 1 : stage - 1);
       load = advance(load);
     }
-    wgmma::CpAsyncCommit();
+    CopyAsyncCommit();
     if (any) {
       uint32_t a[4][4];
 #pragma unroll
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqStoredDsPipelinedHoppe
     }
     cur = advance(cur);
   }
-  wgmma::CpAsyncWait<0>();
+  CopyAsyncWait<0>();
 
   if (tile.partial >= 0) {
     HopperBwdStoreDqPartial(p, dq, tile.partial, h, row, ln);

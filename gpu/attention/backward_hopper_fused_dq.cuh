@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     load_kv(tile, kv_slot);
     load_rows(rows_of(cur, tile), q_slot);
   }
-  wgmma::CpAsyncCommit();
+  CopyAsyncCommit();
 
   float dk[64], dv[64], dqt[2][16];
 #pragma unroll
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
     const DkvTile tile = p.dkv_tiles[cur.t];
     const int k_rows = min(64, tile.lk - tile.j0);
     const int key[2] = {tile.j0 + warp * 16 + ln.g, tile.j0 + warp * 16 + ln.g + 8};
-    wgmma::CpAsyncWait<0>();
+    CopyAsyncWait<0>();
     wgmma::FenceProxyAsync();
     // Full: every pair of the 64 keys x 32 rows is valid (rows past the seeds have no keys, so
     // fewer than 32 seeds always test each pair, as do rows the mask keeps from these keys). The
@@ -235,7 +235,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
         }
       }
     }
-    wgmma::CpAsyncCommit();
+    CopyAsyncCommit();
     float(&st4)[4][4] = *reinterpret_cast<float(*)[4][4]>(&st);
     float(&dpt4)[4][4] = *reinterpret_cast<float(*)[4][4]>(&dpt);
     uint32_t pa[2][4], dsa[2][4];
@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2)
       if (more && !plan.reuse_rows) {
         rows_slot = kv_slot;
         load_rows(rows_of(plan.next, p.dkv_tiles[plan.next.t]), rows_slot);
-        wgmma::CpAsyncCommit();
+        CopyAsyncCommit();
       }
       const uint32_t epi = slot_at(more && plan.reuse_rows ? kv_slot : q_slot);
       StoreHopperBwdRows<E>(dk, pr.pre_scale, epi, done_rows, p.dk + ((done.kv_begin + done.j0) * pr.kv_heads + h) * D,

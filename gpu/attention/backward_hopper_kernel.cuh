@@ -438,8 +438,8 @@ __global__ void __launch_bounds__(kHopperBwdThreads) RowDotHopperKernel(const Ba
   const int64_t stride = static_cast<int64_t>(pr.heads) * kHopperHeadDim;
   HopperBwdLoad(s_do, p.d_o + row0 * stride + h * kHopperHeadDim, stride, rows, p.d_o);
   HopperBwdLoad(s_o, p.o + row0 * stride + h * kHopperHeadDim, stride, rows, p.o);
-  wgmma::CpAsyncCommit();
-  wgmma::CpAsyncWait<0>();
+  CopyAsyncCommit();
+  CopyAsyncWait<0>();
   wgmma::FenceProxyAsync();
   __syncthreads();
   float c[32];
@@ -541,7 +541,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DkDvHopperKernel(const B
   // step ANDs the votes.
   Cursor cur{0, hk * group, segment(0).i0};
   load_step(cur, 0);
-  wgmma::CpAsyncCommit();
+  CopyAsyncCommit();
 
   const int key[2] = {tile.j0 + warp * 16 + ln.g, tile.j0 + warp * 16 + ln.g + 8};  // rows of c0/c1, c2/c3
   float dk[64], dv[64];
@@ -551,13 +551,13 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DkDvHopperKernel(const B
     dv[i] = 0.f;
   }
   for (int stage = 0; cur.sgi < tile.seg_count; stage ^= 1) {
-    wgmma::CpAsyncWait<0>();
+    CopyAsyncWait<0>();
     wgmma::FenceProxyAsync();
     // This step's tiles are in; every thread is done with the other stage.
     const bool full = __syncthreads_and(full_vote) != 0;
     const Cursor next = advance(cur);
     if (next.sgi < tile.seg_count) load_step(next, stage ^ 1);
-    wgmma::CpAsyncCommit();
+    CopyAsyncCommit();
 
     // Sᵀ and dPᵀ; P̂ (or act, act') from Sᵀ while dPᵀ runs; dSᵀ; dV += Pᵀ dO and dK += dSᵀ Q.
     float st[32], dpt[32];
@@ -653,7 +653,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqHopperKernel(const Bac
   };
   Cursor cur{0, reader(0).k_lo};
   load_step(cur, 0, true);
-  wgmma::CpAsyncCommit();
+  CopyAsyncCommit();
 
   const int row[2] = {warp * 16 + ln.g, warp * 16 + ln.g + 8};
   float dq[64];
@@ -664,12 +664,12 @@ __global__ void __launch_bounds__(kHopperBwdThreads, 2) DqHopperKernel(const Bac
   float d_i[2] = {0.f, 0.f};
   int row_reader = -1;
   for (int stage = 0; cur.ri < tile.reader_count; stage ^= 1) {
-    wgmma::CpAsyncWait<0>();
+    CopyAsyncWait<0>();
     wgmma::FenceProxyAsync();
     __syncthreads();
     const Cursor next = advance(cur);
     if (next.ri < tile.reader_count) load_step(next, stage ^ 1, next.ri != cur.ri);
-    wgmma::CpAsyncCommit();
+    CopyAsyncCommit();
     const SeqInfo seq = pr.seqs[reader(cur.ri).b];
     if (row_reader != cur.ri) {
       row_reader = cur.ri;

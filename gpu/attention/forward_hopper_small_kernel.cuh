@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, kSmallCtasPerSm) ForwardHop
       ++ld_step;
     }
     ld_stage = ld_stage + 1 == kStages ? 0 : ld_stage + 1;
-    wgmma::CpAsyncCommit();  // one group per step, empty past the last step
+    CopyAsyncCommit();  // one group per step, empty past the last step
   };
   // Q rows [i0, i0 + q_rows) into the 32-row tile by cp.async with the first group, zero-filled below.
   {
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, kSmallCtasPerSm) ForwardHop
       ot[1][i] = 0.f;
     }
     for (int step = 0; step < cur.steps; ++step) {
-      wgmma::CpAsyncWait<kStages - 2>();  // this step's group (and Q with the first) has landed
+      CopyAsyncWait<kStages - 2>();  // this step's group (and Q with the first) has landed
       wgmma::FenceProxyAsync();
       __syncthreads();  // every thread's copies are in; every warp's MMAs of the step before are done
       load_next();
@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(kHopperBwdThreads, kSmallCtasPerSm) ForwardHop
       }
     }
   }
-  wgmma::CpAsyncWait<0>();  // no copy outlives the CTA
+  CopyAsyncWait<0>();  // no copy outlives the CTA
 }
 
 // One CTA per item; the launch attributes are set on every launch, the shared-memory carveout left

@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         if (step == 0 && has_next) seq_next = pr.seqs[tile_next.b];
       }
     }
-    wgmma::CpAsyncWait<0>();  // leave nothing in flight behind an exiting thread
+    CopyAsyncWait<0>();  // leave nothing in flight behind an exiting thread
     return;
   }
 

@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
       kv_iter += steps;
       ++q_iter;
     }
-    wgmma::CpAsyncWait<0>();  // leave nothing in flight behind an exiting thread
+    CopyAsyncWait<0>();  // leave nothing in flight behind an exiting thread
     return;
   }
 

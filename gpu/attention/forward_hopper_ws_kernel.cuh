@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1) ForwardHopperWsKernel(con
       WsLoadRows(pt, sv(stage), BN, pr.v + offset, kv_stride, rows, pr.v);
       mbar::CpAsyncArrive(bar_full(stage));
     }
-    wgmma::CpAsyncWait<0>();  // leave nothing in flight behind an exiting thread
+    CopyAsyncWait<0>();  // leave nothing in flight behind an exiting thread
     return;
   }
 

@@ -32,6 +32,20 @@ __device__ __forceinline__ void CopyAsyncWait() {
 #endif
 }
 
+// Issues the copies of a [kRows, kCols] tile of 16-bit elements from `src` (rows `src_stride` elements
+// apart: an int, the tiles being slices of weights) to `dst` (rows `ld` elements apart) with
+// CopyAsync16; the caller commits and waits. kCols, ld and src_stride must be multiples of 8, src and
+// dst 16-byte aligned. Every thread of the block takes part (kThreads of them).
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void CopyRowsAsync(uint16_t* dst, int ld, const uint16_t* src, int src_stride) {
+  static_assert(kCols % 8 == 0, "rows are copied in 16-byte chunks");
+  constexpr int kChunks = kCols / 8;
+  for (int idx = static_cast<int>(threadIdx.x); idx < kRows * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    CopyAsync16(dst + r * ld + c * 8, src + r * src_stride + c * 8);
+  }
+}
+
 // Copies rows [0, valid_rows) of a [kRows, kCols] tile of 16-bit elements from `src` (rows
 // `src_stride` elements apart) into `dst` (rows `ld` elements apart) and zero-fills rows
 // [valid_rows, kRows): rows past a sequence end belong to the next sequence, and zeros

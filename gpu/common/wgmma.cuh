@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "gpu/common/tile_io.cuh"
 #include "model/common/element_type.h"
 
 namespace gemtb::gpu::wgmma {
@@ -168,15 +169,11 @@ __device__ __forceinline__ void MmaRS(float (&d)[64], const uint32_t (&a)[4], ui
   }
 }
 
-// 16-byte global -> shared copy; copies `src_bytes` (0 or 16) and zero-fills the rest.
+// 16-byte global -> shared copy; copies `src_bytes` (0 or 16) and zero-fills the rest. Its groups are
+// committed and waited for with tile_io.cuh's CopyAsyncCommit and CopyAsyncWait.
 __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, uint32_t src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
                : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // d (64x32 fp32, accumulator layout) (+)= A (64x16, smem) * B (16x32, smem K-major). kTransA: A is

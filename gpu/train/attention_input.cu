@@ -70,7 +70,7 @@ absl::Status AttentionInputForward(const AttentionInputShape& s, const Attention
   p.x = norm.x;
   p.gamma = norm.gamma;
   p.beta = norm.beta;
-  p.h = reinterpret_cast<ain::bf16*>(norm.h);
+  p.h = Bf16Bits(norm.h);
   p.mean = norm.mean;
   p.rstd = norm.rstd;
   p.projections = static_cast<int>(projections.size());
@@ -86,8 +86,7 @@ absl::Status AttentionInputForward(const AttentionInputShape& s, const Attention
     if (!Aligned16({pr.w, pr.y, pr.normed})) {
       return absl::InvalidArgumentError(absl::StrCat("projections[", i, "]: want 16-byte aligned pointers"));
     }
-    p.proj[i] = ain::Projection{reinterpret_cast<const ain::bf16*>(pr.w), reinterpret_cast<const ain::bf16*>(pr.bias),
-                                reinterpret_cast<ain::bf16*>(pr.y), reinterpret_cast<ain::bf16*>(pr.normed), pr.inv};
+    p.proj[i] = ain::Projection{Bf16Bits(pr.w), Bf16Bits(pr.bias), Bf16Bits(pr.y), Bf16Bits(pr.normed), pr.inv};
   }
   p.table = rope.table;
   p.offsets = rope.offsets;

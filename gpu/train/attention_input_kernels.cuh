@@ -140,13 +140,9 @@ __global__ void __launch_bounds__(kThreads, 2) AttentionInputKernel(const Params
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* xs = reinterpret_cast<bf16*>(smem);
   // Projection s's weight goes to stage s % 2.
+  const auto w_stage = [&](int j) { return xs + L::kXElems + (j % 2) * L::kWElems; };
   const auto stage = [&](int j) {
-    bf16* ws = xs + L::kXElems + (j % 2) * L::kWElems;
-    const bf16* w = p.proj[j].w;
-    for (int i = static_cast<int>(threadIdx.x); i < kD * (kD / 8); i += kThreads) {
-      const int r = i / (kD / 8), c = i % (kD / 8);
-      CopyAsync16(ws + r * L::kLd + c * 8, w + r * kD + c * 8);
-    }
+    CopyRowsAsync<kD, kD, kThreads>(w_stage(j), L::kLd, p.proj[j].w, kD);
     CopyAsyncCommit();
   };
   stage(0);
@@ -171,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, 2) AttentionInputKernel(const Params
     // projection, whose stage the next weight's copies take.
     __syncthreads();
     if (s + 1 < p.projections) stage(s + 1);
-    const bf16* ws = xs + L::kXElems + (s % 2) * L::kWElems;
+    const bf16* ws = w_stage(s);
     float acc[kD / 8][4] = {};
 #pragma unroll
     for (int k0 = 0; k0 < kD; k0 += 16) {

@@ -9,11 +9,6 @@
 namespace gemtb::gpu::train {
 namespace {
 
-using ffn::bf16;
-
-const bf16* Bits(const __nv_bfloat16* p) { return reinterpret_cast<const bf16*>(p); }
-bf16* Bits(__nv_bfloat16* p) { return reinterpret_cast<bf16*>(p); }
-
 template <int kD>
 absl::Status Launch(const ffn::Params& p, cudaStream_t stream) {
   constexpr size_t kBytes = ffn::Layout<kD>::kBytes;
@@ -82,11 +77,11 @@ absl::Status FfnBackwardFused(const FfnShape& s, const __nv_bfloat16* ds, const 
   ffn::Params p;
   p.n = s.n;
   p.hidden = s.hidden;
-  p.w1 = Bits(w.w1);
-  p.w2 = Bits(w.w2);
-  p.ds = Bits(ds);
-  p.u = Bits(tape.u);
-  p.du = Bits(du);
+  p.w1 = Bf16Bits(w.w1);
+  p.w2 = Bf16Bits(w.w2);
+  p.ds = Bf16Bits(ds);
+  p.u = Bf16Bits(tape.u);
+  p.du = Bf16Bits(du);
   p.ln.n = s.n;
   p.ln.x = x;
   p.ln.gamma = w.gamma;

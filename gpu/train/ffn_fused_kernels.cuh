@@ -91,18 +91,14 @@ __global__ void __launch_bounds__(kThreads, 2) FfnBackwardKernel(const Params p)
   const LaneCoords lane = Lane();
   const int64_t tile0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const int valid = static_cast<int>(p.n - tile0 < kRows ? p.n - tile0 : kRows);
-  // Chunk c's weights go to stage c % 2: chunk c + 1's copies are in flight while chunk c is used.
+  // Chunk c's weights go to stage c % 2 (W1's columns, then W2's rows): chunk c + 1's copies are in
+  // flight while chunk c is used.
+  const auto w1_stage = [&](int c0) { return xs + L::kXElems + ((c0 / kChunk) % 2) * L::kStageElems; };
   const auto stage = [&](int c0) {
-    bf16* w1s = xs + L::kXElems + ((c0 / kChunk) % 2) * L::kStageElems;
+    bf16* w1s = w1_stage(c0);
     bf16* w2s = w1s + L::kW1Elems;
-    for (int i = static_cast<int>(threadIdx.x); i < kD * (kChunk / 8); i += kThreads) {
-      const int r = i / (kChunk / 8), c = i % (kChunk / 8);
-      CopyAsync16(w1s + r * L::kLdW1 + c * 8, p.w1 + static_cast<int64_t>(r) * p.hidden + c0 + c * 8);
-    }
-    for (int i = static_cast<int>(threadIdx.x); i < kChunk * (kD / 8); i += kThreads) {
-      const int r = i / (kD / 8), c = i % (kD / 8);
-      CopyAsync16(w2s + r * L::kLdX + c * 8, p.w2 + static_cast<int64_t>(c0 + r) * kD + c * 8);
-    }
+    CopyRowsAsync<kD, kChunk, kThreads>(w1s, L::kLdW1, p.w1 + c0, p.hidden);
+    CopyRowsAsync<kChunk, kD, kThreads>(w2s, L::kLdX, p.w2 + static_cast<int64_t>(c0) * kD, kD);
     CopyAsyncCommit();
   };
   stage(0);  // the first chunk's weights load while the ds tile is staged
@@ -119,7 +115,7 @@ __global__ void __launch_bounds__(kThreads, 2) FfnBackwardKernel(const Params p)
     // chunk, whose stage the next chunk's copies take.
     __syncthreads();
     if (c0 + kChunk < p.hidden) stage(c0 + kChunk);
-    const bf16* w1s = xs + L::kXElems + ((c0 / kChunk) % 2) * L::kStageElems;
+    const bf16* w1s = w1_stage(c0);
     const bf16* w2s = w1s + L::kW1Elems;
 
     // First product, the warp's 16 x kChunk block of ds W2[chunk, :]^T (W2's chunk stored [n][k]).

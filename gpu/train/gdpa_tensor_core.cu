@@ -188,10 +188,6 @@ absl::Status Backward(const GdpaBatch& b, const T* q, const T* k, const T* v, co
   }
 }
 
-// The kernels' bf16 tensors are bit patterns.
-const tc::bf16* Bits(const __nv_bfloat16* x) { return reinterpret_cast<const tc::bf16*>(x); }
-tc::bf16* Bits(__nv_bfloat16* x) { return reinterpret_cast<tc::bf16*>(x); }
-
 }  // namespace
 
 absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v, float* o,
@@ -201,7 +197,7 @@ absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const float* q, const flo
 
 absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, const __nv_bfloat16* k,
                                    const __nv_bfloat16* v, __nv_bfloat16* o, cudaStream_t stream) {
-  return Forward(b, Bits(q), Bits(k), Bits(v), Bits(o), stream);
+  return Forward(b, Bf16Bits(q), Bf16Bits(k), Bf16Bits(v), Bf16Bits(o), stream);
 }
 
 absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v,
@@ -212,7 +208,7 @@ absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const float* q, const fl
 absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, const __nv_bfloat16* k,
                                     const __nv_bfloat16* v, const __nv_bfloat16* d_o, __nv_bfloat16* dq,
                                     __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t stream) {
-  return Backward(b, Bits(q), Bits(k), Bits(v), Bits(d_o), Bits(dq), Bits(dk), Bits(dv), stream);
+  return Backward(b, Bf16Bits(q), Bf16Bits(k), Bf16Bits(v), Bf16Bits(d_o), Bf16Bits(dq), Bf16Bits(dk), Bf16Bits(dv), stream);
 }
 
 }  // namespace gemtb::gpu::train

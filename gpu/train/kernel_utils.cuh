@@ -18,6 +18,11 @@
 
 namespace gemtb::gpu::train {
 
+// A bf16 array as the kernels take it: its bit patterns (uint16_t, what mma.cuh's loads and Storage
+// read and write).
+inline const uint16_t* Bf16Bits(const __nv_bfloat16* p) { return reinterpret_cast<const uint16_t*>(p); }
+inline uint16_t* Bf16Bits(__nv_bfloat16* p) { return reinterpret_cast<uint16_t*>(p); }
+
 // The status of the last launch, named `what`.
 inline absl::Status Launched(const char* what) {
   const cudaError_t e = cudaGetLastError();

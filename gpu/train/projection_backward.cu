@@ -46,8 +46,8 @@ absl::Status ProjectionsLayerNormBackward(int64_t n, int d, const std::vector<Pr
     if (!Aligned16({sources[s].dy, sources[s].w})) {
       return absl::InvalidArgumentError(absl::StrCat("projections sources[", s, "]: want 16-byte aligned pointers"));
     }
-    p.dy[s] = reinterpret_cast<const proj::bf16*>(sources[s].dy);
-    p.w[s] = reinterpret_cast<const proj::bf16*>(sources[s].w);
+    p.dy[s] = Bf16Bits(sources[s].dy);
+    p.w[s] = Bf16Bits(sources[s].w);
   }
   if (absl::Status v = NotNull({{ln.x, "x"},
                                 {ln.gamma, "gamma"},

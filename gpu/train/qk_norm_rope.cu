@@ -62,10 +62,6 @@ absl::Status Backward(const RopeRows& rows, const T* x, const float* inv, const 
   return Launched("QkNormRopeBackward");
 }
 
-// The kernel's bf16 rows are bit patterns.
-const uint16_t* Bits(const __nv_bfloat16* x) { return reinterpret_cast<const uint16_t*>(x); }
-uint16_t* Bits(__nv_bfloat16* x) { return reinterpret_cast<uint16_t*>(x); }
-
 }  // namespace
 
 absl::Status QkNormRopeForward(const RopeRows& rows, const float* x, float* y, float* inv, cudaStream_t stream) {
@@ -74,7 +70,7 @@ absl::Status QkNormRopeForward(const RopeRows& rows, const float* x, float* y, f
 
 absl::Status QkNormRopeForward(const RopeRows& rows, const __nv_bfloat16* x, __nv_bfloat16* y, float* inv,
                                cudaStream_t stream) {
-  return Forward(rows, Bits(x), Bits(y), inv, stream);
+  return Forward(rows, Bf16Bits(x), Bf16Bits(y), inv, stream);
 }
 
 absl::Status QkNormRopeBackward(const RopeRows& rows, const float* x, const float* inv, const float* dy, float* dx,
@@ -84,7 +80,7 @@ absl::Status QkNormRopeBackward(const RopeRows& rows, const float* x, const floa
 
 absl::Status QkNormRopeBackward(const RopeRows& rows, const __nv_bfloat16* x, const float* inv,
                                 const __nv_bfloat16* dy, __nv_bfloat16* dx, cudaStream_t stream) {
-  return Backward(rows, Bits(x), inv, Bits(dy), Bits(dx), stream);
+  return Backward(rows, Bf16Bits(x), inv, Bf16Bits(dy), Bf16Bits(dx), stream);
 }
 
 }  // namespace gemtb::gpu::train
