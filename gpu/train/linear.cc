@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gpu/train/lt_descriptors.h"
 #include "gpu/train/model_kernels.h"
+#include "model/common/status_macros.h"
 
 namespace gemtb::gpu::train {
 
@@ -54,7 +55,7 @@ struct Gemm {
   cudaDataType_t d_type = CUDA_R_16BF;  // A and B are bf16
   float beta = 0.0f;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  const void* bias = nullptr;  // the bias added, or (BGRADA) the bias gradient written; D's type
+  const void* bias = nullptr;  // the bias added (BIAS epilogues); D's type
 };
 
 
@@ -255,20 +256,12 @@ absl::Status LinearMatmuls::BackwardWeight(const LinearShape& s, const __nv_bflo
   g.ldd = s.out;
   g.d_type = CUDA_R_32F;
   g.beta = 1.0f;
-  if (!dbias) return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream);
-  // The column sums of dy (A) over the product's k = n rows, one per row of dW^T, written by the
-  // epilogue into stream-ordered scratch and then added to the accumulated gradient.
-  float* sums = nullptr;
-  if (absl::Status a = CudaStatus(cudaMallocAsync(reinterpret_cast<void**>(&sums), s.out * sizeof(float), stream),
-                                  "cudaMallocAsync (bias gradient)");
-      !a.ok())
-    return a;
-  g.epilogue = CUBLASLT_EPILOGUE_BGRADA;
-  g.bias = sums;
-  absl::Status r = RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream);
-  if (r.ok()) r = ColumnSums(sums, 1, s.out, s.out, dbias, /*accumulate=*/true, stream);
-  const absl::Status freed = CudaStatus(cudaFreeAsync(sums, stream), "cudaFreeAsync (bias gradient)");
-  return r.ok() ? freed : r;
+  GEMTB_RETURN_IF_ERROR(RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream));
+  // The bias gradient: dy's column sums (model_kernels.h's fixed tree), one more pass over dy. Not
+  // cuBLASLt's BGRADA epilogue: cuBLASLt runs it as a kernel of its own after the product, and that
+  // kernel took several times as long as this pass (tools/bench/NOTES.md).
+  if (dbias == nullptr) return absl::OkStatus();
+  return ColumnSums(dy, s.n, s.out, s.out, dbias, /*accumulate=*/true, stream);
 }
 
 }  // namespace gemtb::gpu::train

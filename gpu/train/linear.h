@@ -57,8 +57,8 @@ class LinearMatmuls {
                              const float* residual, float* y, cudaStream_t stream);
   absl::Status BackwardInputToFp32(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
                                    const float* add, float* dx, cudaStream_t stream);
-  // dbias may be null (a layer without bias); else the column sums of dy, which cuBLASLt's BGRADA
-  // epilogue forms in fp32 while it reads dy for the product, are added to dbias.
+  // dbias may be null (a layer without bias); else dy's column sums (model_kernels.h's ColumnSums,
+  // fp32, a fixed tree) are added to dbias.
   absl::Status BackwardWeight(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* dy, float* dw,
                               float* dbias, cudaStream_t stream);
 
