@@ -58,6 +58,15 @@ void CUPTIAPI BufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size
       a.kind = DeviceActivity::Kind::kMemcpy;
       a.start_ns = m->start;
       a.end_ns = m->end;
+    } else if (record->kind == CUPTI_ACTIVITY_KIND_RUNTIME) {
+      const auto* r = reinterpret_cast<const CUpti_ActivityAPI*>(record);
+      a.kind = DeviceActivity::Kind::kHostCall;
+      a.start_ns = r->start;
+      a.end_ns = r->end;
+      const char* name = nullptr;
+      if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, r->cbid, &name) == CUPTI_SUCCESS && name != nullptr) {
+        a.name = name;
+      }
     } else {
       continue;
     }
@@ -83,7 +92,7 @@ constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, 
 
 bool KernelTimer::Available() { return GEMTB_HAVE_CUPTI != 0; }
 
-absl::StatusOr<std::unique_ptr<KernelTimer>> KernelTimer::Start() {
+absl::StatusOr<std::unique_ptr<KernelTimer>> KernelTimer::Start(bool host_calls) {
 #if !GEMTB_HAVE_CUPTI
   return absl::UnimplementedError("kernel timing: this build has no CUPTI (CUDA::cupti not found at configure time)");
 #else
@@ -109,6 +118,12 @@ absl::StatusOr<std::unique_ptr<KernelTimer>> KernelTimer::Start() {
       return s;
     }
   }
+  if (host_calls) {
+    if (absl::Status s = CuptiOk(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME), "enable (runtime calls)"); !s.ok()) {
+      for (CUpti_ActivityKind d : kKinds) cuptiActivityDisable(d);
+      return s;
+    }
+  }
   rec.running = true;
   std::unique_ptr<KernelTimer> t(new KernelTimer);
   t->running_ = true;
@@ -125,6 +140,7 @@ absl::StatusOr<std::vector<DeviceActivity>> KernelTimer::Stop() {
   const cudaError_t sync = cudaDeviceSynchronize();
   const CUptiResult flush = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   for (CUpti_ActivityKind k : kKinds) cuptiActivityDisable(k);
+  cuptiActivityDisable(CUPTI_ACTIVITY_KIND_RUNTIME);  // whether or not Start enabled it
   Recorder& rec = TheRecorder();
   std::vector<DeviceActivity> out;
   {
@@ -140,6 +156,14 @@ absl::StatusOr<std::vector<DeviceActivity>> KernelTimer::Stop() {
             [](const DeviceActivity& a, const DeviceActivity& b) { return a.start_ns < b.start_ns; });
   return out;
 #endif
+}
+
+uint64_t KernelTimer::NowNs() {
+#if GEMTB_HAVE_CUPTI
+  uint64_t now = 0;
+  if (cuptiGetTimestamp(&now) == CUPTI_SUCCESS) return now;
+#endif
+  return 0;
 }
 
 KernelTimer::~KernelTimer() {

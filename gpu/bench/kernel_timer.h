@@ -18,21 +18,26 @@
 
 namespace gemtb::gpu::bench {
 
-// One kernel or memset as the GPU ran it (nanoseconds on CUPTI's clock).
+// One kernel, copy or memset as the GPU ran it, or (when asked for) one CUDA runtime call as the host
+// made it: nanoseconds on CUPTI's clock, the same for both.
 struct DeviceActivity {
-  enum class Kind { kKernel, kMemset, kMemcpy } kind = Kind::kKernel;
+  enum class Kind { kKernel, kMemset, kMemcpy, kHostCall } kind = Kind::kKernel;
   uint64_t start_ns = 0, end_ns = 0;
-  std::string name;  // kernels only
+  std::string name;  // kernels' (mangled) and host calls' names ("cudaMemcpy_v3020")
 };
 
 class KernelTimer {
  public:
   // Whether this build has CUPTI (false: Start returns Unimplemented).
   static bool Available();
-  // Starts recording; FailedPrecondition if another timer records, Internal if CUPTI refuses.
-  static absl::StatusOr<std::unique_ptr<KernelTimer>> Start();
+  // Starts recording; FailedPrecondition if another timer records, Internal if CUPTI refuses. With
+  // `host_calls`, the host's CUDA runtime calls are recorded too (kHostCall), e.g. to tell a wait in
+  // cudaMemcpy from host work between calls.
+  static absl::StatusOr<std::unique_ptr<KernelTimer>> Start(bool host_calls = false);
   // Waits for the device, stops recording and returns the activities in start order.
   absl::StatusOr<std::vector<DeviceActivity>> Stop();
+  // CUPTI's clock now (the activities' timestamps' clock), e.g. at the start and end of a window.
+  static uint64_t NowNs();
   ~KernelTimer();
   KernelTimer(const KernelTimer&) = delete;
   KernelTimer& operator=(const KernelTimer&) = delete;

@@ -49,6 +49,9 @@
 #include "tools/gemtb/train_plan.h"
 #if GEMTB_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "gpu/bench/device_timeline.h"
+#include "gpu/bench/kernel_timer.h"
 #endif
 #if defined(GEMTB_HAVE_NCCL_COMM)
 #include "gpu/comm/nccl_trainer_collectives.h"
@@ -70,6 +73,7 @@ struct Flags {
   std::string checkpoint, report, trace;
   int64_t checkpoint_every = 0, crash_checkpoint_after_bytes = -1;
   bool resume = false;
+  bool trace_kernels = false;
   NumericsFlags numerics;
   // A job of several ranks: the dense parameters' shard group and who gathers them.
   std::optional<int64_t> shard_group;
@@ -292,6 +296,45 @@ std::optional<std::vector<GpuShardKey>> ShardKeysOf(const Job& job, int rank) {
 std::vector<GpuShardKey> ShardKeysOrNone(const Job& job, int rank) {
   std::optional<std::vector<GpuShardKey>> keys = ShardKeysOf(job, rank);
   return keys ? *keys : std::vector<GpuShardKey>{};
+}
+
+std::vector<TraceSpan> Concat(std::vector<TraceSpan> a, const std::vector<TraceSpan>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// --trace-kernels' part of the report: the last step's device time, its idle gaps and its kernels.
+nlohmann::json TimelineJson(const gpu::bench::TimelineSummary& t) {
+  nlohmann::json gaps = nlohmann::json::array(), recurring = nlohmann::json::array(), kernels = nlohmann::json::array();
+  auto calls_json = [](const std::vector<gpu::bench::HostCallTime>& calls) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const gpu::bench::HostCallTime& c : calls) out.push_back({{"name", c.name}, {"calls", c.calls}, {"ms", c.ms}});
+    return out;
+  };
+  for (const gpu::bench::IdleGap& g : t.largest_gaps) {
+    gaps.push_back({{"at_ms", g.at_ms}, {"ms", g.ms}, {"after", g.after}, {"before", g.before},
+                    {"host_calls", calls_json(g.host_calls)}, {"outside_calls_ms", g.outside_calls_ms}});
+  }
+  for (const gpu::bench::GapTotal& g : t.gap_totals)
+    recurring.push_back({{"after", g.after}, {"before", g.before}, {"count", g.count}, {"ms", g.ms}});
+  for (const gpu::bench::KernelTotal& k : t.top_kernels)
+    kernels.push_back({{"name", k.name}, {"launches", k.launches}, {"ms", k.ms}});
+  return {{"window_ms", t.window_ms}, {"busy_ms", t.busy_ms},     {"idle_ms", t.idle_ms},
+          {"kernel_ms", t.kernel_ms}, {"kernels", t.kernels},     {"memcpys", t.memcpys},
+          {"memsets", t.memsets},     {"largest_idle_gaps", gaps}, {"idle_gaps_by_neighbours", recurring},
+          {"top_kernels", kernels},   {"host_calls", t.host_calls}, {"top_host_calls", calls_json(t.top_host_calls)}};
+}
+
+std::string DeviceTimelineLine(const gpu::bench::TimelineSummary& t) {
+  std::string line = absl::StrCat("last step on the device: busy ", Num(t.busy_ms, 4), " of ", Num(t.window_ms, 4),
+                                  " ms (idle ", Num(t.idle_ms, 4), " ms; ", t.kernels, " kernels, ", t.memcpys,
+                                  " copies, ", t.memsets, " memsets)");
+  if (!t.largest_gaps.empty()) {
+    const gpu::bench::IdleGap& g = t.largest_gaps.front();
+    absl::StrAppend(&line, "; longest idle ", Num(g.ms, 4), " ms after ", g.after, ", before ", g.before,
+                    " (the host outside CUDA calls for ", Num(g.outside_calls_ms, 4), " ms of it)");
+  }
+  return line;
 }
 
 // Per task: NE of the model's predictions [n, T] on the held-out samples, null when undefined (no
@@ -521,11 +564,35 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
     std::set<std::string> beside_compute;             // those issued beside compute (not all exposed)
     std::vector<double> step_ms_all;  // every step's wall time, for the median (the first step's allocations aside)
     gpu::train::TrainerStep last;     // the last step, its model regions timed
+    // With --trace-kernels: the last step's device activity, summed up and as trace spans.
+    std::optional<gpu::bench::TimelineSummary> last_device;
+    std::vector<TraceSpan> kernel_spans;
     while (trainer.step() < f.steps) {
+      const bool last_step = trainer.step() + 1 == f.steps;
+      std::unique_ptr<gpu::bench::KernelTimer> kernel_timer;
+      if (f.trace_kernels && last_step) {
+        absl::StatusOr<std::unique_ptr<gpu::bench::KernelTimer>> started = gpu::bench::KernelTimer::Start(/*host_calls=*/true);
+        if (!started.ok()) return ReportError(kCommand, Named("--trace-kernels", started.status()));
+        kernel_timer = *std::move(started);
+      }
+      const uint64_t window_from = kernel_timer ? gpu::bench::KernelTimer::NowNs() : 0;
       const Clock::time_point t0 = Clock::now();
-      trainer.TimeRegions(trainer.step() + 1 == f.steps);
+      trainer.TimeRegions(last_step);
       absl::StatusOr<gpu::train::TrainerStep> r = trainer.Step();
       if (!r.ok()) return ReportError(kCommand, r.status());
+      if (kernel_timer) {  // the step ends with the device idle: every activity is in
+        const uint64_t window_to = gpu::bench::KernelTimer::NowNs();
+        absl::StatusOr<std::vector<gpu::bench::DeviceActivity>> activity = kernel_timer->Stop();
+        if (!activity.ok()) return ReportError(kCommand, Named("--trace-kernels", activity.status()));
+        last_device = gpu::bench::SummarizeTimeline(*activity, window_from, window_to, 12);
+        for (const gpu::bench::DeviceActivity& a : *activity) {
+          if (a.start_ns < window_from || a.end_ns > window_to) continue;
+          const bool host = a.kind == gpu::bench::DeviceActivity::Kind::kHostCall;
+          kernel_spans.push_back({gpu::bench::ActivityName(a), host ? "host" : "device", host ? "host CUDA calls" : "kernels",
+                                  static_cast<double>(a.start_ns - window_from) * 1e-6,
+                                  static_cast<double>(a.end_ns - a.start_ns) * 1e-6});
+        }
+      }
       phase_sum += r->times;
       for (const gpu::train::CollectiveTime& c : r->collectives) {
         collectives_sum[c.name] += c.ms;
@@ -598,7 +665,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
     if (!f.trace.empty() && !last.regions.empty()) {
       // Every rank's last step, one process each.
       absl::StatusOr<std::vector<nlohmann::json>> spans =
-          FromEveryRank(rank_job, "train/trace_spans", SpansJson(StepSpans(last)));
+          FromEveryRank(rank_job, "train/trace_spans", SpansJson(Concat(StepSpans(last), kernel_spans)));
       if (!spans.ok()) return ReportError(kCommand, spans.status());
       std::vector<std::vector<TraceSpan>> rank_spans;
       for (const nlohmann::json& j : *spans) rank_spans.push_back(SpansFromJson(j));
@@ -607,6 +674,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
           return ReportError(kCommand, absl::Status(s.code(), absl::StrCat("--trace: ", s.message())));
       }
     }
+    if (last_device) std::cout << DeviceTimelineLine(*last_device) << std::endl;
     const absl::StatusOr<int64_t> peak_memory = gpu::train::PeakStepMemoryBytes();
     if (peak_memory.ok()) std::cout << "peak step memory " << Num(*peak_memory / 1e9, 4) << " GB" << std::endl;
     if (leader && !f.report.empty()) {
@@ -638,6 +706,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
           {"eval_samples", f.eval_samples},       {"held_out_ne", ne},
           {"resumed_from_step", job.resumed ? nlohmann::json(job.resumed->step) : nlohmann::json()},
           {"phase_ms_mean", phases},     {"last_step_regions_ms", regions},
+          {"last_step_device", last_device ? TimelineJson(*last_device) : nlohmann::json()},
           {"collectives_ms_mean", collectives_mean},
           {"ranks", ranks},
           {"slowest_rank_step_ms", slowest},
@@ -714,6 +783,10 @@ int RunGpuTrain(const std::vector<std::string>& args) {
   f.numerics.Register(flags, "tf32", "bf16");
   flags.Bool("resume", &f.resume, "continue from the newest checkpoint in --checkpoint DIR (same config and options)");
   flags.String("trace", &f.trace, "Chrome/Perfetto trace of the last step (the simulator's track and task names)");
+  flags.Bool("trace-kernels", &f.trace_kernels,
+             "record the last step's kernels, copies and CUDA runtime calls (CUPTI): the report's last_step_device (busy and idle "
+             "time, the longest idle gaps with the kernels either side and the host's calls in them, the longest "
+             "kernels), and with --trace the tracks \"kernels\" and \"host CUDA calls\"");
   flags.String("report", &f.report, "JSON written at the end: throughput, final loss, held-out NE (docs/commands.md)");
   flags.OptionalInt64("shard-group", &f.shard_group,
                       "in a job: ranks sharing one copy of the dense parameters (2D FSDP; default every rank)");
