@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -20,9 +21,10 @@ struct Fp32Matmul::Handles {
   cublasHandle_t handle = nullptr;
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;
-  // The heuristic's choice per linear product's description (shape, strides, bias and residual, the
-  // four alignments): asked once per description, as a step repeats each shape several times (q, k
-  // and v of one block share theirs).
+  // The heuristic's choice per linear product's description (shape with the row count rounded up to a
+  // power of two, strides, bias and residual, the four alignments): asked once per description, as a
+  // step repeats each shape several times (q, k and v of one block share theirs) and every batch
+  // brings new row counts (jagged sequences), each a heuristic run of milliseconds on the host.
   std::map<std::array<int64_t, 11>, cublasLtMatmulAlgo_t> linear_algos;
   std::set<std::array<int64_t, 11>> linear_unsupported;  // setups the heuristic had no algorithm for
 
@@ -208,24 +210,31 @@ absl::Status Fp32Matmul::Linear(const LinearF32& s, const float* x, const float*
   // the flat parameter array are not 256-byte aligned).
   const float* c = residual != nullptr ? residual : y;
   const uint32_t aligns[4] = {AlignmentBytes(w), AlignmentBytes(x), AlignmentBytes(c), AlignmentBytes(y)};
-  const std::array<int64_t, 11> key = {s.n,        s.in,      s.out,     s.ldx,     s.ldy,    bias != nullptr,
+  // The row count rounded up: the heuristic's algorithm for it is checked at the actual rows below. It
+  // depends on the rounded rows only, never on which batch came first (a resumed run picks alike).
+  const int64_t n_key = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(s.n)));
+  const std::array<int64_t, 11> key = {n_key,      s.in,      s.out,     s.ldx,     s.ldy,    bias != nullptr,
                                        residual != nullptr, aligns[0], aligns[1], aligns[2], aligns[3]};
   if (h_->linear_unsupported.count(key) != 0) {
     return absl::UnimplementedError(absl::StrCat("cuBLASLt has no algorithm for the linear product n=", s.n,
                                                  " in=", s.in, " out=", s.out));
   }
+  const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i) {
+    GEMTB_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.preference, attrs[i], &aligns[i], sizeof(aligns[i])),
+                 "MIN_ALIGNMENT");
+  }
   auto cached = h_->linear_algos.find(key);
   if (cached == h_->linear_algos.end()) {
-    const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (int i = 0; i < 4; ++i) {
-      GEMTB_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.preference, attrs[i], &aligns[i], sizeof(aligns[i])),
-                   "MIN_ALIGNMENT");
-    }
+    LtDescriptors rounded;  // x and y at the rounded row count
+    GEMTB_CUBLAS(cublasLtMatrixLayoutCreate(&rounded.b, CUDA_R_32F, s.in, n_key, s.ldx), "layout x");
+    GEMTB_CUBLAS(cublasLtMatrixLayoutCreate(&rounded.d, CUDA_R_32F, s.out, n_key, s.ldy), "layout y");
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    GEMTB_CUBLAS(cublasLtMatmulAlgoGetHeuristic(h_->lt, d.op, d.a, d.b, d.d, d.d, d.preference, 1, &result, &found),
+    GEMTB_CUBLAS(cublasLtMatmulAlgoGetHeuristic(h_->lt, d.op, d.a, rounded.b, rounded.d, rounded.d, d.preference, 1,
+                                                &result, &found),
                  "cublasLtMatmulAlgoGetHeuristic");
     if (found == 0) {
       if (h_->linear_unsupported.size() >= 4096) h_->linear_unsupported.clear();
@@ -237,9 +246,24 @@ absl::Status Fp32Matmul::Linear(const LinearF32& s, const float* x, const float*
     if (h_->linear_algos.size() >= 4096) h_->linear_algos.clear();
     cached = h_->linear_algos.emplace(key, result.algo).first;
   }
+  cublasLtMatmulAlgo_t algo = cached->second;
+  cublasLtMatmulHeuristicResult_t check{};
+  if (cublasLtMatmulAlgoCheck(h_->lt, d.op, d.a, d.b, d.d, d.d, &algo, &check) != CUBLAS_STATUS_SUCCESS ||
+      check.workspaceSize > kWorkspaceBytes) {
+    // The rounded rows' algorithm does not run these rows: the heuristic at these rows.
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    GEMTB_CUBLAS(cublasLtMatmulAlgoGetHeuristic(h_->lt, d.op, d.a, d.b, d.d, d.d, d.preference, 1, &result, &found),
+                 "cublasLtMatmulAlgoGetHeuristic");
+    if (found == 0) {
+      return absl::UnimplementedError(absl::StrCat("cuBLASLt has no algorithm for the linear product n=", s.n,
+                                                   " in=", s.in, " out=", s.out));
+    }
+    algo = result.algo;
+  }
   const float alpha = 1.0f, beta = residual != nullptr ? 1.0f : 0.0f;
-  GEMTB_CUBLAS(cublasLtMatmul(h_->lt, d.op, &alpha, w, d.a, x, d.b, &beta, c, d.d, y, d.d, &cached->second,
-                              h_->workspace, kWorkspaceBytes, stream),
+  GEMTB_CUBLAS(cublasLtMatmul(h_->lt, d.op, &alpha, w, d.a, x, d.b, &beta, c, d.d, y, d.d, &algo, h_->workspace,
+                              kWorkspaceBytes, stream),
                "cublasLtMatmul");
   return absl::OkStatus();
 }

@@ -2,7 +2,10 @@
 
 #include <cublasLt.h>
 
+#include <array>
+#include <bit>
 #include <cstdint>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,11 +14,21 @@
 #include "model/common/status_macros.h"
 
 namespace gemtb::gpu::train {
+namespace {
+
+// A product's description as the heuristic sees it, its row count (the jagged dimension, new in every
+// batch) rounded up to a power of two: transposes, m, n, k, leading dimensions, output type, epilogue,
+// bias, C, beta, the four alignments.
+using AlgoKey = std::array<int64_t, 17>;
+using AlgoCache = std::map<AlgoKey, cublasLtMatmulAlgo_t>;
+
+}  // namespace
 
 struct LinearMatmuls::Handles {
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  AlgoCache algos;
 
   ~Handles() {
     if (workspace) cudaFree(workspace);
@@ -56,6 +69,7 @@ struct Gemm {
   float beta = 0.0f;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;  // the bias added (BIAS epilogues); D's type
+  bool rows_in_n = false, rows_in_k = false;  // which dimension is the layer's row count
 };
 
 
@@ -79,12 +93,38 @@ absl::Status ValidateLinearShape(const LinearShape& s) {
 
 namespace {
 
-// The handle and workspace a product runs with.
+// The handle, workspace and heuristic choices a product runs with.
 struct Context {
   cublasLtHandle_t lt;
   void* workspace;
   size_t workspace_bytes;
+  AlgoCache* algos;
 };
+
+// The stored layouts of A, B and D for the product's m, n, k (op(A) is [m, k], so A is [k, m] when
+// transposed).
+absl::Status CreateLayouts(const Gemm& g, int64_t n, int64_t k, LtDescriptors& desc) {
+  GEMTB_LT(cublasLtMatrixLayoutCreate(&desc.a, CUDA_R_16BF, g.transpose_a ? k : g.m, g.transpose_a ? g.m : k, g.lda),
+           "layout A");
+  GEMTB_LT(cublasLtMatrixLayoutCreate(&desc.b, CUDA_R_16BF, g.transpose_b ? n : k, g.transpose_b ? k : n, g.ldb),
+           "layout B");
+  GEMTB_LT(cublasLtMatrixLayoutCreate(&desc.d, g.d_type, g.m, n, g.ldd), "layout D");
+  return absl::OkStatus();
+}
+
+// The heuristic's first algorithm for the product at rows `n` and `k`; NotFound when it has none.
+absl::StatusOr<cublasLtMatmulAlgo_t> HeuristicAlgo(const Context& h, const Gemm& g, cublasLtMatmulDesc_t op,
+                                                   cublasLtMatmulPreference_t preference, int64_t n, int64_t k) {
+  LtDescriptors layouts;
+  if (absl::Status s = CreateLayouts(g, n, k, layouts); !s.ok()) return s;
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  GEMTB_LT(cublasLtMatmulAlgoGetHeuristic(h.lt, op, layouts.a, layouts.b, layouts.d, layouts.d, preference, 1, &result,
+                                          &found),
+           "cublasLtMatmulAlgoGetHeuristic");
+  if (found == 0) return absl::NotFoundError(absl::StrCat("cuBLASLt has no algorithm for m=", g.m, " n=", n, " k=", k));
+  return result.algo;
+}
 
 absl::Status RunGemm(const Context& h, const Gemm& g, cudaStream_t stream) {
   LtDescriptors desc;
@@ -99,12 +139,7 @@ absl::Status RunGemm(const Context& h, const Gemm& g, cudaStream_t stream) {
     GEMTB_LT(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)),
              "BIAS_POINTER");
   }
-  // Stored shapes: op(A) is [m, k], so A is [k, m] when transposed.
-  GEMTB_LT(cublasLtMatrixLayoutCreate(&desc.a, CUDA_R_16BF, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda),
-           "layout A");
-  GEMTB_LT(cublasLtMatrixLayoutCreate(&desc.b, CUDA_R_16BF, g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n, g.ldb),
-           "layout B");
-  GEMTB_LT(cublasLtMatrixLayoutCreate(&desc.d, g.d_type, g.m, g.n, g.ldd), "layout D");
+  GEMTB_RETURN_IF_ERROR(CreateLayouts(g, g.n, g.k, desc));
   GEMTB_LT(cublasLtMatmulPreferenceCreate(&desc.preference), "cublasLtMatmulPreferenceCreate");
   GEMTB_LT(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                 &h.workspace_bytes, sizeof(h.workspace_bytes)),
@@ -126,17 +161,40 @@ absl::Status RunGemm(const Context& h, const Gemm& g, cudaStream_t stream) {
     const uint32_t align = AlignmentBytes(ptr);
     GEMTB_LT(cublasLtMatmulPreferenceSetAttribute(desc.preference, attr, &align, sizeof(align)), "MIN_ALIGNMENT");
   }
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  GEMTB_LT(cublasLtMatmulAlgoGetHeuristic(h.lt, desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference, 1, &result,
-                                          &found),
-           "cublasLtMatmulAlgoGetHeuristic");
-  if (found == 0) {
-    return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k));
+  // The heuristic is asked once per description, at the row count rounded up to a power of two, and its
+  // algorithm checked at the actual rows: a row count it has not seen costs the heuristic milliseconds
+  // on the host, the GPU idle meanwhile (tools/bench/NOTES.md), and every batch brings new ones. The
+  // choice depends on the rounded rows only, never on which batch came first: a run and a resumed run
+  // pick alike.
+  const int64_t n_key = g.rows_in_n ? static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(g.n))) : g.n;
+  const int64_t k_key = g.rows_in_k ? static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(g.k))) : g.k;
+  const AlgoKey key = {g.transpose_a, g.transpose_b, g.m, n_key, k_key, g.lda, g.ldb, g.ldd, g.d_type, g.epilogue,
+                       g.bias != nullptr, g.c != nullptr, g.beta != 0.0f, AlignmentBytes(g.a), AlignmentBytes(g.b),
+                       AlignmentBytes(c), AlignmentBytes(g.d)};
+  auto cached = h.algos->find(key);
+  if (cached == h.algos->end()) {
+    absl::StatusOr<cublasLtMatmulAlgo_t> chosen = HeuristicAlgo(h, g, desc.op, desc.preference, n_key, k_key);
+    if (!chosen.ok() && !absl::IsNotFound(chosen.status())) return chosen.status();
+    if (chosen.ok()) {
+      if (h.algos->size() >= 4096) h.algos->clear();
+      cached = h.algos->emplace(key, *chosen).first;
+    }
+  }
+  cublasLtMatmulAlgo_t algo{};
+  cublasLtMatmulHeuristicResult_t check{};
+  if (cached != h.algos->end() &&
+      cublasLtMatmulAlgoCheck(h.lt, desc.op, desc.a, desc.b, desc.d, desc.d, &cached->second, &check) ==
+          CUBLAS_STATUS_SUCCESS &&
+      check.workspaceSize <= h.workspace_bytes) {
+    algo = cached->second;
+  } else {  // the rounded rows' algorithm does not run these rows: the heuristic at these rows
+    absl::StatusOr<cublasLtMatmulAlgo_t> chosen = HeuristicAlgo(h, g, desc.op, desc.preference, g.n, g.k);
+    if (!chosen.ok()) return absl::InternalError(chosen.status().message());
+    algo = *chosen;
   }
   const float alpha = 1.0f;
   GEMTB_LT(cublasLtMatmul(h.lt, desc.op, &alpha, g.a, desc.a, g.b, desc.b, &g.beta, g.c ? g.c : g.d, desc.d, g.d, desc.d,
-                          &result.algo, h.workspace, h.workspace_bytes, stream),
+                          &algo, h.workspace, h.workspace_bytes, stream),
            "cublasLtMatmul");
   return absl::OkStatus();
 }
@@ -166,6 +224,7 @@ Gemm ForwardGemm(const LinearShape& s, const void* x, const void* w, const void*
   Gemm g;
   g.m = s.out;
   g.n = s.n;
+  g.rows_in_n = true;
   g.k = s.in;
   g.a = w;
   g.lda = s.out;
@@ -193,6 +252,7 @@ Gemm BackwardInputGemm(const LinearShape& s, const void* dy, const void* w, cons
   g.transpose_a = true;
   g.m = s.in;
   g.n = s.n;
+  g.rows_in_n = true;
   g.k = s.out;
   g.a = w;
   g.lda = s.out;
@@ -213,28 +273,28 @@ Gemm BackwardInputGemm(const LinearShape& s, const void* dy, const void* w, cons
 absl::Status LinearMatmuls::Forward(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* w,
                                     const __nv_bfloat16* bias, __nv_bfloat16* y, cudaStream_t stream) {
   if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
-  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, ForwardGemm(s, x, w, bias, nullptr, y, CUDA_R_16BF),
+  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes, &h_->algos}, ForwardGemm(s, x, w, bias, nullptr, y, CUDA_R_16BF),
                  stream);
 }
 
 absl::Status LinearMatmuls::BackwardInput(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
                                           const __nv_bfloat16* add, __nv_bfloat16* dx, cudaStream_t stream) {
   if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
-  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes},
+  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes, &h_->algos},
                  BackwardInputGemm(s, dy, w, add, dx, CUDA_R_16BF), stream);
 }
 
 absl::Status LinearMatmuls::ForwardToFp32(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* w,
                                           const float* bias, const float* residual, float* y, cudaStream_t stream) {
   if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
-  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, ForwardGemm(s, x, w, bias, residual, y, CUDA_R_32F),
+  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes, &h_->algos}, ForwardGemm(s, x, w, bias, residual, y, CUDA_R_32F),
                  stream);
 }
 
 absl::Status LinearMatmuls::BackwardInputToFp32(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
                                                 const float* add, float* dx, cudaStream_t stream) {
   if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
-  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, BackwardInputGemm(s, dy, w, add, dx, CUDA_R_32F),
+  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes, &h_->algos}, BackwardInputGemm(s, dy, w, add, dx, CUDA_R_32F),
                  stream);
 }
 
@@ -248,6 +308,7 @@ absl::Status LinearMatmuls::BackwardWeight(const LinearShape& s, const __nv_bflo
   g.m = s.out;
   g.n = s.in;
   g.k = s.n;
+  g.rows_in_k = true;
   g.a = dy;
   g.lda = s.out;
   g.b = x;
@@ -256,7 +317,7 @@ absl::Status LinearMatmuls::BackwardWeight(const LinearShape& s, const __nv_bflo
   g.ldd = s.out;
   g.d_type = CUDA_R_32F;
   g.beta = 1.0f;
-  GEMTB_RETURN_IF_ERROR(RunGemm({h_->lt, h_->workspace, h_->workspace_bytes}, g, stream));
+  GEMTB_RETURN_IF_ERROR(RunGemm({h_->lt, h_->workspace, h_->workspace_bytes, &h_->algos}, g, stream));
   // The bias gradient: dy's column sums (model_kernels.h's fixed tree), one more pass over dy. Not
   // cuBLASLt's BGRADA epilogue: cuBLASLt runs it as a kernel of its own after the product, and that
   // kernel took several times as long as this pass (tools/bench/NOTES.md).
