@@ -9,8 +9,10 @@
 #include "tests/gpu/emulation/cuda_shim.h"
 // The shim must come first.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -28,7 +30,7 @@ namespace gemtb::gpu::embedding::backward_kernels {
 
 // The kernels' `extern __shared__` arrays (blocks run one after another).
 alignas(16) float shared[kRowWarps * 2 * kMaxDim];
-alignas(16) unsigned char hot_shared[size_t{1} << 17];
+alignas(16) unsigned char hot_shared[HotSharedBytes(kMaxDim)];
 
 namespace {
 
@@ -224,6 +226,59 @@ TEST(TbeBackwardEmulated, HotRowsGiveTheOraclesTables) {
     }
   }
   EXPECT_GE(hot, 3);
+}
+
+// One row read several thousand times by four keys of every pooling (their terms scaled
+// differently, interleaved in the sorted order): a run that spans several batches of the hot-row
+// kernel's metadata and many tiles of its ring. The terms' magnitudes spread over 2^-20 .. 2^20, so
+// the sums depend on the order of the additions; SGD with lr 1 from zero weights stores -G, every
+// bit of it.
+check::EmbedCase LongHotRunCase(int64_t dim, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  const auto value = [&] { return std::ldexp(normal(rng), exponent(rng)); };
+  check::EmbedCase c;
+  TableConfig table;
+  table.name = "hot";
+  table.rows = 3;
+  table.dim = dim;
+  table.optimizer.lr = 1.0f;
+  c.config.tables = {table};
+  c.config.features = {{"seq", 0, Pooling::kNone}, {"sum", 0, Pooling::kSum}, {"mean", 0, Pooling::kMean},
+                       {"wsum", 0, Pooling::kWeightedSum}};
+  c.kjt.keys = {"seq", "sum", "mean", "wsum"};
+  c.kjt.stride = 4;
+  std::vector<int64_t> sequence_values;
+  for (size_t key = 0; key < c.kjt.keys.size(); ++key) {
+    for (int64_t b = 0; b < c.kjt.stride; ++b) {
+      const int32_t len = 120 + static_cast<int32_t>(rng() % 100);
+      c.kjt.lengths.push_back(len);
+      for (int32_t i = 0; i < len; ++i) c.kjt.values.push_back(rng() % 8 == 0 ? static_cast<int64_t>(rng() % 2) * 2 : 1);
+      if (key == 0) sequence_values.push_back(len);
+    }
+  }
+  c.kjt.has_weights = true;
+  for (size_t v = 0; v < c.kjt.values.size(); ++v) c.kjt.weights.push_back(value());
+  c.state = reference::InitEmbeddingState(c.config);
+  std::fill(c.state.tables[0].weights.begin(), c.state.tables[0].weights.end(), 0.0f);
+  for (int64_t i = 0; i < c.kjt.stride * 3 * dim; ++i) c.grads.pooled.push_back(value());
+  const int64_t sequence_len = std::accumulate(sequence_values.begin(), sequence_values.end(), int64_t{0});
+  std::vector<float> sequence(static_cast<size_t>(sequence_len * dim));
+  for (float& x : sequence) x = value();
+  c.grads.sequence.push_back(std::move(sequence));
+  c.description = "long hot run, dim " + std::to_string(dim);
+  return c;
+}
+
+TEST(TbeBackwardEmulated, LongHotRunsGiveTheOraclesTables) {
+  for (int64_t dim : {int64_t{4}, int64_t{64}, int64_t{128}, int64_t{1024}}) {
+    const check::EmbedCase c = LongHotRunCase(dim, 7 + static_cast<uint64_t>(dim));
+    ASSERT_GT(check::LongestRowRun(c), 2 * kHotThreads) << c.description;
+    ExpectOraclesTables(c, 0, false, c.description + ", one block");
+    ExpectOraclesTables(c, 1, false, c.description + ", blocks of 1 sample");
+    ExpectOraclesTables(c, 2, true, c.description + ", blocks of 2 samples, split update");
+  }
 }
 
 }  // namespace
