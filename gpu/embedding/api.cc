@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <deque>
@@ -307,18 +308,61 @@ absl::StatusOr<std::unique_ptr<DeviceTbe>> DeviceTbe::Create(const EmbeddingConf
 
 void DeviceTbe::SwapInput() { s_->SwapInput(); }
 
+namespace {
+
+// The spans a CheckedKjt remembers of its KJT.
+void SpansOf(const KjtView& kjt, const void* (&data)[5], size_t (&sizes)[5]) {
+  data[0] = kjt.keys.data(), sizes[0] = kjt.keys.size();
+  data[1] = kjt.lengths.data(), sizes[1] = kjt.lengths.size();
+  data[2] = kjt.values.data(), sizes[2] = kjt.values.size();
+  data[3] = kjt.weights.data(), sizes[3] = kjt.weights.size();
+  data[4] = kjt.offsets.data(), sizes[4] = kjt.offsets.size();
+}
+
+}  // namespace
+
+absl::StatusOr<CheckedKjt> DeviceTbe::CheckInput(const KjtView& kjt) const {
+  absl::StatusOr<KjtLayout> layout = CheckKjt(s_->config, kjt);
+  if (!layout.ok()) return layout.status();
+  CheckedKjt checked;
+  checked.layout_ = *std::move(layout);
+  checked.module_ = this;
+  checked.batch_ = kjt.batch;
+  checked.has_weights_ = kjt.has_weights;
+  SpansOf(kjt, checked.spans_, checked.sizes_);
+  return checked;
+}
+
 absl::Status DeviceTbe::SetInput(const KjtView& kjt) {
+  absl::StatusOr<CheckedKjt> checked = CheckInput(kjt);
+  if (!checked.ok()) {
+    // Malformed: the module holds no input (as after a failed upload).
+    s_->has_input = s_->has_grads = s_->awaiting_apply = false;
+    s_->grads.reset();
+    s_->pooled_grad = nullptr;
+    return checked.status();
+  }
+  return SetInput(kjt, *checked);
+}
+
+absl::Status DeviceTbe::SetInput(const KjtView& kjt, const CheckedKjt& checked) {
   State& s = *s_;
   s.has_input = false;
   s.has_grads = false;
   s.awaiting_apply = false;
   s.grads.reset();
   s.pooled_grad = nullptr;
+  const void* data[5];
+  size_t sizes[5];
+  SpansOf(kjt, data, sizes);
+  if (checked.module_ != this || checked.batch_ != kjt.batch || checked.has_weights_ != kjt.has_weights ||
+      !std::equal(data, data + 5, checked.spans_) || !std::equal(sizes, sizes + 5, checked.sizes_)) {
+    return Bad("checked KJT: made by another module's CheckInput or from another KJT's arrays");
+  }
   if (s.options.batch_block > 0 && kjt.batch % s.options.batch_block != 0) {
     return Bad(absl::StrCat("batch B=", kjt.batch, ": not a multiple of options.batch_block=", s.options.batch_block));
   }
-  absl::StatusOr<KjtLayout> layout = CheckKjt(s.config, kjt);
-  if (!layout.ok()) return layout.status();
+  absl::StatusOr<KjtLayout> layout = checked.layout();
   const int64_t num_values = static_cast<int64_t>(kjt.values.size());
   if (num_values >= (int64_t{1} << 31)) return Bad(absl::StrCat("values: ", num_values, " ids exceed the GPU's 2^31"));
   if (kjt.batch > 0 && s.total_rows + 1 > std::numeric_limits<int64_t>::max() / kjt.batch) {

@@ -94,6 +94,22 @@ struct TbeOptions {
   bool split_update = false;
 };
 
+// A KJT that DeviceTbe::CheckInput validated: its layout, and the module and spans it belongs to, so
+// that SetInput can tell it is handed the same KJT.
+class CheckedKjt {
+ public:
+  const KjtLayout& layout() const { return layout_; }
+
+ private:
+  friend class DeviceTbe;
+  KjtLayout layout_;
+  const void* module_ = nullptr;
+  int64_t batch_ = 0;
+  const void* spans_[5] = {};  // keys, lengths, values, weights, offsets: data
+  size_t sizes_[5] = {};       // and sizes
+  bool has_weights_ = false;
+};
+
 class DeviceTbe {
  public:
   // `tables` empty: the Philox init on the device (zero optimizer state); else one per
@@ -107,6 +123,13 @@ class DeviceTbe {
 
   // Validates the KJT (CheckKjt) and uploads it; nothing launches when it is malformed.
   absl::Status SetInput(const KjtView& kjt);
+  // The validation alone, on any thread: it reads the config's features and tables as Create set
+  // them (SetLearningRate changes only the rates). A trainer checks the next batch on its data
+  // thread during a step, and SetInput(kjt, checked) then only uploads it.
+  absl::StatusOr<CheckedKjt> CheckInput(const KjtView& kjt) const;
+  // SetInput of a KJT CheckInput validated; InvalidArgument if `checked` is another module's or
+  // was made from other spans than kjt's (same data pointers and sizes).
+  absl::Status SetInput(const KjtView& kjt, const CheckedKjt& checked);
   // Exchanges the input, with its outputs and gradients, for a second one held aside (none at
   // first): a trainer looks up the next batch (SetInput, Forward) between this batch's forward and
   // its backward, then swaps this one back (the semi-synchronous pipeline).

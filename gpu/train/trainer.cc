@@ -367,10 +367,14 @@ struct GpuTrainer::Impl {
   struct Prefetched {
     data::Batch batch;
     std::optional<embedding::ShardedDeviceTbe::RoutedBatch> routed;
+    // One GPU's replicated tables: the batch's KJT validated on the data thread, so the step's
+    // lookup phase only uploads it.
+    std::optional<embedding::CheckedKjt> checked;
   };
   std::optional<std::pair<int64_t, std::future<absl::StatusOr<Prefetched>>>> prefetch;
-  // The routing of the batch TakeStepBatch returned last (used by that step's Pass).
+  // The routing of the batch TakeStepBatch returned last (used by that step's Pass), or its checked KJT.
   std::optional<embedding::ShardedDeviceTbe::RoutedBatch> step_routed;
+  std::optional<embedding::CheckedKjt> step_checked;
 
   // The semi-synchronous pipeline (options.pipeline): step `step`'s lookups of this trainer's
   // samples (a job's rank: its own), made during the step before, ahead of its table update.
@@ -469,6 +473,10 @@ struct GpuTrainer::Impl {
       absl::StatusOr<embedding::ShardedDeviceTbe::RoutedBatch> routed = sharded->Route(embedding::KjtViewOfBatch(RankSamples(p.batch)));
       if (!routed.ok()) return routed.status();
       p.routed = *std::move(routed);
+    } else if (dist == nullptr && tbe != nullptr) {
+      absl::StatusOr<embedding::CheckedKjt> checked = tbe->CheckInput(embedding::KjtViewOfBatch(p.batch));
+      if (!checked.ok()) return checked.status();
+      p.checked = *std::move(checked);
     }
     return p;
   }
@@ -482,6 +490,7 @@ struct GpuTrainer::Impl {
     const int64_t next = step + 1;
     prefetch.emplace(next, std::async(std::launch::async, [this, next] { return MakeStep(next); }));
     step_routed = std::move(p->routed);
+    step_checked = std::move(p->checked);
     return std::move(p->batch);
   }
 
@@ -526,6 +535,10 @@ struct GpuTrainer::Impl {
       step_routed.reset();
     } else if (split) {
       GEMTB_RETURN_IF_ERROR(TbeForward(RankSamples(batch)));
+    } else if (step_checked) {  // the step's own batch, validated on the data thread
+      sparse_before_model = true;
+      GEMTB_RETURN_IF_ERROR(tbe->SetInput(embedding::KjtViewOfBatch(batch), *std::exchange(step_checked, std::nullopt)));
+      GEMTB_RETURN_IF_ERROR(tbe->Forward());
     } else {
       GEMTB_RETURN_IF_ERROR(TbeForward(batch));
     }
@@ -1064,9 +1077,12 @@ absl::Status GpuTrainer::LoadState(const TrainerState& state) {
   GEMTB_RETURN_IF_ERROR(m.params->Upload(m.dist ? m.Shard(state.params) : state.params, "params"));
   GEMTB_RETURN_IF_ERROR(m.adam_m->Upload(m.dist ? m.Shard(state.adam_m) : state.adam_m, "adam m"));
   GEMTB_RETURN_IF_ERROR(m.adam_v->Upload(m.dist ? m.Shard(state.adam_v) : state.adam_v, "adam v"));
+  // The batch in flight first (its thread may be checking a KJT on the module this replaces; the
+  // next Step makes its own), then the module.
+  m.prefetch.reset();
+  m.step_checked.reset();
   m.tbe = *std::move(tbe);
   m.pending = std::move(pending);
-  m.prefetch.reset();  // waits for a batch in flight; the next Step makes its own
   m.step = state.step;
   m.adam_b1 = state.adam_b1;
   m.adam_b2 = state.adam_b2;

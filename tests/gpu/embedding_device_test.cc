@@ -16,6 +16,7 @@
 #include "tools/check/embed_cases.h"
 #include "tools/check/embed_compare.h"
 #include "tools/check/embed_gpu.h"
+#include "tools/check/kjt_view.h"
 
 namespace gemtb::gpu::embedding {
 namespace {
@@ -114,6 +115,39 @@ TEST(EmbeddingDevice, MalformedKjtFailsWithTheOraclesErrorBeforeAnyLaunch) {
     }
   }
   EXPECT_GT(errors, 150);
+}
+
+// A KJT checked by CheckInput (as a trainer checks the next batch on its data thread) uploads to the
+// forward outputs of SetInput's own check, and is refused for another KJT's arrays or another module.
+TEST(EmbeddingDevice, CheckedInputGivesTheSameOutputsAndOnlyForItsOwnKjt) {
+  if (absl::Status s = EmbeddingDeviceAvailable(); !s.ok()) GTEST_SKIP() << s.message();
+  const check::EmbedCase c = check::DrawEmbedCase(check::EmbedCaseSeed(29, 0, 0), check::AllEmbedFamilies()[0]);
+  absl::StatusOr<std::unique_ptr<DeviceTbe>> a = DeviceTbe::Create(c.config, {}, 0);
+  absl::StatusOr<std::unique_ptr<DeviceTbe>> b = DeviceTbe::Create(c.config, {}, 0);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const KjtView kjt = check::KjtViewOf(c.kjt);
+  ASSERT_TRUE((*a)->SetInput(kjt).ok());
+  ASSERT_TRUE((*a)->Forward().ok());
+  absl::StatusOr<HostOutput> want = (*a)->DownloadOutput();
+  ASSERT_TRUE(want.ok()) << want.status();
+
+  absl::StatusOr<CheckedKjt> checked = (*b)->CheckInput(kjt);
+  ASSERT_TRUE(checked.ok()) << checked.status();
+  // Another module's check, and the same values in other memory, are refused by name.
+  absl::Status other_module = (*a)->SetInput(kjt, *checked);
+  EXPECT_EQ(other_module.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(other_module.message().find("checked KJT"), std::string::npos) << other_module;
+  const std::vector<int64_t> values_copy(kjt.values.begin(), kjt.values.end());
+  KjtView moved = kjt;
+  moved.values = values_copy;
+  EXPECT_EQ((*b)->SetInput(moved, *checked).code(), absl::StatusCode::kInvalidArgument);
+
+  ASSERT_TRUE((*b)->SetInput(kjt, *checked).ok());
+  ASSERT_TRUE((*b)->Forward().ok());
+  absl::StatusOr<HostOutput> got = (*b)->DownloadOutput();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->pooled, want->pooled);
+  EXPECT_EQ(got->sequence, want->sequence);
 }
 
 // The pooling kernels index rows in 32 bits unless a table has 2^31 rows or more
