@@ -64,6 +64,13 @@ class Scratch {
     if (zero) GEMTB_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(p, 0, n * sizeof(float), stream_), "scratch zero"));
     return static_cast<float*>(p);
   }
+  // n int32, uninitialised (written by a kernel).
+  absl::StatusOr<int32_t*> IntsOfSize(int64_t n) {
+    void* p = nullptr;
+    GEMTB_RETURN_IF_ERROR(Cuda(cudaMallocAsync(&p, std::max<int64_t>(n, 1) * sizeof(int32_t), stream_), "scratch"));
+    ptrs_.push_back(p);
+    return static_cast<int32_t*>(p);
+  }
   absl::StatusOr<int32_t*> Ints(const std::vector<int32_t>& host) {
     void* p = nullptr;
     const size_t bytes = std::max<size_t>(host.size(), 1) * sizeof(int32_t);
@@ -589,38 +596,35 @@ absl::Status GemModelGpu::Impl::Plan(const GemBatchInput& in) {
   s_off.assign(J, nullptr), cls_index.assign(J, nullptr), event_index.assign(J, nullptr), event_rows.assign(J, nullptr);
   cat_index_host.assign(J, {});
   for (int j = 0; j < J; ++j) {
-    std::vector<int32_t> off(B + 1, 0), cls, ev, ev_rows;
+    // Sample b's rows [off[b], off[b + 1]): n_s CLS rows, then its events [ev_off[b], ev_off[b + 1]).
+    // The per-row indices are made on the device from these (SequenceRowIndex), not on the host: at a
+    // batch of 1,024 the rows number millions.
+    std::vector<int32_t> off(B + 1, 0), ev_off(B + 1, 0);
     std::vector<int32_t>& cat = cat_index_host[j];
     cat.assign(static_cast<size_t>(B) * n_sum, -1);
-    int32_t e_at = 0;
     for (int64_t b = 0; b < B; ++b) {
       const int len = in.lengths[j][b];
       const int n = n_s + len;
       off[b + 1] = off[b] + n;
+      ev_off[b + 1] = ev_off[b] + len;
       max_rows[j] = std::max(max_rows[j], n);
-      for (int r = 0; r < n_s; ++r) {
-        cls.push_back(static_cast<int32_t>(b * n_s + r));
-        ev.push_back(-1);
-        cat[b * n_sum + r] = off[b] + r;
-      }
-      for (int e = 0; e < len; ++e) {
-        cls.push_back(-1);
-        ev.push_back(e_at + e);
-        ev_rows.push_back(off[b] + n_s + e);
-      }
+      for (int r = 0; r < n_s; ++r) cat[b * n_sum + r] = off[b] + r;
       // REC_j: the last K_r events, right-aligned, missing ones (short sequences) left at -1 (zeros).
       for (int r = 0; r < k_r; ++r) {
         const int e = len - k_r + r;
         if (e >= 0) cat[b * n_sum + n_s + k_p + r] = off[b] + n_s + e;
       }
-      e_at += len;
     }
     rows[j] = off[B];
-    events[j] = e_at;
+    events[j] = ev_off[B];
+    int32_t* ev_off_d = nullptr;
     GEMTB_ASSIGN_OR_RETURN(s_off[j], mem->Ints(off));
-    GEMTB_ASSIGN_OR_RETURN(cls_index[j], mem->Ints(cls));
-    GEMTB_ASSIGN_OR_RETURN(event_index[j], mem->Ints(ev));
-    GEMTB_ASSIGN_OR_RETURN(event_rows[j], mem->Ints(ev_rows));
+    GEMTB_ASSIGN_OR_RETURN(ev_off_d, mem->Ints(ev_off));
+    GEMTB_ASSIGN_OR_RETURN(cls_index[j], mem->IntsOfSize(rows[j]));
+    GEMTB_ASSIGN_OR_RETURN(event_index[j], mem->IntsOfSize(rows[j]));
+    GEMTB_ASSIGN_OR_RETURN(event_rows[j], mem->IntsOfSize(events[j]));
+    GEMTB_RETURN_IF_ERROR(
+        SequenceRowIndex(s_off[j], ev_off_d, B, n_s, cls_index[j], event_index[j], event_rows[j], st));
   }
   std::vector<int32_t> xo(B + 1), po(B + 1), seeds(static_cast<size_t>(B) * k_p);
   for (int64_t b = 0; b <= B; ++b) xo[b] = static_cast<int32_t>(b * n_s), po[b] = static_cast<int32_t>(b * k_p);

@@ -86,6 +86,19 @@ __global__ void Sum3Kernel(const float* a, const float* b, const float* c, int64
   if (e < count) y[e] = __fadd_rn(__fadd_rn(a[e], b[e]), c[e]);
 }
 
+// A block per sample, its threads over the sample's rows.
+__global__ void SequenceRowIndexKernel(const int32_t* row_off, const int32_t* event_off, int n_cls, int32_t* cls,
+                                       int32_t* event, int32_t* event_row) {
+  const int64_t b = blockIdx.x;
+  const int32_t first = row_off[b], n = row_off[b + 1] - first, e0 = event_off[b];
+  for (int32_t r = static_cast<int32_t>(threadIdx.x); r < n; r += static_cast<int32_t>(blockDim.x)) {
+    const bool is_cls = r < n_cls;
+    cls[first + r] = is_cls ? static_cast<int32_t>(b * n_cls + r) : -1;
+    event[first + r] = is_cls ? -1 : e0 + (r - n_cls);
+    if (!is_cls) event_row[e0 + (r - n_cls)] = first + r;
+  }
+}
+
 }  // namespace
 
 absl::Status BiasRows(const float* residual, const float* v, int64_t rows, int64_t cols, float* y, int64_t ldy,
@@ -206,6 +219,18 @@ absl::Status Sum3(const float* a, const float* b, const float* c, int64_t count,
   if (absl::Status v = ValidateCount(count); !v.ok()) return v;
   Sum3Kernel<<<Blocks(count), kThreads, 0, stream>>>(a, b, c, count, y);
   return Launched("Sum3");
+}
+
+absl::Status SequenceRowIndex(const int32_t* row_off, const int32_t* event_off, int64_t batch, int n_cls, int32_t* cls,
+                              int32_t* event, int32_t* event_row, cudaStream_t stream) {
+  if (batch < 0 || batch >= (int64_t{1} << 31) || n_cls < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("SequenceRowIndex: batch=", batch, " n_cls=", n_cls,
+                                                   ": want 0 <= batch < 2^31, n_cls >= 0"));
+  }
+  if (batch == 0) return absl::OkStatus();
+  SequenceRowIndexKernel<<<static_cast<unsigned>(batch), kThreads, 0, stream>>>(row_off, event_off, n_cls, cls, event,
+                                                                                event_row);
+  return Launched("SequenceRowIndex");
 }
 
 }  // namespace gemtb::gpu::train

@@ -47,6 +47,13 @@ absl::Status ScatterAddRows(const float* src, const int32_t* index, int64_t rows
                             cudaStream_t stream);
 // y[e] = (a[e] + b[e]) + c[e] (a sequence event: item + action + dt rows).
 absl::Status Sum3(const float* a, const float* b, const float* c, int64_t count, float* y, cudaStream_t stream);
+// The row indices of a jagged sequence whose sample b has rows [row_off[b], row_off[b + 1]): its first
+// n_cls rows are CLS rows, the rest its events, event e of sample b the sequence's event
+// event_off[b] + e. cls[row] = b n_cls + r for CLS row r (else -1), event[row] = the row's event
+// (else -1), event_row[event] = its row. Device arrays: row_off, event_off [B + 1]; cls, event
+// [row_off[B]]; event_row [event_off[B]].
+absl::Status SequenceRowIndex(const int32_t* row_off, const int32_t* event_off, int64_t batch, int n_cls, int32_t* cls,
+                              int32_t* event, int32_t* event_row, cudaStream_t stream);
 
 }  // namespace gemtb::gpu::train
 

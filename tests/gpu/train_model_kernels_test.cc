@@ -3,7 +3,7 @@
 // summed in order; the same bits, at and around the block size and over one, two and three levels,
 // for fp32 rows and for bf16 rows (each value widened exactly). ToBf16 rounds as the host's
 // round-to-nearest-even does, ties and overflow to infinity included; ToBf16WithColumnSums gives
-// both in one pass.
+// both in one pass. SequenceRowIndex gives the host loop's per-row indices.
 #include <algorithm>
 #include <cstdint>
 #include <random>
@@ -140,6 +140,34 @@ TEST(ModelKernelsTest, ToBf16RoundsToNearestEven) {
   DeviceArray<uint16_t> d_y(std::vector<uint16_t>(x.size()));
   EXPECT_TRUE(ToBf16(d_x.ptr, 0, d_y.As<__nv_bfloat16>(), nullptr).ok());
   EXPECT_EQ(ToBf16(d_x.ptr, -1, d_y.As<__nv_bfloat16>(), nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// SequenceRowIndex against the host's loop over samples, with empty samples and samples longer than
+// a block's threads.
+TEST(ModelKernelsTest, SequenceRowIndexGivesEachRowItsSampleAndEvent) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  const std::vector<int> lengths = {3, 0, 700, 1, 0, 0, 64};
+  const int n_cls = 4;
+  const int64_t B = static_cast<int64_t>(lengths.size());
+  std::vector<int32_t> off(B + 1, 0), ev_off(B + 1, 0), cls, event, event_row;
+  for (int64_t b = 0; b < B; ++b) {
+    off[b + 1] = off[b] + n_cls + lengths[b];
+    ev_off[b + 1] = ev_off[b] + lengths[b];
+    for (int r = 0; r < n_cls; ++r) cls.push_back(static_cast<int32_t>(b * n_cls + r)), event.push_back(-1);
+    for (int e = 0; e < lengths[b]; ++e) {
+      cls.push_back(-1);
+      event.push_back(ev_off[b] + e);
+      event_row.push_back(off[b] + n_cls + e);
+    }
+  }
+  DeviceArray<int32_t> d_off(off), d_ev_off(ev_off), d_cls(std::vector<int32_t>(cls.size(), 7)),
+      d_event(std::vector<int32_t>(event.size(), 7)), d_event_row(std::vector<int32_t>(event_row.size(), 7));
+  ASSERT_TRUE(SequenceRowIndex(d_off.ptr, d_ev_off.ptr, B, n_cls, d_cls.ptr, d_event.ptr, d_event_row.ptr, nullptr).ok());
+  EXPECT_EQ(d_cls.Get(cls.size()), cls);
+  EXPECT_EQ(d_event.Get(event.size()), event);
+  EXPECT_EQ(d_event_row.Get(event_row.size()), event_row);
+  EXPECT_EQ(SequenceRowIndex(d_off.ptr, d_ev_off.ptr, -1, n_cls, d_cls.ptr, d_event.ptr, d_event_row.ptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
