@@ -16,9 +16,6 @@ namespace {
 
 using namespace backward_kernels;  // the kernels this file launches
 
-// HotRowKernel's shared memory at the widest table, the limit set below, fits a CTA on sm_90.
-static_assert(HotSharedBytes(kMaxDim) <= 227 * 1024, "HotRowKernel's shared memory exceeds a CTA's 227 KiB");
-
 // Records phase boundary `i` when the caller times the phases.
 void MarkPhase(const BackwardBuffers& b, int i) {
   if (b.phase_events != nullptr) cudaEventRecord(b.phase_events[i]);

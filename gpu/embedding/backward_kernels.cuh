@@ -14,9 +14,8 @@
 //      whole block instead: the seqsum fixes the order of the additions within each column, so
 //      the run cannot be split into partial sums, but its columns are independent and its
 //      contributions can be fetched and formed (w*gamma, gamma/n) in any order. The block stages
-//      tiles of contributions in a ring in shared memory, the next tiles' copies in flight while
-//      one thread per column folds the current tile in sorted order; then one warp applies the
-//      optimizer as in 4.
+//      tiles of contributions in shared memory, many loads in flight, and one thread per column
+//      folds the tile in sorted order; then one warp applies the optimizer as in 4.
 // Phase 4's time is the chain of dependent loads per row (run start, key, occurrence, bag,
 // gradient, row): a uniform batch touches ~1.9 M rows about once each, so a warp that walked the
 // chain row after row waited on memory most of the time. Resolved 32 rows at a time, one per lane,
@@ -31,7 +30,6 @@
 
 #include <cstdint>
 
-#include "gpu/common/tile_io.cuh"
 #include "gpu/embedding/launch.h"
 #include "gpu/embedding/tbe_row_ops.h"
 
@@ -44,8 +42,7 @@ constexpr int kRowBlocksPerSm = 8;
 constexpr int kThreads = 256;
 constexpr int kLoadsInFlight = 2;
 constexpr int kHotThreads = 1024;
-constexpr int kHotStages = 3;              // HotRowKernel's ring: a tile folded while two are in flight
-constexpr int64_t kHotTileFloats = 12288;  // one tile of staged contributions, 48 KiB
+constexpr int64_t kHotTileFloats = 16384;  // one tile of staged contributions, 64 KiB
 
 __global__ void __launch_bounds__(kBagWarps * 32) OccurrenceKernel(const LaunchParams p, BackwardBuffers b) {
   const int64_t bag = static_cast<int64_t>(blockIdx.x) * kBagWarps + threadIdx.x / 32;
@@ -113,8 +110,8 @@ struct Contribution {
   int32_t block = 0;  // the sample's block of G's partitioned sum
 };
 
-// Occurrence v, of bag `bag` (b.value_bag[v]).
-__device__ Contribution ContributionOf(const LaunchParams& p, const BackwardBuffers& b, int64_t v, int64_t bag) {
+__device__ Contribution ContributionOf(const LaunchParams& p, const BackwardBuffers& b, int64_t v) {
+  const int64_t bag = b.value_bag[v];
   const FeatureParams& fp = p.features[bag / p.kjt.batch];
   Contribution c;
   c.pooling = fp.pooling;
@@ -127,10 +124,6 @@ __device__ Contribution ContributionOf(const LaunchParams& p, const BackwardBuff
   if (fp.pooling == Pooling::kMean) c.n = b.bag_count[bag];
   if (b.batch_block > 0) c.block = static_cast<int32_t>((bag % p.kjt.batch) / b.batch_block);
   return c;
-}
-
-__device__ Contribution ContributionOf(const LaunchParams& p, const BackwardBuffers& b, int64_t v) {
-  return ContributionOf(p, b, v, b.value_bag[v]);
 }
 
 // The row gradient's running sum: one seqsum, or with batch blocks (kBlocked) the seqsum of each
@@ -342,221 +335,81 @@ __global__ void __launch_bounds__(kRowWarps * 32, kRowBlocksPerSm) RowUpdateKern
   }
 }
 
-// A slot of HotRowKernel's ring: a tile of at most kHotTileFloats floats of contributions and
-// HotTile's padding, a spare term per 4-column chunk (dim <= max_dim floats).
-constexpr int64_t HotSlotFloats(int64_t max_dim) { return kHotTileFloats + max_dim; }
-
-// Shared memory of HotRowKernel: the metadata of two batches of occurrences (the one being summed
-// and the next), the ring of kHotStages slots, then G and w of the row.
-constexpr size_t HotSharedBytes(int64_t max_dim) {
-  return 2 * kHotThreads * sizeof(Contribution) + (kHotStages * HotSlotFloats(max_dim) + 2 * max_dim) * sizeof(float);
+// Shared memory of HotRowKernel: the contributions' metadata of up to kHotThreads occurrences, a
+// tile of formed contributions, then G and w of the row.
+size_t HotSharedBytes(int64_t max_dim) {
+  return kHotThreads * sizeof(Contribution) + (kHotTileFloats + 2 * max_dim) * sizeof(float);
 }
 
-// One tile of a hot run: its occurrences' metadata, its slot of the ring and its number of
-// occurrences. The slot holds the contributions chunk-major: chunk c (columns 4c .. 4c+3) of
-// occurrence k at data[(c * stride + k) * 4], so that the terms of one column are 4 floats apart
-// (the fold's loads take constant offsets). The stride, per_tile or per_tile + 1, is odd: the 8
-// chunks that a warp's 32 columns span then lie in 8 different bank quads, and the fold's loads
-// (as the 16-byte copies of a row's consecutive chunks) are free of bank conflicts.
-struct HotTile {
-  const Contribution* meta = nullptr;
-  float* data = nullptr;
-  int count = 0;
-  int stride = 0;
-
-  __device__ float* Chunk(int k, int c) const { return data + (c * stride + k) * kChunk; }
-  // Column j: term k at [k * kChunk].
-  __device__ const float* Column(int j) const { return Chunk(0, j / kChunk) + j % kChunk; }
-};
-
-// Thread tid's column of G over the terms folded so far: a seqsum (acc), or with batch blocks
-// (BlockSeqSum4 on one column) the seqsum of the finished blocks' seqsums (acc) and the current
-// block's seqsum (inner).
-struct HotColumnSum {
-  static constexpr int kGroup = 16;  // terms loaded ahead of their additions
-  float acc = 0.0f, inner = 0.0f;
-  bool any = false, inner_any = false;
-  int32_t block = -1;
-  int32_t blocks_seen = 0;
-
-  // Adds a tile's column (term k at column[k * kChunk]) in order. The loads, at constant offsets,
-  // do not depend on the additions: each group of kGroup terms is loaded while the previous group
-  // is added, so the chain of dependent additions runs at the FADD latency.
-  __device__ void Fold(const float* column, int count) {
-    int k = 0;
-    if (!any && count > 0) acc = column[0], k = 1, any = true;  // seqsum: the first term as is
-    if (k + kGroup <= count) {
-      float x[kGroup];
-      LoadGroup(column + k * kChunk, x);
-      for (; k + 2 * kGroup <= count; k += kGroup) {
-        float next[kGroup];
-        LoadGroup(column + (k + kGroup) * kChunk, next);
-        AddGroup(x);
-#pragma unroll
-        for (int i = 0; i < kGroup; ++i) x[i] = next[i];
-      }
-      AddGroup(x);
-      k += kGroup;
-    }
-    for (; k < count; ++k) acc = numerics::AddRn(acc, column[k * kChunk]);
-  }
-  __device__ static void LoadGroup(const float* terms, float x[kGroup]) {
-#pragma unroll
-    for (int i = 0; i < kGroup; ++i) x[i] = terms[i * kChunk];
-  }
-  __device__ void AddGroup(const float x[kGroup]) {
-#pragma unroll
-    for (int i = 0; i < kGroup; ++i) acc = numerics::AddRn(acc, x[i]);
-  }
-
-  // Fold with batch blocks: a term of another block than the previous term's closes that block.
-  __device__ void FoldBlocked(const float* column, const Contribution* meta, int count) {
-    for (int k = 0; k < count; ++k) {
-      const int32_t kb = meta[k].block;
-      if (kb != block) {  // a block ends: its seqsum joins the outer one (BlockSeqSum4)
-        if (inner_any) acc = any ? numerics::AddRn(acc, inner) : inner, any = true;
-        inner_any = false;
-        block = kb;
-        ++blocks_seen;
-      }
-      const float x = column[k * kChunk];
-      inner = inner_any ? numerics::AddRn(inner, x) : x;
-      inner_any = true;
-    }
-  }
-
-  // G's column once every term is folded (BlockSeqSum4::Finish with batch blocks).
-  __device__ float Finish(int64_t num_blocks) {
-    if (num_blocks > 1) {
-      if (inner_any) acc = any ? numerics::AddRn(acc, inner) : inner;
-      if (blocks_seen < num_blocks) acc = numerics::AddRn(acc, 0.0f);
-    }
-    return acc;
-  }
-};
-
-// How HotRowKernel cuts a hot run of `count` occurrences (sorted positions start, start + 1, ...):
-// tiles of `per_tile` occurrences (at most kHotTileFloats floats; a multiple of the fold's group
-// where the dim allows, so a full tile's fold has no leftover terms), and batches of
-// `tiles_per_batch` whole tiles (at most kHotThreads occurrences, one per thread) whose metadata
-// is fetched together. Tile u belongs to batch u / tiles_per_batch, whose metadata is in buffer
-// batch % 2, and is staged in ring slot u % kHotStages. A batch has at least kHotStages + 2 tiles:
-// the next batch's metadata takes the batch's first three tiles to fetch (HotMetaFetch) and the
-// fourth's barrier to publish, and the ring issues the next batch's first tile kHotStages - 1
-// tiles before the batch ends.
-struct HotRun {
-  int64_t start = 0;
-  int count = 0;  // < 2^31 as the occurrences (LaunchBackward)
-  int chunks_per_row = 0;
-  int per_tile = 0, tiles_per_batch = 0;
-  Contribution* meta = nullptr;  // [2][kHotThreads]
-  float* ring = nullptr;         // [kHotStages][slot_floats]
-  int64_t slot_floats = 0;
-
-  __device__ HotRun(unsigned char* smem, int64_t run_start, int64_t run_end, int64_t dim, int64_t max_dim)
-      : start(run_start), count(static_cast<int>(run_end - run_start)), chunks_per_row(static_cast<int>(dim / kChunk)) {
-    per_tile = static_cast<int>(min(kHotTileFloats / dim, static_cast<int64_t>(kHotThreads / (kHotStages + 2))));
-    if (per_tile >= HotColumnSum::kGroup) per_tile -= per_tile % HotColumnSum::kGroup;
-    tiles_per_batch = kHotThreads / per_tile;
-    meta = reinterpret_cast<Contribution*>(smem);
-    ring = reinterpret_cast<float*>(meta + 2 * kHotThreads);
-    slot_floats = HotSlotFloats(max_dim);
-  }
-  __device__ int BatchSize() const { return per_tile * tiles_per_batch; }
-  __device__ int NumTiles() const { return (count + per_tile - 1) / per_tile; }
-  __device__ Contribution* BatchMeta(int batch) const { return meta + batch % 2 * kHotThreads; }
-  __device__ HotTile Tile(int u) const {
-    HotTile tile;
-    tile.meta = BatchMeta(u / tiles_per_batch) + u % tiles_per_batch * per_tile;
-    tile.data = ring + u % kHotStages * slot_floats;
-    tile.count = min(per_tile, count - u * per_tile);
-    tile.stride = per_tile | 1;
-    return tile;
-  }
-
-  // This thread's 16-byte copies of a tile's gradient chunks (the tile's chunk q: occurrence
-  // q / chunks_per_row, chunk q % chunks_per_row), in flight until its CopyAsyncWait.
-  __device__ void Issue(const HotTile& tile, int tid) const {
-    for (int q = tid; q < tile.count * chunks_per_row; q += kHotThreads) {
-      const int k = q / chunks_per_row, c = q % chunks_per_row;
-      CopyAsync16(tile.Chunk(k, c), tile.meta[k].grad + c * kChunk);
-    }
-  }
-  // ContributionTerm on the chunks that this thread's Issue copied, once they have landed: w*gamma
-  // (WSUM) and gamma/n (MEAN) formed in place; SUM's and NONE's gradients are their contributions.
-  __device__ void Form(const HotTile& tile, int tid) const {
-    for (int q = tid; q < tile.count * chunks_per_row; q += kHotThreads) {
-      const int k = q / chunks_per_row, c = q % chunks_per_row;
-      const Contribution& mc = tile.meta[k];
-      if (mc.pooling != Pooling::kWeightedSum && mc.pooling != Pooling::kMean) continue;
-      float4* chunk = reinterpret_cast<float4*>(tile.Chunk(k, c));
-      const float4 g4 = *chunk;
-      float g[kChunk] = {g4.x, g4.y, g4.z, g4.w};
-      ContributionTerm(mc.pooling, mc.weight, mc.n, g);
-      *chunk = make_float4(g[0], g[1], g[2], g[3]);
-    }
-  }
-};
-
-// Thread tid's share of the next batch's metadata (its occurrence tid), fetched during the first
-// three tiles of the current batch, one level of the chain of dependent loads per tile, so that
-// each load has a tile's time to arrive before its value is used: tile 0 requests the occurrence
-// v (order_out), tile 1 its bag, tile 2 forms the Contribution (the few feature and table
-// parameters stay cached) and stores it for the barrier of tile 3 to publish.
-struct HotMetaFetch {
-  int64_t v = 0, bag = 0;
-
-  __device__ void Step(const LaunchParams& p, const BackwardBuffers& b, const HotRun& run, int u, int tid) {
-    const int phase = u % run.tiles_per_batch;
-    const int next = u / run.tiles_per_batch + 1;
-    const int i = next * run.BatchSize() + tid;  // the occurrence's place in the run
-    if (phase > 2 || tid >= run.BatchSize() || i >= run.count) return;
-    if (phase == 0) v = b.order_out[run.start + i];
-    if (phase == 1) bag = b.value_bag[v];
-    if (phase == 2) run.BatchMeta(next)[tid] = ContributionOf(p, b, v, bag);
-  }
-};
-
-// A block per hot run. The run's tiles pass through a ring of kHotStages slots in shared memory:
-// while thread j < dim folds column j of tile u in sorted order (continuing the seqsum across
-// tiles: the same additions, in the same order, as the warp path and the oracle), the copies of
-// tiles u+1 .. u+kHotStages-1 (cp.async, global to shared) are in flight and the next batch's
-// metadata is being fetched (HotMetaFetch). One barrier per tile: each thread waits for its own
-// copies of tile u and forms them (ContributionTerm); the barrier then makes tile u whole for the
-// fold and frees the slot of tile u-1 for the copies of tile u+kHotStages-1.
+// A block per hot run. Per batch of kHotThreads occurrences: each thread fetches one occurrence's
+// metadata; per tile of the batch: all threads load and form 4-column chunks of contributions
+// (independent loads), then thread j folds column j over the tile's occurrences in sorted order,
+// continuing the seqsum across tiles and batches: the same additions, in the same order, as the
+// warp path and the oracle.
 __global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p, const BackwardBuffers b) {
   if (static_cast<int32_t>(blockIdx.x) >= *b.num_hot_runs) return;  // the whole block leaves together
   extern __shared__ __align__(16) unsigned char hot_shared[];
+  Contribution* meta = reinterpret_cast<Contribution*>(hot_shared);
+  float* tile = reinterpret_cast<float*>(hot_shared + kHotThreads * sizeof(Contribution));
+  float* s_grad = tile + kHotTileFloats;
+  float* s_w = s_grad + b.max_dim;
   const int tid = static_cast<int>(threadIdx.x);
-  const int64_t run_index = b.hot_runs[blockIdx.x];
-  const int64_t start = b.run_start[run_index], end = b.run_start[run_index + 1];
+  const int64_t run = b.hot_runs[blockIdx.x];
+  const int64_t start = b.run_start[run], end = b.run_start[run + 1];
   const int64_t global_row = RowOfKey(b, start);
   const TableParams& t = p.tables[TableOfRow(p.tables, p.num_tables, global_row)];
   const int64_t row = global_row - t.row_offset;
-  const HotRun run(hot_shared, start, end, t.dim, b.max_dim);
-  float* s_grad = run.ring + kHotStages * run.slot_floats;
-  float* s_w = s_grad + b.max_dim;
-  // Batch 0's metadata, then the copies of the ring's first kHotStages - 1 tiles, a commit group each.
-  if (tid < run.BatchSize() && tid < run.count) run.meta[tid] = ContributionOf(p, b, b.order_out[start + tid]);
-  __syncthreads();
-  for (int u = 0; u < kHotStages - 1; ++u) {
-    if (u < run.NumTiles()) run.Issue(run.Tile(u), tid);
-    CopyAsyncCommit();
-  }
-  HotMetaFetch fetch;
-  HotColumnSum sum;
-  for (int u = 0; u < run.NumTiles(); ++u) {
-    const HotTile tile = run.Tile(u);
-    CopyAsyncWait<kHotStages - 2>();  // this thread's copies of tile u have landed
-    run.Form(tile, tid);
+  const int64_t chunks_per_row = t.dim / kChunk;
+  const int64_t per_tile = kHotTileFloats / t.dim;  // >= 16 occurrences (dim <= 1024)
+  // Thread tid < dim: column tid's seqsum so far (with batch blocks: of the finished blocks, and
+  // `inner` of the current one).
+  float acc = 0.0f, inner = 0.0f;
+  bool any = false, inner_any = false;
+  int32_t block = -1;
+  int64_t blocks_seen = 0;
+  for (int64_t m0 = start; m0 < end; m0 += kHotThreads) {
+    const int64_t batch_count = min(static_cast<int64_t>(kHotThreads), end - m0);
+    if (tid < batch_count) meta[tid] = ContributionOf(p, b, b.order_out[m0 + tid]);
     __syncthreads();
-    if (u + kHotStages - 1 < run.NumTiles()) run.Issue(run.Tile(u + kHotStages - 1), tid);
-    CopyAsyncCommit();  // a group per tile, empty past the last tile, so that the wait counts tiles
-    fetch.Step(p, b, run, u, tid);
-    if (tid < t.dim && b.num_batch_blocks == 1) sum.Fold(tile.Column(tid), tile.count);
-    if (tid < t.dim && b.num_batch_blocks > 1) sum.FoldBlocked(tile.Column(tid), tile.meta, tile.count);
+    for (int64_t k0 = 0; k0 < batch_count; k0 += per_tile) {
+      const int64_t tile_count = min(per_tile, batch_count - k0);
+#pragma unroll 4
+      for (int64_t q = tid; q < tile_count * chunks_per_row; q += kHotThreads) {
+        const int64_t k = q / chunks_per_row;
+        const int64_t c = (q % chunks_per_row) * kChunk;
+        const Contribution& mc = meta[k0 + k];
+        const float4 g4 = *reinterpret_cast<const float4*>(mc.grad + c);
+        float g[kChunk] = {g4.x, g4.y, g4.z, g4.w};
+        ContributionTerm(mc.pooling, mc.weight, mc.n, g);
+        *reinterpret_cast<float4*>(tile + k * t.dim + c) = make_float4(g[0], g[1], g[2], g[3]);
+      }
+      __syncthreads();
+      if (tid < t.dim && b.num_batch_blocks == 1) {
+        int64_t k = 0;
+        if (!any) acc = tile[tid], k = 1, any = true;  // seqsum: the first term as is
+        for (; k < tile_count; ++k) acc = numerics::AddRn(acc, tile[k * t.dim + tid]);
+      } else if (tid < t.dim) {
+        for (int64_t k = 0; k < tile_count; ++k) {
+          const int32_t kb = meta[k0 + k].block;
+          if (kb != block) {  // a block ends: its seqsum joins the outer one (BlockSeqSum4)
+            if (inner_any) acc = any ? numerics::AddRn(acc, inner) : inner, any = true;
+            inner_any = false;
+            block = kb;
+            ++blocks_seen;
+          }
+          const float x = tile[k * t.dim + tid];
+          inner = inner_any ? numerics::AddRn(inner, x) : x;
+          inner_any = true;
+        }
+      }
+      __syncthreads();
+    }
   }
-  if (tid < t.dim) s_grad[tid] = sum.Finish(b.num_batch_blocks);
+  if (tid < t.dim && b.num_batch_blocks > 1) {
+    if (inner_any) acc = any ? numerics::AddRn(acc, inner) : inner;
+    if (blocks_seen < b.num_batch_blocks) acc = numerics::AddRn(acc, 0.0f);
+  }
+  if (tid < t.dim) s_grad[tid] = acc;
   if (tid < 32) {
     for (int64_t c = tid * kChunk; c < t.dim; c += 32 * kChunk) {
       float w[kChunk];
@@ -567,7 +420,7 @@ __global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p
   __syncthreads();
   if (tid >= 32) return;
   if (b.run_grads != nullptr) {
-    StoreRunGradient(t, b, run_index, s_grad, s_w, tid);
+    StoreRunGradient(t, b, run, s_grad, s_w, tid);
     return;
   }
   const float state_before = t.optimizer.kind == OptimizerKind::kRowwiseAdagrad ? t.adagrad[row] : 0.0f;
