@@ -9,21 +9,22 @@
 namespace gemtb::gpu::bench {
 namespace {
 
-DeviceActivity Kernel(const char* name, uint64_t start_ns, uint64_t end_ns) {
+DeviceActivity Activity(DeviceActivity::Kind kind, const char* name, uint64_t start_ns, uint64_t end_ns) {
   DeviceActivity a;
-  a.kind = DeviceActivity::Kind::kKernel;
+  a.kind = kind;
   a.name = name;
   a.start_ns = start_ns;
   a.end_ns = end_ns;
   return a;
 }
-
+DeviceActivity Kernel(const char* name, uint64_t start_ns, uint64_t end_ns) {
+  return Activity(DeviceActivity::Kind::kKernel, name, start_ns, end_ns);
+}
 DeviceActivity Copy(uint64_t start_ns, uint64_t end_ns) {
-  DeviceActivity a;
-  a.kind = DeviceActivity::Kind::kMemcpy;
-  a.start_ns = start_ns;
-  a.end_ns = end_ns;
-  return a;
+  return Activity(DeviceActivity::Kind::kMemcpy, "", start_ns, end_ns);
+}
+DeviceActivity HostCall(const char* name, uint64_t start_ns, uint64_t end_ns) {
+  return Activity(DeviceActivity::Kind::kHostCall, name, start_ns, end_ns);
 }
 
 TEST(DeviceTimeline, BusyIdleAndTheGapsBetweenNeighbours) {
@@ -72,15 +73,6 @@ TEST(DeviceTimeline, RecurringGapsAreSummedByTheirNeighbours) {
   EXPECT_EQ(all.gap_totals[1].after, "A");
   EXPECT_EQ(all.gap_totals[1].count, 2);
   EXPECT_DOUBLE_EQ(all.gap_totals[1].ms, 200e-6);
-}
-
-DeviceActivity HostCall(const char* name, uint64_t start_ns, uint64_t end_ns) {
-  DeviceActivity a;
-  a.kind = DeviceActivity::Kind::kHostCall;
-  a.name = name;
-  a.start_ns = start_ns;
-  a.end_ns = end_ns;
-  return a;
 }
 
 TEST(DeviceTimeline, HostCallsSayWhatTheHostDidInAGap) {
