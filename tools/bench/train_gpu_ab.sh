@@ -17,7 +17,13 @@
 # ncu times every kernel whose name matches KERNEL_REGEX, default all, in one step of each variant),
 # SECTIONS (a kernel-name regex: ncu's speed-of-light, warp-state, scheduler, memory, occupancy and
 # source-level sections of one launch of it, the first after SECTIONS_SKIP matching launches, default
-# 0, in a b256 step of each variant).
+# 0, in a b256 step of each variant), TRACE (a local batch: each variant's last step of a 5-step run
+# under `gemtb train --trace-kernels`, its device time, idle gaps and the host's calls in them:
+# timeline_NAME.json, a line each in ab_summary.txt, the Perfetto trace in runs.tgz), CHECK_TRAIN (K:
+# the first variant's `gemtb check train --config tiny --steps K`, the trainer against the oracle),
+# PEER=1 (after the turns, the PyTorch peer at torch.compile batch 1,024, where a copy of its script
+# gem_small_torch.py sits in .peers/gem_torch (carry it) and the GPU has more than 100 GB: its peak
+# is 93 GB; peer.log, its RESULT line in ab_summary.txt).
 # Writes $OUT/ab_summary.txt: the tests' results and failures, every run's median step and samples/s,
 # then per variant and batch the median over the turns; kernels_NAME.csv, sections_NAME.txt; and
 # everything else (each run's report and log, the build and test logs) in runs.tgz, so that a call
@@ -38,6 +44,9 @@ kernels=${KERNELS:-}
 kernel_regex=${KERNEL_REGEX:-.}
 sections=${SECTIONS:-}
 sections_skip=${SECTIONS_SKIP:-0}
+trace=${TRACE:-}
+check_train=${CHECK_TRAIN:-}
+peer=${PEER:-0}
 shopt -s nullglob
 variants=()  # every variant timed
 builds=()    # the variants with a tree of their own (.tgz)
@@ -139,7 +148,37 @@ for (b, v), s in sorted(runs.items()):
     print(f"batch {b} {v}: median step {statistics.median(x[0] for x in s):.3f} ms, "
           f"samples/s {statistics.median(x[1] for x in s):.1f} (median of {len(s)} runs)")
 PY
+if [ -n "$trace" ]; then
+  for v in "${variants[@]}"; do
+    # shellcheck disable=SC2086
+    "$scratch/ab-build-${tree[$v]}/bin/gemtb" train --config small --local-batch "$trace" --steps 5 --eval-samples 0 \
+      --log-every-s 1000 --trace-kernels --trace "$out/trace_$v.json" --report "$out/timeline_$v.json" ${vflags[$v]} \
+      >"$out/timeline_$v.log" 2>&1 || rc=1
+    grep "last step on the device" "$out/timeline_$v.log" | sed "s/^/$v b$trace: /" | tee -a "$out/ab_summary.txt"
+  done
+fi
+if [ -n "$check_train" ]; then
+  "$scratch/ab-build-${tree[${variants[0]}]}/bin/gemtb" check train --config tiny --steps "$check_train" >"$out/check_train.log" 2>&1 ||
+    rc=1
+  tail -1 "$out/check_train.log" | sed "s/^/check train (${variants[0]}): /" | tee -a "$out/ab_summary.txt"
+fi
+if [ "$peer" = 1 ]; then
+  mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  if [ "$mem" -gt 100000 ] && [ -f .peers/gem_torch/gem_small_torch.py ]; then
+    "$scratch/ab-build-${builds[0]}/bin/gemtb" model --config small --emit .peers/gem_torch/small_model.json >/dev/null &&
+      (cd .peers/gem_torch && python3 gem_small_torch.py --runs compile:1024 --steps 20 --warmup 5 --profile "" \
+        --flops "" --out "$out/peer.log") >"$out/peer_stdout.txt" 2>&1 || rc=1
+    grep RESULT "$out/peer_stdout.txt" | sed 's/^/peer: /' | tee -a "$out/ab_summary.txt"
+  else
+    echo "peer: not run (needs .peers/gem_torch/gem_small_torch.py and a GPU of more than 100 GB)" |
+      tee -a "$out/ab_summary.txt"
+  fi
+fi
 echo "train_gpu_ab: exit $rc after $((SECONDS - start)) s" | tee -a "$out/ab_summary.txt"
-(cd "$out" && tar czf runs.tgz -- train_* build_*.log tests_*.log kernels_*.log 2>/dev/null &&
-  rm -f -- train_* build_*.log tests_*.log kernels_*.log)
+(
+  cd "$out" || exit
+  packed=(train_* build_*.log tests_*.log kernels_*.log timeline_*.log trace_*.json)  # nullglob: those there
+  for f in check_train.log peer_stdout.txt; do [ -f "$f" ] && packed+=("$f"); done
+  [ ${#packed[@]} -eq 0 ] || { tar czf runs.tgz -- "${packed[@]}" && rm -f -- "${packed[@]}"; }
+)
 exit $rc
