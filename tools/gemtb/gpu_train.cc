@@ -194,6 +194,10 @@ absl::StatusOr<Job> Prepare(const Flags& f, const launch::LaunchInfo& launch) {
     if (absl::Status s = reference::model::CheckCheckpointPath(f.report); !s.ok()) return Bad(absl::StrCat("--report: ", s.message()));
   if (!f.trace.empty())
     if (absl::Status s = reference::model::CheckCheckpointPath(f.trace); !s.ok()) return Bad(absl::StrCat("--trace: ", s.message()));
+#if GEMTB_HAVE_CUDA
+  if (f.trace_kernels && !gpu::bench::KernelTimer::Available())
+    return Bad("--trace-kernels: this build has no CUPTI (CUDA::cupti was not found when it was configured)");
+#endif
   if (!f.checkpoint.empty())
     if (absl::Status s = CheckCheckpointDir(f.checkpoint, f.resume); !s.ok()) return s;
 
