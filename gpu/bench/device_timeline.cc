@@ -39,67 +39,94 @@ std::string ActivityName(const DeviceActivity& a) {
   return name.empty() ? "kernel" : name;
 }
 
+namespace {
+
+constexpr double kMs = 1e-6;
+
+// The totals of a map (each with an `ms`), the longest first, `keep` of them.
+template <typename Key, typename Total>
+std::vector<Total> LongestFirst(std::map<Key, Total>& totals, size_t keep) {
+  std::vector<Total> out;
+  for (auto& [key, t] : totals) out.push_back(std::move(t));
+  std::stable_sort(out.begin(), out.end(), [](const Total& x, const Total& y) { return x.ms > y.ms; });
+  if (out.size() > keep) out.resize(keep);
+  return out;
+}
+
+// The host calls' time inside [from, to) by name (their overlap with it).
+std::map<std::string, HostCallTime> CallTimes(const std::vector<const DeviceActivity*>& calls, uint64_t from,
+                                              uint64_t to) {
+  std::map<std::string, HostCallTime> by_name;
+  for (const DeviceActivity* c : calls) {
+    const uint64_t a = std::max(c->start_ns, from), b = std::min(c->end_ns, to);
+    if (b <= a) continue;
+    const std::string name = ActivityName(*c);
+    HostCallTime& t = by_name[name];
+    t.name = name;
+    ++t.calls;
+    t.ms += static_cast<double>(b - a) * kMs;
+  }
+  return by_name;
+}
+
+// A gap between the device's activities, in ns, with its neighbours.
+struct Gap {
+  uint64_t from, to;
+  std::string after, before;
+};
+
+// Sweeps the device activities in start order: busy time, counts and kernel totals into `s`, and the
+// gaps. `covered` is where the union of the activities so far ends, `last` the activity that reaches
+// it (the one a gap comes after).
+std::vector<Gap> Sweep(std::vector<const DeviceActivity*> inside, uint64_t from_ns, uint64_t to_ns,
+                       TimelineSummary& s, std::map<std::string, KernelTotal>& kernels) {
+  std::sort(inside.begin(), inside.end(), [](const DeviceActivity* x, const DeviceActivity* y) {
+    return x->start_ns != y->start_ns ? x->start_ns < y->start_ns : x->end_ns < y->end_ns;
+  });
+  std::vector<Gap> gaps;
+  uint64_t covered = from_ns;
+  std::string last = "(window start)";
+  for (const DeviceActivity* a : inside) {
+    const uint64_t start = std::max(a->start_ns, from_ns), end = std::min(a->end_ns, to_ns);
+    const std::string name = ActivityName(*a);
+    if (start > covered) gaps.push_back({covered, start, last, name});
+    if (end > covered) {
+      s.busy_ms += static_cast<double>(end - std::max(start, covered)) * kMs;
+      covered = end;
+      last = name;
+    }
+    if (a->kind == DeviceActivity::Kind::kMemcpy) ++s.memcpys;
+    if (a->kind == DeviceActivity::Kind::kMemset) ++s.memsets;
+    if (a->kind != DeviceActivity::Kind::kKernel) continue;
+    ++s.kernels;
+    const double ms = static_cast<double>(end - start) * kMs;
+    s.kernel_ms += ms;
+    KernelTotal& t = kernels[name];
+    t.name = name;
+    ++t.launches;
+    t.ms += ms;
+  }
+  if (to_ns > covered) gaps.push_back({covered, to_ns, last, "(window end)"});
+  return gaps;
+}
+
+}  // namespace
+
 TimelineSummary SummarizeTimeline(const std::vector<DeviceActivity>& activities, uint64_t from_ns, uint64_t to_ns,
                                   int top) {
   TimelineSummary s;
   if (to_ns <= from_ns) return s;
-  constexpr double kMs = 1e-6;
   s.window_ms = static_cast<double>(to_ns - from_ns) * kMs;
   std::vector<const DeviceActivity*> inside, calls;
   for (const DeviceActivity& a : activities) {
     if (a.end_ns <= from_ns || a.start_ns >= to_ns || a.end_ns < a.start_ns) continue;
     (a.kind == DeviceActivity::Kind::kHostCall ? calls : inside).push_back(&a);
   }
-  std::sort(inside.begin(), inside.end(), [](const DeviceActivity* x, const DeviceActivity* y) {
-    return x->start_ns != y->start_ns ? x->start_ns < y->start_ns : x->end_ns < y->end_ns;
-  });
-  std::map<std::string, KernelTotal> by_name;
-  struct Gap {
-    uint64_t from, to;
-    std::string after, before;
-  };
-  std::vector<Gap> gaps;
-  // Sweep in start order: `covered` is where the union of the activities so far ends, and `last` the
-  // activity that reaches it (the one a gap comes after).
-  uint64_t covered = from_ns;
-  std::string last = "(window start)";
-  for (const DeviceActivity* a : inside) {
-    const uint64_t start = std::max(a->start_ns, from_ns), end = std::min(a->end_ns, to_ns);
-    const std::string name = ActivityName(*a);
-    if (start > covered) {
-      gaps.push_back({covered, start, last, name});
-    }
-    if (end > covered) {
-      s.busy_ms += static_cast<double>(end - std::max(start, covered)) * kMs;
-      covered = end;
-      last = name;
-    }
-    switch (a->kind) {
-      case DeviceActivity::Kind::kKernel: {
-        ++s.kernels;
-        const double ms = static_cast<double>(end - start) * kMs;
-        s.kernel_ms += ms;
-        KernelTotal& t = by_name[name];
-        t.name = name;
-        ++t.launches;
-        t.ms += ms;
-        break;
-      }
-      case DeviceActivity::Kind::kMemcpy:
-        ++s.memcpys;
-        break;
-      case DeviceActivity::Kind::kMemset:
-        ++s.memsets;
-        break;
-      case DeviceActivity::Kind::kHostCall:
-        break;
-    }
-  }
-  if (to_ns > covered) {
-    gaps.push_back({covered, to_ns, last, "(window end)"});
-  }
+  std::map<std::string, KernelTotal> kernels;
+  std::vector<Gap> gaps = Sweep(std::move(inside), from_ns, to_ns, s, kernels);
   s.idle_ms = s.window_ms - s.busy_ms;
   const size_t keep = static_cast<size_t>(std::max(top, 0));
+  s.top_kernels = LongestFirst(kernels, keep);
   std::map<std::pair<std::string, std::string>, GapTotal> by_pair;
   for (const Gap& g : gaps) {
     GapTotal& t = by_pair[{g.after, g.before}];
@@ -108,58 +135,27 @@ TimelineSummary SummarizeTimeline(const std::vector<DeviceActivity>& activities,
     ++t.count;
     t.ms += static_cast<double>(g.to - g.from) * kMs;
   }
-  for (auto& [pair, t] : by_pair) s.gap_totals.push_back(std::move(t));
-  std::stable_sort(s.gap_totals.begin(), s.gap_totals.end(),
-                   [](const GapTotal& x, const GapTotal& y) { return x.ms > y.ms; });
-  if (s.gap_totals.size() > keep) s.gap_totals.resize(keep);
+  s.gap_totals = LongestFirst(by_pair, keep);
+  // What the host was in, in the whole window and during each kept gap. One thread's calls do not
+  // overlap; the data thread's few that overlap the main thread's are counted each.
+  s.host_calls = static_cast<int64_t>(calls.size());
+  std::map<std::string, HostCallTime> window_calls = CallTimes(calls, from_ns, to_ns);
+  s.top_host_calls = LongestFirst(window_calls, keep);
   std::stable_sort(gaps.begin(), gaps.end(), [](const Gap& x, const Gap& y) { return x.to - x.from > y.to - y.from; });
   if (gaps.size() > keep) gaps.resize(keep);
-  // What the host was in during each kept gap, and in the whole window. Calls do not nest (one thread's
-  // runtime calls; the prefetch thread's few calls may overlap the main thread's, counted each).
-  s.host_calls = static_cast<int64_t>(calls.size());
-  std::map<std::string, HostCallTime> by_call;
-  for (const DeviceActivity* c : calls) {
-    const std::string name = ActivityName(*c);
-    HostCallTime& t = by_call[name];
-    t.name = name;
-    ++t.calls;
-    t.ms += static_cast<double>(std::min(c->end_ns, to_ns) - std::max(c->start_ns, from_ns)) * kMs;
-  }
-  for (auto& [name, t] : by_call) s.top_host_calls.push_back(std::move(t));
-  std::stable_sort(s.top_host_calls.begin(), s.top_host_calls.end(),
-                   [](const HostCallTime& x, const HostCallTime& y) { return x.ms > y.ms; });
-  if (s.top_host_calls.size() > keep) s.top_host_calls.resize(keep);
   for (const Gap& raw : gaps) {
     IdleGap& g = s.largest_gaps.emplace_back();
     g.at_ms = static_cast<double>(raw.from - from_ns) * kMs;
     g.ms = static_cast<double>(raw.to - raw.from) * kMs;
     g.after = raw.after;
     g.before = raw.before;
-    if (!calls.empty()) {
-      const uint64_t g0 = raw.from, g1 = raw.to;
-      std::map<std::string, HostCallTime> in_gap;
-      double in_calls = 0;
-      for (const DeviceActivity* c : calls) {
-        const uint64_t a = std::max(c->start_ns, g0), b = std::min(c->end_ns, g1);
-        if (b <= a) continue;
-        const std::string name = ActivityName(*c);
-        HostCallTime& t = in_gap[name];
-        t.name = name;
-        ++t.calls;
-        t.ms += static_cast<double>(b - a) * kMs;
-        in_calls += static_cast<double>(b - a) * kMs;
-      }
-      for (auto& [name, t] : in_gap) g.host_calls.push_back(std::move(t));
-      std::stable_sort(g.host_calls.begin(), g.host_calls.end(),
-                       [](const HostCallTime& x, const HostCallTime& y) { return x.ms > y.ms; });
-      if (g.host_calls.size() > 3) g.host_calls.resize(3);
-      g.outside_calls_ms = std::max(0.0, g.ms - in_calls);
-    }
+    if (calls.empty()) continue;
+    std::map<std::string, HostCallTime> in_gap = CallTimes(calls, raw.from, raw.to);
+    double in_calls = 0;
+    for (const auto& [name, t] : in_gap) in_calls += t.ms;
+    g.host_calls = LongestFirst(in_gap, 3);
+    g.outside_calls_ms = std::max(0.0, g.ms - in_calls);
   }
-  for (auto& [name, t] : by_name) s.top_kernels.push_back(std::move(t));
-  std::stable_sort(s.top_kernels.begin(), s.top_kernels.end(),
-                   [](const KernelTotal& x, const KernelTotal& y) { return x.ms > y.ms; });
-  if (s.top_kernels.size() > keep) s.top_kernels.resize(keep);
   return s;
 }
 

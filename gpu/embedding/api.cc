@@ -159,6 +159,12 @@ struct InputBound {
   const float* pooled_grad = nullptr;  // grads->pooled, or the caller's (SetDeviceGrads)
   bool has_input = false;
   bool has_grads = false;
+  // No input, outputs or gradients held: what SetInput starts from, and leaves if it fails.
+  void Drop() {
+    has_input = has_grads = awaiting_apply = false;
+    grads.reset();
+    pooled_grad = nullptr;
+  }
   KjtLayout layout;
   int64_t batch = 0;
   int64_t num_values = 0;
@@ -336,10 +342,7 @@ absl::StatusOr<CheckedKjt> DeviceTbe::CheckInput(const KjtView& kjt) const {
 absl::Status DeviceTbe::SetInput(const KjtView& kjt) {
   absl::StatusOr<CheckedKjt> checked = CheckInput(kjt);
   if (!checked.ok()) {
-    // Malformed: the module holds no input (as after a failed upload).
-    s_->has_input = s_->has_grads = s_->awaiting_apply = false;
-    s_->grads.reset();
-    s_->pooled_grad = nullptr;
+    s_->Drop();
     return checked.status();
   }
   return SetInput(kjt, *checked);
@@ -347,11 +350,7 @@ absl::Status DeviceTbe::SetInput(const KjtView& kjt) {
 
 absl::Status DeviceTbe::SetInput(const KjtView& kjt, const CheckedKjt& checked) {
   State& s = *s_;
-  s.has_input = false;
-  s.has_grads = false;
-  s.awaiting_apply = false;
-  s.grads.reset();
-  s.pooled_grad = nullptr;
+  s.Drop();
   const void* data[5];
   size_t sizes[5];
   SpansOf(kjt, data, sizes);
@@ -362,13 +361,12 @@ absl::Status DeviceTbe::SetInput(const KjtView& kjt, const CheckedKjt& checked) 
   if (s.options.batch_block > 0 && kjt.batch % s.options.batch_block != 0) {
     return Bad(absl::StrCat("batch B=", kjt.batch, ": not a multiple of options.batch_block=", s.options.batch_block));
   }
-  absl::StatusOr<KjtLayout> layout = checked.layout();
   const int64_t num_values = static_cast<int64_t>(kjt.values.size());
   if (num_values >= (int64_t{1} << 31)) return Bad(absl::StrCat("values: ", num_values, " ids exceed the GPU's 2^31"));
   if (kjt.batch > 0 && s.total_rows + 1 > std::numeric_limits<int64_t>::max() / kjt.batch) {
     return Bad(absl::StrCat("batch B=", kjt.batch, ": (rows+1)*B overflows the sort key"));
   }
-  s.layout = *std::move(layout);
+  s.layout = checked.layout();
   s.in = std::make_unique<State::Input>();
   s.batch = kjt.batch;
   s.num_values = num_values;

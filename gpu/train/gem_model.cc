@@ -71,17 +71,16 @@ class Scratch {
     ptrs_.push_back(p);
     return static_cast<int32_t*>(p);
   }
+  // The host's values uploaded.
   absl::StatusOr<int32_t*> Ints(const std::vector<int32_t>& host) {
-    void* p = nullptr;
-    const size_t bytes = std::max<size_t>(host.size(), 1) * sizeof(int32_t);
-    GEMTB_RETURN_IF_ERROR(Cuda(cudaMallocAsync(&p, bytes, stream_), "scratch"));
-    ptrs_.push_back(p);
+    int32_t* p = nullptr;
+    GEMTB_ASSIGN_OR_RETURN(p, IntsOfSize(static_cast<int64_t>(host.size())));
     if (!host.empty())
       GEMTB_RETURN_IF_ERROR(Cuda(
           cudaMemcpyAsync(p, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "upload"));
     // The host vector may go away before the copy runs: pageable copies are staged before the call
     // returns, so no wait is needed here.
-    return static_cast<int32_t*>(p);
+    return p;
   }
 
  private:

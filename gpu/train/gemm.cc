@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -21,10 +20,9 @@ struct Fp32Matmul::Handles {
   cublasHandle_t handle = nullptr;
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;
-  // The heuristic's choice per linear product's description (shape with the row count rounded up to a
-  // power of two, strides, bias and residual, the four alignments): asked once per description, as a
-  // step repeats each shape several times (q, k and v of one block share theirs) and every batch
-  // brings new row counts (jagged sequences), each a heuristic run of milliseconds on the host.
+  // The heuristic's choice per linear product's description (shape with the row count at
+  // lt_descriptors.h's HeuristicRows, strides, bias and residual, the four alignments): asked once per
+  // description, as a step repeats each shape several times (q, k and v of one block share theirs).
   std::map<std::array<int64_t, 11>, cublasLtMatmulAlgo_t> linear_algos;
   std::set<std::array<int64_t, 11>> linear_unsupported;  // setups the heuristic had no algorithm for
 
@@ -210,9 +208,7 @@ absl::Status Fp32Matmul::Linear(const LinearF32& s, const float* x, const float*
   // the flat parameter array are not 256-byte aligned).
   const float* c = residual != nullptr ? residual : y;
   const uint32_t aligns[4] = {AlignmentBytes(w), AlignmentBytes(x), AlignmentBytes(c), AlignmentBytes(y)};
-  // The row count rounded up: the heuristic's algorithm for it is checked at the actual rows below. It
-  // depends on the rounded rows only, never on which batch came first (a resumed run picks alike).
-  const int64_t n_key = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(s.n)));
+  const int64_t n_key = HeuristicRows(s.n);
   const std::array<int64_t, 11> key = {n_key,      s.in,      s.out,     s.ldx,     s.ldy,    bias != nullptr,
                                        residual != nullptr, aligns[0], aligns[1], aligns[2], aligns[3]};
   if (h_->linear_unsupported.count(key) != 0) {
@@ -247,10 +243,7 @@ absl::Status Fp32Matmul::Linear(const LinearF32& s, const float* x, const float*
     cached = h_->linear_algos.emplace(key, result.algo).first;
   }
   cublasLtMatmulAlgo_t algo = cached->second;
-  cublasLtMatmulHeuristicResult_t check{};
-  if (cublasLtMatmulAlgoCheck(h_->lt, d.op, d.a, d.b, d.d, d.d, &algo, &check) != CUBLAS_STATUS_SUCCESS ||
-      check.workspaceSize > kWorkspaceBytes) {
-    // The rounded rows' algorithm does not run these rows: the heuristic at these rows.
+  if (!AlgoRuns(h_->lt, d, algo, kWorkspaceBytes)) {  // not at these rows: the heuristic at these rows
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     GEMTB_CUBLAS(cublasLtMatmulAlgoGetHeuristic(h_->lt, d.op, d.a, d.b, d.d, d.d, d.preference, 1, &result, &found),

@@ -3,7 +3,6 @@
 #include <cublasLt.h>
 
 #include <array>
-#include <bit>
 #include <cstdint>
 #include <map>
 #include <utility>
@@ -16,11 +15,18 @@
 namespace gemtb::gpu::train {
 namespace {
 
-// A product's description as the heuristic sees it, its row count (the jagged dimension, new in every
-// batch) rounded up to a power of two: transposes, m, n, k, leading dimensions, output type, epilogue,
-// bias, C, beta, the four alignments.
+// A product's description as the heuristic sees it, its row count at HeuristicRows: transposes, m, n,
+// k, leading dimensions, output type, epilogue, bias, C, beta, the four alignments.
 using AlgoKey = std::array<int64_t, 17>;
 using AlgoCache = std::map<AlgoKey, cublasLtMatmulAlgo_t>;
+
+// The handle, workspace and heuristic choices a product runs with.
+struct Context {
+  cublasLtHandle_t lt;
+  void* workspace;
+  size_t workspace_bytes;
+  AlgoCache* algos;
+};
 
 }  // namespace
 
@@ -29,6 +35,8 @@ struct LinearMatmuls::Handles {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   AlgoCache algos;
+
+  Context context() { return {lt, workspace, workspace_bytes, &algos}; }
 
   ~Handles() {
     if (workspace) cudaFree(workspace);
@@ -93,14 +101,6 @@ absl::Status ValidateLinearShape(const LinearShape& s) {
 
 namespace {
 
-// The handle, workspace and heuristic choices a product runs with.
-struct Context {
-  cublasLtHandle_t lt;
-  void* workspace;
-  size_t workspace_bytes;
-  AlgoCache* algos;
-};
-
 // The stored layouts of A, B and D for the product's m, n, k (op(A) is [m, k], so A is [k, m] when
 // transposed).
 absl::Status CreateLayouts(const Gemm& g, int64_t n, int64_t k, LtDescriptors& desc) {
@@ -161,13 +161,10 @@ absl::Status RunGemm(const Context& h, const Gemm& g, cudaStream_t stream) {
     const uint32_t align = AlignmentBytes(ptr);
     GEMTB_LT(cublasLtMatmulPreferenceSetAttribute(desc.preference, attr, &align, sizeof(align)), "MIN_ALIGNMENT");
   }
-  // The heuristic is asked once per description, at the row count rounded up to a power of two, and its
-  // algorithm checked at the actual rows: a row count it has not seen costs the heuristic milliseconds
-  // on the host, the GPU idle meanwhile (tools/bench/NOTES.md), and every batch brings new ones. The
-  // choice depends on the rounded rows only, never on which batch came first: a run and a resumed run
-  // pick alike.
-  const int64_t n_key = g.rows_in_n ? static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(g.n))) : g.n;
-  const int64_t k_key = g.rows_in_k ? static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(g.k))) : g.k;
+  // The heuristic's algorithm at the rounded rows (lt_descriptors.h's HeuristicRows), once per
+  // description, if it runs these rows; else the heuristic at these rows.
+  const int64_t n_key = g.rows_in_n ? HeuristicRows(g.n) : g.n;
+  const int64_t k_key = g.rows_in_k ? HeuristicRows(g.k) : g.k;
   const AlgoKey key = {g.transpose_a, g.transpose_b, g.m, n_key, k_key, g.lda, g.ldb, g.ldd, g.d_type, g.epilogue,
                        g.bias != nullptr, g.c != nullptr, g.beta != 0.0f, AlignmentBytes(g.a), AlignmentBytes(g.b),
                        AlignmentBytes(c), AlignmentBytes(g.d)};
@@ -181,13 +178,9 @@ absl::Status RunGemm(const Context& h, const Gemm& g, cudaStream_t stream) {
     }
   }
   cublasLtMatmulAlgo_t algo{};
-  cublasLtMatmulHeuristicResult_t check{};
-  if (cached != h.algos->end() &&
-      cublasLtMatmulAlgoCheck(h.lt, desc.op, desc.a, desc.b, desc.d, desc.d, &cached->second, &check) ==
-          CUBLAS_STATUS_SUCCESS &&
-      check.workspaceSize <= h.workspace_bytes) {
+  if (cached != h.algos->end() && AlgoRuns(h.lt, desc, cached->second, h.workspace_bytes)) {
     algo = cached->second;
-  } else {  // the rounded rows' algorithm does not run these rows: the heuristic at these rows
+  } else {
     absl::StatusOr<cublasLtMatmulAlgo_t> chosen = HeuristicAlgo(h, g, desc.op, desc.preference, g.n, g.k);
     if (!chosen.ok()) return absl::InternalError(chosen.status().message());
     algo = *chosen;
@@ -273,28 +266,28 @@ Gemm BackwardInputGemm(const LinearShape& s, const void* dy, const void* w, cons
 absl::Status LinearMatmuls::Forward(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* w,
                                     const __nv_bfloat16* bias, __nv_bfloat16* y, cudaStream_t stream) {
   if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
-  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes, &h_->algos}, ForwardGemm(s, x, w, bias, nullptr, y, CUDA_R_16BF),
+  return RunGemm(h_->context(), ForwardGemm(s, x, w, bias, nullptr, y, CUDA_R_16BF),
                  stream);
 }
 
 absl::Status LinearMatmuls::BackwardInput(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
                                           const __nv_bfloat16* add, __nv_bfloat16* dx, cudaStream_t stream) {
   if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
-  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes, &h_->algos},
+  return RunGemm(h_->context(),
                  BackwardInputGemm(s, dy, w, add, dx, CUDA_R_16BF), stream);
 }
 
 absl::Status LinearMatmuls::ForwardToFp32(const LinearShape& s, const __nv_bfloat16* x, const __nv_bfloat16* w,
                                           const float* bias, const float* residual, float* y, cudaStream_t stream) {
   if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
-  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes, &h_->algos}, ForwardGemm(s, x, w, bias, residual, y, CUDA_R_32F),
+  return RunGemm(h_->context(), ForwardGemm(s, x, w, bias, residual, y, CUDA_R_32F),
                  stream);
 }
 
 absl::Status LinearMatmuls::BackwardInputToFp32(const LinearShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w,
                                                 const float* add, float* dx, cudaStream_t stream) {
   if (absl::Status v = ValidateLinearShape(s); !v.ok()) return v;
-  return RunGemm({h_->lt, h_->workspace, h_->workspace_bytes, &h_->algos}, BackwardInputGemm(s, dy, w, add, dx, CUDA_R_32F),
+  return RunGemm(h_->context(), BackwardInputGemm(s, dy, w, add, dx, CUDA_R_32F),
                  stream);
 }
 
@@ -317,10 +310,11 @@ absl::Status LinearMatmuls::BackwardWeight(const LinearShape& s, const __nv_bflo
   g.ldd = s.out;
   g.d_type = CUDA_R_32F;
   g.beta = 1.0f;
-  GEMTB_RETURN_IF_ERROR(RunGemm({h_->lt, h_->workspace, h_->workspace_bytes, &h_->algos}, g, stream));
+  GEMTB_RETURN_IF_ERROR(RunGemm(h_->context(), g, stream));
   // The bias gradient: dy's column sums (model_kernels.h's fixed tree), one more pass over dy. Not
-  // cuBLASLt's BGRADA epilogue: cuBLASLt runs it as a kernel of its own after the product, and that
-  // kernel took several times as long as this pass (tools/bench/NOTES.md).
+  // cuBLASLt's BGRADA epilogue: after a split-K product cuBLASLt runs it as a kernel of its own, which
+  // on the H200 at batch 1,024 took far longer than this pass; where it fuses BGRADA into the product,
+  // this pass is the price (both in tools/bench/NOTES.md).
   if (dbias == nullptr) return absl::OkStatus();
   return ColumnSums(dy, s.n, s.out, s.out, dbias, /*accumulate=*/true, stream);
 }

@@ -1,10 +1,12 @@
 // What the trainer's two cuBLASLt users (gemm.cc's linear product, linear.cc's bf16 layers) share:
-// the descriptors of one call, destroyed with it, and the alignment a pointer gives the heuristic.
+// the descriptors of one call, destroyed with it, the alignment a pointer gives the heuristic, and the
+// row count the heuristic is asked at, with the check that its algorithm runs the actual rows.
 #ifndef GEMTB_GPU_TRAIN_LT_DESCRIPTORS_H_
 #define GEMTB_GPU_TRAIN_LT_DESCRIPTORS_H_
 
 #include <cublasLt.h>
 
+#include <bit>
 #include <cstdint>
 
 namespace gemtb::gpu::train {
@@ -33,6 +35,22 @@ inline uint32_t AlignmentBytes(const void* p) {
   uint32_t align = 256;
   while (align > 1 && a % align != 0) align /= 2;
   return align;
+}
+
+// The row count a product's algorithm is chosen at: its rows rounded up to a power of two. A row count
+// cuBLASLt's heuristic has not seen costs it milliseconds on the host with the GPU idle
+// (tools/bench/NOTES.md), and every batch of jagged sequences brings new ones; so the heuristic is
+// asked once per rounded description and its algorithm checked at the actual rows (AlgoRuns). The
+// choice depends on the rounded rows only, never on which batch came first: a run and a resumed run
+// pick alike.
+inline int64_t HeuristicRows(int64_t rows) { return static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(rows))); }
+
+// Whether `algo` runs the product that `desc` describes (C laid out as D) in `workspace_bytes`.
+inline bool AlgoRuns(cublasLtHandle_t lt, const LtDescriptors& desc, const cublasLtMatmulAlgo_t& algo,
+                     size_t workspace_bytes) {
+  cublasLtMatmulHeuristicResult_t check{};
+  return cublasLtMatmulAlgoCheck(lt, desc.op, desc.a, desc.b, desc.d, desc.d, &algo, &check) == CUBLAS_STATUS_SUCCESS &&
+         check.workspaceSize <= workspace_bytes;
 }
 
 }  // namespace gemtb::gpu::train

@@ -494,11 +494,15 @@ struct GpuTrainer::Impl {
     return std::move(p->batch);
   }
 
-  absl::Status TbeInput(const data::Batch& batch) { return tbe->SetInput(embedding::KjtViewOfBatch(batch)); }
-  absl::Status TbeForward(const data::Batch& batch) {
+  // `checked`: the batch's KJT as the data thread checked it (MakeStep), or null.
+  absl::Status TbeInput(const data::Batch& batch, const embedding::CheckedKjt* checked = nullptr) {
+    const embedding::KjtView kjt = embedding::KjtViewOfBatch(batch);
+    return checked != nullptr ? tbe->SetInput(kjt, *checked) : tbe->SetInput(kjt);
+  }
+  absl::Status TbeForward(const data::Batch& batch, const embedding::CheckedKjt* checked = nullptr) {
     sparse_before_model = true;
     if (sharded != nullptr) return sharded->Forward(embedding::KjtViewOfBatch(batch));
-    GEMTB_RETURN_IF_ERROR(TbeInput(batch));
+    GEMTB_RETURN_IF_ERROR(TbeInput(batch, checked));
     return tbe->Forward();
   }
   absl::StatusOr<embedding::DeviceOutputView> TbeOutput() const {
@@ -535,12 +539,9 @@ struct GpuTrainer::Impl {
       step_routed.reset();
     } else if (split) {
       GEMTB_RETURN_IF_ERROR(TbeForward(RankSamples(batch)));
-    } else if (step_checked) {  // the step's own batch, validated on the data thread
-      sparse_before_model = true;
-      GEMTB_RETURN_IF_ERROR(tbe->SetInput(embedding::KjtViewOfBatch(batch), *std::exchange(step_checked, std::nullopt)));
-      GEMTB_RETURN_IF_ERROR(tbe->Forward());
-    } else {
-      GEMTB_RETURN_IF_ERROR(TbeForward(batch));
+    } else {  // the step's own batch, checked on the data thread when it came from there
+      const std::optional<embedding::CheckedKjt> checked = std::exchange(step_checked, std::nullopt);
+      GEMTB_RETURN_IF_ERROR(TbeForward(batch, checked ? &*checked : nullptr));
     }
     // The model of a semi-synchronous step reads a copy of its lookups (the TBE takes the next
     // step's input while it runs), kept alive until the model is done.

@@ -329,6 +329,19 @@ nlohmann::json TimelineJson(const gpu::bench::TimelineSummary& t) {
           {"top_kernels", kernels},   {"host_calls", t.host_calls}, {"top_host_calls", calls_json(t.top_host_calls)}};
 }
 
+// --trace-kernels' trace tracks: the activities inside [from_ns, to_ns], from its start on.
+std::vector<TraceSpan> ActivitySpans(const std::vector<gpu::bench::DeviceActivity>& activity, uint64_t from_ns,
+                                     uint64_t to_ns) {
+  std::vector<TraceSpan> spans;
+  for (const gpu::bench::DeviceActivity& a : activity) {
+    if (a.start_ns < from_ns || a.end_ns > to_ns) continue;
+    const bool host = a.kind == gpu::bench::DeviceActivity::Kind::kHostCall;
+    spans.push_back({gpu::bench::ActivityName(a), host ? "host" : "device", host ? "host CUDA calls" : "kernels",
+                     static_cast<double>(a.start_ns - from_ns) * 1e-6, static_cast<double>(a.end_ns - a.start_ns) * 1e-6});
+  }
+  return spans;
+}
+
 std::string DeviceTimelineLine(const gpu::bench::TimelineSummary& t) {
   std::string line = absl::StrCat("last step on the device: busy ", Num(t.busy_ms, 4), " of ", Num(t.window_ms, 4),
                                   " ms (idle ", Num(t.idle_ms, 4), " ms; ", t.kernels, " kernels, ", t.memcpys,
@@ -341,8 +354,6 @@ std::string DeviceTimelineLine(const gpu::bench::TimelineSummary& t) {
   return line;
 }
 
-// Per task: NE of the model's predictions [n, T] on the held-out samples, null when undefined (no
-// positive or no negative among them), with its positives and count.
 // A step's phases in the order the trainer runs them, its model regions inside the model phase (their
 // event times, from the model's first region on), under the simulator's task names.
 std::vector<TraceSpan> StepSpans(const gpu::train::TrainerStep& step) {
@@ -392,6 +403,8 @@ std::vector<TraceSpan> StepSpans(const gpu::train::TrainerStep& step) {
   return spans;
 }
 
+// Per task: NE of the model's predictions [n, T] on the held-out samples, null when undefined (no
+// positive or no negative among them), with its positives and count.
 absl::StatusOr<nlohmann::json> HeldOutNe(gpu::train::GpuTrainer& trainer, const Job& job, int64_t n, std::string* line) {
   absl::StatusOr<std::vector<double>> pred = trainer.Predict(reference::model::kHeldOutFirstIndex, n);
   if (!pred.ok()) return pred.status();
@@ -575,7 +588,8 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
       const bool last_step = trainer.step() + 1 == f.steps;
       std::unique_ptr<gpu::bench::KernelTimer> kernel_timer;
       if (f.trace_kernels && last_step) {
-        absl::StatusOr<std::unique_ptr<gpu::bench::KernelTimer>> started = gpu::bench::KernelTimer::Start(/*host_calls=*/true);
+        absl::StatusOr<std::unique_ptr<gpu::bench::KernelTimer>> started =
+            gpu::bench::KernelTimer::Start(/*host_calls=*/true);
         if (!started.ok()) return ReportError(kCommand, Named("--trace-kernels", started.status()));
         kernel_timer = *std::move(started);
       }
@@ -589,13 +603,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
         absl::StatusOr<std::vector<gpu::bench::DeviceActivity>> activity = kernel_timer->Stop();
         if (!activity.ok()) return ReportError(kCommand, Named("--trace-kernels", activity.status()));
         last_device = gpu::bench::SummarizeTimeline(*activity, window_from, window_to, 12);
-        for (const gpu::bench::DeviceActivity& a : *activity) {
-          if (a.start_ns < window_from || a.end_ns > window_to) continue;
-          const bool host = a.kind == gpu::bench::DeviceActivity::Kind::kHostCall;
-          kernel_spans.push_back({gpu::bench::ActivityName(a), host ? "host" : "device", host ? "host CUDA calls" : "kernels",
-                                  static_cast<double>(a.start_ns - window_from) * 1e-6,
-                                  static_cast<double>(a.end_ns - a.start_ns) * 1e-6});
-        }
+        kernel_spans = ActivitySpans(*activity, window_from, window_to);
       }
       phase_sum += r->times;
       for (const gpu::train::CollectiveTime& c : r->collectives) {
@@ -788,9 +796,9 @@ int RunGpuTrain(const std::vector<std::string>& args) {
   flags.Bool("resume", &f.resume, "continue from the newest checkpoint in --checkpoint DIR (same config and options)");
   flags.String("trace", &f.trace, "Chrome/Perfetto trace of the last step (the simulator's track and task names)");
   flags.Bool("trace-kernels", &f.trace_kernels,
-             "record the last step's kernels, copies and CUDA runtime calls (CUPTI): the report's last_step_device (busy and idle "
-             "time, the longest idle gaps with the kernels either side and the host's calls in them, the longest "
-             "kernels), and with --trace the tracks \"kernels\" and \"host CUDA calls\"");
+             "record the last step's kernels, copies and CUDA runtime calls (CUPTI): the report's last_step_device "
+             "(busy and idle time, the longest idle gaps with the kernels either side and the host's calls in them, "
+             "the longest kernels), and with --trace the tracks \"kernels\" and \"host CUDA calls\"");
   flags.String("report", &f.report, "JSON written at the end: throughput, final loss, held-out NE (docs/commands.md)");
   flags.OptionalInt64("shard-group", &f.shard_group,
                       "in a job: ranks sharing one copy of the dense parameters (2D FSDP; default every rank)");
