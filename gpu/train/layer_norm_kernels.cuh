@@ -60,11 +60,11 @@ __device__ inline float Normalized(float x, float mean, float rstd, float gamma,
 }
 
 // The backward of one row by one warp (lane l takes columns i = l + 32 k, k < kCols, those below
-// `width`): x(k, i) and dy(k, i) give the row's values (from memory or the caller's registers), and
-// dx(k, i, g) takes each input gradient g as the unfused input kernel computes it; the row's dy xhat
+// `width`): x(k, i), dy(k, i) and gamma(k, i) give the row's values and the scale (from memory or the
+// caller's registers), and dx(k, i, g) takes each input gradient g as the unfused input kernel computes it; the row's dy xhat
 // and dy are added to the lane's running column sums.
-template <int kCols, typename X, typename Dy, typename Dx>
-__device__ inline void BackwardRowOf(const X& x, const float* gamma, float mean, float rstd, const Dy& dy, int width,
+template <int kCols, typename X, typename Gamma, typename Dy, typename Dx>
+__device__ inline void BackwardRowOf(const X& x, const Gamma& gamma, float mean, float rstd, const Dy& dy, int width,
                                      int lane, const Dx& dx, float (&g_acc)[kCols], float (&b_acc)[kCols]) {
   float sum = 0.0f, sum_h = 0.0f;
 #pragma unroll
@@ -73,7 +73,7 @@ __device__ inline void BackwardRowOf(const X& x, const float* gamma, float mean,
     if (i >= width) continue;
     const float d = dy(k, i);
     const float h = __fmul_rn(__fsub_rn(x(k, i), mean), rstd);
-    const float dh = __fmul_rn(d, gamma[i]);
+    const float dh = __fmul_rn(d, gamma(k, i));
     sum = __fadd_rn(sum, dh);
     sum_h = __fadd_rn(sum_h, __fmul_rn(dh, h));
     g_acc[k] = __fadd_rn(g_acc[k], __fmul_rn(d, h));
@@ -86,20 +86,9 @@ __device__ inline void BackwardRowOf(const X& x, const float* gamma, float mean,
     const int i = lane + k * kWarp;
     if (i >= width) continue;
     const float h = __fmul_rn(__fsub_rn(x(k, i), mean), rstd);
-    const float dh = __fmul_rn(dy(k, i), gamma[i]);
+    const float dh = __fmul_rn(dy(k, i), gamma(k, i));
     dx(k, i, __fmul_rn(rstd, __fsub_rn(__fsub_rn(dh, sum), __fmul_rn(h, sum_h))));
   }
-}
-
-// The same for a row in memory (width <= kCols * kWarp): dx written, or added to with accumulate. dyr
-// may be global or shared memory.
-template <int kCols>
-__device__ inline void BackwardRow(const float* xr, const float* gamma, float mean, float rstd, const float* dyr,
-                                   int width, int lane, float* dxr, bool accumulate, float (&g_acc)[kCols],
-                                   float (&b_acc)[kCols]) {
-  BackwardRowOf<kCols>([&](int, int i) { return xr[i]; }, gamma, mean, rstd, [&](int, int i) { return dyr[i]; }, width,
-                       lane, [&](int, int i, float g) { dxr[i] = accumulate ? __fadd_rn(dxr[i], g) : g; }, g_acc,
-                       b_acc);
 }
 
 // A block's partial rows from its kWarps warps' column sums: the warps' sums meet in shared memory
@@ -131,6 +120,39 @@ __device__ inline void BlockPartials(float* sums, int width, int warp, int lane,
   __syncthreads();
 }
 
+// A warp's rows are read in batches of RowBatch<kCols>() rows: every load of a batch (x, dy, dx where
+// accumulating, mean and rstd) is issued before the first row is computed, so that a warp keeps
+// several rows' loads in flight instead of one row's, and each value is read once (the row's second
+// pass takes it from registers). The values and operations are those of one row at a time: the same
+// bytes.
+template <int kCols>
+__host__ __device__ constexpr int RowBatch() {
+  return kCols >= 16 ? 1 : 16 / kCols;  // 4 rows at 4 columns a lane, 2 at 8: 48 or 64 registers of data
+}
+static_assert(kRowsPerWarp % RowBatch<4>() == 0 && kRowsPerWarp % RowBatch<8>() == 0, "whole batches");
+
+template <int kCols>
+struct RowValues {
+  float x[kCols], dy[kCols], dx[kCols];
+  float mean, rstd;
+};
+
+template <int kCols>
+__device__ inline void LoadRow(const float* __restrict__ x, const float* __restrict__ dy, const float* dx,
+                               const float* __restrict__ mean, const float* __restrict__ rstd, int64_t row,
+                               int width, int lane, bool accumulate, RowValues<kCols>& v) {
+  const int64_t base = row * width;
+#pragma unroll
+  for (int k = 0; k < kCols; ++k) {
+    const int i = lane + k * kWarp;
+    v.x[k] = i < width ? x[base + i] : 0.0f;
+    v.dy[k] = i < width ? dy[base + i] : 0.0f;
+    v.dx[k] = accumulate && i < width ? dx[base + i] : 0.0f;
+  }
+  v.mean = mean[row];
+  v.rstd = rstd[row];
+}
+
 // dx (written, or added to with accumulate) for rows [blockIdx.x * kBlockRows, + kBlockRows) of n, and
 // the block's partial sums over them of dy xhat and dy into g_part and b_part [gridDim.x, width].
 // width <= kCols * kWarp.
@@ -139,15 +161,31 @@ __global__ void __launch_bounds__(kThreads)
     BackwardFusedKernel(const float* x, const float* gamma, const float* mean_in, const float* rstd_in, const float* dy,
                         int64_t n, int width, float* dx, bool accumulate, float* g_part, float* b_part) {
   extern __shared__ float sums[];
+  constexpr int kBatch = RowBatch<kCols>();
   const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
-  float g_acc[kCols], b_acc[kCols];
+  float g_acc[kCols], b_acc[kCols], gam[kCols];
 #pragma unroll
-  for (int k = 0; k < kCols; ++k) g_acc[k] = b_acc[k] = 0.0f;
+  for (int k = 0; k < kCols; ++k) {
+    g_acc[k] = b_acc[k] = 0.0f;
+    gam[k] = lane + k * kWarp < width ? gamma[lane + k * kWarp] : 0.0f;
+  }
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kBlockRows + warp * kRowsPerWarp;
-  for (int r = 0; r < kRowsPerWarp && first + r < n; ++r) {
-    const int64_t row = first + r;
-    BackwardRow<kCols>(x + row * width, gamma, mean_in[row], rstd_in[row], dy + row * width, width, lane,
-                       dx + row * width, accumulate, g_acc, b_acc);
+  for (int r0 = 0; r0 < kRowsPerWarp && first + r0 < n; r0 += kBatch) {
+    RowValues<kCols> v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (first + r0 + b < n) LoadRow<kCols>(x, dy, dx, mean_in, rstd_in, first + r0 + b, width, lane, accumulate, v[b]);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int64_t row = first + r0 + b;
+      if (row >= n) break;
+      float* dxr = dx + row * width;
+      BackwardRowOf<kCols>([&](int k, int) { return v[b].x[k]; }, [&](int k, int) { return gam[k]; }, v[b].mean, v[b].rstd,
+                           [&](int k, int) { return v[b].dy[k]; }, width, lane,
+                           [&](int k, int i, float g) { dxr[i] = accumulate ? __fadd_rn(v[b].dx[k], g) : g; }, g_acc,
+                           b_acc);
+    }
   }
   BlockPartials<kCols>(sums, width, warp, lane, g_acc, b_acc, g_part + static_cast<int64_t>(blockIdx.x) * width,
                        b_part + static_cast<int64_t>(blockIdx.x) * width);

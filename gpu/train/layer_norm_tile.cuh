@@ -122,7 +122,7 @@ __device__ __forceinline__ void LayerNormBackwardOfTile(const float (&acc)[kD / 
     float g_acc[kCols], b_acc[kCols];
 #pragma unroll
     for (int k = 0; k < kCols; ++k) g_acc[k] = b_acc[k] = 0.0f;
-    // The warp's rows in groups of kRowGroup, each row then as BackwardRow.
+    // The warp's rows in groups of kRowGroup, each row then as BackwardRowOf.
     for (int r0 = 0; r0 < ln::kRowsPerWarp; r0 += kRowGroup) {
       float x[kRowGroup][kCols], dx_in[kRowGroup][kCols], m[kRowGroup], s[kRowGroup];
 #pragma unroll
@@ -143,7 +143,7 @@ __device__ __forceinline__ void LayerNormBackwardOfTile(const float (&acc)[kD / 
         const int64_t row = tile0 + tr;
         if (row < a.n) {
           ln::BackwardRowOf<kCols>(
-              [&](int k, int) { return x[j][k]; }, a.gamma, m[j], s[j], [&](int, int i) { return dh[tr * kLd + i]; },
+              [&](int k, int) { return x[j][k]; }, [&](int, int i) { return a.gamma[i]; }, m[j], s[j], [&](int, int i) { return dh[tr * kLd + i]; },
               kD, l, [&](int k, int i, float g) { a.dx[row * kD + i] = __fadd_rn(dx_in[j][k], g); }, g_acc, b_acc);
         }
       }

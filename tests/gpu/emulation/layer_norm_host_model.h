@@ -61,7 +61,7 @@ struct Backward {
   std::vector<float> dx, g_part, b_part;
 };
 
-// BackwardRow over every row (dx written, or added to the given dx with accumulate) and BlockPartials'
+// BackwardRowOf over every row (dx written, or added to the given dx with accumulate) and BlockPartials'
 // rows per block of kBlockRows rows: kWarps warps' sums of kRowsPerWarp rows each, added in warp order.
 inline Backward LayerNormBackward(const std::vector<float>& x, const std::vector<float>& gamma,
                                   const std::vector<float>& mean, const std::vector<float>& rstd,
