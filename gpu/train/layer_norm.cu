@@ -35,6 +35,51 @@ __global__ void LayerNormForwardKernel(const T* x, const float* gamma, const flo
   }
 }
 
+// The forward of rows of at most 32 kCols values (LayerNormForwardKernel's values and operations, so
+// its bytes): each warp takes ln::RowBatch<kCols>() consecutive rows and loads all of them, and gamma
+// and beta, into registers before it reduces any, instead of one row's loads in flight at a time.
+template <int kCols, typename T, typename TOut>
+__global__ void __launch_bounds__(ln::kThreads)
+    LayerNormForwardRowsKernel(const T* x, const float* gamma, const float* beta, int64_t n, int width, TOut* y,
+                               float* mean_out, float* rstd_out) {
+  constexpr int kBatch = ln::RowBatch<kCols>();
+  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * ln::kWarps + warp) * kBatch;
+  float v[kBatch][kCols], gam[kCols], bet[kCols];
+#pragma unroll
+  for (int b = 0; b < kBatch; ++b) {
+    const int64_t row = first + b;
+#pragma unroll
+    for (int k = 0; k < kCols; ++k) {
+      const int i = lane + k * kWarp;
+      v[b][k] = row < n && i < width ? ToFloat(x[row * width + i]) : 0.0f;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kCols; ++k) {
+    const int i = lane + k * kWarp;
+    gam[k] = i < width ? gamma[i] : 0.0f;
+    bet[k] = i < width ? beta[i] : 0.0f;
+  }
+#pragma unroll
+  for (int b = 0; b < kBatch; ++b) {
+    const int64_t row = first + b;
+    if (row >= n) break;
+    float mean, rstd;
+    ln::RowStatsOf<kCols>(width, lane, [&](int k) { return v[b][k]; }, mean, rstd);
+    TOut* yr = y + row * width;
+#pragma unroll
+    for (int k = 0; k < kCols; ++k) {
+      const int i = lane + k * kWarp;
+      if (i < width) yr[i] = FromFloat<TOut>(ln::Normalized(v[b][k], mean, rstd, gam[k], bet[k]));
+    }
+    if (lane == 0) {
+      mean_out[row] = mean;
+      rstd_out[row] = rstd;
+    }
+  }
+}
+
 template <typename T>
 __global__ void LayerNormBackwardInputKernel(const T* x, const float* gamma, const float* mean_in, const float* rstd_in,
                                              const T* dy, int64_t n, int width, T* dx, bool accumulate) {
@@ -82,54 +127,112 @@ __global__ void LayerNormBackwardParamsKernel(const T* x, const float* mean_in, 
   b_part[blockIdx.y * static_cast<int64_t>(width) + j] = b;
 }
 
-// GELU's elementwise kernels take 16 bytes a thread (8 bf16 or 4 fp32 values: one load and one
-// store of each array instead of one per value) when every pointer is 16-byte aligned, else the same
-// values one at a time; each value gets the same operations either way.
+// GELU's elementwise kernels move 16-byte chunks (8 bf16 or 4 fp32 values: one load and one store of
+// each array instead of one per value) when every pointer is 16-byte aligned, else the same values one
+// at a time; each value gets the same operations either way. A thread takes kGeluChunks chunks, a
+// block's width apart, and issues all their loads before it computes: the evaluation (erfc) is long
+// enough that one chunk a thread leaves too few loads in flight to keep HBM busy.
 template <typename T>
 constexpr int kGeluVector = 16 / sizeof(T);
+constexpr int kGeluThreads = 256;
+constexpr int kGeluChunks = 4;
 
-template <typename T>
-__global__ void GeluForwardKernel(const T* x, int64_t count, T* y, bool vector) {
-  constexpr int kN = kGeluVector<T>;
-  const int64_t chunk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t e0 = chunk * kN;
-  if (e0 >= count) return;
-  if (vector && e0 + kN <= count) {
-    const uint4 in = reinterpret_cast<const uint4*>(x)[chunk];
-    const T* xs = reinterpret_cast<const T*>(&in);
-    uint4 out;
-    T* ys = reinterpret_cast<T*>(&out);
-#pragma unroll
-    for (int i = 0; i < kN; ++i) ys[i] = FromFloat<T>(GeluOf(ToFloat(xs[i])));
-    reinterpret_cast<uint4*>(y)[chunk] = out;
-    return;
-  }
-  for (int64_t e = e0; e < e0 + kN && e < count; ++e) y[e] = FromFloat<T>(GeluOf(ToFloat(x[e])));
+// The thread's chunks: chunk j is first + j kGeluThreads.
+struct GeluChunks {
+  int64_t first;
+  __device__ int64_t At(int j) const { return first + static_cast<int64_t>(j) * kGeluThreads; }
+};
+
+__device__ inline GeluChunks ThreadChunks() {
+  return GeluChunks{static_cast<int64_t>(blockIdx.x) * kGeluThreads * kGeluChunks + threadIdx.x};
 }
 
 template <typename T>
-__global__ void GeluBackwardKernel(const T* x, const T* dy, int64_t count, T* dx, bool vector) {
+__global__ void __launch_bounds__(kGeluThreads) GeluForwardKernel(const T* x, int64_t count, T* y, bool vector) {
   constexpr int kN = kGeluVector<T>;
-  const int64_t chunk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t e0 = chunk * kN;
-  if (e0 >= count) return;
-  if (vector && e0 + kN <= count) {
-    const uint4 in = reinterpret_cast<const uint4*>(x)[chunk], din = reinterpret_cast<const uint4*>(dy)[chunk];
-    const T* xs = reinterpret_cast<const T*>(&in);
-    const T* dys = reinterpret_cast<const T*>(&din);
-    uint4 out;
-    T* dxs = reinterpret_cast<T*>(&out);
+  const GeluChunks chunks = ThreadChunks();
+  uint4 in[kGeluChunks];
 #pragma unroll
-    for (int i = 0; i < kN; ++i) dxs[i] = FromFloat<T>(__fmul_rn(ToFloat(dys[i]), GeluGradOf(ToFloat(xs[i]))));
-    reinterpret_cast<uint4*>(dx)[chunk] = out;
-    return;
+  for (int j = 0; j < kGeluChunks; ++j) {
+    const int64_t c = chunks.At(j);
+    if (vector && (c + 1) * kN <= count) in[j] = __ldg(reinterpret_cast<const uint4*>(x) + c);
   }
-  for (int64_t e = e0; e < e0 + kN && e < count; ++e) {
-    dx[e] = FromFloat<T>(__fmul_rn(ToFloat(dy[e]), GeluGradOf(ToFloat(x[e]))));
+#pragma unroll
+  for (int j = 0; j < kGeluChunks; ++j) {
+    const int64_t c = chunks.At(j), e0 = c * kN;
+    if (vector && e0 + kN <= count) {
+      const T* xs = reinterpret_cast<const T*>(&in[j]);
+      uint4 out;
+      T* ys = reinterpret_cast<T*>(&out);
+#pragma unroll
+      for (int i = 0; i < kN; ++i) ys[i] = FromFloat<T>(GeluOf(ToFloat(xs[i])));
+      reinterpret_cast<uint4*>(y)[c] = out;
+    } else {
+      for (int64_t e = e0; e < e0 + kN && e < count; ++e) y[e] = FromFloat<T>(GeluOf(ToFloat(x[e])));
+    }
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kGeluThreads)
+    GeluBackwardKernel(const T* x, const T* dy, int64_t count, T* dx, bool vector) {
+  constexpr int kN = kGeluVector<T>;
+  const GeluChunks chunks = ThreadChunks();
+  uint4 in[kGeluChunks], din[kGeluChunks];
+#pragma unroll
+  for (int j = 0; j < kGeluChunks; ++j) {
+    const int64_t c = chunks.At(j);
+    if (vector && (c + 1) * kN <= count) {
+      in[j] = __ldg(reinterpret_cast<const uint4*>(x) + c);
+      din[j] = __ldg(reinterpret_cast<const uint4*>(dy) + c);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kGeluChunks; ++j) {
+    const int64_t c = chunks.At(j), e0 = c * kN;
+    if (vector && e0 + kN <= count) {
+      const T* xs = reinterpret_cast<const T*>(&in[j]);
+      const T* dys = reinterpret_cast<const T*>(&din[j]);
+      uint4 out;
+      T* dxs = reinterpret_cast<T*>(&out);
+#pragma unroll
+      for (int i = 0; i < kN; ++i) dxs[i] = FromFloat<T>(__fmul_rn(ToFloat(dys[i]), GeluGradOf(ToFloat(xs[i]))));
+      reinterpret_cast<uint4*>(dx)[c] = out;
+    } else {
+      for (int64_t e = e0; e < e0 + kN && e < count; ++e) {
+        dx[e] = FromFloat<T>(__fmul_rn(ToFloat(dy[e]), GeluGradOf(ToFloat(x[e]))));
+      }
+    }
   }
 }
 
 unsigned RowBlocks(int64_t n) { return static_cast<unsigned>((n + kRowsPerBlock - 1) / kRowsPerBlock); }
+
+template <int kCols, typename T, typename TOut>
+void LaunchForwardRows(const RowsShape& s, const T* x, const float* gamma, const float* beta, TOut* y, float* mean,
+                       float* rstd, cudaStream_t stream) {
+  constexpr int64_t kRows = int64_t{ln::kWarps} * ln::RowBatch<kCols>();
+  LayerNormForwardRowsKernel<kCols, T, TOut><<<static_cast<unsigned>((s.n + kRows - 1) / kRows), ln::kThreads, 0,
+                                               stream>>>(x, gamma, beta, s.n, static_cast<int>(s.width), y, mean, rstd);
+}
+
+// Rows of at most ln::kFusedMaxWidth values by LayerNormForwardRowsKernel, wider ones a warp a row.
+template <typename T, typename TOut>
+absl::Status ForwardRows(const RowsShape& s, const T* x, const float* gamma, const float* beta, TOut* y, float* mean,
+                         float* rstd, cudaStream_t stream) {
+  if (absl::Status v = ValidateRowsShape(s); !v.ok()) return v;
+  if (s.width <= 4 * kWarp) {
+    LaunchForwardRows<4>(s, x, gamma, beta, y, mean, rstd, stream);
+  } else if (s.width <= 8 * kWarp) {
+    LaunchForwardRows<8>(s, x, gamma, beta, y, mean, rstd, stream);
+  } else if (s.width <= ln::kFusedMaxWidth) {
+    LaunchForwardRows<16>(s, x, gamma, beta, y, mean, rstd, stream);
+  } else {
+    LayerNormForwardKernel<T, TOut><<<RowBlocks(s.n), kRowsPerBlock * kWarp, 0, stream>>>(
+        x, gamma, beta, s.n, static_cast<int>(s.width), y, mean, rstd);
+  }
+  return Launched("LayerNormForward");
+}
 
 static_assert(ln::kBlockRows == kColumnSumsBlockRows, "the fused kernel's partial rows are ColumnSums' blocks");
 
@@ -168,18 +271,12 @@ absl::Status ValidateRowsShape(const RowsShape& s) {
 template <typename T>
 absl::Status LayerNormForward(const RowsShape& s, const T* x, const float* gamma, const float* beta, T* y, float* mean,
                               float* rstd, cudaStream_t stream) {
-  if (absl::Status v = ValidateRowsShape(s); !v.ok()) return v;
-  LayerNormForwardKernel<T><<<RowBlocks(s.n), kRowsPerBlock * kWarp, 0, stream>>>(
-      x, gamma, beta, s.n, static_cast<int>(s.width), y, mean, rstd);
-  return Launched("LayerNormForward");
+  return ForwardRows(s, x, gamma, beta, y, mean, rstd, stream);
 }
 
 absl::Status LayerNormForward(const RowsShape& s, const float* x, const float* gamma, const float* beta,
                               __nv_bfloat16* y, float* mean, float* rstd, cudaStream_t stream) {
-  if (absl::Status v = ValidateRowsShape(s); !v.ok()) return v;
-  LayerNormForwardKernel<float, __nv_bfloat16><<<RowBlocks(s.n), kRowsPerBlock * kWarp, 0, stream>>>(
-      x, gamma, beta, s.n, static_cast<int>(s.width), y, mean, rstd);
-  return Launched("LayerNormForward");
+  return ForwardRows(s, x, gamma, beta, y, mean, rstd, stream);
 }
 
 template <typename T>
@@ -222,8 +319,8 @@ absl::Status LayerNormBackward(const RowsShape& s, const T* x, const float* gamm
 template <typename T>
 absl::Status GeluForward(const T* x, int64_t count, T* y, cudaStream_t stream) {
   if (absl::Status v = ValidateCount(count); !v.ok()) return v;
-  constexpr int64_t kThreads = 256, kPerBlock = kThreads * kGeluVector<T>;
-  GeluForwardKernel<T><<<static_cast<unsigned>((count + kPerBlock - 1) / kPerBlock), kThreads, 0, stream>>>(
+  constexpr int64_t kPerBlock = int64_t{kGeluThreads} * kGeluChunks * kGeluVector<T>;
+  GeluForwardKernel<T><<<static_cast<unsigned>((count + kPerBlock - 1) / kPerBlock), kGeluThreads, 0, stream>>>(
       x, count, y, Aligned16({x, y}));
   return Launched("GeluForward");
 }
@@ -231,8 +328,8 @@ absl::Status GeluForward(const T* x, int64_t count, T* y, cudaStream_t stream) {
 template <typename T>
 absl::Status GeluBackward(const T* x, const T* dy, int64_t count, T* dx, cudaStream_t stream) {
   if (absl::Status v = ValidateCount(count); !v.ok()) return v;
-  constexpr int64_t kThreads = 256, kPerBlock = kThreads * kGeluVector<T>;
-  GeluBackwardKernel<T><<<static_cast<unsigned>((count + kPerBlock - 1) / kPerBlock), kThreads, 0, stream>>>(
+  constexpr int64_t kPerBlock = int64_t{kGeluThreads} * kGeluChunks * kGeluVector<T>;
+  GeluBackwardKernel<T><<<static_cast<unsigned>((count + kPerBlock - 1) / kPerBlock), kGeluThreads, 0, stream>>>(
       x, dy, count, dx, Aligned16({x, dy, dx}));
   return Launched("GeluBackward");
 }

@@ -54,6 +54,27 @@ __device__ inline void RowStats(int width, int lane, const Load& x, float& mean,
   rstd = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(var, kEps)));
 }
 
+// RowStats of a row held in registers, lane l holding columns l + 32 k (k < kCols, those below width)
+// as x(k): the same operations in the same order, so the same bits.
+template <int kCols, typename X>
+__device__ inline void RowStatsOf(int width, int lane, const X& x, float& mean, float& rstd) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kCols; ++k) {
+    if (lane + k * kWarp < width) sum = __fadd_rn(sum, x(k));
+  }
+  mean = __fdiv_rn(LaneSum(sum), static_cast<float>(width));
+  float sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kCols; ++k) {
+    if (lane + k * kWarp >= width) continue;
+    const float d = __fsub_rn(x(k), mean);
+    sq = __fadd_rn(sq, __fmul_rn(d, d));
+  }
+  const float var = __fdiv_rn(LaneSum(sq), static_cast<float>(width));
+  rstd = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(var, kEps)));
+}
+
 // One normalised value: (x - mean) rstd gamma + beta, each operation rounded.
 __device__ inline float Normalized(float x, float mean, float rstd, float gamma, float beta) {
   return __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(x, mean), rstd), gamma), beta);
