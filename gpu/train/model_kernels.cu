@@ -144,7 +144,12 @@ absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, f
       !a.ok())
     return a;
   using Rows = typename BlockRows<T>::type;
-  colsum::ColumnBlockSumsKernel<Rows><<<dim3(Blocks(cols), static_cast<unsigned>(blocks)), kThreads, 0, stream>>>(
+  // A block as wide as the columns (whole warps, at most kThreads): at d = 128 a 256-thread block would
+  // idle half its threads and halve the loads an SM keeps in flight.
+  const int threads = static_cast<int>(std::min<int64_t>(kThreads, (cols + kWarp - 1) / kWarp * kWarp));
+  colsum::ColumnBlockSumsKernel<Rows><<<dim3(static_cast<unsigned>((cols + threads - 1) / threads),
+                                             static_cast<unsigned>(blocks)),
+                                        threads, 0, stream>>>(
       reinterpret_cast<const Rows*>(x), rows, cols, ldx, partial, reinterpret_cast<uint16_t*>(rounded));
   const absl::Status first = Launched("ColumnSums (blocks)");
   const absl::Status second = first.ok() ? ColumnSumsOf<float>(partial, blocks, cols, cols, out, accumulate, stream) : first;
