@@ -32,11 +32,6 @@ __device__ inline float GroupSum(float v) {
   return v;
 }
 
-// A thread's head rows are read kBatch at a time (kGroups apart): every load of the batch (x, and dy
-// and the saved 1/rms in the backward) is issued before the first is reduced, so that a thread keeps
-// several rows' loads in flight; each row then gets the operations it got alone.
-constexpr int kBatch = 4;
-
 // The head rows of rows [blockIdx.y * kRowsPerBlock, + kRowsPerBlock) of sample blockIdx.x. Every lane
 // of a warp runs the same steps (head rows past the end compute on the block's first and write
 // nothing), so the shuffles always see the whole warp.
@@ -50,74 +45,62 @@ __global__ void __launch_bounds__(kThreads)
   if (t0 >= n) return;  // the whole block leaves together
   const int head_rows = min(kRowsPerBlock, n - t0) * heads, half = dh / 2;
   const int g = threadIdx.x % kLanes;
-  for (int base0 = 0; base0 < head_rows; base0 += kBatch * kGroups) {
-    float xs[kBatch][kMaxPerLane], ds[kBatch][kMaxPerLane], r_in[kBatch];
+  for (int base = 0; base < head_rows; base += kGroups) {
+    const int hr = base + threadIdx.x / kLanes;
+    const bool real = hr < head_rows;
+    const int t = t0 + (real ? hr : 0) / heads;
+    const int64_t at = ((row0 + t0) * heads + (real ? hr : 0)) * dh;
+    const float* trow = table + static_cast<int64_t>(t) * dh;
+    float xs[kMaxPerLane];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int hr = base0 + b * kGroups + static_cast<int>(threadIdx.x) / kLanes;
-      const int64_t at = ((row0 + t0) * heads + (hr < head_rows ? hr : 0)) * dh;
+    for (int k = 0; k < kMaxPerLane; ++k) {
+      const int i = g + kLanes * k;
+      xs[k] = i < dh ? Load(x + at + i) : 0.0f;
+    }
+    if (!kBackward) {
+      float ss = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kMaxPerLane; ++k) {
+        if (g + kLanes * k < dh) ss = __fadd_rn(ss, __fmul_rn(xs[k], xs[k]));
+      }
+      const float r =
+          __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(GroupSum(ss), static_cast<float>(dh)), kEps)));
 #pragma unroll
       for (int k = 0; k < kMaxPerLane; ++k) {
         const int i = g + kLanes * k;
-        xs[b][k] = i < dh ? Load(x + at + i) : 0.0f;
-        if constexpr (kBackward) ds[b][k] = i < dh ? Load(dy + at + i) : 0.0f;
+        const float y = __fmul_rn(xs[k], r);
+        const float partner = __shfl_xor_sync(0xffffffffu, y, 1);
+        if (!real || i >= dh) continue;
+        const int m = i / 2;
+        const float sn = trow[m], cs = trow[half + m];
+        Store(out + at + i, (i % 2 == 0) ? __fsub_rn(__fmul_rn(y, cs), __fmul_rn(partner, sn))
+                                         : __fadd_rn(__fmul_rn(y, cs), __fmul_rn(partner, sn)));
       }
-      if constexpr (kBackward) r_in[b] = inv_in[at / dh];
-    }
+      if (real && g == 0) inv_out[at / dh] = r;
+    } else {
+      const float r = inv_in[at / dh];
+      float gs[kMaxPerLane];
+      float s = 0.0f;
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int base = base0 + b * kGroups;
-      if (base >= head_rows) break;  // the same for the whole block
-      const int hr = base + static_cast<int>(threadIdx.x) / kLanes;
-      const bool real = hr < head_rows;
-      const int t = t0 + (real ? hr : 0) / heads;
-      const int64_t at = ((row0 + t0) * heads + (real ? hr : 0)) * dh;
-      const float* trow = table + static_cast<int64_t>(t) * dh;
-      if (!kBackward) {
-        float ss = 0.0f;
+      for (int k = 0; k < kMaxPerLane; ++k) {
+        const int i = g + kLanes * k;
+        const float d = i < dh ? Load(dy + at + i) : 0.0f;
+        const float partner = __shfl_xor_sync(0xffffffffu, d, 1);
+        // RoPE's transpose, as the reference's RopeBackward: (a cs + b sn, b cs - a sn).
+        const int m = i / 2;
+        const float sn = i < dh ? trow[m] : 0.0f, cs = i < dh ? trow[half + m] : 0.0f;
+        gs[k] = (i % 2 == 0) ? __fadd_rn(__fmul_rn(d, cs), __fmul_rn(partner, sn))
+                             : __fsub_rn(__fmul_rn(d, cs), __fmul_rn(partner, sn));
+        if (i < dh) s = __fadd_rn(s, __fmul_rn(gs[k], __fmul_rn(xs[k], r)));
+      }
+      s = __fdiv_rn(GroupSum(s), static_cast<float>(dh));
+      if (!real) continue;
 #pragma unroll
-        for (int k = 0; k < kMaxPerLane; ++k) {
-          if (g + kLanes * k < dh) ss = __fadd_rn(ss, __fmul_rn(xs[b][k], xs[b][k]));
-        }
-        const float r =
-            __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(GroupSum(ss), static_cast<float>(dh)), kEps)));
-#pragma unroll
-        for (int k = 0; k < kMaxPerLane; ++k) {
-          const int i = g + kLanes * k;
-          const float y = __fmul_rn(xs[b][k], r);
-          const float partner = __shfl_xor_sync(0xffffffffu, y, 1);
-          if (!real || i >= dh) continue;
-          const int m = i / 2;
-          const float sn = trow[m], cs = trow[half + m];
-          Store(out + at + i, (i % 2 == 0) ? __fsub_rn(__fmul_rn(y, cs), __fmul_rn(partner, sn))
-                                           : __fadd_rn(__fmul_rn(y, cs), __fmul_rn(partner, sn)));
-        }
-        if (real && g == 0) inv_out[at / dh] = r;
-      } else {
-        const float r = r_in[b];
-        float gs[kMaxPerLane];
-        float s = 0.0f;
-#pragma unroll
-        for (int k = 0; k < kMaxPerLane; ++k) {
-          const int i = g + kLanes * k;
-          const float d = ds[b][k];
-          const float partner = __shfl_xor_sync(0xffffffffu, d, 1);
-          // RoPE's transpose, as the reference's RopeBackward: (a cs + b sn, b cs - a sn).
-          const int m = i / 2;
-          const float sn = i < dh ? trow[m] : 0.0f, cs = i < dh ? trow[half + m] : 0.0f;
-          gs[k] = (i % 2 == 0) ? __fadd_rn(__fmul_rn(d, cs), __fmul_rn(partner, sn))
-                               : __fsub_rn(__fmul_rn(d, cs), __fmul_rn(partner, sn));
-          if (i < dh) s = __fadd_rn(s, __fmul_rn(gs[k], __fmul_rn(xs[b][k], r)));
-        }
-        s = __fdiv_rn(GroupSum(s), static_cast<float>(dh));
-        if (!real) continue;
-#pragma unroll
-        for (int k = 0; k < kMaxPerLane; ++k) {
-          const int i = g + kLanes * k;
-          if (i >= dh) continue;
-          const float yv = __fmul_rn(xs[b][k], r);
-          Store(out + at + i, __fmul_rn(r, __fsub_rn(gs[k], __fmul_rn(yv, s))));
-        }
+      for (int k = 0; k < kMaxPerLane; ++k) {
+        const int i = g + kLanes * k;
+        if (i >= dh) continue;
+        const float yv = __fmul_rn(xs[k], r);
+        Store(out + at + i, __fmul_rn(r, __fsub_rn(gs[k], __fmul_rn(yv, s))));
       }
     }
   }
