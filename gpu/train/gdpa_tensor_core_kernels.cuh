@@ -71,6 +71,17 @@ constexpr int kSplitRows = kSplitSteps * kTile;  // rows of the other side per s
 // The largest workspace (bytes, dk and dv together) a split launch allocates; beyond it the walks stay whole.
 constexpr double kMaxWorkspaceBytes = 512.0 * 1024 * 1024;
 
+// The CTAs an SM must be able to hold at once (__launch_bounds__' second argument) for bf16 tensors and
+// head dims up to 32: a CTA's walk is a few short steps, each waiting on its loads, so the SM hides that
+// latency with other CTAs; left to itself ptxas gives the dK/dV kernel 148 registers a thread at dh 32
+// (three CTAs an SM). The bounds cap it at 128 (four), the dQ kernel at 96 (five) and the forward at 80
+// (six), for a few bytes of spills. fp32 tensors (more spills at those caps) and larger head dims keep
+// the compiler's choice.
+template <int kDh, typename T>
+constexpr int MinCtas(int at_dh32) {
+  return kDh <= 32 && sizeof(T) == 2 ? at_dh32 : 1;
+}
+
 // The shared memory of a kernel: kOperands staged tiles of kTile rows of bf16, then the fp32 output
 // tile (the warps' partial output strips, kDh <= kLdS columns, added there in a fixed order).
 template <int kDh>
@@ -375,7 +386,7 @@ __device__ void WriteOwnRows(const float (&acc)[kDh / 8][4], float* ss, const Ro
 // tile's kept keys (or the split's part of them); a region's result is post * silu(q . k) where kept
 // (else 0), times the chunk's v.
 template <int kDh, typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(6))
     ForwardKernel(Params p, Split sp, const T* q, const T* k, const T* v, T* o) {
   using L = Layout<kDh>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -438,8 +449,8 @@ __global__ void __launch_bounds__(kThreads)
 // dq for the queries of a tile (CtaPlace): the forward's walk with dz = post silu'(q . k) (do . v) where
 // kept (else 0) as a region's result, times the chunk's k.
 template <int kDh, typename T>
-__global__ void __launch_bounds__(kThreads) BackwardDqKernel(Params p, Split sp, const T* q, const T* k, const T* v,
-                                                             const T* d_o, T* dq) {
+__global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(5))
+    BackwardDqKernel(Params p, Split sp, const T* q, const T* k, const T* v, const T* d_o, T* dq) {
   using L = Layout<kDh>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
@@ -506,8 +517,8 @@ __global__ void __launch_bounds__(kThreads) BackwardDqKernel(Params p, Split sp,
 // A region is transposed (keys as rows): s^T = k q^T and dp^T = v do^T give p^T = post silu(s^T) (times
 // the chunk's do into dv) and dz^T (times the chunk's q into dk).
 template <int kDh, typename T>
-__global__ void __launch_bounds__(kThreads) BackwardDkDvKernel(Params p, Split sp, const T* q, const T* k, const T* v,
-                                                               const T* d_o, T* dk, T* dv) {
+__global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
+    BackwardDkDvKernel(Params p, Split sp, const T* q, const T* k, const T* v, const T* d_o, T* dk, T* dv) {
   using L = Layout<kDh>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* ks = reinterpret_cast<bf16*>(smem);
