@@ -12,9 +12,6 @@
 #include <optional>
 #include <utility>
 
-#include <tbb/info.h>
-#include <tbb/task_arena.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "gpu/common/device_buffer.h"
@@ -374,10 +371,6 @@ struct GpuTrainer::Impl {
     // lookup phase only uploads it.
     std::optional<embedding::CheckedKjt> checked;
   };
-  // The data thread's arena: every core but one, so that the thread driving the GPU keeps a core
-  // while the next batch is generated on the others (the default arena would take every core).
-  // Declared before `prefetch`, whose future waits for the task in its destructor.
-  tbb::task_arena data_arena{std::max(1, tbb::info::default_concurrency() - 1)};
   std::optional<std::pair<int64_t, std::future<absl::StatusOr<Prefetched>>>> prefetch;
   // The routing of the batch TakeStepBatch returned last (used by that step's Pass), or its checked KJT.
   std::optional<embedding::ShardedDeviceTbe::RoutedBatch> step_routed;
@@ -495,9 +488,7 @@ struct GpuTrainer::Impl {
     prefetch.reset();
     if (!p.ok()) return p.status();
     const int64_t next = step + 1;
-    prefetch.emplace(next, std::async(std::launch::async, [this, next] {
-                       return data_arena.execute([this, next] { return MakeStep(next); });
-                     }));
+    prefetch.emplace(next, std::async(std::launch::async, [this, next] { return MakeStep(next); }));
     step_routed = std::move(p->routed);
     step_checked = std::move(p->checked);
     return std::move(p->batch);
