@@ -71,12 +71,12 @@ constexpr int kSplitRows = kSplitSteps * kTile;  // rows of the other side per s
 // The largest workspace (bytes, dk and dv together) a split launch allocates; beyond it the walks stay whole.
 constexpr double kMaxWorkspaceBytes = 512.0 * 1024 * 1024;
 
-// The CTAs an SM must be able to hold at once (__launch_bounds__' second argument) for bf16 tensors and
-// head dims up to 32: a CTA's walk is a few short steps, each waiting on its loads, so the SM hides that
-// latency with other CTAs; left to itself ptxas gives the dK/dV kernel 148 registers a thread at dh 32
-// (three CTAs an SM). The bounds cap it at 128 (four), the dQ kernel at 96 (five) and the forward at 80
-// (six), for a few bytes of spills. fp32 tensors (more spills at those caps) and larger head dims keep
-// the compiler's choice.
+// The CTAs an SM must be able to hold at once (__launch_bounds__' second argument) for the dK/dV kernel
+// at bf16 and head dims up to 32: a CTA's walk is a few short steps, each waiting on its loads, and left
+// to itself ptxas gives it 148 registers a thread (three CTAs an SM); capped at 128 (four, a few bytes
+// of spills) it took 0.9 ms less of a batch-512 step on the H100. The same caps on the dQ kernel (five
+// CTAs) and the forward (six) spilled more and were slower, so they keep the compiler's choice, as do
+// fp32 tensors and larger head dims.
 template <int kDh, typename T>
 constexpr int MinCtas(int at_dh32) {
   return kDh <= 32 && sizeof(T) == 2 ? at_dh32 : 1;
@@ -386,7 +386,7 @@ __device__ void WriteOwnRows(const float (&acc)[kDh / 8][4], float* ss, const Ro
 // tile's kept keys (or the split's part of them); a region's result is post * silu(q . k) where kept
 // (else 0), times the chunk's v.
 template <int kDh, typename T>
-__global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(6))
+__global__ void __launch_bounds__(kThreads)
     ForwardKernel(Params p, Split sp, const T* q, const T* k, const T* v, T* o) {
   using L = Layout<kDh>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -449,7 +449,7 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(6))
 // dq for the queries of a tile (CtaPlace): the forward's walk with dz = post silu'(q . k) (do . v) where
 // kept (else 0) as a region's result, times the chunk's k.
 template <int kDh, typename T>
-__global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(5))
+__global__ void __launch_bounds__(kThreads)
     BackwardDqKernel(Params p, Split sp, const T* q, const T* k, const T* v, const T* d_o, T* dq) {
   using L = Layout<kDh>;
   extern __shared__ __align__(128) unsigned char smem[];

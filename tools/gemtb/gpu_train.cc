@@ -584,21 +584,23 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
     // With --trace-kernels: the last step's device activity, summed up and as trace spans.
     std::optional<gpu::bench::TimelineSummary> last_device;
     std::vector<TraceSpan> kernel_spans;
+    // --trace-kernels starts recording a step before the last one (where there is one), so that
+    // CUPTI's own start (its first buffers, at the first recorded call) falls outside the last step.
+    std::unique_ptr<gpu::bench::KernelTimer> kernel_timer;
     while (trainer.step() < f.steps) {
       const bool last_step = trainer.step() + 1 == f.steps;
-      std::unique_ptr<gpu::bench::KernelTimer> kernel_timer;
-      if (f.trace_kernels && last_step) {
+      if (f.trace_kernels && !kernel_timer && trainer.step() + 2 >= f.steps) {
         absl::StatusOr<std::unique_ptr<gpu::bench::KernelTimer>> started =
             gpu::bench::KernelTimer::Start(/*host_calls=*/true);
         if (!started.ok()) return ReportError(kCommand, Named("--trace-kernels", started.status()));
         kernel_timer = *std::move(started);
       }
-      const uint64_t window_from = kernel_timer ? gpu::bench::KernelTimer::NowNs() : 0;
+      const uint64_t window_from = kernel_timer && last_step ? gpu::bench::KernelTimer::NowNs() : 0;
       const Clock::time_point t0 = Clock::now();
       trainer.TimeRegions(last_step);
       absl::StatusOr<gpu::train::TrainerStep> r = trainer.Step();
       if (!r.ok()) return ReportError(kCommand, r.status());
-      if (kernel_timer) {  // the step ends with the device idle: every activity is in
+      if (kernel_timer && last_step) {  // the step ends with the device idle: every activity is in
         const uint64_t window_to = gpu::bench::KernelTimer::NowNs();
         absl::StatusOr<std::vector<gpu::bench::DeviceActivity>> activity = kernel_timer->Stop();
         if (!activity.ok()) return ReportError(kCommand, Named("--trace-kernels", activity.status()));
