@@ -19,7 +19,8 @@
 # source-level sections of one launch of it, the first after SECTIONS_SKIP matching launches, default
 # 0, in a b256 step of each variant), TRACE (a local batch: each variant's last step of a 5-step run
 # under `gemtb train --trace-kernels`, its device time, idle gaps and the host's calls in them:
-# timeline_NAME.json, a line each in ab_summary.txt, the Perfetto trace in runs.tgz), CHECK_TRAIN (K:
+# timeline_NAME.json, a line each in ab_summary.txt, the Perfetto trace in runs.tgz; a tree
+# whose gemtb has no --trace-kernels is skipped), CHECK_TRAIN (K:
 # the first variant's `gemtb check train --config tiny --steps K`, the trainer against the oracle),
 # PEER=1 (after the turns, the PyTorch peer at torch.compile batch 1,024, where a copy of its script
 # gem_small_torch.py sits in .peers/gem_torch (carry it) and the GPU has more than 100 GB: its peak
@@ -150,6 +151,10 @@ for (b, v), s in sorted(runs.items()):
 PY
 if [ -n "$trace" ]; then
   for v in "${variants[@]}"; do
+    if ! "$scratch/ab-build-${tree[$v]}/bin/gemtb" train --help 2>&1 | grep -q -- --trace-kernels; then
+      echo "$v b$trace: not traced (its gemtb has no --trace-kernels)" | tee -a "$out/ab_summary.txt"
+      continue
+    fi
     # shellcheck disable=SC2086
     "$scratch/ab-build-${tree[$v]}/bin/gemtb" train --config small --local-batch "$trace" --steps 5 --eval-samples 0 \
       --log-every-s 1000 --trace-kernels --trace "$out/trace_$v.json" --report "$out/timeline_$v.json" ${vflags[$v]} \
