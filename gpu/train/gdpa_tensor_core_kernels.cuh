@@ -73,10 +73,10 @@ constexpr double kMaxWorkspaceBytes = 512.0 * 1024 * 1024;
 
 // The CTAs an SM must be able to hold at once (__launch_bounds__' second argument) for the dK/dV kernel
 // at bf16 and head dims up to 32: a CTA's walk is a few short steps, each waiting on its loads, and left
-// to itself ptxas gives it 148 registers a thread (three CTAs an SM); capped at 128 (four, a few bytes
-// of spills) it took 0.9 ms less of a batch-512 step on the H100. The same caps on the dQ kernel (five
-// CTAs) and the forward (six) spilled more and were slower, so they keep the compiler's choice, as do
-// fp32 tensors and larger head dims.
+// to itself ptxas gives it 148 registers a thread (three CTAs an SM); capped at 128 it fits four, for a
+// few bytes of spills. The dQ kernel and the forward, capped alike (five and six CTAs), spill more and
+// lose, so they keep the compiler's choice, as do fp32 tensors and larger head dims
+// (tools/bench/NOTES.md has the timings).
 template <int kDh, typename T>
 constexpr int MinCtas(int at_dh32) {
   return kDh <= 32 && sizeof(T) == 2 ? at_dh32 : 1;

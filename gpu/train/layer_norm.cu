@@ -130,9 +130,9 @@ __global__ void LayerNormBackwardParamsKernel(const T* x, const float* mean_in, 
 // GELU's elementwise kernels move 16-byte chunks (8 bf16 or 4 fp32 values: one load and one store of
 // each array instead of one per value) when every pointer is 16-byte aligned, else the same values one
 // at a time; each value gets the same operations either way. The forward's thread takes
-// kGeluForwardChunks chunks, a block's width apart, and issues all their loads before it computes
-// (10% less time than one chunk a thread on the H100); the backward, whose evaluation (erfc and exp)
-// bounds it rather than its loads, takes one (four cost it registers, occupancy and 3%).
+// kGeluForwardChunks chunks, a block's width apart, and issues all their loads before it computes, so
+// that more loads are in flight; the backward, whose evaluation (erfc and exp) bounds it rather than
+// its loads, takes one: more would cost it registers and occupancy.
 template <typename T>
 constexpr int kGeluVector = 16 / sizeof(T);
 constexpr int kGeluThreads = 256;
