@@ -35,51 +35,6 @@ __global__ void LayerNormForwardKernel(const T* x, const float* gamma, const flo
   }
 }
 
-// The forward of rows of at most 32 kCols values (LayerNormForwardKernel's values and operations, so
-// its bytes): each warp takes ln::RowBatch<kCols>() consecutive rows and loads all of them, and gamma
-// and beta, into registers before it reduces any, instead of one row's loads in flight at a time.
-template <int kCols, typename T, typename TOut>
-__global__ void __launch_bounds__(ln::kThreads)
-    LayerNormForwardRowsKernel(const T* x, const float* gamma, const float* beta, int64_t n, int width, TOut* y,
-                               float* mean_out, float* rstd_out) {
-  constexpr int kBatch = ln::RowBatch<kCols>();
-  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
-  const int64_t first = (static_cast<int64_t>(blockIdx.x) * ln::kWarps + warp) * kBatch;
-  float v[kBatch][kCols], gam[kCols], bet[kCols];
-#pragma unroll
-  for (int b = 0; b < kBatch; ++b) {
-    const int64_t row = first + b;
-#pragma unroll
-    for (int k = 0; k < kCols; ++k) {
-      const int i = lane + k * kWarp;
-      v[b][k] = row < n && i < width ? ToFloat(x[row * width + i]) : 0.0f;
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < kCols; ++k) {
-    const int i = lane + k * kWarp;
-    gam[k] = i < width ? gamma[i] : 0.0f;
-    bet[k] = i < width ? beta[i] : 0.0f;
-  }
-#pragma unroll
-  for (int b = 0; b < kBatch; ++b) {
-    const int64_t row = first + b;
-    if (row >= n) break;
-    float mean, rstd;
-    ln::RowStatsOf<kCols>(width, lane, [&](int k) { return v[b][k]; }, mean, rstd);
-    TOut* yr = y + row * width;
-#pragma unroll
-    for (int k = 0; k < kCols; ++k) {
-      const int i = lane + k * kWarp;
-      if (i < width) yr[i] = FromFloat<TOut>(ln::Normalized(v[b][k], mean, rstd, gam[k], bet[k]));
-    }
-    if (lane == 0) {
-      mean_out[row] = mean;
-      rstd_out[row] = rstd;
-    }
-  }
-}
-
 template <typename T>
 __global__ void LayerNormBackwardInputKernel(const T* x, const float* gamma, const float* mean_in, const float* rstd_in,
                                              const T* dy, int64_t n, int width, T* dx, bool accumulate) {
@@ -210,12 +165,24 @@ __global__ void __launch_bounds__(kGeluThreads)
 
 unsigned RowBlocks(int64_t n) { return static_cast<unsigned>((n + kRowsPerBlock - 1) / kRowsPerBlock); }
 
+// The element type ln::ForwardRowsKernel reads and writes: bf16 as its bits.
+template <typename T>
+struct RowsOf {
+  using type = T;
+};
+template <>
+struct RowsOf<__nv_bfloat16> {
+  using type = uint16_t;
+};
+
 template <int kCols, typename T, typename TOut>
 void LaunchForwardRows(const RowsShape& s, const T* x, const float* gamma, const float* beta, TOut* y, float* mean,
                        float* rstd, cudaStream_t stream) {
-  constexpr int64_t kRows = int64_t{ln::kWarps} * ln::RowBatch<kCols>();
-  LayerNormForwardRowsKernel<kCols, T, TOut><<<static_cast<unsigned>((s.n + kRows - 1) / kRows), ln::kThreads, 0,
-                                               stream>>>(x, gamma, beta, s.n, static_cast<int>(s.width), y, mean, rstd);
+  using In = typename RowsOf<T>::type;
+  using Out = typename RowsOf<TOut>::type;
+  ln::ForwardRowsKernel<kCols, In, Out><<<ln::ForwardRowsBlocks<kCols>(s.n), ln::kThreads, 0, stream>>>(
+      reinterpret_cast<const In*>(x), gamma, beta, s.n, static_cast<int>(s.width), reinterpret_cast<Out*>(y), mean,
+      rstd);
 }
 
 // Rows of at most ln::kFusedMaxWidth values by LayerNormForwardRowsKernel, wider ones a warp a row.

@@ -1,5 +1,6 @@
-// layer_norm.h's LayerNorm as rows of one warp: the forward's statistics and normalised values, and
-// the fused backward over fp32 rows of at most kFusedMaxWidth values. Device code only, launched by
+// layer_norm.h's LayerNorm as rows of one warp: the forward's statistics and normalised values (and the
+// forward kernel of rows of at most kFusedMaxWidth values), and the fused backward over fp32 rows of at
+// most kFusedMaxWidth values. Device code only, launched by
 // layer_norm.cu, also inside the fused row-tile kernels (layer_norm_tile.cuh, whose LayerNorm is then
 // these bytes), and built by a host compiler for the CPU fiber emulation (tests/gpu/emulation),
 // where the explicitly rounded operations are the host's own IEEE fp32 operations.
@@ -16,6 +17,8 @@
 #define GEMTB_GPU_TRAIN_LAYER_NORM_KERNELS_CUH_
 
 #include <cstdint>
+
+#include "gpu/common/mma.cuh"
 
 namespace gemtb::gpu::train::ln {
 
@@ -141,17 +144,78 @@ __device__ inline void BlockPartials(float* sums, int width, int warp, int lane,
   __syncthreads();
 }
 
-// A warp's rows are read in batches of RowBatch<kCols>() rows: every load of a batch (x, dy, dx where
-// accumulating, mean and rstd) is issued before the first row is computed, so that a warp keeps
-// several rows' loads in flight instead of one row's, and each value is read once (the row's second
-// pass takes it from registers). The values and operations are those of one row at a time: the same
-// bytes.
+// The rows a warp of the row-batched kernels (ForwardRowsKernel, BackwardFusedKernel) loads before it
+// computes the first of them: several rows' loads in flight instead of one row's, each value read once.
 template <int kCols>
 __host__ __device__ constexpr int RowBatch() {
   return kCols >= 16 ? 1 : 16 / kCols;  // 4 rows at 4 columns a lane, 2 at 8: 48 or 64 registers of data
 }
 static_assert(kRowsPerWarp % RowBatch<4>() == 0 && kRowsPerWarp % RowBatch<8>() == 0, "whole batches");
 
+// Values of fp32 rows, or of bf16 ones (uint16_t holding the bits: widened exactly, stored rounded to
+// nearest even).
+__device__ __forceinline__ float RowValue(const float* at) { return *at; }
+__device__ __forceinline__ float RowValue(const uint16_t* at) { return Storage<ElementType::kBFloat16>::ToFloat(*at); }
+__device__ __forceinline__ void SetRowValue(float* at, float v) { *at = v; }
+__device__ __forceinline__ void SetRowValue(uint16_t* at, float v) {
+  *at = Storage<ElementType::kBFloat16>::FromFloat(v);
+}
+
+// The forward of rows of at most 32 kCols values (T, TOut: float, or uint16_t for bf16): RowStatsOf and
+// Normalized per row, so a row's bytes are those of a warp taking it alone (RowStats). Each warp takes
+// RowBatch<kCols>() consecutive rows and loads all of them, and gamma and beta, into registers before
+// it reduces any, instead of one row's loads in flight at a time. Blocks of kWarps warps.
+template <int kCols>
+inline unsigned ForwardRowsBlocks(int64_t n) {
+  constexpr int64_t kRows = int64_t{kWarps} * RowBatch<kCols>();
+  return static_cast<unsigned>((n + kRows - 1) / kRows);
+}
+
+template <int kCols, typename T, typename TOut>
+__global__ void __launch_bounds__(kThreads)
+    ForwardRowsKernel(const T* x, const float* gamma, const float* beta, int64_t n, int width, TOut* y,
+                      float* mean_out, float* rstd_out) {
+  constexpr int kBatch = RowBatch<kCols>();
+  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kBatch;
+  float v[kBatch][kCols], gam[kCols], bet[kCols];
+#pragma unroll
+  for (int b = 0; b < kBatch; ++b) {
+    const int64_t row = first + b;
+#pragma unroll
+    for (int k = 0; k < kCols; ++k) {
+      const int i = lane + k * kWarp;
+      v[b][k] = row < n && i < width ? RowValue(x + row * width + i) : 0.0f;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kCols; ++k) {
+    const int i = lane + k * kWarp;
+    gam[k] = i < width ? gamma[i] : 0.0f;
+    bet[k] = i < width ? beta[i] : 0.0f;
+  }
+#pragma unroll
+  for (int b = 0; b < kBatch; ++b) {
+    const int64_t row = first + b;
+    if (row >= n) break;
+    float mean, rstd;
+    RowStatsOf<kCols>(width, lane, [&](int k) { return v[b][k]; }, mean, rstd);
+    TOut* yr = y + row * width;
+#pragma unroll
+    for (int k = 0; k < kCols; ++k) {
+      const int i = lane + k * kWarp;
+      if (i < width) SetRowValue(yr + i, Normalized(v[b][k], mean, rstd, gam[k], bet[k]));
+    }
+    if (lane == 0) {
+      mean_out[row] = mean;
+      rstd_out[row] = rstd;
+    }
+  }
+}
+
+// The backward's rows in batches of RowBatch<kCols>() rows: every load of a batch (x, dy, dx where
+// accumulating, mean and rstd) is issued before the first row is computed (the row's second pass takes
+// its values from registers). The values and operations are those of one row at a time: the same bytes.
 template <int kCols>
 struct RowValues {
   float x[kCols], dy[kCols], dx[kCols];

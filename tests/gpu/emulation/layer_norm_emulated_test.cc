@@ -4,7 +4,9 @@
 // added to; the blocks' partial rows of dgamma and dbeta as eight warps' sums of eight rows each, added
 // in warp order. Bit for bit, at widths of 4, 8 and 16 columns per lane (full and partial), on row
 // counts that leave partial warps and blocks; rows past n and dx outside them untouched. The partial
-// rows' totals also agree with fp64 sums of the definition.
+// rows' totals also agree with fp64 sums of the definition. The forward kernel of rows up to 512 values
+// (ForwardRowsKernel, several rows a warp) against the host model of one row a warp, bit for bit, on
+// fp32 and bf16 rows into fp32 and bf16 ones (bf16 outputs: the fp32 values rounded to nearest even).
 #include "tests/gpu/emulation/cuda_shim.h"
 // The shim must come first.
 #include <cmath>
@@ -12,10 +14,12 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gpu/train/layer_norm_kernels.cuh"
 #include "gtest/gtest.h"
+#include "model/numerics/float_formats.h"
 #include "tests/gpu/emulation/layer_norm_host_model.h"
 
 namespace gemtb::gpu::train::ln {
@@ -90,6 +94,77 @@ TEST(LayerNormEmulated, FusedBackwardIsItsHostModelBitForBit) {
       RunCase<16>(n, 512, accumulate, seed++);
       if (HasFailure()) return;
     }
+  }
+}
+
+// Rows of fp32, or of bf16 bits, for the forward's input and output.
+template <typename T>
+T Stored(float v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return numerics::FloatToBf16BitsRne(v);
+  }
+}
+template <typename T>
+float Widened(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return numerics::Bf16BitsToFloat(v);
+  }
+}
+
+template <int kCols, typename T, typename TOut>
+void RunForwardCase(int64_t n, int width, uint64_t seed) {
+  const std::string where = "n " + std::to_string(n) + " width " + std::to_string(width) + " in " +
+                            (std::is_same_v<T, float> ? "fp32" : "bf16") + " out " +
+                            (std::is_same_v<TOut, float> ? "fp32" : "bf16");
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const size_t cells = static_cast<size_t>(n * width);
+  std::vector<T> x(cells);
+  std::vector<float> xf(cells), gamma(width), beta(width);
+  for (size_t e = 0; e < cells; ++e) {
+    x[e] = Stored<T>(2.0f * normal(rng) + 0.5f);
+    xf[e] = Widened(x[e]);
+  }
+  for (float& v : gamma) v = 1.0f + 0.25f * normal(rng);
+  for (float& v : beta) v = 0.1f * normal(rng);
+  const host::Forward want = host::LayerNormForward(xf, gamma, beta, n, width);
+
+  // A spare row past n (and past the statistics) that the kernel must leave as it is.
+  std::vector<TOut> y(cells + width, Stored<TOut>(-7.0f));
+  std::vector<float> mean(n + 1, -7.0f), rstd(n + 1, -7.0f);
+  const unsigned blocks = ForwardRowsBlocks<kCols>(n);
+  emu::SetGridDim({blocks, 1, 1});
+  for (unsigned b = 0; b < blocks; ++b) {
+    emu::RunBlock({b, 0, 0}, kThreads, [&] {
+      ForwardRowsKernel<kCols, T, TOut>(x.data(), gamma.data(), beta.data(), n, width, y.data(), mean.data(),
+                                        rstd.data());
+    });
+  }
+  for (size_t e = 0; e < cells; ++e) {
+    const TOut w = Stored<TOut>(want.y[e]);
+    ASSERT_EQ(std::memcmp(&y[e], &w, sizeof(TOut)), 0) << where << ": y[" << e << "]";
+  }
+  for (size_t e = cells; e < y.size(); ++e) ASSERT_EQ(Widened(y[e]), -7.0f) << where << ": the row past n";
+  ASSERT_TRUE(SameBytes(std::vector<float>(mean.begin(), mean.begin() + n), want.mean)) << where << ": mean";
+  ASSERT_TRUE(SameBytes(std::vector<float>(rstd.begin(), rstd.begin() + n), want.rstd)) << where << ": rstd";
+  ASSERT_EQ(mean[n], -7.0f) << where;
+  ASSERT_EQ(rstd[n], -7.0f) << where;
+}
+
+TEST(LayerNormEmulated, ForwardRowsIsOneRowAWarpBitForBit) {
+  uint64_t seed = 101;
+  for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{33}, int64_t{64}, int64_t{65}}) {
+    RunForwardCase<4, float, float>(n, 128, seed++);
+    RunForwardCase<4, float, uint16_t>(n, 128, seed++);
+    RunForwardCase<4, uint16_t, uint16_t>(n, 33, seed++);
+    RunForwardCase<8, float, uint16_t>(n, 200, seed++);
+    RunForwardCase<16, uint16_t, float>(n, 512, seed++);
+    RunForwardCase<16, float, float>(n, 300, seed++);
+    if (HasFailure()) return;
   }
 }
 
