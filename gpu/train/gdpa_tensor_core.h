@@ -11,7 +11,8 @@
 // Where one side has at most 64 rows per sample and the other may have more than 256 (PMA's queries,
 // cross-attention's keys), the walks over the long side are split across CTAs, their fp32 partial sums
 // kept in a stream-ordered workspace (cudaMallocAsync / cudaFreeAsync on `stream`, at most 512 MiB)
-// and added in a fixed order by a second kernel.
+// and added in a fixed order by a second kernel. `tiles` (numerics.h's GdpaTiles) lays the own tiles
+// over CTAs one a CTA or in runs; the same bytes either way.
 #ifndef GEMTB_GPU_TRAIN_GDPA_TENSOR_CORE_H_
 #define GEMTB_GPU_TRAIN_GDPA_TENSOR_CORE_H_
 
@@ -20,23 +21,27 @@
 
 #include "absl/status/status.h"
 #include "gpu/train/gdpa.h"
+#include "gpu/train/numerics.h"  // GdpaTiles
 
 namespace gemtb::gpu::train {
 
 // o (written) for every query row of every sample; a query with no kept key gets zeros. Rows outside
 // every sample are not touched.
 absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v, float* o,
-                                   cudaStream_t stream);
+                                   cudaStream_t stream, GdpaTiles tiles = GdpaTiles::kOnePerCta);
 absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                   const __nv_bfloat16* v, __nv_bfloat16* o, cudaStream_t stream);
+                                   const __nv_bfloat16* v, __nv_bfloat16* o, cudaStream_t stream,
+                                   GdpaTiles tiles = GdpaTiles::kOnePerCta);
 
 // dq, dk, dv are WRITTEN (not accumulated); scores recomputed. They must not overlap each other or
 // the inputs. A query (key) that keeps no key (is kept by no query) gets zeros.
 absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v,
-                                    const float* d_o, float* dq, float* dk, float* dv, cudaStream_t stream);
+                                    const float* d_o, float* dq, float* dk, float* dv, cudaStream_t stream,
+                                    GdpaTiles tiles = GdpaTiles::kOnePerCta);
 absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, const __nv_bfloat16* k,
                                     const __nv_bfloat16* v, const __nv_bfloat16* d_o, __nv_bfloat16* dq,
-                                    __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t stream);
+                                    __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t stream,
+                                    GdpaTiles tiles = GdpaTiles::kOnePerCta);
 
 }  // namespace gemtb::gpu::train
 

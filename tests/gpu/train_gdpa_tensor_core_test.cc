@@ -24,7 +24,8 @@
 // terms (order 1 of the terms) and fails them. Rows outside every sample keep their sentinel bytes, and the input rows
 // there hold 1e30 (an overflow if any kernel used them). Two runs give the same bytes; bad shapes are
 // refused with InvalidArgument. On bf16 tensors holding the inputs rounded, the kernels give the fp32
-// tensors' results rounded, bit for bit (the same bf16 tiles are staged either way).
+// tensors' results rounded, bit for bit (the same bf16 tiles are staged either way), and runs of own
+// tiles a CTA (GdpaTiles::kRunsPerCta) give the bytes of one tile a CTA in every case.
 #include "gpu/train/gdpa_tensor_core.h"
 
 #include <cuda_runtime.h>
@@ -152,7 +153,7 @@ std::vector<uint16_t> RoundedBits(const std::vector<float>& x) {
   return r;
 }
 
-Bf16Outputs RunBf16Attention(const Case& c, const Inputs& in) {
+Bf16Outputs RunBf16Attention(const Case& c, const Inputs& in, GdpaTiles tiles = GdpaTiles::kOnePerCta) {
   const size_t width = static_cast<size_t>(c.heads) * c.dh;
   const size_t nq = in.q_rows * width, nk = in.k_rows * width;
   DeviceArray<int32_t> q_offsets(in.q_offsets), k_offsets(in.k_offsets);
@@ -163,10 +164,10 @@ Bf16Outputs RunBf16Attention(const Case& c, const Inputs& in) {
   b.batch = static_cast<int64_t>(c.lq.size());
   b.heads = c.heads, b.dh = c.dh, b.window = c.window, b.block = c.block, b.post_scale = c.post_scale;
   b.q_offsets = q_offsets.ptr, b.k_offsets = k_offsets.ptr, b.max_q = in.max_q, b.max_k = in.max_k;
-  const absl::Status f = GdpaForwardTensorCore(b, q.bf16(), k.bf16(), v.bf16(), o.bf16(), nullptr);
+  const absl::Status f = GdpaForwardTensorCore(b, q.bf16(), k.bf16(), v.bf16(), o.bf16(), nullptr, tiles);
   EXPECT_TRUE(f.ok()) << f;
-  const absl::Status g =
-      GdpaBackwardTensorCore(b, q.bf16(), k.bf16(), v.bf16(), d_o.bf16(), dq.bf16(), dk.bf16(), dv.bf16(), nullptr);
+  const absl::Status g = GdpaBackwardTensorCore(b, q.bf16(), k.bf16(), v.bf16(), d_o.bf16(), dq.bf16(), dk.bf16(),
+                                                dv.bf16(), nullptr, tiles);
   EXPECT_TRUE(g.ok()) << g;
   const cudaError_t e = cudaDeviceSynchronize();
   EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
@@ -328,6 +329,19 @@ TEST_P(TrainGdpaTensorCoreCase, Bf16TensorsGiveTheFp32TensorsResultsRounded) {
   ExpectRounded(got.dq, fp32.dq, in.q_offsets, width, c.name + " dq");
   ExpectRounded(got.dk, fp32.dk, in.k_offsets, width, c.name + " dk");
   ExpectRounded(got.dv, fp32.dv, in.k_offsets, width, c.name + " dv");
+}
+
+TEST_P(TrainGdpaTensorCoreCase, RunsOfTilesGiveTheBytesOfOneTileACta) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const std::vector<Case> cases = Cases();
+  const Case& c = cases[GetParam()];
+  const Inputs in = MakeInputs(c, 510 + 10 * GetParam());
+  const Bf16Outputs one = RunBf16Attention(c, in, GdpaTiles::kOnePerCta);
+  const Bf16Outputs runs = RunBf16Attention(c, in, GdpaTiles::kRunsPerCta);
+  EXPECT_EQ(runs.o, one.o) << c.name << " o";
+  EXPECT_EQ(runs.dq, one.dq) << c.name << " dq";
+  EXPECT_EQ(runs.dk, one.dk) << c.name << " dk";
+  EXPECT_EQ(runs.dv, one.dv) << c.name << " dv";
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, TrainGdpaTensorCoreCase, ::testing::Range<size_t>(0, Cases().size()),

@@ -5,7 +5,10 @@
 // (PMA over 300 keys, cross-attention from 300 queries) with their partial rows added by
 // SumSplitsKernel. Head dims 16, 32 and 64; samples of 0, 1, 17, 64, 65 and 100 rows (partial tiles,
 // every warp layout); 16-byte rows (float4) and, once, unaligned ones. The same kernels on bf16
-// tensors holding the fp32 inputs rounded give the fp32 kernels' outputs rounded, bit for bit.
+// tensors holding the fp32 inputs rounded give the fp32 kernels' outputs rounded, bit for bit. Runs of
+// kTilesPerRun own tiles a CTA (the next tile fetched during a tile's last step) give the bytes of one
+// tile a CTA, on samples of up to 300 rows (whole and partial runs, empty walks) under the model's
+// window 64 and the other masks.
 //
 // The kernels' own source runs, so this checks their indexing, masks, warp roles, splits, fragment
 // layouts (mma.sync and ldmatrix as the PTX ISA defines them) and synchronisation counts, not the
@@ -251,6 +254,10 @@ void RunCase(const Case& c) {
 
 constexpr uint16_t kBf16Sentinel = 0x7fc1;  // a bf16 quiet NaN with a payload
 
+struct Outputs16 {
+  std::vector<uint16_t> o, dq, dk, dv;
+};
+
 std::vector<uint16_t> RoundedBits(const std::vector<float>& x) {
   std::vector<uint16_t> r(x.size());
   for (size_t i = 0; i < x.size(); ++i) r[i] = numerics::FloatToBf16BitsRne(x[i]);
@@ -318,6 +325,62 @@ std::vector<Case> Cases() {
   unaligned.name = "self window=5 unaligned rows", unaligned.vec = false;
   cases.push_back(unaligned);
   return cases;
+}
+
+// The three kernels of an unsplit case with kRun own tiles a CTA (grid z: the runs), outputs as T.
+template <int kDh, typename T, int kRun>
+Outputs16 RunTiles(const Case& c, const Side& qs, const Side& ks, const std::vector<T>& q, const std::vector<T>& k,
+                   const std::vector<T>& v, const std::vector<T>& d_o) {
+  const Params p{qs.offsets.data(), ks.offsets.data(), c.heads, Mask{c.window, c.block}, c.post_scale, c.vec};
+  const unsigned batch = static_cast<unsigned>(c.lq.size()), heads = static_cast<unsigned>(c.heads);
+  auto runs = [](int32_t rows) { return static_cast<unsigned>(((rows + kTile - 1) / kTile + kRun - 1) / kRun); };
+  const int width = c.heads * kDh;
+  Outputs16 out;
+  out.o.assign(static_cast<size_t>(qs.rows * width), kBf16Sentinel), out.dq = out.o;
+  out.dk.assign(static_cast<size_t>(ks.rows * width), kBf16Sentinel), out.dv = out.dk;
+  T* o = reinterpret_cast<T*>(out.o.data());
+  T* dq = reinterpret_cast<T*>(out.dq.data());
+  T* dk = reinterpret_cast<T*>(out.dk.data());
+  T* dv = reinterpret_cast<T*>(out.dv.data());
+  const Split sp;
+  RunGrid(batch, heads, runs(qs.max), [&] { ForwardKernel<kDh, T, kRun>(p, sp, q.data(), k.data(), v.data(), o); });
+  RunGrid(batch, heads, runs(qs.max),
+          [&] { BackwardDqKernel<kDh, T, kRun>(p, sp, q.data(), k.data(), v.data(), d_o.data(), dq); });
+  RunGrid(batch, heads, runs(ks.max),
+          [&] { BackwardDkDvKernel<kDh, T, kRun>(p, sp, q.data(), k.data(), v.data(), d_o.data(), dk, dv); });
+  return out;
+}
+
+template <int kDh>
+void RunTilesCase(const Case& c) {
+  const Side qs = Offsets(c.lq), ks = Offsets(c.lk);
+  const Inputs in = MakeInputs<kDh>(c, qs, ks);
+  const std::vector<uint16_t> q = RoundedBits(in.q), k = RoundedBits(in.k), v = RoundedBits(in.v),
+                              d_o = RoundedBits(in.d_o);
+  const Outputs16 one = RunTiles<kDh, bf16, 1>(c, qs, ks, q, k, v, d_o);
+  const Outputs16 runs = RunTiles<kDh, bf16, kTilesPerRun>(c, qs, ks, q, k, v, d_o);
+  const std::string name = c.name + " dh=" + std::to_string(kDh);
+  EXPECT_EQ(runs.o, one.o) << name << " o";
+  EXPECT_EQ(runs.dq, one.dq) << name << " dq";
+  EXPECT_EQ(runs.dk, one.dk) << name << " dk";
+  EXPECT_EQ(runs.dv, one.dv) << name << " dv";
+  // The outputs are real: every sample row written, from the sentinel, in both layouts.
+  size_t written = 0;
+  for (uint16_t x : one.o) written += x != kBf16Sentinel;
+  EXPECT_EQ(written, static_cast<size_t>((qs.offsets.back() - qs.offsets.front()) * c.heads * kDh)) << name;
+}
+
+TEST(TrainGdpaEmulated, RunsOfTilesGiveTheBytesOfOneTileACta) {
+  const std::vector<int> lengths = {0, 300, 1, 65, 129, 256, 64};
+  for (auto [name, window, block] : {std::tuple{"self window=64", 64, 0}, std::tuple{"self window=5", 5, 0},
+                                     std::tuple{"self window=17", 17, 0}, std::tuple{"self block=24", -1, 24},
+                                     std::tuple{"self unmasked", -1, 0}}) {
+    Case c;
+    c.name = name, c.window = window, c.block = block, c.post_scale = 1.0f / 16, c.lq = lengths, c.lk = lengths;
+    RunTilesCase<32>(c);
+    RunTilesCase<16>(c);
+    if (HasFailure()) return;
+  }
 }
 
 TEST(TrainGdpaEmulated, KernelsMatchTheDefinitionInFp64) {
