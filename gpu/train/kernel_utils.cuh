@@ -95,6 +95,17 @@ __device__ inline float FromFloat<float>(float v) { return v; }
 template <>
 __device__ inline __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
+// The element type that kernels shared with the CPU emulation (the .cuh files, which hold bf16 as its
+// bits) read for an activation type: bf16 as uint16_t, fp32 as itself.
+template <typename T>
+struct BitsOf {
+  using type = T;
+};
+template <>
+struct BitsOf<__nv_bfloat16> {
+  using type = uint16_t;
+};
+
 }  // namespace gemtb::gpu::train
 
 #endif  // GEMTB_GPU_TRAIN_KERNEL_UTILS_CUH_

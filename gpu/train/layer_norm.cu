@@ -165,21 +165,11 @@ __global__ void __launch_bounds__(kGeluThreads)
 
 unsigned RowBlocks(int64_t n) { return static_cast<unsigned>((n + kRowsPerBlock - 1) / kRowsPerBlock); }
 
-// The element type ln::ForwardRowsKernel reads and writes: bf16 as its bits.
-template <typename T>
-struct RowsOf {
-  using type = T;
-};
-template <>
-struct RowsOf<__nv_bfloat16> {
-  using type = uint16_t;
-};
-
 template <int kCols, typename T, typename TOut>
 void LaunchForwardRows(const RowsShape& s, const T* x, const float* gamma, const float* beta, TOut* y, float* mean,
                        float* rstd, cudaStream_t stream) {
-  using In = typename RowsOf<T>::type;
-  using Out = typename RowsOf<TOut>::type;
+  using In = typename BitsOf<T>::type;
+  using Out = typename BitsOf<TOut>::type;
   ln::ForwardRowsKernel<kCols, In, Out><<<ln::ForwardRowsBlocks<kCols>(s.n), ln::kThreads, 0, stream>>>(
       reinterpret_cast<const In*>(x), gamma, beta, s.n, static_cast<int>(s.width), reinterpret_cast<Out*>(y), mean,
       rstd);

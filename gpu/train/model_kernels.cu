@@ -113,15 +113,6 @@ namespace {
 
 static_assert(colsum::kBlockRows == kColumnBlock, "column_sums_kernels.cuh's blocks are ColumnSums' blocks");
 
-// The block kernel's row type: bf16 rows as their bits.
-template <typename T>
-struct BlockRows {
-  using type = T;
-};
-template <>
-struct BlockRows<__nv_bfloat16> {
-  using type = uint16_t;
-};
 
 // ColumnSums for fp32 or bf16 rows (the tree's upper levels are fp32 block sums). With `rounded`
 // (fp32 rows with ldx = cols), the first level also writes the rows rounded to bf16; a single level
@@ -143,7 +134,7 @@ absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, f
                               "ColumnSums scratch");
       !a.ok())
     return a;
-  using Rows = typename BlockRows<T>::type;
+  using Rows = typename BitsOf<T>::type;  // bf16 rows as their bits
   // A block as wide as the columns (whole warps, at most kThreads): at d = 128 a 256-thread block would
   // idle half its threads and halve the loads an SM keeps in flight.
   const int threads = static_cast<int>(std::min<int64_t>(kThreads, (cols + kWarp - 1) / kWarp * kWarp));
