@@ -387,7 +387,7 @@ __device__ void WriteOwnRows(const float (&acc)[kDh / 8][4], float* ss, const Ro
 // walk, steps, chunks and sums: the same bytes). During a tile's last step the CTA fetches the next
 // tile's own rows and first step, so that their loads overlap the compute instead of beginning a tile;
 // a sample's offsets are read once a run. kRun = 1 is the launch of one tile a CTA (CtaPlace).
-constexpr int kTilesPerRun = 4;  // the run's length where GdpaBatch asks for runs
+constexpr int kTilesPerRun = 4;  // the run's length under GdpaTiles::kRunsPerCta (numerics.h)
 
 // Own tile r of the CTA's run.
 template <int kRun>

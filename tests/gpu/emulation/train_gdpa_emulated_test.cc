@@ -7,8 +7,8 @@
 // every warp layout); 16-byte rows (float4) and, once, unaligned ones. The same kernels on bf16
 // tensors holding the fp32 inputs rounded give the fp32 kernels' outputs rounded, bit for bit. Runs of
 // kTilesPerRun own tiles a CTA (the next tile fetched during a tile's last step) give the bytes of one
-// tile a CTA, on samples of up to 300 rows (whole and partial runs, empty walks) under the model's
-// window 64 and the other masks.
+// tile a CTA, on fp32 and bf16 rows, samples of up to 300 rows (whole and partial runs, empty walks),
+// under the model's window 64 and the other masks.
 //
 // The kernels' own source runs, so this checks their indexing, masks, warp roles, splits, fragment
 // layouts (mma.sync and ldmatrix as the PTX ISA defines them) and synchronisation counts, not the
@@ -23,6 +23,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "gpu/train/gdpa_tensor_core_kernels.cuh"
@@ -254,9 +255,6 @@ void RunCase(const Case& c) {
 
 constexpr uint16_t kBf16Sentinel = 0x7fc1;  // a bf16 quiet NaN with a payload
 
-struct Outputs16 {
-  std::vector<uint16_t> o, dq, dk, dv;
-};
 
 std::vector<uint16_t> RoundedBits(const std::vector<float>& x) {
   std::vector<uint16_t> r(x.size());
@@ -327,47 +325,69 @@ std::vector<Case> Cases() {
   return cases;
 }
 
-// The three kernels of an unsplit case with kRun own tiles a CTA (grid z: the runs), outputs as T.
+// The three kernels of an unsplit case with kRun own tiles a CTA (grid z: the runs), on rows of T
+// (float, or bf16 bits), the outputs starting as sentinels.
+template <typename T>
+struct OutputsOf {
+  std::vector<T> o, dq, dk, dv;
+};
+
 template <int kDh, typename T, int kRun>
-Outputs16 RunTiles(const Case& c, const Side& qs, const Side& ks, const std::vector<T>& q, const std::vector<T>& k,
-                   const std::vector<T>& v, const std::vector<T>& d_o) {
+OutputsOf<T> RunTiles(const Case& c, const Side& qs, const Side& ks, const std::vector<T>& q,
+                      const std::vector<T>& k, const std::vector<T>& v, const std::vector<T>& d_o) {
   const Params p{qs.offsets.data(), ks.offsets.data(), c.heads, Mask{c.window, c.block}, c.post_scale, c.vec};
   const unsigned batch = static_cast<unsigned>(c.lq.size()), heads = static_cast<unsigned>(c.heads);
   auto runs = [](int32_t rows) { return static_cast<unsigned>(((rows + kTile - 1) / kTile + kRun - 1) / kRun); };
   const int width = c.heads * kDh;
-  Outputs16 out;
-  out.o.assign(static_cast<size_t>(qs.rows * width), kBf16Sentinel), out.dq = out.o;
-  out.dk.assign(static_cast<size_t>(ks.rows * width), kBf16Sentinel), out.dv = out.dk;
-  T* o = reinterpret_cast<T*>(out.o.data());
-  T* dq = reinterpret_cast<T*>(out.dq.data());
-  T* dk = reinterpret_cast<T*>(out.dk.data());
-  T* dv = reinterpret_cast<T*>(out.dv.data());
+  T sentinel;
+  if constexpr (std::is_same_v<T, float>) {
+    std::memcpy(&sentinel, &kSentinel, sizeof(sentinel));
+  } else {
+    sentinel = kBf16Sentinel;
+  }
+  OutputsOf<T> out;
+  out.o.assign(static_cast<size_t>(qs.rows * width), sentinel), out.dq = out.o;
+  out.dk.assign(static_cast<size_t>(ks.rows * width), sentinel), out.dv = out.dk;
   const Split sp;
-  RunGrid(batch, heads, runs(qs.max), [&] { ForwardKernel<kDh, T, kRun>(p, sp, q.data(), k.data(), v.data(), o); });
   RunGrid(batch, heads, runs(qs.max),
-          [&] { BackwardDqKernel<kDh, T, kRun>(p, sp, q.data(), k.data(), v.data(), d_o.data(), dq); });
-  RunGrid(batch, heads, runs(ks.max),
-          [&] { BackwardDkDvKernel<kDh, T, kRun>(p, sp, q.data(), k.data(), v.data(), d_o.data(), dk, dv); });
+          [&] { ForwardKernel<kDh, T, kRun>(p, sp, q.data(), k.data(), v.data(), out.o.data()); });
+  RunGrid(batch, heads, runs(qs.max),
+          [&] { BackwardDqKernel<kDh, T, kRun>(p, sp, q.data(), k.data(), v.data(), d_o.data(), out.dq.data()); });
+  RunGrid(batch, heads, runs(ks.max), [&] {
+    BackwardDkDvKernel<kDh, T, kRun>(p, sp, q.data(), k.data(), v.data(), d_o.data(), out.dk.data(), out.dv.data());
+  });
   return out;
+}
+
+template <typename T>
+bool SameBytes(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// Runs of kTilesPerRun tiles against one tile a CTA, on T rows: the same bytes, and every sample row
+// of o written (the runs are not vacuous).
+template <int kDh, typename T>
+void RunTilesCase(const Case& c, const Side& qs, const Side& ks, const std::vector<T>& q, const std::vector<T>& k,
+                  const std::vector<T>& v, const std::vector<T>& d_o) {
+  const OutputsOf<T> one = RunTiles<kDh, T, 1>(c, qs, ks, q, k, v, d_o);
+  const OutputsOf<T> runs = RunTiles<kDh, T, kTilesPerRun>(c, qs, ks, q, k, v, d_o);
+  const std::string name = c.name + " dh=" + std::to_string(kDh) + (std::is_same_v<T, float> ? " fp32" : " bf16");
+  EXPECT_TRUE(SameBytes(runs.o, one.o)) << name << " o";
+  EXPECT_TRUE(SameBytes(runs.dq, one.dq)) << name << " dq";
+  EXPECT_TRUE(SameBytes(runs.dk, one.dk)) << name << " dk";
+  EXPECT_TRUE(SameBytes(runs.dv, one.dv)) << name << " dv";
+  const T sentinel = one.o.front();  // row 0 is before the samples (kLead)
+  size_t written = 0;
+  for (const T& x : one.o) written += std::memcmp(&x, &sentinel, sizeof(T)) != 0;
+  EXPECT_EQ(written, static_cast<size_t>((qs.offsets.back() - qs.offsets.front()) * c.heads * kDh)) << name;
 }
 
 template <int kDh>
 void RunTilesCase(const Case& c) {
   const Side qs = Offsets(c.lq), ks = Offsets(c.lk);
   const Inputs in = MakeInputs<kDh>(c, qs, ks);
-  const std::vector<uint16_t> q = RoundedBits(in.q), k = RoundedBits(in.k), v = RoundedBits(in.v),
-                              d_o = RoundedBits(in.d_o);
-  const Outputs16 one = RunTiles<kDh, bf16, 1>(c, qs, ks, q, k, v, d_o);
-  const Outputs16 runs = RunTiles<kDh, bf16, kTilesPerRun>(c, qs, ks, q, k, v, d_o);
-  const std::string name = c.name + " dh=" + std::to_string(kDh);
-  EXPECT_EQ(runs.o, one.o) << name << " o";
-  EXPECT_EQ(runs.dq, one.dq) << name << " dq";
-  EXPECT_EQ(runs.dk, one.dk) << name << " dk";
-  EXPECT_EQ(runs.dv, one.dv) << name << " dv";
-  // The outputs are real: every sample row written, from the sentinel, in both layouts.
-  size_t written = 0;
-  for (uint16_t x : one.o) written += x != kBf16Sentinel;
-  EXPECT_EQ(written, static_cast<size_t>((qs.offsets.back() - qs.offsets.front()) * c.heads * kDh)) << name;
+  RunTilesCase<kDh, float>(c, qs, ks, in.q, in.k, in.v, in.d_o);
+  RunTilesCase<kDh, bf16>(c, qs, ks, RoundedBits(in.q), RoundedBits(in.k), RoundedBits(in.v), RoundedBits(in.d_o));
 }
 
 TEST(TrainGdpaEmulated, RunsOfTilesGiveTheBytesOfOneTileACta) {
