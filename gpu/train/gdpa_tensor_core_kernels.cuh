@@ -384,9 +384,11 @@ __device__ void WriteOwnRows(const float (&acc)[kDh / 8][4], float* ss, const Ro
 
 // Runs of own tiles (kRun > 1, unsplit launches only): blockIdx.z is a run of kRun consecutive own
 // tiles, which the CTA takes in increasing order, each exactly as a CTA of its own takes it (the same
-// walk, steps, chunks and sums: the same bytes). During a tile's last step the CTA fetches the next
-// tile's own rows and first step, so that their loads overlap the compute instead of beginning a tile;
-// a sample's offsets are read once a run. kRun = 1 is the launch of one tile a CTA (CtaPlace).
+// walk, steps, chunks and sums: the same bytes). The CTA fetches its first tile's own rows and first
+// step together, and during a tile's last step the next tile's, so that those loads overlap each other
+// and the compute instead of beginning each tile one after another; a sample's offsets are read once a
+// run. kRun = 1 is the launch of one tile a CTA (CtaPlace), which stages its own rows and then fetches
+// its first step.
 constexpr int kTilesPerRun = 4;  // the run's length under GdpaTiles::kRunsPerCta (numerics.h)
 
 // Own tile r of the CTA's run.
@@ -442,7 +444,16 @@ __global__ void __launch_bounds__(kThreads)
     next_k.Fetch(k, s.k_row + j0, min(kTile, hi - j0), width, h, p.vec);
     next_v.Fetch(v, s.k_row + j0, min(kTile, hi - j0), width, h, p.vec);
   };
-  bool staged = false;  // next_q (and next_k, next_v where its walk has a step) hold this tile's
+  // A run's tile `tile`: its queries and first step, fetched ahead of it (its loads in flight together).
+  const auto fetch_tile = [&](int tile) {
+    const TileRange n = TileOf(p.mask, tile, s.lq, s.lk);
+    next_q.Fetch(q, s.q_row + n.i0, n.n, width, h, p.vec);
+    if (n.lo < n.hi) fetch(n.lo, n.hi);
+  };
+  // next_q (and next_k, next_v where its walk has a step) hold this tile's; a run fetches its first
+  // tile so before staging anything.
+  bool staged = kRun > 1 && RunPlace<kRun>(sp, s.lq, 0).tile * kTile < s.lq;
+  if (staged) fetch_tile(RunPlace<kRun>(sp, s.lq, 0).tile);
   for (int r = 0; r < kRun; ++r) {
     const Place place = RunPlace<kRun>(sp, s.lq, r);
     if (place.tile * kTile >= place.own) return;
@@ -473,9 +484,7 @@ __global__ void __launch_bounds__(kThreads)
       if (j0 + kTile < je) {
         fetch(j0 + kTile, t.hi);
       } else if (NextInRun<kRun>(r, place.tile, place.own)) {
-        const TileRange n = TileOf(p.mask, place.tile + 1, place.own, s.lk);
-        next_q.Fetch(q, s.q_row + n.i0, n.n, width, h, p.vec);
-        if (n.lo < n.hi) fetch(n.lo, n.hi);
+        fetch_tile(place.tile + 1);
         staged = true;
       }
       if (!role.active) continue;
@@ -519,7 +528,15 @@ __global__ void __launch_bounds__(kThreads)
     next_k.Fetch(k, s.k_row + j0, min(kTile, hi - j0), width, h, p.vec);
     next_v.Fetch(v, s.k_row + j0, min(kTile, hi - j0), width, h, p.vec);
   };
-  bool staged = false;
+  // A run's tile `tile`: its queries, output gradients and first step, fetched ahead of it.
+  const auto fetch_tile = [&](int tile) {
+    const TileRange n = TileOf(p.mask, tile, s.lq, s.lk);
+    next_q.Fetch(q, s.q_row + n.i0, n.n, width, h, p.vec);
+    next_do.Fetch(d_o, s.q_row + n.i0, n.n, width, h, p.vec);
+    if (n.lo < n.hi) fetch(n.lo, n.hi);
+  };
+  bool staged = kRun > 1 && RunPlace<kRun>(sp, s.lq, 0).tile * kTile < s.lq;
+  if (staged) fetch_tile(RunPlace<kRun>(sp, s.lq, 0).tile);
   for (int r = 0; r < kRun; ++r) {
     const Place place = RunPlace<kRun>(sp, s.lq, r);
     if (place.tile * kTile >= place.own) return;
@@ -553,10 +570,7 @@ __global__ void __launch_bounds__(kThreads)
       if (j0 + kTile < je) {
         fetch(j0 + kTile, t.hi);
       } else if (NextInRun<kRun>(r, place.tile, place.own)) {
-        const TileRange n = TileOf(p.mask, place.tile + 1, place.own, s.lk);
-        next_q.Fetch(q, s.q_row + n.i0, n.n, width, h, p.vec);
-        next_do.Fetch(d_o, s.q_row + n.i0, n.n, width, h, p.vec);
-        if (n.lo < n.hi) fetch(n.lo, n.hi);
+        fetch_tile(place.tile + 1);
         staged = true;
       }
       if (!role.active) continue;
@@ -603,7 +617,15 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
     next_q.Fetch(q, s.q_row + i0, min(kTile, hi - i0), width, h, p.vec);
     next_do.Fetch(d_o, s.q_row + i0, min(kTile, hi - i0), width, h, p.vec);
   };
-  bool staged = false;
+  // A run's tile `tile`: its keys, values and first step, fetched ahead of it.
+  const auto fetch_tile = [&](int tile) {
+    const TileRange n = TileOf(p.mask, tile, s.lk, s.lq);
+    next_k.Fetch(k, s.k_row + n.i0, n.n, width, h, p.vec);
+    next_v.Fetch(v, s.k_row + n.i0, n.n, width, h, p.vec);
+    if (n.lo < n.hi) fetch(n.lo, n.hi);
+  };
+  bool staged = kRun > 1 && RunPlace<kRun>(sp, s.lk, 0).tile * kTile < s.lk;
+  if (staged) fetch_tile(RunPlace<kRun>(sp, s.lk, 0).tile);
   for (int r = 0; r < kRun; ++r) {
     const Place place = RunPlace<kRun>(sp, s.lk, r);
     if (place.tile * kTile >= place.own) return;
@@ -637,10 +659,7 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
       if (i0 + kTile < ie) {
         fetch(i0 + kTile, t.hi);
       } else if (NextInRun<kRun>(r, place.tile, place.own)) {
-        const TileRange n = TileOf(p.mask, place.tile + 1, place.own, s.lq);
-        next_k.Fetch(k, s.k_row + n.i0, n.n, width, h, p.vec);
-        next_v.Fetch(v, s.k_row + n.i0, n.n, width, h, p.vec);
-        if (n.lo < n.hi) fetch(n.lo, n.hi);
+        fetch_tile(place.tile + 1);
         staged = true;
       }
       if (!role.active) continue;
