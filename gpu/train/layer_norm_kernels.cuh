@@ -1,9 +1,9 @@
 // layer_norm.h's LayerNorm as rows of one warp: the forward's statistics and normalised values (and the
 // forward kernel of rows of at most kFusedMaxWidth values), and the fused backward over fp32 rows of at
-// most kFusedMaxWidth values. Device code only, launched by
-// layer_norm.cu, also inside the fused row-tile kernels (layer_norm_tile.cuh, whose LayerNorm is then
-// these bytes), and built by a host compiler for the CPU fiber emulation (tests/gpu/emulation),
-// where the explicitly rounded operations are the host's own IEEE fp32 operations.
+// most kFusedMaxWidth values. Device code only, launched by layer_norm.cu, also inside the fused
+// row-tile kernels (layer_norm_tile.cuh, whose LayerNorm is then these bytes), and built by a host
+// compiler for the CPU fiber emulation (tests/gpu/emulation), where the explicitly rounded operations
+// are the host's own IEEE fp32 operations.
 //
 // One pass reads x and dy once for both gradients: a block takes kBlockRows rows, each of its warps
 // kRowsPerWarp consecutive ones. Per row the warp computes dx exactly as the unfused input kernel
@@ -85,8 +85,8 @@ __device__ inline float Normalized(float x, float mean, float rstd, float gamma,
 
 // The backward of one row by one warp (lane l takes columns i = l + 32 k, k < kCols, those below
 // `width`): x(k, i), dy(k, i) and gamma(k, i) give the row's values and the scale (from memory or the
-// caller's registers), and dx(k, i, g) takes each input gradient g as the unfused input kernel computes it; the row's dy xhat
-// and dy are added to the lane's running column sums.
+// caller's registers), and dx(k, i, g) takes each input gradient g as the unfused input kernel
+// computes it; the row's dy xhat and dy are added to the lane's running column sums.
 template <int kCols, typename X, typename Gamma, typename Dy, typename Dx>
 __device__ inline void BackwardRowOf(const X& x, const Gamma& gamma, float mean, float rstd, const Dy& dy, int width,
                                      int lane, const Dx& dx, float (&g_acc)[kCols], float (&b_acc)[kCols]) {
@@ -148,7 +148,7 @@ __device__ inline void BlockPartials(float* sums, int width, int warp, int lane,
 // computes the first of them: several rows' loads in flight instead of one row's, each value read once.
 template <int kCols>
 __host__ __device__ constexpr int RowBatch() {
-  return kCols >= 16 ? 1 : 16 / kCols;  // 4 rows at 4 columns a lane, 2 at 8: 48 or 64 registers of data
+  return kCols >= 16 ? 1 : 16 / kCols;  // 4 rows at 4 columns a lane, 2 at 8, 1 at 16: 16 values an array
 }
 static_assert(kRowsPerWarp % RowBatch<4>() == 0 && kRowsPerWarp % RowBatch<8>() == 0, "whole batches");
 
