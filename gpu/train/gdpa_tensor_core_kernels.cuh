@@ -417,7 +417,7 @@ __device__ inline TileRange TileOf(const Mask& mask, int tile, int own, int othe
   return t;
 }
 
-// The tile after own tile `tile` in the CTA's run, where there is one (r + 1 < kRun and rows left).
+// Whether the CTA's run has a tile after own tile `tile`, its r-th (r + 1 < kRun, and rows left).
 template <int kRun>
 __device__ inline bool NextInRun(int r, int tile, int own) {
   return r + 1 < kRun && (tile + 1) * kTile < own;
