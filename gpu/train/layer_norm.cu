@@ -84,38 +84,29 @@ __global__ void LayerNormBackwardParamsKernel(const T* x, const float* mean_in, 
 
 // GELU's elementwise kernels move 16-byte chunks (8 bf16 or 4 fp32 values: one load and one store of
 // each array instead of one per value) when every pointer is 16-byte aligned, else the same values one
-// at a time; each value gets the same operations either way. The forward's thread takes
-// kGeluForwardChunks chunks, a block's width apart, and issues all their loads before it computes, so
-// that more loads are in flight; the backward, whose evaluation (erfc and exp) bounds it rather than
-// its loads, takes one: more would cost it registers and occupancy.
+// at a time; each value gets the same operations either way. A forward thread takes kGeluForwardChunks
+// chunks, a block's width apart, and issues all their loads before it computes, so that more loads are
+// in flight. A backward thread takes one chunk: its evaluation (erfc and exp), not its loads, bounds
+// it, and more chunks a thread cost it registers and occupancy.
 template <typename T>
 constexpr int kGeluVector = 16 / sizeof(T);
 constexpr int kGeluThreads = 256;
 constexpr int kGeluForwardChunks = 4;
-constexpr int kGeluBackwardChunks = 1;
-
-// The thread's chunks of a launch of kChunks chunks a thread: chunk j is first + j kGeluThreads.
-template <int kChunks>
-struct GeluChunks {
-  __device__ GeluChunks() : first(static_cast<int64_t>(blockIdx.x) * kGeluThreads * kChunks + threadIdx.x) {}
-  __device__ int64_t At(int j) const { return first + static_cast<int64_t>(j) * kGeluThreads; }
-  int64_t first;
-};
 
 template <typename T>
 __global__ void __launch_bounds__(kGeluThreads) GeluForwardKernel(const T* x, int64_t count, T* y, bool vector) {
   constexpr int kN = kGeluVector<T>;
-  constexpr int kChunks = kGeluForwardChunks;
-  const GeluChunks<kChunks> chunks;
-  uint4 in[kChunks];
+  // The thread's chunks: first + j kGeluThreads.
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kGeluThreads * kGeluForwardChunks + threadIdx.x;
+  uint4 in[kGeluForwardChunks];
 #pragma unroll
-  for (int j = 0; j < kChunks; ++j) {
-    const int64_t c = chunks.At(j);
+  for (int j = 0; j < kGeluForwardChunks; ++j) {
+    const int64_t c = first + j * kGeluThreads;
     if (vector && (c + 1) * kN <= count) in[j] = __ldg(reinterpret_cast<const uint4*>(x) + c);
   }
 #pragma unroll
-  for (int j = 0; j < kChunks; ++j) {
-    const int64_t c = chunks.At(j), e0 = c * kN;
+  for (int j = 0; j < kGeluForwardChunks; ++j) {
+    const int64_t c = first + j * kGeluThreads, e0 = c * kN;
     if (vector && e0 + kN <= count) {
       const T* xs = reinterpret_cast<const T*>(&in[j]);
       uint4 out;
@@ -130,36 +121,24 @@ __global__ void __launch_bounds__(kGeluThreads) GeluForwardKernel(const T* x, in
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kGeluThreads)
-    GeluBackwardKernel(const T* x, const T* dy, int64_t count, T* dx, bool vector) {
+__global__ void GeluBackwardKernel(const T* x, const T* dy, int64_t count, T* dx, bool vector) {
   constexpr int kN = kGeluVector<T>;
-  constexpr int kChunks = kGeluBackwardChunks;
-  const GeluChunks<kChunks> chunks;
-  uint4 in[kChunks], din[kChunks];
+  const int64_t chunk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t e0 = chunk * kN;
+  if (e0 >= count) return;
+  if (vector && e0 + kN <= count) {
+    const uint4 in = reinterpret_cast<const uint4*>(x)[chunk], din = reinterpret_cast<const uint4*>(dy)[chunk];
+    const T* xs = reinterpret_cast<const T*>(&in);
+    const T* dys = reinterpret_cast<const T*>(&din);
+    uint4 out;
+    T* dxs = reinterpret_cast<T*>(&out);
 #pragma unroll
-  for (int j = 0; j < kChunks; ++j) {
-    const int64_t c = chunks.At(j);
-    if (vector && (c + 1) * kN <= count) {
-      in[j] = __ldg(reinterpret_cast<const uint4*>(x) + c);
-      din[j] = __ldg(reinterpret_cast<const uint4*>(dy) + c);
-    }
+    for (int i = 0; i < kN; ++i) dxs[i] = FromFloat<T>(__fmul_rn(ToFloat(dys[i]), GeluGradOf(ToFloat(xs[i]))));
+    reinterpret_cast<uint4*>(dx)[chunk] = out;
+    return;
   }
-#pragma unroll
-  for (int j = 0; j < kChunks; ++j) {
-    const int64_t c = chunks.At(j), e0 = c * kN;
-    if (vector && e0 + kN <= count) {
-      const T* xs = reinterpret_cast<const T*>(&in[j]);
-      const T* dys = reinterpret_cast<const T*>(&din[j]);
-      uint4 out;
-      T* dxs = reinterpret_cast<T*>(&out);
-#pragma unroll
-      for (int i = 0; i < kN; ++i) dxs[i] = FromFloat<T>(__fmul_rn(ToFloat(dys[i]), GeluGradOf(ToFloat(xs[i]))));
-      reinterpret_cast<uint4*>(dx)[c] = out;
-    } else {
-      for (int64_t e = e0; e < e0 + kN && e < count; ++e) {
-        dx[e] = FromFloat<T>(__fmul_rn(ToFloat(dy[e]), GeluGradOf(ToFloat(x[e]))));
-      }
-    }
+  for (int64_t e = e0; e < e0 + kN && e < count; ++e) {
+    dx[e] = FromFloat<T>(__fmul_rn(ToFloat(dy[e]), GeluGradOf(ToFloat(x[e]))));
   }
 }
 
@@ -175,7 +154,7 @@ void LaunchForwardRows(const RowsShape& s, const T* x, const float* gamma, const
       rstd);
 }
 
-// Rows of at most ln::kFusedMaxWidth values by LayerNormForwardRowsKernel, wider ones a warp a row.
+// Rows of at most ln::kFusedMaxWidth values by ln::ForwardRowsKernel, wider ones a warp a row.
 template <typename T, typename TOut>
 absl::Status ForwardRows(const RowsShape& s, const T* x, const float* gamma, const float* beta, TOut* y, float* mean,
                          float* rstd, cudaStream_t stream) {
@@ -287,7 +266,7 @@ absl::Status GeluForward(const T* x, int64_t count, T* y, cudaStream_t stream) {
 template <typename T>
 absl::Status GeluBackward(const T* x, const T* dy, int64_t count, T* dx, cudaStream_t stream) {
   if (absl::Status v = ValidateCount(count); !v.ok()) return v;
-  constexpr int64_t kPerBlock = int64_t{kGeluThreads} * kGeluBackwardChunks * kGeluVector<T>;
+  constexpr int64_t kPerBlock = int64_t{kGeluThreads} * kGeluVector<T>;
   GeluBackwardKernel<T><<<static_cast<unsigned>((count + kPerBlock - 1) / kPerBlock), kGeluThreads, 0, stream>>>(
       x, dy, count, dx, Aligned16({x, dy, dx}));
   return Launched("GeluBackward");

@@ -143,8 +143,9 @@ __device__ __forceinline__ void LayerNormBackwardOfTile(const float (&acc)[kD / 
         const int64_t row = tile0 + tr;
         if (row < a.n) {
           ln::BackwardRowOf<kCols>(
-              [&](int k, int) { return x[j][k]; }, [&](int, int i) { return a.gamma[i]; }, m[j], s[j], [&](int, int i) { return dh[tr * kLd + i]; },
-              kD, l, [&](int k, int i, float g) { a.dx[row * kD + i] = __fadd_rn(dx_in[j][k], g); }, g_acc, b_acc);
+              [&](int k, int) { return x[j][k]; }, [&](int, int i) { return a.gamma[i]; }, m[j], s[j],
+              [&](int, int i) { return dh[tr * kLd + i]; }, kD, l,
+              [&](int k, int i, float g) { a.dx[row * kD + i] = __fadd_rn(dx_in[j][k], g); }, g_acc, b_acc);
         }
       }
     }

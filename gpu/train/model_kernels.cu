@@ -113,7 +113,6 @@ namespace {
 
 static_assert(colsum::kBlockRows == kColumnBlock, "column_sums_kernels.cuh's blocks are ColumnSums' blocks");
 
-
 // ColumnSums for fp32 or bf16 rows (the tree's upper levels are fp32 block sums). With `rounded`
 // (fp32 rows with ldx = cols), the first level also writes the rows rounded to bf16; a single level
 // then goes through the block kernel too, whose one block sum is the sum the direct kernel forms (both

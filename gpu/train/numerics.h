@@ -95,8 +95,8 @@ inline const char* PrecisionName(AttentionBlockPrecision p) {
 inline const char* BlockKernelsName(BlockKernels k) { return k == BlockKernels::kFused ? "fused" : "separate"; }
 inline const char* GdpaTilesName(GdpaTiles t) { return t == GdpaTiles::kRunsPerCta ? "runs" : "one"; }
 
-// The inverses of PrecisionName, BlockKernelsName and GdpaTilesName; InvalidArgument naming `field` and the value
-// otherwise.
+// The inverses of PrecisionName, BlockKernelsName and GdpaTilesName; InvalidArgument naming `field` and
+// the value otherwise.
 inline absl::StatusOr<MatmulPrecision> ParseMatmulPrecision(const std::string& field, const std::string& name) {
   for (const MatmulPrecision p : {MatmulPrecision::kFp32, MatmulPrecision::kTf32}) {
     if (name == PrecisionName(p)) return p;

@@ -230,7 +230,7 @@ TEST(TbeBackwardEmulated, HotRowsGiveTheOraclesTables) {
 
 // One row read several thousand times by four keys of every pooling (their terms scaled
 // differently, interleaved in the sorted order): a run that spans several batches of the hot-row
-// kernel's metadata and many tiles of its ring. The terms' magnitudes spread over 2^-20 .. 2^20, so
+// kernel's metadata. The terms' magnitudes spread over 2^-20 .. 2^20, so
 // the sums depend on the order of the additions; SGD with lr 1 from zero weights stores -G, every
 // bit of it.
 check::EmbedCase LongHotRunCase(int64_t dim, uint64_t seed) {
@@ -249,13 +249,13 @@ check::EmbedCase LongHotRunCase(int64_t dim, uint64_t seed) {
                        {"wsum", 0, Pooling::kWeightedSum}};
   c.kjt.keys = {"seq", "sum", "mean", "wsum"};
   c.kjt.stride = 4;
-  std::vector<int64_t> sequence_values;
+  std::vector<int64_t> sequence_lengths;
   for (size_t key = 0; key < c.kjt.keys.size(); ++key) {
     for (int64_t b = 0; b < c.kjt.stride; ++b) {
       const int32_t len = 120 + static_cast<int32_t>(rng() % 100);
       c.kjt.lengths.push_back(len);
       for (int32_t i = 0; i < len; ++i) c.kjt.values.push_back(rng() % 8 == 0 ? static_cast<int64_t>(rng() % 2) * 2 : 1);
-      if (key == 0) sequence_values.push_back(len);
+      if (key == 0) sequence_lengths.push_back(len);
     }
   }
   c.kjt.has_weights = true;
@@ -263,7 +263,7 @@ check::EmbedCase LongHotRunCase(int64_t dim, uint64_t seed) {
   c.state = reference::InitEmbeddingState(c.config);
   std::fill(c.state.tables[0].weights.begin(), c.state.tables[0].weights.end(), 0.0f);
   for (int64_t i = 0; i < c.kjt.stride * 3 * dim; ++i) c.grads.pooled.push_back(value());
-  const int64_t sequence_len = std::accumulate(sequence_values.begin(), sequence_values.end(), int64_t{0});
+  const int64_t sequence_len = std::accumulate(sequence_lengths.begin(), sequence_lengths.end(), int64_t{0});
   std::vector<float> sequence(static_cast<size_t>(sequence_len * dim));
   for (float& x : sequence) x = value();
   c.grads.sequence.push_back(std::move(sequence));
