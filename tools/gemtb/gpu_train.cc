@@ -586,7 +586,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
     std::optional<gpu::bench::TimelineSummary> last_device;
     std::vector<TraceSpan> kernel_spans;
     // --trace-kernels starts recording a step before the last one (where there is one), so that
-    // CUPTI's own start (its first buffers, at the first recorded call) falls outside the last step.
+    // CUPTI's own start (host time at the first recorded call) falls outside the last step.
     std::unique_ptr<gpu::bench::KernelTimer> kernel_timer;
     while (trainer.step() < f.steps) {
       const bool last_step = trainer.step() + 1 == f.steps;
