@@ -19,7 +19,6 @@ using tc::ForwardKernel;
 using tc::kMaxWorkspaceBytes;
 using tc::kSplitRows;
 using tc::kThreads;
-using tc::kTilesPerRun;
 using tc::kTile;
 using tc::Layout;
 using tc::Mask;
@@ -37,13 +36,6 @@ Params MakeParams(const GdpaBatch& b, bool vec) {
 dim3 Grid(const GdpaBatch& b, int32_t rows, int splits) {
   return dim3(static_cast<unsigned>(b.batch), static_cast<unsigned>(b.heads),
               static_cast<unsigned>((rows + kTile - 1) / kTile * splits));
-}
-
-// (sample, head, run of kTilesPerRun tiles of the own side's `rows`): unsplit launches only.
-dim3 RunGrid(const GdpaBatch& b, int32_t rows) {
-  const int32_t tiles = (rows + kTile - 1) / kTile;
-  return dim3(static_cast<unsigned>(b.batch), static_cast<unsigned>(b.heads),
-              static_cast<unsigned>((tiles + kTilesPerRun - 1) / kTilesPerRun));
 }
 
 // The splits of the walks of a launch whose own side has at most max_own rows per sample, the other
@@ -99,18 +91,11 @@ absl::Status SplitLaunch(const GdpaBatch& b, const Params& p, int splits, int32_
 }
 
 template <int kDh, typename T>
-absl::Status LaunchForward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* o, GdpaTiles tiles,
-                           cudaStream_t stream) {
+absl::Status LaunchForward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* o, cudaStream_t stream) {
   constexpr size_t kBytes = Layout<kDh>::Bytes(3);
+  if (absl::Status s = AllowSharedMemory(ForwardKernel<kDh, T>, kBytes, "GdpaForwardTensorCore"); !s.ok()) return s;
   const Params p = MakeParams(b, Aligned16({q, k, v, o}));
   const int splits = SplitsFor(b, b.max_q, b.max_k, 1);
-  if (splits == 1 && tiles == GdpaTiles::kRunsPerCta) {
-    constexpr auto kernel = ForwardKernel<kDh, T, kTilesPerRun>;
-    if (absl::Status s = AllowSharedMemory(kernel, kBytes, "GdpaForwardTensorCore"); !s.ok()) return s;
-    kernel<<<RunGrid(b, b.max_q), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, o);
-    return Launched("GdpaForwardTensorCore (runs)");
-  }
-  if (absl::Status s = AllowSharedMemory(ForwardKernel<kDh, T>, kBytes, "GdpaForwardTensorCore"); !s.ok()) return s;
   if (splits == 1) {
     ForwardKernel<kDh, T><<<Grid(b, b.max_q, 1), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, o);
     return Launched("GdpaForwardTensorCore");
@@ -124,22 +109,16 @@ absl::Status LaunchForward(const GdpaBatch& b, const T* q, const T* k, const T* 
 
 template <int kDh, typename T>
 absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T* v, const T* d_o, T* dq, T* dk, T* dv,
-                            GdpaTiles tiles, cudaStream_t stream) {
+                            cudaStream_t stream) {
   constexpr size_t kBytes = Layout<kDh>::Bytes(4);
   const Params p = MakeParams(b, Aligned16({q, k, v, d_o, dq, dk, dv}));
   T* const no_second = nullptr;  // dq's split launch has one output
-  const bool runs = tiles == GdpaTiles::kRunsPerCta;
   if (b.max_q > 0) {
     if (absl::Status s = AllowSharedMemory(BackwardDqKernel<kDh, T>, kBytes, "GdpaBackwardTensorCore dq"); !s.ok()) {
       return s;
     }
     const int splits = SplitsFor(b, b.max_q, b.max_k, 1);
-    if (splits == 1 && runs) {
-      constexpr auto kernel = BackwardDqKernel<kDh, T, kTilesPerRun>;
-      if (absl::Status s = AllowSharedMemory(kernel, kBytes, "GdpaBackwardTensorCore dq"); !s.ok()) return s;
-      kernel<<<RunGrid(b, b.max_q), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, d_o, dq);
-      if (absl::Status s = Launched("GdpaBackwardTensorCore dq (runs)"); !s.ok()) return s;
-    } else if (splits == 1) {
+    if (splits == 1) {
       BackwardDqKernel<kDh, T><<<Grid(b, b.max_q, 1), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, d_o, dq);
       if (absl::Status s = Launched("GdpaBackwardTensorCore dq"); !s.ok()) return s;
     } else if (absl::Status s = SplitLaunch(
@@ -158,12 +137,7 @@ absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T*
       return s;
     }
     const int splits = SplitsFor(b, b.max_k, b.max_q, 2);
-    if (splits == 1 && runs) {
-      constexpr auto kernel = BackwardDkDvKernel<kDh, T, kTilesPerRun>;
-      if (absl::Status s = AllowSharedMemory(kernel, kBytes, "GdpaBackwardTensorCore dk dv"); !s.ok()) return s;
-      kernel<<<RunGrid(b, b.max_k), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, d_o, dk, dv);
-      if (absl::Status s = Launched("GdpaBackwardTensorCore dk dv (runs)"); !s.ok()) return s;
-    } else if (splits == 1) {
+    if (splits == 1) {
       BackwardDkDvKernel<kDh, T><<<Grid(b, b.max_k, 1), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, d_o, dk, dv);
       if (absl::Status s = Launched("GdpaBackwardTensorCore dk dv"); !s.ok()) return s;
     } else if (absl::Status s = SplitLaunch(b, p, splits, b.max_k, /*own_keys=*/true, dk, dv,
@@ -180,8 +154,7 @@ absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T*
 }
 
 template <typename T>
-absl::Status Forward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* o, GdpaTiles tiles,
-                     cudaStream_t stream) {
+absl::Status Forward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* o, cudaStream_t stream) {
   if (absl::Status s = ValidateGdpaBatch(b); !s.ok()) return s;
   if (b.batch == 0 || b.max_q == 0) return absl::OkStatus();
   // Keys are read only where some sample has one.
@@ -190,15 +163,15 @@ absl::Status Forward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* 
     if (absl::Status s = NotNull({{k, "k"}, {v, "v"}}); !s.ok()) return s;
   }
   switch (b.dh) {
-    case 16: return LaunchForward<16>(b, q, k, v, o, tiles, stream);
-    case 32: return LaunchForward<32>(b, q, k, v, o, tiles, stream);
-    default: return LaunchForward<64>(b, q, k, v, o, tiles, stream);
+    case 16: return LaunchForward<16>(b, q, k, v, o, stream);
+    case 32: return LaunchForward<32>(b, q, k, v, o, stream);
+    default: return LaunchForward<64>(b, q, k, v, o, stream);
   }
 }
 
 template <typename T>
 absl::Status Backward(const GdpaBatch& b, const T* q, const T* k, const T* v, const T* d_o, T* dq, T* dk, T* dv,
-                      GdpaTiles tiles, cudaStream_t stream) {
+                      cudaStream_t stream) {
   if (absl::Status s = ValidateGdpaBatch(b); !s.ok()) return s;
   if (b.batch == 0 || (b.max_q == 0 && b.max_k == 0)) return absl::OkStatus();
   // q, d_o, dq are used only where some sample has queries; k, v, dk, dv only where some has keys.
@@ -209,35 +182,33 @@ absl::Status Backward(const GdpaBatch& b, const T* q, const T* k, const T* v, co
     if (absl::Status s = NotNull({{k, "k"}, {v, "v"}, {dk, "dk"}, {dv, "dv"}}); !s.ok()) return s;
   }
   switch (b.dh) {
-    case 16: return LaunchBackward<16>(b, q, k, v, d_o, dq, dk, dv, tiles, stream);
-    case 32: return LaunchBackward<32>(b, q, k, v, d_o, dq, dk, dv, tiles, stream);
-    default: return LaunchBackward<64>(b, q, k, v, d_o, dq, dk, dv, tiles, stream);
+    case 16: return LaunchBackward<16>(b, q, k, v, d_o, dq, dk, dv, stream);
+    case 32: return LaunchBackward<32>(b, q, k, v, d_o, dq, dk, dv, stream);
+    default: return LaunchBackward<64>(b, q, k, v, d_o, dq, dk, dv, stream);
   }
 }
 
 }  // namespace
 
 absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v, float* o,
-                                   cudaStream_t stream, GdpaTiles tiles) {
-  return Forward(b, q, k, v, o, tiles, stream);
+                                   cudaStream_t stream) {
+  return Forward(b, q, k, v, o, stream);
 }
 
 absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                   const __nv_bfloat16* v, __nv_bfloat16* o, cudaStream_t stream, GdpaTiles tiles) {
-  return Forward(b, Bf16Bits(q), Bf16Bits(k), Bf16Bits(v), Bf16Bits(o), tiles, stream);
+                                   const __nv_bfloat16* v, __nv_bfloat16* o, cudaStream_t stream) {
+  return Forward(b, Bf16Bits(q), Bf16Bits(k), Bf16Bits(v), Bf16Bits(o), stream);
 }
 
 absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v,
-                                    const float* d_o, float* dq, float* dk, float* dv, cudaStream_t stream,
-                                    GdpaTiles tiles) {
-  return Backward(b, q, k, v, d_o, dq, dk, dv, tiles, stream);
+                                    const float* d_o, float* dq, float* dk, float* dv, cudaStream_t stream) {
+  return Backward(b, q, k, v, d_o, dq, dk, dv, stream);
 }
 
 absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, const __nv_bfloat16* k,
                                     const __nv_bfloat16* v, const __nv_bfloat16* d_o, __nv_bfloat16* dq,
-                                    __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t stream, GdpaTiles tiles) {
-  return Backward(b, Bf16Bits(q), Bf16Bits(k), Bf16Bits(v), Bf16Bits(d_o), Bf16Bits(dq), Bf16Bits(dk), Bf16Bits(dv),
-                  tiles, stream);
+                                    __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t stream) {
+  return Backward(b, Bf16Bits(q), Bf16Bits(k), Bf16Bits(v), Bf16Bits(d_o), Bf16Bits(dq), Bf16Bits(dk), Bf16Bits(dv), stream);
 }
 
 }  // namespace gemtb::gpu::train

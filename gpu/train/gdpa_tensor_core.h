@@ -11,8 +11,7 @@
 // Where one side has at most 64 rows per sample and the other may have more than 256 (PMA's queries,
 // cross-attention's keys), the walks over the long side are split across CTAs, their fp32 partial sums
 // kept in a stream-ordered workspace (cudaMallocAsync / cudaFreeAsync on `stream`, at most 512 MiB)
-// and added in a fixed order by a second kernel. `tiles` (numerics.h's GdpaTiles) lays the own tiles
-// over CTAs one a CTA or in runs; the same bytes either way.
+// and added in a fixed order by a second kernel.
 #ifndef GEMTB_GPU_TRAIN_GDPA_TENSOR_CORE_H_
 #define GEMTB_GPU_TRAIN_GDPA_TENSOR_CORE_H_
 
@@ -21,27 +20,23 @@
 
 #include "absl/status/status.h"
 #include "gpu/train/gdpa.h"
-#include "gpu/train/numerics.h"  // GdpaTiles
 
 namespace gemtb::gpu::train {
 
 // o (written) for every query row of every sample; a query with no kept key gets zeros. Rows outside
 // every sample are not touched.
 absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v, float* o,
-                                   cudaStream_t stream, GdpaTiles tiles = GdpaTiles::kOnePerCta);
+                                   cudaStream_t stream);
 absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                   const __nv_bfloat16* v, __nv_bfloat16* o, cudaStream_t stream,
-                                   GdpaTiles tiles = GdpaTiles::kOnePerCta);
+                                   const __nv_bfloat16* v, __nv_bfloat16* o, cudaStream_t stream);
 
 // dq, dk, dv are WRITTEN (not accumulated); scores recomputed. They must not overlap each other or
 // the inputs. A query (key) that keeps no key (is kept by no query) gets zeros.
 absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v,
-                                    const float* d_o, float* dq, float* dk, float* dv, cudaStream_t stream,
-                                    GdpaTiles tiles = GdpaTiles::kOnePerCta);
+                                    const float* d_o, float* dq, float* dk, float* dv, cudaStream_t stream);
 absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, const __nv_bfloat16* k,
                                     const __nv_bfloat16* v, const __nv_bfloat16* d_o, __nv_bfloat16* dq,
-                                    __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t stream,
-                                    GdpaTiles tiles = GdpaTiles::kOnePerCta);
+                                    __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t stream);
 
 }  // namespace gemtb::gpu::train
 

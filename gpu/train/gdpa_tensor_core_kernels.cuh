@@ -382,51 +382,10 @@ __device__ void WriteOwnRows(const float (&acc)[kDh / 8][4], float* ss, const Ro
   }
 }
 
-// Runs of own tiles (kRun > 1, unsplit launches only): blockIdx.z is a run of kRun consecutive own
-// tiles, which the CTA takes in increasing order, each exactly as a CTA of its own takes it (the same
-// walk, steps, chunks and sums: the same bytes). The CTA fetches its first tile's own rows and first
-// step together, and during a tile's last step the next tile's, so that those loads overlap each other
-// and the compute instead of beginning each tile one after another; a sample's offsets are read once a
-// run. kRun = 1 is the launch of one tile a CTA (CtaPlace), which stages its own rows and then fetches
-// its first step.
-constexpr int kTilesPerRun = 4;  // the run's length under GdpaTiles::kRunsPerCta (numerics.h)
-
-// Own tile r of the CTA's run.
-template <int kRun>
-__device__ inline Place RunPlace(const Split& sp, int own, int r) {
-  if constexpr (kRun == 1) {
-    return CtaPlace(sp, own);
-  } else {
-    return Place{static_cast<int>(blockIdx.z) * kRun + r, 0, own};
-  }
-}
-
-// Own tile `tile` (of `own` rows in the sample): its rows [i0, i0 + n) and the other side's rows
-// [lo, hi) that some of them keep.
-struct TileRange {
-  int i0, n, lo, hi;
-};
-
-__device__ inline TileRange TileOf(const Mask& mask, int tile, int own, int other) {
-  TileRange t;
-  t.i0 = tile * kTile;
-  t.n = min(kTile, own - t.i0);
-  int unused = 0;
-  mask.Range(t.i0, other, &t.lo, &unused);
-  mask.Range(t.i0 + t.n - 1, other, &unused, &t.hi);
-  return t;
-}
-
-// Whether the CTA's run has a tile after own tile `tile`, its r-th (r + 1 < kRun, and rows left).
-template <int kRun>
-__device__ inline bool NextInRun(int r, int tile, int own) {
-  return r + 1 < kRun && (tile + 1) * kTile < own;
-}
-
-// o for the queries of a tile (RunPlace) of sample blockIdx.x, head blockIdx.y: the steps walk the
+// o for the queries of a tile (CtaPlace) of sample blockIdx.x, head blockIdx.y: the steps walk the
 // tile's kept keys (or the split's part of them); a region's result is post * silu(q . k) where kept
 // (else 0), times the chunk's v.
-template <int kDh, typename T, int kRun = 1>
+template <int kDh, typename T>
 __global__ void __launch_bounds__(kThreads)
     ForwardKernel(Params p, Split sp, const T* q, const T* k, const T* v, T* o) {
   using L = Layout<kDh>;
@@ -437,79 +396,59 @@ __global__ void __launch_bounds__(kThreads)
   float* ss = reinterpret_cast<float*>(vs + L::kOperandElems);
   const Sample s = LoadSample(p, blockIdx.x);
   const int h = blockIdx.y, width = p.heads * kDh;
-  // A step's keys and values (rows [j0, hi) of the walk, at most kTile), fetched while the step before
-  // it is computed; in a run, the next tile's queries with its first step.
-  StagedRows<kDh, T> next_q, next_k, next_v;
-  const auto fetch = [&](int j0, int hi) {
-    next_k.Fetch(k, s.k_row + j0, min(kTile, hi - j0), width, h, p.vec);
-    next_v.Fetch(v, s.k_row + j0, min(kTile, hi - j0), width, h, p.vec);
+  const Place place = CtaPlace(sp, s.lq);
+  const int i0 = place.tile * kTile;
+  if (i0 >= place.own) return;
+  const int nq = min(kTile, place.own - i0);
+  // The tile's kept keys (the split's steps of them), and the warp's strip's: the ranges' bounds grow with i.
+  int klo = 0, khi = 0, jb = 0, je = 0, slo = 0, shi = 0, unused = 0;
+  p.mask.Range(i0, s.lk, &klo, &unused);
+  p.mask.Range(i0 + nq - 1, s.lk, &unused, &khi);
+  if (!SplitWalk(sp, place.split, klo, khi, &jb, &je)) return;
+  StageRows<kDh, T>(q, s.q_row + i0, nq, width, h, p.vec, qs);
+  const Role role = WarpRole(nq);
+  p.mask.Range(i0 + role.row0, s.lk, &slo, &unused);
+  p.mask.Range(i0 + min(role.row0 + kFrag, nq) - 1, s.lk, &unused, &shi);
+  const LaneRows rows = StripRows(p.mask, i0 + role.row0, nq - role.row0, s.lk);
+  __syncthreads();
+  uint32_t qa[kDh / kFrag][4];
+  LoadStrip<kDh>(qs, role.row0, qa);
+  float acc[kDh / 8][4] = {};
+  // Step j0's keys and values, fetched while the step before it is computed.
+  StagedRows<kDh, T> next_k, next_v;
+  const auto fetch = [&](int j0) {
+    next_k.Fetch(k, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
+    next_v.Fetch(v, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
   };
-  // A run's tile `tile`: its queries and first step, fetched ahead of it (its loads in flight together).
-  const auto fetch_tile = [&](int tile) {
-    const TileRange n = TileOf(p.mask, tile, s.lq, s.lk);
-    next_q.Fetch(q, s.q_row + n.i0, n.n, width, h, p.vec);
-    if (n.lo < n.hi) fetch(n.lo, n.hi);
-  };
-  // next_q (and next_k, next_v where its walk has a step) hold this tile's; a run fetches its first
-  // tile so before staging anything.
-  bool staged = kRun > 1 && RunPlace<kRun>(sp, s.lq, 0).tile * kTile < s.lq;
-  if (staged) fetch_tile(RunPlace<kRun>(sp, s.lq, 0).tile);
-  for (int r = 0; r < kRun; ++r) {
-    const Place place = RunPlace<kRun>(sp, s.lq, r);
-    if (place.tile * kTile >= place.own) return;
-    const TileRange t = TileOf(p.mask, place.tile, place.own, s.lk);
-    const int i0 = t.i0, nq = t.n;
-    int jb = 0, je = 0, slo = 0, shi = 0, unused = 0;
-    if (!SplitWalk(sp, place.split, t.lo, t.hi, &jb, &je)) return;
-    if (staged) {
-      next_q.Put(qs);
-    } else {
-      StageRows<kDh, T>(q, s.q_row + i0, nq, width, h, p.vec, qs);
-    }
-    const Role role = WarpRole(nq);
-    p.mask.Range(i0 + role.row0, s.lk, &slo, &unused);
-    p.mask.Range(i0 + min(role.row0 + kFrag, nq) - 1, s.lk, &unused, &shi);
-    const LaneRows rows = StripRows(p.mask, i0 + role.row0, nq - role.row0, s.lk);
+  if (jb < je) fetch(jb);
+  for (int j0 = jb; j0 < je; j0 += kTile) {
+    __syncthreads();  // the previous step's tiles are read
+    next_k.Put(ks);
+    next_v.Put(vs);
     __syncthreads();
-    uint32_t qa[kDh / kFrag][4];
-    LoadStrip<kDh>(qs, role.row0, qa);
-    float acc[kDh / 8][4] = {};
-    if (!staged && jb < je) fetch(jb, t.hi);
-    staged = false;
-    for (int j0 = jb; j0 < je; j0 += kTile) {
-      __syncthreads();  // the previous step's tiles are read
-      next_k.Put(ks);
-      next_v.Put(vs);
-      __syncthreads();
-      if (j0 + kTile < je) {
-        fetch(j0 + kTile, t.hi);
-      } else if (NextInRun<kRun>(r, place.tile, place.own)) {
-        fetch_tile(place.tile + 1);
-        staged = true;
-      }
-      if (!role.active) continue;
-      for (int c = role.group; c < kChunks; c += role.groups) {
-        const int jc = j0 + c * kFrag;
-        if (jc >= shi || jc + kFrag <= slo) continue;  // no key of the chunk kept by the strip
-        float z_lo[4], z_hi[4];
-        TimesRowsT<kDh>(qa, ks, c * kFrag, z_lo, z_hi);
+    if (j0 + kTile < je) fetch(j0 + kTile);
+    if (!role.active) continue;
+    for (int c = role.group; c < kChunks; c += role.groups) {
+      const int jc = j0 + c * kFrag;
+      if (jc >= shi || jc + kFrag <= slo) continue;  // no key of the chunk kept by the strip
+      float z_lo[4], z_hi[4];
+      TimesRowsT<kDh>(qa, ks, c * kFrag, z_lo, z_hi);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          z_lo[e] = Weight(z_lo[e], Sigmoid(z_lo[e]), p.post_scale);
-          z_hi[e] = Weight(z_hi[e], Sigmoid(z_hi[e]), p.post_scale);
-        }
-        uint32_t w[4];
-        RegionOperand(rows, jc, z_lo, z_hi, w);
-        AddTimesRows<kDh>(w, vs, c * kFrag, acc);
+      for (int e = 0; e < 4; ++e) {
+        z_lo[e] = Weight(z_lo[e], Sigmoid(z_lo[e]), p.post_scale);
+        z_hi[e] = Weight(z_hi[e], Sigmoid(z_hi[e]), p.post_scale);
       }
+      uint32_t w[4];
+      RegionOperand(rows, jc, z_lo, z_hi, w);
+      AddTimesRows<kDh>(w, vs, c * kFrag, acc);
     }
-    WriteOwnRows<kDh>(acc, ss, role, sp, place.split, s.q_row, i0, nq, width, h, p.vec, o, sp.part0);
   }
+  WriteOwnRows<kDh>(acc, ss, role, sp, place.split, s.q_row, i0, nq, width, h, p.vec, o, sp.part0);
 }
 
-// dq for the queries of a tile (RunPlace): the forward's walk with dz = post silu'(q . k) (do . v) where
+// dq for the queries of a tile (CtaPlace): the forward's walk with dz = post silu'(q . k) (do . v) where
 // kept (else 0) as a region's result, times the chunk's k.
-template <int kDh, typename T, int kRun = 1>
+template <int kDh, typename T>
 __global__ void __launch_bounds__(kThreads)
     BackwardDqKernel(Params p, Split sp, const T* q, const T* k, const T* v, const T* d_o, T* dq) {
   using L = Layout<kDh>;
@@ -521,84 +460,63 @@ __global__ void __launch_bounds__(kThreads)
   float* ss = reinterpret_cast<float*>(vs + L::kOperandElems);
   const Sample s = LoadSample(p, blockIdx.x);
   const int h = blockIdx.y, width = p.heads * kDh;
-  // A step's keys and values, fetched while the step before it is computed; in a run, the next
-  // tile's queries and output gradients with its first step.
-  StagedRows<kDh, T> next_q, next_do, next_k, next_v;
-  const auto fetch = [&](int j0, int hi) {
-    next_k.Fetch(k, s.k_row + j0, min(kTile, hi - j0), width, h, p.vec);
-    next_v.Fetch(v, s.k_row + j0, min(kTile, hi - j0), width, h, p.vec);
+  const Place place = CtaPlace(sp, s.lq);
+  const int i0 = place.tile * kTile;
+  if (i0 >= place.own) return;
+  const int nq = min(kTile, place.own - i0);
+  int klo = 0, khi = 0, jb = 0, je = 0, slo = 0, shi = 0, unused = 0;
+  p.mask.Range(i0, s.lk, &klo, &unused);
+  p.mask.Range(i0 + nq - 1, s.lk, &unused, &khi);
+  if (!SplitWalk(sp, place.split, klo, khi, &jb, &je)) return;
+  StageRows<kDh, T>(q, s.q_row + i0, nq, width, h, p.vec, qs);
+  StageRows<kDh, T>(d_o, s.q_row + i0, nq, width, h, p.vec, dos);
+  const Role role = WarpRole(nq);
+  p.mask.Range(i0 + role.row0, s.lk, &slo, &unused);
+  p.mask.Range(i0 + min(role.row0 + kFrag, nq) - 1, s.lk, &unused, &shi);
+  const LaneRows rows = StripRows(p.mask, i0 + role.row0, nq - role.row0, s.lk);
+  __syncthreads();
+  uint32_t qa[kDh / kFrag][4], doa[kDh / kFrag][4];
+  LoadStrip<kDh>(qs, role.row0, qa);
+  LoadStrip<kDh>(dos, role.row0, doa);
+  float acc[kDh / 8][4] = {};
+  // Step j0's keys and values, fetched while the step before it is computed.
+  StagedRows<kDh, T> next_k, next_v;
+  const auto fetch = [&](int j0) {
+    next_k.Fetch(k, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
+    next_v.Fetch(v, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
   };
-  // A run's tile `tile`: its queries, output gradients and first step, fetched ahead of it.
-  const auto fetch_tile = [&](int tile) {
-    const TileRange n = TileOf(p.mask, tile, s.lq, s.lk);
-    next_q.Fetch(q, s.q_row + n.i0, n.n, width, h, p.vec);
-    next_do.Fetch(d_o, s.q_row + n.i0, n.n, width, h, p.vec);
-    if (n.lo < n.hi) fetch(n.lo, n.hi);
-  };
-  bool staged = kRun > 1 && RunPlace<kRun>(sp, s.lq, 0).tile * kTile < s.lq;
-  if (staged) fetch_tile(RunPlace<kRun>(sp, s.lq, 0).tile);
-  for (int r = 0; r < kRun; ++r) {
-    const Place place = RunPlace<kRun>(sp, s.lq, r);
-    if (place.tile * kTile >= place.own) return;
-    const TileRange t = TileOf(p.mask, place.tile, place.own, s.lk);
-    const int i0 = t.i0, nq = t.n;
-    int jb = 0, je = 0, slo = 0, shi = 0, unused = 0;
-    if (!SplitWalk(sp, place.split, t.lo, t.hi, &jb, &je)) return;
-    if (staged) {
-      next_q.Put(qs);
-      next_do.Put(dos);
-    } else {
-      StageRows<kDh, T>(q, s.q_row + i0, nq, width, h, p.vec, qs);
-      StageRows<kDh, T>(d_o, s.q_row + i0, nq, width, h, p.vec, dos);
-    }
-    const Role role = WarpRole(nq);
-    p.mask.Range(i0 + role.row0, s.lk, &slo, &unused);
-    p.mask.Range(i0 + min(role.row0 + kFrag, nq) - 1, s.lk, &unused, &shi);
-    const LaneRows rows = StripRows(p.mask, i0 + role.row0, nq - role.row0, s.lk);
+  if (jb < je) fetch(jb);
+  for (int j0 = jb; j0 < je; j0 += kTile) {
+    __syncthreads();  // the previous step's tiles are read
+    next_k.Put(ks);
+    next_v.Put(vs);
     __syncthreads();
-    uint32_t qa[kDh / kFrag][4], doa[kDh / kFrag][4];
-    LoadStrip<kDh>(qs, role.row0, qa);
-    LoadStrip<kDh>(dos, role.row0, doa);
-    float acc[kDh / 8][4] = {};
-    if (!staged && jb < je) fetch(jb, t.hi);
-    staged = false;
-    for (int j0 = jb; j0 < je; j0 += kTile) {
-      __syncthreads();  // the previous step's tiles are read
-      next_k.Put(ks);
-      next_v.Put(vs);
-      __syncthreads();
-      if (j0 + kTile < je) {
-        fetch(j0 + kTile, t.hi);
-      } else if (NextInRun<kRun>(r, place.tile, place.own)) {
-        fetch_tile(place.tile + 1);
-        staged = true;
-      }
-      if (!role.active) continue;
-      for (int c = role.group; c < kChunks; c += role.groups) {
-        const int jc = j0 + c * kFrag;
-        if (jc >= shi || jc + kFrag <= slo) continue;
-        float z_lo[4], z_hi[4], dp_lo[4], dp_hi[4];
-        TimesRowsT<kDh>(qa, ks, c * kFrag, z_lo, z_hi);
-        TimesRowsT<kDh>(doa, vs, c * kFrag, dp_lo, dp_hi);
+    if (j0 + kTile < je) fetch(j0 + kTile);
+    if (!role.active) continue;
+    for (int c = role.group; c < kChunks; c += role.groups) {
+      const int jc = j0 + c * kFrag;
+      if (jc >= shi || jc + kFrag <= slo) continue;
+      float z_lo[4], z_hi[4], dp_lo[4], dp_hi[4];
+      TimesRowsT<kDh>(qa, ks, c * kFrag, z_lo, z_hi);
+      TimesRowsT<kDh>(doa, vs, c * kFrag, dp_lo, dp_hi);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          dp_lo[e] = ScoreGrad(z_lo[e], Sigmoid(z_lo[e]), dp_lo[e], p.post_scale);
-          dp_hi[e] = ScoreGrad(z_hi[e], Sigmoid(z_hi[e]), dp_hi[e], p.post_scale);
-        }
-        uint32_t w[4];
-        RegionOperand(rows, jc, dp_lo, dp_hi, w);
-        AddTimesRows<kDh>(w, ks, c * kFrag, acc);
+      for (int e = 0; e < 4; ++e) {
+        dp_lo[e] = ScoreGrad(z_lo[e], Sigmoid(z_lo[e]), dp_lo[e], p.post_scale);
+        dp_hi[e] = ScoreGrad(z_hi[e], Sigmoid(z_hi[e]), dp_hi[e], p.post_scale);
       }
+      uint32_t w[4];
+      RegionOperand(rows, jc, dp_lo, dp_hi, w);
+      AddTimesRows<kDh>(w, ks, c * kFrag, acc);
     }
-    WriteOwnRows<kDh>(acc, ss, role, sp, place.split, s.q_row, i0, nq, width, h, p.vec, dq, sp.part0);
   }
+  WriteOwnRows<kDh>(acc, ss, role, sp, place.split, s.q_row, i0, nq, width, h, p.vec, dq, sp.part0);
 }
 
-// dk, dv for the keys of a tile (RunPlace): a walk over the queries that keep them (or the split's
-// part of them), in increasing order.
+// dk, dv for the keys of a tile (CtaPlace): a walk over the queries that keep them (or the split's part
+// of them), in increasing order.
 // A region is transposed (keys as rows): s^T = k q^T and dp^T = v do^T give p^T = post silu(s^T) (times
 // the chunk's do into dv) and dz^T (times the chunk's q into dk).
-template <int kDh, typename T, int kRun = 1>
+template <int kDh, typename T>
 __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
     BackwardDkDvKernel(Params p, Split sp, const T* q, const T* k, const T* v, const T* d_o, T* dk, T* dv) {
   using L = Layout<kDh>;
@@ -610,86 +528,64 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
   float* ss = reinterpret_cast<float*>(dos + L::kOperandElems);
   const Sample s = LoadSample(p, blockIdx.x);
   const int h = blockIdx.y, width = p.heads * kDh;
-  // A step's queries and output gradients, fetched while the step before it is computed; in a run,
-  // the next tile's keys and values with its first step.
-  StagedRows<kDh, T> next_k, next_v, next_q, next_do;
-  const auto fetch = [&](int i0, int hi) {
-    next_q.Fetch(q, s.q_row + i0, min(kTile, hi - i0), width, h, p.vec);
-    next_do.Fetch(d_o, s.q_row + i0, min(kTile, hi - i0), width, h, p.vec);
+  const Place place = CtaPlace(sp, s.lk);
+  const int j0 = place.tile * kTile;
+  if (j0 >= place.own) return;
+  const int nk = min(kTile, place.own - j0);
+  int qlo = 0, qhi = 0, ib = 0, ie = 0, slo = 0, shi = 0, unused = 0;
+  p.mask.Range(j0, s.lq, &qlo, &unused);
+  p.mask.Range(j0 + nk - 1, s.lq, &unused, &qhi);
+  if (!SplitWalk(sp, place.split, qlo, qhi, &ib, &ie)) return;
+  StageRows<kDh, T>(k, s.k_row + j0, nk, width, h, p.vec, ks);
+  StageRows<kDh, T>(v, s.k_row + j0, nk, width, h, p.vec, vs);
+  const Role role = WarpRole(nk);
+  p.mask.Range(j0 + role.row0, s.lq, &slo, &unused);
+  p.mask.Range(j0 + min(role.row0 + kFrag, nk) - 1, s.lq, &unused, &shi);
+  const LaneRows rows = StripRows(p.mask, j0 + role.row0, nk - role.row0, s.lq);
+  __syncthreads();
+  uint32_t ka[kDh / kFrag][4], va[kDh / kFrag][4];
+  LoadStrip<kDh>(ks, role.row0, ka);
+  LoadStrip<kDh>(vs, role.row0, va);
+  float acc_k[kDh / 8][4] = {}, acc_v[kDh / 8][4] = {};
+  // Step i0's queries and output gradients, fetched while the step before it is computed.
+  StagedRows<kDh, T> next_q, next_do;
+  const auto fetch = [&](int i0) {
+    next_q.Fetch(q, s.q_row + i0, min(kTile, qhi - i0), width, h, p.vec);
+    next_do.Fetch(d_o, s.q_row + i0, min(kTile, qhi - i0), width, h, p.vec);
   };
-  // A run's tile `tile`: its keys, values and first step, fetched ahead of it.
-  const auto fetch_tile = [&](int tile) {
-    const TileRange n = TileOf(p.mask, tile, s.lk, s.lq);
-    next_k.Fetch(k, s.k_row + n.i0, n.n, width, h, p.vec);
-    next_v.Fetch(v, s.k_row + n.i0, n.n, width, h, p.vec);
-    if (n.lo < n.hi) fetch(n.lo, n.hi);
-  };
-  bool staged = kRun > 1 && RunPlace<kRun>(sp, s.lk, 0).tile * kTile < s.lk;
-  if (staged) fetch_tile(RunPlace<kRun>(sp, s.lk, 0).tile);
-  for (int r = 0; r < kRun; ++r) {
-    const Place place = RunPlace<kRun>(sp, s.lk, r);
-    if (place.tile * kTile >= place.own) return;
-    const TileRange t = TileOf(p.mask, place.tile, place.own, s.lq);
-    const int j0 = t.i0, nk = t.n;
-    int ib = 0, ie = 0, slo = 0, shi = 0, unused = 0;
-    if (!SplitWalk(sp, place.split, t.lo, t.hi, &ib, &ie)) return;
-    if (staged) {
-      next_k.Put(ks);
-      next_v.Put(vs);
-    } else {
-      StageRows<kDh, T>(k, s.k_row + j0, nk, width, h, p.vec, ks);
-      StageRows<kDh, T>(v, s.k_row + j0, nk, width, h, p.vec, vs);
-    }
-    const Role role = WarpRole(nk);
-    p.mask.Range(j0 + role.row0, s.lq, &slo, &unused);
-    p.mask.Range(j0 + min(role.row0 + kFrag, nk) - 1, s.lq, &unused, &shi);
-    const LaneRows rows = StripRows(p.mask, j0 + role.row0, nk - role.row0, s.lq);
+  if (ib < ie) fetch(ib);
+  for (int i0 = ib; i0 < ie; i0 += kTile) {
+    __syncthreads();  // the previous step's tiles are read
+    next_q.Put(qs);
+    next_do.Put(dos);
     __syncthreads();
-    uint32_t ka[kDh / kFrag][4], va[kDh / kFrag][4];
-    LoadStrip<kDh>(ks, role.row0, ka);
-    LoadStrip<kDh>(vs, role.row0, va);
-    float acc_k[kDh / 8][4] = {}, acc_v[kDh / 8][4] = {};
-    if (!staged && ib < ie) fetch(ib, t.hi);
-    staged = false;
-    for (int i0 = ib; i0 < ie; i0 += kTile) {
-      __syncthreads();  // the previous step's tiles are read
-      next_q.Put(qs);
-      next_do.Put(dos);
-      __syncthreads();
-      if (i0 + kTile < ie) {
-        fetch(i0 + kTile, t.hi);
-      } else if (NextInRun<kRun>(r, place.tile, place.own)) {
-        fetch_tile(place.tile + 1);
-        staged = true;
-      }
-      if (!role.active) continue;
-      for (int c = role.group; c < kChunks; c += role.groups) {
-        const int ic = i0 + c * kFrag;
-        if (ic >= shi || ic + kFrag <= slo) continue;  // no query of the chunk keeps a key of the strip
-        float z_lo[4], z_hi[4], dp_lo[4], dp_hi[4];
-        TimesRowsT<kDh>(ka, qs, c * kFrag, z_lo, z_hi);
-        TimesRowsT<kDh>(va, dos, c * kFrag, dp_lo, dp_hi);
-        float w_lo[4], w_hi[4];
+    if (i0 + kTile < ie) fetch(i0 + kTile);
+    if (!role.active) continue;
+    for (int c = role.group; c < kChunks; c += role.groups) {
+      const int ic = i0 + c * kFrag;
+      if (ic >= shi || ic + kFrag <= slo) continue;  // no query of the chunk keeps a key of the strip
+      float z_lo[4], z_hi[4], dp_lo[4], dp_hi[4];
+      TimesRowsT<kDh>(ka, qs, c * kFrag, z_lo, z_hi);
+      TimesRowsT<kDh>(va, dos, c * kFrag, dp_lo, dp_hi);
+      float w_lo[4], w_hi[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float sg_lo = Sigmoid(z_lo[e]), sg_hi = Sigmoid(z_hi[e]);
-          w_lo[e] = Weight(z_lo[e], sg_lo, p.post_scale);
-          w_hi[e] = Weight(z_hi[e], sg_hi, p.post_scale);
-          dp_lo[e] = ScoreGrad(z_lo[e], sg_lo, dp_lo[e], p.post_scale);
-          dp_hi[e] = ScoreGrad(z_hi[e], sg_hi, dp_hi[e], p.post_scale);
-        }
-        uint32_t pt[4], dzt[4];
-        RegionOperand(rows, ic, w_lo, w_hi, pt);
-        RegionOperand(rows, ic, dp_lo, dp_hi, dzt);
-        AddTimesRows<kDh>(pt, dos, c * kFrag, acc_v);
-        AddTimesRows<kDh>(dzt, qs, c * kFrag, acc_k);
+      for (int e = 0; e < 4; ++e) {
+        const float sg_lo = Sigmoid(z_lo[e]), sg_hi = Sigmoid(z_hi[e]);
+        w_lo[e] = Weight(z_lo[e], sg_lo, p.post_scale);
+        w_hi[e] = Weight(z_hi[e], sg_hi, p.post_scale);
+        dp_lo[e] = ScoreGrad(z_lo[e], sg_lo, dp_lo[e], p.post_scale);
+        dp_hi[e] = ScoreGrad(z_hi[e], sg_hi, dp_hi[e], p.post_scale);
       }
+      uint32_t pt[4], dzt[4];
+      RegionOperand(rows, ic, w_lo, w_hi, pt);
+      RegionOperand(rows, ic, dp_lo, dp_hi, dzt);
+      AddTimesRows<kDh>(pt, dos, c * kFrag, acc_v);
+      AddTimesRows<kDh>(dzt, qs, c * kFrag, acc_k);
     }
-    WriteOwnRows<kDh>(acc_k, ss, role, sp, place.split, s.k_row, j0, nk, width, h, p.vec, dk, sp.part0);
-    WriteOwnRows<kDh>(acc_v, ss, role, sp, place.split, s.k_row, j0, nk, width, h, p.vec, dv, sp.part1);
   }
+  WriteOwnRows<kDh>(acc_k, ss, role, sp, place.split, s.k_row, j0, nk, width, h, p.vec, dk, sp.part0);
+  WriteOwnRows<kDh>(acc_v, ss, role, sp, place.split, s.k_row, j0, nk, width, h, p.vec, dv, sp.part1);
 }
-
 // The output rows of a split launch (SplitWalk): own row r of sample blockIdx.x (queries, or keys where
 // own_keys), every head, is the sum of the partial rows of the splits that wrote them, in increasing
 // split order; part1 / out1 (dv) too where out1 is not null; written as T. Grid (batch, any y): the y

@@ -489,8 +489,7 @@ struct GemModelGpu::Impl {
       GEMTB_RETURN_IF_ERROR(HeadRmsNormForward<float>(HeadRowsShape{u.nk * H, dh}, t.k, t.kr, t.k_inv, st));
     }
     GEMTB_RETURN_IF_ERROR(options.attention == AttentionPrecision::kBf16
-                              ? GdpaForwardTensorCore(Batch(u), t.qr, t.kr, t.v, t.o, st,
-                                                      options.gdpa_tiles)
+                              ? GdpaForwardTensorCore(Batch(u), t.qr, t.kr, t.v, t.o, st)
                               : GdpaForward(Batch(u), t.qr, t.kr, t.v, t.o, st));
     return LinearFwd(p.wo, u.nq, t.o, d, y, d, residual);
   }
@@ -522,8 +521,7 @@ struct GemModelGpu::Impl {
     GEMTB_ASSIGN_OR_RETURN(dk, mem->Floats(u.nk * d));
     GEMTB_RETURN_IF_ERROR(LinearBwd(p.wo, u.nq, t.o, d, dy, d, d_o, d, false));
     GEMTB_RETURN_IF_ERROR(options.attention == AttentionPrecision::kBf16
-                              ? GdpaBackwardTensorCore(Batch(u), t.qr, t.kr, t.v, d_o, dqr, dkr, dv, st,
-                                                       options.gdpa_tiles)
+                              ? GdpaBackwardTensorCore(Batch(u), t.qr, t.kr, t.v, d_o, dqr, dkr, dv, st)
                               : GdpaBackward(Batch(u), t.qr, t.kr, t.v, d_o, dqr, dkr, dv, st));
     if (u.rope) {
       GEMTB_RETURN_IF_ERROR(QkNormRopeBackward(KRows(u), t.k, t.k_inv, dkr, dk, st));
@@ -1109,7 +1107,7 @@ absl::Status GemModelGpu::Impl::AttnFwdBf16(const AttnP& p, const AttnUse& u, co
                                  : HeadRmsNormForward<__nv_bfloat16>(HeadRowsShape{u.nq * H, dh}, t.q, t.qr, t.q_inv,
                                                                      st));
   }
-  GEMTB_RETURN_IF_ERROR(GdpaForwardTensorCore(Batch(u), t.qr, t.kr, t.v, t.o, st, options.gdpa_tiles));
+  GEMTB_RETURN_IF_ERROR(GdpaForwardTensorCore(Batch(u), t.qr, t.kr, t.v, t.o, st));
   const float* bo;
   GEMTB_ASSIGN_OR_RETURN(bo, AlignedBias(p.wo.b));
   return lin->ForwardToFp32(qs, t.o, t.wo, bo, residual, y, st);
@@ -1138,8 +1136,7 @@ absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, co
     GEMTB_RETURN_IF_ERROR(lin->BackwardInput(qs, dy16, t.wo, nullptr, d_o, st));
     GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(qs, t.o, dy16, G(p.wo.w), nullptr, st));
   }
-  GEMTB_RETURN_IF_ERROR(
-      GdpaBackwardTensorCore(Batch(u), t.qr, t.kr, t.v, d_o, dqr, dkr, dv, st, options.gdpa_tiles));
+  GEMTB_RETURN_IF_ERROR(GdpaBackwardTensorCore(Batch(u), t.qr, t.kr, t.v, d_o, dqr, dkr, dv, st));
   // The QK-norms' backward and the projections' weight gradients.
   const bool queries = t.xq != nullptr && u.nq > 0, self = t.xkv == t.xq;
   if (!t.xq) *dqr_out = dqr;  // the PMA's seeds: the caller sums the broadcast rows' gradient

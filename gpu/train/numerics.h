@@ -61,22 +61,12 @@ enum class AttentionPrecision {
   kBf16,  // the tensor cores, operands rounded to bf16, fp32 accumulation (gdpa_tensor_core.h)
 };
 
-// How the tensor-core GDPA kernels lay a launch's own tiles (64 rows: queries for o and dq, keys for dk
-// and dv) over CTAs. The same bytes either way.
-enum class GdpaTiles {
-  kOnePerCta,   // one tile a CTA
-  kRunsPerCta,  // runs of 4 consecutive tiles of a sample and head a CTA, the next tile's rows and first
-                // step fetched during a tile's last step; split launches (a short own side over a long
-                // walk) still take one tile a CTA
-};
-
 struct GemModelOptions {
   MatmulPrecision matmul = MatmulPrecision::kFp32;
   AttentionPrecision attention = AttentionPrecision::kFp32;
   FfnPrecision ffn = FfnPrecision::kFp32;
   AttentionBlockPrecision attention_blocks = AttentionBlockPrecision::kFp32;
   BlockKernels block_kernels = BlockKernels::kSeparate;
-  GdpaTiles gdpa_tiles = GdpaTiles::kOnePerCta;
 };
 
 inline const char* PrecisionName(MatmulPrecision p) {
@@ -93,10 +83,9 @@ inline const char* PrecisionName(AttentionBlockPrecision p) {
 }
 
 inline const char* BlockKernelsName(BlockKernels k) { return k == BlockKernels::kFused ? "fused" : "separate"; }
-inline const char* GdpaTilesName(GdpaTiles t) { return t == GdpaTiles::kRunsPerCta ? "runs" : "one"; }
 
-// The inverses of PrecisionName, BlockKernelsName and GdpaTilesName; InvalidArgument naming `field` and
-// the value otherwise.
+// The inverses of PrecisionName and BlockKernelsName; InvalidArgument naming `field` and the value
+// otherwise.
 inline absl::StatusOr<MatmulPrecision> ParseMatmulPrecision(const std::string& field, const std::string& name) {
   for (const MatmulPrecision p : {MatmulPrecision::kFp32, MatmulPrecision::kTf32}) {
     if (name == PrecisionName(p)) return p;
@@ -130,13 +119,6 @@ inline absl::StatusOr<BlockKernels> ParseBlockKernels(const std::string& field, 
     if (name == BlockKernelsName(k)) return k;
   }
   return absl::InvalidArgumentError(absl::StrCat(field, ": \"", name, "\" (want separate or fused)"));
-}
-
-inline absl::StatusOr<GdpaTiles> ParseGdpaTiles(const std::string& field, const std::string& name) {
-  for (const GdpaTiles t : {GdpaTiles::kOnePerCta, GdpaTiles::kRunsPerCta}) {
-    if (name == GdpaTilesName(t)) return t;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(field, ": \"", name, "\" (want one or runs)"));
 }
 
 }  // namespace gemtb::gpu::train

@@ -24,8 +24,7 @@
 // terms (order 1 of the terms) and fails them. Rows outside every sample keep their sentinel bytes, and the input rows
 // there hold 1e30 (an overflow if any kernel used them). Two runs give the same bytes; bad shapes are
 // refused with InvalidArgument. On bf16 tensors holding the inputs rounded, the kernels give the fp32
-// tensors' results rounded, bit for bit (the same bf16 tiles are staged either way), and runs of own
-// tiles a CTA (GdpaTiles::kRunsPerCta) give the bytes of one tile a CTA in every case, fp32 and bf16.
+// tensors' results rounded, bit for bit (the same bf16 tiles are staged either way).
 #include "gpu/train/gdpa_tensor_core.h"
 
 #include <cuda_runtime.h>
@@ -113,7 +112,7 @@ std::vector<float> Sentinels(size_t n) {
 
 // Forward and backward by the tensor-core kernels (tensor_core) or the fp32 ones, into outputs that
 // start as sentinels.
-Outputs RunAttention(const Case& c, const Inputs& in, bool tensor_core, GdpaTiles tiles = GdpaTiles::kOnePerCta) {
+Outputs RunAttention(const Case& c, const Inputs& in, bool tensor_core) {
   const size_t width = static_cast<size_t>(c.heads) * c.dh;
   const size_t nq = in.q_rows * width, nk = in.k_rows * width;
   DeviceArray<int32_t> q_offsets(in.q_offsets), k_offsets(in.k_offsets);
@@ -124,10 +123,9 @@ Outputs RunAttention(const Case& c, const Inputs& in, bool tensor_core, GdpaTile
   b.heads = c.heads, b.dh = c.dh, b.window = c.window, b.block = c.block, b.post_scale = c.post_scale;
   b.q_offsets = q_offsets.ptr, b.k_offsets = k_offsets.ptr, b.max_q = in.max_q, b.max_k = in.max_k;
   if (tensor_core) {
-    const absl::Status f = GdpaForwardTensorCore(b, q.ptr, k.ptr, v.ptr, o.ptr, nullptr, tiles);
+    const absl::Status f = GdpaForwardTensorCore(b, q.ptr, k.ptr, v.ptr, o.ptr, nullptr);
     EXPECT_TRUE(f.ok()) << f;
-    const absl::Status g =
-        GdpaBackwardTensorCore(b, q.ptr, k.ptr, v.ptr, d_o.ptr, dq.ptr, dk.ptr, dv.ptr, nullptr, tiles);
+    const absl::Status g = GdpaBackwardTensorCore(b, q.ptr, k.ptr, v.ptr, d_o.ptr, dq.ptr, dk.ptr, dv.ptr, nullptr);
     EXPECT_TRUE(g.ok()) << g;
   } else {
     const absl::Status f = GdpaForward(b, q.ptr, k.ptr, v.ptr, o.ptr, nullptr);
@@ -154,7 +152,7 @@ std::vector<uint16_t> RoundedBits(const std::vector<float>& x) {
   return r;
 }
 
-Bf16Outputs RunBf16Attention(const Case& c, const Inputs& in, GdpaTiles tiles = GdpaTiles::kOnePerCta) {
+Bf16Outputs RunBf16Attention(const Case& c, const Inputs& in) {
   const size_t width = static_cast<size_t>(c.heads) * c.dh;
   const size_t nq = in.q_rows * width, nk = in.k_rows * width;
   DeviceArray<int32_t> q_offsets(in.q_offsets), k_offsets(in.k_offsets);
@@ -165,10 +163,10 @@ Bf16Outputs RunBf16Attention(const Case& c, const Inputs& in, GdpaTiles tiles = 
   b.batch = static_cast<int64_t>(c.lq.size());
   b.heads = c.heads, b.dh = c.dh, b.window = c.window, b.block = c.block, b.post_scale = c.post_scale;
   b.q_offsets = q_offsets.ptr, b.k_offsets = k_offsets.ptr, b.max_q = in.max_q, b.max_k = in.max_k;
-  const absl::Status f = GdpaForwardTensorCore(b, q.bf16(), k.bf16(), v.bf16(), o.bf16(), nullptr, tiles);
+  const absl::Status f = GdpaForwardTensorCore(b, q.bf16(), k.bf16(), v.bf16(), o.bf16(), nullptr);
   EXPECT_TRUE(f.ok()) << f;
-  const absl::Status g = GdpaBackwardTensorCore(b, q.bf16(), k.bf16(), v.bf16(), d_o.bf16(), dq.bf16(), dk.bf16(),
-                                                dv.bf16(), nullptr, tiles);
+  const absl::Status g =
+      GdpaBackwardTensorCore(b, q.bf16(), k.bf16(), v.bf16(), d_o.bf16(), dq.bf16(), dk.bf16(), dv.bf16(), nullptr);
   EXPECT_TRUE(g.ok()) << g;
   const cudaError_t e = cudaDeviceSynchronize();
   EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
@@ -330,25 +328,6 @@ TEST_P(TrainGdpaTensorCoreCase, Bf16TensorsGiveTheFp32TensorsResultsRounded) {
   ExpectRounded(got.dq, fp32.dq, in.q_offsets, width, c.name + " dq");
   ExpectRounded(got.dk, fp32.dk, in.k_offsets, width, c.name + " dk");
   ExpectRounded(got.dv, fp32.dv, in.k_offsets, width, c.name + " dv");
-}
-
-TEST_P(TrainGdpaTensorCoreCase, RunsOfTilesGiveTheBytesOfOneTileACta) {
-  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
-  const std::vector<Case> cases = Cases();
-  const Case& c = cases[GetParam()];
-  const Inputs in = MakeInputs(c, 510 + 10 * GetParam());
-  const Bf16Outputs one = RunBf16Attention(c, in, GdpaTiles::kOnePerCta);
-  const Bf16Outputs runs = RunBf16Attention(c, in, GdpaTiles::kRunsPerCta);
-  EXPECT_EQ(runs.o, one.o) << c.name << " bf16 o";
-  EXPECT_EQ(runs.dq, one.dq) << c.name << " bf16 dq";
-  EXPECT_EQ(runs.dk, one.dk) << c.name << " bf16 dk";
-  EXPECT_EQ(runs.dv, one.dv) << c.name << " bf16 dv";
-  const Outputs one32 = RunAttention(c, in, /*tensor_core=*/true, GdpaTiles::kOnePerCta);
-  const Outputs runs32 = RunAttention(c, in, /*tensor_core=*/true, GdpaTiles::kRunsPerCta);
-  EXPECT_TRUE(SameBytes(runs32.o, one32.o)) << c.name << " fp32 o";
-  EXPECT_TRUE(SameBytes(runs32.dq, one32.dq)) << c.name << " fp32 dq";
-  EXPECT_TRUE(SameBytes(runs32.dk, one32.dk)) << c.name << " fp32 dk";
-  EXPECT_TRUE(SameBytes(runs32.dv, one32.dv)) << c.name << " fp32 dv";
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, TrainGdpaTensorCoreCase, ::testing::Range<size_t>(0, Cases().size()),

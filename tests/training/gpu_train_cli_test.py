@@ -116,7 +116,6 @@ def cpu_part(d):
                        (["--peak-tflops", "0"], "--peak-tflops: 0"),
                        (["--matmul", "fp16"], '--matmul: "fp16"'), (["--attention", "tf32"], '--attention: "tf32"'),
                        (["--block-kernels", "fast"], '--block-kernels: "fast" (want separate or fused)'),
-                       (["--gdpa-tiles", "two"], '--gdpa-tiles: "two" (want one or runs)'),
                        (["--eval-samples", "-1"], "--eval-samples: -1"), (["--seed", "-2"], "--seed: -2"),
                        (["--schedule-steps", "0"], "--schedule-steps: 0"), (["--steps", "x"], "--steps"),
                        (["--pipeline", "async"], "--pipeline: 'async' is not sync or semi-sync"),
@@ -264,7 +263,6 @@ def bench_layers_bad_input(d):
                        (["--ffn", "fp16"], '--ffn: "fp16"'),
                        (["--attention-blocks", "fp8"], '--attention-blocks: "fp8"'),
                        (["--block-kernels", "mega"], '--block-kernels: "mega"'),
-                       (["--gdpa-tiles", "8"], '--gdpa-tiles: "8"'),
                        (["--attention", "fp32", "--attention-blocks", "bf16"],
                         "--attention-blocks bf16: needs --attention bf16")):
         p = run(["bench", "layers", "--out-dir", out] + bad, expect=2)

@@ -1,7 +1,6 @@
 // The GPU model's precision flags, shared by `gemtb train`, `gemtb bench layers` and
 // `gemtb check train`: --matmul fp32|tf32, --attention fp32|bf16, --ffn fp32|bf16,
-// --attention-blocks fp32|bf16, --block-kernels separate|fused and --gdpa-tiles one|runs
-// (gpu/train/numerics.h).
+// --attention-blocks fp32|bf16 and --block-kernels separate|fused (gpu/train/numerics.h).
 #ifndef GEMTB_TOOLS_GEMTB_GPU_NUMERICS_FLAGS_H_
 #define GEMTB_TOOLS_GEMTB_GPU_NUMERICS_FLAGS_H_
 
@@ -16,9 +15,8 @@
 namespace gemtb::cli {
 
 struct NumericsFlags {
-  // As given; the defaults are the command's (--ffn and --attention-blocks: fp32; --block-kernels: separate;
-  // --gdpa-tiles: one).
-  std::string matmul, attention, ffn, attention_blocks, block_kernels, gdpa_tiles;
+  // As given; the defaults are the command's (--ffn and --attention-blocks: fp32; --block-kernels: separate).
+  std::string matmul, attention, ffn, attention_blocks, block_kernels;
 
   // Registers both flags and what each means when absent.
   void Register(FlagSet& flags, const std::string& matmul_default, const std::string& attention_default) {
@@ -41,9 +39,6 @@ struct NumericsFlags {
                  "the bf16 blocks' kernels: separate (one kernel per op) | fused (at widths 32, 64 and 128: the "
                  "feed-forward backward, an attention block's LayerNorm, projections and QK-norm, and its "
                  "projections' input gradient with the LayerNorm's backward, one kernel each) (default separate)");
-    flags.String("gdpa-tiles", &gdpa_tiles,
-                 "the bf16 GDPA kernels' own tiles of 64 rows: one (a CTA each) | runs (4 consecutive tiles a CTA, "
-                 "the next tile's loads during a tile's last step; the same bytes) (default one)");
   }
   // InvalidArgument naming the flag and value.
   absl::StatusOr<gpu::train::GemModelOptions> Resolve() const {
@@ -67,10 +62,6 @@ struct NumericsFlags {
         gpu::train::ParseBlockKernels("--block-kernels", block_kernels.empty() ? "separate" : block_kernels);
     if (!k.ok()) return k.status();
     o.block_kernels = *k;
-    absl::StatusOr<gpu::train::GdpaTiles> t =
-        gpu::train::ParseGdpaTiles("--gdpa-tiles", gdpa_tiles.empty() ? "one" : gdpa_tiles);
-    if (!t.ok()) return t.status();
-    o.gdpa_tiles = *t;
     o.matmul = *m;
     o.attention = *a;
     o.ffn = *f;
@@ -82,15 +73,14 @@ struct NumericsFlags {
   std::string matmul_default_ = "fp32", attention_default_ = "fp32";
 };
 
-// {"matmul": "...", "attention": "...", "ffn": "...", "attention_blocks": "...", "block_kernels": "...",
-// "gdpa_tiles": "..."} for reports.
+// {"matmul": "...", "attention": "...", "ffn": "...", "attention_blocks": "...", "block_kernels": "..."}
+// for reports.
 inline nlohmann::json NumericsJson(const gpu::train::GemModelOptions& o) {
   return {{"matmul", gpu::train::PrecisionName(o.matmul)},
           {"attention", gpu::train::PrecisionName(o.attention)},
           {"ffn", gpu::train::PrecisionName(o.ffn)},
           {"attention_blocks", gpu::train::PrecisionName(o.attention_blocks)},
-          {"block_kernels", gpu::train::BlockKernelsName(o.block_kernels)},
-          {"gdpa_tiles", gpu::train::GdpaTilesName(o.gdpa_tiles)}};
+          {"block_kernels", gpu::train::BlockKernelsName(o.block_kernels)}};
 }
 
 }  // namespace gemtb::cli

@@ -549,8 +549,7 @@ int Train(const Flags& f, Job& job, const std::string& fingerprint) {
               << gpu::train::PrecisionName(job.numerics.attention) << ", ffn "
               << gpu::train::PrecisionName(job.numerics.ffn) << ", attention blocks "
               << gpu::train::PrecisionName(job.numerics.attention_blocks) << ", "
-              << gpu::train::BlockKernelsName(job.numerics.block_kernels) << " block kernels, GDPA tiles "
-              << gpu::train::GdpaTilesName(job.numerics.gdpa_tiles) << ")" << std::endl;
+              << gpu::train::BlockKernelsName(job.numerics.block_kernels) << " block kernels)" << std::endl;
     auto save = [&]() -> absl::Status {
       if (f.checkpoint.empty()) return absl::OkStatus();
       if (several) {

@@ -5,10 +5,7 @@
 // (PMA over 300 keys, cross-attention from 300 queries) with their partial rows added by
 // SumSplitsKernel. Head dims 16, 32 and 64; samples of 0, 1, 17, 64, 65 and 100 rows (partial tiles,
 // every warp layout); 16-byte rows (float4) and, once, unaligned ones. The same kernels on bf16
-// tensors holding the fp32 inputs rounded give the fp32 kernels' outputs rounded, bit for bit. Runs of
-// kTilesPerRun own tiles a CTA (the next tile fetched during a tile's last step) give the bytes of one
-// tile a CTA, on fp32 and bf16 rows, samples of up to 300 rows (whole and partial runs, empty walks),
-// under the model's window 64 and the other masks.
+// tensors holding the fp32 inputs rounded give the fp32 kernels' outputs rounded, bit for bit.
 //
 // The kernels' own source runs, so this checks their indexing, masks, warp roles, splits, fragment
 // layouts (mma.sync and ldmatrix as the PTX ISA defines them) and synchronisation counts, not the
@@ -23,7 +20,6 @@
 #include <random>
 #include <string>
 #include <tuple>
-#include <type_traits>
 #include <vector>
 
 #include "gpu/train/gdpa_tensor_core_kernels.cuh"
@@ -255,7 +251,6 @@ void RunCase(const Case& c) {
 
 constexpr uint16_t kBf16Sentinel = 0x7fc1;  // a bf16 quiet NaN with a payload
 
-
 std::vector<uint16_t> RoundedBits(const std::vector<float>& x) {
   std::vector<uint16_t> r(x.size());
   for (size_t i = 0; i < x.size(); ++i) r[i] = numerics::FloatToBf16BitsRne(x[i]);
@@ -323,84 +318,6 @@ std::vector<Case> Cases() {
   unaligned.name = "self window=5 unaligned rows", unaligned.vec = false;
   cases.push_back(unaligned);
   return cases;
-}
-
-// The three kernels of an unsplit case with kRun own tiles a CTA (grid z: the runs), on rows of T
-// (float, or bf16 bits), the outputs starting as sentinels.
-template <typename T>
-struct OutputsOf {
-  std::vector<T> o, dq, dk, dv;
-};
-
-template <int kDh, typename T, int kRun>
-OutputsOf<T> RunTiles(const Case& c, const Side& qs, const Side& ks, const std::vector<T>& q,
-                      const std::vector<T>& k, const std::vector<T>& v, const std::vector<T>& d_o) {
-  const Params p{qs.offsets.data(), ks.offsets.data(), c.heads, Mask{c.window, c.block}, c.post_scale, c.vec};
-  const unsigned batch = static_cast<unsigned>(c.lq.size()), heads = static_cast<unsigned>(c.heads);
-  auto runs = [](int32_t rows) { return static_cast<unsigned>(((rows + kTile - 1) / kTile + kRun - 1) / kRun); };
-  const int width = c.heads * kDh;
-  T sentinel;
-  if constexpr (std::is_same_v<T, float>) {
-    std::memcpy(&sentinel, &kSentinel, sizeof(sentinel));
-  } else {
-    sentinel = kBf16Sentinel;
-  }
-  OutputsOf<T> out;
-  out.o.assign(static_cast<size_t>(qs.rows * width), sentinel), out.dq = out.o;
-  out.dk.assign(static_cast<size_t>(ks.rows * width), sentinel), out.dv = out.dk;
-  const Split sp;
-  RunGrid(batch, heads, runs(qs.max),
-          [&] { ForwardKernel<kDh, T, kRun>(p, sp, q.data(), k.data(), v.data(), out.o.data()); });
-  RunGrid(batch, heads, runs(qs.max),
-          [&] { BackwardDqKernel<kDh, T, kRun>(p, sp, q.data(), k.data(), v.data(), d_o.data(), out.dq.data()); });
-  RunGrid(batch, heads, runs(ks.max), [&] {
-    BackwardDkDvKernel<kDh, T, kRun>(p, sp, q.data(), k.data(), v.data(), d_o.data(), out.dk.data(), out.dv.data());
-  });
-  return out;
-}
-
-template <typename T>
-bool SameBytes(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-// Runs of kTilesPerRun tiles against one tile a CTA, on T rows: the same bytes, and every sample row
-// of o written (the runs are not vacuous).
-template <int kDh, typename T>
-void RunTilesCase(const Case& c, const Side& qs, const Side& ks, const std::vector<T>& q, const std::vector<T>& k,
-                  const std::vector<T>& v, const std::vector<T>& d_o) {
-  const OutputsOf<T> one = RunTiles<kDh, T, 1>(c, qs, ks, q, k, v, d_o);
-  const OutputsOf<T> runs = RunTiles<kDh, T, kTilesPerRun>(c, qs, ks, q, k, v, d_o);
-  const std::string name = c.name + " dh=" + std::to_string(kDh) + (std::is_same_v<T, float> ? " fp32" : " bf16");
-  EXPECT_TRUE(SameBytes(runs.o, one.o)) << name << " o";
-  EXPECT_TRUE(SameBytes(runs.dq, one.dq)) << name << " dq";
-  EXPECT_TRUE(SameBytes(runs.dk, one.dk)) << name << " dk";
-  EXPECT_TRUE(SameBytes(runs.dv, one.dv)) << name << " dv";
-  const T sentinel = one.o.front();  // row 0 is before the samples (kLead)
-  size_t written = 0;
-  for (const T& x : one.o) written += std::memcmp(&x, &sentinel, sizeof(T)) != 0;
-  EXPECT_EQ(written, static_cast<size_t>((qs.offsets.back() - qs.offsets.front()) * c.heads * kDh)) << name;
-}
-
-template <int kDh>
-void RunTilesCase(const Case& c) {
-  const Side qs = Offsets(c.lq), ks = Offsets(c.lk);
-  const Inputs in = MakeInputs<kDh>(c, qs, ks);
-  RunTilesCase<kDh, float>(c, qs, ks, in.q, in.k, in.v, in.d_o);
-  RunTilesCase<kDh, bf16>(c, qs, ks, RoundedBits(in.q), RoundedBits(in.k), RoundedBits(in.v), RoundedBits(in.d_o));
-}
-
-TEST(TrainGdpaEmulated, RunsOfTilesGiveTheBytesOfOneTileACta) {
-  const std::vector<int> lengths = {0, 300, 1, 65, 129, 256, 64};
-  for (auto [name, window, block] : {std::tuple{"self window=64", 64, 0}, std::tuple{"self window=5", 5, 0},
-                                     std::tuple{"self window=17", 17, 0}, std::tuple{"self block=24", -1, 24},
-                                     std::tuple{"self unmasked", -1, 0}}) {
-    Case c;
-    c.name = name, c.window = window, c.block = block, c.post_scale = 1.0f / 16, c.lq = lengths, c.lk = lengths;
-    RunTilesCase<32>(c);
-    RunTilesCase<16>(c);
-    if (HasFailure()) return;
-  }
 }
 
 TEST(TrainGdpaEmulated, KernelsMatchTheDefinitionInFp64) {
