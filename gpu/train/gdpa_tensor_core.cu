@@ -26,8 +26,8 @@ using tc::Params;
 using tc::Split;
 using tc::SumSplitsKernel;
 
-// vec: every tensor 16-byte aligned; then, rows being multiples of 16 floats, every row of every head
-// starts on a float4.
+// vec: every tensor 16-byte aligned; then, head widths being multiples of 16 values, every row of every
+// head starts on 16 bytes (a float4, or eight bf16).
 Params MakeParams(const GdpaBatch& b, bool vec) {
   return Params{b.q_offsets, b.k_offsets, b.heads, Mask{b.window, b.block}, b.post_scale, vec};
 }

@@ -183,10 +183,6 @@ __device__ inline Role WarpRole(int n) {
 template <typename T>
 inline constexpr bool kIoType = std::is_same_v<T, float> || std::is_same_v<T, bf16>;
 
-// Four consecutive values of a row: a float4, or four bf16 in a uint2.
-template <typename T>
-using Quad = std::conditional_t<std::is_same_v<T, float>, float4, uint2>;
-
 __device__ __forceinline__ void StoreQuad(float* at, const float4& v) { *reinterpret_cast<float4*>(at) = v; }
 __device__ __forceinline__ void StoreQuad(bf16* at, const float4& v) {
   *reinterpret_cast<uint2*>(at) = make_uint2(PackBf16x2(v.x, v.y), PackBf16x2(v.z, v.w));
@@ -194,46 +190,54 @@ __device__ __forceinline__ void StoreQuad(bf16* at, const float4& v) {
 __device__ __forceinline__ void StoreOne(float* at, float v) { *at = v; }
 __device__ __forceinline__ void StoreOne(bf16* at, float v) { *at = Storage<ElementType::kBFloat16>::FromFloat(v); }
 
+// 16 consecutive bytes of a row, the unit a thread stages: four fp32 (a float4) or eight bf16 (a uint4).
+template <typename T>
+using Unit = std::conditional_t<std::is_same_v<T, float>, float4, uint4>;
+
 // One thread's share of a tile being staged: rows [row0, row0 + n) of head h of x (rows of `width`
 // values) held in registers between Fetch and Put, so that the next step's global loads are in
-// flight while the warps compute on the current one. Thread `tid` holds the four columns at quad
+// flight while the warps compute on the current one. Thread `tid` holds the unit at index
 // (tid + i * kThreads) of the tile for every i.
 template <int kDh, typename T>
 struct StagedRows {
   static_assert(kIoType<T>, "fp32 or bf16 rows");
-  static constexpr int kQuadsPerRow = kDh / 4;
-  static constexpr int kQuads = kTile * kQuadsPerRow / kThreads;
-  static_assert(kTile * kQuadsPerRow % kThreads == 0, "a tile's quads split evenly over the threads");
-  Quad<T> x[kQuads];
+  static constexpr int kPerUnit = 16 / static_cast<int>(sizeof(T));
+  static constexpr int kUnitsPerRow = kDh / kPerUnit;
+  static constexpr int kUnits = kTile * kUnitsPerRow / kThreads;
+  static_assert(kDh % kPerUnit == 0 && kTile * kUnitsPerRow % kThreads == 0, "a tile's units split evenly");
+  Unit<T> x[kUnits];
 
   // Rows past n read as zero: a partial tile's padding adds nothing and is never NaN. vec: one 16-byte
-  // (fp32) or 8-byte (bf16) load per quad; else four scalar loads.
+  // load per unit; else one scalar load per value.
   __device__ void Fetch(const T* src, int64_t row0, int n, int width, int h, bool vec) {
 #pragma unroll
-    for (int i = 0; i < kQuads; ++i) {
-      const int e = static_cast<int>(threadIdx.x) + i * kThreads, r = e / kQuadsPerRow, c = e % kQuadsPerRow * 4;
-      x[i] = Quad<T>{};
+    for (int i = 0; i < kUnits; ++i) {
+      const int e = static_cast<int>(threadIdx.x) + i * kThreads, r = e / kUnitsPerRow,
+                c = e % kUnitsPerRow * kPerUnit;
+      x[i] = Unit<T>{};
       if (r >= n) continue;
       const T* at = src + (row0 + r) * width + h * kDh + c;
       if (vec) {
-        x[i] = __ldg(reinterpret_cast<const Quad<T>*>(at));
+        x[i] = __ldg(reinterpret_cast<const Unit<T>*>(at));
       } else if constexpr (std::is_same_v<T, float>) {
         x[i] = make_float4(__ldg(at), __ldg(at + 1), __ldg(at + 2), __ldg(at + 3));
       } else {
-        x[i] = make_uint2(PackHalves(__ldg(at), __ldg(at + 1)), PackHalves(__ldg(at + 2), __ldg(at + 3)));
+        x[i] = make_uint4(PackHalves(__ldg(at), __ldg(at + 1)), PackHalves(__ldg(at + 2), __ldg(at + 3)),
+                          PackHalves(__ldg(at + 4), __ldg(at + 5)), PackHalves(__ldg(at + 6), __ldg(at + 7)));
       }
     }
   }
   // The held rows (rounded to bf16 where fp32) into rows 0 .. kTile-1 of the staged tile s.
   __device__ void Put(bf16* s) const {
 #pragma unroll
-    for (int i = 0; i < kQuads; ++i) {
-      const int e = static_cast<int>(threadIdx.x) + i * kThreads, r = e / kQuadsPerRow, c = e % kQuadsPerRow * 4;
+    for (int i = 0; i < kUnits; ++i) {
+      const int e = static_cast<int>(threadIdx.x) + i * kThreads, r = e / kUnitsPerRow,
+                c = e % kUnitsPerRow * kPerUnit;
       if constexpr (std::is_same_v<T, float>) {
         *reinterpret_cast<uint2*>(s + r * Layout<kDh>::kLd + c) =
             make_uint2(PackBf16x2(x[i].x, x[i].y), PackBf16x2(x[i].z, x[i].w));
       } else {
-        *reinterpret_cast<uint2*>(s + r * Layout<kDh>::kLd + c) = x[i];
+        *reinterpret_cast<uint4*>(s + r * Layout<kDh>::kLd + c) = x[i];
       }
     }
   }
@@ -266,6 +270,26 @@ __device__ inline LaneRows StripRows(const Mask& mask, int first, int left, int 
     if (g + 8 * half < left) mask.Range(first + g + 8 * half, other, &r.lo[half], &r.hi[half]);
   }
   return r;
+}
+
+// The other side's rows the warp's strip reaches: [any_lo, any_hi) those some real row of the strip
+// keeps, [all_lo, all_hi) those every real row keeps. Every Mask's bounds grow with the own row, so
+// these are the strip's first and last real rows' bounds.
+struct StripSpan {
+  int any_lo, any_hi, all_lo, all_hi;
+  // No row of the strip keeps a column of the chunk [c, c + 16): the chunk is skipped.
+  __device__ bool Misses(int c) const { return c >= any_hi || c + kFrag <= any_lo; }
+  // Every real row keeps every column of the chunk: its values need no mask (the strip's padding rows,
+  // past n, get values too, but their output rows are never written).
+  __device__ bool Inside(int c) const { return c >= all_lo && c + kFrag <= all_hi; }
+};
+
+// The span of the strip of own rows [first, last] (sample-local) over an other side of `other` rows.
+__device__ inline StripSpan SpanOf(const Mask& mask, int first, int last, int other) {
+  StripSpan s;
+  mask.Range(first, other, &s.any_lo, &s.all_hi);
+  mask.Range(last, other, &s.all_lo, &s.any_hi);
+  return s;
 }
 
 // The A fragments of strip rows [row0, row0 + 16) of the staged tile s, one per 16 columns: loaded
@@ -320,6 +344,17 @@ __device__ __forceinline__ void RegionOperand(const LaneRows& rows, int jc, cons
     khi[e] = rows.Keep(e / 2, j + 8) ? hi[e] : 0.0f;
   }
   CToA<ElementType::kBFloat16>(klo, khi, w);
+}
+
+// A region's values as an A fragment: as they are where the chunk lies inside the strip's span, else
+// masked (RegionOperand). The branch is the warp's: the span is.
+__device__ __forceinline__ void ChunkOperand(const StripSpan& span, const LaneRows& rows, int jc, const float (&lo)[4],
+                                             const float (&hi)[4], uint32_t (&w)[4]) {
+  if (span.Inside(jc)) {
+    CToA<ElementType::kBFloat16>(lo, hi, w);
+  } else {
+    RegionOperand(rows, jc, lo, hi, w);
+  }
 }
 
 // The CTA's output rows [first, first + n) of head h: own row r is the sum of the groups' partial
@@ -401,14 +436,13 @@ __global__ void __launch_bounds__(kThreads)
   if (i0 >= place.own) return;
   const int nq = min(kTile, place.own - i0);
   // The tile's kept keys (the split's steps of them), and the warp's strip's: the ranges' bounds grow with i.
-  int klo = 0, khi = 0, jb = 0, je = 0, slo = 0, shi = 0, unused = 0;
+  int klo = 0, khi = 0, jb = 0, je = 0, unused = 0;
   p.mask.Range(i0, s.lk, &klo, &unused);
   p.mask.Range(i0 + nq - 1, s.lk, &unused, &khi);
   if (!SplitWalk(sp, place.split, klo, khi, &jb, &je)) return;
   StageRows<kDh, T>(q, s.q_row + i0, nq, width, h, p.vec, qs);
   const Role role = WarpRole(nq);
-  p.mask.Range(i0 + role.row0, s.lk, &slo, &unused);
-  p.mask.Range(i0 + min(role.row0 + kFrag, nq) - 1, s.lk, &unused, &shi);
+  const StripSpan span = SpanOf(p.mask, i0 + role.row0, i0 + min(role.row0 + kFrag, nq) - 1, s.lk);
   const LaneRows rows = StripRows(p.mask, i0 + role.row0, nq - role.row0, s.lk);
   __syncthreads();
   uint32_t qa[kDh / kFrag][4];
@@ -430,7 +464,7 @@ __global__ void __launch_bounds__(kThreads)
     if (!role.active) continue;
     for (int c = role.group; c < kChunks; c += role.groups) {
       const int jc = j0 + c * kFrag;
-      if (jc >= shi || jc + kFrag <= slo) continue;  // no key of the chunk kept by the strip
+      if (span.Misses(jc)) continue;
       float z_lo[4], z_hi[4];
       TimesRowsT<kDh>(qa, ks, c * kFrag, z_lo, z_hi);
 #pragma unroll
@@ -439,7 +473,7 @@ __global__ void __launch_bounds__(kThreads)
         z_hi[e] = Weight(z_hi[e], Sigmoid(z_hi[e]), p.post_scale);
       }
       uint32_t w[4];
-      RegionOperand(rows, jc, z_lo, z_hi, w);
+      ChunkOperand(span, rows, jc, z_lo, z_hi, w);
       AddTimesRows<kDh>(w, vs, c * kFrag, acc);
     }
   }
@@ -464,15 +498,14 @@ __global__ void __launch_bounds__(kThreads)
   const int i0 = place.tile * kTile;
   if (i0 >= place.own) return;
   const int nq = min(kTile, place.own - i0);
-  int klo = 0, khi = 0, jb = 0, je = 0, slo = 0, shi = 0, unused = 0;
+  int klo = 0, khi = 0, jb = 0, je = 0, unused = 0;
   p.mask.Range(i0, s.lk, &klo, &unused);
   p.mask.Range(i0 + nq - 1, s.lk, &unused, &khi);
   if (!SplitWalk(sp, place.split, klo, khi, &jb, &je)) return;
   StageRows<kDh, T>(q, s.q_row + i0, nq, width, h, p.vec, qs);
   StageRows<kDh, T>(d_o, s.q_row + i0, nq, width, h, p.vec, dos);
   const Role role = WarpRole(nq);
-  p.mask.Range(i0 + role.row0, s.lk, &slo, &unused);
-  p.mask.Range(i0 + min(role.row0 + kFrag, nq) - 1, s.lk, &unused, &shi);
+  const StripSpan span = SpanOf(p.mask, i0 + role.row0, i0 + min(role.row0 + kFrag, nq) - 1, s.lk);
   const LaneRows rows = StripRows(p.mask, i0 + role.row0, nq - role.row0, s.lk);
   __syncthreads();
   uint32_t qa[kDh / kFrag][4], doa[kDh / kFrag][4];
@@ -495,7 +528,7 @@ __global__ void __launch_bounds__(kThreads)
     if (!role.active) continue;
     for (int c = role.group; c < kChunks; c += role.groups) {
       const int jc = j0 + c * kFrag;
-      if (jc >= shi || jc + kFrag <= slo) continue;
+      if (span.Misses(jc)) continue;
       float z_lo[4], z_hi[4], dp_lo[4], dp_hi[4];
       TimesRowsT<kDh>(qa, ks, c * kFrag, z_lo, z_hi);
       TimesRowsT<kDh>(doa, vs, c * kFrag, dp_lo, dp_hi);
@@ -505,7 +538,7 @@ __global__ void __launch_bounds__(kThreads)
         dp_hi[e] = ScoreGrad(z_hi[e], Sigmoid(z_hi[e]), dp_hi[e], p.post_scale);
       }
       uint32_t w[4];
-      RegionOperand(rows, jc, dp_lo, dp_hi, w);
+      ChunkOperand(span, rows, jc, dp_lo, dp_hi, w);
       AddTimesRows<kDh>(w, ks, c * kFrag, acc);
     }
   }
@@ -532,15 +565,14 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
   const int j0 = place.tile * kTile;
   if (j0 >= place.own) return;
   const int nk = min(kTile, place.own - j0);
-  int qlo = 0, qhi = 0, ib = 0, ie = 0, slo = 0, shi = 0, unused = 0;
+  int qlo = 0, qhi = 0, ib = 0, ie = 0, unused = 0;
   p.mask.Range(j0, s.lq, &qlo, &unused);
   p.mask.Range(j0 + nk - 1, s.lq, &unused, &qhi);
   if (!SplitWalk(sp, place.split, qlo, qhi, &ib, &ie)) return;
   StageRows<kDh, T>(k, s.k_row + j0, nk, width, h, p.vec, ks);
   StageRows<kDh, T>(v, s.k_row + j0, nk, width, h, p.vec, vs);
   const Role role = WarpRole(nk);
-  p.mask.Range(j0 + role.row0, s.lq, &slo, &unused);
-  p.mask.Range(j0 + min(role.row0 + kFrag, nk) - 1, s.lq, &unused, &shi);
+  const StripSpan span = SpanOf(p.mask, j0 + role.row0, j0 + min(role.row0 + kFrag, nk) - 1, s.lq);
   const LaneRows rows = StripRows(p.mask, j0 + role.row0, nk - role.row0, s.lq);
   __syncthreads();
   uint32_t ka[kDh / kFrag][4], va[kDh / kFrag][4];
@@ -563,7 +595,7 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
     if (!role.active) continue;
     for (int c = role.group; c < kChunks; c += role.groups) {
       const int ic = i0 + c * kFrag;
-      if (ic >= shi || ic + kFrag <= slo) continue;  // no query of the chunk keeps a key of the strip
+      if (span.Misses(ic)) continue;
       float z_lo[4], z_hi[4], dp_lo[4], dp_hi[4];
       TimesRowsT<kDh>(ka, qs, c * kFrag, z_lo, z_hi);
       TimesRowsT<kDh>(va, dos, c * kFrag, dp_lo, dp_hi);
@@ -577,8 +609,8 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
         dp_hi[e] = ScoreGrad(z_hi[e], sg_hi, dp_hi[e], p.post_scale);
       }
       uint32_t pt[4], dzt[4];
-      RegionOperand(rows, ic, w_lo, w_hi, pt);
-      RegionOperand(rows, ic, dp_lo, dp_hi, dzt);
+      ChunkOperand(span, rows, ic, w_lo, w_hi, pt);
+      ChunkOperand(span, rows, ic, dp_lo, dp_hi, dzt);
       AddTimesRows<kDh>(pt, dos, c * kFrag, acc_v);
       AddTimesRows<kDh>(dzt, qs, c * kFrag, acc_k);
     }

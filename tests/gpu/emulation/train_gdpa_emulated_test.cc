@@ -1,7 +1,8 @@
 // The trainer's tensor-core GDPA kernels (gpu/train/gdpa_tensor_core_kernels.cuh) run on the CPU by
 // the fiber emulation, against GDPA evaluated here in fp64 from its definition (gpu/train/gdpa.h):
-// self-attention unmasked, with windows 5 and 17 (a strip's first kept key the last of a 16-key chunk)
-// and block 24; cross-attention to 4 keys; PMA's 4 queries over jagged keys; and walks split over CTAs
+// self-attention unmasked, with windows 5, 17 (a strip's first kept key the last of a 16-key chunk) and
+// 30 (the chunks every row of a strip keeps end one key inside the strip's kept range, the mask's
+// boundary a key past a chunk's edge) and block 24; cross-attention to 4 keys; PMA's 4 queries over jagged keys; and walks split over CTAs
 // (PMA over 300 keys, cross-attention from 300 queries) with their partial rows added by
 // SumSplitsKernel. Head dims 16, 32 and 64; samples of 0, 1, 17, 64, 65 and 100 rows (partial tiles,
 // every warp layout); 16-byte rows (float4) and, once, unaligned ones. The same kernels on bf16
@@ -297,7 +298,8 @@ std::vector<Case> Cases() {
   const std::vector<int> lengths = {0, 1, 17, 64, 65, 100};
   std::vector<Case> cases;
   for (auto [name, window, block] : {std::tuple{"self unmasked", -1, 0}, std::tuple{"self window=5", 5, 0},
-                                     std::tuple{"self window=17", 17, 0}, std::tuple{"self block=24", -1, 24}}) {
+                                     std::tuple{"self window=17", 17, 0}, std::tuple{"self window=30", 30, 0},
+                                     std::tuple{"self block=24", -1, 24}}) {
     Case c;
     c.name = name, c.window = window, c.block = block, c.post_scale = 1.0f / 16, c.lq = lengths, c.lk = lengths;
     cases.push_back(c);
