@@ -243,14 +243,6 @@ struct StagedRows {
   }
 };
 
-// Rows [row0, row0 + n) of head h of x into the staged tile s at once (StagedRows).
-template <int kDh, typename T>
-__device__ void StageRows(const T* x, int64_t row0, int n, int width, int h, bool vec, bf16* s) {
-  StagedRows<kDh, T> rows;
-  rows.Fetch(x, row0, n, width, h, vec);
-  rows.Put(s);
-}
-
 // Where a lane's score-side values sit (gpu/common/mma.cuh's fragment layouts): lane 4g + t holds
 // rows g and g + 8 of the strip, columns 2t, 2t + 1 of each 8-column tile. The mask range of each of
 // its two rows, [lo, hi) of the other side (empty for a row past the tile's n real rows).
@@ -440,7 +432,19 @@ __global__ void __launch_bounds__(kThreads)
   p.mask.Range(i0, s.lk, &klo, &unused);
   p.mask.Range(i0 + nq - 1, s.lk, &unused, &khi);
   if (!SplitWalk(sp, place.split, klo, khi, &jb, &je)) return;
-  StageRows<kDh, T>(q, s.q_row + i0, nq, width, h, p.vec, qs);
+  // Step j0's keys and values, fetched while the step before it is computed; the first step's with
+  // the own queries.
+  StagedRows<kDh, T> next_k, next_v;
+  const auto fetch = [&](int j0) {
+    next_k.Fetch(k, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
+    next_v.Fetch(v, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
+  };
+  {
+    StagedRows<kDh, T> own_q;
+    own_q.Fetch(q, s.q_row + i0, nq, width, h, p.vec);
+    if (jb < je) fetch(jb);
+    own_q.Put(qs);
+  }
   const Role role = WarpRole(nq);
   const StripSpan span = SpanOf(p.mask, i0 + role.row0, i0 + min(role.row0 + kFrag, nq) - 1, s.lk);
   const LaneRows rows = StripRows(p.mask, i0 + role.row0, nq - role.row0, s.lk);
@@ -448,13 +452,6 @@ __global__ void __launch_bounds__(kThreads)
   uint32_t qa[kDh / kFrag][4];
   LoadStrip<kDh>(qs, role.row0, qa);
   float acc[kDh / 8][4] = {};
-  // Step j0's keys and values, fetched while the step before it is computed.
-  StagedRows<kDh, T> next_k, next_v;
-  const auto fetch = [&](int j0) {
-    next_k.Fetch(k, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
-    next_v.Fetch(v, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
-  };
-  if (jb < je) fetch(jb);
   for (int j0 = jb; j0 < je; j0 += kTile) {
     __syncthreads();  // the previous step's tiles are read
     next_k.Put(ks);
@@ -502,8 +499,21 @@ __global__ void __launch_bounds__(kThreads)
   p.mask.Range(i0, s.lk, &klo, &unused);
   p.mask.Range(i0 + nq - 1, s.lk, &unused, &khi);
   if (!SplitWalk(sp, place.split, klo, khi, &jb, &je)) return;
-  StageRows<kDh, T>(q, s.q_row + i0, nq, width, h, p.vec, qs);
-  StageRows<kDh, T>(d_o, s.q_row + i0, nq, width, h, p.vec, dos);
+  // Step j0's keys and values, fetched while the step before it is computed; the first step's with
+  // the own queries and output gradients.
+  StagedRows<kDh, T> next_k, next_v;
+  const auto fetch = [&](int j0) {
+    next_k.Fetch(k, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
+    next_v.Fetch(v, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
+  };
+  {
+    StagedRows<kDh, T> own_q, own_do;
+    own_q.Fetch(q, s.q_row + i0, nq, width, h, p.vec);
+    own_do.Fetch(d_o, s.q_row + i0, nq, width, h, p.vec);
+    if (jb < je) fetch(jb);
+    own_q.Put(qs);
+    own_do.Put(dos);
+  }
   const Role role = WarpRole(nq);
   const StripSpan span = SpanOf(p.mask, i0 + role.row0, i0 + min(role.row0 + kFrag, nq) - 1, s.lk);
   const LaneRows rows = StripRows(p.mask, i0 + role.row0, nq - role.row0, s.lk);
@@ -512,13 +522,6 @@ __global__ void __launch_bounds__(kThreads)
   LoadStrip<kDh>(qs, role.row0, qa);
   LoadStrip<kDh>(dos, role.row0, doa);
   float acc[kDh / 8][4] = {};
-  // Step j0's keys and values, fetched while the step before it is computed.
-  StagedRows<kDh, T> next_k, next_v;
-  const auto fetch = [&](int j0) {
-    next_k.Fetch(k, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
-    next_v.Fetch(v, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
-  };
-  if (jb < je) fetch(jb);
   for (int j0 = jb; j0 < je; j0 += kTile) {
     __syncthreads();  // the previous step's tiles are read
     next_k.Put(ks);
@@ -569,8 +572,21 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
   p.mask.Range(j0, s.lq, &qlo, &unused);
   p.mask.Range(j0 + nk - 1, s.lq, &unused, &qhi);
   if (!SplitWalk(sp, place.split, qlo, qhi, &ib, &ie)) return;
-  StageRows<kDh, T>(k, s.k_row + j0, nk, width, h, p.vec, ks);
-  StageRows<kDh, T>(v, s.k_row + j0, nk, width, h, p.vec, vs);
+  // Step i0's queries and output gradients, fetched while the step before it is computed; the first
+  // step's with the own keys and values.
+  StagedRows<kDh, T> next_q, next_do;
+  const auto fetch = [&](int i0) {
+    next_q.Fetch(q, s.q_row + i0, min(kTile, qhi - i0), width, h, p.vec);
+    next_do.Fetch(d_o, s.q_row + i0, min(kTile, qhi - i0), width, h, p.vec);
+  };
+  {
+    StagedRows<kDh, T> own_k, own_v;
+    own_k.Fetch(k, s.k_row + j0, nk, width, h, p.vec);
+    own_v.Fetch(v, s.k_row + j0, nk, width, h, p.vec);
+    if (ib < ie) fetch(ib);
+    own_k.Put(ks);
+    own_v.Put(vs);
+  }
   const Role role = WarpRole(nk);
   const StripSpan span = SpanOf(p.mask, j0 + role.row0, j0 + min(role.row0 + kFrag, nk) - 1, s.lq);
   const LaneRows rows = StripRows(p.mask, j0 + role.row0, nk - role.row0, s.lq);
@@ -579,13 +595,6 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
   LoadStrip<kDh>(ks, role.row0, ka);
   LoadStrip<kDh>(vs, role.row0, va);
   float acc_k[kDh / 8][4] = {}, acc_v[kDh / 8][4] = {};
-  // Step i0's queries and output gradients, fetched while the step before it is computed.
-  StagedRows<kDh, T> next_q, next_do;
-  const auto fetch = [&](int i0) {
-    next_q.Fetch(q, s.q_row + i0, min(kTile, qhi - i0), width, h, p.vec);
-    next_do.Fetch(d_o, s.q_row + i0, min(kTile, qhi - i0), width, h, p.vec);
-  };
-  if (ib < ie) fetch(ib);
   for (int i0 = ib; i0 < ie; i0 += kTile) {
     __syncthreads();  // the previous step's tiles are read
     next_q.Put(qs);

@@ -15,9 +15,11 @@
 # Environment: BATCHES (local batches, default "256 1024"), TURNS (default 2), STEPS per run (default
 # 20), TESTS (test targets built and run for every variant, default none), KERNELS (a local batch:
 # ncu times every kernel whose name matches KERNEL_REGEX, default all, in one step of each variant),
-# SECTIONS (a kernel-name regex: ncu's speed-of-light, warp-state, scheduler, memory, occupancy and
-# source-level sections of one launch of it, the first after SECTIONS_SKIP matching launches, default
-# 0, in a b256 step of each variant), TRACE (a local batch: each variant's last step of a 5-step run
+# SECTIONS (kernel-name regexes, each as REGEX or REGEX@SKIP, separated by spaces: ncu's speed-of-light,
+# warp-state, scheduler, memory, occupancy and source-level sections of one launch of each, the first
+# after SKIP (default SECTIONS_SKIP, else 0) matching launches, in a b256 step of each variant:
+# sections_NAME_I.txt, and source_NAME_I.csv the launch's SASS with its stall samples per instruction;
+# the builds then carry -lineinfo, which leaves the machine code as it is), TRACE (a local batch: each variant's last step of a 5-step run
 # under `gemtb train --trace-kernels`, its device time, idle gaps and the host's calls in them:
 # timeline_NAME.json, a line each in ab_summary.txt, the Perfetto trace in runs.tgz; a tree
 # whose gemtb has no --trace-kernels is skipped), CHECK_TRAIN (K:
@@ -26,7 +28,7 @@
 # gem_small_torch.py sits in .peers/gem_torch (carry it) and the GPU has more than 100 GB: its peak
 # is 93 GB; peer.log, its RESULT line in ab_summary.txt).
 # Writes $OUT/ab_summary.txt: the tests' results and failures, every run's median step and samples/s,
-# then per variant and batch the median over the turns; kernels_NAME.csv, sections_NAME.txt; and
+# then per variant and batch the median over the turns; kernels_NAME.csv, the sections; and
 # everything else (each run's report and log, the build and test logs) in runs.tgz, so that a call
 # brings back a few files. Exit status: 0 the runs happened, 1 a test or a run failed, 2 a build failed. The builds stay in $TMPDIR (else /tmp) as ab-build-NAME for the
 # rest of the call; a command after this script that runs them needs the unpacked packages' libraries:
@@ -77,7 +79,9 @@ build_one() {  # NAME: unpack and build gemtb (and the TESTS)
   local name=$1 src=$scratch/ab-src-$1 build=$scratch/ab-build-$1
   mkdir -p "$src" && tar -xzf ".deb/variants/$name.tgz" -C "$src"
   # shellcheck disable=SC2086
-  configure_device_build "$src" "$build" >"$out/build_$name.log" 2>&1 &&
+  local extra=()
+  [ -n "$sections" ] && extra=(-DCMAKE_CUDA_FLAGS=-lineinfo)
+  configure_device_build "$src" "$build" "${extra[@]}" >"$out/build_$name.log" 2>&1 &&
     cmake --build "$build" --target gemtb $tests >>"$out/build_$name.log" 2>&1
 }
 pids=()
@@ -116,11 +120,22 @@ if [ -n "$kernels" ]; then
 fi
 if [ -n "$sections" ]; then
   for v in "${variants[@]}"; do
-    ncu --kernel-name "regex:$sections" --launch-skip "$sections_skip" --launch-count 1 --clock-control none \
-      --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
-      --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis --section SourceCounters \
-      "$scratch/ab-build-${tree[$v]}/bin/gemtb" train --config small --local-batch 256 --steps 1 --eval-samples 0 \
-      --log-every-s 1000 ${vflags[$v]} >"$out/sections_$v.txt" 2>&1 || rc=1
+    i=0
+    for spec in $sections; do
+      i=$((i + 1))
+      regex=${spec%@*} skip=$sections_skip
+      [ "$spec" != "$regex" ] && skip=${spec##*@}
+      ncu --kernel-name "regex:$regex" --launch-skip "$skip" --launch-count 1 --clock-control none \
+        --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+        --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis --section SourceCounters \
+        --import-source yes -f -o "$scratch/sections_${v}_$i" \
+        "$scratch/ab-build-${tree[$v]}/bin/gemtb" train --config small --local-batch 256 --steps 1 --eval-samples 0 \
+        --log-every-s 1000 ${vflags[$v]} >"$out/sections_${v}_$i.log" 2>&1 || rc=1
+      ncu -i "$scratch/sections_${v}_$i.ncu-rep" --print-details all >"$out/sections_${v}_$i.txt" 2>&1 || rc=1
+      ncu -i "$scratch/sections_${v}_$i.ncu-rep" --page source --csv --print-source sass \
+        >"$out/source_${v}_$i.csv" 2>&1 || rc=1
+      echo "$v sections $i: $regex after $skip launches" | tee -a "$out/ab_summary.txt"
+    done
   done
 fi
 for turn in $(seq "$turns"); do
@@ -182,7 +197,7 @@ fi
 echo "train_gpu_ab: exit $rc after $((SECONDS - start)) s" | tee -a "$out/ab_summary.txt"
 (
   cd "$out" || exit
-  packed=(train_* build_*.log tests_*.log kernels_*.log timeline_*.log trace_*.json)  # nullglob: those there
+  packed=(train_* build_*.log tests_*.log kernels_*.log timeline_*.log trace_*.json sections_* source_*)  # nullglob: those there
   for f in check_train.log peer_stdout.txt; do [ -f "$f" ] && packed+=("$f"); done
   [ ${#packed[@]} -eq 0 ] || { tar czf runs.tgz -- "${packed[@]}" && rm -f -- "${packed[@]}"; }
 )
