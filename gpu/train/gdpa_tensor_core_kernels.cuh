@@ -395,13 +395,41 @@ __device__ void FinishOutput(const float (&acc)[kDh / 8][4], float* ss, const Ro
   __syncthreads();
 }
 
-// The CTA's own rows [i0, i0 + n) of sample row `first` on: unsplit, rows first + i0 of `out`; split,
-// rows blockIdx.x * max_own + i0 of its split's fp32 partial rows in `part` (16-byte aligned: float4
+__device__ __forceinline__ void StorePair(float* at, float lo, float hi) {
+  *reinterpret_cast<float2*>(at) = make_float2(lo, hi);
+}
+__device__ __forceinline__ void StorePair(bf16* at, float lo, float hi) {
+  *reinterpret_cast<uint32_t*>(at) = PackBf16x2(lo, hi);
+}
+
+// The warp's accumulators straight from registers to own rows [first + row0, ...) of head h, rows past
+// n not written: where the warp's strip is the only one for its rows (no group's partial strip to add),
+// the value FinishOutput would store, without its shared-memory round trip and barriers. vec: the
+// rows' pairs of values are 4- (bf16) or 8-byte (fp32) aligned.
+template <int kDh, typename Out>
+__device__ void StoreStrip(const float (&acc)[kDh / 8][4], const Role& role, int64_t first, int n, int width, int h,
+                           Out* out) {
+  const LaneCoords l = Lane();
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = role.row0 + l.g + 8 * half;
+    if (r >= n) continue;
+    Out* row = out + (first + r) * width + h * kDh + 2 * l.t;
+#pragma unroll
+    for (int c = 0; c < kDh / 8; ++c) StorePair(row + c * 8, acc[c][2 * half], acc[c][2 * half + 1]);
+  }
+}
+
+// The CTA's own rows [i0, i0 + n) of sample row `first` on: unsplit, rows first + i0 of `out` (from
+// registers where each warp holds a strip of its own and the rows are aligned); split, rows
+// blockIdx.x * max_own + i0 of its split's fp32 partial rows in `part` (16-byte aligned: float4
 // stores). The same branch for the whole CTA (FinishOutput's barriers).
 template <int kDh, typename T>
 __device__ void WriteOwnRows(const float (&acc)[kDh / 8][4], float* ss, const Role& role, const Split& sp, int split,
                              int64_t first, int i0, int n, int width, int h, bool vec, T* out, float* part) {
-  if (sp.splits == 1) {
+  if (sp.splits == 1 && role.groups == 1 && vec) {
+    StoreStrip<kDh>(acc, role, first + i0, n, width, h, out);
+  } else if (sp.splits == 1) {
     FinishOutput<kDh>(acc, ss, role, first + i0, n, width, h, vec, out);
   } else {
     FinishOutput<kDh>(acc, ss, role, static_cast<int64_t>(blockIdx.x) * sp.max_own + i0, n, width, h, true,
