@@ -3,10 +3,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <limits>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "gpu/common/device_buffer.h"
@@ -190,6 +193,30 @@ struct DeviceTbe::State : InputBound {
   InputBound aside;  // the input held aside by SwapInput
   void SwapInput() { std::swap(static_cast<InputBound&>(*this), aside); }
 
+  // Page-locked copies of checked KJTs' values (CheckInput, on any thread), two slots taken in turn.
+  // A slot's generation names the check whose values it holds (0: none); `copied`
+  // is recorded after SetInput's asynchronous upload from it, and a check waits for it before it
+  // overwrites the slot.
+  struct Staging {
+    int64_t* host = nullptr;
+    size_t capacity = 0;
+    uint64_t generation = 0;
+    cudaEvent_t copied = nullptr;
+  };
+  int device = 0;  // the module's GPU: a check on another thread stages for it
+  mutable std::mutex staging_mu;
+  mutable std::array<Staging, 2> staging;
+  mutable uint64_t checks_staged = 0;
+  ~State() {
+    for (Staging& st : staging) {
+      if (st.copied != nullptr) {
+        cudaEventSynchronize(st.copied);
+        cudaEventDestroy(st.copied);
+      }
+      if (st.host != nullptr) cudaFreeHost(st.host);
+    }
+  }
+
   LaunchParams Params() const {
     LaunchParams p;
     p.tables = d_tables.get();
@@ -254,6 +281,7 @@ absl::StatusOr<std::unique_ptr<DeviceTbe>> DeviceTbe::Create(const EmbeddingConf
   if (step < 0) return Bad(absl::StrCat("step=", step, ": must be >= 0"));
   GEMTB_RETURN_IF_ERROR(EmbeddingDeviceAvailable());
   auto s = std::make_unique<State>();
+  GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetDevice(&s->device), "cudaGetDevice"));
   s->config = config;
   s->options = options;
   s->step = step;
@@ -336,7 +364,63 @@ absl::StatusOr<CheckedKjt> DeviceTbe::CheckInput(const KjtView& kjt) const {
   checked.batch_ = kjt.batch;
   checked.has_weights_ = kjt.has_weights;
   SpansOf(kjt, checked.spans_, checked.sizes_);
+  StageValues(kjt.values, checked);
   return checked;
+}
+
+// Best effort: where page-locked memory or an event cannot be had, the check carries no staged copy
+// and SetInput uploads from the KJT's arrays. The copy is made under the lock (a few milliseconds for
+// millions of ids), so that no upload or other check sees a slot half filled.
+void DeviceTbe::StageValues(absl::Span<const int64_t> values, CheckedKjt& checked) const {
+  if (values.empty()) return;
+  State& s = *s_;
+  std::lock_guard<std::mutex> lock(s.staging_mu);
+  if (cudaSetDevice(s.device) != cudaSuccess) return;  // this thread's device (a data thread's may differ)
+  const uint64_t id = ++s.checks_staged;
+  const int slot = static_cast<int>(id % 2);
+  State::Staging& st = s.staging[slot];
+  st.generation = 0;
+  if (st.copied == nullptr && cudaEventCreateWithFlags(&st.copied, cudaEventDisableTiming) != cudaSuccess) {
+    st.copied = nullptr;
+    return;
+  }
+  if (cudaEventSynchronize(st.copied) != cudaSuccess) return;  // its last upload has finished
+  if (st.capacity < values.size()) {
+    if (st.host != nullptr) cudaFreeHost(st.host);
+    st.host = nullptr;
+    st.capacity = 0;
+    const size_t want = values.size() + values.size() / 4;  // room for the next batches' variation
+    if (cudaMallocHost(reinterpret_cast<void**>(&st.host), want * sizeof(int64_t)) != cudaSuccess) {
+      st.host = nullptr;
+      return;
+    }
+    st.capacity = want;
+  }
+  std::memcpy(st.host, values.data(), values.size() * sizeof(int64_t));
+  st.generation = id;
+  checked.staged_slot_ = slot;
+  checked.staged_generation_ = id;
+}
+
+// The values to `dst` (allocated for them): asynchronously from the check's staged copy where its
+// slot still holds it (the slot then holds nothing), else synchronously from the KJT's arrays.
+absl::Status DeviceTbe::UploadValues(absl::Span<const int64_t> values, const CheckedKjt& checked,
+                                     int64_t* dst) const {
+  State& s = *s_;
+  if (values.empty()) return absl::OkStatus();
+  if (checked.staged_slot_ >= 0) {
+    std::lock_guard<std::mutex> lock(s.staging_mu);
+    State::Staging& st = s.staging[checked.staged_slot_];
+    if (st.generation != 0 && st.generation == checked.staged_generation_) {
+      st.generation = 0;
+      GEMTB_RETURN_IF_ERROR(CudaOk(cudaMemcpyAsync(dst, st.host, values.size() * sizeof(int64_t),
+                                                   cudaMemcpyHostToDevice, nullptr),
+                                   "copy of KJT values to the device"));
+      return CudaOk(cudaEventRecord(st.copied, nullptr), "event after the KJT values' copy");
+    }
+  }
+  return CudaOk(cudaMemcpy(dst, values.data(), values.size() * sizeof(int64_t), cudaMemcpyHostToDevice),
+                "copy of KJT values to the device");
 }
 
 absl::Status DeviceTbe::SetInput(const KjtView& kjt) {
@@ -394,7 +478,8 @@ absl::Status DeviceTbe::SetInput(const KjtView& kjt, const CheckedKjt& checked) 
   }
   GEMTB_RETURN_IF_ERROR(s.in->d_features.Upload(s.features, "feature parameters"));
   GEMTB_RETURN_IF_ERROR(s.in->offsets.Upload(s.layout.offsets, "KJT offsets"));
-  GEMTB_RETURN_IF_ERROR(s.in->values.Upload(kjt.values, "KJT values"));
+  GEMTB_RETURN_IF_ERROR(s.in->values.Allocate(kjt.values.size(), "KJT values"));
+  GEMTB_RETURN_IF_ERROR(UploadValues(kjt.values, checked, s.in->values.get()));
   if (kjt.has_weights || !kjt.weights.empty()) {
     GEMTB_RETURN_IF_ERROR(s.in->weights_kjt.Upload(kjt.weights, "KJT weights"));
   } else {

@@ -108,6 +108,10 @@ class CheckedKjt {
   const void* spans_[5] = {};  // keys, lengths, values, weights, offsets: data
   size_t sizes_[5] = {};       // and sizes
   bool has_weights_ = false;
+  // Where CheckInput left a copy of the values in the module's page-locked staging (slot, and the
+  // generation that slot held then), so that SetInput uploads them asynchronously; slot -1: none.
+  int staged_slot_ = -1;
+  uint64_t staged_generation_ = 0;
 };
 
 class DeviceTbe {
@@ -125,7 +129,10 @@ class DeviceTbe {
   absl::Status SetInput(const KjtView& kjt);
   // The validation alone, on any thread: it reads the config's features and tables as Create set
   // them (SetLearningRate changes only the rates). A trainer checks the next batch on its data
-  // thread during a step, and SetInput(kjt, checked) then only uploads it.
+  // thread during a step, and SetInput(kjt, checked) then only uploads it. It also copies the values
+  // into one of two page-locked staging buffers (in turn), from which SetInput uploads them without
+  // blocking the host; a check whose buffer a later check has taken, or one used twice, uploads from
+  // the KJT's own arrays instead (the same bytes, a synchronous copy).
   absl::StatusOr<CheckedKjt> CheckInput(const KjtView& kjt) const;
   // SetInput of a KJT CheckInput validated; InvalidArgument if `checked` is another module's or
   // was made from other spans than kjt's (same data pointers and sizes).
@@ -172,6 +179,8 @@ class DeviceTbe {
  private:
   struct State;
   explicit DeviceTbe(std::unique_ptr<State> state);
+  void StageValues(absl::Span<const int64_t> values, CheckedKjt& checked) const;
+  absl::Status UploadValues(absl::Span<const int64_t> values, const CheckedKjt& checked, int64_t* dst) const;
   std::unique_ptr<State> s_;
 };
 

@@ -7,12 +7,14 @@
 #include <deque>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gpu/common/device_buffer.h"
 #include "gpu/embedding/api.h"
 #include "gpu/embedding/launch.h"
 #include "gtest/gtest.h"
+#include "model/common/status_macros.h"
 #include "tools/check/embed_cases.h"
 #include "tools/check/embed_compare.h"
 #include "tools/check/embed_gpu.h"
@@ -148,6 +150,50 @@ TEST(EmbeddingDevice, CheckedInputGivesTheSameOutputsAndOnlyForItsOwnKjt) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->pooled, want->pooled);
   EXPECT_EQ(got->sequence, want->sequence);
+}
+
+// CheckInput stages a KJT's values in one of two page-locked buffers in turn, and SetInput uploads
+// them from there asynchronously. A check whose buffer a later check has refilled, or one used a
+// second time, must upload its own KJT's values (from the KJT's arrays), not the buffer's.
+TEST(EmbeddingDevice, StagedValuesUploadOnlyForTheirOwnCheck) {
+  if (absl::Status s = EmbeddingDeviceAvailable(); !s.ok()) GTEST_SKIP() << s.message();
+  const check::EmbedCase c = check::DrawEmbedCase(check::EmbedCaseSeed(29, 0, 0), check::AllEmbedFamilies()[0]);
+  const KjtView kjt = check::KjtViewOf(c.kjt);
+  // A second KJT: every bag's ids rotated by one (the same ids and lengths, other outputs).
+  std::vector<int64_t> rotated(kjt.values.begin(), kjt.values.end());
+  int64_t at = 0;
+  for (const int32_t n : kjt.lengths) {
+    if (n > 1) std::rotate(rotated.begin() + at, rotated.begin() + at + 1, rotated.begin() + at + n);
+    at += n;
+  }
+  KjtView other = kjt;
+  other.values = rotated;
+  absl::StatusOr<std::unique_ptr<DeviceTbe>> a = DeviceTbe::Create(c.config, {}, 0);
+  absl::StatusOr<std::unique_ptr<DeviceTbe>> b = DeviceTbe::Create(c.config, {}, 0);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const auto outputs = [](DeviceTbe& tbe, const KjtView& k, const CheckedKjt* checked) -> absl::StatusOr<HostOutput> {
+    GEMTB_RETURN_IF_ERROR(checked != nullptr ? tbe.SetInput(k, *checked) : tbe.SetInput(k));
+    GEMTB_RETURN_IF_ERROR(tbe.Forward());
+    return tbe.DownloadOutput();
+  };
+  absl::StatusOr<HostOutput> want = outputs(**a, kjt, nullptr), want_other = outputs(**a, other, nullptr);
+  ASSERT_TRUE(want.ok() && want_other.ok());
+  ASSERT_TRUE(want->pooled != want_other->pooled || want->sequence != want_other->sequence)
+      << "the rotated KJT must give other outputs for this test to tell them apart";
+
+  absl::StatusOr<CheckedKjt> first = (*b)->CheckInput(kjt), second = (*b)->CheckInput(other),
+                             third = (*b)->CheckInput(other);  // refills `first`'s buffer
+  ASSERT_TRUE(first.ok() && second.ok() && third.ok());
+  for (const auto& [k, checked, expected, what] :
+       {std::tuple{kjt, &*first, &*want, "a check whose buffer was refilled"},
+        std::tuple{other, &*third, &*want_other, "the latest check"},
+        std::tuple{other, &*third, &*want_other, "the latest check a second time"},
+        std::tuple{other, &*second, &*want_other, "the check before it"}}) {
+    absl::StatusOr<HostOutput> got = outputs(**b, k, checked);
+    ASSERT_TRUE(got.ok()) << what << ": " << got.status();
+    EXPECT_EQ(got->pooled, expected->pooled) << what;
+    EXPECT_EQ(got->sequence, expected->sequence) << what;
+  }
 }
 
 // The pooling kernels index rows in 32 bits unless a table has 2^31 rows or more
