@@ -7,10 +7,13 @@
 # Here, before the call: one `git archive` per variant in .deb/variants/NAME.tgz, e.g.
 #   mkdir -p .deb/variants && git archive --format=tar.gz -o .deb/variants/a_base.tgz HEAD~1 \
 #     && git archive --format=tar.gz -o .deb/variants/b_new.tgz HEAD
-# (`git stash create` gives a commit of uncommitted work to archive). A file .deb/variants/NAME.flags
+# (`git stash create` gives a commit of uncommitted work to archive), or one built here per variant,
+# .deb/variants/NAME.bin.tar.xz from tools/bench/prebuild_variant.sh (give it the TESTS' targets too),
+# which the call unpacks instead of building (no device time for builds; all variants of one A/B of
+# one origin). A file .deb/variants/NAME.flags
 # holds further `gemtb train` flags of that variant (e.g. "--ffn bf16", to time a precision choice
 # of one tree against the same tree's default). A variant of flags alone runs another variant's build:
-# .deb/variants/NAME.base names that variant (its .tgz), NAME.flags its flags, and no NAME.tgz. Then
+# .deb/variants/NAME.base names that variant (its tree), NAME.flags its flags, and no tree. Then
 # run(command: "bash tools/bench/train_gpu_ab.sh", carry: [".deb"]).
 # Environment: BATCHES (local batches, default "256 1024"), TURNS (default 2), STEPS per run (default
 # 20), TESTS (test targets built and run for every variant, default none), KERNELS (a local batch:
@@ -39,6 +42,8 @@ out=${OUT:-$PWD/out}
 mkdir -p "$out"
 source tools/lib/device_build.sh
 unpack_device_deps train_gpu_ab
+# Builds made here (prebuild_variant.sh) name this machine's CUDA library folder; the device's may differ.
+export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/usr/local/cuda/lib64
 batches=${BATCHES:-256 1024}
 turns=${TURNS:-2}
 steps=${STEPS:-20}
@@ -52,31 +57,37 @@ check_train=${CHECK_TRAIN:-}
 peer=${PEER:-0}
 shopt -s nullglob
 variants=()  # every variant timed
-builds=()    # the variants with a tree of their own (.tgz)
+builds=()    # the variants with a tree of their own (.tgz, or .bin.tar.xz built here)
 declare -A tree  # variant -> the variant whose build it runs
-for tgz in .deb/variants/*.tgz; do
-  v=$(basename "$tgz" .tgz)
+has_tree() { [ -f ".deb/variants/$1.tgz" ] || [ -f ".deb/variants/$1.bin.tar.xz" ]; }
+for f in .deb/variants/*.tgz .deb/variants/*.bin.tar.xz; do
+  v=$(basename "$(basename "$f" .tgz)" .bin.tar.xz)
   variants+=("$v") builds+=("$v")
   tree[$v]=$v
 done
 if [ ${#builds[@]} -eq 0 ]; then
-  echo "train_gpu_ab: .deb/variants/ holds no .tgz" | tee -a "$out/ab_summary.txt"
+  echo "train_gpu_ab: .deb/variants/ holds no .tgz or .bin.tar.xz" | tee -a "$out/ab_summary.txt"
   exit 2
 fi
 for base in .deb/variants/*.base; do
   v=$(basename "$base" .base)
-  [ -f ".deb/variants/$v.tgz" ] && continue
+  has_tree "$v" && continue
   b=$(cat "$base")
-  if [ ! -f ".deb/variants/$b.tgz" ]; then
-    echo "train_gpu_ab: $v.base names $b, which has no .tgz" | tee -a "$out/ab_summary.txt"
+  if ! has_tree "$b"; then
+    echo "train_gpu_ab: $v.base names $b, which has no tree" | tee -a "$out/ab_summary.txt"
     exit 2
   fi
   variants+=("$v")
   tree[$v]=$b
 done
 start=$SECONDS
-build_one() {  # NAME: unpack and build gemtb (and the TESTS)
+build_one() {  # NAME: unpack and build gemtb (and the TESTS), or unpack the build made here
   local name=$1 src=$scratch/ab-src-$1 build=$scratch/ab-build-$1
+  if [ -f ".deb/variants/$name.bin.tar.xz" ]; then
+    mkdir -p "$build" && tar -xJf ".deb/variants/$name.bin.tar.xz" -C "$build" &&
+      echo "prebuilt $(cat "$build/COMMIT")" >"$out/build_$name.log"
+    return
+  fi
   mkdir -p "$src" && tar -xzf ".deb/variants/$name.tgz" -C "$src"
   # shellcheck disable=SC2086
   local extra=()
