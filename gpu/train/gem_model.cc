@@ -1028,9 +1028,9 @@ absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float
 // bf16 feeds the second linear's products (its bias gradient sums ds itself, in fp32, in model_kernels.h's
 // tree of column sums, in the pass that rounds it); dg = ds W2^T rounded to bf16, du = dg GELU'(u) in
 // bf16, dh = du W1^T in fp32 and LayerNorm's backward of dh: one kernel with FusedFfn (dh stays on
-// chip), else a product, GELU's elementwise backward, a product into dh (scratch) and
-// LayerNorm's kernels. The linears' weight gradients (and the first bias's, in the same product) come
-// from linear.h's products over every row.
+// chip), else a product, GELU's elementwise backward (with du's column sums, the first bias's
+// gradient, in the same pass), a product into dh (scratch) and LayerNorm's kernels. The linears'
+// weight gradients come from linear.h's products over every row (with FusedFfn, the first bias's too).
 absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh) {
   const int d = g.d;
   __nv_bfloat16 *ds16, *du16;
@@ -1048,11 +1048,12 @@ absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTa
     __nv_bfloat16* dg16;
     GEMTB_ASSIGN_OR_RETURN(dg16, Bf16s(n * g.ffn));
     GEMTB_RETURN_IF_ERROR(lin->BackwardInput(second, ds16, t.w2_16, nullptr, dg16, st));
-    GEMTB_RETURN_IF_ERROR(GeluBackward<__nv_bfloat16>(t.u16, dg16, n * g.ffn, du16, st));
+    GEMTB_RETURN_IF_ERROR(GeluBackwardWithColumnSums(t.u16, dg16, n, g.ffn, du16, G(p.ffn1.b), true, st));
     GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(first, du16, t.w1_16, nullptr, dh, st));
     GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_c, n, t.s_c, t.mean_c, t.rstd_c, dh, ds));
   }
-  return lin->BackwardWeight(first, t.h_c16, du16, G(p.ffn1.w), G(p.ffn1.b), st);
+  // The first bias's gradient: du's column sums, in GELU's pass above or here.
+  return lin->BackwardWeight(first, t.h_c16, du16, G(p.ffn1.w), FusedFfn() ? G(p.ffn1.b) : nullptr, st);
 }
 
 // An attention block in bf16 (AttentionBlockPrecision::kBf16), the same ops as AttnFwd: the three

@@ -185,6 +185,34 @@ absl::Status ToBf16WithColumnSums(const float* x, int64_t rows, int64_t cols, __
   return ColumnSumsOf(x, rows, cols, cols, out, accumulate, stream, y);
 }
 
+absl::Status GeluBackwardWithColumnSums(const __nv_bfloat16* u, const __nv_bfloat16* dg, int64_t rows, int64_t cols,
+                                        __nv_bfloat16* du, float* out, bool accumulate, cudaStream_t stream) {
+  if (absl::Status s = ValidateMatrix("GeluBackwardWithColumnSums", rows, cols, cols); !s.ok()) return s;
+  if (rows == 0) return ColumnSumsOf(du, rows, cols, cols, out, accumulate, stream);  // out as ColumnSums leaves it
+  const int64_t blocks = (rows + kColumnBlock - 1) / kColumnBlock;
+  if (blocks > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GeluBackwardWithColumnSums: rows=", rows, ": want <= 65535 * ", kColumnBlock));
+  }
+  float* partial = nullptr;
+  if (absl::Status a = CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&partial), blocks * cols * sizeof(float), stream),
+                              "GeluBackwardWithColumnSums scratch");
+      !a.ok())
+    return a;
+  const int threads = static_cast<int>(std::min<int64_t>(kThreads, (cols + kWarp - 1) / kWarp * kWarp));
+  colsum::GeluBackwardBlockSumsKernel<<<dim3(static_cast<unsigned>((cols + threads - 1) / threads),
+                                             static_cast<unsigned>(blocks)),
+                                        threads, 0, stream>>>(
+      reinterpret_cast<const uint16_t*>(u), reinterpret_cast<const uint16_t*>(dg), rows, cols,
+      reinterpret_cast<uint16_t*>(du), partial);
+  const absl::Status first = Launched("GeluBackwardWithColumnSums");
+  // The tree's upper levels over the block sums, as ColumnSums goes on after its first level.
+  const absl::Status second =
+      first.ok() ? ColumnSumsOf<float>(partial, blocks, cols, cols, out, accumulate, stream) : first;
+  const absl::Status freed = CudaOk(cudaFreeAsync(partial, stream), "GeluBackwardWithColumnSums scratch");
+  return second.ok() ? freed : second;
+}
+
 absl::Status ToBf16(const float* x, int64_t count, __nv_bfloat16* y, cudaStream_t stream) {
   if (count == 0) return absl::OkStatus();
   if (count < 0) return absl::InvalidArgumentError(absl::StrCat("ToBf16: count=", count, ": want >= 0"));

@@ -35,6 +35,11 @@ absl::Status ColumnSums(const __nv_bfloat16* x, int64_t rows, int64_t cols, int6
 // reads and whose column sums are a bias's gradient.
 absl::Status ToBf16WithColumnSums(const float* x, int64_t rows, int64_t cols, __nv_bfloat16* y, float* out,
                                   bool accumulate, cudaStream_t stream);
+// GELU's backward and its result's column sums in one pass: du = dg GELU'(u) over [rows, cols] (rows
+// contiguous), rounded to bf16 (GeluBackward's bytes), and out (+)= du's column sums (ColumnSums' tree
+// and bytes over du). For the input gradient of a product whose bias gradient is du's column sums.
+absl::Status GeluBackwardWithColumnSums(const __nv_bfloat16* u, const __nv_bfloat16* dg, int64_t rows, int64_t cols,
+                                        __nv_bfloat16* du, float* out, bool accumulate, cudaStream_t stream);
 // y[e] = x[e] rounded to bf16 (to nearest, ties to even), e < count.
 absl::Status ToBf16(const float* x, int64_t count, __nv_bfloat16* y, cudaStream_t stream);
 // dst[r] (+)= src[index[r]] for rows of `width` floats; index[r] < 0 reads zeros (and adds nothing).

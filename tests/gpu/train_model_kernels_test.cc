@@ -3,7 +3,8 @@
 // summed in order; the same bits, at and around the block size and over one, two and three levels,
 // for fp32 rows and for bf16 rows (each value widened exactly). ToBf16 rounds as the host's
 // round-to-nearest-even does, ties and overflow to infinity included; ToBf16WithColumnSums gives
-// both in one pass. SequenceRowIndex gives the host loop's per-row indices.
+// both in one pass, and GeluBackwardWithColumnSums GELU's backward and its result's column sums.
+// SequenceRowIndex gives the host loop's per-row indices.
 #include <algorithm>
 #include <cstdint>
 #include <random>
@@ -11,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "gpu/train/layer_norm.h"
 #include "gpu/train/model_kernels.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/train_test_util.h"
@@ -104,6 +106,41 @@ TEST(ModelKernelsTest, ToBf16WithColumnSumsIsToBf16AndColumnSumsInOnePass) {
         const std::string where = std::to_string(rows) + " x " + std::to_string(cols) + (accumulate ? " added" : " written");
         EXPECT_EQ(d_out.Get(out.size()), want) << where;
         EXPECT_EQ(d_y.Get(x.size()), d_y_apart.Get(x.size())) << where;
+      }
+    }
+  }
+}
+
+// GELU's backward with its result's column sums in one pass: du is GeluBackward's and the sums are
+// ColumnSums' over that du, bit for bit, written and added.
+TEST(ModelKernelsTest, GeluBackwardWithColumnSumsIsGeluBackwardThenColumnSums) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  std::mt19937 rng(14);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (const int64_t rows : {int64_t{0}, int64_t{1}, kColumnSumsBlockRows, kColumnSumsBlockRows + 1,
+                             kColumnSumsBlockRows * kColumnSumsBlockRows * 2 + 3}) {
+    for (const int64_t cols : {int64_t{8}, int64_t{300}, int64_t{512}}) {
+      for (const bool accumulate : {true, false}) {
+        std::vector<uint16_t> u(static_cast<size_t>(rows * cols)), dg(u.size());
+        for (uint16_t& v : u) v = numerics::FloatToBf16BitsRne(normal(rng));
+        for (uint16_t& v : dg) v = numerics::FloatToBf16BitsRne(normal(rng));
+        std::vector<float> out(static_cast<size_t>(cols));
+        for (float& v : out) v = normal(rng);
+        DeviceArray<uint16_t> d_u(u), d_dg(dg), d_du(std::vector<uint16_t>(u.size())),
+            d_du_apart(std::vector<uint16_t>(u.size()));
+        DeviceArray<float> d_out(out), d_out_apart(out);
+        ASSERT_TRUE(GeluBackwardWithColumnSums(d_u.As<__nv_bfloat16>(), d_dg.As<__nv_bfloat16>(), rows, cols,
+                                               d_du.As<__nv_bfloat16>(), d_out.ptr, accumulate, nullptr)
+                        .ok());
+        ASSERT_TRUE(GeluBackward<__nv_bfloat16>(d_u.As<__nv_bfloat16>(), d_dg.As<__nv_bfloat16>(), rows * cols,
+                                                d_du_apart.As<__nv_bfloat16>(), nullptr)
+                        .ok());
+        ASSERT_TRUE(ColumnSums(d_du_apart.As<__nv_bfloat16>(), rows, cols, cols, d_out_apart.ptr, accumulate, nullptr)
+                        .ok());
+        const std::string where =
+            std::to_string(rows) + " x " + std::to_string(cols) + (accumulate ? " added" : " written");
+        EXPECT_EQ(d_du.Get(u.size()), d_du_apart.Get(u.size())) << where;
+        EXPECT_EQ(d_out.Get(out.size()), d_out_apart.Get(out.size())) << where;
       }
     }
   }

@@ -2,8 +2,8 @@
 // fiber emulation, against a host model of its fp32 adds in the same order: each block's partial row
 // the in-order sum of its 64 rows, bit for bit, over fp32 and bf16 rows (a row stride wider than the
 // row too); with `rounded`, the rows rounded to bf16 (to nearest, ties to even) next to the same
-// partial rows. Row counts leave a partial block and column counts a partial thread block; what lies
-// past the rows and columns stays as it was.
+// partial rows; and GELU's backward with the block sums of its result. Row counts leave a partial
+// block and column counts a partial thread block; what lies past the rows and columns stays as it was.
 #include "tests/gpu/emulation/cuda_shim.h"
 // The shim must come first.
 #include <cmath>
@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu/train/column_sums_kernels.cuh"
@@ -95,6 +96,56 @@ TEST(ColumnSumsEmulated, BlockSumsAddEachBlocksRowsInOrderAndRoundInTheSamePass)
   RunCase(64, 128, 2);   // one full block
   RunCase(200, 130, 3);  // a partial block of 8 rows; a second thread block of 2 columns
   RunCase(129, 300, 4);  // a partial block of one row; columns past a thread block
+}
+
+// GELU's backward with its block sums: du is the elementwise kernel's expression rounded to bf16 at
+// every element of the rows (nothing past them), and the partial rows are the in-order sums of the
+// rounded du widened, as ColumnBlockSumsKernel forms them over du.
+TEST(ColumnSumsEmulated, GeluBackwardBlockSumsAreGeluBackwardThenBlockSums) {
+  using Shape = std::pair<int64_t, int64_t>;  // rows, columns
+  for (const Shape& shape : {Shape{1, 8}, Shape{64, 512}, Shape{200, 130}, Shape{129, 300}}) {
+    const int64_t rows = shape.first, cols = shape.second;
+    const std::string where = std::to_string(rows) + " x " + std::to_string(cols);
+    const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+    std::mt19937_64 rng(static_cast<uint64_t>(rows * 1000 + cols));
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    std::vector<uint16_t> u(static_cast<size_t>(rows * cols)), dg(u.size());
+    for (uint16_t& v : u) v = numerics::FloatToBf16BitsRne(normal(rng));
+    for (uint16_t& v : dg) v = numerics::FloatToBf16BitsRne(normal(rng));
+    std::vector<uint16_t> want_du(u.size());
+    for (size_t e = 0; e < u.size(); ++e) {
+      want_du[e] = numerics::FloatToBf16BitsRne(numerics::Bf16BitsToFloat(dg[e]) *
+                                                GeluGradOf(numerics::Bf16BitsToFloat(u[e])));
+    }
+    std::vector<float> want_part(static_cast<size_t>(blocks * cols));
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int64_t c = 0; c < cols; ++c) {
+        float sum = 0.0f;
+        for (int64_t r = b * kBlockRows; r < std::min(rows, (b + 1) * kBlockRows); ++r)
+          sum = sum + numerics::Bf16BitsToFloat(want_du[static_cast<size_t>(r * cols + c)]);
+        want_part[static_cast<size_t>(b * cols + c)] = sum;
+      }
+    }
+    constexpr uint16_t kUntouched = 0x7FC1;
+    std::vector<uint16_t> du(u.size() + static_cast<size_t>(cols), kUntouched);
+    std::vector<float> part(want_part.size(), std::nanf(""));
+    const unsigned col_blocks = static_cast<unsigned>((cols + kThreads - 1) / kThreads);
+    emu::SetGridDim({col_blocks, static_cast<unsigned>(blocks), 1});
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (unsigned cb = 0; cb < col_blocks; ++cb) {
+        emu::RunBlock({cb, static_cast<unsigned>(b), 0}, kThreads, [&] {
+          GeluBackwardBlockSumsKernel(u.data(), dg.data(), rows, cols, du.data(), part.data());
+        });
+      }
+    }
+    EXPECT_TRUE(SameBytes(part, want_part)) << where << ": block sums";
+    int bad = 0;
+    for (size_t e = 0; e < du.size(); ++e) {
+      const uint16_t want = e < want_du.size() ? want_du[e] : kUntouched;
+      if (du[e] != want && bad++ < 5) ADD_FAILURE() << where << ": du[" << e << "] " << du[e] << ", want " << want;
+    }
+    EXPECT_EQ(bad, 0) << where;
+  }
 }
 
 }  // namespace
