@@ -132,7 +132,8 @@ class DeviceTbe {
   // thread during a step, and SetInput(kjt, checked) then only uploads it. It also copies the values
   // into one of two page-locked staging buffers (in turn), from which SetInput uploads them without
   // blocking the host; a check whose buffer a later check has taken, or one used twice, uploads from
-  // the KJT's own arrays instead (the same bytes, a synchronous copy).
+  // the KJT's own arrays instead (the same bytes, a synchronous copy). The staging makes the module's
+  // GPU the calling thread's current device.
   absl::StatusOr<CheckedKjt> CheckInput(const KjtView& kjt) const;
   // SetInput of a KJT CheckInput validated; InvalidArgument if `checked` is another module's or
   // was made from other spans than kjt's (same data pointers and sizes).
