@@ -23,12 +23,16 @@ __device__ __forceinline__ float Load(const uint16_t* at) { return Storage<Eleme
 
 // partial[blockIdx.y, c] = the sum of column c over rows [blockIdx.y kBlockRows, + kBlockRows), added
 // in row order from 0; one thread a column, so adjacent threads read adjacent values of a row. With
-// `rounded` (not null; rows `cols` apart): rounded[r, c] = x[r, c] in bf16 for the same rows.
+// `rounded` (not null; rows `cols` apart): rounded[r, c] = x[r, c] in bf16 for the same rows. A grid of
+// several z takes as many matrices of the same shape, matrix z at x + z x_stride, its partial rows at
+// partial + z partial_stride.
 template <typename T>
 __global__ void ColumnBlockSumsKernel(const T* x, int64_t rows, int64_t cols, int64_t ldx, float* partial,
-                                      uint16_t* rounded) {
+                                      uint16_t* rounded, int64_t x_stride = 0, int64_t partial_stride = 0) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
+  x += blockIdx.z * x_stride;
+  partial += blockIdx.z * partial_stride;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kBlockRows;
   const int64_t r1 = r0 + kBlockRows < rows ? r0 + kBlockRows : rows;
   float s = 0.0f;

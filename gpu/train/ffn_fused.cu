@@ -92,8 +92,8 @@ absl::Status FfnBackwardFused(const FfnShape& s, const __nv_bfloat16* ds, const 
   p.ln.b_part = part + blocks * s.d;
   const absl::Status launched = LaunchFor(s.d, p, stream);
   // The blocks' partial rows added in block order, as LayerNormBackward adds its own.
-  const absl::Status g = launched.ok() ? ColumnSums(part, blocks, s.d, s.d, dgamma, true, stream) : launched;
-  const absl::Status b = g.ok() ? ColumnSums(part + blocks * s.d, blocks, s.d, s.d, dbeta, true, stream) : g;
+  const absl::Status b =
+      launched.ok() ? ColumnSumsPair(part, blocks, s.d, blocks * s.d, dgamma, dbeta, true, stream) : launched;
   const absl::Status freed = CudaOk(cudaFreeAsync(part, stream), "FfnBackwardFused scratch");
   return b.ok() ? freed : b;
 }

@@ -248,8 +248,8 @@ absl::Status LayerNormBackward(const RowsShape& s, const T* x, const float* gamm
                                                               part + blocks * width);
     return Launched("LayerNormBackward (dgamma, dbeta)");
   }();
-  const absl::Status g = launched.ok() ? ColumnSums(part, blocks, width, width, dgamma, true, stream) : launched;
-  const absl::Status b = g.ok() ? ColumnSums(part + blocks * width, blocks, width, width, dbeta, true, stream) : g;
+  const absl::Status b =
+      launched.ok() ? ColumnSumsPair(part, blocks, width, blocks * width, dgamma, dbeta, true, stream) : launched;
   const absl::Status freed = CudaOk(cudaFreeAsync(part, stream), "LayerNormBackward scratch");
   return b.ok() ? freed : b;
 }

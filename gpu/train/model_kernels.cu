@@ -46,10 +46,18 @@ __global__ void BiasRowsKernel(const float* residual, const float* v, int64_t ro
   }
 }
 
+// Where ColumnSums writes: matrix m (blockIdx.y) of a launch into out[m].
+struct SumOutputs {
+  float* out[2];
+};
+
 template <typename T>
-__global__ void ColumnSumsKernel(const T* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate) {
+__global__ void ColumnSumsKernel(const T* x, int64_t rows, int64_t cols, int64_t ldx, int64_t x_stride,
+                                 SumOutputs outs, bool accumulate) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
+  x += blockIdx.y * x_stride;
+  float* out = outs.out[blockIdx.y];
   float s = 0.0f;
   for (int64_t r = 0; r < rows; ++r) s = __fadd_rn(s, ToFloat(x[r * ldx + c]));
   out[c] = accumulate ? __fadd_rn(out[c], s) : s;
@@ -113,23 +121,28 @@ namespace {
 
 static_assert(colsum::kBlockRows == kColumnBlock, "column_sums_kernels.cuh's blocks are ColumnSums' blocks");
 
-// ColumnSums for fp32 or bf16 rows (the tree's upper levels are fp32 block sums). With `rounded`
-// (fp32 rows with ldx = cols), the first level also writes the rows rounded to bf16; a single level
-// then goes through the block kernel too, whose one block sum is the sum the direct kernel forms (both
-// start from +0 and add in row order, so the second level's 0 + sum is that sum, bit for bit).
+// ColumnSums for fp32 or bf16 rows (the tree's upper levels are fp32 block sums), of `count` (1 or 2)
+// matrices of the same shape at once: matrix m at x + m x_stride into outs.out[m], each by its own
+// tree, one launch a level for all. With `rounded` (one fp32 matrix with ldx = cols), the first level
+// also writes the rows rounded to bf16; a single level then goes through the block kernel too, whose
+// one block sum is the sum the direct kernel forms (both start from +0 and add in row order, so the
+// second level's 0 + sum is that sum, bit for bit).
 template <typename T>
-absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
-                          cudaStream_t stream, __nv_bfloat16* rounded = nullptr) {
+absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, SumOutputs outs, int count,
+                          int64_t x_stride, bool accumulate, cudaStream_t stream, __nv_bfloat16* rounded = nullptr) {
   if (absl::Status s = ValidateMatrix("ColumnSums", rows, cols, ldx); !s.ok()) return s;
   if (rows <= kColumnBlock && (rounded == nullptr || rows == 0)) {
-    ColumnSumsKernel<T><<<Blocks(cols), kThreads, 0, stream>>>(x, rows, cols, ldx, out, accumulate);
+    ColumnSumsKernel<T><<<dim3(Blocks(cols), static_cast<unsigned>(count)), kThreads, 0, stream>>>(
+        x, rows, cols, ldx, x_stride, outs, accumulate);
     return Launched("ColumnSums");
   }
   // One level of the tree: the blocks' sums side by side, then the same sum over them.
   const int64_t blocks = (rows + kColumnBlock - 1) / kColumnBlock;
   if (blocks > 65535) return absl::InvalidArgumentError(absl::StrCat("ColumnSums: rows=", rows, ": want <= 65535 * ", kColumnBlock));
+  const int64_t per_matrix = blocks * cols;  // partial floats of one matrix
   float* partial = nullptr;
-  if (absl::Status a = CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&partial), blocks * cols * sizeof(float), stream),
+  if (absl::Status a = CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&partial), count * per_matrix * sizeof(float),
+                                              stream),
                               "ColumnSums scratch");
       !a.ok())
     return a;
@@ -138,13 +151,22 @@ absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, f
   // idle half its threads and halve the loads an SM keeps in flight.
   const int threads = static_cast<int>(std::min<int64_t>(kThreads, (cols + kWarp - 1) / kWarp * kWarp));
   colsum::ColumnBlockSumsKernel<Rows><<<dim3(static_cast<unsigned>((cols + threads - 1) / threads),
-                                             static_cast<unsigned>(blocks)),
+                                             static_cast<unsigned>(blocks), static_cast<unsigned>(count)),
                                         threads, 0, stream>>>(
-      reinterpret_cast<const Rows*>(x), rows, cols, ldx, partial, reinterpret_cast<uint16_t*>(rounded));
+      reinterpret_cast<const Rows*>(x), rows, cols, ldx, partial, reinterpret_cast<uint16_t*>(rounded), x_stride,
+      per_matrix);
   const absl::Status first = Launched("ColumnSums (blocks)");
-  const absl::Status second = first.ok() ? ColumnSumsOf<float>(partial, blocks, cols, cols, out, accumulate, stream) : first;
+  const absl::Status second =
+      first.ok() ? ColumnSumsOf<float>(partial, blocks, cols, cols, outs, count, per_matrix, accumulate, stream) : first;
   const absl::Status freed = CudaOk(cudaFreeAsync(partial, stream), "ColumnSums scratch");
   return second.ok() ? freed : second;
+}
+
+// One matrix into `out`.
+template <typename T>
+absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
+                          cudaStream_t stream, __nv_bfloat16* rounded = nullptr) {
+  return ColumnSumsOf(x, rows, cols, ldx, SumOutputs{{out, nullptr}}, 1, 0, accumulate, stream, rounded);
 }
 
 // Four values a thread where x and y allow 16- and 8-byte accesses (one load and one store instead
@@ -178,6 +200,11 @@ absl::Status ColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx,
 absl::Status ColumnSums(const __nv_bfloat16* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
                         cudaStream_t stream) {
   return ColumnSumsOf(x, rows, cols, ldx, out, accumulate, stream);
+}
+
+absl::Status ColumnSumsPair(const float* x, int64_t rows, int64_t cols, int64_t x_stride, float* out0, float* out1,
+                            bool accumulate, cudaStream_t stream) {
+  return ColumnSumsOf(x, rows, cols, cols, SumOutputs{{out0, out1}}, 2, x_stride, accumulate, stream);
 }
 
 absl::Status ToBf16WithColumnSums(const float* x, int64_t rows, int64_t cols, __nv_bfloat16* y, float* out,

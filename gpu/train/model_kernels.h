@@ -30,6 +30,11 @@ absl::Status ColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx,
 // The same over bf16 rows (each value widened exactly; the sums fp32, in the same tree).
 absl::Status ColumnSums(const __nv_bfloat16* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
                         cudaStream_t stream);
+// ColumnSums of two fp32 matrices of the same shape, x and x + x_stride ([rows, cols] each, rows
+// contiguous), into out0 and out1: each by its own tree (two ColumnSums calls' bytes), one launch a
+// level for both. For LayerNorm's dgamma and dbeta from their blocks' partial rows.
+absl::Status ColumnSumsPair(const float* x, int64_t rows, int64_t cols, int64_t x_stride, float* out0, float* out1,
+                            bool accumulate, cudaStream_t stream);
 // Both of the above in one read of x [rows, cols] (rows contiguous): y = x rounded to bf16 (ToBf16's
 // bytes) and out (+)= x's column sums (ColumnSums' tree and bytes). For a gradient that a bf16 product
 // reads and whose column sums are a bias's gradient.

@@ -78,8 +78,8 @@ absl::Status ProjectionsLayerNormBackward(int64_t n, int d, const std::vector<Pr
                                 : d == 64 ? Launch<64>(p, stream)
                                           : Launch<128>(p, stream);
   // The blocks' partial rows added in block order, as LayerNormBackward adds its own.
-  const absl::Status g = launched.ok() ? ColumnSums(part, blocks, d, d, ln.dgamma, true, stream) : launched;
-  const absl::Status b = g.ok() ? ColumnSums(part + blocks * d, blocks, d, d, ln.dbeta, true, stream) : g;
+  const absl::Status b =
+      launched.ok() ? ColumnSumsPair(part, blocks, d, blocks * d, ln.dgamma, ln.dbeta, true, stream) : launched;
   const absl::Status freed = CudaOk(cudaFreeAsync(part, stream), "ProjectionsLayerNormBackward scratch");
   return b.ok() ? freed : b;
 }

@@ -3,7 +3,8 @@
 // summed in order; the same bits, at and around the block size and over one, two and three levels,
 // for fp32 rows and for bf16 rows (each value widened exactly). ToBf16 rounds as the host's
 // round-to-nearest-even does, ties and overflow to infinity included; ToBf16WithColumnSums gives
-// both in one pass, and GeluBackwardWithColumnSums GELU's backward and its result's column sums.
+// both in one pass, GeluBackwardWithColumnSums GELU's backward and its result's column sums, and
+// ColumnSumsPair two matrices' sums in shared launches.
 // SequenceRowIndex gives the host loop's per-row indices.
 #include <algorithm>
 #include <cstdint>
@@ -106,6 +107,34 @@ TEST(ModelKernelsTest, ToBf16WithColumnSumsIsToBf16AndColumnSumsInOnePass) {
         const std::string where = std::to_string(rows) + " x " + std::to_string(cols) + (accumulate ? " added" : " written");
         EXPECT_EQ(d_out.Get(out.size()), want) << where;
         EXPECT_EQ(d_y.Get(x.size()), d_y_apart.Get(x.size())) << where;
+      }
+    }
+  }
+}
+
+// Two matrices' column sums in shared launches: each matrix's sums are a ColumnSums call's, bit for
+// bit, written and added, over one, two and three levels of the tree.
+TEST(ModelKernelsTest, ColumnSumsPairIsTwoColumnSums) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  std::mt19937 rng(15);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const int64_t rows : {int64_t{0}, int64_t{1}, kColumnSumsBlockRows, kColumnSumsBlockRows + 1,
+                             kColumnSumsBlockRows * kColumnSumsBlockRows * 2 + 3}) {
+    for (const int64_t cols : {int64_t{8}, int64_t{128}, int64_t{300}}) {
+      for (const bool accumulate : {true, false}) {
+        const int64_t stride = rows * cols + 5;  // the second matrix a few floats past the first's end
+        std::vector<float> x(static_cast<size_t>(stride + rows * cols)), out0(static_cast<size_t>(cols)), out1 = out0;
+        for (float& v : x) v = normal(rng);
+        for (float& v : out0) v = normal(rng);
+        for (float& v : out1) v = normal(rng);
+        DeviceArray<float> d_x(x), d_out0(out0), d_out1(out1), d_want0(out0), d_want1(out1);
+        ASSERT_TRUE(ColumnSumsPair(d_x.ptr, rows, cols, stride, d_out0.ptr, d_out1.ptr, accumulate, nullptr).ok());
+        ASSERT_TRUE(ColumnSums(d_x.ptr, rows, cols, cols, d_want0.ptr, accumulate, nullptr).ok());
+        ASSERT_TRUE(ColumnSums(d_x.ptr + stride, rows, cols, cols, d_want1.ptr, accumulate, nullptr).ok());
+        const std::string where =
+            std::to_string(rows) + " x " + std::to_string(cols) + (accumulate ? " added" : " written");
+        EXPECT_EQ(d_out0.Get(out0.size()), d_want0.Get(out0.size())) << where << ": first";
+        EXPECT_EQ(d_out1.Get(out1.size()), d_want1.Get(out1.size())) << where << ": second";
       }
     }
   }

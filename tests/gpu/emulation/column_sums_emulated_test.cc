@@ -2,7 +2,7 @@
 // fiber emulation, against a host model of its fp32 adds in the same order: each block's partial row
 // the in-order sum of its 64 rows, bit for bit, over fp32 and bf16 rows (a row stride wider than the
 // row too); with `rounded`, the rows rounded to bf16 (to nearest, ties to even) next to the same
-// partial rows; and GELU's backward with the block sums of its result. Row counts leave a partial
+// partial rows; several matrices in one grid (z); and GELU's backward with the block sums of its result. Row counts leave a partial
 // block and column counts a partial thread block; what lies past the rows and columns stays as it was.
 #include "tests/gpu/emulation/cuda_shim.h"
 // The shim must come first.
@@ -27,16 +27,21 @@ bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// The kernel over every block of the grid model_kernels.cu launches.
+// The kernel over every block of the grid model_kernels.cu launches: `count` matrices, matrix z at
+// x + z x_stride and its partial rows at partial + z partial_stride.
 template <typename T>
-void Run(const T* x, int64_t rows, int64_t cols, int64_t ldx, float* partial, uint16_t* rounded) {
+void Run(const T* x, int64_t rows, int64_t cols, int64_t ldx, float* partial, uint16_t* rounded, unsigned count = 1,
+         int64_t x_stride = 0, int64_t partial_stride = 0) {
   const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
   const unsigned col_blocks = static_cast<unsigned>((cols + kThreads - 1) / kThreads);
-  emu::SetGridDim({col_blocks, static_cast<unsigned>(blocks), 1});
-  for (int64_t b = 0; b < blocks; ++b) {
-    for (unsigned cb = 0; cb < col_blocks; ++cb) {
-      emu::RunBlock({cb, static_cast<unsigned>(b), 0}, kThreads,
-                    [&] { ColumnBlockSumsKernel<T>(x, rows, cols, ldx, partial, rounded); });
+  emu::SetGridDim({col_blocks, static_cast<unsigned>(blocks), count});
+  for (unsigned z = 0; z < count; ++z) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (unsigned cb = 0; cb < col_blocks; ++cb) {
+        emu::RunBlock({cb, static_cast<unsigned>(b), z}, kThreads, [&] {
+          ColumnBlockSumsKernel<T>(x, rows, cols, ldx, partial, rounded, x_stride, partial_stride);
+        });
+      }
     }
   }
 }
@@ -72,6 +77,18 @@ void RunCase(int64_t rows, int64_t cols, uint64_t seed) {
   std::fill(part.begin(), part.end(), std::nanf(""));
   Run<uint16_t>(x16.data(), rows, cols, ldx, part.data(), nullptr);
   EXPECT_TRUE(SameBytes(part, want16)) << where << ": bf16 rows";
+  // Two matrices in one grid (z): the fp32 rows, then the same rows again half a matrix further on.
+  const int64_t half = rows / 2 * ldx;
+  std::vector<float> x2(x);
+  x2.insert(x2.end(), x.begin(), x.end());
+  std::vector<float> parts(2 * want32.size(), std::nanf(""));
+  Run<float>(x2.data(), rows, cols, ldx, parts.data(), nullptr, 2, static_cast<int64_t>(x.size()) - half,
+             static_cast<int64_t>(want32.size()));
+  const std::vector<float> want_second = model([&](int64_t e) { return x2[static_cast<size_t>(e) + x.size() - half]; });
+  EXPECT_TRUE(SameBytes(std::vector<float>(parts.begin(), parts.begin() + want32.size()), want32))
+      << where << ": the first of two matrices";
+  EXPECT_TRUE(SameBytes(std::vector<float>(parts.begin() + want32.size(), parts.end()), want_second))
+      << where << ": the second of two matrices";
 
   // Rounding in the same pass: contiguous rows (ldx = cols), a spare row past the end untouched.
   std::vector<float> dense(static_cast<size_t>(rows * cols));
