@@ -356,6 +356,12 @@ void SpansOf(const KjtView& kjt, const void* (&data)[5], size_t (&sizes)[5]) {
 }  // namespace
 
 absl::StatusOr<CheckedKjt> DeviceTbe::CheckInput(const KjtView& kjt) const {
+  absl::StatusOr<CheckedKjt> checked = Check(kjt);
+  if (checked.ok()) StageValues(kjt.values, *checked);
+  return checked;
+}
+
+absl::StatusOr<CheckedKjt> DeviceTbe::Check(const KjtView& kjt) const {
   absl::StatusOr<KjtLayout> layout = CheckKjt(s_->config, kjt);
   if (!layout.ok()) return layout.status();
   CheckedKjt checked;
@@ -364,7 +370,6 @@ absl::StatusOr<CheckedKjt> DeviceTbe::CheckInput(const KjtView& kjt) const {
   checked.batch_ = kjt.batch;
   checked.has_weights_ = kjt.has_weights;
   SpansOf(kjt, checked.spans_, checked.sizes_);
-  StageValues(kjt.values, checked);
   return checked;
 }
 
@@ -423,8 +428,10 @@ absl::Status DeviceTbe::UploadValues(absl::Span<const int64_t> values, const Che
                 "copy of KJT values to the device");
 }
 
+// The check without staging: the ids go up at once, straight from the KJT's arrays (a copy into
+// page-locked memory first would only add a host pass).
 absl::Status DeviceTbe::SetInput(const KjtView& kjt) {
-  absl::StatusOr<CheckedKjt> checked = CheckInput(kjt);
+  absl::StatusOr<CheckedKjt> checked = Check(kjt);
   if (!checked.ok()) {
     s_->Drop();
     return checked.status();

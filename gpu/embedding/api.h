@@ -180,6 +180,7 @@ class DeviceTbe {
  private:
   struct State;
   explicit DeviceTbe(std::unique_ptr<State> state);
+  absl::StatusOr<CheckedKjt> Check(const KjtView& kjt) const;  // CheckInput without the staging
   void StageValues(absl::Span<const int64_t> values, CheckedKjt& checked) const;
   absl::Status UploadValues(absl::Span<const int64_t> values, const CheckedKjt& checked, int64_t* dst) const;
   std::unique_ptr<State> s_;

@@ -121,6 +121,43 @@ namespace {
 
 static_assert(colsum::kBlockRows == kColumnBlock, "column_sums_kernels.cuh's blocks are ColumnSums' blocks");
 
+template <typename T>
+absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, SumOutputs outs, int count,
+                          int64_t x_stride, bool accumulate, cudaStream_t stream, __nv_bfloat16* rounded = nullptr);
+
+// The tree of ColumnSums from its first level on, for `count` matrices of [rows, cols]: scratch for
+// the 64-row blocks' sums, first(grid, threads, partial, per_matrix) launching the first level's
+// kernel (a thread a column, block y a 64-row block, z a matrix; matrix z's sums at partial + z
+// per_matrix), then the same sums over the block sums (the upper levels), the scratch freed. `what`
+// names the first level in errors.
+template <typename First>
+absl::Status FromFirstLevel(int64_t rows, int64_t cols, SumOutputs outs, int count, bool accumulate,
+                            cudaStream_t stream, const char* what, First first) {
+  const int64_t blocks = (rows + kColumnBlock - 1) / kColumnBlock;
+  if (blocks > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": rows=", rows, ": want <= 65535 * ", kColumnBlock));
+  }
+  const int64_t per_matrix = blocks * cols;  // block sums of one matrix
+  float* partial = nullptr;
+  if (absl::Status a = CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&partial), count * per_matrix * sizeof(float),
+                                              stream),
+                              "ColumnSums scratch");
+      !a.ok())
+    return a;
+  // A block as wide as the columns (whole warps, at most kThreads): at d = 128 a 256-thread block would
+  // idle half its threads and halve the loads an SM keeps in flight.
+  const int threads = static_cast<int>(std::min<int64_t>(kThreads, (cols + kWarp - 1) / kWarp * kWarp));
+  const dim3 grid(static_cast<unsigned>((cols + threads - 1) / threads), static_cast<unsigned>(blocks),
+                  static_cast<unsigned>(count));
+  first(grid, threads, partial, per_matrix);
+  const absl::Status launched = Launched(what);
+  const absl::Status upper =
+      launched.ok() ? ColumnSumsOf<float>(partial, blocks, cols, cols, outs, count, per_matrix, accumulate, stream)
+                    : launched;
+  const absl::Status freed = CudaOk(cudaFreeAsync(partial, stream), "ColumnSums scratch");
+  return upper.ok() ? freed : upper;
+}
+
 // ColumnSums for fp32 or bf16 rows (the tree's upper levels are fp32 block sums), of `count` (1 or 2)
 // matrices of the same shape at once: matrix m at x + m x_stride into outs.out[m], each by its own
 // tree, one launch a level for all. With `rounded` (one fp32 matrix with ldx = cols), the first level
@@ -129,37 +166,20 @@ static_assert(colsum::kBlockRows == kColumnBlock, "column_sums_kernels.cuh's blo
 // second level's 0 + sum is that sum, bit for bit).
 template <typename T>
 absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, SumOutputs outs, int count,
-                          int64_t x_stride, bool accumulate, cudaStream_t stream, __nv_bfloat16* rounded = nullptr) {
+                          int64_t x_stride, bool accumulate, cudaStream_t stream, __nv_bfloat16* rounded) {
   if (absl::Status s = ValidateMatrix("ColumnSums", rows, cols, ldx); !s.ok()) return s;
   if (rows <= kColumnBlock && (rounded == nullptr || rows == 0)) {
     ColumnSumsKernel<T><<<dim3(Blocks(cols), static_cast<unsigned>(count)), kThreads, 0, stream>>>(
         x, rows, cols, ldx, x_stride, outs, accumulate);
     return Launched("ColumnSums");
   }
-  // One level of the tree: the blocks' sums side by side, then the same sum over them.
-  const int64_t blocks = (rows + kColumnBlock - 1) / kColumnBlock;
-  if (blocks > 65535) return absl::InvalidArgumentError(absl::StrCat("ColumnSums: rows=", rows, ": want <= 65535 * ", kColumnBlock));
-  const int64_t per_matrix = blocks * cols;  // partial floats of one matrix
-  float* partial = nullptr;
-  if (absl::Status a = CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&partial), count * per_matrix * sizeof(float),
-                                              stream),
-                              "ColumnSums scratch");
-      !a.ok())
-    return a;
   using Rows = typename BitsOf<T>::type;  // bf16 rows as their bits
-  // A block as wide as the columns (whole warps, at most kThreads): at d = 128 a 256-thread block would
-  // idle half its threads and halve the loads an SM keeps in flight.
-  const int threads = static_cast<int>(std::min<int64_t>(kThreads, (cols + kWarp - 1) / kWarp * kWarp));
-  colsum::ColumnBlockSumsKernel<Rows><<<dim3(static_cast<unsigned>((cols + threads - 1) / threads),
-                                             static_cast<unsigned>(blocks), static_cast<unsigned>(count)),
-                                        threads, 0, stream>>>(
-      reinterpret_cast<const Rows*>(x), rows, cols, ldx, partial, reinterpret_cast<uint16_t*>(rounded), x_stride,
-      per_matrix);
-  const absl::Status first = Launched("ColumnSums (blocks)");
-  const absl::Status second =
-      first.ok() ? ColumnSumsOf<float>(partial, blocks, cols, cols, outs, count, per_matrix, accumulate, stream) : first;
-  const absl::Status freed = CudaOk(cudaFreeAsync(partial, stream), "ColumnSums scratch");
-  return second.ok() ? freed : second;
+  return FromFirstLevel(rows, cols, outs, count, accumulate, stream, "ColumnSums (blocks)",
+                        [&](dim3 grid, int threads, float* partial, int64_t per_matrix) {
+                          colsum::ColumnBlockSumsKernel<Rows><<<grid, threads, 0, stream>>>(
+                              reinterpret_cast<const Rows*>(x), rows, cols, ldx, partial,
+                              reinterpret_cast<uint16_t*>(rounded), x_stride, per_matrix);
+                        });
 }
 
 // One matrix into `out`.
@@ -216,28 +236,12 @@ absl::Status GeluBackwardWithColumnSums(const __nv_bfloat16* u, const __nv_bfloa
                                         __nv_bfloat16* du, float* out, bool accumulate, cudaStream_t stream) {
   if (absl::Status s = ValidateMatrix("GeluBackwardWithColumnSums", rows, cols, cols); !s.ok()) return s;
   if (rows == 0) return ColumnSumsOf(du, rows, cols, cols, out, accumulate, stream);  // out as ColumnSums leaves it
-  const int64_t blocks = (rows + kColumnBlock - 1) / kColumnBlock;
-  if (blocks > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GeluBackwardWithColumnSums: rows=", rows, ": want <= 65535 * ", kColumnBlock));
-  }
-  float* partial = nullptr;
-  if (absl::Status a = CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&partial), blocks * cols * sizeof(float), stream),
-                              "GeluBackwardWithColumnSums scratch");
-      !a.ok())
-    return a;
-  const int threads = static_cast<int>(std::min<int64_t>(kThreads, (cols + kWarp - 1) / kWarp * kWarp));
-  colsum::GeluBackwardBlockSumsKernel<<<dim3(static_cast<unsigned>((cols + threads - 1) / threads),
-                                             static_cast<unsigned>(blocks)),
-                                        threads, 0, stream>>>(
-      reinterpret_cast<const uint16_t*>(u), reinterpret_cast<const uint16_t*>(dg), rows, cols,
-      reinterpret_cast<uint16_t*>(du), partial);
-  const absl::Status first = Launched("GeluBackwardWithColumnSums");
-  // The tree's upper levels over the block sums, as ColumnSums goes on after its first level.
-  const absl::Status second =
-      first.ok() ? ColumnSumsOf<float>(partial, blocks, cols, cols, out, accumulate, stream) : first;
-  const absl::Status freed = CudaOk(cudaFreeAsync(partial, stream), "GeluBackwardWithColumnSums scratch");
-  return second.ok() ? freed : second;
+  return FromFirstLevel(rows, cols, SumOutputs{{out, nullptr}}, 1, accumulate, stream, "GeluBackwardWithColumnSums",
+                        [&](dim3 grid, int threads, float* partial, int64_t) {
+                          colsum::GeluBackwardBlockSumsKernel<<<grid, threads, 0, stream>>>(
+                              reinterpret_cast<const uint16_t*>(u), reinterpret_cast<const uint16_t*>(dg), rows,
+                              cols, reinterpret_cast<uint16_t*>(du), partial);
+                        });
 }
 
 absl::Status ToBf16(const float* x, int64_t count, __nv_bfloat16* y, cudaStream_t stream) {
