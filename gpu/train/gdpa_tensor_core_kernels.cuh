@@ -243,6 +243,20 @@ struct StagedRows {
   }
 };
 
+// The CTA's own rows [row0, row0 + n) of head h of a (and of b, where kTwo) into the staged tiles sa
+// (and sb), their loads issued together with the first step's (first_step(), which fetches into the
+// caller's StagedRows): the CTA waits one round trip before its first step, not two.
+template <int kDh, bool kTwo, typename T, typename FirstStep>
+__device__ void StageOwnRows(const T* a, const T* b, int64_t row0, int n, int width, int h, bool vec, bf16* sa,
+                             bf16* sb, FirstStep first_step) {
+  StagedRows<kDh, T> own_a, own_b;
+  own_a.Fetch(a, row0, n, width, h, vec);
+  if constexpr (kTwo) own_b.Fetch(b, row0, n, width, h, vec);
+  first_step();
+  own_a.Put(sa);
+  if constexpr (kTwo) own_b.Put(sb);
+}
+
 // Where a lane's score-side values sit (gpu/common/mma.cuh's fragment layouts): lane 4g + t holds
 // rows g and g + 8 of the strip, columns 2t, 2t + 1 of each 8-column tile. The mask range of each of
 // its two rows, [lo, hi) of the other side (empty for a row past the tile's n real rows).
@@ -467,12 +481,9 @@ __global__ void __launch_bounds__(kThreads)
     next_k.Fetch(k, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
     next_v.Fetch(v, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
   };
-  {
-    StagedRows<kDh, T> own_q;
-    own_q.Fetch(q, s.q_row + i0, nq, width, h, p.vec);
+  StageOwnRows<kDh, false>(q, q, s.q_row + i0, nq, width, h, p.vec, qs, qs, [&] {
     if (jb < je) fetch(jb);
-    own_q.Put(qs);
-  }
+  });
   const Role role = WarpRole(nq);
   const StripSpan span = SpanOf(p.mask, i0 + role.row0, i0 + min(role.row0 + kFrag, nq) - 1, s.lk);
   const LaneRows rows = StripRows(p.mask, i0 + role.row0, nq - role.row0, s.lk);
@@ -534,14 +545,9 @@ __global__ void __launch_bounds__(kThreads)
     next_k.Fetch(k, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
     next_v.Fetch(v, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
   };
-  {
-    StagedRows<kDh, T> own_q, own_do;
-    own_q.Fetch(q, s.q_row + i0, nq, width, h, p.vec);
-    own_do.Fetch(d_o, s.q_row + i0, nq, width, h, p.vec);
+  StageOwnRows<kDh, true>(q, d_o, s.q_row + i0, nq, width, h, p.vec, qs, dos, [&] {
     if (jb < je) fetch(jb);
-    own_q.Put(qs);
-    own_do.Put(dos);
-  }
+  });
   const Role role = WarpRole(nq);
   const StripSpan span = SpanOf(p.mask, i0 + role.row0, i0 + min(role.row0 + kFrag, nq) - 1, s.lk);
   const LaneRows rows = StripRows(p.mask, i0 + role.row0, nq - role.row0, s.lk);
@@ -607,14 +613,9 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
     next_q.Fetch(q, s.q_row + i0, min(kTile, qhi - i0), width, h, p.vec);
     next_do.Fetch(d_o, s.q_row + i0, min(kTile, qhi - i0), width, h, p.vec);
   };
-  {
-    StagedRows<kDh, T> own_k, own_v;
-    own_k.Fetch(k, s.k_row + j0, nk, width, h, p.vec);
-    own_v.Fetch(v, s.k_row + j0, nk, width, h, p.vec);
+  StageOwnRows<kDh, true>(k, v, s.k_row + j0, nk, width, h, p.vec, ks, vs, [&] {
     if (ib < ie) fetch(ib);
-    own_k.Put(ks);
-    own_v.Put(vs);
-  }
+  });
   const Role role = WarpRole(nk);
   const StripSpan span = SpanOf(p.mask, j0 + role.row0, j0 + min(role.row0 + kFrag, nk) - 1, s.lq);
   const LaneRows rows = StripRows(p.mask, j0 + role.row0, nk - role.row0, s.lq);
