@@ -2,7 +2,9 @@
 // emulation: its bytes equal the host model of the two passes it replaces
 // (tests/gpu/qk_norm_rope_host_model.h), forward (y and the inverse RMS) and backward in place over
 // dy, at head dims 16, 32 and 64 with 2 and 6 heads, on jagged samples (empty ones, one longer than a
-// block's 32 rows); rows outside the samples keep their bytes. The shim's explicitly rounded
+// block's 32 rows; blocks staged in one pass and in two or three), and at head dim 6 with 3 heads, whose
+// spans are not multiples of 16 bytes (the element-wise copies); rows outside the samples keep their
+// bytes. The shim's explicitly rounded
 // operations are the host's IEEE ones, so equality here is the device's arithmetic, lane order and
 // shuffles. On bf16 rows holding x and dy rounded, the kernel gives the host model's y and dx of
 // those values rounded; the device test (tests/gpu/train_qk_norm_rope_test.cc) checks the same on the GPU.
@@ -21,6 +23,11 @@
 #include "tests/gpu/qk_norm_rope_host_model.h"
 
 namespace gemtb::gpu::train::qkr {
+
+// The kernel's `extern __shared__` array, filled with 0xFF before each block so that a read of a byte
+// the block did not stage shows.
+alignas(16) unsigned char smem[SharedBytes<true, float>()];
+
 namespace {
 
 struct Shape {
@@ -32,7 +39,10 @@ template <typename Body>
 void RunGrid(unsigned x, unsigned y, const Body& body) {
   emu::SetGridDim({x, y, 1});
   for (unsigned by = 0; by < y; ++by) {
-    for (unsigned bx = 0; bx < x; ++bx) emu::RunBlock({bx, by, 0}, kThreads, body);
+    for (unsigned bx = 0; bx < x; ++bx) {
+      std::memset(smem, 0xFF, sizeof(smem));
+      emu::RunBlock({bx, by, 0}, kThreads, body);
+    }
   }
 }
 
@@ -42,6 +52,7 @@ bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(QkNormRopeEmulated, KernelGivesTheHostModelsBytes) {
   const std::vector<Shape> shapes = {{2, 16, {5, 0, 33, 1, 70}}, {6, 32, {40, 0, 0, 12}}, {2, 64, {1, 65, 31, 32}},
+                                     {6, 64, {33}}, {3, 6, {7, 33}},
                                      {6, 16, {100}}};
   uint64_t seed = 5;
   for (const Shape& s : shapes) {
