@@ -335,23 +335,60 @@ __global__ void __launch_bounds__(kRowWarps * 32, kRowBlocksPerSm) RowUpdateKern
   }
 }
 
-// Shared memory of HotRowKernel: the contributions' metadata of up to kHotThreads occurrences, a
-// tile of formed contributions, then G and w of the row.
+// Shared memory of HotRowKernel: two batches of kHotThreads occurrences' metadata, two tiles of
+// formed contributions, then G and w of the row.
 size_t HotSharedBytes(int64_t max_dim) {
-  return kHotThreads * sizeof(Contribution) + (kHotTileFloats + 2 * max_dim) * sizeof(float);
+  return 2 * kHotThreads * sizeof(Contribution) + (2 * kHotTileFloats + 2 * max_dim) * sizeof(float);
 }
 
+// One thread's part of a tile of a hot run's contributions: chunks q = tid + u kHotThreads of the
+// tile's occurrences [first, first + count) of the batch (occurrence q / chunks_per_row, columns
+// from (q % chunks_per_row) kChunk). Load only issues the gradient loads, so that they are in flight
+// while the block folds the tile before; Store forms the terms and writes them to a tile.
+constexpr int kHotLoads = static_cast<int>(kHotTileFloats / kChunk / kHotThreads);
+
+struct HotTileLoads {
+  float4 g[kHotLoads];
+
+  // Indices within a tile are ints: count * chunks_per_row <= kHotTileFloats / kChunk.
+  __device__ void Load(const Contribution* meta, int first, int count, int chunks_per_row) {
+#pragma unroll
+    for (int u = 0; u < kHotLoads; ++u) {
+      const int q = static_cast<int>(threadIdx.x) + u * kHotThreads;
+      if (q >= count * chunks_per_row) break;
+      g[u] = *reinterpret_cast<const float4*>(meta[first + q / chunks_per_row].grad + (q % chunks_per_row) * kChunk);
+    }
+  }
+
+  __device__ void Store(const Contribution* meta, int first, int count, int chunks_per_row, int dim,
+                        float* tile) const {
+#pragma unroll
+    for (int u = 0; u < kHotLoads; ++u) {
+      const int q = static_cast<int>(threadIdx.x) + u * kHotThreads;
+      if (q >= count * chunks_per_row) break;
+      const int k = q / chunks_per_row, c = (q % chunks_per_row) * kChunk;
+      const Contribution& mc = meta[first + k];
+      float x[kChunk] = {g[u].x, g[u].y, g[u].z, g[u].w};
+      ContributionTerm(mc.pooling, mc.weight, mc.n, x);
+      *reinterpret_cast<float4*>(tile + k * dim + c) = make_float4(x[0], x[1], x[2], x[3]);
+    }
+  }
+};
+
 // A block per hot run. Per batch of kHotThreads occurrences: each thread fetches one occurrence's
-// metadata; per tile of the batch: all threads load and form 4-column chunks of contributions
-// (independent loads), then thread j folds column j over the tile's occurrences in sorted order,
-// continuing the seqsum across tiles and batches: the same additions, in the same order, as the
-// warp path and the oracle.
+// metadata, the next batch's into the other buffer while this one's first tile loads; the batch's tiles of staged
+// contributions alternate between two buffers: while thread j < dim folds column j of one tile over
+// its occurrences in sorted order, continuing the seqsum across tiles and batches, every thread's
+// loads of the next tile are in flight, and are stored to the other buffer after the fold. The same
+// additions, in the same order, as the warp path and the oracle.
 __global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p, const BackwardBuffers b) {
   if (static_cast<int32_t>(blockIdx.x) >= *b.num_hot_runs) return;  // the whole block leaves together
   extern __shared__ __align__(16) unsigned char hot_shared[];
-  Contribution* meta = reinterpret_cast<Contribution*>(hot_shared);
-  float* tile = reinterpret_cast<float*>(hot_shared + kHotThreads * sizeof(Contribution));
-  float* s_grad = tile + kHotTileFloats;
+  Contribution* metas[2] = {reinterpret_cast<Contribution*>(hot_shared), nullptr};
+  metas[1] = metas[0] + kHotThreads;
+  float* tiles[2] = {reinterpret_cast<float*>(metas[1] + kHotThreads), nullptr};
+  tiles[1] = tiles[0] + kHotTileFloats;
+  float* s_grad = tiles[1] + kHotTileFloats;
   float* s_w = s_grad + b.max_dim;
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t run = b.hot_runs[blockIdx.x];
@@ -359,50 +396,58 @@ __global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p
   const int64_t global_row = RowOfKey(b, start);
   const TableParams& t = p.tables[TableOfRow(p.tables, p.num_tables, global_row)];
   const int64_t row = global_row - t.row_offset;
-  const int64_t chunks_per_row = t.dim / kChunk;
-  const int64_t per_tile = kHotTileFloats / t.dim;  // >= 16 occurrences (dim <= 1024)
+  const int dim = static_cast<int>(t.dim);  // <= kMaxDim
+  const int chunks_per_row = dim / kChunk;
+  const int per_tile = static_cast<int>(kHotTileFloats) / dim;  // >= 16 occurrences (dim <= 1024)
   // Thread tid < dim: column tid's seqsum so far (with batch blocks: of the finished blocks, and
   // `inner` of the current one).
   float acc = 0.0f, inner = 0.0f;
   bool any = false, inner_any = false;
   int32_t block = -1;
   int64_t blocks_seen = 0;
-  for (int64_t m0 = start; m0 < end; m0 += kHotThreads) {
-    const int64_t batch_count = min(static_cast<int64_t>(kHotThreads), end - m0);
-    if (tid < batch_count) meta[tid] = ContributionOf(p, b, b.order_out[m0 + tid]);
+  // Folds column tid of the tile holding occurrences [k0, k0 + count) of the batch `meta` describes.
+  const auto fold = [&](const Contribution* meta, const float* tile, int k0, int count) {
+    if (tid >= dim) return;
+    if (b.num_batch_blocks == 1) {
+      int k = 0;
+      if (!any) acc = tile[tid], k = 1, any = true;  // seqsum: the first term as is
+      for (; k < count; ++k) acc = numerics::AddRn(acc, tile[k * dim + tid]);
+      return;
+    }
+    for (int k = 0; k < count; ++k) {
+      const int32_t kb = meta[k0 + k].block;
+      if (kb != block) {  // a block ends: its seqsum joins the outer one (BlockSeqSum4)
+        if (inner_any) acc = any ? numerics::AddRn(acc, inner) : inner, any = true;
+        inner_any = false;
+        block = kb;
+        ++blocks_seen;
+      }
+      const float x = tile[k * dim + tid];
+      inner = inner_any ? numerics::AddRn(inner, x) : x;
+      inner_any = true;
+    }
+  };
+  if (start + tid < end) metas[0][tid] = ContributionOf(p, b, b.order_out[start + tid]);
+  int mb = 0;  // the batch's metadata buffer
+  for (int64_t m0 = start; m0 < end; m0 += kHotThreads, mb ^= 1) {
+    const int batch_count = static_cast<int>(min(static_cast<int64_t>(kHotThreads), end - m0));
+    const Contribution* meta = metas[mb];
     __syncthreads();
-    for (int64_t k0 = 0; k0 < batch_count; k0 += per_tile) {
-      const int64_t tile_count = min(per_tile, batch_count - k0);
-#pragma unroll 4
-      for (int64_t q = tid; q < tile_count * chunks_per_row; q += kHotThreads) {
-        const int64_t k = q / chunks_per_row;
-        const int64_t c = (q % chunks_per_row) * kChunk;
-        const Contribution& mc = meta[k0 + k];
-        const float4 g4 = *reinterpret_cast<const float4*>(mc.grad + c);
-        float g[kChunk] = {g4.x, g4.y, g4.z, g4.w};
-        ContributionTerm(mc.pooling, mc.weight, mc.n, g);
-        *reinterpret_cast<float4*>(tile + k * t.dim + c) = make_float4(g[0], g[1], g[2], g[3]);
-      }
+    HotTileLoads loads;
+    loads.Load(meta, 0, min(per_tile, batch_count), chunks_per_row);
+    // The next batch's metadata (a chain of dependent loads) resolves while the first tile loads.
+    if (m0 + kHotThreads + tid < end) metas[mb ^ 1][tid] = ContributionOf(p, b, b.order_out[m0 + kHotThreads + tid]);
+    loads.Store(meta, 0, min(per_tile, batch_count), chunks_per_row, dim, tiles[0]);
+    __syncthreads();
+    int cur = 0;
+    for (int k0 = 0; k0 < batch_count; k0 += per_tile) {
+      const int k1 = k0 + per_tile;
+      const int next_count = min(per_tile, batch_count - k1);  // <= 0: the batch's last tile
+      if (next_count > 0) loads.Load(meta, k1, next_count, chunks_per_row);
+      fold(meta, tiles[cur], k0, min(per_tile, batch_count - k0));
+      if (next_count > 0) loads.Store(meta, k1, next_count, chunks_per_row, dim, tiles[cur ^ 1]);
       __syncthreads();
-      if (tid < t.dim && b.num_batch_blocks == 1) {
-        int64_t k = 0;
-        if (!any) acc = tile[tid], k = 1, any = true;  // seqsum: the first term as is
-        for (; k < tile_count; ++k) acc = numerics::AddRn(acc, tile[k * t.dim + tid]);
-      } else if (tid < t.dim) {
-        for (int64_t k = 0; k < tile_count; ++k) {
-          const int32_t kb = meta[k0 + k].block;
-          if (kb != block) {  // a block ends: its seqsum joins the outer one (BlockSeqSum4)
-            if (inner_any) acc = any ? numerics::AddRn(acc, inner) : inner, any = true;
-            inner_any = false;
-            block = kb;
-            ++blocks_seen;
-          }
-          const float x = tile[k * t.dim + tid];
-          inner = inner_any ? numerics::AddRn(inner, x) : x;
-          inner_any = true;
-        }
-      }
-      __syncthreads();
+      cur ^= 1;
     }
   }
   if (tid < t.dim && b.num_batch_blocks > 1) {

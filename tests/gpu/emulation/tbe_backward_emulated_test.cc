@@ -30,7 +30,7 @@ namespace gemtb::gpu::embedding::backward_kernels {
 
 // The kernels' `extern __shared__` arrays (blocks run one after another).
 alignas(16) float shared[kRowWarps * 2 * kMaxDim];
-alignas(16) unsigned char hot_shared[size_t{1} << 17];
+alignas(16) unsigned char hot_shared[size_t{1} << 18];
 
 namespace {
 
