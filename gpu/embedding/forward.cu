@@ -28,17 +28,37 @@ absl::StatusOr<unsigned> Blocks(int64_t bags, int warps) {
   return static_cast<unsigned>(blocks);
 }
 
-// NONE keys: each position's row copied out (+0 for an id dropped under `zero`).
+// NONE keys: each position's row copied out (+0 for an id dropped under `zero`). A warp takes its bag
+// 32 positions at a time: lane j resolves position j's row (32 id loads side by side), then the warp
+// copies kSequenceRowsInFlight rows at a time, their loads issued before their stores, so that a
+// long sequence is not one load's latency after another.
 constexpr int kSequenceWarps = 8;
+constexpr int kSequenceRowsInFlight = 4;
+constexpr unsigned kFullMask = 0xFFFFFFFFu;
 
 __device__ void GatherSequence(const LaunchParams& p, const FeatureParams& fp, const TableParams& t, int64_t begin,
                                int64_t end, int lane) {
-  for (int64_t v = begin; v < end; ++v) {
-    const int64_t row = ResolveRow(t, p.kjt.values[v]);
-    for (int64_t c = lane * kChunk; c < t.dim; c += 32 * kChunk) {
-      float e[kChunk] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if (row >= 0) LoadChunk(t, row, c, e);
-      *reinterpret_cast<float4*>(fp.sequence + (v - fp.value_begin) * t.dim + c) = make_float4(e[0], e[1], e[2], e[3]);
+  for (int64_t v0 = begin; v0 < end; v0 += 32) {
+    const int count = static_cast<int>(min(static_cast<int64_t>(32), end - v0));
+    const int64_t mine = lane < count ? ResolveRow(t, p.kjt.values[v0 + lane]) : -1;
+    float* out = fp.sequence + (v0 - fp.value_begin) * t.dim;
+    for (int j0 = 0; j0 < count; j0 += kSequenceRowsInFlight) {
+      int64_t rows[kSequenceRowsInFlight];
+#pragma unroll
+      for (int u = 0; u < kSequenceRowsInFlight; ++u) rows[u] = __shfl_sync(kFullMask, mine, (j0 + u) % 32);
+      for (int64_t c = lane * kChunk; c < t.dim; c += 32 * kChunk) {
+        float e[kSequenceRowsInFlight][kChunk] = {};
+#pragma unroll
+        for (int u = 0; u < kSequenceRowsInFlight; ++u) {
+          if (j0 + u < count && rows[u] >= 0) LoadChunk(t, rows[u], c, e[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < kSequenceRowsInFlight; ++u) {
+          if (j0 + u < count) {
+            *reinterpret_cast<float4*>(out + (j0 + u) * t.dim + c) = make_float4(e[u][0], e[u][1], e[u][2], e[u][3]);
+          }
+        }
+      }
     }
   }
 }
