@@ -346,6 +346,7 @@ size_t HotSharedBytes(int64_t max_dim) {
 // from (q % chunks_per_row) kChunk). Load only issues the gradient loads, so that they are in flight
 // while the block folds the tile before; Store forms the terms and writes them to a tile.
 constexpr int kHotLoads = static_cast<int>(kHotTileFloats / kChunk / kHotThreads);
+constexpr int kHotFoldLoads = 8;  // a column's terms read from a tile before they are added
 
 struct HotTileLoads {
   float4 g[kHotLoads];
@@ -411,6 +412,15 @@ __global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p
     if (b.num_batch_blocks == 1) {
       int k = 0;
       if (!any) acc = tile[tid], k = 1, any = true;  // seqsum: the first term as is
+      // kHotFoldLoads terms read at a time, then added in order: the chain waits on the adds, not on
+      // each shared-memory load's latency.
+      for (; k + kHotFoldLoads <= count; k += kHotFoldLoads) {
+        float x[kHotFoldLoads];
+#pragma unroll
+        for (int u = 0; u < kHotFoldLoads; ++u) x[u] = tile[(k + u) * dim + tid];
+#pragma unroll
+        for (int u = 0; u < kHotFoldLoads; ++u) acc = numerics::AddRn(acc, x[u]);
+      }
       for (; k < count; ++k) acc = numerics::AddRn(acc, tile[k * dim + tid]);
       return;
     }
