@@ -280,18 +280,23 @@ __device__ void StoreRunGradient(const TableParams& t, const BackwardBuffers& b,
   }
 }
 
-// A warp per 32 consecutive runs: the lanes resolve one run each, then the warp sums and updates
-// the rows one after another (a row's columns across the lanes, as before).
+// Warp w of the grid's W warps takes runs w, w + W, ..., w + 31 W: the lanes resolve one run each,
+// then the warp sums and updates the rows one after another (a row's columns across the lanes).
+// Runs are in row order, and a Zipf table's most touched rows are neighbours: 32 consecutive runs
+// made a few warps sum thousands of occurrences while most summed a few, and the launch waited for
+// those few. Strided, the grid (sized for one warp per 32 occurrences) gives a warp two or three runs
+// of a typical batch, its long runs apart.
 template <bool kBlocked>
 __global__ void __launch_bounds__(kRowWarps * 32, kRowBlocksPerSm) RowUpdateKernel(const LaunchParams p,
                                                                                  const BackwardBuffers b) {
   extern __shared__ float shared[];  // per warp: G [max_dim], then w [max_dim]
   const int warp = static_cast<int>(threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const int64_t first_run = (static_cast<int64_t>(blockIdx.x) * kRowWarps + warp) * 32;
+  const int64_t first_run = static_cast<int64_t>(blockIdx.x) * kRowWarps + warp;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kRowWarps;
   const int32_t num_runs = *b.num_runs;
   if (first_run >= num_runs) return;  // whole warps leave together
-  const RowJob mine = ResolveRowJob(p, b, first_run + lane, num_runs);
+  const RowJob mine = ResolveRowJob(p, b, first_run + lane * stride, num_runs);
   float* s_grad = shared + warp * 2 * b.max_dim;
   float* s_w = s_grad + b.max_dim;
   for (int j = 0; j < 32; ++j) {
@@ -327,7 +332,7 @@ __global__ void __launch_bounds__(kRowWarps * 32, kRowBlocksPerSm) RowUpdateKern
     }
     __syncwarp();
     if (b.run_grads != nullptr) {
-      StoreRunGradient(t, b, first_run + j, s_grad, s_w, lane);
+      StoreRunGradient(t, b, first_run + j * stride, s_grad, s_w, lane);
     } else {
       ApplyRowUpdate(p, t, job.row, s_grad, s_w, job.state_before, nullptr, lane);
     }
