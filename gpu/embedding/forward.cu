@@ -1,10 +1,11 @@
-// The embedding forward's launches: forward_kernel.cuh's pooling kernel per storage type and the
-// sequence gather here, each launched only when the input holds that kind of bag, at the loads in
-// flight and registers per thread chosen on the H200 (gpu/bench/embed_forward_probe.cu;
+// The embedding forward's launches: forward_kernel.cuh's pooling kernel per storage type and
+// sequence_kernel.cuh's sequence gather, each launched only when the input holds that kind of bag,
+// at the loads in flight and registers per thread chosen on the H200 (gpu/bench/embed_forward_probe.cu;
 // tools/bench/NOTES.md).
 #include "gpu/common/device_buffer.h"
 #include "gpu/embedding/forward_kernel.cuh"
 #include "gpu/embedding/launch.h"
+#include "gpu/embedding/sequence_kernel.cuh"
 #include "model/common/status_macros.h"
 
 namespace gemtb::gpu::embedding {
@@ -26,50 +27,6 @@ absl::StatusOr<unsigned> Blocks(int64_t bags, int warps) {
   const int64_t blocks = (bags + warps - 1) / warps;
   if (blocks > 0x7FFFFFFF) return absl::InvalidArgumentError(absl::StrCat("F*B=", bags, " bags: too many for one launch"));
   return static_cast<unsigned>(blocks);
-}
-
-// NONE keys: each position's row copied out (+0 for an id dropped under `zero`). A warp takes its bag
-// 32 positions at a time: lane j resolves position j's row (32 id loads side by side), then the warp
-// copies kSequenceRowsInFlight rows at a time, their loads issued before their stores, so that a
-// long sequence is not one load's latency after another.
-constexpr int kSequenceWarps = 8;
-constexpr int kSequenceRowsInFlight = 4;
-constexpr unsigned kFullMask = 0xFFFFFFFFu;
-
-__device__ void GatherSequence(const LaunchParams& p, const FeatureParams& fp, const TableParams& t, int64_t begin,
-                               int64_t end, int lane) {
-  for (int64_t v0 = begin; v0 < end; v0 += 32) {
-    const int count = static_cast<int>(min(static_cast<int64_t>(32), end - v0));
-    const int64_t mine = lane < count ? ResolveRow(t, p.kjt.values[v0 + lane]) : -1;
-    float* out = fp.sequence + (v0 - fp.value_begin) * t.dim;
-    for (int j0 = 0; j0 < count; j0 += kSequenceRowsInFlight) {
-      int64_t rows[kSequenceRowsInFlight];
-#pragma unroll
-      for (int u = 0; u < kSequenceRowsInFlight; ++u) rows[u] = __shfl_sync(kFullMask, mine, (j0 + u) % 32);
-      for (int64_t c = lane * kChunk; c < t.dim; c += 32 * kChunk) {
-        float e[kSequenceRowsInFlight][kChunk] = {};
-#pragma unroll
-        for (int u = 0; u < kSequenceRowsInFlight; ++u) {
-          if (j0 + u < count && rows[u] >= 0) LoadChunk(t, rows[u], c, e[u]);
-        }
-#pragma unroll
-        for (int u = 0; u < kSequenceRowsInFlight; ++u) {
-          if (j0 + u < count) {
-            *reinterpret_cast<float4*>(out + (j0 + u) * t.dim + c) = make_float4(e[u][0], e[u][1], e[u][2], e[u][3]);
-          }
-        }
-      }
-    }
-  }
-}
-
-__global__ void __launch_bounds__(kSequenceWarps * 32) SequenceKernel(const LaunchParams p) {
-  const int64_t bag = static_cast<int64_t>(blockIdx.x) * kSequenceWarps + threadIdx.x / 32;
-  if (bag >= p.kjt.num_keys * p.kjt.batch) return;
-  const FeatureParams& fp = p.features[bag / p.kjt.batch];
-  if (fp.pooling != Pooling::kNone) return;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  GatherSequence(p, fp, p.tables[fp.table], p.kjt.offsets[bag], p.kjt.offsets[bag + 1], lane);
 }
 
 template <ElementType kDtype, int kDim, typename Row, int kLoads, int kWarps, int kMinBlocks>
