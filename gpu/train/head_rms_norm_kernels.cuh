@@ -1,0 +1,125 @@
+// The head RMS-norm kernels of head_rms_norm.h, device code only: head_rms_norm.cu launches them, and
+// the CPU fiber emulation (tests/gpu/emulation/) builds them too, where the explicitly rounded
+// operations are the host's IEEE fp32 ones, so the emulated bytes are the device's. Rows are fp32 or
+// bf16 (T: float, or uint16_t holding bf16 bits): bf16 widens exactly, the math is fp32, and an output
+// rounds (RNE) once as it is stored.
+#ifndef GEMTB_GPU_TRAIN_HEAD_RMS_NORM_KERNELS_CUH_
+#define GEMTB_GPU_TRAIN_HEAD_RMS_NORM_KERNELS_CUH_
+
+#include <cstdint>
+
+#include "gpu/common/mma.cuh"
+#include "gpu/train/block_copy.cuh"
+
+namespace gemtb::gpu::train::hrn {
+
+__device__ __forceinline__ float Load(float v) { return v; }
+__device__ __forceinline__ float Load(uint16_t v) { return Storage<ElementType::kBFloat16>::ToFloat(v); }
+template <typename T>
+__device__ __forceinline__ T Store(float v) {
+  if constexpr (sizeof(T) == sizeof(float)) {
+    return v;
+  } else {
+    return Storage<ElementType::kBFloat16>::FromFloat(v);
+  }
+}
+
+constexpr int kWarp = 32;
+constexpr int kWarpsPerBlock = 8;
+constexpr float kEps = 1e-6f;
+
+// A row is taken by a group of kLanes lanes of one warp (kWarp / kLanes rows per warp), lane g of the
+// group holding elements g, g + kLanes, ...: short rows (head dims 16 .. 64) use 8 lanes each. The
+// group's sum is a fixed butterfly.
+template <int kLanes>
+__device__ float GroupSum(float v) {
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+constexpr int kThreads = kWarpsPerBlock * kWarp;
+// Rows the block's groups take at a time.
+template <int kLanes>
+constexpr int kRowsPerPass = kWarpsPerBlock * (kWarp / kLanes);
+// A block stages its rows (x, and dy backward) in shared memory, about kStageElems elements a tensor,
+// so that global memory sees contiguous 16-byte moves (block_copy.cuh) instead of a lane's 2- or
+// 4-byte loads strided over the row; the arithmetic is the same. A block takes `passes` passes of
+// kRowsPerPass rows (RowsPerBlock).
+constexpr int kStageElems = 4096;
+
+// The rows a block takes for rows of dh values: as many passes as fit kStageElems, at least one.
+template <int kLanes>
+inline int64_t RowsPerBlock(int64_t dh) {
+  const int64_t passes = kStageElems / (dh * kRowsPerPass<kLanes>);
+  return (passes > 1 ? passes : 1) * kRowsPerPass<kLanes>;
+}
+
+// Rows [blockIdx.x * block_rows, + block_rows), block_rows = passes * kRowsPerPass. Every lane takes
+// part in the butterfly; rows past the end compute on zeros and write nothing. y is written over the
+// staged x (a lane writes only the elements it read), then copied out.
+template <typename T, int kLanes>
+__global__ void __launch_bounds__(kThreads)
+    HeadRmsNormForwardKernel(const T* x, int64_t rows, int dh, T* y, float* inv, int block_rows) {
+  extern __shared__ __align__(16) unsigned char staged[];
+  T* xs = reinterpret_cast<T*>(staged);
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * block_rows;
+  const int n = static_cast<int>(min(static_cast<int64_t>(block_rows), rows - first));
+  BlockCopy<kThreads>(xs, x + first * dh, n * dh);
+  __syncthreads();
+  const int g = threadIdx.x % kLanes;
+  for (int base = 0; base < n; base += kRowsPerPass<kLanes>) {
+    const int row = base + static_cast<int>(threadIdx.x) / kLanes;
+    const bool real = row < n;
+    T* xr = xs + row * dh;
+    float ss = 0.0f;
+    for (int i = g; i < dh; i += kLanes) {
+      const float v = real ? Load(xr[i]) : 0.0f;
+      ss = __fadd_rn(ss, __fmul_rn(v, v));
+    }
+    const float r =
+        __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(GroupSum<kLanes>(ss), static_cast<float>(dh)), kEps)));
+    if (!real) continue;
+    for (int i = g; i < dh; i += kLanes) xr[i] = Store<T>(__fmul_rn(Load(xr[i]), r));
+    if (g == 0) inv[first + row] = r;
+  }
+  __syncthreads();
+  BlockCopy<kThreads>(y + first * dh, xs, n * dh);
+}
+
+// dx is written over the staged dy, then copied out.
+template <typename T, int kLanes>
+__global__ void __launch_bounds__(kThreads) HeadRmsNormBackwardKernel(const T* x, const float* inv, const T* dy,
+                                                                      int64_t rows, int dh, T* dx, int block_rows) {
+  extern __shared__ __align__(16) unsigned char staged[];
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * block_rows;
+  const int n = static_cast<int>(min(static_cast<int64_t>(block_rows), rows - first));
+  T* xs = reinterpret_cast<T*>(staged);
+  T* ds = xs + block_rows * dh;
+  BlockCopy<kThreads>(xs, x + first * dh, n * dh);
+  BlockCopy<kThreads>(ds, dy + first * dh, n * dh);
+  __syncthreads();
+  const int g = threadIdx.x % kLanes;
+  for (int base = 0; base < n; base += kRowsPerPass<kLanes>) {
+    const int row = base + static_cast<int>(threadIdx.x) / kLanes;
+    const bool real = row < n;
+    const T* xr = xs + row * dh;
+    T* dr = ds + row * dh;
+    const float r = real ? inv[first + row] : 0.0f;
+    float s = 0.0f;
+    for (int i = g; i < dh; i += kLanes) {
+      if (real) s = __fadd_rn(s, __fmul_rn(Load(dr[i]), __fmul_rn(Load(xr[i]), r)));
+    }
+    s = __fdiv_rn(GroupSum<kLanes>(s), static_cast<float>(dh));
+    if (!real) continue;
+    for (int i = g; i < dh; i += kLanes) {
+      const float yv = __fmul_rn(Load(xr[i]), r);
+      dr[i] = Store<T>(__fmul_rn(r, __fsub_rn(Load(dr[i]), __fmul_rn(yv, s))));
+    }
+  }
+  __syncthreads();
+  BlockCopy<kThreads>(dx + first * dh, ds, n * dh);
+}
+
+}  // namespace gemtb::gpu::train::hrn
+
+#endif  // GEMTB_GPU_TRAIN_HEAD_RMS_NORM_KERNELS_CUH_
