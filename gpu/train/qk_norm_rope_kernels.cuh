@@ -13,7 +13,7 @@
 
 namespace gemtb::gpu::train::qkr {
 
-// head_rms_norm.cu's layout for head dims up to 64: a head's row to a group of 8 lanes, lane g holding
+// head_rms_norm_kernels.cuh's layout for head dims up to 64: a head's row to a group of 8 lanes, lane g holding
 // elements g, g + 8, ... (at most 8 of them). A RoPE pair (2m, 2m + 1) then sits in lanes g and g ^ 1
 // of the same group at the same step, one shuffle apart.
 constexpr int kLanes = 8;

@@ -1,5 +1,5 @@
 // The arithmetic of gpu/train/qk_norm_rope.h for one head row in host fp32, operation for operation
-// (head_rms_norm.cu's 8-lane sums and butterfly, then the reference's RoPE): every operation rounds
+// (head_rms_norm_kernels.cuh's 8-lane sums and butterfly, then the reference's RoPE): every operation rounds
 // once as the device's explicitly rounded ones do (the build contracts no FMA), so its bytes are the
 // kernel's. Shared by the device test and the fiber emulation's test.
 #ifndef GEMTB_TESTS_GPU_QK_NORM_ROPE_HOST_MODEL_H_

@@ -1,5 +1,5 @@
 // The self-attention's fused QK-norm and RoPE (gpu/train/qk_norm_rope.h):
-// - bit for bit a host model in fp32 of the two passes it replaces (head_rms_norm.cu's 8-lane row:
+// - bit for bit a host model in fp32 of the two passes it replaces (head_rms_norm_kernels.cuh's 8-lane row:
 //   lane g sums elements g, g + 8, ... in order, then a butterfly over the lanes; then the
 //   reference's RoPE), forward (y and the inverse RMS) and backward, every operation rounded once as
 //   the host's IEEE fp32 operations round (the build contracts no FMA);
