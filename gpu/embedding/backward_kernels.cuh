@@ -382,11 +382,11 @@ struct HotTileLoads {
 };
 
 // A block per hot run. Per batch of kHotThreads occurrences: each thread fetches one occurrence's
-// metadata, the next batch's into the other buffer while this one's first tile loads; the batch's tiles of staged
-// contributions alternate between two buffers: while thread j < dim folds column j of one tile over
-// its occurrences in sorted order, continuing the seqsum across tiles and batches, every thread's
-// loads of the next tile are in flight, and are stored to the other buffer after the fold. The same
-// additions, in the same order, as the warp path and the oracle.
+// metadata, the next batch's into the other buffer while this one's first tile loads; the batch's
+// tiles of staged contributions alternate between two buffers: while thread j < dim folds column j
+// of one tile over its occurrences in sorted order, continuing the seqsum across tiles and batches,
+// every thread's loads of the next tile are in flight, and are stored to the other buffer after the
+// fold. The same additions, in the same order, as the warp path and the oracle.
 __global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p, const BackwardBuffers b) {
   if (static_cast<int32_t>(blockIdx.x) >= *b.num_hot_runs) return;  // the whole block leaves together
   extern __shared__ __align__(16) unsigned char hot_shared[];

@@ -92,7 +92,10 @@ void ExpectHostModel(int64_t rows, int dh, uint64_t seed) {
   for (const bool bf16 : {false, true}) {
     std::vector<float> xv = x, dyv = dy;
     if (bf16) {
-      for (size_t i = 0; i < n; ++i) xv[i] = numerics::Bf16BitsToFloat(x16[i]), dyv[i] = numerics::Bf16BitsToFloat(dy16[i]);
+      for (size_t i = 0; i < n; ++i) {
+        xv[i] = numerics::Bf16BitsToFloat(x16[i]);
+        dyv[i] = numerics::Bf16BitsToFloat(dy16[i]);
+      }
     }
     std::vector<float> want_y(n), want_inv(static_cast<size_t>(rows)), want_dx(n);
     for (int64_t r = 0; r < rows; ++r) {
