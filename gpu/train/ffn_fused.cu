@@ -4,7 +4,7 @@
 #include "gpu/train/ffn_fused.h"
 #include "gpu/train/ffn_fused_kernels.cuh"
 #include "gpu/train/kernel_utils.cuh"
-#include "gpu/train/model_kernels.h"
+#include "gpu/train/layer_norm_partials.cuh"
 
 namespace gemtb::gpu::train {
 namespace {
@@ -66,14 +66,6 @@ absl::Status FfnBackwardFused(const FfnShape& s, const __nv_bfloat16* ds, const 
   if (absl::Status v = CheckAligned16({{w.w1, "w1"}, {w.w2, "w2"}, {ds, "ds"}, {tape.u, "u"}, {du, "du"}}); !v.ok()) {
     return v;
   }
-  const int64_t blocks = (s.n + ln::kBlockRows - 1) / ln::kBlockRows;
-  float* part = nullptr;
-  if (absl::Status a =
-          CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&part), 2 * blocks * s.d * sizeof(float), stream),
-                 "FfnBackwardFused scratch");
-      !a.ok()) {
-    return a;
-  }
   ffn::Params p;
   p.n = s.n;
   p.hidden = s.hidden;
@@ -88,14 +80,13 @@ absl::Status FfnBackwardFused(const FfnShape& s, const __nv_bfloat16* ds, const 
   p.ln.mean = tape.mean;
   p.ln.rstd = tape.rstd;
   p.ln.dx = dx;
-  p.ln.g_part = part;
-  p.ln.b_part = part + blocks * s.d;
-  const absl::Status launched = LaunchFor(s.d, p, stream);
-  // The blocks' partial rows added in block order, as LayerNormBackward adds its own.
-  const absl::Status b =
-      launched.ok() ? ColumnSumsPair(part, blocks, s.d, blocks * s.d, dgamma, dbeta, true, stream) : launched;
-  const absl::Status freed = CudaOk(cudaFreeAsync(part, stream), "FfnBackwardFused scratch");
-  return b.ok() ? freed : b;
+  const int64_t blocks = (s.n + ln::kBlockRows - 1) / ln::kBlockRows;
+  return WithLayerNormPartials(blocks, s.d, dgamma, dbeta, stream, "FfnBackwardFused scratch",
+                               [&](float* g_part, float* b_part) {
+                                 p.ln.g_part = g_part;
+                                 p.ln.b_part = b_part;
+                                 return LaunchFor(s.d, p, stream);
+                               });
 }
 
 }  // namespace gemtb::gpu::train

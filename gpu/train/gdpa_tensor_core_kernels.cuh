@@ -418,8 +418,8 @@ __device__ __forceinline__ void StorePair(bf16* at, float lo, float hi) {
 
 // The warp's accumulators straight from registers to own rows [first + row0, ...) of head h, rows past
 // n not written: where the warp's strip is the only one for its rows (no group's partial strip to add),
-// the value FinishOutput would store, without its shared-memory round trip and barriers. vec: the
-// rows' pairs of values are 4- (bf16) or 8-byte (fp32) aligned.
+// the value FinishOutput would store, without its shared-memory round trip and barriers. Only where
+// the caller's `vec` holds: its stores of value pairs need 4- (bf16) or 8-byte (fp32) alignment.
 template <int kDh, typename Out>
 __device__ void StoreStrip(const float (&acc)[kDh / 8][4], const Role& role, int64_t first, int n, int width, int h,
                            Out* out) {

@@ -8,6 +8,7 @@
 #include "gpu/train/gelu.cuh"
 #include "gpu/train/kernel_utils.cuh"
 #include "gpu/train/layer_norm_kernels.cuh"
+#include "gpu/train/layer_norm_partials.cuh"
 #include "gpu/train/model_kernels.h"
 
 namespace gemtb::gpu::train {
@@ -230,28 +231,21 @@ absl::Status LayerNormBackward(const RowsShape& s, const T* x, const float* gamm
   if (!fused && blocks > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("LayerNormBackward: n=", s.n, " rows: too many"));
   }
-  float* part = nullptr;
-  if (absl::Status a = CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&part), 2 * blocks * width * sizeof(float), stream),
-                              "LayerNormBackward scratch");
-      !a.ok())
-    return a;
-  const absl::Status launched = [&]() -> absl::Status {
+  // The blocks' partial rows: the fused kernel's (part is g_part, then b_part), else the parameters
+  // kernel's beside the input gradient's.
+  const auto launch = [&](float* g_part, float* b_part) -> absl::Status {
     if constexpr (std::is_same_v<T, float>) {
-      if (fused) return FusedBackward(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, part, stream);
+      if (fused) return FusedBackward(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, g_part, stream);
     }
     LayerNormBackwardInputKernel<T><<<RowBlocks(s.n), kRowsPerBlock * kWarp, 0, stream>>>(x, gamma, mean, rstd, dy,
                                                                                           s.n, width, dx, accumulate_dx);
     if (absl::Status l = Launched("LayerNormBackward (dx)"); !l.ok()) return l;
     constexpr int kThreads = 256;
     LayerNormBackwardParamsKernel<T><<<dim3((width + kThreads - 1) / kThreads, static_cast<unsigned>(blocks)),
-                                       kThreads, 0, stream>>>(x, mean, rstd, dy, s.n, width, part,
-                                                              part + blocks * width);
+                                       kThreads, 0, stream>>>(x, mean, rstd, dy, s.n, width, g_part, b_part);
     return Launched("LayerNormBackward (dgamma, dbeta)");
-  }();
-  const absl::Status b =
-      launched.ok() ? ColumnSumsPair(part, blocks, width, blocks * width, dgamma, dbeta, true, stream) : launched;
-  const absl::Status freed = CudaOk(cudaFreeAsync(part, stream), "LayerNormBackward scratch");
-  return b.ok() ? freed : b;
+  };
+  return WithLayerNormPartials(blocks, width, dgamma, dbeta, stream, "LayerNormBackward scratch", launch);
 }
 
 template <typename T>

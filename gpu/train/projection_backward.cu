@@ -3,7 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gpu/train/kernel_utils.cuh"
-#include "gpu/train/model_kernels.h"
+#include "gpu/train/layer_norm_partials.cuh"
 #include "gpu/train/projection_backward.h"
 #include "gpu/train/projection_backward_kernels.cuh"
 
@@ -59,29 +59,21 @@ absl::Status ProjectionsLayerNormBackward(int64_t n, int d, const std::vector<Pr
       !v.ok()) {
     return v;
   }
-  const int64_t blocks = (n + ln::kBlockRows - 1) / ln::kBlockRows;
-  float* part = nullptr;
-  if (absl::Status a = CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&part), 2 * blocks * d * sizeof(float), stream),
-                              "ProjectionsLayerNormBackward scratch");
-      !a.ok()) {
-    return a;
-  }
   p.ln.n = n;
   p.ln.x = ln.x;
   p.ln.gamma = ln.gamma;
   p.ln.mean = ln.mean;
   p.ln.rstd = ln.rstd;
   p.ln.dx = ln.dx;
-  p.ln.g_part = part;
-  p.ln.b_part = part + blocks * d;
-  const absl::Status launched = d == 32   ? Launch<32>(p, stream)
-                                : d == 64 ? Launch<64>(p, stream)
-                                          : Launch<128>(p, stream);
-  // The blocks' partial rows added in block order, as LayerNormBackward adds its own.
-  const absl::Status b =
-      launched.ok() ? ColumnSumsPair(part, blocks, d, blocks * d, ln.dgamma, ln.dbeta, true, stream) : launched;
-  const absl::Status freed = CudaOk(cudaFreeAsync(part, stream), "ProjectionsLayerNormBackward scratch");
-  return b.ok() ? freed : b;
+  const int64_t blocks = (n + ln::kBlockRows - 1) / ln::kBlockRows;
+  return WithLayerNormPartials(blocks, d, ln.dgamma, ln.dbeta, stream, "ProjectionsLayerNormBackward scratch",
+                               [&](float* g_part, float* b_part) {
+                                 p.ln.g_part = g_part;
+                                 p.ln.b_part = b_part;
+                                 return d == 32   ? Launch<32>(p, stream)
+                                        : d == 64 ? Launch<64>(p, stream)
+                                                  : Launch<128>(p, stream);
+                               });
 }
 
 }  // namespace gemtb::gpu::train

@@ -161,9 +161,12 @@ TEST(ModelKernelsTest, GeluBackwardWithColumnSumsIsGeluBackwardThenColumnSums) {
         ASSERT_TRUE(GeluBackwardWithColumnSums(d_u.As<__nv_bfloat16>(), d_dg.As<__nv_bfloat16>(), rows, cols,
                                                d_du.As<__nv_bfloat16>(), d_out.ptr, accumulate, nullptr)
                         .ok());
-        ASSERT_TRUE(GeluBackward<__nv_bfloat16>(d_u.As<__nv_bfloat16>(), d_dg.As<__nv_bfloat16>(), rows * cols,
-                                                d_du_apart.As<__nv_bfloat16>(), nullptr)
-                        .ok());
+        // GeluBackward refuses an empty count; with no rows, du is empty either way.
+        if (rows > 0) {
+          ASSERT_TRUE(GeluBackward<__nv_bfloat16>(d_u.As<__nv_bfloat16>(), d_dg.As<__nv_bfloat16>(), rows * cols,
+                                                  d_du_apart.As<__nv_bfloat16>(), nullptr)
+                          .ok());
+        }
         ASSERT_TRUE(ColumnSums(d_du_apart.As<__nv_bfloat16>(), rows, cols, cols, d_out_apart.ptr, accumulate, nullptr)
                         .ok());
         const std::string where =

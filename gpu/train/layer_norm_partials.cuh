@@ -1,0 +1,39 @@
+// LayerNorm's parameter gradients from a backward kernel's per-block partial rows, as every LayerNorm
+// backward forms them (layer_norm.cu, and the fused feed-forward's and projections' backward): scratch
+// for the partial rows, the kernel, the partial rows added in block order, the scratch freed.
+// nvcc-only (the callers are .cu files).
+#ifndef GEMTB_GPU_TRAIN_LAYER_NORM_PARTIALS_CUH_
+#define GEMTB_GPU_TRAIN_LAYER_NORM_PARTIALS_CUH_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "gpu/train/kernel_utils.cuh"
+#include "gpu/train/model_kernels.h"
+
+namespace gemtb::gpu::train {
+
+// dgamma += the column sums of g_part [blocks, width] and dbeta += those of b_part, in block order
+// (ColumnSumsPair: ColumnSums' bytes), where launch(g_part, b_part) launches the kernel that writes
+// them on `stream` and returns its launch's status. `what` names the scratch in errors.
+template <typename Launch>
+absl::Status WithLayerNormPartials(int64_t blocks, int64_t width, float* dgamma, float* dbeta, cudaStream_t stream,
+                                   const char* what, Launch launch) {
+  float* part = nullptr;
+  if (absl::Status a =
+          CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&part), 2 * blocks * width * sizeof(float), stream), what);
+      !a.ok()) {
+    return a;
+  }
+  const absl::Status launched = launch(part, part + blocks * width);
+  const absl::Status summed =
+      launched.ok() ? ColumnSumsPair(part, blocks, width, blocks * width, dgamma, dbeta, true, stream) : launched;
+  const absl::Status freed = CudaOk(cudaFreeAsync(part, stream), what);
+  return summed.ok() ? freed : summed;
+}
+
+}  // namespace gemtb::gpu::train
+
+#endif  // GEMTB_GPU_TRAIN_LAYER_NORM_PARTIALS_CUH_
