@@ -462,26 +462,16 @@ absl::Status DeviceTbe::SetInput(const KjtView& kjt, const CheckedKjt& checked) 
   s.batch = kjt.batch;
   s.num_values = num_values;
   const int64_t num_keys = static_cast<int64_t>(kjt.keys.size());
-  s.features.clear();
+  s.features = FeatureParamsOf(s.config, s.layout, s.batch, &s.pooled_width);
   s.sequence_keys.clear();
-  s.pooled_width = 0;
   for (int64_t f = 0; f < num_keys; ++f) {
-    const FeatureConfig& fc = s.config.features[s.layout.feature[f]];
-    FeatureParams p;
-    p.table = fc.table;
-    p.pooling = fc.pooling;
-    p.value_begin = s.layout.offsets[f * s.batch];
-    if (fc.pooling == Pooling::kNone) {
-      s.sequence_keys.push_back(static_cast<int>(f));
-      s.in->sequence.emplace_back();
-      const int64_t n = (s.layout.offsets[(f + 1) * s.batch] - p.value_begin) * s.config.tables[fc.table].dim;
-      GEMTB_RETURN_IF_ERROR(s.in->sequence.back().Allocate(static_cast<size_t>(n), absl::StrCat("sequence output of '", kjt.keys[f], "'")));
-      p.sequence = s.in->sequence.back().get();
-    } else {
-      p.out_col = s.pooled_width;
-      s.pooled_width += s.config.tables[fc.table].dim;
-    }
-    s.features.push_back(p);
+    FeatureParams& p = s.features[f];
+    if (p.pooling != Pooling::kNone) continue;
+    s.sequence_keys.push_back(static_cast<int>(f));
+    s.in->sequence.emplace_back();
+    const int64_t n = (s.layout.offsets[(f + 1) * s.batch] - p.value_begin) * s.config.tables[p.table].dim;
+    GEMTB_RETURN_IF_ERROR(s.in->sequence.back().Allocate(static_cast<size_t>(n), absl::StrCat("sequence output of '", kjt.keys[f], "'")));
+    p.sequence = s.in->sequence.back().get();
   }
   GEMTB_RETURN_IF_ERROR(s.in->d_features.Upload(s.features, "feature parameters"));
   GEMTB_RETURN_IF_ERROR(s.in->offsets.Upload(s.layout.offsets, "KJT offsets"));

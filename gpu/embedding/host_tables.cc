@@ -77,6 +77,26 @@ absl::StatusOr<TableParams> TableParamsOf(const TableConfig& c, int table, int64
   return p;
 }
 
+std::vector<FeatureParams> FeatureParamsOf(const EmbeddingConfig& config, const KjtLayout& layout, int64_t batch,
+                                           int64_t* pooled_width) {
+  std::vector<FeatureParams> features;
+  *pooled_width = 0;
+  const size_t num_keys = layout.feature.size();
+  for (size_t f = 0; f < num_keys; ++f) {
+    const FeatureConfig& fc = config.features[static_cast<size_t>(layout.feature[f])];
+    FeatureParams p;
+    p.table = fc.table;
+    p.pooling = fc.pooling;
+    p.value_begin = layout.offsets[f * static_cast<size_t>(batch)];
+    if (fc.pooling != Pooling::kNone) {
+      p.out_col = *pooled_width;
+      *pooled_width += config.tables[static_cast<size_t>(fc.table)].dim;
+    }
+    features.push_back(p);
+  }
+  return features;
+}
+
 bool AdvanceAdamSteps(const EmbeddingConfig& config, std::vector<TableParams>& tables) {
   bool changed = false;
   for (size_t t = 0; t < tables.size(); ++t) {

@@ -31,6 +31,12 @@ bool KeepsAdam(const TableConfig& c);
 // its Adam products are kept whatever the optimizer.
 absl::StatusOr<TableParams> TableParamsOf(const TableConfig& c, int table, int64_t row_offset, const HostTable* prior);
 
+// Each KJT key's parameters (in key order) for a checked layout of `batch` samples, without device
+// pointers (a NONE key's sequence output, the sequence gradients): table, pooling, first value, and a
+// pooled key's first column in the pooled output, whose width goes to *pooled_width.
+std::vector<FeatureParams> FeatureParamsOf(const EmbeddingConfig& config, const KjtLayout& layout, int64_t batch,
+                                           int64_t* pooled_width);
+
 // Adam's bias products of every Adam table advance once per backward step, touched or not (the
 // oracle's EmbeddingBackwardStep); the other tables' products are left as they are. Returns whether
 // any changed (the device copy of the parameters is then stale).

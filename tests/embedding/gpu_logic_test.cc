@@ -65,20 +65,8 @@ EmbedRun RunKernelOrderOnCpu(const EmbedCase& c, int64_t batch_block = 0) {
     tables.push_back(p);
   }
   // Features.
-  std::vector<FeatureParams> features;
   int64_t width = 0;
-  for (int64_t f = 0; f < num_keys; ++f) {
-    const FeatureConfig& fc = config.features[layout->feature[f]];
-    FeatureParams p;
-    p.table = fc.table;
-    p.pooling = fc.pooling;
-    p.value_begin = layout->offsets[f * batch];
-    if (fc.pooling != Pooling::kNone) {
-      p.out_col = width;
-      width += config.tables[fc.table].dim;
-    }
-    features.push_back(p);
-  }
+  const std::vector<FeatureParams> features = FeatureParamsOf(config, *layout, batch, &width);
   const std::vector<int64_t>& offsets = layout->offsets;
   const std::vector<int64_t>& values = c.kjt.values;
   // Forward: a bag at a time, a 4-column chunk at a time, positions in order.

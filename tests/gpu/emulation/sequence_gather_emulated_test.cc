@@ -37,21 +37,15 @@ std::vector<std::vector<float>> RunSequenceKernel(const check::EmbedCase& c) {
     total_rows += config.tables[t].rows;
   }
   for (size_t t = 0; t < tables.size(); ++t) tables[t].weights = bytes[t].data();
+  int64_t pooled_width = 0;
+  std::vector<FeatureParams> features = FeatureParamsOf(config, layout, batch, &pooled_width);
   std::vector<std::vector<float>> out;
-  std::vector<FeatureParams> features;
   for (int64_t f = 0; f < num_keys; ++f) {
-    const FeatureConfig& fc = config.features[static_cast<size_t>(layout.feature[static_cast<size_t>(f)])];
-    FeatureParams fp;
-    fp.table = fc.table;
-    fp.pooling = fc.pooling;
-    fp.value_begin = layout.offsets[static_cast<size_t>(f * batch)];
-    if (fc.pooling == Pooling::kNone) {
-      const int64_t n = layout.offsets[static_cast<size_t>((f + 1) * batch)] - fp.value_begin;
-      std::vector<float> rows(static_cast<size_t>(n * config.tables[static_cast<size_t>(fc.table)].dim));
-      std::memset(rows.data(), 0xFF, rows.size() * sizeof(float));
-      out.push_back(std::move(rows));
-    }
-    features.push_back(fp);
+    FeatureParams& fp = features[static_cast<size_t>(f)];
+    if (fp.pooling != Pooling::kNone) continue;
+    const int64_t n = layout.offsets[static_cast<size_t>((f + 1) * batch)] - fp.value_begin;
+    out.emplace_back(static_cast<size_t>(n * config.tables[static_cast<size_t>(fp.table)].dim));
+    std::memset(out.back().data(), 0xFF, out.back().size() * sizeof(float));
   }
   for (size_t f = 0, s = 0; f < features.size(); ++f) {
     if (features[f].pooling == Pooling::kNone) features[f].sequence = out[s++].data();

@@ -76,22 +76,10 @@ Tables RunKernels(const check::EmbedCase& c, int64_t batch_block, bool split) {
     tables[t].adam_m = out.adam_m[t].data();
     tables[t].adam_v = out.adam_v[t].data();
   }
-  std::vector<FeatureParams> features;
   int64_t width = 0;
-  size_t seq = 0;
-  for (int64_t f = 0; f < num_keys; ++f) {
-    const FeatureConfig& fc = config.features[static_cast<size_t>(layout.feature[static_cast<size_t>(f)])];
-    FeatureParams fp;
-    fp.table = fc.table;
-    fp.pooling = fc.pooling;
-    fp.value_begin = layout.offsets[static_cast<size_t>(f * batch)];
-    if (fc.pooling == Pooling::kNone) {
-      fp.sequence_grad = c.grads.sequence[seq++].data();
-    } else {
-      fp.out_col = width;
-      width += config.tables[static_cast<size_t>(fc.table)].dim;
-    }
-    features.push_back(fp);
+  std::vector<FeatureParams> features = FeatureParamsOf(config, layout, batch, &width);
+  for (size_t f = 0, seq = 0; f < features.size(); ++f) {
+    if (features[f].pooling == Pooling::kNone) features[f].sequence_grad = c.grads.sequence[seq++].data();
   }
   LaunchParams p;
   p.tables = tables.data();
