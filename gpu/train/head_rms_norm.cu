@@ -10,21 +10,27 @@ namespace {
 using hrn::HeadRmsNormBackwardKernel;
 using hrn::HeadRmsNormForwardKernel;
 using hrn::RowsPerBlock;
+using hrn::kRowsPerPass;
 using hrn::kThreads;
 using hrn::kWarp;
 
-// Launches kernel over `rows` rows with `tensors` staged tensors of T.
+// Launches the forward kernel over `rows` rows, a staged tensor of T.
 template <typename T, int kLanes, typename Kernel, typename... Args>
-absl::Status LaunchStaged(Kernel* kernel, int tensors, const HeadRowsShape& s, cudaStream_t stream, const char* what,
+absl::Status LaunchStaged(Kernel* kernel, const HeadRowsShape& s, cudaStream_t stream, const char* what,
                           Args... args) {
   const int64_t block_rows = RowsPerBlock<kLanes>(s.dh);
-  const size_t bytes = static_cast<size_t>(tensors * block_rows * s.dh) * sizeof(T);
+  const size_t bytes = static_cast<size_t>(block_rows * s.dh) * sizeof(T);
   if (bytes > 48 * 1024) {  // rows longer than 512 values
     if (absl::Status a = AllowSharedMemory(kernel, bytes, what); !a.ok()) return a;
   }
   const auto blocks = static_cast<unsigned>((s.rows + block_rows - 1) / block_rows);
   kernel<<<blocks, kThreads, bytes, stream>>>(args..., static_cast<int>(block_rows));
   return Launched(what);
+}
+
+template <int kLanes>
+unsigned RowBlocks(int64_t rows) {
+  return static_cast<unsigned>((rows + kRowsPerPass<kLanes> - 1) / kRowsPerPass<kLanes>);
 }
 
 // Head dims up to 64 take 8 lanes per row, longer rows a whole warp.
@@ -48,9 +54,9 @@ absl::Status HeadRmsNormForward(const HeadRowsShape& s, const T* x, T* y, float*
   E* ye = reinterpret_cast<E*>(y);
   const int dh = static_cast<int>(s.dh);
   constexpr const char* kWhat = "HeadRmsNormForward";
-  return ShortRows(s.dh) ? LaunchStaged<E, 8>(HeadRmsNormForwardKernel<E, 8>, 1, s, stream, kWhat, xe, s.rows, dh, ye,
+  return ShortRows(s.dh) ? LaunchStaged<E, 8>(HeadRmsNormForwardKernel<E, 8>, s, stream, kWhat, xe, s.rows, dh, ye,
                                               inv)
-                         : LaunchStaged<E, kWarp>(HeadRmsNormForwardKernel<E, kWarp>, 1, s, stream, kWhat, xe, s.rows,
+                         : LaunchStaged<E, kWarp>(HeadRmsNormForwardKernel<E, kWarp>, s, stream, kWhat, xe, s.rows,
                                                   dh, ye, inv);
 }
 
@@ -63,11 +69,13 @@ absl::Status HeadRmsNormBackward(const HeadRowsShape& s, const T* x, const float
   const E* dye = reinterpret_cast<const E*>(dy);
   E* dxe = reinterpret_cast<E*>(dx);
   const int dh = static_cast<int>(s.dh);
-  constexpr const char* kWhat = "HeadRmsNormBackward";
-  return ShortRows(s.dh) ? LaunchStaged<E, 8>(HeadRmsNormBackwardKernel<E, 8>, 2, s, stream, kWhat, xe, inv, dye,
-                                              s.rows, dh, dxe)
-                         : LaunchStaged<E, kWarp>(HeadRmsNormBackwardKernel<E, kWarp>, 2, s, stream, kWhat, xe, inv,
-                                                  dye, s.rows, dh, dxe);
+  if (ShortRows(s.dh)) {
+    HeadRmsNormBackwardKernel<E, 8><<<RowBlocks<8>(s.rows), kThreads, 0, stream>>>(xe, inv, dye, s.rows, dh, dxe);
+  } else {
+    HeadRmsNormBackwardKernel<E, kWarp><<<RowBlocks<kWarp>(s.rows), kThreads, 0, stream>>>(xe, inv, dye, s.rows, dh,
+                                                                                          dxe);
+  }
+  return Launched("HeadRmsNormBackward");
 }
 
 template absl::Status HeadRmsNormForward<float>(const HeadRowsShape&, const float*, float*, float*, cudaStream_t);

@@ -41,7 +41,7 @@ constexpr int kThreads = kWarpsPerBlock * kWarp;
 // Rows the block's groups take at a time.
 template <int kLanes>
 constexpr int kRowsPerPass = kWarpsPerBlock * (kWarp / kLanes);
-// A block stages its rows (x, and dy backward) in shared memory, about kStageElems elements a tensor,
+// The forward's block stages its rows in shared memory, about kStageElems elements,
 // so that global memory sees contiguous 16-byte moves (block_copy.cuh) instead of a lane's 2- or
 // 4-byte loads strided over the row; the arithmetic is the same. A block takes `passes` passes of
 // kRowsPerPass rows (RowsPerBlock).
@@ -86,38 +86,28 @@ __global__ void __launch_bounds__(kThreads)
   BlockCopy<kThreads>(y + first * dh, xs, n * dh);
 }
 
-// dx is written over the staged dy, then copied out.
+// The backward reads x and dy where they are, kRowsPerPass rows a block: staged like the forward it
+// took a third longer on the H100 (more registers, fewer blocks an SM; tools/bench/NOTES.md).
 template <typename T, int kLanes>
-__global__ void __launch_bounds__(kThreads) HeadRmsNormBackwardKernel(const T* x, const float* inv, const T* dy,
-                                                                      int64_t rows, int dh, T* dx, int block_rows) {
-  extern __shared__ __align__(16) unsigned char staged[];
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * block_rows;
-  const int n = static_cast<int>(min(static_cast<int64_t>(block_rows), rows - first));
-  T* xs = reinterpret_cast<T*>(staged);
-  T* ds = xs + block_rows * dh;
-  BlockCopy<kThreads>(xs, x + first * dh, n * dh);
-  BlockCopy<kThreads>(ds, dy + first * dh, n * dh);
-  __syncthreads();
+__global__ void __launch_bounds__(kThreads)
+    HeadRmsNormBackwardKernel(const T* x, const float* inv, const T* dy, int64_t rows, int dh, T* dx) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerPass<kLanes> + threadIdx.x / kLanes;
+  // Every lane takes part in the butterfly; rows past the end compute on row 0's values and write nothing.
+  const bool real = row < rows;
   const int g = threadIdx.x % kLanes;
-  for (int base = 0; base < n; base += kRowsPerPass<kLanes>) {
-    const int row = base + static_cast<int>(threadIdx.x) / kLanes;
-    const bool real = row < n;
-    const T* xr = xs + row * dh;
-    T* dr = ds + row * dh;
-    const float r = real ? inv[first + row] : 0.0f;
-    float s = 0.0f;
-    for (int i = g; i < dh; i += kLanes) {
-      if (real) s = __fadd_rn(s, __fmul_rn(Load(dr[i]), __fmul_rn(Load(xr[i]), r)));
-    }
-    s = __fdiv_rn(GroupSum<kLanes>(s), static_cast<float>(dh));
-    if (!real) continue;
-    for (int i = g; i < dh; i += kLanes) {
-      const float yv = __fmul_rn(Load(xr[i]), r);
-      dr[i] = Store<T>(__fmul_rn(r, __fsub_rn(Load(dr[i]), __fmul_rn(yv, s))));
-    }
+  const int64_t at = (real ? row : 0) * dh;
+  const T* xr = x + at;
+  const T* dyr = dy + at;
+  const float r = inv[real ? row : 0];
+  float s = 0.0f;
+  for (int i = g; i < dh; i += kLanes) s = __fadd_rn(s, __fmul_rn(Load(dyr[i]), __fmul_rn(Load(xr[i]), r)));
+  s = __fdiv_rn(GroupSum<kLanes>(s), static_cast<float>(dh));
+  if (!real) return;
+  T* dxr = dx + row * dh;
+  for (int i = g; i < dh; i += kLanes) {
+    const float yv = __fmul_rn(Load(xr[i]), r);
+    dxr[i] = Store<T>(__fmul_rn(r, __fsub_rn(Load(dyr[i]), __fmul_rn(yv, s))));
   }
-  __syncthreads();
-  BlockCopy<kThreads>(dx + first * dh, ds, n * dh);
 }
 
 }  // namespace gemtb::gpu::train::hrn

@@ -14,8 +14,6 @@ using qkr::kRowsPerBlock;
 using qkr::kThreads;
 using qkr::QkNormRopeKernel;
 
-// Every variant's shared memory stays under the 48 KB a launch may take without an attribute.
-static_assert(qkr::SharedBytes<true, float>() <= 48 * 1024);
 
 dim3 Grid(const RopeRows& r) {
   return dim3(static_cast<unsigned>(r.batch), static_cast<unsigned>((r.max_rows + kRowsPerBlock - 1) / kRowsPerBlock));
@@ -49,7 +47,7 @@ absl::Status Forward(const RopeRows& rows, const T* x, T* y, float* inv, cudaStr
   if (absl::Status s = ValidateRopeRows(rows); !s.ok()) return s;
   if (Empty(rows)) return absl::OkStatus();
   if (absl::Status s = NotNull({{x, "x"}, {y, "y"}, {inv, "inv"}}); !s.ok()) return s;
-  QkNormRopeKernel<false, T><<<Grid(rows), kThreads, qkr::SharedBytes<false, T>(), stream>>>(rows.offsets, rows.heads, rows.dh, rows.table, x,
+  QkNormRopeKernel<false, T><<<Grid(rows), kThreads, 0, stream>>>(rows.offsets, rows.heads, rows.dh, rows.table, x,
                                                                   nullptr, nullptr, y, inv);
   return Launched("QkNormRopeForward");
 }
@@ -59,7 +57,7 @@ absl::Status Backward(const RopeRows& rows, const T* x, const float* inv, const 
   if (absl::Status s = ValidateRopeRows(rows); !s.ok()) return s;
   if (Empty(rows)) return absl::OkStatus();
   if (absl::Status s = NotNull({{x, "x"}, {inv, "inv"}, {dy, "dy"}, {dx, "dx"}}); !s.ok()) return s;
-  QkNormRopeKernel<true, T><<<Grid(rows), kThreads, qkr::SharedBytes<true, T>(), stream>>>(rows.offsets, rows.heads, rows.dh, rows.table, x, dy,
+  QkNormRopeKernel<true, T><<<Grid(rows), kThreads, 0, stream>>>(rows.offsets, rows.heads, rows.dh, rows.table, x, dy,
                                                                  inv, dx, nullptr);
   return Launched("QkNormRopeBackward");
 }

@@ -51,9 +51,9 @@ void HostRow(const float* x, const float* dy, int dh, int lanes, float* y, float
   for (int i = 0; i < dh; ++i) dx[i] = r * (dy[i] - (x[i] * r) * s);
 }
 
-template <int kLanes, typename Body>
-void RunRows(int64_t rows, int dh, const Body& body) {
-  const int64_t block_rows = RowsPerBlock<kLanes>(dh);
+// `body` on blocks of `block_rows` rows each.
+template <typename Body>
+void RunRows(int64_t rows, int64_t block_rows, const Body& body) {
   const auto blocks = static_cast<unsigned>((rows + block_rows - 1) / block_rows);
   emu::SetGridDim({blocks, 1, 1});
   for (unsigned bx = 0; bx < blocks; ++bx) {
@@ -66,12 +66,11 @@ void RunRows(int64_t rows, int dh, const Body& body) {
 template <typename T, int kLanes>
 void Run(const std::vector<T>& x, const std::vector<T>& dy, int64_t rows, int dh, std::vector<T>& y,
          std::vector<float>& inv, std::vector<T>& dx) {
-  RunRows<kLanes>(rows, dh, [&](int block_rows) {
+  RunRows(rows, RowsPerBlock<kLanes>(dh), [&](int block_rows) {
     HeadRmsNormForwardKernel<T, kLanes>(x.data(), rows, dh, y.data(), inv.data(), block_rows);
   });
-  RunRows<kLanes>(rows, dh, [&](int block_rows) {
-    HeadRmsNormBackwardKernel<T, kLanes>(x.data(), inv.data(), dy.data(), rows, dh, dx.data(), block_rows);
-  });
+  RunRows(rows, kRowsPerPass<kLanes>,
+          [&](int) { HeadRmsNormBackwardKernel<T, kLanes>(x.data(), inv.data(), dy.data(), rows, dh, dx.data()); });
 }
 
 template <int kLanes>

