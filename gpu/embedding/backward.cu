@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "gpu/common/device_buffer.h"
+#include "gpu/common/sm_count.h"
 #include "gpu/embedding/api.h"
 #include "gpu/embedding/backward_kernels.cuh"
 #include "gpu/embedding/launch.h"
@@ -76,15 +77,20 @@ absl::Status LaunchBackward(const LaunchParams& p, int64_t num_values, const Bac
   }
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the row update kernel"));
   MarkPhase(b, 4);
-  const size_t hot_bytes = HotSharedBytes(b.max_dim);
-  // The kernel's limit is a process-wide attribute: set to the widest table's need, the same value
-  // whoever sets it, so modules of other widths launching from other threads cannot lower it
-  // between another's setting and launch ("too many resources requested", seen on the H200).
+  // The kernel's limit is a process-wide attribute, the same value whoever sets it, so modules
+  // launching from other threads cannot lower it between another's setting and launch.
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaFuncSetAttribute(HotRowKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    static_cast<int>(HotSharedBytes(kMaxDim))),
+                                                    static_cast<int>(kHotSharedBytes)),
                                "shared memory of the hot-row kernel"));
-  HotRowKernel<<<static_cast<unsigned>(HotRunCapacity(n)), kHotThreads, hot_bytes>>>(p, b);
+  // Per slice, twice the SMs' count of blocks (one block of 1,024 threads fits an SM) take the hot
+  // runs in turn: the list's count stays on the device, and a grid of its capacity was thousands
+  // of blocks that found no run.
+  const auto hot_blocks = static_cast<unsigned>(std::min<int64_t>(HotRunCapacity(n), 2 * HopperSmCount()));
+  const auto slices = static_cast<unsigned>((b.max_dim + kHotCols - 1) / kHotCols);
+  HotRowKernel<<<dim3(hot_blocks, slices), kHotThreads, kHotSharedBytes>>>(p, b);
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the hot-row kernel"));
+  HotRowApplyKernel<<<Blocks(HotRunCapacity(n), kRowWarps), kRowWarps * 32, shared_bytes>>>(p, b);
+  GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the hot-row apply kernel"));
   MarkPhase(b, 5);
   return absl::OkStatus();
 }

@@ -13,9 +13,10 @@
 //   5. a hot row (a run of >= kHotRun occurrences, e.g. the head of a Zipf distribution) gets a
 //      whole block instead: the seqsum fixes the order of the additions within each column, so
 //      the run cannot be split into partial sums, but its columns are independent and its
-//      contributions can be fetched and formed (w*gamma, gamma/n) in any order. The block stages
-//      tiles of contributions in shared memory, many loads in flight, and one thread per column
-//      folds the tile in sorted order; then one warp applies the optimizer as in 4.
+//      contributions can be fetched and formed (w*gamma, gamma/n) in any order, and its columns
+//      summed by different blocks. A block per 32 columns of the row stages tiles of contributions
+//      in shared memory, many loads in flight, and one thread per column folds the tile in sorted
+//      order; then a warp per hot row applies the optimizer as in 4.
 // Phase 4's time is the chain of dependent loads per row (run start, key, occurrence, bag,
 // gradient, row): a uniform batch touches ~1.9 M rows about once each, so a warp that walked the
 // chain row after row waited on memory most of the time. Resolved 32 rows at a time, one per lane,
@@ -340,151 +341,219 @@ __global__ void __launch_bounds__(kRowWarps * 32, kRowBlocksPerSm) RowUpdateKern
   }
 }
 
-// Shared memory of HotRowKernel: two batches of kHotThreads occurrences' metadata, two tiles of
-// formed contributions, then G and w of the row.
-size_t HotSharedBytes(int64_t max_dim) {
-  return 2 * kHotThreads * sizeof(Contribution) + (2 * kHotTileFloats + 2 * max_dim) * sizeof(float);
+// A hot row's columns in slices of kHotCols (a 128-byte line of fp32 terms an occurrence): one block
+// per (hot run, slice), so that a long run's loads and folds spread over several SMs. The seqsum
+// fixes the order of each column's additions, not which block adds them.
+constexpr int kHotCols = 32;
+
+// A tile holds at most a batch (kHotThreads occurrences) of a slice's formed contributions.
+__device__ __host__ inline int HotTileOccurrences(int width) {
+  const int fit = static_cast<int>(kHotTileFloats) / width;
+  return fit < kHotThreads ? fit : kHotThreads;
 }
 
-// One thread's part of a tile of a hot run's contributions: chunks q = tid + u kHotThreads of the
-// tile's occurrences [first, first + count) of the batch (occurrence q / chunks_per_row, columns
-// from (q % chunks_per_row) kChunk). Load only issues the gradient loads, so that they are in flight
-// while the block folds the tile before; Store forms the terms and writes them to a tile.
+// Shared memory of HotRowKernel: two batches of kHotThreads occurrences' metadata, two tiles of
+// formed contributions, and each tile occurrence's batch block (for the fold of blocked sums).
+constexpr size_t kHotSharedBytes =
+    2 * kHotThreads * sizeof(Contribution) + 2 * kHotTileFloats * sizeof(float) + 2 * kHotThreads * sizeof(int32_t);
+
+// One thread's part of a tile: chunks q = tid + u kHotThreads, chunk q % chunks_per_row of the
+// tile's occurrence q / chunks_per_row. The same positions in every tile of a slice, so the
+// divisions happen once a run.
 constexpr int kHotLoads = static_cast<int>(kHotTileFloats / kChunk / kHotThreads);
 constexpr int kHotFoldLoads = 8;  // a column's terms read from a tile before they are added
 
-struct HotTileLoads {
-  float4 g[kHotLoads];
-
-  // Indices within a tile are ints: count * chunks_per_row <= kHotTileFloats / kChunk.
-  __device__ void Load(const Contribution* meta, int first, int count, int chunks_per_row) {
+struct HotTileSlots {
+  int k[kHotLoads];  // the occurrence within the tile
+  int c[kHotLoads];  // its first column within the slice
+  __device__ explicit HotTileSlots(int chunks_per_row) {
 #pragma unroll
     for (int u = 0; u < kHotLoads; ++u) {
       const int q = static_cast<int>(threadIdx.x) + u * kHotThreads;
-      if (q >= count * chunks_per_row) break;
-      g[u] = *reinterpret_cast<const float4*>(meta[first + q / chunks_per_row].grad + (q % chunks_per_row) * kChunk);
-    }
-  }
-
-  __device__ void Store(const Contribution* meta, int first, int count, int chunks_per_row, int dim,
-                        float* tile) const {
-#pragma unroll
-    for (int u = 0; u < kHotLoads; ++u) {
-      const int q = static_cast<int>(threadIdx.x) + u * kHotThreads;
-      if (q >= count * chunks_per_row) break;
-      const int k = q / chunks_per_row, c = (q % chunks_per_row) * kChunk;
-      const Contribution& mc = meta[first + k];
-      float x[kChunk] = {g[u].x, g[u].y, g[u].z, g[u].w};
-      ContributionTerm(mc.pooling, mc.weight, mc.n, x);
-      *reinterpret_cast<float4*>(tile + k * dim + c) = make_float4(x[0], x[1], x[2], x[3]);
+      k[u] = q / chunks_per_row;
+      c[u] = (q % chunks_per_row) * kChunk;
     }
   }
 };
 
-// A block per hot run. Per batch of kHotThreads occurrences: each thread fetches one occurrence's
-// metadata, the next batch's into the other buffer while this one's first tile loads; the batch's
-// tiles of staged contributions alternate between two buffers: while thread j < dim folds column j
-// of one tile over its occurrences in sorted order, continuing the seqsum across tiles and batches,
-// every thread's loads of the next tile are in flight, and are stored to the other buffer after the
-// fold. The same additions, in the same order, as the warp path and the oracle.
-__global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p, const BackwardBuffers b) {
-  if (static_cast<int32_t>(blockIdx.x) >= *b.num_hot_runs) return;  // the whole block leaves together
-  extern __shared__ __align__(16) unsigned char hot_shared[];
-  Contribution* metas[2] = {reinterpret_cast<Contribution*>(hot_shared), nullptr};
-  metas[1] = metas[0] + kHotThreads;
-  float* tiles[2] = {reinterpret_cast<float*>(metas[1] + kHotThreads), nullptr};
-  tiles[1] = tiles[0] + kHotTileFloats;
-  float* s_grad = tiles[1] + kHotTileFloats;
-  float* s_w = s_grad + b.max_dim;
-  const int tid = static_cast<int>(threadIdx.x);
-  const int64_t run = b.hot_runs[blockIdx.x];
-  const int64_t start = b.run_start[run], end = b.run_start[run + 1];
-  const int64_t global_row = RowOfKey(b, start);
-  const TableParams& t = p.tables[TableOfRow(p.tables, p.num_tables, global_row)];
-  const int64_t row = global_row - t.row_offset;
-  const int dim = static_cast<int>(t.dim);  // <= kMaxDim
-  const int chunks_per_row = dim / kChunk;
-  const int per_tile = static_cast<int>(kHotTileFloats) / dim;  // >= 16 occurrences (dim <= 1024)
-  // Thread tid < dim: column tid's seqsum so far (with batch blocks: of the finished blocks, and
-  // `inner` of the current one).
-  float acc = 0.0f, inner = 0.0f;
-  bool any = false, inner_any = false;
-  int32_t block = -1;
-  int64_t blocks_seen = 0;
-  // Folds column tid of the tile holding occurrences [k0, k0 + count) of the batch `meta` describes.
-  const auto fold = [&](const Contribution* meta, const float* tile, int k0, int count) {
-    if (tid >= dim) return;
-    if (b.num_batch_blocks == 1) {
-      int k = 0;
-      if (!any) acc = tile[tid], k = 1, any = true;  // seqsum: the first term as is
-      // kHotFoldLoads terms read at a time, then added in order: the chain waits on the adds, not on
-      // each shared-memory load's latency.
-      for (; k + kHotFoldLoads <= count; k += kHotFoldLoads) {
-        float x[kHotFoldLoads];
+// Load issues a tile's gradient loads (occurrences [first, first + count) of the batch `meta`
+// describes, columns from c0), so that they are in flight while the block folds the tile before;
+// Store forms the terms and writes them (and the occurrences' batch blocks) to a tile.
+struct HotTileLoads {
+  float4 g[kHotLoads];
+
+  __device__ void Load(const Contribution* meta, int first, int count, int c0, const HotTileSlots& s) {
 #pragma unroll
-        for (int u = 0; u < kHotFoldLoads; ++u) x[u] = tile[(k + u) * dim + tid];
-#pragma unroll
-        for (int u = 0; u < kHotFoldLoads; ++u) acc = numerics::AddRn(acc, x[u]);
-      }
-      for (; k < count; ++k) acc = numerics::AddRn(acc, tile[k * dim + tid]);
-      return;
+    for (int u = 0; u < kHotLoads; ++u) {
+      if (s.k[u] >= count) break;  // k[u] grows with u
+      g[u] = __ldg(reinterpret_cast<const float4*>(meta[first + s.k[u]].grad + c0 + s.c[u]));
     }
-    for (int k = 0; k < count; ++k) {
-      const int32_t kb = meta[k0 + k].block;
-      if (kb != block) {  // a block ends: its seqsum joins the outer one (BlockSeqSum4)
-        if (inner_any) acc = any ? numerics::AddRn(acc, inner) : inner, any = true;
-        inner_any = false;
-        block = kb;
-        ++blocks_seen;
-      }
-      const float x = tile[k * dim + tid];
-      inner = inner_any ? numerics::AddRn(inner, x) : x;
-      inner_any = true;
+  }
+
+  __device__ void Store(const Contribution* meta, int first, int count, int width, const HotTileSlots& s,
+                        float* tile, int32_t* blocks) const {
+#pragma unroll
+    for (int u = 0; u < kHotLoads; ++u) {
+      if (s.k[u] >= count) break;
+      const Contribution& mc = meta[first + s.k[u]];
+      float x[kChunk] = {g[u].x, g[u].y, g[u].z, g[u].w};
+      ContributionTerm(mc.pooling, mc.weight, mc.n, x);
+      *reinterpret_cast<float4*>(tile + s.k[u] * width + s.c[u]) = make_float4(x[0], x[1], x[2], x[3]);
+      if (s.c[u] == 0) blocks[s.k[u]] = mc.block;
+    }
+  }
+};
+
+// Block (x, y) takes slice y (columns 32y ..) of hot runs x, x + gridDim.x, ... (the list's
+// entries past its count leave at once). The run's occurrences come in batches of kHotThreads,
+// whose metadata (a chain of dependent loads a occurrence) warps 1.. resolve one batch ahead into
+// two buffers; the batches' tiles of formed contributions alternate between two buffers: while
+// thread j < width (warp 0) folds column j of one tile in sorted order, continuing the seqsum
+// across tiles and batches, every thread's loads of the next tile are in flight, and are stored to
+// the other buffer after the fold. The same additions, in the same order, as the warp path and the
+// oracle. G goes to b.hot_grads; HotRowApplyKernel updates the rows once every slice is summed.
+__global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p, const BackwardBuffers b) {
+  extern __shared__ __align__(16) unsigned char hot_shared[];
+  Contribution* const metas = reinterpret_cast<Contribution*>(hot_shared);  // two batches
+  float* const tiles = reinterpret_cast<float*>(metas + 2 * kHotThreads);  // two tiles
+  int32_t* const tile_blocks = reinterpret_cast<int32_t*>(tiles + 2 * kHotTileFloats);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int32_t num_hot = *b.num_hot_runs;
+  const int c0 = static_cast<int>(blockIdx.y) * kHotCols;
+  // Batch `m`'s metadata (into buffer m % 2), one occurrence a thread of warps 1..: warp 0 folds.
+  const auto resolve = [&](int64_t start, int64_t end, int64_t m) {
+    const int64_t m0 = start + m * kHotThreads;
+    Contribution* meta = metas + (m % 2) * kHotThreads;
+    for (int i = tid - 32; i >= 0 && i < kHotThreads && m0 + i < end; i += kHotThreads - 32) {
+      meta[i] = ContributionOf(p, b, b.order_out[m0 + i]);
     }
   };
-  if (start + tid < end) metas[0][tid] = ContributionOf(p, b, b.order_out[start + tid]);
-  int mb = 0;  // the batch's metadata buffer
-  for (int64_t m0 = start; m0 < end; m0 += kHotThreads, mb ^= 1) {
-    const int batch_count = static_cast<int>(min(static_cast<int64_t>(kHotThreads), end - m0));
-    const Contribution* meta = metas[mb];
+  for (int32_t hot = static_cast<int32_t>(blockIdx.x); hot < num_hot; hot += static_cast<int32_t>(gridDim.x)) {
+    const int64_t run = b.hot_runs[hot];
+    const int64_t start = b.run_start[run], end = b.run_start[run + 1];
+    const int64_t global_row = RowOfKey(b, start);
+    const TableParams& t = p.tables[TableOfRow(p.tables, p.num_tables, global_row)];
+    const int dim = static_cast<int>(t.dim);  // <= kMaxDim
+    if (c0 >= dim) continue;                  // the whole block: this table has fewer slices
+    const int width = min(kHotCols, dim - c0);
+    const int per_tile = HotTileOccurrences(width);
+    const HotTileSlots slots(width / kChunk);
+    const int64_t batches = (end - start + kHotThreads - 1) / kHotThreads;
+    const auto batch_count = [&](int64_t m) {
+      return static_cast<int>(min(static_cast<int64_t>(kHotThreads), end - start - m * kHotThreads));
+    };
+    // Thread tid < width: column c0 + tid's seqsum so far (with batch blocks: of the finished
+    // blocks, and `inner` of the current one).
+    float acc = 0.0f, inner = 0.0f;
+    bool any = false, inner_any = false;
+    int32_t block = -1;
+    int64_t blocks_seen = 0;
+    // Folds column tid of a tile of `count` occurrences.
+    const auto fold = [&](const float* tile, const int32_t* blocks, int count) {
+      if (tid >= width) return;
+      if (b.num_batch_blocks == 1) {
+        int k = 0;
+        if (!any) acc = tile[tid], k = 1, any = true;  // seqsum: the first term as is
+        // kHotFoldLoads terms read at a time, then added in order: the chain waits on the adds, not on
+        // each shared-memory load's latency.
+        for (; k + kHotFoldLoads <= count; k += kHotFoldLoads) {
+          float x[kHotFoldLoads];
+#pragma unroll
+          for (int u = 0; u < kHotFoldLoads; ++u) x[u] = tile[(k + u) * width + tid];
+#pragma unroll
+          for (int u = 0; u < kHotFoldLoads; ++u) acc = numerics::AddRn(acc, x[u]);
+        }
+        for (; k < count; ++k) acc = numerics::AddRn(acc, tile[k * width + tid]);
+        return;
+      }
+      for (int k = 0; k < count; ++k) {
+        const int32_t kb = blocks[k];
+        if (kb != block) {  // a block ends: its seqsum joins the outer one (BlockSeqSum4)
+          if (inner_any) acc = any ? numerics::AddRn(acc, inner) : inner, any = true;
+          inner_any = false;
+          block = kb;
+          ++blocks_seen;
+        }
+        const float x = tile[k * width + tid];
+        inner = inner_any ? numerics::AddRn(inner, x) : x;
+        inner_any = true;
+      }
+    };
+    // The first tile, then per tile (m, k0): the next tile's loads, the batch after next's metadata
+    // where the next tile starts a batch, the fold, the next tile's store.
+    __syncthreads();  // the previous run's last tile is folded
+    resolve(start, end, 0);
     __syncthreads();
-    HotTileLoads loads;
-    loads.Load(meta, 0, min(per_tile, batch_count), chunks_per_row);
-    // The next batch's metadata (a chain of dependent loads) resolves while the first tile loads.
-    if (m0 + kHotThreads + tid < end) metas[mb ^ 1][tid] = ContributionOf(p, b, b.order_out[m0 + kHotThreads + tid]);
-    loads.Store(meta, 0, min(per_tile, batch_count), chunks_per_row, dim, tiles[0]);
+    {
+      HotTileLoads loads;
+      loads.Load(metas, 0, min(per_tile, batch_count(0)), c0, slots);
+      if (batches > 1) resolve(start, end, 1);
+      loads.Store(metas, 0, min(per_tile, batch_count(0)), width, slots, tiles, tile_blocks);
+    }
     __syncthreads();
     int cur = 0;
-    for (int k0 = 0; k0 < batch_count; k0 += per_tile) {
-      const int k1 = k0 + per_tile;
-      const int next_count = min(per_tile, batch_count - k1);  // <= 0: the batch's last tile
-      if (next_count > 0) loads.Load(meta, k1, next_count, chunks_per_row);
-      fold(meta, tiles[cur], k0, min(per_tile, batch_count - k0));
-      if (next_count > 0) loads.Store(meta, k1, next_count, chunks_per_row, dim, tiles[cur ^ 1]);
-      __syncthreads();
-      cur ^= 1;
+    for (int64_t m = 0; m < batches; ++m) {
+      const int count_m = batch_count(m);
+      for (int k0 = 0; k0 < count_m; k0 += per_tile) {
+        // The next tile: the rest of this batch, else the next batch's first.
+        int64_t nm = m;
+        int nk = k0 + per_tile;
+        if (nk >= count_m) nm = m + 1, nk = 0;
+        const int next_count = nm < batches ? min(per_tile, batch_count(nm) - nk) : 0;
+        const Contribution* next_meta = metas + (nm % 2) * kHotThreads;
+        HotTileLoads loads;
+        if (next_count > 0) loads.Load(next_meta, nk, next_count, c0, slots);
+        // Batch m's metadata is read for the last time by the previous tile's store: its buffer
+        // takes batch m + 2's.
+        if (nm == m + 1 && m + 2 < batches) resolve(start, end, m + 2);
+        fold(tiles + cur * kHotTileFloats, tile_blocks + cur * kHotThreads, min(per_tile, count_m - k0));
+        if (next_count > 0) {
+          loads.Store(next_meta, nk, next_count, width, slots, tiles + (cur ^ 1) * kHotTileFloats,
+                      tile_blocks + (cur ^ 1) * kHotThreads);
+        }
+        __syncthreads();
+        cur ^= 1;
+      }
+    }
+    if (tid < width) {
+      if (b.num_batch_blocks > 1) {
+        if (inner_any) acc = any ? numerics::AddRn(acc, inner) : inner;
+        if (blocks_seen < b.num_batch_blocks) acc = numerics::AddRn(acc, 0.0f);
+      }
+      b.hot_grads[static_cast<int64_t>(hot) * b.max_dim + c0 + tid] = acc;
     }
   }
-  if (tid < t.dim && b.num_batch_blocks > 1) {
-    if (inner_any) acc = any ? numerics::AddRn(acc, inner) : inner;
-    if (blocks_seen < b.num_batch_blocks) acc = numerics::AddRn(acc, 0.0f);
-  }
-  if (tid < t.dim) s_grad[tid] = acc;
-  if (tid < 32) {
-    for (int64_t c = tid * kChunk; c < t.dim; c += 32 * kChunk) {
-      float w[kChunk];
-      LoadChunk(t, row, c, w);
-      for (int k = 0; k < kChunk; ++k) s_w[c + k] = w[k];
+}
+
+// A warp per hot run: the row's G from b.hot_grads (every slice's), then the table's optimizer as
+// the warp path applies it (or, for the split step, the run's G and partial square sum).
+__global__ void __launch_bounds__(kRowWarps * 32) HotRowApplyKernel(const LaunchParams p, const BackwardBuffers b) {
+  extern __shared__ float shared[];  // per warp: G [max_dim], then w [max_dim]
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t hot = static_cast<int64_t>(blockIdx.x) * kRowWarps + warp;
+  if (hot >= *b.num_hot_runs) return;
+  const int64_t run = b.hot_runs[hot];
+  const int64_t global_row = RowOfKey(b, b.run_start[run]);
+  const TableParams& t = p.tables[TableOfRow(p.tables, p.num_tables, global_row)];
+  const int64_t row = global_row - t.row_offset;
+  float* s_grad = shared + warp * 2 * b.max_dim;
+  float* s_w = s_grad + b.max_dim;
+  for (int64_t c = lane * kChunk; c < t.dim; c += 32 * kChunk) {
+    float w[kChunk];
+    LoadChunk(t, row, c, w);
+    for (int k = 0; k < kChunk; ++k) {
+      s_grad[c + k] = b.hot_grads[hot * b.max_dim + c + k];
+      s_w[c + k] = w[k];
     }
   }
-  __syncthreads();
-  if (tid >= 32) return;
+  __syncwarp();
   if (b.run_grads != nullptr) {
-    StoreRunGradient(t, b, run, s_grad, s_w, tid);
+    StoreRunGradient(t, b, run, s_grad, s_w, lane);
     return;
   }
   const float state_before = t.optimizer.kind == OptimizerKind::kRowwiseAdagrad ? t.adagrad[row] : 0.0f;
-  ApplyRowUpdate(p, t, row, s_grad, s_w, state_before, nullptr, tid);
+  ApplyRowUpdate(p, t, row, s_grad, s_w, state_before, nullptr, lane);
 }
 
 // The split step's update: a warp per run, G from b.run_grads, the whole row's square sum given.

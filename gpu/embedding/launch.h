@@ -41,6 +41,7 @@ struct BackwardBuffers {
   int64_t max_dim = 4;
   int32_t* hot_runs = nullptr;     // [HotRunCapacity] indices of runs of >= kHotRun occurrences
   int32_t* num_hot_runs = nullptr; // [1]
+  float* hot_grads = nullptr;      // [HotRunCapacity][max_dim] each hot run's G (HotRowKernel's slices)
   // G_r's sum partitioned into blocks of `batch_block` consecutive samples (BlockSeqSum4; a sharded
   // module's holder: one block per source's local batch), `num_batch_blocks` of them; 0 = one block.
   int64_t batch_block = 0;
@@ -56,11 +57,13 @@ struct BackwardBuffers {
 };
 
 // The backward's phases in launch order: occurrence keys, radix sort, run detection (heads, scan,
-// starts, the hot-run list), the warp-per-row sum and update, the block-per-row sum of hot rows.
+// starts, the hot-run list), the warp-per-row sum and update, the hot rows' sums by column slices
+// and their update.
 inline constexpr int kBackwardPhases = 5;
 
-// A run of at least this many occurrences (a hot row) is summed by a whole block: its lanes stage
-// the contributions and each column is folded by one thread in the same order (see backward.cu).
+// A run of at least this many occurrences (a hot row) is summed by blocks of 32 columns each: their
+// lanes stage the contributions and each column is folded by one thread in the same order
+// (backward_kernels.cuh).
 inline constexpr int64_t kHotRun = 256;
 inline int64_t HotRunCapacity(int64_t num_values) { return num_values / kHotRun + 1; }
 

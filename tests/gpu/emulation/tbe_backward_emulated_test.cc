@@ -35,9 +35,16 @@ alignas(16) unsigned char hot_shared[size_t{1} << 18];
 namespace {
 
 template <typename Body>
-void RunGrid(int64_t blocks, int threads, const Body& body) {
-  emu::SetGridDim({static_cast<unsigned>(blocks), 1, 1});
-  for (int64_t bx = 0; bx < blocks; ++bx) emu::RunBlock({static_cast<unsigned>(bx), 0, 0}, threads, body);
+void RunGrid(int64_t blocks, int threads, const Body& body, int64_t blocks_y = 1) {
+  emu::SetGridDim({static_cast<unsigned>(blocks), static_cast<unsigned>(blocks_y), 1});
+  for (int64_t by = 0; by < blocks_y; ++by) {
+    for (int64_t bx = 0; bx < blocks; ++bx) {
+      // A block sees none of the previous block's shared memory, as on the device.
+      std::memset(shared, 0xFF, sizeof(shared));
+      std::memset(hot_shared, 0xFF, sizeof(hot_shared));
+      emu::RunBlock({static_cast<unsigned>(bx), static_cast<unsigned>(by), 0}, threads, body);
+    }
+  }
 }
 
 int64_t Blocks(int64_t items, int64_t per_block) { return (items + per_block - 1) / per_block; }
@@ -99,6 +106,7 @@ Tables RunKernels(const check::EmbedCase& c, int64_t batch_block, bool split) {
   std::vector<int32_t> bag_count(static_cast<size_t>(num_keys * batch)), run_head(static_cast<size_t>(n)),
       run_index(static_cast<size_t>(n)), hot_runs(static_cast<size_t>(HotRunCapacity(n)));
   int32_t num_runs = 0, num_hot_runs = 0;
+  std::vector<float> hot_grads(static_cast<size_t>(HotRunCapacity(n) * max_dim), 7.0f);
   std::vector<float> run_grads(split ? static_cast<size_t>(n * max_dim) : 0),
       run_square_sums(split ? static_cast<size_t>(n) : 0);
   BackwardBuffers b;
@@ -117,6 +125,7 @@ Tables RunKernels(const check::EmbedCase& c, int64_t batch_block, bool split) {
   b.max_dim = max_dim;
   b.hot_runs = hot_runs.data();
   b.num_hot_runs = &num_hot_runs;
+  b.hot_grads = hot_grads.data();
   if (batch_block > 0) {
     b.batch_block = batch_block;
     b.num_batch_blocks = batch / batch_block;
@@ -148,8 +157,12 @@ Tables RunKernels(const check::EmbedCase& c, int64_t batch_block, bool split) {
   } else {
     RunGrid(Blocks(Blocks(n, 32), kRowWarps), kRowWarps * 32, [&] { RowUpdateKernel<false>(pc, bc); });
   }
-  EXPECT_LE(HotSharedBytes(max_dim), sizeof(hot_shared));
-  RunGrid(HotRunCapacity(n), kHotThreads, [&] { HotRowKernel(pc, bc); });
+  static_assert(kHotSharedBytes <= sizeof(hot_shared));
+  // Fewer blocks than hot runs (each block takes several in turn), a slice of 32 columns each.
+  RunGrid(
+      std::min<int64_t>(HotRunCapacity(n), 3), kHotThreads, [&] { HotRowKernel(pc, bc); },
+      (max_dim + kHotCols - 1) / kHotCols);
+  RunGrid(Blocks(HotRunCapacity(n), kRowWarps), kRowWarps * 32, [&] { HotRowApplyKernel(pc, bc); });
   if (split) {
     // One shard: its partial square sums are the whole rows'.
     RunGrid(Blocks(n, kRowWarps), kRowWarps * 32, [&] { ApplyRowsKernel(pc, bc, run_square_sums.data()); });
