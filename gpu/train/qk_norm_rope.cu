@@ -12,8 +12,7 @@ namespace {
 
 using qkr::kRowsPerBlock;
 using qkr::kThreads;
-using qkr::QkNormRopeKernel;
-
+using qkr::QkNormRopeKernelFor;
 
 dim3 Grid(const RopeRows& r) {
   return dim3(static_cast<unsigned>(r.batch), static_cast<unsigned>((r.max_rows + kRowsPerBlock - 1) / kRowsPerBlock));
@@ -47,8 +46,8 @@ absl::Status Forward(const RopeRows& rows, const T* x, T* y, float* inv, cudaStr
   if (absl::Status s = ValidateRopeRows(rows); !s.ok()) return s;
   if (Empty(rows)) return absl::OkStatus();
   if (absl::Status s = NotNull({{x, "x"}, {y, "y"}, {inv, "inv"}}); !s.ok()) return s;
-  QkNormRopeKernel<false, T><<<Grid(rows), kThreads, 0, stream>>>(rows.offsets, rows.heads, rows.dh, rows.table, x,
-                                                                  nullptr, nullptr, y, inv);
+  QkNormRopeKernelFor<false, T>(rows.dh)<<<Grid(rows), kThreads, 0, stream>>>(rows.offsets, rows.heads, rows.dh,
+                                                                             rows.table, x, nullptr, nullptr, y, inv);
   return Launched("QkNormRopeForward");
 }
 
@@ -57,8 +56,8 @@ absl::Status Backward(const RopeRows& rows, const T* x, const float* inv, const 
   if (absl::Status s = ValidateRopeRows(rows); !s.ok()) return s;
   if (Empty(rows)) return absl::OkStatus();
   if (absl::Status s = NotNull({{x, "x"}, {inv, "inv"}, {dy, "dy"}, {dx, "dx"}}); !s.ok()) return s;
-  QkNormRopeKernel<true, T><<<Grid(rows), kThreads, 0, stream>>>(rows.offsets, rows.heads, rows.dh, rows.table, x, dy,
-                                                                 inv, dx, nullptr);
+  QkNormRopeKernelFor<true, T>(rows.dh)<<<Grid(rows), kThreads, 0, stream>>>(rows.offsets, rows.heads, rows.dh,
+                                                                            rows.table, x, dy, inv, dx, nullptr);
   return Launched("QkNormRopeBackward");
 }
 

@@ -34,11 +34,16 @@ __device__ inline float GroupSum(float v) {
 
 // The head rows of rows [blockIdx.y * kRowsPerBlock, + kRowsPerBlock) of sample blockIdx.x. Every lane
 // of a warp runs the same steps (head rows past the end compute on the block's first and write
-// nothing), so the shuffles always see the whole warp.
-template <bool kBackward, typename T>
+// nothing), so the shuffles always see the whole warp. kPerLane > 0: dh is kPerLane * kLanes, and a
+// lane's loops run exactly kPerLane steps with no bounds tests (the kernel issues instructions at
+// about 60% of the slots, so the ones it need not run are its time); 0: any even dh up to 64.
+template <bool kBackward, typename T, int kPerLane = 0>
 __global__ void __launch_bounds__(kThreads)
-    QkNormRopeKernel(const int32_t* offsets, int heads, int dh, const float* table, const T* x, const T* dy,
+    QkNormRopeKernel(const int32_t* offsets, int heads, int dh_in, const float* table, const T* x, const T* dy,
                      const float* inv_in, T* out, float* inv_out) {
+  constexpr bool kExact = kPerLane > 0;
+  constexpr int kN = kExact ? kPerLane : kMaxPerLane;  // a lane's steps
+  const int dh = kExact ? kPerLane * kLanes : dh_in;
   const int64_t row0 = offsets[blockIdx.x];
   const int n = static_cast<int>(offsets[blockIdx.x + 1] - row0);
   const int t0 = blockIdx.y * kRowsPerBlock;
@@ -51,26 +56,26 @@ __global__ void __launch_bounds__(kThreads)
     const int t = t0 + (real ? hr : 0) / heads;
     const int64_t at = ((row0 + t0) * heads + (real ? hr : 0)) * dh;
     const float* trow = table + static_cast<int64_t>(t) * dh;
-    float xs[kMaxPerLane];
+    float xs[kN];
 #pragma unroll
-    for (int k = 0; k < kMaxPerLane; ++k) {
+    for (int k = 0; k < kN; ++k) {
       const int i = g + kLanes * k;
-      xs[k] = i < dh ? Load(x + at + i) : 0.0f;
+      xs[k] = kExact || i < dh ? Load(x + at + i) : 0.0f;
     }
     if (!kBackward) {
       float ss = 0.0f;
 #pragma unroll
-      for (int k = 0; k < kMaxPerLane; ++k) {
-        if (g + kLanes * k < dh) ss = __fadd_rn(ss, __fmul_rn(xs[k], xs[k]));
+      for (int k = 0; k < kN; ++k) {
+        if (kExact || g + kLanes * k < dh) ss = __fadd_rn(ss, __fmul_rn(xs[k], xs[k]));
       }
       const float r =
           __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(GroupSum(ss), static_cast<float>(dh)), kEps)));
 #pragma unroll
-      for (int k = 0; k < kMaxPerLane; ++k) {
+      for (int k = 0; k < kN; ++k) {
         const int i = g + kLanes * k;
         const float y = __fmul_rn(xs[k], r);
         const float partner = __shfl_xor_sync(0xffffffffu, y, 1);
-        if (!real || i >= dh) continue;
+        if (!real || (!kExact && i >= dh)) continue;
         const int m = i / 2;
         const float sn = trow[m], cs = trow[half + m];
         Store(out + at + i, (i % 2 == 0) ? __fsub_rn(__fmul_rn(y, cs), __fmul_rn(partner, sn))
@@ -79,30 +84,45 @@ __global__ void __launch_bounds__(kThreads)
       if (real && g == 0) inv_out[at / dh] = r;
     } else {
       const float r = inv_in[at / dh];
-      float gs[kMaxPerLane];
+      float gs[kN];
       float s = 0.0f;
 #pragma unroll
-      for (int k = 0; k < kMaxPerLane; ++k) {
+      for (int k = 0; k < kN; ++k) {
         const int i = g + kLanes * k;
-        const float d = i < dh ? Load(dy + at + i) : 0.0f;
+        const float d = kExact || i < dh ? Load(dy + at + i) : 0.0f;
         const float partner = __shfl_xor_sync(0xffffffffu, d, 1);
         // RoPE's transpose, as the reference's RopeBackward: (a cs + b sn, b cs - a sn).
         const int m = i / 2;
-        const float sn = i < dh ? trow[m] : 0.0f, cs = i < dh ? trow[half + m] : 0.0f;
+        const float sn = kExact || i < dh ? trow[m] : 0.0f, cs = kExact || i < dh ? trow[half + m] : 0.0f;
         gs[k] = (i % 2 == 0) ? __fadd_rn(__fmul_rn(d, cs), __fmul_rn(partner, sn))
                              : __fsub_rn(__fmul_rn(d, cs), __fmul_rn(partner, sn));
-        if (i < dh) s = __fadd_rn(s, __fmul_rn(gs[k], __fmul_rn(xs[k], r)));
+        if (kExact || i < dh) s = __fadd_rn(s, __fmul_rn(gs[k], __fmul_rn(xs[k], r)));
       }
       s = __fdiv_rn(GroupSum(s), static_cast<float>(dh));
       if (!real) continue;
 #pragma unroll
-      for (int k = 0; k < kMaxPerLane; ++k) {
+      for (int k = 0; k < kN; ++k) {
         const int i = g + kLanes * k;
-        if (i >= dh) continue;
+        if (!kExact && i >= dh) continue;
         const float yv = __fmul_rn(xs[k], r);
         Store(out + at + i, __fmul_rn(r, __fsub_rn(gs[k], __fmul_rn(yv, s))));
       }
     }
+  }
+}
+
+// The kernel for head dim dh: its exact instance at 16, 32 and 64, else the general one.
+template <bool kBackward, typename T>
+inline auto QkNormRopeKernelFor(int dh) -> decltype(&QkNormRopeKernel<kBackward, T, 0>) {
+  switch (dh) {
+    case 2 * kLanes:
+      return &QkNormRopeKernel<kBackward, T, 2>;
+    case 4 * kLanes:
+      return &QkNormRopeKernel<kBackward, T, 4>;
+    case 8 * kLanes:
+      return &QkNormRopeKernel<kBackward, T, 8>;
+    default:
+      return &QkNormRopeKernel<kBackward, T, 0>;
   }
 }
 

@@ -65,11 +65,11 @@ TEST(QkNormRopeEmulated, KernelGivesTheHostModelsBytes) {
     const unsigned gx = static_cast<unsigned>(s.lengths.size());
     const unsigned gy = static_cast<unsigned>((max_rows + kRowsPerBlock - 1) / kRowsPerBlock);
     RunGrid(gx, gy, [&] {
-      QkNormRopeKernel<false, float>(off.data(), s.heads, s.dh, table.data(), x.data(), nullptr, nullptr, y.data(),
+      QkNormRopeKernelFor<false, float>(s.dh)(off.data(), s.heads, s.dh, table.data(), x.data(), nullptr, nullptr, y.data(),
                               inv.data());
     });
     RunGrid(gx, gy, [&] {
-      QkNormRopeKernel<true, float>(off.data(), s.heads, s.dh, table.data(), x.data(), dx.data(), inv.data(), dx.data(),
+      QkNormRopeKernelFor<true, float>(s.dh)(off.data(), s.heads, s.dh, table.data(), x.data(), dx.data(), inv.data(), dx.data(),
                              nullptr);
     });
     EXPECT_TRUE(SameBytes(y, want_y)) << where << ": y";
@@ -94,11 +94,11 @@ TEST(QkNormRopeEmulated, KernelGivesTheHostModelsBytes) {
     std::vector<uint16_t> y16(n, numerics::FloatToBf16BitsRne(7.0f)), dx16 = dy16;
     std::vector<float> inv16(want_inv.size(), 7.0f);
     RunGrid(gx, gy, [&] {
-      QkNormRopeKernel<false, uint16_t>(off.data(), s.heads, s.dh, table.data(), x16.data(), nullptr, nullptr,
+      QkNormRopeKernelFor<false, uint16_t>(s.dh)(off.data(), s.heads, s.dh, table.data(), x16.data(), nullptr, nullptr,
                                         y16.data(), inv16.data());
     });
     RunGrid(gx, gy, [&] {
-      QkNormRopeKernel<true, uint16_t>(off.data(), s.heads, s.dh, table.data(), x16.data(), dx16.data(),
+      QkNormRopeKernelFor<true, uint16_t>(s.dh)(off.data(), s.heads, s.dh, table.data(), x16.data(), dx16.data(),
                                        inv16.data(), dx16.data(), nullptr);
     });
     EXPECT_EQ(y16, rounded(want_y16)) << where << ": bf16 y";
