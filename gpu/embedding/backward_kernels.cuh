@@ -525,6 +525,20 @@ __global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p
   }
 }
 
+// A warp's copy of a row's G (`grad`, from an earlier kernel) and weights (widened) into s_grad and s_w,
+// for ApplyRowUpdate.
+__device__ void StageRow(const TableParams& t, int64_t row, const float* grad, float* s_grad, float* s_w, int lane) {
+  for (int64_t c = lane * kChunk; c < t.dim; c += 32 * kChunk) {
+    float w[kChunk];
+    LoadChunk(t, row, c, w);
+    for (int k = 0; k < kChunk; ++k) {
+      s_grad[c + k] = grad[c + k];
+      s_w[c + k] = w[k];
+    }
+  }
+  __syncwarp();
+}
+
 // A warp per hot run: the row's G from b.hot_grads (every slice's), then the table's optimizer as
 // the warp path applies it (or, for the split step, the run's G and partial square sum).
 __global__ void __launch_bounds__(kRowWarps * 32) HotRowApplyKernel(const LaunchParams p, const BackwardBuffers b) {
@@ -539,15 +553,7 @@ __global__ void __launch_bounds__(kRowWarps * 32) HotRowApplyKernel(const Launch
   const int64_t row = global_row - t.row_offset;
   float* s_grad = shared + warp * 2 * b.max_dim;
   float* s_w = s_grad + b.max_dim;
-  for (int64_t c = lane * kChunk; c < t.dim; c += 32 * kChunk) {
-    float w[kChunk];
-    LoadChunk(t, row, c, w);
-    for (int k = 0; k < kChunk; ++k) {
-      s_grad[c + k] = b.hot_grads[hot * b.max_dim + c + k];
-      s_w[c + k] = w[k];
-    }
-  }
-  __syncwarp();
+  StageRow(t, row, b.hot_grads + hot * b.max_dim, s_grad, s_w, lane);
   if (b.run_grads != nullptr) {
     StoreRunGradient(t, b, run, s_grad, s_w, lane);
     return;
@@ -570,15 +576,7 @@ __global__ void __launch_bounds__(kRowWarps * 32) ApplyRowsKernel(const LaunchPa
   const int64_t row = global_row - t.row_offset;
   float* s_grad = shared + warp * 2 * b.max_dim;
   float* s_w = s_grad + b.max_dim;
-  for (int64_t c = lane * kChunk; c < t.dim; c += 32 * kChunk) {
-    float w[kChunk];
-    LoadChunk(t, row, c, w);
-    for (int k = 0; k < kChunk; ++k) {
-      s_grad[c + k] = b.run_grads[run * b.max_dim + c + k];
-      s_w[c + k] = w[k];
-    }
-  }
-  __syncwarp();
+  StageRow(t, row, b.run_grads + run * b.max_dim, s_grad, s_w, lane);
   const float state_before = t.optimizer.kind == OptimizerKind::kRowwiseAdagrad ? t.adagrad[row] : 0.0f;
   ApplyRowUpdate(p, t, row, s_grad, s_w, state_before, square_sums + run, lane);
 }
