@@ -82,7 +82,7 @@ absl::Status LaunchBackward(const LaunchParams& p, int64_t num_values, const Bac
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaFuncSetAttribute(HotRowKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                     static_cast<int>(kHotSharedBytes)),
                                "shared memory of the hot-row kernel"));
-  // Per slice, twice the SMs' count of blocks (one block of 1,024 threads fits an SM) take the hot
+  // Per slice, twice the SMs' count of blocks (one block fits an SM: its shared memory) take the hot
   // runs in turn: the list's count stays on the device, and a grid of its capacity was thousands
   // of blocks that found no run.
   const auto hot_blocks = static_cast<unsigned>(std::min<int64_t>(HotRunCapacity(n), 2 * HopperSmCount()));

@@ -42,7 +42,9 @@ constexpr int kRowWarps = 4;
 constexpr int kRowBlocksPerSm = 8;
 constexpr int kThreads = 256;
 constexpr int kLoadsInFlight = 2;
-constexpr int kHotThreads = 1024;
+// 512 threads: 128 registers a thread, so that the folding warp keeps a group's shared-memory loads
+// in flight (at 1,024 threads, 64 registers, ptxas issued each load just before its add).
+constexpr int kHotThreads = 512;
 constexpr int64_t kHotTileFloats = 16384;  // one tile of staged contributions, 64 KiB
 
 __global__ void __launch_bounds__(kBagWarps * 32) OccurrenceKernel(const LaunchParams p, BackwardBuffers b) {
@@ -454,14 +456,24 @@ __global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p
       if (b.num_batch_blocks == 1) {
         int k = 0;
         if (!any) acc = tile[tid], k = 1, any = true;  // seqsum: the first term as is
-        // kHotFoldLoads terms read at a time, then added in order: the chain waits on the adds, not on
-        // each shared-memory load's latency.
-        for (; k + kHotFoldLoads <= count; k += kHotFoldLoads) {
+        // kHotFoldLoads terms read at a time and added in order, the next group's reads issued before
+        // this group's adds: the chain waits on the adds, not on the shared-memory loads' latency.
+        if (k + kHotFoldLoads <= count) {
           float x[kHotFoldLoads];
 #pragma unroll
           for (int u = 0; u < kHotFoldLoads; ++u) x[u] = tile[(k + u) * width + tid];
+          for (; k + 2 * kHotFoldLoads <= count; k += kHotFoldLoads) {
+            float next[kHotFoldLoads];
+#pragma unroll
+            for (int u = 0; u < kHotFoldLoads; ++u) next[u] = tile[(k + kHotFoldLoads + u) * width + tid];
+#pragma unroll
+            for (int u = 0; u < kHotFoldLoads; ++u) acc = numerics::AddRn(acc, x[u]);
+#pragma unroll
+            for (int u = 0; u < kHotFoldLoads; ++u) x[u] = next[u];
+          }
 #pragma unroll
           for (int u = 0; u < kHotFoldLoads; ++u) acc = numerics::AddRn(acc, x[u]);
+          k += kHotFoldLoads;
         }
         for (; k < count; ++k) acc = numerics::AddRn(acc, tile[k * width + tid]);
         return;
