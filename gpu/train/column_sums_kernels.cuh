@@ -54,32 +54,20 @@ __global__ void ColumnBlockSumsKernel(const T* x, int64_t rows, int64_t cols, in
 // whose column sums are its bias's gradient: du[r, c] = dg[r, c] GELU'(u[r, c]) rounded to bf16 (the
 // elementwise GeluBackward's bytes), and partial[blockIdx.y, c] the sum of the block's rounded du
 // widened, in row order from 0 (ColumnBlockSumsKernel's sum over du), so du is not read again for the
-// bias. bf16 rows as their bits, `cols` apart; one thread a column. A thread reads kGeluRows rows' u and dg before it writes any du: du may not alias them
-// (__restrict__), so their loads are in flight together instead of each waiting on the previous
-// row's store (a load and a store a row in turn left the kernel waiting on memory, not moving it).
-constexpr int kGeluRows = 8;
-
-__global__ void GeluBackwardBlockSumsKernel(const uint16_t* __restrict__ u, const uint16_t* __restrict__ dg,
-                                            int64_t rows, int64_t cols, uint16_t* __restrict__ du,
-                                            float* __restrict__ partial) {
+// bias. bf16 rows as their bits, `cols` apart; one thread a column.
+__global__ void GeluBackwardBlockSumsKernel(const uint16_t* u, const uint16_t* dg, int64_t rows, int64_t cols,
+                                            uint16_t* du, float* partial) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kBlockRows;
   const int64_t r1 = r0 + kBlockRows < rows ? r0 + kBlockRows : rows;
   float s = 0.0f;
-  for (int64_t r = r0; r < r1; r += kGeluRows) {
-    uint16_t uv[kGeluRows], gv[kGeluRows];
-#pragma unroll
-    for (int k = 0; k < kGeluRows; ++k) {
-      if (r + k < r1) uv[k] = u[(r + k) * cols + c], gv[k] = dg[(r + k) * cols + c];
-    }
-#pragma unroll
-    for (int k = 0; k < kGeluRows; ++k) {
-      if (r + k >= r1) break;
-      const uint16_t d = Storage<ElementType::kBFloat16>::FromFloat(__fmul_rn(Load(&gv[k]), GeluGradOf(Load(&uv[k]))));
-      du[(r + k) * cols + c] = d;
-      s = __fadd_rn(s, Load(&d));
-    }
+#pragma unroll 4
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t e = r * cols + c;
+    const uint16_t d = Storage<ElementType::kBFloat16>::FromFloat(__fmul_rn(Load(dg + e), GeluGradOf(Load(u + e))));
+    du[e] = d;
+    s = __fadd_rn(s, Load(&d));
   }
   partial[static_cast<int64_t>(blockIdx.y) * cols + c] = s;
 }
