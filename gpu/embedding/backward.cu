@@ -77,8 +77,6 @@ absl::Status LaunchBackward(const LaunchParams& p, int64_t num_values, const Bac
   }
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the row update kernel"));
   MarkPhase(b, 4);
-  HotContributionsKernel<<<Blocks(n, kThreads), kThreads>>>(p, b, n);
-  GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the hot contributions kernel"));
   // The kernel's limit is a process-wide attribute, the same value whoever sets it, so modules
   // launching from other threads cannot lower it between another's setting and launch.
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaFuncSetAttribute(HotRowKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

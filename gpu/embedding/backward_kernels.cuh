@@ -10,14 +10,13 @@
 //      state and, for a row touched once, that occurrence's contribution), then the warp sums each
 //      row's contributions per column as a seqsum in that order (G_r) and applies the table's
 //      optimizer and rounding to the row in the same kernel;
-//   5. a hot row (a run of >= kHotRun occurrences, e.g. the head of a Zipf distribution) gets
-//      blocks instead: the seqsum fixes the order of the additions within each column, so the run
-//      cannot be split into partial sums, but its columns are independent, summed by different
-//      blocks, and its contributions can be fetched and formed (w*gamma, gamma/n) in any order.
-//      Each hot occurrence's contribution record is written first (sorted order, a thread each);
-//      then a block per 32 columns of the row stages tiles of contributions in shared memory, many
-//      loads in flight, and one thread per column folds each tile in sorted order; then a warp per
-//      hot row applies the optimizer as in 4.
+//   5. a hot row (a run of >= kHotRun occurrences, e.g. the head of a Zipf distribution) gets a
+//      whole block instead: the seqsum fixes the order of the additions within each column, so
+//      the run cannot be split into partial sums, but its columns are independent and its
+//      contributions can be fetched and formed (w*gamma, gamma/n) in any order, and its columns
+//      summed by different blocks. A block per 32 columns of the row stages tiles of contributions
+//      in shared memory, many loads in flight, and one thread per column folds the tile in sorted
+//      order; then a warp per hot row applies the optimizer as in 4.
 // Phase 4's time is the chain of dependent loads per row (run start, key, occurrence, bag,
 // gradient, row): a uniform batch touches ~1.9 M rows about once each, so a warp that walked the
 // chain row after row waited on memory most of the time. Resolved 32 rows at a time, one per lane,
@@ -105,6 +104,15 @@ __global__ void HotRunListKernel(const BackwardBuffers b) {
   b.hot_runs[atomicAdd(b.num_hot_runs, 1)] = static_cast<int32_t>(run);
 }
 
+// Where occurrence `v`'s upstream gradient row starts, and its scalar (weight or n).
+struct Contribution {
+  const float* grad = nullptr;
+  float weight = 0.0f;
+  int32_t n = 0;
+  Pooling pooling = Pooling::kSum;
+  int32_t block = 0;  // the sample's block of G's partitioned sum
+};
+
 __device__ Contribution ContributionOf(const LaunchParams& p, const BackwardBuffers& b, int64_t v) {
   const int64_t bag = b.value_bag[v];
   const FeatureParams& fp = p.features[bag / p.kjt.batch];
@@ -119,18 +127,6 @@ __device__ Contribution ContributionOf(const LaunchParams& p, const BackwardBuff
   if (fp.pooling == Pooling::kMean) c.n = b.bag_count[bag];
   if (b.batch_block > 0) c.block = static_cast<int32_t>((bag % p.kjt.batch) / b.batch_block);
   return c;
-}
-
-// The contribution record of each sorted occurrence of a hot run (b.contributions, in sorted
-// order), so that HotRowKernel reads a batch's records in one coalesced load a thread instead of
-// resolving each through a chain of dependent loads (position -> occurrence -> bag -> feature ->
-// table) while its folding warp waits at the tile's barrier.
-__global__ void HotContributionsKernel(const LaunchParams p, const BackwardBuffers b, int64_t n) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const int64_t run = b.run_index[i] + b.run_head[i] - 1;
-  if (b.run_start[run + 1] - b.run_start[run] < kHotRun) return;
-  b.contributions[i] = ContributionOf(p, b, b.order_out[i]);
 }
 
 // The row gradient's running sum: one seqsum, or with batch blocks (kBlocked) the seqsum of each
@@ -412,8 +408,8 @@ struct HotTileLoads {
 
 // Block (x, y) takes slice y (columns 32y ..) of hot runs x, x + gridDim.x, ... (the list's
 // entries past its count leave at once). The run's occurrences come in batches of kHotThreads,
-// whose contribution records (HotContributionsKernel's) warps 1.. copy one batch ahead into two
-// buffers; the batches' tiles of formed contributions alternate between two buffers: while
+// whose metadata (a chain of dependent loads a occurrence) warps 1.. resolve one batch ahead into
+// two buffers; the batches' tiles of formed contributions alternate between two buffers: while
 // thread j < width (warp 0) folds column j of one tile in sorted order, continuing the seqsum
 // across tiles and batches, every thread's loads of the next tile are in flight, and are stored to
 // the other buffer after the fold. The same additions, in the same order, as the warp path and the
@@ -426,12 +422,12 @@ __global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p
   const int tid = static_cast<int>(threadIdx.x);
   const int32_t num_hot = *b.num_hot_runs;
   const int c0 = static_cast<int>(blockIdx.y) * kHotCols;
-  // Batch `m`'s records (into buffer m % 2), one occurrence a thread of warps 1..: warp 0 folds.
+  // Batch `m`'s metadata (into buffer m % 2), one occurrence a thread of warps 1..: warp 0 folds.
   const auto resolve = [&](int64_t start, int64_t end, int64_t m) {
     const int64_t m0 = start + m * kHotThreads;
     Contribution* meta = metas + (m % 2) * kHotThreads;
     for (int i = tid - 32; i >= 0 && i < kHotThreads && m0 + i < end; i += kHotThreads - 32) {
-      meta[i] = b.contributions[m0 + i];
+      meta[i] = ContributionOf(p, b, b.order_out[m0 + i]);
     }
   };
   for (int32_t hot = static_cast<int32_t>(blockIdx.x); hot < num_hot; hot += static_cast<int32_t>(gridDim.x)) {

@@ -22,16 +22,6 @@ absl::Status LaunchInitTable(const TableParams& table, uint64_t seed);
 absl::Status LaunchForward(const LaunchParams& p);
 
 // Scratch of the backward, [num_values] unless said otherwise.
-// Where an occurrence's upstream gradient row starts, and its scalar (weight or n): what the
-// backward adds of it to its row's G (backward_kernels.cuh's ContributionOf).
-struct Contribution {
-  const float* grad = nullptr;
-  float weight = 0.0f;
-  int32_t n = 0;
-  Pooling pooling = Pooling::kSum;
-  int32_t block = 0;  // the sample's block of G's partitioned sum
-};
-
 struct BackwardBuffers {
   uint64_t* keys_in = nullptr;
   uint64_t* keys_out = nullptr;
@@ -52,7 +42,6 @@ struct BackwardBuffers {
   int32_t* hot_runs = nullptr;     // [HotRunCapacity] indices of runs of >= kHotRun occurrences
   int32_t* num_hot_runs = nullptr; // [1]
   float* hot_grads = nullptr;      // [HotRunCapacity][max_dim] each hot run's G (HotRowKernel's slices)
-  Contribution* contributions = nullptr;  // [num_values] the hot runs' occurrences' records, sorted order
   // G_r's sum partitioned into blocks of `batch_block` consecutive samples (BlockSeqSum4; a sharded
   // module's holder: one block per source's local batch), `num_batch_blocks` of them; 0 = one block.
   int64_t batch_block = 0;
