@@ -406,6 +406,38 @@ struct HotTileLoads {
   }
 };
 
+// acc + col[k0 s] + col[(k0 + 1) s] + ... + col[(count - 1) s], added in that order, s the tile's
+// row stride: kHotFoldLoads reads at a time, the next group's issued before this group's adds, so
+// the chain waits on the adds, not on the shared-memory loads' latency. kStride > 0 is the stride
+// known at compile time (a full slice): the reads' offsets are then immediates, where at a stride
+// known only at run time each address waited on the one computed before it.
+template <int kStride>
+__device__ float FoldColumn(const float* col, int k0, int count, int stride, float acc) {
+  const int s = kStride > 0 ? kStride : stride;
+  int k = k0;
+  if (k + kHotFoldLoads <= count) {
+    const float* at = col + k * s;
+    float x[kHotFoldLoads];
+#pragma unroll
+    for (int u = 0; u < kHotFoldLoads; ++u) x[u] = at[u * s];
+    for (; k + 2 * kHotFoldLoads <= count; k += kHotFoldLoads) {
+      at += kHotFoldLoads * s;
+      float next[kHotFoldLoads];
+#pragma unroll
+      for (int u = 0; u < kHotFoldLoads; ++u) next[u] = at[u * s];
+#pragma unroll
+      for (int u = 0; u < kHotFoldLoads; ++u) acc = numerics::AddRn(acc, x[u]);
+#pragma unroll
+      for (int u = 0; u < kHotFoldLoads; ++u) x[u] = next[u];
+    }
+#pragma unroll
+    for (int u = 0; u < kHotFoldLoads; ++u) acc = numerics::AddRn(acc, x[u]);
+    k += kHotFoldLoads;
+  }
+  for (; k < count; ++k) acc = numerics::AddRn(acc, col[k * s]);
+  return acc;
+}
+
 // Block (x, y) takes slice y (columns 32y ..) of hot runs x, x + gridDim.x, ... (the list's
 // entries past its count leave at once). The run's occurrences come in batches of kHotThreads,
 // whose metadata (a chain of dependent loads a occurrence) warps 1.. resolve one batch ahead into
@@ -456,26 +488,8 @@ __global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p
       if (b.num_batch_blocks == 1) {
         int k = 0;
         if (!any) acc = tile[tid], k = 1, any = true;  // seqsum: the first term as is
-        // kHotFoldLoads terms read at a time and added in order, the next group's reads issued before
-        // this group's adds: the chain waits on the adds, not on the shared-memory loads' latency.
-        if (k + kHotFoldLoads <= count) {
-          float x[kHotFoldLoads];
-#pragma unroll
-          for (int u = 0; u < kHotFoldLoads; ++u) x[u] = tile[(k + u) * width + tid];
-          for (; k + 2 * kHotFoldLoads <= count; k += kHotFoldLoads) {
-            float next[kHotFoldLoads];
-#pragma unroll
-            for (int u = 0; u < kHotFoldLoads; ++u) next[u] = tile[(k + kHotFoldLoads + u) * width + tid];
-#pragma unroll
-            for (int u = 0; u < kHotFoldLoads; ++u) acc = numerics::AddRn(acc, x[u]);
-#pragma unroll
-            for (int u = 0; u < kHotFoldLoads; ++u) x[u] = next[u];
-          }
-#pragma unroll
-          for (int u = 0; u < kHotFoldLoads; ++u) acc = numerics::AddRn(acc, x[u]);
-          k += kHotFoldLoads;
-        }
-        for (; k < count; ++k) acc = numerics::AddRn(acc, tile[k * width + tid]);
+        acc = width == kHotCols ? FoldColumn<kHotCols>(tile + tid, k, count, width, acc)
+                                : FoldColumn<0>(tile + tid, k, count, width, acc);
         return;
       }
       for (int k = 0; k < count; ++k) {
