@@ -10,13 +10,13 @@
 //      state and, for a row touched once, that occurrence's contribution), then the warp sums each
 //      row's contributions per column as a seqsum in that order (G_r) and applies the table's
 //      optimizer and rounding to the row in the same kernel;
-//   5. a hot row (a run of >= kHotRun occurrences, e.g. the head of a Zipf distribution) gets a
-//      whole block instead: the seqsum fixes the order of the additions within each column, so
-//      the run cannot be split into partial sums, but its columns are independent and its
-//      contributions can be fetched and formed (w*gamma, gamma/n) in any order, and its columns
-//      summed by different blocks. A block per 32 columns of the row stages tiles of contributions
-//      in shared memory, many loads in flight, and one thread per column folds the tile in sorted
-//      order; then a warp per hot row applies the optimizer as in 4.
+//   5. a hot row (a run of >= kHotRun occurrences, e.g. the head of a Zipf distribution) gets
+//      blocks instead: the seqsum fixes the order of the additions within each column, so the run
+//      cannot be split into partial sums, but its columns are independent, summed by different
+//      blocks, and its contributions can be fetched and formed (w*gamma, gamma/n) in any order.
+//      A block per 32 columns of the row stages tiles of contributions in shared memory, many loads
+//      in flight, and one thread per column folds each tile in sorted order; then a warp per hot
+//      row applies the optimizer as in 4.
 // Phase 4's time is the chain of dependent loads per row (run start, key, occurrence, bag,
 // gradient, row): a uniform batch touches ~1.9 M rows about once each, so a warp that walked the
 // chain row after row waited on memory most of the time. Resolved 32 rows at a time, one per lane,
