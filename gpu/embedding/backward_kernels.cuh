@@ -45,7 +45,6 @@ constexpr int kLoadsInFlight = 2;
 // 512 threads: 128 registers a thread, so that the folding warp keeps a group's shared-memory loads
 // in flight (at 1,024 threads, 64 registers, ptxas issued each load just before its add).
 constexpr int kHotThreads = 512;
-constexpr int64_t kHotTileFloats = 16384;  // one tile of staged contributions, 64 KiB
 
 __global__ void __launch_bounds__(kBagWarps * 32) OccurrenceKernel(const LaunchParams p, BackwardBuffers b) {
   const int64_t bag = static_cast<int64_t>(blockIdx.x) * kBagWarps + threadIdx.x / 32;
@@ -348,21 +347,18 @@ __global__ void __launch_bounds__(kRowWarps * 32, kRowBlocksPerSm) RowUpdateKern
 // fixes the order of each column's additions, not which block adds them.
 constexpr int kHotCols = 32;
 
-// A tile holds at most a batch (kHotThreads occurrences) of a slice's formed contributions.
-__device__ __host__ inline int HotTileOccurrences(int width) {
-  const int fit = static_cast<int>(kHotTileFloats) / width;
-  return fit < kHotThreads ? fit : kHotThreads;
-}
+// A tile: one batch of kHotThreads occurrences' formed contributions to a slice (64 KiB).
+constexpr int kHotTileFloats = kHotThreads * kHotCols;
 
-// Shared memory of HotRowKernel: two batches of kHotThreads occurrences' metadata, two tiles of
-// formed contributions, and each tile occurrence's batch block (for the fold of blocked sums).
+// Shared memory of HotRowKernel: two batches' metadata, two tiles, and each tile occurrence's batch
+// block (for the fold of blocked sums).
 constexpr size_t kHotSharedBytes =
     2 * kHotThreads * sizeof(Contribution) + 2 * kHotTileFloats * sizeof(float) + 2 * kHotThreads * sizeof(int32_t);
 
 // One thread's part of a tile: chunks q = tid + u kHotThreads, chunk q % chunks_per_row of the
 // tile's occurrence q / chunks_per_row. The same positions in every tile of a slice, so the
 // divisions happen once a run.
-constexpr int kHotLoads = static_cast<int>(kHotTileFloats / kChunk / kHotThreads);
+constexpr int kHotLoads = kHotTileFloats / kChunk / kHotThreads;
 constexpr int kHotFoldLoads = 8;  // a column's terms read from a tile before they are added
 
 struct HotTileSlots {
@@ -378,26 +374,26 @@ struct HotTileSlots {
   }
 };
 
-// Load issues a tile's gradient loads (occurrences [first, first + count) of the batch `meta`
-// describes, columns from c0), so that they are in flight while the block folds the tile before;
-// Store forms the terms and writes them (and the occurrences' batch blocks) to a tile.
+// Load issues a tile's gradient loads (the `count` occurrences `meta` describes, columns from c0), so
+// that they are in flight while the block folds the tile before; Store forms the terms and writes
+// them (and the occurrences' batch blocks) to a tile.
 struct HotTileLoads {
   float4 g[kHotLoads];
 
-  __device__ void Load(const Contribution* meta, int first, int count, int c0, const HotTileSlots& s) {
+  __device__ void Load(const Contribution* meta, int count, int c0, const HotTileSlots& s) {
 #pragma unroll
     for (int u = 0; u < kHotLoads; ++u) {
       if (s.k[u] >= count) break;  // k[u] grows with u
-      g[u] = __ldg(reinterpret_cast<const float4*>(meta[first + s.k[u]].grad + c0 + s.c[u]));
+      g[u] = __ldg(reinterpret_cast<const float4*>(meta[s.k[u]].grad + c0 + s.c[u]));
     }
   }
 
-  __device__ void Store(const Contribution* meta, int first, int count, int width, const HotTileSlots& s,
-                        float* tile, int32_t* blocks) const {
+  __device__ void Store(const Contribution* meta, int count, int width, const HotTileSlots& s, float* tile,
+                        int32_t* blocks) const {
 #pragma unroll
     for (int u = 0; u < kHotLoads; ++u) {
       if (s.k[u] >= count) break;
-      const Contribution& mc = meta[first + s.k[u]];
+      const Contribution& mc = meta[s.k[u]];
       float x[kChunk] = {g[u].x, g[u].y, g[u].z, g[u].w};
       ContributionTerm(mc.pooling, mc.weight, mc.n, x);
       *reinterpret_cast<float4*>(tile + s.k[u] * width + s.c[u]) = make_float4(x[0], x[1], x[2], x[3]);
@@ -439,12 +435,12 @@ __device__ float FoldColumn(const float* col, int k0, int count, int stride, flo
 }
 
 // Block (x, y) takes slice y (columns 32y ..) of hot runs x, x + gridDim.x, ... (the list's
-// entries past its count leave at once). The run's occurrences come in batches of kHotThreads,
-// whose metadata (a chain of dependent loads a occurrence) warps 1.. resolve one batch ahead into
-// two buffers; the batches' tiles of formed contributions alternate between two buffers: while
-// thread j < width (warp 0) folds column j of one tile in sorted order, continuing the seqsum
-// across tiles and batches, every thread's loads of the next tile are in flight, and are stored to
-// the other buffer after the fold. The same additions, in the same order, as the warp path and the
+// entries past its count leave at once). The run's occurrences come in batches of kHotThreads, a
+// tile each, whose metadata (a chain of dependent loads an occurrence) warps 1.. resolve ahead into
+// two buffers; the tiles of formed contributions alternate between two buffers: while thread
+// j < width (warp 0) folds column j of one tile in sorted order, continuing the seqsum across
+// tiles, every thread's loads of the next tile are in flight, and are stored to the other buffer
+// after the fold. The same additions, in the same order, as the warp path and the
 // oracle. G goes to b.hot_grads; HotRowApplyKernel updates the rows once every slice is summed.
 __global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p, const BackwardBuffers b) {
   extern __shared__ __align__(16) unsigned char hot_shared[];
@@ -470,7 +466,6 @@ __global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p
     const int dim = static_cast<int>(t.dim);  // <= kMaxDim
     if (c0 >= dim) continue;                  // the whole block: this table has fewer slices
     const int width = min(kHotCols, dim - c0);
-    const int per_tile = HotTileOccurrences(width);
     const HotTileSlots slots(width / kChunk);
     const int64_t batches = (end - start + kHotThreads - 1) / kHotThreads;
     const auto batch_count = [&](int64_t m) {
@@ -505,41 +500,31 @@ __global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p
         inner_any = true;
       }
     };
-    // The first tile, then per tile (m, k0): the next tile's loads, the batch after next's metadata
-    // where the next tile starts a batch, the fold, the next tile's store.
+    // The first tile, then per batch m: the next batch's loads, the metadata of the batch after it,
+    // the fold of batch m, the next batch's store.
     __syncthreads();  // the previous run's last tile is folded
     resolve(start, end, 0);
     __syncthreads();
     {
       HotTileLoads loads;
-      loads.Load(metas, 0, min(per_tile, batch_count(0)), c0, slots);
+      loads.Load(metas, batch_count(0), c0, slots);
       if (batches > 1) resolve(start, end, 1);
-      loads.Store(metas, 0, min(per_tile, batch_count(0)), width, slots, tiles, tile_blocks);
+      loads.Store(metas, batch_count(0), width, slots, tiles, tile_blocks);
     }
     __syncthreads();
-    int cur = 0;
     for (int64_t m = 0; m < batches; ++m) {
-      const int count_m = batch_count(m);
-      for (int k0 = 0; k0 < count_m; k0 += per_tile) {
-        // The next tile: the rest of this batch, else the next batch's first.
-        int64_t nm = m;
-        int nk = k0 + per_tile;
-        if (nk >= count_m) nm = m + 1, nk = 0;
-        const int next_count = nm < batches ? min(per_tile, batch_count(nm) - nk) : 0;
-        const Contribution* next_meta = metas + (nm % 2) * kHotThreads;
-        HotTileLoads loads;
-        if (next_count > 0) loads.Load(next_meta, nk, next_count, c0, slots);
-        // Batch m's metadata is read for the last time by the previous tile's store: its buffer
-        // takes batch m + 2's.
-        if (nm == m + 1 && m + 2 < batches) resolve(start, end, m + 2);
-        fold(tiles + cur * kHotTileFloats, tile_blocks + cur * kHotThreads, min(per_tile, count_m - k0));
-        if (next_count > 0) {
-          loads.Store(next_meta, nk, next_count, width, slots, tiles + (cur ^ 1) * kHotTileFloats,
-                      tile_blocks + (cur ^ 1) * kHotThreads);
-        }
-        __syncthreads();
-        cur ^= 1;
+      const int cur = static_cast<int>(m % 2), next = cur ^ 1;
+      const bool has_next = m + 1 < batches;
+      HotTileLoads loads;
+      if (has_next) loads.Load(metas + next * kHotThreads, batch_count(m + 1), c0, slots);
+      // Batch m's metadata was read for the last time by its tile's store: its buffer takes m + 2's.
+      if (m + 2 < batches) resolve(start, end, m + 2);
+      fold(tiles + cur * kHotTileFloats, tile_blocks + cur * kHotThreads, batch_count(m));
+      if (has_next) {
+        loads.Store(metas + next * kHotThreads, batch_count(m + 1), width, slots, tiles + next * kHotTileFloats,
+                    tile_blocks + next * kHotThreads);
       }
+      __syncthreads();
     }
     if (tid < width) {
       if (b.num_batch_blocks > 1) {

@@ -15,6 +15,7 @@
 #include "gpu/embedding/kjt_check.h"
 #include "gpu/embedding/sequence_kernel.cuh"
 #include "gtest/gtest.h"
+#include "tests/gpu/emulation/embedding_launch_params.h"
 #include "reference/embedding/kjt.h"
 #include "reference/embedding/tbe.h"
 #include "tools/check/embed_cases.h"
@@ -50,12 +51,7 @@ std::vector<std::vector<float>> RunSequenceKernel(const check::EmbedCase& c) {
   for (size_t f = 0, s = 0; f < features.size(); ++f) {
     if (features[f].pooling == Pooling::kNone) features[f].sequence = out[s++].data();
   }
-  LaunchParams p;
-  p.tables = tables.data();
-  p.features = features.data();
-  p.num_tables = static_cast<int>(tables.size());
-  p.kjt = {layout.offsets.data(), c.kjt.values.data(), c.kjt.weights.empty() ? nullptr : c.kjt.weights.data(), batch,
-           num_keys};
+  const LaunchParams p = HostLaunchParams(c, layout, tables, features);
   const int64_t blocks = (num_keys * batch + kSequenceWarps - 1) / kSequenceWarps;
   emu::SetGridDim({static_cast<unsigned>(blocks), 1, 1});
   for (int64_t bx = 0; bx < blocks; ++bx) {

@@ -20,6 +20,7 @@
 #include "gpu/embedding/host_tables.h"
 #include "gpu/embedding/kjt_check.h"
 #include "gtest/gtest.h"
+#include "tests/gpu/emulation/embedding_launch_params.h"
 #include "reference/embedding/kjt.h"
 #include "reference/embedding/tbe.h"
 #include "tools/check/embed_cases.h"
@@ -88,12 +89,7 @@ Tables RunKernels(const check::EmbedCase& c, int64_t batch_block, bool split) {
   for (size_t f = 0, seq = 0; f < features.size(); ++f) {
     if (features[f].pooling == Pooling::kNone) features[f].sequence_grad = c.grads.sequence[seq++].data();
   }
-  LaunchParams p;
-  p.tables = tables.data();
-  p.features = features.data();
-  p.num_tables = static_cast<int>(tables.size());
-  p.kjt = {layout.offsets.data(), c.kjt.values.data(), c.kjt.weights.empty() ? nullptr : c.kjt.weights.data(), batch,
-           num_keys};
+  LaunchParams p = HostLaunchParams(c, layout, tables, features);
   p.pooled_grad = c.grads.pooled.data();
   p.pooled_width = width;
   p.seed = config.seed;
