@@ -65,7 +65,7 @@ __global__ void GeluBackwardBlockSumsKernel(const uint16_t* u, const uint16_t* d
 #pragma unroll 4
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t e = r * cols + c;
-    const uint16_t d = Storage<ElementType::kBFloat16>::FromFloat(__fmul_rn(Load(dg + e), GeluGradOf(Load(u + e))));
+    const uint16_t d = Storage<ElementType::kBFloat16>::FromFloat(__fmul_rn(Load(dg + e), GeluGradOfBf16(Load(u + e))));
     du[e] = d;
     s = __fadd_rn(s, Load(&d));
   }

@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, 2) FfnBackwardKernel(const Params p)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float dg = Bf16Value(Bf16Of(hid[t][e]));
-        v[e] = Bf16Of(__fmul_rn(dg, GeluGradOf(Bf16Value(u[e]))));
+        v[e] = Bf16Of(__fmul_rn(dg, GeluGradOfBf16(Bf16Value(u[e]))));
       }
       if (in_lo) *reinterpret_cast<uint32_t*>(p.du + row_lo * p.hidden + col) = PackHalves(v[0], v[1]);
       if (in_hi) *reinterpret_cast<uint32_t*>(p.du + row_hi * p.hidden + col) = PackHalves(v[2], v[3]);

@@ -87,10 +87,28 @@ __global__ void LayerNormBackwardParamsKernel(const T* x, const float* mean_in, 
 // each array instead of one per value) when every pointer is 16-byte aligned, else the same values one
 // at a time; each value gets the same operations either way. A forward thread takes kGeluForwardChunks
 // chunks, a block's width apart, and issues all their loads before it computes, so that more loads are
-// in flight. A backward thread takes one chunk: its evaluation (erfc and exp), not its loads, bounds
-// it, and more chunks a thread cost it registers and occupancy.
+// in flight. A backward thread takes one chunk: at fp32 its evaluation (erfc and exp), not its loads,
+// bounds it, and more chunks a thread cost it registers and occupancy.
 template <typename T>
 constexpr int kGeluVector = 16 / sizeof(T);
+
+// gelu.cuh's evaluation for a result stored as T: the tail form at bf16, erfcf's at fp32.
+template <typename T>
+__device__ __forceinline__ float GeluFor(float v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return GeluOfBf16(v);
+  } else {
+    return GeluOf(v);
+  }
+}
+template <typename T>
+__device__ __forceinline__ float GeluGradFor(float v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return GeluGradOfBf16(v);
+  } else {
+    return GeluGradOf(v);
+  }
+}
 constexpr int kGeluThreads = 256;
 constexpr int kGeluForwardChunks = 4;
 
@@ -113,10 +131,10 @@ __global__ void __launch_bounds__(kGeluThreads) GeluForwardKernel(const T* x, in
       uint4 out;
       T* ys = reinterpret_cast<T*>(&out);
 #pragma unroll
-      for (int i = 0; i < kN; ++i) ys[i] = FromFloat<T>(GeluOf(ToFloat(xs[i])));
+      for (int i = 0; i < kN; ++i) ys[i] = FromFloat<T>(GeluFor<T>(ToFloat(xs[i])));
       reinterpret_cast<uint4*>(y)[c] = out;
     } else {
-      for (int64_t e = e0; e < e0 + kN && e < count; ++e) y[e] = FromFloat<T>(GeluOf(ToFloat(x[e])));
+      for (int64_t e = e0; e < e0 + kN && e < count; ++e) y[e] = FromFloat<T>(GeluFor<T>(ToFloat(x[e])));
     }
   }
 }
@@ -134,12 +152,12 @@ __global__ void GeluBackwardKernel(const T* x, const T* dy, int64_t count, T* dx
     uint4 out;
     T* dxs = reinterpret_cast<T*>(&out);
 #pragma unroll
-    for (int i = 0; i < kN; ++i) dxs[i] = FromFloat<T>(__fmul_rn(ToFloat(dys[i]), GeluGradOf(ToFloat(xs[i]))));
+    for (int i = 0; i < kN; ++i) dxs[i] = FromFloat<T>(__fmul_rn(ToFloat(dys[i]), GeluGradFor<T>(ToFloat(xs[i]))));
     reinterpret_cast<uint4*>(dx)[chunk] = out;
     return;
   }
   for (int64_t e = e0; e < e0 + kN && e < count; ++e) {
-    dx[e] = FromFloat<T>(__fmul_rn(ToFloat(dy[e]), GeluGradOf(ToFloat(x[e]))));
+    dx[e] = FromFloat<T>(__fmul_rn(ToFloat(dy[e]), GeluGradFor<T>(ToFloat(x[e]))));
   }
 }
 

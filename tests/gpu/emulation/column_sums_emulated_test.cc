@@ -132,7 +132,7 @@ TEST(ColumnSumsEmulated, GeluBackwardBlockSumsAreGeluBackwardThenBlockSums) {
     std::vector<uint16_t> want_du(u.size());
     for (size_t e = 0; e < u.size(); ++e) {
       want_du[e] = numerics::FloatToBf16BitsRne(numerics::Bf16BitsToFloat(dg[e]) *
-                                                GeluGradOf(numerics::Bf16BitsToFloat(u[e])));
+                                                GeluGradOfBf16(numerics::Bf16BitsToFloat(u[e])));
     }
     std::vector<float> want_part(static_cast<size_t>(blocks * cols));
     for (int64_t b = 0; b < blocks; ++b) {

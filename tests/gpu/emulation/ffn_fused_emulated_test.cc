@@ -89,7 +89,7 @@ void RunCase(int64_t n, int hidden, uint64_t seed) {
       float s = 0.0f;
       for (int k = 0; k < kD; ++k) s += B(ds[r * kD + k]) * B(w2[static_cast<size_t>(c) * kD + k]);
       const size_t e = static_cast<size_t>(r) * hidden + c;
-      du_want[e] = R(B(R(s)) * GeluGradOf(B(u_want[e])));
+      du_want[e] = R(B(R(s)) * GeluGradOfBf16(B(u_want[e])));
     }
     for (int j = 0; j < kD; ++j) {
       float s = 0.0f;

@@ -31,8 +31,8 @@ TEST(GeluTail, GeluAndItsDerivativeAreTheErfFormToFp32) {
     const double y = xd * Cdf(xd), dy = Cdf(xd) + xd * Pdf(xd);
     const double y_scale = std::fabs(y) + 1e-30, dy_scale = Cdf(xd) + std::fabs(xd) * Pdf(xd) + 1e-30;
     const double bound = 1e-6 + 0.5 * xd * xd * 0x1p-24;
-    const double ey = std::fabs(GeluOf(x) - y) / (y_scale * bound);
-    const double edy = std::fabs(GeluGradOf(x) - dy) / (dy_scale * bound);
+    const double ey = std::fabs(GeluOfBf16(x) - y) / (y_scale * bound);
+    const double edy = std::fabs(GeluGradOfBf16(x) - dy) / (dy_scale * bound);
     if (ey > worst_y) worst_y = ey, at_y = x;
     if (edy > worst_dy) worst_dy = edy, at_dy = x;
   }
@@ -43,17 +43,17 @@ TEST(GeluTail, GeluAndItsDerivativeAreTheErfFormToFp32) {
 
 TEST(GeluTail, SpecialValues) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
-  EXPECT_EQ(GeluOf(0.0f), 0.0f);
-  EXPECT_EQ(GeluGradOf(0.0f), 0.5f);
-  EXPECT_EQ(GeluGradOf(-0.0f), 0.5f);
-  EXPECT_EQ(GeluOf(kInf), kInf);
+  EXPECT_EQ(GeluOfBf16(0.0f), 0.0f);
+  EXPECT_EQ(GeluGradOfBf16(0.0f), 0.5f);
+  EXPECT_EQ(GeluGradOfBf16(-0.0f), 0.5f);
+  EXPECT_EQ(GeluOfBf16(kInf), kInf);
   // x phi(x) at an infinite x is infinity times zero, as the fp64 definition evaluates it too.
-  EXPECT_TRUE(std::isnan(GeluGradOf(kInf)));
-  EXPECT_TRUE(std::isnan(GeluGradOf(-kInf)));
-  EXPECT_EQ(GeluOf(-30.0f), -0.0f);  // the tail underflows: -30 times +0
-  EXPECT_EQ(GeluOf(30.0f), 30.0f);
-  EXPECT_TRUE(std::isnan(GeluOf(std::numeric_limits<float>::quiet_NaN())));
-  EXPECT_TRUE(std::isnan(GeluGradOf(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(std::isnan(GeluGradOfBf16(kInf)));
+  EXPECT_TRUE(std::isnan(GeluGradOfBf16(-kInf)));
+  EXPECT_EQ(GeluOfBf16(-30.0f), -0.0f);  // the tail underflows: -30 times +0
+  EXPECT_EQ(GeluOfBf16(30.0f), 30.0f);
+  EXPECT_TRUE(std::isnan(GeluOfBf16(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(std::isnan(GeluGradOfBf16(std::numeric_limits<float>::quiet_NaN())));
 }
 
 }  // namespace
