@@ -50,26 +50,69 @@ __global__ void ColumnBlockSumsKernel(const T* x, int64_t rows, int64_t cols, in
   partial[static_cast<int64_t>(blockIdx.y) * cols + c] = s;
 }
 
+// kVec bf16 values (their bits) at `at`: one 16-byte access at kVec = 8 (at 16-byte aligned), else
+// one 2-byte access.
+template <int kVec>
+__device__ __forceinline__ void LoadBf16(const uint16_t* at, uint16_t (&v)[kVec]) {
+  if constexpr (kVec == 8) {
+    const uint4 w = *reinterpret_cast<const uint4*>(at);
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = static_cast<uint16_t>(words[i] & 0xFFFFu);  // the lower address holds the lower half
+      v[2 * i + 1] = static_cast<uint16_t>(words[i] >> 16);
+    }
+  } else {
+    static_assert(kVec == 1, "1 or 8 values");
+    v[0] = *at;
+  }
+}
+
+template <int kVec>
+__device__ __forceinline__ void StoreBf16(uint16_t* at, const uint16_t (&v)[kVec]) {
+  if constexpr (kVec == 8) {
+    uint32_t words[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) words[i] = static_cast<uint32_t>(v[2 * i]) | static_cast<uint32_t>(v[2 * i + 1]) << 16;
+    *reinterpret_cast<uint4*>(at) = make_uint4(words[0], words[1], words[2], words[3]);
+  } else {
+    at[0] = v[0];
+  }
+}
+
 // GELU's backward with the first level of its result's column sums, for a product's input gradient du
 // whose column sums are its bias's gradient: du[r, c] = dg[r, c] GELU'(u[r, c]) rounded to bf16 (the
 // elementwise GeluBackward's bytes), and partial[blockIdx.y, c] the sum of the block's rounded du
 // widened, in row order from 0 (ColumnBlockSumsKernel's sum over du), so du is not read again for the
-// bias. bf16 rows as their bits, `cols` apart; one thread a column.
+// bias. bf16 rows as their bits, `cols` apart. A thread takes kVec adjacent columns: 8 (16-byte
+// accesses, a sum per column; cols a multiple of 8 and the rows 16-byte aligned) or 1, with the same
+// bytes either way.
+template <int kVec>
 __global__ void GeluBackwardBlockSumsKernel(const uint16_t* u, const uint16_t* dg, int64_t rows, int64_t cols,
                                             uint16_t* du, float* partial) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;
   if (c >= cols) return;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kBlockRows;
   const int64_t r1 = r0 + kBlockRows < rows ? r0 + kBlockRows : rows;
-  float s = 0.0f;
-#pragma unroll 4
+  float s[kVec];
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) s[i] = 0.0f;
+  [[maybe_unused]] constexpr int kUnroll = kVec == 8 ? 2 : 4;  // host compilers ignore the pragma
+#pragma unroll kUnroll
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t e = r * cols + c;
-    const uint16_t d = Storage<ElementType::kBFloat16>::FromFloat(__fmul_rn(Load(dg + e), GeluGradOfBf16(Load(u + e))));
-    du[e] = d;
-    s = __fadd_rn(s, Load(&d));
+    uint16_t uv[kVec], gv[kVec], d[kVec];
+    LoadBf16<kVec>(u + e, uv);
+    LoadBf16<kVec>(dg + e, gv);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      d[i] = Storage<ElementType::kBFloat16>::FromFloat(__fmul_rn(Load(&gv[i]), GeluGradOfBf16(Load(&uv[i]))));
+      s[i] = __fadd_rn(s[i], Load(&d[i]));
+    }
+    StoreBf16<kVec>(du + e, d);
   }
-  partial[static_cast<int64_t>(blockIdx.y) * cols + c] = s;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) partial[static_cast<int64_t>(blockIdx.y) * cols + c + i] = s[i];
 }
 
 }  // namespace gemtb::gpu::train::colsum

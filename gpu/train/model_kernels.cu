@@ -236,11 +236,26 @@ absl::Status GeluBackwardWithColumnSums(const __nv_bfloat16* u, const __nv_bfloa
                                         __nv_bfloat16* du, float* out, bool accumulate, cudaStream_t stream) {
   if (absl::Status s = ValidateMatrix("GeluBackwardWithColumnSums", rows, cols, cols); !s.ok()) return s;
   if (rows == 0) return ColumnSumsOf(du, rows, cols, cols, out, accumulate, stream);  // out as ColumnSums leaves it
+  // Eight columns a thread where every row starts 16-byte aligned: 16-byte accesses instead of 2-byte
+  // ones, the same bytes.
+  const bool wide = cols % 8 == 0 && reinterpret_cast<uintptr_t>(u) % 16 == 0 &&
+                    reinterpret_cast<uintptr_t>(dg) % 16 == 0 && reinterpret_cast<uintptr_t>(du) % 16 == 0;
   return FromFirstLevel(rows, cols, SumOutputs{{out, nullptr}}, 1, accumulate, stream, "GeluBackwardWithColumnSums",
                         [&](dim3 grid, int threads, float* partial, int64_t) {
-                          colsum::GeluBackwardBlockSumsKernel<<<grid, threads, 0, stream>>>(
-                              reinterpret_cast<const uint16_t*>(u), reinterpret_cast<const uint16_t*>(dg), rows,
-                              cols, reinterpret_cast<uint16_t*>(du), partial);
+                          const auto* ub = reinterpret_cast<const uint16_t*>(u);
+                          const auto* gb = reinterpret_cast<const uint16_t*>(dg);
+                          auto* db = reinterpret_cast<uint16_t*>(du);
+                          if (!wide) {
+                            colsum::GeluBackwardBlockSumsKernel<1>
+                                <<<grid, threads, 0, stream>>>(ub, gb, rows, cols, db, partial);
+                            return;
+                          }
+                          const int64_t lanes = cols / 8;
+                          const int wide_threads = static_cast<int>(std::min<int64_t>(threads, (lanes + kWarp - 1) / kWarp * kWarp));
+                          const dim3 wide_grid(static_cast<unsigned>((lanes + wide_threads - 1) / wide_threads), grid.y,
+                                               grid.z);
+                          colsum::GeluBackwardBlockSumsKernel<8>
+                              <<<wide_grid, wide_threads, 0, stream>>>(ub, gb, rows, cols, db, partial);
                         });
 }
 

@@ -120,7 +120,7 @@ TEST(ColumnSumsEmulated, BlockSumsAddEachBlocksRowsInOrderAndRoundInTheSamePass)
 // rounded du widened, as ColumnBlockSumsKernel forms them over du.
 TEST(ColumnSumsEmulated, GeluBackwardBlockSumsAreGeluBackwardThenBlockSums) {
   using Shape = std::pair<int64_t, int64_t>;  // rows, columns
-  for (const Shape& shape : {Shape{1, 8}, Shape{64, 512}, Shape{200, 130}, Shape{129, 300}}) {
+  for (const Shape& shape : {Shape{1, 8}, Shape{64, 512}, Shape{200, 130}, Shape{129, 300}, Shape{130, 2056}}) {
     const int64_t rows = shape.first, cols = shape.second;
     const std::string where = std::to_string(rows) + " x " + std::to_string(cols);
     const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
@@ -144,24 +144,37 @@ TEST(ColumnSumsEmulated, GeluBackwardBlockSumsAreGeluBackwardThenBlockSums) {
       }
     }
     constexpr uint16_t kUntouched = 0x7FC1;
-    std::vector<uint16_t> du(u.size() + static_cast<size_t>(cols), kUntouched);
-    std::vector<float> part(want_part.size(), std::nanf(""));
-    const unsigned col_blocks = static_cast<unsigned>((cols + kThreads - 1) / kThreads);
-    emu::SetGridDim({col_blocks, static_cast<unsigned>(blocks), 1});
-    for (int64_t b = 0; b < blocks; ++b) {
-      for (unsigned cb = 0; cb < col_blocks; ++cb) {
-        emu::RunBlock({cb, static_cast<unsigned>(b), 0}, kThreads, [&] {
-          GeluBackwardBlockSumsKernel(u.data(), dg.data(), rows, cols, du.data(), part.data());
-        });
+    // One column a thread in model_kernels.cu's grid, and where the columns allow, eight a thread in
+    // its grid of cols / 8 lanes.
+    for (const int vec : {1, 8}) {
+      if (cols % vec != 0) continue;
+      const std::string how = where + (vec == 8 ? ", eight columns a thread" : ", a column a thread");
+      std::vector<uint16_t> du(u.size() + static_cast<size_t>(cols), kUntouched);
+      std::vector<float> part(want_part.size(), std::nanf(""));
+      const int64_t lanes = cols / vec;
+      const int64_t threads_cols = std::min<int64_t>(kThreads, (cols + 31) / 32 * 32);
+      const int threads = static_cast<int>(vec == 1 ? threads_cols : std::min<int64_t>(threads_cols, (lanes + 31) / 32 * 32));
+      const unsigned col_blocks = static_cast<unsigned>((lanes + threads - 1) / threads);
+      emu::SetGridDim({col_blocks, static_cast<unsigned>(blocks), 1});
+      for (int64_t b = 0; b < blocks; ++b) {
+        for (unsigned cb = 0; cb < col_blocks; ++cb) {
+          emu::RunBlock({cb, static_cast<unsigned>(b), 0}, threads, [&] {
+            if (vec == 8) {
+              GeluBackwardBlockSumsKernel<8>(u.data(), dg.data(), rows, cols, du.data(), part.data());
+            } else {
+              GeluBackwardBlockSumsKernel<1>(u.data(), dg.data(), rows, cols, du.data(), part.data());
+            }
+          });
+        }
       }
+      EXPECT_TRUE(SameBytes(part, want_part)) << how << ": block sums";
+      int bad = 0;
+      for (size_t e = 0; e < du.size(); ++e) {
+        const uint16_t want = e < want_du.size() ? want_du[e] : kUntouched;
+        if (du[e] != want && bad++ < 5) ADD_FAILURE() << how << ": du[" << e << "] " << du[e] << ", want " << want;
+      }
+      EXPECT_EQ(bad, 0) << how;
     }
-    EXPECT_TRUE(SameBytes(part, want_part)) << where << ": block sums";
-    int bad = 0;
-    for (size_t e = 0; e < du.size(); ++e) {
-      const uint16_t want = e < want_du.size() ? want_du[e] : kUntouched;
-      if (du[e] != want && bad++ < 5) ADD_FAILURE() << where << ": du[" << e << "] " << du[e] << ", want " << want;
-    }
-    EXPECT_EQ(bad, 0) << where;
   }
 }
 
