@@ -25,10 +25,19 @@ repo=$PWD
 root=${TMPDIR:-/tmp}/gemtb-prebuild-$name  # the tree, with its build in build/ as tools/test.sh lays it out
 stage=$root-stage
 commit=$(git rev-parse --verify "$rev^{commit}")
-rm -rf "$stage"
-find "$root" -mindepth 1 -maxdepth 1 ! -name build -exec rm -rf {} + 2>/dev/null || true
-mkdir -p "$root" "$stage/bin" .deb/variants
-git archive "$commit" | tar -x -C "$root"
+fresh=$root-tree
+rm -rf "$stage" "$fresh"
+mkdir -p "$root" "$fresh" "$stage/bin" .deb/variants
+# The new tree's files stamped now (tar -m), except those whose bytes the previous tree had, which keep
+# its times: the reused build then rebuilds exactly what changed. (git archive's own stamps are the
+# commit's time, older than the objects of a build made since, so a changed file would not rebuild.)
+git archive "$commit" | tar -x -m -C "$fresh"
+(cd "$fresh" && find . -type f) | while IFS= read -r f; do
+  if cmp -s "$fresh/$f" "$root/$f"; then touch -r "$root/$f" "$fresh/$f"; fi
+done
+find "$root" -mindepth 1 -maxdepth 1 ! -name build -exec rm -rf {} +
+(cd "$fresh" && find . -mindepth 1 -maxdepth 1 -exec mv {} "$root/" \;)
+rmdir "$fresh"
 (
   cd "$root"
   # The same configuration as tools/test.sh in the same layout, so ccache (paths relative to the
