@@ -6,15 +6,17 @@
 //   at bf16, GELU's backward with column sums in column_sums_kernels.cuh, the fused feed-forward
 //   backward in ffn_fused_kernels.cuh; all of them take these, so they give the same bits). Phi's lower
 //   tail is exp(-x^2 / 2) t P(t), t = 1 / (1 + q |x|), with P a polynomial of degree 8, so a value costs
-//   one exp (shared with the derivative's density), one reciprocal and eight FMAs: about a quarter of
-//   the instructions of erfcf and a second expf, which had bound the bf16 kernels by issue, not bytes.
-//   P interpolates erfc(z) exp(z^2) / (2 t) at Chebyshev nodes of t for z = |x| / sqrt 2 in [0, 10]
-//   (beyond, exp(-x^2 / 2) is below fp32's normal range). In fp32 as written here the results are
-//   within 1e-6 of their magnitude (the derivative: of Phi + |x| phi), plus what rounding x^2 / 2 moves
-//   the exponential by, of the fp64 definition for |x| <= 12 (tests/gpu/emulation/gelu_emulated_test.cc):
-//   ten thousand times finer than bf16's rounding, but not erfcf's bits, and the oracle check of the fp32
-//   trainer follows a trajectory that any change of bits moves (its held-out NE), so the fp32 kernels
-//   keep erfcf.
+//   one exp (shared with the derivative's density), one reciprocal and eight FMAs, the exponential and
+//   the reciprocal the hardware's (__expf, __fdividef): a fraction of the instructions of erfcf and a
+//   second expf, which had bound the bf16 kernels by issue, not bytes. P interpolates
+//   erfc(z) exp(z^2) / (2 t) at Chebyshev nodes of t for z = |x| / sqrt 2 in [0, 10] (beyond,
+//   exp(-x^2 / 2) is below fp32's normal range). Evaluated with an exact exponential and reciprocal
+//   (the CPU emulation's), the results are within 1e-6 of their magnitude (the derivative: of
+//   Phi + |x| phi), plus what rounding x^2 / 2 moves the exponential by, of the fp64 definition for
+//   |x| <= 12 (tests/gpu/emulation/gelu_emulated_test.cc); __expf adds 2 ulps and |x^2 / 2| ulps (its
+//   argument scaled to base 2), at most 6e-6 where the result is normal. That is a thousand times finer
+//   than bf16's rounding (4e-3), but not erfcf's bits, and the oracle check of the fp32 trainer follows a
+//   trajectory that any change of bits moves (its held-out NE), so the fp32 kernels keep erfcf.
 // Device code, also compiled by a host compiler for the CPU emulation (tests/gpu/emulation, through its
 // cuda_shim.h).
 #ifndef GEMTB_GPU_TRAIN_GELU_CUH_
@@ -35,12 +37,14 @@ constexpr float kTail0 = 0.10720819234848022f, kTail1 = 0.10691360384225845f, kT
 // 1 / sqrt(2 pi).
 constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
 
-// exp(-x^2 / 2), the Gaussian's kernel shared by Phi's tail and the density.
-__device__ __forceinline__ float GaussianKernel(float x) { return expf(__fmul_rn(-0.5f, __fmul_rn(x, x))); }
+// exp(-x^2 / 2), the Gaussian's kernel shared by Phi's tail and the density, by the hardware's
+// exponential (__expf: 2 ulps, plus |x^2 / 2| ulps from scaling the argument to base 2; at most 6e-6 of
+// itself where the result is above fp32's normal range, against bf16's 4e-3).
+__device__ __forceinline__ float GaussianKernel(float x) { return __expf(__fmul_rn(-0.5f, __fmul_rn(x, x))); }
 
 // Phi(x) given e = GaussianKernel(x): the tail Phi(-|x|) = e t P(t), and 1 - tail for x >= 0.
 __device__ __forceinline__ float NormalCdf(float x, float e) {
-  const float t = __frcp_rn(__fmaf_rn(kTailQ, fabsf(x), 1.0f));
+  const float t = __fdividef(1.0f, __fmaf_rn(kTailQ, fabsf(x), 1.0f));  // the hardware's reciprocal, 1 ulp
   float p = __fmaf_rn(kTail8, t, kTail7);
   p = __fmaf_rn(p, t, kTail6);
   p = __fmaf_rn(p, t, kTail5);
