@@ -48,29 +48,30 @@ __host__ __device__ inline int64_t TreeCounters(const Tree& t) {
   return n;
 }
 
-// Level-0 rows [row, row + rows) of the block (stored by it; kVec columns a thread from column c for
-// active threads, s the last row's sums) carried up the tree: counted into their group, whose last
-// block to count sums the group into the next level, until the last level's sum reaches the output.
-// `rows` divides kBlockRows, so a block's rows lie in one group. Every thread of the block calls it.
-// One thread fences and counts for the block after a barrier (the pattern of a grid-wide barrier: the
-// fence is cumulative over the stores the barrier made it observe). Reads of other blocks' rows bypass
-// L1 (__ldcg): a line cached there before they were written would be stale.
+// The block's level-0 row `first` (kVec columns a thread from column c, for active threads) carried up
+// the tree: stored, counted into its group, and by the group's last block summed into the next level,
+// until the last level's sum reaches the output. Every thread of the block calls it. Reads of other
+// blocks' rows bypass L1 (__ldcg): a line cached there before they were written would be stale.
 template <int kVec>
-__device__ inline void FinishTree(const Tree& t, int64_t cols, int64_t c, bool active, int64_t row, int64_t rows,
-                                  float (&s)[kVec]) {
+__device__ inline void FinishTree(const Tree& t, int64_t cols, int64_t c, bool active, float (&s)[kVec]) {
   const int64_t z = blockIdx.z;
   unsigned* counters = t.counters + (z * gridDim.x + blockIdx.x) * TreeCounters(t);
-  for (int l = 0;; ++l) {
+  int64_t row = blockIdx.y;
+  for (int l = 0; l < t.levels; ++l) {
     const int64_t n = t.rows[l];
     float* level = t.partial[l] + z * n * cols;
+    if (active) {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) level[row * cols + c + i] = s[i];
+    }
+    __threadfence();  // the row before the count that lets another block read it
+    __syncthreads();
     const int64_t g = row / kBlockRows, first = g * kBlockRows;
     const int64_t size = n - first < kBlockRows ? n - first : kBlockRows;
-    __syncthreads();
     bool last = false;
     if (threadIdx.x == 0) {
-      __threadfence();  // the block's rows before the count that lets another block read them
-      last = atomicAdd(counters + g, static_cast<unsigned>(rows)) + rows == static_cast<unsigned>(size);
-      if (last) counters[g] = 0;  // every row of the group is counted: zero for the next launch
+      last = atomicAdd(counters + g, 1u) == static_cast<unsigned>(size - 1);
+      if (last) counters[g] = 0;  // every block of the group has counted: zero for the next launch
     }
     if (!__syncthreads_or(last)) return;
     if (active) {
@@ -90,47 +91,36 @@ __device__ inline void FinishTree(const Tree& t, int64_t cols, int64_t c, bool a
       return;
     }
     counters += Groups(n);
-    row = g, rows = 1;
-    if (active) {
-      float* next = t.partial[l + 1] + z * t.rows[l + 1] * cols;
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) next[row * cols + c + i] = s[i];
-    }
+    row = g;
   }
 }
 
-// Level 0's rows blockIdx.y per_block, + per_block (per_block divides kBlockRows): row b the sum of
-// column c over x's rows [b kBlockRows, + kBlockRows), added in row order from 0; then the tree. One
-// thread a column, so adjacent threads read adjacent values of a row. With `rounded` (not null; rows
-// `cols` apart): rounded[r, c] = x[r, c] in bf16 for the same rows. A grid of several z takes as many
-// matrices of the same shape, matrix z at x + z x_stride.
+// Level 0's row blockIdx.y: the sum of column c over rows [blockIdx.y kBlockRows, + kBlockRows), added
+// in row order from 0, then the tree; one thread a column, so adjacent threads read adjacent values of a
+// row. With `rounded` (not null; rows `cols` apart): rounded[r, c] = x[r, c] in bf16 for the same rows.
+// A grid of several z takes as many matrices of the same shape, matrix z at x + z x_stride.
 template <typename T>
 __global__ void ColumnBlockSumsKernel(const T* x, int64_t rows, int64_t cols, int64_t ldx, uint16_t* rounded,
-                                      int64_t x_stride, int per_block, Tree tree) {
+                                      int64_t x_stride, Tree tree) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool active = c < cols;
   x += blockIdx.z * x_stride;
-  float* level = tree.partial[0] + blockIdx.z * tree.rows[0] * cols;
-  const int64_t b0 = static_cast<int64_t>(blockIdx.y) * per_block;
-  const int64_t b1 = b0 + per_block < tree.rows[0] ? b0 + per_block : tree.rows[0];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kBlockRows;
+  const int64_t r1 = r0 + kBlockRows < rows ? r0 + kBlockRows : rows;
   float s[1] = {0.0f};
-  for (int64_t b = b0; b < b1 && active; ++b) {
-    const int64_t r0 = b * kBlockRows, r1 = r0 + kBlockRows < rows ? r0 + kBlockRows : rows;
-    s[0] = 0.0f;
-    if (rounded != nullptr) {
+  if (!active) {
+  } else if (rounded != nullptr) {
 #pragma unroll 8
-      for (int64_t r = r0; r < r1; ++r) {
-        const float v = Load(x + r * ldx + c);
-        rounded[r * cols + c] = Storage<ElementType::kBFloat16>::FromFloat(v);
-        s[0] = __fadd_rn(s[0], v);
-      }
-    } else {
-#pragma unroll 16
-      for (int64_t r = r0; r < r1; ++r) s[0] = __fadd_rn(s[0], Load(x + r * ldx + c));
+    for (int64_t r = r0; r < r1; ++r) {
+      const float v = Load(x + r * ldx + c);
+      rounded[r * cols + c] = Storage<ElementType::kBFloat16>::FromFloat(v);
+      s[0] = __fadd_rn(s[0], v);
     }
-    level[b * cols + c] = s[0];
+  } else {
+#pragma unroll 16
+    for (int64_t r = r0; r < r1; ++r) s[0] = __fadd_rn(s[0], Load(x + r * ldx + c));
   }
-  FinishTree<1>(tree, cols, c, active, b0, b1 - b0, s);
+  FinishTree<1>(tree, cols, c, active, s);
 }
 
 // kVec bf16 values (their bits) at `at`: one 16-byte access at kVec = 8 (at 16-byte aligned), else
@@ -167,41 +157,34 @@ __device__ __forceinline__ void StoreBf16(uint16_t* at, const uint16_t (&v)[kVec
 // are its bias's gradient: du[r, c] = dg[r, c] GELU'(u[r, c]) rounded to bf16 (the elementwise
 // GeluBackward's bytes), and level 0's row blockIdx.y the sum of the block's rounded du widened, in row
 // order from 0 (ColumnBlockSumsKernel's sum over du), then the tree, so du is not read again for the
-// bias. Level 0's rows as ColumnBlockSumsKernel takes them (per_block a block). bf16 rows as their bits,
-// `cols` apart. A thread takes kVec adjacent columns: 8 (16-byte
+// bias. bf16 rows as their bits, `cols` apart. A thread takes kVec adjacent columns: 8 (16-byte
 // accesses, a sum per column; cols a multiple of 8 and the rows 16-byte aligned) or 1, with the same
 // bytes either way.
 template <int kVec>
 __global__ void GeluBackwardBlockSumsKernel(const uint16_t* u, const uint16_t* dg, int64_t rows, int64_t cols,
-                                            uint16_t* du, int per_block, Tree tree) {
+                                            uint16_t* du, Tree tree) {
   const int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;
   const bool active = c < cols;
-  float* level = tree.partial[0];
-  const int64_t b0 = static_cast<int64_t>(blockIdx.y) * per_block;
-  const int64_t b1 = b0 + per_block < tree.rows[0] ? b0 + per_block : tree.rows[0];
-  float s[kVec] = {};
-  for (int64_t b = b0; b < b1 && active; ++b) {
-    const int64_t r0 = b * kBlockRows, r1 = r0 + kBlockRows < rows ? r0 + kBlockRows : rows;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kBlockRows;
+  const int64_t r1 = !active ? r0 : r0 + kBlockRows < rows ? r0 + kBlockRows : rows;
+  float s[kVec];
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) s[i] = 0.0f;
-    [[maybe_unused]] constexpr int kUnroll = kVec == 8 ? 2 : 4;  // host compilers ignore the pragma
+  for (int i = 0; i < kVec; ++i) s[i] = 0.0f;
+  [[maybe_unused]] constexpr int kUnroll = kVec == 8 ? 2 : 4;  // host compilers ignore the pragma
 #pragma unroll kUnroll
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t e = r * cols + c;
-      uint16_t uv[kVec], gv[kVec], d[kVec];
-      LoadBf16<kVec>(u + e, uv);
-      LoadBf16<kVec>(dg + e, gv);
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t e = r * cols + c;
+    uint16_t uv[kVec], gv[kVec], d[kVec];
+    LoadBf16<kVec>(u + e, uv);
+    LoadBf16<kVec>(dg + e, gv);
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        d[i] = Storage<ElementType::kBFloat16>::FromFloat(__fmul_rn(Load(&gv[i]), GeluGradOfBf16(Load(&uv[i]))));
-        s[i] = __fadd_rn(s[i], Load(&d[i]));
-      }
-      StoreBf16<kVec>(du + e, d);
+    for (int i = 0; i < kVec; ++i) {
+      d[i] = Storage<ElementType::kBFloat16>::FromFloat(__fmul_rn(Load(&gv[i]), GeluGradOfBf16(Load(&uv[i]))));
+      s[i] = __fadd_rn(s[i], Load(&d[i]));
     }
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) level[b * cols + c + i] = s[i];
+    StoreBf16<kVec>(du + e, d);
   }
-  FinishTree<kVec>(tree, cols, c, active, b0, b1 - b0, s);
+  FinishTree<kVec>(tree, cols, c, active, s);
 }
 
 }  // namespace gemtb::gpu::train::colsum

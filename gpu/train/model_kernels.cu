@@ -157,10 +157,9 @@ absl::StatusOr<unsigned*> TreeCountersOn(int64_t count, cudaStream_t stream) {
 }
 
 // The tree of ColumnSums (column_sums_kernels.cuh) for `count` matrices of [rows, cols] in one launch:
-// scratch for every level's rows and the stream's counters, then first(grid, threads, per_block, tree)
-// launching the kernel that forms level 0 (a thread a column, block y per_block 64-row blocks, z a
-// matrix; a kernel taking more columns a thread launches fewer column blocks than grid.x, never more),
-// the scratch freed. `what`
+// scratch for every level's rows and the stream's counters, then first(grid, threads, tree) launching
+// the kernel that forms level 0 (a thread a column, block y a 64-row block, z a matrix; a kernel taking
+// more columns a thread launches fewer column blocks than grid.x, never more), the scratch freed. `what`
 // names the kernel in errors.
 template <typename First>
 absl::Status FromFirstLevel(int64_t rows, int64_t cols, SumOutputs outs, int count, bool accumulate,
@@ -182,12 +181,8 @@ absl::Status FromFirstLevel(int64_t rows, int64_t cols, SumOutputs outs, int cou
   // A block as wide as the columns (whole warps, at most kThreads): at d = 128 a 256-thread block would
   // idle half its threads and halve the loads an SM keeps in flight.
   const int threads = static_cast<int>(std::min<int64_t>(kThreads, (cols + kWarp - 1) / kWarp * kWarp));
-  // Level-0 rows a block: where there are thousands, several, so that a block's count into the tree (a
-  // fence and an atomic, about 2 us it holds its slot) is paid once for them.
-  const int per_block = blocks >= 2048 ? 4 : blocks >= 512 ? 2 : 1;
-  static_assert(kColumnBlock % 4 == 0, "a block's level-0 rows lie in one group");
-  const dim3 grid(static_cast<unsigned>((cols + threads - 1) / threads),
-                  static_cast<unsigned>((blocks + per_block - 1) / per_block), static_cast<unsigned>(count));
+  const dim3 grid(static_cast<unsigned>((cols + threads - 1) / threads), static_cast<unsigned>(blocks),
+                  static_cast<unsigned>(count));
   const absl::StatusOr<unsigned*> counters =
       TreeCountersOn(int64_t{count} * grid.x * colsum::TreeCounters(tree), stream);
   if (!counters.ok()) return counters.status();
@@ -200,7 +195,7 @@ absl::Status FromFirstLevel(int64_t rows, int64_t cols, SumOutputs outs, int cou
     return a;
   for (int l = 0, at = 0; l < tree.levels; at += static_cast<int>(tree.rows[l]), ++l)
     tree.partial[l] = partial + int64_t{count} * at * cols;
-  first(grid, threads, per_block, tree);
+  first(grid, threads, tree);
   const absl::Status launched = Launched(what);
   const absl::Status freed = CudaOk(cudaFreeAsync(partial, stream), "ColumnSums scratch");
   return launched.ok() ? freed : launched;
@@ -223,10 +218,10 @@ absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, S
   }
   using Rows = typename BitsOf<T>::type;  // bf16 rows as their bits
   return FromFirstLevel(rows, cols, outs, count, accumulate, stream, "ColumnSums (blocks)",
-                        [&](dim3 grid, int threads, int per_block, const colsum::Tree& tree) {
+                        [&](dim3 grid, int threads, const colsum::Tree& tree) {
                           colsum::ColumnBlockSumsKernel<Rows><<<grid, threads, 0, stream>>>(
                               reinterpret_cast<const Rows*>(x), rows, cols, ldx, reinterpret_cast<uint16_t*>(rounded),
-                              x_stride, per_block, tree);
+                              x_stride, tree);
                         });
 }
 
@@ -289,13 +284,13 @@ absl::Status GeluBackwardWithColumnSums(const __nv_bfloat16* u, const __nv_bfloa
   const bool wide = cols % 8 == 0 && reinterpret_cast<uintptr_t>(u) % 16 == 0 &&
                     reinterpret_cast<uintptr_t>(dg) % 16 == 0 && reinterpret_cast<uintptr_t>(du) % 16 == 0;
   return FromFirstLevel(rows, cols, SumOutputs{{out, nullptr}}, 1, accumulate, stream, "GeluBackwardWithColumnSums",
-                        [&](dim3 grid, int threads, int per_block, const colsum::Tree& tree) {
+                        [&](dim3 grid, int threads, const colsum::Tree& tree) {
                           const auto* ub = reinterpret_cast<const uint16_t*>(u);
                           const auto* gb = reinterpret_cast<const uint16_t*>(dg);
                           auto* db = reinterpret_cast<uint16_t*>(du);
                           if (!wide) {
                             colsum::GeluBackwardBlockSumsKernel<1>
-                                <<<grid, threads, 0, stream>>>(ub, gb, rows, cols, db, per_block, tree);
+                                <<<grid, threads, 0, stream>>>(ub, gb, rows, cols, db, tree);
                             return;
                           }
                           const int64_t lanes = cols / 8;
@@ -303,7 +298,7 @@ absl::Status GeluBackwardWithColumnSums(const __nv_bfloat16* u, const __nv_bfloa
                           const dim3 wide_grid(static_cast<unsigned>((lanes + wide_threads - 1) / wide_threads), grid.y,
                                                grid.z);
                           colsum::GeluBackwardBlockSumsKernel<8>
-                              <<<wide_grid, wide_threads, 0, stream>>>(ub, gb, rows, cols, db, per_block, tree);
+                              <<<wide_grid, wide_threads, 0, stream>>>(ub, gb, rows, cols, db, tree);
                         });
 }
 
