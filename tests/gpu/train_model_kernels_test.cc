@@ -68,24 +68,6 @@ TEST(ModelKernelsTest, ColumnSumsAddInTheStatedOrder) {
   }
 }
 
-// The tree's counters (a group of a level, matrix and column block) are kept for the stream and grown
-// when a call needs more: 40 column blocks of 133 groups each outgrow the first set, and the calls
-// before and after, sharing it, still sum right.
-TEST(ModelKernelsTest, ColumnSumsGrowTheirCountersAndKeepThemZero) {
-  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
-  std::mt19937 rng(13);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int64_t tall = kColumnSumsBlockRows * kColumnSumsBlockRows * 2 + 3;  // 129 blocks, 3 groups, 1
-  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{tall, 300}, {tall, 256 * 40}, {tall, 300}, {5000, 7}}) {
-    std::vector<float> x(static_cast<size_t>(rows * cols)), out(static_cast<size_t>(cols));
-    for (float& v : x) v = normal(rng);
-    for (float& v : out) v = normal(rng);
-    DeviceArray<float> d_x(x), d_out(out);
-    ASSERT_TRUE(ColumnSums(d_x.ptr, rows, cols, cols, d_out.ptr, true, nullptr).ok());
-    EXPECT_EQ(d_out.Get(out.size()), HostColumnSums(x, rows, cols, out)) << rows << " x " << cols;
-  }
-}
-
 TEST(ModelKernelsTest, Bf16ColumnSumsAddTheWidenedValuesInTheStatedOrder) {
   if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
   for (const int64_t rows : {int64_t{1}, kColumnSumsBlockRows + 1, int64_t{5000}}) {
