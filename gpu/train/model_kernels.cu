@@ -1,11 +1,7 @@
 #include "gpu/train/model_kernels.h"
 
 #include <algorithm>
-#include <map>
-#include <mutex>
-#include <utility>
 
-#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "gpu/train/column_sums_kernels.cuh"
 #include "gpu/train/kernel_utils.cuh"
@@ -125,42 +121,15 @@ namespace {
 
 static_assert(colsum::kBlockRows == kColumnBlock, "column_sums_kernels.cuh's blocks are ColumnSums' blocks");
 
-// The tree's counters on a device and stream: zero between launches (each group's last block zeroes its
-// counter), so they are zeroed once, when made or grown, and kept. Launches on one stream run in order,
-// so one set a stream serves all of them.
-absl::StatusOr<unsigned*> TreeCountersOn(int64_t count, cudaStream_t stream) {
-  struct Set {
-    unsigned* at = nullptr;
-    int64_t size = 0;
-  };
-  static std::mutex mu;
-  static std::map<std::pair<int, cudaStream_t>, Set>* sets = new std::map<std::pair<int, cudaStream_t>, Set>();
-  int device = 0;
-  if (absl::Status s = CudaOk(cudaGetDevice(&device), "ColumnSums counters"); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu);
-  Set& set = (*sets)[{device, stream}];
-  if (set.size >= count) return set.at;
-  const int64_t size = std::max<int64_t>({count, 2 * set.size, 4096});
-  if (set.at != nullptr) {
-    if (absl::Status s = CudaOk(cudaFreeAsync(set.at, stream), "ColumnSums counters"); !s.ok()) return s;
-    set = Set{};
-  }
-  unsigned* at = nullptr;
-  if (absl::Status s = CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&at), size * sizeof(unsigned), stream),
-                              "ColumnSums counters");
-      !s.ok())
-    return s;
-  if (absl::Status s = CudaOk(cudaMemsetAsync(at, 0, size * sizeof(unsigned), stream), "ColumnSums counters"); !s.ok())
-    return s;
-  set = Set{at, size};
-  return at;
-}
+template <typename T>
+absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, SumOutputs outs, int count,
+                          int64_t x_stride, bool accumulate, cudaStream_t stream, __nv_bfloat16* rounded = nullptr);
 
-// The tree of ColumnSums (column_sums_kernels.cuh) for `count` matrices of [rows, cols] in one launch:
-// scratch for every level's rows and the stream's counters, then first(grid, threads, tree) launching
-// the kernel that forms level 0 (a thread a column, block y a 64-row block, z a matrix; a kernel taking
-// more columns a thread launches fewer column blocks than grid.x, never more), the scratch freed. `what`
-// names the kernel in errors.
+// The tree of ColumnSums from its first level on, for `count` matrices of [rows, cols]: scratch for
+// the 64-row blocks' sums, first(grid, threads, partial, per_matrix) launching the first level's
+// kernel (a thread a column, block y a 64-row block, z a matrix; matrix z's sums at partial + z
+// per_matrix), then the same sums over the block sums (the upper levels), the scratch freed. `what`
+// names the first level in errors.
 template <typename First>
 absl::Status FromFirstLevel(int64_t rows, int64_t cols, SumOutputs outs, int count, bool accumulate,
                             cudaStream_t stream, const char* what, First first) {
@@ -168,48 +137,36 @@ absl::Status FromFirstLevel(int64_t rows, int64_t cols, SumOutputs outs, int cou
   if (blocks > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": rows=", rows, ": want <= 65535 * ", kColumnBlock));
   }
-  colsum::Tree tree{};
-  tree.out[0] = outs.out[0];
-  tree.out[1] = outs.out[1];
-  tree.accumulate = accumulate;
-  int64_t partial_rows = 0;
-  for (int64_t n = blocks;; n = colsum::Groups(n)) {
-    tree.rows[tree.levels++] = n;
-    partial_rows += n;
-    if (n <= kColumnBlock) break;
-  }
+  const int64_t per_matrix = blocks * cols;  // block sums of one matrix
+  float* partial = nullptr;
+  if (absl::Status a = CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&partial), count * per_matrix * sizeof(float),
+                                              stream),
+                              "ColumnSums scratch");
+      !a.ok())
+    return a;
   // A block as wide as the columns (whole warps, at most kThreads): at d = 128 a 256-thread block would
   // idle half its threads and halve the loads an SM keeps in flight.
   const int threads = static_cast<int>(std::min<int64_t>(kThreads, (cols + kWarp - 1) / kWarp * kWarp));
   const dim3 grid(static_cast<unsigned>((cols + threads - 1) / threads), static_cast<unsigned>(blocks),
                   static_cast<unsigned>(count));
-  const absl::StatusOr<unsigned*> counters =
-      TreeCountersOn(int64_t{count} * grid.x * colsum::TreeCounters(tree), stream);
-  if (!counters.ok()) return counters.status();
-  tree.counters = *counters;
-  float* partial = nullptr;
-  if (absl::Status a = CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&partial),
-                                              count * partial_rows * cols * sizeof(float), stream),
-                              "ColumnSums scratch");
-      !a.ok())
-    return a;
-  for (int l = 0, at = 0; l < tree.levels; at += static_cast<int>(tree.rows[l]), ++l)
-    tree.partial[l] = partial + int64_t{count} * at * cols;
-  first(grid, threads, tree);
+  first(grid, threads, partial, per_matrix);
   const absl::Status launched = Launched(what);
+  const absl::Status upper =
+      launched.ok() ? ColumnSumsOf<float>(partial, blocks, cols, cols, outs, count, per_matrix, accumulate, stream)
+                    : launched;
   const absl::Status freed = CudaOk(cudaFreeAsync(partial, stream), "ColumnSums scratch");
-  return launched.ok() ? freed : launched;
+  return upper.ok() ? freed : upper;
 }
 
 // ColumnSums for fp32 or bf16 rows (the tree's upper levels are fp32 block sums), of `count` (1 or 2)
 // matrices of the same shape at once: matrix m at x + m x_stride into outs.out[m], each by its own
-// tree, one launch for all: at most 64 rows by the direct kernel, more by the tree's. With `rounded`
-// (one fp32 matrix with ldx = cols), level 0 also writes the rows rounded to bf16; a single block then
-// goes through the tree's kernel too, whose one block sum is the sum the direct kernel forms (both
-// start from +0 and add in row order, so the last level's 0 + sum is that sum, bit for bit).
+// tree, one launch a level for all. With `rounded` (one fp32 matrix with ldx = cols), the first level
+// also writes the rows rounded to bf16; a single level then goes through the block kernel too, whose
+// one block sum is the sum the direct kernel forms (both start from +0 and add in row order, so the
+// second level's 0 + sum is that sum, bit for bit).
 template <typename T>
 absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, SumOutputs outs, int count,
-                          int64_t x_stride, bool accumulate, cudaStream_t stream, __nv_bfloat16* rounded = nullptr) {
+                          int64_t x_stride, bool accumulate, cudaStream_t stream, __nv_bfloat16* rounded) {
   if (absl::Status s = ValidateMatrix("ColumnSums", rows, cols, ldx); !s.ok()) return s;
   if (rows <= kColumnBlock && (rounded == nullptr || rows == 0)) {
     ColumnSumsKernel<T><<<dim3(Blocks(cols), static_cast<unsigned>(count)), kThreads, 0, stream>>>(
@@ -218,10 +175,10 @@ absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, S
   }
   using Rows = typename BitsOf<T>::type;  // bf16 rows as their bits
   return FromFirstLevel(rows, cols, outs, count, accumulate, stream, "ColumnSums (blocks)",
-                        [&](dim3 grid, int threads, const colsum::Tree& tree) {
+                        [&](dim3 grid, int threads, float* partial, int64_t per_matrix) {
                           colsum::ColumnBlockSumsKernel<Rows><<<grid, threads, 0, stream>>>(
-                              reinterpret_cast<const Rows*>(x), rows, cols, ldx, reinterpret_cast<uint16_t*>(rounded),
-                              x_stride, tree);
+                              reinterpret_cast<const Rows*>(x), rows, cols, ldx, partial,
+                              reinterpret_cast<uint16_t*>(rounded), x_stride, per_matrix);
                         });
 }
 
@@ -284,13 +241,13 @@ absl::Status GeluBackwardWithColumnSums(const __nv_bfloat16* u, const __nv_bfloa
   const bool wide = cols % 8 == 0 && reinterpret_cast<uintptr_t>(u) % 16 == 0 &&
                     reinterpret_cast<uintptr_t>(dg) % 16 == 0 && reinterpret_cast<uintptr_t>(du) % 16 == 0;
   return FromFirstLevel(rows, cols, SumOutputs{{out, nullptr}}, 1, accumulate, stream, "GeluBackwardWithColumnSums",
-                        [&](dim3 grid, int threads, const colsum::Tree& tree) {
+                        [&](dim3 grid, int threads, float* partial, int64_t) {
                           const auto* ub = reinterpret_cast<const uint16_t*>(u);
                           const auto* gb = reinterpret_cast<const uint16_t*>(dg);
                           auto* db = reinterpret_cast<uint16_t*>(du);
                           if (!wide) {
                             colsum::GeluBackwardBlockSumsKernel<1>
-                                <<<grid, threads, 0, stream>>>(ub, gb, rows, cols, db, tree);
+                                <<<grid, threads, 0, stream>>>(ub, gb, rows, cols, db, partial);
                             return;
                           }
                           const int64_t lanes = cols / 8;
@@ -298,7 +255,7 @@ absl::Status GeluBackwardWithColumnSums(const __nv_bfloat16* u, const __nv_bfloa
                           const dim3 wide_grid(static_cast<unsigned>((lanes + wide_threads - 1) / wide_threads), grid.y,
                                                grid.z);
                           colsum::GeluBackwardBlockSumsKernel<8>
-                              <<<wide_grid, wide_threads, 0, stream>>>(ub, gb, rows, cols, db, tree);
+                              <<<wide_grid, wide_threads, 0, stream>>>(ub, gb, rows, cols, db, partial);
                         });
 }
 

@@ -22,18 +22,17 @@ absl::Status BiasRows(const float* residual, const float* v, int64_t rows, int64
 inline constexpr int64_t kColumnSumsBlockRows = 64;
 // out[c] (+)= the sum over rows of x[r * ldx + c], as a fixed tree: up to kColumnSumsBlockRows rows
 // in order r = 0, 1, ...; beyond, the rows' blocks of kColumnSumsBlockRows (each summed in order)
-// become the rows of the same sum, one level up, until one block is left. Deterministic; one launch,
-// stream-ordered scratch for the block sums, and counters kept per device and stream (the levels above
-// the first are formed by the last block of each group to finish). Short blocks keep many threads'
-// loads in flight, where one thread walking thousands of rows waits on every load in turn.
+// become the rows of the same sum, one level up, until one block is left. Deterministic; stream-
+// ordered scratch for the block sums. Short blocks keep many threads' loads in flight, where one
+// thread walking thousands of rows waits on every load in turn.
 absl::Status ColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
                         cudaStream_t stream);
 // The same over bf16 rows (each value widened exactly; the sums fp32, in the same tree).
 absl::Status ColumnSums(const __nv_bfloat16* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
                         cudaStream_t stream);
 // ColumnSums of two fp32 matrices of the same shape, x and x + x_stride ([rows, cols] each, rows
-// contiguous), into out0 and out1: each by its own tree (two ColumnSums calls' bytes), one launch for
-// both. For LayerNorm's dgamma and dbeta from their blocks' partial rows.
+// contiguous), into out0 and out1: each by its own tree (two ColumnSums calls' bytes), one launch a
+// level for both. For LayerNorm's dgamma and dbeta from their blocks' partial rows.
 absl::Status ColumnSumsPair(const float* x, int64_t rows, int64_t cols, int64_t x_stride, float* out0, float* out1,
                             bool accumulate, cudaStream_t stream);
 // Both of the above in one read of x [rows, cols] (rows contiguous): y = x rounded to bf16 (ToBf16's

@@ -71,24 +71,6 @@ inline float __frcp_rn(float a) { return 1.0f / a; }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 
 inline void __syncthreads() { emu::Barrier(); }
-// Nonzero for every thread when any thread's predicate is (blocks run one at a time, and fibers switch
-// only at barriers, so one flag serves every block).
-inline int __syncthreads_or(int predicate) {
-  static int any = 0;
-  emu::Barrier();  // every thread has read the flag of the call before
-  if (predicate) any = 1;
-  emu::Barrier();
-  const int result = any;
-  emu::Barrier();
-  if (threadIdx.x == 0) any = 0;
-  return result;
-}
-// One block at a time runs: every store is visible to the blocks after it.
-inline void __threadfence() {}
-template <typename T>
-inline T __ldcg(const T* p) {
-  return *p;
-}
 
 inline float __shfl_xor_sync(unsigned /*mask*/, float value, int lane_mask) {
   float all[32];
