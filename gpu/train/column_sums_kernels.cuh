@@ -21,35 +21,6 @@ constexpr int64_t kBlockRows = 64;
 __device__ __forceinline__ float Load(const float* at) { return *at; }
 __device__ __forceinline__ float Load(const uint16_t* at) { return Storage<ElementType::kBFloat16>::ToFloat(*at); }
 
-// partial[blockIdx.y, c] = the sum of column c over rows [blockIdx.y kBlockRows, + kBlockRows), added
-// in row order from 0; one thread a column, so adjacent threads read adjacent values of a row. With
-// `rounded` (not null; rows `cols` apart): rounded[r, c] = x[r, c] in bf16 for the same rows. A grid of
-// several z takes as many matrices of the same shape, matrix z at x + z x_stride, its partial rows at
-// partial + z partial_stride.
-template <typename T>
-__global__ void ColumnBlockSumsKernel(const T* x, int64_t rows, int64_t cols, int64_t ldx, float* partial,
-                                      uint16_t* rounded, int64_t x_stride = 0, int64_t partial_stride = 0) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
-  x += blockIdx.z * x_stride;
-  partial += blockIdx.z * partial_stride;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kBlockRows;
-  const int64_t r1 = r0 + kBlockRows < rows ? r0 + kBlockRows : rows;
-  float s = 0.0f;
-  if (rounded != nullptr) {
-#pragma unroll 8
-    for (int64_t r = r0; r < r1; ++r) {
-      const float v = Load(x + r * ldx + c);
-      rounded[r * cols + c] = Storage<ElementType::kBFloat16>::FromFloat(v);
-      s = __fadd_rn(s, v);
-    }
-  } else {
-#pragma unroll 16
-    for (int64_t r = r0; r < r1; ++r) s = __fadd_rn(s, Load(x + r * ldx + c));
-  }
-  partial[static_cast<int64_t>(blockIdx.y) * cols + c] = s;
-}
-
 // kVec bf16 values (their bits) at `at`: one 16-byte access at kVec = 8 (at 16-byte aligned), else
 // one 2-byte access.
 template <int kVec>
@@ -78,6 +49,83 @@ __device__ __forceinline__ void StoreBf16(uint16_t* at, const uint16_t (&v)[kVec
   } else {
     at[0] = v[0];
   }
+}
+
+// kVec values of a row widened to fp32: one 16-byte access for fp32 rows at kVec = 4 and bf16 rows at
+// kVec = 8 (at 16-byte aligned), else one access a value.
+template <int kVec>
+__device__ __forceinline__ void LoadWidened(const float* at, float (&v)[kVec]) {
+  if constexpr (kVec == 4) {
+    const float4 w = *reinterpret_cast<const float4*>(at);
+    v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
+  } else {
+    static_assert(kVec == 1, "1 or 4 fp32 values");
+    v[0] = *at;
+  }
+}
+template <int kVec>
+__device__ __forceinline__ void LoadWidened(const uint16_t* at, float (&v)[kVec]) {
+  uint16_t bits[kVec];
+  LoadBf16<kVec>(at, bits);
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) v[i] = Load(&bits[i]);
+}
+
+// The values rounded to bf16 (to nearest, ties to even) at `at`: 8 bytes at kVec = 4 (at 8-byte
+// aligned), else 2 a value.
+template <int kVec>
+__device__ __forceinline__ void StoreRounded(uint16_t* at, const float (&v)[kVec]) {
+  uint16_t bits[kVec];
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) bits[i] = Storage<ElementType::kBFloat16>::FromFloat(v[i]);
+  if constexpr (kVec == 4) {
+    *reinterpret_cast<uint2*>(at) = make_uint2(static_cast<uint32_t>(bits[0]) | static_cast<uint32_t>(bits[1]) << 16,
+                                               static_cast<uint32_t>(bits[2]) | static_cast<uint32_t>(bits[3]) << 16);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) at[i] = bits[i];
+  }
+}
+
+// partial[blockIdx.y, c] = the sum of column c over rows [blockIdx.y kBlockRows, + kBlockRows), added
+// in row order from 0. A thread takes kVec adjacent columns (1; or 4 of fp32 rows, 8 of bf16 ones, in
+// 16-byte accesses, where the columns, the row stride and x_stride are multiples of kVec and x is
+// 16-byte aligned), a sum per column, the same bytes at every kVec; adjacent threads read adjacent
+// values of a row. With `rounded` (not null; rows `cols` apart, 8-byte aligned at kVec = 4):
+// rounded[r, c] = x[r, c] in bf16 for the same rows. A grid of several z takes as many matrices of the
+// same shape, matrix z at x + z x_stride, its partial rows at partial + z partial_stride.
+template <typename T, int kVec = 1>
+__global__ void ColumnBlockSumsKernel(const T* x, int64_t rows, int64_t cols, int64_t ldx, float* partial,
+                                      uint16_t* rounded, int64_t x_stride = 0, int64_t partial_stride = 0) {
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;
+  if (c >= cols) return;
+  x += blockIdx.z * x_stride;
+  partial += blockIdx.z * partial_stride;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kBlockRows;
+  const int64_t r1 = r0 + kBlockRows < rows ? r0 + kBlockRows : rows;
+  float s[kVec] = {};
+  if (rounded != nullptr) {
+    [[maybe_unused]] constexpr int kUnroll = kVec == 1 ? 8 : 4;  // host compilers ignore the pragma
+#pragma unroll kUnroll
+    for (int64_t r = r0; r < r1; ++r) {
+      float v[kVec];
+      LoadWidened<kVec>(x + r * ldx + c, v);
+      StoreRounded<kVec>(rounded + r * cols + c, v);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) s[i] = __fadd_rn(s[i], v[i]);
+    }
+  } else {
+    [[maybe_unused]] constexpr int kUnroll = kVec == 1 ? 16 : 4;
+#pragma unroll kUnroll
+    for (int64_t r = r0; r < r1; ++r) {
+      float v[kVec];
+      LoadWidened<kVec>(x + r * ldx + c, v);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) s[i] = __fadd_rn(s[i], v[i]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) partial[static_cast<int64_t>(blockIdx.y) * cols + c + i] = s[i];
 }
 
 // GELU's backward with the first level of its result's column sums, for a product's input gradient du

@@ -29,17 +29,22 @@ bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
 
 // The kernel over every block of the grid model_kernels.cu launches: `count` matrices, matrix z at
 // x + z x_stride and its partial rows at partial + z partial_stride.
-template <typename T>
+template <typename T, int kVec = 1>
 void Run(const T* x, int64_t rows, int64_t cols, int64_t ldx, float* partial, uint16_t* rounded, unsigned count = 1,
          int64_t x_stride = 0, int64_t partial_stride = 0) {
   const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
-  const unsigned col_blocks = static_cast<unsigned>((cols + kThreads - 1) / kThreads);
+  // kVec = 1: kThreads a block; wider, model_kernels.cu's block of the columns' lanes in whole warps.
+  const int64_t lanes = cols / kVec;
+  const int threads = kVec == 1 ? kThreads
+                                : static_cast<int>(std::min<int64_t>(std::min<int64_t>(kThreads, (cols + 31) / 32 * 32),
+                                                                     (lanes + 31) / 32 * 32));
+  const unsigned col_blocks = static_cast<unsigned>((lanes + threads - 1) / threads);
   emu::SetGridDim({col_blocks, static_cast<unsigned>(blocks), count});
   for (unsigned z = 0; z < count; ++z) {
     for (int64_t b = 0; b < blocks; ++b) {
       for (unsigned cb = 0; cb < col_blocks; ++cb) {
-        emu::RunBlock({cb, static_cast<unsigned>(b), z}, kThreads, [&] {
-          ColumnBlockSumsKernel<T>(x, rows, cols, ldx, partial, rounded, x_stride, partial_stride);
+        emu::RunBlock({cb, static_cast<unsigned>(b), z}, threads, [&] {
+          ColumnBlockSumsKernel<T, kVec>(x, rows, cols, ldx, partial, rounded, x_stride, partial_stride);
         });
       }
     }
@@ -106,6 +111,47 @@ void RunCase(int64_t rows, int64_t cols, uint64_t seed) {
       ADD_FAILURE() << where << ": rounded[" << e << "] " << rounded[e] << ", want " << want;
   }
   EXPECT_EQ(bad, 0) << where;
+
+  // 16 bytes a thread a row (4 fp32 columns, 8 bf16 ones) on the contiguous rows: the same partial
+  // rows and rounded rows, two matrices a row apart included.
+  const auto dense_model = [&](auto value) {
+    std::vector<float> p(static_cast<size_t>(blocks * cols));
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int64_t c = 0; c < cols; ++c) {
+        float sum = 0.0f;
+        for (int64_t r = b * kBlockRows; r < std::min(rows, (b + 1) * kBlockRows); ++r) sum = sum + value(r * cols + c);
+        p[static_cast<size_t>(b * cols + c)] = sum;
+      }
+    }
+    return p;
+  };
+  if (cols % 4 == 0) {
+    std::vector<uint16_t> rounded4(rounded.size(), kUntouched);
+    std::fill(part.begin(), part.end(), std::nanf(""));
+    Run<float, 4>(dense.data(), rows, cols, cols, part.data(), rounded4.data());
+    EXPECT_TRUE(SameBytes(part, want32)) << where << ": four fp32 columns a thread, rounded in the same pass";
+    EXPECT_EQ(rounded4, rounded) << where << ": four fp32 columns a thread";
+    std::vector<float> two(dense);
+    two.insert(two.end(), dense.begin(), dense.end());
+    std::vector<float> parts4(2 * want32.size(), std::nanf(""));
+    const int64_t shift = cols;  // the second matrix one row on
+    Run<float, 4>(two.data(), rows, cols, cols, parts4.data(), nullptr, 2, static_cast<int64_t>(dense.size()) - shift,
+                  static_cast<int64_t>(want32.size()));
+    const std::vector<float> want_shifted =
+        dense_model([&](int64_t e) { return two[static_cast<size_t>(e) + dense.size() - static_cast<size_t>(shift)]; });
+    EXPECT_TRUE(SameBytes(std::vector<float>(parts4.begin(), parts4.begin() + want32.size()), want32))
+        << where << ": four fp32 columns a thread, the first of two matrices";
+    EXPECT_TRUE(SameBytes(std::vector<float>(parts4.begin() + want32.size(), parts4.end()), want_shifted))
+        << where << ": four fp32 columns a thread, the second of two matrices";
+  }
+  if (cols % 8 == 0) {
+    std::vector<uint16_t> dense16(dense.size());
+    for (size_t e = 0; e < dense.size(); ++e) dense16[e] = numerics::FloatToBf16BitsRne(dense[e]);
+    std::fill(part.begin(), part.end(), std::nanf(""));
+    Run<uint16_t, 8>(dense16.data(), rows, cols, cols, part.data(), nullptr);
+    EXPECT_TRUE(SameBytes(part, dense_model([&](int64_t e) { return numerics::Bf16BitsToFloat(dense16[e]); })))
+        << where << ": eight bf16 columns a thread";
+  }
 }
 
 TEST(ColumnSumsEmulated, BlockSumsAddEachBlocksRowsInOrderAndRoundInTheSamePass) {
@@ -113,6 +159,8 @@ TEST(ColumnSumsEmulated, BlockSumsAddEachBlocksRowsInOrderAndRoundInTheSamePass)
   RunCase(64, 128, 2);   // one full block
   RunCase(200, 130, 3);  // a partial block of 8 rows; a second thread block of 2 columns
   RunCase(129, 300, 4);  // a partial block of one row; columns past a thread block
+  RunCase(70, 8, 5);     // a warp's lanes, most idle, at 4 and 8 columns a thread
+  RunCase(130, 2056, 6);  // wide rows: 514 lanes of 4 columns, 257 of 8
 }
 
 // GELU's backward with its block sums: du is the elementwise kernel's expression rounded to bf16 at
