@@ -55,8 +55,9 @@ TEST(ModelKernelsTest, ColumnSumsAddInTheStatedOrder) {
   if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
+  // The last count's first level takes 16 bytes a thread a row where the columns allow (300 of them).
   for (const int64_t rows : {int64_t{1}, int64_t{1000}, kColumnSumsBlockRows, kColumnSumsBlockRows + 1, int64_t{5000},
-                             kColumnSumsBlockRows * kColumnSumsBlockRows * 2 + 3}) {
+                             kColumnSumsBlockRows * kColumnSumsBlockRows * 2 + 3, kColumnSumsBlockRows * 2048 + 5}) {
     for (const int64_t cols : {int64_t{1}, int64_t{300}}) {
       std::vector<float> x(static_cast<size_t>(rows * cols)), out(static_cast<size_t>(cols));
       for (float& v : x) v = normal(rng);
@@ -70,8 +71,9 @@ TEST(ModelKernelsTest, ColumnSumsAddInTheStatedOrder) {
 
 TEST(ModelKernelsTest, Bf16ColumnSumsAddTheWidenedValuesInTheStatedOrder) {
   if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
-  for (const int64_t rows : {int64_t{1}, kColumnSumsBlockRows + 1, int64_t{5000}}) {
-    const int64_t cols = 130;
+  using Shape = std::pair<int64_t, int64_t>;  // rows, columns; the last, 16 bytes a thread a row
+  for (const auto& [rows, cols] : {Shape{1, 130}, Shape{kColumnSumsBlockRows + 1, 130}, Shape{5000, 130},
+                                   Shape{kColumnSumsBlockRows * 2048 + 5, 128}}) {
     const std::vector<uint16_t> bits = test::RandomBf16(static_cast<size_t>(rows * cols), 7 + rows, 0.0, 1.0);
     std::vector<float> x(bits.size()), out(static_cast<size_t>(cols), 0.5f);
     for (size_t e = 0; e < bits.size(); ++e) x[e] = numerics::Bf16BitsToFloat(bits[e]);
@@ -83,13 +85,14 @@ TEST(ModelKernelsTest, Bf16ColumnSumsAddTheWidenedValuesInTheStatedOrder) {
 }
 
 // ToBf16WithColumnSums: ToBf16's bytes and ColumnSums' sums (accumulated and written) from one pass,
-// with rows that fit one block, a block and one, and three levels of the tree.
+// with rows that fit one block, a block and one, three levels of the tree, and enough 64-row blocks for
+// the first level to take 16 bytes a thread a row.
 TEST(ModelKernelsTest, ToBf16WithColumnSumsIsToBf16AndColumnSumsInOnePass) {
   if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
   std::mt19937 rng(12);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (const int64_t rows : {int64_t{1}, kColumnSumsBlockRows, kColumnSumsBlockRows + 1,
-                             kColumnSumsBlockRows * kColumnSumsBlockRows * 2 + 3}) {
+                             kColumnSumsBlockRows * kColumnSumsBlockRows * 2 + 3, kColumnSumsBlockRows * 2048 + 5}) {
     for (const int64_t cols : {int64_t{8}, int64_t{128}, int64_t{300}}) {
       for (const bool accumulate : {true, false}) {
         std::vector<float> x(static_cast<size_t>(rows * cols)), out(static_cast<size_t>(cols));
