@@ -61,20 +61,20 @@ void RunCase(int64_t rows, int64_t cols, uint64_t seed) {
   std::vector<uint16_t> x16(x.size());
   for (size_t e = 0; e < x.size(); ++e) x16[e] = numerics::FloatToBf16BitsRne(x[e]);
 
-  // Host model: each block's rows added in order from +0.
-  const auto model = [&](auto value) {
+  // Host model: each block's rows added in order from +0, value(r * ld + c) the row r's value in column c.
+  const auto model = [&](auto value, int64_t ld) {
     std::vector<float> p(static_cast<size_t>(blocks * cols));
     for (int64_t b = 0; b < blocks; ++b) {
       for (int64_t c = 0; c < cols; ++c) {
         float s = 0.0f;
-        for (int64_t r = b * kBlockRows; r < std::min(rows, (b + 1) * kBlockRows); ++r) s = s + value(r * ldx + c);
+        for (int64_t r = b * kBlockRows; r < std::min(rows, (b + 1) * kBlockRows); ++r) s = s + value(r * ld + c);
         p[static_cast<size_t>(b * cols + c)] = s;
       }
     }
     return p;
   };
-  const std::vector<float> want32 = model([&](int64_t e) { return x[e]; });
-  const std::vector<float> want16 = model([&](int64_t e) { return numerics::Bf16BitsToFloat(x16[e]); });
+  const std::vector<float> want32 = model([&](int64_t e) { return x[e]; }, ldx);
+  const std::vector<float> want16 = model([&](int64_t e) { return numerics::Bf16BitsToFloat(x16[e]); }, ldx);
 
   std::vector<float> part(want32.size(), std::nanf(""));
   Run<float>(x.data(), rows, cols, ldx, part.data(), nullptr);
@@ -89,7 +89,7 @@ void RunCase(int64_t rows, int64_t cols, uint64_t seed) {
   std::vector<float> parts(2 * want32.size(), std::nanf(""));
   Run<float>(x2.data(), rows, cols, ldx, parts.data(), nullptr, 2, static_cast<int64_t>(x.size()) - half,
              static_cast<int64_t>(want32.size()));
-  const std::vector<float> want_second = model([&](int64_t e) { return x2[static_cast<size_t>(e) + x.size() - half]; });
+  const std::vector<float> want_second = model([&](int64_t e) { return x2[static_cast<size_t>(e) + x.size() - half]; }, ldx);
   EXPECT_TRUE(SameBytes(std::vector<float>(parts.begin(), parts.begin() + want32.size()), want32))
       << where << ": the first of two matrices";
   EXPECT_TRUE(SameBytes(std::vector<float>(parts.begin() + want32.size(), parts.end()), want_second))
@@ -114,17 +114,6 @@ void RunCase(int64_t rows, int64_t cols, uint64_t seed) {
 
   // 16 bytes a thread a row (4 fp32 columns, 8 bf16 ones) on the contiguous rows: the same partial
   // rows and rounded rows, two matrices a row apart included.
-  const auto dense_model = [&](auto value) {
-    std::vector<float> p(static_cast<size_t>(blocks * cols));
-    for (int64_t b = 0; b < blocks; ++b) {
-      for (int64_t c = 0; c < cols; ++c) {
-        float sum = 0.0f;
-        for (int64_t r = b * kBlockRows; r < std::min(rows, (b + 1) * kBlockRows); ++r) sum = sum + value(r * cols + c);
-        p[static_cast<size_t>(b * cols + c)] = sum;
-      }
-    }
-    return p;
-  };
   if (cols % 4 == 0) {
     std::vector<uint16_t> rounded4(rounded.size(), kUntouched);
     std::fill(part.begin(), part.end(), std::nanf(""));
@@ -138,7 +127,7 @@ void RunCase(int64_t rows, int64_t cols, uint64_t seed) {
     Run<float, 4>(two.data(), rows, cols, cols, parts4.data(), nullptr, 2, static_cast<int64_t>(dense.size()) - shift,
                   static_cast<int64_t>(want32.size()));
     const std::vector<float> want_shifted =
-        dense_model([&](int64_t e) { return two[static_cast<size_t>(e) + dense.size() - static_cast<size_t>(shift)]; });
+        model([&](int64_t e) { return two[static_cast<size_t>(e) + dense.size() - static_cast<size_t>(shift)]; }, cols);
     EXPECT_TRUE(SameBytes(std::vector<float>(parts4.begin(), parts4.begin() + want32.size()), want32))
         << where << ": four fp32 columns a thread, the first of two matrices";
     EXPECT_TRUE(SameBytes(std::vector<float>(parts4.begin() + want32.size(), parts4.end()), want_shifted))
@@ -149,7 +138,7 @@ void RunCase(int64_t rows, int64_t cols, uint64_t seed) {
     for (size_t e = 0; e < dense.size(); ++e) dense16[e] = numerics::FloatToBf16BitsRne(dense[e]);
     std::fill(part.begin(), part.end(), std::nanf(""));
     Run<uint16_t, 8>(dense16.data(), rows, cols, cols, part.data(), nullptr);
-    EXPECT_TRUE(SameBytes(part, dense_model([&](int64_t e) { return numerics::Bf16BitsToFloat(dense16[e]); })))
+    EXPECT_TRUE(SameBytes(part, model([&](int64_t e) { return numerics::Bf16BitsToFloat(dense16[e]); }, cols)))
         << where << ": eight bf16 columns a thread";
   }
 }
