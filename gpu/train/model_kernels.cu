@@ -159,6 +159,19 @@ absl::Status FromFirstLevel(int64_t rows, int64_t cols, SumOutputs outs, int cou
   return upper.ok() ? freed : upper;
 }
 
+// The grid of a first-level kernel taking kVec adjacent columns a thread, from FromFirstLevel's grid of
+// one column a thread: blocks as wide as the columns' lanes (whole warps, at most `threads`), the same
+// rows (y) and matrices (z).
+struct VectorLaunch {
+  dim3 grid;
+  int threads;
+};
+VectorLaunch VectorGrid(dim3 grid, int threads, int64_t cols, int vec) {
+  const int64_t lanes = cols / vec;
+  const int lane_threads = static_cast<int>(std::min<int64_t>(threads, (lanes + kWarp - 1) / kWarp * kWarp));
+  return {dim3(static_cast<unsigned>((lanes + lane_threads - 1) / lane_threads), grid.y, grid.z), lane_threads};
+}
+
 // ColumnSums for fp32 or bf16 rows (the tree's upper levels are fp32 block sums), of `count` (1 or 2)
 // matrices of the same shape at once: matrix m at x + m x_stride into outs.out[m], each by its own
 // tree, one launch a level for all. With `rounded` (one fp32 matrix with ldx = cols), the first level
@@ -177,12 +190,11 @@ absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, S
   using Rows = typename BitsOf<T>::type;  // bf16 rows as their bits
   // 16 bytes a thread a row (4 fp32 columns, 8 bf16 ones) where every matrix's rows start 16-byte
   // aligned (and the rounded rows 8-byte aligned) and there are thousands of 64-row blocks: the same
-  // sums, a quarter or an eighth of the loads. With fewer blocks, a quarter of the threads leaves too few
-  // loads in flight (on the H100 at b512 the launches under 20 us took 3.26 ms a step this way against
-  // 2.11, those over 40 us 3.78 against 4.44).
+  // sums, a quarter or an eighth of the loads. With fewer blocks, a quarter of the threads leaves too
+  // few loads in flight (tools/bench/NOTES.md, session 33).
   constexpr int kVec = std::is_same_v<T, float> ? 4 : 8;
-  constexpr int64_t kWideBlocks = 2048;
-  const bool wide = rows >= kWideBlocks * kColumnBlock && cols % kVec == 0 && ldx % kVec == 0 && x_stride % kVec == 0 &&
+  constexpr int64_t kWideRows = 2048 * kColumnBlock;
+  const bool wide = rows >= kWideRows && cols % kVec == 0 && ldx % kVec == 0 && x_stride % kVec == 0 &&
                     reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(rounded) % 8 == 0;
   return FromFirstLevel(rows, cols, outs, count, accumulate, stream, "ColumnSums (blocks)",
                         [&](dim3 grid, int threads, float* partial, int64_t per_matrix) {
@@ -193,12 +205,8 @@ absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, S
                                 xr, rows, cols, ldx, partial, rr, x_stride, per_matrix);
                             return;
                           }
-                          const int64_t lanes = cols / kVec;
-                          const int wide_threads =
-                              static_cast<int>(std::min<int64_t>(threads, (lanes + kWarp - 1) / kWarp * kWarp));
-                          const dim3 wide_grid(static_cast<unsigned>((lanes + wide_threads - 1) / wide_threads), grid.y,
-                                               grid.z);
-                          colsum::ColumnBlockSumsKernel<Rows, kVec><<<wide_grid, wide_threads, 0, stream>>>(
+                          const VectorLaunch v = VectorGrid(grid, threads, cols, kVec);
+                          colsum::ColumnBlockSumsKernel<Rows, kVec><<<v.grid, v.threads, 0, stream>>>(
                               xr, rows, cols, ldx, partial, rr, x_stride, per_matrix);
                         });
 }
@@ -271,12 +279,9 @@ absl::Status GeluBackwardWithColumnSums(const __nv_bfloat16* u, const __nv_bfloa
                                 <<<grid, threads, 0, stream>>>(ub, gb, rows, cols, db, partial);
                             return;
                           }
-                          const int64_t lanes = cols / 8;
-                          const int wide_threads = static_cast<int>(std::min<int64_t>(threads, (lanes + kWarp - 1) / kWarp * kWarp));
-                          const dim3 wide_grid(static_cast<unsigned>((lanes + wide_threads - 1) / wide_threads), grid.y,
-                                               grid.z);
+                          const VectorLaunch v = VectorGrid(grid, threads, cols, 8);
                           colsum::GeluBackwardBlockSumsKernel<8>
-                              <<<wide_grid, wide_threads, 0, stream>>>(ub, gb, rows, cols, db, partial);
+                              <<<v.grid, v.threads, 0, stream>>>(ub, gb, rows, cols, db, partial);
                         });
 }
 
