@@ -42,10 +42,8 @@ __device__ __forceinline__ void LoadBf16(const uint16_t* at, uint16_t (&v)[kVec]
 template <int kVec>
 __device__ __forceinline__ void StoreBf16(uint16_t* at, const uint16_t (&v)[kVec]) {
   if constexpr (kVec == 8) {
-    uint32_t words[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) words[i] = static_cast<uint32_t>(v[2 * i]) | static_cast<uint32_t>(v[2 * i + 1]) << 16;
-    *reinterpret_cast<uint4*>(at) = make_uint4(words[0], words[1], words[2], words[3]);
+    *reinterpret_cast<uint4*>(at) =
+        make_uint4(PackHalves(v[0], v[1]), PackHalves(v[2], v[3]), PackHalves(v[4], v[5]), PackHalves(v[6], v[7]));
   } else {
     at[0] = v[0];
   }
@@ -75,15 +73,12 @@ __device__ __forceinline__ void LoadWidened(const uint16_t* at, float (&v)[kVec]
 // aligned), else 2 a value.
 template <int kVec>
 __device__ __forceinline__ void StoreRounded(uint16_t* at, const float (&v)[kVec]) {
-  uint16_t bits[kVec];
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) bits[i] = Storage<ElementType::kBFloat16>::FromFloat(v[i]);
+  constexpr ElementType kBf16 = ElementType::kBFloat16;
   if constexpr (kVec == 4) {
-    *reinterpret_cast<uint2*>(at) = make_uint2(static_cast<uint32_t>(bits[0]) | static_cast<uint32_t>(bits[1]) << 16,
-                                               static_cast<uint32_t>(bits[2]) | static_cast<uint32_t>(bits[3]) << 16);
+    *reinterpret_cast<uint2*>(at) = make_uint2(PackRounded<kBf16>(v[0], v[1]), PackRounded<kBf16>(v[2], v[3]));
   } else {
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) at[i] = bits[i];
+    for (int i = 0; i < kVec; ++i) at[i] = Storage<kBf16>::FromFloat(v[i]);
   }
 }
 
@@ -142,9 +137,7 @@ __global__ void GeluBackwardBlockSumsKernel(const uint16_t* u, const uint16_t* d
   if (c >= cols) return;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kBlockRows;
   const int64_t r1 = r0 + kBlockRows < rows ? r0 + kBlockRows : rows;
-  float s[kVec];
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) s[i] = 0.0f;
+  float s[kVec] = {};
   [[maybe_unused]] constexpr int kUnroll = kVec == 8 ? 2 : 4;  // host compilers ignore the pragma
 #pragma unroll kUnroll
   for (int64_t r = r0; r < r1; ++r) {

@@ -14,7 +14,7 @@
 //   (the CPU emulation's), the results are within 1e-6 of their magnitude (the derivative: of
 //   Phi + |x| phi), plus what rounding x^2 / 2 moves the exponential by, of the fp64 definition for
 //   |x| <= 12 (tests/gpu/emulation/gelu_emulated_test.cc); __expf adds 2 ulps and |x^2 / 2| ulps (its
-//   argument scaled to base 2), at most 6e-6 where the result is normal. That is a thousand times finer
+//   argument scaled to base 2), by that arithmetic at most 6e-6 where the result is normal. That is a thousand times finer
 //   than bf16's rounding (4e-3), but not erfcf's bits, and the oracle check of the fp32 trainer follows a
 //   trajectory that any change of bits moves (its held-out NE), so the fp32 kernels keep erfcf.
 // Device code, also compiled by a host compiler for the CPU emulation (tests/gpu/emulation, through its

@@ -190,8 +190,8 @@ absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, S
   using Rows = typename BitsOf<T>::type;  // bf16 rows as their bits
   // 16 bytes a thread a row (4 fp32 columns, 8 bf16 ones) where every matrix's rows start 16-byte
   // aligned (and the rounded rows 8-byte aligned) and there are thousands of 64-row blocks: the same
-  // sums, a quarter or an eighth of the loads. With fewer blocks, a quarter of the threads leaves too
-  // few loads in flight (tools/bench/NOTES.md, session 33).
+  // sums, a quarter or an eighth of the loads. With fewer blocks the wide form measured slower (a
+  // quarter of the threads; tools/bench/NOTES.md, session 33).
   constexpr int kVec = std::is_same_v<T, float> ? 4 : 8;
   constexpr int64_t kWideRows = 2048 * kColumnBlock;
   const bool wide = rows >= kWideRows && cols % kVec == 0 && ldx % kVec == 0 && x_stride % kVec == 0 &&

@@ -67,7 +67,6 @@ inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fsqrt_rn(float a) { return sqrtf(a); }
-inline float __frcp_rn(float a) { return 1.0f / a; }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 
 inline void __syncthreads() { emu::Barrier(); }

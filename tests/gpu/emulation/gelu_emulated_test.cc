@@ -1,9 +1,11 @@
-// gpu/train/gelu.cuh's GELU and derivative, built by the host compiler, against their fp64 definition
+// gpu/train/gelu.cuh's GELU and derivative in their bf16-result form (GeluOfBf16, GeluGradOfBf16),
+// built by the host compiler, against their fp64 definition
 // (x Phi(x) and Phi(x) + x phi(x), Phi by std::erfc): within 1e-6 of the magnitude (the derivative's
 // of Phi + |x| phi, since its terms cancel near x = -0.75), plus what rounding x^2 / 2 to fp32 moves
 // exp(-x^2 / 2) by (x^2 / 2 of 2^-24 of itself; 4e-6 at |x| = 11.4), over a grid of 2,400,001 values
 // in [-12, 12]; and the values at zero, the infinities and NaN. The header's tail polynomial is what
-// this checks: the host's expf and IEEE reciprocal stand in for the device's.
+// this checks: the host's expf and IEEE division stand in for the device's approximate __expf and
+// __fdividef (their error is the header's arithmetic, not this test's).
 #include "tests/gpu/emulation/cuda_shim.h"
 // The shim must come first.
 #include <cmath>
