@@ -294,6 +294,13 @@ void LaunchBackward(const GdpaBatch& b, const float* q, const float* k, const fl
   }
 }
 
+// The exact kernels read v and write dv dense.
+absl::Status DenseValues(const GdpaBatch& b) {
+  if (b.v_ld == 0 || b.v_ld == int64_t{b.heads} * b.dh) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("v_ld=", b.v_ld, ": the fp32 GDPA takes dense v only (0 or heads*dh=",
+                                                 int64_t{b.heads} * b.dh, ")"));
+}
+
 }  // namespace
 
 absl::Status ValidateGdpaBatch(const GdpaBatch& b) {
@@ -312,6 +319,10 @@ absl::Status ValidateGdpaBatch(const GdpaBatch& b) {
   }
   if (absl::Status s = ValidateRows("max_q", b.max_q); !s.ok()) return s;
   if (absl::Status s = ValidateRows("max_k", b.max_k); !s.ok()) return s;
+  if (b.v_ld != 0 && (b.v_ld < int64_t{b.heads} * b.dh || b.v_ld >= (int64_t{1} << 31))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("v_ld=", b.v_ld, ": want 0 (dense) or heads*dh=", int64_t{b.heads} * b.dh, " .. 2^31-1"));
+  }
   if (b.batch == 0) return absl::OkStatus();
   return NotNull({{b.q_offsets, "q_offsets"}, {b.k_offsets, "k_offsets"}});
 }
@@ -319,6 +330,7 @@ absl::Status ValidateGdpaBatch(const GdpaBatch& b) {
 absl::Status GdpaForward(const GdpaBatch& b, const float* q, const float* k, const float* v, float* o,
                          cudaStream_t stream) {
   if (absl::Status s = ValidateGdpaBatch(b); !s.ok()) return s;
+  if (absl::Status s = DenseValues(b); !s.ok()) return s;
   if (b.batch == 0 || b.max_q == 0) return absl::OkStatus();
   // Keys are read only where some sample has one.
   if (absl::Status s = NotNull({{q, "q"}, {o, "o"}}); !s.ok()) return s;
@@ -336,6 +348,7 @@ absl::Status GdpaForward(const GdpaBatch& b, const float* q, const float* k, con
 absl::Status GdpaBackward(const GdpaBatch& b, const float* q, const float* k, const float* v, const float* d_o,
                           float* dq, float* dk, float* dv, cudaStream_t stream) {
   if (absl::Status s = ValidateGdpaBatch(b); !s.ok()) return s;
+  if (absl::Status s = DenseValues(b); !s.ok()) return s;
   if (b.batch == 0 || (b.max_q == 0 && b.max_k == 0)) return absl::OkStatus();
   // q, d_o, dq are used only where some sample has queries; k, v, dk, dv only where some has keys.
   if (b.max_q > 0) {

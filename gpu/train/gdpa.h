@@ -31,11 +31,16 @@ struct GdpaBatch {
   const int32_t* q_offsets = nullptr;  // device [batch + 1]
   const int32_t* k_offsets = nullptr;  // device [batch + 1]
   int32_t max_q = 0, max_k = 0;        // the largest per-sample query / key count (host values, for grids/shared memory)
+  // The row stride of v and dv in elements, 0: heads*dh (dense, like q, k, o and their gradients). A
+  // larger stride reads v out of (and writes dv into) a wider row, such as the [rows, 3 d] output of
+  // one product for q, k and v together. Only the tensor-core functions (gdpa_tensor_core.h) take one;
+  // GdpaForward and GdpaBackward take dense v only.
+  int64_t v_ld = 0;
 };
 
 // Host-side checks of the host fields: batch 0 .. 2^31-1, heads 1 .. 65535, dh 16/32/64,
-// window -1 .. 2^30, block 0 .. 2^30, post_scale finite, max_q and max_k 0 .. 2^20, offsets non-null
-// where batch > 0.
+// window -1 .. 2^30, block 0 .. 2^30, post_scale finite, max_q and max_k 0 .. 2^20, v_ld 0 or
+// heads*dh .. 2^31-1, offsets non-null where batch > 0.
 absl::Status ValidateGdpaBatch(const GdpaBatch& b);
 
 // o (written) for every query row of every sample; a query with no kept key gets zeros.

@@ -26,10 +26,16 @@ using tc::Params;
 using tc::Split;
 using tc::SumSplitsKernel;
 
-// vec: every tensor 16-byte aligned; then, head widths being multiples of 16 values, every row of every
-// head starts on 16 bytes (a float4, or eight bf16).
-Params MakeParams(const GdpaBatch& b, bool vec) {
-  return Params{b.q_offsets, b.k_offsets, b.heads, Mask{b.window, b.block}, b.post_scale, vec};
+// The row stride of v and dv (GdpaBatch::v_ld, 0: dense).
+int VRowStride(const GdpaBatch& b) { return static_cast<int>(b.v_ld > 0 ? b.v_ld : int64_t{b.heads} * b.dh); }
+
+// vec: every tensor 16-byte aligned and v's row stride a multiple of 16 bytes; then, head widths being
+// multiples of 16 values, every row of every head starts on 16 bytes (a float4, or eight bf16).
+template <typename T>
+Params MakeParams(const GdpaBatch& b, bool aligned) {
+  const int ld_v = VRowStride(b);
+  const bool vec = aligned && (static_cast<int64_t>(ld_v) * static_cast<int64_t>(sizeof(T))) % 16 == 0;
+  return Params{b.q_offsets, b.k_offsets, b.heads, Mask{b.window, b.block}, b.post_scale, vec, ld_v};
 }
 
 // (sample, head, tile of the own side's `rows` x split).
@@ -94,7 +100,7 @@ template <int kDh, typename T>
 absl::Status LaunchForward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* o, cudaStream_t stream) {
   constexpr size_t kBytes = Layout<kDh>::Bytes(3);
   if (absl::Status s = AllowSharedMemory(ForwardKernel<kDh, T>, kBytes, "GdpaForwardTensorCore"); !s.ok()) return s;
-  const Params p = MakeParams(b, Aligned16({q, k, v, o}));
+  const Params p = MakeParams<T>(b, Aligned16({q, k, v, o}));
   const int splits = SplitsFor(b, b.max_q, b.max_k, 1);
   if (splits == 1) {
     ForwardKernel<kDh, T><<<Grid(b, b.max_q, 1), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, o);
@@ -111,7 +117,7 @@ template <int kDh, typename T>
 absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T* v, const T* d_o, T* dq, T* dk, T* dv,
                             cudaStream_t stream) {
   constexpr size_t kBytes = Layout<kDh>::Bytes(4);
-  const Params p = MakeParams(b, Aligned16({q, k, v, d_o, dq, dk, dv}));
+  const Params p = MakeParams<T>(b, Aligned16({q, k, v, d_o, dq, dk, dv}));
   T* const no_second = nullptr;  // dq's split launch has one output
   if (b.max_q > 0) {
     if (absl::Status s = AllowSharedMemory(BackwardDqKernel<kDh, T>, kBytes, "GdpaBackwardTensorCore dq"); !s.ok()) {

@@ -102,7 +102,8 @@ struct Params {
   int heads;
   Mask mask;
   float post_scale;
-  bool vec;  // every tensor 16-byte aligned: rows move as quads (float4, or four bf16)
+  bool vec;  // every tensor and row 16-byte aligned: rows move as quads (float4, or four bf16)
+  int ld_v;  // the row stride of v and dv (elements); q, k, d_o, o, dq and dk rows are heads * dh apart
 };
 
 // How a launch splits its walks. splits == 1: blockIdx.z is the own tile, the CTA walks every step and
@@ -243,15 +244,16 @@ struct StagedRows {
   }
 };
 
-// The CTA's own rows [row0, row0 + n) of head h of a (and of b, where kTwo) into the staged tiles sa
-// (and sb), their loads issued together with the first step's (first_step(), which fetches into the
-// caller's StagedRows): the CTA waits one round trip before its first step, not two.
+// The CTA's own rows [row0, row0 + n) of head h of a (and of b, where kTwo; rows ld_a and ld_b
+// apart) into the staged tiles sa (and sb), their loads issued together with the first step's
+// (first_step(), which fetches into the caller's StagedRows): the CTA waits one round trip before its
+// first step, not two.
 template <int kDh, bool kTwo, typename T, typename FirstStep>
-__device__ void StageOwnRows(const T* a, const T* b, int64_t row0, int n, int width, int h, bool vec, bf16* sa,
-                             bf16* sb, FirstStep first_step) {
+__device__ void StageOwnRows(const T* a, const T* b, int64_t row0, int n, int ld_a, int ld_b, int h, bool vec,
+                             bf16* sa, bf16* sb, FirstStep first_step) {
   StagedRows<kDh, T> own_a, own_b;
-  own_a.Fetch(a, row0, n, width, h, vec);
-  if constexpr (kTwo) own_b.Fetch(b, row0, n, width, h, vec);
+  own_a.Fetch(a, row0, n, ld_a, h, vec);
+  if constexpr (kTwo) own_b.Fetch(b, row0, n, ld_b, h, vec);
   first_step();
   own_a.Put(sa);
   if constexpr (kTwo) own_b.Put(sb);
@@ -434,17 +436,18 @@ __device__ void StoreStrip(const float (&acc)[kDh / 8][4], const Role& role, int
   }
 }
 
-// The CTA's own rows [i0, i0 + n) of sample row `first` on: unsplit, rows first + i0 of `out` (from
-// registers where each warp holds a strip of its own and the rows are aligned); split, rows
-// blockIdx.x * max_own + i0 of its split's fp32 partial rows in `part` (16-byte aligned: float4
-// stores). The same branch for the whole CTA (FinishOutput's barriers).
+// The CTA's own rows [i0, i0 + n) of sample row `first` on: unsplit, rows first + i0 of `out` (rows
+// ld_out apart; from registers where each warp holds a strip of its own and the rows are aligned);
+// split, rows blockIdx.x * max_own + i0 of its split's fp32 partial rows in `part` (`width` apart,
+// 16-byte aligned: float4 stores). The same branch for the whole CTA (FinishOutput's barriers).
 template <int kDh, typename T>
 __device__ void WriteOwnRows(const float (&acc)[kDh / 8][4], float* ss, const Role& role, const Split& sp, int split,
-                             int64_t first, int i0, int n, int width, int h, bool vec, T* out, float* part) {
+                             int64_t first, int i0, int n, int ld_out, int width, int h, bool vec, T* out,
+                             float* part) {
   if (sp.splits == 1 && role.groups == 1 && vec) {
-    StoreStrip<kDh>(acc, role, first + i0, n, width, h, out);
+    StoreStrip<kDh>(acc, role, first + i0, n, ld_out, h, out);
   } else if (sp.splits == 1) {
-    FinishOutput<kDh>(acc, ss, role, first + i0, n, width, h, vec, out);
+    FinishOutput<kDh>(acc, ss, role, first + i0, n, ld_out, h, vec, out);
   } else {
     FinishOutput<kDh>(acc, ss, role, static_cast<int64_t>(blockIdx.x) * sp.max_own + i0, n, width, h, true,
                       part + split * sp.split_stride);
@@ -479,9 +482,9 @@ __global__ void __launch_bounds__(kThreads)
   StagedRows<kDh, T> next_k, next_v;
   const auto fetch = [&](int j0) {
     next_k.Fetch(k, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
-    next_v.Fetch(v, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
+    next_v.Fetch(v, s.k_row + j0, min(kTile, khi - j0), p.ld_v, h, p.vec);
   };
-  StageOwnRows<kDh, false>(q, q, s.q_row + i0, nq, width, h, p.vec, qs, qs, [&] {
+  StageOwnRows<kDh, false>(q, q, s.q_row + i0, nq, width, width, h, p.vec, qs, qs, [&] {
     if (jb < je) fetch(jb);
   });
   const Role role = WarpRole(nq);
@@ -513,7 +516,7 @@ __global__ void __launch_bounds__(kThreads)
       AddTimesRows<kDh>(w, vs, c * kFrag, acc);
     }
   }
-  WriteOwnRows<kDh>(acc, ss, role, sp, place.split, s.q_row, i0, nq, width, h, p.vec, o, sp.part0);
+  WriteOwnRows<kDh>(acc, ss, role, sp, place.split, s.q_row, i0, nq, width, width, h, p.vec, o, sp.part0);
 }
 
 // dq for the queries of a tile (CtaPlace): the forward's walk with dz = post silu'(q . k) (do . v) where
@@ -543,9 +546,9 @@ __global__ void __launch_bounds__(kThreads)
   StagedRows<kDh, T> next_k, next_v;
   const auto fetch = [&](int j0) {
     next_k.Fetch(k, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
-    next_v.Fetch(v, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
+    next_v.Fetch(v, s.k_row + j0, min(kTile, khi - j0), p.ld_v, h, p.vec);
   };
-  StageOwnRows<kDh, true>(q, d_o, s.q_row + i0, nq, width, h, p.vec, qs, dos, [&] {
+  StageOwnRows<kDh, true>(q, d_o, s.q_row + i0, nq, width, width, h, p.vec, qs, dos, [&] {
     if (jb < je) fetch(jb);
   });
   const Role role = WarpRole(nq);
@@ -579,7 +582,7 @@ __global__ void __launch_bounds__(kThreads)
       AddTimesRows<kDh>(w, ks, c * kFrag, acc);
     }
   }
-  WriteOwnRows<kDh>(acc, ss, role, sp, place.split, s.q_row, i0, nq, width, h, p.vec, dq, sp.part0);
+  WriteOwnRows<kDh>(acc, ss, role, sp, place.split, s.q_row, i0, nq, width, width, h, p.vec, dq, sp.part0);
 }
 
 // dk, dv for the keys of a tile (CtaPlace): a walk over the queries that keep them (or the split's part
@@ -613,7 +616,7 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
     next_q.Fetch(q, s.q_row + i0, min(kTile, qhi - i0), width, h, p.vec);
     next_do.Fetch(d_o, s.q_row + i0, min(kTile, qhi - i0), width, h, p.vec);
   };
-  StageOwnRows<kDh, true>(k, v, s.k_row + j0, nk, width, h, p.vec, ks, vs, [&] {
+  StageOwnRows<kDh, true>(k, v, s.k_row + j0, nk, width, p.ld_v, h, p.vec, ks, vs, [&] {
     if (ib < ie) fetch(ib);
   });
   const Role role = WarpRole(nk);
@@ -653,13 +656,13 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
       AddTimesRows<kDh>(dzt, qs, c * kFrag, acc_k);
     }
   }
-  WriteOwnRows<kDh>(acc_k, ss, role, sp, place.split, s.k_row, j0, nk, width, h, p.vec, dk, sp.part0);
-  WriteOwnRows<kDh>(acc_v, ss, role, sp, place.split, s.k_row, j0, nk, width, h, p.vec, dv, sp.part1);
+  WriteOwnRows<kDh>(acc_k, ss, role, sp, place.split, s.k_row, j0, nk, width, width, h, p.vec, dk, sp.part0);
+  WriteOwnRows<kDh>(acc_v, ss, role, sp, place.split, s.k_row, j0, nk, p.ld_v, width, h, p.vec, dv, sp.part1);
 }
 // The output rows of a split launch (SplitWalk): own row r of sample blockIdx.x (queries, or keys where
 // own_keys), every head, is the sum of the partial rows of the splits that wrote them, in increasing
-// split order; part1 / out1 (dv) too where out1 is not null; written as T. Grid (batch, any y): the y
-// blocks stride over the sample's elements.
+// split order; part1 / out1 (dv, rows p.ld_v apart) too where out1 is not null; written as T. Grid
+// (batch, any y): the y blocks stride over the sample's elements.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     SumSplitsKernel(Params p, Split sp, int dh, bool own_keys, T* out0, T* out1) {
@@ -679,11 +682,12 @@ __global__ void __launch_bounds__(kThreads)
     p.mask.Range(i0 + n - 1, other, &unused, &hi);
     const int64_t walked = (static_cast<int64_t>(hi) - lo + kSplitRows - 1) / kSplitRows;
     const int used = static_cast<int>(walked < 1 ? 1 : walked < sp.splits ? walked : sp.splits);
-    const int64_t at = (part_row0 + r) * width + c, to = (first + r) * width + c;
+    const int64_t at = (part_row0 + r) * width + c;
     for (int t = 0; t < 2; ++t) {
       const float* part = t == 0 ? sp.part0 : sp.part1;
       T* out = t == 0 ? out0 : out1;
       if (out == nullptr) continue;
+      const int64_t to = (first + r) * (t == 0 ? width : p.ld_v) + c;  // out1 is dv
       if (p.vec) {
         float4 sum = *reinterpret_cast<const float4*>(part + at);
         for (int split = 1; split < used; ++split) {

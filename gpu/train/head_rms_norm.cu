@@ -36,6 +36,9 @@ unsigned RowBlocks(int64_t rows) {
 // Head dims up to 64 take 8 lanes per row, longer rows a whole warp.
 bool ShortRows(int64_t dh) { return dh <= 64; }
 
+// x's and dx's token stride (HeadRowsShape::ld, 0: dense).
+int64_t RowStride(const HeadRowsShape& s) { return s.ld > 0 ? s.ld : s.heads * s.dh; }
+
 }  // namespace
 
 absl::Status ValidateHeadRowsShape(const HeadRowsShape& s) {
@@ -43,6 +46,14 @@ absl::Status ValidateHeadRowsShape(const HeadRowsShape& s) {
     return absl::InvalidArgumentError(absl::StrCat("rows=", s.rows, ": want 1 .. 2^31-1"));
   }
   if (s.dh < 1 || s.dh > 1024) return absl::InvalidArgumentError(absl::StrCat("dh=", s.dh, ": want 1 .. 1024"));
+  if (s.heads < 1 || s.heads > 65535 || s.rows % s.heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("heads=", s.heads, ": want 1 .. 65535 and a divisor of rows=", s.rows));
+  }
+  if (s.ld != 0 && (s.ld < s.heads * s.dh || s.ld >= (int64_t{1} << 31))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ld=", s.ld, ": want 0 (dense) or heads*dh=", s.heads * s.dh, " .. 2^31-1"));
+  }
   return absl::OkStatus();
 }
 
@@ -54,10 +65,12 @@ absl::Status HeadRmsNormForward(const HeadRowsShape& s, const T* x, T* y, float*
   E* ye = reinterpret_cast<E*>(y);
   const int dh = static_cast<int>(s.dh);
   constexpr const char* kWhat = "HeadRmsNormForward";
-  return ShortRows(s.dh) ? LaunchStaged<E, 8>(HeadRmsNormForwardKernel<E, 8>, s, stream, kWhat, xe, s.rows, dh, ye,
-                                              inv)
+  const int heads = static_cast<int>(s.heads);
+  const int64_t ld = RowStride(s);
+  return ShortRows(s.dh) ? LaunchStaged<E, 8>(HeadRmsNormForwardKernel<E, 8>, s, stream, kWhat, xe, s.rows, dh, heads,
+                                              ld, ye, inv)
                          : LaunchStaged<E, kWarp>(HeadRmsNormForwardKernel<E, kWarp>, s, stream, kWhat, xe, s.rows,
-                                                  dh, ye, inv);
+                                                  dh, heads, ld, ye, inv);
 }
 
 template <typename T>
@@ -68,12 +81,14 @@ absl::Status HeadRmsNormBackward(const HeadRowsShape& s, const T* x, const float
   const E* xe = reinterpret_cast<const E*>(x);
   const E* dye = reinterpret_cast<const E*>(dy);
   E* dxe = reinterpret_cast<E*>(dx);
-  const int dh = static_cast<int>(s.dh);
+  const int dh = static_cast<int>(s.dh), heads = static_cast<int>(s.heads);
+  const int64_t ld = RowStride(s);
   if (ShortRows(s.dh)) {
-    HeadRmsNormBackwardKernel<E, 8><<<RowBlocks<8>(s.rows), kThreads, 0, stream>>>(xe, inv, dye, s.rows, dh, dxe);
+    HeadRmsNormBackwardKernel<E, 8><<<RowBlocks<8>(s.rows), kThreads, 0, stream>>>(xe, inv, dye, s.rows, dh, heads, ld,
+                                                                                  dxe);
   } else {
     HeadRmsNormBackwardKernel<E, kWarp><<<RowBlocks<kWarp>(s.rows), kThreads, 0, stream>>>(xe, inv, dye, s.rows, dh,
-                                                                                          dxe);
+                                                                                          heads, ld, dxe);
   }
   return Launched("HeadRmsNormBackward");
 }

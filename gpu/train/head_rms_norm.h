@@ -19,6 +19,12 @@ namespace gemtb::gpu::train {
 struct HeadRowsShape {
   int64_t rows = 0;  // tokens x heads, 1 .. 2^31-1
   int64_t dh = 0;    // head dimension, 1 .. 1024
+  // Where x and dx keep their rows: tokens of `heads` head rows (rows a multiple of it), token t's
+  // head h at t * ld + h * dh. ld 0 (or heads * dh) is dense; a larger one reads x out of (and writes
+  // dx into) wider rows, such as k's columns of one product for k and v together. y, dy and inv are
+  // dense.
+  int64_t heads = 1;  // 1 .. 65535
+  int64_t ld = 0;     // 0, or heads * dh .. 2^31-1
 };
 
 absl::Status ValidateHeadRowsShape(const HeadRowsShape& shape);

@@ -54,17 +54,46 @@ inline int64_t RowsPerBlock(int64_t dh) {
   return (passes > 1 ? passes : 1) * kRowsPerPass<kLanes>;
 }
 
-// Rows [blockIdx.x * block_rows, + block_rows), block_rows = passes * kRowsPerPass. Every lane takes
-// part in the butterfly; rows past the end compute on zeros and write nothing. y is written over the
-// staged x (a lane writes only the elements it read), then copied out.
+// Where head row r of x (and dx) is: rows of `heads` head rows, `ld` elements apart.
+__device__ __forceinline__ int64_t HeadRowAt(int64_t r, int dh, int heads, int64_t ld) {
+  return r / heads * ld + r % heads * dh;
+}
+
+// Head rows [first, first + n) of x into xs, dense: one span where x is dense (ld = heads * dh), else a
+// head row's 16-byte units (or, unaligned, its values) from where HeadRowAt puts it.
+template <typename T>
+__device__ void StageHeadRows(T* xs, const T* x, int64_t first, int n, int dh, int heads, int64_t ld) {
+  if (ld == static_cast<int64_t>(heads) * dh) {
+    BlockCopy<kThreads>(xs, x + first * dh, n * dh);
+    return;
+  }
+  constexpr int kPerUnit = 16 / static_cast<int>(sizeof(T));
+  const auto tid = static_cast<int>(threadIdx.x);
+  if (dh % kPerUnit == 0 && ld % kPerUnit == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    const int units = dh / kPerUnit;
+    for (int u = tid; u < n * units; u += kThreads) {
+      const int r = u / units, c = u % units * kPerUnit;
+      *reinterpret_cast<uint4*>(xs + r * dh + c) =
+          *reinterpret_cast<const uint4*>(x + HeadRowAt(first + r, dh, heads, ld) + c);
+    }
+    return;
+  }
+  for (int e = tid; e < n * dh; e += kThreads) xs[e] = x[HeadRowAt(first + e / dh, dh, heads, ld) + e % dh];
+}
+
+// Rows [blockIdx.x * block_rows, + block_rows), block_rows = passes * kRowsPerPass, of x (head rows as
+// HeadRowAt places them) into dense y and inv. Every lane takes part in the butterfly; rows past the
+// end compute on zeros and write nothing. y is written over the staged x (a lane writes only the
+// elements it read), then copied out.
 template <typename T, int kLanes>
 __global__ void __launch_bounds__(kThreads)
-    HeadRmsNormForwardKernel(const T* x, int64_t rows, int dh, T* y, float* inv, int block_rows) {
+    HeadRmsNormForwardKernel(const T* x, int64_t rows, int dh, int heads, int64_t ld, T* y, float* inv,
+                             int block_rows) {
   extern __shared__ __align__(16) unsigned char staged[];
   T* xs = reinterpret_cast<T*>(staged);
   const int64_t first = static_cast<int64_t>(blockIdx.x) * block_rows;
   const int n = static_cast<int>(min(static_cast<int64_t>(block_rows), rows - first));
-  BlockCopy<kThreads>(xs, x + first * dh, n * dh);
+  StageHeadRows(xs, x, first, n, dh, heads, ld);
   __syncthreads();
   const int g = threadIdx.x % kLanes;
   for (int base = 0; base < n; base += kRowsPerPass<kLanes>) {
@@ -87,23 +116,25 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // The backward reads x and dy where they are, kRowsPerPass rows a block: staged like the forward it
-// took a third longer on the H100 (more registers, fewer blocks an SM; tools/bench/NOTES.md).
+// took a third longer on the H100 (more registers, fewer blocks an SM; tools/bench/NOTES.md). x and dx
+// head rows as HeadRowAt places them, dy and inv dense.
 template <typename T, int kLanes>
 __global__ void __launch_bounds__(kThreads)
-    HeadRmsNormBackwardKernel(const T* x, const float* inv, const T* dy, int64_t rows, int dh, T* dx) {
+    HeadRmsNormBackwardKernel(const T* x, const float* inv, const T* dy, int64_t rows, int dh, int heads, int64_t ld,
+                              T* dx) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerPass<kLanes> + threadIdx.x / kLanes;
   // Every lane takes part in the butterfly; rows past the end compute on row 0's values and write nothing.
   const bool real = row < rows;
   const int g = threadIdx.x % kLanes;
-  const int64_t at = (real ? row : 0) * dh;
-  const T* xr = x + at;
+  const int64_t at = (real ? row : 0) * dh, ax = HeadRowAt(real ? row : 0, dh, heads, ld);
+  const T* xr = x + ax;
   const T* dyr = dy + at;
   const float r = inv[real ? row : 0];
   float s = 0.0f;
   for (int i = g; i < dh; i += kLanes) s = __fadd_rn(s, __fmul_rn(Load(dyr[i]), __fmul_rn(Load(xr[i]), r)));
   s = __fdiv_rn(GroupSum<kLanes>(s), static_cast<float>(dh));
   if (!real) return;
-  T* dxr = dx + row * dh;
+  T* dxr = dx + ax;
   for (int i = g; i < dh; i += kLanes) {
     const float yv = __fmul_rn(Load(xr[i]), r);
     dxr[i] = Store<T>(__fmul_rn(r, __fsub_rn(Load(dyr[i]), __fmul_rn(yv, s))));

@@ -20,6 +20,9 @@ dim3 Grid(const RopeRows& r) {
 
 bool Empty(const RopeRows& r) { return r.batch == 0 || r.max_rows == 0; }
 
+// The row stride of x and dx (RopeRows::ld, 0: dense).
+int64_t RowStride(const RopeRows& r) { return r.ld > 0 ? r.ld : int64_t{r.heads} * r.dh; }
+
 }  // namespace
 
 absl::Status ValidateRopeRows(const RopeRows& r) {
@@ -35,6 +38,10 @@ absl::Status ValidateRopeRows(const RopeRows& r) {
   if (r.dh < 2 || r.dh > qkr::kLanes * qkr::kMaxPerLane || r.dh % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat("dh=", r.dh, ": want an even number 2 .. 64"));
   }
+  if (r.ld != 0 && (r.ld < int64_t{r.heads} * r.dh || r.ld >= (int64_t{1} << 31))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ld=", r.ld, ": want 0 (dense) or heads*dh=", int64_t{r.heads} * r.dh, " .. 2^31-1"));
+  }
   if (Empty(r)) return absl::OkStatus();
   return NotNull({{r.offsets, "offsets"}, {r.table, "table"}});
 }
@@ -46,8 +53,8 @@ absl::Status Forward(const RopeRows& rows, const T* x, T* y, float* inv, cudaStr
   if (absl::Status s = ValidateRopeRows(rows); !s.ok()) return s;
   if (Empty(rows)) return absl::OkStatus();
   if (absl::Status s = NotNull({{x, "x"}, {y, "y"}, {inv, "inv"}}); !s.ok()) return s;
-  QkNormRopeKernelFor<false, T>(rows.dh)<<<Grid(rows), kThreads, 0, stream>>>(rows.offsets, rows.heads, rows.dh,
-                                                                             rows.table, x, nullptr, nullptr, y, inv);
+  QkNormRopeKernelFor<false, T>(rows.dh)<<<Grid(rows), kThreads, 0, stream>>>(
+      rows.offsets, rows.heads, rows.dh, RowStride(rows), rows.table, x, nullptr, nullptr, y, inv);
   return Launched("QkNormRopeForward");
 }
 
@@ -56,8 +63,8 @@ absl::Status Backward(const RopeRows& rows, const T* x, const float* inv, const 
   if (absl::Status s = ValidateRopeRows(rows); !s.ok()) return s;
   if (Empty(rows)) return absl::OkStatus();
   if (absl::Status s = NotNull({{x, "x"}, {inv, "inv"}, {dy, "dy"}, {dx, "dx"}}); !s.ok()) return s;
-  QkNormRopeKernelFor<true, T>(rows.dh)<<<Grid(rows), kThreads, 0, stream>>>(rows.offsets, rows.heads, rows.dh,
-                                                                            rows.table, x, dy, inv, dx, nullptr);
+  QkNormRopeKernelFor<true, T>(rows.dh)<<<Grid(rows), kThreads, 0, stream>>>(
+      rows.offsets, rows.heads, rows.dh, RowStride(rows), rows.table, x, dy, inv, dx, nullptr);
   return Launched("QkNormRopeBackward");
 }
 

@@ -21,7 +21,8 @@
 namespace gemtb::gpu::train {
 
 // Rows of `batch` samples, sample b's rows [offsets[b], offsets[b + 1]) (device), each of heads x dh
-// values (fp32 or bf16); `table` [max_rows, dh] on the device.
+// values (fp32 or bf16); `table` [max_rows, dh] on the device. Checks: batch 0 .. 2^31-1, max_rows
+// 0 .. 2^20, heads 1 .. 65535, dh even 2 .. 64, ld 0 or heads * dh .. 2^31-1.
 struct RopeRows {
   int64_t batch = 0;              // 0 .. 2^31-1
   const int32_t* offsets = nullptr;
@@ -29,6 +30,10 @@ struct RopeRows {
   int heads = 0;                  // 1 .. 65535
   int dh = 0;                     // even, 2 .. 64 (the trainer's head dims 16, 32, 64)
   const float* table = nullptr;
+  // The row stride of x and dx in elements, 0: heads * dh (dense). A larger one reads x out of (and
+  // writes dx into) wider rows, such as q's or k's columns of one product for q, k and v together; y,
+  // dy and inv are dense.
+  int64_t ld = 0;
 };
 
 absl::Status ValidateRopeRows(const RopeRows& rows);
@@ -37,7 +42,7 @@ absl::Status ValidateRopeRows(const RopeRows& rows);
 absl::Status QkNormRopeForward(const RopeRows& rows, const float* x, float* y, float* inv, cudaStream_t stream);
 absl::Status QkNormRopeForward(const RopeRows& rows, const __nv_bfloat16* x, __nv_bfloat16* y, float* inv,
                                cudaStream_t stream);
-// dx from the gradient dy of y, x and the forward's inv (dx may alias dy).
+// dx from the gradient dy of y, x and the forward's inv (dx may alias dy where ld is dense).
 absl::Status QkNormRopeBackward(const RopeRows& rows, const float* x, const float* inv, const float* dy, float* dx,
                                 cudaStream_t stream);
 absl::Status QkNormRopeBackward(const RopeRows& rows, const __nv_bfloat16* x, const float* inv,

@@ -32,15 +32,16 @@ __device__ inline float GroupSum(float v) {
   return v;
 }
 
-// The head rows of rows [blockIdx.y * kRowsPerBlock, + kRowsPerBlock) of sample blockIdx.x. Every lane
+// The head rows of rows [blockIdx.y * kRowsPerBlock, + kRowsPerBlock) of sample blockIdx.x: x (and,
+// backward, out: dx) in rows ld apart, the forward's out (y), dy and the inverse RMS dense. Every lane
 // of a warp runs the same steps (head rows past the end compute on the block's first and write
 // nothing), so the shuffles always see the whole warp. kPerLane > 0: dh is kPerLane * kLanes, and a
 // lane's loops run exactly kPerLane steps with no bounds tests (the kernel issues instructions at
 // about 60% of the slots, so the ones it need not run are its time); 0: any even dh up to 64.
 template <bool kBackward, typename T, int kPerLane = 0>
 __global__ void __launch_bounds__(kThreads)
-    QkNormRopeKernel(const int32_t* offsets, int heads, int dh_in, const float* table, const T* x, const T* dy,
-                     const float* inv_in, T* out, float* inv_out) {
+    QkNormRopeKernel(const int32_t* offsets, int heads, int dh_in, int64_t ld, const float* table, const T* x,
+                     const T* dy, const float* inv_in, T* out, float* inv_out) {
   constexpr bool kExact = kPerLane > 0;
   constexpr int kN = kExact ? kPerLane : kMaxPerLane;  // a lane's steps
   const int dh = kExact ? kPerLane * kLanes : dh_in;
@@ -53,14 +54,15 @@ __global__ void __launch_bounds__(kThreads)
   for (int base = 0; base < head_rows; base += kGroups) {
     const int hr = base + threadIdx.x / kLanes;
     const bool real = hr < head_rows;
-    const int t = t0 + (real ? hr : 0) / heads;
-    const int64_t at = ((row0 + t0) * heads + (real ? hr : 0)) * dh;
+    const int hr_or_0 = real ? hr : 0, t = t0 + hr_or_0 / heads;
+    const int64_t at = ((row0 + t0) * heads + hr_or_0) * dh;                   // dense: y, dy, inv
+    const int64_t ax = (row0 + t) * ld + (hr_or_0 - (t - t0) * heads) * dh;  // x's rows, and dx's
     const float* trow = table + static_cast<int64_t>(t) * dh;
     float xs[kN];
 #pragma unroll
     for (int k = 0; k < kN; ++k) {
       const int i = g + kLanes * k;
-      xs[k] = kExact || i < dh ? Load(x + at + i) : 0.0f;
+      xs[k] = kExact || i < dh ? Load(x + ax + i) : 0.0f;
     }
     if (!kBackward) {
       float ss = 0.0f;
@@ -105,7 +107,7 @@ __global__ void __launch_bounds__(kThreads)
         const int i = g + kLanes * k;
         if (!kExact && i >= dh) continue;
         const float yv = __fmul_rn(xs[k], r);
-        Store(out + at + i, __fmul_rn(r, __fsub_rn(gs[k], __fmul_rn(yv, s))));
+        Store(out + ax + i, __fmul_rn(r, __fsub_rn(gs[k], __fmul_rn(yv, s))));
       }
     }
   }

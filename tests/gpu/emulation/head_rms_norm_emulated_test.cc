@@ -62,15 +62,63 @@ void RunRows(int64_t rows, int64_t block_rows, const Body& body) {
   }
 }
 
-// The kernels on `rows` rows of T (float or bf16 bits) holding x and dy.
+// The kernels on `rows` rows of T (float or bf16 bits) holding x and dy: x and dx in tokens of
+// `heads` head rows `ld` apart (0: dense), from element `at` of their arrays.
 template <typename T, int kLanes>
 void Run(const std::vector<T>& x, const std::vector<T>& dy, int64_t rows, int dh, std::vector<T>& y,
-         std::vector<float>& inv, std::vector<T>& dx) {
+         std::vector<float>& inv, std::vector<T>& dx, int heads = 1, int64_t ld = 0, int64_t at = 0) {
+  if (ld == 0) ld = int64_t{heads} * dh;
   RunRows(rows, RowsPerBlock<kLanes>(dh), [&](int block_rows) {
-    HeadRmsNormForwardKernel<T, kLanes>(x.data(), rows, dh, y.data(), inv.data(), block_rows);
+    HeadRmsNormForwardKernel<T, kLanes>(x.data() + at, rows, dh, heads, ld, y.data(), inv.data(), block_rows);
   });
-  RunRows(rows, kRowsPerPass<kLanes>,
-          [&](int) { HeadRmsNormBackwardKernel<T, kLanes>(x.data(), inv.data(), dy.data(), rows, dh, dx.data()); });
+  RunRows(rows, kRowsPerPass<kLanes>, [&](int) {
+    HeadRmsNormBackwardKernel<T, kLanes>(x.data() + at, inv.data(), dy.data(), rows, dh, heads, ld, dx.data() + at);
+  });
+}
+
+// x read from, and dx written into, token rows wider than their heads (x's columns at an offset, the
+// others NaN): the dense run's y, inv and dx, and nothing of dx's rows outside its columns written.
+// `at` 16-byte aligned or not: the staged forward's unit and value paths.
+template <typename T, int kLanes>
+void ExpectWideRows(int64_t tokens, int heads, int dh, int64_t ld, int64_t at, uint64_t seed) {
+  const std::string where = "tokens " + std::to_string(tokens) + " heads " + std::to_string(heads) + " dh " +
+                            std::to_string(dh) + " ld " + std::to_string(ld) + " at " + std::to_string(at);
+  const int64_t width = int64_t{heads} * dh, rows = tokens * heads;
+  const size_t n = static_cast<size_t>(rows * dh), wide_n = static_cast<size_t>(tokens * ld + at);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  auto value = [&] {
+    const float v = normal(rng);
+    if constexpr (sizeof(T) == 2) {
+      return numerics::FloatToBf16BitsRne(v);
+    } else {
+      return v;
+    }
+  };
+  const T nan = [] {
+    if constexpr (sizeof(T) == 2) {
+      return numerics::FloatToBf16BitsRne(std::nanf(""));
+    } else {
+      return std::nanf("");
+    }
+  }();
+  std::vector<T> x(n), dy(n), x_wide(wide_n, nan);
+  for (T& v : x) v = value();
+  for (T& v : dy) v = value();
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t c = 0; c < width; ++c) x_wide[t * ld + at + c] = x[t * width + c];
+  }
+  std::vector<T> y(n, T{7}), dx(n, T{7}), y_w(n, T{7}), dx_w(wide_n, T{7});
+  std::vector<float> inv(static_cast<size_t>(rows), 7.0f), inv_w = inv;
+  Run<T, kLanes>(x, dy, rows, dh, y, inv, dx);
+  Run<T, kLanes>(x_wide, dy, rows, dh, y_w, inv_w, dx_w, heads, ld, at);
+  EXPECT_EQ(0, std::memcmp(y_w.data(), y.data(), n * sizeof(T))) << where << ": y";
+  EXPECT_EQ(0, std::memcmp(inv_w.data(), inv.data(), inv.size() * sizeof(float))) << where << ": inv";
+  std::vector<T> want_dx(wide_n, T{7});
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t c = 0; c < width; ++c) want_dx[t * ld + at + c] = dx[t * width + c];
+  }
+  EXPECT_EQ(0, std::memcmp(dx_w.data(), want_dx.data(), wide_n * sizeof(T))) << where << ": dx";
 }
 
 template <int kLanes>
@@ -127,6 +175,16 @@ TEST(HeadRmsNormEmulated, KernelsGiveTheHostModelsBytes) {
   ExpectHostModel<8>(900, 5, 4);
   // A warp a row: blocks of 40 rows (dh 96: five passes of 8).
   ExpectHostModel<kWarp>(45, 96, 5);
+}
+
+TEST(HeadRmsNormEmulated, WideRowsGiveTheDenseBytes) {
+  // k's columns of a [tokens, 2 x 4 x 32] row (aligned, so the staged forward moves 16-byte units), and
+  // unaligned or odd strides (its value path), over blocks of one and several passes.
+  ExpectWideRows<uint16_t, 8>(70, 4, 32, 256, 0, 1);
+  ExpectWideRows<float, 8>(70, 4, 32, 256, 128, 2);
+  ExpectWideRows<uint16_t, 8>(33, 2, 16, 50, 3, 3);
+  ExpectWideRows<float, 8>(41, 3, 5, 17, 1, 4);
+  ExpectWideRows<float, kWarp>(9, 2, 96, 200, 8, 5);
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 // those values rounded; the device test (tests/gpu/train_qk_norm_rope_test.cc) checks the same on the GPU.
 #include "tests/gpu/emulation/cuda_shim.h"
 // The shim must come first.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -65,11 +67,11 @@ TEST(QkNormRopeEmulated, KernelGivesTheHostModelsBytes) {
     const unsigned gx = static_cast<unsigned>(s.lengths.size());
     const unsigned gy = static_cast<unsigned>((max_rows + kRowsPerBlock - 1) / kRowsPerBlock);
     RunGrid(gx, gy, [&] {
-      QkNormRopeKernelFor<false, float>(s.dh)(off.data(), s.heads, s.dh, table.data(), x.data(), nullptr, nullptr, y.data(),
+      QkNormRopeKernelFor<false, float>(s.dh)(off.data(), s.heads, s.dh, width, table.data(), x.data(), nullptr, nullptr, y.data(),
                               inv.data());
     });
     RunGrid(gx, gy, [&] {
-      QkNormRopeKernelFor<true, float>(s.dh)(off.data(), s.heads, s.dh, table.data(), x.data(), dx.data(), inv.data(), dx.data(),
+      QkNormRopeKernelFor<true, float>(s.dh)(off.data(), s.heads, s.dh, width, table.data(), x.data(), dx.data(), inv.data(), dx.data(),
                              nullptr);
     });
     EXPECT_TRUE(SameBytes(y, want_y)) << where << ": y";
@@ -94,16 +96,68 @@ TEST(QkNormRopeEmulated, KernelGivesTheHostModelsBytes) {
     std::vector<uint16_t> y16(n, numerics::FloatToBf16BitsRne(7.0f)), dx16 = dy16;
     std::vector<float> inv16(want_inv.size(), 7.0f);
     RunGrid(gx, gy, [&] {
-      QkNormRopeKernelFor<false, uint16_t>(s.dh)(off.data(), s.heads, s.dh, table.data(), x16.data(), nullptr, nullptr,
+      QkNormRopeKernelFor<false, uint16_t>(s.dh)(off.data(), s.heads, s.dh, width, table.data(), x16.data(), nullptr, nullptr,
                                         y16.data(), inv16.data());
     });
     RunGrid(gx, gy, [&] {
-      QkNormRopeKernelFor<true, uint16_t>(s.dh)(off.data(), s.heads, s.dh, table.data(), x16.data(), dx16.data(),
+      QkNormRopeKernelFor<true, uint16_t>(s.dh)(off.data(), s.heads, s.dh, width, table.data(), x16.data(), dx16.data(),
                                        inv16.data(), dx16.data(), nullptr);
     });
     EXPECT_EQ(y16, rounded(want_y16)) << where << ": bf16 y";
     EXPECT_TRUE(SameBytes(inv16, want_inv16)) << where << ": bf16 inv";
     EXPECT_EQ(dx16, rounded(want_dx16)) << where << ": bf16 dx";
+  }
+}
+
+// x read from, and dx written into, rows wider than a head's columns (x's at an offset of the row, the
+// other columns holding NaN): the dense run's y, inv and dx, and no byte of dx's row outside its
+// columns written.
+TEST(QkNormRopeEmulated, WideRowsGiveTheDenseBytes) {
+  const std::vector<Shape> shapes = {{4, 32, {5, 0, 33, 70}}, {2, 16, {40, 1}}, {3, 6, {7, 33}}};
+  uint64_t seed = 11;
+  for (const Shape& s : shapes) {
+    const std::string where = "heads " + std::to_string(s.heads) + " dh " + std::to_string(s.dh);
+    std::vector<int32_t> off = {0};
+    int32_t max_rows = 0;
+    for (int32_t n : s.lengths) off.push_back(off.back() + n), max_rows = std::max(max_rows, n);
+    const int64_t rows = off.back(), width = int64_t{s.heads} * s.dh, ld = 3 * width + 2, at = width + 1;
+    const size_t n = static_cast<size_t>(rows * width), wide_n = static_cast<size_t>(rows * ld);
+    std::mt19937_64 rng(seed++);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    std::vector<float> x(n), dy(n), x_wide(wide_n, std::nanf(""));
+    for (float& v : x) v = normal(rng);
+    for (float& v : dy) v = normal(rng);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < width; ++c) x_wide[r * ld + at + c] = x[r * width + c];
+    }
+    const std::vector<float> table = gemtb::model::RopeTable<float>(std::max(1, max_rows), s.dh);
+    const unsigned gx = static_cast<unsigned>(s.lengths.size());
+    const unsigned gy = static_cast<unsigned>((max_rows + kRowsPerBlock - 1) / kRowsPerBlock);
+    std::vector<float> y(n, 7.0f), inv(static_cast<size_t>(rows * s.heads), 7.0f), dx(n, 7.0f);
+    std::vector<float> y_w = y, inv_w = inv, dx_w(wide_n, 7.0f);
+    RunGrid(gx, gy, [&] {
+      QkNormRopeKernelFor<false, float>(s.dh)(off.data(), s.heads, s.dh, width, table.data(), x.data(), nullptr,
+                                              nullptr, y.data(), inv.data());
+    });
+    RunGrid(gx, gy, [&] {
+      QkNormRopeKernelFor<true, float>(s.dh)(off.data(), s.heads, s.dh, width, table.data(), x.data(), dy.data(),
+                                             inv.data(), dx.data(), nullptr);
+    });
+    RunGrid(gx, gy, [&] {
+      QkNormRopeKernelFor<false, float>(s.dh)(off.data(), s.heads, s.dh, ld, table.data(), x_wide.data() + at,
+                                              nullptr, nullptr, y_w.data(), inv_w.data());
+    });
+    RunGrid(gx, gy, [&] {
+      QkNormRopeKernelFor<true, float>(s.dh)(off.data(), s.heads, s.dh, ld, table.data(), x_wide.data() + at,
+                                             dy.data(), inv_w.data(), dx_w.data() + at, nullptr);
+    });
+    EXPECT_TRUE(SameBytes(y_w, y)) << where << ": y";
+    EXPECT_TRUE(SameBytes(inv_w, inv)) << where << ": inv";
+    std::vector<float> want_dx_w(wide_n, 7.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < width; ++c) want_dx_w[r * ld + at + c] = dx[r * width + c];
+    }
+    EXPECT_TRUE(SameBytes(dx_w, want_dx_w)) << where << ": dx";
   }
 }
 

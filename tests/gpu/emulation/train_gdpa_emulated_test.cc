@@ -21,6 +21,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "gpu/train/gdpa_tensor_core_kernels.cuh"
@@ -152,11 +153,13 @@ void SplitRun(const Params& p, int64_t batch, int heads, int dh, int32_t max_own
   RunGrid(static_cast<unsigned>(batch), 1, 1, [&] { SumSplitsKernel<T>(p, sp, dh, own_keys, out0, out1); });
 }
 
-// The four kernels of one case on q, k, v, d_o (fp32 or bf16 rows): o, dq, dk, dv written as T.
+// The four kernels of one case on q, k, v, d_o (fp32 or bf16 rows): o, dq, dk, dv written as T; v and
+// dv rows ld_v apart (0: dense).
 template <int kDh, typename T>
 void RunKernels(const Case& c, const Side& qs, const Side& ks, const T* q, const T* k, const T* v, const T* d_o, T* o,
-                T* dq, T* dk, T* dv) {
-  const Params p{qs.offsets.data(), ks.offsets.data(), c.heads, Mask{c.window, c.block}, c.post_scale, c.vec};
+                T* dq, T* dk, T* dv, int ld_v = 0) {
+  const Params p{qs.offsets.data(), ks.offsets.data(), c.heads,    Mask{c.window, c.block},
+                 c.post_scale,      c.vec,           ld_v > 0 ? ld_v : c.heads * kDh};
   const int64_t batch = static_cast<int64_t>(c.lq.size());
   SplitRun(p, batch, c.heads, kDh, qs.max, ks.max, false, o, static_cast<T*>(nullptr),
            [&](const Split& sp, T* out, T*) { ForwardKernel<kDh, T>(p, sp, q, k, v, out); });
@@ -294,6 +297,59 @@ void RunBf16Case(const Case& c) {
   ExpectRoundedBits(name + " dv", ks, width, unshift(dv), fp32.dv);
 }
 
+// v read from, and dv written into, rows three times as wide (v's columns in the middle, the others
+// holding 1e30 or the sentinel): the dense run's bytes, and nothing written outside dv's columns.
+template <int kDh, typename T>
+void RunWideValueCase(const Case& c) {
+  const Side qs = Offsets(c.lq), ks = Offsets(c.lk);
+  const int width = c.heads * kDh, ld = 3 * width;
+  const Inputs in = MakeInputs<kDh>(c, qs, ks);
+  auto as_t = [](const std::vector<float>& x) {
+    if constexpr (std::is_same_v<T, float>) {
+      return x;
+    } else {
+      return RoundedBits(x);
+    }
+  };
+  const T sentinel = [] {
+    if constexpr (std::is_same_v<T, float>) {
+      float f;
+      std::memcpy(&f, &kSentinel, sizeof(f));
+      return f;
+    } else {
+      return kBf16Sentinel;
+    }
+  }();
+  const int shift = in.shift;
+  const std::vector<T> q = as_t(in.q), k = as_t(in.k), v = as_t(in.v), d_o = as_t(in.d_o);
+  std::vector<T> wide_v(static_cast<size_t>(ks.rows * ld + shift), as_t({1e30f})[0]);
+  for (int64_t r = 0; r < ks.rows; ++r) {
+    for (int x = 0; x < width; ++x) wide_v[r * ld + width + x + shift] = v[r * width + x + shift];
+  }
+  std::vector<T> o(static_cast<size_t>(qs.rows * width + shift), sentinel), dq = o;
+  std::vector<T> dk(static_cast<size_t>(ks.rows * width + shift), sentinel), dv = dk;
+  RunKernels<kDh, T>(c, qs, ks, q.data() + shift, k.data() + shift, v.data() + shift, d_o.data() + shift,
+                     o.data() + shift, dq.data() + shift, dk.data() + shift, dv.data() + shift);
+  std::vector<T> wide_o(o.size(), sentinel), wide_dq = wide_o, wide_dk = dk;
+  std::vector<T> wide_dv(static_cast<size_t>(ks.rows * ld + shift), sentinel);
+  RunKernels<kDh, T>(c, qs, ks, q.data() + shift, k.data() + shift, wide_v.data() + width + shift, d_o.data() + shift,
+                     wide_o.data() + shift, wide_dq.data() + shift, wide_dk.data() + shift,
+                     wide_dv.data() + width + shift, ld);
+  const std::string name = c.name + " dh=" + std::to_string(kDh) + (sizeof(T) == 2 ? " bf16" : " fp32") + " wide v";
+  auto same = [](T a, T b) { return std::memcmp(&a, &b, sizeof(T)) == 0; };
+  for (size_t e = 0; e < o.size(); ++e) {
+    ASSERT_TRUE(same(wide_o[e], o[e]) && same(wide_dq[e], dq[e])) << name << ": o or dq at " << e;
+  }
+  for (size_t e = 0; e < dk.size(); ++e) ASSERT_TRUE(same(wide_dk[e], dk[e])) << name << ": dk at " << e;
+  for (int64_t r = 0; r < ks.rows; ++r) {
+    for (int x = 0; x < ld; ++x) {
+      const bool in_dv = x >= width && x < 2 * width;
+      const T want = in_dv ? dv[r * width + (x - width) + shift] : sentinel;
+      ASSERT_TRUE(same(wide_dv[r * ld + x + shift], want)) << name << ": dv row " << r << " column " << x;
+    }
+  }
+}
+
 std::vector<Case> Cases() {
   const std::vector<int> lengths = {0, 1, 17, 64, 65, 100};
   std::vector<Case> cases;
@@ -336,6 +392,15 @@ TEST(TrainGdpaEmulated, Bf16TensorsGiveTheFp32TensorsResultsRounded) {
     RunBf16Case<16>(c);
     RunBf16Case<32>(c);
     RunBf16Case<64>(c);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(TrainGdpaEmulated, WideValueRowsGiveTheDenseResults) {
+  for (const Case& c : Cases()) {
+    RunWideValueCase<32, float>(c);
+    RunWideValueCase<16, bf16>(c);
+    RunWideValueCase<64, bf16>(c);
     if (HasFatalFailure()) return;
   }
 }
