@@ -161,11 +161,22 @@ struct AttnTape {
 // An attention block in bf16 (AttentionBlockPrecision::kBf16): the projections' inputs, the weights
 // rounded for the step, and the block's bf16 arrays; the inverse RMS of the QK-norm fp32. The PMA's
 // has no xq, wq, q: its qr is the seeds' normed queries broadcast.
+// Where one product computes the projections that read xkv (kv_cols > 0): k and v, and q first where
+// the block attends to itself, are the column blocks of one [rows, kv_cols] array (kv_cols 2 d or 3 d),
+// their weights side by side in w_kv [d, kv_cols]; their gradients take the same layout. Else (the
+// fused input kernel's self-attention) q, k, v are dense and wq, wk, wv their weights.
 struct AttnTape16 {
   const __nv_bfloat16 *xq = nullptr, *xkv = nullptr;
   __nv_bfloat16 *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr, *q = nullptr, *k = nullptr, *v = nullptr,
                 *qr = nullptr, *kr = nullptr, *o = nullptr;
   float *q_inv = nullptr, *k_inv = nullptr;
+  __nv_bfloat16* w_kv = nullptr;
+  int64_t kv_cols = 0;
+  // Whether q is the first column block of the packed projections (self-attention).
+  bool QPacked() const { return kv_cols > 0 && xq == xkv; }
+  // The row strides of q and of k and v (and of their gradients).
+  int64_t LdQ(int d) const { return QPacked() ? kv_cols : d; }
+  int64_t LdKv(int d) const { return kv_cols > 0 ? kv_cols : d; }
 };
 struct CrossSeqTape {
   float *pma_q, *pma_q_inv, *pma_qn;  // the seeds' projection [k_p, d], before broadcast
@@ -319,6 +330,7 @@ struct GemModelGpu::Impl {
   // adding to ln->dx, and dxq (and such a dxkv) is not written.
   absl::Status AttnBwdBf16(const AttnP& p, const AttnUse& u, const AttnTape16& t, const float* dy, float* dxq,
                            float* dxkv, __nv_bfloat16** dqr_out = nullptr, const LayerNormGrads* ln = nullptr);
+  absl::Status PackedWeightGrads(const AttnP& p, const AttnTape16& t, int64_t n, const __nv_bfloat16* dkv);
   // Whether the bf16 attention blocks' input gradients run with their LayerNorm's backward in one
   // kernel (projection_backward.h takes the width).
   bool FusedProjections() const {
@@ -346,7 +358,7 @@ struct GemModelGpu::Impl {
   absl::Status NormAttnBwdBf16(const NormP& ln, const AttnP& attn, const AttnUse& u, const AttnTape16& t,
                                const float* x, const float* mean, const float* rstd, float* ds, float* dh,
                                float* dxkv) {
-    if (FusedProjections()) {
+    if (FusedProjections() && !t.QPacked()) {
       const LayerNormGrads grads{x, W(ln.gamma), mean, rstd, ds, G(ln.gamma), G(ln.beta)};
       return AttnBwdBf16(attn, u, t, ds, nullptr, dxkv, nullptr, &grads);
     }
@@ -494,16 +506,19 @@ struct GemModelGpu::Impl {
     return LinearFwd(p.wo, u.nq, t.o, d, y, d, residual);
   }
   // The rows of q and k under RoPE, for qk_norm_rope.h.
-  RopeRows QRows(const AttnUse& u) const {
-    return RopeRows{u.batch, u.q_off, u.max_q, g.heads, g.dh(), rope_table};
+  // ld: the row stride of the projection side (x, dx), 0 dense.
+  RopeRows QRows(const AttnUse& u, int64_t ld = 0) const {
+    return RopeRows{u.batch, u.q_off, u.max_q, g.heads, g.dh(), rope_table, ld};
   }
-  RopeRows KRows(const AttnUse& u) const {
-    return RopeRows{u.batch, u.k_off, u.max_k, g.heads, g.dh(), rope_table};
+  RopeRows KRows(const AttnUse& u, int64_t ld = 0) const {
+    return RopeRows{u.batch, u.k_off, u.max_k, g.heads, g.dh(), rope_table, ld};
   }
-  GdpaBatch Batch(const AttnUse& u) const {
+  // v_ld: the row stride of v and dv, 0 dense.
+  GdpaBatch Batch(const AttnUse& u, int64_t v_ld = 0) const {
     GdpaBatch b;
     b.batch = u.batch, b.heads = g.heads, b.dh = g.dh(), b.window = u.window, b.block = u.block;
     b.post_scale = u.post, b.q_offsets = u.q_off, b.k_offsets = u.k_off, b.max_q = u.max_q, b.max_k = u.max_k;
+    b.v_ld = v_ld;
     return b;
   }
   // dxq += (null: *dqr_out gets the gradient of the normed, roped queries instead), dxkv += . With
@@ -1056,59 +1071,101 @@ absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTa
   return lin->BackwardWeight(first, t.h_c16, du16, G(p.ffn1.w), FusedFfn() ? G(p.ffn1.b) : nullptr, st);
 }
 
-// An attention block in bf16 (AttentionBlockPrecision::kBf16), the same ops as AttnFwd: the three
+// An attention block in bf16 (AttentionBlockPrecision::kBf16), the same ops as AttnFwd: the
 // projections from bf16 inputs write bf16 q, k, v (bias in the epilogue), the QK-norm (with RoPE)
 // writes the normed q and k in bf16, GDPA's tensor cores read and write bf16, and the output
 // projection writes fp32 (the residual stream, with the residual in the epilogue, or the PMA's
-// output), its bias in the epilogue. xq null: the queries are t.qr, set by the caller (the PMA's
-// seeds, projected, normed and broadcast).
+// output), its bias in the epilogue. The projections that read xkv run as one product with their
+// weights side by side (AttnTape16's packed layout): xkv is read once, and the backward's input
+// gradient is one product over their gradients side by side. xq null: the queries are t.qr, set by
+// the caller (the PMA's seeds, projected, normed and broadcast).
 absl::Status GemModelGpu::Impl::AttnFwdBf16(const AttnP& p, const AttnUse& u, const __nv_bfloat16* xq,
                                             const __nv_bfloat16* xkv, AttnTape16& t, float* y,
                                             const float* residual, const AttentionNorm* norm) {
   const int d = g.d, H = g.heads, dh = g.dh();
   t.xq = xq;
   t.xkv = xkv;
-  // The block's weights and biases (the query projection's too where the queries are projected here).
-  std::vector<ParamRef> refs = {p.wk.w, p.wk.b, p.wv.w, p.wv.b, p.wo.w};
-  if (xq) refs.insert(refs.end(), {p.wq.w, p.wq.b});
+  const bool self = xkv == xq;
+  // The keys and values are projected here (not by the fused input kernel), with the queries where
+  // the block attends to itself.
+  const bool kv_here = u.nk > 0 && !(norm != nullptr && self);
+  const bool q_packed = kv_here && self;
+  // The weights in bf16: the output projection's; the query projection's where it runs alone; the
+  // key and value projections' where the fused input kernel runs them; else the packed ones.
+  const bool q_alone = xq != nullptr && !q_packed;
+  const bool kv_alone = !kv_here && self && xq != nullptr;
+  std::vector<ParamRef> refs;
+  refs.reserve(7);
+  refs.push_back(p.wo.w);
+  if (q_alone) refs.push_back(p.wq.w), refs.push_back(p.wq.b);
+  if (kv_alone) refs.push_back(p.wk.w), refs.push_back(p.wk.b), refs.push_back(p.wv.w), refs.push_back(p.wv.b);
   std::vector<__nv_bfloat16*> w16;
   GEMTB_ASSIGN_OR_RETURN(w16, Bf16Params(refs));
-  t.wk = w16[0], t.wv = w16[2], t.wo = w16[4];
-  __nv_bfloat16 *const bk = w16[1], *const bv = w16[3], *const bq = xq ? w16[6] : nullptr;
+  t.wo = w16[0];
+  __nv_bfloat16 *bq = nullptr, *bk = nullptr, *bv = nullptr, *b_kv = nullptr;
+  size_t next = 1;
+  if (q_alone) {
+    t.wq = w16[next++];
+    bq = w16[next++];
+  }
+  if (kv_alone) {
+    t.wk = w16[next++];
+    bk = w16[next++];
+    t.wv = w16[next++];
+    bv = w16[next++];
+  }
+  if (kv_here) {
+    ColumnBlocks<const float*> weights, biases;
+    weights.count = biases.count = q_packed ? 3 : 2;
+    const LinearP* parts[3] = {&p.wq, &p.wk, &p.wv};
+    for (int i = 0; i < weights.count; ++i) {
+      const LinearP& part = *parts[i + (q_packed ? 0 : 1)];
+      weights.at[i] = W(part.w), biases.at[i] = W(part.b), weights.cols[i] = biases.cols[i] = d;
+    }
+    t.kv_cols = int64_t{weights.count} * d;
+    GEMTB_ASSIGN_OR_RETURN(t.w_kv, Bf16s(d * t.kv_cols));
+    GEMTB_ASSIGN_OR_RETURN(b_kv, Bf16s(t.kv_cols));
+    GEMTB_RETURN_IF_ERROR(PackColumnsToBf16(weights, d, t.w_kv, st));
+    GEMTB_RETURN_IF_ERROR(PackColumnsToBf16(biases, 1, b_kv, st));
+  }
   if (xq) {
-    t.wq = w16[5];
-    GEMTB_ASSIGN_OR_RETURN(t.q, Bf16s(u.nq * d));
     GEMTB_ASSIGN_OR_RETURN(t.qr, Bf16s(u.nq * d));
     GEMTB_ASSIGN_OR_RETURN(t.q_inv, mem->Floats(u.nq * H));
+    if (!q_packed) GEMTB_ASSIGN_OR_RETURN(t.q, Bf16s(u.nq * d));
   }
   GEMTB_ASSIGN_OR_RETURN(t.o, Bf16s(u.nq * d));
-  GEMTB_ASSIGN_OR_RETURN(t.k, Bf16s(u.nk * d));
   GEMTB_ASSIGN_OR_RETURN(t.kr, Bf16s(u.nk * d));
-  GEMTB_ASSIGN_OR_RETURN(t.v, Bf16s(u.nk * d));
   GEMTB_ASSIGN_OR_RETURN(t.k_inv, mem->Floats(u.nk * H));
-  const LinearShape qs{u.nq, d, d}, ks{u.nk, d, d};
-  const bool self = xkv == xq;
+  if (!kv_here) {
+    GEMTB_ASSIGN_OR_RETURN(t.k, Bf16s(u.nk * d));
+    GEMTB_ASSIGN_OR_RETURN(t.v, Bf16s(u.nk * d));
+  }
+  const LinearShape qs{u.nq, d, d};
   if (norm != nullptr && u.nq > 0) {
     std::vector<AttentionProjection> projections = {{t.wq, bq, t.q, t.qr, t.q_inv}};
     if (self) projections.insert(projections.end(), {{t.wk, bk, t.k, t.kr, t.k_inv}, {t.wv, bv, t.v, nullptr, nullptr}});
     const AttentionRope rope = u.rope ? AttentionRope{rope_table, u.q_off, u.batch} : AttentionRope{};
     GEMTB_RETURN_IF_ERROR(AttentionInputForward(AttentionInputShape{u.nq, d, dh}, *norm, projections, rope, st));
   }
-  if (u.nk > 0 && !(norm != nullptr && self)) {
-    GEMTB_RETURN_IF_ERROR(lin->Forward(ks, xkv, t.wk, bk, t.k, st));
-    GEMTB_RETURN_IF_ERROR(lin->Forward(ks, xkv, t.wv, bv, t.v, st));
-    GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeForward(KRows(u), t.k, t.kr, t.k_inv, st)
-                                 : HeadRmsNormForward<__nv_bfloat16>(HeadRowsShape{u.nk * H, dh}, t.k, t.kr,
-                                                                     t.k_inv, st));
+  const int64_t ld_kv = t.LdKv(d), ld_q = t.LdQ(d);
+  if (kv_here) {
+    __nv_bfloat16* kv;
+    GEMTB_ASSIGN_OR_RETURN(kv, Bf16s(u.nk * t.kv_cols));
+    GEMTB_RETURN_IF_ERROR(lin->Forward(LinearShape{u.nk, d, t.kv_cols}, xkv, t.w_kv, b_kv, kv, st));
+    if (q_packed) t.q = kv, kv += d;
+    t.k = kv, t.v = kv + d;
+    GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeForward(KRows(u, ld_kv), t.k, t.kr, t.k_inv, st)
+                                 : HeadRmsNormForward<__nv_bfloat16>(HeadRowsShape{u.nk * H, dh, H, ld_kv}, t.k,
+                                                                     t.kr, t.k_inv, st));
   }
   if (u.nq == 0) return absl::OkStatus();
   if (xq && norm == nullptr) {
-    GEMTB_RETURN_IF_ERROR(lin->Forward(qs, xq, t.wq, bq, t.q, st));
-    GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeForward(QRows(u), t.q, t.qr, t.q_inv, st)
-                                 : HeadRmsNormForward<__nv_bfloat16>(HeadRowsShape{u.nq * H, dh}, t.q, t.qr, t.q_inv,
-                                                                     st));
+    if (q_alone) GEMTB_RETURN_IF_ERROR(lin->Forward(qs, xq, t.wq, bq, t.q, st));
+    GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeForward(QRows(u, ld_q), t.q, t.qr, t.q_inv, st)
+                                 : HeadRmsNormForward<__nv_bfloat16>(HeadRowsShape{u.nq * H, dh, H, ld_q}, t.q, t.qr,
+                                                                     t.q_inv, st));
   }
-  GEMTB_RETURN_IF_ERROR(GdpaForwardTensorCore(Batch(u), t.qr, t.kr, t.v, t.o, st));
+  GEMTB_RETURN_IF_ERROR(GdpaForwardTensorCore(Batch(u, ld_kv), t.qr, t.kr, t.v, t.o, st));
   const float* bo;
   GEMTB_ASSIGN_OR_RETURN(bo, AlignedBias(p.wo.b));
   return lin->ForwardToFp32(qs, t.o, t.wo, bo, residual, y, st);
@@ -1116,57 +1173,104 @@ absl::Status GemModelGpu::Impl::AttnFwdBf16(const AttnP& p, const AttnUse& u, co
 
 // Its backward: the output's gradient dy rounded to bf16 feeds the output projection's products (its
 // bias gradient sums dy itself, in fp32, in the pass that rounds it); GDPA and the QK-norm's backward
-// in bf16; the projections' input gradients in fp32, dxq written (the first term of the block's input
-// gradient) and then dxkv added to (dxkv may be dxq: self-attention). Without xq (the PMA) *dqr_out
-// gets the gradient of the broadcast queries instead (bf16, [nq, d]).
+// in bf16, writing the packed projections' gradients side by side; their weight and bias gradients
+// from one product and one column sum, added to each projection's; the input gradients in fp32, dxq
+// written (the first term of the block's input gradient) and then dxkv added to (dxkv is dxq where the
+// block attends to itself). Without xq (the PMA) *dqr_out gets the gradient of the broadcast queries
+// instead (bf16, [nq, d]).
 absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, const AttnTape16& t, const float* dy,
                                             float* dxq, float* dxkv, __nv_bfloat16** dqr_out,
                                             const LayerNormGrads* ln) {
   const int d = g.d, H = g.heads, dh = g.dh();
   const LinearShape qs{u.nq, d, d}, ks{u.nk, d, d};
-  __nv_bfloat16 *dy16, *d_o, *dqr, *dq, *dkr, *dk, *dv;
+  const bool packed = t.kv_cols > 0, q_packed = t.QPacked(), self = t.xkv == t.xq;
+  if (q_packed && (dxq != dxkv || ln != nullptr)) {
+    return absl::InternalError(
+        "AttnBwdBf16: a packed self-attention block takes one input gradient array and no fused LayerNorm");
+  }
+  const int64_t ld_q = t.LdQ(d), ld_kv = t.LdKv(d);
+  __nv_bfloat16 *dy16, *d_o, *dqr, *dq = nullptr, *dkr, *dk, *dv;
   GEMTB_ASSIGN_OR_RETURN(dy16, Bf16s(u.nq * d));
   GEMTB_ASSIGN_OR_RETURN(d_o, Bf16s(u.nq * d));
   GEMTB_ASSIGN_OR_RETURN(dqr, Bf16s(u.nq * d));
-  GEMTB_ASSIGN_OR_RETURN(dq, Bf16s(u.nq * d));
   GEMTB_ASSIGN_OR_RETURN(dkr, Bf16s(u.nk * d));
-  GEMTB_ASSIGN_OR_RETURN(dk, Bf16s(u.nk * d));
-  GEMTB_ASSIGN_OR_RETURN(dv, Bf16s(u.nk * d));
+  if (packed) {
+    __nv_bfloat16* dkv;
+    GEMTB_ASSIGN_OR_RETURN(dkv, Bf16s(u.nk * t.kv_cols));
+    if (q_packed) dq = dkv, dkv += d;
+    dk = dkv, dv = dkv + d;
+  } else {
+    GEMTB_ASSIGN_OR_RETURN(dk, Bf16s(u.nk * d));
+    GEMTB_ASSIGN_OR_RETURN(dv, Bf16s(u.nk * d));
+  }
+  if (!q_packed) GEMTB_ASSIGN_OR_RETURN(dq, Bf16s(u.nq * d));
   if (u.nq > 0) {
     GEMTB_RETURN_IF_ERROR(ToBf16WithColumnSums(dy, u.nq, d, dy16, G(p.wo.b), true, st));
     GEMTB_RETURN_IF_ERROR(lin->BackwardInput(qs, dy16, t.wo, nullptr, d_o, st));
     GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(qs, t.o, dy16, G(p.wo.w), nullptr, st));
   }
-  GEMTB_RETURN_IF_ERROR(GdpaBackwardTensorCore(Batch(u), t.qr, t.kr, t.v, d_o, dqr, dkr, dv, st));
+  GEMTB_RETURN_IF_ERROR(GdpaBackwardTensorCore(Batch(u, ld_kv), t.qr, t.kr, t.v, d_o, dqr, dkr, dv, st));
   // The QK-norms' backward and the projections' weight gradients.
-  const bool queries = t.xq != nullptr && u.nq > 0, self = t.xkv == t.xq;
+  const bool queries = t.xq != nullptr && u.nq > 0;
   if (!t.xq) *dqr_out = dqr;  // the PMA's seeds: the caller sums the broadcast rows' gradient
   if (queries) {
-    GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeBackward(QRows(u), t.q, t.q_inv, dqr, dq, st)
-                                 : HeadRmsNormBackward<__nv_bfloat16>(HeadRowsShape{u.nq * H, dh}, t.q, t.q_inv, dqr,
-                                                                      dq, st));
-    GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(qs, t.xq, dq, G(p.wq.w), G(p.wq.b), st));
+    GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeBackward(QRows(u, ld_q), t.q, t.q_inv, dqr, dq, st)
+                                 : HeadRmsNormBackward<__nv_bfloat16>(HeadRowsShape{u.nq * H, dh, H, ld_q}, t.q,
+                                                                      t.q_inv, dqr, dq, st));
+    if (!q_packed) GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(qs, t.xq, dq, G(p.wq.w), G(p.wq.b), st));
   }
   if (u.nk > 0) {
-    GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeBackward(KRows(u), t.k, t.k_inv, dkr, dk, st)
-                                 : HeadRmsNormBackward<__nv_bfloat16>(HeadRowsShape{u.nk * H, dh}, t.k, t.k_inv, dkr,
-                                                                      dk, st));
-    GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(ks, t.xkv, dk, G(p.wk.w), G(p.wk.b), st));
-    GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(ks, t.xkv, dv, G(p.wv.w), G(p.wv.b), st));
+    GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeBackward(KRows(u, ld_kv), t.k, t.k_inv, dkr, dk, st)
+                                 : HeadRmsNormBackward<__nv_bfloat16>(HeadRowsShape{u.nk * H, dh, H, ld_kv}, t.k,
+                                                                      t.k_inv, dkr, dk, st));
+    if (packed) {
+      GEMTB_RETURN_IF_ERROR(PackedWeightGrads(p, t, u.nk, q_packed ? dq : dk));
+    } else {
+      GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(ks, t.xkv, dk, G(p.wk.w), G(p.wk.b), st));
+      GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(ks, t.xkv, dv, G(p.wv.w), G(p.wv.b), st));
+    }
   }
   // The input gradients: with `ln`, the projections that read xq in one kernel with the LayerNorm's
-  // backward; else dxq written, then dxkv added to (dxkv may be dxq: self-attention).
+  // backward; else dxq written, then dxkv added to.
   const bool fused_kv = ln != nullptr && self;
   if (queries && ln != nullptr) {
     std::vector<ProjectionGrad> sources = {{dq, t.wq}};
     if (fused_kv) sources.insert(sources.end(), {{dk, t.wk}, {dv, t.wv}});
     GEMTB_RETURN_IF_ERROR(ProjectionsLayerNormBackward(u.nq, d, sources, *ln, st));
-  } else if (queries) {
+  } else if (queries && !q_packed) {
     GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(qs, dq, t.wq, nullptr, dxq, st));
   }
   if (u.nk == 0 || fused_kv) return absl::OkStatus();
+  // The packed gradients [nk, kv_cols] times the packed weights' transpose: written where they include
+  // the queries' (dxq is dxkv), else added to dxkv.
+  if (packed) {
+    return lin->BackwardInputToFp32(LinearShape{u.nk, d, t.kv_cols}, q_packed ? dq : dk, t.w_kv,
+                                    q_packed ? nullptr : dxkv, dxkv, st);
+  }
   GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(ks, dk, t.wk, dxkv, dxkv, st));
   return lin->BackwardInputToFp32(ks, dv, t.wv, dxkv, dxkv, st);
+}
+
+// The packed projections' weight and bias gradients (AttnTape16's layout): x^T dkv [d, kv_cols] and
+// dkv's column sums into scratch, then each projection's columns added to its own gradients. dkv: the
+// packed gradients [n, kv_cols].
+absl::Status GemModelGpu::Impl::PackedWeightGrads(const AttnP& p, const AttnTape16& t, int64_t n,
+                                                  const __nv_bfloat16* dkv) {
+  const int d = g.d;
+  float* dw;
+  GEMTB_ASSIGN_OR_RETURN(dw, mem->Floats((d + 1) * t.kv_cols));  // d weight rows, then the bias row
+  float* const db = dw + d * t.kv_cols;
+  GEMTB_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(dw, 0, sizeof(float) * (d + 1) * t.kv_cols, st), "packed grads"));
+  GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(LinearShape{n, d, t.kv_cols}, t.xkv, dkv, dw, db, st));
+  ColumnBlocks<float*> weights, biases;
+  weights.count = biases.count = static_cast<int>(t.kv_cols / d);
+  const LinearP* parts[3] = {&p.wq, &p.wk, &p.wv};
+  for (int i = 0; i < weights.count; ++i) {
+    const LinearP& part = *parts[i + (t.QPacked() ? 0 : 1)];
+    weights.at[i] = G(part.w), biases.at[i] = G(part.b), weights.cols[i] = biases.cols[i] = d;
+  }
+  GEMTB_RETURN_IF_ERROR(AddColumnBlocks(dw, d, weights, st));
+  return AddColumnBlocks(db, 1, biases, st);
 }
 
 absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const SeqTape& t, float* ds, float* dx_sum) {

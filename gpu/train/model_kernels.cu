@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "gpu/train/column_sums_kernels.cuh"
 #include "gpu/train/kernel_utils.cuh"
@@ -239,6 +240,38 @@ __global__ void ToBf16Kernel(const float* x, int64_t count, __nv_bfloat16* y) {
   for (int64_t e = first; e < count; e += stride) y[e] = __float2bfloat16_rn(x[e]);
 }
 
+// Element e of the [rows, total] side-by-side matrix: its block and the element's index in the block.
+template <typename P>
+__device__ __forceinline__ int64_t BlockElement(const ColumnBlocks<P>& b, int64_t total, int64_t e, int* block) {
+  const int64_t r = e / total;
+  int64_t c = e % total;
+  int i = 0;
+  while (i + 1 < b.count && c >= b.cols[i]) c -= b.cols[i++];
+  *block = i;
+  return r * b.cols[i] + c;
+}
+
+__global__ void PackColumnsToBf16Kernel(ColumnBlocks<const float*> b, int64_t rows, int64_t total,
+                                        __nv_bfloat16* packed) {
+  const int64_t count = rows * total;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int i = 0;
+    const int64_t at = BlockElement(b, total, e, &i);
+    packed[e] = __float2bfloat16_rn(b.at[i][at]);
+  }
+}
+
+__global__ void AddColumnBlocksKernel(const float* packed, int64_t rows, int64_t total, ColumnBlocks<float*> b) {
+  const int64_t count = rows * total;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int i = 0;
+    const int64_t at = BlockElement(b, total, e, &i);
+    b.at[i][at] += packed[e];
+  }
+}
+
 }  // namespace
 
 absl::Status ColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
@@ -291,6 +324,49 @@ absl::Status ToBf16(const float* x, int64_t count, __nv_bfloat16* y, cudaStream_
   const int64_t blocks = std::min<int64_t>((count / 4 + kThreads) / kThreads, 65535);
   ToBf16Kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, count, y);
   return Launched("ToBf16");
+}
+
+namespace {
+
+// The blocks' total width, after checking them (the error names `what` and the field).
+template <typename P>
+absl::StatusOr<int64_t> ColumnBlocksWidth(const char* what, const ColumnBlocks<P>& b, int64_t rows) {
+  if (b.count < 1 || b.count > kMaxColumnBlocks) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": count=", b.count, ": want 1 .. ", kMaxColumnBlocks));
+  }
+  if (rows < 0) return absl::InvalidArgumentError(absl::StrCat(what, ": rows=", rows, ": want >= 0"));
+  int64_t total = 0;
+  for (int i = 0; i < b.count; ++i) {
+    if (b.cols[i] < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": cols[", i, "]=", b.cols[i], ": want >= 1"));
+    }
+    if (b.at[i] == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, ": at[", i, "] is null"));
+    total += b.cols[i];
+  }
+  return total;
+}
+
+}  // namespace
+
+absl::Status PackColumnsToBf16(const ColumnBlocks<const float*>& blocks, int64_t rows, __nv_bfloat16* packed,
+                               cudaStream_t stream) {
+  absl::StatusOr<int64_t> total = ColumnBlocksWidth("PackColumnsToBf16", blocks, rows);
+  if (!total.ok()) return total.status();
+  if (rows == 0) return absl::OkStatus();
+  const int64_t blocks_needed = std::min<int64_t>((rows * *total + kThreads - 1) / kThreads, 65535);
+  PackColumnsToBf16Kernel<<<static_cast<unsigned>(blocks_needed), kThreads, 0, stream>>>(blocks, rows, *total,
+                                                                                       packed);
+  return Launched("PackColumnsToBf16");
+}
+
+absl::Status AddColumnBlocks(const float* packed, int64_t rows, const ColumnBlocks<float*>& blocks,
+                             cudaStream_t stream) {
+  absl::StatusOr<int64_t> total = ColumnBlocksWidth("AddColumnBlocks", blocks, rows);
+  if (!total.ok()) return total.status();
+  if (rows == 0) return absl::OkStatus();
+  const int64_t blocks_needed = std::min<int64_t>((rows * *total + kThreads - 1) / kThreads, 65535);
+  AddColumnBlocksKernel<<<static_cast<unsigned>(blocks_needed), kThreads, 0, stream>>>(packed, rows, *total, blocks);
+  return Launched("AddColumnBlocks");
 }
 
 absl::Status GatherRows(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst,

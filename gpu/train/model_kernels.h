@@ -47,6 +47,23 @@ absl::Status GeluBackwardWithColumnSums(const __nv_bfloat16* u, const __nv_bfloa
                                         __nv_bfloat16* du, float* out, bool accumulate, cudaStream_t stream);
 // y[e] = x[e] rounded to bf16 (to nearest, ties to even), e < count.
 absl::Status ToBf16(const float* x, int64_t count, __nv_bfloat16* y, cudaStream_t stream);
+// Up to three fp32 matrices [rows, cols[i]] (rows contiguous) standing side by side as the column blocks
+// of one [rows, cols[0] + ... + cols[count - 1]] matrix, block 0 leftmost: such as the weights (or
+// biases, rows = 1) of the projections that one product computes together.
+inline constexpr int kMaxColumnBlocks = 3;
+template <typename P>
+struct ColumnBlocks {
+  int count = 0;
+  P at[kMaxColumnBlocks] = {};
+  int64_t cols[kMaxColumnBlocks] = {};
+};
+// packed [rows, sum cols] (bf16, rows contiguous) = the blocks side by side, each value rounded to bf16.
+absl::Status PackColumnsToBf16(const ColumnBlocks<const float*>& blocks, int64_t rows, __nv_bfloat16* packed,
+                               cudaStream_t stream);
+// Each block += its columns of packed [rows, sum cols] (fp32, rows contiguous): a product's gradient of
+// the side-by-side blocks added to each block's own gradient.
+absl::Status AddColumnBlocks(const float* packed, int64_t rows, const ColumnBlocks<float*>& blocks,
+                             cudaStream_t stream);
 // dst[r] (+)= src[index[r]] for rows of `width` floats; index[r] < 0 reads zeros (and adds nothing).
 // index is device memory [rows].
 absl::Status GatherRows(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst,

@@ -152,25 +152,49 @@ std::vector<uint16_t> RoundedBits(const std::vector<float>& x) {
   return r;
 }
 
-Bf16Outputs RunBf16Attention(const Case& c, const Inputs& in) {
-  const size_t width = static_cast<size_t>(c.heads) * c.dh;
+// wide: v read from, and dv written into, rows three heads-widths wide, v's columns in the middle (the
+// others 1e30, and dv's the sentinel); the returned dv is its columns, and *outside_dv counts the other
+// columns' values that are no longer the sentinel.
+Bf16Outputs RunBf16Attention(const Case& c, const Inputs& in, bool wide = false, int* outside_dv = nullptr) {
+  const size_t width = static_cast<size_t>(c.heads) * c.dh, ld = wide ? 3 * width : width, at = wide ? width : 0;
   const size_t nq = in.q_rows * width, nk = in.k_rows * width;
   DeviceArray<int32_t> q_offsets(in.q_offsets), k_offsets(in.k_offsets);
-  DeviceArray<uint16_t> q(RoundedBits(in.q)), k(RoundedBits(in.k)), v(RoundedBits(in.v)), d_o(RoundedBits(in.d_o));
+  const std::vector<uint16_t> v_bits = RoundedBits(in.v);
+  std::vector<uint16_t> v_rows(in.k_rows * ld, numerics::FloatToBf16BitsRne(kOutsideInput));
+  for (size_t r = 0; r < in.k_rows; ++r) {
+    std::copy_n(v_bits.begin() + static_cast<std::ptrdiff_t>(r * width), width,
+                v_rows.begin() + static_cast<std::ptrdiff_t>(r * ld + at));
+  }
+  DeviceArray<uint16_t> q(RoundedBits(in.q)), k(RoundedBits(in.k)), v(v_rows), d_o(RoundedBits(in.d_o));
   const std::vector<uint16_t> sq(nq, kBf16Sentinel), sk(nk, kBf16Sentinel);
-  DeviceArray<uint16_t> o(sq), dq(sq), dk(sk), dv(sk);
+  DeviceArray<uint16_t> o(sq), dq(sq), dk(sk), dv(std::vector<uint16_t>(in.k_rows * ld, kBf16Sentinel));
   GdpaBatch b;
   b.batch = static_cast<int64_t>(c.lq.size());
   b.heads = c.heads, b.dh = c.dh, b.window = c.window, b.block = c.block, b.post_scale = c.post_scale;
   b.q_offsets = q_offsets.ptr, b.k_offsets = k_offsets.ptr, b.max_q = in.max_q, b.max_k = in.max_k;
-  const absl::Status f = GdpaForwardTensorCore(b, q.bf16(), k.bf16(), v.bf16(), o.bf16(), nullptr);
+  b.v_ld = wide ? static_cast<int64_t>(ld) : 0;
+  __nv_bfloat16 *const v_at = v.bf16() + at, *const dv_at = dv.bf16() + at;
+  const absl::Status f = GdpaForwardTensorCore(b, q.bf16(), k.bf16(), v_at, o.bf16(), nullptr);
   EXPECT_TRUE(f.ok()) << f;
   const absl::Status g =
-      GdpaBackwardTensorCore(b, q.bf16(), k.bf16(), v.bf16(), d_o.bf16(), dq.bf16(), dk.bf16(), dv.bf16(), nullptr);
+      GdpaBackwardTensorCore(b, q.bf16(), k.bf16(), v_at, d_o.bf16(), dq.bf16(), dk.bf16(), dv_at, nullptr);
   EXPECT_TRUE(g.ok()) << g;
   const cudaError_t e = cudaDeviceSynchronize();
   EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
-  return Bf16Outputs{o.Get(nq), dq.Get(nq), dk.Get(nk), dv.Get(nk)};
+  const std::vector<uint16_t> dv_rows = dv.Get(in.k_rows * ld);
+  std::vector<uint16_t> dv_cols(nk);
+  int outside = 0;
+  for (size_t r = 0; r < in.k_rows; ++r) {
+    for (size_t x = 0; x < ld; ++x) {
+      if (x >= at && x < at + width) {
+        dv_cols[r * width + x - at] = dv_rows[r * ld + x];
+      } else {
+        outside += dv_rows[r * ld + x] != kBf16Sentinel;
+      }
+    }
+  }
+  if (outside_dv != nullptr) *outside_dv = outside;
+  return Bf16Outputs{o.Get(nq), dq.Get(nq), dk.Get(nk), dv_cols};
 }
 
 // got holds want rounded to bf16 in the samples' rows and the sentinel elsewhere; the first few
@@ -330,6 +354,23 @@ TEST_P(TrainGdpaTensorCoreCase, Bf16TensorsGiveTheFp32TensorsResultsRounded) {
   ExpectRounded(got.dv, fp32.dv, in.k_offsets, width, c.name + " dv");
 }
 
+// v and dv in rows three times as wide (GdpaBatch::v_ld): the dense run's bytes, and nothing written
+// outside dv's columns.
+TEST_P(TrainGdpaTensorCoreCase, WideValueRowsGiveTheDenseBytes) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const std::vector<Case> cases = Cases();
+  const Case& c = cases[GetParam()];
+  const Inputs in = MakeInputs(c, 510 + 10 * GetParam());
+  const Bf16Outputs dense = RunBf16Attention(c, in);
+  int outside = -1;
+  const Bf16Outputs wide = RunBf16Attention(c, in, /*wide=*/true, &outside);
+  EXPECT_EQ(wide.o, dense.o) << c.name;
+  EXPECT_EQ(wide.dq, dense.dq) << c.name;
+  EXPECT_EQ(wide.dk, dense.dk) << c.name;
+  EXPECT_EQ(wide.dv, dense.dv) << c.name;
+  EXPECT_EQ(outside, 0) << c.name << ": values written outside dv's columns";
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, TrainGdpaTensorCoreCase, ::testing::Range<size_t>(0, Cases().size()),
                          [](const ::testing::TestParamInfo<size_t>& param) {
                            std::string name = Cases()[param.param].name;
@@ -364,6 +405,8 @@ TEST(TrainGdpaTensorCore, BadShapesAreRefusedAndAnEmptyBatchIsANoOp) {
   refused(b, "k_offsets=null");
   b = good, b.heads = 65536;
   refused(b, "heads=65536");
+  b = good, b.v_ld = 31;  // narrower than heads * dh = 32
+  refused(b, "v_ld=31");
   EXPECT_EQ(GdpaForwardTensorCore(good, nullptr, bogus, bogus, bogus, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(GdpaBackwardTensorCore(good, bogus, bogus, bogus, bogus, bogus, nullptr, bogus, nullptr).code(),

@@ -318,6 +318,14 @@ TEST(TrainGdpa, ShapesItCannotTakeAreRefusedByNameBeforeTouchingTheDevice) {
   refused(b, "max_q=-1");
   b = good, b.max_k = (1 << 20) + 1;
   refused(b, "max_k=1048577");
+  b = good, b.v_ld = 31;  // narrower than heads * dh = 32
+  refused(b, "v_ld=31");
+  // A wider v row is the tensor-core kernels' layout; the fp32 kernels refuse it by name.
+  b = good, b.v_ld = 64;
+  EXPECT_TRUE(ValidateGdpaBatch(b).ok());
+  EXPECT_NE(GdpaForward(b, bogus, bogus, bogus, bogus, nullptr).message().find("v_ld=64"), std::string::npos);
+  EXPECT_NE(GdpaBackward(b, bogus, bogus, bogus, bogus, bogus, bogus, bogus, nullptr).message().find("v_ld=64"),
+            std::string::npos);
   b = good, b.post_scale = std::numeric_limits<float>::infinity();
   refused(b, "post_scale=inf");
   b = good, b.q_offsets = nullptr;

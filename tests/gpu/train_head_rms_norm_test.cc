@@ -33,6 +33,9 @@ TEST(TrainHeadRmsNorm, ShapesItCannotTakeAreRefusedByName) {
   EXPECT_TRUE(ValidateHeadRowsShape({10, 32}).ok());
   EXPECT_NE(ValidateHeadRowsShape({0, 32}).message().find("rows=0"), std::string::npos);
   EXPECT_NE(ValidateHeadRowsShape({10, 1025}).message().find("dh=1025"), std::string::npos);
+  EXPECT_TRUE(ValidateHeadRowsShape({10, 32, 2, 100}).ok());
+  EXPECT_NE(ValidateHeadRowsShape({10, 32, 3}).message().find("heads=3"), std::string::npos);  // 10 rows
+  EXPECT_NE(ValidateHeadRowsShape({10, 32, 2, 63}).message().find("ld=63"), std::string::npos);
   EXPECT_NE(HeadRmsNormForward<float>({10, 0}, nullptr, nullptr, nullptr, nullptr).message().find("dh=0"),
             std::string::npos);
 }

@@ -5,9 +5,11 @@
 // round-to-nearest-even does, ties and overflow to infinity included; ToBf16WithColumnSums gives
 // both in one pass, GeluBackwardWithColumnSums GELU's backward and its result's column sums, and
 // ColumnSumsPair two matrices' sums in shared launches.
-// SequenceRowIndex gives the host loop's per-row indices.
+// SequenceRowIndex gives the host loop's per-row indices; PackColumnsToBf16 and AddColumnBlocks
+// move column blocks into and out of one side-by-side matrix.
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
@@ -212,6 +214,63 @@ TEST(ModelKernelsTest, ToBf16RoundsToNearestEven) {
   DeviceArray<uint16_t> d_y(std::vector<uint16_t>(x.size()));
   EXPECT_TRUE(ToBf16(d_x.ptr, 0, d_y.As<__nv_bfloat16>(), nullptr).ok());
   EXPECT_EQ(ToBf16(d_x.ptr, -1, d_y.As<__nv_bfloat16>(), nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// PackColumnsToBf16 lays the blocks side by side, each value rounded as ToBf16 rounds it; AddColumnBlocks
+// adds each block's columns of the side-by-side matrix to the block (three blocks of unequal widths,
+// and one); bad blocks are refused by name.
+TEST(ModelKernelsTest, ColumnBlocksPackAndAddSideBySide) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (const std::vector<int64_t>& widths : {std::vector<int64_t>{128, 64, 200}, std::vector<int64_t>{33}}) {
+    const int64_t rows = 129;
+    int64_t total = 0;
+    for (const int64_t w : widths) total += w;
+    std::vector<std::vector<float>> blocks, adds;
+    std::vector<std::unique_ptr<DeviceArray<float>>> d_blocks, d_adds;
+    ColumnBlocks<const float*> in;
+    ColumnBlocks<float*> out;
+    in.count = out.count = static_cast<int>(widths.size());
+    for (size_t i = 0; i < widths.size(); ++i) {
+      blocks.emplace_back(static_cast<size_t>(rows * widths[i]));
+      adds.emplace_back(static_cast<size_t>(rows * widths[i]));
+      for (float& v : blocks.back()) v = normal(rng);
+      for (float& v : adds.back()) v = normal(rng);
+      d_blocks.push_back(std::make_unique<DeviceArray<float>>(blocks.back()));
+      d_adds.push_back(std::make_unique<DeviceArray<float>>(adds.back()));
+      in.at[i] = d_blocks.back()->ptr, out.at[i] = d_adds.back()->ptr;
+      in.cols[i] = out.cols[i] = widths[i];
+    }
+    std::vector<float> packed(static_cast<size_t>(rows * total));
+    for (float& v : packed) v = normal(rng);
+    DeviceArray<float> d_packed(packed);
+    DeviceArray<uint16_t> d_packed16(std::vector<uint16_t>(packed.size(), 0x7FC1));
+    ASSERT_TRUE(PackColumnsToBf16(in, rows, d_packed16.As<__nv_bfloat16>(), nullptr).ok());
+    ASSERT_TRUE(AddColumnBlocks(d_packed.ptr, rows, out, nullptr).ok());
+    const std::vector<uint16_t> got16 = d_packed16.Get(packed.size());
+    int64_t c0 = 0;
+    for (size_t i = 0; i < widths.size(); ++i) {
+      const std::vector<float> got = d_adds[i]->Get(adds[i].size());
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < widths[i]; ++c) {
+          const size_t e = static_cast<size_t>(r * widths[i] + c), pe = static_cast<size_t>(r * total + c0 + c);
+          ASSERT_EQ(got16[pe], numerics::DoubleToBf16BitsRne(static_cast<double>(blocks[i][e])))
+              << "block " << i << " row " << r << " column " << c;
+          ASSERT_EQ(got[e], adds[i][e] + packed[pe]) << "block " << i << " row " << r << " column " << c;
+        }
+      }
+      c0 += widths[i];
+    }
+  }
+  DeviceArray<float> d_one(std::vector<float>(8));
+  ColumnBlocks<float*> bad;
+  bad.count = 1, bad.at[0] = d_one.ptr, bad.cols[0] = 0;
+  const absl::Status zero_cols = AddColumnBlocks(d_one.ptr, 1, bad, nullptr);
+  EXPECT_EQ(zero_cols.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(zero_cols.message().find("cols[0]=0"), std::string::npos) << zero_cols;
+  bad.count = 4;
+  EXPECT_EQ(AddColumnBlocks(d_one.ptr, 1, bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 
 // SequenceRowIndex against the host's loop over samples, with empty samples and samples longer than

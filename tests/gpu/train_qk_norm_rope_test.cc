@@ -80,6 +80,8 @@ TEST(QkNormRope, ShapesItCannotTakeAreRefusedByName) {
   refused(r, "offsets=null");
   r = good, r.table = nullptr;
   refused(r, "table=null");
+  r = good, r.ld = 31;  // narrower than heads * dh = 32
+  refused(r, "ld=31");
   float* out = reinterpret_cast<float*>(uintptr_t{256});
   EXPECT_NE(QkNormRopeForward(good, nullptr, out, out, nullptr).message().find("x=null"), std::string::npos);
   EXPECT_NE(QkNormRopeBackward(good, bogus, bogus, nullptr, out, nullptr).message().find("dy=null"), std::string::npos);
