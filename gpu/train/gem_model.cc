@@ -331,6 +331,24 @@ struct GemModelGpu::Impl {
   absl::Status AttnBwdBf16(const AttnP& p, const AttnUse& u, const AttnTape16& t, const float* dy, float* dxq,
                            float* dxkv, __nv_bfloat16** dqr_out = nullptr, const LayerNormGrads* ln = nullptr);
   absl::Status PackedWeightGrads(const AttnP& p, const AttnTape16& t, int64_t n, const __nv_bfloat16* dkv);
+  // The projections that one product computes together (q, k, v where with_q, else k, v), each as the
+  // [d + 1, d] matrix of its weight's rows and then its bias (the parameter layout keeps a linear's
+  // bias right after its weight), at its weight's place in the parameters (or in the gradients).
+  absl::StatusOr<ColumnBlocks<ParamRef>> PackedProjections(const AttnP& p, bool with_q) const {
+    ColumnBlocks<ParamRef> blocks;
+    blocks.count = with_q ? 3 : 2;
+    const LinearP* parts[3] = {&p.wq, &p.wk, &p.wv};
+    for (int i = 0; i < blocks.count; ++i) {
+      const LinearP& part = *parts[i + (with_q ? 0 : 1)];
+      if (part.b.offset != part.w.offset + part.w.size || part.w.size != static_cast<size_t>(g.d) * g.d ||
+          part.b.size != static_cast<size_t>(g.d)) {
+        return absl::InternalError("PackedProjections: a projection's bias does not follow its [d, d] weight");
+      }
+      blocks.at[i] = part.w;
+      blocks.cols[i] = g.d;
+    }
+    return blocks;
+  }
   // Whether the bf16 attention blocks' input gradients run with their LayerNorm's backward in one
   // kernel (projection_backward.h takes the width).
   bool FusedProjections() const {
@@ -1115,18 +1133,17 @@ absl::Status GemModelGpu::Impl::AttnFwdBf16(const AttnP& p, const AttnUse& u, co
     bv = w16[next++];
   }
   if (kv_here) {
-    ColumnBlocks<const float*> weights, biases;
-    weights.count = biases.count = q_packed ? 3 : 2;
-    const LinearP* parts[3] = {&p.wq, &p.wk, &p.wv};
-    for (int i = 0; i < weights.count; ++i) {
-      const LinearP& part = *parts[i + (q_packed ? 0 : 1)];
-      weights.at[i] = W(part.w), biases.at[i] = W(part.b), weights.cols[i] = biases.cols[i] = d;
-    }
-    t.kv_cols = int64_t{weights.count} * d;
-    GEMTB_ASSIGN_OR_RETURN(t.w_kv, Bf16s(d * t.kv_cols));
-    GEMTB_ASSIGN_OR_RETURN(b_kv, Bf16s(t.kv_cols));
-    GEMTB_RETURN_IF_ERROR(PackColumnsToBf16(weights, d, t.w_kv, st));
-    GEMTB_RETURN_IF_ERROR(PackColumnsToBf16(biases, 1, b_kv, st));
+    // Each projection's weight and bias as one [d + 1, d] matrix (PackedProjections), packed side by
+    // side: the weights' rows, then the biases' row.
+    ColumnBlocks<ParamRef> parts;
+    GEMTB_ASSIGN_OR_RETURN(parts, PackedProjections(p, q_packed));
+    ColumnBlocks<const float*> sources;
+    sources.count = parts.count;
+    for (int i = 0; i < parts.count; ++i) sources.at[i] = W(parts.at[i]), sources.cols[i] = parts.cols[i];
+    t.kv_cols = int64_t{parts.count} * d;
+    GEMTB_ASSIGN_OR_RETURN(t.w_kv, Bf16s((d + 1) * t.kv_cols));
+    GEMTB_RETURN_IF_ERROR(PackColumnsToBf16(sources, d + 1, t.w_kv, st));
+    b_kv = t.w_kv + d * t.kv_cols;
   }
   if (xq) {
     GEMTB_ASSIGN_OR_RETURN(t.qr, Bf16s(u.nq * d));
@@ -1259,18 +1276,14 @@ absl::Status GemModelGpu::Impl::PackedWeightGrads(const AttnP& p, const AttnTape
   const int d = g.d;
   float* dw;
   GEMTB_ASSIGN_OR_RETURN(dw, mem->Floats((d + 1) * t.kv_cols));  // d weight rows, then the bias row
-  float* const db = dw + d * t.kv_cols;
   GEMTB_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(dw, 0, sizeof(float) * (d + 1) * t.kv_cols, st), "packed grads"));
-  GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(LinearShape{n, d, t.kv_cols}, t.xkv, dkv, dw, db, st));
-  ColumnBlocks<float*> weights, biases;
-  weights.count = biases.count = static_cast<int>(t.kv_cols / d);
-  const LinearP* parts[3] = {&p.wq, &p.wk, &p.wv};
-  for (int i = 0; i < weights.count; ++i) {
-    const LinearP& part = *parts[i + (t.QPacked() ? 0 : 1)];
-    weights.at[i] = G(part.w), biases.at[i] = G(part.b), weights.cols[i] = biases.cols[i] = d;
-  }
-  GEMTB_RETURN_IF_ERROR(AddColumnBlocks(dw, d, weights, st));
-  return AddColumnBlocks(db, 1, biases, st);
+  GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(LinearShape{n, d, t.kv_cols}, t.xkv, dkv, dw, dw + d * t.kv_cols, st));
+  ColumnBlocks<ParamRef> parts;
+  GEMTB_ASSIGN_OR_RETURN(parts, PackedProjections(p, t.QPacked()));
+  ColumnBlocks<float*> grads;
+  grads.count = parts.count;
+  for (int i = 0; i < parts.count; ++i) grads.at[i] = G(parts.at[i]), grads.cols[i] = parts.cols[i];
+  return AddColumnBlocks(dw, d + 1, grads, st);
 }
 
 absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const SeqTape& t, float* ds, float* dx_sum) {
