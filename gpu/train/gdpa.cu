@@ -323,6 +323,15 @@ absl::Status ValidateGdpaBatch(const GdpaBatch& b) {
     return absl::InvalidArgumentError(
         absl::StrCat("v_ld=", b.v_ld, ": want 0 (dense) or heads*dh=", int64_t{b.heads} * b.dh, " .. 2^31-1"));
   }
+  for (const auto& [tiles, name] : {std::pair{b.q_tiles, "q_tiles"}, std::pair{b.k_tiles, "k_tiles"}}) {
+    if (tiles.entries == nullptr) continue;
+    if (tiles.count < 0 || tiles.count >= (int64_t{1} << 31)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ".count=", tiles.count, ": want 0 .. 2^31-1"));
+    }
+    if (reinterpret_cast<uintptr_t>(tiles.entries) % 16 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ".entries: want 16-byte aligned"));
+    }
+  }
   if (b.batch == 0) return absl::OkStatus();
   return NotNull({{b.q_offsets, "q_offsets"}, {b.k_offsets, "k_offsets"}});
 }

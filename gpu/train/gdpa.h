@@ -15,6 +15,13 @@
 
 namespace gemtb::gpu::train {
 
+// A list of the 64-row tiles of one side of a batch that hold rows (gdpa_tensor_core.h's GdpaTilesOf
+// makes one): device memory, 16-byte aligned, `count` entries.
+struct GdpaTiles {
+  const int32_t* entries = nullptr;
+  int64_t count = 0;
+};
+
 // One attention use over a batch: sample b's queries are rows [q_offsets[b], q_offsets[b+1]) of q/o,
 // its keys/values rows [k_offsets[b], k_offsets[b+1]) of k/v; each row holds heads*dh floats,
 // element (row, h, i) at row*heads*dh + h*dh + i (the reference's layout). Query i and key j are
@@ -36,11 +43,18 @@ struct GdpaBatch {
   // one product for q, k and v together. Only the tensor-core functions (gdpa_tensor_core.h) take one;
   // GdpaForward and GdpaBackward take dense v only.
   int64_t v_ld = 0;
+  // Optional, for the tensor-core functions: the tiles of the queries' side (for o and dq) and of the
+  // keys' side (for dk and dv) that hold rows, so that their grids take only those (with samples of
+  // unequal lengths, a grid over every sample's max_q / 64 tiles has CTAs that find no rows). They must
+  // be GdpaTilesOf the batch's offsets; entries null: every sample's tiles. GdpaForward and GdpaBackward
+  // do not read them.
+  GdpaTiles q_tiles, k_tiles;
 };
 
 // Host-side checks of the host fields: batch 0 .. 2^31-1, heads 1 .. 65535, dh 16/32/64,
 // window -1 .. 2^30, block 0 .. 2^30, post_scale finite, max_q and max_k 0 .. 2^20, v_ld 0 or
-// heads*dh .. 2^31-1, offsets non-null where batch > 0.
+// heads*dh .. 2^31-1, tile counts 0 .. 2^31-1 with 16-byte aligned entries where given, offsets
+// non-null where batch > 0.
 absl::Status ValidateGdpaBatch(const GdpaBatch& b);
 
 // o (written) for every query row of every sample; a query with no kept key gets zeros.

@@ -26,6 +26,11 @@ using tc::Params;
 using tc::Split;
 using tc::SumSplitsKernel;
 
+static_assert(tc::kTileInts == kGdpaTileInts, "the tile list's entry");
+
+// The tiles of `rows` rows.
+int32_t TilesOf(int64_t rows) { return static_cast<int32_t>((rows + kTile - 1) / kTile); }
+
 // The row stride of v and dv (GdpaBatch::v_ld, 0: dense).
 int VRowStride(const GdpaBatch& b) { return static_cast<int>(b.v_ld > 0 ? b.v_ld : int64_t{b.heads} * b.dh); }
 
@@ -35,14 +40,19 @@ template <typename T>
 Params MakeParams(const GdpaBatch& b, bool aligned) {
   const int ld_v = VRowStride(b);
   const bool vec = aligned && (static_cast<int64_t>(ld_v) * static_cast<int64_t>(sizeof(T))) % 16 == 0;
-  return Params{b.q_offsets, b.k_offsets, b.heads, Mask{b.window, b.block}, b.post_scale, vec, ld_v};
+  return Params{b.q_offsets, b.k_offsets, b.heads,           Mask{b.window, b.block}, b.post_scale, vec, ld_v,
+                b.q_tiles.entries, b.k_tiles.entries, TilesOf(b.max_q), TilesOf(b.max_k)};
 }
 
-// (sample, head, tile of the own side's `rows` x split).
-dim3 Grid(const GdpaBatch& b, int32_t rows, int splits) {
-  return dim3(static_cast<unsigned>(b.batch), static_cast<unsigned>(b.heads),
-              static_cast<unsigned>((rows + kTile - 1) / kTile * splits));
+// (tile of the own side (keys where own_keys): its list's entries, or every sample's tiles; head; split).
+dim3 Grid(const GdpaBatch& b, bool own_keys, int splits) {
+  const GdpaTiles& list = own_keys ? b.k_tiles : b.q_tiles;
+  const int64_t tiles = list.entries != nullptr ? list.count : b.batch * TilesOf(own_keys ? b.max_k : b.max_q);
+  return dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(b.heads), static_cast<unsigned>(splits));
 }
+
+// Whether a launch over the own side (keys where own_keys) has a CTA: a tile list may be empty.
+bool AnyTile(const GdpaBatch& b, bool own_keys) { return Grid(b, own_keys, 1).x > 0; }
 
 // The splits of the walks of a launch whose own side has at most max_own rows per sample, the other
 // side at most max_other, with `outputs` output tensors: 1 (whole walks: the unsplit path) unless the
@@ -101,16 +111,18 @@ absl::Status LaunchForward(const GdpaBatch& b, const T* q, const T* k, const T* 
   constexpr size_t kBytes = Layout<kDh>::Bytes(3);
   if (absl::Status s = AllowSharedMemory(ForwardKernel<kDh, T>, kBytes, "GdpaForwardTensorCore"); !s.ok()) return s;
   const Params p = MakeParams<T>(b, Aligned16({q, k, v, o}));
+  if (!AnyTile(b, /*own_keys=*/false)) return absl::OkStatus();
   const int splits = SplitsFor(b, b.max_q, b.max_k, 1);
+  const auto launch = [&](const Split& sp) {
+    ForwardKernel<kDh, T><<<Grid(b, /*own_keys=*/false, sp.splits), kThreads, kBytes, stream>>>(p, sp, q, k, v, o);
+  };
   if (splits == 1) {
-    ForwardKernel<kDh, T><<<Grid(b, b.max_q, 1), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, o);
+    launch(Split{});
     return Launched("GdpaForwardTensorCore");
   }
   T* const no_second = nullptr;  // one output
   return SplitLaunch(b, p, splits, b.max_q, /*own_keys=*/false, o, no_second, "GdpaForwardTensorCore (split)", stream,
-                     [&](const Split& sp) {
-                       ForwardKernel<kDh, T><<<Grid(b, b.max_q, splits), kThreads, kBytes, stream>>>(p, sp, q, k, v, o);
-                     });
+                     launch);
 }
 
 template <int kDh, typename T>
@@ -119,39 +131,39 @@ absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T*
   constexpr size_t kBytes = Layout<kDh>::Bytes(4);
   const Params p = MakeParams<T>(b, Aligned16({q, k, v, d_o, dq, dk, dv}));
   T* const no_second = nullptr;  // dq's split launch has one output
-  if (b.max_q > 0) {
+  if (b.max_q > 0 && AnyTile(b, /*own_keys=*/false)) {
     if (absl::Status s = AllowSharedMemory(BackwardDqKernel<kDh, T>, kBytes, "GdpaBackwardTensorCore dq"); !s.ok()) {
       return s;
     }
     const int splits = SplitsFor(b, b.max_q, b.max_k, 1);
+    const auto launch = [&](const Split& sp) {
+      BackwardDqKernel<kDh, T><<<Grid(b, /*own_keys=*/false, sp.splits), kThreads, kBytes, stream>>>(p, sp, q, k, v,
+                                                                                                    d_o, dq);
+    };
     if (splits == 1) {
-      BackwardDqKernel<kDh, T><<<Grid(b, b.max_q, 1), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, d_o, dq);
+      launch(Split{});
       if (absl::Status s = Launched("GdpaBackwardTensorCore dq"); !s.ok()) return s;
-    } else if (absl::Status s = SplitLaunch(
-                   b, p, splits, b.max_q, /*own_keys=*/false, dq, no_second, "GdpaBackwardTensorCore dq (split)",
-                   stream, [&](const Split& sp) {
-                     BackwardDqKernel<kDh, T><<<Grid(b, b.max_q, splits), kThreads, kBytes, stream>>>(p, sp, q, k, v,
-                                                                                                   d_o, dq);
-                   });
+    } else if (absl::Status s = SplitLaunch(b, p, splits, b.max_q, /*own_keys=*/false, dq, no_second,
+                                            "GdpaBackwardTensorCore dq (split)", stream, launch);
                !s.ok()) {
       return s;
     }
   }
-  if (b.max_k > 0) {
+  if (b.max_k > 0 && AnyTile(b, /*own_keys=*/true)) {
     if (absl::Status s = AllowSharedMemory(BackwardDkDvKernel<kDh, T>, kBytes, "GdpaBackwardTensorCore dk dv");
         !s.ok()) {
       return s;
     }
     const int splits = SplitsFor(b, b.max_k, b.max_q, 2);
+    const auto launch = [&](const Split& sp) {
+      BackwardDkDvKernel<kDh, T><<<Grid(b, /*own_keys=*/true, sp.splits), kThreads, kBytes, stream>>>(p, sp, q, k, v,
+                                                                                                     d_o, dk, dv);
+    };
     if (splits == 1) {
-      BackwardDkDvKernel<kDh, T><<<Grid(b, b.max_k, 1), kThreads, kBytes, stream>>>(p, Split{}, q, k, v, d_o, dk, dv);
+      launch(Split{});
       if (absl::Status s = Launched("GdpaBackwardTensorCore dk dv"); !s.ok()) return s;
     } else if (absl::Status s = SplitLaunch(b, p, splits, b.max_k, /*own_keys=*/true, dk, dv,
-                                            "GdpaBackwardTensorCore dk dv (split)", stream,
-                                            [&](const Split& sp) {
-                                              BackwardDkDvKernel<kDh, T><<<Grid(b, b.max_k, splits), kThreads, kBytes,
-                                                                        stream>>>(p, sp, q, k, v, d_o, dk, dv);
-                                            });
+                                            "GdpaBackwardTensorCore dk dv (split)", stream, launch);
                !s.ok()) {
       return s;
     }
@@ -195,6 +207,38 @@ absl::Status Backward(const GdpaBatch& b, const T* q, const T* k, const T* v, co
 }
 
 }  // namespace
+
+std::vector<int32_t> GdpaTilesOf(const std::vector<int32_t>& q_offsets, const std::vector<int32_t>& k_offsets,
+                                 bool own_keys) {
+  return tc::TileList(q_offsets, k_offsets, own_keys);
+}
+
+std::vector<int32_t> GdpaTileOffsets(const std::vector<int32_t>& own_offsets) {
+  std::vector<int32_t> tiles(own_offsets.empty() ? 1 : own_offsets.size(), 0);
+  for (size_t b = 0; b + 1 < own_offsets.size(); ++b) {
+    tiles[b + 1] = tiles[b] + TilesOf(own_offsets[b + 1] - own_offsets[b]);
+  }
+  return tiles;
+}
+
+absl::Status GdpaWriteTiles(int64_t batch, const int32_t* q_offsets, const int32_t* k_offsets,
+                            const int32_t* tile_offsets, int32_t* entries, cudaStream_t stream) {
+  if (batch < 0 || batch >= (int64_t{1} << 31)) {
+    return absl::InvalidArgumentError(absl::StrCat("GdpaWriteTiles: batch=", batch, ": want 0 .. 2^31-1"));
+  }
+  if (batch == 0) return absl::OkStatus();
+  if (absl::Status s = NotNull({{q_offsets, "q_offsets"}, {k_offsets, "k_offsets"}, {tile_offsets, "tile_offsets"},
+                                {entries, "entries"}});
+      !s.ok()) {
+    return s;
+  }
+  if (reinterpret_cast<uintptr_t>(entries) % 16 != 0) {
+    return absl::InvalidArgumentError("GdpaWriteTiles: entries: want 16-byte aligned");
+  }
+  tc::WriteTilesKernel<<<static_cast<unsigned>(batch), kThreads, 0, stream>>>(q_offsets, k_offsets, tile_offsets,
+                                                                              entries);
+  return Launched("GdpaWriteTiles");
+}
 
 absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v, float* o,
                                    cudaStream_t stream) {

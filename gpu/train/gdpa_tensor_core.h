@@ -18,10 +18,28 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "gpu/train/gdpa.h"
 
 namespace gemtb::gpu::train {
+
+// The entries of a GdpaTiles list for the own side `own_keys` (keys: for dk and dv; else queries: for o
+// and dq) of a batch whose host offsets are q_offsets and k_offsets [batch + 1]: one entry of
+// kGdpaTileInts int32 for each 64-row tile of the own side that holds rows, sample by sample. The
+// caller copies them to 16-byte aligned device memory.
+inline constexpr int kGdpaTileInts = 8;
+std::vector<int32_t> GdpaTilesOf(const std::vector<int32_t>& q_offsets, const std::vector<int32_t>& k_offsets,
+                                 bool own_keys);
+// The same entries written on the device from the device offsets, without a copy of the list: the
+// own side's tiles per sample counted by `tile_offsets` (device, [batch + 1]: GdpaTileOffsets of the
+// own side's host offsets), into `entries` (device, 16-byte aligned, kGdpaTileInts x
+// tile_offsets[batch] int32).
+std::vector<int32_t> GdpaTileOffsets(const std::vector<int32_t>& own_offsets);
+absl::Status GdpaWriteTiles(int64_t batch, const int32_t* q_offsets, const int32_t* k_offsets,
+                            const int32_t* tile_offsets, int32_t* entries, cudaStream_t stream);
 
 // o (written) for every query row of every sample; a query with no kept key gets zeros. Rows outside
 // every sample are not touched.

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "gpu/common/mma.cuh"
 #include "gpu/train/gdpa_rows.cuh"
@@ -104,11 +105,54 @@ struct Params {
   float post_scale;
   bool vec;  // every tensor and row 16-byte aligned: rows move as quads (float4, or four bf16)
   int ld_v;  // the row stride of v and dv (elements); q, k, d_o, o, dq and dk rows are heads * dh apart
+  // The CTAs' tiles of the own side, queries (o, dq) or keys (dk, dv): a list of kTileInts int32 an
+  // entry (CtaPlace reads them), or null: every sample's max_*_tiles tiles, blockIdx.x = sample * max +
+  // tile.
+  const int32_t* q_tiles;
+  const int32_t* k_tiles;
+  int max_q_tiles, max_k_tiles;
 };
 
-// How a launch splits its walks. splits == 1: blockIdx.z is the own tile, the CTA walks every step and
-// writes the output rows. splits > 1 (the own side then fits one tile, max_own <= kTile): blockIdx.z =
-// tile * splits + split, and split s writes its partial rows of sample b, head h to
+// A tile list's entry, 32 bytes (two 16-byte loads): its sample's first query row, query count, first
+// key row and key count, then the tile's index within the sample's own side, the sample, and two zeros.
+constexpr int kTileInts = 8;
+
+// The tile list (host code) of the own side (keys where own_keys) of samples with host offsets
+// q_offsets and k_offsets: every kTile-row tile that holds rows, sample by sample. WriteTilesKernel
+// writes the same entries on the device.
+inline std::vector<int32_t> TileList(const std::vector<int32_t>& q_offsets, const std::vector<int32_t>& k_offsets,
+                                     bool own_keys) {
+  std::vector<int32_t> entries;
+  const size_t samples = q_offsets.size() < k_offsets.size() ? q_offsets.size() : k_offsets.size();
+  for (size_t b = 0; b + 1 < samples; ++b) {
+    const int32_t lq = q_offsets[b + 1] - q_offsets[b], lk = k_offsets[b + 1] - k_offsets[b];
+    const int32_t own = own_keys ? lk : lq;
+    for (int32_t t = 0; t * kTile < own; ++t) {
+      entries.insert(entries.end(), {q_offsets[b], lq, k_offsets[b], lk, t, static_cast<int32_t>(b), 0, 0});
+    }
+  }
+  return entries;
+}
+
+// The tile list's entries of sample blockIdx.x, [tile_offsets[b], tile_offsets[b + 1]) (the prefix sums
+// of the samples' own-side tiles), from the device offsets: TileList's entries.
+__global__ void __launch_bounds__(kThreads)
+    WriteTilesKernel(const int32_t* q_offsets, const int32_t* k_offsets, const int32_t* tile_offsets,
+                     int32_t* entries) {
+  const int b = static_cast<int>(blockIdx.x);
+  const int32_t q_row = q_offsets[b], lq = q_offsets[b + 1] - q_row, k_row = k_offsets[b],
+                lk = k_offsets[b + 1] - k_row, first = tile_offsets[b], tiles = tile_offsets[b + 1] - first;
+  for (int t = static_cast<int>(threadIdx.x); t < tiles; t += kThreads) {
+    uint4* entry = reinterpret_cast<uint4*>(entries + static_cast<int64_t>(first + t) * kTileInts);
+    entry[0] = make_uint4(static_cast<uint32_t>(q_row), static_cast<uint32_t>(lq), static_cast<uint32_t>(k_row),
+                          static_cast<uint32_t>(lk));
+    entry[1] = make_uint4(static_cast<uint32_t>(t), static_cast<uint32_t>(b), 0u, 0u);
+  }
+}
+
+// How a launch splits its walks. splits == 1: the CTA walks every step and writes the output rows.
+// splits > 1 (the own side then fits one tile, max_own <= kTile): blockIdx.z is the split, and split s
+// writes its partial rows of sample b, head h to
 // part[s * split_stride + (b * max_own + r) * heads * dh + h * dh + c] (r the own row within the sample,
 // part0 for o, dq or dk, part1 for dv); own rows beyond max_own (a broken max_q / max_k) are not computed.
 struct Split {
@@ -120,15 +164,33 @@ struct Split {
 };
 
 
-// The CTA's part of a launch split as `sp` says: its own tile (rows [tile * kTile, ...) of the own side,
-// which has `own` rows in the sample) and its split.
+// The CTA's part of a launch split as `sp` says: its sample (the rows of both sides), its own tile (rows
+// [tile * kTile, ...) of the own side, which has `own` rows in the sample) and its split. Grid: x the
+// tile (Params' tile list entry, or sample * max tiles + tile), y the head, z the split.
 struct Place {
+  Sample s;
+  int64_t sample;
   int tile, split, own;
 };
 
-__device__ inline Place CtaPlace(const Split& sp, int own) {
-  const int z = static_cast<int>(blockIdx.z);
-  return Place{z / sp.splits, z % sp.splits, sp.splits > 1 ? min(own, sp.max_own) : own};
+__device__ inline Place CtaPlace(const Params& p, const Split& sp, bool own_keys) {
+  Place c;
+  const int32_t* list = own_keys ? p.k_tiles : p.q_tiles;
+  if (list != nullptr) {
+    const uint4* entry = reinterpret_cast<const uint4*>(list + static_cast<int64_t>(blockIdx.x) * kTileInts);
+    const uint4 rows = entry[0], at = entry[1];
+    c.s.q_row = static_cast<int32_t>(rows.x), c.s.lq = static_cast<int32_t>(rows.y);
+    c.s.k_row = static_cast<int32_t>(rows.z), c.s.lk = static_cast<int32_t>(rows.w);
+    c.tile = static_cast<int32_t>(at.x), c.sample = static_cast<int32_t>(at.y);
+  } else {
+    const int tiles = own_keys ? p.max_k_tiles : p.max_q_tiles;
+    c.sample = blockIdx.x / tiles, c.tile = static_cast<int>(blockIdx.x % tiles);
+    c.s = LoadSample(p, c.sample);
+  }
+  c.split = static_cast<int>(blockIdx.z);
+  const int own = own_keys ? c.s.lk : c.s.lq;
+  c.own = sp.splits > 1 ? min(own, sp.max_own) : own;
+  return c;
 }
 
 // Rows [*begin, *end) of the tile's walk [lo, hi) that split `split` takes: all of it unsplit, else
@@ -438,23 +500,24 @@ __device__ void StoreStrip(const float (&acc)[kDh / 8][4], const Role& role, int
 
 // The CTA's own rows [i0, i0 + n) of sample row `first` on: unsplit, rows first + i0 of `out` (rows
 // ld_out apart; from registers where each warp holds a strip of its own and the rows are aligned);
-// split, rows blockIdx.x * max_own + i0 of its split's fp32 partial rows in `part` (`width` apart,
+// split, rows sample * max_own + i0 of its split's fp32 partial rows in `part` (`width` apart,
 // 16-byte aligned: float4 stores). The same branch for the whole CTA (FinishOutput's barriers).
 template <int kDh, typename T>
-__device__ void WriteOwnRows(const float (&acc)[kDh / 8][4], float* ss, const Role& role, const Split& sp, int split,
-                             int64_t first, int i0, int n, int ld_out, int width, int h, bool vec, T* out,
-                             float* part) {
+__device__ void WriteOwnRows(const float (&acc)[kDh / 8][4], float* ss, const Role& role, const Split& sp,
+                             const Place& place, int64_t first, int i0, int n, int ld_out, int width, int h, bool vec,
+                             T* out, float* part) {
+  const int split = place.split;
   if (sp.splits == 1 && role.groups == 1 && vec) {
     StoreStrip<kDh>(acc, role, first + i0, n, ld_out, h, out);
   } else if (sp.splits == 1) {
     FinishOutput<kDh>(acc, ss, role, first + i0, n, ld_out, h, vec, out);
   } else {
-    FinishOutput<kDh>(acc, ss, role, static_cast<int64_t>(blockIdx.x) * sp.max_own + i0, n, width, h, true,
+    FinishOutput<kDh>(acc, ss, role, place.sample * sp.max_own + i0, n, width, h, true,
                       part + split * sp.split_stride);
   }
 }
 
-// o for the queries of a tile (CtaPlace) of sample blockIdx.x, head blockIdx.y: the steps walk the
+// o for the queries of a tile (CtaPlace), head blockIdx.y: the steps walk the
 // tile's kept keys (or the split's part of them); a region's result is post * silu(q . k) where kept
 // (else 0), times the chunk's v.
 template <int kDh, typename T>
@@ -466,9 +529,9 @@ __global__ void __launch_bounds__(kThreads)
   bf16* ks = qs + L::kOperandElems;
   bf16* vs = ks + L::kOperandElems;
   float* ss = reinterpret_cast<float*>(vs + L::kOperandElems);
-  const Sample s = LoadSample(p, blockIdx.x);
+  const Place place = CtaPlace(p, sp, /*own_keys=*/false);
+  const Sample& s = place.s;
   const int h = blockIdx.y, width = p.heads * kDh;
-  const Place place = CtaPlace(sp, s.lq);
   const int i0 = place.tile * kTile;
   if (i0 >= place.own) return;
   const int nq = min(kTile, place.own - i0);
@@ -516,7 +579,7 @@ __global__ void __launch_bounds__(kThreads)
       AddTimesRows<kDh>(w, vs, c * kFrag, acc);
     }
   }
-  WriteOwnRows<kDh>(acc, ss, role, sp, place.split, s.q_row, i0, nq, width, width, h, p.vec, o, sp.part0);
+  WriteOwnRows<kDh>(acc, ss, role, sp, place, s.q_row, i0, nq, width, width, h, p.vec, o, sp.part0);
 }
 
 // dq for the queries of a tile (CtaPlace): the forward's walk with dz = post silu'(q . k) (do . v) where
@@ -531,9 +594,9 @@ __global__ void __launch_bounds__(kThreads)
   bf16* ks = dos + L::kOperandElems;
   bf16* vs = ks + L::kOperandElems;
   float* ss = reinterpret_cast<float*>(vs + L::kOperandElems);
-  const Sample s = LoadSample(p, blockIdx.x);
+  const Place place = CtaPlace(p, sp, /*own_keys=*/false);
+  const Sample& s = place.s;
   const int h = blockIdx.y, width = p.heads * kDh;
-  const Place place = CtaPlace(sp, s.lq);
   const int i0 = place.tile * kTile;
   if (i0 >= place.own) return;
   const int nq = min(kTile, place.own - i0);
@@ -582,7 +645,7 @@ __global__ void __launch_bounds__(kThreads)
       AddTimesRows<kDh>(w, ks, c * kFrag, acc);
     }
   }
-  WriteOwnRows<kDh>(acc, ss, role, sp, place.split, s.q_row, i0, nq, width, width, h, p.vec, dq, sp.part0);
+  WriteOwnRows<kDh>(acc, ss, role, sp, place, s.q_row, i0, nq, width, width, h, p.vec, dq, sp.part0);
 }
 
 // dk, dv for the keys of a tile (CtaPlace): a walk over the queries that keep them (or the split's part
@@ -599,9 +662,9 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
   bf16* qs = vs + L::kOperandElems;
   bf16* dos = qs + L::kOperandElems;
   float* ss = reinterpret_cast<float*>(dos + L::kOperandElems);
-  const Sample s = LoadSample(p, blockIdx.x);
+  const Place place = CtaPlace(p, sp, /*own_keys=*/true);
+  const Sample& s = place.s;
   const int h = blockIdx.y, width = p.heads * kDh;
-  const Place place = CtaPlace(sp, s.lk);
   const int j0 = place.tile * kTile;
   if (j0 >= place.own) return;
   const int nk = min(kTile, place.own - j0);
@@ -656,8 +719,8 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
       AddTimesRows<kDh>(dzt, qs, c * kFrag, acc_k);
     }
   }
-  WriteOwnRows<kDh>(acc_k, ss, role, sp, place.split, s.k_row, j0, nk, width, width, h, p.vec, dk, sp.part0);
-  WriteOwnRows<kDh>(acc_v, ss, role, sp, place.split, s.k_row, j0, nk, p.ld_v, width, h, p.vec, dv, sp.part1);
+  WriteOwnRows<kDh>(acc_k, ss, role, sp, place, s.k_row, j0, nk, width, width, h, p.vec, dk, sp.part0);
+  WriteOwnRows<kDh>(acc_v, ss, role, sp, place, s.k_row, j0, nk, p.ld_v, width, h, p.vec, dv, sp.part1);
 }
 // The output rows of a split launch (SplitWalk): own row r of sample blockIdx.x (queries, or keys where
 // own_keys), every head, is the sum of the partial rows of the splits that wrote them, in increasing

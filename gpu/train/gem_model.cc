@@ -151,6 +151,7 @@ struct AttnUse {
   int window = -1, block = 0;
   float post = 1.0f;
   bool rope = false;
+  GdpaTiles q_tiles, k_tiles;  // GDPA's tile lists of the sides with sequence rows (else every sample's)
 };
 struct AttnTape {
   const float* xq = nullptr;
@@ -536,7 +537,7 @@ struct GemModelGpu::Impl {
     GdpaBatch b;
     b.batch = u.batch, b.heads = g.heads, b.dh = g.dh(), b.window = u.window, b.block = u.block;
     b.post_scale = u.post, b.q_offsets = u.q_off, b.k_offsets = u.k_off, b.max_q = u.max_q, b.max_k = u.max_k;
-    b.v_ld = v_ld;
+    b.v_ld = v_ld, b.q_tiles = u.q_tiles, b.k_tiles = u.k_tiles;
     return b;
   }
   // dxq += (null: *dqr_out gets the gradient of the normed, roped queries instead), dxkv += . With
@@ -589,6 +590,9 @@ struct GemModelGpu::Impl {
   int32_t* xsum_off = nullptr;           // [B + 1]: b * n_s
   int32_t* pma_off = nullptr;            // [B + 1]: b * k_p
   int32_t* seed_index = nullptr;         // [B k_p]: row r % k_p
+  // Per j: GDPA's tile lists over S_j's rows (GdpaTiles), as the self-attention's queries and keys, the
+  // cross-attention's queries and the PMA's keys.
+  std::vector<GdpaTiles> self_tiles, cross_tiles, pma_tiles;
 
   absl::Status Plan(const GemBatchInput& in);
   absl::Status CrossFwd(const CrossP& p, CrossTape& t, const float* x, std::vector<float*>& s, const GemBatchInput* first);
@@ -604,7 +608,7 @@ struct GemModelGpu::Impl {
   AttnUse CrossUse(int j) const {
     AttnUse u;
     u.batch = B, u.nq = rows[j], u.nk = B * g.n_s, u.q_off = s_off[j], u.k_off = xsum_off, u.max_q = max_rows[j];
-    u.max_k = g.n_s, u.post = static_cast<float>(1.0 / g.n_s);
+    u.max_k = g.n_s, u.post = static_cast<float>(1.0 / g.n_s), u.q_tiles = cross_tiles[j];
     return u;
   }
   AttnUse SelfUse(int j) const {
@@ -612,12 +616,13 @@ struct GemModelGpu::Impl {
     u.batch = B, u.nq = rows[j], u.nk = rows[j], u.q_off = s_off[j], u.k_off = s_off[j], u.max_q = max_rows[j];
     u.max_k = max_rows[j], u.window = g.seqs[j].window, u.block = g.seqs[j].block;
     u.post = static_cast<float>(g.seqs[j].self_post), u.rope = g.seqs[j].rope;
+    u.q_tiles = u.k_tiles = self_tiles[j];
     return u;
   }
   AttnUse PmaUse(int j) const {
     AttnUse u;
     u.batch = B, u.nq = B * g.k_p, u.nk = rows[j], u.q_off = pma_off, u.k_off = s_off[j], u.max_q = g.k_p;
-    u.max_k = max_rows[j], u.post = static_cast<float>(1.0 / g.seqs[j].lmax);
+    u.max_k = max_rows[j], u.post = static_cast<float>(1.0 / g.seqs[j].lmax), u.k_tiles = pma_tiles[j];
     return u;
   }
 };
@@ -627,6 +632,8 @@ absl::Status GemModelGpu::Impl::Plan(const GemBatchInput& in) {
   rows.assign(J, 0), max_rows.assign(J, 0), events.assign(J, 0);
   s_off.assign(J, nullptr), cls_index.assign(J, nullptr), event_index.assign(J, nullptr), event_rows.assign(J, nullptr);
   cat_index_host.assign(J, {});
+  self_tiles.assign(J, {}), cross_tiles.assign(J, {}), pma_tiles.assign(J, {});
+  std::vector<int32_t*> tile_off(J, nullptr);
   for (int j = 0; j < J; ++j) {
     // Sample b's rows [off[b], off[b + 1]): n_s CLS rows, then its events [ev_off[b], ev_off[b + 1]).
     // The per-row indices are made on the device from these (SequenceRowIndex), not on the host: at a
@@ -651,6 +658,9 @@ absl::Status GemModelGpu::Impl::Plan(const GemBatchInput& in) {
     events[j] = ev_off[B];
     int32_t* ev_off_d = nullptr;
     GEMTB_ASSIGN_OR_RETURN(s_off[j], mem->Ints(off));
+    const std::vector<int32_t> tiles = GdpaTileOffsets(off);
+    GEMTB_ASSIGN_OR_RETURN(tile_off[j], mem->Ints(tiles));
+    for (std::vector<GdpaTiles>* list : {&self_tiles, &cross_tiles, &pma_tiles}) (*list)[j].count = tiles.back();
     GEMTB_ASSIGN_OR_RETURN(ev_off_d, mem->Ints(ev_off));
     GEMTB_ASSIGN_OR_RETURN(cls_index[j], mem->IntsOfSize(rows[j]));
     GEMTB_ASSIGN_OR_RETURN(event_index[j], mem->IntsOfSize(rows[j]));
@@ -664,6 +674,18 @@ absl::Status GemModelGpu::Impl::Plan(const GemBatchInput& in) {
   GEMTB_ASSIGN_OR_RETURN(xsum_off, mem->Ints(xo));
   GEMTB_ASSIGN_OR_RETURN(pma_off, mem->Ints(po));
   GEMTB_ASSIGN_OR_RETURN(seed_index, mem->Ints(seeds));
+  // The tile lists, each over S_j's rows as its own side: written on the device from the offsets.
+  for (int j = 0; j < J; ++j) {
+    const std::pair<std::vector<GdpaTiles>*, std::pair<const int32_t*, const int32_t*>> uses[] = {
+        {&self_tiles, {s_off[j], s_off[j]}}, {&cross_tiles, {s_off[j], xsum_off}}, {&pma_tiles, {pma_off, s_off[j]}}};
+    for (const auto& [list, offsets] : uses) {
+      GdpaTiles& t = (*list)[j];
+      int32_t* entries;
+      GEMTB_ASSIGN_OR_RETURN(entries, mem->IntsOfSize(t.count * kGdpaTileInts));
+      GEMTB_RETURN_IF_ERROR(GdpaWriteTiles(B, offsets.first, offsets.second, tile_off[j], entries, st));
+      t.entries = entries;
+    }
+  }
   return absl::OkStatus();
 }
 

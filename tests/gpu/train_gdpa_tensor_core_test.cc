@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
@@ -155,7 +156,9 @@ std::vector<uint16_t> RoundedBits(const std::vector<float>& x) {
 // wide: v read from, and dv written into, rows three heads-widths wide, v's columns in the middle (the
 // others 1e30, and dv's the sentinel); the returned dv is its columns, and *outside_dv counts the other
 // columns' values that are no longer the sentinel.
-Bf16Outputs RunBf16Attention(const Case& c, const Inputs& in, bool wide = false, int* outside_dv = nullptr) {
+// listed: the grids over tile lists that GdpaWriteTiles writes (checked against GdpaTilesOf's).
+Bf16Outputs RunBf16Attention(const Case& c, const Inputs& in, bool wide = false, int* outside_dv = nullptr,
+                             bool listed = false) {
   const size_t width = static_cast<size_t>(c.heads) * c.dh, ld = wide ? 3 * width : width, at = wide ? width : 0;
   const size_t nq = in.q_rows * width, nk = in.k_rows * width;
   DeviceArray<int32_t> q_offsets(in.q_offsets), k_offsets(in.k_offsets);
@@ -173,6 +176,23 @@ Bf16Outputs RunBf16Attention(const Case& c, const Inputs& in, bool wide = false,
   b.heads = c.heads, b.dh = c.dh, b.window = c.window, b.block = c.block, b.post_scale = c.post_scale;
   b.q_offsets = q_offsets.ptr, b.k_offsets = k_offsets.ptr, b.max_q = in.max_q, b.max_k = in.max_k;
   b.v_ld = wide ? static_cast<int64_t>(ld) : 0;
+  std::vector<std::unique_ptr<DeviceArray<int32_t>>> lists;
+  if (listed) {
+    for (const bool own_keys : {false, true}) {
+      const std::vector<int32_t> want = GdpaTilesOf(in.q_offsets, in.k_offsets, own_keys);
+      std::vector<int32_t> own = own_keys ? in.k_offsets : in.q_offsets;
+      DeviceArray<int32_t> tile_offsets(GdpaTileOffsets(own));
+      lists.push_back(std::make_unique<DeviceArray<int32_t>>(std::vector<int32_t>(want.size() + 1, -7)));
+      const absl::Status w = GdpaWriteTiles(b.batch, q_offsets.ptr, k_offsets.ptr, tile_offsets.ptr,
+                                            lists.back()->ptr, nullptr);
+      EXPECT_TRUE(w.ok()) << w;
+      std::vector<int32_t> got = lists.back()->Get(want.size());
+      EXPECT_EQ(got, want) << c.name << (own_keys ? " key tiles" : " query tiles");
+      GdpaTiles& tiles = own_keys ? b.k_tiles : b.q_tiles;
+      tiles.entries = lists.back()->ptr;
+      tiles.count = static_cast<int64_t>(want.size()) / kGdpaTileInts;
+    }
+  }
   __nv_bfloat16 *const v_at = v.bf16() + at, *const dv_at = dv.bf16() + at;
   const absl::Status f = GdpaForwardTensorCore(b, q.bf16(), k.bf16(), v_at, o.bf16(), nullptr);
   EXPECT_TRUE(f.ok()) << f;
@@ -369,6 +389,20 @@ TEST_P(TrainGdpaTensorCoreCase, WideValueRowsGiveTheDenseBytes) {
   EXPECT_EQ(wide.dk, dense.dk) << c.name;
   EXPECT_EQ(wide.dv, dense.dv) << c.name;
   EXPECT_EQ(outside, 0) << c.name << ": values written outside dv's columns";
+}
+
+// Grids over the tile lists (only tiles with rows) give the grids over every sample's tiles their bytes.
+TEST_P(TrainGdpaTensorCoreCase, TileListsGiveEverySamplesTilesBytes) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  const std::vector<Case> cases = Cases();
+  const Case& c = cases[GetParam()];
+  const Inputs in = MakeInputs(c, 510 + 10 * GetParam());
+  const Bf16Outputs every = RunBf16Attention(c, in);
+  const Bf16Outputs listed = RunBf16Attention(c, in, /*wide=*/false, nullptr, /*listed=*/true);
+  EXPECT_EQ(listed.o, every.o) << c.name;
+  EXPECT_EQ(listed.dq, every.dq) << c.name;
+  EXPECT_EQ(listed.dk, every.dk) << c.name;
+  EXPECT_EQ(listed.dv, every.dv) << c.name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, TrainGdpaTensorCoreCase, ::testing::Range<size_t>(0, Cases().size()),

@@ -320,6 +320,10 @@ TEST(TrainGdpa, ShapesItCannotTakeAreRefusedByNameBeforeTouchingTheDevice) {
   refused(b, "max_k=1048577");
   b = good, b.v_ld = 31;  // narrower than heads * dh = 32
   refused(b, "v_ld=31");
+  b = good, b.k_tiles.entries = bogus_offsets, b.k_tiles.count = -1;
+  refused(b, "k_tiles.count=-1");
+  b = good, b.q_tiles.entries = reinterpret_cast<const int32_t*>(uintptr_t{68}), b.q_tiles.count = 3;
+  refused(b, "q_tiles.entries");
   // A wider v row is the tensor-core kernels' layout; the fp32 kernels refuse it by name.
   b = good, b.v_ld = 64;
   EXPECT_TRUE(ValidateGdpaBatch(b).ok());

@@ -132,15 +132,17 @@ std::vector<float> Sentinels(int64_t n) {
 }
 
 // Launches `launch(sp, out0, out1)` split as Splits says: unsplit into out0/out1, or into a workspace
-// whose partial rows SumSplitsKernel adds into them.
+// whose partial rows SumSplitsKernel adds into them. The grid's tiles: the own side's tile list in p
+// where it has one, else every sample's.
 template <typename T, typename Launch>
 void SplitRun(const Params& p, int64_t batch, int heads, int dh, int32_t max_own, int32_t max_other, bool own_keys,
-              T* out0, T* out1, const Launch& launch) {
+              T* out0, T* out1, const Launch& launch, int64_t listed_tiles = -1) {
   Split sp;
   sp.splits = Splits(max_own, max_other);
-  const unsigned tiles = static_cast<unsigned>((max_own + kTile - 1) / kTile * sp.splits);
+  const auto tiles = static_cast<unsigned>(listed_tiles >= 0 ? listed_tiles : batch * ((max_own + kTile - 1) / kTile));
+  const auto splits = static_cast<unsigned>(sp.splits);
   if (sp.splits == 1) {
-    RunGrid(static_cast<unsigned>(batch), static_cast<unsigned>(heads), tiles, [&] { launch(sp, out0, out1); });
+    RunGrid(tiles, static_cast<unsigned>(heads), splits, [&] { launch(sp, out0, out1); });
     return;
   }
   sp.max_own = max_own;
@@ -149,24 +151,42 @@ void SplitRun(const Params& p, int64_t batch, int heads, int dh, int32_t max_own
                           std::nanf(""));
   sp.part0 = part.data();
   sp.part1 = out1 != nullptr ? part.data() + sp.splits * sp.split_stride : nullptr;
-  RunGrid(static_cast<unsigned>(batch), static_cast<unsigned>(heads), tiles, [&] { launch(sp, out0, out1); });
+  RunGrid(tiles, static_cast<unsigned>(heads), splits, [&] { launch(sp, out0, out1); });
   RunGrid(static_cast<unsigned>(batch), 1, 1, [&] { SumSplitsKernel<T>(p, sp, dh, own_keys, out0, out1); });
 }
 
 // The four kernels of one case on q, k, v, d_o (fp32 or bf16 rows): o, dq, dk, dv written as T; v and
-// dv rows ld_v apart (0: dense).
+// dv rows ld_v apart (0: dense); with `listed`, the grids over the sides' tile lists (TileList).
 template <int kDh, typename T>
 void RunKernels(const Case& c, const Side& qs, const Side& ks, const T* q, const T* k, const T* v, const T* d_o, T* o,
-                T* dq, T* dk, T* dv, int ld_v = 0) {
-  const Params p{qs.offsets.data(), ks.offsets.data(), c.heads,    Mask{c.window, c.block},
-                 c.post_scale,      c.vec,           ld_v > 0 ? ld_v : c.heads * kDh};
+                T* dq, T* dk, T* dv, int ld_v = 0, bool listed = false) {
+  const std::vector<int32_t> q_list = TileList(qs.offsets, ks.offsets, false),
+                             k_list = TileList(qs.offsets, ks.offsets, true);
+  const auto tiles = [](int32_t rows) { return (rows + kTile - 1) / kTile; };
+  const Params p{qs.offsets.data(),
+                 ks.offsets.data(),
+                 c.heads,
+                 Mask{c.window, c.block},
+                 c.post_scale,
+                 c.vec,
+                 ld_v > 0 ? ld_v : c.heads * kDh,
+                 listed ? q_list.data() : nullptr,
+                 listed ? k_list.data() : nullptr,
+                 tiles(qs.max),
+                 tiles(ks.max)};
   const int64_t batch = static_cast<int64_t>(c.lq.size());
-  SplitRun(p, batch, c.heads, kDh, qs.max, ks.max, false, o, static_cast<T*>(nullptr),
-           [&](const Split& sp, T* out, T*) { ForwardKernel<kDh, T>(p, sp, q, k, v, out); });
-  SplitRun(p, batch, c.heads, kDh, qs.max, ks.max, false, dq, static_cast<T*>(nullptr),
-           [&](const Split& sp, T* out, T*) { BackwardDqKernel<kDh, T>(p, sp, q, k, v, d_o, out); });
-  SplitRun(p, batch, c.heads, kDh, ks.max, qs.max, true, dk, dv,
-           [&](const Split& sp, T* out0, T* out1) { BackwardDkDvKernel<kDh, T>(p, sp, q, k, v, d_o, out0, out1); });
+  const int64_t q_tiles = listed ? static_cast<int64_t>(q_list.size()) / kTileInts : -1,
+                k_tiles = listed ? static_cast<int64_t>(k_list.size()) / kTileInts : -1;
+  SplitRun(
+      p, batch, c.heads, kDh, qs.max, ks.max, false, o, static_cast<T*>(nullptr),
+      [&](const Split& sp, T* out, T*) { ForwardKernel<kDh, T>(p, sp, q, k, v, out); }, q_tiles);
+  SplitRun(
+      p, batch, c.heads, kDh, qs.max, ks.max, false, dq, static_cast<T*>(nullptr),
+      [&](const Split& sp, T* out, T*) { BackwardDqKernel<kDh, T>(p, sp, q, k, v, d_o, out); }, q_tiles);
+  SplitRun(
+      p, batch, c.heads, kDh, ks.max, qs.max, true, dk, dv,
+      [&](const Split& sp, T* out0, T* out1) { BackwardDkDvKernel<kDh, T>(p, sp, q, k, v, d_o, out0, out1); },
+      k_tiles);
 }
 
 // Rows of the samples within the bounds; rows outside them still sentinels.
@@ -393,6 +413,56 @@ TEST(TrainGdpaEmulated, Bf16TensorsGiveTheFp32TensorsResultsRounded) {
     RunBf16Case<32>(c);
     RunBf16Case<64>(c);
     if (HasFatalFailure()) return;
+  }
+}
+
+// Grids over the tile lists (only the tiles that hold rows) give the grids over every sample's tiles
+// their bytes, rows outside every sample untouched.
+template <int kDh>
+void RunListedCase(const Case& c) {
+  const Side qs = Offsets(c.lq), ks = Offsets(c.lk);
+  const int width = c.heads * kDh;
+  const Inputs in = MakeInputs<kDh>(c, qs, ks);
+  const std::vector<uint16_t> q = RoundedBits(in.q), k = RoundedBits(in.k), v = RoundedBits(in.v),
+                              d_o = RoundedBits(in.d_o);
+  const int shift = in.shift;
+  std::vector<std::vector<uint16_t>> outs[2];
+  for (const bool listed : {false, true}) {
+    std::vector<uint16_t> o(static_cast<size_t>(qs.rows * width + shift), kBf16Sentinel), dq = o;
+    std::vector<uint16_t> dk(static_cast<size_t>(ks.rows * width + shift), kBf16Sentinel), dv = dk;
+    RunKernels<kDh, bf16>(c, qs, ks, q.data() + shift, k.data() + shift, v.data() + shift, d_o.data() + shift,
+                          o.data() + shift, dq.data() + shift, dk.data() + shift, dv.data() + shift, 0, listed);
+    outs[listed] = {o, dq, dk, dv};
+  }
+  const char* names[4] = {"o", "dq", "dk", "dv"};
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(outs[1][i], outs[0][i]) << c.name << " dh=" << kDh << " " << names[i];
+}
+
+TEST(TrainGdpaEmulated, TileListsGiveEverySamplesTilesBytes) {
+  for (const Case& c : Cases()) {
+    RunListedCase<32>(c);
+    RunListedCase<16>(c);
+    if (HasFatalFailure()) return;
+  }
+  // The lists hold only tiles with rows: the "self" cases' lengths {0, 1, 17, 64, 65, 100} make 7 of the
+  // 12 tiles a grid over every sample would take.
+  const Side side = Offsets({0, 1, 17, 64, 65, 100});
+  EXPECT_EQ(TileList(side.offsets, side.offsets, false).size(), size_t{7} * kTileInts);
+}
+
+// WriteTilesKernel writes TileList's entries from the offsets and the per-sample tile prefix.
+TEST(TrainGdpaEmulated, WriteTilesKernelWritesTheTileList) {
+  const Side seq = Offsets({0, 1, 17, 64, 65, 100, 300}), four = Offsets({4, 4, 4, 4, 4, 4, 4});
+  for (const auto& [q, k, own_keys] : {std::tuple{&seq, &seq, false}, std::tuple{&seq, &four, false},
+                                       std::tuple{&four, &seq, true}}) {
+    const std::vector<int32_t> want = TileList(q->offsets, k->offsets, own_keys);
+    const std::vector<int32_t>& own = own_keys ? k->offsets : q->offsets;
+    std::vector<int32_t> prefix(own.size(), 0);
+    for (size_t b = 0; b + 1 < own.size(); ++b) prefix[b + 1] = prefix[b] + (own[b + 1] - own[b] + kTile - 1) / kTile;
+    std::vector<int32_t> got(want.size(), -7);
+    RunGrid(static_cast<unsigned>(own.size() - 1), 1, 1,
+            [&] { WriteTilesKernel(q->offsets.data(), k->offsets.data(), prefix.data(), got.data()); });
+    EXPECT_EQ(got, want) << (own_keys ? "keys" : "queries");
   }
 }
 
