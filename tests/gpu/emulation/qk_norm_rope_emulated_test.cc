@@ -14,6 +14,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu/train/qk_norm_rope_kernels.cuh"
@@ -29,6 +30,14 @@ struct Shape {
   int heads, dh;
   std::vector<int32_t> lengths;
 };
+
+// The shape's samples' row offsets and its longest sample.
+std::pair<std::vector<int32_t>, int32_t> Samples(const Shape& s) {
+  std::vector<int32_t> off = {0};
+  int32_t max_rows = 0;
+  for (int32_t n : s.lengths) off.push_back(off.back() + n), max_rows = std::max(max_rows, n);
+  return {off, max_rows};
+}
 
 template <typename Body>
 void RunGrid(unsigned x, unsigned y, const Body& body) {
@@ -49,9 +58,7 @@ TEST(QkNormRopeEmulated, KernelGivesTheHostModelsBytes) {
   uint64_t seed = 5;
   for (const Shape& s : shapes) {
     const std::string where = "heads " + std::to_string(s.heads) + " dh " + std::to_string(s.dh);
-    std::vector<int32_t> off = {0};
-    int32_t max_rows = 0;
-    for (int32_t n : s.lengths) off.push_back(off.back() + n), max_rows = std::max(max_rows, n);
+    const auto [off, max_rows] = Samples(s);
     const int64_t rows = off.back(), width = int64_t{s.heads} * s.dh, head_rows = rows * s.heads;
     const size_t n = static_cast<size_t>((rows + 2) * width);  // two spare rows past the samples
     std::mt19937_64 rng(seed++);
@@ -117,9 +124,7 @@ TEST(QkNormRopeEmulated, WideRowsGiveTheDenseBytes) {
   uint64_t seed = 11;
   for (const Shape& s : shapes) {
     const std::string where = "heads " + std::to_string(s.heads) + " dh " + std::to_string(s.dh);
-    std::vector<int32_t> off = {0};
-    int32_t max_rows = 0;
-    for (int32_t n : s.lengths) off.push_back(off.back() + n), max_rows = std::max(max_rows, n);
+    const auto [off, max_rows] = Samples(s);
     const int64_t rows = off.back(), width = int64_t{s.heads} * s.dh, ld = 3 * width + 2, at = width + 1;
     const size_t n = static_cast<size_t>(rows * width), wide_n = static_cast<size_t>(rows * ld);
     std::mt19937_64 rng(seed++);
