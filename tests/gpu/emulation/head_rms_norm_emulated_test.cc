@@ -178,10 +178,12 @@ TEST(HeadRmsNormEmulated, KernelsGiveTheHostModelsBytes) {
 }
 
 TEST(HeadRmsNormEmulated, WideRowsGiveTheDenseBytes) {
-  // k's columns of a [tokens, 2 x 4 x 32] row (aligned, so the staged forward moves 16-byte units), and
+  // k's columns of a [tokens, 2 x 4 x 32] row (aligned, whole tokens a block: the staged forward moves
+  // tokens' 16-byte units), 3 heads (blocks of 128 head rows split tokens: a head row's units), and
   // unaligned or odd strides (its value path), over blocks of one and several passes.
   ExpectWideRows<uint16_t, 8>(70, 4, 32, 256, 0, 1);
   ExpectWideRows<float, 8>(70, 4, 32, 256, 128, 2);
+  ExpectWideRows<uint16_t, 8>(50, 3, 32, 128, 8, 6);
   ExpectWideRows<uint16_t, 8>(33, 2, 16, 50, 3, 3);
   ExpectWideRows<float, 8>(41, 3, 5, 17, 1, 4);
   ExpectWideRows<float, kWarp>(9, 2, 96, 200, 8, 5);
