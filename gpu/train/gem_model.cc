@@ -164,8 +164,9 @@ struct AttnTape {
 // has no xq, wq, q: its qr is the seeds' normed queries broadcast.
 // Where one product computes the projections that read xkv (kv_cols > 0): k and v, and q first where
 // the block attends to itself, are the column blocks of one [rows, kv_cols] array (kv_cols 2 d or 3 d),
-// their weights side by side in w_kv [d, kv_cols]; their gradients take the same layout. Else (the
-// fused input kernel's self-attention) q, k, v are dense and wq, wk, wv their weights.
+// their weights side by side in w_kv [d + 1, kv_cols] (the weights' rows, then the biases'); their
+// gradients take the same layout. Else (the fused input kernel's self-attention) q, k, v are dense and
+// wq, wk, wv their weights.
 struct AttnTape16 {
   const __nv_bfloat16 *xq = nullptr, *xkv = nullptr;
   __nv_bfloat16 *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr, *q = nullptr, *k = nullptr, *v = nullptr,
