@@ -10,35 +10,40 @@
 
 namespace gemtb::gpu::train {
 
+// Copies `units` 16-byte units with every thread of a block of kThreads: unit i of dst from unit
+// source(i) of src, each thread issuing kUnroll loads before its first store, so that a block keeps
+// several loads in flight. The caller synchronises the block before reading `dst`.
+template <int kThreads, typename Source>
+__device__ inline void BlockCopyUnits(uint4* dst, const uint4* src, int units, Source source) {
+  constexpr int kUnroll = 4;
+  const auto tid = static_cast<int>(threadIdx.x);
+  for (int base = 0; base < units; base += kThreads * kUnroll) {
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * kThreads + tid;
+      if (i < units) v[u] = src[source(i)];
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * kThreads + tid;
+      if (i < units) dst[i] = v[u];
+    }
+  }
+}
+
 // Copies `count` elements of T from `src` to `dst` with every thread of a block of kThreads. Where
-// both pointers and the span's bytes are multiples of 16, a thread moves 16 bytes at a time and issues
-// kUnroll loads before its first store, so that a block keeps several loads in flight; otherwise one
-// element at a time (still coalesced). The caller synchronises the block before reading `dst`.
+// both pointers and the span's bytes are multiples of 16, by 16-byte units (BlockCopyUnits); otherwise
+// one element at a time (still coalesced). The caller synchronises the block before reading `dst`.
 template <int kThreads, typename T>
 __device__ inline void BlockCopy(T* dst, const T* src, int count) {
-  constexpr int kUnroll = 4;
   const int64_t bytes = static_cast<int64_t>(count) * static_cast<int64_t>(sizeof(T));
-  const auto tid = static_cast<int>(threadIdx.x);
   if (((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) % 16 == 0) && bytes % 16 == 0) {
-    const int n = static_cast<int>(bytes / 16);
-    const uint4* s = reinterpret_cast<const uint4*>(src);
-    uint4* d = reinterpret_cast<uint4*>(dst);
-    for (int base = 0; base < n; base += kThreads * kUnroll) {
-      uint4 v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int i = base + u * kThreads + tid;
-        if (i < n) v[u] = s[i];
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int i = base + u * kThreads + tid;
-        if (i < n) d[i] = v[u];
-      }
-    }
+    BlockCopyUnits<kThreads>(reinterpret_cast<uint4*>(dst), reinterpret_cast<const uint4*>(src),
+                             static_cast<int>(bytes / 16), [](int i) { return i; });
     return;
   }
-  for (int i = tid; i < count; i += kThreads) dst[i] = src[i];
+  for (int i = static_cast<int>(threadIdx.x); i < count; i += kThreads) dst[i] = src[i];
 }
 
 }  // namespace gemtb::gpu::train

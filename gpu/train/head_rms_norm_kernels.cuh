@@ -59,10 +59,10 @@ __device__ __forceinline__ int64_t HeadRowAt(int64_t r, int dh, int heads, int64
   return r / heads * ld + r % heads * dh;
 }
 
-// Head rows [first, first + n) of x into xs, dense: one span where x is dense (ld = heads * dh); whole
-// tokens' rows (heads * dh contiguous values each) by 16-byte units, four loads a thread in flight,
-// where the head rows are whole tokens and aligned; else a head row's 16-byte units (or, unaligned,
-// its values) from where HeadRowAt puts it.
+// Head rows [first, first + n) of x into xs, dense: one span where x is dense (ld = heads * dh); else by
+// 16-byte units where aligned (BlockCopyUnits): whole tokens' rows (heads * dh contiguous values) where
+// the block's head rows are whole tokens, else each head row's from where HeadRowAt puts it; unaligned,
+// value by value.
 template <typename T>
 __device__ void StageHeadRows(T* xs, const T* x, int64_t first, int n, int dh, int heads, int64_t ld) {
   if (ld == static_cast<int64_t>(heads) * dh) {
@@ -71,34 +71,21 @@ __device__ void StageHeadRows(T* xs, const T* x, int64_t first, int n, int dh, i
   }
   constexpr int kPerUnit = 16 / static_cast<int>(sizeof(T));
   const auto tid = static_cast<int>(threadIdx.x);
-  const bool aligned = ld % kPerUnit == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  if (aligned && heads * dh % kPerUnit == 0 && first % heads == 0 && n % heads == 0) {
-    constexpr int kUnroll = 4;
-    const int token_units = heads * dh / kPerUnit, units = n / heads * token_units;
-    const uint4* src = reinterpret_cast<const uint4*>(x + first / heads * ld);
+  if (dh % kPerUnit == 0 && ld % kPerUnit == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    auto* dst = reinterpret_cast<uint4*>(xs);
+    const auto* src = reinterpret_cast<const uint4*>(x);
     const int64_t ld_units = ld / kPerUnit;
-    uint4* dst = reinterpret_cast<uint4*>(xs);
-    for (int base = 0; base < units; base += kThreads * kUnroll) {
-      uint4 v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int i = base + u * kThreads + tid;
-        if (i < units) v[u] = src[i / token_units * ld_units + i % token_units];
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int i = base + u * kThreads + tid;
-        if (i < units) dst[i] = v[u];
-      }
-    }
-    return;
-  }
-  if (dh % kPerUnit == 0 && aligned) {
-    const int units = dh / kPerUnit;
-    for (int u = tid; u < n * units; u += kThreads) {
-      const int r = u / units, c = u % units * kPerUnit;
-      *reinterpret_cast<uint4*>(xs + r * dh + c) =
-          *reinterpret_cast<const uint4*>(x + HeadRowAt(first + r, dh, heads, ld) + c);
+    if (first % heads == 0 && n % heads == 0) {
+      const int token_units = heads * dh / kPerUnit;
+      const int64_t first_token = first / heads;
+      BlockCopyUnits<kThreads>(dst, src, n / heads * token_units, [=](int i) {
+        return (first_token + i / token_units) * ld_units + i % token_units;
+      });
+    } else {
+      const int row_units = dh / kPerUnit;
+      BlockCopyUnits<kThreads>(dst, src, n * row_units, [=](int i) {
+        return HeadRowAt(first + i / row_units, dh, heads, ld) / kPerUnit + i % row_units;
+      });
     }
     return;
   }
