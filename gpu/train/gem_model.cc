@@ -315,7 +315,10 @@ struct GemModelGpu::Impl {
     return options.block_kernels == BlockKernels::kFused && ValidateFfnShape(FfnShape{1, g.d, g.ffn}).ok();
   }
   absl::Status FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out);
-  absl::Status FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh);
+  // next (null: none): where the block's LayerNorm backward runs as its own kernel, it hands the new ds
+  // on in bf16 (layer_norm.h's Bf16Handoff) and *handed points at next->rows; else *handed is null.
+  absl::Status FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh, const Bf16Handoff* next,
+                          const __nv_bfloat16** handed);
   // norm: the LayerNorm whose output xq is (norm->h == xq), run here: with the query projection (and,
   // when xkv is xq, the key and value projections) and their QK-norms in one kernel
   // (attention_input.h); null: xq is already there.
@@ -329,9 +332,18 @@ struct GemModelGpu::Impl {
   }
   // ln: the LayerNorm whose output the queries (and, when t.xkv is t.xq, the keys and values) read; its
   // backward then runs with the projections' input gradient in one kernel (projection_backward.h),
-  // adding to ln->dx, and dxq (and such a dxkv) is not written.
+  // adding to ln->dx, and dxq (and such a dxkv) is not written. dy16 (null: made here from dy): dy
+  // already in bf16 with its column sums already in the output bias's gradient (a Bf16Handoff).
   absl::Status AttnBwdBf16(const AttnP& p, const AttnUse& u, const AttnTape16& t, const float* dy, float* dxq,
-                           float* dxkv, __nv_bfloat16** dqr_out = nullptr, const LayerNormGrads* ln = nullptr);
+                           float* dxkv, __nv_bfloat16** dqr_out = nullptr, const LayerNormGrads* ln = nullptr,
+                           const __nv_bfloat16* dy16 = nullptr);
+  // The handoff of the residual stream's gradient [n, d] into a bf16 attention block's output gradient.
+  absl::StatusOr<Bf16Handoff> HandoffTo(const AttnP& consumer, int64_t n) {
+    Bf16Handoff h;
+    GEMTB_ASSIGN_OR_RETURN(h.rows, Bf16s(n * g.d));
+    h.column_sums = G(consumer.wo.b);
+    return h;
+  }
   absl::Status PackedWeightGrads(const AttnP& p, const AttnTape16& t, int64_t n, const __nv_bfloat16* dkv);
   // The projections that one product computes together (q, k, v where with_q, else k, v), each as the
   // [d + 1, d] matrix of its weight's rows and then its bias (the parameter layout keeps a linear's
@@ -375,15 +387,20 @@ struct GemModelGpu::Impl {
   // Its backward, adding the block's input gradient (through the LayerNorm) to ds; dxkv gets the keys'
   // and values' input gradient (null: the self-attention's, part of the block's). dh: scratch for the
   // separate kernels' path; with FusedProjections the LayerNorm's backward runs in the projections'.
+  // ds16: ds handed on in bf16 by the LayerNorm before (null: none). next and *handed as FfnBwdBf16's.
   absl::Status NormAttnBwdBf16(const NormP& ln, const AttnP& attn, const AttnUse& u, const AttnTape16& t,
                                const float* x, const float* mean, const float* rstd, float* ds, float* dh,
-                               float* dxkv) {
+                               float* dxkv, const __nv_bfloat16* ds16, const Bf16Handoff* next,
+                               const __nv_bfloat16** handed) {
+    *handed = nullptr;
     if (FusedProjections() && !t.QPacked()) {
       const LayerNormGrads grads{x, W(ln.gamma), mean, rstd, ds, G(ln.gamma), G(ln.beta)};
-      return AttnBwdBf16(attn, u, t, ds, nullptr, dxkv, nullptr, &grads);
+      return AttnBwdBf16(attn, u, t, ds, nullptr, dxkv, nullptr, &grads, ds16);
     }
-    GEMTB_RETURN_IF_ERROR(AttnBwdBf16(attn, u, t, ds, dh, dxkv != nullptr ? dxkv : dh));
-    return NormBwdAdd(ln, u.nq, x, mean, rstd, dh, ds);
+    GEMTB_RETURN_IF_ERROR(AttnBwdBf16(attn, u, t, ds, dh, dxkv != nullptr ? dxkv : dh, nullptr, nullptr, ds16));
+    GEMTB_RETURN_IF_ERROR(NormBwdAdd(ln, u.nq, x, mean, rstd, dh, ds, next));
+    if (next != nullptr) *handed = next->rows;
+    return absl::OkStatus();
   }
 
   // y[n, out] = x[n, in] W + b (+ residual), x and y with row strides ldx, ldy; residual (null: none)
@@ -480,10 +497,14 @@ struct GemModelGpu::Impl {
     if (n == 0) return absl::OkStatus();
     return LayerNormForward(RowsShape{n, p.width}, x, W(p.gamma), W(p.beta), y, mean, rstd, st);
   }
-  // dx += LayerNorm's input gradient.
+  // dx += LayerNorm's input gradient; with next, the new dx also handed on in bf16.
   absl::Status NormBwdAdd(const NormP& p, int64_t n, const float* x, const float* mean, const float* rstd,
-                          const float* dy, float* dx) {
+                          const float* dy, float* dx, const Bf16Handoff* next = nullptr) {
     if (n == 0) return absl::OkStatus();
+    if (next != nullptr) {
+      return LayerNormBackwardRows<float>(RowsShape{n, p.width}, x, W(p.gamma), mean, rstd, dy, dx, G(p.gamma),
+                                          G(p.beta), next, st, /*accumulate_dx=*/true);
+    }
     return LayerNormBackward<float>(RowsShape{n, p.width}, x, W(p.gamma), mean, rstd, dy, dx, G(p.gamma), G(p.beta),
                                     st, /*accumulate_dx=*/true);
   }
@@ -1087,7 +1108,9 @@ absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float
 // chip), else a product, GELU's elementwise backward (with du's column sums, the first bias's
 // gradient, in the same pass), a product into dh (scratch) and LayerNorm's kernels. The linears'
 // weight gradients come from linear.h's products over every row (with FusedFfn, the first bias's too).
-absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh) {
+absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh,
+                                           const Bf16Handoff* next, const __nv_bfloat16** handed) {
+  *handed = nullptr;
   const int d = g.d;
   __nv_bfloat16 *ds16, *du16;
   GEMTB_ASSIGN_OR_RETURN(ds16, Bf16s(n * d));
@@ -1106,7 +1129,8 @@ absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTa
     GEMTB_RETURN_IF_ERROR(lin->BackwardInput(second, ds16, t.w2_16, nullptr, dg16, st));
     GEMTB_RETURN_IF_ERROR(GeluBackwardWithColumnSums(t.u16, dg16, n, g.ffn, du16, G(p.ffn1.b), true, st));
     GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(first, du16, t.w1_16, nullptr, dh, st));
-    GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_c, n, t.s_c, t.mean_c, t.rstd_c, dh, ds));
+    GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_c, n, t.s_c, t.mean_c, t.rstd_c, dh, ds, next));
+    if (next != nullptr) *handed = next->rows;
   }
   // The first bias's gradient: du's column sums, in GELU's pass above or here.
   return lin->BackwardWeight(first, t.h_c16, du16, G(p.ffn1.w), FusedFfn() ? G(p.ffn1.b) : nullptr, st);
@@ -1220,7 +1244,7 @@ absl::Status GemModelGpu::Impl::AttnFwdBf16(const AttnP& p, const AttnUse& u, co
 // instead (bf16, [nq, d]).
 absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, const AttnTape16& t, const float* dy,
                                             float* dxq, float* dxkv, __nv_bfloat16** dqr_out,
-                                            const LayerNormGrads* ln) {
+                                            const LayerNormGrads* ln, const __nv_bfloat16* dy16_in) {
   const int d = g.d, H = g.heads, dh = g.dh();
   const LinearShape qs{u.nq, d, d}, ks{u.nk, d, d};
   const bool packed = t.kv_cols > 0, q_packed = t.QPacked(), self = t.xkv == t.xq;
@@ -1229,8 +1253,8 @@ absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, co
         "AttnBwdBf16: a packed self-attention block takes one input gradient array and no fused LayerNorm");
   }
   const int64_t ld_q = t.LdQ(d), ld_kv = t.LdKv(d);
-  __nv_bfloat16 *dy16, *d_o, *dqr, *dq = nullptr, *dkr, *dk, *dv;
-  GEMTB_ASSIGN_OR_RETURN(dy16, Bf16s(u.nq * d));
+  const __nv_bfloat16* dy16 = dy16_in;
+  __nv_bfloat16 *d_o, *dqr, *dq = nullptr, *dkr, *dk, *dv;
   GEMTB_ASSIGN_OR_RETURN(d_o, Bf16s(u.nq * d));
   GEMTB_ASSIGN_OR_RETURN(dqr, Bf16s(u.nq * d));
   GEMTB_ASSIGN_OR_RETURN(dkr, Bf16s(u.nk * d));
@@ -1245,7 +1269,12 @@ absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, co
   }
   if (!q_packed) GEMTB_ASSIGN_OR_RETURN(dq, Bf16s(u.nq * d));
   if (u.nq > 0) {
-    GEMTB_RETURN_IF_ERROR(ToBf16WithColumnSums(dy, u.nq, d, dy16, G(p.wo.b), true, st));
+    if (dy16 == nullptr) {
+      __nv_bfloat16* made;
+      GEMTB_ASSIGN_OR_RETURN(made, Bf16s(u.nq * d));
+      GEMTB_RETURN_IF_ERROR(ToBf16WithColumnSums(dy, u.nq, d, made, G(p.wo.b), true, st));
+      dy16 = made;
+    }
     GEMTB_RETURN_IF_ERROR(lin->BackwardInput(qs, dy16, t.wo, nullptr, d_o, st));
     GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(qs, t.o, dy16, G(p.wo.w), nullptr, st));
   }
@@ -1319,8 +1348,16 @@ absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const Se
     GEMTB_ASSIGN_OR_RETURN(du, mem->Floats(n * g.ffn));
   }
   GEMTB_ASSIGN_OR_RETURN(dh, mem->Floats(nd));
+  // Each LayerNorm backward below that runs as its own kernel hands the new ds on in bf16 to the bf16
+  // attention block whose backward comes next (its output projection's operand, and its bias's sums),
+  // which then skips that pass over ds (ToBf16WithColumnSums).
+  const bool bf16_blocks = options.attention_blocks == AttentionBlockPrecision::kBf16;
+  const AttnP* const after_ffn = !bf16_blocks ? nullptr : g.DoB(layer) ? &p.attn_b : g.DoA(layer) ? &p.attn_a : nullptr;
+  const __nv_bfloat16* ds16 = nullptr;  // ds in bf16, handed on to the next block
   if (options.ffn == FfnPrecision::kBf16) {
-    GEMTB_RETURN_IF_ERROR(FfnBwdBf16(p, n, t, ds, dh));
+    Bf16Handoff next;
+    if (after_ffn != nullptr) GEMTB_ASSIGN_OR_RETURN(next, HandoffTo(*after_ffn, n));
+    GEMTB_RETURN_IF_ERROR(FfnBwdBf16(p, n, t, ds, dh, after_ffn != nullptr ? &next : nullptr, &ds16));
   } else {
     GEMTB_RETURN_IF_ERROR(LinearBwd(p.ffn2, n, t.g, g.ffn, ds, d, dg, g.ffn, false));
     GEMTB_RETURN_IF_ERROR(GeluBackward<float>(t.u, dg, n * g.ffn, du, st));
@@ -1328,11 +1365,12 @@ absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const Se
     GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_c, n, t.s_c, t.mean_c, t.rstd_c, dh, ds));
   }
   // dh is each block's input gradient, written by its query projection's backward (no zeroing pass).
-  const bool bf16_blocks = options.attention_blocks == AttentionBlockPrecision::kBf16;
   if (g.DoB(layer)) {
     if (bf16_blocks) {
-      GEMTB_RETURN_IF_ERROR(
-          NormAttnBwdBf16(p.ln_b, p.attn_b, SelfUse(j), t.b16, t.s_b, t.mean_b, t.rstd_b, ds, dh, nullptr));
+      Bf16Handoff next;
+      if (g.DoA(layer)) GEMTB_ASSIGN_OR_RETURN(next, HandoffTo(p.attn_a, n));
+      GEMTB_RETURN_IF_ERROR(NormAttnBwdBf16(p.ln_b, p.attn_b, SelfUse(j), t.b16, t.s_b, t.mean_b, t.rstd_b, ds, dh,
+                                            nullptr, ds16, g.DoA(layer) ? &next : nullptr, &ds16));
     } else {
       GEMTB_RETURN_IF_ERROR(AttnBwd(p.attn_b, SelfUse(j), t.b, ds, dh, dh, nullptr, /*dxq_fresh=*/true));
       GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_b, n, t.s_b, t.mean_b, t.rstd_b, dh, ds));
@@ -1340,8 +1378,8 @@ absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const Se
   }
   if (g.DoA(layer)) {
     if (bf16_blocks) {
-      GEMTB_RETURN_IF_ERROR(
-          NormAttnBwdBf16(p.ln_a, p.attn_a, CrossUse(j), t.a16, t.s_a, t.mean_a, t.rstd_a, ds, dh, dx_sum));
+      GEMTB_RETURN_IF_ERROR(NormAttnBwdBf16(p.ln_a, p.attn_a, CrossUse(j), t.a16, t.s_a, t.mean_a, t.rstd_a, ds, dh,
+                                            dx_sum, ds16, nullptr, &ds16));
     } else {
       GEMTB_RETURN_IF_ERROR(AttnBwd(p.attn_a, CrossUse(j), t.a, ds, dh, dx_sum, nullptr, /*dxq_fresh=*/true));
       GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_a, n, t.s_a, t.mean_a, t.rstd_a, dh, ds));

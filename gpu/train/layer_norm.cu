@@ -193,26 +193,38 @@ absl::Status ForwardRows(const RowsShape& s, const T* x, const float* gamma, con
 
 static_assert(ln::kBlockRows == kColumnSumsBlockRows, "the fused kernel's partial rows are ColumnSums' blocks");
 
-// The fused backward (layer_norm_kernels.cuh) with kCols columns per lane into part [2, blocks, width].
-template <int kCols>
+// The fused backward (layer_norm_kernels.cuh) with kCols columns per lane into part [2, blocks, width]
+// (with a handoff, [3, blocks, width]: the third the new dx's partial rows).
+template <int kCols, typename Dy>
 absl::Status LaunchFusedBackward(const RowsShape& s, const float* x, const float* gamma, const float* mean,
-                                 const float* rstd, const float* dy, float* dx, bool accumulate_dx, int64_t blocks,
-                                 float* part, cudaStream_t stream) {
+                                 const float* rstd, const Dy* dy, float* dx, bool accumulate_dx, int64_t blocks,
+                                 float* part, __nv_bfloat16* next_rows, cudaStream_t stream) {
+  using In = typename BitsOf<Dy>::type;
   const int width = static_cast<int>(s.width);
-  ln::BackwardFusedKernel<kCols><<<static_cast<unsigned>(blocks), ln::kThreads, ln::FusedSharedBytes(width), stream>>>(
-      x, gamma, mean, rstd, dy, s.n, width, dx, accumulate_dx, part, part + blocks * width);
+  const In* dy_bits = reinterpret_cast<const In*>(dy);
+  if (next_rows != nullptr) {
+    const ln::Bf16Handoff next{reinterpret_cast<uint16_t*>(next_rows), part + 2 * blocks * width};
+    ln::BackwardFusedKernel<kCols, In, true>
+        <<<static_cast<unsigned>(blocks), ln::kThreads, ln::FusedSharedBytes(width, 3), stream>>>(
+            x, gamma, mean, rstd, dy_bits, s.n, width, dx, accumulate_dx, part, part + blocks * width, next);
+  } else {
+    ln::BackwardFusedKernel<kCols, In, false>
+        <<<static_cast<unsigned>(blocks), ln::kThreads, ln::FusedSharedBytes(width), stream>>>(
+            x, gamma, mean, rstd, dy_bits, s.n, width, dx, accumulate_dx, part, part + blocks * width);
+  }
   return Launched("LayerNormBackward (fused)");
 }
 
 // dx and the parameters' partial rows of fp32 rows in one pass, where the row fits the fused kernel.
+template <typename Dy>
 absl::Status FusedBackward(const RowsShape& s, const float* x, const float* gamma, const float* mean, const float* rstd,
-                           const float* dy, float* dx, bool accumulate_dx, int64_t blocks, float* part,
-                           cudaStream_t stream) {
+                           const Dy* dy, float* dx, bool accumulate_dx, int64_t blocks, float* part,
+                           __nv_bfloat16* next_rows, cudaStream_t stream) {
   if (s.width <= 4 * ln::kWarp)
-    return LaunchFusedBackward<4>(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, part, stream);
+    return LaunchFusedBackward<4>(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, part, next_rows, stream);
   if (s.width <= 8 * ln::kWarp)
-    return LaunchFusedBackward<8>(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, part, stream);
-  return LaunchFusedBackward<16>(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, part, stream);
+    return LaunchFusedBackward<8>(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, part, next_rows, stream);
+  return LaunchFusedBackward<16>(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, part, next_rows, stream);
 }
 
 }  // namespace
@@ -253,7 +265,7 @@ absl::Status LayerNormBackward(const RowsShape& s, const T* x, const float* gamm
   // kernel's beside the input gradient's.
   const auto launch = [&](float* g_part, float* b_part) -> absl::Status {
     if constexpr (std::is_same_v<T, float>) {
-      if (fused) return FusedBackward(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, g_part, stream);
+      if (fused) return FusedBackward(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, g_part, nullptr, stream);
     }
     LayerNormBackwardInputKernel<T><<<RowBlocks(s.n), kRowsPerBlock * kWarp, 0, stream>>>(x, gamma, mean, rstd, dy,
                                                                                           s.n, width, dx, accumulate_dx);
@@ -264,6 +276,44 @@ absl::Status LayerNormBackward(const RowsShape& s, const T* x, const float* gamm
     return Launched("LayerNormBackward (dgamma, dbeta)");
   };
   return WithLayerNormPartials(blocks, width, dgamma, dbeta, stream, "LayerNormBackward scratch", launch);
+}
+
+template <typename Dy>
+absl::Status LayerNormBackwardRows(const RowsShape& s, const float* x, const float* gamma, const float* mean,
+                                   const float* rstd, const Dy* dy, float* dx, float* dgamma, float* dbeta,
+                                   const Bf16Handoff* next, cudaStream_t stream, bool accumulate_dx) {
+  if (absl::Status v = ValidateRowsShape(s); !v.ok()) return v;
+  if (s.width > ln::kFusedMaxWidth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LayerNormBackwardRows: width=", s.width, ": want at most ", ln::kFusedMaxWidth));
+  }
+  if (next != nullptr && (next->rows == nullptr || next->column_sums == nullptr)) {
+    return absl::InvalidArgumentError("LayerNormBackwardRows: next: rows and column_sums must both be set");
+  }
+  const int64_t width = s.width, blocks = (s.n + kColumnSumsBlockRows - 1) / kColumnSumsBlockRows;
+  if (next == nullptr) {
+    return WithLayerNormPartials(blocks, width, dgamma, dbeta, stream, "LayerNormBackward scratch",
+                                 [&](float* g_part, float*) {
+                                   return FusedBackward(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, g_part,
+                                                        nullptr, stream);
+                                 });
+  }
+  // The handed-on sums' partial rows sit after dgamma's and dbeta's, in scratch of their own here.
+  float* part = nullptr;
+  if (absl::Status a = CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&part), 3 * blocks * width * sizeof(float), stream),
+                              "LayerNormBackward scratch");
+      !a.ok()) {
+    return a;
+  }
+  const absl::Status launched =
+      FusedBackward(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, part, next->rows, stream);
+  const absl::Status params =
+      launched.ok() ? ColumnSumsPair(part, blocks, width, blocks * width, dgamma, dbeta, true, stream) : launched;
+  const absl::Status handed =
+      params.ok() ? ColumnSums(part + 2 * blocks * width, blocks, width, width, next->column_sums, true, stream)
+                  : params;
+  const absl::Status freed = CudaOk(cudaFreeAsync(part, stream), "LayerNormBackward scratch");
+  return handed.ok() ? freed : handed;
 }
 
 template <typename T>
@@ -293,6 +343,12 @@ template absl::Status LayerNormBackward<float>(const RowsShape&, const float*, c
 template absl::Status LayerNormBackward<__nv_bfloat16>(const RowsShape&, const __nv_bfloat16*, const float*,
                                                        const float*, const float*, const __nv_bfloat16*,
                                                        __nv_bfloat16*, float*, float*, cudaStream_t, bool);
+template absl::Status LayerNormBackwardRows<float>(const RowsShape&, const float*, const float*, const float*,
+                                                   const float*, const float*, float*, float*, float*,
+                                                   const Bf16Handoff*, cudaStream_t, bool);
+template absl::Status LayerNormBackwardRows<__nv_bfloat16>(const RowsShape&, const float*, const float*, const float*,
+                                                           const float*, const __nv_bfloat16*, float*, float*, float*,
+                                                           const Bf16Handoff*, cudaStream_t, bool);
 template absl::Status GeluForward<float>(const float*, int64_t, float*, cudaStream_t);
 template absl::Status GeluForward<__nv_bfloat16>(const __nv_bfloat16*, int64_t, __nv_bfloat16*, cudaStream_t);
 template absl::Status GeluBackward<float>(const float*, const float*, int64_t, float*, cudaStream_t);

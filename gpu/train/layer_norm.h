@@ -42,6 +42,24 @@ absl::Status LayerNormBackward(const RowsShape& s, const T* x, const float* gamm
                                const T* dy, T* dx, float* dgamma, float* dbeta, cudaStream_t stream,
                                bool accumulate_dx = false);
 
+// Where a LayerNorm's backward hands the residual stream's gradient on to the next bf16 block, which
+// reads it as a bf16 product's operand and sums it for its output bias (ToBf16WithColumnSums' two
+// results, from the pass that forms it): rows [n, width] = the new dx rounded to bf16, and
+// column_sums [width] += the new dx's column sums in fp32 (each block of 64 rows as eight warps' sums of
+// eight rows in order, added in warp order; the blocks by ColumnSums' tree).
+struct Bf16Handoff {
+  __nv_bfloat16* rows = nullptr;
+  float* column_sums = nullptr;
+};
+
+// LayerNormBackward<float> of rows of at most 512 values in the fused kernel's one pass, with dy in
+// fp32 or bf16 (Dy: float or __nv_bfloat16; bf16 widened exactly), and with `next` (null: none) the
+// new dx also handed on in bf16. Rows wider than 512 are refused (the error names the width).
+template <typename Dy>
+absl::Status LayerNormBackwardRows(const RowsShape& s, const float* x, const float* gamma, const float* mean,
+                                   const float* rstd, const Dy* dy, float* dx, float* dgamma, float* dbeta,
+                                   const Bf16Handoff* next, cudaStream_t stream, bool accumulate_dx = false);
+
 // y = GELU(x) and dx = dy GELU'(x) (written), elementwise over `count` values.
 template <typename T>
 absl::Status GeluForward(const T* x, int64_t count, T* y, cudaStream_t stream);

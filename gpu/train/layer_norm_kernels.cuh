@@ -12,7 +12,9 @@
 // meet in shared memory and are added in warp order into the block's partial row of dgamma and of
 // dbeta, which ColumnSums then adds in block order. Against the unfused kernels (each block's 64 rows
 // summed one after another) the parameter gradients are a re-association of the same terms (eight
-// groups of eight rows), in a fixed order: the same bytes on every run.
+// groups of eight rows), in a fixed order: the same bytes on every run. dy may be bf16 (widened
+// exactly), and the kernel may hand the new dx on in bf16 (a third running sum, of the new dx, and its
+// rows rounded to bf16): the next bf16 block's output gradient and its bias's partial sums.
 #ifndef GEMTB_GPU_TRAIN_LAYER_NORM_KERNELS_CUH_
 #define GEMTB_GPU_TRAIN_LAYER_NORM_KERNELS_CUH_
 
@@ -29,8 +31,11 @@ constexpr int kBlockRows = 64;  // model_kernels.h's kColumnSumsBlockRows: the p
 constexpr int kRowsPerWarp = kBlockRows / kWarps;
 constexpr int kFusedMaxWidth = 512;  // 16 columns per lane; the warps' sums fill 32 KB of shared memory
 
-// The fused kernel's shared memory: every warp's sums of dy xhat and of dy, [2][kWarps][width] floats.
-inline constexpr size_t FusedSharedBytes(int width) { return sizeof(float) * 2 * kWarps * static_cast<size_t>(width); }
+// The fused kernel's shared memory: every warp's sums of dy xhat and of dy (and of the new dx where it
+// hands dx on), [sums][kWarps][width] floats.
+inline constexpr size_t FusedSharedBytes(int width, int sums = 2) {
+  return sizeof(float) * sums * kWarps * static_cast<size_t>(width);
+}
 
 // The sum of one value per lane by a fixed butterfly: every lane ends with the same bits.
 __device__ inline float LaneSum(float v) {
@@ -115,33 +120,41 @@ __device__ inline void BackwardRowOf(const X& x, const Gamma& gamma, float mean,
   }
 }
 
-// A block's partial rows from its kWarps warps' column sums: the warps' sums meet in shared memory
-// (`sums`, FusedSharedBytes(width)) and are added in warp order into g_row and b_row [width]. Every
-// thread of the block calls it; it begins and ends with a barrier, so that `sums` may be used again.
-template <int kCols>
-__device__ inline void BlockPartials(float* sums, int width, int warp, int lane, const float (&g_acc)[kCols],
-                                     const float (&b_acc)[kCols], float* g_row, float* b_row) {
-  float* g_sums = sums;
-  float* b_sums = sums + kWarps * width;
+// A block's partial rows from its kWarps warps' column sums, kSums of them: acc(s, k) is sum s of the
+// lane's column k, row(s) sum s's partial row [width]. The warps' sums meet in shared memory (`sums`,
+// FusedSharedBytes(width, kSums)) and are added in warp order into the rows. Every thread of the block
+// calls it; it begins and ends with a barrier, so that `sums` may be used again.
+template <int kCols, int kSums, typename Acc, typename Row>
+__device__ inline void BlockPartialsOf(float* sums, int width, int warp, int lane, const Acc& acc, const Row& row) {
   __syncthreads();
 #pragma unroll
-  for (int k = 0; k < kCols; ++k) {
-    const int i = lane + k * kWarp;
-    if (i >= width) continue;
-    g_sums[warp * width + i] = g_acc[k];
-    b_sums[warp * width + i] = b_acc[k];
+  for (int s = 0; s < kSums; ++s) {
+#pragma unroll
+    for (int k = 0; k < kCols; ++k) {
+      const int i = lane + k * kWarp;
+      if (i < width) sums[(s * kWarps + warp) * width + i] = acc(s, k);
+    }
   }
   __syncthreads();
   for (int i = static_cast<int>(threadIdx.x); i < width; i += kThreads) {
-    float g = g_sums[i], b = b_sums[i];
-    for (int w = 1; w < kWarps; ++w) {
-      g = __fadd_rn(g, g_sums[w * width + i]);
-      b = __fadd_rn(b, b_sums[w * width + i]);
+#pragma unroll
+    for (int s = 0; s < kSums; ++s) {
+      const float* of = sums + s * kWarps * width;
+      float v = of[i];
+      for (int w = 1; w < kWarps; ++w) v = __fadd_rn(v, of[w * width + i]);
+      row(s)[i] = v;
     }
-    g_row[i] = g;
-    b_row[i] = b;
   }
   __syncthreads();
+}
+
+// BlockPartialsOf the sums of dy xhat and of dy into g_row and b_row.
+template <int kCols>
+__device__ inline void BlockPartials(float* sums, int width, int warp, int lane, const float (&g_acc)[kCols],
+                                     const float (&b_acc)[kCols], float* g_row, float* b_row) {
+  BlockPartialsOf<kCols, 2>(
+      sums, width, warp, lane, [&](int s, int k) { return s == 0 ? g_acc[k] : b_acc[k]; },
+      [&](int s) { return s == 0 ? g_row : b_row; });
 }
 
 // The rows a warp of the row-batched kernels (ForwardRowsKernel, BackwardFusedKernel) loads before it
@@ -222,8 +235,9 @@ struct RowValues {
   float mean, rstd;
 };
 
-template <int kCols>
-__device__ inline void LoadRow(const float* __restrict__ x, const float* __restrict__ dy, const float* dx,
+// Dy: float, or uint16_t holding bf16 bits.
+template <int kCols, typename Dy>
+__device__ inline void LoadRow(const float* __restrict__ x, const Dy* __restrict__ dy, const float* dx,
                                const float* __restrict__ mean, const float* __restrict__ rstd, int64_t row,
                                int width, int lane, bool accumulate, RowValues<kCols>& v) {
   const int64_t base = row * width;
@@ -231,27 +245,36 @@ __device__ inline void LoadRow(const float* __restrict__ x, const float* __restr
   for (int k = 0; k < kCols; ++k) {
     const int i = lane + k * kWarp;
     v.x[k] = i < width ? x[base + i] : 0.0f;
-    v.dy[k] = i < width ? dy[base + i] : 0.0f;
+    v.dy[k] = i < width ? RowValue(dy + base + i) : 0.0f;
     v.dx[k] = accumulate && i < width ? dx[base + i] : 0.0f;
   }
   v.mean = mean[row];
   v.rstd = rstd[row];
 }
 
+// Where the fused backward hands its new dx on: rows [n, width] of it rounded to bf16 (bits), and the
+// blocks' partial column sums of it (fp32, before the rounding) into part [gridDim.x, width], summed
+// as dbeta's are (eight warps' sums of eight rows, added in warp order).
+struct Bf16Handoff {
+  uint16_t* rows = nullptr;
+  float* part = nullptr;
+};
+
 // dx (written, or added to with accumulate) for rows [blockIdx.x * kBlockRows, + kBlockRows) of n, and
-// the block's partial sums over them of dy xhat and dy into g_part and b_part [gridDim.x, width].
-// width <= kCols * kWarp.
-template <int kCols>
+// the block's partial sums over them of dy xhat and dy into g_part and b_part [gridDim.x, width]; with
+// kHandOn, the new dx handed on (`next`). width <= kCols * kWarp; dy fp32 or bf16 bits (Dy uint16_t).
+template <int kCols, typename Dy = float, bool kHandOn = false>
 __global__ void __launch_bounds__(kThreads)
-    BackwardFusedKernel(const float* x, const float* gamma, const float* mean_in, const float* rstd_in, const float* dy,
-                        int64_t n, int width, float* dx, bool accumulate, float* g_part, float* b_part) {
+    BackwardFusedKernel(const float* x, const float* gamma, const float* mean_in, const float* rstd_in, const Dy* dy,
+                        int64_t n, int width, float* dx, bool accumulate, float* g_part, float* b_part,
+                        Bf16Handoff next = {}) {
   extern __shared__ float sums[];
   constexpr int kBatch = RowBatch<kCols>();
   const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
-  float g_acc[kCols], b_acc[kCols], gam[kCols];
+  float g_acc[kCols], b_acc[kCols], e_acc[kCols], gam[kCols];
 #pragma unroll
   for (int k = 0; k < kCols; ++k) {
-    g_acc[k] = b_acc[k] = 0.0f;
+    g_acc[k] = b_acc[k] = e_acc[k] = 0.0f;
     gam[k] = lane + k * kWarp < width ? gamma[lane + k * kWarp] : 0.0f;
   }
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kBlockRows + warp * kRowsPerWarp;
@@ -268,12 +291,25 @@ __global__ void __launch_bounds__(kThreads)
       float* dxr = dx + row * width;
       BackwardRowOf<kCols>([&](int k, int) { return v[b].x[k]; }, [&](int k, int) { return gam[k]; }, v[b].mean, v[b].rstd,
                            [&](int k, int) { return v[b].dy[k]; }, width, lane,
-                           [&](int k, int i, float g) { dxr[i] = accumulate ? __fadd_rn(v[b].dx[k], g) : g; }, g_acc,
-                           b_acc);
+                           [&](int k, int i, float g) {
+                             const float out = accumulate ? __fadd_rn(v[b].dx[k], g) : g;
+                             dxr[i] = out;
+                             if constexpr (kHandOn) {
+                               SetRowValue(next.rows + row * width + i, out);
+                               e_acc[k] = __fadd_rn(e_acc[k], out);
+                             }
+                           },
+                           g_acc, b_acc);
     }
   }
-  BlockPartials<kCols>(sums, width, warp, lane, g_acc, b_acc, g_part + static_cast<int64_t>(blockIdx.x) * width,
-                       b_part + static_cast<int64_t>(blockIdx.x) * width);
+  const int64_t at = static_cast<int64_t>(blockIdx.x) * width;
+  if constexpr (kHandOn) {
+    BlockPartialsOf<kCols, 3>(
+        sums, width, warp, lane, [&](int s, int k) { return s == 0 ? g_acc[k] : s == 1 ? b_acc[k] : e_acc[k]; },
+        [&](int s) { return (s == 0 ? g_part : s == 1 ? b_part : next.part) + at; });
+  } else {
+    BlockPartials<kCols>(sums, width, warp, lane, g_acc, b_acc, g_part + at, b_part + at);
+  }
 }
 
 }  // namespace gemtb::gpu::train::ln

@@ -2,7 +2,8 @@
 // activations, against fp64 evaluations of the reference model's definitions on the same inputs:
 // forward, saved statistics, backward, the parameter gradients added to, and the same bytes on a
 // second run; bad shapes refused by name. The forward from fp32 rows into bf16 ones writes the fp32
-// forward's values rounded to bf16, and the same statistics, bit for bit.
+// forward's values rounded to bf16, and the same statistics, bit for bit. The backward of bf16 output
+// gradients handing its result on in bf16 is the fp32 backward of the widened values, then ToBf16.
 //
 // bf16 results are held to bf16's rounding. fp32 results are held to 1e-5 (168 ulps of 2^-24) of the
 // magnitude of the terms they are made of, plus 1e-6: a row's sums run in chunks of width/32 values
@@ -21,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "gpu/train/model_kernels.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/train_test_util.h"
 #include "model/numerics/float_formats.h"
@@ -282,6 +284,69 @@ TEST(TrainLayerNorm, Fp32RowsIntoBf16AreTheFp32ForwardRounded) {
   EXPECT_EQ(bad, 0);
   EXPECT_EQ(d_mean16.Get(zeros_n.size()), d_mean.Get(zeros_n.size()));
   EXPECT_EQ(d_rstd16.Get(zeros_n.size()), d_rstd.Get(zeros_n.size()));
+}
+
+// LayerNormBackwardRows with bf16 output gradients, handing the new dx on in bf16: dx and the parameter
+// gradients the same bytes as LayerNormBackward<float> of the widened dy; the handed-on rows the same
+// bytes as ToBf16 of that dx, and their column sums within fp32 rounding of ColumnSums' (the same terms,
+// each block's rows in eight warps' groups); the sums added to what the array held. Widths past the
+// fused kernel's and a handoff without its sums are refused by name.
+TEST(TrainLayerNorm, BackwardRowsOfBf16DyHandingOnIsTheBackwardOfTheWidenedDyThenToBf16) {
+  EXPECT_NE(LayerNormBackwardRows<float>({4, 513}, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                         nullptr, nullptr, nullptr)
+                .message()
+                .find("width=513"),
+            std::string::npos);
+  const Bf16Handoff half{reinterpret_cast<__nv_bfloat16*>(16), nullptr};
+  EXPECT_NE(LayerNormBackwardRows<float>({4, 128}, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                         nullptr, &half, nullptr)
+                .message()
+                .find("column_sums"),
+            std::string::npos);
+  if (!test::HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  for (const RowsShape s : {RowsShape{1000, 128}, RowsShape{4161, 128}, RowsShape{70, 200}}) {
+    const std::string where = "n " + std::to_string(s.n) + " width " + std::to_string(s.width);
+    const size_t cells = static_cast<size_t>(s.n * s.width), w = static_cast<size_t>(s.width);
+    std::mt19937_64 rng(static_cast<uint64_t>(s.n * 7 + s.width));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(cells), gamma(w), beta(w), dyf(cells), dx0(cells), g0(w), b0(w), sums0(w);
+    std::vector<uint16_t> dy16(cells);
+    for (float& v : x) v = 2.0f * normal(rng) + 0.3f;
+    for (float& v : gamma) v = 1.0f + 0.2f * normal(rng);
+    for (size_t e = 0; e < cells; ++e) {
+      dy16[e] = numerics::FloatToBf16BitsRne(normal(rng));
+      dyf[e] = numerics::Bf16BitsToFloat(dy16[e]);
+      dx0[e] = normal(rng);
+    }
+    for (size_t i = 0; i < w; ++i) g0[i] = normal(rng), b0[i] = normal(rng), sums0[i] = normal(rng);
+    const std::vector<float> zeros_n(static_cast<size_t>(s.n)), zeros(cells);
+    DeviceArray<float> d_x(x), d_gamma(gamma), d_beta(beta), d_y(zeros), d_mean(zeros_n), d_rstd(zeros_n), d_dyf(dyf),
+        d_dx_ref(dx0), d_dx(dx0), d_g_ref(g0), d_b_ref(b0), d_g(g0), d_b(b0), d_sums_ref(sums0), d_sums(sums0);
+    const std::vector<uint16_t> zeros16(cells);
+    DeviceArray<uint16_t> d_dy16(dy16), d_rows_ref(zeros16), d_rows(zeros16);
+    ASSERT_TRUE(
+        LayerNormForward<float>(s, d_x.ptr, d_gamma.ptr, d_beta.ptr, d_y.ptr, d_mean.ptr, d_rstd.ptr, nullptr).ok());
+    ASSERT_TRUE(LayerNormBackward<float>(s, d_x.ptr, d_gamma.ptr, d_mean.ptr, d_rstd.ptr, d_dyf.ptr, d_dx_ref.ptr,
+                                         d_g_ref.ptr, d_b_ref.ptr, nullptr, /*accumulate_dx=*/true)
+                    .ok());
+    ASSERT_TRUE(ToBf16WithColumnSums(d_dx_ref.ptr, s.n, s.width, d_rows_ref.bf16(), d_sums_ref.ptr, true, nullptr).ok());
+    const Bf16Handoff next{d_rows.bf16(), d_sums.ptr};
+    ASSERT_TRUE(LayerNormBackwardRows<__nv_bfloat16>(s, d_x.ptr, d_gamma.ptr, d_mean.ptr, d_rstd.ptr, d_dy16.bf16(),
+                                                     d_dx.ptr, d_g.ptr, d_b.ptr, &next, nullptr, /*accumulate_dx=*/true)
+                    .ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> dx = d_dx.Get(cells);
+    EXPECT_EQ(std::memcmp(dx.data(), d_dx_ref.Get(cells).data(), cells * sizeof(float)), 0) << where << ": dx";
+    EXPECT_EQ(d_g.Get(w), d_g_ref.Get(w)) << where << ": dgamma";
+    EXPECT_EQ(d_b.Get(w), d_b_ref.Get(w)) << where << ": dbeta";
+    EXPECT_EQ(d_rows.Get(cells), d_rows_ref.Get(cells)) << where << ": the handed-on rows";
+    const std::vector<float> sums = d_sums.Get(w), sums_ref = d_sums_ref.Get(w);
+    for (size_t i = 0; i < w; ++i) {
+      double scale = std::fabs(sums0[i]);
+      for (int64_t r = 0; r < s.n; ++r) scale += std::fabs(dx[static_cast<size_t>(r) * w + i]);
+      ASSERT_NEAR(sums[i], sums_ref[i], 1e-5 * scale) << where << ": column sum " << i;
+    }
+  }
 }
 
 }  // namespace

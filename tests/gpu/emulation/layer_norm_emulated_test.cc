@@ -4,11 +4,14 @@
 // added to; the blocks' partial rows of dgamma and dbeta as eight warps' sums of eight rows each, added
 // in warp order. Bit for bit, at widths of 4, 8 and 16 columns per lane (full and partial), on row
 // counts that leave partial warps and blocks; rows past n and dx outside them untouched. The partial
-// rows' totals also agree with fp64 sums of the definition. The forward kernel of rows up to 512 values
+// rows' totals also agree with fp64 sums of the definition. The same with bf16 output gradients and
+// with the new dx handed on in bf16 (its rows rounded to nearest even, its partial rows summed as
+// dbeta's; none written without a handoff). The forward kernel of rows up to 512 values
 // (ForwardRowsKernel, several rows a warp) against the host model of one row a warp, bit for bit, on
 // fp32 and bf16 rows into fp32 and bf16 ones (bf16 outputs: the fp32 values rounded to nearest even).
 #include "tests/gpu/emulation/cuda_shim.h"
 // The shim must come first.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -24,7 +27,7 @@
 
 namespace gemtb::gpu::train::ln {
 
-float sums[2 * kWarps * kFusedMaxWidth];  // the kernel's `extern __shared__` array
+float sums[3 * kWarps * kFusedMaxWidth];  // the kernel's `extern __shared__` array
 
 namespace {
 
@@ -32,16 +35,41 @@ bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-template <int kCols>
+// Rows of fp32, or of bf16 bits, for the forward's input and output and the backward's dy.
+template <typename T>
+T Stored(float v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return numerics::FloatToBf16BitsRne(v);
+  }
+}
+template <typename T>
+float Widened(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return numerics::Bf16BitsToFloat(v);
+  }
+}
+
+// Dy: float, or uint16_t for bf16 output gradients (the host model gets them widened). kHandOn: the
+// kernel also hands the new dx on in bf16 with its partial column sums.
+template <int kCols, typename Dy = float, bool kHandOn = false>
 void RunCase(int64_t n, int width, bool accumulate, uint64_t seed) {
   const std::string where = "n " + std::to_string(n) + " width " + std::to_string(width) +
-                            (accumulate ? " accumulating" : " written");
+                            (accumulate ? " accumulating" : " written") +
+                            (std::is_same_v<Dy, float> ? "" : ", bf16 dy") + (kHandOn ? ", handing on" : "");
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const size_t cells = static_cast<size_t>(n * width);
   std::vector<float> x(cells), dy(cells), gamma(width), mean(n), rstd(n);
+  std::vector<Dy> dy_in(cells);
   for (float& v : x) v = normal(rng) + 0.5f;
-  for (float& v : dy) v = normal(rng);
+  for (size_t e = 0; e < cells; ++e) {
+    dy_in[e] = Stored<Dy>(normal(rng));
+    dy[e] = Widened(dy_in[e]);
+  }
   for (float& v : gamma) v = 1.0f + 0.25f * normal(rng);
   for (int64_t r = 0; r < n; ++r) {
     double s = 0, s2 = 0;
@@ -58,15 +86,36 @@ void RunCase(int64_t n, int width, bool accumulate, uint64_t seed) {
 
   const int64_t blocks = (n + kBlockRows - 1) / kBlockRows;
   std::vector<float> dx = dx0, part(static_cast<size_t>(2 * blocks * width), std::nanf(""));
+  // The handoff's rows, with a spare row past n, and its partial rows.
+  std::vector<uint16_t> rows16(cells + width, numerics::FloatToBf16BitsRne(-7.0f));
+  std::vector<float> e_part(static_cast<size_t>(blocks * width), std::nanf(""));
   emu::SetGridDim({static_cast<unsigned>(blocks), 1, 1});
   for (int64_t b = 0; b < blocks; ++b) {
     std::fill(std::begin(sums), std::end(sums), std::nanf(""));
     emu::RunBlock({static_cast<unsigned>(b), 0, 0}, kThreads, [&] {
-      BackwardFusedKernel<kCols>(x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(), n, width, dx.data(),
-                                 accumulate, part.data(), part.data() + blocks * width);
+      BackwardFusedKernel<kCols, Dy, kHandOn>(x.data(), gamma.data(), mean.data(), rstd.data(), dy_in.data(), n, width,
+                                              dx.data(), accumulate, part.data(), part.data() + blocks * width,
+                                              kHandOn ? Bf16Handoff{rows16.data(), e_part.data()} : Bf16Handoff{});
     });
   }
   EXPECT_TRUE(SameBytes(dx, want.dx)) << where << ": dx";
+  if (kHandOn) {
+    for (size_t e = 0; e < cells; ++e) {
+      ASSERT_EQ(rows16[e], numerics::FloatToBf16BitsRne(want.dx[e])) << where << ": handed-on row value " << e;
+    }
+    for (size_t e = cells; e < rows16.size(); ++e) ASSERT_EQ(Widened(rows16[e]), -7.0f) << where << ": the row past n";
+    EXPECT_TRUE(SameBytes(e_part, want.e_part)) << where << ": the handed-on partial rows";
+    // The definition in fp64: the partial rows add up to the new dx's column sums.
+    for (int i = 0; i < width; ++i) {
+      double e = 0, ref = 0, scale = 0;
+      for (int64_t k = 0; k < blocks; ++k) e += e_part[k * width + i];
+      for (int64_t r = 0; r < n; ++r) ref += want.dx[r * width + i], scale += std::fabs(want.dx[r * width + i]);
+      ASSERT_NEAR(e, ref, 1e-5 * scale + 1e-30) << where << " column " << i;
+    }
+  } else {
+    EXPECT_TRUE(std::all_of(e_part.begin(), e_part.end(), [](float v) { return std::isnan(v); }))
+        << where << ": no handoff, yet its partial rows were written";
+  }
   EXPECT_TRUE(SameBytes(std::vector<float>(part.begin(), part.begin() + blocks * width), want.g_part))
       << where << ": dgamma's partial rows";
   EXPECT_TRUE(SameBytes(std::vector<float>(part.begin() + blocks * width, part.end()), want.b_part))
@@ -97,21 +146,20 @@ TEST(LayerNormEmulated, FusedBackwardIsItsHostModelBitForBit) {
   }
 }
 
-// Rows of fp32, or of bf16 bits, for the forward's input and output.
-template <typename T>
-T Stored(float v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return numerics::FloatToBf16BitsRne(v);
-  }
-}
-template <typename T>
-float Widened(T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return numerics::Bf16BitsToFloat(v);
+// The same kernel with bf16 output gradients and with the new dx handed on in bf16: dx and the
+// parameters' partial rows as before (of the widened dy), the handed-on rows the new dx rounded to
+// nearest even, their partial rows summed as dbeta's are.
+TEST(LayerNormEmulated, FusedBackwardOfBf16DyHandingOnIsItsHostModelBitForBit) {
+  uint64_t seed = 51;
+  for (const int64_t n : {int64_t{1}, int64_t{9}, int64_t{64}, int64_t{130}}) {
+    for (const bool accumulate : {false, true}) {
+      RunCase<4, uint16_t, false>(n, 128, accumulate, seed++);
+      RunCase<4, float, true>(n, 128, accumulate, seed++);
+      RunCase<4, uint16_t, true>(n, 33, accumulate, seed++);
+      RunCase<8, float, true>(n, 200, accumulate, seed++);
+      RunCase<16, uint16_t, true>(n, 512, accumulate, seed++);
+      if (HasFailure()) return;
+    }
   }
 }
 

@@ -59,6 +59,7 @@ inline Forward LayerNormForward(const std::vector<float>& x, const std::vector<f
 
 struct Backward {
   std::vector<float> dx, g_part, b_part;
+  std::vector<float> e_part;  // the new dx's partial rows (the handoff's), summed as b_part is
 };
 
 // BackwardRowOf over every row (dx written, or added to the given dx with accumulate) and BlockPartials'
@@ -111,6 +112,22 @@ inline Backward LayerNormBackward(const std::vector<float>& x, const std::vector
       }
       h.g_part[static_cast<size_t>(b * width + i)] = g;
       h.b_part[static_cast<size_t>(b * width + i)] = bs;
+    }
+  }
+  h.e_part.assign(static_cast<size_t>(blocks * width), 0.0f);
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int i = 0; i < width; ++i) {
+      float e = 0.0f;
+      for (int w = 0; w < kWarps; ++w) {
+        float ew = 0.0f;
+        for (int r = 0; r < kRowsPerWarp; ++r) {
+          const int64_t row = b * kBlockRows + w * kRowsPerWarp + r;
+          if (row >= n) break;
+          ew = ew + dx[static_cast<size_t>(row * width + i)];
+        }
+        e = w == 0 ? ew : e + ew;
+      }
+      h.e_part[static_cast<size_t>(b * width + i)] = e;
     }
   }
   h.dx = std::move(dx);
