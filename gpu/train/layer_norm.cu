@@ -307,13 +307,12 @@ absl::Status LayerNormBackwardRows(const RowsShape& s, const float* x, const flo
   }
   const absl::Status launched =
       FusedBackward(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, part, next->rows, stream);
-  const absl::Status params =
-      launched.ok() ? ColumnSumsPair(part, blocks, width, blocks * width, dgamma, dbeta, true, stream) : launched;
-  const absl::Status handed =
-      params.ok() ? ColumnSums(part + 2 * blocks * width, blocks, width, width, next->column_sums, true, stream)
-                  : params;
+  const absl::Status summed =
+      launched.ok()
+          ? ColumnSumsTriple(part, blocks, width, blocks * width, dgamma, dbeta, next->column_sums, true, stream)
+          : launched;
   const absl::Status freed = CudaOk(cudaFreeAsync(part, stream), "LayerNormBackward scratch");
-  return handed.ok() ? freed : handed;
+  return summed.ok() ? freed : summed;
 }
 
 template <typename T>

@@ -50,7 +50,7 @@ __global__ void BiasRowsKernel(const float* residual, const float* v, int64_t ro
 
 // Where ColumnSums writes: matrix m (blockIdx.y) of a launch into out[m].
 struct SumOutputs {
-  float* out[2];
+  float* out[3];
 };
 
 template <typename T>
@@ -173,7 +173,7 @@ VectorLaunch VectorGrid(dim3 grid, int threads, int64_t cols, int vec) {
   return {dim3(static_cast<unsigned>((lanes + lane_threads - 1) / lane_threads), grid.y, grid.z), lane_threads};
 }
 
-// ColumnSums for fp32 or bf16 rows (the tree's upper levels are fp32 block sums), of `count` (1 or 2)
+// ColumnSums for fp32 or bf16 rows (the tree's upper levels are fp32 block sums), of `count` (1 to 3)
 // matrices of the same shape at once: matrix m at x + m x_stride into outs.out[m], each by its own
 // tree, one launch a level for all. With `rounded` (one fp32 matrix with ldx = cols), the first level
 // also writes the rows rounded to bf16; a single level then goes through the block kernel too, whose
@@ -216,7 +216,7 @@ absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, S
 template <typename T>
 absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
                           cudaStream_t stream, __nv_bfloat16* rounded = nullptr) {
-  return ColumnSumsOf(x, rows, cols, ldx, SumOutputs{{out, nullptr}}, 1, 0, accumulate, stream, rounded);
+  return ColumnSumsOf(x, rows, cols, ldx, SumOutputs{{out, nullptr, nullptr}}, 1, 0, accumulate, stream, rounded);
 }
 
 // Four values a thread where x and y allow 16- and 8-byte accesses (one load and one store instead
@@ -286,7 +286,12 @@ absl::Status ColumnSums(const __nv_bfloat16* x, int64_t rows, int64_t cols, int6
 
 absl::Status ColumnSumsPair(const float* x, int64_t rows, int64_t cols, int64_t x_stride, float* out0, float* out1,
                             bool accumulate, cudaStream_t stream) {
-  return ColumnSumsOf(x, rows, cols, cols, SumOutputs{{out0, out1}}, 2, x_stride, accumulate, stream);
+  return ColumnSumsOf(x, rows, cols, cols, SumOutputs{{out0, out1, nullptr}}, 2, x_stride, accumulate, stream);
+}
+
+absl::Status ColumnSumsTriple(const float* x, int64_t rows, int64_t cols, int64_t x_stride, float* out0, float* out1,
+                              float* out2, bool accumulate, cudaStream_t stream) {
+  return ColumnSumsOf(x, rows, cols, cols, SumOutputs{{out0, out1, out2}}, 3, x_stride, accumulate, stream);
 }
 
 absl::Status ToBf16WithColumnSums(const float* x, int64_t rows, int64_t cols, __nv_bfloat16* y, float* out,
@@ -302,7 +307,7 @@ absl::Status GeluBackwardWithColumnSums(const __nv_bfloat16* u, const __nv_bfloa
   // ones, the same bytes.
   const bool wide = cols % 8 == 0 && reinterpret_cast<uintptr_t>(u) % 16 == 0 &&
                     reinterpret_cast<uintptr_t>(dg) % 16 == 0 && reinterpret_cast<uintptr_t>(du) % 16 == 0;
-  return FromFirstLevel(rows, cols, SumOutputs{{out, nullptr}}, 1, accumulate, stream, "GeluBackwardWithColumnSums",
+  return FromFirstLevel(rows, cols, SumOutputs{{out, nullptr, nullptr}}, 1, accumulate, stream, "GeluBackwardWithColumnSums",
                         [&](dim3 grid, int threads, float* partial, int64_t) {
                           const auto* ub = reinterpret_cast<const uint16_t*>(u);
                           const auto* gb = reinterpret_cast<const uint16_t*>(dg);

@@ -35,6 +35,10 @@ absl::Status ColumnSums(const __nv_bfloat16* x, int64_t rows, int64_t cols, int6
 // level for both. For LayerNorm's dgamma and dbeta from their blocks' partial rows.
 absl::Status ColumnSumsPair(const float* x, int64_t rows, int64_t cols, int64_t x_stride, float* out0, float* out1,
                             bool accumulate, cudaStream_t stream);
+// The same for three matrices, x + m x_stride into out0, out1 and out2: LayerNorm's dgamma and dbeta
+// and the sums of the gradient it hands on (layer_norm.h's Bf16Handoff).
+absl::Status ColumnSumsTriple(const float* x, int64_t rows, int64_t cols, int64_t x_stride, float* out0, float* out1,
+                              float* out2, bool accumulate, cudaStream_t stream);
 // Both of the above in one read of x [rows, cols] (rows contiguous): y = x rounded to bf16 (ToBf16's
 // bytes) and out (+)= x's column sums (ColumnSums' tree and bytes). For a gradient that a bf16 product
 // reads and whose column sums are a bias's gradient.

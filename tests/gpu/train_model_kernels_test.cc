@@ -4,7 +4,7 @@
 // for fp32 rows and for bf16 rows (each value widened exactly). ToBf16 rounds as the host's
 // round-to-nearest-even does, ties and overflow to infinity included; ToBf16WithColumnSums gives
 // both in one pass, GeluBackwardWithColumnSums GELU's backward and its result's column sums, and
-// ColumnSumsPair two matrices' sums in shared launches.
+// ColumnSumsPair and ColumnSumsTriple two or three matrices' sums in shared launches.
 // SequenceRowIndex gives the host loop's per-row indices; PackColumnsToBf16 and AddColumnBlocks
 // move column blocks into and out of one side-by-side matrix.
 #include <algorithm>
@@ -117,9 +117,9 @@ TEST(ModelKernelsTest, ToBf16WithColumnSumsIsToBf16AndColumnSumsInOnePass) {
   }
 }
 
-// Two matrices' column sums in shared launches: each matrix's sums are a ColumnSums call's, bit for
-// bit, written and added, over one, two and three levels of the tree.
-TEST(ModelKernelsTest, ColumnSumsPairIsTwoColumnSums) {
+// Two (three) matrices' column sums in shared launches: each matrix's sums are a ColumnSums call's,
+// bit for bit, written and added, over one, two and three levels of the tree.
+TEST(ModelKernelsTest, ColumnSumsPairAndTripleAreColumnSumsEach) {
   if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
   std::mt19937 rng(15);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -132,14 +132,25 @@ TEST(ModelKernelsTest, ColumnSumsPairIsTwoColumnSums) {
         for (float& v : x) v = normal(rng);
         for (float& v : out0) v = normal(rng);
         for (float& v : out1) v = normal(rng);
-        DeviceArray<float> d_x(x), d_out0(out0), d_out1(out1), d_want0(out0), d_want1(out1);
+        x.resize(static_cast<size_t>(2 * stride + rows * cols));  // a third matrix, for ColumnSumsTriple
+        std::vector<float> out2(out0.size());
+        for (float& v : x) v = normal(rng);
+        for (float& v : out2) v = normal(rng);
+        DeviceArray<float> d_x(x), d_out0(out0), d_out1(out1), d_want0(out0), d_want1(out1), d_t0(out0), d_t1(out1),
+            d_t2(out2), d_want2(out2);
         ASSERT_TRUE(ColumnSumsPair(d_x.ptr, rows, cols, stride, d_out0.ptr, d_out1.ptr, accumulate, nullptr).ok());
+        ASSERT_TRUE(
+            ColumnSumsTriple(d_x.ptr, rows, cols, stride, d_t0.ptr, d_t1.ptr, d_t2.ptr, accumulate, nullptr).ok());
         ASSERT_TRUE(ColumnSums(d_x.ptr, rows, cols, cols, d_want0.ptr, accumulate, nullptr).ok());
         ASSERT_TRUE(ColumnSums(d_x.ptr + stride, rows, cols, cols, d_want1.ptr, accumulate, nullptr).ok());
+        ASSERT_TRUE(ColumnSums(d_x.ptr + 2 * stride, rows, cols, cols, d_want2.ptr, accumulate, nullptr).ok());
         const std::string where =
             std::to_string(rows) + " x " + std::to_string(cols) + (accumulate ? " added" : " written");
         EXPECT_EQ(d_out0.Get(out0.size()), d_want0.Get(out0.size())) << where << ": first";
         EXPECT_EQ(d_out1.Get(out1.size()), d_want1.Get(out1.size())) << where << ": second";
+        EXPECT_EQ(d_t0.Get(out0.size()), d_want0.Get(out0.size())) << where << ": triple, first";
+        EXPECT_EQ(d_t1.Get(out1.size()), d_want1.Get(out1.size())) << where << ": triple, second";
+        EXPECT_EQ(d_t2.Get(out2.size()), d_want2.Get(out2.size())) << where << ": triple, third";
       }
     }
   }
