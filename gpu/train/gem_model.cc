@@ -1351,8 +1351,10 @@ absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const Se
   // Each LayerNorm backward below that runs as its own kernel hands the new ds on in bf16 to the bf16
   // attention block whose backward comes next (its output projection's operand, and its bias's sums),
   // which then skips that pass over ds (ToBf16WithColumnSums).
+  // (Rows that the fused LayerNorm kernel takes; wider ones keep the separate pass.)
   const bool bf16_blocks = options.attention_blocks == AttentionBlockPrecision::kBf16;
-  const AttnP* const after_ffn = !bf16_blocks ? nullptr : g.DoB(layer) ? &p.attn_b : g.DoA(layer) ? &p.attn_a : nullptr;
+  const bool hand_on = bf16_blocks && d <= kBackwardRowsMaxWidth;
+  const AttnP* const after_ffn = !hand_on ? nullptr : g.DoB(layer) ? &p.attn_b : g.DoA(layer) ? &p.attn_a : nullptr;
   const __nv_bfloat16* ds16 = nullptr;  // ds in bf16, handed on to the next block
   if (options.ffn == FfnPrecision::kBf16) {
     Bf16Handoff next;
@@ -1368,9 +1370,10 @@ absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const Se
   if (g.DoB(layer)) {
     if (bf16_blocks) {
       Bf16Handoff next;
-      if (g.DoA(layer)) GEMTB_ASSIGN_OR_RETURN(next, HandoffTo(p.attn_a, n));
+      const bool to_a = hand_on && g.DoA(layer);
+      if (to_a) GEMTB_ASSIGN_OR_RETURN(next, HandoffTo(p.attn_a, n));
       GEMTB_RETURN_IF_ERROR(NormAttnBwdBf16(p.ln_b, p.attn_b, SelfUse(j), t.b16, t.s_b, t.mean_b, t.rstd_b, ds, dh,
-                                            nullptr, ds16, g.DoA(layer) ? &next : nullptr, &ds16));
+                                            nullptr, ds16, to_a ? &next : nullptr, &ds16));
     } else {
       GEMTB_RETURN_IF_ERROR(AttnBwd(p.attn_b, SelfUse(j), t.b, ds, dh, dh, nullptr, /*dxq_fresh=*/true));
       GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_b, n, t.s_b, t.mean_b, t.rstd_b, dh, ds));

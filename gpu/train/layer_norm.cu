@@ -283,9 +283,10 @@ absl::Status LayerNormBackwardRows(const RowsShape& s, const float* x, const flo
                                    const float* rstd, const Dy* dy, float* dx, float* dgamma, float* dbeta,
                                    const Bf16Handoff* next, cudaStream_t stream, bool accumulate_dx) {
   if (absl::Status v = ValidateRowsShape(s); !v.ok()) return v;
-  if (s.width > ln::kFusedMaxWidth) {
+  static_assert(kBackwardRowsMaxWidth == ln::kFusedMaxWidth, "LayerNormBackwardRows is the fused kernel");
+  if (s.width > kBackwardRowsMaxWidth) {
     return absl::InvalidArgumentError(
-        absl::StrCat("LayerNormBackwardRows: width=", s.width, ": want at most ", ln::kFusedMaxWidth));
+        absl::StrCat("LayerNormBackwardRows: width=", s.width, ": want at most ", kBackwardRowsMaxWidth));
   }
   if (next != nullptr && (next->rows == nullptr || next->column_sums == nullptr)) {
     return absl::InvalidArgumentError("LayerNormBackwardRows: next: rows and column_sums must both be set");

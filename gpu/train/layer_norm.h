@@ -52,9 +52,10 @@ struct Bf16Handoff {
   float* column_sums = nullptr;
 };
 
-// LayerNormBackward<float> of rows of at most 512 values in the fused kernel's one pass, with dy in
-// fp32 or bf16 (Dy: float or __nv_bfloat16; bf16 widened exactly), and with `next` (null: none) the
-// new dx also handed on in bf16. Rows wider than 512 are refused (the error names the width).
+// LayerNormBackward<float> of rows of at most kBackwardRowsMaxWidth values in the fused kernel's one
+// pass, with dy in fp32 or bf16 (Dy: float or __nv_bfloat16; bf16 widened exactly), and with `next`
+// (null: none) the new dx also handed on in bf16. Wider rows are refused (the error names the width).
+inline constexpr int64_t kBackwardRowsMaxWidth = 512;
 template <typename Dy>
 absl::Status LayerNormBackwardRows(const RowsShape& s, const float* x, const float* gamma, const float* mean,
                                    const float* rstd, const Dy* dy, float* dx, float* dgamma, float* dbeta,
