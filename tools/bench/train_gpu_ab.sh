@@ -24,7 +24,8 @@
 # sections_NAME_I.txt, and source_NAME_I.csv the launch's SASS with its stall samples per instruction;
 # the builds then carry -lineinfo, which leaves the machine code as it is), TRACE (a local batch: each variant's last step of a 5-step run
 # under `gemtb train --trace-kernels`, its device time, idle gaps and the host's calls in them:
-# timeline_NAME.json, a line each in ab_summary.txt, the Perfetto trace in runs.tgz; a tree
+# timeline_NAME.json, a line each in ab_summary.txt, the Perfetto trace in runs.tgz, and the traced
+# steps' kernels by name side by side in ab_summary.txt (tools/lib/trace_kernel_table.py); a tree
 # whose gemtb has no --trace-kernels is skipped), CHECK_TRAIN (K:
 # the first variant's `gemtb check train --config tiny --steps K`, the trainer against the oracle),
 # PEER=1 (after the turns, the PyTorch peer at torch.compile batch 1,024, where a copy of its script
@@ -191,6 +192,11 @@ if [ -n "$trace" ]; then
       >"$out/timeline_$v.log" 2>&1 || rc=1
     grep "last step on the device" "$out/timeline_$v.log" | sed "s/^/$v b$trace: /" | tee -a "$out/ab_summary.txt"
   done
+  traces=("$out"/trace_*.json)
+  if [ ${#traces[@]} -gt 0 ]; then
+    /usr/bin/python3 tools/lib/trace_kernel_table.py "${traces[@]}" --top 30 --prefix "kernels b$trace: " |
+      tee -a "$out/ab_summary.txt"
+  fi
 fi
 if [ -n "$check_train" ]; then
   "$scratch/ab-build-${tree[${variants[0]}]}/bin/gemtb" check train --config tiny --steps "$check_train" >"$out/check_train.log" 2>&1 ||
