@@ -203,7 +203,7 @@ absl::Status LaunchFusedBackward(const RowsShape& s, const float* x, const float
   const int width = static_cast<int>(s.width);
   const In* dy_bits = reinterpret_cast<const In*>(dy);
   if (next_rows != nullptr) {
-    const ln::Bf16Handoff next{reinterpret_cast<uint16_t*>(next_rows), part + 2 * blocks * width};
+    const ln::HandoffOut next{reinterpret_cast<uint16_t*>(next_rows), part + 2 * blocks * width};
     ln::BackwardFusedKernel<kCols, In, true>
         <<<static_cast<unsigned>(blocks), ln::kThreads, ln::FusedSharedBytes(width, 3), stream>>>(
             x, gamma, mean, rstd, dy_bits, s.n, width, dx, accumulate_dx, part, part + blocks * width, next);

@@ -252,10 +252,11 @@ __device__ inline void LoadRow(const float* __restrict__ x, const Dy* __restrict
   v.rstd = rstd[row];
 }
 
-// Where the fused backward hands its new dx on: rows [n, width] of it rounded to bf16 (bits), and the
-// blocks' partial column sums of it (fp32, before the rounding) into part [gridDim.x, width], summed
-// as dbeta's are (eight warps' sums of eight rows, added in warp order).
-struct Bf16Handoff {
+// Where the fused backward writes the new dx it hands on (layer_norm.h's Bf16Handoff): its rows
+// [n, width] rounded to bf16 (bits), and the blocks' partial column sums of it (fp32, before the
+// rounding) into part [gridDim.x, width], summed as dbeta's are (eight warps' sums of eight rows,
+// added in warp order).
+struct HandoffOut {
   uint16_t* rows = nullptr;
   float* part = nullptr;
 };
@@ -267,7 +268,7 @@ template <int kCols, typename Dy = float, bool kHandOn = false>
 __global__ void __launch_bounds__(kThreads)
     BackwardFusedKernel(const float* x, const float* gamma, const float* mean_in, const float* rstd_in, const Dy* dy,
                         int64_t n, int width, float* dx, bool accumulate, float* g_part, float* b_part,
-                        Bf16Handoff next = {}) {
+                        HandoffOut next = {}) {
   extern __shared__ float sums[];
   constexpr int kBatch = RowBatch<kCols>();
   const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;

@@ -95,7 +95,7 @@ void RunCase(int64_t n, int width, bool accumulate, uint64_t seed) {
     emu::RunBlock({static_cast<unsigned>(b), 0, 0}, kThreads, [&] {
       BackwardFusedKernel<kCols, Dy, kHandOn>(x.data(), gamma.data(), mean.data(), rstd.data(), dy_in.data(), n, width,
                                               dx.data(), accumulate, part.data(), part.data() + blocks * width,
-                                              kHandOn ? Bf16Handoff{rows16.data(), e_part.data()} : Bf16Handoff{});
+                                              kHandOn ? HandoffOut{rows16.data(), e_part.data()} : HandoffOut{});
     });
   }
   EXPECT_TRUE(SameBytes(dx, want.dx)) << where << ": dx";
