@@ -194,7 +194,8 @@ absl::Status ForwardRows(const RowsShape& s, const T* x, const float* gamma, con
 static_assert(ln::kBlockRows == kColumnSumsBlockRows, "the fused kernel's partial rows are ColumnSums' blocks");
 
 // The fused backward (layer_norm_kernels.cuh) with kCols columns per lane into part [2, blocks, width]
-// (with a handoff, [3, blocks, width]: the third the new dx's partial rows).
+// (with next_rows, [3, blocks, width]: the third the handed-on dx's partial rows, WithLayerNormPartials'
+// layout).
 template <int kCols, typename Dy>
 absl::Status LaunchFusedBackward(const RowsShape& s, const float* x, const float* gamma, const float* mean,
                                  const float* rstd, const Dy* dy, float* dx, bool accumulate_dx, int64_t blocks,
@@ -292,28 +293,13 @@ absl::Status LayerNormBackwardRows(const RowsShape& s, const float* x, const flo
     return absl::InvalidArgumentError("LayerNormBackwardRows: next: rows and column_sums must both be set");
   }
   const int64_t width = s.width, blocks = (s.n + kColumnSumsBlockRows - 1) / kColumnSumsBlockRows;
-  if (next == nullptr) {
-    return WithLayerNormPartials(blocks, width, dgamma, dbeta, stream, "LayerNormBackward scratch",
-                                 [&](float* g_part, float*) {
-                                   return FusedBackward(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, g_part,
-                                                        nullptr, stream);
-                                 });
-  }
-  // The handed-on sums' partial rows sit after dgamma's and dbeta's, in scratch of their own here.
-  float* part = nullptr;
-  if (absl::Status a = CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&part), 3 * blocks * width * sizeof(float), stream),
-                              "LayerNormBackward scratch");
-      !a.ok()) {
-    return a;
-  }
-  const absl::Status launched =
-      FusedBackward(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, part, next->rows, stream);
-  const absl::Status summed =
-      launched.ok()
-          ? ColumnSumsTriple(part, blocks, width, blocks * width, dgamma, dbeta, next->column_sums, true, stream)
-          : launched;
-  const absl::Status freed = CudaOk(cudaFreeAsync(part, stream), "LayerNormBackward scratch");
-  return summed.ok() ? freed : summed;
+  return WithLayerNormPartials(
+      blocks, width, dgamma, dbeta, stream, "LayerNormBackward scratch",
+      [&](float* g_part, float*) {
+        return FusedBackward(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, g_part,
+                             next != nullptr ? next->rows : nullptr, stream);
+      },
+      next != nullptr ? next->column_sums : nullptr);
 }
 
 template <typename T>

@@ -17,19 +17,27 @@ namespace gemtb::gpu::train {
 
 // dgamma += the column sums of g_part [blocks, width] and dbeta += those of b_part, in block order
 // (ColumnSumsPair: ColumnSums' bytes), where launch(g_part, b_part) launches the kernel that writes
-// them on `stream` and returns its launch's status. `what` names the scratch in errors.
+// them on `stream` and returns its launch's status. With handed_sums (null: none), a third matrix of
+// partial rows follows b_part (at b_part + blocks * width: the sums of the gradient a LayerNorm hands
+// on) and handed_sums += its column sums, the three in one tree of launches (ColumnSumsTriple).
+// `what` names the scratch in errors.
 template <typename Launch>
 absl::Status WithLayerNormPartials(int64_t blocks, int64_t width, float* dgamma, float* dbeta, cudaStream_t stream,
-                                   const char* what, Launch launch) {
+                                   const char* what, Launch launch, float* handed_sums = nullptr) {
+  const int64_t matrices = handed_sums != nullptr ? 3 : 2;
   float* part = nullptr;
-  if (absl::Status a =
-          CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&part), 2 * blocks * width * sizeof(float), stream), what);
+  if (absl::Status a = CudaOk(
+          cudaMallocAsync(reinterpret_cast<void**>(&part), matrices * blocks * width * sizeof(float), stream), what);
       !a.ok()) {
     return a;
   }
   const absl::Status launched = launch(part, part + blocks * width);
+  const int64_t stride = blocks * width;
   const absl::Status summed =
-      launched.ok() ? ColumnSumsPair(part, blocks, width, blocks * width, dgamma, dbeta, true, stream) : launched;
+      !launched.ok() ? launched
+      : handed_sums != nullptr
+          ? ColumnSumsTriple(part, blocks, width, stride, dgamma, dbeta, handed_sums, true, stream)
+          : ColumnSumsPair(part, blocks, width, stride, dgamma, dbeta, true, stream);
   const absl::Status freed = CudaOk(cudaFreeAsync(part, stream), what);
   return summed.ok() ? freed : summed;
 }
