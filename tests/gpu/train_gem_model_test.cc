@@ -62,12 +62,19 @@ struct Bounds {
 constexpr Bounds kFp32Bounds;
 constexpr Bounds kBf16Bounds{1e-2, 5e-2, 1e-3, 1e-2};
 
-// One batch of `B` samples against the oracle's batch pass; `experts` Wukong experts.
+// One batch of `B` samples against the oracle's batch pass; `experts` Wukong experts; width: the
+// model's d and its tables' width (0: tiny's).
 void ExpectMatchesTheOracle(int batch, const GemModelOptions& numerics = {}, const Bounds& bounds = kFp32Bounds,
-                            int experts = 1) {
+                            int experts = 1, int width = 0) {
   absl::StatusOr<gemtb::model::ModelConfig> config = gemtb::model::LoadModelConfig("tiny");
   ASSERT_TRUE(config.ok()) << config.status();
   config->arch.wukong.experts.count = experts;
+  if (width > 0) {
+    // The head's input is the flattened tokens: d wide each.
+    config->head.widths.front() = config->head.widths.front() / config->d * width;
+    config->d = width;
+    for (auto& table : config->tables) table.dim = width;
+  }
   absl::StatusOr<reference::model::GemModel> ref = reference::model::GemModel::Create(*config);
   ASSERT_TRUE(ref.ok()) << ref.status();
   absl::StatusOr<std::unique_ptr<GemModelGpu>> gpu = GemModelGpu::Create(*config, numerics);
@@ -213,6 +220,17 @@ TEST(GemModelGpuTest, Bf16FeedForwardStaysWithinTheBf16Bounds) {
     bf16_ffn.block_kernels = kernels;
     ExpectMatchesTheOracle(12, bf16_ffn, kBf16Bounds);
     ExpectMatchesTheOracle(400, bf16_ffn, kBf16Bounds);
+  }
+}
+
+// At d = 128 (small's width, the one the benchmarks train) with the rest of tiny: the bf16 blocks with
+// one kernel per op and with the fused kernels at the widest width they take.
+TEST(GemModelGpuTest, Bf16BlocksAtWidth128StayWithinTheBf16Bounds) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  for (const BlockKernels kernels : {BlockKernels::kSeparate, BlockKernels::kFused}) {
+    GemModelOptions both{MatmulPrecision::kTf32, AttentionPrecision::kBf16, FfnPrecision::kBf16,
+                         AttentionBlockPrecision::kBf16, kernels};
+    ExpectMatchesTheOracle(12, both, kBf16Bounds, 1, 128);
   }
 }
 
