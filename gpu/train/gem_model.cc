@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gpu/train/attention_input.h"
+#include "gpu/train/ffn_forward.h"
 #include "gpu/train/ffn_fused.h"
 #include "gpu/train/gate.h"
 #include "gpu/train/gdpa.h"
@@ -313,6 +314,11 @@ struct GemModelGpu::Impl {
   // and its widths are ones it takes).
   bool FusedFfn() const {
     return options.block_kernels == BlockKernels::kFused && ValidateFfnShape(FfnShape{1, g.d, g.ffn}).ok();
+  }
+  // Whether its forward's products and GELU run on ffn_forward.h's kernel (BlockKernels::kFused, at
+  // the widths it takes).
+  bool FusedFfnForward() const {
+    return options.block_kernels == BlockKernels::kFused && ValidateFfnForwardShape(FfnShape{1, g.d, g.ffn}).ok();
   }
   absl::Status FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out);
   // next (null: none): where the block's LayerNorm backward runs as its own kernel, it hands the new ds
@@ -1079,9 +1085,9 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const Cr
 // The feed-forward block in bf16 (FfnPrecision::kBf16): out = cur + FFN(LayerNorm(cur)). LayerNorm
 // writes bf16 rows h; the first linear's pre-activation u = h W1 + b1 and g = GELU(u) are bf16 arrays
 // (the backward reads both); the second linear writes the fp32 residual stream, g W2 + b2 + cur. The
-// weights are rounded to bf16 for the step; every product accumulates in fp32: LayerNorm's kernel, a
-// cuBLASLt product (bias in its epilogue), GELU's elementwise kernel and a second product (bias and
-// residual in its epilogue).
+// weights are rounded to bf16 for the step; every product accumulates in fp32: LayerNorm's kernel, then
+// with FusedFfnForward one kernel for the rest (ffn_forward.h), else a cuBLASLt product (bias in its
+// epilogue), GELU's elementwise kernel and a second product (bias and residual in its epilogue).
 absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out) {
   const int d = g.d;
   std::vector<__nv_bfloat16*> w16;
@@ -1096,6 +1102,10 @@ absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float
   GEMTB_ASSIGN_OR_RETURN(b2, AlignedBias(p.ffn2.b));
   GEMTB_RETURN_IF_ERROR(LayerNormForward(RowsShape{n, p.ln_c.width}, cur, W(p.ln_c.gamma), W(p.ln_c.beta), t.h_c16,
                                          t.mean_c, t.rstd_c, st));
+  if (FusedFfnForward()) {
+    return FfnForwardFused(FfnShape{n, d, g.ffn}, t.h_c16, FfnForwardWeights{t.w1_16, b1, t.w2_16, b2}, cur, t.u16,
+                           t.g16, out, st);
+  }
   GEMTB_RETURN_IF_ERROR(lin->Forward(LinearShape{n, d, g.ffn}, t.h_c16, t.w1_16, b1, t.u16, st));
   GEMTB_RETURN_IF_ERROR(GeluForward<__nv_bfloat16>(t.u16, n * g.ffn, t.g16, st));
   return lin->ForwardToFp32(LinearShape{n, g.ffn, d}, t.g16, t.w2_16, b2, cur, out, st);

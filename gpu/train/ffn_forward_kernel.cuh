@@ -1,0 +1,231 @@
+// The forward of the bf16 feed-forward block's products as one Hopper kernel (sm_90a wgmma), from
+// LayerNorm's bf16 rows h to the fp32 residual stream, launched by ffn_forward.cu:
+//
+//   u = bf16(h W1 + b1)       stored (GELU's backward reads it)
+//   g = bf16(GELU(u))         stored (W2's gradient reads it) and kept in registers
+//   out = (g W2 + b2) + x     fp32, x the block's input (the residual)
+//
+// A CTA takes kRows rows, two warpgroups of 64. Each warpgroup holds its rows of h in registers as
+// wgmma A fragments for the whole kernel. The hidden dimension is walked in chunks of kChunk columns:
+// the CTA stages W1's columns and W2's rows of a chunk in shared memory (cp.async, two stages: the
+// next chunk's copies run under this chunk's products), each warpgroup forms its 64 x kChunk block of
+// the first product (wgmma, A from registers), adds b1 and rounds u, evaluates GELU on it, and feeds g,
+// already in the A fragment layout the accumulator gives, into its 64 x kD accumulator of the second
+// product. u and g of the chunk are stored while that product runs. The separate kernels this replaces
+// (two cuBLASLt products and GELU's elementwise kernel) wrote and read u and g in memory between them:
+// here each is written once and neither is read.
+//
+// Every value is rounded where the separate kernels round it (u after the bias, g by gelu.cuh's
+// GeluOfBf16, the elementwise kernel's evaluation); only the order of each product's fp32 sums
+// differs from cuBLASLt's. Each sum runs in a fixed order (k in 16-wide steps within a chunk, chunks in
+// increasing order): the same bytes on every run. Device code only (wgmma has no CPU emulation).
+#ifndef GEMTB_GPU_TRAIN_FFN_FORWARD_KERNEL_CUH_
+#define GEMTB_GPU_TRAIN_FFN_FORWARD_KERNEL_CUH_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gpu/common/mma.cuh"
+#include "gpu/common/quad_transpose.cuh"
+#include "gpu/common/tile_io.cuh"
+#include "gpu/common/wgmma.cuh"
+#include "gpu/train/gelu.cuh"
+#include "model/common/element_type.h"
+
+namespace gemtb::gpu::train::ffn_forward {
+
+constexpr int kD = 128;       // the block's width: K of the first product, N of the second
+constexpr int kChunk = 128;   // hidden columns a step: N of the first product, K of the second
+constexpr int kRows = 128;    // rows a CTA
+constexpr int kThreads = 256;  // two warpgroups, 64 rows each
+constexpr int kStages = 2;
+
+// Shared memory: kStages stages of W1[:, chunk] ([kD rows, kChunk columns]) and W2[chunk, :] ([kChunk
+// rows, kD columns]), each a 128-byte swizzled tile (wgmma.cuh) read as an MN-major B operand, plus
+// 1024 bytes of slack to align the tiles to the swizzle's period.
+struct Layout {
+  static constexpr uint32_t kW1Bytes = kD * kChunk * 2;
+  static constexpr uint32_t kW2Bytes = kChunk * kD * 2;
+  static constexpr uint32_t kStageBytes = kW1Bytes + kW2Bytes;
+  static constexpr size_t kBytes = 1024 + kStages * kStageBytes;
+};
+
+struct Params {
+  int64_t n = 0;   // rows
+  int hidden = 0;  // a multiple of kChunk
+  const uint16_t* h = nullptr;   // [n, kD] bf16
+  const uint16_t* w1 = nullptr;  // [kD, hidden] bf16
+  const uint16_t* b1 = nullptr;  // [hidden] bf16
+  const uint16_t* w2 = nullptr;  // [hidden, kD] bf16
+  const float* b2 = nullptr;     // [kD]
+  const float* x = nullptr;      // [n, kD], may be out
+  uint16_t* u = nullptr;         // [n, hidden] bf16
+  uint16_t* g = nullptr;         // [n, hidden] bf16
+  float* out = nullptr;          // [n, kD]
+};
+
+using Bf16 = Storage<ElementType::kBFloat16>;
+
+__device__ __forceinline__ float Bf16Value(uint16_t bits) { return Bf16::ToFloat(bits); }
+
+// One chunk's W1 columns and W2 rows into stage `stage` (every thread issues its share; one cp.async
+// group).
+__device__ __forceinline__ void LoadChunk(const Params& p, int chunk, uint32_t w1_tile, uint32_t w2_tile) {
+  constexpr int kRowChunks = 128 / 8;  // 16-byte pieces of a 128-column tile row
+  const int c0 = chunk * kChunk;
+  for (int idx = static_cast<int>(threadIdx.x); idx < 128 * kRowChunks; idx += kThreads) {
+    const int r = idx / kRowChunks;
+    const int c = idx % kRowChunks;
+    const uint32_t at = wgmma::SwizzledOffset(128, r, c * 8);
+    wgmma::CpAsync16(w1_tile + at, p.w1 + static_cast<int64_t>(r) * p.hidden + c0 + c * 8, 16u);
+    wgmma::CpAsync16(w2_tile + at, p.w2 + static_cast<int64_t>(c0 + r) * kD + c * 8, 16u);
+  }
+  CopyAsyncCommit();
+}
+
+// A 4-byte pair of h (columns col, col + 1 of `row`), or zeros past the last row.
+__device__ __forceinline__ uint32_t HPair(const Params& p, int64_t row, int col) {
+  return row < p.n ? *reinterpret_cast<const uint32_t*>(p.h + row * kD + col) : 0u;
+}
+
+// The rows (16-column blocks of words w[0..15], as the accumulator layout gives them: word i holds
+// columns 8i + 2t, 8i + 2t + 1) of one thread's row into dst (a row of a [n, hidden] bf16 array at the
+// chunk's first column), 16 bytes a lane after a quad transpose. Every lane calls it; only valid rows
+// store.
+__device__ __forceinline__ void StoreRowWords(const uint32_t (&w)[kChunk / 8], bool valid, uint16_t* dst,
+                                              int lane_t) {
+#pragma unroll
+  for (int k = 0; k < kChunk / 32; ++k) {
+    uint32_t block[4] = {w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3]};
+    QuadTranspose4(block, lane_t);  // columns 8 (4k + t) .. 8 (4k + t) + 7
+    if (valid) *reinterpret_cast<uint4*>(dst + (4 * k + lane_t) * 8) = make_uint4(block[0], block[1], block[2], block[3]);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t base = (wgmma::SmemAddress(smem_raw) + 1023u) & ~1023u;
+  const auto w1_tile = [&](int stage) { return base + static_cast<uint32_t>(stage) * Layout::kStageBytes; };
+  const auto w2_tile = [&](int stage) { return w1_tile(stage) + Layout::kW1Bytes; };
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int wg = tid / 128;
+  const int warp = (tid / 32) % 4;
+  const int lane_g = (tid % 32) / 4;
+  const int lane_t = tid % 4;
+  // This thread's two rows: g and g + 8 of its warp's 16.
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows + wg * 64 + warp * 16 + lane_g;
+  const int64_t rows[2] = {row0, row0 + 8};
+  const int chunks = p.hidden / kChunk;
+
+  LoadChunk(p, 0, w1_tile(0), w2_tile(0));
+
+  // h's rows as A fragments (mma.sync m16n8k16 A layout per warp) for the 16-wide k steps of the first
+  // product.
+  uint32_t ha[kD / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    const int col = 16 * kk + 2 * lane_t;
+    ha[kk][0] = HPair(p, rows[0], col);
+    ha[kk][1] = HPair(p, rows[1], col);
+    ha[kk][2] = HPair(p, rows[0], col + 8);
+    ha[kk][3] = HPair(p, rows[1], col + 8);
+  }
+
+  float o[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.f;
+
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    const int stage = chunk % kStages;
+    // Every warpgroup is done with the previous chunk's products (each waited for its own below), so the
+    // stage they read takes the next chunk's copies.
+    __syncthreads();
+    if (chunk + 1 < chunks) {
+      LoadChunk(p, chunk + 1, w1_tile((chunk + 1) % kStages), w2_tile((chunk + 1) % kStages));
+      CopyAsyncWait<1>();
+    } else {
+      CopyAsyncWait<0>();
+    }
+    wgmma::FenceProxyAsync();  // this thread's cp.async writes, to the proxy wgmma reads through
+    __syncthreads();
+
+    // s = h W1[:, chunk], 64 x kChunk a warpgroup.
+    float s[64];
+    wgmma::Fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const uint32_t b = w1_tile(stage) + static_cast<uint32_t>(kk * 16 * 128);
+      wgmma::MmaRS<ElementType::kBFloat16>(s, ha[kk], wgmma::SwizzledDescriptor(b, 128 * 128, 1024),
+                                           kk > 0 ? 1u : 0u);
+    }
+    wgmma::Commit();
+    wgmma::Wait<0>();
+    wgmma::FenceRegisters(s);
+
+    // u = bf16(s + b1), g = bf16(GELU(u)): words of the thread's two rows, 8-column block i holding
+    // columns 8i + 2t, 8i + 2t + 1.
+    const int c0 = chunk * kChunk;
+    uint32_t uw[2][kChunk / 8], gw[2][kChunk / 8];
+#pragma unroll
+    for (int i = 0; i < kChunk / 8; ++i) {
+      const uint32_t bias = *reinterpret_cast<const uint32_t*>(p.b1 + c0 + 8 * i + 2 * lane_t);
+      const float b_lo = Bf16Value(static_cast<uint16_t>(bias & 0xFFFFu));
+      const float b_hi = Bf16Value(static_cast<uint16_t>(bias >> 16));
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint16_t u_lo = Bf16::FromFloat(__fadd_rn(s[4 * i + 2 * r], b_lo));
+        const uint16_t u_hi = Bf16::FromFloat(__fadd_rn(s[4 * i + 2 * r + 1], b_hi));
+        uw[r][i] = PackHalves(u_lo, u_hi);
+        gw[r][i] = PackRounded<ElementType::kBFloat16>(GeluOfBf16(Bf16Value(u_lo)), GeluOfBf16(Bf16Value(u_hi)));
+      }
+    }
+    // g as the A fragments of the second product: k step kk is accumulator blocks 2kk and 2kk + 1.
+    uint32_t ga[kChunk / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kChunk / 16; ++kk) {
+      ga[kk][0] = gw[0][2 * kk];
+      ga[kk][1] = gw[1][2 * kk];
+      ga[kk][2] = gw[0][2 * kk + 1];
+      ga[kk][3] = gw[1][2 * kk + 1];
+    }
+    // o += g W2[chunk, :].
+    wgmma::Fence();
+#pragma unroll
+    for (int kk = 0; kk < kChunk / 16; ++kk) {
+      const uint32_t b = w2_tile(stage) + static_cast<uint32_t>(kk * 16 * 128);
+      wgmma::MmaRS<ElementType::kBFloat16>(o, ga[kk], wgmma::SwizzledDescriptor(b, 128 * 128, 1024), 1u);
+    }
+    wgmma::Commit();
+    // u and g of the chunk go out while the product runs.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const bool valid = rows[r] < p.n;
+      const int64_t at = (valid ? rows[r] : 0) * p.hidden + c0;
+      StoreRowWords(uw[r], valid, p.u + at, lane_t);
+      StoreRowWords(gw[r], valid, p.g + at, lane_t);
+    }
+    wgmma::Wait<0>();
+    wgmma::FenceRegisters(o);
+  }
+
+  // out = (o + b2) + x, fp32 pairs.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] >= p.n) continue;
+    const int64_t at = rows[r] * kD + 2 * lane_t;
+#pragma unroll
+    for (int i = 0; i < kD / 8; ++i) {
+      const float2 bias = *reinterpret_cast<const float2*>(p.b2 + 8 * i + 2 * lane_t);
+      const float2 x = *reinterpret_cast<const float2*>(p.x + at + 8 * i);
+      float2 y;
+      y.x = __fadd_rn(__fadd_rn(o[4 * i + 2 * r], bias.x), x.x);
+      y.y = __fadd_rn(__fadd_rn(o[4 * i + 2 * r + 1], bias.y), x.y);
+      *reinterpret_cast<float2*>(p.out + at + 8 * i) = y;
+    }
+  }
+}
+
+}  // namespace gemtb::gpu::train::ffn_forward
+
+#endif  // GEMTB_GPU_TRAIN_FFN_FORWARD_KERNEL_CUH_
