@@ -1,9 +1,8 @@
 // The backward of the feed-forward block y = x + FFN(LayerNorm(x)) in bf16 up to the block's input
 // gradient, one kernel (ffn_fused_kernels.cuh): both input-gradient products with GELU's derivative
 // between them, each row's hidden values kept on chip, and LayerNorm's backward of the result,
-// instead of two cuBLASLt products, GELU's elementwise backward and LayerNorm's backward kernel. The
-// forward stays those separate kernels (layer_norm.h, linear.h, GeluForward), which measured faster
-// than a fused forward on H100 and H200. Row-major arrays as in linear.h: x, dx [n, d] fp32; ds [n,
+// instead of two cuBLASLt products, GELU's elementwise backward and LayerNorm's backward kernel (the
+// forward's products and GELU are ffn_forward.h's kernel). Row-major arrays as in linear.h: x, dx [n, d] fp32; ds [n,
 // d] bf16; W1 [d, hidden]; W2 [hidden, d]; u, du [n, hidden]. LayerNorm is layer_norm.h's (the same
 // bytes as LayerNormBackward given the same dh), GELU's derivative the model's erf form as
 // GeluBackward evaluates it, and every bf16 value is rounded where the separate kernels round it;

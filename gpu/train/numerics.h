@@ -50,8 +50,8 @@ enum class BlockKernels {
   kFused,     // where the block's widths allow (d 32, 64 or 128): the feed-forward block's backward up
               // to its input gradient (ffn_fused.h), an attention block's LayerNorm, projections and
               // QK-norm (attention_input.h) and its projections' input gradient with the LayerNorm's
-              // backward (projection_backward.h) one kernel each; the feed-forward forward stays the
-              // separate kernels (a fused one measured slower), the weight gradients linear.h's
+              // backward (projection_backward.h) one kernel each; at d = 128 the feed-forward's
+              // forward after its LayerNorm too (ffn_forward.h); the weight gradients stay linear.h's
               // products.
 };
 
