@@ -5,13 +5,13 @@
 //   g = bf16(GELU(u))         stored (W2's gradient reads it) and kept in registers
 //   out = (g W2 + b2) + x     fp32, x the block's input (the residual)
 //
-// A CTA takes kRows rows, two warpgroups of 64. Each warpgroup holds its rows of h in registers as
-// wgmma A fragments for the whole kernel. The hidden dimension is walked in chunks of kChunk columns:
+// A CTA takes kRows rows, two warpgroups of 64, and stages its rows of h in shared memory once. The
+// hidden dimension is walked in chunks of kChunk columns:
 // the CTA stages W1's columns and W2's rows of a chunk in shared memory (cp.async, two stages: the
 // next chunk's copies run under this chunk's products), each warpgroup forms its 64 x kChunk block of
-// the first product (wgmma, A from registers), adds b1 and rounds u, evaluates GELU on it, and feeds g,
-// already in the A fragment layout the accumulator gives, into its 64 x kD accumulator of the second
-// product. u and g of the chunk are stored while that product runs. The separate kernels this replaces
+// the first product (wgmma, both operands in shared memory), adds b1 and rounds u, evaluates GELU on it, stores u
+// and g, and feeds g, already in the A fragment layout the accumulator gives, into its 64 x kD
+// accumulator of the second product. The separate kernels this replaces
 // (two cuBLASLt products and GELU's elementwise kernel) wrote and read u and g in memory between them:
 // here each is written once and neither is read.
 //
@@ -40,14 +40,16 @@ constexpr int kRows = 128;    // rows a CTA
 constexpr int kThreads = 256;  // two warpgroups, 64 rows each
 constexpr int kStages = 2;
 
-// Shared memory: kStages stages of W1[:, chunk] ([kD rows, kChunk columns]) and W2[chunk, :] ([kChunk
-// rows, kD columns]), each a 128-byte swizzled tile (wgmma.cuh) read as an MN-major B operand, plus
-// 1024 bytes of slack to align the tiles to the swizzle's period.
+// Shared memory: the CTA's rows of h ([kRows, kD], the K-major A operand of the first product), then
+// kStages stages of W1[:, chunk] ([kD rows, kChunk columns]) and W2[chunk, :] ([kChunk rows, kD
+// columns]), each read as an MN-major B operand; every tile 128-byte swizzled (wgmma.cuh), with 1024
+// bytes of slack to align them to the swizzle's period.
 struct Layout {
+  static constexpr uint32_t kHBytes = kRows * kD * 2;
   static constexpr uint32_t kW1Bytes = kD * kChunk * 2;
   static constexpr uint32_t kW2Bytes = kChunk * kD * 2;
   static constexpr uint32_t kStageBytes = kW1Bytes + kW2Bytes;
-  static constexpr size_t kBytes = 1024 + kStages * kStageBytes;
+  static constexpr size_t kBytes = 1024 + kHBytes + kStages * kStageBytes;
 };
 
 struct Params {
@@ -83,15 +85,23 @@ __device__ __forceinline__ void LoadChunk(const Params& p, int chunk, uint32_t w
   CopyAsyncCommit();
 }
 
-// A 4-byte pair of h (columns col, col + 1 of `row`), or zeros past the last row.
-__device__ __forceinline__ uint32_t HPair(const Params& p, int64_t row, int col) {
-  return row < p.n ? *reinterpret_cast<const uint32_t*>(p.h + row * kD + col) : 0u;
+// The CTA's rows of h from row `first` into the tile at h_tile, zeros past the last row (their copies
+// read nothing). Issued before the first chunk's copies, in their cp.async group.
+__device__ __forceinline__ void LoadRows(const Params& p, int64_t first, uint32_t h_tile) {
+  constexpr int kRowChunks = kD / 8;
+  for (int idx = static_cast<int>(threadIdx.x); idx < kRows * kRowChunks; idx += kThreads) {
+    const int r = idx / kRowChunks;
+    const int c = idx % kRowChunks;
+    const bool ok = first + r < p.n;
+    wgmma::CpAsync16(h_tile + wgmma::SwizzledOffset(kRows, r, c * 8), ok ? p.h + (first + r) * kD + c * 8 : p.h,
+                     ok ? 16u : 0u);
+  }
 }
 
-// The rows (16-column blocks of words w[0..15], as the accumulator layout gives them: word i holds
-// columns 8i + 2t, 8i + 2t + 1) of one thread's row into dst (a row of a [n, hidden] bf16 array at the
-// chunk's first column), 16 bytes a lane after a quad transpose. Every lane calls it; only valid rows
-// store.
+// One thread's share of a row's chunk, w[i] holding columns 8i + 2t and 8i + 2t + 1 (the accumulator
+// layout), into dst (the row of a [n, hidden] bf16 array at the chunk's first column): after a quad
+// transpose of each four words, 16 bytes a lane, so a quad writes 64 contiguous bytes. Every lane
+// calls it (shuffles); only valid rows store.
 __device__ __forceinline__ void StoreRowWords(const uint32_t (&w)[kChunk / 8], bool valid, uint16_t* dst,
                                               int lane_t) {
 #pragma unroll
@@ -105,7 +115,10 @@ __device__ __forceinline__ void StoreRowWords(const uint32_t (&w)[kChunk / 8], b
 __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = (wgmma::SmemAddress(smem_raw) + 1023u) & ~1023u;
-  const auto w1_tile = [&](int stage) { return base + static_cast<uint32_t>(stage) * Layout::kStageBytes; };
+  const uint32_t h_tile = base;
+  const auto w1_tile = [&](int stage) {
+    return base + Layout::kHBytes + static_cast<uint32_t>(stage) * Layout::kStageBytes;
+  };
   const auto w2_tile = [&](int stage) { return w1_tile(stage) + Layout::kW1Bytes; };
 
   const int tid = static_cast<int>(threadIdx.x);
@@ -113,24 +126,14 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
   const int warp = (tid / 32) % 4;
   const int lane_g = (tid % 32) / 4;
   const int lane_t = tid % 4;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRows;
   // This thread's two rows: g and g + 8 of its warp's 16.
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows + wg * 64 + warp * 16 + lane_g;
+  const int64_t row0 = first + wg * 64 + warp * 16 + lane_g;
   const int64_t rows[2] = {row0, row0 + 8};
   const int chunks = p.hidden / kChunk;
 
+  LoadRows(p, first, h_tile);
   LoadChunk(p, 0, w1_tile(0), w2_tile(0));
-
-  // h's rows as A fragments (mma.sync m16n8k16 A layout per warp) for the 16-wide k steps of the first
-  // product.
-  uint32_t ha[kD / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < kD / 16; ++kk) {
-    const int col = 16 * kk + 2 * lane_t;
-    ha[kk][0] = HPair(p, rows[0], col);
-    ha[kk][1] = HPair(p, rows[1], col);
-    ha[kk][2] = HPair(p, rows[0], col + 8);
-    ha[kk][3] = HPair(p, rows[1], col + 8);
-  }
 
   float o[64];
 #pragma unroll
@@ -150,14 +153,16 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
     wgmma::FenceProxyAsync();  // this thread's cp.async writes, to the proxy wgmma reads through
     __syncthreads();
 
-    // s = h W1[:, chunk], 64 x kChunk a warpgroup.
+    // s = h W1[:, chunk], 64 x kChunk a warpgroup: k step kk is columns 16kk .. 16kk + 15 of the
+    // warpgroup's rows of h (within a 64-column block of the tile) and rows 16kk .. 16kk + 15 of W1's.
     float s[64];
     wgmma::Fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
+      const uint32_t a = h_tile + static_cast<uint32_t>((kk >> 2) * kRows * 128 + wg * 64 * 128 + (kk & 3) * 32);
       const uint32_t b = w1_tile(stage) + static_cast<uint32_t>(kk * 16 * 128);
-      wgmma::MmaRS<ElementType::kBFloat16>(s, ha[kk], wgmma::SwizzledDescriptor(b, 128 * 128, 1024),
-                                           kk > 0 ? 1u : 0u);
+      wgmma::MmaSS<ElementType::kBFloat16, true>(s, wgmma::SwizzledDescriptor(a, 16, 1024),
+                                                 wgmma::SwizzledDescriptor(b, 128 * 128, 1024), kk > 0 ? 1u : 0u);
     }
     wgmma::Commit();
     wgmma::Wait<0>();
@@ -189,6 +194,15 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
       ga[kk][2] = gw[0][2 * kk + 1];
       ga[kk][3] = gw[1][2 * kk + 1];
     }
+    // u and g of the chunk out to memory (before the product below: the registers of a wgmma's A
+    // operand are not to be touched until the wgmma is waited for).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const bool valid = rows[r] < p.n;
+      const int64_t at = (valid ? rows[r] : 0) * p.hidden + c0;
+      StoreRowWords(uw[r], valid, p.u + at, lane_t);
+      StoreRowWords(gw[r], valid, p.g + at, lane_t);
+    }
     // o += g W2[chunk, :].
     wgmma::Fence();
 #pragma unroll
@@ -197,14 +211,6 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
       wgmma::MmaRS<ElementType::kBFloat16>(o, ga[kk], wgmma::SwizzledDescriptor(b, 128 * 128, 1024), 1u);
     }
     wgmma::Commit();
-    // u and g of the chunk go out while the product runs.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const bool valid = rows[r] < p.n;
-      const int64_t at = (valid ? rows[r] : 0) * p.hidden + c0;
-      StoreRowWords(uw[r], valid, p.u + at, lane_t);
-      StoreRowWords(gw[r], valid, p.g + at, lane_t);
-    }
     wgmma::Wait<0>();
     wgmma::FenceRegisters(o);
   }
