@@ -5,15 +5,17 @@
 //   g = bf16(GELU(u))         stored (W2's gradient reads it) and kept in registers
 //   out = (g W2 + b2) + x     fp32, x the block's input (the residual)
 //
-// A CTA takes kRows rows, two warpgroups of 64, and stages its rows of h in shared memory once. The
-// hidden dimension is walked in chunks of kChunk columns:
-// the CTA stages W1's columns and W2's rows of a chunk in shared memory (cp.async, two stages: the
-// next chunk's copies run under this chunk's products), each warpgroup forms its 64 x kChunk block of
-// the first product (wgmma, both operands in shared memory), adds b1 and rounds u, evaluates GELU on it, stores u
-// and g, and feeds g, already in the A fragment layout the accumulator gives, into its 64 x kD
-// accumulator of the second product. The separate kernels this replaces
-// (two cuBLASLt products and GELU's elementwise kernel) wrote and read u and g in memory between them:
-// here each is written once and neither is read.
+// A CTA takes kRows rows and is warp-specialised (as the attention forward's forward_hopper_ws_kernel.cuh):
+// warpgroup 0 copies (cp.async), warpgroups 1 and 2 compute, 64 rows each. The producer stages the
+// CTA's rows of h once, then walks the hidden dimension in chunks of kChunk columns, copying W1's
+// columns and W2's rows of a chunk into one of kStages stages and signalling its "full" mbarrier; it
+// refills a stage once both consumers signalled its "empty" one. A consumer, per chunk: its 64 x
+// kChunk block of the first product (wgmma, both operands in shared memory), b1 added and u rounded,
+// GELU of u, u and g stored, and g, already in the A fragment layout the accumulator gives, into its
+// 64 x kD accumulator of the second product. No CTA-wide barrier per chunk: the consumers drift apart,
+// so one's products run on the tensor cores while the other evaluates GELU. The separate kernels this
+// replaces (two cuBLASLt products and GELU's elementwise kernel) wrote and read u and g in memory
+// between them: here each is written once and neither is read.
 //
 // Every value is rounded where the separate kernels round it (u after the bias, g by gelu.cuh's
 // GeluOfBf16, the elementwise kernel's evaluation); only the order of each product's fp32 sums
@@ -25,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gpu/common/mbarrier.cuh"
 #include "gpu/common/mma.cuh"
 #include "gpu/common/quad_transpose.cuh"
 #include "gpu/common/tile_io.cuh"
@@ -34,11 +37,13 @@
 
 namespace gemtb::gpu::train::ffn_forward {
 
-constexpr int kD = 128;       // the block's width: K of the first product, N of the second
-constexpr int kChunk = 128;   // hidden columns a step: N of the first product, K of the second
-constexpr int kRows = 128;    // rows a CTA
-constexpr int kThreads = 256;  // two warpgroups, 64 rows each
+constexpr int kD = 128;         // the block's width: K of the first product, N of the second
+constexpr int kChunk = 128;     // hidden columns a step: N of the first product, K of the second
+constexpr int kRows = 128;      // rows a CTA
+constexpr int kThreads = 384;   // a producer warpgroup and two consumers of 64 rows each
 constexpr int kStages = 2;
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;  // 128 x 40 + 256 x 232 <= 65536
 
 // Shared memory: the CTA's rows of h ([kRows, kD], the K-major A operand of the first product), then
 // kStages stages of W1[:, chunk] ([kD rows, kChunk columns]) and W2[chunk, :] ([kChunk rows, kD
@@ -70,31 +75,31 @@ using Bf16 = Storage<ElementType::kBFloat16>;
 
 __device__ __forceinline__ float Bf16Value(uint16_t bits) { return Bf16::ToFloat(bits); }
 
-// One chunk's W1 columns and W2 rows into stage `stage` (every thread issues its share; one cp.async
-// group).
-__device__ __forceinline__ void LoadChunk(const Params& p, int chunk, uint32_t w1_tile, uint32_t w2_tile) {
-  constexpr int kRowChunks = 128 / 8;  // 16-byte pieces of a 128-column tile row
-  const int c0 = chunk * kChunk;
-  for (int idx = static_cast<int>(threadIdx.x); idx < 128 * kRowChunks; idx += kThreads) {
-    const int r = idx / kRowChunks;
-    const int c = idx % kRowChunks;
-    const uint32_t at = wgmma::SwizzledOffset(128, r, c * 8);
-    wgmma::CpAsync16(w1_tile + at, p.w1 + static_cast<int64_t>(r) * p.hidden + c0 + c * 8, 16u);
-    wgmma::CpAsync16(w2_tile + at, p.w2 + static_cast<int64_t>(c0 + r) * kD + c * 8, 16u);
-  }
-  CopyAsyncCommit();
-}
-
 // The CTA's rows of h from row `first` into the tile at h_tile, zeros past the last row (their copies
-// read nothing). Issued before the first chunk's copies, in their cp.async group.
-__device__ __forceinline__ void LoadRows(const Params& p, int64_t first, uint32_t h_tile) {
-  constexpr int kRowChunks = kD / 8;
-  for (int idx = static_cast<int>(threadIdx.x); idx < kRows * kRowChunks; idx += kThreads) {
+// read nothing), by the producer's 128 threads (pt = 0..127).
+__device__ __forceinline__ void LoadRows(const Params& p, int pt, int64_t first, uint32_t h_tile) {
+  constexpr int kRowChunks = kD / 8;  // 16-byte pieces of a row
+#pragma unroll 4
+  for (int idx = pt; idx < kRows * kRowChunks; idx += 128) {
     const int r = idx / kRowChunks;
     const int c = idx % kRowChunks;
     const bool ok = first + r < p.n;
     wgmma::CpAsync16(h_tile + wgmma::SwizzledOffset(kRows, r, c * 8), ok ? p.h + (first + r) * kD + c * 8 : p.h,
                      ok ? 16u : 0u);
+  }
+}
+
+// One chunk's W1 columns and W2 rows into a stage, by the producer's 128 threads.
+__device__ __forceinline__ void LoadChunk(const Params& p, int pt, int chunk, uint32_t w1_tile, uint32_t w2_tile) {
+  constexpr int kRowChunks = 128 / 8;  // 16-byte pieces of a 128-column tile row
+  const int c0 = chunk * kChunk;
+#pragma unroll 4
+  for (int idx = pt; idx < 128 * kRowChunks; idx += 128) {
+    const int r = idx / kRowChunks;
+    const int c = idx % kRowChunks;
+    const uint32_t at = wgmma::SwizzledOffset(128, r, c * 8);
+    wgmma::CpAsync16(w1_tile + at, p.w1 + static_cast<int64_t>(r) * p.hidden + c0 + c * 8, 16u);
+    wgmma::CpAsync16(w2_tile + at, p.w2 + static_cast<int64_t>(c0 + r) * kD + c * 8, 16u);
   }
 }
 
@@ -114,44 +119,65 @@ __device__ __forceinline__ void StoreRowWords(const uint32_t (&w)[kChunk / 8], b
 
 __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  const uint32_t base = (wgmma::SmemAddress(smem_raw) + 1023u) & ~1023u;
-  const uint32_t h_tile = base;
+  __shared__ __align__(8) uint64_t bars[1 + 2 * kStages];  // h full, stage full[], stage empty[]
+  const uint32_t h_tile = (wgmma::SmemAddress(smem_raw) + 1023u) & ~1023u;
   const auto w1_tile = [&](int stage) {
-    return base + Layout::kHBytes + static_cast<uint32_t>(stage) * Layout::kStageBytes;
+    return h_tile + Layout::kHBytes + static_cast<uint32_t>(stage) * Layout::kStageBytes;
   };
   const auto w2_tile = [&](int stage) { return w1_tile(stage) + Layout::kW1Bytes; };
+  const uint32_t bar_h = wgmma::SmemAddress(&bars[0]);
+  const auto bar_full = [&](int stage) { return bar_h + 8u * static_cast<uint32_t>(1 + stage); };
+  const auto bar_empty = [&](int stage) { return bar_h + 8u * static_cast<uint32_t>(1 + kStages + stage); };
 
   const int tid = static_cast<int>(threadIdx.x);
-  const int wg = tid / 128;
+  const int role = tid / 128;  // 0: producer; 1, 2: consumers
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int chunks = p.hidden / kChunk;
+
+  if (tid == 0) {
+    mbar::Init(bar_h, 128);
+    for (int s = 0; s < kStages; ++s) {
+      mbar::Init(bar_full(s), 128);  // every producer thread, once its copies landed
+      mbar::Init(bar_empty(s), 8);   // lane 0 of each of the 8 consumer warps
+    }
+  }
+  __syncthreads();  // the only CTA-wide barrier
+
+  if (role == 0) {
+    // ---- producer ----
+    mbar::RegDealloc<kProducerRegs>();
+    LoadRows(p, tid, first, h_tile);
+    mbar::CpAsyncArrive(bar_h);
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+      const int stage = chunk % kStages;
+      // Chunk `chunk` reuses the stage of chunk - kStages: wait for both consumers to release it.
+      if (chunk >= kStages) mbar::Wait(bar_empty(stage), static_cast<uint32_t>((chunk / kStages - 1) & 1));
+      LoadChunk(p, tid, chunk, w1_tile(stage), w2_tile(stage));
+      mbar::CpAsyncArrive(bar_full(stage));
+    }
+    CopyAsyncWait<0>();  // leave nothing in flight behind an exiting thread
+    return;
+  }
+
+  // ---- consumers ----
+  mbar::RegAlloc<kConsumerRegs>();
+  const int wg = role - 1;  // rows wg*64 .. wg*64+63 of the tile
   const int warp = (tid / 32) % 4;
   const int lane_g = (tid % 32) / 4;
   const int lane_t = tid % 4;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRows;
   // This thread's two rows: g and g + 8 of its warp's 16.
   const int64_t row0 = first + wg * 64 + warp * 16 + lane_g;
   const int64_t rows[2] = {row0, row0 + 8};
-  const int chunks = p.hidden / kChunk;
-
-  LoadRows(p, first, h_tile);
-  LoadChunk(p, 0, w1_tile(0), w2_tile(0));
 
   float o[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.f;
 
+  mbar::Wait(bar_h, 0);
   for (int chunk = 0; chunk < chunks; ++chunk) {
     const int stage = chunk % kStages;
-    // Every warpgroup is done with the previous chunk's products (each waited for its own below), so the
-    // stage they read takes the next chunk's copies.
-    __syncthreads();
-    if (chunk + 1 < chunks) {
-      LoadChunk(p, chunk + 1, w1_tile((chunk + 1) % kStages), w2_tile((chunk + 1) % kStages));
-      CopyAsyncWait<1>();
-    } else {
-      CopyAsyncWait<0>();
-    }
-    wgmma::FenceProxyAsync();  // this thread's cp.async writes, to the proxy wgmma reads through
-    __syncthreads();
+    mbar::Wait(bar_full(stage), static_cast<uint32_t>((chunk / kStages) & 1));
+    wgmma::FenceProxyAsync();  // the cp.async writes, seen through the barrier, to the wgmma proxy
 
     // s = h W1[:, chunk], 64 x kChunk a warpgroup: k step kk is columns 16kk .. 16kk + 15 of the
     // warpgroup's rows of h (within a 64-column block of the tile) and rows 16kk .. 16kk + 15 of W1's.
@@ -185,15 +211,6 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
         gw[r][i] = PackRounded<ElementType::kBFloat16>(GeluOfBf16(Bf16Value(u_lo)), GeluOfBf16(Bf16Value(u_hi)));
       }
     }
-    // g as the A fragments of the second product: k step kk is accumulator blocks 2kk and 2kk + 1.
-    uint32_t ga[kChunk / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kChunk / 16; ++kk) {
-      ga[kk][0] = gw[0][2 * kk];
-      ga[kk][1] = gw[1][2 * kk];
-      ga[kk][2] = gw[0][2 * kk + 1];
-      ga[kk][3] = gw[1][2 * kk + 1];
-    }
     // u and g of the chunk out to memory (before the product below: the registers of a wgmma's A
     // operand are not to be touched until the wgmma is waited for).
 #pragma unroll
@@ -202,6 +219,15 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
       const int64_t at = (valid ? rows[r] : 0) * p.hidden + c0;
       StoreRowWords(uw[r], valid, p.u + at, lane_t);
       StoreRowWords(gw[r], valid, p.g + at, lane_t);
+    }
+    // g as the A fragments of the second product: k step kk is accumulator blocks 2kk and 2kk + 1.
+    uint32_t ga[kChunk / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kChunk / 16; ++kk) {
+      ga[kk][0] = gw[0][2 * kk];
+      ga[kk][1] = gw[1][2 * kk];
+      ga[kk][2] = gw[0][2 * kk + 1];
+      ga[kk][3] = gw[1][2 * kk + 1];
     }
     // o += g W2[chunk, :].
     wgmma::Fence();
@@ -213,6 +239,8 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
     wgmma::Commit();
     wgmma::Wait<0>();
     wgmma::FenceRegisters(o);
+    __syncwarp();
+    if ((tid & 31) == 0) mbar::Arrive(bar_empty(stage));  // this warp is done with the stage
   }
 
   // out = (o + b2) + x, fp32 pairs.
