@@ -44,6 +44,8 @@ constexpr int kThreads = 384;   // a producer warpgroup and two consumers of 64 
 constexpr int kStages = 2;
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;  // 128 x 40 + 256 x 232 <= 65536
+// Named barrier ids 1 and 2: consumer 0's and consumer 1's turn to issue products.
+constexpr int kTurnBarrier = 1;
 
 // Shared memory: the CTA's rows of h ([kRows, kD], the K-major A operand of the first product), then
 // kStages stages of W1[:, chunk] ([kD rows, kChunk columns]) and W2[chunk, :] ([kChunk rows, kD
@@ -173,6 +175,13 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.f;
 
+  // The turn to issue products alternates between the consumers (consumer 0 first: its barrier is
+  // pre-armed with the other side's 128 arrivals), so that one's products run while the other
+  // evaluates GELU.
+  const int my_turn = kTurnBarrier + wg;
+  const int other_turn = kTurnBarrier + (1 - wg);
+  if (wg == 0) mbar::NamedArrive(my_turn, 256);
+
   mbar::Wait(bar_h, 0);
   for (int chunk = 0; chunk < chunks; ++chunk) {
     const int stage = chunk % kStages;
@@ -182,6 +191,7 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
     // s = h W1[:, chunk], 64 x kChunk a warpgroup: k step kk is columns 16kk .. 16kk + 15 of the
     // warpgroup's rows of h (within a 64-column block of the tile) and rows 16kk .. 16kk + 15 of W1's.
     float s[64];
+    mbar::NamedSync(my_turn, 256);
     wgmma::Fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
@@ -191,6 +201,7 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
                                                  wgmma::SwizzledDescriptor(b, 128 * 128, 1024), kk > 0 ? 1u : 0u);
     }
     wgmma::Commit();
+    mbar::NamedArrive(other_turn, 256);
     wgmma::Wait<0>();
     wgmma::FenceRegisters(s);
 
@@ -230,6 +241,7 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
       ga[kk][3] = gw[1][2 * kk + 1];
     }
     // o += g W2[chunk, :].
+    mbar::NamedSync(my_turn, 256);
     wgmma::Fence();
 #pragma unroll
     for (int kk = 0; kk < kChunk / 16; ++kk) {
@@ -237,6 +249,9 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
       wgmma::MmaRS<ElementType::kBFloat16>(o, ga[kk], wgmma::SwizzledDescriptor(b, 128 * 128, 1024), 1u);
     }
     wgmma::Commit();
+    // Consumer 1's last hand-over has no taker (consumer 0 issues nothing more): skipping it keeps
+    // every named-barrier use complete.
+    if (chunk + 1 < chunks || wg == 0) mbar::NamedArrive(other_turn, 256);
     wgmma::Wait<0>();
     wgmma::FenceRegisters(o);
     __syncwarp();
