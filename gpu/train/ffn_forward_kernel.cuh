@@ -258,18 +258,23 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
     if ((tid & 31) == 0) mbar::Arrive(bar_empty(stage));  // this warp is done with the stage
   }
 
-  // out = (o + b2) + x, fp32 pairs.
+  // out = (o + b2) + x, fp32 pairs, a row at a time: every load of the row's x issued before the
+  // first sum (one memory latency a row, not one a pair; the chunks' registers are free by now).
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (rows[r] >= p.n) continue;
     const int64_t at = rows[r] * kD + 2 * lane_t;
+    float2 x[kD / 8], bias[kD / 8];
 #pragma unroll
     for (int i = 0; i < kD / 8; ++i) {
-      const float2 bias = *reinterpret_cast<const float2*>(p.b2 + 8 * i + 2 * lane_t);
-      const float2 x = *reinterpret_cast<const float2*>(p.x + at + 8 * i);
+      x[i] = *reinterpret_cast<const float2*>(p.x + at + 8 * i);
+      bias[i] = *reinterpret_cast<const float2*>(p.b2 + 8 * i + 2 * lane_t);
+    }
+#pragma unroll
+    for (int i = 0; i < kD / 8; ++i) {
       float2 y;
-      y.x = __fadd_rn(__fadd_rn(o[4 * i + 2 * r], bias.x), x.x);
-      y.y = __fadd_rn(__fadd_rn(o[4 * i + 2 * r + 1], bias.y), x.y);
+      y.x = __fadd_rn(__fadd_rn(o[4 * i + 2 * r], bias[i].x), x[i].x);
+      y.y = __fadd_rn(__fadd_rn(o[4 * i + 2 * r + 1], bias[i].y), x[i].y);
       *reinterpret_cast<float2*>(p.out + at + 8 * i) = y;
     }
   }
