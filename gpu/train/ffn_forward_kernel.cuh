@@ -5,15 +5,16 @@
 //   g = bf16(GELU(u))         stored (W2's gradient reads it) and kept in registers
 //   out = (g W2 + b2) + x     fp32, x the block's input (the residual)
 //
-// A CTA takes kRows rows and is warp-specialised (as the attention forward's forward_hopper_ws_kernel.cuh):
-// warpgroup 0 copies (cp.async), warpgroups 1 and 2 compute, 64 rows each. The producer stages the
+// A CTA takes kRows rows and is warp-specialised (as the attention forward's
+// forward_hopper_ws_kernel.cuh): warpgroup 0 copies (cp.async), warpgroups 1 and 2 compute, 64 rows each. The producer stages the
 // CTA's rows of h once, then walks the hidden dimension in chunks of kChunk columns, copying W1's
 // columns and W2's rows of a chunk into one of kStages stages and signalling its "full" mbarrier; it
 // refills a stage once both consumers signalled its "empty" one. A consumer, per chunk: its 64 x
 // kChunk block of the first product (wgmma, both operands in shared memory), b1 added and u rounded,
 // GELU of u, u and g stored, and g, already in the A fragment layout the accumulator gives, into its
-// 64 x kD accumulator of the second product. No CTA-wide barrier per chunk: the consumers drift apart,
-// so one's products run on the tensor cores while the other evaluates GELU. The separate kernels this
+// 64 x kD accumulator of the second product. No CTA-wide barrier per chunk; the consumers take turns
+// to issue their products (two named barriers, FA3's ping-pong), so one's products run on the tensor
+// cores while the other evaluates GELU. The separate kernels this
 // replaces (two cuBLASLt products and GELU's elementwise kernel) wrote and read u and g in memory
 // between them: here each is written once and neither is read.
 //
