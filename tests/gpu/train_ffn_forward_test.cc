@@ -23,17 +23,12 @@ namespace {
 using test::DeviceArray;
 using test::ExpectCloseToScale;
 using test::HaveSm90;
+using test::Wave;
 
 constexpr double kU = 1.0 / (1 << 24);     // fp32's unit roundoff
 constexpr double kBf16U = 1.0 / (1 << 8);  // bf16's (8 significant bits)
 
 double Gelu(double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }
-
-std::vector<float> Wave(size_t n, float scale, float offset, float step) {
-  std::vector<float> v(n);
-  for (size_t e = 0; e < n; ++e) v[e] = offset + scale * std::sin(step * static_cast<float>(e) + 0.3f);
-  return v;
-}
 
 TEST(FfnForward, ShapesAndPointersItCannotTakeAreRefusedByName) {
   EXPECT_TRUE(ValidateFfnForwardShape({10, 128, 512}).ok());

@@ -24,6 +24,7 @@ using test::DeviceArray;
 using test::ExpectClose;
 using test::ExpectCloseToScale;
 using test::HaveSm90;
+using test::Wave;
 
 constexpr double kU = 1.0 / (1 << 24);     // fp32's unit roundoff
 constexpr double kBf16U = 1.0 / (1 << 8);  // bf16's (8 significant bits)
@@ -33,12 +34,6 @@ double Pdf(double x) { return std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI); }
 double GeluGrad(double x) { return Phi(x) + x * Pdf(x); }
 // The magnitude of GELU'(x)'s two terms: the scale of its rounding where they nearly cancel (x ~ -0.75).
 double GeluGradTerms(double x) { return Phi(x) + std::fabs(x) * Pdf(x); }
-
-std::vector<float> Wave(size_t n, float scale, float offset, float step) {
-  std::vector<float> v(n);
-  for (size_t e = 0; e < n; ++e) v[e] = offset + scale * std::sin(step * static_cast<float>(e) + 0.3f);
-  return v;
-}
 
 TEST(FfnFused, ShapesAndPointersItCannotTakeAreRefusedByName) {
   EXPECT_TRUE(ValidateFfnShape({10, 128, 512}).ok());

@@ -23,12 +23,7 @@ namespace {
 using test::DeviceArray;
 using test::ExpectClose;
 using test::HaveSm90;
-
-std::vector<float> Wave(size_t n, float scale, float offset, float step) {
-  std::vector<float> v(n);
-  for (size_t e = 0; e < n; ++e) v[e] = offset + scale * std::sin(step * static_cast<float>(e) + 0.3f);
-  return v;
-}
+using test::Wave;
 
 TEST(ProjectionsBackward, BadArgumentsAreRefusedByName) {
   EXPECT_TRUE(ValidateProjectionsShape(10, 128).ok());

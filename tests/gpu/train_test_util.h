@@ -57,6 +57,14 @@ struct DeviceArray {
   }
 };
 
+// n smooth, deterministic fp32 values offset + scale sin(step e + 0.3), e = 0 .. n-1: inputs whose every
+// element differs from its neighbours, so that a misplaced row or column shows.
+inline std::vector<float> Wave(size_t n, float scale, float offset, float step) {
+  std::vector<float> v(n);
+  for (size_t e = 0; e < n; ++e) v[e] = offset + scale * std::sin(step * static_cast<float>(e) + 0.3f);
+  return v;
+}
+
 // n normal(mean, scale) draws rounded to bf16 (their bits).
 inline std::vector<uint16_t> RandomBf16(size_t n, uint64_t seed, double mean, double scale) {
   std::mt19937_64 rng(seed);
