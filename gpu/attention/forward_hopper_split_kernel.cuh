@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
         // The consumers arrive on "Q empty" after their last S GEMM on the old Q when the next
         // item reads another one.
         if (q_loads > 0) mbar::Wait(bar_q_empty, static_cast<uint32_t>((q_loads - 1) & 1));
-        WsLoadRows(pt, sq, QM, pr.q + qk.first_row * q_stride + h * D, q_stride, qk.rows, pr.q);
+        wgmma::WarpgroupLoadRows(pt, sq, QM, pr.q + qk.first_row * q_stride + h * D, q_stride, qk.rows, pr.q);
         mbar::CpAsyncArrive(bar_q);
         loaded = qk;
         ++q_loads;
@@ -153,8 +153,8 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
           }
         } else {
           const int64_t offset = (seq.kv_begin + j0) * kv_stride + hk * D;
-          WsLoadRows(pt, sk(stage), BN, pr.k + offset, kv_stride, rows, pr.k);
-          WsLoadRows(pt, sv(stage), BN, pr.v + offset, kv_stride, rows, pr.v);
+          wgmma::WarpgroupLoadRows(pt, sk(stage), BN, pr.k + offset, kv_stride, rows, pr.k);
+          wgmma::WarpgroupLoadRows(pt, sv(stage), BN, pr.v + offset, kv_stride, rows, pr.v);
           mbar::CpAsyncArrive(bar_full(stage));
         }
         // The next item's sequence, once its tile has had a step's time to arrive.

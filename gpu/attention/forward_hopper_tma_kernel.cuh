@@ -159,8 +159,8 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
           }
         } else {
           const int64_t offset = (seq.kv_begin + j0) * kv_stride + hk * D;
-          WsLoadRows(pt, sk(stage), BN, pr.k + offset, kv_stride, rows, pr.k);
-          WsLoadRows(pt, sv(stage), BN, pr.v + offset, kv_stride, rows, pr.v);
+          wgmma::WarpgroupLoadRows(pt, sk(stage), BN, pr.k + offset, kv_stride, rows, pr.k);
+          wgmma::WarpgroupLoadRows(pt, sv(stage), BN, pr.v + offset, kv_stride, rows, pr.v);
           mbar::CpAsyncArrive(bar_full(stage));
         }
         // The next item's sequence, once its tile has had a step's time to arrive.
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1)
           mbar::Arrive(bar_q);
         }
       } else {
-        WsLoadRows(pt, sq, BM, pr.q + (seq.q_begin + tile.i0) * q_stride + h * D, q_stride, q_rows, pr.q);
+        wgmma::WarpgroupLoadRows(pt, sq, BM, pr.q + (seq.q_begin + tile.i0) * q_stride + h * D, q_stride, q_rows, pr.q);
         mbar::CpAsyncArrive(bar_q);
       }
       for (int step = 1; step < steps; ++step) load_step(step);

@@ -31,21 +31,6 @@ inline constexpr int kHopperWsConsumerRegs = 232;  // 128 x 40 + 256 x 232 <= 65
 inline constexpr int kWsTurnBarrier = 1;
 inline constexpr int kWsConsumersBarrier = 3;
 
-// Rows [0, valid_rows) of a [tile_rows, 128] tile into the swizzled tile at `dst`, zero-filling
-// the rest, by the producer warpgroup's 128 threads (`pt` = 0..127).
-__device__ __forceinline__ void WsLoadRows(int pt, uint32_t dst, int tile_rows, const uint16_t* src,
-                                           int64_t src_stride, int valid_rows, const uint16_t* any_valid) {
-  constexpr int kChunks = kHopperHeadDim / 8;  // 16-byte chunks per row
-#pragma unroll 4
-  for (int idx = pt; idx < tile_rows * kChunks; idx += 128) {
-    const int r = idx / kChunks;
-    const int c = idx % kChunks;
-    const bool ok = r < valid_rows;
-    wgmma::CpAsync16(dst + wgmma::SwizzledOffset(tile_rows, r, c * 8), ok ? src + r * src_stride + c * 8 : any_valid,
-                     ok ? 16u : 0u);
-  }
-}
-
 template <ElementType E, HopperAct kAct, int BN>
 __global__ void __launch_bounds__(kHopperWsThreads, 1) ForwardHopperWsKernel(const ForwardParams p) {
   constexpr int D = kHopperHeadDim;
@@ -93,7 +78,7 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1) ForwardHopperWsKernel(con
     // ---- producer ----
     mbar::RegDealloc<kHopperWsProducerRegs>();
     const int pt = tid;
-    WsLoadRows(pt, sq, BM, pr.q + (seq.q_begin + tile.i0) * q_stride + h * D, q_stride, q_rows, pr.q);
+    wgmma::WarpgroupLoadRows(pt, sq, BM, pr.q + (seq.q_begin + tile.i0) * q_stride + h * D, q_stride, q_rows, pr.q);
     mbar::CpAsyncArrive(bar_q);
     for (int step = 0; step < steps; ++step) {
       const int stage = step % kStages;
@@ -102,8 +87,8 @@ __global__ void __launch_bounds__(kHopperWsThreads, 1) ForwardHopperWsKernel(con
       const int j0 = tile.k_lo + step * BN;
       const int64_t offset = (seq.kv_begin + j0) * kv_stride + hk * D;
       const int rows = min(BN, tile.k_hi - j0);
-      WsLoadRows(pt, sk(stage), BN, pr.k + offset, kv_stride, rows, pr.k);
-      WsLoadRows(pt, sv(stage), BN, pr.v + offset, kv_stride, rows, pr.v);
+      wgmma::WarpgroupLoadRows(pt, sk(stage), BN, pr.k + offset, kv_stride, rows, pr.k);
+      wgmma::WarpgroupLoadRows(pt, sv(stage), BN, pr.v + offset, kv_stride, rows, pr.v);
       mbar::CpAsyncArrive(bar_full(stage));
     }
     CopyAsyncWait<0>();  // leave nothing in flight behind an exiting thread

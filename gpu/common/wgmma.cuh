@@ -177,6 +177,22 @@ __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, uint32_
                : "memory");
 }
 
+// Rows [0, valid_rows) of a [tile_rows, 128] tile of 16-bit elements (rows src_stride elements apart)
+// into the swizzled tile at `dst`, zero-filling the rest, by one warpgroup's 128 threads (`thread` =
+// 0..127): a producer warpgroup's share of a stage. `any_valid` is a readable address for the
+// zero-filled copies, which read nothing. The copies join the thread's open cp.async group.
+__device__ __forceinline__ void WarpgroupLoadRows(int thread, uint32_t dst, int tile_rows, const uint16_t* src,
+                                                  int64_t src_stride, int valid_rows, const uint16_t* any_valid) {
+  constexpr int kChunks = 128 / 8;  // 16-byte chunks per row
+#pragma unroll 4
+  for (int idx = thread; idx < tile_rows * kChunks; idx += 128) {
+    const int r = idx / kChunks;
+    const int c = idx % kChunks;
+    const bool ok = r < valid_rows;
+    CpAsync16(dst + SwizzledOffset(tile_rows, r, c * 8), ok ? src + r * src_stride + c * 8 : any_valid, ok ? 16u : 0u);
+  }
+}
+
 // d (64x32 fp32, accumulator layout) (+)= A (64x16, smem) * B (16x32, smem K-major). kTransA: A is
 // MN-major (its rows in shared memory are the k dim, e.g. a K tile read as Kᵀ), else K-major.
 template <ElementType E, bool kTransA>

@@ -6,17 +6,17 @@
 //   out = (g W2 + b2) + x     fp32, x the block's input (the residual)
 //
 // A CTA takes kRows rows and is warp-specialised (as the attention forward's
-// forward_hopper_ws_kernel.cuh): warpgroup 0 copies (cp.async), warpgroups 1 and 2 compute, 64 rows each. The producer stages the
-// CTA's rows of h once, then walks the hidden dimension in chunks of kChunk columns, copying W1's
-// columns and W2's rows of a chunk into one of kStages stages and signalling its "full" mbarrier; it
-// refills a stage once both consumers signalled its "empty" one. A consumer, per chunk: its 64 x
-// kChunk block of the first product (wgmma, both operands in shared memory), b1 added and u rounded,
-// GELU of u, u and g stored, and g, already in the A fragment layout the accumulator gives, into its
-// 64 x kD accumulator of the second product. No CTA-wide barrier per chunk; the consumers take turns
-// to issue their products (two named barriers, FA3's ping-pong), so one's products run on the tensor
-// cores while the other evaluates GELU. The separate kernels this
-// replaces (two cuBLASLt products and GELU's elementwise kernel) wrote and read u and g in memory
-// between them: here each is written once and neither is read.
+// forward_hopper_ws_kernel.cuh): warpgroup 0 copies (cp.async), warpgroups 1 and 2 compute, 64 rows
+// each. The producer stages the CTA's rows of h once, then walks the hidden dimension in chunks of
+// kChunk columns, copying W1's columns and W2's rows of a chunk into one of kStages stages and
+// signalling its "full" mbarrier; it refills a stage once both consumers signalled its "empty" one. A
+// consumer, per chunk: its 64 x kChunk block of the first product (wgmma, both operands in shared
+// memory), b1 added and u rounded, GELU of u, u and g stored, and g, already in the A fragment layout
+// the accumulator gives, into its 64 x kD accumulator of the second product. No CTA-wide barrier per
+// chunk; the consumers take turns to issue their products (two named barriers, FA3's ping-pong), so
+// that one's products can run on the tensor cores while the other evaluates GELU. The separate
+// kernels this replaces (two cuBLASLt products and GELU's elementwise kernel) wrote and read u and g
+// in memory between them: here each is written once and neither is read.
 //
 // Every value is rounded where the separate kernels round it (u after the bias, g by gelu.cuh's
 // GeluOfBf16, the elementwise kernel's evaluation); only the order of each product's fp32 sums
@@ -78,34 +78,6 @@ using Bf16 = Storage<ElementType::kBFloat16>;
 
 __device__ __forceinline__ float Bf16Value(uint16_t bits) { return Bf16::ToFloat(bits); }
 
-// The CTA's rows of h from row `first` into the tile at h_tile, zeros past the last row (their copies
-// read nothing), by the producer's 128 threads (pt = 0..127).
-__device__ __forceinline__ void LoadRows(const Params& p, int pt, int64_t first, uint32_t h_tile) {
-  constexpr int kRowChunks = kD / 8;  // 16-byte pieces of a row
-#pragma unroll 4
-  for (int idx = pt; idx < kRows * kRowChunks; idx += 128) {
-    const int r = idx / kRowChunks;
-    const int c = idx % kRowChunks;
-    const bool ok = first + r < p.n;
-    wgmma::CpAsync16(h_tile + wgmma::SwizzledOffset(kRows, r, c * 8), ok ? p.h + (first + r) * kD + c * 8 : p.h,
-                     ok ? 16u : 0u);
-  }
-}
-
-// One chunk's W1 columns and W2 rows into a stage, by the producer's 128 threads.
-__device__ __forceinline__ void LoadChunk(const Params& p, int pt, int chunk, uint32_t w1_tile, uint32_t w2_tile) {
-  constexpr int kRowChunks = 128 / 8;  // 16-byte pieces of a 128-column tile row
-  const int c0 = chunk * kChunk;
-#pragma unroll 4
-  for (int idx = pt; idx < 128 * kRowChunks; idx += 128) {
-    const int r = idx / kRowChunks;
-    const int c = idx % kRowChunks;
-    const uint32_t at = wgmma::SwizzledOffset(128, r, c * 8);
-    wgmma::CpAsync16(w1_tile + at, p.w1 + static_cast<int64_t>(r) * p.hidden + c0 + c * 8, 16u);
-    wgmma::CpAsync16(w2_tile + at, p.w2 + static_cast<int64_t>(c0 + r) * kD + c * 8, 16u);
-  }
-}
-
 // One thread's share of a row's chunk, w[i] holding columns 8i + 2t and 8i + 2t + 1 (the accumulator
 // layout), into dst (the row of a [n, hidden] bf16 array at the chunk's first column): after a quad
 // transpose of each four words, 16 bytes a lane, so a quad writes 64 contiguous bytes. Every lane
@@ -116,7 +88,9 @@ __device__ __forceinline__ void StoreRowWords(const uint32_t (&w)[kChunk / 8], b
   for (int k = 0; k < kChunk / 32; ++k) {
     uint32_t block[4] = {w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3]};
     QuadTranspose4(block, lane_t);  // columns 8 (4k + t) .. 8 (4k + t) + 7
-    if (valid) *reinterpret_cast<uint4*>(dst + (4 * k + lane_t) * 8) = make_uint4(block[0], block[1], block[2], block[3]);
+    if (valid) {
+      *reinterpret_cast<uint4*>(dst + (4 * k + lane_t) * 8) = make_uint4(block[0], block[1], block[2], block[3]);
+    }
   }
 }
 
@@ -149,13 +123,18 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
   if (role == 0) {
     // ---- producer ----
     mbar::RegDealloc<kProducerRegs>();
-    LoadRows(p, tid, first, h_tile);
+    // The tiles are 128 columns wide (kD = kChunk = 128): wgmma.cuh's warpgroup copy takes each.
+    const int valid = static_cast<int>(p.n - first < kRows ? p.n - first : kRows);
+    wgmma::WarpgroupLoadRows(tid, h_tile, kRows, p.h + first * kD, kD, valid, p.h);
     mbar::CpAsyncArrive(bar_h);
     for (int chunk = 0; chunk < chunks; ++chunk) {
       const int stage = chunk % kStages;
       // Chunk `chunk` reuses the stage of chunk - kStages: wait for both consumers to release it.
       if (chunk >= kStages) mbar::Wait(bar_empty(stage), static_cast<uint32_t>((chunk / kStages - 1) & 1));
-      LoadChunk(p, tid, chunk, w1_tile(stage), w2_tile(stage));
+      const int c0 = chunk * kChunk;
+      wgmma::WarpgroupLoadRows(tid, w1_tile(stage), kD, p.w1 + c0, p.hidden, kD, p.w1);  // W1[:, chunk]
+      wgmma::WarpgroupLoadRows(tid, w2_tile(stage), kChunk, p.w2 + static_cast<int64_t>(c0) * kD, kD, kChunk,
+                               p.w2);  // W2[chunk, :]
       mbar::CpAsyncArrive(bar_full(stage));
     }
     CopyAsyncWait<0>();  // leave nothing in flight behind an exiting thread

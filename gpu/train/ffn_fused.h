@@ -1,10 +1,10 @@
 // The backward of the feed-forward block y = x + FFN(LayerNorm(x)) in bf16 up to the block's input
 // gradient, one kernel (ffn_fused_kernels.cuh): both input-gradient products with GELU's derivative
 // between them, each row's hidden values kept on chip, and LayerNorm's backward of the result,
-// instead of two cuBLASLt products, GELU's elementwise backward and LayerNorm's backward kernel (the
-// forward's products and GELU are ffn_forward.h's kernel). Row-major arrays as in linear.h: x, dx [n, d] fp32; ds [n,
-// d] bf16; W1 [d, hidden]; W2 [hidden, d]; u, du [n, hidden]. LayerNorm is layer_norm.h's (the same
-// bytes as LayerNormBackward given the same dh), GELU's derivative the model's erf form as
+// instead of two cuBLASLt products, GELU's elementwise backward and LayerNorm's backward kernel (at d =
+// 128 the forward's products and GELU are ffn_forward.h's kernel). Row-major arrays as in linear.h: x,
+// dx [n, d] fp32; ds [n, d] bf16; W1 [d, hidden]; W2 [hidden, d]; u, du [n, hidden]. LayerNorm is
+// layer_norm.h's (the same bytes as LayerNormBackward given the same dh), GELU's derivative the model's erf form as
 // GeluBackward evaluates it, and every bf16 value is rounded where the separate kernels round it;
 // only the order of each product's fp32 sums differs from cuBLASLt's. The weight gradients stay with
 // linear.h's products (they sum over every row). All pointers are device memory, 16-byte aligned;

@@ -1360,8 +1360,8 @@ absl::Status GemModelGpu::Impl::SeqBwd(const SeqP& p, int layer, int j, const Se
   GEMTB_ASSIGN_OR_RETURN(dh, mem->Floats(nd));
   // Each LayerNorm backward below that runs as its own kernel hands the new ds on in bf16 to the bf16
   // attention block whose backward comes next (its output projection's operand, and its bias's sums),
-  // which then skips that pass over ds (ToBf16WithColumnSums).
-  // (Rows that the fused LayerNorm kernel takes; wider ones keep the separate pass.)
+  // which then skips that pass over ds (ToBf16WithColumnSums); only at widths the fused LayerNorm
+  // kernel takes (wider rows keep that pass).
   const bool bf16_blocks = options.attention_blocks == AttentionBlockPrecision::kBf16;
   const bool hand_on = bf16_blocks && d <= kBackwardRowsMaxWidth;
   const AttnP* const after_ffn = !hand_on ? nullptr : g.DoB(layer) ? &p.attn_b : g.DoA(layer) ? &p.attn_a : nullptr;

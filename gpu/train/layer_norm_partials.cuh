@@ -31,8 +31,8 @@ absl::Status WithLayerNormPartials(int64_t blocks, int64_t width, float* dgamma,
       !a.ok()) {
     return a;
   }
-  const absl::Status launched = launch(part, part + blocks * width);
   const int64_t stride = blocks * width;
+  const absl::Status launched = launch(part, part + stride);
   const absl::Status summed =
       !launched.ok() ? launched
       : handed_sums != nullptr

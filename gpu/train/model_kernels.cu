@@ -216,7 +216,7 @@ absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, S
 template <typename T>
 absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, float* out, bool accumulate,
                           cudaStream_t stream, __nv_bfloat16* rounded = nullptr) {
-  return ColumnSumsOf(x, rows, cols, ldx, SumOutputs{{out, nullptr, nullptr}}, 1, 0, accumulate, stream, rounded);
+  return ColumnSumsOf(x, rows, cols, ldx, SumOutputs{{out}}, 1, 0, accumulate, stream, rounded);
 }
 
 // Four values a thread where x and y allow 16- and 8-byte accesses (one load and one store instead
@@ -286,7 +286,7 @@ absl::Status ColumnSums(const __nv_bfloat16* x, int64_t rows, int64_t cols, int6
 
 absl::Status ColumnSumsPair(const float* x, int64_t rows, int64_t cols, int64_t x_stride, float* out0, float* out1,
                             bool accumulate, cudaStream_t stream) {
-  return ColumnSumsOf(x, rows, cols, cols, SumOutputs{{out0, out1, nullptr}}, 2, x_stride, accumulate, stream);
+  return ColumnSumsOf(x, rows, cols, cols, SumOutputs{{out0, out1}}, 2, x_stride, accumulate, stream);
 }
 
 absl::Status ColumnSumsTriple(const float* x, int64_t rows, int64_t cols, int64_t x_stride, float* out0, float* out1,
@@ -307,7 +307,7 @@ absl::Status GeluBackwardWithColumnSums(const __nv_bfloat16* u, const __nv_bfloa
   // ones, the same bytes.
   const bool wide = cols % 8 == 0 && reinterpret_cast<uintptr_t>(u) % 16 == 0 &&
                     reinterpret_cast<uintptr_t>(dg) % 16 == 0 && reinterpret_cast<uintptr_t>(du) % 16 == 0;
-  return FromFirstLevel(rows, cols, SumOutputs{{out, nullptr, nullptr}}, 1, accumulate, stream, "GeluBackwardWithColumnSums",
+  return FromFirstLevel(rows, cols, SumOutputs{{out}}, 1, accumulate, stream, "GeluBackwardWithColumnSums",
                         [&](dim3 grid, int threads, float* partial, int64_t) {
                           const auto* ub = reinterpret_cast<const uint16_t*>(u);
                           const auto* gb = reinterpret_cast<const uint16_t*>(dg);
