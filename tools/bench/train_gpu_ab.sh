@@ -16,7 +16,8 @@
 # .deb/variants/NAME.base names that variant (its tree), NAME.flags its flags, and no tree. Then
 # run(command: "bash tools/bench/train_gpu_ab.sh", carry: [".deb"]).
 # Environment: BATCHES (local batches, default "256 1024"), TURNS (default 2), STEPS per run (default
-# 20), TESTS (test targets built and run for every variant, default none), KERNELS (a local batch:
+# 20), TESTS (test targets built and run for every variant, default none), LIMIT_S (seconds any one test
+# binary, timed run or traced run may take before it is stopped, default 180), KERNELS (a local batch:
 # ncu times every kernel whose name matches KERNEL_REGEX, default all, in one step of each variant),
 # SECTIONS (kernel-name regexes, each as REGEX or REGEX@SKIP, separated by spaces: ncu's speed-of-light,
 # warp-state, scheduler, memory, occupancy and source-level sections of one launch of each, the first
@@ -49,6 +50,13 @@ batches=${BATCHES:-256 1024}
 turns=${TURNS:-2}
 steps=${STEPS:-20}
 tests=${TESTS:-}
+# Every test binary, timed run and traced run is stopped after LIMIT_S seconds (default 180), so that a
+# variant that hangs (a kernel waiting on a barrier nobody arrives at) costs its own runs, not the
+# call's remaining device time.
+limit=${LIMIT_S:-180}
+Overran() {  # STATUS WHAT: say so in the summary when timeout stopped it
+  if [ "$1" -eq 124 ]; then echo "$2: stopped after $limit s" | tee -a "$out/ab_summary.txt"; fi
+}
 kernels=${KERNELS:-}
 kernel_regex=${KERNEL_REGEX:-.}
 sections=${SECTIONS:-}
@@ -121,7 +129,7 @@ for v in "${builds[@]}"; do
       echo "$v: $t not in its build" | tee -a "$out/ab_summary.txt"
       continue
     fi
-    "$scratch/ab-build-$v/bin/$t" >>"$out/tests_$v.log" 2>&1 || rc=1
+    timeout "$limit" "$scratch/ab-build-$v/bin/$t" >>"$out/tests_$v.log" 2>&1 || { rc=1; Overran $? "$v: $t"; }
   done
   [ -f "$out/tests_$v.log" ] && grep -E "^\[  (PASSED|FAILED) |Failure$|^\[  FAILED  \]" "$out/tests_$v.log" |
     sed "s/^/$v: /" | tee -a "$out/ab_summary.txt"
@@ -158,8 +166,9 @@ for turn in $(seq "$turns"); do
   for b in $batches; do
     for v in "${variants[@]}"; do
       report=$out/train_${v}_b${b}_t$turn.json
-      "$scratch/ab-build-${tree[$v]}/bin/gemtb" train --config small --local-batch "$b" --steps "$steps" --eval-samples 0 \
-        --log-every-s 1000 --report "$report" ${vflags[$v]} >"$out/train_${v}_b${b}_t$turn.log" 2>&1 || rc=1
+      timeout "$limit" "$scratch/ab-build-${tree[$v]}/bin/gemtb" train --config small --local-batch "$b" --steps "$steps" \
+        --eval-samples 0 --log-every-s 1000 --report "$report" ${vflags[$v]} >"$out/train_${v}_b${b}_t$turn.log" 2>&1 ||
+        { rc=1; Overran $? "$v: train b$b turn $turn"; }
       /usr/bin/python3 -c "
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -187,9 +196,9 @@ if [ -n "$trace" ]; then
       continue
     fi
     # shellcheck disable=SC2086
-    "$scratch/ab-build-${tree[$v]}/bin/gemtb" train --config small --local-batch "$trace" --steps 5 --eval-samples 0 \
-      --log-every-s 1000 --trace-kernels --trace "$out/trace_$v.json" --report "$out/timeline_$v.json" ${vflags[$v]} \
-      >"$out/timeline_$v.log" 2>&1 || rc=1
+    timeout "$limit" "$scratch/ab-build-${tree[$v]}/bin/gemtb" train --config small --local-batch "$trace" --steps 5 \
+      --eval-samples 0 --log-every-s 1000 --trace-kernels --trace "$out/trace_$v.json" --report "$out/timeline_$v.json" \
+      ${vflags[$v]} >"$out/timeline_$v.log" 2>&1 || { rc=1; Overran $? "$v: trace b$trace"; }
     grep "last step on the device" "$out/timeline_$v.log" | sed "s/^/$v b$trace: /" | tee -a "$out/ab_summary.txt"
   done
   traces=("$out"/trace_*.json)
