@@ -1,8 +1,10 @@
 #include "gpu/train/ffn_forward.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "gpu/common/sm_count.h"
 #include "gpu/train/ffn_forward_kernel.cuh"
 #include "gpu/train/kernel_utils.cuh"
 
@@ -51,7 +53,10 @@ absl::Status FfnForwardFused(const FfnShape& s, const __nv_bfloat16* h, const Ff
   if (absl::Status a = AllowSharedMemory(ffn_forward::FfnForwardKernel, kBytes, "FfnForwardFused"); !a.ok()) {
     return a;
   }
-  const auto blocks = static_cast<unsigned>((s.n + ffn_forward::kRows - 1) / ffn_forward::kRows);
+  // Persistent: at most one CTA an SM (the kernel's shared memory allows no second), each walking its
+  // tiles.
+  const int64_t tiles = (s.n + ffn_forward::kRows - 1) / ffn_forward::kRows;
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(tiles, HopperSmCount()));
   ffn_forward::FfnForwardKernel<<<blocks, ffn_forward::kThreads, kBytes, stream>>>(p);
   return Launched("FfnForwardFused");
 }

@@ -5,10 +5,12 @@
 //   g = bf16(GELU(u))         stored (W2's gradient reads it) and kept in registers
 //   out = (g W2 + b2) + x     fp32, x the block's input (the residual)
 //
-// A CTA takes kRows rows and is warp-specialised (as the attention forward's
-// forward_hopper_ws_kernel.cuh): warpgroup 0 copies (cp.async), warpgroups 1 and 2 compute, 64 rows
-// each. The producer stages the CTA's rows of h once, then walks the hidden dimension in chunks of
-// kChunk columns, copying W1's columns and W2's rows of a chunk into one of kStages stages and
+// The kernel is persistent: one CTA an SM, CTA c taking tiles of kRows rows c, c + gridDim.x, ... A CTA
+// is warp-specialised (as the attention forward's forward_hopper_ws_kernel.cuh): warpgroup 0 copies
+// (cp.async), warpgroups 1 and 2 compute, 64 rows of a tile each. The producer stages a tile's rows of
+// h into one of two buffers (so that the next tile's arrive while this one computes: a CTA never waits
+// for its first copies but once), then walks the hidden dimension in chunks of kChunk columns, copying
+// W1's columns and W2's rows of a chunk into one of kStages stages (cycling across tiles) and
 // signalling its "full" mbarrier; it refills a stage once both consumers signalled its "empty" one. A
 // consumer, per chunk: its 64 x kChunk block of the first product (wgmma, both operands in shared
 // memory), b1 added and u rounded, GELU of u, u and g stored, and g, already in the A fragment layout
@@ -43,6 +45,7 @@ constexpr int kChunk = 128;     // hidden columns a step: N of the first product
 constexpr int kRows = 128;      // rows a CTA
 constexpr int kThreads = 384;   // a producer warpgroup and two consumers of 64 rows each
 constexpr int kStages = 2;
+constexpr int kHBuffers = 2;  // a CTA's next tile of h copied while it computes this one
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;  // 128 x 40 + 256 x 232 <= 65536
 // Named barrier ids 1 and 2: consumer 0's and consumer 1's turn to issue products.
@@ -57,7 +60,7 @@ struct Layout {
   static constexpr uint32_t kW1Bytes = kD * kChunk * 2;
   static constexpr uint32_t kW2Bytes = kChunk * kD * 2;
   static constexpr uint32_t kStageBytes = kW1Bytes + kW2Bytes;
-  static constexpr size_t kBytes = 1024 + kHBytes + kStages * kStageBytes;
+  static constexpr size_t kBytes = 1024 + kHBuffers * kHBytes + kStages * kStageBytes;
 };
 
 struct Params {
@@ -96,26 +99,37 @@ __device__ __forceinline__ void StoreRowWords(const uint32_t (&w)[kChunk / 8], b
 
 __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  __shared__ __align__(8) uint64_t bars[1 + 2 * kStages];  // h full, stage full[], stage empty[]
-  const uint32_t h_tile = (wgmma::SmemAddress(smem_raw) + 1023u) & ~1023u;
+  // h full[], h empty[], stage full[], stage empty[]
+  __shared__ __align__(8) uint64_t bars[2 * kHBuffers + 2 * kStages];
+  const uint32_t h_base = (wgmma::SmemAddress(smem_raw) + 1023u) & ~1023u;
+  const auto h_tile = [&](int buffer) { return h_base + static_cast<uint32_t>(buffer) * Layout::kHBytes; };
   const auto w1_tile = [&](int stage) {
-    return h_tile + Layout::kHBytes + static_cast<uint32_t>(stage) * Layout::kStageBytes;
+    return h_base + kHBuffers * Layout::kHBytes + static_cast<uint32_t>(stage) * Layout::kStageBytes;
   };
   const auto w2_tile = [&](int stage) { return w1_tile(stage) + Layout::kW1Bytes; };
-  const uint32_t bar_h = wgmma::SmemAddress(&bars[0]);
-  const auto bar_full = [&](int stage) { return bar_h + 8u * static_cast<uint32_t>(1 + stage); };
-  const auto bar_empty = [&](int stage) { return bar_h + 8u * static_cast<uint32_t>(1 + kStages + stage); };
+  const uint32_t bar0 = wgmma::SmemAddress(&bars[0]);
+  const auto bar_h_full = [&](int buffer) { return bar0 + 8u * static_cast<uint32_t>(buffer); };
+  const auto bar_h_empty = [&](int buffer) { return bar0 + 8u * static_cast<uint32_t>(kHBuffers + buffer); };
+  const auto bar_full = [&](int stage) { return bar0 + 8u * static_cast<uint32_t>(2 * kHBuffers + stage); };
+  const auto bar_empty = [&](int stage) {
+    return bar0 + 8u * static_cast<uint32_t>(2 * kHBuffers + kStages + stage);
+  };
 
   const int tid = static_cast<int>(threadIdx.x);
   const int role = tid / 128;  // 0: producer; 1, 2: consumers
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRows;
   const int chunks = p.hidden / kChunk;
+  // Persistent: CTA c takes tiles c, c + gridDim.x, ...; `local` counts its tiles.
+  const int64_t tiles = (p.n + kRows - 1) / kRows;
+  const int my_tiles = static_cast<int>((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x);
 
   if (tid == 0) {
-    mbar::Init(bar_h, 128);
+    for (int b = 0; b < kHBuffers; ++b) {
+      mbar::Init(bar_h_full(b), 128);  // every producer thread, once its copies landed
+      mbar::Init(bar_h_empty(b), 8);   // lane 0 of each of the 8 consumer warps
+    }
     for (int s = 0; s < kStages; ++s) {
-      mbar::Init(bar_full(s), 128);  // every producer thread, once its copies landed
-      mbar::Init(bar_empty(s), 8);   // lane 0 of each of the 8 consumer warps
+      mbar::Init(bar_full(s), 128);
+      mbar::Init(bar_empty(s), 8);
     }
   }
   __syncthreads();  // the only CTA-wide barrier
@@ -123,19 +137,29 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
   if (role == 0) {
     // ---- producer ----
     mbar::RegDealloc<kProducerRegs>();
-    // The tiles are 128 columns wide (kD = kChunk = 128): wgmma.cuh's warpgroup copy takes each.
-    const int valid = static_cast<int>(p.n - first < kRows ? p.n - first : kRows);
-    wgmma::WarpgroupLoadRows(tid, h_tile, kRows, p.h + first * kD, kD, valid, p.h);
-    mbar::CpAsyncArrive(bar_h);
-    for (int chunk = 0; chunk < chunks; ++chunk) {
-      const int stage = chunk % kStages;
-      // Chunk `chunk` reuses the stage of chunk - kStages: wait for both consumers to release it.
-      if (chunk >= kStages) mbar::Wait(bar_empty(stage), static_cast<uint32_t>((chunk / kStages - 1) & 1));
-      const int c0 = chunk * kChunk;
-      wgmma::WarpgroupLoadRows(tid, w1_tile(stage), kD, p.w1 + c0, p.hidden, kD, p.w1);  // W1[:, chunk]
-      wgmma::WarpgroupLoadRows(tid, w2_tile(stage), kChunk, p.w2 + static_cast<int64_t>(c0) * kD, kD, kChunk,
-                               p.w2);  // W2[chunk, :]
-      mbar::CpAsyncArrive(bar_full(stage));
+    for (int local = 0; local < my_tiles; ++local) {
+      const int64_t first = (static_cast<int64_t>(blockIdx.x) + static_cast<int64_t>(local) * gridDim.x) * kRows;
+      const int buffer = local % kHBuffers;
+      // Tile `local` reuses the h buffer of tile local - kHBuffers: wait for both consumers' last first
+      // product of that tile.
+      if (local >= kHBuffers) {
+        mbar::Wait(bar_h_empty(buffer), static_cast<uint32_t>((local / kHBuffers - 1) & 1));
+      }
+      // The tiles are 128 columns wide (kD = kChunk = 128): wgmma.cuh's warpgroup copy takes each.
+      const int valid = static_cast<int>(p.n - first < kRows ? p.n - first : kRows);
+      wgmma::WarpgroupLoadRows(tid, h_tile(buffer), kRows, p.h + first * kD, kD, valid, p.h);
+      mbar::CpAsyncArrive(bar_h_full(buffer));
+      for (int chunk = 0; chunk < chunks; ++chunk) {
+        const int q = local * chunks + chunk;  // the CTA's chunk count: stages cycle across tiles
+        const int stage = q % kStages;
+        // Chunk q reuses the stage of chunk q - kStages: wait for both consumers to release it.
+        if (q >= kStages) mbar::Wait(bar_empty(stage), static_cast<uint32_t>((q / kStages - 1) & 1));
+        const int c0 = chunk * kChunk;
+        wgmma::WarpgroupLoadRows(tid, w1_tile(stage), kD, p.w1 + c0, p.hidden, kD, p.w1);  // W1[:, chunk]
+        wgmma::WarpgroupLoadRows(tid, w2_tile(stage), kChunk, p.w2 + static_cast<int64_t>(c0) * kD, kD, kChunk,
+                                 p.w2);  // W2[chunk, :]
+        mbar::CpAsyncArrive(bar_full(stage));
+      }
     }
     CopyAsyncWait<0>();  // leave nothing in flight behind an exiting thread
     return;
@@ -143,119 +167,130 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
 
   // ---- consumers ----
   mbar::RegAlloc<kConsumerRegs>();
-  const int wg = role - 1;  // rows wg*64 .. wg*64+63 of the tile
+  const int wg = role - 1;  // rows wg*64 .. wg*64+63 of a tile
   const int warp = (tid / 32) % 4;
   const int lane_g = (tid % 32) / 4;
   const int lane_t = tid % 4;
-  // This thread's two rows: g and g + 8 of its warp's 16.
-  const int64_t row0 = first + wg * 64 + warp * 16 + lane_g;
-  const int64_t rows[2] = {row0, row0 + 8};
-
-  float o[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) o[i] = 0.f;
 
   // The turn to issue products alternates between the consumers (consumer 0 first: its barrier is
   // pre-armed with the other side's 128 arrivals), so that one's products run while the other
-  // evaluates GELU.
+  // evaluates GELU or writes its tile's outputs.
   const int my_turn = kTurnBarrier + wg;
   const int other_turn = kTurnBarrier + (1 - wg);
   if (wg == 0) mbar::NamedArrive(my_turn, 256);
 
-  mbar::Wait(bar_h, 0);
-  for (int chunk = 0; chunk < chunks; ++chunk) {
-    const int stage = chunk % kStages;
-    mbar::Wait(bar_full(stage), static_cast<uint32_t>((chunk / kStages) & 1));
-    wgmma::FenceProxyAsync();  // the cp.async writes, seen through the barrier, to the wgmma proxy
+  for (int local = 0; local < my_tiles; ++local) {
+    const int64_t first = (static_cast<int64_t>(blockIdx.x) + static_cast<int64_t>(local) * gridDim.x) * kRows;
+    const int buffer = local % kHBuffers;
+    // This thread's two rows: g and g + 8 of its warp's 16.
+    const int64_t row0 = first + wg * 64 + warp * 16 + lane_g;
+    const int64_t rows[2] = {row0, row0 + 8};
 
-    // s = h W1[:, chunk], 64 x kChunk a warpgroup: k step kk is columns 16kk .. 16kk + 15 of the
-    // warpgroup's rows of h (within a 64-column block of the tile) and rows 16kk .. 16kk + 15 of W1's.
-    float s[64];
-    mbar::NamedSync(my_turn, 256);
-    wgmma::Fence();
+    float o[64];
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const uint32_t a = h_tile + static_cast<uint32_t>((kk >> 2) * kRows * 128 + wg * 64 * 128 + (kk & 3) * 32);
-      const uint32_t b = w1_tile(stage) + static_cast<uint32_t>(kk * 16 * 128);
-      wgmma::MmaSS<ElementType::kBFloat16, true>(s, wgmma::SwizzledDescriptor(a, 16, 1024),
-                                                 wgmma::SwizzledDescriptor(b, 128 * 128, 1024), kk > 0 ? 1u : 0u);
-    }
-    wgmma::Commit();
-    mbar::NamedArrive(other_turn, 256);
-    wgmma::Wait<0>();
-    wgmma::FenceRegisters(s);
+    for (int i = 0; i < 64; ++i) o[i] = 0.f;
 
-    // u = bf16(s + b1), g = bf16(GELU(u)): words of the thread's two rows, 8-column block i holding
-    // columns 8i + 2t, 8i + 2t + 1.
-    const int c0 = chunk * kChunk;
-    uint32_t uw[2][kChunk / 8], gw[2][kChunk / 8];
+    mbar::Wait(bar_h_full(buffer), static_cast<uint32_t>((local / kHBuffers) & 1));
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+      const int q = local * chunks + chunk;
+      const int stage = q % kStages;
+      mbar::Wait(bar_full(stage), static_cast<uint32_t>((q / kStages) & 1));
+      wgmma::FenceProxyAsync();  // the cp.async writes, seen through the barriers, to the wgmma proxy
+
+      // s = h W1[:, chunk], 64 x kChunk a warpgroup: k step kk is columns 16kk .. 16kk + 15 of the
+      // warpgroup's rows of h (within a 64-column block of the tile) and rows 16kk .. 16kk + 15 of W1's.
+      float s[64];
+      mbar::NamedSync(my_turn, 256);
+      wgmma::Fence();
 #pragma unroll
-    for (int i = 0; i < kChunk / 8; ++i) {
-      const uint32_t bias = *reinterpret_cast<const uint32_t*>(p.b1 + c0 + 8 * i + 2 * lane_t);
-      const float b_lo = Bf16Value(static_cast<uint16_t>(bias & 0xFFFFu));
-      const float b_hi = Bf16Value(static_cast<uint16_t>(bias >> 16));
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        const uint32_t a =
+            h_tile(buffer) + static_cast<uint32_t>((kk >> 2) * kRows * 128 + wg * 64 * 128 + (kk & 3) * 32);
+        const uint32_t b = w1_tile(stage) + static_cast<uint32_t>(kk * 16 * 128);
+        wgmma::MmaSS<ElementType::kBFloat16, true>(s, wgmma::SwizzledDescriptor(a, 16, 1024),
+                                                   wgmma::SwizzledDescriptor(b, 128 * 128, 1024), kk > 0 ? 1u : 0u);
+      }
+      wgmma::Commit();
+      mbar::NamedArrive(other_turn, 256);
+      wgmma::Wait<0>();
+      wgmma::FenceRegisters(s);
+      if (chunk + 1 == chunks) {
+        __syncwarp();
+        if ((tid & 31) == 0) mbar::Arrive(bar_h_empty(buffer));  // this warp's last read of the tile's h
+      }
+
+      // u = bf16(s + b1), g = bf16(GELU(u)): words of the thread's two rows, 8-column block i holding
+      // columns 8i + 2t, 8i + 2t + 1.
+      const int c0 = chunk * kChunk;
+      uint32_t uw[2][kChunk / 8], gw[2][kChunk / 8];
+#pragma unroll
+      for (int i = 0; i < kChunk / 8; ++i) {
+        const uint32_t bias = *reinterpret_cast<const uint32_t*>(p.b1 + c0 + 8 * i + 2 * lane_t);
+        const float b_lo = Bf16Value(static_cast<uint16_t>(bias & 0xFFFFu));
+        const float b_hi = Bf16Value(static_cast<uint16_t>(bias >> 16));
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const uint16_t u_lo = Bf16::FromFloat(__fadd_rn(s[4 * i + 2 * r], b_lo));
+          const uint16_t u_hi = Bf16::FromFloat(__fadd_rn(s[4 * i + 2 * r + 1], b_hi));
+          uw[r][i] = PackHalves(u_lo, u_hi);
+          gw[r][i] = PackRounded<ElementType::kBFloat16>(GeluOfBf16(Bf16Value(u_lo)), GeluOfBf16(Bf16Value(u_hi)));
+        }
+      }
+      // u and g of the chunk out to memory (before the product below: the registers of a wgmma's A
+      // operand are not to be touched until the wgmma is waited for).
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const uint16_t u_lo = Bf16::FromFloat(__fadd_rn(s[4 * i + 2 * r], b_lo));
-        const uint16_t u_hi = Bf16::FromFloat(__fadd_rn(s[4 * i + 2 * r + 1], b_hi));
-        uw[r][i] = PackHalves(u_lo, u_hi);
-        gw[r][i] = PackRounded<ElementType::kBFloat16>(GeluOfBf16(Bf16Value(u_lo)), GeluOfBf16(Bf16Value(u_hi)));
+        const bool valid = rows[r] < p.n;
+        const int64_t at = (valid ? rows[r] : 0) * p.hidden + c0;
+        StoreRowWords(uw[r], valid, p.u + at, lane_t);
+        StoreRowWords(gw[r], valid, p.g + at, lane_t);
       }
+      // g as the A fragments of the second product: k step kk is accumulator blocks 2kk and 2kk + 1.
+      uint32_t ga[kChunk / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < kChunk / 16; ++kk) {
+        ga[kk][0] = gw[0][2 * kk];
+        ga[kk][1] = gw[1][2 * kk];
+        ga[kk][2] = gw[0][2 * kk + 1];
+        ga[kk][3] = gw[1][2 * kk + 1];
+      }
+      // o += g W2[chunk, :].
+      mbar::NamedSync(my_turn, 256);
+      wgmma::Fence();
+#pragma unroll
+      for (int kk = 0; kk < kChunk / 16; ++kk) {
+        const uint32_t b = w2_tile(stage) + static_cast<uint32_t>(kk * 16 * 128);
+        wgmma::MmaRS<ElementType::kBFloat16>(o, ga[kk], wgmma::SwizzledDescriptor(b, 128 * 128, 1024), 1u);
+      }
+      wgmma::Commit();
+      // Consumer 1's very last hand-over has no taker (consumer 0 issues nothing more): skipping it
+      // keeps every named-barrier use complete.
+      if (wg == 0 || chunk + 1 < chunks || local + 1 < my_tiles) mbar::NamedArrive(other_turn, 256);
+      wgmma::Wait<0>();
+      wgmma::FenceRegisters(o);
+      __syncwarp();
+      if ((tid & 31) == 0) mbar::Arrive(bar_empty(stage));  // this warp is done with the stage
     }
-    // u and g of the chunk out to memory (before the product below: the registers of a wgmma's A
-    // operand are not to be touched until the wgmma is waited for).
+
+    // out = (o + b2) + x, fp32 pairs, a row at a time: every load of the row's x issued before the
+    // first sum (one memory latency a row, not one a pair; the chunks' registers are free by now).
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const bool valid = rows[r] < p.n;
-      const int64_t at = (valid ? rows[r] : 0) * p.hidden + c0;
-      StoreRowWords(uw[r], valid, p.u + at, lane_t);
-      StoreRowWords(gw[r], valid, p.g + at, lane_t);
-    }
-    // g as the A fragments of the second product: k step kk is accumulator blocks 2kk and 2kk + 1.
-    uint32_t ga[kChunk / 16][4];
+      if (rows[r] >= p.n) continue;
+      const int64_t at = rows[r] * kD + 2 * lane_t;
+      float2 x[kD / 8], bias[kD / 8];
 #pragma unroll
-    for (int kk = 0; kk < kChunk / 16; ++kk) {
-      ga[kk][0] = gw[0][2 * kk];
-      ga[kk][1] = gw[1][2 * kk];
-      ga[kk][2] = gw[0][2 * kk + 1];
-      ga[kk][3] = gw[1][2 * kk + 1];
-    }
-    // o += g W2[chunk, :].
-    mbar::NamedSync(my_turn, 256);
-    wgmma::Fence();
+      for (int i = 0; i < kD / 8; ++i) {
+        x[i] = *reinterpret_cast<const float2*>(p.x + at + 8 * i);
+        bias[i] = *reinterpret_cast<const float2*>(p.b2 + 8 * i + 2 * lane_t);
+      }
 #pragma unroll
-    for (int kk = 0; kk < kChunk / 16; ++kk) {
-      const uint32_t b = w2_tile(stage) + static_cast<uint32_t>(kk * 16 * 128);
-      wgmma::MmaRS<ElementType::kBFloat16>(o, ga[kk], wgmma::SwizzledDescriptor(b, 128 * 128, 1024), 1u);
-    }
-    wgmma::Commit();
-    // Consumer 1's last hand-over has no taker (consumer 0 issues nothing more): skipping it keeps
-    // every named-barrier use complete.
-    if (chunk + 1 < chunks || wg == 0) mbar::NamedArrive(other_turn, 256);
-    wgmma::Wait<0>();
-    wgmma::FenceRegisters(o);
-    __syncwarp();
-    if ((tid & 31) == 0) mbar::Arrive(bar_empty(stage));  // this warp is done with the stage
-  }
-
-  // out = (o + b2) + x, fp32 pairs, a row at a time: every load of the row's x issued before the
-  // first sum (one memory latency a row, not one a pair; the chunks' registers are free by now).
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (rows[r] >= p.n) continue;
-    const int64_t at = rows[r] * kD + 2 * lane_t;
-    float2 x[kD / 8], bias[kD / 8];
-#pragma unroll
-    for (int i = 0; i < kD / 8; ++i) {
-      x[i] = *reinterpret_cast<const float2*>(p.x + at + 8 * i);
-      bias[i] = *reinterpret_cast<const float2*>(p.b2 + 8 * i + 2 * lane_t);
-    }
-#pragma unroll
-    for (int i = 0; i < kD / 8; ++i) {
-      float2 y;
-      y.x = __fadd_rn(__fadd_rn(o[4 * i + 2 * r], bias[i].x), x[i].x);
-      y.y = __fadd_rn(__fadd_rn(o[4 * i + 2 * r + 1], bias[i].y), x[i].y);
-      *reinterpret_cast<float2*>(p.out + at + 8 * i) = y;
+      for (int i = 0; i < kD / 8; ++i) {
+        float2 y;
+        y.x = __fadd_rn(__fadd_rn(o[4 * i + 2 * r], bias[i].x), x[i].x);
+        y.y = __fadd_rn(__fadd_rn(o[4 * i + 2 * r + 1], bias[i].y), x[i].y);
+        *reinterpret_cast<float2*>(p.out + at + 8 * i) = y;
+      }
     }
   }
 }

@@ -315,10 +315,10 @@ struct GemModelGpu::Impl {
   bool FusedFfn() const {
     return options.block_kernels == BlockKernels::kFused && ValidateFfnShape(FfnShape{1, g.d, g.ffn}).ok();
   }
-  // Whether its forward's products and GELU run on ffn_forward.h's kernel (BlockKernels::kFused, at
-  // the widths it takes).
+  // Whether its forward's products and GELU run on ffn_forward.h's kernel (at the widths it takes,
+  // either BlockKernels choice: it is faster than the separate kernels where it runs).
   bool FusedFfnForward() const {
-    return options.block_kernels == BlockKernels::kFused && ValidateFfnForwardShape(FfnShape{1, g.d, g.ffn}).ok();
+    return ValidateFfnForwardShape(FfnShape{1, g.d, g.ffn}).ok();
   }
   absl::Status FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out);
   // next (null: none): where the block's LayerNorm backward runs as its own kernel, it hands the new ds

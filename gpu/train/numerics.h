@@ -44,14 +44,14 @@ enum class AttentionBlockPrecision {
 };
 
 // How the bf16 blocks (FfnPrecision::kBf16, AttentionBlockPrecision::kBf16) run their ops. The
-// same roundings either way; only the order of the products' fp32 sums differs.
+// same roundings either way; only the order of the products' fp32 sums differs. With either, at d =
+// 128 the feed-forward block's forward after its LayerNorm is one kernel (ffn_forward.h).
 enum class BlockKernels {
   kSeparate,  // one kernel per op: LayerNorm's, linear.h's products, the elementwise and norm kernels
   kFused,     // where the block's widths allow (d 32, 64 or 128): the feed-forward block's backward up
               // to its input gradient (ffn_fused.h), an attention block's LayerNorm, projections and
               // QK-norm (attention_input.h) and its projections' input gradient with the LayerNorm's
-              // backward (projection_backward.h) one kernel each; at d = 128 the feed-forward's
-              // forward after its LayerNorm too (ffn_forward.h); the weight gradients stay linear.h's
+              // backward (projection_backward.h) one kernel each; the weight gradients stay linear.h's
               // products.
 };
 

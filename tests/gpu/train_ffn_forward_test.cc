@@ -141,6 +141,9 @@ TEST(FfnForward, MatchesFp64EvaluationsOfTheSameValues) {
   RunCase(300, 384, true);    // an odd number of chunks (the stages alternate), x is y
   RunCase(1, 128, false);
   RunCase(128, 256, false);   // whole tiles only
+  // More tiles than an H200 or H100 has SMs (313 over 132): a persistent CTA walks two or three, its
+  // stages alternating across them (three chunks a tile), the last partial.
+  RunCase(40000, 384, false);
 }
 
 }  // namespace
