@@ -10,19 +10,21 @@
 
 namespace gemtb::gpu::train {
 
-absl::Status ValidateFfnForwardShape(const FfnShape& s) {
+absl::Status ValidateFfnHopperShape(const FfnShape& s, const char* what) {
   if (s.n < 1 || s.n >= (int64_t{1} << 31)) {
-    return absl::InvalidArgumentError(absl::StrCat("ffn forward shape n=", s.n, ": want 1 .. 2^31-1"));
+    return absl::InvalidArgumentError(absl::StrCat(what, " n=", s.n, ": want 1 .. 2^31-1"));
   }
   if (s.d != ffn_forward::kD) {
-    return absl::InvalidArgumentError(absl::StrCat("ffn forward shape d=", s.d, ": want ", ffn_forward::kD));
+    return absl::InvalidArgumentError(absl::StrCat(what, " d=", s.d, ": want ", ffn_forward::kD));
   }
   if (s.hidden < ffn_forward::kChunk || s.hidden % ffn_forward::kChunk != 0 || s.hidden > (1 << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat("ffn forward shape hidden=", s.hidden, ": want a multiple of ",
-                                                   ffn_forward::kChunk, " up to 2^20"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " hidden=", s.hidden, ": want a multiple of ", ffn_forward::kChunk, " up to 2^20"));
   }
   return absl::OkStatus();
 }
+
+absl::Status ValidateFfnForwardShape(const FfnShape& s) { return ValidateFfnHopperShape(s, "ffn forward shape"); }
 
 absl::Status FfnForwardFused(const FfnShape& s, const __nv_bfloat16* h, const FfnForwardWeights& w, const float* x,
                              __nv_bfloat16* u, __nv_bfloat16* g, float* y, cudaStream_t stream) {

@@ -20,8 +20,11 @@
 
 namespace gemtb::gpu::train {
 
-// Whether the kernel takes a shape: n 1 .. 2^31-1, d 128, hidden a positive multiple of 128 up to
-// 2^20; the error names the field and its value.
+// Whether the Hopper feed-forward kernels (this forward, ffn_hidden_grad.h's) take a shape: n 1 ..
+// 2^31-1, d 128, hidden a positive multiple of 128 up to 2^20; the error starts with `what` and names
+// the field and its value.
+absl::Status ValidateFfnHopperShape(const FfnShape& s, const char* what);
+// Whether this forward takes a shape (ValidateFfnHopperShape).
 absl::Status ValidateFfnForwardShape(const FfnShape& s);
 
 // The block's parameters as the forward reads them.

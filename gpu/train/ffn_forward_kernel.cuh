@@ -32,16 +32,20 @@
 
 #include "gpu/common/mbarrier.cuh"
 #include "gpu/common/mma.cuh"
-#include "gpu/common/quad_transpose.cuh"
 #include "gpu/common/tile_io.cuh"
 #include "gpu/common/wgmma.cuh"
+#include "gpu/train/ffn_hopper_rows.cuh"
 #include "gpu/train/gelu.cuh"
 #include "model/common/element_type.h"
 
 namespace gemtb::gpu::train::ffn_forward {
 
-constexpr int kD = 128;         // the block's width: K of the first product, N of the second
-constexpr int kChunk = 128;     // hidden columns a step: N of the first product, K of the second
+using ffn_hopper::Bf16;
+using ffn_hopper::Bf16Value;
+using ffn_hopper::StoreRowWords;
+
+constexpr int kD = ffn_hopper::kD;          // the block's width: K of the first product, N of the second
+constexpr int kChunk = ffn_hopper::kChunk;  // hidden columns a step: N of the first product, K of the second
 constexpr int kRows = 128;      // rows a CTA
 constexpr int kThreads = 384;   // a producer warpgroup and two consumers of 64 rows each
 constexpr int kStages = 2;
@@ -76,26 +80,6 @@ struct Params {
   uint16_t* g = nullptr;         // [n, hidden] bf16
   float* out = nullptr;          // [n, kD]
 };
-
-using Bf16 = Storage<ElementType::kBFloat16>;
-
-__device__ __forceinline__ float Bf16Value(uint16_t bits) { return Bf16::ToFloat(bits); }
-
-// One thread's share of a row's chunk, w[i] holding columns 8i + 2t and 8i + 2t + 1 (the accumulator
-// layout), into dst (the row of a [n, hidden] bf16 array at the chunk's first column): after a quad
-// transpose of each four words, 16 bytes a lane, so a quad writes 64 contiguous bytes. Every lane
-// calls it (shuffles); only valid rows store.
-__device__ __forceinline__ void StoreRowWords(const uint32_t (&w)[kChunk / 8], bool valid, uint16_t* dst,
-                                              int lane_t) {
-#pragma unroll
-  for (int k = 0; k < kChunk / 32; ++k) {
-    uint32_t block[4] = {w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3]};
-    QuadTranspose4(block, lane_t);  // columns 8 (4k + t) .. 8 (4k + t) + 7
-    if (valid) {
-      *reinterpret_cast<uint4*>(dst + (4 * k + lane_t) * 8) = make_uint4(block[0], block[1], block[2], block[3]);
-    }
-  }
-}
 
 __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "gpu/train/attention_input.h"
 #include "gpu/train/ffn_forward.h"
+#include "gpu/train/ffn_hidden_grad.h"
 #include "gpu/train/ffn_fused.h"
 #include "gpu/train/gate.h"
 #include "gpu/train/gdpa.h"
@@ -320,6 +321,9 @@ struct GemModelGpu::Impl {
   bool FusedFfnForward() const {
     return ValidateFfnForwardShape(FfnShape{1, g.d, g.ffn}).ok();
   }
+  // Whether, where the backward runs separate kernels, dg and GELU's backward run on ffn_hidden_grad.h's
+  // kernel (at the widths it takes).
+  bool FusedFfnHiddenGrad() const { return ValidateFfnHiddenGradShape(FfnShape{1, g.d, g.ffn}).ok(); }
   absl::Status FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out);
   // next (null: none): where the block's LayerNorm backward runs as its own kernel, it hands the new ds
   // on in bf16 (layer_norm.h's Bf16Handoff) and *handed points at next->rows; else *handed is null.
@@ -1115,8 +1119,9 @@ absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float
 // bf16 feeds the second linear's products (its bias gradient sums ds itself, in fp32, in model_kernels.h's
 // tree of column sums, in the pass that rounds it); dg = ds W2^T rounded to bf16, du = dg GELU'(u) in
 // bf16, dh = du W1^T in fp32 and LayerNorm's backward of dh: one kernel with FusedFfn (dh stays on
-// chip), else a product, GELU's elementwise backward (with du's column sums, the first bias's
-// gradient, in the same pass), a product into dh (scratch) and LayerNorm's kernels. The linears'
+// chip), else dg and du with du's column sums (the first bias's gradient) in ffn_hidden_grad.h's kernel
+// where FusedFfnHiddenGrad (dg stays on chip), or a product and GELU's elementwise backward (with the
+// column sums in the same pass), then a product into dh (scratch) and LayerNorm's kernels. The linears'
 // weight gradients come from linear.h's products over every row (with FusedFfn, the first bias's too).
 absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh,
                                            const Bf16Handoff* next, const __nv_bfloat16** handed) {
@@ -1134,10 +1139,14 @@ absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTa
                                            FfnTape{t.mean_c, t.rstd_c, t.u16}, du16, ds, G(p.ln_c.gamma),
                                            G(p.ln_c.beta), st));
   } else {
-    __nv_bfloat16* dg16;
-    GEMTB_ASSIGN_OR_RETURN(dg16, Bf16s(n * g.ffn));
-    GEMTB_RETURN_IF_ERROR(lin->BackwardInput(second, ds16, t.w2_16, nullptr, dg16, st));
-    GEMTB_RETURN_IF_ERROR(GeluBackwardWithColumnSums(t.u16, dg16, n, g.ffn, du16, G(p.ffn1.b), true, st));
+    if (FusedFfnHiddenGrad()) {
+      GEMTB_RETURN_IF_ERROR(FfnHiddenGradFused(FfnShape{n, d, g.ffn}, ds16, t.w2_16, t.u16, du16, G(p.ffn1.b), true, st));
+    } else {
+      __nv_bfloat16* dg16;
+      GEMTB_ASSIGN_OR_RETURN(dg16, Bf16s(n * g.ffn));
+      GEMTB_RETURN_IF_ERROR(lin->BackwardInput(second, ds16, t.w2_16, nullptr, dg16, st));
+      GEMTB_RETURN_IF_ERROR(GeluBackwardWithColumnSums(t.u16, dg16, n, g.ffn, du16, G(p.ffn1.b), true, st));
+    }
     GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(first, du16, t.w1_16, nullptr, dh, st));
     GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_c, n, t.s_c, t.mean_c, t.rstd_c, dh, ds, next));
     if (next != nullptr) *handed = next->rows;
