@@ -45,7 +45,8 @@ enum class AttentionBlockPrecision {
 
 // How the bf16 blocks (FfnPrecision::kBf16, AttentionBlockPrecision::kBf16) run their ops. The
 // same roundings either way; only the order of the products' fp32 sums differs. With either, at d =
-// 128 the feed-forward block's forward after its LayerNorm is one kernel (ffn_forward.h).
+// 128 the feed-forward block's forward after its LayerNorm is one kernel (ffn_forward.h); with
+// kSeparate, so are its backward's dg, GELU's backward and b1's gradient (ffn_hidden_grad.h).
 enum class BlockKernels {
   kSeparate,  // one kernel per op: LayerNorm's, linear.h's products, the elementwise and norm kernels
   kFused,     // where the block's widths allow (d 32, 64 or 128): the feed-forward block's backward up
