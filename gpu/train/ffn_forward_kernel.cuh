@@ -34,7 +34,7 @@
 #include "gpu/common/mma.cuh"
 #include "gpu/common/tile_io.cuh"
 #include "gpu/common/wgmma.cuh"
-#include "gpu/train/ffn_hopper_rows.cuh"
+#include "gpu/train/ffn_hopper_common.cuh"
 #include "gpu/train/gelu.cuh"
 #include "model/common/element_type.h"
 
@@ -83,66 +83,49 @@ struct Params {
 
 __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  // h full[], h empty[], stage full[], stage empty[]
-  __shared__ __align__(8) uint64_t bars[2 * kHBuffers + 2 * kStages];
+  using Barriers = ffn_hopper::PipelineBarriers<kHBuffers, kStages>;
+  __shared__ __align__(8) uint64_t bars[Barriers::kCount];
   const uint32_t h_base = (wgmma::SmemAddress(smem_raw) + 1023u) & ~1023u;
   const auto h_tile = [&](int buffer) { return h_base + static_cast<uint32_t>(buffer) * Layout::kHBytes; };
   const auto w1_tile = [&](int stage) {
     return h_base + kHBuffers * Layout::kHBytes + static_cast<uint32_t>(stage) * Layout::kStageBytes;
   };
   const auto w2_tile = [&](int stage) { return w1_tile(stage) + Layout::kW1Bytes; };
-  const uint32_t bar0 = wgmma::SmemAddress(&bars[0]);
-  const auto bar_h_full = [&](int buffer) { return bar0 + 8u * static_cast<uint32_t>(buffer); };
-  const auto bar_h_empty = [&](int buffer) { return bar0 + 8u * static_cast<uint32_t>(kHBuffers + buffer); };
-  const auto bar_full = [&](int stage) { return bar0 + 8u * static_cast<uint32_t>(2 * kHBuffers + stage); };
-  const auto bar_empty = [&](int stage) {
-    return bar0 + 8u * static_cast<uint32_t>(2 * kHBuffers + kStages + stage);
-  };
+  const Barriers bar{wgmma::SmemAddress(&bars[0])};  // TileFull/TileEmpty guard the buffers of h
 
   const int tid = static_cast<int>(threadIdx.x);
   const int role = tid / 128;  // 0: producer; 1, 2: consumers
   const int chunks = p.hidden / kChunk;
-  // Persistent: CTA c takes tiles c, c + gridDim.x, ...; `local` counts its tiles.
-  const int64_t tiles = (p.n + kRows - 1) / kRows;
-  const int my_tiles = static_cast<int>((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x);
+  const int my_tiles = ffn_hopper::MyTiles<kRows>(p.n);
 
-  if (tid == 0) {
-    for (int b = 0; b < kHBuffers; ++b) {
-      mbar::Init(bar_h_full(b), 128);  // every producer thread, once its copies landed
-      mbar::Init(bar_h_empty(b), 8);   // lane 0 of each of the 8 consumer warps
-    }
-    for (int s = 0; s < kStages; ++s) {
-      mbar::Init(bar_full(s), 128);
-      mbar::Init(bar_empty(s), 8);
-    }
-  }
+  if (tid == 0) bar.Init();
   __syncthreads();  // the only CTA-wide barrier
 
   if (role == 0) {
     // ---- producer ----
     mbar::RegDealloc<kProducerRegs>();
     for (int local = 0; local < my_tiles; ++local) {
-      const int64_t first = (static_cast<int64_t>(blockIdx.x) + static_cast<int64_t>(local) * gridDim.x) * kRows;
+      const int64_t first = ffn_hopper::TileFirstRow<kRows>(local);
       const int buffer = local % kHBuffers;
       // Tile `local` reuses the h buffer of tile local - kHBuffers: wait for both consumers' last first
       // product of that tile.
       if (local >= kHBuffers) {
-        mbar::Wait(bar_h_empty(buffer), static_cast<uint32_t>((local / kHBuffers - 1) & 1));
+        mbar::Wait(bar.TileEmpty(buffer), static_cast<uint32_t>((local / kHBuffers - 1) & 1));
       }
       // The tiles are 128 columns wide (kD = kChunk = 128): wgmma.cuh's warpgroup copy takes each.
       const int valid = static_cast<int>(p.n - first < kRows ? p.n - first : kRows);
       wgmma::WarpgroupLoadRows(tid, h_tile(buffer), kRows, p.h + first * kD, kD, valid, p.h);
-      mbar::CpAsyncArrive(bar_h_full(buffer));
+      mbar::CpAsyncArrive(bar.TileFull(buffer));
       for (int chunk = 0; chunk < chunks; ++chunk) {
         const int q = local * chunks + chunk;  // the CTA's chunk count: stages cycle across tiles
         const int stage = q % kStages;
         // Chunk q reuses the stage of chunk q - kStages: wait for both consumers to release it.
-        if (q >= kStages) mbar::Wait(bar_empty(stage), static_cast<uint32_t>((q / kStages - 1) & 1));
+        if (q >= kStages) mbar::Wait(bar.Empty(stage), static_cast<uint32_t>((q / kStages - 1) & 1));
         const int c0 = chunk * kChunk;
         wgmma::WarpgroupLoadRows(tid, w1_tile(stage), kD, p.w1 + c0, p.hidden, kD, p.w1);  // W1[:, chunk]
         wgmma::WarpgroupLoadRows(tid, w2_tile(stage), kChunk, p.w2 + static_cast<int64_t>(c0) * kD, kD, kChunk,
                                  p.w2);  // W2[chunk, :]
-        mbar::CpAsyncArrive(bar_full(stage));
+        mbar::CpAsyncArrive(bar.Full(stage));
       }
     }
     CopyAsyncWait<0>();  // leave nothing in flight behind an exiting thread
@@ -164,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
   if (wg == 0) mbar::NamedArrive(my_turn, 256);
 
   for (int local = 0; local < my_tiles; ++local) {
-    const int64_t first = (static_cast<int64_t>(blockIdx.x) + static_cast<int64_t>(local) * gridDim.x) * kRows;
+    const int64_t first = ffn_hopper::TileFirstRow<kRows>(local);
     const int buffer = local % kHBuffers;
     // This thread's two rows: g and g + 8 of its warp's 16.
     const int64_t row0 = first + wg * 64 + warp * 16 + lane_g;
@@ -174,11 +157,11 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
 #pragma unroll
     for (int i = 0; i < 64; ++i) o[i] = 0.f;
 
-    mbar::Wait(bar_h_full(buffer), static_cast<uint32_t>((local / kHBuffers) & 1));
+    mbar::Wait(bar.TileFull(buffer), static_cast<uint32_t>((local / kHBuffers) & 1));
     for (int chunk = 0; chunk < chunks; ++chunk) {
       const int q = local * chunks + chunk;
       const int stage = q % kStages;
-      mbar::Wait(bar_full(stage), static_cast<uint32_t>((q / kStages) & 1));
+      mbar::Wait(bar.Full(stage), static_cast<uint32_t>((q / kStages) & 1));
       wgmma::FenceProxyAsync();  // the cp.async writes, seen through the barriers, to the wgmma proxy
 
       // s = h W1[:, chunk], 64 x kChunk a warpgroup: k step kk is columns 16kk .. 16kk + 15 of the
@@ -198,10 +181,7 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
       mbar::NamedArrive(other_turn, 256);
       wgmma::Wait<0>();
       wgmma::FenceRegisters(s);
-      if (chunk + 1 == chunks) {
-        __syncwarp();
-        if ((tid & 31) == 0) mbar::Arrive(bar_h_empty(buffer));  // this warp's last read of the tile's h
-      }
+      if (chunk + 1 == chunks) ffn_hopper::WarpRelease(bar.TileEmpty(buffer));  // its last read of the tile's h
 
       // u = bf16(s + b1), g = bf16(GELU(u)): words of the thread's two rows, 8-column block i holding
       // columns 8i + 2t, 8i + 2t + 1.
@@ -252,8 +232,7 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
       if (wg == 0 || chunk + 1 < chunks || local + 1 < my_tiles) mbar::NamedArrive(other_turn, 256);
       wgmma::Wait<0>();
       wgmma::FenceRegisters(o);
-      __syncwarp();
-      if ((tid & 31) == 0) mbar::Arrive(bar_empty(stage));  // this warp is done with the stage
+      ffn_hopper::WarpRelease(bar.Empty(stage));
     }
 
     // out = (o + b2) + x, fp32 pairs, a row at a time: every load of the row's x issued before the

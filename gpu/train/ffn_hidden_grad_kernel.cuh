@@ -31,7 +31,7 @@
 #include "gpu/common/mma.cuh"
 #include "gpu/common/tile_io.cuh"
 #include "gpu/common/wgmma.cuh"
-#include "gpu/train/ffn_hopper_rows.cuh"
+#include "gpu/train/ffn_hopper_common.cuh"
 #include "gpu/train/gelu.cuh"
 #include "model/common/element_type.h"
 
@@ -76,8 +76,8 @@ struct Params {
 
 __global__ void __launch_bounds__(kThreads, 1) FfnHiddenGradKernel(const Params p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  // dy full[], dy empty[], stage full[], stage empty[]
-  __shared__ __align__(8) uint64_t bars[2 * kDyBuffers + 2 * kStages];
+  using Barriers = ffn_hopper::PipelineBarriers<kDyBuffers, kStages>;
+  __shared__ __align__(8) uint64_t bars[Barriers::kCount];
   const uint32_t dy_base = (wgmma::SmemAddress(smem_raw) + 1023u) & ~1023u;
   const auto dy_tile = [&](int buffer) { return dy_base + static_cast<uint32_t>(buffer) * Layout::kDyBytes; };
   const auto w2_tile = [&](int stage) {
@@ -87,57 +87,40 @@ __global__ void __launch_bounds__(kThreads, 1) FfnHiddenGradKernel(const Params 
   // The generic-proxy view of the same bytes, for the consumers' reads and writes of u and du.
   uint8_t* const smem = smem_raw + (dy_base - wgmma::SmemAddress(smem_raw));
   const auto u_bytes = [&](int stage) { return smem + (u_tile(stage) - dy_base); };
-  const uint32_t bar0 = wgmma::SmemAddress(&bars[0]);
-  const auto bar_dy_full = [&](int buffer) { return bar0 + 8u * static_cast<uint32_t>(buffer); };
-  const auto bar_dy_empty = [&](int buffer) { return bar0 + 8u * static_cast<uint32_t>(kDyBuffers + buffer); };
-  const auto bar_full = [&](int stage) { return bar0 + 8u * static_cast<uint32_t>(2 * kDyBuffers + stage); };
-  const auto bar_empty = [&](int stage) {
-    return bar0 + 8u * static_cast<uint32_t>(2 * kDyBuffers + kStages + stage);
-  };
+  const Barriers bar{wgmma::SmemAddress(&bars[0])};  // TileFull/TileEmpty guard the buffers of dy
 
   const int tid = static_cast<int>(threadIdx.x);
   const int role = tid / 128;  // 0: producer; 1, 2: consumers
   const int chunks = p.hidden / kChunk;
-  // Persistent: CTA c takes tiles c, c + gridDim.x, ...; `local` counts its tiles.
-  const int64_t tiles = (p.n + kRows - 1) / kRows;
-  const int my_tiles = static_cast<int>((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x);
+  const int my_tiles = ffn_hopper::MyTiles<kRows>(p.n);
 
-  if (tid == 0) {
-    for (int b = 0; b < kDyBuffers; ++b) {
-      mbar::Init(bar_dy_full(b), 128);  // every producer thread, once its copies landed
-      mbar::Init(bar_dy_empty(b), 8);   // lane 0 of each of the 8 consumer warps
-    }
-    for (int s = 0; s < kStages; ++s) {
-      mbar::Init(bar_full(s), 128);
-      mbar::Init(bar_empty(s), 8);
-    }
-  }
+  if (tid == 0) bar.Init();
   __syncthreads();  // the only CTA-wide barrier
 
   if (role == 0) {
     // ---- producer ----
     mbar::RegDealloc<kProducerRegs>();
     for (int local = 0; local < my_tiles; ++local) {
-      const int64_t first = (static_cast<int64_t>(blockIdx.x) + static_cast<int64_t>(local) * gridDim.x) * kRows;
+      const int64_t first = ffn_hopper::TileFirstRow<kRows>(local);
       const int buffer = local % kDyBuffers;
       const int valid = static_cast<int>(p.n - first < kRows ? p.n - first : kRows);
       // Tile `local` reuses the dy buffer of tile local - kDyBuffers: wait for both consumers' last
       // product of that tile.
       if (local >= kDyBuffers) {
-        mbar::Wait(bar_dy_empty(buffer), static_cast<uint32_t>((local / kDyBuffers - 1) & 1));
+        mbar::Wait(bar.TileEmpty(buffer), static_cast<uint32_t>((local / kDyBuffers - 1) & 1));
       }
       wgmma::WarpgroupLoadRows(tid, dy_tile(buffer), kRows, p.dy + first * kD, kD, valid, p.dy);
-      mbar::CpAsyncArrive(bar_dy_full(buffer));
+      mbar::CpAsyncArrive(bar.TileFull(buffer));
       for (int chunk = 0; chunk < chunks; ++chunk) {
         const int q = local * chunks + chunk;  // the CTA's chunk count: stages cycle across tiles
         const int stage = q % kStages;
-        if (q >= kStages) mbar::Wait(bar_empty(stage), static_cast<uint32_t>((q / kStages - 1) & 1));
+        if (q >= kStages) mbar::Wait(bar.Empty(stage), static_cast<uint32_t>((q / kStages - 1) & 1));
         const int c0 = chunk * kChunk;
         wgmma::WarpgroupLoadRows(tid, w2_tile(stage), kChunk, p.w2 + static_cast<int64_t>(c0) * kD, kD, kChunk,
                                  p.w2);  // W2[chunk, :]
         wgmma::WarpgroupLoadRows(tid, u_tile(stage), kRows, p.u + first * p.hidden + c0, p.hidden, valid,
                                  p.u);  // u[tile, chunk]
-        mbar::CpAsyncArrive(bar_full(stage));
+        mbar::CpAsyncArrive(bar.Full(stage));
       }
     }
     CopyAsyncWait<0>();  // leave nothing in flight behind an exiting thread
@@ -155,18 +138,18 @@ __global__ void __launch_bounds__(kThreads, 1) FfnHiddenGradKernel(const Params 
   const int tile_row0 = wg * 64 + warp * 16 + lane_g;
 
   for (int local = 0; local < my_tiles; ++local) {
-    const int64_t first = (static_cast<int64_t>(blockIdx.x) + static_cast<int64_t>(local) * gridDim.x) * kRows;
+    const int64_t first = ffn_hopper::TileFirstRow<kRows>(local);
     const int buffer = local % kDyBuffers;
     const int64_t rows[2] = {first + tile_row0, first + tile_row0 + 8};
     const int64_t block_first = first + wg * kBlockRows;
     const int block_valid = static_cast<int>(
         p.n - block_first < kBlockRows ? (p.n > block_first ? p.n - block_first : 0) : kBlockRows);
 
-    mbar::Wait(bar_dy_full(buffer), static_cast<uint32_t>((local / kDyBuffers) & 1));
+    mbar::Wait(bar.TileFull(buffer), static_cast<uint32_t>((local / kDyBuffers) & 1));
     for (int chunk = 0; chunk < chunks; ++chunk) {
       const int q = local * chunks + chunk;
       const int stage = q % kStages;
-      mbar::Wait(bar_full(stage), static_cast<uint32_t>((q / kStages) & 1));
+      mbar::Wait(bar.Full(stage), static_cast<uint32_t>((q / kStages) & 1));
       wgmma::FenceProxyAsync();  // the cp.async writes, seen through the barriers, to the wgmma proxy
 
       // s = dy W2[chunk, :]ᵀ, 64 x kChunk a warpgroup: k step kk is columns 16kk .. 16kk + 15 of the
@@ -184,10 +167,7 @@ __global__ void __launch_bounds__(kThreads, 1) FfnHiddenGradKernel(const Params 
       wgmma::Commit();
       wgmma::Wait<0>();
       wgmma::FenceRegisters(s);
-      if (chunk + 1 == chunks) {
-        __syncwarp();
-        if ((tid & 31) == 0) mbar::Arrive(bar_dy_empty(buffer));  // this warp's last read of the tile's dy
-      }
+      if (chunk + 1 == chunks) ffn_hopper::WarpRelease(bar.TileEmpty(buffer));  // its last read of the tile's dy
 
       // du = bf16(bf16(s) GELU'(u)): words of the thread's two rows, 8-column block i holding columns
       // 8i + 2t, 8i + 2t + 1; u read from the stage at the same places, du written over it.
@@ -228,8 +208,7 @@ __global__ void __launch_bounds__(kThreads, 1) FfnHiddenGradKernel(const Params 
         sum = __fadd_rn(sum, Bf16Value(v));
       }
       if (block_valid > 0) p.partial[(block_first / kBlockRows) * p.hidden + c0 + thread] = sum;
-      __syncwarp();
-      if ((tid & 31) == 0) mbar::Arrive(bar_empty(stage));  // this warp is done with the stage
+      ffn_hopper::WarpRelease(bar.Empty(stage));
     }
   }
 }
