@@ -225,7 +225,8 @@ TEST(GemModelGpuTest, Bf16FeedForwardStaysWithinTheBf16Bounds) {
 
 // At d = 128 (small's width, the one the benchmarks train) with the rest of tiny: the bf16 blocks with
 // one kernel per op and with the fused kernels at the widest width they take; with either, the
-// feed-forward's forward after its LayerNorm is one kernel at this width (ffn_forward.h).
+// feed-forward's forward after its LayerNorm is one kernel at this width (ffn_forward.h), and with
+// separate kernels so is its backward's hidden gradient (ffn_hidden_grad.h).
 TEST(GemModelGpuTest, Bf16BlocksAtWidth128StayWithinTheBf16Bounds) {
   if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
   for (const BlockKernels kernels : {BlockKernels::kSeparate, BlockKernels::kFused}) {
