@@ -1,6 +1,5 @@
 #include "gpu/train/ffn_forward.h"
 
-#include <algorithm>
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
@@ -55,11 +54,9 @@ absl::Status FfnForwardFused(const FfnShape& s, const __nv_bfloat16* h, const Ff
   if (absl::Status a = AllowSharedMemory(ffn_forward::FfnForwardKernel, kBytes, "FfnForwardFused"); !a.ok()) {
     return a;
   }
-  // Persistent: at most one CTA an SM (the kernel's shared memory allows no second), each walking its
-  // tiles.
-  const int64_t tiles = (s.n + ffn_forward::kRows - 1) / ffn_forward::kRows;
-  const auto blocks = static_cast<unsigned>(std::min<int64_t>(tiles, HopperSmCount()));
-  ffn_forward::FfnForwardKernel<<<blocks, ffn_forward::kThreads, kBytes, stream>>>(p);
+  // Persistent: one CTA an SM (the kernel's shared memory allows no second), each walking its tiles.
+  const unsigned grid = PersistentGrid((s.n + ffn_forward::kRows - 1) / ffn_forward::kRows);
+  ffn_forward::FfnForwardKernel<<<grid, ffn_forward::kThreads, kBytes, stream>>>(p);
   return Launched("FfnForwardFused");
 }
 

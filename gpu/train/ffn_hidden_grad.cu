@@ -1,6 +1,5 @@
 #include "gpu/train/ffn_hidden_grad.h"
 
-#include <algorithm>
 #include <cstdint>
 
 #include "gpu/common/sm_count.h"
@@ -19,18 +18,17 @@ absl::Status ValidateFfnHiddenGradShape(const FfnShape& s) {
 
 namespace {
 
-// The kernel into `partial`, then the column-sum tree's upper levels over it into db1.
-absl::Status GradAndSums(const FfnShape& s, const ffn_hidden_grad::Params& p, const float* partial, int64_t blocks,
-                         float* db1, bool accumulate, cudaStream_t stream) {
+// The kernel into p.partial (`blocks` rows of the tree's first level), then the tree's upper levels
+// over it into db1.
+absl::Status GradAndSums(const ffn_hidden_grad::Params& p, int64_t blocks, float* db1, bool accumulate,
+                         cudaStream_t stream) {
   namespace k = ffn_hidden_grad;
   constexpr size_t kBytes = k::Layout::kBytes;
   if (absl::Status a = AllowSharedMemory(k::FfnHiddenGradKernel, kBytes, "FfnHiddenGradFused"); !a.ok()) return a;
-  // Persistent: at most one CTA an SM (the kernel's shared memory allows no second).
-  const int64_t tiles = (s.n + k::kRows - 1) / k::kRows;
-  const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, HopperSmCount()));
-  k::FfnHiddenGradKernel<<<grid, k::kThreads, kBytes, stream>>>(p);
+  // Persistent: one CTA an SM (the kernel's shared memory allows no second), each walking its tiles.
+  k::FfnHiddenGradKernel<<<PersistentGrid((p.n + k::kRows - 1) / k::kRows), k::kThreads, kBytes, stream>>>(p);
   if (absl::Status l = Launched("FfnHiddenGradFused"); !l.ok()) return l;
-  return ColumnSums(partial, blocks, s.hidden, s.hidden, db1, accumulate, stream);
+  return ColumnSums(p.partial, blocks, p.hidden, p.hidden, db1, accumulate, stream);
 }
 
 }  // namespace
@@ -60,7 +58,7 @@ absl::Status FfnHiddenGradFused(const FfnShape& s, const __nv_bfloat16* dy, cons
   p.u = Bf16Bits(u);
   p.du = Bf16Bits(du);
   p.partial = partial;
-  const absl::Status status = GradAndSums(s, p, partial, blocks, db1, accumulate, stream);
+  const absl::Status status = GradAndSums(p, blocks, db1, accumulate, stream);
   const absl::Status freed = CudaOk(cudaFreeAsync(partial, stream), "FfnHiddenGradFused scratch");
   return status.ok() ? freed : status;
 }

@@ -316,14 +316,11 @@ struct GemModelGpu::Impl {
   bool FusedFfn() const {
     return options.block_kernels == BlockKernels::kFused && ValidateFfnShape(FfnShape{1, g.d, g.ffn}).ok();
   }
-  // Whether its forward's products and GELU run on ffn_forward.h's kernel (at the widths it takes,
-  // either BlockKernels choice: it is faster than the separate kernels where it runs).
-  bool FusedFfnForward() const {
-    return ValidateFfnForwardShape(FfnShape{1, g.d, g.ffn}).ok();
-  }
-  // Whether, where the backward runs separate kernels, dg and GELU's backward run on ffn_hidden_grad.h's
-  // kernel (at the widths it takes).
-  bool FusedFfnHiddenGrad() const { return ValidateFfnHiddenGradShape(FfnShape{1, g.d, g.ffn}).ok(); }
+  // Whether the block's widths are the Hopper kernels' (ffn_forward.h, ffn_hidden_grad.h): then its
+  // forward's products and GELU run on the first with either BlockKernels choice, and where the
+  // backward runs separate kernels, dg and GELU's backward on the second (each measured faster than
+  // the separate kernels it replaces).
+  bool HopperFfn() const { return ValidateFfnHopperShape(FfnShape{1, g.d, g.ffn}, "ffn").ok(); }
   absl::Status FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out);
   // next (null: none): where the block's LayerNorm backward runs as its own kernel, it hands the new ds
   // on in bf16 (layer_norm.h's Bf16Handoff) and *handed points at next->rows; else *handed is null.
@@ -1090,7 +1087,7 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const Cr
 // writes bf16 rows h; the first linear's pre-activation u = h W1 + b1 and g = GELU(u) are bf16 arrays
 // (the backward reads both); the second linear writes the fp32 residual stream, g W2 + b2 + cur. The
 // weights are rounded to bf16 for the step; every product accumulates in fp32: LayerNorm's kernel, then
-// with FusedFfnForward one kernel for the rest (ffn_forward.h), else a cuBLASLt product (bias in its
+// with HopperFfn one kernel for the rest (ffn_forward.h), else a cuBLASLt product (bias in its
 // epilogue), GELU's elementwise kernel and a second product (bias and residual in its epilogue).
 absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out) {
   const int d = g.d;
@@ -1106,7 +1103,7 @@ absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float
   GEMTB_ASSIGN_OR_RETURN(b2, AlignedBias(p.ffn2.b));
   GEMTB_RETURN_IF_ERROR(LayerNormForward(RowsShape{n, p.ln_c.width}, cur, W(p.ln_c.gamma), W(p.ln_c.beta), t.h_c16,
                                          t.mean_c, t.rstd_c, st));
-  if (FusedFfnForward()) {
+  if (HopperFfn()) {
     return FfnForwardFused(FfnShape{n, d, g.ffn}, t.h_c16, FfnForwardWeights{t.w1_16, b1, t.w2_16, b2}, cur, t.u16,
                            t.g16, out, st);
   }
@@ -1120,7 +1117,7 @@ absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float
 // tree of column sums, in the pass that rounds it); dg = ds W2^T rounded to bf16, du = dg GELU'(u) in
 // bf16, dh = du W1^T in fp32 and LayerNorm's backward of dh: one kernel with FusedFfn (dh stays on
 // chip), else dg and du with du's column sums (the first bias's gradient) in ffn_hidden_grad.h's kernel
-// where FusedFfnHiddenGrad (dg stays on chip), or a product and GELU's elementwise backward (with the
+// where HopperFfn (dg stays on chip), or a product and GELU's elementwise backward (with the
 // column sums in the same pass), then a product into dh (scratch) and LayerNorm's kernels. The linears'
 // weight gradients come from linear.h's products over every row (with FusedFfn, the first bias's too).
 absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh,
@@ -1139,7 +1136,7 @@ absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTa
                                            FfnTape{t.mean_c, t.rstd_c, t.u16}, du16, ds, G(p.ln_c.gamma),
                                            G(p.ln_c.beta), st));
   } else {
-    if (FusedFfnHiddenGrad()) {
+    if (HopperFfn()) {
       GEMTB_RETURN_IF_ERROR(FfnHiddenGradFused(FfnShape{n, d, g.ffn}, ds16, t.w2_16, t.u16, du16, G(p.ffn1.b), true, st));
     } else {
       __nv_bfloat16* dg16;

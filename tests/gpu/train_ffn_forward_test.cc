@@ -15,6 +15,7 @@
 #include "gpu/train/layer_norm.h"
 #include "gtest/gtest.h"
 #include "model/numerics/float_formats.h"
+#include "reference/model/ops.h"
 #include "tests/gpu/train_test_util.h"
 
 namespace gemtb::gpu::train {
@@ -25,10 +26,10 @@ using test::ExpectCloseToScale;
 using test::HaveSm90;
 using test::Wave;
 
-constexpr double kU = 1.0 / (1 << 24);     // fp32's unit roundoff
-constexpr double kBf16U = 1.0 / (1 << 8);  // bf16's (8 significant bits)
+using test::kBf16U;
+using test::kFp32U;
 
-double Gelu(double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }
+using reference::model::Gelu;
 
 TEST(FfnForward, ShapesAndPointersItCannotTakeAreRefusedByName) {
   EXPECT_TRUE(ValidateFfnForwardShape({10, 128, 512}).ok());
@@ -93,7 +94,7 @@ void RunCase(int64_t n, int hidden, bool in_place) {
       const size_t e = static_cast<size_t>(r) * hidden + c;
       u_got[e] = numerics::Bf16BitsToFloat(u[e]);
       u_want[e] = sum;
-      u_bound[e] = kBf16U * std::fabs(sum) + (d + 16) * kU * mag;
+      u_bound[e] = kBf16U * std::fabs(sum) + (d + 16) * kFp32U * mag;
     }
   }
   ExpectCloseToScale(u_got, u_want, u_bound, 1.0, 0.0, where + " u");
@@ -125,7 +126,7 @@ void RunCase(int64_t n, int hidden, bool in_place) {
       y_scale[e] = mag + std::fabs(x[e]);
     }
   }
-  ExpectCloseToScale(y_got, y_want, y_scale, (hidden + 16) * kU, 0.0, where + " y");
+  ExpectCloseToScale(y_got, y_want, y_scale, (hidden + 16) * kFp32U, 0.0, where + " y");
 
   // The same bytes again.
   run();

@@ -15,6 +15,7 @@
 #include "gpu/train/layer_norm.h"
 #include "gtest/gtest.h"
 #include "model/numerics/float_formats.h"
+#include "reference/model/ops.h"
 #include "tests/gpu/train_test_util.h"
 
 namespace gemtb::gpu::train {
@@ -26,14 +27,11 @@ using test::ExpectCloseToScale;
 using test::HaveSm90;
 using test::Wave;
 
-constexpr double kU = 1.0 / (1 << 24);     // fp32's unit roundoff
-constexpr double kBf16U = 1.0 / (1 << 8);  // bf16's (8 significant bits)
+using test::kBf16U;
+using test::kFp32U;
 
-double Phi(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }
-double Pdf(double x) { return std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI); }
-double GeluGrad(double x) { return Phi(x) + x * Pdf(x); }
-// The magnitude of GELU'(x)'s two terms: the scale of its rounding where they nearly cancel (x ~ -0.75).
-double GeluGradTerms(double x) { return Phi(x) + std::fabs(x) * Pdf(x); }
+using reference::model::GeluGrad;
+using test::GeluGradTerms;
 
 TEST(FfnFused, ShapesAndPointersItCannotTakeAreRefusedByName) {
   EXPECT_TRUE(ValidateFfnShape({10, 128, 512}).ok());
@@ -110,7 +108,7 @@ void RunCase(int64_t n, int d, int hidden) {
       du_scale[e] = mag * GeluGradTerms(ue);
     }
   }
-  ExpectCloseToScale(du_got, du_want, du_scale, 2 * kBf16U + (d + 16) * kU, 0.0, where + " du");
+  ExpectCloseToScale(du_got, du_want, du_scale, 2 * kBf16U + (d + 16) * kFp32U, 0.0, where + " du");
   // LayerNorm's backward of dh = du W1^T in fp64 (with the kernel's du and statistics): dx added to
   // dx0; the parameter gradients added to theirs. The kernel's dh is an fp32 sum of `hidden` terms
   // and the backward's own operations are fp32: 1e-4 of the gradient's root mean square leaves room
@@ -127,7 +125,7 @@ void RunCase(int64_t n, int d, int hidden) {
   std::vector<double> dx_got(dx.begin(), dx.end()), dx_want(nd);
   for (size_t e = 0; e < nd; ++e) dx_want[e] = dx0[e] + want.dx[e];
   const std::vector<double> dgamma_got(dgamma.begin(), dgamma.end()), dbeta_got(dbeta.begin(), dbeta.end());
-  ExpectClose(dx_got, dx_want, 2 * kU, 1e-4 * test::Rms(want.dx), where + " dx");
+  ExpectClose(dx_got, dx_want, 2 * kFp32U, 1e-4 * test::Rms(want.dx), where + " dx");
   ExpectClose(dgamma_got, want.dgamma, 1e-5, 1e-4 * test::Rms(want.dgamma), where + " dgamma");
   ExpectClose(dbeta_got, want.dbeta, 1e-5, 1e-4 * test::Rms(want.dbeta), where + " dbeta");
 

@@ -15,6 +15,7 @@
 #include "gpu/train/model_kernels.h"
 #include "gtest/gtest.h"
 #include "model/numerics/float_formats.h"
+#include "reference/model/ops.h"
 #include "tests/gpu/train_test_util.h"
 
 namespace gemtb::gpu::train {
@@ -25,11 +26,11 @@ using test::ExpectCloseToScale;
 using test::HaveSm90;
 using test::Wave;
 
-constexpr double kU = 1.0 / (1 << 24);     // fp32's unit roundoff
-constexpr double kBf16U = 1.0 / (1 << 8);  // bf16's (8 significant bits)
+using test::kBf16U;
+using test::kFp32U;
 
-double Phi(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }
-double Density(double x) { return std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI); }
+using reference::model::GeluGrad;
+using test::GeluGradTerms;
 
 TEST(FfnHiddenGrad, ShapesAndPointersItCannotTakeAreRefusedByName) {
   EXPECT_TRUE(ValidateFfnHiddenGradShape({10, 128, 512}).ok());
@@ -83,11 +84,11 @@ void RunCase(int64_t n, int hidden) {
         mag += std::fabs(t);
       }
       const size_t e = static_cast<size_t>(r) * hidden + c;
-      const double x = uv[e], grad = Phi(x) + x * Density(x);
+      const double x = uv[e], grad = GeluGrad(x);
       du_got[e] = numerics::Bf16BitsToFloat(du[e]);
       du_want[e] = dg * grad;
-      du_bound[e] = kBf16U * std::fabs(du_want[e]) + std::fabs(grad) * (kBf16U * std::fabs(dg) + (d + 16) * kU * mag) +
-                    1e-5 * (Phi(x) + std::fabs(x) * Density(x)) * std::fabs(dg);
+      du_bound[e] = kBf16U * std::fabs(du_want[e]) + std::fabs(grad) * (kBf16U * std::fabs(dg) + (d + 16) * kFp32U * mag) +
+                    1e-5 * GeluGradTerms(x) * std::fabs(dg);
     }
   }
   ExpectCloseToScale(du_got, du_want, du_bound, 1.0, 0.0, where + " du");

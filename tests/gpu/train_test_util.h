@@ -1,7 +1,8 @@
 // What the trainer-layer GPU tests (tests/gpu/train_*_test.cc) share: whether an sm_90 GPU is
 // here, device arrays filled from and read back into host vectors, random bf16 inputs, the
-// activation types of the row kernels (fp32 and bf16) for typed tests, and the element-wise
-// closeness checks with the first few misses reported.
+// activation types of the row kernels (fp32 and bf16) for typed tests, the unit roundoffs and GELU
+// scale their bounds are made of, and the element-wise closeness checks with the first few misses
+// reported.
 #ifndef GEMTB_TESTS_GPU_TRAIN_TEST_UTIL_H_
 #define GEMTB_TESTS_GPU_TRAIN_TEST_UTIL_H_
 
@@ -20,6 +21,15 @@
 #include "model/numerics/float_formats.h"
 
 namespace gemtb::gpu::train::test {
+
+inline constexpr double kFp32U = 1.0 / (1 << 24);  // fp32's unit roundoff
+inline constexpr double kBf16U = 1.0 / (1 << 8);   // bf16's (8 significant bits)
+
+// The magnitude of GELU'(x) = Phi(x) + x phi(x)'s two terms (reference/model/ops.h's GeluGrad): the
+// scale of its evaluation's rounding where they nearly cancel (x ~ -0.75).
+inline double GeluGradTerms(double x) {
+  return 0.5 * std::erfc(-x / std::sqrt(2.0)) + std::fabs(x) * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+}
 
 inline bool HaveSm90() {
   int count = 0;
