@@ -1,6 +1,7 @@
 // The current device's multiprocessor count, for host code that sizes persistent launches and deals
 // work over the SMs (the persistent forward, the backward chains, the split forward's snake deal, the
-// fused-dQ backward's chain length, the Hopper feed-forward kernels' grid). Host only: api.cc includes it as well as the launchers.
+// fused-dQ backward's chain length, the Hopper feed-forward kernels' grid). Host only: api.cc includes
+// it as well as the launchers.
 #ifndef GEMTB_GPU_COMMON_SM_COUNT_H_
 #define GEMTB_GPU_COMMON_SM_COUNT_H_
 

@@ -87,7 +87,8 @@ void RunCase(int64_t n, int hidden) {
       const double x = uv[e], grad = GeluGrad(x);
       du_got[e] = numerics::Bf16BitsToFloat(du[e]);
       du_want[e] = dg * grad;
-      du_bound[e] = kBf16U * std::fabs(du_want[e]) + std::fabs(grad) * (kBf16U * std::fabs(dg) + (d + 16) * kFp32U * mag) +
+      du_bound[e] = kBf16U * std::fabs(du_want[e]) +
+                    std::fabs(grad) * (kBf16U * std::fabs(dg) + (d + 16) * kFp32U * mag) +
                     1e-5 * GeluGradTerms(x) * std::fabs(dg);
     }
   }
