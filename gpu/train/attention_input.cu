@@ -15,7 +15,7 @@ absl::Status Launch(const ain::Params& p, cudaStream_t stream) {
   auto* kernel = ain::AttentionInputKernel<kD, kDh>;
   if (absl::Status s = AllowSharedMemory(kernel, kBytes, "AttentionInputForward"); !s.ok()) return s;
   const auto blocks = static_cast<unsigned>((p.n + ain::kRows - 1) / ain::kRows);
-  kernel<<<blocks, ain::kThreads, kBytes, stream>>>(p);
+  LaunchDependent(kernel, blocks, ain::kThreads, kBytes, stream, p);
   return Launched("AttentionInputForward");
 }
 

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gpu/common/dependent_launch.cuh"
 #include "gpu/common/mma.cuh"
 #include "gpu/common/tile_io.cuh"
 #include "gpu/train/layer_norm_tile.cuh"
@@ -134,6 +135,7 @@ __device__ __forceinline__ void NormRow(const float (&v)[kD / 8][2], const float
 
 template <int kD, int kDh>
 __global__ void __launch_bounds__(kThreads, 2) AttentionInputKernel(const Params p) {
+  AwaitPriorGrids();
   static_assert(kDh % 16 == 0 && kDh <= 64 && kD % kDh == 0, "heads of 16, 32 or 64 columns");
   using L = Layout<kD>;
   constexpr ElementType kBf16 = ElementType::kBFloat16;

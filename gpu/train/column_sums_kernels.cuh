@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "gpu/common/dependent_launch.cuh"
 #include "gpu/common/mma.cuh"
 #include "gpu/train/gelu.cuh"
 
@@ -92,6 +93,7 @@ __device__ __forceinline__ void StoreRounded(uint16_t* at, const float (&v)[kVec
 template <typename T, int kVec = 1>
 __global__ void ColumnBlockSumsKernel(const T* x, int64_t rows, int64_t cols, int64_t ldx, float* partial,
                                       uint16_t* rounded, int64_t x_stride = 0, int64_t partial_stride = 0) {
+  AwaitPriorGrids();
   const int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;
   if (c >= cols) return;
   x += blockIdx.z * x_stride;
@@ -133,6 +135,7 @@ __global__ void ColumnBlockSumsKernel(const T* x, int64_t rows, int64_t cols, in
 template <int kVec>
 __global__ void GeluBackwardBlockSumsKernel(const uint16_t* u, const uint16_t* dg, int64_t rows, int64_t cols,
                                             uint16_t* du, float* partial) {
+  AwaitPriorGrids();
   const int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;
   if (c >= cols) return;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kBlockRows;

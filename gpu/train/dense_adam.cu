@@ -1,12 +1,14 @@
 #include "gpu/train/dense_adam.h"
 
 #include "absl/strings/str_cat.h"
+#include "gpu/common/dependent_launch.cuh"
 
 namespace gemtb::gpu::train {
 namespace {
 
 __global__ void DenseAdamKernel(float* w, const float* g, float* m, float* v, int64_t count,
                                 gemtb::embedding::AdamStep step, OptimizerConfig o, __nv_bfloat16* w_bf16) {
+  AwaitPriorGrids();
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= count) return;
   embedding::AdamRow(w + e, g + e, 1, m + e, v + e, step, o);
@@ -24,8 +26,8 @@ absl::Status DenseAdamStep(float* w, const float* g, float* m, float* v, int64_t
     return absl::InvalidArgumentError("optimizer.kind: want adam");
   }
   constexpr int kThreads = 256;
-  DenseAdamKernel<<<static_cast<unsigned>((count + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      w, g, m, v, count, step, optimizer, w_bf16);
+  LaunchDependent(DenseAdamKernel, static_cast<unsigned>((count + kThreads - 1) / kThreads), kThreads, 0, stream, w, g,
+                  m, v, count, step, optimizer, w_bf16);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return absl::InternalError(absl::StrCat("DenseAdamStep: ", cudaGetErrorString(e)));
   return absl::OkStatus();

@@ -56,7 +56,7 @@ absl::Status FfnForwardFused(const FfnShape& s, const __nv_bfloat16* h, const Ff
   }
   // Persistent: one CTA an SM (the kernel's shared memory allows no second), each walking its tiles.
   const unsigned grid = PersistentGrid((s.n + ffn_forward::kRows - 1) / ffn_forward::kRows);
-  ffn_forward::FfnForwardKernel<<<grid, ffn_forward::kThreads, kBytes, stream>>>(p);
+  LaunchDependent(ffn_forward::FfnForwardKernel, grid, ffn_forward::kThreads, kBytes, stream, p);
   return Launched("FfnForwardFused");
 }
 

@@ -15,7 +15,7 @@ absl::Status Launch(const ffn::Params& p, cudaStream_t stream) {
   auto* kernel = ffn::FfnBackwardKernel<kD>;
   if (absl::Status s = AllowSharedMemory(kernel, kBytes, "FfnBackwardFused"); !s.ok()) return s;
   const auto blocks = static_cast<unsigned>((p.n + ffn::kRows - 1) / ffn::kRows);
-  kernel<<<blocks, ffn::kThreads, kBytes, stream>>>(p);
+  LaunchDependent(kernel, blocks, ffn::kThreads, kBytes, stream, p);
   return Launched("FfnBackwardFused");
 }
 

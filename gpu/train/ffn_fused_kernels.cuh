@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gpu/common/dependent_launch.cuh"
 #include "gpu/common/mma.cuh"
 #include "gpu/common/tile_io.cuh"
 #include "gpu/train/gelu.cuh"
@@ -80,6 +81,7 @@ __device__ __forceinline__ bf16 Bf16Of(float v) { return Storage<ElementType::kB
 
 template <int kD>
 __global__ void __launch_bounds__(kThreads, 2) FfnBackwardKernel(const Params p) {
+  AwaitPriorGrids();
   using L = Layout<kD>;
   constexpr ElementType kBf16 = ElementType::kBFloat16;
   constexpr int kHiddenTiles = kChunk / 8;  // n-tiles of the first product per chunk

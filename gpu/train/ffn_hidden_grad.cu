@@ -26,7 +26,8 @@ absl::Status GradAndSums(const ffn_hidden_grad::Params& p, int64_t blocks, float
   constexpr size_t kBytes = k::Layout::kBytes;
   if (absl::Status a = AllowSharedMemory(k::FfnHiddenGradKernel, kBytes, "FfnHiddenGradFused"); !a.ok()) return a;
   // Persistent: one CTA an SM (the kernel's shared memory allows no second), each walking its tiles.
-  k::FfnHiddenGradKernel<<<PersistentGrid((p.n + k::kRows - 1) / k::kRows), k::kThreads, kBytes, stream>>>(p);
+  LaunchDependent(k::FfnHiddenGradKernel, PersistentGrid((p.n + k::kRows - 1) / k::kRows), k::kThreads, kBytes, stream,
+                  p);
   if (absl::Status l = Launched("FfnHiddenGradFused"); !l.ok()) return l;
   return ColumnSums(p.partial, blocks, p.hidden, p.hidden, db1, accumulate, stream);
 }

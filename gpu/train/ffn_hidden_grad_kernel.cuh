@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gpu/common/dependent_launch.cuh"
 #include "gpu/common/mbarrier.cuh"
 #include "gpu/common/mma.cuh"
 #include "gpu/common/tile_io.cuh"
@@ -75,6 +76,7 @@ struct Params {
 };
 
 __global__ void __launch_bounds__(kThreads, 1) FfnHiddenGradKernel(const Params p) {
+  AwaitPriorGrids();
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   using Barriers = ffn_hopper::PipelineBarriers<kDyBuffers, kStages>;
   __shared__ __align__(8) uint64_t bars[Barriers::kCount];

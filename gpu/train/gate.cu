@@ -1,6 +1,7 @@
 #include "gpu/train/gate.h"
 
 #include "absl/strings/str_cat.h"
+#include "gpu/common/dependent_launch.cuh"
 #include "gpu/train/kernel_utils.cuh"
 
 namespace gemtb::gpu::train {
@@ -17,6 +18,7 @@ __device__ float GateSigmoid(float x) {
 
 template <typename T>
 __global__ void GateForwardKernel(const T* z, const T* a, int64_t count, T* y, float* sig) {
+  AwaitPriorGrids();
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= count) return;
   const float s = GateSigmoid(ToFloat(a[e]));
@@ -26,6 +28,7 @@ __global__ void GateForwardKernel(const T* z, const T* a, int64_t count, T* y, f
 
 template <typename T>
 __global__ void GateBackwardKernel(const T* z, const float* sig, const T* dy, int64_t count, T* da, T* dz) {
+  AwaitPriorGrids();
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= count) return;
   const float s = sig[e], g = ToFloat(dy[e]);
@@ -40,7 +43,7 @@ unsigned Blocks(int64_t count) { return static_cast<unsigned>((count + kThreads 
 template <typename T>
 absl::Status GateForward(const T* z, const T* a, int64_t count, T* y, float* sig, cudaStream_t stream) {
   if (absl::Status v = ValidateCount(count); !v.ok()) return v;
-  GateForwardKernel<T><<<Blocks(count), kThreads, 0, stream>>>(z, a, count, y, sig);
+  LaunchDependent(GateForwardKernel<T>, Blocks(count), kThreads, 0, stream, z, a, count, y, sig);
   return Launched("GateForward");
 }
 
@@ -48,7 +51,7 @@ template <typename T>
 absl::Status GateBackward(const T* z, const float* sig, const T* dy, int64_t count, T* da, T* dz,
                           cudaStream_t stream) {
   if (absl::Status v = ValidateCount(count); !v.ok()) return v;
-  GateBackwardKernel<T><<<Blocks(count), kThreads, 0, stream>>>(z, sig, dy, count, da, dz);
+  LaunchDependent(GateBackwardKernel<T>, Blocks(count), kThreads, 0, stream, z, sig, dy, count, da, dz);
   return Launched("GateBackward");
 }
 

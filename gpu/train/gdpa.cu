@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "gpu/common/dependent_launch.cuh"
 #include "gpu/train/gdpa_rows.cuh"
 #include "gpu/train/kernel_utils.cuh"
 
@@ -95,6 +96,7 @@ __device__ void StoreRows(const float (&acc)[kRowsPerWarp][kPerLane<kDh>], int64
 template <int kDh>
 __global__ void __launch_bounds__(kThreads)
     GdpaForwardKernel(Params p, const float* q, const float* k, const float* v, float* o) {
+  AwaitPriorGrids();
   constexpr int kPad = kDh + 1;  // lanes read different K rows: odd stride, no bank conflicts
   __shared__ float qs[kTile * kDh], ks[kTile * kPad], vs[kTile * kDh];
   const Sample s = LoadSample(p, blockIdx.x);
@@ -145,6 +147,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int kDh>
 __global__ void __launch_bounds__(kThreads) GdpaBackwardDqKernel(Params p, const float* q, const float* k,
                                                                  const float* v, const float* d_o, float* dq) {
+  AwaitPriorGrids();
   constexpr int kPad = kDh + 1;
   __shared__ float qs[kTile * kDh], dos[kTile * kDh], ks[kTile * kPad], vs[kTile * kPad];
   const Sample s = LoadSample(p, blockIdx.x);
@@ -198,6 +201,7 @@ template <int kDh>
 __global__ void __launch_bounds__(kThreads) GdpaBackwardDkDvKernel(Params p, const float* q, const float* k,
                                                                    const float* v, const float* d_o, float* dk,
                                                                    float* dv) {
+  AwaitPriorGrids();
   constexpr int kPad = kDh + 1;  // lanes read different Q / dO rows
   __shared__ float ks[kTile * kDh], vs[kTile * kDh], qs[kTile * kPad], dos[kTile * kPad];
   const Sample s = LoadSample(p, blockIdx.x);
@@ -280,17 +284,18 @@ dim3 Grid(const GdpaBatch& b, int32_t rows) {
 
 template <int kDh>
 void LaunchForward(const GdpaBatch& b, const float* q, const float* k, const float* v, float* o, cudaStream_t stream) {
-  GdpaForwardKernel<kDh><<<Grid(b, b.max_q), kThreads, 0, stream>>>(MakeParams(b), q, k, v, o);
+  LaunchDependent(GdpaForwardKernel<kDh>, Grid(b, b.max_q), kThreads, 0, stream, MakeParams(b), q, k, v, o);
 }
 
 template <int kDh>
 void LaunchBackward(const GdpaBatch& b, const float* q, const float* k, const float* v, const float* d_o, float* dq,
                     float* dk, float* dv, cudaStream_t stream) {
   if (b.max_q > 0) {
-    GdpaBackwardDqKernel<kDh><<<Grid(b, b.max_q), kThreads, 0, stream>>>(MakeParams(b), q, k, v, d_o, dq);
+    LaunchDependent(GdpaBackwardDqKernel<kDh>, Grid(b, b.max_q), kThreads, 0, stream, MakeParams(b), q, k, v, d_o, dq);
   }
   if (b.max_k > 0) {
-    GdpaBackwardDkDvKernel<kDh><<<Grid(b, b.max_k), kThreads, 0, stream>>>(MakeParams(b), q, k, v, d_o, dk, dv);
+    LaunchDependent(GdpaBackwardDkDvKernel<kDh>, Grid(b, b.max_k), kThreads, 0, stream, MakeParams(b), q, k, v, d_o, dk,
+                    dv);
   }
 }
 

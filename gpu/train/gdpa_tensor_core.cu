@@ -98,8 +98,8 @@ absl::Status SplitLaunch(const GdpaBatch& b, const Params& p, int splits, int32_
   if (partials.ok()) {
     const int64_t units = static_cast<int64_t>(max_own) * (p.vec ? b.heads * b.dh / 4 : b.heads * b.dh);
     const int64_t blocks = std::min<int64_t>(65535, (units + kThreads - 1) / kThreads);
-    SumSplitsKernel<T><<<dim3(static_cast<unsigned>(b.batch), static_cast<unsigned>(blocks)), kThreads, 0, stream>>>(
-        p, sp, b.dh, own_keys, out0, out1);
+    LaunchDependent(SumSplitsKernel<T>, dim3(static_cast<unsigned>(b.batch), static_cast<unsigned>(blocks)), kThreads,
+                    0, stream, p, sp, b.dh, own_keys, out0, out1);
   }
   const absl::Status summed = partials.ok() ? Launched(what) : partials;
   const absl::Status freed = CudaOk(cudaFreeAsync(part, stream), what);
@@ -114,7 +114,8 @@ absl::Status LaunchForward(const GdpaBatch& b, const T* q, const T* k, const T* 
   if (!AnyTile(b, /*own_keys=*/false)) return absl::OkStatus();
   const int splits = SplitsFor(b, b.max_q, b.max_k, 1);
   const auto launch = [&](const Split& sp) {
-    ForwardKernel<kDh, T><<<Grid(b, /*own_keys=*/false, sp.splits), kThreads, kBytes, stream>>>(p, sp, q, k, v, o);
+    LaunchDependent(ForwardKernel<kDh, T>, Grid(b, /*own_keys=*/false, sp.splits), kThreads, kBytes, stream, p, sp, q,
+                    k, v, o);
   };
   if (splits == 1) {
     launch(Split{});
@@ -137,8 +138,8 @@ absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T*
     }
     const int splits = SplitsFor(b, b.max_q, b.max_k, 1);
     const auto launch = [&](const Split& sp) {
-      BackwardDqKernel<kDh, T><<<Grid(b, /*own_keys=*/false, sp.splits), kThreads, kBytes, stream>>>(p, sp, q, k, v,
-                                                                                                    d_o, dq);
+      LaunchDependent(BackwardDqKernel<kDh, T>, Grid(b, /*own_keys=*/false, sp.splits), kThreads, kBytes, stream, p, sp,
+                      q, k, v, d_o, dq);
     };
     if (splits == 1) {
       launch(Split{});
@@ -156,8 +157,8 @@ absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T*
     }
     const int splits = SplitsFor(b, b.max_k, b.max_q, 2);
     const auto launch = [&](const Split& sp) {
-      BackwardDkDvKernel<kDh, T><<<Grid(b, /*own_keys=*/true, sp.splits), kThreads, kBytes, stream>>>(p, sp, q, k, v,
-                                                                                                     d_o, dk, dv);
+      LaunchDependent(BackwardDkDvKernel<kDh, T>, Grid(b, /*own_keys=*/true, sp.splits), kThreads, kBytes, stream, p,
+                      sp, q, k, v, d_o, dk, dv);
     };
     if (splits == 1) {
       launch(Split{});
@@ -235,8 +236,8 @@ absl::Status GdpaWriteTiles(int64_t batch, const int32_t* q_offsets, const int32
   if (reinterpret_cast<uintptr_t>(entries) % 16 != 0) {
     return absl::InvalidArgumentError("GdpaWriteTiles: entries: want 16-byte aligned");
   }
-  tc::WriteTilesKernel<<<static_cast<unsigned>(batch), kThreads, 0, stream>>>(q_offsets, k_offsets, tile_offsets,
-                                                                              entries);
+  LaunchDependent(tc::WriteTilesKernel, static_cast<unsigned>(batch), kThreads, 0, stream, q_offsets, k_offsets,
+                  tile_offsets, entries);
   return Launched("GdpaWriteTiles");
 }
 

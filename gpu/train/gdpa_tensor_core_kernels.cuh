@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "gpu/common/dependent_launch.cuh"
 #include "gpu/common/mma.cuh"
 #include "gpu/train/gdpa_rows.cuh"
 #include "model/common/element_type.h"
@@ -139,6 +140,7 @@ inline std::vector<int32_t> TileList(const std::vector<int32_t>& q_offsets, cons
 __global__ void __launch_bounds__(kThreads)
     WriteTilesKernel(const int32_t* q_offsets, const int32_t* k_offsets, const int32_t* tile_offsets,
                      int32_t* entries) {
+  AwaitPriorGrids();
   const int b = static_cast<int>(blockIdx.x);
   const int32_t q_row = q_offsets[b], lq = q_offsets[b + 1] - q_row, k_row = k_offsets[b],
                 lk = k_offsets[b + 1] - k_row, first = tile_offsets[b], tiles = tile_offsets[b + 1] - first;
@@ -523,6 +525,7 @@ __device__ void WriteOwnRows(const float (&acc)[kDh / 8][4], float* ss, const Ro
 template <int kDh, typename T>
 __global__ void __launch_bounds__(kThreads)
     ForwardKernel(Params p, Split sp, const T* q, const T* k, const T* v, T* o) {
+  AwaitPriorGrids();
   using L = Layout<kDh>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
@@ -587,6 +590,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int kDh, typename T>
 __global__ void __launch_bounds__(kThreads)
     BackwardDqKernel(Params p, Split sp, const T* q, const T* k, const T* v, const T* d_o, T* dq) {
+  AwaitPriorGrids();
   using L = Layout<kDh>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
@@ -655,6 +659,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int kDh, typename T>
 __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
     BackwardDkDvKernel(Params p, Split sp, const T* q, const T* k, const T* v, const T* d_o, T* dk, T* dv) {
+  AwaitPriorGrids();
   using L = Layout<kDh>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* ks = reinterpret_cast<bf16*>(smem);
@@ -729,6 +734,7 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     SumSplitsKernel(Params p, Split sp, int dh, bool own_keys, T* out0, T* out1) {
+  AwaitPriorGrids();
   const Sample s = LoadSample(p, blockIdx.x);
   const int own = min(own_keys ? s.lk : s.lq, sp.max_own), other = own_keys ? s.lq : s.lk;
   const int64_t first = own_keys ? s.k_row : s.q_row;

@@ -24,7 +24,7 @@ absl::Status LaunchStaged(Kernel* kernel, const HeadRowsShape& s, cudaStream_t s
     if (absl::Status a = AllowSharedMemory(kernel, bytes, what); !a.ok()) return a;
   }
   const auto blocks = static_cast<unsigned>((s.rows + block_rows - 1) / block_rows);
-  kernel<<<blocks, kThreads, bytes, stream>>>(args..., static_cast<int>(block_rows));
+  LaunchDependent(kernel, blocks, kThreads, bytes, stream, args..., static_cast<int>(block_rows));
   return Launched(what);
 }
 
@@ -84,11 +84,11 @@ absl::Status HeadRmsNormBackward(const HeadRowsShape& s, const T* x, const float
   const int dh = static_cast<int>(s.dh), heads = static_cast<int>(s.heads);
   const int64_t ld = RowStride(s);
   if (ShortRows(s.dh)) {
-    HeadRmsNormBackwardKernel<E, 8><<<RowBlocks<8>(s.rows), kThreads, 0, stream>>>(xe, inv, dye, s.rows, dh, heads, ld,
-                                                                                  dxe);
+    LaunchDependent(HeadRmsNormBackwardKernel<E, 8>, RowBlocks<8>(s.rows), kThreads, 0, stream, xe, inv, dye, s.rows,
+                    dh, heads, ld, dxe);
   } else {
-    HeadRmsNormBackwardKernel<E, kWarp><<<RowBlocks<kWarp>(s.rows), kThreads, 0, stream>>>(xe, inv, dye, s.rows, dh,
-                                                                                          heads, ld, dxe);
+    LaunchDependent(HeadRmsNormBackwardKernel<E, kWarp>, RowBlocks<kWarp>(s.rows), kThreads, 0, stream, xe, inv, dye,
+                    s.rows, dh, heads, ld, dxe);
   }
   return Launched("HeadRmsNormBackward");
 }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "gpu/common/dependent_launch.cuh"
 #include "gpu/common/mma.cuh"
 #include "gpu/train/block_copy.cuh"
 
@@ -100,6 +101,7 @@ template <typename T, int kLanes>
 __global__ void __launch_bounds__(kThreads)
     HeadRmsNormForwardKernel(const T* x, int64_t rows, int dh, int heads, int64_t ld, T* y, float* inv,
                              int block_rows) {
+  AwaitPriorGrids();
   extern __shared__ __align__(16) unsigned char staged[];
   T* xs = reinterpret_cast<T*>(staged);
   const int64_t first = static_cast<int64_t>(blockIdx.x) * block_rows;
@@ -133,6 +135,7 @@ template <typename T, int kLanes>
 __global__ void __launch_bounds__(kThreads)
     HeadRmsNormBackwardKernel(const T* x, const float* inv, const T* dy, int64_t rows, int dh, int heads, int64_t ld,
                               T* dx) {
+  AwaitPriorGrids();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerPass<kLanes> + threadIdx.x / kLanes;
   // Every lane takes part in the butterfly; rows past the end compute on row 0's values and write nothing.
   const bool real = row < rows;

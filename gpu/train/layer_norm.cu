@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "gpu/common/dependent_launch.cuh"
 #include "gpu/train/gelu.cuh"
 #include "gpu/train/kernel_utils.cuh"
 #include "gpu/train/layer_norm_kernels.cuh"
@@ -20,6 +21,7 @@ constexpr int kRowsPerBlock = 8;  // one warp each
 template <typename T, typename TOut = T>
 __global__ void LayerNormForwardKernel(const T* x, const float* gamma, const float* beta, int64_t n, int width, TOut* y,
                                        float* mean_out, float* rstd_out) {
+  AwaitPriorGrids();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   if (row >= n) return;
   const int lane = threadIdx.x % kWarp;
@@ -39,6 +41,7 @@ __global__ void LayerNormForwardKernel(const T* x, const float* gamma, const flo
 template <typename T>
 __global__ void LayerNormBackwardInputKernel(const T* x, const float* gamma, const float* mean_in, const float* rstd_in,
                                              const T* dy, int64_t n, int width, T* dx, bool accumulate) {
+  AwaitPriorGrids();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   if (row >= n) return;
   const int lane = threadIdx.x % kWarp;
@@ -68,6 +71,7 @@ __global__ void LayerNormBackwardInputKernel(const T* x, const float* gamma, con
 template <typename T>
 __global__ void LayerNormBackwardParamsKernel(const T* x, const float* mean_in, const float* rstd_in, const T* dy,
                                               int64_t n, int width, float* g_part, float* b_part) {
+  AwaitPriorGrids();
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= width) return;
   const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kColumnSumsBlockRows;
@@ -114,6 +118,7 @@ constexpr int kGeluForwardChunks = 4;
 
 template <typename T>
 __global__ void __launch_bounds__(kGeluThreads) GeluForwardKernel(const T* x, int64_t count, T* y, bool vector) {
+  AwaitPriorGrids();
   constexpr int kN = kGeluVector<T>;
   // The thread's chunks: first + j kGeluThreads.
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kGeluThreads * kGeluForwardChunks + threadIdx.x;
@@ -141,6 +146,7 @@ __global__ void __launch_bounds__(kGeluThreads) GeluForwardKernel(const T* x, in
 
 template <typename T>
 __global__ void GeluBackwardKernel(const T* x, const T* dy, int64_t count, T* dx, bool vector) {
+  AwaitPriorGrids();
   constexpr int kN = kGeluVector<T>;
   const int64_t chunk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t e0 = chunk * kN;
@@ -168,9 +174,9 @@ void LaunchForwardRows(const RowsShape& s, const T* x, const float* gamma, const
                        float* rstd, cudaStream_t stream) {
   using In = typename BitsOf<T>::type;
   using Out = typename BitsOf<TOut>::type;
-  ln::ForwardRowsKernel<kCols, In, Out><<<ln::ForwardRowsBlocks<kCols>(s.n), ln::kThreads, 0, stream>>>(
-      reinterpret_cast<const In*>(x), gamma, beta, s.n, static_cast<int>(s.width), reinterpret_cast<Out*>(y), mean,
-      rstd);
+  LaunchDependent(ln::ForwardRowsKernel<kCols, In, Out>, ln::ForwardRowsBlocks<kCols>(s.n), ln::kThreads, 0, stream,
+                  reinterpret_cast<const In*>(x), gamma, beta, s.n, static_cast<int>(s.width),
+                  reinterpret_cast<Out*>(y), mean, rstd);
 }
 
 // Rows of at most ln::kFusedMaxWidth values by ln::ForwardRowsKernel, wider ones a warp a row.
@@ -185,8 +191,8 @@ absl::Status ForwardRows(const RowsShape& s, const T* x, const float* gamma, con
   } else if (s.width <= ln::kFusedMaxWidth) {
     LaunchForwardRows<16>(s, x, gamma, beta, y, mean, rstd, stream);
   } else {
-    LayerNormForwardKernel<T, TOut><<<RowBlocks(s.n), kRowsPerBlock * kWarp, 0, stream>>>(
-        x, gamma, beta, s.n, static_cast<int>(s.width), y, mean, rstd);
+    LaunchDependent(LayerNormForwardKernel<T, TOut>, RowBlocks(s.n), kRowsPerBlock * kWarp, 0, stream, x, gamma, beta,
+                    s.n, static_cast<int>(s.width), y, mean, rstd);
   }
   return Launched("LayerNormForward");
 }
@@ -205,13 +211,13 @@ absl::Status LaunchFusedBackward(const RowsShape& s, const float* x, const float
   const In* dy_bits = reinterpret_cast<const In*>(dy);
   if (next_rows != nullptr) {
     const ln::HandoffOut next{reinterpret_cast<uint16_t*>(next_rows), part + 2 * blocks * width};
-    ln::BackwardFusedKernel<kCols, In, true>
-        <<<static_cast<unsigned>(blocks), ln::kThreads, ln::FusedSharedBytes(width, 3), stream>>>(
-            x, gamma, mean, rstd, dy_bits, s.n, width, dx, accumulate_dx, part, part + blocks * width, next);
+    LaunchDependent(ln::BackwardFusedKernel<kCols, In, true>, static_cast<unsigned>(blocks), ln::kThreads,
+                    ln::FusedSharedBytes(width, 3), stream, x, gamma, mean, rstd, dy_bits, s.n, width, dx,
+                    accumulate_dx, part, part + blocks * width, next);
   } else {
-    ln::BackwardFusedKernel<kCols, In, false>
-        <<<static_cast<unsigned>(blocks), ln::kThreads, ln::FusedSharedBytes(width), stream>>>(
-            x, gamma, mean, rstd, dy_bits, s.n, width, dx, accumulate_dx, part, part + blocks * width);
+    LaunchDependent(ln::BackwardFusedKernel<kCols, In, false>, static_cast<unsigned>(blocks), ln::kThreads,
+                    ln::FusedSharedBytes(width), stream, x, gamma, mean, rstd, dy_bits, s.n, width, dx, accumulate_dx,
+                    part, part + blocks * width, ln::HandoffOut{});
   }
   return Launched("LayerNormBackward (fused)");
 }
@@ -268,12 +274,13 @@ absl::Status LayerNormBackward(const RowsShape& s, const T* x, const float* gamm
     if constexpr (std::is_same_v<T, float>) {
       if (fused) return FusedBackward(s, x, gamma, mean, rstd, dy, dx, accumulate_dx, blocks, g_part, nullptr, stream);
     }
-    LayerNormBackwardInputKernel<T><<<RowBlocks(s.n), kRowsPerBlock * kWarp, 0, stream>>>(x, gamma, mean, rstd, dy,
-                                                                                          s.n, width, dx, accumulate_dx);
+    LaunchDependent(LayerNormBackwardInputKernel<T>, RowBlocks(s.n), kRowsPerBlock * kWarp, 0, stream, x, gamma, mean,
+                    rstd, dy, s.n, width, dx, accumulate_dx);
     if (absl::Status l = Launched("LayerNormBackward (dx)"); !l.ok()) return l;
     constexpr int kThreads = 256;
-    LayerNormBackwardParamsKernel<T><<<dim3((width + kThreads - 1) / kThreads, static_cast<unsigned>(blocks)),
-                                       kThreads, 0, stream>>>(x, mean, rstd, dy, s.n, width, g_part, b_part);
+    LaunchDependent(LayerNormBackwardParamsKernel<T>,
+                    dim3((width + kThreads - 1) / kThreads, static_cast<unsigned>(blocks)), kThreads, 0, stream, x,
+                    mean, rstd, dy, s.n, width, g_part, b_part);
     return Launched("LayerNormBackward (dgamma, dbeta)");
   };
   return WithLayerNormPartials(blocks, width, dgamma, dbeta, stream, "LayerNormBackward scratch", launch);
@@ -306,8 +313,8 @@ template <typename T>
 absl::Status GeluForward(const T* x, int64_t count, T* y, cudaStream_t stream) {
   if (absl::Status v = ValidateCount(count); !v.ok()) return v;
   constexpr int64_t kPerBlock = int64_t{kGeluThreads} * kGeluForwardChunks * kGeluVector<T>;
-  GeluForwardKernel<T><<<static_cast<unsigned>((count + kPerBlock - 1) / kPerBlock), kGeluThreads, 0, stream>>>(
-      x, count, y, Aligned16({x, y}));
+  LaunchDependent(GeluForwardKernel<T>, static_cast<unsigned>((count + kPerBlock - 1) / kPerBlock), kGeluThreads, 0,
+                  stream, x, count, y, Aligned16({x, y}));
   return Launched("GeluForward");
 }
 
@@ -315,8 +322,8 @@ template <typename T>
 absl::Status GeluBackward(const T* x, const T* dy, int64_t count, T* dx, cudaStream_t stream) {
   if (absl::Status v = ValidateCount(count); !v.ok()) return v;
   constexpr int64_t kPerBlock = int64_t{kGeluThreads} * kGeluVector<T>;
-  GeluBackwardKernel<T><<<static_cast<unsigned>((count + kPerBlock - 1) / kPerBlock), kGeluThreads, 0, stream>>>(
-      x, dy, count, dx, Aligned16({x, dy, dx}));
+  LaunchDependent(GeluBackwardKernel<T>, static_cast<unsigned>((count + kPerBlock - 1) / kPerBlock), kGeluThreads, 0,
+                  stream, x, dy, count, dx, Aligned16({x, dy, dx}));
   return Launched("GeluBackward");
 }
 

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 
+#include "gpu/common/dependent_launch.cuh"
 #include "gpu/common/mma.cuh"
 
 namespace gemtb::gpu::train::ln {
@@ -188,6 +189,7 @@ template <int kCols, typename T, typename TOut>
 __global__ void __launch_bounds__(kThreads)
     ForwardRowsKernel(const T* x, const float* gamma, const float* beta, int64_t n, int width, TOut* y,
                       float* mean_out, float* rstd_out) {
+  AwaitPriorGrids();
   constexpr int kBatch = RowBatch<kCols>();
   const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
   const int64_t first = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kBatch;
@@ -269,6 +271,7 @@ __global__ void __launch_bounds__(kThreads)
     BackwardFusedKernel(const float* x, const float* gamma, const float* mean_in, const float* rstd_in, const Dy* dy,
                         int64_t n, int width, float* dx, bool accumulate, float* g_part, float* b_part,
                         HandoffOut next = {}) {
+  AwaitPriorGrids();
   extern __shared__ float sums[];
   constexpr int kBatch = RowBatch<kCols>();
   const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;

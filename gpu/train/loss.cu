@@ -1,6 +1,7 @@
 #include "gpu/train/loss.h"
 
 #include "absl/strings/str_cat.h"
+#include "gpu/common/dependent_launch.cuh"
 #include "gpu/train/kernel_utils.cuh"
 
 namespace gemtb::gpu::train {
@@ -23,12 +24,16 @@ __device__ double BlockSum(const float* values, int64_t n, double* shared) {
 }
 
 __global__ void MaskCountKernel(const float* masks, int64_t n, double* count) {
+  AwaitPriorGrids();
   __shared__ double shared[kSumThreads];
   const double total = BlockSum(masks, n, shared);
   if (threadIdx.x == 0) *count = total;
 }
 
-__global__ void SetCountKernel(double value, double* count) { *count = value; }
+__global__ void SetCountKernel(double value, double* count) {
+  AwaitPriorGrids();
+  *count = value;
+}
 
 // Overflow-safe sigmoid, as ops.h's: exp of a non-positive argument only.
 __device__ float Sigmoid(float z) {
@@ -39,6 +44,7 @@ __device__ float Sigmoid(float z) {
 
 __global__ void SampleLossKernel(const float* logits, const float* labels, const float* masks, int64_t samples,
                                  int tasks, const double* count, float* dlogits, float* sample_loss) {
+  AwaitPriorGrids();
   const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (b >= samples) return;
   const float inv = static_cast<float>(1.0 / fmax(1.0, *count));
@@ -54,6 +60,7 @@ __global__ void SampleLossKernel(const float* logits, const float* labels, const
 }
 
 __global__ void BatchLossKernel(const float* sample_loss, int64_t samples, const double* count, double* loss) {
+  AwaitPriorGrids();
   __shared__ double shared[kSumThreads];
   const double total = BlockSum(sample_loss, samples, shared);
   if (threadIdx.x == 0) *loss = __ddiv_rn(total, fmax(1.0, *count));
@@ -77,16 +84,16 @@ absl::Status BceWithLogitsLoss(const LossShape& s, const float* logits, const fl
                                cudaStream_t stream) {
   if (absl::Status v = ValidateLossShape(s); !v.ok()) return v;
   if (s.mask_count < 0) {
-    MaskCountKernel<<<1, kSumThreads, 0, stream>>>(masks, s.samples * s.tasks, workspace);
+    LaunchDependent(MaskCountKernel, 1, kSumThreads, 0, stream, masks, s.samples * s.tasks, workspace);
   } else {
-    SetCountKernel<<<1, 1, 0, stream>>>(s.mask_count, workspace);
+    LaunchDependent(SetCountKernel, 1, 1, 0, stream, s.mask_count, workspace);
   }
   if (absl::Status l = Launched("mask count"); !l.ok()) return l;
   constexpr int kThreads = 256;
-  SampleLossKernel<<<static_cast<unsigned>((s.samples + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      logits, labels, masks, s.samples, static_cast<int>(s.tasks), workspace, dlogits, sample_loss);
+  LaunchDependent(SampleLossKernel, static_cast<unsigned>((s.samples + kThreads - 1) / kThreads), kThreads, 0, stream,
+                  logits, labels, masks, s.samples, static_cast<int>(s.tasks), workspace, dlogits, sample_loss);
   if (absl::Status l = Launched("sample loss"); !l.ok()) return l;
-  BatchLossKernel<<<1, kSumThreads, 0, stream>>>(sample_loss, s.samples, workspace, loss);
+  LaunchDependent(BatchLossKernel, 1, kSumThreads, 0, stream, sample_loss, s.samples, workspace, loss);
   return Launched("batch loss");
 }
 

@@ -5,6 +5,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "gpu/common/dependent_launch.cuh"
 #include "gpu/train/column_sums_kernels.cuh"
 #include "gpu/train/kernel_utils.cuh"
 
@@ -37,6 +38,7 @@ const dim3 kRowBlock(kWarp, kRowsPerBlock);
 
 __global__ void BiasRowsKernel(const float* residual, const float* v, int64_t rows, int64_t cols, float* y,
                                int64_t ldy) {
+  AwaitPriorGrids();
   const int64_t r = WarpRow();
   if (r >= rows) return;
   float* out = y + r * ldy;
@@ -56,6 +58,7 @@ struct SumOutputs {
 template <typename T>
 __global__ void ColumnSumsKernel(const T* x, int64_t rows, int64_t cols, int64_t ldx, int64_t x_stride,
                                  SumOutputs outs, bool accumulate) {
+  AwaitPriorGrids();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
   x += blockIdx.y * x_stride;
@@ -67,6 +70,7 @@ __global__ void ColumnSumsKernel(const T* x, int64_t rows, int64_t cols, int64_t
 
 __global__ void GatherRowsKernel(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst,
                                  bool accumulate) {
+  AwaitPriorGrids();
   const int64_t r = WarpRow();
   if (r >= rows) return;
   const int32_t from = index[r];
@@ -82,6 +86,7 @@ __global__ void GatherRowsKernel(const float* src, const int32_t* index, int64_t
 
 __global__ void ScatterAddRowsKernel(const float* src, const int32_t* index, int64_t rows, int64_t width,
                                      float* dst) {
+  AwaitPriorGrids();
   const int64_t r = WarpRow();
   if (r >= rows) return;
   const int32_t to = index[r];
@@ -92,6 +97,7 @@ __global__ void ScatterAddRowsKernel(const float* src, const int32_t* index, int
 }
 
 __global__ void Sum3Kernel(const float* a, const float* b, const float* c, int64_t count, float* y) {
+  AwaitPriorGrids();
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e < count) y[e] = __fadd_rn(__fadd_rn(a[e], b[e]), c[e]);
 }
@@ -99,6 +105,7 @@ __global__ void Sum3Kernel(const float* a, const float* b, const float* c, int64
 // A block per sample, its threads over the sample's rows.
 __global__ void SequenceRowIndexKernel(const int32_t* row_off, const int32_t* event_off, int n_cls, int32_t* cls,
                                        int32_t* event, int32_t* event_row) {
+  AwaitPriorGrids();
   const int64_t b = blockIdx.x;
   const int32_t first = row_off[b], n = row_off[b + 1] - first, e0 = event_off[b];
   for (int32_t r = static_cast<int32_t>(threadIdx.x); r < n; r += static_cast<int32_t>(blockDim.x)) {
@@ -115,7 +122,7 @@ absl::Status BiasRows(const float* residual, const float* v, int64_t rows, int64
                       cudaStream_t stream) {
   if (absl::Status s = ValidateMatrix("BiasRows", rows, cols, ldy); !s.ok()) return s;
   if (rows == 0) return absl::OkStatus();
-  BiasRowsKernel<<<RowBlocks(rows), kRowBlock, 0, stream>>>(residual, v, rows, cols, y, ldy);
+  LaunchDependent(BiasRowsKernel, RowBlocks(rows), kRowBlock, 0, stream, residual, v, rows, cols, y, ldy);
   return Launched("BiasRows");
 }
 
@@ -184,8 +191,8 @@ absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, S
                           int64_t x_stride, bool accumulate, cudaStream_t stream, __nv_bfloat16* rounded) {
   if (absl::Status s = ValidateMatrix("ColumnSums", rows, cols, ldx); !s.ok()) return s;
   if (rows <= kColumnBlock && (rounded == nullptr || rows == 0)) {
-    ColumnSumsKernel<T><<<dim3(Blocks(cols), static_cast<unsigned>(count)), kThreads, 0, stream>>>(
-        x, rows, cols, ldx, x_stride, outs, accumulate);
+    LaunchDependent(ColumnSumsKernel<T>, dim3(Blocks(cols), static_cast<unsigned>(count)), kThreads, 0, stream, x, rows,
+                    cols, ldx, x_stride, outs, accumulate);
     return Launched("ColumnSums");
   }
   using Rows = typename BitsOf<T>::type;  // bf16 rows as their bits
@@ -202,13 +209,13 @@ absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, S
                           const auto* xr = reinterpret_cast<const Rows*>(x);
                           auto* rr = reinterpret_cast<uint16_t*>(rounded);
                           if (!wide) {
-                            colsum::ColumnBlockSumsKernel<Rows><<<grid, threads, 0, stream>>>(
-                                xr, rows, cols, ldx, partial, rr, x_stride, per_matrix);
+                            LaunchDependent(colsum::ColumnBlockSumsKernel<Rows>, grid, threads, 0, stream, xr, rows,
+                                            cols, ldx, partial, rr, x_stride, per_matrix);
                             return;
                           }
                           const VectorLaunch v = VectorGrid(grid, threads, cols, kVec);
-                          colsum::ColumnBlockSumsKernel<Rows, kVec><<<v.grid, v.threads, 0, stream>>>(
-                              xr, rows, cols, ldx, partial, rr, x_stride, per_matrix);
+                          LaunchDependent(colsum::ColumnBlockSumsKernel<Rows, kVec>, v.grid, v.threads, 0, stream, xr,
+                                          rows, cols, ldx, partial, rr, x_stride, per_matrix);
                         });
 }
 
@@ -222,6 +229,7 @@ absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, f
 // Four values a thread where x and y allow 16- and 8-byte accesses (one load and one store instead
 // of four each), else one; the same rounding either way.
 __global__ void ToBf16Kernel(const float* x, int64_t count, __nv_bfloat16* y) {
+  AwaitPriorGrids();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 8 == 0) {
@@ -253,6 +261,7 @@ __device__ __forceinline__ int64_t BlockElement(const ColumnBlocks<P>& b, int64_
 
 __global__ void PackColumnsToBf16Kernel(ColumnBlocks<const float*> b, int64_t rows, int64_t total,
                                         __nv_bfloat16* packed) {
+  AwaitPriorGrids();
   const int64_t count = rows * total;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -263,6 +272,7 @@ __global__ void PackColumnsToBf16Kernel(ColumnBlocks<const float*> b, int64_t ro
 }
 
 __global__ void AddColumnBlocksKernel(const float* packed, int64_t rows, int64_t total, ColumnBlocks<float*> b) {
+  AwaitPriorGrids();
   const int64_t count = rows * total;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -313,13 +323,13 @@ absl::Status GeluBackwardWithColumnSums(const __nv_bfloat16* u, const __nv_bfloa
                           const auto* gb = reinterpret_cast<const uint16_t*>(dg);
                           auto* db = reinterpret_cast<uint16_t*>(du);
                           if (!wide) {
-                            colsum::GeluBackwardBlockSumsKernel<1>
-                                <<<grid, threads, 0, stream>>>(ub, gb, rows, cols, db, partial);
+                            LaunchDependent(colsum::GeluBackwardBlockSumsKernel<1>, grid, threads, 0, stream, ub, gb,
+                                            rows, cols, db, partial);
                             return;
                           }
                           const VectorLaunch v = VectorGrid(grid, threads, cols, 8);
-                          colsum::GeluBackwardBlockSumsKernel<8>
-                              <<<v.grid, v.threads, 0, stream>>>(ub, gb, rows, cols, db, partial);
+                          LaunchDependent(colsum::GeluBackwardBlockSumsKernel<8>, v.grid, v.threads, 0, stream, ub, gb,
+                                          rows, cols, db, partial);
                         });
 }
 
@@ -327,7 +337,7 @@ absl::Status ToBf16(const float* x, int64_t count, __nv_bfloat16* y, cudaStream_
   if (count == 0) return absl::OkStatus();
   if (count < 0) return absl::InvalidArgumentError(absl::StrCat("ToBf16: count=", count, ": want >= 0"));
   const int64_t blocks = std::min<int64_t>((count / 4 + kThreads) / kThreads, 65535);
-  ToBf16Kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, count, y);
+  LaunchDependent(ToBf16Kernel, static_cast<unsigned>(blocks), kThreads, 0, stream, x, count, y);
   return Launched("ToBf16");
 }
 
@@ -359,8 +369,8 @@ absl::Status PackColumnsToBf16(const ColumnBlocks<const float*>& blocks, int64_t
   if (!total.ok()) return total.status();
   if (rows == 0) return absl::OkStatus();
   const int64_t blocks_needed = std::min<int64_t>((rows * *total + kThreads - 1) / kThreads, 65535);
-  PackColumnsToBf16Kernel<<<static_cast<unsigned>(blocks_needed), kThreads, 0, stream>>>(blocks, rows, *total,
-                                                                                       packed);
+  LaunchDependent(PackColumnsToBf16Kernel, static_cast<unsigned>(blocks_needed), kThreads, 0, stream, blocks, rows,
+                  *total, packed);
   return Launched("PackColumnsToBf16");
 }
 
@@ -370,7 +380,8 @@ absl::Status AddColumnBlocks(const float* packed, int64_t rows, const ColumnBloc
   if (!total.ok()) return total.status();
   if (rows == 0) return absl::OkStatus();
   const int64_t blocks_needed = std::min<int64_t>((rows * *total + kThreads - 1) / kThreads, 65535);
-  AddColumnBlocksKernel<<<static_cast<unsigned>(blocks_needed), kThreads, 0, stream>>>(packed, rows, *total, blocks);
+  LaunchDependent(AddColumnBlocksKernel, static_cast<unsigned>(blocks_needed), kThreads, 0, stream, packed, rows,
+                  *total, blocks);
   return Launched("AddColumnBlocks");
 }
 
@@ -378,7 +389,7 @@ absl::Status GatherRows(const float* src, const int32_t* index, int64_t rows, in
                         bool accumulate, cudaStream_t stream) {
   if (absl::Status s = ValidateMatrix("GatherRows", rows, width, width); !s.ok()) return s;
   if (rows == 0) return absl::OkStatus();
-  GatherRowsKernel<<<RowBlocks(rows), kRowBlock, 0, stream>>>(src, index, rows, width, dst, accumulate);
+  LaunchDependent(GatherRowsKernel, RowBlocks(rows), kRowBlock, 0, stream, src, index, rows, width, dst, accumulate);
   return Launched("GatherRows");
 }
 
@@ -386,14 +397,14 @@ absl::Status ScatterAddRows(const float* src, const int32_t* index, int64_t rows
                             cudaStream_t stream) {
   if (absl::Status s = ValidateMatrix("ScatterAddRows", rows, width, width); !s.ok()) return s;
   if (rows == 0) return absl::OkStatus();
-  ScatterAddRowsKernel<<<RowBlocks(rows), kRowBlock, 0, stream>>>(src, index, rows, width, dst);
+  LaunchDependent(ScatterAddRowsKernel, RowBlocks(rows), kRowBlock, 0, stream, src, index, rows, width, dst);
   return Launched("ScatterAddRows");
 }
 
 absl::Status Sum3(const float* a, const float* b, const float* c, int64_t count, float* y, cudaStream_t stream) {
   if (count == 0) return absl::OkStatus();
   if (absl::Status v = ValidateCount(count); !v.ok()) return v;
-  Sum3Kernel<<<Blocks(count), kThreads, 0, stream>>>(a, b, c, count, y);
+  LaunchDependent(Sum3Kernel, Blocks(count), kThreads, 0, stream, a, b, c, count, y);
   return Launched("Sum3");
 }
 
@@ -404,8 +415,8 @@ absl::Status SequenceRowIndex(const int32_t* row_off, const int32_t* event_off, 
                                                    ": want 0 <= batch < 2^31, n_cls >= 0"));
   }
   if (batch == 0) return absl::OkStatus();
-  SequenceRowIndexKernel<<<static_cast<unsigned>(batch), kThreads, 0, stream>>>(row_off, event_off, n_cls, cls, event,
-                                                                                event_row);
+  LaunchDependent(SequenceRowIndexKernel, static_cast<unsigned>(batch), kThreads, 0, stream, row_off, event_off, n_cls,
+                  cls, event, event_row);
   return Launched("SequenceRowIndex");
 }
 

@@ -16,7 +16,7 @@ absl::Status Launch(const proj::Params& p, cudaStream_t stream) {
   auto* kernel = proj::ProjectionsBackwardKernel<kD>;
   if (absl::Status s = AllowSharedMemory(kernel, kBytes, "ProjectionsLayerNormBackward"); !s.ok()) return s;
   const auto blocks = static_cast<unsigned>((p.ln.n + proj::kRows - 1) / proj::kRows);
-  kernel<<<blocks, proj::kThreads, kBytes, stream>>>(p);
+  LaunchDependent(kernel, blocks, proj::kThreads, kBytes, stream, p);
   return Launched("ProjectionsLayerNormBackward");
 }
 

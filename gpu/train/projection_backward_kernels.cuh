@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gpu/common/dependent_launch.cuh"
 #include "gpu/common/mma.cuh"
 #include "gpu/common/tile_io.cuh"
 #include "gpu/train/layer_norm_tile.cuh"
@@ -53,6 +54,7 @@ struct Params {
 
 template <int kD>
 __global__ void __launch_bounds__(kThreads, 2) ProjectionsBackwardKernel(const Params p) {
+  AwaitPriorGrids();
   using L = Layout<kD>;
   constexpr ElementType kBf16 = ElementType::kBFloat16;
   extern __shared__ __align__(128) unsigned char smem[];

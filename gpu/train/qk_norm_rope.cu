@@ -53,8 +53,8 @@ absl::Status Forward(const RopeRows& rows, const T* x, T* y, float* inv, cudaStr
   if (absl::Status s = ValidateRopeRows(rows); !s.ok()) return s;
   if (Empty(rows)) return absl::OkStatus();
   if (absl::Status s = NotNull({{x, "x"}, {y, "y"}, {inv, "inv"}}); !s.ok()) return s;
-  QkNormRopeKernelFor<false, T>(rows.dh)<<<Grid(rows), kThreads, 0, stream>>>(
-      rows.offsets, rows.heads, rows.dh, RowStride(rows), rows.table, x, nullptr, nullptr, y, inv);
+  LaunchDependent(QkNormRopeKernelFor<false, T>(rows.dh), Grid(rows), kThreads, 0, stream, rows.offsets, rows.heads,
+                  rows.dh, RowStride(rows), rows.table, x, nullptr, nullptr, y, inv);
   return Launched("QkNormRopeForward");
 }
 
@@ -63,8 +63,8 @@ absl::Status Backward(const RopeRows& rows, const T* x, const float* inv, const 
   if (absl::Status s = ValidateRopeRows(rows); !s.ok()) return s;
   if (Empty(rows)) return absl::OkStatus();
   if (absl::Status s = NotNull({{x, "x"}, {inv, "inv"}, {dy, "dy"}, {dx, "dx"}}); !s.ok()) return s;
-  QkNormRopeKernelFor<true, T>(rows.dh)<<<Grid(rows), kThreads, 0, stream>>>(
-      rows.offsets, rows.heads, rows.dh, RowStride(rows), rows.table, x, dy, inv, dx, nullptr);
+  LaunchDependent(QkNormRopeKernelFor<true, T>(rows.dh), Grid(rows), kThreads, 0, stream, rows.offsets, rows.heads,
+                  rows.dh, RowStride(rows), rows.table, x, dy, inv, dx, nullptr);
   return Launched("QkNormRopeBackward");
 }
 

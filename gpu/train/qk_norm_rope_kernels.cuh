@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "gpu/common/dependent_launch.cuh"
 #include "gpu/common/mma.cuh"
 
 namespace gemtb::gpu::train::qkr {
@@ -42,6 +43,7 @@ template <bool kBackward, typename T, int kPerLane = 0>
 __global__ void __launch_bounds__(kThreads)
     QkNormRopeKernel(const int32_t* offsets, int heads, int dh_in, int64_t ld, const float* table, const T* x,
                      const T* dy, const float* inv_in, T* out, float* inv_out) {
+  AwaitPriorGrids();
   constexpr bool kExact = kPerLane > 0;
   constexpr int kN = kExact ? kPerLane : kMaxPerLane;  // a lane's steps
   const int dh = kExact ? kPerLane * kLanes : dh_in;

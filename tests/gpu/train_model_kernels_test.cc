@@ -6,7 +6,8 @@
 // both in one pass, GeluBackwardWithColumnSums GELU's backward and its result's column sums, and
 // ColumnSumsPair and ColumnSumsTriple two or three matrices' sums in shared launches.
 // SequenceRowIndex gives the host loop's per-row indices; PackColumnsToBf16 and AddColumnBlocks
-// move column blocks into and out of one side-by-side matrix.
+// move column blocks into and out of one side-by-side matrix. A chain of these kernels, each launched
+// as a dependent of the one before, reads only what its predecessor finished writing.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -310,6 +311,50 @@ TEST(ModelKernelsTest, SequenceRowIndexGivesEachRowItsSampleAndEvent) {
   EXPECT_EQ(d_event_row.Get(event_row.size()), event_row);
   EXPECT_EQ(SequenceRowIndex(d_off.ptr, d_ev_off.ptr, -1, n_cls, d_cls.ptr, d_event.ptr, d_event_row.ptr, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// The kernels of gpu/train are launched as programmatic dependents (gpu/common/dependent_launch.cuh):
+// each may be placed on the GPU while the kernel before it still runs, and must read that kernel's
+// output only once it has finished. A chain of three on one stream, each reading what the one before
+// wrote the moment it starts (Sum3 over 16 M values, ToBf16 of its result, ColumnSums of that), four
+// rounds with no wait between them, against the host's values: a kernel that read its input before its
+// predecessor finished would see the poisoned initial contents.
+TEST(ModelKernelsTest, DependentLaunchesReadWhatTheKernelBeforeThemWrote) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  constexpr int64_t kCols = 128, kRows = int64_t{1} << 17, kCount = kRows * kCols;
+  constexpr int kRounds = 4;
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::vector<float>> inputs(kRounds, std::vector<float>(static_cast<size_t>(kCount)));
+  for (std::vector<float>& x : inputs)
+    for (float& v : x) v = normal(rng);
+  std::vector<std::unique_ptr<DeviceArray<float>>> d_x, d_y, d_out;
+  std::vector<std::unique_ptr<DeviceArray<uint16_t>>> d_yb;
+  for (int r = 0; r < kRounds; ++r) {
+    d_x.push_back(std::make_unique<DeviceArray<float>>(inputs[r]));
+    d_y.push_back(std::make_unique<DeviceArray<float>>(std::vector<float>(static_cast<size_t>(kCount), -7.0f)));
+    d_yb.push_back(std::make_unique<DeviceArray<uint16_t>>(std::vector<uint16_t>(static_cast<size_t>(kCount), 0x7FC1)));
+    d_out.push_back(std::make_unique<DeviceArray<float>>(std::vector<float>(kCols, -7.0f)));
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (int r = 0; r < kRounds; ++r) {
+    const float* x = d_x[r]->ptr;
+    ASSERT_TRUE(Sum3(x, x, x, kCount, d_y[r]->ptr, nullptr).ok());
+    ASSERT_TRUE(ToBf16(d_y[r]->ptr, kCount, d_yb[r]->As<__nv_bfloat16>(), nullptr).ok());
+    ASSERT_TRUE(ColumnSums(d_yb[r]->As<__nv_bfloat16>(), kRows, kCols, kCols, d_out[r]->ptr, false, nullptr).ok());
+  }
+  for (int r = 0; r < kRounds; ++r) {
+    std::vector<float> rounded(static_cast<size_t>(kCount));
+    std::vector<uint16_t> bits(static_cast<size_t>(kCount));
+    for (size_t e = 0; e < rounded.size(); ++e) {
+      const float x = inputs[r][e];
+      bits[e] = numerics::DoubleToBf16BitsRne(static_cast<double>((x + x) + x));
+      rounded[e] = numerics::Bf16BitsToFloat(bits[e]);
+    }
+    EXPECT_EQ(d_yb[r]->Get(bits.size()), bits) << "round " << r;
+    EXPECT_EQ(d_out[r]->Get(kCols), HostColumnSums(rounded, kRows, kCols, std::vector<float>(kCols, 0.0f)))
+        << "round " << r;
+  }
 }
 
 }  // namespace
