@@ -108,7 +108,7 @@ absl::Status SplitLaunch(const GdpaBatch& b, const Params& p, int splits, int32_
 
 template <int kDh, typename T>
 absl::Status LaunchForward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* o, cudaStream_t stream) {
-  constexpr size_t kBytes = Layout<kDh>::Bytes(3);
+  constexpr size_t kBytes = Layout<kDh>::Bytes(1);  // q, then k and v twice
   if (absl::Status s = AllowSharedMemory(ForwardKernel<kDh, T>, kBytes, "GdpaForwardTensorCore"); !s.ok()) return s;
   const Params p = MakeParams<T>(b, Aligned16({q, k, v, o}));
   if (!AnyTile(b, /*own_keys=*/false)) return absl::OkStatus();
@@ -129,7 +129,7 @@ absl::Status LaunchForward(const GdpaBatch& b, const T* q, const T* k, const T* 
 template <int kDh, typename T>
 absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T* v, const T* d_o, T* dq, T* dk, T* dv,
                             cudaStream_t stream) {
-  constexpr size_t kBytes = Layout<kDh>::Bytes(4);
+  constexpr size_t kBytes = Layout<kDh>::Bytes(2);  // the own pair, then the walked pair twice
   const Params p = MakeParams<T>(b, Aligned16({q, k, v, d_o, dq, dk, dv}));
   T* const no_second = nullptr;  // dq's split launch has one output
   if (b.max_q > 0 && AnyTile(b, /*own_keys=*/false)) {

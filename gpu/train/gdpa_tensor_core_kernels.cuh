@@ -84,16 +84,23 @@ constexpr int MinCtas(int at_dh32) {
   return kDh <= 32 && sizeof(T) == 2 ? at_dh32 : 1;
 }
 
-// The shared memory of a kernel: kOperands staged tiles of kTile rows of bf16, then the fp32 output
-// tile (the warps' partial output strips, kDh <= kLdS columns, added there in a fixed order).
+// The shared memory of a kernel: `own` staged tiles of kTile rows of bf16 (the own side's operands),
+// then the walked side's two operands twice (step s's pair in buffer s % 2, so that a step's rows are
+// stored while the warps compute on the step before, one barrier a step). Once the walk is over the
+// fp32 output tile (the warps' partial output strips, kDh <= kLdS columns, added there in a fixed
+// order) takes the walked buffers' place.
 template <int kDh>
 struct Layout {
   // bf16 row stride: rows 16 bytes apart modulo 128, so that ldmatrix's 8-row loads hit distinct banks.
   static constexpr int kLd = kDh + 8;
   static constexpr size_t kOperandElems = static_cast<size_t>(kTile) * kLd;
-  static constexpr size_t Bytes(int operands) {
-    return sizeof(bf16) * kOperandElems * operands + sizeof(float) * kTile * kLdS;
+  static constexpr size_t kWalkBytes = sizeof(bf16) * kOperandElems * 4;
+  static constexpr size_t kOutputBytes = sizeof(float) * kTile * kLdS;
+  static constexpr size_t Bytes(int own) {
+    return sizeof(bf16) * kOperandElems * own + (kWalkBytes > kOutputBytes ? kWalkBytes : kOutputBytes);
   }
+  // Operand `which` (0 or 1) of buffer `buf` of the walked side, which starts at `walk`.
+  static __device__ bf16* Walked(bf16* walk, int buf, int which) { return walk + (2 * buf + which) * kOperandElems; }
   static_assert(kDh % kFrag == 0 && kDh <= kLdS, "dh: a multiple of 16 that fits the output tile's rows");
   static_assert(sizeof(bf16) * kOperandElems % 128 == 0, "every staged tile 128-byte aligned");
 };
@@ -542,9 +549,8 @@ __global__ void __launch_bounds__(kThreads)
   using L = Layout<kDh>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
-  bf16* ks = qs + L::kOperandElems;
-  bf16* vs = ks + L::kOperandElems;
-  float* ss = reinterpret_cast<float*>(vs + L::kOperandElems);
+  bf16* walk = qs + L::kOperandElems;  // k and v of each step, two buffers
+  float* ss = reinterpret_cast<float*>(walk);
   const Place place = CtaPlace(p, sp, /*own_keys=*/false);
   const Sample& s = place.s;
   const int h = blockIdx.y, width = p.heads * kDh;
@@ -569,30 +575,43 @@ __global__ void __launch_bounds__(kThreads)
   const Role role = WarpRole(nq);
   const StripSpan span = SpanOf(p.mask, i0 + role.row0, i0 + min(role.row0 + kFrag, nq) - 1, s.lk);
   const LaneRows rows = StripRows(p.mask, i0 + role.row0, nq - role.row0, s.lk);
+  const auto put = [&](int buf) {
+    next_k.Put(L::Walked(walk, buf, 0));
+    next_v.Put(L::Walked(walk, buf, 1));
+  };
+  if (jb < je) {
+    put(0);
+    if (jb + kTile < je) fetch(jb + kTile);
+  }
   __syncthreads();
   uint32_t qa[kDh / kFrag][4];
   LoadStrip<kDh>(qs, role.row0, qa);
   float acc[kDh / 8][4] = {};
-  for (int j0 = jb; j0 < je; j0 += kTile) {
-    __syncthreads();  // the previous step's tiles are read
-    next_k.Put(ks);
-    next_v.Put(vs);
-    __syncthreads();
-    if (j0 + kTile < je) fetch(j0 + kTile);
-    if (!role.active) continue;
-    for (int c = role.group; c < kChunks; c += role.groups) {
-      const int jc = j0 + c * kFrag;
-      if (span.Misses(jc)) continue;
-      float z_lo[4], z_hi[4];
-      TimesRowsT<kDh>(qa, ks, c * kFrag, z_lo, z_hi);
+  for (int j0 = jb, buf = 0; j0 < je; j0 += kTile, buf ^= 1) {
+    const bf16* ks = L::Walked(walk, buf, 0);
+    const bf16* vs = L::Walked(walk, buf, 1);
+    if (role.active) {
+      for (int c = role.group; c < kChunks; c += role.groups) {
+        const int jc = j0 + c * kFrag;
+        if (span.Misses(jc)) continue;
+        float z_lo[4], z_hi[4];
+        TimesRowsT<kDh>(qa, ks, c * kFrag, z_lo, z_hi);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        z_lo[e] = Weight(z_lo[e], Sigmoid(z_lo[e]), p.post_scale);
-        z_hi[e] = Weight(z_hi[e], Sigmoid(z_hi[e]), p.post_scale);
+        for (int e = 0; e < 4; ++e) {
+          z_lo[e] = Weight(z_lo[e], Sigmoid(z_lo[e]), p.post_scale);
+          z_hi[e] = Weight(z_hi[e], Sigmoid(z_hi[e]), p.post_scale);
+        }
+        uint32_t w[4];
+        ChunkOperand(span, rows, jc, z_lo, z_hi, w);
+        AddTimesRows<kDh>(w, vs, c * kFrag, acc);
       }
-      uint32_t w[4];
-      ChunkOperand(span, rows, jc, z_lo, z_hi, w);
-      AddTimesRows<kDh>(w, vs, c * kFrag, acc);
+    }
+    // The next step's tiles into the other buffer (every warp finished reading it before the barrier
+    // that ended the step before this one), the step after it loading meanwhile; then one barrier.
+    if (j0 + kTile < je) {
+      put(buf ^ 1);
+      if (j0 + 2 * kTile < je) fetch(j0 + 2 * kTile);
+      __syncthreads();
     }
   }
   WriteOwnRows<kDh>(acc, ss, role, sp, place, s.q_row, i0, nq, width, width, h, p.vec, o, sp.part0);
@@ -608,9 +627,8 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
   bf16* dos = qs + L::kOperandElems;
-  bf16* ks = dos + L::kOperandElems;
-  bf16* vs = ks + L::kOperandElems;
-  float* ss = reinterpret_cast<float*>(vs + L::kOperandElems);
+  bf16* walk = dos + L::kOperandElems;  // k and v of each step, two buffers
+  float* ss = reinterpret_cast<float*>(walk);
   const Place place = CtaPlace(p, sp, /*own_keys=*/false);
   const Sample& s = place.s;
   const int h = blockIdx.y, width = p.heads * kDh;
@@ -634,32 +652,43 @@ __global__ void __launch_bounds__(kThreads)
   const Role role = WarpRole(nq);
   const StripSpan span = SpanOf(p.mask, i0 + role.row0, i0 + min(role.row0 + kFrag, nq) - 1, s.lk);
   const LaneRows rows = StripRows(p.mask, i0 + role.row0, nq - role.row0, s.lk);
+  const auto put = [&](int buf) {
+    next_k.Put(L::Walked(walk, buf, 0));
+    next_v.Put(L::Walked(walk, buf, 1));
+  };
+  if (jb < je) {
+    put(0);
+    if (jb + kTile < je) fetch(jb + kTile);
+  }
   __syncthreads();
   uint32_t qa[kDh / kFrag][4], doa[kDh / kFrag][4];
   LoadStrip<kDh>(qs, role.row0, qa);
   LoadStrip<kDh>(dos, role.row0, doa);
   float acc[kDh / 8][4] = {};
-  for (int j0 = jb; j0 < je; j0 += kTile) {
-    __syncthreads();  // the previous step's tiles are read
-    next_k.Put(ks);
-    next_v.Put(vs);
-    __syncthreads();
-    if (j0 + kTile < je) fetch(j0 + kTile);
-    if (!role.active) continue;
-    for (int c = role.group; c < kChunks; c += role.groups) {
-      const int jc = j0 + c * kFrag;
-      if (span.Misses(jc)) continue;
-      float z_lo[4], z_hi[4], dp_lo[4], dp_hi[4];
-      TimesRowsT<kDh>(qa, ks, c * kFrag, z_lo, z_hi);
-      TimesRowsT<kDh>(doa, vs, c * kFrag, dp_lo, dp_hi);
+  for (int j0 = jb, buf = 0; j0 < je; j0 += kTile, buf ^= 1) {
+    const bf16* ks = L::Walked(walk, buf, 0);
+    const bf16* vs = L::Walked(walk, buf, 1);
+    if (role.active) {
+      for (int c = role.group; c < kChunks; c += role.groups) {
+        const int jc = j0 + c * kFrag;
+        if (span.Misses(jc)) continue;
+        float z_lo[4], z_hi[4], dp_lo[4], dp_hi[4];
+        TimesRowsT<kDh>(qa, ks, c * kFrag, z_lo, z_hi);
+        TimesRowsT<kDh>(doa, vs, c * kFrag, dp_lo, dp_hi);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        dp_lo[e] = ScoreGrad(z_lo[e], Sigmoid(z_lo[e]), dp_lo[e], p.post_scale);
-        dp_hi[e] = ScoreGrad(z_hi[e], Sigmoid(z_hi[e]), dp_hi[e], p.post_scale);
+        for (int e = 0; e < 4; ++e) {
+          dp_lo[e] = ScoreGrad(z_lo[e], Sigmoid(z_lo[e]), dp_lo[e], p.post_scale);
+          dp_hi[e] = ScoreGrad(z_hi[e], Sigmoid(z_hi[e]), dp_hi[e], p.post_scale);
+        }
+        uint32_t w[4];
+        ChunkOperand(span, rows, jc, dp_lo, dp_hi, w);
+        AddTimesRows<kDh>(w, ks, c * kFrag, acc);
       }
-      uint32_t w[4];
-      ChunkOperand(span, rows, jc, dp_lo, dp_hi, w);
-      AddTimesRows<kDh>(w, ks, c * kFrag, acc);
+    }
+    if (j0 + kTile < je) {  // the forward's double-buffered staging
+      put(buf ^ 1);
+      if (j0 + 2 * kTile < je) fetch(j0 + 2 * kTile);
+      __syncthreads();
     }
   }
   WriteOwnRows<kDh>(acc, ss, role, sp, place, s.q_row, i0, nq, width, width, h, p.vec, dq, sp.part0);
@@ -677,9 +706,8 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* ks = reinterpret_cast<bf16*>(smem);
   bf16* vs = ks + L::kOperandElems;
-  bf16* qs = vs + L::kOperandElems;
-  bf16* dos = qs + L::kOperandElems;
-  float* ss = reinterpret_cast<float*>(dos + L::kOperandElems);
+  bf16* walk = vs + L::kOperandElems;  // q and do of each step, two buffers
+  float* ss = reinterpret_cast<float*>(walk);
   const Place place = CtaPlace(p, sp, /*own_keys=*/true);
   const Sample& s = place.s;
   const int h = blockIdx.y, width = p.heads * kDh;
@@ -703,38 +731,49 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
   const Role role = WarpRole(nk);
   const StripSpan span = SpanOf(p.mask, j0 + role.row0, j0 + min(role.row0 + kFrag, nk) - 1, s.lq);
   const LaneRows rows = StripRows(p.mask, j0 + role.row0, nk - role.row0, s.lq);
+  const auto put = [&](int buf) {
+    next_q.Put(L::Walked(walk, buf, 0));
+    next_do.Put(L::Walked(walk, buf, 1));
+  };
+  if (ib < ie) {
+    put(0);
+    if (ib + kTile < ie) fetch(ib + kTile);
+  }
   __syncthreads();
   uint32_t ka[kDh / kFrag][4], va[kDh / kFrag][4];
   LoadStrip<kDh>(ks, role.row0, ka);
   LoadStrip<kDh>(vs, role.row0, va);
   float acc_k[kDh / 8][4] = {}, acc_v[kDh / 8][4] = {};
-  for (int i0 = ib; i0 < ie; i0 += kTile) {
-    __syncthreads();  // the previous step's tiles are read
-    next_q.Put(qs);
-    next_do.Put(dos);
-    __syncthreads();
-    if (i0 + kTile < ie) fetch(i0 + kTile);
-    if (!role.active) continue;
-    for (int c = role.group; c < kChunks; c += role.groups) {
-      const int ic = i0 + c * kFrag;
-      if (span.Misses(ic)) continue;
-      float z_lo[4], z_hi[4], dp_lo[4], dp_hi[4];
-      TimesRowsT<kDh>(ka, qs, c * kFrag, z_lo, z_hi);
-      TimesRowsT<kDh>(va, dos, c * kFrag, dp_lo, dp_hi);
-      float w_lo[4], w_hi[4];
+  for (int i0 = ib, buf = 0; i0 < ie; i0 += kTile, buf ^= 1) {
+    const bf16* qs = L::Walked(walk, buf, 0);
+    const bf16* dos = L::Walked(walk, buf, 1);
+    if (role.active) {
+      for (int c = role.group; c < kChunks; c += role.groups) {
+        const int ic = i0 + c * kFrag;
+        if (span.Misses(ic)) continue;
+        float z_lo[4], z_hi[4], dp_lo[4], dp_hi[4];
+        TimesRowsT<kDh>(ka, qs, c * kFrag, z_lo, z_hi);
+        TimesRowsT<kDh>(va, dos, c * kFrag, dp_lo, dp_hi);
+        float w_lo[4], w_hi[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float sg_lo = Sigmoid(z_lo[e]), sg_hi = Sigmoid(z_hi[e]);
-        w_lo[e] = Weight(z_lo[e], sg_lo, p.post_scale);
-        w_hi[e] = Weight(z_hi[e], sg_hi, p.post_scale);
-        dp_lo[e] = ScoreGrad(z_lo[e], sg_lo, dp_lo[e], p.post_scale);
-        dp_hi[e] = ScoreGrad(z_hi[e], sg_hi, dp_hi[e], p.post_scale);
+        for (int e = 0; e < 4; ++e) {
+          const float sg_lo = Sigmoid(z_lo[e]), sg_hi = Sigmoid(z_hi[e]);
+          w_lo[e] = Weight(z_lo[e], sg_lo, p.post_scale);
+          w_hi[e] = Weight(z_hi[e], sg_hi, p.post_scale);
+          dp_lo[e] = ScoreGrad(z_lo[e], sg_lo, dp_lo[e], p.post_scale);
+          dp_hi[e] = ScoreGrad(z_hi[e], sg_hi, dp_hi[e], p.post_scale);
+        }
+        uint32_t pt[4], dzt[4];
+        ChunkOperand(span, rows, ic, w_lo, w_hi, pt);
+        ChunkOperand(span, rows, ic, dp_lo, dp_hi, dzt);
+        AddTimesRows<kDh>(pt, dos, c * kFrag, acc_v);
+        AddTimesRows<kDh>(dzt, qs, c * kFrag, acc_k);
       }
-      uint32_t pt[4], dzt[4];
-      ChunkOperand(span, rows, ic, w_lo, w_hi, pt);
-      ChunkOperand(span, rows, ic, dp_lo, dp_hi, dzt);
-      AddTimesRows<kDh>(pt, dos, c * kFrag, acc_v);
-      AddTimesRows<kDh>(dzt, qs, c * kFrag, acc_k);
+    }
+    if (i0 + kTile < ie) {  // the forward's double-buffered staging
+      put(buf ^ 1);
+      if (i0 + 2 * kTile < ie) fetch(i0 + 2 * kTile);
+      __syncthreads();
     }
   }
   WriteOwnRows<kDh>(acc_k, ss, role, sp, place, s.k_row, j0, nk, width, width, h, p.vec, dk, sp.part0);
