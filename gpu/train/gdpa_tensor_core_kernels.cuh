@@ -281,8 +281,12 @@ using Unit = std::conditional_t<std::is_same_v<T, float>, float4, uint4>;
 
 // One thread's share of a tile being staged: rows [row0, row0 + n) of head h of x (rows of `width`
 // values) held in registers between Fetch and Put, so that the next step's global loads are in
-// flight while the warps compute on the current one. Thread `tid` holds the unit at index
-// (tid + i * kThreads) of the tile for every i.
+// flight while the warps compute on the current one. Thread `tid` holds unit (tid + i * kThreads) %
+// kUnitsPerRow of row Row(tid + i * kThreads) for every i: consecutive threads take a row's
+// consecutive 16-byte units (whole 32-byte sectors from global memory), and where a row is four units
+// (bf16 at dh 32) the rows of each group of eight are taken in the order 0, 4, 1, 5, 2, 6, 3, 7, so
+// that the eight 16-byte stores of a shared-memory phase (two rows, four apart, kLd = 40 values:
+// 16-byte offsets 5r + c modulo 8) fall on distinct banks, where rows 0 and 1 would share one.
 template <int kDh, typename T>
 struct StagedRows {
   static_assert(kIoType<T>, "fp32 or bf16 rows");
@@ -292,13 +296,22 @@ struct StagedRows {
   static_assert(kDh % kPerUnit == 0 && kTile * kUnitsPerRow % kThreads == 0, "a tile's units split evenly");
   Unit<T> x[kUnits];
 
+  // The tile row of unit index e (see above).
+  static __device__ int Row(int e) {
+    const int r = e / kUnitsPerRow;
+    if constexpr (kUnitsPerRow == 4 && sizeof(T) == 2) {
+      return (r & ~7) | ((r & 1) << 2) | ((r >> 1) & 3);
+    } else {
+      return r;
+    }
+  }
+
   // Rows past n read as zero: a partial tile's padding adds nothing and is never NaN. vec: one 16-byte
   // load per unit; else one scalar load per value.
   __device__ void Fetch(const T* src, int64_t row0, int n, int width, int h, bool vec) {
 #pragma unroll
     for (int i = 0; i < kUnits; ++i) {
-      const int e = static_cast<int>(threadIdx.x) + i * kThreads, r = e / kUnitsPerRow,
-                c = e % kUnitsPerRow * kPerUnit;
+      const int e = static_cast<int>(threadIdx.x) + i * kThreads, r = Row(e), c = e % kUnitsPerRow * kPerUnit;
       x[i] = Unit<T>{};
       if (r >= n) continue;
       const T* at = src + (row0 + r) * width + h * kDh + c;
@@ -316,8 +329,7 @@ struct StagedRows {
   __device__ void Put(bf16* s) const {
 #pragma unroll
     for (int i = 0; i < kUnits; ++i) {
-      const int e = static_cast<int>(threadIdx.x) + i * kThreads, r = e / kUnitsPerRow,
-                c = e % kUnitsPerRow * kPerUnit;
+      const int e = static_cast<int>(threadIdx.x) + i * kThreads, r = Row(e), c = e % kUnitsPerRow * kPerUnit;
       if constexpr (std::is_same_v<T, float>) {
         *reinterpret_cast<uint2*>(s + r * Layout<kDh>::kLd + c) =
             make_uint2(PackBf16x2(x[i].x, x[i].y), PackBf16x2(x[i].z, x[i].w));
