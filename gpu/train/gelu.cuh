@@ -7,13 +7,13 @@
 //   backward in ffn_fused_kernels.cuh; all of them take these, so they give the same bits). Phi's lower
 //   tail is exp(-x^2 / 2) t P(t), t = 1 / (1 + q |x|), with P a polynomial of degree 8, so a value costs
 //   one exp (shared with the derivative's density), one reciprocal and eight FMAs, the exponential and
-//   the reciprocal the hardware's (__expf, __fdividef): a fraction of the instructions of erfcf and a
+//   the reciprocal the hardware's (ex2.approx.ftz, __fdividef): a fraction of the instructions of erfcf and a
 //   second expf, which had bound the bf16 kernels by issue, not bytes. P interpolates
 //   erfc(z) exp(z^2) / (2 t) at Chebyshev nodes of t for z = |x| / sqrt 2 in [0, 10] (beyond,
 //   exp(-x^2 / 2) is below fp32's normal range). Evaluated with an exact exponential and reciprocal
 //   (the CPU emulation's), the results are within 1e-6 of their magnitude (the derivative: of
 //   Phi + |x| phi), plus what rounding x^2 / 2 moves the exponential by, of the fp64 definition for
-//   |x| <= 12 (tests/gpu/emulation/gelu_emulated_test.cc); __expf adds 2 ulps and |x^2 / 2| ulps (its
+//   |x| <= 12 (tests/gpu/emulation/gelu_emulated_test.cc); the hardware exp2 adds 2 ulps and |x^2 / 2| ulps (its
 //   argument scaled to base 2), by that arithmetic at most 6e-6 where the result is normal. That is a thousand times finer
 //   than bf16's rounding (4e-3), but not erfcf's bits, and the oracle check of the fp32 trainer follows a
 //   trajectory that any change of bits moves (its held-out NE), so the fp32 kernels keep erfcf.
