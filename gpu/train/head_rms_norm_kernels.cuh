@@ -11,6 +11,7 @@
 #include "gpu/common/dependent_launch.cuh"
 #include "gpu/common/mma.cuh"
 #include "gpu/train/block_copy.cuh"
+#include "gpu/train/row_divisor.cuh"
 
 namespace gemtb::gpu::train::hrn {
 
@@ -109,6 +110,7 @@ __global__ void __launch_bounds__(kThreads)
   StageHeadRows(xs, x, first, n, dh, heads, ld);
   __syncthreads();
   const int g = threadIdx.x % kLanes;
+  const RowDivisor per_value(dh);
   for (int base = 0; base < n; base += kRowsPerPass<kLanes>) {
     const int row = base + static_cast<int>(threadIdx.x) / kLanes;
     const bool real = row < n;
@@ -119,7 +121,7 @@ __global__ void __launch_bounds__(kThreads)
       ss = __fadd_rn(ss, __fmul_rn(v, v));
     }
     const float r =
-        __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(GroupSum<kLanes>(ss), static_cast<float>(dh)), kEps)));
+        __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(per_value.Of(GroupSum<kLanes>(ss)), kEps)));
     if (!real) continue;
     for (int i = g; i < dh; i += kLanes) xr[i] = Store<T>(__fmul_rn(Load(xr[i]), r));
     if (g == 0) inv[first + row] = r;
@@ -146,7 +148,7 @@ __global__ void __launch_bounds__(kThreads)
   const float r = inv[real ? row : 0];
   float s = 0.0f;
   for (int i = g; i < dh; i += kLanes) s = __fadd_rn(s, __fmul_rn(Load(dyr[i]), __fmul_rn(Load(xr[i]), r)));
-  s = __fdiv_rn(GroupSum<kLanes>(s), static_cast<float>(dh));
+  s = RowDivisor(dh).Of(GroupSum<kLanes>(s));
   if (!real) return;
   T* dxr = dx + ax;
   for (int i = g; i < dh; i += kLanes) {

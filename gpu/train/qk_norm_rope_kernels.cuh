@@ -10,6 +10,7 @@
 
 #include "gpu/common/dependent_launch.cuh"
 #include "gpu/common/mma.cuh"
+#include "gpu/train/row_divisor.cuh"
 
 namespace gemtb::gpu::train::qkr {
 
@@ -53,6 +54,7 @@ __global__ void __launch_bounds__(kThreads)
   if (t0 >= n) return;  // the whole block leaves together
   const int head_rows = min(kRowsPerBlock, n - t0) * heads, half = dh / 2;
   const int g = threadIdx.x % kLanes;
+  const RowDivisor per_value(dh);
   for (int base = 0; base < head_rows; base += kGroups) {
     const int hr = base + threadIdx.x / kLanes;
     const bool real = hr < head_rows;
@@ -73,7 +75,7 @@ __global__ void __launch_bounds__(kThreads)
         if (kExact || g + kLanes * k < dh) ss = __fadd_rn(ss, __fmul_rn(xs[k], xs[k]));
       }
       const float r =
-          __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(GroupSum(ss), static_cast<float>(dh)), kEps)));
+          __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(per_value.Of(GroupSum(ss)), kEps)));
 #pragma unroll
       for (int k = 0; k < kN; ++k) {
         const int i = g + kLanes * k;
@@ -102,7 +104,7 @@ __global__ void __launch_bounds__(kThreads)
                              : __fsub_rn(__fmul_rn(d, cs), __fmul_rn(partner, sn));
         if (kExact || i < dh) s = __fadd_rn(s, __fmul_rn(gs[k], __fmul_rn(xs[k], r)));
       }
-      s = __fdiv_rn(GroupSum(s), static_cast<float>(dh));
+      s = per_value.Of(GroupSum(s));
       if (!real) continue;
 #pragma unroll
       for (int k = 0; k < kN; ++k) {
