@@ -355,6 +355,57 @@ __device__ void StageOwnRows(const T* a, const T* b, int64_t row0, int n, int ld
   if constexpr (kTwo) own_b.Put(sb);
 }
 
+// The walked side of a CTA's walk: its two operands (k and v, or q and do; rows of head h, ld_a and
+// ld_b apart, the sample's first at row0, the walk's kept rows ending at hi) staged step by step in
+// two buffers at `tiles` (Layout::Walked): step s's pair in buffer s % 2. A step's rows are loaded into
+// registers while the step before it is computed, and stored after that step's compute into the buffer
+// no warp reads any more, so one barrier a step suffices.
+template <int kDh, typename T>
+class WalkedTiles {
+ public:
+  __device__ WalkedTiles(const T* a, const T* b, int64_t row0, int ld_a, int ld_b, int hi, int h, bool vec,
+                         bf16* tiles)
+      : a_(a), b_(b), row0_(row0), ld_a_(ld_a), ld_b_(ld_b), hi_(hi), h_(h), vec_(vec), tiles_(tiles) {}
+
+  // Step j0's rows into registers (rows past the walk's end read as zero).
+  __device__ void Fetch(int j0) {
+    next_a_.Fetch(a_, row0_ + j0, min(kTile, hi_ - j0), ld_a_, h_, vec_);
+    next_b_.Fetch(b_, row0_ + j0, min(kTile, hi_ - j0), ld_b_, h_, vec_);
+  }
+  __device__ const bf16* A(int buf) const { return Layout<kDh>::Walked(tiles_, buf, 0); }
+  __device__ const bf16* B(int buf) const { return Layout<kDh>::Walked(tiles_, buf, 1); }
+  // The walk [begin, end)'s first step, fetched with the own rows (StageOwnRows), into buffer 0 and
+  // the second step's loads issued; the caller's barrier follows.
+  __device__ void Start(int begin, int end) {
+    if (begin >= end) return;
+    Put(0);
+    if (begin + kTile < end) Fetch(begin + kTile);
+  }
+  // After step j0's compute from buffer buf: the next step into the other buffer (every warp finished
+  // reading it before the barrier that ended the step before this one), the step after it loading
+  // meanwhile, then the step's one barrier.
+  __device__ void Advance(int j0, int end, int buf) {
+    if (j0 + kTile >= end) return;  // the last step: CTA-uniform, no barrier needed
+    Put(buf ^ 1);
+    if (j0 + 2 * kTile < end) Fetch(j0 + 2 * kTile);
+    __syncthreads();
+  }
+
+ private:
+  __device__ void Put(int buf) {
+    next_a_.Put(Layout<kDh>::Walked(tiles_, buf, 0));
+    next_b_.Put(Layout<kDh>::Walked(tiles_, buf, 1));
+  }
+
+  const T* a_;
+  const T* b_;
+  int64_t row0_;
+  int ld_a_, ld_b_, hi_, h_;
+  bool vec_;
+  bf16* tiles_;
+  StagedRows<kDh, T> next_a_, next_b_;  // the next step's rows, between their loads and their stores
+};
+
 // Where a lane's score-side values sit (gpu/common/mma.cuh's fragment layouts): lane 4g + t holds
 // rows g and g + 8 of the strip, columns 2t, 2t + 1 of each 8-column tile. The mask range of each of
 // its two rows, [lo, hi) of the other side (empty for a row past the tile's n real rows).
@@ -574,34 +625,22 @@ __global__ void __launch_bounds__(kThreads)
   p.mask.Range(i0, s.lk, &klo, &unused);
   p.mask.Range(i0 + nq - 1, s.lk, &unused, &khi);
   if (!SplitWalk(sp, place.split, klo, khi, &jb, &je)) return;
-  // Step j0's keys and values, fetched while the step before it is computed; the first step's with
-  // the own queries.
-  StagedRows<kDh, T> next_k, next_v;
-  const auto fetch = [&](int j0) {
-    next_k.Fetch(k, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
-    next_v.Fetch(v, s.k_row + j0, min(kTile, khi - j0), p.ld_v, h, p.vec);
-  };
+  // The keys and values of each step; the first step's fetched with the own queries.
+  WalkedTiles<kDh, T> kv(k, v, s.k_row, width, p.ld_v, khi, h, p.vec, walk);
   StageOwnRows<kDh, false>(q, q, s.q_row + i0, nq, width, width, h, p.vec, qs, qs, [&] {
-    if (jb < je) fetch(jb);
+    if (jb < je) kv.Fetch(jb);
   });
   const Role role = WarpRole(nq);
   const StripSpan span = SpanOf(p.mask, i0 + role.row0, i0 + min(role.row0 + kFrag, nq) - 1, s.lk);
   const LaneRows rows = StripRows(p.mask, i0 + role.row0, nq - role.row0, s.lk);
-  const auto put = [&](int buf) {
-    next_k.Put(L::Walked(walk, buf, 0));
-    next_v.Put(L::Walked(walk, buf, 1));
-  };
-  if (jb < je) {
-    put(0);
-    if (jb + kTile < je) fetch(jb + kTile);
-  }
+  kv.Start(jb, je);
   __syncthreads();
   uint32_t qa[kDh / kFrag][4];
   LoadStrip<kDh>(qs, role.row0, qa);
   float acc[kDh / 8][4] = {};
   for (int j0 = jb, buf = 0; j0 < je; j0 += kTile, buf ^= 1) {
-    const bf16* ks = L::Walked(walk, buf, 0);
-    const bf16* vs = L::Walked(walk, buf, 1);
+    const bf16* ks = kv.A(buf);
+    const bf16* vs = kv.B(buf);
     if (role.active) {
       for (int c = role.group; c < kChunks; c += role.groups) {
         const int jc = j0 + c * kFrag;
@@ -618,13 +657,7 @@ __global__ void __launch_bounds__(kThreads)
         AddTimesRows<kDh>(w, vs, c * kFrag, acc);
       }
     }
-    // The next step's tiles into the other buffer (every warp finished reading it before the barrier
-    // that ended the step before this one), the step after it loading meanwhile; then one barrier.
-    if (j0 + kTile < je) {
-      put(buf ^ 1);
-      if (j0 + 2 * kTile < je) fetch(j0 + 2 * kTile);
-      __syncthreads();
-    }
+    kv.Advance(j0, je, buf);
   }
   WriteOwnRows<kDh>(acc, ss, role, sp, place, s.q_row, i0, nq, width, width, h, p.vec, o, sp.part0);
 }
@@ -651,35 +684,24 @@ __global__ void __launch_bounds__(kThreads)
   p.mask.Range(i0, s.lk, &klo, &unused);
   p.mask.Range(i0 + nq - 1, s.lk, &unused, &khi);
   if (!SplitWalk(sp, place.split, klo, khi, &jb, &je)) return;
-  // Step j0's keys and values, fetched while the step before it is computed; the first step's with
-  // the own queries and output gradients.
-  StagedRows<kDh, T> next_k, next_v;
-  const auto fetch = [&](int j0) {
-    next_k.Fetch(k, s.k_row + j0, min(kTile, khi - j0), width, h, p.vec);
-    next_v.Fetch(v, s.k_row + j0, min(kTile, khi - j0), p.ld_v, h, p.vec);
-  };
+  // The keys and values of each step; the first step's fetched with the own queries and output
+  // gradients.
+  WalkedTiles<kDh, T> kv(k, v, s.k_row, width, p.ld_v, khi, h, p.vec, walk);
   StageOwnRows<kDh, true>(q, d_o, s.q_row + i0, nq, width, width, h, p.vec, qs, dos, [&] {
-    if (jb < je) fetch(jb);
+    if (jb < je) kv.Fetch(jb);
   });
   const Role role = WarpRole(nq);
   const StripSpan span = SpanOf(p.mask, i0 + role.row0, i0 + min(role.row0 + kFrag, nq) - 1, s.lk);
   const LaneRows rows = StripRows(p.mask, i0 + role.row0, nq - role.row0, s.lk);
-  const auto put = [&](int buf) {
-    next_k.Put(L::Walked(walk, buf, 0));
-    next_v.Put(L::Walked(walk, buf, 1));
-  };
-  if (jb < je) {
-    put(0);
-    if (jb + kTile < je) fetch(jb + kTile);
-  }
+  kv.Start(jb, je);
   __syncthreads();
   uint32_t qa[kDh / kFrag][4], doa[kDh / kFrag][4];
   LoadStrip<kDh>(qs, role.row0, qa);
   LoadStrip<kDh>(dos, role.row0, doa);
   float acc[kDh / 8][4] = {};
   for (int j0 = jb, buf = 0; j0 < je; j0 += kTile, buf ^= 1) {
-    const bf16* ks = L::Walked(walk, buf, 0);
-    const bf16* vs = L::Walked(walk, buf, 1);
+    const bf16* ks = kv.A(buf);
+    const bf16* vs = kv.B(buf);
     if (role.active) {
       for (int c = role.group; c < kChunks; c += role.groups) {
         const int jc = j0 + c * kFrag;
@@ -697,11 +719,7 @@ __global__ void __launch_bounds__(kThreads)
         AddTimesRows<kDh>(w, ks, c * kFrag, acc);
       }
     }
-    if (j0 + kTile < je) {  // the forward's double-buffered staging
-      put(buf ^ 1);
-      if (j0 + 2 * kTile < je) fetch(j0 + 2 * kTile);
-      __syncthreads();
-    }
+    kv.Advance(j0, je, buf);
   }
   WriteOwnRows<kDh>(acc, ss, role, sp, place, s.q_row, i0, nq, width, width, h, p.vec, dq, sp.part0);
 }
@@ -730,35 +748,24 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
   p.mask.Range(j0, s.lq, &qlo, &unused);
   p.mask.Range(j0 + nk - 1, s.lq, &unused, &qhi);
   if (!SplitWalk(sp, place.split, qlo, qhi, &ib, &ie)) return;
-  // Step i0's queries and output gradients, fetched while the step before it is computed; the first
-  // step's with the own keys and values.
-  StagedRows<kDh, T> next_q, next_do;
-  const auto fetch = [&](int i0) {
-    next_q.Fetch(q, s.q_row + i0, min(kTile, qhi - i0), width, h, p.vec);
-    next_do.Fetch(d_o, s.q_row + i0, min(kTile, qhi - i0), width, h, p.vec);
-  };
+  // The queries and output gradients of each step; the first step's fetched with the own keys and
+  // values.
+  WalkedTiles<kDh, T> qdo(q, d_o, s.q_row, width, width, qhi, h, p.vec, walk);
   StageOwnRows<kDh, true>(k, v, s.k_row + j0, nk, width, p.ld_v, h, p.vec, ks, vs, [&] {
-    if (ib < ie) fetch(ib);
+    if (ib < ie) qdo.Fetch(ib);
   });
   const Role role = WarpRole(nk);
   const StripSpan span = SpanOf(p.mask, j0 + role.row0, j0 + min(role.row0 + kFrag, nk) - 1, s.lq);
   const LaneRows rows = StripRows(p.mask, j0 + role.row0, nk - role.row0, s.lq);
-  const auto put = [&](int buf) {
-    next_q.Put(L::Walked(walk, buf, 0));
-    next_do.Put(L::Walked(walk, buf, 1));
-  };
-  if (ib < ie) {
-    put(0);
-    if (ib + kTile < ie) fetch(ib + kTile);
-  }
+  qdo.Start(ib, ie);
   __syncthreads();
   uint32_t ka[kDh / kFrag][4], va[kDh / kFrag][4];
   LoadStrip<kDh>(ks, role.row0, ka);
   LoadStrip<kDh>(vs, role.row0, va);
   float acc_k[kDh / 8][4] = {}, acc_v[kDh / 8][4] = {};
   for (int i0 = ib, buf = 0; i0 < ie; i0 += kTile, buf ^= 1) {
-    const bf16* qs = L::Walked(walk, buf, 0);
-    const bf16* dos = L::Walked(walk, buf, 1);
+    const bf16* qs = qdo.A(buf);
+    const bf16* dos = qdo.B(buf);
     if (role.active) {
       for (int c = role.group; c < kChunks; c += role.groups) {
         const int ic = i0 + c * kFrag;
@@ -782,11 +789,7 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
         AddTimesRows<kDh>(dzt, qs, c * kFrag, acc_k);
       }
     }
-    if (i0 + kTile < ie) {  // the forward's double-buffered staging
-      put(buf ^ 1);
-      if (i0 + 2 * kTile < ie) fetch(i0 + 2 * kTile);
-      __syncthreads();
-    }
+    qdo.Advance(i0, ie, buf);
   }
   WriteOwnRows<kDh>(acc_k, ss, role, sp, place, s.k_row, j0, nk, width, width, h, p.vec, dk, sp.part0);
   WriteOwnRows<kDh>(acc_v, ss, role, sp, place, s.k_row, j0, nk, p.ld_v, width, h, p.vec, dv, sp.part1);
