@@ -55,78 +55,63 @@ __global__ void __launch_bounds__(kThreads)
   const int head_rows = min(kRowsPerBlock, n - t0) * heads, half = dh / 2;
   const int g = threadIdx.x % kLanes;
   const RowDivisor per_value(dh);
-  // kBatch passes of kGroups head rows at a time, every pass's loads (x, and backward dy and the
-  // inverse RMS) issued before the first is computed; the general instance takes one pass at a time.
-  constexpr int kBatch = kExact ? (16 / kN > 1 ? 16 / kN : 1) : 1;
-  for (int base = 0; base < head_rows; base += kGroups * kBatch) {
-    float xs[kBatch][kN], ds[kBatch][kN], rs[kBatch];
-    int64_t at[kBatch], ax[kBatch];
-    int tt[kBatch];
-    bool real[kBatch];
+  for (int base = 0; base < head_rows; base += kGroups) {
+    const int hr = base + threadIdx.x / kLanes;
+    const bool real = hr < head_rows;
+    const int hr_or_0 = real ? hr : 0, t = t0 + hr_or_0 / heads;
+    const int64_t at = ((row0 + t0) * heads + hr_or_0) * dh;                   // dense: y, dy, inv
+    const int64_t ax = (row0 + t) * ld + (hr_or_0 - (t - t0) * heads) * dh;  // x's rows, and dx's
+    const float* trow = table + static_cast<int64_t>(t) * dh;
+    float xs[kN];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int hr = base + b * kGroups + static_cast<int>(threadIdx.x) / kLanes;
-      real[b] = hr < head_rows;
-      const int hr_or_0 = real[b] ? hr : 0, t = t0 + hr_or_0 / heads;
-      tt[b] = t;
-      at[b] = ((row0 + t0) * heads + hr_or_0) * dh;                   // dense: y, dy, inv
-      ax[b] = (row0 + t) * ld + (hr_or_0 - (t - t0) * heads) * dh;  // x's rows, and dx's
+    for (int k = 0; k < kN; ++k) {
+      const int i = g + kLanes * k;
+      xs[k] = kExact || i < dh ? Load(x + ax + i) : 0.0f;
+    }
+    if (!kBackward) {
+      float ss = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kN; ++k) {
+        if (kExact || g + kLanes * k < dh) ss = __fadd_rn(ss, __fmul_rn(xs[k], xs[k]));
+      }
+      const float r =
+          __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(per_value.Of(GroupSum(ss)), kEps)));
 #pragma unroll
       for (int k = 0; k < kN; ++k) {
         const int i = g + kLanes * k;
-        xs[b][k] = kExact || i < dh ? Load(x + ax[b] + i) : 0.0f;
-        if (kBackward) ds[b][k] = kExact || i < dh ? Load(dy + at[b] + i) : 0.0f;
+        const float y = __fmul_rn(xs[k], r);
+        const float partner = __shfl_xor_sync(0xffffffffu, y, 1);
+        if (!real || (!kExact && i >= dh)) continue;
+        const int m = i / 2;
+        const float sn = trow[m], cs = trow[half + m];
+        Store(out + at + i, (i % 2 == 0) ? __fsub_rn(__fmul_rn(y, cs), __fmul_rn(partner, sn))
+                                         : __fadd_rn(__fmul_rn(y, cs), __fmul_rn(partner, sn)));
       }
-      if (kBackward) rs[b] = inv_in[at[b] / dh];
-    }
+      if (real && g == 0) inv_out[at / dh] = r;
+    } else {
+      const float r = inv_in[at / dh];
+      float gs[kN];
+      float s = 0.0f;
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const float* trow = table + static_cast<int64_t>(tt[b]) * dh;
-      if (!kBackward) {
-        float ss = 0.0f;
+      for (int k = 0; k < kN; ++k) {
+        const int i = g + kLanes * k;
+        const float d = kExact || i < dh ? Load(dy + at + i) : 0.0f;
+        const float partner = __shfl_xor_sync(0xffffffffu, d, 1);
+        // RoPE's transpose, as the reference's RopeBackward: (a cs + b sn, b cs - a sn).
+        const int m = i / 2;
+        const float sn = kExact || i < dh ? trow[m] : 0.0f, cs = kExact || i < dh ? trow[half + m] : 0.0f;
+        gs[k] = (i % 2 == 0) ? __fadd_rn(__fmul_rn(d, cs), __fmul_rn(partner, sn))
+                             : __fsub_rn(__fmul_rn(d, cs), __fmul_rn(partner, sn));
+        if (kExact || i < dh) s = __fadd_rn(s, __fmul_rn(gs[k], __fmul_rn(xs[k], r)));
+      }
+      s = per_value.Of(GroupSum(s));
+      if (!real) continue;
 #pragma unroll
-        for (int k = 0; k < kN; ++k) {
-          if (kExact || g + kLanes * k < dh) ss = __fadd_rn(ss, __fmul_rn(xs[b][k], xs[b][k]));
-        }
-        const float r =
-            __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(per_value.Of(GroupSum(ss)), kEps)));
-#pragma unroll
-        for (int k = 0; k < kN; ++k) {
-          const int i = g + kLanes * k;
-          const float y = __fmul_rn(xs[b][k], r);
-          const float partner = __shfl_xor_sync(0xffffffffu, y, 1);
-          if (!real[b] || (!kExact && i >= dh)) continue;
-          const int m = i / 2;
-          const float sn = trow[m], cs = trow[half + m];
-          Store(out + at[b] + i, (i % 2 == 0) ? __fsub_rn(__fmul_rn(y, cs), __fmul_rn(partner, sn))
-                                              : __fadd_rn(__fmul_rn(y, cs), __fmul_rn(partner, sn)));
-        }
-        if (real[b] && g == 0) inv_out[at[b] / dh] = r;
-      } else {
-        const float r = rs[b];
-        float gs[kN];
-        float s = 0.0f;
-#pragma unroll
-        for (int k = 0; k < kN; ++k) {
-          const int i = g + kLanes * k;
-          const float d = ds[b][k];
-          const float partner = __shfl_xor_sync(0xffffffffu, d, 1);
-          // RoPE's transpose, as the reference's RopeBackward: (a cs + b sn, b cs - a sn).
-          const int m = i / 2;
-          const float sn = kExact || i < dh ? trow[m] : 0.0f, cs = kExact || i < dh ? trow[half + m] : 0.0f;
-          gs[k] = (i % 2 == 0) ? __fadd_rn(__fmul_rn(d, cs), __fmul_rn(partner, sn))
-                               : __fsub_rn(__fmul_rn(d, cs), __fmul_rn(partner, sn));
-          if (kExact || i < dh) s = __fadd_rn(s, __fmul_rn(gs[k], __fmul_rn(xs[b][k], r)));
-        }
-        s = per_value.Of(GroupSum(s));
-        if (!real[b]) continue;
-#pragma unroll
-        for (int k = 0; k < kN; ++k) {
-          const int i = g + kLanes * k;
-          if (!kExact && i >= dh) continue;
-          const float yv = __fmul_rn(xs[b][k], r);
-          Store(out + ax[b] + i, __fmul_rn(r, __fsub_rn(gs[k], __fmul_rn(yv, s))));
-        }
+      for (int k = 0; k < kN; ++k) {
+        const int i = g + kLanes * k;
+        if (!kExact && i >= dh) continue;
+        const float yv = __fmul_rn(xs[k], r);
+        Store(out + ax + i, __fmul_rn(r, __fsub_rn(gs[k], __fmul_rn(yv, s))));
       }
     }
   }
