@@ -7,6 +7,7 @@
 namespace gemtb::gpu::train {
 namespace {
 
+using hrn::HeadRmsNormBackwardKernel;
 using hrn::HeadRmsNormForwardKernel;
 using hrn::RowsPerBlock;
 using hrn::kRowsPerPass;
@@ -28,9 +29,8 @@ absl::Status LaunchStaged(Kernel* kernel, const HeadRowsShape& s, cudaStream_t s
 }
 
 template <int kLanes>
-unsigned BackwardBlocks(int64_t rows, int dh) {
-  const int64_t per_block = hrn::BackwardRowsPerBlock<kLanes>(dh);
-  return static_cast<unsigned>((rows + per_block - 1) / per_block);
+unsigned RowBlocks(int64_t rows) {
+  return static_cast<unsigned>((rows + kRowsPerPass<kLanes> - 1) / kRowsPerPass<kLanes>);
 }
 
 // Head dims up to 64 take 8 lanes per row, longer rows a whole warp.
@@ -84,11 +84,11 @@ absl::Status HeadRmsNormBackward(const HeadRowsShape& s, const T* x, const float
   const int dh = static_cast<int>(s.dh), heads = static_cast<int>(s.heads);
   const int64_t ld = RowStride(s);
   if (ShortRows(s.dh)) {
-    LaunchDependent(hrn::HeadRmsNormBackwardFor<E, 8>(dh), BackwardBlocks<8>(s.rows, dh), kThreads, 0, stream, xe, inv,
-                    dye, s.rows, dh, heads, ld, dxe);
+    LaunchDependent(HeadRmsNormBackwardKernel<E, 8>, RowBlocks<8>(s.rows), kThreads, 0, stream, xe, inv, dye, s.rows,
+                    dh, heads, ld, dxe);
   } else {
-    LaunchDependent(hrn::HeadRmsNormBackwardFor<E, kWarp>(dh), BackwardBlocks<kWarp>(s.rows, dh), kThreads, 0, stream,
-                    xe, inv, dye, s.rows, dh, heads, ld, dxe);
+    LaunchDependent(HeadRmsNormBackwardKernel<E, kWarp>, RowBlocks<kWarp>(s.rows), kThreads, 0, stream, xe, inv, dye,
+                    s.rows, dh, heads, ld, dxe);
   }
   return Launched("HeadRmsNormBackward");
 }

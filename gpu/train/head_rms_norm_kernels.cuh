@@ -130,93 +130,31 @@ __global__ void __launch_bounds__(kThreads)
   BlockCopy<kThreads>(y + first * dh, xs, n * dh);
 }
 
-// The backward reads x and dy where they are: staged like the forward it took a third longer on the
-// H100 (more registers, fewer blocks an SM; tools/bench/NOTES.md). x and dx head rows as HeadRowAt
-// places them, dy and inv dense. kPerLane > 0 (8 lanes a row, dh = 8 * kPerLane: 16, 32 or 64): a
-// block takes kBackwardPasses passes of kRowsPerPass rows and issues every pass's loads before it
-// computes the first row, so that a thread waits on its loads once; 0: any dh, one pass a block, a
-// lane's values loaded as its loops reach them. The arithmetic is the same either way.
-constexpr int kBackwardPasses = 4;
-
-template <int kLanes, int kPerLane>
-constexpr int BackwardPasses() {
-  return kPerLane > 0 ? kBackwardPasses : 1;
-}
-
-template <typename T, int kLanes, int kPerLane = 0>
+// The backward reads x and dy where they are, kRowsPerPass rows a block: staged like the forward it
+// took a third longer on the H100 (more registers, fewer blocks an SM; tools/bench/NOTES.md). x and dx
+// head rows as HeadRowAt places them, dy and inv dense.
+template <typename T, int kLanes>
 __global__ void __launch_bounds__(kThreads)
     HeadRmsNormBackwardKernel(const T* x, const float* inv, const T* dy, int64_t rows, int dh, int heads, int64_t ld,
                               T* dx) {
   AwaitPriorGrids();
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerPass<kLanes> + threadIdx.x / kLanes;
+  // Every lane takes part in the butterfly; rows past the end compute on row 0's values and write nothing.
+  const bool real = row < rows;
   const int g = threadIdx.x % kLanes;
-  if constexpr (kPerLane > 0) {
-    static_assert(kLanes == 8, "the exact instances are the short rows' layout");
-    constexpr int kPasses = BackwardPasses<kLanes, kPerLane>();
-    float xv[kPasses][kPerLane], dv[kPasses][kPerLane], r[kPasses];
-    int64_t row[kPasses], ax[kPasses];
-#pragma unroll
-    for (int p = 0; p < kPasses; ++p) {
-      row[p] = (static_cast<int64_t>(blockIdx.x) * kPasses + p) * kRowsPerPass<kLanes> + threadIdx.x / kLanes;
-      // Every lane takes part in the butterfly; rows past the end compute on row 0's values.
-      const int64_t rr = row[p] < rows ? row[p] : 0, at = rr * dh;
-      ax[p] = HeadRowAt(rr, dh, heads, ld);
-      r[p] = inv[rr];
-#pragma unroll
-      for (int k = 0; k < kPerLane; ++k) {
-        xv[p][k] = Load(x[ax[p] + g + kLanes * k]);
-        dv[p][k] = Load(dy[at + g + kLanes * k]);
-      }
-    }
-#pragma unroll
-    for (int p = 0; p < kPasses; ++p) {
-      float s = 0.0f;
-#pragma unroll
-      for (int k = 0; k < kPerLane; ++k) s = __fadd_rn(s, __fmul_rn(dv[p][k], __fmul_rn(xv[p][k], r[p])));
-      s = __fdiv_rn(GroupSum<kLanes>(s), static_cast<float>(dh));  // one row a thread: RowDivisor would divide too
-      if (row[p] >= rows) continue;
-#pragma unroll
-      for (int k = 0; k < kPerLane; ++k) {
-        const float yv = __fmul_rn(xv[p][k], r[p]);
-        dx[ax[p] + g + kLanes * k] = Store<T>(__fmul_rn(r[p], __fsub_rn(dv[p][k], __fmul_rn(yv, s))));
-      }
-    }
-  } else {
-    const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerPass<kLanes> + threadIdx.x / kLanes;
-    // Every lane takes part in the butterfly; rows past the end compute on row 0's values and write nothing.
-    const bool real = row < rows;
-    const int64_t at = (real ? row : 0) * dh, ax = HeadRowAt(real ? row : 0, dh, heads, ld);
-    const T* xr = x + ax;
-    const T* dyr = dy + at;
-    const float r = inv[real ? row : 0];
-    float s = 0.0f;
-    for (int i = g; i < dh; i += kLanes) s = __fadd_rn(s, __fmul_rn(Load(dyr[i]), __fmul_rn(Load(xr[i]), r)));
-    s = __fdiv_rn(GroupSum<kLanes>(s), static_cast<float>(dh));  // one row a thread: RowDivisor would divide too
-    if (!real) return;
-    T* dxr = dx + ax;
-    for (int i = g; i < dh; i += kLanes) {
-      const float yv = __fmul_rn(Load(xr[i]), r);
-      dxr[i] = Store<T>(__fmul_rn(r, __fsub_rn(Load(dyr[i]), __fmul_rn(yv, s))));
-    }
+  const int64_t at = (real ? row : 0) * dh, ax = HeadRowAt(real ? row : 0, dh, heads, ld);
+  const T* xr = x + ax;
+  const T* dyr = dy + at;
+  const float r = inv[real ? row : 0];
+  float s = 0.0f;
+  for (int i = g; i < dh; i += kLanes) s = __fadd_rn(s, __fmul_rn(Load(dyr[i]), __fmul_rn(Load(xr[i]), r)));
+  s = __fdiv_rn(GroupSum<kLanes>(s), static_cast<float>(dh));  // one row a thread: RowDivisor would divide too
+  if (!real) return;
+  T* dxr = dx + ax;
+  for (int i = g; i < dh; i += kLanes) {
+    const float yv = __fmul_rn(Load(xr[i]), r);
+    dxr[i] = Store<T>(__fmul_rn(r, __fsub_rn(Load(dyr[i]), __fmul_rn(yv, s))));
   }
-}
-
-// The backward's instance for rows of dh values with kLanes lanes a row, and the rows a block of it takes.
-template <typename T, int kLanes>
-inline auto HeadRmsNormBackwardFor(int dh) -> decltype(&HeadRmsNormBackwardKernel<T, kLanes, 0>) {
-  if constexpr (kLanes == 8) {
-    switch (dh) {
-      case 16: return &HeadRmsNormBackwardKernel<T, 8, 2>;
-      case 32: return &HeadRmsNormBackwardKernel<T, 8, 4>;
-      case 64: return &HeadRmsNormBackwardKernel<T, 8, 8>;
-      default: break;
-    }
-  }
-  return &HeadRmsNormBackwardKernel<T, kLanes, 0>;
-}
-template <int kLanes>
-inline int64_t BackwardRowsPerBlock(int dh) {
-  const bool exact = kLanes == 8 && (dh == 16 || dh == 32 || dh == 64);
-  return int64_t{kRowsPerPass<kLanes>} * (exact ? kBackwardPasses : 1);
 }
 
 }  // namespace gemtb::gpu::train::hrn

@@ -71,8 +71,8 @@ void Run(const std::vector<T>& x, const std::vector<T>& dy, int64_t rows, int dh
   RunRows(rows, RowsPerBlock<kLanes>(dh), [&](int block_rows) {
     HeadRmsNormForwardKernel<T, kLanes>(x.data() + at, rows, dh, heads, ld, y.data(), inv.data(), block_rows);
   });
-  RunRows(rows, BackwardRowsPerBlock<kLanes>(dh), [&](int) {
-    HeadRmsNormBackwardFor<T, kLanes>(dh)(x.data() + at, inv.data(), dy.data(), rows, dh, heads, ld, dx.data() + at);
+  RunRows(rows, kRowsPerPass<kLanes>, [&](int) {
+    HeadRmsNormBackwardKernel<T, kLanes>(x.data() + at, inv.data(), dy.data(), rows, dh, heads, ld, dx.data() + at);
   });
 }
 
