@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "gpu/train/gdpa_short_side_kernels.cuh"
 #include "gpu/train/gdpa_tensor_core_kernels.cuh"
 #include "gpu/train/kernel_utils.cuh"
 
@@ -173,64 +172,6 @@ absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T*
   return absl::OkStatus();
 }
 
-// Where one side of every sample has at most ss::kMaxShort rows (the host bound max_k, else max_q):
-// cross-attention's keys, PMA's queries. The short-side kernels take those (gdpa_short_side_kernels.cuh).
-bool ShortSide(const GdpaBatch& b) { return b.max_k <= ss::kMaxShort || b.max_q <= ss::kMaxShort; }
-
-// One short-side launch over (sample, head) with the short side's rows the keys (short_keys) or the
-// queries. `pointers`: every tensor it reads or writes, for the 16-byte units' alignment.
-template <int kDh, typename T, bool kBackward>
-absl::Status LaunchShortSide(const GdpaBatch& b, const ss::Tensors<T>& t, bool short_keys,
-                             std::initializer_list<const void*> pointers, const char* what, cudaStream_t stream) {
-  const bool vec = Aligned16(pointers) && (static_cast<int64_t>(VRowStride(b)) * sizeof(T)) % 16 == 0;
-  const ss::Params p{short_keys ? b.q_offsets : b.k_offsets,
-                     short_keys ? b.k_offsets : b.q_offsets,
-                     short_keys ? b.max_q : b.max_k,
-                     short_keys ? b.max_k : b.max_q,
-                     Mask{b.window, b.block},
-                     b.post_scale,
-                     vec};
-  LaunchDependent(ss::ShortSideKernel<kDh, T, kBackward>,
-                  dim3(static_cast<unsigned>(b.batch), static_cast<unsigned>(b.heads)), ss::kThreads,
-                  ss::Layout<kDh>::kBytes, stream, p, t);
-  return Launched(what);
-}
-
-// o by the short-side kernel: a query's short sum over its sample's keys (cross-attention), or a
-// query's long sum over them (PMA).
-template <int kDh, typename T>
-absl::Status ShortSideForward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* o, cudaStream_t stream) {
-  const int64_t width = int64_t{b.heads} * b.dh, ld_v = VRowStride(b);
-  ss::Tensors<T> t;
-  const bool short_keys = b.max_k <= ss::kMaxShort;
-  if (short_keys) {
-    t.la = q, t.ld_la = width, t.sa = k, t.ld_sa = width, t.sb = v, t.ld_sb = ld_v;
-    t.row1 = o, t.ld_row1 = width;
-  } else {
-    t.la = k, t.ld_la = width, t.lb = v, t.ld_lb = ld_v, t.sa = q, t.ld_sa = width;
-    t.sum1 = o, t.ld_sum1 = width;
-  }
-  return LaunchShortSide<kDh, T, false>(b, t, short_keys, {q, k, v, o}, "GdpaForwardTensorCore (short side)", stream);
-}
-
-// dq, dk, dv by the short-side kernel in one pass over the long side.
-template <int kDh, typename T>
-absl::Status ShortSideBackward(const GdpaBatch& b, const T* q, const T* k, const T* v, const T* d_o, T* dq, T* dk,
-                               T* dv, cudaStream_t stream) {
-  const int64_t width = int64_t{b.heads} * b.dh, ld_v = VRowStride(b);
-  ss::Tensors<T> t;
-  const bool short_keys = b.max_k <= ss::kMaxShort;
-  if (short_keys) {
-    t.la = q, t.ld_la = width, t.lb = d_o, t.ld_lb = width, t.sa = k, t.ld_sa = width, t.sb = v, t.ld_sb = ld_v;
-    t.row0 = dq, t.ld_row0 = width, t.sum0 = dk, t.ld_sum0 = width, t.sum1 = dv, t.ld_sum1 = ld_v;
-  } else {
-    t.la = k, t.ld_la = width, t.lb = v, t.ld_lb = ld_v, t.sa = q, t.ld_sa = width, t.sb = d_o, t.ld_sb = width;
-    t.row0 = dk, t.ld_row0 = width, t.row1 = dv, t.ld_row1 = ld_v, t.sum0 = dq, t.ld_sum0 = width;
-  }
-  return LaunchShortSide<kDh, T, true>(b, t, short_keys, {q, k, v, d_o, dq, dk, dv},
-                                       "GdpaBackwardTensorCore (short side)", stream);
-}
-
 template <typename T>
 absl::Status Forward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* o, cudaStream_t stream) {
   if (absl::Status s = ValidateGdpaBatch(b); !s.ok()) return s;
@@ -239,13 +180,6 @@ absl::Status Forward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* 
   if (absl::Status s = NotNull({{q, "q"}, {o, "o"}}); !s.ok()) return s;
   if (b.max_k > 0) {
     if (absl::Status s = NotNull({{k, "k"}, {v, "v"}}); !s.ok()) return s;
-  }
-  if (ShortSide(b)) {
-    switch (b.dh) {
-      case 16: return ShortSideForward<16>(b, q, k, v, o, stream);
-      case 32: return ShortSideForward<32>(b, q, k, v, o, stream);
-      default: return ShortSideForward<64>(b, q, k, v, o, stream);
-    }
   }
   switch (b.dh) {
     case 16: return LaunchForward<16>(b, q, k, v, o, stream);
@@ -265,13 +199,6 @@ absl::Status Backward(const GdpaBatch& b, const T* q, const T* k, const T* v, co
   }
   if (b.max_k > 0) {
     if (absl::Status s = NotNull({{k, "k"}, {v, "v"}, {dk, "dk"}, {dv, "dv"}}); !s.ok()) return s;
-  }
-  if (ShortSide(b)) {
-    switch (b.dh) {
-      case 16: return ShortSideBackward<16>(b, q, k, v, d_o, dq, dk, dv, stream);
-      case 32: return ShortSideBackward<32>(b, q, k, v, d_o, dq, dk, dv, stream);
-      default: return ShortSideBackward<64>(b, q, k, v, d_o, dq, dk, dv, stream);
-    }
   }
   switch (b.dh) {
     case 16: return LaunchBackward<16>(b, q, k, v, d_o, dq, dk, dv, stream);
