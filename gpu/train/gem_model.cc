@@ -556,10 +556,10 @@ struct GemModelGpu::Impl {
   // The rows of q and k under RoPE, for qk_norm_rope.h.
   // ld: the row stride of the projection side (x, dx), 0 dense.
   RopeRows QRows(const AttnUse& u, int64_t ld = 0) const {
-    return RopeRows{u.batch, u.q_off, u.max_q, g.heads, g.dh(), rope_table, ld, u.q_tiles};
+    return RopeRows{u.batch, u.q_off, u.max_q, g.heads, g.dh(), rope_table, ld};
   }
   RopeRows KRows(const AttnUse& u, int64_t ld = 0) const {
-    return RopeRows{u.batch, u.k_off, u.max_k, g.heads, g.dh(), rope_table, ld, u.k_tiles};
+    return RopeRows{u.batch, u.k_off, u.max_k, g.heads, g.dh(), rope_table, ld};
   }
   // v_ld: the row stride of v and dv, 0 dense.
   GdpaBatch Batch(const AttnUse& u, int64_t v_ld = 0) const {

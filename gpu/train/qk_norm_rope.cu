@@ -1,6 +1,5 @@
 #include "gpu/train/qk_norm_rope.h"
 
-#include <cstdint>
 #include <initializer_list>
 #include <utility>
 
@@ -15,15 +14,11 @@ using qkr::kRowsPerBlock;
 using qkr::kThreads;
 using qkr::QkNormRopeKernelFor;
 
-// A block for each listed tile, else for every kRowsPerBlock rows of max_rows in every sample.
 dim3 Grid(const RopeRows& r) {
-  if (r.tiles.entries != nullptr) return dim3(static_cast<unsigned>(r.tiles.count));
   return dim3(static_cast<unsigned>(r.batch), static_cast<unsigned>((r.max_rows + kRowsPerBlock - 1) / kRowsPerBlock));
 }
 
-bool Empty(const RopeRows& r) {
-  return r.batch == 0 || r.max_rows == 0 || (r.tiles.entries != nullptr && r.tiles.count == 0);
-}
+bool Empty(const RopeRows& r) { return r.batch == 0 || r.max_rows == 0; }
 
 // The row stride of x and dx (RopeRows::ld, 0: dense).
 int64_t RowStride(const RopeRows& r) { return r.ld > 0 ? r.ld : int64_t{r.heads} * r.dh; }
@@ -47,14 +42,6 @@ absl::Status ValidateRopeRows(const RopeRows& r) {
     return absl::InvalidArgumentError(
         absl::StrCat("ld=", r.ld, ": want 0 (dense) or heads*dh=", int64_t{r.heads} * r.dh, " .. 2^31-1"));
   }
-  if (r.tiles.entries != nullptr) {
-    if (r.tiles.count < 0 || r.tiles.count >= (int64_t{1} << 31)) {
-      return absl::InvalidArgumentError(absl::StrCat("tiles.count=", r.tiles.count, ": want 0 .. 2^31-1"));
-    }
-    if (reinterpret_cast<uintptr_t>(r.tiles.entries) % 16 != 0) {
-      return absl::InvalidArgumentError("tiles.entries: want 16-byte aligned");
-    }
-  }
   if (Empty(r)) return absl::OkStatus();
   return NotNull({{r.offsets, "offsets"}, {r.table, "table"}});
 }
@@ -67,7 +54,7 @@ absl::Status Forward(const RopeRows& rows, const T* x, T* y, float* inv, cudaStr
   if (Empty(rows)) return absl::OkStatus();
   if (absl::Status s = NotNull({{x, "x"}, {y, "y"}, {inv, "inv"}}); !s.ok()) return s;
   LaunchDependent(QkNormRopeKernelFor<false, T>(rows.dh), Grid(rows), kThreads, 0, stream, rows.offsets, rows.heads,
-                  rows.dh, RowStride(rows), rows.table, x, nullptr, nullptr, y, inv, rows.tiles.entries);
+                  rows.dh, RowStride(rows), rows.table, x, nullptr, nullptr, y, inv);
   return Launched("QkNormRopeForward");
 }
 
@@ -77,7 +64,7 @@ absl::Status Backward(const RopeRows& rows, const T* x, const float* inv, const 
   if (Empty(rows)) return absl::OkStatus();
   if (absl::Status s = NotNull({{x, "x"}, {inv, "inv"}, {dy, "dy"}, {dx, "dx"}}); !s.ok()) return s;
   LaunchDependent(QkNormRopeKernelFor<true, T>(rows.dh), Grid(rows), kThreads, 0, stream, rows.offsets, rows.heads,
-                  rows.dh, RowStride(rows), rows.table, x, dy, inv, dx, nullptr, rows.tiles.entries);
+                  rows.dh, RowStride(rows), rows.table, x, dy, inv, dx, nullptr);
   return Launched("QkNormRopeBackward");
 }
 

@@ -17,14 +17,12 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "gpu/train/gdpa.h"
 
 namespace gemtb::gpu::train {
 
 // Rows of `batch` samples, sample b's rows [offsets[b], offsets[b + 1]) (device), each of heads x dh
 // values (fp32 or bf16); `table` [max_rows, dh] on the device. Checks: batch 0 .. 2^31-1, max_rows
-// 0 .. 2^20, heads 1 .. 65535, dh even 2 .. 64, ld 0 or heads * dh .. 2^31-1, a tile list's count
-// 0 .. 2^31-1 and its entries 16-byte aligned.
+// 0 .. 2^20, heads 1 .. 65535, dh even 2 .. 64, ld 0 or heads * dh .. 2^31-1.
 struct RopeRows {
   int64_t batch = 0;              // 0 .. 2^31-1
   const int32_t* offsets = nullptr;
@@ -36,11 +34,6 @@ struct RopeRows {
   // writes dx into) wider rows, such as q's or k's columns of one product for q, k and v together; y,
   // dy and inv are dense.
   int64_t ld = 0;
-  // Optional: GDPA's list of the 64-row tiles of these samples that hold rows (gdpa_tensor_core.h's
-  // GdpaTilesOf with these offsets as the queries', or GdpaWriteTiles), so that the grid takes only
-  // blocks with rows; entries null: a block for every 32 rows of max_rows in every sample. The same
-  // bytes either way.
-  GdpaTiles tiles;
 };
 
 absl::Status ValidateRopeRows(const RopeRows& rows);

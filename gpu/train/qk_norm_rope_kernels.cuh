@@ -21,9 +21,7 @@ constexpr int kLanes = 8;
 constexpr int kMaxPerLane = 8;
 constexpr int kThreads = 256;
 constexpr int kGroups = kThreads / kLanes;  // head rows a block takes at a time
-constexpr int kRowsPerBlock = 32;           // rows of one sample per block (the grid over every sample's)
-constexpr int kTileRows = 64;               // rows of one sample per block (the grid over a tile list)
-constexpr int kTileInts = 8;                // int32 values a tile list's entry
+constexpr int kRowsPerBlock = 32;           // rows of one sample per block
 constexpr float kEps = 1e-6f;
 
 __device__ __forceinline__ float Load(const float* at) { return *at; }
@@ -36,11 +34,8 @@ __device__ inline float GroupSum(float v) {
   return v;
 }
 
-// The head rows of rows [blockIdx.y * kRowsPerBlock, + kRowsPerBlock) of sample blockIdx.x, or, with a
-// tile list (`tiles`: GDPA's 64-row tiles of these samples, gdpa_tensor_core.h, an entry's first four
-// ints the sample's first row and row count, its fifth the tile's index), the kTileRows rows of entry
-// blockIdx.x's tile: a grid of only the blocks that hold rows. x (and, backward, out: dx) in rows ld
-// apart, the forward's out (y), dy and the inverse RMS dense. Every lane
+// The head rows of rows [blockIdx.y * kRowsPerBlock, + kRowsPerBlock) of sample blockIdx.x: x (and,
+// backward, out: dx) in rows ld apart, the forward's out (y), dy and the inverse RMS dense. Every lane
 // of a warp runs the same steps (head rows past the end compute on the block's first and write
 // nothing), so the shuffles always see the whole warp. kPerLane > 0: dh is kPerLane * kLanes, and a
 // lane's loops run exactly kPerLane steps with no bounds tests (the kernel issues instructions at
@@ -48,23 +43,16 @@ __device__ inline float GroupSum(float v) {
 template <bool kBackward, typename T, int kPerLane = 0>
 __global__ void __launch_bounds__(kThreads)
     QkNormRopeKernel(const int32_t* offsets, int heads, int dh_in, int64_t ld, const float* table, const T* x,
-                     const T* dy, const float* inv_in, T* out, float* inv_out, const int32_t* tiles) {
+                     const T* dy, const float* inv_in, T* out, float* inv_out) {
   AwaitPriorGrids();
   constexpr bool kExact = kPerLane > 0;
   constexpr int kN = kExact ? kPerLane : kMaxPerLane;  // a lane's steps
   const int dh = kExact ? kPerLane * kLanes : dh_in;
-  int64_t row0;
-  int n, t0, block_rows;
-  if (tiles != nullptr) {
-    const int32_t* entry = tiles + static_cast<int64_t>(blockIdx.x) * kTileInts;
-    row0 = entry[0], n = entry[1], t0 = entry[4] * kTileRows, block_rows = kTileRows;
-  } else {
-    row0 = offsets[blockIdx.x];
-    n = static_cast<int>(offsets[blockIdx.x + 1] - row0);
-    t0 = blockIdx.y * kRowsPerBlock, block_rows = kRowsPerBlock;
-  }
+  const int64_t row0 = offsets[blockIdx.x];
+  const int n = static_cast<int>(offsets[blockIdx.x + 1] - row0);
+  const int t0 = blockIdx.y * kRowsPerBlock;
   if (t0 >= n) return;  // the whole block leaves together
-  const int head_rows = min(block_rows, n - t0) * heads, half = dh / 2;
+  const int head_rows = min(kRowsPerBlock, n - t0) * heads, half = dh / 2;
   const int g = threadIdx.x % kLanes;
   const RowDivisor per_value(dh);
   for (int base = 0; base < head_rows; base += kGroups) {

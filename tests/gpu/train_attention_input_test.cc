@@ -96,7 +96,7 @@ void RunCase(const std::vector<int32_t>& lengths, int d, int dh, int projections
                   .ok());
   for (int s = 0; s < normed; ++s) {
     const absl::Status ref = rope ? QkNormRopeForward(RopeRows{static_cast<int64_t>(lengths.size()), offsets_d.ptr,
-                                                               longest, heads, dh, table_d.ptr, 0, {}},
+                                                               longest, heads, dh, table_d.ptr},
                                                       y_d[s]->bf16(), ref_d[s]->bf16(), ref_inv_d[s]->ptr, nullptr)
                                   : HeadRmsNormForward<__nv_bfloat16>(HeadRowsShape{n * heads, dh}, y_d[s]->bf16(),
                                                                       ref_d[s]->bf16(), ref_inv_d[s]->ptr, nullptr);

@@ -9,7 +9,7 @@
 //   one longer than a block's 32 rows, the same bytes on a second run, rows outside the samples
 //   untouched, dx written in place over dy;
 // - on bf16 rows holding x and dy rounded: the host model's y and dx of those values rounded, the
-//   same inverse RMS, there with the grid over GDPA's tile list of the samples (RopeRows::tiles);
+//   same inverse RMS;
 // - shapes it cannot take refused by name.
 #include "gpu/train/qk_norm_rope.h"
 
@@ -23,7 +23,6 @@
 #include <string>
 #include <vector>
 
-#include "gpu/train/gdpa_tensor_core.h"
 #include "gtest/gtest.h"
 #include "reference/model/gdpa.h"
 #include "reference/model/layers.h"
@@ -59,7 +58,7 @@ bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
 TEST(QkNormRope, ShapesItCannotTakeAreRefusedByName) {
   const auto* bogus_offsets = reinterpret_cast<const int32_t*>(uintptr_t{64});
   const auto* bogus = reinterpret_cast<const float*>(uintptr_t{128});
-  const RopeRows good{3, bogus_offsets, 10, 2, 16, bogus, 0, {}};
+  const RopeRows good{3, bogus_offsets, 10, 2, 16, bogus};
   EXPECT_TRUE(ValidateRopeRows(good).ok());
   auto refused = [](const RopeRows& r, const std::string& name) {
     const absl::Status s = ValidateRopeRows(r);
@@ -83,10 +82,6 @@ TEST(QkNormRope, ShapesItCannotTakeAreRefusedByName) {
   refused(r, "table=null");
   r = good, r.ld = 31;  // narrower than heads * dh = 32
   refused(r, "ld=31");
-  r = good, r.tiles = GdpaTiles{bogus_offsets, -1};
-  refused(r, "tiles.count=-1");
-  r = good, r.tiles = GdpaTiles{bogus_offsets + 1, 4};
-  refused(r, "tiles.entries");
   float* out = reinterpret_cast<float*>(uintptr_t{256});
   EXPECT_NE(QkNormRopeForward(good, nullptr, out, out, nullptr).message().find("x=null"), std::string::npos);
   EXPECT_NE(QkNormRopeBackward(good, bogus, bogus, nullptr, out, nullptr).message().find("dy=null"), std::string::npos);
@@ -137,7 +132,7 @@ TEST(QkNormRope, IsTheTwoPassesBitForBitAndTheModelsFunction) {
     const std::vector<float> sevens_inv(want_inv.size(), 7.0f), sevens(x.size(), 7.0f);
     DeviceArray<int32_t> d_off(off);
     DeviceArray<float> d_table(table), d_x(x), d_y(sevens), d_inv(sevens_inv), d_dy(dy);
-    const RopeRows rr{static_cast<int64_t>(s.lengths.size()), d_off.ptr, max_rows, s.heads, s.dh, d_table.ptr, 0, {}};
+    const RopeRows rr{static_cast<int64_t>(s.lengths.size()), d_off.ptr, max_rows, s.heads, s.dh, d_table.ptr};
     for (int run = 0; run < 2; ++run) {
       d_dy.Put(dy);
       ASSERT_TRUE(QkNormRopeForward(rr, d_x.ptr, d_y.ptr, d_inv.ptr, nullptr).ok());
@@ -159,15 +154,10 @@ TEST(QkNormRope, IsTheTwoPassesBitForBitAndTheModelsFunction) {
     for (size_t i = 0; i < n; ++i) xw[i] = numerics::Bf16BitsToFloat(x16[i]), dyw[i] = numerics::Bf16BitsToFloat(dy16[i]);
     std::vector<float> want_y16(n, 7.0f), want_inv16(want_inv.size(), 7.0f), want_dx16 = dyw;
     HostRows(off, s.heads, s.dh, table, xw, dyw, want_y16, want_inv16, want_dx16);
-    // These over GDPA's tile list of the samples (a block for each 64-row tile with rows).
-    const std::vector<int32_t> entries = GdpaTilesOf(off, off, /*own_keys=*/false);
-    DeviceArray<int32_t> d_tiles(entries.empty() ? std::vector<int32_t>(kGdpaTileInts, 0) : entries);
-    RopeRows listed = rr;
-    listed.tiles = GdpaTiles{d_tiles.ptr, static_cast<int64_t>(entries.size()) / kGdpaTileInts};
     DeviceArray<uint16_t> d_x16(x16), d_y16(rounded(sevens)), d_dy16(dy16);
     DeviceArray<float> d_inv16(sevens_inv);
-    ASSERT_TRUE(QkNormRopeForward(listed, d_x16.bf16(), d_y16.bf16(), d_inv16.ptr, nullptr).ok());
-    ASSERT_TRUE(QkNormRopeBackward(listed, d_x16.bf16(), d_inv16.ptr, d_dy16.bf16(), d_dy16.bf16(), nullptr).ok());
+    ASSERT_TRUE(QkNormRopeForward(rr, d_x16.bf16(), d_y16.bf16(), d_inv16.ptr, nullptr).ok());
+    ASSERT_TRUE(QkNormRopeBackward(rr, d_x16.bf16(), d_inv16.ptr, d_dy16.bf16(), d_dy16.bf16(), nullptr).ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(d_y16.Get(n), rounded(want_y16)) << where << " bf16 y";
     EXPECT_TRUE(SameBytes(d_inv16.Get(want_inv.size()), want_inv16)) << where << " bf16 inv";

@@ -5,9 +5,7 @@
 // block's 32 rows), and at head dim 6 with 3 heads; rows outside the samples keep their bytes. The shim's explicitly rounded
 // operations are the host's IEEE ones, so equality here is the device's arithmetic, lane order and
 // shuffles. On bf16 rows holding x and dy rounded, the kernel gives the host model's y and dx of
-// those values rounded, there with its grid over GDPA's tile list of the samples (a block for each
-// 64-row tile with rows) instead of every sample's 32-row blocks; the device test
-// (tests/gpu/train_qk_norm_rope_test.cc) checks the same on the GPU.
+// those values rounded; the device test (tests/gpu/train_qk_norm_rope_test.cc) checks the same on the GPU.
 #include "tests/gpu/emulation/cuda_shim.h"
 // The shim must come first.
 #include <algorithm>
@@ -49,20 +47,6 @@ void RunGrid(unsigned x, unsigned y, const Body& body) {
   }
 }
 
-// GDPA's tile list of samples at `off` (gdpa_tensor_core.h's GdpaTilesOf, queries and keys alike): an
-// entry of kTileInts for each 64-row tile that holds rows: first row, rows, first row, rows, the tile's
-// index in its sample, the sample, two zeros.
-std::vector<int32_t> TileList(const std::vector<int32_t>& off) {
-  std::vector<int32_t> entries;
-  for (size_t b = 0; b + 1 < off.size(); ++b) {
-    const int32_t n = off[b + 1] - off[b];
-    for (int32_t t = 0; t * kTileRows < n; ++t) {
-      entries.insert(entries.end(), {off[b], n, off[b], n, t, static_cast<int32_t>(b), 0, 0});
-    }
-  }
-  return entries;
-}
-
 bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -91,11 +75,11 @@ TEST(QkNormRopeEmulated, KernelGivesTheHostModelsBytes) {
     const unsigned gy = static_cast<unsigned>((max_rows + kRowsPerBlock - 1) / kRowsPerBlock);
     RunGrid(gx, gy, [&] {
       QkNormRopeKernelFor<false, float>(s.dh)(off.data(), s.heads, s.dh, width, table.data(), x.data(), nullptr, nullptr, y.data(),
-                              inv.data(), nullptr);
+                              inv.data());
     });
     RunGrid(gx, gy, [&] {
       QkNormRopeKernelFor<true, float>(s.dh)(off.data(), s.heads, s.dh, width, table.data(), x.data(), dx.data(), inv.data(), dx.data(),
-                             nullptr, nullptr);
+                             nullptr);
     });
     EXPECT_TRUE(SameBytes(y, want_y)) << where << ": y";
     EXPECT_TRUE(SameBytes(inv, want_inv)) << where << ": inv";
@@ -118,16 +102,13 @@ TEST(QkNormRopeEmulated, KernelGivesTheHostModelsBytes) {
     test::HostRows(off, s.heads, s.dh, table, xw, dyw, want_y16, want_inv16, want_dx16);
     std::vector<uint16_t> y16(n, numerics::FloatToBf16BitsRne(7.0f)), dx16 = dy16;
     std::vector<float> inv16(want_inv.size(), 7.0f);
-    // These over GDPA's tile list of the samples (a block for each 64-row tile that holds rows).
-    const std::vector<int32_t> tiles = TileList(off);
-    const auto listed = static_cast<unsigned>(tiles.size() / kTileInts);
-    RunGrid(listed, 1, [&] {
+    RunGrid(gx, gy, [&] {
       QkNormRopeKernelFor<false, uint16_t>(s.dh)(off.data(), s.heads, s.dh, width, table.data(), x16.data(), nullptr, nullptr,
-                                        y16.data(), inv16.data(), tiles.data());
+                                        y16.data(), inv16.data());
     });
-    RunGrid(listed, 1, [&] {
+    RunGrid(gx, gy, [&] {
       QkNormRopeKernelFor<true, uint16_t>(s.dh)(off.data(), s.heads, s.dh, width, table.data(), x16.data(), dx16.data(),
-                                       inv16.data(), dx16.data(), nullptr, tiles.data());
+                                       inv16.data(), dx16.data(), nullptr);
     });
     EXPECT_EQ(y16, rounded(want_y16)) << where << ": bf16 y";
     EXPECT_TRUE(SameBytes(inv16, want_inv16)) << where << ": bf16 inv";
@@ -161,19 +142,19 @@ TEST(QkNormRopeEmulated, WideRowsGiveTheDenseBytes) {
     std::vector<float> y_w = y, inv_w = inv, dx_w(wide_n, 7.0f);
     RunGrid(gx, gy, [&] {
       QkNormRopeKernelFor<false, float>(s.dh)(off.data(), s.heads, s.dh, width, table.data(), x.data(), nullptr,
-                                              nullptr, y.data(), inv.data(), nullptr);
+                                              nullptr, y.data(), inv.data());
     });
     RunGrid(gx, gy, [&] {
       QkNormRopeKernelFor<true, float>(s.dh)(off.data(), s.heads, s.dh, width, table.data(), x.data(), dy.data(),
-                                             inv.data(), dx.data(), nullptr, nullptr);
+                                             inv.data(), dx.data(), nullptr);
     });
     RunGrid(gx, gy, [&] {
       QkNormRopeKernelFor<false, float>(s.dh)(off.data(), s.heads, s.dh, ld, table.data(), x_wide.data() + at,
-                                              nullptr, nullptr, y_w.data(), inv_w.data(), nullptr);
+                                              nullptr, nullptr, y_w.data(), inv_w.data());
     });
     RunGrid(gx, gy, [&] {
       QkNormRopeKernelFor<true, float>(s.dh)(off.data(), s.heads, s.dh, ld, table.data(), x_wide.data() + at,
-                                             dy.data(), inv_w.data(), dx_w.data() + at, nullptr, nullptr);
+                                             dy.data(), inv_w.data(), dx_w.data() + at, nullptr);
     });
     EXPECT_TRUE(SameBytes(y_w, y)) << where << ": y";
     EXPECT_TRUE(SameBytes(inv_w, inv)) << where << ": inv";
