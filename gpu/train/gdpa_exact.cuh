@@ -1,8 +1,8 @@
 // GDPA's fp32 arithmetic as the reference rounds it (reference/model/gdpa.h, ops.h): a score's dot
 // product summed in order with every product and sum rounded on its own (no FMA contraction), the
 // overflow-safe sigmoid, and the weight and score gradient around one sigmoid. gdpa.cu's fp32 kernels
-// compute with these, and the short-side kernels (gdpa_short_side_kernels.cuh) take the sigmoid, the
-// weight and the score gradient from here. Device code, also built by a host compiler for the CPU
+// and the short-side kernels (gdpa_short_side_kernels.cuh) both compute with these, which is why the
+// two give the same bytes from the same values. Device code, also built by a host compiler for the CPU
 // emulation (tests/gpu/emulation/cuda_shim.h).
 #ifndef GEMTB_GPU_TRAIN_GDPA_EXACT_CUH_
 #define GEMTB_GPU_TRAIN_GDPA_EXACT_CUH_

@@ -2,7 +2,8 @@
 // (the summaries), PMA's few queries (the seeds). There the tensor-core kernels' 64-row tiles hold a
 // few real rows of the short side, and its walks over the long side run in series. These kernels
 // give a CTA one 64-row tile of the long side and one head instead (GDPA's tile list of the long
-// side, or every sample's tiles), and compute on CUDA cores in fp32:
+// side, or every sample's tiles), and compute every term with gdpa_exact.cuh's fp32 arithmetic on
+// CUDA cores:
 //
 //  - a long row's outputs (cross-attention's o and dq, PMA's dk and dv) are short sums over the
 //    sample's short rows, written by the tile's CTA;
@@ -10,16 +11,13 @@
 //    writes its tile's partial sums (fp32) to a workspace, and SumTilesKernel adds a sample's tiles'
 //    partials in tile order.
 //
-// The precision is the tensor-core kernels' (gdpa_tensor_core.h): the values are the tensors' own for
-// bf16 tensors and fp32 ones rounded to bf16, the scores and dp are fp32 sums of their products, and
-// the score-side factors w = post silu(z) and dz (gdpa_exact.cuh's arithmetic) are rounded to bf16
-// before they multiply v, k, q or d_o; so the two paths differ by the order of fp32 sums only. Every
-// product and sum is rounded on its own in a fixed order: a dot product and a short sum in increasing
-// order, a tile's partial long sum as kSumGroups groups of kGroupRows rows (each in increasing order)
-// added to 0 in group order, a long sum as the tiles' partials added to 0 in tile order. A bf16
-// tensor's result is the fp32 tensor's rounded, bit for bit. Device code, built by nvcc
-// (gdpa_tensor_core.cu launches it) and by a host compiler for the CPU emulation
-// (tests/gpu/emulation/cuda_shim.h).
+// Every short sum, and every tile's partial long sum, adds its terms in increasing order of the other
+// side's rows, each product and sum rounded on its own, as gdpa.cu's fp32 kernels do; a long sum is
+// then 0 + partial_0 + partial_1 + ... in tile order (a partitioned sum where gdpa.cu sums in one
+// run). The values are the tensors' own for bf16 tensors and fp32 ones rounded to bf16 (as the
+// tensor-core kernels stage them), so a bf16 tensor's result is the fp32 tensor's rounded, bit for bit.
+// Device code, built by nvcc (gdpa_tensor_core.cu launches it) and by a host compiler for the CPU
+// emulation (tests/gpu/emulation/cuda_shim.h).
 #ifndef GEMTB_GPU_TRAIN_GDPA_SHORT_SIDE_KERNELS_CUH_
 #define GEMTB_GPU_TRAIN_GDPA_SHORT_SIDE_KERNELS_CUH_
 
@@ -87,9 +85,8 @@ __device__ __forceinline__ bool Keeps(const gdpa::Mask& m, int l, int s) {
 }
 
 // A value as the kernels compute with it: bf16 widened; fp32 rounded to bf16 first.
-__device__ __forceinline__ float ToBf16Value(float x) { return numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(x)); }
 __device__ __forceinline__ float Value(bf16 x) { return numerics::Bf16BitsToFloat(x); }
-__device__ __forceinline__ float Value(float x) { return ToBf16Value(x); }
+__device__ __forceinline__ float Value(float x) { return numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(x)); }
 __device__ __forceinline__ void Store(float* at, float v) { *at = v; }
 __device__ __forceinline__ void Store(bf16* at, float v) { *at = numerics::FloatToBf16BitsRne(v); }
 
@@ -263,10 +260,10 @@ __global__ void __launch_bounds__(kThreads) TileKernel(Params p, Tensors<T> t) {
     if (r >= n || !Keeps(p.mask, at.l0 + r, s)) continue;
     const float z = DotRows<kDh>(la + r * L::kLd, sa + s * kDh);
     const float sg = gdpa::Sigmoid(z);
-    w[r * kMaxShort + s] = ToBf16Value(gdpa::Weight(z, sg, p.post_scale));
+    w[r * kMaxShort + s] = gdpa::Weight(z, sg, p.post_scale);
     if constexpr (kBackward) {
       const float dp = DotRows<kDh>(lb + r * L::kLd, sb + s * kDh);
-      dz[r * kMaxShort + s] = ToBf16Value(gdpa::ScoreGrad(z, sg, dp, p.post_scale));
+      dz[r * kMaxShort + s] = gdpa::ScoreGrad(z, sg, dp, p.post_scale);
     }
   }
   __syncthreads();

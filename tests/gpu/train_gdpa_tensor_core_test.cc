@@ -18,8 +18,10 @@
 //
 // Short sides: where one side of every sample has at most 8 rows (the cross-attention cases' 4 keys,
 // the PMA cases' 4 queries, and two masked cases with both sides short), the functions run the
-// short-side kernels instead (gpu/train/gdpa_short_side_kernels.cuh: the same bf16 roundings on CUDA
-// cores), held to the same bounds.
+// short-side kernels instead (gpu/train/gdpa_short_side_kernels.cuh), whose long rows' outputs (cross-
+// attention's o and dq, PMA's dk and dv) are the fp32 kernels' sums in their order: on inputs that are
+// bf16 values, the fp32 kernels' bytes. Their short rows' outputs, sums over the long side tile by
+// tile, are held to the bounds below like every other output.
 //
 // Bound per output tensor (o, dq, dk, dv) over the rows of the samples: relative L2 error
 // ||x - ref|| / ||ref|| <= 1e-2 and every element within 5e-2 max|ref| + 1e-6. q, k, v, do and the
@@ -416,6 +418,32 @@ TEST_P(TrainGdpaTensorCoreCase, TileListsGiveEverySamplesTilesBytes) {
   EXPECT_EQ(listed.dq, every.dq) << c.name;
   EXPECT_EQ(listed.dk, every.dk) << c.name;
   EXPECT_EQ(listed.dv, every.dv) << c.name;
+}
+
+// The short-side kernels (see the header comment) on every case with a short side, on inputs that are
+// bf16 values (so that the tensor-core functions' rounding of fp32 inputs changes nothing): the long
+// rows' outputs are the fp32 kernels' bytes.
+TEST(TrainGdpaTensorCore, ShortSidesLongRowsGiveTheFp32KernelsBytes) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  int checked = 0;
+  for (const Case& c : Cases()) {
+    Inputs in = MakeInputs(c, 77);
+    if (std::min(in.max_q, in.max_k) > 8) continue;
+    for (std::vector<float>* x : {&in.q, &in.k, &in.v, &in.d_o}) {
+      for (float& f : *x) f = numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(f));
+    }
+    const Outputs want = RunAttention(c, in, /*tensor_core=*/false);
+    const Outputs got = RunAttention(c, in, /*tensor_core=*/true);
+    if (in.max_k <= 8) {  // the keys short: the queries' rows are the long ones
+      EXPECT_TRUE(SameBytes(got.o, want.o)) << c.name << " o";
+      EXPECT_TRUE(SameBytes(got.dq, want.dq)) << c.name << " dq";
+    } else {
+      EXPECT_TRUE(SameBytes(got.dk, want.dk)) << c.name << " dk";
+      EXPECT_TRUE(SameBytes(got.dv, want.dv)) << c.name << " dv";
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 16) << "the cases with a short side";
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, TrainGdpaTensorCoreCase, ::testing::Range<size_t>(0, Cases().size()),

@@ -1,15 +1,15 @@
 // The short-side GDPA kernels (gpu/train/gdpa_short_side_kernels.cuh) run on the CPU by the fiber
-// emulation, against a host model of their arithmetic: the terms from gdpa_exact.cuh's functions with
-// w and dz rounded to bf16, a long row's output (a sum over the short rows) summed in increasing
-// order, each product and sum rounded on its own; a short row's output (a sum over the long rows)
-// summed per 16-row group of a 64-row tile in that order, the groups' sums added to 0 in group order
-// and then the tiles' sums to 0 in tile order. The kernels must give the model's bytes:
-// cross-attention to up to 4 keys a sample and PMA's 4 queries over jagged sides (0, 1, 17, 63, 64,
-// 65 and 130 rows: tiles of 64 long rows, partial and whole), windows and blocks where both sides are
-// short, head dims 16, 32 and 64, 16-byte units and element loads, v and dv rows wider than the
-// heads, grids over a tile list and over every sample's tiles; fp32 tensors holding bf16 values, and
-// bf16 tensors (whose results must be the fp32 ones rounded). Rows outside every sample keep their
-// sentinel bytes.
+// emulation, against a host model of their sums: a long row's output (a sum over the short rows) is
+// gpu/train/gdpa.h's fp32 kernels' sum, its terms in increasing order, each product and sum rounded on
+// its own, the terms from gdpa_exact.cuh's arithmetic; a short row's output (a sum over the long rows)
+// sums each 16-row group of a 64-row tile of the long side in that order, adds the groups' sums to 0
+// in group order and then the tiles' sums to 0 in tile order.
+// The kernels must give the model's bytes: cross-attention to up to 4 keys a sample and PMA's 4
+// queries over jagged sides (0, 1, 17, 63, 64, 65 and 130 rows: tiles of 64 long rows, partial and
+// whole), windows and blocks where both sides are short, head dims 16, 32 and 64, 16-byte units and
+// element loads, v and dv rows wider than the heads, grids over a tile list and over every sample's
+// tiles; fp32 tensors holding bf16 values, and bf16 tensors (whose results must be the fp32 ones
+// rounded). Rows outside every sample keep their sentinel bytes.
 #include "tests/gpu/emulation/cuda_shim.h"
 // The shim must come first.
 #include <algorithm>
@@ -122,8 +122,8 @@ Outputs Model(const Case& c, const Side& qs, const Side& ks, const Tensors4& in)
         const float z = gdpa::Dot<kDh>(q_at(in.q, i), k_at(in.k, j));
         const float dp = gdpa::Dot<kDh>(q_at(in.d_o, i), v_at(in.v, j));
         const float sg = gdpa::Sigmoid(z);
-        *w = ToBf16Value(gdpa::Weight(z, sg, c.post_scale));
-        *dz = ToBf16Value(gdpa::ScoreGrad(z, sg, dp, c.post_scale));
+        *w = gdpa::Weight(z, sg, c.post_scale);
+        *dz = gdpa::ScoreGrad(z, sg, dp, c.post_scale);
         return true;
       };
       for (int i = 0; i < lq; ++i) {
