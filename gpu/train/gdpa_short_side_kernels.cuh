@@ -38,8 +38,6 @@ constexpr int kThreads = 128;
 constexpr int kMaxShort = 8;  // the short side's rows a sample, at most
 constexpr int kTile = 64;     // the long side's rows a CTA: the rows of a GDPA tile list's entry
 constexpr int kTileInts = 8;  // int32 a tile list's entry (gdpa_tensor_core.h's kGdpaTileInts)
-constexpr int kSumGroups = 4;  // a tile's long sums: groups of kTile / kSumGroups rows, then added in order
-constexpr int kGroupRows = kTile / kSumGroups;
 
 // The short side's rows of a sample are the keys (cross-attention) or the queries (PMA). A pair's
 // score is z = la . sa (q . k either way), its gradient's dp = lb . sb (d_o . v); w = post silu(z) and
@@ -107,16 +105,14 @@ __device__ __forceinline__ void Unpack(const uint4& u, float (&x)[8]) {
 }
 
 // The shared memory of a CTA, in floats: the short side's two operands [kMaxShort][kDh], the tile's
-// long rows' two [kTile][kLd] (rows 16 bytes apart plus 16: the 16-byte reads of eight consecutive
-// rows, a row a lane, fall in distinct banks), and the tile's pair coefficients w and dz
-// [kTile][kMaxShort] (a long row's short rows side by side: two 16-byte reads). After the sums'
-// terms are read, the long rows' first operand holds the row groups' partial sums (GroupSums).
+// long rows' two [kTile][kLd] (odd stride: a pair's dot product reads a row a lane, conflict-free),
+// and the tile's pair coefficients w and dz [kMaxShort][kTile].
 template <int kDh>
 struct Layout {
-  static constexpr int kLd = kDh + 4;
+  static constexpr int kLd = kDh + 1;
   static constexpr int kShort = kMaxShort * kDh;
   static constexpr int kLong = kTile * kLd;
-  static constexpr int kCoef = kTile * kMaxShort;
+  static constexpr int kCoef = kMaxShort * kTile;
   static constexpr size_t kBytes = sizeof(float) * (2 * kShort + 2 * kLong + 2 * kCoef);
   static __device__ float* Sa(float* s) { return s; }
   static __device__ float* Sb(float* s) { return s + kShort; }
@@ -124,8 +120,6 @@ struct Layout {
   static __device__ float* Lb(float* s) { return s + 2 * kShort + kLong; }
   static __device__ float* W(float* s) { return s + 2 * kShort + 2 * kLong; }
   static __device__ float* Dz(float* s) { return s + 2 * kShort + 2 * kLong + kCoef; }
-  // The row groups' partial sums [2][kSumGroups][kMaxShort][kDh], over La once its reads are done.
-  static __device__ float* GroupSums(float* s) { return La(s); }
 };
 
 // Rows [row0, row0 + n) (n <= kTile) of head h of x (row stride ld) into s (row stride
@@ -194,50 +188,13 @@ __device__ __forceinline__ TilePlace PlaceTile(const Params& p) {
   return c;
 }
 
-// a . b over kDh elements (16-byte aligned rows) summed in order from element 0, each product and sum
-// rounded on its own: gdpa_exact.cuh's Dot, read 16 bytes at a time.
-template <int kDh>
-__device__ __forceinline__ float DotRows(const float* a, const float* b) {
-  float z = 0.0f;
-#pragma unroll
-  for (int c = 0; c < kDh; c += 4) {
-    const float4 x = *reinterpret_cast<const float4*>(a + c), y = *reinterpret_cast<const float4*>(b + c);
-    z = __fadd_rn(z, __fmul_rn(x.x, y.x));
-    z = __fadd_rn(z, __fmul_rn(x.y, y.y));
-    z = __fadd_rn(z, __fmul_rn(x.z, y.z));
-    z = __fadd_rn(z, __fmul_rn(x.w, y.w));
-  }
-  return z;
-}
-
-// acc[i] += k * x[i], i = 0 .. 3, the product and the sum rounded on their own.
-__device__ __forceinline__ void AddScaled(float (&acc)[4], float k, const float4& x) {
-  acc[0] = __fadd_rn(acc[0], __fmul_rn(k, x.x));
-  acc[1] = __fadd_rn(acc[1], __fmul_rn(k, x.y));
-  acc[2] = __fadd_rn(acc[2], __fmul_rn(k, x.z));
-  acc[3] = __fadd_rn(acc[3], __fmul_rn(k, x.w));
-}
-
-// Four values of an output row (row-major, element stride 1), rounded once where T is bf16.
-__device__ __forceinline__ void Store4(float* at, const float (&x)[4]) {
-  at[0] = x[0], at[1] = x[1], at[2] = x[2], at[3] = x[3];
-}
-__device__ __forceinline__ void Store4(bf16* at, const float (&x)[4]) {
-  at[0] = numerics::FloatToBf16BitsRne(x[0]), at[1] = numerics::FloatToBf16BitsRne(x[1]);
-  at[2] = numerics::FloatToBf16BitsRne(x[2]), at[3] = numerics::FloatToBf16BitsRne(x[3]);
-}
-
 // Long tile blockIdx.x (see PlaceTile), head blockIdx.y: the tile's long rows' outputs, and its
 // partial sums of the short rows' outputs into p.part0 / p.part1. kBackward: the pairs' dp and dz too
-// (row0, sum0 and, with lb, dp). A short row's partial over the tile is the sum of kSumGroups groups'
-// sums (each over its kGroupRows rows in order from 0), added to 0 in group order. Rows outside every
-// sample are not touched.
+// (row0, sum0 and, with lb, dp). Rows outside every sample are not touched.
 template <int kDh, typename T, bool kBackward>
 __global__ void __launch_bounds__(kThreads) TileKernel(Params p, Tensors<T> t) {
   AwaitPriorGrids();
   using L = Layout<kDh>;
-  constexpr int kQuads = kDh / 4;  // 4-column groups of a row
-  static_assert(kThreads % kQuads == 0, "a pass's rows");
   extern __shared__ __align__(16) float smem_f[];
   float *sa = L::Sa(smem_f), *sb = L::Sb(smem_f), *la = L::La(smem_f), *lb = L::Lb(smem_f);
   float *w = L::W(smem_f), *dz = L::Dz(smem_f);
@@ -250,95 +207,66 @@ __global__ void __launch_bounds__(kThreads) TileKernel(Params p, Tensors<T> t) {
     if (t.sb != nullptr) sb[e] = Value(t.sb[(at.short_row + s) * t.ld_sb + h * kDh + c]);
   }
   LoadTileRows<kDh>(t.la, at.long_row + at.l0, n, t.ld_la, h, p.vec, la);
-  const bool with_lb = kBackward || t.sum1 != nullptr;
-  if (with_lb) LoadTileRows<kDh>(t.lb, at.long_row + at.l0, n, t.ld_lb, h, p.vec, lb);
+  if (kBackward || t.sum1 != nullptr) LoadTileRows<kDh>(t.lb, at.long_row + at.l0, n, t.ld_lb, h, p.vec, lb);
   __syncthreads();
-  // The tile's pairs: (r, s) = (e % kTile, e / kTile), a long row a lane. Dropped pairs' coefficients
-  // are never read.
+  // The tile's pairs: (r, s) = (e % kTile, e / kTile), a long row a lane.
   for (int e = tid; e < n_short * kTile; e += kThreads) {
     const int r = e % kTile, s = e / kTile;
     if (r >= n || !Keeps(p.mask, at.l0 + r, s)) continue;
-    const float z = DotRows<kDh>(la + r * L::kLd, sa + s * kDh);
+    const float z = gdpa::Dot<kDh>(la + r * L::kLd, sa + s * kDh);
     const float sg = gdpa::Sigmoid(z);
-    w[r * kMaxShort + s] = gdpa::Weight(z, sg, p.post_scale);
+    w[e] = gdpa::Weight(z, sg, p.post_scale);
     if constexpr (kBackward) {
-      const float dp = DotRows<kDh>(lb + r * L::kLd, sb + s * kDh);
-      dz[r * kMaxShort + s] = gdpa::ScoreGrad(z, sg, dp, p.post_scale);
+      const float dp = gdpa::Dot<kDh>(lb + r * L::kLd, sb + s * kDh);
+      dz[e] = gdpa::ScoreGrad(z, sg, dp, p.post_scale);
     }
   }
   __syncthreads();
-  // The long rows' outputs: sums over the short rows in increasing order. A thread takes 4 columns
-  // (a quad) of every (kThreads / kQuads)-th row; a row's kept short rows are one range
-  // (gdpa::Mask::Range; the masks are symmetric, so this holds for short keys and queries alike).
+  // The long rows' outputs: sums over the short rows in increasing order. A thread keeps one column c
+  // of the short rows in registers and takes every kRowLanes-th row; a row's kept short rows are one
+  // range (gdpa::Mask::Range; the masks are symmetric, so this holds for short keys and queries alike).
+  constexpr int kRowLanes = kThreads / kDh;
+  static_assert(kThreads % kDh == 0, "a thread's column");
   if (t.row0 != nullptr || t.row1 != nullptr) {
-    const int c = tid % kQuads * 4;
-    for (int r = tid / kQuads; r < n; r += kThreads / kQuads) {
+    const int c = tid % kDh;
+    float sa_c[kMaxShort], sb_c[kMaxShort];
+#pragma unroll
+    for (int s = 0; s < kMaxShort; ++s) {
+      sa_c[s] = s < n_short ? sa[s * kDh + c] : 0.0f;
+      sb_c[s] = s < n_short && t.sb != nullptr ? sb[s * kDh + c] : 0.0f;
+    }
+    for (int r = tid / kDh; r < n; r += kRowLanes) {
       int lo, hi;
       p.mask.Range(at.l0 + r, n_short, &lo, &hi);
-      float wr[kMaxShort], dzr[kMaxShort];  // the row's coefficients (those of dropped pairs unread)
-      *reinterpret_cast<float4*>(wr) = *reinterpret_cast<const float4*>(w + r * kMaxShort);
-      *reinterpret_cast<float4*>(wr + 4) = *reinterpret_cast<const float4*>(w + r * kMaxShort + 4);
-      if constexpr (kBackward) {
-        *reinterpret_cast<float4*>(dzr) = *reinterpret_cast<const float4*>(dz + r * kMaxShort);
-        *reinterpret_cast<float4*>(dzr + 4) = *reinterpret_cast<const float4*>(dz + r * kMaxShort + 4);
-      }
-      float x0[4] = {}, x1[4] = {};
+      float x0 = 0.0f, x1 = 0.0f;
 #pragma unroll
       for (int s = 0; s < kMaxShort; ++s) {
         if (s >= hi) break;
         if (s < lo) continue;
-        if constexpr (kBackward) AddScaled(x0, dzr[s], *reinterpret_cast<const float4*>(sa + s * kDh + c));
-        if (t.row1 != nullptr) AddScaled(x1, wr[s], *reinterpret_cast<const float4*>(sb + s * kDh + c));
+        if constexpr (kBackward) x0 = __fadd_rn(x0, __fmul_rn(dz[s * kTile + r], sa_c[s]));
+        x1 = __fadd_rn(x1, __fmul_rn(w[s * kTile + r], sb_c[s]));
       }
       const int64_t row = at.long_row + at.l0 + r;
-      if (t.row0 != nullptr) Store4(t.row0 + row * t.ld_row0 + h * kDh + c, x0);
-      if (t.row1 != nullptr) Store4(t.row1 + row * t.ld_row1 + h * kDh + c, x1);
+      if (t.row0 != nullptr) Store(t.row0 + row * t.ld_row0 + h * kDh + c, x0);
+      if (t.row1 != nullptr) Store(t.row1 + row * t.ld_row1 + h * kDh + c, x1);
     }
   }
-  // The short rows' partial sums over this tile's long rows: item (s, quad, group) sums the group's
-  // rows in increasing order (short row s keeps the long rows of one range); then the groups' sums
-  // are added in group order.
+  // The short rows' partial sums over this tile's long rows, in increasing order: short row s keeps
+  // the long rows of one range.
   if (p.part0 == nullptr && p.part1 == nullptr) return;
-  constexpr int kItemsPerShort = kQuads * kSumGroups;
-  constexpr int kMaxItems = (kMaxShort * kItemsPerShort + kThreads - 1) / kThreads;
-  float acc0[kMaxItems][4] = {}, acc1[kMaxItems][4] = {};
-#pragma unroll
-  for (int i = 0; i < kMaxItems; ++i) {
-    const int item = tid + i * kThreads;
-    if (item >= n_short * kItemsPerShort) break;
-    const int s = item / kItemsPerShort, c = item % kQuads * 4, g = item / kQuads % kSumGroups;
-    int lo, hi;
-    p.mask.Range(s, at.n_long, &lo, &hi);
-    lo = max(lo - at.l0, g * kGroupRows), hi = min(min(hi - at.l0, n), (g + 1) * kGroupRows);
-    for (int r = lo; r < hi; ++r) {
-      if constexpr (kBackward) AddScaled(acc0[i], dz[r * kMaxShort + s], *reinterpret_cast<const float4*>(la + r * L::kLd + c));
-      if (p.part1 != nullptr) AddScaled(acc1[i], w[r * kMaxShort + s], *reinterpret_cast<const float4*>(lb + r * L::kLd + c));
-    }
-  }
-  __syncthreads();  // every read of la done: the groups' sums go there
-  float* groups = L::GroupSums(smem_f);  // [2][kSumGroups][kMaxShort][kDh]
-  constexpr int kSet = kSumGroups * kMaxShort * kDh;
-#pragma unroll
-  for (int i = 0; i < kMaxItems; ++i) {
-    const int item = tid + i * kThreads;
-    if (item >= n_short * kItemsPerShort) break;
-    const int s = item / kItemsPerShort, c = item % kQuads * 4, g = item / kQuads % kSumGroups;
-    float* at0 = groups + (g * kMaxShort + s) * kDh + c;
-    Store4(at0, acc0[i]);
-    Store4(at0 + kSet, acc1[i]);
-  }
-  __syncthreads();
   for (int o = tid; o < n_short * kDh; o += kThreads) {
     const int s = o / kDh, c = o % kDh;
-    float x0 = 0.0f, x1 = 0.0f;
-#pragma unroll
-    for (int g = 0; g < kSumGroups; ++g) {
-      x0 = __fadd_rn(x0, groups[(g * kMaxShort + s) * kDh + c]);
-      x1 = __fadd_rn(x1, groups[kSet + (g * kMaxShort + s) * kDh + c]);
+    int lo, hi;
+    p.mask.Range(s, at.n_long, &lo, &hi);
+    lo = max(lo - at.l0, 0), hi = min(hi - at.l0, n);
+    float acc0 = 0.0f, acc1 = 0.0f;
+    for (int r = lo; r < hi; ++r) {
+      if constexpr (kBackward) acc0 = __fadd_rn(acc0, __fmul_rn(dz[s * kTile + r], la[r * L::kLd + c]));
+      if (p.part1 != nullptr) acc1 = __fadd_rn(acc1, __fmul_rn(w[s * kTile + r], lb[r * L::kLd + c]));
     }
     const int64_t i = PartAt(p, at.b, at.tile, h, s, c, kDh);
-    if (p.part0 != nullptr) p.part0[i] = x0;
-    if (p.part1 != nullptr) p.part1[i] = x1;
+    if (p.part0 != nullptr) p.part0[i] = acc0;
+    if (p.part1 != nullptr) p.part1[i] = acc1;
   }
 }
 

@@ -2,8 +2,7 @@
 // emulation, against a host model of their sums: a long row's output (a sum over the short rows) is
 // gpu/train/gdpa.h's fp32 kernels' sum, its terms in increasing order, each product and sum rounded on
 // its own, the terms from gdpa_exact.cuh's arithmetic; a short row's output (a sum over the long rows)
-// sums each 16-row group of a 64-row tile of the long side in that order, adds the groups' sums to 0
-// in group order and then the tiles' sums to 0 in tile order.
+// sums each 64-row tile of the long side in that order and then 0 plus the tiles' sums in tile order.
 // The kernels must give the model's bytes: cross-attention to up to 4 keys a sample and PMA's 4
 // queries over jagged sides (0, 1, 17, 63, 64, 65 and 130 rows: tiles of 64 long rows, partial and
 // whole), windows and blocks where both sides are short, head dims 16, 32 and 64, 16-byte units and
@@ -80,24 +79,17 @@ std::vector<float> Sentinels(int64_t n) {
 }
 
 // A sum of terms x(0) .. x(n - 1) (absent terms skipped by x returning false): in order from 0, or
-// (tiled) for each 64-row tile 0 plus its kSumGroups groups' sums in group order (each group's
-// kGroupRows terms in order from 0), and then 0 plus the tiles' sums in tile order.
+// (tiled) each 64-row tile's in order from 0 and then 0 plus the tiles' sums in tile order.
 template <typename Term>
 float SumOf(int n, bool tiled, Term x) {
-  auto run = [&](int from, int to) {
-    float sum = 0.0f;
-    for (int i = from; i < std::min(n, to); ++i) {
-      float term;
-      if (x(i, &term)) sum = sum + term;
-    }
-    return sum;
-  };
-  if (!tiled) return run(0, n);
   float total = 0.0f;
-  for (int t0 = 0; t0 < n; t0 += kTile) {
+  for (int t0 = 0; t0 < n; t0 += (tiled ? kTile : n)) {
     float part = 0.0f;
-    for (int g = 0; g < kSumGroups; ++g) part = part + run(t0 + g * kGroupRows, t0 + (g + 1) * kGroupRows);
-    total = total + part;
+    for (int i = t0; i < std::min(n, tiled ? t0 + kTile : n); ++i) {
+      float term;
+      if (x(i, &term)) part = part + term;
+    }
+    total = tiled ? total + part : part;
   }
   return total;
 }
