@@ -222,45 +222,28 @@ __global__ void __launch_bounds__(kThreads) TileKernel(Params p, Tensors<T> t) {
     }
   }
   __syncthreads();
-  // The long rows' outputs: sums over the short rows in increasing order. A thread keeps one column c
-  // of the short rows in registers and takes every kRowLanes-th row; a row's kept short rows are one
-  // range (gdpa::Mask::Range; the masks are symmetric, so this holds for short keys and queries alike).
-  constexpr int kRowLanes = kThreads / kDh;
-  static_assert(kThreads % kDh == 0, "a thread's column");
+  // The long rows' outputs: sums over the short rows in increasing order.
   if (t.row0 != nullptr || t.row1 != nullptr) {
-    const int c = tid % kDh;
-    float sa_c[kMaxShort], sb_c[kMaxShort];
-#pragma unroll
-    for (int s = 0; s < kMaxShort; ++s) {
-      sa_c[s] = s < n_short ? sa[s * kDh + c] : 0.0f;
-      sb_c[s] = s < n_short && t.sb != nullptr ? sb[s * kDh + c] : 0.0f;
-    }
-    for (int r = tid / kDh; r < n; r += kRowLanes) {
-      int lo, hi;
-      p.mask.Range(at.l0 + r, n_short, &lo, &hi);
+    for (int e = tid; e < n * kDh; e += kThreads) {
+      const int r = e / kDh, c = e % kDh;
       float x0 = 0.0f, x1 = 0.0f;
-#pragma unroll
-      for (int s = 0; s < kMaxShort; ++s) {
-        if (s >= hi) break;
-        if (s < lo) continue;
-        if constexpr (kBackward) x0 = __fadd_rn(x0, __fmul_rn(dz[s * kTile + r], sa_c[s]));
-        x1 = __fadd_rn(x1, __fmul_rn(w[s * kTile + r], sb_c[s]));
+      for (int s = 0; s < n_short; ++s) {
+        if (!Keeps(p.mask, at.l0 + r, s)) continue;
+        if constexpr (kBackward) x0 = __fadd_rn(x0, __fmul_rn(dz[s * kTile + r], sa[s * kDh + c]));
+        x1 = __fadd_rn(x1, __fmul_rn(w[s * kTile + r], sb[s * kDh + c]));
       }
       const int64_t row = at.long_row + at.l0 + r;
       if (t.row0 != nullptr) Store(t.row0 + row * t.ld_row0 + h * kDh + c, x0);
       if (t.row1 != nullptr) Store(t.row1 + row * t.ld_row1 + h * kDh + c, x1);
     }
   }
-  // The short rows' partial sums over this tile's long rows, in increasing order: short row s keeps
-  // the long rows of one range.
+  // The short rows' partial sums over this tile's long rows, in increasing order.
   if (p.part0 == nullptr && p.part1 == nullptr) return;
   for (int o = tid; o < n_short * kDh; o += kThreads) {
     const int s = o / kDh, c = o % kDh;
-    int lo, hi;
-    p.mask.Range(s, at.n_long, &lo, &hi);
-    lo = max(lo - at.l0, 0), hi = min(hi - at.l0, n);
     float acc0 = 0.0f, acc1 = 0.0f;
-    for (int r = lo; r < hi; ++r) {
+    for (int r = 0; r < n; ++r) {
+      if (!Keeps(p.mask, at.l0 + r, s)) continue;
       if constexpr (kBackward) acc0 = __fadd_rn(acc0, __fmul_rn(dz[s * kTile + r], la[r * L::kLd + c]));
       if (p.part1 != nullptr) acc1 = __fadd_rn(acc1, __fmul_rn(w[s * kTile + r], lb[r * L::kLd + c]));
     }
