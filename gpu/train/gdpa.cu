@@ -6,20 +6,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "gpu/common/dependent_launch.cuh"
-#include "gpu/train/gdpa_exact.cuh"
 #include "gpu/train/gdpa_rows.cuh"
 #include "gpu/train/kernel_utils.cuh"
 
 namespace gemtb::gpu::train {
 namespace {
 
-using gdpa::Dot;
 using gdpa::LoadSample;
 using gdpa::Mask;
 using gdpa::Sample;
-using gdpa::ScoreGrad;
-using gdpa::Sigmoid;
-using gdpa::Weight;
 
 // A block takes one (sample, head, tile of kTile rows) and walks the other side in steps of kTile
 // rows through shared memory, so that in a step lane l owns the score of the step's row l; each
@@ -42,6 +37,30 @@ struct Params {
   float post_scale;
 };
 
+
+// q . k summed over c = 0 .. kDh-1 in order from 0, as the reference's Scores.
+template <int kDh>
+__device__ float Dot(const float* a, const float* b) {
+  float z = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kDh; ++c) z = __fadd_rn(z, __fmul_rn(a[c], b[c]));
+  return z;
+}
+
+// reference/model/ops.h's overflow-safe sigmoid: exp of a non-positive argument only.
+__device__ float Sigmoid(float x) {
+  if (x >= 0.0f) return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
+  const float e = expf(x);
+  return __fdiv_rn(e, __fadd_rn(1.0f, e));
+}
+
+// post * silu(z), written as the reference's backward writes it around one sigmoid.
+__device__ float Weight(float z, float sg, float post) { return __fmul_rn(post, __fmul_rn(z, sg)); }
+// dL/dz = post * silu'(z) * dp, silu'(z) = sg (1 + z (1 - sg)).
+__device__ float ScoreGrad(float z, float sg, float dp, float post) {
+  const float grad = __fmul_rn(sg, __fadd_rn(1.0f, __fmul_rn(z, __fsub_rn(1.0f, sg))));
+  return __fmul_rn(__fmul_rn(post, grad), dp);
+}
 
 // Rows [row0, row0 + n) of head h of x (rows of `width` floats) into s, row r at s + r * kStride.
 template <int kDh, int kStride>

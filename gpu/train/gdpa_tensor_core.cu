@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "gpu/train/gdpa_short_side_kernels.cuh"
 #include "gpu/train/gdpa_tensor_core_kernels.cuh"
 #include "gpu/train/kernel_utils.cuh"
 
@@ -173,114 +172,6 @@ absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T*
   return absl::OkStatus();
 }
 
-// Whether the keys are the short side (ss::kMaxShort rows a sample at most, by the host bound max_k),
-// else the queries.
-bool ShortKeys(const GdpaBatch& b) { return b.max_k <= ss::kMaxShort; }
-
-// The long side's 64-row tiles a sample, at most.
-int LongTiles(const GdpaBatch& b) {
-  return static_cast<int>(((ShortKeys(b) ? b.max_q : b.max_k) + ss::kTile - 1) / ss::kTile);
-}
-
-// The short-side kernels' workspace: `sums` sets of partial long sums (floats) a tile, head, short row.
-int64_t ShortSideWorkspaceFloats(const GdpaBatch& b, int sums) {
-  return int64_t{sums} * b.batch * LongTiles(b) * b.heads * (ShortKeys(b) ? b.max_k : b.max_q) * b.dh;
-}
-
-// Where one side of every sample has at most ss::kMaxShort rows (the host bound max_k, else max_q):
-// cross-attention's keys, PMA's queries; and the backward's partial sums fit kMaxWorkspaceBytes. The
-// short-side kernels take those (gdpa_short_side_kernels.cuh), forward and backward alike.
-bool ShortSide(const GdpaBatch& b) {
-  return (b.max_k <= ss::kMaxShort || b.max_q <= ss::kMaxShort) &&
-         static_cast<double>(ShortSideWorkspaceFloats(b, 2)) * sizeof(float) <= kMaxWorkspaceBytes;
-}
-
-// One short-side pass: TileKernel over (long tile, head), writing the long rows' outputs and the
-// tiles' partial sums (a stream-ordered workspace) of the short rows' outputs, then SumTilesKernel
-// adding those in tile order. `pointers`: every tensor it reads or writes, for the 16-byte units'
-// alignment.
-template <int kDh, typename T, bool kBackward>
-absl::Status LaunchShortSide(const GdpaBatch& b, const ss::Tensors<T>& t, std::initializer_list<const void*> pointers,
-                             const char* what, cudaStream_t stream) {
-  const bool short_keys = ShortKeys(b);
-  const bool vec = Aligned16(pointers) && (static_cast<int64_t>(VRowStride(b)) * sizeof(T)) % 16 == 0;
-  const GdpaTiles& list = short_keys ? b.q_tiles : b.k_tiles;
-  ss::Params p{short_keys ? b.q_offsets : b.k_offsets,
-               short_keys ? b.k_offsets : b.q_offsets,
-               short_keys ? b.max_q : b.max_k,
-               short_keys ? b.max_k : b.max_q,
-               Mask{b.window, b.block},
-               b.post_scale,
-               vec,
-               !short_keys,
-               list.entries,
-               LongTiles(b),
-               b.heads,
-               nullptr,
-               nullptr};
-  const int sums = (t.sum0 != nullptr ? 1 : 0) + (t.sum1 != nullptr ? 1 : 0);
-  float* part = nullptr;
-  const int64_t floats = ShortSideWorkspaceFloats(b, sums);
-  if (floats > 0) {
-    if (absl::Status a = CudaOk(cudaMallocAsync(reinterpret_cast<void**>(&part), floats * sizeof(float), stream), what);
-        !a.ok()) {
-      return a;
-    }
-    const int64_t per_output = floats / sums;
-    p.part0 = t.sum0 != nullptr ? part : nullptr;
-    p.part1 = t.sum1 != nullptr ? part + (t.sum0 != nullptr ? per_output : 0) : nullptr;
-  }
-  const int64_t tiles = list.entries != nullptr ? list.count : b.batch * p.long_tiles;
-  absl::Status status = absl::OkStatus();
-  if (tiles > 0) {
-    LaunchDependent(ss::TileKernel<kDh, T, kBackward>, dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(b.heads)),
-                    ss::kThreads, ss::Layout<kDh>::kBytes, stream, p, t);
-    status.Update(Launched(what));
-  }
-  const int64_t blocks = std::min<int64_t>(65535, (int64_t{b.heads} * p.max_short * kDh + ss::kThreads - 1) / ss::kThreads);
-  if (status.ok() && sums > 0 && blocks > 0) {
-    LaunchDependent(ss::SumTilesKernel<kDh, T>, dim3(static_cast<unsigned>(b.batch), static_cast<unsigned>(blocks)),
-                    ss::kThreads, 0, stream, p, t);
-    status.Update(Launched(what));
-  }
-  if (part == nullptr) return status;
-  const absl::Status freed = CudaOk(cudaFreeAsync(part, stream), what);
-  return status.ok() ? freed : status;
-}
-
-// o by the short-side kernel: a query's short sum over its sample's keys (cross-attention), or a
-// query's long sum over them (PMA).
-template <int kDh, typename T>
-absl::Status ShortSideForward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* o, cudaStream_t stream) {
-  const int64_t width = int64_t{b.heads} * b.dh, ld_v = VRowStride(b);
-  ss::Tensors<T> t;
-  if (ShortKeys(b)) {
-    t.la = q, t.ld_la = width, t.sa = k, t.ld_sa = width, t.sb = v, t.ld_sb = ld_v;
-    t.row1 = o, t.ld_row1 = width;
-  } else {
-    t.la = k, t.ld_la = width, t.lb = v, t.ld_lb = ld_v, t.sa = q, t.ld_sa = width;
-    t.sum1 = o, t.ld_sum1 = width;
-  }
-  return LaunchShortSide<kDh, T, false>(b, t, {q, k, v, o}, "GdpaForwardTensorCore (short side)", stream);
-}
-
-// dq, dk, dv by the short-side kernel in one pass over the long side.
-template <int kDh, typename T>
-absl::Status ShortSideBackward(const GdpaBatch& b, const T* q, const T* k, const T* v, const T* d_o, T* dq, T* dk,
-                               T* dv, cudaStream_t stream) {
-  const int64_t width = int64_t{b.heads} * b.dh, ld_v = VRowStride(b);
-  ss::Tensors<T> t;
-  if (ShortKeys(b)) {
-    t.la = q, t.ld_la = width, t.lb = d_o, t.ld_lb = width, t.sa = k, t.ld_sa = width, t.sb = v, t.ld_sb = ld_v;
-    t.row0 = dq, t.ld_row0 = width, t.sum0 = dk, t.ld_sum0 = width, t.sum1 = dv, t.ld_sum1 = ld_v;
-  } else {
-    t.la = k, t.ld_la = width, t.lb = v, t.ld_lb = ld_v, t.sa = q, t.ld_sa = width, t.sb = d_o, t.ld_sb = width;
-    t.row0 = dk, t.ld_row0 = width, t.row1 = dv, t.ld_row1 = ld_v, t.sum0 = dq, t.ld_sum0 = width;
-  }
-  return LaunchShortSide<kDh, T, true>(b, t, {q, k, v, d_o, dq, dk, dv},
-                                       "GdpaBackwardTensorCore (short side)", stream);
-}
-
 template <typename T>
 absl::Status Forward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* o, cudaStream_t stream) {
   if (absl::Status s = ValidateGdpaBatch(b); !s.ok()) return s;
@@ -289,13 +180,6 @@ absl::Status Forward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* 
   if (absl::Status s = NotNull({{q, "q"}, {o, "o"}}); !s.ok()) return s;
   if (b.max_k > 0) {
     if (absl::Status s = NotNull({{k, "k"}, {v, "v"}}); !s.ok()) return s;
-  }
-  if (ShortSide(b)) {
-    switch (b.dh) {
-      case 16: return ShortSideForward<16>(b, q, k, v, o, stream);
-      case 32: return ShortSideForward<32>(b, q, k, v, o, stream);
-      default: return ShortSideForward<64>(b, q, k, v, o, stream);
-    }
   }
   switch (b.dh) {
     case 16: return LaunchForward<16>(b, q, k, v, o, stream);
@@ -315,13 +199,6 @@ absl::Status Backward(const GdpaBatch& b, const T* q, const T* k, const T* v, co
   }
   if (b.max_k > 0) {
     if (absl::Status s = NotNull({{k, "k"}, {v, "v"}, {dk, "dk"}, {dv, "dv"}}); !s.ok()) return s;
-  }
-  if (ShortSide(b)) {
-    switch (b.dh) {
-      case 16: return ShortSideBackward<16>(b, q, k, v, d_o, dq, dk, dv, stream);
-      case 32: return ShortSideBackward<32>(b, q, k, v, d_o, dq, dk, dv, stream);
-      default: return ShortSideBackward<64>(b, q, k, v, d_o, dq, dk, dv, stream);
-    }
   }
   switch (b.dh) {
     case 16: return LaunchBackward<16>(b, q, k, v, d_o, dq, dk, dv, stream);

@@ -8,17 +8,10 @@
 // errors of order 1e-3 to 1e-2 where those give 1e-6. No atomics and a fixed order of every sum:
 // every run on the same GPU gives the same bytes.
 // Device pointers, asynchronous on `stream`; the host fields are checked first by ValidateGdpaBatch.
-// Where one side of every sample has at most 8 rows (the host bound max_k, else max_q: cross-
-// attention's keys, PMA's queries), the short-side kernels (gdpa_short_side_kernels.cuh) run instead:
-// a CTA a 64-row tile of the long side and a head, every term and sum fp32 on CUDA cores in the fp32
-// kernels' order, except that a short row's sum over the long side is summed tile by tile (each
-// tile's partial in a stream-ordered workspace: cudaMallocAsync / cudaFreeAsync on `stream`, at most
-// 512 MiB) and the partials added in tile order by a second kernel. So the long rows' outputs are
-// GdpaForward's and GdpaBackward's on the bf16 values, and the short rows' differ from theirs only by
-// that partitioned order; rounded once where the outputs are bf16 (more exact than the tiles' bf16
-// score-side factors). Else, where one side has at most 64 rows per sample and the other may have more
-// than 256, the walks over the long side are split across CTAs, their fp32 partial sums kept in such a
-// workspace and added in a fixed order by a second kernel.
+// Where one side has at most 64 rows per sample and the other may have more than 256 (PMA's queries,
+// cross-attention's keys), the walks over the long side are split across CTAs, their fp32 partial sums
+// kept in a stream-ordered workspace (cudaMallocAsync / cudaFreeAsync on `stream`, at most 512 MiB)
+// and added in a fixed order by a second kernel.
 #ifndef GEMTB_GPU_TRAIN_GDPA_TENSOR_CORE_H_
 #define GEMTB_GPU_TRAIN_GDPA_TENSOR_CORE_H_
 

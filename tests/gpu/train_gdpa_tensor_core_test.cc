@@ -9,19 +9,12 @@
 // Split walks: where the own side (queries for o and dq, keys for dk and dv) fits one 64-row tile and
 // the host bounds let a tile's walk over the other side pass 4 steps of 64 rows (256 rows), the kernels
 // split the walk into 4-step pieces on separate CTAs and add the pieces' fp32 partials in a second
-// kernel. The split cases have jagged own sides of up to 64 rows (0 .. 64 rows: every warp layout)
-// over other sides of up to 2052 rows (max 2052: 33 steps, 9 splits; a 300-row sample uses 2 of them,
-// 256 or fewer rows 1, 0 rows none but the zeros of the first), and window 250 / block 1000 masks whose
-// walks split (a window-250 tile of 64 queries keeps up to 314 keys: 5 steps, 2 of its 3 splits; block
-// 1000: 16 steps, 4 of 9 splits); the self-attention cases (own side > 64 rows, or window 64: a 192-row
-// walk at most) do not split.
-//
-// Short sides: where one side of every sample has at most 8 rows (the cross-attention cases' 4 keys,
-// the PMA cases' 4 queries, and two masked cases with both sides short), the functions run the
-// short-side kernels instead (gpu/train/gdpa_short_side_kernels.cuh), whose long rows' outputs (cross-
-// attention's o and dq, PMA's dk and dv) are the fp32 kernels' sums in their order: on inputs that are
-// bf16 values, the fp32 kernels' bytes. Their short rows' outputs, sums over the long side tile by
-// tile, are held to the bounds below like every other output.
+// kernel. The PMA and cross cases with 2052-row samples (max 2052: 33 steps, 9 splits; a 300-row sample
+// uses 2 of them, 256 or fewer rows 1, 0 rows none but the zeros of the first) split; those with 200
+// rows at most (4 steps: no split) and the self-attention ones (own side > 64 rows, or window 64: a
+// 192-row walk at most) do not. Split cases also cover jagged own sides (0 .. 64 rows: every warp
+// layout), and window 250 / block 1000 masks whose walks split (a window-250 tile of 64 queries keeps
+// up to 314 keys: 5 steps, 2 of its 3 splits; block 1000: 16 steps, 4 of 9 splits).
 //
 // Bound per output tensor (o, dq, dk, dv) over the rows of the samples: relative L2 error
 // ||x - ref|| / ||ref|| <= 1e-2 and every element within 5e-2 max|ref| + 1e-6. q, k, v, do and the
@@ -334,14 +327,6 @@ std::vector<Case> Cases() {
     few_keys.window = m.window, few_keys.block = m.block;
     cases.push_back(few_keys);
   }
-  // Both sides short (at most 8 rows a sample), masked: the short-side kernel with the keys short.
-  const std::vector<int> few{8, 5, 1, 7, 0, 3};
-  Case short_window = Named("short window=2", 3, 32, 0.5f, few, few);
-  short_window.window = 2;
-  cases.push_back(short_window);
-  Case short_block = Named("short block=3", 2, 16, 0.5f, few, few);
-  short_block.block = 3;
-  cases.push_back(short_block);
   // The "small" config's shapes: heads 4, dh 32, samples up to 2052 rows.
   const std::vector<int> small{2052, 0, 700, 1, 130};
   Case self = Named("small self window=64", 4, 32, 1.0f / 16, small, small);
@@ -418,32 +403,6 @@ TEST_P(TrainGdpaTensorCoreCase, TileListsGiveEverySamplesTilesBytes) {
   EXPECT_EQ(listed.dq, every.dq) << c.name;
   EXPECT_EQ(listed.dk, every.dk) << c.name;
   EXPECT_EQ(listed.dv, every.dv) << c.name;
-}
-
-// The short-side kernels (see the header comment) on every case with a short side, on inputs that are
-// bf16 values (so that the tensor-core functions' rounding of fp32 inputs changes nothing): the long
-// rows' outputs are the fp32 kernels' bytes.
-TEST(TrainGdpaTensorCore, ShortSidesLongRowsGiveTheFp32KernelsBytes) {
-  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
-  int checked = 0;
-  for (const Case& c : Cases()) {
-    Inputs in = MakeInputs(c, 77);
-    if (std::min(in.max_q, in.max_k) > 8) continue;
-    for (std::vector<float>* x : {&in.q, &in.k, &in.v, &in.d_o}) {
-      for (float& f : *x) f = numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(f));
-    }
-    const Outputs want = RunAttention(c, in, /*tensor_core=*/false);
-    const Outputs got = RunAttention(c, in, /*tensor_core=*/true);
-    if (in.max_k <= 8) {  // the keys short: the queries' rows are the long ones
-      EXPECT_TRUE(SameBytes(got.o, want.o)) << c.name << " o";
-      EXPECT_TRUE(SameBytes(got.dq, want.dq)) << c.name << " dq";
-    } else {
-      EXPECT_TRUE(SameBytes(got.dk, want.dk)) << c.name << " dk";
-      EXPECT_TRUE(SameBytes(got.dv, want.dv)) << c.name << " dv";
-    }
-    ++checked;
-  }
-  EXPECT_EQ(checked, 16) << "the cases with a short side";
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, TrainGdpaTensorCoreCase, ::testing::Range<size_t>(0, Cases().size()),
