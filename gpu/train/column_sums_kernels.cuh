@@ -160,8 +160,7 @@ __global__ void GeluBackwardBlockSumsKernel(const uint16_t* u, const uint16_t* d
 }
 
 // The tree's last two levels in one launch, for rows (fp32 or bf16) in (kBlockRows, kBlockRows^2], that
-// is at most kBlockRows blocks (model_kernels.cu launches it for at most kTopGroups blocks, a block a
-// thread): each block's sum (ColumnBlockSumsKernel's: its rows in order from 0),
+// is at most kBlockRows blocks: each block's sum (ColumnBlockSumsKernel's: its rows in order from 0),
 // then the blocks' sums added in block order from 0 and written to out[c] (added to it: accumulate),
 // the bytes of the two launches (the block sums, then the last level over them) it replaces. A CTA of
 // kTopThreads threads takes kTopLanes adjacent columns: thread t sums blocks t / kTopLanes,

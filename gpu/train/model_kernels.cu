@@ -196,10 +196,8 @@ absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, S
     return Launched("ColumnSums");
   }
   using Rows = typename BitsOf<T>::type;  // bf16 rows as their bits
-  // At most colsum::kTopGroups blocks (a thread sums one): the block sums and their sum in one launch,
-  // the two launches' bytes. More rows keep the first level's grid of a CTA a block: the single
-  // launch's few CTAs, a thread summing several blocks in series, measured slower (tools/bench/NOTES.md).
-  if (rounded == nullptr && rows <= kColumnBlock * colsum::kTopGroups) {
+  // At most kColumnBlock blocks: the block sums and their sum in one launch (the two launches' bytes).
+  if (rounded == nullptr && rows <= kColumnBlock * kColumnBlock) {
     const auto lanes = static_cast<unsigned>((cols + colsum::kTopLanes - 1) / colsum::kTopLanes);
     LaunchDependent(colsum::ColumnTreeTopKernel<Rows>, dim3(lanes, static_cast<unsigned>(count)), colsum::kTopThreads,
                     colsum::kTopSharedBytes, stream, reinterpret_cast<const Rows*>(x), rows, cols, ldx, x_stride, outs.out[0], outs.out[1],
