@@ -159,46 +159,6 @@ __global__ void GeluBackwardBlockSumsKernel(const uint16_t* u, const uint16_t* d
   for (int i = 0; i < kVec; ++i) partial[static_cast<int64_t>(blockIdx.y) * cols + c + i] = s[i];
 }
 
-// The tree's last two levels in one launch, for rows (fp32 or bf16) in (kBlockRows, kBlockRows^2], that
-// is at most kBlockRows blocks: each block's sum (ColumnBlockSumsKernel's: its rows in order from 0),
-// then the blocks' sums added in block order from 0 and written to out[c] (added to it: accumulate),
-// the bytes of the two launches (the block sums, then the last level over them) it replaces. A CTA of
-// kTopThreads threads takes kTopLanes adjacent columns: thread t sums blocks t / kTopLanes,
-// + kTopGroups, ... of its column c = blockIdx.x kTopLanes + t % kTopLanes into shared memory, then
-// the first kTopLanes threads add a column's block sums in order. Matrix blockIdx.y (at x + blockIdx.y
-// x_stride, below 3) into out0, out1 or out2. Dynamic shared memory: kTopSharedBytes.
-constexpr int kTopLanes = 32;
-constexpr int kTopGroups = 8;
-constexpr int kTopThreads = kTopLanes * kTopGroups;
-constexpr size_t kTopSharedBytes = sizeof(float) * kBlockRows * kTopLanes;
-template <typename T>
-__global__ void __launch_bounds__(kTopThreads)
-    ColumnTreeTopKernel(const T* x, int64_t rows, int64_t cols, int64_t ldx, int64_t x_stride, float* out0,
-                        float* out1, float* out2, bool accumulate) {
-  AwaitPriorGrids();
-  extern __shared__ float top_smem[];  // [kBlockRows][kTopLanes] block sums
-  const int lane = static_cast<int>(threadIdx.x) % kTopLanes, group = static_cast<int>(threadIdx.x) / kTopLanes;
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kTopLanes + lane;
-  x += blockIdx.y * x_stride;
-  const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
-  if (c < cols) {
-    for (int64_t b = group; b < blocks; b += kTopGroups) {
-      const int64_t r0 = b * kBlockRows, r1 = r0 + kBlockRows < rows ? r0 + kBlockRows : rows;
-      float sum = 0.0f;
-      [[maybe_unused]] constexpr int kUnroll = 16;  // host compilers ignore the pragma
-#pragma unroll kUnroll
-      for (int64_t r = r0; r < r1; ++r) sum = __fadd_rn(sum, Load(x + r * ldx + c));
-      top_smem[b * kTopLanes + lane] = sum;
-    }
-  }
-  __syncthreads();
-  if (group != 0 || c >= cols) return;
-  float sum = 0.0f;
-  for (int64_t b = 0; b < blocks; ++b) sum = __fadd_rn(sum, top_smem[b * kTopLanes + lane]);
-  float* out = blockIdx.y == 0 ? out0 : (blockIdx.y == 1 ? out1 : out2);
-  out[c] = accumulate ? __fadd_rn(out[c], sum) : sum;
-}
-
 }  // namespace gemtb::gpu::train::colsum
 
 #endif  // GEMTB_GPU_TRAIN_COLUMN_SUMS_KERNELS_CUH_

@@ -196,14 +196,6 @@ absl::Status ColumnSumsOf(const T* x, int64_t rows, int64_t cols, int64_t ldx, S
     return Launched("ColumnSums");
   }
   using Rows = typename BitsOf<T>::type;  // bf16 rows as their bits
-  // At most kColumnBlock blocks: the block sums and their sum in one launch (the two launches' bytes).
-  if (rounded == nullptr && rows <= kColumnBlock * kColumnBlock) {
-    const auto lanes = static_cast<unsigned>((cols + colsum::kTopLanes - 1) / colsum::kTopLanes);
-    LaunchDependent(colsum::ColumnTreeTopKernel<Rows>, dim3(lanes, static_cast<unsigned>(count)), colsum::kTopThreads,
-                    colsum::kTopSharedBytes, stream, reinterpret_cast<const Rows*>(x), rows, cols, ldx, x_stride, outs.out[0], outs.out[1],
-                    outs.out[2], accumulate);
-    return Launched("ColumnSums (top)");
-  }
   // 16 bytes a thread a row (4 fp32 columns, 8 bf16 ones) where every matrix's rows start 16-byte
   // aligned (and the rounded rows 8-byte aligned) and there are thousands of 64-row blocks: the same
   // sums, a quarter or an eighth of the loads. With fewer blocks the wide form measured slower (a

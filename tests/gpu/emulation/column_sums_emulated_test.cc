@@ -4,11 +4,8 @@
 // row too); with `rounded`, the rows rounded to bf16 (to nearest, ties to even) next to the same
 // partial rows; several matrices in one grid (z); and GELU's backward with the block sums of its result. Row counts leave a partial
 // block and column counts a partial thread block; what lies past the rows and columns stays as it was.
-// The tree's last two levels in one launch (ColumnTreeTopKernel) against the host's tree: the same
-// bytes, written and accumulated, over fp32 and bf16 rows, one to three matrices a launch.
 #include "tests/gpu/emulation/cuda_shim.h"
 // The shim must come first.
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -22,9 +19,6 @@
 #include "model/numerics/float_formats.h"
 
 namespace gemtb::gpu::train::colsum {
-
-alignas(16) float top_smem[kBlockRows * kTopLanes];  // ColumnTreeTopKernel's `extern __shared__` array
-
 namespace {
 
 constexpr int kThreads = 256;  // model_kernels.cu's block
@@ -217,77 +211,6 @@ TEST(ColumnSumsEmulated, GeluBackwardBlockSumsAreGeluBackwardThenBlockSums) {
         if (du[e] != want && bad++ < 5) ADD_FAILURE() << how << ": du[" << e << "] " << du[e] << ", want " << want;
       }
       EXPECT_EQ(bad, 0) << how;
-    }
-  }
-}
-
-// ColumnSums' tree over `rows` values of a column as the host adds them: blocks of kBlockRows rows in
-// order from 0, then (rows > kBlockRows) the blocks' sums the same way, up to one sum.
-float HostTree(std::vector<float> values) {
-  while (values.size() > static_cast<size_t>(kBlockRows)) {
-    std::vector<float> up;
-    for (size_t r0 = 0; r0 < values.size(); r0 += kBlockRows) {
-      float s = 0.0f;
-      for (size_t r = r0; r < std::min(values.size(), r0 + kBlockRows); ++r) s = s + values[r];
-      up.push_back(s);
-    }
-    values = up;
-  }
-  float s = 0.0f;
-  for (float v : values) s = s + v;
-  return s;
-}
-
-TEST(ColumnSumsEmulated, TreeTopIsTheTwoLastLevelsBytes) {
-  for (const int64_t rows : {kBlockRows + 1, int64_t{1000}, kBlockRows * kBlockRows - 7, kBlockRows * kBlockRows}) {
-    for (const int64_t cols : {int64_t{1}, int64_t{33}, int64_t{130}}) {
-      for (const unsigned count : {1u, 3u}) {
-        const std::string where = std::to_string(rows) + " x " + std::to_string(cols) + ", " + std::to_string(count);
-        const int64_t ldx = cols + 5, x_stride = rows * ldx;
-        std::mt19937_64 rng(static_cast<uint64_t>(rows * 7 + cols + count));
-        std::normal_distribution<float> normal(0.0f, 1.0f);
-        std::vector<float> x(static_cast<size_t>(count * x_stride));
-        for (float& v : x) v = normal(rng);
-        std::vector<uint16_t> x16(x.size());
-        for (size_t e = 0; e < x.size(); ++e) x16[e] = numerics::FloatToBf16BitsRne(x[e]);
-        for (const bool bf16 : {false, true}) {
-          for (const bool accumulate : {false, true}) {
-            std::vector<std::vector<float>> out(3, std::vector<float>(static_cast<size_t>(cols), 0.25f));
-            std::vector<std::vector<float>> want = out;
-            for (unsigned m = 0; m < count; ++m) {
-              for (int64_t c = 0; c < cols; ++c) {
-                std::vector<float> column;
-                for (int64_t r = 0; r < rows; ++r) {
-                  const size_t e = static_cast<size_t>(m * x_stride + r * ldx + c);
-                  column.push_back(bf16 ? numerics::Bf16BitsToFloat(x16[e]) : x[e]);
-                }
-                const float sum = HostTree(column);
-                want[m][static_cast<size_t>(c)] = accumulate ? 0.25f + sum : sum;
-              }
-            }
-            const auto lanes = static_cast<unsigned>((cols + kTopLanes - 1) / kTopLanes);
-            emu::SetGridDim({lanes, count, 1});
-            for (unsigned m = 0; m < count; ++m) {
-              for (unsigned l = 0; l < lanes; ++l) {
-                std::memset(top_smem, 0xFF, sizeof(top_smem));
-                emu::RunBlock({l, m, 0}, kTopThreads, [&] {
-                  if (bf16) {
-                    ColumnTreeTopKernel<uint16_t>(x16.data(), rows, cols, ldx, x_stride, out[0].data(), out[1].data(),
-                                                  out[2].data(), accumulate);
-                  } else {
-                    ColumnTreeTopKernel<float>(x.data(), rows, cols, ldx, x_stride, out[0].data(), out[1].data(),
-                                               out[2].data(), accumulate);
-                  }
-                });
-              }
-            }
-            for (unsigned m = 0; m < 3; ++m) {
-              EXPECT_TRUE(SameBytes(out[m], want[m])) << where << (bf16 ? " bf16" : " fp32")
-                                                      << (accumulate ? " accumulated" : " written") << ", matrix " << m;
-            }
-          }
-        }
-      }
     }
   }
 }
