@@ -26,7 +26,7 @@ absl::Status ValidateFfnHopperShape(const FfnShape& s, const char* what) {
 absl::Status ValidateFfnForwardShape(const FfnShape& s) { return ValidateFfnHopperShape(s, "ffn forward shape"); }
 
 absl::Status FfnForwardFused(const FfnShape& s, const __nv_bfloat16* h, const FfnForwardWeights& w, const float* x,
-                             __nv_bfloat16* u, __nv_bfloat16* g, float* y, cudaStream_t stream) {
+                             __nv_bfloat16* u, __nv_bfloat16* g, float* y, __nv_bfloat16* y16, cudaStream_t stream) {
   if (absl::Status v = ValidateFfnForwardShape(s); !v.ok()) return v;
   if (absl::Status v = NotNull({{h, "h"}, {w.w1, "w1"}, {w.b1, "b1"}, {w.w2, "w2"}, {w.b2, "b2"}, {x, "x"},
                                 {u, "u"}, {g, "g"}, {y, "y"}});
@@ -34,7 +34,7 @@ absl::Status FfnForwardFused(const FfnShape& s, const __nv_bfloat16* h, const Ff
     return v;
   }
   if (absl::Status v = CheckAligned16({{h, "h"}, {w.w1, "w1"}, {w.b1, "b1"}, {w.w2, "w2"}, {w.b2, "b2"}, {x, "x"},
-                                       {u, "u"}, {g, "g"}, {y, "y"}});
+                                       {u, "u"}, {g, "g"}, {y, "y"}, {y16, "y16"}});
       !v.ok()) {
     return v;
   }
@@ -50,6 +50,7 @@ absl::Status FfnForwardFused(const FfnShape& s, const __nv_bfloat16* h, const Ff
   p.u = Bf16Bits(u);
   p.g = Bf16Bits(g);
   p.out = y;
+  p.out16 = Bf16Bits(y16);
   constexpr size_t kBytes = ffn_forward::Layout::kBytes;
   if (absl::Status a = AllowSharedMemory(ffn_forward::FfnForwardKernel, kBytes, "FfnForwardFused"); !a.ok()) {
     return a;

@@ -35,9 +35,11 @@ struct FfnForwardWeights {
   const float* b2 = nullptr;
 };
 
-// y = x + (g W2 + b2), with u and g written; x may be y.
+// y = x + (g W2 + b2), with u and g written; x may be y. y16, where not null ([n, d] bf16, 16-byte
+// aligned), also gets y rounded to bf16 (RNE, ToBf16's bytes) from the registers that hold y, sparing a
+// consumer of bf16 rows (the next layer's PMA keys) a pass that reads y back.
 absl::Status FfnForwardFused(const FfnShape& s, const __nv_bfloat16* h, const FfnForwardWeights& w, const float* x,
-                             __nv_bfloat16* u, __nv_bfloat16* g, float* y, cudaStream_t stream);
+                             __nv_bfloat16* u, __nv_bfloat16* g, float* y, __nv_bfloat16* y16, cudaStream_t stream);
 
 }  // namespace gemtb::gpu::train
 

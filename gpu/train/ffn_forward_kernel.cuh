@@ -4,6 +4,7 @@
 //   u = bf16(h W1 + b1)       stored (GELU's backward reads it)
 //   g = bf16(GELU(u))         stored (W2's gradient reads it) and kept in registers
 //   out = (g W2 + b2) + x     fp32, x the block's input (the residual)
+//   out16 = bf16(out)         where asked for (the stream as the next layer's bf16 PMA reads it)
 //
 // The kernel is persistent: one CTA an SM, CTA c taking tiles of kRows rows c, c + gridDim.x, ... A CTA
 // is warp-specialised (as the attention forward's forward_hopper_ws_kernel.cuh): warpgroup 0 copies
@@ -80,6 +81,7 @@ struct Params {
   uint16_t* u = nullptr;         // [n, hidden] bf16
   uint16_t* g = nullptr;         // [n, hidden] bf16
   float* out = nullptr;          // [n, kD]
+  uint16_t* out16 = nullptr;     // [n, kD] bf16(out), or null: not written
 };
 
 __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) {
@@ -255,6 +257,9 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
         y.x = __fadd_rn(__fadd_rn(o[4 * i + 2 * r], bias[i].x), x[i].x);
         y.y = __fadd_rn(__fadd_rn(o[4 * i + 2 * r + 1], bias[i].y), x[i].y);
         *reinterpret_cast<float2*>(p.out + at + 8 * i) = y;
+        if (p.out16 != nullptr) {
+          *reinterpret_cast<uint32_t*>(p.out16 + at + 8 * i) = PackRounded<ElementType::kBFloat16>(y.x, y.y);
+        }
       }
     }
   }

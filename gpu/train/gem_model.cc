@@ -321,7 +321,7 @@ struct GemModelGpu::Impl {
   // backward runs separate kernels, dg and GELU's backward on the second (each measured faster than
   // the separate kernels it replaces).
   bool HopperFfn() const { return ValidateFfnHopperShape(FfnShape{1, g.d, g.ffn}, "ffn").ok(); }
-  absl::Status FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out);
+  absl::Status FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out, const __nv_bfloat16** out16);
   // next (null: none): where the block's LayerNorm backward runs as its own kernel, it hands the new ds
   // on in bf16 (layer_norm.h's Bf16Handoff) and *handed points at next->rows; else *handed is null.
   absl::Status FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh, const Bf16Handoff* next,
@@ -622,6 +622,9 @@ struct GemModelGpu::Impl {
   // Per j: GDPA's tile lists over S_j's rows (GdpaTiles), as the self-attention's queries and keys, the
   // cross-attention's queries and the PMA's keys.
   std::vector<GdpaTiles> self_tiles, cross_tiles, pma_tiles;
+  // Per j: S_j as the last block that wrote it also wrote it in bf16 (the fused feed-forward forward's
+  // y16), for the next cross block's bf16 PMA keys; null where S_j has no such copy (ToBf16 then).
+  std::vector<const __nv_bfloat16*> s16;
 
   absl::Status Plan(const GemBatchInput& in);
   absl::Status CrossFwd(const CrossP& p, CrossTape& t, const float* x, std::vector<float*>& s, const GemBatchInput* first);
@@ -662,6 +665,7 @@ absl::Status GemModelGpu::Impl::Plan(const GemBatchInput& in) {
   s_off.assign(J, nullptr), cls_index.assign(J, nullptr), event_index.assign(J, nullptr), event_rows.assign(J, nullptr);
   cat_index_host.assign(J, {});
   self_tiles.assign(J, {}), cross_tiles.assign(J, {}), pma_tiles.assign(J, {});
+  s16.assign(J, nullptr);
   std::vector<int32_t*> tile_off(J, nullptr);
   for (int j = 0; j < J; ++j) {
     // Sample b's rows [off[b], off[b + 1]): n_s CLS rows, then its events [ev_off[b], ev_off[b + 1]).
@@ -735,6 +739,7 @@ absl::Status GemModelGpu::Impl::CrossFwd(const CrossP& p, CrossTape& t, const fl
     // Layer 1 prepends its X_sum to every sequence as the n_s CLS tokens.
     for (int j = 0; j < J; ++j) {
       GEMTB_ASSIGN_OR_RETURN(s[j], mem->Floats(rows[j] * d));
+      s16[j] = nullptr;
       GEMTB_RETURN_IF_ERROR(GatherRows(t.x_sum, cls_index[j], rows[j], d, s[j], false, st));
       GEMTB_RETURN_IF_ERROR(GatherRows(first->events[j], event_index[j], rows[j], d, s[j], true, st));
     }
@@ -756,13 +761,18 @@ absl::Status GemModelGpu::Impl::CrossFwd(const CrossP& p, CrossTape& t, const fl
     GEMTB_RETURN_IF_ERROR(GatherRows(c.pma_qn, seed_index, u.nq, d, c.pma.qr, false, st));
     GEMTB_ASSIGN_OR_RETURN(c.pma_out, mem->Floats(u.nq * d));
     if (options.attention_blocks == AttentionBlockPrecision::kBf16) {
-      // The broadcast queries (B k_p rows) and the keys' side S_j rounded to bf16 for the block.
-      __nv_bfloat16* s16;
+      // The broadcast queries (B k_p rows) and the keys' side S_j rounded to bf16 for the block (by the
+      // block that wrote S_j where it did).
       GEMTB_ASSIGN_OR_RETURN(c.pma16.qr, Bf16s(u.nq * d));
       GEMTB_RETURN_IF_ERROR(ToBf16(c.pma.qr, u.nq * d, c.pma16.qr, st));
-      GEMTB_ASSIGN_OR_RETURN(s16, Bf16s(u.nk * d));
-      GEMTB_RETURN_IF_ERROR(ToBf16(s[j], u.nk * d, s16, st));
-      GEMTB_RETURN_IF_ERROR(AttnFwdBf16(p.pma[j], u, nullptr, s16, c.pma16, c.pma_out, nullptr));
+      const __nv_bfloat16* keys16 = s16[j];
+      if (keys16 == nullptr) {
+        __nv_bfloat16* rounded;
+        GEMTB_ASSIGN_OR_RETURN(rounded, Bf16s(u.nk * d));
+        GEMTB_RETURN_IF_ERROR(ToBf16(s[j], u.nk * d, rounded, st));
+        keys16 = rounded;
+      }
+      GEMTB_RETURN_IF_ERROR(AttnFwdBf16(p.pma[j], u, nullptr, keys16, c.pma16, c.pma_out, nullptr));
     } else {
       GEMTB_RETURN_IF_ERROR(AttnFwd(p.pma[j], u, nullptr, s[j], c.pma, c.pma_out, nullptr));
     }
@@ -1027,6 +1037,7 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const Cr
   const int64_t n = rows[j], nd = n * d;
   // Each block writes a new residual stream, cur + the block's output (the tape keeps cur).
   const float* cur = s[j];
+  s16[j] = nullptr;
   const bool bf16_blocks = options.attention_blocks == AttentionBlockPrecision::kBf16;
   if (g.DoA(layer)) {
     t.s_a = cur;
@@ -1066,7 +1077,7 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const Cr
   if (options.ffn == FfnPrecision::kBf16 && n > 0) {
     float* out;
     GEMTB_ASSIGN_OR_RETURN(out, mem->Floats(nd));
-    GEMTB_RETURN_IF_ERROR(FfnFwdBf16(p, n, cur, t, out));
+    GEMTB_RETURN_IF_ERROR(FfnFwdBf16(p, n, cur, t, out, &s16[j]));
     s[j] = out;
     return absl::OkStatus();
   }
@@ -1089,7 +1100,8 @@ absl::Status GemModelGpu::Impl::SeqFwd(const SeqP& p, int layer, int j, const Cr
 // weights are rounded to bf16 for the step; every product accumulates in fp32: LayerNorm's kernel, then
 // with HopperFfn one kernel for the rest (ffn_forward.h), else a cuBLASLt product (bias in its
 // epilogue), GELU's elementwise kernel and a second product (bias and residual in its epilogue).
-absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out) {
+absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out,
+                                           const __nv_bfloat16** out16) {
   const int d = g.d;
   std::vector<__nv_bfloat16*> w16;
   GEMTB_ASSIGN_OR_RETURN(w16, Bf16Params({p.ffn1.w, p.ffn1.b, p.ffn2.w}));
@@ -1104,8 +1116,15 @@ absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float
   GEMTB_RETURN_IF_ERROR(LayerNormForward(RowsShape{n, p.ln_c.width}, cur, W(p.ln_c.gamma), W(p.ln_c.beta), t.h_c16,
                                          t.mean_c, t.rstd_c, st));
   if (HopperFfn()) {
-    return FfnForwardFused(FfnShape{n, d, g.ffn}, t.h_c16, FfnForwardWeights{t.w1_16, b1, t.w2_16, b2}, cur, t.u16,
-                           t.g16, out, st);
+    __nv_bfloat16* y16 = nullptr;
+    if (options.attention_blocks == AttentionBlockPrecision::kBf16) {
+      GEMTB_ASSIGN_OR_RETURN(y16, Bf16s(n * d));
+    }
+    GEMTB_RETURN_IF_ERROR(FfnForwardFused(FfnShape{n, d, g.ffn}, t.h_c16,
+                                          FfnForwardWeights{t.w1_16, b1, t.w2_16, b2}, cur, t.u16, t.g16, out, y16,
+                                          st));
+    *out16 = y16;
+    return absl::OkStatus();
   }
   GEMTB_RETURN_IF_ERROR(lin->Forward(LinearShape{n, d, g.ffn}, t.h_c16, t.w1_16, b1, t.u16, st));
   GEMTB_RETURN_IF_ERROR(GeluForward<__nv_bfloat16>(t.u16, n * g.ffn, t.g16, st));

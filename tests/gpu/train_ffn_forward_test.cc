@@ -1,7 +1,8 @@
 // The fused feed-forward forward (gpu/train/ffn_forward.h) on the GPU: u against the fp64 product
 // h W1 + b1 within bf16's rounding and the fp32 sum's; g bit for bit GELU's elementwise kernel
 // (GeluForward) of the kernel's own u, and within bf16's rounding of the fp64 GELU of it; y against the
-// fp64 sum g W2 + b2 + x of the kernel's own g. A second run gives the same bytes; x may be y. Shapes
+// fp64 sum g W2 + b2 + x of the kernel's own g; its bf16 copy y16 bit for bit ToBf16 of y. A second
+// run gives the same bytes; x may be y. Shapes
 // and pointers refused by name (that part needs no GPU).
 #include <cuda_runtime.h>
 
@@ -13,6 +14,7 @@
 
 #include "gpu/train/ffn_forward.h"
 #include "gpu/train/layer_norm.h"
+#include "gpu/train/model_kernels.h"
 #include "gtest/gtest.h"
 #include "model/numerics/float_formats.h"
 #include "reference/model/ops.h"
@@ -40,17 +42,21 @@ TEST(FfnForward, ShapesAndPointersItCannotTakeAreRefusedByName) {
   const absl::Status n = ValidateFfnForwardShape({0, 128, 512});
   EXPECT_NE(n.message().find("n=0"), std::string::npos) << n;
   const absl::Status null =
-      FfnForwardFused({10, 128, 512}, nullptr, FfnForwardWeights{}, nullptr, nullptr, nullptr, nullptr, nullptr);
+      FfnForwardFused({10, 128, 512}, nullptr, FfnForwardWeights{}, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
   EXPECT_NE(null.message().find("h=null"), std::string::npos) << null;
   auto* const some16 = reinterpret_cast<__nv_bfloat16*>(16);
   auto* const some32 = reinterpret_cast<float*>(32);
   const absl::Status no_b2 = FfnForwardFused({10, 128, 512}, some16, FfnForwardWeights{some16, some16, some16, nullptr},
-                                             some32, some16, some16, some32, nullptr);
+                                             some32, some16, some16, some32, nullptr, nullptr);
   EXPECT_NE(no_b2.message().find("b2=null"), std::string::npos) << no_b2;
   const absl::Status misaligned =
       FfnForwardFused({10, 128, 512}, some16, FfnForwardWeights{some16, some16, some16, some32}, some32,
-                      reinterpret_cast<__nv_bfloat16*>(18), some16, some32, nullptr);
+                      reinterpret_cast<__nv_bfloat16*>(18), some16, some32, nullptr, nullptr);
   EXPECT_NE(misaligned.message().find("u: want a 16-byte aligned pointer"), std::string::npos) << misaligned;
+  const absl::Status misaligned16 =
+      FfnForwardFused({10, 128, 512}, some16, FfnForwardWeights{some16, some16, some16, some32}, some32, some16, some16,
+                      some32, reinterpret_cast<__nv_bfloat16*>(24), nullptr);
+  EXPECT_NE(misaligned16.message().find("y16: want a 16-byte aligned pointer"), std::string::npos) << misaligned16;
 }
 
 void RunCase(int64_t n, int hidden, bool in_place) {
@@ -67,13 +73,15 @@ void RunCase(int64_t n, int hidden, bool in_place) {
                             w2v = test::Bf16Values(w2);
 
   DeviceArray<uint16_t> h_d(h), w1_d(w1), b1_d(b1), w2_d(w2), u_d{std::vector<uint16_t>(nh)},
-      g_d{std::vector<uint16_t>(nh)}, g_sep_d{std::vector<uint16_t>(nh)};
+      g_d{std::vector<uint16_t>(nh)}, g_sep_d{std::vector<uint16_t>(nh)}, y16_d{std::vector<uint16_t>(nd)},
+      y16_sep_d{std::vector<uint16_t>(nd)};
   DeviceArray<float> b2_d(b2), x_d(x), y_sep_d{std::vector<float>(nd)};
   float* const y = in_place ? x_d.ptr : y_sep_d.ptr;
   const FfnForwardWeights w{w1_d.bf16(), b1_d.bf16(), w2_d.bf16(), b2_d.ptr};
   auto run = [&] {
     x_d.Put(x);
-    EXPECT_TRUE(FfnForwardFused({n, d, hidden}, h_d.bf16(), w, x_d.ptr, u_d.bf16(), g_d.bf16(), y, nullptr).ok())
+    EXPECT_TRUE(
+        FfnForwardFused({n, d, hidden}, h_d.bf16(), w, x_d.ptr, u_d.bf16(), g_d.bf16(), y, y16_d.bf16(), nullptr).ok())
         << where;
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << where;
   };
@@ -127,6 +135,10 @@ void RunCase(int64_t n, int hidden, bool in_place) {
     }
   }
   ExpectCloseToScale(y_got, y_want, y_scale, (hidden + 16) * kFp32U, 0.0, where + " y");
+  // y16: ToBf16's bytes of the same y.
+  const std::vector<uint16_t> y16 = y16_d.Get(nd);
+  ASSERT_TRUE(ToBf16(y, static_cast<int64_t>(nd), y16_sep_d.bf16(), nullptr).ok());
+  EXPECT_EQ(std::memcmp(y16_sep_d.Get(nd).data(), y16.data(), nd * sizeof(uint16_t)), 0) << where << ": y16 against ToBf16";
 
   // The same bytes again.
   run();
