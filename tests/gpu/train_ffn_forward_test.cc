@@ -2,8 +2,7 @@
 // h W1 + b1 within bf16's rounding and the fp32 sum's; g bit for bit GELU's elementwise kernel
 // (GeluForward) of the kernel's own u, and within bf16's rounding of the fp64 GELU of it; y against the
 // fp64 sum g W2 + b2 + x of the kernel's own g; its bf16 copy y16 bit for bit ToBf16 of y. A second
-// run gives the same bytes; x may be y. Shapes
-// and pointers refused by name (that part needs no GPU).
+// run gives the same bytes; x may be y. Shapes and pointers refused by name (that part needs no GPU).
 #include <cuda_runtime.h>
 
 #include <cmath>
