@@ -52,9 +52,20 @@ absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, c
 // the inputs. A query (key) that keeps no key (is kept by no query) gets zeros.
 absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v,
                                     const float* d_o, float* dq, float* dk, float* dv, cudaStream_t stream);
+// The keys k given to the bf16 backward as a head RMS norm's output (head_rms_norm.h: k = x * inv per
+// row and head, x [keys, ld] bf16 with row stride ld, inv [keys, heads] fp32): dk is then written as
+// dL/dx, rows ld apart (ld >= heads * dh, even; x 4-byte aligned), the norm's backward applied to the
+// fp32 sums of dL/dk before their one rounding to bf16, where GDPA's dk and HeadRmsNormBackward would
+// round dL/dk first and read it back. The dk / dv walks are then never split.
+struct GdpaKeyNorm {
+  const __nv_bfloat16* x = nullptr;
+  const float* inv = nullptr;
+  int64_t ld = 0;
+};
 absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, const __nv_bfloat16* k,
                                     const __nv_bfloat16* v, const __nv_bfloat16* d_o, __nv_bfloat16* dq,
-                                    __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t stream);
+                                    __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t stream,
+                                    const GdpaKeyNorm* key_norm = nullptr);
 
 }  // namespace gemtb::gpu::train
 

@@ -119,6 +119,13 @@ struct Params {
   const int32_t* q_tiles;
   const int32_t* k_tiles;
   int max_q_tiles, max_k_tiles;
+  int ld_dk = 0;  // the row stride of dk (elements); 0: heads * dh
+  // Where key_x is not null, the keys are a head RMS norm's output, k = x * inv per row and head (x:
+  // [keys, key_ld] bf16, inv: [keys, heads] fp32), and BackwardDkDvKernel writes dk as dL/dx
+  // (KeyNormBackward). Only unsplit dk / dv launches read them.
+  const bf16* key_x = nullptr;
+  const float* key_inv = nullptr;
+  int key_ld = 0;
 };
 
 // A tile list's entry, 32 bytes (two 16-byte loads): its sample's first query row, query count, first
@@ -791,9 +798,48 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
     }
     qdo.Advance(i0, ie, buf);
   }
-  WriteOwnRows<kDh>(acc_k, ss, role, sp, place, s.k_row, j0, nk, width, width, h, p.vec, dk, sp.part0);
+  if (p.key_x != nullptr) KeyNormBackward<kDh>(p, role, s.k_row + j0, nk, h, acc_k);
+  WriteOwnRows<kDh>(acc_k, ss, role, sp, place, s.k_row, j0, nk, p.ld_dk > 0 ? p.ld_dk : width, width, h, p.vec, dk,
+                    sp.part0);
   WriteOwnRows<kDh>(acc_v, ss, role, sp, place, s.k_row, j0, nk, p.ld_v, width, h, p.vec, dv, sp.part1);
 }
+// The head RMS norm's backward on the warp's strip of dL/dk (acc, the fp32 sums of the walk, own rows
+// [row0, row0 + 16) of the tile whose first key is sample row `first`, `n` real rows): per row and head
+// dx = inv (dk - y mean(dk y)), y = x * inv, as HeadRmsNormBackward computes it from a bf16 dk, here
+// from the unrounded sums. A lane holds columns 2t, 2t + 1 of each 8-column tile of rows g and g + 8; a
+// row's dot product is its quad's (lanes 4g .. 4g + 3). Linear in dk, so it may run on a group's partial
+// strip before the groups are added. Rows past n compute on the tile's first row and are never written.
+template <int kDh>
+__device__ void KeyNormBackward(const Params& p, const Role& role, int64_t first, int n, int h,
+                                float (&acc)[kDh / 8][4]) {
+  const LaneCoords l = Lane();
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = role.row0 + l.g + 8 * half;
+    const int64_t row = first + (r < n ? r : 0);
+    const float inv = p.key_inv[row * p.heads + h];
+    const bf16* x = p.key_x + row * p.key_ld + h * kDh + 2 * l.t;
+    float y[kDh / 8][2];
+    float dot = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kDh / 8; ++c) {
+      const uint32_t pair = *reinterpret_cast<const uint32_t*>(x + c * 8);
+      y[c][0] = __fmul_rn(Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair & 0xffffu)), inv);
+      y[c][1] = __fmul_rn(Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair >> 16)), inv);
+      dot = __fadd_rn(dot, __fmul_rn(acc[c][2 * half], y[c][0]));
+      dot = __fadd_rn(dot, __fmul_rn(acc[c][2 * half + 1], y[c][1]));
+    }
+    dot = __fadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, 1));
+    dot = __fadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, 2));
+    const float mean = __fdiv_rn(dot, static_cast<float>(kDh));
+#pragma unroll
+    for (int c = 0; c < kDh / 8; ++c) {
+      acc[c][2 * half] = __fmul_rn(inv, __fsub_rn(acc[c][2 * half], __fmul_rn(y[c][0], mean)));
+      acc[c][2 * half + 1] = __fmul_rn(inv, __fsub_rn(acc[c][2 * half + 1], __fmul_rn(y[c][1], mean)));
+    }
+  }
+}
+
 // The output rows of a split launch (SplitWalk): own row r of sample blockIdx.x (queries, or keys where
 // own_keys), every head, is the sum of the partial rows of the splits that wrote them, in increasing
 // split order; part1 / out1 (dv, rows p.ld_v apart) too where out1 is not null; written as T. Grid
