@@ -54,9 +54,9 @@ absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const float* q, const fl
                                     const float* d_o, float* dq, float* dk, float* dv, cudaStream_t stream);
 // The keys k given to the bf16 backward as a head RMS norm's output (head_rms_norm.h: k = x * inv per
 // row and head, x [keys, ld] bf16 with row stride ld, inv [keys, heads] fp32): dk is then written as
-// dL/dx, rows ld apart (ld >= heads * dh, even; x 4-byte aligned), the norm's backward applied to the
-// fp32 sums of dL/dk before their one rounding to bf16, where GDPA's dk and HeadRmsNormBackward would
-// round dL/dk first and read it back. The dk / dv walks are then never split.
+// dL/dx, rows ld apart (ld >= heads * dh, even; x 4-byte aligned): HeadRmsNormBackward's values on the
+// dk this call would otherwise write (dL/dk rounded to bf16; up to the order of a row's fp32 dot
+// product), without that array's write and read. The dk / dv walks are then never split.
 struct GdpaKeyNorm {
   const __nv_bfloat16* x = nullptr;
   const float* inv = nullptr;

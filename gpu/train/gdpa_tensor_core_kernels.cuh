@@ -36,6 +36,11 @@ __device__ __forceinline__ uint32_t PackBf16x2(float lo, float hi) {
 #endif
 }
 
+// x rounded (RNE) to bf16 and back to fp32.
+__device__ __forceinline__ float RoundToBf16(float x) {
+  return Storage<ElementType::kBFloat16>::ToFloat(Storage<ElementType::kBFloat16>::FromFloat(x));
+}
+
 // A CTA takes one (sample, head, tile of kTile rows of its own side: queries for o and dq, keys for
 // dk and dv) and walks the other side's kept rows in steps of kTile rows staged in shared memory as
 // bf16. Its 16-row strips and each step's 16-row chunks cut the step's scores into 16x16 regions. A
@@ -798,17 +803,52 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
     }
     qdo.Advance(i0, ie, buf);
   }
-  if (p.key_x != nullptr) KeyNormBackward<kDh>(p, role, s.k_row + j0, nk, h, acc_k);
+  if (p.key_x != nullptr) {
+    if (role.groups > 1) GatherGroups<kDh>(acc_k, ss, role);
+    KeyNormBackward<kDh>(p, role, s.k_row + j0, nk, h, acc_k);
+  }
   WriteOwnRows<kDh>(acc_k, ss, role, sp, place, s.k_row, j0, nk, p.ld_dk > 0 ? p.ld_dk : width, width, h, p.vec, dk,
                     sp.part0);
   WriteOwnRows<kDh>(acc_v, ss, role, sp, place, s.k_row, j0, nk, p.ld_v, width, h, p.vec, dv, sp.part1);
 }
-// The head RMS norm's backward on the warp's strip of dL/dk (acc, the fp32 sums of the walk, own rows
-// [row0, row0 + 16) of the tile whose first key is sample row `first`, `n` real rows): per row and head
-// dx = inv (dk - y mean(dk y)), y = x * inv, as HeadRmsNormBackward computes it from a bf16 dk, here
-// from the unrounded sums. A lane holds columns 2t, 2t + 1 of each 8-column tile of rows g and g + 8; a
-// row's dot product is its quad's (lanes 4g .. 4g + 3). Linear in dk, so it may run on a group's partial
-// strip before the groups are added. Rows past n compute on the tile's first row and are never written.
+// Where a tile's strips are split among groups of warps (role.groups > 1): the warps of group 0 end
+// with their strip's sum over the groups (added in increasing group order, as StoreOutput adds them),
+// the others with zeros, so that the output path's own group sum gives that sum. Starts and ends with a
+// barrier (ss, the walked buffers, is free after the walk).
+template <int kDh>
+__device__ void GatherGroups(float (&acc)[kDh / 8][4], float* ss, const Role& role) {
+  const LaneCoords l = Lane();
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  __syncthreads();
+  float* part = ss + warp * kFrag * kLdS;
+#pragma unroll
+  for (int c = 0; c < kDh / 8; ++c) {
+    *reinterpret_cast<float2*>(part + l.g * kLdS + c * 8 + 2 * l.t) = make_float2(acc[c][0], acc[c][1]);
+    *reinterpret_cast<float2*>(part + (l.g + 8) * kLdS + c * 8 + 2 * l.t) = make_float2(acc[c][2], acc[c][3]);
+  }
+  __syncthreads();
+  const int group_rows = role.strips * kFrag;
+#pragma unroll
+  for (int c = 0; c < kDh / 8; ++c) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = role.row0 + l.g + 8 * (e / 2), col = c * 8 + 2 * l.t + e % 2;
+      float sum = ss[row * kLdS + col];
+      for (int g = 1; g < role.groups; ++g) sum += ss[(g * group_rows + row) * kLdS + col];
+      acc[c][e] = role.group == 0 ? sum : 0.0f;
+    }
+  }
+  __syncthreads();
+}
+
+// The head RMS norm's backward on the warp's strip of dL/dk (acc: the walk's fp32 sums, own rows
+// [row0, row0 + 16) of the tile whose first key is sample row `first`, `n` real rows; the whole strip's
+// sums, GatherGroups' where groups share it, zeros in the others): per row and head
+// dx = inv (dk - y mean(dk y)), y = x * inv, on dk rounded to bf16 as GDPA's dk output would hold it,
+// so the values are HeadRmsNormBackward's on that output (up to the order of the row's fp32 dot
+// product). A lane holds columns 2t, 2t + 1 of each 8-column tile of rows g and g + 8; a row's dot
+// product is its quad's (lanes 4g .. 4g + 3). Rows past n compute on the tile's first row and are
+// never written.
 template <int kDh>
 __device__ void KeyNormBackward(const Params& p, const Role& role, int64_t first, int n, int h,
                                 float (&acc)[kDh / 8][4]) {
@@ -823,6 +863,8 @@ __device__ void KeyNormBackward(const Params& p, const Role& role, int64_t first
     float dot = 0.0f;
 #pragma unroll
     for (int c = 0; c < kDh / 8; ++c) {
+      acc[c][2 * half] = RoundToBf16(acc[c][2 * half]);
+      acc[c][2 * half + 1] = RoundToBf16(acc[c][2 * half + 1]);
       const uint32_t pair = *reinterpret_cast<const uint32_t*>(x + c * 8);
       y[c][0] = __fmul_rn(Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair & 0xffffu)), inv);
       y[c][1] = __fmul_rn(Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair >> 16)), inv);

@@ -417,8 +417,9 @@ INSTANTIATE_TEST_SUITE_P(Cases, TrainGdpaTensorCoreCase, ::testing::Range<size_t
 // GdpaKeyNorm: the keys given as a head RMS norm's output, k = bf16(x * inv) per row and head, x bf16
 // in rows twice as wide as the keys' (the other columns 1e30); dk written as dL/dx into rows of that
 // stride. Against the fp64 norm backward, inv (g - y mean(g y)) with y = x * inv in fp32, of the
-// tensor-core kernels' own fp32 dL/dk (the fp32 overload on the same bf16 values: its unrounded
-// sums): within one bf16 rounding plus fp32's error on the row's terms. dv and dq are the plain runs'
+// tensor-core kernels' own dL/dk rounded to bf16 (g: the fp32 overload on the same bf16 values, its
+// sums rounded as the bf16 overload's dk holds them): within one bf16 rounding plus fp32's error on
+// the row's terms. dv and dq are the plain runs'
 // bytes; nothing is written outside dk's columns and the samples' rows. Cases whose dk / dv walks
 // split are left out (the key norm keeps them whole, so the fp32 run would add in another order). A
 // bad stride is refused by name.
@@ -488,7 +489,7 @@ TEST(TrainGdpaTensorCore, NormedKeysGiveTheNormsBackwardOfTheUnroundedGradient) 
         for (int i = 0; i < c.dh; ++i) {
           const size_t e = r * width + h * c.dh + i;
           y[i] = static_cast<float>(x[e] * rinv);
-          gr[i] = ref.dk[e];
+          gr[i] = numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(ref.dk[e]));
           dot += gr[i] * y[i];
           g_max = std::max(g_max, std::fabs(gr[i]));
           y_max = std::max(y_max, std::fabs(y[i]));

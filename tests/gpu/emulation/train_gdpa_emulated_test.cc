@@ -419,9 +419,10 @@ TEST(TrainGdpaEmulated, Bf16TensorsGiveTheFp32TensorsResultsRounded) {
 
 // The dK/dV kernel with the keys as a head RMS norm's output (Params::key_x, key_inv; gdpa_tensor_core.h's
 // GdpaKeyNorm), fp32 tensors: dk, written rows 2 * width apart, is the norm's backward
-// inv (g - y mean(g y)), y = x * inv in fp32, of the plain run's dk g, within fp32's rounding of the
-// row's terms; dv is the plain run's bytes; nothing is written outside dk's columns or the samples'
-// rows. Cases whose dk / dv walks split are left out (the launcher keeps them whole with a key norm).
+// inv (g - y mean(g y)), y = x * inv in fp32, of the plain run's dk rounded to bf16 (g), within fp32's
+// rounding of the row's terms; dv is the plain run's bytes; nothing is written outside dk's columns or
+// the samples' rows. Cases whose dk / dv walks split are left out (the launcher keeps them whole with
+// a key norm); tiles of 32 rows or fewer, whose strips are shared by groups of warps, are in.
 template <int kDh>
 void RunKeyNormCase(const Case& c) {
   const Side qs = Offsets(c.lq), ks = Offsets(c.lk);
@@ -467,7 +468,7 @@ void RunKeyNormCase(const Case& c) {
       std::vector<double> y(kDh), g(kDh);
       for (int i = 0; i < kDh; ++i) {
         y[i] = numerics::Bf16BitsToFloat(x[static_cast<size_t>(r * ld + h * kDh + i)]) * rinv;  // fp32 product
-        g[i] = plain.dk[static_cast<size_t>(r * width + h * kDh + i)];
+        g[i] = numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(plain.dk[static_cast<size_t>(r * width + h * kDh + i)]));
         dot += g[i] * y[i];
         g_max = std::max(g_max, std::abs(g[i])), y_max = std::max(y_max, std::abs(y[i]));
       }
