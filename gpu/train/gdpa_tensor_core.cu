@@ -158,15 +158,13 @@ absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T*
     }
   }
   if (b.max_k > 0 && AnyTile(b, /*own_keys=*/true)) {
-    if (absl::Status s = AllowSharedMemory(BackwardDkDvKernel<kDh, T>, kBytes, "GdpaBackwardTensorCore dk dv");
-        !s.ok()) {
-      return s;
-    }
+    const auto kernel = key_norm != nullptr ? BackwardDkDvKernel<kDh, T, true> : BackwardDkDvKernel<kDh, T, false>;
+    if (absl::Status s = AllowSharedMemory(kernel, kBytes, "GdpaBackwardTensorCore dk dv"); !s.ok()) return s;
     // The key norm's backward needs a tile's whole sums: its walks stay whole.
     const int splits = key_norm != nullptr ? 1 : SplitsFor(b, b.max_k, b.max_q, 2);
     const auto launch = [&](const Split& sp) {
-      LaunchDependent(BackwardDkDvKernel<kDh, T>, Grid(b, /*own_keys=*/true, sp.splits), kThreads, kBytes, stream, p,
-                      sp, q, k, v, d_o, dk, dv);
+      LaunchDependent(kernel, Grid(b, /*own_keys=*/true, sp.splits), kThreads, kBytes, stream, p, sp, q, k, v, d_o,
+                      dk, dv);
     };
     if (splits == 1) {
       launch(Split{});

@@ -126,8 +126,8 @@ struct Params {
   int max_q_tiles, max_k_tiles;
   int ld_dk = 0;  // the row stride of dk (elements); 0: heads * dh
   // Where key_x is not null, the keys are a head RMS norm's output, k = x * inv per row and head (x:
-  // [keys, key_ld] bf16, inv: [keys, heads] fp32), and BackwardDkDvKernel writes dk as dL/dx
-  // (KeyNormBackward). Only unsplit dk / dv launches read them.
+  // [keys, key_ld] bf16, inv: [keys, heads] fp32), and BackwardDkDvKernel's kKeyNorm instance writes dk
+  // as dL/dx (KeyNormBackward). Only unsplit dk / dv launches read them.
   const bf16* key_x = nullptr;
   const float* key_inv = nullptr;
   int key_ld = 0;
@@ -614,6 +614,92 @@ __device__ void WriteOwnRows(const float (&acc)[kDh / 8][4], float* ss, const Ro
   }
 }
 
+// Where a tile's strips are split among groups of warps (role.groups > 1): the warps of group 0 end
+// with their strip's sum over the groups (added in increasing group order, as StoreOutput adds them),
+// the others with zeros, so that the output path's own group sum gives that sum. Starts and ends with a
+// barrier (ss, the walked buffers, is free after the walk).
+template <int kDh>
+__device__ void GatherGroups(float (&acc)[kDh / 8][4], float* ss, const Role& role) {
+  const LaneCoords l = Lane();
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  __syncthreads();
+  float* part = ss + warp * kFrag * kLdS;
+#pragma unroll
+  for (int c = 0; c < kDh / 8; ++c) {
+    *reinterpret_cast<float2*>(part + l.g * kLdS + c * 8 + 2 * l.t) = make_float2(acc[c][0], acc[c][1]);
+    *reinterpret_cast<float2*>(part + (l.g + 8) * kLdS + c * 8 + 2 * l.t) = make_float2(acc[c][2], acc[c][3]);
+  }
+  __syncthreads();
+  const int group_rows = role.strips * kFrag;
+#pragma unroll
+  for (int c = 0; c < kDh / 8; ++c) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = role.row0 + l.g + 8 * (e / 2), col = c * 8 + 2 * l.t + e % 2;
+      float sum = ss[row * kLdS + col];
+      for (int g = 1; g < role.groups; ++g) sum += ss[(g * group_rows + row) * kLdS + col];
+      acc[c][e] = role.group == 0 ? sum : 0.0f;
+    }
+  }
+  __syncthreads();
+}
+
+// The head RMS norm's backward on the warp's strip of dL/dk (acc: the walk's fp32 sums, own rows
+// [row0, row0 + 16) of the tile whose first key is sample row `first`, `n` real rows; the whole strip's
+// sums, GatherGroups' where groups share it, zeros in the others): per row and head
+// dx = inv (dk - y mean(dk y)), y = x * inv, on dk rounded to bf16 as GDPA's dk output would hold it,
+// so the values are HeadRmsNormBackward's on that output (up to the order of the row's fp32 dot
+// product). A lane holds columns 2t, 2t + 1 of each 8-column tile of rows g and g + 8; a row's dot
+// product is its quad's (lanes 4g .. 4g + 3). Rows past n compute on the tile's first row and are
+// never written. The lane's x pairs and inverse RMS (KeyRows) are loaded before the walk, so that
+// their latency hides behind it rather than trailing it.
+template <int kDh>
+struct KeyRows {
+  uint32_t x[2][kDh / 8];  // columns 8c + 2t, 8c + 2t + 1 of rows g (half 0) and g + 8 (half 1), bf16 pairs
+  float inv[2];
+
+  __device__ void Load(const Params& p, const Role& role, int64_t first, int n, int h) {
+    const LaneCoords l = Lane();
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = role.row0 + l.g + 8 * half;
+      const int64_t row = first + (r < n ? r : 0);
+      inv[half] = p.key_inv[row * p.heads + h];
+      const bf16* at = p.key_x + row * p.key_ld + h * kDh + 2 * l.t;
+#pragma unroll
+      for (int c = 0; c < kDh / 8; ++c) x[half][c] = *reinterpret_cast<const uint32_t*>(at + c * 8);
+    }
+  }
+};
+
+template <int kDh>
+__device__ void KeyNormBackward(const KeyRows<kDh>& key, float (&acc)[kDh / 8][4]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float inv = key.inv[half];
+    float y[kDh / 8][2];
+    float dot = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kDh / 8; ++c) {
+      acc[c][2 * half] = RoundToBf16(acc[c][2 * half]);
+      acc[c][2 * half + 1] = RoundToBf16(acc[c][2 * half + 1]);
+      const uint32_t pair = key.x[half][c];
+      y[c][0] = __fmul_rn(Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair & 0xffffu)), inv);
+      y[c][1] = __fmul_rn(Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair >> 16)), inv);
+      dot = __fadd_rn(dot, __fmul_rn(acc[c][2 * half], y[c][0]));
+      dot = __fadd_rn(dot, __fmul_rn(acc[c][2 * half + 1], y[c][1]));
+    }
+    dot = __fadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, 1));
+    dot = __fadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, 2));
+    const float mean = __fdiv_rn(dot, static_cast<float>(kDh));
+#pragma unroll
+    for (int c = 0; c < kDh / 8; ++c) {
+      acc[c][2 * half] = __fmul_rn(inv, __fsub_rn(acc[c][2 * half], __fmul_rn(y[c][0], mean)));
+      acc[c][2 * half + 1] = __fmul_rn(inv, __fsub_rn(acc[c][2 * half + 1], __fmul_rn(y[c][1], mean)));
+    }
+  }
+}
+
 // o for the queries of a tile (CtaPlace), head blockIdx.y: the steps walk the
 // tile's kept keys (or the split's part of them); a region's result is post * silu(q . k) where kept
 // (else 0), times the chunk's v.
@@ -739,8 +825,10 @@ __global__ void __launch_bounds__(kThreads)
 // dk, dv for the keys of a tile (CtaPlace): a walk over the queries that keep them (or the split's part
 // of them), in increasing order.
 // A region is transposed (keys as rows): s^T = k q^T and dp^T = v do^T give p^T = post silu(s^T) (times
-// the chunk's do into dv) and dz^T (times the chunk's q into dk).
-template <int kDh, typename T>
+// the chunk's do into dv) and dz^T (times the chunk's q into dk). kKeyNorm: the keys are a head RMS
+// norm's output (Params::key_x, key_inv) and dk is written through its backward (KeyNormBackward); an
+// instance of its own, so that the plain kernel's registers stay as they are.
+template <int kDh, typename T, bool kKeyNorm = false>
 __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
     BackwardDkDvKernel(Params p, Split sp, const T* q, const T* k, const T* v, const T* d_o, T* dk, T* dv) {
   AwaitPriorGrids();
@@ -769,6 +857,8 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
   const Role role = WarpRole(nk);
   const StripSpan span = SpanOf(p.mask, j0 + role.row0, j0 + min(role.row0 + kFrag, nk) - 1, s.lq);
   const LaneRows rows = StripRows(p.mask, j0 + role.row0, nk - role.row0, s.lq);
+  KeyRows<kDh> key_rows;
+  if constexpr (kKeyNorm) key_rows.Load(p, role, s.k_row + j0, nk, h);
   qdo.Start(ib, ie);
   __syncthreads();
   uint32_t ka[kDh / kFrag][4], va[kDh / kFrag][4];
@@ -803,85 +893,14 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
     }
     qdo.Advance(i0, ie, buf);
   }
-  if (p.key_x != nullptr) {
+  if constexpr (kKeyNorm) {
     if (role.groups > 1) GatherGroups<kDh>(acc_k, ss, role);
-    KeyNormBackward<kDh>(p, role, s.k_row + j0, nk, h, acc_k);
+    KeyNormBackward<kDh>(key_rows, acc_k);
   }
   WriteOwnRows<kDh>(acc_k, ss, role, sp, place, s.k_row, j0, nk, p.ld_dk > 0 ? p.ld_dk : width, width, h, p.vec, dk,
                     sp.part0);
   WriteOwnRows<kDh>(acc_v, ss, role, sp, place, s.k_row, j0, nk, p.ld_v, width, h, p.vec, dv, sp.part1);
 }
-// Where a tile's strips are split among groups of warps (role.groups > 1): the warps of group 0 end
-// with their strip's sum over the groups (added in increasing group order, as StoreOutput adds them),
-// the others with zeros, so that the output path's own group sum gives that sum. Starts and ends with a
-// barrier (ss, the walked buffers, is free after the walk).
-template <int kDh>
-__device__ void GatherGroups(float (&acc)[kDh / 8][4], float* ss, const Role& role) {
-  const LaneCoords l = Lane();
-  const int warp = static_cast<int>(threadIdx.x) / kWarp;
-  __syncthreads();
-  float* part = ss + warp * kFrag * kLdS;
-#pragma unroll
-  for (int c = 0; c < kDh / 8; ++c) {
-    *reinterpret_cast<float2*>(part + l.g * kLdS + c * 8 + 2 * l.t) = make_float2(acc[c][0], acc[c][1]);
-    *reinterpret_cast<float2*>(part + (l.g + 8) * kLdS + c * 8 + 2 * l.t) = make_float2(acc[c][2], acc[c][3]);
-  }
-  __syncthreads();
-  const int group_rows = role.strips * kFrag;
-#pragma unroll
-  for (int c = 0; c < kDh / 8; ++c) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = role.row0 + l.g + 8 * (e / 2), col = c * 8 + 2 * l.t + e % 2;
-      float sum = ss[row * kLdS + col];
-      for (int g = 1; g < role.groups; ++g) sum += ss[(g * group_rows + row) * kLdS + col];
-      acc[c][e] = role.group == 0 ? sum : 0.0f;
-    }
-  }
-  __syncthreads();
-}
-
-// The head RMS norm's backward on the warp's strip of dL/dk (acc: the walk's fp32 sums, own rows
-// [row0, row0 + 16) of the tile whose first key is sample row `first`, `n` real rows; the whole strip's
-// sums, GatherGroups' where groups share it, zeros in the others): per row and head
-// dx = inv (dk - y mean(dk y)), y = x * inv, on dk rounded to bf16 as GDPA's dk output would hold it,
-// so the values are HeadRmsNormBackward's on that output (up to the order of the row's fp32 dot
-// product). A lane holds columns 2t, 2t + 1 of each 8-column tile of rows g and g + 8; a row's dot
-// product is its quad's (lanes 4g .. 4g + 3). Rows past n compute on the tile's first row and are
-// never written.
-template <int kDh>
-__device__ void KeyNormBackward(const Params& p, const Role& role, int64_t first, int n, int h,
-                                float (&acc)[kDh / 8][4]) {
-  const LaneCoords l = Lane();
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = role.row0 + l.g + 8 * half;
-    const int64_t row = first + (r < n ? r : 0);
-    const float inv = p.key_inv[row * p.heads + h];
-    const bf16* x = p.key_x + row * p.key_ld + h * kDh + 2 * l.t;
-    float y[kDh / 8][2];
-    float dot = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kDh / 8; ++c) {
-      acc[c][2 * half] = RoundToBf16(acc[c][2 * half]);
-      acc[c][2 * half + 1] = RoundToBf16(acc[c][2 * half + 1]);
-      const uint32_t pair = *reinterpret_cast<const uint32_t*>(x + c * 8);
-      y[c][0] = __fmul_rn(Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair & 0xffffu)), inv);
-      y[c][1] = __fmul_rn(Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair >> 16)), inv);
-      dot = __fadd_rn(dot, __fmul_rn(acc[c][2 * half], y[c][0]));
-      dot = __fadd_rn(dot, __fmul_rn(acc[c][2 * half + 1], y[c][1]));
-    }
-    dot = __fadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, 1));
-    dot = __fadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, 2));
-    const float mean = __fdiv_rn(dot, static_cast<float>(kDh));
-#pragma unroll
-    for (int c = 0; c < kDh / 8; ++c) {
-      acc[c][2 * half] = __fmul_rn(inv, __fsub_rn(acc[c][2 * half], __fmul_rn(y[c][0], mean)));
-      acc[c][2 * half + 1] = __fmul_rn(inv, __fsub_rn(acc[c][2 * half + 1], __fmul_rn(y[c][1], mean)));
-    }
-  }
-}
-
 // The output rows of a split launch (SplitWalk): own row r of sample blockIdx.x (queries, or keys where
 // own_keys), every head, is the sum of the partial rows of the splits that wrote them, in increasing
 // split order; part1 / out1 (dv, rows p.ld_v apart) too where out1 is not null; written as T. Grid

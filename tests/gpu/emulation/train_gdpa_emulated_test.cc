@@ -450,7 +450,7 @@ void RunKeyNormCase(const Case& c) {
   const int64_t batch = static_cast<int64_t>(c.lq.size());
   const float *q = in.q.data(), *k = in.k.data(), *v = in.v.data(), *d_o = in.d_o.data();
   RunGrid(static_cast<unsigned>(batch * ((ks.max + kTile - 1) / kTile)), static_cast<unsigned>(c.heads), 1,
-          [&] { BackwardDkDvKernel<kDh, float>(p, Split{}, q, k, v, d_o, dk.data(), dv.data()); });
+          [&] { BackwardDkDvKernel<kDh, float, true>(p, Split{}, q, k, v, d_o, dk.data(), dv.data()); });
   const std::string name = c.name + " dh=" + std::to_string(kDh) + " key norm";
   ASSERT_EQ(std::memcmp(dv.data(), plain.dv.data(), dv.size() * sizeof(float)), 0) << name << ": dv";
   const int64_t first = ks.offsets.front(), last = ks.offsets.back();
