@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -128,7 +129,7 @@ absl::Status LaunchForward(const GdpaBatch& b, const T* q, const T* k, const T* 
 
 template <int kDh, typename T>
 absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T* v, const T* d_o, T* dq, T* dk, T* dv,
-                            const GdpaKeyNorm* key_norm, cudaStream_t stream) {
+                            const GdpaHeadNorm* query_norm, const GdpaHeadNorm* key_norm, cudaStream_t stream) {
   constexpr size_t kBytes = Layout<kDh>::Bytes(2);  // the own pair, then the walked pair twice
   Params p = MakeParams<T>(b, Aligned16({q, k, v, d_o, dq, dk, dv}));
   if (key_norm != nullptr) {
@@ -138,15 +139,22 @@ absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T*
     p.ld_dk = static_cast<int>(key_norm->ld);
     p.vec = p.vec && key_norm->ld % 8 == 0;  // dk's rows, now key_ld apart, 16-byte aligned too
   }
+  if (query_norm != nullptr) {
+    p.query_x = Bf16Bits(query_norm->x);
+    p.query_inv = query_norm->inv;
+    p.query_ld = static_cast<int>(query_norm->ld);
+    p.ld_dq = static_cast<int>(query_norm->ld);
+    p.vec = p.vec && query_norm->ld % 8 == 0;
+  }
   T* const no_second = nullptr;  // dq's split launch has one output
   if (b.max_q > 0 && AnyTile(b, /*own_keys=*/false)) {
-    if (absl::Status s = AllowSharedMemory(BackwardDqKernel<kDh, T>, kBytes, "GdpaBackwardTensorCore dq"); !s.ok()) {
-      return s;
-    }
-    const int splits = SplitsFor(b, b.max_q, b.max_k, 1);
+    const auto kernel = query_norm != nullptr ? BackwardDqKernel<kDh, T, true> : BackwardDqKernel<kDh, T, false>;
+    if (absl::Status s = AllowSharedMemory(kernel, kBytes, "GdpaBackwardTensorCore dq"); !s.ok()) return s;
+    // The query norm's backward needs a tile's whole sums: its walks stay whole.
+    const int splits = query_norm != nullptr ? 1 : SplitsFor(b, b.max_q, b.max_k, 1);
     const auto launch = [&](const Split& sp) {
-      LaunchDependent(BackwardDqKernel<kDh, T>, Grid(b, /*own_keys=*/false, sp.splits), kThreads, kBytes, stream, p, sp,
-                      q, k, v, d_o, dq);
+      LaunchDependent(kernel, Grid(b, /*own_keys=*/false, sp.splits), kThreads, kBytes, stream, p, sp, q, k, v, d_o,
+                      dq);
     };
     if (splits == 1) {
       launch(Split{});
@@ -196,7 +204,7 @@ absl::Status Forward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* 
 
 template <typename T>
 absl::Status Backward(const GdpaBatch& b, const T* q, const T* k, const T* v, const T* d_o, T* dq, T* dk, T* dv,
-                      const GdpaKeyNorm* key_norm, cudaStream_t stream) {
+                      const GdpaHeadNorm* query_norm, const GdpaHeadNorm* key_norm, cudaStream_t stream) {
   if (absl::Status s = ValidateGdpaBatch(b); !s.ok()) return s;
   if (b.batch == 0 || (b.max_q == 0 && b.max_k == 0)) return absl::OkStatus();
   // q, d_o, dq are used only where some sample has queries; k, v, dk, dv only where some has keys.
@@ -206,23 +214,28 @@ absl::Status Backward(const GdpaBatch& b, const T* q, const T* k, const T* v, co
   if (b.max_k > 0) {
     if (absl::Status s = NotNull({{k, "k"}, {v, "v"}, {dk, "dk"}, {dv, "dv"}}); !s.ok()) return s;
   }
-  if (key_norm != nullptr) {
+  for (const auto& [norm, name, rows] : {std::tuple{query_norm, "query_norm", b.max_q}, std::tuple{key_norm, "key_norm", b.max_k}}) {
+    if (norm == nullptr) continue;
     const int64_t width = int64_t{b.heads} * b.dh;
-    if (key_norm->ld < width || key_norm->ld % 2 != 0 || key_norm->ld >= (int64_t{1} << 31)) {
-      return absl::InvalidArgumentError(absl::StrCat("GdpaBackwardTensorCore: key_norm.ld=", key_norm->ld,
+    if (norm->ld < width || norm->ld % 2 != 0 || norm->ld >= (int64_t{1} << 31)) {
+      return absl::InvalidArgumentError(absl::StrCat("GdpaBackwardTensorCore: ", name, ".ld=", norm->ld,
                                                      ": want an even stride >= heads * dh = ", width));
     }
-    if (b.max_k > 0) {
-      if (absl::Status s = NotNull({{key_norm->x, "key_norm.x"}, {key_norm->inv, "key_norm.inv"}}); !s.ok()) return s;
-      if (reinterpret_cast<uintptr_t>(key_norm->x) % 4 != 0) {
-        return absl::InvalidArgumentError("GdpaBackwardTensorCore: key_norm.x: want a 4-byte aligned pointer");
+    if (rows > 0) {
+      if (norm->x == nullptr || norm->inv == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("GdpaBackwardTensorCore: ", name, ".x and ", name,
+                                                       ".inv: want device pointers, got null"));
+      }
+      if (reinterpret_cast<uintptr_t>(norm->x) % 4 != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("GdpaBackwardTensorCore: ", name, ".x: want a 4-byte aligned pointer"));
       }
     }
   }
   switch (b.dh) {
-    case 16: return LaunchBackward<16>(b, q, k, v, d_o, dq, dk, dv, key_norm, stream);
-    case 32: return LaunchBackward<32>(b, q, k, v, d_o, dq, dk, dv, key_norm, stream);
-    default: return LaunchBackward<64>(b, q, k, v, d_o, dq, dk, dv, key_norm, stream);
+    case 16: return LaunchBackward<16>(b, q, k, v, d_o, dq, dk, dv, query_norm, key_norm, stream);
+    case 32: return LaunchBackward<32>(b, q, k, v, d_o, dq, dk, dv, query_norm, key_norm, stream);
+    default: return LaunchBackward<64>(b, q, k, v, d_o, dq, dk, dv, query_norm, key_norm, stream);
   }
 }
 
@@ -272,15 +285,16 @@ absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, c
 
 absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v,
                                     const float* d_o, float* dq, float* dk, float* dv, cudaStream_t stream) {
-  return Backward(b, q, k, v, d_o, dq, dk, dv, static_cast<const GdpaKeyNorm*>(nullptr), stream);
+  const GdpaHeadNorm* const none = nullptr;
+  return Backward(b, q, k, v, d_o, dq, dk, dv, none, none, stream);
 }
 
 absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, const __nv_bfloat16* k,
                                     const __nv_bfloat16* v, const __nv_bfloat16* d_o, __nv_bfloat16* dq,
                                     __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t stream,
-                                    const GdpaKeyNorm* key_norm) {
+                                    const GdpaHeadNorm* key_norm, const GdpaHeadNorm* query_norm) {
   return Backward(b, Bf16Bits(q), Bf16Bits(k), Bf16Bits(v), Bf16Bits(d_o), Bf16Bits(dq), Bf16Bits(dk), Bf16Bits(dv),
-                  key_norm, stream);
+                  query_norm, key_norm, stream);
 }
 
 }  // namespace gemtb::gpu::train

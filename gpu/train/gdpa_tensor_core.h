@@ -52,12 +52,13 @@ absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, c
 // the inputs. A query (key) that keeps no key (is kept by no query) gets zeros.
 absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v,
                                     const float* d_o, float* dq, float* dk, float* dv, cudaStream_t stream);
-// The keys k given to the bf16 backward as a head RMS norm's output (head_rms_norm.h: k = x * inv per
-// row and head, x [keys, ld] bf16 with row stride ld, inv [keys, heads] fp32): dk is then written as
-// dL/dx, rows ld apart (ld >= heads * dh, even; x 4-byte aligned): HeadRmsNormBackward's values on the
-// dk this call would otherwise write (dL/dk rounded to bf16; up to the order of a row's fp32 dot
-// product), without that array's write and read. The dk / dv walks are then never split.
-struct GdpaKeyNorm {
+// A side given to the bf16 backward as a head RMS norm's output (head_rms_norm.h: rows = x * inv per
+// row and head, x [rows, ld] bf16 with row stride ld, inv [rows, heads] fp32): key_norm for the keys,
+// query_norm for the queries. That side's gradient is then written as dL/dx, rows ld apart (ld >=
+// heads * dh, even; x 4-byte aligned): HeadRmsNormBackward's values on the gradient this call would
+// otherwise write (rounded to bf16; up to the order of a row's fp32 dot product), without that array's
+// write and read. The side's walks are then never split.
+struct GdpaHeadNorm {
   const __nv_bfloat16* x = nullptr;
   const float* inv = nullptr;
   int64_t ld = 0;
@@ -65,7 +66,8 @@ struct GdpaKeyNorm {
 absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, const __nv_bfloat16* k,
                                     const __nv_bfloat16* v, const __nv_bfloat16* d_o, __nv_bfloat16* dq,
                                     __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t stream,
-                                    const GdpaKeyNorm* key_norm = nullptr);
+                                    const GdpaHeadNorm* key_norm = nullptr,
+                                    const GdpaHeadNorm* query_norm = nullptr);
 
 }  // namespace gemtb::gpu::train
 

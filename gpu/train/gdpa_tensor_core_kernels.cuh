@@ -124,13 +124,17 @@ struct Params {
   const int32_t* q_tiles;
   const int32_t* k_tiles;
   int max_q_tiles, max_k_tiles;
-  int ld_dk = 0;  // the row stride of dk (elements); 0: heads * dh
-  // Where key_x is not null, the keys are a head RMS norm's output, k = x * inv per row and head (x:
-  // [keys, key_ld] bf16, inv: [keys, heads] fp32), and BackwardDkDvKernel's kKeyNorm instance writes dk
-  // as dL/dx (KeyNormBackward). Only unsplit dk / dv launches read them.
+  int ld_dk = 0, ld_dq = 0;  // the row strides of dk and dq (elements); 0: heads * dh
+  // The keys as a head RMS norm's output, k = x * inv per row and head (x: [keys, key_ld] bf16, inv:
+  // [keys, heads] fp32), for BackwardDkDvKernel's kKeyNorm instance, which writes dk as dL/dx
+  // (NormBackward); the queries likewise for BackwardDqKernel's kQueryNorm instance. Only unsplit
+  // launches read them.
   const bf16* key_x = nullptr;
   const float* key_inv = nullptr;
   int key_ld = 0;
+  const bf16* query_x = nullptr;
+  const float* query_inv = nullptr;
+  int query_ld = 0;
 };
 
 // A tile list's entry, 32 bytes (two 16-byte loads): its sample's first query row, query count, first
@@ -644,28 +648,30 @@ __device__ void GatherGroups(float (&acc)[kDh / 8][4], float* ss, const Role& ro
   __syncthreads();
 }
 
-// The head RMS norm's backward on the warp's strip of dL/dk (acc: the walk's fp32 sums, own rows
-// [row0, row0 + 16) of the tile whose first key is sample row `first`, `n` real rows; the whole strip's
-// sums, GatherGroups' where groups share it, zeros in the others): per row and head
-// dx = inv (dk - y mean(dk y)), y = x * inv, on dk rounded to bf16 as GDPA's dk output would hold it,
-// so the values are HeadRmsNormBackward's on that output (up to the order of the row's fp32 dot
-// product). A lane holds columns 2t, 2t + 1 of each 8-column tile of rows g and g + 8; a row's dot
+// The head RMS norm's backward on the warp's strip of the own side's gradient g (dL/dk in the dK/dV
+// kernel, dL/dq in the dQ kernel; acc: the walk's fp32 sums, own rows [row0, row0 + 16) of the tile
+// whose first row is sample row `first`, `n` real rows; the whole strip's sums, GatherGroups' where
+// groups share it, zeros in the others): per row and head dx = inv (g - y mean(g y)), y = x * inv, on g
+// rounded to bf16 as GDPA's output would hold it, so the values are HeadRmsNormBackward's on that
+// output (up to the order of the row's fp32 dot product). A lane holds columns 2t, 2t + 1 of each 8-column tile of rows g and g + 8; a row's dot
 // product is its quad's (lanes 4g .. 4g + 3). Rows past n compute on the tile's first row and are
-// never written. The lane's x pairs and inverse RMS (KeyRows) are loaded before the walk, so that
+// never written. The lane's x pairs and inverse RMS (NormRows) are loaded before the walk, so that
 // their latency hides behind it rather than trailing it.
 template <int kDh>
-struct KeyRows {
+struct NormRows {
   uint32_t x[2][kDh / 8];  // columns 8c + 2t, 8c + 2t + 1 of rows g (half 0) and g + 8 (half 1), bf16 pairs
   float inv[2];
 
-  __device__ void Load(const Params& p, const Role& role, int64_t first, int n, int h) {
+  // x rows ld apart, inv [rows, heads].
+  __device__ void Load(const bf16* x_rows, const float* inv_rows, int ld, int heads, const Role& role,
+                       int64_t first, int n, int h) {
     const LaneCoords l = Lane();
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = role.row0 + l.g + 8 * half;
       const int64_t row = first + (r < n ? r : 0);
-      inv[half] = p.key_inv[row * p.heads + h];
-      const bf16* at = p.key_x + row * p.key_ld + h * kDh + 2 * l.t;
+      inv[half] = inv_rows[row * heads + h];
+      const bf16* at = x_rows + row * ld + h * kDh + 2 * l.t;
 #pragma unroll
       for (int c = 0; c < kDh / 8; ++c) x[half][c] = *reinterpret_cast<const uint32_t*>(at + c * 8);
     }
@@ -673,7 +679,7 @@ struct KeyRows {
 };
 
 template <int kDh>
-__device__ void KeyNormBackward(const KeyRows<kDh>& key, float (&acc)[kDh / 8][4]) {
+__device__ void NormBackward(const NormRows<kDh>& key, float (&acc)[kDh / 8][4]) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const float inv = key.inv[half];
@@ -761,8 +767,9 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // dq for the queries of a tile (CtaPlace): the forward's walk with dz = post silu'(q . k) (do . v) where
-// kept (else 0) as a region's result, times the chunk's k.
-template <int kDh, typename T>
+// kept (else 0) as a region's result, times the chunk's k. kQueryNorm: the queries are a head RMS norm's
+// output (Params::query_x, query_inv) and dq is written through its backward (NormBackward).
+template <int kDh, typename T, bool kQueryNorm = false>
 __global__ void __launch_bounds__(kThreads)
     BackwardDqKernel(Params p, Split sp, const T* q, const T* k, const T* v, const T* d_o, T* dq) {
   AwaitPriorGrids();
@@ -791,6 +798,10 @@ __global__ void __launch_bounds__(kThreads)
   const Role role = WarpRole(nq);
   const StripSpan span = SpanOf(p.mask, i0 + role.row0, i0 + min(role.row0 + kFrag, nq) - 1, s.lk);
   const LaneRows rows = StripRows(p.mask, i0 + role.row0, nq - role.row0, s.lk);
+  NormRows<kDh> query_rows;
+  if constexpr (kQueryNorm) {
+    query_rows.Load(p.query_x, p.query_inv, p.query_ld, p.heads, role, s.q_row + i0, nq, h);
+  }
   kv.Start(jb, je);
   __syncthreads();
   uint32_t qa[kDh / kFrag][4], doa[kDh / kFrag][4];
@@ -819,14 +830,19 @@ __global__ void __launch_bounds__(kThreads)
     }
     kv.Advance(j0, je, buf);
   }
-  WriteOwnRows<kDh>(acc, ss, role, sp, place, s.q_row, i0, nq, width, width, h, p.vec, dq, sp.part0);
+  if constexpr (kQueryNorm) {
+    if (role.groups > 1) GatherGroups<kDh>(acc, ss, role);
+    NormBackward<kDh>(query_rows, acc);
+  }
+  WriteOwnRows<kDh>(acc, ss, role, sp, place, s.q_row, i0, nq, p.ld_dq > 0 ? p.ld_dq : width, width, h, p.vec, dq,
+                    sp.part0);
 }
 
 // dk, dv for the keys of a tile (CtaPlace): a walk over the queries that keep them (or the split's part
 // of them), in increasing order.
 // A region is transposed (keys as rows): s^T = k q^T and dp^T = v do^T give p^T = post silu(s^T) (times
 // the chunk's do into dv) and dz^T (times the chunk's q into dk). kKeyNorm: the keys are a head RMS
-// norm's output (Params::key_x, key_inv) and dk is written through its backward (KeyNormBackward); an
+// norm's output (Params::key_x, key_inv) and dk is written through its backward (NormBackward); an
 // instance of its own, so that the plain kernel's registers stay as they are.
 template <int kDh, typename T, bool kKeyNorm = false>
 __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
@@ -857,8 +873,8 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
   const Role role = WarpRole(nk);
   const StripSpan span = SpanOf(p.mask, j0 + role.row0, j0 + min(role.row0 + kFrag, nk) - 1, s.lq);
   const LaneRows rows = StripRows(p.mask, j0 + role.row0, nk - role.row0, s.lq);
-  KeyRows<kDh> key_rows;
-  if constexpr (kKeyNorm) key_rows.Load(p, role, s.k_row + j0, nk, h);
+  NormRows<kDh> key_rows;
+  if constexpr (kKeyNorm) key_rows.Load(p.key_x, p.key_inv, p.key_ld, p.heads, role, s.k_row + j0, nk, h);
   qdo.Start(ib, ie);
   __syncthreads();
   uint32_t ka[kDh / kFrag][4], va[kDh / kFrag][4];
@@ -895,7 +911,7 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
   }
   if constexpr (kKeyNorm) {
     if (role.groups > 1) GatherGroups<kDh>(acc_k, ss, role);
-    KeyNormBackward<kDh>(key_rows, acc_k);
+    NormBackward<kDh>(key_rows, acc_k);
   }
   WriteOwnRows<kDh>(acc_k, ss, role, sp, place, s.k_row, j0, nk, p.ld_dk > 0 ? p.ld_dk : width, width, h, p.vec, dk,
                     sp.part0);

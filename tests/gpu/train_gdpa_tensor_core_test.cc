@@ -414,113 +414,135 @@ INSTANTIATE_TEST_SUITE_P(Cases, TrainGdpaTensorCoreCase, ::testing::Range<size_t
                            return name;
                          });
 
-// GdpaKeyNorm: the keys given as a head RMS norm's output, k = bf16(x * inv) per row and head, x bf16
-// in rows twice as wide as the keys' (the other columns 1e30); dk written as dL/dx into rows of that
-// stride. Against the fp64 norm backward, inv (g - y mean(g y)) with y = x * inv in fp32, of the
-// tensor-core kernels' own dL/dk rounded to bf16 (g: the fp32 overload on the same bf16 values, its
-// sums rounded as the bf16 overload's dk holds them): within one bf16 rounding plus fp32's error on
-// the row's terms. dv and dq are the plain runs'
-// bytes; nothing is written outside dk's columns and the samples' rows. Cases whose dk / dv walks
-// split are left out (the key norm keeps them whole, so the fp32 run would add in another order). A
-// bad stride is refused by name.
-TEST(TrainGdpaTensorCore, NormedKeysGiveTheNormsBackwardOfTheUnroundedGradient) {
+// GdpaHeadNorm: the keys (then the queries) given as a head RMS norm's output, bf16(x * inv) per row
+// and head, x bf16 in rows twice as wide as the side's (the other columns 1e30); dk (dq) written as
+// dL/dx into rows of that stride. Against the fp64 norm backward, inv (g - y mean(g y)) with
+// y = x * inv in fp32, of the tensor-core kernels' own gradient rounded to bf16 (g: the fp32 overload
+// on the same bf16 values, its sums rounded as the bf16 overload's output holds them): within one bf16
+// rounding plus fp32's error on the row's terms. The other gradients are the plain run's bytes; nothing
+// is written outside the gradient's columns and the samples' rows. Cases with split walks are left out
+// (a norm keeps its side's walks whole, so the fp32 run would add in another order). A bad stride is
+// refused by name.
+void RunHeadNormCase(const Case& c, bool own_keys, uint64_t seed) {
+  const std::string what = c.name + (own_keys ? " key norm" : " query norm");
+  Inputs in = MakeInputs(c, seed);
+  const size_t width = static_cast<size_t>(c.heads) * c.dh, ld = 2 * width;
+  const size_t nq = in.q_rows * width, nk = in.k_rows * width;
+  const size_t own_rows = own_keys ? in.k_rows : in.q_rows;
+  const std::vector<int32_t>& own_offsets = own_keys ? in.k_offsets : in.q_offsets;
+  // Every input as bf16 values; x = the side's values, inv = 1 / rms of x's row and head.
+  auto to_bf16 = [](std::vector<float>& v) {
+    for (float& e : v) e = numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(e));
+  };
+  to_bf16(in.q), to_bf16(in.k), to_bf16(in.v), to_bf16(in.d_o);
+  std::vector<float>& side = own_keys ? in.k : in.q;
+  const std::vector<float> x = side;
+  std::vector<float> inv(own_rows * c.heads, 1.0f);
+  const size_t first = own_offsets.front(), last = own_offsets.back();
+  for (size_t r = first; r < last; ++r) {
+    for (int h = 0; h < c.heads; ++h) {
+      double sq = 0;
+      for (int i = 0; i < c.dh; ++i) sq += double{x[r * width + h * c.dh + i]} * x[r * width + h * c.dh + i];
+      inv[r * c.heads + h] = static_cast<float>(1.0 / std::sqrt(sq / c.dh + 1e-6));
+      for (int i = 0; i < c.dh; ++i) {
+        const size_t e = r * width + h * c.dh + i;
+        side[e] = numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(x[e] * inv[r * c.heads + h]));
+      }
+    }
+  }
+  const Outputs ref = RunAttention(c, in, /*tensor_core=*/true);
+  const Bf16Outputs plain = RunBf16Attention(c, in);
+
+  std::vector<uint16_t> x_rows(own_rows * ld, numerics::FloatToBf16BitsRne(kOutsideInput));
+  for (size_t r = 0; r < own_rows; ++r) {
+    for (size_t i = 0; i < width; ++i) x_rows[r * ld + i] = numerics::FloatToBf16BitsRne(x[r * width + i]);
+  }
+  DeviceArray<int32_t> q_offsets(in.q_offsets), k_offsets(in.k_offsets);
+  DeviceArray<uint16_t> q(RoundedBits(in.q)), k(RoundedBits(in.k)), v(RoundedBits(in.v)), d_o(RoundedBits(in.d_o)),
+      x_d(x_rows), dq(std::vector<uint16_t>(own_keys ? nq : in.q_rows * ld, kBf16Sentinel)),
+      dv(std::vector<uint16_t>(nk, kBf16Sentinel)),
+      dk(std::vector<uint16_t>(own_keys ? in.k_rows * ld : nk, kBf16Sentinel));
+  DeviceArray<float> inv_d(inv);
+  GdpaBatch b;
+  b.batch = static_cast<int64_t>(c.lq.size());
+  b.heads = c.heads, b.dh = c.dh, b.window = c.window, b.block = c.block, b.post_scale = c.post_scale;
+  b.q_offsets = q_offsets.ptr, b.k_offsets = k_offsets.ptr, b.max_q = in.max_q, b.max_k = in.max_k;
+  const GdpaHeadNorm norm{x_d.bf16(), inv_d.ptr, static_cast<int64_t>(ld)};
+  const absl::Status g =
+      GdpaBackwardTensorCore(b, q.bf16(), k.bf16(), v.bf16(), d_o.bf16(), dq.bf16(), dk.bf16(), dv.bf16(), nullptr,
+                             own_keys ? &norm : nullptr, own_keys ? nullptr : &norm);
+  ASSERT_TRUE(g.ok()) << what << ": " << g;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+  EXPECT_EQ(dv.Get(nk), plain.dv) << what << ": dv";
+  if (own_keys) {
+    EXPECT_EQ(dq.Get(nq), plain.dq) << what << ": dq";
+  } else {
+    EXPECT_EQ(dk.Get(nk), plain.dk) << what << ": dk";
+  }
+  const std::vector<uint16_t> got = (own_keys ? dk : dq).Get(own_rows * ld);
+  const std::vector<float>& ref_grad = own_keys ? ref.dk : ref.dq;
+  int misses = 0, outside = 0;
+  double worst = 0;
+  for (size_t r = 0; r < own_rows; ++r) {
+    for (size_t col = 0; col < ld; ++col) {
+      if (r < first || r >= last || col >= width) outside += got[r * ld + col] != kBf16Sentinel;
+    }
+    if (r < first || r >= last) continue;
+    for (int h = 0; h < c.heads; ++h) {
+      const float rinv = inv[r * c.heads + h];
+      double dot = 0, g_max = 0, y_max = 0;
+      std::vector<double> y(c.dh), gr(c.dh);
+      for (int i = 0; i < c.dh; ++i) {
+        const size_t e = r * width + h * c.dh + i;
+        y[i] = static_cast<float>(x[e] * rinv);
+        gr[i] = numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(ref_grad[e]));
+        dot += gr[i] * y[i];
+        g_max = std::max(g_max, std::fabs(gr[i]));
+        y_max = std::max(y_max, std::fabs(y[i]));
+      }
+      const double mean = dot / c.dh;
+      for (int i = 0; i < c.dh; ++i) {
+        const double want = rinv * (gr[i] - y[i] * mean);
+        const double have = numerics::Bf16BitsToFloat(got[r * ld + h * c.dh + i]);
+        const double bound = std::ldexp(std::fabs(want), -8) + 1e-5 * rinv * (g_max + y_max * std::fabs(mean));
+        worst = std::max(worst, std::fabs(have - want) / bound);
+        if (!(std::fabs(have - want) <= bound) && ++misses <= 5) {
+          ADD_FAILURE() << what << ": row " << r << " head " << h << " column " << i << ": " << have << ", want "
+                        << want << " (bound " << bound << ")";
+        }
+      }
+    }
+  }
+  EXPECT_EQ(misses, 0) << what << ": worst error over its bound " << worst;
+  EXPECT_EQ(outside, 0) << what << ": values written outside the gradient's columns or the samples' rows";
+}
+
+TEST(TrainGdpaTensorCore, NormedSidesGiveTheNormsBackwardOfTheirGradient) {
   if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   int checked = 0;
   for (const Case& c : Cases()) {
-    if (c.name.find("split") != std::string::npos || c.name.find("small cross") != std::string::npos) continue;
+    if (c.name.find("split") != std::string::npos || c.name.find("small cross") != std::string::npos ||
+        c.name.find("small pma") != std::string::npos) {
+      continue;
+    }
     ++checked;
-    Inputs in = MakeInputs(c, 910 + checked);
-    const size_t width = static_cast<size_t>(c.heads) * c.dh, ld = 2 * width;
-    const size_t nq = in.q_rows * width, nk = in.k_rows * width;
-    // Every input as bf16 values; x = the keys' values, inv = 1 / rms of x's row and head.
-    auto to_bf16 = [](std::vector<float>& v) {
-      for (float& e : v) e = numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(e));
-    };
-    to_bf16(in.q), to_bf16(in.k), to_bf16(in.v), to_bf16(in.d_o);
-    const std::vector<float> x = in.k;
-    std::vector<float> inv(in.k_rows * c.heads, 1.0f);
-    const size_t first = in.k_offsets.front(), last = in.k_offsets.back();
-    for (size_t r = first; r < last; ++r) {
-      for (int h = 0; h < c.heads; ++h) {
-        double sq = 0;
-        for (int i = 0; i < c.dh; ++i) sq += double{x[r * width + h * c.dh + i]} * x[r * width + h * c.dh + i];
-        inv[r * c.heads + h] = static_cast<float>(1.0 / std::sqrt(sq / c.dh + 1e-6));
-        for (int i = 0; i < c.dh; ++i) {
-          const size_t e = r * width + h * c.dh + i;
-          in.k[e] = numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(x[e] * inv[r * c.heads + h]));
-        }
-      }
-    }
-    const Outputs ref = RunAttention(c, in, /*tensor_core=*/true);
-    const Bf16Outputs plain = RunBf16Attention(c, in);
-
-    std::vector<uint16_t> x_rows(in.k_rows * ld, numerics::FloatToBf16BitsRne(kOutsideInput));
-    for (size_t r = 0; r < in.k_rows; ++r) {
-      for (size_t i = 0; i < width; ++i) x_rows[r * ld + i] = numerics::FloatToBf16BitsRne(x[r * width + i]);
-    }
-    DeviceArray<int32_t> q_offsets(in.q_offsets), k_offsets(in.k_offsets);
-    DeviceArray<uint16_t> q(RoundedBits(in.q)), k(RoundedBits(in.k)), v(RoundedBits(in.v)), d_o(RoundedBits(in.d_o)),
-        x_d(x_rows), dq(std::vector<uint16_t>(nq, kBf16Sentinel)), dv(std::vector<uint16_t>(nk, kBf16Sentinel)),
-        dk(std::vector<uint16_t>(in.k_rows * ld, kBf16Sentinel));
-    DeviceArray<float> inv_d(inv);
-    GdpaBatch b;
-    b.batch = static_cast<int64_t>(c.lq.size());
-    b.heads = c.heads, b.dh = c.dh, b.window = c.window, b.block = c.block, b.post_scale = c.post_scale;
-    b.q_offsets = q_offsets.ptr, b.k_offsets = k_offsets.ptr, b.max_q = in.max_q, b.max_k = in.max_k;
-    const GdpaKeyNorm norm{x_d.bf16(), inv_d.ptr, static_cast<int64_t>(ld)};
-    const absl::Status g = GdpaBackwardTensorCore(b, q.bf16(), k.bf16(), v.bf16(), d_o.bf16(), dq.bf16(), dk.bf16(),
-                                                  dv.bf16(), nullptr, &norm);
-    ASSERT_TRUE(g.ok()) << c.name << ": " << g;
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << c.name;
-    EXPECT_EQ(dq.Get(nq), plain.dq) << c.name << ": dq";
-    EXPECT_EQ(dv.Get(nk), plain.dv) << c.name << ": dv";
-    const std::vector<uint16_t> got = dk.Get(in.k_rows * ld);
-    int misses = 0, outside = 0;
-    double worst = 0;
-    for (size_t r = 0; r < in.k_rows; ++r) {
-      for (size_t col = 0; col < ld; ++col) {
-        if (r < first || r >= last || col >= width) outside += got[r * ld + col] != kBf16Sentinel;
-      }
-      if (r < first || r >= last) continue;
-      for (int h = 0; h < c.heads; ++h) {
-        const float rinv = inv[r * c.heads + h];
-        double dot = 0, g_max = 0, y_max = 0;
-        std::vector<double> y(c.dh), gr(c.dh);
-        for (int i = 0; i < c.dh; ++i) {
-          const size_t e = r * width + h * c.dh + i;
-          y[i] = static_cast<float>(x[e] * rinv);
-          gr[i] = numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(ref.dk[e]));
-          dot += gr[i] * y[i];
-          g_max = std::max(g_max, std::fabs(gr[i]));
-          y_max = std::max(y_max, std::fabs(y[i]));
-        }
-        const double mean = dot / c.dh;
-        for (int i = 0; i < c.dh; ++i) {
-          const double want = rinv * (gr[i] - y[i] * mean);
-          const double have = numerics::Bf16BitsToFloat(got[r * ld + h * c.dh + i]);
-          const double bound = std::ldexp(std::fabs(want), -8) + 1e-5 * rinv * (g_max + y_max * std::fabs(mean));
-          worst = std::max(worst, std::fabs(have - want) / bound);
-          if (!(std::fabs(have - want) <= bound) && ++misses <= 5) {
-            ADD_FAILURE() << c.name << ": dk row " << r << " head " << h << " column " << i << ": " << have
-                          << ", want " << want << " (bound " << bound << ")";
-          }
-        }
-      }
-    }
-    EXPECT_EQ(misses, 0) << c.name << ": worst error over its bound " << worst;
-    EXPECT_EQ(outside, 0) << c.name << ": values written outside dk's columns or the samples' rows";
+    RunHeadNormCase(c, /*own_keys=*/true, 910 + checked);
+    RunHeadNormCase(c, /*own_keys=*/false, 1910 + checked);
   }
   EXPECT_GT(checked, 10);
-  // A stride narrower than the keys' rows is refused by name.
+  // A stride narrower than the side's rows is refused by name.
   DeviceArray<int32_t> offsets(std::vector<int32_t>{0, 4});
   DeviceArray<uint16_t> some(std::vector<uint16_t>(4 * 128, 0));
   DeviceArray<float> inv(std::vector<float>(16, 1.0f));
   GdpaBatch b;
   b.batch = 1, b.heads = 4, b.dh = 32, b.q_offsets = offsets.ptr, b.k_offsets = offsets.ptr, b.max_q = 4, b.max_k = 4;
-  const GdpaKeyNorm narrow{some.bf16(), inv.ptr, 126};
-  const absl::Status bad = GdpaBackwardTensorCore(b, some.bf16(), some.bf16(), some.bf16(), some.bf16(), some.bf16(),
-                                                  some.bf16(), some.bf16(), nullptr, &narrow);
-  EXPECT_NE(bad.message().find("key_norm.ld=126"), std::string::npos) << bad;
+  const GdpaHeadNorm narrow{some.bf16(), inv.ptr, 126};
+  for (const bool keys : {true, false}) {
+    const absl::Status bad =
+        GdpaBackwardTensorCore(b, some.bf16(), some.bf16(), some.bf16(), some.bf16(), some.bf16(), some.bf16(),
+                               some.bf16(), nullptr, keys ? &narrow : nullptr, keys ? nullptr : &narrow);
+    EXPECT_NE(bad.message().find(keys ? "key_norm.ld=126" : "query_norm.ld=126"), std::string::npos) << bad;
+  }
 }
 
 TEST(TrainGdpaTensorCore, BadShapesAreRefusedAndAnEmptyBatchIsANoOp) {

@@ -7,7 +7,8 @@
 // SumSplitsKernel. Head dims 16, 32 and 64; samples of 0, 1, 17, 64, 65 and 100 rows (partial tiles,
 // every warp layout); 16-byte rows (float4) and, once, unaligned ones. The same kernels on bf16
 // tensors holding the fp32 inputs rounded give the fp32 kernels' outputs rounded, bit for bit. With
-// the keys given as a head RMS norm's output, the dK/dV kernel writes the norm's backward of its sums.
+// the keys (queries) given as a head RMS norm's output, the dK/dV (dQ) kernel writes the norm's
+// backward of its sums.
 //
 // The kernels' own source runs, so this checks their indexing, masks, warp roles, splits, fragment
 // layouts (mma.sync and ldmatrix as the PTX ISA defines them) and synchronisation counts, not the
@@ -418,48 +419,62 @@ TEST(TrainGdpaEmulated, Bf16TensorsGiveTheFp32TensorsResultsRounded) {
 }
 
 // The dK/dV kernel with the keys as a head RMS norm's output (Params::key_x, key_inv; gdpa_tensor_core.h's
-// GdpaKeyNorm), fp32 tensors: dk, written rows 2 * width apart, is the norm's backward
-// inv (g - y mean(g y)), y = x * inv in fp32, of the plain run's dk rounded to bf16 (g), within fp32's
-// rounding of the row's terms; dv is the plain run's bytes; nothing is written outside dk's columns or
-// the samples' rows. Cases whose dk / dv walks split are left out (the launcher keeps them whole with
-// a key norm); tiles of 32 rows or fewer, whose strips are shared by groups of warps, are in.
+// GdpaHeadNorm), and the dQ kernel with the queries as one (query_x, query_inv), fp32 tensors: dk (dq),
+// written rows 2 * width apart, is the norm's backward inv (g - y mean(g y)), y = x * inv in fp32, of
+// the plain run's dk (dq) rounded to bf16 (g), within fp32's rounding of the row's terms; dv is the
+// plain run's bytes; nothing is written outside the gradient's columns or the samples' rows. Cases
+// whose walks over the other side split are left out (the launcher keeps them whole with a norm);
+// tiles of 32 rows or fewer, whose strips are shared by groups of warps, are in.
 template <int kDh>
-void RunKeyNormCase(const Case& c) {
+bool RunNormCase(const Case& c, bool keys) {
   const Side qs = Offsets(c.lq), ks = Offsets(c.lk);
-  if (!c.vec || Splits(ks.max, qs.max) > 1) return;
+  const Side& own = keys ? ks : qs;
+  const Side& other = keys ? qs : ks;
+  if (!c.vec || Splits(own.max, other.max) > 1) return false;
   const int width = c.heads * kDh, ld = 2 * width;
   const Inputs in = MakeInputs<kDh>(c, qs, ks);
   const Outputs plain = RunFp32<kDh>(c, qs, ks, in);
   // x: bf16 rows ld apart (the other columns 1e30); inv: any positive value per row and head.
-  std::vector<uint16_t> x(static_cast<size_t>(ks.rows * ld), numerics::FloatToBf16BitsRne(1e30f));
-  std::vector<float> inv(static_cast<size_t>(ks.rows * c.heads), 1.0f);
-  std::mt19937 rng(static_cast<uint32_t>(kDh * 7 + c.name.size()));
+  std::vector<uint16_t> x(static_cast<size_t>(own.rows * ld), numerics::FloatToBf16BitsRne(1e30f));
+  std::vector<float> inv(static_cast<size_t>(own.rows * c.heads), 1.0f);
+  std::mt19937 rng(static_cast<uint32_t>(kDh * 7 + c.name.size() + (keys ? 0 : 1000)));
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> scale(0.25f, 4.0f);
-  for (int64_t r = ks.offsets.front(); r < ks.offsets.back(); ++r) {
+  for (int64_t r = own.offsets.front(); r < own.offsets.back(); ++r) {
     for (int e = 0; e < width; ++e) x[static_cast<size_t>(r * ld + e)] = numerics::FloatToBf16BitsRne(normal(rng));
     for (int h = 0; h < c.heads; ++h) inv[static_cast<size_t>(r * c.heads + h)] = scale(rng);
   }
   Params p{qs.offsets.data(), ks.offsets.data(), c.heads, Mask{c.window, c.block}, c.post_scale, true,
            width,             nullptr,           nullptr, (qs.max + kTile - 1) / kTile, (ks.max + kTile - 1) / kTile};
-  p.ld_dk = ld;
-  p.key_x = x.data();
-  p.key_inv = inv.data();
-  p.key_ld = ld;
-  std::vector<float> dk = Sentinels(ks.rows * ld), dv = Sentinels(ks.rows * width);
+  if (keys) {
+    p.ld_dk = ld, p.key_x = x.data(), p.key_inv = inv.data(), p.key_ld = ld;
+  } else {
+    p.ld_dq = ld, p.query_x = x.data(), p.query_inv = inv.data(), p.query_ld = ld;
+  }
+  std::vector<float> grad = Sentinels(own.rows * ld), dv = Sentinels(ks.rows * width);
   const int64_t batch = static_cast<int64_t>(c.lq.size());
   const float *q = in.q.data(), *k = in.k.data(), *v = in.v.data(), *d_o = in.d_o.data();
-  RunGrid(static_cast<unsigned>(batch * ((ks.max + kTile - 1) / kTile)), static_cast<unsigned>(c.heads), 1,
-          [&] { BackwardDkDvKernel<kDh, float, true>(p, Split{}, q, k, v, d_o, dk.data(), dv.data()); });
-  const std::string name = c.name + " dh=" + std::to_string(kDh) + " key norm";
-  ASSERT_EQ(std::memcmp(dv.data(), plain.dv.data(), dv.size() * sizeof(float)), 0) << name << ": dv";
-  const int64_t first = ks.offsets.front(), last = ks.offsets.back();
-  for (int64_t r = 0; r < ks.rows; ++r) {
+  const auto tiles = static_cast<unsigned>(batch * ((own.max + kTile - 1) / kTile));
+  if (keys) {
+    RunGrid(tiles, static_cast<unsigned>(c.heads), 1,
+            [&] { BackwardDkDvKernel<kDh, float, true>(p, Split{}, q, k, v, d_o, grad.data(), dv.data()); });
+  } else {
+    RunGrid(tiles, static_cast<unsigned>(c.heads), 1,
+            [&] { BackwardDqKernel<kDh, float, true>(p, Split{}, q, k, v, d_o, grad.data()); });
+  }
+  const std::string name = c.name + " dh=" + std::to_string(kDh) + (keys ? " key norm" : " query norm");
+  if (keys) {
+    EXPECT_EQ(std::memcmp(dv.data(), plain.dv.data(), dv.size() * sizeof(float)), 0) << name << ": dv";
+  }
+  const std::vector<float>& plain_grad = keys ? plain.dk : plain.dq;
+  const int64_t first = own.offsets.front(), last = own.offsets.back();
+  for (int64_t r = 0; r < own.rows; ++r) {
     for (int col = 0; col < ld; ++col) {
       if (r >= first && r < last && col < width) continue;
       uint32_t bits = 0;
-      std::memcpy(&bits, &dk[static_cast<size_t>(r * ld + col)], sizeof(bits));
-      ASSERT_EQ(bits, kSentinel) << name << ": row " << r << " column " << col << " written";
+      std::memcpy(&bits, &grad[static_cast<size_t>(r * ld + col)], sizeof(bits));
+      EXPECT_EQ(bits, kSentinel) << name << ": row " << r << " column " << col << " written";
+      if (bits != kSentinel) return true;
     }
     if (r < first || r >= last) continue;
     for (int h = 0; h < c.heads; ++h) {
@@ -468,31 +483,37 @@ void RunKeyNormCase(const Case& c) {
       std::vector<double> y(kDh), g(kDh);
       for (int i = 0; i < kDh; ++i) {
         y[i] = numerics::Bf16BitsToFloat(x[static_cast<size_t>(r * ld + h * kDh + i)]) * rinv;  // fp32 product
-        g[i] = numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(plain.dk[static_cast<size_t>(r * width + h * kDh + i)]));
+        const float sum = plain_grad[static_cast<size_t>(r * width + h * kDh + i)];
+        g[i] = numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(sum));
         dot += g[i] * y[i];
         g_max = std::max(g_max, std::abs(g[i])), y_max = std::max(y_max, std::abs(y[i]));
       }
       const double mean = dot / kDh;
       for (int i = 0; i < kDh; ++i) {
         const double want = rinv * (g[i] - y[i] * mean);
-        const double got = dk[static_cast<size_t>(r * ld + h * kDh + i)];
-        ASSERT_LE(std::abs(got - want), 1e-5 * rinv * (g_max + y_max * std::abs(mean)) + 1e-30)
+        const double got = grad[static_cast<size_t>(r * ld + h * kDh + i)];
+        EXPECT_LE(std::abs(got - want), 1e-5 * rinv * (g_max + y_max * std::abs(mean)) + 1e-30)
             << name << ": row " << r << " head " << h << " column " << i << ": " << got << ", want " << want;
+        if (!(std::abs(got - want) <= 1e-5 * rinv * (g_max + y_max * std::abs(mean)) + 1e-30)) return true;
       }
     }
   }
+  return true;
 }
 
-TEST(TrainGdpaEmulated, KeyNormGivesTheNormsBackwardOfTheSums) {
-  int checked = 0;
+TEST(TrainGdpaEmulated, HeadNormsGiveTheNormsBackwardOfTheSums) {
+  int keys = 0, queries = 0;
   for (const Case& c : Cases()) {
-    RunKeyNormCase<16>(c);
-    RunKeyNormCase<32>(c);
-    RunKeyNormCase<64>(c);
-    if (HasFatalFailure()) return;
-    checked += c.vec && Splits(Offsets(c.lk).max, Offsets(c.lq).max) == 1;
+    for (const bool own_keys : {true, false}) {
+      int& checked = own_keys ? keys : queries;
+      checked += RunNormCase<16>(c, own_keys);
+      checked += RunNormCase<32>(c, own_keys);
+      checked += RunNormCase<64>(c, own_keys);
+      if (HasFailure()) return;
+    }
   }
-  EXPECT_GE(checked, 7);
+  EXPECT_GE(keys, 21);
+  EXPECT_GE(queries, 21);
 }
 
 // Grids over the tile lists (only the tiles that hold rows) give the grids over every sample's tiles
