@@ -214,7 +214,8 @@ absl::Status Backward(const GdpaBatch& b, const T* q, const T* k, const T* v, co
   if (b.max_k > 0) {
     if (absl::Status s = NotNull({{k, "k"}, {v, "v"}, {dk, "dk"}, {dv, "dv"}}); !s.ok()) return s;
   }
-  for (const auto& [norm, name, rows] : {std::tuple{query_norm, "query_norm", b.max_q}, std::tuple{key_norm, "key_norm", b.max_k}}) {
+  for (const auto& [norm, name, rows] :
+       {std::tuple{query_norm, "query_norm", b.max_q}, std::tuple{key_norm, "key_norm", b.max_k}}) {
     if (norm == nullptr) continue;
     const int64_t width = int64_t{b.heads} * b.dh;
     if (norm->ld < width || norm->ld % 2 != 0 || norm->ld >= (int64_t{1} << 31)) {

@@ -648,15 +648,9 @@ __device__ void GatherGroups(float (&acc)[kDh / 8][4], float* ss, const Role& ro
   __syncthreads();
 }
 
-// The head RMS norm's backward on the warp's strip of the own side's gradient g (dL/dk in the dK/dV
-// kernel, dL/dq in the dQ kernel; acc: the walk's fp32 sums, own rows [row0, row0 + 16) of the tile
-// whose first row is sample row `first`, `n` real rows; the whole strip's sums, GatherGroups' where
-// groups share it, zeros in the others): per row and head dx = inv (g - y mean(g y)), y = x * inv, on g
-// rounded to bf16 as GDPA's output would hold it, so the values are HeadRmsNormBackward's on that
-// output (up to the order of the row's fp32 dot product). A lane holds columns 2t, 2t + 1 of each 8-column tile of rows g and g + 8; a row's dot
-// product is its quad's (lanes 4g .. 4g + 3). Rows past n compute on the tile's first row and are
-// never written. The lane's x pairs and inverse RMS (NormRows) are loaded before the walk, so that
-// their latency hides behind it rather than trailing it.
+// The lane's share of a strip's rows x of a head RMS norm's input and their inverse RMS (rows g and
+// g + 8 of the strip, columns 8c + 2t and 8c + 2t + 1), for NormBackward: loaded before the walk, so
+// that their latency hides behind it rather than trailing it. Rows past n read the tile's first row.
 template <int kDh>
 struct NormRows {
   uint32_t x[2][kDh / 8];  // columns 8c + 2t, 8c + 2t + 1 of rows g (half 0) and g + 8 (half 1), bf16 pairs
@@ -678,18 +672,24 @@ struct NormRows {
   }
 };
 
+// The head RMS norm's backward on the warp's strip of the own side's gradient g (dL/dk in the dK/dV
+// kernel, dL/dq in the dQ kernel; acc: the walk's fp32 sums of the strip, whole: GatherGroups' where
+// groups share it, zeros in the others): per row and head dx = inv (g - y mean(g y)), y = x * inv, on
+// g rounded to bf16 as GDPA's output would hold it, so the values are HeadRmsNormBackward's on that
+// output (up to the order of the row's fp32 dot product). A lane holds columns 2t, 2t + 1 of each
+// 8-column tile of rows g and g + 8; a row's dot product is its quad's (lanes 4g .. 4g + 3).
 template <int kDh>
-__device__ void NormBackward(const NormRows<kDh>& key, float (&acc)[kDh / 8][4]) {
+__device__ void NormBackward(const NormRows<kDh>& rows, float (&acc)[kDh / 8][4]) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const float inv = key.inv[half];
+    const float inv = rows.inv[half];
     float y[kDh / 8][2];
     float dot = 0.0f;
 #pragma unroll
     for (int c = 0; c < kDh / 8; ++c) {
       acc[c][2 * half] = RoundToBf16(acc[c][2 * half]);
       acc[c][2 * half + 1] = RoundToBf16(acc[c][2 * half + 1]);
-      const uint32_t pair = key.x[half][c];
+      const uint32_t pair = rows.x[half][c];
       y[c][0] = __fmul_rn(Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair & 0xffffu)), inv);
       y[c][1] = __fmul_rn(Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair >> 16)), inv);
       dot = __fadd_rn(dot, __fmul_rn(acc[c][2 * half], y[c][0]));

@@ -321,7 +321,8 @@ struct GemModelGpu::Impl {
   // backward runs separate kernels, dg and GELU's backward on the second (each measured faster than
   // the separate kernels it replaces).
   bool HopperFfn() const { return ValidateFfnHopperShape(FfnShape{1, g.d, g.ffn}, "ffn").ok(); }
-  absl::Status FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out, const __nv_bfloat16** out16);
+  absl::Status FfnFwdBf16(const SeqP& p, int64_t n, const float* cur, SeqTape& t, float* out,
+                          const __nv_bfloat16** out16);
   // next (null: none): where the block's LayerNorm backward runs as its own kernel, it hands the new ds
   // on in bf16 (layer_norm.h's Bf16Handoff) and *handed points at next->rows; else *handed is null.
   absl::Status FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh, const Bf16Handoff* next,

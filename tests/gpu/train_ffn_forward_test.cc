@@ -41,7 +41,8 @@ TEST(FfnForward, ShapesAndPointersItCannotTakeAreRefusedByName) {
   const absl::Status n = ValidateFfnForwardShape({0, 128, 512});
   EXPECT_NE(n.message().find("n=0"), std::string::npos) << n;
   const absl::Status null =
-      FfnForwardFused({10, 128, 512}, nullptr, FfnForwardWeights{}, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
+      FfnForwardFused({10, 128, 512}, nullptr, FfnForwardWeights{}, nullptr, nullptr, nullptr, nullptr, nullptr,
+                      nullptr);
   EXPECT_NE(null.message().find("h=null"), std::string::npos) << null;
   auto* const some16 = reinterpret_cast<__nv_bfloat16*>(16);
   auto* const some32 = reinterpret_cast<float*>(32);
@@ -137,7 +138,8 @@ void RunCase(int64_t n, int hidden, bool in_place) {
   // y16: ToBf16's bytes of the same y.
   const std::vector<uint16_t> y16 = y16_d.Get(nd);
   ASSERT_TRUE(ToBf16(y, static_cast<int64_t>(nd), y16_sep_d.bf16(), nullptr).ok());
-  EXPECT_EQ(std::memcmp(y16_sep_d.Get(nd).data(), y16.data(), nd * sizeof(uint16_t)), 0) << where << ": y16 against ToBf16";
+  EXPECT_EQ(std::memcmp(y16_sep_d.Get(nd).data(), y16.data(), nd * sizeof(uint16_t)), 0)
+      << where << ": y16 against ToBf16";
 
   // The same bytes again.
   run();
