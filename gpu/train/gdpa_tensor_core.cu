@@ -135,7 +135,6 @@ absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T*
   if (key_norm != nullptr) {
     p.key_x = Bf16Bits(key_norm->x);
     p.key_inv = key_norm->inv;
-    p.key_rope = key_norm->rope;
     p.key_ld = static_cast<int>(key_norm->ld);
     p.ld_dk = static_cast<int>(key_norm->ld);
     p.vec = p.vec && key_norm->ld % 8 == 0;  // dk's rows, now key_ld apart, 16-byte aligned too
@@ -143,7 +142,6 @@ absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T*
   if (query_norm != nullptr) {
     p.query_x = Bf16Bits(query_norm->x);
     p.query_inv = query_norm->inv;
-    p.query_rope = query_norm->rope;
     p.query_ld = static_cast<int>(query_norm->ld);
     p.ld_dq = static_cast<int>(query_norm->ld);
     p.vec = p.vec && query_norm->ld % 8 == 0;
