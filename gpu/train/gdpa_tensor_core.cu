@@ -42,7 +42,8 @@ Params MakeParams(const GdpaBatch& b, bool aligned) {
   const int ld_v = VRowStride(b);
   const bool vec = aligned && (static_cast<int64_t>(ld_v) * static_cast<int64_t>(sizeof(T))) % 16 == 0;
   return Params{b.q_offsets, b.k_offsets, b.heads,           Mask{b.window, b.block}, b.post_scale, vec, ld_v,
-                b.q_tiles.entries, b.k_tiles.entries, TilesOf(b.max_q), TilesOf(b.max_k)};
+                b.q_tiles.entries, b.k_tiles.entries, TilesOf(b.max_q), TilesOf(b.max_k), tc::NormSide{},
+                tc::NormSide{}};
 }
 
 // (tile of the own side (keys where own_keys): its list's entries, or every sample's tiles; head; split).
@@ -129,22 +130,13 @@ absl::Status LaunchForward(const GdpaBatch& b, const T* q, const T* k, const T* 
 
 template <int kDh, typename T>
 absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T* v, const T* d_o, T* dq, T* dk, T* dv,
-                            const GdpaHeadNorm* query_norm, const GdpaHeadNorm* key_norm, cudaStream_t stream) {
+                            const GdpaHeadNorm* key_norm, const GdpaHeadNorm* query_norm, cudaStream_t stream) {
   constexpr size_t kBytes = Layout<kDh>::Bytes(2);  // the own pair, then the walked pair twice
   Params p = MakeParams<T>(b, Aligned16({q, k, v, d_o, dq, dk, dv}));
-  if (key_norm != nullptr) {
-    p.key_x = Bf16Bits(key_norm->x);
-    p.key_inv = key_norm->inv;
-    p.key_ld = static_cast<int>(key_norm->ld);
-    p.ld_dk = static_cast<int>(key_norm->ld);
-    p.vec = p.vec && key_norm->ld % 8 == 0;  // dk's rows, now key_ld apart, 16-byte aligned too
-  }
-  if (query_norm != nullptr) {
-    p.query_x = Bf16Bits(query_norm->x);
-    p.query_inv = query_norm->inv;
-    p.query_ld = static_cast<int>(query_norm->ld);
-    p.ld_dq = static_cast<int>(query_norm->ld);
-    p.vec = p.vec && query_norm->ld % 8 == 0;
+  for (const auto& [norm, side] : {std::pair{key_norm, &p.key_norm}, std::pair{query_norm, &p.query_norm}}) {
+    if (norm == nullptr) continue;
+    *side = tc::NormSide{Bf16Bits(norm->x), norm->inv, static_cast<int>(norm->ld)};
+    p.vec = p.vec && norm->ld % 8 == 0;  // the gradient's rows, now ld apart, 16-byte aligned too
   }
   T* const no_second = nullptr;  // dq's split launch has one output
   if (b.max_q > 0 && AnyTile(b, /*own_keys=*/false)) {
@@ -204,7 +196,7 @@ absl::Status Forward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* 
 
 template <typename T>
 absl::Status Backward(const GdpaBatch& b, const T* q, const T* k, const T* v, const T* d_o, T* dq, T* dk, T* dv,
-                      const GdpaHeadNorm* query_norm, const GdpaHeadNorm* key_norm, cudaStream_t stream) {
+                      const GdpaHeadNorm* key_norm, const GdpaHeadNorm* query_norm, cudaStream_t stream) {
   if (absl::Status s = ValidateGdpaBatch(b); !s.ok()) return s;
   if (b.batch == 0 || (b.max_q == 0 && b.max_k == 0)) return absl::OkStatus();
   // q, d_o, dq are used only where some sample has queries; k, v, dk, dv only where some has keys.
@@ -234,9 +226,9 @@ absl::Status Backward(const GdpaBatch& b, const T* q, const T* k, const T* v, co
     }
   }
   switch (b.dh) {
-    case 16: return LaunchBackward<16>(b, q, k, v, d_o, dq, dk, dv, query_norm, key_norm, stream);
-    case 32: return LaunchBackward<32>(b, q, k, v, d_o, dq, dk, dv, query_norm, key_norm, stream);
-    default: return LaunchBackward<64>(b, q, k, v, d_o, dq, dk, dv, query_norm, key_norm, stream);
+    case 16: return LaunchBackward<16>(b, q, k, v, d_o, dq, dk, dv, key_norm, query_norm, stream);
+    case 32: return LaunchBackward<32>(b, q, k, v, d_o, dq, dk, dv, key_norm, query_norm, stream);
+    default: return LaunchBackward<64>(b, q, k, v, d_o, dq, dk, dv, key_norm, query_norm, stream);
   }
 }
 
@@ -295,7 +287,7 @@ absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, 
                                     __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t stream,
                                     const GdpaHeadNorm* key_norm, const GdpaHeadNorm* query_norm) {
   return Backward(b, Bf16Bits(q), Bf16Bits(k), Bf16Bits(v), Bf16Bits(d_o), Bf16Bits(dq), Bf16Bits(dk), Bf16Bits(dv),
-                  query_norm, key_norm, stream);
+                  key_norm, query_norm, stream);
 }
 
 }  // namespace gemtb::gpu::train

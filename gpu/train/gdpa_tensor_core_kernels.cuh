@@ -110,6 +110,15 @@ struct Layout {
   static_assert(sizeof(bf16) * kOperandElems % 128 == 0, "every staged tile 128-byte aligned");
 };
 
+// A side given as a head RMS norm's output, rows = x * inv per row and head (x: rows ld apart, bf16;
+// inv: [rows, heads] fp32), or none (x null). Where given, that side's gradient is written as dL/dx
+// (NormBackward) with row stride ld.
+struct NormSide {
+  const bf16* x = nullptr;
+  const float* inv = nullptr;
+  int ld = 0;
+};
+
 struct Params {
   const int32_t* q_offsets;
   const int32_t* k_offsets;
@@ -124,17 +133,9 @@ struct Params {
   const int32_t* q_tiles;
   const int32_t* k_tiles;
   int max_q_tiles, max_k_tiles;
-  int ld_dk = 0, ld_dq = 0;  // the row strides of dk and dq (elements); 0: heads * dh
-  // The keys as a head RMS norm's output, k = x * inv per row and head (x: [keys, key_ld] bf16, inv:
-  // [keys, heads] fp32), for BackwardDkDvKernel's kKeyNorm instance, which writes dk as dL/dx
-  // (NormBackward); the queries likewise for BackwardDqKernel's kQueryNorm instance. Only unsplit
-  // launches read them.
-  const bf16* key_x = nullptr;
-  const float* key_inv = nullptr;
-  int key_ld = 0;
-  const bf16* query_x = nullptr;
-  const float* query_inv = nullptr;
-  int query_ld = 0;
+  // The keys' norm, read by BackwardDkDvKernel's kKeyNorm instance, and the queries', by
+  // BackwardDqKernel's kQueryNorm instance; only unsplit launches take them.
+  NormSide key_norm, query_norm;
 };
 
 // A tile list's entry, 32 bytes (two 16-byte loads): its sample's first query row, query count, first
@@ -556,12 +557,9 @@ __device__ void StoreOutput(const float* part, int strips, int64_t first, int n,
   }
 }
 
-// The warp's accumulators as its partial strip (rows 16 * warp of the output tile), then the CTA's
-// rows [first, first + n) of out. Starts and ends with a barrier: the output tile is free on return.
-template <int kDh, typename Out>
-__device__ void FinishOutput(const float (&acc)[kDh / 8][4], float* ss, const Role& role, int64_t first, int n,
-                             int width, int h, bool vec, Out* out) {
-  __syncthreads();
+// The warp's accumulators as its partial strip: rows 16 * warp of the fp32 output tile ss.
+template <int kDh>
+__device__ void StorePartialStrip(const float (&acc)[kDh / 8][4], float* ss) {
   const LaneCoords l = Lane();
   float* part = ss + static_cast<int>(threadIdx.x) / kWarp * kFrag * kLdS;
 #pragma unroll
@@ -569,6 +567,15 @@ __device__ void FinishOutput(const float (&acc)[kDh / 8][4], float* ss, const Ro
     *reinterpret_cast<float2*>(part + l.g * kLdS + c * 8 + 2 * l.t) = make_float2(acc[c][0], acc[c][1]);
     *reinterpret_cast<float2*>(part + (l.g + 8) * kLdS + c * 8 + 2 * l.t) = make_float2(acc[c][2], acc[c][3]);
   }
+}
+
+// The warp's accumulators as its partial strip, then the CTA's rows [first, first + n) of out. Starts
+// and ends with a barrier: the output tile is free on return.
+template <int kDh, typename Out>
+__device__ void FinishOutput(const float (&acc)[kDh / 8][4], float* ss, const Role& role, int64_t first, int n,
+                             int width, int h, bool vec, Out* out) {
+  __syncthreads();
+  StorePartialStrip<kDh>(acc, ss);
   __syncthreads();
   StoreOutput<kDh>(ss, role.strips, first, n, width, h, vec, out);
   __syncthreads();
@@ -625,14 +632,8 @@ __device__ void WriteOwnRows(const float (&acc)[kDh / 8][4], float* ss, const Ro
 template <int kDh>
 __device__ void GatherGroups(float (&acc)[kDh / 8][4], float* ss, const Role& role) {
   const LaneCoords l = Lane();
-  const int warp = static_cast<int>(threadIdx.x) / kWarp;
   __syncthreads();
-  float* part = ss + warp * kFrag * kLdS;
-#pragma unroll
-  for (int c = 0; c < kDh / 8; ++c) {
-    *reinterpret_cast<float2*>(part + l.g * kLdS + c * 8 + 2 * l.t) = make_float2(acc[c][0], acc[c][1]);
-    *reinterpret_cast<float2*>(part + (l.g + 8) * kLdS + c * 8 + 2 * l.t) = make_float2(acc[c][2], acc[c][3]);
-  }
+  StorePartialStrip<kDh>(acc, ss);
   __syncthreads();
   const int group_rows = role.strips * kFrag;
 #pragma unroll
@@ -656,16 +657,14 @@ struct NormRows {
   uint32_t x[2][kDh / 8];  // columns 8c + 2t, 8c + 2t + 1 of rows g (half 0) and g + 8 (half 1), bf16 pairs
   float inv[2];
 
-  // x rows ld apart, inv [rows, heads].
-  __device__ void Load(const bf16* x_rows, const float* inv_rows, int ld, int heads, const Role& role,
-                       int64_t first, int n, int h) {
+  __device__ void Load(const NormSide& side, int heads, const Role& role, int64_t first, int n, int h) {
     const LaneCoords l = Lane();
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = role.row0 + l.g + 8 * half;
       const int64_t row = first + (r < n ? r : 0);
-      inv[half] = inv_rows[row * heads + h];
-      const bf16* at = x_rows + row * ld + h * kDh + 2 * l.t;
+      inv[half] = side.inv[row * heads + h];
+      const bf16* at = side.x + row * side.ld + h * kDh + 2 * l.t;
 #pragma unroll
       for (int c = 0; c < kDh / 8; ++c) x[half][c] = *reinterpret_cast<const uint32_t*>(at + c * 8);
     }
@@ -768,7 +767,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // dq for the queries of a tile (CtaPlace): the forward's walk with dz = post silu'(q . k) (do . v) where
 // kept (else 0) as a region's result, times the chunk's k. kQueryNorm: the queries are a head RMS norm's
-// output (Params::query_x, query_inv) and dq is written through its backward (NormBackward).
+// output (Params::query_norm) and dq is written through its backward (NormBackward), rows its ld apart.
 template <int kDh, typename T, bool kQueryNorm = false>
 __global__ void __launch_bounds__(kThreads)
     BackwardDqKernel(Params p, Split sp, const T* q, const T* k, const T* v, const T* d_o, T* dq) {
@@ -800,7 +799,7 @@ __global__ void __launch_bounds__(kThreads)
   const LaneRows rows = StripRows(p.mask, i0 + role.row0, nq - role.row0, s.lk);
   NormRows<kDh> query_rows;
   if constexpr (kQueryNorm) {
-    query_rows.Load(p.query_x, p.query_inv, p.query_ld, p.heads, role, s.q_row + i0, nq, h);
+    query_rows.Load(p.query_norm, p.heads, role, s.q_row + i0, nq, h);
   }
   kv.Start(jb, je);
   __syncthreads();
@@ -834,15 +833,16 @@ __global__ void __launch_bounds__(kThreads)
     if (role.groups > 1) GatherGroups<kDh>(acc, ss, role);
     NormBackward<kDh>(query_rows, acc);
   }
-  WriteOwnRows<kDh>(acc, ss, role, sp, place, s.q_row, i0, nq, p.ld_dq > 0 ? p.ld_dq : width, width, h, p.vec, dq,
-                    sp.part0);
+  WriteOwnRows<kDh>(acc, ss, role, sp, place, s.q_row, i0, nq, kQueryNorm ? p.query_norm.ld : width, width, h,
+                    p.vec, dq, sp.part0);
 }
 
 // dk, dv for the keys of a tile (CtaPlace): a walk over the queries that keep them (or the split's part
 // of them), in increasing order.
 // A region is transposed (keys as rows): s^T = k q^T and dp^T = v do^T give p^T = post silu(s^T) (times
 // the chunk's do into dv) and dz^T (times the chunk's q into dk). kKeyNorm: the keys are a head RMS
-// norm's output (Params::key_x, key_inv) and dk is written through its backward (NormBackward); an
+// norm's output (Params::key_norm) and dk is written through its backward (NormBackward), rows its ld
+// apart; an
 // instance of its own, so that the plain kernel's registers stay as they are.
 template <int kDh, typename T, bool kKeyNorm = false>
 __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
@@ -874,7 +874,7 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
   const StripSpan span = SpanOf(p.mask, j0 + role.row0, j0 + min(role.row0 + kFrag, nk) - 1, s.lq);
   const LaneRows rows = StripRows(p.mask, j0 + role.row0, nk - role.row0, s.lq);
   NormRows<kDh> key_rows;
-  if constexpr (kKeyNorm) key_rows.Load(p.key_x, p.key_inv, p.key_ld, p.heads, role, s.k_row + j0, nk, h);
+  if constexpr (kKeyNorm) key_rows.Load(p.key_norm, p.heads, role, s.k_row + j0, nk, h);
   qdo.Start(ib, ie);
   __syncthreads();
   uint32_t ka[kDh / kFrag][4], va[kDh / kFrag][4];
@@ -913,8 +913,8 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
     if (role.groups > 1) GatherGroups<kDh>(acc_k, ss, role);
     NormBackward<kDh>(key_rows, acc_k);
   }
-  WriteOwnRows<kDh>(acc_k, ss, role, sp, place, s.k_row, j0, nk, p.ld_dk > 0 ? p.ld_dk : width, width, h, p.vec, dk,
-                    sp.part0);
+  WriteOwnRows<kDh>(acc_k, ss, role, sp, place, s.k_row, j0, nk, kKeyNorm ? p.key_norm.ld : width, width, h,
+                    p.vec, dk, sp.part0);
   WriteOwnRows<kDh>(acc_v, ss, role, sp, place, s.k_row, j0, nk, p.ld_v, width, h, p.vec, dv, sp.part1);
 }
 // The output rows of a split launch (SplitWalk): own row r of sample blockIdx.x (queries, or keys where

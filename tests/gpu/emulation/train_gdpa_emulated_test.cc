@@ -175,7 +175,9 @@ void RunKernels(const Case& c, const Side& qs, const Side& ks, const T* q, const
                  listed ? q_list.data() : nullptr,
                  listed ? k_list.data() : nullptr,
                  tiles(qs.max),
-                 tiles(ks.max)};
+                 tiles(ks.max),
+                 NormSide{},
+                 NormSide{}};
   const int64_t batch = static_cast<int64_t>(c.lq.size());
   const int64_t q_tiles = listed ? static_cast<int64_t>(q_list.size()) / kTileInts : -1,
                 k_tiles = listed ? static_cast<int64_t>(k_list.size()) / kTileInts : -1;
@@ -418,8 +420,8 @@ TEST(TrainGdpaEmulated, Bf16TensorsGiveTheFp32TensorsResultsRounded) {
   }
 }
 
-// The dK/dV kernel with the keys as a head RMS norm's output (Params::key_x, key_inv; gdpa_tensor_core.h's
-// GdpaHeadNorm), and the dQ kernel with the queries as one (query_x, query_inv), fp32 tensors: dk (dq),
+// The dK/dV kernel with the keys as a head RMS norm's output (Params::key_norm; gdpa_tensor_core.h's
+// GdpaHeadNorm), and the dQ kernel with the queries as one (query_norm), fp32 tensors: dk (dq),
 // written rows 2 * width apart, is the norm's backward inv (g - y mean(g y)), y = x * inv in fp32, of
 // the plain run's dk (dq) rounded to bf16 (g), within fp32's rounding of the row's terms; dv is the
 // plain run's bytes; nothing is written outside the gradient's columns or the samples' rows. Cases
@@ -445,11 +447,12 @@ bool RunNormCase(const Case& c, bool keys) {
     for (int h = 0; h < c.heads; ++h) inv[static_cast<size_t>(r * c.heads + h)] = scale(rng);
   }
   Params p{qs.offsets.data(), ks.offsets.data(), c.heads, Mask{c.window, c.block}, c.post_scale, true,
-           width,             nullptr,           nullptr, (qs.max + kTile - 1) / kTile, (ks.max + kTile - 1) / kTile};
+           width,             nullptr,           nullptr, (qs.max + kTile - 1) / kTile, (ks.max + kTile - 1) / kTile,
+           NormSide{},        NormSide{}};
   if (keys) {
-    p.ld_dk = ld, p.key_x = x.data(), p.key_inv = inv.data(), p.key_ld = ld;
+    p.key_norm = NormSide{x.data(), inv.data(), ld};
   } else {
-    p.ld_dq = ld, p.query_x = x.data(), p.query_inv = inv.data(), p.query_ld = ld;
+    p.query_norm = NormSide{x.data(), inv.data(), ld};
   }
   std::vector<float> grad = Sentinels(own.rows * ld), dv = Sentinels(ks.rows * width);
   const int64_t batch = static_cast<int64_t>(c.lq.size());
