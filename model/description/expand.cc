@@ -103,6 +103,7 @@ class Expander {
     AttentionSpec a;
     a.H = a.Hkv = c_.heads;
     a.Dqk = a.Dv = c_.HeadDim();
+    a.qk_norm = true;  // every GDPA use (PMA, cross- and self-attention) norms q and k per head
     return a;
   }
 
@@ -195,7 +196,6 @@ class Expander {
       a.act = Activation::kSilu;
       a.kv_tokens = c_.arch.n_s;
       a.scale = 1.0 / ns;
-      a.qk_norm = true;
       Add(ops::Attention(at("xattn"), a, {Tokens(1), PerSample(ns), Tokens(1), Tokens(ns)}));
       Add(ops::Linear(at("xattn_o"), Tokens(1), d_, d_));
       Add(ops::Pointwise(at("xattn_res"), Tokens(1), d_, 2, 0, 1.0));

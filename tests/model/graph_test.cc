@@ -98,6 +98,10 @@ TEST(ModelGraph, OpConventions) {
       EXPECT_EQ(op.flops.fwd.P, 0.0) << op.name;
     }
     if (op.expert.has_value()) ++experts_seen;
+    // Every GDPA use (PMA, cross- and self-attention) norms q and k per head, as the executors do.
+    if (op.kind == OpKind::kAttention) {
+      EXPECT_TRUE(op.attn->qk_norm) << op.name;
+    }
     if (op.kind == OpKind::kAttention && op.attn->q_tokens == 0 && op.attn->kv_tokens == 0) {
       EXPECT_EQ(op.attn->mask.kind, MaskKind::kBlock) << op.name;
       EXPECT_EQ(op.attn->mask.block, 64);
