@@ -4,8 +4,8 @@
 # three in parallel about 400 s). The package is an installed tree in .deb/variants/NAME.bin.tar.xz:
 # bin/gemtb and the named test binaries (stripped), and share/gemtb with the data gemtb reads
 # (model/configs, sim/scenarios, sim/calibration, sim/network/default_cluster.json), where bin/gemtb
-# finds it (model/description/data_dir.h). About 11 MB a variant with xz, so two or three fit the
-# 64 MiB a call carries beside .deb's packages.
+# finds it (model/description/data_dir.h). About 11.5 MB a variant with xz -9e (gemtb and three test
+# binaries), so three fit the 64 MiB a call carries beside .deb's packages and the 14 MB working tree.
 #
 # usage: tools/bench/prebuild_variant.sh NAME REV [TEST_TARGET...]
 #   e.g. tools/bench/prebuild_variant.sh a_base HEAD~1 && tools/bench/prebuild_variant.sh b_head HEAD
@@ -56,5 +56,5 @@ cp -r "$src/model/configs" "$data/model/"
 cp -r "$src/sim/scenarios" "$src/sim/calibration" "$data/sim/"
 cp "$src/sim/network/default_cluster.json" "$data/sim/network/"
 echo "$commit" >"$stage/COMMIT"
-tar -C "$stage" -cf - . | xz -T0 -3 >"$repo/.deb/variants/$name.bin.tar.xz"
+tar -C "$stage" -cf - . | xz -T0 -9e >"$repo/.deb/variants/$name.bin.tar.xz"
 echo "prebuild_variant: .deb/variants/$name.bin.tar.xz ($(du -h "$repo/.deb/variants/$name.bin.tar.xz" | cut -f1)) of ${commit:0:12}"
