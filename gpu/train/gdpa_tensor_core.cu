@@ -135,7 +135,7 @@ absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T*
   Params p = MakeParams<T>(b, Aligned16({q, k, v, d_o, dq, dk, dv}));
   for (const auto& [norm, side] : {std::pair{key_norm, &p.key_norm}, std::pair{query_norm, &p.query_norm}}) {
     if (norm == nullptr) continue;
-    *side = tc::NormSide{Bf16Bits(norm->x), norm->inv, static_cast<int>(norm->ld)};
+    *side = tc::NormSide{Bf16Bits(norm->x), norm->inv, static_cast<int>(norm->ld), norm->rope};
     p.vec = p.vec && norm->ld % 8 == 0;  // the gradient's rows, now ld apart, 16-byte aligned too
   }
   T* const no_second = nullptr;  // dq's split launch has one output

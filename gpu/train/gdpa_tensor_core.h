@@ -57,11 +57,14 @@ absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const float* q, const fl
 // query_norm for the queries. That side's gradient is then written as dL/dx, rows ld apart (ld >=
 // heads * dh, even; x 4-byte aligned): HeadRmsNormBackward's values on the gradient this call would
 // otherwise write (rounded to bf16; up to the order of a row's fp32 dot product), without that array's
-// write and read. The side's walks are then never split.
+// write and read. The side's walks are then never split. With `rope` (qk_norm_rope.h's table
+// [positions, dh] on the device, positions at least the side's longest sample) the side is RoPE_t of the
+// norm's output, t the row's position in its sample, and the gradient is QkNormRopeBackward's.
 struct GdpaHeadNorm {
   const __nv_bfloat16* x = nullptr;
   const float* inv = nullptr;
   int64_t ld = 0;
+  const float* rope = nullptr;
 };
 absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, const __nv_bfloat16* k,
                                     const __nv_bfloat16* v, const __nv_bfloat16* d_o, __nv_bfloat16* dq,

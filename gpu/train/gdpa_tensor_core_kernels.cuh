@@ -117,6 +117,10 @@ struct NormSide {
   const bf16* x = nullptr;
   const float* inv = nullptr;
   int ld = 0;
+  // Where not null: the side is RoPE_t of the norm's output (qk_norm_rope.h's table [positions, dh], t
+  // the row's position in its sample), and its gradient goes through RoPE's transpose before the norm's
+  // backward.
+  const float* rope = nullptr;
 };
 
 struct Params {
@@ -677,17 +681,31 @@ struct NormRows {
 // g rounded to bf16 as GDPA's output would hold it, so the values are HeadRmsNormBackward's on that
 // output (up to the order of the row's fp32 dot product). A lane holds columns 2t, 2t + 1 of each
 // 8-column tile of rows g and g + 8; a row's dot product is its quad's (lanes 4g .. 4g + 3).
+// rope, where not null: the side is RoPE of the norm's output, and g first goes through RoPE's
+// transpose (qk_norm_rope_kernels.cuh's operations: a pair (a, b) at table row p, the strip row's
+// position `pos0` + its row in the strip, becomes (a cs + b sn, b cs - a sn)); rows past n read the
+// strip's first position.
 template <int kDh>
-__device__ void NormBackward(const NormRows<kDh>& rows, float (&acc)[kDh / 8][4]) {
+__device__ void NormBackward(const NormRows<kDh>& rows, const float* rope, int pos0, int n, int row0,
+                             float (&acc)[kDh / 8][4]) {
+  const LaneCoords l = Lane();
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const float inv = rows.inv[half];
     float y[kDh / 8][2];
     float dot = 0.0f;
+    const int r = row0 + l.g + 8 * half;
+    const float* trow = rope != nullptr ? rope + static_cast<int64_t>(pos0 + (r < n ? r : 0)) * kDh : nullptr;
 #pragma unroll
     for (int c = 0; c < kDh / 8; ++c) {
       acc[c][2 * half] = RoundToBf16(acc[c][2 * half]);
       acc[c][2 * half + 1] = RoundToBf16(acc[c][2 * half + 1]);
+      if (trow != nullptr) {
+        const int m = 4 * c + l.t;
+        const float sn = trow[m], cs = trow[kDh / 2 + m], a = acc[c][2 * half], b = acc[c][2 * half + 1];
+        acc[c][2 * half] = __fadd_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
+        acc[c][2 * half + 1] = __fsub_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
+      }
       const uint32_t pair = rows.x[half][c];
       y[c][0] = __fmul_rn(Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair & 0xffffu)), inv);
       y[c][1] = __fmul_rn(Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair >> 16)), inv);
@@ -831,7 +849,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   if constexpr (kQueryNorm) {
     if (role.groups > 1) GatherGroups<kDh>(acc, ss, role);
-    NormBackward<kDh>(query_rows, acc);
+    NormBackward<kDh>(query_rows, p.query_norm.rope, i0, nq, role.row0, acc);
   }
   WriteOwnRows<kDh>(acc, ss, role, sp, place, s.q_row, i0, nq, kQueryNorm ? p.query_norm.ld : width, width, h,
                     p.vec, dq, sp.part0);
@@ -911,7 +929,7 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
   }
   if constexpr (kKeyNorm) {
     if (role.groups > 1) GatherGroups<kDh>(acc_k, ss, role);
-    NormBackward<kDh>(key_rows, acc_k);
+    NormBackward<kDh>(key_rows, p.key_norm.rope, j0, nk, role.row0, acc_k);
   }
   WriteOwnRows<kDh>(acc_k, ss, role, sp, place, s.k_row, j0, nk, kKeyNorm ? p.key_norm.ld : width, width, h,
                     p.vec, dk, sp.part0);

@@ -1289,12 +1289,13 @@ absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, co
         "AttnBwdBf16: a packed self-attention block takes one input gradient array and no fused LayerNorm");
   }
   const int64_t ld_q = t.LdQ(d), ld_kv = t.LdKv(d);
-  // The PMA's keys and the cross-attention's queries (head RMS-normed, no RoPE; the long sides, whose
-  // walks are whole): GDPA writes their gradient through the norm's backward (GdpaHeadNorm), and the
-  // norm's own backward pass is skipped.
-  const bool fold_key_norm = t.xq == nullptr && !u.rope && packed && u.nk > 0;
+  // The head RMS-normed sides whose walks are whole (GdpaHeadNorm: GDPA writes their gradient through
+  // the norm's backward, after RoPE's transpose where the block applies RoPE, and the norm's own
+  // backward pass is skipped): every block's own queries, the PMA's keys and the self-attention's
+  // packed keys; not the cross-attention's 4 summary keys a sample, whose walks are split.
   const bool queries = t.xq != nullptr && u.nq > 0;
-  const bool fold_query_norm = queries && !u.rope;
+  const bool fold_query_norm = queries;
+  const bool fold_key_norm = u.nk > 0 && packed && (t.xq == nullptr ? !u.rope : self);
   const __nv_bfloat16* dy16 = dy16_in;
   __nv_bfloat16 *d_o, *dqr = nullptr, *dq = nullptr, *dkr = nullptr, *dk, *dv;
   GEMTB_ASSIGN_OR_RETURN(d_o, Bf16s(u.nq * d));
@@ -1320,14 +1321,14 @@ absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, co
     GEMTB_RETURN_IF_ERROR(lin->BackwardInput(qs, dy16, t.wo, nullptr, d_o, st));
     GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(qs, t.o, dy16, G(p.wo.w), nullptr, st));
   }
-  const GdpaHeadNorm key_norm{t.k, t.k_inv, ld_kv}, query_norm{t.q, t.q_inv, ld_q};
+  const float* rope = u.rope ? rope_table : nullptr;
+  const GdpaHeadNorm key_norm{t.k, t.k_inv, ld_kv, rope}, query_norm{t.q, t.q_inv, ld_q, rope};
   GEMTB_RETURN_IF_ERROR(GdpaBackwardTensorCore(Batch(u, ld_kv), t.qr, t.kr, t.v, d_o, fold_query_norm ? dq : dqr,
                                                fold_key_norm ? dk : dkr, dv, st, fold_key_norm ? &key_norm : nullptr,
                                                fold_query_norm ? &query_norm : nullptr));
   // The QK-norms' backward and the projections' weight gradients.
   if (!t.xq) *dqr_out = dqr;  // the PMA's seeds: the caller sums the broadcast rows' gradient
   if (queries) {
-    if (!fold_query_norm) GEMTB_RETURN_IF_ERROR(QkNormRopeBackward(QRows(u, ld_q), t.q, t.q_inv, dqr, dq, st));
     if (!q_packed) GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(qs, t.xq, dq, G(p.wq.w), G(p.wq.b), st));
   }
   if (u.nk > 0) {

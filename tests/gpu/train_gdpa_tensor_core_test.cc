@@ -420,11 +420,12 @@ INSTANTIATE_TEST_SUITE_P(Cases, TrainGdpaTensorCoreCase, ::testing::Range<size_t
 // y = x * inv in fp32, of the tensor-core kernels' own gradient rounded to bf16 (g: the fp32 overload
 // on the same bf16 values, its sums rounded as the bf16 overload's output holds them): within one bf16
 // rounding plus fp32's error on the row's terms. The other gradients are the plain run's bytes; nothing
-// is written outside the gradient's columns and the samples' rows. Cases with split walks are left out
+// is written outside the gradient's columns and the samples' rows. Each side also with RoPE (a table
+// of any values; the gradient through RoPE's transpose first). Cases with split walks are left out
 // (a norm keeps its side's walks whole, so the fp32 run would add in another order). A bad stride is
 // refused by name.
-void RunHeadNormCase(const Case& c, bool own_keys, uint64_t seed) {
-  const std::string what = c.name + (own_keys ? " key norm" : " query norm");
+void RunHeadNormCase(const Case& c, bool own_keys, bool rope, uint64_t seed) {
+  const std::string what = c.name + (own_keys ? " key norm" : " query norm") + (rope ? " with RoPE" : "");
   Inputs in = MakeInputs(c, seed);
   const size_t width = static_cast<size_t>(c.heads) * c.dh, ld = 2 * width;
   const size_t nq = in.q_rows * width, nk = in.k_rows * width;
@@ -452,6 +453,13 @@ void RunHeadNormCase(const Case& c, bool own_keys, uint64_t seed) {
   }
   const Outputs ref = RunAttention(c, in, /*tensor_core=*/true);
   const Bf16Outputs plain = RunBf16Attention(c, in);
+  // RoPE's table (with `rope`): sin in columns [0, dh / 2), cos in [dh / 2, dh), any values a position.
+  const int32_t own_max = own_keys ? in.max_k : in.max_q;
+  std::vector<float> table(static_cast<size_t>(std::max(own_max, 1)) * c.dh);
+  std::mt19937_64 rng(seed * 7 + 1);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  for (float& e : table) e = unit(rng);
+  DeviceArray<float> table_d(table);
 
   std::vector<uint16_t> x_rows(own_rows * ld, numerics::FloatToBf16BitsRne(kOutsideInput));
   for (size_t r = 0; r < own_rows; ++r) {
@@ -467,7 +475,7 @@ void RunHeadNormCase(const Case& c, bool own_keys, uint64_t seed) {
   b.batch = static_cast<int64_t>(c.lq.size());
   b.heads = c.heads, b.dh = c.dh, b.window = c.window, b.block = c.block, b.post_scale = c.post_scale;
   b.q_offsets = q_offsets.ptr, b.k_offsets = k_offsets.ptr, b.max_q = in.max_q, b.max_k = in.max_k;
-  const GdpaHeadNorm norm{x_d.bf16(), inv_d.ptr, static_cast<int64_t>(ld)};
+  const GdpaHeadNorm norm{x_d.bf16(), inv_d.ptr, static_cast<int64_t>(ld), rope ? table_d.ptr : nullptr};
   const absl::Status g =
       GdpaBackwardTensorCore(b, q.bf16(), k.bf16(), v.bf16(), d_o.bf16(), dq.bf16(), dk.bf16(), dv.bf16(), nullptr,
                              own_keys ? &norm : nullptr, own_keys ? nullptr : &norm);
@@ -483,6 +491,7 @@ void RunHeadNormCase(const Case& c, bool own_keys, uint64_t seed) {
   const std::vector<float>& ref_grad = own_keys ? ref.dk : ref.dq;
   int misses = 0, outside = 0;
   double worst = 0;
+  size_t sample = 0;
   for (size_t r = 0; r < own_rows; ++r) {
     for (size_t col = 0; col < ld; ++col) {
       if (r < first || r >= last || col >= width) outside += got[r * ld + col] != kBf16Sentinel;
@@ -493,9 +502,19 @@ void RunHeadNormCase(const Case& c, bool own_keys, uint64_t seed) {
       double dot = 0, g_max = 0, y_max = 0;
       std::vector<double> y(c.dh), gr(c.dh);
       for (int i = 0; i < c.dh; ++i) {
+        gr[i] = numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(ref_grad[r * width + h * c.dh + i]));
+      }
+      if (rope) {  // RoPE's transpose at the row's position in its sample: (a cs + b sn, b cs - a sn)
+        while (static_cast<size_t>(own_offsets[sample + 1]) <= r) ++sample;
+        const float* trow = table.data() + (r - own_offsets[sample]) * c.dh;
+        for (int m = 0; m < c.dh / 2; ++m) {
+          const double a = gr[2 * m], bb = gr[2 * m + 1], sn = trow[m], cs = trow[c.dh / 2 + m];
+          gr[2 * m] = a * cs + bb * sn, gr[2 * m + 1] = bb * cs - a * sn;
+        }
+      }
+      for (int i = 0; i < c.dh; ++i) {
         const size_t e = r * width + h * c.dh + i;
         y[i] = static_cast<float>(x[e] * rinv);
-        gr[i] = numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(ref_grad[e]));
         dot += gr[i] * y[i];
         g_max = std::max(g_max, std::fabs(gr[i]));
         y_max = std::max(y_max, std::fabs(y[i]));
@@ -526,8 +545,10 @@ TEST(TrainGdpaTensorCore, NormedSidesGiveTheNormsBackwardOfTheirGradient) {
       continue;
     }
     ++checked;
-    RunHeadNormCase(c, /*own_keys=*/true, 910 + checked);
-    RunHeadNormCase(c, /*own_keys=*/false, 1910 + checked);
+    for (const bool rope : {false, true}) {
+      RunHeadNormCase(c, /*own_keys=*/true, rope, 910 + checked);
+      RunHeadNormCase(c, /*own_keys=*/false, rope, 1910 + checked);
+    }
   }
   EXPECT_GT(checked, 10);
   // A stride narrower than the side's rows is refused by name.

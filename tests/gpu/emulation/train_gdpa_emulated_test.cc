@@ -65,6 +65,13 @@ Side Offsets(const std::vector<int>& lengths) {
   return s;
 }
 
+// The sample whose rows hold row r (r within the samples).
+size_t SampleOf(const Side& side, int64_t r) {
+  size_t b = 0;
+  while (side.offsets[b + 1] <= r) ++b;
+  return b;
+}
+
 bool Keep(const Case& c, int i, int j) {
   if (c.block > 0) return i / c.block == j / c.block;
   if (c.window >= 0) return std::abs(i - j) <= c.window;
@@ -428,7 +435,7 @@ TEST(TrainGdpaEmulated, Bf16TensorsGiveTheFp32TensorsResultsRounded) {
 // whose walks over the other side split are left out (the launcher keeps them whole with a norm);
 // tiles of 32 rows or fewer, whose strips are shared by groups of warps, are in.
 template <int kDh>
-bool RunNormCase(const Case& c, bool keys) {
+bool RunNormCase(const Case& c, bool keys, bool rope) {
   const Side qs = Offsets(c.lq), ks = Offsets(c.lk);
   const Side& own = keys ? ks : qs;
   const Side& other = keys ? qs : ks;
@@ -439,20 +446,24 @@ bool RunNormCase(const Case& c, bool keys) {
   // x: bf16 rows ld apart (the other columns 1e30); inv: any positive value per row and head.
   std::vector<uint16_t> x(static_cast<size_t>(own.rows * ld), numerics::FloatToBf16BitsRne(1e30f));
   std::vector<float> inv(static_cast<size_t>(own.rows * c.heads), 1.0f);
-  std::mt19937 rng(static_cast<uint32_t>(kDh * 7 + c.name.size() + (keys ? 0 : 1000)));
+  std::mt19937 rng(static_cast<uint32_t>(kDh * 7 + c.name.size() + (keys ? 0 : 1000) + (rope ? 2000 : 0)));
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> scale(0.25f, 4.0f);
   for (int64_t r = own.offsets.front(); r < own.offsets.back(); ++r) {
     for (int e = 0; e < width; ++e) x[static_cast<size_t>(r * ld + e)] = numerics::FloatToBf16BitsRne(normal(rng));
     for (int h = 0; h < c.heads; ++h) inv[static_cast<size_t>(r * c.heads + h)] = scale(rng);
   }
+  // RoPE's table: sin in columns [0, dh / 2), cos in [dh / 2, dh), any values per position.
+  std::vector<float> table(static_cast<size_t>(std::max(own.max, 1) * kDh));
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  for (float& e : table) e = unit(rng);
   Params p{qs.offsets.data(), ks.offsets.data(), c.heads, Mask{c.window, c.block}, c.post_scale, true,
            width,             nullptr,           nullptr, (qs.max + kTile - 1) / kTile, (ks.max + kTile - 1) / kTile,
            NormSide{},        NormSide{}};
   if (keys) {
-    p.key_norm = NormSide{x.data(), inv.data(), ld};
+    p.key_norm = NormSide{x.data(), inv.data(), ld, rope ? table.data() : nullptr};
   } else {
-    p.query_norm = NormSide{x.data(), inv.data(), ld};
+    p.query_norm = NormSide{x.data(), inv.data(), ld, rope ? table.data() : nullptr};
   }
   std::vector<float> grad = Sentinels(own.rows * ld), dv = Sentinels(ks.rows * width);
   const int64_t batch = static_cast<int64_t>(c.lq.size());
@@ -465,7 +476,8 @@ bool RunNormCase(const Case& c, bool keys) {
     RunGrid(tiles, static_cast<unsigned>(c.heads), 1,
             [&] { BackwardDqKernel<kDh, float, true>(p, Split{}, q, k, v, d_o, grad.data()); });
   }
-  const std::string name = c.name + " dh=" + std::to_string(kDh) + (keys ? " key norm" : " query norm");
+  const std::string name =
+      c.name + " dh=" + std::to_string(kDh) + (keys ? " key norm" : " query norm") + (rope ? " with RoPE" : "");
   if (keys) {
     EXPECT_EQ(std::memcmp(dv.data(), plain.dv.data(), dv.size() * sizeof(float)), 0) << name << ": dv";
   }
@@ -485,9 +497,18 @@ bool RunNormCase(const Case& c, bool keys) {
       double dot = 0, g_max = 0, y_max = 0;
       std::vector<double> y(kDh), g(kDh);
       for (int i = 0; i < kDh; ++i) {
-        y[i] = numerics::Bf16BitsToFloat(x[static_cast<size_t>(r * ld + h * kDh + i)]) * rinv;  // fp32 product
         const float sum = plain_grad[static_cast<size_t>(r * width + h * kDh + i)];
         g[i] = numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(sum));
+      }
+      if (rope) {  // RoPE's transpose at the row's position in its sample: (a cs + b sn, b cs - a sn)
+        const float* trow = table.data() + (r - own.offsets[SampleOf(own, r)]) * kDh;
+        for (int m = 0; m < kDh / 2; ++m) {
+          const double a = g[2 * m], b = g[2 * m + 1], sn = trow[m], cs = trow[kDh / 2 + m];
+          g[2 * m] = a * cs + b * sn, g[2 * m + 1] = b * cs - a * sn;
+        }
+      }
+      for (int i = 0; i < kDh; ++i) {
+        y[i] = numerics::Bf16BitsToFloat(x[static_cast<size_t>(r * ld + h * kDh + i)]) * rinv;  // fp32 product
         dot += g[i] * y[i];
         g_max = std::max(g_max, std::abs(g[i])), y_max = std::max(y_max, std::abs(y[i]));
       }
@@ -509,14 +530,16 @@ TEST(TrainGdpaEmulated, HeadNormsGiveTheNormsBackwardOfTheSums) {
   for (const Case& c : Cases()) {
     for (const bool own_keys : {true, false}) {
       int& checked = own_keys ? keys : queries;
-      checked += RunNormCase<16>(c, own_keys);
-      checked += RunNormCase<32>(c, own_keys);
-      checked += RunNormCase<64>(c, own_keys);
+      for (const bool rope : {false, true}) {
+        checked += RunNormCase<16>(c, own_keys, rope);
+        checked += RunNormCase<32>(c, own_keys, rope);
+        checked += RunNormCase<64>(c, own_keys, rope);
+      }
       if (HasFailure()) return;
     }
   }
-  EXPECT_GE(keys, 21);
-  EXPECT_GE(queries, 21);
+  EXPECT_GE(keys, 42);
+  EXPECT_GE(queries, 42);
 }
 
 // Grids over the tile lists (only the tiles that hold rows) give the grids over every sample's tiles
