@@ -43,6 +43,7 @@
 
 #include "gpu/train/gdpa.h"
 #include "gtest/gtest.h"
+#include "tests/gpu/head_norm_backward_reference.h"
 #include "tests/gpu/train_test_util.h"
 
 namespace gemtb::gpu::train {
@@ -497,33 +498,16 @@ void RunHeadNormCase(const Case& c, bool own_keys, bool rope, uint64_t seed) {
       if (r < first || r >= last || col >= width) outside += got[r * ld + col] != kBf16Sentinel;
     }
     if (r < first || r >= last) continue;
+    while (static_cast<size_t>(own_offsets[sample + 1]) <= r) ++sample;
+    const float* trow = rope ? table.data() + (r - own_offsets[sample]) * c.dh : nullptr;
     for (int h = 0; h < c.heads; ++h) {
-      const float rinv = inv[r * c.heads + h];
-      double dot = 0, g_max = 0, y_max = 0;
-      std::vector<double> y(c.dh), gr(c.dh);
+      const size_t e0 = r * width + h * c.dh;
+      const test::HeadNormBackward want_row =
+          test::HeadNormBackwardOf(ref_grad.data() + e0, x.data() + e0, inv[r * c.heads + h], c.dh, trow);
       for (int i = 0; i < c.dh; ++i) {
-        gr[i] = numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(ref_grad[r * width + h * c.dh + i]));
-      }
-      if (rope) {  // RoPE's transpose at the row's position in its sample: (a cs + b sn, b cs - a sn)
-        while (static_cast<size_t>(own_offsets[sample + 1]) <= r) ++sample;
-        const float* trow = table.data() + (r - own_offsets[sample]) * c.dh;
-        for (int m = 0; m < c.dh / 2; ++m) {
-          const double a = gr[2 * m], bb = gr[2 * m + 1], sn = trow[m], cs = trow[c.dh / 2 + m];
-          gr[2 * m] = a * cs + bb * sn, gr[2 * m + 1] = bb * cs - a * sn;
-        }
-      }
-      for (int i = 0; i < c.dh; ++i) {
-        const size_t e = r * width + h * c.dh + i;
-        y[i] = static_cast<float>(x[e] * rinv);
-        dot += gr[i] * y[i];
-        g_max = std::max(g_max, std::fabs(gr[i]));
-        y_max = std::max(y_max, std::fabs(y[i]));
-      }
-      const double mean = dot / c.dh;
-      for (int i = 0; i < c.dh; ++i) {
-        const double want = rinv * (gr[i] - y[i] * mean);
+        const double want = want_row.dx[i];
         const double have = numerics::Bf16BitsToFloat(got[r * ld + h * c.dh + i]);
-        const double bound = std::ldexp(std::fabs(want), -8) + 1e-5 * rinv * (g_max + y_max * std::fabs(mean));
+        const double bound = std::ldexp(std::fabs(want), -8) + 1e-5 * want_row.scale;
         worst = std::max(worst, std::fabs(have - want) / bound);
         if (!(std::fabs(have - want) <= bound) && ++misses <= 5) {
           ADD_FAILURE() << what << ": row " << r << " head " << h << " column " << i << ": " << have << ", want "

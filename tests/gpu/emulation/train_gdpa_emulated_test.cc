@@ -28,6 +28,7 @@
 
 #include "gpu/train/gdpa_tensor_core_kernels.cuh"
 #include "model/numerics/float_formats.h"
+#include "tests/gpu/head_norm_backward_reference.h"
 #include "gtest/gtest.h"
 
 namespace gemtb::gpu::train::tc {
@@ -492,33 +493,17 @@ bool RunNormCase(const Case& c, bool keys, bool rope) {
       if (bits != kSentinel) return true;
     }
     if (r < first || r >= last) continue;
+    const float* trow = rope ? table.data() + (r - own.offsets[SampleOf(own, r)]) * kDh : nullptr;
     for (int h = 0; h < c.heads; ++h) {
-      const float rinv = inv[static_cast<size_t>(r * c.heads + h)];
-      double dot = 0, g_max = 0, y_max = 0;
-      std::vector<double> y(kDh), g(kDh);
+      float xr[kDh];
+      for (int i = 0; i < kDh; ++i) xr[i] = numerics::Bf16BitsToFloat(x[static_cast<size_t>(r * ld + h * kDh + i)]);
+      const test::HeadNormBackward ref = test::HeadNormBackwardOf(
+          plain_grad.data() + r * width + h * kDh, xr, inv[static_cast<size_t>(r * c.heads + h)], kDh, trow);
       for (int i = 0; i < kDh; ++i) {
-        const float sum = plain_grad[static_cast<size_t>(r * width + h * kDh + i)];
-        g[i] = numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(sum));
-      }
-      if (rope) {  // RoPE's transpose at the row's position in its sample: (a cs + b sn, b cs - a sn)
-        const float* trow = table.data() + (r - own.offsets[SampleOf(own, r)]) * kDh;
-        for (int m = 0; m < kDh / 2; ++m) {
-          const double a = g[2 * m], b = g[2 * m + 1], sn = trow[m], cs = trow[kDh / 2 + m];
-          g[2 * m] = a * cs + b * sn, g[2 * m + 1] = b * cs - a * sn;
-        }
-      }
-      for (int i = 0; i < kDh; ++i) {
-        y[i] = numerics::Bf16BitsToFloat(x[static_cast<size_t>(r * ld + h * kDh + i)]) * rinv;  // fp32 product
-        dot += g[i] * y[i];
-        g_max = std::max(g_max, std::abs(g[i])), y_max = std::max(y_max, std::abs(y[i]));
-      }
-      const double mean = dot / kDh;
-      for (int i = 0; i < kDh; ++i) {
-        const double want = rinv * (g[i] - y[i] * mean);
-        const double got = grad[static_cast<size_t>(r * ld + h * kDh + i)];
-        EXPECT_LE(std::abs(got - want), 1e-5 * rinv * (g_max + y_max * std::abs(mean)) + 1e-30)
+        const double want = ref.dx[i], got = grad[static_cast<size_t>(r * ld + h * kDh + i)];
+        EXPECT_LE(std::abs(got - want), 1e-5 * ref.scale + 1e-30)
             << name << ": row " << r << " head " << h << " column " << i << ": " << got << ", want " << want;
-        if (!(std::abs(got - want) <= 1e-5 * rinv * (g_max + y_max * std::abs(mean)) + 1e-30)) return true;
+        if (!(std::abs(got - want) <= 1e-5 * ref.scale + 1e-30)) return true;
       }
     }
   }
