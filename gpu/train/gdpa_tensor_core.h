@@ -45,8 +45,22 @@ absl::Status GdpaWriteTiles(int64_t batch, const int32_t* q_offsets, const int32
 // every sample are not touched.
 absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v, float* o,
                                    cudaStream_t stream);
+// With query_norm, the bf16 forward's q is a head RMS norm's input x (rows ld apart: ld >= heads * dh,
+// even; x 4-byte aligned): the kernel norms the queries (then applies RoPE_t, t the row's position in
+// its sample, where rope is given: qk_norm_rope.h's table [positions, dh] on the device) as it stages
+// them, attends with them, and writes them to y (dense [rows, heads * dh], 4-byte aligned) and their
+// inverse RMS to inv ([rows, heads]): HeadRmsNormForward's (QkNormRopeForward's) bytes, and o the bytes
+// of this call on y, without the norm's pass over x. The backward then takes y as q and {x, inv, ld,
+// rope} as its GdpaHeadNorm.
+struct GdpaQueryNorm {
+  int64_t ld = 0;
+  const float* rope = nullptr;
+  __nv_bfloat16* y = nullptr;
+  float* inv = nullptr;
+};
 absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                   const __nv_bfloat16* v, __nv_bfloat16* o, cudaStream_t stream);
+                                   const __nv_bfloat16* v, __nv_bfloat16* o, cudaStream_t stream,
+                                   const GdpaQueryNorm* query_norm = nullptr);
 
 // dq, dk, dv are WRITTEN (not accumulated); scores recomputed. They must not overlap each other or
 // the inputs. A query (key) that keeps no key (is kept by no query) gets zeros.

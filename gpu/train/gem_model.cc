@@ -332,6 +332,8 @@ struct GemModelGpu::Impl {
   // (attention_input.h); null: xq is already there.
   absl::Status AttnFwdBf16(const AttnP& p, const AttnUse& u, const __nv_bfloat16* xq, const __nv_bfloat16* xkv,
                            AttnTape16& t, float* y, const float* residual, const AttentionNorm* norm = nullptr);
+  absl::Status AttnOutBf16(const AttnP& p, const AttnUse& u, AttnTape16& t, const float* residual, float* y,
+                           const __nv_bfloat16* q, const GdpaQueryNorm* query_norm);
   // Whether the bf16 attention blocks' input side runs as one kernel (BlockKernels::kFused, at widths
   // attention_input.h takes).
   bool FusedAttentionInput() const {
@@ -1260,12 +1262,22 @@ absl::Status GemModelGpu::Impl::AttnFwdBf16(const AttnP& p, const AttnUse& u, co
   }
   if (u.nq == 0) return absl::OkStatus();
   if (xq && norm == nullptr) {
+    // The queries' QK-norm (and RoPE) inside GDPA's forward, which writes qr and q_inv as the norm's
+    // pass would (GdpaQueryNorm).
     if (q_alone) GEMTB_RETURN_IF_ERROR(lin->Forward(qs, xq, t.wq, bq, t.q, st));
-    GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeForward(QRows(u, ld_q), t.q, t.qr, t.q_inv, st)
-                                 : HeadRmsNormForward<__nv_bfloat16>(HeadRowsShape{u.nq * H, dh, H, ld_q}, t.q, t.qr,
-                                                                     t.q_inv, st));
+    const GdpaQueryNorm query_norm{ld_q, u.rope ? rope_table : nullptr, t.qr, t.q_inv};
+    return AttnOutBf16(p, u, t, residual, y, t.q, &query_norm);
   }
-  GEMTB_RETURN_IF_ERROR(GdpaForwardTensorCore(Batch(u, ld_kv), t.qr, t.kr, t.v, t.o, st));
+  return AttnOutBf16(p, u, t, residual, y, t.qr, nullptr);
+}
+
+// GDPA of the block's queries (q: the normed queries, or with query_norm their projection, normed by
+// GDPA's forward) and y (+)= Wo o + bo.
+absl::Status GemModelGpu::Impl::AttnOutBf16(const AttnP& p, const AttnUse& u, AttnTape16& t, const float* residual,
+                                            float* y, const __nv_bfloat16* q, const GdpaQueryNorm* query_norm) {
+  const int d = g.d;
+  const LinearShape qs{u.nq, d, d};
+  GEMTB_RETURN_IF_ERROR(GdpaForwardTensorCore(Batch(u, t.LdKv(d)), q, t.kr, t.v, t.o, st, query_norm));
   const float* bo;
   GEMTB_ASSIGN_OR_RETURN(bo, AlignedBias(p.wo.b));
   return lin->ForwardToFp32(qs, t.o, t.wo, bo, residual, y, st);

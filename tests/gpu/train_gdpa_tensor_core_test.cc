@@ -42,6 +42,8 @@
 #include <vector>
 
 #include "gpu/train/gdpa.h"
+#include "gpu/train/head_rms_norm.h"
+#include "gpu/train/qk_norm_rope.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/head_norm_backward_reference.h"
 #include "tests/gpu/train_test_util.h"
@@ -548,6 +550,76 @@ TEST(TrainGdpaTensorCore, NormedSidesGiveTheNormsBackwardOfTheirGradient) {
                                some.bf16(), nullptr, keys ? &narrow : nullptr, keys ? nullptr : &narrow);
     EXPECT_NE(bad.message().find(keys ? "key_norm.ld=126" : "query_norm.ld=126"), std::string::npos) << bad;
   }
+}
+
+// GdpaQueryNorm: the forward's queries given as x (bf16, rows twice as wide as the queries', the other
+// columns 1e30): the normed queries and inverse RMS it writes are HeadRmsNormForward's bytes (with
+// RoPE, a table of any values: QkNormRopeForward's), o is the plain forward's bytes on those queries,
+// and nothing is written outside the samples' rows.
+void RunQueryNormForwardCase(const Case& c, bool rope, uint64_t seed) {
+  const std::string what = c.name + (rope ? " query norm and RoPE" : " query norm") + " forward";
+  const Inputs in = MakeInputs(c, seed);
+  const size_t width = static_cast<size_t>(c.heads) * c.dh, ld = 2 * width;
+  const size_t first = in.q_offsets.front(), last = in.q_offsets.back(), rows = last - first;
+  std::vector<uint16_t> x_rows(in.q_rows * ld, numerics::FloatToBf16BitsRne(kOutsideInput));
+  for (size_t r = 0; r < in.q_rows; ++r) {
+    for (size_t i = 0; i < width; ++i) x_rows[r * ld + i] = numerics::FloatToBf16BitsRne(in.q[r * width + i]);
+  }
+  std::vector<float> table(static_cast<size_t>(std::max(in.max_q, 1)) * c.dh);
+  std::mt19937_64 rng(seed * 5 + 3);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  for (float& e : table) e = unit(rng);
+  DeviceArray<float> table_d(table);
+  DeviceArray<int32_t> q_offsets(in.q_offsets), k_offsets(in.k_offsets);
+  DeviceArray<uint16_t> x(x_rows), k(RoundedBits(in.k)), v(RoundedBits(in.v)),
+      y_ref(std::vector<uint16_t>(in.q_rows * width, kBf16Sentinel)),
+      y(std::vector<uint16_t>(in.q_rows * width, kBf16Sentinel)),
+      o_plain(std::vector<uint16_t>(in.q_rows * width, kBf16Sentinel)),
+      o(std::vector<uint16_t>(in.q_rows * width, kBf16Sentinel));
+  DeviceArray<float> inv_ref(std::vector<float>(in.q_rows * c.heads, -1.0f)),
+      inv(std::vector<float>(in.q_rows * c.heads, -1.0f));
+  GdpaBatch b;
+  b.batch = static_cast<int64_t>(c.lq.size());
+  b.heads = c.heads, b.dh = c.dh, b.window = c.window, b.block = c.block, b.post_scale = c.post_scale;
+  b.q_offsets = q_offsets.ptr, b.k_offsets = k_offsets.ptr, b.max_q = in.max_q, b.max_k = in.max_k;
+  // The norm kernels over the samples' rows, then the plain forward on their output.
+  const absl::Status normed =
+      rope ? QkNormRopeForward(RopeRows{b.batch, q_offsets.ptr, in.max_q, c.heads, c.dh, table_d.ptr,
+                                        static_cast<int64_t>(ld)},
+                               x.bf16(), y_ref.bf16(), inv_ref.ptr, nullptr)
+           : HeadRmsNormForward<__nv_bfloat16>(
+                 HeadRowsShape{static_cast<int64_t>(rows) * c.heads, c.dh, c.heads, static_cast<int64_t>(ld)},
+                 x.bf16() + first * ld, y_ref.bf16() + first * width, inv_ref.ptr + first * c.heads, nullptr);
+  ASSERT_TRUE(normed.ok()) << what << ": " << normed;
+  ASSERT_TRUE(GdpaForwardTensorCore(b, y_ref.bf16(), k.bf16(), v.bf16(), o_plain.bf16(), nullptr).ok()) << what;
+  const GdpaQueryNorm query_norm{static_cast<int64_t>(ld), rope ? table_d.ptr : nullptr, y.bf16(), inv.ptr};
+  const absl::Status f = GdpaForwardTensorCore(b, x.bf16(), k.bf16(), v.bf16(), o.bf16(), nullptr, &query_norm);
+  ASSERT_TRUE(f.ok()) << what << ": " << f;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+  EXPECT_EQ(y.Get(in.q_rows * width), y_ref.Get(in.q_rows * width)) << what << ": the normed queries";
+  EXPECT_EQ(inv.Get(in.q_rows * c.heads), inv_ref.Get(in.q_rows * c.heads)) << what << ": inv";
+  EXPECT_EQ(o.Get(in.q_rows * width), o_plain.Get(in.q_rows * width)) << what << ": o";
+}
+
+TEST(TrainGdpaTensorCore, ForwardNormsItsQueriesAsTheNormKernelsDo) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  int checked = 0;
+  for (const Case& c : Cases()) {
+    ++checked;
+    for (const bool rope : {false, true}) RunQueryNormForwardCase(c, rope, 2910 + checked);
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(checked, 10);
+  // A stride narrower than the queries' rows is refused by name.
+  DeviceArray<int32_t> offsets(std::vector<int32_t>{0, 4});
+  DeviceArray<uint16_t> some(std::vector<uint16_t>(4 * 128, 0));
+  DeviceArray<float> inv(std::vector<float>(16, 1.0f));
+  GdpaBatch b;
+  b.batch = 1, b.heads = 4, b.dh = 32, b.q_offsets = offsets.ptr, b.k_offsets = offsets.ptr, b.max_q = 4, b.max_k = 4;
+  const GdpaQueryNorm narrow{126, nullptr, some.bf16(), inv.ptr};
+  const absl::Status bad = GdpaForwardTensorCore(b, some.bf16(), some.bf16(), some.bf16(), some.bf16(), nullptr, &narrow);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+  EXPECT_NE(bad.message().find("query_norm.ld=126"), std::string::npos) << bad;
 }
 
 TEST(TrainGdpaTensorCore, BadShapesAreRefusedAndAnEmptyBatchIsANoOp) {
