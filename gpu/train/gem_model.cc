@@ -743,8 +743,8 @@ absl::Status GemModelGpu::Impl::CrossFwd(const CrossP& p, CrossTape& t, const fl
     for (int j = 0; j < J; ++j) {
       GEMTB_ASSIGN_OR_RETURN(s[j], mem->Floats(rows[j] * d));
       s16[j] = nullptr;
-      GEMTB_RETURN_IF_ERROR(GatherRows(t.x_sum, cls_index[j], rows[j], d, s[j], false, st));
-      GEMTB_RETURN_IF_ERROR(GatherRows(first->events[j], event_index[j], rows[j], d, s[j], true, st));
+      GEMTB_RETURN_IF_ERROR(
+          AssembleSequenceRows(t.x_sum, cls_index[j], first->events[j], event_index[j], rows[j], d, s[j], st));
     }
   }
   t.seq.resize(J);
@@ -1584,6 +1584,9 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
       if (in.lengths[j][b] < 0 || in.lengths[j][b] > g.seqs[j].lmax)
         return absl::InvalidArgumentError(absl::StrCat("lengths[", j, "][", b, "]: ", in.lengths[j][b], " (want 0 .. Lmax ",
                                                        g.seqs[j].lmax, ")"));
+    const bool any_event = std::any_of(in.lengths[j].begin(), in.lengths[j].end(), [](int32_t n) { return n > 0; });
+    if (any_event && in.events[j].item == nullptr)
+      return absl::InvalidArgumentError(absl::StrCat("events[", j, "].item: null, where the batch has events"));
   }
   if (in.experts != nullptr) {
     if (absl::Status s = gemtb::model::CheckExpertDegree(g, in.experts->degree(), "experts (the exchange's degree)");
