@@ -842,8 +842,7 @@ __global__ void __launch_bounds__(kThreads)
 // A region is transposed (keys as rows): s^T = k q^T and dp^T = v do^T give p^T = post silu(s^T) (times
 // the chunk's do into dv) and dz^T (times the chunk's q into dk). kKeyNorm: the keys are a head RMS
 // norm's output (Params::key_norm) and dk is written through its backward (NormBackward), rows its ld
-// apart; an
-// instance of its own, so that the plain kernel's registers stay as they are.
+// apart; an instance of its own, so that the plain kernel's registers stay as they are.
 template <int kDh, typename T, bool kKeyNorm = false>
 __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
     BackwardDkDvKernel(Params p, Split sp, const T* q, const T* k, const T* v, const T* d_o, T* dk, T* dv) {
