@@ -147,7 +147,6 @@ struct TbeInput {
   DeviceArray<int32_t> bag_count, run_head, run_index, num_runs, hot_runs, num_hot_runs;
   DeviceArray<uint8_t> cub_temp;
   DeviceArray<float> hot_grads;                   // [HotRunCapacity][max_dim]
-  DeviceArray<Contribution> hot_terms;
   DeviceArray<float> run_grads, run_square_sums;  // split update only
 };
 struct TbeGrads {
@@ -255,7 +254,6 @@ struct DeviceTbe::State : InputBound {
     b.hot_runs = in->hot_runs.get();
     b.num_hot_runs = in->num_hot_runs.get();
     b.hot_grads = in->hot_grads.get();
-    b.hot_terms = in->hot_terms.get();
     if (options.batch_block > 0) {
       b.batch_block = options.batch_block;
       b.num_batch_blocks = batch / options.batch_block;
@@ -503,7 +501,6 @@ absl::Status DeviceTbe::SetInput(const KjtView& kjt, const CheckedKjt& checked) 
   GEMTB_RETURN_IF_ERROR(s.in->hot_grads.Allocate(static_cast<size_t>(HotRunCapacity(num_values)) *
                                                      static_cast<size_t>(s.max_dim),
                                                  "hot rows' gradients"));
-  GEMTB_RETURN_IF_ERROR(s.in->hot_terms.Allocate(n, "hot rows' contributions"));
   GEMTB_RETURN_IF_ERROR(s.in->bag_count.Allocate(static_cast<size_t>(num_keys * s.batch), "bag counts"));
   absl::StatusOr<size_t> temp = BackwardTempBytes(num_values);
   if (!temp.ok()) return temp.status();

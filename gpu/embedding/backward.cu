@@ -87,8 +87,6 @@ absl::Status LaunchBackward(const LaunchParams& p, int64_t num_values, const Bac
   // of blocks that found no run.
   const auto hot_blocks = static_cast<unsigned>(std::min<int64_t>(HotRunCapacity(n), 2 * HopperSmCount()));
   const auto slices = static_cast<unsigned>((b.max_dim + kHotCols - 1) / kHotCols);
-  HotTermKernel<<<Blocks(n, kThreads), kThreads>>>(p, b, n);
-  GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the hot-term kernel"));
   HotRowKernel<<<dim3(hot_blocks, slices), kHotThreads, kHotSharedBytes>>>(p, b);
   GEMTB_RETURN_IF_ERROR(CudaOk(cudaGetLastError(), "launch of the hot-row kernel"));
   HotRowApplyKernel<<<Blocks(HotRunCapacity(n), kRowWarps), kRowWarps * 32, shared_bytes>>>(p, b);

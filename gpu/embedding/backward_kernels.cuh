@@ -14,8 +14,7 @@
 //      blocks instead: the seqsum fixes the order of the additions within each column, so the run
 //      cannot be split into partial sums, but its columns are independent, summed by different
 //      blocks, and its contributions can be fetched and formed (w*gamma, gamma/n) in any order.
-//      A thread per occurrence first resolves each hot occurrence's contribution (its gradient row
-//      and scalar) into a buffer; then a block per 32 columns of the row stages tiles of contributions in shared memory, many loads
+//      A block per 32 columns of the row stages tiles of contributions in shared memory, many loads
 //      in flight, and one thread per column folds each tile in sorted order; then a warp per hot
 //      row applies the optimizer as in 4.
 // Phase 4's time is the chain of dependent loads per row (run start, key, occurrence, bag,
@@ -95,18 +94,24 @@ __global__ void RunStartKernel(const BackwardBuffers b, int64_t n) {
 
 // Appends each hot run (a valid row with >= kHotRun occurrences) to the hot-run list. The list's
 // order varies from call to call; each run is summed and updated on its own, so results do not.
-__device__ bool IsHotRun(const BackwardBuffers& b, int64_t run) {
-  const int64_t start = b.run_start[run], end = b.run_start[run + 1];
-  return end - start >= kHotRun && RowOfKey(b, start) < b.total_rows;
-}
-
 __global__ void HotRunListKernel(const BackwardBuffers b) {
   const int64_t run = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (run >= *b.num_runs) return;
-  if (IsHotRun(b, run)) b.hot_runs[atomicAdd(b.num_hot_runs, 1)] = static_cast<int32_t>(run);
+  const int64_t start = b.run_start[run], end = b.run_start[run + 1];
+  if (end - start < kHotRun) return;
+  if (RowOfKey(b, start) >= b.total_rows) return;
+  b.hot_runs[atomicAdd(b.num_hot_runs, 1)] = static_cast<int32_t>(run);
 }
 
 // Where occurrence `v`'s upstream gradient row starts, and its scalar (weight or n).
+struct Contribution {
+  const float* grad = nullptr;
+  float weight = 0.0f;
+  int32_t n = 0;
+  Pooling pooling = Pooling::kSum;
+  int32_t block = 0;  // the sample's block of G's partitioned sum
+};
+
 __device__ Contribution ContributionOf(const LaunchParams& p, const BackwardBuffers& b, int64_t v) {
   const int64_t bag = b.value_bag[v];
   const FeatureParams& fp = p.features[bag / p.kjt.batch];
@@ -121,17 +126,6 @@ __device__ Contribution ContributionOf(const LaunchParams& p, const BackwardBuff
   if (fp.pooling == Pooling::kMean) c.n = b.bag_count[bag];
   if (b.batch_block > 0) c.block = static_cast<int32_t>((bag % p.kjt.batch) / b.batch_block);
   return c;
-}
-
-// The contribution of every occurrence of a hot run into b.hot_terms at its sorted position, a thread
-// an occurrence (n of them). ContributionOf is a chain of dependent loads (occurrence, bag, feature,
-// weight or count); resolved here by the whole GPU at once, HotRowKernel's block per slice reads
-// each batch's terms as one copy instead of waiting on those chains batch after batch.
-__global__ void HotTermKernel(const LaunchParams p, const BackwardBuffers b, int64_t n) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const int64_t run = static_cast<int64_t>(b.run_index[i]) + b.run_head[i] - 1;  // run_index: exclusive scan
-  if (IsHotRun(b, run)) b.hot_terms[i] = ContributionOf(p, b, b.order_out[i]);
 }
 
 // The row gradient's running sum: one seqsum, or with batch blocks (kBlocked) the seqsum of each
@@ -442,7 +436,8 @@ __device__ float FoldColumn(const float* col, int k0, int count, int stride, flo
 
 // Block (x, y) takes slice y (columns 32y ..) of hot runs x, x + gridDim.x, ... (the list's
 // entries past its count leave at once). The run's occurrences come in batches of kHotThreads, a
-// tile each, whose metadata (HotTermKernel's contributions) warps 1.. copy ahead into two buffers; the tiles of formed contributions alternate between two buffers: while thread
+// tile each, whose metadata (a chain of dependent loads an occurrence) warps 1.. resolve ahead into
+// two buffers; the tiles of formed contributions alternate between two buffers: while thread
 // j < width (warp 0) folds column j of one tile in sorted order, continuing the seqsum across
 // tiles, every thread's loads of the next tile are in flight, and are stored to the other buffer
 // after the fold. The same additions, in the same order, as the warp path and the
@@ -455,12 +450,12 @@ __global__ void __launch_bounds__(kHotThreads) HotRowKernel(const LaunchParams p
   const int tid = static_cast<int>(threadIdx.x);
   const int32_t num_hot = *b.num_hot_runs;
   const int c0 = static_cast<int>(blockIdx.y) * kHotCols;
-  // Batch `m`'s metadata (HotTermKernel's) into buffer m % 2, by the threads of warps 1..: warp 0 folds.
+  // Batch `m`'s metadata (into buffer m % 2), one occurrence a thread of warps 1..: warp 0 folds.
   const auto resolve = [&](int64_t start, int64_t end, int64_t m) {
     const int64_t m0 = start + m * kHotThreads;
     Contribution* meta = metas + (m % 2) * kHotThreads;
     for (int i = tid - 32; i >= 0 && i < kHotThreads && m0 + i < end; i += kHotThreads - 32) {
-      meta[i] = b.hot_terms[m0 + i];
+      meta[i] = ContributionOf(p, b, b.order_out[m0 + i]);
     }
   };
   for (int32_t hot = static_cast<int32_t>(blockIdx.x); hot < num_hot; hot += static_cast<int32_t>(gridDim.x)) {

@@ -21,17 +21,6 @@ absl::Status LaunchInitTable(const TableParams& table, uint64_t seed);
 // One launch over all F*B bags, a warp per bag.
 absl::Status LaunchForward(const LaunchParams& p);
 
-// One occurrence's contribution to its row's gradient: where its upstream gradient row starts, its
-// scalar (SUM's none, WSUM's weight, MEAN's n), its pooling, and the sample's block of G's partitioned
-// sum.
-struct Contribution {
-  const float* grad = nullptr;
-  float weight = 0.0f;
-  int32_t n = 0;
-  Pooling pooling = Pooling::kSum;
-  int32_t block = 0;
-};
-
 // Scratch of the backward, [num_values] unless said otherwise.
 struct BackwardBuffers {
   uint64_t* keys_in = nullptr;
@@ -53,7 +42,6 @@ struct BackwardBuffers {
   int32_t* hot_runs = nullptr;     // [HotRunCapacity] indices of runs of >= kHotRun occurrences
   int32_t* num_hot_runs = nullptr; // [1]
   float* hot_grads = nullptr;      // [HotRunCapacity][max_dim] each hot run's G (HotRowKernel's slices)
-  Contribution* hot_terms = nullptr;  // the hot runs' occurrences' contributions, by sorted position
   // G_r's sum partitioned into blocks of `batch_block` consecutive samples (BlockSeqSum4; a sharded
   // module's holder: one block per source's local batch), `num_batch_blocks` of them; 0 = one block.
   int64_t batch_block = 0;

@@ -103,7 +103,6 @@ Tables RunKernels(const check::EmbedCase& c, int64_t batch_block, bool split) {
       run_index(static_cast<size_t>(n)), hot_runs(static_cast<size_t>(HotRunCapacity(n)));
   int32_t num_runs = 0, num_hot_runs = 0;
   std::vector<float> hot_grads(static_cast<size_t>(HotRunCapacity(n) * max_dim), 7.0f);
-  std::vector<Contribution> hot_terms(static_cast<size_t>(n));
   std::vector<float> run_grads(split ? static_cast<size_t>(n * max_dim) : 0),
       run_square_sums(split ? static_cast<size_t>(n) : 0);
   BackwardBuffers b;
@@ -123,7 +122,6 @@ Tables RunKernels(const check::EmbedCase& c, int64_t batch_block, bool split) {
   b.hot_runs = hot_runs.data();
   b.num_hot_runs = &num_hot_runs;
   b.hot_grads = hot_grads.data();
-  b.hot_terms = hot_terms.data();
   if (batch_block > 0) {
     b.batch_block = batch_block;
     b.num_batch_blocks = batch / batch_block;
@@ -155,7 +153,6 @@ Tables RunKernels(const check::EmbedCase& c, int64_t batch_block, bool split) {
   } else {
     RunGrid(Blocks(Blocks(n, 32), kRowWarps), kRowWarps * 32, [&] { RowUpdateKernel<false>(pc, bc); });
   }
-  RunGrid(Blocks(n, kThreads), kThreads, [&] { HotTermKernel(pc, bc, n); });
   static_assert(kHotSharedBytes <= sizeof(hot_shared));
   // Fewer blocks than hot runs (each block takes several in turn), a slice of 32 columns each.
   RunGrid(
