@@ -109,15 +109,21 @@ absl::Status SplitLaunch(const GdpaBatch& b, const Params& p, int splits, int32_
 }
 
 template <int kDh, typename T>
-absl::Status LaunchForward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* o, cudaStream_t stream) {
+absl::Status LaunchForward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* o,
+                           const GdpaQueryNorm* query_norm, cudaStream_t stream) {
   constexpr size_t kBytes = Layout<kDh>::Bytes(1);  // q, then k and v twice
-  if (absl::Status s = AllowSharedMemory(ForwardKernel<kDh, T>, kBytes, "GdpaForwardTensorCore"); !s.ok()) return s;
-  const Params p = MakeParams<T>(b, Aligned16({q, k, v, o}));
+  const auto kernel = query_norm != nullptr ? ForwardKernel<kDh, T, true> : ForwardKernel<kDh, T, false>;
+  if (absl::Status s = AllowSharedMemory(kernel, kBytes, "GdpaForwardTensorCore"); !s.ok()) return s;
+  Params p = MakeParams<T>(b, Aligned16({q, k, v, o}));
+  tc::NormForward qn;
+  if (query_norm != nullptr) {
+    qn = tc::NormForward{static_cast<int>(query_norm->ld), query_norm->rope, Bf16Bits(query_norm->y), query_norm->inv};
+    p.vec = p.vec && query_norm->ld % 8 == 0;  // q's rows, now ld apart, 16-byte aligned too
+  }
   if (!AnyTile(b, /*own_keys=*/false)) return absl::OkStatus();
   const int splits = SplitsFor(b, b.max_q, b.max_k, 1);
   const auto launch = [&](const Split& sp) {
-    LaunchDependent(ForwardKernel<kDh, T>, Grid(b, /*own_keys=*/false, sp.splits), kThreads, kBytes, stream, p, sp, q,
-                    k, v, o);
+    LaunchDependent(kernel, Grid(b, /*own_keys=*/false, sp.splits), kThreads, kBytes, stream, p, sp, q, k, v, o, qn);
   };
   if (splits == 1) {
     launch(Split{});
@@ -135,7 +141,7 @@ absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T*
   Params p = MakeParams<T>(b, Aligned16({q, k, v, d_o, dq, dk, dv}));
   for (const auto& [norm, side] : {std::pair{key_norm, &p.key_norm}, std::pair{query_norm, &p.query_norm}}) {
     if (norm == nullptr) continue;
-    *side = tc::NormSide{Bf16Bits(norm->x), norm->inv, static_cast<int>(norm->ld)};
+    *side = tc::NormSide{Bf16Bits(norm->x), norm->inv, static_cast<int>(norm->ld), norm->rope};
     p.vec = p.vec && norm->ld % 8 == 0;  // the gradient's rows, now ld apart, 16-byte aligned too
   }
   T* const no_second = nullptr;  // dq's split launch has one output
@@ -179,18 +185,34 @@ absl::Status LaunchBackward(const GdpaBatch& b, const T* q, const T* k, const T*
 }
 
 template <typename T>
-absl::Status Forward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* o, cudaStream_t stream) {
+absl::Status Forward(const GdpaBatch& b, const T* q, const T* k, const T* v, T* o, const GdpaQueryNorm* query_norm,
+                     cudaStream_t stream) {
   if (absl::Status s = ValidateGdpaBatch(b); !s.ok()) return s;
+  if (query_norm != nullptr) {
+    const int64_t width = int64_t{b.heads} * b.dh;
+    if (query_norm->ld < width || query_norm->ld % 2 != 0 || query_norm->ld >= (int64_t{1} << 31)) {
+      return absl::InvalidArgumentError(absl::StrCat("GdpaForwardTensorCore: query_norm.ld=", query_norm->ld,
+                                                     ": want an even stride >= heads * dh = ", width));
+    }
+  }
   if (b.batch == 0 || b.max_q == 0) return absl::OkStatus();
   // Keys are read only where some sample has one.
   if (absl::Status s = NotNull({{q, "q"}, {o, "o"}}); !s.ok()) return s;
   if (b.max_k > 0) {
     if (absl::Status s = NotNull({{k, "k"}, {v, "v"}}); !s.ok()) return s;
   }
+  if (query_norm != nullptr) {
+    if (absl::Status s = NotNull({{query_norm->y, "query_norm.y"}, {query_norm->inv, "query_norm.inv"}}); !s.ok()) {
+      return s;
+    }
+    if (reinterpret_cast<uintptr_t>(q) % 4 != 0 || reinterpret_cast<uintptr_t>(query_norm->y) % 4 != 0) {
+      return absl::InvalidArgumentError("GdpaForwardTensorCore: q (x) and query_norm.y: want 4-byte aligned pointers");
+    }
+  }
   switch (b.dh) {
-    case 16: return LaunchForward<16>(b, q, k, v, o, stream);
-    case 32: return LaunchForward<32>(b, q, k, v, o, stream);
-    default: return LaunchForward<64>(b, q, k, v, o, stream);
+    case 16: return LaunchForward<16>(b, q, k, v, o, query_norm, stream);
+    case 32: return LaunchForward<32>(b, q, k, v, o, query_norm, stream);
+    default: return LaunchForward<64>(b, q, k, v, o, query_norm, stream);
   }
 }
 
@@ -268,12 +290,14 @@ absl::Status GdpaWriteTiles(int64_t batch, const int32_t* q_offsets, const int32
 
 absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v, float* o,
                                    cudaStream_t stream) {
-  return Forward(b, q, k, v, o, stream);
+  const GdpaQueryNorm* const none = nullptr;
+  return Forward(b, q, k, v, o, none, stream);
 }
 
 absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                   const __nv_bfloat16* v, __nv_bfloat16* o, cudaStream_t stream) {
-  return Forward(b, Bf16Bits(q), Bf16Bits(k), Bf16Bits(v), Bf16Bits(o), stream);
+                                   const __nv_bfloat16* v, __nv_bfloat16* o, cudaStream_t stream,
+                                   const GdpaQueryNorm* query_norm) {
+  return Forward(b, Bf16Bits(q), Bf16Bits(k), Bf16Bits(v), Bf16Bits(o), query_norm, stream);
 }
 
 absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v,

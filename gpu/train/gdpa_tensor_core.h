@@ -45,8 +45,22 @@ absl::Status GdpaWriteTiles(int64_t batch, const int32_t* q_offsets, const int32
 // every sample are not touched.
 absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const float* q, const float* k, const float* v, float* o,
                                    cudaStream_t stream);
+// With query_norm, the bf16 forward's q is a head RMS norm's input x (rows ld apart: ld >= heads * dh,
+// even; x 4-byte aligned): the kernel norms the queries (then applies RoPE_t, t the row's position in
+// its sample, where rope is given: qk_norm_rope.h's table [positions, dh] on the device) as it stages
+// them, attends with them, and writes them to y (dense [rows, heads * dh], 4-byte aligned) and their
+// inverse RMS to inv ([rows, heads]): HeadRmsNormForward's (QkNormRopeForward's) bytes, and o the bytes
+// of this call on y, without the norm's pass over x. The backward then takes y as q and {x, inv, ld,
+// rope} as its GdpaHeadNorm.
+struct GdpaQueryNorm {
+  int64_t ld = 0;
+  const float* rope = nullptr;
+  __nv_bfloat16* y = nullptr;
+  float* inv = nullptr;
+};
 absl::Status GdpaForwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                   const __nv_bfloat16* v, __nv_bfloat16* o, cudaStream_t stream);
+                                   const __nv_bfloat16* v, __nv_bfloat16* o, cudaStream_t stream,
+                                   const GdpaQueryNorm* query_norm = nullptr);
 
 // dq, dk, dv are WRITTEN (not accumulated); scores recomputed. They must not overlap each other or
 // the inputs. A query (key) that keeps no key (is kept by no query) gets zeros.
@@ -57,11 +71,14 @@ absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const float* q, const fl
 // query_norm for the queries. That side's gradient is then written as dL/dx, rows ld apart (ld >=
 // heads * dh, even; x 4-byte aligned): HeadRmsNormBackward's values on the gradient this call would
 // otherwise write (rounded to bf16; up to the order of a row's fp32 dot product), without that array's
-// write and read. The side's walks are then never split.
+// write and read. The side's walks are then never split. With `rope` (qk_norm_rope.h's table
+// [positions, dh] on the device, positions at least the side's longest sample) the side is RoPE_t of the
+// norm's output, t the row's position in its sample, and the gradient is QkNormRopeBackward's.
 struct GdpaHeadNorm {
   const __nv_bfloat16* x = nullptr;
   const float* inv = nullptr;
   int64_t ld = 0;
+  const float* rope = nullptr;
 };
 absl::Status GdpaBackwardTensorCore(const GdpaBatch& b, const __nv_bfloat16* q, const __nv_bfloat16* k,
                                     const __nv_bfloat16* v, const __nv_bfloat16* d_o, __nv_bfloat16* dq,

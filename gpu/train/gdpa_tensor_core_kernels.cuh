@@ -16,6 +16,7 @@
 #include "gpu/common/dependent_launch.cuh"
 #include "gpu/common/mma.cuh"
 #include "gpu/train/gdpa_rows.cuh"
+#include "gpu/train/row_divisor.cuh"
 #include "model/common/element_type.h"
 
 namespace gemtb::gpu::train::tc {
@@ -117,6 +118,22 @@ struct NormSide {
   const bf16* x = nullptr;
   const float* inv = nullptr;
   int ld = 0;
+  // Where not null: the side is RoPE_t of the norm's output (qk_norm_rope.h's table [positions, dh], t
+  // the row's position in its sample), and its gradient goes through RoPE's transpose before the norm's
+  // backward.
+  const float* rope = nullptr;
+};
+
+// The forward's queries given as a head RMS norm's input (ForwardKernel's kQueryNorm instance): the
+// kernel's q argument is x (rows ld apart), and the kernel norms its tile's rows itself (then RoPE_t
+// where rope is given, t the row's position in its sample), as HeadRmsNormForward and
+// QkNormRopeForward do, attends with them, and writes them (y, rows heads * dh apart, bf16) and their
+// inverse RMS (inv, [rows, heads]) for the backward, which takes them as its NormSide.
+struct NormForward {
+  int ld = 0;
+  const float* rope = nullptr;
+  bf16* y = nullptr;
+  float* inv = nullptr;
 };
 
 struct Params {
@@ -677,17 +694,31 @@ struct NormRows {
 // g rounded to bf16 as GDPA's output would hold it, so the values are HeadRmsNormBackward's on that
 // output (up to the order of the row's fp32 dot product). A lane holds columns 2t, 2t + 1 of each
 // 8-column tile of rows g and g + 8; a row's dot product is its quad's (lanes 4g .. 4g + 3).
+// rope, where not null: the side is RoPE of the norm's output, and g first goes through RoPE's
+// transpose (qk_norm_rope_kernels.cuh's operations: a pair (a, b) at table row p, the strip row's
+// position `pos0` + its row in the strip, becomes (a cs + b sn, b cs - a sn)); rows past n read the
+// strip's first position.
 template <int kDh>
-__device__ void NormBackward(const NormRows<kDh>& rows, float (&acc)[kDh / 8][4]) {
+__device__ void NormBackward(const NormRows<kDh>& rows, const float* rope, int pos0, int n, int row0,
+                             float (&acc)[kDh / 8][4]) {
+  const LaneCoords l = Lane();
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const float inv = rows.inv[half];
     float y[kDh / 8][2];
     float dot = 0.0f;
+    const int r = row0 + l.g + 8 * half;
+    const float* trow = rope != nullptr ? rope + static_cast<int64_t>(pos0 + (r < n ? r : 0)) * kDh : nullptr;
 #pragma unroll
     for (int c = 0; c < kDh / 8; ++c) {
       acc[c][2 * half] = RoundToBf16(acc[c][2 * half]);
       acc[c][2 * half + 1] = RoundToBf16(acc[c][2 * half + 1]);
+      if (trow != nullptr) {
+        const int m = 4 * c + l.t;
+        const float sn = trow[m], cs = trow[kDh / 2 + m], a = acc[c][2 * half], b = acc[c][2 * half + 1];
+        acc[c][2 * half] = __fadd_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
+        acc[c][2 * half + 1] = __fsub_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
+      }
       const uint32_t pair = rows.x[half][c];
       y[c][0] = __fmul_rn(Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair & 0xffffu)), inv);
       y[c][1] = __fmul_rn(Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair >> 16)), inv);
@@ -705,12 +736,85 @@ __device__ void NormBackward(const NormRows<kDh>& rows, float (&acc)[kDh / 8][4]
   }
 }
 
+// The strip's A fragments a (the head's x values, LoadStrip's layout: rows g and g + 8 in halves 0 and 1,
+// columns 16kk + 2t, 16kk + 2t + 1 and 8 columns on) replaced by the head RMS norm of their rows, then
+// RoPE at the rows' positions pos0 + g (+ 8) where rope is given, each value rounded to bf16 once: the
+// bytes of HeadRmsNormForward / QkNormRopeForward. Their 8-lane sums kept: norm lane g' holds columns
+// g', g' + 8, ..., so the lane holding columns 2t, 2t + 1 keeps lanes 2t (e) and 2t + 1 (o) in column
+// order, and the butterfly's offsets 4, 2 and 1 are the shuffles over t ^ 2, t ^ 1 and e + o. inv:
+// each half's inverse RMS.
+template <int kDh>
+__device__ void NormStrip(uint32_t (&a)[kDh / kFrag][4], const float* rope, int pos0, float (&inv)[2]) {
+  const LaneCoords l = Lane();
+  const RowDivisor per_value(kDh);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float e = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kDh / kFrag; ++kk) {
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {  // columns 16kk + 8hi + 2t, + 1: increasing column order
+        const uint32_t pair = a[kk][half + 2 * hi];
+        const float x0 = Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair & 0xffffu));
+        const float x1 = Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair >> 16));
+        e = __fadd_rn(e, __fmul_rn(x0, x0));
+        o = __fadd_rn(o, __fmul_rn(x1, x1));
+      }
+    }
+    e = __fadd_rn(e, __shfl_xor_sync(0xffffffffu, e, 2));
+    o = __fadd_rn(o, __shfl_xor_sync(0xffffffffu, o, 2));
+    e = __fadd_rn(e, __shfl_xor_sync(0xffffffffu, e, 1));
+    o = __fadd_rn(o, __shfl_xor_sync(0xffffffffu, o, 1));
+    const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(per_value.Of(__fadd_rn(e, o)), 1e-6f)));
+    inv[half] = r;
+    const float* trow = rope != nullptr ? rope + static_cast<int64_t>(pos0 + l.g + 8 * half) * kDh : nullptr;
+#pragma unroll
+    for (int kk = 0; kk < kDh / kFrag; ++kk) {
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        const uint32_t pair = a[kk][half + 2 * hi];
+        float y0 = __fmul_rn(Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair & 0xffffu)), r);
+        float y1 = __fmul_rn(Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair >> 16)), r);
+        if (trow != nullptr) {  // the pair (y0, y1) at m = column / 2: (y0 cs - y1 sn, y1 cs + y0 sn)
+          const int m = kk * 8 + 4 * hi + l.t;
+          const float sn = trow[m], cs = trow[kDh / 2 + m];
+          const float r0 = __fsub_rn(__fmul_rn(y0, cs), __fmul_rn(y1, sn));
+          const float r1 = __fadd_rn(__fmul_rn(y1, cs), __fmul_rn(y0, sn));
+          y0 = r0, y1 = r1;
+        }
+        a[kk][half + 2 * hi] = PackBf16x2(y0, y1);
+      }
+    }
+  }
+}
+
+// The normed strip (NormStrip's fragments and inverse RMS) to own rows [first + row0, ...) of head h of
+// qn.y and qn.inv, rows past n not written.
+template <int kDh>
+__device__ void StoreNormedStrip(const uint32_t (&a)[kDh / kFrag][4], const float (&inv)[2], const Role& role,
+                                 int64_t first, int n, int heads, int h, const NormForward& qn) {
+  const LaneCoords l = Lane();
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = role.row0 + l.g + 8 * half;
+    if (r >= n) continue;
+    const int64_t row = first + r;
+    bf16* y = qn.y + row * heads * kDh + h * kDh + 2 * l.t;
+#pragma unroll
+    for (int kk = 0; kk < kDh / kFrag; ++kk) {
+      *reinterpret_cast<uint32_t*>(y + kk * kFrag) = a[kk][half];
+      *reinterpret_cast<uint32_t*>(y + kk * kFrag + 8) = a[kk][half + 2];
+    }
+    if (l.t == 0) qn.inv[row * heads + h] = inv[half];
+  }
+}
+
 // o for the queries of a tile (CtaPlace), head blockIdx.y: the steps walk the
 // tile's kept keys (or the split's part of them); a region's result is post * silu(q . k) where kept
 // (else 0), times the chunk's v.
-template <int kDh, typename T>
+template <int kDh, typename T, bool kQueryNorm = false>
 __global__ void __launch_bounds__(kThreads)
-    ForwardKernel(Params p, Split sp, const T* q, const T* k, const T* v, T* o) {
+    ForwardKernel(Params p, Split sp, const T* q, const T* k, const T* v, T* o, NormForward qn = NormForward{}) {
   AwaitPriorGrids();
   using L = Layout<kDh>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -730,7 +834,8 @@ __global__ void __launch_bounds__(kThreads)
   if (!SplitWalk(sp, place.split, klo, khi, &jb, &je)) return;
   // The keys and values of each step; the first step's fetched with the own queries.
   WalkedTiles<kDh, T> kv(k, v, s.k_row, width, p.ld_v, khi, h, p.vec, walk);
-  StageOwnRows<kDh, false>(q, q, s.q_row + i0, nq, width, width, h, p.vec, qs, qs, [&] {
+  const int ld_q = kQueryNorm ? qn.ld : width;
+  StageOwnRows<kDh, false>(q, q, s.q_row + i0, nq, ld_q, ld_q, h, p.vec, qs, qs, [&] {
     if (jb < je) kv.Fetch(jb);
   });
   const Role role = WarpRole(nq);
@@ -740,6 +845,14 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   uint32_t qa[kDh / kFrag][4];
   LoadStrip<kDh>(qs, role.row0, qa);
+  if constexpr (kQueryNorm) {
+    float inv[2];
+    NormStrip<kDh>(qa, qn.rope, i0 + role.row0, inv);
+    // Every group of a strip holds its rows' normed values; the first (of split 0) writes them.
+    if (role.active && role.group == 0 && place.split == 0) {
+      StoreNormedStrip<kDh>(qa, inv, role, s.q_row + i0, nq, p.heads, h, qn);
+    }
+  }
   float acc[kDh / 8][4] = {};
   for (int j0 = jb, buf = 0; j0 < je; j0 += kTile, buf ^= 1) {
     const bf16* ks = kv.A(buf);
@@ -831,7 +944,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   if constexpr (kQueryNorm) {
     if (role.groups > 1) GatherGroups<kDh>(acc, ss, role);
-    NormBackward<kDh>(query_rows, acc);
+    NormBackward<kDh>(query_rows, p.query_norm.rope, i0, nq, role.row0, acc);
   }
   WriteOwnRows<kDh>(acc, ss, role, sp, place, s.q_row, i0, nq, kQueryNorm ? p.query_norm.ld : width, width, h,
                     p.vec, dq, sp.part0);
@@ -910,7 +1023,7 @@ __global__ void __launch_bounds__(kThreads, MinCtas<kDh, T>(4))
   }
   if constexpr (kKeyNorm) {
     if (role.groups > 1) GatherGroups<kDh>(acc_k, ss, role);
-    NormBackward<kDh>(key_rows, acc_k);
+    NormBackward<kDh>(key_rows, p.key_norm.rope, j0, nk, role.row0, acc_k);
   }
   WriteOwnRows<kDh>(acc_k, ss, role, sp, place, s.k_row, j0, nk, kKeyNorm ? p.key_norm.ld : width, width, h,
                     p.vec, dk, sp.part0);

@@ -332,6 +332,8 @@ struct GemModelGpu::Impl {
   // (attention_input.h); null: xq is already there.
   absl::Status AttnFwdBf16(const AttnP& p, const AttnUse& u, const __nv_bfloat16* xq, const __nv_bfloat16* xkv,
                            AttnTape16& t, float* y, const float* residual, const AttentionNorm* norm = nullptr);
+  absl::Status AttnOutBf16(const AttnP& p, const AttnUse& u, AttnTape16& t, const float* residual, float* y,
+                           const __nv_bfloat16* q, const GdpaQueryNorm* query_norm);
   // Whether the bf16 attention blocks' input side runs as one kernel (BlockKernels::kFused, at widths
   // attention_input.h takes).
   bool FusedAttentionInput() const {
@@ -741,8 +743,8 @@ absl::Status GemModelGpu::Impl::CrossFwd(const CrossP& p, CrossTape& t, const fl
     for (int j = 0; j < J; ++j) {
       GEMTB_ASSIGN_OR_RETURN(s[j], mem->Floats(rows[j] * d));
       s16[j] = nullptr;
-      GEMTB_RETURN_IF_ERROR(GatherRows(t.x_sum, cls_index[j], rows[j], d, s[j], false, st));
-      GEMTB_RETURN_IF_ERROR(GatherRows(first->events[j], event_index[j], rows[j], d, s[j], true, st));
+      GEMTB_RETURN_IF_ERROR(
+          AssembleSequenceRows(t.x_sum, cls_index[j], first->events[j], event_index[j], rows[j], d, s[j], st));
     }
   }
   t.seq.resize(J);
@@ -1260,12 +1262,22 @@ absl::Status GemModelGpu::Impl::AttnFwdBf16(const AttnP& p, const AttnUse& u, co
   }
   if (u.nq == 0) return absl::OkStatus();
   if (xq && norm == nullptr) {
+    // The queries' QK-norm (and RoPE) inside GDPA's forward, which writes qr and q_inv as the norm's
+    // pass would (GdpaQueryNorm).
     if (q_alone) GEMTB_RETURN_IF_ERROR(lin->Forward(qs, xq, t.wq, bq, t.q, st));
-    GEMTB_RETURN_IF_ERROR(u.rope ? QkNormRopeForward(QRows(u, ld_q), t.q, t.qr, t.q_inv, st)
-                                 : HeadRmsNormForward<__nv_bfloat16>(HeadRowsShape{u.nq * H, dh, H, ld_q}, t.q, t.qr,
-                                                                     t.q_inv, st));
+    const GdpaQueryNorm query_norm{ld_q, u.rope ? rope_table : nullptr, t.qr, t.q_inv};
+    return AttnOutBf16(p, u, t, residual, y, t.q, &query_norm);
   }
-  GEMTB_RETURN_IF_ERROR(GdpaForwardTensorCore(Batch(u, ld_kv), t.qr, t.kr, t.v, t.o, st));
+  return AttnOutBf16(p, u, t, residual, y, t.qr, nullptr);
+}
+
+// GDPA of the block's queries (q: the normed queries, or with query_norm their projection, normed by
+// GDPA's forward) and y (+)= Wo o + bo.
+absl::Status GemModelGpu::Impl::AttnOutBf16(const AttnP& p, const AttnUse& u, AttnTape16& t, const float* residual,
+                                            float* y, const __nv_bfloat16* q, const GdpaQueryNorm* query_norm) {
+  const int d = g.d;
+  const LinearShape qs{u.nq, d, d};
+  GEMTB_RETURN_IF_ERROR(GdpaForwardTensorCore(Batch(u, t.LdKv(d)), q, t.kr, t.v, t.o, st, query_norm));
   const float* bo;
   GEMTB_ASSIGN_OR_RETURN(bo, AlignedBias(p.wo.b));
   return lin->ForwardToFp32(qs, t.o, t.wo, bo, residual, y, st);
@@ -1289,12 +1301,13 @@ absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, co
         "AttnBwdBf16: a packed self-attention block takes one input gradient array and no fused LayerNorm");
   }
   const int64_t ld_q = t.LdQ(d), ld_kv = t.LdKv(d);
-  // The PMA's keys and the cross-attention's queries (head RMS-normed, no RoPE; the long sides, whose
-  // walks are whole): GDPA writes their gradient through the norm's backward (GdpaHeadNorm), and the
-  // norm's own backward pass is skipped.
-  const bool fold_key_norm = t.xq == nullptr && !u.rope && packed && u.nk > 0;
+  // The head RMS-normed sides whose walks are whole (GdpaHeadNorm: GDPA writes their gradient through
+  // the norm's backward, after RoPE's transpose where the block applies RoPE, and the norm's own
+  // backward pass is skipped): every block's own queries, the PMA's keys and the self-attention's
+  // packed keys; not the cross-attention's 4 summary keys a sample, whose walks are split.
   const bool queries = t.xq != nullptr && u.nq > 0;
-  const bool fold_query_norm = queries && !u.rope;
+  const bool fold_query_norm = queries;
+  const bool fold_key_norm = u.nk > 0 && packed && (t.xq == nullptr ? !u.rope : self);
   const __nv_bfloat16* dy16 = dy16_in;
   __nv_bfloat16 *d_o, *dqr = nullptr, *dq = nullptr, *dkr = nullptr, *dk, *dv;
   GEMTB_ASSIGN_OR_RETURN(d_o, Bf16s(u.nq * d));
@@ -1320,14 +1333,14 @@ absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, co
     GEMTB_RETURN_IF_ERROR(lin->BackwardInput(qs, dy16, t.wo, nullptr, d_o, st));
     GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(qs, t.o, dy16, G(p.wo.w), nullptr, st));
   }
-  const GdpaHeadNorm key_norm{t.k, t.k_inv, ld_kv}, query_norm{t.q, t.q_inv, ld_q};
+  const float* rope = u.rope ? rope_table : nullptr;
+  const GdpaHeadNorm key_norm{t.k, t.k_inv, ld_kv, rope}, query_norm{t.q, t.q_inv, ld_q, rope};
   GEMTB_RETURN_IF_ERROR(GdpaBackwardTensorCore(Batch(u, ld_kv), t.qr, t.kr, t.v, d_o, fold_query_norm ? dq : dqr,
                                                fold_key_norm ? dk : dkr, dv, st, fold_key_norm ? &key_norm : nullptr,
                                                fold_query_norm ? &query_norm : nullptr));
   // The QK-norms' backward and the projections' weight gradients.
   if (!t.xq) *dqr_out = dqr;  // the PMA's seeds: the caller sums the broadcast rows' gradient
   if (queries) {
-    if (!fold_query_norm) GEMTB_RETURN_IF_ERROR(QkNormRopeBackward(QRows(u, ld_q), t.q, t.q_inv, dqr, dq, st));
     if (!q_packed) GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(qs, t.xq, dq, G(p.wq.w), G(p.wq.b), st));
   }
   if (u.nk > 0) {
@@ -1571,6 +1584,9 @@ absl::Status GemModelGpu::Run(const float* params, const GemBatchInput& in, cons
       if (in.lengths[j][b] < 0 || in.lengths[j][b] > g.seqs[j].lmax)
         return absl::InvalidArgumentError(absl::StrCat("lengths[", j, "][", b, "]: ", in.lengths[j][b], " (want 0 .. Lmax ",
                                                        g.seqs[j].lmax, ")"));
+    const bool any_event = std::any_of(in.lengths[j].begin(), in.lengths[j].end(), [](int32_t n) { return n > 0; });
+    if (any_event && in.events[j].item == nullptr)
+      return absl::InvalidArgumentError(absl::StrCat("events[", j, "].item: null, where the batch has events"));
   }
   if (in.experts != nullptr) {
     if (absl::Status s = gemtb::model::CheckExpertDegree(g, in.experts->degree(), "experts (the exchange's degree)");

@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "gpu/train/model_kernels.h"
 #include "gpu/train/numerics.h"
 #include "gpu/train/region_timer.h"
 #include "model/description/gem_geometry.h"
@@ -61,7 +62,9 @@ struct GemBatchInput {
   std::vector<std::vector<int32_t>> lengths;  // per sequence j: [B] events of each sample (<= Lmax_j)
   const float* pooled = nullptr;              // [B, F, d] non-sequence features, key order
   const float* dense = nullptr;               // [B, m]
-  std::vector<const float*> events;           // per j: [sum_b len_jb, d]
+  // Per j: its events' rows [sum_b len_jb, d], as the embedding lookups gave them (model_kernels.h:
+  // item, action and dt, summed as layer 1 places them in the sequence).
+  std::vector<EventRows> events;
   const float* labels = nullptr;              // [B, T] 0/1
   const float* masks = nullptr;               // [B, T] 0/1
   // The loss's denominator (loss.h): < 0 counts these masks; a rank of a data-parallel job gives

@@ -96,10 +96,48 @@ __global__ void ScatterAddRowsKernel(const float* src, const int32_t* index, int
   for (int64_t c = threadIdx.x; c < width; c += kWarp) out[c] = __fadd_rn(out[c], in[c]);
 }
 
-__global__ void Sum3Kernel(const float* a, const float* b, const float* c, int64_t count, float* y) {
+// A warp per row; kVec: every row and array 16-byte aligned, so a lane moves 4 values per access (at
+// width 128 a row is one float4 of each array a lane, its loads issued together).
+template <bool kVec>
+__global__ void AssembleSequenceRowsKernel(const float* cls_src, const int32_t* cls, EventRows events,
+                                           const int32_t* event, int64_t rows, int64_t width, float* dst) {
   AwaitPriorGrids();
-  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e < count) y[e] = __fadd_rn(__fadd_rn(a[e], b[e]), c[e]);
+  const int64_t r = WarpRow();
+  if (r >= rows) return;
+  const int32_t c = cls[r], e = event[r];
+  float* out = dst + r * width;
+  const float* a = nullptr;
+  const float *b = nullptr, *t = nullptr;
+  if (c >= 0) {
+    a = cls_src + static_cast<int64_t>(c) * width;
+  } else if (e >= 0) {
+    const int64_t at = static_cast<int64_t>(e) * width;
+    a = events.item + at;
+    if (events.action != nullptr) b = events.action + at;
+    if (events.dt != nullptr) t = events.dt + at;
+  }
+  if constexpr (kVec) {
+    for (int64_t col = 4 * static_cast<int64_t>(threadIdx.x); col < width; col += 4 * kWarp) {
+      float4 y = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (a != nullptr) y = *reinterpret_cast<const float4*>(a + col);
+      if (b != nullptr) {
+        const float4 v = *reinterpret_cast<const float4*>(b + col);
+        y = make_float4(__fadd_rn(y.x, v.x), __fadd_rn(y.y, v.y), __fadd_rn(y.z, v.z), __fadd_rn(y.w, v.w));
+      }
+      if (t != nullptr) {
+        const float4 v = *reinterpret_cast<const float4*>(t + col);
+        y = make_float4(__fadd_rn(y.x, v.x), __fadd_rn(y.y, v.y), __fadd_rn(y.z, v.z), __fadd_rn(y.w, v.w));
+      }
+      *reinterpret_cast<float4*>(out + col) = y;
+    }
+  } else {
+    for (int64_t col = threadIdx.x; col < width; col += kWarp) {
+      float y = a != nullptr ? a[col] : 0.0f;
+      if (b != nullptr) y = __fadd_rn(y, b[col]);
+      if (t != nullptr) y = __fadd_rn(y, t[col]);
+      out[col] = y;
+    }
+  }
 }
 
 // A block per sample, its threads over the sample's rows.
@@ -401,11 +439,21 @@ absl::Status ScatterAddRows(const float* src, const int32_t* index, int64_t rows
   return Launched("ScatterAddRows");
 }
 
-absl::Status Sum3(const float* a, const float* b, const float* c, int64_t count, float* y, cudaStream_t stream) {
-  if (count == 0) return absl::OkStatus();
-  if (absl::Status v = ValidateCount(count); !v.ok()) return v;
-  LaunchDependent(Sum3Kernel, Blocks(count), kThreads, 0, stream, a, b, c, count, y);
-  return Launched("Sum3");
+absl::Status AssembleSequenceRows(const float* cls_src, const int32_t* cls, const EventRows& events,
+                                  const int32_t* event, int64_t rows, int64_t width, float* dst, cudaStream_t stream) {
+  if (absl::Status s = ValidateMatrix("AssembleSequenceRows", rows, width, width); !s.ok()) return s;
+  if (events.item == nullptr && (events.action != nullptr || events.dt != nullptr)) {
+    return absl::InvalidArgumentError("AssembleSequenceRows: events.item is null where action or dt is given");
+  }
+  if (rows == 0) return absl::OkStatus();
+  if (width % 4 == 0 && Aligned16({cls_src, events.item, events.action, events.dt, dst})) {
+    LaunchDependent(AssembleSequenceRowsKernel<true>, RowBlocks(rows), kRowBlock, 0, stream, cls_src, cls, events,
+                    event, rows, width, dst);
+  } else {
+    LaunchDependent(AssembleSequenceRowsKernel<false>, RowBlocks(rows), kRowBlock, 0, stream, cls_src, cls, events,
+                    event, rows, width, dst);
+  }
+  return Launched("AssembleSequenceRows");
 }
 
 absl::Status SequenceRowIndex(const int32_t* row_off, const int32_t* event_off, int64_t batch, int n_cls, int32_t* cls,

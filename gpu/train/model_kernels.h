@@ -76,8 +76,19 @@ absl::Status GatherRows(const float* src, const int32_t* index, int64_t rows, in
 // one row of dst), which is what makes the adds race-free and their result independent of order.
 absl::Status ScatterAddRows(const float* src, const int32_t* index, int64_t rows, int64_t width, float* dst,
                             cudaStream_t stream);
-// y[e] = (a[e] + b[e]) + c[e] (a sequence event: item + action + dt rows).
-absl::Status Sum3(const float* a, const float* b, const float* c, int64_t count, float* y, cudaStream_t stream);
+// A sequence's event rows as embedding outputs, device arrays [events, width]: event e's row is
+// (item[e] + action[e]) + dt[e] (the oracle's order of the three lookups' sum); action and dt null:
+// item holds the rows themselves.
+struct EventRows {
+  const float* item = nullptr;
+  const float* action = nullptr;
+  const float* dt = nullptr;
+};
+// Layer 1's rows of a jagged sequence (SequenceRowIndex's cls and event, device [rows]): dst[r] =
+// cls_src[cls[r]] where cls[r] >= 0, else event event[r]'s row of `events` where event[r] >= 0, else
+// zeros; rows of `width` floats. One pass: the event's sum is formed as the row is written.
+absl::Status AssembleSequenceRows(const float* cls_src, const int32_t* cls, const EventRows& events,
+                                  const int32_t* event, int64_t rows, int64_t width, float* dst, cudaStream_t stream);
 // The row indices of a jagged sequence whose sample b has rows [row_off[b], row_off[b + 1]): its first
 // n_cls rows are CLS rows, the rest its events, event e of sample b the sequence's event
 // event_off[b] + e. cls[row] = b n_cls + r for CLS row r (else -1), event[row] = the row's event

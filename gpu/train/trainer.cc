@@ -576,7 +576,6 @@ struct GpuTrainer::Impl {
     }
     // Per sequence: where each rank's events start (elements), for the slices and the all-gathers.
     std::vector<std::vector<int64_t>> event_offsets(J, std::vector<int64_t>(R + 1, 0));
-    std::vector<Array<float>> events(J);
     for (int j = 0; j < J; ++j) {
       const auto lengths = batch.seq_lengths.begin() + static_cast<long>(j) * B;
       for (int q = 0; q < R; ++q) {
@@ -585,12 +584,9 @@ struct GpuTrainer::Impl {
         event_offsets[j][q + 1] = event_offsets[j][q] + n * g.d;
       }
       in.lengths.emplace_back(lengths + b0, lengths + b0 + Bl);
-      const int64_t n = event_offsets[j][r + 1] - event_offsets[j][r];
-      GEMTB_ASSIGN_OR_RETURN(events[j], Allocate<float>(static_cast<size_t>(n), "events"));
-      // An event's embedding: (item + action) + dt, as the oracle's trainer sums the three rows.
-      GEMTB_RETURN_IF_ERROR(Sum3(emb_out->sequence[3 * j], emb_out->sequence[3 * j + 1], emb_out->sequence[3 * j + 2], n,
-                                 events[j]->get(), nullptr));
-      in.events.push_back(events[j]->get());
+      // An event's embedding: (item + action) + dt, as the oracle's trainer sums the three rows; the
+      // model forms the sum as it places the event in its sequence.
+      in.events.push_back(EventRows{emb_out->sequence[3 * j], emb_out->sequence[3 * j + 1], emb_out->sequence[3 * j + 2]});
     }
     Backward b;
     GemBatchOutput out;

@@ -42,7 +42,10 @@
 #include <vector>
 
 #include "gpu/train/gdpa.h"
+#include "gpu/train/head_rms_norm.h"
+#include "gpu/train/qk_norm_rope.h"
 #include "gtest/gtest.h"
+#include "tests/gpu/head_norm_backward_reference.h"
 #include "tests/gpu/train_test_util.h"
 
 namespace gemtb::gpu::train {
@@ -420,11 +423,12 @@ INSTANTIATE_TEST_SUITE_P(Cases, TrainGdpaTensorCoreCase, ::testing::Range<size_t
 // y = x * inv in fp32, of the tensor-core kernels' own gradient rounded to bf16 (g: the fp32 overload
 // on the same bf16 values, its sums rounded as the bf16 overload's output holds them): within one bf16
 // rounding plus fp32's error on the row's terms. The other gradients are the plain run's bytes; nothing
-// is written outside the gradient's columns and the samples' rows. Cases with split walks are left out
+// is written outside the gradient's columns and the samples' rows. Each side also with RoPE (a table
+// of any values; the gradient through RoPE's transpose first). Cases with split walks are left out
 // (a norm keeps its side's walks whole, so the fp32 run would add in another order). A bad stride is
 // refused by name.
-void RunHeadNormCase(const Case& c, bool own_keys, uint64_t seed) {
-  const std::string what = c.name + (own_keys ? " key norm" : " query norm");
+void RunHeadNormCase(const Case& c, bool own_keys, bool rope, uint64_t seed) {
+  const std::string what = c.name + (own_keys ? " key norm" : " query norm") + (rope ? " with RoPE" : "");
   Inputs in = MakeInputs(c, seed);
   const size_t width = static_cast<size_t>(c.heads) * c.dh, ld = 2 * width;
   const size_t nq = in.q_rows * width, nk = in.k_rows * width;
@@ -452,6 +456,13 @@ void RunHeadNormCase(const Case& c, bool own_keys, uint64_t seed) {
   }
   const Outputs ref = RunAttention(c, in, /*tensor_core=*/true);
   const Bf16Outputs plain = RunBf16Attention(c, in);
+  // RoPE's table (with `rope`): sin in columns [0, dh / 2), cos in [dh / 2, dh), any values a position.
+  const int32_t own_max = own_keys ? in.max_k : in.max_q;
+  std::vector<float> table(static_cast<size_t>(std::max(own_max, 1)) * c.dh);
+  std::mt19937_64 rng(seed * 7 + 1);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  for (float& e : table) e = unit(rng);
+  DeviceArray<float> table_d(table);
 
   std::vector<uint16_t> x_rows(own_rows * ld, numerics::FloatToBf16BitsRne(kOutsideInput));
   for (size_t r = 0; r < own_rows; ++r) {
@@ -467,7 +478,7 @@ void RunHeadNormCase(const Case& c, bool own_keys, uint64_t seed) {
   b.batch = static_cast<int64_t>(c.lq.size());
   b.heads = c.heads, b.dh = c.dh, b.window = c.window, b.block = c.block, b.post_scale = c.post_scale;
   b.q_offsets = q_offsets.ptr, b.k_offsets = k_offsets.ptr, b.max_q = in.max_q, b.max_k = in.max_k;
-  const GdpaHeadNorm norm{x_d.bf16(), inv_d.ptr, static_cast<int64_t>(ld)};
+  const GdpaHeadNorm norm{x_d.bf16(), inv_d.ptr, static_cast<int64_t>(ld), rope ? table_d.ptr : nullptr};
   const absl::Status g =
       GdpaBackwardTensorCore(b, q.bf16(), k.bf16(), v.bf16(), d_o.bf16(), dq.bf16(), dk.bf16(), dv.bf16(), nullptr,
                              own_keys ? &norm : nullptr, own_keys ? nullptr : &norm);
@@ -483,28 +494,22 @@ void RunHeadNormCase(const Case& c, bool own_keys, uint64_t seed) {
   const std::vector<float>& ref_grad = own_keys ? ref.dk : ref.dq;
   int misses = 0, outside = 0;
   double worst = 0;
+  size_t sample = 0;
   for (size_t r = 0; r < own_rows; ++r) {
     for (size_t col = 0; col < ld; ++col) {
       if (r < first || r >= last || col >= width) outside += got[r * ld + col] != kBf16Sentinel;
     }
     if (r < first || r >= last) continue;
+    while (static_cast<size_t>(own_offsets[sample + 1]) <= r) ++sample;
+    const float* trow = rope ? table.data() + (r - own_offsets[sample]) * c.dh : nullptr;
     for (int h = 0; h < c.heads; ++h) {
-      const float rinv = inv[r * c.heads + h];
-      double dot = 0, g_max = 0, y_max = 0;
-      std::vector<double> y(c.dh), gr(c.dh);
+      const size_t e0 = r * width + h * c.dh;
+      const test::HeadNormBackward want_row =
+          test::HeadNormBackwardOf(ref_grad.data() + e0, x.data() + e0, inv[r * c.heads + h], c.dh, trow);
       for (int i = 0; i < c.dh; ++i) {
-        const size_t e = r * width + h * c.dh + i;
-        y[i] = static_cast<float>(x[e] * rinv);
-        gr[i] = numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(ref_grad[e]));
-        dot += gr[i] * y[i];
-        g_max = std::max(g_max, std::fabs(gr[i]));
-        y_max = std::max(y_max, std::fabs(y[i]));
-      }
-      const double mean = dot / c.dh;
-      for (int i = 0; i < c.dh; ++i) {
-        const double want = rinv * (gr[i] - y[i] * mean);
+        const double want = want_row.dx[i];
         const double have = numerics::Bf16BitsToFloat(got[r * ld + h * c.dh + i]);
-        const double bound = std::ldexp(std::fabs(want), -8) + 1e-5 * rinv * (g_max + y_max * std::fabs(mean));
+        const double bound = std::ldexp(std::fabs(want), -8) + 1e-5 * want_row.scale;
         worst = std::max(worst, std::fabs(have - want) / bound);
         if (!(std::fabs(have - want) <= bound) && ++misses <= 5) {
           ADD_FAILURE() << what << ": row " << r << " head " << h << " column " << i << ": " << have << ", want "
@@ -526,8 +531,10 @@ TEST(TrainGdpaTensorCore, NormedSidesGiveTheNormsBackwardOfTheirGradient) {
       continue;
     }
     ++checked;
-    RunHeadNormCase(c, /*own_keys=*/true, 910 + checked);
-    RunHeadNormCase(c, /*own_keys=*/false, 1910 + checked);
+    for (const bool rope : {false, true}) {
+      RunHeadNormCase(c, /*own_keys=*/true, rope, 910 + checked);
+      RunHeadNormCase(c, /*own_keys=*/false, rope, 1910 + checked);
+    }
   }
   EXPECT_GT(checked, 10);
   // A stride narrower than the side's rows is refused by name.
@@ -543,6 +550,76 @@ TEST(TrainGdpaTensorCore, NormedSidesGiveTheNormsBackwardOfTheirGradient) {
                                some.bf16(), nullptr, keys ? &narrow : nullptr, keys ? nullptr : &narrow);
     EXPECT_NE(bad.message().find(keys ? "key_norm.ld=126" : "query_norm.ld=126"), std::string::npos) << bad;
   }
+}
+
+// GdpaQueryNorm: the forward's queries given as x (bf16, rows twice as wide as the queries', the other
+// columns 1e30): the normed queries and inverse RMS it writes are HeadRmsNormForward's bytes (with
+// RoPE, a table of any values: QkNormRopeForward's), o is the plain forward's bytes on those queries,
+// and nothing is written outside the samples' rows.
+void RunQueryNormForwardCase(const Case& c, bool rope, uint64_t seed) {
+  const std::string what = c.name + (rope ? " query norm and RoPE" : " query norm") + " forward";
+  const Inputs in = MakeInputs(c, seed);
+  const size_t width = static_cast<size_t>(c.heads) * c.dh, ld = 2 * width;
+  const size_t first = in.q_offsets.front(), last = in.q_offsets.back(), rows = last - first;
+  std::vector<uint16_t> x_rows(in.q_rows * ld, numerics::FloatToBf16BitsRne(kOutsideInput));
+  for (size_t r = 0; r < in.q_rows; ++r) {
+    for (size_t i = 0; i < width; ++i) x_rows[r * ld + i] = numerics::FloatToBf16BitsRne(in.q[r * width + i]);
+  }
+  std::vector<float> table(static_cast<size_t>(std::max(in.max_q, 1)) * c.dh);
+  std::mt19937_64 rng(seed * 5 + 3);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  for (float& e : table) e = unit(rng);
+  DeviceArray<float> table_d(table);
+  DeviceArray<int32_t> q_offsets(in.q_offsets), k_offsets(in.k_offsets);
+  DeviceArray<uint16_t> x(x_rows), k(RoundedBits(in.k)), v(RoundedBits(in.v)),
+      y_ref(std::vector<uint16_t>(in.q_rows * width, kBf16Sentinel)),
+      y(std::vector<uint16_t>(in.q_rows * width, kBf16Sentinel)),
+      o_plain(std::vector<uint16_t>(in.q_rows * width, kBf16Sentinel)),
+      o(std::vector<uint16_t>(in.q_rows * width, kBf16Sentinel));
+  DeviceArray<float> inv_ref(std::vector<float>(in.q_rows * c.heads, -1.0f)),
+      inv(std::vector<float>(in.q_rows * c.heads, -1.0f));
+  GdpaBatch b;
+  b.batch = static_cast<int64_t>(c.lq.size());
+  b.heads = c.heads, b.dh = c.dh, b.window = c.window, b.block = c.block, b.post_scale = c.post_scale;
+  b.q_offsets = q_offsets.ptr, b.k_offsets = k_offsets.ptr, b.max_q = in.max_q, b.max_k = in.max_k;
+  // The norm kernels over the samples' rows, then the plain forward on their output.
+  const absl::Status normed =
+      rope ? QkNormRopeForward(RopeRows{b.batch, q_offsets.ptr, in.max_q, c.heads, c.dh, table_d.ptr,
+                                        static_cast<int64_t>(ld)},
+                               x.bf16(), y_ref.bf16(), inv_ref.ptr, nullptr)
+           : HeadRmsNormForward<__nv_bfloat16>(
+                 HeadRowsShape{static_cast<int64_t>(rows) * c.heads, c.dh, c.heads, static_cast<int64_t>(ld)},
+                 x.bf16() + first * ld, y_ref.bf16() + first * width, inv_ref.ptr + first * c.heads, nullptr);
+  ASSERT_TRUE(normed.ok()) << what << ": " << normed;
+  ASSERT_TRUE(GdpaForwardTensorCore(b, y_ref.bf16(), k.bf16(), v.bf16(), o_plain.bf16(), nullptr).ok()) << what;
+  const GdpaQueryNorm query_norm{static_cast<int64_t>(ld), rope ? table_d.ptr : nullptr, y.bf16(), inv.ptr};
+  const absl::Status f = GdpaForwardTensorCore(b, x.bf16(), k.bf16(), v.bf16(), o.bf16(), nullptr, &query_norm);
+  ASSERT_TRUE(f.ok()) << what << ": " << f;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+  EXPECT_EQ(y.Get(in.q_rows * width), y_ref.Get(in.q_rows * width)) << what << ": the normed queries";
+  EXPECT_EQ(inv.Get(in.q_rows * c.heads), inv_ref.Get(in.q_rows * c.heads)) << what << ": inv";
+  EXPECT_EQ(o.Get(in.q_rows * width), o_plain.Get(in.q_rows * width)) << what << ": o";
+}
+
+TEST(TrainGdpaTensorCore, ForwardNormsItsQueriesAsTheNormKernelsDo) {
+  if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
+  int checked = 0;
+  for (const Case& c : Cases()) {
+    ++checked;
+    for (const bool rope : {false, true}) RunQueryNormForwardCase(c, rope, 2910 + checked);
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(checked, 10);
+  // A stride narrower than the queries' rows is refused by name.
+  DeviceArray<int32_t> offsets(std::vector<int32_t>{0, 4});
+  DeviceArray<uint16_t> some(std::vector<uint16_t>(4 * 128, 0));
+  DeviceArray<float> inv(std::vector<float>(16, 1.0f));
+  GdpaBatch b;
+  b.batch = 1, b.heads = 4, b.dh = 32, b.q_offsets = offsets.ptr, b.k_offsets = offsets.ptr, b.max_q = 4, b.max_k = 4;
+  const GdpaQueryNorm narrow{126, nullptr, some.bf16(), inv.ptr};
+  const absl::Status bad = GdpaForwardTensorCore(b, some.bf16(), some.bf16(), some.bf16(), some.bf16(), nullptr, &narrow);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+  EXPECT_NE(bad.message().find("query_norm.ld=126"), std::string::npos) << bad;
 }
 
 TEST(TrainGdpaTensorCore, BadShapesAreRefusedAndAnEmptyBatchIsANoOp) {

@@ -136,7 +136,7 @@ void ExpectMatchesTheOracle(int batch, const GemModelOptions& numerics = {}, con
   for (int j = 0; j < J; ++j) {
     d_events.push_back(std::make_unique<DeviceArray<float>>(events[j]));
     d_events_grad.push_back(std::make_unique<DeviceArray<float>>(std::vector<float>(events[j].size())));
-    in.events.push_back(d_events[j]->ptr);
+    in.events.push_back(EventRows{d_events[j]->ptr});
     out.events_grad.push_back(d_events_grad[j]->ptr);
   }
   const absl::Status ran = (*gpu)->Run(d_params.ptr, in, out, nullptr);

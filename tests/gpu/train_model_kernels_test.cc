@@ -5,11 +5,13 @@
 // round-to-nearest-even does, ties and overflow to infinity included; ToBf16WithColumnSums gives
 // both in one pass, GeluBackwardWithColumnSums GELU's backward and its result's column sums, and
 // ColumnSumsPair and ColumnSumsTriple two or three matrices' sums in shared launches.
-// SequenceRowIndex gives the host loop's per-row indices; PackColumnsToBf16 and AddColumnBlocks
+// SequenceRowIndex gives the host loop's per-row indices, AssembleSequenceRows the rows they name
+// (an event's three terms summed in the stated order); PackColumnsToBf16 and AddColumnBlocks
 // move column blocks into and out of one side-by-side matrix. A chain of these kernels, each launched
 // as a dependent of the one before, reads only what its predecessor finished writing.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -313,10 +315,79 @@ TEST(ModelKernelsTest, SequenceRowIndexGivesEachRowItsSampleAndEvent) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// AssembleSequenceRows against the host: CLS rows copied from their source row, event rows (item +
+// action) + dt in fp32 (or the item rows alone where action and dt are null), rows that are neither
+// zeros; every value's bits, at a width of whole float4s (the vector path), at an odd width (the
+// scalar path) and with a misaligned destination; bad arguments refused by name.
+TEST(ModelKernelsTest, AssembleSequenceRowsPlacesClsRowsAndSummedEvents) {
+  if (!HaveSm90()) GTEST_SKIP() << "no sm_90 GPU";
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const int64_t width : {int64_t{128}, int64_t{36}, int64_t{7}}) {
+    for (const bool terms : {true, false}) {
+      for (const int64_t shift : {int64_t{0}, int64_t{1}}) {
+        const std::string what = "width " + std::to_string(width) + (terms ? " three terms" : " item only") +
+                                  (shift ? " misaligned dst" : "");
+        // Rows: CLS (index into 9 source rows), events (into 600), and a few rows that are neither.
+        std::vector<int32_t> cls, event;
+        for (int r = 0; r < 700; ++r) {
+          const int kind = static_cast<int>(rng() % 10);
+          cls.push_back(kind == 0 ? static_cast<int32_t>(rng() % 9) : -1);
+          event.push_back(kind >= 2 ? static_cast<int32_t>(rng() % 600) : -1);
+        }
+        const int64_t rows = static_cast<int64_t>(cls.size());
+        auto draw = [&](size_t n) {
+          std::vector<float> v(n);
+          for (float& x : v) x = normal(rng);
+          return v;
+        };
+        const std::vector<float> src = draw(9 * width), item = draw(600 * width), action = draw(600 * width),
+                                 dt = draw(600 * width);
+        std::vector<float> want(static_cast<size_t>(rows * width));
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < width; ++c) {
+            float y = 0.0f;
+            if (cls[r] >= 0) {
+              y = src[cls[r] * width + c];
+            } else if (event[r] >= 0) {
+              const int64_t e = event[r] * width + c;
+              y = terms ? (item[e] + action[e]) + dt[e] : item[e];
+            }
+            want[r * width + c] = y;
+          }
+        }
+        DeviceArray<float> d_src(src), d_item(item), d_action(action), d_dt(dt),
+            d_out(std::vector<float>(static_cast<size_t>(rows * width + 1), -7.0f));
+        DeviceArray<int32_t> d_cls(cls), d_event(event);
+        const EventRows events = terms ? EventRows{d_item.ptr, d_action.ptr, d_dt.ptr} : EventRows{d_item.ptr};
+        ASSERT_TRUE(AssembleSequenceRows(d_src.ptr, d_cls.ptr, events, d_event.ptr, rows, width, d_out.ptr + shift,
+                                         nullptr)
+                        .ok())
+            << what;
+        const std::vector<float> got = d_out.Get(static_cast<size_t>(rows * width + 1));
+        int wrong = 0;
+        for (size_t e = 0; e < want.size(); ++e) wrong += std::memcmp(&got[e + shift], &want[e], sizeof(float)) != 0;
+        EXPECT_EQ(wrong, 0) << what;
+        EXPECT_EQ(got[shift ? 0 : want.size()], -7.0f) << what << ": written outside the rows";
+      }
+    }
+  }
+  DeviceArray<float> one(std::vector<float>(4, 0.0f));
+  DeviceArray<int32_t> index(std::vector<int32_t>(1, 0));
+  const absl::Status rows = AssembleSequenceRows(one.ptr, index.ptr, EventRows{one.ptr}, index.ptr, -1, 4, one.ptr, nullptr);
+  EXPECT_EQ(rows.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(rows.message().find("rows=-1"), std::string::npos) << rows.message();
+  const absl::Status item =
+      AssembleSequenceRows(one.ptr, index.ptr, EventRows{nullptr, one.ptr}, index.ptr, 1, 4, one.ptr, nullptr);
+  EXPECT_EQ(item.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(item.message().find("events.item"), std::string::npos) << item.message();
+}
+
 // The kernels of gpu/train are launched as programmatic dependents (gpu/common/dependent_launch.cuh):
 // each may be placed on the GPU while the kernel before it still runs, and must read that kernel's
 // output only once it has finished. A chain of three on one stream, each reading what the one before
-// wrote the moment it starts (Sum3 over 16 M values, ToBf16 of its result, ColumnSums of that), four
+// wrote the moment it starts (AssembleSequenceRows summing 16 M values three times, ToBf16 of its
+// result, ColumnSums of that), four
 // rounds with no wait between them, against the host's values: a kernel that read its input before its
 // predecessor finished would see the poisoned initial contents.
 TEST(ModelKernelsTest, DependentLaunchesReadWhatTheKernelBeforeThemWrote) {
@@ -336,10 +407,15 @@ TEST(ModelKernelsTest, DependentLaunchesReadWhatTheKernelBeforeThemWrote) {
     d_yb.push_back(std::make_unique<DeviceArray<uint16_t>>(std::vector<uint16_t>(static_cast<size_t>(kCount), 0x7FC1)));
     d_out.push_back(std::make_unique<DeviceArray<float>>(std::vector<float>(kCols, -7.0f)));
   }
+  std::vector<int32_t> event(static_cast<size_t>(kRows));
+  for (int32_t r = 0; r < kRows; ++r) event[r] = r;
+  DeviceArray<int32_t> d_cls(std::vector<int32_t>(static_cast<size_t>(kRows), -1)), d_event(event);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (int r = 0; r < kRounds; ++r) {
     const float* x = d_x[r]->ptr;
-    ASSERT_TRUE(Sum3(x, x, x, kCount, d_y[r]->ptr, nullptr).ok());
+    ASSERT_TRUE(
+        AssembleSequenceRows(nullptr, d_cls.ptr, EventRows{x, x, x}, d_event.ptr, kRows, kCols, d_y[r]->ptr, nullptr)
+            .ok());
     ASSERT_TRUE(ToBf16(d_y[r]->ptr, kCount, d_yb[r]->As<__nv_bfloat16>(), nullptr).ok());
     ASSERT_TRUE(ColumnSums(d_yb[r]->As<__nv_bfloat16>(), kRows, kCols, kCols, d_out[r]->ptr, false, nullptr).ok());
   }

@@ -28,6 +28,8 @@
 
 #include "gpu/train/gdpa_tensor_core_kernels.cuh"
 #include "model/numerics/float_formats.h"
+#include "tests/gpu/head_norm_backward_reference.h"
+#include "tests/gpu/qk_norm_rope_host_model.h"
 #include "gtest/gtest.h"
 
 namespace gemtb::gpu::train::tc {
@@ -63,6 +65,13 @@ Side Offsets(const std::vector<int>& lengths) {
   }
   s.rows = s.offsets.back() + kTrail;
   return s;
+}
+
+// The sample whose rows hold row r (r within the samples).
+size_t SampleOf(const Side& side, int64_t r) {
+  size_t b = 0;
+  while (side.offsets[b + 1] <= r) ++b;
+  return b;
 }
 
 bool Keep(const Case& c, int i, int j) {
@@ -428,7 +437,7 @@ TEST(TrainGdpaEmulated, Bf16TensorsGiveTheFp32TensorsResultsRounded) {
 // whose walks over the other side split are left out (the launcher keeps them whole with a norm);
 // tiles of 32 rows or fewer, whose strips are shared by groups of warps, are in.
 template <int kDh>
-bool RunNormCase(const Case& c, bool keys) {
+bool RunNormCase(const Case& c, bool keys, bool rope) {
   const Side qs = Offsets(c.lq), ks = Offsets(c.lk);
   const Side& own = keys ? ks : qs;
   const Side& other = keys ? qs : ks;
@@ -439,20 +448,24 @@ bool RunNormCase(const Case& c, bool keys) {
   // x: bf16 rows ld apart (the other columns 1e30); inv: any positive value per row and head.
   std::vector<uint16_t> x(static_cast<size_t>(own.rows * ld), numerics::FloatToBf16BitsRne(1e30f));
   std::vector<float> inv(static_cast<size_t>(own.rows * c.heads), 1.0f);
-  std::mt19937 rng(static_cast<uint32_t>(kDh * 7 + c.name.size() + (keys ? 0 : 1000)));
+  std::mt19937 rng(static_cast<uint32_t>(kDh * 7 + c.name.size() + (keys ? 0 : 1000) + (rope ? 2000 : 0)));
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> scale(0.25f, 4.0f);
   for (int64_t r = own.offsets.front(); r < own.offsets.back(); ++r) {
     for (int e = 0; e < width; ++e) x[static_cast<size_t>(r * ld + e)] = numerics::FloatToBf16BitsRne(normal(rng));
     for (int h = 0; h < c.heads; ++h) inv[static_cast<size_t>(r * c.heads + h)] = scale(rng);
   }
+  // RoPE's table: sin in columns [0, dh / 2), cos in [dh / 2, dh), any values per position.
+  std::vector<float> table(static_cast<size_t>(std::max(own.max, 1) * kDh));
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  for (float& e : table) e = unit(rng);
   Params p{qs.offsets.data(), ks.offsets.data(), c.heads, Mask{c.window, c.block}, c.post_scale, true,
            width,             nullptr,           nullptr, (qs.max + kTile - 1) / kTile, (ks.max + kTile - 1) / kTile,
            NormSide{},        NormSide{}};
   if (keys) {
-    p.key_norm = NormSide{x.data(), inv.data(), ld};
+    p.key_norm = NormSide{x.data(), inv.data(), ld, rope ? table.data() : nullptr};
   } else {
-    p.query_norm = NormSide{x.data(), inv.data(), ld};
+    p.query_norm = NormSide{x.data(), inv.data(), ld, rope ? table.data() : nullptr};
   }
   std::vector<float> grad = Sentinels(own.rows * ld), dv = Sentinels(ks.rows * width);
   const int64_t batch = static_cast<int64_t>(c.lq.size());
@@ -465,7 +478,8 @@ bool RunNormCase(const Case& c, bool keys) {
     RunGrid(tiles, static_cast<unsigned>(c.heads), 1,
             [&] { BackwardDqKernel<kDh, float, true>(p, Split{}, q, k, v, d_o, grad.data()); });
   }
-  const std::string name = c.name + " dh=" + std::to_string(kDh) + (keys ? " key norm" : " query norm");
+  const std::string name =
+      c.name + " dh=" + std::to_string(kDh) + (keys ? " key norm" : " query norm") + (rope ? " with RoPE" : "");
   if (keys) {
     EXPECT_EQ(std::memcmp(dv.data(), plain.dv.data(), dv.size() * sizeof(float)), 0) << name << ": dv";
   }
@@ -480,28 +494,111 @@ bool RunNormCase(const Case& c, bool keys) {
       if (bits != kSentinel) return true;
     }
     if (r < first || r >= last) continue;
+    const float* trow = rope ? table.data() + (r - own.offsets[SampleOf(own, r)]) * kDh : nullptr;
     for (int h = 0; h < c.heads; ++h) {
-      const float rinv = inv[static_cast<size_t>(r * c.heads + h)];
-      double dot = 0, g_max = 0, y_max = 0;
-      std::vector<double> y(kDh), g(kDh);
+      float xr[kDh];
+      for (int i = 0; i < kDh; ++i) xr[i] = numerics::Bf16BitsToFloat(x[static_cast<size_t>(r * ld + h * kDh + i)]);
+      const test::HeadNormBackward ref = test::HeadNormBackwardOf(
+          plain_grad.data() + r * width + h * kDh, xr, inv[static_cast<size_t>(r * c.heads + h)], kDh, trow);
       for (int i = 0; i < kDh; ++i) {
-        y[i] = numerics::Bf16BitsToFloat(x[static_cast<size_t>(r * ld + h * kDh + i)]) * rinv;  // fp32 product
-        const float sum = plain_grad[static_cast<size_t>(r * width + h * kDh + i)];
-        g[i] = numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(sum));
-        dot += g[i] * y[i];
-        g_max = std::max(g_max, std::abs(g[i])), y_max = std::max(y_max, std::abs(y[i]));
-      }
-      const double mean = dot / kDh;
-      for (int i = 0; i < kDh; ++i) {
-        const double want = rinv * (g[i] - y[i] * mean);
-        const double got = grad[static_cast<size_t>(r * ld + h * kDh + i)];
-        EXPECT_LE(std::abs(got - want), 1e-5 * rinv * (g_max + y_max * std::abs(mean)) + 1e-30)
+        const double want = ref.dx[i], got = grad[static_cast<size_t>(r * ld + h * kDh + i)];
+        EXPECT_LE(std::abs(got - want), 1e-5 * ref.scale + 1e-30)
             << name << ": row " << r << " head " << h << " column " << i << ": " << got << ", want " << want;
-        if (!(std::abs(got - want) <= 1e-5 * rinv * (g_max + y_max * std::abs(mean)) + 1e-30)) return true;
+        if (!(std::abs(got - want) <= 1e-5 * ref.scale + 1e-30)) return true;
       }
     }
   }
   return true;
+}
+
+// The forward with its queries given as a head RMS norm's input (ForwardKernel's kQueryNorm instance,
+// NormForward; fp32 tensors): the normed queries it writes (bf16) and their inverse RMS are the norm
+// kernels' bytes (tests/gpu/qk_norm_rope_host_model.h's HostForward: RoPE with any table, or the
+// identity rotation for the plain norm), o is the plain forward's bytes on those queries, and nothing
+// is written outside the samples' rows.
+template <int kDh>
+bool RunNormForwardCase(const Case& c, bool rope) {
+  if (!c.vec) return false;
+  const Side qs = Offsets(c.lq), ks = Offsets(c.lk);
+  const int width = c.heads * kDh, ld = 2 * width;
+  const Inputs in = MakeInputs<kDh>(c, qs, ks);
+  std::mt19937 rng(static_cast<uint32_t>(kDh * 11 + c.name.size() + (rope ? 500 : 0)));
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  // x: bf16 values in rows ld apart (the other columns, and the rows outside the samples, 1e30).
+  std::vector<float> x(static_cast<size_t>(qs.rows * ld), 1e30f);
+  for (int64_t r = qs.offsets.front(); r < qs.offsets.back(); ++r) {
+    for (int e = 0; e < width; ++e) {
+      x[static_cast<size_t>(r * ld + e)] = numerics::Bf16BitsToFloat(numerics::FloatToBf16BitsRne(normal(rng)));
+    }
+  }
+  // RoPE's table (sin in columns [0, dh / 2), cos in [dh / 2, dh)): any values, or the identity.
+  std::vector<float> table(static_cast<size_t>(std::max(qs.max, 1) * kDh));
+  for (int64_t t = 0; t < std::max(qs.max, 1); ++t) {
+    for (int m = 0; m < kDh / 2; ++m) {
+      table[static_cast<size_t>(t * kDh + m)] = rope ? unit(rng) : 0.0f;
+      table[static_cast<size_t>(t * kDh + kDh / 2 + m)] = rope ? unit(rng) : 1.0f;
+    }
+  }
+  // The host model's normed queries: bf16 bits, and as floats for the plain forward.
+  std::vector<uint16_t> y_want(static_cast<size_t>(qs.rows * width), kBf16Sentinel);
+  std::vector<float> inv_want = Sentinels(qs.rows * c.heads), q_normed(static_cast<size_t>(qs.rows * width), 1e30f);
+  for (size_t b = 0; b + 1 < qs.offsets.size(); ++b) {
+    for (int32_t r = qs.offsets[b]; r < qs.offsets[b + 1]; ++r) {
+      const float* trow = table.data() + static_cast<size_t>(r - qs.offsets[b]) * kDh;
+      for (int h = 0; h < c.heads; ++h) {
+        float yv[kDh];
+        test::HostForward(x.data() + static_cast<size_t>(r) * ld + h * kDh, kDh, trow, yv,
+                          &inv_want[static_cast<size_t>(r) * c.heads + h]);
+        for (int i = 0; i < kDh; ++i) {
+          const size_t e = static_cast<size_t>(r) * width + h * kDh + i;
+          y_want[e] = numerics::FloatToBf16BitsRne(yv[i]);
+          q_normed[e] = numerics::Bf16BitsToFloat(y_want[e]);
+        }
+      }
+    }
+  }
+  const Params p{qs.offsets.data(),
+                 ks.offsets.data(),
+                 c.heads,
+                 Mask{c.window, c.block},
+                 c.post_scale,
+                 true,
+                 width,
+                 nullptr,
+                 nullptr,
+                 (qs.max + kTile - 1) / kTile,
+                 (ks.max + kTile - 1) / kTile,
+                 NormSide{},
+                 NormSide{}};
+  const int64_t batch = static_cast<int64_t>(c.lq.size());
+  const float *k = in.k.data(), *v = in.v.data();
+  std::vector<float> o_plain = Sentinels(qs.rows * width), o = Sentinels(qs.rows * width);
+  SplitRun(p, batch, c.heads, kDh, qs.max, ks.max, false, o_plain.data(), static_cast<float*>(nullptr),
+           [&](const Split& sp, float* out, float*) { ForwardKernel<kDh, float>(p, sp, q_normed.data(), k, v, out); });
+  std::vector<uint16_t> y(static_cast<size_t>(qs.rows * width), kBf16Sentinel);
+  std::vector<float> inv = Sentinels(qs.rows * c.heads);
+  const NormForward qn{ld, rope ? table.data() : nullptr, y.data(), inv.data()};
+  SplitRun(p, batch, c.heads, kDh, qs.max, ks.max, false, o.data(), static_cast<float*>(nullptr),
+           [&](const Split& sp, float* out, float*) { ForwardKernel<kDh, float, true>(p, sp, x.data(), k, v, out, qn); });
+  const std::string name = c.name + " dh=" + std::to_string(kDh) + (rope ? " norm and RoPE" : " norm");
+  EXPECT_EQ(y, y_want) << name << ": the normed queries";
+  EXPECT_EQ(std::memcmp(inv.data(), inv_want.data(), inv.size() * sizeof(float)), 0) << name << ": inv";
+  EXPECT_EQ(std::memcmp(o.data(), o_plain.data(), o.size() * sizeof(float)), 0) << name << ": o";
+  return true;
+}
+
+TEST(TrainGdpaEmulated, ForwardNormsItsQueriesAsTheNormKernelsDo) {
+  int checked = 0;
+  for (const Case& c : Cases()) {
+    for (const bool rope : {false, true}) {
+      checked += RunNormForwardCase<16>(c, rope);
+      checked += RunNormForwardCase<32>(c, rope);
+      checked += RunNormForwardCase<64>(c, rope);
+      if (HasFailure()) return;
+    }
+  }
+  EXPECT_GT(checked, 30);
 }
 
 TEST(TrainGdpaEmulated, HeadNormsGiveTheNormsBackwardOfTheSums) {
@@ -509,14 +606,16 @@ TEST(TrainGdpaEmulated, HeadNormsGiveTheNormsBackwardOfTheSums) {
   for (const Case& c : Cases()) {
     for (const bool own_keys : {true, false}) {
       int& checked = own_keys ? keys : queries;
-      checked += RunNormCase<16>(c, own_keys);
-      checked += RunNormCase<32>(c, own_keys);
-      checked += RunNormCase<64>(c, own_keys);
+      for (const bool rope : {false, true}) {
+        checked += RunNormCase<16>(c, own_keys, rope);
+        checked += RunNormCase<32>(c, own_keys, rope);
+        checked += RunNormCase<64>(c, own_keys, rope);
+      }
       if (HasFailure()) return;
     }
   }
-  EXPECT_GE(keys, 21);
-  EXPECT_GE(queries, 21);
+  EXPECT_GE(keys, 42);
+  EXPECT_GE(queries, 42);
 }
 
 // Grids over the tile lists (only the tiles that hold rows) give the grids over every sample's tiles
