@@ -16,6 +16,7 @@
 #include "gpu/common/dependent_launch.cuh"
 #include "gpu/common/mma.cuh"
 #include "gpu/train/gdpa_rows.cuh"
+#include "gpu/train/head_rms_norm_kernels.cuh"
 #include "gpu/train/row_divisor.cuh"
 #include "model/common/element_type.h"
 
@@ -738,13 +739,15 @@ __device__ void NormBackward(const NormRows<kDh>& rows, const float* rope, int p
 
 // The strip's A fragments a (the head's x values, LoadStrip's layout: rows g and g + 8 in halves 0 and 1,
 // columns 16kk + 2t, 16kk + 2t + 1 and 8 columns on) replaced by the head RMS norm of their rows, then
-// RoPE at the rows' positions pos0 + g (+ 8) where rope is given, each value rounded to bf16 once: the
+// RoPE at the rows' positions where rope is given (pos0 + the row in the tile, strip rows row0 + g and
+// row0 + g + 8; rows past n read pos0's, as NormBackward's), each value rounded to bf16 once: the
 // bytes of HeadRmsNormForward / QkNormRopeForward. Their 8-lane sums kept: norm lane g' holds columns
 // g', g' + 8, ..., so the lane holding columns 2t, 2t + 1 keeps lanes 2t (e) and 2t + 1 (o) in column
 // order, and the butterfly's offsets 4, 2 and 1 are the shuffles over t ^ 2, t ^ 1 and e + o. inv:
 // each half's inverse RMS.
 template <int kDh>
-__device__ void NormStrip(uint32_t (&a)[kDh / kFrag][4], const float* rope, int pos0, float (&inv)[2]) {
+__device__ void NormStrip(uint32_t (&a)[kDh / kFrag][4], const float* rope, int pos0, int n, int row0,
+                          float (&inv)[2]) {
   const LaneCoords l = Lane();
   const RowDivisor per_value(kDh);
 #pragma unroll
@@ -765,9 +768,10 @@ __device__ void NormStrip(uint32_t (&a)[kDh / kFrag][4], const float* rope, int 
     o = __fadd_rn(o, __shfl_xor_sync(0xffffffffu, o, 2));
     e = __fadd_rn(e, __shfl_xor_sync(0xffffffffu, e, 1));
     o = __fadd_rn(o, __shfl_xor_sync(0xffffffffu, o, 1));
-    const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(per_value.Of(__fadd_rn(e, o)), 1e-6f)));
+    const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(per_value.Of(__fadd_rn(e, o)), hrn::kEps)));
     inv[half] = r;
-    const float* trow = rope != nullptr ? rope + static_cast<int64_t>(pos0 + l.g + 8 * half) * kDh : nullptr;
+    const int row = row0 + l.g + 8 * half;
+    const float* trow = rope != nullptr ? rope + static_cast<int64_t>(pos0 + (row < n ? row : 0)) * kDh : nullptr;
 #pragma unroll
     for (int kk = 0; kk < kDh / kFrag; ++kk) {
 #pragma unroll
@@ -847,7 +851,7 @@ __global__ void __launch_bounds__(kThreads)
   LoadStrip<kDh>(qs, role.row0, qa);
   if constexpr (kQueryNorm) {
     float inv[2];
-    NormStrip<kDh>(qa, qn.rope, i0 + role.row0, inv);
+    NormStrip<kDh>(qa, qn.rope, i0, nq, role.row0, inv);
     // Every group of a strip holds its rows' normed values; the first (of split 0) writes them.
     if (role.active && role.group == 0 && place.split == 0) {
       StoreNormedStrip<kDh>(qa, inv, role, s.q_row + i0, nq, p.heads, h, qn);

@@ -1306,12 +1306,11 @@ absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, co
   // backward pass is skipped): every block's own queries, the PMA's keys and the self-attention's
   // packed keys; not the cross-attention's 4 summary keys a sample, whose walks are split.
   const bool queries = t.xq != nullptr && u.nq > 0;
-  const bool fold_query_norm = queries;
   const bool fold_key_norm = u.nk > 0 && packed && (t.xq == nullptr ? !u.rope : self);
   const __nv_bfloat16* dy16 = dy16_in;
   __nv_bfloat16 *d_o, *dqr = nullptr, *dq = nullptr, *dkr = nullptr, *dk, *dv;
   GEMTB_ASSIGN_OR_RETURN(d_o, Bf16s(u.nq * d));
-  if (!fold_query_norm) GEMTB_ASSIGN_OR_RETURN(dqr, Bf16s(u.nq * d));
+  if (!queries) GEMTB_ASSIGN_OR_RETURN(dqr, Bf16s(u.nq * d));
   if (!fold_key_norm) GEMTB_ASSIGN_OR_RETURN(dkr, Bf16s(u.nk * d));
   if (packed) {
     __nv_bfloat16* dkv;
@@ -1335,9 +1334,9 @@ absl::Status GemModelGpu::Impl::AttnBwdBf16(const AttnP& p, const AttnUse& u, co
   }
   const float* rope = u.rope ? rope_table : nullptr;
   const GdpaHeadNorm key_norm{t.k, t.k_inv, ld_kv, rope}, query_norm{t.q, t.q_inv, ld_q, rope};
-  GEMTB_RETURN_IF_ERROR(GdpaBackwardTensorCore(Batch(u, ld_kv), t.qr, t.kr, t.v, d_o, fold_query_norm ? dq : dqr,
+  GEMTB_RETURN_IF_ERROR(GdpaBackwardTensorCore(Batch(u, ld_kv), t.qr, t.kr, t.v, d_o, queries ? dq : dqr,
                                                fold_key_norm ? dk : dkr, dv, st, fold_key_norm ? &key_norm : nullptr,
-                                               fold_query_norm ? &query_norm : nullptr));
+                                               queries ? &query_norm : nullptr));
   // The QK-norms' backward and the projections' weight gradients.
   if (!t.xq) *dqr_out = dqr;  // the PMA's seeds: the caller sums the broadcast rows' gradient
   if (queries) {

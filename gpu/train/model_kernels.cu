@@ -96,6 +96,10 @@ __global__ void ScatterAddRowsKernel(const float* src, const int32_t* index, int
   for (int64_t c = threadIdx.x; c < width; c += kWarp) out[c] = __fadd_rn(out[c], in[c]);
 }
 
+__device__ __forceinline__ float4 AddRn4(float4 a, float4 b) {
+  return make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w));
+}
+
 // A warp per row; kVec: every row and array 16-byte aligned, so a lane moves 4 values per access (at
 // width 128 a row is one float4 of each array a lane, its loads issued together).
 template <bool kVec>
@@ -120,14 +124,8 @@ __global__ void AssembleSequenceRowsKernel(const float* cls_src, const int32_t* 
     for (int64_t col = 4 * static_cast<int64_t>(threadIdx.x); col < width; col += 4 * kWarp) {
       float4 y = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (a != nullptr) y = *reinterpret_cast<const float4*>(a + col);
-      if (b != nullptr) {
-        const float4 v = *reinterpret_cast<const float4*>(b + col);
-        y = make_float4(__fadd_rn(y.x, v.x), __fadd_rn(y.y, v.y), __fadd_rn(y.z, v.z), __fadd_rn(y.w, v.w));
-      }
-      if (t != nullptr) {
-        const float4 v = *reinterpret_cast<const float4*>(t + col);
-        y = make_float4(__fadd_rn(y.x, v.x), __fadd_rn(y.y, v.y), __fadd_rn(y.z, v.z), __fadd_rn(y.w, v.w));
-      }
+      if (b != nullptr) y = AddRn4(y, *reinterpret_cast<const float4*>(b + col));
+      if (t != nullptr) y = AddRn4(y, *reinterpret_cast<const float4*>(t + col));
       *reinterpret_cast<float4*>(out + col) = y;
     }
   } else {

@@ -522,6 +522,19 @@ void RunHeadNormCase(const Case& c, bool own_keys, bool rope, uint64_t seed) {
   EXPECT_EQ(outside, 0) << what << ": values written outside the gradient's columns or the samples' rows";
 }
 
+// One sample of 4 rows, 4 heads of dh 32, over zeroed bf16 rows 128 wide: the inputs of the checks
+// that a norm's row stride narrower than its side's rows is refused by name.
+struct NarrowStrideInputs {
+  DeviceArray<int32_t> offsets{std::vector<int32_t>{0, 4}};
+  DeviceArray<uint16_t> some{std::vector<uint16_t>(4 * 128, 0)};
+  DeviceArray<float> inv{std::vector<float>(16, 1.0f)};
+  GdpaBatch Batch() const {
+    GdpaBatch b;
+    b.batch = 1, b.heads = 4, b.dh = 32, b.q_offsets = offsets.ptr, b.k_offsets = offsets.ptr, b.max_q = 4, b.max_k = 4;
+    return b;
+  }
+};
+
 TEST(TrainGdpaTensorCore, NormedSidesGiveTheNormsBackwardOfTheirGradient) {
   if (!HaveSm90()) GTEST_SKIP() << "needs an sm_90 GPU";
   int checked = 0;
@@ -538,16 +551,13 @@ TEST(TrainGdpaTensorCore, NormedSidesGiveTheNormsBackwardOfTheirGradient) {
   }
   EXPECT_GT(checked, 10);
   // A stride narrower than the side's rows is refused by name.
-  DeviceArray<int32_t> offsets(std::vector<int32_t>{0, 4});
-  DeviceArray<uint16_t> some(std::vector<uint16_t>(4 * 128, 0));
-  DeviceArray<float> inv(std::vector<float>(16, 1.0f));
-  GdpaBatch b;
-  b.batch = 1, b.heads = 4, b.dh = 32, b.q_offsets = offsets.ptr, b.k_offsets = offsets.ptr, b.max_q = 4, b.max_k = 4;
-  const GdpaHeadNorm narrow{some.bf16(), inv.ptr, 126};
+  const NarrowStrideInputs n;
+  const GdpaBatch b = n.Batch();
+  const GdpaHeadNorm narrow{n.some.bf16(), n.inv.ptr, 126};
   for (const bool keys : {true, false}) {
     const absl::Status bad =
-        GdpaBackwardTensorCore(b, some.bf16(), some.bf16(), some.bf16(), some.bf16(), some.bf16(), some.bf16(),
-                               some.bf16(), nullptr, keys ? &narrow : nullptr, keys ? nullptr : &narrow);
+        GdpaBackwardTensorCore(b, n.some.bf16(), n.some.bf16(), n.some.bf16(), n.some.bf16(), n.some.bf16(),
+                               n.some.bf16(), n.some.bf16(), nullptr, keys ? &narrow : nullptr, keys ? nullptr : &narrow);
     EXPECT_NE(bad.message().find(keys ? "key_norm.ld=126" : "query_norm.ld=126"), std::string::npos) << bad;
   }
 }
@@ -611,13 +621,11 @@ TEST(TrainGdpaTensorCore, ForwardNormsItsQueriesAsTheNormKernelsDo) {
   }
   EXPECT_GT(checked, 10);
   // A stride narrower than the queries' rows is refused by name.
-  DeviceArray<int32_t> offsets(std::vector<int32_t>{0, 4});
-  DeviceArray<uint16_t> some(std::vector<uint16_t>(4 * 128, 0));
-  DeviceArray<float> inv(std::vector<float>(16, 1.0f));
-  GdpaBatch b;
-  b.batch = 1, b.heads = 4, b.dh = 32, b.q_offsets = offsets.ptr, b.k_offsets = offsets.ptr, b.max_q = 4, b.max_k = 4;
-  const GdpaQueryNorm narrow{126, nullptr, some.bf16(), inv.ptr};
-  const absl::Status bad = GdpaForwardTensorCore(b, some.bf16(), some.bf16(), some.bf16(), some.bf16(), nullptr, &narrow);
+  const NarrowStrideInputs n;
+  const GdpaBatch b = n.Batch();
+  const GdpaQueryNorm narrow{126, nullptr, n.some.bf16(), n.inv.ptr};
+  const absl::Status bad =
+      GdpaForwardTensorCore(b, n.some.bf16(), n.some.bf16(), n.some.bf16(), n.some.bf16(), nullptr, &narrow);
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
   EXPECT_NE(bad.message().find("query_norm.ld=126"), std::string::npos) << bad;
 }
