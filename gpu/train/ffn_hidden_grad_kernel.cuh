@@ -21,7 +21,9 @@
 // columns W1's columns and W2's rows of the chunk into one of kStages stages. Warpgroups 1 and 2 take
 // 64 rows each (one column-sum block): per chunk both products (wgmma, operands in shared memory), u
 // and g, dg rounded, du; g and du stored to memory and du also to a shared tile where each thread of
-// the warpgroup sums one column of it over the 64 rows. Shared memory holds one tile of dy and h (two
+// the warpgroup sums one column of it over the 64 rows. The consumers take turns to issue their
+// products (ffn_forward_kernel.cuh's ping-pong), so that one's run on the tensor cores while the other
+// evaluates GELU and its derivative. Shared memory holds one tile of dy and h (two
 // would not fit beside the stages): the next tile's copies start once both consumers issued their
 // last products of this one, and land while they finish its last chunk.
 //
@@ -59,7 +61,8 @@ constexpr int kStages = 2;
 constexpr int kTileBuffers = 1;
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
-constexpr int kSumBarrier = 1;  // named barriers 1 and 2: a consumer's du tile free, then written
+constexpr int kSumBarrier = 1;   // named barriers 1 and 2: a consumer's du tile free, then written
+constexpr int kTurnBarrier = 3;  // named barriers 3 and 4: consumer 0's and consumer 1's turn to issue products
 
 // Shared memory: the tile's rows of dy and of h ([kRows, kD] each, the K-major A operands), kStages
 // stages of W1[:, chunk] ([kD rows, kChunk columns], an MN-major B operand as the forward reads it)
@@ -153,6 +156,11 @@ __global__ void __launch_bounds__(kThreads, 1) FfnHiddenGradKernel(const Params 
   const int lane_t = tid % 4;
   // This thread's two rows within the tile: g and g + 8 of its warp's 16.
   const int tile_row0 = wg * 64 + warp * 16 + lane_g;
+  // The turn to issue products alternates between the consumers (consumer 0 first: its barrier is
+  // pre-armed with the other side's 128 arrivals).
+  const int my_turn = kTurnBarrier + wg;
+  const int other_turn = kTurnBarrier + (1 - wg);
+  if (wg == 0) mbar::NamedArrive(my_turn, 256);
 
   for (int local = 0; local < my_tiles; ++local) {
     const int64_t first = ffn_hopper::TileFirstRow<kRows>(local);
@@ -174,6 +182,7 @@ __global__ void __launch_bounds__(kThreads, 1) FfnHiddenGradKernel(const Params 
       // warpgroup's rows of h or dy (within a 64-column block of the tile), rows 16kk .. 16kk + 15 of
       // W1's chunk, and columns 16kk .. 16kk + 15 of the chunk's rows of W2.
       float a[64], s[64];
+      mbar::NamedSync(my_turn, 256);
       wgmma::Fence();
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
@@ -191,6 +200,9 @@ __global__ void __launch_bounds__(kThreads, 1) FfnHiddenGradKernel(const Params 
                                              wgmma::SwizzledDescriptor(b, 16, 1024), kk > 0 ? 1u : 0u);
       }
       wgmma::Commit();
+      // Consumer 1's very last hand-over has no taker (consumer 0 issues nothing more): skipping it
+      // keeps every named-barrier use complete.
+      if (wg == 0 || chunk + 1 < chunks || local + 1 < my_tiles) mbar::NamedArrive(other_turn, 256);
       wgmma::Wait<0>();
       wgmma::FenceRegisters(a);
       wgmma::FenceRegisters(s);
