@@ -35,16 +35,16 @@ absl::Status GradAndSums(const ffn_hidden_grad::Params& p, int64_t blocks, float
 }  // namespace
 
 absl::Status FfnHiddenGradFused(const FfnShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* h,
-                                const FfnHiddenWeights& w, __nv_bfloat16* g, __nv_bfloat16* du, float* db1,
-                                bool accumulate, cudaStream_t stream) {
+                                const FfnHiddenWeights& w, __nv_bfloat16* g, __nv_bfloat16* du, float* dh,
+                                float* db1, bool accumulate, cudaStream_t stream) {
   if (absl::Status v = ValidateFfnHiddenGradShape(s); !v.ok()) return v;
   if (absl::Status v = NotNull({{dy, "dy"}, {h, "h"}, {w.w1, "w1"}, {w.b1, "b1"}, {w.w2, "w2"}, {g, "g"},
-                                {du, "du"}, {db1, "db1"}});
+                                {du, "du"}, {dh, "dh"}, {db1, "db1"}});
       !v.ok()) {
     return v;
   }
   if (absl::Status v = CheckAligned16({{dy, "dy"}, {h, "h"}, {w.w1, "w1"}, {w.b1, "b1"}, {w.w2, "w2"}, {g, "g"},
-                                       {du, "du"}, {db1, "db1"}});
+                                       {du, "du"}, {dh, "dh"}, {db1, "db1"}});
       !v.ok()) {
     return v;
   }
@@ -67,6 +67,7 @@ absl::Status FfnHiddenGradFused(const FfnShape& s, const __nv_bfloat16* dy, cons
   p.w2 = Bf16Bits(w.w2);
   p.g = Bf16Bits(g);
   p.du = Bf16Bits(du);
+  p.dh = dh;
   p.partial = partial;
   const absl::Status status = GradAndSums(p, blocks, db1, accumulate, stream);
   const absl::Status freed = CudaOk(cudaFreeAsync(partial, stream), "FfnHiddenGradFused scratch");

@@ -5,7 +5,8 @@
 //   u  = bf16(h W1 + b1)                 recomputed, never stored (the forward does not store it either)
 //   g  = bf16(GELU(u))                   stored (W2's gradient reads it)
 //   dg = bf16(dy W2ᵀ)                    kept in registers, never stored
-//   du = bf16(dg · GELU'(u))             stored (dW1 = hᵀ du and dh = du W1ᵀ read it)
+//   du = bf16(dg · GELU'(u))             stored (dW1 = hᵀ du reads it)
+//   dh = du W1ᵀ                          fp32, stored (LayerNorm's backward reads it)
 //   partial[b][c] = sum of du[r][c] over the 64 rows r of block b, in row order
 //
 // u is ffn_forward_kernel.cuh's u bit for bit: the same wgmma instructions over the same staged
@@ -19,13 +20,16 @@
 // Persistent and warp-specialised like ffn_forward_kernel.cuh: one CTA an SM walks tiles of kRows
 // rows; warpgroup 0 copies (cp.async): a tile's rows of dy and h, then per chunk of kChunk hidden
 // columns W1's columns and W2's rows of the chunk into one of kStages stages. Warpgroups 1 and 2 take
-// 64 rows each (one column-sum block): per chunk both products (wgmma, operands in shared memory), u
-// and g, dg rounded, du; g and du stored to memory and du also to a shared tile where each thread of
-// the warpgroup sums one column of it over the 64 rows. The consumers take turns to issue their
-// products (ffn_forward_kernel.cuh's ping-pong), so that one's run on the tensor cores while the other
-// evaluates GELU and its derivative. Shared memory holds one tile of dy and h (two
-// would not fit beside the stages): the next tile's copies start once both consumers issued their
-// last products of this one, and land while they finish its last chunk.
+// 64 rows each (one column-sum block). Per chunk a consumer takes three products (wgmma, operands in
+// shared memory): h W1, whose u it parks in its rows of a shared du tile (registers are what bounds
+// this kernel: 168 a thread hold dh's accumulator and one product's); dy W2ᵀ, whose rounding dg with
+// u gives g and du, both stored to memory and du written over u in the tile; and dh += du W1[:, chunk]ᵀ
+// from that tile and W1's staged chunk (read as a K-major operand), while each thread of the
+// warpgroup sums one column of the tile over the 64 rows. dh is written once the tile's chunks are
+// done. The consumers take turns to issue their products (ffn_forward_kernel.cuh's ping-pong), so
+// that one's run on the tensor cores while the other evaluates GELU and its derivative. Shared memory
+// holds one tile of dy and h (two would not fit beside the stages): the next tile's copies start once
+// both consumers issued their last products of this one, and land while they finish its last chunk.
 //
 // Every value is rounded where the separate kernels round it (u after the bias, g by gelu.cuh's
 // GeluOfBf16, dg by the product's bf16 output, du by GeluBackward's product with GeluGradOfBf16); only
@@ -52,8 +56,8 @@ using ffn_hopper::Bf16;
 using ffn_hopper::Bf16Value;
 using ffn_hopper::StoreRowWords;
 
-constexpr int kD = ffn_hopper::kD;          // the block's width: K of both products
-constexpr int kChunk = ffn_hopper::kChunk;  // hidden columns a step: N of both products
+constexpr int kD = ffn_hopper::kD;          // the block's width: K of the first two products, N of dh's
+constexpr int kChunk = ffn_hopper::kChunk;  // hidden columns a step: N of the first two products, K of dh's
 constexpr int kRows = 128;      // rows a tile: two column-sum blocks of 64
 constexpr int kBlockRows = 64;  // a consumer's rows, model_kernels.h's kColumnSumsBlockRows
 constexpr int kThreads = 384;   // a producer warpgroup and two consumers
@@ -61,13 +65,14 @@ constexpr int kStages = 2;
 constexpr int kTileBuffers = 1;
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
-constexpr int kSumBarrier = 1;   // named barriers 1 and 2: a consumer's du tile free, then written
+constexpr int kSumBarrier = 1;   // named barriers 1 and 2: a consumer's rows of the du tile free, then written
 constexpr int kTurnBarrier = 3;  // named barriers 3 and 4: consumer 0's and consumer 1's turn to issue products
 
 // Shared memory: the tile's rows of dy and of h ([kRows, kD] each, the K-major A operands), kStages
-// stages of W1[:, chunk] ([kD rows, kChunk columns], an MN-major B operand as the forward reads it)
-// and W2[chunk, :] ([kChunk rows, kD columns], a K-major B operand), then the consumers' du of a
-// chunk ([kRows, kChunk]) for the column sums; every tile 128-byte swizzled (wgmma.cuh's
+// stages of W1[:, chunk] ([kD rows, kChunk columns], an MN-major B operand as the forward reads it,
+// and a K-major one for dh) and W2[chunk, :] ([kChunk rows, kD columns], a K-major B operand), then
+// the consumers' u and then du of a chunk ([kRows, kChunk], the K-major A operand of dh's product and
+// the column sums' input); every tile 128-byte swizzled (wgmma.cuh's
 // SwizzledOffset), with 1024 bytes of slack to align them to the swizzle's period. 225 KB of the
 // 227 an sm_90 CTA may have.
 struct Layout {
@@ -90,6 +95,7 @@ struct Params {
   const uint16_t* w2 = nullptr;  // [hidden, kD] bf16
   uint16_t* g = nullptr;         // [n, hidden] bf16
   uint16_t* du = nullptr;        // [n, hidden] bf16
+  float* dh = nullptr;           // [n, kD]
   float* partial = nullptr;      // [ceil(n / kBlockRows), hidden]
 };
 
@@ -170,6 +176,10 @@ __global__ void __launch_bounds__(kThreads, 1) FfnHiddenGradKernel(const Params 
     const int block_valid = static_cast<int>(
         p.n - block_first < kBlockRows ? (p.n > block_first ? p.n - block_first : 0) : kBlockRows);
 
+    float dh[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) dh[i] = 0.f;
+
     mbar::Wait(bar.TileFull(buffer), static_cast<uint32_t>((local / kTileBuffers) & 1));
     for (int chunk = 0; chunk < chunks; ++chunk) {
       const int q = local * chunks + chunk;
@@ -177,21 +187,49 @@ __global__ void __launch_bounds__(kThreads, 1) FfnHiddenGradKernel(const Params 
       mbar::Wait(bar.Full(stage), static_cast<uint32_t>((q / kStages) & 1));
       wgmma::FenceProxyAsync();  // the cp.async writes, seen through the barriers, to the wgmma proxy
 
-      // a = h W1[:, chunk] (ffn_forward_kernel.cuh's first product, instruction for instruction) and
-      // s = dy W2[chunk, :]ᵀ, 64 x kChunk a warpgroup: k step kk is columns 16kk .. 16kk + 15 of the
-      // warpgroup's rows of h or dy (within a 64-column block of the tile), rows 16kk .. 16kk + 15 of
-      // W1's chunk, and columns 16kk .. 16kk + 15 of the chunk's rows of W2.
-      float a[64], s[64];
+      // The warpgroup's rows of the du tile are free once every thread of it summed the last chunk's
+      // columns (the last chunk's dh product, which reads them, was waited for before).
+      mbar::NamedSync(kSumBarrier + wg, 128);
+      // a = h W1[:, chunk] (ffn_forward_kernel.cuh's first product, instruction for instruction), 64 x
+      // kChunk a warpgroup: k step kk is columns 16kk .. 16kk + 15 of the warpgroup's rows of h (within
+      // a 64-column block of the tile) and rows 16kk .. 16kk + 15 of W1's chunk. u = bf16(a + b1) goes
+      // to the du tile, each word (columns 8i + 2t, 8i + 2t + 1 of one of the thread's two rows) where
+      // this thread writes du's below: registers for the next product, not a round trip to memory.
+      const int c0 = chunk * kChunk;
+      {
+        float a[64];
+        mbar::NamedSync(my_turn, 256);
+        wgmma::Fence();
+#pragma unroll
+        for (int kk = 0; kk < kD / 16; ++kk) {
+          const uint32_t at = static_cast<uint32_t>((kk >> 2) * kRows * 128 + wg * 64 * 128 + (kk & 3) * 32);
+          const uint32_t b = w1_tile(stage) + static_cast<uint32_t>(kk * 16 * 128);
+          wgmma::MmaSS<ElementType::kBFloat16, true>(a, wgmma::SwizzledDescriptor(h_tile + at, 16, 1024),
+                                                     wgmma::SwizzledDescriptor(b, 128 * 128, 1024), kk > 0 ? 1u : 0u);
+        }
+        wgmma::Commit();
+        mbar::NamedArrive(other_turn, 256);
+        wgmma::Wait<0>();
+        wgmma::FenceRegisters(a);
+#pragma unroll
+        for (int i = 0; i < kChunk / 8; ++i) {
+          const uint32_t bias = *reinterpret_cast<const uint32_t*>(p.b1 + c0 + 8 * i + 2 * lane_t);
+          const float b_lo = Bf16Value(static_cast<uint16_t>(bias & 0xFFFFu));
+          const float b_hi = Bf16Value(static_cast<uint16_t>(bias >> 16));
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            *reinterpret_cast<uint32_t*>(du_bytes +
+                                         wgmma::SwizzledOffset(kRows, tile_row0 + 8 * r, 8 * i + 2 * lane_t)) =
+                PackHalves(Bf16::FromFloat(__fadd_rn(a[4 * i + 2 * r], b_lo)),
+                           Bf16::FromFloat(__fadd_rn(a[4 * i + 2 * r + 1], b_hi)));
+          }
+        }
+      }
+      // s = dy W2[chunk, :]ᵀ: k step kk is columns 16kk .. 16kk + 15 of the warpgroup's rows of dy and
+      // of the chunk's rows of W2.
+      float s[64];
       mbar::NamedSync(my_turn, 256);
       wgmma::Fence();
-#pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk) {
-        const uint32_t at = static_cast<uint32_t>((kk >> 2) * kRows * 128 + wg * 64 * 128 + (kk & 3) * 32);
-        const uint32_t b = w1_tile(stage) + static_cast<uint32_t>(kk * 16 * 128);
-        wgmma::MmaSS<ElementType::kBFloat16, true>(a, wgmma::SwizzledDescriptor(h_tile + at, 16, 1024),
-                                                   wgmma::SwizzledDescriptor(b, 128 * 128, 1024), kk > 0 ? 1u : 0u);
-      }
-      wgmma::Commit();
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
         const uint32_t at = static_cast<uint32_t>((kk >> 2) * kRows * 128 + wg * 64 * 128 + (kk & 3) * 32);
@@ -200,56 +238,62 @@ __global__ void __launch_bounds__(kThreads, 1) FfnHiddenGradKernel(const Params 
                                              wgmma::SwizzledDescriptor(b, 16, 1024), kk > 0 ? 1u : 0u);
       }
       wgmma::Commit();
+      mbar::NamedArrive(other_turn, 256);
+      wgmma::Wait<0>();
+      wgmma::FenceRegisters(s);
+      // The tile's last products read: it goes back to the producer.
+      if (chunk + 1 == chunks) ffn_hopper::WarpRelease(bar.TileEmpty(buffer));
+
+      // g = bf16(GELU(u)) and du = bf16(bf16(s) GELU'(u)), four 8-column blocks at a time: du written
+      // over u in the du tile, both stored to memory as they are done.
+#pragma unroll
+      for (int i4 = 0; i4 < kChunk / 8; i4 += 4) {
+        uint32_t gw[2][4], dw[2][4];
+#pragma unroll
+        for (int i = i4; i < i4 + 4; ++i) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            uint32_t* const at = reinterpret_cast<uint32_t*>(
+                du_bytes + wgmma::SwizzledOffset(kRows, tile_row0 + 8 * r, 8 * i + 2 * lane_t));
+            const uint32_t uu = *at;
+            const float u_lo = Bf16Value(static_cast<uint16_t>(uu & 0xFFFFu));
+            const float u_hi = Bf16Value(static_cast<uint16_t>(uu >> 16));
+            gw[r][i - i4] = PackRounded<ElementType::kBFloat16>(GeluOfBf16(u_lo), GeluOfBf16(u_hi));
+            const float dg_lo = Bf16Value(Bf16::FromFloat(s[4 * i + 2 * r]));
+            const float dg_hi = Bf16Value(Bf16::FromFloat(s[4 * i + 2 * r + 1]));
+            dw[r][i - i4] = PackHalves(Bf16::FromFloat(__fmul_rn(dg_lo, GeluGradOfBf16(u_lo))),
+                                       Bf16::FromFloat(__fmul_rn(dg_hi, GeluGradOfBf16(u_hi))));
+            *at = dw[r][i - i4];
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const bool valid = rows[r] < p.n;
+          const int64_t at = (valid ? rows[r] : 0) * p.hidden + c0 + i4 * 8;
+          StoreRowWords(gw[r], valid, p.g + at, lane_t);
+          StoreRowWords(dw[r], valid, p.du + at, lane_t);
+        }
+      }
+      wgmma::FenceProxyAsync();  // the du tile's writes, to the wgmma proxy that reads them below
+      mbar::NamedSync(kSumBarrier + wg, 128);
+      // dh += du W1[:, chunk]ᵀ from the du tile (the warpgroup's rows, a K-major A operand like dy's) and
+      // W1's staged chunk (a K-major B operand: its rows are dh's columns): k step kk is columns 16kk ..
+      // 16kk + 15 of both. Waited for after the column sums, which read the same tile.
+      mbar::NamedSync(my_turn, 256);
+      wgmma::Fence();
+#pragma unroll
+      for (int kk = 0; kk < kChunk / 16; ++kk) {
+        const uint32_t at = static_cast<uint32_t>((kk >> 2) * kRows * 128 + wg * 64 * 128 + (kk & 3) * 32);
+        const uint32_t b = w1_tile(stage) + static_cast<uint32_t>((kk >> 2) * kD * 128 + (kk & 3) * 32);
+        wgmma::MmaSS<ElementType::kBFloat16>(dh, wgmma::SwizzledDescriptor(du_tile + at, 16, 1024),
+                                             wgmma::SwizzledDescriptor(b, 16, 1024), 1u);
+      }
+      wgmma::Commit();
       // Consumer 1's very last hand-over has no taker (consumer 0 issues nothing more): skipping it
       // keeps every named-barrier use complete.
       if (wg == 0 || chunk + 1 < chunks || local + 1 < my_tiles) mbar::NamedArrive(other_turn, 256);
-      wgmma::Wait<0>();
-      wgmma::FenceRegisters(a);
-      wgmma::FenceRegisters(s);
-      // Both products read: the stage, and after the last chunk the tile, go back to the producer.
-      if (chunk + 1 == chunks) ffn_hopper::WarpRelease(bar.TileEmpty(buffer));
-      ffn_hopper::WarpRelease(bar.Empty(stage));
-
-      // u = bf16(a + b1), g = bf16(GELU(u)), du = bf16(bf16(s) GELU'(u)): words of the thread's two
-      // rows, 8-column block i holding columns 8i + 2t, 8i + 2t + 1.
-      const int c0 = chunk * kChunk;
-      uint32_t gw[2][kChunk / 8], dw[2][kChunk / 8];
-#pragma unroll
-      for (int i = 0; i < kChunk / 8; ++i) {
-        const uint32_t bias = *reinterpret_cast<const uint32_t*>(p.b1 + c0 + 8 * i + 2 * lane_t);
-        const float b_lo = Bf16Value(static_cast<uint16_t>(bias & 0xFFFFu));
-        const float b_hi = Bf16Value(static_cast<uint16_t>(bias >> 16));
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const float u_lo = Bf16Value(Bf16::FromFloat(__fadd_rn(a[4 * i + 2 * r], b_lo)));
-          const float u_hi = Bf16Value(Bf16::FromFloat(__fadd_rn(a[4 * i + 2 * r + 1], b_hi)));
-          gw[r][i] = PackRounded<ElementType::kBFloat16>(GeluOfBf16(u_lo), GeluOfBf16(u_hi));
-          const float dg_lo = Bf16Value(Bf16::FromFloat(s[4 * i + 2 * r]));
-          const float dg_hi = Bf16Value(Bf16::FromFloat(s[4 * i + 2 * r + 1]));
-          dw[r][i] = PackHalves(Bf16::FromFloat(__fmul_rn(dg_lo, GeluGradOfBf16(u_lo))),
-                                Bf16::FromFloat(__fmul_rn(dg_hi, GeluGradOfBf16(u_hi))));
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const bool valid = rows[r] < p.n;
-        const int64_t at = (valid ? rows[r] : 0) * p.hidden + c0;
-        StoreRowWords(gw[r], valid, p.g + at, lane_t);
-        StoreRowWords(dw[r], valid, p.du + at, lane_t);
-      }
-      // The warpgroup's du into its rows of the du tile, once every thread of it summed the last
-      // chunk's; then thread j sums column j over the block's valid rows, in row order from +0 (the
+      // Thread j sums column j of the du tile over the block's valid rows, in row order from +0 (the
       // tree's first level: the same sum bit for bit).
-      mbar::NamedSync(kSumBarrier + wg, 128);
-#pragma unroll
-      for (int i = 0; i < kChunk / 8; ++i) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          *reinterpret_cast<uint32_t*>(du_bytes + wgmma::SwizzledOffset(kRows, tile_row0 + 8 * r, 8 * i + 2 * lane_t)) =
-              dw[r][i];
-        }
-      }
-      mbar::NamedSync(kSumBarrier + wg, 128);
       float sum = 0.f;
 #pragma unroll 8
       for (int r = 0; r < block_valid; ++r) {
@@ -258,6 +302,20 @@ __global__ void __launch_bounds__(kThreads, 1) FfnHiddenGradKernel(const Params 
         sum = __fadd_rn(sum, Bf16Value(v));
       }
       if (block_valid > 0) p.partial[(block_first / kBlockRows) * p.hidden + c0 + thread] = sum;
+      wgmma::Wait<0>();
+      wgmma::FenceRegisters(dh);
+      ffn_hopper::WarpRelease(bar.Empty(stage));  // the chunk's three products read the stage
+    }
+
+    // dh, fp32 pairs: columns 8i + 2t, 8i + 2t + 1 of the thread's two rows.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (rows[r] >= p.n) continue;
+      float* const at = p.dh + rows[r] * kD + 2 * lane_t;
+#pragma unroll
+      for (int i = 0; i < kD / 8; ++i) {
+        *reinterpret_cast<float2*>(at + 8 * i) = make_float2(dh[4 * i + 2 * r], dh[4 * i + 2 * r + 1]);
+      }
     }
   }
 }
