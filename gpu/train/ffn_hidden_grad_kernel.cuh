@@ -225,53 +225,57 @@ __global__ void __launch_bounds__(kThreads, 1) FfnHiddenGradKernel(const Params 
           }
         }
       }
-      // s = dy W2[chunk, :]ᵀ: k step kk is columns 16kk .. 16kk + 15 of the warpgroup's rows of dy and
-      // of the chunk's rows of W2.
-      float s[64];
-      mbar::NamedSync(my_turn, 256);
-      wgmma::Fence();
+      // s = dy W2[chunk, :]ᵀ in two halves of 64 columns (one product's accumulator at a time beside
+      // dh's): k step kk is columns 16kk .. 16kk + 15 of the warpgroup's rows of dy and of the half's
+      // rows of W2's chunk. Then g = bf16(GELU(u)) and du = bf16(bf16(s) GELU'(u)), four 8-column blocks
+      // at a time: du written over u in the du tile, both stored to memory as they are done.
 #pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk) {
-        const uint32_t at = static_cast<uint32_t>((kk >> 2) * kRows * 128 + wg * 64 * 128 + (kk & 3) * 32);
-        const uint32_t b = w2_tile(stage) + static_cast<uint32_t>((kk >> 2) * kChunk * 128 + (kk & 3) * 32);
-        wgmma::MmaSS<ElementType::kBFloat16>(s, wgmma::SwizzledDescriptor(dy_tile + at, 16, 1024),
-                                             wgmma::SwizzledDescriptor(b, 16, 1024), kk > 0 ? 1u : 0u);
-      }
-      wgmma::Commit();
-      mbar::NamedArrive(other_turn, 256);
-      wgmma::Wait<0>();
-      wgmma::FenceRegisters(s);
-      // The tile's last products read: it goes back to the producer.
-      if (chunk + 1 == chunks) ffn_hopper::WarpRelease(bar.TileEmpty(buffer));
-
-      // g = bf16(GELU(u)) and du = bf16(bf16(s) GELU'(u)), four 8-column blocks at a time: du written
-      // over u in the du tile, both stored to memory as they are done.
+      for (int half = 0; half < 2; ++half) {
+        float s[32];
+        mbar::NamedSync(my_turn, 256);
+        wgmma::Fence();
 #pragma unroll
-      for (int i4 = 0; i4 < kChunk / 8; i4 += 4) {
-        uint32_t gw[2][4], dw[2][4];
+        for (int kk = 0; kk < kD / 16; ++kk) {
+          const uint32_t at = static_cast<uint32_t>((kk >> 2) * kRows * 128 + wg * 64 * 128 + (kk & 3) * 32);
+          const uint32_t b =
+              w2_tile(stage) + static_cast<uint32_t>((kk >> 2) * kChunk * 128 + half * 64 * 128 + (kk & 3) * 32);
+          wgmma::MmaSS64<ElementType::kBFloat16>(s, wgmma::SwizzledDescriptor(dy_tile + at, 16, 1024),
+                                                 wgmma::SwizzledDescriptor(b, 16, 1024), kk > 0 ? 1u : 0u);
+        }
+        wgmma::Commit();
+        mbar::NamedArrive(other_turn, 256);
+        wgmma::Wait<0>();
+        wgmma::FenceRegisters(s);
+        // The tile's last products read: it goes back to the producer.
+        if (half == 1 && chunk + 1 == chunks) ffn_hopper::WarpRelease(bar.TileEmpty(buffer));
 #pragma unroll
-        for (int i = i4; i < i4 + 4; ++i) {
+        for (int i4 = 8 * half; i4 < 8 * half + 8; i4 += 4) {
+          uint32_t gw[2][4], dw[2][4];
+#pragma unroll
+          for (int i = i4; i < i4 + 4; ++i) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              uint32_t* const at = reinterpret_cast<uint32_t*>(
+                  du_bytes + wgmma::SwizzledOffset(kRows, tile_row0 + 8 * r, 8 * i + 2 * lane_t));
+              const uint32_t uu = *at;
+              const float u_lo = Bf16Value(static_cast<uint16_t>(uu & 0xFFFFu));
+              const float u_hi = Bf16Value(static_cast<uint16_t>(uu >> 16));
+              gw[r][i - i4] = PackRounded<ElementType::kBFloat16>(GeluOfBf16(u_lo), GeluOfBf16(u_hi));
+              const int e = 4 * (i - 8 * half) + 2 * r;
+              const float dg_lo = Bf16Value(Bf16::FromFloat(s[e]));
+              const float dg_hi = Bf16Value(Bf16::FromFloat(s[e + 1]));
+              dw[r][i - i4] = PackHalves(Bf16::FromFloat(__fmul_rn(dg_lo, GeluGradOfBf16(u_lo))),
+                                         Bf16::FromFloat(__fmul_rn(dg_hi, GeluGradOfBf16(u_hi))));
+              *at = dw[r][i - i4];
+            }
+          }
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            uint32_t* const at = reinterpret_cast<uint32_t*>(
-                du_bytes + wgmma::SwizzledOffset(kRows, tile_row0 + 8 * r, 8 * i + 2 * lane_t));
-            const uint32_t uu = *at;
-            const float u_lo = Bf16Value(static_cast<uint16_t>(uu & 0xFFFFu));
-            const float u_hi = Bf16Value(static_cast<uint16_t>(uu >> 16));
-            gw[r][i - i4] = PackRounded<ElementType::kBFloat16>(GeluOfBf16(u_lo), GeluOfBf16(u_hi));
-            const float dg_lo = Bf16Value(Bf16::FromFloat(s[4 * i + 2 * r]));
-            const float dg_hi = Bf16Value(Bf16::FromFloat(s[4 * i + 2 * r + 1]));
-            dw[r][i - i4] = PackHalves(Bf16::FromFloat(__fmul_rn(dg_lo, GeluGradOfBf16(u_lo))),
-                                       Bf16::FromFloat(__fmul_rn(dg_hi, GeluGradOfBf16(u_hi))));
-            *at = dw[r][i - i4];
+            const bool valid = rows[r] < p.n;
+            const int64_t at = (valid ? rows[r] : 0) * p.hidden + c0 + i4 * 8;
+            StoreRowWords(gw[r], valid, p.g + at, lane_t);
+            StoreRowWords(dw[r], valid, p.du + at, lane_t);
           }
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const bool valid = rows[r] < p.n;
-          const int64_t at = (valid ? rows[r] : 0) * p.hidden + c0 + i4 * 8;
-          StoreRowWords(gw[r], valid, p.g + at, lane_t);
-          StoreRowWords(dw[r], valid, p.du + at, lane_t);
         }
       }
       wgmma::FenceProxyAsync();  // the du tile's writes, to the wgmma proxy that reads them below
