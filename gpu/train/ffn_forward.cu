@@ -28,15 +28,10 @@ absl::Status ValidateFfnForwardShape(const FfnShape& s) { return ValidateFfnHopp
 absl::Status FfnForwardFused(const FfnShape& s, const __nv_bfloat16* h, const FfnForwardWeights& w, const float* x,
                              __nv_bfloat16* u, __nv_bfloat16* g, float* y, __nv_bfloat16* y16, cudaStream_t stream) {
   if (absl::Status v = ValidateFfnForwardShape(s); !v.ok()) return v;
-  if (absl::Status v =
-          NotNull({{h, "h"}, {w.w1, "w1"}, {w.b1, "b1"}, {w.w2, "w2"}, {w.b2, "b2"}, {x, "x"}, {y, "y"}});
+  if (absl::Status v = NotNull({{h, "h"}, {w.w1, "w1"}, {w.b1, "b1"}, {w.w2, "w2"}, {w.b2, "b2"}, {x, "x"},
+                                {u, "u"}, {g, "g"}, {y, "y"}});
       !v.ok()) {
     return v;
-  }
-  if ((u == nullptr) != (g == nullptr)) {
-    return absl::InvalidArgumentError(absl::StrCat("FfnForwardFused: u=", u == nullptr ? "null" : "given",
-                                                   " and g=", g == nullptr ? "null" : "given",
-                                                   ": want both or neither"));
   }
   if (absl::Status v = CheckAligned16({{h, "h"}, {w.w1, "w1"}, {w.b1, "b1"}, {w.w2, "w2"}, {w.b2, "b2"}, {x, "x"},
                                        {u, "u"}, {g, "g"}, {y, "y"}, {y16, "y16"}});

@@ -1,9 +1,8 @@
 // The forward of the bf16 feed-forward block's products as one Hopper kernel (sm_90a wgmma), from
 // LayerNorm's bf16 rows h to the fp32 residual stream, launched by ffn_forward.cu:
 //
-//   u = bf16(h W1 + b1)       stored where asked for (ffn_fused.h's backward reads it)
-//   g = bf16(GELU(u))         kept in registers, and stored where u is (W2's gradient reads it there;
-//                             ffn_hidden_grad.h's backward recomputes u and g instead)
+//   u = bf16(h W1 + b1)       stored (GELU's backward reads it)
+//   g = bf16(GELU(u))         stored (W2's gradient reads it) and kept in registers
 //   out = (g W2 + b2) + x     fp32, x the block's input (the residual)
 //   out16 = bf16(out)         where asked for (the stream as the next layer's bf16 PMA reads it)
 //
@@ -20,7 +19,7 @@
 // chunk; the consumers take turns to issue their products (two named barriers, FA3's ping-pong), so
 // that one's products can run on the tensor cores while the other evaluates GELU. The separate
 // kernels this replaces (two cuBLASLt products and GELU's elementwise kernel) wrote and read u and g
-// in memory between them: here each is written at most once and neither is read.
+// in memory between them: here each is written once and neither is read.
 //
 // Every value is rounded where the separate kernels round it (u after the bias, g by gelu.cuh's
 // GeluOfBf16, the elementwise kernel's evaluation); only the order of each product's fp32 sums
@@ -79,8 +78,8 @@ struct Params {
   const uint16_t* w2 = nullptr;  // [hidden, kD] bf16
   const float* b2 = nullptr;     // [kD]
   const float* x = nullptr;      // [n, kD], may be out
-  uint16_t* u = nullptr;         // [n, hidden] bf16, or null: neither u nor g written
-  uint16_t* g = nullptr;         // [n, hidden] bf16 (null where u is)
+  uint16_t* u = nullptr;         // [n, hidden] bf16
+  uint16_t* g = nullptr;         // [n, hidden] bf16
   float* out = nullptr;          // [n, kD]
   uint16_t* out16 = nullptr;     // [n, kD] bf16(out), or null: not written
 };
@@ -205,16 +204,14 @@ __global__ void __launch_bounds__(kThreads, 1) FfnForwardKernel(const Params p) 
           gw[r][i] = PackRounded<ElementType::kBFloat16>(GeluOfBf16(Bf16Value(u_lo)), GeluOfBf16(Bf16Value(u_hi)));
         }
       }
-      // u and g of the chunk out to memory where asked for (before the product below: the registers
-      // of a wgmma's A operand are not to be touched until the wgmma is waited for).
-      if (p.u != nullptr) {
+      // u and g of the chunk out to memory (before the product below: the registers of a wgmma's A
+      // operand are not to be touched until the wgmma is waited for).
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const bool valid = rows[r] < p.n;
-          const int64_t at = (valid ? rows[r] : 0) * p.hidden + c0;
-          StoreRowWords(uw[r], valid, p.u + at, lane_t);
-          StoreRowWords(gw[r], valid, p.g + at, lane_t);
-        }
+      for (int r = 0; r < 2; ++r) {
+        const bool valid = rows[r] < p.n;
+        const int64_t at = (valid ? rows[r] : 0) * p.hidden + c0;
+        StoreRowWords(uw[r], valid, p.u + at, lane_t);
+        StoreRowWords(gw[r], valid, p.g + at, lane_t);
       }
       // g as the A fragments of the second product: k step kk is accumulator blocks 2kk and 2kk + 1.
       uint32_t ga[kChunk / 16][4];

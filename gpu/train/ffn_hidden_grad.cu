@@ -34,18 +34,12 @@ absl::Status GradAndSums(const ffn_hidden_grad::Params& p, int64_t blocks, float
 
 }  // namespace
 
-absl::Status FfnHiddenGradFused(const FfnShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* h,
-                                const FfnHiddenWeights& w, __nv_bfloat16* g, __nv_bfloat16* du, float* dh,
-                                float* db1, bool accumulate, cudaStream_t stream) {
+absl::Status FfnHiddenGradFused(const FfnShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w2,
+                                const __nv_bfloat16* u, __nv_bfloat16* du, float* db1, bool accumulate,
+                                cudaStream_t stream) {
   if (absl::Status v = ValidateFfnHiddenGradShape(s); !v.ok()) return v;
-  if (absl::Status v = NotNull({{dy, "dy"}, {h, "h"}, {w.w1, "w1"}, {w.b1, "b1"}, {w.w2, "w2"}, {g, "g"},
-                                {du, "du"}, {dh, "dh"}, {db1, "db1"}});
-      !v.ok()) {
-    return v;
-  }
-  if (absl::Status v = CheckAligned16({{dy, "dy"}, {h, "h"}, {w.w1, "w1"}, {w.b1, "b1"}, {w.w2, "w2"}, {g, "g"},
-                                       {du, "du"}, {dh, "dh"}, {db1, "db1"}});
-      !v.ok()) {
+  if (absl::Status v = NotNull({{dy, "dy"}, {w2, "w2"}, {u, "u"}, {du, "du"}, {db1, "db1"}}); !v.ok()) return v;
+  if (absl::Status v = CheckAligned16({{dy, "dy"}, {w2, "w2"}, {u, "u"}, {du, "du"}, {db1, "db1"}}); !v.ok()) {
     return v;
   }
   namespace k = ffn_hidden_grad;
@@ -61,13 +55,9 @@ absl::Status FfnHiddenGradFused(const FfnShape& s, const __nv_bfloat16* dy, cons
   p.n = s.n;
   p.hidden = s.hidden;
   p.dy = Bf16Bits(dy);
-  p.h = Bf16Bits(h);
-  p.w1 = Bf16Bits(w.w1);
-  p.b1 = Bf16Bits(w.b1);
-  p.w2 = Bf16Bits(w.w2);
-  p.g = Bf16Bits(g);
+  p.w2 = Bf16Bits(w2);
+  p.u = Bf16Bits(u);
   p.du = Bf16Bits(du);
-  p.dh = dh;
   p.partial = partial;
   const absl::Status status = GradAndSums(p, blocks, db1, accumulate, stream);
   const absl::Status freed = CudaOk(cudaFreeAsync(partial, stream), "FfnHiddenGradFused scratch");

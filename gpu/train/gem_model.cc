@@ -209,10 +209,8 @@ struct SeqTape {
   const float *s_a, *s_b, *s_c;  // S_j entering (a), (b), (c)
   float *h_a, *mean_a, *rstd_a, *h_b, *mean_b, *rstd_b, *h_c, *mean_c, *rstd_c, *u, *g;
   // FfnPrecision::kBf16: the feed-forward block's input, hidden arrays and weights in bf16 (instead of
-  // h_c, u and g). u16 and g16 only where the backward reads them (ffn_fused.h's kernel, or the
-  // separate kernels off the Hopper kernels' widths); ffn_hidden_grad.h's kernel recomputes them.
-  __nv_bfloat16 *h_c16 = nullptr, *u16 = nullptr, *g16 = nullptr, *w1_16 = nullptr, *b1_16 = nullptr,
-                *w2_16 = nullptr;
+  // h_c, u and g).
+  __nv_bfloat16 *h_c16 = nullptr, *u16 = nullptr, *g16 = nullptr, *w1_16 = nullptr, *w2_16 = nullptr;
   AttnTape a, b;
   // AttentionBlockPrecision::kBf16: the blocks' LayerNorm outputs and tapes in bf16 (instead of h_a,
   // h_b, a and b).
@@ -1111,13 +1109,11 @@ absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float
   std::vector<__nv_bfloat16*> w16;
   GEMTB_ASSIGN_OR_RETURN(w16, Bf16Params({p.ffn1.w, p.ffn1.b, p.ffn2.w}));
   t.w1_16 = w16[0];
-  t.b1_16 = w16[1];
+  __nv_bfloat16* const b1 = w16[1];
   t.w2_16 = w16[2];
   GEMTB_ASSIGN_OR_RETURN(t.h_c16, Bf16s(n * d));
-  if (!HopperFfn() || FusedFfn()) {  // the backward reads u and g (else it recomputes them)
-    GEMTB_ASSIGN_OR_RETURN(t.u16, Bf16s(n * g.ffn));
-    GEMTB_ASSIGN_OR_RETURN(t.g16, Bf16s(n * g.ffn));
-  }
+  GEMTB_ASSIGN_OR_RETURN(t.u16, Bf16s(n * g.ffn));
+  GEMTB_ASSIGN_OR_RETURN(t.g16, Bf16s(n * g.ffn));
   const float* b2;
   GEMTB_ASSIGN_OR_RETURN(b2, AlignedBias(p.ffn2.b));
   GEMTB_RETURN_IF_ERROR(LayerNormForward(RowsShape{n, p.ln_c.width}, cur, W(p.ln_c.gamma), W(p.ln_c.beta), t.h_c16,
@@ -1128,12 +1124,12 @@ absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float
       GEMTB_ASSIGN_OR_RETURN(y16, Bf16s(n * d));
     }
     GEMTB_RETURN_IF_ERROR(FfnForwardFused(FfnShape{n, d, g.ffn}, t.h_c16,
-                                          FfnForwardWeights{t.w1_16, t.b1_16, t.w2_16, b2}, cur, t.u16, t.g16, out,
-                                          y16, st));
+                                          FfnForwardWeights{t.w1_16, b1, t.w2_16, b2}, cur, t.u16, t.g16, out, y16,
+                                          st));
     *out16 = y16;
     return absl::OkStatus();
   }
-  GEMTB_RETURN_IF_ERROR(lin->Forward(LinearShape{n, d, g.ffn}, t.h_c16, t.w1_16, t.b1_16, t.u16, st));
+  GEMTB_RETURN_IF_ERROR(lin->Forward(LinearShape{n, d, g.ffn}, t.h_c16, t.w1_16, b1, t.u16, st));
   GEMTB_RETURN_IF_ERROR(GeluForward<__nv_bfloat16>(t.u16, n * g.ffn, t.g16, st));
   return lin->ForwardToFp32(LinearShape{n, g.ffn, d}, t.g16, t.w2_16, b2, cur, out, st);
 }
@@ -1142,11 +1138,10 @@ absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float
 // bf16 feeds the second linear's products (its bias gradient sums ds itself, in fp32, in model_kernels.h's
 // tree of column sums, in the pass that rounds it); dg = ds W2^T rounded to bf16, du = dg GELU'(u) in
 // bf16, dh = du W1^T in fp32 and LayerNorm's backward of dh: one kernel with FusedFfn (dh stays on
-// chip), else dg, du with du's column sums (the first bias's gradient) and dh in ffn_hidden_grad.h's
-// kernel where HopperFfn (dg stays on chip; u and g recomputed from h, g written for W2's gradient),
-// or a product and GELU's elementwise backward (with the column sums in the same pass) and a product
-// into dh (scratch); then LayerNorm's kernels. The linears' weight gradients come from linear.h's products
-// over every row (with FusedFfn, the first bias's too).
+// chip), else dg and du with du's column sums (the first bias's gradient) in ffn_hidden_grad.h's kernel
+// where HopperFfn (dg stays on chip), or a product and GELU's elementwise backward (with the
+// column sums in the same pass), then a product into dh (scratch) and LayerNorm's kernels. The linears'
+// weight gradients come from linear.h's products over every row (with FusedFfn, the first bias's too).
 absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh,
                                            const Bf16Handoff* next, const __nv_bfloat16** handed) {
   *handed = nullptr;
@@ -1155,29 +1150,23 @@ absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTa
   GEMTB_ASSIGN_OR_RETURN(ds16, Bf16s(n * d));
   GEMTB_RETURN_IF_ERROR(ToBf16WithColumnSums(ds, n, d, ds16, G(p.ffn2.b), true, st));
   const LinearShape second{n, g.ffn, d}, first{n, d, g.ffn};
+  GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(second, t.g16, ds16, G(p.ffn2.w), nullptr, st));
   GEMTB_ASSIGN_OR_RETURN(du16, Bf16s(n * g.ffn));
   if (FusedFfn()) {
-    GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(second, t.g16, ds16, G(p.ffn2.w), nullptr, st));
     GEMTB_RETURN_IF_ERROR(FfnBackwardFused(FfnShape{n, d, g.ffn}, ds16, t.s_c,
                                            FfnWeights{W(p.ln_c.gamma), t.w1_16, t.w2_16},
                                            FfnTape{t.mean_c, t.rstd_c, t.u16}, du16, ds, G(p.ln_c.gamma),
                                            G(p.ln_c.beta), st));
   } else {
     if (HopperFfn()) {
-      __nv_bfloat16* g16;
-      GEMTB_ASSIGN_OR_RETURN(g16, Bf16s(n * g.ffn));
-      GEMTB_RETURN_IF_ERROR(FfnHiddenGradFused(FfnShape{n, d, g.ffn}, ds16, t.h_c16,
-                                               FfnHiddenWeights{t.w1_16, t.b1_16, t.w2_16}, g16, du16, dh,
-                                               G(p.ffn1.b), true, st));
-      GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(second, g16, ds16, G(p.ffn2.w), nullptr, st));
+      GEMTB_RETURN_IF_ERROR(FfnHiddenGradFused(FfnShape{n, d, g.ffn}, ds16, t.w2_16, t.u16, du16, G(p.ffn1.b), true, st));
     } else {
-      GEMTB_RETURN_IF_ERROR(lin->BackwardWeight(second, t.g16, ds16, G(p.ffn2.w), nullptr, st));
       __nv_bfloat16* dg16;
       GEMTB_ASSIGN_OR_RETURN(dg16, Bf16s(n * g.ffn));
       GEMTB_RETURN_IF_ERROR(lin->BackwardInput(second, ds16, t.w2_16, nullptr, dg16, st));
       GEMTB_RETURN_IF_ERROR(GeluBackwardWithColumnSums(t.u16, dg16, n, g.ffn, du16, G(p.ffn1.b), true, st));
-      GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(first, du16, t.w1_16, nullptr, dh, st));
     }
+    GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(first, du16, t.w1_16, nullptr, dh, st));
     GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_c, n, t.s_c, t.mean_c, t.rstd_c, dh, ds, next));
     if (next != nullptr) *handed = next->rows;
   }
