@@ -5,7 +5,8 @@
 # bin/gemtb and the named test binaries (stripped), and share/gemtb with the data gemtb reads
 # (model/configs, sim/scenarios, sim/calibration, sim/network/default_cluster.json), where bin/gemtb
 # finds it (model/description/data_dir.h). About 11.5 MB a variant with xz -9e (gemtb and three test
-# binaries), so four fit the 64 MiB a call carries beside .deb's packages and the 14 MB working tree.
+# binaries), so four fit the 64 MiB a call carries beside .deb's packages and the 14 MB working tree;
+# tools/bench/bundle_variants.sh packs several into one bundle of about a third of their bytes.
 #
 # usage: tools/bench/prebuild_variant.sh NAME REV [TEST_TARGET...]
 #   e.g. tools/bench/prebuild_variant.sh a_base HEAD~1 && tools/bench/prebuild_variant.sh b_head HEAD

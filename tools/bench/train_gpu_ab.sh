@@ -10,7 +10,9 @@
 # (`git stash create` gives a commit of uncommitted work to archive), or one built here per variant,
 # .deb/variants/NAME.bin.tar.xz from tools/bench/prebuild_variant.sh (give it the TESTS' targets too),
 # which the call unpacks instead of building (no device time for builds; all variants of one A/B of
-# one origin). A file .deb/variants/NAME.flags
+# one origin). tools/bench/bundle_variants.sh packs those into one .deb/variants/prebuilt.bundle.tar.xz
+# (a folder NAME a variant, compressed together: about a third of the bytes of separate packages, since
+# the variants' binaries share most of their bytes), so that more variants fit the 64 MiB a call carries. A file .deb/variants/NAME.flags
 # holds further `gemtb train` flags of that variant (e.g. "--ffn bf16", to time a precision choice
 # of one tree against the same tree's default). A variant of flags alone runs another variant's build:
 # .deb/variants/NAME.base names that variant (its tree), NAME.flags its flags, and no tree. Then
@@ -66,16 +68,21 @@ check_train=${CHECK_TRAIN:-}
 peer=${PEER:-0}
 shopt -s nullglob
 variants=()  # every variant timed
-builds=()    # the variants with a tree of their own (.tgz, or .bin.tar.xz built here)
+builds=()    # the variants with a tree of their own (.tgz, or built here: .bin.tar.xz or a bundle's folder)
 declare -A tree  # variant -> the variant whose build it runs
-has_tree() { [ -f ".deb/variants/$1.tgz" ] || [ -f ".deb/variants/$1.bin.tar.xz" ]; }
-for f in .deb/variants/*.tgz .deb/variants/*.bin.tar.xz; do
+bundle=$scratch/ab-bundle  # the bundles' variants, unpacked
+rm -rf "$bundle" && mkdir -p "$bundle"
+for f in .deb/variants/*.bundle.tar.xz; do
+  tar -xJf "$f" -C "$bundle" || { echo "train_gpu_ab: $f does not unpack" | tee -a "$out/ab_summary.txt"; exit 2; }
+done
+has_tree() { [ -f ".deb/variants/$1.tgz" ] || [ -f ".deb/variants/$1.bin.tar.xz" ] || [ -d "$bundle/$1" ]; }
+for f in .deb/variants/*.tgz .deb/variants/*.bin.tar.xz "$bundle"/*/; do
   v=$(basename "$(basename "$f" .tgz)" .bin.tar.xz)
   variants+=("$v") builds+=("$v")
   tree[$v]=$v
 done
 if [ ${#builds[@]} -eq 0 ]; then
-  echo "train_gpu_ab: .deb/variants/ holds no .tgz or .bin.tar.xz" | tee -a "$out/ab_summary.txt"
+  echo "train_gpu_ab: .deb/variants/ holds no .tgz, .bin.tar.xz or .bundle.tar.xz" | tee -a "$out/ab_summary.txt"
   exit 2
 fi
 for base in .deb/variants/*.base; do
@@ -89,9 +96,16 @@ for base in .deb/variants/*.base; do
   variants+=("$v")
   tree[$v]=$b
 done
+# One order for every call however the variants came: alphabetical (CHECK_TRAIN takes the first).
+mapfile -t variants < <(printf '%s\n' "${variants[@]}" | sort)
+mapfile -t builds < <(printf '%s\n' "${builds[@]}" | sort)
 start=$SECONDS
 build_one() {  # NAME: unpack and build gemtb (and the TESTS), or unpack the build made here
   local name=$1 src=$scratch/ab-src-$1 build=$scratch/ab-build-$1
+  if [ -d "$bundle/$name" ]; then
+    rm -rf "$build" && mv "$bundle/$name" "$build" && echo "prebuilt $(cat "$build/COMMIT") (bundled)" >"$out/build_$name.log"
+    return
+  fi
   if [ -f ".deb/variants/$name.bin.tar.xz" ]; then
     mkdir -p "$build" && tar -xJf ".deb/variants/$name.bin.tar.xz" -C "$build" &&
       echo "prebuilt $(cat "$build/COMMIT")" >"$out/build_$name.log"
