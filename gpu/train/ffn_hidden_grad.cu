@@ -34,17 +34,12 @@ absl::Status GradAndSums(const ffn_hidden_grad::Params& p, int64_t blocks, float
 
 }  // namespace
 
-absl::Status FfnHiddenGradFused(const FfnShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w1,
-                                const __nv_bfloat16* w2, const __nv_bfloat16* u, __nv_bfloat16* du, float* dh,
-                                float* db1, bool accumulate, cudaStream_t stream) {
+absl::Status FfnHiddenGradFused(const FfnShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w2,
+                                const __nv_bfloat16* u, __nv_bfloat16* du, float* db1, bool accumulate,
+                                cudaStream_t stream) {
   if (absl::Status v = ValidateFfnHiddenGradShape(s); !v.ok()) return v;
-  if (absl::Status v = NotNull({{dy, "dy"}, {w1, "w1"}, {w2, "w2"}, {u, "u"}, {du, "du"}, {dh, "dh"}, {db1, "db1"}});
-      !v.ok()) {
-    return v;
-  }
-  if (absl::Status v =
-          CheckAligned16({{dy, "dy"}, {w1, "w1"}, {w2, "w2"}, {u, "u"}, {du, "du"}, {dh, "dh"}, {db1, "db1"}});
-      !v.ok()) {
+  if (absl::Status v = NotNull({{dy, "dy"}, {w2, "w2"}, {u, "u"}, {du, "du"}, {db1, "db1"}}); !v.ok()) return v;
+  if (absl::Status v = CheckAligned16({{dy, "dy"}, {w2, "w2"}, {u, "u"}, {du, "du"}, {db1, "db1"}}); !v.ok()) {
     return v;
   }
   namespace k = ffn_hidden_grad;
@@ -60,11 +55,9 @@ absl::Status FfnHiddenGradFused(const FfnShape& s, const __nv_bfloat16* dy, cons
   p.n = s.n;
   p.hidden = s.hidden;
   p.dy = Bf16Bits(dy);
-  p.w1 = Bf16Bits(w1);
   p.w2 = Bf16Bits(w2);
   p.u = Bf16Bits(u);
   p.du = Bf16Bits(du);
-  p.dh = dh;
   p.partial = partial;
   const absl::Status status = GradAndSums(p, blocks, db1, accumulate, stream);
   const absl::Status freed = CudaOk(cudaFreeAsync(partial, stream), "FfnHiddenGradFused scratch");

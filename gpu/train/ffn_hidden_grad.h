@@ -1,13 +1,12 @@
-// The bf16 feed-forward block's hidden gradient, du = bf16(bf16(dy W2ᵀ) GELU'(u)), the LayerNorm
-// output's gradient dh = du W1ᵀ (fp32) and b1's gradient (du's column sums), as one Hopper kernel
-// (ffn_hidden_grad_kernel.cuh) and the column-sum tree's upper levels, instead of cuBLASLt products
-// writing dg and re-reading du and GELU's backward reading dg: dg stays in registers, du in shared
-// memory for dh's product. Row-major arrays as in linear.h: dy [n, d] bf16 (the block's output
-// gradient as rounded for its products), W1 [d, hidden] and W2 [hidden, d] bf16 (as rounded for the
-// step), u and du [n, hidden] bf16, dh [n, d] and db1 [hidden] fp32. The same roundings as the
-// separate kernels and the same column-sum tree (model_kernels.h's ColumnSums); only the order of the
-// products' fp32 sums differs from cuBLASLt's, and it is fixed: the same bytes on every run. Needs an
-// sm_90 GPU. All pointers are device memory, 16-byte aligned; calls are asynchronous on `stream`.
+// The bf16 feed-forward block's hidden gradient, du = bf16(bf16(dy W2ᵀ) GELU'(u)), and b1's gradient
+// (du's column sums), as one Hopper kernel (ffn_hidden_grad_kernel.cuh) and the column-sum tree's upper
+// levels, instead of a cuBLASLt product writing dg and GELU's backward reading it: dg stays in
+// registers. Row-major arrays as in linear.h: dy [n, d] bf16 (the block's output gradient as rounded
+// for its products), W2 [hidden, d] bf16 (as rounded for the step), u and du [n, hidden] bf16, db1
+// [hidden] fp32. The same roundings as the separate kernels and the same column-sum tree
+// (model_kernels.h's ColumnSums); only the order of the product's fp32 sums differs from cuBLASLt's,
+// and it is fixed: the same bytes on every run. Needs an sm_90 GPU. All pointers are device memory,
+// 16-byte aligned; calls are asynchronous on `stream`.
 #ifndef GEMTB_GPU_TRAIN_FFN_HIDDEN_GRAD_H_
 #define GEMTB_GPU_TRAIN_FFN_HIDDEN_GRAD_H_
 
@@ -23,10 +22,10 @@ namespace gemtb::gpu::train {
 // hidden a positive multiple of 128 up to 2^20); the error names the field and its value.
 absl::Status ValidateFfnHiddenGradShape(const FfnShape& s);
 
-// du and dh written; db1 (+)= du's column sums (accumulate: added to what db1 holds, else written).
-absl::Status FfnHiddenGradFused(const FfnShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w1,
-                                const __nv_bfloat16* w2, const __nv_bfloat16* u, __nv_bfloat16* du, float* dh,
-                                float* db1, bool accumulate, cudaStream_t stream);
+// du written; db1 (+)= du's column sums (accumulate: added to what db1 holds, else written).
+absl::Status FfnHiddenGradFused(const FfnShape& s, const __nv_bfloat16* dy, const __nv_bfloat16* w2,
+                                const __nv_bfloat16* u, __nv_bfloat16* du, float* db1, bool accumulate,
+                                cudaStream_t stream);
 
 }  // namespace gemtb::gpu::train
 

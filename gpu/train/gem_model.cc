@@ -1138,9 +1138,9 @@ absl::Status GemModelGpu::Impl::FfnFwdBf16(const SeqP& p, int64_t n, const float
 // bf16 feeds the second linear's products (its bias gradient sums ds itself, in fp32, in model_kernels.h's
 // tree of column sums, in the pass that rounds it); dg = ds W2^T rounded to bf16, du = dg GELU'(u) in
 // bf16, dh = du W1^T in fp32 and LayerNorm's backward of dh: one kernel with FusedFfn (dh stays on
-// chip), else dg, du with du's column sums (the first bias's gradient) and dh in ffn_hidden_grad.h's
-// kernel where HopperFfn (dg stays on chip), or a product and GELU's elementwise backward (with the
-// column sums in the same pass) and a product into dh (scratch); then LayerNorm's kernels. The linears'
+// chip), else dg and du with du's column sums (the first bias's gradient) in ffn_hidden_grad.h's kernel
+// where HopperFfn (dg stays on chip), or a product and GELU's elementwise backward (with the
+// column sums in the same pass), then a product into dh (scratch) and LayerNorm's kernels. The linears'
 // weight gradients come from linear.h's products over every row (with FusedFfn, the first bias's too).
 absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTape& t, float* ds, float* dh,
                                            const Bf16Handoff* next, const __nv_bfloat16** handed) {
@@ -1159,15 +1159,14 @@ absl::Status GemModelGpu::Impl::FfnBwdBf16(const SeqP& p, int64_t n, const SeqTa
                                            G(p.ln_c.beta), st));
   } else {
     if (HopperFfn()) {
-      GEMTB_RETURN_IF_ERROR(
-          FfnHiddenGradFused(FfnShape{n, d, g.ffn}, ds16, t.w1_16, t.w2_16, t.u16, du16, dh, G(p.ffn1.b), true, st));
+      GEMTB_RETURN_IF_ERROR(FfnHiddenGradFused(FfnShape{n, d, g.ffn}, ds16, t.w2_16, t.u16, du16, G(p.ffn1.b), true, st));
     } else {
       __nv_bfloat16* dg16;
       GEMTB_ASSIGN_OR_RETURN(dg16, Bf16s(n * g.ffn));
       GEMTB_RETURN_IF_ERROR(lin->BackwardInput(second, ds16, t.w2_16, nullptr, dg16, st));
       GEMTB_RETURN_IF_ERROR(GeluBackwardWithColumnSums(t.u16, dg16, n, g.ffn, du16, G(p.ffn1.b), true, st));
-      GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(first, du16, t.w1_16, nullptr, dh, st));
     }
+    GEMTB_RETURN_IF_ERROR(lin->BackwardInputToFp32(first, du16, t.w1_16, nullptr, dh, st));
     GEMTB_RETURN_IF_ERROR(NormBwdAdd(p.ln_c, n, t.s_c, t.mean_c, t.rstd_c, dh, ds, next));
     if (next != nullptr) *handed = next->rows;
   }
