@@ -12,9 +12,9 @@
 # which the call unpacks instead of building (no device time for builds; all variants of one A/B of
 # one origin). tools/bench/bundle_variants.sh packs those into one .deb/variants/prebuilt.bundle.tar.xz
 # (a folder NAME a variant, compressed together: about a third of the bytes of separate packages, since
-# the variants' binaries share most of their bytes), so that more variants fit the 64 MiB a call carries. A file .deb/variants/NAME.flags
-# holds further `gemtb train` flags of that variant (e.g. "--ffn bf16", to time a precision choice
-# of one tree against the same tree's default). A variant of flags alone runs another variant's build:
+# the variants' binaries share most of their bytes), so that more variants fit the 64 MiB a call
+# carries. A file .deb/variants/NAME.flags holds further `gemtb train` flags of that variant (e.g.
+# "--ffn bf16", to time a precision choice of one tree against the same tree's default). A variant of flags alone runs another variant's build:
 # .deb/variants/NAME.base names that variant (its tree), NAME.flags its flags, and no tree. Then
 # run(command: "bash tools/bench/train_gpu_ab.sh", carry: [".deb"]).
 # Environment: BATCHES (local batches, default "256 1024"), TURNS (default 2), STEPS per run (default
@@ -97,8 +97,8 @@ for base in .deb/variants/*.base; do
   tree[$v]=$b
 done
 # One order for every call however the variants came: alphabetical (CHECK_TRAIN takes the first).
-mapfile -t variants < <(printf '%s\n' "${variants[@]}" | sort)
-mapfile -t builds < <(printf '%s\n' "${builds[@]}" | sort)
+mapfile -t variants < <(printf '%s\n' "${variants[@]}" | sort -u)
+mapfile -t builds < <(printf '%s\n' "${builds[@]}" | sort -u)
 start=$SECONDS
 build_one() {  # NAME: unpack and build gemtb (and the TESTS), or unpack the build made here
   local name=$1 src=$scratch/ab-src-$1 build=$scratch/ab-build-$1
