@@ -43,6 +43,14 @@ __device__ __forceinline__ float RoundToBf16(float x) {
   return Storage<ElementType::kBFloat16>::ToFloat(Storage<ElementType::kBFloat16>::FromFloat(x));
 }
 
+// The low and high bf16 of a packed pair (PackBf16x2's layout), as fp32.
+__device__ __forceinline__ float Bf16Lo(uint32_t pair) {
+  return Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair & 0xffffu));
+}
+__device__ __forceinline__ float Bf16Hi(uint32_t pair) {
+  return Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair >> 16));
+}
+
 // A CTA takes one (sample, head, tile of kTile rows of its own side: queries for o and dq, keys for
 // dk and dv) and walks the other side's kept rows in steps of kTile rows staged in shared memory as
 // bf16. Its 16-row strips and each step's 16-row chunks cut the step's scores into 16x16 regions. A
@@ -689,6 +697,14 @@ struct NormRows {
   }
 };
 
+// The RoPE table's row (rope: [positions, kDh], null: no RoPE) of strip row r of a tile whose first
+// row sits at position pos0 in its sample; rows past the tile's n real rows read pos0's (their values
+// are never stored, and pos0 + r may lie past the table's end). Null where rope is.
+template <int kDh>
+__device__ __forceinline__ const float* RopeRow(const float* rope, int pos0, int n, int r) {
+  return rope != nullptr ? rope + static_cast<int64_t>(pos0 + (r < n ? r : 0)) * kDh : nullptr;
+}
+
 // The head RMS norm's backward on the warp's strip of the own side's gradient g (dL/dk in the dK/dV
 // kernel, dL/dq in the dQ kernel; acc: the walk's fp32 sums of the strip, whole: GatherGroups' where
 // groups share it, zeros in the others): per row and head dx = inv (g - y mean(g y)), y = x * inv, on
@@ -708,8 +724,7 @@ __device__ void NormBackward(const NormRows<kDh>& rows, const float* rope, int p
     const float inv = rows.inv[half];
     float y[kDh / 8][2];
     float dot = 0.0f;
-    const int r = row0 + l.g + 8 * half;
-    const float* trow = rope != nullptr ? rope + static_cast<int64_t>(pos0 + (r < n ? r : 0)) * kDh : nullptr;
+    const float* trow = RopeRow<kDh>(rope, pos0, n, row0 + l.g + 8 * half);
 #pragma unroll
     for (int c = 0; c < kDh / 8; ++c) {
       acc[c][2 * half] = RoundToBf16(acc[c][2 * half]);
@@ -721,8 +736,8 @@ __device__ void NormBackward(const NormRows<kDh>& rows, const float* rope, int p
         acc[c][2 * half + 1] = __fsub_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
       }
       const uint32_t pair = rows.x[half][c];
-      y[c][0] = __fmul_rn(Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair & 0xffffu)), inv);
-      y[c][1] = __fmul_rn(Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair >> 16)), inv);
+      y[c][0] = __fmul_rn(Bf16Lo(pair), inv);
+      y[c][1] = __fmul_rn(Bf16Hi(pair), inv);
       dot = __fadd_rn(dot, __fmul_rn(acc[c][2 * half], y[c][0]));
       dot = __fadd_rn(dot, __fmul_rn(acc[c][2 * half + 1], y[c][1]));
     }
@@ -758,8 +773,7 @@ __device__ void NormStrip(uint32_t (&a)[kDh / kFrag][4], const float* rope, int 
 #pragma unroll
       for (int hi = 0; hi < 2; ++hi) {  // columns 16kk + 8hi + 2t, + 1: increasing column order
         const uint32_t pair = a[kk][half + 2 * hi];
-        const float x0 = Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair & 0xffffu));
-        const float x1 = Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair >> 16));
+        const float x0 = Bf16Lo(pair), x1 = Bf16Hi(pair);
         e = __fadd_rn(e, __fmul_rn(x0, x0));
         o = __fadd_rn(o, __fmul_rn(x1, x1));
       }
@@ -770,15 +784,14 @@ __device__ void NormStrip(uint32_t (&a)[kDh / kFrag][4], const float* rope, int 
     o = __fadd_rn(o, __shfl_xor_sync(0xffffffffu, o, 1));
     const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(per_value.Of(__fadd_rn(e, o)), hrn::kEps)));
     inv[half] = r;
-    const int row = row0 + l.g + 8 * half;
-    const float* trow = rope != nullptr ? rope + static_cast<int64_t>(pos0 + (row < n ? row : 0)) * kDh : nullptr;
+    const float* trow = RopeRow<kDh>(rope, pos0, n, row0 + l.g + 8 * half);
 #pragma unroll
     for (int kk = 0; kk < kDh / kFrag; ++kk) {
 #pragma unroll
       for (int hi = 0; hi < 2; ++hi) {
         const uint32_t pair = a[kk][half + 2 * hi];
-        float y0 = __fmul_rn(Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair & 0xffffu)), r);
-        float y1 = __fmul_rn(Storage<ElementType::kBFloat16>::ToFloat(static_cast<bf16>(pair >> 16)), r);
+        float y0 = __fmul_rn(Bf16Lo(pair), r);
+        float y1 = __fmul_rn(Bf16Hi(pair), r);
         if (trow != nullptr) {  // the pair (y0, y1) at m = column / 2: (y0 cs - y1 sn, y1 cs + y0 sn)
           const int m = kk * 8 + 4 * hi + l.t;
           const float sn = trow[m], cs = trow[kDh / 2 + m];
